@@ -1,0 +1,91 @@
+#pragma once
+/// \file
+/// Device: a GPU and its primary context, with the properties and limits the rest of the library checks
+/// against. A Device is a cheap, copyable handle; the primary context stays retained while any Device,
+/// Stream, buffer, module or graph made from it is alive.
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+namespace lazygraph {
+
+class Stream;
+
+/// Compute capability, e.g. {9, 0} for Hopper.
+struct ComputeCapability {
+  int major = 0;
+  int minor = 0;
+  /// The form NVRTC and nvcc use: 90 for 9.0.
+  [[nodiscard]] constexpr int as_int() const noexcept { return major * 10 + minor; }
+  friend constexpr bool operator==(ComputeCapability, ComputeCapability) = default;
+};
+
+/// The launch limits of a device, read once when the Device is opened.
+struct DeviceLimits {
+  int max_threads_per_block = 0;
+  int max_block_dim[3] = {};
+  int max_grid_dim[3] = {};
+  int max_shared_per_block = 0;        ///< bytes a block gets without opting in
+  int max_shared_per_block_optin = 0;  ///< bytes a block may get after raising the kernel's attribute
+};
+
+namespace detail {
+
+/// The state a Device handle shares: the retained primary context and the properties read at open.
+struct DeviceState {
+  DeviceState(int ordinal, CUdevice device);
+  ~DeviceState();
+  DeviceState(const DeviceState&) = delete;
+  DeviceState& operator=(const DeviceState&) = delete;
+
+  int ordinal;
+  CUdevice device;
+  CUcontext context;
+  std::string name;
+  ComputeCapability capability;
+  int sm_count;
+  std::size_t total_memory;
+  DeviceLimits limits;
+};
+
+}  // namespace detail
+
+class Device {
+ public:
+  /// The number of CUDA devices; 0 when the driver loads but finds none.
+  /// \throws DriverUnavailable when there is no driver.
+  static int count();
+  /// The first device. \throws DriverUnavailable without a driver, NoDevice without a GPU.
+  static Device first();
+  /// The device with this ordinal. \throws NoDevice when there is none.
+  static Device get(int ordinal);
+
+  [[nodiscard]] int ordinal() const noexcept { return state_->ordinal; }
+  [[nodiscard]] const std::string& name() const noexcept { return state_->name; }
+  [[nodiscard]] ComputeCapability compute_capability() const noexcept { return state_->capability; }
+  [[nodiscard]] int sm_count() const noexcept { return state_->sm_count; }
+  [[nodiscard]] std::size_t total_memory() const noexcept { return state_->total_memory; }
+  /// Device memory free now, in bytes (asks the driver).
+  [[nodiscard]] std::size_t free_memory() const;
+  [[nodiscard]] const DeviceLimits& limits() const noexcept { return state_->limits; }
+
+  /// A new non-blocking stream on this device.
+  [[nodiscard]] Stream create_stream() const;
+  /// Blocks until all work on this device has finished.
+  void synchronize() const;
+
+  /// The primary context; it is made current on the calling thread by every library call that needs it.
+  [[nodiscard]] CUcontext context() const noexcept { return state_->context; }
+  [[nodiscard]] const std::shared_ptr<const detail::DeviceState>& state() const noexcept { return state_; }
+
+  friend bool operator==(const Device& a, const Device& b) noexcept { return a.state_ == b.state_; }
+
+ private:
+  explicit Device(std::shared_ptr<const detail::DeviceState> state) : state_(std::move(state)) {}
+  std::shared_ptr<const detail::DeviceState> state_;
+};
+
+}  // namespace lazygraph

@@ -1,0 +1,94 @@
+#pragma once
+/// \file
+/// The exception types of lazygraph. Every CUDA driver and NVRTC failure becomes one of these, carrying the
+/// API that failed, the result's name and the object involved, so a log line alone says what went wrong.
+
+#include <stdexcept>
+#include <string>
+
+namespace lazygraph {
+
+/// Base of every exception lazygraph throws.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// The CUDA driver library (libcuda.so.1) could not be loaded or initialised: no driver on this machine.
+class DriverUnavailable : public Error {
+ public:
+  using Error::Error;
+};
+
+/// The driver loaded but reports no CUDA device.
+class NoDevice : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A CUDA driver API call failed.
+class CudaError : public Error {
+ public:
+  /// \param api        the driver function, e.g. "cuMemAlloc"
+  /// \param code       the CUresult it returned (an int, so this header needs no cuda.h)
+  /// \param code_name  the result's enumerator name, e.g. "CUDA_ERROR_OUT_OF_MEMORY"
+  /// \param code_text  the driver's description of the result
+  /// \param object     what the call acted on, e.g. "DeviceBuffer<float> of 4096 bytes"
+  CudaError(std::string api, int code, std::string code_name, std::string code_text, std::string object);
+
+  [[nodiscard]] const std::string& api() const noexcept { return api_; }
+  [[nodiscard]] int code() const noexcept { return code_; }
+  [[nodiscard]] const std::string& code_name() const noexcept { return code_name_; }
+  [[nodiscard]] const std::string& object() const noexcept { return object_; }
+
+ private:
+  std::string api_;
+  int code_;
+  std::string code_name_;
+  std::string object_;
+};
+
+/// An NVRTC API call failed (a source that does not compile is a CompileError instead).
+class NvrtcError : public Error {
+ public:
+  NvrtcError(std::string api, int code, std::string code_name, std::string object);
+
+  [[nodiscard]] const std::string& api() const noexcept { return api_; }
+  [[nodiscard]] int code() const noexcept { return code_; }
+  [[nodiscard]] const std::string& code_name() const noexcept { return code_name_; }
+  [[nodiscard]] const std::string& object() const noexcept { return object_; }
+
+ private:
+  std::string api_;
+  int code_;
+  std::string code_name_;
+  std::string object_;
+};
+
+/// NVRTC rejected a kernel source; the message holds the file name and the whole compiler log.
+class CompileError : public Error {
+ public:
+  CompileError(std::string file, std::string log);
+
+  [[nodiscard]] const std::string& file() const noexcept { return file_; }
+  [[nodiscard]] const std::string& log() const noexcept { return log_; }
+
+ private:
+  std::string file_;
+  std::string log_;
+};
+
+/// The library was used against its rules: a moved-from handle, mismatched copy sizes, an unknown kernel,
+/// a launch configuration outside the device's limits. The message names the rule and the object.
+class UsageError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// Work that is illegal while a stream captures a graph was attempted; the message says what to do instead.
+class CaptureError : public Error {
+ public:
+  using Error::Error;
+};
+
+}  // namespace lazygraph

@@ -1,0 +1,76 @@
+#pragma once
+/// \file
+/// PinnedBuffer<T>: page-locked host memory, so host<->device copies run asynchronously at full speed.
+
+#include <cstddef>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "lazygraph/detail/driver/device.hpp"
+#include "lazygraph/detail/driver/type_name.hpp"
+
+namespace lazygraph {
+
+namespace detail {
+void* pinned_allocate(const Device& device, std::size_t bytes, std::string_view what);
+void pinned_free(const Device& device, void* ptr) noexcept;
+[[noreturn]] void throw_moved_from(std::string_view what);
+}  // namespace detail
+
+/// Page-locked host memory for `size()` elements of T, uninitialised. Move-only; a moved-from buffer is empty.
+template <class T>
+class PinnedBuffer {
+  static_assert(std::is_trivially_copyable_v<T>, "PinnedBuffer<T>: T must be trivially copyable");
+
+ public:
+  PinnedBuffer(const Device& device, std::size_t size)
+      : device_(device),
+        data_(size == 0 ? nullptr
+                        : static_cast<T*>(detail::pinned_allocate(
+                              device, size * sizeof(T),
+                              "PinnedBuffer<" + std::string(detail::type_name<T>()) + "> of " +
+                                  std::to_string(size * sizeof(T)) + " bytes"))),
+        size_(size),
+        valid_(true) {}
+  ~PinnedBuffer() { detail::pinned_free(device_, data_); }
+  PinnedBuffer(PinnedBuffer&& o) noexcept
+      : device_(o.device_), data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)),
+        valid_(std::exchange(o.valid_, false)) {}
+  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
+    if (this != &o) {
+      detail::pinned_free(device_, data_);
+      device_ = o.device_;
+      data_ = std::exchange(o.data_, nullptr);
+      size_ = std::exchange(o.size_, 0);
+      valid_ = std::exchange(o.valid_, false);
+    }
+    return *this;
+  }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  [[nodiscard]] bool valid() const noexcept { return valid_; }
+  /// \throws UsageError on a moved-from buffer.
+  [[nodiscard]] std::span<T> span() { return {checked(), size_}; }
+  [[nodiscard]] std::span<const T> span() const { return {checked(), size_}; }
+  [[nodiscard]] T* data() noexcept { return data_; }
+  [[nodiscard]] const T* data() const noexcept { return data_; }
+  T& operator[](std::size_t i) noexcept { return data_[i]; }
+  const T& operator[](std::size_t i) const noexcept { return data_[i]; }
+
+ private:
+  T* checked() const {
+    if (!valid_) [[unlikely]] detail::throw_moved_from("PinnedBuffer<" + std::string(detail::type_name<T>()) + ">");
+    return data_;
+  }
+
+  Device device_;
+  T* data_ = nullptr;
+  std::size_t size_ = 0;
+  bool valid_ = false;
+};
+
+}  // namespace lazygraph

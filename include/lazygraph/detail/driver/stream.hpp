@@ -1,0 +1,69 @@
+#pragma once
+/// \file
+/// Stream and Event: move-only RAII handles. A moved-from handle is null; using it throws UsageError.
+
+#include <cuda.h>
+
+#include "lazygraph/detail/driver/device.hpp"
+
+namespace lazygraph {
+
+class Event;
+
+/// A non-blocking CUDA stream. Destroying it does not wait: work already submitted still completes.
+class Stream {
+ public:
+  explicit Stream(const Device& device);
+  ~Stream();
+  Stream(Stream&& other) noexcept;
+  Stream& operator=(Stream&& other) noexcept;
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+
+  /// Waits for all work on the stream.
+  /// \throws CaptureError while the stream is capturing a graph (the wait would break the capture).
+  void synchronize() const;
+  /// True when all submitted work has finished.
+  [[nodiscard]] bool query() const;
+  /// Makes later work on this stream wait for `event`.
+  void wait(const Event& event) const;
+  /// True while the stream is capturing a graph.
+  [[nodiscard]] bool is_capturing() const;
+
+  [[nodiscard]] const Device& device() const noexcept { return device_; }
+  /// The raw handle. \throws UsageError on a moved-from Stream.
+  [[nodiscard]] CUstream get() const;
+  /// Gives up ownership: the caller must destroy the returned stream.
+  [[nodiscard]] CUstream release() noexcept;
+  void reset() noexcept;
+  explicit operator bool() const noexcept { return handle_ != nullptr; }
+
+ private:
+  Device device_;
+  CUstream handle_ = nullptr;
+};
+
+/// A CUDA event, with timing unless asked otherwise.
+class Event {
+ public:
+  explicit Event(const Device& device, bool timing = true);
+  ~Event();
+  Event(Event&& other) noexcept;
+  Event& operator=(Event&& other) noexcept;
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+
+  void record(const Stream& stream) const;
+  void synchronize() const;
+  /// Milliseconds between two recorded timing events.
+  [[nodiscard]] static float elapsed_ms(const Event& start, const Event& end);
+
+  [[nodiscard]] CUevent get() const;
+  void reset() noexcept;
+  explicit operator bool() const noexcept { return handle_ != nullptr; }
+
+ private:
+  CUevent handle_ = nullptr;
+};
+
+}  // namespace lazygraph

@@ -1,0 +1,86 @@
+#pragma once
+/// \file
+/// KernelLibrary: every kernel in `kernels/`, compiled for the present GPU (or loaded from the disk cache) and
+/// loaded when the library is constructed, so that nothing compiles or loads during a graph capture.
+///
+/// The sources are embedded into liblazygraph at build time: an installed library needs no source tree.
+/// Kernels are looked up by their unmangled name, so they are declared `extern "C" __global__`.
+///
+/// Thread safety: a constructed KernelLibrary is immutable; `get` may be called from any thread.
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "lazygraph/detail/driver/device.hpp"
+#include "lazygraph/detail/driver/type_name.hpp"
+#include "lazygraph/detail/kernels/kernel.hpp"
+#include "lazygraph/detail/kernels/nvrtc.hpp"
+
+namespace lazygraph {
+
+struct KernelLibraryOptions {
+  /// Where compiled images are cached; unset: KernelCache::default_directory(); an empty path: no cache.
+  std::optional<std::filesystem::path> cache_directory;
+  /// Kernel files to build instead of the embedded `kernels/*.cu` (for tests and out-of-tree kernels).
+  std::optional<std::vector<KernelSource>> sources;
+  /// Headers the kernel files may include by name; with `sources` only (the embedded ones come otherwise).
+  std::vector<KernelSource> headers;
+};
+
+/// How a library came to be, for the curious and for benchmarks.
+struct KernelLibraryStats {
+  std::size_t modules = 0;
+  std::size_t compiled = 0;    ///< modules compiled by NVRTC now
+  std::size_t cache_hits = 0;  ///< modules loaded from the disk cache
+  double milliseconds = 0;     ///< wall time of the constructor
+  int architecture = 0;        ///< e.g. 90
+  bool cubin = false;          ///< machine code (true) or PTX for the driver to compile (false)
+};
+
+/// The kernel sources and headers embedded at build time from `kernels/`.
+std::span<const KernelSource> embedded_kernel_sources();
+std::span<const KernelSource> embedded_kernel_headers();
+
+class KernelLibrary {
+ public:
+  /// Compiles (or loads from cache) and loads every kernel module.
+  /// \throws CompileError with the file and the whole NVRTC log when a source does not compile;
+  ///         CaptureError when a graph capture is in progress; UsageError when two files define one kernel.
+  explicit KernelLibrary(const Device& device, KernelLibraryOptions options = {});
+
+  /// The kernel `name`, typed as `Signature` (e.g. `void(float, const float*, float*, int)`).
+  /// \throws UsageError when no module has `name` (listing those that exist) or when the compiled kernel's
+  ///         parameters disagree with `Signature` in count or size.
+  template <class Signature>
+  [[nodiscard]] Kernel<Signature> get(std::string_view name) const {
+    return Kernel<Signature>(lookup(name, parameter_sizes(static_cast<Signature*>(nullptr)),
+                                    detail::type_name<Signature>()));
+  }
+
+  [[nodiscard]] std::vector<std::string> kernel_names() const;
+  [[nodiscard]] const KernelLibraryStats& stats() const noexcept { return stats_; }
+  [[nodiscard]] const Device& device() const noexcept { return device_; }
+
+ private:
+  template <class... P>
+  static std::vector<std::size_t> parameter_sizes(void (*)(P...)) {
+    return {sizeof(P)...};
+  }
+  std::shared_ptr<detail::KernelInfo> lookup(std::string_view name, const std::vector<std::size_t>& sizes,
+                                             std::string_view signature) const;
+
+  struct Entry {
+    std::shared_ptr<const LoadedModule> module;
+    CUfunction function = nullptr;
+  };
+  Device device_;
+  std::map<std::string, Entry, std::less<>> kernels_;
+  KernelLibraryStats stats_;
+};
+
+}  // namespace lazygraph

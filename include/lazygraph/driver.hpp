@@ -1,0 +1,21 @@
+#pragma once
+/// \file
+/// Layer 1, the driver: devices, streams, events, device and pinned memory, copies, loaded modules, errors.
+/// The CUDA driver is loaded at run time; nothing here links libcuda.
+
+#include "lazygraph/detail/driver/device.hpp"
+#include "lazygraph/detail/driver/device_buffer.hpp"
+#include "lazygraph/detail/driver/device_span.hpp"
+#include "lazygraph/detail/driver/error.hpp"
+#include "lazygraph/detail/driver/memcpy.hpp"
+#include "lazygraph/detail/driver/module.hpp"
+#include "lazygraph/detail/driver/pinned_buffer.hpp"
+#include "lazygraph/detail/driver/stream.hpp"
+
+namespace lazygraph {
+
+/// True when the CUDA driver loads and reports at least one device; otherwise false with the reason in
+/// `why` (when given), e.g. "cannot load CUDA driver (libcuda.so.1): ...". Never throws.
+bool gpu_available(std::string* why = nullptr) noexcept;
+
+}  // namespace lazygraph

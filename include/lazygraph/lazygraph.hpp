@@ -1,0 +1,6 @@
+#pragma once
+/// \file
+/// Everything in lazygraph, layer by layer.
+
+#include "lazygraph/driver.hpp"
+#include "lazygraph/kernels.hpp"

@@ -1,0 +1,6 @@
+// y = a * x + y, element-wise over n floats.
+#include "lazygraph/kernel_common.cuh"
+
+extern "C" __global__ void axpy(float a, const float* x, float* y, int n) {
+  for (long long i = lg::global_index(); i < n; i += lg::grid_stride()) y[i] = a * x[i] + y[i];
+}

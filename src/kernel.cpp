@@ -1,0 +1,58 @@
+#include "lazygraph/detail/kernels/kernel.hpp"
+
+#include "lazygraph/detail/driver/driver_api.hpp"
+#include "lazygraph/detail/driver/error.hpp"
+
+namespace lazygraph::detail {
+
+namespace {
+
+std::string dims(const Dim3& d) {
+  return "(" + std::to_string(d.x) + ", " + std::to_string(d.y) + ", " + std::to_string(d.z) + ")";
+}
+
+[[noreturn]] void reject(const KernelInfo& k, const LaunchConfig& c, const std::string& why) {
+  throw UsageError("kernel " + k.name + ": launch configuration grid " + dims(c.grid) + " block " + dims(c.block) +
+                   " shared " + std::to_string(c.shared_bytes) + " B is invalid on " + k.device.name() + ": " + why);
+}
+
+}  // namespace
+
+void validate_launch(const KernelInfo& k, const LaunchConfig& c) {
+  const DeviceLimits& lim = k.device.limits();
+  if (c.block.x == 0 || c.block.y == 0 || c.block.z == 0) reject(k, c, "a block dimension is zero");
+  if (c.grid.x == 0 || c.grid.y == 0 || c.grid.z == 0) reject(k, c, "a grid dimension is zero");
+  const unsigned block[3] = {c.block.x, c.block.y, c.block.z};
+  const unsigned grid[3] = {c.grid.x, c.grid.y, c.grid.z};
+  for (int i = 0; i < 3; ++i) {
+    if (block[i] > static_cast<unsigned>(lim.max_block_dim[i])) {
+      reject(k, c, "block dimension " + std::to_string(i) + " exceeds the device's " +
+                       std::to_string(lim.max_block_dim[i]));
+    }
+    if (grid[i] > static_cast<unsigned>(lim.max_grid_dim[i])) {
+      reject(k, c, "grid dimension " + std::to_string(i) + " exceeds the device's " +
+                       std::to_string(lim.max_grid_dim[i]));
+    }
+  }
+  if (c.block.volume() > static_cast<std::size_t>(k.max_threads_per_block)) {
+    reject(k, c, std::to_string(c.block.volume()) + " threads per block exceed this kernel's limit of " +
+                     std::to_string(k.max_threads_per_block));
+  }
+  const auto available = static_cast<long long>(lim.max_shared_per_block_optin) - k.static_shared_bytes;
+  if (static_cast<long long>(c.shared_bytes) > available) {
+    reject(k, c, "dynamic shared memory exceeds the " + std::to_string(available) +
+                     " bytes a block of this kernel may have");
+  }
+}
+
+void launch_kernel(KernelInfo& k, const LaunchConfig& c, CUstream stream, void** args) {
+  const int needed = static_cast<int>(c.shared_bytes);
+  if (needed > k.dynamic_shared_limit.load(std::memory_order_relaxed)) [[unlikely]] {
+    driver::set_function_attribute(k.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, needed, k.name);
+    k.dynamic_shared_limit.store(needed, std::memory_order_relaxed);
+  }
+  const driver::LaunchShape shape{{c.grid.x, c.grid.y, c.grid.z}, {c.block.x, c.block.y, c.block.z}, c.shared_bytes};
+  driver::launch_kernel(k.function, shape, stream, args, k.name);
+}
+
+}  // namespace lazygraph::detail

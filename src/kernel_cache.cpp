@@ -1,0 +1,175 @@
+#include "lazygraph/detail/kernels/kernel_cache.hpp"
+
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <system_error>
+#include <thread>
+
+namespace lazygraph {
+
+namespace {
+
+constexpr std::array<char, 8> magic = {'L', 'G', 'K', 'C', 'A', 'C', 'H', '1'};
+
+/// 64-bit FNV-1a, seeded, finished with a splitmix64 mix so nearby inputs spread over all bits.
+class Hasher {
+ public:
+  explicit Hasher(std::uint64_t seed) : h_(0xcbf29ce484222325ULL ^ seed) {}
+  void add(std::string_view bytes) {
+    for (const char c : bytes) {
+      h_ ^= static_cast<unsigned char>(c);
+      h_ *= 0x100000001b3ULL;
+    }
+  }
+  /// Length-prefixed, so ("ab","c") and ("a","bc") differ.
+  void add_field(std::string_view bytes) {
+    const std::uint64_t n = bytes.size();
+    add(std::string_view(reinterpret_cast<const char*>(&n), sizeof n));
+    add(bytes);
+  }
+  [[nodiscard]] std::uint64_t finish() const {
+    std::uint64_t z = h_ + 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30U)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27U)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31U);
+  }
+
+ private:
+  std::uint64_t h_;
+};
+
+std::uint64_t checksum(std::span<const char> bytes) {
+  Hasher h(0x5eed);
+  h.add(std::string_view(bytes.data(), bytes.size()));
+  return h.finish();
+}
+
+struct Header {
+  std::array<char, 8> magic;
+  std::uint64_t payload_size;
+  std::uint64_t payload_checksum;
+  std::uint32_t is_cubin;
+  std::uint32_t key_size;
+};
+
+std::string hex(std::uint64_t v) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string s(16, '0');
+  for (int i = 15; i >= 0; --i, v >>= 4U) s[static_cast<std::size_t>(i)] = digits[v & 0xfU];
+  return s;
+}
+
+}  // namespace
+
+std::filesystem::path KernelCache::default_directory() {
+  if (const char* dir = std::getenv("LAZYGRAPH_CACHE_DIR")) return dir;  // empty disables
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != '\0') {
+    return std::filesystem::path(xdg) / "lazygraph";
+  }
+  if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
+    return std::filesystem::path(home) / ".cache" / "lazygraph";
+  }
+  return {};
+}
+
+KernelCache::KernelCache(std::filesystem::path directory) : directory_(std::move(directory)) {}
+
+std::string KernelCache::key(const KernelSource& source, std::span<const KernelSource> headers,
+                             std::span<const std::string> options, std::string_view nvrtc_version) {
+  Hasher a(1);
+  Hasher b(2);
+  const auto add = [&](std::string_view field) {
+    a.add_field(field);
+    b.add_field(field);
+  };
+  add(nvrtc_version);
+  add(source.name);
+  add(source.text);
+  for (const KernelSource& h : headers) {
+    add(h.name);
+    add(h.text);
+  }
+  for (const std::string& o : options) add(o);
+  return hex(a.finish()) + hex(b.finish());
+}
+
+std::filesystem::path KernelCache::path_for(const std::string& key) const { return directory_ / (key + ".bin"); }
+
+std::optional<KernelCache::Entry> KernelCache::load(const std::string& key) const {
+  if (!enabled()) return std::nullopt;
+  const std::filesystem::path path = path_for(key);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+
+  const auto corrupt = [&]() -> std::optional<Entry> {
+    in.close();
+    std::error_code ec;
+    std::filesystem::remove(path, ec);  // a concurrent writer may already have replaced it; either is fine
+    return std::nullopt;
+  };
+
+  Header h{};
+  if (!in.read(reinterpret_cast<char*>(&h), sizeof h) || h.magic != magic || h.key_size != key.size()) {
+    return corrupt();
+  }
+  std::string stored_key(h.key_size, '\0');
+  if (!in.read(stored_key.data(), static_cast<std::streamsize>(h.key_size)) || stored_key != key) return corrupt();
+  constexpr std::uint64_t max_payload = 1ULL << 30U;
+  if (h.payload_size == 0 || h.payload_size > max_payload) return corrupt();
+  Entry e;
+  e.image.resize(h.payload_size);
+  e.is_cubin = h.is_cubin != 0;
+  if (!in.read(e.image.data(), static_cast<std::streamsize>(h.payload_size))) return corrupt();
+  if (in.peek() != std::ifstream::traits_type::eof()) return corrupt();  // trailing bytes
+  if (checksum(e.image) != h.payload_checksum) return corrupt();
+  return e;
+}
+
+bool KernelCache::store(const std::string& key, const Entry& entry) const noexcept {
+  if (!enabled() || entry.image.empty()) return false;
+  try {
+    std::error_code ec;
+    std::filesystem::create_directories(directory_, ec);
+    if (ec) return false;
+    static std::atomic<unsigned> counter{0};
+    const std::filesystem::path final_path = path_for(key);
+    const std::filesystem::path tmp =
+        directory_ / (key + ".tmp." + std::to_string(::getpid()) + "." +
+                      std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id())) + "." +
+                      std::to_string(counter.fetch_add(1)));
+    {
+      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+      if (!out) return false;
+      Header h{};
+      h.magic = magic;
+      h.payload_size = entry.image.size();
+      h.payload_checksum = checksum(entry.image);
+      h.is_cubin = entry.is_cubin ? 1 : 0;
+      h.key_size = static_cast<std::uint32_t>(key.size());
+      out.write(reinterpret_cast<const char*>(&h), sizeof h);
+      out.write(key.data(), static_cast<std::streamsize>(key.size()));
+      out.write(entry.image.data(), static_cast<std::streamsize>(entry.image.size()));
+      out.flush();
+      if (!out) {
+        out.close();
+        std::filesystem::remove(tmp, ec);
+        return false;
+      }
+    }
+    std::filesystem::rename(tmp, final_path, ec);  // atomic replace: readers see the old or the new entry
+    if (ec) {
+      std::filesystem::remove(tmp, ec);
+      return false;
+    }
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+}  // namespace lazygraph

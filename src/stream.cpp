@@ -1,0 +1,95 @@
+#include "lazygraph/detail/driver/stream.hpp"
+
+#include <utility>
+
+#include "lazygraph/detail/driver/driver_api.hpp"
+#include "lazygraph/detail/driver/error.hpp"
+
+namespace lazygraph {
+
+namespace drv = detail::driver;
+
+namespace {
+
+bool is_capture_error(int code) {
+  return code == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED || code == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED ||
+         code == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT || code == CUDA_ERROR_CAPTURED_EVENT ||
+         code == CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
+}
+
+}  // namespace
+
+Stream::Stream(const Device& device) : device_(device), handle_(drv::stream_create(device.context())) {}
+
+Stream::~Stream() { drv::stream_destroy_no_throw(handle_); }
+
+Stream::Stream(Stream&& other) noexcept : device_(other.device_), handle_(std::exchange(other.handle_, nullptr)) {}
+
+Stream& Stream::operator=(Stream&& other) noexcept {
+  if (this != &other) {
+    drv::stream_destroy_no_throw(handle_);
+    device_ = other.device_;
+    handle_ = std::exchange(other.handle_, nullptr);
+  }
+  return *this;
+}
+
+CUstream Stream::get() const {
+  if (handle_ == nullptr) [[unlikely]] throw UsageError("use of a moved-from or reset Stream");
+  return handle_;
+}
+
+CUstream Stream::release() noexcept { return std::exchange(handle_, nullptr); }
+
+void Stream::reset() noexcept { drv::stream_destroy_no_throw(std::exchange(handle_, nullptr)); }
+
+bool Stream::is_capturing() const { return drv::capture_status(get()) != CU_STREAM_CAPTURE_STATUS_NONE; }
+
+void Stream::synchronize() const {
+  if (is_capturing()) {
+    throw CaptureError(
+        "Stream::synchronize() called on a stream that is capturing a graph: a capture records work, it does not "
+        "run it, so there is nothing to wait for; wait after the capture ends (CudaGraph::launch() waits for you)");
+  }
+  try {
+    drv::stream_synchronize(handle_);
+  } catch (const CudaError& e) {
+    if (!is_capture_error(e.code())) throw;
+    throw CaptureError(std::string("Stream::synchronize() while another stream of this thread captures a graph (") +
+                       e.what() + "); synchronize before the capture begins or after it ends");
+  }
+}
+
+bool Stream::query() const { return drv::stream_query(get()); }
+
+void Stream::wait(const Event& event) const { drv::stream_wait_event(get(), event.get()); }
+
+Event::Event(const Device& device, bool timing)
+    : handle_(drv::event_create(device.context(), timing ? CU_EVENT_DEFAULT : CU_EVENT_DISABLE_TIMING)) {}
+
+Event::~Event() { drv::event_destroy_no_throw(handle_); }
+
+Event::Event(Event&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+
+Event& Event::operator=(Event&& other) noexcept {
+  if (this != &other) {
+    drv::event_destroy_no_throw(handle_);
+    handle_ = std::exchange(other.handle_, nullptr);
+  }
+  return *this;
+}
+
+CUevent Event::get() const {
+  if (handle_ == nullptr) [[unlikely]] throw UsageError("use of a moved-from or reset Event");
+  return handle_;
+}
+
+void Event::reset() noexcept { drv::event_destroy_no_throw(std::exchange(handle_, nullptr)); }
+
+void Event::record(const Stream& stream) const { drv::event_record(get(), stream.get()); }
+
+void Event::synchronize() const { drv::event_synchronize(get()); }
+
+float Event::elapsed_ms(const Event& start, const Event& end) { return drv::event_elapsed_ms(start.get(), end.get()); }
+
+}  // namespace lazygraph

@@ -1,0 +1,45 @@
+#pragma once
+// Shared by the test files: the device and kernel library the gpu suite runs on, opened once by main.
+
+#include <lazygraph/lazygraph.hpp>
+
+#include <filesystem>
+#include <random>
+#include <vector>
+
+namespace lgtest {
+
+/// The device under test. Only valid in the gpu suite (main skips it when there is none).
+lazygraph::Device& device();
+/// The embedded kernel library, built once for the device, cached under the build directory.
+lazygraph::KernelLibrary& kernels();
+/// A stream for the test to use.
+lazygraph::Stream& stream();
+/// A fresh, empty directory under the build tree, unique to this call.
+std::filesystem::path scratch_directory(const std::string& label);
+
+/// `n` random floats in [-1, 1) from a generator seeded freshly per call (never zeros).
+std::vector<float> random_floats(std::size_t n);
+
+/// Copies a device span to a host vector and waits.
+template <class T>
+std::vector<std::remove_const_t<T>> to_host(const lazygraph::Stream& s, lazygraph::DeviceSpan<T> src) {
+  std::vector<std::remove_const_t<T>> out(src.size());
+  lazygraph::copy_async(s, std::span<std::remove_const_t<T>>(out), lazygraph::DeviceSpan<const std::remove_const_t<T>>(src));
+  s.synchronize();
+  return out;
+}
+
+/// A device buffer holding `values`.
+template <class T>
+lazygraph::DeviceBuffer<T> to_device(const lazygraph::Stream& s, const std::vector<T>& values) {
+  lazygraph::DeviceBuffer<T> b(s.device(), values.size());
+  lazygraph::copy_async(s, b.view(), std::span<const T>(values));
+  s.synchronize();
+  return b;
+}
+
+/// max_i |a_i - b_i| / max(max_i |b_i|, tiny): the error of `a` relative to the reference `b`'s scale.
+double relative_error(const std::vector<float>& a, const std::vector<double>& b);
+
+}  // namespace lgtest

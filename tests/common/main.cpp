@@ -1,0 +1,93 @@
+// The test runner. One binary serves every suite; meson registers it per suite:
+//   host      runs without a GPU (everything but the gpu and no-driver suites);
+//   gpu       needs a device: with none, it prints why and exits 77 (Meson's "skipped");
+//   no-driver runs with LAZYGRAPH_CUDA_DRIVER pointing nowhere, to test the path of a machine without driver.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "common/gpu.hpp"
+
+namespace lgtest {
+
+namespace {
+std::optional<lazygraph::Device> g_device;
+std::unique_ptr<lazygraph::KernelLibrary> g_kernels;
+std::optional<lazygraph::Stream> g_stream;
+}  // namespace
+
+lazygraph::Device& device() { return *g_device; }
+
+lazygraph::KernelLibrary& kernels() {
+  if (!g_kernels) g_kernels = std::make_unique<lazygraph::KernelLibrary>(device());
+  return *g_kernels;
+}
+
+lazygraph::Stream& stream() {
+  if (!g_stream) g_stream.emplace(device());
+  return *g_stream;
+}
+
+std::filesystem::path scratch_directory(const std::string& label) {
+  static std::atomic<int> counter{0};
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("lazygraph-test-" + std::to_string(::getpid()) + "-" + label + "-" + std::to_string(counter++));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+std::vector<float> random_floats(std::size_t n) {
+  static std::mt19937_64 rng{std::random_device{}()};
+  std::uniform_real_distribution<float> dist(-1.0F, 1.0F);
+  std::vector<float> v(n);
+  for (float& x : v) {
+    do {
+      x = dist(rng);
+    } while (x == 0.0F);
+  }
+  return v;
+}
+
+double relative_error(const std::vector<float>& a, const std::vector<double>& b) {
+  double worst = 0;
+  double scale = 1e-30;
+  for (std::size_t i = 0; i < b.size(); ++i) {
+    if (std::isnan(a[i])) return INFINITY;
+    worst = std::max(worst, std::abs(static_cast<double>(a[i]) - b[i]));
+    scale = std::max(scale, std::abs(b[i]));
+  }
+  return worst / scale;
+}
+
+}  // namespace lgtest
+
+int main(int argc, char** argv) {
+  doctest::Context context;
+  bool gpu_suite = false;
+  for (int i = 1; i < argc; ++i) gpu_suite = gpu_suite || std::string(argv[i]) == "--test-suite=gpu";
+  context.applyCommandLine(argc, argv);
+  if (gpu_suite) {
+    std::string why;
+    if (!lazygraph::gpu_available(&why)) {
+      std::printf("gpu suite skipped: %s\n", why.c_str());
+      return 77;
+    }
+    lgtest::g_device = lazygraph::Device::first();
+    std::printf("gpu suite on %s (sm_%d, %d SMs)\n", lgtest::g_device->name().c_str(),
+                lgtest::g_device->compute_capability().as_int(), lgtest::g_device->sm_count());
+  }
+  const int result = context.run();
+  lgtest::g_stream.reset();
+  lgtest::g_kernels.reset();
+  lgtest::g_device.reset();
+  return result;
+}

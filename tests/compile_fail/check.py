@@ -1,0 +1,59 @@
+#!/usr/bin/env python3
+"""Compile-fail test: passes only if SNIPPET fails to compile AND the diagnostics match its expected regex.
+
+usage: check.py BUILD_DIR SNIPPET
+The snippet names its expected diagnostic on a line `// expect-error: REGEX`. Its exact compile command comes
+from BUILD_DIR/compile_commands.json (the snippets are a build_by_default: false target, so Meson records
+them with the flags a user's code gets), re-run with -fsyntax-only.
+"""
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+
+def main() -> int:
+    build_dir, snippet = sys.argv[1], os.path.abspath(sys.argv[2])
+    with open(snippet, encoding="utf-8") as f:
+        text = f.read()
+    m = re.search(r"//\s*expect-error:\s*(.+)", text)
+    if not m:
+        print(f"{snippet}: no '// expect-error: REGEX' line")
+        return 1
+    expected = m.group(1).strip()
+    with open(os.path.join(build_dir, "compile_commands.json"), encoding="utf-8") as f:
+        entries = json.load(f)
+    entry = next((e for e in entries
+                  if os.path.abspath(os.path.join(e["directory"], e["file"])) == snippet), None)
+    if entry is None:
+        print(f"{snippet}: not in compile_commands.json")
+        return 1
+    args = shlex.split(entry["command"])
+    cleaned, skip = [], 0
+    for a in args:
+        if skip:
+            skip -= 1
+            continue
+        if a in ("-o", "-MQ", "-MF"):
+            skip = 1
+            continue
+        if a in ("-c", "-MD"):
+            continue
+        cleaned.append(a)
+    cleaned.append("-fsyntax-only")
+    proc = subprocess.run(cleaned, cwd=entry["directory"], capture_output=True, text=True)
+    output = proc.stdout + proc.stderr
+    if proc.returncode == 0:
+        print(f"{os.path.basename(snippet)}: compiled, but it must not")
+        return 1
+    if not re.search(expected, output):
+        print(f"{os.path.basename(snippet)}: failed to compile, but no diagnostic matches /{expected}/:\n{output}")
+        return 1
+    print(f"{os.path.basename(snippet)}: fails to compile with /{expected}/ as expected")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

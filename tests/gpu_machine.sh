@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# For a GPU machine without network (see README): builds from Debian packages carried in .debs/ and runs
+# every suite, printing the GPU's name and the summary. Logs go to $OUT (or ./gpu-logs) when set.
+#   usage: tests/gpu_machine.sh [extra command to run in the build afterwards, e.g. a benchmark]
+set -uo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+logs="${OUT:-$root/gpu-logs}"
+mkdir -p "$logs"
+prefix="$root/.debs/prefix"
+if [ ! -d "$prefix/usr" ]; then
+  for f in .debs/*.deb; do dpkg -x "$f" "$prefix"; done
+fi
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$logs/gpu.txt"
+if [ ! -f build-gpu/build.ninja ]; then
+  meson setup build-gpu --cmake-prefix-path="$prefix/usr" --wrap-mode=nodownload >"$logs/setup.log" 2>&1 ||
+    { tail -30 "$logs/setup.log"; exit 1; }
+fi
+ninja -C build-gpu >"$logs/build.log" 2>&1 || { grep -E "error|FAILED" -A5 "$logs/build.log" | head -60; exit 1; }
+meson test -C build-gpu --no-rebuild --print-errorlogs >"$logs/tests.log" 2>&1
+status=$?
+grep -E "^ *[0-9]+/[0-9]+ " "$logs/tests.log"
+./build-gpu/tests/lazygraph_tests --test-suite=gpu --success=false -d 2>&1 | grep -E "kernel library|\[doctest\]" |
+  tee "$logs/gpu-suite.txt"
+python3 - build-gpu/meson-logs/testlog.json <<'PY'
+import json, sys
+passed = failed = skipped = 0
+for line in open(sys.argv[1]):
+    r = json.loads(line)["result"]
+    if r in ("OK", "EXPECTEDFAIL"): passed += 1
+    elif r == "SKIP": skipped += 1
+    else: failed += 1
+print(f"{passed} passed, {failed} failed, {skipped} skipped")
+PY
+if [ $status -ne 0 ]; then grep -B2 -A40 -E "FAIL|ERROR" "$logs/tests.log" | head -120; fi
+if [ $# -gt 0 ]; then "$@"; fi
+exit $status

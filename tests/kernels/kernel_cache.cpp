@@ -1,0 +1,161 @@
+#include <doctest/doctest.h>
+
+#include <lazygraph/kernels.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <thread>
+
+#include "common/gpu.hpp"
+
+using namespace lazygraph;
+
+namespace {
+
+KernelCache::Entry make_entry(std::size_t n, char seed) {
+  KernelCache::Entry e;
+  e.is_cubin = true;
+  e.image.resize(n);
+  for (std::size_t i = 0; i < n; ++i) e.image[i] = static_cast<char>(seed + static_cast<char>(i * 31));
+  return e;
+}
+
+std::size_t count_files(const std::filesystem::path& dir) {
+  std::size_t n = 0;
+  for ([[maybe_unused]] const auto& f : std::filesystem::directory_iterator(dir)) ++n;
+  return n;
+}
+
+const KernelSource source{"a.cu", "extern \"C\" __global__ void a() {}"};
+const std::vector<std::string> options{"-arch=sm_90"};
+
+}  // namespace
+
+TEST_CASE("the cache misses, stores, then hits with the same bytes") {
+  const KernelCache cache(lgtest::scratch_directory("cache"));
+  const std::string key = KernelCache::key(source, {}, options, "13.0");
+  CHECK(key.size() == 32);
+  CHECK_FALSE(cache.load(key).has_value());
+  const auto entry = make_entry(4096, 'x');
+  REQUIRE(cache.store(key, entry));
+  const auto hit = cache.load(key);
+  REQUIRE(hit.has_value());
+  CHECK(hit->image == entry.image);
+  CHECK(hit->is_cubin);
+}
+
+TEST_CASE("the cache key changes with the source, headers, options and NVRTC version") {
+  const std::string base = KernelCache::key(source, {}, options, "13.0");
+  const KernelSource edited{"a.cu", source.text + " "};
+  const KernelSource header{"h.cuh", "#define X 1"};
+  const std::vector<std::string> other_arch{"-arch=sm_80"};
+  CHECK(KernelCache::key(edited, {}, options, "13.0") != base);
+  CHECK(KernelCache::key(source, std::span(&header, 1), options, "13.0") != base);
+  CHECK(KernelCache::key(source, {}, other_arch, "13.0") != base);
+  CHECK(KernelCache::key(source, {}, options, "13.1") != base);
+  CHECK(KernelCache::key(source, {}, options, "13.0") == base);
+}
+
+TEST_CASE("a truncated cache entry is a miss and is removed") {
+  const KernelCache cache(lgtest::scratch_directory("cache"));
+  const std::string key = KernelCache::key(source, {}, options, "13.0");
+  REQUIRE(cache.store(key, make_entry(1000, 'a')));
+  const auto path = cache.path_for(key);
+  std::filesystem::resize_file(path, std::filesystem::file_size(path) - 10);
+  CHECK_FALSE(cache.load(key).has_value());
+  CHECK_FALSE(std::filesystem::exists(path));
+}
+
+TEST_CASE("a cache entry whose payload was altered fails its checksum") {
+  const KernelCache cache(lgtest::scratch_directory("cache"));
+  const std::string key = KernelCache::key(source, {}, options, "13.0");
+  REQUIRE(cache.store(key, make_entry(1000, 'a')));
+  {
+    std::fstream f(cache.path_for(key), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-5, std::ios::end);
+    f.put('\x42');
+  }
+  CHECK_FALSE(cache.load(key).has_value());
+  REQUIRE(cache.store(key, make_entry(1000, 'a')));  // recompiled and stored again, it hits
+  CHECK(cache.load(key).has_value());
+}
+
+TEST_CASE("a file that is not a cache entry is a miss") {
+  const KernelCache cache(lgtest::scratch_directory("cache"));
+  const std::string key = KernelCache::key(source, {}, options, "13.0");
+  std::ofstream(cache.path_for(key)) << "not a cache entry";
+  CHECK_FALSE(cache.load(key).has_value());
+}
+
+TEST_CASE("concurrent writers of one key, threads and processes, leave one valid entry") {
+  const auto dir = lgtest::scratch_directory("cache");
+  const KernelCache cache(dir);
+  const std::string key = KernelCache::key(source, {}, options, "13.0");
+  const auto entry = make_entry(1 << 20, 'q');
+
+  std::vector<pid_t> children;
+  for (int p = 0; p < 3; ++p) {
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      bool ok = true;
+      for (int i = 0; i < 20; ++i) ok = cache.store(key, entry) && ok;
+      ::_exit(ok ? 0 : 1);
+    }
+    children.push_back(pid);
+  }
+  std::vector<std::thread> threads;
+  std::atomic<int> bad_reads{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 20; ++i) {
+        cache.store(key, entry);
+        if (auto hit = cache.load(key); hit && hit->image != entry.image) ++bad_reads;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const pid_t pid : children) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+  }
+  CHECK(bad_reads == 0);
+  const auto hit = cache.load(key);
+  REQUIRE(hit.has_value());
+  CHECK(hit->image == entry.image);
+  CHECK(count_files(dir) == 1);  // no temporary file left behind
+}
+
+TEST_CASE("an empty cache directory disables the cache") {
+  const KernelCache cache{std::filesystem::path{}};
+  CHECK_FALSE(cache.enabled());
+  CHECK_FALSE(cache.store("0123", make_entry(10, 'a')));
+  CHECK_FALSE(cache.load("0123").has_value());
+}
+
+TEST_CASE("an unwritable cache directory makes store report false, not throw") {
+  const auto dir = lgtest::scratch_directory("cache");
+  const auto file = dir / "a-file";
+  std::ofstream(file) << "x";
+  const KernelCache cache(file / "sub");  // a directory below a regular file cannot be made
+  CHECK_FALSE(cache.store("0123", make_entry(10, 'a')));
+}
+
+TEST_CASE("the default cache directory honours LAZYGRAPH_CACHE_DIR, then XDG_CACHE_HOME, then HOME") {
+  const char* saved_dir = std::getenv("LAZYGRAPH_CACHE_DIR");
+  const std::string saved = saved_dir != nullptr ? saved_dir : "";
+  ::setenv("LAZYGRAPH_CACHE_DIR", "/tmp/lg-explicit", 1);
+  CHECK(KernelCache::default_directory() == "/tmp/lg-explicit");
+  ::unsetenv("LAZYGRAPH_CACHE_DIR");
+  ::setenv("XDG_CACHE_HOME", "/tmp/xdg", 1);
+  CHECK(KernelCache::default_directory() == "/tmp/xdg/lazygraph");
+  ::unsetenv("XDG_CACHE_HOME");
+  ::setenv("HOME", "/home/someone", 1);
+  CHECK(KernelCache::default_directory() == "/home/someone/.cache/lazygraph");
+  if (saved_dir != nullptr) ::setenv("LAZYGRAPH_CACHE_DIR", saved.c_str(), 1);
+}

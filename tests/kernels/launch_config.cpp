@@ -1,0 +1,40 @@
+#include <doctest/doctest.h>
+
+#include <lazygraph/kernels.hpp>
+
+using namespace lazygraph;
+
+TEST_CASE("grid_for covers n elements with whole blocks, and at least one block") {
+  static_assert(grid_for(1000, 256).grid.x == 4);
+  static_assert(grid_for(1024, 256).grid.x == 4);
+  static_assert(grid_for(1025, 256).grid.x == 5);
+  CHECK(grid_for(0, 128).grid.x == 1);
+  CHECK(grid_for(10, 128, 512).shared_bytes == 512);
+  CHECK(grid_for(10, 128).block.volume() == 128);
+}
+
+TEST_CASE("kernel arguments: spans become device pointers, scalars pass unchanged") {
+  const DeviceSpan<float> w(0x1000, 4);
+  const DeviceSpan<const float> r(0x2000, 4);
+  CHECK(detail::convert_argument<float*>(w) == reinterpret_cast<float*>(0x1000));
+  CHECK(detail::convert_argument<const float*>(w) == reinterpret_cast<const float*>(0x1000));
+  CHECK(detail::convert_argument<const float*>(r) == reinterpret_cast<const float*>(0x2000));
+  CHECK(detail::convert_argument<int>(7) == 7);
+  CHECK(detail::convert_argument<float>(2.5F) == 2.5F);
+}
+
+namespace {
+struct Strided {
+  DeviceSpan<float> span;
+};
+}  // namespace
+
+template <>
+struct lazygraph::KernelArgumentTraits<float*, Strided> {
+  static float* convert(const Strided& s) { return s.span.data() + 1; }
+};
+
+TEST_CASE("KernelArgumentTraits lets a user pass their own argument type") {
+  const Strided s{DeviceSpan<float>(0x1000, 4)};
+  CHECK(detail::convert_argument<float*>(s) == reinterpret_cast<float*>(0x1000) + 1);
+}
