@@ -17,31 +17,12 @@
 #include "lazygraph/detail/driver/module.hpp"
 #include "lazygraph/detail/driver/stream.hpp"
 #include "lazygraph/detail/kernels/kernel_arguments.hpp"
+#include "lazygraph/detail/kernels/kernel_info.hpp"
 #include "lazygraph/detail/kernels/launch_config.hpp"
+#include "lazygraph/detail/ops/launch_op.hpp"
 
 namespace lazygraph {
 
-namespace detail {
-
-/// What every handle to one kernel shares.
-struct KernelInfo {
-  explicit KernelInfo(Device d) : device(std::move(d)) {}
-
-  CUfunction function = nullptr;
-  std::string name;
-  std::shared_ptr<const LoadedModule> module;  ///< keeps the code loaded while any handle lives
-  Device device;
-  int max_threads_per_block = 0;  ///< this kernel's own limit (registers can make it lower than the device's)
-  int static_shared_bytes = 0;
-  std::atomic<int> dynamic_shared_limit{0};  ///< the kernel's current max-dynamic-shared attribute
-};
-
-/// \throws UsageError when `config` is outside the kernel's or the device's limits, naming which.
-void validate_launch(const KernelInfo& kernel, const LaunchConfig& config);
-/// Launches (after raising the kernel's dynamic shared memory limit when `config` needs more).
-void launch_kernel(KernelInfo& kernel, const LaunchConfig& config, CUstream stream, void** args);
-
-}  // namespace detail
 
 template <class Signature>
 class Kernel;
@@ -62,6 +43,20 @@ class Kernel<void(Params...)> {
     detail::validate_launch(*info_, config);
     auto params = pack(std::index_sequence_for<Params...>{}, args...);
     launch_packed(stream.get(), config, params, std::index_sequence_for<Params...>{});
+  }
+
+  /// The launch as a lazy op: nothing runs until it is executed (`sync_on`) or recorded into a graph.
+  /// Arguments are checked at compile time like `launch`'s; the configuration is checked now, on the host.
+  /// The op shares ownership of every buffer passed as a span, and a graph that records it keeps them alive.
+  template <class... Args>
+  [[nodiscard]] LaunchOp<Params...> operator()(const LaunchConfig& config, const Args&... args) const {
+    static_assert(sizeof...(Args) == sizeof...(Params),
+                  "Kernel launch: the number of arguments must equal the kernel's parameter count; pass exactly "
+                  "one argument per parameter of the declared signature");
+    detail::validate_launch(*info_, config);
+    std::vector<std::shared_ptr<const void>> owners;
+    (detail::collect_owner(owners, args), ...);
+    return LaunchOp<Params...>(info_, config, pack(std::index_sequence_for<Params...>{}, args...), std::move(owners));
   }
 
   [[nodiscard]] const std::string& name() const noexcept { return info_->name; }

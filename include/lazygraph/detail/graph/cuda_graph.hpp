@@ -1,0 +1,114 @@
+#pragma once
+/// \file
+/// CudaGraph<T>: a captured, instantiated and uploaded CUDA graph, with the output of its capture (T).
+///
+/// Exception safety: if the callback or an op throws during capture, the capture is ended, the partial graph
+/// destroyed, the stream left usable and the exception passed on. Thread safety: one CudaGraph is not
+/// synchronised; distinct graphs may be launched from distinct threads.
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "lazygraph/detail/graph/graph_state.hpp"
+#include "lazygraph/detail/graph/scope.hpp"
+#include "lazygraph/detail/ops/concepts.hpp"
+
+namespace lazygraph {
+
+template <class T = void>
+class CudaGraph {
+ public:
+  using Output = T;
+
+  /// Captures what `callback(Scope&)` records on `stream`, then instantiates and uploads the graph. The
+  /// callback's return value becomes the graph's output: `CudaGraph<R>`.
+  template <class F>
+  static auto scope(const Stream& stream, F&& callback, CaptureMode mode = CaptureMode::this_thread) {
+    using R = std::invoke_result_t<F&, Scope&>;
+    detail::CaptureSession session(stream, mode);
+    ExecContext ctx(stream, true);
+    Scope s(ctx);
+    std::optional<std::conditional_t<std::is_void_v<R>, bool, R>> result;
+    try {
+      if constexpr (std::is_void_v<R>) {
+        callback(s);
+        result.emplace(true);
+      } else {
+        result.emplace(callback(s));
+      }
+    } catch (...) {
+      s.close();
+      session.abort();
+      throw;
+    }
+    s.close();
+    CUgraph graph = session.finish();
+    auto state = std::make_unique<detail::GraphState>(stream.device(), graph, ctx.take_owners());
+    if constexpr (std::is_void_v<R>) {
+      return CudaGraph<R>(std::move(state));
+    } else {
+      return CudaGraph<R>(std::move(state), std::move(*result));
+    }
+  }
+
+  /// Captures one GraphNode op; its output is kept (`take_output()`).
+  template <class Op>
+    requires GraphNode<std::remove_cvref_t<Op>>
+  static auto capture(const Stream& stream, Op&& op, CaptureMode mode = CaptureMode::this_thread) {
+    return scope(stream, [&](Scope& s) { return s.record(std::forward<Op>(op)); }, mode);
+  }
+
+  /// Replays the graph on its own stream and waits for it.
+  void launch() { state().launch_and_wait(); }
+  /// Replays asynchronously on `stream` (after any `update` queued before).
+  void launch_on(const Stream& stream) { state().launch_on(stream); }
+  /// Runs `op` now, eagerly, on the graph's stream, so that it completes before the next replay: typically a
+  /// copy into the graph's input buffer. Its buffers are kept alive until that replay finishes.
+  template <class Op>
+    requires DeviceOp<std::remove_cvref_t<Op>>
+  void update(Op&& op) {
+    ExecContext ctx(state().stream(), false);
+    std::as_const(op).execute(ctx);
+    state().hold_until_next_launch(ctx.take_owners());
+  }
+
+  /// The output of the capture (for T not void); once.
+  T take_output()
+    requires(!std::is_void_v<T>)
+  {
+    if (!output_) throw UsageError("CudaGraph::take_output: the output was already taken");
+    T out = std::move(*output_);
+    output_.reset();
+    return out;
+  }
+
+  [[nodiscard]] std::size_t node_count() const { return state().node_count(); }
+  [[nodiscard]] std::vector<NodeKind> node_kinds() const { return state().node_kinds(); }
+  /// Writes the graph in Graphviz DOT form (cuGraphDebugDotPrint).
+  void write_dot(const std::filesystem::path& path) const { state().write_dot(path); }
+  /// The stream replays run on.
+  [[nodiscard]] const Stream& stream() const { return state().stream(); }
+
+ private:
+  template <class U>
+  friend class CudaGraph;
+  explicit CudaGraph(std::unique_ptr<detail::GraphState> state) : state_(std::move(state)) {}
+  using Stored = std::conditional_t<std::is_void_v<T>, std::monostate, T>;
+  CudaGraph(std::unique_ptr<detail::GraphState> state, Stored output)
+      : state_(std::move(state)), output_(std::move(output)) {}
+
+  detail::GraphState& state() const {
+    if (!state_) throw UsageError("use of a moved-from CudaGraph");
+    return *state_;
+  }
+
+  std::unique_ptr<detail::GraphState> state_;
+  std::conditional_t<std::is_void_v<T>, std::monostate, std::optional<T>> output_;
+};
+
+}  // namespace lazygraph

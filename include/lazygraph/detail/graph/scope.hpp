@@ -1,0 +1,86 @@
+#pragma once
+/// \file
+/// Scope: the recorder a capture callback receives. `record` accepts only GraphNodes.
+///
+/// Why recording is safe: the stream is capturing, so `record` runs no GPU work — each op's launches, copies
+/// and fills become graph nodes, in recorded order (and `all` branches become parallel ones). A GraphNode
+/// neither allocates nor frees, so no address baked into the graph can be freed or reused behind it, and every
+/// buffer a recorded op touches is kept alive by the graph.
+
+#include <type_traits>
+#include <utility>
+
+#include "lazygraph/detail/driver/error.hpp"
+#include "lazygraph/detail/ops/concepts.hpp"
+
+namespace lazygraph {
+
+template <class T>
+class CudaGraph;
+
+class Scope {
+ public:
+  Scope(const Scope&) = delete;
+  Scope(Scope&&) = delete;
+  Scope& operator=(const Scope&) = delete;
+  Scope& operator=(Scope&&) = delete;
+  ~Scope() = default;
+
+  /// Records `op` into the graph and returns its output.
+  /// \throws UsageError when called after the capture callback returned.
+  template <class Op>
+    requires GraphNode<std::remove_cvref_t<Op>>
+  typename std::remove_cvref_t<Op>::Output record(Op&& op) {
+    if (!open_) [[unlikely]] throw_closed();
+    return std::as_const(op).execute(*ctx_);
+  }
+
+  // ---------------------------------------------------------------------------------------------------------
+  // READ THIS IF YOUR COMPILE BREAKS HERE: Scope::record takes only GraphNode ops. The static_assert that
+  // fails below names the rule your op breaks and what to do instead.
+  // ---------------------------------------------------------------------------------------------------------
+  template <class Op>
+    requires(!GraphNode<std::remove_cvref_t<Op>>)
+  void record(Op&& /*op*/) {
+    using O = std::remove_cvref_t<Op>;
+    constexpr bool argument_is_device_op = DeviceOp<O>;
+    static_assert(argument_is_device_op,
+                  "Scope::record accepts only DeviceOp values; this argument is not one (it needs a member type "
+                  "Output and a const execute(ExecContext&)) — build it from kernel launches, copy, fill or value");
+    constexpr bool op_allocates_device_memory = is_allocation_v<O>;
+    static_assert(!op_allocates_device_memory,
+                  "Scope::record accepts only GraphNode operations; this op (zeros, ones, empty, dup or from_host) "
+                  "allocates device memory — allocate it before the scope with .sync_on(stream) and record ops on "
+                  "its view()");
+    constexpr bool composite_contains_allocation = contains_allocation_v<O>;
+    static_assert(!composite_contains_allocation,
+                  "Scope::record accepts only GraphNode operations; this composite contains an op that allocates "
+                  "device memory (zeros, ones, empty, dup or from_host) — allocate before the scope and compose "
+                  "ops on views");
+    constexpr bool op_transfers_host_memory = is_host_transfer_v<O> || contains_host_transfer_v<O>;
+    static_assert(!op_transfers_host_memory,
+                  "Scope::record accepts only GraphNode operations; this op copies to or from host memory, which a "
+                  "replay would read or write long after — stage inputs with CudaGraph::update(copy(...)) and read "
+                  "outputs after launch()");
+    static_assert(argument_is_device_op && is_graph_node_v<O>,
+                  "Scope::record accepts only GraphNode operations; this op does not declare itself one — add "
+                  "`static constexpr bool is_graph_node = true;` if it neither allocates, frees nor synchronizes");
+  }
+
+  /// The stream being captured (for ops you execute by hand; prefer `record`).
+  [[nodiscard]] const Stream& stream() const noexcept { return ctx_->stream(); }
+
+ private:
+  template <class T>
+  friend class CudaGraph;
+  explicit Scope(ExecContext& ctx) : ctx_(&ctx) {}
+  void close() noexcept { open_ = false; }
+  [[noreturn]] static void throw_closed() {
+    throw UsageError("Scope::record called after the capture callback returned; a Scope lives only inside it");
+  }
+
+  ExecContext* ctx_;
+  bool open_ = true;
+};
+
+}  // namespace lazygraph

@@ -1,0 +1,48 @@
+#pragma once
+/// \file
+/// What every handle to one compiled kernel shares, and the host-side launch checks.
+
+#include <cuda.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lazygraph/detail/driver/device.hpp"
+#include "lazygraph/detail/driver/device_span.hpp"
+#include "lazygraph/detail/driver/module.hpp"
+#include "lazygraph/detail/kernels/launch_config.hpp"
+
+namespace lazygraph {
+
+namespace detail {
+
+template <class Arg>
+void collect_owner(std::vector<std::shared_ptr<const void>>& owners, const Arg& arg) {
+  if constexpr (requires { arg.owner(); }) {
+    if (arg.owner()) owners.push_back(arg.owner());
+  }
+}
+
+/// What every handle to one kernel shares.
+struct KernelInfo {
+  explicit KernelInfo(Device d) : device(std::move(d)) {}
+
+  CUfunction function = nullptr;
+  std::string name;
+  std::shared_ptr<const LoadedModule> module;  ///< keeps the code loaded while any handle lives
+  Device device;
+  int max_threads_per_block = 0;  ///< this kernel's own limit (registers can make it lower than the device's)
+  int static_shared_bytes = 0;
+  std::atomic<int> dynamic_shared_limit{0};  ///< the kernel's current max-dynamic-shared attribute
+};
+
+/// \throws UsageError when `config` is outside the kernel's or the device's limits, naming which.
+void validate_launch(const KernelInfo& kernel, const LaunchConfig& config);
+/// Launches (after raising the kernel's dynamic shared memory limit when `config` needs more).
+void launch_kernel(KernelInfo& kernel, const LaunchConfig& config, CUstream stream, void** args);
+
+}  // namespace detail
+
+}  // namespace lazygraph

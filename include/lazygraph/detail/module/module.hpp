@@ -1,0 +1,68 @@
+#pragma once
+/// \file
+/// Module: `forward(Input) -> Output`, with member types Input and Output. GraphModule is the usual way to
+/// make one: its forward pass is captured once, at construction, into a CudaGraph reading a device input
+/// buffer and writing a device output buffer; `forward` copies the input in, replays, and copies the output out.
+
+#include <concepts>
+#include <cstddef>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "lazygraph/detail/driver/device_buffer.hpp"
+#include "lazygraph/detail/graph/cuda_graph.hpp"
+#include "lazygraph/detail/ops/copy.hpp"
+
+namespace lazygraph {
+
+template <class M>
+concept Module = requires(M& m, typename M::Input input) {
+  typename M::Input;
+  typename M::Output;
+  { m.forward(input) } -> std::same_as<typename M::Output>;
+};
+
+/// A graph-backed module from `In[input_size]` to `Out[output_size]`.
+///
+/// Thread safety: one GraphModule is not synchronised; forward it from one thread at a time.
+template <class In, class Out>
+class GraphModule {
+ public:
+  using Input = std::span<const In>;
+  using Output = std::vector<Out>;
+
+  /// `build(input, output)` returns the forward pass as a GraphNode op reading `input` and writing `output`;
+  /// it is captured now, once.
+  template <class Build>
+  GraphModule(const Stream& stream, std::size_t input_size, std::size_t output_size, Build&& build)
+      : input_(stream.device(), input_size),
+        output_(stream.device(), output_size),
+        graph_(CudaGraph<>::scope(stream, [&](Scope& s) { s.record(build(input_.cview(), output_.view())); })) {}
+
+  /// Copies `x` in, replays the graph, and returns the output. \throws UsageError when `x` has the wrong size.
+  Output forward(Input x) {
+    Output out(output_.size());
+    forward_into(x, out);
+    return out;
+  }
+
+  /// As forward, writing into `out` (no allocation).
+  void forward_into(Input x, std::span<Out> out) {
+    graph_.update(copy(input_.view(), x));
+    graph_.launch();
+    copy_async(graph_.stream(), out, output_.cview());
+    graph_.stream().synchronize();
+  }
+
+  [[nodiscard]] CudaGraph<>& graph() noexcept { return graph_; }
+  [[nodiscard]] DeviceSpan<const In> input() const { return input_.cview(); }
+  [[nodiscard]] DeviceSpan<const Out> output() const { return output_.cview(); }
+
+ private:
+  DeviceBuffer<In> input_;
+  DeviceBuffer<Out> output_;
+  CudaGraph<> graph_;
+};
+
+}  // namespace lazygraph

@@ -1,0 +1,112 @@
+#pragma once
+/// \file
+/// The allocating ops: zeros, ones, empty, dup, from_host. Their output is a new DeviceBuffer. They are
+/// DeviceOps, never GraphNodes: recording one would free or reuse memory behind a replayed graph's back.
+/// Run them with `sync_on` (or compose them into an op you run with `sync_on`) before capturing.
+
+#include <span>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "lazygraph/detail/driver/device_buffer.hpp"
+#include "lazygraph/detail/driver/memcpy.hpp"
+#include "lazygraph/detail/ops/concepts.hpp"
+#include "lazygraph/detail/ops/fill.hpp"
+
+namespace lazygraph {
+
+/// `n` elements, each `init` applied to the buffer (nothing for `empty`).
+template <class T, class Init>
+class AllocateOp : public OpBase<AllocateOp<T, Init>> {
+ public:
+  using Output = DeviceBuffer<T>;
+  static constexpr bool allocates_device_memory = true;
+
+  AllocateOp(std::size_t n, Init init) : n_(n), init_(std::move(init)) {}
+  DeviceBuffer<T> execute(ExecContext& ctx) const {
+    DeviceBuffer<T> buffer(ctx.stream().device(), n_);
+    init_(ctx.stream(), buffer);
+    return buffer;
+  }
+
+ private:
+  std::size_t n_;
+  Init init_;
+};
+
+namespace detail {
+
+/// Fills with one value: a memset for 1, 2 and 4-byte types, a staged host copy otherwise.
+template <class T>
+struct FillWith {
+  T value;
+  void operator()(const Stream& s, DeviceBuffer<T>& b) const {
+    if (b.empty()) return;
+    if constexpr (sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4) {
+      fill_async(s, b.view().address(), bit_pattern(value), sizeof(T), b.size());
+    } else {
+      const std::vector<T> host(b.size(), value);
+      copy_async(s, b.view(), std::span<const T>(host));  // pageable: staged before the call returns
+    }
+  }
+};
+
+struct LeaveUninitialised {
+  template <class T>
+  void operator()(const Stream& /*s*/, DeviceBuffer<T>& /*b*/) const {}
+};
+
+template <class T>
+struct CopyFromDevice {
+  DeviceSpan<const T> src;
+  void operator()(const Stream& s, DeviceBuffer<T>& b) const { copy_async(s, b.view(), src); }
+};
+
+template <class T>
+struct CopyFromHost {
+  std::vector<T> host;  // owned: the op can be built from a temporary and executed later
+  void operator()(const Stream& s, DeviceBuffer<T>& b) const { copy_async(s, b.view(), std::span<const T>(host)); }
+};
+
+}  // namespace detail
+
+/// `n` elements set to zero (all bits zero).
+template <class T>
+AllocateOp<T, detail::FillWith<T>> zeros(std::size_t n) {
+  static_assert(std::is_trivially_copyable_v<T>);
+  T zero;
+  std::memset(&zero, 0, sizeof zero);
+  return {n, detail::FillWith<T>{zero}};
+}
+
+/// `n` elements set to T(1).
+template <class T>
+AllocateOp<T, detail::FillWith<T>> ones(std::size_t n) {
+  return {n, detail::FillWith<T>{T(1)}};
+}
+
+/// `n` uninitialised elements.
+template <class T>
+AllocateOp<T, detail::LeaveUninitialised> empty(std::size_t n) {
+  return {n, detail::LeaveUninitialised{}};
+}
+
+/// A new buffer holding a copy of `src`.
+template <class T>
+AllocateOp<std::remove_const_t<T>, detail::CopyFromDevice<std::remove_const_t<T>>> dup(DeviceSpan<T> src) {
+  const std::size_t n = src.size();
+  return {n, detail::CopyFromDevice<std::remove_const_t<T>>{DeviceSpan<const std::remove_const_t<T>>(std::move(src))}};
+}
+
+/// A new buffer holding a copy of host data (copied into the op when it is built).
+template <class T>
+AllocateOp<T, detail::CopyFromHost<T>> from_host(std::span<const T> host) {
+  return {host.size(), detail::CopyFromHost<T>{std::vector<T>(host.begin(), host.end())}};
+}
+template <class T>
+AllocateOp<T, detail::CopyFromHost<T>> from_host(const std::vector<T>& host) {
+  return from_host(std::span<const T>(host));
+}
+
+}  // namespace lazygraph

@@ -1,0 +1,140 @@
+#pragma once
+/// \file
+/// Composing ops as C++ expressions:
+///   a >> b          runs b after a; its output is b's.
+///   all(a, b, ...)  runs independent ops concurrently (parallel branches when recorded) and joins them; its
+///                   output is a tuple of theirs (void outputs become `Unit`), or void when all are void.
+///   map(a, f)       applies a host function to a's output when a executes (when recorded: once, at record
+///                   time, not on every replay); its output is f's result.
+/// A composite is a GraphNode exactly when all its parts are.
+
+#include <exception>
+#include <functional>
+#include <optional>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include "lazygraph/detail/ops/concepts.hpp"
+
+namespace lazygraph {
+
+/// The output of a void op inside `all`'s tuple.
+struct Unit {
+  friend constexpr bool operator==(Unit, Unit) = default;
+};
+
+namespace detail {
+template <class Op>
+using output_or_unit = std::conditional_t<std::is_void_v<typename Op::Output>, Unit, typename Op::Output>;
+
+/// Properties a composite forwards from its parts.
+template <class... Ops>
+struct CompositeTraits {
+  static constexpr bool is_graph_node = all_graph_nodes<Ops...>;
+  static constexpr bool contains_allocation = any_allocation<Ops...>;
+  static constexpr bool contains_host_transfer = any_host_transfer<Ops...>;
+};
+}  // namespace detail
+
+template <DeviceOp A, DeviceOp B>
+class SequenceOp : public OpBase<SequenceOp<A, B>>, public detail::CompositeTraits<A, B> {
+ public:
+  using Output = typename B::Output;
+
+  SequenceOp(A a, B b) : a_(std::move(a)), b_(std::move(b)) {}
+  Output execute(ExecContext& ctx) const {
+    a_.execute(ctx);
+    return b_.execute(ctx);
+  }
+
+ private:
+  A a_;
+  B b_;
+};
+
+/// `a >> b`: b runs after a. Only for DeviceOps, so streams' `>>` is untouched.
+template <class A, class B>
+  requires DeviceOp<std::remove_cvref_t<A>> && DeviceOp<std::remove_cvref_t<B>>
+SequenceOp<std::remove_cvref_t<A>, std::remove_cvref_t<B>> operator>>(A&& a, B&& b) {
+  return {std::forward<A>(a), std::forward<B>(b)};
+}
+
+template <DeviceOp... Ops>
+class AllOp : public OpBase<AllOp<Ops...>>, public detail::CompositeTraits<Ops...> {
+  static_assert(sizeof...(Ops) >= 1, "all(): give it at least one op");
+
+ public:
+  using Output = std::conditional_t<(std::is_void_v<typename Ops::Output> && ...), void,
+                                    std::tuple<detail::output_or_unit<Ops>...>>;
+
+  explicit AllOp(Ops... ops) : ops_(std::move(ops)...) {}
+
+  Output execute(ExecContext& ctx) const {
+    return execute_all(ctx, std::index_sequence_for<Ops...>{});
+  }
+
+ private:
+  template <std::size_t... I>
+  Output execute_all(ExecContext& ctx, std::index_sequence<I...> /*unused*/) const {
+    std::tuple<std::optional<detail::output_or_unit<Ops>>...> results;
+    ctx.fork_join([&] {
+      using Op = std::tuple_element_t<I, std::tuple<Ops...>>;
+      if constexpr (std::is_void_v<typename Op::Output>) {
+        std::get<I>(ops_).execute(ctx);
+        std::get<I>(results).emplace();
+      } else {
+        std::get<I>(results).emplace(std::get<I>(ops_).execute(ctx));
+      }
+    }...);
+    if constexpr (!std::is_void_v<Output>) return Output{std::move(*std::get<I>(results))...};
+  }
+
+  std::tuple<Ops...> ops_;
+};
+
+/// Independent ops, run concurrently and joined.
+template <class... Ops>
+  requires(DeviceOp<std::remove_cvref_t<Ops>> && ...)
+AllOp<std::remove_cvref_t<Ops>...> all(Ops&&... ops) {
+  return AllOp<std::remove_cvref_t<Ops>...>(std::forward<Ops>(ops)...);
+}
+
+template <DeviceOp A, class F>
+class MapOp : public OpBase<MapOp<A, F>>, public detail::CompositeTraits<A> {
+  template <class Op, class Fn>
+  struct Result {
+    using type = std::invoke_result_t<const Fn&, typename Op::Output>;
+  };
+  template <class Op, class Fn>
+    requires std::is_void_v<typename Op::Output>
+  struct Result<Op, Fn> {
+    using type = std::invoke_result_t<const Fn&>;
+  };
+
+ public:
+  using Output = typename Result<A, F>::type;
+
+  MapOp(A a, F f) : a_(std::move(a)), f_(std::move(f)) {}
+  Output execute(ExecContext& ctx) const {
+    if constexpr (std::is_void_v<typename A::Output>) {
+      a_.execute(ctx);
+      return std::invoke(f_);
+    } else {
+      return std::invoke(f_, a_.execute(ctx));
+    }
+  }
+
+ private:
+  A a_;
+  F f_;
+};
+
+/// Applies `f` on the host to `op`'s output.
+template <class Op, class F>
+  requires DeviceOp<std::remove_cvref_t<Op>>
+MapOp<std::remove_cvref_t<Op>, std::decay_t<F>> map(Op&& op, F&& f) {
+  return {std::forward<Op>(op), std::forward<F>(f)};
+}
+
+}  // namespace lazygraph

@@ -1,0 +1,79 @@
+#pragma once
+/// \file
+/// The two concepts of the op layer, and the base every op derives from.
+///
+/// A DeviceOp is a value that describes GPU work: it has a member type `Output` and a const
+/// `execute(ExecContext&)` returning it. Building one never touches the GPU; executing it submits the work.
+///
+/// A GraphNode is a DeviceOp that may be recorded into a graph. It opts in explicitly with
+/// `static constexpr bool is_graph_node = true;` — and does so only when it neither allocates nor frees device
+/// memory, nor makes the host wait, nor reads host memory that may change between replays. Allocating ops say
+/// `allocates_device_memory = true` instead; copies from or to host memory say `transfers_host_memory = true`.
+/// A composite is a GraphNode exactly when all of its parts are, and says what its parts contain, so a
+/// rejected recording can be explained in one sentence.
+
+#include <concepts>
+#include <type_traits>
+#include <utility>
+
+#include "lazygraph/detail/driver/stream.hpp"
+#include "lazygraph/detail/ops/exec_context.hpp"
+
+namespace lazygraph {
+
+template <class Op>
+concept DeviceOp = requires(const Op& op, ExecContext& ctx) {
+  typename Op::Output;
+  { op.execute(ctx) } -> std::same_as<typename Op::Output>;
+};
+
+/// The named properties the diagnostics test, so the failing term shows in a compiler error.
+template <class Op>
+inline constexpr bool is_graph_node_v = requires { requires Op::is_graph_node; };
+template <class Op>
+inline constexpr bool is_allocation_v = requires { requires Op::allocates_device_memory; };
+template <class Op>
+inline constexpr bool is_host_transfer_v = requires { requires Op::transfers_host_memory; };
+template <class Op>
+inline constexpr bool contains_allocation_v = requires { requires Op::contains_allocation; };
+template <class Op>
+inline constexpr bool contains_host_transfer_v = requires { requires Op::contains_host_transfer; };
+
+template <class Op>
+concept GraphNode = DeviceOp<Op> && is_graph_node_v<Op>;
+
+namespace detail {
+
+template <class... Ops>
+inline constexpr bool all_graph_nodes = (is_graph_node_v<Ops> && ...);
+template <class... Ops>
+inline constexpr bool any_allocation = ((is_allocation_v<Ops> || contains_allocation_v<Ops>) || ...);
+template <class... Ops>
+inline constexpr bool any_host_transfer = ((is_host_transfer_v<Ops> || contains_host_transfer_v<Ops>) || ...);
+
+/// Executes `op` on `stream` and waits for it.
+template <class Op>
+typename Op::Output run_and_wait(const Op& op, const Stream& stream) {
+  ExecContext ctx(stream, false);
+  if constexpr (std::is_void_v<typename Op::Output>) {
+    op.execute(ctx);
+    stream.synchronize();
+  } else {
+    typename Op::Output out = op.execute(ctx);
+    stream.synchronize();
+    return out;
+  }
+}
+
+}  // namespace detail
+
+/// The base of lazygraph's ops (CRTP): gives every op `sync_on`. Your own ops may derive from it too.
+template <class Derived>
+class OpBase {
+ public:
+  /// Runs the op eagerly on `stream`, waits for it, and returns its output.
+  /// \throws CaptureError when `stream` is capturing a graph (record the op in the Scope instead).
+  auto sync_on(const Stream& stream) const { return detail::run_and_wait(static_cast<const Derived&>(*this), stream); }
+};
+
+}  // namespace lazygraph

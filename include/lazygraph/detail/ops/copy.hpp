@@ -1,0 +1,101 @@
+#pragma once
+/// \file
+/// copy(dst, src) as an op, in three directions. The sizes are checked when the op is built.
+///
+/// Device-to-device copies are graph nodes. Copies from or to host memory are not: a graph would replay
+/// whatever the host memory holds at that time, long after the op was built. Stage host data into a graph's
+/// input buffer with `CudaGraph::update(copy(...))`, and read results after `launch()`.
+/// Host memory that is not pinned is staged by the driver (the call returns once it has been read); see
+/// memcpy.hpp.
+
+#include <span>
+#include <type_traits>
+
+#include "lazygraph/detail/driver/memcpy.hpp"
+#include "lazygraph/detail/ops/concepts.hpp"
+
+namespace lazygraph {
+
+template <class T>
+class DeviceCopyOp : public OpBase<DeviceCopyOp<T>> {
+ public:
+  using Output = void;
+  static constexpr bool is_graph_node = true;
+
+  DeviceCopyOp(DeviceSpan<T> dst, DeviceSpan<const T> src) : dst_(std::move(dst)), src_(std::move(src)) {
+    if (dst_.size() != src_.size()) detail::throw_size_mismatch("copy (device to device)", dst_.size(), src_.size());
+  }
+  void execute(ExecContext& ctx) const {
+    ctx.keep_alive(dst_.owner());
+    ctx.keep_alive(src_.owner());
+    copy_async(ctx.stream(), dst_, src_);
+  }
+
+ private:
+  DeviceSpan<T> dst_;
+  DeviceSpan<const T> src_;
+};
+
+/// Host to device. The host memory is read when the op executes, not when it is built: keep it valid.
+template <class T>
+class UploadOp : public OpBase<UploadOp<T>> {
+ public:
+  using Output = void;
+  static constexpr bool transfers_host_memory = true;
+
+  UploadOp(DeviceSpan<T> dst, std::span<const T> src) : dst_(std::move(dst)), src_(src) {
+    if (dst_.size() != src_.size()) detail::throw_size_mismatch("copy (host to device)", dst_.size(), src_.size());
+  }
+  void execute(ExecContext& ctx) const {
+    ctx.keep_alive(dst_.owner());
+    copy_async(ctx.stream(), dst_, src_);
+  }
+
+ private:
+  DeviceSpan<T> dst_;
+  std::span<const T> src_;
+};
+
+/// Device to host. The host memory is written when the stream reaches the op.
+template <class T>
+class DownloadOp : public OpBase<DownloadOp<T>> {
+ public:
+  using Output = void;
+  static constexpr bool transfers_host_memory = true;
+
+  DownloadOp(std::span<T> dst, DeviceSpan<const T> src) : dst_(dst), src_(std::move(src)) {
+    if (dst_.size() != src_.size()) detail::throw_size_mismatch("copy (device to host)", dst_.size(), src_.size());
+  }
+  void execute(ExecContext& ctx) const {
+    ctx.keep_alive(src_.owner());
+    copy_async(ctx.stream(), dst_, src_);
+  }
+
+ private:
+  std::span<T> dst_;
+  DeviceSpan<const T> src_;
+};
+
+/// Device to device; `src` may be a writable or read-only span. \throws UsageError when the sizes differ.
+template <class T>
+DeviceCopyOp<T> copy(DeviceSpan<T> dst, std::type_identity_t<DeviceSpan<const T>> src) {
+  static_assert(!std::is_const_v<T>,
+                "copy: the destination is a read-only DeviceSpan<const T>; pass a writable view (buffer.view())");
+  return {std::move(dst), std::move(src)};
+}
+
+/// Host to device (`src`: a std::vector, array or std::span). \throws UsageError when the sizes differ.
+template <class T>
+UploadOp<T> copy(DeviceSpan<T> dst, std::type_identity_t<std::span<const T>> src) {
+  static_assert(!std::is_const_v<T>,
+                "copy: the destination is a read-only DeviceSpan<const T>; pass a writable view (buffer.view())");
+  return {std::move(dst), src};
+}
+
+/// Device to host. \throws UsageError when the sizes differ.
+template <class T>
+DownloadOp<T> copy(std::span<T> dst, std::type_identity_t<DeviceSpan<const T>> src) {
+  return {dst, std::move(src)};
+}
+
+}  // namespace lazygraph

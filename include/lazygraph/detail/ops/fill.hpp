@@ -1,0 +1,72 @@
+#pragma once
+/// \file
+/// fill(span, value) and value(x): two graph nodes that need no kernel.
+
+#include <cstring>
+#include <type_traits>
+#include <utility>
+
+#include "lazygraph/detail/driver/device_span.hpp"
+#include "lazygraph/detail/ops/concepts.hpp"
+
+namespace lazygraph {
+
+namespace detail {
+void fill_async(const Stream& stream, CUdeviceptr dst, unsigned pattern, std::size_t element_size, std::size_t count);
+
+template <class T>
+unsigned bit_pattern(const T& value) {
+  unsigned pattern = 0;
+  std::memcpy(&pattern, &value, sizeof(T));
+  return pattern;
+}
+}  // namespace detail
+
+/// Sets every element of a span to one value (a memset node when recorded).
+template <class T>
+class FillOp : public OpBase<FillOp<T>> {
+  static_assert(sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4,
+                "fill: the element type must be 1, 2 or 4 bytes (the driver's memset widths); use a kernel otherwise");
+
+ public:
+  using Output = void;
+  static constexpr bool is_graph_node = true;
+
+  FillOp(DeviceSpan<T> dst, T value) : dst_(std::move(dst)), pattern_(detail::bit_pattern(value)) {}
+  void execute(ExecContext& ctx) const {
+    ctx.keep_alive(dst_.owner());
+    if (!dst_.empty()) detail::fill_async(ctx.stream(), dst_.address(), pattern_, sizeof(T), dst_.size());
+  }
+
+ private:
+  DeviceSpan<T> dst_;
+  unsigned pattern_;
+};
+
+template <class T>
+FillOp<T> fill(DeviceSpan<T> dst, std::type_identity_t<T> value) {
+  static_assert(!std::is_const_v<T>,
+                "fill: the destination is a read-only DeviceSpan<const T>; pass a writable view (buffer.view())");
+  return {std::move(dst), value};
+}
+
+/// A host value as an op: no GPU work, its output is the value.
+template <class T>
+class ValueOp : public OpBase<ValueOp<T>> {
+ public:
+  using Output = T;
+  static constexpr bool is_graph_node = true;
+
+  explicit ValueOp(T v) : value_(std::move(v)) {}
+  T execute(ExecContext& /*ctx*/) const { return value_; }
+
+ private:
+  T value_;
+};
+
+template <class T>
+ValueOp<std::decay_t<T>> value(T&& v) {
+  return ValueOp<std::decay_t<T>>(std::forward<T>(v));
+}
+
+}  // namespace lazygraph

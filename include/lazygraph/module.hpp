@@ -1,0 +1,6 @@
+#pragma once
+/// \file
+/// Layer 5, modules: the Module concept and GraphModule, a graph-backed module.
+
+#include "lazygraph/detail/module/module.hpp"
+#include "lazygraph/graph.hpp"

@@ -1,0 +1,71 @@
+#include <doctest/doctest.h>
+
+#include <lazygraph/lazygraph.hpp>
+
+#include <vector>
+
+using namespace lazygraph;
+
+namespace {
+using Launch = LaunchOp<float, const float*, float*, int>;
+using Fill = FillOp<float>;
+using DeviceCopy = DeviceCopyOp<float>;
+using Zeros = decltype(zeros<float>(4));
+using Upload = UploadOp<float>;
+}  // namespace
+
+// Primitive ops: launches, device copies, fills and values opt in; allocations and host copies never do.
+static_assert(GraphNode<Launch>);
+static_assert(GraphNode<Fill>);
+static_assert(GraphNode<DeviceCopy>);
+static_assert(GraphNode<ValueOp<int>>);
+static_assert(DeviceOp<Zeros> && !GraphNode<Zeros> && is_allocation_v<Zeros>);
+static_assert(!GraphNode<decltype(ones<int>(4))>);
+static_assert(!GraphNode<decltype(empty<double>(4))>);
+static_assert(!GraphNode<decltype(dup(DeviceSpan<const float>{}))>);
+static_assert(!GraphNode<decltype(from_host(std::vector<float>{}))>);
+static_assert(DeviceOp<Upload> && !GraphNode<Upload> && is_host_transfer_v<Upload>);
+static_assert(!GraphNode<DownloadOp<float>>);
+static_assert(!DeviceOp<int> && !DeviceOp<std::vector<float>>);
+
+// A composite is a GraphNode exactly when all of its parts are.
+static_assert(GraphNode<SequenceOp<Launch, Fill>>);
+static_assert(GraphNode<AllOp<Launch, Fill, DeviceCopy>>);
+static_assert(!GraphNode<SequenceOp<Launch, Zeros>> && contains_allocation_v<SequenceOp<Launch, Zeros>>);
+static_assert(!GraphNode<AllOp<Fill, SequenceOp<Fill, Zeros>>>);
+static_assert(contains_allocation_v<AllOp<Fill, SequenceOp<Fill, Zeros>>>);
+static_assert(!GraphNode<SequenceOp<Upload, Launch>> && contains_host_transfer_v<SequenceOp<Upload, Launch>>);
+static_assert(GraphNode<MapOp<ValueOp<int>, int (*)(int)>>);
+
+// Outputs: `>>` gives the right-hand op's, `all` a tuple (void as Unit) or void, map its function's.
+static_assert(std::is_same_v<SequenceOp<Fill, ValueOp<int>>::Output, int>);
+static_assert(std::is_same_v<AllOp<Fill, ValueOp<int>>::Output, std::tuple<Unit, int>>);
+static_assert(std::is_void_v<AllOp<Fill, Launch>::Output>);
+static_assert(std::is_same_v<Zeros::Output, DeviceBuffer<float>>);
+
+// Scope can be neither copied nor moved.
+static_assert(!std::is_copy_constructible_v<Scope> && !std::is_move_constructible_v<Scope>);
+static_assert(!std::is_copy_assignable_v<Scope> && !std::is_move_assignable_v<Scope>);
+static_assert(Module<GraphModule<float, float>>);
+
+TEST_CASE("ops compose with >>, all and map without touching the GPU") {
+  DeviceSpan<float> a(0x1000, 8);
+  DeviceSpan<const float> b(0x2000, 8);
+  auto op = fill(a, 1.0F) >> all(copy(a, b), fill(a.subspan(0, 4), 2.0F)) >> map(value(3), [](int x) { return x * 2; });
+  static_assert(GraphNode<decltype(op)>);
+  static_assert(std::is_same_v<decltype(op)::Output, int>);
+  auto allocating = zeros<float>(1 << 20) >> fill(a, 0.5F);
+  static_assert(!GraphNode<decltype(allocating)>);
+  CHECK(true);  // building them ran nothing: no driver is needed (the no-driver suite builds these too)
+}
+
+TEST_CASE("a copy between spans of different sizes is rejected when the op is built") {
+  const DeviceSpan<float> dst(0x1000, 4);
+  const DeviceSpan<const float> src(0x2000, 5);
+  CHECK_THROWS_WITH_AS(copy(dst, src), doctest::Contains("the destination holds 4 elements but the source holds 5"),
+                       UsageError);
+  const std::vector<float> host(3);
+  CHECK_THROWS_AS(copy(dst, host), UsageError);
+  std::vector<float> out(7);
+  CHECK_THROWS_AS(copy(std::span<float>(out), src), UsageError);
+}
