@@ -7,6 +7,7 @@
 #include "lazygraph/detail/driver/device_buffer.hpp"
 #include "lazygraph/detail/driver/device_span.hpp"
 #include "lazygraph/detail/driver/error.hpp"
+#include "lazygraph/detail/driver/half.hpp"
 #include "lazygraph/detail/driver/memcpy.hpp"
 #include "lazygraph/detail/driver/module.hpp"
 #include "lazygraph/detail/driver/pinned_buffer.hpp"

@@ -4,6 +4,7 @@
 ///   a >> b          runs b after a; its output is b's.
 ///   all(a, b, ...)  runs independent ops concurrently (parallel branches when recorded) and joins them; its
 ///                   output is a tuple of theirs (void outputs become `Unit`), or void when all are void.
+///   chain(ops)      runs a run-time number of ops of one type in order (a std::vector<Op>); output void.
 ///   map(a, f)       applies a host function to a's output when a executes (when recorded: once, at record
 ///                   time, not on every replay); its output is f's result.
 /// A composite is a GraphNode exactly when all its parts are.
@@ -14,6 +15,7 @@
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "lazygraph/detail/ops/concepts.hpp"
 
@@ -98,6 +100,27 @@ template <class... Ops>
   requires(DeviceOp<std::remove_cvref_t<Ops>> && ...)
 AllOp<std::remove_cvref_t<Ops>...> all(Ops&&... ops) {
   return AllOp<std::remove_cvref_t<Ops>...>(std::forward<Ops>(ops)...);
+}
+
+template <DeviceOp Op>
+class ChainOp : public OpBase<ChainOp<Op>>, public detail::CompositeTraits<Op> {
+ public:
+  using Output = void;
+
+  explicit ChainOp(std::vector<Op> ops) : ops_(std::move(ops)) {}
+  void execute(ExecContext& ctx) const {
+    for (const Op& op : ops_) op.execute(ctx);
+  }
+  [[nodiscard]] std::size_t size() const noexcept { return ops_.size(); }
+
+ private:
+  std::vector<Op> ops_;
+};
+
+/// Ops of one type, run in order: for sequences whose length is known only at run time (layers, steps).
+template <DeviceOp Op>
+ChainOp<Op> chain(std::vector<Op> ops) {
+  return ChainOp<Op>(std::move(ops));
 }
 
 template <DeviceOp A, class F>

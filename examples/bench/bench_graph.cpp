@@ -1,0 +1,157 @@
+// Graph overhead benchmark: a chain of N tiny kernels launched eagerly, as a hand-captured driver-API graph,
+// and as a lazygraph graph; 4 independent chains recorded with all(...) versus serially; and the host time to
+// build + record + instantiate. Replays are timed with CUDA events; every figure is the median of many
+// samples. Compare numbers only within one run.
+#include <lazygraph/lazygraph.hpp>
+#include <lazygraph/detail/driver/driver_api.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <vector>
+
+namespace lg = lazygraph;
+namespace drv = lazygraph::detail::driver;
+using Axpy = lg::Kernel<void(float, const float*, float*, int)>;
+
+namespace {
+
+constexpr int elements = 256;  // one block of 256 threads: launch overhead dominates
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+/// Median microseconds per kernel of `submit` (which enqueues `kernels` kernels on `s`), over `samples`
+/// samples of `reps` submissions each, timed with events.
+double time_per_kernel(const lg::Stream& s, int kernels, const std::function<void()>& submit, int samples = 41) {
+  const int reps = std::max(1, 4000 / kernels);
+  lg::Event start(s.device());
+  lg::Event stop(s.device());
+  for (int i = 0; i < reps; ++i) submit();  // warm up
+  s.synchronize();
+  std::vector<double> per_kernel;
+  for (int k = 0; k < samples; ++k) {
+    start.record(s);
+    for (int i = 0; i < reps; ++i) submit();
+    stop.record(s);
+    stop.synchronize();
+    per_kernel.push_back(1000.0 * lg::Event::elapsed_ms(start, stop) / (double(reps) * kernels));
+  }
+  return median(per_kernel);
+}
+
+/// Median host microseconds per node of `make` (which builds, captures and instantiates a graph).
+double host_time_per_node(int nodes, const std::function<void()>& make, int samples = 9) {
+  std::vector<double> t;
+  for (int k = 0; k < samples; ++k) {
+    const auto a = std::chrono::steady_clock::now();
+    make();
+    const auto b = std::chrono::steady_clock::now();
+    t.push_back(std::chrono::duration<double, std::micro>(b - a).count() / nodes);
+  }
+  return median(t);
+}
+
+/// The raw way: cuStreamBeginCapture, cuLaunchKernel N times, cuStreamEndCapture, instantiate, upload.
+struct RawGraph {
+  CUgraph graph = nullptr;
+  CUgraphExec exec = nullptr;
+  RawGraph(const lg::Stream& s, const Axpy& k, const std::vector<lg::DeviceSpan<float>>& ys,
+           lg::DeviceSpan<const float> x, int per_chain) {
+    drv::begin_capture(s.get(), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+    const drv::LaunchShape shape{{1, 1, 1}, {elements, 1, 1}, 0};
+    for (const auto& y : ys) {
+      float a = 1.0001F;
+      const float* xp = x.data();
+      float* yp = y.data();
+      int n = elements;
+      void* args[] = {&a, &xp, &yp, &n};
+      for (int i = 0; i < per_chain; ++i) drv::launch_kernel(k.info()->function, shape, s.get(), args, "axpy");
+    }
+    drv::end_capture_no_throw(s.get(), &graph);
+    exec = drv::graph_instantiate(graph, "raw");
+    drv::graph_upload(exec, s.get());
+    s.synchronize();
+  }
+  ~RawGraph() {
+    drv::graph_exec_destroy_no_throw(exec);
+    drv::graph_destroy_no_throw(graph);
+  }
+  RawGraph(const RawGraph&) = delete;
+  RawGraph& operator=(const RawGraph&) = delete;
+};
+
+auto chain_of(const Axpy& k, lg::DeviceSpan<const float> x, lg::DeviceSpan<float> y, int count) {
+  std::vector<decltype(k(lg::LaunchConfig{}, 0.0F, x, y, 0))> ops;
+  ops.reserve(count);
+  for (int i = 0; i < count; ++i) ops.push_back(k({{1, 1, 1}, {elements, 1, 1}, 0}, 1.0001F, x, y, elements));
+  return lg::chain(std::move(ops));
+}
+
+}  // namespace
+
+int main() {
+  std::string why;
+  if (!lg::gpu_available(&why)) {
+    std::printf("bench_graph: no GPU (%s)\n", why.c_str());
+    return 0;
+  }
+  lg::Device gpu = lg::Device::first();
+  lg::Stream s = gpu.create_stream();
+  lg::KernelLibrary kernels(gpu);
+  const Axpy k = kernels.get<void(float, const float*, float*, int)>("axpy");
+  auto x = lg::ones<float>(elements).sync_on(s);
+  std::vector<lg::DeviceBuffer<float>> y;
+  for (int i = 0; i < 4; ++i) y.push_back(lg::zeros<float>(elements).sync_on(s));
+  const std::vector<lg::DeviceSpan<float>> one{y[0].view()};
+  const std::vector<lg::DeviceSpan<float>> four{y[0].view(), y[1].view(), y[2].view(), y[3].view()};
+
+  std::printf("graph overhead on %s (medians; us per kernel or per node)\n\n", gpu.name().c_str());
+  std::printf("%6s | %8s %9s %9s %7s | %9s %9s %7s | %10s %10s %7s\n", "N", "eager", "raw graph", "lazygraph",
+              "lg/raw", "serial x4", "all() x4", "ser/all", "raw build", "lg build", "lg/raw");
+  for (const int n : {10, 100, 1000}) {
+    // Eager: N raw launches.
+    const drv::LaunchShape shape{{1, 1, 1}, {elements, 1, 1}, 0};
+    float a = 1.0001F;
+    const float* xp = x.cview().data();
+    float* yp = y[0].view().data();
+    int count = elements;
+    void* args[] = {&a, &xp, &yp, &count};
+    const double eager = time_per_kernel(s, n, [&] {
+      for (int i = 0; i < n; ++i) drv::launch_kernel(k.info()->function, shape, s.get(), args, "axpy");
+    });
+
+    // Raw driver-API graph vs lazygraph graph of the same serial chain.
+    RawGraph raw(s, k, one, x.cview(), n);
+    const double raw_replay = time_per_kernel(s, n, [&] { drv::graph_launch(raw.exec, s.get()); });
+    auto lazy = lg::CudaGraph<>::capture(s, chain_of(k, x.cview(), y[0].view(), n));
+    const double lazy_replay = time_per_kernel(s, n, [&] { lazy.launch_on(s); });
+
+    // 4 chains of N/4: serially recorded vs all(...).
+    const int quarter = n / 4;
+    auto serial = lg::CudaGraph<>::capture(s, chain_of(k, x.cview(), y[0].view(), quarter) >>
+                                                  chain_of(k, x.cview(), y[1].view(), quarter) >>
+                                                  chain_of(k, x.cview(), y[2].view(), quarter) >>
+                                                  chain_of(k, x.cview(), y[3].view(), quarter));
+    auto parallel = lg::CudaGraph<>::capture(
+        s, lg::all(chain_of(k, x.cview(), y[0].view(), quarter), chain_of(k, x.cview(), y[1].view(), quarter),
+                   chain_of(k, x.cview(), y[2].view(), quarter), chain_of(k, x.cview(), y[3].view(), quarter)));
+    const double serial_replay = time_per_kernel(s, 4 * quarter, [&] { serial.launch_on(s); });
+    const double parallel_replay = time_per_kernel(s, 4 * quarter, [&] { parallel.launch_on(s); });
+
+    // Host cost: build + capture + instantiate + upload.
+    const double raw_build = host_time_per_node(n, [&] { RawGraph g(s, k, one, x.cview(), n); });
+    const double lazy_build = host_time_per_node(n, [&] {
+      auto g = lg::CudaGraph<>::capture(s, chain_of(k, x.cview(), y[0].view(), n));
+    });
+
+    std::printf("%6d | %8.3f %9.3f %9.3f %7.3f | %9.3f %9.3f %7.2f | %10.3f %10.3f %7.3f\n", n, eager, raw_replay,
+                lazy_replay, lazy_replay / raw_replay, serial_replay, parallel_replay, serial_replay / parallel_replay,
+                raw_build, lazy_build, lazy_build / raw_build);
+  }
+  s.synchronize();
+  return 0;
+}
