@@ -7,7 +7,14 @@ ExecContext::ExecContext(const Stream& stream, bool recording) : current_(&strea
 ExecContext::~ExecContext() = default;
 
 void ExecContext::keep_alive(const std::shared_ptr<const void>& owner) {
-  if (owner) owners_.push_back(owner);
+  if (!owner) return;
+  // Consecutive ops mostly touch the same few buffers: skip owners among the last few kept (a cheap check that
+  // keeps a long recording's list near the number of distinct buffers; duplicates further back are harmless).
+  const std::size_t n = owners_.size();
+  for (std::size_t i = n; i > 0 && i + 8 > n; --i) {
+    if (owners_[i - 1] == owner) return;
+  }
+  owners_.push_back(owner);
 }
 
 const Stream& ExecContext::side_stream(std::size_t index) {

@@ -103,7 +103,7 @@ CUgraph CaptureSession::finish() {
 GraphState::GraphState(const Device& device, CUgraph graph, std::vector<std::shared_ptr<const void>> owners)
     : stream_(device), updates_done_(device, false), graph_(graph), owners_(std::move(owners)) {
   try {
-    exec_ = drv::graph_instantiate(graph_, "CudaGraph of " + std::to_string(node_count()) + " nodes");
+    exec_ = drv::graph_instantiate(graph_, "CudaGraph");
     drv::graph_upload(exec_, stream_.get());
     stream_.synchronize();
   } catch (...) {

@@ -54,9 +54,8 @@ class Kernel<void(Params...)> {
                   "Kernel launch: the number of arguments must equal the kernel's parameter count; pass exactly "
                   "one argument per parameter of the declared signature");
     detail::validate_launch(*info_, config);
-    std::vector<std::shared_ptr<const void>> owners;
-    (detail::collect_owner(owners, args), ...);
-    return LaunchOp<Params...>(info_, config, pack(std::index_sequence_for<Params...>{}, args...), std::move(owners));
+    return LaunchOp<Params...>(info_, config, pack(std::index_sequence_for<Params...>{}, args...),
+                               {detail::owner_of(args)...});
   }
 
   [[nodiscard]] const std::string& name() const noexcept { return info_->name; }

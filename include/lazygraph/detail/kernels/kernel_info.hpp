@@ -18,10 +18,13 @@ namespace lazygraph {
 
 namespace detail {
 
+/// The owner of the memory `arg` views, when it is a span; null otherwise.
 template <class Arg>
-void collect_owner(std::vector<std::shared_ptr<const void>>& owners, const Arg& arg) {
+std::shared_ptr<const void> owner_of(const Arg& arg) {
   if constexpr (requires { arg.owner(); }) {
-    if (arg.owner()) owners.push_back(arg.owner());
+    return arg.owner();
+  } else {
+    return nullptr;
   }
 }
 

@@ -4,8 +4,8 @@
 
 #include <memory>
 #include <tuple>
+#include <array>
 #include <utility>
-#include <vector>
 
 #include "lazygraph/detail/kernels/kernel_info.hpp"
 #include "lazygraph/detail/ops/concepts.hpp"
@@ -18,8 +18,11 @@ class LaunchOp : public OpBase<LaunchOp<Params...>> {
   using Output = void;
   static constexpr bool is_graph_node = true;
 
+  /// The owners of the arguments' memory, one slot per parameter (null for scalars): no heap allocation.
+  using Owners = std::array<std::shared_ptr<const void>, sizeof...(Params)>;
+
   LaunchOp(std::shared_ptr<detail::KernelInfo> kernel, const LaunchConfig& config, std::tuple<Params...> params,
-           std::vector<std::shared_ptr<const void>> owners)
+           Owners owners)
       : kernel_(std::move(kernel)), config_(config), params_(std::move(params)), owners_(std::move(owners)) {}
 
   void execute(ExecContext& ctx) const {
@@ -42,7 +45,7 @@ class LaunchOp : public OpBase<LaunchOp<Params...>> {
   std::shared_ptr<detail::KernelInfo> kernel_;
   LaunchConfig config_;
   std::tuple<Params...> params_;
-  std::vector<std::shared_ptr<const void>> owners_;
+  Owners owners_;
 };
 
 }  // namespace lazygraph
