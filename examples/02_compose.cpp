@@ -49,7 +49,8 @@ int main() {
     const double ref = (1.0 + 2.0 * host_x[i]) + (1.0 + 3.0 * host_x[i]);
     wrong += std::abs(got[i] - ref) > 1e-5 * std::abs(ref);
   }
-  const auto sum = lg::map(lg::value(c.cview()), [](lg::DeviceSpan<const float> s) { return s.size(); }).sync_on(stream);
+  const auto sum =
+      lg::map(lg::value(c.cview()), [](lg::DeviceSpan<const float> s) { return s.size(); }).sync_on(stream);
   std::printf("c = (1 + 2x) + (1 + 3x) over %zu elements: %d wrong\n%s\n", sum, wrong, wrong == 0 ? "OK" : "FAILED");
   return wrong == 0 ? 0 : 1;
 }

@@ -26,7 +26,8 @@ int main(int argc, char** argv) {
   auto b = lg::zeros<float>(n).sync_on(stream);
   const auto cfg = lg::grid_for(n, 256);
   auto graph = lg::CudaGraph<>::capture(
-      stream, lg::fill(a.view(), 1.0F) >> lg::all(axpy(cfg, 2.0F, x.cview(), a.view(), n), axpy(cfg, 3.0F, x.cview(), b.view(), n)) >>
+      stream, lg::fill(a.view(), 1.0F) >>
+                  lg::all(axpy(cfg, 2.0F, x.cview(), a.view(), n), axpy(cfg, 3.0F, x.cview(), b.view(), n)) >>
                   lg::copy(b.view(), a.cview()));
   graph.write_dot(path);
   std::ifstream in(path);
@@ -35,7 +36,8 @@ int main(int argc, char** argv) {
   std::printf("wrote %s (%zu nodes, %zu bytes)\n", path.c_str(), graph.node_count(), text.size());
   if (std::system("command -v dot >/dev/null 2>&1") == 0) {
     const std::string png = path + ".png";
-    if (std::system(("dot -Tpng '" + path + "' -o '" + png + "'").c_str()) == 0) std::printf("rendered %s\n", png.c_str());
+    if (std::system(("dot -Tpng '" + path + "' -o '" + png + "'").c_str()) == 0)
+      std::printf("rendered %s\n", png.c_str());
   } else {
     std::printf("graphviz is not installed: no PNG\n");
   }

@@ -58,9 +58,7 @@ std::size_t Device::free_memory() const {
 
 Stream Device::create_stream() const { return Stream(*this); }
 
-void Device::synchronize() const {
-  detail::driver::context_synchronize(state_->context);
-}
+void Device::synchronize() const { detail::driver::context_synchronize(state_->context); }
 
 bool gpu_available(std::string* why) noexcept {
   if (!detail::driver::try_load(why)) return false;

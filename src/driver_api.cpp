@@ -17,63 +17,63 @@ namespace {
 
 // Each entry: the name the function is looked up by, which the cuda.h macros map to the versioned symbol
 // whose type we take.
-#define LAZYGRAPH_DRIVER_ENTRY_POINTS(X)                                                                      \
-  X(cuInit)                                                                                                   \
-  X(cuDriverGetVersion)                                                                                       \
-  X(cuGetErrorName)                                                                                           \
-  X(cuGetErrorString)                                                                                         \
-  X(cuDeviceGetCount)                                                                                         \
-  X(cuDeviceGet)                                                                                              \
-  X(cuDeviceGetName)                                                                                          \
-  X(cuDeviceGetAttribute)                                                                                     \
-  X(cuDeviceTotalMem)                                                                                         \
-  X(cuDevicePrimaryCtxRetain)                                                                                 \
-  X(cuDevicePrimaryCtxRelease)                                                                                \
-  X(cuCtxSetCurrent)                                                                                          \
-  X(cuCtxSynchronize)                                                                                         \
-  X(cuMemGetInfo)                                                                                             \
-  X(cuStreamCreate)                                                                                           \
-  X(cuStreamDestroy)                                                                                          \
-  X(cuStreamSynchronize)                                                                                      \
-  X(cuStreamQuery)                                                                                            \
-  X(cuStreamWaitEvent)                                                                                        \
-  X(cuEventCreate)                                                                                            \
-  X(cuEventDestroy)                                                                                           \
-  X(cuEventRecord)                                                                                            \
-  X(cuEventSynchronize)                                                                                       \
-  X(cuEventElapsedTime)                                                                                       \
-  X(cuMemAlloc)                                                                                               \
-  X(cuMemFree)                                                                                                \
-  X(cuMemHostAlloc)                                                                                           \
-  X(cuMemFreeHost)                                                                                            \
-  X(cuMemcpyHtoDAsync)                                                                                        \
-  X(cuMemcpyDtoHAsync)                                                                                        \
-  X(cuMemcpyDtoDAsync)                                                                                        \
-  X(cuMemsetD8Async)                                                                                          \
-  X(cuMemsetD16Async)                                                                                         \
-  X(cuMemsetD32Async)                                                                                         \
-  X(cuModuleLoadData)                                                                                         \
-  X(cuModuleUnload)                                                                                           \
-  X(cuModuleGetFunction)                                                                                      \
-  X(cuModuleGetFunctionCount)                                                                                 \
-  X(cuModuleEnumerateFunctions)                                                                               \
-  X(cuFuncGetName)                                                                                            \
-  X(cuFuncGetParamInfo)                                                                                       \
-  X(cuFuncGetAttribute)                                                                                       \
-  X(cuFuncSetAttribute)                                                                                       \
-  X(cuLaunchKernel)                                                                                           \
-  X(cuStreamBeginCapture)                                                                                     \
-  X(cuStreamEndCapture)                                                                                       \
-  X(cuStreamIsCapturing)                                                                                      \
-  X(cuThreadExchangeStreamCaptureMode)                                                                        \
-  X(cuGraphInstantiateWithFlags)                                                                              \
-  X(cuGraphUpload)                                                                                            \
-  X(cuGraphLaunch)                                                                                            \
-  X(cuGraphDestroy)                                                                                           \
-  X(cuGraphExecDestroy)                                                                                       \
-  X(cuGraphGetNodes)                                                                                          \
-  X(cuGraphNodeGetType)                                                                                       \
-  X(cuGraphDebugDotPrint)                                                                                     \
+#define LAZYGRAPH_DRIVER_ENTRY_POINTS(X) \
+  X(cuInit)                              \
+  X(cuDriverGetVersion)                  \
+  X(cuGetErrorName)                      \
+  X(cuGetErrorString)                    \
+  X(cuDeviceGetCount)                    \
+  X(cuDeviceGet)                         \
+  X(cuDeviceGetName)                     \
+  X(cuDeviceGetAttribute)                \
+  X(cuDeviceTotalMem)                    \
+  X(cuDevicePrimaryCtxRetain)            \
+  X(cuDevicePrimaryCtxRelease)           \
+  X(cuCtxSetCurrent)                     \
+  X(cuCtxSynchronize)                    \
+  X(cuMemGetInfo)                        \
+  X(cuStreamCreate)                      \
+  X(cuStreamDestroy)                     \
+  X(cuStreamSynchronize)                 \
+  X(cuStreamQuery)                       \
+  X(cuStreamWaitEvent)                   \
+  X(cuEventCreate)                       \
+  X(cuEventDestroy)                      \
+  X(cuEventRecord)                       \
+  X(cuEventSynchronize)                  \
+  X(cuEventElapsedTime)                  \
+  X(cuMemAlloc)                          \
+  X(cuMemFree)                           \
+  X(cuMemHostAlloc)                      \
+  X(cuMemFreeHost)                       \
+  X(cuMemcpyHtoDAsync)                   \
+  X(cuMemcpyDtoHAsync)                   \
+  X(cuMemcpyDtoDAsync)                   \
+  X(cuMemsetD8Async)                     \
+  X(cuMemsetD16Async)                    \
+  X(cuMemsetD32Async)                    \
+  X(cuModuleLoadData)                    \
+  X(cuModuleUnload)                      \
+  X(cuModuleGetFunction)                 \
+  X(cuModuleGetFunctionCount)            \
+  X(cuModuleEnumerateFunctions)          \
+  X(cuFuncGetName)                       \
+  X(cuFuncGetParamInfo)                  \
+  X(cuFuncGetAttribute)                  \
+  X(cuFuncSetAttribute)                  \
+  X(cuLaunchKernel)                      \
+  X(cuStreamBeginCapture)                \
+  X(cuStreamEndCapture)                  \
+  X(cuStreamIsCapturing)                 \
+  X(cuThreadExchangeStreamCaptureMode)   \
+  X(cuGraphInstantiateWithFlags)         \
+  X(cuGraphUpload)                       \
+  X(cuGraphLaunch)                       \
+  X(cuGraphDestroy)                      \
+  X(cuGraphExecDestroy)                  \
+  X(cuGraphGetNodes)                     \
+  X(cuGraphNodeGetType)                  \
+  X(cuGraphDebugDotPrint)                \
   X(cuGraphExecUpdate)
 
 struct EntryPoints {
@@ -109,16 +109,15 @@ Driver load() {
     return d;
   }
   std::string missing;
-#define LAZYGRAPH_FETCH(fn)                                                                        \
-  {                                                                                                \
-    void* p = nullptr;                                                                             \
-    CUdriverProcAddressQueryResult status{};                                                       \
-    if (get_proc(#fn, &p, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status) == CUDA_SUCCESS &&    \
-        p != nullptr) {                                                                            \
-      d.api.fn = reinterpret_cast<decltype(d.api.fn)>(p);                                           \
-    } else {                                                                                       \
-      missing += missing.empty() ? #fn : ", " #fn;                                                 \
-    }                                                                                              \
+#define LAZYGRAPH_FETCH(fn)                                                                                      \
+  {                                                                                                              \
+    void* p = nullptr;                                                                                           \
+    CUdriverProcAddressQueryResult status{};                                                                     \
+    if (get_proc(#fn, &p, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status) == CUDA_SUCCESS && p != nullptr) { \
+      d.api.fn = reinterpret_cast<decltype(d.api.fn)>(p);                                                        \
+    } else {                                                                                                     \
+      missing += missing.empty() ? #fn : ", " #fn;                                                               \
+    }                                                                                                            \
   }
   LAZYGRAPH_DRIVER_ENTRY_POINTS(LAZYGRAPH_FETCH)
 #undef LAZYGRAPH_FETCH
@@ -152,7 +151,8 @@ const Driver& instance() {
 /// The entry points; throws DriverUnavailable when the driver could not be loaded.
 const EntryPoints& api() {
   const Driver& d = instance();
-  if (!d.usable) [[unlikely]] throw DriverUnavailable(d.why);
+  if (!d.usable) [[unlikely]]
+    throw DriverUnavailable(d.why);
   return d.api;
 }
 
@@ -296,7 +296,9 @@ void event_destroy_no_throw(CUevent event) noexcept {
   if (d.usable && event != nullptr) (void)d.api.cuEventDestroy(event);
 }
 
-void event_record(CUevent event, CUstream stream) { check(api().cuEventRecord(event, stream), "cuEventRecord", "Event"); }
+void event_record(CUevent event, CUstream stream) {
+  check(api().cuEventRecord(event, stream), "cuEventRecord", "Event");
+}
 
 void event_synchronize(CUevent event) { check(api().cuEventSynchronize(event), "cuEventSynchronize", "Event"); }
 
@@ -420,7 +422,8 @@ void set_function_attribute(CUfunction fn, CUfunction_attribute attr, int value,
 void launch_kernel(CUfunction fn, const LaunchShape& shape, CUstream stream, void** args, std::string_view name) {
   const CUresult r = api().cuLaunchKernel(fn, shape.grid[0], shape.grid[1], shape.grid[2], shape.block[0],
                                           shape.block[1], shape.block[2], shape.shared_bytes, stream, args, nullptr);
-  if (r != CUDA_SUCCESS) [[unlikely]] throw_error(r, "cuLaunchKernel", std::string("kernel ").append(name));
+  if (r != CUDA_SUCCESS) [[unlikely]]
+    throw_error(r, "cuLaunchKernel", std::string("kernel ").append(name));
 }
 
 void begin_capture(CUstream stream, CUstreamCaptureMode mode) {
@@ -450,9 +453,13 @@ CUgraphExec graph_instantiate(CUgraph graph, std::string_view object) {
   return exec;
 }
 
-void graph_upload(CUgraphExec exec, CUstream stream) { check(api().cuGraphUpload(exec, stream), "cuGraphUpload", "CudaGraph"); }
+void graph_upload(CUgraphExec exec, CUstream stream) {
+  check(api().cuGraphUpload(exec, stream), "cuGraphUpload", "CudaGraph");
+}
 
-void graph_launch(CUgraphExec exec, CUstream stream) { check(api().cuGraphLaunch(exec, stream), "cuGraphLaunch", "CudaGraph"); }
+void graph_launch(CUgraphExec exec, CUstream stream) {
+  check(api().cuGraphLaunch(exec, stream), "cuGraphLaunch", "CudaGraph");
+}
 
 void graph_destroy_no_throw(CUgraph graph) noexcept {
   const Driver& d = instance();

@@ -22,15 +22,24 @@ CaptureStatus capture_status(const Stream& stream) {
 
 const char* to_string(NodeKind kind) noexcept {
   switch (kind) {
-    case NodeKind::kernel: return "kernel";
-    case NodeKind::memcpy: return "memcpy";
-    case NodeKind::memset: return "memset";
-    case NodeKind::host: return "host";
-    case NodeKind::child_graph: return "child_graph";
-    case NodeKind::empty: return "empty";
-    case NodeKind::wait_event: return "wait_event";
-    case NodeKind::event_record: return "event_record";
-    case NodeKind::other: return "other";
+    case NodeKind::kernel:
+      return "kernel";
+    case NodeKind::memcpy:
+      return "memcpy";
+    case NodeKind::memset:
+      return "memset";
+    case NodeKind::host:
+      return "host";
+    case NodeKind::child_graph:
+      return "child_graph";
+    case NodeKind::empty:
+      return "empty";
+    case NodeKind::wait_event:
+      return "wait_event";
+    case NodeKind::event_record:
+      return "event_record";
+    case NodeKind::other:
+      return "other";
   }
   return "other";
 }
@@ -41,24 +50,36 @@ namespace {
 
 CUstreamCaptureMode to_driver(CaptureMode mode) {
   switch (mode) {
-    case CaptureMode::global: return CU_STREAM_CAPTURE_MODE_GLOBAL;
-    case CaptureMode::relaxed: return CU_STREAM_CAPTURE_MODE_RELAXED;
-    case CaptureMode::this_thread: break;
+    case CaptureMode::global:
+      return CU_STREAM_CAPTURE_MODE_GLOBAL;
+    case CaptureMode::relaxed:
+      return CU_STREAM_CAPTURE_MODE_RELAXED;
+    case CaptureMode::this_thread:
+      break;
   }
   return CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
 }
 
 NodeKind to_kind(CUgraphNodeType t) {
   switch (t) {
-    case CU_GRAPH_NODE_TYPE_KERNEL: return NodeKind::kernel;
-    case CU_GRAPH_NODE_TYPE_MEMCPY: return NodeKind::memcpy;
-    case CU_GRAPH_NODE_TYPE_MEMSET: return NodeKind::memset;
-    case CU_GRAPH_NODE_TYPE_HOST: return NodeKind::host;
-    case CU_GRAPH_NODE_TYPE_GRAPH: return NodeKind::child_graph;
-    case CU_GRAPH_NODE_TYPE_EMPTY: return NodeKind::empty;
-    case CU_GRAPH_NODE_TYPE_WAIT_EVENT: return NodeKind::wait_event;
-    case CU_GRAPH_NODE_TYPE_EVENT_RECORD: return NodeKind::event_record;
-    default: return NodeKind::other;
+    case CU_GRAPH_NODE_TYPE_KERNEL:
+      return NodeKind::kernel;
+    case CU_GRAPH_NODE_TYPE_MEMCPY:
+      return NodeKind::memcpy;
+    case CU_GRAPH_NODE_TYPE_MEMSET:
+      return NodeKind::memset;
+    case CU_GRAPH_NODE_TYPE_HOST:
+      return NodeKind::host;
+    case CU_GRAPH_NODE_TYPE_GRAPH:
+      return NodeKind::child_graph;
+    case CU_GRAPH_NODE_TYPE_EMPTY:
+      return NodeKind::empty;
+    case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
+      return NodeKind::wait_event;
+    case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
+      return NodeKind::event_record;
+    default:
+      return NodeKind::other;
   }
 }
 
@@ -66,8 +87,9 @@ NodeKind to_kind(CUgraphNodeType t) {
 
 CaptureSession::CaptureSession(const Stream& stream, CaptureMode mode) : stream_(&stream) {
   if (stream.is_capturing()) {
-    throw CaptureError("CudaGraph capture: the stream is already capturing a graph; captures do not nest — record "
-                       "the ops into the outer Scope instead");
+    throw CaptureError(
+        "CudaGraph capture: the stream is already capturing a graph; captures do not nest — record "
+        "the ops into the outer Scope instead");
   }
   drv::begin_capture(stream.get(), to_driver(mode));
   active_ = true;

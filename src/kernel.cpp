@@ -26,22 +26,23 @@ void validate_launch(const KernelInfo& k, const LaunchConfig& c) {
   const unsigned grid[3] = {c.grid.x, c.grid.y, c.grid.z};
   for (int i = 0; i < 3; ++i) {
     if (block[i] > static_cast<unsigned>(lim.max_block_dim[i])) {
-      reject(k, c, "block dimension " + std::to_string(i) + " exceeds the device's " +
-                       std::to_string(lim.max_block_dim[i]));
+      reject(k, c,
+             "block dimension " + std::to_string(i) + " exceeds the device's " + std::to_string(lim.max_block_dim[i]));
     }
     if (grid[i] > static_cast<unsigned>(lim.max_grid_dim[i])) {
-      reject(k, c, "grid dimension " + std::to_string(i) + " exceeds the device's " +
-                       std::to_string(lim.max_grid_dim[i]));
+      reject(k, c,
+             "grid dimension " + std::to_string(i) + " exceeds the device's " + std::to_string(lim.max_grid_dim[i]));
     }
   }
   if (c.block.volume() > static_cast<std::size_t>(k.max_threads_per_block)) {
-    reject(k, c, std::to_string(c.block.volume()) + " threads per block exceed this kernel's limit of " +
-                     std::to_string(k.max_threads_per_block));
+    reject(k, c,
+           std::to_string(c.block.volume()) + " threads per block exceed this kernel's limit of " +
+               std::to_string(k.max_threads_per_block));
   }
   const auto available = static_cast<long long>(lim.max_shared_per_block_optin) - k.static_shared_bytes;
   if (static_cast<long long>(c.shared_bytes) > available) {
-    reject(k, c, "dynamic shared memory exceeds the " + std::to_string(available) +
-                     " bytes a block of this kernel may have");
+    reject(k, c,
+           "dynamic shared memory exceeds the " + std::to_string(available) + " bytes a block of this kernel may have");
   }
 }
 

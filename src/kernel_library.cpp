@@ -3,9 +3,9 @@
 #include <chrono>
 #include <future>
 #include <range/v3/algorithm/equal.hpp>
+#include <range/v3/range/conversion.hpp>
 #include <range/v3/view/join.hpp>
 #include <range/v3/view/transform.hpp>
-#include <range/v3/range/conversion.hpp>
 
 #include "lazygraph/detail/driver/driver_api.hpp"
 #include "lazygraph/detail/driver/error.hpp"
@@ -25,9 +25,10 @@ std::string join(const std::vector<std::string>& items, std::string_view sep) {
 }
 
 std::string join_sizes(const std::vector<std::size_t>& sizes) {
-  return "(" + join(sizes | ranges::views::transform([](std::size_t s) { return std::to_string(s); }) |
-                        ranges::to<std::vector>(),
-                    ", ") +
+  return "(" +
+         join(sizes | ranges::views::transform([](std::size_t s) { return std::to_string(s); }) |
+                  ranges::to<std::vector>(),
+              ", ") +
          ")";
 }
 
@@ -77,8 +78,8 @@ KernelLibrary::KernelLibrary(const Device& device, KernelLibraryOptions options)
   std::vector<std::future<BuiltModule>> pending;
   pending.reserve(sources.size());
   for (const KernelSource& source : sources) {
-    pending.push_back(std::async(std::launch::async, build_module, std::cref(source), headers,
-                                 std::cref(nvrtc_opts), cubin, std::cref(cache), std::cref(nvrtc)));
+    pending.push_back(std::async(std::launch::async, build_module, std::cref(source), headers, std::cref(nvrtc_opts),
+                                 cubin, std::cref(cache), std::cref(nvrtc)));
   }
   std::vector<BuiltModule> built;
   built.reserve(pending.size());
@@ -114,8 +115,7 @@ std::vector<std::string> KernelLibrary::kernel_names() const {
   return kernels_ | ranges::views::transform([](const auto& kv) { return kv.first; }) | ranges::to<std::vector>();
 }
 
-std::shared_ptr<detail::KernelInfo> KernelLibrary::lookup(std::string_view name,
-                                                          const std::vector<std::size_t>& sizes,
+std::shared_ptr<detail::KernelInfo> KernelLibrary::lookup(std::string_view name, const std::vector<std::size_t>& sizes,
                                                           std::string_view signature) const {
   const auto it = kernels_.find(name);
   if (it == kernels_.end()) {

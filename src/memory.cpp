@@ -8,7 +8,9 @@
 namespace lazygraph::detail {
 
 Allocation::Allocation(const Device& device, std::size_t bytes, std::string_view what)
-    : device_(device), address_(bytes == 0 ? 0 : driver::memory_allocate(device.context(), bytes, what)), bytes_(bytes) {}
+    : device_(device),
+      address_(bytes == 0 ? 0 : driver::memory_allocate(device.context(), bytes, what)),
+      bytes_(bytes) {}
 
 Allocation::~Allocation() { driver::memory_free_no_throw(device_.context(), address_); }
 
@@ -43,8 +45,7 @@ void copy_d2d(const Stream& s, CUdeviceptr dst, CUdeviceptr src, std::size_t byt
 
 namespace lazygraph::detail {
 
-void fill_async(const Stream& stream, CUdeviceptr dst, unsigned pattern, std::size_t element_size,
-                std::size_t count) {
+void fill_async(const Stream& stream, CUdeviceptr dst, unsigned pattern, std::size_t element_size, std::size_t count) {
   driver::fill(dst, pattern, element_size, count, stream.get());
 }
 

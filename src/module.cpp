@@ -42,7 +42,8 @@ LoadedModule& LoadedModule::operator=(LoadedModule&& other) noexcept {
 }
 
 CUmodule LoadedModule::get() const {
-  if (handle_ == nullptr) [[unlikely]] throw UsageError("use of a moved-from LoadedModule");
+  if (handle_ == nullptr) [[unlikely]]
+    throw UsageError("use of a moved-from LoadedModule");
   return handle_;
 }
 

@@ -4,9 +4,9 @@
 
 #include <algorithm>
 #include <range/v3/algorithm/max_element.hpp>
+#include <range/v3/range/conversion.hpp>
 #include <range/v3/view/filter.hpp>
 #include <range/v3/view/transform.hpp>
-#include <range/v3/range/conversion.hpp>
 
 #include "lazygraph/detail/driver/error.hpp"
 
@@ -68,8 +68,8 @@ CompileResult nvrtc_compile(const KernelSource& source, std::span<const KernelSo
                             ranges::to<std::vector>();
   const auto header_names = headers | ranges::views::transform([](const KernelSource& h) { return h.name.c_str(); }) |
                             ranges::to<std::vector>();
-  const auto option_ptrs = options | ranges::views::transform([](const std::string& o) { return o.c_str(); }) |
-                           ranges::to<std::vector>();
+  const auto option_ptrs =
+      options | ranges::views::transform([](const std::string& o) { return o.c_str(); }) | ranges::to<std::vector>();
 
   ProgramGuard guard;
   check(nvrtcCreateProgram(&guard.program, source.text.c_str(), source.name.c_str(),

@@ -35,7 +35,8 @@ Stream& Stream::operator=(Stream&& other) noexcept {
 }
 
 CUstream Stream::get() const {
-  if (handle_ == nullptr) [[unlikely]] throw UsageError("use of a moved-from or reset Stream");
+  if (handle_ == nullptr) [[unlikely]]
+    throw UsageError("use of a moved-from or reset Stream");
   return handle_;
 }
 
@@ -80,7 +81,8 @@ Event& Event::operator=(Event&& other) noexcept {
 }
 
 CUevent Event::get() const {
-  if (handle_ == nullptr) [[unlikely]] throw UsageError("use of a moved-from or reset Event");
+  if (handle_ == nullptr) [[unlikely]]
+    throw UsageError("use of a moved-from or reset Event");
   return handle_;
 }
 

@@ -2,8 +2,8 @@
 // and as a lazygraph graph; 4 independent chains recorded with all(...) versus serially; and the host time to
 // build + record + instantiate. Replays are timed with CUDA events; every figure is the median of many
 // samples. Compare numbers only within one run.
-#include <lazygraph/lazygraph.hpp>
 #include <lazygraph/detail/driver/driver_api.hpp>
+#include <lazygraph/lazygraph.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -110,8 +110,8 @@ int main() {
   const std::vector<lg::DeviceSpan<float>> four{y[0].view(), y[1].view(), y[2].view(), y[3].view()};
 
   std::printf("graph overhead on %s (medians; us per kernel or per node)\n\n", gpu.name().c_str());
-  std::printf("%6s | %8s %9s %9s %7s | %9s %9s %7s | %10s %10s %7s\n", "N", "eager", "raw graph", "lazygraph",
-              "lg/raw", "serial x4", "all() x4", "ser/all", "raw build", "lg build", "lg/raw");
+  std::printf("%6s | %8s %9s %9s %7s | %9s %9s %7s | %10s %10s %7s\n", "N", "eager", "raw graph", "lazygraph", "lg/raw",
+              "serial x4", "all() x4", "ser/all", "raw build", "lg build", "lg/raw");
   for (const int n : {10, 100, 1000}) {
     // Eager: N raw launches.
     const drv::LaunchShape shape{{1, 1, 1}, {elements, 1, 1}, 0};
@@ -132,10 +132,9 @@ int main() {
 
     // 4 chains of N/4: serially recorded vs all(...).
     const int quarter = n / 4;
-    auto serial = lg::CudaGraph<>::capture(s, chain_of(k, x.cview(), y[0].view(), quarter) >>
-                                                  chain_of(k, x.cview(), y[1].view(), quarter) >>
-                                                  chain_of(k, x.cview(), y[2].view(), quarter) >>
-                                                  chain_of(k, x.cview(), y[3].view(), quarter));
+    auto serial = lg::CudaGraph<>::capture(
+        s, chain_of(k, x.cview(), y[0].view(), quarter) >> chain_of(k, x.cview(), y[1].view(), quarter) >>
+               chain_of(k, x.cview(), y[2].view(), quarter) >> chain_of(k, x.cview(), y[3].view(), quarter));
     auto parallel = lg::CudaGraph<>::capture(
         s, lg::all(chain_of(k, x.cview(), y[0].view(), quarter), chain_of(k, x.cview(), y[1].view(), quarter),
                    chain_of(k, x.cview(), y[2].view(), quarter), chain_of(k, x.cview(), y[3].view(), quarter)));
@@ -144,9 +143,8 @@ int main() {
 
     // Host cost: build + capture + instantiate + upload.
     const double raw_build = host_time_per_node(n, [&] { RawGraph g(s, k, one, x.cview(), n); });
-    const double lazy_build = host_time_per_node(n, [&] {
-      auto g = lg::CudaGraph<>::capture(s, chain_of(k, x.cview(), y[0].view(), n));
-    });
+    const double lazy_build =
+        host_time_per_node(n, [&] { auto g = lg::CudaGraph<>::capture(s, chain_of(k, x.cview(), y[0].view(), n)); });
 
     std::printf("%6d | %8.3f %9.3f %9.3f %7.3f | %9.3f %9.3f %7.2f | %10.3f %10.3f %7.3f\n", n, eager, raw_replay,
                 lazy_replay, lazy_replay / raw_replay, serial_replay, parallel_replay, serial_replay / parallel_replay,

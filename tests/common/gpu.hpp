@@ -25,7 +25,8 @@ std::vector<float> random_floats(std::size_t n);
 template <class T>
 std::vector<std::remove_const_t<T>> to_host(const lazygraph::Stream& s, lazygraph::DeviceSpan<T> src) {
   std::vector<std::remove_const_t<T>> out(src.size());
-  lazygraph::copy_async(s, std::span<std::remove_const_t<T>>(out), lazygraph::DeviceSpan<const std::remove_const_t<T>>(src));
+  lazygraph::copy_async(s, std::span<std::remove_const_t<T>>(out),
+                        lazygraph::DeviceSpan<const std::remove_const_t<T>>(src));
   s.synchronize();
   return out;
 }

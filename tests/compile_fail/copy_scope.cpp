@@ -4,5 +4,8 @@
 namespace lg = lazygraph;
 
 void misuse(const lg::Stream& s) {
-  auto g = lg::CudaGraph<>::scope(s, [](lg::Scope& sc) { lg::Scope kept = sc; (void)kept; });
+  auto g = lg::CudaGraph<>::scope(s, [](lg::Scope& sc) {
+    lg::Scope kept = sc;
+    (void)kept;
+  });
 }

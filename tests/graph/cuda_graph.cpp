@@ -94,9 +94,8 @@ TEST_SUITE("gpu") {
   TEST_CASE("capture keeps the recorded op's output, which can be taken once") {
     Stream& s = lgtest::stream();
     DeviceBuffer<float> b = zeros<float>(16).sync_on(s);
-    auto graph = CudaGraph<>::capture(s, fill(b.view(), 2.0F) >> map(value(b.cview()), [](DeviceSpan<const float> v) {
-                                            return v.size();
-                                          }));
+    auto graph = CudaGraph<>::capture(
+        s, fill(b.view(), 2.0F) >> map(value(b.cview()), [](DeviceSpan<const float> v) { return v.size(); }));
     CHECK(graph.take_output() == 16);
     CHECK_THROWS_AS((void)graph.take_output(), UsageError);
     auto g2 = CudaGraph<>::scope(s, [&](Scope& sc) { return sc.record(value(std::string("out"))); });
@@ -185,8 +184,8 @@ TEST_SUITE("gpu") {
     const int n = 4096;
     DeviceBuffer<float> in = empty<float>(n).sync_on(s);
     DeviceBuffer<float> out = zeros<float>(n).sync_on(s);
-    auto graph = CudaGraph<>::capture(s, copy(out.view(), in.cview()) >>
-                                             axpy()(grid_for(n, 256), 1.0F, in.cview(), out.view(), n));
+    auto graph = CudaGraph<>::capture(
+        s, copy(out.view(), in.cview()) >> axpy()(grid_for(n, 256), 1.0F, in.cview(), out.view(), n));
     for (int round = 0; round < 3; ++round) {
       const auto x = lgtest::random_floats(n);
       graph.update(copy(in.view(), x));

@@ -97,7 +97,7 @@ TEST_SUITE("gpu") {
     const DeviceBuffer<float> dx = lgtest::to_device(s, x);
     DeviceBuffer<float> out = lgtest::to_device(s, std::vector<float>{0.0F});
     lgtest::kernels().get<void(const float*, float*, int)>("sum_f32").launch(s, {{1024, 1, 1}, {256, 1, 1}, 0},
-                                                                               dx.cview(), out.view(), n);
+                                                                             dx.cview(), out.view(), n);
     const double ref = std::accumulate(x.begin(), x.end(), 0.0);
     double abs_sum = 0;
     for (float v : x) abs_sum += std::abs(v);
@@ -109,11 +109,12 @@ TEST_SUITE("gpu") {
     KernelLibraryOptions opts;
     opts.cache_directory = std::filesystem::path{};
     opts.sources = std::vector<KernelSource>{
-        {"smem.cu", "extern \"C\" __global__ void reverse_smem(const float* in, float* out, int n) {\n"
-                    "  extern __shared__ float tile[];\n"
-                    "  for (int i = threadIdx.x; i < n; i += blockDim.x) tile[i] = in[i];\n"
-                    "  __syncthreads();\n"
-                    "  for (int i = threadIdx.x; i < n; i += blockDim.x) out[i] = tile[n - 1 - i];\n}\n"}};
+        {"smem.cu",
+         "extern \"C\" __global__ void reverse_smem(const float* in, float* out, int n) {\n"
+         "  extern __shared__ float tile[];\n"
+         "  for (int i = threadIdx.x; i < n; i += blockDim.x) tile[i] = in[i];\n"
+         "  __syncthreads();\n"
+         "  for (int i = threadIdx.x; i < n; i += blockDim.x) out[i] = tile[n - 1 - i];\n}\n"}};
     const KernelLibrary lib(lgtest::device(), opts);
     CHECK(lib.stats().compiled == 1);
     const int n = 20'000;  // 80 KB of shared memory: above the 48 KB default
@@ -123,7 +124,8 @@ TEST_SUITE("gpu") {
     const auto x = lgtest::random_floats(n);
     const DeviceBuffer<float> in = lgtest::to_device(s, x);
     DeviceBuffer<float> out(lgtest::device(), n);
-    lib.get<void(const float*, float*, int)>("reverse_smem").launch(s, {{1, 1, 1}, {256, 1, 1}, bytes}, in.cview(), out.view(), n);
+    lib.get<void(const float*, float*, int)>("reverse_smem")
+        .launch(s, {{1, 1, 1}, {256, 1, 1}, bytes}, in.cview(), out.view(), n);
     const auto got = lgtest::to_host(s, out.cview());
     CHECK(std::equal(got.begin(), got.end(), x.rbegin()));
   }

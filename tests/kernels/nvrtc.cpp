@@ -7,9 +7,10 @@
 using namespace lazygraph;
 
 namespace {
-const KernelSource good{"good.cu", "extern \"C\" __global__ void scale(float* p, float s, int n) {\n"
-                                   "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
-                                   "  if (i < n) p[i] *= s;\n}\n"};
+const KernelSource good{"good.cu",
+                        "extern \"C\" __global__ void scale(float* p, float s, int n) {\n"
+                        "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                        "  if (i < n) p[i] *= s;\n}\n"};
 }
 
 TEST_CASE("NVRTC compiles a kernel to PTX without a GPU") {
@@ -28,7 +29,10 @@ TEST_CASE("NVRTC compiles a kernel to CUBIN for sm_90") {
   REQUIRE(r.succeeded());
   CHECK(r.is_cubin());
   REQUIRE(r.image().size() > 4);
-  CHECK(std::memcmp(r.image().data(), "\x7f" "ELF", 4) == 0);  // a CUBIN is an ELF image
+  CHECK(std::memcmp(r.image().data(),
+                    "\x7f"
+                    "ELF",
+                    4) == 0);  // a CUBIN is an ELF image
 }
 
 TEST_CASE("a source that does not compile is a failed result with the log, and its image throws CompileError") {
@@ -48,8 +52,9 @@ TEST_CASE("a source that does not compile is a failed result with the log, and i
 
 TEST_CASE("kernel sources include headers by name") {
   const KernelSource header{"lib/twice.cuh", "__device__ inline float twice(float x) { return 2.0f * x; }\n"};
-  const KernelSource src{"uses.cu", "#include \"lib/twice.cuh\"\n"
-                                    "extern \"C\" __global__ void k(float* p) { p[0] = twice(p[0]); }\n"};
+  const KernelSource src{"uses.cu",
+                         "#include \"lib/twice.cuh\"\n"
+                         "extern \"C\" __global__ void k(float* p) { p[0] = twice(p[0]); }\n"};
   const auto opts = nvrtc_options(90, false);
   const CompileResult r = nvrtc_compile(src, std::span(&header, 1), opts, false);
   CHECK(r.succeeded());

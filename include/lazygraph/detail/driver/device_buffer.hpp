@@ -85,13 +85,14 @@ class DeviceBuffer {
 
   /// "DeviceBuffer<float> of 1024 elements (4096 bytes)".
   [[nodiscard]] static std::string describe(std::size_t size) {
-    return "DeviceBuffer<" + std::string(detail::type_name<T>()) + "> of " + std::to_string(size) +
-           " elements (" + std::to_string(size * sizeof(T)) + " bytes)";
+    return "DeviceBuffer<" + std::string(detail::type_name<T>()) + "> of " + std::to_string(size) + " elements (" +
+           std::to_string(size * sizeof(T)) + " bytes)";
   }
 
  private:
   const detail::Allocation& checked() const {
-    if (!storage_) [[unlikely]] detail::throw_moved_from("DeviceBuffer<" + std::string(detail::type_name<T>()) + ">");
+    if (!storage_) [[unlikely]]
+      detail::throw_moved_from("DeviceBuffer<" + std::string(detail::type_name<T>()) + ">");
     return *storage_;
   }
 

@@ -35,8 +35,8 @@ class DeviceSpan {
 
   /// A writable span converts to a read-only one. The reverse does not exist.
   template <class U>
-    requires(std::is_const_v<T> && std::is_same_v<U, std::remove_const_t<T>>)
-  DeviceSpan(const DeviceSpan<U>& other) noexcept  // NOLINT(google-explicit-constructor): the safe direction
+  requires(std::is_const_v<T>&& std::is_same_v<U, std::remove_const_t<T>>) DeviceSpan(const DeviceSpan<U>& other)
+  noexcept  // NOLINT(google-explicit-constructor): the safe direction
       : address_(other.address()), size_(other.size()), owner_(other.owner()) {}
 
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
@@ -44,7 +44,9 @@ class DeviceSpan {
   [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
   [[nodiscard]] CUdeviceptr address() const noexcept { return address_; }
   /// The device pointer, for passing to a kernel; never dereference it on the host.
-  [[nodiscard]] T* data() const noexcept { return reinterpret_cast<T*>(address_); }  // NOLINT(performance-no-int-to-ptr)
+  [[nodiscard]] T* data() const noexcept {
+    return reinterpret_cast<T*>(address_);
+  }  // NOLINT(performance-no-int-to-ptr)
   [[nodiscard]] const std::shared_ptr<const void>& owner() const noexcept { return owner_; }
 
   [[nodiscard]] DeviceSpan<const T> as_const() const noexcept { return {address_, size_, owner_}; }

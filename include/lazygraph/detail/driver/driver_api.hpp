@@ -31,7 +31,8 @@ std::string result_name(CUresult code);
 [[noreturn]] void throw_error(CUresult code, std::string_view api, std::string_view object);
 
 inline void check(CUresult code, std::string_view api, std::string_view object) {
-  if (code != CUDA_SUCCESS) [[unlikely]] throw_error(code, api, object);
+  if (code != CUDA_SUCCESS) [[unlikely]]
+    throw_error(code, api, object);
 }
 
 int driver_version();

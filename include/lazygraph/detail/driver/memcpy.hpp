@@ -29,7 +29,8 @@ void copy_d2d(const Stream& s, CUdeviceptr dst, CUdeviceptr src, std::size_t byt
 /// Device to device. \throws UsageError when the sizes differ.
 template <class T>
 void copy_async(const Stream& stream, DeviceSpan<T> dst, std::type_identity_t<DeviceSpan<const T>> src) {
-  static_assert(!std::is_const_v<T>, "copy_async: the destination is a read-only DeviceSpan<const T>; pass view(), not cview()");
+  static_assert(!std::is_const_v<T>,
+                "copy_async: the destination is a read-only DeviceSpan<const T>; pass view(), not cview()");
   if (dst.size() != src.size()) detail::throw_size_mismatch("device-to-device copy", dst.size(), src.size());
   if (!dst.empty()) detail::copy_d2d(stream, dst.address(), src.address(), dst.size_bytes());
 }
@@ -37,7 +38,8 @@ void copy_async(const Stream& stream, DeviceSpan<T> dst, std::type_identity_t<De
 /// Host to device. \throws UsageError when the sizes differ.
 template <class T>
 void copy_async(const Stream& stream, DeviceSpan<T> dst, std::type_identity_t<std::span<const T>> src) {
-  static_assert(!std::is_const_v<T>, "copy_async: the destination is a read-only DeviceSpan<const T>; pass view(), not cview()");
+  static_assert(!std::is_const_v<T>,
+                "copy_async: the destination is a read-only DeviceSpan<const T>; pass view(), not cview()");
   if (dst.size() != src.size()) detail::throw_size_mismatch("host-to-device copy", dst.size(), src.size());
   if (!dst.empty()) detail::copy_h2d(stream, dst.address(), src.data(), dst.size_bytes());
 }

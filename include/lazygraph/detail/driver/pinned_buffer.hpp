@@ -28,15 +28,17 @@ class PinnedBuffer {
   PinnedBuffer(const Device& device, std::size_t size)
       : device_(device),
         data_(size == 0 ? nullptr
-                        : static_cast<T*>(detail::pinned_allocate(
-                              device, size * sizeof(T),
-                              "PinnedBuffer<" + std::string(detail::type_name<T>()) + "> of " +
-                                  std::to_string(size * sizeof(T)) + " bytes"))),
+                        : static_cast<T*>(detail::pinned_allocate(device, size * sizeof(T),
+                                                                  "PinnedBuffer<" +
+                                                                      std::string(detail::type_name<T>()) + "> of " +
+                                                                      std::to_string(size * sizeof(T)) + " bytes"))),
         size_(size),
         valid_(true) {}
   ~PinnedBuffer() { detail::pinned_free(device_, data_); }
   PinnedBuffer(PinnedBuffer&& o) noexcept
-      : device_(o.device_), data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)),
+      : device_(o.device_),
+        data_(std::exchange(o.data_, nullptr)),
+        size_(std::exchange(o.size_, 0)),
         valid_(std::exchange(o.valid_, false)) {}
   PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
     if (this != &o) {
@@ -63,7 +65,8 @@ class PinnedBuffer {
 
  private:
   T* checked() const {
-    if (!valid_) [[unlikely]] detail::throw_moved_from("PinnedBuffer<" + std::string(detail::type_name<T>()) + ">");
+    if (!valid_) [[unlikely]]
+      detail::throw_moved_from("PinnedBuffer<" + std::string(detail::type_name<T>()) + ">");
     return data_;
   }
 

@@ -58,9 +58,10 @@ class CudaGraph {
 
   /// Captures one GraphNode op; its output is kept (`take_output()`).
   template <class Op>
-    requires GraphNode<std::remove_cvref_t<Op>>
+  requires GraphNode<std::remove_cvref_t<Op>>
   static auto capture(const Stream& stream, Op&& op, CaptureMode mode = CaptureMode::this_thread) {
-    return scope(stream, [&](Scope& s) { return s.record(std::forward<Op>(op)); }, mode);
+    return scope(
+        stream, [&](Scope& s) { return s.record(std::forward<Op>(op)); }, mode);
   }
 
   /// Replays the graph on its own stream and waits for it.
@@ -70,7 +71,7 @@ class CudaGraph {
   /// Runs `op` now, eagerly, on the graph's stream, so that it completes before the next replay: typically a
   /// copy into the graph's input buffer. Its buffers are kept alive until that replay finishes.
   template <class Op>
-    requires DeviceOp<std::remove_cvref_t<Op>>
+  requires DeviceOp<std::remove_cvref_t<Op>>
   void update(Op&& op) {
     ExecContext ctx(state().stream(), false);
     std::as_const(op).execute(ctx);
@@ -78,9 +79,7 @@ class CudaGraph {
   }
 
   /// The output of the capture (for T not void); once.
-  T take_output()
-    requires(!std::is_void_v<T>)
-  {
+  T take_output() requires(!std::is_void_v<T>) {
     if (!output_) throw UsageError("CudaGraph::take_output: the output was already taken");
     T out = std::move(*output_);
     output_.reset();

@@ -29,9 +29,10 @@ class Scope {
   /// Records `op` into the graph and returns its output.
   /// \throws UsageError when called after the capture callback returned.
   template <class Op>
-    requires GraphNode<std::remove_cvref_t<Op>>
+  requires GraphNode<std::remove_cvref_t<Op>>
   typename std::remove_cvref_t<Op>::Output record(Op&& op) {
-    if (!open_) [[unlikely]] throw_closed();
+    if (!open_) [[unlikely]]
+      throw_closed();
     return std::as_const(op).execute(*ctx_);
   }
 
@@ -40,8 +41,7 @@ class Scope {
   // fails below names the rule your op breaks and what to do instead.
   // ---------------------------------------------------------------------------------------------------------
   template <class Op>
-    requires(!GraphNode<std::remove_cvref_t<Op>>)
-  void record(Op&& /*op*/) {
+  requires(!GraphNode<std::remove_cvref_t<Op>>) void record(Op&& /*op*/) {
     using O = std::remove_cvref_t<Op>;
     constexpr bool argument_is_device_op = DeviceOp<O>;
     static_assert(argument_is_device_op,

@@ -23,7 +23,6 @@
 
 namespace lazygraph {
 
-
 template <class Signature>
 class Kernel;
 

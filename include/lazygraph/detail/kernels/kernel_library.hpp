@@ -58,8 +58,8 @@ class KernelLibrary {
   ///         parameters disagree with `Signature` in count or size.
   template <class Signature>
   [[nodiscard]] Kernel<Signature> get(std::string_view name) const {
-    return Kernel<Signature>(lookup(name, parameter_sizes(static_cast<Signature*>(nullptr)),
-                                    detail::type_name<Signature>()));
+    return Kernel<Signature>(
+        lookup(name, parameter_sizes(static_cast<Signature*>(nullptr)), detail::type_name<Signature>()));
   }
 
   [[nodiscard]] std::vector<std::string> kernel_names() const;

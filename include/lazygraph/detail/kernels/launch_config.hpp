@@ -10,9 +10,7 @@ struct Dim3 {
   unsigned x = 1;
   unsigned y = 1;
   unsigned z = 1;
-  [[nodiscard]] constexpr std::size_t volume() const noexcept {
-    return static_cast<std::size_t>(x) * y * z;
-  }
+  [[nodiscard]] constexpr std::size_t volume() const noexcept { return static_cast<std::size_t>(x) * y * z; }
 };
 
 struct LaunchConfig {

@@ -20,7 +20,10 @@ struct KernelSource {
 class CompileResult {
  public:
   CompileResult(std::string file, bool succeeded, std::string log, std::vector<char> image, bool is_cubin)
-      : file_(std::move(file)), succeeded_(succeeded), log_(std::move(log)), image_(std::move(image)),
+      : file_(std::move(file)),
+        succeeded_(succeeded),
+        log_(std::move(log)),
+        image_(std::move(image)),
         is_cubin_(is_cubin) {}
 
   [[nodiscard]] bool succeeded() const noexcept { return succeeded_; }

@@ -57,10 +57,9 @@ class SequenceOp : public OpBase<SequenceOp<A, B>>, public detail::CompositeTrai
 
 /// `a >> b`: b runs after a. Only for DeviceOps, so streams' `>>` is untouched.
 template <class A, class B>
-  requires DeviceOp<std::remove_cvref_t<A>> && DeviceOp<std::remove_cvref_t<B>>
-SequenceOp<std::remove_cvref_t<A>, std::remove_cvref_t<B>> operator>>(A&& a, B&& b) {
-  return {std::forward<A>(a), std::forward<B>(b)};
-}
+requires DeviceOp<std::remove_cvref_t<A>> && DeviceOp<std::remove_cvref_t<B>>
+    SequenceOp<std::remove_cvref_t<A>, std::remove_cvref_t<B>>
+operator>>(A&& a, B&& b) { return {std::forward<A>(a), std::forward<B>(b)}; }
 
 template <DeviceOp... Ops>
 class AllOp : public OpBase<AllOp<Ops...>>, public detail::CompositeTraits<Ops...> {
@@ -72,9 +71,7 @@ class AllOp : public OpBase<AllOp<Ops...>>, public detail::CompositeTraits<Ops..
 
   explicit AllOp(Ops... ops) : ops_(std::move(ops)...) {}
 
-  Output execute(ExecContext& ctx) const {
-    return execute_all(ctx, std::index_sequence_for<Ops...>{});
-  }
+  Output execute(ExecContext& ctx) const { return execute_all(ctx, std::index_sequence_for<Ops...>{}); }
 
  private:
   template <std::size_t... I>
@@ -97,8 +94,7 @@ class AllOp : public OpBase<AllOp<Ops...>>, public detail::CompositeTraits<Ops..
 
 /// Independent ops, run concurrently and joined.
 template <class... Ops>
-  requires(DeviceOp<std::remove_cvref_t<Ops>> && ...)
-AllOp<std::remove_cvref_t<Ops>...> all(Ops&&... ops) {
+requires(DeviceOp<std::remove_cvref_t<Ops>>&&...) AllOp<std::remove_cvref_t<Ops>...> all(Ops&&... ops) {
   return AllOp<std::remove_cvref_t<Ops>...>(std::forward<Ops>(ops)...);
 }
 
@@ -130,7 +126,7 @@ class MapOp : public OpBase<MapOp<A, F>>, public detail::CompositeTraits<A> {
     using type = std::invoke_result_t<const Fn&, typename Op::Output>;
   };
   template <class Op, class Fn>
-    requires std::is_void_v<typename Op::Output>
+  requires std::is_void_v<typename Op::Output>
   struct Result<Op, Fn> {
     using type = std::invoke_result_t<const Fn&>;
   };
@@ -155,8 +151,7 @@ class MapOp : public OpBase<MapOp<A, F>>, public detail::CompositeTraits<A> {
 
 /// Applies `f` on the host to `op`'s output.
 template <class Op, class F>
-  requires DeviceOp<std::remove_cvref_t<Op>>
-MapOp<std::remove_cvref_t<Op>, std::decay_t<F>> map(Op&& op, F&& f) {
+requires DeviceOp<std::remove_cvref_t<Op>> MapOp<std::remove_cvref_t<Op>, std::decay_t<F>> map(Op&& op, F&& f) {
   return {std::forward<Op>(op), std::forward<F>(f)};
 }
 

@@ -29,15 +29,25 @@ concept DeviceOp = requires(const Op& op, ExecContext& ctx) {
 
 /// The named properties the diagnostics test, so the failing term shows in a compiler error.
 template <class Op>
-inline constexpr bool is_graph_node_v = requires { requires Op::is_graph_node; };
+inline constexpr bool is_graph_node_v = requires {
+  requires Op::is_graph_node;
+};
 template <class Op>
-inline constexpr bool is_allocation_v = requires { requires Op::allocates_device_memory; };
+inline constexpr bool is_allocation_v = requires {
+  requires Op::allocates_device_memory;
+};
 template <class Op>
-inline constexpr bool is_host_transfer_v = requires { requires Op::transfers_host_memory; };
+inline constexpr bool is_host_transfer_v = requires {
+  requires Op::transfers_host_memory;
+};
 template <class Op>
-inline constexpr bool contains_allocation_v = requires { requires Op::contains_allocation; };
+inline constexpr bool contains_allocation_v = requires {
+  requires Op::contains_allocation;
+};
 template <class Op>
-inline constexpr bool contains_host_transfer_v = requires { requires Op::contains_host_transfer; };
+inline constexpr bool contains_host_transfer_v = requires {
+  requires Op::contains_host_transfer;
+};
 
 template <class Op>
 concept GraphNode = DeviceOp<Op> && is_graph_node_v<Op>;

@@ -2,9 +2,9 @@
 /// \file
 /// LaunchOp: a kernel launch as a lazy value. Made by calling a `Kernel<void(Params...)>` handle.
 
+#include <array>
 #include <memory>
 #include <tuple>
-#include <array>
 #include <utility>
 
 #include "lazygraph/detail/kernels/kernel_info.hpp"
