@@ -4,3 +4,5 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 ninja -C build-gpu >/dev/null
 ./build-gpu/examples/bench_graph
+echo
+./build-gpu/examples/bench_gemv

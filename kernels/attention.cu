@@ -1,0 +1,154 @@
+// Single-token attention over a KV cache (batch-1 decode), fp16 storage, fp32 arithmetic.
+//
+// Cache layout: k_cache and v_cache are [n_heads][max_ctx][head_dim]; q, k, v and out are [n_heads][head_dim].
+// Every head attends to its own cache head (no grouped-query attention). The position p is read from device
+// memory, so a captured graph replays at whatever position was last copied there; p must be in [0, max_ctx):
+// the kernels trap otherwise rather than write or read outside the cache.
+//
+//   kv_append(k, v, k_cache, v_cache, position, n_heads, head_dim, max_ctx)
+//     writes k and v at position p of every head.
+//     Launch: 1-D over n_heads * head_dim, any grid and block (grid-stride), e.g. grid_for(n_heads * head_dim, 256).
+//
+//   attention(q, k_cache, v_cache, out, position, n_heads, head_dim, max_ctx, scale)
+//     per head h: s_j = scale * q_h . k_h[j] for j = 0..p, w = softmax(s) (max subtracted), out_h = sum_j w_j v_h[j].
+//     Launch: grid n_heads, block 32 * k threads (k = 1..32; 1024 puts the most of the cache in flight, since
+//     there are only n_heads blocks), dynamic shared memory max_ctx * sizeof(float) (the scores).
+//     Requires head_dim a multiple of 8 and at most 128, and q, the caches and out 16-byte aligned (traps else).
+//
+// Mapping: a position's head_dim halves are read as 16-byte chunks by a group of G lanes (G the power of two
+// >= head_dim / 8: 8 lanes for head_dim 64, 16 for 128), so a warp covers 32 / G positions per load and each
+// thread keeps 4 loads in flight.
+#include "lazygraph/block_reduce.cuh"
+#include "lazygraph/half.cuh"
+#include "lazygraph/kernel_common.cuh"
+
+namespace {
+
+constexpr int kMaxHeadDim = 128;
+constexpr int kPositionsInFlight = 4;  // independent cache loads per thread per step
+
+}  // namespace
+
+extern "C" __global__ void kv_append(const lg::half_t* k, const lg::half_t* v, lg::half_t* k_cache, lg::half_t* v_cache,
+                                     const int* position, int n_heads, int head_dim, int max_ctx) {
+  const int p = *position;
+  if (p < 0 || p >= max_ctx) __trap();
+  const long long n = static_cast<long long>(n_heads) * head_dim;
+  for (long long e = lg::global_index(); e < n; e += lg::grid_stride()) {
+    const long long h = e / head_dim;
+    const long long d = e % head_dim;
+    const long long at = (h * max_ctx + p) * head_dim + d;
+    k_cache[at] = k[e];
+    v_cache[at] = v[e];
+  }
+}
+
+extern "C" __global__ void attention(const lg::half_t* q, const lg::half_t* k_cache, const lg::half_t* v_cache,
+                                     lg::half_t* out, const int* position, int n_heads, int head_dim, int max_ctx,
+                                     float scale) {
+  extern __shared__ float scores[];            // [max_ctx]
+  __shared__ float warp_out[32][kMaxHeadDim];  // per-warp partial outputs
+
+  const int p = *position;
+  if (p < 0 || p >= max_ctx || head_dim % 8 != 0 || head_dim > kMaxHeadDim || !lg::is_aligned16(q) ||
+      !lg::is_aligned16(k_cache) || !lg::is_aligned16(v_cache) || !lg::is_aligned16(out)) {
+    __trap();
+  }
+  const int head = blockIdx.x;
+  if (head >= n_heads) return;
+
+  const int chunks = head_dim / 8;
+  int group = 1;  // lanes per position
+  while (group < chunks) group <<= 1;
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  const int warps = blockDim.x / 32;
+  const int sub = lane % group;            // this lane's chunk of a position
+  const int slot = lane / group;           // which of the warp's positions
+  const int slots = warps * (32 / group);  // positions the block covers per load
+  const int my_slot = warp * (32 / group) + slot;
+  const bool has_chunk = sub < chunks;
+  const int chunk = has_chunk ? sub : 0;
+
+  const long long head_base = static_cast<long long>(head) * max_ctx * head_dim;
+  const lg::half_t* k_head = k_cache + head_base + 8 * chunk;
+  const lg::half_t* v_head = v_cache + head_base + 8 * chunk;
+
+  float qf[8];
+  lg::load_float8(q + static_cast<long long>(head) * head_dim + 8 * chunk, qf);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) qf[i] *= scale;
+
+  // 1. Scores. Loads past p re-read position p (no branch around a load) and are not stored.
+  for (int j0 = 0; j0 <= p; j0 += slots * kPositionsInFlight) {  // uniform over the block
+    lg::Half8 kv[kPositionsInFlight];
+#pragma unroll
+    for (int u = 0; u < kPositionsInFlight; ++u) {
+      const int j = min(j0 + u * slots + my_slot, p);
+      kv[u] = lg::load_half8(k_head + static_cast<long long>(j) * head_dim);
+    }
+#pragma unroll
+    for (int u = 0; u < kPositionsInFlight; ++u) {
+      float kf[8];
+      lg::unpack_half8(kv[u], kf);
+      float dot = 0.0f;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) dot = fmaf(qf[i], kf[i], dot);
+      dot = has_chunk ? dot : 0.0f;
+      for (int offset = group / 2; offset > 0; offset >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
+      const int j = j0 + u * slots + my_slot;
+      if (sub == 0 && j <= p) scores[j] = dot;
+    }
+  }
+  __syncthreads();
+
+  // 2. Softmax weights, unnormalised: scores[j] = exp(s_j - max), and their sum.
+  float m = -__int_as_float(0x7f800000);
+  for (int j = threadIdx.x; j <= p; j += blockDim.x) m = fmaxf(m, scores[j]);
+  m = lg::block_max(m);
+  float sum = 0.0f;
+  for (int j = threadIdx.x; j <= p; j += blockDim.x) {
+    const float e = expf(scores[j] - m);
+    scores[j] = e;
+    sum += e;
+  }
+  sum = lg::block_sum(sum);  // synchronises, so every weight is visible below
+
+  // 3. out = sum_j w_j v_j: each thread accumulates its chunk over its positions.
+  float acc[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) acc[i] = 0.0f;
+  for (int j0 = 0; j0 <= p; j0 += slots * kPositionsInFlight) {
+    lg::Half8 vv[kPositionsInFlight];
+#pragma unroll
+    for (int u = 0; u < kPositionsInFlight; ++u) {
+      const int j = min(j0 + u * slots + my_slot, p);
+      vv[u] = lg::load_half8(v_head + static_cast<long long>(j) * head_dim);
+    }
+#pragma unroll
+    for (int u = 0; u < kPositionsInFlight; ++u) {
+      const int j = j0 + u * slots + my_slot;
+      const float w = j <= p ? scores[min(j, p)] : 0.0f;
+      float vf[8];
+      lg::unpack_half8(vv[u], vf);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[i] = fmaf(w, vf[i], acc[i]);
+    }
+  }
+  // Sum over the warp's slots (lanes with the same chunk), then over warps.
+  for (int offset = group; offset < 32; offset <<= 1) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], offset);
+  }
+  if (slot == 0 && has_chunk) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) warp_out[warp][8 * sub + i] = acc[i];
+  }
+  __syncthreads();
+  const float inv_sum = 1.0f / sum;
+  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+    float total = 0.0f;
+    for (int w = 0; w < warps; ++w) total += warp_out[w][d];
+    out[static_cast<long long>(head) * head_dim + d] = lg::to_half(total * inv_sum);
+  }
+}

@@ -1,0 +1,241 @@
+// Matrix-vector products over fp16 row-major weights, fp32 accumulation: out[r] = sum_c W[r][c] * x[c].
+// Batch-1 decode is bound by reading the weights once, so these kernels are built to stream W at HBM speed.
+//
+// Kernels (all pointers fp16 unless int; W is rows x cols, x has cols elements, outputs have rows):
+//   gemv(W, x, out, rows, cols)                         out = W x
+//   gemv_add(W, x, out, rows, cols)                     out += W x        (residual add fused, one rounding)
+//   gemv_dual(W1, W3, x, out1, out3, rows, cols)        out1 = W1 x, out3 = W3 x    (two weights, one x)
+//   gemv_swiglu(W1, W3, x, out, rows, cols)             out = silu(W1 x) * (W3 x)   (SwiGLU's first half)
+//   rms_norm_gemv(W, x, g, out, rows, cols, eps)        out = W (x / rms(x) * g)
+//   rms_norm_gemv_swiglu(W1, W3, x, g, out, rows, cols, eps)   out = silu(W1 h) * (W3 h), h = x / rms(x) * g
+// where rms(x) = sqrt(mean(x^2) + eps). The fused variants keep h in fp32 (they do not round it to fp16, so
+// they are slightly more accurate than rms_norm followed by gemv) and apply 1/rms(x) to the fp32 dot product.
+//
+// Requirements (a kernel traps on a violation, which the next synchronisation reports as a launch failure):
+// cols is a multiple of 8 and W, W1, W3, x, g are 16-byte aligned (so is every row), because every load is a
+// 16-byte vector of 8 halves. Outputs have no alignment requirement. `out` must not alias W, x or g.
+//
+// Launch: block (32, K, R) with K * R <= 8. The kernels declare __launch_bounds__(256, 3) (rms_norm_gemv: 2):
+// left to itself, ptxas 13 gave them 32 registers, too few to keep a thread's loads in flight; the bound lets it
+// use up to 80 (128), and limits blocks to 256 threads. A group of K warps computes one row at a time (warp k
+// takes the row's 16-byte chunks k*32+lane, stepping by 32*K), R groups per block. Rows go to groups
+// grid-stride, so any grid works; grid.x = ceil(rows / R) gives each group one row. No dynamic shared memory.
+// Suggested: K = 4, R = 2 (256 threads), grid ceil(rows / 2): four warps per row keep the work units small, so
+// the last wave of a large matrix is short, and put a 1536-column row in flight at once. K = 1, R = 8 has the
+// fewest cross-warp reductions; the gpu test "gemv streams fp16 weights close to the memory bandwidth" times
+// both and K = 2 and 8.
+//
+// Why no split-K across blocks: each lane issues 8 independent 16-byte weight loads (4 per matrix in the two-
+// matrix kernels) before it uses any, so a warp has 4 KB in flight and a group of K warps covers 4K KB of a row
+// in one memory round trip; a 1536-column row (3 KB) is a single round trip for one warp. Small shapes are thus
+// already bound by one memory latency plus the launch, which split-K cannot shorten, while it would cost a
+// second pass or atomics and make results depend on block order. Spreading a row over K warps of one block
+// (reduced through shared memory, deterministic) is the split-K this file offers.
+//
+// x (and g) are read with ordinary cached loads: they are small and every row reads them, so they stay in L1,
+// while the weights bypass L1 (they are read once).
+#include "lazygraph/block_reduce.cuh"
+#include "lazygraph/half.cuh"
+#include "lazygraph/kernel_common.cuh"
+
+namespace {
+
+using lg::half_t;
+
+/// Independent 16-byte weight loads in flight per lane and matrix, per step of the column loop.
+constexpr int loads_per_matrix(int matrices) { return 8 / matrices; }
+
+/// x as the kernel multiplies it: `load` fetches a chunk (kept packed while in flight, 4 registers), `expand`
+/// turns it into the 8 factors.
+struct PlainX {
+  struct Raw {
+    lg::Half8 x;
+  };
+  const half_t* x;
+  __device__ __forceinline__ Raw load(int chunk) const { return {lg::load_half8(x + 8LL * chunk)}; }
+  __device__ __forceinline__ static void expand(const Raw& r, float (&f)[8]) { lg::unpack_half8(r.x, f); }
+};
+
+/// x * g elementwise; the row's dot product is scaled by 1/rms(x) afterwards.
+struct GainedX {
+  struct Raw {
+    lg::Half8 x;
+    lg::Half8 g;
+  };
+  const half_t* x;
+  const half_t* g;
+  __device__ __forceinline__ Raw load(int chunk) const {
+    return {lg::load_half8(x + 8LL * chunk), lg::load_half8(g + 8LL * chunk)};
+  }
+  __device__ __forceinline__ static void expand(const Raw& r, float (&f)[8]) {
+    float gain[8];
+    lg::unpack_half8(r.x, f);
+    lg::unpack_half8(r.g, gain);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) f[i] *= gain[i];
+  }
+};
+
+__device__ __forceinline__ float silu(float a) { return a / (1.0f + expf(-a)); }
+
+__device__ __forceinline__ bool shapes_supported(int cols, const void* a, const void* b, const void* c) {
+  return cols % 8 == 0 && lg::is_aligned16(a) && lg::is_aligned16(b) && lg::is_aligned16(c);
+}
+
+/// 1/sqrt(mean(x^2) + eps) over x[0..n), computed by the whole block (every thread gets it).
+__device__ float block_inverse_rms(const half_t* x, int n, float eps) {
+  const int threads = blockDim.x * blockDim.y * blockDim.z;
+  const int tid = (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
+  float ss = 0.0f;
+  for (int chunk = tid; chunk < n / 8; chunk += threads) {
+    float f[8];
+    lg::load_float8(x + 8LL * chunk, f);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) ss += f[i] * f[i];
+  }
+  // block_sum wants a 1-D block: reduce per warp, then across warps here.
+  __shared__ float partial[32];
+  ss = lg::warp_sum(ss);
+  if (tid % 32 == 0) partial[tid / 32] = ss;
+  __syncthreads();
+  const int lane = tid % 32;
+  ss = lg::warp_sum(lane < threads / 32 ? partial[lane] : 0.0f);
+  return 1.0f / sqrtf(ss / static_cast<float>(n) + eps);
+}
+
+/// The shared core: for every row assigned to this thread's group, the M dot products W[m][row] . x, handed to
+/// `finish(row, acc)` on one thread of the group. `scale` multiplies every dot product.
+template <int M, class X, class Finish>
+__device__ __forceinline__ void gemv_rows(const half_t* const (&w)[M], const X& x, int rows, int cols, float scale,
+                                          Finish finish) {
+  constexpr int kLoads = loads_per_matrix(M);
+  __shared__ float group_partial[32][M];  // [group * K + warp][matrix], used when K > 1
+
+  const int lane = threadIdx.x;
+  const int warp_in_group = threadIdx.y;  // 0..K-1
+  const int group = threadIdx.z;          // 0..R-1
+  const int warps_per_group = blockDim.y;
+  const int groups = blockDim.z;
+  const int chunks = cols / 8;                  // 16-byte chunks per row
+  const int stride = 32 * warps_per_group;      // chunks one step of the group covers per load
+  const int first = warp_in_group * 32 + lane;  // this thread's first chunk in the row
+
+  for (int row0 = blockIdx.x * groups; row0 < rows; row0 += gridDim.x * groups) {  // uniform over the block
+    const int row = row0 + group;
+    float acc[M];
+#pragma unroll
+    for (int m = 0; m < M; ++m) acc[m] = 0.0f;
+
+    if (row < rows) {
+      const half_t* w_row[M];
+#pragma unroll
+      for (int m = 0; m < M; ++m) w_row[m] = w[m] + static_cast<long long>(row) * cols;
+
+      for (int base = first; base < chunks; base += stride * kLoads) {
+        // Every load of the step first, then the arithmetic, so that all loads are in flight together. Loads
+        // past the row's end re-read its last chunk (no branch around a load, which would serialise them) and
+        // are then replaced by zeros; the per-chunk partial sums are independent chains.
+        lg::Half8 wv[M][kLoads];
+        typename X::Raw xv[kLoads];
+#pragma unroll
+        for (int u = 0; u < kLoads; ++u) {
+          const int chunk = min(base + u * stride, chunks - 1);
+#pragma unroll
+          for (int m = 0; m < M; ++m) wv[m][u] = lg::load_half8_streaming(w_row[m] + 8LL * chunk);
+          xv[u] = x.load(chunk);
+        }
+#pragma unroll
+        for (int u = 0; u < kLoads; ++u) {
+          const bool inside = base + u * stride < chunks;
+          float xf[8];
+          X::expand(xv[u], xf);
+#pragma unroll
+          for (int m = 0; m < M; ++m) {
+            float wf[8];
+            lg::unpack_half8(wv[m][u], wf);
+            float dot = wf[0] * xf[0];
+#pragma unroll
+            for (int i = 1; i < 8; ++i) dot = fmaf(wf[i], xf[i], dot);
+            acc[m] += inside ? dot : 0.0f;
+          }
+        }
+      }
+    }
+
+#pragma unroll
+    for (int m = 0; m < M; ++m) acc[m] = lg::warp_sum(acc[m]);
+    if (warps_per_group > 1) {  // uniform over the block
+      if (lane == 0) {
+#pragma unroll
+        for (int m = 0; m < M; ++m) group_partial[group * warps_per_group + warp_in_group][m] = acc[m];
+      }
+      __syncthreads();
+      if (warp_in_group == 0 && lane == 0) {
+        for (int k = 1; k < warps_per_group; ++k) {
+#pragma unroll
+          for (int m = 0; m < M; ++m) acc[m] += group_partial[group * warps_per_group + k][m];
+        }
+      }
+      __syncthreads();  // the partials are read before the next row overwrites them
+    }
+    if (row < rows && warp_in_group == 0 && lane == 0) {
+#pragma unroll
+      for (int m = 0; m < M; ++m) acc[m] *= scale;
+      finish(row, acc);
+    }
+  }
+}
+
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(256, 3)
+    gemv(const half_t* W, const half_t* x, half_t* out, int rows, int cols) {
+  if (!shapes_supported(cols, W, x, x)) __trap();
+  const half_t* w[1] = {W};
+  gemv_rows<1>(w, PlainX{x}, rows, cols, 1.0f, [&](int row, const float(&acc)[1]) { out[row] = lg::to_half(acc[0]); });
+}
+
+extern "C" __global__ void __launch_bounds__(256, 3)
+    gemv_add(const half_t* W, const half_t* x, half_t* out, int rows, int cols) {
+  if (!shapes_supported(cols, W, x, x)) __trap();
+  const half_t* w[1] = {W};
+  gemv_rows<1>(w, PlainX{x}, rows, cols, 1.0f,
+               [&](int row, const float(&acc)[1]) { out[row] = lg::to_half(lg::to_float(out[row]) + acc[0]); });
+}
+
+extern "C" __global__ void __launch_bounds__(256, 3)
+    gemv_dual(const half_t* W1, const half_t* W3, const half_t* x, half_t* out1, half_t* out3, int rows, int cols) {
+  if (!shapes_supported(cols, W1, W3, x)) __trap();
+  const half_t* w[2] = {W1, W3};
+  gemv_rows<2>(w, PlainX{x}, rows, cols, 1.0f, [&](int row, const float(&acc)[2]) {
+    out1[row] = lg::to_half(acc[0]);
+    out3[row] = lg::to_half(acc[1]);
+  });
+}
+
+extern "C" __global__ void __launch_bounds__(256, 3)
+    gemv_swiglu(const half_t* W1, const half_t* W3, const half_t* x, half_t* out, int rows, int cols) {
+  if (!shapes_supported(cols, W1, W3, x)) __trap();
+  const half_t* w[2] = {W1, W3};
+  gemv_rows<2>(w, PlainX{x}, rows, cols, 1.0f,
+               [&](int row, const float(&acc)[2]) { out[row] = lg::to_half(silu(acc[0]) * acc[1]); });
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2)
+    rms_norm_gemv(const half_t* W, const half_t* x, const half_t* g, half_t* out, int rows, int cols, float eps) {
+  if (!shapes_supported(cols, W, x, g)) __trap();
+  const float inv_rms = block_inverse_rms(x, cols, eps);
+  const half_t* w[1] = {W};
+  gemv_rows<1>(w, GainedX{x, g}, rows, cols, inv_rms,
+               [&](int row, const float(&acc)[1]) { out[row] = lg::to_half(acc[0]); });
+}
+
+extern "C" __global__ void __launch_bounds__(256, 3)
+    rms_norm_gemv_swiglu(const half_t* W1, const half_t* W3, const half_t* x, const half_t* g, half_t* out, int rows,
+                         int cols, float eps) {
+  if (!shapes_supported(cols, W1, W3, x) || !lg::is_aligned16(g)) __trap();
+  const float inv_rms = block_inverse_rms(x, cols, eps);
+  const half_t* w[2] = {W1, W3};
+  gemv_rows<2>(w, GainedX{x, g}, rows, cols, inv_rms,
+               [&](int row, const float(&acc)[2]) { out[row] = lg::to_half(silu(acc[0]) * acc[1]); });
+}

@@ -1,0 +1,42 @@
+// Reductions over a warp and over a 1-D block. Include as "lazygraph/block_reduce.cuh".
+#pragma once
+
+#include "lazygraph/kernel_common.cuh"
+
+namespace lg {
+
+/// Maximum over the 32 lanes of a warp; every lane gets it.
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+/// Sum over a 1-D block (blockDim.x a multiple of 32); every thread gets it. Every thread of the block must
+/// call it (it synchronises the block); consecutive calls are safe.
+__device__ __forceinline__ float block_sum(float v) {
+  __shared__ float partial[32];
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  const int warps = blockDim.x / 32;
+  v = warp_sum(v);
+  __syncthreads();  // a previous call's readers are done with `partial`
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  return warp_sum(lane < warps ? partial[lane] : 0.0f);
+}
+
+/// Maximum over a 1-D block (blockDim.x a multiple of 32); every thread gets it. Same rules as block_sum.
+__device__ __forceinline__ float block_max(float v) {
+  __shared__ float partial[32];
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  const int warps = blockDim.x / 32;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  return warp_max(lane < warps ? partial[lane] : -__int_as_float(0x7f800000));
+}
+
+}  // namespace lg

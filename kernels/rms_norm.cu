@@ -1,0 +1,18 @@
+// RMS normalisation of one fp16 vector: out = x / sqrt(mean(x^2) + eps) * weight, in fp32, rounded once.
+//
+// Launch: one block of 32 * k threads (k = 1..32), e.g. grid 1, block 256 (or 1024 for d in the thousands).
+// `out` may alias `x` (each element is read before it is written, by the thread that writes it).
+#include "lazygraph/block_reduce.cuh"
+#include "lazygraph/half.cuh"
+
+extern "C" __global__ void rms_norm(const lg::half_t* x, const lg::half_t* weight, lg::half_t* out, int d, float eps) {
+  float ss = 0.0f;
+  for (int i = threadIdx.x; i < d; i += blockDim.x) {
+    const float v = lg::to_float(x[i]);
+    ss += v * v;
+  }
+  const float inv_rms = 1.0f / sqrtf(lg::block_sum(ss) / static_cast<float>(d) + eps);
+  for (int i = threadIdx.x; i < d; i += blockDim.x) {
+    out[i] = lg::to_half(lg::to_float(x[i]) * inv_rms * lg::to_float(weight[i]));
+  }
+}

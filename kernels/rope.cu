@@ -1,0 +1,32 @@
+// Rotary position embedding, in place on q and k, each [n_heads][head_dim] in fp16. Within each head the pairs
+// (2i, 2i+1), i < head_dim / 2, are rotated by angle = position * theta^(-2i / head_dim):
+//   x0' = x0 cos - x1 sin,  x1' = x0 sin + x1 cos
+// (the interleaved convention of GPT-J and Meta's Llama code; Hugging Face's Llama pairs i with i + head_dim/2
+// instead, which needs its weights permuted to use this kernel). q and k have the same head count (no
+// grouped-query attention). The position is read from device memory, so a graph replays at a new position.
+//
+// Launch: 1-D over the 2 * n_heads * head_dim / 2 pairs of q and k, any grid and block (grid-stride), e.g.
+// grid_for(n_heads * head_dim, 256). head_dim must be even.
+#include "lazygraph/half.cuh"
+#include "lazygraph/kernel_common.cuh"
+
+extern "C" __global__ void rope(lg::half_t* q, lg::half_t* k, const int* position, int n_heads, int head_dim,
+                                float theta) {
+  const int half_dim = head_dim / 2;
+  const long long pairs_per_tensor = static_cast<long long>(n_heads) * half_dim;
+  const float pos = static_cast<float>(*position);
+  for (long long p = lg::global_index(); p < 2 * pairs_per_tensor; p += lg::grid_stride()) {
+    lg::half_t* t = p < pairs_per_tensor ? q : k;
+    const long long pair = p < pairs_per_tensor ? p : p - pairs_per_tensor;
+    const int i = static_cast<int>(pair % half_dim);
+    // pos * theta^(-2i/d): both factors in fp32; sincosf reduces the (up to thousands of radians) angle exactly.
+    const float angle = pos * powf(theta, -2.0f * static_cast<float>(i) / static_cast<float>(head_dim));
+    float s;
+    float c;
+    sincosf(angle, &s, &c);
+    const float x0 = lg::to_float(t[2 * pair]);
+    const float x1 = lg::to_float(t[2 * pair + 1]);
+    t[2 * pair] = lg::to_half(x0 * c - x1 * s);
+    t[2 * pair + 1] = lg::to_half(x0 * s + x1 * c);
+  }
+}

@@ -1,0 +1,591 @@
+// The fp16 kernels of a batch-1 LLM decode step (kernels/embedding.cu, rms_norm.cu, gemv.cu, elementwise.cu,
+// rope.cu, attention.cu, argmax.cu) against float64 references computed from the same fp16-rounded inputs.
+// Outputs are poisoned with a NaN pattern before each launch, so an element a kernel fails to write fails the
+// comparison.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "common/gpu.hpp"
+
+using namespace lazygraph;
+
+namespace {
+
+/// ||got - ref|| / ||ref|| (and max |got - ref| / max |ref|) must stay below this: fp16 rounds to 2^-11.
+constexpr double kFp16Tolerance = 5e-3;
+constexpr std::uint16_t kPoison = 0x7e00;  // a quiet NaN
+
+std::vector<half> random_halves(std::size_t n) { return to_half(lgtest::random_floats(n)); }
+
+std::vector<double> widen(const std::vector<half>& h) {
+  std::vector<double> out(h.size());
+  for (std::size_t i = 0; i < h.size(); ++i) out[i] = h[i].to_float();
+  return out;
+}
+
+DeviceBuffer<half> poisoned(std::size_t n) {
+  return lgtest::to_device(lgtest::stream(), std::vector<half>(n, half{kPoison}));
+}
+
+DeviceBuffer<half> on_device(const std::vector<half>& h) { return lgtest::to_device(lgtest::stream(), h); }
+
+std::vector<half> on_host(const DeviceBuffer<half>& b) { return lgtest::to_host(lgtest::stream(), b.cview()); }
+
+/// The L2 error of `got` relative to `ref`; infinite when `got` has a NaN or infinity.
+double l2_relative_error(const std::vector<half>& got, const std::vector<double>& ref) {
+  double diff = 0;
+  double norm = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    const double g = got[i].to_float();
+    if (!std::isfinite(g)) return std::numeric_limits<double>::infinity();
+    diff += (g - ref[i]) * (g - ref[i]);
+    norm += ref[i] * ref[i];
+  }
+  return std::sqrt(diff / std::max(norm, 1e-300));
+}
+
+/// max |got - ref| / max |ref|; infinite when `got` has a NaN or infinity.
+double max_relative_error(const std::vector<half>& got, const std::vector<double>& ref) {
+  std::vector<float> g(got.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    g[i] = got[i].to_float();
+    if (!std::isfinite(g[i])) return std::numeric_limits<double>::infinity();
+  }
+  return lgtest::relative_error(g, ref);
+}
+
+/// Both relative errors within fp16 tolerance.
+void check_close(const std::vector<half>& got, const std::vector<double>& ref) {
+  REQUIRE(got.size() == ref.size());
+  const double l2 = l2_relative_error(got, ref);
+  const double max = max_relative_error(got, ref);
+  CHECK(l2 < kFp16Tolerance);
+  CHECK(max < kFp16Tolerance);
+}
+
+/// The elements whose error exceeds one fp16 rounding of the reference plus `allow[i]` (the fp32 arithmetic's
+/// share); at most a few are reported.
+int count_outside_rounding(const std::vector<half>& got, const std::vector<double>& ref,
+                           const std::vector<double>& allow) {
+  int bad = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    const double g = got[i].to_float();
+    const double bound = std::abs(ref[i]) * 0x1.01p-11 + allow[i] + 0x1p-25;
+    if (!(std::abs(g - ref[i]) <= bound)) {
+      if (bad < 5) MESSAGE("element " << i << ": got " << g << ", reference " << ref[i]);
+      ++bad;
+    }
+  }
+  return bad;
+}
+
+double silu(double a) { return a / (1.0 + std::exp(-a)); }
+
+/// Dot products of a row-major rows x cols fp16 matrix with x, and the sums of |terms| (for error bounds).
+struct MatVec {
+  std::vector<double> value;
+  std::vector<double> magnitude;
+};
+
+MatVec matvec(const std::vector<half>& w, const std::vector<double>& x, int rows, int cols) {
+  MatVec r{std::vector<double>(rows), std::vector<double>(rows)};
+  for (int row = 0; row < rows; ++row) {
+    double sum = 0;
+    double mag = 0;
+    const half* w_row = w.data() + static_cast<std::size_t>(row) * cols;
+    for (int c = 0; c < cols; ++c) {
+      const double t = static_cast<double>(w_row[c].to_float()) * x[c];
+      sum += t;
+      mag += std::abs(t);
+    }
+    r.value[row] = sum;
+    r.magnitude[row] = mag;
+  }
+  return r;
+}
+
+/// Allowance for fp32 accumulation: a small multiple of the sum of |terms| (a missing 16-byte chunk of a row
+/// costs about 8 / cols of it, well above this).
+std::vector<double> accumulation_allowance(const std::vector<double>& magnitude) {
+  std::vector<double> a(magnitude.size());
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = 2e-5 * magnitude[i];
+  return a;
+}
+
+/// Block (32, K, R), one row per group (or `grid` blocks, grid-stride).
+LaunchConfig gemv_config(int rows, unsigned warps_per_row, unsigned rows_per_block, unsigned grid = 0) {
+  if (grid == 0) grid = (static_cast<unsigned>(rows) + rows_per_block - 1) / rows_per_block;
+  return {{grid, 1, 1}, {32, warps_per_row, rows_per_block}, 0};
+}
+
+struct GemvShape {
+  int rows;
+  int cols;
+  unsigned warps_per_row;
+  unsigned rows_per_block;
+  unsigned grid;  // 0: one row per group
+};
+
+void check_gemv(const GemvShape& shape) {
+  CAPTURE(shape.rows);
+  CAPTURE(shape.cols);
+  CAPTURE(shape.warps_per_row);
+  CAPTURE(shape.rows_per_block);
+  CAPTURE(shape.grid);
+  Stream& s = lgtest::stream();
+  const auto gemv = lgtest::kernels().get<void(const half*, const half*, half*, int, int)>("gemv");
+  const auto w = random_halves(static_cast<std::size_t>(shape.rows) * shape.cols);
+  const auto x = random_halves(shape.cols);
+  const auto dw = on_device(w);
+  const auto dx = on_device(x);
+  auto out = poisoned(shape.rows);
+  gemv.launch(s, gemv_config(shape.rows, shape.warps_per_row, shape.rows_per_block, shape.grid), dw.cview(), dx.cview(),
+              out.view(), shape.rows, shape.cols);
+  const auto got = on_host(out);
+  const MatVec ref = matvec(w, widen(x), shape.rows, shape.cols);
+  check_close(got, ref.value);
+  CHECK(count_outside_rounding(got, ref.value, accumulation_allowance(ref.magnitude)) == 0);
+}
+
+/// Mean time of `launches` launches of `launch(i)`, after a warm-up, in seconds.
+
+}  // namespace
+
+TEST_SUITE("gpu") {
+  TEST_CASE("embedding copies the row of the token that device memory holds") {
+    Stream& s = lgtest::stream();
+    const auto embedding = lgtest::kernels().get<void(const half*, const int*, half*, int)>("embedding");
+    const int vocab = 1000;
+    const int d = 4096;
+    const auto table = random_halves(static_cast<std::size_t>(vocab) * d);
+    const auto dtable = on_device(table);
+    for (const int token : {123, 0, vocab - 1}) {
+      CAPTURE(token);
+      const auto dtoken = lgtest::to_device(s, std::vector<int>{token});
+      auto out = poisoned(d);
+      embedding.launch(s, grid_for(d, 256), dtable.cview(), dtoken.cview(), out.view(), d);
+      const auto got = on_host(out);
+      const auto first = table.begin() + static_cast<std::ptrdiff_t>(token) * d;
+      CHECK(std::equal(got.begin(), got.end(), first, [](half a, half b) { return a.bits == b.bits; }));
+    }
+  }
+
+  TEST_CASE("rms_norm matches a float64 reference, also in place and for sizes that are not a block multiple") {
+    Stream& s = lgtest::stream();
+    const auto rms_norm = lgtest::kernels().get<void(const half*, const half*, half*, int, float)>("rms_norm");
+    const float eps = 1e-5F;
+    for (const int d : {4096, 1000, 8}) {
+      CAPTURE(d);
+      const auto x = random_halves(d);
+      const auto weight = random_halves(d);
+      double ss = 0;
+      for (const half v : x) ss += double(v.to_float()) * v.to_float();
+      const double inv_rms = 1.0 / std::sqrt(ss / d + eps);
+      std::vector<double> ref(d);
+      for (int i = 0; i < d; ++i) ref[i] = x[i].to_float() * inv_rms * weight[i].to_float();
+
+      const auto dx = on_device(x);
+      const auto dw = on_device(weight);
+      auto out = poisoned(d);
+      rms_norm.launch(s, {{1, 1, 1}, {256, 1, 1}, 0}, dx.cview(), dw.cview(), out.view(), d, eps);
+      check_close(on_host(out), ref);
+
+      auto inplace = on_device(x);
+      rms_norm.launch(s, {{1, 1, 1}, {1024, 1, 1}, 0}, inplace.cview(), dw.cview(), inplace.view(), d, eps);
+      check_close(on_host(inplace), ref);
+    }
+  }
+
+  TEST_CASE("gemv matches a float64 reference for 512 x 1536 weights") {
+    check_gemv({512, 1536, 4, 2, 0});
+    check_gemv({512, 1536, 1, 8, 0});
+    check_gemv({512, 1536, 8, 1, 0});
+  }
+
+  TEST_CASE("gemv matches a float64 reference for 4096 x 11008 and 11008 x 4096 weights") {
+    check_gemv({4096, 11008, 4, 2, 0});
+    check_gemv({4096, 11008, 1, 8, 0});
+    check_gemv({11008, 4096, 2, 4, 0});
+  }
+
+  TEST_CASE("gemv writes every row when rows are not a multiple of the rows per block, or the grid is small") {
+    check_gemv({1001, 1024, 4, 2, 0});
+    check_gemv({1001, 1024, 1, 8, 0});
+    check_gemv({1001, 1024, 2, 3, 0});
+    check_gemv({1001, 1024, 1, 8, 7});  // grid-stride: 7 blocks for 126 row groups
+    check_gemv({3, 8, 1, 8, 0});        // one chunk per row, most lanes idle
+    check_gemv({37, 2056, 8, 1, 0});    // 257 chunks: one past a multiple of the warps' stride
+  }
+
+  TEST_CASE("gemv_add adds W x to the residual in place") {
+    Stream& s = lgtest::stream();
+    const auto gemv_add = lgtest::kernels().get<void(const half*, const half*, half*, int, int)>("gemv_add");
+    const int rows = 4096;
+    const int cols = 11008;
+    const auto w = random_halves(static_cast<std::size_t>(rows) * cols);
+    const auto x = random_halves(cols);
+    const auto residual = random_halves(rows);
+    const auto dw = on_device(w);
+    const auto dx = on_device(x);
+    auto out = on_device(residual);
+    gemv_add.launch(s, gemv_config(rows, 4, 2), dw.cview(), dx.cview(), out.view(), rows, cols);
+    const auto got = on_host(out);
+    MatVec ref = matvec(w, widen(x), rows, cols);
+    for (int r = 0; r < rows; ++r) {
+      ref.value[r] += residual[r].to_float();
+      ref.magnitude[r] += std::abs(residual[r].to_float());
+    }
+    check_close(got, ref.value);
+    CHECK(count_outside_rounding(got, ref.value, accumulation_allowance(ref.magnitude)) == 0);
+  }
+
+  TEST_CASE("gemv_dual computes two products that share x") {
+    Stream& s = lgtest::stream();
+    const auto gemv_dual =
+        lgtest::kernels().get<void(const half*, const half*, const half*, half*, half*, int, int)>("gemv_dual");
+    for (const auto& [rows, cols] : {std::pair{1536, 512}, std::pair{11008, 4096}, std::pair{999, 1032}}) {
+      CAPTURE(rows);
+      CAPTURE(cols);
+      const auto w1 = random_halves(static_cast<std::size_t>(rows) * cols);
+      const auto w3 = random_halves(static_cast<std::size_t>(rows) * cols);
+      const auto x = random_halves(cols);
+      const auto dw1 = on_device(w1);
+      const auto dw3 = on_device(w3);
+      const auto dx = on_device(x);
+      auto out1 = poisoned(rows);
+      auto out3 = poisoned(rows);
+      gemv_dual.launch(s, gemv_config(rows, 4, 2), dw1.cview(), dw3.cview(), dx.cview(), out1.view(), out3.view(), rows,
+                       cols);
+      const auto xd = widen(x);
+      const MatVec ref1 = matvec(w1, xd, rows, cols);
+      const MatVec ref3 = matvec(w3, xd, rows, cols);
+      const auto got1 = on_host(out1);
+      const auto got3 = on_host(out3);
+      check_close(got1, ref1.value);
+      check_close(got3, ref3.value);
+      CHECK(count_outside_rounding(got1, ref1.value, accumulation_allowance(ref1.magnitude)) == 0);
+      CHECK(count_outside_rounding(got3, ref3.value, accumulation_allowance(ref3.magnitude)) == 0);
+    }
+  }
+
+  TEST_CASE("gemv_swiglu computes silu(W1 x) * (W3 x)") {
+    Stream& s = lgtest::stream();
+    const auto gemv_swiglu =
+        lgtest::kernels().get<void(const half*, const half*, const half*, half*, int, int)>("gemv_swiglu");
+    for (const auto& [rows, cols] : {std::pair{1536, 512}, std::pair{4096, 1024}, std::pair{1001, 1024}}) {
+      CAPTURE(rows);
+      CAPTURE(cols);
+      const auto w1 = random_halves(static_cast<std::size_t>(rows) * cols);
+      const auto w3 = random_halves(static_cast<std::size_t>(rows) * cols);
+      const auto x = random_halves(cols);
+      const auto dw1 = on_device(w1);
+      const auto dw3 = on_device(w3);
+      const auto dx = on_device(x);
+      auto out = poisoned(rows);
+      gemv_swiglu.launch(s, gemv_config(rows, 1, 8), dw1.cview(), dw3.cview(), dx.cview(), out.view(), rows, cols);
+      const auto xd = widen(x);
+      const MatVec a = matvec(w1, xd, rows, cols);
+      const MatVec b = matvec(w3, xd, rows, cols);
+      std::vector<double> ref(rows);
+      for (int r = 0; r < rows; ++r) ref[r] = silu(a.value[r]) * b.value[r];
+      check_close(on_host(out), ref);
+    }
+  }
+
+  TEST_CASE("rms_norm_gemv equals a gemv of the normalised vector") {
+    Stream& s = lgtest::stream();
+    const auto rms_norm_gemv =
+        lgtest::kernels().get<void(const half*, const half*, const half*, half*, int, int, float)>("rms_norm_gemv");
+    const float eps = 1e-5F;
+    for (const auto& [rows, cols] : {std::pair{1536, 512}, std::pair{12288, 4096}, std::pair{1001, 1032}}) {
+      CAPTURE(rows);
+      CAPTURE(cols);
+      const auto w = random_halves(static_cast<std::size_t>(rows) * cols);
+      const auto x = random_halves(cols);
+      const auto g = random_halves(cols);
+      const auto dw = on_device(w);
+      const auto dx = on_device(x);
+      const auto dg = on_device(g);
+      auto out = poisoned(rows);
+      rms_norm_gemv.launch(s, gemv_config(rows, 4, 2), dw.cview(), dx.cview(), dg.cview(), out.view(), rows, cols, eps);
+      double ss = 0;
+      for (const half v : x) ss += double(v.to_float()) * v.to_float();
+      const double inv_rms = 1.0 / std::sqrt(ss / cols + eps);
+      std::vector<double> h(cols);
+      for (int c = 0; c < cols; ++c) h[c] = x[c].to_float() * inv_rms * g[c].to_float();
+      const MatVec ref = matvec(w, h, rows, cols);
+      const auto got = on_host(out);
+      check_close(got, ref.value);
+      CHECK(count_outside_rounding(got, ref.value, accumulation_allowance(ref.magnitude)) == 0);
+    }
+  }
+
+  TEST_CASE("rms_norm_gemv_swiglu equals silu(W1 h) * (W3 h) of the normalised vector h") {
+    Stream& s = lgtest::stream();
+    const auto fused =
+        lgtest::kernels().get<void(const half*, const half*, const half*, const half*, half*, int, int, float)>(
+            "rms_norm_gemv_swiglu");
+    const float eps = 1e-5F;
+    for (const auto& [rows, cols] : {std::pair{1536, 512}, std::pair{11008, 4096}}) {
+      CAPTURE(rows);
+      CAPTURE(cols);
+      const auto w1 = random_halves(static_cast<std::size_t>(rows) * cols);
+      const auto w3 = random_halves(static_cast<std::size_t>(rows) * cols);
+      const auto x = random_halves(cols);
+      const auto g = random_halves(cols);
+      const auto dw1 = on_device(w1);
+      const auto dw3 = on_device(w3);
+      const auto dx = on_device(x);
+      const auto dg = on_device(g);
+      auto out = poisoned(rows);
+      fused.launch(s, gemv_config(rows, 4, 2), dw1.cview(), dw3.cview(), dx.cview(), dg.cview(), out.view(), rows, cols,
+                   eps);
+      double ss = 0;
+      for (const half v : x) ss += double(v.to_float()) * v.to_float();
+      const double inv_rms = 1.0 / std::sqrt(ss / cols + eps);
+      std::vector<double> h(cols);
+      for (int c = 0; c < cols; ++c) h[c] = x[c].to_float() * inv_rms * g[c].to_float();
+      const MatVec a = matvec(w1, h, rows, cols);
+      const MatVec b = matvec(w3, h, rows, cols);
+      std::vector<double> ref(rows);
+      for (int r = 0; r < rows; ++r) ref[r] = silu(a.value[r]) * b.value[r];
+      check_close(on_host(out), ref);
+    }
+  }
+
+  TEST_CASE("silu_mul gates b with silu(a), also in place") {
+    Stream& s = lgtest::stream();
+    const auto silu_mul = lgtest::kernels().get<void(const half*, const half*, half*, int)>("silu_mul");
+    const int n = 11008 + 5;
+    // Wider than [-1, 1), so that silu's tails are exercised.
+    auto a = random_halves(n);
+    for (half& v : a) v = half::from_float(8.0F * v.to_float());
+    const auto b = random_halves(n);
+    const auto da = on_device(a);
+    const auto db = on_device(b);
+    std::vector<double> ref(n);
+    for (int i = 0; i < n; ++i) ref[i] = silu(a[i].to_float()) * b[i].to_float();
+
+    auto out = poisoned(n);
+    silu_mul.launch(s, grid_for(n, 256), da.cview(), db.cview(), out.view(), n);
+    check_close(on_host(out), ref);
+
+    auto inplace = on_device(a);
+    silu_mul.launch(s, {{3, 1, 1}, {256, 1, 1}, 0}, inplace.cview(), db.cview(), inplace.view(), n);  // grid-stride
+    check_close(on_host(inplace), ref);
+  }
+
+  TEST_CASE("add_inplace adds y to x element by element") {
+    Stream& s = lgtest::stream();
+    const auto add_inplace = lgtest::kernels().get<void(half*, const half*, int)>("add_inplace");
+    const int n = 4096 + 3;
+    const auto x = random_halves(n);
+    const auto y = random_halves(n);
+    std::vector<double> ref(n);
+    for (int i = 0; i < n; ++i) ref[i] = double(x[i].to_float()) + y[i].to_float();
+    for (const LaunchConfig& config : {grid_for(n, 256), LaunchConfig{{5, 1, 1}, {128, 1, 1}, 0}}) {
+      auto dx = on_device(x);
+      const auto dy = on_device(y);
+      add_inplace.launch(s, config, dx.view(), dy.cview(), n);
+      check_close(on_host(dx), ref);
+    }
+  }
+
+  TEST_CASE("rope rotates the pairs of every q and k head by position-dependent angles") {
+    Stream& s = lgtest::stream();
+    const auto rope = lgtest::kernels().get<void(half*, half*, const int*, int, int, float)>("rope");
+    const float theta = 10000.0F;
+    for (const auto& [n_heads, head_dim] : {std::pair{32, 64}, std::pair{8, 128}}) {
+      for (const int position : {0, 1, 517, 1023}) {
+        CAPTURE(n_heads);
+        CAPTURE(head_dim);
+        CAPTURE(position);
+        const int n = n_heads * head_dim;
+        const auto q = random_halves(n);
+        const auto k = random_halves(n);
+        auto dq = on_device(q);
+        auto dk = on_device(k);
+        const auto dpos = lgtest::to_device(s, std::vector<int>{position});
+        rope.launch(s, grid_for(n, 256), dq.view(), dk.view(), dpos.cview(), n_heads, head_dim, theta);
+        for (const auto& [input, device] : {std::pair{&q, &dq}, std::pair{&k, &dk}}) {
+          std::vector<double> ref(n);
+          for (int h = 0; h < n_heads; ++h) {
+            for (int i = 0; i < head_dim / 2; ++i) {
+              const double angle = position * std::pow(double(theta), -2.0 * i / head_dim);
+              const int at = h * head_dim + 2 * i;
+              const double x0 = (*input)[at].to_float();
+              const double x1 = (*input)[at + 1].to_float();
+              ref[at] = x0 * std::cos(angle) - x1 * std::sin(angle);
+              ref[at + 1] = x0 * std::sin(angle) + x1 * std::cos(angle);
+            }
+          }
+          check_close(on_host(*device), ref);
+        }
+      }
+    }
+  }
+
+  TEST_CASE("kv_append writes k and v at the position and nowhere else") {
+    Stream& s = lgtest::stream();
+    const auto kv_append =
+        lgtest::kernels().get<void(const half*, const half*, half*, half*, const int*, int, int, int)>("kv_append");
+    const int n_heads = 32;
+    const int head_dim = 64;
+    const int max_ctx = 1024;
+    const std::size_t cache_size = static_cast<std::size_t>(n_heads) * max_ctx * head_dim;
+    auto k_cache = poisoned(cache_size);
+    auto v_cache = poisoned(cache_size);
+    const auto k = random_halves(n_heads * head_dim);
+    const auto v = random_halves(n_heads * head_dim);
+    const auto dk = on_device(k);
+    const auto dv = on_device(v);
+    for (const int position : {0, 700, max_ctx - 1}) {
+      const auto dpos = lgtest::to_device(s, std::vector<int>{position});
+      kv_append.launch(s, grid_for(n_heads * head_dim, 256), dk.cview(), dv.cview(), k_cache.view(), v_cache.view(),
+                       dpos.cview(), n_heads, head_dim, max_ctx);
+    }
+    const auto kc = on_host(k_cache);
+    const auto vc = on_host(v_cache);
+    int wrong = 0;
+    for (int h = 0; h < n_heads; ++h) {
+      for (int p = 0; p < max_ctx; ++p) {
+        const bool written = p == 0 || p == 700 || p == max_ctx - 1;
+        for (int d = 0; d < head_dim; ++d) {
+          const std::size_t at = (static_cast<std::size_t>(h) * max_ctx + p) * head_dim + d;
+          const std::uint16_t want_k = written ? k[h * head_dim + d].bits : kPoison;
+          const std::uint16_t want_v = written ? v[h * head_dim + d].bits : kPoison;
+          wrong += static_cast<int>(kc[at].bits != want_k) + static_cast<int>(vc[at].bits != want_v);
+        }
+      }
+    }
+    CHECK(wrong == 0);
+  }
+
+  TEST_CASE("attention is the softmax-weighted sum of the cached values up to the position") {
+    Stream& s = lgtest::stream();
+    const auto attention =
+        lgtest::kernels().get<void(const half*, const half*, const half*, half*, const int*, int, int, int, float)>(
+            "attention");
+    const int max_ctx = 1024;
+    for (const auto& [n_heads, head_dim] : {std::pair{32, 64}, std::pair{8, 128}, std::pair{4, 96}}) {
+      const std::size_t cache_size = static_cast<std::size_t>(n_heads) * max_ctx * head_dim;
+      // Keys scaled up so that the softmax is far from uniform; positions past p hold huge values, which would
+      // dominate the result if the kernel read them.
+      auto k_host = random_halves(cache_size);
+      auto v_host = random_halves(cache_size);
+      const auto q = random_halves(static_cast<std::size_t>(n_heads) * head_dim);
+      for (half& h : k_host) h = half::from_float(4.0F * h.to_float());
+      const float scale = 1.0F / std::sqrt(static_cast<float>(head_dim));
+      for (const int position : {0, 1, 37, 500, max_ctx - 1}) {
+        CAPTURE(n_heads);
+        CAPTURE(head_dim);
+        CAPTURE(position);
+        auto k_poisoned = k_host;
+        auto v_poisoned = v_host;
+        for (int h = 0; h < n_heads; ++h) {
+          for (int p = position + 1; p < max_ctx; ++p) {
+            for (int d = 0; d < head_dim; ++d) {
+              const std::size_t at = (static_cast<std::size_t>(h) * max_ctx + p) * head_dim + d;
+              k_poisoned[at] = half::from_float(1000.0F);
+              v_poisoned[at] = half::from_float(30000.0F);
+            }
+          }
+        }
+        const auto dk = on_device(k_poisoned);
+        const auto dv = on_device(v_poisoned);
+        const auto dq = on_device(q);
+        const auto dpos = lgtest::to_device(s, std::vector<int>{position});
+
+        std::vector<double> ref(static_cast<std::size_t>(n_heads) * head_dim, 0.0);
+        for (int h = 0; h < n_heads; ++h) {
+          std::vector<double> score(position + 1);
+          for (int j = 0; j <= position; ++j) {
+            double dot = 0;
+            for (int d = 0; d < head_dim; ++d) {
+              dot += double(q[h * head_dim + d].to_float()) *
+                     k_host[(static_cast<std::size_t>(h) * max_ctx + j) * head_dim + d].to_float();
+            }
+            score[j] = scale * dot;
+          }
+          const double m = *std::max_element(score.begin(), score.end());
+          double sum = 0;
+          for (double& sc : score) sum += (sc = std::exp(sc - m));
+          for (int j = 0; j <= position; ++j) {
+            for (int d = 0; d < head_dim; ++d) {
+              ref[h * head_dim + d] +=
+                  score[j] / sum * v_host[(static_cast<std::size_t>(h) * max_ctx + j) * head_dim + d].to_float();
+            }
+          }
+        }
+
+        for (const unsigned block : {1024U, 256U, 96U}) {
+          CAPTURE(block);
+          auto out = poisoned(static_cast<std::size_t>(n_heads) * head_dim);
+          attention.launch(s, {{static_cast<unsigned>(n_heads), 1, 1}, {block, 1, 1}, max_ctx * 4U}, dq.cview(),
+                           dk.cview(), dv.cview(), out.view(), dpos.cview(), n_heads, head_dim, max_ctx, scale);
+          check_close(on_host(out), ref);
+        }
+      }
+    }
+  }
+
+  TEST_CASE("argmax finds the largest logit and the lowest index among ties") {
+    Stream& s = lgtest::stream();
+    const auto argmax = lgtest::kernels().get<void(const half*, int*, int)>("argmax");
+    const int n = 32000;
+    auto run = [&](const std::vector<half>& logits, unsigned block) {
+      const auto d = on_device(logits);
+      auto out = lgtest::to_device(s, std::vector<int>{-7});
+      argmax.launch(s, {{1, 1, 1}, {block, 1, 1}, 0}, d.cview(), out.view(), static_cast<int>(logits.size()));
+      return lgtest::to_host(s, out.cview())[0];
+    };
+    auto reference = [](const std::vector<half>& logits) {
+      int best = 0;
+      for (int i = 1; i < static_cast<int>(logits.size()); ++i) {
+        if (logits[i].to_float() > logits[best].to_float()) best = i;
+      }
+      return best;
+    };
+    for (const unsigned block : {1024U, 256U, 32U}) {
+      CAPTURE(block);
+      auto logits = random_halves(n);  // random fp16 values in [-1, 1) tie often
+      CHECK(run(logits, block) == reference(logits));
+
+      for (const auto& [first, second] : {std::pair{5, 31999}, std::pair{17000, 17001}, std::pair{0, 1024}}) {
+        CAPTURE(first);
+        CAPTURE(second);
+        logits[first] = half::from_float(7.5F);
+        logits[second] = half::from_float(7.5F);
+        CHECK(run(logits, block) == first);
+        logits[first] = half::from_float(0.5F);
+        logits[second] = half::from_float(0.25F);
+      }
+      logits.back() = half::from_float(9.0F);
+      CHECK(run(logits, block) == n - 1);
+      logits[3] = half{0x7e00};  // a NaN does not win
+      CHECK(run(logits, block) == n - 1);
+      CHECK(run(std::vector<half>(100, half{0x7e00}), block) == -1);
+
+      // n not a multiple of 8: the last logits take the single-element path.
+      auto tail = random_halves(1003);
+      tail[1001] = half::from_float(3.0F);
+      tail[1002] = half::from_float(3.0F);
+      CHECK(run(tail, block) == 1001);
+      tail[6] = half::from_float(3.0F);
+      CHECK(run(tail, block) == 6);
+
+      // Logits that start off a 16-byte boundary take the single-element path throughout.
+      const auto shifted = on_device(logits);
+      const auto view = shifted.cview().subspan(1, n - 1);
+      auto out = lgtest::to_device(s, std::vector<int>{-7});
+      argmax.launch(s, {{1, 1, 1}, {block, 1, 1}, 0}, view, out.view(), n - 1);
+      CHECK(lgtest::to_host(s, out.cview())[0] == n - 2);
+    }
+  }
+}
