@@ -139,7 +139,13 @@ GraphState::~GraphState() {
   // The stream's destructor does not wait; replays still in flight must finish before the owners let go of
   // the memory they use.
   try {
-    stream_.synchronize();
+    // A replay queued on another stream (launch_on) may still run: wait for the whole device then, since the
+    // graph cannot know which of the user's streams are done. Otherwise its own stream suffices.
+    if (launched_elsewhere_) {
+      stream_.device().synchronize();
+    } else {
+      stream_.synchronize();
+    }
   } catch (...) {  // NOLINT(bugprone-empty-catch): destructors never throw; nothing better to do
   }
   drv::graph_exec_destroy_no_throw(exec_);
@@ -156,6 +162,7 @@ void GraphState::launch_on(const Stream& stream) {
     updates_done_.record(stream_);
     stream.wait(updates_done_);
   }
+  if (stream.get() != stream_.get()) launched_elsewhere_ = true;
   drv::graph_launch(exec_, stream.get());
 }
 

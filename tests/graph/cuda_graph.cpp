@@ -206,6 +206,28 @@ TEST_SUITE("gpu") {
     CHECK(lgtest::to_host(s, b.cview())[255] == 9.0F);
   }
 
+  TEST_CASE("destroying a graph waits for a replay still running on another stream before freeing its buffers") {
+    Stream& s = lgtest::stream();
+    Stream other(lgtest::device());
+    const int n = 1 << 22;
+    DeviceBuffer<float> out = zeros<float>(n).sync_on(s);
+    const std::size_t before = lgtest::device().free_memory();
+    {
+      std::optional<CudaGraph<>> graph;
+      {
+        DeviceBuffer<float> x = ones<float>(n).sync_on(s);
+        std::vector<decltype(axpy()(grid_for(n, 256), 1.0F, x.cview(), out.view(), n))> steps;
+        for (int i = 0; i < 200; ++i) steps.push_back(axpy()(grid_for(n, 256), 1.0F, x.cview(), out.view(), n));
+        graph.emplace(CudaGraph<>::capture(s, chain(std::move(steps))));
+      }                         // x now lives only in the graph
+      graph->launch_on(other);  // 200 kernels, still running when the graph goes
+    }
+    const auto v = lgtest::to_host(s, out.cview());
+    CHECK(v[0] == 200.0F);
+    CHECK(v[n - 1] == 200.0F);
+    CHECK(lgtest::device().free_memory() + (64ULL << 20U) >= before);
+  }
+
   TEST_CASE("every capture mode captures a working graph") {
     Stream& s = lgtest::stream();
     DeviceBuffer<float> b = zeros<float>(64).sync_on(s);

@@ -76,6 +76,7 @@ class GraphState {
   std::vector<std::shared_ptr<const void>> owners_;
   std::vector<std::shared_ptr<const void>> pending_;
   bool pending_updates_ = false;
+  bool launched_elsewhere_ = false;  ///< a replay went to a stream other than stream_
 };
 
 }  // namespace detail
