@@ -1,0 +1,193 @@
+// The models benchmark, lazygraph side: the SwiGLU MLP stack at three sizes and the decoder, timed with CUDA
+// events (medians of many forwards), checked against float64, and written to OUTDIR/lazygraph.json with the raw
+// outputs, which examples/bench/torch_models.py then compares with PyTorch eager and torch.cuda.graph.
+//   usage: bench_models [OUTDIR] [forwards]
+#include <lazygraph/lazygraph.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "decoder.hpp"
+#include "mlp.hpp"
+#include "random_weights.hpp"
+#include "reference.hpp"
+
+namespace lg = lazygraph;
+using lg::half;
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+/// Median time in microseconds of `count` runs of `submit()` (work queued on `s`), each between its own pair of
+/// events, after `warmup` untimed runs. All runs are queued back to back; one synchronisation at the end.
+template <class F>
+double median_us(const lg::Stream& s, int count, F&& submit, int warmup = 20) {
+  for (int i = 0; i < warmup; ++i) submit();
+  s.synchronize();
+  std::vector<lg::Event> begin;
+  std::vector<lg::Event> end;
+  begin.reserve(static_cast<std::size_t>(count));
+  end.reserve(static_cast<std::size_t>(count));
+  for (int i = 0; i < count; ++i) {
+    begin.emplace_back(s.device());
+    end.emplace_back(s.device());
+  }
+  for (int i = 0; i < count; ++i) {
+    begin[static_cast<std::size_t>(i)].record(s);
+    submit();
+    end[static_cast<std::size_t>(i)].record(s);
+  }
+  s.synchronize();
+  std::vector<double> us;
+  us.reserve(static_cast<std::size_t>(count));
+  for (int i = 0; i < count; ++i) {
+    us.push_back(lg::Event::elapsed_ms(begin[static_cast<std::size_t>(i)], end[static_cast<std::size_t>(i)]) * 1e3);
+  }
+  return median(us);
+}
+
+void write_halves(const std::string& path, const std::vector<half>& values) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(values.size() * sizeof(half)));
+  if (!out) throw std::runtime_error("cannot write " + path);
+}
+
+struct MlpResult {
+  models::MlpConfig config;
+  double graph_us = 0;
+  double forward_us = 0;
+  double eager_us = 0;
+  double rel_err = 0;
+  std::string output;
+};
+
+MlpResult bench_mlp(const lg::Stream& s, const lg::KernelLibrary& kernels, const models::MlpConfig& config,
+                    int forwards, const std::string& dir) {
+  MlpResult r{config, 0, 0, 0, 0, ""};
+  models::Mlp mlp(s, kernels, config);
+  const std::vector<half> input = models::host_tensor(config.seed, {2000000, static_cast<std::size_t>(config.d), 1, 0});
+  const std::vector<half> output = mlp.forward(input);
+  r.rel_err = models::relative_error(models::widen(output), models::mlp_reference(config, models::widen(input)));
+  r.output = "mlp_" + std::to_string(config.d) + "_" + std::to_string(config.ffn) + "_" +
+             std::to_string(config.layers) + ".f16";
+  write_halves(dir + "/" + r.output, output);
+
+  // The graph alone (input already in place), Module::forward with host input and output, and the same ops
+  // launched eagerly without a graph.
+  r.graph_us = median_us(s, forwards, [&] { mlp.graph().launch_on(s); });
+  std::vector<half> out(output.size());
+  r.forward_us = median_us(s, forwards, [&] { mlp.forward_into(input, out); });
+  lg::DeviceBuffer<half> x = lg::from_host(input).sync_on(s);
+  lg::DeviceBuffer<half> y(s.device(), input.size());
+  const auto op = mlp.forward_op(x.cview(), y.view());
+  lg::ExecContext ctx(s, false);
+  r.eager_us = median_us(s, forwards, [&] { op.execute(ctx); });
+  return r;
+}
+
+struct DecoderResult {
+  std::vector<int> tokens;
+  double tokens_per_s = 0;
+  double step_graph_us = 0;
+  double step_eager_us = 0;
+};
+
+DecoderResult bench_decoder(const lg::Stream& s, const lg::KernelLibrary& kernels,
+                            const models::DecoderConfig& config, int first_token, int steps, int forwards,
+                            const std::string& dir) {
+  DecoderResult r;
+  models::Decoder decoder(s, kernels, config);
+  decoder.forward({first_token, 0});
+  write_halves(dir + "/decoder_logits0.f16", decoder.logits());
+
+  const auto run = [&] {
+    decoder.reset();
+    r.tokens.clear();
+    int token = first_token;
+    const auto start = std::chrono::steady_clock::now();
+    for (int p = 0; p < steps; ++p) r.tokens.push_back(token = decoder.forward({token, p}));
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  run();  // warm-up
+  r.tokens_per_s = steps / std::min(run(), run());
+
+  // One step's device time at a mid-sequence position (the io buffer still holds the last step's).
+  r.step_graph_us = median_us(s, forwards, [&] { decoder.graph().launch_on(s); });
+  const auto op = decoder.step_op();
+  lg::ExecContext ctx(s, false);
+  r.step_eager_us = median_us(s, forwards, [&] { op.execute(ctx); });
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string dir = argc > 1 ? argv[1] : ".";
+  const int forwards = argc > 2 ? std::max(1, std::atoi(argv[2])) : 300;
+  std::string why;
+  if (!lg::gpu_available(&why)) {
+    std::printf("bench_models: no GPU (%s)\n", why.c_str());
+    return 0;
+  }
+  lg::Device gpu = lg::Device::first();
+  lg::Stream s = gpu.create_stream();
+  lg::KernelLibrary kernels(gpu);
+
+  std::printf("lazygraph models on %s; medians of %d forwards, CUDA events\n\n", gpu.name().c_str(), forwards);
+  std::printf("| MLP (d, ffn, layers) | weights MB | graph us | forward() us | eager us | eager/graph | TB/s | "
+              "rel err f64 |\n|---|---|---|---|---|---|---|---|\n");
+  std::vector<MlpResult> mlps;
+  for (const auto& [d, ffn, layers] : {std::tuple{512, 1536, 16}, std::tuple{1024, 4096, 8},
+                                       std::tuple{4096, 11008, 4}}) {
+    models::MlpConfig config;
+    config.d = d;
+    config.ffn = ffn;
+    config.layers = layers;
+    const MlpResult& r = mlps.emplace_back(bench_mlp(s, kernels, config, forwards, dir));
+    const double mb = static_cast<double>(config.weight_bytes()) / 1e6;
+    std::printf("| (%d, %d, %d) | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f | %.1e |\n", d, ffn, layers, mb,
+                r.graph_us, r.forward_us, r.eager_us, r.eager_us / r.graph_us, mb / r.graph_us,
+                r.rel_err);
+    std::fflush(stdout);
+  }
+
+  const models::DecoderConfig dc;
+  const int first_token = 1;
+  const int steps = 256;
+  const DecoderResult dr = bench_decoder(s, kernels, dc, first_token, steps, forwards, dir);
+  std::printf("\n| decoder | tokens/s (forward per token) | step graph us | step eager us | eager/graph |\n"
+              "|---|---|---|---|---|\n| d %d, %d layers, vocab %d | %.0f | %.1f | %.1f | %.2f |\n",
+              dc.d, dc.layers, dc.vocab, dr.tokens_per_s, dr.step_graph_us, dr.step_eager_us,
+              dr.step_eager_us / dr.step_graph_us);
+
+  std::ostringstream json;
+  json << "{\n  \"device\": \"" << gpu.name() << "\",\n  \"forwards\": " << forwards << ",\n  \"mlp\": [\n";
+  for (std::size_t i = 0; i < mlps.size(); ++i) {
+    const MlpResult& r = mlps[i];
+    json << "    {\"d\": " << r.config.d << ", \"ffn\": " << r.config.ffn << ", \"layers\": " << r.config.layers
+         << ", \"seed\": " << r.config.seed << ", \"graph_us\": " << r.graph_us << ", \"forward_us\": " << r.forward_us
+         << ", \"eager_us\": " << r.eager_us << ", \"weight_bytes\": " << r.config.weight_bytes()
+         << ", \"rel_err_f64\": " << r.rel_err << ", \"output\": \"" << r.output << "\"}"
+         << (i + 1 < mlps.size() ? ",\n" : "\n");
+  }
+  json << "  ],\n  \"decoder\": {\"config\": {\"d\": " << dc.d << ", \"heads\": " << dc.heads
+       << ", \"layers\": " << dc.layers << ", \"ffn\": " << dc.ffn << ", \"vocab\": " << dc.vocab
+       << ", \"context\": " << dc.context << ", \"theta\": " << dc.theta << ", \"eps\": " << dc.eps
+       << ", \"seed\": " << dc.seed << "},\n    \"start_token\": " << first_token << ", \"steps\": " << steps
+       << ", \"tokens_per_s\": " << dr.tokens_per_s << ", \"step_graph_us\": " << dr.step_graph_us
+       << ", \"step_eager_us\": " << dr.step_eager_us << ", \"logits0\": \"decoder_logits0.f16\",\n    \"tokens\": [";
+  for (std::size_t i = 0; i < dr.tokens.size(); ++i) json << (i > 0 ? ", " : "") << dr.tokens[i];
+  json << "]}\n}\n";
+  std::ofstream(dir + "/lazygraph.json") << json.str();
+  return 0;
+}

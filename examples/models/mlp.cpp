@@ -1,0 +1,54 @@
+#include "mlp.hpp"
+
+#include <string>
+
+#include "random_weights.hpp"
+
+namespace models {
+
+void MlpConfig::validate() const {
+  if (d <= 0 || d % 8 != 0 || ffn <= 0 || ffn % 8 != 0 || layers < 1) {
+    throw lg::UsageError("MlpConfig: d (" + std::to_string(d) + ") and ffn (" + std::to_string(ffn) +
+                         ") must be positive multiples of 8 and layers (" + std::to_string(layers) +
+                         ") at least 1");
+  }
+}
+
+std::size_t MlpConfig::weight_bytes() const {
+  const auto per_layer = 3 * static_cast<std::size_t>(d) * static_cast<std::size_t>(ffn) + static_cast<std::size_t>(d);
+  return per_layer * static_cast<std::size_t>(layers) * sizeof(half);
+}
+
+SwigluWeights generate_swiglu_weights(const lg::Stream& stream, const ModelKernels& kernels, std::uint32_t seed,
+                                      int layer, int d, int ffn) {
+  const auto id = [&](std::uint32_t slot) { return 16U * static_cast<std::uint32_t>(layer) + slot; };
+  return {device_tensor(stream, kernels.fill_uniform, seed, gain_spec(id(6), d)),
+          device_tensor(stream, kernels.fill_uniform, seed, matrix_spec(id(7), ffn, d)),
+          device_tensor(stream, kernels.fill_uniform, seed, matrix_spec(id(8), ffn, d)),
+          device_tensor(stream, kernels.fill_uniform, seed, matrix_spec(id(9), d, ffn))};
+}
+
+namespace {
+
+std::vector<SwigluWeights> generate_layers(const lg::Stream& stream, const ModelKernels& kernels,
+                                           const MlpConfig& config) {
+  config.validate();
+  std::vector<SwigluWeights> layers;
+  layers.reserve(static_cast<std::size_t>(config.layers));
+  for (int l = 0; l < config.layers; ++l) {
+    layers.push_back(generate_swiglu_weights(stream, kernels, config.seed, l, config.d, config.ffn));
+  }
+  return layers;
+}
+
+}  // namespace
+
+Mlp::Mlp(const lg::Stream& stream, const lg::KernelLibrary& library, const MlpConfig& config)
+    : config_(config),
+      kernels_(library),
+      layers_(generate_layers(stream, kernels_, config_)),
+      act_(stream.device(), static_cast<std::size_t>(config_.ffn)),
+      module_(stream, static_cast<std::size_t>(config_.d), static_cast<std::size_t>(config_.d),
+              [this](lg::DeviceSpan<const half> in, lg::DeviceSpan<half> out) { return forward_op(in, out); }) {}
+
+}  // namespace models

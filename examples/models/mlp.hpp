@@ -1,0 +1,98 @@
+#pragma once
+/// \file
+/// A stack of SwiGLU MLP blocks with RMSNorm and residual adds (README.md gives the exact math), as an op
+/// expression and as a graph-backed Module.
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "model_kernels.hpp"
+
+namespace models {
+
+struct MlpConfig {
+  int d = 512;
+  int ffn = 1536;
+  int layers = 16;
+  std::uint32_t seed = 1234;
+  float eps = 1e-5F;
+
+  /// \throws lazygraph::UsageError unless d and ffn are positive multiples of 8 (the gemv kernels load 8 halves
+  /// at a time) and layers >= 1.
+  void validate() const;
+  /// Bytes of weights one forward pass reads (the matrices and the norm gains).
+  [[nodiscard]] std::size_t weight_bytes() const;
+};
+
+/// One block's weights: norm gain [d], W1 and W3 [ffn x d], W2 [d x ffn].
+struct SwigluWeights {
+  lg::DeviceBuffer<half> gain;
+  lg::DeviceBuffer<half> w1;
+  lg::DeviceBuffer<half> w3;
+  lg::DeviceBuffer<half> w2;
+};
+
+/// Generates block `layer`'s weights on the GPU from the seed (README.md's tensor ids 16 l + 6..9).
+SwigluWeights generate_swiglu_weights(const lg::Stream& stream, const ModelKernels& kernels, std::uint32_t seed,
+                                      int layer, int d, int ffn);
+
+/// x += W2 (silu(W1 h) * (W3 h)), h = rmsnorm(x) * gain, in place on the residual stream `x` [d], using `act`
+/// [ffn] as scratch: a fused norm + gate/up projection kernel, then the down projection with the add fused.
+inline auto swiglu_block(const ModelKernels& k, const SwigluWeights& w, lg::DeviceSpan<half> x,
+                         lg::DeviceSpan<half> act, int d, int ffn, float eps) {
+  return k.rms_norm_gemv_swiglu(gemv_config(ffn), w.w1.cview(), w.w3.cview(), x.as_const(), w.gain.cview(), act, ffn,
+                                d, eps) >>
+         k.gemv_add(gemv_config(d), w.w2.cview(), act.as_const(), x, d, ffn);
+}
+
+using SwigluBlockOp = decltype(swiglu_block(std::declval<const ModelKernels&>(), std::declval<const SwigluWeights&>(),
+                                            lg::DeviceSpan<half>{}, lg::DeviceSpan<half>{}, 0, 0, 0.0F));
+
+/// The whole MLP as one op: copies `input` into `output` (the residual stream), then runs every block on it.
+inline auto mlp_forward(const ModelKernels& k, const std::vector<SwigluWeights>& layers, const MlpConfig& config,
+                        lg::DeviceSpan<const half> input, lg::DeviceSpan<half> output, lg::DeviceSpan<half> act) {
+  std::vector<SwigluBlockOp> blocks;
+  blocks.reserve(layers.size());
+  for (const SwigluWeights& w : layers) blocks.push_back(swiglu_block(k, w, output, act, config.d, config.ffn, config.eps));
+  return lg::copy(output, input) >> lg::chain(std::move(blocks));
+}
+
+/// The MLP stack as a Module: weights generated on the GPU from the seed, forward pass captured once into a
+/// CUDA graph at construction. `forward` copies the d inputs in, replays, and returns the d outputs.
+/// Not thread-safe: forward it from one thread at a time.
+class Mlp {
+ public:
+  using Input = std::span<const half>;
+  using Output = std::vector<half>;
+
+  /// \throws lazygraph::UsageError for an invalid config; CudaError when the GPU runs out of memory.
+  Mlp(const lg::Stream& stream, const lg::KernelLibrary& library, const MlpConfig& config);
+
+  /// \throws lazygraph::UsageError unless x has d elements.
+  Output forward(Input x) { return module_.forward(x); }
+  void forward_into(Input x, std::span<half> out) { module_.forward_into(x, out); }
+
+  /// The same forward pass as an op, for running it without the graph (the benchmark's eager variant).
+  [[nodiscard]] auto forward_op(lg::DeviceSpan<const half> input, lg::DeviceSpan<half> output) {
+    return mlp_forward(kernels_, layers_, config_, input, output, act_.view());
+  }
+
+  [[nodiscard]] const MlpConfig& config() const noexcept { return config_; }
+  [[nodiscard]] const std::vector<SwigluWeights>& layers() const noexcept { return layers_; }
+  /// The graph behind forward (replay it directly to time the device work alone).
+  [[nodiscard]] lg::CudaGraph<>& graph() noexcept { return module_.graph(); }
+  [[nodiscard]] lg::DeviceSpan<const half> input() const { return module_.input(); }
+  [[nodiscard]] lg::DeviceSpan<const half> output() const { return module_.output(); }
+
+ private:
+  MlpConfig config_;
+  ModelKernels kernels_;
+  std::vector<SwigluWeights> layers_;
+  lg::DeviceBuffer<half> act_;
+  lg::GraphModule<half, half> module_;
+};
+
+static_assert(lg::Module<Mlp>);
+
+}  // namespace models

@@ -1,0 +1,164 @@
+#include "reference.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include "random_weights.hpp"
+
+namespace models {
+
+namespace {
+
+/// out[r] = sum_c w[r * cols + c] * x[c]
+std::vector<double> matvec(const std::vector<double>& w, std::span<const double> x, int rows, int cols) {
+  std::vector<double> out(static_cast<std::size_t>(rows));
+  for (std::size_t r = 0; r < out.size(); ++r) {
+    const double* row = w.data() + r * static_cast<std::size_t>(cols);
+    double acc = 0.0;
+    for (std::size_t c = 0; c < static_cast<std::size_t>(cols); ++c) acc += row[c] * x[c];
+    out[r] = acc;
+  }
+  return out;
+}
+
+std::vector<double> rms_norm(std::span<const double> x, const std::vector<double>& gain, double eps) {
+  double ss = 0.0;
+  for (const double v : x) ss += v * v;
+  const double inv = 1.0 / std::sqrt(ss / static_cast<double>(x.size()) + eps);
+  std::vector<double> out(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) out[i] = x[i] * inv * gain[i];
+  return out;
+}
+
+double silu(double a) { return a / (1.0 + std::exp(-a)); }
+
+/// x += W2 (silu(W1 h) * (W3 h)), h = rmsnorm(x) * gain.
+void swiglu_block(std::vector<double>& x, const std::vector<double>& gain, const std::vector<double>& w1,
+                  const std::vector<double>& w3, const std::vector<double>& w2, int d, int ffn, double eps) {
+  const std::vector<double> h = rms_norm(x, gain, eps);
+  const std::vector<double> a = matvec(w1, h, ffn, d);
+  const std::vector<double> b = matvec(w3, h, ffn, d);
+  std::vector<double> act(a.size());
+  for (std::size_t i = 0; i < act.size(); ++i) act[i] = silu(a[i]) * b[i];
+  const std::vector<double> down = matvec(w2, act, d, ffn);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] += down[i];
+}
+
+std::uint32_t layer_id(int layer, std::uint32_t slot) { return 16U * static_cast<std::uint32_t>(layer) + slot; }
+
+/// Rotates the pairs (2i, 2i+1) of every head by position * theta^(-2i / head_dim).
+void rope(std::vector<double>& t, int heads, int head_dim, int position, double theta) {
+  for (int h = 0; h < heads; ++h) {
+    for (int i = 0; i < head_dim / 2; ++i) {
+      const double angle = position * std::pow(theta, -2.0 * i / head_dim);
+      const std::size_t at = static_cast<std::size_t>(h * head_dim + 2 * i);
+      const double a = t[at];
+      const double b = t[at + 1];
+      t[at] = a * std::cos(angle) - b * std::sin(angle);
+      t[at + 1] = a * std::sin(angle) + b * std::cos(angle);
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<double> mlp_reference(const MlpConfig& config, std::span<const double> input) {
+  config.validate();
+  if (input.size() != static_cast<std::size_t>(config.d)) throw std::invalid_argument("mlp_reference: input size != d");
+  std::vector<double> x(input.begin(), input.end());
+  for (int l = 0; l < config.layers; ++l) {
+    swiglu_block(x, host_tensor_f64(config.seed, gain_spec(layer_id(l, 6), config.d)),
+                 host_tensor_f64(config.seed, matrix_spec(layer_id(l, 7), config.ffn, config.d)),
+                 host_tensor_f64(config.seed, matrix_spec(layer_id(l, 8), config.ffn, config.d)),
+                 host_tensor_f64(config.seed, matrix_spec(layer_id(l, 9), config.d, config.ffn)), config.d, config.ffn,
+                 config.eps);
+  }
+  return x;
+}
+
+DecoderReference::DecoderReference(const DecoderConfig& config) : config_(config) {
+  config.validate();
+  const DecoderConfig& c = config_;
+  const auto get = [&](const TensorSpec& spec) { return host_tensor_f64(c.seed, spec); };
+  embedding_ = get({1000000, static_cast<std::size_t>(c.vocab) * static_cast<std::size_t>(c.d), 1.0F, 0.0F});
+  for (int l = 0; l < c.layers; ++l) {
+    layers_.push_back({get(gain_spec(layer_id(l, 1), c.d)), get(matrix_spec(layer_id(l, 2), c.d, c.d)),
+                       get(matrix_spec(layer_id(l, 3), c.d, c.d)), get(matrix_spec(layer_id(l, 4), c.d, c.d)),
+                       get(matrix_spec(layer_id(l, 5), c.d, c.d)), get(gain_spec(layer_id(l, 6), c.d)),
+                       get(matrix_spec(layer_id(l, 7), c.ffn, c.d)), get(matrix_spec(layer_id(l, 8), c.ffn, c.d)),
+                       get(matrix_spec(layer_id(l, 9), c.d, c.ffn))});
+  }
+  final_gain_ = get(gain_spec(1000001, c.d));
+  lm_head_ = get(matrix_spec(1000002, c.vocab, c.d));
+  const std::size_t cache = static_cast<std::size_t>(c.context) * static_cast<std::size_t>(c.d);
+  k_cache_.assign(static_cast<std::size_t>(c.layers), std::vector<double>(cache));
+  v_cache_.assign(static_cast<std::size_t>(c.layers), std::vector<double>(cache));
+}
+
+std::vector<double> DecoderReference::step(int token, int position) {
+  const DecoderConfig& c = config_;
+  if (token < 0 || token >= c.vocab || position < 0 || position >= c.context) {
+    throw std::invalid_argument("DecoderReference::step: token or position out of range");
+  }
+  const int hd = c.head_dim();
+  const auto d = static_cast<std::size_t>(c.d);
+  std::vector<double> x(embedding_.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(token) * d),
+                        embedding_.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(token + 1) * d));
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
+    const Layer& w = layers_[l];
+    const std::vector<double> h = rms_norm(x, w.attn_gain, c.eps);
+    std::vector<double> q = matvec(w.wq, h, c.d, c.d);
+    std::vector<double> k = matvec(w.wk, h, c.d, c.d);
+    const std::vector<double> v = matvec(w.wv, h, c.d, c.d);
+    rope(q, c.heads, hd, position, c.theta);
+    rope(k, c.heads, hd, position, c.theta);
+    std::vector<double> o(d);
+    for (int head = 0; head < c.heads; ++head) {
+      const std::size_t head_base = static_cast<std::size_t>(head) * static_cast<std::size_t>(c.context) * hd;
+      const auto at = [&](int j) { return head_base + static_cast<std::size_t>(j) * hd; };
+      std::copy_n(k.begin() + head * hd, hd, k_cache_[l].begin() + static_cast<std::ptrdiff_t>(at(position)));
+      std::copy_n(v.begin() + head * hd, hd, v_cache_[l].begin() + static_cast<std::ptrdiff_t>(at(position)));
+      std::vector<double> scores(static_cast<std::size_t>(position) + 1);
+      for (int j = 0; j <= position; ++j) {
+        double s = 0.0;
+        for (int i = 0; i < hd; ++i) s += q[static_cast<std::size_t>(head * hd + i)] * k_cache_[l][at(j) + i];
+        scores[static_cast<std::size_t>(j)] = s / std::sqrt(static_cast<double>(hd));
+      }
+      const double top = *std::max_element(scores.begin(), scores.end());
+      double total = 0.0;
+      for (double& s : scores) total += (s = std::exp(s - top));
+      for (int j = 0; j <= position; ++j) {
+        const double weight = scores[static_cast<std::size_t>(j)] / total;
+        for (int i = 0; i < hd; ++i) o[static_cast<std::size_t>(head * hd + i)] += weight * v_cache_[l][at(j) + i];
+      }
+    }
+    const std::vector<double> attn = matvec(w.wo, o, c.d, c.d);
+    for (std::size_t i = 0; i < d; ++i) x[i] += attn[i];
+    swiglu_block(x, w.mlp_gain, w.w1, w.w3, w.w2, c.d, c.ffn, c.eps);
+  }
+  return matvec(lm_head_, rms_norm(x, final_gain_, c.eps), c.vocab, c.d);
+}
+
+double relative_error(std::span<const double> got, std::span<const double> want) {
+  if (got.size() != want.size()) throw std::invalid_argument("relative_error: sizes differ");
+  double diff = 0.0;
+  double norm = 0.0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    diff += (got[i] - want[i]) * (got[i] - want[i]);
+    norm += want[i] * want[i];
+  }
+  return std::sqrt(diff) / std::sqrt(norm);
+}
+
+std::vector<double> widen(std::span<const lazygraph::half> values) {
+  std::vector<double> out(values.size());
+  std::transform(values.begin(), values.end(), out.begin(), [](lazygraph::half h) { return double{h.to_float()}; });
+  return out;
+}
+
+int argmax(std::span<const double> values) {
+  return static_cast<int>(std::max_element(values.begin(), values.end()) - values.begin());
+}
+
+}  // namespace models

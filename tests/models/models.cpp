@@ -1,0 +1,185 @@
+// The models of examples/models: seeded weights (host and device agree bit for bit), the MLP stack and the
+// decoder as graph-backed Modules, checked against their float64 references on fresh random inputs.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "common/gpu.hpp"
+#include "decoder.hpp"
+#include "mlp.hpp"
+#include "random_weights.hpp"
+#include "reference.hpp"
+
+namespace lg = lazygraph;
+using lg::half;
+
+namespace {
+
+std::vector<half> random_input(std::size_t n) {
+  std::vector<half> out;
+  for (const float f : lgtest::random_floats(n)) out.push_back(half::from_float(f));
+  return out;
+}
+
+/// A decoder small enough for a quick float64 check, with every feature of the default one.
+models::DecoderConfig small_decoder() {
+  models::DecoderConfig c;
+  c.d = 128;
+  c.heads = 4;
+  c.layers = 2;
+  c.ffn = 256;
+  c.vocab = 512;
+  c.context = 64;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("seeded weights follow the README's formula and test vector") {
+  const std::uint32_t key = models::tensor_key(1234, 7);
+  CHECK(models::mix(key + 0) == 0x5ea64753U);
+  CHECK(models::mix(key + 1) == 0x70d69901U);
+  CHECK(models::mix(key + 2) == 0x1743e551U);
+  CHECK(models::uniform(key, 0) == doctest::Approx(-0.26055062).epsilon(1e-7));
+
+  const auto spec = models::matrix_spec(7, 64, 256);
+  CHECK(spec.scale == 0.0625F);
+  const std::vector<half> w = models::host_tensor(1234, spec);
+  REQUIRE(w.size() == 64U * 256U);
+  CHECK(w[0].to_float() == half::from_float(0.0625F * models::uniform(key, 0)).to_float());
+  CHECK(models::host_tensor(1234, spec)[100].bits == w[100].bits);   // deterministic
+  CHECK(models::host_tensor(1235, spec)[100].bits != w[100].bits);   // the seed matters
+  const auto [lo, hi] = std::minmax_element(w.begin(), w.end(), [](half a, half b) { return a.to_float() < b.to_float(); });
+  CHECK(lo->to_float() >= -0.0625F);
+  CHECK(hi->to_float() <= 0.0625F);  // u < 1, but fp16 may round up to the bound
+  CHECK(lo->to_float() < -0.06F);  // the whole range is used
+  CHECK(hi->to_float() > 0.06F);
+
+  const std::vector<half> gain = models::host_tensor(1, models::gain_spec(3, 1000));
+  for (const half g : gain) {
+    CHECK(g.to_float() >= 0.875F);
+    CHECK(g.to_float() <= 1.125F);
+  }
+}
+
+TEST_CASE("model configs reject shapes the kernels cannot run, saying which") {
+  models::MlpConfig mlp;
+  mlp.d = 100;
+  CHECK_THROWS_WITH_AS(mlp.validate(), doctest::Contains("multiples of 8"), lg::UsageError);
+  models::DecoderConfig dec;
+  dec.heads = 3;
+  CHECK_THROWS_WITH_AS(dec.validate(), doctest::Contains("divisible by heads"), lg::UsageError);
+  dec.heads = 2;  // head_dim 256
+  CHECK_THROWS_WITH_AS(dec.validate(), doctest::Contains("at most 128"), lg::UsageError);
+  CHECK_NOTHROW(models::DecoderConfig{}.validate());
+}
+
+TEST_SUITE("gpu") {
+  TEST_CASE("weights generated on the GPU equal the host's bit for bit") {
+    const models::ModelKernels k(lgtest::kernels());
+    for (const auto& spec : {models::matrix_spec(16 + 7, 1536, 512), models::gain_spec(1000001, 4096),
+                             models::TensorSpec{1000000, 3 * 1000 + 5, 1.0F, 0.0F}}) {
+      CAPTURE(spec.id);
+      const auto device = models::device_tensor(lgtest::stream(), k.fill_uniform, 99, spec);
+      const std::vector<half> got = lgtest::to_host(lgtest::stream(), device.cview());
+      const std::vector<half> want = models::host_tensor(99, spec);
+      REQUIRE(got.size() == want.size());
+      std::size_t differ = 0;
+      for (std::size_t i = 0; i < got.size(); ++i) differ += got[i].bits != want[i].bits ? 1 : 0;
+      CHECK(differ == 0);
+    }
+  }
+
+  TEST_CASE("the MLP module matches float64 on fresh inputs, replay after replay") {
+    for (const auto& [d, ffn, layers] : {std::tuple{512, 1536, 16}, std::tuple{256, 1024, 3}}) {
+      models::MlpConfig config;
+      config.d = d;
+      config.ffn = ffn;
+      config.layers = layers;
+      CAPTURE(d);
+      models::Mlp mlp(lgtest::stream(), lgtest::kernels(), config);
+      CHECK(mlp.graph().node_count() == 1 + 2 * static_cast<std::size_t>(layers));  // input copy + 2 kernels/layer
+      for (int round = 0; round < 2; ++round) {
+        const std::vector<half> x = random_input(static_cast<std::size_t>(d));
+        const std::vector<half> y = mlp.forward(x);
+        const std::vector<double> want = models::mlp_reference(config, models::widen(x));
+        const double error = models::relative_error(models::widen(y), want);
+        CAPTURE(round);
+        CHECK(error < 1e-2);
+        CHECK(models::relative_error(models::widen(x), want) > 0.05);  // the layers changed x measurably
+      }
+    }
+  }
+
+  TEST_CASE("the MLP module's eager op computes what its graph does") {
+    models::MlpConfig config;
+    config.d = 256;
+    config.ffn = 512;
+    config.layers = 2;
+    models::Mlp mlp(lgtest::stream(), lgtest::kernels(), config);
+    const std::vector<half> x = random_input(256);
+    const std::vector<half> graph_out = mlp.forward(x);
+    const auto input = lgtest::to_device(lgtest::stream(), x);
+    lg::DeviceBuffer<half> out(lgtest::device(), 256);
+    mlp.forward_op(input.cview(), out.view()).sync_on(lgtest::stream());
+    const std::vector<half> eager_out = lgtest::to_host(lgtest::stream(), out.cview());
+    for (std::size_t i = 0; i < 256; ++i) CHECK(eager_out[i].bits == graph_out[i].bits);
+    CHECK_THROWS_AS(mlp.forward(std::vector<half>(255)), lg::UsageError);
+  }
+
+  TEST_CASE("the decoder module matches float64 step by step, through its KV cache") {
+    const models::DecoderConfig config = small_decoder();
+    models::Decoder decoder(lgtest::stream(), lgtest::kernels(), config);
+    models::DecoderReference reference(config);
+    std::vector<int> tokens;
+    int token = 7;
+    for (int p = 0; p < 12; ++p) {
+      CAPTURE(p);
+      const int next = decoder.forward({token, p});
+      const std::vector<double> got = models::widen(decoder.logits());
+      const std::vector<double> want = reference.step(token, p);
+      CHECK(models::relative_error(got, want) < 1e-2);
+      const int best = models::argmax(want);
+      // The GPU's choice is the float64 argmax unless float64 itself sees a near tie.
+      CHECK((next == best || want[static_cast<std::size_t>(best)] - want[static_cast<std::size_t>(next)] < 1e-2));
+      REQUIRE(next >= 0);
+      REQUIRE(next < config.vocab);
+      tokens.push_back(next);
+      token = next;
+    }
+
+    // A new sequence from the same start repeats the same tokens: the graph reads token and position anew.
+    decoder.reset();
+    token = 7;
+    for (std::size_t p = 0; p < tokens.size(); ++p) {
+      token = decoder.forward({token, static_cast<int>(p)});
+      CHECK(token == tokens[p]);
+    }
+  }
+
+  TEST_CASE("the decoder rejects tokens and positions outside its config") {
+    const models::DecoderConfig config = small_decoder();
+    models::Decoder decoder(lgtest::stream(), lgtest::kernels(), config);
+    CHECK_THROWS_WITH_AS(decoder.forward({config.vocab, 0}), doctest::Contains("outside the vocabulary"),
+                         lg::UsageError);
+    CHECK_THROWS_WITH_AS(decoder.forward({-1, 0}), doctest::Contains("outside the vocabulary"), lg::UsageError);
+    CHECK_THROWS_WITH_AS(decoder.forward({0, config.context}), doctest::Contains("outside the context"),
+                         lg::UsageError);
+    CHECK(decoder.forward({0, 0}) >= 0);  // still usable
+  }
+
+  TEST_CASE("the decoder's step is one graph with the Q, K, V projections as parallel branches") {
+    const models::DecoderConfig config = small_decoder();
+    models::Decoder decoder(lgtest::stream(), lgtest::kernels(), config);
+    // embedding + per layer (3 projections + rope + kv_append + attention + wo + 2 MLP kernels) + lm head + argmax
+    CHECK(decoder.graph().node_count() == 1 + 9 * static_cast<std::size_t>(config.layers) + 2);
+    const int via_graph = decoder.forward({5, 0});
+    const std::vector<half> logits = decoder.logits();
+    // The same op run eagerly (io still holds token 5, position 0) gives the same logits.
+    decoder.step_op().sync_on(lgtest::stream());
+    const std::vector<half> eager = decoder.logits();
+    for (std::size_t i = 0; i < logits.size(); ++i) CHECK(eager[i].bits == logits[i].bits);
+    CHECK(via_graph == models::argmax(models::widen(eager)));
+  }
+}
