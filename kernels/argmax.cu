@@ -3,6 +3,7 @@
 //
 // Launch: one block of 32 * k threads (k = 1..32), e.g. grid 1, block 1024.
 #include "lazygraph/half.cuh"
+#include "lazygraph/kernel_common.cuh"
 
 namespace {
 
@@ -16,6 +17,7 @@ __device__ __forceinline__ bool beats(float v, int i, float best, int best_index
 }  // namespace
 
 extern "C" __global__ void argmax(const lg::half_t* logits, int* out, int n) {
+  lg::early_launch_prologue();  // may be launched early (LaunchConfig::early_launch)
   float best = 0.0f;
   int best_index = -1;
   auto consider = [&](float v, int i) {

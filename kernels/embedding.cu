@@ -8,6 +8,7 @@
 #include "lazygraph/kernel_common.cuh"
 
 extern "C" __global__ void embedding(const lg::half_t* table, const int* token, lg::half_t* out, int d) {
+  lg::early_launch_prologue();  // may be launched early (LaunchConfig::early_launch)
   const lg::half_t* row = table + static_cast<long long>(*token) * d;
   for (long long i = lg::global_index(); i < d; i += lg::grid_stride()) out[i] = row[i];
 }

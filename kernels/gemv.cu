@@ -32,6 +32,10 @@
 // second pass or atomics and make results depend on block order. Spreading a row over K warps of one block
 // (reduced through shared memory, deterministic) is the split-K this file offers.
 //
+// Early launch (LaunchConfig::early_launch): every kernel here may be launched early. It then prefetches the
+// weight rows of its first pass into L2 while the kernel before it finishes, and waits for that kernel before
+// touching x, g or the output. In a chain of decode-step kernels this hides most of each launch's latency.
+//
 // x (and g) are read with ordinary cached loads: they are small and every row reads them, so they stay in L1,
 // while the weights bypass L1 (they are read once).
 #include "lazygraph/block_reduce.cuh"
@@ -101,6 +105,28 @@ __device__ float block_inverse_rms(const half_t* x, int n, float eps) {
   const int lane = tid % 32;
   ss = lg::warp_sum(lane < threads / 32 ? partial[lane] : 0.0f);
   return 1.0f / sqrtf(ss / static_cast<float>(n) + eps);
+}
+
+/// The start of every kernel here. Launched early (LaunchConfig::early_launch), the kernel arrives while the
+/// kernel before it is finishing: it asks for the weight rows of its first pass to be brought into L2 (weights
+/// are never written by earlier work), lets the next kernel launch early in turn, and only then waits for the
+/// earlier work, whose results (x, the output) it may touch from here on.
+template <int M>
+__device__ __forceinline__ void prefetch_then_wait(const half_t* const (&w)[M], int rows, int cols) {
+  const int row = blockIdx.x * blockDim.z + threadIdx.z;
+  if (row < rows) {
+    constexpr int halves_per_line = 64;  // 128-byte lines
+    const int lines = (cols + halves_per_line - 1) / halves_per_line;
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      const half_t* w_row = w[m] + static_cast<long long>(row) * cols;
+      for (int line = threadIdx.y * 32 + threadIdx.x; line < lines; line += 32 * blockDim.y) {
+        lg::prefetch_l2(w_row + static_cast<long long>(line) * halves_per_line);
+      }
+    }
+  }
+  lg::allow_dependent_launch();
+  lg::wait_for_prior_grids();
 }
 
 /// The shared core: for every row assigned to this thread's group, the M dot products W[m][row] . x, handed to
@@ -192,6 +218,7 @@ extern "C" __global__ void __launch_bounds__(256, 3)
     gemv(const half_t* W, const half_t* x, half_t* out, int rows, int cols) {
   if (!shapes_supported(cols, W, x, x)) __trap();
   const half_t* w[1] = {W};
+  prefetch_then_wait(w, rows, cols);
   gemv_rows<1>(w, PlainX{x}, rows, cols, 1.0f, [&](int row, const float(&acc)[1]) { out[row] = lg::to_half(acc[0]); });
 }
 
@@ -199,6 +226,7 @@ extern "C" __global__ void __launch_bounds__(256, 3)
     gemv_add(const half_t* W, const half_t* x, half_t* out, int rows, int cols) {
   if (!shapes_supported(cols, W, x, x)) __trap();
   const half_t* w[1] = {W};
+  prefetch_then_wait(w, rows, cols);
   gemv_rows<1>(w, PlainX{x}, rows, cols, 1.0f,
                [&](int row, const float(&acc)[1]) { out[row] = lg::to_half(lg::to_float(out[row]) + acc[0]); });
 }
@@ -207,6 +235,7 @@ extern "C" __global__ void __launch_bounds__(256, 3)
     gemv_dual(const half_t* W1, const half_t* W3, const half_t* x, half_t* out1, half_t* out3, int rows, int cols) {
   if (!shapes_supported(cols, W1, W3, x)) __trap();
   const half_t* w[2] = {W1, W3};
+  prefetch_then_wait(w, rows, cols);
   gemv_rows<2>(w, PlainX{x}, rows, cols, 1.0f, [&](int row, const float(&acc)[2]) {
     out1[row] = lg::to_half(acc[0]);
     out3[row] = lg::to_half(acc[1]);
@@ -217,6 +246,7 @@ extern "C" __global__ void __launch_bounds__(256, 3)
     gemv_swiglu(const half_t* W1, const half_t* W3, const half_t* x, half_t* out, int rows, int cols) {
   if (!shapes_supported(cols, W1, W3, x)) __trap();
   const half_t* w[2] = {W1, W3};
+  prefetch_then_wait(w, rows, cols);
   gemv_rows<2>(w, PlainX{x}, rows, cols, 1.0f,
                [&](int row, const float(&acc)[2]) { out[row] = lg::to_half(silu(acc[0]) * acc[1]); });
 }
@@ -224,8 +254,9 @@ extern "C" __global__ void __launch_bounds__(256, 3)
 extern "C" __global__ void __launch_bounds__(256, 2)
     rms_norm_gemv(const half_t* W, const half_t* x, const half_t* g, half_t* out, int rows, int cols, float eps) {
   if (!shapes_supported(cols, W, x, g)) __trap();
-  const float inv_rms = block_inverse_rms(x, cols, eps);
   const half_t* w[1] = {W};
+  prefetch_then_wait(w, rows, cols);
+  const float inv_rms = block_inverse_rms(x, cols, eps);
   gemv_rows<1>(w, GainedX{x, g}, rows, cols, inv_rms,
                [&](int row, const float(&acc)[1]) { out[row] = lg::to_half(acc[0]); });
 }
@@ -234,8 +265,9 @@ extern "C" __global__ void __launch_bounds__(256, 3)
     rms_norm_gemv_swiglu(const half_t* W1, const half_t* W3, const half_t* x, const half_t* g, half_t* out, int rows,
                          int cols, float eps) {
   if (!shapes_supported(cols, W1, W3, x) || !lg::is_aligned16(g)) __trap();
-  const float inv_rms = block_inverse_rms(x, cols, eps);
   const half_t* w[2] = {W1, W3};
+  prefetch_then_wait(w, rows, cols);
+  const float inv_rms = block_inverse_rms(x, cols, eps);
   gemv_rows<2>(w, GainedX{x, g}, rows, cols, inv_rms,
                [&](int row, const float(&acc)[2]) { out[row] = lg::to_half(silu(acc[0]) * acc[1]); });
 }

@@ -6,6 +6,7 @@
 #include "lazygraph/half.cuh"
 
 extern "C" __global__ void rms_norm(const lg::half_t* x, const lg::half_t* weight, lg::half_t* out, int d, float eps) {
+  lg::early_launch_prologue();  // may be launched early (LaunchConfig::early_launch)
   float ss = 0.0f;
   for (int i = threadIdx.x; i < d; i += blockDim.x) {
     const float v = lg::to_float(x[i]);

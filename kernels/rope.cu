@@ -12,6 +12,7 @@
 
 extern "C" __global__ void rope(lg::half_t* q, lg::half_t* k, const int* position, int n_heads, int head_dim,
                                 float theta) {
+  lg::early_launch_prologue();  // may be launched early (LaunchConfig::early_launch)
   const int half_dim = head_dim / 2;
   const long long pairs_per_tensor = static_cast<long long>(n_heads) * half_dim;
   const float pos = static_cast<float>(*position);

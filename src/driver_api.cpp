@@ -62,6 +62,7 @@ namespace {
   X(cuFuncGetAttribute)                  \
   X(cuFuncSetAttribute)                  \
   X(cuLaunchKernel)                      \
+  X(cuLaunchKernelEx)                    \
   X(cuStreamBeginCapture)                \
   X(cuStreamEndCapture)                  \
   X(cuStreamIsCapturing)                 \
@@ -420,10 +421,30 @@ void set_function_attribute(CUfunction fn, CUfunction_attribute attr, int value,
 }
 
 void launch_kernel(CUfunction fn, const LaunchShape& shape, CUstream stream, void** args, std::string_view name) {
-  const CUresult r = api().cuLaunchKernel(fn, shape.grid[0], shape.grid[1], shape.grid[2], shape.block[0],
-                                          shape.block[1], shape.block[2], shape.shared_bytes, stream, args, nullptr);
+  if (!shape.early_launch) {
+    const CUresult r = api().cuLaunchKernel(fn, shape.grid[0], shape.grid[1], shape.grid[2], shape.block[0],
+                                            shape.block[1], shape.block[2], shape.shared_bytes, stream, args, nullptr);
+    if (r != CUDA_SUCCESS) [[unlikely]]
+      throw_error(r, "cuLaunchKernel", std::string("kernel ").append(name));
+    return;
+  }
+  CUlaunchAttribute attribute{};
+  attribute.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  attribute.value.programmaticStreamSerializationAllowed = 1;
+  CUlaunchConfig config{};
+  config.gridDimX = shape.grid[0];
+  config.gridDimY = shape.grid[1];
+  config.gridDimZ = shape.grid[2];
+  config.blockDimX = shape.block[0];
+  config.blockDimY = shape.block[1];
+  config.blockDimZ = shape.block[2];
+  config.sharedMemBytes = shape.shared_bytes;
+  config.hStream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  const CUresult r = api().cuLaunchKernelEx(&config, fn, args, nullptr);
   if (r != CUDA_SUCCESS) [[unlikely]]
-    throw_error(r, "cuLaunchKernel", std::string("kernel ").append(name));
+    throw_error(r, "cuLaunchKernelEx (programmatic dependent launch)", std::string("kernel ").append(name));
 }
 
 void begin_capture(CUstream stream, CUstreamCaptureMode mode) {

@@ -52,7 +52,11 @@ void launch_kernel(KernelInfo& k, const LaunchConfig& c, CUstream stream, void**
     driver::set_function_attribute(k.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, needed, k.name);
     k.dynamic_shared_limit.store(needed, std::memory_order_relaxed);
   }
-  const driver::LaunchShape shape{{c.grid.x, c.grid.y, c.grid.z}, {c.block.x, c.block.y, c.block.z}, c.shared_bytes};
+  // Programmatic dependent launch exists from sm_90 on; elsewhere the kernel's wait is a no-op and the launch
+  // an ordinary one.
+  const bool early = c.early_launch && k.device.compute_capability().major >= 9;
+  const driver::LaunchShape shape{
+      {c.grid.x, c.grid.y, c.grid.z}, {c.block.x, c.block.y, c.block.z}, c.shared_bytes, early};
   driver::launch_kernel(k.function, shape, stream, args, k.name);
 }
 

@@ -65,6 +65,7 @@ void write_halves(const std::string& path, const std::vector<half>& values) {
 struct MlpResult {
   models::MlpConfig config;
   double graph_us = 0;
+  double graph_plain_us = 0;  ///< the graph with ordinary launches (early_launch off)
   double forward_us = 0;
   double eager_us = 0;
   double rel_err = 0;
@@ -73,7 +74,7 @@ struct MlpResult {
 
 MlpResult bench_mlp(const lg::Stream& s, const lg::KernelLibrary& kernels, const models::MlpConfig& config,
                     int forwards, const std::string& dir) {
-  MlpResult r{config, 0, 0, 0, 0, ""};
+  MlpResult r{config, 0, 0, 0, 0, 0, ""};
   models::Mlp mlp(s, kernels, config);
   const std::vector<half> input = models::host_tensor(config.seed, {2000000, static_cast<std::size_t>(config.d), 1, 0});
   const std::vector<half> output = mlp.forward(input);
@@ -92,34 +93,56 @@ MlpResult bench_mlp(const lg::Stream& s, const lg::KernelLibrary& kernels, const
   const auto op = mlp.forward_op(x.cview(), y.view());
   lg::ExecContext ctx(s, false);
   r.eager_us = median_us(s, forwards, [&] { op.execute(ctx); });
+
+  models::MlpConfig plain_config = config;
+  plain_config.early_launch = false;
+  models::Mlp plain(s, kernels, plain_config);
+  const std::vector<half> plain_output = plain.forward(input);
+  if (!std::equal(output.begin(), output.end(), plain_output.begin(), [](half a, half b) { return a.bits == b.bits; })) {
+    throw std::runtime_error("MLP: early and ordinary launches disagree");
+  }
+  r.graph_plain_us = median_us(s, forwards, [&] { plain.graph().launch_on(s); });
   return r;
 }
 
 struct DecoderResult {
   std::vector<int> tokens;
   double tokens_per_s = 0;
+  double tokens_per_s_plain = 0;  ///< early_launch off
   double step_graph_us = 0;
   double step_eager_us = 0;
 };
+
+/// Greedy generation of `steps` tokens from position 0, a host round trip per token; the best tokens/s of two
+/// runs after a warm-up.
+double tokens_per_second(models::Decoder& decoder, int first_token, int steps, std::vector<int>& tokens) {
+  const auto run = [&] {
+    decoder.reset();
+    tokens.clear();
+    int token = first_token;
+    const auto start = std::chrono::steady_clock::now();
+    for (int p = 0; p < steps; ++p) tokens.push_back(token = decoder.forward({token, p}));
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  run();
+  return steps / std::min(run(), run());
+}
 
 DecoderResult bench_decoder(const lg::Stream& s, const lg::KernelLibrary& kernels,
                             const models::DecoderConfig& config, int first_token, int steps, int forwards,
                             const std::string& dir) {
   DecoderResult r;
+  {
+    models::DecoderConfig plain_config = config;
+    plain_config.early_launch = false;
+    models::Decoder plain(s, kernels, plain_config);
+    std::vector<int> tokens;
+    r.tokens_per_s_plain = tokens_per_second(plain, first_token, steps, tokens);
+  }
   models::Decoder decoder(s, kernels, config);
   decoder.forward({first_token, 0});
   write_halves(dir + "/decoder_logits0.f16", decoder.logits());
-
-  const auto run = [&] {
-    decoder.reset();
-    r.tokens.clear();
-    int token = first_token;
-    const auto start = std::chrono::steady_clock::now();
-    for (int p = 0; p < steps; ++p) r.tokens.push_back(token = decoder.forward({token, p}));
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  };
-  run();  // warm-up
-  r.tokens_per_s = steps / std::min(run(), run());
+  r.tokens_per_s = tokens_per_second(decoder, first_token, steps, r.tokens);
 
   // One step's device time at a mid-sequence position (the io buffer still holds the last step's).
   r.step_graph_us = median_us(s, forwards, [&] { decoder.graph().launch_on(s); });
@@ -144,8 +167,8 @@ int main(int argc, char** argv) {
   lg::KernelLibrary kernels(gpu);
 
   std::printf("lazygraph models on %s; medians of %d forwards, CUDA events\n\n", gpu.name().c_str(), forwards);
-  std::printf("| MLP (d, ffn, layers) | weights MB | graph us | forward() us | eager us | eager/graph | TB/s | "
-              "rel err f64 |\n|---|---|---|---|---|---|---|---|\n");
+  std::printf("| MLP (d, ffn, layers) | weights MB | graph us | graph, no early launch us | forward() us | eager us "
+              "| eager/graph | TB/s | rel err f64 |\n|---|---|---|---|---|---|---|---|---|\n");
   std::vector<MlpResult> mlps;
   for (const auto& [d, ffn, layers] : {std::tuple{512, 1536, 16}, std::tuple{1024, 4096, 8},
                                        std::tuple{4096, 11008, 4}}) {
@@ -155,8 +178,8 @@ int main(int argc, char** argv) {
     config.layers = layers;
     const MlpResult& r = mlps.emplace_back(bench_mlp(s, kernels, config, forwards, dir));
     const double mb = static_cast<double>(config.weight_bytes()) / 1e6;
-    std::printf("| (%d, %d, %d) | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f | %.1e |\n", d, ffn, layers, mb,
-                r.graph_us, r.forward_us, r.eager_us, r.eager_us / r.graph_us, mb / r.graph_us,
+    std::printf("| (%d, %d, %d) | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f | %.1e |\n", d, ffn, layers, mb,
+                r.graph_us, r.graph_plain_us, r.forward_us, r.eager_us, r.eager_us / r.graph_us, mb / r.graph_us,
                 r.rel_err);
     std::fflush(stdout);
   }
@@ -165,9 +188,10 @@ int main(int argc, char** argv) {
   const int first_token = 1;
   const int steps = 256;
   const DecoderResult dr = bench_decoder(s, kernels, dc, first_token, steps, forwards, dir);
-  std::printf("\n| decoder | tokens/s (forward per token) | step graph us | step eager us | eager/graph |\n"
-              "|---|---|---|---|---|\n| d %d, %d layers, vocab %d | %.0f | %.1f | %.1f | %.2f |\n",
-              dc.d, dc.layers, dc.vocab, dr.tokens_per_s, dr.step_graph_us, dr.step_eager_us,
+  std::printf("\n| decoder | tokens/s (forward per token) | tokens/s, no early launch | step graph us | step eager "
+              "us | eager/graph |\n|---|---|---|---|---|---|\n| d %d, %d layers, vocab %d | %.0f | %.0f | %.1f | %.1f | "
+              "%.2f |\n",
+              dc.d, dc.layers, dc.vocab, dr.tokens_per_s, dr.tokens_per_s_plain, dr.step_graph_us, dr.step_eager_us,
               dr.step_eager_us / dr.step_graph_us);
 
   std::ostringstream json;
@@ -175,7 +199,7 @@ int main(int argc, char** argv) {
   for (std::size_t i = 0; i < mlps.size(); ++i) {
     const MlpResult& r = mlps[i];
     json << "    {\"d\": " << r.config.d << ", \"ffn\": " << r.config.ffn << ", \"layers\": " << r.config.layers
-         << ", \"seed\": " << r.config.seed << ", \"graph_us\": " << r.graph_us << ", \"forward_us\": " << r.forward_us
+         << ", \"seed\": " << r.config.seed << ", \"graph_us\": " << r.graph_us << ", \"graph_plain_us\": " << r.graph_plain_us << ", \"forward_us\": " << r.forward_us
          << ", \"eager_us\": " << r.eager_us << ", \"weight_bytes\": " << r.config.weight_bytes()
          << ", \"rel_err_f64\": " << r.rel_err << ", \"output\": \"" << r.output << "\"}"
          << (i + 1 < mlps.size() ? ",\n" : "\n");
@@ -184,7 +208,7 @@ int main(int argc, char** argv) {
        << ", \"layers\": " << dc.layers << ", \"ffn\": " << dc.ffn << ", \"vocab\": " << dc.vocab
        << ", \"context\": " << dc.context << ", \"theta\": " << dc.theta << ", \"eps\": " << dc.eps
        << ", \"seed\": " << dc.seed << "},\n    \"start_token\": " << first_token << ", \"steps\": " << steps
-       << ", \"tokens_per_s\": " << dr.tokens_per_s << ", \"step_graph_us\": " << dr.step_graph_us
+       << ", \"tokens_per_s\": " << dr.tokens_per_s << ", \"tokens_per_s_plain\": " << dr.tokens_per_s_plain << ", \"step_graph_us\": " << dr.step_graph_us
        << ", \"step_eager_us\": " << dr.step_eager_us << ", \"logits0\": \"decoder_logits0.f16\",\n    \"tokens\": [";
   for (std::size_t i = 0; i < dr.tokens.size(); ++i) json << (i > 0 ? ", " : "") << dr.tokens[i];
   json << "]}\n}\n";

@@ -66,7 +66,7 @@ const DecoderConfig& validated(const DecoderConfig& c) {
 
 Decoder::Decoder(const lg::Stream& stream, const lg::KernelLibrary& library, const DecoderConfig& config)
     : config_(validated(config)),
-      kernels_(library),
+      kernels_(library, config_.early_launch),
       weights_(DecoderWeights::generate(stream, kernels_, config_)),
       state_(stream.device(), config_),
       io_host_(stream.device(), 2),

@@ -25,6 +25,7 @@ struct DecoderConfig {
   float theta = 10000.0F;
   float eps = 1e-5F;
   std::uint32_t seed = 1234;
+  bool early_launch = true;  ///< launch the kernels early (ModelKernels::step_config); false to compare
 
   [[nodiscard]] int head_dim() const noexcept { return heads > 0 ? d / heads : 0; }
   /// \throws lazygraph::UsageError for shapes the kernels cannot run: d and ffn multiples of 8, d divisible by
@@ -80,19 +81,18 @@ inline auto attention_block(const ModelKernels& k, const AttentionWeights& w, De
                             lg::DeviceSpan<half> k_cache, lg::DeviceSpan<half> v_cache, const DecoderConfig& c) {
   const int d = c.d;
   const auto project = [&](const lg::DeviceBuffer<half>& weight, lg::DeviceBuffer<half>& out) {
-    return k.rms_norm_gemv(gemv_config(d), weight.cview(), s.x.cview(), w.gain.cview(), out.view(), d, d, c.eps);
+    return k.rms_norm_gemv(k.gemv_config(d), weight.cview(), s.x.cview(), w.gain.cview(), out.view(), d, d, c.eps);
   };
-  const lg::LaunchConfig per_element = lg::grid_for(static_cast<std::size_t>(d), 256);
-  const lg::LaunchConfig per_head{{static_cast<unsigned>(c.heads), 1, 1},
-                                  {256, 1, 1},
-                                  static_cast<unsigned>(c.context) * static_cast<unsigned>(sizeof(float))};
+  const lg::LaunchConfig per_element = k.step_config(lg::grid_for(static_cast<std::size_t>(d), 256));
+  const lg::LaunchConfig per_head = k.step_config(
+      {{static_cast<unsigned>(c.heads), 1, 1}, {256, 1, 1}, static_cast<unsigned>(c.context * sizeof(float))});
   return lg::all(project(w.wq, s.q), project(w.wk, s.k), project(w.wv, s.v)) >>
          k.rope(per_element, s.q.view(), s.k.view(), s.position(), c.heads, c.head_dim(), c.theta) >>
          k.kv_append(per_element, s.k.cview(), s.v.cview(), k_cache, v_cache, s.position(), c.heads, c.head_dim(),
                      c.context) >>
          k.attention(per_head, s.q.cview(), k_cache.as_const(), v_cache.as_const(), s.attn.view(), s.position(),
                      c.heads, c.head_dim(), c.context, 1.0F / std::sqrt(static_cast<float>(c.head_dim()))) >>
-         k.gemv_add(gemv_config(d), w.wo.cview(), s.attn.cview(), s.x.view(), d, d);
+         k.gemv_add(k.gemv_config(d), w.wo.cview(), s.attn.cview(), s.x.view(), d, d);
 }
 
 /// One decoder layer: attention block, then the SwiGLU MLP block.
@@ -116,12 +116,12 @@ inline auto decoder_step(const ModelKernels& k, const DecoderWeights& w, Decoder
   std::vector<DecoderLayerOp> layers;
   layers.reserve(static_cast<std::size_t>(c.layers));
   for (int l = 0; l < c.layers; ++l) layers.push_back(decoder_layer(k, w, s, l, c));
-  return k.embedding(lg::grid_for(static_cast<std::size_t>(c.d), 256), w.embedding.cview(), s.token(), s.x.view(),
+  return k.embedding(k.step_config(lg::grid_for(static_cast<std::size_t>(c.d), 256)), w.embedding.cview(), s.token(), s.x.view(),
                      c.d) >>
          lg::chain(std::move(layers)) >>
-         k.rms_norm_gemv(gemv_config(c.vocab), w.lm_head.cview(), s.x.cview(), w.final_gain.cview(), s.logits.view(),
+         k.rms_norm_gemv(k.gemv_config(c.vocab), w.lm_head.cview(), s.x.cview(), w.final_gain.cview(), s.logits.view(),
                          c.vocab, c.d, c.eps) >>
-         k.argmax(lg::LaunchConfig{{1, 1, 1}, {1024, 1, 1}, 0}, s.logits.cview(), s.next.view(), c.vocab);
+         k.argmax(k.step_config({{1, 1, 1}, {1024, 1, 1}, 0}), s.logits.cview(), s.next.view(), c.vocab);
 }
 
 /// Where a step starts: the current token and its position in the sequence.

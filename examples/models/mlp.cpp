@@ -45,7 +45,7 @@ std::vector<SwigluWeights> generate_layers(const lg::Stream& stream, const Model
 
 Mlp::Mlp(const lg::Stream& stream, const lg::KernelLibrary& library, const MlpConfig& config)
     : config_(config),
-      kernels_(library),
+      kernels_(library, config.early_launch),
       layers_(generate_layers(stream, kernels_, config_)),
       act_(stream.device(), static_cast<std::size_t>(config_.ffn)),
       module_(stream, static_cast<std::size_t>(config_.d), static_cast<std::size_t>(config_.d),

@@ -17,6 +17,7 @@ struct MlpConfig {
   int layers = 16;
   std::uint32_t seed = 1234;
   float eps = 1e-5F;
+  bool early_launch = true;  ///< launch the kernels early (ModelKernels::step_config); false to compare
 
   /// \throws lazygraph::UsageError unless d and ffn are positive multiples of 8 (the gemv kernels load 8 halves
   /// at a time) and layers >= 1.
@@ -41,9 +42,9 @@ SwigluWeights generate_swiglu_weights(const lg::Stream& stream, const ModelKerne
 /// [ffn] as scratch: a fused norm + gate/up projection kernel, then the down projection with the add fused.
 inline auto swiglu_block(const ModelKernels& k, const SwigluWeights& w, lg::DeviceSpan<half> x,
                          lg::DeviceSpan<half> act, int d, int ffn, float eps) {
-  return k.rms_norm_gemv_swiglu(gemv_config(ffn), w.w1.cview(), w.w3.cview(), x.as_const(), w.gain.cview(), act, ffn,
+  return k.rms_norm_gemv_swiglu(k.gemv_config(ffn), w.w1.cview(), w.w3.cview(), x.as_const(), w.gain.cview(), act, ffn,
                                 d, eps) >>
-         k.gemv_add(gemv_config(d), w.w2.cview(), act.as_const(), x, d, ffn);
+         k.gemv_add(k.gemv_config(d), w.w2.cview(), act.as_const(), x, d, ffn);
 }
 
 using SwigluBlockOp = decltype(swiglu_block(std::declval<const ModelKernels&>(), std::declval<const SwigluWeights&>(),

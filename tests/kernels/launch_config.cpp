@@ -13,6 +13,14 @@ TEST_CASE("grid_for covers n elements with whole blocks, and at least one block"
   CHECK(grid_for(10, 128).block.volume() == 128);
 }
 
+TEST_CASE("early() switches on programmatic dependent launch and changes nothing else") {
+  constexpr LaunchConfig plain = grid_for(1000, 128, 64);
+  static_assert(!plain.early_launch);
+  constexpr LaunchConfig e = early(plain);
+  static_assert(e.early_launch);
+  static_assert(e.grid.x == plain.grid.x && e.block.x == plain.block.x && e.shared_bytes == plain.shared_bytes);
+}
+
 TEST_CASE("kernel arguments: spans become device pointers, scalars pass unchanged") {
   const DeviceSpan<float> w(0x1000, 4);
   const DeviceSpan<const float> r(0x2000, 4);

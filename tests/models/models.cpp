@@ -128,6 +128,37 @@ TEST_SUITE("gpu") {
     CHECK_THROWS_AS(mlp.forward(std::vector<half>(255)), lg::UsageError);
   }
 
+  TEST_CASE("early-launched and ordinarily launched models compute the same bits") {
+    models::MlpConfig config;
+    config.d = 512;
+    config.ffn = 1536;
+    config.layers = 6;
+    models::Mlp early(lgtest::stream(), lgtest::kernels(), config);
+    config.early_launch = false;
+    models::Mlp plain(lgtest::stream(), lgtest::kernels(), config);
+    const std::vector<half> x = random_input(512);
+    const std::vector<half> a = early.forward(x);
+    const std::vector<half> b = plain.forward(x);
+    for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i].bits == b[i].bits);
+
+    models::DecoderConfig dc = small_decoder();
+    models::Decoder early_decoder(lgtest::stream(), lgtest::kernels(), dc);
+    dc.early_launch = false;
+    models::Decoder plain_decoder(lgtest::stream(), lgtest::kernels(), dc);
+    int t1 = 3;
+    int t2 = 3;
+    for (int p = 0; p < 8; ++p) {
+      t1 = early_decoder.forward({t1, p});
+      t2 = plain_decoder.forward({t2, p});
+      REQUIRE(t1 == t2);
+      const std::vector<half> l1 = early_decoder.logits();
+      const std::vector<half> l2 = plain_decoder.logits();
+      std::size_t differ = 0;
+      for (std::size_t i = 0; i < l1.size(); ++i) differ += l1[i].bits != l2[i].bits ? 1 : 0;
+      CHECK(differ == 0);
+    }
+  }
+
   TEST_CASE("the decoder module matches float64 step by step, through its KV cache") {
     const models::DecoderConfig config = small_decoder();
     models::Decoder decoder(lgtest::stream(), lgtest::kernels(), config);

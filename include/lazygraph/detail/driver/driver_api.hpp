@@ -90,6 +90,7 @@ struct LaunchShape {
   unsigned grid[3];
   unsigned block[3];
   unsigned shared_bytes;
+  bool early_launch = false;  ///< programmatic stream serialization (sm_90+)
 };
 void launch_kernel(CUfunction fn, const LaunchShape& shape, CUstream stream, void** args, std::string_view name);
 

@@ -17,7 +17,20 @@ struct LaunchConfig {
   Dim3 grid;
   Dim3 block;
   unsigned shared_bytes = 0;  ///< dynamic shared memory per block
+  /// Programmatic dependent launch (Hopper and newer; ignored on older GPUs): the kernel may start while the
+  /// kernel before it on the stream is still finishing, so its start-up and independent loads (weights) overlap
+  /// that kernel's tail. Recorded into a graph, the dependency becomes a programmatic edge. Only correct for a
+  /// kernel that calls `lg::wait_for_prior_grids()` (griddepcontrol.wait, kernels/include/lazygraph/
+  /// kernel_common.cuh) before it reads or writes memory that earlier work touches; that wait returns once
+  /// everything before the kernel has completed and its writes are visible.
+  bool early_launch = false;
 };
+
+/// `config` with programmatic dependent launch switched on (see LaunchConfig::early_launch).
+constexpr LaunchConfig early(LaunchConfig config) {
+  config.early_launch = true;
+  return config;
+}
 
 /// A 1-D configuration with enough blocks of `block_size` threads to cover `n` elements (at least one block,
 /// so the kernel must still test its index against n).
