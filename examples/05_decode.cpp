@@ -20,9 +20,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 /// Runs `steps` greedy steps from `first` at positions 0, 1, ...; returns the tokens chosen.
 std::vector<int> generate(models::Decoder& decoder, int first, int steps) {
@@ -54,11 +52,11 @@ int main(int argc, char** argv) {
   const models::DecoderConfig config;
   const Clock::time_point built = Clock::now();
   models::Decoder decoder(stream, kernels, config);
-  std::printf("decoder: d %d, %d heads, %d layers, ffn %d, vocab %d, context %d; %.1f MB of fp16 weights; graph of "
-              "%zu nodes; weights generated and step captured in %.0f ms\n",
-              config.d, config.heads, config.layers, config.ffn, config.vocab, config.context,
-              static_cast<double>(config.weight_bytes()) / 1e6, decoder.graph().node_count(),
-              seconds_since(built) * 1e3);
+  std::printf(
+      "decoder: d %d, %d heads, %d layers, ffn %d, vocab %d, context %d; %.1f MB of fp16 weights; graph of "
+      "%zu nodes; weights generated and step captured in %.0f ms\n",
+      config.d, config.heads, config.layers, config.ffn, config.vocab, config.context,
+      static_cast<double>(config.weight_bytes()) / 1e6, decoder.graph().node_count(), seconds_since(built) * 1e3);
 
   // 1. The first steps against float64, following the tokens the GPU chooses.
   const int first_token = 1;

@@ -47,7 +47,7 @@ extern "C" __global__ void kv_append(const lg::half_t* k, const lg::half_t* v, l
 extern "C" __global__ void attention(const lg::half_t* q, const lg::half_t* k_cache, const lg::half_t* v_cache,
                                      lg::half_t* out, const int* position, int n_heads, int head_dim, int max_ctx,
                                      float scale) {
-  lg::early_launch_prologue();  // may be launched early (LaunchConfig::early_launch)
+  lg::early_launch_prologue();                 // may be launched early (LaunchConfig::early_launch)
   extern __shared__ float scores[];            // [max_ctx]
   __shared__ float warp_out[32][kMaxHeadDim];  // per-warp partial outputs
 

@@ -98,7 +98,8 @@ MlpResult bench_mlp(const lg::Stream& s, const lg::KernelLibrary& kernels, const
   plain_config.early_launch = false;
   models::Mlp plain(s, kernels, plain_config);
   const std::vector<half> plain_output = plain.forward(input);
-  if (!std::equal(output.begin(), output.end(), plain_output.begin(), [](half a, half b) { return a.bits == b.bits; })) {
+  if (!std::equal(output.begin(), output.end(), plain_output.begin(),
+                  [](half a, half b) { return a.bits == b.bits; })) {
     throw std::runtime_error("MLP: early and ordinary launches disagree");
   }
   r.graph_plain_us = median_us(s, forwards, [&] { plain.graph().launch_on(s); });
@@ -128,9 +129,8 @@ double tokens_per_second(models::Decoder& decoder, int first_token, int steps, s
   return steps / std::min(run(), run());
 }
 
-DecoderResult bench_decoder(const lg::Stream& s, const lg::KernelLibrary& kernels,
-                            const models::DecoderConfig& config, int first_token, int steps, int forwards,
-                            const std::string& dir) {
+DecoderResult bench_decoder(const lg::Stream& s, const lg::KernelLibrary& kernels, const models::DecoderConfig& config,
+                            int first_token, int steps, int forwards, const std::string& dir) {
   DecoderResult r;
   {
     models::DecoderConfig plain_config = config;
@@ -152,9 +152,7 @@ DecoderResult bench_decoder(const lg::Stream& s, const lg::KernelLibrary& kernel
   return r;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   const std::string dir = argc > 1 ? argv[1] : ".";
   const int forwards = argc > 2 ? std::max(1, std::atoi(argv[2])) : 300;
   std::string why;
@@ -167,11 +165,12 @@ int main(int argc, char** argv) {
   lg::KernelLibrary kernels(gpu);
 
   std::printf("lazygraph models on %s; medians of %d forwards, CUDA events\n\n", gpu.name().c_str(), forwards);
-  std::printf("| MLP (d, ffn, layers) | weights MB | graph us | graph, no early launch us | forward() us | eager us "
-              "| eager/graph | TB/s | rel err f64 |\n|---|---|---|---|---|---|---|---|---|\n");
+  std::printf(
+      "| MLP (d, ffn, layers) | weights MB | graph us | graph, no early launch us | forward() us | eager us "
+      "| eager/graph | TB/s | rel err f64 |\n|---|---|---|---|---|---|---|---|---|\n");
   std::vector<MlpResult> mlps;
-  for (const auto& [d, ffn, layers] : {std::tuple{512, 1536, 16}, std::tuple{1024, 4096, 8},
-                                       std::tuple{4096, 11008, 4}}) {
+  for (const auto& [d, ffn, layers] :
+       {std::tuple{512, 1536, 16}, std::tuple{1024, 4096, 8}, std::tuple{4096, 11008, 4}}) {
     models::MlpConfig config;
     config.d = d;
     config.ffn = ffn;
@@ -188,18 +187,20 @@ int main(int argc, char** argv) {
   const int first_token = 1;
   const int steps = 256;
   const DecoderResult dr = bench_decoder(s, kernels, dc, first_token, steps, forwards, dir);
-  std::printf("\n| decoder | tokens/s (forward per token) | tokens/s, no early launch | step graph us | step eager "
-              "us | eager/graph |\n|---|---|---|---|---|---|\n| d %d, %d layers, vocab %d | %.0f | %.0f | %.1f | %.1f | "
-              "%.2f |\n",
-              dc.d, dc.layers, dc.vocab, dr.tokens_per_s, dr.tokens_per_s_plain, dr.step_graph_us, dr.step_eager_us,
-              dr.step_eager_us / dr.step_graph_us);
+  std::printf(
+      "\n| decoder | tokens/s (forward per token) | tokens/s, no early launch | step graph us | step eager "
+      "us | eager/graph |\n|---|---|---|---|---|---|\n| d %d, %d layers, vocab %d | %.0f | %.0f | %.1f | %.1f | "
+      "%.2f |\n",
+      dc.d, dc.layers, dc.vocab, dr.tokens_per_s, dr.tokens_per_s_plain, dr.step_graph_us, dr.step_eager_us,
+      dr.step_eager_us / dr.step_graph_us);
 
   std::ostringstream json;
   json << "{\n  \"device\": \"" << gpu.name() << "\",\n  \"forwards\": " << forwards << ",\n  \"mlp\": [\n";
   for (std::size_t i = 0; i < mlps.size(); ++i) {
     const MlpResult& r = mlps[i];
     json << "    {\"d\": " << r.config.d << ", \"ffn\": " << r.config.ffn << ", \"layers\": " << r.config.layers
-         << ", \"seed\": " << r.config.seed << ", \"graph_us\": " << r.graph_us << ", \"graph_plain_us\": " << r.graph_plain_us << ", \"forward_us\": " << r.forward_us
+         << ", \"seed\": " << r.config.seed << ", \"graph_us\": " << r.graph_us
+         << ", \"graph_plain_us\": " << r.graph_plain_us << ", \"forward_us\": " << r.forward_us
          << ", \"eager_us\": " << r.eager_us << ", \"weight_bytes\": " << r.config.weight_bytes()
          << ", \"rel_err_f64\": " << r.rel_err << ", \"output\": \"" << r.output << "\"}"
          << (i + 1 < mlps.size() ? ",\n" : "\n");
@@ -208,10 +209,22 @@ int main(int argc, char** argv) {
        << ", \"layers\": " << dc.layers << ", \"ffn\": " << dc.ffn << ", \"vocab\": " << dc.vocab
        << ", \"context\": " << dc.context << ", \"theta\": " << dc.theta << ", \"eps\": " << dc.eps
        << ", \"seed\": " << dc.seed << "},\n    \"start_token\": " << first_token << ", \"steps\": " << steps
-       << ", \"tokens_per_s\": " << dr.tokens_per_s << ", \"tokens_per_s_plain\": " << dr.tokens_per_s_plain << ", \"step_graph_us\": " << dr.step_graph_us
-       << ", \"step_eager_us\": " << dr.step_eager_us << ", \"logits0\": \"decoder_logits0.f16\",\n    \"tokens\": [";
+       << ", \"tokens_per_s\": " << dr.tokens_per_s << ", \"tokens_per_s_plain\": " << dr.tokens_per_s_plain
+       << ", \"step_graph_us\": " << dr.step_graph_us << ", \"step_eager_us\": " << dr.step_eager_us
+       << ", \"logits0\": \"decoder_logits0.f16\",\n    \"tokens\": [";
   for (std::size_t i = 0; i < dr.tokens.size(); ++i) json << (i > 0 ? ", " : "") << dr.tokens[i];
   json << "]}\n}\n";
   std::ofstream(dir + "/lazygraph.json") << json.str();
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_models: %s\n", e.what());
+    return 1;
+  }
 }

@@ -8,13 +8,16 @@ namespace models {
 
 void DecoderConfig::validate() const {
   const auto fail = [](const std::string& why) { throw lg::UsageError("DecoderConfig: " + why); };
-  if (d <= 0 || heads <= 0 || layers <= 0 || ffn <= 0 || vocab <= 0 || context <= 0) fail("every size must be positive");
+  if (d <= 0 || heads <= 0 || layers <= 0 || ffn <= 0 || vocab <= 0 || context <= 0)
+    fail("every size must be positive");
   if (d % 8 != 0 || ffn % 8 != 0) fail("d and ffn must be multiples of 8 (the gemv kernels load 8 halves at a time)");
   if (d % heads != 0) fail("d (" + std::to_string(d) + ") must be divisible by heads (" + std::to_string(heads) + ")");
   if (head_dim() % 8 != 0 || head_dim() > 128) {
-    fail("head_dim (" + std::to_string(head_dim()) + ") must be a multiple of 8 and at most 128 (the attention kernel)");
+    fail("head_dim (" + std::to_string(head_dim()) +
+         ") must be a multiple of 8 and at most 128 (the attention kernel)");
   }
-  if (context > 8192) fail("context (" + std::to_string(context) + ") must be at most 8192 (scores live in shared memory)");
+  if (context > 8192)
+    fail("context (" + std::to_string(context) + ") must be at most 8192 (scores live in shared memory)");
 }
 
 std::size_t DecoderConfig::weight_bytes() const {
@@ -23,8 +26,7 @@ std::size_t DecoderConfig::weight_bytes() const {
   return (per_layer * static_cast<std::size_t>(layers) + static_cast<std::size_t>(vocab) * dd + 2 * dd) * sizeof(half);
 }
 
-DecoderWeights DecoderWeights::generate(const lg::Stream& stream, const ModelKernels& kernels,
-                                        const DecoderConfig& c) {
+DecoderWeights DecoderWeights::generate(const lg::Stream& stream, const ModelKernels& kernels, const DecoderConfig& c) {
   c.validate();
   const auto make = [&](const TensorSpec& spec) { return device_tensor(stream, kernels.fill_uniform, c.seed, spec); };
   const TensorSpec embedding{1000000, static_cast<std::size_t>(c.vocab) * static_cast<std::size_t>(c.d), 1.0F, 0.0F};

@@ -81,7 +81,7 @@ inline auto attention_block(const ModelKernels& k, const AttentionWeights& w, De
                             lg::DeviceSpan<half> k_cache, lg::DeviceSpan<half> v_cache, const DecoderConfig& c) {
   const int d = c.d;
   const auto project = [&](const lg::DeviceBuffer<half>& weight, lg::DeviceBuffer<half>& out) {
-    return k.rms_norm_gemv(k.gemv_config(d), weight.cview(), s.x.cview(), w.gain.cview(), out.view(), d, d, c.eps);
+    return k.rms_norm_gemv(k.gemv_config(d, d), weight.cview(), s.x.cview(), w.gain.cview(), out.view(), d, d, c.eps);
   };
   const lg::LaunchConfig per_element = k.step_config(lg::grid_for(static_cast<std::size_t>(d), 256));
   const lg::LaunchConfig per_head = k.step_config(
@@ -92,14 +92,14 @@ inline auto attention_block(const ModelKernels& k, const AttentionWeights& w, De
                      c.context) >>
          k.attention(per_head, s.q.cview(), k_cache.as_const(), v_cache.as_const(), s.attn.view(), s.position(),
                      c.heads, c.head_dim(), c.context, 1.0F / std::sqrt(static_cast<float>(c.head_dim()))) >>
-         k.gemv_add(k.gemv_config(d), w.wo.cview(), s.attn.cview(), s.x.view(), d, d);
+         k.gemv_add(k.gemv_config(d, d), w.wo.cview(), s.attn.cview(), s.x.view(), d, d);
 }
 
 /// One decoder layer: attention block, then the SwiGLU MLP block.
 inline auto decoder_layer(const ModelKernels& k, const DecoderWeights& w, DecoderState& s, int layer,
                           const DecoderConfig& c) {
-  const std::size_t cache_size = static_cast<std::size_t>(c.heads) * static_cast<std::size_t>(c.context) *
-                                 static_cast<std::size_t>(c.head_dim());
+  const std::size_t cache_size =
+      static_cast<std::size_t>(c.heads) * static_cast<std::size_t>(c.context) * static_cast<std::size_t>(c.head_dim());
   const std::size_t offset = static_cast<std::size_t>(layer) * cache_size;
   const auto l = static_cast<std::size_t>(layer);
   return attention_block(k, w.attention[l], s, s.k_cache.view().subspan(offset, cache_size),
@@ -107,20 +107,19 @@ inline auto decoder_layer(const ModelKernels& k, const DecoderWeights& w, Decode
          swiglu_block(k, w.mlp[l], s.x.view(), s.act.view(), c.d, c.ffn, c.eps);
 }
 
-using DecoderLayerOp = decltype(decoder_layer(std::declval<const ModelKernels&>(),
-                                              std::declval<const DecoderWeights&>(), std::declval<DecoderState&>(), 0,
-                                              std::declval<const DecoderConfig&>()));
+using DecoderLayerOp =
+    decltype(decoder_layer(std::declval<const ModelKernels&>(), std::declval<const DecoderWeights&>(),
+                           std::declval<DecoderState&>(), 0, std::declval<const DecoderConfig&>()));
 
 /// One decode step: reads the token and position from s.io, writes the logits and the next token.
 inline auto decoder_step(const ModelKernels& k, const DecoderWeights& w, DecoderState& s, const DecoderConfig& c) {
   std::vector<DecoderLayerOp> layers;
   layers.reserve(static_cast<std::size_t>(c.layers));
   for (int l = 0; l < c.layers; ++l) layers.push_back(decoder_layer(k, w, s, l, c));
-  return k.embedding(k.step_config(lg::grid_for(static_cast<std::size_t>(c.d), 256)), w.embedding.cview(), s.token(), s.x.view(),
-                     c.d) >>
-         lg::chain(std::move(layers)) >>
-         k.rms_norm_gemv(k.gemv_config(c.vocab), w.lm_head.cview(), s.x.cview(), w.final_gain.cview(), s.logits.view(),
-                         c.vocab, c.d, c.eps) >>
+  return k.embedding(k.step_config(lg::grid_for(static_cast<std::size_t>(c.d), 256)), w.embedding.cview(), s.token(),
+                     s.x.view(), c.d) >>
+         lg::chain(std::move(layers)) >> k.rms_norm_gemv(k.gemv_config(c.vocab, c.d), w.lm_head.cview(), s.x.cview(),
+                                                         w.final_gain.cview(), s.logits.view(), c.vocab, c.d, c.eps) >>
          k.argmax(k.step_config({{1, 1, 1}, {1024, 1, 1}, 0}), s.logits.cview(), s.next.view(), c.vocab);
 }
 

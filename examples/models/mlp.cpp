@@ -9,8 +9,7 @@ namespace models {
 void MlpConfig::validate() const {
   if (d <= 0 || d % 8 != 0 || ffn <= 0 || ffn % 8 != 0 || layers < 1) {
     throw lg::UsageError("MlpConfig: d (" + std::to_string(d) + ") and ffn (" + std::to_string(ffn) +
-                         ") must be positive multiples of 8 and layers (" + std::to_string(layers) +
-                         ") at least 1");
+                         ") must be positive multiples of 8 and layers (" + std::to_string(layers) + ") at least 1");
   }
 }
 
@@ -49,6 +48,8 @@ Mlp::Mlp(const lg::Stream& stream, const lg::KernelLibrary& library, const MlpCo
       layers_(generate_layers(stream, kernels_, config_)),
       act_(stream.device(), static_cast<std::size_t>(config_.ffn)),
       module_(stream, static_cast<std::size_t>(config_.d), static_cast<std::size_t>(config_.d),
-              [this](lg::DeviceSpan<const half> in, lg::DeviceSpan<half> out) { return forward_op(in, out); }) {}
+              [this](lg::DeviceSpan<const half> in, lg::DeviceSpan<half> out) {
+                return forward_op(std::move(in), std::move(out));
+              }) {}
 
 }  // namespace models

@@ -42,9 +42,9 @@ SwigluWeights generate_swiglu_weights(const lg::Stream& stream, const ModelKerne
 /// [ffn] as scratch: a fused norm + gate/up projection kernel, then the down projection with the add fused.
 inline auto swiglu_block(const ModelKernels& k, const SwigluWeights& w, lg::DeviceSpan<half> x,
                          lg::DeviceSpan<half> act, int d, int ffn, float eps) {
-  return k.rms_norm_gemv_swiglu(k.gemv_config(ffn), w.w1.cview(), w.w3.cview(), x.as_const(), w.gain.cview(), act, ffn,
-                                d, eps) >>
-         k.gemv_add(k.gemv_config(d), w.w2.cview(), act.as_const(), x, d, ffn);
+  return k.rms_norm_gemv_swiglu(k.gemv_config(ffn, d), w.w1.cview(), w.w3.cview(), x.as_const(), w.gain.cview(), act,
+                                ffn, d, eps) >>
+         k.gemv_add(k.gemv_config(d, ffn), w.w2.cview(), act.as_const(), x, d, ffn);
 }
 
 using SwigluBlockOp = decltype(swiglu_block(std::declval<const ModelKernels&>(), std::declval<const SwigluWeights&>(),
@@ -55,7 +55,8 @@ inline auto mlp_forward(const ModelKernels& k, const std::vector<SwigluWeights>&
                         lg::DeviceSpan<const half> input, lg::DeviceSpan<half> output, lg::DeviceSpan<half> act) {
   std::vector<SwigluBlockOp> blocks;
   blocks.reserve(layers.size());
-  for (const SwigluWeights& w : layers) blocks.push_back(swiglu_block(k, w, output, act, config.d, config.ffn, config.eps));
+  for (const SwigluWeights& w : layers)
+    blocks.push_back(swiglu_block(k, w, output, act, config.d, config.ffn, config.eps));
   return lg::copy(output, input) >> lg::chain(std::move(blocks));
 }
 

@@ -34,12 +34,14 @@ struct ModelKernels {
     return config;
   }
 
-  /// Launch shape of the gemv family (kernels/gemv.cu) for `rows` output rows: blocks of (32, 2, 4) — two
-  /// warps per row, four rows per block — one row per warp pair. On the H200 this shape streamed 4096 x 11008
-  /// and 11008 x 4096 weights at 86-87% of the copy bandwidth (bench_gemv), the best of the shapes tried.
-  [[nodiscard]] lg::LaunchConfig gemv_config(int rows) const {
-    constexpr unsigned warps_per_row = 2;
-    constexpr unsigned rows_per_block = 4;
+  /// Launch shape of the gemv family (kernels/gemv.cu) for a rows x cols weight: one row per group of warps,
+  /// 256 threads per block. Rows up to 4096 columns get one warp each, 8 rows per block; longer rows two warps
+  /// each, 4 rows per block. bench_gemv on the H200 (eager, median µs; copy ceiling 4.26 TB/s):
+  ///   4096 x 1024:  5.3 with (32, 1, 8) vs 7.3 with (32, 2, 4);   11008 x 4096: 24.4 vs 27.1;
+  ///   1024 x 4096:  4.3 vs 4.6;   4096 x 11008: 26.2 vs 23.8 (3.78 TB/s), where two warps per row win.
+  [[nodiscard]] lg::LaunchConfig gemv_config(int rows, int cols) const {
+    const unsigned warps_per_row = cols > 4096 ? 2 : 1;
+    const unsigned rows_per_block = 8 / warps_per_row;
     return step_config({{(static_cast<unsigned>(rows) + rows_per_block - 1) / rows_per_block, 1, 1},
                         {32, warps_per_row, rows_per_block},
                         0});

@@ -35,8 +35,8 @@ std::vector<double> host_tensor_f64(std::uint32_t seed, const TensorSpec& spec) 
 lg::DeviceBuffer<lg::half> device_tensor(const lg::Stream& stream, const FillUniformKernel& fill, std::uint32_t seed,
                                          const TensorSpec& spec) {
   lg::DeviceBuffer<lg::half> out(stream.device(), spec.size);
-  const lg::LaunchConfig cfg{{static_cast<unsigned>(std::clamp<std::size_t>((spec.size + 255) / 256, 1, 8192)), 1, 1},
-                             {256, 1, 1}, 0};
+  const lg::LaunchConfig cfg{
+      {static_cast<unsigned>(std::clamp<std::size_t>((spec.size + 255) / 256, 1, 8192)), 1, 1}, {256, 1, 1}, 0};
   fill(cfg, out.view(), static_cast<long long>(spec.size), tensor_key(seed, spec.id), spec.scale, spec.offset)
       .sync_on(stream);
   return out;

@@ -52,7 +52,8 @@ void rope(std::vector<double>& t, int heads, int head_dim, int position, double 
   for (int h = 0; h < heads; ++h) {
     for (int i = 0; i < head_dim / 2; ++i) {
       const double angle = position * std::pow(theta, -2.0 * i / head_dim);
-      const std::size_t at = static_cast<std::size_t>(h * head_dim + 2 * i);
+      const std::size_t at =
+          static_cast<std::size_t>(h) * static_cast<std::size_t>(head_dim) + 2 * static_cast<std::size_t>(i);
       const double a = t[at];
       const double b = t[at + 1];
       t[at] = a * std::cos(angle) - b * std::sin(angle);
@@ -101,7 +102,7 @@ std::vector<double> DecoderReference::step(int token, int position) {
   if (token < 0 || token >= c.vocab || position < 0 || position >= c.context) {
     throw std::invalid_argument("DecoderReference::step: token or position out of range");
   }
-  const int hd = c.head_dim();
+  const auto hd = static_cast<std::size_t>(c.head_dim());
   const auto d = static_cast<std::size_t>(c.d);
   std::vector<double> x(embedding_.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(token) * d),
                         embedding_.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(token + 1) * d));
@@ -111,26 +112,30 @@ std::vector<double> DecoderReference::step(int token, int position) {
     std::vector<double> q = matvec(w.wq, h, c.d, c.d);
     std::vector<double> k = matvec(w.wk, h, c.d, c.d);
     const std::vector<double> v = matvec(w.wv, h, c.d, c.d);
-    rope(q, c.heads, hd, position, c.theta);
-    rope(k, c.heads, hd, position, c.theta);
+    rope(q, c.heads, c.head_dim(), position, c.theta);
+    rope(k, c.heads, c.head_dim(), position, c.theta);
     std::vector<double> o(d);
-    for (int head = 0; head < c.heads; ++head) {
-      const std::size_t head_base = static_cast<std::size_t>(head) * static_cast<std::size_t>(c.context) * hd;
-      const auto at = [&](int j) { return head_base + static_cast<std::size_t>(j) * hd; };
-      std::copy_n(k.begin() + head * hd, hd, k_cache_[l].begin() + static_cast<std::ptrdiff_t>(at(position)));
-      std::copy_n(v.begin() + head * hd, hd, v_cache_[l].begin() + static_cast<std::ptrdiff_t>(at(position)));
-      std::vector<double> scores(static_cast<std::size_t>(position) + 1);
-      for (int j = 0; j <= position; ++j) {
+    const auto pos = static_cast<std::size_t>(position);
+    for (std::size_t head = 0; head < static_cast<std::size_t>(c.heads); ++head) {
+      const std::size_t head_base = head * static_cast<std::size_t>(c.context) * hd;
+      const std::size_t first = head * hd;  // this head's slice of q, k, v and o
+      const auto at = [&](std::size_t j) { return head_base + j * hd; };
+      std::copy_n(k.begin() + static_cast<std::ptrdiff_t>(first), hd,
+                  k_cache_[l].begin() + static_cast<std::ptrdiff_t>(at(pos)));
+      std::copy_n(v.begin() + static_cast<std::ptrdiff_t>(first), hd,
+                  v_cache_[l].begin() + static_cast<std::ptrdiff_t>(at(pos)));
+      std::vector<double> scores(pos + 1);
+      for (std::size_t j = 0; j <= pos; ++j) {
         double s = 0.0;
-        for (int i = 0; i < hd; ++i) s += q[static_cast<std::size_t>(head * hd + i)] * k_cache_[l][at(j) + i];
-        scores[static_cast<std::size_t>(j)] = s / std::sqrt(static_cast<double>(hd));
+        for (std::size_t i = 0; i < hd; ++i) s += q[first + i] * k_cache_[l][at(j) + i];
+        scores[j] = s / std::sqrt(static_cast<double>(hd));
       }
       const double top = *std::max_element(scores.begin(), scores.end());
       double total = 0.0;
       for (double& s : scores) total += (s = std::exp(s - top));
-      for (int j = 0; j <= position; ++j) {
-        const double weight = scores[static_cast<std::size_t>(j)] / total;
-        for (int i = 0; i < hd; ++i) o[static_cast<std::size_t>(head * hd + i)] += weight * v_cache_[l][at(j) + i];
+      for (std::size_t j = 0; j <= pos; ++j) {
+        const double weight = scores[j] / total;
+        for (std::size_t i = 0; i < hd; ++i) o[first + i] += weight * v_cache_[l][at(j) + i];
       }
     }
     const std::vector<double> attn = matvec(w.wo, o, c.d, c.d);

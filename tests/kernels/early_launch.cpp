@@ -33,6 +33,7 @@ TEST_SUITE("gpu") {
     const auto cfg = early(grid_for(static_cast<std::size_t>(n), 256));
 
     std::vector<decltype(add(cfg, x.view(), one.cview(), n))> ops;
+    ops.reserve(steps);
     for (int i = 0; i < steps; ++i) {
       // Every tenth launch is an ordinary one: mixed edges must keep order too.
       ops.push_back(add(i % 10 == 9 ? grid_for(static_cast<std::size_t>(n), 256) : cfg, x.view(), one.cview(), n));

@@ -48,12 +48,13 @@ TEST_CASE("seeded weights follow the README's formula and test vector") {
   const std::vector<half> w = models::host_tensor(1234, spec);
   REQUIRE(w.size() == 64U * 256U);
   CHECK(w[0].to_float() == half::from_float(0.0625F * models::uniform(key, 0)).to_float());
-  CHECK(models::host_tensor(1234, spec)[100].bits == w[100].bits);   // deterministic
-  CHECK(models::host_tensor(1235, spec)[100].bits != w[100].bits);   // the seed matters
-  const auto [lo, hi] = std::minmax_element(w.begin(), w.end(), [](half a, half b) { return a.to_float() < b.to_float(); });
+  CHECK(models::host_tensor(1234, spec)[100].bits == w[100].bits);  // deterministic
+  CHECK(models::host_tensor(1235, spec)[100].bits != w[100].bits);  // the seed matters
+  const auto [lo, hi] =
+      std::minmax_element(w.begin(), w.end(), [](half a, half b) { return a.to_float() < b.to_float(); });
   CHECK(lo->to_float() >= -0.0625F);
   CHECK(hi->to_float() <= 0.0625F);  // u < 1, but fp16 may round up to the bound
-  CHECK(lo->to_float() < -0.06F);  // the whole range is used
+  CHECK(lo->to_float() < -0.06F);    // the whole range is used
   CHECK(hi->to_float() > 0.06F);
 
   const std::vector<half> gain = models::host_tensor(1, models::gain_spec(3, 1000));
@@ -92,11 +93,11 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("the MLP module matches float64 on fresh inputs, replay after replay") {
-    for (const auto& [d, ffn, layers] : {std::tuple{512, 1536, 16}, std::tuple{256, 1024, 3}}) {
+    for (const auto& shape : {std::tuple{512, 1536, 16}, std::tuple{256, 1024, 3}}) {
       models::MlpConfig config;
-      config.d = d;
-      config.ffn = ffn;
-      config.layers = layers;
+      std::tie(config.d, config.ffn, config.layers) = shape;
+      const int d = config.d;
+      const int layers = config.layers;
       CAPTURE(d);
       models::Mlp mlp(lgtest::stream(), lgtest::kernels(), config);
       CHECK(mlp.graph().node_count() == 1 + 2 * static_cast<std::size_t>(layers));  // input copy + 2 kernels/layer

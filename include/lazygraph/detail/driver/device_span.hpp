@@ -45,8 +45,8 @@ class DeviceSpan {
   [[nodiscard]] CUdeviceptr address() const noexcept { return address_; }
   /// The device pointer, for passing to a kernel; never dereference it on the host.
   [[nodiscard]] T* data() const noexcept {
-    return reinterpret_cast<T*>(address_);
-  }  // NOLINT(performance-no-int-to-ptr)
+    return reinterpret_cast<T*>(address_);  // NOLINT(performance-no-int-to-ptr): a device address, by design
+  }
   [[nodiscard]] const std::shared_ptr<const void>& owner() const noexcept { return owner_; }
 
   [[nodiscard]] DeviceSpan<const T> as_const() const noexcept { return {address_, size_, owner_}; }

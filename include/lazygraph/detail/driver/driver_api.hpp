@@ -87,9 +87,9 @@ int function_attribute(CUfunction fn, CUfunction_attribute attr, std::string_vie
 void set_function_attribute(CUfunction fn, CUfunction_attribute attr, int value, std::string_view name);
 
 struct LaunchShape {
-  unsigned grid[3];
-  unsigned block[3];
-  unsigned shared_bytes;
+  unsigned grid[3] = {};
+  unsigned block[3] = {};
+  unsigned shared_bytes = 0;
   bool early_launch = false;  ///< programmatic stream serialization (sm_90+)
 };
 void launch_kernel(CUfunction fn, const LaunchShape& shape, CUstream stream, void** args, std::string_view name);

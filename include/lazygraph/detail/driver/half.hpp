@@ -15,7 +15,7 @@
 
 namespace lazygraph {
 
-struct half {
+struct half {          // NOLINT(readability-identifier-naming): named like CUDA's half, which it stands for
   std::uint16_t bits;  ///< sign (1), exponent (5, bias 15), mantissa (10)
 
   /// The nearest half to `f`, ties to even; values from 65520 up become infinity; values below the smallest

@@ -69,7 +69,7 @@ class KernelLibrary {
  private:
   template <class... P>
   static std::vector<std::size_t> parameter_sizes(void (*)(P...)) {
-    return {sizeof(P)...};
+    return {sizeof(P)...};  // NOLINT(bugprone-sizeof-expression): the parameters' sizes are what is checked
   }
   std::shared_ptr<detail::KernelInfo> lookup(std::string_view name, const std::vector<std::size_t>& sizes,
                                              std::string_view signature) const;
