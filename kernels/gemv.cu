@@ -20,10 +20,8 @@
 // use up to 80 (128), and limits blocks to 256 threads. A group of K warps computes one row at a time (warp k
 // takes the row's 16-byte chunks k*32+lane, stepping by 32*K), R groups per block. Rows go to groups
 // grid-stride, so any grid works; grid.x = ceil(rows / R) gives each group one row. No dynamic shared memory.
-// Suggested: K = 4, R = 2 (256 threads), grid ceil(rows / 2): four warps per row keep the work units small, so
-// the last wave of a large matrix is short, and put a 1536-column row in flight at once. K = 1, R = 8 has the
-// fewest cross-warp reductions; the gpu test "gemv streams fp16 weights close to the memory bandwidth" times
-// both and K = 2 and 8.
+// Suggested (measured by bench_gemv on an H200): K = 1, R = 8 for rows of up to 4096 columns, K = 2, R = 4 for
+// longer rows; grid ceil(rows / R). examples/models/model_kernels.hpp (gemv_config) applies this rule.
 //
 // Why no split-K across blocks: each lane issues 8 independent 16-byte weight loads (4 per matrix in the two-
 // matrix kernels) before it uses any, so a warp has 4 KB in flight and a group of K warps covers 4K KB of a row
