@@ -153,8 +153,6 @@ void check_gemv(const GemvShape& shape) {
   CHECK(count_outside_rounding(got, ref.value, accumulation_allowance(ref.magnitude)) == 0);
 }
 
-/// Mean time of `launches` launches of `launch(i)`, after a warm-up, in seconds.
-
 }  // namespace
 
 TEST_SUITE("gpu") {
