@@ -74,11 +74,12 @@ namespace {
   X(cuGraphExecDestroy)                  \
   X(cuGraphGetNodes)                     \
   X(cuGraphNodeGetType)                  \
+  X(cuGraphGetEdges)                     \
   X(cuGraphDebugDotPrint)                \
   X(cuGraphExecUpdate)
 
 struct EntryPoints {
-#define LAZYGRAPH_DECLARE(fn) decltype(&::fn) fn = nullptr;
+#define LAZYGRAPH_DECLARE(fn) decltype(&::fn) fn = nullptr;  // NOLINT(bugprone-macro-parentheses): a name
   LAZYGRAPH_DRIVER_ENTRY_POINTS(LAZYGRAPH_DECLARE)
 #undef LAZYGRAPH_DECLARE
 };
@@ -110,6 +111,8 @@ Driver load() {
     return d;
   }
   std::string missing;
+  // `fn` names a member and a string; it cannot be parenthesised.
+  // NOLINTBEGIN(bugprone-macro-parentheses)
 #define LAZYGRAPH_FETCH(fn)                                                                                      \
   {                                                                                                              \
     void* p = nullptr;                                                                                           \
@@ -120,6 +123,7 @@ Driver load() {
       missing += missing.empty() ? #fn : ", " #fn;                                                               \
     }                                                                                                            \
   }
+  // NOLINTEND(bugprone-macro-parentheses)
   LAZYGRAPH_DRIVER_ENTRY_POINTS(LAZYGRAPH_FETCH)
 #undef LAZYGRAPH_FETCH
   if (!missing.empty()) {
@@ -499,6 +503,20 @@ std::vector<CUgraphNode> graph_nodes(CUgraph graph) {
   std::vector<CUgraphNode> nodes(n);
   if (n > 0) check(a.cuGraphGetNodes(graph, nodes.data(), &n), "cuGraphGetNodes", "CudaGraph");
   return nodes;
+}
+
+GraphEdgeCounts graph_edge_counts(CUgraph graph) {
+  const EntryPoints& a = api();
+  std::size_t n = 0;
+  check(a.cuGraphGetEdges(graph, nullptr, nullptr, nullptr, &n), "cuGraphGetEdges", "CudaGraph");
+  std::vector<CUgraphNode> from(n);
+  std::vector<CUgraphNode> to(n);
+  std::vector<CUgraphEdgeData> data(n);
+  if (n > 0) check(a.cuGraphGetEdges(graph, from.data(), to.data(), data.data(), &n), "cuGraphGetEdges", "CudaGraph");
+  GraphEdgeCounts counts{n, 0};
+  for (std::size_t i = 0; i < n; ++i)
+    counts.programmatic += data[i].type == CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC ? 1 : 0;
+  return counts;
 }
 
 CUgraphNodeType graph_node_type(CUgraphNode node) {

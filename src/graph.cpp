@@ -181,6 +181,11 @@ std::vector<NodeKind> GraphState::node_kinds() const {
   return kinds;
 }
 
+EdgeCounts GraphState::edge_counts() const {
+  const drv::GraphEdgeCounts e = drv::graph_edge_counts(graph_);
+  return {e.total - e.programmatic, e.programmatic};
+}
+
 void GraphState::write_dot(const std::filesystem::path& path) const { drv::graph_write_dot(graph_, path.string()); }
 
 }  // namespace detail

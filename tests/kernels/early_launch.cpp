@@ -53,6 +53,10 @@ TEST_SUITE("gpu") {
     expect(1);
     auto graph = CudaGraph<>::capture(s, step);
     CHECK(graph.node_count() == static_cast<std::size_t>(steps));
+    // Early launches are programmatic edges, except after the ordinary launches; the first node has no edge.
+    const EdgeCounts edges = graph.edge_counts();
+    CHECK(edges.full == static_cast<std::size_t>(steps / 10));
+    CHECK(edges.programmatic == static_cast<std::size_t>(steps - 1 - steps / 10));
     graph.launch();
     graph.launch();
     expect(3);

@@ -137,6 +137,11 @@ TEST_SUITE("gpu") {
     models::Mlp early(lgtest::stream(), lgtest::kernels(), config);
     config.early_launch = false;
     models::Mlp plain(lgtest::stream(), lgtest::kernels(), config);
+    // Kernel-to-kernel dependencies are programmatic when launched early; the input copy's is always full.
+    CHECK(early.graph().edge_counts().programmatic == 2U * 6U - 1U);
+    CHECK(early.graph().edge_counts().full == 1U);
+    CHECK(plain.graph().edge_counts().programmatic == 0U);
+    CHECK(plain.graph().edge_counts().full == 2U * 6U);
     const std::vector<half> x = random_input(512);
     const std::vector<half> a = early.forward(x);
     const std::vector<half> b = plain.forward(x);

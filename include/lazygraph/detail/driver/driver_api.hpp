@@ -107,6 +107,11 @@ void graph_destroy_no_throw(CUgraph graph) noexcept;
 void graph_exec_destroy_no_throw(CUgraphExec exec) noexcept;
 std::vector<CUgraphNode> graph_nodes(CUgraph graph);
 CUgraphNodeType graph_node_type(CUgraphNode node);
+struct GraphEdgeCounts {
+  std::size_t total = 0;
+  std::size_t programmatic = 0;
+};
+GraphEdgeCounts graph_edge_counts(CUgraph graph);
 void graph_write_dot(CUgraph graph, const std::string& path);
 /// Updates `exec` in place from `graph`; false when the topology changed and it must be re-instantiated.
 bool graph_exec_update(CUgraphExec exec, CUgraph graph);

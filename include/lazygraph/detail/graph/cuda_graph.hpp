@@ -88,6 +88,7 @@ class CudaGraph {
 
   [[nodiscard]] std::size_t node_count() const { return state().node_count(); }
   [[nodiscard]] std::vector<NodeKind> node_kinds() const { return state().node_kinds(); }
+  [[nodiscard]] EdgeCounts edge_counts() const { return state().edge_counts(); }
   /// Writes the graph in Graphviz DOT form (cuGraphDebugDotPrint).
   void write_dot(const std::filesystem::path& path) const { state().write_dot(path); }
   /// The stream replays run on.

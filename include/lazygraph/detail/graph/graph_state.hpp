@@ -27,6 +27,13 @@ enum class CaptureStatus { none, active, invalidated };
 /// The kind of one node of a captured graph.
 enum class NodeKind { kernel, memcpy, memset, host, child_graph, empty, wait_event, event_record, other };
 
+/// The dependencies of a captured graph: `programmatic` of them let the downstream kernel start before the
+/// upstream one completes (kernels launched with LaunchConfig::early_launch), the rest are full dependencies.
+struct EdgeCounts {
+  std::size_t full = 0;
+  std::size_t programmatic = 0;
+};
+
 [[nodiscard]] CaptureStatus capture_status(const Stream& stream);
 [[nodiscard]] const char* to_string(NodeKind kind) noexcept;
 
@@ -66,6 +73,7 @@ class GraphState {
 
   [[nodiscard]] std::size_t node_count() const;
   [[nodiscard]] std::vector<NodeKind> node_kinds() const;
+  [[nodiscard]] EdgeCounts edge_counts() const;
   void write_dot(const std::filesystem::path& path) const;
 
  private:

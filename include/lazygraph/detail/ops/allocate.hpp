@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "lazygraph/detail/driver/device_buffer.hpp"
+#include "lazygraph/detail/driver/half.hpp"
 #include "lazygraph/detail/driver/memcpy.hpp"
 #include "lazygraph/detail/ops/concepts.hpp"
 #include "lazygraph/detail/ops/fill.hpp"
@@ -80,10 +81,22 @@ AllocateOp<T, detail::FillWith<T>> zeros(std::size_t n) {
   return {n, detail::FillWith<T>{zero}};
 }
 
-/// `n` elements set to T(1).
+namespace detail {
+/// The value 1 of T. Not `T(1)` for half: half is an aggregate of its bits, and C++20 would read that as bits 1.
+template <class T>
+constexpr T one() {
+  if constexpr (std::is_same_v<T, half>) {
+    return half::from_float(1.0F);
+  } else {
+    return T(1);
+  }
+}
+}  // namespace detail
+
+/// `n` elements set to 1.
 template <class T>
 AllocateOp<T, detail::FillWith<T>> ones(std::size_t n) {
-  return {n, detail::FillWith<T>{T(1)}};
+  return {n, detail::FillWith<T>{detail::one<T>()}};
 }
 
 /// `n` uninitialised elements.
