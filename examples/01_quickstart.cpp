@@ -4,12 +4,15 @@
 
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <random>
 #include <vector>
 
 namespace lg = lazygraph;
 
-int main() {
+namespace {
+
+int run() {
   std::string why;
   if (!lg::gpu_available(&why)) {
     std::printf("lazygraph quickstart: no GPU to run on (%s)\n", why.c_str());
@@ -65,4 +68,15 @@ int main() {
   }
   std::printf("OK\n");
   return 0;
+}
+
+}  // namespace
+
+int main() {
+  try {
+    return run();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "lazygraph quickstart: %s\n", e.what());
+    return 1;
+  }
 }

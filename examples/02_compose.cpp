@@ -3,21 +3,24 @@
 #include <lazygraph/lazygraph.hpp>
 
 #include <cstdio>
+#include <exception>
 #include <vector>
 
 namespace lg = lazygraph;
 using Axpy = lg::Kernel<void(float, const float*, float*, int)>;
 
 /// a ← a + 2x, b ← b + 3x (independent), then c ← a, then c ← c + b.
-auto step(const Axpy& axpy, lg::DeviceSpan<const float> x, lg::DeviceSpan<float> a, lg::DeviceSpan<float> b,
-          lg::DeviceSpan<float> c) {
+auto step(const Axpy& axpy, const lg::DeviceSpan<const float>& x, const lg::DeviceSpan<float>& a,
+          const lg::DeviceSpan<float>& b, const lg::DeviceSpan<float>& c) {
   const int n = static_cast<int>(x.size());
   const auto cfg = lg::grid_for(x.size(), 256);
   return lg::all(axpy(cfg, 2.0F, x, a, n), axpy(cfg, 3.0F, x, b, n)) >> lg::copy(c, a.as_const()) >>
          axpy(cfg, 1.0F, b.as_const(), c, n);
 }
 
-int main() {
+namespace {
+
+int run() {
   std::string why;
   if (!lg::gpu_available(&why)) {
     std::printf("02_compose: no GPU to run on (%s)\n", why.c_str());
@@ -50,7 +53,18 @@ int main() {
     wrong += std::abs(got[i] - ref) > 1e-5 * std::abs(ref);
   }
   const auto sum =
-      lg::map(lg::value(c.cview()), [](lg::DeviceSpan<const float> s) { return s.size(); }).sync_on(stream);
+      lg::map(lg::value(c.cview()), [](const lg::DeviceSpan<const float>& s) { return s.size(); }).sync_on(stream);
   std::printf("c = (1 + 2x) + (1 + 3x) over %zu elements: %d wrong\n%s\n", sum, wrong, wrong == 0 ? "OK" : "FAILED");
   return wrong == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main() {
+  try {
+    return run();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "02_compose: %s\n", e.what());
+    return 1;
+  }
 }

@@ -4,12 +4,15 @@
 
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <random>
 #include <vector>
 
 namespace lg = lazygraph;
 
-int main() {
+namespace {
+
+int run() {
   std::string why;
   if (!lg::gpu_available(&why)) {
     std::printf("03_module: no GPU to run on (%s)\n", why.c_str());
@@ -28,9 +31,10 @@ int main() {
   auto bias = lg::from_host(host_bias).sync_on(stream);
 
   // y = 0.5 x + bias, as a Module.
-  lg::GraphModule<float, float> affine(stream, n, n, [&](lg::DeviceSpan<const float> in, lg::DeviceSpan<float> out) {
-    return lg::copy(out, bias.cview()) >> axpy(lg::grid_for(n, 256), 0.5F, in, out, n);
-  });
+  lg::GraphModule<float, float> affine(
+      stream, n, n, [&](const lg::DeviceSpan<const float>& in, const lg::DeviceSpan<float>& out) {
+        return lg::copy(out, bias.cview()) >> axpy(lg::grid_for(n, 256), 0.5F, in, out, n);
+      });
   static_assert(lg::Module<decltype(affine)>);
 
   double worst = 0;
@@ -43,4 +47,15 @@ int main() {
   std::printf("100 forwards through a %zu-node graph: max abs error %.3g\n%s\n", affine.graph().node_count(), worst,
               worst < 1e-6 ? "OK" : "FAILED");
   return worst < 1e-6 ? 0 : 1;
+}
+
+}  // namespace
+
+int main() {
+  try {
+    return run();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "03_module: %s\n", e.what());
+    return 1;
+  }
 }

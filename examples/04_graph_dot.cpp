@@ -4,12 +4,15 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <fstream>
 #include <string>
 
 namespace lg = lazygraph;
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
   std::string why;
   if (!lg::gpu_available(&why)) {
     std::printf("04_graph_dot: no GPU to run on (%s)\n", why.c_str());
@@ -43,4 +46,15 @@ int main(int argc, char** argv) {
   }
   std::printf("%s\n", ok ? "OK" : "FAILED");
   return ok ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "04_graph_dot: %s\n", e.what());
+    return 1;
+  }
 }

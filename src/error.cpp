@@ -18,7 +18,7 @@ std::string describe(std::string_view api, std::string_view code_name, std::stri
 
 }  // namespace
 
-CudaError::CudaError(std::string api, int code, std::string code_name, std::string code_text, std::string object)
+CudaError::CudaError(std::string api, int code, std::string code_name, std::string_view code_text, std::string object)
     : Error(describe(api, code_name, code_text, object)),
       api_(std::move(api)),
       code_(code),

@@ -26,15 +26,20 @@ CUmodule load_outside_capture(const Device& device, const void* image, const std
 LoadedModule::LoadedModule(const Device& device, const void* image, std::string name)
     : device_(device), handle_(load_outside_capture(device, image, name)), name_(std::move(name)) {}
 
-LoadedModule::~LoadedModule() { drv::module_unload_no_throw(device_.context(), handle_); }
+// A moved-from module has no handle and an empty device_, so only a module holding a handle unloads it.
+LoadedModule::~LoadedModule() {
+  if (handle_ != nullptr) drv::module_unload_no_throw(device_.context(), handle_);
+}
 
 LoadedModule::LoadedModule(LoadedModule&& other) noexcept
-    : device_(other.device_), handle_(std::exchange(other.handle_, nullptr)), name_(std::move(other.name_)) {}
+    : device_(std::move(other.device_)),
+      handle_(std::exchange(other.handle_, nullptr)),
+      name_(std::move(other.name_)) {}
 
 LoadedModule& LoadedModule::operator=(LoadedModule&& other) noexcept {
   if (this != &other) {
-    drv::module_unload_no_throw(device_.context(), handle_);
-    device_ = other.device_;
+    if (handle_ != nullptr) drv::module_unload_no_throw(device_.context(), handle_);
+    device_ = std::move(other.device_);
     handle_ = std::exchange(other.handle_, nullptr);
     name_ = std::move(other.name_);
   }

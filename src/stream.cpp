@@ -23,7 +23,11 @@ Stream::Stream(const Device& device) : device_(device), handle_(drv::stream_crea
 
 Stream::~Stream() { drv::stream_destroy_no_throw(handle_); }
 
-Stream::Stream(Stream&& other) noexcept : device_(other.device_), handle_(std::exchange(other.handle_, nullptr)) {}
+// device_ is copied, not moved: a moved-from Stream must keep a usable device(), because ops read
+// stream.device() (to allocate, for one) before stream.get() reports the moved-from stream with UsageError.
+Stream::Stream(Stream&& other) noexcept
+    : device_(other.device_),  // NOLINT(performance-move-constructor-init): see above
+      handle_(std::exchange(other.handle_, nullptr)) {}
 
 Stream& Stream::operator=(Stream&& other) noexcept {
   if (this != &other) {

@@ -63,8 +63,10 @@ int main() {
   const double copy_bw = 2.0 * static_cast<double>(big) * sizeof(half) / copy_s;
   std::printf("fp16 gemv on %s; device-to-device copy ceiling %.2f TB/s\n\n", gpu.name().c_str(), copy_bw * 1e-12);
   std::printf("%13s | %-14s | %9s | %7s | %s\n", "rows x cols", "block", "us", "TB/s", "of copy ceiling");
-  for (const auto& [rows, cols] : {std::pair{512, 1536}, std::pair{1536, 512}, std::pair{4096, 1024},
-                                   std::pair{1024, 4096}, std::pair{4096, 11008}, std::pair{11008, 4096}}) {
+  for (const auto& shape : {std::pair{512, 1536}, std::pair{1536, 512}, std::pair{4096, 1024}, std::pair{1024, 4096},
+                            std::pair{4096, 11008}, std::pair{11008, 4096}}) {
+    const int rows = shape.first;
+    const int cols = shape.second;
     const std::size_t size = static_cast<std::size_t>(rows) * cols;
     const auto w0 = random_weights(s, size, 1);
     const auto w1 = random_weights(s, size, 2);

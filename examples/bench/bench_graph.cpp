@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <exception>
 #include <functional>
 #include <vector>
 
@@ -60,7 +61,7 @@ struct RawGraph {
   CUgraph graph = nullptr;
   CUgraphExec exec = nullptr;
   RawGraph(const lg::Stream& s, const Axpy& k, const std::vector<lg::DeviceSpan<float>>& ys,
-           lg::DeviceSpan<const float> x, int per_chain) {
+           const lg::DeviceSpan<const float>& x, int per_chain) {
     drv::begin_capture(s.get(), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
     const drv::LaunchShape shape{{1, 1, 1}, {elements, 1, 1}, 0};
     for (const auto& y : ys) {
@@ -84,16 +85,14 @@ struct RawGraph {
   RawGraph& operator=(const RawGraph&) = delete;
 };
 
-auto chain_of(const Axpy& k, lg::DeviceSpan<const float> x, lg::DeviceSpan<float> y, int count) {
+auto chain_of(const Axpy& k, const lg::DeviceSpan<const float>& x, const lg::DeviceSpan<float>& y, int count) {
   std::vector<decltype(k(lg::LaunchConfig{}, 0.0F, x, y, 0))> ops;
   ops.reserve(count);
   for (int i = 0; i < count; ++i) ops.push_back(k({{1, 1, 1}, {elements, 1, 1}, 0}, 1.0001F, x, y, elements));
   return lg::chain(std::move(ops));
 }
 
-}  // namespace
-
-int main() {
+int run() {
   std::string why;
   if (!lg::gpu_available(&why)) {
     std::printf("bench_graph: no GPU (%s)\n", why.c_str());
@@ -105,6 +104,7 @@ int main() {
   const Axpy k = kernels.get<void(float, const float*, float*, int)>("axpy");
   auto x = lg::ones<float>(elements).sync_on(s);
   std::vector<lg::DeviceBuffer<float>> y;
+  y.reserve(4);
   for (int i = 0; i < 4; ++i) y.push_back(lg::zeros<float>(elements).sync_on(s));
   const std::vector<lg::DeviceSpan<float>> one{y[0].view()};
   const std::vector<lg::DeviceSpan<float>> four{y[0].view(), y[1].view(), y[2].view(), y[3].view()};
@@ -152,4 +152,15 @@ int main() {
   }
   s.synchronize();
   return 0;
+}
+
+}  // namespace
+
+int main() {
+  try {
+    return run();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_graph: %s\n", e.what());
+    return 1;
+  }
 }

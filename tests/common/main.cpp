@@ -38,8 +38,8 @@ lazygraph::Stream& stream() {
 
 std::filesystem::path scratch_directory(const std::string& label) {
   static std::atomic<int> counter{0};
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("lazygraph-test-" + std::to_string(::getpid()) + "-" + label + "-" + std::to_string(counter++));
+  auto dir = std::filesystem::temp_directory_path() /
+             ("lazygraph-test-" + std::to_string(::getpid()) + "-" + label + "-" + std::to_string(counter++));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;

@@ -95,7 +95,7 @@ TEST_SUITE("gpu") {
     Stream& s = lgtest::stream();
     DeviceBuffer<float> b = zeros<float>(16).sync_on(s);
     auto graph = CudaGraph<>::capture(
-        s, fill(b.view(), 2.0F) >> map(value(b.cview()), [](DeviceSpan<const float> v) { return v.size(); }));
+        s, fill(b.view(), 2.0F) >> map(value(b.cview()), [](const DeviceSpan<const float>& v) { return v.size(); }));
     CHECK(graph.take_output() == 16);
     CHECK_THROWS_AS((void)graph.take_output(), UsageError);
     auto g2 = CudaGraph<>::scope(s, [&](Scope& sc) { return sc.record(value(std::string("out"))); });
@@ -217,6 +217,7 @@ TEST_SUITE("gpu") {
       {
         DeviceBuffer<float> x = ones<float>(n).sync_on(s);
         std::vector<decltype(axpy()(grid_for(n, 256), 1.0F, x.cview(), out.view(), n))> steps;
+        steps.reserve(200);
         for (int i = 0; i < 200; ++i) steps.push_back(axpy()(grid_for(n, 256), 1.0F, x.cview(), out.view(), n));
         graph.emplace(CudaGraph<>::capture(s, chain(std::move(steps))));
       }                         // x now lives only in the graph
@@ -259,7 +260,7 @@ TEST_SUITE("gpu") {
     const auto k = axpy();
     DeviceBuffer<float> bias = from_host(lgtest::random_floats(n)).sync_on(s);
     const auto bias_host = lgtest::to_host(s, bias.cview());
-    GraphModule<float, float> module(s, n, n, [&](DeviceSpan<const float> in, DeviceSpan<float> out) {
+    GraphModule<float, float> module(s, n, n, [&](const DeviceSpan<const float>& in, const DeviceSpan<float>& out) {
       return copy(out, bias.cview()) >> k(grid_for(n, 256), 3.0F, in, out, n);
     });
     static_assert(Module<decltype(module)>);

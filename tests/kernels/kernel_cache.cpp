@@ -108,6 +108,7 @@ TEST_CASE("concurrent writers of one key, threads and processes, leave one valid
     children.push_back(pid);
   }
   std::vector<std::thread> threads;
+  threads.reserve(4);
   std::atomic<int> bad_reads{0};
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&] {

@@ -18,8 +18,8 @@ using namespace lazygraph;
 namespace {
 
 /// ||got - ref|| / ||ref|| (and max |got - ref| / max |ref|) must stay below this: fp16 rounds to 2^-11.
-constexpr double kFp16Tolerance = 5e-3;
-constexpr std::uint16_t kPoison = 0x7e00;  // a quiet NaN
+constexpr double fp16_tolerance = 5e-3;
+constexpr std::uint16_t poison = 0x7e00;  // a quiet NaN
 
 std::vector<half> random_halves(std::size_t n) { return to_half(lgtest::random_floats(n)); }
 
@@ -30,7 +30,7 @@ std::vector<double> widen(const std::vector<half>& h) {
 }
 
 DeviceBuffer<half> poisoned(std::size_t n) {
-  return lgtest::to_device(lgtest::stream(), std::vector<half>(n, half{kPoison}));
+  return lgtest::to_device(lgtest::stream(), std::vector<half>(n, half{poison}));
 }
 
 DeviceBuffer<half> on_device(const std::vector<half>& h) { return lgtest::to_device(lgtest::stream(), h); }
@@ -65,8 +65,8 @@ void check_close(const std::vector<half>& got, const std::vector<double>& ref) {
   REQUIRE(got.size() == ref.size());
   const double l2 = l2_relative_error(got, ref);
   const double max = max_relative_error(got, ref);
-  CHECK(l2 < kFp16Tolerance);
-  CHECK(max < kFp16Tolerance);
+  CHECK(l2 < fp16_tolerance);
+  CHECK(max < fp16_tolerance);
 }
 
 /// The elements whose error exceeds one fp16 rounding of the reference plus `allow[i]` (the fp32 arithmetic's
@@ -247,7 +247,9 @@ TEST_SUITE("gpu") {
     Stream& s = lgtest::stream();
     const auto gemv_dual =
         lgtest::kernels().get<void(const half*, const half*, const half*, half*, half*, int, int)>("gemv_dual");
-    for (const auto& [rows, cols] : {std::pair{1536, 512}, std::pair{11008, 4096}, std::pair{999, 1032}}) {
+    for (const auto& shape : {std::pair{1536, 512}, std::pair{11008, 4096}, std::pair{999, 1032}}) {
+      const int rows = shape.first;
+      const int cols = shape.second;
       CAPTURE(rows);
       CAPTURE(cols);
       const auto w1 = random_halves(static_cast<std::size_t>(rows) * cols);
@@ -276,7 +278,9 @@ TEST_SUITE("gpu") {
     Stream& s = lgtest::stream();
     const auto gemv_swiglu =
         lgtest::kernels().get<void(const half*, const half*, const half*, half*, int, int)>("gemv_swiglu");
-    for (const auto& [rows, cols] : {std::pair{1536, 512}, std::pair{4096, 1024}, std::pair{1001, 1024}}) {
+    for (const auto& shape : {std::pair{1536, 512}, std::pair{4096, 1024}, std::pair{1001, 1024}}) {
+      const int rows = shape.first;
+      const int cols = shape.second;
       CAPTURE(rows);
       CAPTURE(cols);
       const auto w1 = random_halves(static_cast<std::size_t>(rows) * cols);
@@ -301,7 +305,9 @@ TEST_SUITE("gpu") {
     const auto rms_norm_gemv =
         lgtest::kernels().get<void(const half*, const half*, const half*, half*, int, int, float)>("rms_norm_gemv");
     const float eps = 1e-5F;
-    for (const auto& [rows, cols] : {std::pair{1536, 512}, std::pair{12288, 4096}, std::pair{1001, 1032}}) {
+    for (const auto& shape : {std::pair{1536, 512}, std::pair{12288, 4096}, std::pair{1001, 1032}}) {
+      const int rows = shape.first;
+      const int cols = shape.second;
       CAPTURE(rows);
       CAPTURE(cols);
       const auto w = random_halves(static_cast<std::size_t>(rows) * cols);
@@ -330,7 +336,9 @@ TEST_SUITE("gpu") {
         lgtest::kernels().get<void(const half*, const half*, const half*, const half*, half*, int, int, float)>(
             "rms_norm_gemv_swiglu");
     const float eps = 1e-5F;
-    for (const auto& [rows, cols] : {std::pair{1536, 512}, std::pair{11008, 4096}}) {
+    for (const auto& shape : {std::pair{1536, 512}, std::pair{11008, 4096}}) {
+      const int rows = shape.first;
+      const int cols = shape.second;
       CAPTURE(rows);
       CAPTURE(cols);
       const auto w1 = random_halves(static_cast<std::size_t>(rows) * cols);
@@ -399,7 +407,9 @@ TEST_SUITE("gpu") {
     Stream& s = lgtest::stream();
     const auto rope = lgtest::kernels().get<void(half*, half*, const int*, int, int, float)>("rope");
     const float theta = 10000.0F;
-    for (const auto& [n_heads, head_dim] : {std::pair{32, 64}, std::pair{8, 128}}) {
+    for (const auto& shape : {std::pair{32, 64}, std::pair{8, 128}}) {
+      const int n_heads = shape.first;
+      const int head_dim = shape.second;
       for (const int position : {0, 1, 517, 1023}) {
         CAPTURE(n_heads);
         CAPTURE(head_dim);
@@ -439,14 +449,14 @@ TEST_SUITE("gpu") {
     const std::size_t cache_size = static_cast<std::size_t>(n_heads) * max_ctx * head_dim;
     auto k_cache = poisoned(cache_size);
     auto v_cache = poisoned(cache_size);
-    const auto k = random_halves(n_heads * head_dim);
-    const auto v = random_halves(n_heads * head_dim);
+    const auto k = random_halves(static_cast<std::size_t>(n_heads) * head_dim);
+    const auto v = random_halves(static_cast<std::size_t>(n_heads) * head_dim);
     const auto dk = on_device(k);
     const auto dv = on_device(v);
     for (const int position : {0, 700, max_ctx - 1}) {
       const auto dpos = lgtest::to_device(s, std::vector<int>{position});
-      kv_append.launch(s, grid_for(n_heads * head_dim, 256), dk.cview(), dv.cview(), k_cache.view(), v_cache.view(),
-                       dpos.cview(), n_heads, head_dim, max_ctx);
+      kv_append.launch(s, grid_for(static_cast<std::size_t>(n_heads) * head_dim, 256), dk.cview(), dv.cview(),
+                       k_cache.view(), v_cache.view(), dpos.cview(), n_heads, head_dim, max_ctx);
     }
     const auto kc = on_host(k_cache);
     const auto vc = on_host(v_cache);
@@ -456,8 +466,8 @@ TEST_SUITE("gpu") {
         const bool written = p == 0 || p == 700 || p == max_ctx - 1;
         for (int d = 0; d < head_dim; ++d) {
           const std::size_t at = (static_cast<std::size_t>(h) * max_ctx + p) * head_dim + d;
-          const std::uint16_t want_k = written ? k[h * head_dim + d].bits : kPoison;
-          const std::uint16_t want_v = written ? v[h * head_dim + d].bits : kPoison;
+          const std::uint16_t want_k = written ? k[h * head_dim + d].bits : poison;
+          const std::uint16_t want_v = written ? v[h * head_dim + d].bits : poison;
           wrong += static_cast<int>(kc[at].bits != want_k) + static_cast<int>(vc[at].bits != want_v);
         }
       }
@@ -471,7 +481,9 @@ TEST_SUITE("gpu") {
         lgtest::kernels().get<void(const half*, const half*, const half*, half*, const int*, int, int, int, float)>(
             "attention");
     const int max_ctx = 1024;
-    for (const auto& [n_heads, head_dim] : {std::pair{32, 64}, std::pair{8, 128}, std::pair{4, 96}}) {
+    for (const auto& shape : {std::pair{32, 64}, std::pair{8, 128}, std::pair{4, 96}}) {
+      const int n_heads = shape.first;
+      const int head_dim = shape.second;
       const std::size_t cache_size = static_cast<std::size_t>(n_heads) * max_ctx * head_dim;
       // Keys scaled up so that the softmax is far from uniform; positions past p hold huge values, which would
       // dominate the result if the kernel read them.
@@ -555,7 +567,9 @@ TEST_SUITE("gpu") {
       auto logits = random_halves(n);  // random fp16 values in [-1, 1) tie often
       CHECK(run(logits, block) == reference(logits));
 
-      for (const auto& [first, second] : {std::pair{5, 31999}, std::pair{17000, 17001}, std::pair{0, 1024}}) {
+      for (const auto& ties : {std::pair{5, 31999}, std::pair{17000, 17001}, std::pair{0, 1024}}) {
+        const int first = ties.first;
+        const int second = ties.second;
         CAPTURE(first);
         CAPTURE(second);
         logits[first] = half::from_float(7.5F);

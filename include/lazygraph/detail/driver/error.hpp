@@ -5,6 +5,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace lazygraph {
 
@@ -34,7 +35,7 @@ class CudaError : public Error {
   /// \param code_name  the result's enumerator name, e.g. "CUDA_ERROR_OUT_OF_MEMORY"
   /// \param code_text  the driver's description of the result
   /// \param object     what the call acted on, e.g. "DeviceBuffer<float> of 4096 bytes"
-  CudaError(std::string api, int code, std::string code_name, std::string code_text, std::string object);
+  CudaError(std::string api, int code, std::string code_name, std::string_view code_text, std::string object);
 
   [[nodiscard]] const std::string& api() const noexcept { return api_; }
   [[nodiscard]] int code() const noexcept { return code_; }

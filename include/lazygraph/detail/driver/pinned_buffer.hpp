@@ -34,16 +34,19 @@ class PinnedBuffer {
                                                                       std::to_string(size * sizeof(T)) + " bytes"))),
         size_(size),
         valid_(true) {}
-  ~PinnedBuffer() { detail::pinned_free(device_, data_); }
+  // A moved-from buffer owns no memory and its device_ is empty, so only a buffer holding memory frees it.
+  ~PinnedBuffer() {
+    if (data_ != nullptr) detail::pinned_free(device_, data_);
+  }
   PinnedBuffer(PinnedBuffer&& o) noexcept
-      : device_(o.device_),
+      : device_(std::move(o.device_)),
         data_(std::exchange(o.data_, nullptr)),
         size_(std::exchange(o.size_, 0)),
         valid_(std::exchange(o.valid_, false)) {}
   PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
     if (this != &o) {
-      detail::pinned_free(device_, data_);
-      device_ = o.device_;
+      if (data_ != nullptr) detail::pinned_free(device_, data_);
+      device_ = std::move(o.device_);
       data_ = std::exchange(o.data_, nullptr);
       size_ = std::exchange(o.size_, 0);
       valid_ = std::exchange(o.valid_, false);
