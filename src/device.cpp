@@ -32,7 +32,10 @@ DeviceState::DeviceState(int ordinal_in, CUdevice device_in)
   driver::make_current(context);
 }
 
-DeviceState::~DeviceState() { driver::primary_context_release_no_throw(device); }
+DeviceState::~DeviceState() {
+  for (CUstream s : stream_pool) driver::stream_destroy_no_throw(s);
+  driver::primary_context_release_no_throw(device);
+}
 
 }  // namespace detail
 

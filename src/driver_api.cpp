@@ -467,6 +467,13 @@ CUstreamCaptureStatus capture_status(CUstream stream) {
   return s;
 }
 
+CUstreamCaptureStatus capture_status_no_throw(CUstream stream) noexcept {
+  const Driver& d = instance();
+  CUstreamCaptureStatus s = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  if (!d.usable || d.api.cuStreamIsCapturing(stream, &s) != CUDA_SUCCESS) return CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  return s;
+}
+
 CUstreamCaptureMode exchange_capture_mode(CUstreamCaptureMode mode) {
   check(api().cuThreadExchangeStreamCaptureMode(&mode), "cuThreadExchangeStreamCaptureMode", "thread");
   return mode;

@@ -18,7 +18,9 @@ void ExecContext::keep_alive(const std::shared_ptr<const void>& owner) {
 }
 
 const Stream& ExecContext::side_stream(std::size_t index) {
-  while (side_streams_.size() <= index) side_streams_.push_back(std::make_unique<Stream>(current_->device()));
+  while (side_streams_.size() <= index) {
+    side_streams_.push_back(std::make_unique<Stream>(Stream::pooled(current_->device())));
+  }
   return *side_streams_[index];
 }
 

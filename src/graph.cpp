@@ -123,7 +123,7 @@ CUgraph CaptureSession::finish() {
 }
 
 GraphState::GraphState(const Device& device, CUgraph graph, std::vector<std::shared_ptr<const void>> owners)
-    : stream_(device), updates_done_(device, false), graph_(graph), owners_(std::move(owners)) {
+    : stream_(Stream::pooled(device)), graph_(graph), owners_(std::move(owners)) {
   try {
     exec_ = drv::graph_instantiate(graph_, "CudaGraph");
     drv::graph_upload(exec_, stream_.get());
@@ -159,8 +159,9 @@ void GraphState::hold_until_next_launch(std::vector<std::shared_ptr<const void>>
 
 void GraphState::launch_on(const Stream& stream) {
   if (stream.get() != stream_.get() && pending_updates_) {
-    updates_done_.record(stream_);
-    stream.wait(updates_done_);
+    if (!updates_done_) updates_done_.emplace(stream_.device(), false);
+    updates_done_->record(stream_);
+    stream.wait(*updates_done_);
   }
   if (stream.get() != stream_.get()) launched_elsewhere_ = true;
   drv::graph_launch(exec_, stream.get());

@@ -21,19 +21,53 @@ bool is_capture_error(int code) {
 
 Stream::Stream(const Device& device) : device_(device), handle_(drv::stream_create(device.context())) {}
 
-Stream::~Stream() { drv::stream_destroy_no_throw(handle_); }
+Stream::Stream(const Device& device, CUstream handle, bool pooled) noexcept
+    : device_(device), handle_(handle), pooled_(pooled) {}
+
+Stream Stream::pooled(const Device& device) {
+  const detail::DeviceState& state = *device.state();
+  {
+    const std::lock_guard<std::mutex> lock(state.stream_pool_mutex);
+    if (!state.stream_pool.empty()) {
+      CUstream s = state.stream_pool.back();
+      state.stream_pool.pop_back();
+      return {device, s, true};
+    }
+  }
+  return {device, drv::stream_create(device.context()), true};
+}
+
+void Stream::dispose() noexcept {
+  CUstream s = std::exchange(handle_, nullptr);
+  if (s == nullptr) return;
+  // A stream still in a capture (one that ended in an error) is not reused: destroying it is the clean way out.
+  if (pooled_ && drv::capture_status_no_throw(s) == CU_STREAM_CAPTURE_STATUS_NONE) {
+    const detail::DeviceState& state = *device_.state();
+    try {
+      const std::lock_guard<std::mutex> lock(state.stream_pool_mutex);
+      state.stream_pool.push_back(s);
+      return;
+    } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory for the pool; destroy the stream instead
+    }
+  }
+  drv::stream_destroy_no_throw(s);
+}
+
+Stream::~Stream() { dispose(); }
 
 // device_ is copied, not moved: a moved-from Stream must keep a usable device(), because ops read
 // stream.device() (to allocate, for one) before stream.get() reports the moved-from stream with UsageError.
 Stream::Stream(Stream&& other) noexcept
     : device_(other.device_),  // NOLINT(performance-move-constructor-init): see above
-      handle_(std::exchange(other.handle_, nullptr)) {}
+      handle_(std::exchange(other.handle_, nullptr)),
+      pooled_(std::exchange(other.pooled_, false)) {}
 
 Stream& Stream::operator=(Stream&& other) noexcept {
   if (this != &other) {
-    drv::stream_destroy_no_throw(handle_);
+    dispose();
     device_ = other.device_;
     handle_ = std::exchange(other.handle_, nullptr);
+    pooled_ = std::exchange(other.pooled_, false);
   }
   return *this;
 }
@@ -44,9 +78,12 @@ CUstream Stream::get() const {
   return handle_;
 }
 
-CUstream Stream::release() noexcept { return std::exchange(handle_, nullptr); }
+CUstream Stream::release() noexcept {
+  pooled_ = false;
+  return std::exchange(handle_, nullptr);
+}
 
-void Stream::reset() noexcept { drv::stream_destroy_no_throw(std::exchange(handle_, nullptr)); }
+void Stream::reset() noexcept { dispose(); }
 
 bool Stream::is_capturing() const { return drv::capture_status(get()) != CU_STREAM_CAPTURE_STATUS_NONE; }
 

@@ -8,7 +8,9 @@
 
 #include <cstddef>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 namespace lazygraph {
 
@@ -49,6 +51,10 @@ struct DeviceState {
   int sm_count;
   std::size_t total_memory;
   DeviceLimits limits;
+
+  /// Idle streams handed back by pooled Stream handles (Stream::pooled), destroyed with the state.
+  mutable std::mutex stream_pool_mutex;
+  mutable std::vector<CUstream> stream_pool;
 };
 
 }  // namespace detail

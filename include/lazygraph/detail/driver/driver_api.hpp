@@ -98,6 +98,8 @@ void begin_capture(CUstream stream, CUstreamCaptureMode mode);
 /// Ends a capture and returns its graph, which may be null when the capture was invalidated.
 CUresult end_capture_no_throw(CUstream stream, CUgraph* graph) noexcept;
 CUstreamCaptureStatus capture_status(CUstream stream);
+/// As capture_status; a failed query reads as ACTIVE (callers use it to decide whether a stream is reusable).
+CUstreamCaptureStatus capture_status_no_throw(CUstream stream) noexcept;
 CUstreamCaptureMode exchange_capture_mode(CUstreamCaptureMode mode);
 
 CUgraphExec graph_instantiate(CUgraph graph, std::string_view object);

@@ -14,6 +14,12 @@ class Event;
 class Stream {
  public:
   explicit Stream(const Device& device);
+  /// A stream leased from the device's pool: when this handle is destroyed the stream goes back to the pool
+  /// instead of being destroyed, and the next lease reuses it. For streams that come and go often (every
+  /// CudaGraph's replay stream, the side streams of `all`), where creating and destroying one costs more than
+  /// the rest of a small graph's set-up. Behaves like any other Stream; work submitted to it still completes
+  /// after the handle is gone, and a later lease queues behind that work.
+  [[nodiscard]] static Stream pooled(const Device& device);
   ~Stream();
   Stream(Stream&& other) noexcept;
   Stream& operator=(Stream&& other) noexcept;
@@ -33,14 +39,19 @@ class Stream {
   [[nodiscard]] const Device& device() const noexcept { return device_; }
   /// The raw handle. \throws UsageError on a moved-from Stream.
   [[nodiscard]] CUstream get() const;
-  /// Gives up ownership: the caller must destroy the returned stream.
+  /// Gives up ownership: the caller must destroy the returned stream (also a pooled one).
   [[nodiscard]] CUstream release() noexcept;
   void reset() noexcept;
   explicit operator bool() const noexcept { return handle_ != nullptr; }
 
  private:
+  Stream(const Device& device, CUstream handle, bool pooled) noexcept;
+  /// Destroys the stream, or returns it to the device's pool when it came from there.
+  void dispose() noexcept;
+
   Device device_;
   CUstream handle_ = nullptr;
+  bool pooled_ = false;
 };
 
 /// A CUDA event, with timing unless asked otherwise.

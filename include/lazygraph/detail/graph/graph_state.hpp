@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -78,7 +79,7 @@ class GraphState {
 
  private:
   Stream stream_;
-  Event updates_done_;
+  std::optional<Event> updates_done_;  ///< made when first needed (launch_on another stream after an update)
   CUgraph graph_ = nullptr;
   CUgraphExec exec_ = nullptr;
   std::vector<std::shared_ptr<const void>> owners_;
