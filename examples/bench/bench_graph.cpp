@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <exception>
 #include <functional>
+#include <utility>
 #include <vector>
 
 namespace lg = lazygraph;
@@ -44,16 +45,25 @@ double time_per_kernel(const lg::Stream& s, int kernels, const std::function<voi
   return median(per_kernel);
 }
 
-/// Median host microseconds per node of `make` (which builds, captures and instantiates a graph).
-double host_time_per_node(int nodes, const std::function<void()>& make, int samples = 9) {
-  std::vector<double> t;
-  for (int k = 0; k < samples; ++k) {
+/// Median host microseconds per node of `make_a` and of `make_b` (each builds, captures and instantiates a
+/// graph), sampled alternately so that drift in the host's speed affects both alike.
+std::pair<double, double> host_times_per_node(int nodes, const std::function<void()>& make_a,
+                                              const std::function<void()>& make_b, int samples = 41) {
+  const auto time = [&](const std::function<void()>& make) {
     const auto a = std::chrono::steady_clock::now();
     make();
     const auto b = std::chrono::steady_clock::now();
-    t.push_back(std::chrono::duration<double, std::micro>(b - a).count() / nodes);
+    return std::chrono::duration<double, std::micro>(b - a).count() / nodes;
+  };
+  std::vector<double> ta;
+  std::vector<double> tb;
+  ta.reserve(static_cast<std::size_t>(samples));
+  tb.reserve(static_cast<std::size_t>(samples));
+  for (int k = 0; k < samples; ++k) {
+    ta.push_back(time(make_a));
+    tb.push_back(time(make_b));
   }
-  return median(t);
+  return {median(ta), median(tb)};
 }
 
 /// The raw way: cuStreamBeginCapture, cuLaunchKernel N times, cuStreamEndCapture, instantiate, upload.
@@ -142,9 +152,9 @@ int run() {
     const double parallel_replay = time_per_kernel(s, 4 * quarter, [&] { parallel.launch_on(s); });
 
     // Host cost: build + capture + instantiate + upload.
-    const double raw_build = host_time_per_node(n, [&] { RawGraph g(s, k, one, x.cview(), n); });
-    const double lazy_build =
-        host_time_per_node(n, [&] { auto g = lg::CudaGraph<>::capture(s, chain_of(k, x.cview(), y[0].view(), n)); });
+    const auto [raw_build, lazy_build] = host_times_per_node(
+        n, [&] { RawGraph g(s, k, one, x.cview(), n); },
+        [&] { auto g = lg::CudaGraph<>::capture(s, chain_of(k, x.cview(), y[0].view(), n)); });
 
     std::printf("%6d | %8.3f %9.3f %9.3f %7.3f | %9.3f %9.3f %7.2f | %10.3f %10.3f %7.3f\n", n, eager, raw_replay,
                 lazy_replay, lazy_replay / raw_replay, serial_replay, parallel_replay, serial_replay / parallel_replay,
