@@ -2,7 +2,7 @@
 //   u(i) = float(mix(key + i) >> 8) * 2^-23 - 1   (exact in fp32; all integer arithmetic wraps modulo 2^32)
 // with `mix` the 32-bit integer hash below and `key` chosen by the caller (the models derive it from a seed and
 // a tensor id; see examples/models/README.md). The same formula on the CPU and in PyTorch gives the same bits,
-// so weights need no files and a 1 GB model is generated in milliseconds.
+// so weights need no files and are generated at memory speed, not read from disk.
 //
 //   fill_uniform_f16(out, n, key, scale, offset)
 // Launch: 1-D, any grid and block (grid-stride), e.g. grid_for(n, 256) capped at a few thousand blocks.
