@@ -14,6 +14,19 @@ __device__ __forceinline__ bool beats(float v, int i, float best, int best_index
   return v > best || (v == best && i < best_index);
 }
 
+/// Reduces (best, best_index) over the warp: every lane ends with the warp's winner.
+__device__ __forceinline__ void warp_reduce_best(float& best, int& best_index) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const float v = __shfl_xor_sync(0xffffffffu, best, offset);
+    const int i = __shfl_xor_sync(0xffffffffu, best_index, offset);
+    if (i >= 0 && beats(v, i, best, best_index)) {
+      best = v;
+      best_index = i;
+    }
+  }
+}
+
 }  // namespace
 
 extern "C" __global__ void argmax(const lg::half_t* logits, int* out, int n) {
@@ -41,15 +54,7 @@ extern "C" __global__ void argmax(const lg::half_t* logits, int* out, int n) {
   }
   for (int i = scalar_from + static_cast<int>(threadIdx.x); i < n; i += blockDim.x)
     consider(lg::to_float(logits[i]), i);
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    const float v = __shfl_xor_sync(0xffffffffu, best, offset);
-    const int i = __shfl_xor_sync(0xffffffffu, best_index, offset);
-    if (i >= 0 && beats(v, i, best, best_index)) {
-      best = v;
-      best_index = i;
-    }
-  }
+  warp_reduce_best(best, best_index);
   __shared__ float warp_best[32];
   __shared__ int warp_index[32];
   const int lane = threadIdx.x % 32;
@@ -63,15 +68,7 @@ extern "C" __global__ void argmax(const lg::half_t* logits, int* out, int n) {
     const int warps = blockDim.x / 32;
     best = lane < warps ? warp_best[lane] : 0.0f;
     best_index = lane < warps ? warp_index[lane] : -1;
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) {
-      const float v = __shfl_xor_sync(0xffffffffu, best, offset);
-      const int i = __shfl_xor_sync(0xffffffffu, best_index, offset);
-      if (i >= 0 && beats(v, i, best, best_index)) {
-        best = v;
-        best_index = i;
-      }
-    }
+    warp_reduce_best(best, best_index);
     if (lane == 0) *out = best_index;
   }
 }

@@ -8,15 +8,14 @@
 #include <random>
 #include <vector>
 
+#include "median.hpp"
+
 namespace lg = lazygraph;
 using lg::half;
 
 namespace {
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using bench::median;
 
 lg::DeviceBuffer<half> random_weights(const lg::Stream& s, std::size_t n, unsigned seed) {
   std::mt19937 rng(seed);

@@ -13,18 +13,17 @@
 #include <utility>
 #include <vector>
 
+#include "median.hpp"
+
 namespace lg = lazygraph;
 namespace drv = lazygraph::detail::driver;
 using Axpy = lg::Kernel<void(float, const float*, float*, int)>;
 
 namespace {
 
-constexpr int elements = 256;  // one block of 256 threads: launch overhead dominates
+using bench::median;
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+constexpr int elements = 256;  // one block of 256 threads: launch overhead dominates
 
 /// Median microseconds per kernel of `submit` (which enqueues `kernels` kernels on `s`), over `samples`
 /// samples of `reps` submissions each, timed with events.

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "decoder.hpp"
+#include "median.hpp"
 #include "mlp.hpp"
 #include "random_weights.hpp"
 #include "reference.hpp"
@@ -23,10 +24,7 @@ using lg::half;
 
 namespace {
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using bench::median;
 
 /// Median time in microseconds of `count` runs of `submit()` (work queued on `s`), each between its own pair of
 /// events, after `warmup` untimed runs. All runs are queued back to back; one synchronisation at the end.

@@ -37,6 +37,24 @@ DeviceBuffer<half> on_device(const std::vector<half>& h) { return lgtest::to_dev
 
 std::vector<half> on_host(const DeviceBuffer<half>& b) { return lgtest::to_host(lgtest::stream(), b.cview()); }
 
+/// The inputs of the two-matrix kernels: random rows x cols weights W1 and W3 and a random x, on the host (for
+/// the reference) and on the device.
+struct TwoWeights {
+  TwoWeights(int rows, int cols)
+      : w1(random_halves(static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols))),
+        w3(random_halves(w1.size())),
+        x(random_halves(static_cast<std::size_t>(cols))),
+        dw1(on_device(w1)),
+        dw3(on_device(w3)),
+        dx(on_device(x)) {}
+  std::vector<half> w1;
+  std::vector<half> w3;
+  std::vector<half> x;
+  DeviceBuffer<half> dw1;
+  DeviceBuffer<half> dw3;
+  DeviceBuffer<half> dx;
+};
+
 /// The L2 error of `got` relative to `ref`; infinite when `got` has a NaN or infinity.
 double l2_relative_error(const std::vector<half>& got, const std::vector<double>& ref) {
   double diff = 0;
@@ -252,12 +270,8 @@ TEST_SUITE("gpu") {
       const int cols = shape.second;
       CAPTURE(rows);
       CAPTURE(cols);
-      const auto w1 = random_halves(static_cast<std::size_t>(rows) * cols);
-      const auto w3 = random_halves(static_cast<std::size_t>(rows) * cols);
-      const auto x = random_halves(cols);
-      const auto dw1 = on_device(w1);
-      const auto dw3 = on_device(w3);
-      const auto dx = on_device(x);
+      const TwoWeights in(rows, cols);
+      const auto& [w1, w3, x, dw1, dw3, dx] = in;
       auto out1 = poisoned(rows);
       auto out3 = poisoned(rows);
       gemv_dual.launch(s, gemv_config(rows, 4, 2), dw1.cview(), dw3.cview(), dx.cview(), out1.view(), out3.view(), rows,
@@ -283,12 +297,8 @@ TEST_SUITE("gpu") {
       const int cols = shape.second;
       CAPTURE(rows);
       CAPTURE(cols);
-      const auto w1 = random_halves(static_cast<std::size_t>(rows) * cols);
-      const auto w3 = random_halves(static_cast<std::size_t>(rows) * cols);
-      const auto x = random_halves(cols);
-      const auto dw1 = on_device(w1);
-      const auto dw3 = on_device(w3);
-      const auto dx = on_device(x);
+      const TwoWeights in(rows, cols);
+      const auto& [w1, w3, x, dw1, dw3, dx] = in;
       auto out = poisoned(rows);
       gemv_swiglu.launch(s, gemv_config(rows, 1, 8), dw1.cview(), dw3.cview(), dx.cview(), out.view(), rows, cols);
       const auto xd = widen(x);
@@ -341,13 +351,9 @@ TEST_SUITE("gpu") {
       const int cols = shape.second;
       CAPTURE(rows);
       CAPTURE(cols);
-      const auto w1 = random_halves(static_cast<std::size_t>(rows) * cols);
-      const auto w3 = random_halves(static_cast<std::size_t>(rows) * cols);
-      const auto x = random_halves(cols);
+      const TwoWeights in(rows, cols);
+      const auto& [w1, w3, x, dw1, dw3, dx] = in;
       const auto g = random_halves(cols);
-      const auto dw1 = on_device(w1);
-      const auto dw3 = on_device(w3);
-      const auto dx = on_device(x);
       const auto dg = on_device(g);
       auto out = poisoned(rows);
       fused.launch(s, gemv_config(rows, 4, 2), dw1.cview(), dw3.cview(), dx.cview(), dg.cview(), out.view(), rows, cols,
