@@ -29,11 +29,10 @@ DeviceState::DeviceState(int ordinal_in, CUdevice device_in)
   limits.max_shared_per_block = device_attribute(device_in, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK);
   limits.max_shared_per_block_optin =
       device_attribute(device_in, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
-  driver::make_current(context);
 }
 
 DeviceState::~DeviceState() {
-  for (CUstream s : stream_pool) driver::stream_destroy_no_throw(s);
+  for (CUstream s : stream_pool) driver::stream_destroy_no_throw(context, s);
   driver::primary_context_release_no_throw(device);
 }
 

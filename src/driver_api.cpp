@@ -5,8 +5,12 @@
 #include "lazygraph/detail/driver/driver_api.hpp"
 
 #include <dlfcn.h>
+#include <link.h>
 
+#include <array>
+#include <atomic>
 #include <cstdlib>
+#include <new>
 #include <string>
 
 #include "lazygraph/detail/driver/error.hpp"
@@ -29,6 +33,7 @@ namespace {
   X(cuDeviceTotalMem)                    \
   X(cuDevicePrimaryCtxRetain)            \
   X(cuDevicePrimaryCtxRelease)           \
+  X(cuCtxGetCurrent)                     \
   X(cuCtxSetCurrent)                     \
   X(cuCtxSynchronize)                    \
   X(cuMemGetInfo)                        \
@@ -41,6 +46,7 @@ namespace {
   X(cuEventDestroy)                      \
   X(cuEventRecord)                       \
   X(cuEventSynchronize)                  \
+  X(cuEventQuery)                        \
   X(cuEventElapsedTime)                  \
   X(cuMemAlloc)                          \
   X(cuMemFree)                           \
@@ -66,7 +72,6 @@ namespace {
   X(cuStreamBeginCapture)                \
   X(cuStreamEndCapture)                  \
   X(cuStreamIsCapturing)                 \
-  X(cuThreadExchangeStreamCaptureMode)   \
   X(cuGraphInstantiateWithFlags)         \
   X(cuGraphUpload)                       \
   X(cuGraphLaunch)                       \
@@ -84,12 +89,31 @@ struct EntryPoints {
 #undef LAZYGRAPH_DECLARE
 };
 
+// The position of each entry point in the list, for fault injection.
+enum EntryIndex : int {
+#define LAZYGRAPH_INDEX(fn) index_##fn,
+  LAZYGRAPH_DRIVER_ENTRY_POINTS(LAZYGRAPH_INDEX)
+#undef LAZYGRAPH_INDEX
+      entry_count
+};
+
 struct Driver {
   EntryPoints api;
   bool usable = false;
   bool has_device = false;
   std::string why;  // set when !usable
 };
+
+std::string version_text(int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); }
+
+/// Where the dynamic loader found `lib`, for messages.
+std::string loaded_path(void* lib, const std::string& fallback) {
+  link_map* map = nullptr;
+  if (dlinfo(lib, RTLD_DI_LINKMAP, &map) == 0 && map != nullptr && map->l_name != nullptr && *map->l_name != '\0') {
+    return map->l_name;
+  }
+  return fallback;
+}
 
 Driver load() {
   Driver d;
@@ -104,11 +128,25 @@ Driver load() {
             "; install the NVIDIA driver to run GPU work";
     return d;
   }
+  const std::string path = loaded_path(lib, library);
   using GetProc = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
   auto get_proc = reinterpret_cast<GetProc>(dlsym(lib, "cuGetProcAddress_v2"));
   if (get_proc == nullptr) {
-    d.why = "cannot load CUDA driver: libcuda.so.1 has no cuGetProcAddress_v2 (driver older than CUDA 12.0)";
+    d.why = "cannot load CUDA driver: " + path + " has no cuGetProcAddress_v2 (a driver older than CUDA 12.0)";
     return d;
+  }
+  {
+    // The toolkit ships a stub libcuda (lib64/stubs) for linking only; every call into it fails with
+    // CUDA_ERROR_STUB_LIBRARY. Say so, instead of listing every entry point as missing.
+    void* p = nullptr;
+    CUdriverProcAddressQueryResult status{};
+    if (get_proc("cuInit", &p, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status) == CUDA_ERROR_STUB_LIBRARY) {
+      d.why = "cannot load CUDA driver: " + path +
+              " is the CUDA toolkit's stub library, not a driver (every call fails with CUDA_ERROR_STUB_LIBRARY); "
+              "take the toolkit's lib64/stubs folder out of LD_LIBRARY_PATH (or the loader configuration), or "
+              "install the NVIDIA driver, whose libcuda.so.1 the loader then finds";
+      return d;
+    }
   }
   std::string missing;
   // `fn` names a member and a string; it cannot be parenthesised.
@@ -127,8 +165,12 @@ Driver load() {
   LAZYGRAPH_DRIVER_ENTRY_POINTS(LAZYGRAPH_FETCH)
 #undef LAZYGRAPH_FETCH
   if (!missing.empty()) {
-    d.why = "cannot load CUDA driver: libcuda.so.1 lacks " + missing + " (driver older than CUDA " +
-            std::to_string(CUDA_VERSION / 1000) + "." + std::to_string(CUDA_VERSION % 1000 / 10) + "?)";
+    int version = 0;
+    const bool have_version = d.api.cuDriverGetVersion != nullptr && d.api.cuDriverGetVersion(&version) == CUDA_SUCCESS;
+    d.why = "cannot load CUDA driver: " + path + " lacks " + missing + " (lazygraph was built against CUDA " +
+            version_text(CUDA_VERSION) + "; this driver supports CUDA " +
+            (have_version ? version_text(version) : std::string("of an unknown version")) +
+            ": install a driver for CUDA " + version_text(CUDA_VERSION) + " or newer)";
     return d;
   }
   const CUresult init = d.api.cuInit(0);
@@ -139,8 +181,8 @@ Driver load() {
   if (init != CUDA_SUCCESS) {
     const char* name = nullptr;
     d.api.cuGetErrorName(init, &name);
-    d.why = std::string("cannot initialise CUDA driver: cuInit failed with ") +
-            (name != nullptr ? name : std::to_string(init));
+    d.why = "cannot initialise CUDA driver " + path + ": cuInit failed with " +
+            (name != nullptr ? std::string(name) : std::to_string(init));
     return d;
   }
   d.usable = true;
@@ -148,8 +190,9 @@ Driver load() {
   return d;
 }
 
-const Driver& instance() {
-  static const Driver d = load();
+// Mutable only for InjectedFault, which swaps entries while no other thread calls the driver.
+Driver& instance() {
+  static Driver d = load();
   return d;
 }
 
@@ -161,8 +204,73 @@ const EntryPoints& api() {
   return d.api;
 }
 
-// The context this library last made current on this thread.
-thread_local CUcontext current_context = nullptr;
+struct Counters {
+  std::atomic<long long> device_allocations{0};
+  std::atomic<long long> device_bytes{0};
+  std::atomic<long long> pinned_allocations{0};
+  std::atomic<long long> pinned_bytes{0};
+  std::atomic<long long> streams{0};
+  std::atomic<long long> events{0};
+  std::atomic<long long> modules{0};
+  std::atomic<long long> graphs{0};
+  std::atomic<long long> graph_execs{0};
+};
+Counters counters;  // NOLINT(cppcoreguidelines-avoid-non-const-global-variables): process-wide by nature
+
+void count(std::atomic<long long>& counter, long long delta) noexcept {
+  counter.fetch_add(delta, std::memory_order_relaxed);
+}
+
+/// Makes `ctx` current for the lifetime of this object. When the thread had another context current, that one
+/// is current again afterwards; a thread that had none keeps `ctx` (nothing else relies on it having none).
+/// A null `ctx` changes nothing.
+class ContextScope {
+ public:
+  ContextScope(const EntryPoints& a, CUcontext ctx) : a_(a) {
+    if (ctx == nullptr) return;
+    CUcontext current = nullptr;
+    check(a.cuCtxGetCurrent(&current), "cuCtxGetCurrent", "the calling thread");
+    if (current == ctx) return;
+    check(a.cuCtxSetCurrent(ctx), "cuCtxSetCurrent", "the device's primary context");
+    previous_ = current;
+  }
+  /// The no-throw form: `ok()` says whether `ctx` is current.
+  ContextScope(const EntryPoints& a, CUcontext ctx, std::nothrow_t /*unused*/) noexcept : a_(a) {
+    if (ctx == nullptr) return;
+    CUcontext current = nullptr;
+    if (a.cuCtxGetCurrent(&current) != CUDA_SUCCESS) {
+      ok_ = false;
+      return;
+    }
+    if (current == ctx) return;
+    ok_ = a.cuCtxSetCurrent(ctx) == CUDA_SUCCESS;
+    if (ok_) previous_ = current;
+  }
+  ~ContextScope() {
+    if (previous_ != nullptr) (void)a_.cuCtxSetCurrent(previous_);
+  }
+  ContextScope(const ContextScope&) = delete;
+  ContextScope& operator=(const ContextScope&) = delete;
+
+  [[nodiscard]] bool ok() const noexcept { return ok_; }
+
+ private:
+  const EntryPoints& a_;
+  CUcontext previous_ = nullptr;
+  bool ok_ = true;
+};
+
+/// Runs `f(entry points)` with `ctx` current; for the no-throw wrappers (false when the driver is unusable or
+/// the context could not be made current).
+template <class F>
+bool with_context_no_throw(CUcontext ctx, F&& f) noexcept {
+  const Driver& d = instance();
+  if (!d.usable) return false;
+  const ContextScope scope(d.api, ctx, std::nothrow);
+  if (!scope.ok()) return false;
+  f(d.api);
+  return true;
+}
 
 }  // namespace
 
@@ -188,6 +296,19 @@ void throw_error(CUresult code, std::string_view api_name, std::string_view obje
   if (d.usable && d.api.cuGetErrorString(code, &str) == CUDA_SUCCESS && str != nullptr) text = str;
   throw CudaError(std::string(api_name), static_cast<int>(code), result_name(code), std::move(text),
                   std::string(object));
+}
+
+LiveHandles live_handles() noexcept {
+  const auto get = [](const std::atomic<long long>& c) { return c.load(std::memory_order_relaxed); };
+  return {get(counters.device_allocations),
+          get(counters.device_bytes),
+          get(counters.pinned_allocations),
+          get(counters.pinned_bytes),
+          get(counters.streams),
+          get(counters.events),
+          get(counters.modules),
+          get(counters.graphs),
+          get(counters.graph_execs)};
 }
 
 int driver_version() {
@@ -218,8 +339,11 @@ std::string device_name(CUdevice dev) {
 
 int device_attribute(CUdevice dev, CUdevice_attribute attr) {
   int v = 0;
-  check(api().cuDeviceGetAttribute(&v, attr, dev), "cuDeviceGetAttribute",
-        "device " + std::to_string(dev) + " attribute " + std::to_string(static_cast<int>(attr)));
+  const CUresult r = api().cuDeviceGetAttribute(&v, attr, dev);
+  if (r != CUDA_SUCCESS) [[unlikely]] {
+    throw_error(r, "cuDeviceGetAttribute",
+                "device " + std::to_string(dev) + " attribute " + std::to_string(static_cast<int>(attr)));
+  }
   return v;
 }
 
@@ -240,115 +364,176 @@ void primary_context_release_no_throw(CUdevice dev) noexcept {
   if (d.usable) (void)d.api.cuDevicePrimaryCtxRelease(dev);
 }
 
-void make_current(CUcontext ctx) {
-  if (current_context == ctx) return;
-  check(api().cuCtxSetCurrent(ctx), "cuCtxSetCurrent", "primary context");
-  current_context = ctx;
-}
-
-bool make_current_no_throw(CUcontext ctx) noexcept {
-  if (current_context == ctx) return true;
-  const Driver& d = instance();
-  if (!d.usable || d.api.cuCtxSetCurrent(ctx) != CUDA_SUCCESS) return false;
-  current_context = ctx;
-  return true;
+CUcontext current_context() {
+  CUcontext ctx = nullptr;
+  check(api().cuCtxGetCurrent(&ctx), "cuCtxGetCurrent", "the calling thread");
+  return ctx;
 }
 
 void context_synchronize(CUcontext ctx) {
-  make_current(ctx);
-  check(api().cuCtxSynchronize(), "cuCtxSynchronize", "device");
+  const EntryPoints& a = api();
+  const ContextScope scope(a, ctx);
+  check(a.cuCtxSynchronize(), "cuCtxSynchronize", "device");
 }
 
 void memory_info(CUcontext ctx, std::size_t* free_bytes, std::size_t* total_bytes) {
-  make_current(ctx);
-  check(api().cuMemGetInfo(free_bytes, total_bytes), "cuMemGetInfo", "device memory");
+  const EntryPoints& a = api();
+  const ContextScope scope(a, ctx);
+  check(a.cuMemGetInfo(free_bytes, total_bytes), "cuMemGetInfo", "device memory");
 }
 
 CUstream stream_create(CUcontext ctx) {
-  make_current(ctx);
+  const EntryPoints& a = api();
+  const ContextScope scope(a, ctx);
   CUstream s = nullptr;
-  check(api().cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "cuStreamCreate", "Stream");
+  check(a.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "cuStreamCreate", "Stream");
+  count(counters.streams, 1);
   return s;
 }
 
-void stream_destroy_no_throw(CUstream stream) noexcept {
-  const Driver& d = instance();
-  if (d.usable && stream != nullptr) (void)d.api.cuStreamDestroy(stream);
+void stream_destroy_no_throw(CUcontext ctx, CUstream stream) noexcept {
+  if (stream == nullptr) return;
+  if (with_context_no_throw(ctx, [&](const EntryPoints& a) { (void)a.cuStreamDestroy(stream); })) {
+    count(counters.streams, -1);
+  }
 }
 
-void stream_synchronize(CUstream stream) { check(api().cuStreamSynchronize(stream), "cuStreamSynchronize", "Stream"); }
+void stream_synchronize(CUcontext ctx, CUstream stream) {
+  const EntryPoints& a = api();
+  const ContextScope scope(a, ctx);
+  check(a.cuStreamSynchronize(stream), "cuStreamSynchronize", "Stream");
+}
 
-bool stream_query(CUstream stream) {
-  const CUresult r = api().cuStreamQuery(stream);
+bool stream_query(CUcontext ctx, CUstream stream) {
+  const EntryPoints& a = api();
+  const ContextScope scope(a, ctx);
+  const CUresult r = a.cuStreamQuery(stream);
   if (r == CUDA_ERROR_NOT_READY) return false;
   check(r, "cuStreamQuery", "Stream");
   return true;
 }
 
-void stream_wait_event(CUstream stream, CUevent event) {
-  check(api().cuStreamWaitEvent(stream, event, 0), "cuStreamWaitEvent", "Stream");
+void stream_wait_event(CUcontext ctx, CUstream stream, CUevent event) {
+  const EntryPoints& a = api();
+  const ContextScope scope(a, ctx);
+  check(a.cuStreamWaitEvent(stream, event, 0), "cuStreamWaitEvent", "Stream");
 }
 
 CUevent event_create(CUcontext ctx, unsigned flags) {
-  make_current(ctx);
+  const EntryPoints& a = api();
+  const ContextScope scope(a, ctx);
   CUevent e = nullptr;
-  check(api().cuEventCreate(&e, flags), "cuEventCreate", "Event");
+  check(a.cuEventCreate(&e, flags), "cuEventCreate", "Event");
+  count(counters.events, 1);
   return e;
 }
 
-void event_destroy_no_throw(CUevent event) noexcept {
-  const Driver& d = instance();
-  if (d.usable && event != nullptr) (void)d.api.cuEventDestroy(event);
+void event_destroy_no_throw(CUcontext ctx, CUevent event) noexcept {
+  if (event == nullptr) return;
+  if (with_context_no_throw(ctx, [&](const EntryPoints& a) { (void)a.cuEventDestroy(event); })) {
+    count(counters.events, -1);
+  }
 }
 
-void event_record(CUevent event, CUstream stream) {
-  check(api().cuEventRecord(event, stream), "cuEventRecord", "Event");
+void event_record(CUcontext ctx, CUevent event, CUstream stream) {
+  const EntryPoints& a = api();
+  const ContextScope scope(a, ctx);
+  check(a.cuEventRecord(event, stream), "cuEventRecord", "Event");
 }
 
-void event_synchronize(CUevent event) { check(api().cuEventSynchronize(event), "cuEventSynchronize", "Event"); }
+void event_synchronize(CUcontext ctx, CUevent event) {
+  const EntryPoints& a = api();
+  const ContextScope scope(a, ctx);
+  check(a.cuEventSynchronize(event), "cuEventSynchronize", "Event");
+}
 
-float event_elapsed_ms(CUevent start, CUevent end) {
+bool event_query(CUcontext ctx, CUevent event) {
+  const EntryPoints& a = api();
+  const ContextScope scope(a, ctx);
+  const CUresult r = a.cuEventQuery(event);
+  if (r == CUDA_ERROR_NOT_READY) return false;
+  check(r, "cuEventQuery", "Event");
+  return true;
+}
+
+bool event_query_no_throw(CUcontext ctx, CUevent event) noexcept {
+  bool done = false;
+  (void)with_context_no_throw(ctx, [&](const EntryPoints& a) { done = a.cuEventQuery(event) == CUDA_SUCCESS; });
+  return done;
+}
+
+float event_elapsed_ms(CUcontext ctx, CUevent start, CUevent end) {
+  const EntryPoints& a = api();
+  const ContextScope scope(a, ctx);
   float ms = 0;
-  check(api().cuEventElapsedTime(&ms, start, end), "cuEventElapsedTime", "Event pair");
+  check(a.cuEventElapsedTime(&ms, start, end), "cuEventElapsedTime", "Event pair");
   return ms;
 }
 
 CUdeviceptr memory_allocate(CUcontext ctx, std::size_t bytes, std::string_view object) {
-  make_current(ctx);
+  const EntryPoints& a = api();
+  const ContextScope scope(a, ctx);
   CUdeviceptr p = 0;
-  check(api().cuMemAlloc(&p, bytes), "cuMemAlloc", object);
+  check(a.cuMemAlloc(&p, bytes), "cuMemAlloc", object);
+  count(counters.device_allocations, 1);
+  count(counters.device_bytes, static_cast<long long>(bytes));
   return p;
 }
 
-void memory_free_no_throw(CUcontext ctx, CUdeviceptr ptr) noexcept {
-  if (ptr != 0 && make_current_no_throw(ctx)) (void)instance().api.cuMemFree(ptr);
+void memory_free_no_throw(CUcontext ctx, CUdeviceptr ptr, std::size_t bytes) noexcept {
+  if (ptr == 0) return;
+  if (with_context_no_throw(ctx, [&](const EntryPoints& a) { (void)a.cuMemFree(ptr); })) {
+    count(counters.device_allocations, -1);
+    count(counters.device_bytes, -static_cast<long long>(bytes));
+  }
 }
 
 void* pinned_allocate(CUcontext ctx, std::size_t bytes, std::string_view object) {
-  make_current(ctx);
+  const EntryPoints& a = api();
+  const ContextScope scope(a, ctx);
   void* p = nullptr;
-  check(api().cuMemHostAlloc(&p, bytes, CU_MEMHOSTALLOC_PORTABLE), "cuMemHostAlloc", object);
+  check(a.cuMemHostAlloc(&p, bytes, CU_MEMHOSTALLOC_PORTABLE), "cuMemHostAlloc", object);
+  count(counters.pinned_allocations, 1);
+  count(counters.pinned_bytes, static_cast<long long>(bytes));
   return p;
 }
 
-void pinned_free_no_throw(CUcontext ctx, void* ptr) noexcept {
-  if (ptr != nullptr && make_current_no_throw(ctx)) (void)instance().api.cuMemFreeHost(ptr);
+void pinned_free_no_throw(CUcontext ctx, void* ptr, std::size_t bytes) noexcept {
+  if (ptr == nullptr) return;
+  if (with_context_no_throw(ctx, [&](const EntryPoints& a) { (void)a.cuMemFreeHost(ptr); })) {
+    count(counters.pinned_allocations, -1);
+    count(counters.pinned_bytes, -static_cast<long long>(bytes));
+  }
 }
 
-void copy_host_to_device(CUdeviceptr dst, const void* src, std::size_t bytes, CUstream stream) {
-  check(api().cuMemcpyHtoDAsync(dst, src, bytes, stream), "cuMemcpyHtoDAsync", std::to_string(bytes) + " bytes");
-}
-
-void copy_device_to_host(void* dst, CUdeviceptr src, std::size_t bytes, CUstream stream) {
-  check(api().cuMemcpyDtoHAsync(dst, src, bytes, stream), "cuMemcpyDtoHAsync", std::to_string(bytes) + " bytes");
-}
-
-void copy_device_to_device(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes, CUstream stream) {
-  check(api().cuMemcpyDtoDAsync(dst, src, bytes, stream), "cuMemcpyDtoDAsync", std::to_string(bytes) + " bytes");
-}
-
-void fill(CUdeviceptr dst, unsigned pattern, std::size_t element_size, std::size_t count, CUstream stream) {
+void copy_host_to_device(CUcontext ctx, CUdeviceptr dst, const void* src, std::size_t bytes, CUstream stream) {
   const EntryPoints& a = api();
+  const ContextScope scope(a, ctx);
+  const CUresult r = a.cuMemcpyHtoDAsync(dst, src, bytes, stream);
+  if (r != CUDA_SUCCESS) [[unlikely]]
+    throw_error(r, "cuMemcpyHtoDAsync", std::to_string(bytes) + " bytes host to device");
+}
+
+void copy_device_to_host(CUcontext ctx, void* dst, CUdeviceptr src, std::size_t bytes, CUstream stream) {
+  const EntryPoints& a = api();
+  const ContextScope scope(a, ctx);
+  const CUresult r = a.cuMemcpyDtoHAsync(dst, src, bytes, stream);
+  if (r != CUDA_SUCCESS) [[unlikely]]
+    throw_error(r, "cuMemcpyDtoHAsync", std::to_string(bytes) + " bytes device to host");
+}
+
+void copy_device_to_device(CUcontext ctx, CUdeviceptr dst, CUdeviceptr src, std::size_t bytes, CUstream stream) {
+  const EntryPoints& a = api();
+  const ContextScope scope(a, ctx);
+  const CUresult r = a.cuMemcpyDtoDAsync(dst, src, bytes, stream);
+  if (r != CUDA_SUCCESS) [[unlikely]]
+    throw_error(r, "cuMemcpyDtoDAsync", std::to_string(bytes) + " bytes device to device");
+}
+
+void fill(CUcontext ctx, CUdeviceptr dst, unsigned pattern, std::size_t element_size, std::size_t count,
+          CUstream stream) {
+  const EntryPoints& a = api();
+  const ContextScope scope(a, ctx);
   const std::string_view what = "fill";
   switch (element_size) {
     case 1:
@@ -366,26 +551,34 @@ void fill(CUdeviceptr dst, unsigned pattern, std::size_t element_size, std::size
 }
 
 CUmodule module_load(CUcontext ctx, const void* image, std::string_view object) {
-  make_current(ctx);
+  const EntryPoints& a = api();
+  const ContextScope scope(a, ctx);
   CUmodule m = nullptr;
-  check(api().cuModuleLoadData(&m, image), "cuModuleLoadData", object);
+  check(a.cuModuleLoadData(&m, image), "cuModuleLoadData", object);
+  count(counters.modules, 1);
   return m;
 }
 
 void module_unload_no_throw(CUcontext ctx, CUmodule mod) noexcept {
-  if (mod != nullptr && make_current_no_throw(ctx)) (void)instance().api.cuModuleUnload(mod);
+  if (mod == nullptr) return;
+  if (with_context_no_throw(ctx, [&](const EntryPoints& a) { (void)a.cuModuleUnload(mod); })) {
+    count(counters.modules, -1);
+  }
 }
 
-CUfunction module_function(CUmodule mod, const std::string& name) {
+CUfunction module_function(CUcontext ctx, CUmodule mod, const std::string& name) {
+  const EntryPoints& a = api();
+  const ContextScope scope(a, ctx);
   CUfunction f = nullptr;
-  const CUresult r = api().cuModuleGetFunction(&f, mod, name.c_str());
+  const CUresult r = a.cuModuleGetFunction(&f, mod, name.c_str());
   if (r == CUDA_ERROR_NOT_FOUND) return nullptr;
   check(r, "cuModuleGetFunction", "kernel " + name);
   return f;
 }
 
-std::vector<std::string> module_function_names(CUmodule mod) {
+std::vector<std::string> module_function_names(CUcontext ctx, CUmodule mod) {
   const EntryPoints& a = api();
+  const ContextScope scope(a, ctx);
   unsigned n = 0;
   check(a.cuModuleGetFunctionCount(&n, mod), "cuModuleGetFunctionCount", "module");
   std::vector<CUfunction> fns(n);
@@ -400,34 +593,48 @@ std::vector<std::string> module_function_names(CUmodule mod) {
   return names;
 }
 
-std::vector<std::size_t> function_parameter_sizes(CUfunction fn, std::string_view name) {
+std::vector<std::size_t> function_parameter_sizes(CUcontext ctx, CUfunction fn, std::size_t count,
+                                                  std::string_view name) {
   const EntryPoints& a = api();
+  const ContextScope scope(a, ctx);
   std::vector<std::size_t> sizes;
-  for (std::size_t i = 0;; ++i) {
+  sizes.reserve(count);
+  for (std::size_t i = 0; i < count; ++i) {
     std::size_t offset = 0;
     std::size_t size = 0;
     const CUresult r = a.cuFuncGetParamInfo(fn, i, &offset, &size);
-    if (r == CUDA_ERROR_INVALID_VALUE) break;  // past the last parameter
-    check(r, "cuFuncGetParamInfo", std::string("kernel ").append(name));
+    if (r != CUDA_SUCCESS) [[unlikely]]
+      throw_error(r, "cuFuncGetParamInfo", "parameter " + std::to_string(i) + " of kernel " + std::string(name));
     sizes.push_back(size);
   }
   return sizes;
 }
 
-int function_attribute(CUfunction fn, CUfunction_attribute attr, std::string_view name) {
+int function_attribute(CUcontext ctx, CUfunction fn, CUfunction_attribute attr, std::string_view name) {
+  const EntryPoints& a = api();
+  const ContextScope scope(a, ctx);
   int v = 0;
-  check(api().cuFuncGetAttribute(&v, attr, fn), "cuFuncGetAttribute", std::string("kernel ").append(name));
+  const CUresult r = a.cuFuncGetAttribute(&v, attr, fn);
+  if (r != CUDA_SUCCESS) [[unlikely]]
+    throw_error(r, "cuFuncGetAttribute", std::string("kernel ").append(name));
   return v;
 }
 
-void set_function_attribute(CUfunction fn, CUfunction_attribute attr, int value, std::string_view name) {
-  check(api().cuFuncSetAttribute(fn, attr, value), "cuFuncSetAttribute", std::string("kernel ").append(name));
+void set_function_attribute(CUcontext ctx, CUfunction fn, CUfunction_attribute attr, int value, std::string_view name) {
+  const EntryPoints& a = api();
+  const ContextScope scope(a, ctx);
+  const CUresult r = a.cuFuncSetAttribute(fn, attr, value);
+  if (r != CUDA_SUCCESS) [[unlikely]]
+    throw_error(r, "cuFuncSetAttribute", std::string("kernel ").append(name));
 }
 
-void launch_kernel(CUfunction fn, const LaunchShape& shape, CUstream stream, void** args, std::string_view name) {
+void launch_kernel(CUcontext ctx, CUfunction fn, const LaunchShape& shape, CUstream stream, void** args,
+                   std::string_view name) {
+  const EntryPoints& a = api();
+  const ContextScope scope(a, ctx);
   if (!shape.early_launch) {
-    const CUresult r = api().cuLaunchKernel(fn, shape.grid[0], shape.grid[1], shape.grid[2], shape.block[0],
-                                            shape.block[1], shape.block[2], shape.shared_bytes, stream, args, nullptr);
+    const CUresult r = a.cuLaunchKernel(fn, shape.grid[0], shape.grid[1], shape.grid[2], shape.block[0], shape.block[1],
+                                        shape.block[2], shape.shared_bytes, stream, args, nullptr);
     if (r != CUDA_SUCCESS) [[unlikely]]
       throw_error(r, "cuLaunchKernel", std::string("kernel ").append(name));
     return;
@@ -446,61 +653,75 @@ void launch_kernel(CUfunction fn, const LaunchShape& shape, CUstream stream, voi
   config.hStream = stream;
   config.attrs = &attribute;
   config.numAttrs = 1;
-  const CUresult r = api().cuLaunchKernelEx(&config, fn, args, nullptr);
+  const CUresult r = a.cuLaunchKernelEx(&config, fn, args, nullptr);
   if (r != CUDA_SUCCESS) [[unlikely]]
     throw_error(r, "cuLaunchKernelEx (programmatic dependent launch)", std::string("kernel ").append(name));
 }
 
-void begin_capture(CUstream stream, CUstreamCaptureMode mode) {
-  check(api().cuStreamBeginCapture(stream, mode), "cuStreamBeginCapture", "Stream");
+void begin_capture(CUcontext ctx, CUstream stream, CUstreamCaptureMode mode) {
+  const EntryPoints& a = api();
+  const ContextScope scope(a, ctx);
+  check(a.cuStreamBeginCapture(stream, mode), "cuStreamBeginCapture", "Stream");
 }
 
-CUresult end_capture_no_throw(CUstream stream, CUgraph* graph) noexcept {
-  const Driver& d = instance();
-  if (!d.usable) return CUDA_ERROR_NOT_INITIALIZED;
-  return d.api.cuStreamEndCapture(stream, graph);
+CUresult end_capture_no_throw(CUcontext ctx, CUstream stream, CUgraph* graph) noexcept {
+  CUresult r = CUDA_ERROR_NOT_INITIALIZED;
+  if (!with_context_no_throw(ctx, [&](const EntryPoints& a) { r = a.cuStreamEndCapture(stream, graph); })) {
+    return r == CUDA_SUCCESS ? CUDA_ERROR_INVALID_CONTEXT : r;
+  }
+  if (r == CUDA_SUCCESS && graph != nullptr && *graph != nullptr) count(counters.graphs, 1);
+  return r;
 }
 
-CUstreamCaptureStatus capture_status(CUstream stream) {
+CUstreamCaptureStatus capture_status(CUcontext ctx, CUstream stream) {
+  const EntryPoints& a = api();
+  const ContextScope scope(a, ctx);
   CUstreamCaptureStatus s = CU_STREAM_CAPTURE_STATUS_NONE;
-  check(api().cuStreamIsCapturing(stream, &s), "cuStreamIsCapturing", "Stream");
+  check(a.cuStreamIsCapturing(stream, &s), "cuStreamIsCapturing", "Stream");
   return s;
 }
 
-CUstreamCaptureStatus capture_status_no_throw(CUstream stream) noexcept {
-  const Driver& d = instance();
+CUstreamCaptureStatus capture_status_no_throw(CUcontext ctx, CUstream stream) noexcept {
   CUstreamCaptureStatus s = CU_STREAM_CAPTURE_STATUS_ACTIVE;
-  if (!d.usable || d.api.cuStreamIsCapturing(stream, &s) != CUDA_SUCCESS) return CU_STREAM_CAPTURE_STATUS_ACTIVE;
-  return s;
+  bool answered = false;
+  (void)with_context_no_throw(
+      ctx, [&](const EntryPoints& a) { answered = a.cuStreamIsCapturing(stream, &s) == CUDA_SUCCESS; });
+  return answered ? s : CU_STREAM_CAPTURE_STATUS_ACTIVE;
 }
 
-CUstreamCaptureMode exchange_capture_mode(CUstreamCaptureMode mode) {
-  check(api().cuThreadExchangeStreamCaptureMode(&mode), "cuThreadExchangeStreamCaptureMode", "thread");
-  return mode;
-}
-
-CUgraphExec graph_instantiate(CUgraph graph, std::string_view object) {
+CUgraphExec graph_instantiate(CUcontext ctx, CUgraph graph, std::string_view object) {
+  const EntryPoints& a = api();
+  const ContextScope scope(a, ctx);
   CUgraphExec exec = nullptr;
-  check(api().cuGraphInstantiateWithFlags(&exec, graph, 0), "cuGraphInstantiateWithFlags", object);
+  check(a.cuGraphInstantiateWithFlags(&exec, graph, 0), "cuGraphInstantiateWithFlags", object);
+  count(counters.graph_execs, 1);
   return exec;
 }
 
-void graph_upload(CUgraphExec exec, CUstream stream) {
-  check(api().cuGraphUpload(exec, stream), "cuGraphUpload", "CudaGraph");
+void graph_upload(CUcontext ctx, CUgraphExec exec, CUstream stream, std::string_view object) {
+  const EntryPoints& a = api();
+  const ContextScope scope(a, ctx);
+  check(a.cuGraphUpload(exec, stream), "cuGraphUpload", object);
 }
 
-void graph_launch(CUgraphExec exec, CUstream stream) {
-  check(api().cuGraphLaunch(exec, stream), "cuGraphLaunch", "CudaGraph");
+void graph_launch(CUcontext ctx, CUgraphExec exec, CUstream stream, std::string_view object) {
+  const EntryPoints& a = api();
+  const ContextScope scope(a, ctx);
+  check(a.cuGraphLaunch(exec, stream), "cuGraphLaunch", object);
 }
 
 void graph_destroy_no_throw(CUgraph graph) noexcept {
   const Driver& d = instance();
-  if (d.usable && graph != nullptr) (void)d.api.cuGraphDestroy(graph);
+  if (!d.usable || graph == nullptr) return;
+  (void)d.api.cuGraphDestroy(graph);
+  count(counters.graphs, -1);
 }
 
-void graph_exec_destroy_no_throw(CUgraphExec exec) noexcept {
-  const Driver& d = instance();
-  if (d.usable && exec != nullptr) (void)d.api.cuGraphExecDestroy(exec);
+void graph_exec_destroy_no_throw(CUcontext ctx, CUgraphExec exec) noexcept {
+  if (exec == nullptr) return;
+  if (with_context_no_throw(ctx, [&](const EntryPoints& a) { (void)a.cuGraphExecDestroy(exec); })) {
+    count(counters.graph_execs, -1);
+  }
 }
 
 std::vector<CUgraphNode> graph_nodes(CUgraph graph) {
@@ -537,12 +758,62 @@ void graph_write_dot(CUgraph graph, const std::string& path) {
         path);
 }
 
-bool graph_exec_update(CUgraphExec exec, CUgraph graph) {
+bool graph_exec_update(CUcontext ctx, CUgraphExec exec, CUgraph graph) {
+  const EntryPoints& a = api();
+  const ContextScope scope(a, ctx);
   CUgraphExecUpdateResultInfo info{};
-  const CUresult r = api().cuGraphExecUpdate(exec, graph, &info);
+  const CUresult r = a.cuGraphExecUpdate(exec, graph, &info);
   if (r == CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE) return false;
   check(r, "cuGraphExecUpdate", "CudaGraph");
   return true;
 }
+
+// ------------------------------------------------------------------------------------------------------------
+// Fault injection: for each entry point, a function of the same type that returns the injected result.
+
+namespace {
+
+std::array<std::atomic<CUresult>, entry_count> injected_codes{};
+
+template <int Index, class F>
+struct Failing;
+template <int Index, class... A>
+struct Failing<Index, CUresult (*)(A...)> {
+  static CUresult call(A... /*unused*/) { return injected_codes[Index].load(); }
+};
+
+struct Slot {
+  std::string_view name;
+  void* (*swap)(EntryPoints&, void*);
+  void* failing;
+};
+
+// NOLINTBEGIN(bugprone-macro-parentheses): `fn` names a member, a type and a string
+#define LAZYGRAPH_SLOT(fn)                           \
+  Slot{#fn,                                          \
+       [](EntryPoints& e, void* p) -> void* {        \
+         void* old = reinterpret_cast<void*>(e.fn);  \
+         e.fn = reinterpret_cast<decltype(e.fn)>(p); \
+         return old;                                 \
+       },                                            \
+       reinterpret_cast<void*>(&Failing<index_##fn, decltype(&::fn)>::call)},
+// NOLINTEND(bugprone-macro-parentheses)
+const std::array<Slot, entry_count> slots = {LAZYGRAPH_DRIVER_ENTRY_POINTS(LAZYGRAPH_SLOT)};
+#undef LAZYGRAPH_SLOT
+
+}  // namespace
+
+InjectedFault::InjectedFault(std::string_view api_name, CUresult code) : index_(-1), saved_(nullptr) {
+  (void)api();
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    if (slots[i].name == api_name) index_ = static_cast<int>(i);
+  }
+  if (index_ < 0) throw UsageError("InjectedFault: " + std::string(api_name) + " is not a driver entry point in use");
+  injected_codes[static_cast<std::size_t>(index_)].store(code);
+  saved_ =
+      slots[static_cast<std::size_t>(index_)].swap(instance().api, slots[static_cast<std::size_t>(index_)].failing);
+}
+
+InjectedFault::~InjectedFault() { (void)slots[static_cast<std::size_t>(index_)].swap(instance().api, saved_); }
 
 }  // namespace lazygraph::detail::driver

@@ -49,7 +49,8 @@ void validate_launch(const KernelInfo& k, const LaunchConfig& c) {
 void launch_kernel(KernelInfo& k, const LaunchConfig& c, CUstream stream, void** args) {
   const int needed = static_cast<int>(c.shared_bytes);
   if (needed > k.dynamic_shared_limit.load(std::memory_order_relaxed)) [[unlikely]] {
-    driver::set_function_attribute(k.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, needed, k.name);
+    driver::set_function_attribute(k.device.context(), k.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                   needed, k.name);
     k.dynamic_shared_limit.store(needed, std::memory_order_relaxed);
   }
   // Programmatic dependent launch exists from sm_90 on; elsewhere the kernel's wait is a no-op and the launch
@@ -57,7 +58,7 @@ void launch_kernel(KernelInfo& k, const LaunchConfig& c, CUstream stream, void**
   const bool early = c.early_launch && k.device.compute_capability().major >= 9;
   const driver::LaunchShape shape{
       {c.grid.x, c.grid.y, c.grid.z}, {c.block.x, c.block.y, c.block.z}, c.shared_bytes, early};
-  driver::launch_kernel(k.function, shape, stream, args, k.name);
+  driver::launch_kernel(k.device.context(), k.function, shape, stream, args, k.name);
 }
 
 }  // namespace lazygraph::detail

@@ -122,7 +122,8 @@ std::shared_ptr<detail::KernelInfo> KernelLibrary::lookup(std::string_view name,
     throw UsageError("unknown kernel \"" + std::string(name) + "\": the kernel library has " +
                      (kernels_.empty() ? std::string("no kernels") : join(kernel_names(), ", ")));
   }
-  const std::vector<std::size_t> compiled = detail::driver::function_parameter_sizes(it->second.function, name);
+  const std::vector<std::size_t> compiled =
+      detail::driver::function_parameter_sizes(device_.context(), it->second.function, sizes.size(), name);
   if (!ranges::equal(compiled, sizes)) {
     throw UsageError("kernel " + std::string(name) + ": the declared signature " + std::string(signature) + " has " +
                      std::to_string(sizes.size()) + " parameters of sizes " + join_sizes(sizes) +
@@ -133,10 +134,10 @@ std::shared_ptr<detail::KernelInfo> KernelLibrary::lookup(std::string_view name,
   info->function = it->second.function;
   info->name = std::string(name);
   info->module = it->second.module;
-  info->max_threads_per_block =
-      detail::driver::function_attribute(info->function, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, name);
+  info->max_threads_per_block = detail::driver::function_attribute(device_.context(), info->function,
+                                                                   CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, name);
   info->static_shared_bytes =
-      detail::driver::function_attribute(info->function, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, name);
+      detail::driver::function_attribute(device_.context(), info->function, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, name);
   info->dynamic_shared_limit.store(device_.limits().max_shared_per_block - info->static_shared_bytes);
   return info;
 }

@@ -12,7 +12,12 @@ Allocation::Allocation(const Device& device, std::size_t bytes, std::string_view
       address_(bytes == 0 ? 0 : driver::memory_allocate(device.context(), bytes, what)),
       bytes_(bytes) {}
 
-Allocation::~Allocation() { driver::memory_free_no_throw(device_.context(), address_); }
+Allocation::~Allocation() { driver::memory_free_no_throw(device_.context(), address_, bytes_); }
+
+void throw_byte_overflow(std::size_t count, std::size_t element_size, std::string_view what) {
+  throw UsageError(std::string(what) + " of " + std::to_string(count) + " elements of " + std::to_string(element_size) +
+                   " bytes: the byte count does not fit in 64 bits");
+}
 
 void throw_moved_from(std::string_view what) {
   throw UsageError("use of a moved-from " + std::string(what) + ": it no longer owns memory");
@@ -22,7 +27,9 @@ void* pinned_allocate(const Device& device, std::size_t bytes, std::string_view 
   return driver::pinned_allocate(device.context(), bytes, what);
 }
 
-void pinned_free(const Device& device, void* ptr) noexcept { driver::pinned_free_no_throw(device.context(), ptr); }
+void pinned_free(const Device& device, void* ptr, std::size_t bytes) noexcept {
+  driver::pinned_free_no_throw(device.context(), ptr, bytes);
+}
 
 void throw_size_mismatch(std::string_view what, std::size_t dst, std::size_t src) {
   throw UsageError(std::string(what) + ": the destination holds " + std::to_string(dst) +
@@ -30,15 +37,15 @@ void throw_size_mismatch(std::string_view what, std::size_t dst, std::size_t src
 }
 
 void copy_h2d(const Stream& s, CUdeviceptr dst, const void* src, std::size_t bytes) {
-  driver::copy_host_to_device(dst, src, bytes, s.get());
+  driver::copy_host_to_device(s.device().context(), dst, src, bytes, s.get());
 }
 
 void copy_d2h(const Stream& s, void* dst, CUdeviceptr src, std::size_t bytes) {
-  driver::copy_device_to_host(dst, src, bytes, s.get());
+  driver::copy_device_to_host(s.device().context(), dst, src, bytes, s.get());
 }
 
 void copy_d2d(const Stream& s, CUdeviceptr dst, CUdeviceptr src, std::size_t bytes) {
-  driver::copy_device_to_device(dst, src, bytes, s.get());
+  driver::copy_device_to_device(s.device().context(), dst, src, bytes, s.get());
 }
 
 }  // namespace lazygraph::detail
@@ -46,7 +53,7 @@ void copy_d2d(const Stream& s, CUdeviceptr dst, CUdeviceptr src, std::size_t byt
 namespace lazygraph::detail {
 
 void fill_async(const Stream& stream, CUdeviceptr dst, unsigned pattern, std::size_t element_size, std::size_t count) {
-  driver::fill(dst, pattern, element_size, count, stream.get());
+  driver::fill(stream.device().context(), dst, pattern, element_size, count, stream.get());
 }
 
 }  // namespace lazygraph::detail

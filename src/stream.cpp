@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "lazygraph/detail/driver/capture.hpp"
 #include "lazygraph/detail/driver/driver_api.hpp"
 #include "lazygraph/detail/driver/error.hpp"
 
@@ -40,8 +41,12 @@ Stream Stream::pooled(const Device& device) {
 void Stream::dispose() noexcept {
   CUstream s = std::exchange(handle_, nullptr);
   if (s == nullptr) return;
+  CUcontext ctx = device_.context();
+  // A stream destroyed during a capture (moved out of a capture callback, say) ends the capture first, so that
+  // the capture session finds it ended instead of calling the driver on a destroyed stream.
+  const bool was_capturing = drv::capture_abandon_no_throw(s);
   // A stream still in a capture (one that ended in an error) is not reused: destroying it is the clean way out.
-  if (pooled_ && drv::capture_status_no_throw(s) == CU_STREAM_CAPTURE_STATUS_NONE) {
+  if (pooled_ && !was_capturing && drv::capture_status_no_throw(ctx, s) == CU_STREAM_CAPTURE_STATUS_NONE) {
     const detail::DeviceState& state = *device_.state();
     try {
       const std::lock_guard<std::mutex> lock(state.stream_pool_mutex);
@@ -50,7 +55,7 @@ void Stream::dispose() noexcept {
     } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory for the pool; destroy the stream instead
     }
   }
-  drv::stream_destroy_no_throw(s);
+  drv::stream_destroy_no_throw(ctx, s);
 }
 
 Stream::~Stream() { dispose(); }
@@ -85,7 +90,9 @@ CUstream Stream::release() noexcept {
 
 void Stream::reset() noexcept { dispose(); }
 
-bool Stream::is_capturing() const { return drv::capture_status(get()) != CU_STREAM_CAPTURE_STATUS_NONE; }
+bool Stream::is_capturing() const {
+  return drv::capture_status(device_.context(), get()) != CU_STREAM_CAPTURE_STATUS_NONE;
+}
 
 void Stream::synchronize() const {
   if (is_capturing()) {
@@ -94,7 +101,7 @@ void Stream::synchronize() const {
         "run it, so there is nothing to wait for; wait after the capture ends (CudaGraph::launch() waits for you)");
   }
   try {
-    drv::stream_synchronize(handle_);
+    drv::stream_synchronize(device_.context(), handle_);
   } catch (const CudaError& e) {
     if (!is_capture_error(e.code())) throw;
     throw CaptureError(std::string("Stream::synchronize() while another stream of this thread captures a graph (") +
@@ -102,20 +109,22 @@ void Stream::synchronize() const {
   }
 }
 
-bool Stream::query() const { return drv::stream_query(get()); }
+bool Stream::query() const { return drv::stream_query(device_.context(), get()); }
 
-void Stream::wait(const Event& event) const { drv::stream_wait_event(get(), event.get()); }
+void Stream::wait(const Event& event) const { drv::stream_wait_event(device_.context(), get(), event.get()); }
 
 Event::Event(const Device& device, bool timing)
-    : handle_(drv::event_create(device.context(), timing ? CU_EVENT_DEFAULT : CU_EVENT_DISABLE_TIMING)) {}
+    : device_(device),
+      handle_(drv::event_create(device.context(), timing ? CU_EVENT_DEFAULT : CU_EVENT_DISABLE_TIMING)) {}
 
-Event::~Event() { drv::event_destroy_no_throw(handle_); }
+Event::~Event() { drv::event_destroy_no_throw(device_.context(), handle_); }
 
-Event::Event(Event&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+Event::Event(Event&& other) noexcept : device_(other.device_), handle_(std::exchange(other.handle_, nullptr)) {}
 
 Event& Event::operator=(Event&& other) noexcept {
   if (this != &other) {
-    drv::event_destroy_no_throw(handle_);
+    drv::event_destroy_no_throw(device_.context(), handle_);
+    device_ = other.device_;
     handle_ = std::exchange(other.handle_, nullptr);
   }
   return *this;
@@ -127,12 +136,16 @@ CUevent Event::get() const {
   return handle_;
 }
 
-void Event::reset() noexcept { drv::event_destroy_no_throw(std::exchange(handle_, nullptr)); }
+void Event::reset() noexcept { drv::event_destroy_no_throw(device_.context(), std::exchange(handle_, nullptr)); }
 
-void Event::record(const Stream& stream) const { drv::event_record(get(), stream.get()); }
+void Event::record(const Stream& stream) const { drv::event_record(device_.context(), get(), stream.get()); }
 
-void Event::synchronize() const { drv::event_synchronize(get()); }
+void Event::synchronize() const { drv::event_synchronize(device_.context(), get()); }
 
-float Event::elapsed_ms(const Event& start, const Event& end) { return drv::event_elapsed_ms(start.get(), end.get()); }
+bool Event::query() const { return drv::event_query(device_.context(), get()); }
+
+float Event::elapsed_ms(const Event& start, const Event& end) {
+  return drv::event_elapsed_ms(start.device_.context(), start.get(), end.get());
+}
 
 }  // namespace lazygraph

@@ -67,11 +67,13 @@ std::pair<double, double> host_times_per_node(int nodes, const std::function<voi
 
 /// The raw way: cuStreamBeginCapture, cuLaunchKernel N times, cuStreamEndCapture, instantiate, upload.
 struct RawGraph {
+  CUcontext ctx;
   CUgraph graph = nullptr;
   CUgraphExec exec = nullptr;
   RawGraph(const lg::Stream& s, const Axpy& k, const std::vector<lg::DeviceSpan<float>>& ys,
-           const lg::DeviceSpan<const float>& x, int per_chain) {
-    drv::begin_capture(s.get(), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+           const lg::DeviceSpan<const float>& x, int per_chain)
+      : ctx(s.device().context()) {
+    drv::begin_capture(ctx, s.get(), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
     const drv::LaunchShape shape{{1, 1, 1}, {elements, 1, 1}, 0};
     for (const auto& y : ys) {
       float a = 1.0001F;
@@ -79,15 +81,15 @@ struct RawGraph {
       float* yp = y.data();
       int n = elements;
       void* args[] = {&a, &xp, &yp, &n};
-      for (int i = 0; i < per_chain; ++i) drv::launch_kernel(k.info()->function, shape, s.get(), args, "axpy");
+      for (int i = 0; i < per_chain; ++i) drv::launch_kernel(ctx, k.info()->function, shape, s.get(), args, "axpy");
     }
-    drv::end_capture_no_throw(s.get(), &graph);
-    exec = drv::graph_instantiate(graph, "raw");
-    drv::graph_upload(exec, s.get());
+    drv::end_capture_no_throw(ctx, s.get(), &graph);
+    exec = drv::graph_instantiate(ctx, graph, "raw");
+    drv::graph_upload(ctx, exec, s.get(), "raw");
     s.synchronize();
   }
   ~RawGraph() {
-    drv::graph_exec_destroy_no_throw(exec);
+    drv::graph_exec_destroy_no_throw(ctx, exec);
     drv::graph_destroy_no_throw(graph);
   }
   RawGraph(const RawGraph&) = delete;
@@ -130,12 +132,12 @@ int run() {
     int count = elements;
     void* args[] = {&a, &xp, &yp, &count};
     const double eager = time_per_kernel(s, n, [&] {
-      for (int i = 0; i < n; ++i) drv::launch_kernel(k.info()->function, shape, s.get(), args, "axpy");
+      for (int i = 0; i < n; ++i) drv::launch_kernel(gpu.context(), k.info()->function, shape, s.get(), args, "axpy");
     });
 
     // Raw driver-API graph vs lazygraph graph of the same serial chain.
     RawGraph raw(s, k, one, x.cview(), n);
-    const double raw_replay = time_per_kernel(s, n, [&] { drv::graph_launch(raw.exec, s.get()); });
+    const double raw_replay = time_per_kernel(s, n, [&] { drv::graph_launch(raw.ctx, raw.exec, s.get(), "raw"); });
     auto lazy = lg::CudaGraph<>::capture(s, chain_of(k, x.cview(), y[0].view(), n));
     const double lazy_replay = time_per_kernel(s, n, [&] { lazy.launch_on(s); });
 

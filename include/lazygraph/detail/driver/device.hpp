@@ -59,8 +59,14 @@ struct DeviceState {
 
 }  // namespace detail
 
+/// Thread safety: a Device may be shared by any number of threads; every call on it is safe concurrently.
 class Device {
  public:
+  // Copy only: a move is a copy (one atomic increment), so a moved-from Device stays a valid handle.
+  Device(const Device&) = default;
+  Device& operator=(const Device&) = default;
+  ~Device() = default;
+
   /// The number of CUDA devices; 0 when the driver loads but finds none.
   /// \throws DriverUnavailable when there is no driver.
   static int count();
@@ -83,7 +89,8 @@ class Device {
   /// Blocks until all work on this device has finished.
   void synchronize() const;
 
-  /// The primary context; it is made current on the calling thread by every library call that needs it.
+  /// The primary context. Every library call that needs it makes it current for the call, on whichever thread
+  /// (and restores the context that thread had current before, if any).
   [[nodiscard]] CUcontext context() const noexcept { return state_->context; }
   [[nodiscard]] const std::shared_ptr<const detail::DeviceState>& state() const noexcept { return state_; }
 

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "lazygraph/detail/driver/byte_count.hpp"
 #include "lazygraph/detail/driver/device.hpp"
 #include "lazygraph/detail/driver/device_span.hpp"
 #include "lazygraph/detail/driver/type_name.hpp"
@@ -49,9 +50,13 @@ class DeviceBuffer {
   static_assert(!std::is_const_v<T>, "DeviceBuffer<const T> is not a thing: make a DeviceBuffer<T> and take cview()");
 
  public:
-  /// \throws CudaError (CUDA_ERROR_OUT_OF_MEMORY, naming the size) when the device cannot hold it.
+  /// \throws UsageError when `size * sizeof(T)` does not fit in std::size_t; CudaError
+  ///         (CUDA_ERROR_OUT_OF_MEMORY, naming the buffer) when the device cannot hold it.
   DeviceBuffer(const Device& device, std::size_t size)
-      : storage_(std::make_shared<detail::Allocation>(device, size * sizeof(T), describe(size))), size_(size) {}
+      : storage_(std::make_shared<detail::Allocation>(
+            device, detail::byte_count(size, sizeof(T), "DeviceBuffer<" + std::string(detail::type_name<T>()) + ">"),
+            describe(size))),
+        size_(size) {}
 
   DeviceBuffer(DeviceBuffer&& other) noexcept : storage_(std::move(other.storage_)), size_(other.size_) {
     other.size_ = 0;
@@ -86,7 +91,7 @@ class DeviceBuffer {
   /// "DeviceBuffer<float> of 1024 elements (4096 bytes)".
   [[nodiscard]] static std::string describe(std::size_t size) {
     return "DeviceBuffer<" + std::string(detail::type_name<T>()) + "> of " + std::to_string(size) + " elements (" +
-           std::to_string(size * sizeof(T)) + " bytes)";
+           std::to_string(size * sizeof(T)) + " bytes)";  // checked before it is called
   }
 
  private:

@@ -6,6 +6,13 @@
 /// Each wrapper checks the result and throws CudaError naming the API, the result and the object, except the
 /// `*_no_throw` forms, which destructors use: they report nothing and never throw. No policy lives here
 /// (capture rules, lifetimes): that is the job of the layers above.
+///
+/// Contexts: every wrapper that acts within a context takes it as its first parameter and makes it current for
+/// the call itself, so any thread may use any object whatever context (if any) that thread has current — a
+/// worker thread, or one where other code (PyTorch, cuBLAS, cudaSetDevice) switched contexts. When the calling
+/// thread had another context current, it is current again when the wrapper returns; a thread that had none is
+/// left with this one. Nothing is cached: the driver is asked which context is current (cuCtxGetCurrent, a
+/// thread-local read) on every call.
 
 #include <cuda.h>
 
@@ -35,6 +42,24 @@ inline void check(CUresult code, std::string_view api, std::string_view object) 
     throw_error(code, api, object);
 }
 
+/// How many driver objects this process holds through these wrappers right now, by kind, and the bytes of
+/// device and pinned memory they own. Counted on create and destroy (an atomic add each), so that tests and
+/// users can check that nothing leaked: after any sequence of operations that ends where it began, the
+/// counts are back where they were.
+struct LiveHandles {
+  long long device_allocations = 0;
+  long long device_bytes = 0;
+  long long pinned_allocations = 0;
+  long long pinned_bytes = 0;
+  long long streams = 0;
+  long long events = 0;
+  long long modules = 0;
+  long long graphs = 0;
+  long long graph_execs = 0;
+  friend bool operator==(const LiveHandles&, const LiveHandles&) = default;
+};
+[[nodiscard]] LiveHandles live_handles() noexcept;
+
 int driver_version();
 int device_count();
 CUdevice device_get(int ordinal);
@@ -44,47 +69,52 @@ std::size_t device_total_memory(CUdevice dev);
 
 CUcontext primary_context_retain(CUdevice dev);
 void primary_context_release_no_throw(CUdevice dev) noexcept;
-/// Makes `ctx` current on the calling thread (skipping the driver call when it already is, as far as this
-/// library last set it).
-void make_current(CUcontext ctx);
-bool make_current_no_throw(CUcontext ctx) noexcept;
+/// The context current on the calling thread (null when none).
+CUcontext current_context();
 void context_synchronize(CUcontext ctx);
 /// Free and total device memory, in bytes, of the context's device.
 void memory_info(CUcontext ctx, std::size_t* free_bytes, std::size_t* total_bytes);
 
 CUstream stream_create(CUcontext ctx);
-void stream_destroy_no_throw(CUstream stream) noexcept;
-void stream_synchronize(CUstream stream);
+void stream_destroy_no_throw(CUcontext ctx, CUstream stream) noexcept;
+void stream_synchronize(CUcontext ctx, CUstream stream);
 /// True when all work submitted to the stream has completed.
-bool stream_query(CUstream stream);
-void stream_wait_event(CUstream stream, CUevent event);
+bool stream_query(CUcontext ctx, CUstream stream);
+void stream_wait_event(CUcontext ctx, CUstream stream, CUevent event);
 
 CUevent event_create(CUcontext ctx, unsigned flags);
-void event_destroy_no_throw(CUevent event) noexcept;
-void event_record(CUevent event, CUstream stream);
-void event_synchronize(CUevent event);
-float event_elapsed_ms(CUevent start, CUevent end);
+void event_destroy_no_throw(CUcontext ctx, CUevent event) noexcept;
+void event_record(CUcontext ctx, CUevent event, CUstream stream);
+void event_synchronize(CUcontext ctx, CUevent event);
+/// True when the work the event last recorded has completed (or it never recorded any).
+bool event_query(CUcontext ctx, CUevent event);
+/// As event_query; an error reads as "not complete".
+bool event_query_no_throw(CUcontext ctx, CUevent event) noexcept;
+float event_elapsed_ms(CUcontext ctx, CUevent start, CUevent end);
 
 CUdeviceptr memory_allocate(CUcontext ctx, std::size_t bytes, std::string_view object);
-void memory_free_no_throw(CUcontext ctx, CUdeviceptr ptr) noexcept;
+void memory_free_no_throw(CUcontext ctx, CUdeviceptr ptr, std::size_t bytes) noexcept;
 void* pinned_allocate(CUcontext ctx, std::size_t bytes, std::string_view object);
-void pinned_free_no_throw(CUcontext ctx, void* ptr) noexcept;
+void pinned_free_no_throw(CUcontext ctx, void* ptr, std::size_t bytes) noexcept;
 
-void copy_host_to_device(CUdeviceptr dst, const void* src, std::size_t bytes, CUstream stream);
-void copy_device_to_host(void* dst, CUdeviceptr src, std::size_t bytes, CUstream stream);
-void copy_device_to_device(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes, CUstream stream);
+void copy_host_to_device(CUcontext ctx, CUdeviceptr dst, const void* src, std::size_t bytes, CUstream stream);
+void copy_device_to_host(CUcontext ctx, void* dst, CUdeviceptr src, std::size_t bytes, CUstream stream);
+void copy_device_to_device(CUcontext ctx, CUdeviceptr dst, CUdeviceptr src, std::size_t bytes, CUstream stream);
 /// Fills `count` elements of `element_size` (1, 2 or 4) bytes with the low bytes of `pattern`.
-void fill(CUdeviceptr dst, unsigned pattern, std::size_t element_size, std::size_t count, CUstream stream);
+void fill(CUcontext ctx, CUdeviceptr dst, unsigned pattern, std::size_t element_size, std::size_t count,
+          CUstream stream);
 
 CUmodule module_load(CUcontext ctx, const void* image, std::string_view object);
 void module_unload_no_throw(CUcontext ctx, CUmodule mod) noexcept;
 /// The function, or nullptr when the module has none of that name.
-CUfunction module_function(CUmodule mod, const std::string& name);
-std::vector<std::string> module_function_names(CUmodule mod);
-/// The size in bytes of each parameter of `fn`, in order.
-std::vector<std::size_t> function_parameter_sizes(CUfunction fn, std::string_view name);
-int function_attribute(CUfunction fn, CUfunction_attribute attr, std::string_view name);
-void set_function_attribute(CUfunction fn, CUfunction_attribute attr, int value, std::string_view name);
+CUfunction module_function(CUcontext ctx, CUmodule mod, const std::string& name);
+std::vector<std::string> module_function_names(CUcontext ctx, CUmodule mod);
+/// The size in bytes of each of the first `count` parameters of `fn`, in order. Only indices below `count` are
+/// asked for: probing past the last parameter is an API error (compute-sanitizer reports each one).
+std::vector<std::size_t> function_parameter_sizes(CUcontext ctx, CUfunction fn, std::size_t count,
+                                                  std::string_view name);
+int function_attribute(CUcontext ctx, CUfunction fn, CUfunction_attribute attr, std::string_view name);
+void set_function_attribute(CUcontext ctx, CUfunction fn, CUfunction_attribute attr, int value, std::string_view name);
 
 struct LaunchShape {
   unsigned grid[3] = {};
@@ -92,21 +122,23 @@ struct LaunchShape {
   unsigned shared_bytes = 0;
   bool early_launch = false;  ///< programmatic stream serialization (sm_90+)
 };
-void launch_kernel(CUfunction fn, const LaunchShape& shape, CUstream stream, void** args, std::string_view name);
+void launch_kernel(CUcontext ctx, CUfunction fn, const LaunchShape& shape, CUstream stream, void** args,
+                   std::string_view name);
 
-void begin_capture(CUstream stream, CUstreamCaptureMode mode);
+/// The raw capture calls. Policy (which captures are in progress, what they forbid) lives in capture.hpp,
+/// the one home of capture; only it calls these.
+void begin_capture(CUcontext ctx, CUstream stream, CUstreamCaptureMode mode);
 /// Ends a capture and returns its graph, which may be null when the capture was invalidated.
-CUresult end_capture_no_throw(CUstream stream, CUgraph* graph) noexcept;
-CUstreamCaptureStatus capture_status(CUstream stream);
+CUresult end_capture_no_throw(CUcontext ctx, CUstream stream, CUgraph* graph) noexcept;
+CUstreamCaptureStatus capture_status(CUcontext ctx, CUstream stream);
 /// As capture_status; a failed query reads as ACTIVE (callers use it to decide whether a stream is reusable).
-CUstreamCaptureStatus capture_status_no_throw(CUstream stream) noexcept;
-CUstreamCaptureMode exchange_capture_mode(CUstreamCaptureMode mode);
+CUstreamCaptureStatus capture_status_no_throw(CUcontext ctx, CUstream stream) noexcept;
 
-CUgraphExec graph_instantiate(CUgraph graph, std::string_view object);
-void graph_upload(CUgraphExec exec, CUstream stream);
-void graph_launch(CUgraphExec exec, CUstream stream);
+CUgraphExec graph_instantiate(CUcontext ctx, CUgraph graph, std::string_view object);
+void graph_upload(CUcontext ctx, CUgraphExec exec, CUstream stream, std::string_view object);
+void graph_launch(CUcontext ctx, CUgraphExec exec, CUstream stream, std::string_view object);
 void graph_destroy_no_throw(CUgraph graph) noexcept;
-void graph_exec_destroy_no_throw(CUgraphExec exec) noexcept;
+void graph_exec_destroy_no_throw(CUcontext ctx, CUgraphExec exec) noexcept;
 std::vector<CUgraphNode> graph_nodes(CUgraph graph);
 CUgraphNodeType graph_node_type(CUgraphNode node);
 struct GraphEdgeCounts {
@@ -116,6 +148,23 @@ struct GraphEdgeCounts {
 GraphEdgeCounts graph_edge_counts(CUgraph graph);
 void graph_write_dot(CUgraph graph, const std::string& path);
 /// Updates `exec` in place from `graph`; false when the topology changed and it must be re-instantiated.
-bool graph_exec_update(CUgraphExec exec, CUgraph graph);
+bool graph_exec_update(CUcontext ctx, CUgraphExec exec, CUgraph graph);
+
+/// For tests of failure paths on a real GPU: while an InjectedFault lives, every call of the driver function
+/// `api` (e.g. "cuStreamCreate") made through these wrappers returns `code` instead of running, so a test can
+/// check that lazygraph cleans up and reports the failure. Costs nothing when unused (it swaps one entry in
+/// the table of entry points). Not thread-safe: no other thread may call the driver while one is created or
+/// destroyed. \throws UsageError for an unknown `api`, or when the driver is not loaded.
+class InjectedFault {
+ public:
+  InjectedFault(std::string_view api, CUresult code);
+  ~InjectedFault();
+  InjectedFault(const InjectedFault&) = delete;
+  InjectedFault& operator=(const InjectedFault&) = delete;
+
+ private:
+  int index_;
+  void* saved_;
+};
 
 }  // namespace lazygraph::detail::driver

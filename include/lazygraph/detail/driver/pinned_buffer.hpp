@@ -8,6 +8,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "lazygraph/detail/driver/byte_count.hpp"
 #include "lazygraph/detail/driver/device.hpp"
 #include "lazygraph/detail/driver/type_name.hpp"
 
@@ -15,7 +16,7 @@ namespace lazygraph {
 
 namespace detail {
 void* pinned_allocate(const Device& device, std::size_t bytes, std::string_view what);
-void pinned_free(const Device& device, void* ptr) noexcept;
+void pinned_free(const Device& device, void* ptr, std::size_t bytes) noexcept;
 [[noreturn]] void throw_moved_from(std::string_view what);
 }  // namespace detail
 
@@ -25,28 +26,28 @@ class PinnedBuffer {
   static_assert(std::is_trivially_copyable_v<T>, "PinnedBuffer<T>: T must be trivially copyable");
 
  public:
-  PinnedBuffer(const Device& device, std::size_t size)
-      : device_(device),
-        data_(size == 0 ? nullptr
-                        : static_cast<T*>(detail::pinned_allocate(device, size * sizeof(T),
-                                                                  "PinnedBuffer<" +
-                                                                      std::string(detail::type_name<T>()) + "> of " +
-                                                                      std::to_string(size * sizeof(T)) + " bytes"))),
-        size_(size),
-        valid_(true) {}
-  // A moved-from buffer owns no memory and its device_ is empty, so only a buffer holding memory frees it.
+  /// \throws UsageError when `size * sizeof(T)` does not fit in std::size_t; CudaError when the driver cannot
+  ///         pin that much.
+  PinnedBuffer(const Device& device, std::size_t size) : device_(device), size_(size), valid_(true) {
+    const std::size_t bytes = detail::byte_count(size, sizeof(T), name());
+    if (bytes != 0) {
+      data_ =
+          static_cast<T*>(detail::pinned_allocate(device, bytes, name() + " of " + std::to_string(bytes) + " bytes"));
+    }
+  }
+  // Only a buffer holding memory frees it.
   ~PinnedBuffer() {
-    if (data_ != nullptr) detail::pinned_free(device_, data_);
+    if (data_ != nullptr) detail::pinned_free(device_, data_, size_ * sizeof(T));
   }
   PinnedBuffer(PinnedBuffer&& o) noexcept
-      : device_(std::move(o.device_)),
+      : device_(o.device_),
         data_(std::exchange(o.data_, nullptr)),
         size_(std::exchange(o.size_, 0)),
         valid_(std::exchange(o.valid_, false)) {}
   PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
     if (this != &o) {
-      if (data_ != nullptr) detail::pinned_free(device_, data_);
-      device_ = std::move(o.device_);
+      if (data_ != nullptr) detail::pinned_free(device_, data_, size_ * sizeof(T));
+      device_ = o.device_;
       data_ = std::exchange(o.data_, nullptr);
       size_ = std::exchange(o.size_, 0);
       valid_ = std::exchange(o.valid_, false);
@@ -67,9 +68,10 @@ class PinnedBuffer {
   const T& operator[](std::size_t i) const noexcept { return data_[i]; }
 
  private:
+  static std::string name() { return "PinnedBuffer<" + std::string(detail::type_name<T>()) + ">"; }
   T* checked() const {
     if (!valid_) [[unlikely]]
-      detail::throw_moved_from("PinnedBuffer<" + std::string(detail::type_name<T>()) + ">");
+      detail::throw_moved_from(name());
     return data_;
   }
 

@@ -10,7 +10,11 @@ namespace lazygraph {
 
 class Event;
 
-/// A non-blocking CUDA stream. Destroying it does not wait: work already submitted still completes.
+/// A non-blocking CUDA stream. Destroying it does not wait: work already submitted still completes. A stream
+/// destroyed while it captures a graph ends that capture first (the capture then fails with a CaptureError).
+///
+/// Thread safety: a Stream may be used from any thread, also one other than the thread that created it; its
+/// methods are const and the driver serialises work submitted to one stream.
 class Stream {
  public:
   explicit Stream(const Device& device);
@@ -66,14 +70,18 @@ class Event {
 
   void record(const Stream& stream) const;
   void synchronize() const;
+  /// True when the work recorded last has completed (or nothing was recorded yet).
+  [[nodiscard]] bool query() const;
   /// Milliseconds between two recorded timing events.
   [[nodiscard]] static float elapsed_ms(const Event& start, const Event& end);
 
   [[nodiscard]] CUevent get() const;
+  [[nodiscard]] const Device& device() const noexcept { return device_; }
   void reset() noexcept;
   explicit operator bool() const noexcept { return handle_ != nullptr; }
 
  private:
+  Device device_;
   CUevent handle_ = nullptr;
 };
 

@@ -3,8 +3,15 @@
 /// CudaGraph<T>: a captured, instantiated and uploaded CUDA graph, with the output of its capture (T).
 ///
 /// Exception safety: if the callback or an op throws during capture, the capture is ended, the partial graph
-/// destroyed, the stream left usable and the exception passed on. Thread safety: one CudaGraph is not
-/// synchronised; distinct graphs may be launched from distinct threads.
+/// destroyed, the stream left usable and the exception passed on; nothing is leaked.
+///
+/// Thread safety: `launch`, `launch_on` and `update` may be called on one graph from several threads at once,
+/// each call atomic; a sequence of them (an update, then the launch that should see it) is not — hold your own
+/// lock around it. Distinct graphs are independent. Capturing on several threads at once (each on its own
+/// stream, in CaptureMode::this_thread) works.
+///
+/// Lifetime: the graph keeps every buffer its recorded ops touch, and every kernel module they launch, alive
+/// until it is destroyed; destroying it waits for its replays (on any stream) to finish first.
 
 #include <filesystem>
 #include <memory>
@@ -32,23 +39,32 @@ class CudaGraph {
     using R = std::invoke_result_t<F&, Scope&>;
     detail::CaptureSession session(stream, mode);
     ExecContext ctx(stream, true);
-    Scope s(ctx);
+    // The Scope lives on the heap and, once the capture succeeded, as long as the graph: a reference kept past
+    // the callback by mistake then reports UsageError instead of touching a dead object.
+    const std::shared_ptr<Scope> s(new Scope(ctx));
     std::optional<std::conditional_t<std::is_void_v<R>, bool, R>> result;
     try {
       if constexpr (std::is_void_v<R>) {
-        callback(s);
+        callback(*s);
         result.emplace(true);
       } else {
-        result.emplace(callback(s));
+        result.emplace(callback(*s));
       }
     } catch (...) {
-      s.close();
+      s->close();
       session.abort();
+      detail::retire_failed_scope(s);
       throw;
     }
-    s.close();
-    CUgraph graph = session.finish();
-    auto state = std::make_unique<detail::GraphState>(stream.device(), graph, ctx.take_owners());
+    s->close();
+    detail::driver::Graph graph;
+    try {
+      graph = session.finish();
+    } catch (...) {
+      detail::retire_failed_scope(s);
+      throw;
+    }
+    auto state = std::make_unique<detail::GraphState>(stream.device(), std::move(graph), ctx.take_owners(), s);
     if constexpr (std::is_void_v<R>) {
       return CudaGraph<R>(std::move(state));
     } else {
@@ -70,12 +86,13 @@ class CudaGraph {
   void launch_on(const Stream& stream) { state().launch_on(stream); }
   /// Runs `op` now, eagerly, on the graph's stream, so that it completes before the next replay: typically a
   /// copy into the graph's input buffer. Its buffers are kept alive until that replay finishes.
+  ///
+  /// Ordering: the op runs after every replay queued so far, on any stream (also `launch_on(other)`), and
+  /// before every replay queued after it. Its buffers are released once its work has run, without waiting.
   template <class Op>
   requires DeviceOp<std::remove_cvref_t<Op>>
   void update(Op&& op) {
-    ExecContext ctx(state().stream(), false);
-    std::as_const(op).execute(ctx);
-    state().hold_until_next_launch(ctx.take_owners());
+    state().update([&](ExecContext& ctx) { std::as_const(op).execute(ctx); });
   }
 
   /// The output of the capture (for T not void); once.

@@ -1,0 +1,36 @@
+#pragma once
+/// \file
+/// Stream capture, in one place: beginning and ending captures, which captures are in progress (by stream,
+/// thread and mode), and what they forbid elsewhere. The graph layer's capture session and Stream build on it;
+/// nothing else begins or ends a capture.
+///
+/// Thread safety: every function may be called from any thread.
+
+#include <cuda.h>
+
+#include <string>
+
+namespace lazygraph::detail::driver {
+
+/// Begins capturing `stream` (of context `ctx`) in `mode` and registers the capture as the calling thread's.
+/// \throws CudaError when the driver refuses (nothing is registered then).
+void capture_begin(CUcontext ctx, CUstream stream, CUstreamCaptureMode mode);
+
+/// Ends the capture of `stream` that capture_begin registered and stores its graph in `graph` (null when the
+/// capture was invalidated). When no capture of `stream` is registered any more — its Stream was destroyed
+/// during the capture, which ended it — returns CUDA_ERROR_STREAM_CAPTURE_UNMATCHED and leaves `graph` null.
+CUresult capture_end_no_throw(CUstream stream, CUgraph* graph) noexcept;
+
+/// For a stream about to be destroyed: ends a registered capture of it and destroys what was captured.
+/// Returns true when there was one.
+bool capture_abandon_no_throw(CUstream stream) noexcept;
+
+/// True while a capture of `stream` begun by capture_begin has not ended.
+[[nodiscard]] bool capture_registered(CUstream stream) noexcept;
+
+/// Why loading a module now, from the calling thread, would break a capture: a capture begun on this thread
+/// is in progress, or a global-mode capture on any thread. Empty when loading is safe. (A capture in
+/// this-thread or relaxed mode on another thread does not forbid it.)
+[[nodiscard]] std::string module_load_forbidden_reason();
+
+}  // namespace lazygraph::detail::driver

@@ -1,0 +1,79 @@
+#pragma once
+/// \file
+/// Owning handles for a CUDA graph (`Graph`, a CUgraph) and its executable form (`GraphExec`, a CUgraphExec).
+/// Move-only; null after a move. A GraphExec has no public constructor from a raw handle: it comes only from
+/// instantiating a Graph, so every GraphExec is one this library made and will destroy.
+///
+/// `native_handle()` / `release()` give the raw handles, unchecked: what is done with them is the caller's.
+
+#include <cuda.h>
+
+#include <string_view>
+#include <utility>
+
+#include "lazygraph/detail/driver/driver_api.hpp"
+
+namespace lazygraph::detail::driver {
+
+class Graph {
+ public:
+  Graph() = default;
+  /// Takes ownership of `graph` (which may be null).
+  explicit Graph(CUgraph graph) noexcept : handle_(graph) {}
+  ~Graph() { graph_destroy_no_throw(handle_); }
+  Graph(Graph&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+  Graph& operator=(Graph&& other) noexcept {
+    if (this != &other) {
+      graph_destroy_no_throw(handle_);
+      handle_ = std::exchange(other.handle_, nullptr);
+    }
+    return *this;
+  }
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  [[nodiscard]] CUgraph native_handle() const noexcept { return handle_; }
+  [[nodiscard]] CUgraph release() noexcept { return std::exchange(handle_, nullptr); }
+  void reset() noexcept { graph_destroy_no_throw(std::exchange(handle_, nullptr)); }
+  explicit operator bool() const noexcept { return handle_ != nullptr; }
+
+ private:
+  CUgraph handle_ = nullptr;
+};
+
+class GraphExec {
+ public:
+  /// Instantiates `graph` in context `ctx`. `object` names the graph in errors.
+  /// \throws CudaError when instantiation fails (nothing is leaked).
+  [[nodiscard]] static GraphExec instantiate(const Graph& graph, CUcontext ctx, std::string_view object) {
+    return GraphExec(graph_instantiate(ctx, graph.native_handle(), object), ctx);
+  }
+
+  GraphExec() = default;
+  ~GraphExec() { graph_exec_destroy_no_throw(context_, handle_); }
+  GraphExec(GraphExec&& other) noexcept
+      : handle_(std::exchange(other.handle_, nullptr)), context_(std::exchange(other.context_, nullptr)) {}
+  GraphExec& operator=(GraphExec&& other) noexcept {
+    if (this != &other) {
+      graph_exec_destroy_no_throw(context_, handle_);
+      handle_ = std::exchange(other.handle_, nullptr);
+      context_ = std::exchange(other.context_, nullptr);
+    }
+    return *this;
+  }
+  GraphExec(const GraphExec&) = delete;
+  GraphExec& operator=(const GraphExec&) = delete;
+
+  [[nodiscard]] CUgraphExec native_handle() const noexcept { return handle_; }
+  [[nodiscard]] CUcontext context() const noexcept { return context_; }
+  void reset() noexcept { graph_exec_destroy_no_throw(context_, std::exchange(handle_, nullptr)); }
+  explicit operator bool() const noexcept { return handle_ != nullptr; }
+
+ private:
+  GraphExec(CUgraphExec handle, CUcontext ctx) noexcept : handle_(handle), context_(ctx) {}
+
+  CUgraphExec handle_ = nullptr;
+  CUcontext context_ = nullptr;
+};
+
+}  // namespace lazygraph::detail::driver

@@ -1,0 +1,97 @@
+#include "lazygraph/detail/driver/capture.hpp"
+
+#include <algorithm>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "lazygraph/detail/driver/driver_api.hpp"
+
+namespace lazygraph::detail::driver {
+
+namespace {
+
+struct ActiveCapture {
+  CUstream stream;
+  CUcontext context;
+  CUstreamCaptureMode mode;
+  std::thread::id thread;
+};
+
+/// The captures in progress. A handful at most, so a vector under one lock.
+class Registry {
+ public:
+  void add(const ActiveCapture& c) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    active_.push_back(c);
+  }
+  /// Removes the capture of `stream`, returning it; false when there is none.
+  bool take(CUstream stream, ActiveCapture* out) noexcept {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    const auto it =
+        std::find_if(active_.begin(), active_.end(), [&](const ActiveCapture& c) { return c.stream == stream; });
+    if (it == active_.end()) return false;
+    *out = *it;
+    active_.erase(it);
+    return true;
+  }
+  bool contains(CUstream stream) noexcept {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return std::any_of(active_.begin(), active_.end(), [&](const ActiveCapture& c) { return c.stream == stream; });
+  }
+  std::string forbidden_reason() {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    const std::thread::id me = std::this_thread::get_id();
+    for (const ActiveCapture& c : active_) {
+      if (c.thread == me) return "a graph capture is in progress on this thread";
+      if (c.mode == CU_STREAM_CAPTURE_MODE_GLOBAL)
+        return "a global-mode graph capture is in progress on another thread";
+    }
+    return {};
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<ActiveCapture> active_;
+};
+
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+}  // namespace
+
+void capture_begin(CUcontext ctx, CUstream stream, CUstreamCaptureMode mode) {
+  begin_capture(ctx, stream, mode);
+  try {
+    registry().add({stream, ctx, mode, std::this_thread::get_id()});
+  } catch (...) {
+    CUgraph graph = nullptr;
+    (void)end_capture_no_throw(ctx, stream, &graph);
+    graph_destroy_no_throw(graph);
+    throw;
+  }
+}
+
+CUresult capture_end_no_throw(CUstream stream, CUgraph* graph) noexcept {
+  *graph = nullptr;
+  ActiveCapture c{};
+  if (!registry().take(stream, &c)) return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
+  return end_capture_no_throw(c.context, stream, graph);
+}
+
+bool capture_abandon_no_throw(CUstream stream) noexcept {
+  CUgraph graph = nullptr;
+  ActiveCapture c{};
+  if (!registry().take(stream, &c)) return false;
+  (void)end_capture_no_throw(c.context, stream, &graph);
+  graph_destroy_no_throw(graph);
+  return true;
+}
+
+bool capture_registered(CUstream stream) noexcept { return registry().contains(stream); }
+
+std::string module_load_forbidden_reason() { return registry().forbidden_reason(); }
+
+}  // namespace lazygraph::detail::driver
