@@ -6,6 +6,7 @@
 #include "lazygraph/detail/driver/device.hpp"
 #include "lazygraph/detail/driver/device_buffer.hpp"
 #include "lazygraph/detail/driver/device_span.hpp"
+#include "lazygraph/detail/driver/driver_api.hpp"
 #include "lazygraph/detail/driver/error.hpp"
 #include "lazygraph/detail/driver/half.hpp"
 #include "lazygraph/detail/driver/memcpy.hpp"
@@ -18,5 +19,10 @@ namespace lazygraph {
 /// True when the CUDA driver loads and reports at least one device; otherwise false with the reason in
 /// `why` (when given), e.g. "cannot load CUDA driver (libcuda.so.1): ...". Never throws.
 bool gpu_available(std::string* why = nullptr) noexcept;
+
+/// Counts of the driver objects (allocations and their bytes, streams, events, modules, graphs) lazygraph holds
+/// right now. For leak checks: after work that ends where it began, the counts are back where they were.
+using LiveHandles = detail::driver::LiveHandles;
+[[nodiscard]] inline LiveHandles live_handles() noexcept { return detail::driver::live_handles(); }
 
 }  // namespace lazygraph

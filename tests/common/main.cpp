@@ -1,6 +1,7 @@
 // The test runner. One binary serves every suite; meson registers it per suite:
 //   host      runs without a GPU (everything but the gpu and no-driver suites);
 //   gpu       needs a device: with none, it prints why and exits 77 (Meson's "skipped");
+//   reliability  soak, threads and failure recovery; needs a device like gpu;
 //   no-driver runs with LAZYGRAPH_CUDA_DRIVER pointing nowhere, to test the path of a machine without driver.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
@@ -73,12 +74,15 @@ double relative_error(const std::vector<float>& a, const std::vector<double>& b)
 int main(int argc, char** argv) {
   doctest::Context context;
   bool gpu_suite = false;
-  for (int i = 1; i < argc; ++i) gpu_suite = gpu_suite || std::string(argv[i]) == "--test-suite=gpu";
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    gpu_suite = gpu_suite || arg == "--test-suite=gpu" || arg == "--test-suite=reliability";
+  }
   context.applyCommandLine(argc, argv);
   if (gpu_suite) {
     std::string why;
     if (!lazygraph::gpu_available(&why)) {
-      std::printf("gpu suite skipped: %s\n", why.c_str());
+      std::printf("gpu suites skipped: %s\n", why.c_str());
       return 77;
     }
     lgtest::g_device = lazygraph::Device::first();

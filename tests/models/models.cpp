@@ -177,11 +177,11 @@ TEST_SUITE("gpu") {
       const std::vector<double> got = models::widen(decoder.logits());
       const std::vector<double> want = reference.step(token, p);
       CHECK(models::relative_error(got, want) < 1e-2);
+      REQUIRE(next >= 0);  // before indexing with it
+      REQUIRE(next < config.vocab);
       const int best = models::argmax(want);
       // The GPU's choice is the float64 argmax unless float64 itself sees a near tie.
       CHECK((next == best || want[static_cast<std::size_t>(best)] - want[static_cast<std::size_t>(next)] < 1e-2));
-      REQUIRE(next >= 0);
-      REQUIRE(next < config.vocab);
       tokens.push_back(next);
       token = next;
     }

@@ -1,0 +1,92 @@
+// The capture registry (detail/driver/capture.hpp): what a capture in progress forbids, on which threads, and
+// a capturing stream moved or destroyed inside its callback.
+#include <doctest/doctest.h>
+
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "common/gpu.hpp"
+
+using namespace lazygraph;
+
+namespace {
+
+KernelLibraryOptions tiny_library() {
+  KernelLibraryOptions opts;
+  opts.cache_directory = std::filesystem::path{};
+  opts.sources = std::vector<KernelSource>{{"tiny.cu", "extern \"C\" __global__ void tiny() {}\n"}};
+  return opts;
+}
+
+/// Runs `work` on another thread while this thread captures on `s` in `mode`; returns what `work` threw
+/// (empty when nothing).
+std::string while_capturing(Stream& s, CaptureMode mode, const std::function<void()>& work) {
+  DeviceBuffer<float> b = zeros<float>(16).sync_on(s);
+  std::string error;
+  (void)CudaGraph<>::scope(
+      s,
+      [&](Scope& sc) {
+        sc.record(fill(b.view(), 1.0F));
+        std::thread other([&] {
+          try {
+            work();
+          } catch (const std::exception& e) {
+            error = e.what();
+          }
+        });
+        other.join();
+      },
+      mode);
+  return error;
+}
+
+}  // namespace
+
+TEST_SUITE("gpu") {
+  TEST_CASE("a this-thread capture does not stop another thread from loading kernels") {
+    Stream s(lgtest::device());
+    const std::string error =
+        while_capturing(s, CaptureMode::this_thread, [] { KernelLibrary lib(lgtest::device(), tiny_library()); });
+    CHECK(error.empty());
+  }
+
+  TEST_CASE("a global-mode capture makes another thread's kernel load a CaptureError naming it") {
+    Stream s(lgtest::device());
+    const std::string error =
+        while_capturing(s, CaptureMode::global, [] { KernelLibrary lib(lgtest::device(), tiny_library()); });
+    CHECK(error.find("global-mode graph capture") != std::string::npos);
+  }
+
+  TEST_CASE("a capturing stream moved out of the callback, which then throws, ends the capture cleanly") {
+    std::optional<Stream> s(std::in_place, lgtest::device());
+    DeviceBuffer<float> b = zeros<float>(16).sync_on(*s);
+    std::optional<Stream> moved;
+    CHECK_THROWS_WITH_AS(CudaGraph<>::scope(*s,
+                                            [&](Scope& sc) {
+                                              sc.record(fill(b.view(), 1.0F));
+                                              moved.emplace(std::move(*s));
+                                              throw std::runtime_error("after the move");
+                                            }),
+                         "after the move", std::runtime_error);
+    REQUIRE(moved.has_value());
+    CHECK(capture_status(*moved) == CaptureStatus::none);
+    fill(b.view(), 2.0F).sync_on(*moved);  // the stream works on under its new owner
+    CHECK(lgtest::to_host(*moved, b.cview())[0] == 2.0F);
+  }
+
+  TEST_CASE("a capturing stream destroyed inside the callback makes the capture fail with a CaptureError") {
+    std::optional<Stream> s(std::in_place, lgtest::device());
+    DeviceBuffer<float> b = zeros<float>(16).sync_on(lgtest::stream());
+    const LiveHandles before = live_handles();
+    CHECK_THROWS_WITH_AS(CudaGraph<>::scope(*s,
+                                            [&](Scope& sc) {
+                                              sc.record(fill(b.view(), 1.0F));
+                                              Stream gone = std::move(*s);
+                                            }),
+                         doctest::Contains("destroyed during the capture"), CaptureError);
+    s.reset();
+    CHECK(live_handles().graphs == before.graphs);
+    CHECK(live_handles().streams == before.streams - 1);  // the one destroyed in the callback
+  }
+}

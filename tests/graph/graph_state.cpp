@@ -1,0 +1,128 @@
+// The graph's replay bookkeeping (detail/graph/graph_state.hpp): updates ordered against replays on any
+// stream, update buffers released once their copies ran, and a Scope kept past its callback.
+#include <doctest/doctest.h>
+
+#include <memory>
+#include <vector>
+
+#include "common/gpu.hpp"
+
+using namespace lazygraph;
+
+namespace {
+
+/// A kernel that spins for `cycles` clock cycles, then copies `in` to `out`: a replay that is still running
+/// when the host queues the next thing.
+using SlowCopy = Kernel<void(const float*, float*, int, long long)>;
+SlowCopy slow_copy() {
+  static const KernelLibrary library = [] {
+    KernelLibraryOptions opts;
+    opts.cache_directory = lgtest::scratch_directory("slow-copy");
+    opts.sources = std::vector<KernelSource>{
+        {"slow_copy.cu",
+         "extern \"C\" __global__ void slow_copy(const float* in, float* out, int n, long long cycles) {\n"
+         "  const long long start = clock64();\n"
+         "  while (clock64() - start < cycles) {}\n"
+         "  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) out[i] = in[i];\n"
+         "}\n"}};
+    return KernelLibrary(lgtest::device(), opts);
+  }();
+  return library.get<void(const float*, float*, int, long long)>("slow_copy");
+}
+
+constexpr long long slow_cycles = 200'000'000;  // about 0.1 s at the clock rates of current GPUs
+
+}  // namespace
+
+TEST_SUITE("gpu") {
+  TEST_CASE("an update after launch_on(another stream) waits for that replay before changing its input") {
+    Stream& s = lgtest::stream();
+    Stream other(lgtest::device());
+    const int n = 1024;
+    DeviceBuffer<float> in = empty<float>(n).sync_on(s);
+    DeviceBuffer<float> out = zeros<float>(n).sync_on(s);
+    auto graph = CudaGraph<>::capture(s, slow_copy()(grid_for(n, 256), in.cview(), out.view(), n, slow_cycles));
+    const auto first = lgtest::random_floats(n);
+    const auto second = lgtest::random_floats(n);
+    graph.update(copy(in.view(), first));
+    graph.launch_on(other);                  // still spinning when the next update is queued
+    graph.update(copy(in.view(), second));  // must not overwrite the input the replay above reads
+    other.synchronize();
+    CHECK(lgtest::to_host(s, out.cview()) == first);
+    graph.launch();
+    CHECK(lgtest::to_host(s, out.cview()) == second);
+  }
+
+  TEST_CASE("the buffers of updates are released once their copies ran, not kept until the next launch()") {
+    Stream& s = lgtest::stream();
+    Stream other(lgtest::device());
+    const int n = 1 << 18;  // 1 MiB of floats per update
+    DeviceBuffer<float> in = zeros<float>(n).sync_on(s);
+    DeviceBuffer<float> out = zeros<float>(n).sync_on(s);
+    auto graph = CudaGraph<>::capture(s, copy(out.view(), in.cview()));
+    const LiveHandles before = live_handles();
+    std::vector<std::weak_ptr<const void>> sources;
+    for (int i = 0; i < 1000; ++i) {
+      DeviceBuffer<float> source(lgtest::device(), n);
+      fill(source.view(), static_cast<float>(i)).sync_on(s);
+      sources.emplace_back(source.cview().owner());
+      graph.update(copy(in.view(), source.cview()));  // the graph holds `source` until the copy has run
+      graph.launch_on(other);
+      if (i % 100 == 99) other.synchronize();
+    }
+    other.synchronize();
+    graph.update(copy(in.view(), in.cview()));  // collects what has completed
+    std::size_t still_held = 0;
+    for (const auto& w : sources) still_held += w.expired() ? 0 : 1;
+    CHECK(still_held == 0);
+    CHECK(live_handles().device_bytes == before.device_bytes);
+    CHECK(lgtest::to_host(s, out.cview())[n - 1] == 999.0F);
+  }
+
+  TEST_CASE("a Scope used after its capture callback returned throws UsageError while the graph lives") {
+    Stream& s = lgtest::stream();
+    DeviceBuffer<float> b = zeros<float>(16).sync_on(s);
+    Scope* kept = nullptr;
+    auto graph = CudaGraph<>::scope(s, [&](Scope& sc) {
+      kept = &sc;
+      sc.record(fill(b.view(), 1.0F));
+    });
+    CHECK_THROWS_WITH_AS(kept->record(fill(b.view(), 2.0F)), doctest::Contains("after the capture callback returned"),
+                         UsageError);
+    graph.launch();
+    CHECK(lgtest::to_host(s, b.cview())[0] == 1.0F);
+  }
+
+  TEST_CASE("a Scope kept from a capture that threw also throws UsageError") {
+    Stream& s = lgtest::stream();
+    DeviceBuffer<float> b = zeros<float>(16).sync_on(s);
+    Scope* kept = nullptr;
+    CHECK_THROWS_AS(CudaGraph<>::scope(s,
+                                       [&](Scope& sc) {
+                                         kept = &sc;
+                                         throw std::runtime_error("no");
+                                       }),
+                    std::runtime_error);
+    CHECK_THROWS_AS(kept->record(fill(b.view(), 2.0F)), UsageError);
+  }
+
+  TEST_CASE("destroying a graph waits for its last replay on another stream, not for the whole device") {
+    Stream& s = lgtest::stream();
+    Stream other(lgtest::device());
+    Stream unrelated(lgtest::device());
+    const int n = 256;
+    DeviceBuffer<float> in = from_host(lgtest::random_floats(n)).sync_on(s);
+    DeviceBuffer<float> out = zeros<float>(n).sync_on(s);
+    DeviceBuffer<float> busy_out = zeros<float>(n).sync_on(s);
+    {
+      auto graph = CudaGraph<>::capture(s, slow_copy()(grid_for(n, 256), in.cview(), out.view(), n, slow_cycles / 4));
+      graph.launch_on(other);
+      // Work on an unrelated stream that runs for ~2 s: the destructor must not wait for it.
+      slow_copy().launch(unrelated, grid_for(n, 256), in.cview(), busy_out.view(), n, slow_cycles * 20);
+    }
+    CHECK(other.query());       // the graph's replay finished before the graph went
+    CHECK_FALSE(unrelated.query());  // the unrelated work did not have to
+    unrelated.synchronize();
+    CHECK(lgtest::to_host(s, out.cview()) == lgtest::to_host(s, in.cview()));
+  }
+}
