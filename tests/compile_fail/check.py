@@ -2,8 +2,11 @@
 """Compile-fail test: passes only if SNIPPET fails to compile AND the diagnostics match its expected regex.
 
 usage: check.py BUILD_DIR SNIPPET
-The snippet names its expected diagnostic on a line `// expect-error: REGEX`. Its exact compile command comes
-from BUILD_DIR/compile_commands.json (the snippets are a build_by_default: false target, so Meson records
+The snippet names its expected diagnostic on a line `// expect-error: REGEX`; optional lines
+`// reject: REGEX` (a diagnostic that must NOT appear, e.g. a second, wrong suggestion) and
+`// extra-flags: FLAGS` (appended to the command, e.g. -Werror=unused-result so that a warning the
+library relies on is tested whatever the build's warning flags). Its exact compile command comes from
+BUILD_DIR/compile_commands.json (the snippets are a build_by_default: false target, so Meson records
 them with the flags a user's code gets), re-run with -fsyntax-only.
 """
 import json
@@ -23,6 +26,8 @@ def main() -> int:
         print(f"{snippet}: no '// expect-error: REGEX' line")
         return 1
     expected = m.group(1).strip()
+    rejected = [r.strip() for r in re.findall(r"//\s*reject:\s*(.+)", text)]
+    extra = [f for line in re.findall(r"//\s*extra-flags:\s*(.+)", text) for f in shlex.split(line)]
     with open(os.path.join(build_dir, "compile_commands.json"), encoding="utf-8") as f:
         entries = json.load(f)
     entry = next((e for e in entries
@@ -42,6 +47,7 @@ def main() -> int:
         if a in ("-c", "-MD"):
             continue
         cleaned.append(a)
+    cleaned.extend(extra)
     cleaned.append("-fsyntax-only")
     proc = subprocess.run(cleaned, cwd=entry["directory"], capture_output=True, text=True)
     output = proc.stdout + proc.stderr
@@ -51,6 +57,10 @@ def main() -> int:
     if not re.search(expected, output):
         print(f"{os.path.basename(snippet)}: failed to compile, but no diagnostic matches /{expected}/:\n{output}")
         return 1
+    for r in rejected:
+        if re.search(r, output):
+            print(f"{os.path.basename(snippet)}: the diagnostics also say /{r}/, which they must not:\n{output}")
+            return 1
     print(f"{os.path.basename(snippet)}: fails to compile with /{expected}/ as expected")
     return 0
 

@@ -1,4 +1,5 @@
 // expect-error: this composite contains an op that allocates device memory
+// reject: is_graph_node
 #include <lazygraph/lazygraph.hpp>
 
 namespace lg = lazygraph;

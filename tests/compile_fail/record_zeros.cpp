@@ -1,4 +1,5 @@
 // expect-error: this op \(zeros, ones, empty, dup or from_host\) allocates device memory
+// reject: is_graph_node
 #include <lazygraph/lazygraph.hpp>
 
 namespace lg = lazygraph;

@@ -38,3 +38,16 @@ TEST_SUITE("no-driver") {
     CHECK_FALSE(gpu_available());
   }
 }
+
+// Run with LAZYGRAPH_CUDA_DRIVER pointing at the CUDA toolkit's stub libcuda (meson test 'stub-driver'): what a
+// user sees whose loader path finds lib64/stubs before a driver.
+TEST_SUITE("stub-driver") {
+  TEST_CASE("the toolkit's stub libcuda is named as such, with the fix, not as a driver lacking functions") {
+    std::string why;
+    CHECK_FALSE(gpu_available(&why));
+    CHECK(why.find("stub library, not a driver") != std::string::npos);
+    CHECK(why.find("lib64/stubs") != std::string::npos);
+    CHECK(why.find("lacks") == std::string::npos);
+    CHECK_THROWS_WITH_AS(Device::first(), doctest::Contains("stub library"), DriverUnavailable);
+  }
+}

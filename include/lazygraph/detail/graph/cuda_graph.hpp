@@ -36,6 +36,21 @@ class CudaGraph {
   /// callback's return value becomes the graph's output: `CudaGraph<R>`.
   template <class F>
   static auto scope(const Stream& stream, F&& callback, CaptureMode mode = CaptureMode::this_thread) {
+    // READ THIS IF YOUR COMPILE BREAKS HERE: the callback receives the Scope by reference.
+    constexpr bool callback_takes_scope_by_reference = std::is_invocable_v<F&, Scope&>;
+    static_assert(callback_takes_scope_by_reference,
+                  "CudaGraph::scope: the callback must be callable with `Scope&` — write [&](lazygraph::Scope& s) "
+                  "{ ... }; a Scope cannot be copied or moved, so a callback taking it by value cannot be called");
+    if constexpr (callback_takes_scope_by_reference) {
+      return scope_impl(stream, std::forward<F>(callback), mode);
+    } else {
+      return CudaGraph<>(std::unique_ptr<detail::GraphState>{});  // never runs: keeps the error to one line
+    }
+  }
+
+ private:
+  template <class F>
+  static auto scope_impl(const Stream& stream, F&& callback, CaptureMode mode) {
     using R = std::invoke_result_t<F&, Scope&>;
     detail::CaptureSession session(stream, mode);
     ExecContext ctx(stream, true);
@@ -72,6 +87,7 @@ class CudaGraph {
     }
   }
 
+ public:
   /// Captures one GraphNode op; its output is kept (`take_output()`).
   template <class Op>
   requires GraphNode<std::remove_cvref_t<Op>>

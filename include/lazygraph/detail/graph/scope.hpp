@@ -62,7 +62,10 @@ class Scope {
                   "Scope::record accepts only GraphNode operations; this op copies to or from host memory, which a "
                   "replay would read or write long after — stage inputs with CudaGraph::update(copy(...)) and read "
                   "outputs after launch()");
-    static_assert(argument_is_device_op && is_graph_node_v<O>,
+    // Only for an op none of the rules above explains (one of the user's own that did not opt in).
+    constexpr bool already_explained = !argument_is_device_op || op_allocates_device_memory ||
+                                       composite_contains_allocation || op_transfers_host_memory;
+    static_assert(already_explained || is_graph_node_v<O>,
                   "Scope::record accepts only GraphNode operations; this op does not declare itself one — add "
                   "`static constexpr bool is_graph_node = true;` if it neither allocates, frees nor synchronizes");
   }

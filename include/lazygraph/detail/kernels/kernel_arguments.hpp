@@ -60,9 +60,14 @@ constexpr Param convert_argument(const Arg& arg) {
     }
   } else {
     constexpr bool scalar_argument_has_parameter_type = std::is_same_v<Arg, Param>;
-    static_assert(scalar_argument_has_parameter_type,
+    constexpr bool float_parameter = std::is_floating_point_v<Param>;
+    static_assert(scalar_argument_has_parameter_type || !float_parameter,
                   "Kernel argument: a scalar argument must have exactly the parameter's type; nothing is converted "
-                  "implicitly, so write 2.0f for a float parameter or use static_cast");
+                  "implicitly — for a float parameter write 2.0f (not 2.0 or 2), or static_cast<float>(x)");
+    static_assert(scalar_argument_has_parameter_type || float_parameter,
+                  "Kernel argument: a scalar argument must have exactly the parameter's type; nothing is converted "
+                  "implicitly — for an integer parameter pass that integer type, e.g. static_cast<int>(n) for an "
+                  "int parameter given a std::size_t");
     if constexpr (scalar_argument_has_parameter_type) {
       return arg;
     } else {

@@ -19,12 +19,22 @@ namespace lazygraph {
 
 /// `n` elements, each `init` applied to the buffer (nothing for `empty`).
 template <class T, class Init>
-class AllocateOp : public OpBase<AllocateOp<T, Init>> {
+class [[nodiscard]] AllocateOp : public OpBase<AllocateOp<T, Init>> {
  public:
   using Output = DeviceBuffer<T>;
   static constexpr bool allocates_device_memory = true;
 
   AllocateOp(std::size_t n, Init init) : n_(n), init_(std::move(init)) {}
+
+  // READ THIS IF YOUR COMPILE BREAKS HERE: an allocating op is a description; it is not a buffer yet.
+  template <class U>
+  requires std::is_same_v<U, T>
+  operator DeviceBuffer<U>() const {  // NOLINT(google-explicit-constructor): exists only to explain
+    static_assert(!std::is_same_v<U, T>,
+                  "an allocating op (zeros, ones, empty, dup, from_host) describes an allocation and runs nothing: "
+                  "run it with .sync_on(stream) to get its DeviceBuffer, e.g. `auto b = zeros<float>(n).sync_on(s);`");
+    return DeviceBuffer<U>(Device::first(), 0);
+  }
   DeviceBuffer<T> execute(ExecContext& ctx) const {
     DeviceBuffer<T> buffer(ctx.stream().device(), n_);
     init_(ctx.stream(), buffer);
@@ -74,7 +84,7 @@ struct CopyFromHost {
 
 /// `n` elements set to zero (all bits zero).
 template <class T>
-AllocateOp<T, detail::FillWith<T>> zeros(std::size_t n) {
+[[nodiscard]] AllocateOp<T, detail::FillWith<T>> zeros(std::size_t n) {
   static_assert(std::is_trivially_copyable_v<T>);
   T zero;
   std::memset(&zero, 0, sizeof zero);
@@ -95,30 +105,31 @@ constexpr T one() {
 
 /// `n` elements set to 1.
 template <class T>
-AllocateOp<T, detail::FillWith<T>> ones(std::size_t n) {
+[[nodiscard]] AllocateOp<T, detail::FillWith<T>> ones(std::size_t n) {
   return {n, detail::FillWith<T>{detail::one<T>()}};
 }
 
 /// `n` uninitialised elements.
 template <class T>
-AllocateOp<T, detail::LeaveUninitialised> empty(std::size_t n) {
+[[nodiscard]] AllocateOp<T, detail::LeaveUninitialised> empty(std::size_t n) {
   return {n, detail::LeaveUninitialised{}};
 }
 
 /// A new buffer holding a copy of `src`.
 template <class T>
-AllocateOp<std::remove_const_t<T>, detail::CopyFromDevice<std::remove_const_t<T>>> dup(DeviceSpan<T> src) {
+[[nodiscard]] AllocateOp<std::remove_const_t<T>, detail::CopyFromDevice<std::remove_const_t<T>>> dup(
+    DeviceSpan<T> src) {
   const std::size_t n = src.size();
   return {n, detail::CopyFromDevice<std::remove_const_t<T>>{DeviceSpan<const std::remove_const_t<T>>(std::move(src))}};
 }
 
 /// A new buffer holding a copy of host data (copied into the op when it is built).
 template <class T>
-AllocateOp<T, detail::CopyFromHost<T>> from_host(std::span<const T> host) {
+[[nodiscard]] AllocateOp<T, detail::CopyFromHost<T>> from_host(std::span<const T> host) {
   return {host.size(), detail::CopyFromHost<T>{std::vector<T>(host.begin(), host.end())}};
 }
 template <class T>
-AllocateOp<T, detail::CopyFromHost<T>> from_host(const std::vector<T>& host) {
+[[nodiscard]] AllocateOp<T, detail::CopyFromHost<T>> from_host(const std::vector<T>& host) {
   return from_host(std::span<const T>(host));
 }
 

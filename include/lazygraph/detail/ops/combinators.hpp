@@ -7,7 +7,8 @@
 ///   chain(ops)      runs a run-time number of ops of one type in order (a std::vector<Op>); output void.
 ///   map(a, f)       applies a host function to a's output when a executes (when recorded: once, at record
 ///                   time, not on every replay); its output is f's result.
-/// A composite is a GraphNode exactly when all its parts are.
+/// A composite is a GraphNode exactly when all its parts are. Every op type is [[nodiscard]]: an op built and
+/// dropped does nothing, which is always a mistake (run it with `.sync_on(stream)` or record it).
 
 #include <exception>
 #include <functional>
@@ -40,7 +41,7 @@ struct CompositeTraits {
 }  // namespace detail
 
 template <DeviceOp A, DeviceOp B>
-class SequenceOp : public OpBase<SequenceOp<A, B>>, public detail::CompositeTraits<A, B> {
+class [[nodiscard]] SequenceOp : public OpBase<SequenceOp<A, B>>, public detail::CompositeTraits<A, B> {
  public:
   using Output = typename B::Output;
 
@@ -62,7 +63,7 @@ requires DeviceOp<std::remove_cvref_t<A>> && DeviceOp<std::remove_cvref_t<B>>
 operator>>(A&& a, B&& b) { return {std::forward<A>(a), std::forward<B>(b)}; }
 
 template <DeviceOp... Ops>
-class AllOp : public OpBase<AllOp<Ops...>>, public detail::CompositeTraits<Ops...> {
+class [[nodiscard]] AllOp : public OpBase<AllOp<Ops...>>, public detail::CompositeTraits<Ops...> {
   static_assert(sizeof...(Ops) >= 1, "all(): give it at least one op");
 
  public:
@@ -99,7 +100,7 @@ requires(DeviceOp<std::remove_cvref_t<Ops>>&&...) AllOp<std::remove_cvref_t<Ops>
 }
 
 template <DeviceOp Op>
-class ChainOp : public OpBase<ChainOp<Op>>, public detail::CompositeTraits<Op> {
+class [[nodiscard]] ChainOp : public OpBase<ChainOp<Op>>, public detail::CompositeTraits<Op> {
  public:
   using Output = void;
 
@@ -115,12 +116,12 @@ class ChainOp : public OpBase<ChainOp<Op>>, public detail::CompositeTraits<Op> {
 
 /// Ops of one type, run in order: for sequences whose length is known only at run time (layers, steps).
 template <DeviceOp Op>
-ChainOp<Op> chain(std::vector<Op> ops) {
+[[nodiscard]] ChainOp<Op> chain(std::vector<Op> ops) {
   return ChainOp<Op>(std::move(ops));
 }
 
 template <DeviceOp A, class F>
-class MapOp : public OpBase<MapOp<A, F>>, public detail::CompositeTraits<A> {
+class [[nodiscard]] MapOp : public OpBase<MapOp<A, F>>, public detail::CompositeTraits<A> {
   template <class Op, class Fn>
   struct Result {
     using type = std::invoke_result_t<const Fn&, typename Op::Output>;

@@ -17,7 +17,7 @@
 namespace lazygraph {
 
 template <class T>
-class DeviceCopyOp : public OpBase<DeviceCopyOp<T>> {
+class [[nodiscard]] DeviceCopyOp : public OpBase<DeviceCopyOp<T>> {
  public:
   using Output = void;
   static constexpr bool is_graph_node = true;
@@ -38,7 +38,7 @@ class DeviceCopyOp : public OpBase<DeviceCopyOp<T>> {
 
 /// Host to device. The host memory is read when the op executes, not when it is built: keep it valid.
 template <class T>
-class UploadOp : public OpBase<UploadOp<T>> {
+class [[nodiscard]] UploadOp : public OpBase<UploadOp<T>> {
  public:
   using Output = void;
   static constexpr bool transfers_host_memory = true;
@@ -58,7 +58,7 @@ class UploadOp : public OpBase<UploadOp<T>> {
 
 /// Device to host. The host memory is written when the stream reaches the op.
 template <class T>
-class DownloadOp : public OpBase<DownloadOp<T>> {
+class [[nodiscard]] DownloadOp : public OpBase<DownloadOp<T>> {
  public:
   using Output = void;
   static constexpr bool transfers_host_memory = true;
@@ -78,7 +78,7 @@ class DownloadOp : public OpBase<DownloadOp<T>> {
 
 /// Device to device; `src` may be a writable or read-only span. \throws UsageError when the sizes differ.
 template <class T>
-DeviceCopyOp<T> copy(DeviceSpan<T> dst, std::type_identity_t<DeviceSpan<const T>> src) {
+[[nodiscard]] DeviceCopyOp<T> copy(DeviceSpan<T> dst, std::type_identity_t<DeviceSpan<const T>> src) {
   static_assert(!std::is_const_v<T>,
                 "copy: the destination is a read-only DeviceSpan<const T>; pass a writable view (buffer.view())");
   return {std::move(dst), std::move(src)};
@@ -86,7 +86,7 @@ DeviceCopyOp<T> copy(DeviceSpan<T> dst, std::type_identity_t<DeviceSpan<const T>
 
 /// Host to device (`src`: a std::vector, array or std::span). \throws UsageError when the sizes differ.
 template <class T>
-UploadOp<T> copy(DeviceSpan<T> dst, std::type_identity_t<std::span<const T>> src) {
+[[nodiscard]] UploadOp<T> copy(DeviceSpan<T> dst, std::type_identity_t<std::span<const T>> src) {
   static_assert(!std::is_const_v<T>,
                 "copy: the destination is a read-only DeviceSpan<const T>; pass a writable view (buffer.view())");
   return {std::move(dst), src};
@@ -94,7 +94,7 @@ UploadOp<T> copy(DeviceSpan<T> dst, std::type_identity_t<std::span<const T>> src
 
 /// Device to host. \throws UsageError when the sizes differ.
 template <class T>
-DownloadOp<T> copy(std::span<T> dst, std::type_identity_t<DeviceSpan<const T>> src) {
+[[nodiscard]] DownloadOp<T> copy(std::span<T> dst, std::type_identity_t<DeviceSpan<const T>> src) {
   return {dst, std::move(src)};
 }
 

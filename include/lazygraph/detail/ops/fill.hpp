@@ -24,7 +24,7 @@ unsigned bit_pattern(const T& value) {
 
 /// Sets every element of a span to one value (a memset node when recorded).
 template <class T>
-class FillOp : public OpBase<FillOp<T>> {
+class [[nodiscard]] FillOp : public OpBase<FillOp<T>> {
   static_assert(sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4,
                 "fill: the element type must be 1, 2 or 4 bytes (the driver's memset widths); use a kernel otherwise");
 
@@ -44,7 +44,7 @@ class FillOp : public OpBase<FillOp<T>> {
 };
 
 template <class T>
-FillOp<T> fill(DeviceSpan<T> dst, std::type_identity_t<T> value) {
+[[nodiscard]] FillOp<T> fill(DeviceSpan<T> dst, std::type_identity_t<T> value) {
   static_assert(!std::is_const_v<T>,
                 "fill: the destination is a read-only DeviceSpan<const T>; pass a writable view (buffer.view())");
   return {std::move(dst), value};
@@ -52,7 +52,7 @@ FillOp<T> fill(DeviceSpan<T> dst, std::type_identity_t<T> value) {
 
 /// A host value as an op: no GPU work, its output is the value.
 template <class T>
-class ValueOp : public OpBase<ValueOp<T>> {
+class [[nodiscard]] ValueOp : public OpBase<ValueOp<T>> {
  public:
   using Output = T;
   static constexpr bool is_graph_node = true;
@@ -65,7 +65,7 @@ class ValueOp : public OpBase<ValueOp<T>> {
 };
 
 template <class T>
-ValueOp<std::decay_t<T>> value(T&& v) {
+[[nodiscard]] ValueOp<std::decay_t<T>> value(T&& v) {
   return ValueOp<std::decay_t<T>>(std::forward<T>(v));
 }
 
