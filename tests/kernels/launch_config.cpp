@@ -13,6 +13,13 @@ TEST_CASE("grid_for covers n elements with whole blocks, and at least one block"
   CHECK(grid_for(10, 128).block.volume() == 128);
 }
 
+TEST_CASE("grid_for refuses a grid of more than 2^32 - 1 blocks instead of truncating it") {
+  CHECK(grid_for((std::size_t{1} << 32U) - 1, 1).grid.x == 0xffffffffU);
+  CHECK_THROWS_WITH_AS((void)grid_for(std::size_t{1} << 32U, 1), doctest::Contains("grid-stride loop"), UsageError);
+  CHECK_THROWS_AS((void)grid_for(std::size_t{1} << 45U, 256), UsageError);  // 2^37 blocks
+  CHECK_THROWS_AS((void)grid_for(~std::size_t{0}, 1024), UsageError);       // n + block - 1 would wrap
+}
+
 TEST_CASE("early() switches on programmatic dependent launch and changes nothing else") {
   constexpr LaunchConfig plain = grid_for(1000, 128, 64);
   static_assert(!plain.early_launch);

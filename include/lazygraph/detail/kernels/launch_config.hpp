@@ -32,10 +32,17 @@ constexpr LaunchConfig early(LaunchConfig config) {
   return config;
 }
 
+namespace detail {
+[[noreturn]] void throw_grid_too_large(std::size_t n, unsigned block_size);
+}  // namespace detail
+
 /// A 1-D configuration with enough blocks of `block_size` threads to cover `n` elements (at least one block,
 /// so the kernel must still test its index against n).
+/// \throws UsageError when that takes more than 2^32 - 1 blocks (a grid dimension cannot hold it; use a
+///         grid-stride loop over a fixed grid instead). Launches check the device's own, lower limit.
 constexpr LaunchConfig grid_for(std::size_t n, unsigned block_size, unsigned shared_bytes = 0) {
-  const std::size_t blocks = block_size == 0 ? 0 : (n + block_size - 1) / block_size;
+  const std::size_t blocks = block_size == 0 ? 0 : n / block_size + (n % block_size != 0 ? 1 : 0);
+  if (blocks > 0xffffffffULL) detail::throw_grid_too_large(n, block_size);
   return {{static_cast<unsigned>(blocks == 0 ? 1 : blocks), 1, 1}, {block_size, 1, 1}, shared_bytes};
 }
 
