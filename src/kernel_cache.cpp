@@ -173,3 +173,72 @@ bool KernelCache::store(const std::string& key, const Entry& entry) const noexce
 }
 
 }  // namespace lazygraph
+
+namespace lazygraph {
+
+namespace {
+
+enum class CacheFile { entry, temporary, other };
+
+/// Classifies a file name by the names store() writes: `<32 hex digits>.bin` or `<32 hex digits>.tmp.<...>`.
+CacheFile classify(const std::string& name) {
+  constexpr std::size_t key_size = 32;
+  if (name.size() <= key_size) return CacheFile::other;
+  for (std::size_t i = 0; i < key_size; ++i) {
+    const char c = name[i];
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return CacheFile::other;
+  }
+  const std::string_view rest = std::string_view(name).substr(key_size);
+  if (rest == ".bin") return CacheFile::entry;
+  if (rest.starts_with(".tmp.")) return CacheFile::temporary;
+  return CacheFile::other;
+}
+
+/// Calls `f(path, kind, size)` for each regular cache file in `directory`; nothing when it does not exist.
+template <class F>
+void for_each_cache_file(const std::filesystem::path& directory, F&& f) {
+  if (directory.empty()) return;
+  std::error_code ec;
+  std::filesystem::directory_iterator it(directory, ec);
+  if (ec == std::errc::no_such_file_or_directory) return;
+  if (ec) throw std::filesystem::filesystem_error("cannot read the kernel cache directory", directory, ec);
+  for (; it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    const CacheFile kind = classify(it->path().filename().string());
+    std::error_code file_ec;  // per file, apart from `ec`, which reports the directory's own failures
+    if (kind == CacheFile::other || !it->is_regular_file(file_ec)) continue;
+    const std::uintmax_t size = std::filesystem::file_size(it->path(), file_ec);
+    if (file_ec) continue;  // removed or replaced since it was listed
+    f(it->path(), kind, size);
+  }
+  if (ec) throw std::filesystem::filesystem_error("cannot read the kernel cache directory", directory, ec);
+}
+
+void add(KernelCache::Usage& u, CacheFile kind, std::uintmax_t size) {
+  if (kind == CacheFile::entry) {
+    ++u.entries;
+    u.bytes += size;
+  } else {
+    ++u.temporary_files;
+    u.temporary_bytes += size;
+  }
+}
+
+}  // namespace
+
+KernelCache::Usage KernelCache::usage() const {
+  Usage u;
+  for_each_cache_file(directory_,
+                      [&](const std::filesystem::path&, CacheFile kind, std::uintmax_t size) { add(u, kind, size); });
+  return u;
+}
+
+KernelCache::Usage KernelCache::clear() const {
+  Usage removed;
+  for_each_cache_file(directory_, [&](const std::filesystem::path& path, CacheFile kind, std::uintmax_t size) {
+    std::error_code ec;
+    if (std::filesystem::remove(path, ec)) add(removed, kind, size);
+  });
+  return removed;
+}
+
+}  // namespace lazygraph

@@ -160,3 +160,60 @@ TEST_CASE("the default cache directory honours LAZYGRAPH_CACHE_DIR, then XDG_CAC
   CHECK(KernelCache::default_directory() == "/home/someone/.cache/lazygraph");
   if (saved_dir != nullptr) ::setenv("LAZYGRAPH_CACHE_DIR", saved.c_str(), 1);
 }
+
+TEST_CASE("usage counts the stored entries and their bytes, and stray temporaries apart") {
+  const auto dir = lgtest::scratch_directory("cache");
+  const KernelCache cache(dir);
+  CHECK(cache.usage() == KernelCache::Usage{});
+  const std::string a = KernelCache::key(source, {}, options, "13.0");
+  const std::string b = KernelCache::key(source, {}, options, "13.1");
+  REQUIRE(cache.store(a, make_entry(1000, 'a')));
+  REQUIRE(cache.store(b, make_entry(3000, 'b')));
+  std::ofstream(dir / (a + ".tmp.123.456.7")) << "partial";  // what a writer killed mid-store leaves
+  const KernelCache::Usage u = cache.usage();
+  CHECK(u.entries == 2);
+  CHECK(u.bytes == std::filesystem::file_size(cache.path_for(a)) + std::filesystem::file_size(cache.path_for(b)));
+  CHECK(u.bytes > 4000);  // payloads plus headers
+  CHECK(u.temporary_files == 1);
+  CHECK(u.temporary_bytes == 7);
+}
+
+TEST_CASE("clear removes entries and temporaries, reports them, and leaves other files alone") {
+  const auto dir = lgtest::scratch_directory("cache");
+  const KernelCache cache(dir);
+  const std::string key = KernelCache::key(source, {}, options, "13.0");
+  REQUIRE(cache.store(key, make_entry(500, 'c')));
+  std::ofstream(dir / (key + ".tmp.1.2.3")) << "xy";
+  std::ofstream(dir / "notes.txt") << "mine";                                  // not a cache file
+  std::ofstream(dir / "0123.bin") << "short name";                             // not a 32-digit key
+  std::filesystem::create_directories(dir / (std::string(32, 'a') + ".bin"));  // a folder, not a file
+  const KernelCache::Usage before = cache.usage();
+  const KernelCache::Usage removed = cache.clear();
+  CHECK(removed == before);
+  CHECK(removed.entries == 1);
+  CHECK(removed.temporary_files == 1);
+  CHECK(removed.temporary_bytes == 2);
+  CHECK(cache.usage() == KernelCache::Usage{});
+  CHECK_FALSE(cache.load(key).has_value());
+  CHECK(std::filesystem::exists(dir / "notes.txt"));
+  CHECK(std::filesystem::exists(dir / "0123.bin"));
+  CHECK(std::filesystem::is_directory(dir / (std::string(32, 'a') + ".bin")));
+  REQUIRE(cache.store(key, make_entry(500, 'c')));  // the cache still works after a clear
+  CHECK(cache.load(key).has_value());
+}
+
+TEST_CASE("usage and clear of a missing directory or a disabled cache are empty, not errors") {
+  const KernelCache missing(lgtest::scratch_directory("cache") / "never-made");
+  CHECK(missing.usage() == KernelCache::Usage{});
+  CHECK(missing.clear() == KernelCache::Usage{});
+  const KernelCache disabled{std::filesystem::path{}};
+  CHECK(disabled.usage() == KernelCache::Usage{});
+  CHECK(disabled.clear() == KernelCache::Usage{});
+}
+
+TEST_CASE("usage of a cache path that is a regular file throws, naming the path") {
+  const auto file = lgtest::scratch_directory("cache") / "a-file";
+  std::ofstream(file) << "x";
+  const KernelCache cache(file);
+  CHECK_THROWS_WITH_AS((void)cache.usage(), doctest::Contains(file.c_str()), std::filesystem::filesystem_error);
+}

@@ -54,6 +54,31 @@ class KernelCache {
 
  private:
   std::filesystem::path directory_;
+
+ public:
+  /// What the cache directory holds. Only files named as the cache names them count: `<key>.bin` entries
+  /// (the key is 32 hex digits) and `<key>.tmp.*` temporaries, which a writer renames into place and which
+  /// stay behind only when a writer was killed mid-store. Other files and folders are never counted or
+  /// removed, so a cache directory pointed at a shared folder loses nothing else.
+  struct Usage {
+    std::size_t entries = 0;
+    std::uintmax_t bytes = 0;  ///< of the entries
+    std::size_t temporary_files = 0;
+    std::uintmax_t temporary_bytes = 0;
+    friend bool operator==(const Usage&, const Usage&) = default;
+  };
+
+  /// The entries and temporaries now in the directory; all zero when the cache is disabled or the directory
+  /// does not exist. Files that vanish while being counted (a concurrent clear or replace) are skipped.
+  /// \throws std::filesystem::filesystem_error when the directory exists but cannot be read.
+  [[nodiscard]] Usage usage() const;
+
+  /// Removes every entry and temporary and returns what was removed (a file that could not be removed is not
+  /// counted: compare with usage() afterwards). Safe while other processes use the cache: a load that already
+  /// opened an entry reads it whole, a later load misses and recompiles, and a store whose temporary was
+  /// removed returns false.
+  /// \throws std::filesystem::filesystem_error when the directory exists but cannot be read.
+  Usage clear() const;
 };
 
 }  // namespace lazygraph
