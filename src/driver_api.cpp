@@ -400,16 +400,12 @@ std::vector<std::string> module_function_names(CUmodule mod) {
   return names;
 }
 
-std::vector<std::size_t> function_parameter_sizes(CUfunction fn, std::string_view name) {
+std::vector<std::size_t> function_parameter_sizes(CUfunction fn, std::size_t count, std::string_view name) {
   const EntryPoints& a = api();
-  std::vector<std::size_t> sizes;
-  for (std::size_t i = 0;; ++i) {
+  std::vector<std::size_t> sizes(count);
+  for (std::size_t i = 0; i < count; ++i) {
     std::size_t offset = 0;
-    std::size_t size = 0;
-    const CUresult r = a.cuFuncGetParamInfo(fn, i, &offset, &size);
-    if (r == CUDA_ERROR_INVALID_VALUE) break;  // past the last parameter
-    check(r, "cuFuncGetParamInfo", std::string("kernel ").append(name));
-    sizes.push_back(size);
+    check(a.cuFuncGetParamInfo(fn, i, &offset, &sizes[i]), "cuFuncGetParamInfo", std::string("kernel ").append(name));
   }
   return sizes;
 }

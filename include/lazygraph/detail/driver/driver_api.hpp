@@ -81,8 +81,9 @@ void module_unload_no_throw(CUcontext ctx, CUmodule mod) noexcept;
 /// The function, or nullptr when the module has none of that name.
 CUfunction module_function(CUmodule mod, const std::string& name);
 std::vector<std::string> module_function_names(CUmodule mod);
-/// The size in bytes of each parameter of `fn`, in order.
-std::vector<std::size_t> function_parameter_sizes(CUfunction fn, std::string_view name);
+/// The size in bytes of parameters [0, count) of `fn` (count from the kernel's declaration: probing past the
+/// last parameter is an API error that compute-sanitizer reports).
+std::vector<std::size_t> function_parameter_sizes(CUfunction fn, std::size_t count, std::string_view name);
 int function_attribute(CUfunction fn, CUfunction_attribute attr, std::string_view name);
 void set_function_attribute(CUfunction fn, CUfunction_attribute attr, int value, std::string_view name);
 
