@@ -19,7 +19,7 @@
 #include "lazygraph/detail/kernels/kernel_arguments.hpp"
 #include "lazygraph/detail/kernels/kernel_info.hpp"
 #include "lazygraph/detail/kernels/launch_config.hpp"
-#include "lazygraph/detail/ops/launch_op.hpp"
+#include "lazygraph/detail/kernels/launch_op.hpp"
 
 namespace lazygraph {
 
