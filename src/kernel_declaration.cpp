@@ -193,6 +193,9 @@ std::optional<std::string> builtin_type(const std::vector<std::string>& words) {
 }
 
 [[noreturn]] void unreadable(std::string_view parameter, std::string_view why) {
+  while (!parameter.empty() && std::isspace(static_cast<unsigned char>(parameter.back())) != 0) {
+    parameter.remove_suffix(1);
+  }
   throw UsageError("cannot read the kernel parameter `" + std::string(parameter) + "`: " + std::string(why));
 }
 
@@ -293,7 +296,8 @@ std::string canonical_parameter_type(std::string_view parameter) {
 std::vector<KernelDeclaration> parse_kernel_declarations(std::string_view text, std::string_view file) {
   const std::vector<Token> t = tokenize(text);
   std::vector<KernelDeclaration> found;
-  std::vector<int> extern_c_blocks;  // brace depths inside which `extern "C" {` holds
+  std::vector<int> extern_c_blocks;                      // brace depths inside which `extern "C" {` holds
+  std::size_t extern_c_global = std::string_view::npos;  // the `__global__` an `extern "C"` just introduced
   int depth = 0;
   for (std::size_t i = 0; i < t.size(); ++i) {
     if (t[i].text == "{") {
@@ -305,13 +309,17 @@ std::vector<KernelDeclaration> parse_kernel_declarations(std::string_view text, 
       --depth;
       continue;
     }
-    if (t[i].text == "extern" && is(t, i + 1, "\"C\"") && is(t, i + 2, "{")) {
-      extern_c_blocks.push_back(++depth);
-      i += 2;
+    if (t[i].text == "extern" && is(t, i + 1, "\"C\"")) {
+      if (is(t, i + 2, "{")) {
+        extern_c_blocks.push_back(++depth);
+        i += 2;
+      } else if (const std::size_t k = skip_attributes(t, i + 2); is(t, k, "__global__")) {
+        extern_c_global = k;  // attributes may stand between the two
+      }
       continue;
     }
     if (t[i].text != "__global__") continue;
-    const bool after_extern_c = i >= 2 && t[i - 2].text == "extern" && t[i - 1].text == "\"C\"";
+    const bool after_extern_c = i == extern_c_global;
     const bool in_extern_c_block = !extern_c_blocks.empty() && extern_c_blocks.back() == depth;
     if (!after_extern_c && !in_extern_c_block) continue;
 

@@ -140,13 +140,14 @@ __global__ void void_parameters(void) {}
 }
 
 extern "C" __global__ void after_block(float* const p, const float* const* rows, std::uint64_t n) {}
+extern "C" __launch_bounds__(128) __global__ void bounds_first(unsigned short s, signed char c) {}
 extern "C" __global__ void unreadable(float& x) {}
 )cu";
   const std::vector<KernelDeclaration> found = parse_kernel_declarations(source, "tricky.cu");
   std::vector<std::string> names;
   for (const KernelDeclaration& d : found) names.push_back(d.name);
   CHECK(names == Types{"bounded", "prototype", "prototype", "in_block", "no_parameters", "void_parameters",
-                       "after_block", "unreadable"});
+                       "after_block", "bounds_first", "unreadable"});
   CHECK(types_of(found, "bounded") == Types{"const half_t*", "half_t*", "int", "unsigned int"});
   CHECK(types_of(found, "prototype") == Types{"float", "const float*", "long long"});
   CHECK(found[2].parameter_types == found[1].parameter_types);
@@ -154,11 +155,13 @@ extern "C" __global__ void unreadable(float& x) {}
   CHECK(types_of(found, "no_parameters").empty());
   CHECK(types_of(found, "void_parameters").empty());
   CHECK(types_of(found, "after_block") == Types{"float*", "const float* const*", "unsigned long"});
+  CHECK(types_of(found, "bounds_first") == Types{"unsigned short", "signed char"});
   CHECK(found[0].file == "tricky.cu");
   CHECK(found[0].line == 12);  // where the name stands, after the attribute's line
   CHECK(found[0].problem.empty());
   CHECK(found.back().problem.find("parameter 0") != std::string::npos);
   CHECK(found.back().problem.find("reference") != std::string::npos);
+  CHECK(found.back().problem.find("`float & x`") != std::string::npos);
 }
 
 TEST_CASE("every kernel embedded from kernels/ has a declaration the reader understands") {

@@ -9,7 +9,7 @@
 ///
 ///     extern "C" __global__ void NAME(PARAMETERS)            // or inside an extern "C" { ... } block
 ///
-/// where attributes such as `__launch_bounds__(...)` may stand before or after `void`, and the parameter list
+/// where attributes such as `__launch_bounds__(...)` may stand around `__global__` and `void`, and the parameter list
 /// may span lines and hold comments. Each parameter type is spelled canonically:
 ///   - builtins by their standard names: `unsigned` is "unsigned int", `long long int` is "long long";
 ///   - `size_t`, `ptrdiff_t`, `intptr_t`, `uintptr_t` and the `[u]intN_t` typedefs (with or without `std::`) as
