@@ -135,7 +135,7 @@ bool is_builtin_word(std::string_view w) {
 /// Typedefs spelled as the LP64 builtin they stand for (host and NVRTC agree on LP64 Linux), and the half
 /// types as the device spelling of the host's lazygraph::half.
 std::string_view alias_of(std::string_view name) {
-  static constexpr std::array<std::pair<std::string_view, std::string_view>, 17> aliases = {{
+  static constexpr std::array<std::pair<std::string_view, std::string_view>, 15> aliases = {{
       {"size_t", "unsigned long"},
       {"ptrdiff_t", "long"},
       {"intptr_t", "long"},
@@ -151,8 +151,6 @@ std::string_view alias_of(std::string_view name) {
       {"half_t", "half_t"},
       {"half", "half_t"},
       {"__half", "half_t"},
-      {"ssize_t", "long"},
-      {"uint", "unsigned int"},
   }};
   for (const auto& [from, to] : aliases) {
     if (from == name) return to;
