@@ -147,12 +147,15 @@ std::optional<KernelCache::Entry> KernelCache::load(const std::string& key) cons
   }
   std::string stored_key(h.key_size, '\0');
   if (!in.read(stored_key.data(), static_cast<std::streamsize>(h.key_size)) || stored_key != key) return corrupt();
-  // The size field is checked against the file's real size before anything is allocated: a corrupt field
-  // must cost a miss, not a gigabyte (or a bad_alloc under a memory limit).
-  std::error_code size_ec;
-  const std::uintmax_t file_size = std::filesystem::file_size(path, size_ec);
-  if (size_ec || h.payload_size == 0 || h.payload_size > file_size ||
-      file_size - h.payload_size != sizeof h + h.key_size) {
+  // The size field is checked against the size of the file opened (not of the path, which a concurrent store
+  // may have replaced since) before anything is allocated: a corrupt field must cost a miss, not a gigabyte (or
+  // a bad_alloc under a memory limit).
+  const std::streamoff payload_start = in.tellg();
+  in.seekg(0, std::ios::end);
+  const std::streamoff file_end = in.tellg();
+  in.seekg(payload_start);
+  if (!in || payload_start < 0 || h.payload_size == 0 ||
+      h.payload_size != static_cast<std::uint64_t>(file_end - payload_start)) {
     return corrupt();
   }
   Entry e;
