@@ -1,8 +1,10 @@
 #pragma once
 /// \file
 /// Kernel<void(Params...)>: a typed handle to a compiled kernel. Arguments are checked against the declared
-/// parameters at compile time (kernel_arguments.hpp); at lookup, the declaration is checked against the
-/// compiled kernel's parameter count and sizes; at launch, the configuration against the device's limits.
+/// parameters at compile time (kernel_arguments.hpp); at lookup, the signature against the kernel's declaration
+/// in its source, type by type (kernel_declaration.hpp), and against the compiled kernel's parameter sizes; at
+/// launch, the configuration against the device's limits. Handles are cheap to copy: every handle to one
+/// kernel shares its KernelInfo.
 
 #include <cuda.h>
 
