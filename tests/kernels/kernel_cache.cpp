@@ -173,12 +173,14 @@ void patch_payload_size(const std::filesystem::path& path, std::uint64_t size) {
   f.write(reinterpret_cast<const char*>(&size), sizeof size);
 }
 
+#if !defined(__SANITIZE_ADDRESS__)
 /// The process's virtual size in bytes (the first field of /proc/self/statm, in pages).
 std::uint64_t virtual_size() {
   std::uint64_t pages = 0;
   std::ifstream("/proc/self/statm") >> pages;
   return pages * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
 }
+#endif
 
 }  // namespace
 
