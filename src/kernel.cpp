@@ -1,5 +1,7 @@
 #include "lazygraph/detail/kernels/kernel.hpp"
 
+#include <mutex>
+
 #include "lazygraph/detail/driver/driver_api.hpp"
 #include "lazygraph/detail/driver/error.hpp"
 
@@ -55,10 +57,15 @@ void validate_launch(const KernelInfo& k, const LaunchConfig& c) {
 
 void launch_kernel(KernelInfo& k, const LaunchConfig& c, CUstream stream, void** args) {
   const int needed = static_cast<int>(c.shared_bytes);
-  if (needed > k.dynamic_shared_limit.load(std::memory_order_relaxed)) [[unlikely]] {
-    driver::set_function_attribute(k.device.context(), k.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                   needed, k.name);
-    k.dynamic_shared_limit.store(needed, std::memory_order_relaxed);
+  if (needed > k.dynamic_shared_limit.load(std::memory_order_acquire)) [[unlikely]] {
+    // Re-checked under the lock: another thread may have raised it further meanwhile, and setting `needed`
+    // then would lower the limit below what that thread's launch, perhaps already queued, relies on.
+    const std::lock_guard lock(k.dynamic_shared_mutex);
+    if (needed > k.dynamic_shared_limit.load(std::memory_order_relaxed)) {
+      driver::set_function_attribute(k.device.context(), k.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                     needed, k.name);
+      k.dynamic_shared_limit.store(needed, std::memory_order_release);
+    }
   }
   // Programmatic dependent launch exists from sm_90 on; elsewhere the kernel's wait is a no-op and the launch
   // an ordinary one.

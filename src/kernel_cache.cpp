@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <mutex>
+#include <set>
 #include <system_error>
 #include <thread>
 
@@ -64,6 +66,32 @@ std::string hex(std::uint64_t v) {
   return s;
 }
 
+/// True for the name of a temporary file written by store: `<key>.tmp.<pid>.<thread>.<counter>`.
+bool is_temporary_name(const std::string& name) { return name.find(".tmp.") != std::string::npos; }
+
+/// Removes the temporary files in `directory` older than KernelCache::stale_temporary_age (left by a process
+/// killed between writing and renaming), the first time it is called for `directory` in this process.
+/// Best effort: a file that vanishes or cannot be removed is skipped.
+void sweep_stale_temporaries_once(const std::filesystem::path& directory) noexcept {
+  try {
+    static std::mutex mutex;
+    static std::set<std::filesystem::path> swept;
+    {
+      const std::lock_guard lock(mutex);
+      if (!swept.insert(directory).second) return;
+    }
+    const auto cutoff = std::filesystem::file_time_type::clock::now() - KernelCache::stale_temporary_age;
+    std::error_code ec;
+    for (std::filesystem::directory_iterator it(directory, ec), end; !ec && it != end; it.increment(ec)) {
+      std::error_code file_ec;
+      if (!is_temporary_name(it->path().filename().string()) || !it->is_regular_file(file_ec)) continue;
+      const auto written = std::filesystem::last_write_time(it->path(), file_ec);
+      if (!file_ec && written < cutoff) std::filesystem::remove(it->path(), file_ec);
+    }
+  } catch (...) {  // NOLINT(bugprone-empty-catch): sweeping is housekeeping, never a reason to fail a store
+  }
+}
+
 }  // namespace
 
 std::filesystem::path KernelCache::default_directory() {
@@ -119,15 +147,32 @@ std::optional<KernelCache::Entry> KernelCache::load(const std::string& key) cons
   }
   std::string stored_key(h.key_size, '\0');
   if (!in.read(stored_key.data(), static_cast<std::streamsize>(h.key_size)) || stored_key != key) return corrupt();
-  constexpr std::uint64_t max_payload = 1ULL << 30U;
-  if (h.payload_size == 0 || h.payload_size > max_payload) return corrupt();
+  // The size field is checked against the size of the file opened (not of the path, which a concurrent store
+  // may have replaced since) before anything is allocated: a corrupt field must cost a miss, not a gigabyte (or
+  // a bad_alloc under a memory limit).
+  const std::streamoff payload_start = in.tellg();
+  in.seekg(0, std::ios::end);
+  const std::streamoff file_end = in.tellg();
+  in.seekg(payload_start);
+  if (!in || payload_start < 0 || h.payload_size == 0 ||
+      h.payload_size != static_cast<std::uint64_t>(file_end - payload_start)) {
+    return corrupt();
+  }
   Entry e;
   e.image.resize(h.payload_size);
   e.is_cubin = h.is_cubin != 0;
   if (!in.read(e.image.data(), static_cast<std::streamsize>(h.payload_size))) return corrupt();
   if (in.peek() != std::ifstream::traits_type::eof()) return corrupt();  // trailing bytes
   if (checksum(e.image) != h.payload_checksum) return corrupt();
+  // The driver reads PTX up to its NUL: an entry without one would be read past its end.
+  if (!e.is_cubin && e.image.back() != '\0') return corrupt();
   return e;
+}
+
+bool KernelCache::remove(const std::string& key) const noexcept {
+  if (!enabled()) return false;
+  std::error_code ec;
+  return std::filesystem::remove(path_for(key), ec) && !ec;
 }
 
 bool KernelCache::store(const std::string& key, const Entry& entry) const noexcept {
@@ -136,6 +181,7 @@ bool KernelCache::store(const std::string& key, const Entry& entry) const noexce
     std::error_code ec;
     std::filesystem::create_directories(directory_, ec);
     if (ec) return false;
+    sweep_stale_temporaries_once(directory_);
     static std::atomic<unsigned> counter{0};
     const std::filesystem::path final_path = path_for(key);
     const std::filesystem::path tmp =

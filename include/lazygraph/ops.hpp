@@ -9,5 +9,3 @@
 #include "lazygraph/detail/ops/copy.hpp"
 #include "lazygraph/detail/ops/exec_context.hpp"
 #include "lazygraph/detail/ops/fill.hpp"
-#include "lazygraph/detail/ops/launch_op.hpp"
-#include "lazygraph/kernels.hpp"

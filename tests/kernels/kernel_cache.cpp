@@ -2,9 +2,12 @@
 
 #include <lazygraph/kernels.hpp>
 
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <fstream>
 #include <thread>
@@ -216,4 +219,98 @@ TEST_CASE("usage of a cache path that is a regular file throws, naming the path"
   std::ofstream(file) << "x";
   const KernelCache cache(file);
   CHECK_THROWS_WITH_AS((void)cache.usage(), doctest::Contains(file.c_str()), std::filesystem::filesystem_error);
+}
+
+namespace {
+
+/// Overwrites the payload-size field of a stored entry (the 8 bytes after the 8-byte magic).
+void patch_payload_size(const std::filesystem::path& path, std::uint64_t size) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(8);
+  f.write(reinterpret_cast<const char*>(&size), sizeof size);
+}
+
+#if !defined(__SANITIZE_ADDRESS__)
+/// The process's virtual size in bytes (the first field of /proc/self/statm, in pages).
+std::uint64_t virtual_size() {
+  std::uint64_t pages = 0;
+  std::ifstream("/proc/self/statm") >> pages;
+  return pages * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+}
+#endif
+
+}  // namespace
+
+TEST_CASE("a cache entry whose size field exceeds its file is a miss, without allocating that size") {
+  const KernelCache cache(lgtest::scratch_directory("cache"));
+  const std::string key = KernelCache::key(source, {}, options, "13.0");
+  REQUIRE(cache.store(key, make_entry(1000, 'a')));
+  patch_payload_size(cache.path_for(key), (1ULL << 30U) - 1);  // claims ~1 GiB, the file holds ~1 KB
+#if defined(__SANITIZE_ADDRESS__)
+  // AddressSanitizer reserves terabytes of address space, so an address-space limit cannot be set here.
+  CHECK_FALSE(cache.load(key).has_value());
+#else
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    // Room for ordinary work, not for a 1 GiB buffer: an allocation of the claimed size throws bad_alloc.
+    const rlim_t limit = virtual_size() + (256ULL << 20U);
+    const rlimit rl{limit, limit};
+    if (::setrlimit(RLIMIT_AS, &rl) != 0) ::_exit(3);
+    try {
+      ::_exit(cache.load(key).has_value() ? 1 : 0);
+    } catch (...) {
+      ::_exit(2);
+    }
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  REQUIRE(WIFEXITED(status));
+  CHECK_MESSAGE(WEXITSTATUS(status) == 0, "exit 1: a hit; 2: load threw (bad_alloc); 3: setrlimit failed");
+#endif
+  CHECK_FALSE(cache.load(key).has_value());
+  CHECK_FALSE(std::filesystem::exists(cache.path_for(key)));  // corrupt: removed
+}
+
+TEST_CASE("a PTX cache entry without its terminating NUL is a miss") {
+  const KernelCache cache(lgtest::scratch_directory("cache"));
+  const std::string key = KernelCache::key(source, {}, options, "13.0");
+  KernelCache::Entry ptx;
+  ptx.is_cubin = false;
+  const std::string text = ".version 9.0\n.target sm_90\n";  // no NUL: the driver would read past the end
+  ptx.image.assign(text.begin(), text.end());
+  REQUIRE(cache.store(key, ptx));
+  CHECK_FALSE(cache.load(key).has_value());
+  ptx.image.push_back('\0');
+  REQUIRE(cache.store(key, ptx));
+  const auto hit = cache.load(key);
+  REQUIRE(hit.has_value());
+  CHECK(hit->image == ptx.image);
+}
+
+TEST_CASE("storing sweeps temporary files older than the stale age, and keeps fresh ones") {
+  const auto dir = lgtest::scratch_directory("cache");
+  const auto stale = dir / "0123.tmp.999.1.0";
+  const auto fresh = dir / "4567.tmp.999.2.0";
+  const auto unrelated = dir / "notes.txt";
+  std::ofstream(stale) << "left by a killed process";
+  std::ofstream(fresh) << "being written by another process";
+  std::ofstream(unrelated) << "not ours";
+  const auto now = std::filesystem::file_time_type::clock::now();
+  std::filesystem::last_write_time(stale, now - std::chrono::hours(1));
+  std::filesystem::last_write_time(unrelated, now - std::chrono::hours(1));
+  const KernelCache cache(dir);
+  REQUIRE(cache.store(KernelCache::key(source, {}, options, "13.0"), make_entry(100, 'z')));
+  CHECK_FALSE(std::filesystem::exists(stale));
+  CHECK(std::filesystem::exists(fresh));
+  CHECK(std::filesystem::exists(unrelated));
+}
+
+TEST_CASE("remove deletes an entry, after which the key misses") {
+  const KernelCache cache(lgtest::scratch_directory("cache"));
+  const std::string key = KernelCache::key(source, {}, options, "13.0");
+  REQUIRE(cache.store(key, make_entry(100, 'r')));
+  CHECK(cache.remove(key));
+  CHECK_FALSE(cache.load(key).has_value());
+  CHECK_FALSE(cache.remove(key));  // nothing left to remove
 }

@@ -3,7 +3,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <iterator>
 #include <numeric>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "common/gpu.hpp"
 
@@ -33,12 +37,40 @@ TEST_SUITE("gpu") {
                          UsageError);
   }
 
-  TEST_CASE("a declared signature that disagrees with the compiled kernel is an error naming the kernel") {
+  TEST_CASE("a declared signature that disagrees with the kernel's declaration is an error naming the kernel") {
     // axpy is (float, const float*, float*, int): one parameter too few, then a double where a float is.
     CHECK_THROWS_WITH_AS((void)lgtest::kernels().get<void(float, const float*, float*)>("axpy"),
-                         doctest::Contains("kernel axpy: the declared signature"), UsageError);
+                         doctest::Contains("kernel axpy (axpy.cu:4): the signature"), UsageError);
     CHECK_THROWS_WITH_AS((void)lgtest::kernels().get<void(double, const float*, float*, int)>("axpy"),
-                         doctest::Contains("sizes (8, 8, 8, 4)"), UsageError);
+                         doctest::Contains("parameter 0 is declared `float`"), UsageError);
+  }
+
+  TEST_CASE("a signature with the right sizes but the wrong pointer constness is rejected at lookup") {
+    // x and y swapped: every size agrees, but the read-only x would be written.
+    CHECK_THROWS_WITH_AS((void)lgtest::kernels().get<void(float, float*, const float*, int)>("axpy"),
+                         doctest::Contains("parameter 1 is declared `const float*` in axpy.cu, but the signature "
+                                           "void(float, float*, const float*, int) has `float*`"),
+                         UsageError);
+  }
+
+  TEST_CASE("a compiled kernel whose declaration cannot be found is an error saying how to declare kernels") {
+    KernelLibraryOptions opts;
+    opts.cache_directory = std::filesystem::path{};
+    opts.sources = std::vector<KernelSource>{{"macro.cu",
+                                              "#define KERNEL(name) extern \"C\" __global__ void name(float* p)\n"
+                                              "KERNEL(hidden) { p[0] = 1.0f; }\n"}};
+    const KernelLibrary lib(lgtest::device(), opts);
+    REQUIRE(lib.kernel_names() == std::vector<std::string>{"hidden"});
+    CHECK_THROWS_WITH_AS((void)lib.get<void(float*)>("hidden"),
+                         doctest::Contains("kernel hidden (in module macro.cu): no declaration"), UsageError);
+    CHECK_THROWS_WITH_AS((void)lib.get<void(float*)>("hidden"), doctest::Contains("extern \"C\" __global__ void NAME("),
+                         UsageError);
+  }
+
+  TEST_CASE("every handle to one kernel shares one KernelInfo") {
+    const auto a = lgtest::kernels().get<void(float, const float*, float*, int)>("axpy");
+    const auto b = lgtest::kernels().get<void(float, const float*, float*, int)>("axpy");
+    CHECK(a.info() == b.info());
   }
 
   TEST_CASE("launch configurations outside the device's limits are rejected before launch") {
@@ -130,6 +162,81 @@ TEST_SUITE("gpu") {
     CHECK(std::equal(got.begin(), got.end(), x.rbegin()));
   }
 
+  TEST_CASE("a second handle's smaller dynamic shared memory launch does not lower the first handle's limit") {
+    // Each handle used to keep its own record of the limit: handle 2 set the function's limit to 60 KB while
+    // handle 1 believed it was still 100 KB, and handle 1's next 100 KB launch failed (CUDA_ERROR_INVALID_VALUE).
+    KernelLibraryOptions opts;
+    opts.cache_directory = lgtest::scratch_directory("smem-handles");
+    opts.sources = std::vector<KernelSource>{
+        {"smem2.cu",
+         "extern \"C\" __global__ void reverse_through_smem(const float* in, float* out, int n) {\n"
+         "  extern __shared__ float tile[];\n"
+         "  for (int i = threadIdx.x; i < n; i += blockDim.x) tile[i] = in[i];\n"
+         "  __syncthreads();\n"
+         "  for (int i = threadIdx.x; i < n; i += blockDim.x) out[i] = tile[n - 1 - i];\n}\n"}};
+    const KernelLibrary lib(lgtest::device(), opts);
+    constexpr int big = 25'600;    // 100 KB of floats
+    constexpr int small = 15'360;  // 60 KB: still above the 48 KB default, so handle 2 sets the attribute too
+    REQUIRE(big * static_cast<int>(sizeof(float)) <= lgtest::device().limits().max_shared_per_block_optin);
+    using Reverse = void(const float*, float*, int);
+    const auto first = lib.get<Reverse>("reverse_through_smem");
+    const auto second = lib.get<Reverse>("reverse_through_smem");
+    Stream& s = lgtest::stream();
+    const auto x = lgtest::random_floats(big);
+    const DeviceBuffer<float> in = lgtest::to_device(s, x);
+    const auto run = [&](const Kernel<Reverse>& k, int n) {
+      DeviceBuffer<float> out(lgtest::device(), static_cast<std::size_t>(n));
+      k.launch(s, {{1, 1, 1}, {256, 1, 1}, static_cast<unsigned>(n * sizeof(float))}, in.cview(), out.view(), n);
+      const auto got = lgtest::to_host(s, out.cview());
+      return std::equal(got.begin(), got.end(), std::make_reverse_iterator(x.begin() + n));
+    };
+    CHECK(run(first, big));
+    CHECK(run(second, small));
+    CHECK(run(first, big));  // failed with CUDA_ERROR_INVALID_VALUE before
+    CHECK(run(second, small));
+    CHECK(first.info()->dynamic_shared_limit.load() >= big * static_cast<int>(sizeof(float)));
+  }
+
+  TEST_CASE("a cached image that passes its checksum but that the driver rejects is replaced by a fresh one") {
+    const KernelSource source{"evict.cu",
+                              "extern \"C\" __global__ void add_one(float* p, int n) {\n"
+                              "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                              "  if (i < n) p[i] += 1.0f;\n}\n"};
+    const auto dir = lgtest::scratch_directory("evict");
+    const KernelCache cache(dir);
+    // The key KernelLibrary computes for this source on this device.
+    const int cc = lgtest::device().compute_capability().as_int();
+    const int arch = nvrtc_target_architecture(cc);
+    const bool cubin = arch == cc;
+    const std::string key = KernelCache::key(source, {}, nvrtc_options(arch, cubin), nvrtc_version());
+    KernelCache::Entry garbage;
+    garbage.is_cubin = cubin;
+    garbage.image.assign(4096, 'x');
+    garbage.image.back() = '\0';  // PTX-shaped, so the cache accepts it whatever `cubin` is
+    REQUIRE(cache.store(key, garbage));
+    REQUIRE(cache.load(key).has_value());  // a valid entry as far as the cache can tell
+
+    KernelLibraryOptions opts;
+    opts.cache_directory = dir;
+    opts.sources = std::vector<KernelSource>{source};
+    std::optional<KernelLibrary> lib;
+    REQUIRE_NOTHROW(lib.emplace(lgtest::device(), opts));  // threw CudaError (cuModuleLoadData) on every run
+    CHECK(lib->stats().compiled == 1);
+    CHECK(lib->stats().cache_hits == 0);
+    const auto replaced = cache.load(key);
+    REQUIRE(replaced.has_value());
+    CHECK(replaced->image != garbage.image);
+
+    Stream& s = lgtest::stream();
+    DeviceBuffer<float> b = lgtest::to_device(s, std::vector<float>(1000, 2.0F));
+    lib->get<void(float*, int)>("add_one").launch(s, grid_for(1000, 256), b.view(), 1000);
+    const auto got = lgtest::to_host(s, b.cview());
+    CHECK(std::all_of(got.begin(), got.end(), [](float v) { return v == 3.0F; }));
+
+    const KernelLibrary warm(lgtest::device(), opts);  // and the replacement is a hit from now on
+    CHECK(warm.stats().cache_hits == 1);
+  }
+
   TEST_CASE("a kernel source that does not compile fails the library with the file and the log") {
     KernelLibraryOptions opts;
     opts.cache_directory = std::filesystem::path{};
@@ -143,5 +250,19 @@ TEST_SUITE("gpu") {
     opts.sources = std::vector<KernelSource>{{"one.cu", "extern \"C\" __global__ void same() {}\n"},
                                              {"two.cu", "extern \"C\" __global__ void same() {}\n"}};
     CHECK_THROWS_WITH_AS(KernelLibrary(lgtest::device(), opts), doctest::Contains("defined in both"), UsageError);
+  }
+}
+
+TEST_SUITE("gpu") {
+  TEST_CASE("a moved-from Kernel handle is still the same, usable kernel") {
+    auto a = lgtest::kernels().get<void(float, const float*, float*, int)>("axpy");
+    const auto b = std::move(a);
+    CHECK(a.name() == "axpy");    // NOLINT(bugprone-use-after-move): moving a Kernel copies it
+    CHECK(a.info() == b.info());  // NOLINT(bugprone-use-after-move)
+    Stream& s = lgtest::stream();
+    DeviceBuffer<float> x = ones<float>(8).sync_on(s);
+    DeviceBuffer<float> y = zeros<float>(8).sync_on(s);
+    a(grid_for(8, 32), 3.0F, x.cview(), y.view(), 8).sync_on(s);  // NOLINT(bugprone-use-after-move)
+    CHECK(lgtest::to_host(s, y.cview())[7] == 3.0F);
   }
 }

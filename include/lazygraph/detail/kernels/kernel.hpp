@@ -1,8 +1,10 @@
 #pragma once
 /// \file
 /// Kernel<void(Params...)>: a typed handle to a compiled kernel. Arguments are checked against the declared
-/// parameters at compile time (kernel_arguments.hpp); at lookup, the declaration is checked against the
-/// compiled kernel's parameter count and sizes; at launch, the configuration against the device's limits.
+/// parameters at compile time (kernel_arguments.hpp); at lookup, the signature against the kernel's declaration
+/// in its source, type by type (kernel_declaration.hpp), and against the compiled kernel's parameter sizes; at
+/// launch, the configuration against the device's limits. Handles are cheap to copy: every handle to one
+/// kernel shares its KernelInfo.
 
 #include <cuda.h>
 
@@ -19,7 +21,7 @@
 #include "lazygraph/detail/kernels/kernel_arguments.hpp"
 #include "lazygraph/detail/kernels/kernel_info.hpp"
 #include "lazygraph/detail/kernels/launch_config.hpp"
-#include "lazygraph/detail/ops/launch_op.hpp"
+#include "lazygraph/detail/kernels/launch_op.hpp"
 
 namespace lazygraph {
 
@@ -31,6 +33,10 @@ class Kernel<void(Params...)> {
  public:
   /// Handles come from KernelLibrary::get.
   explicit Kernel(std::shared_ptr<detail::KernelInfo> info) : info_(std::move(info)) {}
+  // Copy only: a move is a copy (one atomic increment), so a moved-from Kernel stays a valid handle.
+  Kernel(const Kernel&) = default;
+  Kernel& operator=(const Kernel&) = default;
+  ~Kernel() = default;
 
   /// Launches now on `stream` (asynchronously).
   /// \throws UsageError for a configuration outside the device's limits; CudaError when the launch fails.

@@ -6,10 +6,16 @@
 /// The key covers everything that changes the output: the source and every header, the options (which name
 /// the architecture) and the NVRTC version. Entries are written to a temporary file and renamed into place,
 /// so processes filling the cache at once never see a partial entry; an entry that is truncated or whose
-/// checksum disagrees is treated as a miss, removed, and recompiled by the caller.
+/// checksum disagrees, whose size field disagrees with the file's size (checked before anything is allocated),
+/// or that holds PTX without its terminating NUL is treated as a miss, removed, and recompiled by the caller.
+/// An entry that passes these checks but that the driver rejects is removed by KernelLibrary (`remove`).
+///
+/// A process killed between writing a temporary file and renaming it leaves `<key>.tmp.*` behind: the first
+/// store into a directory in each process removes those older than `stale_temporary_age`.
 ///
 /// Thread safety: all members are safe to call concurrently, from threads or processes.
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -33,6 +39,10 @@ class KernelCache {
   /// else `$HOME/.cache/lazygraph`; empty when none of these is set.
   static std::filesystem::path default_directory();
 
+  /// The age beyond which a temporary file is taken to be left by a killed process and swept. Writing an
+  /// entry takes milliseconds, so ten minutes leaves a wide margin for a slow (network) file system.
+  static constexpr std::chrono::minutes stale_temporary_age{10};
+
   /// A cache in `directory`, created on first store. An empty path disables caching: every load misses and
   /// stores do nothing.
   explicit KernelCache(std::filesystem::path directory);
@@ -43,6 +53,8 @@ class KernelCache {
 
   /// The entry for `key`, or nothing on a miss. A corrupt entry is removed and reported as a miss.
   [[nodiscard]] std::optional<Entry> load(const std::string& key) const;
+  /// Removes `key`'s entry (for one the driver rejected); false when there was none or it could not be removed.
+  bool remove(const std::string& key) const noexcept;
   /// Stores an entry. Best effort: returns false (and changes nothing) when the directory is not writable,
   /// since a cache that cannot be written must not stop the program.
   bool store(const std::string& key, const Entry& entry) const noexcept;

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -28,22 +29,29 @@ std::shared_ptr<const void> owner_of(const Arg& arg) {
   }
 }
 
-/// What every handle to one kernel shares.
+/// What every handle to one kernel shares. There is exactly one per loaded function (KernelLibrary makes it
+/// when loading the module and hands the same one to every `get`): the dynamic shared memory limit is a
+/// property of the function, and two records of it would let one handle lower what another relies on.
+/// Whoever holds it (a handle, a launch op, a graph that recorded the launch) keeps the module loaded.
 struct KernelInfo {
   explicit KernelInfo(Device d) : device(std::move(d)) {}
 
   CUfunction function = nullptr;
   std::string name;
-  std::shared_ptr<const LoadedModule> module;  ///< keeps the code loaded while any handle lives
+  std::shared_ptr<const LoadedModule> module;  ///< keeps the code loaded while this lives
   Device device;
   int max_threads_per_block = 0;  ///< this kernel's own limit (registers can make it lower than the device's)
   int static_shared_bytes = 0;
-  std::atomic<int> dynamic_shared_limit{0};  ///< the kernel's current max-dynamic-shared attribute
+  /// The function's CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES as last set; only ever raised, under
+  /// `dynamic_shared_mutex` (read without it on the launch path: a stale lower value only costs the lock).
+  std::atomic<int> dynamic_shared_limit{0};
+  std::mutex dynamic_shared_mutex;
 };
 
 /// \throws UsageError when `config` is outside the kernel's or the device's limits, naming which.
 void validate_launch(const KernelInfo& kernel, const LaunchConfig& config);
-/// Launches (after raising the kernel's dynamic shared memory limit when `config` needs more).
+/// Launches (after raising the kernel's dynamic shared memory limit when `config` needs more; never lowering
+/// it, so concurrent launches from several threads and handles each find at least what they need).
 void launch_kernel(KernelInfo& kernel, const LaunchConfig& config, CUstream stream, void** args);
 
 }  // namespace detail

@@ -4,9 +4,19 @@
 /// loaded when the library is constructed, so that nothing compiles or loads during a graph capture.
 ///
 /// The sources are embedded into liblazygraph at build time: an installed library needs no source tree.
-/// Kernels are looked up by their unmangled name, so they are declared `extern "C" __global__`.
+/// Kernels are looked up by their unmangled name, so they are declared `extern "C" __global__`; their
+/// declarations are also read on the host (kernel_declaration.hpp), so that `get` checks a signature's parameter
+/// types, not only their sizes.
 ///
-/// Thread safety: a constructed KernelLibrary is immutable; `get` may be called from any thread.
+/// An image from the disk cache that the driver refuses to load (it passed the cache's checksum, so it was
+/// stored that way: by a broken toolchain, or for a driver that no longer accepts it) is evicted, recompiled,
+/// stored again and loaded; only a freshly compiled image that fails to load is an error.
+///
+/// Every handle `get` returns for one kernel shares that kernel's one KernelInfo, so the kernel's dynamic
+/// shared memory limit, a property of the loaded function, is tracked once and only ever raised.
+///
+/// Thread safety: a constructed KernelLibrary is immutable; `get` may be called from any thread, and handles
+/// to one kernel may launch from several threads at once.
 
 #include <filesystem>
 #include <map>
@@ -19,6 +29,8 @@
 #include "lazygraph/detail/driver/device.hpp"
 #include "lazygraph/detail/driver/type_name.hpp"
 #include "lazygraph/detail/kernels/kernel.hpp"
+#include "lazygraph/detail/kernels/kernel_declaration.hpp"
+#include "lazygraph/detail/kernels/kernel_parameter_type.hpp"
 #include "lazygraph/detail/kernels/nvrtc.hpp"
 
 namespace lazygraph {
@@ -54,12 +66,15 @@ class KernelLibrary {
   explicit KernelLibrary(const Device& device, KernelLibraryOptions options = {});
 
   /// The kernel `name`, typed as `Signature` (e.g. `void(float, const float*, float*, int)`).
-  /// \throws UsageError when no module has `name` (listing those that exist) or when the compiled kernel's
-  ///         parameters disagree with `Signature` in count or size.
+  /// \throws UsageError when no module has `name` (listing those that exist); when its source holds no
+  ///         declaration of it that can be read (saying how kernels must be declared); when `Signature`'s
+  ///         parameters differ from the declared ones in count or type (naming the first that differs, with
+  ///         both types), or from the compiled kernel's in size.
   template <class Signature>
   [[nodiscard]] Kernel<Signature> get(std::string_view name) const {
-    return Kernel<Signature>(
-        lookup(name, parameter_sizes(static_cast<Signature*>(nullptr)), detail::type_name<Signature>()));
+    Signature* const signature = nullptr;
+    return Kernel<Signature>(lookup(name, detail::kernel_parameter_types(signature), parameter_sizes(signature),
+                                    detail::type_name<Signature>()));
   }
 
   [[nodiscard]] std::vector<std::string> kernel_names() const;
@@ -71,15 +86,13 @@ class KernelLibrary {
   static std::vector<std::size_t> parameter_sizes(void (*)(P...)) {
     return {sizeof(P)...};  // NOLINT(bugprone-sizeof-expression): the parameters' sizes are what is checked
   }
-  std::shared_ptr<detail::KernelInfo> lookup(std::string_view name, const std::vector<std::size_t>& sizes,
-                                             std::string_view signature) const;
+  std::shared_ptr<detail::KernelInfo> lookup(std::string_view name, const std::vector<std::string>& types,
+                                             const std::vector<std::size_t>& sizes, std::string_view signature) const;
 
-  struct Entry {
-    std::shared_ptr<const LoadedModule> module;
-    CUfunction function = nullptr;
-  };
   Device device_;
-  std::map<std::string, Entry, std::less<>> kernels_;
+  /// One KernelInfo per kernel, shared by every handle (it holds the module and the function).
+  std::map<std::string, std::shared_ptr<detail::KernelInfo>, std::less<>> kernels_;
+  KernelDeclarations declarations_;
   KernelLibraryStats stats_;
 };
 

@@ -1,6 +1,11 @@
 #pragma once
 /// \file
 /// LaunchOp: a kernel launch as a lazy value. Made by calling a `Kernel<void(Params...)>` handle.
+///
+/// A kernel launch is an op, so it lives in the kernels layer, above ops: ops know nothing of kernels.
+/// Executing it (eagerly or while recording a graph) keeps alive, through the ExecContext, both the memory its
+/// span arguments view and the kernel itself (its KernelInfo, which holds the loaded module): a graph replays
+/// the kernel's code long after the library, the handle and this op may be gone.
 
 #include <array>
 #include <memory>
@@ -8,12 +13,14 @@
 #include <utility>
 
 #include "lazygraph/detail/kernels/kernel_info.hpp"
+#include "lazygraph/detail/kernels/launch_config.hpp"
 #include "lazygraph/detail/ops/concepts.hpp"
+#include "lazygraph/detail/ops/exec_context.hpp"
 
 namespace lazygraph {
 
 template <class... Params>
-class LaunchOp : public OpBase<LaunchOp<Params...>> {
+class [[nodiscard]] LaunchOp : public OpBase<LaunchOp<Params...>> {
  public:
   using Output = void;
   static constexpr bool is_graph_node = true;
@@ -26,6 +33,7 @@ class LaunchOp : public OpBase<LaunchOp<Params...>> {
       : kernel_(std::move(kernel)), config_(config), params_(std::move(params)), owners_(std::move(owners)) {}
 
   void execute(ExecContext& ctx) const {
+    ctx.keep_alive(kernel_);  // the module must stay loaded while a graph may replay this launch
     for (const auto& owner : owners_) ctx.keep_alive(owner);
     launch(ctx.stream().get(), std::index_sequence_for<Params...>{});
   }
