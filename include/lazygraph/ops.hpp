@@ -1,7 +1,8 @@
 #pragma once
 /// \file
-/// Layer 3, ops: DeviceOp and GraphNode, the primitive ops (kernel launches, copy, fill, value, and the
-/// allocating zeros/ones/empty/dup/from_host) and the combinators `>>`, `all` and `map`.
+/// Layer 2, ops (above the driver): DeviceOp and GraphNode, the primitive ops (copy, fill, value, and the
+/// allocating zeros/ones/empty/dup/from_host) and the combinators `>>`, `all`, `chain` and `map`. Kernel
+/// launches are ops too, but live one layer up, with the kernels (lazygraph/kernels.hpp).
 
 #include "lazygraph/detail/ops/allocate.hpp"
 #include "lazygraph/detail/ops/combinators.hpp"
