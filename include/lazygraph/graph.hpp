@@ -5,4 +5,5 @@
 #include "lazygraph/detail/graph/cuda_graph.hpp"
 #include "lazygraph/detail/graph/graph_state.hpp"
 #include "lazygraph/detail/graph/scope.hpp"
+#include "lazygraph/kernels.hpp"
 #include "lazygraph/ops.hpp"
