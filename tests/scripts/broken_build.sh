@@ -10,6 +10,14 @@
 #   usage: broken_build.sh SOURCE_ROOT
 set -uo pipefail
 src="$(cd "$1" && pwd)"
+# The two commands set up a Debian machine; where their packages are missing (the offline GPU machine, which
+# builds with tests/gpu_machine.sh instead) they could not run, so this test cannot either.
+read -ra packages <<<"$(sed -n 's/^lg_packages=(\(.*\))$/\1/p' "$src/.ci/bootstrap.sh")"
+[ ${#packages[@]} -gt 0 ] || { echo "FAILED: no lg_packages=(...) line in .ci/bootstrap.sh"; exit 1; }
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' ||
+    { echo "skipped: the README's commands need the Debian package $p, which is not installed here"; exit 77; }
+done
 tmp="$(mktemp -d -t lazygraph-broken-build.XXXXXX)"
 trap 'rm -rf "$tmp"' EXIT
 tar -C "$src" --exclude='./build*' --exclude=./.git --exclude=./.debs --exclude=./gpu-logs \
