@@ -1,5 +1,9 @@
 # Sourced by tests/run_all.sh and examples/run_demo.sh: installs what a fresh Debian 12 machine lacks (when
-# run as root), then offers `configure DIR [meson options...]`, which sets up a build directory once.
+# run as root), then offers
+#   configure DIR [meson options...]   sets up a build directory once (with -Dwerror=true: the project's own
+#                                      builds treat warnings as errors; a consumer's build of lazygraph does not)
+#   build DIR                          builds it, showing ninja's progress and, on failure, the compiler's messages
+# Each phase prints a line starting with "== "; a failure always prints what failed, on stderr.
 # Exits with a message naming the packages when they are missing and it cannot install them.
 
 lg_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -11,7 +15,7 @@ for p in "${lg_packages[@]}"; do
 done
 if ((${#lg_missing[@]})); then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    echo "installing ${lg_missing[*]}"
+    echo "== installing ${lg_missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq >/dev/null
     apt-get install -y -qq --no-install-recommends "${lg_missing[@]}" >/dev/null
@@ -20,15 +24,44 @@ if ((${#lg_missing[@]})); then
     exit 1
   fi
 fi
-if [ ! -f "${LAZYGRAPH_TOOLKIT:-/usr/local/cuda}/include/nvrtc.h" ]; then
-  echo "no CUDA toolkit at ${LAZYGRAPH_TOOLKIT:-/usr/local/cuda}: install it there or set LAZYGRAPH_TOOLKIT" >&2
+lg_toolkit="${LAZYGRAPH_TOOLKIT:-/usr/local/cuda}"
+if [ ! -f "$lg_toolkit/include/nvrtc.h" ]; then
+  echo "no CUDA toolkit at $lg_toolkit: install it there or set LAZYGRAPH_TOOLKIT" >&2
   exit 1
 fi
 
 configure() {
   local dir="$1"
   shift
-  if [ ! -f "$lg_root/$dir/build.ninja" ]; then
-    meson setup "$lg_root/$dir" "$lg_root" -Dtoolkit_dir="${LAZYGRAPH_TOOLKIT:-/usr/local/cuda}" "$@" >/dev/null
+  [ -f "$lg_root/$dir/build.ninja" ] && return 0
+  echo "== configuring $dir"
+  local log
+  log="$(mktemp)"
+  if ! meson setup "$lg_root/$dir" "$lg_root" -Dwerror=true -Dtoolkit_dir="$lg_toolkit" "$@" >"$log" 2>&1; then
+    cat "$log" >&2
+    echo "== configuring $dir FAILED: meson setup $dir -Dwerror=true -Dtoolkit_dir=$lg_toolkit $* (output above)" >&2
+    rm -f "$log"
+    return 1
   fi
+  rm -f "$log"
+}
+
+build() {
+  local -  # the pipefail below stays in this function
+  set -o pipefail
+  local dir="$1" start=$SECONDS
+  local log="$lg_root/$dir/build.log"
+  echo "== building $dir (output also in $dir/build.log)"
+  # Not a terminal: ninja prints one line per finished step and, for a failed one, the command and the
+  # compiler's messages, all on stdout.
+  if NINJA_STATUS="[%f/%t %es] " ninja -C "$lg_root/$dir" 2>&1 | tee "$log"; then
+    echo "== built $dir in $((SECONDS - start)) s"
+    return 0
+  fi
+  {
+    echo "== building $dir FAILED after $((SECONDS - start)) s; failed steps:"
+    grep '^FAILED: ' "$log" | sed -E 's/^FAILED: (.*[^ ]) *$/   \1/' || echo "   (no failed step named: see the output above)"
+    echo "   the compiler's messages are above, and in $dir/build.log"
+  } >&2
+  return 1
 }

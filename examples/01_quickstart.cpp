@@ -1,5 +1,5 @@
 // 01 quickstart: describe axpy and a copy as lazy ops, record them into a CUDA graph, replay it, and check the
-// result against a float64 reference. Without a GPU it says why and exits cleanly.
+// result against a float64 reference. Without a GPU it says why and exits 77 (skipped).
 #include <lazygraph/lazygraph.hpp>
 
 #include <cmath>
@@ -8,16 +8,14 @@
 #include <random>
 #include <vector>
 
+#include "cli.hpp"
+
 namespace lg = lazygraph;
 
 namespace {
 
 int run() {
-  std::string why;
-  if (!lg::gpu_available(&why)) {
-    std::printf("lazygraph quickstart: no GPU to run on (%s)\n", why.c_str());
-    return 0;
-  }
+  if (example::skip_without_gpu("01_quickstart")) return example::exit_skipped;
   lg::Device gpu = lg::Device::first();
   lg::Stream stream = gpu.create_stream();
   std::printf("device: %s, sm_%d, %d SMs\n", gpu.name().c_str(), gpu.compute_capability().as_int(), gpu.sm_count());
@@ -70,9 +68,15 @@ int run() {
   return 0;
 }
 
+constexpr const char* usage =
+    "usage: 01_quickstart\n"
+    "Records axpy and a copy into a CUDA graph, replays it 10 times and checks the result against float64.\n"
+    "Exit status: 0 checked, 1 failed, 77 skipped (no GPU; the reason is printed).\n";
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  if (auto code = example::handle_arguments(argc, argv, usage)) return *code;
   try {
     return run();
   } catch (const std::exception& e) {

@@ -6,6 +6,8 @@
 #include <exception>
 #include <vector>
 
+#include "cli.hpp"
+
 namespace lg = lazygraph;
 using Axpy = lg::Kernel<void(float, const float*, float*, int)>;
 
@@ -21,11 +23,7 @@ auto step(const Axpy& axpy, const lg::DeviceSpan<const float>& x, const lg::Devi
 namespace {
 
 int run() {
-  std::string why;
-  if (!lg::gpu_available(&why)) {
-    std::printf("02_compose: no GPU to run on (%s)\n", why.c_str());
-    return 0;
-  }
+  if (example::skip_without_gpu("02_compose")) return example::exit_skipped;
   lg::Device gpu = lg::Device::first();
   lg::Stream stream = gpu.create_stream();
   lg::KernelLibrary kernels(gpu);
@@ -58,9 +56,15 @@ int run() {
   return wrong == 0 ? 0 : 1;
 }
 
+constexpr const char* usage =
+    "usage: 02_compose\n"
+    "Composes two axpy launches with all(...), >> and map into one graph and checks the result.\n"
+    "Exit status: 0 checked, 1 failed, 77 skipped (no GPU; the reason is printed).\n";
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  if (auto code = example::handle_arguments(argc, argv, usage)) return *code;
   try {
     return run();
   } catch (const std::exception& e) {

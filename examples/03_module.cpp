@@ -8,16 +8,14 @@
 #include <random>
 #include <vector>
 
+#include "cli.hpp"
+
 namespace lg = lazygraph;
 
 namespace {
 
 int run() {
-  std::string why;
-  if (!lg::gpu_available(&why)) {
-    std::printf("03_module: no GPU to run on (%s)\n", why.c_str());
-    return 0;
-  }
+  if (example::skip_without_gpu("03_module")) return example::exit_skipped;
   lg::Device gpu = lg::Device::first();
   lg::Stream stream = gpu.create_stream();
   lg::KernelLibrary kernels(gpu);
@@ -49,9 +47,15 @@ int run() {
   return worst < 1e-6 ? 0 : 1;
 }
 
+constexpr const char* usage =
+    "usage: 03_module\n"
+    "A graph-backed Module: its forward pass is captured once, each forward() replays it; checked.\n"
+    "Exit status: 0 checked, 1 failed, 77 skipped (no GPU; the reason is printed).\n";
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  if (auto code = example::handle_arguments(argc, argv, usage)) return *code;
   try {
     return run();
   } catch (const std::exception& e) {

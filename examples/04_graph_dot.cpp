@@ -1,5 +1,5 @@
 // 04 graph DOT: write a graph with parallel branches as Graphviz DOT, and render it to PNG when `dot` is
-// installed. Usage: 04_graph_dot [output.dot]
+// installed. Usage: 04_graph_dot [OUTPUT.dot]
 #include <lazygraph/lazygraph.hpp>
 
 #include <cstdio>
@@ -8,16 +8,14 @@
 #include <fstream>
 #include <string>
 
+#include "cli.hpp"
+
 namespace lg = lazygraph;
 
 namespace {
 
 int run(int argc, char** argv) {
-  std::string why;
-  if (!lg::gpu_available(&why)) {
-    std::printf("04_graph_dot: no GPU to run on (%s)\n", why.c_str());
-    return 0;
-  }
+  if (example::skip_without_gpu("04_graph_dot")) return example::exit_skipped;
   const std::string path = argc > 1 ? argv[1] : "lazygraph_graph.dot";
   lg::Device gpu = lg::Device::first();
   lg::Stream stream = gpu.create_stream();
@@ -48,9 +46,16 @@ int run(int argc, char** argv) {
   return ok ? 0 : 1;
 }
 
+constexpr const char* usage =
+    "usage: 04_graph_dot [OUTPUT.dot]\n"
+    "Writes a graph with parallel branches as Graphviz DOT (default lazygraph_graph.dot) and renders it to\n"
+    "PNG when `dot` is installed.\n"
+    "Exit status: 0 written, 1 failed, 77 skipped (no GPU; the reason is printed).\n";
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (auto code = example::handle_arguments(argc, argv, usage, 1)) return *code;
   try {
     return run(argc, argv);
   } catch (const std::exception& e) {

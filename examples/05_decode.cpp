@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "cli.hpp"
 #include "decoder.hpp"
 #include "reference.hpp"
 
@@ -34,16 +35,19 @@ std::vector<int> generate(models::Decoder& decoder, int first, int steps) {
   return tokens;
 }
 
+constexpr const char* usage =
+    "usage: 05_decode [STEPS [CHECKED]]\n"
+    "A Llama-style decoder generates STEPS tokens (default 256), one graph replay each; the first CHECKED\n"
+    "steps (default 4) are checked against float64; prints tokens/s.\n"
+    "Exit status: 0 checked, 1 failed, 77 skipped (no GPU; the reason is printed).\n";
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (auto code = example::handle_arguments(argc, argv, usage, 2)) return *code;
   const int steps = argc > 1 ? std::atoi(argv[1]) : 256;
   const int checked = argc > 2 ? std::atoi(argv[2]) : 4;
-  std::string why;
-  if (!lg::gpu_available(&why)) {
-    std::printf("lazygraph decode: no GPU to run on (%s)\n", why.c_str());
-    return 0;
-  }
+  if (example::skip_without_gpu("05_decode")) return example::exit_skipped;
   lg::Device gpu = lg::Device::first();
   lg::Stream stream = gpu.create_stream();
   std::printf("device: %s, sm_%d, %d SMs\n", gpu.name().c_str(), gpu.compute_capability().as_int(), gpu.sm_count());

@@ -30,7 +30,7 @@ for tool in "${tools[@]}"; do
     log="$logs/sanitize-asan.log"
     if [ ! -f "$root/build-gpu-asan/build.ninja" ]; then
       meson setup "$root/build-gpu-asan" "$root" --cmake-prefix-path="$root/.debs/prefix/usr" --wrap-mode=nodownload \
-        -Db_sanitize=address,undefined -Db_lundef=false -Dexamples=false >"$log" 2>&1 || { tail -20 "$log"; exit 2; }
+        -Db_sanitize=address,undefined -Db_lundef=false -Dexamples=disabled >"$log" 2>&1 || { tail -20 "$log"; exit 2; }
     fi
     ninja -C "$root/build-gpu-asan" tests/lazygraph_tests >>"$log" 2>&1 || { tail -30 "$log"; exit 2; }
     # The CUDA driver maps memory where ASan keeps its shadow gap, and keeps allocations for the process's

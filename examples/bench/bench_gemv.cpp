@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "cli.hpp"
 #include "median.hpp"
 
 namespace lg = lazygraph;
@@ -41,14 +42,17 @@ double median_seconds(const lg::Stream& s, int reps, F&& submit) {
   return median(t);
 }
 
+constexpr const char* usage =
+    "usage: bench_gemv\n"
+    "Prints a table: fp16 GEMV weight bandwidth per block shape for the decode-step shapes, against the\n"
+    "device-to-device copy bandwidth. A benchmark, not a test.\n"
+    "Exit status: 0 done, 1 failed, 77 skipped (no GPU; the reason is printed).\n";
+
 }  // namespace
 
-int main() {
-  std::string why;
-  if (!lg::gpu_available(&why)) {
-    std::printf("bench_gemv: no GPU (%s)\n", why.c_str());
-    return 0;
-  }
+int main(int argc, char** argv) {
+  if (auto code = example::handle_arguments(argc, argv, usage)) return *code;
+  if (example::skip_without_gpu("bench_gemv")) return example::exit_skipped;
   lg::Device gpu = lg::Device::first();
   lg::Stream s = gpu.create_stream();
   lg::KernelLibrary kernels(gpu);

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "cli.hpp"
 #include "decoder.hpp"
 #include "median.hpp"
 #include "mlp.hpp"
@@ -153,11 +154,7 @@ DecoderResult bench_decoder(const lg::Stream& s, const lg::KernelLibrary& kernel
 int run(int argc, char** argv) {
   const std::string dir = argc > 1 ? argv[1] : ".";
   const int forwards = argc > 2 ? std::max(1, std::atoi(argv[2])) : 300;
-  std::string why;
-  if (!lg::gpu_available(&why)) {
-    std::printf("bench_models: no GPU (%s)\n", why.c_str());
-    return 0;
-  }
+  if (example::skip_without_gpu("bench_models")) return example::exit_skipped;
   lg::Device gpu = lg::Device::first();
   lg::Stream s = gpu.create_stream();
   lg::KernelLibrary kernels(gpu);
@@ -216,9 +213,17 @@ int run(int argc, char** argv) {
   return 0;
 }
 
+constexpr const char* usage =
+    "usage: bench_models [OUTDIR [FORWARDS]]\n"
+    "Times the SwiGLU MLP at three sizes and the decoder (medians of FORWARDS forwards, default 300), checks\n"
+    "them against float64 and writes OUTDIR/lazygraph.json (default .) with the raw outputs, for\n"
+    "examples/bench/torch_models.py to compare with PyTorch.\n"
+    "Exit status: 0 done, 1 failed, 77 skipped (no GPU; the reason is printed).\n";
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (auto code = example::handle_arguments(argc, argv, usage, 2)) return *code;
   try {
     return run(argc, argv);
   } catch (const std::exception& e) {

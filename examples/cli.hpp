@@ -1,0 +1,52 @@
+#pragma once
+// What every example and benchmark program does before its real work: answer `--help`, refuse arguments it
+// does not take, and, without a GPU, say why and exit 77 — Meson's "skipped", so a test run counts the
+// program as not run instead of passed.
+#include <lazygraph/lazygraph.hpp>
+
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace example {
+
+/// Exit code of a program that could not run here (Meson counts it as skipped, not passed).
+inline constexpr int exit_skipped = 77;
+/// Exit code for arguments the program does not take.
+inline constexpr int exit_usage = 2;
+
+/// `usage` is the whole help text, starting with "usage: NAME ...". Returns an exit code when the program
+/// must stop now: 0 after `--help` / `-h` (usage on stdout), exit_usage when there are more than
+/// `max_positional` arguments or an unknown option (usage on stderr); nullopt to go on.
+[[nodiscard]] inline std::optional<int> handle_arguments(int argc, char** argv, std::string_view usage,
+                                                         int max_positional = 0) {
+  int positional = 0;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::printf("%.*s", static_cast<int>(usage.size()), usage.data());
+      return 0;
+    }
+    if (arg.starts_with("-") && arg.size() > 1) {
+      std::fprintf(stderr, "unknown option %s\n%.*s", argv[i], static_cast<int>(usage.size()), usage.data());
+      return exit_usage;
+    }
+    ++positional;
+  }
+  if (positional > max_positional) {
+    std::fprintf(stderr, "too many arguments\n%.*s", static_cast<int>(usage.size()), usage.data());
+    return exit_usage;
+  }
+  return std::nullopt;
+}
+
+/// True when there is no GPU to run on, after printing "PROGRAM: skipped, no GPU to run on: WHY".
+[[nodiscard]] inline bool skip_without_gpu(const char* program) {
+  std::string why;
+  if (lazygraph::gpu_available(&why)) return false;
+  std::printf("%s: skipped, no GPU to run on: %s\n", program, why.c_str());
+  return true;
+}
+
+}  // namespace example

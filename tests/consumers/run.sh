@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Suite 'consumers': another project builds and runs tests/consumers/consumer.cpp against lazygraph, one way each.
+#   usage: run.sh meson|pkg-config|cmake SOURCE_ROOT BUILD_ROOT TOOLKIT_DIR [CMAKE_PREFIX_PATH]
+#   meson       lazygraph as a Meson subproject through a copy of subprojects/lazygraph.wrap.example (the
+#               subproject folder is a link to SOURCE_ROOT). Asserts that it builds only the library (no
+#               lazygraph test is registered in the consumer, no lazygraph example or test target), imposes no
+#               -Werror, and that the consumer's tests pass; then, with -Dlazygraph:tests=enabled, that a
+#               lazygraph compile-fail test passes inside the consumer's build too.
+#   pkg-config  `meson install --destdir` of BUILD_ROOT, then g++ with `pkg-config --cflags --libs lazygraph`.
+#   cmake       the same install, then a CMake project with find_package(lazygraph) and lazygraph::lazygraph.
+# TOOLKIT_DIR and CMAKE_PREFIX_PATH are BUILD_ROOT's options toolkit_dir and cmake_prefix_path (comma-separated:
+# where range-v3 and doctest come from on the GPU machine), for the subproject build.
+# Exit 77 (skipped) only when the tool the way needs (pkg-config, cmake) is not installed.
+set -euo pipefail
+kind="$1"
+src="$(cd "$2" && pwd)"
+build="$(cd "$3" && pwd)"
+here="$(cd "$(dirname "$0")" && pwd)"
+toolkit="$4"
+cmake_prefix_path="${5:-}"
+work="$(mktemp -d -t "lazygraph-consumer-$kind.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+
+fail() {
+  echo "FAILED ($kind consumer): $*"
+  exit 1
+}
+step() {  # step LOG COMMAND...: runs it, showing its output only when it fails
+  local log="$work/$1.log"
+  shift
+  local rc=0
+  "$@" >"$log" 2>&1 || rc=$?
+  if [ $rc -ne 0 ]; then
+    cat "$log"
+    fail "$* (exit $rc)"
+  fi
+}
+check_output() {  # the consumer program's output, from any of the three builds
+  grep -q '^consumer: lazygraph linked, [1-9][0-9]* embedded kernel modules; GPU: ' <<<"$1" ||
+    fail "the consumer printed something unexpected: $1"
+  echo "$1"
+}
+install_lazygraph() {
+  step install meson install -C "$build" --no-rebuild --destdir "$work/root"
+  pc="$(find "$work/root" -name lazygraph.pc | head -1)"
+  [ -n "$pc" ] || fail "meson install put no lazygraph.pc under the destdir"
+  prefix="$(sed -n 's/^prefix=//p' "$pc")"
+  staged="$work/root$prefix"
+  libdir="$(dirname "$(find "$staged" -name 'liblazygraph.so*' -o -name liblazygraph.a | head -1)")"
+}
+
+case "$kind" in
+meson)
+  mkdir -p "$work/project/subprojects"
+  cp "$here/meson_subproject/meson.build" "$here/consumer.cpp" "$work/project/"
+  cp "$src/subprojects/lazygraph.wrap.example" "$work/project/subprojects/lazygraph.wrap"
+  ln -s "$src" "$work/project/subprojects/lazygraph"
+  setup_args=(--force-fallback-for=lazygraph --wrap-mode=nodownload -Dlazygraph:toolkit_dir="$toolkit")
+  [ -n "$cmake_prefix_path" ] && setup_args+=(--cmake-prefix-path="$cmake_prefix_path")
+  step setup meson setup "$work/b" "$work/project" "${setup_args[@]}"
+  problems=()
+  tests="$(meson test -C "$work/b" --no-rebuild --list 2>/dev/null)"
+  [ "$tests" = "consumer" ] ||
+    problems+=("the consumer's test list is not just its own test: $(tr '\n' ' ' <<<"$tests" | cut -c1-300)")
+  targets="$(meson introspect "$work/b" --targets |
+    python3 -c 'import json,sys; print(" ".join(sorted(t["name"] for t in json.load(sys.stdin))))')"
+  [ "$targets" = "consumer embedded_kernels lazygraph" ] ||
+    problems+=("as a subproject lazygraph must build only its library; the build has the targets: $targets")
+  werror="$(grep -c -- '-Werror' "$work/b/compile_commands.json" || true)"
+  [ "$werror" = 0 ] || problems+=("$werror compile commands in the consumer's build have -Werror")
+  for p in "${problems[@]}"; do echo "FAILED (meson consumer): $p"; done
+  [ ${#problems[@]} = 0 ] || exit 1
+  step build ninja -C "$work/b"
+  step test meson test -C "$work/b" --no-rebuild
+  check_output "$(grep -m1 '^consumer: ' "$work/b/meson-logs/testlog.txt" || true)"
+  # Asked for, lazygraph's tests run in the consumer's build, and pass: compile-fail reads the compile
+  # commands where Meson writes them (the top-level build root). One is enough to prove it.
+  step reconfigure meson setup --reconfigure "$work/b" "$work/project" "${setup_args[@]}" -Dlazygraph:tests=enabled
+  step compile-fail meson test -C "$work/b" --no-rebuild lazygraph:record_zeros
+  echo "subproject: only the library built, no -Werror, consumer test passed; lazygraph:record_zeros passed"
+  ;;
+pkg-config)
+  command -v pkg-config >/dev/null || { echo "skipped: pkg-config is not installed"; exit 77; }
+  install_lazygraph
+  export PKG_CONFIG_PATH
+  PKG_CONFIG_PATH="$(dirname "$pc")"
+  flags="$(pkg-config --define-variable=prefix="$staged" --cflags --libs lazygraph)" ||
+    fail "pkg-config --cflags --libs lazygraph"
+  echo "pkg-config --cflags --libs lazygraph: $flags"
+  # shellcheck disable=SC2086  # the flags are words
+  step compile g++ -std=c++20 "$here/consumer.cpp" -o "$work/consumer" $flags
+  check_output "$(LD_LIBRARY_PATH="$libdir" "$work/consumer")"
+  ;;
+cmake)
+  command -v cmake >/dev/null || { echo "skipped: cmake is not installed"; exit 77; }
+  install_lazygraph
+  [ -f "$libdir/cmake/lazygraph/lazygraphConfig.cmake" ] || fail "no $libdir/cmake/lazygraph/lazygraphConfig.cmake"
+  [ -f "$libdir/cmake/lazygraph/lazygraphConfigVersion.cmake" ] || fail "no lazygraphConfigVersion.cmake"
+  generator=()
+  command -v ninja >/dev/null && generator=(-G Ninja)
+  step cmake-configure cmake -S "$here/cmake" -B "$work/cb" "${generator[@]}" -DCMAKE_PREFIX_PATH="$staged"
+  step cmake-build cmake --build "$work/cb"
+  check_output "$("$work/cb/consumer")"  # CMake's build RPATH finds the staged liblazygraph
+  ;;
+*)
+  fail "unknown consumer kind (meson, pkg-config or cmake)"
+  ;;
+esac
