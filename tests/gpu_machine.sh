@@ -22,16 +22,7 @@ status=$?
 grep -E "^ *[0-9]+/[0-9]+ " "$logs/tests.log"
 ./build-gpu/tests/lazygraph_tests --test-suite=gpu --success=false -d 2>&1 | grep -E "kernel library|\[doctest\]" |
   tee "$logs/gpu-suite.txt"
-python3 - build-gpu/meson-logs/testlog.json <<'PY'
-import json, sys
-passed = failed = skipped = 0
-for line in open(sys.argv[1]):
-    r = json.loads(line)["result"]
-    if r in ("OK", "EXPECTEDFAIL"): passed += 1
-    elif r == "SKIP": skipped += 1
-    else: failed += 1
-print(f"{passed} passed, {failed} failed, {skipped} skipped")
-PY
+python3 tests/scripts/summarize.py build-gpu | tee "$logs/summary.txt"
 if [ $status -ne 0 ]; then grep -B2 -A40 -E "FAIL|ERROR" "$logs/tests.log" | head -120; fi
 if [ $# -gt 0 ]; then "$@"; fi
 exit $status
