@@ -34,7 +34,7 @@ std::shared_ptr<const void> owner_of(const Arg& arg) {
 /// property of the function, and two records of it would let one handle lower what another relies on.
 /// Whoever holds it (a handle, a launch op, a graph that recorded the launch) keeps the module loaded.
 struct KernelInfo {
-  explicit KernelInfo(Device d) : device(std::move(d)) {}
+  explicit KernelInfo(const Device& d) : device(d) {}
 
   CUfunction function = nullptr;
   std::string name;
