@@ -12,7 +12,7 @@ namespace lazygraph {
 
 /// A named CUDA C++ source: a kernel file, or a header that kernel files include by `name`.
 struct KernelSource {
-  std::string name;  ///< "axpy.cu", say, or "lazygraph/common.cuh" for a header
+  std::string name;  ///< e.g. "axpy.cu", or "lazygraph/common.cuh" for a header
   /// The CUDA C++ source.
   std::string text;
 };
