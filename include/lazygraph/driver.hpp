@@ -17,12 +17,13 @@
 namespace lazygraph {
 
 /// True when the CUDA driver loads and reports at least one device; otherwise false with the reason in
-/// `why` (when given), e.g. "cannot load CUDA driver (libcuda.so.1): ...". Never throws.
+/// `why` (when given), such as "cannot load CUDA driver (libcuda.so.1): ...". Never throws.
 bool gpu_available(std::string* why = nullptr) noexcept;
 
 /// Counts of the driver objects (allocations and their bytes, streams, events, modules, graphs) lazygraph holds
 /// right now. For leak checks: after work that ends where it began, the counts are back where they were.
 using LiveHandles = detail::driver::LiveHandles;
+/// The counts now, each read on its own: cheap, but not one consistent snapshot while other threads work.
 [[nodiscard]] inline LiveHandles live_handles() noexcept { return detail::driver::live_handles(); }
 
 }  // namespace lazygraph

@@ -18,17 +18,23 @@ class Stream;
 
 /// Compute capability, e.g. {9, 0} for Hopper.
 struct ComputeCapability {
+  /// The major version: 9 for 9.0.
   int major = 0;
+  /// The minor version: 0 for 9.0.
   int minor = 0;
   /// The form NVRTC and nvcc use: 90 for 9.0.
   [[nodiscard]] constexpr int as_int() const noexcept { return major * 10 + minor; }
+  /// Same major and minor.
   friend constexpr bool operator==(ComputeCapability, ComputeCapability) = default;
 };
 
 /// The launch limits of a device, read once when the Device is opened.
 struct DeviceLimits {
+  /// Threads in one block, all dimensions together.
   int max_threads_per_block = 0;
+  /// Threads per block along x, y, z.
   int max_block_dim[3] = {};
+  /// Blocks per grid along x, y, z.
   int max_grid_dim[3] = {};
   int max_shared_per_block = 0;        ///< bytes a block gets without opting in
   int max_shared_per_block_optin = 0;  ///< bytes a block may get after raising the kernel's attribute
@@ -59,11 +65,15 @@ struct DeviceState {
 
 }  // namespace detail
 
+/// A GPU and its primary context, as a cheap copyable handle: copies refer to the same device and share its state.
+///
 /// Thread safety: a Device may be shared by any number of threads; every call on it is safe concurrently.
 class Device {
  public:
   // Copy only: a move is a copy (one atomic increment), so a moved-from Device stays a valid handle.
+  /// Another handle to the same device (never a move: the source stays valid).
   Device(const Device&) = default;
+  /// Makes this a handle to `other`'s device.
   Device& operator=(const Device&) = default;
   ~Device() = default;
 
@@ -72,16 +82,22 @@ class Device {
   static int count();
   /// The first device. \throws DriverUnavailable without a driver, NoDevice without a GPU.
   static Device first();
-  /// The device with this ordinal. \throws NoDevice when there is none.
+  /// The device with this ordinal. \throws DriverUnavailable without a driver, NoDevice when there is none.
   static Device get(int ordinal);
 
+  /// The driver's index of this device, from 0.
   [[nodiscard]] int ordinal() const noexcept { return state_->ordinal; }
+  /// The product name the driver reports, e.g. "NVIDIA H100 80GB HBM3".
   [[nodiscard]] const std::string& name() const noexcept { return state_->name; }
+  /// The compute capability, which chooses the architecture kernels are compiled for.
   [[nodiscard]] ComputeCapability compute_capability() const noexcept { return state_->capability; }
+  /// The number of streaming multiprocessors.
   [[nodiscard]] int sm_count() const noexcept { return state_->sm_count; }
+  /// Device memory in bytes, free or not.
   [[nodiscard]] std::size_t total_memory() const noexcept { return state_->total_memory; }
   /// Device memory free now, in bytes (asks the driver).
   [[nodiscard]] std::size_t free_memory() const;
+  /// The launch limits launches are checked against.
   [[nodiscard]] const DeviceLimits& limits() const noexcept { return state_->limits; }
 
   /// A new non-blocking stream on this device.
@@ -92,8 +108,11 @@ class Device {
   /// The primary context. Every library call that needs it makes it current for the call, on whichever thread
   /// (and restores the context that thread had current before, if any).
   [[nodiscard]] CUcontext context() const noexcept { return state_->context; }
+  /// The shared state (primary context, properties, stream pool); holding it keeps the primary context retained.
   [[nodiscard]] const std::shared_ptr<const detail::DeviceState>& state() const noexcept { return state_; }
 
+  /// True for copies of one handle. Two calls of get() (or first()) for one GPU give handles that compare unequal,
+  /// although they share the primary context.
   friend bool operator==(const Device& a, const Device& b) noexcept { return a.state_ == b.state_; }
 
  private:

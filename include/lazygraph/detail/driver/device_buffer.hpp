@@ -58,9 +58,11 @@ class DeviceBuffer {
             describe(size))),
         size_(size) {}
 
+  /// Takes `other`'s memory; `other` is left moved-from (empty, its views throw).
   DeviceBuffer(DeviceBuffer&& other) noexcept : storage_(std::move(other.storage_)), size_(other.size_) {
     other.size_ = 0;
   }
+  /// Lets go of this buffer's memory (freed when no span or graph still holds it) and takes `other`'s.
   DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
     storage_ = std::move(other.storage_);
     size_ = other.size_;
@@ -71,8 +73,11 @@ class DeviceBuffer {
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   ~DeviceBuffer() = default;
 
+  /// Elements (0 after a move).
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  /// `size() * sizeof(T)`.
   [[nodiscard]] std::size_t size_bytes() const noexcept { return size_ * sizeof(T); }
+  /// True for zero elements, as after a move.
   [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
   /// False after a move.
   [[nodiscard]] bool valid() const noexcept { return storage_ != nullptr; }

@@ -37,9 +37,13 @@ class CudaError : public Error {
   /// \param object     what the call acted on, e.g. "DeviceBuffer<float> of 4096 bytes"
   CudaError(std::string api, int code, std::string code_name, std::string_view code_text, std::string object);
 
+  /// The driver function that failed, e.g. "cuMemAlloc".
   [[nodiscard]] const std::string& api() const noexcept { return api_; }
+  /// The CUresult it returned, as an int.
   [[nodiscard]] int code() const noexcept { return code_; }
+  /// The result's enumerator name, e.g. "CUDA_ERROR_OUT_OF_MEMORY".
   [[nodiscard]] const std::string& code_name() const noexcept { return code_name_; }
+  /// What the call acted on, e.g. "DeviceBuffer<float> of 4096 bytes".
   [[nodiscard]] const std::string& object() const noexcept { return object_; }
 
  private:
@@ -52,11 +56,19 @@ class CudaError : public Error {
 /// An NVRTC API call failed (a source that does not compile is a CompileError instead).
 class NvrtcError : public Error {
  public:
+  /// \param api        the NVRTC function, e.g. "nvrtcCreateProgram"
+  /// \param code       the nvrtcResult it returned, as an int
+  /// \param code_name  the result's name, e.g. "NVRTC_ERROR_OUT_OF_MEMORY"
+  /// \param object     what the call acted on, e.g. the kernel file
   NvrtcError(std::string api, int code, std::string code_name, std::string object);
 
+  /// The NVRTC function that failed.
   [[nodiscard]] const std::string& api() const noexcept { return api_; }
+  /// The nvrtcResult it returned, as an int.
   [[nodiscard]] int code() const noexcept { return code_; }
+  /// The result's name, e.g. "NVRTC_ERROR_OUT_OF_MEMORY".
   [[nodiscard]] const std::string& code_name() const noexcept { return code_name_; }
+  /// What the call acted on.
   [[nodiscard]] const std::string& object() const noexcept { return object_; }
 
  private:
@@ -69,9 +81,12 @@ class NvrtcError : public Error {
 /// NVRTC rejected a kernel source; the message holds the file name and the whole compiler log.
 class CompileError : public Error {
  public:
+  /// `file` is the kernel source's name, `log` NVRTC's whole log.
   CompileError(std::string file, std::string log);
 
+  /// The kernel source that did not compile, e.g. "axpy.cu".
   [[nodiscard]] const std::string& file() const noexcept { return file_; }
+  /// NVRTC's compile log, whole.
   [[nodiscard]] const std::string& log() const noexcept { return log_; }
 
  private:

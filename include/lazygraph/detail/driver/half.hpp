@@ -15,6 +15,8 @@
 
 namespace lazygraph {
 
+/// An IEEE 754 binary16 value, stored as its 16 bits: the host-side element type of fp16 buffers, converted to
+/// and from float only (no arithmetic).
 struct half {          // NOLINT(readability-identifier-naming): named like CUDA's half, which it stands for
   std::uint16_t bits;  ///< sign (1), exponent (5, bias 15), mantissa (10)
 

@@ -39,11 +39,13 @@ class PinnedBuffer {
   ~PinnedBuffer() {
     if (data_ != nullptr) detail::pinned_free(device_, data_, size_ * sizeof(T));
   }
+  /// Takes `o`'s memory; `o` is left moved-from (empty, `span()` throws).
   PinnedBuffer(PinnedBuffer&& o) noexcept
       : device_(o.device_),
         data_(std::exchange(o.data_, nullptr)),
         size_(std::exchange(o.size_, 0)),
         valid_(std::exchange(o.valid_, false)) {}
+  /// Frees this buffer's memory and takes `o`'s. Make sure no copy still in flight reads or writes it.
   PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
     if (this != &o) {
       if (data_ != nullptr) detail::pinned_free(device_, data_, size_ * sizeof(T));
@@ -57,14 +59,21 @@ class PinnedBuffer {
   PinnedBuffer(const PinnedBuffer&) = delete;
   PinnedBuffer& operator=(const PinnedBuffer&) = delete;
 
+  /// Elements (0 after a move).
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  /// False after a move.
   [[nodiscard]] bool valid() const noexcept { return valid_; }
-  /// \throws UsageError on a moved-from buffer.
+  /// The elements, writable. \throws UsageError on a moved-from buffer.
   [[nodiscard]] std::span<T> span() { return {checked(), size_}; }
+  /// The elements, read-only. \throws UsageError on a moved-from buffer.
   [[nodiscard]] std::span<const T> span() const { return {checked(), size_}; }
+  /// The first element; null for zero elements or after a move (unchecked, unlike span()).
   [[nodiscard]] T* data() noexcept { return data_; }
+  /// The first element, read-only; null for zero elements or after a move.
   [[nodiscard]] const T* data() const noexcept { return data_; }
+  /// Element `i`, unchecked: `i` must be below size().
   T& operator[](std::size_t i) noexcept { return data_[i]; }
+  /// Element `i`, read-only and unchecked: `i` must be below size().
   const T& operator[](std::size_t i) const noexcept { return data_[i]; }
 
  private:

@@ -17,6 +17,7 @@ class Event;
 /// methods are const and the driver serialises work submitted to one stream.
 class Stream {
  public:
+  /// A new non-blocking stream on `device`. \throws CudaError when the driver cannot create one.
   explicit Stream(const Device& device);
   /// A stream leased from the device's pool: when this handle is destroyed the stream goes back to the pool
   /// instead of being destroyed, and the next lease reuses it. For streams that come and go often (every
@@ -25,7 +26,9 @@ class Stream {
   /// after the handle is gone, and a later lease queues behind that work.
   [[nodiscard]] static Stream pooled(const Device& device);
   ~Stream();
+  /// Takes `other`'s stream; `other` is left null (its calls throw UsageError) but keeps its device().
   Stream(Stream&& other) noexcept;
+  /// Gives up this stream (as the destructor does) and takes `other`'s.
   Stream& operator=(Stream&& other) noexcept;
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
@@ -40,12 +43,15 @@ class Stream {
   /// True while the stream is capturing a graph.
   [[nodiscard]] bool is_capturing() const;
 
+  /// The device the stream belongs to (also after a move).
   [[nodiscard]] const Device& device() const noexcept { return device_; }
   /// The raw handle. \throws UsageError on a moved-from Stream.
   [[nodiscard]] CUstream get() const;
   /// Gives up ownership: the caller must destroy the returned stream (also a pooled one).
   [[nodiscard]] CUstream release() noexcept;
+  /// Gives the stream up now, as the destructor does (without waiting), and leaves this handle null.
   void reset() noexcept;
+  /// False for a moved-from, released or reset Stream.
   explicit operator bool() const noexcept { return handle_ != nullptr; }
 
  private:
@@ -61,23 +67,33 @@ class Stream {
 /// A CUDA event, with timing unless asked otherwise.
 class Event {
  public:
+  /// A new event on `device`; `timing` false makes a lighter event, which elapsed_ms cannot time.
+  /// \throws CudaError when the driver cannot create one.
   explicit Event(const Device& device, bool timing = true);
   ~Event();
+  /// Takes `other`'s event; `other` is left null (its calls throw UsageError).
   Event(Event&& other) noexcept;
+  /// Destroys this event and takes `other`'s.
   Event& operator=(Event&& other) noexcept;
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;
 
+  /// Records the event at the current end of `stream`'s work (replacing what it recorded before).
   void record(const Stream& stream) const;
+  /// Blocks until the work recorded last has completed.
   void synchronize() const;
   /// True when the work recorded last has completed (or nothing was recorded yet).
   [[nodiscard]] bool query() const;
   /// Milliseconds between two recorded timing events.
   [[nodiscard]] static float elapsed_ms(const Event& start, const Event& end);
 
+  /// The raw handle, still owned by this object. \throws UsageError on a moved-from or reset Event.
   [[nodiscard]] CUevent get() const;
+  /// The device the event belongs to.
   [[nodiscard]] const Device& device() const noexcept { return device_; }
+  /// Destroys the event now and leaves this handle null.
   void reset() noexcept;
+  /// False for a moved-from or reset Event.
   explicit operator bool() const noexcept { return handle_ != nullptr; }
 
  private:

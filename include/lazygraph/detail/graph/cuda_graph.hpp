@@ -27,9 +27,13 @@
 
 namespace lazygraph {
 
+/// A captured, instantiated and uploaded CUDA graph, and the output of its capture (`T`; void for none). Made by
+/// `scope` or `capture`; move-only: launching, updating or inspecting a moved-from graph throws UsageError.
+/// Exception safety, threads and lifetimes: see the file comment.
 template <class T = void>
 class CudaGraph {
  public:
+  /// What the capture returned (take_output), void for nothing.
   using Output = T;
 
   /// Captures what `callback(Scope&)` records on `stream`, then instantiates and uploads the graph. The
@@ -119,8 +123,11 @@ class CudaGraph {
     return out;
   }
 
+  /// The number of nodes in the captured graph.
   [[nodiscard]] std::size_t node_count() const { return state().node_count(); }
+  /// The kind of each node, in the order the driver lists them.
   [[nodiscard]] std::vector<NodeKind> node_kinds() const { return state().node_kinds(); }
+  /// The graph's dependencies: full, and programmatic (from early launches).
   [[nodiscard]] EdgeCounts edge_counts() const { return state().edge_counts(); }
   /// Writes the graph in Graphviz DOT form (cuGraphDebugDotPrint).
   void write_dot(const std::filesystem::path& path) const { state().write_dot(path); }

@@ -18,6 +18,8 @@ namespace lazygraph {
 template <class T>
 class CudaGraph;
 
+/// The recorder a capture callback receives from CudaGraph::scope: `record` turns GraphNode ops into graph
+/// nodes. It cannot be copied or moved, and is valid only inside the callback.
 class Scope {
  public:
   Scope(const Scope&) = delete;
@@ -40,6 +42,8 @@ class Scope {
   // READ THIS IF YOUR COMPILE BREAKS HERE: Scope::record takes only GraphNode ops. The static_assert that
   // fails below names the rule your op breaks and what to do instead.
   // ---------------------------------------------------------------------------------------------------------
+  /// Anything but a GraphNode: never compiles. The static_assert that fails names the broken rule (not a
+  /// DeviceOp, allocates, copies host memory, or did not opt in) and what to do instead.
   template <class Op>
   requires(!GraphNode<std::remove_cvref_t<Op>>) void record(Op&& /*op*/) {
     using O = std::remove_cvref_t<Op>;

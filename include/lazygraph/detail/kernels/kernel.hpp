@@ -25,16 +25,25 @@
 
 namespace lazygraph {
 
+/// A typed handle to a compiled kernel. Only `Kernel<void(Params...)>` is defined: kernels return void.
 template <class Signature>
 class Kernel;
 
+/// A handle to a compiled kernel whose parameters are `Params...`, from KernelLibrary::get. What is checked, and
+/// when, is in the file comment.
+///
+/// Every copy shares the kernel's KernelInfo, which keeps its module loaded (also after the KernelLibrary is gone).
+///
+/// Thread safety: handles, and copies of one, may launch from several threads at once.
 template <class... Params>
 class Kernel<void(Params...)> {
  public:
   /// Handles come from KernelLibrary::get.
   explicit Kernel(std::shared_ptr<detail::KernelInfo> info) : info_(std::move(info)) {}
   // Copy only: a move is a copy (one atomic increment), so a moved-from Kernel stays a valid handle.
+  /// Another handle to the same kernel (never a move: the source stays valid).
   Kernel(const Kernel&) = default;
+  /// Makes this a handle to `other`'s kernel.
   Kernel& operator=(const Kernel&) = default;
   ~Kernel() = default;
 
@@ -63,8 +72,11 @@ class Kernel<void(Params...)> {
                                {detail::owner_of(args)...});
   }
 
+  /// The kernel's (unmangled) name, e.g. "axpy".
   [[nodiscard]] const std::string& name() const noexcept { return info_->name; }
+  /// The device the kernel is loaded on.
   [[nodiscard]] const Device& device() const noexcept { return info_->device; }
+  /// The state every handle to this kernel shares (function, module, limits).
   [[nodiscard]] const std::shared_ptr<detail::KernelInfo>& info() const noexcept { return info_; }
 
   /// The checked parameter values for `args`, ready to launch (used by the lazy launch op).

@@ -27,11 +27,15 @@
 
 namespace lazygraph {
 
+/// Compiled kernel images on disk, by key (see the file comment). KernelLibrary uses it; `usage` and `clear`
+/// serve tools such as lazygraph-info.
 class KernelCache {
  public:
   /// A cached image.
   struct Entry {
+    /// CUBIN bytes, or PTX with its terminating NUL.
     std::vector<char> image;
+    /// True for CUBIN, false for PTX.
     bool is_cubin = false;
   };
 
@@ -59,7 +63,9 @@ class KernelCache {
   /// since a cache that cannot be written must not stop the program.
   bool store(const std::string& key, const Entry& entry) const noexcept;
 
+  /// The cache directory; empty when caching is disabled.
   [[nodiscard]] const std::filesystem::path& directory() const noexcept { return directory_; }
+  /// False when the directory is empty: loads miss, stores do nothing.
   [[nodiscard]] bool enabled() const noexcept { return !directory_.empty(); }
   /// The file that holds `key`'s entry.
   [[nodiscard]] std::filesystem::path path_for(const std::string& key) const;
@@ -73,10 +79,14 @@ class KernelCache {
   /// stay behind only when a writer was killed mid-store. Other files and folders are never counted or
   /// removed, so a cache directory pointed at a shared folder loses nothing else.
   struct Usage {
+    /// Entries: `<key>.bin` files.
     std::size_t entries = 0;
     std::uintmax_t bytes = 0;  ///< of the entries
+    /// Temporaries: `<key>.tmp.*` files.
     std::size_t temporary_files = 0;
+    /// Bytes of the temporaries.
     std::uintmax_t temporary_bytes = 0;
+    /// Every count equal.
     friend bool operator==(const Usage&, const Usage&) = default;
   };
 

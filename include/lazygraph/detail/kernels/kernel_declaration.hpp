@@ -39,6 +39,7 @@ namespace lazygraph {
 
 /// One kernel's declaration, as read from its source.
 struct KernelDeclaration {
+  /// The kernel's name, e.g. "axpy".
   std::string name;
   std::string file;                          ///< the source's name, e.g. "axpy.cu"
   int line = 0;                              ///< where the kernel's name stands, from 1
@@ -71,6 +72,7 @@ void check_kernel_signature(const KernelDeclaration& declared, std::span<const s
 /// Thread safety: immutable once constructed.
 class KernelDeclarations {
  public:
+  /// No declarations: every `find` returns nullptr.
   KernelDeclarations() = default;
   /// Reads every source (a name declared in several sources keeps its first declaration).
   explicit KernelDeclarations(std::span<const KernelSource> sources);
@@ -82,7 +84,7 @@ class KernelDeclarations {
   ///         kernel) and how kernels must be declared.
   [[nodiscard]] const KernelDeclaration& require(std::string_view kernel, std::string_view where) const;
 
-  /// Checks `Signature` (e.g. `void(float, const float*, float*, int)`) against the declaration of `kernel`:
+  /// Checks `Signature` (such as `void(float, const float*, float*, int)`) against the declaration of `kernel`:
   /// the check KernelLibrary::get makes, without compiling anything or needing a GPU.
   /// \throws UsageError as `require` and `check_kernel_signature` do.
   template <class Signature>
@@ -91,7 +93,9 @@ class KernelDeclarations {
     check_kernel_signature(require(kernel, "these kernel sources"), types, detail::type_name<Signature>());
   }
 
+  /// The number of kernels declared.
   [[nodiscard]] std::size_t size() const noexcept { return by_name_.size(); }
+  /// Every declaration, by kernel name.
   [[nodiscard]] const std::map<std::string, KernelDeclaration, std::less<>>& all() const noexcept { return by_name_; }
 
  private:

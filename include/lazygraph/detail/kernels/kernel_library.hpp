@@ -35,6 +35,7 @@
 
 namespace lazygraph {
 
+/// How a KernelLibrary is built. The defaults: the kernels embedded from `kernels/`, the default cache.
 struct KernelLibraryOptions {
   /// Where compiled images are cached; unset: KernelCache::default_directory(); an empty path: no cache.
   std::optional<std::filesystem::path> cache_directory;
@@ -46,6 +47,7 @@ struct KernelLibraryOptions {
 
 /// How a library came to be, for the curious and for benchmarks.
 struct KernelLibraryStats {
+  /// Kernel files loaded, one module each.
   std::size_t modules = 0;
   std::size_t compiled = 0;    ///< modules compiled by NVRTC now
   std::size_t cache_hits = 0;  ///< modules loaded from the disk cache
@@ -54,10 +56,13 @@ struct KernelLibraryStats {
   bool cubin = false;          ///< machine code (true) or PTX for the driver to compile (false)
 };
 
-/// The kernel sources and headers embedded at build time from `kernels/`.
+/// The kernel sources embedded at build time from `kernels/*.cu`, named as in that folder ("axpy.cu").
 std::span<const KernelSource> embedded_kernel_sources();
+/// The headers embedded from `kernels/include/`, named as kernels include them ("lazygraph/half.cuh").
 std::span<const KernelSource> embedded_kernel_headers();
 
+/// Every kernel module, compiled (or loaded from the cache) and loaded at construction; `get` hands out typed
+/// handles. See the file comment for thread safety.
 class KernelLibrary {
  public:
   /// Compiles (or loads from cache) and loads every kernel module.
@@ -65,7 +70,7 @@ class KernelLibrary {
   ///         CaptureError when a graph capture is in progress; UsageError when two files define one kernel.
   explicit KernelLibrary(const Device& device, KernelLibraryOptions options = {});
 
-  /// The kernel `name`, typed as `Signature` (e.g. `void(float, const float*, float*, int)`).
+  /// The kernel `name`, typed as `Signature`, such as `void(float, const float*, float*, int)`.
   /// \throws UsageError when no module has `name` (listing those that exist); when its source holds no
   ///         declaration of it that can be read (saying how kernels must be declared); when `Signature`'s
   ///         parameters differ from the declared ones in count or type (naming the first that differs, with
@@ -77,8 +82,11 @@ class KernelLibrary {
                                     detail::type_name<Signature>()));
   }
 
+  /// The names of every loaded kernel, sorted.
   [[nodiscard]] std::vector<std::string> kernel_names() const;
+  /// How the constructor went: modules compiled and loaded from cache, time, architecture.
   [[nodiscard]] const KernelLibraryStats& stats() const noexcept { return stats_; }
+  /// The device the kernels are loaded on.
   [[nodiscard]] const Device& device() const noexcept { return device_; }
 
  private:

@@ -40,12 +40,14 @@ constexpr std::string_view unqualified_type_name() noexcept {
 /// and pointers never consult this trait (a pointer consults it for its pointee).
 template <class T>
 struct KernelParameterTypeName {
+  /// The device's spelling of T.
   static constexpr std::string_view value = detail::unqualified_type_name<T>();
 };
 
 /// The host's `half` is the device's `lg::half_t` (kernels/include/lazygraph/half.cuh).
 template <>
 struct KernelParameterTypeName<half> {
+  /// "half_t".
   static constexpr std::string_view value = "half_t";
 };
 

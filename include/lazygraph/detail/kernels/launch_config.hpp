@@ -6,15 +6,24 @@
 
 namespace lazygraph {
 
+/// Grid or block dimensions: blocks, or threads, along x, y and z (1 where unused).
 struct Dim3 {
+  /// Extent along x.
   unsigned x = 1;
+  /// Extent along y.
   unsigned y = 1;
+  /// Extent along z.
   unsigned z = 1;
+  /// `x * y * z`: the threads in a block, or the blocks in a grid.
   [[nodiscard]] constexpr std::size_t volume() const noexcept { return static_cast<std::size_t>(x) * y * z; }
 };
 
+/// How to launch a kernel. grid_for makes the usual 1-D one; launches check it against the kernel's and the
+/// device's limits.
 struct LaunchConfig {
+  /// Blocks per grid.
   Dim3 grid;
+  /// Threads per block.
   Dim3 block;
   unsigned shared_bytes = 0;  ///< dynamic shared memory per block
   /// Programmatic dependent launch (Hopper and newer; ignored on older GPUs): the kernel may start while the

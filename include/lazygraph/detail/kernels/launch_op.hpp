@@ -19,26 +19,34 @@
 
 namespace lazygraph {
 
+/// One kernel launch, made by calling a Kernel handle: a GraphNode (a kernel node when recorded). Its arguments
+/// are checked and converted when it is made; the op holds them, the kernel, and the buffers its spans view.
 template <class... Params>
 class [[nodiscard]] LaunchOp : public OpBase<LaunchOp<Params...>> {
  public:
+  /// No output.
   using Output = void;
+  /// A GraphNode: a launch neither allocates nor touches host memory.
   static constexpr bool is_graph_node = true;
 
   /// The owners of the arguments' memory, one slot per parameter (null for scalars): no heap allocation.
   using Owners = std::array<std::shared_ptr<const void>, sizeof...(Params)>;
 
+  /// Made by `Kernel::operator()`, which checks the arguments and the configuration first.
   LaunchOp(std::shared_ptr<detail::KernelInfo> kernel, const LaunchConfig& config, std::tuple<Params...> params,
            Owners owners)
       : kernel_(std::move(kernel)), config_(config), params_(std::move(params)), owners_(std::move(owners)) {}
 
+  /// Submits the launch to `ctx.stream()`. \throws CudaError when the launch fails.
   void execute(ExecContext& ctx) const {
     ctx.keep_alive(kernel_);  // the module must stay loaded while a graph may replay this launch
     for (const auto& owner : owners_) ctx.keep_alive(owner);
     launch(ctx.stream().get(), std::index_sequence_for<Params...>{});
   }
 
+  /// The kernel's name.
   [[nodiscard]] const std::string& kernel_name() const noexcept { return kernel_->name; }
+  /// The launch configuration.
   [[nodiscard]] const LaunchConfig& config() const noexcept { return config_; }
 
  private:

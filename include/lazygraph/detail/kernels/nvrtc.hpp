@@ -13,12 +13,14 @@ namespace lazygraph {
 /// A named CUDA C++ source: a kernel file, or a header that kernel files include by `name`.
 struct KernelSource {
   std::string name;  ///< e.g. "axpy.cu", or "lazygraph/common.cuh" for a header
+  /// The CUDA C++ source.
   std::string text;
 };
 
 /// What NVRTC produced for one architecture.
 class CompileResult {
  public:
+  /// Made by nvrtc_compile. `image` is empty when compilation failed.
   CompileResult(std::string file, bool succeeded, std::string log, std::vector<char> image, bool is_cubin)
       : file_(std::move(file)),
         succeeded_(succeeded),
@@ -26,8 +28,11 @@ class CompileResult {
         image_(std::move(image)),
         is_cubin_(is_cubin) {}
 
+  /// True when the source compiled.
   [[nodiscard]] bool succeeded() const noexcept { return succeeded_; }
+  /// NVRTC's log: the errors, or warnings (often empty) when it succeeded.
   [[nodiscard]] const std::string& log() const noexcept { return log_; }
+  /// The source's name, e.g. "axpy.cu".
   [[nodiscard]] const std::string& file() const noexcept { return file_; }
   /// True for machine code (CUBIN), false for PTX that the driver compiles when loading.
   [[nodiscard]] bool is_cubin() const noexcept { return is_cubin_; }
@@ -42,7 +47,7 @@ class CompileResult {
   bool is_cubin_;
 };
 
-/// The architecture NVRTC targets for a device of compute capability `cc` (e.g. 90): `cc` itself when this
+/// The architecture NVRTC targets for a device of compute capability `cc` (90 for 9.0): `cc` itself when this
 /// NVRTC can emit machine code for it, else the newest architecture below it (emitted as PTX). Returns 0 when
 /// NVRTC supports nothing at or below `cc`.
 int nvrtc_target_architecture(int cc);

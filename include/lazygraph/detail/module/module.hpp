@@ -16,6 +16,8 @@
 
 namespace lazygraph {
 
+/// A forward pass: member types `Input` and `Output`, and `forward(Input)` returning an Output. GraphModule is
+/// one; a module of your own qualifies by shape alone (no opt-in).
 template <class M>
 concept Module = requires(M& m, typename M::Input input) {
   typename M::Input;
@@ -29,7 +31,9 @@ concept Module = requires(M& m, typename M::Input input) {
 template <class In, class Out>
 class GraphModule {
  public:
+  /// `input_size` elements on the host.
   using Input = std::span<const In>;
+  /// `output_size` elements on the host.
   using Output = std::vector<Out>;
 
   /// `build(input, output)` returns the forward pass as a GraphNode op reading `input` and writing `output`;
@@ -55,8 +59,11 @@ class GraphModule {
     graph_.stream().synchronize();
   }
 
+  /// The captured graph, e.g. to inspect it (node_count, write_dot) or replay it with launch_on.
   [[nodiscard]] CudaGraph<>& graph() noexcept { return graph_; }
+  /// The device input buffer the graph reads, which `forward` fills.
   [[nodiscard]] DeviceSpan<const In> input() const { return input_.cview(); }
+  /// The device output buffer the graph writes, which `forward` reads back.
   [[nodiscard]] DeviceSpan<const Out> output() const { return output_.cview(); }
 
  private:

@@ -21,12 +21,16 @@ namespace lazygraph {
 template <class T, class Init>
 class [[nodiscard]] AllocateOp : public OpBase<AllocateOp<T, Init>> {
  public:
+  /// The new buffer.
   using Output = DeviceBuffer<T>;
+  /// Marks an allocation: never a GraphNode, so Scope::record refuses it.
   static constexpr bool allocates_device_memory = true;
 
+  /// Made by zeros, ones, empty, dup and from_host.
   AllocateOp(std::size_t n, Init init) : n_(n), init_(std::move(init)) {}
 
   // READ THIS IF YOUR COMPILE BREAKS HERE: an allocating op is a description; it is not a buffer yet.
+  /// Never compiles: an op is not a buffer; the static_assert says to run it with `.sync_on(stream)` first.
   template <class U>
   requires std::is_same_v<U, T>
   operator DeviceBuffer<U>() const {  // NOLINT(google-explicit-constructor): exists only to explain
@@ -35,6 +39,8 @@ class [[nodiscard]] AllocateOp : public OpBase<AllocateOp<T, Init>> {
                   "run it with .sync_on(stream) to get its DeviceBuffer, e.g. `auto b = zeros<float>(n).sync_on(s);`");
     return DeviceBuffer<U>(Device::first(), 0);
   }
+  /// Allocates on the device of `ctx.stream()` (synchronously) and submits the initialisation to that stream.
+  /// \throws UsageError or CudaError as DeviceBuffer's constructor does.
   DeviceBuffer<T> execute(ExecContext& ctx) const {
     DeviceBuffer<T> buffer(ctx.stream().device(), n_);
     init_(ctx.stream(), buffer);
@@ -128,6 +134,7 @@ template <class T>
 [[nodiscard]] AllocateOp<T, detail::CopyFromHost<T>> from_host(std::span<const T> host) {
   return {host.size(), detail::CopyFromHost<T>{std::vector<T>(host.begin(), host.end())}};
 }
+/// A new buffer holding a copy of a vector (copied into the op when it is built).
 template <class T>
 [[nodiscard]] AllocateOp<T, detail::CopyFromHost<T>> from_host(const std::vector<T>& host) {
   return from_host(std::span<const T>(host));

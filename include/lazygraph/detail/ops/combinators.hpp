@@ -24,6 +24,7 @@ namespace lazygraph {
 
 /// The output of a void op inside `all`'s tuple.
 struct Unit {
+  /// Every Unit equals every other.
   friend constexpr bool operator==(Unit, Unit) = default;
 };
 
@@ -40,12 +41,16 @@ struct CompositeTraits {
 };
 }  // namespace detail
 
+/// `a >> b`: b runs after a on the same stream (in a graph, b's nodes depend on a's). A GraphNode when both are.
 template <DeviceOp A, DeviceOp B>
 class [[nodiscard]] SequenceOp : public OpBase<SequenceOp<A, B>>, public detail::CompositeTraits<A, B> {
  public:
+  /// The output of b; a's is dropped.
   using Output = typename B::Output;
 
+  /// Made by `a >> b`.
   SequenceOp(A a, B b) : a_(std::move(a)), b_(std::move(b)) {}
+  /// Executes a, then b, and returns b's output.
   Output execute(ExecContext& ctx) const {
     a_.execute(ctx);
     return b_.execute(ctx);
@@ -62,16 +67,23 @@ requires DeviceOp<std::remove_cvref_t<A>> && DeviceOp<std::remove_cvref_t<B>>
     SequenceOp<std::remove_cvref_t<A>, std::remove_cvref_t<B>>
 operator>>(A&& a, B&& b) { return {std::forward<A>(a), std::forward<B>(b)}; }
 
+/// `all(ops...)`: independent ops that may run concurrently (the first on the current stream, the others on side
+/// streams; parallel branches when recorded), joined before anything after them. They must not write memory
+/// another of them reads or writes: nothing orders them. A GraphNode when every op is.
 template <DeviceOp... Ops>
 class [[nodiscard]] AllOp : public OpBase<AllOp<Ops...>>, public detail::CompositeTraits<Ops...> {
   static_assert(sizeof...(Ops) >= 1, "all(): give it at least one op");
 
  public:
+  /// A tuple of the ops' outputs in order (Unit for a void one), or void when every output is void.
   using Output = std::conditional_t<(std::is_void_v<typename Ops::Output> && ...), void,
                                     std::tuple<detail::output_or_unit<Ops>...>>;
 
+  /// Made by `all(ops...)`.
   explicit AllOp(Ops... ops) : ops_(std::move(ops)...) {}
 
+  /// Executes each op on its own branch (ExecContext::fork_join). When one throws, the branches after it are
+  /// skipped, all are joined, and the exception is rethrown.
   Output execute(ExecContext& ctx) const { return execute_all(ctx, std::index_sequence_for<Ops...>{}); }
 
  private:
@@ -99,15 +111,20 @@ requires(DeviceOp<std::remove_cvref_t<Ops>>&&...) AllOp<std::remove_cvref_t<Ops>
   return AllOp<std::remove_cvref_t<Ops>...>(std::forward<Ops>(ops)...);
 }
 
+/// `chain(ops)`: a run-time number of ops of one type, in order on one stream. A GraphNode when Op is.
 template <DeviceOp Op>
 class [[nodiscard]] ChainOp : public OpBase<ChainOp<Op>>, public detail::CompositeTraits<Op> {
  public:
+  /// The ops' outputs are dropped.
   using Output = void;
 
+  /// Made by `chain(ops)`.
   explicit ChainOp(std::vector<Op> ops) : ops_(std::move(ops)) {}
+  /// Executes the ops in order; stops at the first that throws.
   void execute(ExecContext& ctx) const {
     for (const Op& op : ops_) op.execute(ctx);
   }
+  /// The number of ops.
   [[nodiscard]] std::size_t size() const noexcept { return ops_.size(); }
 
  private:
@@ -120,6 +137,8 @@ template <DeviceOp Op>
   return ChainOp<Op>(std::move(ops));
 }
 
+/// `map(a, f)`: a, then `f` called on the host with a's output (or with nothing when a's is void). `f` runs when
+/// the op executes: at record time for a graph, never on replay. A GraphNode when a is.
 template <DeviceOp A, class F>
 class [[nodiscard]] MapOp : public OpBase<MapOp<A, F>>, public detail::CompositeTraits<A> {
   template <class Op, class Fn>
@@ -133,9 +152,13 @@ class [[nodiscard]] MapOp : public OpBase<MapOp<A, F>>, public detail::Composite
   };
 
  public:
+  /// What `f` returns.
   using Output = typename Result<A, F>::type;
 
+  /// Made by `map(a, f)`.
   MapOp(A a, F f) : a_(std::move(a)), f_(std::move(f)) {}
+  /// Executes a, then returns `f(output of a)`. `f` does not wait for the GPU: it sees a's output value (a
+  /// buffer, a span), not the results of a's work.
   Output execute(ExecContext& ctx) const {
     if constexpr (std::is_void_v<typename A::Output>) {
       a_.execute(ctx);

@@ -21,6 +21,8 @@
 
 namespace lazygraph {
 
+/// A value that describes GPU work: a member type `Output` and a const `execute(ExecContext&)` returning it.
+/// Building one runs nothing; `sync_on(stream)` (from OpBase) runs it, Scope::record records it.
 template <class Op>
 concept DeviceOp = requires(const Op& op, ExecContext& ctx) {
   typename Op::Output;
@@ -32,23 +34,30 @@ template <class Op>
 inline constexpr bool is_graph_node_v = requires {
   requires Op::is_graph_node;
 };
+/// True for an op that allocates device memory (says `allocates_device_memory = true`: zeros, ones, ...).
 template <class Op>
 inline constexpr bool is_allocation_v = requires {
   requires Op::allocates_device_memory;
 };
+/// True for an op that reads or writes host memory (says `transfers_host_memory = true`: host copies).
 template <class Op>
 inline constexpr bool is_host_transfer_v = requires {
   requires Op::transfers_host_memory;
 };
+/// True for a composite with an allocating op among its parts.
 template <class Op>
 inline constexpr bool contains_allocation_v = requires {
   requires Op::contains_allocation;
 };
+/// True for a composite with a host copy among its parts.
 template <class Op>
 inline constexpr bool contains_host_transfer_v = requires {
   requires Op::contains_host_transfer;
 };
 
+/// A DeviceOp that Scope::record accepts: it says `static constexpr bool is_graph_node = true`, which an op may
+/// say only when it neither allocates nor frees device memory, nor synchronizes, nor touches host memory. Not
+/// checked beyond that flag: an op of your own that lies about it breaks the graph's guarantees.
 template <class Op>
 concept GraphNode = DeviceOp<Op> && is_graph_node_v<Op>;
 

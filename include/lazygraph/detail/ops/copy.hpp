@@ -16,15 +16,21 @@
 
 namespace lazygraph {
 
+/// Device to device, made by `copy(dst, src)`: a GraphNode (a memcpy node when recorded). Holds both spans, so
+/// their buffers live as long as the op (and as a graph that recorded it).
 template <class T>
 class [[nodiscard]] DeviceCopyOp : public OpBase<DeviceCopyOp<T>> {
  public:
+  /// No output.
   using Output = void;
+  /// A GraphNode: it neither allocates nor touches host memory.
   static constexpr bool is_graph_node = true;
 
+  /// \throws UsageError when the sizes differ.
   DeviceCopyOp(DeviceSpan<T> dst, DeviceSpan<const T> src) : dst_(std::move(dst)), src_(std::move(src)) {
     if (dst_.size() != src_.size()) detail::throw_size_mismatch("copy (device to device)", dst_.size(), src_.size());
   }
+  /// Submits the copy to `ctx.stream()` (asynchronous).
   void execute(ExecContext& ctx) const {
     ctx.keep_alive(dst_.owner());
     ctx.keep_alive(src_.owner());
@@ -40,12 +46,17 @@ class [[nodiscard]] DeviceCopyOp : public OpBase<DeviceCopyOp<T>> {
 template <class T>
 class [[nodiscard]] UploadOp : public OpBase<UploadOp<T>> {
  public:
+  /// No output.
   using Output = void;
+  /// Marks a host copy: never a GraphNode.
   static constexpr bool transfers_host_memory = true;
 
+  /// \throws UsageError when the sizes differ.
   UploadOp(DeviceSpan<T> dst, std::span<const T> src) : dst_(std::move(dst)), src_(src) {
     if (dst_.size() != src_.size()) detail::throw_size_mismatch("copy (host to device)", dst_.size(), src_.size());
   }
+  /// Submits the copy to `ctx.stream()`. Pageable `src` memory has been read when this returns; pinned memory is
+  /// read when the stream gets there (memcpy.hpp).
   void execute(ExecContext& ctx) const {
     ctx.keep_alive(dst_.owner());
     copy_async(ctx.stream(), dst_, src_);
@@ -60,12 +71,16 @@ class [[nodiscard]] UploadOp : public OpBase<UploadOp<T>> {
 template <class T>
 class [[nodiscard]] DownloadOp : public OpBase<DownloadOp<T>> {
  public:
+  /// No output.
   using Output = void;
+  /// Marks a host copy: never a GraphNode.
   static constexpr bool transfers_host_memory = true;
 
+  /// \throws UsageError when the sizes differ.
   DownloadOp(std::span<T> dst, DeviceSpan<const T> src) : dst_(dst), src_(std::move(src)) {
     if (dst_.size() != src_.size()) detail::throw_size_mismatch("copy (device to host)", dst_.size(), src_.size());
   }
+  /// Submits the copy to `ctx.stream()`: `dst` holds the data once the stream has passed it (sync_on waits).
   void execute(ExecContext& ctx) const {
     ctx.keep_alive(src_.owner());
     copy_async(ctx.stream(), dst_, src_);

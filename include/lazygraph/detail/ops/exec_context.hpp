@@ -10,6 +10,9 @@
 
 namespace lazygraph {
 
+/// What ops execute against (see the file comment). sync_on, Scope and CudaGraph make one; an op of your own
+/// only receives it in `execute`.
+///
 /// Exception safety: if an op throws during execution, the context stays consistent; side streams already
 /// forked are joined back by the `all` op before it rethrows.
 class ExecContext {
@@ -20,7 +23,9 @@ class ExecContext {
   ExecContext& operator=(const ExecContext&) = delete;
   ~ExecContext();
 
+  /// The stream to submit work to now: the context's own, or inside a fork_join branch, that branch's.
   [[nodiscard]] const Stream& stream() const noexcept { return *current_; }
+  /// True while a graph is recorded: submitted work becomes graph nodes instead of running.
   [[nodiscard]] bool recording() const noexcept { return recording_; }
 
   /// Keeps `owner` alive as long as the work that uses it may run: for a graph, as long as the graph lives.

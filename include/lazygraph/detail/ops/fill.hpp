@@ -29,10 +29,14 @@ class [[nodiscard]] FillOp : public OpBase<FillOp<T>> {
                 "fill: the element type must be 1, 2 or 4 bytes (the driver's memset widths); use a kernel otherwise");
 
  public:
+  /// No output.
   using Output = void;
+  /// A GraphNode: a memset allocates nothing and touches no host memory.
   static constexpr bool is_graph_node = true;
 
+  /// Made by `fill(dst, value)`.
   FillOp(DeviceSpan<T> dst, T value) : dst_(std::move(dst)), pattern_(detail::bit_pattern(value)) {}
+  /// Submits the memset to `ctx.stream()` (nothing for an empty span).
   void execute(ExecContext& ctx) const {
     ctx.keep_alive(dst_.owner());
     if (!dst_.empty()) detail::fill_async(ctx.stream(), dst_.address(), pattern_, sizeof(T), dst_.size());
@@ -43,6 +47,8 @@ class [[nodiscard]] FillOp : public OpBase<FillOp<T>> {
   unsigned pattern_;
 };
 
+/// Sets every element of `dst` to `value` when executed. T must be 1, 2 or 4 bytes wide, and `dst` writable
+/// (both are compile errors otherwise).
 template <class T>
 [[nodiscard]] FillOp<T> fill(DeviceSpan<T> dst, std::type_identity_t<T> value) {
   static_assert(!std::is_const_v<T>,
@@ -54,16 +60,22 @@ template <class T>
 template <class T>
 class [[nodiscard]] ValueOp : public OpBase<ValueOp<T>> {
  public:
+  /// A copy of the value.
   using Output = T;
+  /// A GraphNode: it does no GPU work at all.
   static constexpr bool is_graph_node = true;
 
+  /// Made by `value(v)`.
   explicit ValueOp(T v) : value_(std::move(v)) {}
+  /// Returns a copy of the value; submits nothing.
   T execute(ExecContext& /*ctx*/) const { return value_; }
 
  private:
   T value_;
 };
 
+/// `v` as an op whose output is (a copy of) `v`: to give a host value to `>>`, `all` or `map`, or to return it
+/// from a recorded expression.
 template <class T>
 [[nodiscard]] ValueOp<std::decay_t<T>> value(T&& v) {
   return ValueOp<std::decay_t<T>>(std::forward<T>(v));
