@@ -50,8 +50,14 @@ def main() -> int:
             for line in f:
                 r = json.loads(line)
                 # Meson names a test "PROJECT:SUITE / NAME" (its first suite)
-                suite_part, _, name = r["name"].rpartition(" / ")
-                suite = suite_part.split(":")[-1] or "?"
+                # (newer Meson: "SUITE - PROJECT:NAME"); the record's own "suite" list says it in both.
+                full = r["name"]
+                name = full.rpartition(" / ")[2] if " / " in full else full.split(":")[-1]
+                if r.get("suite"):
+                    suite = r["suite"][0].split(":")[-1] or "?"
+                else:
+                    suite_part, _, _ = r["name"].rpartition(" / ")
+                    suite = suite_part.split(":")[-1] or "?"
                 s = suites.setdefault(suite, {"passed": 0, "failed": 0, "skipped": 0, "cases": 0, "not_run": 0})
                 kind = outcome(r["result"])
                 s[kind] += 1
