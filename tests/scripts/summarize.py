@@ -49,15 +49,20 @@ def main() -> int:
         with open(log, encoding="utf-8") as f:
             for line in f:
                 r = json.loads(line)
-                # Meson names a test "PROJECT:SUITE / NAME" (its first suite)
-                # (newer Meson: "SUITE - PROJECT:NAME"); the record's own "suite" list says it in both.
+                # Meson 1.0 names a test "PROJECT:SUITE / NAME" (its first suite), newer ones "SUITE - PROJECT:NAME";
+                # a record's own "suite" list, where there is one, says it too.
                 full = r["name"]
-                name = full.rpartition(" / ")[2] if " / " in full else full.split(":")[-1]
-                if r.get("suite"):
-                    suite = r["suite"][0].split(":")[-1] or "?"
+                if " / " in full:
+                    suite_part, _, name = full.rpartition(" / ")
+                    suite = suite_part.split(":")[-1]
+                elif " - " in full:
+                    suite, _, rest = full.partition(" - ")
+                    name = rest.split(":")[-1]
                 else:
-                    suite_part, _, _ = r["name"].rpartition(" / ")
-                    suite = suite_part.split(":")[-1] or "?"
+                    suite, name = "", full.split(":")[-1]
+                if r.get("suite"):
+                    suite = r["suite"][0].split(":")[-1]
+                suite = suite or "?"
                 s = suites.setdefault(suite, {"passed": 0, "failed": 0, "skipped": 0, "cases": 0, "not_run": 0})
                 kind = outcome(r["result"])
                 s[kind] += 1
