@@ -27,9 +27,9 @@ TEST_SUITE("gpu") {
   TEST_CASE("a moved-from Device is still the same, usable device") {
     Device a = lgtest::device();
     const Device b = std::move(a);
-    CHECK(a == b);  // NOLINT(bugprone-use-after-move): moving a Device copies it
-    CHECK(a.name() == b.name());  // NOLINT(bugprone-use-after-move)
-    Stream s = a.create_stream();  // NOLINT(bugprone-use-after-move)
+    CHECK(a == b);                      // NOLINT(bugprone-use-after-move): moving a Device copies it
+    CHECK(a.name() == b.name());        // NOLINT(bugprone-use-after-move)
+    Stream s = a.create_stream();       // NOLINT(bugprone-use-after-move)
     DeviceBuffer<float> buffer(a, 16);  // NOLINT(bugprone-use-after-move)
     fill(buffer.view(), 2.0F).sync_on(s);
     CHECK(lgtest::to_host(s, buffer.cview())[15] == 2.0F);

@@ -35,13 +35,11 @@ struct OtherCode {
     REQUIRE(get<decltype(&cuCtxCreate)>("cuCtxCreate", CUDA_VERSION)(&ctx, nullptr, 0, dev) == CUDA_SUCCESS);
     return ctx;
   }
-  void destroy_context(CUcontext ctx) const {
-    (void)get<decltype(&cuCtxDestroy)>("cuCtxDestroy", 4000)(ctx);
-  }
+  void destroy_context(CUcontext ctx) const { (void)get<decltype(&cuCtxDestroy)>("cuCtxDestroy", 4000)(ctx); }
   CUcontext context_of(CUdeviceptr p) const {
     CUcontext ctx = nullptr;
-    REQUIRE(get<decltype(&cuPointerGetAttribute)>("cuPointerGetAttribute", 4000)(
-                &ctx, CU_POINTER_ATTRIBUTE_CONTEXT, p) == CUDA_SUCCESS);
+    REQUIRE(get<decltype(&cuPointerGetAttribute)>("cuPointerGetAttribute", 4000)(&ctx, CU_POINTER_ATTRIBUTE_CONTEXT,
+                                                                                 p) == CUDA_SUCCESS);
     return ctx;
   }
 };
@@ -105,7 +103,7 @@ TEST_SUITE("gpu") {
     REQUIRE(other.lib != nullptr);
     Stream& s = lgtest::stream();
     DeviceBuffer<float> warm(lgtest::device(), 4);  // lazygraph's context is current on this thread now
-    other.set_current(nullptr);                      // other code unbinds it behind lazygraph's back
+    other.set_current(nullptr);                     // other code unbinds it behind lazygraph's back
     DeviceBuffer<float> a(lgtest::device(), 1024);
     CHECK(other.context_of(a.view().address()) == lgtest::device().context());
     fill(a.view(), 1.5F).sync_on(s);

@@ -45,7 +45,7 @@ TEST_SUITE("gpu") {
     const auto first = lgtest::random_floats(n);
     const auto second = lgtest::random_floats(n);
     graph.update(copy(in.view(), first));
-    graph.launch_on(other);                  // still spinning when the next update is queued
+    graph.launch_on(other);                 // still spinning when the next update is queued
     graph.update(copy(in.view(), second));  // must not overwrite the input the replay above reads
     other.synchronize();
     CHECK(lgtest::to_host(s, out.cview()) == first);
@@ -120,7 +120,7 @@ TEST_SUITE("gpu") {
       // Work on an unrelated stream that runs for ~2 s: the destructor must not wait for it.
       slow_copy().launch(unrelated, grid_for(n, 256), in.cview(), busy_out.view(), n, slow_cycles * 20);
     }
-    CHECK(other.query());       // the graph's replay finished before the graph went
+    CHECK(other.query());            // the graph's replay finished before the graph went
     CHECK_FALSE(unrelated.query());  // the unrelated work did not have to
     unrelated.synchronize();
     CHECK(lgtest::to_host(s, out.cview()) == lgtest::to_host(s, in.cview()));

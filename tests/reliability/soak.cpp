@@ -43,9 +43,9 @@ TEST_SUITE("reliability") {
     const auto k = axpy();
     const auto cycle = [&] {
       DeviceBuffer<float> scratch = zeros<float>(n).sync_on(s);  // a buffer only the graph holds after this
-      auto graph = CudaGraph<>::capture(
-          s, all(k(grid_for(n, 256), 1.0F, x.cview(), y.view(), n), fill(scratch.view(), 2.0F)) >>
-                 copy(scratch.view(), y.cview()));
+      auto graph =
+          CudaGraph<>::capture(s, all(k(grid_for(n, 256), 1.0F, x.cview(), y.view(), n), fill(scratch.view(), 2.0F)) >>
+                                      copy(scratch.view(), y.cview()));
       scratch.reset();
       graph.launch();
     };

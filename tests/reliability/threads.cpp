@@ -140,9 +140,8 @@ TEST_SUITE("reliability") {
           lib.get<void(int)>("noop").launch(s, grid_for(1, 32), 1);
           s.synchronize();  // an eager launch does not keep its module loaded; wait before the library goes
         }
-        auto graph = CudaGraph<>::scope(s, [&](Scope& sc) {
-          sc.record(k(grid_for(n, 256), 2.0F, x.cview(), y.view(), n));
-        });
+        auto graph =
+            CudaGraph<>::scope(s, [&](Scope& sc) { sc.record(k(grid_for(n, 256), 2.0F, x.cview(), y.view(), n)); });
         graph.launch();
         if (lgtest::to_host(s, y.cview())[n - 1] == 2.0F) good.fetch_add(1);
       }
