@@ -18,6 +18,11 @@ lazygraph::Stream& stream();
 /// A fresh, empty directory under the build tree, unique to this call.
 std::filesystem::path scratch_directory(const std::string& label);
 
+/// Options for a KernelLibrary of the test's own kernel sources (no headers), cached in `cache` (empty: no
+/// disk cache).
+lazygraph::KernelLibraryOptions own_kernels(std::vector<lazygraph::KernelSource> sources,
+                                            std::filesystem::path cache = {});
+
 /// `n` random floats in [-1, 1) from a generator seeded freshly per call (never zeros).
 std::vector<float> random_floats(std::size_t n);
 

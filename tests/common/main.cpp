@@ -47,6 +47,13 @@ std::filesystem::path scratch_directory(const std::string& label) {
   return dir;
 }
 
+lazygraph::KernelLibraryOptions own_kernels(std::vector<lazygraph::KernelSource> sources, std::filesystem::path cache) {
+  lazygraph::KernelLibraryOptions opts;
+  opts.cache_directory = std::move(cache);
+  opts.sources = std::move(sources);
+  return opts;
+}
+
 std::vector<float> random_floats(std::size_t n) {
   static std::mt19937_64 rng{std::random_device{}()};
   std::uniform_real_distribution<float> dist(-1.0F, 1.0F);

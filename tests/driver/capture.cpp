@@ -13,9 +13,7 @@ using namespace lazygraph;
 namespace {
 
 KernelLibraryOptions tiny_library() {
-  KernelLibraryOptions opts;
-  opts.cache_directory = std::filesystem::path{};
-  opts.sources = std::vector<KernelSource>{{"tiny.cu", "extern \"C\" __global__ void tiny() {}\n"}};
+  const KernelLibraryOptions opts = lgtest::own_kernels({{"tiny.cu", "extern \"C\" __global__ void tiny() {}\n"}});
   return opts;
 }
 

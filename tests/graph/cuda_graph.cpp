@@ -133,9 +133,7 @@ TEST_SUITE("gpu") {
 
   TEST_CASE("loading a kernel module during a capture fails with an error saying to load it before") {
     Stream& s = lgtest::stream();
-    KernelLibraryOptions opts;
-    opts.cache_directory = std::filesystem::path{};
-    opts.sources = std::vector<KernelSource>{{"late.cu", "extern \"C\" __global__ void late() {}\n"}};
+    const KernelLibraryOptions opts = lgtest::own_kernels({{"late.cu", "extern \"C\" __global__ void late() {}\n"}});
     CHECK_THROWS_WITH_AS(CudaGraph<>::scope(s, [&](Scope&) { KernelLibrary late(lgtest::device(), opts); }),
                          doctest::Contains("before CudaGraph::scope"), CaptureError);
     s.synchronize();

@@ -16,15 +16,14 @@ namespace {
 using SlowCopy = Kernel<void(const float*, float*, int, long long)>;
 SlowCopy slow_copy() {
   static const KernelLibrary library = [] {
-    KernelLibraryOptions opts;
-    opts.cache_directory = lgtest::scratch_directory("slow-copy");
-    opts.sources = std::vector<KernelSource>{
-        {"slow_copy.cu",
-         "extern \"C\" __global__ void slow_copy(const float* in, float* out, int n, long long cycles) {\n"
-         "  const long long start = clock64();\n"
-         "  while (clock64() - start < cycles) {}\n"
-         "  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) out[i] = in[i];\n"
-         "}\n"}};
+    const KernelLibraryOptions opts = lgtest::own_kernels(
+        {{"slow_copy.cu",
+          "extern \"C\" __global__ void slow_copy(const float* in, float* out, int n, long long cycles) {\n"
+          "  const long long start = clock64();\n"
+          "  while (clock64() - start < cycles) {}\n"
+          "  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) out[i] = in[i];\n"
+          "}\n"}},
+        lgtest::scratch_directory("slow-copy"));
     return KernelLibrary(lgtest::device(), opts);
   }();
   return library.get<void(const float*, float*, int, long long)>("slow_copy");

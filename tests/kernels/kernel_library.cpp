@@ -54,11 +54,10 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("a compiled kernel whose declaration cannot be found is an error saying how to declare kernels") {
-    KernelLibraryOptions opts;
-    opts.cache_directory = std::filesystem::path{};
-    opts.sources = std::vector<KernelSource>{{"macro.cu",
-                                              "#define KERNEL(name) extern \"C\" __global__ void name(float* p)\n"
-                                              "KERNEL(hidden) { p[0] = 1.0f; }\n"}};
+    const KernelLibraryOptions opts =
+        lgtest::own_kernels({{"macro.cu",
+                              "#define KERNEL(name) extern \"C\" __global__ void name(float* p)\n"
+                              "KERNEL(hidden) { p[0] = 1.0f; }\n"}});
     const KernelLibrary lib(lgtest::device(), opts);
     REQUIRE(lib.kernel_names() == std::vector<std::string>{"hidden"});
     CHECK_THROWS_WITH_AS((void)lib.get<void(float*)>("hidden"),
@@ -138,15 +137,13 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("a kernel may use more dynamic shared memory than the default once it opts in") {
-    KernelLibraryOptions opts;
-    opts.cache_directory = std::filesystem::path{};
-    opts.sources = std::vector<KernelSource>{
-        {"smem.cu",
-         "extern \"C\" __global__ void reverse_smem(const float* in, float* out, int n) {\n"
-         "  extern __shared__ float tile[];\n"
-         "  for (int i = threadIdx.x; i < n; i += blockDim.x) tile[i] = in[i];\n"
-         "  __syncthreads();\n"
-         "  for (int i = threadIdx.x; i < n; i += blockDim.x) out[i] = tile[n - 1 - i];\n}\n"}};
+    const KernelLibraryOptions opts =
+        lgtest::own_kernels({{"smem.cu",
+                              "extern \"C\" __global__ void reverse_smem(const float* in, float* out, int n) {\n"
+                              "  extern __shared__ float tile[];\n"
+                              "  for (int i = threadIdx.x; i < n; i += blockDim.x) tile[i] = in[i];\n"
+                              "  __syncthreads();\n"
+                              "  for (int i = threadIdx.x; i < n; i += blockDim.x) out[i] = tile[n - 1 - i];\n}\n"}});
     const KernelLibrary lib(lgtest::device(), opts);
     CHECK(lib.stats().compiled == 1);
     const int n = 20'000;  // 80 KB of shared memory: above the 48 KB default
@@ -165,15 +162,14 @@ TEST_SUITE("gpu") {
   TEST_CASE("a second handle's smaller dynamic shared memory launch does not lower the first handle's limit") {
     // Each handle used to keep its own record of the limit: handle 2 set the function's limit to 60 KB while
     // handle 1 believed it was still 100 KB, and handle 1's next 100 KB launch failed (CUDA_ERROR_INVALID_VALUE).
-    KernelLibraryOptions opts;
-    opts.cache_directory = lgtest::scratch_directory("smem-handles");
-    opts.sources = std::vector<KernelSource>{
-        {"smem2.cu",
-         "extern \"C\" __global__ void reverse_through_smem(const float* in, float* out, int n) {\n"
-         "  extern __shared__ float tile[];\n"
-         "  for (int i = threadIdx.x; i < n; i += blockDim.x) tile[i] = in[i];\n"
-         "  __syncthreads();\n"
-         "  for (int i = threadIdx.x; i < n; i += blockDim.x) out[i] = tile[n - 1 - i];\n}\n"}};
+    const KernelLibraryOptions opts = lgtest::own_kernels(
+        {{"smem2.cu",
+          "extern \"C\" __global__ void reverse_through_smem(const float* in, float* out, int n) {\n"
+          "  extern __shared__ float tile[];\n"
+          "  for (int i = threadIdx.x; i < n; i += blockDim.x) tile[i] = in[i];\n"
+          "  __syncthreads();\n"
+          "  for (int i = threadIdx.x; i < n; i += blockDim.x) out[i] = tile[n - 1 - i];\n}\n"}},
+        lgtest::scratch_directory("smem-handles"));
     const KernelLibrary lib(lgtest::device(), opts);
     constexpr int big = 25'600;    // 100 KB of floats
     constexpr int small = 15'360;  // 60 KB: still above the 48 KB default, so handle 2 sets the attribute too
@@ -216,9 +212,7 @@ TEST_SUITE("gpu") {
     REQUIRE(cache.store(key, garbage));
     REQUIRE(cache.load(key).has_value());  // a valid entry as far as the cache can tell
 
-    KernelLibraryOptions opts;
-    opts.cache_directory = dir;
-    opts.sources = std::vector<KernelSource>{source};
+    const KernelLibraryOptions opts = lgtest::own_kernels({source}, dir);
     std::optional<KernelLibrary> lib;
     REQUIRE_NOTHROW(lib.emplace(lgtest::device(), opts));  // threw CudaError (cuModuleLoadData) on every run
     CHECK(lib->stats().compiled == 1);
@@ -238,17 +232,14 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("a kernel source that does not compile fails the library with the file and the log") {
-    KernelLibraryOptions opts;
-    opts.cache_directory = std::filesystem::path{};
-    opts.sources = std::vector<KernelSource>{{"typo.cu", "extern \"C\" __global__ void k() { int x = ; }\n"}};
+    const KernelLibraryOptions opts =
+        lgtest::own_kernels({{"typo.cu", "extern \"C\" __global__ void k() { int x = ; }\n"}});
     CHECK_THROWS_WITH_AS(KernelLibrary(lgtest::device(), opts), doctest::Contains("typo.cu"), CompileError);
   }
 
   TEST_CASE("two kernel files defining one kernel name are rejected") {
-    KernelLibraryOptions opts;
-    opts.cache_directory = std::filesystem::path{};
-    opts.sources = std::vector<KernelSource>{{"one.cu", "extern \"C\" __global__ void same() {}\n"},
-                                             {"two.cu", "extern \"C\" __global__ void same() {}\n"}};
+    const KernelLibraryOptions opts = lgtest::own_kernels({{"one.cu", "extern \"C\" __global__ void same() {}\n"},
+                                                           {"two.cu", "extern \"C\" __global__ void same() {}\n"}});
     CHECK_THROWS_WITH_AS(KernelLibrary(lgtest::device(), opts), doctest::Contains("defined in both"), UsageError);
   }
 }

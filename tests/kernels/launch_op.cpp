@@ -28,13 +28,12 @@ TEST_SUITE("gpu") {
     std::weak_ptr<const LoadedModule> module;
     std::optional<CudaGraph<>> graph;
     {
-      KernelLibraryOptions opts;
-      opts.cache_directory = lgtest::scratch_directory("launch-op");
-      opts.sources =
-          std::vector<KernelSource>{{"scale.cu",
-                                     "extern \"C\" __global__ void scale_in_place(float* p, float factor, int n) {\n"
-                                     "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
-                                     "  if (i < n) p[i] *= factor;\n}\n"}};
+      const KernelLibraryOptions opts =
+          lgtest::own_kernels({{"scale.cu",
+                                "extern \"C\" __global__ void scale_in_place(float* p, float factor, int n) {\n"
+                                "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                                "  if (i < n) p[i] *= factor;\n}\n"}},
+                              lgtest::scratch_directory("launch-op"));
       auto library = std::make_unique<KernelLibrary>(lgtest::device(), opts);
       auto kernel = std::make_optional(library->get<Scale>("scale_in_place"));
       module = kernel->info()->module;

@@ -133,9 +133,8 @@ TEST_SUITE("reliability") {
       for (int round = 0; round < 20; ++round) {
         DeviceBuffer<float> y = zeros<float>(n).sync_on(s);  // allocations while other threads capture
         if (t == 0 && round % 5 == 0) {                      // and a module load
-          KernelLibraryOptions opts;
-          opts.cache_directory = lgtest::scratch_directory("threads");
-          opts.sources = std::vector<KernelSource>{{"noop.cu", "extern \"C\" __global__ void noop(int n) {}\n"}};
+          const KernelLibraryOptions opts = lgtest::own_kernels(
+              {{"noop.cu", "extern \"C\" __global__ void noop(int n) {}\n"}}, lgtest::scratch_directory("threads"));
           const KernelLibrary lib(lgtest::device(), opts);
           lib.get<void(int)>("noop").launch(s, grid_for(1, 32), 1);
           s.synchronize();  // an eager launch does not keep its module loaded; wait before the library goes
