@@ -90,6 +90,13 @@ bool capture_abandon_no_throw(CUstream stream) noexcept {
   return true;
 }
 
+void capture_add_node(CUcontext ctx, CUstream stream, CUgraphNodeParams* params, std::string_view object) {
+  const CaptureFrontier f = capture_frontier(ctx, stream);
+  CUgraphNode node = graph_add_node(f.graph, f.dependencies.data(), f.edges.empty() ? nullptr : f.edges.data(),
+                                    f.dependencies.size(), params, object);
+  capture_set_frontier(ctx, stream, node);
+}
+
 bool capture_registered(CUstream stream) noexcept { return registry().contains(stream); }
 
 std::string module_load_forbidden_reason() { return registry().forbidden_reason(); }

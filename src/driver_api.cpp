@@ -81,7 +81,16 @@ namespace {
   X(cuGraphNodeGetType)                  \
   X(cuGraphGetEdges)                     \
   X(cuGraphDebugDotPrint)                \
-  X(cuGraphExecUpdate)
+  X(cuGraphExecUpdate)                    \
+  X(cuGraphCreate)                        \
+  X(cuGraphAddNode)                       \
+  X(cuGraphExecNodeSetParams)             \
+  X(cuGraphNodeGetDependencies)           \
+  X(cuGraphKernelNodeGetParams)           \
+  X(cuLaunchHostFunc)                     \
+  X(cuEventRecordWithFlags)               \
+  X(cuStreamGetCaptureInfo)               \
+  X(cuStreamUpdateCaptureDependencies)
 
 struct EntryPoints {
 #define LAZYGRAPH_DECLARE(fn) decltype(&::fn) fn = nullptr;  // NOLINT(bugprone-macro-parentheses): a name
@@ -689,11 +698,11 @@ CUstreamCaptureStatus capture_status_no_throw(CUcontext ctx, CUstream stream) no
   return answered ? s : CU_STREAM_CAPTURE_STATUS_ACTIVE;
 }
 
-CUgraphExec graph_instantiate(CUcontext ctx, CUgraph graph, std::string_view object) {
+CUgraphExec graph_instantiate(CUcontext ctx, CUgraph graph, unsigned long long flags, std::string_view object) {
   const EntryPoints& a = api();
   const ContextScope scope(a, ctx);
   CUgraphExec exec = nullptr;
-  check(a.cuGraphInstantiateWithFlags(&exec, graph, 0), "cuGraphInstantiateWithFlags", object);
+  check(a.cuGraphInstantiateWithFlags(&exec, graph, flags), "cuGraphInstantiateWithFlags", object);
   count(counters.graph_execs, 1);
   return exec;
 }
@@ -758,14 +767,101 @@ void graph_write_dot(CUgraph graph, const std::string& path) {
         path);
 }
 
-bool graph_exec_update(CUcontext ctx, CUgraphExec exec, CUgraph graph) {
+ExecUpdateOutcome graph_exec_update(CUcontext ctx, CUgraphExec exec, CUgraph graph) {
   const EntryPoints& a = api();
   const ContextScope scope(a, ctx);
   CUgraphExecUpdateResultInfo info{};
   const CUresult r = a.cuGraphExecUpdate(exec, graph, &info);
-  if (r == CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE) return false;
-  check(r, "cuGraphExecUpdate", "CudaGraph");
-  return true;
+  if (r != CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE) check(r, "cuGraphExecUpdate", "CudaGraph");
+  return {r == CUDA_SUCCESS, info.result, info.errorNode};
+}
+
+CUgraph graph_create() {
+  CUgraph graph = nullptr;
+  check(api().cuGraphCreate(&graph, 0), "cuGraphCreate", "CudaGraph::build");
+  count(counters.graphs, 1);
+  return graph;
+}
+
+CUgraphNode graph_add_node(CUgraph graph, const CUgraphNode* dependencies, const CUgraphEdgeData* edges,
+                           std::size_t count, CUgraphNodeParams* params, std::string_view object) {
+  CUgraphNode node = nullptr;
+  const CUresult r = api().cuGraphAddNode(&node, graph, dependencies, edges, count, params);
+  if (r != CUDA_SUCCESS) [[unlikely]]
+    throw_error(r, "cuGraphAddNode", object);
+  return node;
+}
+
+void graph_exec_set_node_params(CUcontext ctx, CUgraphExec exec, CUgraphNode node, CUgraphNodeParams* params,
+                                std::string_view object) {
+  const EntryPoints& a = api();
+  const ContextScope scope(a, ctx);
+  const CUresult r = a.cuGraphExecNodeSetParams(exec, node, params);
+  if (r != CUDA_SUCCESS) [[unlikely]]
+    throw_error(r, "cuGraphExecNodeSetParams", object);
+}
+
+std::vector<NodeDependency> graph_node_dependencies(CUgraphNode node) {
+  const EntryPoints& a = api();
+  std::size_t n = 0;
+  check(a.cuGraphNodeGetDependencies(node, nullptr, nullptr, &n), "cuGraphNodeGetDependencies", "CudaGraph node");
+  std::vector<CUgraphNode> from(n);
+  std::vector<CUgraphEdgeData> data(n);
+  if (n > 0) {
+    check(a.cuGraphNodeGetDependencies(node, from.data(), data.data(), &n), "cuGraphNodeGetDependencies",
+          "CudaGraph node");
+  }
+  std::vector<NodeDependency> deps(n);
+  for (std::size_t i = 0; i < n; ++i) deps[i] = {from[i], data[i]};
+  return deps;
+}
+
+CUfunction graph_kernel_node_function(CUgraphNode node) {
+  CUDA_KERNEL_NODE_PARAMS params{};
+  check(api().cuGraphKernelNodeGetParams(node, &params), "cuGraphKernelNodeGetParams", "CudaGraph node");
+  return params.func;
+}
+
+void launch_host_function(CUcontext ctx, CUstream stream, CUhostFn fn, void* user_data) {
+  const EntryPoints& a = api();
+  const ContextScope scope(a, ctx);
+  check(a.cuLaunchHostFunc(stream, fn, user_data), "cuLaunchHostFunc", "host_call");
+}
+
+void event_record_with_flags(CUcontext ctx, CUevent event, CUstream stream, unsigned flags) {
+  const EntryPoints& a = api();
+  const ContextScope scope(a, ctx);
+  check(a.cuEventRecordWithFlags(event, stream, flags), "cuEventRecordWithFlags", "Event");
+}
+
+void stream_wait_event_with_flags(CUcontext ctx, CUstream stream, CUevent event, unsigned flags) {
+  const EntryPoints& a = api();
+  const ContextScope scope(a, ctx);
+  check(a.cuStreamWaitEvent(stream, event, flags), "cuStreamWaitEvent", "Stream");
+}
+
+CaptureFrontier capture_frontier(CUcontext ctx, CUstream stream) {
+  const EntryPoints& a = api();
+  const ContextScope scope(a, ctx);
+  CUstreamCaptureStatus status{};
+  cuuint64_t id = 0;
+  CaptureFrontier f;
+  const CUgraphNode* deps = nullptr;
+  const CUgraphEdgeData* edges = nullptr;
+  std::size_t n = 0;
+  check(a.cuStreamGetCaptureInfo(stream, &status, &id, &f.graph, &deps, &edges, &n), "cuStreamGetCaptureInfo",
+        "Stream");
+  if (status != CU_STREAM_CAPTURE_STATUS_ACTIVE) throw_error(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "cuStreamGetCaptureInfo", "Stream");
+  f.dependencies.assign(deps, deps + n);
+  if (edges != nullptr) f.edges.assign(edges, edges + n);
+  return f;
+}
+
+void capture_set_frontier(CUcontext ctx, CUstream stream, CUgraphNode node) {
+  const EntryPoints& a = api();
+  const ContextScope scope(a, ctx);
+  check(a.cuStreamUpdateCaptureDependencies(stream, &node, nullptr, 1, CU_STREAM_SET_CAPTURE_DEPENDENCIES),
+        "cuStreamUpdateCaptureDependencies", "Stream");
 }
 
 // ------------------------------------------------------------------------------------------------------------

@@ -1,10 +1,60 @@
 #include "lazygraph/detail/ops/exec_context.hpp"
 
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "lazygraph/detail/driver/capture.hpp"
+#include "lazygraph/detail/driver/driver_api.hpp"
+#include "lazygraph/detail/driver/error.hpp"
+
 namespace lazygraph {
 
-ExecContext::ExecContext(const Stream& stream, bool recording) : current_(&stream), recording_(recording) {}
+namespace drv = detail::driver;
+
+void HostCallErrors::report(std::string_view name, std::exception_ptr error) noexcept {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  if (error_) return;
+  error_ = std::move(error);
+  try {
+    name_.assign(name);
+  } catch (...) {  // NOLINT(bugprone-empty-catch): the error itself is kept; only its label is lost
+  }
+}
+
+void HostCallErrors::rethrow_pending() {
+  std::exception_ptr error;
+  std::string name;
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (!error_) return;
+    error = std::exchange(error_, nullptr);
+    name = std::move(name_);
+  }
+  std::string what = "an exception that is not a std::exception";
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    what = e.what();
+  } catch (...) {  // NOLINT(bugprone-empty-catch): described above
+  }
+  throw HostCallError("host_call \"" + name + "\" threw while the stream or graph ran it: " + what);
+}
+
+ExecContext::ExecContext(const Stream& stream, bool recording, std::shared_ptr<HostCallErrors> host_errors)
+    : current_(&stream), recording_(recording), host_errors_(std::move(host_errors)) {}
+
+ExecContext::ExecContext(const Stream& stream, detail::NodePlan& plan, std::shared_ptr<HostCallErrors> host_errors)
+    : current_(&stream), recording_(true), plan_(&plan), host_errors_(std::move(host_errors)) {
+  plan.context = stream.device().context();
+}
 
 ExecContext::~ExecContext() = default;
+
+const std::shared_ptr<HostCallErrors>& ExecContext::host_errors() {
+  if (!host_errors_) host_errors_ = std::make_shared<HostCallErrors>();
+  return host_errors_;
+}
 
 void ExecContext::keep_alive(const std::shared_ptr<const void>& owner) {
   if (!owner) return;
@@ -17,6 +67,111 @@ void ExecContext::keep_alive(const std::shared_ptr<const void>& owner) {
   owners_.push_back(owner);
 }
 
+void ExecContext::add_planned(detail::PlannedNode node) {
+  const std::uint32_t index = plan_->add(node, frontier_);
+  frontier_.assign(1, index);
+}
+
+void ExecContext::launch(const KernelSubmission& k) {
+  if (plan_ != nullptr) {
+    detail::PlannedNode node;
+    node.type = CU_GRAPH_NODE_TYPE_KERNEL;
+    node.function = k.function;
+    node.shape = k.shape;
+    node.name = k.name;
+    plan_->store_arguments(node, k.args, k.arg_sizes, k.arg_count);
+    add_planned(node);
+    return;
+  }
+  drv::launch_kernel(current_->device().context(), k.function, k.shape, current_->get(), k.args, k.name);
+}
+
+void ExecContext::copy(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes) {
+  if (bytes == 0) return;
+  if (plan_ != nullptr) {
+    detail::PlannedNode node;
+    node.type = CU_GRAPH_NODE_TYPE_MEMCPY;
+    node.dst = dst;
+    node.src = src;
+    node.bytes = bytes;
+    add_planned(node);
+    return;
+  }
+  drv::copy_device_to_device(current_->device().context(), dst, src, bytes, current_->get());
+}
+
+void ExecContext::fill(CUdeviceptr dst, unsigned pattern, std::size_t element_size, std::size_t count) {
+  if (count == 0) return;
+  if (plan_ != nullptr) {
+    detail::PlannedNode node;
+    node.type = CU_GRAPH_NODE_TYPE_MEMSET;
+    node.dst = dst;
+    node.pattern = pattern;
+    node.element_size = static_cast<unsigned>(element_size);
+    node.bytes = count;
+    add_planned(node);
+    return;
+  }
+  drv::fill(current_->device().context(), dst, pattern, element_size, count, current_->get());
+}
+
+void ExecContext::host_function(CUhostFn fn, void* data, std::string_view name) {
+  if (plan_ != nullptr) {
+    detail::PlannedNode node;
+    node.type = CU_GRAPH_NODE_TYPE_HOST;
+    node.host_function = fn;
+    node.host_data = data;
+    node.name = name;
+    add_planned(node);
+    return;
+  }
+  drv::launch_host_function(current_->device().context(), current_->get(), fn, data);
+}
+
+void ExecContext::child_graph(CUgraph graph) {
+  if (plan_ != nullptr) {
+    detail::PlannedNode node;
+    node.type = CU_GRAPH_NODE_TYPE_GRAPH;
+    node.child = graph;
+    add_planned(node);
+    return;
+  }
+  if (!recording_) {
+    throw UsageError("ExecContext::child_graph: a child graph is a node of another graph; launch it instead");
+  }
+  CUgraphNodeParams params{};
+  params.type = CU_GRAPH_NODE_TYPE_GRAPH;
+  params.graph.graph = graph;
+  drv::capture_add_node(current_->device().context(), current_->get(), &params, "child graph");
+}
+
+void ExecContext::record_event(CUevent event) {
+  if (plan_ != nullptr) {
+    detail::PlannedNode node;
+    node.type = CU_GRAPH_NODE_TYPE_EVENT_RECORD;
+    node.event = event;
+    add_planned(node);
+    return;
+  }
+  if (recording_) {
+    drv::event_record_with_flags(current_->device().context(), event, current_->get(), CU_EVENT_RECORD_EXTERNAL);
+  } else {
+    drv::event_record(current_->device().context(), event, current_->get());
+  }
+}
+
+void ExecContext::wait_event(CUevent event) {
+  if (plan_ != nullptr) {
+    detail::PlannedNode node;
+    node.type = CU_GRAPH_NODE_TYPE_WAIT_EVENT;
+    node.event = event;
+    add_planned(node);
+    return;
+  }
+  drv::stream_wait_event_with_flags(current_->device().context(), current_->get(), event,
+                                    recording_ ? CU_EVENT_WAIT_EXTERNAL : 0);
+}
+
 const Stream& ExecContext::side_stream(std::size_t index) {
   while (side_streams_.size() <= index) {
     side_streams_.push_back(std::make_unique<Stream>(Stream::pooled(current_->device())));
@@ -25,7 +180,13 @@ const Stream& ExecContext::side_stream(std::size_t index) {
 }
 
 ExecContext::Fork ExecContext::begin_fork(std::size_t count) {
-  Fork fork{current_, side_streams_in_use_, count};
+  Fork fork{current_, side_streams_in_use_, count, {}, {}};
+  if (plan_ != nullptr) {
+    // Every branch starts from the nodes so far; the join depends on each branch's last nodes (a branch that
+    // added none contributes the start), as stream capture's fork and join events make it.
+    fork.start = frontier_;
+    return fork;
+  }
   side_streams_in_use_ += count - 1;
   // The side streams start after everything already submitted to the origin (when recording, this wait is
   // what pulls them into the capture).
@@ -35,7 +196,26 @@ ExecContext::Fork ExecContext::begin_fork(std::size_t count) {
   return fork;
 }
 
+void ExecContext::enter_branch(Fork& fork, std::size_t index) {
+  if (plan_ != nullptr) {
+    frontier_ = fork.start;
+    return;
+  }
+  current_ = index == 0 ? fork.origin : &side_stream(fork.first_side + index - 1);
+}
+
+void ExecContext::leave_branch(Fork& fork) {
+  if (plan_ == nullptr) return;
+  for (const std::uint32_t n : frontier_) {
+    if (std::find(fork.joined.begin(), fork.joined.end(), n) == fork.joined.end()) fork.joined.push_back(n);
+  }
+}
+
 void ExecContext::end_fork(Fork& fork) {
+  if (plan_ != nullptr) {
+    frontier_ = std::move(fork.joined);
+    return;
+  }
   // The origin continues only after every branch (when recording, this joins the branches back).
   for (std::size_t i = 1; i < fork.count; ++i) {
     Event& joined = events_.emplace_back(current_->device(), false);

@@ -1,9 +1,11 @@
+#include <algorithm>
 #include <array>
 #include <string>
 
 #include "lazygraph/detail/driver/capture.hpp"
 #include "lazygraph/detail/driver/driver_api.hpp"
 #include "lazygraph/detail/driver/error.hpp"
+#include "lazygraph/detail/graph/graph_build.hpp"
 #include "lazygraph/detail/graph/graph_state.hpp"
 
 namespace lazygraph {
@@ -43,6 +45,28 @@ const char* to_string(NodeKind kind) noexcept {
       return "other";
   }
   return "other";
+}
+
+const char* to_string(UpdateStatus status) noexcept {
+  switch (status) {
+    case UpdateStatus::applied:
+      return "applied";
+    case UpdateStatus::reinstantiated:
+      return "reinstantiated";
+    case UpdateStatus::topology_changed:
+      return "topology_changed";
+    case UpdateStatus::node_type_changed:
+      return "node_type_changed";
+    case UpdateStatus::function_changed:
+      return "function_changed";
+    case UpdateStatus::parameters_changed:
+      return "parameters_changed";
+    case UpdateStatus::attributes_changed:
+      return "attributes_changed";
+    case UpdateStatus::not_supported:
+      return "not_supported";
+  }
+  return "not_supported";
 }
 
 namespace detail {
@@ -133,15 +157,56 @@ void retire_failed_scope(std::shared_ptr<const void> scope) noexcept {
 }
 
 namespace {
-std::string describe(std::size_t owners) { return "CudaGraph using " + std::to_string(owners) + " buffers"; }
+
+unsigned long long instantiate_flags(const GraphOptions& o) {
+  unsigned long long flags = 0;
+  if (o.auto_free_on_launch) flags |= CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH;
+  if (o.use_node_priority) flags |= CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY;
+  return flags;
+}
+
+UpdateStatus to_status(CUgraphExecUpdateResult r) {
+  switch (r) {
+    case CU_GRAPH_EXEC_UPDATE_SUCCESS:
+      return UpdateStatus::applied;
+    case CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED:
+      return UpdateStatus::topology_changed;
+    case CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED:
+      return UpdateStatus::node_type_changed;
+    case CU_GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED:
+    case CU_GRAPH_EXEC_UPDATE_ERROR_UNSUPPORTED_FUNCTION_CHANGE:
+      return UpdateStatus::function_changed;
+    case CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED:
+      return UpdateStatus::parameters_changed;
+    case CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED:
+      return UpdateStatus::attributes_changed;
+    default:
+      return UpdateStatus::not_supported;
+  }
+}
+
 }  // namespace
 
-GraphState::GraphState(const Device& device, drv::Graph graph, std::vector<std::shared_ptr<const void>> owners,
-                       std::shared_ptr<const void> scope)
-    : stream_(Stream::pooled(device)), graph_(std::move(graph)), owners_(std::move(owners)), scope_(std::move(scope)) {
-  exec_ = drv::GraphExec::instantiate(graph_, device.context(), describe(owners_.size()));
-  drv::graph_upload(device.context(), exec_.native_handle(), stream_.get(), describe(owners_.size()));
-  stream_.synchronize();
+GraphState::GraphState(Stream stream, Recorded recorded, const GraphOptions& options,
+                       std::shared_ptr<HostCallErrors> host_errors)
+    : stream_(std::move(stream)),
+      options_(options),
+      graph_(std::move(recorded.graph)),
+      plan_(std::move(recorded.plan)),
+      nodes_(std::move(recorded.nodes)),
+      owners_(std::make_shared<const Owners>(std::move(recorded.owners))),
+      scope_(std::move(recorded.scope)),
+      host_errors_(host_errors ? std::move(host_errors) : std::make_shared<HostCallErrors>()) {
+  instantiate();
+}
+
+void GraphState::instantiate() {
+  exec_ = drv::GraphExec::instantiate(graph_, stream_.device().context(), "CudaGraph", instantiate_flags(options_));
+  if (options_.upload) {
+    drv::graph_upload(exec_.context(), exec_.native_handle(), stream_.get(), "CudaGraph");
+    stream_.synchronize();
+    uploaded_ = true;
+  }
 }
 
 GraphState::~GraphState() {
@@ -171,7 +236,16 @@ void GraphState::hold_no_throw(DeferredRelease::Owners owners) noexcept {
   }
 }
 
+void GraphState::release_after_replays(DeferredRelease::Owners owners) {
+  // Replays already queued (on any stream) still use what `owners` keep; the graph's stream passes this point
+  // only after all of them.
+  order_after_replays_elsewhere();
+  held_.hold(stream_, std::move(owners));
+  held_.collect();
+}
+
 void GraphState::launch_on(const Stream& stream) {
+  host_errors_->rethrow_pending();
   const std::lock_guard<std::mutex> lock(mutex_);
   CUcontext ctx = exec_.context();
   if (stream.get() == stream_.get()) {
@@ -190,19 +264,135 @@ void GraphState::launch_on(const Stream& stream) {
     replay_elsewhere_pending_ = true;
     launched_elsewhere_ = true;
   }
+  ++replays_;
   updates_pending_ = false;
   held_.collect();
 }
 
 void GraphState::launch_and_wait() {
+  host_errors_->rethrow_pending();
   {
     const std::lock_guard<std::mutex> lock(mutex_);
     drv::graph_launch(exec_.context(), exec_.native_handle(), stream_.get(), "CudaGraph");
+    ++replays_;
     updates_pending_ = false;
   }
   stream_.synchronize();
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    held_.collect();
+  }
+  host_errors_->rethrow_pending();
+}
+
+void GraphState::synchronize() {
+  stream_.synchronize();
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (launched_elsewhere_ && last_replay_elsewhere_) last_replay_elsewhere_->synchronize();
+    held_.collect();
+  }
+  host_errors_->rethrow_pending();
+}
+
+void GraphState::upload(const Stream& stream) {
   const std::lock_guard<std::mutex> lock(mutex_);
-  held_.collect();
+  drv::graph_upload(exec_.context(), exec_.native_handle(), stream.get(), "CudaGraph");
+  uploaded_ = true;
+}
+
+UpdateResult GraphState::replace_plan(NodePlan plan, Owners owners, const UpdateOptions& options) {
+  if (std::optional<UpdateResult> mismatch = plan_mismatch(*plan_, plan)) {
+    if (!options.reinstantiate_on_mismatch) return std::move(*mismatch);
+    std::vector<CUgraphNode> nodes;
+    drv::Graph graph = materialize(plan, nodes);
+    UpdateResult r = reinstantiate(std::move(graph), std::move(owners), std::move(*mismatch));
+    plan_ = std::move(plan);
+    nodes_ = std::move(nodes);
+    return r;
+  }
+  std::size_t changed = 0;
+  UpdateResult r = apply_plan(exec_.native_handle(), nodes_, *plan_, plan, &changed);
+  if (!r.ok()) return r;
+  plan_ = std::move(plan);
+  // Only the executable graph changed; a copy of the template with these parameters is made if one is asked
+  // for (template_graph()).
+  if (changed > 0) {
+    template_stale_ = true;
+    current_template_.reset();
+  }
+  Owners old = *owners_;
+  owners_ = std::make_shared<const Owners>(std::move(owners));
+  release_after_replays(std::move(old));
+  return r;
+}
+
+UpdateResult GraphState::replace_graph(drv::Graph graph, Owners owners, const UpdateOptions& options) {
+  const drv::ExecUpdateOutcome outcome = drv::graph_exec_update(exec_.context(), exec_.native_handle(),
+                                                                graph.native_handle());
+  if (!outcome.applied) {
+    UpdateResult why{to_status(outcome.result), std::nullopt, {}};
+    if (outcome.error_node != nullptr) {
+      const std::vector<CUgraphNode> nodes = drv::graph_nodes(graph.native_handle());
+      const auto it = std::find(nodes.begin(), nodes.end(), outcome.error_node);
+      if (it != nodes.end()) why.node = static_cast<std::size_t>(it - nodes.begin());
+    }
+    why.message = std::string("cuGraphExecUpdate refused the new capture: ") + to_string(why.status) +
+                  (why.node ? " at node " + std::to_string(*why.node) : std::string());
+    if (!options.reinstantiate_on_mismatch) return why;
+    return reinstantiate(std::move(graph), std::move(owners), std::move(why));
+  }
+  graph_ = std::move(graph);
+  Owners old = *owners_;
+  owners_ = std::make_shared<const Owners>(std::move(owners));
+  release_after_replays(std::move(old));
+  return {};
+}
+
+UpdateResult GraphState::reinstantiate(drv::Graph graph, Owners owners, UpdateResult why) {
+  drv::GraphExec exec =
+      drv::GraphExec::instantiate(graph, stream_.device().context(), "CudaGraph", instantiate_flags(options_));
+  if (options_.upload) drv::graph_upload(exec.context(), exec.native_handle(), stream_.get(), "CudaGraph");
+  // Replays already queued still run the old executable graph and read the old buffers: both go once they are
+  // done.
+  Owners old = *owners_;
+  old.push_back(std::make_shared<drv::GraphExec>(std::exchange(exec_, std::move(exec))));
+  old.push_back(std::make_shared<drv::Graph>(std::exchange(graph_, std::move(graph))));
+  owners_ = std::make_shared<const Owners>(std::move(owners));
+  release_after_replays(std::move(old));
+  template_stale_ = false;
+  current_template_.reset();
+  return {UpdateStatus::reinstantiated, why.node, std::move(why.message)};
+}
+
+std::uint64_t GraphState::replay_count() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return replays_;
+}
+
+std::size_t GraphState::owner_count() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return owners_->size();
+}
+
+bool GraphState::uploaded() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return uploaded_;
+}
+
+std::shared_ptr<const GraphState::Owners> GraphState::owners() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return owners_;
+}
+
+CUgraph GraphState::template_graph() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  if (!template_stale_) return current_template_ ? current_template_.native_handle() : graph_.native_handle();
+  // A built graph updated node by node: graph_ still holds the parameters it was built with.
+  std::vector<CUgraphNode> nodes;
+  current_template_ = materialize(*plan_, nodes);
+  template_stale_ = false;
+  return current_template_.native_handle();
 }
 
 std::size_t GraphState::node_count() const { return drv::graph_nodes(graph_.native_handle()).size(); }
@@ -213,13 +403,26 @@ std::vector<NodeKind> GraphState::node_kinds() const {
   return kinds;
 }
 
+std::vector<std::vector<std::size_t>> GraphState::dependencies() const {
+  const std::vector<CUgraphNode> nodes = drv::graph_nodes(graph_.native_handle());
+  std::vector<std::vector<std::size_t>> deps(nodes.size());
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    for (const drv::NodeDependency& d : drv::graph_node_dependencies(nodes[i])) {
+      const auto it = std::find(nodes.begin(), nodes.end(), d.node);
+      deps[i].push_back(static_cast<std::size_t>(it - nodes.begin()));
+    }
+    std::sort(deps[i].begin(), deps[i].end());
+  }
+  return deps;
+}
+
 EdgeCounts GraphState::edge_counts() const {
   const drv::GraphEdgeCounts e = drv::graph_edge_counts(graph_.native_handle());
   return {e.total - e.programmatic, e.programmatic};
 }
 
 void GraphState::write_dot(const std::filesystem::path& path) const {
-  drv::graph_write_dot(graph_.native_handle(), path.string());
+  drv::graph_write_dot(template_graph(), path.string());
 }
 
 }  // namespace detail

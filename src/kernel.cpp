@@ -55,7 +55,7 @@ void validate_launch(const KernelInfo& k, const LaunchConfig& c) {
   }
 }
 
-void launch_kernel(KernelInfo& k, const LaunchConfig& c, CUstream stream, void** args) {
+driver::LaunchShape prepare_launch(KernelInfo& k, const LaunchConfig& c) {
   const int needed = static_cast<int>(c.shared_bytes);
   if (needed > k.dynamic_shared_limit.load(std::memory_order_acquire)) [[unlikely]] {
     // Re-checked under the lock: another thread may have raised it further meanwhile, and setting `needed`
@@ -70,9 +70,7 @@ void launch_kernel(KernelInfo& k, const LaunchConfig& c, CUstream stream, void**
   // Programmatic dependent launch exists from sm_90 on; elsewhere the kernel's wait is a no-op and the launch
   // an ordinary one.
   const bool early = c.early_launch && k.device.compute_capability().major >= 9;
-  const driver::LaunchShape shape{
-      {c.grid.x, c.grid.y, c.grid.z}, {c.block.x, c.block.y, c.block.z}, c.shared_bytes, early};
-  driver::launch_kernel(k.device.context(), k.function, shape, stream, args, k.name);
+  return {{c.grid.x, c.grid.y, c.grid.z}, {c.block.x, c.block.y, c.block.z}, c.shared_bytes, early};
 }
 
 }  // namespace lazygraph::detail

@@ -49,11 +49,3 @@ void copy_d2d(const Stream& s, CUdeviceptr dst, CUdeviceptr src, std::size_t byt
 }
 
 }  // namespace lazygraph::detail
-
-namespace lazygraph::detail {
-
-void fill_async(const Stream& stream, CUdeviceptr dst, unsigned pattern, std::size_t element_size, std::size_t count) {
-  driver::fill(stream.device().context(), dst, pattern, element_size, count, stream.get());
-}
-
-}  // namespace lazygraph::detail

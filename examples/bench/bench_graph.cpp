@@ -85,7 +85,7 @@ struct RawGraph {
       for (int i = 0; i < per_chain; ++i) drv::launch_kernel(ctx, k.info()->function, shape, s.get(), args, "axpy");
     }
     drv::end_capture_no_throw(ctx, s.get(), &graph);
-    exec = drv::graph_instantiate(ctx, graph, "raw");
+    exec = drv::graph_instantiate(ctx, graph, 0, "raw");
     drv::graph_upload(ctx, exec, s.get(), "raw");
     s.synchronize();
   }

@@ -1,8 +1,13 @@
 #pragma once
 /// \file
-/// Layer 4, graphs: Scope, CudaGraph, capture modes and introspection.
+/// Layer 4, graphs: Scope, CudaGraph (capture, build, update_from), DeviceScalar, child graphs,
+/// graph options and introspection.
 
+#include "lazygraph/detail/graph/child_graph.hpp"
 #include "lazygraph/detail/graph/cuda_graph.hpp"
+#include "lazygraph/detail/graph/device_scalar.hpp"
+#include "lazygraph/detail/graph/graph_build.hpp"
+#include "lazygraph/detail/graph/graph_options.hpp"
 #include "lazygraph/detail/graph/graph_state.hpp"
 #include "lazygraph/detail/graph/scope.hpp"
 #include "lazygraph/kernels.hpp"

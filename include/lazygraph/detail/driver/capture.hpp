@@ -9,6 +9,7 @@
 #include <cuda.h>
 
 #include <string>
+#include <string_view>
 
 namespace lazygraph::detail::driver {
 
@@ -24,6 +25,11 @@ CUresult capture_end_no_throw(CUstream stream, CUgraph* graph) noexcept;
 /// For a stream about to be destroyed: ends a registered capture of it and destroys what was captured.
 /// Returns true when there was one.
 bool capture_abandon_no_throw(CUstream stream) noexcept;
+
+/// Adds `params` as a node of the graph `stream` is capturing, after the stream's current work, and makes it
+/// what the stream's next work depends on: for node kinds no stream call records (a child graph).
+/// \throws CudaError when the stream is not capturing or the driver refuses the node.
+void capture_add_node(CUcontext ctx, CUstream stream, CUgraphNodeParams* params, std::string_view object);
 
 /// True while a capture of `stream` begun by capture_begin has not ended.
 [[nodiscard]] bool capture_registered(CUstream stream) noexcept;

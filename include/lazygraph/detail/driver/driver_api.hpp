@@ -134,7 +134,8 @@ CUstreamCaptureStatus capture_status(CUcontext ctx, CUstream stream);
 /// As capture_status; a failed query reads as ACTIVE (callers use it to decide whether a stream is reusable).
 CUstreamCaptureStatus capture_status_no_throw(CUcontext ctx, CUstream stream) noexcept;
 
-CUgraphExec graph_instantiate(CUcontext ctx, CUgraph graph, std::string_view object);
+/// `flags`: CUDA_GRAPH_INSTANTIATE_FLAG_* (auto-free on launch, use node priority).
+CUgraphExec graph_instantiate(CUcontext ctx, CUgraph graph, unsigned long long flags, std::string_view object);
 void graph_upload(CUcontext ctx, CUgraphExec exec, CUstream stream, std::string_view object);
 void graph_launch(CUcontext ctx, CUgraphExec exec, CUstream stream, std::string_view object);
 void graph_destroy_no_throw(CUgraph graph) noexcept;
@@ -147,8 +148,51 @@ struct GraphEdgeCounts {
 };
 GraphEdgeCounts graph_edge_counts(CUgraph graph);
 void graph_write_dot(CUgraph graph, const std::string& path);
-/// Updates `exec` in place from `graph`; false when the topology changed and it must be re-instantiated.
-bool graph_exec_update(CUcontext ctx, CUgraphExec exec, CUgraph graph);
+/// What cuGraphExecUpdate said: `applied`, or why not and at which node of the new graph (may be null).
+struct ExecUpdateOutcome {
+  bool applied = false;
+  CUgraphExecUpdateResult result = CU_GRAPH_EXEC_UPDATE_SUCCESS;
+  CUgraphNode error_node = nullptr;
+};
+/// Updates `exec` in place from `graph` (all or nothing: a refused update leaves `exec` as it was).
+/// \throws CudaError for a failure other than a refused update.
+ExecUpdateOutcome graph_exec_update(CUcontext ctx, CUgraphExec exec, CUgraph graph);
+
+/// An empty graph, to add nodes to.
+CUgraph graph_create();
+/// Adds a node after `count` dependencies (with their edge data; null for full dependencies). `object`
+/// names the node in errors.
+CUgraphNode graph_add_node(CUgraph graph, const CUgraphNode* dependencies, const CUgraphEdgeData* edges,
+                           std::size_t count, CUgraphNodeParams* params, std::string_view object);
+/// Sets the parameters of `node` (of the graph `exec` was instantiated from) in `exec`, for later launches.
+void graph_exec_set_node_params(CUcontext ctx, CUgraphExec exec, CUgraphNode node, CUgraphNodeParams* params,
+                                std::string_view object);
+struct NodeDependency {
+  CUgraphNode node = nullptr;
+  CUgraphEdgeData edge{};
+};
+/// The nodes `node` depends on, with their edges' data, in the driver's order.
+std::vector<NodeDependency> graph_node_dependencies(CUgraphNode node);
+/// The function a kernel node launches.
+CUfunction graph_kernel_node_function(CUgraphNode node);
+
+/// Calls `fn(user_data)` on a driver thread once the stream reaches this point.
+void launch_host_function(CUcontext ctx, CUstream stream, CUhostFn fn, void* user_data);
+/// cuEventRecordWithFlags (CU_EVENT_RECORD_EXTERNAL: a record node when capturing).
+void event_record_with_flags(CUcontext ctx, CUevent event, CUstream stream, unsigned flags);
+/// cuStreamWaitEvent with flags (CU_EVENT_WAIT_EXTERNAL: a wait node when capturing).
+void stream_wait_event_with_flags(CUcontext ctx, CUstream stream, CUevent event, unsigned flags);
+
+/// The graph a capturing stream records into and the nodes its next work will depend on.
+struct CaptureFrontier {
+  CUgraph graph = nullptr;
+  std::vector<CUgraphNode> dependencies;
+  std::vector<CUgraphEdgeData> edges;  ///< empty when all are full dependencies
+};
+/// For capture.cpp only. \throws CudaError when `stream` is not capturing.
+CaptureFrontier capture_frontier(CUcontext ctx, CUstream stream);
+/// Makes `node` the one dependency of the capturing stream's next work. For capture.cpp only.
+void capture_set_frontier(CUcontext ctx, CUstream stream, CUgraphNode node);
 
 /// For tests of failure paths on a real GPU: while an InjectedFault lives, every call of the driver function
 /// `api` (e.g. "cuStreamCreate") made through these wrappers returns `code` instead of running, so a test can

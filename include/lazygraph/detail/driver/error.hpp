@@ -107,4 +107,11 @@ class CaptureError : public Error {
   using Error::Error;
 };
 
+/// A host function (host_call) threw while a graph or stream ran it. It ran on a driver thread, so the error
+/// surfaces at the next launch or synchronize instead; the message names the host call and the original error.
+class HostCallError : public Error {
+ public:
+  using Error::Error;
+};
+
 }  // namespace lazygraph

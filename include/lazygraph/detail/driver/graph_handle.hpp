@@ -43,10 +43,11 @@ class Graph {
 
 class GraphExec {
  public:
-  /// Instantiates `graph` in context `ctx`. `object` names the graph in errors.
-  /// \throws CudaError when instantiation fails (nothing is leaked).
-  [[nodiscard]] static GraphExec instantiate(const Graph& graph, CUcontext ctx, std::string_view object) {
-    return GraphExec(graph_instantiate(ctx, graph.native_handle(), object), ctx);
+  /// Instantiates `graph` in context `ctx` with CUDA_GRAPH_INSTANTIATE_FLAG_* `flags`. `object` names the graph
+  /// in errors. \throws CudaError when instantiation fails (nothing is leaked).
+  [[nodiscard]] static GraphExec instantiate(const Graph& graph, CUcontext ctx, std::string_view object,
+                                             unsigned long long flags = 0) {
+    return GraphExec(graph_instantiate(ctx, graph.native_handle(), flags, object), ctx);
   }
 
   GraphExec() = default;

@@ -1,10 +1,11 @@
 #pragma once
 /// \file
-/// The untyped core of CudaGraph: the capture session, and the captured, instantiated, uploaded graph with
-/// the owners of every buffer (and kernel module) its nodes use.
+/// The untyped core of CudaGraph: the capture session, and the recorded (captured or built), instantiated graph
+/// with the owners of every buffer (and kernel module) its nodes use.
 
 #include <cuda.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <mutex>
@@ -15,16 +16,11 @@
 #include "lazygraph/detail/driver/deferred_release.hpp"
 #include "lazygraph/detail/driver/graph_handle.hpp"
 #include "lazygraph/detail/driver/stream.hpp"
+#include "lazygraph/detail/graph/graph_options.hpp"
 #include "lazygraph/detail/ops/exec_context.hpp"
+#include "lazygraph/detail/ops/node_plan.hpp"
 
 namespace lazygraph {
-
-/// How a capture treats CUDA calls that are unsafe during capture from other threads (cudaStreamCaptureMode).
-enum class CaptureMode {
-  this_thread,  ///< unsafe calls from this thread fail (the default)
-  global,       ///< unsafe calls from any thread fail
-  relaxed,      ///< nothing is checked
-};
 
 /// Where a stream stands with respect to capture.
 enum class CaptureStatus { none, active, invalidated };
@@ -97,30 +93,43 @@ class CaptureSession {
 /// by mistake reports UsageError instead of reading freed memory.
 void retire_failed_scope(std::shared_ptr<const void> scope) noexcept;
 
-/// A captured graph, instantiated and uploaded, with its own stream for replays.
+/// What recording an op produced: the graph, and for a built graph the plan and its node handles.
+struct Recorded {
+  driver::Graph graph;
+  std::optional<NodePlan> plan;   ///< set for built graphs (CudaGraph::build)
+  std::vector<CUgraphNode> nodes;  ///< built graphs: the node of each plan entry
+  std::vector<std::shared_ptr<const void>> owners;
+  std::shared_ptr<const void> scope;  ///< the Scope it was recorded through, if any
+};
+
+/// A recorded graph, instantiated (and by default uploaded), with its own stream for replays.
 ///
-/// Thread safety: launch_on, launch_and_wait and update may be called from several threads at once; each is
-/// atomic with respect to the others (a mutex guards the bookkeeping; the wait of launch_and_wait happens
-/// outside it).
+/// Thread safety: launch_on, launch_and_wait, update, update_from and the accessors may be called from several
+/// threads at once; each is atomic with respect to the others (a mutex guards the bookkeeping; the waits of
+/// launch_and_wait and synchronize happen outside it).
 class GraphState {
  public:
-  /// \param scope the Scope the graph was recorded through, kept so that a reference to it stays valid (and
-  ///              reports UsageError) for as long as the graph lives.
-  GraphState(const Device& device, driver::Graph graph, std::vector<std::shared_ptr<const void>> owners,
-             std::shared_ptr<const void> scope);
+  using Owners = std::vector<std::shared_ptr<const void>>;
+
+  GraphState(Stream stream, Recorded recorded, const GraphOptions& options,
+             std::shared_ptr<HostCallErrors> host_errors);
   ~GraphState();
   GraphState(const GraphState&) = delete;
   GraphState& operator=(const GraphState&) = delete;
 
   void launch_on(const Stream& stream);
   void launch_and_wait();
+  /// Waits for every replay queued so far, on any stream. \throws HostCallError as launch_and_wait.
+  void synchronize();
+  void upload(const Stream& stream);
+
   /// Runs `submit(ExecContext&)` on the graph's stream, ordered after every replay queued so far (on any
   /// stream) and before the next; the owners it records are kept until that work completes.
   template <class F>
   void update(F&& submit) {
     const std::lock_guard<std::mutex> lock(mutex_);
     order_after_replays_elsewhere();
-    ExecContext ctx(stream_, false);
+    ExecContext ctx(stream_, false, host_errors_);
     try {
       submit(ctx);
     } catch (...) {
@@ -132,25 +141,69 @@ class GraphState {
     held_.collect();
   }
 
+  /// Records what `record(ExecContext&)` submits the way this graph was made (planned for a built graph,
+  /// captured otherwise) and puts it in place of the graph's nodes' parameters; see CudaGraph::update_from.
+  template <class F>
+  UpdateResult update_from(F&& record, const UpdateOptions& options) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (built()) {
+      NodePlan plan;
+      ExecContext ctx(stream_, plan, host_errors_);
+      record(ctx);
+      return replace_plan(std::move(plan), ctx.take_owners(), options);
+    }
+    const Stream capture_stream = Stream::pooled(stream_.device());
+    CaptureSession session(capture_stream, options_.mode);
+    ExecContext ctx(capture_stream, true, host_errors_);
+    record(ctx);
+    driver::Graph graph = session.finish();
+    return replace_graph(std::move(graph), ctx.take_owners(), options);
+  }
+
   [[nodiscard]] const Stream& stream() const noexcept { return stream_; }
+  [[nodiscard]] bool built() const noexcept { return plan_.has_value(); }
   [[nodiscard]] std::size_t node_count() const;
   [[nodiscard]] std::vector<NodeKind> node_kinds() const;
   [[nodiscard]] EdgeCounts edge_counts() const;
+  [[nodiscard]] std::vector<std::vector<std::size_t>> dependencies() const;
   void write_dot(const std::filesystem::path& path) const;
+  [[nodiscard]] std::uint64_t replay_count() const;
+  [[nodiscard]] std::size_t owner_count() const;
+  [[nodiscard]] bool uploaded() const;
+  /// The template graph (for embedding it as a child) and, to keep alive with it, its owners as of now.
+  [[nodiscard]] CUgraph template_graph() const;
+  [[nodiscard]] std::shared_ptr<const Owners> owners() const;
+  [[nodiscard]] CUgraphExec native_exec() const noexcept { return exec_.native_handle(); }
 
  private:
   void order_after_replays_elsewhere();
   void hold_no_throw(DeferredRelease::Owners owners) noexcept;
+  void instantiate();
+  void release_after_replays(DeferredRelease::Owners owners);
+  UpdateResult replace_plan(NodePlan plan, Owners owners, const UpdateOptions& options);
+  UpdateResult replace_graph(driver::Graph graph, Owners owners, const UpdateOptions& options);
+  UpdateResult reinstantiate(driver::Graph graph, Owners owners, UpdateResult why);
+  void count_replay(const Stream& stream);
 
   Stream stream_;
-  driver::Graph graph_;
+  GraphOptions options_;
+  driver::Graph graph_;  ///< what exec_ was instantiated from (its nodes are nodes_)
   driver::GraphExec exec_;
-  std::vector<std::shared_ptr<const void>> owners_;
+  std::optional<NodePlan> plan_;
+  std::vector<CUgraphNode> nodes_;
+  /// Built graphs updated in place: graph_ keeps the first parameters, so a copy with the current ones is made
+  /// when one is needed (child graphs), and remade after the next update.
+  mutable driver::Graph current_template_;
+  mutable bool template_stale_ = false;
+  std::shared_ptr<const Owners> owners_;
   std::shared_ptr<const void> scope_;
+  std::shared_ptr<HostCallErrors> host_errors_;
   mutable std::mutex mutex_;
   DeferredRelease held_;               ///< owners of updates, until their copies have run
   std::optional<Event> updates_done_;  ///< recorded on stream_ for a replay elsewhere to wait on
   std::optional<Event> last_replay_elsewhere_;
+  std::uint64_t replays_ = 0;
+  bool uploaded_ = false;
   bool updates_pending_ = false;           ///< updates queued on stream_ since the last replay
   bool replay_elsewhere_pending_ = false;  ///< a replay on another stream that stream_ has not waited for
   bool launched_elsewhere_ = false;

@@ -35,6 +35,9 @@ class Scope {
   typename std::remove_cvref_t<Op>::Output record(Op&& op) {
     if (!open_) [[unlikely]]
       throw_closed();
+    if constexpr (!is_buildable_v<std::remove_cvref_t<Op>>) {
+      if (ctx_->planning()) throw_not_buildable();
+    }
     return std::as_const(op).execute(*ctx_);
   }
 
@@ -66,9 +69,13 @@ class Scope {
                   "Scope::record accepts only GraphNode operations; this op copies to or from host memory, which a "
                   "replay would read or write long after — stage inputs with CudaGraph::update(copy(...)) and read "
                   "outputs after launch()");
+    constexpr bool op_runs_host_code = runs_host_code_v<O>;
+    static_assert(already_explained_before_host_code<O>() || !op_runs_host_code,
+                  "Scope::record accepts only GraphNode operations; this op (or a part of it) is a host_call, which "
+                  "would run host code on every replay — if that is what you want, record allow_in_graph(host_call(...))");
     // Only for an op none of the rules above explains (one of the user's own that did not opt in).
     constexpr bool already_explained = !argument_is_device_op || op_allocates_device_memory ||
-                                       composite_contains_allocation || op_transfers_host_memory;
+                                       composite_contains_allocation || op_transfers_host_memory || op_runs_host_code;
     static_assert(already_explained || is_graph_node_v<O>,
                   "Scope::record accepts only GraphNode operations; this op does not declare itself one — add "
                   "`static constexpr bool is_graph_node = true;` if it neither allocates, frees nor synchronizes");
@@ -82,6 +89,16 @@ class Scope {
   friend class CudaGraph;
   explicit Scope(ExecContext& ctx) : ctx_(&ctx) {}
   void close() noexcept { open_ = false; }
+  template <class O>
+  static constexpr bool already_explained_before_host_code() {
+    return !DeviceOp<O> || is_allocation_v<O> || contains_allocation_v<O> || is_host_transfer_v<O> ||
+           contains_host_transfer_v<O>;
+  }
+  [[noreturn]] static void throw_not_buildable() {
+    throw UsageError(
+        "Scope::record in CudaGraph::build: this op submits work to the stream itself, which only capture can "
+        "record; use CudaGraph::scope, or make the op submit through ExecContext and say builds_without_capture");
+  }
   [[noreturn]] static void throw_closed() {
     throw UsageError("Scope::record called after the capture callback returned; a Scope lives only inside it");
   }

@@ -55,8 +55,8 @@ class Kernel<void(Params...)> {
                   "Kernel launch: the number of arguments must equal the kernel's parameter count; pass exactly "
                   "one argument per parameter of the declared signature");
     detail::validate_launch(*info_, config);
-    auto params = pack(std::index_sequence_for<Params...>{}, args...);
-    launch_packed(stream.get(), config, params, std::index_sequence_for<Params...>{});
+    ExecContext ctx(stream, false);
+    detail::submit_launch(ctx, *info_, config, pack(std::index_sequence_for<Params...>{}, args...));
   }
 
   /// The launch as a lazy op: nothing runs until it is executed (`sync_on`) or recorded into a graph.
@@ -83,14 +83,6 @@ class Kernel<void(Params...)> {
   template <class... Args, std::size_t... I>
   static std::tuple<Params...> pack(std::index_sequence<I...> /*unused*/, const Args&... args) {
     return std::tuple<Params...>{detail::convert_argument<Params>(args)...};
-  }
-
-  /// Launches with parameter values already packed.
-  template <std::size_t... I>
-  void launch_packed(CUstream stream, const LaunchConfig& config, std::tuple<Params...>& params,
-                     std::index_sequence<I...> /*unused*/) const {
-    std::array<void*, sizeof...(Params) + 1> pointers{static_cast<void*>(&std::get<I>(params))..., nullptr};
-    detail::launch_kernel(*info_, config, stream, pointers.data());
   }
 
  private:

@@ -4,16 +4,19 @@
 
 #include <cuda.h>
 
+#include <array>
 #include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "lazygraph/detail/driver/device.hpp"
 #include "lazygraph/detail/driver/device_span.hpp"
 #include "lazygraph/detail/driver/module.hpp"
 #include "lazygraph/detail/kernels/launch_config.hpp"
+#include "lazygraph/detail/ops/exec_context.hpp"
 
 namespace lazygraph {
 
@@ -50,9 +53,25 @@ struct KernelInfo {
 
 /// \throws UsageError when `config` is outside the kernel's or the device's limits, naming which.
 void validate_launch(const KernelInfo& kernel, const LaunchConfig& config);
-/// Launches (after raising the kernel's dynamic shared memory limit when `config` needs more; never lowering
-/// it, so concurrent launches from several threads and handles each find at least what they need).
-void launch_kernel(KernelInfo& kernel, const LaunchConfig& config, CUstream stream, void** args);
+/// The driver's launch shape for `config`, after raising the kernel's dynamic shared memory limit when `config`
+/// needs more (never lowering it, so concurrent launches from several threads and handles each find at least
+/// what they need). Programmatic launch is dropped below sm_90, where it does not exist.
+driver::LaunchShape prepare_launch(KernelInfo& kernel, const LaunchConfig& config);
+
+/// Submits `kernel` with the argument values `params` through `ctx`: the one routine that turns checked
+/// arguments into a launch, for Kernel::launch and LaunchOp alike.
+template <class... Params>
+void submit_launch(ExecContext& ctx, KernelInfo& kernel, const LaunchConfig& config, std::tuple<Params...> params) {
+  static constexpr std::array<std::size_t, sizeof...(Params)> sizes{sizeof(Params)...};
+  const driver::LaunchShape shape = prepare_launch(kernel, config);
+  // The driver copies the values when the launch is submitted or recorded (and a plan copies them too).
+  std::apply(
+      [&](Params&... values) {
+        std::array<void*, sizeof...(Params) + 1> pointers{static_cast<void*>(&values)..., nullptr};
+        ctx.launch({kernel.function, shape, pointers.data(), sizes.data(), sizeof...(Params), kernel.name});
+      },
+      params);
+}
 
 }  // namespace detail
 

@@ -28,6 +28,8 @@ class [[nodiscard]] LaunchOp : public OpBase<LaunchOp<Params...>> {
   using Output = void;
   /// A GraphNode: a launch neither allocates nor touches host memory.
   static constexpr bool is_graph_node = true;
+  /// Submits through the ExecContext, so CudaGraph::build can add it as a kernel node.
+  static constexpr bool builds_without_capture = true;
 
   /// The owners of the arguments' memory, one slot per parameter (null for scalars): no heap allocation.
   using Owners = std::array<std::shared_ptr<const void>, sizeof...(Params)>;
@@ -37,11 +39,11 @@ class [[nodiscard]] LaunchOp : public OpBase<LaunchOp<Params...>> {
            Owners owners)
       : kernel_(std::move(kernel)), config_(config), params_(std::move(params)), owners_(std::move(owners)) {}
 
-  /// Submits the launch to `ctx.stream()`. \throws CudaError when the launch fails.
+  /// Submits the launch through `ctx`. \throws CudaError when the launch fails.
   void execute(ExecContext& ctx) const {
     ctx.keep_alive(kernel_);  // the module must stay loaded while a graph may replay this launch
     for (const auto& owner : owners_) ctx.keep_alive(owner);
-    launch(ctx.stream().get(), std::index_sequence_for<Params...>{});
+    detail::submit_launch(ctx, *kernel_, config_, params_);
   }
 
   /// The kernel's name.
@@ -50,14 +52,6 @@ class [[nodiscard]] LaunchOp : public OpBase<LaunchOp<Params...>> {
   [[nodiscard]] const LaunchConfig& config() const noexcept { return config_; }
 
  private:
-  template <std::size_t... I>
-  void launch(CUstream stream, std::index_sequence<I...> /*unused*/) const {
-    // The driver copies the argument values when the launch is submitted or recorded.
-    std::tuple<Params...> values = params_;
-    std::array<void*, sizeof...(Params) + 1> pointers{static_cast<void*>(&std::get<I>(values))..., nullptr};
-    detail::launch_kernel(*kernel_, config_, stream, pointers.data());
-  }
-
   std::shared_ptr<detail::KernelInfo> kernel_;
   LaunchConfig config_;
   std::tuple<Params...> params_;

@@ -61,7 +61,7 @@ struct FillWith {
   void operator()(const Stream& s, DeviceBuffer<T>& b) const {
     if (b.empty()) return;
     if constexpr (sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4) {
-      fill_async(s, b.view().address(), bit_pattern(value), sizeof(T), b.size());
+      driver::fill(s.device().context(), b.view().address(), bit_pattern(value), sizeof(T), b.size(), s.get());
     } else {
       const std::vector<T> host(b.size(), value);
       copy_async(s, b.view(), std::span<const T>(host));  // pageable: staged before the call returns

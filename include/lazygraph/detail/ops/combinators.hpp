@@ -38,6 +38,8 @@ struct CompositeTraits {
   static constexpr bool is_graph_node = all_graph_nodes<Ops...>;
   static constexpr bool contains_allocation = any_allocation<Ops...>;
   static constexpr bool contains_host_transfer = any_host_transfer<Ops...>;
+  static constexpr bool builds_without_capture = all_buildable<Ops...>;
+  static constexpr bool runs_host_code = any_host_code<Ops...>;
 };
 }  // namespace detail
 

@@ -55,11 +55,31 @@ inline constexpr bool contains_host_transfer_v = requires {
   requires Op::contains_host_transfer;
 };
 
+/// True for an op that submits its work only through the ExecContext's launch, copy, fill, host_function,
+/// child_graph and event calls (says `builds_without_capture = true`), so that CudaGraph::build can write it
+/// down as nodes. An op that submits to `ctx.stream()` itself can only be captured.
+template <class Op>
+inline constexpr bool is_buildable_v = requires {
+  requires Op::builds_without_capture;
+};
+/// True for an op that runs host code when the stream or graph reaches it (host_call), which is a GraphNode
+/// only once wrapped in allow_in_graph.
+template <class Op>
+inline constexpr bool runs_host_code_v = requires {
+  requires Op::runs_host_code;
+};
+
 /// A DeviceOp that Scope::record accepts: it says `static constexpr bool is_graph_node = true`, which an op may
 /// say only when it neither allocates nor frees device memory, nor synchronizes, nor touches host memory. Not
 /// checked beyond that flag: an op of your own that lies about it breaks the graph's guarantees.
 template <class Op>
 concept GraphNode = DeviceOp<Op> && is_graph_node_v<Op>;
+
+/// A GraphNode that CudaGraph::build can add as nodes without capturing a stream (see is_buildable_v). Every
+/// op of lazygraph's is one; an op of your own becomes one by submitting through the ExecContext and saying
+/// `static constexpr bool builds_without_capture = true;`.
+template <class Op>
+concept BuildableNode = GraphNode<Op> && is_buildable_v<Op>;
 
 namespace detail {
 
@@ -69,6 +89,10 @@ template <class... Ops>
 inline constexpr bool any_allocation = ((is_allocation_v<Ops> || contains_allocation_v<Ops>) || ...);
 template <class... Ops>
 inline constexpr bool any_host_transfer = ((is_host_transfer_v<Ops> || contains_host_transfer_v<Ops>) || ...);
+template <class... Ops>
+inline constexpr bool all_buildable = (is_buildable_v<Ops> && ...);
+template <class... Ops>
+inline constexpr bool any_host_code = (runs_host_code_v<Ops> || ...);
 
 /// Executes `op` on `stream` and waits for it.
 template <class Op>
@@ -77,9 +101,11 @@ typename Op::Output run_and_wait(const Op& op, const Stream& stream) {
   if constexpr (std::is_void_v<typename Op::Output>) {
     op.execute(ctx);
     stream.synchronize();
+    ctx.rethrow_host_errors();
   } else {
     typename Op::Output out = op.execute(ctx);
     stream.synchronize();
+    ctx.rethrow_host_errors();
     return out;
   }
 }

@@ -25,16 +25,18 @@ class [[nodiscard]] DeviceCopyOp : public OpBase<DeviceCopyOp<T>> {
   using Output = void;
   /// A GraphNode: it neither allocates nor touches host memory.
   static constexpr bool is_graph_node = true;
+  /// Submits through the ExecContext, so CudaGraph::build can add it as a node.
+  static constexpr bool builds_without_capture = true;
 
   /// \throws UsageError when the sizes differ.
   DeviceCopyOp(DeviceSpan<T> dst, DeviceSpan<const T> src) : dst_(std::move(dst)), src_(std::move(src)) {
     if (dst_.size() != src_.size()) detail::throw_size_mismatch("copy (device to device)", dst_.size(), src_.size());
   }
-  /// Submits the copy to `ctx.stream()` (asynchronous).
+  /// Submits the copy (asynchronous; nothing for empty spans).
   void execute(ExecContext& ctx) const {
     ctx.keep_alive(dst_.owner());
     ctx.keep_alive(src_.owner());
-    copy_async(ctx.stream(), dst_, src_);
+    ctx.copy(dst_.address(), src_.address(), dst_.size_bytes());
   }
 
  private:

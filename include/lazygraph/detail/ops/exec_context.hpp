@@ -1,14 +1,64 @@
 #pragma once
 /// \file
-/// ExecContext: what an op executes against — a stream, the side streams that `all(...)` forks onto, and,
-/// while a graph is being recorded, the list of owners that the graph must keep alive.
+/// ExecContext: what an op executes against. Ops submit their work through it — `launch`, `copy`, `fill`,
+/// `host_function`, `child_graph`, `record_event`, `wait_event` — and it carries that work out in one of three
+/// modes:
+///   - eager: the work runs on a stream (`sync_on`, `CudaGraph::update`);
+///   - capture: the stream is capturing, so the work becomes graph nodes (`CudaGraph::scope`, `capture`);
+///   - plan: nothing is submitted; each piece of work is written down as a node of a NodePlan with its
+///     dependencies (`CudaGraph::build`, and `update_from` on a built graph).
+/// It also forks and joins the branches of `all(...)`, and collects the owners (buffers, kernels) that a graph
+/// must keep alive.
+///
+/// An op of your own may still submit to `stream()` directly: that works eagerly and under capture, but not in
+/// plan mode, where nothing is submitted — such an op does not say `builds_without_capture`, and
+/// CudaGraph::build refuses it at compile time.
 
+#include <cuda.h>
+
+#include <exception>
 #include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
 #include <vector>
 
+#include "lazygraph/detail/driver/driver_api.hpp"
 #include "lazygraph/detail/driver/stream.hpp"
+#include "lazygraph/detail/ops/node_plan.hpp"
 
 namespace lazygraph {
+
+/// One kernel launch as the driver takes it: made by the kernels layer's launch op.
+struct KernelSubmission {
+  /// The function to launch.
+  CUfunction function = nullptr;
+  /// Grid, block, dynamic shared memory, programmatic launch.
+  detail::driver::LaunchShape shape;
+  /// `arg_count` pointers to the argument values (and a null after them).
+  void** args = nullptr;
+  /// The size in bytes of each argument.
+  const std::size_t* arg_sizes = nullptr;
+  /// The number of arguments.
+  std::size_t arg_count = 0;
+  /// The kernel's name, for errors (must outlive the graph when planning: the kernel's own name does).
+  std::string_view name;
+};
+
+/// Where host functions (host_call) report exceptions: they run on a driver thread, where nothing can catch
+/// them, so the first one is kept here until the graph's next launch or synchronize throws it.
+class HostCallErrors {
+ public:
+  /// Keeps `error` from the host call `name` unless an earlier one is pending.
+  void report(std::string_view name, std::exception_ptr error) noexcept;
+  /// Throws (once) the pending error as HostCallError naming the host call; nothing when none is pending.
+  void rethrow_pending();
+
+ private:
+  std::mutex mutex_;
+  std::exception_ptr error_;
+  std::string name_;
+};
 
 /// What ops execute against (see the file comment). sync_on, Scope and CudaGraph make one; an op of your own
 /// only receives it in `execute`.
@@ -17,21 +67,49 @@ namespace lazygraph {
 /// forked are joined back by the `all` op before it rethrows.
 class ExecContext {
  public:
-  /// Executes on `stream`. `recording` is true while a graph captures the stream.
-  ExecContext(const Stream& stream, bool recording);
+  /// Executes on `stream`: eagerly, or, with `recording` true, into the graph `stream` is capturing.
+  ExecContext(const Stream& stream, bool recording, std::shared_ptr<HostCallErrors> host_errors = nullptr);
+  /// Writes work down in `plan` instead of submitting it; `stream` only names the device (and is what `stream()`
+  /// returns, for ops that ask).
+  ExecContext(const Stream& stream, detail::NodePlan& plan, std::shared_ptr<HostCallErrors> host_errors = nullptr);
   ExecContext(const ExecContext&) = delete;
   ExecContext& operator=(const ExecContext&) = delete;
   ~ExecContext();
 
-  /// The stream to submit work to now: the context's own, or inside a fork_join branch, that branch's.
+  /// The stream work goes to now: the context's own, or inside a fork_join branch, that branch's. In plan mode
+  /// nothing submitted to it becomes part of the plan.
   [[nodiscard]] const Stream& stream() const noexcept { return *current_; }
-  /// True while a graph is recorded: submitted work becomes graph nodes instead of running.
+  /// True while a graph is recorded (captured or planned): submitted work becomes graph nodes instead of running.
   [[nodiscard]] bool recording() const noexcept { return recording_; }
+  /// True in plan mode (CudaGraph::build): work is written down as nodes, nothing is submitted.
+  [[nodiscard]] bool planning() const noexcept { return plan_ != nullptr; }
+
+  /// Submits a kernel launch. \throws CudaError when the driver refuses it.
+  void launch(const KernelSubmission& kernel);
+  /// Copies `bytes` bytes between device addresses (nothing for 0).
+  void copy(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes);
+  /// Sets `count` elements of `element_size` (1, 2 or 4) bytes to the low bytes of `pattern` (nothing for 0).
+  void fill(CUdeviceptr dst, unsigned pattern, std::size_t element_size, std::size_t count);
+  /// Calls `fn(data)` on a driver thread when the work before it has completed. `data` must live as long as the
+  /// work may run (for a graph: keep_alive its owner).
+  void host_function(CUhostFn fn, void* data, std::string_view name);
+  /// Embeds a copy of `graph` as one node (capture and plan mode only; eagerly, launch the graph instead).
+  void child_graph(CUgraph graph);
+  /// Records `event` here: later waits on it order after the work before it (a record node in a graph).
+  void record_event(CUevent event);
+  /// Makes the work after this wait for what `event` last recorded (a wait node in a graph).
+  void wait_event(CUevent event);
 
   /// Keeps `owner` alive as long as the work that uses it may run: for a graph, as long as the graph lives.
   void keep_alive(const std::shared_ptr<const void>& owner);
   /// Everything kept alive so far (the graph takes these when recording ends).
   [[nodiscard]] std::vector<std::shared_ptr<const void>> take_owners() noexcept { return std::move(owners_); }
+  /// Where host calls executed through this context report exceptions.
+  [[nodiscard]] const std::shared_ptr<HostCallErrors>& host_errors();
+  /// Throws the first exception a host call executed through this context reported, if any (HostCallError).
+  void rethrow_host_errors() {
+    if (host_errors_) host_errors_->rethrow_pending();
+  }
 
   /// Runs `branches.size()` pieces of work concurrently: branch i executes with stream() switched to its own
   /// stream (branch 0 on the current one), each starting after the work already submitted and all finishing
@@ -42,11 +120,17 @@ class ExecContext {
  private:
   struct Fork;
   Fork begin_fork(std::size_t count);
+  void enter_branch(Fork& fork, std::size_t index);
+  void leave_branch(Fork& fork);
   void end_fork(Fork& fork) noexcept(false);
   const Stream& side_stream(std::size_t index);
+  void add_planned(detail::PlannedNode node);
 
   const Stream* current_;
   bool recording_;
+  detail::NodePlan* plan_ = nullptr;
+  std::vector<std::uint32_t> frontier_;  ///< plan mode: the nodes the next node depends on
+  std::shared_ptr<HostCallErrors> host_errors_;
   std::vector<std::shared_ptr<const void>> owners_;
   std::vector<std::unique_ptr<Stream>> side_streams_;
   std::size_t side_streams_in_use_ = 0;
@@ -57,6 +141,8 @@ struct ExecContext::Fork {
   const Stream* origin = nullptr;
   std::size_t first_side = 0;
   std::size_t count = 0;
+  std::vector<std::uint32_t> start;   ///< plan mode: the frontier every branch starts from
+  std::vector<std::uint32_t> joined;  ///< plan mode: the union of the branches' frontiers
 };
 
 template <class... F>
@@ -69,14 +155,16 @@ void ExecContext::fork_join(F&&... branches) {
     std::exception_ptr error;
     std::size_t index = 0;
     const auto run_branch = [&](auto& branch) {
-      current_ = index == 0 ? fork.origin : &side_stream(fork.first_side + index - 1);
+      enter_branch(fork, index);
       ++index;
-      if (error) return;
-      try {
-        branch();
-      } catch (...) {
-        error = std::current_exception();
+      if (!error) {
+        try {
+          branch();
+        } catch (...) {
+          error = std::current_exception();
+        }
       }
+      leave_branch(fork);
     };
     (run_branch(branches), ...);
     current_ = fork.origin;

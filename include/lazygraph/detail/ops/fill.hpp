@@ -12,8 +12,6 @@
 namespace lazygraph {
 
 namespace detail {
-void fill_async(const Stream& stream, CUdeviceptr dst, unsigned pattern, std::size_t element_size, std::size_t count);
-
 template <class T>
 unsigned bit_pattern(const T& value) {
   unsigned pattern = 0;
@@ -33,13 +31,15 @@ class [[nodiscard]] FillOp : public OpBase<FillOp<T>> {
   using Output = void;
   /// A GraphNode: a memset allocates nothing and touches no host memory.
   static constexpr bool is_graph_node = true;
+  /// Submits through the ExecContext, so CudaGraph::build can add it as a node.
+  static constexpr bool builds_without_capture = true;
 
   /// Made by `fill(dst, value)`.
   FillOp(DeviceSpan<T> dst, T value) : dst_(std::move(dst)), pattern_(detail::bit_pattern(value)) {}
-  /// Submits the memset to `ctx.stream()` (nothing for an empty span).
+  /// Submits the memset (nothing for an empty span).
   void execute(ExecContext& ctx) const {
     ctx.keep_alive(dst_.owner());
-    if (!dst_.empty()) detail::fill_async(ctx.stream(), dst_.address(), pattern_, sizeof(T), dst_.size());
+    ctx.fill(dst_.address(), pattern_, sizeof(T), dst_.size());
   }
 
  private:
@@ -64,6 +64,8 @@ class [[nodiscard]] ValueOp : public OpBase<ValueOp<T>> {
   using Output = T;
   /// A GraphNode: it does no GPU work at all.
   static constexpr bool is_graph_node = true;
+  /// Submits nothing, so CudaGraph::build takes it too.
+  static constexpr bool builds_without_capture = true;
 
   /// Made by `value(v)`.
   explicit ValueOp(T v) : value_(std::move(v)) {}

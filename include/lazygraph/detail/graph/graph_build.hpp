@@ -1,0 +1,33 @@
+#pragma once
+/// \file
+/// From a NodePlan to a CUDA graph, and from one plan to another in an instantiated graph: the parts of
+/// CudaGraph::build and update_from that talk to the driver.
+
+#include <cuda.h>
+
+#include <optional>
+#include <vector>
+
+#include "lazygraph/detail/driver/graph_handle.hpp"
+#include "lazygraph/detail/graph/graph_options.hpp"
+#include "lazygraph/detail/ops/node_plan.hpp"
+
+namespace lazygraph::detail {
+
+/// Adds every node of `plan` to a new graph, in order, with its dependencies; `nodes` receives the node
+/// handles (index i: plan node i). A kernel launched early depends programmatically on the kernels before it,
+/// as stream capture records it. \throws CudaError when the driver refuses a node (nothing is leaked).
+[[nodiscard]] driver::Graph materialize(const NodePlan& plan, std::vector<CUgraphNode>& nodes);
+
+/// The first reason `next` cannot replace `current` node for node in an instantiated graph (another node
+/// count, kind, dependency, kernel), or nothing when it can.
+[[nodiscard]] std::optional<UpdateResult> plan_mismatch(const NodePlan& current, const NodePlan& next);
+
+/// Sets, in `exec`, the parameters of every node whose parameters differ between `current` and `next` (which
+/// plan_mismatch accepted). All or nothing: when the driver refuses one node, the nodes already set are set
+/// back to `current` and the refusal is reported (a CudaError from the driver is rethrown after that).
+/// Returns the result and, through `changed`, how many nodes were set.
+[[nodiscard]] UpdateResult apply_plan(CUgraphExec exec, const std::vector<CUgraphNode>& nodes,
+                                      const NodePlan& current, const NodePlan& next, std::size_t* changed);
+
+}  // namespace lazygraph::detail

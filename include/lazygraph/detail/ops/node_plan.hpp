@@ -1,0 +1,105 @@
+#pragma once
+/// \file
+/// NodePlan: an op tree written down as graph nodes and their dependencies, without touching the GPU. An
+/// ExecContext in planning mode (CudaGraph::build, CudaGraph::update_from on a built graph) appends one
+/// PlannedNode per launch, copy, fill, host call, child graph or event op; `>>` becomes a dependency and
+/// `all` parallel branches, exactly as stream capture would record them. The graph layer turns a plan into a
+/// CUgraph (materialize) or compares two plans and updates an instantiated graph node by node.
+///
+/// A plan refers to what its ops keep alive (kernels, buffers, child graphs, events): it is valid while the
+/// owners collected by the same ExecContext live.
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "lazygraph/detail/driver/driver_api.hpp"
+
+namespace lazygraph::detail {
+
+/// One node of a plan. Only the fields of its `type` are meaningful.
+struct PlannedNode {
+  CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
+  std::uint32_t first_dependency = 0;  ///< into NodePlan::dependencies
+  std::uint32_t dependency_count = 0;
+  // CU_GRAPH_NODE_TYPE_KERNEL
+  CUfunction function = nullptr;
+  driver::LaunchShape shape;
+  std::uint32_t first_argument = 0;  ///< into NodePlan::argument_offsets (one more entry marks the end)
+  std::uint32_t argument_count = 0;
+  std::string_view name;  ///< the kernel's (or host call's) name; owned by what the plan's owners keep alive
+  // CU_GRAPH_NODE_TYPE_MEMCPY and MEMSET
+  CUdeviceptr dst = 0;
+  CUdeviceptr src = 0;
+  std::size_t bytes = 0;         ///< memcpy: bytes; memset: elements
+  unsigned pattern = 0;          ///< memset
+  unsigned element_size = 0;     ///< memset: 1, 2 or 4
+  // CU_GRAPH_NODE_TYPE_HOST
+  CUhostFn host_function = nullptr;
+  void* host_data = nullptr;
+  // CU_GRAPH_NODE_TYPE_GRAPH
+  CUgraph child = nullptr;
+  // CU_GRAPH_NODE_TYPE_EVENT_RECORD and WAIT_EVENT
+  CUevent event = nullptr;
+};
+
+/// A list of nodes in the order ops submitted them, with their dependencies (indices of earlier nodes) and the
+/// bytes of every kernel argument. Plain data: copying or comparing it touches nothing on the GPU.
+struct NodePlan {
+  CUcontext context = nullptr;
+  std::vector<PlannedNode> nodes;
+  std::vector<std::uint32_t> dependencies;
+  std::vector<std::byte> argument_bytes;
+  std::vector<std::uint32_t> argument_offsets;  ///< per kernel: its arguments' offsets, then the end offset
+
+  /// Appends `node` after `deps`; returns its index.
+  std::uint32_t add(PlannedNode node, std::span<const std::uint32_t> deps) {
+    node.first_dependency = static_cast<std::uint32_t>(dependencies.size());
+    node.dependency_count = static_cast<std::uint32_t>(deps.size());
+    dependencies.insert(dependencies.end(), deps.begin(), deps.end());
+    nodes.push_back(node);
+    return static_cast<std::uint32_t>(nodes.size() - 1);
+  }
+
+  /// Copies `count` kernel arguments (`args[i]` points at `sizes[i]` bytes) into the plan; sets `node`'s
+  /// argument range.
+  void store_arguments(PlannedNode& node, void* const* args, const std::size_t* sizes, std::size_t count) {
+    node.first_argument = static_cast<std::uint32_t>(argument_offsets.size());
+    node.argument_count = static_cast<std::uint32_t>(count);
+    for (std::size_t i = 0; i < count; ++i) {
+      // 8-byte aligned, so that the driver reads each value from a naturally aligned address.
+      const std::size_t at = (argument_bytes.size() + 7) & ~std::size_t{7};
+      argument_bytes.resize(at + sizes[i]);
+      std::memcpy(argument_bytes.data() + at, args[i], sizes[i]);
+      argument_offsets.push_back(static_cast<std::uint32_t>(at));
+    }
+    argument_offsets.push_back(static_cast<std::uint32_t>(argument_bytes.size()));
+  }
+
+  /// The dependencies of node `i`.
+  [[nodiscard]] std::span<const std::uint32_t> dependencies_of(std::size_t i) const {
+    const PlannedNode& n = nodes[i];
+    return {dependencies.data() + n.first_dependency, n.dependency_count};
+  }
+  /// The bytes of kernel node `n`'s arguments (with the zero padding between them).
+  [[nodiscard]] std::span<const std::byte> arguments(const PlannedNode& n) const {
+    const std::uint32_t begin = argument_offsets[n.first_argument];
+    const std::uint32_t end = argument_offsets[n.first_argument + n.argument_count];
+    return {argument_bytes.data() + begin, static_cast<std::size_t>(end - begin)};
+  }
+  /// Pointers to each argument of kernel node `n`, as the driver takes them (`out` gets argument_count + 1).
+  void argument_pointers(const PlannedNode& n, std::vector<void*>& out) const {
+    out.clear();
+    for (std::uint32_t a = 0; a < n.argument_count; ++a) {
+      out.push_back(const_cast<std::byte*>(argument_bytes.data() + argument_offsets[n.first_argument + a]));
+    }
+    out.push_back(nullptr);
+  }
+};
+
+}  // namespace lazygraph::detail
