@@ -281,6 +281,12 @@ bool with_context_no_throw(CUcontext ctx, F&& f) noexcept {
   return true;
 }
 
+/// check() for calls about one device: the object's name is made only when the call failed.
+void check_device(CUresult code, std::string_view api_name, int device) {
+  if (code != CUDA_SUCCESS) [[unlikely]]
+    throw_error(code, api_name, "device " + std::to_string(device));
+}
+
 }  // namespace
 
 void ensure_loaded() { (void)api(); }
@@ -336,13 +342,13 @@ int device_count() {
 
 CUdevice device_get(int ordinal) {
   CUdevice dev = 0;
-  check(api().cuDeviceGet(&dev, ordinal), "cuDeviceGet", "device " + std::to_string(ordinal));
+  check_device(api().cuDeviceGet(&dev, ordinal), "cuDeviceGet", ordinal);
   return dev;
 }
 
 std::string device_name(CUdevice dev) {
   char buf[256] = {};
-  check(api().cuDeviceGetName(buf, sizeof buf - 1, dev), "cuDeviceGetName", "device " + std::to_string(dev));
+  check_device(api().cuDeviceGetName(buf, sizeof buf - 1, dev), "cuDeviceGetName", dev);
   return buf;
 }
 
@@ -358,13 +364,13 @@ int device_attribute(CUdevice dev, CUdevice_attribute attr) {
 
 std::size_t device_total_memory(CUdevice dev) {
   std::size_t bytes = 0;
-  check(api().cuDeviceTotalMem(&bytes, dev), "cuDeviceTotalMem", "device " + std::to_string(dev));
+  check_device(api().cuDeviceTotalMem(&bytes, dev), "cuDeviceTotalMem", dev);
   return bytes;
 }
 
 CUcontext primary_context_retain(CUdevice dev) {
   CUcontext ctx = nullptr;
-  check(api().cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain", "device " + std::to_string(dev));
+  check_device(api().cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain", dev);
   return ctx;
 }
 

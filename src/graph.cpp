@@ -387,6 +387,10 @@ std::shared_ptr<const GraphState::Owners> GraphState::owners() const {
 
 CUgraph GraphState::template_graph() const {
   const std::lock_guard<std::mutex> lock(mutex_);
+  return template_graph_locked();
+}
+
+CUgraph GraphState::template_graph_locked() const {
   if (!template_stale_) return current_template_ ? current_template_.native_handle() : graph_.native_handle();
   // A built graph updated node by node: graph_ still holds the parameters it was built with.
   std::vector<CUgraphNode> nodes;
@@ -395,15 +399,20 @@ CUgraph GraphState::template_graph() const {
   return current_template_.native_handle();
 }
 
-std::size_t GraphState::node_count() const { return drv::graph_nodes(graph_.native_handle()).size(); }
+std::size_t GraphState::node_count() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return drv::graph_nodes(graph_.native_handle()).size();
+}
 
 std::vector<NodeKind> GraphState::node_kinds() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
   std::vector<NodeKind> kinds;
   for (CUgraphNode n : drv::graph_nodes(graph_.native_handle())) kinds.push_back(to_kind(drv::graph_node_type(n)));
   return kinds;
 }
 
 std::vector<std::vector<std::size_t>> GraphState::dependencies() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
   const std::vector<CUgraphNode> nodes = drv::graph_nodes(graph_.native_handle());
   std::vector<std::vector<std::size_t>> deps(nodes.size());
   for (std::size_t i = 0; i < nodes.size(); ++i) {
@@ -417,12 +426,14 @@ std::vector<std::vector<std::size_t>> GraphState::dependencies() const {
 }
 
 EdgeCounts GraphState::edge_counts() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
   const drv::GraphEdgeCounts e = drv::graph_edge_counts(graph_.native_handle());
   return {e.total - e.programmatic, e.programmatic};
 }
 
 void GraphState::write_dot(const std::filesystem::path& path) const {
-  drv::graph_write_dot(template_graph(), path.string());
+  const std::lock_guard<std::mutex> lock(mutex_);
+  drv::graph_write_dot(template_graph_locked(), path.string());
 }
 
 }  // namespace detail

@@ -103,7 +103,7 @@ bool same_parameters(const NodePlan& a, const NodePlan& b, std::size_t i) {
     case CU_GRAPH_NODE_TYPE_KERNEL: {
       const auto xa = a.arguments(x);
       const auto ya = b.arguments(y);
-      return std::equal(x.shape.grid, x.shape.grid + 3, y.shape.grid) &&
+      return x.function == y.function && std::equal(x.shape.grid, x.shape.grid + 3, y.shape.grid) &&
              std::equal(x.shape.block, x.shape.block + 3, y.shape.block) &&
              x.shape.shared_bytes == y.shape.shared_bytes && xa.size() == ya.size() &&
              std::memcmp(xa.data(), ya.data(), xa.size()) == 0;
@@ -113,7 +113,7 @@ bool same_parameters(const NodePlan& a, const NodePlan& b, std::size_t i) {
     case CU_GRAPH_NODE_TYPE_MEMSET:
       return x.dst == y.dst && x.pattern == y.pattern && x.bytes == y.bytes;
     case CU_GRAPH_NODE_TYPE_HOST:
-      return x.host_data == y.host_data;
+      return x.host_function == y.host_function && x.host_data == y.host_data;
     case CU_GRAPH_NODE_TYPE_GRAPH:
       return x.child == y.child;
     case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
@@ -173,11 +173,6 @@ std::optional<UpdateResult> plan_mismatch(const NodePlan& current, const NodePla
     const auto dy = next.dependencies_of(i);
     if (!std::equal(dx.begin(), dx.end(), dy.begin(), dy.end()) || x.shape.early_launch != y.shape.early_launch) {
       return UpdateResult{UpdateStatus::topology_changed, i, describe_node(y, i) + " has other dependencies"};
-    }
-    if (x.function != y.function || x.host_function != y.host_function) {
-      return UpdateResult{UpdateStatus::function_changed, i,
-                          describe_node(y, i) + " calls another function than the graph's " +
-                              (x.name.empty() ? std::string(kind_name(x.type)) : std::string(x.name))};
     }
     if (x.type == CU_GRAPH_NODE_TYPE_MEMSET && x.element_size != y.element_size) {
       return UpdateResult{UpdateStatus::parameters_changed, i,

@@ -20,7 +20,8 @@ namespace lazygraph::detail {
 [[nodiscard]] driver::Graph materialize(const NodePlan& plan, std::vector<CUgraphNode>& nodes);
 
 /// The first reason `next` cannot replace `current` node for node in an instantiated graph (another node
-/// count, kind, dependency, kernel), or nothing when it can.
+/// count, kind or dependency; a memset of another element size), or nothing when it can. Another kernel
+/// function in a kernel node is not a reason: the driver updates it in place, as cuGraphExecUpdate does.
 [[nodiscard]] std::optional<UpdateResult> plan_mismatch(const NodePlan& current, const NodePlan& next);
 
 /// Sets, in `exec`, the parameters of every node whose parameters differ between `current` and `next` (which

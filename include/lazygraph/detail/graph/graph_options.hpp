@@ -37,7 +37,7 @@ enum class UpdateStatus {
   reinstantiated,      ///< did not fit, and UpdateOptions::reinstantiate_on_mismatch made a new executable graph
   topology_changed,    ///< another number of nodes, or other dependencies
   node_type_changed,   ///< a node is of another kind (a copy where a kernel was)
-  function_changed,    ///< a kernel node launches another kernel (or a host node calls another function)
+  function_changed,    ///< a kernel node's new function cannot replace the old in place (the driver's rules)
   parameters_changed,  ///< a node's parameters changed in a way the driver cannot update (a memset's width)
   attributes_changed,  ///< a node's attributes changed in a way the driver cannot update
   not_supported,       ///< the driver cannot update this kind of node

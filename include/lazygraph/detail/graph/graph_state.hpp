@@ -183,7 +183,7 @@ class GraphState {
   UpdateResult replace_plan(NodePlan plan, Owners owners, const UpdateOptions& options);
   UpdateResult replace_graph(driver::Graph graph, Owners owners, const UpdateOptions& options);
   UpdateResult reinstantiate(driver::Graph graph, Owners owners, UpdateResult why);
-  void count_replay(const Stream& stream);
+  [[nodiscard]] CUgraph template_graph_locked() const;
 
   Stream stream_;
   GraphOptions options_;

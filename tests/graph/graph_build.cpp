@@ -1,0 +1,258 @@
+// CudaGraph::build (nodes added directly) against capture, and update_from on built and captured graphs.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/gpu.hpp"
+
+using namespace lazygraph;
+
+namespace {
+
+using Axpy = Kernel<void(float, const float*, float*, int)>;
+Axpy axpy() { return lgtest::kernels().get<void(float, const float*, float*, int)>("axpy"); }
+
+std::vector<double> axpy_reference(float a, const std::vector<float>& x, std::vector<double> y, int times) {
+  for (int t = 0; t < times; ++t)
+    for (std::size_t i = 0; i < y.size(); ++i) y[i] = static_cast<float>(double(a) * x[i] + y[i]);
+  return y;
+}
+std::vector<double> widen(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+
+std::string describe(const std::vector<NodeKind>& kinds, const std::vector<std::vector<std::size_t>>& deps) {
+  std::ostringstream out;
+  for (std::size_t i = 0; i < kinds.size(); ++i) {
+    out << i << ":" << to_string(kinds[i]) << "<-{";
+    for (const std::size_t d : deps[i]) out << d << ",";
+    out << "} ";
+  }
+  return out.str();
+}
+
+/// Builds and captures `op`, and checks that both graphs have the same nodes, in the same order, with the same
+/// dependencies and edge kinds.
+template <class Op>
+void check_same_structure(const Op& op) {
+  Stream& s = lgtest::stream();
+  auto captured = CudaGraph<>::capture(s, op);
+  auto built = CudaGraph<>::build(s.device(), op);
+  CHECK(built.built());
+  CHECK_FALSE(captured.built());
+  const std::string c = describe(captured.node_kinds(), captured.dependencies());
+  const std::string b = describe(built.node_kinds(), built.dependencies());
+  INFO("captured: " << c);
+  INFO("built:    " << b);
+  CHECK(c == b);
+  CHECK(captured.edge_counts().full == built.edge_counts().full);
+  CHECK(captured.edge_counts().programmatic == built.edge_counts().programmatic);
+}
+
+struct Buffers {
+  int n;
+  std::vector<float> x;
+  std::vector<std::vector<float>> y0;
+  DeviceBuffer<float> dx;
+  std::vector<DeviceBuffer<float>> ys;
+
+  Buffers(int size, int count) : n(size), x(lgtest::random_floats(size)), dx(from_host(x).sync_on(lgtest::stream())) {
+    for (int i = 0; i < count; ++i) {
+      y0.push_back(lgtest::random_floats(size));
+      ys.push_back(from_host(y0.back()).sync_on(lgtest::stream()));
+    }
+  }
+  void reset() {
+    for (std::size_t i = 0; i < ys.size(); ++i) copy(ys[i].view(), y0[i]).sync_on(lgtest::stream());
+  }
+  [[nodiscard]] double error(std::size_t i, float a, int times) const {
+    return lgtest::relative_error(lgtest::to_host(lgtest::stream(), ys[i].cview()),
+                                  axpy_reference(a, x, widen(y0[i]), times));
+  }
+};
+
+}  // namespace
+
+TEST_SUITE("gpu") {
+  TEST_CASE("build and capture record the same nodes and dependencies for the same op") {
+    Buffers b(4096, 4);
+    const auto k = axpy();
+    const auto cfg = grid_for(b.n, 256);
+    const auto step = [&](int i, float a) { return k(cfg, a, b.dx.cview(), b.ys[static_cast<std::size_t>(i)].view(), b.n); };
+    SUBCASE("a chain of kernels, a copy and a fill") {
+      check_same_structure(step(0, 1.0F) >> step(0, 2.0F) >> copy(b.ys[1].view(), b.ys[0].cview()) >>
+                           fill(b.ys[2].view(), 3.0F));
+    }
+    SUBCASE("all(...) branches joined by a later kernel") {
+      check_same_structure(step(0, 1.0F) >> all(step(1, 1.0F), step(2, 2.0F) >> step(2, 3.0F), fill(b.ys[3].view(), 1.0F)) >>
+                           step(0, 5.0F));
+    }
+    SUBCASE("nested all") {
+      check_same_structure(all(step(0, 1.0F) >> all(step(1, 1.0F), step(2, 1.0F)), step(3, 1.0F)) >> step(0, 2.0F));
+    }
+    SUBCASE("a branch that submits nothing") {
+      check_same_structure(step(0, 1.0F) >> all(step(1, 1.0F), value(7)) >> step(2, 1.0F));
+    }
+    SUBCASE("a chain of a run-time length") {
+      std::vector<decltype(step(0, 1.0F))> steps;
+      for (int i = 0; i < 10; ++i) steps.push_back(step(i % 4, 0.5F));
+      check_same_structure(chain(steps));
+    }
+    SUBCASE("kernels launched early (programmatic edges)") {
+      check_same_structure(step(0, 1.0F) >> k(early(cfg), 2.0F, b.dx.cview(), b.ys[0].view(), b.n) >>
+                           k(early(cfg), 3.0F, b.dx.cview(), b.ys[1].view(), b.n));
+    }
+  }
+
+  TEST_CASE("a built graph replays the op's work, with its output kept") {
+    Buffers b(100'000, 3);
+    const auto k = axpy();
+    const auto cfg = grid_for(b.n, 256);
+    auto op = all(k(cfg, 0.5F, b.dx.cview(), b.ys[0].view(), b.n), k(cfg, 2.0F, b.dx.cview(), b.ys[1].view(), b.n)) >>
+              k(cfg, 1.5F, b.dx.cview(), b.ys[2].view(), b.n) >> value(42);
+    auto graph = CudaGraph<>::build(lgtest::device(), op);
+    CHECK(graph.take_output() == 42);
+    CHECK(lgtest::to_host(lgtest::stream(), b.ys[0].cview()) == b.y0[0]);  // building ran nothing
+    for (int i = 0; i < 3; ++i) graph.launch();
+    CHECK(b.error(0, 0.5F, 3) < 1e-6);
+    CHECK(b.error(1, 2.0F, 3) < 1e-6);
+    CHECK(b.error(2, 1.5F, 3) < 1e-6);
+    CHECK(graph.replay_count() == 3);
+  }
+
+  TEST_CASE("a built graph from a scope callback records what the callback records") {
+    Buffers b(10'000, 2);
+    const auto k = axpy();
+    const auto cfg = grid_for(b.n, 256);
+    auto graph = CudaGraph<>::build(lgtest::device(), [&](Scope& s) {
+      s.record(k(cfg, 1.0F, b.dx.cview(), b.ys[0].view(), b.n));
+      s.record(k(cfg, 2.0F, b.dx.cview(), b.ys[1].view(), b.n));
+      return 3;
+    });
+    CHECK(graph.take_output() == 3);
+    CHECK(graph.node_count() == 2);
+    graph.launch();
+    CHECK(b.error(0, 1.0F, 1) < 1e-6);
+    CHECK(b.error(1, 2.0F, 1) < 1e-6);
+  }
+
+  TEST_CASE("update_from points a graph at other buffers and scalars, built or captured") {
+    for (const bool built : {true, false}) {
+      CAPTURE(built);
+      Buffers b(50'000, 4);
+      const auto k = axpy();
+      const auto cfg = grid_for(b.n, 256);
+      const auto op = [&](std::size_t first, float a) {
+        return k(cfg, a, b.dx.cview(), b.ys[first].view(), b.n) >> k(cfg, a, b.dx.cview(), b.ys[first + 1].view(), b.n);
+      };
+      auto graph = built ? CudaGraph<>::build(lgtest::device(), op(0, 1.0F)) : CudaGraph<>::capture(lgtest::stream(), op(0, 1.0F));
+      graph.launch();
+      const UpdateResult r = graph.update_from(op(2, 3.0F));
+      INFO(r.message);
+      CHECK(r.status == UpdateStatus::applied);
+      CHECK(r.ok());
+      graph.launch();
+      graph.launch();
+      CHECK(b.error(0, 1.0F, 1) < 1e-6);  // untouched after the update
+      CHECK(b.error(1, 1.0F, 1) < 1e-6);
+      CHECK(b.error(2, 3.0F, 2) < 1e-6);
+      CHECK(b.error(3, 3.0F, 2) < 1e-6);
+    }
+  }
+
+  TEST_CASE("update_from with an op of another shape reports why and where, and leaves the graph working") {
+    for (const bool built : {true, false}) {
+      CAPTURE(built);
+      Buffers b(20'000, 2);
+      const auto k = axpy();
+      const auto cfg = grid_for(b.n, 256);
+      const auto one = k(cfg, 1.0F, b.dx.cview(), b.ys[0].view(), b.n);
+      auto graph = built ? CudaGraph<>::build(lgtest::device(), one) : CudaGraph<>::capture(lgtest::stream(), one);
+
+      const UpdateResult more = graph.update_from(one >> k(cfg, 1.0F, b.dx.cview(), b.ys[1].view(), b.n));
+      CHECK(more.status == UpdateStatus::topology_changed);
+      CHECK_FALSE(more.ok());
+      CHECK_FALSE(more.message.empty());
+
+      const UpdateResult other_kind = graph.update_from(fill(b.ys[1].view(), 2.0F));
+      CHECK(other_kind.status == UpdateStatus::node_type_changed);
+      REQUIRE(other_kind.node.has_value());
+      CHECK(*other_kind.node == 0);
+
+      // Still the original graph: one axpy into ys[0] per replay, nothing into ys[1].
+      graph.launch();
+      graph.launch();
+      CHECK(b.error(0, 1.0F, 2) < 1e-6);
+      CHECK(lgtest::to_host(lgtest::stream(), b.ys[1].cview()) == b.y0[1]);
+    }
+  }
+
+  TEST_CASE("update_from may change a node's kernel; another topology re-instantiates only on request") {
+    Buffers b(20'000, 1);
+    const auto k = axpy();
+    auto fill_kernel = lgtest::kernels().get<void(float*, float, int)>("fill_f32");
+    const auto cfg = grid_for(b.n, 256);
+    for (const bool built : {true, false}) {
+      CAPTURE(built);
+      b.reset();
+      const auto first = k(cfg, 1.0F, b.dx.cview(), b.ys[0].view(), b.n);
+      auto graph = built ? CudaGraph<>::build(lgtest::device(), first) : CudaGraph<>::capture(lgtest::stream(), first);
+      const UpdateResult swapped = graph.update_from(fill_kernel(cfg, b.ys[0].view(), 4.0F, b.n));
+      INFO(swapped.message);
+      CHECK(swapped.status == UpdateStatus::applied);
+      graph.launch();
+      const auto fours = lgtest::to_host(lgtest::stream(), b.ys[0].cview());
+      CHECK(std::all_of(fours.begin(), fours.end(), [](float v) { return v == 4.0F; }));
+
+      const auto replacement = fill(b.ys[0].view(), 1.0F) >> k(cfg, 1.0F, b.dx.cview(), b.ys[0].view(), b.n);
+      const UpdateResult refused = graph.update_from(replacement);
+      CHECK(refused.status == UpdateStatus::topology_changed);
+      UpdateOptions options;
+      options.reinstantiate_on_mismatch = true;
+      const UpdateResult redone = graph.update_from(replacement, options);
+      CHECK(redone.status == UpdateStatus::reinstantiated);
+      CHECK(redone.ok());
+      CHECK(graph.node_count() == 2);
+      graph.launch();
+      std::vector<double> ref(b.x.size());
+      for (std::size_t i = 0; i < ref.size(); ++i) ref[i] = 1.0 + double(b.x[i]);
+      CHECK(lgtest::relative_error(lgtest::to_host(lgtest::stream(), b.ys[0].cview()), ref) < 1e-6);
+    }
+  }
+
+  TEST_CASE("the buffers of the op a graph was updated from replace the old ones, which are released") {
+    for (const bool built : {true, false}) {
+      CAPTURE(built);
+      Stream& s = lgtest::stream();
+      const int n = 1024;
+      const auto k = axpy();
+      auto x = std::make_unique<DeviceBuffer<float>>(from_host(lgtest::random_floats(n)).sync_on(s));
+      auto y = std::make_unique<DeviceBuffer<float>>(from_host(lgtest::random_floats(n)).sync_on(s));
+      const std::weak_ptr<const void> old_y = y->cview().owner();
+      auto graph = built ? CudaGraph<>::build(s.device(), k(grid_for(n, 256), 1.0F, x->cview(), y->view(), n))
+                         : CudaGraph<>::capture(s, k(grid_for(n, 256), 1.0F, x->cview(), y->view(), n));
+      y.reset();
+      CHECK_FALSE(old_y.expired());  // the graph keeps it
+      DeviceBuffer<float> y2 = from_host(lgtest::random_floats(n)).sync_on(s);
+      graph.launch_on(s);
+      REQUIRE(graph.update_from(k(grid_for(n, 256), 1.0F, x->cview(), y2.view(), n)).ok());
+      graph.synchronize();
+      graph.launch();  // collects what finished
+      CHECK(old_y.expired());
+    }
+  }
+
+  TEST_CASE("a built graph updated in place, embedded as a child, carries the updated arguments") {
+    Buffers b(10'000, 2);
+    const auto k = axpy();
+    const auto cfg = grid_for(b.n, 256);
+    auto inner = CudaGraph<>::build(lgtest::device(), k(cfg, 1.0F, b.dx.cview(), b.ys[0].view(), b.n));
+    REQUIRE(inner.update_from(k(cfg, 2.0F, b.dx.cview(), b.ys[1].view(), b.n)).ok());
+    auto outer = CudaGraph<>::build(lgtest::device(), child_graph(inner));
+    outer.launch();
+    CHECK(lgtest::to_host(lgtest::stream(), b.ys[0].cview()) == b.y0[0]);
+    CHECK(b.error(1, 2.0F, 1) < 1e-6);
+  }
+}
