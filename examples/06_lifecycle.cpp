@@ -77,8 +77,8 @@ int run() {
   // 3. A device scalar: the graph reads `a` from device memory, so changing it needs no update at all.
   lg::DeviceScalar<float> a(stream, 0.5F);
   lg::copy(y1.view(), hy1).sync_on(stream);
-  auto scaled = lg::CudaGraph<>::build(gpu, axpy_scalar(lg::grid_for(n, 256), a.cview(), x.cview(), y1.view(), n) >>
-                                                lg::copy(y2.view(), y1.cview()));
+  auto scaled = lg::CudaGraph<>::build(
+      gpu, axpy_scalar(lg::grid_for(n, 256), a.cview(), x.cview(), y1.view(), n) >> lg::copy(y2.view(), y1.cview()));
   for (const float value : {0.5F, 3.0F, -2.0F}) {
     lg::copy(y1.view(), hy1).sync_on(stream);
     scaled.set(a, value);

@@ -81,15 +81,15 @@ namespace {
   X(cuGraphNodeGetType)                  \
   X(cuGraphGetEdges)                     \
   X(cuGraphDebugDotPrint)                \
-  X(cuGraphExecUpdate)                    \
-  X(cuGraphCreate)                        \
-  X(cuGraphAddNode)                       \
-  X(cuGraphExecNodeSetParams)             \
-  X(cuGraphNodeGetDependencies)           \
-  X(cuGraphKernelNodeGetParams)           \
-  X(cuLaunchHostFunc)                     \
-  X(cuEventRecordWithFlags)               \
-  X(cuStreamGetCaptureInfo)               \
+  X(cuGraphExecUpdate)                   \
+  X(cuGraphCreate)                       \
+  X(cuGraphAddNode)                      \
+  X(cuGraphExecNodeSetParams)            \
+  X(cuGraphNodeGetDependencies)          \
+  X(cuGraphKernelNodeGetParams)          \
+  X(cuLaunchHostFunc)                    \
+  X(cuEventRecordWithFlags)              \
+  X(cuStreamGetCaptureInfo)              \
   X(cuStreamUpdateCaptureDependencies)
 
 struct EntryPoints {
@@ -857,7 +857,8 @@ CaptureFrontier capture_frontier(CUcontext ctx, CUstream stream) {
   std::size_t n = 0;
   check(a.cuStreamGetCaptureInfo(stream, &status, &id, &f.graph, &deps, &edges, &n), "cuStreamGetCaptureInfo",
         "Stream");
-  if (status != CU_STREAM_CAPTURE_STATUS_ACTIVE) throw_error(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "cuStreamGetCaptureInfo", "Stream");
+  if (status != CU_STREAM_CAPTURE_STATUS_ACTIVE)
+    throw_error(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "cuStreamGetCaptureInfo", "Stream");
   f.dependencies.assign(deps, deps + n);
   if (edges != nullptr) f.edges.assign(edges, edges + n);
   return f;

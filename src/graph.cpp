@@ -328,8 +328,8 @@ UpdateResult GraphState::replace_plan(NodePlan plan, Owners owners, const Update
 }
 
 UpdateResult GraphState::replace_graph(drv::Graph graph, Owners owners, const UpdateOptions& options) {
-  const drv::ExecUpdateOutcome outcome = drv::graph_exec_update(exec_.context(), exec_.native_handle(),
-                                                                graph.native_handle());
+  const drv::ExecUpdateOutcome outcome =
+      drv::graph_exec_update(exec_.context(), exec_.native_handle(), graph.native_handle());
   if (!outcome.applied) {
     UpdateResult why{to_status(outcome.result), std::nullopt, {}};
     if (outcome.error_node != nullptr) {

@@ -175,8 +175,7 @@ std::optional<UpdateResult> plan_mismatch(const NodePlan& current, const NodePla
       return UpdateResult{UpdateStatus::topology_changed, i, describe_node(y, i) + " has other dependencies"};
     }
     if (x.type == CU_GRAPH_NODE_TYPE_MEMSET && x.element_size != y.element_size) {
-      return UpdateResult{UpdateStatus::parameters_changed, i,
-                          describe_node(y, i) + " fills elements of another size"};
+      return UpdateResult{UpdateStatus::parameters_changed, i, describe_node(y, i) + " fills elements of another size"};
     }
   }
   return std::nullopt;

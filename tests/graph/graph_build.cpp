@@ -80,13 +80,16 @@ TEST_SUITE("gpu") {
     Buffers b(4096, 4);
     const auto k = axpy();
     const auto cfg = grid_for(b.n, 256);
-    const auto step = [&](int i, float a) { return k(cfg, a, b.dx.cview(), b.ys[static_cast<std::size_t>(i)].view(), b.n); };
+    const auto step = [&](int i, float a) {
+      return k(cfg, a, b.dx.cview(), b.ys[static_cast<std::size_t>(i)].view(), b.n);
+    };
     SUBCASE("a chain of kernels, a copy and a fill") {
       check_same_structure(step(0, 1.0F) >> step(0, 2.0F) >> copy(b.ys[1].view(), b.ys[0].cview()) >>
                            fill(b.ys[2].view(), 3.0F));
     }
     SUBCASE("all(...) branches joined by a later kernel") {
-      check_same_structure(step(0, 1.0F) >> all(step(1, 1.0F), step(2, 2.0F) >> step(2, 3.0F), fill(b.ys[3].view(), 1.0F)) >>
+      check_same_structure(step(0, 1.0F) >>
+                           all(step(1, 1.0F), step(2, 2.0F) >> step(2, 3.0F), fill(b.ys[3].view(), 1.0F)) >>
                            step(0, 5.0F));
     }
     SUBCASE("nested all") {
@@ -147,7 +150,8 @@ TEST_SUITE("gpu") {
       const auto op = [&](std::size_t first, float a) {
         return k(cfg, a, b.dx.cview(), b.ys[first].view(), b.n) >> k(cfg, a, b.dx.cview(), b.ys[first + 1].view(), b.n);
       };
-      auto graph = built ? CudaGraph<>::build(lgtest::device(), op(0, 1.0F)) : CudaGraph<>::capture(lgtest::stream(), op(0, 1.0F));
+      auto graph = built ? CudaGraph<>::build(lgtest::device(), op(0, 1.0F))
+                         : CudaGraph<>::capture(lgtest::stream(), op(0, 1.0F));
       graph.launch();
       const UpdateResult r = graph.update_from(op(2, 3.0F));
       INFO(r.message);

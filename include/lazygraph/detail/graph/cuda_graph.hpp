@@ -208,8 +208,7 @@ class CudaGraph {
   /// is left exactly as it was and the result says why and at which node — unless `options` asks to
   /// re-instantiate instead. The op's output is dropped. \throws CudaError when recording `op` fails.
   template <class Op>
-  requires GraphNode<std::remove_cvref_t<Op>>
-  UpdateResult update_from(Op&& op, const UpdateOptions& options = {}) {
+  requires GraphNode<std::remove_cvref_t<Op>> UpdateResult update_from(Op&& op, const UpdateOptions& options = {}) {
     detail::GraphState& g = state();
     if constexpr (!is_buildable_v<std::remove_cvref_t<Op>>) {
       if (g.built()) throw_not_buildable();
@@ -218,8 +217,7 @@ class CudaGraph {
   }
   /// As update_from(op), from what `callback(Scope&)` records.
   template <class F>
-  requires std::is_invocable_v<F&, Scope&>
-  UpdateResult update_from(F&& callback, const UpdateOptions& options = {}) {
+  requires std::is_invocable_v<F&, Scope&> UpdateResult update_from(F&& callback, const UpdateOptions& options = {}) {
     return state().update_from(
         [&](ExecContext& ctx) {
           std::shared_ptr<const void> kept;

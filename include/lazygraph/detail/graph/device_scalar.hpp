@@ -31,7 +31,9 @@ class [[nodiscard]] ScalarAssignOp : public OpBase<ScalarAssignOp<T>> {
   static constexpr bool builds_without_capture = true;
 
   /// Made by DeviceScalar::assign.
-  ScalarAssignOp(DeviceSpan<T> dst, const T& value) : dst_(std::move(dst)) { std::memcpy(bytes_.data(), &value, sizeof(T)); }
+  ScalarAssignOp(DeviceSpan<T> dst, const T& value) : dst_(std::move(dst)) {
+    std::memcpy(bytes_.data(), &value, sizeof(T));
+  }
 
   /// Submits the memset(s).
   void execute(ExecContext& ctx) const {
@@ -68,7 +70,9 @@ class DeviceScalar {
 
  public:
   /// Allocates the value on `stream`'s device and sets it to `initial` (waits for that).
-  DeviceScalar(const Stream& stream, const T& initial) : buffer_(stream.device(), 1) { assign(initial).sync_on(stream); }
+  DeviceScalar(const Stream& stream, const T& initial) : buffer_(stream.device(), 1) {
+    assign(initial).sync_on(stream);
+  }
 
   /// The value as a read-only kernel argument (a `const T*` parameter).
   [[nodiscard]] DeviceSpan<const T> cview() const { return buffer_.cview(); }

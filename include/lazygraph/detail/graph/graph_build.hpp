@@ -28,7 +28,7 @@ namespace lazygraph::detail {
 /// plan_mismatch accepted). All or nothing: when the driver refuses one node, the nodes already set are set
 /// back to `current` and the refusal is reported (a CudaError from the driver is rethrown after that).
 /// Returns the result and, through `changed`, how many nodes were set.
-[[nodiscard]] UpdateResult apply_plan(CUgraphExec exec, const std::vector<CUgraphNode>& nodes,
-                                      const NodePlan& current, const NodePlan& next, std::size_t* changed);
+[[nodiscard]] UpdateResult apply_plan(CUgraphExec exec, const std::vector<CUgraphNode>& nodes, const NodePlan& current,
+                                      const NodePlan& next, std::size_t* changed);
 
 }  // namespace lazygraph::detail

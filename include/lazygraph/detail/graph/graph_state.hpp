@@ -96,7 +96,7 @@ void retire_failed_scope(std::shared_ptr<const void> scope) noexcept;
 /// What recording an op produced: the graph, and for a built graph the plan and its node handles.
 struct Recorded {
   driver::Graph graph;
-  std::optional<NodePlan> plan;   ///< set for built graphs (CudaGraph::build)
+  std::optional<NodePlan> plan;    ///< set for built graphs (CudaGraph::build)
   std::vector<CUgraphNode> nodes;  ///< built graphs: the node of each plan entry
   std::vector<std::shared_ptr<const void>> owners;
   std::shared_ptr<const void> scope;  ///< the Scope it was recorded through, if any

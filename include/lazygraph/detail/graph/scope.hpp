@@ -70,9 +70,10 @@ class Scope {
                   "replay would read or write long after — stage inputs with CudaGraph::update(copy(...)) and read "
                   "outputs after launch()");
     constexpr bool op_runs_host_code = runs_host_code_v<O>;
-    static_assert(already_explained_before_host_code<O>() || !op_runs_host_code,
-                  "Scope::record accepts only GraphNode operations; this op (or a part of it) is a host_call, which "
-                  "would run host code on every replay — if that is what you want, record allow_in_graph(host_call(...))");
+    static_assert(
+        already_explained_before_host_code<O>() || !op_runs_host_code,
+        "Scope::record accepts only GraphNode operations; this op (or a part of it) is a host_call, which "
+        "would run host code on every replay — if that is what you want, record allow_in_graph(host_call(...))");
     // Only for an op none of the rules above explains (one of the user's own that did not opt in).
     constexpr bool already_explained = !argument_is_device_op || op_allocates_device_memory ||
                                        composite_contains_allocation || op_transfers_host_memory || op_runs_host_code;

@@ -28,7 +28,8 @@ class [[nodiscard]] EventOp : public OpBase<EventOp<Wait>> {
   /// \throws UsageError for a null event.
   explicit EventOp(std::shared_ptr<const Event> event) : event_(std::move(event)) {
     if (!event_ || event_->get() == nullptr) {
-      throw UsageError(Wait ? "wait_event: the event is null or moved-from" : "record_event: the event is null or moved-from");
+      throw UsageError(Wait ? "wait_event: the event is null or moved-from"
+                            : "record_event: the event is null or moved-from");
     }
   }
   /// Submits the record or the wait.
