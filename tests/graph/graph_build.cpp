@@ -100,6 +100,7 @@ TEST_SUITE("gpu") {
     }
     SUBCASE("a chain of a run-time length") {
       std::vector<decltype(step(0, 1.0F))> steps;
+      steps.reserve(10);
       for (int i = 0; i < 10; ++i) steps.push_back(step(i % 4, 0.5F));
       check_same_structure(chain(steps));
     }
