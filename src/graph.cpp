@@ -352,7 +352,10 @@ UpdateResult GraphState::replace_graph(drv::Graph graph, Owners owners, const Up
 UpdateResult GraphState::reinstantiate(drv::Graph graph, Owners owners, UpdateResult why) {
   drv::GraphExec exec =
       drv::GraphExec::instantiate(graph, stream_.device().context(), "CudaGraph", instantiate_flags(options_));
-  if (options_.upload) drv::graph_upload(exec.context(), exec.native_handle(), stream_.get(), "CudaGraph");
+  if (options_.upload) {
+    drv::graph_upload(exec.context(), exec.native_handle(), stream_.get(), "CudaGraph");
+    updates_pending_ = true;  // a replay on another stream waits for the upload, as for an update
+  }
   // Replays already queued still run the old executable graph and read the old buffers: both go once they are
   // done.
   Owners old = *owners_;
