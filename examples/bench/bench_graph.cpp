@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <exception>
 #include <functional>
+#include <stdexcept>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -66,6 +68,26 @@ std::pair<double, double> host_times_per_node(int nodes, const std::function<voi
   return {median(ta), median(tb)};
 }
 
+/// Median host microseconds of each of `variants` (one call each per sample), sampled in turn so that drift in
+/// the host's speed affects all alike.
+std::vector<double> host_medians(const std::vector<std::function<void()>>& variants, int samples) {
+  std::vector<std::vector<double>> times(variants.size());
+  for (auto& t : times) t.reserve(static_cast<std::size_t>(samples));
+  for (const auto& v : variants) v();  // warm up
+  for (int k = 0; k < samples; ++k) {
+    for (std::size_t i = 0; i < variants.size(); ++i) {
+      const auto a = std::chrono::steady_clock::now();
+      variants[i]();
+      const auto b = std::chrono::steady_clock::now();
+      times[i].push_back(std::chrono::duration<double, std::micro>(b - a).count());
+    }
+  }
+  std::vector<double> out;
+  out.reserve(times.size());
+  for (auto& t : times) out.push_back(median(t));
+  return out;
+}
+
 /// The raw way: cuStreamBeginCapture, cuLaunchKernel N times, cuStreamEndCapture, instantiate, upload.
 struct RawGraph {
   CUcontext ctx;
@@ -97,11 +119,132 @@ struct RawGraph {
   RawGraph& operator=(const RawGraph&) = delete;
 };
 
-auto chain_of(const Axpy& k, const lg::DeviceSpan<const float>& x, const lg::DeviceSpan<float>& y, int count) {
+auto chain_of(const Axpy& k, const lg::DeviceSpan<const float>& x, const lg::DeviceSpan<float>& y, int count,
+              float a = 1.0001F) {
   std::vector<decltype(k(lg::LaunchConfig{}, 0.0F, x, y, 0))> ops;
   ops.reserve(count);
-  for (int i = 0; i < count; ++i) ops.push_back(k({{1, 1, 1}, {elements, 1, 1}, 0}, 1.0001F, x, y, elements));
+  for (int i = 0; i < count; ++i) ops.push_back(k({{1, 1, 1}, {elements, 1, 1}, 0}, a, x, y, elements));
   return lg::chain(std::move(ops));
+}
+
+using AxpyScalar = lg::Kernel<void(const float*, const float*, float*, int)>;
+
+/// A chain of `count` kernels whose `a` is read from `scale` (a DeviceScalar).
+auto scalar_chain_of(const AxpyScalar& k, const lg::DeviceSpan<const float>& scale,
+                     const lg::DeviceSpan<const float>& x, const lg::DeviceSpan<float>& y, int count) {
+  std::vector<decltype(k(lg::LaunchConfig{}, scale, x, y, 0))> ops;
+  ops.reserve(count);
+  for (int i = 0; i < count; ++i) ops.push_back(k({{1, 1, 1}, {elements, 1, 1}, 0}, scale, x, y, elements));
+  return lg::chain(std::move(ops));
+}
+
+/// A chain of `count` axpy kernels into `y`, except the last, into `last`: to change one node's arguments.
+auto chain_ending_in(const Axpy& k, const lg::DeviceSpan<const float>& x, const lg::DeviceSpan<float>& y,
+                     const lg::DeviceSpan<float>& last, int count) {
+  std::vector<decltype(k(lg::LaunchConfig{}, 0.0F, x, y, 0))> ops;
+  ops.reserve(count);
+  for (int i = 0; i < count; ++i) {
+    ops.push_back(k({{1, 1, 1}, {elements, 1, 1}, 0}, 1.0001F, x, i + 1 == count ? last : y, elements));
+  }
+  return lg::chain(std::move(ops));
+}
+
+/// The graph's whole life: building vs capturing, updating in place vs re-recording, a device scalar vs a new
+/// graph per value; replay of a built graph vs a raw one.
+void lifecycle_table(const lg::Device& gpu, const lg::Stream& s, const lg::KernelLibrary& kernels,
+                     const lg::DeviceBuffer<float>& x) {
+  const Axpy k = kernels.get<void(float, const float*, float*, int)>("axpy");
+  const AxpyScalar ks = kernels.get<void(const float*, const float*, float*, int)>("axpy_scalar");
+  lg::DeviceBuffer<float> ya = lg::zeros<float>(elements).sync_on(s);
+  lg::DeviceBuffer<float> yb = lg::zeros<float>(elements).sync_on(s);
+  lg::DeviceScalar<float> scale(s, 1.0F);
+  const std::vector<lg::DeviceSpan<float>> one{ya.view()};
+
+  std::printf("\ngraph lifecycle on %s (host medians: us per node for recording, us per graph for updates)\n\n",
+              gpu.name().c_str());
+  std::printf("%6s | %9s %9s %6s | %10s %9s %6s %9s %6s %9s %6s | %10s %10s %6s | %8s %8s %6s\n", "N", "capture",
+              "build", "b/c", "re-record", "upd capt", "x", "upd built", "x", "upd one", "x", "re-rec+run", "set+run",
+              "x", "raw rep", "built rep", "b/raw");
+  for (const int n : {10, 100, 1000}) {
+    const int samples = n >= 1000 ? 21 : 41;
+    // 1. Recording: capture + instantiate + upload vs build + instantiate + upload (per node).
+    const std::vector<double> rec =
+        host_medians({[&] { auto g = lg::CudaGraph<>::capture(s, chain_of(k, x.cview(), ya.view(), n)); },
+                      [&] { auto g = lg::CudaGraph<>::build(gpu, chain_of(k, x.cview(), ya.view(), n)); }},
+                     samples);
+
+    // 2. Re-parameterising: every kernel's y alternates between two buffers; "one" changes the last kernel only.
+    auto captured = lg::CudaGraph<>::capture(s, chain_of(k, x.cview(), ya.view(), n));
+    auto built = lg::CudaGraph<>::build(gpu, chain_of(k, x.cview(), ya.view(), n));
+    auto built_one = lg::CudaGraph<>::build(gpu, chain_ending_in(k, x.cview(), ya.view(), ya.view(), n));
+    bool flip_c = false;
+    bool flip_b = false;
+    bool flip_o = false;
+    const auto check = [](const lg::UpdateResult& r) {
+      if (!r) throw std::runtime_error(std::string("update_from refused: ") + r.message);
+    };
+    const std::vector<double> upd = host_medians(
+        {[&] { auto g = lg::CudaGraph<>::capture(s, chain_of(k, x.cview(), (flip_c ? ya : yb).view(), n)); },
+         [&] {
+           flip_c = !flip_c;
+           check(captured.update_from(chain_of(k, x.cview(), (flip_c ? yb : ya).view(), n)));
+         },
+         [&] {
+           flip_b = !flip_b;
+           check(built.update_from(chain_of(k, x.cview(), (flip_b ? yb : ya).view(), n)));
+         },
+         [&] {
+           flip_o = !flip_o;
+           check(built_one.update_from(chain_ending_in(k, x.cview(), ya.view(), (flip_o ? yb : ya).view(), n)));
+         }},
+        samples);
+
+    // 3. A new value per replay: DeviceScalar set + replay vs a new graph with the value as an argument + replay.
+    auto scaled = lg::CudaGraph<>::build(gpu, scalar_chain_of(ks, scale.cview(), x.cview(), ya.view(), n));
+    float value = 1.0F;
+    const std::vector<double> val =
+        host_medians({[&] {
+                        value += 1.0F;
+                        auto g = lg::CudaGraph<>::capture(s, chain_of(k, x.cview(), ya.view(), n, value));
+                        g.launch();
+                      },
+                      [&] {
+                        value += 1.0F;
+                        scaled.set(scale, value);
+                        scaled.launch();
+                      }},
+                     samples);
+
+    // 4. Replay: a built graph vs the raw driver-API graph of the same chain (device time per kernel).
+    RawGraph raw(s, k, one, x.cview(), n);
+    auto replayed = lg::CudaGraph<>::build(gpu, chain_of(k, x.cview(), ya.view(), n));
+    double raw_replay = 0;
+    double built_replay = 0;
+    {
+      std::vector<double> r;
+      std::vector<double> b;
+      for (int round = 0; round < 5; ++round) {  // alternated, so that clocks and temperature affect both alike
+        r.push_back(time_per_kernel(
+            s, n, [&] { drv::graph_launch(raw.ctx, raw.exec, s.get(), "raw"); }, 9));
+        b.push_back(time_per_kernel(
+            s, n, [&] { replayed.launch_on(s); }, 9));
+      }
+      raw_replay = median(r);
+      built_replay = median(b);
+    }
+
+    std::printf(
+        "%6d | %9.3f %9.3f %6.3f | %10.1f %9.1f %6.1f %9.1f %6.1f %9.1f %6.1f | %10.1f %10.1f %6.1f | %8.3f %8.3f "
+        "%6.3f\n",
+        n, rec[0] / n, rec[1] / n, rec[1] / rec[0], upd[0], upd[1], upd[0] / upd[1], upd[2], upd[0] / upd[2], upd[3],
+        upd[0] / upd[3], val[0], val[1], val[0] / val[1], raw_replay, built_replay, built_replay / raw_replay);
+  }
+  std::printf(
+      "\ncapture/build: us per node to record + instantiate + upload; b/c = build / capture (target <= 0.8).\n"
+      "re-record: a new captured graph (us per graph); upd capt / upd built: update_from on a captured / built\n"
+      "graph with every kernel's buffer changed; upd one: built, one kernel's buffer changed; x = re-record / "
+      "that\n(target >= 10 for upd built). re-rec+run vs set+run: a new value per replay as a new graph vs a "
+      "DeviceScalar.\nraw rep / built rep: replay, us per kernel (target b/raw within 1.03).\n");
 }
 
 int run() {
@@ -159,13 +302,16 @@ int run() {
                 raw_build, lazy_build, lazy_build / raw_build);
   }
   s.synchronize();
+  lifecycle_table(gpu, s, kernels, x);
+  s.synchronize();
   return 0;
 }
 
 constexpr const char* usage =
     "usage: bench_graph\n"
     "Prints tables: a chain of N tiny kernels launched eagerly, as a hand-captured driver-API graph and as a\n"
-    "lazygraph graph; 4 chains with all(...) vs serially; host build+record+instantiate time per node.\n"
+    "lazygraph graph; 4 chains with all(...) vs serially; host build+record+instantiate time per node; then the\n"
+    "graph lifecycle: build vs capture, update_from vs re-recording, DeviceScalar vs a new graph per value.\n"
     "Exit status: 0 done, 1 failed, 77 skipped (no GPU; the reason is printed).\n";
 
 }  // namespace
