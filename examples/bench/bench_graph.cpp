@@ -247,6 +247,83 @@ void lifecycle_table(const lg::Device& gpu, const lg::Stream& s, const lg::Kerne
       "DeviceScalar.\nraw rep / built rep: replay, us per kernel (target b/raw within 1.03).\n");
 }
 
+/// Where recording and updating time goes, per node (host medians): the parts of build and capture, and of an
+/// update_from on a built graph.
+void breakdown_table(const lg::Device& gpu, const lg::Stream& s, const Axpy& k, const lg::DeviceBuffer<float>& x) {
+  lg::DeviceBuffer<float> ya = lg::zeros<float>(elements).sync_on(s);
+  lg::DeviceBuffer<float> yb = lg::zeros<float>(elements).sync_on(s);
+  std::printf("\nwhere the time goes (host medians, us per node)\n\n%6s | %7s %7s %9s %8s | %9s %9s %9s | %9s %9s\n",
+              "N", "op", "plan", "add nodes", "capture", "inst built", "inst capt", "upload", "update", "set params");
+  for (const int n : {100, 1000}) {
+    const int samples = 21;
+    const auto op_a = chain_of(k, x.cview(), ya.view(), n);
+    const auto op_b = chain_of(k, x.cview(), yb.view(), n);
+    lg::detail::NodePlan plan_a;
+    lg::detail::NodePlan plan_b;
+    {
+      lg::ExecContext ca(s, plan_a);
+      op_a.execute(ca);
+      lg::ExecContext cb(s, plan_b);
+      op_b.execute(cb);
+    }
+    std::vector<CUgraphNode> nodes;
+    const drv::Graph built = lg::detail::materialize(plan_a, nodes);
+    drv::Graph captured;
+    {
+      lg::detail::CaptureSession session(s, lg::CaptureMode::this_thread);
+      lg::ExecContext ctx(s, true);
+      op_a.execute(ctx);
+      captured = session.finish();
+    }
+    const drv::GraphExec exec = drv::GraphExec::instantiate(built, gpu.context(), "bench");
+    auto graph = lg::CudaGraph<>::build(gpu, op_a);
+    bool flip_u = false;
+    bool flip_p = false;
+    std::size_t changed = 0;
+    const std::vector<double> t =
+        host_medians({[&] { auto o = chain_of(k, x.cview(), ya.view(), n); },
+                      [&] {
+                        lg::detail::NodePlan p;
+                        lg::ExecContext ctx(s, p);
+                        op_a.execute(ctx);
+                      },
+                      [&] {
+                        std::vector<CUgraphNode> ns;
+                        auto g = lg::detail::materialize(plan_a, ns);
+                      },
+                      [&] {
+                        lg::detail::CaptureSession session(s, lg::CaptureMode::this_thread);
+                        lg::ExecContext ctx(s, true);
+                        op_a.execute(ctx);
+                        auto g = session.finish();
+                      },
+                      [&] { auto e = drv::GraphExec::instantiate(built, gpu.context(), "bench"); },
+                      [&] { auto e = drv::GraphExec::instantiate(captured, gpu.context(), "bench"); },
+                      [&] {
+                        auto e = drv::GraphExec::instantiate(built, gpu.context(), "bench");
+                        drv::graph_upload(gpu.context(), e.native_handle(), s.get(), "bench");
+                        s.synchronize();
+                      },
+                      [&] {
+                        flip_u = !flip_u;
+                        (void)graph.update_from(flip_u ? op_b : op_a);
+                      },
+                      [&] {
+                        flip_p = !flip_p;
+                        (void)lg::detail::apply_plan(exec.native_handle(), nodes, flip_p ? plan_a : plan_b,
+                                                     flip_p ? plan_b : plan_a, &changed);
+                      }},
+                     samples);
+    std::printf("%6d | %7.3f %7.3f %9.3f %8.3f | %9.3f %9.3f %9.3f | %9.3f %9.3f\n", n, t[0] / n, t[1] / n, t[2] / n,
+                t[3] / n, t[4] / n, t[5] / n, (t[6] - t[4]) / n, t[7] / n, t[8] / n);
+  }
+  std::printf(
+      "\nop: making the chain op; plan: writing it down (build); add nodes: cuGraphAddNode for each; capture: "
+      "recording it\nby stream capture; inst: instantiate; upload: the first upload + wait; update: update_from on "
+      "a built graph\nwith every buffer changed (op made beforehand); set params: its cuGraphExecNodeSetParams "
+      "calls alone.\n");
+}
+
 int run() {
   if (example::skip_without_gpu("bench_graph")) return example::exit_skipped;
   lg::Device gpu = lg::Device::first();
@@ -303,6 +380,7 @@ int run() {
   }
   s.synchronize();
   lifecycle_table(gpu, s, kernels, x);
+  breakdown_table(gpu, s, k, x);
   s.synchronize();
   return 0;
 }

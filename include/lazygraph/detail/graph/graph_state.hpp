@@ -148,6 +148,7 @@ class GraphState {
     const std::lock_guard<std::mutex> lock(mutex_);
     if (built()) {
       NodePlan plan;
+      plan.reserve_like(*plan_);
       ExecContext ctx(stream_, plan, host_errors_);
       record(ctx);
       return replace_plan(std::move(plan), ctx.take_owners(), options);

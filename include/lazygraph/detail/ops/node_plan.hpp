@@ -57,6 +57,14 @@ struct NodePlan {
   std::vector<std::byte> argument_bytes;
   std::vector<std::uint32_t> argument_offsets;  ///< per kernel: its arguments' offsets, then the end offset
 
+  /// Reserves room for a plan the size of `other` (an update's plan is the size of the graph's).
+  void reserve_like(const NodePlan& other) {
+    nodes.reserve(other.nodes.size());
+    dependencies.reserve(other.dependencies.size());
+    argument_bytes.reserve(other.argument_bytes.size());
+    argument_offsets.reserve(other.argument_offsets.size());
+  }
+
   /// Appends `node` after `deps`; returns its index.
   std::uint32_t add(PlannedNode node, std::span<const std::uint32_t> deps) {
     node.first_dependency = static_cast<std::uint32_t>(dependencies.size());
