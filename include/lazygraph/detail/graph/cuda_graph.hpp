@@ -9,13 +9,14 @@
 /// Exception safety: if the callback or an op throws during capture, the capture is ended, the partial graph
 /// destroyed, the stream left usable and the exception passed on; nothing is leaked.
 ///
-/// Thread safety: `launch`, `launch_on` and `update` may be called on one graph from several threads at once,
-/// each call atomic; a sequence of them (an update, then the launch that should see it) is not — hold your own
-/// lock around it. Distinct graphs are independent. Capturing on several threads at once (each on its own
+/// Thread safety: `launch`, `launch_on`, `update`, `set`, `update_from`, `synchronize` and the accessors may be
+/// called on one graph from several threads at once, each call atomic; a sequence of them (an update, then the
+/// launch that should see it) is not — hold your own lock around it. Distinct graphs are independent. Capturing on several threads at once (each on its own
 /// stream, in CaptureMode::this_thread) works.
 ///
 /// Lifetime: the graph keeps every buffer its recorded ops touch, and every kernel module they launch, alive
-/// until it is destroyed; destroying it waits for its replays (on any stream) to finish first.
+/// until it is destroyed — or, after `update_from`, until no queued replay can use them any more; destroying it
+/// waits for its replays (on any stream) to finish first.
 
 #include <cstdint>
 #include <filesystem>
