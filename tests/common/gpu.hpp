@@ -45,6 +45,10 @@ lazygraph::DeviceBuffer<T> to_device(const lazygraph::Stream& s, const std::vect
   return b;
 }
 
+/// y0 after `times` steps of y = a * x + y, in float64 with each step rounded to float as the axpy kernels
+/// round it: the reference for tests replaying axpy.
+std::vector<double> axpy_reference(float a, const std::vector<float>& x, const std::vector<float>& y0, int times);
+
 /// max_i |a_i - b_i| / max(max_i |b_i|, tiny): the error of `a` relative to the reference `b`'s scale.
 double relative_error(const std::vector<float>& a, const std::vector<double>& b);
 

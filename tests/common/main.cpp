@@ -66,6 +66,14 @@ std::vector<float> random_floats(std::size_t n) {
   return v;
 }
 
+std::vector<double> axpy_reference(float a, const std::vector<float>& x, const std::vector<float>& y0, int times) {
+  std::vector<double> y(y0.begin(), y0.end());
+  for (int t = 0; t < times; ++t) {
+    for (std::size_t i = 0; i < y.size(); ++i) y[i] = static_cast<float>(double(a) * x[i] + y[i]);
+  }
+  return y;
+}
+
 double relative_error(const std::vector<float>& a, const std::vector<double>& b) {
   double worst = 0;
   double scale = 1e-30;

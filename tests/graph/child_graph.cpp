@@ -9,15 +9,6 @@ using namespace lazygraph;
 
 static_assert(BuildableNode<ChildGraphOp>);
 
-namespace {
-std::vector<double> axpy_times(float a, const std::vector<float>& x, const std::vector<float>& y0, int times) {
-  std::vector<double> y(y0.begin(), y0.end());
-  for (int t = 0; t < times; ++t)
-    for (std::size_t i = 0; i < y.size(); ++i) y[i] = static_cast<float>(double(a) * x[i] + y[i]);
-  return y;
-}
-}  // namespace
-
 TEST_SUITE("gpu") {
   TEST_CASE("a child graph runs inside a captured or built parent, which keeps its buffers alive") {
     Stream& s = lgtest::stream();
@@ -41,7 +32,7 @@ TEST_SUITE("gpu") {
       }
       parent->launch();
       parent->launch();
-      CHECK(lgtest::relative_error(lgtest::to_host(s, out.cview()), axpy_times(0.5F, x, y0, 2)) < 1e-6);
+      CHECK(lgtest::relative_error(lgtest::to_host(s, out.cview()), lgtest::axpy_reference(0.5F, x, y0, 2)) < 1e-6);
     }
   }
 
@@ -57,6 +48,6 @@ TEST_SUITE("gpu") {
     child_graph(g).sync_on(s);
     child_graph(g).sync_on(s);
     CHECK(g.replay_count() == 2);
-    CHECK(lgtest::relative_error(lgtest::to_host(s, dy.cview()), axpy_times(2.0F, x, y0, 2)) < 1e-6);
+    CHECK(lgtest::relative_error(lgtest::to_host(s, dy.cview()), lgtest::axpy_reference(2.0F, x, y0, 2)) < 1e-6);
   }
 }

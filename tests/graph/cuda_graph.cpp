@@ -12,12 +12,6 @@ namespace {
 using Axpy = Kernel<void(float, const float*, float*, int)>;
 Axpy axpy() { return lgtest::kernels().get<void(float, const float*, float*, int)>("axpy"); }
 
-std::vector<double> axpy_reference(float a, const std::vector<float>& x, std::vector<double> y, int times) {
-  for (int t = 0; t < times; ++t)
-    for (std::size_t i = 0; i < y.size(); ++i) y[i] = static_cast<float>(double(a) * x[i] + y[i]);
-  return y;
-}
-std::vector<double> widen(const std::vector<float>& v) { return {v.begin(), v.end()}; }
 }  // namespace
 
 TEST_SUITE("gpu") {
@@ -34,7 +28,7 @@ TEST_SUITE("gpu") {
     auto graph = CudaGraph<>::scope(s, [&](Scope& sc) { sc.record(step); });
     CHECK(lgtest::to_host(s, dy.cview()) == y0);  // capture ran nothing
     for (int i = 0; i < 5; ++i) graph.launch();
-    const auto ref = axpy_reference(0.5F, x, widen(y0), 5);
+    const auto ref = lgtest::axpy_reference(0.5F, x, y0, 5);
     CHECK(lgtest::relative_error(lgtest::to_host(s, snapshot.cview()), ref) < 1e-6);
     const auto kinds = graph.node_kinds();
     CHECK(std::count(kinds.begin(), kinds.end(), NodeKind::kernel) == 1);
@@ -59,9 +53,9 @@ TEST_SUITE("gpu") {
                         fill(ys[3].view(), 7.0F));
     auto graph = CudaGraph<>::capture(s, branches);
     graph.launch();
-    CHECK(lgtest::relative_error(lgtest::to_host(s, ys[0].cview()), axpy_reference(1.0F, x, widen(y0[0]), 2)) < 1e-6);
-    CHECK(lgtest::relative_error(lgtest::to_host(s, ys[1].cview()), axpy_reference(2.0F, x, widen(y0[1]), 1)) < 1e-6);
-    CHECK(lgtest::relative_error(lgtest::to_host(s, ys[2].cview()), axpy_reference(3.0F, x, widen(y0[2]), 1)) < 1e-6);
+    CHECK(lgtest::relative_error(lgtest::to_host(s, ys[0].cview()), lgtest::axpy_reference(1.0F, x, y0[0], 2)) < 1e-6);
+    CHECK(lgtest::relative_error(lgtest::to_host(s, ys[1].cview()), lgtest::axpy_reference(2.0F, x, y0[1], 1)) < 1e-6);
+    CHECK(lgtest::relative_error(lgtest::to_host(s, ys[2].cview()), lgtest::axpy_reference(3.0F, x, y0[2], 1)) < 1e-6);
     const auto filled = lgtest::to_host(s, ys[3].cview());
     CHECK(std::all_of(filled.begin(), filled.end(), [](float v) { return v == 7.0F; }));
     const auto kinds = graph.node_kinds();
@@ -174,7 +168,7 @@ TEST_SUITE("gpu") {
     }
     graph->launch();
     graph->launch();
-    CHECK(lgtest::relative_error(lgtest::to_host(s, out.cview()), axpy_reference(-1.5F, x, widen(y0), 2)) < 1e-6);
+    CHECK(lgtest::relative_error(lgtest::to_host(s, out.cview()), lgtest::axpy_reference(-1.5F, x, y0, 2)) < 1e-6);
   }
 
   TEST_CASE("update runs an op before the next replay, so a replay reads new input") {

@@ -16,13 +16,6 @@ namespace {
 using Axpy = Kernel<void(float, const float*, float*, int)>;
 Axpy axpy() { return lgtest::kernels().get<void(float, const float*, float*, int)>("axpy"); }
 
-std::vector<double> axpy_reference(float a, const std::vector<float>& x, std::vector<double> y, int times) {
-  for (int t = 0; t < times; ++t)
-    for (std::size_t i = 0; i < y.size(); ++i) y[i] = static_cast<float>(double(a) * x[i] + y[i]);
-  return y;
-}
-std::vector<double> widen(const std::vector<float>& v) { return {v.begin(), v.end()}; }
-
 std::string describe(const std::vector<NodeKind>& kinds, const std::vector<std::vector<std::size_t>>& deps) {
   std::ostringstream out;
   for (std::size_t i = 0; i < kinds.size(); ++i) {
@@ -69,7 +62,7 @@ struct Buffers {
   }
   [[nodiscard]] double error(std::size_t i, float a, int times) const {
     return lgtest::relative_error(lgtest::to_host(lgtest::stream(), ys[i].cview()),
-                                  axpy_reference(a, x, widen(y0[i]), times));
+                                  lgtest::axpy_reference(a, x, y0[i], times));
   }
 };
 
