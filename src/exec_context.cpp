@@ -145,6 +145,19 @@ void ExecContext::child_graph(CUgraph graph) {
   drv::capture_add_node(current_->device().context(), current_->get(), &params, "child graph");
 }
 
+void ExecContext::join() {
+  if (plan_ != nullptr) {
+    detail::PlannedNode node;
+    node.type = CU_GRAPH_NODE_TYPE_EMPTY;
+    add_planned(node);
+    return;
+  }
+  if (!recording_) return;
+  CUgraphNodeParams params{};
+  params.type = CU_GRAPH_NODE_TYPE_EMPTY;
+  drv::capture_add_node(current_->device().context(), current_->get(), &params, "join");
+}
+
 void ExecContext::record_event(CUevent event) {
   if (plan_ != nullptr) {
     detail::PlannedNode node;

@@ -88,6 +88,10 @@ TEST_SUITE("gpu") {
     SUBCASE("nested all") {
       check_same_structure(all(step(0, 1.0F) >> all(step(1, 1.0F), step(2, 1.0F)), step(3, 1.0F)) >> step(0, 2.0F));
     }
+    SUBCASE("a join between two all(...)s") {
+      check_same_structure(all(step(0, 1.0F), step(1, 1.0F), step(2, 1.0F)) >> join() >>
+                           all(step(0, 2.0F), step(1, 2.0F), step(3, 2.0F)));
+    }
     SUBCASE("a branch that submits nothing") {
       check_same_structure(step(0, 1.0F) >> all(step(1, 1.0F), value(7)) >> step(2, 1.0F));
     }
@@ -101,6 +105,23 @@ TEST_SUITE("gpu") {
       check_same_structure(step(0, 1.0F) >> k(early(cfg), 2.0F, b.dx.cview(), b.ys[0].view(), b.n) >>
                            k(early(cfg), 3.0F, b.dx.cview(), b.ys[1].view(), b.n));
     }
+  }
+
+  TEST_CASE("join() adds one empty node between two all(...)s, captured or built") {
+    Buffers b(1000, 4);
+    const auto k = axpy();
+    const auto cfg = grid_for(b.n, 256);
+    auto op = all(k(cfg, 1.0F, b.dx.cview(), b.ys[0].view(), b.n), k(cfg, 1.0F, b.dx.cview(), b.ys[1].view(), b.n)) >>
+              join() >>
+              all(k(cfg, 1.0F, b.dx.cview(), b.ys[2].view(), b.n), k(cfg, 1.0F, b.dx.cview(), b.ys[3].view(), b.n));
+    for (const bool built : {true, false}) {
+      CAPTURE(built);
+      auto graph = built ? CudaGraph<>::build(lgtest::device(), op) : CudaGraph<>::capture(lgtest::stream(), op);
+      const auto kinds = graph.node_kinds();
+      CHECK(std::count(kinds.begin(), kinds.end(), NodeKind::empty) == 1);
+      CHECK(graph.edge_counts().full == 4);  // two into the join, two out of it
+    }
+    join().sync_on(lgtest::stream());  // eagerly: nothing to do, and no error
   }
 
   TEST_CASE("a built graph replays the op's work, with its output kept") {

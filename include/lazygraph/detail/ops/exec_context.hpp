@@ -95,6 +95,9 @@ class ExecContext {
   void host_function(CUhostFn fn, void* data, std::string_view name);
   /// Embeds a copy of `graph` as one node (capture and plan mode only; eagerly, launch the graph instead).
   void child_graph(CUgraph graph);
+  /// A node without work that everything after it depends on (an empty node in a graph; nothing eagerly, where
+  /// a stream orders the work anyway).
+  void join();
   /// Records `event` here: later waits on it order after the work before it (a record node in a graph).
   void record_event(CUevent event);
   /// Makes the work after this wait for what `event` last recorded (a wait node in a graph).

@@ -1,6 +1,6 @@
 #pragma once
 /// \file
-/// fill(span, value) and value(x): two graph nodes that need no kernel.
+/// fill(span, value), join() and value(x): graph nodes that need no kernel.
 
 #include <cstring>
 #include <type_traits>
@@ -55,6 +55,23 @@ template <class T>
                 "fill: the destination is a read-only DeviceSpan<const T>; pass a writable view (buffer.view())");
   return {std::move(dst), value};
 }
+
+/// `join()`: a point everything before it completes before anything after it starts — an empty node in a
+/// graph. After `all(a, b, c)` followed by `all(d, e, f)`, it turns nine dependencies into six.
+class [[nodiscard]] JoinOp : public OpBase<JoinOp> {
+ public:
+  /// No output.
+  using Output = void;
+  /// A GraphNode: an empty node does nothing.
+  static constexpr bool is_graph_node = true;
+  /// Submits through the ExecContext.
+  static constexpr bool builds_without_capture = true;
+  /// Adds the empty node (nothing when run eagerly: a stream is ordered already).
+  void execute(ExecContext& ctx) const { ctx.join(); }
+};
+
+/// An empty node that joins everything before it (see JoinOp).
+[[nodiscard]] inline JoinOp join() { return {}; }
 
 /// A host value as an op: no GPU work, its output is the value.
 template <class T>
