@@ -94,7 +94,13 @@ void capture_add_node(CUcontext ctx, CUstream stream, CUgraphNodeParams* params,
   const CaptureFrontier f = capture_frontier(ctx, stream);
   CUgraphNode node = graph_add_node(f.graph, f.dependencies.data(), f.edges.empty() ? nullptr : f.edges.data(),
                                     f.dependencies.size(), params, object);
-  capture_set_frontier(ctx, stream, node);
+  capture_set_frontier(ctx, stream, &node, nullptr, 1);
+}
+
+void capture_fork_from(CUcontext ctx, CUstream origin, CUstream side) {
+  const CaptureFrontier f = capture_frontier(ctx, origin);
+  capture_set_frontier(ctx, side, f.dependencies.data(), f.edges.empty() ? nullptr : f.edges.data(),
+                       f.dependencies.size());
 }
 
 bool capture_registered(CUstream stream) noexcept { return registry().contains(stream); }

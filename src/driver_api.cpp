@@ -864,10 +864,12 @@ CaptureFrontier capture_frontier(CUcontext ctx, CUstream stream) {
   return f;
 }
 
-void capture_set_frontier(CUcontext ctx, CUstream stream, CUgraphNode node) {
+void capture_set_frontier(CUcontext ctx, CUstream stream, const CUgraphNode* nodes, const CUgraphEdgeData* edges,
+                          std::size_t count) {
   const EntryPoints& a = api();
   const ContextScope scope(a, ctx);
-  check(a.cuStreamUpdateCaptureDependencies(stream, &node, nullptr, 1, CU_STREAM_SET_CAPTURE_DEPENDENCIES),
+  check(a.cuStreamUpdateCaptureDependencies(stream, const_cast<CUgraphNode*>(nodes), edges, count,
+                                            CU_STREAM_SET_CAPTURE_DEPENDENCIES),
         "cuStreamUpdateCaptureDependencies", "Stream");
 }
 

@@ -201,11 +201,21 @@ ExecContext::Fork ExecContext::begin_fork(std::size_t count) {
     return fork;
   }
   side_streams_in_use_ += count - 1;
+  const std::size_t existing = side_streams_.size();
   // The side streams start after everything already submitted to the origin (when recording, this wait is
   // what pulls them into the capture).
   Event& forked = events_.emplace_back(current_->device(), false);
   forked.record(*current_);
-  for (std::size_t i = 1; i < count; ++i) side_stream(fork.first_side + i - 1).wait(forked);
+  for (std::size_t i = 1; i < count; ++i) {
+    const std::size_t index = fork.first_side + i - 1;
+    const Stream& side = side_stream(index);
+    side.wait(forked);
+    // A side stream an earlier fork of this capture used still depends on its last node there: start it from
+    // the fork point alone, as a built graph does.
+    if (recording_ && index < existing) {
+      drv::capture_fork_from(current_->device().context(), current_->get(), side.get());
+    }
+  }
   return fork;
 }
 

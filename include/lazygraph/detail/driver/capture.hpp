@@ -31,6 +31,12 @@ bool capture_abandon_no_throw(CUstream stream) noexcept;
 /// \throws CudaError when the stream is not capturing or the driver refuses the node.
 void capture_add_node(CUcontext ctx, CUstream stream, CUgraphNodeParams* params, std::string_view object);
 
+/// For a stream that joins a fork of a capture it already took part in: makes its next work depend exactly on
+/// what `origin`'s next work would. Without this, its dependencies would still include its own last node from
+/// the earlier fork (an event wait adds to a capturing stream's dependencies, never replaces them), and the
+/// graph would carry an edge that a built graph does not.
+void capture_fork_from(CUcontext ctx, CUstream origin, CUstream side);
+
 /// True while a capture of `stream` begun by capture_begin has not ended.
 [[nodiscard]] bool capture_registered(CUstream stream) noexcept;
 

@@ -191,8 +191,10 @@ struct CaptureFrontier {
 };
 /// For capture.cpp only. \throws CudaError when `stream` is not capturing.
 CaptureFrontier capture_frontier(CUcontext ctx, CUstream stream);
-/// Makes `node` the one dependency of the capturing stream's next work. For capture.cpp only.
-void capture_set_frontier(CUcontext ctx, CUstream stream, CUgraphNode node);
+/// Makes `nodes` (with their edge data; null for full dependencies) exactly what the capturing stream's next
+/// work depends on. For capture.cpp only.
+void capture_set_frontier(CUcontext ctx, CUstream stream, const CUgraphNode* nodes, const CUgraphEdgeData* edges,
+                          std::size_t count);
 
 /// For tests of failure paths on a real GPU: while an InjectedFault lives, every call of the driver function
 /// `api` (e.g. "cuStreamCreate") made through these wrappers returns `code` instead of running, so a test can
