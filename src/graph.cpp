@@ -221,6 +221,15 @@ GraphState::~GraphState() {
   held_.release_all();
 }
 
+std::unique_lock<std::mutex> GraphState::guard() const {
+  if (recording_thread_.load() == std::this_thread::get_id()) [[unlikely]] {
+    throw UsageError(
+        "CudaGraph: the op given to update_from uses the graph being updated (child_graph of itself, or a call on "
+        "it from the callback); a graph cannot take part in its own update");
+  }
+  return std::unique_lock<std::mutex>(mutex_);
+}
+
 void GraphState::order_after_replays_elsewhere() {
   if (replay_elsewhere_pending_) {
     stream_.wait(*last_replay_elsewhere_);
@@ -246,7 +255,7 @@ void GraphState::release_after_replays(DeferredRelease::Owners owners) {
 
 void GraphState::launch_on(const Stream& stream) {
   host_errors_->rethrow_pending();
-  const std::lock_guard<std::mutex> lock(mutex_);
+  const auto lock = guard();
   CUcontext ctx = exec_.context();
   if (stream.get() == stream_.get()) {
     drv::graph_launch(ctx, exec_.native_handle(), stream_.get(), "CudaGraph");
@@ -272,14 +281,14 @@ void GraphState::launch_on(const Stream& stream) {
 void GraphState::launch_and_wait() {
   host_errors_->rethrow_pending();
   {
-    const std::lock_guard<std::mutex> lock(mutex_);
+    const auto lock = guard();
     drv::graph_launch(exec_.context(), exec_.native_handle(), stream_.get(), "CudaGraph");
     ++replays_;
     updates_pending_ = false;
   }
   stream_.synchronize();
   {
-    const std::lock_guard<std::mutex> lock(mutex_);
+    const auto lock = guard();
     held_.collect();
   }
   host_errors_->rethrow_pending();
@@ -288,7 +297,7 @@ void GraphState::launch_and_wait() {
 void GraphState::synchronize() {
   stream_.synchronize();
   {
-    const std::lock_guard<std::mutex> lock(mutex_);
+    const auto lock = guard();
     if (launched_elsewhere_ && last_replay_elsewhere_) last_replay_elsewhere_->synchronize();
     held_.collect();
   }
@@ -296,7 +305,7 @@ void GraphState::synchronize() {
 }
 
 void GraphState::upload(const Stream& stream) {
-  const std::lock_guard<std::mutex> lock(mutex_);
+  const auto lock = guard();
   drv::graph_upload(exec_.context(), exec_.native_handle(), stream.get(), "CudaGraph");
   uploaded_ = true;
 }
@@ -369,27 +378,27 @@ UpdateResult GraphState::reinstantiate(drv::Graph graph, Owners owners, UpdateRe
 }
 
 std::uint64_t GraphState::replay_count() const {
-  const std::lock_guard<std::mutex> lock(mutex_);
+  const auto lock = guard();
   return replays_;
 }
 
 std::size_t GraphState::owner_count() const {
-  const std::lock_guard<std::mutex> lock(mutex_);
+  const auto lock = guard();
   return owners_->size();
 }
 
 bool GraphState::uploaded() const {
-  const std::lock_guard<std::mutex> lock(mutex_);
+  const auto lock = guard();
   return uploaded_;
 }
 
 std::shared_ptr<const GraphState::Owners> GraphState::owners() const {
-  const std::lock_guard<std::mutex> lock(mutex_);
+  const auto lock = guard();
   return owners_;
 }
 
 CUgraph GraphState::template_graph() const {
-  const std::lock_guard<std::mutex> lock(mutex_);
+  const auto lock = guard();
   return template_graph_locked();
 }
 
@@ -403,19 +412,19 @@ CUgraph GraphState::template_graph_locked() const {
 }
 
 std::size_t GraphState::node_count() const {
-  const std::lock_guard<std::mutex> lock(mutex_);
+  const auto lock = guard();
   return drv::graph_nodes(graph_.native_handle()).size();
 }
 
 std::vector<NodeKind> GraphState::node_kinds() const {
-  const std::lock_guard<std::mutex> lock(mutex_);
+  const auto lock = guard();
   std::vector<NodeKind> kinds;
   for (CUgraphNode n : drv::graph_nodes(graph_.native_handle())) kinds.push_back(to_kind(drv::graph_node_type(n)));
   return kinds;
 }
 
 std::vector<std::vector<std::size_t>> GraphState::dependencies() const {
-  const std::lock_guard<std::mutex> lock(mutex_);
+  const auto lock = guard();
   const std::vector<CUgraphNode> nodes = drv::graph_nodes(graph_.native_handle());
   std::vector<std::vector<std::size_t>> deps(nodes.size());
   for (std::size_t i = 0; i < nodes.size(); ++i) {
@@ -429,13 +438,13 @@ std::vector<std::vector<std::size_t>> GraphState::dependencies() const {
 }
 
 EdgeCounts GraphState::edge_counts() const {
-  const std::lock_guard<std::mutex> lock(mutex_);
+  const auto lock = guard();
   const drv::GraphEdgeCounts e = drv::graph_edge_counts(graph_.native_handle());
   return {e.total - e.programmatic, e.programmatic};
 }
 
 void GraphState::write_dot(const std::filesystem::path& path) const {
-  const std::lock_guard<std::mutex> lock(mutex_);
+  const auto lock = guard();
   drv::graph_write_dot(template_graph_locked(), path.string());
 }
 

@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -65,6 +66,21 @@ struct Buffers {
                                   lgtest::axpy_reference(a, x, y0[i], times));
   }
 };
+
+/// A GraphNode of a user's own that submits to the stream directly: it can be captured, not built.
+struct CaptureOnlyFill : OpBase<CaptureOnlyFill> {
+  using Output = void;
+  static constexpr bool is_graph_node = true;
+  DeviceSpan<float> dst;
+  void execute(ExecContext& ctx) const {
+    ctx.keep_alive(dst.owner());
+    const float nine = 9.0F;
+    unsigned pattern = 0;
+    std::memcpy(&pattern, &nine, sizeof pattern);
+    detail::driver::fill(ctx.stream().device().context(), dst.address(), pattern, 4, dst.size(), ctx.stream().get());
+  }
+};
+static_assert(GraphNode<CaptureOnlyFill> && !BuildableNode<CaptureOnlyFill>);
 
 }  // namespace
 
@@ -273,5 +289,41 @@ TEST_SUITE("gpu") {
     outer.launch();
     CHECK(lgtest::to_host(lgtest::stream(), b.ys[0].cview()) == b.y0[0]);
     CHECK(b.error(1, 2.0F, 1) < 1e-6);
+  }
+
+  TEST_CASE("ops that only capture can record are refused by build's Scope and a built graph's update_from") {
+    Buffers b(1000, 1);
+    auto captured = CudaGraph<>::capture(lgtest::stream(), CaptureOnlyFill{{}, b.ys[0].view()});
+    captured.launch();
+    CHECK(lgtest::to_host(lgtest::stream(), b.ys[0].cview())[0] == 9.0F);
+    CHECK_THROWS_AS(CudaGraph<>::build(lgtest::device(),
+                                       [&](Scope& s) {
+                                         s.record(CaptureOnlyFill{{}, b.ys[0].view()});
+                                       }),
+                    UsageError);
+    auto built = CudaGraph<>::build(lgtest::device(), fill(b.ys[0].view(), 1.0F));
+    CHECK_THROWS_AS((void)built.update_from(CaptureOnlyFill{{}, b.ys[0].view()}), UsageError);
+    CHECK(captured.update_from(CaptureOnlyFill{{}, b.ys[0].view()}).ok());
+    built.launch();
+    CHECK(lgtest::to_host(lgtest::stream(), b.ys[0].cview())[0] == 1.0F);
+  }
+
+  TEST_CASE("a graph cannot take part in its own update: UsageError, and the graph keeps working") {
+    Buffers b(1000, 1);
+    const auto k = axpy();
+    for (const bool built : {true, false}) {
+      CAPTURE(built);
+      b.reset();
+      const auto op = k(grid_for(b.n, 256), 1.0F, b.dx.cview(), b.ys[0].view(), b.n);
+      auto graph = built ? CudaGraph<>::build(lgtest::device(), op) : CudaGraph<>::capture(lgtest::stream(), op);
+      CHECK_THROWS_AS((void)graph.update_from(child_graph(graph)), UsageError);
+      CHECK_THROWS_AS((void)graph.update_from([&](Scope& s) {
+        s.record(op);
+        (void)graph.replay_count();
+      }),
+                      UsageError);
+      graph.launch();
+      CHECK(b.error(0, 1.0F, 1) < 1e-6);
+    }
   }
 }

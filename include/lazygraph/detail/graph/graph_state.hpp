@@ -5,12 +5,14 @@
 
 #include <cuda.h>
 
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "lazygraph/detail/driver/deferred_release.hpp"
@@ -127,7 +129,7 @@ class GraphState {
   /// stream) and before the next; the owners it records are kept until that work completes.
   template <class F>
   void update(F&& submit) {
-    const std::lock_guard<std::mutex> lock(mutex_);
+    const auto lock = guard();
     order_after_replays_elsewhere();
     ExecContext ctx(stream_, false, host_errors_);
     try {
@@ -145,18 +147,24 @@ class GraphState {
   /// captured otherwise) and puts it in place of the graph's nodes' parameters; see CudaGraph::update_from.
   template <class F>
   UpdateResult update_from(F&& record, const UpdateOptions& options) {
-    const std::lock_guard<std::mutex> lock(mutex_);
+    const auto lock = guard();
     if (built()) {
       NodePlan plan;
       plan.reserve_like(*plan_);
       ExecContext ctx(stream_, plan, host_errors_);
-      record(ctx);
+      {
+        const Recording recording(*this);
+        record(ctx);
+      }
       return replace_plan(std::move(plan), ctx.take_owners(), options);
     }
     const Stream capture_stream = Stream::pooled(stream_.device());
     CaptureSession session(capture_stream, options_.mode);
     ExecContext ctx(capture_stream, true, host_errors_);
-    record(ctx);
+    {
+      const Recording recording(*this);
+      record(ctx);
+    }
     driver::Graph graph = session.finish();
     return replace_graph(std::move(graph), ctx.take_owners(), options);
   }
@@ -177,6 +185,20 @@ class GraphState {
   [[nodiscard]] CUgraphExec native_exec() const noexcept { return exec_.native_handle(); }
 
  private:
+  /// Marks the thread that records an update_from op: the op (a callback) using this same graph would wait
+  /// for the lock its own thread holds; guard() reports that instead.
+  class Recording {
+   public:
+    explicit Recording(const GraphState& g) : g_(g) { g_.recording_thread_.store(std::this_thread::get_id()); }
+    ~Recording() { g_.recording_thread_.store(std::thread::id{}); }
+    Recording(const Recording&) = delete;
+    Recording& operator=(const Recording&) = delete;
+
+   private:
+    const GraphState& g_;
+  };
+  /// The graph's lock. \throws UsageError when the calling thread is recording an update_from of this graph.
+  [[nodiscard]] std::unique_lock<std::mutex> guard() const;
   void order_after_replays_elsewhere();
   void hold_no_throw(DeferredRelease::Owners owners) noexcept;
   void instantiate();
@@ -200,6 +222,7 @@ class GraphState {
   std::shared_ptr<const void> scope_;
   std::shared_ptr<HostCallErrors> host_errors_;
   mutable std::mutex mutex_;
+  mutable std::atomic<std::thread::id> recording_thread_{};
   DeferredRelease held_;               ///< owners of updates, until their copies have run
   std::optional<Event> updates_done_;  ///< recorded on stream_ for a replay elsewhere to wait on
   std::optional<Event> last_replay_elsewhere_;
