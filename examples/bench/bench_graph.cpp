@@ -1,7 +1,10 @@
 // Graph overhead benchmark: a chain of N tiny kernels launched eagerly, as a hand-captured driver-API graph,
 // and as a lazygraph graph; 4 independent chains recorded with all(...) versus serially; and the host time to
-// build + record + instantiate. Replays are timed with CUDA events; every figure is the median of many
-// samples. Compare numbers only within one run.
+// build + record + instantiate. Then the graph's life, a section each: build vs capture, update_from (captured,
+// built, one kernel changed) vs re-capturing, a DeviceScalar vs a new graph per value, built replay vs raw; and
+// where recording and updating time goes. Replays are timed with CUDA events, host work with steady_clock,
+// alternating between the variants compared; every figure is the median of many samples. Compare numbers only
+// within one run.
 #include <lazygraph/detail/driver/driver_api.hpp>
 #include <lazygraph/lazygraph.hpp>
 
@@ -28,15 +31,16 @@ using bench::median;
 
 constexpr int elements = 256;  // one block of 256 threads: launch overhead dominates
 
-/// Median microseconds per kernel of `submit` (which enqueues `kernels` kernels on `s`), over `samples`
-/// samples of `reps` submissions each, timed with events.
-double time_per_kernel(const lg::Stream& s, int kernels, const std::function<void()>& submit, int samples = 41) {
+/// Microseconds per kernel of `submit` (which enqueues `kernels` kernels on `s`), one per sample, over
+/// `samples` samples of `reps` submissions each, timed with events on `s` (after a warm-up).
+std::vector<double> kernel_samples(const lg::Stream& s, int kernels, const std::function<void()>& submit, int samples) {
   const int reps = std::max(1, 4000 / kernels);
   lg::Event start(s.device());
   lg::Event stop(s.device());
   for (int i = 0; i < reps; ++i) submit();  // warm up
   s.synchronize();
   std::vector<double> per_kernel;
+  per_kernel.reserve(static_cast<std::size_t>(samples));
   for (int k = 0; k < samples; ++k) {
     start.record(s);
     for (int i = 0; i < reps; ++i) submit();
@@ -44,7 +48,12 @@ double time_per_kernel(const lg::Stream& s, int kernels, const std::function<voi
     stop.synchronize();
     per_kernel.push_back(1000.0 * lg::Event::elapsed_ms(start, stop) / (double(reps) * kernels));
   }
-  return median(per_kernel);
+  return per_kernel;
+}
+
+/// Median microseconds per kernel of `submit` (see kernel_samples).
+double time_per_kernel(const lg::Stream& s, int kernels, const std::function<void()>& submit, int samples = 41) {
+  return median(kernel_samples(s, kernels, submit, samples));
 }
 
 /// Median host microseconds per node of `make_a` and of `make_b` (each builds, captures and instantiates a
@@ -85,6 +94,46 @@ std::vector<double> host_medians(const std::vector<std::function<void()>>& varia
   std::vector<double> out;
   out.reserve(times.size());
   for (auto& t : times) out.push_back(median(t));
+  return out;
+}
+
+/// Host microseconds that `f()` takes.
+template <class F>
+double micros(F&& f) {
+  const auto a = std::chrono::steady_clock::now();
+  std::forward<F>(f)();
+  const auto b = std::chrono::steady_clock::now();
+  return std::chrono::duration<double, std::micro>(b - a).count();
+}
+
+/// A variant that times itself: returns the host microseconds of the part it measures, so that what it does
+/// around that part (destroying the graph it made, say) is not counted.
+using Timed = std::function<double()>;
+
+/// The medians of timed_medians, and how many samples each is the median of.
+struct HostMedians {
+  std::vector<double> us;
+  int samples = 0;
+};
+
+/// Median host microseconds of each of `variants`, sampled in turn (one call each per sample) so that drift in
+/// the host's speed affects all alike. After one warm-up call each, takes as many samples as fit in `budget_s`
+/// seconds at the warm-up's pace, at least `min_samples` and at most `max_samples`.
+HostMedians timed_medians(const std::vector<Timed>& variants, int max_samples, double budget_s = 2.0,
+                          int min_samples = 15) {
+  const double warm_up_us = micros([&] {
+    for (const auto& v : variants) (void)v();
+  });
+  const double fit = budget_s * 1e6 / std::max(warm_up_us, 1.0);
+  const int samples = std::clamp(static_cast<int>(std::min(fit, double(max_samples))), min_samples, max_samples);
+  std::vector<std::vector<double>> times(variants.size());
+  for (auto& t : times) t.reserve(static_cast<std::size_t>(samples));
+  for (int k = 0; k < samples; ++k) {
+    for (std::size_t i = 0; i < variants.size(); ++i) times[i].push_back(variants[i]());
+  }
+  HostMedians out;
+  out.samples = samples;
+  for (auto& t : times) out.us.push_back(median(t));
   return out;
 }
 
@@ -149,8 +198,75 @@ auto chain_ending_in(const Axpy& k, const lg::DeviceSpan<const float>& x, const 
   return lg::chain(std::move(ops));
 }
 
-/// The graph's whole life: building vs capturing, updating in place vs re-recording, a device scalar vs a new
-/// graph per value; replay of a built graph vs a raw one.
+/// Host microseconds that `make()` takes to return; destroying what it returned (a graph, say) is not counted.
+template <class Make>
+double micros_to_make(Make&& make) {
+  const auto a = std::chrono::steady_clock::now();
+  [[maybe_unused]] const auto made = std::forward<Make>(make)();
+  const auto b = std::chrono::steady_clock::now();
+  return std::chrono::duration<double, std::micro>(b - a).count();
+}
+
+/// Host microseconds of `graph.update_from(op)`. \throws std::runtime_error when the update was refused.
+template <class Graph, class Op>
+double micros_to_update(Graph& graph, const Op& op) {
+  lg::UpdateResult r;
+  const double us = micros([&] { r = graph.update_from(op); });
+  if (r.status != lg::UpdateStatus::applied) {
+    throw std::runtime_error(std::string("update_from did not apply: ") + lg::to_string(r.status) + ": " + r.message);
+  }
+  return us;
+}
+
+/// One line of a section of the lifecycle table.
+struct Row {
+  std::string name;
+  int nodes = 0;
+  double value = 0;
+  double ratio = 0;
+  int samples = 0;
+  std::string target;  ///< what the ratio should be, e.g. "<= 0.80"; empty for none
+  bool met = true;
+};
+
+/// A header line saying what the values and ratios are, and its rows.
+struct Section {
+  std::string title;
+  std::vector<Row> rows;
+};
+
+/// A row without a target.
+Row row(std::string name, int nodes, double value, double ratio, int samples) {
+  Row r;
+  r.name = std::move(name);
+  r.nodes = nodes;
+  r.value = value;
+  r.ratio = ratio;
+  r.samples = samples;
+  return r;
+}
+
+/// `row` with a target: its ratio at most (`at_most`) or at least `limit`.
+Row with_target(Row row, bool at_most, double limit) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%s %.2f", at_most ? "<=" : ">=", limit);
+  row.target = text;
+  row.met = at_most ? row.ratio <= limit : row.ratio >= limit;
+  return row;
+}
+
+void print_section(const Section& section) {
+  std::printf("\n%s\n  %-36s %5s %10s %8s %7s  %s\n", section.title.c_str(), "variant", "N", "value", "ratio",
+              "samples", "target");
+  for (const Row& r : section.rows) {
+    const std::string target = r.target.empty() ? std::string() : "  " + r.target + (r.met ? " ok" : " MISSED");
+    std::printf("  %-36s %5d %10.3f %8.3f %7d%s\n", r.name.c_str(), r.nodes, r.value, r.ratio, r.samples,
+                target.c_str());
+  }
+}
+
+/// The graph's whole life, one section each: recording (build vs capture), re-parameterising (update_from vs
+/// re-capturing), a new value per replay (a DeviceScalar vs a new graph), and replaying (built vs raw).
 void lifecycle_table(const lg::Device& gpu, const lg::Stream& s, const lg::KernelLibrary& kernels,
                      const lg::DeviceBuffer<float>& x) {
   const Axpy k = kernels.get<void(float, const float*, float*, int)>("axpy");
@@ -160,91 +276,129 @@ void lifecycle_table(const lg::Device& gpu, const lg::Stream& s, const lg::Kerne
   lg::DeviceScalar<float> scale(s, 1.0F);
   const std::vector<lg::DeviceSpan<float>> one{ya.view()};
 
-  std::printf("\ngraph lifecycle on %s (host medians: us per node for recording, us per graph for updates)\n\n",
-              gpu.name().c_str());
-  std::printf("%6s | %9s %9s %6s | %10s %9s %6s %9s %6s %9s %6s | %10s %10s %6s | %8s %8s %6s\n", "N", "capture",
-              "build", "b/c", "re-record", "upd capt", "x", "upd built", "x", "upd one", "x", "re-rec+run", "set+run",
-              "x", "raw rep", "built rep", "b/raw");
+  Section record{"recording: record + instantiate + upload, host us per node (ratio: this / capture)", {}};
+  Section update{"updating every kernel's y (two buffers, alternated), host us per graph (ratio: re-capture / this)",
+                 {}};
+  Section scalar{"a new scalar value, then replay and wait, host us per value (ratio: re-capture / this)", {}};
+  Section replay{"replaying, device us per kernel (CUDA events; ratio: this / raw)", {}};
   for (const int n : {10, 100, 1000}) {
-    const int samples = n >= 1000 ? 21 : 41;
-    // 1. Recording: capture + instantiate + upload vs build + instantiate + upload (per node).
-    const std::vector<double> rec =
-        host_medians({[&] { auto g = lg::CudaGraph<>::capture(s, chain_of(k, x.cview(), ya.view(), n)); },
-                      [&] { auto g = lg::CudaGraph<>::build(gpu, chain_of(k, x.cview(), ya.view(), n)); }},
-                     samples);
+    const int max_samples = n >= 1000 ? 101 : 201;
+    // The ops are made beforehand: the timings are of recording, instantiating and updating alone.
+    const auto op_a = chain_of(k, x.cview(), ya.view(), n);
+    const auto op_b = chain_of(k, x.cview(), yb.view(), n);
+    const auto last_a = chain_ending_in(k, x.cview(), ya.view(), ya.view(), n);  // only the last kernel differs
+    const auto last_b = chain_ending_in(k, x.cview(), ya.view(), yb.view(), n);
 
-    // 2. Re-parameterising: every kernel's y alternates between two buffers; "one" changes the last kernel only.
-    auto captured = lg::CudaGraph<>::capture(s, chain_of(k, x.cview(), ya.view(), n));
-    auto built = lg::CudaGraph<>::build(gpu, chain_of(k, x.cview(), ya.view(), n));
-    auto built_one = lg::CudaGraph<>::build(gpu, chain_ending_in(k, x.cview(), ya.view(), ya.view(), n));
+    // 1. Capture + instantiate + upload vs build + instantiate + upload (destroying the graph not counted).
+    const HostMedians rec =
+        timed_medians({[&] { return micros_to_make([&] { return lg::CudaGraph<>::capture(s, op_a); }); },
+                       [&] { return micros_to_make([&] { return lg::CudaGraph<>::build(gpu, op_a); }); }},
+                      max_samples);
+    record.rows.push_back(row("capture", n, rec.us[0] / n, 1.0, rec.samples));
+    record.rows.push_back(with_target(row("build", n, rec.us[1] / n, rec.us[1] / rec.us[0], rec.samples), true, 0.8));
+
+    // 2. A new captured graph vs update_from on a captured graph, a built one, and a built one where one kernel's
+    // arguments change. Each variant alternates between the a and b ops, so that every update changes arguments.
+    auto captured = lg::CudaGraph<>::capture(s, op_a);
+    auto built = lg::CudaGraph<>::build(gpu, op_a);
+    auto built_last = lg::CudaGraph<>::build(gpu, last_a);
+    bool flip_r = false;
     bool flip_c = false;
     bool flip_b = false;
-    bool flip_o = false;
-    const auto check = [](const lg::UpdateResult& r) {
-      if (!r) throw std::runtime_error(std::string("update_from refused: ") + r.message);
-    };
-    const std::vector<double> upd = host_medians(
-        {[&] { auto g = lg::CudaGraph<>::capture(s, chain_of(k, x.cview(), (flip_c ? ya : yb).view(), n)); },
-         [&] {
-           flip_c = !flip_c;
-           check(captured.update_from(chain_of(k, x.cview(), (flip_c ? yb : ya).view(), n)));
-         },
-         [&] {
-           flip_b = !flip_b;
-           check(built.update_from(chain_of(k, x.cview(), (flip_b ? yb : ya).view(), n)));
-         },
-         [&] {
-           flip_o = !flip_o;
-           check(built_one.update_from(chain_ending_in(k, x.cview(), ya.view(), (flip_o ? yb : ya).view(), n)));
-         }},
-        samples);
+    bool flip_l = false;
+    const HostMedians upd =
+        timed_medians({[&] {
+                         flip_r = !flip_r;
+                         return micros_to_make([&] { return lg::CudaGraph<>::capture(s, flip_r ? op_b : op_a); });
+                       },
+                       [&] {
+                         flip_c = !flip_c;
+                         return micros_to_update(captured, flip_c ? op_b : op_a);
+                       },
+                       [&] {
+                         flip_b = !flip_b;
+                         return micros_to_update(built, flip_b ? op_b : op_a);
+                       },
+                       [&] {
+                         flip_l = !flip_l;
+                         return micros_to_update(built_last, flip_l ? last_b : last_a);
+                       }},
+                      max_samples);
+    update.rows.push_back(row("re-capture + instantiate + upload", n, upd.us[0], 1.0, upd.samples));
+    update.rows.push_back(row("update_from, captured", n, upd.us[1], upd.us[0] / upd.us[1], upd.samples));
+    update.rows.push_back(
+        with_target(row("update_from, built", n, upd.us[2], upd.us[0] / upd.us[2], upd.samples), false, 10.0));
+    update.rows.push_back(
+        row("update_from, built, 1 kernel changed", n, upd.us[3], upd.us[0] / upd.us[3], upd.samples));
 
-    // 3. A new value per replay: DeviceScalar set + replay vs a new graph with the value as an argument + replay.
+    // 3. A new value per replay: a new captured graph with the value as a kernel argument, then launch() (which
+    // waits), vs graph.set(scalar, value) on a built graph whose kernels read the value, then launch().
     auto scaled = lg::CudaGraph<>::build(gpu, scalar_chain_of(ks, scale.cview(), x.cview(), ya.view(), n));
-    float value = 1.0F;
-    const std::vector<double> val =
-        host_medians({[&] {
-                        value += 1.0F;
-                        auto g = lg::CudaGraph<>::capture(s, chain_of(k, x.cview(), ya.view(), n, value));
-                        g.launch();
-                      },
-                      [&] {
-                        value += 1.0F;
-                        scaled.set(scale, value);
-                        scaled.launch();
-                      }},
-                     samples);
+    float value_r = 1.0F;
+    float value_s = 1.0F;
+    const HostMedians val =
+        timed_medians({[&] {
+                         value_r = 3.0F - value_r;  // 2, 1, 2, ...: a new value every time
+                         return micros_to_make([&] {
+                           auto g = lg::CudaGraph<>::capture(s, chain_of(k, x.cview(), ya.view(), n, value_r));
+                           g.launch();
+                           return g;
+                         });
+                       },
+                       [&] {
+                         value_s = 3.0F - value_s;
+                         return micros([&] {
+                           scaled.set(scale, value_s);
+                           scaled.launch();
+                         });
+                       }},
+                      max_samples);
+    scalar.rows.push_back(row("re-capture, value as argument, launch", n, val.us[0], 1.0, val.samples));
+    scalar.rows.push_back(row("DeviceScalar: set + launch (built)", n, val.us[1], val.us[0] / val.us[1], val.samples));
 
-    // 4. Replay: a built graph vs the raw driver-API graph of the same chain (device time per kernel).
+    // 4. Replay of the raw driver-API graph vs lazygraph's captured and built graphs of the same chain, launched
+    // on `s`, and the built one on its own stream (where launch_on records no event). Rounds alternate the
+    // variants, so that clocks and temperature affect all alike.
     RawGraph raw(s, k, one, x.cview(), n);
-    auto replayed = lg::CudaGraph<>::build(gpu, chain_of(k, x.cview(), ya.view(), n));
-    double raw_replay = 0;
-    double built_replay = 0;
-    {
-      std::vector<double> r;
-      std::vector<double> b;
-      for (int round = 0; round < 5; ++round) {  // alternated, so that clocks and temperature affect both alike
-        r.push_back(time_per_kernel(
-            s, n, [&] { drv::graph_launch(raw.ctx, raw.exec, s.get(), "raw"); }, 9));
-        b.push_back(time_per_kernel(
-            s, n, [&] { replayed.launch_on(s); }, 9));
+    auto replay_c = lg::CudaGraph<>::capture(s, op_a);
+    auto replay_b = lg::CudaGraph<>::build(gpu, op_a);
+    const lg::Stream& own = replay_b.stream();
+    struct Replayed {
+      const lg::Stream* stream;  // where it is launched, and timed
+      std::function<void()> launch;
+    };
+    const std::vector<Replayed> replayed{
+        {&s, [&] { drv::graph_launch(raw.ctx, raw.exec, s.get(), "raw"); }},
+        {&s, [&] { replay_c.launch_on(s); }},
+        {&s, [&] { replay_b.launch_on(s); }},
+        {&own, [&] { replay_b.launch_on(own); }},
+    };
+    std::vector<std::vector<double>> rep(replayed.size());
+    for (int round = 0; round < 5; ++round) {
+      for (std::size_t i = 0; i < replayed.size(); ++i) {
+        const std::vector<double> samples = kernel_samples(*replayed[i].stream, n, replayed[i].launch, 9);
+        rep[i].insert(rep[i].end(), samples.begin(), samples.end());
       }
-      raw_replay = median(r);
-      built_replay = median(b);
     }
-
-    std::printf(
-        "%6d | %9.3f %9.3f %6.3f | %10.1f %9.1f %6.1f %9.1f %6.1f %9.1f %6.1f | %10.1f %10.1f %6.1f | %8.3f %8.3f "
-        "%6.3f\n",
-        n, rec[0] / n, rec[1] / n, rec[1] / rec[0], upd[0], upd[1], upd[0] / upd[1], upd[2], upd[0] / upd[2], upd[3],
-        upd[0] / upd[3], val[0], val[1], val[0] / val[1], raw_replay, built_replay, built_replay / raw_replay);
+    const double raw_us = median(rep[0]);
+    const int rep_samples = static_cast<int>(rep[0].size());
+    replay.rows.push_back(row("raw driver-API graph", n, raw_us, 1.0, rep_samples));
+    replay.rows.push_back(row("captured, launch_on(s)", n, median(rep[1]), median(rep[1]) / raw_us, rep_samples));
+    replay.rows.push_back(
+        with_target(row("built, launch_on(s)", n, median(rep[2]), median(rep[2]) / raw_us, rep_samples), true, 1.03));
+    replay.rows.push_back(
+        row("built, launch_on(its own stream)", n, median(rep[3]), median(rep[3]) / raw_us, rep_samples));
   }
+  s.synchronize();
+
   std::printf(
-      "\ncapture/build: us per node to record + instantiate + upload; b/c = build / capture (target <= 0.8).\n"
-      "re-record: a new captured graph (us per graph); upd capt / upd built: update_from on a captured / built\n"
-      "graph with every kernel's buffer changed; upd one: built, one kernel's buffer changed; x = re-record / "
-      "that\n(target >= 10 for upd built). re-rec+run vs set+run: a new value per replay as a new graph vs a "
-      "DeviceScalar.\nraw rep / built rep: replay, us per kernel (target b/raw within 1.03).\n");
+      "\ngraph lifecycle on %s: a chain of N axpy kernels; medians of the samples shown, host ones taken\n"
+      "alternately between the variants of one section and N\n",
+      gpu.name().c_str());
+  for (const Section* section : {&record, &update, &scalar, &replay}) print_section(*section);
+  std::printf(
+      "\nHost times leave out making the op (but for the new value of the re-capture in the scalar section) and\n"
+      "destroying the graph. Updates are update_from with default UpdateOptions and must apply in place.\n");
 }
 
 /// Where recording and updating time goes, per node (host medians): the parts of build and capture, and of an
@@ -389,7 +543,9 @@ constexpr const char* usage =
     "usage: bench_graph\n"
     "Prints tables: a chain of N tiny kernels launched eagerly, as a hand-captured driver-API graph and as a\n"
     "lazygraph graph; 4 chains with all(...) vs serially; host build+record+instantiate time per node; then the\n"
-    "graph lifecycle: build vs capture, update_from vs re-recording, DeviceScalar vs a new graph per value.\n"
+    "graph lifecycle, a section each: build vs capture, update_from vs re-capturing, DeviceScalar vs a new\n"
+    "graph per value, built replay vs raw (with the targets, and whether they are met); then where recording\n"
+    "and updating time goes.\n"
     "Exit status: 0 done, 1 failed, 77 skipped (no GPU; the reason is printed).\n";
 
 }  // namespace
