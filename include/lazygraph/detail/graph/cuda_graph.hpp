@@ -11,8 +11,8 @@
 ///
 /// Thread safety: `launch`, `launch_on`, `update`, `set`, `update_from`, `synchronize` and the accessors may be
 /// called on one graph from several threads at once, each call atomic; a sequence of them (an update, then the
-/// launch that should see it) is not — hold your own lock around it. Distinct graphs are independent. Capturing on several threads at once (each on its own
-/// stream, in CaptureMode::this_thread) works.
+/// launch that should see it) is not — hold your own lock around it. Distinct graphs are independent. Capturing on
+/// several threads at once (each on its own stream, in CaptureMode::this_thread) works.
 ///
 /// Lifetime: the graph keeps every buffer its recorded ops touch, and every kernel module they launch, alive
 /// until it is destroyed — or, after `update_from`, until no queued replay can use them any more; destroying it
@@ -209,7 +209,8 @@ class CudaGraph {
   /// is left exactly as it was and the result says why and at which node — unless `options` asks to
   /// re-instantiate instead. The op's output is dropped. \throws CudaError when recording `op` fails.
   template <class Op>
-  requires GraphNode<std::remove_cvref_t<Op>> UpdateResult update_from(Op&& op, const UpdateOptions& options = {}) {
+  requires GraphNode<std::remove_cvref_t<Op>>
+  [[nodiscard]] UpdateResult update_from(Op&& op, const UpdateOptions& options = {}) {
     detail::GraphState& g = state();
     if constexpr (!is_buildable_v<std::remove_cvref_t<Op>>) {
       if (g.built()) throw_not_buildable();
@@ -218,7 +219,8 @@ class CudaGraph {
   }
   /// As update_from(op), from what `callback(Scope&)` records.
   template <class F>
-  requires std::is_invocable_v<F&, Scope&> UpdateResult update_from(F&& callback, const UpdateOptions& options = {}) {
+  requires std::is_invocable_v<F&, Scope&>
+  [[nodiscard]] UpdateResult update_from(F&& callback, const UpdateOptions& options = {}) {
     return state().update_from(
         [&](ExecContext& ctx) {
           std::shared_ptr<const void> kept;
