@@ -227,25 +227,4 @@ TEST_SUITE("gpu") {
     CHECK(text.str().find("digraph") != std::string::npos);
     CHECK(text.str().find("axpy") != std::string::npos);
   }
-
-  TEST_CASE("a GraphModule copies the input in, replays, and returns the output") {
-    Stream& s = lgtest::stream();
-    const int n = 3000;
-    const auto k = axpy();
-    DeviceBuffer<float> bias = from_host(lgtest::random_floats(n)).sync_on(s);
-    const auto bias_host = lgtest::to_host(s, bias.cview());
-    GraphModule<float, float> module(s, n, n, [&](const DeviceSpan<const float>& in, const DeviceSpan<float>& out) {
-      return copy(out, bias.cview()) >> k(grid_for(n, 256), 3.0F, in, out, n);
-    });
-    static_assert(Module<decltype(module)>);
-    for (int round = 0; round < 3; ++round) {
-      const auto x = lgtest::random_floats(n);
-      const auto y = module.forward(x);
-      std::vector<double> ref(n);
-      for (int i = 0; i < n; ++i) ref[i] = 3.0 * x[i] + bias_host[i];
-      CHECK(lgtest::relative_error(y, ref) < 1e-6);
-    }
-    const std::vector<float> wrong(n + 1);
-    CHECK_THROWS_AS((void)module.forward(wrong), UsageError);
-  }
 }

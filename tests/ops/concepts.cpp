@@ -43,11 +43,6 @@ static_assert(std::is_same_v<AllOp<Fill, ValueOp<int>>::Output, std::tuple<Unit,
 static_assert(std::is_void_v<AllOp<Fill, Launch>::Output>);
 static_assert(std::is_same_v<Zeros::Output, DeviceBuffer<float>>);
 
-// Scope can be neither copied nor moved.
-static_assert(!std::is_copy_constructible_v<Scope> && !std::is_move_constructible_v<Scope>);
-static_assert(!std::is_copy_assignable_v<Scope> && !std::is_move_assignable_v<Scope>);
-static_assert(Module<GraphModule<float, float>>);
-
 TEST_CASE("ops compose with >>, all and map without touching the GPU") {
   DeviceSpan<float> a(0x1000, 8);
   DeviceSpan<const float> b(0x2000, 8);
