@@ -35,56 +35,6 @@ TEST_SUITE("gpu") {
     CHECK(std::count(kinds.begin(), kinds.end(), NodeKind::memcpy) == 1);
   }
 
-  TEST_CASE("all(...) records independent ops as parallel branches that all complete") {
-    Stream& s = lgtest::stream();
-    const int n = 50'000;
-    const auto x = lgtest::random_floats(n);
-    DeviceBuffer<float> dx = from_host(x).sync_on(s);
-    std::vector<DeviceBuffer<float>> ys;
-    std::vector<std::vector<float>> y0;
-    for (int b = 0; b < 4; ++b) {
-      y0.push_back(lgtest::random_floats(n));
-      ys.push_back(from_host(y0.back()).sync_on(s));
-    }
-    const auto k = axpy();
-    const auto cfg = grid_for(n, 256);
-    auto branches = all(k(cfg, 1.0F, dx.cview(), ys[0].view(), n) >> k(cfg, 1.0F, dx.cview(), ys[0].view(), n),
-                        k(cfg, 2.0F, dx.cview(), ys[1].view(), n), k(cfg, 3.0F, dx.cview(), ys[2].view(), n),
-                        fill(ys[3].view(), 7.0F));
-    auto graph = CudaGraph<>::capture(s, branches);
-    graph.launch();
-    CHECK(lgtest::relative_error(lgtest::to_host(s, ys[0].cview()), lgtest::axpy_reference(1.0F, x, y0[0], 2)) < 1e-6);
-    CHECK(lgtest::relative_error(lgtest::to_host(s, ys[1].cview()), lgtest::axpy_reference(2.0F, x, y0[1], 1)) < 1e-6);
-    CHECK(lgtest::relative_error(lgtest::to_host(s, ys[2].cview()), lgtest::axpy_reference(3.0F, x, y0[2], 1)) < 1e-6);
-    const auto filled = lgtest::to_host(s, ys[3].cview());
-    CHECK(std::all_of(filled.begin(), filled.end(), [](float v) { return v == 7.0F; }));
-    const auto kinds = graph.node_kinds();
-    CHECK(std::count(kinds.begin(), kinds.end(), NodeKind::kernel) == 4);
-    CHECK(std::count(kinds.begin(), kinds.end(), NodeKind::memset) == 1);
-  }
-
-  TEST_CASE("the eager ops allocate, fill and copy as they say") {
-    Stream& s = lgtest::stream();
-    const auto z = zeros<float>(1000).sync_on(s);
-    const auto o = ones<float>(1000).sync_on(s);
-    const auto od = ones<double>(10).sync_on(s);
-    const auto host = lgtest::random_floats(777);
-    const auto h = from_host(host).sync_on(s);
-    const auto d = dup(h.cview()).sync_on(s);
-    const auto e = empty<int>(0).sync_on(s);
-    auto zv = lgtest::to_host(s, z.cview());
-    auto ov = lgtest::to_host(s, o.cview());
-    auto odv = lgtest::to_host(s, od.cview());
-    CHECK(std::all_of(zv.begin(), zv.end(), [](float v) { return v == 0.0F; }));
-    CHECK(std::all_of(ov.begin(), ov.end(), [](float v) { return v == 1.0F; }));
-    CHECK(std::all_of(odv.begin(), odv.end(), [](double v) { return v == 1.0; }));
-    CHECK(lgtest::to_host(s, d.cview()) == host);
-    CHECK(e.empty());
-    CHECK(map(value(21), [](int v) { return v * 2; }).sync_on(s) == 42);
-    const auto pair = all(value(1), fill(DeviceBuffer<float>(lgtest::device(), 4).view(), 1.0F)).sync_on(s);
-    CHECK(std::get<0>(pair) == 1);
-  }
-
   TEST_CASE("capture keeps the recorded op's output, which can be taken once") {
     Stream& s = lgtest::stream();
     DeviceBuffer<float> b = zeros<float>(16).sync_on(s);
