@@ -1,5 +1,5 @@
-// The host-side reader of kernel declarations (kernel_declaration.hpp) and the canonical spelling of host
-// parameter types (kernel_parameter_type.hpp): no GPU needed.
+// The host-side reader of kernel declarations (kernel_declaration.hpp): no GPU needed. The canonical spelling
+// of host parameter types (kernel_parameter_type.hpp) is tested in kernel_parameter_type.cpp.
 #include <doctest/doctest.h>
 
 #include <lazygraph/kernels.hpp>
@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/user_types.hpp"
 #include "model_kernels.hpp"
 
 using namespace lazygraph;
@@ -32,21 +33,6 @@ std::size_t count_occurrences(std::string_view text, std::string_view what) {
 using Types = std::vector<std::string>;
 
 }  // namespace
-
-namespace user {
-struct Params {
-  int n;
-  float scale;
-};
-struct HostOnlyName {
-  int n;
-};
-}  // namespace user
-
-template <>
-struct lazygraph::KernelParameterTypeName<user::HostOnlyName> {
-  static constexpr std::string_view value = "DeviceName";
-};
 
 TEST_CASE("parameter declarations are spelled canonically") {
   CHECK(canonical_parameter_type("int n") == "int");
@@ -88,27 +74,6 @@ TEST_CASE("parameter declarations are spelled canonically") {
   CHECK_THROWS_WITH_AS(canonical_parameter_type("float x[4]"), doctest::Contains("array"), UsageError);
   CHECK_THROWS_WITH_AS(canonical_parameter_type("void (*f)(int)"), doctest::Contains("function pointer"), UsageError);
   CHECK_THROWS_AS(canonical_parameter_type(""), UsageError);
-}
-
-TEST_CASE("host parameter types are spelled like the kernel sources spell them") {
-  using detail::kernel_parameter_type;
-  CHECK(kernel_parameter_type<int>() == "int");
-  CHECK(kernel_parameter_type<unsigned>() == "unsigned int");
-  CHECK(kernel_parameter_type<long long>() == "long long");
-  CHECK(kernel_parameter_type<std::size_t>() == "unsigned long");
-  CHECK(kernel_parameter_type<std::int64_t>() == "long");
-  CHECK(kernel_parameter_type<std::uint32_t>() == "unsigned int");
-  CHECK(kernel_parameter_type<const float*>() == "const float*");
-  CHECK(kernel_parameter_type<float*>() == "float*");
-  CHECK(kernel_parameter_type<float* const>() == "float*");
-  CHECK(kernel_parameter_type<const float* const*>() == "const float* const*");
-  CHECK(kernel_parameter_type<half>() == "half_t");
-  CHECK(kernel_parameter_type<const half*>() == "const half_t*");
-  CHECK(kernel_parameter_type<user::Params>() == "Params");
-  CHECK(kernel_parameter_type<const user::Params*>() == "const Params*");
-  CHECK(kernel_parameter_type<user::HostOnlyName>() == "DeviceName");  // the trait, specialised above
-  CHECK(detail::kernel_parameter_types(static_cast<void (*)(float, const float*, float*, int)>(nullptr)) ==
-        Types{"float", "const float*", "float*", "int"});
 }
 
 TEST_CASE("declarations are found through comments, attributes, line breaks and extern \"C\" blocks") {

@@ -27,29 +27,3 @@ TEST_CASE("early() switches on programmatic dependent launch and changes nothing
   static_assert(e.early_launch);
   static_assert(e.grid.x == plain.grid.x && e.block.x == plain.block.x && e.shared_bytes == plain.shared_bytes);
 }
-
-TEST_CASE("kernel arguments: spans become device pointers, scalars pass unchanged") {
-  const DeviceSpan<float> w(0x1000, 4);
-  const DeviceSpan<const float> r(0x2000, 4);
-  CHECK(detail::convert_argument<float*>(w) == reinterpret_cast<float*>(0x1000));
-  CHECK(detail::convert_argument<const float*>(w) == reinterpret_cast<const float*>(0x1000));
-  CHECK(detail::convert_argument<const float*>(r) == reinterpret_cast<const float*>(0x2000));
-  CHECK(detail::convert_argument<int>(7) == 7);
-  CHECK(detail::convert_argument<float>(2.5F) == 2.5F);
-}
-
-namespace {
-struct Strided {
-  DeviceSpan<float> span;
-};
-}  // namespace
-
-template <>
-struct lazygraph::KernelArgumentTraits<float*, Strided> {
-  static float* convert(const Strided& s) { return s.span.data() + 1; }
-};
-
-TEST_CASE("KernelArgumentTraits lets a user pass their own argument type") {
-  const Strided s{DeviceSpan<float>(0x1000, 4)};
-  CHECK(detail::convert_argument<float*>(s) == reinterpret_cast<float*>(0x1000) + 1);
-}

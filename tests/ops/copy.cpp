@@ -1,0 +1,88 @@
+// copy(dst, src) as an op (detail/ops/copy.hpp): sizes checked when built; device-to-device copies are
+// GraphNodes that keep both buffers alive; host copies read and write host memory when they execute.
+#include <doctest/doctest.h>
+
+#include <lazygraph/lazygraph.hpp>
+
+#include <algorithm>
+#include <memory>
+#include <optional>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+#include "common/gpu.hpp"
+
+using namespace lazygraph;
+
+static_assert(GraphNode<DeviceCopyOp<float>> && BuildableNode<DeviceCopyOp<float>>);
+static_assert(!GraphNode<UploadOp<float>> && is_host_transfer_v<UploadOp<float>>);
+static_assert(!GraphNode<DownloadOp<float>> && is_host_transfer_v<DownloadOp<float>>);
+static_assert(std::is_same_v<decltype(copy(DeviceSpan<float>{}, DeviceSpan<float>{})), DeviceCopyOp<float>>);
+static_assert(std::is_same_v<decltype(copy(DeviceSpan<float>{}, std::vector<float>{})), UploadOp<float>>);
+static_assert(std::is_same_v<decltype(copy(std::span<float>{}, DeviceSpan<float>{})), DownloadOp<float>>);
+
+TEST_CASE("a copy between spans of different sizes is rejected when the op is built") {
+  const DeviceSpan<float> dst(0x1000, 4);
+  const DeviceSpan<const float> src(0x2000, 5);
+  CHECK_THROWS_WITH_AS(copy(dst, src), doctest::Contains("the destination holds 4 elements but the source holds 5"),
+                       UsageError);
+  const std::vector<float> host(3);
+  CHECK_THROWS_AS(copy(dst, host), UsageError);
+  std::vector<float> out(7);
+  CHECK_THROWS_AS(copy(std::span<float>(out), src), UsageError);
+}
+
+TEST_SUITE("gpu") {
+  TEST_CASE("copy ops move data in all three directions; host memory is read and written when they execute") {
+    Stream& s = lgtest::stream();
+    const int n = 12'345;
+    const auto values = lgtest::random_floats(n);
+    DeviceBuffer<float> a = zeros<float>(n).sync_on(s);
+    DeviceBuffer<float> b = zeros<float>(n).sync_on(s);
+    std::vector<float> host(n, 0.0F);
+    auto upload = copy(a.view(), host);
+    std::copy(values.begin(), values.end(), host.begin());  // after building: the op reads it when it executes
+    upload.sync_on(s);
+    copy(b.view(), a.cview()).sync_on(s);
+    std::vector<float> back(n, 0.0F);
+    auto download = copy(std::span<float>(back), b.cview());
+    CHECK(back == std::vector<float>(n, 0.0F));  // built: nothing written yet
+    download.sync_on(s);
+    CHECK(back == values);
+    copy(b.view().subspan(10, 100), a.cview().subspan(5000, 100)).sync_on(s);
+    const auto got = lgtest::to_host(s, b.cview());
+    CHECK(std::equal(got.begin() + 10, got.begin() + 110, values.begin() + 5000));
+    CHECK(std::equal(got.begin() + 110, got.end(), values.begin() + 110));
+  }
+
+  TEST_CASE("a device-to-device copy op keeps both buffers alive, and a graph that recorded it too") {
+    Stream& s = lgtest::stream();
+    const int n = 1 << 20;
+    const auto values = lgtest::random_floats(n);
+    DeviceBuffer<float> out = zeros<float>(n).sync_on(s);
+    const LiveHandles before = live_handles();
+    std::weak_ptr<const void> src_owner;
+    std::optional<CudaGraph<>> graph;
+    {
+      std::optional<DeviceCopyOp<float>> op;
+      {
+        DeviceBuffer<float> src = lgtest::to_device(s, values);
+        DeviceBuffer<float> mid(lgtest::device(), n);
+        src_owner = src.cview().owner();
+        op.emplace(copy(mid.view(), src.cview()));
+        graph.emplace(CudaGraph<>::capture(s, *op >> copy(out.view(), mid.cview())));
+      }
+      CHECK(live_handles().device_allocations == before.device_allocations + 2);  // src and mid live on
+      op->sync_on(s);
+      op.reset();
+      CHECK_FALSE(src_owner.expired());  // the graph holds them still
+      graph->launch();
+      CHECK(lgtest::to_host(s, out.cview()) == values);
+    }
+    graph.reset();
+    CHECK(src_owner.expired());
+    CHECK(live_handles().device_allocations == before.device_allocations);
+    CHECK(live_handles().device_bytes == before.device_bytes);
+  }
+}
