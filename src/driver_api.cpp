@@ -726,8 +726,9 @@ void graph_launch(CUcontext ctx, CUgraphExec exec, CUstream stream, std::string_
 }
 
 void graph_destroy_no_throw(CUgraph graph) noexcept {
+  if (graph == nullptr) return;  // before instance(): destroying an empty handle must not load the driver
   const Driver& d = instance();
-  if (!d.usable || graph == nullptr) return;
+  if (!d.usable) return;
   (void)d.api.cuGraphDestroy(graph);
   count(counters.graphs, -1);
 }

@@ -57,3 +57,5 @@ TEST_CASE("type_name gives distinct names to distinct types, and names the eleme
         "DeviceBuffer<type_name_test::Pixel> of 4 elements (" + std::to_string(4 * sizeof(type_name_test::Pixel)) +
             " bytes)");
 }
+
+TEST_CASE("an array type keeps its bound in its name") { CHECK(lazygraph::detail::type_name<int[3]>() == "int [3]"); }

@@ -67,7 +67,10 @@ class GraphExec {
 
   [[nodiscard]] CUgraphExec native_handle() const noexcept { return handle_; }
   [[nodiscard]] CUcontext context() const noexcept { return context_; }
-  void reset() noexcept { graph_exec_destroy_no_throw(context_, std::exchange(handle_, nullptr)); }
+  void reset() noexcept {
+    graph_exec_destroy_no_throw(context_, std::exchange(handle_, nullptr));
+    context_ = nullptr;  // as after a move
+  }
   explicit operator bool() const noexcept { return handle_ != nullptr; }
 
  private:

@@ -42,7 +42,7 @@ enum class NodeKind { kernel, memcpy, memset, host, child_graph, empty, wait_eve
 /// \var NodeKind::memset
 /// A fill (`fill`).
 /// \var NodeKind::host
-/// A host function call (lazygraph records none).
+/// A host function call (`allow_in_graph(host_call(...))`).
 /// \var NodeKind::child_graph
 /// A graph nested as one node.
 /// \var NodeKind::empty
