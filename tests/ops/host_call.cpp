@@ -1,9 +1,14 @@
 // host_call: host functions on the stream, in graphs only through allow_in_graph, exceptions as HostCallError.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "common/gpu.hpp"
 
@@ -11,22 +16,135 @@ using namespace lazygraph;
 
 static_assert(DeviceOp<HostCallOp> && !GraphNode<HostCallOp> && runs_host_code_v<HostCallOp>);
 static_assert(GraphNode<HostCallInGraphOp> && BuildableNode<HostCallInGraphOp>);
+static_assert(!runs_host_code_v<HostCallInGraphOp>);
 static_assert(!GraphNode<SequenceOp<FillOp<float>, HostCallOp>>);
 static_assert(runs_host_code_v<SequenceOp<FillOp<float>, HostCallOp>>);
+static_assert(runs_host_code_v<AllOp<FillOp<float>, HostCallOp>>);
+static_assert(GraphNode<SequenceOp<FillOp<float>, HostCallInGraphOp>>);
+static_assert(std::is_same_v<decltype(host_call("x", [] {})), HostCallOp>);
+static_assert(std::is_same_v<decltype(allow_in_graph(host_call("x", [] {}))), HostCallInGraphOp>);
+
+namespace {
+
+/// The message of the HostCallError that `f` throws; fails the test when it throws nothing or something else.
+template <class F>
+std::string host_call_error_of(F&& f) {
+  try {
+    f();
+  } catch (const HostCallError& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    FAIL("threw another exception: " << e.what());
+    return {};
+  }
+  FAIL("threw nothing");
+  return {};
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("building a host_call runs nothing; its name labels it") {
+  int calls = 0;
+  const HostCallOp op = host_call("labelled", [&] { ++calls; });
+  const HostCallInGraphOp in_graph = allow_in_graph(op);
+  (void)in_graph;
+  CHECK(op.name() == "labelled");
+  CHECK(calls == 0);
+}
+
+TEST_CASE("HostCallErrors keeps the first error and throws it once as HostCallError naming the call") {
+  HostCallErrors errors;
+  CHECK_NOTHROW(errors.rethrow_pending());  // nothing pending
+  errors.report("first call", std::make_exception_ptr(std::runtime_error("disk full")));
+  errors.report("second call", std::make_exception_ptr(std::runtime_error("network down")));
+  const std::string what = host_call_error_of([&] { errors.rethrow_pending(); });
+  CHECK(contains(what, "first call"));
+  CHECK(contains(what, "disk full"));
+  CHECK_FALSE(contains(what, "second call"));
+  CHECK_FALSE(contains(what, "network down"));
+  CHECK_NOTHROW(errors.rethrow_pending());  // thrown once; the later error was dropped with it
+
+  // After the pending one was thrown, the next report is kept again.
+  errors.report("third call", std::make_exception_ptr(std::logic_error("bad state")));
+  const std::string third = host_call_error_of([&] { errors.rethrow_pending(); });
+  CHECK(contains(third, "third call"));
+  CHECK(contains(third, "bad state"));
+}
+
+TEST_CASE("HostCallErrors describes an exception that is not a std::exception") {
+  HostCallErrors errors;
+  errors.report("odd", std::make_exception_ptr(42));
+  const std::string what = host_call_error_of([&] { errors.rethrow_pending(); });
+  CHECK(contains(what, "odd"));
+  CHECK(contains(what, "not a std::exception"));
+}
+
+TEST_CASE("a host node's callback runs the function and reports what it throws instead of letting it escape") {
+  int calls = 0;
+  bool fail = false;
+  auto errors = std::make_shared<HostCallErrors>();
+  detail::HostCallNode node{std::make_shared<const std::function<void()>>([&] {
+                              ++calls;
+                              if (fail) throw std::out_of_range("index 7");
+                            }),
+                            errors, "lookup"};
+  detail::HostCallNode::run(&node);
+  CHECK(calls == 1);
+  CHECK_NOTHROW(errors->rethrow_pending());
+  fail = true;
+  detail::HostCallNode::run(&node);  // noexcept: the exception is kept, not thrown
+  CHECK(calls == 2);
+  const std::string what = host_call_error_of([&] { errors->rethrow_pending(); });
+  CHECK(contains(what, "lookup"));
+  CHECK(contains(what, "index 7"));
+}
 
 TEST_SUITE("gpu") {
   TEST_CASE("host_call runs its function once when executed eagerly, after the work before it") {
     Stream& s = lgtest::stream();
     const int n = 100'000;
     DeviceBuffer<float> b = from_host(lgtest::random_floats(n)).sync_on(s);
+    std::vector<float> host(n, -1.0F);
     std::atomic<int> calls{0};
-    (fill(b.view(), 3.0F) >> host_call("count", [&] { calls.fetch_add(1); })).sync_on(s);
+    std::atomic<bool> saw_fill{false};
+    (fill(b.view(), 3.0F) >> copy(std::span<float>(host), b.cview()) >> host_call("count", [&] {
+       calls.fetch_add(1);
+       saw_fill = std::all_of(host.begin(), host.end(), [](float v) { return v == 3.0F; });
+     })).sync_on(s);
     CHECK(calls.load() == 1);
+    CHECK(saw_fill.load());
+  }
+
+  TEST_CASE("host calls run in the order they were sequenced, eagerly and on every replay") {
+    Stream& s = lgtest::stream();
+    std::mutex mutex;
+    std::vector<int> order;
+    const auto log = [&](int i) {
+      return host_call("log " + std::to_string(i), [&, i] {
+        const std::lock_guard<std::mutex> lock(mutex);
+        order.push_back(i);
+      });
+    };
+    (log(1) >> log(2) >> log(3)).sync_on(s);
+    CHECK(order == std::vector<int>{1, 2, 3});
+    order.clear();
+    for (const bool built : {true, false}) {
+      CAPTURE(built);
+      auto op = allow_in_graph(log(1)) >> allow_in_graph(log(2)) >> allow_in_graph(log(3));
+      auto graph = built ? CudaGraph<>::build(s.device(), op) : CudaGraph<>::capture(s, op);
+      graph.launch();
+      graph.launch();
+      CHECK(order == std::vector<int>{1, 2, 3, 1, 2, 3});
+      order.clear();
+    }
   }
 
   TEST_CASE("allow_in_graph(host_call) runs on every replay of a captured or built graph") {
     Stream& s = lgtest::stream();
     DeviceBuffer<float> b = from_host(lgtest::random_floats(1000)).sync_on(s);
+    Stream other = s.device().create_stream();
     for (const bool built : {true, false}) {
       CAPTURE(built);
       std::atomic<int> calls{0};
@@ -37,6 +155,31 @@ TEST_SUITE("gpu") {
       CHECK(std::count(kinds.begin(), kinds.end(), NodeKind::host) == 1);
       for (int i = 0; i < 5; ++i) graph.launch();
       CHECK(calls.load() == 5);
+      for (int i = 0; i < 5; ++i) graph.launch_on(other);
+      graph.synchronize();
+      CHECK(calls.load() == 10);
+    }
+  }
+
+  TEST_CASE("a graph keeps its host function alive after the op is gone, and lets it go with the graph") {
+    Stream& s = lgtest::stream();
+    for (const bool built : {true, false}) {
+      CAPTURE(built);
+      auto counter = std::make_shared<std::atomic<int>>(0);
+      const std::weak_ptr<std::atomic<int>> watch = counter;
+      std::optional<CudaGraph<>> graph;
+      {
+        auto op = allow_in_graph(host_call("owned", [counter] { counter->fetch_add(1); }));
+        graph.emplace(built ? CudaGraph<>::build(s.device(), op) : CudaGraph<>::capture(s, op));
+      }
+      std::atomic<int>* count = counter.get();
+      counter.reset();  // only the function (held by the graph) holds the counter now
+      REQUIRE_FALSE(watch.expired());
+      graph->launch();
+      graph->launch();
+      CHECK(count->load() == 2);
+      graph.reset();
+      CHECK(watch.expired());
     }
   }
 
@@ -55,15 +198,13 @@ TEST_SUITE("gpu") {
       CAPTURE(built);
       calls = 0;
       fail = true;
+      fill(b.view(), -1.0F).sync_on(s);
       auto graph = built ? CudaGraph<>::build(s.device(), op) : CudaGraph<>::capture(s, op);
-      try {
-        graph.launch();
-        FAIL("launch did not throw");
-      } catch (const HostCallError& e) {
-        const std::string what = e.what();
-        CHECK(what.find("flaky logger") != std::string::npos);
-        CHECK(what.find("disk full") != std::string::npos);
-      }
+      const std::string what = host_call_error_of([&] { graph.launch(); });
+      CHECK(contains(what, "flaky logger"));
+      CHECK(contains(what, "disk full"));
+      CHECK(calls.load() == 1);
+      CHECK(graph.replay_count() == 1);
       // The replay itself completed: the fill after the host node ran.
       const auto filled = lgtest::to_host(s, b.cview());
       CHECK(std::all_of(filled.begin(), filled.end(), [](float v) { return v == 2.0F; }));
@@ -75,18 +216,87 @@ TEST_SUITE("gpu") {
       Stream other = s.device().create_stream();
       graph.launch_on(other);
       CHECK_THROWS_AS(graph.synchronize(), HostCallError);
+      CHECK_NOTHROW(graph.synchronize());
       fail = false;
       graph.launch();
       CHECK(calls.load() == 4);
+      CHECK(graph.replay_count() == 4);
     }
+  }
+
+  TEST_CASE("launch_on after a replay whose host_call threw throws HostCallError and launches nothing") {
+    Stream& s = lgtest::stream();
+    Stream other = s.device().create_stream();
+    for (const bool built : {true, false}) {
+      CAPTURE(built);
+      std::atomic<int> calls{0};
+      std::atomic<bool> fail{true};
+      auto op = allow_in_graph(host_call("checker", [&] {
+        calls.fetch_add(1);
+        if (fail.load()) throw std::invalid_argument("bad checksum");
+      }));
+      auto graph = built ? CudaGraph<>::build(s.device(), op) : CudaGraph<>::capture(s, op);
+      graph.launch_on(other);
+      other.synchronize();  // the replay ran and reported; synchronize on the graph was not called
+      CHECK(calls.load() == 1);
+      fail = false;
+      const std::string what = host_call_error_of([&] { graph.launch_on(other); });
+      CHECK(contains(what, "checker"));
+      CHECK(contains(what, "bad checksum"));
+      other.synchronize();
+      CHECK(calls.load() == 1);  // that replay was not launched
+      CHECK(graph.replay_count() == 1);
+      graph.launch_on(other);  // reported once: this one runs
+      graph.synchronize();
+      CHECK(calls.load() == 2);
+      CHECK(graph.replay_count() == 2);
+    }
+  }
+
+  TEST_CASE("a host_call throwing something that is not a std::exception is reported too") {
+    Stream& s = lgtest::stream();
+    auto graph = CudaGraph<>::build(s.device(), allow_in_graph(host_call("thrower of ints", [] { throw 7; })));
+    const std::string what = host_call_error_of([&] { graph.launch(); });
+    CHECK(contains(what, "thrower of ints"));
+    CHECK(contains(what, "not a std::exception"));
   }
 
   TEST_CASE("a host_call that throws when run eagerly makes sync_on throw HostCallError") {
     Stream& s = lgtest::stream();
-    CHECK_THROWS_AS(host_call("eager", [] { throw std::logic_error("nope"); }).sync_on(s), HostCallError);
-    // The stream is still usable.
+    std::atomic<int> calls{0};
+    const std::string what = host_call_error_of([&] {
+      host_call("eager", [&] {
+        calls.fetch_add(1);
+        throw std::logic_error("nope");
+      }).sync_on(s);
+    });
+    CHECK(contains(what, "eager"));
+    CHECK(contains(what, "nope"));
+    CHECK(calls.load() == 1);
+    // The stream is still usable, and the error does not come back.
     DeviceBuffer<float> b = from_host(lgtest::random_floats(16)).sync_on(s);
     fill(b.view(), 1.0F).sync_on(s);
     CHECK(lgtest::to_host(s, b.cview())[0] == 1.0F);
+    CHECK_NOTHROW(host_call("fine", [] {}).sync_on(s));
+  }
+
+  TEST_CASE("update_from to another host_call runs the new function from the next replay, built or captured") {
+    Stream& s = lgtest::stream();
+    std::atomic<int> old_calls{0};
+    std::atomic<int> new_calls{0};
+    for (const bool built : {true, false}) {
+      CAPTURE(built);
+      old_calls = 0;
+      new_calls = 0;
+      auto op = allow_in_graph(host_call("old", [&] { old_calls.fetch_add(1); }));
+      auto graph = built ? CudaGraph<>::build(s.device(), op) : CudaGraph<>::capture(s, op);
+      graph.launch();
+      const UpdateResult r = graph.update_from(allow_in_graph(host_call("new", [&] { new_calls.fetch_add(1); })));
+      CHECK_MESSAGE(r.ok(), r.message);
+      graph.launch();
+      graph.launch();
+      CHECK(old_calls.load() == 1);
+      CHECK(new_calls.load() == 2);
+    }
   }
 }
