@@ -22,9 +22,24 @@ void HostCallErrors::report(std::string_view name, std::exception_ptr error) noe
   }
 }
 
+void HostCallErrors::watch(std::shared_ptr<HostCallErrors> other) {
+  if (!other || other.get() == this) return;
+  const std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& w : watched_) {
+    if (w == other) return;
+  }
+  watched_.push_back(std::move(other));
+}
+
 void HostCallErrors::rethrow_pending() {
   std::exception_ptr error;
   std::string name;
+  std::vector<std::shared_ptr<HostCallErrors>> watched;
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    watched = watched_;
+  }
+  for (const auto& w : watched) w->rethrow_pending();
   {
     const std::lock_guard<std::mutex> lock(mutex_);
     if (!error_) return;

@@ -224,8 +224,8 @@ GraphState::~GraphState() {
 std::unique_lock<std::mutex> GraphState::guard() const {
   if (recording_thread_.load() == std::this_thread::get_id()) [[unlikely]] {
     throw UsageError(
-        "CudaGraph: the op given to update_from uses the graph being updated (child_graph of itself, or a call on "
-        "it from the callback); a graph cannot take part in its own update");
+        "CudaGraph: the op given to update or update_from uses the graph being updated (child_graph of itself, or "
+        "a call on it from the callback); a graph cannot take part in its own update");
   }
   return std::unique_lock<std::mutex>(mutex_);
 }

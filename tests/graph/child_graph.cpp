@@ -192,4 +192,13 @@ TEST_SUITE("gpu") {
       CHECK(calls.load() == 1);
     }
   }
+
+  TEST_CASE("update(child_graph(g)) on g itself throws UsageError instead of deadlocking") {
+    Stream& s = lgtest::stream();
+    DeviceBuffer<float> b = from_host(lgtest::random_floats(64)).sync_on(s);
+    auto g = CudaGraph<>::build(s.device(), fill(b.view(), 3.0F));
+    CHECK_THROWS_AS(g.update(child_graph(g)), UsageError);
+    g.launch();
+    CHECK(lgtest::to_host(s, b.cview())[0] == 3.0F);
+  }
 }

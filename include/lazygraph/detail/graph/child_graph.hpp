@@ -27,6 +27,7 @@ class [[nodiscard]] ChildGraphOp : public OpBase<ChildGraphOp> {
   /// Recording: adds the child node and keeps the child's owners (as of now) alive. Eagerly: replays the graph
   /// on the stream, ordered like CudaGraph::launch_on.
   void execute(ExecContext& ctx) const {
+    ctx.host_errors()->watch(graph_->host_errors());  // its host calls' exceptions reach this run too
     if (!ctx.recording()) {
       graph_->launch_on(ctx.stream());
       return;

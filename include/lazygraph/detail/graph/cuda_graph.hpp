@@ -237,6 +237,7 @@ class CudaGraph {
 
   /// The output of the recording (for T not void); once.
   T take_output() requires(!std::is_void_v<T>) {
+    (void)state();  // a moved-from graph's optional is still engaged
     if (!output_) throw UsageError("CudaGraph::take_output: the output was already taken");
     T out = std::move(*output_);
     output_.reset();
@@ -275,6 +276,17 @@ class CudaGraph {
   template <class U>
   friend class CudaGraph;
   explicit CudaGraph(std::shared_ptr<detail::GraphState> state) : state_(std::move(state)) {}
+
+ public:
+  /// Move-only: one graph, one owner.
+  CudaGraph(CudaGraph&&) noexcept = default;
+  /// Move-only: one graph, one owner.
+  CudaGraph& operator=(CudaGraph&&) noexcept = default;
+  CudaGraph(const CudaGraph&) = delete;
+  CudaGraph& operator=(const CudaGraph&) = delete;
+  ~CudaGraph() = default;
+
+ private:
   using Stored = std::conditional_t<std::is_void_v<T>, std::monostate, T>;
   CudaGraph(std::shared_ptr<detail::GraphState> state, Stored output)
       : state_(std::move(state)), output_(std::move(output)) {}

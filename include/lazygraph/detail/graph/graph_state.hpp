@@ -133,6 +133,7 @@ class GraphState {
     order_after_replays_elsewhere();
     ExecContext ctx(stream_, false, host_errors_);
     try {
+      const Recording recording(*this);
       submit(ctx);
     } catch (...) {
       hold_no_throw(ctx.take_owners());  // part of the op may have been submitted
@@ -183,10 +184,12 @@ class GraphState {
   [[nodiscard]] CUgraph template_graph() const;
   [[nodiscard]] std::shared_ptr<const Owners> owners() const;
   [[nodiscard]] CUgraphExec native_exec() const noexcept { return exec_.native_handle(); }
+  /// Where this graph's host calls report exceptions (a parent embedding it watches them too).
+  [[nodiscard]] const std::shared_ptr<HostCallErrors>& host_errors() const noexcept { return host_errors_; }
 
  private:
-  /// Marks the thread that records an update_from op: the op (a callback) using this same graph would wait
-  /// for the lock its own thread holds; guard() reports that instead.
+  /// Marks the thread that runs an update or records an update_from op: the op using this same graph would
+  /// wait for the lock its own thread holds; guard() reports that instead.
   class Recording {
    public:
     explicit Recording(const GraphState& g) : g_(g) { g_.recording_thread_.store(std::this_thread::get_id()); }

@@ -13,6 +13,7 @@
 /// rejected recording can be explained in one sentence.
 
 #include <concepts>
+#include <optional>
 #include <type_traits>
 #include <utility>
 
@@ -98,15 +99,33 @@ inline constexpr bool any_host_code = (runs_host_code_v<Ops> || ...);
 template <class Op>
 typename Op::Output run_and_wait(const Op& op, const Stream& stream) {
   ExecContext ctx(stream, false);
+  // When the op throws after submitting part of its work, that work (a host call's record, say) still uses
+  // what the context keeps: wait for it before the context lets go.
+  const auto wait_then_rethrow = [&] {
+    try {
+      stream.synchronize();
+    } catch (...) {  // NOLINT(bugprone-empty-catch): the op's own exception is the one to report
+    }
+    throw;
+  };
   if constexpr (std::is_void_v<typename Op::Output>) {
-    op.execute(ctx);
+    try {
+      op.execute(ctx);
+    } catch (...) {
+      wait_then_rethrow();
+    }
     stream.synchronize();
     ctx.rethrow_host_errors();
   } else {
-    typename Op::Output out = op.execute(ctx);
+    std::optional<typename Op::Output> out;
+    try {
+      out.emplace(op.execute(ctx));
+    } catch (...) {
+      wait_then_rethrow();
+    }
     stream.synchronize();
     ctx.rethrow_host_errors();
-    return out;
+    return std::move(*out);
   }
 }
 

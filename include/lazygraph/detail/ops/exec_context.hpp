@@ -52,10 +52,15 @@ class HostCallErrors {
   /// Keeps `error` from the host call `name` unless an earlier one is pending.
   void report(std::string_view name, std::exception_ptr error) noexcept;
   /// Throws (once) the pending error as HostCallError naming the host call; nothing when none is pending.
+  /// Errors of the watched channels (graphs embedded as children) count too.
   void rethrow_pending();
+  /// Also reports, from rethrow_pending, what `other` keeps: the host calls of a child graph report to the
+  /// child's channel, and the run that embedded it must see them.
+  void watch(std::shared_ptr<HostCallErrors> other);
 
  private:
   std::mutex mutex_;
+  std::vector<std::shared_ptr<HostCallErrors>> watched_;
   std::exception_ptr error_;
   std::string name_;
 };
