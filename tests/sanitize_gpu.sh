@@ -17,8 +17,8 @@ export LAZYGRAPH_CACHE_DIR="$root/build-gpu/tests/kernel-cache"
 tools=("$@")
 [ ${#tools[@]} -gt 0 ] || tools=(memcheck racecheck synccheck initcheck)
 # Tests whose point is a driver call that fails — out of memory, a corrupt module image, a graph update the
-# driver refuses (cuGraphExecUpdate) — run with API-error reports off, in a pass of their own.
-expected_api_errors="*larger than the device's memory*,*that the driver rejects*,*reports why and where*,*re-instantiates only on request*"
+# driver refuses (cuGraphExecUpdate), a missing kernel name, an event without timing — run with API-error reports off, in a pass of their own.
+expected_api_errors="*larger than the device's memory*,*that the driver rejects*,*reports why and where*,*re-instantiates only on request*,*finds its kernels by name*,*an image the driver cannot load*,*events made without timing cannot be timed*"
 # Not run under compute-sanitizer, because the sanitizer changes what they measure: it instruments modules as
 # they load (with work that breaks another thread's capture) and runs kernel launches one at a time, so
 # "runs concurrently" and "another thread may load kernels during a capture" cannot be observed there.
