@@ -20,6 +20,7 @@ void HostCallErrors::report(std::string_view name, std::exception_ptr error) noe
     name_.assign(name);
   } catch (...) {  // NOLINT(bugprone-empty-catch): the error itself is kept; only its label is lost
   }
+  pending_.store(true, std::memory_order_release);
 }
 
 void HostCallErrors::watch(std::shared_ptr<HostCallErrors> other) {
@@ -29,22 +30,28 @@ void HostCallErrors::watch(std::shared_ptr<HostCallErrors> other) {
     if (w == other) return;
   }
   watched_.push_back(std::move(other));
+  watching_.store(true, std::memory_order_release);
 }
 
 void HostCallErrors::rethrow_pending() {
+  // Every replay asks: the common answer (nothing pending, no child graphs) costs two atomic loads, no lock.
+  if (watching_.load(std::memory_order_acquire)) {
+    std::vector<std::shared_ptr<HostCallErrors>> watched;
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      watched = watched_;
+    }
+    for (const auto& w : watched) w->rethrow_pending();
+  }
+  if (!pending_.load(std::memory_order_acquire)) return;
   std::exception_ptr error;
   std::string name;
-  std::vector<std::shared_ptr<HostCallErrors>> watched;
-  {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    watched = watched_;
-  }
-  for (const auto& w : watched) w->rethrow_pending();
   {
     const std::lock_guard<std::mutex> lock(mutex_);
     if (!error_) return;
     error = std::exchange(error_, nullptr);
     name = std::move(name_);
+    pending_.store(false, std::memory_order_relaxed);
   }
   std::string what = "an exception that is not a std::exception";
   try {

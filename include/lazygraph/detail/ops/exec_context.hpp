@@ -16,6 +16,7 @@
 
 #include <cuda.h>
 
+#include <atomic>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -60,6 +61,8 @@ class HostCallErrors {
 
  private:
   std::mutex mutex_;
+  std::atomic<bool> pending_{false};   ///< error_ is set (read without the lock on every replay)
+  std::atomic<bool> watching_{false};  ///< watched_ is not empty
   std::vector<std::shared_ptr<HostCallErrors>> watched_;
   std::exception_ptr error_;
   std::string name_;
