@@ -1,4 +1,4 @@
-// 05 decode: a Llama-style decoder (examples/models, default config: d 512, 8 heads, 8 layers, ffn 1536, vocab
+// 05 decode: a Llama-style decoder (lazygraph::nn, default config: d 512, 8 heads, 8 layers, ffn 1536, vocab
 // 4096, context 1024) generates 256 tokens greedily. Each token is one replay of the same CUDA graph: the token
 // and the position are copied into device memory first, no recapture. The first steps' logits are checked
 // against a float64 CPU implementation of the same model; then the generation is timed.
@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
+#include <lazygraph/nn/decoder.hpp>
+#include <lazygraph/nn/reference.hpp>
 #include "cli.hpp"
-#include "decoder.hpp"
-#include "reference.hpp"
 
 namespace lg = lazygraph;
 
@@ -24,7 +24,7 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 /// Runs `steps` greedy steps from `first` at positions 0, 1, ...; returns the tokens chosen.
-std::vector<int> generate(models::Decoder& decoder, int first, int steps) {
+std::vector<int> generate(lazygraph::nn::Decoder& decoder, int first, int steps) {
   std::vector<int> tokens;
   tokens.reserve(static_cast<std::size_t>(steps));
   int token = first;
@@ -51,11 +51,11 @@ int main(int argc, char** argv) {
   lg::Device gpu = lg::Device::first();
   lg::Stream stream = gpu.create_stream();
   std::printf("device: %s, sm_%d, %d SMs\n", gpu.name().c_str(), gpu.compute_capability().as_int(), gpu.sm_count());
-  lg::KernelLibrary kernels(gpu);
+  lg::KernelLibrary kernels = lg::nn::kernel_library(gpu);  // the core and the nn kernel sets
 
-  const models::DecoderConfig config;
+  const lazygraph::nn::DecoderConfig config;
   const Clock::time_point built = Clock::now();
-  models::Decoder decoder(stream, kernels, config);
+  lazygraph::nn::Decoder decoder(stream, kernels, config);
   std::printf(
       "decoder: d %d, %d heads, %d layers, ffn %d, vocab %d, context %d; %.1f MB of fp16 weights; graph of "
       "%zu nodes; weights generated and step captured in %.0f ms\n",
@@ -64,16 +64,16 @@ int main(int argc, char** argv) {
 
   // 1. The first steps against float64, following the tokens the GPU chooses.
   const int first_token = 1;
-  models::DecoderReference reference(config);
+  lazygraph::nn::DecoderReference reference(config);
   int failures = 0;
   std::vector<int> checked_tokens;
   int token = first_token;
   for (int p = 0; p < checked; ++p) {
     const int next = decoder.forward({token, p});
-    const std::vector<double> got = models::widen(decoder.logits());
+    const std::vector<double> got = lazygraph::nn::widen(decoder.logits());
     const std::vector<double> want = reference.step(token, p);
-    const double error = models::relative_error(got, want);
-    const int best = models::argmax(want);
+    const double error = lazygraph::nn::relative_error(got, want);
+    const int best = lazygraph::nn::argmax(want);
     // A different token is only acceptable where float64 itself sees a near tie (within fp16 rounding).
     const double gap = want[static_cast<std::size_t>(best)] - want[static_cast<std::size_t>(next)];
     const bool token_ok = next == best || gap < 1e-2;

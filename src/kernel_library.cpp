@@ -1,5 +1,6 @@
 #include "lazygraph/detail/kernels/kernel_library.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <future>
 #include <range/v3/algorithm/equal.hpp>
@@ -32,9 +33,16 @@ std::string join_sizes(const std::vector<std::size_t>& sizes) {
          ")";
 }
 
+/// One kernel file and the headers it compiles with (the core headers and its set's own).
+struct ModuleSource {
+  const KernelSource* source = nullptr;
+  std::span<const KernelSource> headers;
+};
+
 /// One module's image: from the cache, or compiled now (and then cached).
 struct BuiltModule {
   const KernelSource* source = nullptr;
+  std::span<const KernelSource> headers;
   std::string key;
   KernelCache::Entry entry;
   bool from_cache = false;
@@ -42,24 +50,57 @@ struct BuiltModule {
 
 /// What every module of one library is compiled with.
 struct BuildSettings {
-  std::span<const KernelSource> headers;
   std::vector<std::string> options;
   bool cubin = false;
   std::string nvrtc;
 };
 
-BuiltModule compile_and_store(const KernelSource& source, std::string key, const BuildSettings& settings,
+BuiltModule compile_and_store(ModuleSource m, std::string key, const BuildSettings& settings,
                               const KernelCache& cache) {
-  CompileResult result = nvrtc_compile(source, settings.headers, settings.options, settings.cubin);
+  CompileResult result = nvrtc_compile(*m.source, m.headers, settings.options, settings.cubin);
   KernelCache::Entry entry{result.image(), result.is_cubin()};  // image() throws CompileError with the log
   cache.store(key, entry);
-  return {&source, std::move(key), std::move(entry), false};
+  return {m.source, m.headers, std::move(key), std::move(entry), false};
 }
 
-BuiltModule build_module(const KernelSource& source, const BuildSettings& settings, const KernelCache& cache) {
-  std::string key = KernelCache::key(source, settings.headers, settings.options, settings.nvrtc);
-  if (auto hit = cache.load(key)) return {&source, std::move(key), std::move(*hit), true};
-  return compile_and_store(source, std::move(key), settings, cache);
+BuiltModule build_module(ModuleSource m, const BuildSettings& settings, const KernelCache& cache) {
+  std::string key = KernelCache::key(*m.source, m.headers, settings.options, settings.nvrtc);
+  if (auto hit = cache.load(key)) return {m.source, m.headers, std::move(key), std::move(*hit), true};
+  return compile_and_store(m, std::move(key), settings, cache);
+}
+
+/// Every set's headers joined with the core headers, one list per set (`headers[i]` for `sets[i]`), and every
+/// file with its set's list. \throws UsageError for a file name in two sets or a set header named like a core one.
+std::vector<ModuleSource> module_sources(std::span<const KernelSet> sets,
+                                         std::vector<std::vector<KernelSource>>& headers) {
+  std::map<std::string, std::string, std::less<>> file_set;
+  headers.clear();
+  headers.reserve(sets.size());
+  for (const KernelSet& set : sets) {
+    std::vector<KernelSource> all(core_kernel_headers().begin(), core_kernel_headers().end());
+    for (const KernelSource& h : set.headers) {
+      const auto same_name = [&](const KernelSource& core) { return core.name == h.name; };
+      const auto core = std::find_if(core_kernel_headers().begin(), core_kernel_headers().end(), same_name);
+      if (core == core_kernel_headers().end()) {
+        all.push_back(h);
+      } else if (core->text != h.text) {  // the core set itself lists the core headers: those are no clash
+        throw UsageError("kernel set " + set.name + ": its header " + h.name +
+                         " has the name of a core header; rename it (e.g. under a folder of the set's name)");
+      }
+    }
+    headers.push_back(std::move(all));
+  }
+  std::vector<ModuleSource> out;
+  for (std::size_t i = 0; i < sets.size(); ++i) {
+    for (const KernelSource& source : sets[i].sources) {
+      if (auto [it, inserted] = file_set.emplace(source.name, sets[i].name); !inserted) {
+        throw UsageError("kernel file " + source.name + " is in both kernel sets " + it->second + " and " +
+                         sets[i].name + "; give a library each set once");
+      }
+      out.push_back({&source, headers[i]});
+    }
+  }
+  return out;
 }
 
 /// Loads `m`'s image. One from the cache that the driver rejects is evicted and replaced by a fresh
@@ -73,7 +114,7 @@ std::shared_ptr<const LoadedModule> load_module(const Device& device, BuiltModul
       // It passed the checksum, so it was stored as it is: a bad toolchain, or an image this driver no longer
       // accepts. Every later run would fail the same way, so replace it.
       cache.remove(m.key);
-      m = compile_and_store(*m.source, std::move(m.key), settings, cache);
+      m = compile_and_store({m.source, m.headers}, std::move(m.key), settings, cache);
     }
   }
   return std::make_shared<const LoadedModule>(device, m.entry.image.data(), m.source->name);
@@ -97,20 +138,19 @@ KernelLibrary::KernelLibrary(const Device& device, KernelLibraryOptions options)
   settings.nvrtc = nvrtc_version();
   const KernelCache cache(options.cache_directory.value_or(KernelCache::default_directory()));
 
-  std::span<const KernelSource> sources = embedded_kernel_sources();
-  settings.headers = embedded_kernel_headers();
-  if (options.sources) {
-    sources = *options.sources;
-    settings.headers = options.headers;
-  }
-  declarations_ = KernelDeclarations(sources);
+  if (options.kernel_sets.empty()) options.kernel_sets.push_back(core_kernels());
+  std::vector<std::vector<KernelSource>> headers;
+  const std::vector<ModuleSource> sources = module_sources(options.kernel_sets, headers);
+  std::vector<KernelSource> all_files;
+  all_files.reserve(sources.size());
+  for (const ModuleSource& m : sources) all_files.push_back(*m.source);
+  declarations_ = KernelDeclarations(all_files);
 
   // Compile the files concurrently: each NVRTC program is independent, and a cold start is dominated by them.
   std::vector<std::future<BuiltModule>> pending;
   pending.reserve(sources.size());
-  for (const KernelSource& source : sources) {
-    pending.push_back(
-        std::async(std::launch::async, build_module, std::cref(source), std::cref(settings), std::cref(cache)));
+  for (const ModuleSource& m : sources) {
+    pending.push_back(std::async(std::launch::async, build_module, m, std::cref(settings), std::cref(cache)));
   }
   std::vector<BuiltModule> built;
   built.reserve(pending.size());
@@ -131,7 +171,7 @@ KernelLibrary::KernelLibrary(const Device& device, KernelLibraryOptions options)
     for (const std::string& kernel : module->function_names()) {
       if (auto [it, inserted] = defined_in.emplace(kernel, m.source->name); !inserted) {
         throw UsageError("kernel " + kernel + " is defined in both " + it->second + " and " + m.source->name +
-                         "; kernel names must be unique across kernels/");
+                         "; kernel names must be unique across every kernel set of a library");
       }
       auto info = std::make_shared<detail::KernelInfo>(device);
       info->function = module->function(kernel);

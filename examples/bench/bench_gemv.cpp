@@ -2,6 +2,7 @@
 // Two weight copies are used alternately so consecutive launches cannot hit in L2. Medians of many samples,
 // timed with CUDA events; the floor is the weight bytes at the device-to-device copy bandwidth measured here.
 #include <lazygraph/lazygraph.hpp>
+#include <lazygraph/nn/kernels.hpp>
 
 #include <algorithm>
 #include <cstdio>
@@ -55,7 +56,7 @@ int main(int argc, char** argv) {
   if (example::skip_without_gpu("bench_gemv")) return example::exit_skipped;
   lg::Device gpu = lg::Device::first();
   lg::Stream s = gpu.create_stream();
-  lg::KernelLibrary kernels(gpu);
+  lg::KernelLibrary kernels = lg::nn::kernel_library(gpu);  // the core and the nn kernel sets
   auto gemv = kernels.get<void(const half*, const half*, half*, int, int)>("gemv");
 
   // Copy ceiling: a 1 GiB device-to-device copy, bytes read plus bytes written.

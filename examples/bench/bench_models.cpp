@@ -13,12 +13,12 @@
 #include <string>
 #include <vector>
 
+#include <lazygraph/nn/decoder.hpp>
+#include <lazygraph/nn/mlp.hpp>
+#include <lazygraph/nn/random_weights.hpp>
+#include <lazygraph/nn/reference.hpp>
 #include "cli.hpp"
-#include "decoder.hpp"
 #include "median.hpp"
-#include "mlp.hpp"
-#include "random_weights.hpp"
-#include "reference.hpp"
 
 namespace lg = lazygraph;
 using lg::half;
@@ -62,7 +62,7 @@ void write_halves(const std::string& path, const std::vector<half>& values) {
 }
 
 struct MlpResult {
-  models::MlpConfig config;
+  lazygraph::nn::MlpConfig config;
   double graph_us = 0;
   double graph_plain_us = 0;  ///< the graph with ordinary launches (early_launch off)
   double forward_us = 0;
@@ -71,13 +71,15 @@ struct MlpResult {
   std::string output;
 };
 
-MlpResult bench_mlp(const lg::Stream& s, const lg::KernelLibrary& kernels, const models::MlpConfig& config,
+MlpResult bench_mlp(const lg::Stream& s, const lg::KernelLibrary& kernels, const lazygraph::nn::MlpConfig& config,
                     int forwards, const std::string& dir) {
   MlpResult r{config, 0, 0, 0, 0, 0, ""};
-  models::Mlp mlp(s, kernels, config);
-  const std::vector<half> input = models::host_tensor(config.seed, {2000000, static_cast<std::size_t>(config.d), 1, 0});
+  lazygraph::nn::Mlp mlp(s, kernels, config);
+  const std::vector<half> input =
+      lazygraph::nn::host_tensor(config.seed, {2000000, static_cast<std::size_t>(config.d), 1, 0});
   const std::vector<half> output = mlp.forward(input);
-  r.rel_err = models::relative_error(models::widen(output), models::mlp_reference(config, models::widen(input)));
+  r.rel_err = lazygraph::nn::relative_error(lazygraph::nn::widen(output),
+                                            lazygraph::nn::mlp_reference(config, lazygraph::nn::widen(input)));
   r.output = "mlp_" + std::to_string(config.d) + "_" + std::to_string(config.ffn) + "_" +
              std::to_string(config.layers) + ".f16";
   write_halves(dir + "/" + r.output, output);
@@ -93,9 +95,9 @@ MlpResult bench_mlp(const lg::Stream& s, const lg::KernelLibrary& kernels, const
   lg::ExecContext ctx(s, false);
   r.eager_us = median_us(s, forwards, [&] { op.execute(ctx); });
 
-  models::MlpConfig plain_config = config;
+  lazygraph::nn::MlpConfig plain_config = config;
   plain_config.early_launch = false;
-  models::Mlp plain(s, kernels, plain_config);
+  lazygraph::nn::Mlp plain(s, kernels, plain_config);
   const std::vector<half> plain_output = plain.forward(input);
   if (!std::equal(output.begin(), output.end(), plain_output.begin(),
                   [](half a, half b) { return a.bits == b.bits; })) {
@@ -115,7 +117,7 @@ struct DecoderResult {
 
 /// Greedy generation of `steps` tokens from position 0, a host round trip per token; the best tokens/s of two
 /// runs after a warm-up.
-double tokens_per_second(models::Decoder& decoder, int first_token, int steps, std::vector<int>& tokens) {
+double tokens_per_second(lazygraph::nn::Decoder& decoder, int first_token, int steps, std::vector<int>& tokens) {
   const auto run = [&] {
     decoder.reset();
     tokens.clear();
@@ -128,17 +130,18 @@ double tokens_per_second(models::Decoder& decoder, int first_token, int steps, s
   return steps / std::min(run(), run());
 }
 
-DecoderResult bench_decoder(const lg::Stream& s, const lg::KernelLibrary& kernels, const models::DecoderConfig& config,
-                            int first_token, int steps, int forwards, const std::string& dir) {
+DecoderResult bench_decoder(const lg::Stream& s, const lg::KernelLibrary& kernels,
+                            const lazygraph::nn::DecoderConfig& config, int first_token, int steps, int forwards,
+                            const std::string& dir) {
   DecoderResult r;
   {
-    models::DecoderConfig plain_config = config;
+    lazygraph::nn::DecoderConfig plain_config = config;
     plain_config.early_launch = false;
-    models::Decoder plain(s, kernels, plain_config);
+    lazygraph::nn::Decoder plain(s, kernels, plain_config);
     std::vector<int> tokens;
     r.tokens_per_s_plain = tokens_per_second(plain, first_token, steps, tokens);
   }
-  models::Decoder decoder(s, kernels, config);
+  lazygraph::nn::Decoder decoder(s, kernels, config);
   decoder.forward({first_token, 0});
   write_halves(dir + "/decoder_logits0.f16", decoder.logits());
   r.tokens_per_s = tokens_per_second(decoder, first_token, steps, r.tokens);
@@ -157,7 +160,7 @@ int run(int argc, char** argv) {
   if (example::skip_without_gpu("bench_models")) return example::exit_skipped;
   lg::Device gpu = lg::Device::first();
   lg::Stream s = gpu.create_stream();
-  lg::KernelLibrary kernels(gpu);
+  lg::KernelLibrary kernels = lg::nn::kernel_library(gpu);  // the core and the nn kernel sets
 
   std::printf("lazygraph models on %s; medians of %d forwards, CUDA events\n\n", gpu.name().c_str(), forwards);
   std::printf(
@@ -166,7 +169,7 @@ int run(int argc, char** argv) {
   std::vector<MlpResult> mlps;
   for (const auto& [d, ffn, layers] :
        {std::tuple{512, 1536, 16}, std::tuple{1024, 4096, 8}, std::tuple{4096, 11008, 4}}) {
-    models::MlpConfig config;
+    lazygraph::nn::MlpConfig config;
     config.d = d;
     config.ffn = ffn;
     config.layers = layers;
@@ -178,7 +181,7 @@ int run(int argc, char** argv) {
     std::fflush(stdout);
   }
 
-  const models::DecoderConfig dc;
+  const lazygraph::nn::DecoderConfig dc;
   const int first_token = 1;
   const int steps = 256;
   const DecoderResult dr = bench_decoder(s, kernels, dc, first_token, steps, forwards, dir);

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch baseline for the lazygraph model benchmarks.
 
-Builds the SwiGLU MLP stacks and the Llama-style decoder of examples/models/README.md in PyTorch (fp16, CUDA),
+Builds the SwiGLU MLP stacks and the Llama-style decoder of docs/nn.md in PyTorch (fp16, CUDA),
 with weights equal bit for bit to the C++ ones, times them eagerly and as CUDA graph replays, checks their
 outputs against the C++ results and prints the comparison tables (the headline of the benchmark run).
 

@@ -10,6 +10,7 @@
 #include "lazygraph/detail/kernels/kernel_declaration.hpp"
 #include "lazygraph/detail/kernels/kernel_library.hpp"
 #include "lazygraph/detail/kernels/kernel_parameter_type.hpp"
+#include "lazygraph/detail/kernels/kernel_set.hpp"
 #include "lazygraph/detail/kernels/launch_config.hpp"
 #include "lazygraph/detail/kernels/launch_op.hpp"
 #include "lazygraph/detail/kernels/nvrtc.hpp"

@@ -13,6 +13,8 @@ namespace lgtest {
 lazygraph::Device& device();
 /// The embedded kernel library, built once for the device, cached under the build directory.
 lazygraph::KernelLibrary& kernels();
+/// A library of the core and the nn kernel sets (lazygraph::nn::kernel_library), built on first use.
+lazygraph::KernelLibrary& nn_kernels();
 /// A stream for the test to use.
 lazygraph::Stream& stream();
 /// A fresh, empty directory under the build tree, unique to this call.

@@ -18,11 +18,14 @@
 
 #include "common/gpu.hpp"
 
+#include <lazygraph/nn/kernels.hpp>
+
 namespace lgtest {
 
 namespace {
 std::optional<lazygraph::Device> g_device;
 std::unique_ptr<lazygraph::KernelLibrary> g_kernels;
+std::unique_ptr<lazygraph::KernelLibrary> g_nn_kernels;
 std::optional<lazygraph::Stream> g_stream;
 }  // namespace
 
@@ -31,6 +34,11 @@ lazygraph::Device& device() { return *g_device; }
 lazygraph::KernelLibrary& kernels() {
   if (!g_kernels) g_kernels = std::make_unique<lazygraph::KernelLibrary>(device());
   return *g_kernels;
+}
+
+lazygraph::KernelLibrary& nn_kernels() {
+  if (!g_nn_kernels) g_nn_kernels = std::make_unique<lazygraph::KernelLibrary>(lazygraph::nn::kernel_library(device()));
+  return *g_nn_kernels;
 }
 
 lazygraph::Stream& stream() {
@@ -50,7 +58,7 @@ std::filesystem::path scratch_directory(const std::string& label) {
 lazygraph::KernelLibraryOptions own_kernels(std::vector<lazygraph::KernelSource> sources, std::filesystem::path cache) {
   lazygraph::KernelLibraryOptions opts;
   opts.cache_directory = std::move(cache);
-  opts.sources = std::move(sources);
+  opts.kernel_sets = {lazygraph::KernelSet{"test", std::move(sources), {}}};
   return opts;
 }
 
@@ -112,6 +120,7 @@ int main(int argc, char** argv) {
   }
   const int result = context.run();
   lgtest::g_stream.reset();
+  lgtest::g_nn_kernels.reset();
   lgtest::g_kernels.reset();
   lgtest::g_device.reset();
   return result;

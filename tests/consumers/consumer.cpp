@@ -12,7 +12,7 @@ int main() {
   auto op = lg::zeros<float>(1024);  // lazy: describes an allocation, allocates nothing
   static_assert(lg::DeviceOp<decltype(op)>);
   static_assert(!lg::GraphNode<decltype(op)>, "an allocation is never recordable into a graph");
-  const std::size_t kernels = lg::embedded_kernel_sources().size();
+  const std::size_t kernels = lg::core_kernels().sources.size();
   std::string why;
   const bool gpu = lg::gpu_available(&why);
   std::printf("consumer: lazygraph linked, %zu embedded kernel modules; GPU: %s\n", kernels,

@@ -17,7 +17,7 @@ TEST_SUITE("gpu") {
     KernelLibraryOptions opts;
     opts.cache_directory = lgtest::scratch_directory("library");
     const KernelLibrary cold(lgtest::device(), opts);
-    CHECK(cold.stats().modules == embedded_kernel_sources().size());
+    CHECK(cold.stats().modules == core_kernels().sources.size());
     CHECK(cold.stats().compiled == cold.stats().modules);
     CHECK(cold.stats().cache_hits == 0);
     const KernelLibrary warm(lgtest::device(), opts);

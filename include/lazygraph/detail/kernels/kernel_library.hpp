@@ -1,9 +1,9 @@
 #pragma once
 /// \file
-/// KernelLibrary: every kernel in `kernels/`, compiled for the present GPU (or loaded from the disk cache) and
-/// loaded when the library is constructed, so that nothing compiles or loads during a graph capture.
+/// KernelLibrary: every kernel of the kernel sets it is given (kernel_set.hpp; by default the core set, embedded
+/// from `kernels/`), compiled for the present GPU (or loaded from the disk cache) and loaded when the library is
+/// constructed, so that nothing compiles or loads during a graph capture.
 ///
-/// The sources are embedded into liblazygraph at build time: an installed library needs no source tree.
 /// Kernels are looked up by their unmangled name, so they are declared `extern "C" __global__`; their
 /// declarations are also read on the host (kernel_declaration.hpp), so that `get` checks a signature's parameter
 /// types, not only their sizes.
@@ -31,18 +31,18 @@
 #include "lazygraph/detail/kernels/kernel.hpp"
 #include "lazygraph/detail/kernels/kernel_declaration.hpp"
 #include "lazygraph/detail/kernels/kernel_parameter_type.hpp"
+#include "lazygraph/detail/kernels/kernel_set.hpp"
 #include "lazygraph/detail/kernels/nvrtc.hpp"
 
 namespace lazygraph {
 
-/// How a KernelLibrary is built. The defaults: the kernels embedded from `kernels/`, the default cache.
+/// How a KernelLibrary is built. The defaults: the core kernels (embedded from `kernels/`), the default cache.
 struct KernelLibraryOptions {
   /// Where compiled images are cached; unset: KernelCache::default_directory(); an empty path: no cache.
   std::optional<std::filesystem::path> cache_directory;
-  /// Kernel files to build instead of the embedded `kernels/*.cu` (for tests and out-of-tree kernels).
-  std::optional<std::vector<KernelSource>> sources;
-  /// Headers the kernel files may include by name; with `sources` only (the embedded ones come otherwise).
-  std::vector<KernelSource> headers;
+  /// The kernel sets to compile, e.g. `{core_kernels(), nn::kernel_set(), KernelSet::from_directory("my_kernels")}`;
+  /// empty: `{core_kernels()}`. Only what is listed is compiled, so leave out the sets a program does not use.
+  std::vector<KernelSet> kernel_sets;
 };
 
 /// How a library came to be, for the curious and for benchmarks.
@@ -56,18 +56,14 @@ struct KernelLibraryStats {
   bool cubin = false;          ///< machine code (true) or PTX for the driver to compile (false)
 };
 
-/// The kernel sources embedded at build time from `kernels/*.cu`, named as in that folder ("axpy.cu").
-std::span<const KernelSource> embedded_kernel_sources();
-/// The headers embedded from `kernels/include/`, named as kernels include them ("lazygraph/half.cuh").
-std::span<const KernelSource> embedded_kernel_headers();
-
 /// Every kernel module, compiled (or loaded from the cache) and loaded at construction; `get` hands out typed
 /// handles. See the file comment for thread safety.
 class KernelLibrary {
  public:
-  /// Compiles (or loads from cache) and loads every kernel module.
+  /// Compiles (or loads from cache) and loads every kernel module of `options.kernel_sets`.
   /// \throws CompileError with the file and the whole NVRTC log when a source does not compile;
-  ///         CaptureError when a graph capture is in progress; UsageError when two files define one kernel.
+  ///         CaptureError when a graph capture is in progress; UsageError when two files define one kernel, two
+  ///         sets have a file of one name, or a set's header has a core header's name.
   explicit KernelLibrary(const Device& device, KernelLibraryOptions options = {});
 
   /// The kernel `name`, typed as `Signature`, such as `void(float, const float*, float*, int)`.

@@ -1,16 +1,20 @@
-// Single-token attention over a KV cache (batch-1 decode), fp16 storage, fp32 arithmetic.
+// Single-token attention over a KV cache (batch-1 decode), fp16 storage, fp32 arithmetic, with grouped-query
+// attention: n_heads query heads share n_kv_heads key/value heads, query head h reading kv head
+// h / (n_heads / n_kv_heads) (n_kv_heads == n_heads is ordinary multi-head attention, 1 is multi-query).
 //
-// Cache layout: k_cache and v_cache are [n_heads][max_ctx][head_dim]; q, k, v and out are [n_heads][head_dim].
-// Every head attends to its own cache head (no grouped-query attention). The position p is read from device
-// memory, so a captured graph replays at whatever position was last copied there; p must be in [0, max_ctx):
-// the kernels trap otherwise rather than write or read outside the cache.
+// Cache layout: k_cache and v_cache are [n_kv_heads][max_ctx][head_dim]; q and out are [n_heads][head_dim], k and
+// v [n_kv_heads][head_dim]. The position p is read from device memory, so a captured graph replays at whatever
+// position was last copied there; p must be in [0, max_ctx): the kernels trap otherwise rather than write or read
+// outside the cache.
 //
-//   kv_append(k, v, k_cache, v_cache, position, n_heads, head_dim, max_ctx)
-//     writes k and v at position p of every head.
-//     Launch: 1-D over n_heads * head_dim, any grid and block (grid-stride), e.g. grid_for(n_heads * head_dim, 256).
+//   kv_append(k, v, k_cache, v_cache, position, n_kv_heads, head_dim, max_ctx)
+//     writes k and v at position p of every kv head.
+//     Launch: 1-D over n_kv_heads * head_dim, any grid and block (grid-stride), e.g. grid_for(n_kv_heads * head_dim,
+//     256).
 //
-//   attention(q, k_cache, v_cache, out, position, n_heads, head_dim, max_ctx, scale)
-//     per head h: s_j = scale * q_h . k_h[j] for j = 0..p, w = softmax(s) (max subtracted), out_h = sum_j w_j v_h[j].
+//   attention(q, k_cache, v_cache, out, position, n_heads, n_kv_heads, head_dim, max_ctx, scale)
+//     per head h, with g = h / (n_heads / n_kv_heads): s_j = scale * q_h . k_g[j] for j = 0..p,
+//     w = softmax(s) (max subtracted), out_h = sum_j w_j v_g[j]. n_heads must be a multiple of n_kv_heads.
 //     Launch: grid n_heads, block 32 * k threads (k = 1..32; 1024 puts the most of the cache in flight, since
 //     there are only n_heads blocks), dynamic shared memory max_ctx * sizeof(float) (the scores).
 //     Requires head_dim a multiple of 8 and at most 128, and q, the caches and out 16-byte aligned (traps else).
@@ -30,11 +34,11 @@ constexpr int kPositionsInFlight = 4;  // independent cache loads per thread per
 }  // namespace
 
 extern "C" __global__ void kv_append(const lg::half_t* k, const lg::half_t* v, lg::half_t* k_cache, lg::half_t* v_cache,
-                                     const int* position, int n_heads, int head_dim, int max_ctx) {
+                                     const int* position, int n_kv_heads, int head_dim, int max_ctx) {
   lg::early_launch_prologue();  // may be launched early (LaunchConfig::early_launch)
   const int p = *position;
   if (p < 0 || p >= max_ctx) __trap();
-  const long long n = static_cast<long long>(n_heads) * head_dim;
+  const long long n = static_cast<long long>(n_kv_heads) * head_dim;
   for (long long e = lg::global_index(); e < n; e += lg::grid_stride()) {
     const long long h = e / head_dim;
     const long long d = e % head_dim;
@@ -45,14 +49,15 @@ extern "C" __global__ void kv_append(const lg::half_t* k, const lg::half_t* v, l
 }
 
 extern "C" __global__ void attention(const lg::half_t* q, const lg::half_t* k_cache, const lg::half_t* v_cache,
-                                     lg::half_t* out, const int* position, int n_heads, int head_dim, int max_ctx,
-                                     float scale) {
+                                     lg::half_t* out, const int* position, int n_heads, int n_kv_heads,
+                                     int head_dim, int max_ctx, float scale) {
   lg::early_launch_prologue();                 // may be launched early (LaunchConfig::early_launch)
   extern __shared__ float scores[];            // [max_ctx]
   __shared__ float warp_out[32][kMaxHeadDim];  // per-warp partial outputs
 
   const int p = *position;
-  if (p < 0 || p >= max_ctx || head_dim % 8 != 0 || head_dim > kMaxHeadDim || !lg::is_aligned16(q) ||
+  if (p < 0 || p >= max_ctx || head_dim % 8 != 0 || head_dim > kMaxHeadDim || n_kv_heads <= 0 ||
+      n_heads % n_kv_heads != 0 || !lg::is_aligned16(q) ||
       !lg::is_aligned16(k_cache) || !lg::is_aligned16(v_cache) || !lg::is_aligned16(out)) {
     __trap();
   }
@@ -72,7 +77,8 @@ extern "C" __global__ void attention(const lg::half_t* q, const lg::half_t* k_ca
   const bool has_chunk = sub < chunks;
   const int chunk = has_chunk ? sub : 0;
 
-  const long long head_base = static_cast<long long>(head) * max_ctx * head_dim;
+  const int kv_head = head / (n_heads / n_kv_heads);
+  const long long head_base = static_cast<long long>(kv_head) * max_ctx * head_dim;
   const lg::half_t* k_head = k_cache + head_base + 8 * chunk;
   const lg::half_t* v_head = v_cache + head_base + 8 * chunk;
 

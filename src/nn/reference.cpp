@@ -1,12 +1,12 @@
-#include "reference.hpp"
+#include "lazygraph/nn/reference.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
-#include "random_weights.hpp"
+#include "lazygraph/nn/random_weights.hpp"
 
-namespace models {
+namespace lazygraph::nn {
 
 namespace {
 
@@ -85,14 +85,14 @@ DecoderReference::DecoderReference(const DecoderConfig& config) : config_(config
   embedding_ = get({1000000, static_cast<std::size_t>(c.vocab) * static_cast<std::size_t>(c.d), 1.0F, 0.0F});
   for (int l = 0; l < c.layers; ++l) {
     layers_.push_back({get(gain_spec(layer_id(l, 1), c.d)), get(matrix_spec(layer_id(l, 2), c.d, c.d)),
-                       get(matrix_spec(layer_id(l, 3), c.d, c.d)), get(matrix_spec(layer_id(l, 4), c.d, c.d)),
-                       get(matrix_spec(layer_id(l, 5), c.d, c.d)), get(gain_spec(layer_id(l, 6), c.d)),
-                       get(matrix_spec(layer_id(l, 7), c.ffn, c.d)), get(matrix_spec(layer_id(l, 8), c.ffn, c.d)),
-                       get(matrix_spec(layer_id(l, 9), c.d, c.ffn))});
+                       get(matrix_spec(layer_id(l, 3), c.kv_dim(), c.d)),
+                       get(matrix_spec(layer_id(l, 4), c.kv_dim(), c.d)), get(matrix_spec(layer_id(l, 5), c.d, c.d)),
+                       get(gain_spec(layer_id(l, 6), c.d)), get(matrix_spec(layer_id(l, 7), c.ffn, c.d)),
+                       get(matrix_spec(layer_id(l, 8), c.ffn, c.d)), get(matrix_spec(layer_id(l, 9), c.d, c.ffn))});
   }
   final_gain_ = get(gain_spec(1000001, c.d));
   lm_head_ = get(matrix_spec(1000002, c.vocab, c.d));
-  const std::size_t cache = static_cast<std::size_t>(c.context) * static_cast<std::size_t>(c.d);
+  const std::size_t cache = static_cast<std::size_t>(c.context) * static_cast<std::size_t>(c.kv_dim());
   k_cache_.assign(static_cast<std::size_t>(c.layers), std::vector<double>(cache));
   v_cache_.assign(static_cast<std::size_t>(c.layers), std::vector<double>(cache));
 }
@@ -110,20 +110,23 @@ std::vector<double> DecoderReference::step(int token, int position) {
     const Layer& w = layers_[l];
     const std::vector<double> h = rms_norm(x, w.attn_gain, c.eps);
     std::vector<double> q = matvec(w.wq, h, c.d, c.d);
-    std::vector<double> k = matvec(w.wk, h, c.d, c.d);
-    const std::vector<double> v = matvec(w.wv, h, c.d, c.d);
+    std::vector<double> k = matvec(w.wk, h, c.kv_dim(), c.d);
+    const std::vector<double> v = matvec(w.wv, h, c.kv_dim(), c.d);
     rope(q, c.heads, c.head_dim(), position, c.theta);
-    rope(k, c.heads, c.head_dim(), position, c.theta);
+    rope(k, c.kv_head_count(), c.head_dim(), position, c.theta);
     std::vector<double> o(d);
     const auto pos = static_cast<std::size_t>(position);
+    const auto cache_base = [&](std::size_t kv_head) { return kv_head * static_cast<std::size_t>(c.context) * hd; };
+    for (std::size_t g = 0; g < static_cast<std::size_t>(c.kv_head_count()); ++g) {
+      std::copy_n(k.begin() + static_cast<std::ptrdiff_t>(g * hd), hd,
+                  k_cache_[l].begin() + static_cast<std::ptrdiff_t>(cache_base(g) + pos * hd));
+      std::copy_n(v.begin() + static_cast<std::ptrdiff_t>(g * hd), hd,
+                  v_cache_[l].begin() + static_cast<std::ptrdiff_t>(cache_base(g) + pos * hd));
+    }
+    const auto group = static_cast<std::size_t>(c.heads / c.kv_head_count());
     for (std::size_t head = 0; head < static_cast<std::size_t>(c.heads); ++head) {
-      const std::size_t head_base = head * static_cast<std::size_t>(c.context) * hd;
-      const std::size_t first = head * hd;  // this head's slice of q, k, v and o
-      const auto at = [&](std::size_t j) { return head_base + j * hd; };
-      std::copy_n(k.begin() + static_cast<std::ptrdiff_t>(first), hd,
-                  k_cache_[l].begin() + static_cast<std::ptrdiff_t>(at(pos)));
-      std::copy_n(v.begin() + static_cast<std::ptrdiff_t>(first), hd,
-                  v_cache_[l].begin() + static_cast<std::ptrdiff_t>(at(pos)));
+      const std::size_t first = head * hd;  // this head's slice of q and o
+      const auto at = [&](std::size_t j) { return cache_base(head / group) + j * hd; };
       std::vector<double> scores(pos + 1);
       for (std::size_t j = 0; j <= pos; ++j) {
         double s = 0.0;
@@ -156,9 +159,9 @@ double relative_error(std::span<const double> got, std::span<const double> want)
   return std::sqrt(diff) / std::sqrt(norm);
 }
 
-std::vector<double> widen(std::span<const lazygraph::half> values) {
+std::vector<double> widen(std::span<const half> values) {
   std::vector<double> out(values.size());
-  std::transform(values.begin(), values.end(), out.begin(), [](lazygraph::half h) { return double{h.to_float()}; });
+  std::transform(values.begin(), values.end(), out.begin(), [](half h) { return double{h.to_float()}; });
   return out;
 }
 
@@ -166,4 +169,4 @@ int argmax(std::span<const double> values) {
   return static_cast<int>(std::max_element(values.begin(), values.end()) - values.begin());
 }
 
-}  // namespace models
+}  // namespace lazygraph::nn

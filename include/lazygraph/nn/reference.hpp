@@ -1,17 +1,17 @@
 #pragma once
 /// \file
 /// Float64 CPU implementations of the MLP stack and the decoder, from the same seeded fp16 weights as the GPU
-/// (README.md). Everything after the weights is computed in double without intermediate rounding, so the
+/// (docs/nn.md). Everything after the weights is computed in double without intermediate rounding, so the
 /// difference to the GPU is the GPU's fp16 rounding and fp32 arithmetic. They are slow (seconds for the
 /// default decoder) and meant for checking the first steps, not for running models.
 
 #include <span>
 #include <vector>
 
-#include "decoder.hpp"
-#include "mlp.hpp"
+#include "lazygraph/nn/decoder.hpp"
+#include "lazygraph/nn/mlp.hpp"
 
-namespace models {
+namespace lazygraph::nn {
 
 /// The MLP stack applied to `input` (d values). Weights are generated a layer at a time, so memory stays small.
 std::vector<double> mlp_reference(const MlpConfig& config, std::span<const double> input);
@@ -19,6 +19,7 @@ std::vector<double> mlp_reference(const MlpConfig& config, std::span<const doubl
 /// The decoder with its KV caches, in double.
 class DecoderReference {
  public:
+  /// Generates the weights of `config` (its seed) in double. \throws UsageError for an invalid config.
   explicit DecoderReference(const DecoderConfig& config);
 
   /// One step at `position` (steps must come at 0, 1, 2, ...): returns the logits (vocab values).
@@ -40,8 +41,8 @@ class DecoderReference {
 /// ||got - want||_2 / ||want||_2.
 double relative_error(std::span<const double> got, std::span<const double> want);
 /// fp16 values widened to double.
-std::vector<double> widen(std::span<const lazygraph::half> values);
+std::vector<double> widen(std::span<const half> values);
 /// The lowest index of the largest value (argmax with ties to the lowest index).
 int argmax(std::span<const double> values);
 
-}  // namespace models
+}  // namespace lazygraph::nn

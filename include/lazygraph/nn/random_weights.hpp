@@ -2,16 +2,16 @@
 /// \file
 /// Deterministic model weights: every element is a function of (seed, tensor id, index), computed the same
 /// way on the CPU (for the float64 references), on the GPU (kernel `fill_uniform_f16`) and in PyTorch. The
-/// formula and the table of tensor ids are in README.md next to this file.
+/// formula and the table of tensor ids are in docs/nn.md.
 
 #include <lazygraph/lazygraph.hpp>
 
 #include <cstdint>
 #include <vector>
 
-namespace models {
+namespace lazygraph::nn {
 
-/// The 32-bit integer hash of README.md.
+/// The 32-bit integer hash of docs/nn.md.
 constexpr std::uint32_t mix(std::uint32_t x) noexcept {
   x ^= x >> 16U;
   x *= 0x7feb352dU;
@@ -21,6 +21,7 @@ constexpr std::uint32_t mix(std::uint32_t x) noexcept {
   return x;
 }
 
+/// The key of tensor `tensor` under `seed`: mix(seed ^ mix(tensor)).
 constexpr std::uint32_t tensor_key(std::uint32_t seed, std::uint32_t tensor) noexcept {
   return mix(seed ^ mix(tensor));
 }
@@ -33,10 +34,10 @@ inline float uniform(std::uint32_t key, std::uint64_t index) noexcept {
 
 /// What to generate for one tensor: element = fp16(offset + scale * u(i)).
 struct TensorSpec {
-  std::uint32_t id = 0;
-  std::size_t size = 0;
-  float scale = 1.0F;
-  float offset = 0.0F;
+  std::uint32_t id = 0;  ///< the tensor id of docs/nn.md
+  std::size_t size = 0;  ///< elements
+  float scale = 1.0F;    ///< multiplies u(i)
+  float offset = 0.0F;   ///< added after scaling
 };
 
 /// A weight matrix with `cols` inputs: scale 1/sqrt(cols), computed in float64 and rounded once.
@@ -45,16 +46,16 @@ TensorSpec matrix_spec(std::uint32_t id, int rows, int cols);
 TensorSpec gain_spec(std::uint32_t id, int size);
 
 /// The tensor's fp16 elements on the host.
-std::vector<lazygraph::half> host_tensor(std::uint32_t seed, const TensorSpec& spec);
+std::vector<half> host_tensor(std::uint32_t seed, const TensorSpec& spec);
 /// The same elements as doubles (what the float64 references compute with).
 std::vector<double> host_tensor_f64(std::uint32_t seed, const TensorSpec& spec);
 
 /// Kernel handle for fill_uniform_f16.
-using FillUniformKernel = lazygraph::Kernel<void(lazygraph::half*, long long, unsigned, float, float)>;
+using FillUniformKernel = Kernel<void(half*, long long, unsigned, float, float)>;
 
 /// A device buffer holding the tensor, generated on the GPU (eagerly: it allocates) and bit-identical to
 /// host_tensor. Waits for the fill before returning.
-lazygraph::DeviceBuffer<lazygraph::half> device_tensor(const lazygraph::Stream& stream, const FillUniformKernel& fill,
-                                                       std::uint32_t seed, const TensorSpec& spec);
+DeviceBuffer<half> device_tensor(const Stream& stream, const FillUniformKernel& fill, std::uint32_t seed,
+                                 const TensorSpec& spec);
 
-}  // namespace models
+}  // namespace lazygraph::nn

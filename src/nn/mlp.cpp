@@ -1,15 +1,15 @@
-#include "mlp.hpp"
+#include "lazygraph/nn/mlp.hpp"
 
 #include <string>
 
-#include "random_weights.hpp"
+#include "lazygraph/nn/random_weights.hpp"
 
-namespace models {
+namespace lazygraph::nn {
 
 void MlpConfig::validate() const {
   if (d <= 0 || d % 8 != 0 || ffn <= 0 || ffn % 8 != 0 || layers < 1) {
-    throw lg::UsageError("MlpConfig: d (" + std::to_string(d) + ") and ffn (" + std::to_string(ffn) +
-                         ") must be positive multiples of 8 and layers (" + std::to_string(layers) + ") at least 1");
+    throw UsageError("MlpConfig: d (" + std::to_string(d) + ") and ffn (" + std::to_string(ffn) +
+                     ") must be positive multiples of 8 and layers (" + std::to_string(layers) + ") at least 1");
   }
 }
 
@@ -18,8 +18,8 @@ std::size_t MlpConfig::weight_bytes() const {
   return per_layer * static_cast<std::size_t>(layers) * sizeof(half);
 }
 
-SwigluWeights generate_swiglu_weights(const lg::Stream& stream, const ModelKernels& kernels, std::uint32_t seed,
-                                      int layer, int d, int ffn) {
+SwigluWeights generate_swiglu_weights(const Stream& stream, const Kernels& kernels, std::uint32_t seed, int layer,
+                                      int d, int ffn) {
   const auto id = [&](std::uint32_t slot) { return 16U * static_cast<std::uint32_t>(layer) + slot; };
   return {device_tensor(stream, kernels.fill_uniform, seed, gain_spec(id(6), d)),
           device_tensor(stream, kernels.fill_uniform, seed, matrix_spec(id(7), ffn, d)),
@@ -29,8 +29,7 @@ SwigluWeights generate_swiglu_weights(const lg::Stream& stream, const ModelKerne
 
 namespace {
 
-std::vector<SwigluWeights> generate_layers(const lg::Stream& stream, const ModelKernels& kernels,
-                                           const MlpConfig& config) {
+std::vector<SwigluWeights> generate_layers(const Stream& stream, const Kernels& kernels, const MlpConfig& config) {
   config.validate();
   std::vector<SwigluWeights> layers;
   layers.reserve(static_cast<std::size_t>(config.layers));
@@ -42,14 +41,14 @@ std::vector<SwigluWeights> generate_layers(const lg::Stream& stream, const Model
 
 }  // namespace
 
-Mlp::Mlp(const lg::Stream& stream, const lg::KernelLibrary& library, const MlpConfig& config)
+Mlp::Mlp(const Stream& stream, const KernelLibrary& library, const MlpConfig& config)
     : config_(config),
       kernels_(library, config.early_launch),
       layers_(generate_layers(stream, kernels_, config_)),
       act_(stream.device(), static_cast<std::size_t>(config_.ffn)),
       module_(stream, static_cast<std::size_t>(config_.d), static_cast<std::size_t>(config_.d),
-              [this](lg::DeviceSpan<const half> in, lg::DeviceSpan<half> out) {
+              [this](DeviceSpan<const half> in, DeviceSpan<half> out) {
                 return forward_op(std::move(in), std::move(out));
               }) {}
 
-}  // namespace models
+}  // namespace lazygraph::nn

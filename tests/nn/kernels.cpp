@@ -1,7 +1,7 @@
-// The fp16 kernels of a batch-1 LLM decode step (kernels/embedding.cu, rms_norm.cu, gemv.cu, elementwise.cu,
-// rope.cu, attention.cu, argmax.cu) against float64 references computed from the same fp16-rounded inputs.
-// Outputs are poisoned with a NaN pattern before each launch, so an element a kernel fails to write fails the
-// comparison.
+// The fp16 kernels of a batch-1 LLM decode step (kernels/nn/: embedding.cu, rms_norm.cu, gemv.cu, rope.cu,
+// attention.cu, argmax.cu; and the core kernels/elementwise.cu) against float64 references computed from the same
+// fp16-rounded inputs. Outputs are poisoned with a NaN pattern before each launch, so an element a kernel fails to
+// write fails the comparison.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -9,9 +9,12 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/gpu.hpp"
+
+#include <lazygraph/nn/kernels.hpp>
 
 using namespace lazygraph;
 
@@ -157,7 +160,7 @@ void check_gemv(const GemvShape& shape) {
   CAPTURE(shape.rows_per_block);
   CAPTURE(shape.grid);
   Stream& s = lgtest::stream();
-  const auto gemv = lgtest::kernels().get<void(const half*, const half*, half*, int, int)>("gemv");
+  const auto gemv = lgtest::nn_kernels().get<void(const half*, const half*, half*, int, int)>("gemv");
   const auto w = random_halves(static_cast<std::size_t>(shape.rows) * shape.cols);
   const auto x = random_halves(shape.cols);
   const auto dw = on_device(w);
@@ -176,7 +179,7 @@ void check_gemv(const GemvShape& shape) {
 TEST_SUITE("gpu") {
   TEST_CASE("embedding copies the row of the token that device memory holds") {
     Stream& s = lgtest::stream();
-    const auto embedding = lgtest::kernels().get<void(const half*, const int*, half*, int)>("embedding");
+    const auto embedding = lgtest::nn_kernels().get<void(const half*, const int*, half*, int)>("embedding");
     const int vocab = 1000;
     const int d = 4096;
     const auto table = random_halves(static_cast<std::size_t>(vocab) * d);
@@ -194,7 +197,7 @@ TEST_SUITE("gpu") {
 
   TEST_CASE("rms_norm matches a float64 reference, also in place and for sizes that are not a block multiple") {
     Stream& s = lgtest::stream();
-    const auto rms_norm = lgtest::kernels().get<void(const half*, const half*, half*, int, float)>("rms_norm");
+    const auto rms_norm = lgtest::nn_kernels().get<void(const half*, const half*, half*, int, float)>("rms_norm");
     const float eps = 1e-5F;
     for (const int d : {4096, 1000, 8}) {
       CAPTURE(d);
@@ -241,7 +244,7 @@ TEST_SUITE("gpu") {
 
   TEST_CASE("gemv_add adds W x to the residual in place") {
     Stream& s = lgtest::stream();
-    const auto gemv_add = lgtest::kernels().get<void(const half*, const half*, half*, int, int)>("gemv_add");
+    const auto gemv_add = lgtest::nn_kernels().get<void(const half*, const half*, half*, int, int)>("gemv_add");
     const int rows = 4096;
     const int cols = 11008;
     const auto w = random_halves(static_cast<std::size_t>(rows) * cols);
@@ -264,7 +267,7 @@ TEST_SUITE("gpu") {
   TEST_CASE("gemv_dual computes two products that share x") {
     Stream& s = lgtest::stream();
     const auto gemv_dual =
-        lgtest::kernels().get<void(const half*, const half*, const half*, half*, half*, int, int)>("gemv_dual");
+        lgtest::nn_kernels().get<void(const half*, const half*, const half*, half*, half*, int, int)>("gemv_dual");
     for (const auto& shape : {std::pair{1536, 512}, std::pair{11008, 4096}, std::pair{999, 1032}}) {
       const int rows = shape.first;
       const int cols = shape.second;
@@ -291,7 +294,7 @@ TEST_SUITE("gpu") {
   TEST_CASE("gemv_swiglu computes silu(W1 x) * (W3 x)") {
     Stream& s = lgtest::stream();
     const auto gemv_swiglu =
-        lgtest::kernels().get<void(const half*, const half*, const half*, half*, int, int)>("gemv_swiglu");
+        lgtest::nn_kernels().get<void(const half*, const half*, const half*, half*, int, int)>("gemv_swiglu");
     for (const auto& shape : {std::pair{1536, 512}, std::pair{4096, 1024}, std::pair{1001, 1024}}) {
       const int rows = shape.first;
       const int cols = shape.second;
@@ -313,7 +316,7 @@ TEST_SUITE("gpu") {
   TEST_CASE("rms_norm_gemv equals a gemv of the normalised vector") {
     Stream& s = lgtest::stream();
     const auto rms_norm_gemv =
-        lgtest::kernels().get<void(const half*, const half*, const half*, half*, int, int, float)>("rms_norm_gemv");
+        lgtest::nn_kernels().get<void(const half*, const half*, const half*, half*, int, int, float)>("rms_norm_gemv");
     const float eps = 1e-5F;
     for (const auto& shape : {std::pair{1536, 512}, std::pair{12288, 4096}, std::pair{1001, 1032}}) {
       const int rows = shape.first;
@@ -343,7 +346,7 @@ TEST_SUITE("gpu") {
   TEST_CASE("rms_norm_gemv_swiglu equals silu(W1 h) * (W3 h) of the normalised vector h") {
     Stream& s = lgtest::stream();
     const auto fused =
-        lgtest::kernels().get<void(const half*, const half*, const half*, const half*, half*, int, int, float)>(
+        lgtest::nn_kernels().get<void(const half*, const half*, const half*, const half*, half*, int, int, float)>(
             "rms_norm_gemv_swiglu");
     const float eps = 1e-5F;
     for (const auto& shape : {std::pair{1536, 512}, std::pair{11008, 4096}}) {
@@ -373,7 +376,7 @@ TEST_SUITE("gpu") {
 
   TEST_CASE("silu_mul gates b with silu(a), also in place") {
     Stream& s = lgtest::stream();
-    const auto silu_mul = lgtest::kernels().get<void(const half*, const half*, half*, int)>("silu_mul");
+    const auto silu_mul = lgtest::nn_kernels().get<void(const half*, const half*, half*, int)>("silu_mul");
     const int n = 11008 + 5;
     // Wider than [-1, 1), so that silu's tails are exercised.
     auto a = random_halves(n);
@@ -395,7 +398,7 @@ TEST_SUITE("gpu") {
 
   TEST_CASE("add_inplace adds y to x element by element") {
     Stream& s = lgtest::stream();
-    const auto add_inplace = lgtest::kernels().get<void(half*, const half*, int)>("add_inplace");
+    const auto add_inplace = lgtest::nn_kernels().get<void(half*, const half*, int)>("add_inplace");
     const int n = 4096 + 3;
     const auto x = random_halves(n);
     const auto y = random_halves(n);
@@ -409,30 +412,30 @@ TEST_SUITE("gpu") {
     }
   }
 
-  TEST_CASE("rope rotates the pairs of every q and k head by position-dependent angles") {
+  TEST_CASE("rope rotates the pairs of every q and k head by position-dependent angles, k with fewer heads") {
     Stream& s = lgtest::stream();
-    const auto rope = lgtest::kernels().get<void(half*, half*, const int*, int, int, float)>("rope");
+    const nn::Kernels kernels(lgtest::nn_kernels());
     const float theta = 10000.0F;
-    for (const auto& shape : {std::pair{32, 64}, std::pair{8, 128}}) {
-      const int n_heads = shape.first;
-      const int head_dim = shape.second;
+    for (const auto& [n_heads, n_kv_heads, head_dim] :
+         {std::tuple{32, 32, 64}, std::tuple{8, 8, 128}, std::tuple{32, 8, 64}, std::tuple{8, 1, 128}}) {
       for (const int position : {0, 1, 517, 1023}) {
         CAPTURE(n_heads);
+        CAPTURE(n_kv_heads);
         CAPTURE(head_dim);
         CAPTURE(position);
-        const int n = n_heads * head_dim;
-        const auto q = random_halves(n);
-        const auto k = random_halves(n);
+        const auto q = random_halves(static_cast<std::size_t>(n_heads) * head_dim);
+        const auto k = random_halves(static_cast<std::size_t>(n_kv_heads) * head_dim);
         auto dq = on_device(q);
         auto dk = on_device(k);
         const auto dpos = lgtest::to_device(s, std::vector<int>{position});
-        rope.launch(s, grid_for(n, 256), dq.view(), dk.view(), dpos.cview(), n_heads, head_dim, theta);
+        kernels.rope.launch(s, grid_for(static_cast<std::size_t>(n_heads) * head_dim, 256), dq.view(), dk.view(),
+                            dpos.cview(), n_heads, n_kv_heads, head_dim, theta);
         for (const auto& [input, device] : {std::pair{&q, &dq}, std::pair{&k, &dk}}) {
-          std::vector<double> ref(n);
-          for (int h = 0; h < n_heads; ++h) {
+          std::vector<double> ref(input->size());
+          for (std::size_t h = 0; h < input->size() / head_dim; ++h) {
             for (int i = 0; i < head_dim / 2; ++i) {
               const double angle = position * std::pow(double(theta), -2.0 * i / head_dim);
-              const int at = h * head_dim + 2 * i;
+              const std::size_t at = h * head_dim + 2 * i;
               const double x0 = (*input)[at].to_float();
               const double x1 = (*input)[at + 1].to_float();
               ref[at] = x0 * std::cos(angle) - x1 * std::sin(angle);
@@ -447,8 +450,7 @@ TEST_SUITE("gpu") {
 
   TEST_CASE("kv_append writes k and v at the position and nowhere else") {
     Stream& s = lgtest::stream();
-    const auto kv_append =
-        lgtest::kernels().get<void(const half*, const half*, half*, half*, const int*, int, int, int)>("kv_append");
+    const auto kv_append = nn::Kernels(lgtest::nn_kernels()).kv_append;
     const int n_heads = 32;
     const int head_dim = 64;
     const int max_ctx = 1024;
@@ -481,16 +483,15 @@ TEST_SUITE("gpu") {
     CHECK(wrong == 0);
   }
 
-  TEST_CASE("attention is the softmax-weighted sum of the cached values up to the position") {
+  TEST_CASE("attention is the softmax-weighted sum of the cached values up to the position, also grouped-query") {
     Stream& s = lgtest::stream();
-    const auto attention =
-        lgtest::kernels().get<void(const half*, const half*, const half*, half*, const int*, int, int, int, float)>(
-            "attention");
+    const auto attention = nn::Kernels(lgtest::nn_kernels()).attention;
     const int max_ctx = 1024;
-    for (const auto& shape : {std::pair{32, 64}, std::pair{8, 128}, std::pair{4, 96}}) {
-      const int n_heads = shape.first;
-      const int head_dim = shape.second;
-      const std::size_t cache_size = static_cast<std::size_t>(n_heads) * max_ctx * head_dim;
+    for (const auto& [n_heads, n_kv_heads, head_dim] :
+         {std::tuple{32, 32, 64}, std::tuple{8, 8, 128}, std::tuple{4, 4, 96}, std::tuple{32, 8, 64},
+          std::tuple{8, 1, 128}}) {
+      const int group = n_heads / n_kv_heads;
+      const std::size_t cache_size = static_cast<std::size_t>(n_kv_heads) * max_ctx * head_dim;
       // Keys scaled up so that the softmax is far from uniform; positions past p hold huge values, which would
       // dominate the result if the kernel read them.
       auto k_host = random_halves(cache_size);
@@ -500,11 +501,12 @@ TEST_SUITE("gpu") {
       const float scale = 1.0F / std::sqrt(static_cast<float>(head_dim));
       for (const int position : {0, 1, 37, 500, max_ctx - 1}) {
         CAPTURE(n_heads);
+        CAPTURE(n_kv_heads);
         CAPTURE(head_dim);
         CAPTURE(position);
         auto k_poisoned = k_host;
         auto v_poisoned = v_host;
-        for (int h = 0; h < n_heads; ++h) {
+        for (int h = 0; h < n_kv_heads; ++h) {
           for (int p = position + 1; p < max_ctx; ++p) {
             for (int d = 0; d < head_dim; ++d) {
               const std::size_t at = (static_cast<std::size_t>(h) * max_ctx + p) * head_dim + d;
@@ -520,12 +522,12 @@ TEST_SUITE("gpu") {
 
         std::vector<double> ref(static_cast<std::size_t>(n_heads) * head_dim, 0.0);
         for (int h = 0; h < n_heads; ++h) {
+          const auto g = static_cast<std::size_t>(h / group);  // the kv head query head h reads
           std::vector<double> score(position + 1);
           for (int j = 0; j <= position; ++j) {
             double dot = 0;
             for (int d = 0; d < head_dim; ++d) {
-              dot += double(q[h * head_dim + d].to_float()) *
-                     k_host[(static_cast<std::size_t>(h) * max_ctx + j) * head_dim + d].to_float();
+              dot += double(q[h * head_dim + d].to_float()) * k_host[(g * max_ctx + j) * head_dim + d].to_float();
             }
             score[j] = scale * dot;
           }
@@ -534,8 +536,7 @@ TEST_SUITE("gpu") {
           for (double& sc : score) sum += (sc = std::exp(sc - m));
           for (int j = 0; j <= position; ++j) {
             for (int d = 0; d < head_dim; ++d) {
-              ref[h * head_dim + d] +=
-                  score[j] / sum * v_host[(static_cast<std::size_t>(h) * max_ctx + j) * head_dim + d].to_float();
+              ref[h * head_dim + d] += score[j] / sum * v_host[(g * max_ctx + j) * head_dim + d].to_float();
             }
           }
         }
@@ -544,7 +545,8 @@ TEST_SUITE("gpu") {
           CAPTURE(block);
           auto out = poisoned(static_cast<std::size_t>(n_heads) * head_dim);
           attention.launch(s, {{static_cast<unsigned>(n_heads), 1, 1}, {block, 1, 1}, max_ctx * 4U}, dq.cview(),
-                           dk.cview(), dv.cview(), out.view(), dpos.cview(), n_heads, head_dim, max_ctx, scale);
+                           dk.cview(), dv.cview(), out.view(), dpos.cview(), n_heads, n_kv_heads, head_dim, max_ctx,
+                           scale);
           check_close(on_host(out), ref);
         }
       }
@@ -553,7 +555,7 @@ TEST_SUITE("gpu") {
 
   TEST_CASE("argmax finds the largest logit and the lowest index among ties") {
     Stream& s = lgtest::stream();
-    const auto argmax = lgtest::kernels().get<void(const half*, int*, int)>("argmax");
+    const auto argmax = lgtest::nn_kernels().get<void(const half*, int*, int)>("argmax");
     const int n = 32000;
     auto run = [&](const std::vector<half>& logits, unsigned block) {
       const auto d = on_device(logits);
@@ -605,5 +607,41 @@ TEST_SUITE("gpu") {
       argmax.launch(s, {{1, 1, 1}, {block, 1, 1}, 0}, view, out.view(), n - 1);
       CHECK(lgtest::to_host(s, out.cview())[0] == n - 2);
     }
+  }
+}
+
+namespace {
+template <class Signature>
+void check_model_kernel(const KernelDeclarations& d, std::string_view name,
+                        Kernel<Signature> nn::Kernels::* /*member*/) {
+  CAPTURE(name);
+  CHECK_NOTHROW(d.template check<Signature>(name));
+}
+}  // namespace
+
+TEST_CASE("every handle of nn::Kernels matches its kernel's declaration in kernels/nn/") {
+  const KernelDeclarations d(nn::kernel_set().sources);
+  check_model_kernel(d, "embedding", &nn::Kernels::embedding);
+  check_model_kernel(d, "gemv", &nn::Kernels::gemv);
+  check_model_kernel(d, "gemv_add", &nn::Kernels::gemv_add);
+  check_model_kernel(d, "rms_norm_gemv", &nn::Kernels::rms_norm_gemv);
+  check_model_kernel(d, "rms_norm", &nn::Kernels::rms_norm);
+  check_model_kernel(d, "rms_norm_gemv_swiglu", &nn::Kernels::rms_norm_gemv_swiglu);
+  check_model_kernel(d, "rope", &nn::Kernels::rope);
+  check_model_kernel(d, "kv_append", &nn::Kernels::kv_append);
+  check_model_kernel(d, "attention", &nn::Kernels::attention);
+  check_model_kernel(d, "argmax", &nn::Kernels::argmax);
+  check_model_kernel(d, "fill_uniform_f16", &nn::Kernels::fill_uniform);
+}
+
+TEST_CASE("every nn kernel in kernels/nn/ compiles for sm_90 with the core headers") {
+  const auto& sources = nn::kernel_set().sources;
+  REQUIRE(sources.size() >= 7);
+  const auto opts = nvrtc_options(90, true);
+  for (const KernelSource& s : sources) {
+    CAPTURE(s.name);
+    CHECK(s.name.starts_with("nn/"));
+    const CompileResult r = nvrtc_compile(s, core_kernel_headers(), opts, true);
+    CHECK_MESSAGE(r.succeeded(), r.log());
   }
 }

@@ -1,15 +1,15 @@
-// The models of examples/models: seeded weights (host and device agree bit for bit), the MLP stack and the
+// The models of lazygraph::nn: seeded weights (host and device agree bit for bit), the MLP stack and the
 // decoder as graph-backed Modules, checked against their float64 references on fresh random inputs.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <vector>
 
+#include <lazygraph/nn/decoder.hpp>
+#include <lazygraph/nn/mlp.hpp>
+#include <lazygraph/nn/random_weights.hpp>
+#include <lazygraph/nn/reference.hpp>
 #include "common/gpu.hpp"
-#include "decoder.hpp"
-#include "mlp.hpp"
-#include "random_weights.hpp"
-#include "reference.hpp"
 
 namespace lg = lazygraph;
 using lg::half;
@@ -23,8 +23,8 @@ std::vector<half> random_input(std::size_t n) {
 }
 
 /// A decoder small enough for a quick float64 check, with every feature of the default one.
-models::DecoderConfig small_decoder() {
-  models::DecoderConfig c;
+lazygraph::nn::DecoderConfig small_decoder() {
+  lazygraph::nn::DecoderConfig c;
   c.d = 128;
   c.heads = 4;
   c.layers = 2;
@@ -37,19 +37,19 @@ models::DecoderConfig small_decoder() {
 }  // namespace
 
 TEST_CASE("seeded weights follow the README's formula and test vector") {
-  const std::uint32_t key = models::tensor_key(1234, 7);
-  CHECK(models::mix(key + 0) == 0x5ea64753U);
-  CHECK(models::mix(key + 1) == 0x70d69901U);
-  CHECK(models::mix(key + 2) == 0x1743e551U);
-  CHECK(models::uniform(key, 0) == doctest::Approx(-0.26055062).epsilon(1e-7));
+  const std::uint32_t key = lazygraph::nn::tensor_key(1234, 7);
+  CHECK(lazygraph::nn::mix(key + 0) == 0x5ea64753U);
+  CHECK(lazygraph::nn::mix(key + 1) == 0x70d69901U);
+  CHECK(lazygraph::nn::mix(key + 2) == 0x1743e551U);
+  CHECK(lazygraph::nn::uniform(key, 0) == doctest::Approx(-0.26055062).epsilon(1e-7));
 
-  const auto spec = models::matrix_spec(7, 64, 256);
+  const auto spec = lazygraph::nn::matrix_spec(7, 64, 256);
   CHECK(spec.scale == 0.0625F);
-  const std::vector<half> w = models::host_tensor(1234, spec);
+  const std::vector<half> w = lazygraph::nn::host_tensor(1234, spec);
   REQUIRE(w.size() == 64U * 256U);
-  CHECK(w[0].to_float() == half::from_float(0.0625F * models::uniform(key, 0)).to_float());
-  CHECK(models::host_tensor(1234, spec)[100].bits == w[100].bits);  // deterministic
-  CHECK(models::host_tensor(1235, spec)[100].bits != w[100].bits);  // the seed matters
+  CHECK(w[0].to_float() == half::from_float(0.0625F * lazygraph::nn::uniform(key, 0)).to_float());
+  CHECK(lazygraph::nn::host_tensor(1234, spec)[100].bits == w[100].bits);  // deterministic
+  CHECK(lazygraph::nn::host_tensor(1235, spec)[100].bits != w[100].bits);  // the seed matters
   const auto [lo, hi] =
       std::minmax_element(w.begin(), w.end(), [](half a, half b) { return a.to_float() < b.to_float(); });
   CHECK(lo->to_float() >= -0.0625F);
@@ -57,7 +57,7 @@ TEST_CASE("seeded weights follow the README's formula and test vector") {
   CHECK(lo->to_float() < -0.06F);    // the whole range is used
   CHECK(hi->to_float() > 0.06F);
 
-  const std::vector<half> gain = models::host_tensor(1, models::gain_spec(3, 1000));
+  const std::vector<half> gain = lazygraph::nn::host_tensor(1, lazygraph::nn::gain_spec(3, 1000));
   for (const half g : gain) {
     CHECK(g.to_float() >= 0.875F);
     CHECK(g.to_float() <= 1.125F);
@@ -65,26 +65,26 @@ TEST_CASE("seeded weights follow the README's formula and test vector") {
 }
 
 TEST_CASE("model configs reject shapes the kernels cannot run, saying which") {
-  models::MlpConfig mlp;
+  lazygraph::nn::MlpConfig mlp;
   mlp.d = 100;
   CHECK_THROWS_WITH_AS(mlp.validate(), doctest::Contains("multiples of 8"), lg::UsageError);
-  models::DecoderConfig dec;
+  lazygraph::nn::DecoderConfig dec;
   dec.heads = 3;
   CHECK_THROWS_WITH_AS(dec.validate(), doctest::Contains("divisible by heads"), lg::UsageError);
   dec.heads = 2;  // head_dim 256
   CHECK_THROWS_WITH_AS(dec.validate(), doctest::Contains("at most 128"), lg::UsageError);
-  CHECK_NOTHROW(models::DecoderConfig{}.validate());
+  CHECK_NOTHROW(lazygraph::nn::DecoderConfig{}.validate());
 }
 
 TEST_SUITE("gpu") {
   TEST_CASE("weights generated on the GPU equal the host's bit for bit") {
-    const models::ModelKernels k(lgtest::kernels());
-    for (const auto& spec : {models::matrix_spec(16 + 7, 1536, 512), models::gain_spec(1000001, 4096),
-                             models::TensorSpec{1000000, 3 * 1000 + 5, 1.0F, 0.0F}}) {
+    const lazygraph::nn::Kernels k(lgtest::nn_kernels());
+    for (const auto& spec : {lazygraph::nn::matrix_spec(16 + 7, 1536, 512), lazygraph::nn::gain_spec(1000001, 4096),
+                             lazygraph::nn::TensorSpec{1000000, 3 * 1000 + 5, 1.0F, 0.0F}}) {
       CAPTURE(spec.id);
-      const auto device = models::device_tensor(lgtest::stream(), k.fill_uniform, 99, spec);
+      const auto device = lazygraph::nn::device_tensor(lgtest::stream(), k.fill_uniform, 99, spec);
       const std::vector<half> got = lgtest::to_host(lgtest::stream(), device.cview());
-      const std::vector<half> want = models::host_tensor(99, spec);
+      const std::vector<half> want = lazygraph::nn::host_tensor(99, spec);
       REQUIRE(got.size() == want.size());
       std::size_t differ = 0;
       for (std::size_t i = 0; i < got.size(); ++i) differ += got[i].bits != want[i].bits ? 1 : 0;
@@ -94,31 +94,31 @@ TEST_SUITE("gpu") {
 
   TEST_CASE("the MLP module matches float64 on fresh inputs, replay after replay") {
     for (const auto& shape : {std::tuple{512, 1536, 16}, std::tuple{256, 1024, 3}}) {
-      models::MlpConfig config;
+      lazygraph::nn::MlpConfig config;
       std::tie(config.d, config.ffn, config.layers) = shape;
       const int d = config.d;
       const int layers = config.layers;
       CAPTURE(d);
-      models::Mlp mlp(lgtest::stream(), lgtest::kernels(), config);
+      lazygraph::nn::Mlp mlp(lgtest::stream(), lgtest::nn_kernels(), config);
       CHECK(mlp.graph().node_count() == 1 + 2 * static_cast<std::size_t>(layers));  // input copy + 2 kernels/layer
       for (int round = 0; round < 2; ++round) {
         const std::vector<half> x = random_input(static_cast<std::size_t>(d));
         const std::vector<half> y = mlp.forward(x);
-        const std::vector<double> want = models::mlp_reference(config, models::widen(x));
-        const double error = models::relative_error(models::widen(y), want);
+        const std::vector<double> want = lazygraph::nn::mlp_reference(config, lazygraph::nn::widen(x));
+        const double error = lazygraph::nn::relative_error(lazygraph::nn::widen(y), want);
         CAPTURE(round);
         CHECK(error < 1e-2);
-        CHECK(models::relative_error(models::widen(x), want) > 0.05);  // the layers changed x measurably
+        CHECK(lazygraph::nn::relative_error(lazygraph::nn::widen(x), want) > 0.05);  // the layers changed x measurably
       }
     }
   }
 
   TEST_CASE("the MLP module's eager op computes what its graph does") {
-    models::MlpConfig config;
+    lazygraph::nn::MlpConfig config;
     config.d = 256;
     config.ffn = 512;
     config.layers = 2;
-    models::Mlp mlp(lgtest::stream(), lgtest::kernels(), config);
+    lazygraph::nn::Mlp mlp(lgtest::stream(), lgtest::nn_kernels(), config);
     const std::vector<half> x = random_input(256);
     const std::vector<half> graph_out = mlp.forward(x);
     const auto input = lgtest::to_device(lgtest::stream(), x);
@@ -130,13 +130,13 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("early-launched and ordinarily launched models compute the same bits") {
-    models::MlpConfig config;
+    lazygraph::nn::MlpConfig config;
     config.d = 512;
     config.ffn = 1536;
     config.layers = 6;
-    models::Mlp early(lgtest::stream(), lgtest::kernels(), config);
+    lazygraph::nn::Mlp early(lgtest::stream(), lgtest::nn_kernels(), config);
     config.early_launch = false;
-    models::Mlp plain(lgtest::stream(), lgtest::kernels(), config);
+    lazygraph::nn::Mlp plain(lgtest::stream(), lgtest::nn_kernels(), config);
     // Kernel-to-kernel dependencies are programmatic when launched early; the input copy's is always full.
     CHECK(early.graph().edge_counts().programmatic == 2U * 6U - 1U);
     CHECK(early.graph().edge_counts().full == 1U);
@@ -147,10 +147,10 @@ TEST_SUITE("gpu") {
     const std::vector<half> b = plain.forward(x);
     for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i].bits == b[i].bits);
 
-    models::DecoderConfig dc = small_decoder();
-    models::Decoder early_decoder(lgtest::stream(), lgtest::kernels(), dc);
+    lazygraph::nn::DecoderConfig dc = small_decoder();
+    lazygraph::nn::Decoder early_decoder(lgtest::stream(), lgtest::nn_kernels(), dc);
     dc.early_launch = false;
-    models::Decoder plain_decoder(lgtest::stream(), lgtest::kernels(), dc);
+    lazygraph::nn::Decoder plain_decoder(lgtest::stream(), lgtest::nn_kernels(), dc);
     int t1 = 3;
     int t2 = 3;
     for (int p = 0; p < 8; ++p) {
@@ -166,20 +166,20 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("the decoder module matches float64 step by step, through its KV cache") {
-    const models::DecoderConfig config = small_decoder();
-    models::Decoder decoder(lgtest::stream(), lgtest::kernels(), config);
-    models::DecoderReference reference(config);
+    const lazygraph::nn::DecoderConfig config = small_decoder();
+    lazygraph::nn::Decoder decoder(lgtest::stream(), lgtest::nn_kernels(), config);
+    lazygraph::nn::DecoderReference reference(config);
     std::vector<int> tokens;
     int token = 7;
     for (int p = 0; p < 12; ++p) {
       CAPTURE(p);
       const int next = decoder.forward({token, p});
-      const std::vector<double> got = models::widen(decoder.logits());
+      const std::vector<double> got = lazygraph::nn::widen(decoder.logits());
       const std::vector<double> want = reference.step(token, p);
-      CHECK(models::relative_error(got, want) < 1e-2);
+      CHECK(lazygraph::nn::relative_error(got, want) < 1e-2);
       REQUIRE(next >= 0);  // before indexing with it
       REQUIRE(next < config.vocab);
-      const int best = models::argmax(want);
+      const int best = lazygraph::nn::argmax(want);
       // The GPU's choice is the float64 argmax unless float64 itself sees a near tie.
       CHECK((next == best || want[static_cast<std::size_t>(best)] - want[static_cast<std::size_t>(next)] < 1e-2));
       tokens.push_back(next);
@@ -196,8 +196,8 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("the decoder rejects tokens and positions outside its config") {
-    const models::DecoderConfig config = small_decoder();
-    models::Decoder decoder(lgtest::stream(), lgtest::kernels(), config);
+    const lazygraph::nn::DecoderConfig config = small_decoder();
+    lazygraph::nn::Decoder decoder(lgtest::stream(), lgtest::nn_kernels(), config);
     CHECK_THROWS_WITH_AS(decoder.forward({config.vocab, 0}), doctest::Contains("outside the vocabulary"),
                          lg::UsageError);
     CHECK_THROWS_WITH_AS(decoder.forward({-1, 0}), doctest::Contains("outside the vocabulary"), lg::UsageError);
@@ -207,8 +207,8 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("the decoder's step is one graph with the Q, K, V projections as parallel branches") {
-    const models::DecoderConfig config = small_decoder();
-    models::Decoder decoder(lgtest::stream(), lgtest::kernels(), config);
+    const lazygraph::nn::DecoderConfig config = small_decoder();
+    lazygraph::nn::Decoder decoder(lgtest::stream(), lgtest::nn_kernels(), config);
     // embedding + per layer (3 projections + rope + kv_append + attention + wo + 2 MLP kernels) + lm head + argmax
     CHECK(decoder.graph().node_count() == 1 + 9 * static_cast<std::size_t>(config.layers) + 2);
     const int via_graph = decoder.forward({5, 0});
@@ -217,6 +217,6 @@ TEST_SUITE("gpu") {
     decoder.step_op().sync_on(lgtest::stream());
     const std::vector<half> eager = decoder.logits();
     for (std::size_t i = 0; i < logits.size(); ++i) CHECK(eager[i].bits == logits[i].bits);
-    CHECK(via_graph == models::argmax(models::widen(eager)));
+    CHECK(via_graph == lazygraph::nn::argmax(lazygraph::nn::widen(eager)));
   }
 }

@@ -1,0 +1,15 @@
+#pragma once
+/// \file
+/// Layer 6, nn (above module): model building blocks as ops, the MLP and decoder modules built from them, seeded
+/// weights and their float64 references. A library of its own (liblazygraph_nn, Meson dependency
+/// `lazygraph_nn_dep`) with its own kernel set (`nn::kernel_set()`, from `kernels/nn/`), so a program that uses
+/// no model compiles none of its kernels.
+
+/// \namespace lazygraph::nn
+/// Model building blocks and models over lazygraph's graphs: see docs/nn.md for the exact math.
+
+#include "lazygraph/nn/decoder.hpp"
+#include "lazygraph/nn/kernels.hpp"
+#include "lazygraph/nn/mlp.hpp"
+#include "lazygraph/nn/random_weights.hpp"
+#include "lazygraph/nn/reference.hpp"

@@ -1,0 +1,187 @@
+#pragma once
+/// \file
+/// A Llama-style decoder (docs/nn.md gives the exact math): token embedding, layers of grouped-query attention
+/// with RoPE and a KV cache plus a SwiGLU MLP, final norm, LM head and greedy argmax. One decode step is an op
+/// expression, captured once into a CUDA graph; the token and the position reach it through device memory, so
+/// every step replays the same graph. Weights come from a seed (DecoderWeights::generate) or from a checkpoint
+/// (checkpoint.hpp).
+
+#include <cmath>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "lazygraph/nn/kernels.hpp"
+#include "lazygraph/nn/mlp.hpp"
+
+namespace lazygraph::nn {
+
+/// The decoder's shape. The defaults are the small model of docs/nn.md.
+struct DecoderConfig {
+  int d = 512;                ///< model width (the residual stream)
+  int heads = 8;              ///< query heads; head_dim = d / heads
+  int kv_heads = 0;           ///< key/value heads (grouped-query attention); 0 means `heads`
+  int layers = 8;             ///< decoder layers
+  int ffn = 1536;             ///< MLP width
+  int vocab = 4096;           ///< vocabulary size
+  int context = 1024;         ///< positions the KV cache holds
+  float theta = 10000.0F;     ///< RoPE base
+  float eps = 1e-5F;          ///< RMSNorm epsilon
+  std::uint32_t seed = 1234;  ///< seed of the generated weights (DecoderWeights::generate)
+  bool early_launch = true;   ///< launch the kernels early (Kernels::step_config); false to compare
+
+  /// d / heads.
+  [[nodiscard]] int head_dim() const noexcept { return heads > 0 ? d / heads : 0; }
+  /// The key/value head count: kv_heads, or heads when kv_heads is 0.
+  [[nodiscard]] int kv_head_count() const noexcept { return kv_heads > 0 ? kv_heads : heads; }
+  /// Width of k and v: kv_head_count() * head_dim().
+  [[nodiscard]] int kv_dim() const noexcept { return kv_head_count() * head_dim(); }
+  /// \throws UsageError for shapes the kernels cannot run: d and ffn multiples of 8, d divisible by
+  /// heads with head_dim a multiple of 8 and at most 128, heads a multiple of kv_heads, context at most 8192,
+  /// every count positive.
+  void validate() const;
+  /// Bytes of weights one step reads (all matrices and gains, plus one embedding row).
+  [[nodiscard]] std::size_t weight_bytes() const;
+};
+
+/// One layer's attention weights: norm gain [d], Wq [d x d], Wk and Wv [kv_dim x d], Wo [d x d].
+struct AttentionWeights {
+  DeviceBuffer<half> gain;  ///< input norm gain [d]
+  DeviceBuffer<half> wq;    ///< [d x d]
+  DeviceBuffer<half> wk;    ///< [kv_dim x d]
+  DeviceBuffer<half> wv;    ///< [kv_dim x d]
+  DeviceBuffer<half> wo;    ///< [d x d]
+};
+
+/// Every weight of a decoder, on the device.
+struct DecoderWeights {
+  DeviceBuffer<half> embedding;             ///< [vocab x d]
+  std::vector<AttentionWeights> attention;  ///< per layer
+  std::vector<SwigluWeights> mlp;           ///< per layer
+  DeviceBuffer<half> final_gain;            ///< [d]
+  DeviceBuffer<half> lm_head;               ///< [vocab x d]
+
+  /// Generates every tensor on the GPU from config.seed (docs/nn.md's tensor ids).
+  static DecoderWeights generate(const Stream& stream, const Kernels& kernels, const DecoderConfig& config);
+};
+
+/// The device memory one step reads and writes besides the weights.
+struct DecoderState {
+  /// Allocates every buffer for `config` (uninitialised).
+  DecoderState(const Device& device, const DecoderConfig& config);
+
+  DeviceBuffer<int> io;        ///< [token, position]: written before each replay
+  DeviceBuffer<int> next;      ///< the chosen next token
+  DeviceBuffer<half> x;        ///< residual stream [d]
+  DeviceBuffer<half> q;        ///< [d]
+  DeviceBuffer<half> k;        ///< [kv_dim]
+  DeviceBuffer<half> v;        ///< [kv_dim]
+  DeviceBuffer<half> attn;     ///< attention output [d]
+  DeviceBuffer<half> act;      ///< MLP activation [ffn]
+  DeviceBuffer<half> logits;   ///< [vocab]
+  DeviceBuffer<half> k_cache;  ///< [layers][kv_heads][context][head_dim]
+  DeviceBuffer<half> v_cache;  ///< like k_cache
+
+  /// The step's token, as the graph reads it.
+  [[nodiscard]] DeviceSpan<const int> token() const { return io.cview().subspan(0, 1); }
+  /// The step's position, as the graph reads it.
+  [[nodiscard]] DeviceSpan<const int> position() const { return io.cview().subspan(1, 1); }
+};
+
+/// x += Wo attention(rope(Wq h), rope(Wk h), Wv h), h = rmsnorm(x) * gain, appending this position's k and v to
+/// the layer's caches. The three projections are independent branches of the graph.
+inline auto attention_block(const Kernels& k, const AttentionWeights& w, DecoderState& s, DeviceSpan<half> k_cache,
+                            DeviceSpan<half> v_cache, const DecoderConfig& c) {
+  const int d = c.d;
+  const auto project = [&](const DeviceBuffer<half>& weight, DeviceBuffer<half>& out, int rows) {
+    return k.rms_norm_gemv(k.gemv_config(rows, d), weight.cview(), s.x.cview(), w.gain.cview(), out.view(), rows, d,
+                           c.eps);
+  };
+  const LaunchConfig per_element = k.step_config(grid_for(static_cast<std::size_t>(d), 256));
+  const LaunchConfig per_head = k.step_config(
+      {{static_cast<unsigned>(c.heads), 1, 1}, {256, 1, 1}, static_cast<unsigned>(c.context * sizeof(float))});
+  return all(project(w.wq, s.q, d), project(w.wk, s.k, c.kv_dim()), project(w.wv, s.v, c.kv_dim())) >>
+         k.rope(per_element, s.q.view(), s.k.view(), s.position(), c.heads, c.kv_head_count(), c.head_dim(), c.theta) >>
+         k.kv_append(per_element, s.k.cview(), s.v.cview(), k_cache, v_cache, s.position(), c.kv_head_count(),
+                     c.head_dim(), c.context) >>
+         k.attention(per_head, s.q.cview(), k_cache.as_const(), v_cache.as_const(), s.attn.view(), s.position(),
+                     c.heads, c.kv_head_count(), c.head_dim(), c.context,
+                     1.0F / std::sqrt(static_cast<float>(c.head_dim()))) >>
+         k.gemv_add(k.gemv_config(d, d), w.wo.cview(), s.attn.cview(), s.x.view(), d, d);
+}
+
+/// One decoder layer: attention block, then the SwiGLU MLP block.
+inline auto decoder_layer(const Kernels& k, const DecoderWeights& w, DecoderState& s, int layer,
+                          const DecoderConfig& c) {
+  const std::size_t cache_size = static_cast<std::size_t>(c.context) * static_cast<std::size_t>(c.kv_dim());
+  const std::size_t offset = static_cast<std::size_t>(layer) * cache_size;
+  const auto l = static_cast<std::size_t>(layer);
+  return attention_block(k, w.attention[l], s, s.k_cache.view().subspan(offset, cache_size),
+                         s.v_cache.view().subspan(offset, cache_size), c) >>
+         swiglu_block(k, w.mlp[l], s.x.view(), s.act.view(), c.d, c.ffn, c.eps);
+}
+
+/// The op type of one decoder layer (decoder_layer), for holding layers in a vector.
+using DecoderLayerOp = decltype(decoder_layer(std::declval<const Kernels&>(), std::declval<const DecoderWeights&>(),
+                                              std::declval<DecoderState&>(), 0, std::declval<const DecoderConfig&>()));
+
+/// One decode step: reads the token and position from s.io, writes the logits and the next token.
+inline auto decoder_step(const Kernels& k, const DecoderWeights& w, DecoderState& s, const DecoderConfig& c) {
+  std::vector<DecoderLayerOp> layers;
+  layers.reserve(static_cast<std::size_t>(c.layers));
+  for (int l = 0; l < c.layers; ++l) layers.push_back(decoder_layer(k, w, s, l, c));
+  return k.embedding(k.step_config(grid_for(static_cast<std::size_t>(c.d), 256)), w.embedding.cview(), s.token(),
+                     s.x.view(), c.d) >>
+         chain(std::move(layers)) >> k.rms_norm_gemv(k.gemv_config(c.vocab, c.d), w.lm_head.cview(), s.x.cview(),
+                                                     w.final_gain.cview(), s.logits.view(), c.vocab, c.d, c.eps) >>
+         k.argmax(k.step_config({{1, 1, 1}, {1024, 1, 1}, 0}), s.logits.cview(), s.next.view(), c.vocab);
+}
+
+/// Where a step starts: the current token and its position in the sequence.
+struct TokenAt {
+  int token = 0;     ///< in [0, vocab)
+  int position = 0;  ///< in [0, context)
+};
+
+/// The decoder as a Module: `forward({token, position})` returns the greedy next token. Steps must come at
+/// positions 0, 1, 2, ... (each attends over the k and v of the earlier ones); `reset` starts a new sequence.
+/// Not thread-safe: step it from one thread at a time.
+class Decoder {
+ public:
+  using Input = TokenAt;  ///< the token and its position
+  using Output = int;     ///< the greedy next token
+
+  /// \throws UsageError for an invalid config.
+  Decoder(const Stream& stream, const KernelLibrary& library, const DecoderConfig& config = {});
+
+  /// Runs one step. \throws UsageError for a token outside [0, vocab) or a position outside
+  /// [0, context).
+  Output forward(Input in);
+
+  /// Clears the KV caches (not needed to start over at position 0; it makes stale entries impossible to read).
+  void reset();
+
+  /// The last step's logits (vocab values).
+  [[nodiscard]] std::vector<half> logits() const;
+
+  /// The step as an op, for running it without the graph (the benchmark's eager variant); reads s.io.
+  [[nodiscard]] auto step_op() { return decoder_step(kernels_, weights_, state_, config_); }
+
+  /// The config it was built with.
+  [[nodiscard]] const DecoderConfig& config() const noexcept { return config_; }
+  /// The step's graph (replay it directly to time the device work alone).
+  [[nodiscard]] CudaGraph<>& graph() noexcept { return graph_; }
+
+ private:
+  DecoderConfig config_;
+  Kernels kernels_;
+  DecoderWeights weights_;
+  DecoderState state_;
+  PinnedBuffer<int> io_host_;
+  PinnedBuffer<int> next_host_;
+  CudaGraph<> graph_;
+};
+
+static_assert(Module<Decoder>);
+
+}  // namespace lazygraph::nn

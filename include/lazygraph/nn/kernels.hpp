@@ -1,0 +1,72 @@
+#pragma once
+/// \file
+/// Layer 6, nn: the nn kernel set (`kernels/nn/*.cu`, embedded into liblazygraph_nn) and the typed handles of
+/// its kernels with their launch shapes. Each handle's call returns a lazy launch op; the blocks and models of
+/// this layer compose them into forward passes.
+
+#include <lazygraph/lazygraph.hpp>
+
+namespace lazygraph::nn {
+
+/// The nn kernels, embedded at build time from `kernels/nn/*.cu`. Give it to the KernelLibrary the models use:
+/// `KernelLibrary(device, {.kernel_sets = {core_kernels(), nn::kernel_set()}})` (`nn::kernel_library` does so).
+const KernelSet& kernel_set();
+
+/// A KernelLibrary of the core and the nn kernel sets, cached in the default cache directory.
+KernelLibrary kernel_library(const Device& device);
+
+/// Typed handles to every nn kernel, looked up once. The signatures here are the only host-side declaration of
+/// the nn kernels (the library checks each against the kernel's source).
+struct Kernels {
+  /// `early_launch`: launch every kernel early (see step_config); false gives ordinary launches, to compare.
+  explicit Kernels(const KernelLibrary& library, bool early_launch = true);
+
+  /// embedding(table, token, out, d): out = table[*token] (kernels/nn/embedding.cu).
+  Kernel<void(const half*, const int*, half*, int)> embedding;
+  /// gemv(W, x, out, rows, cols): out = W x (kernels/nn/gemv.cu, also for the variants below).
+  Kernel<void(const half*, const half*, half*, int, int)> gemv;
+  /// gemv_add(W, x, out, rows, cols): out += W x, the residual add fused.
+  Kernel<void(const half*, const half*, half*, int, int)> gemv_add;
+  /// rms_norm_gemv(W, x, g, out, rows, cols, eps): out = W (rmsnorm(x) * g).
+  Kernel<void(const half*, const half*, const half*, half*, int, int, float)> rms_norm_gemv;
+  /// rms_norm_gemv_swiglu(W1, W3, x, g, out, rows, cols, eps): out = silu(W1 h) * (W3 h), h = rmsnorm(x) * g.
+  Kernel<void(const half*, const half*, const half*, const half*, half*, int, int, float)> rms_norm_gemv_swiglu;
+  /// rms_norm(x, g, out, d, eps): out = rmsnorm(x) * g (kernels/nn/rms_norm.cu).
+  Kernel<void(const half*, const half*, half*, int, float)> rms_norm;
+  /// rope(q, k, position, heads, kv_heads, head_dim, theta): rotary embedding in place (kernels/nn/rope.cu).
+  Kernel<void(half*, half*, const int*, int, int, int, float)> rope;
+  /// kv_append(k, v, k_cache, v_cache, position, kv_heads, head_dim, context) (kernels/nn/attention.cu).
+  Kernel<void(const half*, const half*, half*, half*, const int*, int, int, int)> kv_append;
+  /// attention(q, k_cache, v_cache, out, position, heads, kv_heads, head_dim, context, scale).
+  Kernel<void(const half*, const half*, const half*, half*, const int*, int, int, int, int, float)> attention;
+  /// argmax(logits, out, n): the index of the largest logit, the lowest among ties (kernels/nn/argmax.cu).
+  Kernel<void(const half*, int*, int)> argmax;
+  /// fill_uniform_f16(out, n, key, scale, offset): seeded weights (kernels/nn/random.cu, docs/nn.md).
+  Kernel<void(half*, long long, unsigned, float, float)> fill_uniform;
+  /// Whether step_config launches early.
+  bool early_launch = true;
+
+  /// `config` as a decode step launches it: early (programmatic dependent launch, LaunchConfig::early_launch)
+  /// unless switched off. Every kernel above calls wait_for_prior_grids() before touching activations, and
+  /// the gemv kernels prefetch their weights into L2 before that wait, so one kernel's start overlaps the
+  /// previous one's tail.
+  [[nodiscard]] LaunchConfig step_config(LaunchConfig config) const {
+    config.early_launch = early_launch;
+    return config;
+  }
+
+  /// Launch shape of the gemv family (kernels/gemv.cu) for a rows x cols weight: one row per group of warps,
+  /// 256 threads per block. Rows up to 4096 columns get one warp each, 8 rows per block; longer rows two warps
+  /// each, 4 rows per block. bench_gemv on the H200 (eager, median µs; copy ceiling 4.26 TB/s):
+  ///   4096 x 1024:  5.3 with (32, 1, 8) vs 7.3 with (32, 2, 4);   11008 x 4096: 24.4 vs 27.1;
+  ///   1024 x 4096:  4.3 vs 4.6;   4096 x 11008: 26.2 vs 23.8 (3.78 TB/s), where two warps per row win.
+  [[nodiscard]] LaunchConfig gemv_config(int rows, int cols) const {
+    const unsigned warps_per_row = cols > 4096 ? 2 : 1;
+    const unsigned rows_per_block = 8 / warps_per_row;
+    return step_config({{(static_cast<unsigned>(rows) + rows_per_block - 1) / rows_per_block, 1, 1},
+                        {32, warps_per_row, rows_per_block},
+                        0});
+  }
+};
+
+}  // namespace lazygraph::nn

@@ -1,0 +1,35 @@
+// Rotary position embedding, in place on q [n_heads][head_dim] and k [n_kv_heads][head_dim], fp16. Within each
+// head the pairs (2i, 2i+1), i < head_dim / 2, are rotated by angle = position * theta^(-2i / head_dim):
+//   x0' = x0 cos - x1 sin,  x1' = x0 sin + x1 cos
+// (the interleaved convention of GPT-J and Meta's Llama code; Hugging Face's Llama pairs i with i + head_dim/2
+// instead: lazygraph::nn's checkpoint loader reorders the rows of its Wq and Wk so that this kernel applies).
+// With grouped-query attention k has fewer heads than q. The position is read from device memory, so a graph
+// replays at a new position.
+//
+// Launch: 1-D over the (n_heads + n_kv_heads) * head_dim / 2 pairs of q and k, any grid and block (grid-stride),
+// e.g. grid_for(n_heads * head_dim, 256). head_dim must be even.
+#include "lazygraph/half.cuh"
+#include "lazygraph/kernel_common.cuh"
+
+extern "C" __global__ void rope(lg::half_t* q, lg::half_t* k, const int* position, int n_heads, int n_kv_heads,
+                                int head_dim, float theta) {
+  lg::early_launch_prologue();  // may be launched early (LaunchConfig::early_launch)
+  const int half_dim = head_dim / 2;
+  const long long q_pairs = static_cast<long long>(n_heads) * half_dim;
+  const long long all_pairs = q_pairs + static_cast<long long>(n_kv_heads) * half_dim;
+  const float pos = static_cast<float>(*position);
+  for (long long p = lg::global_index(); p < all_pairs; p += lg::grid_stride()) {
+    lg::half_t* t = p < q_pairs ? q : k;
+    const long long pair = p < q_pairs ? p : p - q_pairs;
+    const int i = static_cast<int>(pair % half_dim);
+    // pos * theta^(-2i/d): both factors in fp32; sincosf reduces the (up to thousands of radians) angle exactly.
+    const float angle = pos * powf(theta, -2.0f * static_cast<float>(i) / static_cast<float>(head_dim));
+    float s;
+    float c;
+    sincosf(angle, &s, &c);
+    const float x0 = lg::to_float(t[2 * pair]);
+    const float x1 = lg::to_float(t[2 * pair + 1]);
+    t[2 * pair] = lg::to_half(x0 * c - x1 * s);
+    t[2 * pair + 1] = lg::to_half(x0 * s + x1 * c);
+  }
+}
