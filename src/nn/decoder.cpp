@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "lazygraph/nn/decoder_tensors.hpp"
 #include "lazygraph/nn/random_weights.hpp"
 
 namespace lazygraph::nn {
@@ -31,18 +32,9 @@ std::size_t DecoderConfig::weight_bytes() const {
 }
 
 DecoderWeights DecoderWeights::generate(const Stream& stream, const Kernels& kernels, const DecoderConfig& c) {
-  c.validate();
-  const auto make = [&](const TensorSpec& spec) { return device_tensor(stream, kernels.fill_uniform, c.seed, spec); };
-  const TensorSpec embedding{1000000, static_cast<std::size_t>(c.vocab) * static_cast<std::size_t>(c.d), 1.0F, 0.0F};
-  DecoderWeights w{make(embedding), {}, {}, make(gain_spec(1000001, c.d)), make(matrix_spec(1000002, c.vocab, c.d))};
-  for (int l = 0; l < c.layers; ++l) {
-    const auto id = [&](std::uint32_t slot) { return 16U * static_cast<std::uint32_t>(l) + slot; };
-    w.attention.push_back({make(gain_spec(id(1), c.d)), make(matrix_spec(id(2), c.d, c.d)),
-                           make(matrix_spec(id(3), c.kv_dim(), c.d)), make(matrix_spec(id(4), c.kv_dim(), c.d)),
-                           make(matrix_spec(id(5), c.d, c.d))});
-    w.mlp.push_back(generate_swiglu_weights(stream, kernels, c.seed, l, c.d, c.ffn));
-  }
-  return w;
+  return assemble_decoder_weights(c, [&](const DecoderTensor& t) {
+    return device_tensor(stream, kernels.fill_uniform, c.seed, t.seeded);
+  });
 }
 
 namespace {
@@ -74,6 +66,43 @@ Decoder::Decoder(const Stream& stream, const KernelLibrary& library, const Decod
     : config_(validated(config)),
       kernels_(library, config_.early_launch),
       weights_(DecoderWeights::generate(stream, kernels_, config_)),
+      state_(stream.device(), config_),
+      io_host_(stream.device(), 2),
+      next_host_(stream.device(), 1),
+      graph_(CudaGraph<>::capture(stream, step_op())) {
+  reset();
+}
+
+namespace {
+/// `w`, after checking that every buffer has the size `c` gives its tensor.
+DecoderWeights checked(DecoderWeights w, const DecoderConfig& c) {
+  std::vector<const DeviceBuffer<half>*> buffers{&w.embedding};
+  if (w.attention.size() != static_cast<std::size_t>(c.layers) || w.mlp.size() != w.attention.size()) {
+    throw UsageError("Decoder: the weights have " + std::to_string(w.attention.size()) + " layers, the config " +
+                     std::to_string(c.layers));
+  }
+  for (std::size_t l = 0; l < w.attention.size(); ++l) {
+    const AttentionWeights& a = w.attention[l];
+    const SwigluWeights& m = w.mlp[l];
+    buffers.insert(buffers.end(), {&a.gain, &a.wq, &a.wk, &a.wv, &a.wo, &m.gain, &m.w1, &m.w3, &m.w2});
+  }
+  buffers.insert(buffers.end(), {&w.final_gain, &w.lm_head});
+  const std::vector<DecoderTensor> tensors = decoder_tensors(c);
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    if (buffers[i]->size() != tensors[i].elements()) {
+      throw UsageError("Decoder: weight " + tensors[i].name + " has " + std::to_string(buffers[i]->size()) +
+                       " elements, the config needs " + std::to_string(tensors[i].elements()));
+    }
+  }
+  return w;
+}
+}  // namespace
+
+Decoder::Decoder(const Stream& stream, const KernelLibrary& library, const DecoderConfig& config,
+                 DecoderWeights weights)
+    : config_(validated(config)),
+      kernels_(library, config_.early_launch),
+      weights_(checked(std::move(weights), config_)),
       state_(stream.device(), config_),
       io_host_(stream.device(), 2),
       next_host_(stream.device(), 1),

@@ -64,6 +64,17 @@ TEST_CASE("seeded weights follow the README's formula and test vector") {
   }
 }
 
+TEST_CASE("a decoder config with heads not a multiple of kv_heads is rejected, naming both") {
+  lazygraph::nn::DecoderConfig c = small_decoder();
+  c.kv_heads = 3;
+  CHECK_THROWS_WITH_AS(c.validate(), doctest::Contains("heads (4) must be a multiple of kv_heads (3)"),
+                       lg::UsageError);
+  c.kv_heads = 2;
+  CHECK_NOTHROW(c.validate());
+  CHECK(c.kv_dim() == 64);
+  CHECK(c.weight_bytes() < small_decoder().weight_bytes());  // Wk and Wv shrink
+}
+
 TEST_CASE("model configs reject shapes the kernels cannot run, saying which") {
   lazygraph::nn::MlpConfig mlp;
   mlp.d = 100;
@@ -165,8 +176,14 @@ TEST_SUITE("gpu") {
     }
   }
 
-  TEST_CASE("the decoder module matches float64 step by step, through its KV cache") {
-    const lazygraph::nn::DecoderConfig config = small_decoder();
+  TEST_CASE("the decoder module matches float64 step by step, through its KV cache, with and without GQA") {
+    lazygraph::nn::DecoderConfig config = small_decoder();
+    int kv_heads = 0;
+    SUBCASE("multi-head") { kv_heads = 0; }
+    SUBCASE("grouped-query, 2 kv heads for 4 query heads") { kv_heads = 2; }
+    SUBCASE("multi-query, 1 kv head") { kv_heads = 1; }
+    config.kv_heads = kv_heads;
+    CAPTURE(kv_heads);
     lazygraph::nn::Decoder decoder(lgtest::stream(), lgtest::nn_kernels(), config);
     lazygraph::nn::DecoderReference reference(config);
     std::vector<int> tokens;

@@ -151,8 +151,11 @@ class Decoder {
   using Input = TokenAt;  ///< the token and its position
   using Output = int;     ///< the greedy next token
 
-  /// \throws UsageError for an invalid config.
+  /// A decoder with weights generated from config.seed. \throws UsageError for an invalid config.
   Decoder(const Stream& stream, const KernelLibrary& library, const DecoderConfig& config = {});
+  /// A decoder with the given weights (e.g. DecoderCheckpoint::upload). \throws UsageError for an invalid config
+  /// or a weight whose size differs from what `config` needs (naming its checkpoint tensor name).
+  Decoder(const Stream& stream, const KernelLibrary& library, const DecoderConfig& config, DecoderWeights weights);
 
   /// Runs one step. \throws UsageError for a token outside [0, vocab) or a position outside
   /// [0, context).

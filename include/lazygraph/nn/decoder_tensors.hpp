@@ -1,0 +1,93 @@
+#pragma once
+/// \file
+/// Every weight tensor of a Decoder, in one list: its Hugging Face checkpoint name and shape, how the seeded
+/// weights generate it (docs/nn.md's tensor ids), and where it goes in DecoderWeights. Generating, loading and
+/// saving weights all walk this list, so the three cannot disagree.
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "lazygraph/nn/decoder.hpp"
+#include "lazygraph/nn/random_weights.hpp"
+
+namespace lazygraph::nn {
+
+/// What a tensor is in the decoder.
+enum class DecoderTensorRole {
+  embedding,       ///< token embedding [vocab x d]
+  attention_gain,  ///< a layer's input norm gain [d]
+  wq,              ///< [d x d]
+  wk,              ///< [kv_dim x d]
+  wv,              ///< [kv_dim x d]
+  wo,              ///< [d x d]
+  mlp_gain,        ///< a layer's post-attention norm gain [d]
+  w1,              ///< gate projection [ffn x d]
+  w3,              ///< up projection [ffn x d]
+  w2,              ///< down projection [d x ffn]
+  final_gain,      ///< final norm gain [d]
+  lm_head,         ///< [vocab x d]
+};
+
+/// One weight tensor of a decoder.
+struct DecoderTensor {
+  std::string name;        ///< its name in a Hugging Face Llama checkpoint, e.g. "model.layers.0.mlp.up_proj.weight"
+  DecoderTensorRole role;  ///< what it is
+  int layer = -1;          ///< its layer; -1 for the embedding, the final gain and the LM head
+  int rows = 1;            ///< rows of the matrix (1 for a gain vector)
+  int cols = 1;            ///< columns (the vector's length for a gain)
+  TensorSpec seeded;       ///< how seeded weights generate it
+  /// Whether a checkpoint stores its rows in Hugging Face's rotate-half order (q_proj and k_proj): within each
+  /// head, row j * head_dim/2 + i there is row 2i + j here, the interleaved pairs the rope kernel rotates.
+  bool rope_rows = false;
+
+  /// The checkpoint shape: {rows, cols} for a matrix, {cols} for a gain.
+  [[nodiscard]] std::vector<std::int64_t> shape() const;
+  /// rows * cols.
+  [[nodiscard]] std::size_t elements() const noexcept {
+    return static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols);
+  }
+};
+
+/// Every weight of `config`'s decoder, in the order DecoderWeights holds them: embedding, then per layer the
+/// attention gain, Wq, Wk, Wv, Wo, the MLP gain, W1, W3, W2, then the final gain and the LM head.
+/// \throws UsageError for an invalid config.
+std::vector<DecoderTensor> decoder_tensors(const DecoderConfig& config);
+
+/// The row of a rope_rows matrix in checkpoint (rotate-half) order that holds row `row` of the interleaved order.
+[[nodiscard]] constexpr int rotate_half_row(int row, int head_dim) noexcept {
+  const int head = row / head_dim;
+  const int r = row % head_dim;
+  return head * head_dim + (r % 2) * (head_dim / 2) + r / 2;
+}
+
+/// Builds DecoderWeights from `make(const DecoderTensor&) -> DeviceBuffer<half>`, called once per tensor of
+/// decoder_tensors(config), in that order.
+template <class Make>
+DecoderWeights assemble_decoder_weights(const DecoderConfig& config, Make&& make) {
+  const std::vector<DecoderTensor> tensors = decoder_tensors(config);
+  auto next = tensors.begin();
+  const auto take = [&] { return make(*next++); };
+  DeviceBuffer<half> embedding = take();
+  std::vector<AttentionWeights> attention;
+  std::vector<SwigluWeights> mlp;
+  for (int l = 0; l < config.layers; ++l) {
+    DeviceBuffer<half> gain = take();
+    DeviceBuffer<half> wq = take();
+    DeviceBuffer<half> wk = take();
+    DeviceBuffer<half> wv = take();
+    DeviceBuffer<half> wo = take();
+    attention.push_back({std::move(gain), std::move(wq), std::move(wk), std::move(wv), std::move(wo)});
+    DeviceBuffer<half> mlp_gain = take();
+    DeviceBuffer<half> w1 = take();
+    DeviceBuffer<half> w3 = take();
+    DeviceBuffer<half> w2 = take();
+    mlp.push_back({std::move(mlp_gain), std::move(w1), std::move(w3), std::move(w2)});
+  }
+  DeviceBuffer<half> final_gain = take();
+  DeviceBuffer<half> lm_head = take();
+  return {std::move(embedding), std::move(attention), std::move(mlp), std::move(final_gain), std::move(lm_head)};
+}
+
+}  // namespace lazygraph::nn

@@ -1,0 +1,45 @@
+#include "lazygraph/nn/decoder_tensors.hpp"
+
+namespace lazygraph::nn {
+
+std::vector<std::int64_t> DecoderTensor::shape() const {
+  if (role == DecoderTensorRole::attention_gain || role == DecoderTensorRole::mlp_gain ||
+      role == DecoderTensorRole::final_gain) {
+    return {cols};
+  }
+  return {rows, cols};
+}
+
+std::vector<DecoderTensor> decoder_tensors(const DecoderConfig& c) {
+  c.validate();
+  using Role = DecoderTensorRole;
+  std::vector<DecoderTensor> out;
+  const auto matrix = [&](std::string name, Role role, int layer, int rows, int cols, std::uint32_t id) {
+    out.push_back({std::move(name), role, layer, rows, cols, matrix_spec(id, rows, cols),
+                   role == Role::wq || role == Role::wk});
+  };
+  const auto gain = [&](std::string name, Role role, int layer, std::uint32_t id) {
+    out.push_back({std::move(name), role, layer, 1, c.d, gain_spec(id, c.d), false});
+  };
+  out.push_back({"model.embed_tokens.weight", Role::embedding, -1, c.vocab, c.d,
+                 TensorSpec{1000000, static_cast<std::size_t>(c.vocab) * static_cast<std::size_t>(c.d), 1.0F, 0.0F},
+                 false});
+  for (int l = 0; l < c.layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    const auto id = [&](std::uint32_t slot) { return 16U * static_cast<std::uint32_t>(l) + slot; };
+    gain(p + "input_layernorm.weight", Role::attention_gain, l, id(1));
+    matrix(p + "self_attn.q_proj.weight", Role::wq, l, c.d, c.d, id(2));
+    matrix(p + "self_attn.k_proj.weight", Role::wk, l, c.kv_dim(), c.d, id(3));
+    matrix(p + "self_attn.v_proj.weight", Role::wv, l, c.kv_dim(), c.d, id(4));
+    matrix(p + "self_attn.o_proj.weight", Role::wo, l, c.d, c.d, id(5));
+    gain(p + "post_attention_layernorm.weight", Role::mlp_gain, l, id(6));
+    matrix(p + "mlp.gate_proj.weight", Role::w1, l, c.ffn, c.d, id(7));
+    matrix(p + "mlp.up_proj.weight", Role::w3, l, c.ffn, c.d, id(8));
+    matrix(p + "mlp.down_proj.weight", Role::w2, l, c.d, c.ffn, id(9));
+  }
+  gain("model.norm.weight", Role::final_gain, -1, 1000001);
+  matrix("lm_head.weight", Role::lm_head, -1, c.vocab, c.d, 1000002);
+  return out;
+}
+
+}  // namespace lazygraph::nn
