@@ -1,0 +1,202 @@
+#pragma once
+/// \file
+/// Reading and writing safetensors checkpoint files on the host, for the lazygraph::nn layer.
+///
+/// A safetensors file is an 8-byte little-endian header length N, then N bytes of UTF-8 JSON, then the data
+/// buffer. The JSON maps each tensor name to {"dtype", "shape", "data_offsets": [begin, end]} (offsets relative to
+/// the data buffer) and may hold a "__metadata__" object of string to string. `SafetensorsFile` maps one file
+/// read-only and checks its whole header when it opens, so every later access is in bounds; `Checkpoint` gives the
+/// same lookups over a model folder that may be split into shards; `write_safetensors` writes a file.
+/// Every malformed input is reported as a `CheckpointError` naming the file, the tensor and what was expected.
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <lazygraph/detail/driver/error.hpp>
+#include <lazygraph/nn/bfloat16.hpp>
+
+namespace lazygraph::nn {
+
+/// The element types of the safetensors format that lazygraph reads and writes.
+enum class DType { f16, bf16, f32, f64, i8, i16, i32, i64, u8, boolean };
+
+/// The size in bytes of one element of `dtype` (a boolean is one byte).
+[[nodiscard]] std::size_t dtype_size(DType dtype) noexcept;
+
+/// The name of `dtype` in safetensors headers: "F16", "BF16", "F32", "F64", "I8", "I16", "I32", "I64", "U8", "BOOL".
+[[nodiscard]] std::string_view dtype_name(DType dtype) noexcept;
+
+/// The DType named `name` (exactly as dtype_name spells it), or nullopt for any other name.
+[[nodiscard]] std::optional<DType> dtype_from_name(std::string_view name) noexcept;
+
+/// A checkpoint file (safetensors, index or config.json) is missing, unreadable or malformed, or lacks a tensor,
+/// or a tensor has another dtype or shape than the caller required. The message names the file, the tensor (if the
+/// problem is about one) and what was expected against what was found.
+class CheckpointError : public Error {
+ public:
+  /// Builds the message "file <file>: tensor <tensor>: <problem>" ("file <file>: <problem>" when `tensor` is
+  /// empty).
+  CheckpointError(std::filesystem::path file, std::string tensor, std::string_view problem);
+
+  /// The file the problem is in.
+  [[nodiscard]] const std::filesystem::path& file() const noexcept { return file_; }
+  /// The tensor the problem is about; empty when it is not about one tensor.
+  [[nodiscard]] const std::string& tensor() const noexcept { return tensor_; }
+
+ private:
+  std::filesystem::path file_;
+  std::string tensor_;
+};
+
+/// Where one tensor lies in a safetensors file, and its type and shape.
+struct TensorInfo {
+  std::string name;                 ///< the tensor's name in the header
+  DType dtype = DType::f32;         ///< its element type
+  std::vector<std::int64_t> shape;  ///< its dimensions, each >= 0; empty for a scalar
+  std::size_t offset = 0;           ///< where its bytes begin, counted from the start of the file
+  std::size_t bytes = 0;            ///< its size in bytes: element_count() * dtype_size(dtype)
+
+  /// The product of `shape` (1 for a scalar). For a TensorInfo that a SafetensorsFile made, it cannot overflow;
+  /// for one built by hand, the caller must make sure it does not.
+  [[nodiscard]] std::size_t element_count() const noexcept;
+};
+
+/// "[4096, 1024]": a shape as messages write it.
+[[nodiscard]] std::string format_shape(std::span<const std::int64_t> shape);
+
+/// One safetensors file, mapped read-only into memory for the object's lifetime. Move-only; a moved-from object
+/// holds no file and no tensors (its lookups find nothing). Not thread-safe to move while another thread reads it;
+/// concurrent const access is fine.
+class SafetensorsFile {
+ public:
+  /// Opens and maps `path` and validates the whole header. Throws CheckpointError when the file cannot be opened
+  /// (the message holds strerror) or is not a well-formed safetensors file: shorter than 8 bytes, header length
+  /// over 100 MB or past the end of the file, header not a JSON object, duplicate keys, an entry without a string
+  /// "dtype", an integer "shape" or a two-integer "data_offsets", an unknown dtype, a negative or non-integer dim,
+  /// a shape whose byte size overflows, begin > end, an end past the file, a byte size other than
+  /// product(shape) * dtype size, overlapping tensors, or a "__metadata__" that is not an object of strings.
+  /// Gaps between tensors are allowed.
+  [[nodiscard]] static SafetensorsFile open(const std::filesystem::path& path);
+
+  SafetensorsFile(SafetensorsFile&& other) noexcept;
+  SafetensorsFile& operator=(SafetensorsFile&& other) noexcept;
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+  /// Unmaps the file; never throws.
+  ~SafetensorsFile();
+
+  /// The path the file was opened with.
+  [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
+  /// Every tensor of the file, in the order of their offsets in the file.
+  [[nodiscard]] const std::vector<TensorInfo>& tensors() const noexcept { return tensors_; }
+  /// The tensor named `name`, or nullptr when the file has none.
+  [[nodiscard]] const TensorInfo* find(std::string_view name) const noexcept;
+  /// The tensor named `name`. Throws CheckpointError naming the file and the tensor when there is none.
+  [[nodiscard]] const TensorInfo& tensor(std::string_view name) const;
+  /// The tensor named `name`, checked to have one of the `allowed` dtypes (any dtype when `allowed` is empty) and
+  /// exactly `shape`. Throws CheckpointError when it is missing or differs, e.g. "file X: tensor Y: expected BF16
+  /// or F16 [4096, 4096], found F32 [4096, 1024]".
+  [[nodiscard]] const TensorInfo& require(std::string_view name, std::span<const DType> allowed,
+                                          std::span<const std::int64_t> shape) const;
+  /// The bytes of `info`, which must be one of this file's tensors() (else UsageError). The span is valid while
+  /// this object lives and is not moved from; it is aligned only as the file's offsets make it (8-byte alignment
+  /// of the data buffer start is not guaranteed by the format), so copy it out or read it byte-wise.
+  [[nodiscard]] std::span<const std::byte> data(const TensorInfo& info) const;
+  /// The "__metadata__" strings of the header (empty when it has none).
+  [[nodiscard]] const std::map<std::string, std::string>& metadata() const noexcept { return metadata_; }
+  /// The file's size in bytes.
+  [[nodiscard]] std::size_t file_size() const noexcept { return size_; }
+
+ private:
+  SafetensorsFile() = default;
+  void parse_header();
+  void release() noexcept;
+
+  std::filesystem::path path_;
+  const std::byte* map_ = nullptr;
+  std::size_t size_ = 0;
+  std::vector<TensorInfo> tensors_;
+  std::map<std::string, std::size_t, std::less<>> index_;  // name -> position in tensors_
+  std::map<std::string, std::string> metadata_;
+};
+
+/// A model's weights: one safetensors file, or a folder holding "model.safetensors", or a folder split into shards
+/// listed by "model.safetensors.index.json". Lookups work across shards. Move-only.
+class Checkpoint {
+ public:
+  /// Opens `dir_or_file`: a file is read as one safetensors file; a folder must hold "model.safetensors" (used
+  /// when present) or "model.safetensors.index.json", whose "weight_map" maps each tensor name to its shard's
+  /// file name in the same folder. Throws CheckpointError when the path does not exist, the folder has neither
+  /// file, the index is not JSON or has no "weight_map" object of strings, a shard name is not a plain file name,
+  /// a shard is missing or malformed (see SafetensorsFile::open), a tensor of the index is absent from its shard,
+  /// or a shard holds a tensor that the index does not map to it.
+  [[nodiscard]] static Checkpoint open(const std::filesystem::path& dir_or_file);
+
+  Checkpoint(Checkpoint&&) noexcept = default;
+  Checkpoint& operator=(Checkpoint&&) noexcept = default;
+  Checkpoint(const Checkpoint&) = delete;
+  Checkpoint& operator=(const Checkpoint&) = delete;
+  ~Checkpoint() = default;
+
+  /// The path given to open().
+  [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
+  /// The file that errors about the checkpoint as a whole name: the index for a sharded folder, else the file.
+  [[nodiscard]] const std::filesystem::path& description_file() const noexcept { return description_file_; }
+  /// The safetensors files, one per shard, in the order of their names.
+  [[nodiscard]] const std::vector<SafetensorsFile>& files() const noexcept { return files_; }
+  /// The names of every tensor, sorted.
+  [[nodiscard]] std::vector<std::string_view> names() const;
+  /// The tensor named `name`, or nullptr when no shard has it.
+  [[nodiscard]] const TensorInfo* find(std::string_view name) const noexcept;
+  /// The tensor named `name`. Throws CheckpointError naming the checkpoint and the tensor when there is none.
+  [[nodiscard]] const TensorInfo& tensor(std::string_view name) const;
+  /// As SafetensorsFile::require, across shards; the error names the shard that holds the tensor.
+  [[nodiscard]] const TensorInfo& require(std::string_view name, std::span<const DType> allowed,
+                                          std::span<const std::int64_t> shape) const;
+  /// The shard that holds `info`, which must be a tensor of this checkpoint (else UsageError).
+  [[nodiscard]] const SafetensorsFile& file_of(const TensorInfo& info) const;
+  /// The bytes of `info`, which must be a tensor of this checkpoint (else UsageError); see SafetensorsFile::data.
+  [[nodiscard]] std::span<const std::byte> data(const TensorInfo& info) const;
+
+ private:
+  struct Location {
+    std::size_t file;        // position in files_
+    const TensorInfo* info;  // into files_[file].tensors(); stable, as moving a SafetensorsFile keeps its vector
+  };
+
+  Checkpoint() = default;
+  static Checkpoint open_single(const std::filesystem::path& file, const std::filesystem::path& given);
+  static Checkpoint open_sharded(const std::filesystem::path& index, const std::filesystem::path& given);
+
+  std::filesystem::path path_;
+  std::filesystem::path description_file_;
+  std::vector<SafetensorsFile> files_;
+  std::map<std::string, Location, std::less<>> tensors_;
+};
+
+/// One tensor for write_safetensors: its bytes are written as they are (the caller supplies them little-endian).
+struct TensorToWrite {
+  std::string name;                 ///< unique in the file, not "__metadata__"
+  DType dtype = DType::f32;         ///< element type
+  std::vector<std::int64_t> shape;  ///< dimensions, each >= 0; empty for a scalar
+  std::span<const std::byte> data;  ///< exactly product(shape) * dtype_size(dtype) bytes
+};
+
+/// Writes `tensors` and `metadata` as the safetensors file `path`. The header JSON is padded with spaces to a
+/// multiple of 8 bytes, so the data buffer starts 8-byte aligned; the tensors follow contiguously in the given order
+/// (no padding between them, so a tensor is aligned only as far as the sizes before it make it). The file is
+/// written to "<path>.tmp", flushed to disk and renamed over `path`, so a crash never leaves a half-written `path`.
+/// Throws CheckpointError (naming `path` and the tensor) when a name repeats or is "__metadata__", a dim is
+/// negative, a data size differs from product(shape) * dtype size, a name or metadata string is not valid UTF-8, or
+/// writing or renaming fails (with strerror); the temporary file is removed then.
+void write_safetensors(const std::filesystem::path& path, std::span<const TensorToWrite> tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace lazygraph::nn

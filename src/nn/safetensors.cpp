@@ -1,0 +1,682 @@
+#include <lazygraph/nn/safetensors.hpp>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+#include <set>
+#include <tuple>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "json_util.hpp"
+
+namespace lazygraph::nn {
+
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+constexpr std::size_t kLengthBytes = 8;               // the u64 header length before the JSON
+constexpr std::uint64_t kMaxHeaderBytes = 100000000;  // 100 MB, as the reference implementation allows
+constexpr std::string_view kMetadataKey = "__metadata__";
+
+struct DTypeEntry {
+  DType dtype;
+  std::string_view name;
+  std::size_t size;
+};
+
+constexpr std::array<DTypeEntry, 10> kDTypes = {{
+    {DType::f16, "F16", 2},
+    {DType::bf16, "BF16", 2},
+    {DType::f32, "F32", 4},
+    {DType::f64, "F64", 8},
+    {DType::i8, "I8", 1},
+    {DType::i16, "I16", 2},
+    {DType::i32, "I32", 4},
+    {DType::i64, "I64", 8},
+    {DType::u8, "U8", 1},
+    {DType::boolean, "BOOL", 1},
+}};
+
+const DTypeEntry& entry_of(DType dtype) noexcept {
+  for (const DTypeEntry& entry : kDTypes) {
+    if (entry.dtype == dtype) return entry;
+  }
+  return kDTypes[0];  // unreachable for a valid enumerator
+}
+
+std::string dtype_list() {
+  std::string names;
+  for (const DTypeEntry& entry : kDTypes) {
+    if (!names.empty()) names += ", ";
+    names += entry.name;
+  }
+  return names;
+}
+
+/// Bytes of `shape` elements of `element_size`, or nullopt when the count overflows size_t. A zero dim makes 0
+/// even when the other dims alone would overflow.
+std::optional<std::size_t> checked_byte_size(std::span<const std::int64_t> shape, std::size_t element_size) {
+  if (std::any_of(shape.begin(), shape.end(), [](std::int64_t dim) { return dim == 0; })) return 0;
+  std::size_t bytes = element_size;
+  for (const std::int64_t dim : shape) {
+    if (dim < 0) return std::nullopt;
+    if (__builtin_mul_overflow(bytes, static_cast<std::size_t>(dim), &bytes)) return std::nullopt;
+  }
+  return bytes;
+}
+
+std::string format_offsets(std::uint64_t begin, std::uint64_t end) {
+  return "[" + std::to_string(begin) + ", " + std::to_string(end) + "]";
+}
+
+std::uint64_t read_le_u64(const std::byte* bytes) noexcept {
+  std::uint64_t value = 0;
+  for (std::size_t i = kLengthBytes; i-- > 0;) value = (value << 8U) | std::to_integer<std::uint64_t>(bytes[i]);
+  return value;
+}
+
+std::array<char, kLengthBytes> le_u64_bytes(std::uint64_t value) noexcept {
+  std::array<char, kLengthBytes> bytes{};
+  for (char& byte : bytes) {
+    byte = static_cast<char>(value & 0xffU);
+    value >>= 8U;
+  }
+  return bytes;
+}
+
+/// What parsing one header entry needs to know about the file.
+struct HeaderContext {
+  const fs::path& file;
+  std::size_t data_start;  // absolute offset of the data buffer
+  std::size_t data_size;   // bytes from data_start to the end of the file
+};
+
+const json& member(const json& entry, std::string_view key, std::string_view expected, const HeaderContext& ctx,
+                   const std::string& tensor) {
+  const auto it = entry.find(key);
+  if (it == entry.end()) {
+    throw CheckpointError(ctx.file, tensor,
+                          "the entry has no \"" + std::string(key) + "\" (expected " + std::string(expected) + ")");
+  }
+  return *it;
+}
+
+DType parse_entry_dtype(const json& entry, const HeaderContext& ctx, const std::string& tensor) {
+  const json& value = member(entry, "dtype", "a string such as \"F32\"", ctx, tensor);
+  if (!value.is_string()) {
+    throw CheckpointError(ctx.file, tensor, "\"dtype\" must be a string, found " + detail::describe_json(value));
+  }
+  const auto& name = value.get_ref<const std::string&>();
+  const std::optional<DType> dtype = dtype_from_name(name);
+  if (!dtype.has_value()) {
+    throw CheckpointError(ctx.file, tensor, "unknown dtype \"" + name + "\" (expected one of " + dtype_list() + ")");
+  }
+  return *dtype;
+}
+
+std::int64_t parse_dim(const json& dim, const HeaderContext& ctx, const std::string& tensor) {
+  if (dim.is_number_unsigned()) {
+    const auto value = dim.get<std::uint64_t>();
+    if (value > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+      throw CheckpointError(ctx.file, tensor, "shape dim " + std::to_string(value) + " is larger than 2^63 - 1");
+    }
+    return static_cast<std::int64_t>(value);
+  }
+  if (dim.is_number_integer()) {
+    throw CheckpointError(ctx.file, tensor,
+                          "shape dims must be >= 0, found " + std::to_string(dim.get<std::int64_t>()));
+  }
+  throw CheckpointError(ctx.file, tensor,
+                        "shape dims must be non-negative integers, found " + detail::describe_json(dim));
+}
+
+std::vector<std::int64_t> parse_entry_shape(const json& entry, const HeaderContext& ctx, const std::string& tensor) {
+  const json& value = member(entry, "shape", "an array of non-negative integers", ctx, tensor);
+  if (!value.is_array()) {
+    throw CheckpointError(ctx.file, tensor,
+                          "\"shape\" must be an array of non-negative integers, found " + detail::describe_json(value));
+  }
+  std::vector<std::int64_t> shape;
+  shape.reserve(value.size());
+  for (const json& dim : value) shape.push_back(parse_dim(dim, ctx, tensor));
+  return shape;
+}
+
+std::pair<std::uint64_t, std::uint64_t> parse_entry_offsets(const json& entry, const HeaderContext& ctx,
+                                                            const std::string& tensor) {
+  const json& value = member(entry, "data_offsets", "[begin, end]", ctx, tensor);
+  if (!value.is_array() || value.size() != 2 || !value[0].is_number_unsigned() || !value[1].is_number_unsigned()) {
+    throw CheckpointError(
+        ctx.file, tensor,
+        "\"data_offsets\" must be [begin, end], two non-negative integers, found " + detail::describe_json(value));
+  }
+  return {value[0].get<std::uint64_t>(), value[1].get<std::uint64_t>()};
+}
+
+TensorInfo parse_entry(const std::string& name, const json& entry, const HeaderContext& ctx) {
+  if (!entry.is_object()) {
+    throw CheckpointError(
+        ctx.file, name,
+        "the entry must be an object {dtype, shape, data_offsets}, found " + detail::describe_json(entry));
+  }
+  TensorInfo info;
+  info.name = name;
+  info.dtype = parse_entry_dtype(entry, ctx, name);
+  info.shape = parse_entry_shape(entry, ctx, name);
+  const auto [begin, end] = parse_entry_offsets(entry, ctx, name);
+  const std::string offsets = "data_offsets " + format_offsets(begin, end);
+  if (begin > end) throw CheckpointError(ctx.file, name, offsets + ": begin is past end");
+  if (end > ctx.data_size) {
+    throw CheckpointError(ctx.file, name,
+                          offsets + " end past the data buffer of " + std::to_string(ctx.data_size) +
+                              " bytes (the file is truncated or the offsets are wrong)");
+  }
+  const std::optional<std::size_t> expected = checked_byte_size(info.shape, dtype_size(info.dtype));
+  const std::string type_text = std::string(dtype_name(info.dtype)) + " " + format_shape(info.shape);
+  if (!expected.has_value()) {
+    throw CheckpointError(ctx.file, name, "the byte size of " + type_text + " overflows 64 bits");
+  }
+  if (*expected != end - begin) {
+    throw CheckpointError(ctx.file, name,
+                          "expected " + std::to_string(*expected) + " bytes for " + type_text + ", found " + offsets +
+                              " = " + std::to_string(end - begin) + " bytes");
+  }
+  info.offset = ctx.data_start + begin;
+  info.bytes = end - begin;
+  return info;
+}
+
+std::map<std::string, std::string> parse_metadata(const json& value, const fs::path& file) {
+  if (!value.is_object()) {
+    throw CheckpointError(file, "",
+                          "\"__metadata__\" must be an object of strings, found " + detail::describe_json(value));
+  }
+  std::map<std::string, std::string> metadata;
+  for (const auto& [key, text] : value.items()) {
+    if (!text.is_string()) {
+      throw CheckpointError(
+          file, "",
+          "\"__metadata__\" value of key '" + key + "' must be a string, found " + detail::describe_json(text));
+    }
+    metadata.emplace(key, text.get<std::string>());
+  }
+  return metadata;
+}
+
+/// Sorts `tensors` by offset and throws when two of them share a byte (empty tensors overlap nothing).
+void sort_and_check_overlaps(std::vector<TensorInfo>& tensors, const fs::path& file, std::size_t data_start) {
+  std::sort(tensors.begin(), tensors.end(), [](const TensorInfo& a, const TensorInfo& b) {
+    return std::tie(a.offset, a.bytes, a.name) < std::tie(b.offset, b.bytes, b.name);
+  });
+  const TensorInfo* previous = nullptr;  // the non-empty tensor that ends last so far
+  for (const TensorInfo& info : tensors) {
+    if (info.bytes == 0) continue;
+    if (previous != nullptr && info.offset < previous->offset + previous->bytes) {
+      const auto range = [data_start](const TensorInfo& t) {
+        return format_offsets(t.offset - data_start, t.offset - data_start + t.bytes);
+      };
+      throw CheckpointError(
+          file, info.name,
+          "data_offsets " + range(info) + " overlap those of tensor '" + previous->name + "' " + range(*previous));
+    }
+    previous = &info;
+  }
+}
+
+/// Closes a file descriptor when it goes out of scope.
+class FdGuard {
+ public:
+  explicit FdGuard(int fd) noexcept : fd_(fd) {}
+  FdGuard(const FdGuard&) = delete;
+  FdGuard& operator=(const FdGuard&) = delete;
+  ~FdGuard() { close(); }
+  [[nodiscard]] int get() const noexcept { return fd_; }
+  /// Closes now; returns ::close's result (0, or -1 with errno set).
+  int close() noexcept {
+    const int result = fd_ >= 0 ? ::close(fd_) : 0;
+    fd_ = -1;
+    return result;
+  }
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
+std::size_t dtype_size(DType dtype) noexcept { return entry_of(dtype).size; }
+
+std::string_view dtype_name(DType dtype) noexcept { return entry_of(dtype).name; }
+
+std::optional<DType> dtype_from_name(std::string_view name) noexcept {
+  for (const DTypeEntry& entry : kDTypes) {
+    if (entry.name == name) return entry.dtype;
+  }
+  return std::nullopt;
+}
+
+namespace {
+std::string checkpoint_message(const fs::path& file, const std::string& tensor, std::string_view problem) {
+  std::string message = "file " + file.string() + ": ";
+  if (!tensor.empty()) message += "tensor " + tensor + ": ";
+  message += problem;
+  return message;
+}
+}  // namespace
+
+CheckpointError::CheckpointError(std::filesystem::path file, std::string tensor, std::string_view problem)
+    : Error(checkpoint_message(file, tensor, problem)), file_(std::move(file)), tensor_(std::move(tensor)) {}
+
+std::size_t TensorInfo::element_count() const noexcept {
+  std::size_t count = 1;
+  for (const std::int64_t dim : shape) count *= static_cast<std::size_t>(dim);
+  return count;
+}
+
+std::string format_shape(std::span<const std::int64_t> shape) {
+  std::string text = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (i > 0) text += ", ";
+    text += std::to_string(shape[i]);
+  }
+  return text + "]";
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// SafetensorsFile
+
+SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
+  SafetensorsFile file;
+  file.path_ = path;
+  FdGuard fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) throw CheckpointError(path, "", "cannot open: " + detail::errno_text(errno));
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) throw CheckpointError(path, "", "cannot stat: " + detail::errno_text(errno));
+  if (!S_ISREG(st.st_mode)) throw CheckpointError(path, "", "not a regular file");
+  const auto size = static_cast<std::size_t>(st.st_size);
+  if (size < kLengthBytes) {
+    throw CheckpointError(path, "",
+                          "the file is " + std::to_string(size) +
+                              " bytes, shorter than the 8-byte header length that starts a safetensors file");
+  }
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
+  if (map == MAP_FAILED) throw CheckpointError(path, "", "cannot map: " + detail::errno_text(errno));
+  file.map_ = static_cast<const std::byte*>(map);
+  file.size_ = size;  // from here on, the destructor unmaps, also when the header below is rejected
+  file.parse_header();
+  return file;
+}
+
+void SafetensorsFile::parse_header() {
+  const std::uint64_t header_bytes = read_le_u64(map_);
+  if (header_bytes > kMaxHeaderBytes) {
+    throw CheckpointError(path_, "",
+                          "the header length is " + std::to_string(header_bytes) + " bytes, more than the " +
+                              std::to_string(kMaxHeaderBytes) + " allowed (not a safetensors file?)");
+  }
+  if (header_bytes > size_ - kLengthBytes) {
+    throw CheckpointError(path_, "",
+                          "the header length is " + std::to_string(header_bytes) + " bytes but only " +
+                              std::to_string(size_ - kLengthBytes) + " follow (the file is truncated)");
+  }
+  const std::string_view text(reinterpret_cast<const char*>(map_ + kLengthBytes), header_bytes);
+  const json header = detail::parse_json_strict(text, path_, "the header", true);
+  if (!header.is_object()) {
+    throw CheckpointError(path_, "", "the header must be a JSON object, found " + detail::describe_json(header));
+  }
+  const HeaderContext ctx{path_, kLengthBytes + header_bytes, size_ - kLengthBytes - header_bytes};
+  std::vector<TensorInfo> tensors;
+  for (const auto& [name, entry] : header.items()) {
+    if (name == kMetadataKey) {
+      metadata_ = parse_metadata(entry, path_);
+    } else {
+      tensors.push_back(parse_entry(name, entry, ctx));
+    }
+  }
+  sort_and_check_overlaps(tensors, path_, ctx.data_start);
+  tensors_ = std::move(tensors);
+  for (std::size_t i = 0; i < tensors_.size(); ++i) index_.emplace(tensors_[i].name, i);
+}
+
+SafetensorsFile::SafetensorsFile(SafetensorsFile&& other) noexcept
+    : path_(std::move(other.path_)),
+      map_(std::exchange(other.map_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      tensors_(std::move(other.tensors_)),
+      index_(std::move(other.index_)),
+      metadata_(std::move(other.metadata_)) {
+  other.tensors_.clear();
+  other.index_.clear();
+  other.metadata_.clear();
+}
+
+SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& other) noexcept {
+  if (this != &other) {
+    release();
+    path_ = std::move(other.path_);
+    map_ = std::exchange(other.map_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    tensors_ = std::move(other.tensors_);
+    index_ = std::move(other.index_);
+    metadata_ = std::move(other.metadata_);
+    other.tensors_.clear();
+    other.index_.clear();
+    other.metadata_.clear();
+  }
+  return *this;
+}
+
+SafetensorsFile::~SafetensorsFile() { release(); }
+
+void SafetensorsFile::release() noexcept {
+  if (map_ != nullptr) {
+    ::munmap(const_cast<std::byte*>(map_), size_);  // NOLINT(cppcoreguidelines-pro-type-const-cast): mmap's API
+    map_ = nullptr;
+    size_ = 0;
+  }
+}
+
+const TensorInfo* SafetensorsFile::find(std::string_view name) const noexcept {
+  const auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &tensors_[it->second];
+}
+
+const TensorInfo& SafetensorsFile::tensor(std::string_view name) const {
+  const TensorInfo* info = find(name);
+  if (info == nullptr) {
+    throw CheckpointError(path_, std::string(name),
+                          "no such tensor (the file has " + std::to_string(tensors_.size()) + " tensors)");
+  }
+  return *info;
+}
+
+namespace {
+void check_required(const fs::path& file, const TensorInfo& info, std::span<const DType> allowed,
+                    std::span<const std::int64_t> shape) {
+  const bool dtype_ok = allowed.empty() || std::find(allowed.begin(), allowed.end(), info.dtype) != allowed.end();
+  const bool shape_ok = std::equal(shape.begin(), shape.end(), info.shape.begin(), info.shape.end());
+  if (dtype_ok && shape_ok) return;
+  std::string expected;
+  for (const DType dtype : allowed) {
+    if (!expected.empty()) expected += " or ";
+    expected += dtype_name(dtype);
+  }
+  if (expected.empty()) expected = "any dtype";
+  throw CheckpointError(file, info.name,
+                        "expected " + expected + " " + format_shape(shape) + ", found " +
+                            std::string(dtype_name(info.dtype)) + " " + format_shape(info.shape));
+}
+}  // namespace
+
+const TensorInfo& SafetensorsFile::require(std::string_view name, std::span<const DType> allowed,
+                                           std::span<const std::int64_t> shape) const {
+  const TensorInfo& info = tensor(name);
+  check_required(path_, info, allowed, shape);
+  return info;
+}
+
+std::span<const std::byte> SafetensorsFile::data(const TensorInfo& info) const {
+  const std::less<const TensorInfo*> before;
+  const TensorInfo* first = tensors_.data();
+  const TensorInfo* last = first + tensors_.size();
+  if (before(&info, first) || !before(&info, last)) {
+    throw UsageError("SafetensorsFile::data: the TensorInfo of '" + info.name + "' is not one of the tensors of " +
+                     path_.string());
+  }
+  return {map_ + info.offset, info.bytes};
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Checkpoint
+
+Checkpoint Checkpoint::open(const std::filesystem::path& dir_or_file) {
+  std::error_code error;
+  const fs::file_status status = fs::status(dir_or_file, error);
+  if (!fs::exists(status)) {
+    throw CheckpointError(dir_or_file, "", "does not exist" + (error ? " (" + error.message() + ")" : std::string()));
+  }
+  if (!fs::is_directory(status)) return open_single(dir_or_file, dir_or_file);
+  const fs::path single = dir_or_file / "model.safetensors";
+  if (fs::exists(single, error)) return open_single(single, dir_or_file);
+  const fs::path index = dir_or_file / "model.safetensors.index.json";
+  if (fs::exists(index, error)) return open_sharded(index, dir_or_file);
+  throw CheckpointError(dir_or_file, "", "the folder holds neither model.safetensors nor model.safetensors.index.json");
+}
+
+Checkpoint Checkpoint::open_single(const std::filesystem::path& file, const std::filesystem::path& given) {
+  Checkpoint checkpoint;
+  checkpoint.path_ = given;
+  checkpoint.description_file_ = file;
+  checkpoint.files_.push_back(SafetensorsFile::open(file));
+  for (const TensorInfo& info : checkpoint.files_.front().tensors()) {
+    checkpoint.tensors_.emplace(info.name, Location{0, &info});
+  }
+  return checkpoint;
+}
+
+namespace {
+
+/// The index's weight_map as shard file name -> tensor names, checked.
+std::map<std::string, std::vector<std::string>> read_weight_map(const fs::path& index) {
+  const json root = detail::parse_json_strict(detail::read_text_file(index), index, "the index", false);
+  if (!root.is_object()) {
+    throw CheckpointError(index, "", "the index must be a JSON object, found " + detail::describe_json(root));
+  }
+  const auto it = root.find("weight_map");
+  if (it == root.end() || !it->is_object()) {
+    throw CheckpointError(index, "",
+                          "the index must hold \"weight_map\", an object of tensor name -> shard file name, found " +
+                              (it == root.end() ? std::string("none") : detail::describe_json(*it)));
+  }
+  if (it->empty()) throw CheckpointError(index, "", "the index's \"weight_map\" is empty");
+  std::map<std::string, std::vector<std::string>> shards;
+  for (const auto& [name, shard] : it->items()) {
+    if (!shard.is_string()) {
+      throw CheckpointError(index, name,
+                            "the weight_map value must be a shard file name, found " + detail::describe_json(shard));
+    }
+    const auto& shard_name = shard.get_ref<const std::string&>();
+    const fs::path shard_path(shard_name);
+    if (shard_name.empty() || shard_name == "." || shard_name == ".." || shard_path.filename() != shard_path ||
+        shard_name.find('/') != std::string::npos) {
+      throw CheckpointError(index, name,
+                            "the shard '" + shard_name + "' is not a plain file name in the index's folder");
+    }
+    shards[shard_name].push_back(name);
+  }
+  return shards;
+}
+
+/// Throws when `file` lacks a tensor that the index maps to it, or holds one that the index maps elsewhere.
+void check_shard(const fs::path& index, const std::string& shard, const SafetensorsFile& file,
+                 const std::vector<std::string>& names) {
+  for (const std::string& name : names) {
+    if (file.find(name) == nullptr) {
+      throw CheckpointError(index, name, "the index maps it to shard '" + shard + "', which has no such tensor");
+    }
+  }
+  if (file.tensors().size() != names.size()) {
+    const std::set<std::string_view> listed(names.begin(), names.end());
+    for (const TensorInfo& info : file.tensors()) {
+      if (listed.count(info.name) == 0) {
+        throw CheckpointError(
+            file.path(), info.name,
+            "the shard holds this tensor but the index " + index.string() + " does not map it to this shard");
+      }
+    }
+  }
+}
+
+}  // namespace
+
+Checkpoint Checkpoint::open_sharded(const std::filesystem::path& index, const std::filesystem::path& given) {
+  const std::map<std::string, std::vector<std::string>> shards = read_weight_map(index);
+  Checkpoint checkpoint;
+  checkpoint.path_ = given;
+  checkpoint.description_file_ = index;
+  checkpoint.files_.reserve(shards.size());
+  for (const auto& [shard, names] : shards) {
+    const fs::path shard_path = index.parent_path() / shard;
+    std::error_code error;
+    if (!fs::exists(shard_path, error)) {
+      throw CheckpointError(index, "",
+                            "the shard '" + shard + "' is missing: " + shard_path.string() + " does not exist");
+    }
+    SafetensorsFile file = SafetensorsFile::open(shard_path);
+    check_shard(index, shard, file, names);
+    checkpoint.files_.push_back(std::move(file));
+  }
+  for (std::size_t i = 0; i < checkpoint.files_.size(); ++i) {
+    for (const TensorInfo& info : checkpoint.files_[i].tensors()) {
+      checkpoint.tensors_.emplace(info.name, Location{i, &info});
+    }
+  }
+  return checkpoint;
+}
+
+std::vector<std::string_view> Checkpoint::names() const {
+  std::vector<std::string_view> names;
+  names.reserve(tensors_.size());
+  for (const auto& [name, location] : tensors_) names.emplace_back(name);
+  return names;
+}
+
+const TensorInfo* Checkpoint::find(std::string_view name) const noexcept {
+  const auto it = tensors_.find(name);
+  return it == tensors_.end() ? nullptr : it->second.info;
+}
+
+const TensorInfo& Checkpoint::tensor(std::string_view name) const {
+  const TensorInfo* info = find(name);
+  if (info == nullptr) {
+    throw CheckpointError(description_file_, std::string(name),
+                          "no such tensor in the checkpoint (" + std::to_string(tensors_.size()) + " tensors in " +
+                              std::to_string(files_.size()) + " file(s))");
+  }
+  return *info;
+}
+
+const TensorInfo& Checkpoint::require(std::string_view name, std::span<const DType> allowed,
+                                      std::span<const std::int64_t> shape) const {
+  const TensorInfo& info = tensor(name);
+  check_required(file_of(info).path(), info, allowed, shape);
+  return info;
+}
+
+const SafetensorsFile& Checkpoint::file_of(const TensorInfo& info) const {
+  const auto it = tensors_.find(info.name);
+  if (it == tensors_.end() || it->second.info != &info) {
+    throw UsageError("Checkpoint::file_of: the TensorInfo of '" + info.name + "' is not one of the tensors of " +
+                     path_.string());
+  }
+  return files_[it->second.file];
+}
+
+std::span<const std::byte> Checkpoint::data(const TensorInfo& info) const { return file_of(info).data(info); }
+
+// ---------------------------------------------------------------------------------------------------------------
+// Writer
+
+namespace {
+
+/// The header JSON for `tensors` laid out contiguously in order, padded with spaces to a multiple of 8 bytes.
+std::string build_header(const fs::path& path, std::span<const TensorToWrite> tensors,
+                         const std::map<std::string, std::string>& metadata) {
+  json header = json::object();
+  if (!metadata.empty()) header[std::string(kMetadataKey)] = metadata;
+  std::set<std::string_view> seen;
+  std::uint64_t offset = 0;
+  for (const TensorToWrite& tensor : tensors) {
+    if (tensor.name == kMetadataKey) {
+      throw CheckpointError(path, tensor.name, "the name is reserved for the file's metadata");
+    }
+    if (!seen.insert(tensor.name).second) throw CheckpointError(path, tensor.name, "the name appears twice");
+    const std::optional<std::size_t> bytes = checked_byte_size(tensor.shape, dtype_size(tensor.dtype));
+    const std::string type_text = std::string(dtype_name(tensor.dtype)) + " " + format_shape(tensor.shape);
+    if (!bytes.has_value()) {
+      throw CheckpointError(path, tensor.name, "the shape " + type_text + " has a negative dim or overflows 64 bits");
+    }
+    if (*bytes != tensor.data.size()) {
+      throw CheckpointError(path, tensor.name,
+                            "expected " + std::to_string(*bytes) + " bytes of data for " + type_text + ", found " +
+                                std::to_string(tensor.data.size()));
+    }
+    header[tensor.name] = {
+        {"dtype", dtype_name(tensor.dtype)}, {"shape", tensor.shape}, {"data_offsets", {offset, offset + *bytes}}};
+    offset += *bytes;
+  }
+  std::string text;
+  try {
+    text = header.dump();
+  } catch (const json::exception& e) {
+    throw CheckpointError(path, "", std::string("a tensor name or metadata string is not valid UTF-8: ") + e.what());
+  }
+  text.append((kLengthBytes - text.size() % kLengthBytes) % kLengthBytes, ' ');
+  return text;
+}
+
+void write_all(int fd, const char* bytes, std::size_t size, const fs::path& path) {
+  while (size > 0) {
+    const ssize_t written = ::write(fd, bytes, size);
+    if (written < 0) {
+      if (errno == EINTR) continue;
+      throw CheckpointError(path, "", "cannot write: " + detail::errno_text(errno));
+    }
+    bytes += written;
+    size -= static_cast<std::size_t>(written);
+  }
+}
+
+/// Removes a temporary file unless dismissed.
+class RemoveOnFailure {
+ public:
+  explicit RemoveOnFailure(fs::path path) : path_(std::move(path)) {}
+  RemoveOnFailure(const RemoveOnFailure&) = delete;
+  RemoveOnFailure& operator=(const RemoveOnFailure&) = delete;
+  ~RemoveOnFailure() {
+    if (armed_) ::unlink(path_.c_str());
+  }
+  void dismiss() noexcept { armed_ = false; }
+
+ private:
+  fs::path path_;
+  bool armed_ = true;
+};
+
+}  // namespace
+
+void write_safetensors(const std::filesystem::path& path, std::span<const TensorToWrite> tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  const std::string header = build_header(path, tensors, metadata);
+  fs::path temporary = path;
+  temporary += ".tmp";
+  FdGuard fd(::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (fd.get() < 0) throw CheckpointError(temporary, "", "cannot create: " + detail::errno_text(errno));
+  RemoveOnFailure cleanup(temporary);
+  const std::array<char, kLengthBytes> length = le_u64_bytes(header.size());
+  write_all(fd.get(), length.data(), length.size(), temporary);
+  write_all(fd.get(), header.data(), header.size(), temporary);
+  for (const TensorToWrite& tensor : tensors) {
+    write_all(fd.get(), reinterpret_cast<const char*>(tensor.data.data()), tensor.data.size(), temporary);
+  }
+  if (::fsync(fd.get()) != 0) throw CheckpointError(temporary, "", "cannot flush: " + detail::errno_text(errno));
+  if (fd.close() != 0) throw CheckpointError(temporary, "", "cannot close: " + detail::errno_text(errno));
+  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
+    throw CheckpointError(path, "", "cannot rename " + temporary.string() + " to it: " + detail::errno_text(errno));
+  }
+  cleanup.dismiss();
+}
+
+}  // namespace lazygraph::nn
