@@ -8,8 +8,12 @@
 /// \namespace lazygraph::nn
 /// Model building blocks and models over lazygraph's graphs: see docs/nn.md for the exact math.
 
+#include "lazygraph/nn/checkpoint.hpp"
 #include "lazygraph/nn/decoder.hpp"
+#include "lazygraph/nn/decoder_tensors.hpp"
 #include "lazygraph/nn/kernels.hpp"
+#include "lazygraph/nn/llama_config.hpp"
 #include "lazygraph/nn/mlp.hpp"
 #include "lazygraph/nn/random_weights.hpp"
 #include "lazygraph/nn/reference.hpp"
+#include "lazygraph/nn/safetensors.hpp"

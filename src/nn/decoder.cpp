@@ -32,9 +32,8 @@ std::size_t DecoderConfig::weight_bytes() const {
 }
 
 DecoderWeights DecoderWeights::generate(const Stream& stream, const Kernels& kernels, const DecoderConfig& c) {
-  return assemble_decoder_weights(c, [&](const DecoderTensor& t) {
-    return device_tensor(stream, kernels.fill_uniform, c.seed, t.seeded);
-  });
+  return assemble_decoder_weights(
+      c, [&](const DecoderTensor& t) { return device_tensor(stream, kernels.fill_uniform, c.seed, t.seeded); });
 }
 
 namespace {

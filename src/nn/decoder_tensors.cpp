@@ -15,8 +15,8 @@ std::vector<DecoderTensor> decoder_tensors(const DecoderConfig& c) {
   using Role = DecoderTensorRole;
   std::vector<DecoderTensor> out;
   const auto matrix = [&](std::string name, Role role, int layer, int rows, int cols, std::uint32_t id) {
-    out.push_back({std::move(name), role, layer, rows, cols, matrix_spec(id, rows, cols),
-                   role == Role::wq || role == Role::wk});
+    out.push_back(
+        {std::move(name), role, layer, rows, cols, matrix_spec(id, rows, cols), role == Role::wq || role == Role::wk});
   };
   const auto gain = [&](std::string name, Role role, int layer, std::uint32_t id) {
     out.push_back({std::move(name), role, layer, 1, c.d, gain_spec(id, c.d), false});

@@ -67,8 +67,7 @@ TEST_CASE("seeded weights follow the README's formula and test vector") {
 TEST_CASE("a decoder config with heads not a multiple of kv_heads is rejected, naming both") {
   lazygraph::nn::DecoderConfig c = small_decoder();
   c.kv_heads = 3;
-  CHECK_THROWS_WITH_AS(c.validate(), doctest::Contains("heads (4) must be a multiple of kv_heads (3)"),
-                       lg::UsageError);
+  CHECK_THROWS_WITH_AS(c.validate(), doctest::Contains("heads (4) must be a multiple of kv_heads (3)"), lg::UsageError);
   c.kv_heads = 2;
   CHECK_NOTHROW(c.validate());
   CHECK(c.kv_dim() == 64);

@@ -1,0 +1,86 @@
+#pragma once
+/// \file
+/// Llama-style checkpoints for the Decoder, in Hugging Face's layout: a folder with config.json and safetensors
+/// weights (one file or shards), tensors named `model.layers.N.self_attn.q_proj.weight` and so on
+/// (decoder_tensors.hpp lists them). Opening one reads the config and checks every tensor's presence, dtype and
+/// shape on the host, before any GPU allocation; uploading converts to fp16 and reorders the q and k rows for
+/// the rope kernel while streaming through pinned staging buffers. Seeded weights can be written in the same
+/// layout, so the loader is tested round trip and against PyTorch.
+
+#include <cstddef>
+#include <filesystem>
+
+#include "lazygraph/nn/decoder.hpp"
+#include "lazygraph/nn/decoder_tensors.hpp"
+#include "lazygraph/nn/llama_config.hpp"
+#include "lazygraph/nn/safetensors.hpp"
+
+namespace lazygraph::nn {
+
+/// How a checkpoint becomes a decoder.
+struct LoadOptions {
+  /// Positions the KV cache holds; 0: the model's max_position_embeddings, at most 4096. \throws UsageError
+  /// (from DecoderCheckpoint::open) beyond max_position_embeddings.
+  int context = 0;
+  /// Print a progress bar on stderr while uploading checkpoints of at least `progress_from_bytes`.
+  bool progress = true;
+  /// The size from which uploads show progress.
+  std::size_t progress_from_bytes = std::size_t{256} << 20U;
+  /// Bytes of each of the two pinned staging buffers the upload alternates between.
+  std::size_t staging_bytes = std::size_t{32} << 20U;
+  /// Launch the decoder's kernels early (DecoderConfig::early_launch).
+  bool early_launch = true;
+};
+
+/// A checkpoint folder, checked against the decoder it describes. Holds the safetensors files mapped.
+class DecoderCheckpoint {
+ public:
+  /// Reads `directory`/config.json and the safetensors weights, and checks, without touching the GPU, that the
+  /// config is one the kernels run and that every tensor of decoder_tensors() is present with dtype F16, BF16 or
+  /// F32 and its shape (the LM head may be missing when the config ties it to the embedding).
+  /// \throws CheckpointError naming the file, the tensor and what was expected; UsageError for options.context
+  ///         beyond the model's max_position_embeddings.
+  [[nodiscard]] static DecoderCheckpoint open(const std::filesystem::path& directory, const LoadOptions& options = {});
+
+  /// The decoder the checkpoint describes (seed unused).
+  [[nodiscard]] const DecoderConfig& config() const noexcept { return config_; }
+  /// The config.json it was read from.
+  [[nodiscard]] const LlamaConfig& llama_config() const noexcept { return llama_; }
+  /// The safetensors files.
+  [[nodiscard]] const Checkpoint& weights() const noexcept { return weights_; }
+  /// The tensor each decoder weight is read from, in decoder_tensors() order.
+  [[nodiscard]] const std::vector<const TensorInfo*>& sources() const noexcept { return sources_; }
+  /// Bytes the upload writes to the device (fp16).
+  [[nodiscard]] std::size_t device_bytes() const noexcept { return device_bytes_; }
+
+  /// Allocates the weights on `stream`'s device and uploads them as fp16 through pinned staging, waiting for
+  /// the copies before it returns. BF16 and F32 values are rounded to the nearest fp16.
+  /// \throws CheckpointError naming the tensor and the value when one is not finite in fp16 (nothing stays
+  ///         allocated then); CudaError when the device runs out of memory.
+  [[nodiscard]] DecoderWeights upload(const Stream& stream) const;
+
+ private:
+  DecoderCheckpoint(LlamaConfig llama, DecoderConfig config, Checkpoint weights, LoadOptions options);
+
+  LlamaConfig llama_;
+  DecoderConfig config_;
+  Checkpoint weights_;
+  LoadOptions options_;
+  std::vector<DecoderTensor> tensors_;
+  std::vector<const TensorInfo*> sources_;
+  std::size_t device_bytes_ = 0;
+};
+
+/// A Decoder with a checkpoint's weights: DecoderCheckpoint::open, then upload.
+/// \throws as DecoderCheckpoint::open and upload do.
+Decoder load_decoder(const Stream& stream, const KernelLibrary& library, const std::filesystem::path& directory,
+                     const LoadOptions& options = {});
+
+/// Writes the seeded weights of `config` (docs/nn.md) as a checkpoint folder in Hugging Face's layout:
+/// config.json and model.safetensors, tensors in `dtype` (F16 and F32 hold the seeded fp16 values exactly, BF16
+/// rounds them to its 8-bit mantissa), q and k rows in rotate-half order. Runs on the host; the folder is created.
+/// \throws UsageError for an invalid config or another dtype; CheckpointError when writing fails.
+void save_seeded_checkpoint(const std::filesystem::path& directory, const DecoderConfig& config,
+                            DType dtype = DType::f16);
+
+}  // namespace lazygraph::nn

@@ -1,0 +1,275 @@
+#include "lazygraph/nn/checkpoint.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+namespace lazygraph::nn {
+
+namespace {
+
+constexpr DType kLoadable[] = {DType::f16, DType::bf16, DType::f32};
+
+/// The decoder config.json describes, for a KV cache of `context` positions (0: the model's, at most 4096).
+DecoderConfig decoder_config(const LlamaConfig& l, int context, const std::filesystem::path& file, bool early_launch) {
+  const auto refuse = [&](const std::string& why) {
+    throw CheckpointError(file, "", "lazygraph's decoder cannot run this model: " + why);
+  };
+  if (l.head_dimension() * l.num_attention_heads != l.hidden_size) {
+    refuse("head_dim (" + std::to_string(l.head_dimension()) + ") times num_attention_heads (" +
+           std::to_string(l.num_attention_heads) + ") must equal hidden_size (" + std::to_string(l.hidden_size) + ")");
+  }
+  if (context > l.max_position_embeddings) {
+    throw UsageError("LoadOptions::context (" + std::to_string(context) + ") is beyond the model's " +
+                     "max_position_embeddings (" + std::to_string(l.max_position_embeddings) + ") in " + file.string());
+  }
+  if (context < 0) throw UsageError("LoadOptions::context (" + std::to_string(context) + ") is negative");
+  DecoderConfig c;
+  c.d = l.hidden_size;
+  c.heads = l.num_attention_heads;
+  c.kv_heads = l.num_key_value_heads;
+  c.layers = l.num_hidden_layers;
+  c.ffn = l.intermediate_size;
+  c.vocab = l.vocab_size;
+  c.context = context > 0 ? context : std::min(l.max_position_embeddings, 4096);
+  c.theta = static_cast<float>(l.rope_theta);
+  c.eps = static_cast<float>(l.rms_norm_eps);
+  c.early_launch = early_launch;
+  try {
+    c.validate();
+  } catch (const UsageError& e) {
+    refuse(e.what());
+  }
+  return c;
+}
+
+/// Element `i` of a tensor of `dtype` whose bytes start at `data`, as a float (unaligned reads).
+float element(const std::byte* data, DType dtype, std::size_t i) {
+  switch (dtype) {
+    case DType::f16: {
+      std::uint16_t bits = 0;
+      std::memcpy(&bits, data + 2 * i, 2);
+      return half{bits}.to_float();
+    }
+    case DType::bf16: {
+      std::uint16_t bits = 0;
+      std::memcpy(&bits, data + 2 * i, 2);
+      return bf16_to_float(bits);
+    }
+    default: {
+      float f = 0;
+      std::memcpy(&f, data + 4 * i, 4);
+      return f;
+    }
+  }
+}
+
+/// The progress bar on stderr: "loading DIR [#####.....]  52% 1.37 of 2.63 GB".
+class Progress {
+ public:
+  Progress(std::string what, std::size_t total, bool show) : what_(std::move(what)), total_(total), show_(show) {}
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
+  ~Progress() {
+    if (show_ && shown_ >= 0) std::fputc('\n', stderr);
+  }
+  void advance(std::size_t bytes) {
+    done_ += bytes;
+    if (!show_ || total_ == 0) return;
+    const int percent = static_cast<int>(100.0 * static_cast<double>(done_) / static_cast<double>(total_));
+    if (percent == shown_) return;
+    shown_ = percent;
+    const int filled = percent / 5;
+    std::fprintf(stderr, "\rloading %s [%s%s] %3d%% %.2f of %.2f GB", what_.c_str(), std::string(filled, '#').c_str(),
+                 std::string(20 - filled, '.').c_str(), percent, static_cast<double>(done_) / 1e9,
+                 static_cast<double>(total_) / 1e9);
+    std::fflush(stderr);
+  }
+
+ private:
+  std::string what_;
+  std::size_t total_;
+  std::size_t done_ = 0;
+  bool show_;
+  int shown_ = -1;
+};
+
+/// Two pinned buffers that uploads alternate between: one fills on the host while the other's copy runs.
+class Staging {
+ public:
+  Staging(const Stream& stream, std::size_t elements)
+      : stream_(stream),
+        buffers_{PinnedBuffer<half>(stream.device(), elements), PinnedBuffer<half>(stream.device(), elements)},
+        done_{Event(stream.device(), false), Event(stream.device(), false)} {}
+
+  /// A buffer free to fill (its previous copy has finished).
+  std::span<half> next() {
+    current_ = 1 - current_;
+    if (used_[current_]) done_[current_].synchronize();
+    return buffers_[current_].span();
+  }
+  /// Copies the first `n` elements of the buffer `next` gave to `dst`.
+  void copy(DeviceSpan<half> dst, std::size_t n) {
+    copy_async(stream_, dst, std::as_const(buffers_[current_]).span().subspan(0, n));
+    done_[current_].record(stream_);
+    used_[current_] = true;
+  }
+
+ private:
+  const Stream& stream_;
+  PinnedBuffer<half> buffers_[2];
+  Event done_[2];
+  bool used_[2] = {false, false};
+  int current_ = 1;
+};
+
+/// Uploads tensor `t` from `info` (in `weights`) into `out`, `rows_per_chunk` rows per staging buffer: fp16
+/// rows are copied, others converted (a value fp16 cannot hold is a CheckpointError), rope rows reordered.
+void upload_rows(const Checkpoint& weights, int head_dim, const DecoderTensor& t, const TensorInfo& info,
+                 DeviceBuffer<half>& out, std::size_t rows_per_chunk, Staging& buffers, Progress& progress) {
+  const std::byte* data = weights.data(info).data();
+  const auto cols = static_cast<std::size_t>(t.cols);
+  for (std::size_t row0 = 0; row0 < static_cast<std::size_t>(t.rows); row0 += rows_per_chunk) {
+    const std::size_t rows = std::min(rows_per_chunk, static_cast<std::size_t>(t.rows) - row0);
+    std::span<half> buffer = buffers.next();
+    for (std::size_t r = 0; r < rows; ++r) {
+      const int row = static_cast<int>(row0 + r);
+      const auto from = static_cast<std::size_t>(t.rope_rows ? rotate_half_row(row, head_dim) : row);
+      half* dst = buffer.data() + r * cols;
+      if (info.dtype == DType::f16) {
+        std::memcpy(dst, data + from * cols * 2, cols * 2);
+        continue;
+      }
+      for (std::size_t c = 0; c < cols; ++c) {
+        const float f = element(data, info.dtype, from * cols + c);
+        const half h = half::from_float(f);
+        if (std::isfinite(f) && !std::isfinite(h.to_float())) {
+          throw CheckpointError(weights.file_of(info).path(), info.name,
+                                "value " + std::to_string(f) + " at element " + std::to_string(from * cols + c) +
+                                    " does not fit in fp16 (largest 65504), which the decoder computes in");
+        }
+        dst[c] = h;
+      }
+    }
+    buffers.copy(out.view().subspan(row0 * cols, rows * cols), rows * cols);
+    progress.advance(rows * cols * sizeof(half));
+  }
+}
+
+}  // namespace
+
+DecoderCheckpoint::DecoderCheckpoint(LlamaConfig llama, DecoderConfig config, Checkpoint weights, LoadOptions options)
+    : llama_(std::move(llama)),
+      config_(config),
+      weights_(std::move(weights)),
+      options_(options),
+      tensors_(decoder_tensors(config_)) {
+  for (const DecoderTensor& t : tensors_) {
+    const std::vector<std::int64_t> shape = t.shape();
+    const bool tied =
+        t.role == DecoderTensorRole::lm_head && weights_.find(t.name) == nullptr && llama_.tie_word_embeddings;
+    sources_.push_back(&weights_.require(tied ? "model.embed_tokens.weight" : t.name, kLoadable, shape));
+    device_bytes_ += t.elements() * sizeof(half);
+  }
+}
+
+DecoderCheckpoint DecoderCheckpoint::open(const std::filesystem::path& directory, const LoadOptions& options) {
+  LlamaConfig llama = LlamaConfig::load(directory);
+  DecoderConfig config = decoder_config(llama, options.context, directory / "config.json", options.early_launch);
+  return DecoderCheckpoint(std::move(llama), config, Checkpoint::open(directory), options);
+}
+
+DecoderWeights DecoderCheckpoint::upload(const Stream& stream) const {
+  std::size_t widest = 1;
+  for (const DecoderTensor& t : tensors_) widest = std::max(widest, static_cast<std::size_t>(t.cols));
+  const std::size_t staging = std::max(options_.staging_bytes / sizeof(half), widest);
+  Staging buffers(stream, staging);
+  Progress progress(weights_.path().string(), device_bytes_,
+                    options_.progress && device_bytes_ >= options_.progress_from_bytes);
+  std::size_t index = 0;
+  DecoderWeights w = assemble_decoder_weights(config_, [&](const DecoderTensor& t) {
+    const TensorInfo& info = *sources_[index++];
+    DeviceBuffer<half> out(stream.device(), t.elements());
+    const auto cols = static_cast<std::size_t>(t.cols);
+    const std::size_t rows_per_chunk = staging / cols;
+    const auto drain = [&]() noexcept {  // copies still in flight read pinned memory and write `out`
+      try {
+        stream.synchronize();
+      } catch (...) {  // NOLINT(bugprone-empty-catch): the error that is already propagating matters more
+      }
+    };
+    try {
+      upload_rows(weights_, config_.head_dim(), t, info, out, rows_per_chunk, buffers, progress);
+    } catch (...) {
+      drain();
+      throw;
+    }
+    return out;
+  });
+  stream.synchronize();
+  return w;
+}
+
+Decoder load_decoder(const Stream& stream, const KernelLibrary& library, const std::filesystem::path& directory,
+                     const LoadOptions& options) {
+  const DecoderCheckpoint checkpoint = DecoderCheckpoint::open(directory, options);
+  return Decoder(stream, library, checkpoint.config(), checkpoint.upload(stream));
+}
+
+void save_seeded_checkpoint(const std::filesystem::path& directory, const DecoderConfig& config, DType dtype) {
+  if (dtype != DType::f16 && dtype != DType::bf16 && dtype != DType::f32) {
+    throw UsageError("save_seeded_checkpoint: dtype " + std::string(dtype_name(dtype)) +
+                     " is not one the loader reads (F16, BF16, F32)");
+  }
+  const std::vector<DecoderTensor> tensors = decoder_tensors(config);
+  std::vector<std::vector<std::byte>> bytes;
+  std::vector<TensorToWrite> out;
+  bytes.reserve(tensors.size());
+  for (const DecoderTensor& t : tensors) {
+    const std::vector<half> values = host_tensor(config.seed, t.seeded);
+    std::vector<std::byte>& b = bytes.emplace_back(values.size() * dtype_size(dtype));
+    const auto cols = static_cast<std::size_t>(t.cols);
+    for (int row = 0; row < t.rows; ++row) {
+      // Checkpoint row `to` holds interleaved row `row` (rotate_half_row maps the other way round).
+      const auto to = static_cast<std::size_t>(t.rope_rows ? rotate_half_row(row, config.head_dim()) : row);
+      for (std::size_t c = 0; c < cols; ++c) {
+        const half h = values[static_cast<std::size_t>(row) * cols + c];
+        std::byte* dst = b.data() + (to * cols + c) * dtype_size(dtype);
+        if (dtype == DType::f16) {
+          std::memcpy(dst, &h.bits, 2);
+        } else if (dtype == DType::bf16) {
+          const std::uint16_t v = float_to_bf16(h.to_float());
+          std::memcpy(dst, &v, 2);
+        } else {
+          const float f = h.to_float();
+          std::memcpy(dst, &f, 4);
+        }
+      }
+    }
+    out.push_back({t.name, dtype, t.shape(), b});
+  }
+  std::filesystem::create_directories(directory);
+  write_safetensors(directory / "model.safetensors", out, {{"format", "pt"}});
+  LlamaConfig llama;
+  llama.hidden_size = config.d;
+  llama.num_attention_heads = config.heads;
+  llama.num_key_value_heads = config.kv_head_count();
+  llama.num_hidden_layers = config.layers;
+  llama.intermediate_size = config.ffn;
+  llama.vocab_size = config.vocab;
+  llama.max_position_embeddings = config.context;
+  llama.rope_theta = config.theta;
+  llama.rms_norm_eps = config.eps;
+  llama.torch_dtype = dtype == DType::f16 ? "float16" : dtype == DType::bf16 ? "bfloat16" : "float32";
+  const std::filesystem::path file = directory / "config.json";
+  std::FILE* f = std::fopen(file.c_str(), "wb");
+  const std::string text = llama.to_json();
+  const bool ok = f != nullptr && std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  if (f != nullptr && std::fclose(f) != 0)
+    throw CheckpointError(file, "", "cannot write: " + std::string(std::strerror(errno)));
+  if (!ok) throw CheckpointError(file, "", "cannot write: " + std::string(std::strerror(errno)));
+}
+
+}  // namespace lazygraph::nn

@@ -1,0 +1,274 @@
+// Decoder checkpoints: writing seeded weights in Hugging Face's layout, and reading them back. Every bad input is
+// found by DecoderCheckpoint::open on the host (no GPU, nothing allocated); uploads and decoding run on the GPU.
+#include <doctest/doctest.h>
+
+#include <lazygraph/nn/checkpoint.hpp>
+#include <lazygraph/nn/reference.hpp>
+
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/gpu.hpp"
+
+using namespace lazygraph;
+using namespace lazygraph::nn;
+
+namespace {
+
+DecoderConfig small_gqa() {
+  DecoderConfig c;
+  c.d = 128;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.layers = 2;
+  c.ffn = 256;
+  c.vocab = 512;
+  c.context = 64;
+  c.seed = 77;
+  return c;
+}
+
+/// A tensor read back from a file, owning its bytes.
+struct OwnedTensor {
+  std::string name;
+  DType dtype;
+  std::vector<std::int64_t> shape;
+  std::vector<std::byte> bytes;
+};
+
+/// Rewrites `dir`/model.safetensors through `edit`, which may change, add or remove tensors.
+void rewrite(const std::filesystem::path& dir, const std::function<void(std::vector<OwnedTensor>&)>& edit) {
+  std::vector<OwnedTensor> tensors;
+  {
+    const SafetensorsFile file = SafetensorsFile::open(dir / "model.safetensors");
+    for (const TensorInfo& t : file.tensors()) {
+      const auto bytes = file.data(t);
+      tensors.push_back({t.name, t.dtype, t.shape, {bytes.begin(), bytes.end()}});
+    }
+  }
+  edit(tensors);
+  std::vector<TensorToWrite> out;
+  for (const OwnedTensor& t : tensors) out.push_back({t.name, t.dtype, t.shape, t.bytes});
+  write_safetensors(dir / "model.safetensors", out);
+}
+
+void rewrite_config(const std::filesystem::path& dir, const std::function<void(LlamaConfig&)>& edit) {
+  LlamaConfig c = LlamaConfig::load(dir);
+  edit(c);
+  std::ofstream(dir / "config.json") << c.to_json();
+}
+
+std::filesystem::path saved(const std::string& label, const DecoderConfig& c = small_gqa(), DType dtype = DType::f16) {
+  const auto dir = lgtest::scratch_directory(label);
+  save_seeded_checkpoint(dir, c, dtype);
+  return dir;
+}
+
+}  // namespace
+
+TEST_CASE("a saved seeded checkpoint opens as the decoder it was written from, GQA included") {
+  const DecoderConfig c = small_gqa();
+  const auto dir = saved("ckpt-roundtrip");
+  const DecoderCheckpoint ck = DecoderCheckpoint::open(dir);
+  const DecoderConfig& got = ck.config();
+  CHECK(got.d == c.d);
+  CHECK(got.heads == c.heads);
+  CHECK(got.kv_head_count() == 2);
+  CHECK(got.layers == c.layers);
+  CHECK(got.ffn == c.ffn);
+  CHECK(got.vocab == c.vocab);
+  CHECK(got.context == c.context);
+  CHECK(got.theta == c.theta);
+  CHECK(got.eps == c.eps);
+  CHECK(ck.llama_config().torch_dtype == "float16");
+  CHECK(ck.sources().size() == decoder_tensors(c).size());
+  CHECK(ck.device_bytes() == c.weight_bytes() + (static_cast<std::size_t>(c.vocab) - 1) * c.d * sizeof(half));
+}
+
+TEST_CASE("the q and k rows of a saved checkpoint are in rotate-half order, the other weights as they are") {
+  const DecoderConfig c = small_gqa();
+  const auto dir = saved("ckpt-rows");
+  const SafetensorsFile file = SafetensorsFile::open(dir / "model.safetensors");
+  const auto tensors = decoder_tensors(c);
+  for (const DecoderTensor& t : tensors) {
+    if (t.layer != 1) continue;
+    CAPTURE(t.name);
+    const std::vector<half> want = host_tensor(c.seed, t.seeded);
+    const auto bytes = file.data(file.tensor(t.name));
+    REQUIRE(bytes.size() == want.size() * 2);
+    int wrong = 0;
+    for (int row = 0; row < t.rows; ++row) {
+      const int stored = t.rope_rows ? rotate_half_row(row, c.head_dim()) : row;
+      CHECK(stored < t.rows);
+      std::uint16_t bits = 0;
+      for (int col = 0; col < t.cols; col += 17) {
+        std::memcpy(&bits, bytes.data() + 2 * (static_cast<std::size_t>(stored) * t.cols + col), 2);
+        wrong += bits != want[static_cast<std::size_t>(row) * t.cols + col].bits ? 1 : 0;
+      }
+    }
+    CHECK(wrong == 0);
+  }
+  // head_dim 32: row 2i + j of a head comes from row j * 16 + i of the checkpoint.
+  CHECK(rotate_half_row(0, 32) == 0);
+  CHECK(rotate_half_row(1, 32) == 16);
+  CHECK(rotate_half_row(2, 32) == 1);
+  CHECK(rotate_half_row(31, 32) == 31);
+  CHECK(rotate_half_row(32 + 3, 32) == 32 + 17);
+}
+
+TEST_CASE("a missing tensor is an error naming the checkpoint and the tensor") {
+  const auto dir = saved("ckpt-missing");
+  rewrite(dir, [](std::vector<OwnedTensor>& t) {
+    std::erase_if(t, [](const OwnedTensor& x) { return x.name == "model.layers.1.mlp.up_proj.weight"; });
+  });
+  CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(dir),
+                       doctest::Contains("tensor model.layers.1.mlp.up_proj.weight"), CheckpointError);
+  CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(dir), doctest::Contains(dir.string().c_str()), CheckpointError);
+}
+
+TEST_CASE("a tensor of the wrong shape or dtype is an error saying what was expected and found") {
+  const auto dir = saved("ckpt-shape");
+  rewrite(dir, [](std::vector<OwnedTensor>& t) {
+    for (OwnedTensor& x : t) {
+      if (x.name == "model.layers.0.self_attn.k_proj.weight") x.shape = {32, 256};  // 64 x 128 claimed otherwise
+    }
+  });
+  CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(dir), doctest::Contains("model.layers.0.self_attn.k_proj.weight"),
+                       CheckpointError);
+  CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(dir), doctest::Contains("[64, 128]"), CheckpointError);
+  CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(dir), doctest::Contains("[32, 256]"), CheckpointError);
+
+  const auto dir2 = saved("ckpt-dtype");
+  rewrite(dir2, [](std::vector<OwnedTensor>& t) {
+    for (OwnedTensor& x : t) {
+      if (x.name == "model.norm.weight") x.dtype = DType::i16;  // same size, wrong type
+    }
+  });
+  CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(dir2), doctest::Contains("tensor model.norm.weight"),
+                       CheckpointError);
+  CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(dir2), doctest::Contains("I16"), CheckpointError);
+}
+
+TEST_CASE("a truncated weights file is an error naming it") {
+  const auto dir = saved("ckpt-truncated");
+  const auto file = dir / "model.safetensors";
+  std::filesystem::resize_file(file, std::filesystem::file_size(file) - 100);
+  CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(dir), doctest::Contains(file.string().c_str()), CheckpointError);
+}
+
+TEST_CASE("a config the kernels cannot run is an error naming config.json and the reason") {
+  const auto dir = saved("ckpt-config");
+  rewrite_config(dir, [](LlamaConfig& c) {
+    c.hidden_size = 1000;  // head_dim 250: beyond the attention kernel's 128
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 4;
+  });
+  CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(dir), doctest::Contains("config.json"), CheckpointError);
+  CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(dir), doctest::Contains("cannot run this model"), CheckpointError);
+  CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(dir), doctest::Contains("head_dim (250)"), CheckpointError);
+  rewrite_config(dir, [](LlamaConfig& c) {
+    c.hidden_size = 128;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+    c.head_dim = 16;  // 4 heads of 16: the attention output would not be the model's width
+  });
+  CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(dir), doctest::Contains("must equal hidden_size (128)"),
+                       CheckpointError);
+  std::ofstream(dir / "config.json") << "{\"hidden_size\": 128}";
+  CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(dir), doctest::Contains("num_attention_heads"), CheckpointError);
+}
+
+TEST_CASE("a context beyond the model's max_position_embeddings is a UsageError naming both") {
+  const auto dir = saved("ckpt-context");
+  LoadOptions options;
+  options.context = 65;
+  CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(dir, options),
+                       doctest::Contains("context (65) is beyond the model's max_position_embeddings (64)"),
+                       UsageError);
+  options.context = 16;
+  CHECK(DecoderCheckpoint::open(dir, options).config().context == 16);
+}
+
+TEST_CASE("with tied embeddings a checkpoint without lm_head reads the LM head from the embedding") {
+  const auto dir = saved("ckpt-tied");
+  rewrite(dir, [](std::vector<OwnedTensor>& t) {
+    std::erase_if(t, [](const OwnedTensor& x) { return x.name == "lm_head.weight"; });
+  });
+  CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(dir), doctest::Contains("tensor lm_head.weight"), CheckpointError);
+  rewrite_config(dir, [](LlamaConfig& c) { c.tie_word_embeddings = true; });
+  const DecoderCheckpoint ck = DecoderCheckpoint::open(dir);
+  CHECK(ck.sources().back()->name == "model.embed_tokens.weight");
+}
+
+TEST_CASE("save_seeded_checkpoint refuses a dtype the loader does not read") {
+  CHECK_THROWS_WITH_AS(save_seeded_checkpoint(lgtest::scratch_directory("ckpt-i8"), small_gqa(), DType::i8),
+                       doctest::Contains("I8"), UsageError);
+}
+
+TEST_SUITE("gpu") {
+  TEST_CASE("a decoder loaded from a saved F16 checkpoint computes the seeded decoder's logits bit for bit") {
+    const DecoderConfig c = small_gqa();
+    const auto dir = saved("ckpt-gpu-f16");
+    LoadOptions options;
+    options.progress_from_bytes = 0;  // show the bar (on stderr) even for this small file
+    options.staging_bytes = 4096;     // many chunks: both staging buffers alternate
+    Decoder loaded = load_decoder(lgtest::stream(), lgtest::nn_kernels(), dir, options);
+    Decoder seeded(lgtest::stream(), lgtest::nn_kernels(), c);
+    int a = 3;
+    int b = 3;
+    for (int p = 0; p < 10; ++p) {
+      CAPTURE(p);
+      a = loaded.forward({a, p});
+      b = seeded.forward({b, p});
+      const std::vector<half> la = loaded.logits();
+      const std::vector<half> lb = seeded.logits();
+      std::size_t differ = 0;
+      for (std::size_t i = 0; i < la.size(); ++i) differ += la[i].bits != lb[i].bits ? 1 : 0;
+      CHECK(differ == 0);
+      REQUIRE(a == b);
+    }
+  }
+
+  TEST_CASE("a BF16 and an F32 checkpoint load, converted to fp16, and match float64") {
+    const DecoderConfig c = small_gqa();
+    for (const DType dtype : {DType::bf16, DType::f32}) {
+      CAPTURE(dtype_name(dtype));
+      const auto dir = saved("ckpt-gpu-convert", c, dtype);
+      Decoder loaded = load_decoder(lgtest::stream(), lgtest::nn_kernels(), dir);
+      DecoderReference reference(c);  // the fp16 seeded weights; bf16 rounds them further
+      int token = 11;
+      for (int p = 0; p < 4; ++p) {
+        const int next = loaded.forward({token, p});
+        const double err = relative_error(widen(loaded.logits()), reference.step(token, p));
+        CHECK(err < (dtype == DType::bf16 ? 5e-2 : 1e-2));
+        token = next;
+      }
+    }
+  }
+
+  TEST_CASE("a weight fp16 cannot hold fails the upload naming the tensor, and nothing stays allocated") {
+    const auto dir = saved("ckpt-gpu-range", small_gqa(), DType::f32);
+    rewrite(dir, [](std::vector<OwnedTensor>& t) {
+      for (OwnedTensor& x : t) {
+        if (x.name == "model.layers.1.mlp.down_proj.weight") {
+          const float big = 1e6F;
+          std::memcpy(x.bytes.data() + 4 * 1000, &big, 4);
+        }
+      }
+    });
+    const DecoderCheckpoint ck = DecoderCheckpoint::open(dir);  // the host check cannot see values
+    const LiveHandles before = live_handles();
+    CHECK_THROWS_WITH_AS((void)ck.upload(lgtest::stream()), doctest::Contains("model.layers.1.mlp.down_proj.weight"),
+                         CheckpointError);
+    CHECK_THROWS_WITH_AS((void)ck.upload(lgtest::stream()), doctest::Contains("does not fit in fp16"), CheckpointError);
+    const LiveHandles after = live_handles();
+    CHECK(after.device_allocations == before.device_allocations);
+    CHECK(after.device_bytes == before.device_bytes);
+    CHECK(after.pinned_allocations == before.pinned_allocations);
+    CHECK(after.pinned_bytes == before.pinned_bytes);
+    CHECK(after.events == before.events);
+  }
+}
