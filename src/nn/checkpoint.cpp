@@ -6,6 +6,8 @@
 #include <cstring>
 #include <string>
 
+#include <unistd.h>
+
 namespace lazygraph::nn {
 
 namespace {
@@ -66,25 +68,28 @@ float element(const std::byte* data, DType dtype, std::size_t i) {
   }
 }
 
-/// The progress bar on stderr: "loading DIR [#####.....]  52% 1.37 of 2.63 GB".
+/// The progress bar on stderr: "loading DIR [#####.....]  52% 1.37 of 2.63 GB", redrawn in place on a terminal;
+/// elsewhere (a log file) one such line per quarter.
 class Progress {
  public:
-  Progress(std::string what, std::size_t total, bool show) : what_(std::move(what)), total_(total), show_(show) {}
+  Progress(std::string what, std::size_t total, bool show)
+      : what_(std::move(what)), total_(total), show_(show), terminal_(isatty(fileno(stderr)) != 0) {}
   Progress(const Progress&) = delete;
   Progress& operator=(const Progress&) = delete;
   ~Progress() {
-    if (show_ && shown_ >= 0) std::fputc('\n', stderr);
+    if (show_ && terminal_ && shown_ >= 0) std::fputc('\n', stderr);
   }
   void advance(std::size_t bytes) {
     done_ += bytes;
     if (!show_ || total_ == 0) return;
-    const int percent = static_cast<int>(100.0 * static_cast<double>(done_) / static_cast<double>(total_));
+    int percent = static_cast<int>(100.0 * static_cast<double>(done_) / static_cast<double>(total_));
+    if (!terminal_) percent -= percent % 25;
     if (percent == shown_) return;
     shown_ = percent;
     const int filled = percent / 5;
-    std::fprintf(stderr, "\rloading %s [%s%s] %3d%% %.2f of %.2f GB", what_.c_str(), std::string(filled, '#').c_str(),
-                 std::string(20 - filled, '.').c_str(), percent, static_cast<double>(done_) / 1e9,
-                 static_cast<double>(total_) / 1e9);
+    std::fprintf(stderr, "%sloading %s [%s%s] %3d%% %.2f of %.2f GB%s", terminal_ ? "\r" : "", what_.c_str(),
+                 std::string(filled, '#').c_str(), std::string(20 - filled, '.').c_str(), percent,
+                 static_cast<double>(done_) / 1e9, static_cast<double>(total_) / 1e9, terminal_ ? "" : "\n");
     std::fflush(stderr);
   }
 
@@ -93,6 +98,7 @@ class Progress {
   std::size_t total_;
   std::size_t done_ = 0;
   bool show_;
+  bool terminal_;
   int shown_ = -1;
 };
 

@@ -123,7 +123,9 @@ TEST_SUITE("gpu") {
     const int cc = lgtest::device().compute_capability().as_int();
     const int arch = nvrtc_target_architecture(cc);
     const bool cubin = arch == cc;
-    const std::string key = KernelCache::key(source, {}, nvrtc_options(arch, cubin), nvrtc_version());
+    // Every set compiles with the core headers, so they are part of the key.
+    const std::string key =
+        KernelCache::key(source, core_kernel_headers(), nvrtc_options(arch, cubin), nvrtc_version());
     KernelCache::Entry garbage;
     garbage.is_cubin = cubin;
     garbage.image.assign(4096, 'x');
