@@ -177,6 +177,9 @@ TEST_CASE("dtype names and sizes match the safetensors format, and names parse b
   for (const DType dtype : kAllDTypes) CHECK(dtype_from_name(dtype_name(dtype)) == dtype);
   CHECK_FALSE(dtype_from_name("F8_E4M3").has_value());
   CHECK_FALSE(dtype_from_name("f32").has_value());
+  CHECK(parse_dtype("I16") == DType::i16);
+  check_error(checkpoint_error_of([] { (void)parse_dtype("F8_E5M2", "m.safetensors", "w"); }), "m.safetensors", "w",
+              "unknown dtype \"F8_E5M2\" (expected one of F16, BF16");
 }
 
 TEST_CASE("bf16 conversions round to nearest even, keep NaN, and are exact for every bf16 value") {
