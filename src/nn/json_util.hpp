@@ -73,7 +73,7 @@ inline nlohmann::json parse_json_strict(std::string_view text, const std::filesy
   }
   if (duplicate.has_value()) {
     if (duplicate_at_top && keys_are_tensors) {
-      throw CheckpointError(file, *duplicate, "the name appears twice in the " + std::string(what));
+      throw CheckpointError(file, *duplicate, "the name appears twice in " + std::string(what));
     }
     throw CheckpointError(file, "", std::string(what) + " has the key '" + *duplicate + "' twice in one object");
   }

@@ -18,8 +18,12 @@ class ConfigReader {
  public:
   ConfigReader(const json& root, const fs::path& source) : root_(root), source_(source) {}
 
+  /// Throws "file <source>: <problem>".
+  [[noreturn]] void fail(std::string_view problem) const { throw CheckpointError(source_, "", problem); }
+
+  /// Throws "file <source>: key '<key>' <problem>".
   [[noreturn]] void fail(std::string_view key, std::string_view problem) const {
-    throw CheckpointError(source_, "", "key '" + std::string(key) + "' " + std::string(problem));
+    fail("key '" + std::string(key) + "' " + std::string(problem));
   }
 
   /// The value of `key`, or nullptr when it is absent or null.
@@ -112,10 +116,9 @@ LlamaConfig LlamaConfig::parse(std::string_view json_text, const std::filesystem
   config.tie_word_embeddings = reader.boolean("tie_word_embeddings", config.tie_word_embeddings);
   config.hidden_act = reader.string("hidden_act", config.hidden_act);
   config.head_dim = reader.optional_positive_int("head_dim");
-  if (config.hidden_act != "silu")
-    reader.fail("hidden_act", "'" + config.hidden_act + "' is not supported (only silu)");
+  if (config.hidden_act != "silu") reader.fail("hidden_act '" + config.hidden_act + "' is not supported (only silu)");
   if (const json* scaling = reader.get("rope_scaling"); scaling != nullptr) {
-    reader.fail("rope_scaling", "is not supported, found " + detail::describe_json(*scaling));
+    reader.fail("rope_scaling is not supported (found " + detail::describe_json(*scaling) + ")");
   }
   check_shapes(config, reader);
   return config;

@@ -118,12 +118,7 @@ DType parse_entry_dtype(const json& entry, const HeaderContext& ctx, const std::
   if (!value.is_string()) {
     throw CheckpointError(ctx.file, tensor, "\"dtype\" must be a string, found " + detail::describe_json(value));
   }
-  const auto& name = value.get_ref<const std::string&>();
-  const std::optional<DType> dtype = dtype_from_name(name);
-  if (!dtype.has_value()) {
-    throw CheckpointError(ctx.file, tensor, "unknown dtype \"" + name + "\" (expected one of " + dtype_list() + ")");
-  }
-  return *dtype;
+  return parse_dtype(value.get_ref<const std::string&>(), ctx.file, tensor);
 }
 
 std::int64_t parse_dim(const json& dim, const HeaderContext& ctx, const std::string& tensor) {
@@ -265,6 +260,15 @@ std::optional<DType> dtype_from_name(std::string_view name) noexcept {
     if (entry.name == name) return entry.dtype;
   }
   return std::nullopt;
+}
+
+DType parse_dtype(std::string_view name, const std::filesystem::path& file, const std::string& tensor) {
+  const std::optional<DType> dtype = dtype_from_name(name);
+  if (!dtype.has_value()) {
+    throw CheckpointError(file, tensor,
+                          "unknown dtype \"" + std::string(name) + "\" (expected one of " + dtype_list() + ")");
+  }
+  return *dtype;
 }
 
 namespace {

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <span>
@@ -54,6 +55,11 @@ class CheckpointError : public Error {
   std::filesystem::path file_;
   std::string tensor_;
 };
+
+/// The DType named `name` (exactly as dtype_name spells it). Throws CheckpointError naming `file` and `tensor`
+/// (either may be empty) and listing the known names when `name` is none of them.
+[[nodiscard]] DType parse_dtype(std::string_view name, const std::filesystem::path& file = {},
+                                const std::string& tensor = {});
 
 /// Where one tensor lies in a safetensors file, and its type and shape.
 struct TensorInfo {

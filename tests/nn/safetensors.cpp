@@ -1,0 +1,662 @@
+// Host tests of lazygraph::nn's safetensors reader and writer: round trips, a hand-made file, one test per kind
+// of malformed input, and Checkpoint over single files and sharded folders.
+#include <doctest/doctest.h>
+
+#include <lazygraph/nn/safetensors.hpp>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+using namespace lazygraph::nn;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::mt19937 make_rng() {
+  std::random_device seed;
+  return std::mt19937(seed());
+}
+
+/// A fresh folder under the system's temp directory, removed with everything in it at scope exit.
+class TempDir {
+ public:
+  TempDir() {
+    std::mt19937 rng = make_rng();
+    for (;;) {
+      path_ =
+          fs::temp_directory_path() / ("lazygraph-nn-st-" + std::to_string(::getpid()) + "-" + std::to_string(rng()));
+      if (fs::create_directory(path_)) return;
+    }
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  ~TempDir() {
+    std::error_code ignored;
+    fs::remove_all(path_, ignored);
+  }
+  [[nodiscard]] const fs::path& path() const { return path_; }
+  [[nodiscard]] fs::path operator/(const std::string& name) const { return path_ / name; }
+
+ private:
+  fs::path path_;
+};
+
+/// `size` random bytes, never all zero (a read of zeroed memory must not pass for a correct read).
+std::vector<std::byte> random_bytes(std::mt19937& rng, std::size_t size) {
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::vector<std::byte> bytes(size);
+  for (std::byte& b : bytes) b = static_cast<std::byte>(byte(rng));
+  if (size > 0 && std::all_of(bytes.begin(), bytes.end(), [](std::byte b) { return b == std::byte{0}; })) {
+    bytes[0] = std::byte{1};
+  }
+  return bytes;
+}
+
+std::string le64(std::uint64_t value) {
+  std::string bytes(8, '\0');
+  for (char& b : bytes) {
+    b = static_cast<char>(value & 0xffU);
+    value >>= 8U;
+  }
+  return bytes;
+}
+
+void write_file(const fs::path& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  REQUIRE(out.good());
+}
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+/// A safetensors file made by hand: the length of `header`, `header`, then `data_bytes` bytes of 0x5a.
+std::string raw_safetensors(const std::string& header, std::size_t data_bytes) {
+  return le64(header.size()) + header + std::string(data_bytes, '\x5a');
+}
+
+/// The CheckpointError that `action` throws; fails the test when it throws nothing or another type.
+template <class Action>
+CheckpointError checkpoint_error_of(Action&& action) {
+  try {
+    action();
+  } catch (const CheckpointError& e) {
+    return e;
+  } catch (const std::exception& e) {
+    FAIL("expected a CheckpointError, got another exception: " << e.what());
+  }
+  FAIL("expected a CheckpointError, nothing was thrown");
+  throw std::logic_error("unreachable");
+}
+
+bool contains(std::string_view text, std::string_view part) { return text.find(part) != std::string_view::npos; }
+
+/// Checks that `error` names `file`, `tensor` (none when empty) and holds `fragment`.
+void check_error(const CheckpointError& error, const fs::path& file, const std::string& tensor,
+                 std::string_view fragment) {
+  INFO("message: " << std::string(error.what()));
+  CHECK(error.file() == file);
+  CHECK(error.tensor() == tensor);
+  CHECK(contains(error.what(), "file " + file.string()));
+  if (!tensor.empty()) CHECK(contains(error.what(), "tensor " + tensor + ":"));
+  CHECK(contains(error.what(), fragment));
+}
+
+/// Writes `bytes` as a file and checks that SafetensorsFile::open refuses it naming the file, `tensor` and
+/// `fragment`.
+void check_refused(const std::string& bytes, const std::string& tensor, std::string_view fragment) {
+  const TempDir dir;
+  const fs::path file = dir / "bad.safetensors";
+  write_file(file, bytes);
+  const CheckpointError error = checkpoint_error_of([&] { (void)SafetensorsFile::open(file); });
+  check_error(error, file, tensor, fragment);
+}
+
+/// A header holding one entry `name` -> `entry` (raw JSON text).
+std::string one_entry(const std::string& name, const std::string& entry) { return "{\"" + name + "\":" + entry + "}"; }
+
+struct OwnedTensor {
+  std::string name;
+  DType dtype;
+  std::vector<std::int64_t> shape;
+  std::vector<std::byte> bytes;
+};
+
+OwnedTensor random_tensor(std::mt19937& rng, std::string name, DType dtype, std::vector<std::int64_t> shape) {
+  std::size_t count = 1;
+  for (const std::int64_t dim : shape) count *= static_cast<std::size_t>(dim);
+  OwnedTensor tensor{std::move(name), dtype, std::move(shape), {}};
+  tensor.bytes = random_bytes(rng, count * dtype_size(dtype));
+  return tensor;
+}
+
+std::vector<TensorToWrite> views(const std::vector<OwnedTensor>& tensors) {
+  std::vector<TensorToWrite> out;
+  for (const OwnedTensor& t : tensors) out.push_back({t.name, t.dtype, t.shape, t.bytes});
+  return out;
+}
+
+void check_same(const SafetensorsFile& file, const OwnedTensor& expected) {
+  INFO("tensor " << expected.name);
+  const TensorInfo* info = file.find(expected.name);
+  REQUIRE(info != nullptr);
+  CHECK(info->dtype == expected.dtype);
+  CHECK(info->shape == expected.shape);
+  CHECK(info->bytes == expected.bytes.size());
+  const std::span<const std::byte> data = file.data(*info);
+  CHECK(std::equal(data.begin(), data.end(), expected.bytes.begin(), expected.bytes.end()));
+}
+
+const std::vector<DType> kAllDTypes = {DType::f16, DType::bf16, DType::f32, DType::f64, DType::i8,
+                                       DType::i16, DType::i32,  DType::i64, DType::u8,  DType::boolean};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------------------
+// DType and bf16
+
+TEST_CASE("dtype names and sizes match the safetensors format, and names parse back") {
+  CHECK(dtype_name(DType::bf16) == "BF16");
+  CHECK(dtype_name(DType::boolean) == "BOOL");
+  CHECK(dtype_size(DType::f16) == 2);
+  CHECK(dtype_size(DType::f64) == 8);
+  CHECK(dtype_size(DType::boolean) == 1);
+  for (const DType dtype : kAllDTypes) CHECK(dtype_from_name(dtype_name(dtype)) == dtype);
+  CHECK_FALSE(dtype_from_name("F8_E4M3").has_value());
+  CHECK_FALSE(dtype_from_name("f32").has_value());
+  CHECK(parse_dtype("I16") == DType::i16);
+  check_error(checkpoint_error_of([] { (void)parse_dtype("F8_E5M2", "m.safetensors", "w"); }), "m.safetensors", "w",
+              "unknown dtype \"F8_E5M2\" (expected one of F16, BF16");
+}
+
+TEST_CASE("bf16 conversions round to nearest even, keep NaN, and are exact for every bf16 value") {
+  CHECK(float_to_bf16(1.0F) == 0x3f80);
+  CHECK(float_to_bf16(-2.0F) == 0xc000);
+  CHECK(float_to_bf16(1.0F + 0x1p-8F) == 0x3f80);                     // halfway, even stays
+  CHECK(float_to_bf16(1.0F + 3 * 0x1p-8F) == 0x3f82);                 // halfway, rounds up to even
+  CHECK(float_to_bf16(1.0F + 0x1p-8F + 0x1p-20F) == 0x3f81);          // just above halfway
+  CHECK(float_to_bf16(std::numeric_limits<float>::max()) == 0x7f80);  // rounds to infinity
+  CHECK(float_to_bf16(std::numeric_limits<float>::infinity()) == 0x7f80);
+  CHECK(std::isnan(bf16_to_float(float_to_bf16(std::bit_cast<float>(0x7f800001U)))));  // payload only in low bits
+  CHECK(float_to_bf16(std::bit_cast<float>(0xffc00000U)) == 0xffc0);                   // sign kept
+  for (std::uint32_t bits = 0; bits <= 0xffffU; ++bits) {
+    const auto b = static_cast<std::uint16_t>(bits);
+    const float f = bf16_to_float(b);
+    if (std::isnan(f)) {
+      CHECK(std::isnan(bf16_to_float(float_to_bf16(f))));
+    } else if (float_to_bf16(f) != b) {
+      FAIL("bf16 " << bits << " does not round-trip");
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Round trips
+
+TEST_CASE("write_safetensors then SafetensorsFile::open round-trips every dtype and several shapes") {
+  std::mt19937 rng = make_rng();
+  const std::vector<std::vector<std::int64_t>> shapes = {{}, {7}, {3, 5}, {2, 3, 4}, {1, 1, 1, 1}, {0}, {4, 0, 2}};
+  std::vector<OwnedTensor> tensors;
+  for (std::size_t i = 0; i < kAllDTypes.size(); ++i) {
+    for (std::size_t j = 0; j < shapes.size(); ++j) {
+      const std::string name = "layers." + std::to_string(i) + "." + std::to_string(j) + ".weight";
+      tensors.push_back(random_tensor(rng, name, kAllDTypes[i], shapes[(i + j) % shapes.size()]));
+    }
+  }
+  std::shuffle(tensors.begin(), tensors.end(), rng);
+  const std::map<std::string, std::string> metadata = {{"format", "pt"}, {"note", "h\xc3\xa9llo"}};
+  const TempDir dir;
+  const fs::path path = dir / "model.safetensors";
+  const std::vector<TensorToWrite> to_write = views(tensors);
+  write_safetensors(path, to_write, metadata);
+  CHECK_FALSE(fs::exists(dir / "model.safetensors.tmp"));
+
+  const SafetensorsFile file = SafetensorsFile::open(path);
+  CHECK(file.path() == path);
+  CHECK(file.metadata() == metadata);
+  REQUIRE(file.tensors().size() == tensors.size());
+  for (const OwnedTensor& tensor : tensors) check_same(file, tensor);
+  CHECK(std::is_sorted(file.tensors().begin(), file.tensors().end(),
+                       [](const TensorInfo& a, const TensorInfo& b) { return a.offset < b.offset; }));
+
+  // The layout: an 8-byte length, a header padded to a multiple of 8, then the tensors contiguously in order.
+  const std::string raw = read_file(path);
+  std::uint64_t header_size = 0;
+  std::memcpy(&header_size, raw.data(), 8);  // the test host is little-endian
+  CHECK(header_size % 8 == 0);
+  std::size_t offset = 8 + header_size;
+  for (const OwnedTensor& tensor : tensors) {
+    CHECK(file.tensor(tensor.name).offset == offset);
+    offset += tensor.bytes.size();
+  }
+  CHECK(raw.size() == offset);
+  CHECK(file.file_size() == offset);
+}
+
+TEST_CASE("write_safetensors replaces an existing file, and an empty file of tensors is valid") {
+  std::mt19937 rng = make_rng();
+  const TempDir dir;
+  const fs::path path = dir / "w.safetensors";
+  write_file(path, "old contents");
+  const std::vector<OwnedTensor> tensors = {random_tensor(rng, "a", DType::bf16, {2, 2})};
+  write_safetensors(path, views(tensors));
+  check_same(SafetensorsFile::open(path), tensors[0]);
+  CHECK(SafetensorsFile::open(path).metadata().empty());
+
+  write_safetensors(path, {});
+  const SafetensorsFile empty = SafetensorsFile::open(path);
+  CHECK(empty.tensors().empty());
+  CHECK(empty.find("a") == nullptr);
+}
+
+TEST_CASE("a hand-written file is read byte-exactly") {
+  // Header 120 bytes; data: F32 w = [1.0, -2.0] at [0, 8), BF16 scalar b = 0.5 at [8, 10), 2 unused bytes.
+  const std::string header =
+      R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+      R"("b":{"shape":[],"dtype":"BF16","data_offsets":[8,10]},"__metadata__":{"format":"pt"}}  )";
+  const std::string data = std::string("\x00\x00\x80\x3f\x00\x00\x00\xc0", 8) + std::string("\x00\x3f\xee\xee", 4);
+  const TempDir dir;
+  const fs::path path = dir / "tiny.safetensors";
+  write_file(path, le64(header.size()) + header + data);
+
+  const SafetensorsFile file = SafetensorsFile::open(path);
+  REQUIRE(file.tensors().size() == 2);
+  CHECK(file.tensors()[0].name == "w");
+  CHECK(file.tensors()[1].name == "b");
+  CHECK(file.metadata() == std::map<std::string, std::string>{{"format", "pt"}});
+
+  const TensorInfo& w = file.tensor("w");
+  CHECK(w.dtype == DType::f32);
+  CHECK(w.shape == std::vector<std::int64_t>{2});
+  CHECK(w.offset == 8 + header.size());
+  CHECK(w.bytes == 8);
+  CHECK(w.element_count() == 2);
+  std::array<float, 2> values{};
+  std::memcpy(values.data(), file.data(w).data(), 8);
+  CHECK(values[0] == 1.0F);
+  CHECK(values[1] == -2.0F);
+
+  const TensorInfo& b = file.tensor("b");
+  CHECK(b.dtype == DType::bf16);
+  CHECK(b.shape.empty());
+  CHECK(b.element_count() == 1);
+  CHECK(b.offset == 8 + header.size() + 8);
+  std::uint16_t bits = 0;
+  std::memcpy(&bits, file.data(b).data(), 2);
+  CHECK(bf16_to_float(bits) == 0.5F);
+}
+
+TEST_CASE("SafetensorsFile is move-only and a moved-from one finds nothing") {
+  std::mt19937 rng = make_rng();
+  const TempDir dir;
+  const std::vector<OwnedTensor> tensors = {random_tensor(rng, "x", DType::i32, {3})};
+  write_safetensors(dir / "m.safetensors", views(tensors));
+  SafetensorsFile a = SafetensorsFile::open(dir / "m.safetensors");
+  const TensorInfo* info = a.find("x");
+  SafetensorsFile b = std::move(a);
+  CHECK(b.find("x") == info);  // the TensorInfo stays where it was
+  check_same(b, tensors[0]);
+  CHECK(a.find("x") == nullptr);  // NOLINT(bugprone-use-after-move): testing the moved-from state
+  CHECK(a.tensors().empty());     // NOLINT(bugprone-use-after-move)
+  a = std::move(b);
+  check_same(a, tensors[0]);
+  static_assert(!std::is_copy_constructible_v<SafetensorsFile>);
+  static_assert(!std::is_copy_assignable_v<SafetensorsFile>);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Lookups
+
+TEST_CASE("tensor() and require() name the file and tensor, and what was expected against what was found") {
+  std::mt19937 rng = make_rng();
+  const TempDir dir;
+  const fs::path path = dir / "r.safetensors";
+  const std::vector<OwnedTensor> tensors = {random_tensor(rng, "proj", DType::f32, {4, 2})};
+  write_safetensors(path, views(tensors));
+  const SafetensorsFile file = SafetensorsFile::open(path);
+
+  check_error(checkpoint_error_of([&] { (void)file.tensor("missing"); }), path, "missing", "no such tensor");
+  check_error(checkpoint_error_of([&] { (void)file.require("missing", {}, {}); }), path, "missing", "no such tensor");
+
+  const std::vector<DType> half_types = {DType::bf16, DType::f16};
+  const std::vector<std::int64_t> want = {4, 4};
+  check_error(checkpoint_error_of([&] { (void)file.require("proj", half_types, want); }), path, "proj",
+              "expected BF16 or F16 [4, 4], found F32 [4, 2]");
+  const std::vector<DType> f32 = {DType::f32};
+  check_error(checkpoint_error_of([&] { (void)file.require("proj", f32, want); }), path, "proj",
+              "expected F32 [4, 4], found F32 [4, 2]");
+  const std::vector<std::int64_t> right = {4, 2};
+  check_error(checkpoint_error_of([&] { (void)file.require("proj", half_types, right); }), path, "proj",
+              "expected BF16 or F16 [4, 2], found F32 [4, 2]");
+  CHECK(&file.require("proj", f32, right) == &file.tensor("proj"));
+  CHECK(&file.require("proj", {}, right) == &file.tensor("proj"));  // no dtypes given: any dtype
+
+  TensorInfo foreign = file.tensor("proj");
+  CHECK_THROWS_AS((void)file.data(foreign), lazygraph::UsageError);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Malformed files: each one is a CheckpointError naming the file (and the tensor where there is one)
+
+TEST_CASE("a file that cannot be opened is refused with the system's reason") {
+  const TempDir dir;
+  const fs::path missing = dir / "nope.safetensors";
+  check_error(checkpoint_error_of([&] { (void)SafetensorsFile::open(missing); }), missing, "",
+              "No such file or directory");
+  check_error(checkpoint_error_of([&] { (void)SafetensorsFile::open(dir.path()); }), dir.path(), "",
+              "not a regular file");
+}
+
+TEST_CASE("a file shorter than the 8-byte header length is refused") {
+  check_refused("", "", "the file is 0 bytes, shorter than the 8-byte header length");
+  check_refused("abc", "", "the file is 3 bytes");
+}
+
+TEST_CASE("a header length past the end of the file is refused") {
+  check_refused(le64(100) + "{}", "", "the header length is 100 bytes but only 2 follow");
+}
+
+TEST_CASE("an absurdly large header length is refused before anything else") {
+  check_refused(le64(200000000) + "{}", "", "more than the 100000000 allowed");
+  check_refused(le64(~std::uint64_t{0}) + "{}", "", "more than the 100000000 allowed");
+}
+
+TEST_CASE("a header that is not JSON, or not an object, is refused") {
+  check_refused(raw_safetensors("{\"a\": ", 0), "", "the header is not valid JSON");
+  check_refused(raw_safetensors("[1, 2]", 0), "", "the header must be a JSON object, found [1,2]");
+  check_refused(raw_safetensors("{\"a\":\"\xff\"}", 0), "", "the header is not valid JSON");  // not UTF-8
+}
+
+TEST_CASE("an entry that is not an object, or lacks dtype, shape or data_offsets, is refused") {
+  check_refused(raw_safetensors(one_entry("t", "3"), 0), "t", "the entry must be an object");
+  check_refused(raw_safetensors(one_entry("t", R"({"shape":[1],"data_offsets":[0,4]})"), 4), "t",
+                "the entry has no \"dtype\"");
+  check_refused(raw_safetensors(one_entry("t", R"({"dtype":"F32","data_offsets":[0,4]})"), 4), "t",
+                "the entry has no \"shape\"");
+  check_refused(raw_safetensors(one_entry("t", R"({"dtype":"F32","shape":[1]})"), 4), "t",
+                "the entry has no \"data_offsets\"");
+}
+
+TEST_CASE("entries with JSON values of the wrong type are refused") {
+  check_refused(raw_safetensors(one_entry("t", R"({"dtype":4,"shape":[1],"data_offsets":[0,4]})"), 4), "t",
+                "\"dtype\" must be a string, found 4");
+  check_refused(raw_safetensors(one_entry("t", R"({"dtype":"F32","shape":"1","data_offsets":[0,4]})"), 4), "t",
+                "\"shape\" must be an array of non-negative integers, found \"1\"");
+  check_refused(raw_safetensors(one_entry("t", R"({"dtype":"F32","shape":["1"],"data_offsets":[0,4]})"), 4), "t",
+                "shape dims must be non-negative integers, found \"1\"");
+  check_refused(raw_safetensors(one_entry("t", R"({"dtype":"F32","shape":[1],"data_offsets":[0]})"), 4), "t",
+                "\"data_offsets\" must be [begin, end], two non-negative integers, found [0]");
+  check_refused(raw_safetensors(one_entry("t", R"({"dtype":"F32","shape":[1],"data_offsets":[0,"4"]})"), 4), "t",
+                "found [0,\"4\"]");
+  check_refused(raw_safetensors(one_entry("t", R"({"dtype":"F32","shape":[1],"data_offsets":[-4,0]})"), 4), "t",
+                "found [-4,0]");
+  check_refused(raw_safetensors(one_entry("t", R"({"dtype":"F32","shape":[1],"data_offsets":[0,4,8]})"), 8), "t",
+                "found [0,4,8]");
+}
+
+TEST_CASE("negative and non-integer shape dims are refused") {
+  check_refused(raw_safetensors(one_entry("t", R"({"dtype":"F32","shape":[-2],"data_offsets":[0,8]})"), 8), "t",
+                "shape dims must be >= 0, found -2");
+  check_refused(raw_safetensors(one_entry("t", R"({"dtype":"F32","shape":[1.5],"data_offsets":[0,6]})"), 8), "t",
+                "shape dims must be non-negative integers, found 1.5");
+  check_refused(raw_safetensors(one_entry("t", R"({"dtype":"F32","shape":[2.0],"data_offsets":[0,8]})"), 8), "t",
+                "found 2.0");
+  check_refused(
+      raw_safetensors(one_entry("t", R"({"dtype":"U8","shape":[9223372036854775808],"data_offsets":[0,8]})"), 8), "t",
+      "shape dim 9223372036854775808 is larger than 2^63 - 1");
+}
+
+TEST_CASE("a shape whose byte size overflows 64 bits is refused") {
+  check_refused(
+      raw_safetensors(one_entry("t", R"({"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]})"), 8),
+      "t", "the byte size of F32 [4294967296, 4294967296] overflows 64 bits");
+}
+
+TEST_CASE("a byte size other than product(shape) * dtype size is refused") {
+  check_refused(raw_safetensors(one_entry("t", R"({"dtype":"F32","shape":[3],"data_offsets":[0,8]})"), 12), "t",
+                "expected 12 bytes for F32 [3], found data_offsets [0, 8] = 8 bytes");
+  check_refused(raw_safetensors(one_entry("t", R"({"dtype":"BF16","shape":[2,2],"data_offsets":[0,16]})"), 16), "t",
+                "expected 8 bytes for BF16 [2, 2]");
+}
+
+TEST_CASE("begin past end, and offsets past the end of the file, are refused") {
+  check_refused(raw_safetensors(one_entry("t", R"({"dtype":"F32","shape":[1],"data_offsets":[8,4]})"), 8), "t",
+                "data_offsets [8, 4]: begin is past end");
+  check_refused(raw_safetensors(one_entry("t", R"({"dtype":"F32","shape":[2],"data_offsets":[0,8]})"), 4), "t",
+                "data_offsets [0, 8] end past the data buffer of 4 bytes");
+  check_refused(
+      raw_safetensors(one_entry("t", R"({"dtype":"U8","shape":[1],"data_offsets":[18446744073709551615,0]})"), 4), "t",
+      "begin is past end");
+}
+
+TEST_CASE("overlapping tensors are refused, naming both; empty tensors overlap nothing") {
+  check_refused(raw_safetensors(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                                R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+                                12),
+                "b", "data_offsets [4, 12] overlap those of tensor 'a' [0, 8]");
+  check_refused(raw_safetensors(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                                R"("b":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})",
+                                8),
+                "b", "overlap those of tensor 'a'");
+
+  const TempDir dir;
+  const fs::path path = dir / "empty_inside.safetensors";
+  write_file(path, raw_safetensors(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                                   R"("z":{"dtype":"F32","shape":[0],"data_offsets":[4,4]}})",
+                                   8));
+  const SafetensorsFile file = SafetensorsFile::open(path);
+  CHECK(file.tensor("z").bytes == 0);
+  CHECK(file.data(file.tensor("z")).empty());
+}
+
+TEST_CASE("an unknown dtype is refused, listing the known ones") {
+  check_refused(raw_safetensors(one_entry("t", R"({"dtype":"F8_E4M3","shape":[1],"data_offsets":[0,1]})"), 1), "t",
+                "unknown dtype \"F8_E4M3\" (expected one of F16, BF16, F32, F64, I8, I16, I32, I64, U8, BOOL)");
+}
+
+TEST_CASE("duplicate tensor names and duplicate keys in an entry are refused") {
+  check_refused(raw_safetensors(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},)"
+                                R"("a":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}})",
+                                2),
+                "a", "the name appears twice in the header");
+  check_refused(raw_safetensors(one_entry("t", R"({"dtype":"U8","dtype":"I8","shape":[1],"data_offsets":[0,1]})"), 1),
+                "", "the header has the key 'dtype' twice in one object");
+}
+
+TEST_CASE("metadata that is not an object of strings is refused") {
+  check_refused(raw_safetensors(R"({"__metadata__":{"format":"pt","step":1000}})", 0), "",
+                "\"__metadata__\" value of key 'step' must be a string, found 1000");
+  check_refused(raw_safetensors(R"({"__metadata__":["pt"]})", 0), "",
+                "\"__metadata__\" must be an object of strings, found [\"pt\"]");
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Writer validation
+
+TEST_CASE("write_safetensors refuses bad tensors and leaves no file behind") {
+  std::mt19937 rng = make_rng();
+  const TempDir dir;
+  const fs::path path = dir / "out.safetensors";
+  const std::vector<std::byte> eight = random_bytes(rng, 8);
+  const auto refused = [&](std::vector<TensorToWrite> tensors, const std::string& tensor, std::string_view fragment) {
+    check_error(checkpoint_error_of([&] { write_safetensors(path, tensors); }), path, tensor, fragment);
+    CHECK_FALSE(fs::exists(path));
+    CHECK_FALSE(fs::exists(dir / "out.safetensors.tmp"));
+  };
+  refused({{"a", DType::f32, {3}, eight}}, "a", "expected 12 bytes of data for F32 [3], found 8");
+  refused({{"a", DType::f32, {2}, eight}, {"a", DType::u8, {8}, eight}}, "a", "the name appears twice");
+  refused({{"__metadata__", DType::u8, {8}, eight}}, "__metadata__", "reserved");
+  refused({{"a", DType::u8, {-8}, eight}}, "a", "has a negative dim");
+  refused({{"bad\xff", DType::u8, {8}, eight}}, "", "not valid UTF-8");
+
+  const fs::path nowhere = dir / "no_such_folder" / "x.safetensors";
+  fs::path nowhere_tmp = nowhere;
+  nowhere_tmp += ".tmp";
+  const std::vector<TensorToWrite> ok = {{"a", DType::u8, {8}, eight}};
+  check_error(checkpoint_error_of([&] { write_safetensors(nowhere, ok); }), nowhere_tmp, "",
+              "cannot create: No such file or directory");
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Checkpoint
+
+namespace {
+
+/// Writes `tensors` into shards of `dir` named in `shard_of` (tensor name -> shard file) and the index.
+void write_sharded(const TempDir& dir, const std::vector<OwnedTensor>& tensors,
+                   const std::map<std::string, std::string>& shard_of) {
+  std::map<std::string, std::vector<TensorToWrite>> shards;
+  for (const OwnedTensor& t : tensors) shards[shard_of.at(t.name)].push_back({t.name, t.dtype, t.shape, t.bytes});
+  for (const auto& [shard, list] : shards) write_safetensors(dir / shard, list);
+  std::string index = R"({"metadata":{"total_size":0},"weight_map":{)";
+  bool first = true;
+  for (const auto& [name, shard] : shard_of) {
+    index += (first ? "\"" : ",\"") + name + "\":\"" + shard + "\"";
+    first = false;
+  }
+  write_file(dir / "model.safetensors.index.json", index + "}}");
+}
+
+}  // namespace
+
+TEST_CASE("Checkpoint opens a single file and a folder holding model.safetensors") {
+  std::mt19937 rng = make_rng();
+  const TempDir dir;
+  const std::vector<OwnedTensor> tensors = {random_tensor(rng, "embed", DType::bf16, {16, 8}),
+                                            random_tensor(rng, "norm", DType::f32, {8})};
+  write_safetensors(dir / "model.safetensors", views(tensors));
+
+  for (const fs::path& given : {dir / "model.safetensors", dir.path()}) {
+    INFO("opened as " << given);
+    const Checkpoint checkpoint = Checkpoint::open(given);
+    CHECK(checkpoint.path() == given);
+    REQUIRE(checkpoint.files().size() == 1);
+    CHECK(checkpoint.files()[0].path() == dir / "model.safetensors");
+    CHECK(checkpoint.names() == std::vector<std::string_view>{"embed", "norm"});
+    for (const OwnedTensor& t : tensors) {
+      const TensorInfo& info = checkpoint.tensor(t.name);
+      CHECK(&checkpoint.file_of(info) == &checkpoint.files()[0]);
+      const std::span<const std::byte> data = checkpoint.data(info);
+      CHECK(std::equal(data.begin(), data.end(), t.bytes.begin(), t.bytes.end()));
+    }
+    CHECK(checkpoint.find("nothing") == nullptr);
+    check_error(checkpoint_error_of([&] { (void)checkpoint.tensor("nothing"); }), dir / "model.safetensors", "nothing",
+                "no such tensor in the checkpoint");
+  }
+}
+
+TEST_CASE("Checkpoint opens a sharded folder through its index, with lookups across shards") {
+  std::mt19937 rng = make_rng();
+  const TempDir dir;
+  const std::vector<OwnedTensor> tensors = {
+      random_tensor(rng, "model.embed_tokens.weight", DType::bf16, {32, 8}),
+      random_tensor(rng, "model.layers.0.mlp.up_proj.weight", DType::bf16, {16, 8}),
+      random_tensor(rng, "model.norm.weight", DType::f32, {8}),
+      random_tensor(rng, "lm_head.weight", DType::f16, {32, 8}),
+  };
+  const std::map<std::string, std::string> shard_of = {
+      {"model.embed_tokens.weight", "model-00001-of-00002.safetensors"},
+      {"model.layers.0.mlp.up_proj.weight", "model-00001-of-00002.safetensors"},
+      {"model.norm.weight", "model-00002-of-00002.safetensors"},
+      {"lm_head.weight", "model-00002-of-00002.safetensors"},
+  };
+  write_sharded(dir, tensors, shard_of);
+
+  const Checkpoint checkpoint = Checkpoint::open(dir.path());
+  CHECK(checkpoint.description_file() == dir / "model.safetensors.index.json");
+  REQUIRE(checkpoint.files().size() == 2);
+  CHECK(checkpoint.names().size() == 4);
+  for (const OwnedTensor& t : tensors) {
+    INFO("tensor " << t.name);
+    const TensorInfo& info = checkpoint.tensor(t.name);
+    CHECK(checkpoint.file_of(info).path() == dir / shard_of.at(t.name));
+    const std::span<const std::byte> data = checkpoint.data(info);
+    CHECK(std::equal(data.begin(), data.end(), t.bytes.begin(), t.bytes.end()));
+  }
+  const std::vector<DType> bf16 = {DType::bf16};
+  const std::vector<std::int64_t> shape = {8};
+  check_error(checkpoint_error_of([&] { (void)checkpoint.require("model.norm.weight", bf16, shape); }),
+              dir / "model-00002-of-00002.safetensors", "model.norm.weight", "expected BF16 [8], found F32 [8]");
+  const std::vector<std::int64_t> up_shape = {16, 8};
+  CHECK(checkpoint.require("model.layers.0.mlp.up_proj.weight", bf16, up_shape).bytes == 16 * 8 * 2);
+
+  // Moving the checkpoint keeps every TensorInfo where it was.
+  const TensorInfo* norm = checkpoint.find("model.norm.weight");
+  Checkpoint moved = Checkpoint::open(dir.path());
+  const TensorInfo* moved_norm = moved.find("model.norm.weight");
+  const Checkpoint target = std::move(moved);
+  CHECK(target.find("model.norm.weight") == moved_norm);
+  CHECK(&target.file_of(*moved_norm) == &target.files()[1]);
+  CHECK_THROWS_AS((void)target.file_of(*norm), lazygraph::UsageError);  // another checkpoint's TensorInfo
+}
+
+TEST_CASE("Checkpoint refuses bad paths, indexes and shards, naming the file at fault") {
+  std::mt19937 rng = make_rng();
+  const TempDir dir;
+  const fs::path index = dir / "model.safetensors.index.json";
+  const std::vector<OwnedTensor> tensors = {random_tensor(rng, "a", DType::f32, {2}),
+                                            random_tensor(rng, "b", DType::f32, {3})};
+
+  SUBCASE("a path that does not exist") {
+    check_error(checkpoint_error_of([&] { (void)Checkpoint::open(dir / "none"); }), dir / "none", "", "does not exist");
+  }
+  SUBCASE("a folder without model.safetensors or an index") {
+    check_error(checkpoint_error_of([&] { (void)Checkpoint::open(dir.path()); }), dir.path(), "",
+                "neither model.safetensors nor model.safetensors.index.json");
+  }
+  SUBCASE("a missing shard names the index and the shard") {
+    write_sharded(dir, tensors, {{"a", "s1.safetensors"}, {"b", "s2.safetensors"}});
+    fs::remove(dir / "s2.safetensors");
+    check_error(checkpoint_error_of([&] { (void)Checkpoint::open(dir.path()); }), index, "",
+                "the shard 's2.safetensors' is missing");
+  }
+  SUBCASE("a tensor of the index absent from its shard") {
+    write_sharded(dir, tensors, {{"a", "s1.safetensors"}, {"b", "s2.safetensors"}});
+    write_file(index, R"({"weight_map":{"a":"s1.safetensors","b":"s2.safetensors","c":"s2.safetensors"}})");
+    check_error(checkpoint_error_of([&] { (void)Checkpoint::open(dir.path()); }), index, "c",
+                "the index maps it to shard 's2.safetensors', which has no such tensor");
+  }
+  SUBCASE("a shard holding a tensor the index maps elsewhere or not at all") {
+    write_sharded(dir, tensors, {{"a", "s1.safetensors"}, {"b", "s1.safetensors"}});
+    write_file(index, R"({"weight_map":{"a":"s1.safetensors"}})");
+    check_error(checkpoint_error_of([&] { (void)Checkpoint::open(dir.path()); }), dir / "s1.safetensors", "b",
+                "does not map it to this shard");
+  }
+  SUBCASE("an index that is not JSON, lacks weight_map, or names a shard outside the folder") {
+    write_file(index, "{\"weight_map\": ");
+    check_error(checkpoint_error_of([&] { (void)Checkpoint::open(dir.path()); }), index, "",
+                "the index is not valid JSON");
+    write_file(index, R"({"metadata":{}})");
+    check_error(checkpoint_error_of([&] { (void)Checkpoint::open(dir.path()); }), index, "",
+                "the index must hold \"weight_map\"");
+    write_file(index, R"({"weight_map":{}})");
+    check_error(checkpoint_error_of([&] { (void)Checkpoint::open(dir.path()); }), index, "", "is empty");
+    write_file(index, R"({"weight_map":{"a":3}})");
+    check_error(checkpoint_error_of([&] { (void)Checkpoint::open(dir.path()); }), index, "a",
+                "must be a shard file name, found 3");
+    write_file(index, R"({"weight_map":{"a":"../x.safetensors"}})");
+    check_error(checkpoint_error_of([&] { (void)Checkpoint::open(dir.path()); }), index, "a", "not a plain file name");
+    write_file(index, R"({"weight_map":{"a":"s.safetensors","a":"s.safetensors"}})");
+    check_error(checkpoint_error_of([&] { (void)Checkpoint::open(dir.path()); }), index, "",
+                "the index has the key 'a' twice");
+  }
+  SUBCASE("a malformed shard is reported by the shard's name") {
+    write_sharded(dir, tensors, {{"a", "s1.safetensors"}, {"b", "s1.safetensors"}});
+    write_file(dir / "s1.safetensors", "short");
+    check_error(checkpoint_error_of([&] { (void)Checkpoint::open(dir.path()); }), dir / "s1.safetensors", "",
+                "the file is 5 bytes");
+  }
+}
