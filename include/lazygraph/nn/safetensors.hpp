@@ -26,7 +26,18 @@
 namespace lazygraph::nn {
 
 /// The element types of the safetensors format that lazygraph reads and writes.
-enum class DType { f16, bf16, f32, f64, i8, i16, i32, i64, u8, boolean };
+enum class DType {
+  f16,     ///< "F16": IEEE binary16
+  bf16,    ///< "BF16": bfloat16
+  f32,     ///< "F32"
+  f64,     ///< "F64"
+  i8,      ///< "I8"
+  i16,     ///< "I16"
+  i32,     ///< "I32"
+  i64,     ///< "I64"
+  u8,      ///< "U8"
+  boolean  ///< "BOOL", one byte
+};
 
 /// The size in bytes of one element of `dtype` (a boolean is one byte).
 [[nodiscard]] std::size_t dtype_size(DType dtype) noexcept;
@@ -91,7 +102,9 @@ class SafetensorsFile {
   /// Gaps between tensors are allowed.
   [[nodiscard]] static SafetensorsFile open(const std::filesystem::path& path);
 
+  /// Takes `other`'s mapping; `other` is left empty.
   SafetensorsFile(SafetensorsFile&& other) noexcept;
+  /// Unmaps this file and takes `other`'s mapping; `other` is left empty.
   SafetensorsFile& operator=(SafetensorsFile&& other) noexcept;
   SafetensorsFile(const SafetensorsFile&) = delete;
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;
@@ -145,7 +158,9 @@ class Checkpoint {
   /// or a shard holds a tensor that the index does not map to it.
   [[nodiscard]] static Checkpoint open(const std::filesystem::path& dir_or_file);
 
+  /// Takes the other's files; every TensorInfo keeps its address.
   Checkpoint(Checkpoint&&) noexcept = default;
+  /// Takes the other's files; every TensorInfo keeps its address.
   Checkpoint& operator=(Checkpoint&&) noexcept = default;
   Checkpoint(const Checkpoint&) = delete;
   Checkpoint& operator=(const Checkpoint&) = delete;
