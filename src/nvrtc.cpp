@@ -59,7 +59,7 @@ std::string nvrtc_version() {
 
 std::vector<std::string> nvrtc_options(int arch, bool cubin) {
   return {cubin ? "-arch=sm_" + std::to_string(arch) : "--gpu-architecture=compute_" + std::to_string(arch),
-          "--std=c++17", "-default-device"};
+          "--std=c++20", "-default-device"};
 }
 
 CompileResult nvrtc_compile(const KernelSource& source, std::span<const KernelSource> headers,

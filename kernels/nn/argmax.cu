@@ -1,7 +1,8 @@
-// The index of the largest of n fp16 logits, written to *out as an int (greedy sampling). Ties go to the lowest
-// index; NaNs never win; if every logit is NaN (or n == 0), *out = -1.
+// The index of the largest of n fp16 logits, written to out[b] as an int (greedy sampling), for each row
+// b = blockIdx.x of logits ([rows][n]). Ties go to the lowest index; NaNs never win; if every logit is NaN (or
+// n == 0), out[b] = -1.
 //
-// Launch: one block of 32 * k threads (k = 1..32), e.g. grid 1, block 1024.
+// Launch: one block of 32 * k threads (k = 1..32) per row: grid = the row count, e.g. block 1024.
 #include "lazygraph/half.cuh"
 #include "lazygraph/kernel_common.cuh"
 
@@ -31,6 +32,8 @@ __device__ __forceinline__ void warp_reduce_best(float& best, int& best_index) {
 
 extern "C" __global__ void argmax(const lg::half_t* logits, int* out, int n) {
   lg::early_launch_prologue();  // may be launched early (LaunchConfig::early_launch)
+  logits += static_cast<long long>(blockIdx.x) * n;
+  out += blockIdx.x;
   float best = 0.0f;
   int best_index = -1;
   auto consider = [&](float v, int i) {

@@ -1,22 +1,24 @@
-// Single-token attention over a KV cache (batch-1 decode), fp16 storage, fp32 arithmetic, with grouped-query
+// Attention of a batch of query vectors over KV caches, fp16 storage, fp32 arithmetic, with grouped-query
 // attention: n_heads query heads share n_kv_heads key/value heads, query head h reading kv head
 // h / (n_heads / n_kv_heads) (n_kv_heads == n_heads is ordinary multi-head attention, 1 is multi-query).
 //
-// Cache layout: k_cache and v_cache are [n_kv_heads][max_ctx][head_dim]; q and out are [n_heads][head_dim], k and
-// v [n_kv_heads][head_dim]. The position p is read from device memory, so a captured graph replays at whatever
-// position was last copied there; p must be in [0, max_ctx): the kernels trap otherwise rather than write or read
-// outside the cache.
+// Cache layout: k_cache and v_cache are [n_slots][n_kv_heads][max_ctx][head_dim], one slot per sequence. Row b of
+// the batch belongs to sequence slots[b] at position positions[b]: q and out are [batch][n_heads][head_dim], k and
+// v [batch][n_kv_heads][head_dim]. Decoding several sequences gives each row its own slot; a prompt's tokens
+// (prefill) are rows of one slot at consecutive positions, each attending up to its own position. Slots and
+// positions are read from device memory, so a captured graph replays with whatever was last copied there; a
+// position outside [0, max_ctx) or a slot outside [0, n_slots) traps rather than write or read outside the cache.
 //
-//   kv_append(k, v, k_cache, v_cache, position, n_kv_heads, head_dim, max_ctx)
-//     writes k and v at position p of every kv head.
-//     Launch: 1-D over n_kv_heads * head_dim, any grid and block (grid-stride), e.g. grid_for(n_kv_heads * head_dim,
-//     256).
+//   kv_append(k, v, k_cache, v_cache, positions, slots, n_kv_heads, head_dim, max_ctx, n_slots, batch)
+//     writes row b's k and v at position positions[b] of slot slots[b], every kv head.
+//     Launch: 1-D over batch * n_kv_heads * head_dim, any grid and block (grid-stride).
 //
-//   attention(q, k_cache, v_cache, out, position, n_heads, n_kv_heads, head_dim, max_ctx, scale)
-//     per head h, with g = h / (n_heads / n_kv_heads): s_j = scale * q_h . k_g[j] for j = 0..p,
-//     w = softmax(s) (max subtracted), out_h = sum_j w_j v_g[j]. n_heads must be a multiple of n_kv_heads.
-//     Launch: grid n_heads, block 32 * k threads (k = 1..32; 1024 puts the most of the cache in flight, since
-//     there are only n_heads blocks), dynamic shared memory max_ctx * sizeof(float) (the scores).
+//   attention(q, k_cache, v_cache, out, positions, slots, n_heads, n_kv_heads, head_dim, max_ctx, n_slots, scale)
+//     per row b and head h, with g = h / (n_heads / n_kv_heads), p = positions[b], c = slot slots[b]:
+//     s_j = scale * q_bh . k_cg[j] for j = 0..p, w = softmax(s) (max subtracted), out_bh = sum_j w_j v_cg[j].
+//     n_heads must be a multiple of n_kv_heads. Rows must be appended (kv_append) before any row attends.
+//     Launch: grid (n_heads, batch), block 32 * k threads (k = 1..32; 1024 puts the most of the cache in flight,
+//     since there are only n_heads blocks per row), dynamic shared memory max_ctx * sizeof(float) (the scores).
 //     Requires head_dim a multiple of 8 and at most 128, and q, the caches and out 16-byte aligned (traps else).
 //
 // Mapping: a position's head_dim halves are read as 16-byte chunks by a group of G lanes (G the power of two
@@ -34,29 +36,34 @@ constexpr int kPositionsInFlight = 4;  // independent cache loads per thread per
 }  // namespace
 
 extern "C" __global__ void kv_append(const lg::half_t* k, const lg::half_t* v, lg::half_t* k_cache, lg::half_t* v_cache,
-                                     const int* position, int n_kv_heads, int head_dim, int max_ctx) {
+                                     const int* positions, const int* slots, int n_kv_heads, int head_dim, int max_ctx,
+                                     int n_slots, int batch) {
   lg::early_launch_prologue();  // may be launched early (LaunchConfig::early_launch)
-  const int p = *position;
-  if (p < 0 || p >= max_ctx) __trap();
-  const long long n = static_cast<long long>(n_kv_heads) * head_dim;
-  for (long long e = lg::global_index(); e < n; e += lg::grid_stride()) {
-    const long long h = e / head_dim;
-    const long long d = e % head_dim;
-    const long long at = (h * max_ctx + p) * head_dim + d;
+  const long long row = static_cast<long long>(n_kv_heads) * head_dim;
+  for (long long e = lg::global_index(); e < batch * row; e += lg::grid_stride()) {
+    const long long b = e / row;
+    const int p = positions[b];
+    const int slot = slots[b];
+    if (p < 0 || p >= max_ctx || slot < 0 || slot >= n_slots) __trap();
+    const long long h = (e - b * row) / head_dim;
+    const long long d = (e - b * row) % head_dim;
+    const long long at = ((static_cast<long long>(slot) * n_kv_heads + h) * max_ctx + p) * head_dim + d;
     k_cache[at] = k[e];
     v_cache[at] = v[e];
   }
 }
 
 extern "C" __global__ void attention(const lg::half_t* q, const lg::half_t* k_cache, const lg::half_t* v_cache,
-                                     lg::half_t* out, const int* position, int n_heads, int n_kv_heads,
-                                     int head_dim, int max_ctx, float scale) {
+                                     lg::half_t* out, const int* positions, const int* slots, int n_heads,
+                                     int n_kv_heads, int head_dim, int max_ctx, int n_slots, float scale) {
   lg::early_launch_prologue();                 // may be launched early (LaunchConfig::early_launch)
   extern __shared__ float scores[];            // [max_ctx]
   __shared__ float warp_out[32][kMaxHeadDim];  // per-warp partial outputs
 
-  const int p = *position;
-  if (p < 0 || p >= max_ctx || head_dim % 8 != 0 || head_dim > kMaxHeadDim || n_kv_heads <= 0 ||
+  const int row = blockIdx.y;
+  const int p = positions[row];
+  const int slot = slots[row];
+  if (p < 0 || p >= max_ctx || slot < 0 || slot >= n_slots || head_dim % 8 != 0 || head_dim > kMaxHeadDim || n_kv_heads <= 0 ||
       n_heads % n_kv_heads != 0 || !lg::is_aligned16(q) ||
       !lg::is_aligned16(k_cache) || !lg::is_aligned16(v_cache) || !lg::is_aligned16(out)) {
     __trap();
@@ -78,7 +85,9 @@ extern "C" __global__ void attention(const lg::half_t* q, const lg::half_t* k_ca
   const int chunk = has_chunk ? sub : 0;
 
   const int kv_head = head / (n_heads / n_kv_heads);
-  const long long head_base = static_cast<long long>(kv_head) * max_ctx * head_dim;
+  const long long head_base = (static_cast<long long>(slot) * n_kv_heads + kv_head) * max_ctx * head_dim;
+  q += static_cast<long long>(row) * n_heads * head_dim;
+  out += static_cast<long long>(row) * n_heads * head_dim;
   const lg::half_t* k_head = k_cache + head_base + 8 * chunk;
   const lg::half_t* v_head = v_cache + head_base + 8 * chunk;
 

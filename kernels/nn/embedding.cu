@@ -1,14 +1,17 @@
-// Token embedding lookup: out[i] = table[*token * d + i] for i < d, fp16.
+// Token embedding lookup for a batch: out[b][i] = table[tokens[b] * d + i] for b < batch, i < d, fp16.
 //
-// The token is read from device memory, so a captured graph replays with whatever token was copied there
-// (or written by argmax) last. It is not checked against the table's row count, which the kernel cannot know.
+// The tokens are read from device memory, so a captured graph replays with whatever tokens were copied there
+// (or written by argmax) last. They are not checked against the table's row count, which the kernel cannot know.
 //
-// Launch: 1-D, any grid and block (grid-stride), e.g. grid_for(d, 256).
+// Launch: 1-D over batch * d, any grid and block (grid-stride), e.g. grid_for(batch * d, 256).
 #include "lazygraph/half.cuh"
 #include "lazygraph/kernel_common.cuh"
 
-extern "C" __global__ void embedding(const lg::half_t* table, const int* token, lg::half_t* out, int d) {
+extern "C" __global__ void embedding(const lg::half_t* table, const int* tokens, lg::half_t* out, int d, int batch) {
   lg::early_launch_prologue();  // may be launched early (LaunchConfig::early_launch)
-  const lg::half_t* row = table + static_cast<long long>(*token) * d;
-  for (long long i = lg::global_index(); i < d; i += lg::grid_stride()) out[i] = row[i];
+  const long long n = static_cast<long long>(batch) * d;
+  for (long long e = lg::global_index(); e < n; e += lg::grid_stride()) {
+    const long long b = e / d;
+    out[e] = table[static_cast<long long>(tokens[b]) * d + (e - b * d)];
+  }
 }

@@ -1,19 +1,24 @@
-// Matrix-vector products over fp16 row-major weights, fp32 accumulation: out[r] = sum_c W[r][c] * x[c].
-// Batch-1 decode is bound by reading the weights once, so these kernels are built to stream W at HBM speed.
+// Matrix-vector products over fp16 row-major weights, fp32 accumulation: out[b][r] = sum_c W[r][c] * x[b][c] for
+// each of `batch` vectors (1 to 8). Decode is bound by reading the weights once, so these kernels stream W at HBM
+// speed and multiply every weight chunk they load with all the batch's vectors: a step of 8 sequences reads the
+// weights once, not 8 times.
 //
-// Kernels (all pointers fp16 unless int; W is rows x cols, x has cols elements, outputs have rows):
-//   gemv(W, x, out, rows, cols)                         out = W x
-//   gemv_add(W, x, out, rows, cols)                     out += W x        (residual add fused, one rounding)
-//   gemv_dual(W1, W3, x, out1, out3, rows, cols)        out1 = W1 x, out3 = W3 x    (two weights, one x)
-//   gemv_swiglu(W1, W3, x, out, rows, cols)             out = silu(W1 x) * (W3 x)   (SwiGLU's first half)
-//   rms_norm_gemv(W, x, g, out, rows, cols, eps)        out = W (x / rms(x) * g)
-//   rms_norm_gemv_swiglu(W1, W3, x, g, out, rows, cols, eps)   out = silu(W1 h) * (W3 h), h = x / rms(x) * g
-// where rms(x) = sqrt(mean(x^2) + eps). The fused variants keep h in fp32 (they do not round it to fp16, so
+// Kernels (all pointers fp16 unless int; W is rows x cols, x is [batch][cols], outputs are [batch][rows]):
+//   gemv(W, x, out, rows, cols, batch)                         out = W x
+//   gemv_add(W, x, out, rows, cols, batch)                     out += W x        (residual add fused, one rounding)
+//   gemv_dual(W1, W3, x, out1, out3, rows, cols, batch)        out1 = W1 x, out3 = W3 x    (two weights, one x)
+//   gemv_swiglu(W1, W3, x, out, rows, cols, batch)             out = silu(W1 x) * (W3 x)   (SwiGLU's first half)
+//   rms_norm_gemv(W, x, g, out, rows, cols, eps, batch)        out = W (x / rms(x) * g)
+//   rms_norm_gemv_swiglu(W1, W3, x, g, out, rows, cols, eps, batch)   out = silu(W1 h) * (W3 h), h = x / rms(x) * g
+// where rms(x) = sqrt(mean(x^2) + eps), per vector. Each vector's result is bit-for-bit what a batch of 1 gives
+// for it (the same loads, in the same order, feed the same fp32 chains), so a prompt processed 8 tokens at a time
+// and one token at a time agree exactly. The batch is compiled in for 1, 2, 4 and 8 vectors; other counts run the
+// next larger variant with the extra vectors' loads re-reading the last vector and their results dropped. The fused variants keep h in fp32 (they do not round it to fp16, so
 // they are slightly more accurate than rms_norm followed by gemv) and apply 1/rms(x) to the fp32 dot product.
 //
 // Requirements (a kernel traps on a violation, which the next synchronisation reports as a launch failure):
-// cols is a multiple of 8 and W, W1, W3, x, g are 16-byte aligned (so is every row), because every load is a
-// 16-byte vector of 8 halves. Outputs have no alignment requirement. `out` must not alias W, x or g.
+// cols is a multiple of 8, batch is 1 to 8, and W, W1, W3, x, g are 16-byte aligned (so is every row), because
+// every load is a 16-byte vector of 8 halves. Outputs have no alignment requirement. `out` must not alias W, x or g.
 //
 // Launch: block (32, K, R) with K * R <= 8. The kernels declare __launch_bounds__(256, 3) (rms_norm_gemv: 2):
 // left to itself, ptxas 13 gave them 32 registers, too few to keep a thread's loads in flight; the bound lets it
@@ -47,14 +52,15 @@ using lg::half_t;
 /// Independent 16-byte weight loads in flight per lane and matrix, per step of the column loop.
 constexpr int loads_per_matrix(int matrices) { return 8 / matrices; }
 
-/// x as the kernel multiplies it: `load` fetches a chunk (kept packed while in flight, 4 registers), `expand`
-/// turns it into the 8 factors.
+/// x as the kernel multiplies it: `load` fetches vector b's chunk (kept packed while in flight, 4 registers),
+/// `expand` turns it into the 8 factors.
 struct PlainX {
   struct Raw {
     lg::Half8 x;
   };
   const half_t* x;
-  __device__ __forceinline__ Raw load(int chunk) const { return {lg::load_half8(x + 8LL * chunk)}; }
+  long long stride;  // elements between vectors: cols
+  __device__ __forceinline__ Raw load(int b, int chunk) const { return {lg::load_half8(x + b * stride + 8LL * chunk)}; }
   __device__ __forceinline__ static void expand(const Raw& r, float (&f)[8]) { lg::unpack_half8(r.x, f); }
 };
 
@@ -66,8 +72,9 @@ struct GainedX {
   };
   const half_t* x;
   const half_t* g;
-  __device__ __forceinline__ Raw load(int chunk) const {
-    return {lg::load_half8(x + 8LL * chunk), lg::load_half8(g + 8LL * chunk)};
+  long long stride;
+  __device__ __forceinline__ Raw load(int b, int chunk) const {
+    return {lg::load_half8(x + b * stride + 8LL * chunk), lg::load_half8(g + 8LL * chunk)};
   }
   __device__ __forceinline__ static void expand(const Raw& r, float (&f)[8]) {
     float gain[8];
@@ -80,29 +87,43 @@ struct GainedX {
 
 __device__ __forceinline__ float silu(float a) { return a / (1.0f + expf(-a)); }
 
-__device__ __forceinline__ bool shapes_supported(int cols, const void* a, const void* b, const void* c) {
-  return cols % 8 == 0 && lg::is_aligned16(a) && lg::is_aligned16(b) && lg::is_aligned16(c);
+__device__ __forceinline__ bool shapes_supported(int cols, int batch, const void* a, const void* b, const void* c) {
+  return cols % 8 == 0 && batch >= 1 && batch <= 8 && lg::is_aligned16(a) && lg::is_aligned16(b) &&
+         lg::is_aligned16(c);
 }
 
-/// 1/sqrt(mean(x^2) + eps) over x[0..n), computed by the whole block (every thread gets it).
-__device__ float block_inverse_rms(const half_t* x, int n, float eps) {
+/// 1/sqrt(mean(x_b^2) + eps) over x_b = x[b * n .. (b + 1) * n) for b < B (vectors past `batch` re-read the last
+/// one), computed by the whole block (every thread gets every value).
+template <int B>
+__device__ void block_inverse_rms(const half_t* x, int n, float eps, int batch, float (&inv)[B]) {
   const int threads = blockDim.x * blockDim.y * blockDim.z;
   const int tid = (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
-  float ss = 0.0f;
-  for (int chunk = tid; chunk < n / 8; chunk += threads) {
-    float f[8];
-    lg::load_float8(x + 8LL * chunk, f);
+  float ss[B];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) ss += f[i] * f[i];
+  for (int b = 0; b < B; ++b) ss[b] = 0.0f;
+  for (int chunk = tid; chunk < n / 8; chunk += threads) {
+#pragma unroll
+    for (int b = 0; b < B; ++b) {
+      float f[8];
+      lg::load_float8(x + static_cast<long long>(min(b, batch - 1)) * n + 8LL * chunk, f);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) ss[b] += f[i] * f[i];
+    }
   }
   // block_sum wants a 1-D block: reduce per warp, then across warps here.
-  __shared__ float partial[32];
-  ss = lg::warp_sum(ss);
-  if (tid % 32 == 0) partial[tid / 32] = ss;
-  __syncthreads();
+  __shared__ float partial[32][B];
   const int lane = tid % 32;
-  ss = lg::warp_sum(lane < threads / 32 ? partial[lane] : 0.0f);
-  return 1.0f / sqrtf(ss / static_cast<float>(n) + eps);
+#pragma unroll
+  for (int b = 0; b < B; ++b) {
+    ss[b] = lg::warp_sum(ss[b]);
+    if (lane == 0) partial[tid / 32][b] = ss[b];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int b = 0; b < B; ++b) {
+    const float total = lg::warp_sum(lane < threads / 32 ? partial[lane][b] : 0.0f);
+    inv[b] = 1.0f / sqrtf(total / static_cast<float>(n) + eps);
+  }
 }
 
 /// The start of every kernel here. Launched early (LaunchConfig::early_launch), the kernel arrives while the
@@ -132,13 +153,14 @@ __device__ __forceinline__ void prefetch_then_wait(const half_t* const (&w)[M], 
   lg::wait_for_prior_grids();
 }
 
-/// The shared core: for every row assigned to this thread's group, the M dot products W[m][row] . x, handed to
-/// `finish(row, acc)` on one thread of the group. `scale` multiplies every dot product.
-template <int M, class X, class Finish>
-__device__ __forceinline__ void gemv_rows(const half_t* const (&w)[M], const X& x, int rows, int cols, float scale,
-                                          Finish finish) {
+/// The shared core: for every row assigned to this thread's group, the M x B dot products W[m][row] . x_b,
+/// handed to `finish(row, acc)` on one thread of the group (acc[m][b]; vectors b >= batch hold garbage).
+/// `scale[b]` multiplies vector b's dot products.
+template <int M, int B, class X, class Finish>
+__device__ __forceinline__ void gemv_rows(const half_t* const (&w)[M], const X& x, int rows, int cols, int batch,
+                                          const float (&scale)[B], Finish finish) {
   constexpr int kLoads = loads_per_matrix(M);
-  __shared__ float group_partial[32][M];  // [group * K + warp][matrix], used when K > 1
+  __shared__ float group_partial[32][M][B];  // [group * K + warp][matrix][vector], used when K > 1
 
   const int lane = threadIdx.x;
   const int warp_in_group = threadIdx.y;  // 0..K-1
@@ -151,9 +173,12 @@ __device__ __forceinline__ void gemv_rows(const half_t* const (&w)[M], const X& 
 
   for (int row0 = blockIdx.x * groups; row0 < rows; row0 += gridDim.x * groups) {  // uniform over the block
     const int row = row0 + group;
-    float acc[M];
+    float acc[M][B];
 #pragma unroll
-    for (int m = 0; m < M; ++m) acc[m] = 0.0f;
+    for (int m = 0; m < M; ++m) {
+#pragma unroll
+      for (int b = 0; b < B; ++b) acc[m][b] = 0.0f;
+    }
 
     if (row < rows) {
       const half_t* w_row[M];
@@ -164,6 +189,8 @@ __device__ __forceinline__ void gemv_rows(const half_t* const (&w)[M], const X& 
         // Every load of the step first, then the arithmetic, so that all loads are in flight together. Loads
         // past the row's end re-read its last chunk (no branch around a load, which would serialise them) and
         // are then replaced by zeros; the per-chunk partial sums are independent chains.
+        // With several vectors, each vector's x chunk is loaded next to its use (x stays in L1), while all the
+        // weight loads of the step are in flight.
         lg::Half8 wv[M][kLoads];
         typename X::Raw xv[kLoads];
 #pragma unroll
@@ -171,106 +198,178 @@ __device__ __forceinline__ void gemv_rows(const half_t* const (&w)[M], const X& 
           const int chunk = min(base + u * stride, chunks - 1);
 #pragma unroll
           for (int m = 0; m < M; ++m) wv[m][u] = lg::load_half8_streaming(w_row[m] + 8LL * chunk);
-          xv[u] = x.load(chunk);
+          if (B == 1) xv[u] = x.load(0, chunk);
         }
 #pragma unroll
         for (int u = 0; u < kLoads; ++u) {
           const bool inside = base + u * stride < chunks;
-          float xf[8];
-          X::expand(xv[u], xf);
+          const int chunk = min(base + u * stride, chunks - 1);
+          float wf[M][8];
 #pragma unroll
-          for (int m = 0; m < M; ++m) {
-            float wf[8];
-            lg::unpack_half8(wv[m][u], wf);
-            float dot = wf[0] * xf[0];
+          for (int m = 0; m < M; ++m) lg::unpack_half8(wv[m][u], wf[m]);
 #pragma unroll
-            for (int i = 1; i < 8; ++i) dot = fmaf(wf[i], xf[i], dot);
-            acc[m] += inside ? dot : 0.0f;
+          for (int b = 0; b < B; ++b) {
+            float xf[8];
+            X::expand(B == 1 ? xv[u] : x.load(min(b, batch - 1), chunk), xf);
+#pragma unroll
+            for (int m = 0; m < M; ++m) {
+              float dot = wf[m][0] * xf[0];
+#pragma unroll
+              for (int i = 1; i < 8; ++i) dot = fmaf(wf[m][i], xf[i], dot);
+              acc[m][b] += inside ? dot : 0.0f;
+            }
           }
         }
       }
     }
 
 #pragma unroll
-    for (int m = 0; m < M; ++m) acc[m] = lg::warp_sum(acc[m]);
+    for (int m = 0; m < M; ++m) {
+#pragma unroll
+      for (int b = 0; b < B; ++b) acc[m][b] = lg::warp_sum(acc[m][b]);
+    }
     if (warps_per_group > 1) {  // uniform over the block
       if (lane == 0) {
 #pragma unroll
-        for (int m = 0; m < M; ++m) group_partial[group * warps_per_group + warp_in_group][m] = acc[m];
+        for (int m = 0; m < M; ++m) {
+#pragma unroll
+          for (int b = 0; b < B; ++b) group_partial[group * warps_per_group + warp_in_group][m][b] = acc[m][b];
+        }
       }
       __syncthreads();
       if (warp_in_group == 0 && lane == 0) {
         for (int k = 1; k < warps_per_group; ++k) {
 #pragma unroll
-          for (int m = 0; m < M; ++m) acc[m] += group_partial[group * warps_per_group + k][m];
+          for (int m = 0; m < M; ++m) {
+#pragma unroll
+            for (int b = 0; b < B; ++b) acc[m][b] += group_partial[group * warps_per_group + k][m][b];
+          }
         }
       }
       __syncthreads();  // the partials are read before the next row overwrites them
     }
     if (row < rows && warp_in_group == 0 && lane == 0) {
 #pragma unroll
-      for (int m = 0; m < M; ++m) acc[m] *= scale;
+      for (int m = 0; m < M; ++m) {
+#pragma unroll
+        for (int b = 0; b < B; ++b) acc[m][b] *= scale[b];
+      }
       finish(row, acc);
     }
   }
 }
 
+/// Runs `body.template operator()<B>()` with B the compiled batch (1, 2, 4 or 8) that covers `batch`.
+template <class Body>
+__device__ __forceinline__ void with_batch(int batch, Body body) {
+  if (batch <= 1) {
+    body.template operator()<1>();
+  } else if (batch <= 2) {
+    body.template operator()<2>();
+  } else if (batch <= 4) {
+    body.template operator()<4>();
+  } else {
+    body.template operator()<8>();
+  }
+}
+
+/// Ones: the scale of the kernels without a norm.
+template <int B>
+struct Ones {
+  float v[B];
+  __device__ __forceinline__ Ones() {
+#pragma unroll
+    for (int b = 0; b < B; ++b) v[b] = 1.0f;
+  }
+};
+
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(256, 3)
-    gemv(const half_t* W, const half_t* x, half_t* out, int rows, int cols) {
-  if (!shapes_supported(cols, W, x, x)) __trap();
+    gemv(const half_t* W, const half_t* x, half_t* out, int rows, int cols, int batch) {
+  if (!shapes_supported(cols, batch, W, x, x)) __trap();
   const half_t* w[1] = {W};
   prefetch_then_wait(w, rows, cols);
-  gemv_rows<1>(w, PlainX{x}, rows, cols, 1.0f, [&](int row, const float(&acc)[1]) { out[row] = lg::to_half(acc[0]); });
-}
-
-extern "C" __global__ void __launch_bounds__(256, 3)
-    gemv_add(const half_t* W, const half_t* x, half_t* out, int rows, int cols) {
-  if (!shapes_supported(cols, W, x, x)) __trap();
-  const half_t* w[1] = {W};
-  prefetch_then_wait(w, rows, cols);
-  gemv_rows<1>(w, PlainX{x}, rows, cols, 1.0f,
-               [&](int row, const float(&acc)[1]) { out[row] = lg::to_half(lg::to_float(out[row]) + acc[0]); });
-}
-
-extern "C" __global__ void __launch_bounds__(256, 3)
-    gemv_dual(const half_t* W1, const half_t* W3, const half_t* x, half_t* out1, half_t* out3, int rows, int cols) {
-  if (!shapes_supported(cols, W1, W3, x)) __trap();
-  const half_t* w[2] = {W1, W3};
-  prefetch_then_wait(w, rows, cols);
-  gemv_rows<2>(w, PlainX{x}, rows, cols, 1.0f, [&](int row, const float(&acc)[2]) {
-    out1[row] = lg::to_half(acc[0]);
-    out3[row] = lg::to_half(acc[1]);
+  with_batch(batch, [&]<int B>() {
+    gemv_rows<1, B>(w, PlainX{x, cols}, rows, cols, batch, Ones<B>().v, [&](int row, const float(&acc)[1][B]) {
+      for (int b = 0; b < batch; ++b) out[static_cast<long long>(b) * rows + row] = lg::to_half(acc[0][b]);
+    });
   });
 }
 
 extern "C" __global__ void __launch_bounds__(256, 3)
-    gemv_swiglu(const half_t* W1, const half_t* W3, const half_t* x, half_t* out, int rows, int cols) {
-  if (!shapes_supported(cols, W1, W3, x)) __trap();
+    gemv_add(const half_t* W, const half_t* x, half_t* out, int rows, int cols, int batch) {
+  if (!shapes_supported(cols, batch, W, x, x)) __trap();
+  const half_t* w[1] = {W};
+  prefetch_then_wait(w, rows, cols);
+  with_batch(batch, [&]<int B>() {
+    gemv_rows<1, B>(w, PlainX{x, cols}, rows, cols, batch, Ones<B>().v, [&](int row, const float(&acc)[1][B]) {
+      for (int b = 0; b < batch; ++b) {
+        half_t& o = out[static_cast<long long>(b) * rows + row];
+        o = lg::to_half(lg::to_float(o) + acc[0][b]);
+      }
+    });
+  });
+}
+
+extern "C" __global__ void __launch_bounds__(256, 3)
+    gemv_dual(const half_t* W1, const half_t* W3, const half_t* x, half_t* out1, half_t* out3, int rows, int cols,
+              int batch) {
+  if (!shapes_supported(cols, batch, W1, W3, x)) __trap();
   const half_t* w[2] = {W1, W3};
   prefetch_then_wait(w, rows, cols);
-  gemv_rows<2>(w, PlainX{x}, rows, cols, 1.0f,
-               [&](int row, const float(&acc)[2]) { out[row] = lg::to_half(silu(acc[0]) * acc[1]); });
+  with_batch(batch, [&]<int B>() {
+    gemv_rows<2, B>(w, PlainX{x, cols}, rows, cols, batch, Ones<B>().v, [&](int row, const float(&acc)[2][B]) {
+      for (int b = 0; b < batch; ++b) {
+        out1[static_cast<long long>(b) * rows + row] = lg::to_half(acc[0][b]);
+        out3[static_cast<long long>(b) * rows + row] = lg::to_half(acc[1][b]);
+      }
+    });
+  });
+}
+
+extern "C" __global__ void __launch_bounds__(256, 3)
+    gemv_swiglu(const half_t* W1, const half_t* W3, const half_t* x, half_t* out, int rows, int cols, int batch) {
+  if (!shapes_supported(cols, batch, W1, W3, x)) __trap();
+  const half_t* w[2] = {W1, W3};
+  prefetch_then_wait(w, rows, cols);
+  with_batch(batch, [&]<int B>() {
+    gemv_rows<2, B>(w, PlainX{x, cols}, rows, cols, batch, Ones<B>().v, [&](int row, const float(&acc)[2][B]) {
+      for (int b = 0; b < batch; ++b) {
+        out[static_cast<long long>(b) * rows + row] = lg::to_half(silu(acc[0][b]) * acc[1][b]);
+      }
+    });
+  });
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2)
-    rms_norm_gemv(const half_t* W, const half_t* x, const half_t* g, half_t* out, int rows, int cols, float eps) {
-  if (!shapes_supported(cols, W, x, g)) __trap();
+    rms_norm_gemv(const half_t* W, const half_t* x, const half_t* g, half_t* out, int rows, int cols, float eps,
+                  int batch) {
+  if (!shapes_supported(cols, batch, W, x, g)) __trap();
   const half_t* w[1] = {W};
   prefetch_then_wait(w, rows, cols);
-  const float inv_rms = block_inverse_rms(x, cols, eps);
-  gemv_rows<1>(w, GainedX{x, g}, rows, cols, inv_rms,
-               [&](int row, const float(&acc)[1]) { out[row] = lg::to_half(acc[0]); });
+  with_batch(batch, [&]<int B>() {
+    float inv_rms[B];
+    block_inverse_rms<B>(x, cols, eps, batch, inv_rms);
+    gemv_rows<1, B>(w, GainedX{x, g, cols}, rows, cols, batch, inv_rms, [&](int row, const float(&acc)[1][B]) {
+      for (int b = 0; b < batch; ++b) out[static_cast<long long>(b) * rows + row] = lg::to_half(acc[0][b]);
+    });
+  });
 }
 
 extern "C" __global__ void __launch_bounds__(256, 3)
     rms_norm_gemv_swiglu(const half_t* W1, const half_t* W3, const half_t* x, const half_t* g, half_t* out, int rows,
-                         int cols, float eps) {
-  if (!shapes_supported(cols, W1, W3, x) || !lg::is_aligned16(g)) __trap();
+                         int cols, float eps, int batch) {
+  if (!shapes_supported(cols, batch, W1, W3, x) || !lg::is_aligned16(g)) __trap();
   const half_t* w[2] = {W1, W3};
   prefetch_then_wait(w, rows, cols);
-  const float inv_rms = block_inverse_rms(x, cols, eps);
-  gemv_rows<2>(w, GainedX{x, g}, rows, cols, inv_rms,
-               [&](int row, const float(&acc)[2]) { out[row] = lg::to_half(silu(acc[0]) * acc[1]); });
+  with_batch(batch, [&]<int B>() {
+    float inv_rms[B];
+    block_inverse_rms<B>(x, cols, eps, batch, inv_rms);
+    gemv_rows<2, B>(w, GainedX{x, g, cols}, rows, cols, batch, inv_rms, [&](int row, const float(&acc)[2][B]) {
+      for (int b = 0; b < batch; ++b) {
+        out[static_cast<long long>(b) * rows + row] = lg::to_half(silu(acc[0][b]) * acc[1][b]);
+      }
+    });
+  });
 }

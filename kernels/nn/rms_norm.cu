@@ -1,12 +1,16 @@
-// RMS normalisation of one fp16 vector: out = x / sqrt(mean(x^2) + eps) * weight, in fp32, rounded once.
+// RMS normalisation of fp16 vectors: out_b = x_b / sqrt(mean(x_b^2) + eps) * weight, in fp32, rounded once, for
+// the vectors x_b = x[b * d .. (b + 1) * d).
 //
-// Launch: one block of 32 * k threads (k = 1..32), e.g. grid 1, block 256 (or 1024 for d in the thousands).
+// Launch: one block of 32 * k threads (k = 1..32) per vector: grid = the vector count, e.g. block 256 (or 1024 for d
+// in the thousands).
 // `out` may alias `x` (each element is read before it is written, by the thread that writes it).
 #include "lazygraph/block_reduce.cuh"
 #include "lazygraph/half.cuh"
 
 extern "C" __global__ void rms_norm(const lg::half_t* x, const lg::half_t* weight, lg::half_t* out, int d, float eps) {
   lg::early_launch_prologue();  // may be launched early (LaunchConfig::early_launch)
+  x += static_cast<long long>(blockIdx.x) * d;
+  out += static_cast<long long>(blockIdx.x) * d;
   float ss = 0.0f;
   for (int i = threadIdx.x; i < d; i += blockDim.x) {
     const float v = lg::to_float(x[i]);

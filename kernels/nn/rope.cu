@@ -1,25 +1,28 @@
-// Rotary position embedding, in place on q [n_heads][head_dim] and k [n_kv_heads][head_dim], fp16. Within each
-// head the pairs (2i, 2i+1), i < head_dim / 2, are rotated by angle = position * theta^(-2i / head_dim):
+// Rotary position embedding, in place on q [batch][n_heads][head_dim] and k [batch][n_kv_heads][head_dim], fp16,
+// vector b at position positions[b]. Within each head the pairs (2i, 2i+1), i < head_dim / 2, are rotated by angle = position * theta^(-2i / head_dim):
 //   x0' = x0 cos - x1 sin,  x1' = x0 sin + x1 cos
 // (the interleaved convention of GPT-J and Meta's Llama code; Hugging Face's Llama pairs i with i + head_dim/2
 // instead: lazygraph::nn's checkpoint loader reorders the rows of its Wq and Wk so that this kernel applies).
-// With grouped-query attention k has fewer heads than q. The position is read from device memory, so a graph
-// replays at a new position.
+// With grouped-query attention k has fewer heads than q. The positions are read from device memory, so a graph
+// replays at new positions.
 //
-// Launch: 1-D over the (n_heads + n_kv_heads) * head_dim / 2 pairs of q and k, any grid and block (grid-stride),
-// e.g. grid_for(n_heads * head_dim, 256). head_dim must be even.
+// Launch: 1-D over the batch * (n_heads + n_kv_heads) * head_dim / 2 pairs of q and k, any grid and block
+// (grid-stride), e.g. grid_for(batch * n_heads * head_dim, 256). head_dim must be even.
 #include "lazygraph/half.cuh"
 #include "lazygraph/kernel_common.cuh"
 
-extern "C" __global__ void rope(lg::half_t* q, lg::half_t* k, const int* position, int n_heads, int n_kv_heads,
-                                int head_dim, float theta) {
+extern "C" __global__ void rope(lg::half_t* q, lg::half_t* k, const int* positions, int n_heads, int n_kv_heads,
+                                int head_dim, float theta, int batch) {
   lg::early_launch_prologue();  // may be launched early (LaunchConfig::early_launch)
   const int half_dim = head_dim / 2;
   const long long q_pairs = static_cast<long long>(n_heads) * half_dim;
-  const long long all_pairs = q_pairs + static_cast<long long>(n_kv_heads) * half_dim;
-  const float pos = static_cast<float>(*position);
-  for (long long p = lg::global_index(); p < all_pairs; p += lg::grid_stride()) {
-    lg::half_t* t = p < q_pairs ? q : k;
+  const long long k_pairs = static_cast<long long>(n_kv_heads) * half_dim;
+  const long long row_pairs = q_pairs + k_pairs;
+  for (long long e = lg::global_index(); e < batch * row_pairs; e += lg::grid_stride()) {
+    const long long b = e / row_pairs;
+    const long long p = e - b * row_pairs;
+    const float pos = static_cast<float>(positions[b]);
+    lg::half_t* t = p < q_pairs ? q + b * 2 * q_pairs : k + b * 2 * k_pairs;
     const long long pair = p < q_pairs ? p : p - q_pairs;
     const int i = static_cast<int>(pair % half_dim);
     // pos * theta^(-2i/d): both factors in fp32; sincosf reduces the (up to thousands of radians) angle exactly.

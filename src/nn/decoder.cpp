@@ -1,5 +1,6 @@
 #include "lazygraph/nn/decoder.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "lazygraph/nn/decoder_tensors.hpp"
@@ -22,6 +23,9 @@ void DecoderConfig::validate() const {
   }
   if (context > 8192)
     fail("context (" + std::to_string(context) + ") must be at most 8192 (scores live in shared memory)");
+  if (max_batch < 1 || max_batch > kMaxRows) {
+    fail("max_batch (" + std::to_string(max_batch) + ") must be 1 to " + std::to_string(kMaxRows));
+  }
 }
 
 std::size_t DecoderConfig::weight_bytes() const {
@@ -41,17 +45,17 @@ DeviceBuffer<half> halves(const Device& device, std::size_t n) { return DeviceBu
 }  // namespace
 
 DecoderState::DecoderState(const Device& device, const DecoderConfig& c)
-    : io(device, 2),
-      next(device, 1),
-      x(halves(device, static_cast<std::size_t>(c.d))),
-      q(halves(device, static_cast<std::size_t>(c.d))),
-      k(halves(device, static_cast<std::size_t>(c.kv_dim()))),
-      v(halves(device, static_cast<std::size_t>(c.kv_dim()))),
-      attn(halves(device, static_cast<std::size_t>(c.d))),
-      act(halves(device, static_cast<std::size_t>(c.ffn))),
-      logits(halves(device, static_cast<std::size_t>(c.vocab))),
-      k_cache(halves(device, static_cast<std::size_t>(c.layers) * static_cast<std::size_t>(c.context) *
-                                 static_cast<std::size_t>(c.kv_dim()))),
+    : io(device, 3 * kMaxRows),
+      next(device, kMaxRows),
+      x(halves(device, kMaxRows * static_cast<std::size_t>(c.d))),
+      q(halves(device, kMaxRows * static_cast<std::size_t>(c.d))),
+      k(halves(device, kMaxRows * static_cast<std::size_t>(c.kv_dim()))),
+      v(halves(device, kMaxRows * static_cast<std::size_t>(c.kv_dim()))),
+      attn(halves(device, kMaxRows * static_cast<std::size_t>(c.d))),
+      act(halves(device, kMaxRows * static_cast<std::size_t>(c.ffn))),
+      logits(halves(device, kMaxRows * static_cast<std::size_t>(c.vocab))),
+      k_cache(halves(device, static_cast<std::size_t>(c.layers) * static_cast<std::size_t>(c.max_batch) *
+                                 static_cast<std::size_t>(c.context) * static_cast<std::size_t>(c.kv_dim()))),
       v_cache(halves(device, k_cache.size())) {}
 
 namespace {
@@ -62,15 +66,8 @@ const DecoderConfig& validated(const DecoderConfig& c) {
 }  // namespace
 
 Decoder::Decoder(const Stream& stream, const KernelLibrary& library, const DecoderConfig& config)
-    : config_(validated(config)),
-      kernels_(library, config_.early_launch),
-      weights_(DecoderWeights::generate(stream, kernels_, config_)),
-      state_(stream.device(), config_),
-      io_host_(stream.device(), 2),
-      next_host_(stream.device(), 1),
-      graph_(CudaGraph<>::capture(stream, step_op())) {
-  reset();
-}
+    : Decoder(stream, library, validated(config),
+              DecoderWeights::generate(stream, Kernels(library, config.early_launch), config)) {}
 
 namespace {
 /// `w`, after checking that every buffer has the size `c` gives its tensor.
@@ -103,40 +100,111 @@ Decoder::Decoder(const Stream& stream, const KernelLibrary& library, const Decod
       kernels_(library, config_.early_launch),
       weights_(checked(std::move(weights), config_)),
       state_(stream.device(), config_),
-      io_host_(stream.device(), 2),
-      next_host_(stream.device(), 1),
-      graph_(CudaGraph<>::capture(stream, step_op())) {
+      io_host_(stream.device(), 3 * kMaxRows),
+      next_host_(stream.device(), kMaxRows),
+      stream_(stream.device()),
+      graphs_(kMaxRows) {
+  (void)graph(1);  // a decoder that cannot capture its step fails here, not at the first forward
   reset();
 }
 
-void Decoder::reset() {
-  (fill(state_.k_cache.view(), half{}) >> fill(state_.v_cache.view(), half{})).sync_on(graph_.stream());
+CudaGraph<>& Decoder::graph(int rows) {
+  if (rows < 1 || rows > kMaxRows) {
+    throw UsageError("Decoder::graph: rows (" + std::to_string(rows) + ") must be 1 to " + std::to_string(kMaxRows));
+  }
+  std::optional<CudaGraph<>>& g = graphs_[static_cast<std::size_t>(rows - 1)];
+  if (!g) g.emplace(CudaGraph<>::capture(stream_, step_op(rows)));
+  return *g;
+}
+
+void Decoder::reset() { (fill(state_.k_cache.view(), half{}) >> fill(state_.v_cache.view(), half{})).sync_on(stream_); }
+
+void Decoder::check_step(int token, int position, const std::string& what) const {
+  if (token < 0 || token >= config_.vocab) {
+    throw UsageError(what + ": token " + std::to_string(token) + " is outside the vocabulary [0, " +
+                     std::to_string(config_.vocab) + ")");
+  }
+  if (position < 0 || position >= config_.context) {
+    throw UsageError(what + ": position " + std::to_string(position) + " is outside the context [0, " +
+                     std::to_string(config_.context) + ")");
+  }
+}
+
+std::span<const int> Decoder::run(std::span<const int> tokens, std::span<const int> positions,
+                                  std::span<const int> slots) {
+  const auto rows = static_cast<int>(tokens.size());
+  CudaGraph<>& g = graph(rows);
+  std::copy(tokens.begin(), tokens.end(), io_host_.span().begin());
+  std::copy(positions.begin(), positions.end(), io_host_.span().begin() + kMaxRows);
+  std::copy(slots.begin(), slots.end(), io_host_.span().begin() + 2 * kMaxRows);
+  copy_async(stream_, state_.io.view(), std::as_const(io_host_).span());
+  g.launch_on(stream_);
+  copy_async(stream_, next_host_.span(), state_.next.cview());
+  stream_.synchronize();
+  last_rows_ = rows;
+  return std::as_const(next_host_).span().subspan(0, tokens.size());
 }
 
 Decoder::Output Decoder::forward(Input in) {
-  if (in.token < 0 || in.token >= config_.vocab) {
-    throw UsageError("Decoder::forward: token " + std::to_string(in.token) + " is outside the vocabulary [0, " +
-                     std::to_string(config_.vocab) + ")");
-  }
-  if (in.position < 0 || in.position >= config_.context) {
-    throw UsageError("Decoder::forward: position " + std::to_string(in.position) + " is outside the context [0, " +
-                     std::to_string(config_.context) + ")");
-  }
-  io_host_[0] = in.token;
-  io_host_[1] = in.position;
-  const Stream& s = graph_.stream();
-  copy_async(s, state_.io.view(), std::as_const(io_host_).span());
-  graph_.launch_on(s);
-  copy_async(s, next_host_.span(), state_.next.cview());
-  s.synchronize();
-  return next_host_[0];
+  check_step(in.token, in.position, "Decoder::forward");
+  const int slot = 0;
+  return run({&in.token, 1}, {&in.position, 1}, {&slot, 1})[0];
 }
 
-std::vector<half> Decoder::logits() const {
-  std::vector<half> out(static_cast<std::size_t>(config_.vocab));
-  const Stream& s = graph_.stream();
-  copy_async(s, std::span<half>(out), state_.logits.cview());
-  s.synchronize();
+std::vector<int> Decoder::forward_batch(std::span<const TokenAt> steps) {
+  if (steps.empty() || steps.size() > static_cast<std::size_t>(config_.max_batch)) {
+    throw UsageError("Decoder::forward_batch: " + std::to_string(steps.size()) + " steps; give 1 to max_batch (" +
+                     std::to_string(config_.max_batch) + ")");
+  }
+  std::vector<int> tokens;
+  std::vector<int> positions;
+  std::vector<int> slots;
+  for (std::size_t r = 0; r < steps.size(); ++r) {
+    check_step(steps[r].token, steps[r].position, "Decoder::forward_batch: sequence " + std::to_string(r));
+    tokens.push_back(steps[r].token);
+    positions.push_back(steps[r].position);
+    slots.push_back(static_cast<int>(r));
+  }
+  const std::span<const int> next = run(tokens, positions, slots);
+  return {next.begin(), next.end()};
+}
+
+int Decoder::prefill(std::span<const int> prompt, int start, int slot) {
+  const std::string what = "Decoder::prefill";
+  if (prompt.empty()) throw UsageError(what + ": the prompt is empty");
+  if (slot < 0 || slot >= config_.max_batch) {
+    throw UsageError(what + ": slot " + std::to_string(slot) +
+                     " is outside [0, max_batch = " + std::to_string(config_.max_batch) + ")");
+  }
+  if (start < 0 || static_cast<std::size_t>(config_.context - std::min(start, config_.context)) < prompt.size()) {
+    throw UsageError(what + ": a prompt of " + std::to_string(prompt.size()) + " tokens from position " +
+                     std::to_string(start) + " does not fit the context of " + std::to_string(config_.context));
+  }
+  for (std::size_t i = 0; i < prompt.size(); ++i) {
+    if (prompt[i] < 0 || prompt[i] >= config_.vocab) {
+      throw UsageError(what + ": prompt token " + std::to_string(i) + " (" + std::to_string(prompt[i]) +
+                       ") is outside the vocabulary [0, " + std::to_string(config_.vocab) + ")");
+    }
+  }
+  int next = -1;
+  for (std::size_t first = 0; first < prompt.size(); first += kMaxRows) {
+    const std::size_t rows = std::min<std::size_t>(kMaxRows, prompt.size() - first);
+    std::vector<int> positions(rows);
+    for (std::size_t r = 0; r < rows; ++r) positions[r] = start + static_cast<int>(first + r);
+    const std::vector<int> slots(rows, slot);
+    next = run(prompt.subspan(first, rows), positions, slots)[rows - 1];
+  }
+  return next;
+}
+std::vector<half> Decoder::logits(int row) const {
+  if (row < 0 || row >= last_rows_) {
+    throw UsageError("Decoder::logits: row " + std::to_string(row) + " is outside the last step's " +
+                     std::to_string(last_rows_) + " rows");
+  }
+  const auto n = static_cast<std::size_t>(config_.vocab);
+  std::vector<half> out(n);
+  copy_async(stream_, std::span<half>(out), state_.logits.cview().subspan(static_cast<std::size_t>(row) * n, n));
+  stream_.synchronize();
   return out;
 }
 

@@ -160,14 +160,14 @@ void check_gemv(const GemvShape& shape) {
   CAPTURE(shape.rows_per_block);
   CAPTURE(shape.grid);
   Stream& s = lgtest::stream();
-  const auto gemv = lgtest::nn_kernels().get<void(const half*, const half*, half*, int, int)>("gemv");
+  const auto gemv = lgtest::nn_kernels().get<void(const half*, const half*, half*, int, int, int)>("gemv");
   const auto w = random_halves(static_cast<std::size_t>(shape.rows) * shape.cols);
   const auto x = random_halves(shape.cols);
   const auto dw = on_device(w);
   const auto dx = on_device(x);
   auto out = poisoned(shape.rows);
   gemv.launch(s, gemv_config(shape.rows, shape.warps_per_row, shape.rows_per_block, shape.grid), dw.cview(), dx.cview(),
-              out.view(), shape.rows, shape.cols);
+              out.view(), shape.rows, shape.cols, 1);
   const auto got = on_host(out);
   const MatVec ref = matvec(w, widen(x), shape.rows, shape.cols);
   check_close(got, ref.value);
@@ -179,7 +179,7 @@ void check_gemv(const GemvShape& shape) {
 TEST_SUITE("gpu") {
   TEST_CASE("embedding copies the row of the token that device memory holds") {
     Stream& s = lgtest::stream();
-    const auto embedding = lgtest::nn_kernels().get<void(const half*, const int*, half*, int)>("embedding");
+    const auto embedding = lgtest::nn_kernels().get<void(const half*, const int*, half*, int, int)>("embedding");
     const int vocab = 1000;
     const int d = 4096;
     const auto table = random_halves(static_cast<std::size_t>(vocab) * d);
@@ -188,7 +188,7 @@ TEST_SUITE("gpu") {
       CAPTURE(token);
       const auto dtoken = lgtest::to_device(s, std::vector<int>{token});
       auto out = poisoned(d);
-      embedding.launch(s, grid_for(d, 256), dtable.cview(), dtoken.cview(), out.view(), d);
+      embedding.launch(s, grid_for(d, 256), dtable.cview(), dtoken.cview(), out.view(), d, 1);
       const auto got = on_host(out);
       const auto first = table.begin() + static_cast<std::ptrdiff_t>(token) * d;
       CHECK(std::equal(got.begin(), got.end(), first, [](half a, half b) { return a.bits == b.bits; }));
@@ -244,7 +244,7 @@ TEST_SUITE("gpu") {
 
   TEST_CASE("gemv_add adds W x to the residual in place") {
     Stream& s = lgtest::stream();
-    const auto gemv_add = lgtest::nn_kernels().get<void(const half*, const half*, half*, int, int)>("gemv_add");
+    const auto gemv_add = lgtest::nn_kernels().get<void(const half*, const half*, half*, int, int, int)>("gemv_add");
     const int rows = 4096;
     const int cols = 11008;
     const auto w = random_halves(static_cast<std::size_t>(rows) * cols);
@@ -253,7 +253,7 @@ TEST_SUITE("gpu") {
     const auto dw = on_device(w);
     const auto dx = on_device(x);
     auto out = on_device(residual);
-    gemv_add.launch(s, gemv_config(rows, 4, 2), dw.cview(), dx.cview(), out.view(), rows, cols);
+    gemv_add.launch(s, gemv_config(rows, 4, 2), dw.cview(), dx.cview(), out.view(), rows, cols, 1);
     const auto got = on_host(out);
     MatVec ref = matvec(w, widen(x), rows, cols);
     for (int r = 0; r < rows; ++r) {
@@ -267,7 +267,7 @@ TEST_SUITE("gpu") {
   TEST_CASE("gemv_dual computes two products that share x") {
     Stream& s = lgtest::stream();
     const auto gemv_dual =
-        lgtest::nn_kernels().get<void(const half*, const half*, const half*, half*, half*, int, int)>("gemv_dual");
+        lgtest::nn_kernels().get<void(const half*, const half*, const half*, half*, half*, int, int, int)>("gemv_dual");
     for (const auto& shape : {std::pair{1536, 512}, std::pair{11008, 4096}, std::pair{999, 1032}}) {
       const int rows = shape.first;
       const int cols = shape.second;
@@ -278,7 +278,7 @@ TEST_SUITE("gpu") {
       auto out1 = poisoned(rows);
       auto out3 = poisoned(rows);
       gemv_dual.launch(s, gemv_config(rows, 4, 2), dw1.cview(), dw3.cview(), dx.cview(), out1.view(), out3.view(), rows,
-                       cols);
+                       cols, 1);
       const auto xd = widen(x);
       const MatVec ref1 = matvec(w1, xd, rows, cols);
       const MatVec ref3 = matvec(w3, xd, rows, cols);
@@ -294,7 +294,7 @@ TEST_SUITE("gpu") {
   TEST_CASE("gemv_swiglu computes silu(W1 x) * (W3 x)") {
     Stream& s = lgtest::stream();
     const auto gemv_swiglu =
-        lgtest::nn_kernels().get<void(const half*, const half*, const half*, half*, int, int)>("gemv_swiglu");
+        lgtest::nn_kernels().get<void(const half*, const half*, const half*, half*, int, int, int)>("gemv_swiglu");
     for (const auto& shape : {std::pair{1536, 512}, std::pair{4096, 1024}, std::pair{1001, 1024}}) {
       const int rows = shape.first;
       const int cols = shape.second;
@@ -303,7 +303,7 @@ TEST_SUITE("gpu") {
       const TwoWeights in(rows, cols);
       const auto& [w1, w3, x, dw1, dw3, dx] = in;
       auto out = poisoned(rows);
-      gemv_swiglu.launch(s, gemv_config(rows, 1, 8), dw1.cview(), dw3.cview(), dx.cview(), out.view(), rows, cols);
+      gemv_swiglu.launch(s, gemv_config(rows, 1, 8), dw1.cview(), dw3.cview(), dx.cview(), out.view(), rows, cols, 1);
       const auto xd = widen(x);
       const MatVec a = matvec(w1, xd, rows, cols);
       const MatVec b = matvec(w3, xd, rows, cols);
@@ -316,7 +316,8 @@ TEST_SUITE("gpu") {
   TEST_CASE("rms_norm_gemv equals a gemv of the normalised vector") {
     Stream& s = lgtest::stream();
     const auto rms_norm_gemv =
-        lgtest::nn_kernels().get<void(const half*, const half*, const half*, half*, int, int, float)>("rms_norm_gemv");
+        lgtest::nn_kernels().get<void(const half*, const half*, const half*, half*, int, int, float, int)>(
+            "rms_norm_gemv");
     const float eps = 1e-5F;
     for (const auto& shape : {std::pair{1536, 512}, std::pair{12288, 4096}, std::pair{1001, 1032}}) {
       const int rows = shape.first;
@@ -330,7 +331,8 @@ TEST_SUITE("gpu") {
       const auto dx = on_device(x);
       const auto dg = on_device(g);
       auto out = poisoned(rows);
-      rms_norm_gemv.launch(s, gemv_config(rows, 4, 2), dw.cview(), dx.cview(), dg.cview(), out.view(), rows, cols, eps);
+      rms_norm_gemv.launch(s, gemv_config(rows, 4, 2), dw.cview(), dx.cview(), dg.cview(), out.view(), rows, cols, eps,
+                           1);
       double ss = 0;
       for (const half v : x) ss += double(v.to_float()) * v.to_float();
       const double inv_rms = 1.0 / std::sqrt(ss / cols + eps);
@@ -346,7 +348,7 @@ TEST_SUITE("gpu") {
   TEST_CASE("rms_norm_gemv_swiglu equals silu(W1 h) * (W3 h) of the normalised vector h") {
     Stream& s = lgtest::stream();
     const auto fused =
-        lgtest::nn_kernels().get<void(const half*, const half*, const half*, const half*, half*, int, int, float)>(
+        lgtest::nn_kernels().get<void(const half*, const half*, const half*, const half*, half*, int, int, float, int)>(
             "rms_norm_gemv_swiglu");
     const float eps = 1e-5F;
     for (const auto& shape : {std::pair{1536, 512}, std::pair{11008, 4096}}) {
@@ -360,7 +362,7 @@ TEST_SUITE("gpu") {
       const auto dg = on_device(g);
       auto out = poisoned(rows);
       fused.launch(s, gemv_config(rows, 4, 2), dw1.cview(), dw3.cview(), dx.cview(), dg.cview(), out.view(), rows, cols,
-                   eps);
+                   eps, 1);
       double ss = 0;
       for (const half v : x) ss += double(v.to_float()) * v.to_float();
       const double inv_rms = 1.0 / std::sqrt(ss / cols + eps);
@@ -429,7 +431,7 @@ TEST_SUITE("gpu") {
         auto dk = on_device(k);
         const auto dpos = lgtest::to_device(s, std::vector<int>{position});
         kernels.rope.launch(s, grid_for(static_cast<std::size_t>(n_heads) * head_dim, 256), dq.view(), dk.view(),
-                            dpos.cview(), n_heads, n_kv_heads, head_dim, theta);
+                            dpos.cview(), n_heads, n_kv_heads, head_dim, theta, 1);
         for (const auto& [input, device] : {std::pair{&q, &dq}, std::pair{&k, &dk}}) {
           std::vector<double> ref(input->size());
           for (std::size_t h = 0; h < input->size() / head_dim; ++h) {
@@ -448,13 +450,16 @@ TEST_SUITE("gpu") {
     }
   }
 
-  TEST_CASE("kv_append writes k and v at the position and nowhere else") {
+  TEST_CASE("kv_append writes k and v at the position of the slot and nowhere else") {
     Stream& s = lgtest::stream();
     const auto kv_append = nn::Kernels(lgtest::nn_kernels()).kv_append;
     const int n_heads = 32;
     const int head_dim = 64;
     const int max_ctx = 1024;
-    const std::size_t cache_size = static_cast<std::size_t>(n_heads) * max_ctx * head_dim;
+    const int n_slots = 3;
+    const int slot = 1;
+    const std::size_t cache_size = static_cast<std::size_t>(n_slots) * n_heads * max_ctx * head_dim;
+    const auto dslot = lgtest::to_device(s, std::vector<int>{slot});
     auto k_cache = poisoned(cache_size);
     auto v_cache = poisoned(cache_size);
     const auto k = random_halves(static_cast<std::size_t>(n_heads) * head_dim);
@@ -464,19 +469,22 @@ TEST_SUITE("gpu") {
     for (const int position : {0, 700, max_ctx - 1}) {
       const auto dpos = lgtest::to_device(s, std::vector<int>{position});
       kv_append.launch(s, grid_for(static_cast<std::size_t>(n_heads) * head_dim, 256), dk.cview(), dv.cview(),
-                       k_cache.view(), v_cache.view(), dpos.cview(), n_heads, head_dim, max_ctx);
+                       k_cache.view(), v_cache.view(), dpos.cview(), dslot.cview(), n_heads, head_dim, max_ctx, n_slots,
+                       1);
     }
     const auto kc = on_host(k_cache);
     const auto vc = on_host(v_cache);
     int wrong = 0;
-    for (int h = 0; h < n_heads; ++h) {
-      for (int p = 0; p < max_ctx; ++p) {
-        const bool written = p == 0 || p == 700 || p == max_ctx - 1;
-        for (int d = 0; d < head_dim; ++d) {
-          const std::size_t at = (static_cast<std::size_t>(h) * max_ctx + p) * head_dim + d;
-          const std::uint16_t want_k = written ? k[h * head_dim + d].bits : poison;
-          const std::uint16_t want_v = written ? v[h * head_dim + d].bits : poison;
-          wrong += static_cast<int>(kc[at].bits != want_k) + static_cast<int>(vc[at].bits != want_v);
+    for (int c = 0; c < n_slots; ++c) {
+      for (int h = 0; h < n_heads; ++h) {
+        for (int p = 0; p < max_ctx; ++p) {
+          const bool written = c == slot && (p == 0 || p == 700 || p == max_ctx - 1);
+          for (int d = 0; d < head_dim; ++d) {
+            const std::size_t at = ((static_cast<std::size_t>(c) * n_heads + h) * max_ctx + p) * head_dim + d;
+            const std::uint16_t want_k = written ? k[h * head_dim + d].bits : poison;
+            const std::uint16_t want_v = written ? v[h * head_dim + d].bits : poison;
+            wrong += static_cast<int>(kc[at].bits != want_k) + static_cast<int>(vc[at].bits != want_v);
+          }
         }
       }
     }
@@ -519,6 +527,7 @@ TEST_SUITE("gpu") {
         const auto dv = on_device(v_poisoned);
         const auto dq = on_device(q);
         const auto dpos = lgtest::to_device(s, std::vector<int>{position});
+        const auto dslot = lgtest::to_device(s, std::vector<int>{0});
 
         std::vector<double> ref(static_cast<std::size_t>(n_heads) * head_dim, 0.0);
         for (int h = 0; h < n_heads; ++h) {
@@ -545,8 +554,8 @@ TEST_SUITE("gpu") {
           CAPTURE(block);
           auto out = poisoned(static_cast<std::size_t>(n_heads) * head_dim);
           attention.launch(s, {{static_cast<unsigned>(n_heads), 1, 1}, {block, 1, 1}, max_ctx * 4U}, dq.cview(),
-                           dk.cview(), dv.cview(), out.view(), dpos.cview(), n_heads, n_kv_heads, head_dim, max_ctx,
-                           scale);
+                           dk.cview(), dv.cview(), out.view(), dpos.cview(), dslot.cview(), n_heads, n_kv_heads,
+                           head_dim, max_ctx, 1, scale);
           check_close(on_host(out), ref);
         }
       }
@@ -643,5 +652,169 @@ TEST_CASE("every nn kernel in kernels/nn/ compiles for sm_90 with the core heade
     CHECK(s.name.starts_with("nn/"));
     const CompileResult r = nvrtc_compile(s, core_kernel_headers(), opts, true);
     CHECK_MESSAGE(r.succeeded(), r.log());
+  }
+}
+
+TEST_SUITE("gpu") {
+  TEST_CASE("every gemv kernel gives each vector of a batch the bits a batch of one gives it") {
+    Stream& s = lgtest::stream();
+    const nn::Kernels k(lgtest::nn_kernels());
+    const auto dual =
+        lgtest::nn_kernels().get<void(const half*, const half*, const half*, half*, half*, int, int, int)>("gemv_dual");
+    const auto swiglu =
+        lgtest::nn_kernels().get<void(const half*, const half*, const half*, half*, int, int, int)>("gemv_swiglu");
+    for (const auto& [rows, cols, warps, per_block] : {std::tuple{384, 512, 1U, 8U}, std::tuple{520, 4608, 2U, 4U}}) {
+      const auto w1 = on_device(random_halves(static_cast<std::size_t>(rows) * cols));
+      const auto w3 = on_device(random_halves(static_cast<std::size_t>(rows) * cols));
+      const auto g = on_device(random_halves(static_cast<std::size_t>(cols)));
+      const LaunchConfig cfg = gemv_config(rows, warps, per_block);
+      for (const int batch : {2, 3, 5, 8}) {
+        CAPTURE(rows);
+        CAPTURE(cols);
+        CAPTURE(batch);
+        const auto xs = random_halves(static_cast<std::size_t>(batch) * cols);
+        const auto dx = on_device(xs);
+        const auto residual = random_halves(static_cast<std::size_t>(batch) * rows);
+        const auto out_size = static_cast<std::size_t>(batch) * rows;
+        // One launch per kernel for the whole batch: outputs [batch][rows] (two for gemv_dual).
+        const auto run = [&](const DeviceBuffer<half>& x, int n, int variant) {
+          auto a = poisoned(static_cast<std::size_t>(n) * rows);
+          auto b = poisoned(static_cast<std::size_t>(n) * rows);
+          switch (variant) {
+            case 0:
+              k.gemv.launch(s, cfg, w1.cview(), x.cview(), a.view(), rows, cols, n);
+              break;
+            case 1:
+              a = on_device(
+                  std::vector<half>(residual.begin(), residual.begin() + static_cast<std::ptrdiff_t>(a.size())));
+              k.gemv_add.launch(s, cfg, w1.cview(), x.cview(), a.view(), rows, cols, n);
+              break;
+            case 2:
+              k.rms_norm_gemv.launch(s, cfg, w1.cview(), x.cview(), g.cview(), a.view(), rows, cols, 1e-5F, n);
+              break;
+            case 3:
+              k.rms_norm_gemv_swiglu.launch(s, cfg, w1.cview(), w3.cview(), x.cview(), g.cview(), a.view(), rows, cols,
+                                            1e-5F, n);
+              break;
+            case 4:
+              dual.launch(s, cfg, w1.cview(), w3.cview(), x.cview(), a.view(), b.view(), rows, cols, n);
+              break;
+            default:
+              swiglu.launch(s, cfg, w1.cview(), w3.cview(), x.cview(), a.view(), rows, cols, n);
+              break;
+          }
+          std::vector<half> got = on_host(a);
+          if (variant == 4) {
+            const std::vector<half> second = on_host(b);
+            got.insert(got.end(), second.begin(), second.end());
+          }
+          return got;
+        };
+        for (int variant = 0; variant < 6; ++variant) {
+          CAPTURE(variant);
+          const std::vector<half> together = run(dx, batch, variant);
+          REQUIRE(together.size() == (variant == 4 ? 2 : 1) * out_size);
+          int differ = 0;
+          for (int b = 0; b < batch; ++b) {
+            const auto one_x = on_device(std::vector<half>(xs.begin() + static_cast<std::ptrdiff_t>(b) * cols,
+                                                           xs.begin() + static_cast<std::ptrdiff_t>(b + 1) * cols));
+            // gemv_add's residual for this vector is row b of `residual`: run it with that as its only row.
+            std::vector<half> alone;
+            if (variant == 1) {
+              auto a = on_device(std::vector<half>(residual.begin() + static_cast<std::ptrdiff_t>(b) * rows,
+                                                   residual.begin() + static_cast<std::ptrdiff_t>(b + 1) * rows));
+              k.gemv_add.launch(s, cfg, w1.cview(), one_x.cview(), a.view(), rows, cols, 1);
+              alone = on_host(a);
+            } else {
+              alone = run(one_x, 1, variant);
+            }
+            for (int part = 0; part < (variant == 4 ? 2 : 1); ++part) {
+              for (int r = 0; r < rows; ++r) {
+                const half got = together[part * out_size + static_cast<std::size_t>(b) * rows + r];
+                differ += got.bits != alone[static_cast<std::size_t>(part) * rows + r].bits ? 1 : 0;
+              }
+            }
+          }
+          CHECK(differ == 0);
+        }
+      }
+    }
+  }
+
+  TEST_CASE("embedding, rope, kv_append and attention on a batch equal each row run alone, also rows of one slot") {
+    Stream& s = lgtest::stream();
+    const nn::Kernels k(lgtest::nn_kernels());
+    const int heads = 8;
+    const int kv_heads = 2;
+    const int hd = 64;
+    const int ctx = 128;
+    const int slots = 4;
+    const int d = heads * hd;
+    const int kv = kv_heads * hd;
+    const int batch = 5;
+    // Rows 0..2 are three sequences; rows 3 and 4 are the next two prompt tokens of sequence 3 (prefill).
+    const std::vector<int> positions{17, 0, 99, 40, 41};
+    const std::vector<int> row_slots{0, 1, 2, 3, 3};
+    const std::vector<int> tokens{5, 300, 17, 42, 255};
+    const auto table = on_device(random_halves(static_cast<std::size_t>(512) * d));
+    const auto cache_init = random_halves(static_cast<std::size_t>(slots) * kv_heads * ctx * hd);
+    const auto q_init = random_halves(static_cast<std::size_t>(batch) * d);
+    const auto k_init = random_halves(static_cast<std::size_t>(batch) * kv);
+    const auto v_init = random_halves(static_cast<std::size_t>(batch) * kv);
+    const float scale = 0.125F;
+    struct Result {
+      std::vector<half> x, q, k, kc, vc, out;
+    };
+    // Runs rows [first, first + n) of the batch in one go.
+    const auto run = [&](int first, int n, DeviceBuffer<half>& kc, DeviceBuffer<half>& vc) {
+      const auto sub = [&](const std::vector<half>& v, int width) {
+        return on_device(std::vector<half>(v.begin() + static_cast<std::ptrdiff_t>(first) * width,
+                                           v.begin() + static_cast<std::ptrdiff_t>(first + n) * width));
+      };
+      const auto ints = [&](const std::vector<int>& v) {
+        return lgtest::to_device(s, std::vector<int>(v.begin() + first, v.begin() + first + n));
+      };
+      const auto dtok = ints(tokens);
+      const auto dpos = ints(positions);
+      const auto dslot = ints(row_slots);
+      auto x = poisoned(static_cast<std::size_t>(n) * d);
+      auto q = sub(q_init, d);
+      auto kk = sub(k_init, kv);
+      const auto vv = sub(v_init, kv);
+      auto out = poisoned(static_cast<std::size_t>(n) * d);
+      const auto un = static_cast<std::size_t>(n);
+      k.embedding.launch(s, grid_for(un * d, 256), table.cview(), dtok.cview(), x.view(), d, n);
+      k.rope.launch(s, grid_for(un * d, 256), q.view(), kk.view(), dpos.cview(), heads, kv_heads, hd, 10000.0F, n);
+      k.kv_append.launch(s, grid_for(un * kv, 256), kk.cview(), vv.cview(), kc.view(), vc.view(), dpos.cview(),
+                         dslot.cview(), kv_heads, hd, ctx, slots, n);
+      k.attention.launch(s, {{heads, static_cast<unsigned>(n), 1}, {256, 1, 1}, ctx * 4U}, q.cview(), kc.cview(),
+                         vc.cview(), out.view(), dpos.cview(), dslot.cview(), heads, kv_heads, hd, ctx, slots, scale);
+      return Result{on_host(x), on_host(q), on_host(kk), {}, {}, on_host(out)};
+    };
+    auto kc_all = on_device(cache_init);
+    auto vc_all = on_device(cache_init);
+    const Result together = run(0, batch, kc_all, vc_all);
+    auto kc_one = on_device(cache_init);
+    auto vc_one = on_device(cache_init);
+    int differ = 0;
+    for (int r = 0; r < batch; ++r) {
+      const Result alone = run(r, 1, kc_one, vc_one);  // in row order: row 4 sees row 3's append, as in the batch
+      const auto same = [&](const std::vector<half>& all, const std::vector<half>& one) {
+        for (std::size_t i = 0; i < one.size(); ++i) differ += all[r * one.size() + i].bits != one[i].bits ? 1 : 0;
+      };
+      same(together.x, alone.x);
+      same(together.q, alone.q);
+      same(together.k, alone.k);
+      same(together.out, alone.out);
+    }
+    CHECK(differ == 0);
+    const auto a = on_host(kc_all);
+    const auto b = on_host(kc_one);
+    for (std::size_t i = 0; i < a.size(); ++i) differ += a[i].bits != b[i].bits ? 1 : 0;
+    CHECK(differ == 0);
+    // The embedding is the table row, exactly.
+    const auto host_table = on_host(table);
+    CHECK(together.x[static_cast<std::size_t>(2) * d + 7].bits ==
+          host_table[static_cast<std::size_t>(17) * d + 7].bits);
   }
 }

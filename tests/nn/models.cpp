@@ -64,6 +64,14 @@ TEST_CASE("seeded weights follow the README's formula and test vector") {
   }
 }
 
+TEST_CASE("a decoder config with max_batch outside 1..8 is rejected, naming it") {
+  lazygraph::nn::DecoderConfig c = small_decoder();
+  c.max_batch = 9;
+  CHECK_THROWS_WITH_AS(c.validate(), doctest::Contains("max_batch (9) must be 1 to 8"), lg::UsageError);
+  c.max_batch = 0;
+  CHECK_THROWS_AS(c.validate(), lg::UsageError);
+}
+
 TEST_CASE("a decoder config with heads not a multiple of kv_heads is rejected, naming both") {
   lazygraph::nn::DecoderConfig c = small_decoder();
   c.kv_heads = 3;
@@ -234,5 +242,95 @@ TEST_SUITE("gpu") {
     const std::vector<half> eager = decoder.logits();
     for (std::size_t i = 0; i < logits.size(); ++i) CHECK(eager[i].bits == logits[i].bits);
     CHECK(via_graph == lazygraph::nn::argmax(lazygraph::nn::widen(eager)));
+  }
+
+  TEST_CASE("forward_batch steps several sequences at once, each exactly as if it were alone") {
+    lazygraph::nn::DecoderConfig config = small_decoder();
+    config.kv_heads = 2;
+    config.max_batch = 5;
+    lazygraph::nn::Decoder batched(lgtest::stream(), lgtest::nn_kernels(), config);
+    lazygraph::nn::DecoderConfig single_config = config;
+    single_config.max_batch = 1;
+    lazygraph::nn::Decoder single(lgtest::stream(), lgtest::nn_kernels(), single_config);
+    std::vector<int> tokens{3, 77, 100, 5, 511};
+    std::vector<std::vector<int>> batched_tokens(tokens.size());
+    std::vector<std::vector<half>> batched_logits;
+    for (int p = 0; p < 6; ++p) {
+      std::vector<lazygraph::nn::TokenAt> steps;
+      for (const int t : tokens) steps.push_back({t, p});
+      tokens = batched.forward_batch(steps);
+      for (std::size_t r = 0; r < tokens.size(); ++r) batched_tokens[r].push_back(tokens[r]);
+      if (p == 5) {
+        for (int r = 0; r < 5; ++r) batched_logits.push_back(batched.logits(r));
+      }
+    }
+    const std::vector<int> starts{3, 77, 100, 5, 511};
+    for (std::size_t r = 0; r < starts.size(); ++r) {
+      CAPTURE(r);
+      single.reset();
+      int t = starts[r];
+      for (int p = 0; p < 6; ++p) {
+        t = single.forward({t, p});
+        CHECK(t == batched_tokens[r][static_cast<std::size_t>(p)]);
+      }
+      const std::vector<half> l = single.logits();
+      std::size_t differ = 0;
+      for (std::size_t i = 0; i < l.size(); ++i) differ += l[i].bits != batched_logits[r][i].bits ? 1 : 0;
+      CHECK(differ == 0);
+    }
+    // Three sequences use the graph of three rows, captured on first use.
+    CHECK(batched.forward_batch(std::vector<lazygraph::nn::TokenAt>{{1, 6}, {2, 6}, {3, 6}}).size() == 3);
+    CHECK(batched.graph(3).node_count() == batched.graph(1).node_count());
+  }
+
+  TEST_CASE("prefill gives the cache, logits and tokens of feeding the prompt one token at a time") {
+    lazygraph::nn::DecoderConfig config = small_decoder();
+    config.kv_heads = 1;
+    config.max_batch = 2;
+    lazygraph::nn::Decoder a(lgtest::stream(), lgtest::nn_kernels(), config);
+    lazygraph::nn::Decoder b(lgtest::stream(), lgtest::nn_kernels(), config);
+    const std::vector<int> prompt{9, 400, 12, 12, 7, 300, 1, 2, 3, 4, 5, 6, 250};  // 13: a chunk of 8, one of 5
+    const int slot = 1;
+    const int from_prefill = a.prefill(prompt, 0, slot);
+    const std::vector<half> prefill_logits = a.logits(4);  // the last row of the last chunk
+    int one_by_one = -1;
+    for (std::size_t i = 0; i < prompt.size(); ++i) {
+      // Sequence 1 of b, through forward_batch with sequence 0 idle at position 0.
+      one_by_one = b.forward_batch(std::vector<lazygraph::nn::TokenAt>{{0, 0}, {prompt[i], static_cast<int>(i)}})[1];
+    }
+    CHECK(from_prefill == one_by_one);
+    const std::vector<half> step_logits = b.logits(1);
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < step_logits.size(); ++i)
+      differ += step_logits[i].bits != prefill_logits[i].bits ? 1 : 0;
+    CHECK(differ == 0);
+    // Decoding on from the prompt gives the same tokens both ways.
+    int ta = from_prefill;
+    int tb = one_by_one;
+    for (int p = static_cast<int>(prompt.size()); p < static_cast<int>(prompt.size()) + 5; ++p) {
+      ta = a.forward_batch(std::vector<lazygraph::nn::TokenAt>{{0, 0}, {ta, p}})[1];
+      tb = b.forward_batch(std::vector<lazygraph::nn::TokenAt>{{0, 0}, {tb, p}})[1];
+      CHECK(ta == tb);
+    }
+  }
+
+  TEST_CASE("batch and prompt beyond the configured limits are UsageErrors naming the value") {
+    lazygraph::nn::DecoderConfig config = small_decoder();
+    config.max_batch = 2;
+    lazygraph::nn::Decoder d(lgtest::stream(), lgtest::nn_kernels(), config);
+    const std::vector<lazygraph::nn::TokenAt> three{{1, 0}, {2, 0}, {3, 0}};
+    CHECK_THROWS_WITH_AS(d.forward_batch(three), doctest::Contains("3 steps; give 1 to max_batch (2)"), lg::UsageError);
+    CHECK_THROWS_WITH_AS(d.forward_batch({}), doctest::Contains("0 steps"), lg::UsageError);
+    CHECK_THROWS_WITH_AS(d.forward_batch(std::vector<lazygraph::nn::TokenAt>{{1, 0}, {config.vocab, 0}}),
+                         doctest::Contains("sequence 1: token 512"), lg::UsageError);
+    const std::vector<int> long_prompt(static_cast<std::size_t>(config.context) + 1, 1);
+    CHECK_THROWS_WITH_AS(d.prefill(long_prompt), doctest::Contains("65 tokens from position 0"), lg::UsageError);
+    CHECK_THROWS_WITH_AS(d.prefill(std::vector<int>{1, 2}, config.context - 1),
+                         doctest::Contains("does not fit the context"), lg::UsageError);
+    CHECK_THROWS_WITH_AS(d.prefill(std::vector<int>{}), doctest::Contains("empty"), lg::UsageError);
+    CHECK_THROWS_WITH_AS(d.prefill(std::vector<int>{1, -4}), doctest::Contains("prompt token 1 (-4)"), lg::UsageError);
+    CHECK_THROWS_WITH_AS(d.prefill(std::vector<int>{1}, 0, 2), doctest::Contains("slot 2"), lg::UsageError);
+    CHECK_THROWS_WITH_AS((void)d.logits(1), doctest::Contains("row 1"), lg::UsageError);
+    CHECK(d.prefill(std::vector<int>{1, 2, 3}) >= 0);  // still usable
   }
 }

@@ -8,13 +8,18 @@
 
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "lazygraph/nn/kernels.hpp"
 #include "lazygraph/nn/mlp.hpp"
 
 namespace lazygraph::nn {
+
+/// Rows one step processes at most: sequences of a batch, or tokens of a prompt chunk (prefill).
+inline constexpr int kMaxRows = 8;
 
 /// The decoder's shape. The defaults are the small model of docs/nn.md.
 struct DecoderConfig {
@@ -24,7 +29,8 @@ struct DecoderConfig {
   int layers = 8;             ///< decoder layers
   int ffn = 1536;             ///< MLP width
   int vocab = 4096;           ///< vocabulary size
-  int context = 1024;         ///< positions the KV cache holds
+  int context = 1024;         ///< positions the KV cache holds per sequence
+  int max_batch = 1;          ///< sequences decoded at once (1 to 8); the KV cache holds this many
   float theta = 10000.0F;     ///< RoPE base
   float eps = 1e-5F;          ///< RMSNorm epsilon
   std::uint32_t seed = 1234;  ///< seed of the generated weights (DecoderWeights::generate)
@@ -38,7 +44,7 @@ struct DecoderConfig {
   [[nodiscard]] int kv_dim() const noexcept { return kv_head_count() * head_dim(); }
   /// \throws UsageError for shapes the kernels cannot run: d and ffn multiples of 8, d divisible by
   /// heads with head_dim a multiple of 8 and at most 128, heads a multiple of kv_heads, context at most 8192,
-  /// every count positive.
+  /// max_batch at most 8 (kMaxRows), every count positive.
   void validate() const;
   /// Bytes of weights one step reads (all matrices and gains, plus one embedding row).
   [[nodiscard]] std::size_t weight_bytes() const;
@@ -65,76 +71,91 @@ struct DecoderWeights {
   static DecoderWeights generate(const Stream& stream, const Kernels& kernels, const DecoderConfig& config);
 };
 
-/// The device memory one step reads and writes besides the weights.
+/// The device memory one step reads and writes besides the weights. A step processes `rows` rows (1 to kMaxRows):
+/// row r is token tokens[r] of sequence slots[r] at position positions[r]. Activations hold kMaxRows rows.
 struct DecoderState {
   /// Allocates every buffer for `config` (uninitialised).
   DecoderState(const Device& device, const DecoderConfig& config);
 
-  DeviceBuffer<int> io;        ///< [token, position]: written before each replay
-  DeviceBuffer<int> next;      ///< the chosen next token
-  DeviceBuffer<half> x;        ///< residual stream [d]
-  DeviceBuffer<half> q;        ///< [d]
-  DeviceBuffer<half> k;        ///< [kv_dim]
-  DeviceBuffer<half> v;        ///< [kv_dim]
-  DeviceBuffer<half> attn;     ///< attention output [d]
-  DeviceBuffer<half> act;      ///< MLP activation [ffn]
-  DeviceBuffer<half> logits;   ///< [vocab]
-  DeviceBuffer<half> k_cache;  ///< [layers][kv_heads][context][head_dim]
+  DeviceBuffer<int> io;        ///< [tokens | positions | slots], kMaxRows each: written before each replay
+  DeviceBuffer<int> next;      ///< the chosen next token of each row [kMaxRows]
+  DeviceBuffer<half> x;        ///< residual streams [kMaxRows][d]
+  DeviceBuffer<half> q;        ///< [kMaxRows][d]
+  DeviceBuffer<half> k;        ///< [kMaxRows][kv_dim]
+  DeviceBuffer<half> v;        ///< [kMaxRows][kv_dim]
+  DeviceBuffer<half> attn;     ///< attention outputs [kMaxRows][d]
+  DeviceBuffer<half> act;      ///< MLP activations [kMaxRows][ffn]
+  DeviceBuffer<half> logits;   ///< [kMaxRows][vocab]
+  DeviceBuffer<half> k_cache;  ///< [layers][max_batch][kv_heads][context][head_dim]
   DeviceBuffer<half> v_cache;  ///< like k_cache
 
-  /// The step's token, as the graph reads it.
-  [[nodiscard]] DeviceSpan<const int> token() const { return io.cview().subspan(0, 1); }
-  /// The step's position, as the graph reads it.
-  [[nodiscard]] DeviceSpan<const int> position() const { return io.cview().subspan(1, 1); }
+  /// The rows' tokens, as the graph reads them.
+  [[nodiscard]] DeviceSpan<const int> tokens() const { return io.cview().subspan(0, kMaxRows); }
+  /// The rows' positions.
+  [[nodiscard]] DeviceSpan<const int> positions() const { return io.cview().subspan(kMaxRows, kMaxRows); }
+  /// The rows' sequence slots (which KV cache each row reads and appends to).
+  [[nodiscard]] DeviceSpan<const int> slots() const { return io.cview().subspan(2 * kMaxRows, kMaxRows); }
 };
 
-/// x += Wo attention(rope(Wq h), rope(Wk h), Wv h), h = rmsnorm(x) * gain, appending this position's k and v to
-/// the layer's caches. The three projections are independent branches of the graph.
+/// x += Wo attention(rope(Wq h), rope(Wk h), Wv h), h = rmsnorm(x) * gain, for `rows` rows, appending each row's
+/// k and v to its sequence's cache in this layer. The three projections are independent branches of the graph;
+/// every projection reads its weights once for all rows.
 inline auto attention_block(const Kernels& k, const AttentionWeights& w, DecoderState& s, DeviceSpan<half> k_cache,
-                            DeviceSpan<half> v_cache, const DecoderConfig& c) {
+                            DeviceSpan<half> v_cache, const DecoderConfig& c, int rows) {
   const int d = c.d;
-  const auto project = [&](const DeviceBuffer<half>& weight, DeviceBuffer<half>& out, int rows) {
-    return k.rms_norm_gemv(k.gemv_config(rows, d), weight.cview(), s.x.cview(), w.gain.cview(), out.view(), rows, d,
-                           c.eps);
+  const auto project = [&](const DeviceBuffer<half>& weight, DeviceBuffer<half>& out, int out_rows) {
+    return k.rms_norm_gemv(k.gemv_config(out_rows, d), weight.cview(), s.x.cview(), w.gain.cview(), out.view(),
+                           out_rows, d, c.eps, rows);
   };
-  const LaunchConfig per_element = k.step_config(grid_for(static_cast<std::size_t>(d), 256));
-  const LaunchConfig per_head = k.step_config(
-      {{static_cast<unsigned>(c.heads), 1, 1}, {256, 1, 1}, static_cast<unsigned>(c.context * sizeof(float))});
+  const auto count = static_cast<std::size_t>(rows);
+  const LaunchConfig per_element = k.step_config(grid_for(count * static_cast<std::size_t>(d), 256));
+  const LaunchConfig per_head = k.step_config({{static_cast<unsigned>(c.heads), static_cast<unsigned>(rows), 1},
+                                               {256, 1, 1},
+                                               static_cast<unsigned>(c.context * sizeof(float))});
   return all(project(w.wq, s.q, d), project(w.wk, s.k, c.kv_dim()), project(w.wv, s.v, c.kv_dim())) >>
-         k.rope(per_element, s.q.view(), s.k.view(), s.position(), c.heads, c.kv_head_count(), c.head_dim(), c.theta) >>
-         k.kv_append(per_element, s.k.cview(), s.v.cview(), k_cache, v_cache, s.position(), c.kv_head_count(),
-                     c.head_dim(), c.context) >>
-         k.attention(per_head, s.q.cview(), k_cache.as_const(), v_cache.as_const(), s.attn.view(), s.position(),
-                     c.heads, c.kv_head_count(), c.head_dim(), c.context,
+         k.rope(per_element, s.q.view(), s.k.view(), s.positions(), c.heads, c.kv_head_count(), c.head_dim(), c.theta,
+                rows) >>
+         k.kv_append(k.step_config(grid_for(count * static_cast<std::size_t>(c.kv_dim()), 256)), s.k.cview(),
+                     s.v.cview(), k_cache, v_cache, s.positions(), s.slots(), c.kv_head_count(), c.head_dim(),
+                     c.context, c.max_batch, rows) >>
+         k.attention(per_head, s.q.cview(), k_cache.as_const(), v_cache.as_const(), s.attn.view(), s.positions(),
+                     s.slots(), c.heads, c.kv_head_count(), c.head_dim(), c.context, c.max_batch,
                      1.0F / std::sqrt(static_cast<float>(c.head_dim()))) >>
-         k.gemv_add(k.gemv_config(d, d), w.wo.cview(), s.attn.cview(), s.x.view(), d, d);
+         k.gemv_add(k.gemv_config(d, d), w.wo.cview(), s.attn.cview(), s.x.view(), d, d, rows);
 }
 
-/// One decoder layer: attention block, then the SwiGLU MLP block.
-inline auto decoder_layer(const Kernels& k, const DecoderWeights& w, DecoderState& s, int layer,
-                          const DecoderConfig& c) {
-  const std::size_t cache_size = static_cast<std::size_t>(c.context) * static_cast<std::size_t>(c.kv_dim());
+/// One decoder layer for `rows` rows: attention block, then the SwiGLU MLP block.
+inline auto decoder_layer(const Kernels& k, const DecoderWeights& w, DecoderState& s, int layer, const DecoderConfig& c,
+                          int rows) {
+  const std::size_t cache_size = static_cast<std::size_t>(c.max_batch) * static_cast<std::size_t>(c.context) *
+                                 static_cast<std::size_t>(c.kv_dim());
   const std::size_t offset = static_cast<std::size_t>(layer) * cache_size;
   const auto l = static_cast<std::size_t>(layer);
   return attention_block(k, w.attention[l], s, s.k_cache.view().subspan(offset, cache_size),
-                         s.v_cache.view().subspan(offset, cache_size), c) >>
-         swiglu_block(k, w.mlp[l], s.x.view(), s.act.view(), c.d, c.ffn, c.eps);
+                         s.v_cache.view().subspan(offset, cache_size), c, rows) >>
+         swiglu_block(k, w.mlp[l], s.x.view(), s.act.view(), c.d, c.ffn, c.eps, rows);
 }
 
 /// The op type of one decoder layer (decoder_layer), for holding layers in a vector.
-using DecoderLayerOp = decltype(decoder_layer(std::declval<const Kernels&>(), std::declval<const DecoderWeights&>(),
-                                              std::declval<DecoderState&>(), 0, std::declval<const DecoderConfig&>()));
+using DecoderLayerOp =
+    decltype(decoder_layer(std::declval<const Kernels&>(), std::declval<const DecoderWeights&>(),
+                           std::declval<DecoderState&>(), 0, std::declval<const DecoderConfig&>(), 1));
 
-/// One decode step: reads the token and position from s.io, writes the logits and the next token.
-inline auto decoder_step(const Kernels& k, const DecoderWeights& w, DecoderState& s, const DecoderConfig& c) {
+/// One decode step of `rows` rows: reads tokens, positions and slots from s.io, writes each row's logits and next
+/// token (greedy).
+inline auto decoder_step(const Kernels& k, const DecoderWeights& w, DecoderState& s, const DecoderConfig& c,
+                         int rows = 1) {
   std::vector<DecoderLayerOp> layers;
   layers.reserve(static_cast<std::size_t>(c.layers));
-  for (int l = 0; l < c.layers; ++l) layers.push_back(decoder_layer(k, w, s, l, c));
-  return k.embedding(k.step_config(grid_for(static_cast<std::size_t>(c.d), 256)), w.embedding.cview(), s.token(),
-                     s.x.view(), c.d) >>
-         chain(std::move(layers)) >> k.rms_norm_gemv(k.gemv_config(c.vocab, c.d), w.lm_head.cview(), s.x.cview(),
-                                                     w.final_gain.cview(), s.logits.view(), c.vocab, c.d, c.eps) >>
-         k.argmax(k.step_config({{1, 1, 1}, {1024, 1, 1}, 0}), s.logits.cview(), s.next.view(), c.vocab);
+  for (int l = 0; l < c.layers; ++l) layers.push_back(decoder_layer(k, w, s, l, c, rows));
+  const auto count = static_cast<std::size_t>(rows);
+  return k.embedding(k.step_config(grid_for(count * static_cast<std::size_t>(c.d), 256)), w.embedding.cview(),
+                     s.tokens(), s.x.view(), c.d, rows) >>
+         chain(std::move(layers)) >>
+         k.rms_norm_gemv(k.gemv_config(c.vocab, c.d), w.lm_head.cview(), s.x.cview(), w.final_gain.cview(),
+                         s.logits.view(), c.vocab, c.d, c.eps, rows) >>
+         k.argmax(k.step_config({{static_cast<unsigned>(rows), 1, 1}, {1024, 1, 1}, 0}), s.logits.cview(),
+                  s.next.view(), c.vocab);
 }
 
 /// Where a step starts: the current token and its position in the sequence.
@@ -143,9 +164,11 @@ struct TokenAt {
   int position = 0;  ///< in [0, context)
 };
 
-/// The decoder as a Module: `forward({token, position})` returns the greedy next token. Steps must come at
-/// positions 0, 1, 2, ... (each attends over the k and v of the earlier ones); `reset` starts a new sequence.
-/// Not thread-safe: step it from one thread at a time.
+/// The decoder as a Module: `forward({token, position})` returns the greedy next token of sequence 0. Steps of a
+/// sequence must come at positions 0, 1, 2, ... (each attends over the k and v of the earlier ones), or a prompt
+/// first through `prefill`; `forward_batch` steps up to max_batch sequences at once, reading the weights once for
+/// all of them. Each row count has its own graph, captured on first use. Not thread-safe: step it from one thread
+/// at a time.
 class Decoder {
  public:
   using Input = TokenAt;  ///< the token and its position
@@ -157,32 +180,53 @@ class Decoder {
   /// or a weight whose size differs from what `config` needs (naming its checkpoint tensor name).
   Decoder(const Stream& stream, const KernelLibrary& library, const DecoderConfig& config, DecoderWeights weights);
 
-  /// Runs one step. \throws UsageError for a token outside [0, vocab) or a position outside
+  /// Runs one step of sequence 0. \throws UsageError for a token outside [0, vocab) or a position outside
   /// [0, context).
   Output forward(Input in);
+
+  /// One step of sequences 0 .. steps.size() - 1 at once (sequence r takes steps[r]): returns each one's greedy
+  /// next token. \throws UsageError for no step or more than max_batch, or a token or position out of range
+  /// (naming the row).
+  std::vector<int> forward_batch(std::span<const TokenAt> steps);
+
+  /// Runs a prompt through sequence `slot`, filling its KV cache at positions start .. start + prompt.size() - 1,
+  /// kMaxRows tokens per step (each reading the weights once); returns the greedy token that follows the prompt.
+  /// The same cache, logits and token as forwarding the prompt one token at a time. \throws UsageError for an
+  /// empty prompt, a token outside the vocabulary (naming its index), a prompt that does not fit the context from
+  /// `start`, or a slot outside [0, max_batch).
+  int prefill(std::span<const int> prompt, int start = 0, int slot = 0);
 
   /// Clears the KV caches (not needed to start over at position 0; it makes stale entries impossible to read).
   void reset();
 
-  /// The last step's logits (vocab values).
-  [[nodiscard]] std::vector<half> logits() const;
+  /// Row `row`'s logits (vocab values) from the last step: the last row for prefill.
+  [[nodiscard]] std::vector<half> logits(int row = 0) const;
 
-  /// The step as an op, for running it without the graph (the benchmark's eager variant); reads s.io.
-  [[nodiscard]] auto step_op() { return decoder_step(kernels_, weights_, state_, config_); }
+  /// The step of `rows` rows as an op, for running it without the graph (the benchmark's eager variant); reads
+  /// the rows from the device io buffer, which the last forward, forward_batch or prefill wrote.
+  [[nodiscard]] auto step_op(int rows = 1) { return decoder_step(kernels_, weights_, state_, config_, rows); }
 
   /// The config it was built with.
   [[nodiscard]] const DecoderConfig& config() const noexcept { return config_; }
-  /// The step's graph (replay it directly to time the device work alone).
-  [[nodiscard]] CudaGraph<>& graph() noexcept { return graph_; }
+  /// The graph of a step of `rows` rows (captured now if it was not yet): replay it directly to time the device
+  /// work alone. \throws UsageError for rows outside [1, kMaxRows].
+  [[nodiscard]] CudaGraph<>& graph(int rows = 1);
 
  private:
+  /// Writes the rows to the device, replays the graph of rows.size() rows and returns the rows' next tokens.
+  std::span<const int> run(std::span<const int> tokens, std::span<const int> positions, std::span<const int> slots);
+  /// \throws UsageError unless token and position are in range; `what` names the row in the message.
+  void check_step(int token, int position, const std::string& what) const;
+
   DecoderConfig config_;
   Kernels kernels_;
   DecoderWeights weights_;
   DecoderState state_;
   PinnedBuffer<int> io_host_;
   PinnedBuffer<int> next_host_;
-  CudaGraph<> graph_;
+  Stream stream_;
+  std::vector<std::optional<CudaGraph<>>> graphs_;  ///< [rows - 1], captured on first use
+  int last_rows_ = 1;
 };
 
 static_assert(Module<Decoder>);

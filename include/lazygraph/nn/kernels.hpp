@@ -21,25 +21,29 @@ struct Kernels {
   /// `early_launch`: launch every kernel early (see step_config); false gives ordinary launches, to compare.
   explicit Kernels(const KernelLibrary& library, bool early_launch = true);
 
-  /// embedding(table, token, out, d): out = table[*token] (kernels/nn/embedding.cu).
-  Kernel<void(const half*, const int*, half*, int)> embedding;
-  /// gemv(W, x, out, rows, cols): out = W x (kernels/nn/gemv.cu, also for the variants below).
-  Kernel<void(const half*, const half*, half*, int, int)> gemv;
-  /// gemv_add(W, x, out, rows, cols): out += W x, the residual add fused.
-  Kernel<void(const half*, const half*, half*, int, int)> gemv_add;
-  /// rms_norm_gemv(W, x, g, out, rows, cols, eps): out = W (rmsnorm(x) * g).
-  Kernel<void(const half*, const half*, const half*, half*, int, int, float)> rms_norm_gemv;
-  /// rms_norm_gemv_swiglu(W1, W3, x, g, out, rows, cols, eps): out = silu(W1 h) * (W3 h), h = rmsnorm(x) * g.
-  Kernel<void(const half*, const half*, const half*, const half*, half*, int, int, float)> rms_norm_gemv_swiglu;
-  /// rms_norm(x, g, out, d, eps): out = rmsnorm(x) * g (kernels/nn/rms_norm.cu).
+  /// embedding(table, tokens, out, d, batch): out[b] = table[tokens[b]] (kernels/nn/embedding.cu).
+  Kernel<void(const half*, const int*, half*, int, int)> embedding;
+  /// gemv(W, x, out, rows, cols, batch): out[b] = W x[b] (kernels/nn/gemv.cu, also for the variants below).
+  Kernel<void(const half*, const half*, half*, int, int, int)> gemv;
+  /// gemv_add(W, x, out, rows, cols, batch): out[b] += W x[b], the residual add fused.
+  Kernel<void(const half*, const half*, half*, int, int, int)> gemv_add;
+  /// rms_norm_gemv(W, x, g, out, rows, cols, eps, batch): out[b] = W (rmsnorm(x[b]) * g).
+  Kernel<void(const half*, const half*, const half*, half*, int, int, float, int)> rms_norm_gemv;
+  /// rms_norm_gemv_swiglu(W1, W3, x, g, out, rows, cols, eps, batch): out[b] = silu(W1 h) * (W3 h),
+  /// h = rmsnorm(x[b]) * g.
+  Kernel<void(const half*, const half*, const half*, const half*, half*, int, int, float, int)> rms_norm_gemv_swiglu;
+  /// rms_norm(x, g, out, d, eps): out = rmsnorm(x) * g per vector, one block each (kernels/nn/rms_norm.cu).
   Kernel<void(const half*, const half*, half*, int, float)> rms_norm;
-  /// rope(q, k, position, heads, kv_heads, head_dim, theta): rotary embedding in place (kernels/nn/rope.cu).
-  Kernel<void(half*, half*, const int*, int, int, int, float)> rope;
-  /// kv_append(k, v, k_cache, v_cache, position, kv_heads, head_dim, context) (kernels/nn/attention.cu).
-  Kernel<void(const half*, const half*, half*, half*, const int*, int, int, int)> kv_append;
-  /// attention(q, k_cache, v_cache, out, position, heads, kv_heads, head_dim, context, scale).
-  Kernel<void(const half*, const half*, const half*, half*, const int*, int, int, int, int, float)> attention;
-  /// argmax(logits, out, n): the index of the largest logit, the lowest among ties (kernels/nn/argmax.cu).
+  /// rope(q, k, positions, heads, kv_heads, head_dim, theta, batch): rotary embedding in place (kernels/nn/rope.cu).
+  Kernel<void(half*, half*, const int*, int, int, int, float, int)> rope;
+  /// kv_append(k, v, k_cache, v_cache, positions, slots, kv_heads, head_dim, context, slot_count, batch)
+  /// (kernels/nn/attention.cu).
+  Kernel<void(const half*, const half*, half*, half*, const int*, const int*, int, int, int, int, int)> kv_append;
+  /// attention(q, k_cache, v_cache, out, positions, slots, heads, kv_heads, head_dim, context, slot_count, scale).
+  Kernel<void(const half*, const half*, const half*, half*, const int*, const int*, int, int, int, int, int, float)>
+      attention;
+  /// argmax(logits, out, n): per row (one block each), the index of the largest logit, the lowest among ties
+  /// (kernels/nn/argmax.cu).
   Kernel<void(const half*, int*, int)> argmax;
   /// fill_uniform_f16(out, n, key, scale, offset): seeded weights (kernels/nn/random.cu, docs/nn.md).
   Kernel<void(half*, long long, unsigned, float, float)> fill_uniform;

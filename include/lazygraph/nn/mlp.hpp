@@ -39,18 +39,19 @@ struct SwigluWeights {
 SwigluWeights generate_swiglu_weights(const Stream& stream, const Kernels& kernels, std::uint32_t seed, int layer,
                                       int d, int ffn);
 
-/// x += W2 (silu(W1 h) * (W3 h)), h = rmsnorm(x) * gain, in place on the residual stream `x` [d], using `act`
-/// [ffn] as scratch: a fused norm + gate/up projection kernel, then the down projection with the add fused.
+/// x += W2 (silu(W1 h) * (W3 h)), h = rmsnorm(x) * gain, in place on the residual streams `x` [batch][d], using
+/// `act` [batch][ffn] as scratch: a fused norm + gate/up projection kernel, then the down projection with the add
+/// fused. Each kernel reads its weights once for the whole batch (1 to 8 vectors).
 inline auto swiglu_block(const Kernels& k, const SwigluWeights& w, DeviceSpan<half> x, DeviceSpan<half> act, int d,
-                         int ffn, float eps) {
+                         int ffn, float eps, int batch = 1) {
   return k.rms_norm_gemv_swiglu(k.gemv_config(ffn, d), w.w1.cview(), w.w3.cview(), x.as_const(), w.gain.cview(), act,
-                                ffn, d, eps) >>
-         k.gemv_add(k.gemv_config(d, ffn), w.w2.cview(), act.as_const(), x, d, ffn);
+                                ffn, d, eps, batch) >>
+         k.gemv_add(k.gemv_config(d, ffn), w.w2.cview(), act.as_const(), x, d, ffn, batch);
 }
 
 /// The op type of one block (swiglu_block), for holding blocks in a vector.
 using SwigluBlockOp = decltype(swiglu_block(std::declval<const Kernels&>(), std::declval<const SwigluWeights&>(),
-                                            DeviceSpan<half>{}, DeviceSpan<half>{}, 0, 0, 0.0F));
+                                            DeviceSpan<half>{}, DeviceSpan<half>{}, 0, 0, 0.0F, 1));
 
 /// The whole MLP as one op: copies `input` into `output` (the residual stream), then runs every block on it.
 inline auto mlp_forward(const Kernels& k, const std::vector<SwigluWeights>& layers, const MlpConfig& config,
