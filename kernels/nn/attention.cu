@@ -62,8 +62,8 @@ extern "C" __global__ void attention(const lg::half_t* q, const lg::half_t* k_ca
 
   const int row = blockIdx.y;
   const int p = positions[row];
-  const int slot = slots[row];
-  if (p < 0 || p >= max_ctx || slot < 0 || slot >= n_slots || head_dim % 8 != 0 || head_dim > kMaxHeadDim || n_kv_heads <= 0 ||
+  const int sequence = slots[row];
+  if (p < 0 || p >= max_ctx || sequence < 0 || sequence >= n_slots || head_dim % 8 != 0 || head_dim > kMaxHeadDim || n_kv_heads <= 0 ||
       n_heads % n_kv_heads != 0 || !lg::is_aligned16(q) ||
       !lg::is_aligned16(k_cache) || !lg::is_aligned16(v_cache) || !lg::is_aligned16(out)) {
     __trap();
@@ -85,7 +85,7 @@ extern "C" __global__ void attention(const lg::half_t* q, const lg::half_t* k_ca
   const int chunk = has_chunk ? sub : 0;
 
   const int kv_head = head / (n_heads / n_kv_heads);
-  const long long head_base = (static_cast<long long>(slot) * n_kv_heads + kv_head) * max_ctx * head_dim;
+  const long long head_base = (static_cast<long long>(sequence) * n_kv_heads + kv_head) * max_ctx * head_dim;
   q += static_cast<long long>(row) * n_heads * head_dim;
   out += static_cast<long long>(row) * n_heads * head_dim;
   const lg::half_t* k_head = k_cache + head_base + 8 * chunk;
