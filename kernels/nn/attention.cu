@@ -63,9 +63,9 @@ extern "C" __global__ void attention(const lg::half_t* q, const lg::half_t* k_ca
   const int row = blockIdx.y;
   const int p = positions[row];
   const int sequence = slots[row];
-  if (p < 0 || p >= max_ctx || sequence < 0 || sequence >= n_slots || head_dim % 8 != 0 || head_dim > kMaxHeadDim || n_kv_heads <= 0 ||
-      n_heads % n_kv_heads != 0 || !lg::is_aligned16(q) ||
-      !lg::is_aligned16(k_cache) || !lg::is_aligned16(v_cache) || !lg::is_aligned16(out)) {
+  if (p < 0 || p >= max_ctx || sequence < 0 || sequence >= n_slots || head_dim % 8 != 0 || head_dim > kMaxHeadDim ||
+      n_kv_heads <= 0 || n_heads % n_kv_heads != 0 || !lg::is_aligned16(q) || !lg::is_aligned16(k_cache) ||
+      !lg::is_aligned16(v_cache) || !lg::is_aligned16(out)) {
     __trap();
   }
   const int head = blockIdx.x;
@@ -79,7 +79,7 @@ extern "C" __global__ void attention(const lg::half_t* q, const lg::half_t* k_ca
   const int warps = blockDim.x / 32;
   const int sub = lane % group;            // this lane's chunk of a position
   const int slot = lane / group;           // which of the warp's positions
-  const int slots = warps * (32 / group);  // positions the block covers per load
+  const int per_load = warps * (32 / group);  // positions the block covers per load
   const int my_slot = warp * (32 / group) + slot;
   const bool has_chunk = sub < chunks;
   const int chunk = has_chunk ? sub : 0;
@@ -97,11 +97,11 @@ extern "C" __global__ void attention(const lg::half_t* q, const lg::half_t* k_ca
   for (int i = 0; i < 8; ++i) qf[i] *= scale;
 
   // 1. Scores. Loads past p re-read position p (no branch around a load) and are not stored.
-  for (int j0 = 0; j0 <= p; j0 += slots * kPositionsInFlight) {  // uniform over the block
+  for (int j0 = 0; j0 <= p; j0 += per_load * kPositionsInFlight) {  // uniform over the block
     lg::Half8 kv[kPositionsInFlight];
 #pragma unroll
     for (int u = 0; u < kPositionsInFlight; ++u) {
-      const int j = min(j0 + u * slots + my_slot, p);
+      const int j = min(j0 + u * per_load + my_slot, p);
       kv[u] = lg::load_half8(k_head + static_cast<long long>(j) * head_dim);
     }
 #pragma unroll
@@ -113,7 +113,7 @@ extern "C" __global__ void attention(const lg::half_t* q, const lg::half_t* k_ca
       for (int i = 0; i < 8; ++i) dot = fmaf(qf[i], kf[i], dot);
       dot = has_chunk ? dot : 0.0f;
       for (int offset = group / 2; offset > 0; offset >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
-      const int j = j0 + u * slots + my_slot;
+      const int j = j0 + u * per_load + my_slot;
       if (sub == 0 && j <= p) scores[j] = dot;
     }
   }
@@ -135,16 +135,16 @@ extern "C" __global__ void attention(const lg::half_t* q, const lg::half_t* k_ca
   float acc[8];
 #pragma unroll
   for (int i = 0; i < 8; ++i) acc[i] = 0.0f;
-  for (int j0 = 0; j0 <= p; j0 += slots * kPositionsInFlight) {
+  for (int j0 = 0; j0 <= p; j0 += per_load * kPositionsInFlight) {
     lg::Half8 vv[kPositionsInFlight];
 #pragma unroll
     for (int u = 0; u < kPositionsInFlight; ++u) {
-      const int j = min(j0 + u * slots + my_slot, p);
+      const int j = min(j0 + u * per_load + my_slot, p);
       vv[u] = lg::load_half8(v_head + static_cast<long long>(j) * head_dim);
     }
 #pragma unroll
     for (int u = 0; u < kPositionsInFlight; ++u) {
-      const int j = j0 + u * slots + my_slot;
+      const int j = j0 + u * per_load + my_slot;
       const float w = j <= p ? scores[min(j, p)] : 0.0f;
       float vf[8];
       lg::unpack_half8(vv[u], vf);
