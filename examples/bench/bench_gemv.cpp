@@ -57,7 +57,8 @@ int main(int argc, char** argv) {
   lg::Device gpu = lg::Device::first();
   lg::Stream s = gpu.create_stream();
   lg::KernelLibrary kernels = lg::nn::kernel_library(gpu);  // the core and the nn kernel sets
-  auto gemv = kernels.get<void(const half*, const half*, half*, int, int)>("gemv");
+  const lg::nn::Kernels nn(kernels);
+  const auto& gemv = nn.gemv;
 
   // Copy ceiling: a 1 GiB device-to-device copy, bytes read plus bytes written.
   const std::size_t big = 512ULL << 20U;
@@ -80,11 +81,36 @@ int main(int argc, char** argv) {
          {std::pair{4U, 2U}, std::pair{2U, 4U}, std::pair{1U, 8U}, std::pair{8U, 1U}}) {
       const lg::LaunchConfig cfg{{(rows + per_block - 1) / per_block, 1, 1}, {32, warps, per_block}, 0};
       const double t = median_seconds(s, 50, [&](int i) {
-        gemv.launch(s, cfg, (i % 2 == 0 ? w0 : w1).cview(), x.cview(), out.view(), rows, cols);
+        gemv.launch(s, cfg, (i % 2 == 0 ? w0 : w1).cview(), x.cview(), out.view(), rows, cols, 1);
       });
       const double bw = 2.0 * static_cast<double>(size) / t;
       std::printf("%6d x %5d | (32, %u, %u)     | %9.2f | %7.2f | %5.1f%%\n", rows, cols, warps, per_block, t * 1e6,
                   bw * 1e-12, 100.0 * bw / copy_bw);
+    }
+  }
+
+  // Batches: one launch multiplies the weights with 1 to 8 vectors, reading them once.
+  std::printf("\nbatched gemv, block shape of nn::Kernels::gemv_config; time per vector = us / batch\n");
+  std::printf("%13s | %5s | %9s | %7s | %15s | %s\n", "rows x cols", "batch", "us", "TB/s", "of copy ceiling",
+              "us vs batch 1");
+  for (const auto& shape : {std::pair{4096, 4096}, std::pair{11008, 4096}, std::pair{4096, 11008}}) {
+    const int rows = shape.first;
+    const int cols = shape.second;
+    const std::size_t size = static_cast<std::size_t>(rows) * cols;
+    const auto w0 = random_weights(s, size, 1);
+    const auto w1 = random_weights(s, size, 2);
+    const auto x = random_weights(s, static_cast<std::size_t>(8) * cols, 3);
+    auto out = lg::empty<half>(static_cast<std::size_t>(8) * rows).sync_on(s);
+    const lg::LaunchConfig cfg = nn.gemv_config(rows, cols);
+    double t1 = 0;
+    for (const int batch : {1, 2, 4, 8}) {
+      const double t = median_seconds(s, 50, [&](int i) {
+        gemv.launch(s, cfg, (i % 2 == 0 ? w0 : w1).cview(), x.cview(), out.view(), rows, cols, batch);
+      });
+      if (batch == 1) t1 = t;
+      const double bw = 2.0 * static_cast<double>(size) / t;
+      std::printf("%6d x %5d | %5d | %9.2f | %7.2f | %14.1f%% | %.2f\n", rows, cols, batch, t * 1e6, bw * 1e-12,
+                  100.0 * bw / copy_bw, t / t1);
     }
   }
   return 0;

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -154,10 +155,96 @@ DecoderResult bench_decoder(const lg::Stream& s, const lg::KernelLibrary& kernel
   return r;
 }
 
+/// The features a real checkpoint needs, on one GQA decoder (kv_heads 2, max_batch 8), for torch_models.py to
+/// check: greedy tokens, a batch of 4 sequences, a prefilled prompt; and the step time per row count.
+std::string bench_features(const lg::Stream& s, const lg::KernelLibrary& kernels, int forwards,
+                           const std::string& dir) {
+  lazygraph::nn::DecoderConfig c;
+  c.kv_heads = 2;
+  c.max_batch = 8;
+  lazygraph::nn::Decoder decoder(s, kernels, c);
+  std::ostringstream json;
+  json << "{\"config\": {\"d\": " << c.d << ", \"heads\": " << c.heads << ", \"kv_heads\": " << c.kv_heads
+       << ", \"layers\": " << c.layers << ", \"ffn\": " << c.ffn << ", \"vocab\": " << c.vocab
+       << ", \"context\": " << c.context << ", \"theta\": " << c.theta << ", \"eps\": " << c.eps
+       << ", \"seed\": " << c.seed << "},\n";
+
+  // Greedy, one sequence.
+  std::vector<int> tokens;
+  int token = 1;
+  for (int p = 0; p < 64; ++p) {
+    tokens.push_back(token = decoder.forward({token, p}));
+    if (p == 0) write_halves(dir + "/gqa_logits0.f16", decoder.logits());
+  }
+  json << "  \"gqa\": {\"start_token\": 1, \"tokens\": [";
+  for (std::size_t i = 0; i < tokens.size(); ++i) json << (i > 0 ? ", " : "") << tokens[i];
+  json << "], \"logits0\": \"gqa_logits0.f16\"},\n";
+
+  // A batch of four sequences, greedy.
+  decoder.reset();
+  std::vector<int> current{1, 2, 3, 4};
+  std::vector<std::vector<int>> batch_tokens(current.size());
+  const int batch_steps = 32;
+  for (int p = 0; p < batch_steps; ++p) {
+    std::vector<lazygraph::nn::TokenAt> steps;
+    for (const int t : current) steps.push_back({t, p});
+    current = decoder.forward_batch(steps);
+    for (std::size_t r = 0; r < current.size(); ++r) batch_tokens[r].push_back(current[r]);
+  }
+  std::vector<half> last;
+  for (int r = 0; r < 4; ++r) {
+    const std::vector<half> l = decoder.logits(r);
+    last.insert(last.end(), l.begin(), l.end());
+  }
+  write_halves(dir + "/batch_logits.f16", last);
+  json << "  \"batch\": {\"starts\": [1, 2, 3, 4], \"steps\": " << batch_steps << ", \"tokens\": [";
+  for (std::size_t r = 0; r < batch_tokens.size(); ++r) {
+    json << (r > 0 ? ", [" : "[");
+    for (std::size_t i = 0; i < batch_tokens[r].size(); ++i) json << (i > 0 ? ", " : "") << batch_tokens[r][i];
+    json << "]";
+  }
+  json << "], \"logits\": \"batch_logits.f16\",\n    \"step_us\": {";
+  // Device time of one step of B rows at position 100 (every row its own sequence).
+  for (const int rows : {1, 2, 4, 8}) {
+    std::vector<lazygraph::nn::TokenAt> steps(static_cast<std::size_t>(rows), {7, 100});
+    (void)decoder.forward_batch(steps);
+    const double us = median_us(s, forwards, [&] { decoder.graph(rows).launch_on(s); });
+    json << (rows > 1 ? ", " : "") << "\"" << rows << "\": " << us;
+    std::printf("| GQA decoder, %d rows | step graph %.1f us | %.0f tokens/s |\n", rows, us, rows * 1e6 / us);
+  }
+  json << "}},\n";
+
+  // A prompt of 40 tokens through prefill (5 steps of 8 rows) into sequence 0.
+  decoder.reset();
+  std::vector<int> prompt;
+  for (int i = 0; i < 40; ++i) prompt.push_back(static_cast<int>(lazygraph::nn::mix(1000U + i) % c.vocab));
+  const int next = decoder.prefill(prompt);
+  write_halves(dir + "/prefill_logits.f16", decoder.logits(7));
+  std::vector<double> wall;
+  for (int i = 0; i < 21; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    (void)decoder.prefill(prompt);
+    wall.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::vector<double> one_by_one;
+  for (int i = 0; i < 5; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    for (std::size_t p = 0; p < prompt.size(); ++p) (void)decoder.forward({prompt[p], static_cast<int>(p)});
+    one_by_one.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::printf("| prefill, 40 tokens | %.0f us | token by token %.0f us |\n", median(wall), median(one_by_one));
+  json << "  \"prefill\": {\"prompt\": [";
+  for (std::size_t i = 0; i < prompt.size(); ++i) json << (i > 0 ? ", " : "") << prompt[i];
+  json << "], \"next\": " << next << ", \"logits\": \"prefill_logits.f16\", \"prefill_us\": " << median(wall)
+       << ", \"token_by_token_us\": " << median(one_by_one) << "}}";
+  return json.str();
+}
+
 int run(int argc, char** argv) {
   const std::string dir = argc > 1 ? argv[1] : ".";
   const int forwards = argc > 2 ? std::max(1, std::atoi(argv[2])) : 300;
   if (example::skip_without_gpu("bench_models")) return example::exit_skipped;
+  std::filesystem::create_directories(dir);
   lg::Device gpu = lg::Device::first();
   lg::Stream s = gpu.create_stream();
   lg::KernelLibrary kernels = lg::nn::kernel_library(gpu);  // the core and the nn kernel sets
@@ -191,6 +278,8 @@ int run(int argc, char** argv) {
       "%.2f |\n",
       dc.d, dc.layers, dc.vocab, dr.tokens_per_s, dr.tokens_per_s_plain, dr.step_graph_us, dr.step_eager_us,
       dr.step_eager_us / dr.step_graph_us);
+  std::printf("\n");
+  const std::string features = bench_features(s, kernels, forwards, dir);
 
   std::ostringstream json;
   json << "{\n  \"device\": \"" << gpu.name() << "\",\n  \"forwards\": " << forwards << ",\n  \"mlp\": [\n";
@@ -211,7 +300,7 @@ int run(int argc, char** argv) {
        << ", \"step_graph_us\": " << dr.step_graph_us << ", \"step_eager_us\": " << dr.step_eager_us
        << ", \"logits0\": \"decoder_logits0.f16\",\n    \"tokens\": [";
   for (std::size_t i = 0; i < dr.tokens.size(); ++i) json << (i > 0 ? ", " : "") << dr.tokens[i];
-  json << "]}\n}\n";
+  json << "]},\n  \"features\": " << features << "\n}\n";
   std::ofstream(dir + "/lazygraph.json") << json.str();
   return 0;
 }

@@ -207,6 +207,109 @@ class TorchDecoder:
         self.next_tok.copy_(torch.argmax(logits, dim=-1))  # first maximal index
 
 
+class TorchBatchDecoder:
+    """The decoder with grouped-query attention stepping `batch` sequences at once (row b is sequence b, at its own
+    position); prefill() runs a prompt through full causal attention into sequence 0, as PyTorch models do."""
+
+    def __init__(self, cfg, seed, batch):
+        d, self.heads, ffn, vocab, ctx = cfg["d"], cfg["heads"], cfg["ffn"], cfg["vocab"], cfg["context"]
+        self.kv = cfg.get("kv_heads") or self.heads
+        self.group = self.heads // self.kv
+        self.d, self.hd, self.eps, self.batch, self.ctx = d, d // self.heads, float(cfg["eps"]), batch, ctx
+        kv_dim = self.kv * self.hd
+        self.embedding = make_tensor(seed, EMBED_ID, (vocab, d))
+        self.layers = []
+        for i in range(cfg["layers"]):
+            b = 16 * i
+            self.layers.append({"g_attn": gain(seed, b + 1, d), "wq": matrix(seed, b + 2, d, d),
+                                "wk": matrix(seed, b + 3, kv_dim, d), "wv": matrix(seed, b + 4, kv_dim, d),
+                                "wo": matrix(seed, b + 5, d, d), "g_mlp": gain(seed, b + 6, d),
+                                "w1": matrix(seed, b + 7, ffn, d), "w3": matrix(seed, b + 8, ffn, d),
+                                "w2": matrix(seed, b + 9, d, ffn)})
+        self.g_final = gain(seed, FINAL_GAIN_ID, d)
+        self.lm_head = matrix(seed, LM_HEAD_ID, vocab, d)
+        cache_shape = (cfg["layers"], batch, self.kv, ctx, self.hd)
+        self.k_cache = torch.zeros(cache_shape, dtype=torch.float16, device="cuda")
+        self.v_cache = torch.zeros(cache_shape, dtype=torch.float16, device="cuda")
+        exponent = torch.arange(0, self.hd, 2, dtype=torch.float32, device="cuda") / self.hd
+        self.inv_freq = torch.pow(float(cfg["theta"]), -exponent)
+        self.positions = torch.arange(ctx, dtype=torch.int64, device="cuda")
+        self.rows = torch.arange(batch, dtype=torch.int64, device="cuda")
+        self.scale = 1.0 / math.sqrt(self.hd)
+        self.tok = torch.zeros(batch, dtype=torch.int64, device="cuda")
+        self.pos = torch.zeros(batch, dtype=torch.int64, device="cuda")
+        self.next_tok = torch.zeros(batch, dtype=torch.int64, device="cuda")
+        self.logits = torch.zeros(batch, vocab, dtype=torch.float16, device="cuda")
+
+    def reset(self):
+        self.k_cache.zero_()
+        self.v_cache.zero_()
+
+    def rope(self, v, heads, cos, sin):
+        """Rotate pairs (2i, 2i+1) of every head of every row in float32; v [rows, heads * hd], cos/sin [rows, hd/2]."""
+        rows = v.shape[0]
+        pairs = v.view(rows, heads, self.hd // 2, 2).float()
+        a, b = pairs[..., 0], pairs[..., 1]
+        cos, sin = cos[:, None, :], sin[:, None, :]
+        return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).view(rows, heads * self.hd).half()
+
+    def block(self, layer, x, q_fn):
+        """One layer around the attention function q_fn(layer, q, k, v) -> [rows, d]."""
+        p = self.layers[layer]
+        h = rms_norm(x, p["g_attn"], self.eps)
+        x = x + F.linear(q_fn(layer, F.linear(h, p["wq"]), F.linear(h, p["wk"]), F.linear(h, p["wv"])), p["wo"])
+        return x + swiglu(rms_norm(x, p["g_mlp"], self.eps), p["w1"], p["w3"], p["w2"])
+
+    def step(self):
+        angle = self.pos.float()[:, None] * self.inv_freq[None, :]
+        cos, sin = torch.cos(angle), torch.sin(angle)
+        bsz = self.batch
+
+        def attend(layer, q, k, v):
+            q, k = self.rope(q, self.heads, cos, sin), self.rope(k, self.kv, cos, sin)
+            keys, values = self.k_cache[layer], self.v_cache[layer]  # [batch, kv, ctx, hd]
+            keys[self.rows, :, self.pos, :] = k.view(bsz, self.kv, self.hd)
+            values[self.rows, :, self.pos, :] = v.view(bsz, self.kv, self.hd)
+            scores = torch.matmul(q.view(bsz, self.kv, self.group, self.hd), keys.transpose(-1, -2)).float()
+            scores = scores * self.scale
+            mask = self.positions[None, :] > self.pos[:, None]  # [batch, ctx]
+            scores.masked_fill_(mask[:, None, None, :], float("-inf"))
+            w = torch.softmax(scores, dim=-1).half()
+            return torch.matmul(w, values).view(bsz, self.d)
+
+        x = self.embedding.index_select(0, self.tok)
+        for i in range(len(self.layers)):
+            x = self.block(i, x, attend)
+        logits = F.linear(rms_norm(x, self.g_final, self.eps), self.lm_head)
+        self.logits.copy_(logits)
+        self.next_tok.copy_(torch.argmax(logits, dim=-1))
+
+    def prefill(self, prompt):
+        """The prompt's tokens at positions 0.. of sequence 0 with causal attention; returns the last row's logits."""
+        t = len(prompt)
+        tok = torch.tensor(prompt, dtype=torch.int64, device="cuda")
+        angle = torch.arange(t, dtype=torch.float32, device="cuda")[:, None] * self.inv_freq[None, :]
+        cos, sin = torch.cos(angle), torch.sin(angle)
+        causal = torch.ones(t, t, dtype=torch.bool, device="cuda").triu(1)
+
+        def attend(layer, q, k, v):
+            q, k = self.rope(q, self.heads, cos, sin), self.rope(k, self.kv, cos, sin)
+            k3, v3 = k.view(t, self.kv, self.hd).transpose(0, 1), v.view(t, self.kv, self.hd).transpose(0, 1)
+            self.k_cache[layer, 0, :, :t, :] = k3
+            self.v_cache[layer, 0, :, :t, :] = v3
+            q4 = q.view(t, self.kv, self.group, self.hd).permute(1, 2, 0, 3)  # [kv, group, t, hd]
+            scores = torch.matmul(q4, k3[:, None].transpose(-1, -2)).float() * self.scale  # [kv, group, t, t]
+            scores.masked_fill_(causal, float("-inf"))
+            w = torch.softmax(scores, dim=-1).half()
+            o = torch.matmul(w, v3[:, None])  # [kv, group, t, hd]
+            return o.permute(2, 0, 1, 3).reshape(t, self.d)
+
+        x = self.embedding.index_select(0, tok)
+        for i in range(len(self.layers)):
+            x = self.block(i, x, attend)
+        return F.linear(rms_norm(x[-1:], self.g_final, self.eps), self.lm_head)
+
+
 # ----------------------------------------------------------------------------- timing and checks
 
 def median_us(fn, n):
@@ -315,6 +418,72 @@ def bench_decoder(entry, results_dir):
             "eager_tokens_equal_graph": eager_tokens == tokens}
 
 
+def bench_features(entry, results_dir, n):
+    """GQA, batch and prefill of the C++ decoder checked against TorchBatchDecoder, and the step time per batch."""
+    cfg = entry["config"]
+    print(f"torch: GQA decoder {cfg} ...", file=sys.stderr, flush=True)
+    vocab = cfg["vocab"]
+    out = {"config": cfg}
+    # Greedy, one sequence, through a CUDA graph.
+    one = TorchBatchDecoder(cfg, cfg["seed"], 1)
+    graph, _ = capture(one.step)
+    one.reset()
+    token, tokens = entry["gqa"]["start_token"], []
+    for p in range(len(entry["gqa"]["tokens"])):
+        one.tok.fill_(token)
+        one.pos.fill_(p)
+        graph.replay()
+        if p == 0:
+            out["gqa_logits_rel_err"] = rel_err(one.logits, load_f16(os.path.join(results_dir, entry["gqa"]["logits0"]),
+                                                                     vocab))
+        token = int(one.next_tok.item())
+        tokens.append(token)
+    out["gqa_matching_tokens"] = leading_matches(tokens, entry["gqa"]["tokens"])
+    out["gqa_steps"] = len(tokens)
+    # Prefill, eager (shapes vary with the prompt).
+    prompt = entry["prefill"]["prompt"]
+    one.reset()
+    logits = one.prefill(prompt)
+    out["prefill_logits_rel_err"] = rel_err(logits, load_f16(os.path.join(results_dir, entry["prefill"]["logits"]),
+                                                             vocab))
+    out["prefill_next_equal"] = int(torch.argmax(logits, dim=-1).item()) == entry["prefill"]["next"]
+    out["torch_prefill_us"] = median_us(lambda: one.prefill(prompt), 21)
+    out["lg_prefill_us"] = entry["prefill"]["prefill_us"]
+    out["lg_token_by_token_us"] = entry["prefill"]["token_by_token_us"]
+    del one, graph
+    # Batch of four sequences, greedy, through a CUDA graph.
+    starts = entry["batch"]["starts"]
+    four = TorchBatchDecoder(cfg, cfg["seed"], len(starts))
+    graph, _ = capture(four.step)
+    four.reset()
+    current, rows = torch.tensor(starts, dtype=torch.int64, device="cuda"), [[] for _ in starts]
+    for p in range(entry["batch"]["steps"]):
+        four.tok.copy_(current)
+        four.pos.fill_(p)
+        graph.replay()
+        current = four.next_tok.clone()
+        for r, t in enumerate(current.tolist()):
+            rows[r].append(t)
+    out["batch_logits_rel_err"] = rel_err(four.logits, load_f16(os.path.join(results_dir, entry["batch"]["logits"]),
+                                                                len(starts) * vocab))
+    out["batch_matching_tokens"] = [leading_matches(a, b) for a, b in zip(rows, entry["batch"]["tokens"])]
+    out["batch_steps"] = entry["batch"]["steps"]
+    del four, graph
+    # Step time per batch size at position 100.
+    out["step_us"] = {}
+    for rows_n, lg_us in entry["batch"]["step_us"].items():
+        model = TorchBatchDecoder(cfg, cfg["seed"], int(rows_n))
+        model.tok.fill_(7)
+        model.pos.fill_(100)
+        graph, _ = capture(model.step)
+        for _ in range(WARMUP):
+            graph.replay()
+        out["step_us"][rows_n] = {"lg": lg_us, "torch": median_us(graph.replay, n)}
+        del model, graph
+        torch.cuda.empty_cache()
+    return out
+
+
 # ----------------------------------------------------------------------------- report
 
 def fmt(v, spec=".1f"):
@@ -356,6 +525,29 @@ def print_decoder(r):
                           f"{r['matching_tokens']} / {r['steps']}"]])
 
 
+def print_features(r):
+    c = r["config"]
+    print(f"GQA decoder (d {c['d']}, heads {c['heads']}, kv heads {c['kv_heads']}, layers {c['layers']}): "
+          "lazygraph vs PyTorch on the same seeded weights\n")
+    print_table(["check", "rel err of logits", "tokens"], [
+        ["greedy, 1 sequence", fmt(r["gqa_logits_rel_err"], ".2e"), f"{r['gqa_matching_tokens']} / {r['gqa_steps']} equal"],
+        ["batch of 4, last step", fmt(r["batch_logits_rel_err"], ".2e"),
+         " ".join(f"{m}/{r['batch_steps']}" for m in r["batch_matching_tokens"]) + " equal"],
+        ["prefill 40 tokens (torch: causal attention)", fmt(r["prefill_logits_rel_err"], ".2e"),
+         "next token " + ("equal" if r["prefill_next_equal"] else "DIFFERS")]])
+    rows = []
+    base = r["step_us"]["1"]["lg"]
+    for b, v in r["step_us"].items():
+        rows.append([b, fmt(v["lg"]), fmt(v["torch"]), fmt(v["lg"] / v["torch"], ".3f"), fmt(v["lg"] / base, ".2f"),
+                     fmt(int(b) * 1e6 / v["lg"], ".0f"), fmt(int(b) * 1e6 / v["torch"], ".0f")])
+    print_table(["rows", "lg step graph us", "torch step graph us", "lg/torch", "lg us vs 1 row", "lg tokens/s",
+                 "torch tokens/s"], rows)
+    print_table(["prefill 40 tokens", "lazygraph prefill us (wall, 5 steps of 8)", "lazygraph token by token us",
+                 "torch prefill us (eager)"],
+                [["", fmt(r["lg_prefill_us"], ".0f"), fmt(r["lg_token_by_token_us"], ".0f"),
+                  fmt(r["torch_prefill_us"], ".0f")]])
+
+
 def main():
     parser = argparse.ArgumentParser(description="PyTorch baseline for the lazygraph model benchmarks.")
     parser.add_argument("results_dir", help="folder holding lazygraph.json and the C++ fp16 outputs")
@@ -374,16 +566,24 @@ def main():
             mlp.append(bench_mlp(entry, results_dir, n, entry.get("seed", data.get("seed", 1234))))
             torch.cuda.empty_cache()
         decoder = bench_decoder(data["decoder"], results_dir) if "decoder" in data else None
+        torch.cuda.empty_cache()
+        features = bench_features(data["features"], results_dir, n) if "features" in data else None
     print_mlp(mlp)
     if decoder is not None:
         print_decoder(decoder)
+    if features is not None:
+        print_features(features)
     failures = [f"MLP ({r['d']}, {r['ffn']}, {r['layers']}): output rel err {r['rel_err']:.3e} > {REL_TOL}"
                 for r in mlp if not r["rel_err"] <= REL_TOL]
     if decoder is not None and not decoder["logits_rel_err"] <= REL_TOL:
         failures.append(f"decoder: step-0 logits rel err {decoder['logits_rel_err']:.3e} > {REL_TOL}")
+    if features is not None:
+        for key in ("gqa_logits_rel_err", "batch_logits_rel_err", "prefill_logits_rel_err"):
+            if not features[key] <= REL_TOL:
+                failures.append(f"GQA decoder: {key} {features[key]:.3e} > {REL_TOL}")
     with open(os.path.join(results_dir, "torch.json"), "w") as f:
         json.dump({"gpu": gpu, "torch": torch.__version__, "cuda": torch.version.cuda, "forwards": n, "mlp": mlp,
-                   "decoder": decoder, "failures": failures}, f, indent=2)
+                   "decoder": decoder, "features": features, "failures": failures}, f, indent=2)
     for failure in failures:
         print(f"!!! FAILED: {failure}")
         print(f"!!! FAILED: {failure}", file=sys.stderr)
