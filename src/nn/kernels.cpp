@@ -12,9 +12,18 @@ struct SignatureOf<Kernel<Signature>> {
 };
 
 /// The kernel `name`, typed as the member it initialises (so each signature is written once, in the header).
+template <class Signature>
+struct SignatureOf<BatchedKernel<Signature>> {
+  using type = Signature;
+};
+
 template <class Handle>
 Handle lookup(const KernelLibrary& library, std::string_view name) {
-  return library.get<typename SignatureOf<Handle>::type>(name);
+  if constexpr (std::is_same_v<Handle, Kernel<typename SignatureOf<Handle>::type>>) {
+    return library.get<typename SignatureOf<Handle>::type>(name);
+  } else {
+    return Handle(library, std::string(name));
+  }
 }
 
 }  // namespace

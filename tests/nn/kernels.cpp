@@ -626,6 +626,17 @@ void check_model_kernel(const KernelDeclarations& d, std::string_view name,
   CAPTURE(name);
   CHECK_NOTHROW(d.template check<Signature>(name));
 }
+
+/// A BatchedKernel: each of its four variants.
+template <class Signature>
+void check_model_kernel(const KernelDeclarations& d, std::string_view name,
+                        nn::BatchedKernel<Signature> nn::Kernels::* /*member*/) {
+  for (const char* suffix : {"", "_b2", "_b4", "_b8"}) {
+    const std::string variant = std::string(name) + suffix;
+    CAPTURE(variant);
+    CHECK_NOTHROW(d.template check<Signature>(variant));
+  }
+}
 }  // namespace
 
 TEST_CASE("every handle of nn::Kernels matches its kernel's declaration in kernels/nn/") {
@@ -656,13 +667,21 @@ TEST_CASE("every nn kernel in kernels/nn/ compiles for sm_90 with the core heade
 }
 
 TEST_SUITE("gpu") {
+  TEST_CASE("a batched kernel refuses a batch outside 1..8, naming it") {
+    const nn::Kernels k(lgtest::nn_kernels());
+    CHECK_THROWS_WITH_AS((void)k.gemv.variant(9), doctest::Contains("batch 9 is outside 1..8"), UsageError);
+    CHECK_THROWS_AS((void)k.gemv.variant(0), UsageError);
+    CHECK(k.gemv.variant(3).name() == "gemv_b4");
+    CHECK(k.gemv.variant(1).name() == "gemv");
+  }
+
   TEST_CASE("every gemv kernel gives each vector of a batch the bits a batch of one gives it") {
     Stream& s = lgtest::stream();
     const nn::Kernels k(lgtest::nn_kernels());
-    const auto dual =
-        lgtest::nn_kernels().get<void(const half*, const half*, const half*, half*, half*, int, int, int)>("gemv_dual");
-    const auto swiglu =
-        lgtest::nn_kernels().get<void(const half*, const half*, const half*, half*, int, int, int)>("gemv_swiglu");
+    const nn::BatchedKernel<void(const half*, const half*, const half*, half*, half*, int, int, int)> dual(
+        lgtest::nn_kernels(), "gemv_dual");
+    const nn::BatchedKernel<void(const half*, const half*, const half*, half*, int, int, int)> swiglu(
+        lgtest::nn_kernels(), "gemv_swiglu");
     for (const auto& [rows, cols, warps, per_block] : {std::tuple{384, 512, 1U, 8U}, std::tuple{520, 4608, 2U, 4U}}) {
       const auto w1 = on_device(random_halves(static_cast<std::size_t>(rows) * cols));
       const auto w3 = on_device(random_halves(static_cast<std::size_t>(rows) * cols));

@@ -6,6 +6,10 @@
 
 #include <lazygraph/lazygraph.hpp>
 
+#include <array>
+#include <string>
+#include <tuple>
+
 namespace lazygraph::nn {
 
 /// The nn kernels, embedded at build time from `kernels/nn/*.cu`. Give it to the KernelLibrary the models use:
@@ -14,6 +18,52 @@ const KernelSet& kernel_set();
 
 /// A KernelLibrary of the core and the nn kernel sets, cached in the default cache directory.
 KernelLibrary kernel_library(const Device& device);
+
+/// The four variants of a gemv-family kernel (kernels/nn/gemv.cu: NAME, NAME_b2, NAME_b4, NAME_b8, compiled for
+/// batches of up to 1, 2, 4 and 8 vectors), called like one Kernel whose last parameter is the batch: the call
+/// picks the smallest variant that holds it. A batch outside 1..8 is a UsageError.
+template <class Signature>
+class BatchedKernel;
+
+/// See the primary template.
+template <class... Params>
+class BatchedKernel<void(Params...)> {
+ public:
+  /// Looks up the four variants of `name`. \throws UsageError as KernelLibrary::get does.
+  BatchedKernel(const KernelLibrary& library, const std::string& name)
+      : variants_{library.get<void(Params...)>(name), library.get<void(Params...)>(name + "_b2"),
+                  library.get<void(Params...)>(name + "_b4"), library.get<void(Params...)>(name + "_b8")} {}
+
+  /// The variant for `batch` vectors. \throws UsageError outside 1..8.
+  [[nodiscard]] const Kernel<void(Params...)>& variant(int batch) const {
+    if (batch < 1 || batch > 8) {
+      throw UsageError("batched kernel " + variants_[0].name() + ": batch " + std::to_string(batch) +
+                       " is outside 1..8");
+    }
+    return variants_[batch <= 1 ? 0 : batch <= 2 ? 1 : batch <= 4 ? 2 : 3];
+  }
+
+  /// The launch op of the variant for the batch (the last argument).
+  template <class... Args>
+  [[nodiscard]] LaunchOp<Params...> operator()(const LaunchConfig& config, const Args&... args) const {
+    return variant(last(args...))(config, args...);
+  }
+
+  /// Launches the variant for the batch (the last argument) on `stream` now.
+  template <class... Args>
+  void launch(const Stream& stream, const LaunchConfig& config, const Args&... args) const {
+    variant(last(args...)).launch(stream, config, args...);
+  }
+
+ private:
+  template <class... Args>
+  static int last(const Args&... args) {
+    static_assert(sizeof...(Args) == sizeof...(Params), "pass one argument per kernel parameter, the batch last");
+    return static_cast<int>(std::get<sizeof...(Args) - 1>(std::forward_as_tuple(args...)));
+  }
+
+  std::array<Kernel<void(Params...)>, 4> variants_;
+};
 
 /// Typed handles to every nn kernel, looked up once. The signatures here are the only host-side declaration of
 /// the nn kernels (the library checks each against the kernel's source).
@@ -24,14 +74,15 @@ struct Kernels {
   /// embedding(table, tokens, out, d, batch): out[b] = table[tokens[b]] (kernels/nn/embedding.cu).
   Kernel<void(const half*, const int*, half*, int, int)> embedding;
   /// gemv(W, x, out, rows, cols, batch): out[b] = W x[b] (kernels/nn/gemv.cu, also for the variants below).
-  Kernel<void(const half*, const half*, half*, int, int, int)> gemv;
+  BatchedKernel<void(const half*, const half*, half*, int, int, int)> gemv;
   /// gemv_add(W, x, out, rows, cols, batch): out[b] += W x[b], the residual add fused.
-  Kernel<void(const half*, const half*, half*, int, int, int)> gemv_add;
+  BatchedKernel<void(const half*, const half*, half*, int, int, int)> gemv_add;
   /// rms_norm_gemv(W, x, g, out, rows, cols, eps, batch): out[b] = W (rmsnorm(x[b]) * g).
-  Kernel<void(const half*, const half*, const half*, half*, int, int, float, int)> rms_norm_gemv;
+  BatchedKernel<void(const half*, const half*, const half*, half*, int, int, float, int)> rms_norm_gemv;
   /// rms_norm_gemv_swiglu(W1, W3, x, g, out, rows, cols, eps, batch): out[b] = silu(W1 h) * (W3 h),
   /// h = rmsnorm(x[b]) * g.
-  Kernel<void(const half*, const half*, const half*, const half*, half*, int, int, float, int)> rms_norm_gemv_swiglu;
+  BatchedKernel<void(const half*, const half*, const half*, const half*, half*, int, int, float, int)>
+      rms_norm_gemv_swiglu;
   /// rms_norm(x, g, out, d, eps): out = rmsnorm(x) * g per vector, one block each (kernels/nn/rms_norm.cu).
   Kernel<void(const half*, const half*, half*, int, float)> rms_norm;
   /// rope(q, k, positions, heads, kv_heads, head_dim, theta, batch): rotary embedding in place (kernels/nn/rope.cu).
