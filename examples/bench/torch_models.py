@@ -144,69 +144,6 @@ class TorchMlp:
         return x
 
 
-class TorchDecoder:
-    """The Llama-style decoder; step() reads the static tok/pos tensors and writes next_tok/logits (graph-safe)."""
-
-    def __init__(self, cfg, seed):
-        d, self.heads, ffn, vocab, ctx = cfg["d"], cfg["heads"], cfg["ffn"], cfg["vocab"], cfg["context"]
-        self.d, self.hd, self.eps = d, d // self.heads, float(cfg["eps"])
-        self.embedding = make_tensor(seed, EMBED_ID, (vocab, d))
-        self.layers = []
-        for i in range(cfg["layers"]):
-            b = 16 * i
-            self.layers.append({"g_attn": gain(seed, b + 1, d), "wq": matrix(seed, b + 2, d, d),
-                                "wk": matrix(seed, b + 3, d, d), "wv": matrix(seed, b + 4, d, d),
-                                "wo": matrix(seed, b + 5, d, d), "g_mlp": gain(seed, b + 6, d),
-                                "w1": matrix(seed, b + 7, ffn, d), "w3": matrix(seed, b + 8, ffn, d),
-                                "w2": matrix(seed, b + 9, d, ffn)})
-        self.g_final = gain(seed, FINAL_GAIN_ID, d)
-        self.lm_head = matrix(seed, LM_HEAD_ID, vocab, d)
-        cache_shape = (cfg["layers"], self.heads, ctx, self.hd)
-        self.k_cache = torch.zeros(cache_shape, dtype=torch.float16, device="cuda")
-        self.v_cache = torch.zeros(cache_shape, dtype=torch.float16, device="cuda")
-        exponent = torch.arange(0, self.hd, 2, dtype=torch.float32, device="cuda") / self.hd  # 2i / head_dim
-        self.inv_freq = torch.pow(float(cfg["theta"]), -exponent)
-        self.positions = torch.arange(ctx, dtype=torch.int64, device="cuda")
-        self.scale = 1.0 / math.sqrt(self.hd)
-        self.tok = torch.zeros(1, dtype=torch.int64, device="cuda")
-        self.pos = torch.zeros(1, dtype=torch.int64, device="cuda")
-        self.next_tok = torch.zeros(1, dtype=torch.int64, device="cuda")
-        self.logits = torch.zeros(1, vocab, dtype=torch.float16, device="cuda")
-
-    def reset(self):
-        self.k_cache.zero_()
-        self.v_cache.zero_()
-
-    def rope(self, v, cos, sin):
-        """Rotate pairs (2i, 2i+1) of every head in float32."""
-        pairs = v.view(self.heads, self.hd // 2, 2).float()
-        a, b = pairs[..., 0], pairs[..., 1]
-        return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).view(self.heads, self.hd).half()
-
-    def attention(self, layer, q, k, v):
-        keys, values = self.k_cache[layer], self.v_cache[layer]  # [heads, context, head_dim]
-        keys.index_copy_(1, self.pos, k.view(self.heads, 1, self.hd))
-        values.index_copy_(1, self.pos, v.view(self.heads, 1, self.hd))
-        scores = torch.matmul(keys, q.view(self.heads, self.hd, 1)).squeeze(-1).float() * self.scale
-        scores.masked_fill_(self.positions > self.pos, float("-inf"))  # static shape: mask j > pos
-        w = torch.softmax(scores, dim=-1).half()
-        return torch.matmul(w.unsqueeze(1), values).view(1, self.d)
-
-    def step(self):
-        x = self.embedding.index_select(0, self.tok)
-        angle = self.pos.float() * self.inv_freq
-        cos, sin = torch.cos(angle), torch.sin(angle)
-        for i, p in enumerate(self.layers):
-            h = rms_norm(x, p["g_attn"], self.eps)
-            q = self.rope(F.linear(h, p["wq"]), cos, sin)
-            k = self.rope(F.linear(h, p["wk"]), cos, sin)
-            x = x + F.linear(self.attention(i, q, k, F.linear(h, p["wv"])), p["wo"])
-            x = x + swiglu(rms_norm(x, p["g_mlp"], self.eps), p["w1"], p["w3"], p["w2"])
-        logits = F.linear(rms_norm(x, self.g_final, self.eps), self.lm_head)
-        self.logits.copy_(logits)
-        self.next_tok.copy_(torch.argmax(logits, dim=-1))  # first maximal index
-
-
 class TorchBatchDecoder:
     """The decoder with grouped-query attention stepping `batch` sequences at once (row b is sequence b, at its own
     position); prefill() runs a prompt through full causal attention into sequence 0, as PyTorch models do."""
@@ -401,7 +338,7 @@ def bench_decoder(entry, results_dir):
     print(f"torch: decoder {cfg} ...", file=sys.stderr, flush=True)
     if steps > cfg["context"]:
         raise RuntimeError(f"decoder: {steps} steps exceed the context {cfg['context']}")
-    model = TorchDecoder(cfg, cfg["seed"])
+    model = TorchBatchDecoder(cfg, cfg["seed"], 1)
     graph, _ = capture(model.step)
     model.reset()
     model.tok.fill_(start)

@@ -2,6 +2,8 @@
 // trip, loading from a file or a folder, and one test per refused input.
 #include <doctest/doctest.h>
 
+#include "common/temp_dir.hpp"
+
 #include <lazygraph/nn/llama_config.hpp>
 
 #include <unistd.h>
@@ -19,27 +21,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-/// A fresh folder under the system's temp directory, removed with everything in it at scope exit.
-class TempDir {
- public:
-  TempDir() {
-    std::mt19937 rng{std::random_device{}()};
-    for (;;) {
-      path_ = fs::temp_directory_path() /
-              ("lazygraph-nn-config-" + std::to_string(::getpid()) + "-" + std::to_string(rng()));
-      if (fs::create_directory(path_)) return;
-    }
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  [[nodiscard]] const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
+/// Every test here writes into its own folder.
+struct TempDir : lgtest::TempDir {
+  TempDir() : lgtest::TempDir("nn-config") {}
 };
 
 void write_file(const fs::path& path, const std::string& text) {

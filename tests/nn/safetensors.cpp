@@ -2,6 +2,8 @@
 // of malformed input, and Checkpoint over single files and sharded folders.
 #include <doctest/doctest.h>
 
+#include "common/temp_dir.hpp"
+
 #include <lazygraph/nn/safetensors.hpp>
 
 #include <unistd.h>
@@ -28,28 +30,9 @@ std::mt19937 make_rng() {
   return std::mt19937(seed());
 }
 
-/// A fresh folder under the system's temp directory, removed with everything in it at scope exit.
-class TempDir {
- public:
-  TempDir() {
-    std::mt19937 rng = make_rng();
-    for (;;) {
-      path_ =
-          fs::temp_directory_path() / ("lazygraph-nn-st-" + std::to_string(::getpid()) + "-" + std::to_string(rng()));
-      if (fs::create_directory(path_)) return;
-    }
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  [[nodiscard]] const fs::path& path() const { return path_; }
-  [[nodiscard]] fs::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  fs::path path_;
+/// Every test here writes into its own folder.
+struct TempDir : lgtest::TempDir {
+  TempDir() : lgtest::TempDir("nn-st") {}
 };
 
 /// `size` random bytes, never all zero (a read of zeroed memory must not pass for a correct read).
