@@ -65,6 +65,52 @@ const DecoderConfig& validated(const DecoderConfig& c) {
 }
 }  // namespace
 
+namespace {
+void check_token_at(const DecoderConfig& c, int token, int position, const std::string& what) {
+  if (token < 0 || token >= c.vocab) {
+    throw UsageError(what + ": token " + std::to_string(token) + " is outside the vocabulary [0, " +
+                     std::to_string(c.vocab) + ")");
+  }
+  if (position < 0 || position >= c.context) {
+    throw UsageError(what + ": position " + std::to_string(position) + " is outside the context [0, " +
+                     std::to_string(c.context) + ")");
+  }
+}
+}  // namespace
+
+void check_step(const DecoderConfig& c, TokenAt step) {
+  check_token_at(c, step.token, step.position, "Decoder::forward");
+}
+
+void check_batch(const DecoderConfig& c, std::span<const TokenAt> steps) {
+  if (steps.empty() || steps.size() > static_cast<std::size_t>(c.max_batch)) {
+    throw UsageError("Decoder::forward_batch: " + std::to_string(steps.size()) + " steps; give 1 to max_batch (" +
+                     std::to_string(c.max_batch) + ")");
+  }
+  for (std::size_t r = 0; r < steps.size(); ++r) {
+    check_token_at(c, steps[r].token, steps[r].position, "Decoder::forward_batch: sequence " + std::to_string(r));
+  }
+}
+
+void check_prompt(const DecoderConfig& c, std::span<const int> prompt, int start, int slot) {
+  const std::string what = "Decoder::prefill";
+  if (prompt.empty()) throw UsageError(what + ": the prompt is empty");
+  if (slot < 0 || slot >= c.max_batch) {
+    throw UsageError(what + ": slot " + std::to_string(slot) +
+                     " is outside [0, max_batch = " + std::to_string(c.max_batch) + ")");
+  }
+  if (start < 0 || static_cast<std::size_t>(c.context - std::min(start, c.context)) < prompt.size()) {
+    throw UsageError(what + ": a prompt of " + std::to_string(prompt.size()) + " tokens from position " +
+                     std::to_string(start) + " does not fit the context of " + std::to_string(c.context));
+  }
+  for (std::size_t i = 0; i < prompt.size(); ++i) {
+    if (prompt[i] < 0 || prompt[i] >= c.vocab) {
+      throw UsageError(what + ": prompt token " + std::to_string(i) + " (" + std::to_string(prompt[i]) +
+                       ") is outside the vocabulary [0, " + std::to_string(c.vocab) + ")");
+    }
+  }
+}
+
 Decoder::Decoder(const Stream& stream, const KernelLibrary& library, const DecoderConfig& config)
     : Decoder(stream, library, validated(config),
               DecoderWeights::generate(stream, Kernels(library, config.early_launch), config)) {}
@@ -119,17 +165,6 @@ CudaGraph<>& Decoder::graph(int rows) {
 
 void Decoder::reset() { (fill(state_.k_cache.view(), half{}) >> fill(state_.v_cache.view(), half{})).sync_on(stream_); }
 
-void Decoder::check_step(int token, int position, const std::string& what) const {
-  if (token < 0 || token >= config_.vocab) {
-    throw UsageError(what + ": token " + std::to_string(token) + " is outside the vocabulary [0, " +
-                     std::to_string(config_.vocab) + ")");
-  }
-  if (position < 0 || position >= config_.context) {
-    throw UsageError(what + ": position " + std::to_string(position) + " is outside the context [0, " +
-                     std::to_string(config_.context) + ")");
-  }
-}
-
 std::span<const int> Decoder::run(std::span<const int> tokens, std::span<const int> positions,
                                   std::span<const int> slots) {
   const auto rows = static_cast<int>(tokens.size());
@@ -146,21 +181,17 @@ std::span<const int> Decoder::run(std::span<const int> tokens, std::span<const i
 }
 
 Decoder::Output Decoder::forward(Input in) {
-  check_step(in.token, in.position, "Decoder::forward");
+  check_step(config_, in);
   const int slot = 0;
   return run({&in.token, 1}, {&in.position, 1}, {&slot, 1})[0];
 }
 
 std::vector<int> Decoder::forward_batch(std::span<const TokenAt> steps) {
-  if (steps.empty() || steps.size() > static_cast<std::size_t>(config_.max_batch)) {
-    throw UsageError("Decoder::forward_batch: " + std::to_string(steps.size()) + " steps; give 1 to max_batch (" +
-                     std::to_string(config_.max_batch) + ")");
-  }
+  check_batch(config_, steps);
   std::vector<int> tokens;
   std::vector<int> positions;
   std::vector<int> slots;
   for (std::size_t r = 0; r < steps.size(); ++r) {
-    check_step(steps[r].token, steps[r].position, "Decoder::forward_batch: sequence " + std::to_string(r));
     tokens.push_back(steps[r].token);
     positions.push_back(steps[r].position);
     slots.push_back(static_cast<int>(r));
@@ -170,22 +201,7 @@ std::vector<int> Decoder::forward_batch(std::span<const TokenAt> steps) {
 }
 
 int Decoder::prefill(std::span<const int> prompt, int start, int slot) {
-  const std::string what = "Decoder::prefill";
-  if (prompt.empty()) throw UsageError(what + ": the prompt is empty");
-  if (slot < 0 || slot >= config_.max_batch) {
-    throw UsageError(what + ": slot " + std::to_string(slot) +
-                     " is outside [0, max_batch = " + std::to_string(config_.max_batch) + ")");
-  }
-  if (start < 0 || static_cast<std::size_t>(config_.context - std::min(start, config_.context)) < prompt.size()) {
-    throw UsageError(what + ": a prompt of " + std::to_string(prompt.size()) + " tokens from position " +
-                     std::to_string(start) + " does not fit the context of " + std::to_string(config_.context));
-  }
-  for (std::size_t i = 0; i < prompt.size(); ++i) {
-    if (prompt[i] < 0 || prompt[i] >= config_.vocab) {
-      throw UsageError(what + ": prompt token " + std::to_string(i) + " (" + std::to_string(prompt[i]) +
-                       ") is outside the vocabulary [0, " + std::to_string(config_.vocab) + ")");
-    }
-  }
+  check_prompt(config_, prompt, start, slot);
   int next = -1;
   for (std::size_t first = 0; first < prompt.size(); first += kMaxRows) {
     const std::size_t rows = std::min<std::size_t>(kMaxRows, prompt.size() - first);

@@ -64,6 +64,35 @@ TEST_CASE("seeded weights follow the README's formula and test vector") {
   }
 }
 
+TEST_CASE("batch and prompt beyond the configured limits are UsageErrors naming the value, before any GPU work") {
+  namespace nn = lazygraph::nn;
+  nn::DecoderConfig config = small_decoder();
+  config.max_batch = 2;
+  const std::vector<nn::TokenAt> three{{1, 0}, {2, 0}, {3, 0}};
+  CHECK_THROWS_WITH_AS(nn::check_batch(config, three), doctest::Contains("3 steps; give 1 to max_batch (2)"),
+                       lg::UsageError);
+  CHECK_THROWS_WITH_AS(nn::check_batch(config, {}), doctest::Contains("0 steps"), lg::UsageError);
+  CHECK_THROWS_WITH_AS(nn::check_batch(config, std::vector<nn::TokenAt>{{1, 0}, {config.vocab, 0}}),
+                       doctest::Contains("sequence 1: token 512"), lg::UsageError);
+  CHECK_THROWS_WITH_AS(nn::check_batch(config, std::vector<nn::TokenAt>{{1, config.context}}),
+                       doctest::Contains("position 64 is outside the context"), lg::UsageError);
+  CHECK_NOTHROW(nn::check_batch(config, std::vector<nn::TokenAt>{{1, 0}, {2, 63}}));
+  const std::vector<int> long_prompt(static_cast<std::size_t>(config.context) + 1, 1);
+  CHECK_THROWS_WITH_AS(nn::check_prompt(config, long_prompt, 0, 0), doctest::Contains("65 tokens from position 0"),
+                       lg::UsageError);
+  CHECK_THROWS_WITH_AS(nn::check_prompt(config, std::vector<int>{1, 2}, config.context - 1, 0),
+                       doctest::Contains("does not fit the context"), lg::UsageError);
+  CHECK_THROWS_WITH_AS(nn::check_prompt(config, std::vector<int>{1}, -1, 0), doctest::Contains("from position -1"),
+                       lg::UsageError);
+  CHECK_THROWS_WITH_AS(nn::check_prompt(config, {}, 0, 0), doctest::Contains("empty"), lg::UsageError);
+  CHECK_THROWS_WITH_AS(nn::check_prompt(config, std::vector<int>{1, -4}, 0, 0),
+                       doctest::Contains("prompt token 1 (-4)"), lg::UsageError);
+  CHECK_THROWS_WITH_AS(nn::check_prompt(config, std::vector<int>{1}, 0, 2), doctest::Contains("slot 2"),
+                       lg::UsageError);
+  CHECK_NOTHROW(nn::check_prompt(config, std::vector<int>(64, 3), 0, 1));
+  CHECK_THROWS_WITH_AS(nn::check_step(config, {-1, 0}), doctest::Contains("outside the vocabulary"), lg::UsageError);
+}
+
 TEST_CASE("a decoder config with max_batch outside 1..8 is rejected, naming it") {
   lazygraph::nn::DecoderConfig c = small_decoder();
   c.max_batch = 9;
@@ -314,23 +343,14 @@ TEST_SUITE("gpu") {
     }
   }
 
-  TEST_CASE("batch and prompt beyond the configured limits are UsageErrors naming the value") {
+  TEST_CASE("a decoder refuses a batch or prompt beyond its limits and stays usable") {
     lazygraph::nn::DecoderConfig config = small_decoder();
     config.max_batch = 2;
     lazygraph::nn::Decoder d(lgtest::stream(), lgtest::nn_kernels(), config);
-    const std::vector<lazygraph::nn::TokenAt> three{{1, 0}, {2, 0}, {3, 0}};
-    CHECK_THROWS_WITH_AS(d.forward_batch(three), doctest::Contains("3 steps; give 1 to max_batch (2)"), lg::UsageError);
-    CHECK_THROWS_WITH_AS(d.forward_batch({}), doctest::Contains("0 steps"), lg::UsageError);
-    CHECK_THROWS_WITH_AS(d.forward_batch(std::vector<lazygraph::nn::TokenAt>{{1, 0}, {config.vocab, 0}}),
-                         doctest::Contains("sequence 1: token 512"), lg::UsageError);
-    const std::vector<int> long_prompt(static_cast<std::size_t>(config.context) + 1, 1);
-    CHECK_THROWS_WITH_AS(d.prefill(long_prompt), doctest::Contains("65 tokens from position 0"), lg::UsageError);
-    CHECK_THROWS_WITH_AS(d.prefill(std::vector<int>{1, 2}, config.context - 1),
-                         doctest::Contains("does not fit the context"), lg::UsageError);
-    CHECK_THROWS_WITH_AS(d.prefill(std::vector<int>{}), doctest::Contains("empty"), lg::UsageError);
-    CHECK_THROWS_WITH_AS(d.prefill(std::vector<int>{1, -4}), doctest::Contains("prompt token 1 (-4)"), lg::UsageError);
-    CHECK_THROWS_WITH_AS(d.prefill(std::vector<int>{1}, 0, 2), doctest::Contains("slot 2"), lg::UsageError);
+    CHECK_THROWS_AS(d.forward_batch(std::vector<lazygraph::nn::TokenAt>{{1, 0}, {2, 0}, {3, 0}}), lg::UsageError);
+    CHECK_THROWS_AS(d.prefill(std::vector<int>{1, 2}, config.context - 1), lg::UsageError);
     CHECK_THROWS_WITH_AS((void)d.logits(1), doctest::Contains("row 1"), lg::UsageError);
-    CHECK(d.prefill(std::vector<int>{1, 2, 3}) >= 0);  // still usable
+    CHECK(d.prefill(std::vector<int>{1, 2, 3}) >= 0);
+    CHECK(d.forward_batch(std::vector<lazygraph::nn::TokenAt>{{1, 3}, {2, 0}}).size() == 2);
   }
 }

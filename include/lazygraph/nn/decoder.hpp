@@ -164,6 +164,15 @@ struct TokenAt {
   int position = 0;  ///< in [0, context)
 };
 
+/// What Decoder::forward checks before any GPU work. \throws UsageError for a token outside [0, vocab) or a
+/// position outside [0, context), naming the value.
+void check_step(const DecoderConfig& config, TokenAt step);
+/// What Decoder::forward_batch checks: 1 to max_batch steps, each as check_step (naming the sequence).
+void check_batch(const DecoderConfig& config, std::span<const TokenAt> steps);
+/// What Decoder::prefill checks: a non-empty prompt of tokens in the vocabulary that fits the context from
+/// `start`, and a slot in [0, max_batch). \throws UsageError naming the value.
+void check_prompt(const DecoderConfig& config, std::span<const int> prompt, int start, int slot);
+
 /// The decoder as a Module: `forward({token, position})` returns the greedy next token of sequence 0. Steps of a
 /// sequence must come at positions 0, 1, 2, ... (each attends over the k and v of the earlier ones), or a prompt
 /// first through `prefill`; `forward_batch` steps up to max_batch sequences at once, reading the weights once for
@@ -215,8 +224,6 @@ class Decoder {
  private:
   /// Writes the rows to the device, replays the graph of rows.size() rows and returns the rows' next tokens.
   std::span<const int> run(std::span<const int> tokens, std::span<const int> positions, std::span<const int> slots);
-  /// \throws UsageError unless token and position are in range; `what` names the row in the message.
-  void check_step(int token, int position, const std::string& what) const;
 
   DecoderConfig config_;
   Kernels kernels_;
