@@ -17,3 +17,4 @@
 #include "lazygraph/nn/random_weights.hpp"
 #include "lazygraph/nn/reference.hpp"
 #include "lazygraph/nn/safetensors.hpp"
+#include "lazygraph/nn/sampling.hpp"

@@ -8,23 +8,11 @@
 // Launch: 1-D, any grid and block (grid-stride), e.g. grid_for(n, 256) capped at a few thousand blocks.
 #include "lazygraph/half.cuh"
 #include "lazygraph/kernel_common.cuh"
-
-namespace {
-
-__device__ __forceinline__ unsigned mix(unsigned x) {
-  x ^= x >> 16;
-  x *= 0x7feb352du;
-  x ^= x >> 15;
-  x *= 0x846ca68bu;
-  x ^= x >> 16;
-  return x;
-}
-
-}  // namespace
+#include "lazygraph/nn/hash.cuh"
 
 extern "C" __global__ void fill_uniform_f16(lg::half_t* out, long long n, unsigned key, float scale, float offset) {
   for (long long i = lg::global_index(); i < n; i += lg::grid_stride()) {
-    const unsigned h = mix(key + static_cast<unsigned>(i));
+    const unsigned h = lg::nn::mix(key + static_cast<unsigned>(i));
     const float u = __fmul_rn(static_cast<float>(h >> 8), 1.0f / 8388608.0f) - 1.0f;
     // __fmul_rn / __fadd_rn: no contraction into an fma, so the rounding matches the CPU's and PyTorch's.
     out[i] = lg::to_half(__fadd_rn(offset, __fmul_rn(scale, u)));

@@ -154,6 +154,12 @@ Decoder::Decoder(const Stream& stream, const KernelLibrary& library, const Decod
   reset();
 }
 
+void Decoder::set_sampling(const Sampling& sampling) {
+  sampling.validate();
+  sampling_ = sampling;
+  for (auto& g : graphs_) g.reset();  // a finished replay is all they may still run: run() waits for each
+}
+
 CudaGraph<>& Decoder::graph(int rows) {
   if (rows < 1 || rows > kMaxRows) {
     throw UsageError("Decoder::graph: rows (" + std::to_string(rows) + ") must be 1 to " + std::to_string(kMaxRows));

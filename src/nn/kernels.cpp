@@ -45,6 +45,7 @@ Kernels::Kernels(const KernelLibrary& library, bool early)
       kv_append(lookup<decltype(kv_append)>(library, "kv_append")),
       attention(lookup<decltype(attention)>(library, "attention")),
       argmax(lookup<decltype(argmax)>(library, "argmax")),
+      sample(lookup<decltype(sample)>(library, "sample")),
       fill_uniform(lookup<decltype(fill_uniform)>(library, "fill_uniform_f16")),
       early_launch(early) {}
 

@@ -651,17 +651,21 @@ TEST_CASE("every handle of nn::Kernels matches its kernel's declaration in kerne
   check_model_kernel(d, "kv_append", &nn::Kernels::kv_append);
   check_model_kernel(d, "attention", &nn::Kernels::attention);
   check_model_kernel(d, "argmax", &nn::Kernels::argmax);
+  check_model_kernel(d, "sample", &nn::Kernels::sample);
   check_model_kernel(d, "fill_uniform_f16", &nn::Kernels::fill_uniform);
 }
 
-TEST_CASE("every nn kernel in kernels/nn/ compiles for sm_90 with the core headers") {
+TEST_CASE("every nn kernel in kernels/nn/ compiles for sm_90 with the core and the nn headers") {
   const auto& sources = nn::kernel_set().sources;
-  REQUIRE(sources.size() >= 7);
+  REQUIRE(sources.size() >= 8);
+  std::vector<KernelSource> headers(core_kernel_headers().begin(), core_kernel_headers().end());
+  headers.insert(headers.end(), nn::kernel_set().headers.begin(), nn::kernel_set().headers.end());
+  CHECK(nn::kernel_set().headers.size() == 2);
   const auto opts = nvrtc_options(90, true);
   for (const KernelSource& s : sources) {
     CAPTURE(s.name);
     CHECK(s.name.starts_with("nn/"));
-    const CompileResult r = nvrtc_compile(s, core_kernel_headers(), opts, true);
+    const CompileResult r = nvrtc_compile(s, headers, opts, true);
     CHECK_MESSAGE(r.succeeded(), r.log());
   }
 }

@@ -1,9 +1,9 @@
 #pragma once
 /// \file
 /// A Llama-style decoder (docs/nn.md gives the exact math): token embedding, layers of grouped-query attention
-/// with RoPE and a KV cache plus a SwiGLU MLP, final norm, LM head and greedy argmax. One decode step is an op
-/// expression, captured once into a CUDA graph; the token and the position reach it through device memory, so
-/// every step replays the same graph. Weights come from a seed (DecoderWeights::generate) or from a checkpoint
+/// with RoPE and a KV cache plus a SwiGLU MLP, final norm, LM head and greedy or sampled choice. One decode step is an
+/// op expression, captured once into a CUDA graph; the token and the position reach it through device memory, so every
+/// step replays the same graph. Weights come from a seed (DecoderWeights::generate) or from a checkpoint
 /// (checkpoint.hpp).
 
 #include <cmath>
@@ -15,6 +15,7 @@
 
 #include "lazygraph/nn/kernels.hpp"
 #include "lazygraph/nn/mlp.hpp"
+#include "lazygraph/nn/sampling.hpp"
 
 namespace lazygraph::nn {
 
@@ -142,9 +143,9 @@ using DecoderLayerOp =
                            std::declval<DecoderState&>(), 0, std::declval<const DecoderConfig&>(), 1));
 
 /// One decode step of `rows` rows: reads tokens, positions and slots from s.io, writes each row's logits and next
-/// token (greedy).
+/// token (greedy, or drawn as `sampling` says).
 inline auto decoder_step(const Kernels& k, const DecoderWeights& w, DecoderState& s, const DecoderConfig& c,
-                         int rows = 1) {
+                         int rows = 1, const Sampling& sampling = {}) {
   std::vector<DecoderLayerOp> layers;
   layers.reserve(static_cast<std::size_t>(c.layers));
   for (int l = 0; l < c.layers; ++l) layers.push_back(decoder_layer(k, w, s, l, c, rows));
@@ -154,8 +155,9 @@ inline auto decoder_step(const Kernels& k, const DecoderWeights& w, DecoderState
          chain(std::move(layers)) >>
          k.rms_norm_gemv(k.gemv_config(c.vocab, c.d), w.lm_head.cview(), s.x.cview(), w.final_gain.cview(),
                          s.logits.view(), c.vocab, c.d, c.eps, rows) >>
-         k.argmax(k.step_config({{static_cast<unsigned>(rows), 1, 1}, {1024, 1, 1}, 0}), s.logits.cview(),
-                  s.next.view(), c.vocab);
+         k.sample(k.step_config({{static_cast<unsigned>(rows), 1, 1}, {1024, 1, 1}, 0}), s.logits.cview(),
+                  s.next.view(), s.positions(), s.slots(), c.vocab, sampling.top_k, sampling.temperature,
+                  static_cast<unsigned>(sampling.seed));
 }
 
 /// Where a step starts: the current token and its position in the sequence.
@@ -173,7 +175,8 @@ void check_batch(const DecoderConfig& config, std::span<const TokenAt> steps);
 /// `start`, and a slot in [0, max_batch). \throws UsageError naming the value.
 void check_prompt(const DecoderConfig& config, std::span<const int> prompt, int start, int slot);
 
-/// The decoder as a Module: `forward({token, position})` returns the greedy next token of sequence 0. Steps of a
+/// The decoder as a Module: `forward({token, position})` returns the next token of sequence 0 (greedy unless
+/// set_sampling says otherwise). Steps of a
 /// sequence must come at positions 0, 1, 2, ... (each attends over the k and v of the earlier ones), or a prompt
 /// first through `prefill`; `forward_batch` steps up to max_batch sequences at once, reading the weights once for
 /// all of them. Each row count has its own graph, captured on first use. Not thread-safe: step it from one thread
@@ -181,7 +184,7 @@ void check_prompt(const DecoderConfig& config, std::span<const int> prompt, int 
 class Decoder {
  public:
   using Input = TokenAt;  ///< the token and its position
-  using Output = int;     ///< the greedy next token
+  using Output = int;     ///< the next token
 
   /// A decoder with weights generated from config.seed. \throws UsageError for an invalid config.
   Decoder(const Stream& stream, const KernelLibrary& library, const DecoderConfig& config = {});
@@ -193,13 +196,13 @@ class Decoder {
   /// [0, context).
   Output forward(Input in);
 
-  /// One step of sequences 0 .. steps.size() - 1 at once (sequence r takes steps[r]): returns each one's greedy
+  /// One step of sequences 0 .. steps.size() - 1 at once (sequence r takes steps[r]): returns each one's
   /// next token. \throws UsageError for no step or more than max_batch, or a token or position out of range
   /// (naming the row).
   std::vector<int> forward_batch(std::span<const TokenAt> steps);
 
   /// Runs a prompt through sequence `slot`, filling its KV cache at positions start .. start + prompt.size() - 1,
-  /// kMaxRows tokens per step (each reading the weights once); returns the greedy token that follows the prompt.
+  /// kMaxRows tokens per step (each reading the weights once); returns the token that follows the prompt.
   /// The same cache, logits and token as forwarding the prompt one token at a time. \throws UsageError for an
   /// empty prompt, a token outside the vocabulary (naming its index), a prompt that does not fit the context from
   /// `start`, or a slot outside [0, max_batch).
@@ -213,7 +216,16 @@ class Decoder {
 
   /// The step of `rows` rows as an op, for running it without the graph (the benchmark's eager variant); reads
   /// the rows from the device io buffer, which the last forward, forward_batch or prefill wrote.
-  [[nodiscard]] auto step_op(int rows = 1) { return decoder_step(kernels_, weights_, state_, config_, rows); }
+  [[nodiscard]] auto step_op(int rows = 1) {
+    return decoder_step(kernels_, weights_, state_, config_, rows, sampling_);
+  }
+
+  /// How later steps pick their tokens: greedy (the default) or drawn (sampling.hpp). A sequence's draws depend on
+  /// (seed, position, sequence), so the same calls give the same tokens. Re-captures the step graphs on next use.
+  /// \throws UsageError for an invalid Sampling.
+  void set_sampling(const Sampling& sampling);
+  /// The sampling rule in use.
+  [[nodiscard]] const Sampling& sampling() const noexcept { return sampling_; }
 
   /// The config it was built with.
   [[nodiscard]] const DecoderConfig& config() const noexcept { return config_; }
@@ -232,6 +244,7 @@ class Decoder {
   PinnedBuffer<int> io_host_;
   PinnedBuffer<int> next_host_;
   Stream stream_;
+  Sampling sampling_;
   std::vector<std::optional<CudaGraph<>>> graphs_;  ///< [rows - 1], captured on first use
   int last_rows_ = 1;
 };

@@ -96,6 +96,9 @@ struct Kernels {
   /// argmax(logits, out, n): per row (one block each), the index of the largest logit, the lowest among ties
   /// (kernels/nn/argmax.cu).
   Kernel<void(const half*, int*, int)> argmax;
+  /// sample(logits, out, positions, slots, n, top_k, temperature, seed): per row (one block each), the greedy or
+  /// sampled next token (kernels/nn/sample.cu, sampling.hpp).
+  Kernel<void(const half*, int*, const int*, const int*, int, int, float, unsigned)> sample;
   /// fill_uniform_f16(out, n, key, scale, offset): seeded weights (kernels/nn/random.cu, docs/nn.md).
   Kernel<void(half*, long long, unsigned, float, float)> fill_uniform;
   /// Whether step_config launches early.

@@ -1,0 +1,76 @@
+#include "lazygraph/nn/sampling.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <string>
+
+#include <lazygraph/lazygraph.hpp>
+
+#include "lazygraph/nn/random_weights.hpp"
+
+namespace lazygraph::nn {
+
+void Sampling::validate() const {
+  if (!std::isfinite(temperature) || temperature < 0.0F) {
+    throw UsageError("Sampling: temperature " + std::to_string(temperature) +
+                     " must be 0 (greedy) or a positive finite number");
+  }
+  if (top_k < 0) throw UsageError("Sampling: top_k " + std::to_string(top_k) + " must be 0 (every logit) or more");
+}
+
+double sampling_uniform(std::uint32_t seed, int position, int slot) {
+  const std::uint32_t key = tensor_key(seed, static_cast<std::uint32_t>(position));
+  return static_cast<double>(mix(key + static_cast<std::uint32_t>(slot)) >> 8U) / 16777216.0;
+}
+
+namespace {
+
+/// Each logit's weight exp((l - max) / temperature) if it is a candidate, else 0.
+std::vector<double> candidate_weights(std::span<const double> logits, int top_k, double temperature) {
+  std::vector<double> valid;
+  for (const double l : logits) {
+    if (!std::isnan(l)) valid.push_back(l);
+  }
+  std::vector<double> w(logits.size(), 0.0);
+  if (valid.empty()) return w;
+  std::sort(valid.begin(), valid.end(), std::greater<>());
+  const double top = valid.front();
+  const auto k = static_cast<std::size_t>(top_k);
+  const double threshold = top_k > 0 && k < valid.size() ? valid[k - 1] : -INFINITY;
+  for (std::size_t i = 0; i < logits.size(); ++i) {
+    if (!std::isnan(logits[i]) && logits[i] >= threshold) w[i] = std::exp((logits[i] - top) / temperature);
+  }
+  return w;
+}
+
+}  // namespace
+
+int sample_reference(std::span<const double> logits, int top_k, double temperature, double u) {
+  const std::vector<double> w = candidate_weights(logits, top_k, temperature);
+  double total = 0.0;
+  int last = -1;
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    total += w[i];
+    if (w[i] > 0.0) last = static_cast<int>(i);
+  }
+  const double target = u * total;
+  double acc = 0.0;
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    acc += w[i];
+    if (w[i] > 0.0 && acc > target) return static_cast<int>(i);
+  }
+  return last;
+}
+
+std::vector<double> sampling_probabilities(std::span<const double> logits, int top_k, double temperature) {
+  std::vector<double> w = candidate_weights(logits, top_k, temperature);
+  double total = 0.0;
+  for (const double v : w) total += v;
+  if (total > 0.0) {
+    for (double& v : w) v /= total;
+  }
+  return w;
+}
+
+}  // namespace lazygraph::nn
