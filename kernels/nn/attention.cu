@@ -77,8 +77,8 @@ extern "C" __global__ void attention(const lg::half_t* q, const lg::half_t* k_ca
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
   const int warps = blockDim.x / 32;
-  const int sub = lane % group;            // this lane's chunk of a position
-  const int slot = lane / group;           // which of the warp's positions
+  const int sub = lane % group;               // this lane's chunk of a position
+  const int slot = lane / group;              // which of the warp's positions
   const int per_load = warps * (32 / group);  // positions the block covers per load
   const int my_slot = warp * (32 / group) + slot;
   const bool has_chunk = sub < chunks;

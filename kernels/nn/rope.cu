@@ -1,5 +1,6 @@
 // Rotary position embedding, in place on q [batch][n_heads][head_dim] and k [batch][n_kv_heads][head_dim], fp16,
-// vector b at position positions[b]. Within each head the pairs (2i, 2i+1), i < head_dim / 2, are rotated by angle = position * theta^(-2i / head_dim):
+// vector b at position positions[b]. Within each head the pairs (2i, 2i+1), i < head_dim / 2, are rotated by angle =
+// position * theta^(-2i / head_dim):
 //   x0' = x0 cos - x1 sin,  x1' = x0 sin + x1 cos
 // (the interleaved convention of GPT-J and Meta's Llama code; Hugging Face's Llama pairs i with i + head_dim/2
 // instead: lazygraph::nn's checkpoint loader reorders the rows of its Wq and Wk so that this kernel applies).

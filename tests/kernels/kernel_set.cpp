@@ -48,8 +48,7 @@ TEST_CASE("KernelSet::from_directory names the directory when it is missing or h
   const auto empty = lgtest::scratch_directory("no-kernels");
   write(empty / "include" / "x.cuh", "");
   CHECK_THROWS_WITH_AS(KernelSet::from_directory(empty), doctest::Contains("holds no .cu file"), UsageError);
-  CHECK_THROWS_WITH_AS(KernelSet::from_directory(empty / "nope"), doctest::Contains("is not a directory"),
-                       UsageError);
+  CHECK_THROWS_WITH_AS(KernelSet::from_directory(empty / "nope"), doctest::Contains("is not a directory"), UsageError);
 }
 
 TEST_CASE("the core set is kernels/*.cu with the kernels/include headers, and no model kernels") {
