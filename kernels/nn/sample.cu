@@ -11,7 +11,8 @@
 //                      w_i = exp((l_i - max) / temperature) in fp32 over candidates;
 //                      u = float(mix(mix(seed ^ mix(p)) + s) >> 8) * 2^-24, in [0, 1) (docs/nn.md's mix);
 //                      out[b] = the smallest candidate index i whose prefix sum of w (index order) exceeds
-//                      u * sum(w); the last candidate if rounding leaves none. -1 if every logit is NaN.
+//                      u * sum(w); the last index of nonzero weight if rounding leaves none. -1 if every logit
+//                      is NaN. When the largest logit is +inf, the +inf logits share the probability equally.
 // The top_k-th largest is found by a radix select over the 16-bit order-preserving keys of the fp16 values (two
 // passes of 8-bit digits through a shared histogram), not by k rounds of argmax.
 //
@@ -126,7 +127,10 @@ extern "C" __global__ void sample(const lg::half_t* logits, int* out, const int*
   const auto weight = [&](int i, bool& candidate) {
     const unsigned short bits = logits[i].bits;
     candidate = !is_nan(bits) && order_key(bits) >= threshold;
-    return candidate ? expf((lg::to_float(logits[i]) - top) * inv_t) : 0.0f;
+    if (!candidate) return 0.0f;
+    const float v = lg::to_float(logits[i]);
+    // +inf logits share the probability (inf - inf would make every weight NaN).
+    return top == __int_as_float(0x7f800000) ? (v == top ? 1.0f : 0.0f) : expf((v - top) * inv_t);
   };
   // Each thread takes a contiguous range of indices, so the block's scan follows index order.
   const int per_thread = (n + static_cast<int>(blockDim.x) - 1) / static_cast<int>(blockDim.x);
@@ -136,8 +140,9 @@ extern "C" __global__ void sample(const lg::half_t* logits, int* out, const int*
   int last_candidate = -1;
   for (int i = begin; i < end; ++i) {
     bool candidate = false;
-    mine += weight(i, candidate);
-    if (candidate) last_candidate = i;
+    const float w = weight(i, candidate);
+    mine += w;
+    if (w > 0.0f) last_candidate = i;  // an underflowed weight is never the fallback
   }
   float total = 0.0f;
   const float before = block_exclusive_scan(mine, total);

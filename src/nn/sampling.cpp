@@ -39,7 +39,9 @@ std::vector<double> candidate_weights(std::span<const double> logits, int top_k,
   const auto k = static_cast<std::size_t>(top_k);
   const double threshold = top_k > 0 && k < valid.size() ? valid[k - 1] : -INFINITY;
   for (std::size_t i = 0; i < logits.size(); ++i) {
-    if (!std::isnan(logits[i]) && logits[i] >= threshold) w[i] = std::exp((logits[i] - top) / temperature);
+    if (std::isnan(logits[i]) || logits[i] < threshold) continue;
+    // +inf logits share the probability (inf - inf would make every weight NaN).
+    w[i] = std::isinf(top) && top > 0 ? (logits[i] == top ? 1.0 : 0.0) : std::exp((logits[i] - top) / temperature);
   }
   return w;
 }

@@ -40,6 +40,11 @@ TEST_CASE("the float64 sampling rule: top-k with ties kept, NaN never, index ord
   CHECK(p[3] == doctest::Approx(e / (2.0 + e)));
   CHECK(std::accumulate(p.begin(), p.end(), 0.0) == doctest::Approx(1.0));
   CHECK(sample_reference(std::vector<double>{nan, nan}, 0, 1.0, 0.5) == -1);
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<double> with_inf{1.0, inf, 2.0, inf};
+  CHECK(sample_reference(with_inf, 0, 1.0, 0.25) == 1);  // the two +inf logits share the probability
+  CHECK(sample_reference(with_inf, 0, 1.0, 0.75) == 3);
+  CHECK(sampling_probabilities(with_inf, 0, 1.0)[3] == 0.5);
   // A hotter temperature flattens the distribution.
   const std::vector<double> two{0.0, 1.0};
   CHECK(sampling_probabilities(two, 0, 2.0)[1] < sampling_probabilities(two, 0, 0.5)[1]);
@@ -147,6 +152,30 @@ TEST_SUITE("gpu") {
     }
     MESSAGE(draws << " draws, " << near << " at an fp32/fp64 boundary");
     CHECK(near * 100 <= draws);
+  }
+
+  TEST_CASE("the sample kernel draws among +inf logits only when there are some") {
+    Stream& s = lgtest::stream();
+    const Kernels k(lgtest::nn_kernels());
+    const int n = 2000;
+    std::vector<half> logits;
+    for (const float f : lgtest::random_floats(n)) logits.push_back(half::from_float(f));
+    logits[300] = half{0x7c00};  // +inf
+    logits[1700] = half{0x7c00};
+    const auto dl = lgtest::to_device(s, logits);
+    const auto ds = lgtest::to_device(s, std::vector<int>{0});
+    int seen300 = 0;
+    for (int p = 0; p < 40; ++p) {
+      const auto dp = lgtest::to_device(s, std::vector<int>{p});
+      auto out = lgtest::to_device(s, std::vector<int>{-7});
+      k.sample.launch(s, {{1, 1, 1}, {1024, 1, 1}, 0}, dl.cview(), out.view(), dp.cview(), ds.cview(), n, 0, 1.0F, 3U);
+      const int got = lgtest::to_host(s, out.cview())[0];
+      REQUIRE((got == 300 || got == 1700));
+      CHECK(got == sample_reference(widened(logits), 0, 1.0, sampling_uniform(3, p, 0)));
+      seen300 += got == 300 ? 1 : 0;
+    }
+    CHECK(seen300 > 0);
+    CHECK(seen300 < 40);
   }
 
   TEST_CASE("temperature 0 is the argmax kernel's choice") {

@@ -25,7 +25,8 @@ struct Sampling {
 double sampling_uniform(std::uint32_t seed, int position, int slot);
 
 /// The float64 reference of the kernel's rule for one row: the smallest candidate index whose prefix sum of
-/// weights exceeds u * sum (the last candidate if none does); -1 when every logit is NaN.
+/// weights exceeds u * sum (the last of nonzero weight if none does); -1 when every logit is NaN. When the largest
+/// logit is +inf, the +inf logits share the probability equally.
 int sample_reference(std::span<const double> logits, int top_k, double temperature, double u);
 
 /// The exact distribution the rule draws from: each candidate's weight over the sum, 0 elsewhere.
