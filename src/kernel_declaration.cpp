@@ -133,9 +133,9 @@ bool is_builtin_word(std::string_view w) {
 }
 
 /// Typedefs spelled as the LP64 builtin they stand for (host and NVRTC agree on LP64 Linux), and the half
-/// types as the device spelling of the host's lazygraph::half.
+/// and bfloat16 types as the device spellings of the host's lazygraph::half and lazygraph::bfloat16.
 std::string_view alias_of(std::string_view name) {
-  static constexpr std::array<std::pair<std::string_view, std::string_view>, 15> aliases = {{
+  static constexpr std::array<std::pair<std::string_view, std::string_view>, 18> aliases = {{
       {"size_t", "unsigned long"},
       {"ptrdiff_t", "long"},
       {"intptr_t", "long"},
@@ -151,6 +151,9 @@ std::string_view alias_of(std::string_view name) {
       {"half_t", "half_t"},
       {"half", "half_t"},
       {"__half", "half_t"},
+      {"bf16_t", "bf16_t"},
+      {"__nv_bfloat16", "bf16_t"},
+      {"nv_bfloat16", "bf16_t"},
   }};
   for (const auto& [from, to] : aliases) {
     if (from == name) return to;

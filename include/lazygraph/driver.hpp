@@ -3,6 +3,7 @@
 /// Layer 1, the driver: devices, streams, events, device and pinned memory, copies, loaded modules, errors.
 /// The CUDA driver is loaded at run time; nothing here links libcuda.
 
+#include "lazygraph/detail/driver/bfloat16.hpp"
 #include "lazygraph/detail/driver/device.hpp"
 #include "lazygraph/detail/driver/device_buffer.hpp"
 #include "lazygraph/detail/driver/device_span.hpp"

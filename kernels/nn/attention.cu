@@ -1,4 +1,5 @@
-// Attention of a batch of query vectors over KV caches, fp16 storage, fp32 arithmetic, with grouped-query
+// Attention of a batch of query vectors over KV caches, fp16 or bf16 storage (the kernels named *_bf16 take bf16),
+// fp32 arithmetic, with grouped-query
 // attention: n_heads query heads share n_kv_heads key/value heads, query head h reading kv head
 // h / (n_heads / n_kv_heads) (n_kv_heads == n_heads is ordinary multi-head attention, 1 is multi-query).
 //
@@ -25,7 +26,7 @@
 // >= head_dim / 8: 8 lanes for head_dim 64, 16 for 128), so a warp covers 32 / G positions per load and each
 // thread keeps 4 loads in flight.
 #include "lazygraph/block_reduce.cuh"
-#include "lazygraph/half.cuh"
+#include "lazygraph/element.cuh"
 #include "lazygraph/kernel_common.cuh"
 
 namespace {
@@ -33,11 +34,10 @@ namespace {
 constexpr int kMaxHeadDim = 128;
 constexpr int kPositionsInFlight = 4;  // independent cache loads per thread per step
 
-}  // namespace
-
-extern "C" __global__ void kv_append(const lg::half_t* k, const lg::half_t* v, lg::half_t* k_cache, lg::half_t* v_cache,
-                                     const int* positions, const int* slots, int n_kv_heads, int head_dim, int max_ctx,
-                                     int n_slots, int batch) {
+template <class T>
+__device__ __forceinline__ void kv_append_body(const T* k, const T* v, T* k_cache, T* v_cache, const int* positions,
+                                               const int* slots, int n_kv_heads, int head_dim, int max_ctx, int n_slots,
+                                               int batch) {
   lg::early_launch_prologue();  // may be launched early (LaunchConfig::early_launch)
   const long long row = static_cast<long long>(n_kv_heads) * head_dim;
   for (long long e = lg::global_index(); e < batch * row; e += lg::grid_stride()) {
@@ -53,9 +53,10 @@ extern "C" __global__ void kv_append(const lg::half_t* k, const lg::half_t* v, l
   }
 }
 
-extern "C" __global__ void attention(const lg::half_t* q, const lg::half_t* k_cache, const lg::half_t* v_cache,
-                                     lg::half_t* out, const int* positions, const int* slots, int n_heads,
-                                     int n_kv_heads, int head_dim, int max_ctx, int n_slots, float scale) {
+template <class T>
+__device__ __forceinline__ void attention_body(const T* q, const T* k_cache, const T* v_cache, T* out,
+                                               const int* positions, const int* slots, int n_heads, int n_kv_heads,
+                                               int head_dim, int max_ctx, int n_slots, float scale) {
   lg::early_launch_prologue();                 // may be launched early (LaunchConfig::early_launch)
   extern __shared__ float scores[];            // [max_ctx]
   __shared__ float warp_out[32][kMaxHeadDim];  // per-warp partial outputs
@@ -88,8 +89,8 @@ extern "C" __global__ void attention(const lg::half_t* q, const lg::half_t* k_ca
   const long long head_base = (static_cast<long long>(sequence) * n_kv_heads + kv_head) * max_ctx * head_dim;
   q += static_cast<long long>(row) * n_heads * head_dim;
   out += static_cast<long long>(row) * n_heads * head_dim;
-  const lg::half_t* k_head = k_cache + head_base + 8 * chunk;
-  const lg::half_t* v_head = v_cache + head_base + 8 * chunk;
+  const T* k_head = k_cache + head_base + 8 * chunk;
+  const T* v_head = v_cache + head_base + 8 * chunk;
 
   float qf[8];
   lg::load_float8(q + static_cast<long long>(head) * head_dim + 8 * chunk, qf);
@@ -98,16 +99,16 @@ extern "C" __global__ void attention(const lg::half_t* q, const lg::half_t* k_ca
 
   // 1. Scores. Loads past p re-read position p (no branch around a load) and are not stored.
   for (int j0 = 0; j0 <= p; j0 += per_load * kPositionsInFlight) {  // uniform over the block
-    lg::Half8 kv[kPositionsInFlight];
+    lg::Pack8<T> kv[kPositionsInFlight];
 #pragma unroll
     for (int u = 0; u < kPositionsInFlight; ++u) {
       const int j = min(j0 + u * per_load + my_slot, p);
-      kv[u] = lg::load_half8(k_head + static_cast<long long>(j) * head_dim);
+      kv[u] = lg::load8(k_head + static_cast<long long>(j) * head_dim);
     }
 #pragma unroll
     for (int u = 0; u < kPositionsInFlight; ++u) {
       float kf[8];
-      lg::unpack_half8(kv[u], kf);
+      lg::unpack8(kv[u], kf);
       float dot = 0.0f;
 #pragma unroll
       for (int i = 0; i < 8; ++i) dot = fmaf(qf[i], kf[i], dot);
@@ -136,18 +137,18 @@ extern "C" __global__ void attention(const lg::half_t* q, const lg::half_t* k_ca
 #pragma unroll
   for (int i = 0; i < 8; ++i) acc[i] = 0.0f;
   for (int j0 = 0; j0 <= p; j0 += per_load * kPositionsInFlight) {
-    lg::Half8 vv[kPositionsInFlight];
+    lg::Pack8<T> vv[kPositionsInFlight];
 #pragma unroll
     for (int u = 0; u < kPositionsInFlight; ++u) {
       const int j = min(j0 + u * per_load + my_slot, p);
-      vv[u] = lg::load_half8(v_head + static_cast<long long>(j) * head_dim);
+      vv[u] = lg::load8(v_head + static_cast<long long>(j) * head_dim);
     }
 #pragma unroll
     for (int u = 0; u < kPositionsInFlight; ++u) {
       const int j = j0 + u * per_load + my_slot;
       const float w = j <= p ? scores[min(j, p)] : 0.0f;
       float vf[8];
-      lg::unpack_half8(vv[u], vf);
+      lg::unpack8(vv[u], vf);
 #pragma unroll
       for (int i = 0; i < 8; ++i) acc[i] = fmaf(w, vf[i], acc[i]);
     }
@@ -166,6 +167,32 @@ extern "C" __global__ void attention(const lg::half_t* q, const lg::half_t* k_ca
   for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
     float total = 0.0f;
     for (int w = 0; w < warps; ++w) total += warp_out[w][d];
-    out[static_cast<long long>(head) * head_dim + d] = lg::to_half(total * inv_sum);
+    out[static_cast<long long>(head) * head_dim + d] = lg::from_float<T>(total * inv_sum);
   }
+}
+
+}  // namespace
+
+extern "C" __global__ void kv_append(const lg::half_t* k, const lg::half_t* v, lg::half_t* k_cache, lg::half_t* v_cache,
+                                     const int* positions, const int* slots, int n_kv_heads, int head_dim, int max_ctx,
+                                     int n_slots, int batch) {
+  kv_append_body(k, v, k_cache, v_cache, positions, slots, n_kv_heads, head_dim, max_ctx, n_slots, batch);
+}
+
+extern "C" __global__ void kv_append_bf16(const lg::bf16_t* k, const lg::bf16_t* v, lg::bf16_t* k_cache,
+                                          lg::bf16_t* v_cache, const int* positions, const int* slots, int n_kv_heads,
+                                          int head_dim, int max_ctx, int n_slots, int batch) {
+  kv_append_body(k, v, k_cache, v_cache, positions, slots, n_kv_heads, head_dim, max_ctx, n_slots, batch);
+}
+
+extern "C" __global__ void attention(const lg::half_t* q, const lg::half_t* k_cache, const lg::half_t* v_cache,
+                                     lg::half_t* out, const int* positions, const int* slots, int n_heads,
+                                     int n_kv_heads, int head_dim, int max_ctx, int n_slots, float scale) {
+  attention_body(q, k_cache, v_cache, out, positions, slots, n_heads, n_kv_heads, head_dim, max_ctx, n_slots, scale);
+}
+
+extern "C" __global__ void attention_bf16(const lg::bf16_t* q, const lg::bf16_t* k_cache, const lg::bf16_t* v_cache,
+                                          lg::bf16_t* out, const int* positions, const int* slots, int n_heads,
+                                          int n_kv_heads, int head_dim, int max_ctx, int n_slots, float scale) {
+  attention_body(q, k_cache, v_cache, out, positions, slots, n_heads, n_kv_heads, head_dim, max_ctx, n_slots, scale);
 }

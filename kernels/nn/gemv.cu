@@ -1,9 +1,10 @@
-// Matrix-vector products over fp16 row-major weights, fp32 accumulation: out[b][r] = sum_c W[r][c] * x[b][c] for
-// each of `batch` vectors (1 to 8). Decode is bound by reading the weights once, so these kernels stream W at HBM
+// Matrix-vector products over fp16 or bf16 row-major weights, fp32 accumulation: out[b][r] = sum_c W[r][c] * x[b][c]
+// for each of `batch` vectors (1 to 8). Decode is bound by reading the weights once, so these kernels stream W at HBM
 // speed and multiply every weight chunk they load with all the batch's vectors: a step of 8 sequences reads the
 // weights once, not 8 times.
 //
-// Kernels (all pointers fp16 unless int; W is rows x cols, x is [batch][cols], outputs are [batch][rows]):
+// Kernels (all pointers fp16 unless int; W is rows x cols, x is [batch][cols], outputs are [batch][rows]; the
+// kernels named NAME_bf16 take bf16 pointers instead, for gemv, gemv_add, rms_norm_gemv and rms_norm_gemv_swiglu):
 //   gemv(W, x, out, rows, cols, batch)                         out = W x
 //   gemv_add(W, x, out, rows, cols, batch)                     out += W x        (residual add fused, one rounding)
 //   gemv_dual(W1, W3, x, out1, out3, rows, cols, batch)        out1 = W1 x, out3 = W3 x    (two weights, one x)
@@ -15,16 +16,16 @@
 // and one token at a time agree exactly.
 //
 // Every kernel comes in four variants compiled for a batch of up to 1, 2, 4 and 8 vectors: NAME, NAME_b2, NAME_b4,
-// NAME_b8 (nn::BatchedKernel picks the smallest that holds the batch). Separate kernels, so each gets the registers
-// its batch needs: one kernel holding every batch size ran a batch of one 18-40 % slower (H100), its register
-// allocation and spills sized for eight vectors. A variant runs any batch up to its size; the loads of vectors past
-// `batch` re-read the last one and their results are dropped. The fused variants keep h in fp32 (they do not round it
-// to fp16, so they are slightly more accurate than rms_norm followed by gemv) and apply 1/rms(x) to the fp32 dot
-// product.
+// NAME_b8 (NAME_bf16, NAME_bf16_b2, ... for bf16; nn::BatchedKernel picks the smallest that holds the batch). Separate
+// kernels, so each gets the registers its batch needs: one kernel holding every batch size ran a batch of one 18-40 %
+// slower (H100), its register allocation and spills sized for eight vectors. A variant runs any batch up to its size;
+// the loads of vectors past `batch` re-read the last one and their results are dropped. The fused variants keep h in
+// fp32 (they do not round it to fp16, so they are slightly more accurate than rms_norm followed by gemv) and apply
+// 1/rms(x) to the fp32 dot product.
 //
 // Requirements (a kernel traps on a violation, which the next synchronisation reports as a launch failure):
 // cols is a multiple of 8, batch is 1 to 8, and W, W1, W3, x, g are 16-byte aligned (so is every row), because
-// every load is a 16-byte vector of 8 halves. Outputs have no alignment requirement. `out` must not alias W, x or g.
+// every load is a 16-byte vector of 8 elements. Outputs have no alignment requirement. `out` must not alias W, x or g.
 //
 // Launch: block (32, K, R) with K * R <= 8. The kernels declare __launch_bounds__(256, 3) (rms_norm_gemv: 2):
 // left to itself, ptxas 13 gave them 32 registers, too few to keep a thread's loads in flight; the bound lets it
@@ -48,44 +49,44 @@
 // x (and g) are read with ordinary cached loads: they are small and every row reads them, so they stay in L1,
 // while the weights bypass L1 (they are read once).
 #include "lazygraph/block_reduce.cuh"
-#include "lazygraph/half.cuh"
+#include "lazygraph/element.cuh"
 #include "lazygraph/kernel_common.cuh"
 
 namespace {
-
-using lg::half_t;
 
 /// Independent 16-byte weight loads in flight per lane and matrix, per step of the column loop.
 constexpr int loads_per_matrix(int matrices) { return 8 / matrices; }
 
 /// x as the kernel multiplies it: `load` fetches vector b's chunk (kept packed while in flight, 4 registers),
 /// `expand` turns it into the 8 factors.
+template <class T>
 struct PlainX {
   struct Raw {
-    lg::Half8 x;
+    lg::Pack8<T> x;
   };
-  const half_t* x;
+  const T* x;
   long long stride;  // elements between vectors: cols
-  __device__ __forceinline__ Raw load(int b, int chunk) const { return {lg::load_half8(x + b * stride + 8LL * chunk)}; }
-  __device__ __forceinline__ static void expand(const Raw& r, float (&f)[8]) { lg::unpack_half8(r.x, f); }
+  __device__ __forceinline__ Raw load(int b, int chunk) const { return {lg::load8(x + b * stride + 8LL * chunk)}; }
+  __device__ __forceinline__ static void expand(const Raw& r, float (&f)[8]) { lg::unpack8(r.x, f); }
 };
 
 /// x * g elementwise; the row's dot product is scaled by 1/rms(x) afterwards.
+template <class T>
 struct GainedX {
   struct Raw {
-    lg::Half8 x;
-    lg::Half8 g;
+    lg::Pack8<T> x;
+    lg::Pack8<T> g;
   };
-  const half_t* x;
-  const half_t* g;
+  const T* x;
+  const T* g;
   long long stride;
   __device__ __forceinline__ Raw load(int b, int chunk) const {
-    return {lg::load_half8(x + b * stride + 8LL * chunk), lg::load_half8(g + 8LL * chunk)};
+    return {lg::load8(x + b * stride + 8LL * chunk), lg::load8(g + 8LL * chunk)};
   }
   __device__ __forceinline__ static void expand(const Raw& r, float (&f)[8]) {
     float gain[8];
-    lg::unpack_half8(r.x, f);
-    lg::unpack_half8(r.g, gain);
+    lg::unpack8(r.x, f);
+    lg::unpack8(r.g, gain);
 #pragma unroll
     for (int i = 0; i < 8; ++i) f[i] *= gain[i];
   }
@@ -99,8 +100,8 @@ __device__ __forceinline__ bool shapes_supported(int cols, int batch, const void
 
 /// 1/sqrt(mean(x_b^2) + eps) over x_b = x[b * n .. (b + 1) * n) for b < B (vectors past `batch` re-read the last
 /// one), computed by the whole block (every thread gets every value).
-template <int B>
-__device__ void block_inverse_rms(const half_t* x, int n, float eps, int batch, float (&inv)[B]) {
+template <int B, class T>
+__device__ void block_inverse_rms(const T* x, int n, float eps, int batch, float (&inv)[B]) {
   const int threads = blockDim.x * blockDim.y * blockDim.z;
   const int tid = (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
   float ss[B];
@@ -137,8 +138,8 @@ __device__ void block_inverse_rms(const half_t* x, int n, float eps, int batch, 
 /// earlier work, whose results (x, the output) it may touch from here on. Only the first step's weights (what
 /// the first pass of gemv_rows' column loop loads, the whole row for rows up to 4 KB per matrix): prefetching
 /// whole long rows, 64 KB and more per block, crowded L2 and cost 14% of the bandwidth at 4096 x 11008.
-template <int M>
-__device__ __forceinline__ void prefetch_then_wait(const half_t* const (&w)[M], int rows, int cols) {
+template <int M, class T>
+__device__ __forceinline__ void prefetch_then_wait(const T* const (&w)[M], int rows, int cols) {
   const int row = blockIdx.x * blockDim.z + threadIdx.z;
   if (row < rows) {
     // The first step's chunk for a lane is first + u * stride (gemv_rows), u < kLoads: a 16-byte load each,
@@ -148,7 +149,7 @@ __device__ __forceinline__ void prefetch_then_wait(const half_t* const (&w)[M], 
     const int lines = (first_step_chunks + chunks_per_line - 1) / chunks_per_line;
 #pragma unroll
     for (int m = 0; m < M; ++m) {
-      const half_t* w_row = w[m] + static_cast<long long>(row) * cols;
+      const T* w_row = w[m] + static_cast<long long>(row) * cols;
       for (int line = threadIdx.y * 32 + threadIdx.x; line < lines; line += 32 * blockDim.y) {
         lg::prefetch_l2(w_row + 8LL * chunks_per_line * line);
       }
@@ -161,8 +162,8 @@ __device__ __forceinline__ void prefetch_then_wait(const half_t* const (&w)[M], 
 /// The shared core: for every row assigned to this thread's group, the M x B dot products W[m][row] . x_b,
 /// handed to `finish(row, acc)` on one thread of the group (acc[m][b]; vectors b >= batch hold garbage).
 /// `scale[b]` multiplies vector b's dot products.
-template <int M, int B, class X, class Finish>
-__device__ __forceinline__ void gemv_rows(const half_t* const (&w)[M], const X& x, int rows, int cols, int batch,
+template <int M, int B, class T, class X, class Finish>
+__device__ __forceinline__ void gemv_rows(const T* const (&w)[M], const X& x, int rows, int cols, int batch,
                                           const float (&scale)[B], Finish finish) {
   constexpr int kLoads = loads_per_matrix(M);
   __shared__ float group_partial[32][M][B];  // [group * K + warp][matrix][vector], used when K > 1
@@ -186,7 +187,7 @@ __device__ __forceinline__ void gemv_rows(const half_t* const (&w)[M], const X& 
     }
 
     if (row < rows) {
-      const half_t* w_row[M];
+      const T* w_row[M];
 #pragma unroll
       for (int m = 0; m < M; ++m) w_row[m] = w[m] + static_cast<long long>(row) * cols;
 
@@ -196,13 +197,13 @@ __device__ __forceinline__ void gemv_rows(const half_t* const (&w)[M], const X& 
         // are then replaced by zeros; the per-chunk partial sums are independent chains.
         // With several vectors, each vector's x chunk is loaded next to its use (x stays in L1), while all the
         // weight loads of the step are in flight.
-        lg::Half8 wv[M][kLoads];
+        lg::Pack8<T> wv[M][kLoads];
         typename X::Raw xv[kLoads];
 #pragma unroll
         for (int u = 0; u < kLoads; ++u) {
           const int chunk = min(base + u * stride, chunks - 1);
 #pragma unroll
-          for (int m = 0; m < M; ++m) wv[m][u] = lg::load_half8_streaming(w_row[m] + 8LL * chunk);
+          for (int m = 0; m < M; ++m) wv[m][u] = lg::load8_streaming(w_row[m] + 8LL * chunk);
           if (B == 1) xv[u] = x.load(0, chunk);
         }
 #pragma unroll
@@ -211,7 +212,7 @@ __device__ __forceinline__ void gemv_rows(const half_t* const (&w)[M], const X& 
           const int chunk = min(base + u * stride, chunks - 1);
           float wf[M][8];
 #pragma unroll
-          for (int m = 0; m < M; ++m) lg::unpack_half8(wv[m][u], wf[m]);
+          for (int m = 0; m < M; ++m) lg::unpack8(wv[m][u], wf[m]);
 #pragma unroll
           for (int b = 0; b < B; ++b) {
             float xf[8];
@@ -274,83 +275,80 @@ struct Ones {
   }
 };
 
-template <int B>
-__device__ __forceinline__ void gemv_body(const half_t* W, const half_t* x, half_t* out, int rows, int cols,
-                                          int batch) {
+template <int B, class T>
+__device__ __forceinline__ void gemv_body(const T* W, const T* x, T* out, int rows, int cols, int batch) {
   if (!shapes_supported(cols, batch, W, x, x) || batch > B) __trap();
-  const half_t* w[1] = {W};
+  const T* w[1] = {W};
   prefetch_then_wait(w, rows, cols);
-  gemv_rows<1, B>(w, PlainX{x, cols}, rows, cols, batch, Ones<B>().v, [&](int row, const float(&acc)[1][B]) {
-    for (int b = 0; b < batch; ++b) out[static_cast<long long>(b) * rows + row] = lg::to_half(acc[0][b]);
+  gemv_rows<1, B>(w, PlainX<T>{x, cols}, rows, cols, batch, Ones<B>().v, [&](int row, const float(&acc)[1][B]) {
+    for (int b = 0; b < batch; ++b) out[static_cast<long long>(b) * rows + row] = lg::from_float<T>(acc[0][b]);
   });
 }
 
-template <int B>
-__device__ __forceinline__ void gemv_add_body(const half_t* W, const half_t* x, half_t* out, int rows, int cols,
-                                              int batch) {
+template <int B, class T>
+__device__ __forceinline__ void gemv_add_body(const T* W, const T* x, T* out, int rows, int cols, int batch) {
   if (!shapes_supported(cols, batch, W, x, x) || batch > B) __trap();
-  const half_t* w[1] = {W};
+  const T* w[1] = {W};
   prefetch_then_wait(w, rows, cols);
-  gemv_rows<1, B>(w, PlainX{x, cols}, rows, cols, batch, Ones<B>().v, [&](int row, const float(&acc)[1][B]) {
+  gemv_rows<1, B>(w, PlainX<T>{x, cols}, rows, cols, batch, Ones<B>().v, [&](int row, const float(&acc)[1][B]) {
     for (int b = 0; b < batch; ++b) {
-      half_t& o = out[static_cast<long long>(b) * rows + row];
-      o = lg::to_half(lg::to_float(o) + acc[0][b]);
+      T& o = out[static_cast<long long>(b) * rows + row];
+      o = lg::from_float<T>(lg::to_float(o) + acc[0][b]);
     }
   });
 }
 
-template <int B>
-__device__ __forceinline__ void gemv_dual_body(const half_t* W1, const half_t* W3, const half_t* x, half_t* out1,
-                                               half_t* out3, int rows, int cols, int batch) {
+template <int B, class T>
+__device__ __forceinline__ void gemv_dual_body(const T* W1, const T* W3, const T* x, T* out1, T* out3, int rows,
+                                               int cols, int batch) {
   if (!shapes_supported(cols, batch, W1, W3, x) || batch > B) __trap();
-  const half_t* w[2] = {W1, W3};
+  const T* w[2] = {W1, W3};
   prefetch_then_wait(w, rows, cols);
-  gemv_rows<2, B>(w, PlainX{x, cols}, rows, cols, batch, Ones<B>().v, [&](int row, const float(&acc)[2][B]) {
+  gemv_rows<2, B>(w, PlainX<T>{x, cols}, rows, cols, batch, Ones<B>().v, [&](int row, const float(&acc)[2][B]) {
     for (int b = 0; b < batch; ++b) {
-      out1[static_cast<long long>(b) * rows + row] = lg::to_half(acc[0][b]);
-      out3[static_cast<long long>(b) * rows + row] = lg::to_half(acc[1][b]);
+      out1[static_cast<long long>(b) * rows + row] = lg::from_float<T>(acc[0][b]);
+      out3[static_cast<long long>(b) * rows + row] = lg::from_float<T>(acc[1][b]);
     }
   });
 }
 
-template <int B>
-__device__ __forceinline__ void gemv_swiglu_body(const half_t* W1, const half_t* W3, const half_t* x, half_t* out,
-                                                 int rows, int cols, int batch) {
+template <int B, class T>
+__device__ __forceinline__ void gemv_swiglu_body(const T* W1, const T* W3, const T* x, T* out, int rows, int cols,
+                                                 int batch) {
   if (!shapes_supported(cols, batch, W1, W3, x) || batch > B) __trap();
-  const half_t* w[2] = {W1, W3};
+  const T* w[2] = {W1, W3};
   prefetch_then_wait(w, rows, cols);
-  gemv_rows<2, B>(w, PlainX{x, cols}, rows, cols, batch, Ones<B>().v, [&](int row, const float(&acc)[2][B]) {
+  gemv_rows<2, B>(w, PlainX<T>{x, cols}, rows, cols, batch, Ones<B>().v, [&](int row, const float(&acc)[2][B]) {
     for (int b = 0; b < batch; ++b) {
-      out[static_cast<long long>(b) * rows + row] = lg::to_half(silu(acc[0][b]) * acc[1][b]);
+      out[static_cast<long long>(b) * rows + row] = lg::from_float<T>(silu(acc[0][b]) * acc[1][b]);
     }
   });
 }
 
-template <int B>
-__device__ __forceinline__ void rms_norm_gemv_body(const half_t* W, const half_t* x, const half_t* g, half_t* out,
-                                                   int rows, int cols, float eps, int batch) {
+template <int B, class T>
+__device__ __forceinline__ void rms_norm_gemv_body(const T* W, const T* x, const T* g, T* out, int rows, int cols,
+                                                   float eps, int batch) {
   if (!shapes_supported(cols, batch, W, x, g) || batch > B) __trap();
-  const half_t* w[1] = {W};
+  const T* w[1] = {W};
   prefetch_then_wait(w, rows, cols);
   float inv_rms[B];
   block_inverse_rms<B>(x, cols, eps, batch, inv_rms);
-  gemv_rows<1, B>(w, GainedX{x, g, cols}, rows, cols, batch, inv_rms, [&](int row, const float(&acc)[1][B]) {
-    for (int b = 0; b < batch; ++b) out[static_cast<long long>(b) * rows + row] = lg::to_half(acc[0][b]);
+  gemv_rows<1, B>(w, GainedX<T>{x, g, cols}, rows, cols, batch, inv_rms, [&](int row, const float(&acc)[1][B]) {
+    for (int b = 0; b < batch; ++b) out[static_cast<long long>(b) * rows + row] = lg::from_float<T>(acc[0][b]);
   });
 }
 
-template <int B>
-__device__ __forceinline__ void rms_norm_gemv_swiglu_body(const half_t* W1, const half_t* W3, const half_t* x,
-                                                          const half_t* g, half_t* out, int rows, int cols, float eps,
-                                                          int batch) {
+template <int B, class T>
+__device__ __forceinline__ void rms_norm_gemv_swiglu_body(const T* W1, const T* W3, const T* x, const T* g, T* out,
+                                                          int rows, int cols, float eps, int batch) {
   if (!shapes_supported(cols, batch, W1, W3, x) || !lg::is_aligned16(g) || batch > B) __trap();
-  const half_t* w[2] = {W1, W3};
+  const T* w[2] = {W1, W3};
   prefetch_then_wait(w, rows, cols);
   float inv_rms[B];
   block_inverse_rms<B>(x, cols, eps, batch, inv_rms);
-  gemv_rows<2, B>(w, GainedX{x, g, cols}, rows, cols, batch, inv_rms, [&](int row, const float(&acc)[2][B]) {
+  gemv_rows<2, B>(w, GainedX<T>{x, g, cols}, rows, cols, batch, inv_rms, [&](int row, const float(&acc)[2][B]) {
     for (int b = 0; b < batch; ++b) {
-      out[static_cast<long long>(b) * rows + row] = lg::to_half(silu(acc[0][b]) * acc[1][b]);
+      out[static_cast<long long>(b) * rows + row] = lg::from_float<T>(silu(acc[0][b]) * acc[1][b]);
     }
   });
 }
@@ -363,133 +361,227 @@ __device__ __forceinline__ void rms_norm_gemv_swiglu_body(const half_t* W1, cons
 // and matrix, so they get 2 blocks (up to 128 registers) to keep them out of local memory.
 
 extern "C" __global__ void __launch_bounds__(256, 3)
-    gemv(const half_t* W, const half_t* x, half_t* out, int rows, int cols, int batch) {
+    gemv(const lg::half_t* W, const lg::half_t* x, lg::half_t* out, int rows, int cols, int batch) {
   gemv_body<1>(W, x, out, rows, cols, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 3)
-    gemv_b2(const half_t* W, const half_t* x, half_t* out, int rows, int cols, int batch) {
+    gemv_b2(const lg::half_t* W, const lg::half_t* x, lg::half_t* out, int rows, int cols, int batch) {
   gemv_body<2>(W, x, out, rows, cols, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2)
-    gemv_b4(const half_t* W, const half_t* x, half_t* out, int rows, int cols, int batch) {
+    gemv_b4(const lg::half_t* W, const lg::half_t* x, lg::half_t* out, int rows, int cols, int batch) {
   gemv_body<4>(W, x, out, rows, cols, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2)
-    gemv_b8(const half_t* W, const half_t* x, half_t* out, int rows, int cols, int batch) {
+    gemv_b8(const lg::half_t* W, const lg::half_t* x, lg::half_t* out, int rows, int cols, int batch) {
   gemv_body<8>(W, x, out, rows, cols, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 3)
-    gemv_add(const half_t* W, const half_t* x, half_t* out, int rows, int cols, int batch) {
+    gemv_add(const lg::half_t* W, const lg::half_t* x, lg::half_t* out, int rows, int cols, int batch) {
   gemv_add_body<1>(W, x, out, rows, cols, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 3)
-    gemv_add_b2(const half_t* W, const half_t* x, half_t* out, int rows, int cols, int batch) {
+    gemv_add_b2(const lg::half_t* W, const lg::half_t* x, lg::half_t* out, int rows, int cols, int batch) {
   gemv_add_body<2>(W, x, out, rows, cols, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2)
-    gemv_add_b4(const half_t* W, const half_t* x, half_t* out, int rows, int cols, int batch) {
+    gemv_add_b4(const lg::half_t* W, const lg::half_t* x, lg::half_t* out, int rows, int cols, int batch) {
   gemv_add_body<4>(W, x, out, rows, cols, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2)
-    gemv_add_b8(const half_t* W, const half_t* x, half_t* out, int rows, int cols, int batch) {
+    gemv_add_b8(const lg::half_t* W, const lg::half_t* x, lg::half_t* out, int rows, int cols, int batch) {
   gemv_add_body<8>(W, x, out, rows, cols, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 3)
-    gemv_dual(const half_t* W1, const half_t* W3, const half_t* x, half_t* out1, half_t* out3, int rows, int cols,
-              int batch) {
+    gemv_dual(const lg::half_t* W1, const lg::half_t* W3, const lg::half_t* x, lg::half_t* out1, lg::half_t* out3,
+              int rows, int cols, int batch) {
   gemv_dual_body<1>(W1, W3, x, out1, out3, rows, cols, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 3)
-    gemv_dual_b2(const half_t* W1, const half_t* W3, const half_t* x, half_t* out1, half_t* out3, int rows, int cols,
-                 int batch) {
+    gemv_dual_b2(const lg::half_t* W1, const lg::half_t* W3, const lg::half_t* x, lg::half_t* out1, lg::half_t* out3,
+                 int rows, int cols, int batch) {
   gemv_dual_body<2>(W1, W3, x, out1, out3, rows, cols, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2)
-    gemv_dual_b4(const half_t* W1, const half_t* W3, const half_t* x, half_t* out1, half_t* out3, int rows, int cols,
-                 int batch) {
+    gemv_dual_b4(const lg::half_t* W1, const lg::half_t* W3, const lg::half_t* x, lg::half_t* out1, lg::half_t* out3,
+                 int rows, int cols, int batch) {
   gemv_dual_body<4>(W1, W3, x, out1, out3, rows, cols, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2)
-    gemv_dual_b8(const half_t* W1, const half_t* W3, const half_t* x, half_t* out1, half_t* out3, int rows, int cols,
-                 int batch) {
+    gemv_dual_b8(const lg::half_t* W1, const lg::half_t* W3, const lg::half_t* x, lg::half_t* out1, lg::half_t* out3,
+                 int rows, int cols, int batch) {
   gemv_dual_body<8>(W1, W3, x, out1, out3, rows, cols, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 3)
-    gemv_swiglu(const half_t* W1, const half_t* W3, const half_t* x, half_t* out, int rows, int cols, int batch) {
+    gemv_swiglu(const lg::half_t* W1, const lg::half_t* W3, const lg::half_t* x, lg::half_t* out, int rows, int cols,
+                int batch) {
   gemv_swiglu_body<1>(W1, W3, x, out, rows, cols, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 3)
-    gemv_swiglu_b2(const half_t* W1, const half_t* W3, const half_t* x, half_t* out, int rows, int cols, int batch) {
+    gemv_swiglu_b2(const lg::half_t* W1, const lg::half_t* W3, const lg::half_t* x, lg::half_t* out, int rows, int cols,
+                   int batch) {
   gemv_swiglu_body<2>(W1, W3, x, out, rows, cols, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2)
-    gemv_swiglu_b4(const half_t* W1, const half_t* W3, const half_t* x, half_t* out, int rows, int cols, int batch) {
+    gemv_swiglu_b4(const lg::half_t* W1, const lg::half_t* W3, const lg::half_t* x, lg::half_t* out, int rows, int cols,
+                   int batch) {
   gemv_swiglu_body<4>(W1, W3, x, out, rows, cols, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2)
-    gemv_swiglu_b8(const half_t* W1, const half_t* W3, const half_t* x, half_t* out, int rows, int cols, int batch) {
+    gemv_swiglu_b8(const lg::half_t* W1, const lg::half_t* W3, const lg::half_t* x, lg::half_t* out, int rows, int cols,
+                   int batch) {
   gemv_swiglu_body<8>(W1, W3, x, out, rows, cols, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2)
-    rms_norm_gemv(const half_t* W, const half_t* x, const half_t* g, half_t* out, int rows, int cols, float eps,
-                  int batch) {
+    rms_norm_gemv(const lg::half_t* W, const lg::half_t* x, const lg::half_t* g, lg::half_t* out, int rows, int cols,
+                  float eps, int batch) {
   rms_norm_gemv_body<1>(W, x, g, out, rows, cols, eps, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2)
-    rms_norm_gemv_b2(const half_t* W, const half_t* x, const half_t* g, half_t* out, int rows, int cols, float eps,
-                     int batch) {
+    rms_norm_gemv_b2(const lg::half_t* W, const lg::half_t* x, const lg::half_t* g, lg::half_t* out, int rows, int cols,
+                     float eps, int batch) {
   rms_norm_gemv_body<2>(W, x, g, out, rows, cols, eps, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2)
-    rms_norm_gemv_b4(const half_t* W, const half_t* x, const half_t* g, half_t* out, int rows, int cols, float eps,
-                     int batch) {
+    rms_norm_gemv_b4(const lg::half_t* W, const lg::half_t* x, const lg::half_t* g, lg::half_t* out, int rows, int cols,
+                     float eps, int batch) {
   rms_norm_gemv_body<4>(W, x, g, out, rows, cols, eps, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2)
-    rms_norm_gemv_b8(const half_t* W, const half_t* x, const half_t* g, half_t* out, int rows, int cols, float eps,
-                     int batch) {
+    rms_norm_gemv_b8(const lg::half_t* W, const lg::half_t* x, const lg::half_t* g, lg::half_t* out, int rows, int cols,
+                     float eps, int batch) {
   rms_norm_gemv_body<8>(W, x, g, out, rows, cols, eps, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 3)
-    rms_norm_gemv_swiglu(const half_t* W1, const half_t* W3, const half_t* x, const half_t* g, half_t* out, int rows,
-                         int cols, float eps, int batch) {
+    rms_norm_gemv_swiglu(const lg::half_t* W1, const lg::half_t* W3, const lg::half_t* x, const lg::half_t* g,
+                         lg::half_t* out, int rows, int cols, float eps, int batch) {
   rms_norm_gemv_swiglu_body<1>(W1, W3, x, g, out, rows, cols, eps, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 3)
-    rms_norm_gemv_swiglu_b2(const half_t* W1, const half_t* W3, const half_t* x, const half_t* g, half_t* out, int rows,
-                            int cols, float eps, int batch) {
+    rms_norm_gemv_swiglu_b2(const lg::half_t* W1, const lg::half_t* W3, const lg::half_t* x, const lg::half_t* g,
+                            lg::half_t* out, int rows, int cols, float eps, int batch) {
   rms_norm_gemv_swiglu_body<2>(W1, W3, x, g, out, rows, cols, eps, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2)
-    rms_norm_gemv_swiglu_b4(const half_t* W1, const half_t* W3, const half_t* x, const half_t* g, half_t* out, int rows,
-                            int cols, float eps, int batch) {
+    rms_norm_gemv_swiglu_b4(const lg::half_t* W1, const lg::half_t* W3, const lg::half_t* x, const lg::half_t* g,
+                            lg::half_t* out, int rows, int cols, float eps, int batch) {
   rms_norm_gemv_swiglu_body<4>(W1, W3, x, g, out, rows, cols, eps, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2)
-    rms_norm_gemv_swiglu_b8(const half_t* W1, const half_t* W3, const half_t* x, const half_t* g, half_t* out, int rows,
-                            int cols, float eps, int batch) {
+    rms_norm_gemv_swiglu_b8(const lg::half_t* W1, const lg::half_t* W3, const lg::half_t* x, const lg::half_t* g,
+                            lg::half_t* out, int rows, int cols, float eps, int batch) {
+  rms_norm_gemv_swiglu_body<8>(W1, W3, x, g, out, rows, cols, eps, batch);
+}
+
+// The bf16 entry points: the same bodies over bf16 storage.
+
+extern "C" __global__ void __launch_bounds__(256, 3)
+    gemv_bf16(const lg::bf16_t* W, const lg::bf16_t* x, lg::bf16_t* out, int rows, int cols, int batch) {
+  gemv_body<1>(W, x, out, rows, cols, batch);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 3)
+    gemv_bf16_b2(const lg::bf16_t* W, const lg::bf16_t* x, lg::bf16_t* out, int rows, int cols, int batch) {
+  gemv_body<2>(W, x, out, rows, cols, batch);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2)
+    gemv_bf16_b4(const lg::bf16_t* W, const lg::bf16_t* x, lg::bf16_t* out, int rows, int cols, int batch) {
+  gemv_body<4>(W, x, out, rows, cols, batch);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2)
+    gemv_bf16_b8(const lg::bf16_t* W, const lg::bf16_t* x, lg::bf16_t* out, int rows, int cols, int batch) {
+  gemv_body<8>(W, x, out, rows, cols, batch);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 3)
+    gemv_add_bf16(const lg::bf16_t* W, const lg::bf16_t* x, lg::bf16_t* out, int rows, int cols, int batch) {
+  gemv_add_body<1>(W, x, out, rows, cols, batch);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 3)
+    gemv_add_bf16_b2(const lg::bf16_t* W, const lg::bf16_t* x, lg::bf16_t* out, int rows, int cols, int batch) {
+  gemv_add_body<2>(W, x, out, rows, cols, batch);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2)
+    gemv_add_bf16_b4(const lg::bf16_t* W, const lg::bf16_t* x, lg::bf16_t* out, int rows, int cols, int batch) {
+  gemv_add_body<4>(W, x, out, rows, cols, batch);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2)
+    gemv_add_bf16_b8(const lg::bf16_t* W, const lg::bf16_t* x, lg::bf16_t* out, int rows, int cols, int batch) {
+  gemv_add_body<8>(W, x, out, rows, cols, batch);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2)
+    rms_norm_gemv_bf16(const lg::bf16_t* W, const lg::bf16_t* x, const lg::bf16_t* g, lg::bf16_t* out, int rows,
+                       int cols, float eps, int batch) {
+  rms_norm_gemv_body<1>(W, x, g, out, rows, cols, eps, batch);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2)
+    rms_norm_gemv_bf16_b2(const lg::bf16_t* W, const lg::bf16_t* x, const lg::bf16_t* g, lg::bf16_t* out, int rows,
+                          int cols, float eps, int batch) {
+  rms_norm_gemv_body<2>(W, x, g, out, rows, cols, eps, batch);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2)
+    rms_norm_gemv_bf16_b4(const lg::bf16_t* W, const lg::bf16_t* x, const lg::bf16_t* g, lg::bf16_t* out, int rows,
+                          int cols, float eps, int batch) {
+  rms_norm_gemv_body<4>(W, x, g, out, rows, cols, eps, batch);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2)
+    rms_norm_gemv_bf16_b8(const lg::bf16_t* W, const lg::bf16_t* x, const lg::bf16_t* g, lg::bf16_t* out, int rows,
+                          int cols, float eps, int batch) {
+  rms_norm_gemv_body<8>(W, x, g, out, rows, cols, eps, batch);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 3)
+    rms_norm_gemv_swiglu_bf16(const lg::bf16_t* W1, const lg::bf16_t* W3, const lg::bf16_t* x, const lg::bf16_t* g,
+                              lg::bf16_t* out, int rows, int cols, float eps, int batch) {
+  rms_norm_gemv_swiglu_body<1>(W1, W3, x, g, out, rows, cols, eps, batch);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 3)
+    rms_norm_gemv_swiglu_bf16_b2(const lg::bf16_t* W1, const lg::bf16_t* W3, const lg::bf16_t* x, const lg::bf16_t* g,
+                                 lg::bf16_t* out, int rows, int cols, float eps, int batch) {
+  rms_norm_gemv_swiglu_body<2>(W1, W3, x, g, out, rows, cols, eps, batch);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2)
+    rms_norm_gemv_swiglu_bf16_b4(const lg::bf16_t* W1, const lg::bf16_t* W3, const lg::bf16_t* x, const lg::bf16_t* g,
+                                 lg::bf16_t* out, int rows, int cols, float eps, int batch) {
+  rms_norm_gemv_swiglu_body<4>(W1, W3, x, g, out, rows, cols, eps, batch);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2)
+    rms_norm_gemv_swiglu_bf16_b8(const lg::bf16_t* W1, const lg::bf16_t* W3, const lg::bf16_t* x, const lg::bf16_t* g,
+                                 lg::bf16_t* out, int rows, int cols, float eps, int batch) {
   rms_norm_gemv_swiglu_body<8>(W1, W3, x, g, out, rows, cols, eps, batch);
 }

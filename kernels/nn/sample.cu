@@ -1,7 +1,8 @@
-// The next token of each row of logits ([rows][n], fp16), drawn at a temperature from the top-k logits with a
-// seeded, reproducible random number; temperature 0 is greedy (the argmax kernel's rule). One block per row.
+// The next token of each row of logits ([rows][n]; fp16 for `sample`, bf16 for `sample_bf16`), drawn at a temperature
+// from the top-k logits with a seeded, reproducible random number; temperature 0 is greedy (the argmax kernel's rule).
+// One block per row.
 //
-//   sample(logits, out, positions, slots, n, top_k, temperature, seed)
+//   sample(logits, out, positions, slots, n, top_k, temperature, seed), sample_bf16(...) alike
 //
 // For row b, with p = positions[b] and s = slots[b] (the sequence: so a sequence draws the same numbers whether
 // stepped alone or in a batch):
@@ -13,8 +14,9 @@
 //                      out[b] = the smallest candidate index i whose prefix sum of w (index order) exceeds
 //                      u * sum(w); the last index of nonzero weight if rounding leaves none. -1 if every logit
 //                      is NaN. When the largest logit is +inf, the +inf logits share the probability equally.
-// The top_k-th largest is found by a radix select over the 16-bit order-preserving keys of the fp16 values (two
-// passes of 8-bit digits through a shared histogram), not by k rounds of argmax.
+// The top_k-th largest is found by a radix select over the 16-bit order-preserving keys of the values (fp16 and bf16
+// alike: both are sign and magnitude) (two passes of 8-bit digits through a shared histogram), not by k rounds of
+// argmax.
 //
 // Launch: grid = the row count, block 32 * k threads (k = 1..32, e.g. 1024), no dynamic shared memory.
 #include "lazygraph/block_reduce.cuh"
@@ -23,17 +25,18 @@
 
 namespace {
 
-/// An fp16 value's bits as an unsigned key whose order is the values' order (NaNs excluded by the caller).
+/// A 16-bit float's bits (fp16 or bf16: sign and magnitude) as an unsigned key whose order is the values' order
+/// (NaNs excluded by the caller).
 __device__ __forceinline__ unsigned order_key(unsigned short bits) {
   return (bits & 0x8000u) != 0 ? (~static_cast<unsigned>(bits) & 0xffffu) : (bits | 0x8000u);
 }
 
-__device__ __forceinline__ bool is_nan(unsigned short bits) {
-  return (bits & 0x7c00u) == 0x7c00u && (bits & 0x3ffu) != 0;
-}
+__device__ __forceinline__ bool is_nan(lg::half_t h) { return (h.bits & 0x7c00u) == 0x7c00u && (h.bits & 0x3ffu) != 0; }
+__device__ __forceinline__ bool is_nan(lg::bf16_t h) { return (h.bits & 0x7f80u) == 0x7f80u && (h.bits & 0x7fu) != 0; }
 
 /// The key of the k-th largest non-NaN logit (1 <= k <= their count), for the whole block.
-__device__ unsigned kth_largest_key(const lg::half_t* logits, int n, int k) {
+template <class T>
+__device__ unsigned kth_largest_key(const T* logits, int n, int k) {
   __shared__ unsigned histogram[256];
   __shared__ unsigned found_prefix;
   __shared__ int found_remaining;
@@ -43,9 +46,8 @@ __device__ unsigned kth_largest_key(const lg::half_t* logits, int n, int k) {
     for (int i = threadIdx.x; i < 256; i += blockDim.x) histogram[i] = 0;
     __syncthreads();
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
-      const unsigned short bits = logits[i].bits;
-      if (is_nan(bits)) continue;
-      const unsigned key = order_key(bits);
+      if (is_nan(logits[i])) continue;
+      const unsigned key = order_key(logits[i].bits);
       if (shift == 0 && (key >> 8) != (prefix >> 8)) continue;  // only the high digit found in the first pass
       atomicAdd(&histogram[(key >> shift) & 0xffu], 1u);
     }
@@ -97,10 +99,9 @@ __device__ float block_exclusive_scan(float v, float& total) {
   return before_warp + inclusive - v;
 }
 
-}  // namespace
-
-extern "C" __global__ void sample(const lg::half_t* logits, int* out, const int* positions, const int* slots, int n,
-                                  int top_k, float temperature, unsigned seed) {
+template <class T>
+__device__ __forceinline__ void sample_body(const T* logits, int* out, const int* positions, const int* slots, int n,
+                                            int top_k, float temperature, unsigned seed) {
   lg::early_launch_prologue();  // may be launched early (LaunchConfig::early_launch)
   const int row = blockIdx.x;
   logits += static_cast<long long>(row) * n;
@@ -112,7 +113,7 @@ extern "C" __global__ void sample(const lg::half_t* logits, int* out, const int*
   float top = -__int_as_float(0x7f800000);
   float count = 0.0f;  // exact: n < 2^24
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    if (is_nan(logits[i].bits)) continue;
+    if (is_nan(logits[i])) continue;
     top = fmaxf(top, lg::to_float(logits[i]));
     count += 1.0f;
   }
@@ -125,8 +126,7 @@ extern "C" __global__ void sample(const lg::half_t* logits, int* out, const int*
   const unsigned threshold = top_k > 0 && top_k < valid ? kth_largest_key(logits, n, top_k) : 0u;
   const float inv_t = 1.0f / temperature;
   const auto weight = [&](int i, bool& candidate) {
-    const unsigned short bits = logits[i].bits;
-    candidate = !is_nan(bits) && order_key(bits) >= threshold;
+    candidate = !is_nan(logits[i]) && order_key(logits[i].bits) >= threshold;
     if (!candidate) return 0.0f;
     const float v = lg::to_float(logits[i]);
     // +inf logits share the probability (inf - inf would make every weight NaN).
@@ -173,4 +173,16 @@ extern "C" __global__ void sample(const lg::half_t* logits, int* out, const int*
   }
   __syncthreads();
   if (threadIdx.x == 0) out[row] = chosen != 0x7fffffff ? chosen : last;
+}
+
+}  // namespace
+
+extern "C" __global__ void sample(const lg::half_t* logits, int* out, const int* positions, const int* slots, int n,
+                                  int top_k, float temperature, unsigned seed) {
+  sample_body(logits, out, positions, slots, n, top_k, temperature, seed);
+}
+
+extern "C" __global__ void sample_bf16(const lg::bf16_t* logits, int* out, const int* positions, const int* slots,
+                                       int n, int top_k, float temperature, unsigned seed) {
+  sample_body(logits, out, positions, slots, n, top_k, temperature, seed);
 }

@@ -58,7 +58,7 @@ float element(const std::byte* data, DType dtype, std::size_t i) {
     case DType::bf16: {
       std::uint16_t bits = 0;
       std::memcpy(&bits, data + 2 * i, 2);
-      return bf16_to_float(bits);
+      return bfloat16{bits}.to_float();
     }
     default: {
       float f = 0;
@@ -103,21 +103,22 @@ class Progress {
 };
 
 /// Two pinned buffers that uploads alternate between: one fills on the host while the other's copy runs.
+template <Element T>
 class Staging {
  public:
   Staging(const Stream& stream, std::size_t elements)
       : stream_(stream),
-        buffers_{PinnedBuffer<half>(stream.device(), elements), PinnedBuffer<half>(stream.device(), elements)},
+        buffers_{PinnedBuffer<T>(stream.device(), elements), PinnedBuffer<T>(stream.device(), elements)},
         done_{Event(stream.device(), false), Event(stream.device(), false)} {}
 
   /// A buffer free to fill (its previous copy has finished).
-  std::span<half> next() {
+  std::span<T> next() {
     current_ = 1 - current_;
     if (used_[current_]) done_[current_].synchronize();
     return buffers_[current_].span();
   }
   /// Copies the first `n` elements of the buffer `next` gave to `dst`.
-  void copy(DeviceSpan<half> dst, std::size_t n) {
+  void copy(DeviceSpan<T> dst, std::size_t n) {
     copy_async(stream_, dst, std::as_const(buffers_[current_]).span().subspan(0, n));
     done_[current_].record(stream_);
     used_[current_] = true;
@@ -125,42 +126,50 @@ class Staging {
 
  private:
   const Stream& stream_;
-  PinnedBuffer<half> buffers_[2];
+  PinnedBuffer<T> buffers_[2];
   Event done_[2];
   bool used_[2] = {false, false};
   int current_ = 1;
 };
 
-/// Uploads tensor `t` from `info` (in `weights`) into `out`, `rows_per_chunk` rows per staging buffer: fp16
-/// rows are copied, others converted (a value fp16 cannot hold is a CheckpointError), rope rows reordered.
+/// The checkpoint dtype that holds T's values as they are.
+template <Element T>
+constexpr DType dtype_of = std::same_as<T, half> ? DType::f16 : DType::bf16;
+
+/// Uploads tensor `t` from `info` (in `weights`) into `out`, `rows_per_chunk` rows per staging buffer: rows of
+/// T's own dtype are copied, others converted (a finite value T cannot hold is a CheckpointError), rope rows
+/// reordered.
+template <Element T>
 void upload_rows(const Checkpoint& weights, int head_dim, const DecoderTensor& t, const TensorInfo& info,
-                 DeviceBuffer<half>& out, std::size_t rows_per_chunk, Staging& buffers, Progress& progress) {
+                 DeviceBuffer<T>& out, std::size_t rows_per_chunk, Staging<T>& buffers, Progress& progress) {
   const std::byte* data = weights.data(info).data();
   const auto cols = static_cast<std::size_t>(t.cols);
   for (std::size_t row0 = 0; row0 < static_cast<std::size_t>(t.rows); row0 += rows_per_chunk) {
     const std::size_t rows = std::min(rows_per_chunk, static_cast<std::size_t>(t.rows) - row0);
-    std::span<half> buffer = buffers.next();
+    std::span<T> buffer = buffers.next();
     for (std::size_t r = 0; r < rows; ++r) {
       const int row = static_cast<int>(row0 + r);
       const auto from = static_cast<std::size_t>(t.rope_rows ? rotate_half_row(row, head_dim) : row);
-      half* dst = buffer.data() + r * cols;
-      if (info.dtype == DType::f16) {
+      T* dst = buffer.data() + r * cols;
+      if (info.dtype == dtype_of<T>) {
         std::memcpy(dst, data + from * cols * 2, cols * 2);
         continue;
       }
       for (std::size_t c = 0; c < cols; ++c) {
         const float f = element(data, info.dtype, from * cols + c);
-        const half h = half::from_float(f);
+        const T h = T::from_float(f);
         if (std::isfinite(f) && !std::isfinite(h.to_float())) {
           throw CheckpointError(weights.file_of(info).path(), info.name,
                                 "value " + std::to_string(f) + " at element " + std::to_string(from * cols + c) +
-                                    " does not fit in fp16 (largest 65504), which the decoder computes in");
+                                    " does not fit in " + std::string(element_name<T>) +
+                                    (std::same_as<T, half> ? " (largest 65504)" : " (largest 3.39e38)") +
+                                    ", the decoder's element type");
         }
         dst[c] = h;
       }
     }
     buffers.copy(out.view().subspan(row0 * cols, rows * cols), rows * cols);
-    progress.advance(rows * cols * sizeof(half));
+    progress.advance(rows * cols * sizeof(T));
   }
 }
 
@@ -177,7 +186,7 @@ DecoderCheckpoint::DecoderCheckpoint(LlamaConfig llama, DecoderConfig config, Ch
     const bool tied =
         t.role == DecoderTensorRole::lm_head && weights_.find(t.name) == nullptr && llama_.tie_word_embeddings;
     sources_.push_back(&weights_.require(tied ? "model.embed_tokens.weight" : t.name, kLoadable, shape));
-    device_bytes_ += t.elements() * sizeof(half);
+    device_bytes_ += t.elements() * 2;  // fp16 and bf16 alike
   }
 }
 
@@ -187,17 +196,18 @@ DecoderCheckpoint DecoderCheckpoint::open(const std::filesystem::path& directory
   return DecoderCheckpoint(std::move(llama), config, Checkpoint::open(directory), options);
 }
 
-DecoderWeights DecoderCheckpoint::upload(const Stream& stream) const {
+template <Element T>
+BasicDecoderWeights<T> DecoderCheckpoint::upload(const Stream& stream) const {
   std::size_t widest = 1;
   for (const DecoderTensor& t : tensors_) widest = std::max(widest, static_cast<std::size_t>(t.cols));
-  const std::size_t staging = std::max(options_.staging_bytes / sizeof(half), widest);
-  Staging buffers(stream, staging);
+  const std::size_t staging = std::max(options_.staging_bytes / sizeof(T), widest);
+  Staging<T> buffers(stream, staging);
   Progress progress(weights_.path().string(), device_bytes_,
                     options_.progress && device_bytes_ >= options_.progress_from_bytes);
   std::size_t index = 0;
-  DecoderWeights w = assemble_decoder_weights(config_, [&](const DecoderTensor& t) {
+  BasicDecoderWeights<T> w = assemble_decoder_weights<T>(config_, [&](const DecoderTensor& t) {
     const TensorInfo& info = *sources_[index++];
-    DeviceBuffer<half> out(stream.device(), t.elements());
+    DeviceBuffer<T> out(stream.device(), t.elements());
     const auto cols = static_cast<std::size_t>(t.cols);
     const std::size_t rows_per_chunk = staging / cols;
     const auto drain = [&]() noexcept {  // copies still in flight read pinned memory and write `out`
@@ -218,11 +228,19 @@ DecoderWeights DecoderCheckpoint::upload(const Stream& stream) const {
   return w;
 }
 
-Decoder load_decoder(const Stream& stream, const KernelLibrary& library, const std::filesystem::path& directory,
-                     const LoadOptions& options) {
+template <Element T>
+BasicDecoder<T> load_decoder(const Stream& stream, const KernelLibrary& library, const std::filesystem::path& directory,
+                             const LoadOptions& options) {
   const DecoderCheckpoint checkpoint = DecoderCheckpoint::open(directory, options);
-  return Decoder(stream, library, checkpoint.config(), checkpoint.upload(stream));
+  return BasicDecoder<T>(stream, library, checkpoint.config(), checkpoint.template upload<T>(stream));
 }
+
+template BasicDecoderWeights<half> DecoderCheckpoint::upload<half>(const Stream&) const;
+template BasicDecoderWeights<bfloat16> DecoderCheckpoint::upload<bfloat16>(const Stream&) const;
+template BasicDecoder<half> load_decoder<half>(const Stream&, const KernelLibrary&, const std::filesystem::path&,
+                                               const LoadOptions&);
+template BasicDecoder<bfloat16> load_decoder<bfloat16>(const Stream&, const KernelLibrary&,
+                                                       const std::filesystem::path&, const LoadOptions&);
 
 void save_seeded_checkpoint(const std::filesystem::path& directory, const DecoderConfig& config, DType dtype) {
   if (dtype != DType::f16 && dtype != DType::bf16 && dtype != DType::f32) {
@@ -235,19 +253,21 @@ void save_seeded_checkpoint(const std::filesystem::path& directory, const Decode
   bytes.reserve(tensors.size());
   for (const DecoderTensor& t : tensors) {
     const std::vector<half> values = host_tensor(config.seed, t.seeded);
+    const std::vector<bfloat16> bf16_values =
+        dtype == DType::bf16 ? host_tensor<bfloat16>(config.seed, t.seeded) : std::vector<bfloat16>{};
     std::vector<std::byte>& b = bytes.emplace_back(values.size() * dtype_size(dtype));
     const auto cols = static_cast<std::size_t>(t.cols);
     for (int row = 0; row < t.rows; ++row) {
       // Checkpoint row `to` holds interleaved row `row` (rotate_half_row maps the other way round).
       const auto to = static_cast<std::size_t>(t.rope_rows ? rotate_half_row(row, config.head_dim()) : row);
       for (std::size_t c = 0; c < cols; ++c) {
-        const half h = values[static_cast<std::size_t>(row) * cols + c];
+        const std::size_t at = static_cast<std::size_t>(row) * cols + c;
+        const half h = values[at];
         std::byte* dst = b.data() + (to * cols + c) * dtype_size(dtype);
         if (dtype == DType::f16) {
           std::memcpy(dst, &h.bits, 2);
         } else if (dtype == DType::bf16) {
-          const std::uint16_t v = float_to_bf16(h.to_float());
-          std::memcpy(dst, &v, 2);
+          std::memcpy(dst, &bf16_values[at].bits, 2);
         } else {
           const float f = h.to_float();
           std::memcpy(dst, &f, 4);

@@ -35,28 +35,27 @@ std::size_t DecoderConfig::weight_bytes() const {
   return (per_layer * static_cast<std::size_t>(layers) + static_cast<std::size_t>(vocab) * dd + 2 * dd) * sizeof(half);
 }
 
-DecoderWeights DecoderWeights::generate(const Stream& stream, const Kernels& kernels, const DecoderConfig& c) {
-  return assemble_decoder_weights(
+template <Element T>
+BasicDecoderWeights<T> BasicDecoderWeights<T>::generate(const Stream& stream, const BasicKernels<T>& kernels,
+                                                        const DecoderConfig& c) {
+  return assemble_decoder_weights<T>(
       c, [&](const DecoderTensor& t) { return device_tensor(stream, kernels.fill_uniform, c.seed, t.seeded); });
 }
 
-namespace {
-DeviceBuffer<half> halves(const Device& device, std::size_t n) { return DeviceBuffer<half>(device, n); }
-}  // namespace
-
-DecoderState::DecoderState(const Device& device, const DecoderConfig& c)
+template <Element T>
+BasicDecoderState<T>::BasicDecoderState(const Device& device, const DecoderConfig& c)
     : io(device, 3 * kMaxRows),
       next(device, kMaxRows),
-      x(halves(device, kMaxRows * static_cast<std::size_t>(c.d))),
-      q(halves(device, kMaxRows * static_cast<std::size_t>(c.d))),
-      k(halves(device, kMaxRows * static_cast<std::size_t>(c.kv_dim()))),
-      v(halves(device, kMaxRows * static_cast<std::size_t>(c.kv_dim()))),
-      attn(halves(device, kMaxRows * static_cast<std::size_t>(c.d))),
-      act(halves(device, kMaxRows * static_cast<std::size_t>(c.ffn))),
-      logits(halves(device, kMaxRows * static_cast<std::size_t>(c.vocab))),
-      k_cache(halves(device, static_cast<std::size_t>(c.layers) * static_cast<std::size_t>(c.max_batch) *
-                                 static_cast<std::size_t>(c.context) * static_cast<std::size_t>(c.kv_dim()))),
-      v_cache(halves(device, k_cache.size())) {}
+      x(DeviceBuffer<T>(device, kMaxRows * static_cast<std::size_t>(c.d))),
+      q(DeviceBuffer<T>(device, kMaxRows * static_cast<std::size_t>(c.d))),
+      k(DeviceBuffer<T>(device, kMaxRows * static_cast<std::size_t>(c.kv_dim()))),
+      v(DeviceBuffer<T>(device, kMaxRows * static_cast<std::size_t>(c.kv_dim()))),
+      attn(DeviceBuffer<T>(device, kMaxRows * static_cast<std::size_t>(c.d))),
+      act(DeviceBuffer<T>(device, kMaxRows * static_cast<std::size_t>(c.ffn))),
+      logits(DeviceBuffer<T>(device, kMaxRows * static_cast<std::size_t>(c.vocab))),
+      k_cache(DeviceBuffer<T>(device, static_cast<std::size_t>(c.layers) * static_cast<std::size_t>(c.max_batch) *
+                                          static_cast<std::size_t>(c.context) * static_cast<std::size_t>(c.kv_dim()))),
+      v_cache(DeviceBuffer<T>(device, k_cache.size())) {}
 
 namespace {
 const DecoderConfig& validated(const DecoderConfig& c) {
@@ -111,21 +110,23 @@ void check_prompt(const DecoderConfig& c, std::span<const int> prompt, int start
   }
 }
 
-Decoder::Decoder(const Stream& stream, const KernelLibrary& library, const DecoderConfig& config)
-    : Decoder(stream, library, validated(config),
-              DecoderWeights::generate(stream, Kernels(library, config.early_launch), config)) {}
+template <Element T>
+BasicDecoder<T>::BasicDecoder(const Stream& stream, const KernelLibrary& library, const DecoderConfig& config)
+    : BasicDecoder(stream, library, validated(config),
+                   BasicDecoderWeights<T>::generate(stream, BasicKernels<T>(library, config.early_launch), config)) {}
 
 namespace {
 /// `w`, after checking that every buffer has the size `c` gives its tensor.
-DecoderWeights checked(DecoderWeights w, const DecoderConfig& c) {
-  std::vector<const DeviceBuffer<half>*> buffers{&w.embedding};
+template <Element T>
+BasicDecoderWeights<T> checked(BasicDecoderWeights<T> w, const DecoderConfig& c) {
+  std::vector<const DeviceBuffer<T>*> buffers{&w.embedding};
   if (w.attention.size() != static_cast<std::size_t>(c.layers) || w.mlp.size() != w.attention.size()) {
     throw UsageError("Decoder: the weights have " + std::to_string(w.attention.size()) + " layers, the config " +
                      std::to_string(c.layers));
   }
   for (std::size_t l = 0; l < w.attention.size(); ++l) {
-    const AttentionWeights& a = w.attention[l];
-    const SwigluWeights& m = w.mlp[l];
+    const BasicAttentionWeights<T>& a = w.attention[l];
+    const BasicSwigluWeights<T>& m = w.mlp[l];
     buffers.insert(buffers.end(), {&a.gain, &a.wq, &a.wk, &a.wv, &a.wo, &m.gain, &m.w1, &m.w3, &m.w2});
   }
   buffers.insert(buffers.end(), {&w.final_gain, &w.lm_head});
@@ -140,8 +141,9 @@ DecoderWeights checked(DecoderWeights w, const DecoderConfig& c) {
 }
 }  // namespace
 
-Decoder::Decoder(const Stream& stream, const KernelLibrary& library, const DecoderConfig& config,
-                 DecoderWeights weights)
+template <Element T>
+BasicDecoder<T>::BasicDecoder(const Stream& stream, const KernelLibrary& library, const DecoderConfig& config,
+                              BasicDecoderWeights<T> weights)
     : config_(validated(config)),
       kernels_(library, config_.early_launch),
       weights_(checked(std::move(weights), config_)),
@@ -154,13 +156,15 @@ Decoder::Decoder(const Stream& stream, const KernelLibrary& library, const Decod
   reset();
 }
 
-void Decoder::set_sampling(const Sampling& sampling) {
+template <Element T>
+void BasicDecoder<T>::set_sampling(const Sampling& sampling) {
   sampling.validate();
   sampling_ = sampling;
   for (auto& g : graphs_) g.reset();  // a finished replay is all they may still run: run() waits for each
 }
 
-CudaGraph<>& Decoder::graph(int rows) {
+template <Element T>
+CudaGraph<>& BasicDecoder<T>::graph(int rows) {
   if (rows < 1 || rows > kMaxRows) {
     throw UsageError("Decoder::graph: rows (" + std::to_string(rows) + ") must be 1 to " + std::to_string(kMaxRows));
   }
@@ -169,10 +173,14 @@ CudaGraph<>& Decoder::graph(int rows) {
   return *g;
 }
 
-void Decoder::reset() { (fill(state_.k_cache.view(), half{}) >> fill(state_.v_cache.view(), half{})).sync_on(stream_); }
+template <Element T>
+void BasicDecoder<T>::reset() {
+  (fill(state_.k_cache.view(), T{}) >> fill(state_.v_cache.view(), T{})).sync_on(stream_);
+}
 
-std::span<const int> Decoder::run(std::span<const int> tokens, std::span<const int> positions,
-                                  std::span<const int> slots) {
+template <Element T>
+std::span<const int> BasicDecoder<T>::run(std::span<const int> tokens, std::span<const int> positions,
+                                          std::span<const int> slots) {
   const auto rows = static_cast<int>(tokens.size());
   CudaGraph<>& g = graph(rows);
   std::copy(tokens.begin(), tokens.end(), io_host_.span().begin());
@@ -186,13 +194,15 @@ std::span<const int> Decoder::run(std::span<const int> tokens, std::span<const i
   return std::as_const(next_host_).span().subspan(0, tokens.size());
 }
 
-Decoder::Output Decoder::forward(Input in) {
+template <Element T>
+typename BasicDecoder<T>::Output BasicDecoder<T>::forward(Input in) {
   check_step(config_, in);
   const int slot = 0;
   return run({&in.token, 1}, {&in.position, 1}, {&slot, 1})[0];
 }
 
-std::vector<int> Decoder::forward_batch(std::span<const TokenAt> steps) {
+template <Element T>
+std::vector<int> BasicDecoder<T>::forward_batch(std::span<const TokenAt> steps) {
   check_batch(config_, steps);
   std::vector<int> tokens;
   std::vector<int> positions;
@@ -206,7 +216,8 @@ std::vector<int> Decoder::forward_batch(std::span<const TokenAt> steps) {
   return {next.begin(), next.end()};
 }
 
-int Decoder::prefill(std::span<const int> prompt, int start, int slot) {
+template <Element T>
+int BasicDecoder<T>::prefill(std::span<const int> prompt, int start, int slot) {
   check_prompt(config_, prompt, start, slot);
   int next = -1;
   for (std::size_t first = 0; first < prompt.size(); first += kMaxRows) {
@@ -218,16 +229,24 @@ int Decoder::prefill(std::span<const int> prompt, int start, int slot) {
   }
   return next;
 }
-std::vector<half> Decoder::logits(int row) const {
+template <Element T>
+std::vector<T> BasicDecoder<T>::logits(int row) const {
   if (row < 0 || row >= last_rows_) {
     throw UsageError("Decoder::logits: row " + std::to_string(row) + " is outside the last step's " +
                      std::to_string(last_rows_) + " rows");
   }
   const auto n = static_cast<std::size_t>(config_.vocab);
-  std::vector<half> out(n);
-  copy_async(stream_, std::span<half>(out), state_.logits.cview().subspan(static_cast<std::size_t>(row) * n, n));
+  std::vector<T> out(n);
+  copy_async(stream_, std::span<T>(out), state_.logits.cview().subspan(static_cast<std::size_t>(row) * n, n));
   stream_.synchronize();
   return out;
 }
+
+template struct BasicDecoderWeights<half>;
+template struct BasicDecoderWeights<bfloat16>;
+template struct BasicDecoderState<half>;
+template struct BasicDecoderState<bfloat16>;
+template class BasicDecoder<half>;
+template class BasicDecoder<bfloat16>;
 
 }  // namespace lazygraph::nn

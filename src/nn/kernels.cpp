@@ -26,6 +26,12 @@ Handle lookup(const KernelLibrary& library, std::string_view name) {
   }
 }
 
+/// The kernel `base` for elements of T: "gemv" or "gemv_bf16".
+template <Element T>
+std::string named(std::string_view base) {
+  return std::string(base) + std::string(kernel_suffix<T>);
+}
+
 }  // namespace
 
 KernelLibrary kernel_library(const Device& device) {
@@ -34,19 +40,24 @@ KernelLibrary kernel_library(const Device& device) {
   return KernelLibrary(device, std::move(options));
 }
 
-Kernels::Kernels(const KernelLibrary& library, bool early)
-    : embedding(lookup<decltype(embedding)>(library, "embedding")),
-      gemv(lookup<decltype(gemv)>(library, "gemv")),
-      gemv_add(lookup<decltype(gemv_add)>(library, "gemv_add")),
-      rms_norm_gemv(lookup<decltype(rms_norm_gemv)>(library, "rms_norm_gemv")),
-      rms_norm_gemv_swiglu(lookup<decltype(rms_norm_gemv_swiglu)>(library, "rms_norm_gemv_swiglu")),
-      rms_norm(lookup<decltype(rms_norm)>(library, "rms_norm")),
-      rope(lookup<decltype(rope)>(library, "rope")),
-      kv_append(lookup<decltype(kv_append)>(library, "kv_append")),
-      attention(lookup<decltype(attention)>(library, "attention")),
-      argmax(lookup<decltype(argmax)>(library, "argmax")),
-      sample(lookup<decltype(sample)>(library, "sample")),
-      fill_uniform(lookup<decltype(fill_uniform)>(library, "fill_uniform_f16")),
+template <Element T>
+BasicKernels<T>::BasicKernels(const KernelLibrary& library, bool early)
+    : embedding(lookup<decltype(embedding)>(library, named<T>("embedding"))),
+      gemv(lookup<decltype(gemv)>(library, named<T>("gemv"))),
+      gemv_add(lookup<decltype(gemv_add)>(library, named<T>("gemv_add"))),
+      rms_norm_gemv(lookup<decltype(rms_norm_gemv)>(library, named<T>("rms_norm_gemv"))),
+      rms_norm_gemv_swiglu(lookup<decltype(rms_norm_gemv_swiglu)>(library, named<T>("rms_norm_gemv_swiglu"))),
+      rms_norm(lookup<decltype(rms_norm)>(library, named<T>("rms_norm"))),
+      rope(lookup<decltype(rope)>(library, named<T>("rope"))),
+      kv_append(lookup<decltype(kv_append)>(library, named<T>("kv_append"))),
+      attention(lookup<decltype(attention)>(library, named<T>("attention"))),
+      argmax(lookup<decltype(argmax)>(library, named<T>("argmax"))),
+      sample(lookup<decltype(sample)>(library, named<T>("sample"))),
+      fill_uniform(
+          lookup<decltype(fill_uniform)>(library, std::same_as<T, half> ? "fill_uniform_f16" : "fill_uniform_bf16")),
       early_launch(early) {}
+
+template struct BasicKernels<half>;
+template struct BasicKernels<bfloat16>;
 
 }  // namespace lazygraph::nn

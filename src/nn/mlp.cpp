@@ -18,8 +18,9 @@ std::size_t MlpConfig::weight_bytes() const {
   return per_layer * static_cast<std::size_t>(layers) * sizeof(half);
 }
 
-SwigluWeights generate_swiglu_weights(const Stream& stream, const Kernels& kernels, std::uint32_t seed, int layer,
-                                      int d, int ffn) {
+template <Element T>
+BasicSwigluWeights<T> generate_swiglu_weights(const Stream& stream, const BasicKernels<T>& kernels, std::uint32_t seed,
+                                              int layer, int d, int ffn) {
   const auto id = [&](std::uint32_t slot) { return 16U * static_cast<std::uint32_t>(layer) + slot; };
   return {device_tensor(stream, kernels.fill_uniform, seed, gain_spec(id(6), d)),
           device_tensor(stream, kernels.fill_uniform, seed, matrix_spec(id(7), ffn, d)),
@@ -29,9 +30,11 @@ SwigluWeights generate_swiglu_weights(const Stream& stream, const Kernels& kerne
 
 namespace {
 
-std::vector<SwigluWeights> generate_layers(const Stream& stream, const Kernels& kernels, const MlpConfig& config) {
+template <Element T>
+std::vector<BasicSwigluWeights<T>> generate_layers(const Stream& stream, const BasicKernels<T>& kernels,
+                                                   const MlpConfig& config) {
   config.validate();
-  std::vector<SwigluWeights> layers;
+  std::vector<BasicSwigluWeights<T>> layers;
   layers.reserve(static_cast<std::size_t>(config.layers));
   for (int l = 0; l < config.layers; ++l) {
     layers.push_back(generate_swiglu_weights(stream, kernels, config.seed, l, config.d, config.ffn));
@@ -41,14 +44,21 @@ std::vector<SwigluWeights> generate_layers(const Stream& stream, const Kernels& 
 
 }  // namespace
 
-Mlp::Mlp(const Stream& stream, const KernelLibrary& library, const MlpConfig& config)
+template <Element T>
+BasicMlp<T>::BasicMlp(const Stream& stream, const KernelLibrary& library, const MlpConfig& config)
     : config_(config),
       kernels_(library, config.early_launch),
       layers_(generate_layers(stream, kernels_, config_)),
       act_(stream.device(), static_cast<std::size_t>(config_.ffn)),
       module_(stream, static_cast<std::size_t>(config_.d), static_cast<std::size_t>(config_.d),
-              [this](DeviceSpan<const half> in, DeviceSpan<half> out) {
-                return forward_op(std::move(in), std::move(out));
-              }) {}
+              [this](DeviceSpan<const T> in, DeviceSpan<T> out) { return forward_op(std::move(in), std::move(out)); }) {
+}
+
+template BasicSwigluWeights<half> generate_swiglu_weights(const Stream&, const BasicKernels<half>&, std::uint32_t, int,
+                                                          int, int);
+template BasicSwigluWeights<bfloat16> generate_swiglu_weights(const Stream&, const BasicKernels<bfloat16>&,
+                                                              std::uint32_t, int, int, int);
+template class BasicMlp<half>;
+template class BasicMlp<bfloat16>;
 
 }  // namespace lazygraph::nn

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "lazygraph/nn/decoder_tensors.hpp"
 #include "lazygraph/nn/random_weights.hpp"
 
 namespace lazygraph::nn {
@@ -62,36 +63,54 @@ void rope(std::vector<double>& t, int heads, int head_dim, int position, double 
   }
 }
 
+/// The seeded tensor rounded to `weights` (F16 or BF16), widened to double.
+std::vector<double> seeded(std::uint32_t seed, const TensorSpec& spec, DType weights) {
+  return weights == DType::bf16 ? host_tensor_f64<bfloat16>(seed, spec) : host_tensor_f64<half>(seed, spec);
+}
+
+void check_weights(DType weights, const char* what) {
+  if (weights != DType::f16 && weights != DType::bf16) {
+    throw UsageError(std::string(what) + ": weights must be F16 or BF16, not " + std::string(dtype_name(weights)));
+  }
+}
+
 }  // namespace
 
-std::vector<double> mlp_reference(const MlpConfig& config, std::span<const double> input) {
+std::vector<double> mlp_reference(const MlpConfig& config, std::span<const double> input, DType weights) {
   config.validate();
+  check_weights(weights, "mlp_reference");
   if (input.size() != static_cast<std::size_t>(config.d)) throw std::invalid_argument("mlp_reference: input size != d");
   std::vector<double> x(input.begin(), input.end());
   for (int l = 0; l < config.layers; ++l) {
-    swiglu_block(x, host_tensor_f64(config.seed, gain_spec(layer_id(l, 6), config.d)),
-                 host_tensor_f64(config.seed, matrix_spec(layer_id(l, 7), config.ffn, config.d)),
-                 host_tensor_f64(config.seed, matrix_spec(layer_id(l, 8), config.ffn, config.d)),
-                 host_tensor_f64(config.seed, matrix_spec(layer_id(l, 9), config.d, config.ffn)), config.d, config.ffn,
+    swiglu_block(x, seeded(config.seed, gain_spec(layer_id(l, 6), config.d), weights),
+                 seeded(config.seed, matrix_spec(layer_id(l, 7), config.ffn, config.d), weights),
+                 seeded(config.seed, matrix_spec(layer_id(l, 8), config.ffn, config.d), weights),
+                 seeded(config.seed, matrix_spec(layer_id(l, 9), config.d, config.ffn), weights), config.d, config.ffn,
                  config.eps);
   }
   return x;
 }
 
-DecoderReference::DecoderReference(const DecoderConfig& config) : config_(config) {
+DecoderReference::DecoderReference(const DecoderConfig& config, DType weights) : config_(config) {
   config.validate();
+  check_weights(weights, "DecoderReference");
   const DecoderConfig& c = config_;
-  const auto get = [&](const TensorSpec& spec) { return host_tensor_f64(c.seed, spec); };
-  embedding_ = get({1000000, static_cast<std::size_t>(c.vocab) * static_cast<std::size_t>(c.d), 1.0F, 0.0F});
+  const std::vector<DecoderTensor> tensors = decoder_tensors(c);
+  auto next = tensors.begin();
+  const auto take = [&] {
+    const DecoderTensor& t = *next++;
+    return seeded(c.seed, t.seeded, weights);
+  };
+  embedding_ = take();
   for (int l = 0; l < c.layers; ++l) {
-    layers_.push_back({get(gain_spec(layer_id(l, 1), c.d)), get(matrix_spec(layer_id(l, 2), c.d, c.d)),
-                       get(matrix_spec(layer_id(l, 3), c.kv_dim(), c.d)),
-                       get(matrix_spec(layer_id(l, 4), c.kv_dim(), c.d)), get(matrix_spec(layer_id(l, 5), c.d, c.d)),
-                       get(gain_spec(layer_id(l, 6), c.d)), get(matrix_spec(layer_id(l, 7), c.ffn, c.d)),
-                       get(matrix_spec(layer_id(l, 8), c.ffn, c.d)), get(matrix_spec(layer_id(l, 9), c.d, c.ffn))});
+    Layer& layer = layers_.emplace_back();
+    for (std::vector<double>* w : {&layer.attn_gain, &layer.wq, &layer.wk, &layer.wv, &layer.wo, &layer.mlp_gain,
+                                   &layer.w1, &layer.w3, &layer.w2}) {
+      *w = take();
+    }
   }
-  final_gain_ = get(gain_spec(1000001, c.d));
-  lm_head_ = get(matrix_spec(1000002, c.vocab, c.d));
+  final_gain_ = take();
+  lm_head_ = take();
   const std::size_t cache = static_cast<std::size_t>(c.context) * static_cast<std::size_t>(c.kv_dim());
   k_cache_.assign(static_cast<std::size_t>(c.layers), std::vector<double>(cache));
   v_cache_.assign(static_cast<std::size_t>(c.layers), std::vector<double>(cache));
@@ -162,6 +181,12 @@ double relative_error(std::span<const double> got, std::span<const double> want)
 std::vector<double> widen(std::span<const half> values) {
   std::vector<double> out(values.size());
   std::transform(values.begin(), values.end(), out.begin(), [](half h) { return double{h.to_float()}; });
+  return out;
+}
+
+std::vector<double> widen(std::span<const bfloat16> values) {
+  std::vector<double> out(values.size());
+  std::transform(values.begin(), values.end(), out.begin(), [](bfloat16 h) { return double{h.to_float()}; });
   return out;
 }
 

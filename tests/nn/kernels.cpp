@@ -620,39 +620,43 @@ TEST_SUITE("gpu") {
 }
 
 namespace {
-template <class Signature>
+template <class Signature, class T>
 void check_model_kernel(const KernelDeclarations& d, std::string_view name,
-                        Kernel<Signature> nn::Kernels::* /*member*/) {
-  CAPTURE(name);
-  CHECK_NOTHROW(d.template check<Signature>(name));
+                        Kernel<Signature> nn::BasicKernels<T>::* /*member*/) {
+  const std::string named = name == "fill_uniform" ? (std::same_as<T, half> ? "fill_uniform_f16" : "fill_uniform_bf16")
+                                                   : std::string(name) + std::string(nn::kernel_suffix<T>);
+  CAPTURE(named);
+  CHECK_NOTHROW(d.template check<Signature>(named));
 }
 
 /// A BatchedKernel: each of its four variants.
-template <class Signature>
+template <class Signature, class T>
 void check_model_kernel(const KernelDeclarations& d, std::string_view name,
-                        nn::BatchedKernel<Signature> nn::Kernels::* /*member*/) {
+                        nn::BatchedKernel<Signature> nn::BasicKernels<T>::* /*member*/) {
   for (const char* suffix : {"", "_b2", "_b4", "_b8"}) {
-    const std::string variant = std::string(name) + suffix;
+    const std::string variant = std::string(name) + std::string(nn::kernel_suffix<T>) + suffix;
     CAPTURE(variant);
     CHECK_NOTHROW(d.template check<Signature>(variant));
   }
 }
 }  // namespace
 
-TEST_CASE("every handle of nn::Kernels matches its kernel's declaration in kernels/nn/") {
+TEST_CASE_TEMPLATE("every handle of nn::BasicKernels matches its kernel's declaration in kernels/nn/", T, half,
+                   bfloat16) {
+  using K = nn::BasicKernels<T>;
   const KernelDeclarations d(nn::kernel_set().sources);
-  check_model_kernel(d, "embedding", &nn::Kernels::embedding);
-  check_model_kernel(d, "gemv", &nn::Kernels::gemv);
-  check_model_kernel(d, "gemv_add", &nn::Kernels::gemv_add);
-  check_model_kernel(d, "rms_norm_gemv", &nn::Kernels::rms_norm_gemv);
-  check_model_kernel(d, "rms_norm", &nn::Kernels::rms_norm);
-  check_model_kernel(d, "rms_norm_gemv_swiglu", &nn::Kernels::rms_norm_gemv_swiglu);
-  check_model_kernel(d, "rope", &nn::Kernels::rope);
-  check_model_kernel(d, "kv_append", &nn::Kernels::kv_append);
-  check_model_kernel(d, "attention", &nn::Kernels::attention);
-  check_model_kernel(d, "argmax", &nn::Kernels::argmax);
-  check_model_kernel(d, "sample", &nn::Kernels::sample);
-  check_model_kernel(d, "fill_uniform_f16", &nn::Kernels::fill_uniform);
+  check_model_kernel(d, "embedding", &K::embedding);
+  check_model_kernel(d, "gemv", &K::gemv);
+  check_model_kernel(d, "gemv_add", &K::gemv_add);
+  check_model_kernel(d, "rms_norm_gemv", &K::rms_norm_gemv);
+  check_model_kernel(d, "rms_norm", &K::rms_norm);
+  check_model_kernel(d, "rms_norm_gemv_swiglu", &K::rms_norm_gemv_swiglu);
+  check_model_kernel(d, "rope", &K::rope);
+  check_model_kernel(d, "kv_append", &K::kv_append);
+  check_model_kernel(d, "attention", &K::attention);
+  check_model_kernel(d, "argmax", &K::argmax);
+  check_model_kernel(d, "sample", &K::sample);
+  check_model_kernel(d, "fill_uniform", &K::fill_uniform);
 }
 
 TEST_CASE("every nn kernel in kernels/nn/ compiles for sm_90 with the core and the nn headers") {

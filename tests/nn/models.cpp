@@ -10,6 +10,7 @@
 #include <lazygraph/nn/random_weights.hpp>
 #include <lazygraph/nn/reference.hpp>
 #include "common/gpu.hpp"
+#include "common/small_decoder.hpp"
 
 namespace lg = lazygraph;
 using lg::half;
@@ -22,17 +23,7 @@ std::vector<half> random_input(std::size_t n) {
   return out;
 }
 
-/// A decoder small enough for a quick float64 check, with every feature of the default one.
-lazygraph::nn::DecoderConfig small_decoder() {
-  lazygraph::nn::DecoderConfig c;
-  c.d = 128;
-  c.heads = 4;
-  c.layers = 2;
-  c.ffn = 256;
-  c.vocab = 512;
-  c.context = 64;
-  return c;
-}
+using lgtest::small_decoder;
 
 }  // namespace
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/gpu.hpp"
+#include "common/small_decoder.hpp"
 
 using namespace lazygraph;
 using namespace lazygraph::nn;
@@ -238,15 +239,7 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("a sampling decoder repeats its tokens, and a sequence draws the same alone or in a batch") {
-    DecoderConfig c;
-    c.d = 128;
-    c.heads = 4;
-    c.kv_heads = 2;
-    c.layers = 2;
-    c.ffn = 256;
-    c.vocab = 512;
-    c.context = 64;
-    c.max_batch = 3;
+    const DecoderConfig c = lgtest::small_decoder(2, 3);
     Decoder d(lgtest::stream(), lgtest::nn_kernels(), c);
     CHECK_THROWS_AS(d.set_sampling({-1.0F, 0, 0}), UsageError);
     d.set_sampling({1.2F, 50, 77});

@@ -3,7 +3,8 @@
 /// Llama-style checkpoints for the Decoder, in Hugging Face's layout: a folder with config.json and safetensors
 /// weights (one file or shards), tensors named `model.layers.N.self_attn.q_proj.weight` and so on
 /// (decoder_tensors.hpp lists them). Opening one reads the config and checks every tensor's presence, dtype and
-/// shape on the host, before any GPU allocation; uploading converts to fp16 and reorders the q and k rows for
+/// shape on the host, before any GPU allocation; uploading converts to the decoder's element type (fp16 or bf16)
+/// and reorders the q and k rows for
 /// the rope kernel while streaming through pinned staging buffers. Seeded weights can be written in the same
 /// layout, so the loader is tested round trip and against PyTorch.
 
@@ -50,14 +51,16 @@ class DecoderCheckpoint {
   [[nodiscard]] const Checkpoint& weights() const noexcept { return weights_; }
   /// The tensor each decoder weight is read from, in decoder_tensors() order.
   [[nodiscard]] const std::vector<const TensorInfo*>& sources() const noexcept { return sources_; }
-  /// Bytes the upload writes to the device (fp16).
+  /// Bytes the upload writes to the device (2 per element, fp16 and bf16 alike).
   [[nodiscard]] std::size_t device_bytes() const noexcept { return device_bytes_; }
 
-  /// Allocates the weights on `stream`'s device and uploads them as fp16 through pinned staging, waiting for
-  /// the copies before it returns. BF16 and F32 values are rounded to the nearest fp16.
-  /// \throws CheckpointError naming the tensor and the value when one is not finite in fp16 (nothing stays
+  /// Allocates the weights on `stream`'s device and uploads them as T (fp16 or bf16) through pinned staging,
+  /// waiting for the copies before it returns. Tensors of another dtype are rounded to the nearest T (a BF16
+  /// checkpoint loads into a bf16 decoder unchanged, into an fp16 one rounded to fp16's 11 bits).
+  /// \throws CheckpointError naming the tensor and the value when a finite one is not finite in T (nothing stays
   ///         allocated then); CudaError when the device runs out of memory.
-  [[nodiscard]] DecoderWeights upload(const Stream& stream) const;
+  template <Element T = half>
+  [[nodiscard]] BasicDecoderWeights<T> upload(const Stream& stream) const;
 
  private:
   DecoderCheckpoint(LlamaConfig llama, DecoderConfig config, Checkpoint weights, LoadOptions options);
@@ -71,14 +74,17 @@ class DecoderCheckpoint {
   std::size_t device_bytes_ = 0;
 };
 
-/// A Decoder with a checkpoint's weights: DecoderCheckpoint::open, then upload.
-/// \throws as DecoderCheckpoint::open and upload do.
-Decoder load_decoder(const Stream& stream, const KernelLibrary& library, const std::filesystem::path& directory,
-                     const LoadOptions& options = {});
+/// A decoder over elements of T (fp16 by default; `load_decoder<bfloat16>` for bf16) with a checkpoint's weights:
+/// DecoderCheckpoint::open, then upload. \throws as DecoderCheckpoint::open and upload do.
+template <Element T = half>
+BasicDecoder<T> load_decoder(const Stream& stream, const KernelLibrary& library, const std::filesystem::path& directory,
+                             const LoadOptions& options = {});
 
 /// Writes the seeded weights of `config` (docs/nn.md) as a checkpoint folder in Hugging Face's layout:
-/// config.json and model.safetensors, tensors in `dtype` (F16 and F32 hold the seeded fp16 values exactly, BF16
-/// rounds them to its 8-bit mantissa), q and k rows in rotate-half order. Runs on the host; the folder is created.
+/// config.json and model.safetensors, tensors in `dtype`, q and k rows in rotate-half order: F16 and F32 hold the
+/// seeded fp16 values (host_tensor<half>), BF16 the seeded bf16 values (host_tensor<bfloat16>), so an F16 checkpoint
+/// loads into the seeded Decoder and a BF16 one into the seeded DecoderBf16 bit for bit. Runs on the host; the
+/// folder is created.
 /// \throws UsageError for an invalid config or another dtype; CheckpointError when writing fails.
 void save_seeded_checkpoint(const std::filesystem::path& directory, const DecoderConfig& config,
                             DType dtype = DType::f16);

@@ -4,7 +4,7 @@
 /// with RoPE and a KV cache plus a SwiGLU MLP, final norm, LM head and greedy or sampled choice. One decode step is an
 /// op expression, captured once into a CUDA graph; the token and the position reach it through device memory, so every
 /// step replays the same graph. Weights come from a seed (DecoderWeights::generate) or from a checkpoint
-/// (checkpoint.hpp).
+/// (checkpoint.hpp). Weights and activations are fp16 (`Decoder`) or bf16 (`BasicDecoder<bfloat16>`), element.hpp.
 
 #include <cmath>
 #include <cstdint>
@@ -52,43 +52,53 @@ struct DecoderConfig {
 };
 
 /// One layer's attention weights: norm gain [d], Wq [d x d], Wk and Wv [kv_dim x d], Wo [d x d].
-struct AttentionWeights {
-  DeviceBuffer<half> gain;  ///< input norm gain [d]
-  DeviceBuffer<half> wq;    ///< [d x d]
-  DeviceBuffer<half> wk;    ///< [kv_dim x d]
-  DeviceBuffer<half> wv;    ///< [kv_dim x d]
-  DeviceBuffer<half> wo;    ///< [d x d]
+template <Element T>
+struct BasicAttentionWeights {
+  DeviceBuffer<T> gain;  ///< input norm gain [d]
+  DeviceBuffer<T> wq;    ///< [d x d]
+  DeviceBuffer<T> wk;    ///< [kv_dim x d]
+  DeviceBuffer<T> wv;    ///< [kv_dim x d]
+  DeviceBuffer<T> wo;    ///< [d x d]
 };
+
+/// One layer's fp16 attention weights.
+using AttentionWeights = BasicAttentionWeights<half>;
 
 /// Every weight of a decoder, on the device.
-struct DecoderWeights {
-  DeviceBuffer<half> embedding;             ///< [vocab x d]
-  std::vector<AttentionWeights> attention;  ///< per layer
-  std::vector<SwigluWeights> mlp;           ///< per layer
-  DeviceBuffer<half> final_gain;            ///< [d]
-  DeviceBuffer<half> lm_head;               ///< [vocab x d]
+template <Element T>
+struct BasicDecoderWeights {
+  DeviceBuffer<T> embedding;                        ///< [vocab x d]
+  std::vector<BasicAttentionWeights<T>> attention;  ///< per layer
+  std::vector<BasicSwigluWeights<T>> mlp;           ///< per layer
+  DeviceBuffer<T> final_gain;                       ///< [d]
+  DeviceBuffer<T> lm_head;                          ///< [vocab x d]
 
   /// Generates every tensor on the GPU from config.seed (docs/nn.md's tensor ids).
-  static DecoderWeights generate(const Stream& stream, const Kernels& kernels, const DecoderConfig& config);
+  static BasicDecoderWeights generate(const Stream& stream, const BasicKernels<T>& kernels,
+                                      const DecoderConfig& config);
 };
+
+/// Every weight of an fp16 decoder.
+using DecoderWeights = BasicDecoderWeights<half>;
 
 /// The device memory one step reads and writes besides the weights. A step processes `rows` rows (1 to kMaxRows):
 /// row r is token tokens[r] of sequence slots[r] at position positions[r]. Activations hold kMaxRows rows.
-struct DecoderState {
+template <Element T>
+struct BasicDecoderState {
   /// Allocates every buffer for `config` (uninitialised).
-  DecoderState(const Device& device, const DecoderConfig& config);
+  BasicDecoderState(const Device& device, const DecoderConfig& config);
 
-  DeviceBuffer<int> io;        ///< [tokens | positions | slots], kMaxRows each: written before each replay
-  DeviceBuffer<int> next;      ///< the chosen next token of each row [kMaxRows]
-  DeviceBuffer<half> x;        ///< residual streams [kMaxRows][d]
-  DeviceBuffer<half> q;        ///< [kMaxRows][d]
-  DeviceBuffer<half> k;        ///< [kMaxRows][kv_dim]
-  DeviceBuffer<half> v;        ///< [kMaxRows][kv_dim]
-  DeviceBuffer<half> attn;     ///< attention outputs [kMaxRows][d]
-  DeviceBuffer<half> act;      ///< MLP activations [kMaxRows][ffn]
-  DeviceBuffer<half> logits;   ///< [kMaxRows][vocab]
-  DeviceBuffer<half> k_cache;  ///< [layers][max_batch][kv_heads][context][head_dim]
-  DeviceBuffer<half> v_cache;  ///< like k_cache
+  DeviceBuffer<int> io;     ///< [tokens | positions | slots], kMaxRows each: written before each replay
+  DeviceBuffer<int> next;   ///< the chosen next token of each row [kMaxRows]
+  DeviceBuffer<T> x;        ///< residual streams [kMaxRows][d]
+  DeviceBuffer<T> q;        ///< [kMaxRows][d]
+  DeviceBuffer<T> k;        ///< [kMaxRows][kv_dim]
+  DeviceBuffer<T> v;        ///< [kMaxRows][kv_dim]
+  DeviceBuffer<T> attn;     ///< attention outputs [kMaxRows][d]
+  DeviceBuffer<T> act;      ///< MLP activations [kMaxRows][ffn]
+  DeviceBuffer<T> logits;   ///< [kMaxRows][vocab]
+  DeviceBuffer<T> k_cache;  ///< [layers][max_batch][kv_heads][context][head_dim]
+  DeviceBuffer<T> v_cache;  ///< like k_cache
 
   /// The rows' tokens, as the graph reads them.
   [[nodiscard]] DeviceSpan<const int> tokens() const { return io.cview().subspan(0, kMaxRows); }
@@ -98,13 +108,17 @@ struct DecoderState {
   [[nodiscard]] DeviceSpan<const int> slots() const { return io.cview().subspan(2 * kMaxRows, kMaxRows); }
 };
 
+/// The step memory of an fp16 decoder.
+using DecoderState = BasicDecoderState<half>;
+
 /// x += Wo attention(rope(Wq h), rope(Wk h), Wv h), h = rmsnorm(x) * gain, for `rows` rows, appending each row's
 /// k and v to its sequence's cache in this layer. The three projections are independent branches of the graph;
 /// every projection reads its weights once for all rows.
-inline auto attention_block(const Kernels& k, const AttentionWeights& w, DecoderState& s, DeviceSpan<half> k_cache,
-                            DeviceSpan<half> v_cache, const DecoderConfig& c, int rows) {
+template <Element T>
+auto attention_block(const BasicKernels<T>& k, const BasicAttentionWeights<T>& w, BasicDecoderState<T>& s,
+                     DeviceSpan<T> k_cache, DeviceSpan<T> v_cache, const DecoderConfig& c, int rows) {
   const int d = c.d;
-  const auto project = [&](const DeviceBuffer<half>& weight, DeviceBuffer<half>& out, int out_rows) {
+  const auto project = [&](const DeviceBuffer<T>& weight, DeviceBuffer<T>& out, int out_rows) {
     return k.rms_norm_gemv(k.gemv_config(out_rows, d), weight.cview(), s.x.cview(), w.gain.cview(), out.view(),
                            out_rows, d, c.eps, rows);
   };
@@ -126,8 +140,9 @@ inline auto attention_block(const Kernels& k, const AttentionWeights& w, Decoder
 }
 
 /// One decoder layer for `rows` rows: attention block, then the SwiGLU MLP block.
-inline auto decoder_layer(const Kernels& k, const DecoderWeights& w, DecoderState& s, int layer, const DecoderConfig& c,
-                          int rows) {
+template <Element T>
+auto decoder_layer(const BasicKernels<T>& k, const BasicDecoderWeights<T>& w, BasicDecoderState<T>& s, int layer,
+                   const DecoderConfig& c, int rows) {
   const std::size_t cache_size = static_cast<std::size_t>(c.max_batch) * static_cast<std::size_t>(c.context) *
                                  static_cast<std::size_t>(c.kv_dim());
   const std::size_t offset = static_cast<std::size_t>(layer) * cache_size;
@@ -138,15 +153,19 @@ inline auto decoder_layer(const Kernels& k, const DecoderWeights& w, DecoderStat
 }
 
 /// The op type of one decoder layer (decoder_layer), for holding layers in a vector.
-using DecoderLayerOp =
-    decltype(decoder_layer(std::declval<const Kernels&>(), std::declval<const DecoderWeights&>(),
-                           std::declval<DecoderState&>(), 0, std::declval<const DecoderConfig&>(), 1));
+template <Element T>
+using BasicDecoderLayerOp =
+    decltype(decoder_layer(std::declval<const BasicKernels<T>&>(), std::declval<const BasicDecoderWeights<T>&>(),
+                           std::declval<BasicDecoderState<T>&>(), 0, std::declval<const DecoderConfig&>(), 1));
+/// The op type of one fp16 decoder layer.
+using DecoderLayerOp = BasicDecoderLayerOp<half>;
 
 /// One decode step of `rows` rows: reads tokens, positions and slots from s.io, writes each row's logits and next
 /// token (greedy, or drawn as `sampling` says).
-inline auto decoder_step(const Kernels& k, const DecoderWeights& w, DecoderState& s, const DecoderConfig& c,
-                         int rows = 1, const Sampling& sampling = {}) {
-  std::vector<DecoderLayerOp> layers;
+template <Element T>
+auto decoder_step(const BasicKernels<T>& k, const BasicDecoderWeights<T>& w, BasicDecoderState<T>& s,
+                  const DecoderConfig& c, int rows = 1, const Sampling& sampling = {}) {
+  std::vector<BasicDecoderLayerOp<T>> layers;
   layers.reserve(static_cast<std::size_t>(c.layers));
   for (int l = 0; l < c.layers; ++l) layers.push_back(decoder_layer(k, w, s, l, c, rows));
   const auto count = static_cast<std::size_t>(rows);
@@ -181,16 +200,18 @@ void check_prompt(const DecoderConfig& config, std::span<const int> prompt, int 
 /// first through `prefill`; `forward_batch` steps up to max_batch sequences at once, reading the weights once for
 /// all of them. Each row count has its own graph, captured on first use. Not thread-safe: step it from one thread
 /// at a time.
-class Decoder {
+template <Element T>
+class BasicDecoder {
  public:
   using Input = TokenAt;  ///< the token and its position
   using Output = int;     ///< the next token
 
   /// A decoder with weights generated from config.seed. \throws UsageError for an invalid config.
-  Decoder(const Stream& stream, const KernelLibrary& library, const DecoderConfig& config = {});
+  BasicDecoder(const Stream& stream, const KernelLibrary& library, const DecoderConfig& config = {});
   /// A decoder with the given weights (e.g. DecoderCheckpoint::upload). \throws UsageError for an invalid config
   /// or a weight whose size differs from what `config` needs (naming its checkpoint tensor name).
-  Decoder(const Stream& stream, const KernelLibrary& library, const DecoderConfig& config, DecoderWeights weights);
+  BasicDecoder(const Stream& stream, const KernelLibrary& library, const DecoderConfig& config,
+               BasicDecoderWeights<T> weights);
 
   /// Runs one step of sequence 0. \throws UsageError for a token outside [0, vocab) or a position outside
   /// [0, context).
@@ -212,7 +233,7 @@ class Decoder {
   void reset();
 
   /// Row `row`'s logits (vocab values) from the last step: the last row for prefill.
-  [[nodiscard]] std::vector<half> logits(int row = 0) const;
+  [[nodiscard]] std::vector<T> logits(int row = 0) const;
 
   /// The step of `rows` rows as an op, for running it without the graph (the benchmark's eager variant); reads
   /// the rows from the device io buffer, which the last forward, forward_batch or prefill wrote.
@@ -238,9 +259,9 @@ class Decoder {
   std::span<const int> run(std::span<const int> tokens, std::span<const int> positions, std::span<const int> slots);
 
   DecoderConfig config_;
-  Kernels kernels_;
-  DecoderWeights weights_;
-  DecoderState state_;
+  BasicKernels<T> kernels_;
+  BasicDecoderWeights<T> weights_;
+  BasicDecoderState<T> state_;
   PinnedBuffer<int> io_host_;
   PinnedBuffer<int> next_host_;
   Stream stream_;
@@ -249,6 +270,15 @@ class Decoder {
   int last_rows_ = 1;
 };
 
+/// The fp16 decoder.
+using Decoder = BasicDecoder<half>;
+/// The bf16 decoder: bf16 weights, activations, KV cache and logits.
+using DecoderBf16 = BasicDecoder<bfloat16>;
+
+extern template class BasicDecoder<half>;
+extern template class BasicDecoder<bfloat16>;
+
 static_assert(Module<Decoder>);
+static_assert(Module<DecoderBf16>);
 
 }  // namespace lazygraph::nn

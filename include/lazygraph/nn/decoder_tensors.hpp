@@ -62,31 +62,31 @@ std::vector<DecoderTensor> decoder_tensors(const DecoderConfig& config);
   return head * head_dim + (r % 2) * (head_dim / 2) + r / 2;
 }
 
-/// Builds DecoderWeights from `make(const DecoderTensor&) -> DeviceBuffer<half>`, called once per tensor of
+/// Builds the weights from `make(const DecoderTensor&) -> DeviceBuffer<T>`, called once per tensor of
 /// decoder_tensors(config), in that order.
-template <class Make>
-DecoderWeights assemble_decoder_weights(const DecoderConfig& config, Make&& make) {
+template <Element T, class Make>
+BasicDecoderWeights<T> assemble_decoder_weights(const DecoderConfig& config, Make&& make) {
   const std::vector<DecoderTensor> tensors = decoder_tensors(config);
   auto next = tensors.begin();
   const auto take = [&] { return make(*next++); };
-  DeviceBuffer<half> embedding = take();
-  std::vector<AttentionWeights> attention;
-  std::vector<SwigluWeights> mlp;
+  DeviceBuffer<T> embedding = take();
+  std::vector<BasicAttentionWeights<T>> attention;
+  std::vector<BasicSwigluWeights<T>> mlp;
   for (int l = 0; l < config.layers; ++l) {
-    DeviceBuffer<half> gain = take();
-    DeviceBuffer<half> wq = take();
-    DeviceBuffer<half> wk = take();
-    DeviceBuffer<half> wv = take();
-    DeviceBuffer<half> wo = take();
+    DeviceBuffer<T> gain = take();
+    DeviceBuffer<T> wq = take();
+    DeviceBuffer<T> wk = take();
+    DeviceBuffer<T> wv = take();
+    DeviceBuffer<T> wo = take();
     attention.push_back({std::move(gain), std::move(wq), std::move(wk), std::move(wv), std::move(wo)});
-    DeviceBuffer<half> mlp_gain = take();
-    DeviceBuffer<half> w1 = take();
-    DeviceBuffer<half> w3 = take();
-    DeviceBuffer<half> w2 = take();
+    DeviceBuffer<T> mlp_gain = take();
+    DeviceBuffer<T> w1 = take();
+    DeviceBuffer<T> w3 = take();
+    DeviceBuffer<T> w2 = take();
     mlp.push_back({std::move(mlp_gain), std::move(w1), std::move(w3), std::move(w2)});
   }
-  DeviceBuffer<half> final_gain = take();
-  DeviceBuffer<half> lm_head = take();
+  DeviceBuffer<T> final_gain = take();
+  DeviceBuffer<T> lm_head = take();
   return {std::move(embedding), std::move(attention), std::move(mlp), std::move(final_gain), std::move(lm_head)};
 }
 

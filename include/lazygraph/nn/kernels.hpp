@@ -6,6 +6,8 @@
 
 #include <lazygraph/lazygraph.hpp>
 
+#include "lazygraph/nn/element.hpp"
+
 #include <array>
 #include <string>
 #include <tuple>
@@ -65,42 +67,43 @@ class BatchedKernel<void(Params...)> {
   std::array<Kernel<void(Params...)>, 4> variants_;
 };
 
-/// Typed handles to every nn kernel, looked up once. The signatures here are the only host-side declaration of
-/// the nn kernels (the library checks each against the kernel's source).
-struct Kernels {
+/// Typed handles to every nn kernel over elements of T (fp16: `gemv`, ...; bf16: `gemv_bf16`, ...), looked up once.
+/// The signatures here are the only host-side declaration of the nn kernels (the library checks each against the
+/// kernel's source).
+template <Element T>
+struct BasicKernels {
   /// `early_launch`: launch every kernel early (see step_config); false gives ordinary launches, to compare.
-  explicit Kernels(const KernelLibrary& library, bool early_launch = true);
+  explicit BasicKernels(const KernelLibrary& library, bool early_launch = true);
 
   /// embedding(table, tokens, out, d, batch): out[b] = table[tokens[b]] (kernels/nn/embedding.cu).
-  Kernel<void(const half*, const int*, half*, int, int)> embedding;
+  Kernel<void(const T*, const int*, T*, int, int)> embedding;
   /// gemv(W, x, out, rows, cols, batch): out[b] = W x[b] (kernels/nn/gemv.cu, also for the variants below).
-  BatchedKernel<void(const half*, const half*, half*, int, int, int)> gemv;
+  BatchedKernel<void(const T*, const T*, T*, int, int, int)> gemv;
   /// gemv_add(W, x, out, rows, cols, batch): out[b] += W x[b], the residual add fused.
-  BatchedKernel<void(const half*, const half*, half*, int, int, int)> gemv_add;
+  BatchedKernel<void(const T*, const T*, T*, int, int, int)> gemv_add;
   /// rms_norm_gemv(W, x, g, out, rows, cols, eps, batch): out[b] = W (rmsnorm(x[b]) * g).
-  BatchedKernel<void(const half*, const half*, const half*, half*, int, int, float, int)> rms_norm_gemv;
+  BatchedKernel<void(const T*, const T*, const T*, T*, int, int, float, int)> rms_norm_gemv;
   /// rms_norm_gemv_swiglu(W1, W3, x, g, out, rows, cols, eps, batch): out[b] = silu(W1 h) * (W3 h),
   /// h = rmsnorm(x[b]) * g.
-  BatchedKernel<void(const half*, const half*, const half*, const half*, half*, int, int, float, int)>
-      rms_norm_gemv_swiglu;
+  BatchedKernel<void(const T*, const T*, const T*, const T*, T*, int, int, float, int)> rms_norm_gemv_swiglu;
   /// rms_norm(x, g, out, d, eps): out = rmsnorm(x) * g per vector, one block each (kernels/nn/rms_norm.cu).
-  Kernel<void(const half*, const half*, half*, int, float)> rms_norm;
+  Kernel<void(const T*, const T*, T*, int, float)> rms_norm;
   /// rope(q, k, positions, heads, kv_heads, head_dim, theta, batch): rotary embedding in place (kernels/nn/rope.cu).
-  Kernel<void(half*, half*, const int*, int, int, int, float, int)> rope;
+  Kernel<void(T*, T*, const int*, int, int, int, float, int)> rope;
   /// kv_append(k, v, k_cache, v_cache, positions, slots, kv_heads, head_dim, context, slot_count, batch)
   /// (kernels/nn/attention.cu).
-  Kernel<void(const half*, const half*, half*, half*, const int*, const int*, int, int, int, int, int)> kv_append;
+  Kernel<void(const T*, const T*, T*, T*, const int*, const int*, int, int, int, int, int)> kv_append;
   /// attention(q, k_cache, v_cache, out, positions, slots, heads, kv_heads, head_dim, context, slot_count, scale).
-  Kernel<void(const half*, const half*, const half*, half*, const int*, const int*, int, int, int, int, int, float)>
-      attention;
+  Kernel<void(const T*, const T*, const T*, T*, const int*, const int*, int, int, int, int, int, float)> attention;
   /// argmax(logits, out, n): per row (one block each), the index of the largest logit, the lowest among ties
   /// (kernels/nn/argmax.cu).
-  Kernel<void(const half*, int*, int)> argmax;
+  Kernel<void(const T*, int*, int)> argmax;
   /// sample(logits, out, positions, slots, n, top_k, temperature, seed): per row (one block each), the greedy or
   /// sampled next token (kernels/nn/sample.cu, sampling.hpp).
-  Kernel<void(const half*, int*, const int*, const int*, int, int, float, unsigned)> sample;
-  /// fill_uniform_f16(out, n, key, scale, offset): seeded weights (kernels/nn/random.cu, docs/nn.md).
-  Kernel<void(half*, long long, unsigned, float, float)> fill_uniform;
+  Kernel<void(const T*, int*, const int*, const int*, int, int, float, unsigned)> sample;
+  /// fill_uniform_f16 / fill_uniform_bf16(out, n, key, scale, offset): seeded weights (kernels/nn/random.cu,
+  /// docs/nn.md).
+  Kernel<void(T*, long long, unsigned, float, float)> fill_uniform;
   /// Whether step_config launches early.
   bool early_launch = true;
 
@@ -126,5 +129,11 @@ struct Kernels {
                         0});
   }
 };
+
+/// The handles of the fp16 kernels.
+using Kernels = BasicKernels<half>;
+
+extern template struct BasicKernels<half>;
+extern template struct BasicKernels<bfloat16>;
 
 }  // namespace lazygraph::nn

@@ -1,10 +1,13 @@
 #pragma once
 /// \file
 /// Deterministic model weights: every element is a function of (seed, tensor id, index), computed the same
-/// way on the CPU (for the float64 references), on the GPU (kernel `fill_uniform_f16`) and in PyTorch. The
+/// way on the CPU (for the float64 references), on the GPU (kernels `fill_uniform_f16` and `fill_uniform_bf16`) and in
+/// PyTorch, rounded to fp16 or bf16. The
 /// formula and the table of tensor ids are in docs/nn.md.
 
 #include <lazygraph/lazygraph.hpp>
+
+#include "lazygraph/nn/element.hpp"
 
 #include <cstdint>
 #include <vector>
@@ -32,7 +35,7 @@ inline float uniform(std::uint32_t key, std::uint64_t index) noexcept {
   return static_cast<float>(h >> 8U) * (1.0F / 8388608.0F) - 1.0F;
 }
 
-/// What to generate for one tensor: element = fp16(offset + scale * u(i)).
+/// What to generate for one tensor: element = round(offset + scale * u(i)), to the element type.
 struct TensorSpec {
   std::uint32_t id = 0;  ///< the tensor id of docs/nn.md
   std::size_t size = 0;  ///< elements
@@ -45,17 +48,21 @@ TensorSpec matrix_spec(std::uint32_t id, int rows, int cols);
 /// A norm gain: 1 + u/8.
 TensorSpec gain_spec(std::uint32_t id, int size);
 
-/// The tensor's fp16 elements on the host.
-std::vector<half> host_tensor(std::uint32_t seed, const TensorSpec& spec);
+/// The tensor's elements on the host, rounded to T (fp16 by default).
+template <Element T = half>
+std::vector<T> host_tensor(std::uint32_t seed, const TensorSpec& spec);
 /// The same elements as doubles (what the float64 references compute with).
+template <Element T = half>
 std::vector<double> host_tensor_f64(std::uint32_t seed, const TensorSpec& spec);
 
-/// Kernel handle for fill_uniform_f16.
-using FillUniformKernel = Kernel<void(half*, long long, unsigned, float, float)>;
+/// Kernel handle for fill_uniform_f16 (T = half) or fill_uniform_bf16.
+template <Element T>
+using FillUniformKernel = Kernel<void(T*, long long, unsigned, float, float)>;
 
 /// A device buffer holding the tensor, generated on the GPU (eagerly: it allocates) and bit-identical to
-/// host_tensor. Waits for the fill before returning.
-DeviceBuffer<half> device_tensor(const Stream& stream, const FillUniformKernel& fill, std::uint32_t seed,
-                                 const TensorSpec& spec);
+/// host_tensor<T>. Waits for the fill before returning.
+template <Element T>
+DeviceBuffer<T> device_tensor(const Stream& stream, const FillUniformKernel<T>& fill, std::uint32_t seed,
+                              const TensorSpec& spec);
 
 }  // namespace lazygraph::nn

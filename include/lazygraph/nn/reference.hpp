@@ -1,8 +1,9 @@
 #pragma once
 /// \file
-/// Float64 CPU implementations of the MLP stack and the decoder, from the same seeded fp16 weights as the GPU
-/// (docs/nn.md). Everything after the weights is computed in double without intermediate rounding, so the
-/// difference to the GPU is the GPU's fp16 rounding and fp32 arithmetic. They are slow (seconds for the
+/// Float64 CPU implementations of the MLP stack and the decoder, from the same seeded weights as the GPU (docs/nn.md),
+/// rounded to fp16 or bf16 as the GPU model's are. Everything after the weights is computed in double without
+/// intermediate rounding, so the difference to the GPU is the GPU's rounding of activations and its fp32
+/// arithmetic. They are slow (seconds for the
 /// default decoder) and meant for checking the first steps, not for running models.
 
 #include <span>
@@ -10,17 +11,21 @@
 
 #include "lazygraph/nn/decoder.hpp"
 #include "lazygraph/nn/mlp.hpp"
+#include "lazygraph/nn/safetensors.hpp"
 
 namespace lazygraph::nn {
 
 /// The MLP stack applied to `input` (d values). Weights are generated a layer at a time, so memory stays small.
-std::vector<double> mlp_reference(const MlpConfig& config, std::span<const double> input);
+/// `weights`: the seeded weights rounded to F16 (BasicMlp<half>'s) or BF16 (BasicMlp<bfloat16>'s).
+/// \throws UsageError for another dtype or an invalid config.
+std::vector<double> mlp_reference(const MlpConfig& config, std::span<const double> input, DType weights = DType::f16);
 
 /// The decoder with its KV caches, in double.
 class DecoderReference {
  public:
-  /// Generates the weights of `config` (its seed) in double. \throws UsageError for an invalid config.
-  explicit DecoderReference(const DecoderConfig& config);
+  /// Generates the weights of `config` (its seed) rounded to `weights` (F16: Decoder's, BF16: DecoderBf16's),
+  /// in double. \throws UsageError for an invalid config or another dtype.
+  explicit DecoderReference(const DecoderConfig& config, DType weights = DType::f16);
 
   /// One step at `position` (steps must come at 0, 1, 2, ...): returns the logits (vocab values).
   std::vector<double> step(int token, int position);
@@ -42,6 +47,8 @@ class DecoderReference {
 double relative_error(std::span<const double> got, std::span<const double> want);
 /// fp16 values widened to double.
 std::vector<double> widen(std::span<const half> values);
+/// bf16 values widened to double.
+std::vector<double> widen(std::span<const bfloat16> values);
 /// The lowest index of the largest value (argmax with ties to the lowest index).
 int argmax(std::span<const double> values);
 

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include <lazygraph/detail/driver/error.hpp>
-#include <lazygraph/nn/bfloat16.hpp>
+#include <lazygraph/driver.hpp>
 
 namespace lazygraph::nn {
 

@@ -16,7 +16,8 @@
 ///     the builtin they stand for on LP64 Linux, host and device alike: `int64_t` is "long", `size_t` is
 ///     "unsigned long";
 ///   - `lg::half_t` (kernels/include/lazygraph/half.cuh), `half` and `__half` as "half_t", the device spelling of
-///     the host's `lazygraph::half`; any other name without its namespace ("mylib::Params" is "Params");
+///     the host's `lazygraph::half`; `lg::bf16_t`, `__nv_bfloat16` and `nv_bfloat16` as "bf16_t", the device
+///     spelling of `lazygraph::bfloat16`; any other name without its namespace ("mylib::Params" is "Params");
 ///   - top-level `const`, `volatile`, `__restrict__` and `__grid_constant__` dropped (they do not change what
 ///     the caller passes); a pointer keeps its pointee's `const`: "const float*", "float*", "const float* const*".
 ///

@@ -2,7 +2,7 @@
 /// \file
 /// The canonical spelling of a host-side kernel parameter type, compared with the spelling read from the
 /// kernel's source (kernel_declaration.hpp): builtins by their standard names ("unsigned int", "long long"),
-/// `lazygraph::half` as the device's "half_t", pointers with their pointee's const ("const float*"), and any
+/// `lazygraph::half` as the device's "half_t", `lazygraph::bfloat16` as "bf16_t", pointers with their pointee's const ("const float*"), and any
 /// other class or enum type by its name without namespaces, unless KernelParameterTypeName says otherwise.
 
 #include <string>
@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "lazygraph/detail/driver/bfloat16.hpp"
 #include "lazygraph/detail/driver/half.hpp"
 #include "lazygraph/detail/driver/type_name.hpp"
 
@@ -49,6 +50,13 @@ template <>
 struct KernelParameterTypeName<half> {
   /// "half_t".
   static constexpr std::string_view value = "half_t";
+};
+
+/// The host's `bfloat16` is the device's `lg::bf16_t` (kernels/include/lazygraph/bfloat16.cuh).
+template <>
+struct KernelParameterTypeName<bfloat16> {
+  /// "bf16_t".
+  static constexpr std::string_view value = "bf16_t";
 };
 
 namespace detail {

@@ -1,9 +1,9 @@
-// The index of the largest of n fp16 logits, computed by a whole block, shared by the argmax and sample kernels.
-// Include as "lazygraph/nn/argmax.cuh". Ties go to the lowest index; NaNs never win; -1 if every logit is NaN or
-// n == 0.
+// The index of the largest of n logits (fp16 or bf16), computed by a whole block, shared by the argmax and sample
+// kernels. Include as "lazygraph/nn/argmax.cuh". Ties go to the lowest index; NaNs never win; -1 if every logit is NaN
+// or n == 0.
 #pragma once
 
-#include "lazygraph/half.cuh"
+#include "lazygraph/element.cuh"
 #include "lazygraph/kernel_common.cuh"
 
 namespace lg::nn {
@@ -30,7 +30,8 @@ __device__ __forceinline__ void warp_reduce_best(float& best, int& best_index) {
 
 /// The argmax of logits[0..n) over a 1-D block of 32 * k threads; every thread gets it. Every thread of the block
 /// must call it (it synchronises the block).
-__device__ int block_argmax(const half_t* logits, int n) {
+template <class T>
+__device__ int block_argmax(const T* logits, int n) {
   float best = 0.0f;
   int best_index = -1;
   auto consider = [&](float v, int i) {
