@@ -56,9 +56,11 @@ double median_us(const lg::Stream& s, int count, F&& submit, int warmup = 20) {
   return median(us);
 }
 
-void write_halves(const std::string& path, const std::vector<half>& values) {
+/// The values' raw bytes (fp16 or bf16), for torch_models.py to read.
+template <class T>
+void write_halves(const std::string& path, const std::vector<T>& values) {
   std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(values.size() * sizeof(half)));
+  out.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(values.size() * sizeof(T)));
   if (!out) throw std::runtime_error("cannot write " + path);
 }
 
@@ -240,6 +242,34 @@ std::string bench_features(const lg::Stream& s, const lg::KernelLibrary& kernels
   return json.str();
 }
 
+/// The features decoder's shape in bf16 (DecoderBf16): greedy tokens and the first logits for torch_models.py to
+/// compare with PyTorch in bf16, and the step time per row count.
+std::string bench_bf16(const lg::Stream& s, const lg::KernelLibrary& kernels, int forwards, const std::string& dir) {
+  lazygraph::nn::DecoderConfig c;
+  c.kv_heads = 2;
+  c.max_batch = 8;
+  lazygraph::nn::DecoderBf16 decoder(s, kernels, c);
+  std::ostringstream json;
+  std::vector<int> tokens;
+  int token = 1;
+  for (int p = 0; p < 64; ++p) {
+    tokens.push_back(token = decoder.forward({token, p}));
+    if (p == 0) write_halves(dir + "/bf16_logits0.bf16", decoder.logits());
+  }
+  json << "{\"start_token\": 1, \"tokens\": [";
+  for (std::size_t i = 0; i < tokens.size(); ++i) json << (i > 0 ? ", " : "") << tokens[i];
+  json << "], \"logits0\": \"bf16_logits0.bf16\", \"step_us\": {";
+  for (const int rows : {1, 4, 8}) {
+    std::vector<lazygraph::nn::TokenAt> steps(static_cast<std::size_t>(rows), {7, 100});
+    (void)decoder.forward_batch(steps);
+    const double us = median_us(s, forwards, [&] { decoder.graph(rows).launch_on(s); });
+    json << (rows > 1 ? ", " : "") << "\"" << rows << "\": " << us;
+    std::printf("| bf16 GQA decoder, %d rows | step graph %.1f us | %.0f tokens/s |\n", rows, us, rows * 1e6 / us);
+  }
+  json << "}}";
+  return json.str();
+}
+
 int run(int argc, char** argv) {
   const std::string dir = argc > 1 ? argv[1] : ".";
   const int forwards = argc > 2 ? std::max(1, std::atoi(argv[2])) : 300;
@@ -280,6 +310,7 @@ int run(int argc, char** argv) {
       dr.step_eager_us / dr.step_graph_us);
   std::printf("\n");
   const std::string features = bench_features(s, kernels, forwards, dir);
+  const std::string bf16 = bench_bf16(s, kernels, forwards, dir);
 
   std::ostringstream json;
   json << "{\n  \"device\": \"" << gpu.name() << "\",\n  \"forwards\": " << forwards << ",\n  \"mlp\": [\n";
@@ -300,7 +331,7 @@ int run(int argc, char** argv) {
        << ", \"step_graph_us\": " << dr.step_graph_us << ", \"step_eager_us\": " << dr.step_eager_us
        << ", \"logits0\": \"decoder_logits0.f16\",\n    \"tokens\": [";
   for (std::size_t i = 0; i < dr.tokens.size(); ++i) json << (i > 0 ? ", " : "") << dr.tokens[i];
-  json << "]},\n  \"features\": " << features << "\n}\n";
+  json << "]},\n  \"features\": " << features << ",\n  \"bf16\": " << bf16 << "\n}\n";
   std::ofstream(dir + "/lazygraph.json") << json.str();
   return 0;
 }

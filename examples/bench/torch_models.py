@@ -29,6 +29,7 @@ MASK32 = 0xFFFFFFFF
 MUL1, MUL2 = 0x7FEB352D, 0x846CA68B
 CHUNK = 1 << 24  # elements generated per pass
 REL_TOL = 1e-2
+BF16_REL_TOL = 4e-2  # bf16 keeps 8 significant bits, fp16 11: eight times the rounding
 WARMUP = 20
 MLP_EPS = 1e-5
 MLP_TARGETS = {(512, 1536, 16): 0.25, (1024, 4096, 8): 0.4, (4096, 11008, 4): 0.8}  # lg graph / torch graph <=
@@ -80,26 +81,27 @@ def to_f32(x):
     return struct.unpack("<f", struct.pack("<f", x))[0]
 
 
-def make_tensor(seed, tensor, shape, scale=1.0, offset=0.0):
-    """fp16 CUDA tensor of fp16(offset + scale * u(i)): float32 product, float32 sum, round to nearest even."""
+def make_tensor(seed, tensor, shape, scale=1.0, offset=0.0, dtype=torch.float16):
+    """CUDA tensor of dtype(offset + scale * u(i)): float32 product, float32 sum, one rounding to nearest even
+    (dtype float16 or bfloat16)."""
     n = math.prod(shape)
     scale = to_f32(scale)  # exactly representable, so the float32 multiply below rounds once
-    out = torch.empty(n, dtype=torch.float16, device="cuda")
+    out = torch.empty(n, dtype=dtype, device="cuda")
     for start in range(0, n, CHUNK):
         count = min(CHUNK, n - start)
         v = uniform(seed, tensor, count, start) * scale
         if offset:
             v = v + offset
-        out[start:start + count] = v.half()
+        out[start:start + count] = v.to(dtype)
     return out.view(*shape)
 
 
-def matrix(seed, tensor, rows, cols):
-    return make_tensor(seed, tensor, (rows, cols), 1.0 / math.sqrt(cols))
+def matrix(seed, tensor, rows, cols, dtype=torch.float16):
+    return make_tensor(seed, tensor, (rows, cols), 1.0 / math.sqrt(cols), dtype=dtype)
 
 
-def gain(seed, tensor, n):
-    return make_tensor(seed, tensor, (n,), 0.125, 1.0)
+def gain(seed, tensor, n, dtype=torch.float16):
+    return make_tensor(seed, tensor, (n,), 0.125, 1.0, dtype=dtype)
 
 
 def check_test_vector():
@@ -124,7 +126,7 @@ def check_test_vector():
 
 def rms_norm(x, g, eps):
     xf = x.float()
-    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).half() * g
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * g
 
 
 def swiglu(h, w1, w3, w2):
@@ -146,28 +148,31 @@ class TorchMlp:
 
 class TorchBatchDecoder:
     """The decoder with grouped-query attention stepping `batch` sequences at once (row b is sequence b, at its own
-    position); prefill() runs a prompt through full causal attention into sequence 0, as PyTorch models do."""
+    position); prefill() runs a prompt through full causal attention into sequence 0, as PyTorch models do. Weights,
+    activations and the KV cache are `dtype` (float16 or bfloat16)."""
 
-    def __init__(self, cfg, seed, batch):
+    def __init__(self, cfg, seed, batch, dtype=torch.float16):
         d, self.heads, ffn, vocab, ctx = cfg["d"], cfg["heads"], cfg["ffn"], cfg["vocab"], cfg["context"]
         self.kv = cfg.get("kv_heads") or self.heads
         self.group = self.heads // self.kv
         self.d, self.hd, self.eps, self.batch, self.ctx = d, d // self.heads, float(cfg["eps"]), batch, ctx
         kv_dim = self.kv * self.hd
-        self.embedding = make_tensor(seed, EMBED_ID, (vocab, d))
+        self.dtype = dtype
+        self.embedding = make_tensor(seed, EMBED_ID, (vocab, d), dtype=dtype)
         self.layers = []
         for i in range(cfg["layers"]):
             b = 16 * i
-            self.layers.append({"g_attn": gain(seed, b + 1, d), "wq": matrix(seed, b + 2, d, d),
-                                "wk": matrix(seed, b + 3, kv_dim, d), "wv": matrix(seed, b + 4, kv_dim, d),
-                                "wo": matrix(seed, b + 5, d, d), "g_mlp": gain(seed, b + 6, d),
-                                "w1": matrix(seed, b + 7, ffn, d), "w3": matrix(seed, b + 8, ffn, d),
-                                "w2": matrix(seed, b + 9, d, ffn)})
-        self.g_final = gain(seed, FINAL_GAIN_ID, d)
-        self.lm_head = matrix(seed, LM_HEAD_ID, vocab, d)
+            self.layers.append({"g_attn": gain(seed, b + 1, d, dtype), "wq": matrix(seed, b + 2, d, d, dtype),
+                                "wk": matrix(seed, b + 3, kv_dim, d, dtype),
+                                "wv": matrix(seed, b + 4, kv_dim, d, dtype),
+                                "wo": matrix(seed, b + 5, d, d, dtype), "g_mlp": gain(seed, b + 6, d, dtype),
+                                "w1": matrix(seed, b + 7, ffn, d, dtype), "w3": matrix(seed, b + 8, ffn, d, dtype),
+                                "w2": matrix(seed, b + 9, d, ffn, dtype)})
+        self.g_final = gain(seed, FINAL_GAIN_ID, d, dtype)
+        self.lm_head = matrix(seed, LM_HEAD_ID, vocab, d, dtype)
         cache_shape = (cfg["layers"], batch, self.kv, ctx, self.hd)
-        self.k_cache = torch.zeros(cache_shape, dtype=torch.float16, device="cuda")
-        self.v_cache = torch.zeros(cache_shape, dtype=torch.float16, device="cuda")
+        self.k_cache = torch.zeros(cache_shape, dtype=dtype, device="cuda")
+        self.v_cache = torch.zeros(cache_shape, dtype=dtype, device="cuda")
         exponent = torch.arange(0, self.hd, 2, dtype=torch.float32, device="cuda") / self.hd
         self.inv_freq = torch.pow(float(cfg["theta"]), -exponent)
         self.positions = torch.arange(ctx, dtype=torch.int64, device="cuda")
@@ -176,7 +181,7 @@ class TorchBatchDecoder:
         self.tok = torch.zeros(batch, dtype=torch.int64, device="cuda")
         self.pos = torch.zeros(batch, dtype=torch.int64, device="cuda")
         self.next_tok = torch.zeros(batch, dtype=torch.int64, device="cuda")
-        self.logits = torch.zeros(batch, vocab, dtype=torch.float16, device="cuda")
+        self.logits = torch.zeros(batch, vocab, dtype=dtype, device="cuda")
 
     def reset(self):
         self.k_cache.zero_()
@@ -188,7 +193,7 @@ class TorchBatchDecoder:
         pairs = v.view(rows, heads, self.hd // 2, 2).float()
         a, b = pairs[..., 0], pairs[..., 1]
         cos, sin = cos[:, None, :], sin[:, None, :]
-        return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).view(rows, heads * self.hd).half()
+        return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).view(rows, heads * self.hd).to(self.dtype)
 
     def block(self, layer, x, q_fn):
         """One layer around the attention function q_fn(layer, q, k, v) -> [rows, d]."""
@@ -211,7 +216,7 @@ class TorchBatchDecoder:
             scores = scores * self.scale
             mask = self.positions[None, :] > self.pos[:, None]  # [batch, ctx]
             scores.masked_fill_(mask[:, None, None, :], float("-inf"))
-            w = torch.softmax(scores, dim=-1).half()
+            w = torch.softmax(scores, dim=-1).to(self.dtype)
             return torch.matmul(w, values).view(bsz, self.d)
 
         x = self.embedding.index_select(0, self.tok)
@@ -237,7 +242,7 @@ class TorchBatchDecoder:
             q4 = q.view(t, self.kv, self.group, self.hd).permute(1, 2, 0, 3)  # [kv, group, t, hd]
             scores = torch.matmul(q4, k3[:, None].transpose(-1, -2)).float() * self.scale  # [kv, group, t, t]
             scores.masked_fill_(causal, float("-inf"))
-            w = torch.softmax(scores, dim=-1).half()
+            w = torch.softmax(scores, dim=-1).to(self.dtype)
             o = torch.matmul(w, v3[:, None])  # [kv, group, t, hd]
             return o.permute(2, 0, 1, 3).reshape(t, self.d)
 
@@ -275,12 +280,12 @@ def capture(fn, warmup=3):
     return graph, out
 
 
-def load_f16(path, count):
+def load_f16(path, count, dtype=torch.float16):
     with open(path, "rb") as f:
         raw = f.read()
     if len(raw) != 2 * count:
-        raise RuntimeError(f"{path}: {len(raw)} bytes, expected {2 * count} (fp16 x {count})")
-    return torch.frombuffer(bytearray(raw), dtype=torch.float16).cuda()
+        raise RuntimeError(f"{path}: {len(raw)} bytes, expected {2 * count} ({dtype} x {count})")
+    return torch.frombuffer(bytearray(raw), dtype=dtype).cuda()
 
 
 def rel_err(a, b):
@@ -421,6 +426,39 @@ def bench_features(entry, results_dir, n):
     return out
 
 
+def bench_bf16(entry, cfg, n):
+    """The bf16 decoder (the features config) against TorchBatchDecoder in bfloat16: first logits, greedy tokens
+    and the step time per row count."""
+    print(f"torch: bf16 GQA decoder {cfg} ...", file=sys.stderr, flush=True)
+    one = TorchBatchDecoder(cfg, cfg["seed"], 1, torch.bfloat16)
+    graph, _ = capture(one.step)
+    one.reset()
+    token, tokens, out = entry["start_token"], [], {"config": cfg}
+    for p in range(len(entry["tokens"])):
+        one.tok.fill_(token)
+        one.pos.fill_(p)
+        graph.replay()
+        if p == 0:
+            out["logits_rel_err"] = rel_err(one.logits, load_f16(entry["logits0_path"], cfg["vocab"], torch.bfloat16))
+        token = int(one.next_tok.item())
+        tokens.append(token)
+    out["matching_tokens"] = leading_matches(tokens, entry["tokens"])
+    out["steps"] = len(tokens)
+    del one, graph
+    out["step_us"] = {}
+    for rows_n, lg_us in entry["step_us"].items():
+        model = TorchBatchDecoder(cfg, cfg["seed"], int(rows_n), torch.bfloat16)
+        model.tok.fill_(7)
+        model.pos.fill_(100)
+        graph, _ = capture(model.step)
+        for _ in range(WARMUP):
+            graph.replay()
+        out["step_us"][rows_n] = {"lg": lg_us, "torch": median_us(graph.replay, n)}
+        del model, graph
+        torch.cuda.empty_cache()
+    return out
+
+
 # ----------------------------------------------------------------------------- report
 
 def fmt(v, spec=".1f"):
@@ -485,6 +523,22 @@ def print_features(r):
                   fmt(r["torch_prefill_us"], ".0f")]])
 
 
+def print_bf16(r, fp16_step_us):
+    c = r["config"]
+    print(f"bf16 GQA decoder (d {c['d']}, heads {c['heads']}, kv heads {c['kv_heads']}, layers {c['layers']}): "
+          "lazygraph DecoderBf16 vs PyTorch bfloat16 on the same seeded weights\n")
+    print_table(["check", "rel err of logits (step 0)", "tokens"],
+                [["greedy, 1 sequence", fmt(r["logits_rel_err"], ".2e"), f"{r['matching_tokens']} / {r['steps']} equal"]])
+    rows = []
+    for b, v in r["step_us"].items():
+        fp16 = fp16_step_us.get(b, {}).get("lg")
+        rows.append([b, fmt(v["lg"]), fmt(fp16), fmt(v["torch"]), fmt(v["lg"] / v["torch"], ".3f"),
+                     fmt(None if fp16 is None else v["lg"] / fp16, ".3f"), fmt(int(b) * 1e6 / v["lg"], ".0f"),
+                     fmt(int(b) * 1e6 / v["torch"], ".0f")])
+    print_table(["rows", "lg bf16 step us", "lg fp16 step us", "torch bf16 step us", "lg/torch", "bf16/fp16",
+                 "lg tokens/s", "torch tokens/s"], rows)
+
+
 def main():
     parser = argparse.ArgumentParser(description="PyTorch baseline for the lazygraph model benchmarks.")
     parser.add_argument("results_dir", help="folder holding lazygraph.json and the C++ fp16 outputs")
@@ -505,11 +559,18 @@ def main():
         decoder = bench_decoder(data["decoder"], results_dir) if "decoder" in data else None
         torch.cuda.empty_cache()
         features = bench_features(data["features"], results_dir, n) if "features" in data else None
+        torch.cuda.empty_cache()
+        bf16 = None
+        if "bf16" in data and "features" in data:
+            entry = dict(data["bf16"], logits0_path=os.path.join(results_dir, data["bf16"]["logits0"]))
+            bf16 = bench_bf16(entry, data["features"]["config"], n)
     print_mlp(mlp)
     if decoder is not None:
         print_decoder(decoder)
     if features is not None:
         print_features(features)
+    if bf16 is not None:
+        print_bf16(bf16, features["step_us"] if features else {})
     failures = [f"MLP ({r['d']}, {r['ffn']}, {r['layers']}): output rel err {r['rel_err']:.3e} > {REL_TOL}"
                 for r in mlp if not r["rel_err"] <= REL_TOL]
     if decoder is not None and not decoder["logits_rel_err"] <= REL_TOL:
@@ -518,9 +579,11 @@ def main():
         for key in ("gqa_logits_rel_err", "batch_logits_rel_err", "prefill_logits_rel_err"):
             if not features[key] <= REL_TOL:
                 failures.append(f"GQA decoder: {key} {features[key]:.3e} > {REL_TOL}")
+    if bf16 is not None and not bf16["logits_rel_err"] <= BF16_REL_TOL:
+        failures.append(f"bf16 decoder: step-0 logits rel err {bf16['logits_rel_err']:.3e} > {BF16_REL_TOL}")
     with open(os.path.join(results_dir, "torch.json"), "w") as f:
         json.dump({"gpu": gpu, "torch": torch.__version__, "cuda": torch.version.cuda, "forwards": n, "mlp": mlp,
-                   "decoder": decoder, "features": features, "failures": failures}, f, indent=2)
+                   "decoder": decoder, "features": features, "bf16": bf16, "failures": failures}, f, indent=2)
     for failure in failures:
         print(f"!!! FAILED: {failure}")
         print(f"!!! FAILED: {failure}", file=sys.stderr)
