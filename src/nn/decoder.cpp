@@ -179,40 +179,38 @@ void BasicDecoder<T>::reset() {
 }
 
 template <Element T>
-std::span<const int> BasicDecoder<T>::run(std::span<const int> tokens, std::span<const int> positions,
-                                          std::span<const int> slots) {
-  const auto rows = static_cast<int>(tokens.size());
+void BasicDecoder<T>::set_row(int row, int token, int position, int slot) {
+  const std::span<int> io = io_host_.span();
+  io[static_cast<std::size_t>(row)] = token;
+  io[static_cast<std::size_t>(kMaxRows + row)] = position;
+  io[static_cast<std::size_t>(2 * kMaxRows + row)] = slot;
+}
+
+template <Element T>
+std::span<const int> BasicDecoder<T>::run(int rows) {
   CudaGraph<>& g = graph(rows);
-  std::copy(tokens.begin(), tokens.end(), io_host_.span().begin());
-  std::copy(positions.begin(), positions.end(), io_host_.span().begin() + kMaxRows);
-  std::copy(slots.begin(), slots.end(), io_host_.span().begin() + 2 * kMaxRows);
   copy_async(stream_, state_.io.view(), std::as_const(io_host_).span());
   g.launch_on(stream_);
   copy_async(stream_, next_host_.span(), state_.next.cview());
   stream_.synchronize();
   last_rows_ = rows;
-  return std::as_const(next_host_).span().subspan(0, tokens.size());
+  return std::as_const(next_host_).span().subspan(0, static_cast<std::size_t>(rows));
 }
 
 template <Element T>
 typename BasicDecoder<T>::Output BasicDecoder<T>::forward(Input in) {
   check_step(config_, in);
-  const int slot = 0;
-  return run({&in.token, 1}, {&in.position, 1}, {&slot, 1})[0];
+  set_row(0, in.token, in.position, 0);
+  return run(1)[0];
 }
 
 template <Element T>
 std::vector<int> BasicDecoder<T>::forward_batch(std::span<const TokenAt> steps) {
   check_batch(config_, steps);
-  std::vector<int> tokens;
-  std::vector<int> positions;
-  std::vector<int> slots;
   for (std::size_t r = 0; r < steps.size(); ++r) {
-    tokens.push_back(steps[r].token);
-    positions.push_back(steps[r].position);
-    slots.push_back(static_cast<int>(r));
+    set_row(static_cast<int>(r), steps[r].token, steps[r].position, static_cast<int>(r));
   }
-  const std::span<const int> next = run(tokens, positions, slots);
+  const std::span<const int> next = run(static_cast<int>(steps.size()));
   return {next.begin(), next.end()};
 }
 
@@ -221,14 +219,16 @@ int BasicDecoder<T>::prefill(std::span<const int> prompt, int start, int slot) {
   check_prompt(config_, prompt, start, slot);
   int next = -1;
   for (std::size_t first = 0; first < prompt.size(); first += kMaxRows) {
-    const std::size_t rows = std::min<std::size_t>(kMaxRows, prompt.size() - first);
-    std::vector<int> positions(rows);
-    for (std::size_t r = 0; r < rows; ++r) positions[r] = start + static_cast<int>(first + r);
-    const std::vector<int> slots(rows, slot);
-    next = run(prompt.subspan(first, rows), positions, slots)[rows - 1];
+    const int rows = static_cast<int>(std::min<std::size_t>(kMaxRows, prompt.size() - first));
+    for (int r = 0; r < rows; ++r) {
+      const std::size_t i = first + static_cast<std::size_t>(r);
+      set_row(r, prompt[i], start + static_cast<int>(i), slot);
+    }
+    next = run(rows)[static_cast<std::size_t>(rows - 1)];
   }
   return next;
 }
+
 template <Element T>
 std::vector<T> BasicDecoder<T>::logits(int row) const {
   if (row < 0 || row >= last_rows_) {

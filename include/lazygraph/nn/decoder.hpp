@@ -255,8 +255,10 @@ class BasicDecoder {
   [[nodiscard]] CudaGraph<>& graph(int rows = 1);
 
  private:
-  /// Writes the rows to the device, replays the graph of rows.size() rows and returns the rows' next tokens.
-  std::span<const int> run(std::span<const int> tokens, std::span<const int> positions, std::span<const int> slots);
+  /// Sets row `row` of the pinned io buffer (no allocation per step).
+  void set_row(int row, int token, int position, int slot);
+  /// Copies the io buffer to the device, replays the graph of `rows` rows and returns the rows' next tokens.
+  std::span<const int> run(int rows);
 
   DecoderConfig config_;
   BasicKernels<T> kernels_;
