@@ -2,8 +2,9 @@
 /// \file
 /// The canonical spelling of a host-side kernel parameter type, compared with the spelling read from the
 /// kernel's source (kernel_declaration.hpp): builtins by their standard names ("unsigned int", "long long"),
-/// `lazygraph::half` as the device's "half_t", `lazygraph::bfloat16` as "bf16_t", pointers with their pointee's const ("const float*"), and any
-/// other class or enum type by its name without namespaces, unless KernelParameterTypeName says otherwise.
+/// `lazygraph::half` as the device's "half_t", `lazygraph::bfloat16` as "bf16_t", pointers with their pointee's const
+/// ("const float*"), and any other class or enum type by its name without namespaces, unless KernelParameterTypeName
+/// says otherwise.
 
 #include <string>
 #include <string_view>
