@@ -411,16 +411,22 @@ def bench_features(entry, results_dir, n):
     out["batch_matching_tokens"] = [leading_matches(a, b) for a, b in zip(rows, entry["batch"]["tokens"])]
     out["batch_steps"] = entry["batch"]["steps"]
     del four, graph
-    # Step time per batch size at position 100.
-    out["step_us"] = {}
-    for rows_n, lg_us in entry["batch"]["step_us"].items():
-        model = TorchBatchDecoder(cfg, cfg["seed"], int(rows_n))
+    out["step_us"] = step_times(cfg, entry["batch"]["step_us"], n, torch.float16)
+    return out
+
+
+def step_times(cfg, lg_step_us, n, dtype):
+    """{rows: {"lg": lazygraph's step us, "torch": the torch graph's}} for a step of every row count of
+    lg_step_us, all rows at position 100."""
+    out = {}
+    for rows_n, lg_us in lg_step_us.items():
+        model = TorchBatchDecoder(cfg, cfg["seed"], int(rows_n), dtype)
         model.tok.fill_(7)
         model.pos.fill_(100)
         graph, _ = capture(model.step)
         for _ in range(WARMUP):
             graph.replay()
-        out["step_us"][rows_n] = {"lg": lg_us, "torch": median_us(graph.replay, n)}
+        out[rows_n] = {"lg": lg_us, "torch": median_us(graph.replay, n)}
         del model, graph
         torch.cuda.empty_cache()
     return out
@@ -445,17 +451,7 @@ def bench_bf16(entry, cfg, n):
     out["matching_tokens"] = leading_matches(tokens, entry["tokens"])
     out["steps"] = len(tokens)
     del one, graph
-    out["step_us"] = {}
-    for rows_n, lg_us in entry["step_us"].items():
-        model = TorchBatchDecoder(cfg, cfg["seed"], int(rows_n), torch.bfloat16)
-        model.tok.fill_(7)
-        model.pos.fill_(100)
-        graph, _ = capture(model.step)
-        for _ in range(WARMUP):
-            graph.replay()
-        out["step_us"][rows_n] = {"lg": lg_us, "torch": median_us(graph.replay, n)}
-        del model, graph
-        torch.cuda.empty_cache()
+    out["step_us"] = step_times(cfg, entry["step_us"], n, torch.bfloat16)
     return out
 
 
