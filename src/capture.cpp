@@ -97,6 +97,20 @@ void capture_add_node(CUcontext ctx, CUstream stream, CUgraphNodeParams* params,
   capture_set_frontier(ctx, stream, &node, nullptr, 1);
 }
 
+CUgraph capture_graph(CUcontext ctx, CUstream stream) { return capture_frontier(ctx, stream).graph; }
+
+std::vector<CUgraph> capture_add_conditional(CUcontext ctx, CUstream stream, CUgraphConditionalHandle handle,
+                                             CUgraphConditionalNodeType type, unsigned size) {
+  CUgraphNodeParams params{};
+  params.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+  params.conditional.handle = handle;
+  params.conditional.type = type;
+  params.conditional.size = size;
+  params.conditional.ctx = ctx;
+  capture_add_node(ctx, stream, &params, "conditional node");
+  return {params.conditional.phGraph_out, params.conditional.phGraph_out + size};
+}
+
 void capture_fork_from(CUcontext ctx, CUstream origin, CUstream side) {
   const CaptureFrontier f = capture_frontier(ctx, origin);
   capture_set_frontier(ctx, side, f.dependencies.data(), f.edges.empty() ? nullptr : f.edges.data(),

@@ -96,6 +96,8 @@ struct EntryPoints {
 #define LAZYGRAPH_DECLARE(fn) decltype(&::fn) fn = nullptr;  // NOLINT(bugprone-macro-parentheses): a name
   LAZYGRAPH_DRIVER_ENTRY_POINTS(LAZYGRAPH_DECLARE)
 #undef LAZYGRAPH_DECLARE
+  /// Optional (drivers for CUDA 12.4 and later): null on older drivers, which then cannot make conditions.
+  decltype(&::cuGraphConditionalHandleCreate) cuGraphConditionalHandleCreate = nullptr;
 };
 
 // The position of each entry point in the list, for fault injection.
@@ -173,6 +175,14 @@ Driver load() {
   // NOLINTEND(bugprone-macro-parentheses)
   LAZYGRAPH_DRIVER_ENTRY_POINTS(LAZYGRAPH_FETCH)
 #undef LAZYGRAPH_FETCH
+  {
+    void* p = nullptr;
+    CUdriverProcAddressQueryResult status{};
+    if (get_proc("cuGraphConditionalHandleCreate", &p, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status) ==
+        CUDA_SUCCESS) {
+      d.api.cuGraphConditionalHandleCreate = reinterpret_cast<decltype(d.api.cuGraphConditionalHandleCreate)>(p);
+    }
+  }
   if (!missing.empty()) {
     int version = 0;
     const bool have_version = d.api.cuDriverGetVersion != nullptr && d.api.cuDriverGetVersion(&version) == CUDA_SUCCESS;
@@ -723,6 +733,21 @@ void graph_launch(CUcontext ctx, CUgraphExec exec, CUstream stream, std::string_
   const EntryPoints& a = api();
   const ContextScope scope(a, ctx);
   check(a.cuGraphLaunch(exec, stream), "cuGraphLaunch", object);
+}
+
+CUgraphConditionalHandle conditional_handle_create(CUcontext ctx, CUgraph graph, unsigned default_value) {
+  const EntryPoints& a = api();
+  if (a.cuGraphConditionalHandleCreate == nullptr) {
+    throw UsageError(
+        "graph conditions (if_, while_, switch_) need a CUDA driver for CUDA 12.4 or newer; this one "
+        "supports CUDA " +
+        version_text(driver_version()));
+  }
+  const ContextScope scope(a, ctx);
+  CUgraphConditionalHandle handle = 0;
+  check(a.cuGraphConditionalHandleCreate(&handle, graph, ctx, default_value, CU_GRAPH_COND_ASSIGN_DEFAULT),
+        "cuGraphConditionalHandleCreate", "Condition");
+  return handle;
 }
 
 void graph_destroy_no_throw(CUgraph graph) noexcept {

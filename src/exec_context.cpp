@@ -167,6 +167,54 @@ void ExecContext::child_graph(CUgraph graph) {
   drv::capture_add_node(current_->device().context(), current_->get(), &params, "child graph");
 }
 
+void ExecContext::conditional(CUgraphConditionalHandle handle, CUgraphConditionalNodeType type, unsigned size,
+                              const std::function<void(unsigned, ExecContext&)>& body) {
+  if (!recording_ || plan_ != nullptr) {
+    throw UsageError(std::string(plan_ != nullptr ? "CudaGraph::build" : "run eagerly") +
+                     ": if_, if_else, while_ and switch_ are nodes of a captured graph; record them with "
+                     "CudaGraph::scope or capture");
+  }
+  const bool needs_12_8 = type == CU_GRAPH_COND_TYPE_SWITCH || size > 1;
+  if (needs_12_8 && drv::driver_version() < 12080) {
+    throw UsageError("if_else and switch_ need a CUDA driver for CUDA 12.8 or newer; this one supports CUDA " +
+                     std::to_string(drv::driver_version() / 1000) + "." +
+                     std::to_string(drv::driver_version() % 1000 / 10));
+  }
+  const CUcontext ctx = current_->device().context();
+  const std::vector<CUgraph> bodies = drv::capture_add_conditional(ctx, current_->get(), handle, type, size);
+  for (unsigned i = 0; i < size; ++i) {
+    // Each body is captured on a stream of its own into a graph that becomes the body's one (child) node.
+    const Stream side = Stream::pooled(current_->device());
+    drv::capture_begin(ctx, side.get(), CU_STREAM_CAPTURE_MODE_RELAXED);
+    CUgraph captured = nullptr;
+    try {
+      ExecContext inner(side, true, host_errors());
+      body(i, inner);
+      for (const auto& owner : inner.take_owners()) keep_alive(owner);
+    } catch (...) {
+      (void)drv::capture_end_no_throw(side.get(), &captured);
+      drv::graph_destroy_no_throw(captured);
+      throw;
+    }
+    const CUresult r = drv::capture_end_no_throw(side.get(), &captured);
+    if (r != CUDA_SUCCESS || captured == nullptr) {
+      drv::graph_destroy_no_throw(captured);
+      drv::throw_error(r != CUDA_SUCCESS ? r : CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "cuStreamEndCapture",
+                       "conditional body");
+    }
+    CUgraphNodeParams params{};
+    params.type = CU_GRAPH_NODE_TYPE_GRAPH;
+    params.graph.graph = captured;
+    try {
+      (void)drv::graph_add_node(bodies[i], nullptr, nullptr, 0, &params, "conditional body");
+    } catch (...) {
+      drv::graph_destroy_no_throw(captured);
+      throw;
+    }
+    drv::graph_destroy_no_throw(captured);  // the node holds a copy
+  }
+}
+
 void ExecContext::join() {
   if (plan_ != nullptr) {
     detail::PlannedNode node;

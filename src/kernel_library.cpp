@@ -10,6 +10,7 @@
 
 #include "lazygraph/detail/driver/driver_api.hpp"
 #include "lazygraph/detail/driver/error.hpp"
+#include "lazygraph/detail/kernels/device_link.hpp"
 #include "lazygraph/detail/kernels/kernel_cache.hpp"
 
 namespace lazygraph {
@@ -52,19 +53,42 @@ struct BuiltModule {
 struct BuildSettings {
   std::vector<std::string> options;
   bool cubin = false;
+  int arch = 0;
   std::string nvrtc;
 };
 
+/// The options `source` compiles with: the library's, plus -rdc=true (and a marker for the link, so that the
+/// cache key covers it) when it uses the device runtime.
+std::vector<std::string> module_options(const KernelSource& source, const BuildSettings& settings) {
+  std::vector<std::string> options = settings.options;
+  if (uses_device_runtime(source)) {
+    options.emplace_back("-rdc=true");
+    options.push_back("link:" + device_runtime_library());
+  }
+  return options;
+}
+
 BuiltModule compile_and_store(ModuleSource m, std::string key, const BuildSettings& settings,
                               const KernelCache& cache) {
-  CompileResult result = nvrtc_compile(*m.source, m.headers, settings.options, settings.cubin);
+  std::vector<std::string> options = module_options(*m.source, settings);
+  const bool link = options.size() > settings.options.size();
+  if (link) {
+    if (!settings.cubin) {
+      throw CompileError(m.source->name,
+                         "a kernel that uses the device runtime (lg::set_condition) needs machine code "
+                         "for the GPU, and this NVRTC only makes PTX for it");
+    }
+    options.pop_back();  // the link marker is not an NVRTC option
+  }
+  CompileResult result = nvrtc_compile(*m.source, m.headers, options, settings.cubin);
   KernelCache::Entry entry{result.image(), result.is_cubin()};  // image() throws CompileError with the log
+  if (link) entry.image = link_device_runtime(m.source->name, entry.image, settings.arch);
   cache.store(key, entry);
   return {m.source, m.headers, std::move(key), std::move(entry), false};
 }
 
 BuiltModule build_module(ModuleSource m, const BuildSettings& settings, const KernelCache& cache) {
-  std::string key = KernelCache::key(*m.source, m.headers, settings.options, settings.nvrtc);
+  std::string key = KernelCache::key(*m.source, m.headers, module_options(*m.source, settings), settings.nvrtc);
   if (auto hit = cache.load(key)) return {m.source, m.headers, std::move(key), std::move(*hit), true};
   return compile_and_store(m, std::move(key), settings, cache);
 }
@@ -134,6 +158,7 @@ KernelLibrary::KernelLibrary(const Device& device, KernelLibraryOptions options)
   // which the driver compiles for the device when loading.
   BuildSettings settings;
   settings.cubin = arch == cc;
+  settings.arch = arch;
   settings.options = nvrtc_options(arch, settings.cubin);
   settings.nvrtc = nvrtc_version();
   const KernelCache cache(options.cache_directory.value_or(KernelCache::default_directory()));

@@ -1,9 +1,11 @@
 #pragma once
 /// \file
-/// Layer 4, graphs: Scope, CudaGraph (capture, build, update_from), DeviceScalar, child graphs,
-/// graph options and introspection.
+/// Layer 4, graphs: Scope, CudaGraph (capture, build, update_from), DeviceScalar, child graphs, conditions and
+/// conditional ops (if_, while_, switch_), graph options and introspection.
 
 #include "lazygraph/detail/graph/child_graph.hpp"
+#include "lazygraph/detail/graph/condition.hpp"
+#include "lazygraph/detail/graph/conditional.hpp"
 #include "lazygraph/detail/graph/cuda_graph.hpp"
 #include "lazygraph/detail/graph/device_scalar.hpp"
 #include "lazygraph/detail/graph/graph_build.hpp"

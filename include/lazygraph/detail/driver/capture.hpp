@@ -10,6 +10,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace lazygraph::detail::driver {
 
@@ -30,6 +31,15 @@ bool capture_abandon_no_throw(CUstream stream) noexcept;
 /// what the stream's next work depends on: for node kinds no stream call records (a child graph).
 /// \throws CudaError when the stream is not capturing or the driver refuses the node.
 void capture_add_node(CUcontext ctx, CUstream stream, CUgraphNodeParams* params, std::string_view object);
+
+/// The graph `stream` is capturing (for conditions, which belong to a graph). \throws CudaError when it is not
+/// capturing.
+CUgraph capture_graph(CUcontext ctx, CUstream stream);
+
+/// Adds a conditional node (IF, WHILE or SWITCH with `size` bodies, reading `handle`) after the stream's current
+/// work, like capture_add_node, and returns its body graphs, which the node owns: fill them, do not destroy them.
+std::vector<CUgraph> capture_add_conditional(CUcontext ctx, CUstream stream, CUgraphConditionalHandle handle,
+                                             CUgraphConditionalNodeType type, unsigned size);
 
 /// For a stream that joins a fork of a capture it already took part in: makes its next work depend exactly on
 /// what `origin`'s next work would. Without this, its dependencies would still include its own last node from

@@ -160,6 +160,9 @@ ExecUpdateOutcome graph_exec_update(CUcontext ctx, CUgraphExec exec, CUgraph gra
 
 /// An empty graph, to add nodes to.
 CUgraph graph_create();
+/// A conditional handle of `graph` whose value every launch of the graph starts from `default_value`.
+/// \throws UsageError naming the driver's CUDA version when it is older than 12.4 (no conditional nodes).
+CUgraphConditionalHandle conditional_handle_create(CUcontext ctx, CUgraph graph, unsigned default_value);
 /// Adds a node after `count` dependencies (with their edge data; null for full dependencies). `object`
 /// names the node in errors.
 CUgraphNode graph_add_node(CUgraph graph, const CUgraphNode* dependencies, const CUgraphEdgeData* edges,

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "lazygraph/detail/driver/error.hpp"
+#include "lazygraph/detail/graph/condition.hpp"
 #include "lazygraph/detail/ops/concepts.hpp"
 
 namespace lazygraph {
@@ -81,6 +82,11 @@ class Scope {
                   "Scope::record accepts only GraphNode operations; this op does not declare itself one — add "
                   "`static constexpr bool is_graph_node = true;` if it neither allocates, frees nor synchronizes");
   }
+
+  /// A condition of the graph being captured, starting every launch at `default_value`: give it to kernels that
+  /// call lg::set_condition and to if_ / while_ / switch_. \throws UsageError in CudaGraph::build (conditions need
+  /// a captured graph), after the callback returned, or with a driver older than CUDA 12.4 (naming its version).
+  [[nodiscard]] Condition condition(unsigned default_value = 0);
 
   /// The stream being captured (for ops you execute by hand; prefer `record`).
   [[nodiscard]] const Stream& stream() const noexcept { return ctx_->stream(); }

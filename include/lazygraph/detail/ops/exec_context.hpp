@@ -18,6 +18,7 @@
 
 #include <atomic>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -103,6 +104,12 @@ class ExecContext {
   void host_function(CUhostFn fn, void* data, std::string_view name);
   /// Embeds a copy of `graph` as one node (capture and plan mode only; eagerly, launch the graph instead).
   void child_graph(CUgraph graph);
+  /// A conditional node (capture mode only): IF, WHILE or SWITCH with `size` bodies, steered by the graph's
+  /// conditional `handle`. `body(i, ctx)` records body i through `ctx`, which captures into that body (on a stream
+  /// of its own); what it keeps alive, this context keeps. \throws UsageError eagerly or when planning (conditions
+  /// need a captured graph), or for a driver too old for `type` and `size` (naming its version).
+  void conditional(CUgraphConditionalHandle handle, CUgraphConditionalNodeType type, unsigned size,
+                   const std::function<void(unsigned, ExecContext&)>& body);
   /// A node without work that everything after it depends on (an empty node in a graph; nothing eagerly, where
   /// a stream orders the work anyway).
   void join();
