@@ -116,6 +116,8 @@ struct DecoderResult {
   double tokens_per_s_plain = 0;  ///< early_launch off
   double step_graph_us = 0;
   double step_eager_us = 0;
+  double generate_tokens_per_s = 0;  ///< Decoder::generate: every step in one replay's WHILE loop
+  bool generate_equal = false;       ///< generate's tokens are the forward loop's
 };
 
 /// Greedy generation of `steps` tokens from position 0, a host round trip per token; the best tokens/s of two
@@ -154,6 +156,18 @@ DecoderResult bench_decoder(const lg::Stream& s, const lg::KernelLibrary& kernel
   const auto op = decoder.step_op();
   lg::ExecContext ctx(s, false);
   r.step_eager_us = median_us(s, forwards, [&] { op.execute(ctx); });
+
+  // The same tokens from one replay of the generate graph (a WHILE loop on the device), best of two after a warm-up.
+  std::vector<int> generated;
+  const auto generate = [&] {
+    decoder.reset();
+    const auto start = std::chrono::steady_clock::now();
+    generated = decoder.generate(first_token, steps);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  generate();
+  r.generate_tokens_per_s = steps / std::min(generate(), generate());
+  r.generate_equal = generated == r.tokens;
   return r;
 }
 
@@ -308,6 +322,14 @@ int run(int argc, char** argv) {
       "%.2f |\n",
       dc.d, dc.layers, dc.vocab, dr.tokens_per_s, dr.tokens_per_s_plain, dr.step_graph_us, dr.step_eager_us,
       dr.step_eager_us / dr.step_graph_us);
+  const double bound = 1e6 / dr.step_graph_us;  // tokens/s if nothing but the step graph's device time counted
+  std::printf(
+      "\n| decoder, %d tokens | tokens/s | of 1e6 / step graph us (%.0f) | us per token beyond the step graph |\n"
+      "|---|---|---|---|\n| forward() per token | %.0f | %.3f | %.1f |\n| generate(): one replay, WHILE on the device "
+      "| %.0f | %.3f (target >= 0.97) | %.1f |\n| generate() tokens equal forward()'s | %s | | |\n",
+      steps, bound, dr.tokens_per_s, dr.tokens_per_s / bound, 1e6 / dr.tokens_per_s - dr.step_graph_us,
+      dr.generate_tokens_per_s, dr.generate_tokens_per_s / bound, 1e6 / dr.generate_tokens_per_s - dr.step_graph_us,
+      dr.generate_equal ? "yes" : "NO");
   std::printf("\n");
   const std::string features = bench_features(s, kernels, forwards, dir);
   const std::string bf16 = bench_bf16(s, kernels, forwards, dir);
@@ -329,6 +351,8 @@ int run(int argc, char** argv) {
        << ", \"seed\": " << dc.seed << "},\n    \"start_token\": " << first_token << ", \"steps\": " << steps
        << ", \"tokens_per_s\": " << dr.tokens_per_s << ", \"tokens_per_s_plain\": " << dr.tokens_per_s_plain
        << ", \"step_graph_us\": " << dr.step_graph_us << ", \"step_eager_us\": " << dr.step_eager_us
+       << ", \"generate_tokens_per_s\": " << dr.generate_tokens_per_s
+       << ", \"generate_equal\": " << (dr.generate_equal ? "true" : "false")
        << ", \"logits0\": \"decoder_logits0.f16\",\n    \"tokens\": [";
   for (std::size_t i = 0; i < dr.tokens.size(); ++i) json << (i > 0 ? ", " : "") << dr.tokens[i];
   json << "]},\n  \"features\": " << features << ",\n  \"bf16\": " << bf16 << "\n}\n";

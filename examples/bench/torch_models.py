@@ -354,6 +354,7 @@ def bench_decoder(entry, results_dir):
     eager_tokens, eager_tps = best_of_two(model, start, steps, model.step)
     ratio = entry["tokens_per_s"] / graph_tps
     return {"config": cfg, "steps": steps, "lg_tokens_per_s": entry["tokens_per_s"],
+            "lg_generate_tokens_per_s": entry.get("generate_tokens_per_s"),
             "torch_graph_tokens_per_s": graph_tps, "torch_eager_tokens_per_s": eager_tps, "ratio": ratio,
             "target": DECODER_TARGET, "met": ratio >= DECODER_TARGET, "logits_rel_err": err,
             "matching_tokens": leading_matches(tokens, entry["tokens"]), "tokens": tokens,
@@ -487,11 +488,14 @@ def print_mlp(rows):
 
 def print_decoder(r):
     c = r["config"]
-    header = ["decoder (d, heads, layers, ffn, vocab, context)", "lazygraph tok/s", "torch graph tok/s",
-              "torch eager tok/s", "lg/torch graph", "target", "logits rel err", "matching tokens"]
+    header = ["decoder (d, heads, layers, ffn, vocab, context)", "lazygraph tok/s", "lg generate() tok/s",
+              "torch graph tok/s", "torch eager tok/s", "lg/torch graph", "generate/torch graph", "target",
+              "logits rel err", "matching tokens"]
+    gen = r.get("lg_generate_tokens_per_s")
     print_table(header, [[f"({c['d']}, {c['heads']}, {c['layers']}, {c['ffn']}, {c['vocab']}, {c['context']})",
-                          fmt(r["lg_tokens_per_s"], ".0f"), fmt(r["torch_graph_tokens_per_s"], ".0f"),
+                          fmt(r["lg_tokens_per_s"], ".0f"), fmt(gen, ".0f"), fmt(r["torch_graph_tokens_per_s"], ".0f"),
                           fmt(r["torch_eager_tokens_per_s"], ".0f"), fmt(r["ratio"], ".2f"),
+                          fmt(None if gen is None else gen / r["torch_graph_tokens_per_s"], ".2f"),
                           verdict(r["target"], r["met"], ">="), fmt(r["logits_rel_err"], ".2e"),
                           f"{r['matching_tokens']} / {r['steps']}"]])
 

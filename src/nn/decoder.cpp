@@ -44,7 +44,8 @@ BasicDecoderWeights<T> BasicDecoderWeights<T>::generate(const Stream& stream, co
 
 template <Element T>
 BasicDecoderState<T>::BasicDecoderState(const Device& device, const DecoderConfig& c)
-    : io(device, 3 * kMaxRows),
+    : io(device, kIoSize),
+      generated(device, static_cast<std::size_t>(c.context)),
       next(device, kMaxRows),
       x(DeviceBuffer<T>(device, kMaxRows * static_cast<std::size_t>(c.d))),
       q(DeviceBuffer<T>(device, kMaxRows * static_cast<std::size_t>(c.d))),
@@ -88,6 +89,19 @@ void check_batch(const DecoderConfig& c, std::span<const TokenAt> steps) {
   }
   for (std::size_t r = 0; r < steps.size(); ++r) {
     check_token_at(c, steps[r].token, steps[r].position, "Decoder::forward_batch: sequence " + std::to_string(r));
+  }
+}
+
+void check_generate(const DecoderConfig& c, int token, int n, int stop_token, int start) {
+  const std::string what = "Decoder::generate";
+  check_token_at(c, token, start, what);
+  if (n < 1 || n > c.context - start) {
+    throw UsageError(what + ": n (" + std::to_string(n) + ") must be 1 to the " + std::to_string(c.context - start) +
+                     " positions the context has left from position " + std::to_string(start));
+  }
+  if (stop_token < -1 || stop_token >= c.vocab) {
+    throw UsageError(what + ": stop token " + std::to_string(stop_token) + " is outside the vocabulary [0, " +
+                     std::to_string(c.vocab) + ") (-1: none)");
   }
 }
 
@@ -148,10 +162,11 @@ BasicDecoder<T>::BasicDecoder(const Stream& stream, const KernelLibrary& library
       kernels_(library, config_.early_launch),
       weights_(checked(std::move(weights), config_)),
       state_(stream.device(), config_),
-      io_host_(stream.device(), 3 * kMaxRows),
+      io_host_(stream.device(), kIoSize),
       next_host_(stream.device(), kMaxRows),
       stream_(stream.device()),
-      graphs_(kMaxRows) {
+      graphs_(kMaxRows),
+      bound_(library, static_cast<unsigned>(config_.context)) {
   (void)graph(1);  // a decoder that cannot capture its step fails here, not at the first forward
   reset();
 }
@@ -161,6 +176,7 @@ void BasicDecoder<T>::set_sampling(const Sampling& sampling) {
   sampling.validate();
   sampling_ = sampling;
   for (auto& g : graphs_) g.reset();  // a finished replay is all they may still run: run() waits for each
+  generate_graph_.reset();
 }
 
 template <Element T>
@@ -227,6 +243,36 @@ int BasicDecoder<T>::prefill(std::span<const int> prompt, int start, int slot) {
     next = run(rows)[static_cast<std::size_t>(rows - 1)];
   }
   return next;
+}
+
+template <Element T>
+std::vector<int> BasicDecoder<T>::generate(int token, int n, int stop_token, int start) {
+  check_generate(config_, token, n, stop_token, start);
+  if (!generate_graph_) {
+    generate_graph_.emplace(CudaGraph<>::scope(stream_, [&](Scope& sc) {
+      const Condition more = sc.condition(1);
+      DeviceSpan<int> io = state_.io.view();
+      sc.record(while_(more,
+                       step_op(1) >> kernels_.generate_advance({{1, 1, 1}, {1, 1, 1}, 0}, more, state_.next.cview(),
+                                                               io.subspan(0, kMaxRows), io.subspan(kMaxRows, kMaxRows),
+                                                               state_.control(), state_.generated.view()),
+                       bound_));
+    }));
+  }
+  set_row(0, token, start, 0);
+  const std::span<int> control = io_host_.span().subspan(3 * kMaxRows, 3);
+  control[0] = n;
+  control[1] = stop_token;
+  control[2] = 0;
+  copy_async(stream_, state_.io.view(), std::as_const(io_host_).span());
+  generate_graph_->launch_on(stream_);
+  std::vector<int> out(static_cast<std::size_t>(n));
+  copy_async(stream_, std::span<int>(out), state_.generated.cview().subspan(0, out.size()));
+  copy_async(stream_, io_host_.span(), state_.io.cview());
+  stream_.synchronize();
+  last_rows_ = 1;
+  out.resize(static_cast<std::size_t>(std::clamp(std::as_const(io_host_).span()[3 * kMaxRows + 2], 0, n)));
+  return out;
 }
 
 template <Element T>

@@ -53,6 +53,7 @@ BasicKernels<T>::BasicKernels(const KernelLibrary& library, bool early)
       attention(lookup<decltype(attention)>(library, named<T>("attention"))),
       argmax(lookup<decltype(argmax)>(library, named<T>("argmax"))),
       sample(lookup<decltype(sample)>(library, named<T>("sample"))),
+      generate_advance(lookup<decltype(generate_advance)>(library, "generate_advance")),
       fill_uniform(
           lookup<decltype(fill_uniform)>(library, std::same_as<T, half> ? "fill_uniform_f16" : "fill_uniform_bf16")),
       early_launch(early) {}

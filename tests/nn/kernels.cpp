@@ -623,8 +623,9 @@ namespace {
 template <class Signature, class T>
 void check_model_kernel(const KernelDeclarations& d, std::string_view name,
                         Kernel<Signature> nn::BasicKernels<T>::* /*member*/) {
-  const std::string named = name == "fill_uniform" ? (std::same_as<T, half> ? "fill_uniform_f16" : "fill_uniform_bf16")
-                                                   : std::string(name) + std::string(nn::kernel_suffix<T>);
+  const std::string named = name == "fill_uniform"       ? (std::same_as<T, half> ? "fill_uniform_f16" : "fill_uniform_bf16")
+                            : name == "generate_advance" ? std::string(name)  // one kernel for every element type
+                                                         : std::string(name) + std::string(nn::kernel_suffix<T>);
   CAPTURE(named);
   CHECK_NOTHROW(d.template check<Signature>(named));
 }
@@ -657,21 +658,29 @@ TEST_CASE_TEMPLATE("every handle of nn::BasicKernels matches its kernel's declar
   check_model_kernel(d, "argmax", &K::argmax);
   check_model_kernel(d, "sample", &K::sample);
   check_model_kernel(d, "fill_uniform", &K::fill_uniform);
+  check_model_kernel(d, "generate_advance", &K::generate_advance);
 }
 
-TEST_CASE("every nn kernel in kernels/nn/ compiles for sm_90 with the core and the nn headers") {
+TEST_CASE("every nn kernel in kernels/nn/ compiles (and links where it sets conditions) for sm_90 with the core and nn headers") {
   const auto& sources = nn::kernel_set().sources;
   REQUIRE(sources.size() >= 8);
   std::vector<KernelSource> headers(core_kernel_headers().begin(), core_kernel_headers().end());
   headers.insert(headers.end(), nn::kernel_set().headers.begin(), nn::kernel_set().headers.end());
   CHECK(nn::kernel_set().headers.size() == 2);
-  const auto opts = nvrtc_options(90, true);
+  int linked = 0;
   for (const KernelSource& s : sources) {
     CAPTURE(s.name);
     CHECK(s.name.starts_with("nn/"));
+    auto opts = nvrtc_options(90, true);
+    if (uses_device_runtime(s)) opts.emplace_back("-rdc=true");  // as KernelLibrary compiles it
     const CompileResult r = nvrtc_compile(s, headers, opts, true);
     CHECK_MESSAGE(r.succeeded(), r.log());
+    if (r.succeeded() && uses_device_runtime(s)) {
+      CHECK_FALSE(link_device_runtime(s.name, r.image(), 90).empty());
+      ++linked;
+    }
   }
+  CHECK(linked == 1);  // generate.cu
 }
 
 TEST_SUITE("gpu") {

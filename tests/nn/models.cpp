@@ -84,6 +84,21 @@ TEST_CASE("batch and prompt beyond the configured limits are UsageErrors naming 
   CHECK_THROWS_WITH_AS(nn::check_step(config, {-1, 0}), doctest::Contains("outside the vocabulary"), lg::UsageError);
 }
 
+TEST_CASE("generate's inputs are checked before any GPU work, naming the value") {
+  namespace nn = lazygraph::nn;
+  const nn::DecoderConfig c = small_decoder();  // context 64, vocab 512
+  CHECK_NOTHROW(nn::check_generate(c, 5, 64, -1, 0));
+  CHECK_NOTHROW(nn::check_generate(c, 5, 1, 511, 63));
+  CHECK_THROWS_WITH_AS(nn::check_generate(c, 5, 0, -1, 0), doctest::Contains("n (0) must be 1 to the 64"),
+                       lg::UsageError);
+  CHECK_THROWS_WITH_AS(nn::check_generate(c, 5, 60, -1, 10), doctest::Contains("n (60) must be 1 to the 54"),
+                       lg::UsageError);
+  CHECK_THROWS_WITH_AS(nn::check_generate(c, 5, 4, 512, 0), doctest::Contains("stop token 512"), lg::UsageError);
+  CHECK_THROWS_WITH_AS(nn::check_generate(c, 5, 4, -2, 0), doctest::Contains("stop token -2"), lg::UsageError);
+  CHECK_THROWS_WITH_AS(nn::check_generate(c, 512, 4, -1, 0), doctest::Contains("token 512"), lg::UsageError);
+  CHECK_THROWS_WITH_AS(nn::check_generate(c, 5, 4, -1, 64), doctest::Contains("position 64"), lg::UsageError);
+}
+
 TEST_CASE("a decoder config with max_batch outside 1..8 is rejected, naming it") {
   lazygraph::nn::DecoderConfig c = small_decoder();
   c.max_batch = 9;
@@ -332,6 +347,38 @@ TEST_SUITE("gpu") {
       tb = b.forward_batch(std::vector<lazygraph::nn::TokenAt>{{0, 0}, {tb, p}})[1];
       CHECK(ta == tb);
     }
+  }
+
+  TEST_CASE(
+      "generate runs many steps in one replay and gives the tokens of the forward loop, stopping at the stop token") {
+    lazygraph::nn::DecoderConfig config = small_decoder();
+    config.kv_heads = 2;
+    lazygraph::nn::Decoder decoder(lgtest::stream(), lgtest::nn_kernels(), config);
+    std::vector<int> want;
+    int t = 7;
+    for (int p = 0; p < 40; ++p) want.push_back(t = decoder.forward({t, p}));
+    const std::vector<half> last_logits = decoder.logits();
+    decoder.reset();
+    const std::vector<int> got = decoder.generate(7, 40);
+    CHECK(got == want);
+    const std::vector<half> loop_logits = decoder.logits();  // the last step's, as after the forward loop
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < loop_logits.size(); ++i) differ += loop_logits[i].bits != last_logits[i].bits ? 1 : 0;
+    CHECK(differ == 0);
+    // Stopping early: the loop ends after the first occurrence of the stop token, which is returned.
+    const int stop = want[12];
+    const auto first = static_cast<std::size_t>(std::find(want.begin(), want.end(), stop) - want.begin());
+    CHECK(decoder.generate(7, 40, stop) == std::vector<int>(want.begin(), want.begin() + static_cast<long>(first) + 1));
+    // From a later position (after prefill, here the forward loop's first 10 steps), and n = 1.
+    CHECK(decoder.generate(want[9], 30, -1, 10) == std::vector<int>(want.begin() + 10, want.end()));
+    CHECK(decoder.generate(want[20], 1, -1, 21) == std::vector<int>{want[21]});
+    CHECK_THROWS_AS((void)decoder.generate(7, 65), lg::UsageError);
+    // Sampling: the same draws as the forward loop (they depend on seed, position and sequence only).
+    decoder.set_sampling({0.9F, 20, 5});
+    std::vector<int> sampled;
+    t = 3;
+    for (int p = 0; p < 24; ++p) sampled.push_back(t = decoder.forward({t, p}));
+    CHECK(decoder.generate(3, 24) == sampled);
   }
 
   TEST_CASE("a decoder refuses a batch or prompt beyond its limits and stays usable") {

@@ -21,6 +21,8 @@ namespace lazygraph::nn {
 
 /// Rows one step processes at most: sequences of a batch, or tokens of a prompt chunk (prefill).
 inline constexpr int kMaxRows = 8;
+/// Ints of the io buffer: tokens, positions and slots (kMaxRows each), then generate's control [n, stop, count].
+inline constexpr int kIoSize = 3 * kMaxRows + 3;
 
 /// The decoder's shape. The defaults are the small model of docs/nn.md.
 struct DecoderConfig {
@@ -88,17 +90,18 @@ struct BasicDecoderState {
   /// Allocates every buffer for `config` (uninitialised).
   BasicDecoderState(const Device& device, const DecoderConfig& config);
 
-  DeviceBuffer<int> io;     ///< [tokens | positions | slots], kMaxRows each: written before each replay
-  DeviceBuffer<int> next;   ///< the chosen next token of each row [kMaxRows]
-  DeviceBuffer<T> x;        ///< residual streams [kMaxRows][d]
-  DeviceBuffer<T> q;        ///< [kMaxRows][d]
-  DeviceBuffer<T> k;        ///< [kMaxRows][kv_dim]
-  DeviceBuffer<T> v;        ///< [kMaxRows][kv_dim]
-  DeviceBuffer<T> attn;     ///< attention outputs [kMaxRows][d]
-  DeviceBuffer<T> act;      ///< MLP activations [kMaxRows][ffn]
-  DeviceBuffer<T> logits;   ///< [kMaxRows][vocab]
-  DeviceBuffer<T> k_cache;  ///< [layers][max_batch][kv_heads][context][head_dim]
-  DeviceBuffer<T> v_cache;  ///< like k_cache
+  DeviceBuffer<int> io;         ///< [tokens | positions | slots | control]: written before each replay (kIoSize ints)
+  DeviceBuffer<int> generated;  ///< the tokens Decoder::generate's loop appends [context]
+  DeviceBuffer<int> next;       ///< the chosen next token of each row [kMaxRows]
+  DeviceBuffer<T> x;            ///< residual streams [kMaxRows][d]
+  DeviceBuffer<T> q;            ///< [kMaxRows][d]
+  DeviceBuffer<T> k;            ///< [kMaxRows][kv_dim]
+  DeviceBuffer<T> v;            ///< [kMaxRows][kv_dim]
+  DeviceBuffer<T> attn;         ///< attention outputs [kMaxRows][d]
+  DeviceBuffer<T> act;          ///< MLP activations [kMaxRows][ffn]
+  DeviceBuffer<T> logits;       ///< [kMaxRows][vocab]
+  DeviceBuffer<T> k_cache;      ///< [layers][max_batch][kv_heads][context][head_dim]
+  DeviceBuffer<T> v_cache;      ///< like k_cache
 
   /// The rows' tokens, as the graph reads them.
   [[nodiscard]] DeviceSpan<const int> tokens() const { return io.cview().subspan(0, kMaxRows); }
@@ -106,6 +109,8 @@ struct BasicDecoderState {
   [[nodiscard]] DeviceSpan<const int> positions() const { return io.cview().subspan(kMaxRows, kMaxRows); }
   /// The rows' sequence slots (which KV cache each row reads and appends to).
   [[nodiscard]] DeviceSpan<const int> slots() const { return io.cview().subspan(2 * kMaxRows, kMaxRows); }
+  /// generate's control: [n, stop_token, count].
+  [[nodiscard]] DeviceSpan<int> control() { return io.view().subspan(3 * kMaxRows, 3); }
 };
 
 /// The step memory of an fp16 decoder.
@@ -190,6 +195,9 @@ struct TokenAt {
 void check_step(const DecoderConfig& config, TokenAt step);
 /// What Decoder::forward_batch checks: 1 to max_batch steps, each as check_step (naming the sequence).
 void check_batch(const DecoderConfig& config, std::span<const TokenAt> steps);
+/// What Decoder::generate checks: n from 1 to the positions left in the context after `start`, a token in the
+/// vocabulary, a stop token in it or -1 (none), a start position in the context. \throws UsageError naming the value.
+void check_generate(const DecoderConfig& config, int token, int n, int stop_token, int start);
 /// What Decoder::prefill checks: a non-empty prompt of tokens in the vocabulary that fits the context from
 /// `start`, and a slot in [0, max_batch). \throws UsageError naming the value.
 void check_prompt(const DecoderConfig& config, std::span<const int> prompt, int start, int slot);
@@ -228,6 +236,13 @@ class BasicDecoder {
   /// empty prompt, a token outside the vocabulary (naming its index), a prompt that does not fit the context from
   /// `start`, or a slot outside [0, max_batch).
   int prefill(std::span<const int> prompt, int start = 0, int slot = 0);
+
+  /// Generates up to `n` tokens of sequence 0 from `token` at position `start` in ONE graph replay: a WHILE loop on
+  /// the device runs the decode step, appends its token, advances the position and stops after n tokens or after
+  /// `stop_token` (which is returned too; -1: none). The same tokens as n calls of forward (greedy or sampled), with
+  /// no host round trip between them. The loop graph is captured on first use, its loop bounded by the context.
+  /// \throws UsageError (check_generate) before any GPU work.
+  std::vector<int> generate(int token, int n, int stop_token = -1, int start = 0);
 
   /// Clears the KV caches (not needed to start over at position 0; it makes stale entries impossible to read).
   void reset();
@@ -269,6 +284,8 @@ class BasicDecoder {
   Stream stream_;
   Sampling sampling_;
   std::vector<std::optional<CudaGraph<>>> graphs_;  ///< [rows - 1], captured on first use
+  LoopBound bound_;                                 ///< generate's loop bound: the context
+  std::optional<CudaGraph<>> generate_graph_;       ///< generate's loop, captured on first use
   int last_rows_ = 1;
 };
 

@@ -101,6 +101,9 @@ struct BasicKernels {
   /// sample(logits, out, positions, slots, n, top_k, temperature, seed): per row (one block each), the greedy or
   /// sampled next token (kernels/nn/sample.cu, sampling.hpp).
   Kernel<void(const T*, int*, const int*, const int*, int, int, float, unsigned)> sample;
+  /// generate_advance(c, next, tokens, positions, control, out): the loop step of Decoder::generate, for any
+  /// element type (kernels/nn/generate.cu).
+  Kernel<void(Condition, const int*, int*, int*, int*, int*)> generate_advance;
   /// fill_uniform_f16 / fill_uniform_bf16(out, n, key, scale, offset): seeded weights (kernels/nn/random.cu,
   /// docs/nn.md).
   Kernel<void(T*, long long, unsigned, float, float)> fill_uniform;
