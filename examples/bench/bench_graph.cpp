@@ -478,6 +478,66 @@ void breakdown_table(const lg::Device& gpu, const lg::Stream& s, const Axpy& k, 
       "calls alone.\n");
 }
 
+/// Kernels for the control-flow table: set a condition from device memory, count loop iterations.
+const char* const control_source = R"(#include "lazygraph/condition.cuh"
+extern "C" __global__ void set_from(lg::Condition c, const unsigned* v) { lg::set_condition(c, *v); }
+extern "C" __global__ void count_to(lg::Condition c, unsigned* hits, unsigned target) {
+  *hits += 1;
+  lg::set_condition(c, *hits < target ? 1u : 0u);
+}
+extern "C" __global__ void bump(unsigned* hits) { *hits += 1; }
+)";
+
+/// What device-side control flow costs: an IF whose condition is false (graph [set, if_(c, bump)] minus graph [set]),
+/// and one WHILE iteration (a loop of N iterations of a one-thread kernel, per iteration) against a chain of N
+/// such kernels (the same work, unrolled into the graph).
+void control_flow_table(const lg::Device& gpu, const lg::Stream& s) {
+  lg::KernelLibraryOptions options;
+  options.kernel_sets = {lg::core_kernels(), lg::KernelSet{"bench", {{"control_bench.cu", control_source}}, {}}};
+  const lg::KernelLibrary lib(gpu, std::move(options));
+  const auto set_from = lib.get<void(lg::Condition, const unsigned*)>("set_from");
+  const auto count_to = lib.get<void(lg::Condition, unsigned*, unsigned)>("count_to");
+  const auto bump = lib.get<void(unsigned*)>("bump");
+  const lg::LaunchConfig one{{1, 1, 1}, {1, 1, 1}, 0};
+  auto zero = lg::zeros<unsigned>(1).sync_on(s);
+  auto hits = lg::zeros<unsigned>(1).sync_on(s);
+  const int n = 1000;
+  const lg::LoopBound bound(lib, n + 1);
+
+  auto set_only = lg::CudaGraph<>::scope(s, [&](lg::Scope& sc) {
+    const lg::Condition c = sc.condition();
+    sc.record(set_from(one, c, zero.cview()));
+  });
+  auto if_false = lg::CudaGraph<>::scope(s, [&](lg::Scope& sc) {
+    const lg::Condition c = sc.condition();
+    sc.record(set_from(one, c, zero.cview()) >> lg::if_(c, bump(one, hits.view())));
+  });
+  auto loop = lg::CudaGraph<>::scope(s, [&](lg::Scope& sc) {
+    const lg::Condition c = sc.condition(1);
+    sc.record(lg::fill(hits.view(), 0U) >>
+              lg::while_(c, count_to(one, c, hits.view(), static_cast<unsigned>(n)), bound));
+  });
+  std::vector<lg::LaunchOp<unsigned*>> bumps;
+  for (int i = 0; i < n; ++i) bumps.push_back(bump(one, hits.view()));
+  auto chain = lg::CudaGraph<>::capture(s, lg::chain(std::move(bumps)));
+
+  const double set_us = time_per_kernel(s, 1, [&] { set_only.launch_on(s); });
+  const double if_us = time_per_kernel(s, 1, [&] { if_false.launch_on(s); });
+  const double loop_us = time_per_kernel(s, n, [&] { loop.launch_on(s); });
+  const double chain_us = time_per_kernel(s, n, [&] { chain.launch_on(s); });
+  const unsigned iterations = bound.iterations(s);
+  std::printf("\ndevice-side control flow on %s (graph replays, medians)\n  %-62s %10s\n", gpu.name().c_str(),
+              "variant", "us");
+  const auto line = [](const char* what, double us) { std::printf("  %-62s %10.3f\n", what, us); };
+  line("graph [set condition], per replay", set_us);
+  line("graph [set condition, if_ false], per replay", if_us);
+  line("  an IF that is false costs", if_us - set_us);
+  line("WHILE of 1000 iterations of one 1-thread kernel, per iteration", loop_us);
+  line("chain of 1000 such kernels in one graph, per kernel", chain_us);
+  line("  one WHILE iteration beyond a chained kernel", loop_us - chain_us);
+  std::printf("  %-62s %10u\n", "iterations the loop ran (1000)", iterations);
+}
+
 int run() {
   if (example::skip_without_gpu("bench_graph")) return example::exit_skipped;
   lg::Device gpu = lg::Device::first();
@@ -535,6 +595,7 @@ int run() {
   s.synchronize();
   lifecycle_table(gpu, s, kernels, x);
   breakdown_table(gpu, s, k, x);
+  control_flow_table(gpu, s);
   s.synchronize();
   return 0;
 }
@@ -545,7 +606,7 @@ constexpr const char* usage =
     "lazygraph graph; 4 chains with all(...) vs serially; host build+record+instantiate time per node; then the\n"
     "graph lifecycle, a section each: build vs capture, update_from vs re-capturing, DeviceScalar vs a new\n"
     "graph per value, built replay vs raw (with the targets, and whether they are met); then where recording\n"
-    "and updating time goes.\n"
+    "and updating time goes; then what an IF that is false and a WHILE iteration cost on the device.\n"
     "Exit status: 0 done, 1 failed, 77 skipped (no GPU; the reason is printed).\n";
 
 }  // namespace
