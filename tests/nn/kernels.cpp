@@ -623,7 +623,7 @@ namespace {
 template <class Signature, class T>
 void check_model_kernel(const KernelDeclarations& d, std::string_view name,
                         Kernel<Signature> nn::BasicKernels<T>::* /*member*/) {
-  const std::string named = name == "fill_uniform"       ? (std::same_as<T, half> ? "fill_uniform_f16" : "fill_uniform_bf16")
+  const std::string named = name == "fill_uniform" ? (std::same_as<T, half> ? "fill_uniform_f16" : "fill_uniform_bf16")
                             : name == "generate_advance" ? std::string(name)  // one kernel for every element type
                                                          : std::string(name) + std::string(nn::kernel_suffix<T>);
   CAPTURE(named);
@@ -661,7 +661,9 @@ TEST_CASE_TEMPLATE("every handle of nn::BasicKernels matches its kernel's declar
   check_model_kernel(d, "generate_advance", &K::generate_advance);
 }
 
-TEST_CASE("every nn kernel in kernels/nn/ compiles (and links where it sets conditions) for sm_90 with the core and nn headers") {
+TEST_CASE(
+    "every nn kernel in kernels/nn/ compiles (and links where it sets conditions) for sm_90 with the core and nn "
+    "headers") {
   const auto& sources = nn::kernel_set().sources;
   REQUIRE(sources.size() >= 8);
   std::vector<KernelSource> headers(core_kernel_headers().begin(), core_kernel_headers().end());
