@@ -12,7 +12,9 @@ Condition Scope::condition(unsigned default_value) {
   }
   const CUcontext ctx = ctx_->stream().device().context();
   const CUgraph graph = detail::driver::capture_graph(ctx, ctx_->stream().get());
-  return Condition{detail::driver::conditional_handle_create(ctx, graph, default_value)};
+  const Condition c{detail::driver::conditional_handle_create(ctx, graph, default_value)};
+  ctx_->condition_made(c.handle);
+  return c;
 }
 
 }  // namespace lazygraph

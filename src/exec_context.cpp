@@ -180,6 +180,7 @@ void ExecContext::conditional(CUgraphConditionalHandle handle, CUgraphConditiona
                      std::to_string(drv::driver_version() / 1000) + "." +
                      std::to_string(drv::driver_version() % 1000 / 10));
   }
+  std::erase(unconsumed_conditions_, handle);
   const CUcontext ctx = current_->device().context();
   const std::vector<CUgraph> bodies = drv::capture_add_conditional(ctx, current_->get(), handle, type, size);
   for (unsigned i = 0; i < size; ++i) {
@@ -212,6 +213,15 @@ void ExecContext::conditional(CUgraphConditionalHandle handle, CUgraphConditiona
       throw;
     }
     drv::graph_destroy_no_throw(captured);  // the node holds a copy
+  }
+}
+
+void ExecContext::check_conditions_consumed() const {
+  if (!unconsumed_conditions_.empty()) {
+    throw UsageError(std::to_string(unconsumed_conditions_.size()) +
+                     " condition(s) made by Scope::condition steer no if_, if_else, while_ or switch_ of the graph; "
+                     "CUDA cannot instantiate a graph with an unused condition — record the conditional op, or make "
+                     "no condition");
   }
 }
 

@@ -139,6 +139,23 @@ TEST_SUITE("gpu") {
     CHECK_FALSE(bound.reached(s));
   }
 
+  TEST_CASE("a condition no conditional op uses fails the capture with a UsageError, and the stream stays usable") {
+    Stream& s = lgtest::stream();
+    const auto set_from = library().get<void(Condition, const unsigned*)>("set_from");
+    auto flag = lgtest::to_device(s, std::vector<unsigned>{0});
+    const LaunchConfig one{{1, 1, 1}, {1, 1, 1}, 0};
+    const LiveHandles before = live_handles();
+    CHECK_THROWS_WITH_AS((void)CudaGraph<>::scope(s,
+                                                  [&](Scope& sc) {
+                                                    const Condition c = sc.condition();
+                                                    sc.record(set_from(one, c, flag.cview()));
+                                                  }),
+                         doctest::Contains("steer no if_"), UsageError);
+    CHECK(live_handles().graphs == before.graphs);
+    fill(flag.view(), 3U).sync_on(s);
+    CHECK(read(flag)[0] == 3);
+  }
+
   TEST_CASE("conditional ops refuse to run eagerly or be built, and LoopBound refuses a zero bound") {
     Stream& s = lgtest::stream();
     const auto add = library().get<void(unsigned*, unsigned)>("add");

@@ -162,6 +162,7 @@ class CudaGraph {
       } else {
         result.emplace(callback(*s));
       }
+      ctx.check_conditions_consumed();
     } catch (...) {
       s->close();
       if (session != nullptr) session->abort();

@@ -110,6 +110,11 @@ class ExecContext {
   /// need a captured graph), or for a driver too old for `type` and `size` (naming its version).
   void conditional(CUgraphConditionalHandle handle, CUgraphConditionalNodeType type, unsigned size,
                    const std::function<void(unsigned, ExecContext&)>& body);
+  /// Notes a condition made for the graph being captured (Scope::condition): conditional() consumes it.
+  void condition_made(CUgraphConditionalHandle handle) { unconsumed_conditions_.push_back(handle); }
+  /// \throws UsageError when a condition made for this graph steers no conditional node (CUDA refuses to
+  /// instantiate such a graph).
+  void check_conditions_consumed() const;
   /// A node without work that everything after it depends on (an empty node in a graph; nothing eagerly, where
   /// a stream orders the work anyway).
   void join();
@@ -151,6 +156,7 @@ class ExecContext {
   std::shared_ptr<HostCallErrors> host_errors_;
   std::vector<std::shared_ptr<const void>> owners_;
   std::vector<std::unique_ptr<Stream>> side_streams_;
+  std::vector<CUgraphConditionalHandle> unconsumed_conditions_;
   std::size_t side_streams_in_use_ = 0;
   std::vector<Event> events_;  // kept until the context ends: a recorded event wait refers to them
 };
