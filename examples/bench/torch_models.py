@@ -451,6 +451,16 @@ def bench_bf16(entry, cfg, n):
         tokens.append(token)
     out["matching_tokens"] = leading_matches(tokens, entry["tokens"])
     out["steps"] = len(tokens)
+    # Teacher-forced: torch steps on lazygraph's tokens, so one near tie does not end the comparison; count the
+    # steps whose next token agrees.
+    one.reset()
+    agree = 0
+    for p, want in enumerate(entry["tokens"]):
+        one.tok.fill_(entry["start_token"] if p == 0 else entry["tokens"][p - 1])
+        one.pos.fill_(p)
+        graph.replay()
+        agree += int(one.next_tok.item()) == want
+    out["teacher_forced_agree"] = agree
     del one, graph
     out["step_us"] = step_times(cfg, entry["step_us"], n, torch.bfloat16)
     return out
@@ -528,7 +538,8 @@ def print_bf16(r, fp16_step_us):
     print(f"bf16 GQA decoder (d {c['d']}, heads {c['heads']}, kv heads {c['kv_heads']}, layers {c['layers']}): "
           "lazygraph DecoderBf16 vs PyTorch bfloat16 on the same seeded weights\n")
     print_table(["check", "rel err of logits (step 0)", "tokens"],
-                [["greedy, 1 sequence", fmt(r["logits_rel_err"], ".2e"), f"{r['matching_tokens']} / {r['steps']} equal"]])
+                [["greedy, 1 sequence", fmt(r["logits_rel_err"], ".2e"), f"{r['matching_tokens']} / {r['steps']} equal"],
+                 ["teacher-forced on lazygraph's tokens", "", f"{r['teacher_forced_agree']} / {r['steps']} agree"]])
     rows = []
     for b, v in r["step_us"].items():
         fp16 = fp16_step_us.get(b, {}).get("lg")
