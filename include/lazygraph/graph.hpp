@@ -1,7 +1,7 @@
 #pragma once
 /// \file
 /// Layer 4, graphs: Scope, CudaGraph (capture, build, update_from), DeviceScalar, child graphs, conditions and
-/// conditional ops (if_, while_, switch_), graph options and introspection.
+/// conditional ops (if_, while_, switch_), graph caches, graph options and introspection.
 
 #include "lazygraph/detail/graph/child_graph.hpp"
 #include "lazygraph/detail/graph/condition.hpp"
@@ -9,6 +9,7 @@
 #include "lazygraph/detail/graph/cuda_graph.hpp"
 #include "lazygraph/detail/graph/device_scalar.hpp"
 #include "lazygraph/detail/graph/graph_build.hpp"
+#include "lazygraph/detail/graph/graph_cache.hpp"
 #include "lazygraph/detail/graph/graph_options.hpp"
 #include "lazygraph/detail/graph/graph_state.hpp"
 #include "lazygraph/detail/graph/scope.hpp"

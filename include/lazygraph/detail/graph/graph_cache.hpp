@@ -1,0 +1,123 @@
+#pragma once
+/// \file
+/// GraphCache: many graphs of one computation, one per key (a batch size, a sequence bucket, a shape), made on
+/// first use and replayed after — what vLLM and torch.compile do per batch size. Bounded: past `capacity` graphs
+/// the least recently used one is dropped. `bucket_for` rounds a run-time size up to one of a few sizes, so that a
+/// handful of keys cover every size.
+///
+/// What it does not do yet: share one memory pool between its graphs (graphs here own no scratch memory of their
+/// own: their buffers are the user's), or pad and unpad inputs (the caller sizes its buffers for the bucket).
+///
+/// Thread safety: none; guard a cache shared between threads with a lock (its graphs' replays are the slow part).
+
+#include <algorithm>
+#include <cstddef>
+#include <functional>
+#include <list>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "lazygraph/detail/driver/error.hpp"
+#include "lazygraph/detail/graph/cuda_graph.hpp"
+
+namespace lazygraph {
+
+/// The smallest of `buckets` (ascending) that is at least `size`. \throws UsageError when `buckets` is empty or
+/// not ascending, or `size` is beyond the largest, naming both.
+[[nodiscard]] inline std::size_t bucket_for(std::size_t size, std::span<const std::size_t> buckets) {
+  if (buckets.empty()) throw UsageError("bucket_for: no buckets");
+  if (!std::is_sorted(buckets.begin(), buckets.end())) throw UsageError("bucket_for: buckets must be ascending");
+  const auto it = std::lower_bound(buckets.begin(), buckets.end(), size);
+  if (it == buckets.end()) {
+    throw UsageError("bucket_for: size " + std::to_string(size) + " is beyond the largest bucket (" +
+                     std::to_string(buckets.back()) + ")");
+  }
+  return *it;
+}
+
+/// Hits, misses and evictions of a GraphCache since it was made.
+struct GraphCacheStats {
+  std::size_t hits = 0;       ///< get() found the key
+  std::size_t misses = 0;     ///< get() did not find it (and called the maker)
+  std::size_t made = 0;       ///< graphs the maker returned (misses whose maker did not throw)
+  std::size_t evictions = 0;  ///< graphs dropped to stay within capacity
+};
+
+/// Graphs by key, made by `make(key)` on a miss (a capture or build), at most `capacity` of them, the least recently
+/// used dropped first. `Graph` is CudaGraph<> by default; any movable type works (the cache only stores it).
+template <class Key, class Graph = CudaGraph<>, class Hash = std::hash<Key>>
+class GraphCache {
+ public:
+  /// How a graph is made for a key.
+  using Maker = std::function<Graph(const Key&)>;
+
+  /// \throws UsageError for capacity 0 or an empty maker.
+  GraphCache(std::size_t capacity, Maker make) : capacity_(capacity), make_(std::move(make)) {
+    if (capacity_ == 0) throw UsageError("GraphCache: capacity must be at least 1");
+    if (!make_) throw UsageError("GraphCache: no maker");
+  }
+
+  /// The graph of `key`: the cached one (now the most recently used), or a new one from the maker, cached. When
+  /// the maker throws (out of memory while capturing, say), the exception propagates and the cache is as it was:
+  /// its other graphs keep working. A graph is dropped only after its replacement was made; dropping one that a
+  /// stream still runs waits for those replays (as destroying any CudaGraph does). The reference is valid until the
+  /// next get() that misses.
+  Graph& get(const Key& key) {
+    if (const auto it = index_.find(key); it != index_.end()) {
+      ++stats_.hits;
+      if (it->second != entries_.begin()) entries_.splice(entries_.begin(), entries_, it->second);
+      return it->second->second;
+    }
+    ++stats_.misses;
+    Graph made = make_(key);
+    ++stats_.made;
+    entries_.emplace_front(key, std::move(made));
+    try {
+      index_.emplace(key, entries_.begin());
+    } catch (...) {
+      entries_.pop_front();
+      throw;
+    }
+    while (entries_.size() > capacity_) {
+      index_.erase(entries_.back().first);
+      entries_.pop_back();
+      ++stats_.evictions;
+    }
+    return entries_.front().second;
+  }
+
+  /// Whether `key` has a graph (does not count as a use).
+  [[nodiscard]] bool contains(const Key& key) const { return index_.find(key) != index_.end(); }
+  /// Graphs held.
+  [[nodiscard]] std::size_t size() const noexcept { return entries_.size(); }
+  /// The most graphs held at once.
+  [[nodiscard]] std::size_t capacity() const noexcept { return capacity_; }
+  /// Counters since construction.
+  [[nodiscard]] const GraphCacheStats& stats() const noexcept { return stats_; }
+  /// The keys from most to least recently used.
+  [[nodiscard]] std::vector<Key> keys() const {
+    std::vector<Key> out;
+    out.reserve(entries_.size());
+    for (const auto& e : entries_) out.push_back(e.first);
+    return out;
+  }
+  /// Drops every graph (counters stay).
+  void clear() noexcept {
+    index_.clear();
+    entries_.clear();
+  }
+
+ private:
+  using Entries = std::list<std::pair<Key, Graph>>;
+  std::size_t capacity_;
+  Maker make_;
+  Entries entries_;  ///< most recently used first
+  std::unordered_map<Key, typename Entries::iterator, Hash> index_;
+  GraphCacheStats stats_;
+};
+
+}  // namespace lazygraph
