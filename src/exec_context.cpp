@@ -1,6 +1,7 @@
 #include "lazygraph/detail/ops/exec_context.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -138,6 +139,7 @@ void ExecContext::fill(CUdeviceptr dst, unsigned pattern, std::size_t element_si
 }
 
 void ExecContext::host_function(CUhostFn fn, void* data, std::string_view name) {
+  refuse_in_body("a host call");
   if (plan_ != nullptr) {
     detail::PlannedNode node;
     node.type = CU_GRAPH_NODE_TYPE_HOST;
@@ -169,6 +171,7 @@ void ExecContext::child_graph(CUgraph graph) {
 
 void ExecContext::conditional(CUgraphConditionalHandle handle, CUgraphConditionalNodeType type, unsigned size,
                               const std::function<void(unsigned, ExecContext&)>& body) {
+  refuse_in_body("a conditional op (nesting is not supported yet)");
   if (!recording_ || plan_ != nullptr) {
     throw UsageError(std::string(plan_ != nullptr ? "CudaGraph::build" : "run eagerly") +
                      ": if_, if_else, while_ and switch_ are nodes of a captured graph; record them with "
@@ -184,20 +187,26 @@ void ExecContext::conditional(CUgraphConditionalHandle handle, CUgraphConditiona
   const CUcontext ctx = current_->device().context();
   const std::vector<CUgraph> bodies = drv::capture_add_conditional(ctx, current_->get(), handle, type, size);
   for (unsigned i = 0; i < size; ++i) {
-    // Each body is captured on a stream of its own into a graph that becomes the body's one (child) node.
+    // Each body is captured on a stream of its own into a graph that becomes the body's one (child) node. The
+    // body's context outlives its capture: its fork streams and events take part in it until it ends.
     const Stream side = Stream::pooled(current_->device());
     drv::capture_begin(ctx, side.get(), CU_STREAM_CAPTURE_MODE_RELAXED);
     CUgraph captured = nullptr;
+    std::optional<ExecContext> inner;
     try {
-      ExecContext inner(side, true, host_errors());
-      body(i, inner);
-      for (const auto& owner : inner.take_owners()) keep_alive(owner);
+      inner.emplace(side, true, host_errors());
+      inner->body_of_ = type == CU_GRAPH_COND_TYPE_WHILE    ? "while_"
+                        : type == CU_GRAPH_COND_TYPE_SWITCH ? "switch_"
+                                                            : "if_";
+      body(i, *inner);
+      for (const auto& owner : inner->take_owners()) keep_alive(owner);
     } catch (...) {
       (void)drv::capture_end_no_throw(side.get(), &captured);
       drv::graph_destroy_no_throw(captured);
       throw;
     }
     const CUresult r = drv::capture_end_no_throw(side.get(), &captured);
+    inner.reset();
     if (r != CUDA_SUCCESS || captured == nullptr) {
       drv::graph_destroy_no_throw(captured);
       drv::throw_error(r != CUDA_SUCCESS ? r : CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "cuStreamEndCapture",
@@ -213,6 +222,13 @@ void ExecContext::conditional(CUgraphConditionalHandle handle, CUgraphConditiona
       throw;
     }
     drv::graph_destroy_no_throw(captured);  // the node holds a copy
+  }
+}
+
+void ExecContext::refuse_in_body(std::string_view what) const {
+  if (body_of_ != nullptr) {
+    throw UsageError(std::string(what) + " inside the body of " + body_of_ +
+                     ": a conditional body may hold kernels, copies, fills and child graphs only");
   }
 }
 
@@ -239,6 +255,7 @@ void ExecContext::join() {
 }
 
 void ExecContext::record_event(CUevent event) {
+  refuse_in_body("an event record");
   if (plan_ != nullptr) {
     detail::PlannedNode node;
     node.type = CU_GRAPH_NODE_TYPE_EVENT_RECORD;
@@ -254,6 +271,7 @@ void ExecContext::record_event(CUevent event) {
 }
 
 void ExecContext::wait_event(CUevent event) {
+  refuse_in_body("an event wait");
   if (plan_ != nullptr) {
     detail::PlannedNode node;
     node.type = CU_GRAPH_NODE_TYPE_WAIT_EVENT;

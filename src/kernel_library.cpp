@@ -180,9 +180,17 @@ KernelLibrary::KernelLibrary(const Device& device, KernelLibraryOptions options)
   std::vector<BuiltModule> built;
   built.reserve(pending.size());
   std::exception_ptr first_error;
-  for (auto& p : pending) {
+  for (std::size_t i = 0; i < pending.size(); ++i) {
     try {
-      built.push_back(p.get());
+      built.push_back(pending[i].get());
+    } catch (const CompileError& e) {
+      // A module that needs the device runtime (conditions) and cannot have it here — a GPU this NVRTC makes only
+      // PTX for, or no libcudadevrt.a — is left out: its kernels are unknown, with this reason; the rest works.
+      if (uses_device_runtime(*sources[i].source)) {
+        left_out_.push_back(sources[i].source->name + ": " + e.what());
+      } else if (!first_error) {
+        first_error = std::current_exception();
+      }
     } catch (...) {
       if (!first_error) first_error = std::current_exception();
     }
@@ -229,8 +237,10 @@ std::shared_ptr<detail::KernelInfo> KernelLibrary::lookup(std::string_view name,
                                                           std::string_view signature) const {
   const auto it = kernels_.find(name);
   if (it == kernels_.end()) {
+    std::string left_out;
+    for (const std::string& why : left_out_) left_out += "; left out " + why;
     throw UsageError("unknown kernel \"" + std::string(name) + "\": the kernel library has " +
-                     (kernels_.empty() ? std::string("no kernels") : join(kernel_names(), ", ")));
+                     (kernels_.empty() ? std::string("no kernels") : join(kernel_names(), ", ")) + left_out);
   }
   const detail::KernelInfo& info = *it->second;
   const KernelDeclaration& declared = declarations_.require(name, "module " + info.module->name());

@@ -165,15 +165,15 @@ BasicDecoder<T>::BasicDecoder(const Stream& stream, const KernelLibrary& library
       io_host_(stream.device(), kIoSize),
       next_host_(stream.device(), kMaxRows),
       stream_(stream.device()),
-      graphs_(kMaxRows),
-      bound_(library, static_cast<unsigned>(config_.context)) {
-  (void)graph(1);  // a decoder that cannot capture its step fails here, not at the first forward
+      graphs_(kMaxRows) {
+  (void)step_graph(1);  // a decoder that cannot capture its step fails here, not at the first forward
   reset();
 }
 
 template <Element T>
 void BasicDecoder<T>::set_sampling(const Sampling& sampling) {
   sampling.validate();
+  const std::lock_guard<std::mutex> lock(*mutex_);
   sampling_ = sampling;
   for (auto& g : graphs_) g.reset();  // a finished replay is all they may still run: run() waits for each
   generate_graph_.reset();
@@ -181,6 +181,12 @@ void BasicDecoder<T>::set_sampling(const Sampling& sampling) {
 
 template <Element T>
 CudaGraph<>& BasicDecoder<T>::graph(int rows) {
+  const std::lock_guard<std::mutex> lock(*mutex_);
+  return step_graph(rows);
+}
+
+template <Element T>
+CudaGraph<>& BasicDecoder<T>::step_graph(int rows) {
   if (rows < 1 || rows > kMaxRows) {
     throw UsageError("Decoder::graph: rows (" + std::to_string(rows) + ") must be 1 to " + std::to_string(kMaxRows));
   }
@@ -191,6 +197,7 @@ CudaGraph<>& BasicDecoder<T>::graph(int rows) {
 
 template <Element T>
 void BasicDecoder<T>::reset() {
+  const std::lock_guard<std::mutex> lock(*mutex_);
   (fill(state_.k_cache.view(), T{}) >> fill(state_.v_cache.view(), T{})).sync_on(stream_);
 }
 
@@ -204,7 +211,7 @@ void BasicDecoder<T>::set_row(int row, int token, int position, int slot) {
 
 template <Element T>
 std::span<const int> BasicDecoder<T>::run(int rows) {
-  CudaGraph<>& g = graph(rows);
+  CudaGraph<>& g = step_graph(rows);
   copy_async(stream_, state_.io.view(), std::as_const(io_host_).span());
   g.launch_on(stream_);
   copy_async(stream_, next_host_.span(), state_.next.cview());
@@ -216,6 +223,7 @@ std::span<const int> BasicDecoder<T>::run(int rows) {
 template <Element T>
 typename BasicDecoder<T>::Output BasicDecoder<T>::forward(Input in) {
   check_step(config_, in);
+  const std::lock_guard<std::mutex> lock(*mutex_);
   set_row(0, in.token, in.position, 0);
   return run(1)[0];
 }
@@ -223,6 +231,7 @@ typename BasicDecoder<T>::Output BasicDecoder<T>::forward(Input in) {
 template <Element T>
 std::vector<int> BasicDecoder<T>::forward_batch(std::span<const TokenAt> steps) {
   check_batch(config_, steps);
+  const std::lock_guard<std::mutex> lock(*mutex_);
   for (std::size_t r = 0; r < steps.size(); ++r) {
     set_row(static_cast<int>(r), steps[r].token, steps[r].position, static_cast<int>(r));
   }
@@ -233,6 +242,7 @@ std::vector<int> BasicDecoder<T>::forward_batch(std::span<const TokenAt> steps) 
 template <Element T>
 int BasicDecoder<T>::prefill(std::span<const int> prompt, int start, int slot) {
   check_prompt(config_, prompt, start, slot);
+  const std::lock_guard<std::mutex> lock(*mutex_);
   int next = -1;
   for (std::size_t first = 0; first < prompt.size(); first += kMaxRows) {
     const int rows = static_cast<int>(std::min<std::size_t>(kMaxRows, prompt.size() - first));
@@ -248,15 +258,18 @@ int BasicDecoder<T>::prefill(std::span<const int> prompt, int start, int slot) {
 template <Element T>
 std::vector<int> BasicDecoder<T>::generate(int token, int n, int stop_token, int start) {
   check_generate(config_, token, n, stop_token, start);
+  const std::lock_guard<std::mutex> lock(*mutex_);
+  if (!kernels_.loop) throw UsageError("Decoder::generate: " + kernels_.loop_unavailable);
+  if (!bound_) bound_.emplace(kernels_.loop->while_guard, stream_.device(), static_cast<unsigned>(config_.context));
   if (!generate_graph_) {
     generate_graph_.emplace(CudaGraph<>::scope(stream_, [&](Scope& sc) {
       const Condition more = sc.condition(1);
       DeviceSpan<int> io = state_.io.view();
       sc.record(while_(more,
-                       step_op(1) >> kernels_.generate_advance({{1, 1, 1}, {1, 1, 1}, 0}, more, state_.next.cview(),
-                                                               io.subspan(0, kMaxRows), io.subspan(kMaxRows, kMaxRows),
-                                                               state_.control(), state_.generated.view()),
-                       bound_));
+                       step_op(1) >> kernels_.loop->generate_advance(
+                                         {{1, 1, 1}, {1, 1, 1}, 0}, more, state_.next.cview(), io.subspan(0, kMaxRows),
+                                         io.subspan(kMaxRows, kMaxRows), state_.control(), state_.generated.view()),
+                       *bound_));
     }));
   }
   set_row(0, token, start, 0);
@@ -277,6 +290,7 @@ std::vector<int> BasicDecoder<T>::generate(int token, int n, int stop_token, int
 
 template <Element T>
 std::vector<T> BasicDecoder<T>::logits(int row) const {
+  const std::lock_guard<std::mutex> lock(*mutex_);
   if (row < 0 || row >= last_rows_) {
     throw UsageError("Decoder::logits: row " + std::to_string(row) + " is outside the last step's " +
                      std::to_string(last_rows_) + " rows");

@@ -53,10 +53,16 @@ BasicKernels<T>::BasicKernels(const KernelLibrary& library, bool early)
       attention(lookup<decltype(attention)>(library, named<T>("attention"))),
       argmax(lookup<decltype(argmax)>(library, named<T>("argmax"))),
       sample(lookup<decltype(sample)>(library, named<T>("sample"))),
-      generate_advance(lookup<decltype(generate_advance)>(library, "generate_advance")),
       fill_uniform(
           lookup<decltype(fill_uniform)>(library, std::same_as<T, half> ? "fill_uniform_f16" : "fill_uniform_bf16")),
-      early_launch(early) {}
+      early_launch(early) {
+  try {
+    loop = LoopKernels{library.get<void(Condition, const int*, int*, int*, int*, int*)>("generate_advance"),
+                       library.get<void(Condition, unsigned*, unsigned)>("while_guard")};
+  } catch (const UsageError& e) {
+    loop_unavailable = e.what();
+  }
+}
 
 template struct BasicKernels<half>;
 template struct BasicKernels<bfloat16>;

@@ -156,7 +156,40 @@ TEST_SUITE("gpu") {
     CHECK(read(flag)[0] == 3);
   }
 
-  TEST_CASE("conditional ops refuse to run eagerly or be built, and LoopBound refuses a zero bound") {
+  TEST_CASE("a body may fork with all(), and refuses host calls and nested conditional ops with a UsageError") {
+    Stream& s = lgtest::stream();
+    const auto set_from = library().get<void(Condition, const unsigned*)>("set_from");
+    const auto add = library().get<void(unsigned*, unsigned)>("add");
+    auto flag = lgtest::to_device(s, std::vector<unsigned>{1});
+    auto x = lgtest::to_device(s, std::vector<unsigned>{0});
+    auto y = lgtest::to_device(s, std::vector<unsigned>{0});
+    const LaunchConfig one{{1, 1, 1}, {1, 1, 1}, 0};
+    auto g = CudaGraph<>::scope(s, [&](Scope& sc) {
+      const Condition c = sc.condition();
+      sc.record(set_from(one, c, flag.cview()) >> if_(c, all(add(one, x.view(), 1U), add(one, y.view(), 2U))));
+    });
+    g.launch_on(s);
+    g.launch_on(s);
+    CHECK(read(x)[0] == 2);
+    CHECK(read(y)[0] == 4);
+    CHECK_THROWS_WITH_AS((void)CudaGraph<>::scope(s,
+                                                  [&](Scope& sc) {
+                                                    const Condition c = sc.condition(1);
+                                                    sc.record(if_(c, allow_in_graph(host_call("h", [] {}))));
+                                                  }),
+                         doctest::Contains("a host call inside the body of if_"), UsageError);
+    CHECK_THROWS_WITH_AS((void)CudaGraph<>::scope(s,
+                                                  [&](Scope& sc) {
+                                                    const Condition c = sc.condition(1);
+                                                    const Condition d = sc.condition(1);
+                                                    sc.record(if_(c, if_(d, add(one, x.view(), 1U))));
+                                                  }),
+                         doctest::Contains("nesting is not supported"), UsageError);
+    add(one, x.view(), 1U).sync_on(s);  // the stream is usable after the failed captures
+    CHECK(read(x)[0] == 3);
+  }
+
+  TEST_CASE("conditional ops refuse to run eagerly, and LoopBound refuses a zero bound") {
     Stream& s = lgtest::stream();
     const auto add = library().get<void(unsigned*, unsigned)>("add");
     auto x = lgtest::to_device(s, std::vector<unsigned>{0});

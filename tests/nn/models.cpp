@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <thread>
 #include <vector>
 
 #include <lazygraph/nn/decoder.hpp>
@@ -379,6 +380,47 @@ TEST_SUITE("gpu") {
     t = 3;
     for (int p = 0; p < 24; ++p) sampled.push_back(t = decoder.forward({t, p}));
     CHECK(decoder.generate(3, 24) == sampled);
+  }
+
+  TEST_CASE("8 threads calling one MLP and one decoder at once each get the result of a call alone") {
+    lazygraph::nn::MlpConfig mc;
+    mc.d = 256;
+    mc.ffn = 512;
+    mc.layers = 2;
+    lazygraph::nn::Mlp mlp(lgtest::stream(), lgtest::nn_kernels(), mc);
+    lazygraph::nn::Decoder decoder(lgtest::stream(), lgtest::nn_kernels(), small_decoder());
+    constexpr int kThreads = 8;
+    std::vector<std::vector<half>> inputs;
+    std::vector<std::vector<half>> alone;
+    std::vector<std::vector<int>> alone_tokens;
+    for (int t = 0; t < kThreads; ++t) {
+      inputs.push_back(random_input(256));
+      alone.push_back(mlp.forward(inputs.back()));
+      alone_tokens.push_back(decoder.generate(10 + t, 12));  // from position 0: independent of earlier calls
+    }
+    std::vector<int> mlp_differ(kThreads, -1);
+    std::vector<int> tokens_equal(kThreads, 0);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        int differ = 0;
+        bool same = true;
+        for (int round = 0; round < 20; ++round) {
+          const std::vector<half> y = mlp.forward(inputs[static_cast<std::size_t>(t)]);
+          for (std::size_t i = 0; i < y.size(); ++i)
+            differ += y[i].bits != alone[static_cast<std::size_t>(t)][i].bits ? 1 : 0;
+          same = same && decoder.generate(10 + t, 12) == alone_tokens[static_cast<std::size_t>(t)];
+        }
+        mlp_differ[static_cast<std::size_t>(t)] = differ;
+        tokens_equal[static_cast<std::size_t>(t)] = same ? 1 : 0;
+      });
+    }
+    for (std::thread& th : threads) th.join();
+    for (int t = 0; t < kThreads; ++t) {
+      CAPTURE(t);
+      CHECK(mlp_differ[static_cast<std::size_t>(t)] == 0);
+      CHECK(tokens_equal[static_cast<std::size_t>(t)] == 1);
+    }
   }
 
   TEST_CASE("a decoder refuses a batch or prompt beyond its limits and stays usable") {

@@ -8,6 +8,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -206,8 +208,9 @@ void check_prompt(const DecoderConfig& config, std::span<const int> prompt, int 
 /// set_sampling says otherwise). Steps of a
 /// sequence must come at positions 0, 1, 2, ... (each attends over the k and v of the earlier ones), or a prompt
 /// first through `prefill`; `forward_batch` steps up to max_batch sequences at once, reading the weights once for
-/// all of them. Each row count has its own graph, captured on first use. Not thread-safe: step it from one thread
-/// at a time.
+/// all of them. Each row count has its own graph, captured on first use. Thread safety: every member function may
+/// be called from several threads; an execution lock runs one call at a time (a sequence's steps must still come
+/// in order, which only the caller can ensure).
 template <Element T>
 class BasicDecoder {
  public:
@@ -241,7 +244,8 @@ class BasicDecoder {
   /// the device runs the decode step, appends its token, advances the position and stops after n tokens or after
   /// `stop_token` (which is returned too; -1: none). The same tokens as n calls of forward (greedy or sampled), with
   /// no host round trip between them. The loop graph is captured on first use, its loop bounded by the context.
-  /// \throws UsageError (check_generate) before any GPU work.
+  /// \throws UsageError (check_generate) before any GPU work; UsageError saying why when the kernel library left
+  /// the loop's kernels out (they need the device runtime: kernel_library.hpp).
   std::vector<int> generate(int token, int n, int stop_token = -1, int start = 0);
 
   /// Clears the KV caches (not needed to start over at position 0; it makes stale entries impossible to read).
@@ -251,7 +255,8 @@ class BasicDecoder {
   [[nodiscard]] std::vector<T> logits(int row = 0) const;
 
   /// The step of `rows` rows as an op, for running it without the graph (the benchmark's eager variant); reads
-  /// the rows from the device io buffer, which the last forward, forward_batch or prefill wrote.
+  /// the rows from the device io buffer, which the last forward, forward_batch, prefill or generate wrote (generate's
+  /// loop leaves row 0 at its last token and position).
   [[nodiscard]] auto step_op(int rows = 1) {
     return decoder_step(kernels_, weights_, state_, config_, rows, sampling_);
   }
@@ -270,6 +275,8 @@ class BasicDecoder {
   [[nodiscard]] CudaGraph<>& graph(int rows = 1);
 
  private:
+  /// graph() without the lock (the caller holds it).
+  CudaGraph<>& step_graph(int rows);
   /// Sets row `row` of the pinned io buffer (no allocation per step).
   void set_row(int row, int token, int position, int slot);
   /// Copies the io buffer to the device, replays the graph of `rows` rows and returns the rows' next tokens.
@@ -284,8 +291,9 @@ class BasicDecoder {
   Stream stream_;
   Sampling sampling_;
   std::vector<std::optional<CudaGraph<>>> graphs_;  ///< [rows - 1], captured on first use
-  LoopBound bound_;                                 ///< generate's loop bound: the context
+  std::optional<LoopBound> bound_;                  ///< generate's loop bound (the context), made on first use
   std::optional<CudaGraph<>> generate_graph_;       ///< generate's loop, captured on first use
+  std::unique_ptr<std::mutex> mutex_ = std::make_unique<std::mutex>();  ///< the execution lock (movable decoder)
   int last_rows_ = 1;
 };
 

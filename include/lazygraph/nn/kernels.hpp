@@ -9,6 +9,7 @@
 #include "lazygraph/nn/element.hpp"
 
 #include <array>
+#include <optional>
 #include <string>
 #include <tuple>
 
@@ -101,9 +102,19 @@ struct BasicKernels {
   /// sample(logits, out, positions, slots, n, top_k, temperature, seed): per row (one block each), the greedy or
   /// sampled next token (kernels/nn/sample.cu, sampling.hpp).
   Kernel<void(const T*, int*, const int*, const int*, int, int, float, unsigned)> sample;
-  /// generate_advance(c, next, tokens, positions, control, out): the loop step of Decoder::generate, for any
-  /// element type (kernels/nn/generate.cu).
-  Kernel<void(Condition, const int*, int*, int*, int*, int*)> generate_advance;
+  /// The kernels of Decoder::generate's loop, which need the device runtime: empty when the library left them out
+  /// (kernel_library.hpp says when), with the reason in `loop_unavailable`.
+  struct LoopKernels {
+    /// generate_advance(c, next, tokens, positions, control, out): the loop step, for any element type
+    /// (kernels/nn/generate.cu).
+    Kernel<void(Condition, const int*, int*, int*, int*, int*)> generate_advance;
+    /// The core while_guard kernel (kernels/control.cu) that bounds the loop.
+    Kernel<void(Condition, unsigned*, unsigned)> while_guard;
+  };
+  /// See LoopKernels.
+  std::optional<LoopKernels> loop;
+  /// Why `loop` is empty.
+  std::string loop_unavailable;
   /// fill_uniform_f16 / fill_uniform_bf16(out, n, key, scale, offset): seeded weights (kernels/nn/random.cu,
   /// docs/nn.md).
   Kernel<void(T*, long long, unsigned, float, float)> fill_uniform;

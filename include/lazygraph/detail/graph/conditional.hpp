@@ -117,11 +117,14 @@ template <class... Bodies>
 /// when made (outside any capture); one LoopBound serves one while_ node at a time.
 class LoopBound {
  public:
-  /// \throws UsageError for max_iterations 0, or a library without the core kernels.
+  /// \throws UsageError for max_iterations 0, or a library without the core kernels (or that left control.cu out:
+  /// the message says why).
   LoopBound(const KernelLibrary& library, unsigned max_iterations)
-      : guard_(library.get<void(Condition, unsigned*, unsigned)>("while_guard")),
-        state_(library.device(), 2),
-        max_iterations_(max_iterations) {
+      : LoopBound(library.get<void(Condition, unsigned*, unsigned)>("while_guard"), library.device(), max_iterations) {}
+  /// With the guard kernel already looked up (core kernels/control.cu's while_guard). \throws UsageError for
+  /// max_iterations 0.
+  LoopBound(Kernel<void(Condition, unsigned*, unsigned)> guard, const Device& device, unsigned max_iterations)
+      : guard_(std::move(guard)), state_(device, 2), max_iterations_(max_iterations) {
     if (max_iterations == 0) throw UsageError("LoopBound: max_iterations must be at least 1");
   }
 
@@ -151,7 +154,8 @@ class LoopBound {
 
 /// Runs `body` while `condition` is nonzero (a WHILE node: checked before the first iteration and after each), at
 /// most bound.max_iterations() times per replay. The body clears the condition (lg::set_condition(c, 0)) to stop;
-/// the bound stops a loop whose body never does and says so (LoopBound::reached). `bound` must outlive the graph.
+/// the bound stops a loop whose body never does and says so (LoopBound::reached). `bound` must outlive the op and the
+/// graph (a temporary bound does not compile).
 template <class Body>
 [[nodiscard]] ConditionalOp<Body> while_(Condition condition, Body body, const LoopBound& bound) {
   check_conditional_body<Body>();
@@ -167,6 +171,10 @@ template <class Body>
       },
       std::move(body));
 }
+
+/// A temporary LoopBound would be gone before the op is recorded: make the bound a variable that outlives the graph.
+template <class Body>
+ConditionalOp<Body> while_(Condition condition, Body body, const LoopBound&& bound) = delete;
 
 /// Runs `body` while `condition` is nonzero, with no bound: only the body ends the loop, and one that never clears
 /// its condition hangs the GPU. Prefer while_ with a LoopBound.

@@ -6,6 +6,8 @@
 
 #include <concepts>
 #include <cstddef>
+#include <memory>
+#include <mutex>
 #include <span>
 #include <utility>
 #include <vector>
@@ -27,7 +29,8 @@ concept Module = requires(M& m, typename M::Input input) {
 
 /// A graph-backed module from `In[input_size]` to `Out[output_size]`.
 ///
-/// Thread safety: one GraphModule is not synchronised; forward it from one thread at a time.
+/// Thread safety: forward and forward_into may be called from several threads at once: an execution lock runs
+/// one call at a time (each copies in, replays and copies out as a whole), so every caller gets its own result.
 template <class In, class Out>
 class GraphModule {
  public:
@@ -53,6 +56,7 @@ class GraphModule {
 
   /// As forward, writing into `out` (no allocation).
   void forward_into(Input x, std::span<Out> out) {
+    const std::lock_guard<std::mutex> lock(*mutex_);
     graph_.update(copy(input_.view(), x));
     graph_.launch();
     copy_async(graph_.stream(), out, output_.cview());
@@ -70,6 +74,7 @@ class GraphModule {
   DeviceBuffer<In> input_;
   DeviceBuffer<Out> output_;
   CudaGraph<> graph_;
+  std::unique_ptr<std::mutex> mutex_ = std::make_unique<std::mutex>();  ///< the execution lock (movable module)
 };
 
 }  // namespace lazygraph

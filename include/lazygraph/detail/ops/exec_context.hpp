@@ -152,6 +152,10 @@ class ExecContext {
   const Stream* current_;
   bool recording_;
   detail::NodePlan* plan_ = nullptr;
+  /// Set while this context records the body of a conditional node: what CUDA refuses there (host calls, events,
+  /// another conditional node from this layer) is a UsageError instead of a driver error.
+  const char* body_of_ = nullptr;
+  void refuse_in_body(std::string_view what) const;
   std::vector<std::uint32_t> frontier_;  ///< plan mode: the nodes the next node depends on
   std::shared_ptr<HostCallErrors> host_errors_;
   std::vector<std::shared_ptr<const void>> owners_;
