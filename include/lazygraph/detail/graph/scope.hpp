@@ -85,8 +85,9 @@ class Scope {
 
   /// A condition of the graph being captured, starting every launch at `default_value`: give it to kernels that
   /// call lg::set_condition and to exactly one if_ / while_ / switch_ (a condition no conditional op uses makes the
-  /// capture throw UsageError: CUDA cannot instantiate such a graph). \throws UsageError in CudaGraph::build (conditions need
-  /// a captured graph), after the callback returned, or with a driver older than CUDA 12.4 (naming its version).
+  /// capture throw UsageError: CUDA cannot instantiate such a graph). \throws UsageError in CudaGraph::build
+  /// (conditions need a captured graph), after the callback returned, or with a driver older than CUDA 12.4 (naming its
+  /// version).
   [[nodiscard]] Condition condition(unsigned default_value = 0);
 
   /// The stream being captured (for ops you execute by hand; prefer `record`).
