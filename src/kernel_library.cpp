@@ -10,7 +10,6 @@
 
 #include "lazygraph/detail/driver/driver_api.hpp"
 #include "lazygraph/detail/driver/error.hpp"
-#include "lazygraph/detail/kernels/device_link.hpp"
 #include "lazygraph/detail/kernels/kernel_cache.hpp"
 
 namespace lazygraph {
@@ -53,42 +52,19 @@ struct BuiltModule {
 struct BuildSettings {
   std::vector<std::string> options;
   bool cubin = false;
-  int arch = 0;
   std::string nvrtc;
 };
 
-/// The options `source` compiles with: the library's, plus -rdc=true (and a marker for the link, so that the
-/// cache key covers it) when it uses the device runtime.
-std::vector<std::string> module_options(const KernelSource& source, const BuildSettings& settings) {
-  std::vector<std::string> options = settings.options;
-  if (uses_device_runtime(source)) {
-    options.emplace_back("-rdc=true");
-    options.push_back("link:" + device_runtime_library());
-  }
-  return options;
-}
-
 BuiltModule compile_and_store(ModuleSource m, std::string key, const BuildSettings& settings,
                               const KernelCache& cache) {
-  std::vector<std::string> options = module_options(*m.source, settings);
-  const bool link = options.size() > settings.options.size();
-  if (link) {
-    if (!settings.cubin) {
-      throw CompileError(m.source->name,
-                         "a kernel that uses the device runtime (lg::set_condition) needs machine code "
-                         "for the GPU, and this NVRTC only makes PTX for it");
-    }
-    options.pop_back();  // the link marker is not an NVRTC option
-  }
-  CompileResult result = nvrtc_compile(*m.source, m.headers, options, settings.cubin);
+  CompileResult result = nvrtc_compile(*m.source, m.headers, settings.options, settings.cubin);
   KernelCache::Entry entry{result.image(), result.is_cubin()};  // image() throws CompileError with the log
-  if (link) entry.image = link_device_runtime(m.source->name, entry.image, settings.arch);
   cache.store(key, entry);
   return {m.source, m.headers, std::move(key), std::move(entry), false};
 }
 
 BuiltModule build_module(ModuleSource m, const BuildSettings& settings, const KernelCache& cache) {
-  std::string key = KernelCache::key(*m.source, m.headers, module_options(*m.source, settings), settings.nvrtc);
+  std::string key = KernelCache::key(*m.source, m.headers, settings.options, settings.nvrtc);
   if (auto hit = cache.load(key)) return {m.source, m.headers, std::move(key), std::move(*hit), true};
   return compile_and_store(m, std::move(key), settings, cache);
 }
@@ -158,7 +134,6 @@ KernelLibrary::KernelLibrary(const Device& device, KernelLibraryOptions options)
   // which the driver compiles for the device when loading.
   BuildSettings settings;
   settings.cubin = arch == cc;
-  settings.arch = arch;
   settings.options = nvrtc_options(arch, settings.cubin);
   settings.nvrtc = nvrtc_version();
   const KernelCache cache(options.cache_directory.value_or(KernelCache::default_directory()));
@@ -180,17 +155,9 @@ KernelLibrary::KernelLibrary(const Device& device, KernelLibraryOptions options)
   std::vector<BuiltModule> built;
   built.reserve(pending.size());
   std::exception_ptr first_error;
-  for (std::size_t i = 0; i < pending.size(); ++i) {
+  for (auto& p : pending) {
     try {
-      built.push_back(pending[i].get());
-    } catch (const CompileError& e) {
-      // A module that needs the device runtime (conditions) and cannot have it here — a GPU this NVRTC makes only
-      // PTX for, or no libcudadevrt.a — is left out: its kernels are unknown, with this reason; the rest works.
-      if (uses_device_runtime(*sources[i].source)) {
-        left_out_.push_back(sources[i].source->name + ": " + e.what());
-      } else if (!first_error) {
-        first_error = std::current_exception();
-      }
+      built.push_back(p.get());
     } catch (...) {
       if (!first_error) first_error = std::current_exception();
     }
@@ -202,8 +169,8 @@ KernelLibrary::KernelLibrary(const Device& device, KernelLibraryOptions options)
   for (BuiltModule& m : built) {
     const std::shared_ptr<const LoadedModule> module = load_module(device, m, settings, cache);
     for (const std::string& kernel : module->function_names()) {
-      // Names with a leading "__" are the implementation's: the device runtime's module-local kernels, linked into
-      // every module that sets conditions. Not the library's to hand out.
+      // Names with a leading "__" are the implementation's (e.g. the device runtime's module-local kernels, in a
+      // module linked with it). Not the library's to hand out.
       if (kernel.starts_with("__")) continue;
       if (auto [it, inserted] = defined_in.emplace(kernel, m.source->name); !inserted) {
         throw UsageError("kernel " + kernel + " is defined in both " + it->second + " and " + m.source->name +
@@ -237,10 +204,8 @@ std::shared_ptr<detail::KernelInfo> KernelLibrary::lookup(std::string_view name,
                                                           std::string_view signature) const {
   const auto it = kernels_.find(name);
   if (it == kernels_.end()) {
-    std::string left_out;
-    for (const std::string& why : left_out_) left_out += "; left out " + why;
     throw UsageError("unknown kernel \"" + std::string(name) + "\": the kernel library has " +
-                     (kernels_.empty() ? std::string("no kernels") : join(kernel_names(), ", ")) + left_out);
+                     (kernels_.empty() ? std::string("no kernels") : join(kernel_names(), ", ")));
   }
   const detail::KernelInfo& info = *it->second;
   const KernelDeclaration& declared = declarations_.require(name, "module " + info.module->name());

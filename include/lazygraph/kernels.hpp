@@ -4,7 +4,6 @@
 /// `kernels/` with the host-side reading of kernel declarations, typed `Kernel<void(Params...)>` handles whose
 /// arguments are checked at compile time, and their launch ops (`LaunchOp`).
 
-#include "lazygraph/detail/kernels/device_link.hpp"
 #include "lazygraph/detail/kernels/kernel.hpp"
 #include "lazygraph/detail/kernels/kernel_arguments.hpp"
 #include "lazygraph/detail/kernels/kernel_cache.hpp"

@@ -71,22 +71,15 @@ TEST_CASE("the target architecture is the device's own, or the newest NVRTC know
   CHECK_FALSE(nvrtc_version().empty());
 }
 
-TEST_CASE("every core kernel in kernels/ compiles for sm_90 (and links, where it uses the device runtime)") {
+TEST_CASE("every core kernel in kernels/ compiles for sm_90") {
   const auto& sources = core_kernels().sources;
   const auto headers = core_kernel_headers();
   REQUIRE(sources.size() >= 3);
   REQUIRE_FALSE(headers.empty());
-  int linked = 0;
+  const auto opts = nvrtc_options(90, true);
   for (const KernelSource& s : sources) {
     CAPTURE(s.name);
-    auto opts = nvrtc_options(90, true);
-    if (uses_device_runtime(s)) opts.emplace_back("-rdc=true");
     const CompileResult r = nvrtc_compile(s, headers, opts, true);
     CHECK_MESSAGE(r.succeeded(), r.log());
-    if (r.succeeded() && uses_device_runtime(s)) {
-      CHECK_FALSE(link_device_runtime(s.name, r.image(), 90).empty());
-      ++linked;
-    }
   }
-  CHECK(linked == 1);  // control.cu (while_guard)
 }

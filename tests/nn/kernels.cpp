@@ -661,28 +661,19 @@ TEST_CASE_TEMPLATE("every handle of nn::BasicKernels matches its kernel's declar
   CHECK_NOTHROW(d.check<void(Condition, const int*, int*, int*, int*, int*)>("generate_advance"));
 }
 
-TEST_CASE(
-    "every nn kernel in kernels/nn/ compiles (and links where it sets conditions) for sm_90 with the core and nn "
-    "headers") {
+TEST_CASE("every nn kernel in kernels/nn/ compiles for sm_90 with the core and the nn headers") {
   const auto& sources = nn::kernel_set().sources;
   REQUIRE(sources.size() >= 8);
   std::vector<KernelSource> headers(core_kernel_headers().begin(), core_kernel_headers().end());
   headers.insert(headers.end(), nn::kernel_set().headers.begin(), nn::kernel_set().headers.end());
   CHECK(nn::kernel_set().headers.size() == 2);
-  int linked = 0;
+  const auto opts = nvrtc_options(90, true);
   for (const KernelSource& s : sources) {
     CAPTURE(s.name);
     CHECK(s.name.starts_with("nn/"));
-    auto opts = nvrtc_options(90, true);
-    if (uses_device_runtime(s)) opts.emplace_back("-rdc=true");  // as KernelLibrary compiles it
     const CompileResult r = nvrtc_compile(s, headers, opts, true);
     CHECK_MESSAGE(r.succeeded(), r.log());
-    if (r.succeeded() && uses_device_runtime(s)) {
-      CHECK_FALSE(link_device_runtime(s.name, r.image(), 90).empty());
-      ++linked;
-    }
   }
-  CHECK(linked == 1);  // generate.cu
 }
 
 TEST_SUITE("gpu") {

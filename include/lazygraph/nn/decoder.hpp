@@ -244,8 +244,8 @@ class BasicDecoder {
   /// the device runs the decode step, appends its token, advances the position and stops after n tokens or after
   /// `stop_token` (which is returned too; -1: none). The same tokens as n calls of forward (greedy or sampled), with
   /// no host round trip between them. The loop graph is captured on first use, its loop bounded by the context.
-  /// \throws UsageError (check_generate) before any GPU work; UsageError saying why when the kernel library left
-  /// the loop's kernels out (they need the device runtime: kernel_library.hpp).
+  /// \throws UsageError (check_generate) before any GPU work; UsageError saying why when the kernel library lacks
+  /// the loop's kernels (BasicKernels::loop).
   std::vector<int> generate(int token, int n, int stop_token = -1, int start = 0);
 
   /// Clears the KV caches (not needed to start over at position 0; it makes stale entries impossible to read).

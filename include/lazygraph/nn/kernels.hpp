@@ -102,8 +102,8 @@ struct BasicKernels {
   /// sample(logits, out, positions, slots, n, top_k, temperature, seed): per row (one block each), the greedy or
   /// sampled next token (kernels/nn/sample.cu, sampling.hpp).
   Kernel<void(const T*, int*, const int*, const int*, int, int, float, unsigned)> sample;
-  /// The kernels of Decoder::generate's loop, which need the device runtime: empty when the library left them out
-  /// (kernel_library.hpp says when), with the reason in `loop_unavailable`.
+  /// The kernels of Decoder::generate's loop: empty when the library lacks them (one without the core kernel set,
+  /// which has while_guard), with the reason in `loop_unavailable`; everything else works without them.
   struct LoopKernels {
     /// generate_advance(c, next, tokens, positions, control, out): the loop step, for any element type
     /// (kernels/nn/generate.cu).

@@ -2,10 +2,14 @@
 // "lazygraph/condition.cuh".
 //
 // lg::Condition is the device side of the host's lazygraph::Condition (graph/condition.hpp), passed to a kernel by
-// value like any argument. set_condition calls the device runtime, so a source that includes this header is
-// compiled relocatable and linked with libcudadevrt.a (KernelLibrary does it; nothing to do).
+// value like any argument. set_condition calls the device runtime's builtin cudaGraphSetConditional, declared below
+// because NVRTC declares it only for relocatable compiles: a whole-program module that calls it loads as it is (the
+// driver resolves the builtin), so no -rdc and no link with libcudadevrt.a: kernels that set conditions compile
+// like any other.
 // One thread should set a condition per launch: concurrent sets race (the CUDA documentation calls it undefined).
 #pragma once
+
+extern "C" __device__ void cudaGraphSetConditional(unsigned long long handle, unsigned int value);
 
 namespace lg {
 

@@ -12,10 +12,6 @@
 /// stored that way: by a broken toolchain, or for a driver that no longer accepts it) is evicted, recompiled,
 /// stored again and loaded; only a freshly compiled image that fails to load is an error.
 ///
-/// A module that calls the device runtime (device_link.hpp) and cannot be linked here — no libcudadevrt.a where
-/// lazygraph was configured, or a GPU this NVRTC only makes PTX for — is left out, not an error: its kernels are
-/// unknown, and `get` says why. Every other compile error fails the construction.
-///
 /// Every handle `get` returns for one kernel shares that kernel's one KernelInfo, so the kernel's dynamic
 /// shared memory limit, a property of the loaded function, is tracked once and only ever raised.
 ///
@@ -102,7 +98,6 @@ class KernelLibrary {
   std::map<std::string, std::shared_ptr<detail::KernelInfo>, std::less<>> kernels_;
   KernelDeclarations declarations_;
   KernelLibraryStats stats_;
-  std::vector<std::string> left_out_;  ///< modules needing the device runtime that could not be built, and why
 };
 
 }  // namespace lazygraph
