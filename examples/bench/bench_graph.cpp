@@ -520,9 +520,9 @@ void control_flow_table(const lg::Device& gpu, const lg::Stream& s) {
 
   const double set_us = time_per_kernel(s, 1, [&] { set_only.launch_on(s); });
   const double if_us = time_per_kernel(s, 1, [&] { if_false.launch_on(s); });
-  const double loop_us = time_per_kernel(s, n, [&] { loop.launch_on(s); });
   const double chain_us = time_per_kernel(s, n, [&] { chain.launch_on(s); });
-  std::array<unsigned, 1> iterations{};
+  const double loop_us = time_per_kernel(s, n, [&] { loop.launch_on(s); });
+  std::array<unsigned, 1> iterations{};  // the last replay's: the loop graph zeroes `hits` first
   lg::copy_async(s, std::span<unsigned>(iterations), hits.cview());
   s.synchronize();
   std::printf("\ndevice-side control flow on %s (graph replays, medians)\n  %-62s %10s\n", gpu.name().c_str(),
