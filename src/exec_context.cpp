@@ -178,9 +178,10 @@ void ExecContext::conditional(CUgraphConditionalHandle handle, CUgraphConditiona
                      "CudaGraph::scope or capture");
   }
   const bool needs_12_8 = type == CU_GRAPH_COND_TYPE_SWITCH || size > 1;
-  if (const int version = needs_12_8 ? drv::driver_version() : 0; needs_12_8 && version < 12080) {
+  if (needs_12_8 && drv::driver_version() < 12080) {
     throw UsageError("if_else and switch_ need a CUDA driver for CUDA 12.8 or newer; this one supports CUDA " +
-                     std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10));
+                     std::to_string(drv::driver_version() / 1000) + "." +
+                     std::to_string(drv::driver_version() % 1000 / 10));
   }
   std::erase(unconsumed_conditions_, handle);
   const CUcontext ctx = current_->device().context();
