@@ -16,6 +16,7 @@ struct ActiveCapture {
   CUcontext context;
   CUstreamCaptureMode mode;
   std::thread::id thread;
+  bool new_graph = true;  ///< false when capturing into an existing graph (capture_begin_to_graph)
 };
 
 /// The captures in progress. A handful at most, so a vector under one lock.
@@ -74,19 +75,30 @@ void capture_begin(CUcontext ctx, CUstream stream, CUstreamCaptureMode mode) {
   }
 }
 
+void capture_begin_to_graph(CUcontext ctx, CUstream stream, CUgraph graph, CUstreamCaptureMode mode) {
+  begin_capture_to_graph(ctx, stream, graph, mode);
+  try {
+    registry().add({stream, ctx, mode, std::this_thread::get_id(), false});
+  } catch (...) {
+    CUgraph same = nullptr;
+    (void)end_capture_no_throw(ctx, stream, &same, false);  // `graph` itself: its owner destroys it
+    throw;
+  }
+}
+
 CUresult capture_end_no_throw(CUstream stream, CUgraph* graph) noexcept {
   *graph = nullptr;
   ActiveCapture c{};
   if (!registry().take(stream, &c)) return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
-  return end_capture_no_throw(c.context, stream, graph);
+  return end_capture_no_throw(c.context, stream, graph, c.new_graph);
 }
 
 bool capture_abandon_no_throw(CUstream stream) noexcept {
   CUgraph graph = nullptr;
   ActiveCapture c{};
   if (!registry().take(stream, &c)) return false;
-  (void)end_capture_no_throw(c.context, stream, &graph);
-  graph_destroy_no_throw(graph);
+  (void)end_capture_no_throw(c.context, stream, &graph, c.new_graph);
+  if (c.new_graph) graph_destroy_no_throw(graph);
   return true;
 }
 

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <new>
 #include <string>
+#include <type_traits>
 
 #include "lazygraph/detail/driver/error.hpp"
 
@@ -96,8 +97,11 @@ struct EntryPoints {
 #define LAZYGRAPH_DECLARE(fn) decltype(&::fn) fn = nullptr;  // NOLINT(bugprone-macro-parentheses): a name
   LAZYGRAPH_DRIVER_ENTRY_POINTS(LAZYGRAPH_DECLARE)
 #undef LAZYGRAPH_DECLARE
-  /// Optional (drivers for CUDA 12.4 and later): null on older drivers, which then cannot make conditions.
+  /// Optional (drivers for CUDA 12.4 and later): null on older drivers, which then cannot make conditions (and
+  /// need neither of the two after it: only conditional bodies use them).
   decltype(&::cuGraphConditionalHandleCreate) cuGraphConditionalHandleCreate = nullptr;
+  decltype(&::cuStreamBeginCaptureToGraph) cuStreamBeginCaptureToGraph = nullptr;
+  decltype(&::cuGraphNodeSetParams) cuGraphNodeSetParams = nullptr;
 };
 
 // The position of each entry point in the list, for fault injection.
@@ -175,13 +179,18 @@ Driver load() {
   // NOLINTEND(bugprone-macro-parentheses)
   LAZYGRAPH_DRIVER_ENTRY_POINTS(LAZYGRAPH_FETCH)
 #undef LAZYGRAPH_FETCH
-  {
+  const auto fetch_optional = [&](const char* name, auto& entry) {
     void* p = nullptr;
     CUdriverProcAddressQueryResult status{};
-    if (get_proc("cuGraphConditionalHandleCreate", &p, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status) ==
-        CUDA_SUCCESS) {
-      d.api.cuGraphConditionalHandleCreate = reinterpret_cast<decltype(d.api.cuGraphConditionalHandleCreate)>(p);
+    if (get_proc(name, &p, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status) == CUDA_SUCCESS) {
+      entry = reinterpret_cast<std::remove_reference_t<decltype(entry)>>(p);
     }
+  };
+  fetch_optional("cuGraphConditionalHandleCreate", d.api.cuGraphConditionalHandleCreate);
+  fetch_optional("cuStreamBeginCaptureToGraph", d.api.cuStreamBeginCaptureToGraph);
+  fetch_optional("cuGraphNodeSetParams", d.api.cuGraphNodeSetParams);
+  if (d.api.cuStreamBeginCaptureToGraph == nullptr || d.api.cuGraphNodeSetParams == nullptr) {
+    d.api.cuGraphConditionalHandleCreate = nullptr;  // conditions only where their bodies can be recorded too
   }
   if (!missing.empty()) {
     int version = 0;
@@ -689,12 +698,25 @@ void begin_capture(CUcontext ctx, CUstream stream, CUstreamCaptureMode mode) {
   check(a.cuStreamBeginCapture(stream, mode), "cuStreamBeginCapture", "Stream");
 }
 
-CUresult end_capture_no_throw(CUcontext ctx, CUstream stream, CUgraph* graph) noexcept {
+void begin_capture_to_graph(CUcontext ctx, CUstream stream, CUgraph graph, CUstreamCaptureMode mode) {
+  const EntryPoints& a = api();
+  if (a.cuStreamBeginCaptureToGraph == nullptr) {
+    throw UsageError(
+        "capturing into a conditional body needs a CUDA driver for CUDA 12.4 or newer; this one supports "
+        "CUDA " +
+        version_text(driver_version()));
+  }
+  const ContextScope scope(a, ctx);
+  check(a.cuStreamBeginCaptureToGraph(stream, graph, nullptr, nullptr, 0, mode), "cuStreamBeginCaptureToGraph",
+        "conditional body");
+}
+
+CUresult end_capture_no_throw(CUcontext ctx, CUstream stream, CUgraph* graph, bool new_graph) noexcept {
   CUresult r = CUDA_ERROR_NOT_INITIALIZED;
   if (!with_context_no_throw(ctx, [&](const EntryPoints& a) { r = a.cuStreamEndCapture(stream, graph); })) {
     return r == CUDA_SUCCESS ? CUDA_ERROR_INVALID_CONTEXT : r;
   }
-  if (r == CUDA_SUCCESS && graph != nullptr && *graph != nullptr) count(counters.graphs, 1);
+  if (new_graph && r == CUDA_SUCCESS && graph != nullptr && *graph != nullptr) count(counters.graphs, 1);
   return r;
 }
 
@@ -831,6 +853,17 @@ void graph_exec_set_node_params(CUcontext ctx, CUgraphExec exec, CUgraphNode nod
   const CUresult r = a.cuGraphExecNodeSetParams(exec, node, params);
   if (r != CUDA_SUCCESS) [[unlikely]]
     throw_error(r, "cuGraphExecNodeSetParams", object);
+}
+
+void graph_node_set_params(CUgraphNode node, CUgraphNodeParams* params, std::string_view object) {
+  const EntryPoints& a = api();
+  if (a.cuGraphNodeSetParams == nullptr) {
+    throw UsageError("cuGraphNodeSetParams needs a CUDA driver for CUDA 12.2 or newer; this one supports CUDA " +
+                     version_text(driver_version()));
+  }
+  const CUresult r = a.cuGraphNodeSetParams(node, params);
+  if (r != CUDA_SUCCESS) [[unlikely]]
+    throw_error(r, "cuGraphNodeSetParams", object);
 }
 
 std::vector<NodeDependency> graph_node_dependencies(CUgraphNode node) {

@@ -169,60 +169,104 @@ void ExecContext::child_graph(CUgraph graph) {
   drv::capture_add_node(current_->device().context(), current_->get(), &params, "child graph");
 }
 
-void ExecContext::conditional(CUgraphConditionalHandle handle, CUgraphConditionalNodeType type, unsigned size,
-                              const std::function<void(unsigned, ExecContext&)>& body) {
-  refuse_in_body("a conditional op (nesting is not supported yet)");
-  if (!recording_ || plan_ != nullptr) {
-    throw UsageError(std::string(plan_ != nullptr ? "CudaGraph::build" : "run eagerly") +
-                     ": if_, if_else, while_ and switch_ are nodes of a captured graph; record them with "
-                     "CudaGraph::scope or capture");
+void ExecContext::check_conditional_supported(CUgraphConditionalNodeType type, unsigned size) const {
+  if (!recording_) {
+    throw UsageError(
+        "run eagerly: if_, if_else, while_ and switch_ are nodes of a graph; record them with CudaGraph::scope, "
+        "capture or build");
   }
   const bool needs_12_8 = type == CU_GRAPH_COND_TYPE_SWITCH || size > 1;
-  if (needs_12_8 && drv::driver_version() < 12080) {
-    throw UsageError("if_else and switch_ need a CUDA driver for CUDA 12.8 or newer; this one supports CUDA " +
-                     std::to_string(drv::driver_version() / 1000) + "." +
-                     std::to_string(drv::driver_version() % 1000 / 10));
+  if (needs_12_8) {
+    const int version = drv::driver_version();
+    if (version < 12080) {
+      throw UsageError("if_else and switch_ need a CUDA driver for CUDA 12.8 or newer; this one supports CUDA " +
+                       std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10));
+    }
   }
-  std::erase(unconsumed_conditions_, handle);
+}
+
+void ExecContext::record_body(unsigned index, CUgraphConditionalNodeType type, ExecContext& inner,
+                              const std::function<void(unsigned, ExecContext&)>& body) {
+  inner.root_ = root_;
+  inner.body_of_ = type == CU_GRAPH_COND_TYPE_WHILE ? "while_" : type == CU_GRAPH_COND_TYPE_SWITCH ? "switch_" : "if_";
+  body(index, inner);
+  for (const auto& owner : inner.take_owners()) keep_alive(owner);
+}
+
+void ExecContext::conditional(CUgraphConditionalHandle handle, CUgraphConditionalNodeType type, unsigned size,
+                              const std::function<void(unsigned, ExecContext&)>& body) {
+  check_conditional_supported(type, size);
+  std::erase(root_->unconsumed_conditions_, handle);
+  if (plan_ != nullptr) {
+    detail::PlannedNode node;
+    node.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+    node.condition = handle;
+    node.condition_type = type;
+    node.first_body = static_cast<std::uint32_t>(plan_->bodies.size());
+    node.body_count = size;
+    // Each body's plan is an element of this plan's `bodies`, which does not grow while the body is recorded (a
+    // nested conditional grows the body's own).
+    plan_->bodies.resize(plan_->bodies.size() + size);
+    for (unsigned i = 0; i < size; ++i) {
+      ExecContext inner(*current_, plan_->bodies[node.first_body + i], host_errors());
+      record_body(i, type, inner, body);
+    }
+    add_planned(node);
+    return;
+  }
   const CUcontext ctx = current_->device().context();
   const std::vector<CUgraph> bodies = drv::capture_add_conditional(ctx, current_->get(), handle, type, size);
   for (unsigned i = 0; i < size; ++i) {
-    // Each body is captured on a stream of its own into a graph that becomes the body's one (child) node. The
-    // body's context outlives its capture: its fork streams and events take part in it until it ends.
+    // Each body is captured on a stream of its own straight into the body graph (which belongs to the graph being
+    // captured, so that a nested conditional may use its conditions). The body's context outlives its capture:
+    // its fork streams and events take part in it until it ends. The node owns the body graph: nothing here
+    // destroys it, and a failed body leaves it to the enclosing capture, which fails too.
     const Stream side = Stream::pooled(current_->device());
-    drv::capture_begin(ctx, side.get(), CU_STREAM_CAPTURE_MODE_RELAXED);
+    drv::capture_begin_to_graph(ctx, side.get(), bodies[i], CU_STREAM_CAPTURE_MODE_RELAXED);
     CUgraph captured = nullptr;
     std::optional<ExecContext> inner;
     try {
       inner.emplace(side, true, host_errors());
-      inner->body_of_ = type == CU_GRAPH_COND_TYPE_WHILE    ? "while_"
-                        : type == CU_GRAPH_COND_TYPE_SWITCH ? "switch_"
-                                                            : "if_";
-      body(i, *inner);
-      for (const auto& owner : inner->take_owners()) keep_alive(owner);
+      record_body(i, type, *inner, body);
     } catch (...) {
       (void)drv::capture_end_no_throw(side.get(), &captured);
-      drv::graph_destroy_no_throw(captured);
       throw;
     }
     const CUresult r = drv::capture_end_no_throw(side.get(), &captured);
     inner.reset();
     if (r != CUDA_SUCCESS || captured == nullptr) {
-      drv::graph_destroy_no_throw(captured);
       drv::throw_error(r != CUDA_SUCCESS ? r : CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "cuStreamEndCapture",
                        "conditional body");
     }
-    CUgraphNodeParams params{};
-    params.type = CU_GRAPH_NODE_TYPE_GRAPH;
-    params.graph.graph = captured;
-    try {
-      (void)drv::graph_add_node(bodies[i], nullptr, nullptr, 0, &params, "conditional body");
-    } catch (...) {
-      drv::graph_destroy_no_throw(captured);
-      throw;
-    }
-    drv::graph_destroy_no_throw(captured);  // the node holds a copy
   }
+}
+
+CUgraphConditionalHandle ExecContext::make_condition(unsigned default_value) {
+  if (body_of_ != nullptr) {
+    throw UsageError(std::string("Scope::condition inside the body of ") + body_of_ +
+                     ": make every condition before the conditional ops, in the scope itself");
+  }
+  if (!recording_) throw UsageError("a condition belongs to a graph; make it with Scope::condition while recording");
+  const CUcontext ctx = current_->device().context();
+  CUgraphConditionalHandle handle = 0;
+  if (plan_ != nullptr) {
+    const std::size_t k = plan_->conditions.size();
+    if (condition_graph_ != nullptr) {
+      handle = drv::conditional_handle_create(ctx, condition_graph_, default_value);
+    } else if (reused_conditions_ != nullptr) {
+      if (k < reused_conditions_->size() && (*reused_conditions_)[k].default_value == default_value) {
+        handle = (*reused_conditions_)[k].handle;
+      }
+    } else {
+      throw UsageError("ExecContext::make_condition: this plan has no graph to make conditions for");
+    }
+    plan_->conditions.push_back({handle, default_value});
+  } else {
+    handle = drv::conditional_handle_create(ctx, drv::capture_graph(ctx, current_->get()), default_value);
+  }
+  unconsumed_conditions_.push_back(handle);
+  ++conditions_made_;
+  return handle;
 }
 
 void ExecContext::refuse_in_body(std::string_view what) const {
@@ -233,8 +277,8 @@ void ExecContext::refuse_in_body(std::string_view what) const {
 }
 
 void ExecContext::check_conditions_consumed() const {
-  if (!unconsumed_conditions_.empty()) {
-    throw UsageError(std::to_string(unconsumed_conditions_.size()) +
+  if (!root_->unconsumed_conditions_.empty()) {
+    throw UsageError(std::to_string(root_->unconsumed_conditions_.size()) +
                      " condition(s) made by Scope::condition steer no if_, if_else, while_ or switch_ of the graph; "
                      "CUDA cannot instantiate a graph with an unused condition — record the conditional op, or make "
                      "no condition");

@@ -194,6 +194,7 @@ GraphState::GraphState(Stream stream, Recorded recorded, const GraphOptions& opt
       graph_(std::move(recorded.graph)),
       plan_(std::move(recorded.plan)),
       nodes_(std::move(recorded.nodes)),
+      captured_conditions_(recorded.captured_conditions),
       owners_(std::make_shared<const Owners>(std::move(recorded.owners))),
       scope_(std::move(recorded.scope)),
       host_errors_(host_errors ? std::move(host_errors) : std::make_shared<HostCallErrors>()) {
@@ -313,26 +314,31 @@ void GraphState::upload(const Stream& stream) {
 UpdateResult GraphState::replace_plan(NodePlan plan, Owners owners, const UpdateOptions& options) {
   if (std::optional<UpdateResult> mismatch = plan_mismatch(*plan_, plan)) {
     if (!options.reinstantiate_on_mismatch) return std::move(*mismatch);
-    std::vector<CUgraphNode> nodes;
-    drv::Graph graph = materialize(plan, nodes);
-    UpdateResult r = reinstantiate(std::move(graph), std::move(owners), std::move(*mismatch));
-    plan_ = std::move(plan);
-    nodes_ = std::move(nodes);
-    return r;
+    drv::Graph graph(drv::graph_create());
+    return reinstantiate_built(std::move(graph), std::move(plan), std::move(owners), std::move(*mismatch));
   }
   std::size_t changed = 0;
   UpdateResult r = apply_plan(exec_.native_handle(), nodes_, *plan_, plan, &changed);
   if (!r.ok()) return r;
   plan_ = std::move(plan);
-  // Only the executable graph changed; a copy of the template with these parameters is made if one is asked
-  // for (template_graph()).
-  if (changed > 0) {
+  // Only the executable graph changed (unless the plan has conditions: see apply_plan); a copy of the template
+  // with these parameters is made if one is asked for (template_graph()).
+  if (changed > 0 && plan_->conditions.empty()) {
     template_stale_ = true;
     current_template_.reset();
   }
   Owners old = *owners_;
   owners_ = std::make_shared<const Owners>(std::move(owners));
   release_after_replays(std::move(old));
+  return r;
+}
+
+UpdateResult GraphState::reinstantiate_built(drv::Graph graph, NodePlan plan, Owners owners, UpdateResult why) {
+  std::vector<CUgraphNode> nodes;
+  materialize_into(graph.native_handle(), plan, nodes);
+  UpdateResult r = reinstantiate(std::move(graph), std::move(owners), std::move(why));
+  plan_ = std::move(plan);
+  nodes_ = std::move(nodes);
   return r;
 }
 

@@ -62,6 +62,12 @@ CUgraphNodeParams node_params(const NodePlan& plan, const PlannedNode& n, std::v
     case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
       p.eventWait.event = n.event;
       break;
+    case CU_GRAPH_NODE_TYPE_CONDITIONAL:
+      p.conditional.handle = n.condition;
+      p.conditional.type = n.condition_type;
+      p.conditional.size = n.body_count;
+      p.conditional.ctx = plan.context;
+      break;
     default:
       break;
   }
@@ -84,6 +90,8 @@ const char* kind_name(CUgraphNodeType t) {
       return "event record";
     case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
       return "event wait";
+    case CU_GRAPH_NODE_TYPE_CONDITIONAL:
+      return "conditional";
     default:
       return "empty";
   }
@@ -119,27 +127,26 @@ bool same_parameters(const NodePlan& a, const NodePlan& b, std::size_t i) {
     case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
     case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
       return x.event == y.event;
-    default:
+    default:  // empty and conditional nodes: plan_mismatch compared what a conditional node has (its bodies apart)
       return true;
   }
 }
 
-}  // namespace
-
-drv::Graph materialize(const NodePlan& plan, std::vector<CUgraphNode>& nodes) {
-  drv::Graph graph(drv::graph_create());
-  nodes.clear();
-  nodes.reserve(plan.nodes.size());
+/// Adds the nodes of `plan` to `graph` and appends their handles to `nodes`: first the plan's own nodes, then
+/// each conditional node's bodies in order, laid out the same way (collect_changes walks the same order).
+void add_nodes(CUgraph graph, const NodePlan& plan, std::vector<CUgraphNode>& nodes) {
+  const std::size_t base = nodes.size();
   std::vector<void*> args;
   std::vector<CUgraphNode> deps;
   std::vector<CUgraphEdgeData> edges;
+  std::vector<CUgraph> body_graphs(plan.bodies.size());
   for (std::size_t i = 0; i < plan.nodes.size(); ++i) {
     const PlannedNode& n = plan.nodes[i];
     deps.clear();
     edges.clear();
     bool programmatic = false;
     for (const std::uint32_t d : plan.dependencies_of(i)) {
-      deps.push_back(nodes[d]);
+      deps.push_back(nodes[base + d]);
       CUgraphEdgeData e{};
       if (n.type == CU_GRAPH_NODE_TYPE_KERNEL && n.shape.early_launch &&
           plan.nodes[d].type == CU_GRAPH_NODE_TYPE_KERNEL) {
@@ -150,62 +157,174 @@ drv::Graph materialize(const NodePlan& plan, std::vector<CUgraphNode>& nodes) {
       edges.push_back(e);
     }
     CUgraphNodeParams p = node_params(plan, n, args);
-    nodes.push_back(drv::graph_add_node(graph.native_handle(), deps.data(), programmatic ? edges.data() : nullptr,
-                                        deps.size(), &p, n.name.empty() ? kind_name(n.type) : n.name));
+    nodes.push_back(drv::graph_add_node(graph, deps.data(), programmatic ? edges.data() : nullptr, deps.size(), &p,
+                                        n.name.empty() ? kind_name(n.type) : n.name));
+    if (n.type == CU_GRAPH_NODE_TYPE_CONDITIONAL) {
+      std::copy_n(p.conditional.phGraph_out, n.body_count, body_graphs.begin() + n.first_body);
+    }
   }
-  return graph;
+  for (std::size_t b = 0; b < plan.bodies.size(); ++b) add_nodes(body_graphs[b], plan.bodies[b], nodes);
 }
 
-std::optional<UpdateResult> plan_mismatch(const NodePlan& current, const NodePlan& next) {
+/// The first reason `next` cannot replace `current` (see plan_mismatch); `where` prefixes messages inside bodies,
+/// and `node` is the outermost node a mismatch is reported at.
+std::optional<UpdateResult> first_mismatch(const NodePlan& current, const NodePlan& next, const std::string& where,
+                                           std::optional<std::size_t> outer) {
+  const auto at = [&](std::size_t i) { return outer ? outer : std::optional<std::size_t>(i); };
   if (current.nodes.size() != next.nodes.size()) {
-    return UpdateResult{UpdateStatus::topology_changed, std::nullopt,
-                        "the op makes " + std::to_string(next.nodes.size()) + " nodes; the graph has " +
+    return UpdateResult{UpdateStatus::topology_changed, outer,
+                        where + "the op makes " + std::to_string(next.nodes.size()) + " nodes; the graph has " +
                             std::to_string(current.nodes.size())};
   }
   for (std::size_t i = 0; i < next.nodes.size(); ++i) {
     const PlannedNode& x = current.nodes[i];
     const PlannedNode& y = next.nodes[i];
     if (x.type != y.type) {
-      return UpdateResult{UpdateStatus::node_type_changed, i,
-                          describe_node(y, i) + " replaces a " + kind_name(x.type) + " node"};
+      return UpdateResult{UpdateStatus::node_type_changed, at(i),
+                          where + describe_node(y, i) + " replaces a " + kind_name(x.type) + " node"};
     }
     const auto dx = current.dependencies_of(i);
     const auto dy = next.dependencies_of(i);
     if (!std::equal(dx.begin(), dx.end(), dy.begin(), dy.end()) || x.shape.early_launch != y.shape.early_launch) {
-      return UpdateResult{UpdateStatus::topology_changed, i, describe_node(y, i) + " has other dependencies"};
+      return UpdateResult{UpdateStatus::topology_changed, at(i),
+                          where + describe_node(y, i) + " has other dependencies"};
     }
     if (x.type == CU_GRAPH_NODE_TYPE_MEMSET && x.element_size != y.element_size) {
-      return UpdateResult{UpdateStatus::parameters_changed, i, describe_node(y, i) + " fills elements of another size"};
+      return UpdateResult{UpdateStatus::parameters_changed, at(i),
+                          where + describe_node(y, i) + " fills elements of another size"};
+    }
+    if (x.type == CU_GRAPH_NODE_TYPE_CONDITIONAL) {
+      if (x.condition_type != y.condition_type || x.body_count != y.body_count) {
+        return UpdateResult{UpdateStatus::topology_changed, at(i),
+                            where + describe_node(y, i) + " is another kind of conditional node"};
+      }
+      if (x.condition != y.condition) {
+        return UpdateResult{UpdateStatus::parameters_changed, at(i),
+                            where + describe_node(y, i) + " is steered by another condition"};
+      }
+      for (std::uint32_t b = 0; b < x.body_count; ++b) {
+        if (auto m = first_mismatch(current.bodies[x.first_body + b], next.bodies[y.first_body + b],
+                                    where + describe_node(y, i) + ", body " + std::to_string(b) + ": ", at(i))) {
+          return m;
+        }
+      }
     }
   }
   return std::nullopt;
 }
 
+/// A node whose parameters change: where it is in both plans, and its handle.
+struct Change {
+  const NodePlan* current;
+  const NodePlan* next;
+  std::size_t index;
+  CUgraphNode node;
+};
+
+/// Appends the nodes whose parameters differ between `current` and `next` (which mismatch accepted), walking the
+/// node handles in add_nodes' order from `*cursor`.
+void collect_changes(const NodePlan& current, const NodePlan& next, const std::vector<CUgraphNode>& nodes,
+                     std::size_t* cursor, std::vector<Change>& out) {
+  const std::size_t base = *cursor;
+  *cursor += next.nodes.size();
+  for (std::size_t i = 0; i < next.nodes.size(); ++i) {
+    if (!same_parameters(current, next, i)) out.push_back({&current, &next, i, nodes[base + i]});
+  }
+  for (std::size_t b = 0; b < next.bodies.size(); ++b) {
+    collect_changes(current.bodies[b], next.bodies[b], nodes, cursor, out);
+  }
+}
+
+}  // namespace
+
+drv::Graph materialize(const NodePlan& plan, std::vector<CUgraphNode>& nodes) {
+  drv::Graph graph(drv::graph_create());
+  materialize_into(graph.native_handle(), plan, nodes);
+  return graph;
+}
+
+void materialize_into(CUgraph graph, const NodePlan& plan, std::vector<CUgraphNode>& nodes) {
+  nodes.clear();
+  nodes.reserve(plan.total_nodes());
+  add_nodes(graph, plan, nodes);
+}
+
+std::optional<UpdateResult> plan_mismatch(const NodePlan& current, const NodePlan& next) {
+  if (current.conditions.size() != next.conditions.size()) {
+    return UpdateResult{UpdateStatus::topology_changed, std::nullopt,
+                        "the op makes " + std::to_string(next.conditions.size()) + " conditions; the graph has " +
+                            std::to_string(current.conditions.size())};
+  }
+  for (std::size_t k = 0; k < next.conditions.size(); ++k) {
+    if (current.conditions[k].default_value != next.conditions[k].default_value) {
+      return UpdateResult{UpdateStatus::parameters_changed, std::nullopt,
+                          "condition " + std::to_string(k) + " starts at " +
+                              std::to_string(next.conditions[k].default_value) + "; the graph's starts at " +
+                              std::to_string(current.conditions[k].default_value)};
+    }
+  }
+  return first_mismatch(current, next, "", std::nullopt);
+}
+
+namespace {
+bool steered_by(const NodePlan& plan, const std::vector<PlannedCondition>& conditions) {
+  for (const PlannedNode& n : plan.nodes) {
+    if (n.type == CU_GRAPH_NODE_TYPE_CONDITIONAL &&
+        std::none_of(conditions.begin(), conditions.end(),
+                     [&](const PlannedCondition& c) { return c.handle == n.condition; })) {
+      return false;
+    }
+  }
+  return std::all_of(plan.bodies.begin(), plan.bodies.end(),
+                     [&](const NodePlan& b) { return steered_by(b, conditions); });
+}
+}  // namespace
+
+bool conditions_made_for(const NodePlan& plan) { return steered_by(plan, plan.conditions); }
+
 UpdateResult apply_plan(CUgraphExec exec, const std::vector<CUgraphNode>& nodes, const NodePlan& current,
                         const NodePlan& next, std::size_t* changed) {
+  std::vector<Change> changes;
+  std::size_t cursor = 0;
+  collect_changes(current, next, nodes, &cursor, changes);
+  // A graph with conditions cannot be made again from its plan (the conditions belong to it): its template is
+  // kept up to date instead, node by node, as the executable graph is.
+  const bool in_template = !next.conditions.empty();
   std::vector<void*> args;
-  std::vector<std::size_t> set;
-  for (std::size_t i = 0; i < next.nodes.size(); ++i) {
-    if (same_parameters(current, next, i)) continue;
-    CUgraphNodeParams p = node_params(next, next.nodes[i], args);
+  std::size_t set = 0;
+  for (; set < changes.size(); ++set) {
+    const Change& c = changes[set];
+    CUgraphNodeParams p = node_params(*c.next, c.next->nodes[c.index], args);
     try {
-      drv::graph_exec_set_node_params(next.context, exec, nodes[i], &p, "CudaGraph::update_from");
+      drv::graph_exec_set_node_params(next.context, exec, c.node, &p, "CudaGraph::update_from");
+      if (in_template) {
+        p = node_params(*c.next, c.next->nodes[c.index], args);
+        drv::graph_node_set_params(c.node, &p, "CudaGraph::update_from");
+      }
     } catch (const CudaError& e) {
-      // Put back what was set, so that the graph replays the previous op's arguments, all of them.
-      for (const std::size_t j : set) {
-        CUgraphNodeParams back = node_params(current, current.nodes[j], args);
+      // Put back what was set, so that the graph replays the previous op's arguments, all of them (this node's
+      // too: its template may have been refused after the executable graph took it).
+      for (std::size_t j = 0; j <= set; ++j) {
+        const Change& back_to = changes[j];
+        CUgraphNodeParams back = node_params(*back_to.current, back_to.current->nodes[back_to.index], args);
         try {
-          drv::graph_exec_set_node_params(current.context, exec, nodes[j], &back, "CudaGraph::update_from");
-        } catch (...) {  // NOLINT(bugprone-empty-catch): it was accepted a moment ago with these very parameters
+          drv::graph_exec_set_node_params(current.context, exec, back_to.node, &back, "CudaGraph::update_from");
+          if (in_template) {
+            back = node_params(*back_to.current, back_to.current->nodes[back_to.index], args);
+            drv::graph_node_set_params(back_to.node, &back, "CudaGraph::update_from");
+          }
+        } catch (...) {  // NOLINT(bugprone-empty-catch): it was accepted before with these very parameters
         }
       }
       *changed = 0;
+      const std::optional<std::size_t> i = c.current == &current ? std::optional<std::size_t>(c.index) : std::nullopt;
       return UpdateResult{UpdateStatus::parameters_changed, i,
-                          describe_node(next.nodes[i], i) + ": the driver refused the new parameters: " + e.what()};
+                          describe_node(c.next->nodes[c.index], c.index) +
+                              (c.current == &current ? "" : " of a conditional body") +
+                              ": the driver refused the new parameters: " + e.what()};
     }
-    set.push_back(i);
   }
-  *changed = set.size();
+  *changed = set;
   return UpdateResult{};
 }
 

@@ -169,8 +169,8 @@ KernelLibrary::KernelLibrary(const Device& device, KernelLibraryOptions options)
   for (BuiltModule& m : built) {
     const std::shared_ptr<const LoadedModule> module = load_module(device, m, settings, cache);
     for (const std::string& kernel : module->function_names()) {
-      // Names with a leading "__" are the implementation's (e.g. the device runtime's module-local kernels, in a
-      // module linked with it). Not the library's to hand out.
+      // Names with a leading "__" are reserved to the implementation (the compiler's or a runtime's own kernels,
+      // should a module carry any): not the library's to hand out, nor to collide with a user's.
       if (kernel.starts_with("__")) continue;
       if (auto [it, inserted] = defined_in.emplace(kernel, m.source->name); !inserted) {
         throw UsageError("kernel " + kernel + " is defined in both " + it->second + " and " + m.source->name +

@@ -82,7 +82,66 @@ struct CaptureOnlyFill : OpBase<CaptureOnlyFill> {
 };
 static_assert(GraphNode<CaptureOnlyFill> && !BuildableNode<CaptureOnlyFill>);
 
+/// A plan of one conditional node (IF, steered by condition `handle`) whose body is a chain of fills, one per
+/// address in `fills`.
+detail::NodePlan if_plan(CUgraphConditionalHandle handle, const std::vector<CUdeviceptr>& fills) {
+  detail::NodePlan plan;
+  plan.conditions.push_back({handle, 1});
+  detail::PlannedNode node;
+  node.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+  node.condition = handle;
+  node.condition_type = CU_GRAPH_COND_TYPE_IF;
+  node.first_body = 0;
+  node.body_count = 1;
+  plan.bodies.resize(1);
+  std::vector<std::uint32_t> deps;
+  for (const CUdeviceptr dst : fills) {
+    detail::PlannedNode fill;
+    fill.type = CU_GRAPH_NODE_TYPE_MEMSET;
+    fill.dst = dst;
+    fill.element_size = 4;
+    fill.bytes = 1;
+    deps.assign(1, plan.bodies[0].add(fill, deps));
+  }
+  plan.add(node, {});
+  return plan;
+}
+
 }  // namespace
+
+TEST_CASE("plans with conditional nodes compare body by body, and name the body that differs") {
+  const detail::NodePlan base = if_plan(7, {0x1000});
+  CHECK_FALSE(detail::plan_mismatch(base, if_plan(7, {0x2000})).has_value());  // another address: in place
+  CHECK(detail::conditions_made_for(base));
+  CHECK(base.total_nodes() == 2);
+
+  const auto longer = detail::plan_mismatch(base, if_plan(7, {0x1000, 0x2000}));
+  REQUIRE(longer.has_value());
+  CHECK(longer->status == UpdateStatus::topology_changed);
+  CHECK(longer->node == std::optional<std::size_t>(0));  // the conditional node that holds the body
+  CHECK_MESSAGE(longer->message.find("body 0: the op makes 2 nodes; the graph has 1") != std::string::npos,
+                longer->message);
+
+  detail::NodePlan other_handle = if_plan(7, {0x1000});
+  other_handle.nodes[0].condition = 8;
+  const auto steered = detail::plan_mismatch(base, other_handle);
+  REQUIRE(steered.has_value());
+  CHECK(steered->status == UpdateStatus::parameters_changed);
+  CHECK(steered->message.find("another condition") != std::string::npos);
+  CHECK_FALSE(detail::conditions_made_for(other_handle));  // node steered by 8; the plan made 7
+
+  detail::NodePlan two = if_plan(7, {0x1000});
+  two.conditions.push_back({9, 0});
+  const auto more = detail::plan_mismatch(base, two);
+  REQUIRE(more.has_value());
+  CHECK(more->message.find("the op makes 2 conditions; the graph has 1") != std::string::npos);
+
+  detail::NodePlan other_default = if_plan(7, {0x1000});
+  other_default.conditions[0].default_value = 0;
+  const auto starts = detail::plan_mismatch(base, other_default);
+  REQUIRE(starts.has_value());
+  CHECK(starts->message.find("condition 0 starts at 0; the graph's starts at 1") != std::string::npos);
+}
 
 TEST_SUITE("gpu") {
   TEST_CASE("build and capture record the same nodes and dependencies for the same op") {

@@ -18,6 +18,10 @@ namespace lazygraph::detail::driver {
 /// \throws CudaError when the driver refuses (nothing is registered then).
 void capture_begin(CUcontext ctx, CUstream stream, CUstreamCaptureMode mode);
 
+/// As capture_begin, capturing into the existing `graph` (a conditional node's body, which the node owns: the
+/// graph capture_end_no_throw returns for it is `graph` itself, not to be destroyed).
+void capture_begin_to_graph(CUcontext ctx, CUstream stream, CUgraph graph, CUstreamCaptureMode mode);
+
 /// Ends the capture of `stream` that capture_begin registered and stores its graph in `graph` (null when the
 /// capture was invalidated). When no capture of `stream` is registered any more — its Stream was destroyed
 /// during the capture, which ended it — returns CUDA_ERROR_STREAM_CAPTURE_UNMATCHED and leaves `graph` null.

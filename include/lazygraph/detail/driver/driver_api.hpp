@@ -128,8 +128,12 @@ void launch_kernel(CUcontext ctx, CUfunction fn, const LaunchShape& shape, CUstr
 /// The raw capture calls. Policy (which captures are in progress, what they forbid) lives in capture.hpp,
 /// the one home of capture; only it calls these.
 void begin_capture(CUcontext ctx, CUstream stream, CUstreamCaptureMode mode);
-/// Ends a capture and returns its graph, which may be null when the capture was invalidated.
-CUresult end_capture_no_throw(CUcontext ctx, CUstream stream, CUgraph* graph) noexcept;
+/// Begins capturing `stream` into the existing `graph` (a conditional node's body). \throws UsageError on a driver
+/// older than CUDA 12.4.
+void begin_capture_to_graph(CUcontext ctx, CUstream stream, CUgraph graph, CUstreamCaptureMode mode);
+/// Ends a capture and returns its graph, which may be null when the capture was invalidated. `new_graph`: false for
+/// a capture into an existing graph (which is what it returns, and counts nothing new).
+CUresult end_capture_no_throw(CUcontext ctx, CUstream stream, CUgraph* graph, bool new_graph = true) noexcept;
 CUstreamCaptureStatus capture_status(CUcontext ctx, CUstream stream);
 /// As capture_status; a failed query reads as ACTIVE (callers use it to decide whether a stream is reusable).
 CUstreamCaptureStatus capture_status_no_throw(CUcontext ctx, CUstream stream) noexcept;
@@ -170,6 +174,8 @@ CUgraphNode graph_add_node(CUgraph graph, const CUgraphNode* dependencies, const
 /// Sets the parameters of `node` (of the graph `exec` was instantiated from) in `exec`, for later launches.
 void graph_exec_set_node_params(CUcontext ctx, CUgraphExec exec, CUgraphNode node, CUgraphNodeParams* params,
                                 std::string_view object);
+/// Sets the parameters of `node` in its (not instantiated) graph.
+void graph_node_set_params(CUgraphNode node, CUgraphNodeParams* params, std::string_view object);
 struct NodeDependency {
   CUgraphNode node = nullptr;
   CUgraphEdgeData edge{};

@@ -4,10 +4,10 @@
 /// are ops, steered by a Condition (condition.hpp) that kernels set with lg::set_condition. The graph decides on the
 /// GPU, with no host round trip: a decoder can run many steps in one replay, stopping when a kernel says so.
 ///
-/// They are GraphNodes exactly when their bodies are, compose with `>>` and `all`, and are recorded by capture
-/// (CudaGraph::scope or capture); CudaGraph::build does not make conditional nodes yet, and run eagerly they throw
-/// UsageError. Each body is captured into its own graph, embedded in the node as a child graph. What cannot be done:
-/// a conditional op inside another's body (its condition would belong to the outer graph).
+/// They are GraphNodes exactly when their bodies are, compose with `>>` and `all`, nest (a body may hold another
+/// conditional op), and are recorded by capture (CudaGraph::scope or capture) and by CudaGraph::build alike; run
+/// eagerly they throw UsageError. Every condition belongs to the outermost graph (Scope::condition), nested nodes'
+/// too. What a body cannot hold (CUDA's rule): host calls and event records or waits.
 ///
 /// WHILE loops are bounded unless asked otherwise: `while_(c, body, bound)` counts iterations on the device and
 /// stops the loop at `bound.max_iterations()`, reporting that it did (LoopBound::reached); `while_unbounded(c,
@@ -50,6 +50,8 @@ class [[nodiscard]] ConditionalOp : public OpBase<ConditionalOp<Bodies...>> {
   using Output = void;
   /// A GraphNode exactly when its bodies are.
   static constexpr bool is_graph_node = (is_graph_node_v<Bodies> && ...);
+  /// CudaGraph::build can add it exactly when it can add its bodies.
+  static constexpr bool builds_without_capture = (is_buildable_v<Bodies> && ...);
 
   /// Made by if_, if_else, while_ and switch_. `before` runs in the enclosing graph first (while_ zeroes its
   /// counter there); `after_body` runs at the end of body 0 (while_'s guard).
@@ -61,11 +63,9 @@ class [[nodiscard]] ConditionalOp : public OpBase<ConditionalOp<Bodies...>> {
         after_body_(std::move(after_body)),
         bodies_(std::move(bodies)...) {}
 
-  /// Records the node and its bodies. \throws UsageError eagerly and in CudaGraph::build.
+  /// Records the node and its bodies. \throws UsageError eagerly.
   void execute(ExecContext& ctx) const {
-    if (!ctx.recording() || ctx.planning()) {
-      ctx.conditional(condition_.handle, type_, sizeof...(Bodies), {});  // throws the UsageError
-    }
+    if (!ctx.recording()) ctx.conditional(condition_.handle, type_, sizeof...(Bodies), {});  // throws the UsageError
     if (before_) before_(ctx);
     ctx.conditional(condition_.handle, type_, sizeof...(Bodies), [this](unsigned index, ExecContext& body) {
       execute_body(index, body, std::index_sequence_for<Bodies...>{});

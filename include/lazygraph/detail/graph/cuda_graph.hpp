@@ -122,9 +122,13 @@ class CudaGraph {
     std::optional<std::conditional_t<std::is_void_v<R>, bool, R>> result;
     if (build) {
       recorded.plan.emplace();
+      // Made first: conditions (Scope::condition) belong to it.
+      detail::driver::Graph graph(detail::driver::graph_create());
       ExecContext ctx(stream, *recorded.plan, host_errors);
+      ctx.make_conditions_in(graph.native_handle());
       result = run_callback(ctx, callback, recorded.scope, nullptr);
-      recorded.graph = detail::materialize(*recorded.plan, recorded.nodes);
+      detail::materialize_into(graph.native_handle(), *recorded.plan, recorded.nodes);
+      recorded.graph = std::move(graph);
       recorded.owners = ctx.take_owners();
     } else {
       detail::CaptureSession session(stream, options.mode);
@@ -136,6 +140,7 @@ class CudaGraph {
         detail::retire_failed_scope(recorded.scope);
         throw;
       }
+      recorded.captured_conditions = ctx.conditions_made() > 0;
       recorded.owners = ctx.take_owners();
     }
     auto state = std::make_shared<detail::GraphState>(Stream::pooled(stream.device()), std::move(recorded), options,
@@ -209,6 +214,12 @@ class CudaGraph {
   /// Returns what happened: when `op` does not fit (another node count, kind, dependency or kernel), the graph
   /// is left exactly as it was and the result says why and at which node — unless `options` asks to
   /// re-instantiate instead. The op's output is dropped. \throws CudaError when recording `op` fails.
+  ///
+  /// Conditions (Scope::condition): a built graph keeps its own — the op recorded again uses the graph's (the k-th
+  /// condition made is the graph's k-th), so that kernels and conditional bodies update like any node. To
+  /// re-instantiate a built graph with conditions, the op is recorded a second time, for the new graph's new
+  /// conditions (a callback that makes them; an op that carries the old ones cannot be). A captured graph with
+  /// conditions is never updated in place (not_supported), only re-instantiated when asked.
   template <class Op>
   requires GraphNode<std::remove_cvref_t<Op>>
   [[nodiscard]] UpdateResult update_from(Op&& op, const UpdateOptions& options = {}) {

@@ -18,6 +18,7 @@
 #include "lazygraph/detail/driver/deferred_release.hpp"
 #include "lazygraph/detail/driver/graph_handle.hpp"
 #include "lazygraph/detail/driver/stream.hpp"
+#include "lazygraph/detail/graph/graph_build.hpp"
 #include "lazygraph/detail/graph/graph_options.hpp"
 #include "lazygraph/detail/ops/exec_context.hpp"
 #include "lazygraph/detail/ops/node_plan.hpp"
@@ -102,6 +103,7 @@ struct Recorded {
   std::vector<CUgraphNode> nodes;  ///< built graphs: the node of each plan entry
   std::vector<std::shared_ptr<const void>> owners;
   std::shared_ptr<const void> scope;  ///< the Scope it was recorded through, if any
+  bool captured_conditions = false;   ///< a captured graph with conditions (which cuGraphExecUpdate cannot move)
 };
 
 /// A recorded graph, instantiated (and by default uploaded), with its own stream for replays.
@@ -153,11 +155,43 @@ class GraphState {
       NodePlan plan;
       plan.reserve_like(*plan_);
       ExecContext ctx(stream_, plan, host_errors_);
+      ctx.reuse_conditions(plan_->conditions);
       {
         const Recording recording(*this);
         record(ctx);
       }
+      // An op recorded before (no Scope) makes no conditions: it uses the graph's, whose handles it carries.
+      if (plan.conditions.empty()) plan.conditions = plan_->conditions;
+      if (options.reinstantiate_on_mismatch && !plan.conditions.empty()) {
+        if (std::optional<UpdateResult> why = plan_mismatch(*plan_, plan)) {
+          // Conditions belong to the graph they were made for: a new graph needs new ones, and kernels that take
+          // them new arguments, so the op is recorded again for it.
+          driver::Graph graph(driver::graph_create());
+          NodePlan fresh;
+          ExecContext again(stream_, fresh, host_errors_);
+          again.make_conditions_in(graph.native_handle());
+          {
+            const Recording recording(*this);
+            record(again);
+          }
+          again.check_conditions_consumed();
+          if (!conditions_made_for(fresh)) {
+            why->message +=
+                "; the op's conditional nodes use conditions of this graph, which a new graph cannot: to "
+                "re-instantiate, update from a callback that makes them with Scope::condition";
+            return std::move(*why);
+          }
+          return reinstantiate_built(std::move(graph), std::move(fresh), again.take_owners(), std::move(*why));
+        }
+      }
       return replace_plan(std::move(plan), ctx.take_owners(), options);
+    }
+    if (captured_conditions_ && !options.reinstantiate_on_mismatch) {
+      // Its conditions belong to the captured graph: a new capture has other ones, which the executable graph
+      // cannot take in place.
+      return UpdateResult{UpdateStatus::not_supported, std::nullopt,
+                          "a captured graph with conditions cannot be updated in place (its conditions belong to "
+                          "it): make it with CudaGraph::build, or ask for reinstantiate_on_mismatch"};
     }
     const Stream capture_stream = Stream::pooled(stream_.device());
     CaptureSession session(capture_stream, options_.mode);
@@ -167,6 +201,14 @@ class GraphState {
       record(ctx);
     }
     driver::Graph graph = session.finish();
+    if (captured_conditions_ || ctx.conditions_made() > 0) {
+      captured_conditions_ = ctx.conditions_made() > 0;
+      if (options.reinstantiate_on_mismatch) {
+        return reinstantiate(
+            std::move(graph), ctx.take_owners(),
+            {UpdateStatus::not_supported, std::nullopt, "a captured graph with conditions cannot be updated in place"});
+      }
+    }
     return replace_graph(std::move(graph), ctx.take_owners(), options);
   }
 
@@ -207,6 +249,8 @@ class GraphState {
   void instantiate();
   void release_after_replays(DeferredRelease::Owners owners);
   UpdateResult replace_plan(NodePlan plan, Owners owners, const UpdateOptions& options);
+  /// Fills the empty `graph` from `plan` (whose conditions were made for it) and replays that from now on.
+  UpdateResult reinstantiate_built(driver::Graph graph, NodePlan plan, Owners owners, UpdateResult why);
   UpdateResult replace_graph(driver::Graph graph, Owners owners, const UpdateOptions& options);
   UpdateResult reinstantiate(driver::Graph graph, Owners owners, UpdateResult why);
   [[nodiscard]] CUgraph template_graph_locked() const;
@@ -217,6 +261,7 @@ class GraphState {
   driver::GraphExec exec_;
   std::optional<NodePlan> plan_;
   std::vector<CUgraphNode> nodes_;
+  bool captured_conditions_ = false;  ///< Recorded::captured_conditions, for the graph replayed now
   /// Built graphs updated in place: graph_ keeps the first parameters, so a copy with the current ones is made
   /// when one is needed (child graphs), and remade after the next update.
   mutable driver::Graph current_template_;

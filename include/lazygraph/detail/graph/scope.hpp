@@ -83,11 +83,11 @@ class Scope {
                   "`static constexpr bool is_graph_node = true;` if it neither allocates, frees nor synchronizes");
   }
 
-  /// A condition of the graph being captured, starting every launch at `default_value`: give it to kernels that
-  /// call lg::set_condition and to exactly one if_ / while_ / switch_ (a condition no conditional op uses makes the
-  /// capture throw UsageError: CUDA cannot instantiate such a graph). \throws UsageError in CudaGraph::build
-  /// (conditions need a captured graph), after the callback returned, or with a driver older than CUDA 12.4 (naming its
-  /// version).
+  /// A condition of the graph being recorded (captured or built), starting every launch at `default_value`: give it
+  /// to kernels that call lg::set_condition and to exactly one if_ / while_ / switch_, at any depth (a condition no
+  /// conditional op uses makes recording throw UsageError: CUDA cannot instantiate such a graph). In update_from of
+  /// a built graph, the k-th condition made is the graph's k-th (with the same default value). \throws UsageError
+  /// after the callback returned, or with a driver older than CUDA 12.4 (naming its version).
   [[nodiscard]] Condition condition(unsigned default_value = 0);
 
   /// The stream being captured (for ops you execute by hand; prefer `record`).

@@ -104,14 +104,29 @@ class ExecContext {
   void host_function(CUhostFn fn, void* data, std::string_view name);
   /// Embeds a copy of `graph` as one node (capture and plan mode only; eagerly, launch the graph instead).
   void child_graph(CUgraph graph);
-  /// A conditional node (capture mode only): IF, WHILE or SWITCH with `size` bodies, steered by the graph's
-  /// conditional `handle`. `body(i, ctx)` records body i through `ctx`, which captures into that body (on a stream
-  /// of its own); what it keeps alive, this context keeps. \throws UsageError eagerly or when planning (conditions
-  /// need a captured graph), or for a driver too old for `type` and `size` (naming its version).
+  /// A conditional node: IF, WHILE or SWITCH with `size` bodies, steered by the graph's conditional `handle`.
+  /// `body(i, ctx)` records body i through `ctx`, which captures into that body graph (on a stream of its own) or,
+  /// when planning, writes it down as a plan nested in this one; what it keeps alive, this context keeps. A body may
+  /// hold conditional nodes itself (their conditions are the outermost graph's, like every condition).
+  /// \throws UsageError eagerly (a conditional node belongs to a graph), or for a driver too old for `type` and
+  /// `size` (naming its version).
   void conditional(CUgraphConditionalHandle handle, CUgraphConditionalNodeType type, unsigned size,
                    const std::function<void(unsigned, ExecContext&)>& body);
-  /// Notes a condition made for the graph being captured (Scope::condition): conditional() consumes it.
-  void condition_made(CUgraphConditionalHandle handle) { unconsumed_conditions_.push_back(handle); }
+  /// A new condition of the graph being recorded (Scope::condition), starting every launch at `default_value`.
+  /// Captured: made for the capture's graph. Planned: made for the graph given to make_conditions_in, or, when
+  /// re-planning a built graph (reuse_conditions), the graph's own condition of the same position. Until a
+  /// conditional node consumes it, check_conditions_consumed throws.
+  /// \throws UsageError eagerly, inside a conditional body, or in plan mode with neither of the two set.
+  CUgraphConditionalHandle make_condition(unsigned default_value);
+  /// Plan mode: conditions are made for `graph` (the graph that materialize will fill from the plan).
+  void make_conditions_in(CUgraph graph) noexcept { condition_graph_ = graph; }
+  /// Plan mode, re-planning a built graph: condition k is `existing[k]` when its default value matches; otherwise a
+  /// null handle that the plan's comparison reports (more conditions, or another default, need a new graph).
+  void reuse_conditions(const std::vector<detail::PlannedCondition>& existing) noexcept {
+    reused_conditions_ = &existing;
+  }
+  /// How many conditions make_condition made through this context.
+  [[nodiscard]] std::size_t conditions_made() const noexcept { return conditions_made_; }
   /// \throws UsageError when a condition made for this graph steers no conditional node (CUDA refuses to
   /// instantiate such a graph).
   void check_conditions_consumed() const;
@@ -156,11 +171,18 @@ class ExecContext {
   /// another conditional node from this layer) is a UsageError instead of a driver error.
   const char* body_of_ = nullptr;
   void refuse_in_body(std::string_view what) const;
+  void check_conditional_supported(CUgraphConditionalNodeType type, unsigned size) const;
+  void record_body(unsigned index, CUgraphConditionalNodeType type, ExecContext& inner,
+                   const std::function<void(unsigned, ExecContext&)>& body);
+  ExecContext* root_ = this;           ///< the outermost context (bodies' contexts point to it)
+  CUgraph condition_graph_ = nullptr;  ///< plan mode: where make_condition makes conditions
+  const std::vector<detail::PlannedCondition>* reused_conditions_ = nullptr;  ///< plan mode: a built graph's
   std::vector<std::uint32_t> frontier_;  ///< plan mode: the nodes the next node depends on
   std::shared_ptr<HostCallErrors> host_errors_;
   std::vector<std::shared_ptr<const void>> owners_;
   std::vector<std::unique_ptr<Stream>> side_streams_;
   std::vector<CUgraphConditionalHandle> unconsumed_conditions_;
+  std::size_t conditions_made_ = 0;
   std::size_t side_streams_in_use_ = 0;
   std::vector<Event> events_;  // kept until the context ends: a recorded event wait refers to them
 };

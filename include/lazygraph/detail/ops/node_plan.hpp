@@ -2,7 +2,8 @@
 /// \file
 /// NodePlan: an op tree written down as graph nodes and their dependencies, without touching the GPU. An
 /// ExecContext in planning mode (CudaGraph::build, CudaGraph::update_from on a built graph) appends one
-/// PlannedNode per launch, copy, fill, host call, child graph or event op; `>>` becomes a dependency and
+/// PlannedNode per launch, copy, fill, host call, child graph, event or conditional op (whose bodies are plans
+/// of their own, nested in the plan); `>>` becomes a dependency and
 /// `all` parallel branches, exactly as stream capture would record them. The graph layer turns a plan into a
 /// CUgraph (materialize) or compares two plans and updates an instantiated graph node by node.
 ///
@@ -46,6 +47,18 @@ struct PlannedNode {
   CUgraph child = nullptr;
   // CU_GRAPH_NODE_TYPE_EVENT_RECORD and WAIT_EVENT
   CUevent event = nullptr;
+  // CU_GRAPH_NODE_TYPE_CONDITIONAL
+  CUgraphConditionalHandle condition = 0;
+  CUgraphConditionalNodeType condition_type = CU_GRAPH_COND_TYPE_IF;
+  std::uint32_t first_body = 0;  ///< into NodePlan::bodies
+  std::uint32_t body_count = 0;
+};
+
+/// A condition the plan's graph was made with (Scope::condition in CudaGraph::build): its handle, which kernels
+/// take as an argument, belongs to that graph.
+struct PlannedCondition {
+  CUgraphConditionalHandle handle = 0;
+  unsigned default_value = 0;
 };
 
 /// A list of nodes in the order ops submitted them, with their dependencies (indices of earlier nodes) and the
@@ -56,6 +69,11 @@ struct NodePlan {
   std::vector<std::uint32_t> dependencies;
   std::vector<std::byte> argument_bytes;
   std::vector<std::uint32_t> argument_offsets;  ///< per kernel: its arguments' offsets, then the end offset
+  /// The body graphs of the plan's conditional nodes, each a plan of its own (in the order of the nodes, a node's
+  /// bodies in order).
+  std::vector<NodePlan> bodies;
+  /// The conditions made for the graph (the outermost plan only; bodies use them).
+  std::vector<PlannedCondition> conditions;
 
   /// Reserves room for a plan the size of `other` (an update's plan is the size of the graph's).
   void reserve_like(const NodePlan& other) {
@@ -63,6 +81,13 @@ struct NodePlan {
     dependencies.reserve(other.dependencies.size());
     argument_bytes.reserve(other.argument_bytes.size());
     argument_offsets.reserve(other.argument_offsets.size());
+  }
+
+  /// The nodes of the plan and of its bodies, at every depth.
+  [[nodiscard]] std::size_t total_nodes() const {
+    std::size_t n = nodes.size();
+    for (const NodePlan& b : bodies) n += b.total_nodes();
+    return n;
   }
 
   /// Appends `node` after `deps`; returns its index.
