@@ -508,10 +508,6 @@ void control_flow_table(const lg::Device& gpu, const lg::Stream& s) {
     const lg::Condition c = sc.condition();
     sc.record(set_from(one, c, zero.cview()) >> lg::if_(c, bump(one, hits.view())));
   });
-  auto if_false_built = lg::CudaGraph<>::build(gpu, [&](lg::Scope& sc) {
-    const lg::Condition c = sc.condition();
-    sc.record(set_from(one, c, zero.cview()) >> lg::if_(c, bump(one, hits.view())));
-  });
   auto two_kernels = lg::CudaGraph<>::capture(s, bump(one, hits.view()) >> bump(one, hits.view()));
   auto loop = lg::CudaGraph<>::scope(s, [&](lg::Scope& sc) {
     const lg::Condition c = sc.condition(1);
@@ -525,7 +521,6 @@ void control_flow_table(const lg::Device& gpu, const lg::Stream& s) {
 
   const double set_us = time_per_kernel(s, 1, [&] { set_only.launch_on(s); });
   const double if_us = time_per_kernel(s, 1, [&] { if_false.launch_on(s); });
-  const double if_built_us = time_per_kernel(s, 1, [&] { if_false_built.launch_on(s); });
   const double two_us = time_per_kernel(s, 1, [&] { two_kernels.launch_on(s); });
   const double chain_us = time_per_kernel(s, n, [&] { chain.launch_on(s); });
   const double loop_us = time_per_kernel(s, n, [&] { loop.launch_on(s); });
@@ -537,7 +532,6 @@ void control_flow_table(const lg::Device& gpu, const lg::Stream& s) {
   const auto line = [](const char* what, double us) { std::printf("  %-62s %10.3f\n", what, us); };
   line("graph [one 1-thread kernel], per replay", set_us);
   line("graph [kernel setting a condition, if_ false], per replay", if_us);
-  line("graph [the same, made by CudaGraph::build], per replay", if_built_us);
   line("graph [two 1-thread kernels], per replay", two_us);
   line("  an IF that is false costs (captured)", if_us - set_us);
   line("  an IF that is false costs, against a second kernel", if_us - two_us);
