@@ -123,6 +123,37 @@ void ExecContext::copy(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes) {
   drv::copy_device_to_device(current_->device().context(), dst, src, bytes, current_->get());
 }
 
+void ExecContext::copy_to_device(CUdeviceptr dst, const void* host, std::size_t bytes) {
+  if (bytes == 0) return;
+  if (recording_ && body_of_ == nullptr) bytes_to_device_ += bytes;
+  if (plan_ != nullptr) {
+    detail::PlannedNode node;
+    node.type = CU_GRAPH_NODE_TYPE_MEMCPY;
+    node.dst = dst;
+    node.host = const_cast<void*>(host);  // NOLINT(cppcoreguidelines-pro-type-const-cast): the driver's field
+    node.host_is_source = true;
+    node.bytes = bytes;
+    add_planned(node);
+    return;
+  }
+  drv::copy_host_to_device(current_->device().context(), dst, host, bytes, current_->get());
+}
+
+void ExecContext::copy_to_host(void* host, CUdeviceptr src, std::size_t bytes) {
+  if (bytes == 0) return;
+  if (recording_ && body_of_ == nullptr) bytes_to_host_ += bytes;
+  if (plan_ != nullptr) {
+    detail::PlannedNode node;
+    node.type = CU_GRAPH_NODE_TYPE_MEMCPY;
+    node.src = src;
+    node.host = host;
+    node.bytes = bytes;
+    add_planned(node);
+    return;
+  }
+  drv::copy_device_to_host(current_->device().context(), host, src, bytes, current_->get());
+}
+
 void ExecContext::fill(CUdeviceptr dst, unsigned pattern, std::size_t element_size, std::size_t count) {
   if (count == 0) return;
   if (plan_ != nullptr) {

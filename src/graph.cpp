@@ -195,6 +195,8 @@ GraphState::GraphState(Stream stream, Recorded recorded, const GraphOptions& opt
       plan_(std::move(recorded.plan)),
       nodes_(std::move(recorded.nodes)),
       captured_conditions_(recorded.captured_conditions),
+      bytes_to_device_(recorded.bytes_to_device),
+      bytes_to_host_(recorded.bytes_to_host),
       owners_(std::make_shared<const Owners>(std::move(recorded.owners))),
       scope_(std::move(recorded.scope)),
       host_errors_(host_errors ? std::move(host_errors) : std::make_shared<HostCallErrors>()) {
@@ -386,6 +388,11 @@ UpdateResult GraphState::reinstantiate(drv::Graph graph, Owners owners, UpdateRe
 std::uint64_t GraphState::replay_count() const {
   const auto lock = guard();
   return replays_;
+}
+
+TransferStats GraphState::transfers() const {
+  const auto lock = guard();
+  return {bytes_to_device_, bytes_to_host_, replays_};
 }
 
 std::size_t GraphState::owner_count() const {

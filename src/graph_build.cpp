@@ -37,6 +37,15 @@ CUgraphNodeParams node_params(const NodePlan& plan, const PlannedNode& n, std::v
       p.memcpy.copyParams.srcDevice = n.src;
       p.memcpy.copyParams.dstMemoryType = CU_MEMORYTYPE_DEVICE;
       p.memcpy.copyParams.dstDevice = n.dst;
+      if (n.host != nullptr && n.host_is_source) {
+        p.memcpy.copyParams.srcMemoryType = CU_MEMORYTYPE_HOST;
+        p.memcpy.copyParams.srcHost = n.host;
+        p.memcpy.copyParams.srcDevice = 0;
+      } else if (n.host != nullptr) {
+        p.memcpy.copyParams.dstMemoryType = CU_MEMORYTYPE_HOST;
+        p.memcpy.copyParams.dstHost = n.host;
+        p.memcpy.copyParams.dstDevice = 0;
+      }
       p.memcpy.copyParams.WidthInBytes = n.bytes;
       p.memcpy.copyParams.Height = 1;
       p.memcpy.copyParams.Depth = 1;
@@ -117,7 +126,8 @@ bool same_parameters(const NodePlan& a, const NodePlan& b, std::size_t i) {
              std::memcmp(xa.data(), ya.data(), xa.size()) == 0;
     }
     case CU_GRAPH_NODE_TYPE_MEMCPY:
-      return x.dst == y.dst && x.src == y.src && x.bytes == y.bytes;
+      return x.dst == y.dst && x.src == y.src && x.host == y.host && x.host_is_source == y.host_is_source &&
+             x.bytes == y.bytes;
     case CU_GRAPH_NODE_TYPE_MEMSET:
       return x.dst == y.dst && x.pattern == y.pattern && x.bytes == y.bytes;
     case CU_GRAPH_NODE_TYPE_HOST:
@@ -188,6 +198,11 @@ std::optional<UpdateResult> first_mismatch(const NodePlan& current, const NodePl
     if (!std::equal(dx.begin(), dx.end(), dy.begin(), dy.end()) || x.shape.early_launch != y.shape.early_launch) {
       return UpdateResult{UpdateStatus::topology_changed, at(i),
                           where + describe_node(y, i) + " has other dependencies"};
+    }
+    if (x.type == CU_GRAPH_NODE_TYPE_MEMCPY &&
+        ((x.host != nullptr) != (y.host != nullptr) || x.host_is_source != y.host_is_source)) {
+      return UpdateResult{UpdateStatus::parameters_changed, at(i),
+                          where + describe_node(y, i) + " copies in another direction"};
     }
     if (x.type == CU_GRAPH_NODE_TYPE_MEMSET && x.element_size != y.element_size) {
       return UpdateResult{UpdateStatus::parameters_changed, at(i),

@@ -70,13 +70,16 @@ struct MlpResult {
   double graph_plain_us = 0;  ///< the graph with ordinary launches (early_launch off)
   double forward_us = 0;
   double eager_us = 0;
+  double staged_graph_us = 0;  ///< the module's graph: staging copy in, compute, staging copy out
+  double resident_us = 0;      ///< forward_resident: input already on the device
+  double pageable_us = 0;      ///< the old way: pageable copy in and wait, replay, copy out and wait
   double rel_err = 0;
   std::string output;
 };
 
 MlpResult bench_mlp(const lg::Stream& s, const lg::KernelLibrary& kernels, const lazygraph::nn::MlpConfig& config,
                     int forwards, const std::string& dir) {
-  MlpResult r{config, 0, 0, 0, 0, 0, ""};
+  MlpResult r{config, 0, 0, 0, 0, 0, 0, 0, 0, ""};
   lazygraph::nn::Mlp mlp(s, kernels, config);
   const std::vector<half> input =
       lazygraph::nn::host_tensor(config.seed, {2000000, static_cast<std::size_t>(config.d), 1, 0});
@@ -87,14 +90,24 @@ MlpResult bench_mlp(const lg::Stream& s, const lg::KernelLibrary& kernels, const
              std::to_string(config.layers) + ".f16";
   write_halves(dir + "/" + r.output, output);
 
-  // The graph alone (input already in place), Module::forward with host input and output, and the same ops
-  // launched eagerly without a graph.
-  r.graph_us = median_us(s, forwards, [&] { mlp.graph().launch_on(s); });
-  std::vector<half> out(output.size());
-  r.forward_us = median_us(s, forwards, [&] { mlp.forward_into(input, out); });
+  // The bare graph (the forward pass alone, input already in place), the module's graph (staging copies
+  // included), Module::forward with host input and output (one replay, one wait), forward_resident, the old way
+  // (pageable copy in, replay, copy out, two waits), and the same ops launched eagerly without a graph.
   lg::DeviceBuffer<half> x = lg::from_host(input).sync_on(s);
   lg::DeviceBuffer<half> y(s.device(), input.size());
   const auto op = mlp.forward_op(x.cview(), y.view());
+  auto bare = lg::CudaGraph<>::capture(s, op);
+  r.graph_us = median_us(s, forwards, [&] { bare.launch_on(s); });
+  r.staged_graph_us = median_us(s, forwards, [&] { mlp.graph().launch_on(s); });
+  std::vector<half> out(output.size());
+  r.forward_us = median_us(s, forwards, [&] { mlp.forward_into(input, out); });
+  r.resident_us = median_us(s, forwards, [&] { mlp.forward_resident(x.cview(), out); });
+  r.pageable_us = median_us(s, forwards, [&] {
+    lg::copy(x.view(), input).sync_on(s);
+    bare.launch_on(s);
+    lg::copy_async(s, std::span<half>(out), y.cview());
+    s.synchronize();
+  });
   lg::ExecContext ctx(s, false);
   r.eager_us = median_us(s, forwards, [&] { op.execute(ctx); });
 
@@ -106,7 +119,8 @@ MlpResult bench_mlp(const lg::Stream& s, const lg::KernelLibrary& kernels, const
                   [](half a, half b) { return a.bits == b.bits; })) {
     throw std::runtime_error("MLP: early and ordinary launches disagree");
   }
-  r.graph_plain_us = median_us(s, forwards, [&] { plain.graph().launch_on(s); });
+  auto plain_bare = lg::CudaGraph<>::capture(s, plain.forward_op(x.cview(), y.view()));
+  r.graph_plain_us = median_us(s, forwards, [&] { plain_bare.launch_on(s); });
   return r;
 }
 
@@ -310,6 +324,15 @@ int run(int argc, char** argv) {
                 r.graph_us, r.graph_plain_us, r.forward_us, r.eager_us, r.eager_us / r.graph_us, mb / r.graph_us,
                 r.rel_err);
     std::fflush(stdout);
+  }
+  std::printf(
+      "\n| MLP (d, ffn, layers) | bare graph us | graph with staging copies us | forward() us | forward_resident() us "
+      "| before: pageable, two waits us | forward - bare us | resident - bare us "
+      "|\n|---|---|---|---|---|---|---|---|\n");
+  for (const MlpResult& r : mlps) {
+    std::printf("| (%d, %d, %d) | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", r.config.d, r.config.ffn,
+                r.config.layers, r.graph_us, r.staged_graph_us, r.forward_us, r.resident_us, r.pageable_us,
+                r.forward_us - r.graph_us, r.resident_us - r.graph_us);
   }
 
   const lazygraph::nn::DecoderConfig dc;

@@ -13,6 +13,7 @@
 #include "lazygraph/detail/driver/memcpy.hpp"
 #include "lazygraph/detail/driver/module.hpp"
 #include "lazygraph/detail/driver/pinned_buffer.hpp"
+#include "lazygraph/detail/driver/staging_buffer.hpp"
 #include "lazygraph/detail/driver/stream.hpp"
 
 namespace lazygraph {

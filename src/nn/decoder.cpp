@@ -162,10 +162,11 @@ BasicDecoder<T>::BasicDecoder(const Stream& stream, const KernelLibrary& library
       kernels_(library, config_.early_launch),
       weights_(checked(std::move(weights), config_)),
       state_(stream.device(), config_),
-      io_host_(stream.device(), kIoSize),
-      next_host_(stream.device(), kMaxRows),
+      io_(stream.device(), kIoSize, kMaxRows),
+      generated_host_(stream.device(), static_cast<std::size_t>(config_.context) + 3),
       stream_(stream.device()),
-      graphs_(kMaxRows) {
+      graphs_(kMaxRows),
+      io_graphs_(kMaxRows) {
   (void)step_graph(1);  // a decoder that cannot capture its step fails here, not at the first forward
   reset();
 }
@@ -175,7 +176,8 @@ void BasicDecoder<T>::set_sampling(const Sampling& sampling) {
   sampling.validate();
   const std::lock_guard<std::mutex> lock(*mutex_);
   sampling_ = sampling;
-  for (auto& g : graphs_) g.reset();  // a finished replay is all they may still run: run() waits for each
+  for (auto& g : io_graphs_) g.reset();  // a finished replay is all they may still run: run() waits for each
+  for (auto& g : graphs_) g.reset();
   generate_graph_.reset();
 }
 
@@ -196,6 +198,20 @@ CudaGraph<>& BasicDecoder<T>::step_graph(int rows) {
 }
 
 template <Element T>
+CudaGraph<>& BasicDecoder<T>::io_graph(int rows) {
+  (void)step_graph(rows);  // checks rows
+  std::optional<CudaGraph<>>& g = io_graphs_[static_cast<std::size_t>(rows - 1)];
+  if (!g) {
+    // The step's own nodes between the copies (not the step graph as a child: its kernels keep their early-launch
+    // edges to each other exactly as captured).
+    g.emplace(CudaGraph<>::capture(stream_,
+                                   io_.copy_in(state_.io.view()) >> step_op(rows) >>
+                                       io_.copy_out(state_.next.cview().subspan(0, static_cast<std::size_t>(rows)))));
+  }
+  return *g;
+}
+
+template <Element T>
 void BasicDecoder<T>::reset() {
   const std::lock_guard<std::mutex> lock(*mutex_);
   (fill(state_.k_cache.view(), T{}) >> fill(state_.v_cache.view(), T{})).sync_on(stream_);
@@ -203,7 +219,7 @@ void BasicDecoder<T>::reset() {
 
 template <Element T>
 void BasicDecoder<T>::set_row(int row, int token, int position, int slot) {
-  const std::span<int> io = io_host_.span();
+  const std::span<int> io = io_.input();
   io[static_cast<std::size_t>(row)] = token;
   io[static_cast<std::size_t>(kMaxRows + row)] = position;
   io[static_cast<std::size_t>(2 * kMaxRows + row)] = slot;
@@ -211,13 +227,9 @@ void BasicDecoder<T>::set_row(int row, int token, int position, int slot) {
 
 template <Element T>
 std::span<const int> BasicDecoder<T>::run(int rows) {
-  CudaGraph<>& g = step_graph(rows);
-  copy_async(stream_, state_.io.view(), std::as_const(io_host_).span());
-  g.launch_on(stream_);
-  copy_async(stream_, next_host_.span(), state_.next.cview());
-  stream_.synchronize();
+  HostIo<int, int>::run(io_graph(rows));
   last_rows_ = rows;
-  return std::as_const(next_host_).span().subspan(0, static_cast<std::size_t>(rows));
+  return io_.output().subspan(0, static_cast<std::size_t>(rows));
 }
 
 template <Element T>
@@ -265,27 +277,28 @@ std::vector<int> BasicDecoder<T>::generate(int token, int n, int stop_token, int
     generate_graph_.emplace(CudaGraph<>::scope(stream_, [&](Scope& sc) {
       const Condition more = sc.condition(1);
       DeviceSpan<int> io = state_.io.view();
-      sc.record(while_(more,
+      const auto context = static_cast<std::size_t>(config_.context);
+      sc.record(io_.copy_in(io) >>
+                while_(more,
                        step_op(1) >> kernels_.loop->generate_advance(
                                          {{1, 1, 1}, {1, 1, 1}, 0}, more, state_.next.cview(), io.subspan(0, kMaxRows),
                                          io.subspan(kMaxRows, kMaxRows), state_.control(), state_.generated.view()),
-                       *bound_));
+                       *bound_) >>
+                copy(generated_host_.view().subspan(0, context), state_.generated.cview()) >>
+                copy(generated_host_.view().subspan(context, 3), state_.control().as_const()));
     }));
   }
   set_row(0, token, start, 0);
-  const std::span<int> control = io_host_.span().subspan(3 * kMaxRows, 3);
+  const std::span<int> control = io_.input().subspan(3 * kMaxRows, 3);
   control[0] = n;
   control[1] = stop_token;
   control[2] = 0;
-  copy_async(stream_, state_.io.view(), std::as_const(io_host_).span());
-  generate_graph_->launch_on(stream_);
-  std::vector<int> out(static_cast<std::size_t>(n));
-  copy_async(stream_, std::span<int>(out), state_.generated.cview().subspan(0, out.size()));
-  copy_async(stream_, io_host_.span(), state_.io.cview());
-  stream_.synchronize();
+  HostIo<int, int>::run(*generate_graph_);
   last_rows_ = 1;
-  out.resize(static_cast<std::size_t>(std::clamp(std::as_const(io_host_).span()[3 * kMaxRows + 2], 0, n)));
-  return out;
+  const std::span<const int> generated = generated_host_.span();
+  const auto count =
+      static_cast<std::size_t>(std::clamp(generated[static_cast<std::size_t>(config_.context) + 2], 0, n));
+  return {generated.begin(), generated.begin() + static_cast<std::ptrdiff_t>(count)};
 }
 
 template <Element T>

@@ -80,7 +80,7 @@ TEST_SUITE("gpu") {
                                      });
     CHECK(module.input().size() == static_cast<std::size_t>(n_in));
     CHECK(module.output().size() == static_cast<std::size_t>(n_out));
-    CHECK(module.graph().node_count() == 1);
+    CHECK(module.graph().node_count() == 3);  // staging copy in, the op's copy, staging copy out
     std::vector<float> out(n_out);
     for (int round = 0; round < 2; ++round) {
       const auto x = lgtest::random_floats(n_in);
@@ -90,6 +90,59 @@ TEST_SUITE("gpu") {
       CHECK(lgtest::to_host(s, module.output()) == out);
     }
     std::vector<float> too_short(n_out - 1);
-    CHECK_THROWS_AS(module.forward_into(lgtest::random_floats(n_in), too_short), UsageError);
+    CHECK_THROWS_WITH_AS(module.forward_into(lgtest::random_floats(n_in), too_short),
+                         doctest::Contains("the output has 699 elements; the module's output has 700"), UsageError);
+    CHECK_THROWS_WITH_AS(module.forward_into(lgtest::random_floats(n_in + 1), out),
+                         doctest::Contains("the input has 2001 elements; the module's input has 2000"), UsageError);
+  }
+
+  TEST_CASE("GraphModule replays one graph per call whose staging copies it accounts for") {
+    Stream& s = lgtest::stream();
+    const int n_in = 1000;
+    const int n_out = 300;
+    GraphModule<float, float> module(s, n_in, n_out,
+                                     [&](const DeviceSpan<const float>& in, const DeviceSpan<float>& out) {
+                                       return copy(out, in.subspan(7, n_out));
+                                     });
+    std::vector<float> out(n_out);
+    for (int round = 0; round < 4; ++round) module.forward_into(lgtest::random_floats(n_in), out);
+    const TransferStats t = module.graph().transfers();
+    CHECK(t.bytes_to_device_per_replay == n_in * sizeof(float));
+    CHECK(t.bytes_to_host_per_replay == n_out * sizeof(float));
+    CHECK(t.replays == 4);
+    CHECK(t.bytes_to_device() == 4 * n_in * sizeof(float));
+    CHECK(t.bytes_to_host() == 4 * n_out * sizeof(float));
+  }
+
+  TEST_CASE("forward_resident reads input already on the device, and follows the caller to another buffer") {
+    Stream& s = lgtest::stream();
+    const int n = 2500;
+    const auto k = axpy();
+    DeviceBuffer<float> bias = from_host(lgtest::random_floats(n)).sync_on(s);
+    const auto bias_host = lgtest::to_host(s, bias.cview());
+    GraphModule<float, float> module(s, n, n, [&](const DeviceSpan<const float>& in, const DeviceSpan<float>& out) {
+      return copy(out, bias.cview()) >> k(grid_for(n, 256), 2.0F, in, out, n);
+    });
+    const auto check = [&](const std::vector<float>& x, const std::vector<float>& y) {
+      std::vector<double> ref(n);
+      for (int i = 0; i < n; ++i) ref[i] = 2.0 * x[i] + bias_host[i];
+      CHECK(lgtest::relative_error(y, ref) < 1e-6);
+    };
+    std::vector<float> y(n);
+    const auto x1 = lgtest::random_floats(n);
+    const auto x2 = lgtest::random_floats(n);
+    DeviceBuffer<float> d1 = from_host(x1).sync_on(s);
+    DeviceBuffer<float> d2 = from_host(x2).sync_on(s);
+    module.forward_resident(d1.cview(), y);
+    check(x1, y);
+    module.forward_resident(d2.cview(), y);  // another buffer: the graph is updated to read it
+    check(x2, y);
+    copy(d2.view(), x1).sync_on(s);  // the same buffer, new contents: read at the call
+    module.forward_resident(d2.cview(), y);
+    check(x1, y);
+    module.forward_into(x2, y);  // the staged path still works alongside
+    check(x2, y);
+    CHECK_THROWS_WITH_AS(module.forward_resident(d1.cview().subspan(0, n - 1), y),
+                         doctest::Contains("the input has 2499 elements"), UsageError);
   }
 }

@@ -22,6 +22,22 @@ static_assert(std::is_same_v<decltype(copy(DeviceSpan<float>{}, DeviceSpan<float
 static_assert(std::is_same_v<decltype(copy(DeviceSpan<float>{}, std::vector<float>{})), UploadOp<float>>);
 static_assert(std::is_same_v<decltype(copy(std::span<float>{}, DeviceSpan<float>{})), DownloadOp<float>>);
 
+// Copies with a StagingBuffer's pinned span are GraphNodes (and build without capture); other host memory is not.
+static_assert(GraphNode<StagedUploadOp<float>> && BuildableNode<StagedUploadOp<float>>);
+static_assert(GraphNode<StagedDownloadOp<float>> && BuildableNode<StagedDownloadOp<float>>);
+static_assert(std::is_same_v<decltype(copy(DeviceSpan<float>{}, PinnedSpan<const float>{})), StagedUploadOp<float>>);
+static_assert(std::is_same_v<decltype(copy(DeviceSpan<float>{}, PinnedSpan<float>{})), StagedUploadOp<float>>);
+static_assert(std::is_same_v<decltype(copy(PinnedSpan<float>{}, DeviceSpan<float>{})), StagedDownloadOp<float>>);
+static_assert(!std::is_convertible_v<PinnedSpan<const float>, PinnedSpan<float>>);
+
+TEST_CASE("a staging copy of the wrong size is rejected when the op is built, naming both sizes") {
+  const DeviceSpan<float> dst(0x1000, 4);
+  const PinnedSpan<const float> src(nullptr, 5, nullptr);
+  CHECK_THROWS_WITH_AS(copy(dst, src), doctest::Contains("the destination holds 4 elements but the source holds 5"),
+                       UsageError);
+  CHECK_THROWS_AS((void)src.subspan(3, 3), UsageError);
+}
+
 TEST_CASE("a copy between spans of different sizes is rejected when the op is built") {
   const DeviceSpan<float> dst(0x1000, 4);
   const DeviceSpan<const float> src(0x2000, 5);
@@ -84,5 +100,26 @@ TEST_SUITE("gpu") {
     CHECK(src_owner.expired());
     CHECK(live_handles().device_allocations == before.device_allocations);
     CHECK(live_handles().device_bytes == before.device_bytes);
+  }
+  TEST_CASE("a graph copies from and to staging memory on every replay, captured or built") {
+    Stream& s = lgtest::stream();
+    const int n = 4096;
+    StagingBuffer<float> in(s.device(), n);
+    StagingBuffer<float> out(s.device(), n);
+    DeviceBuffer<float> dev(s.device(), n);
+    const auto op = copy(dev.view(), in.cview()) >> copy(out.view(), dev.cview());
+    for (const bool built : {false, true}) {
+      CAPTURE(built);
+      auto g = built ? CudaGraph<>::build(s.device(), op) : CudaGraph<>::capture(s, op);
+      CHECK(g.transfers().bytes_to_device_per_replay == n * sizeof(float));
+      CHECK(g.transfers().bytes_to_host_per_replay == n * sizeof(float));
+      for (int round = 0; round < 3; ++round) {
+        const auto x = lgtest::random_floats(n);
+        std::copy(x.begin(), x.end(), in.span().begin());
+        g.launch();  // replays and waits: the staging output holds this round's input
+        CHECK(std::equal(x.begin(), x.end(), out.span().begin()));
+      }
+      CHECK(g.transfers().replays == 3);
+    }
   }
 }

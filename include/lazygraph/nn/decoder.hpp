@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "lazygraph/module.hpp"
 #include "lazygraph/nn/kernels.hpp"
 #include "lazygraph/nn/mlp.hpp"
 #include "lazygraph/nn/sampling.hpp"
@@ -271,28 +272,33 @@ class BasicDecoder {
   /// The config it was built with.
   [[nodiscard]] const DecoderConfig& config() const noexcept { return config_; }
   /// The graph of a step of `rows` rows (captured now if it was not yet): replay it directly to time the device
-  /// work alone. \throws UsageError for rows outside [1, kMaxRows].
+  /// work alone (forward replays the same nodes between the staging copies, in a graph of its own). \throws UsageError
+  /// for rows outside [1, kMaxRows].
   [[nodiscard]] CudaGraph<>& graph(int rows = 1);
 
  private:
   /// graph() without the lock (the caller holds it).
   CudaGraph<>& step_graph(int rows);
-  /// Sets row `row` of the pinned io buffer (no allocation per step).
+  /// The graph a step of `rows` rows replays: the io staging copied in, the step's nodes, the next tokens copied
+  /// out (captured on first use, after the step graph).
+  CudaGraph<>& io_graph(int rows);
+  /// Sets row `row` of the io staging (no allocation per step).
   void set_row(int row, int token, int position, int slot);
-  /// Copies the io buffer to the device, replays the graph of `rows` rows and returns the rows' next tokens.
+  /// Replays the io graph of `rows` rows (one replay, one wait) and returns the rows' next tokens.
   std::span<const int> run(int rows);
 
   DecoderConfig config_;
   BasicKernels<T> kernels_;
   BasicDecoderWeights<T> weights_;
   BasicDecoderState<T> state_;
-  PinnedBuffer<int> io_host_;
-  PinnedBuffer<int> next_host_;
+  HostIo<int, int> io_;                ///< [tokens | positions | slots | control] in, next tokens out
+  StagingBuffer<int> generated_host_;  ///< generate's tokens [context], then its control [n, stop, count]
   Stream stream_;
   Sampling sampling_;
-  std::vector<std::optional<CudaGraph<>>> graphs_;  ///< [rows - 1], captured on first use
-  std::optional<LoopBound> bound_;                  ///< generate's loop bound (the context), made on first use
-  std::optional<CudaGraph<>> generate_graph_;       ///< generate's loop, captured on first use
+  std::vector<std::optional<CudaGraph<>>> graphs_;     ///< [rows - 1], captured on first use
+  std::vector<std::optional<CudaGraph<>>> io_graphs_;  ///< [rows - 1], what forward replays (io_graph)
+  std::optional<LoopBound> bound_;                     ///< generate's loop bound (the context), made on first use
+  std::optional<CudaGraph<>> generate_graph_;          ///< generate's loop, captured on first use
   std::unique_ptr<std::mutex> mutex_ = std::make_unique<std::mutex>();  ///< the execution lock (movable decoder)
   int last_rows_ = 1;
 };

@@ -90,6 +90,8 @@ class BasicMlp {
   Output forward(Input x) { return module_.forward(x); }
   /// forward, writing into `out` (d values). \throws UsageError unless x and out have d elements.
   void forward_into(Input x, std::span<T> out) { module_.forward_into(x, out); }
+  /// As forward_into, for input already on the device (GraphModule::forward_resident: no copy in).
+  void forward_resident(DeviceSpan<const T> x, std::span<T> out) { module_.forward_resident(x, out); }
 
   /// The same forward pass as an op, for running it without the graph (the benchmark's eager variant).
   [[nodiscard]] auto forward_op(DeviceSpan<const T> input, DeviceSpan<T> output) {

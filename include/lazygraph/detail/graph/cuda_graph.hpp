@@ -129,6 +129,8 @@ class CudaGraph {
       result = run_callback(ctx, callback, recorded.scope, nullptr);
       detail::materialize_into(graph.native_handle(), *recorded.plan, recorded.nodes);
       recorded.graph = std::move(graph);
+      recorded.bytes_to_device = ctx.bytes_to_device();
+      recorded.bytes_to_host = ctx.bytes_to_host();
       recorded.owners = ctx.take_owners();
     } else {
       detail::CaptureSession session(stream, options.mode);
@@ -141,6 +143,8 @@ class CudaGraph {
         throw;
       }
       recorded.captured_conditions = ctx.conditions_made() > 0;
+      recorded.bytes_to_device = ctx.bytes_to_device();
+      recorded.bytes_to_host = ctx.bytes_to_host();
       recorded.owners = ctx.take_owners();
     }
     auto state = std::make_shared<detail::GraphState>(Stream::pooled(stream.device()), std::move(recorded), options,
@@ -260,6 +264,8 @@ class CudaGraph {
   [[nodiscard]] bool built() const { return state().built(); }
   /// How many replays were launched (launch and launch_on) since the graph was made.
   [[nodiscard]] std::uint64_t replay_count() const { return state().replay_count(); }
+  /// The bytes its staging copies (copy with a StagingBuffer's span) move per replay each way, and the replays.
+  [[nodiscard]] TransferStats transfers() const { return state().transfers(); }
   /// How many owners (buffers, kernel modules, child graphs) the graph keeps alive for its nodes.
   [[nodiscard]] std::size_t owner_count() const { return state().owner_count(); }
   /// The number of nodes in the graph.

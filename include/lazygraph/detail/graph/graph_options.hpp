@@ -3,6 +3,7 @@
 /// How a graph is instantiated (GraphOptions), and what re-parameterising one in place reports (UpdateResult).
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -70,6 +71,22 @@ struct UpdateOptions {
   /// When the op does not fit the graph in place, make a new executable graph from it instead of reporting
   /// the mismatch (slower: a whole instantiation; the old one is destroyed once no replay uses it).
   bool reinstantiate_on_mismatch = false;
+};
+
+/// What a graph moves between host and device (CudaGraph::transfers): the bytes its pinned staging copies move per
+/// replay, and the replays so far. Copies inside conditional bodies are not counted (they may run any number of
+/// times per replay).
+struct TransferStats {
+  /// Host to device, per replay.
+  std::size_t bytes_to_device_per_replay = 0;
+  /// Device to host, per replay.
+  std::size_t bytes_to_host_per_replay = 0;
+  /// Replays so far (as replay_count()).
+  std::uint64_t replays = 0;
+  /// Host to device in all replays so far.
+  [[nodiscard]] std::uint64_t bytes_to_device() const noexcept { return bytes_to_device_per_replay * replays; }
+  /// Device to host in all replays so far.
+  [[nodiscard]] std::uint64_t bytes_to_host() const noexcept { return bytes_to_host_per_replay * replays; }
 };
 
 }  // namespace lazygraph

@@ -104,6 +104,8 @@ struct Recorded {
   std::vector<std::shared_ptr<const void>> owners;
   std::shared_ptr<const void> scope;  ///< the Scope it was recorded through, if any
   bool captured_conditions = false;   ///< a captured graph with conditions (which cuGraphExecUpdate cannot move)
+  std::size_t bytes_to_device = 0;    ///< per replay, by its staging copies
+  std::size_t bytes_to_host = 0;      ///< per replay, by its staging copies
 };
 
 /// A recorded graph, instantiated (and by default uploaded), with its own stream for replays.
@@ -181,10 +183,13 @@ class GraphState {
                 "re-instantiate, update from a callback that makes them with Scope::condition";
             return std::move(*why);
           }
+          set_transfers(again);
           return reinstantiate_built(std::move(graph), std::move(fresh), again.take_owners(), std::move(*why));
         }
       }
-      return replace_plan(std::move(plan), ctx.take_owners(), options);
+      UpdateResult r = replace_plan(std::move(plan), ctx.take_owners(), options);
+      if (r.ok()) set_transfers(ctx);
+      return r;
     }
     if (captured_conditions_ && !options.reinstantiate_on_mismatch) {
       // Its conditions belong to the captured graph: a new capture has other ones, which the executable graph
@@ -201,15 +206,19 @@ class GraphState {
       record(ctx);
     }
     driver::Graph graph = session.finish();
-    if (captured_conditions_ || ctx.conditions_made() > 0) {
-      captured_conditions_ = ctx.conditions_made() > 0;
-      if (options.reinstantiate_on_mismatch) {
-        return reinstantiate(
-            std::move(graph), ctx.take_owners(),
-            {UpdateStatus::not_supported, std::nullopt, "a captured graph with conditions cannot be updated in place"});
-      }
+    const std::string no_update = "a captured graph with conditions cannot be updated in place";
+    if (ctx.conditions_made() > 0 && !options.reinstantiate_on_mismatch) {
+      return UpdateResult{UpdateStatus::not_supported, std::nullopt, no_update};
     }
-    return replace_graph(std::move(graph), ctx.take_owners(), options);
+    UpdateResult r =
+        captured_conditions_ || ctx.conditions_made() > 0
+            ? reinstantiate(std::move(graph), ctx.take_owners(), {UpdateStatus::not_supported, std::nullopt, no_update})
+            : replace_graph(std::move(graph), ctx.take_owners(), options);
+    if (r.ok()) {
+      captured_conditions_ = ctx.conditions_made() > 0;
+      set_transfers(ctx);
+    }
+    return r;
   }
 
   [[nodiscard]] const Stream& stream() const noexcept { return stream_; }
@@ -220,6 +229,7 @@ class GraphState {
   [[nodiscard]] std::vector<std::vector<std::size_t>> dependencies() const;
   void write_dot(const std::filesystem::path& path) const;
   [[nodiscard]] std::uint64_t replay_count() const;
+  [[nodiscard]] TransferStats transfers() const;
   [[nodiscard]] std::size_t owner_count() const;
   [[nodiscard]] bool uploaded() const;
   /// The template graph (for embedding it as a child) and, to keep alive with it, its owners as of now.
@@ -242,6 +252,10 @@ class GraphState {
    private:
     const GraphState& g_;
   };
+  void set_transfers(const ExecContext& ctx) noexcept {
+    bytes_to_device_ = ctx.bytes_to_device();
+    bytes_to_host_ = ctx.bytes_to_host();
+  }
   /// The graph's lock. \throws UsageError when the calling thread is recording an update_from of this graph.
   [[nodiscard]] std::unique_lock<std::mutex> guard() const;
   void order_after_replays_elsewhere();
@@ -262,6 +276,8 @@ class GraphState {
   std::optional<NodePlan> plan_;
   std::vector<CUgraphNode> nodes_;
   bool captured_conditions_ = false;  ///< Recorded::captured_conditions, for the graph replayed now
+  std::size_t bytes_to_device_ = 0;   ///< per replay, of the op replayed now
+  std::size_t bytes_to_host_ = 0;
   /// Built graphs updated in place: graph_ keeps the first parameters, so a copy with the current ones is made
   /// when one is needed (child graphs), and remade after the next update.
   mutable driver::Graph current_template_;

@@ -2,16 +2,19 @@
 /// \file
 /// copy(dst, src) as an op, in three directions. The sizes are checked when the op is built.
 ///
-/// Device-to-device copies are graph nodes. Copies from or to host memory are not: a graph would replay
-/// whatever the host memory holds at that time, long after the op was built. Stage host data into a graph's
-/// input buffer with `CudaGraph::update(copy(...))`, and read results after `launch()`.
-/// Host memory that is not pinned is staged by the driver (the call returns once it has been read); see
-/// memcpy.hpp.
+/// Device-to-device copies are graph nodes, and so are copies from or to a StagingBuffer's PinnedSpan: pinned
+/// memory the graph keeps alive, at an address that stays put, which each replay reads or writes — write the input
+/// there before the launch, read the output after the wait (staging_buffer.hpp). Copies from or to other host
+/// memory (std::span, std::vector) are not graph nodes, and not accepted by Scope::record (a compile error): the
+/// graph would replay from memory the caller may have freed or moved. Run them eagerly (sync_on,
+/// CudaGraph::update). Host memory that is not pinned is staged by the driver (the call returns once it has been
+/// read); see memcpy.hpp.
 
 #include <span>
 #include <type_traits>
 
 #include "lazygraph/detail/driver/memcpy.hpp"
+#include "lazygraph/detail/driver/staging_buffer.hpp"
 #include "lazygraph/detail/ops/concepts.hpp"
 
 namespace lazygraph {
@@ -93,6 +96,63 @@ class [[nodiscard]] DownloadOp : public OpBase<DownloadOp<T>> {
   DeviceSpan<const T> src_;
 };
 
+/// Pinned staging memory to device, made by `copy(dst, staging.cview())`: a GraphNode (a memcpy node), which keeps
+/// the staging buffer alive and reads it when the copy runs (each replay).
+template <class T>
+class [[nodiscard]] StagedUploadOp : public OpBase<StagedUploadOp<T>> {
+ public:
+  /// No output.
+  using Output = void;
+  /// A GraphNode: the host side is pinned memory the graph owns a share of.
+  static constexpr bool is_graph_node = true;
+  /// Submits through the ExecContext.
+  static constexpr bool builds_without_capture = true;
+
+  /// \throws UsageError when the sizes differ.
+  StagedUploadOp(DeviceSpan<T> dst, PinnedSpan<const T> src) : dst_(std::move(dst)), src_(std::move(src)) {
+    if (dst_.size() != src_.size()) detail::throw_size_mismatch("copy (staging to device)", dst_.size(), src_.size());
+  }
+  /// Submits the copy (asynchronous).
+  void execute(ExecContext& ctx) const {
+    ctx.keep_alive(dst_.owner());
+    ctx.keep_alive(src_.owner());
+    ctx.copy_to_device(dst_.address(), src_.data(), src_.size_bytes());
+  }
+
+ private:
+  DeviceSpan<T> dst_;
+  PinnedSpan<const T> src_;
+};
+
+/// Device to pinned staging memory, made by `copy(staging.view(), src)`: a GraphNode, as StagedUploadOp.
+template <class T>
+class [[nodiscard]] StagedDownloadOp : public OpBase<StagedDownloadOp<T>> {
+ public:
+  /// No output.
+  using Output = void;
+  /// A GraphNode: the host side is pinned memory the graph owns a share of.
+  static constexpr bool is_graph_node = true;
+  /// Submits through the ExecContext.
+  static constexpr bool builds_without_capture = true;
+
+  /// \throws UsageError when the sizes differ.
+  StagedDownloadOp(PinnedSpan<T> dst, DeviceSpan<const T> src) : dst_(std::move(dst)), src_(std::move(src)) {
+    if (dst_.size() != src_.size()) {
+      detail::throw_size_mismatch("copy (device to staging)", dst_.size(), src_.size());
+    }
+  }
+  /// Submits the copy (asynchronous: the staging memory holds the data once the stream has passed it).
+  void execute(ExecContext& ctx) const {
+    ctx.keep_alive(dst_.owner());
+    ctx.keep_alive(src_.owner());
+    ctx.copy_to_host(dst_.data(), src_.address(), dst_.size_bytes());
+  }
+
+ private:
+  PinnedSpan<T> dst_;
+  DeviceSpan<const T> src_;
+};
+
 /// Device to device; `src` may be a writable or read-only span. \throws UsageError when the sizes differ.
 template <class T>
 [[nodiscard]] DeviceCopyOp<T> copy(DeviceSpan<T> dst, std::type_identity_t<DeviceSpan<const T>> src) {
@@ -113,6 +173,22 @@ template <class T>
 template <class T>
 [[nodiscard]] DownloadOp<T> copy(std::span<T> dst, std::type_identity_t<DeviceSpan<const T>> src) {
   return {dst, std::move(src)};
+}
+
+/// Pinned staging memory to device (a GraphNode). \throws UsageError when the sizes differ.
+template <class T>
+[[nodiscard]] StagedUploadOp<T> copy(DeviceSpan<T> dst, std::type_identity_t<PinnedSpan<const T>> src) {
+  static_assert(!std::is_const_v<T>,
+                "copy: the destination is a read-only DeviceSpan<const T>; pass a writable view (buffer.view())");
+  return {std::move(dst), std::move(src)};
+}
+
+/// Device to pinned staging memory (a GraphNode). \throws UsageError when the sizes differ.
+template <class T>
+[[nodiscard]] StagedDownloadOp<T> copy(PinnedSpan<T> dst, std::type_identity_t<DeviceSpan<const T>> src) {
+  static_assert(!std::is_const_v<T>,
+                "copy: the destination is a read-only PinnedSpan<const T>; pass a writable view (staging.view())");
+  return {std::move(dst), std::move(src)};
 }
 
 }  // namespace lazygraph

@@ -1,6 +1,7 @@
 #pragma once
 /// \file
-/// ExecContext: what an op executes against. Ops submit their work through it — `launch`, `copy`, `fill`,
+/// ExecContext: what an op executes against. Ops submit their work through it — `launch`, `copy` (and the pinned
+/// host copies `copy_to_device` / `copy_to_host`), `fill`,
 /// `host_function`, `child_graph`, `record_event`, `wait_event` — and it carries that work out in one of three
 /// modes:
 ///   - eager: the work runs on a stream (`sync_on`, `CudaGraph::update`);
@@ -97,6 +98,16 @@ class ExecContext {
   void launch(const KernelSubmission& kernel);
   /// Copies `bytes` bytes between device addresses (nothing for 0).
   void copy(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes);
+  /// Copies `bytes` bytes from pinned host memory to the device (a memcpy node in a graph; the host memory must be
+  /// pinned, so that the graph may read it on every replay, and stay valid as long as the work may run).
+  void copy_to_device(CUdeviceptr dst, const void* host, std::size_t bytes);
+  /// Copies `bytes` bytes from the device to pinned host memory (as copy_to_device, the other way).
+  void copy_to_host(void* host, CUdeviceptr src, std::size_t bytes);
+  /// The bytes the host copies recorded so far move per replay, host to device and device to host (copies inside
+  /// conditional bodies, which may run any number of times, not counted).
+  [[nodiscard]] std::size_t bytes_to_device() const noexcept { return bytes_to_device_; }
+  /// See bytes_to_device.
+  [[nodiscard]] std::size_t bytes_to_host() const noexcept { return bytes_to_host_; }
   /// Sets `count` elements of `element_size` (1, 2 or 4) bytes to the low bytes of `pattern` (nothing for 0).
   void fill(CUdeviceptr dst, unsigned pattern, std::size_t element_size, std::size_t count);
   /// Calls `fn(data)` on a driver thread when the work before it has completed. `data` must live as long as the
@@ -183,6 +194,8 @@ class ExecContext {
   std::vector<std::unique_ptr<Stream>> side_streams_;
   std::vector<CUgraphConditionalHandle> unconsumed_conditions_;
   std::size_t conditions_made_ = 0;
+  std::size_t bytes_to_device_ = 0;
+  std::size_t bytes_to_host_ = 0;
   std::size_t side_streams_in_use_ = 0;
   std::vector<Event> events_;  // kept until the context ends: a recorded event wait refers to them
 };

@@ -37,9 +37,11 @@ struct PlannedNode {
   // CU_GRAPH_NODE_TYPE_MEMCPY and MEMSET
   CUdeviceptr dst = 0;
   CUdeviceptr src = 0;
-  std::size_t bytes = 0;      ///< memcpy: bytes; memset: elements
-  unsigned pattern = 0;       ///< memset
-  unsigned element_size = 0;  ///< memset: 1, 2 or 4
+  void* host = nullptr;         ///< memcpy with pinned host memory: the host side (`dst` or `src` is then unused)
+  bool host_is_source = false;  ///< memcpy with `host`: host to device (else device to host)
+  std::size_t bytes = 0;        ///< memcpy: bytes; memset: elements
+  unsigned pattern = 0;         ///< memset
+  unsigned element_size = 0;    ///< memset: 1, 2 or 4
   // CU_GRAPH_NODE_TYPE_HOST
   CUhostFn host_function = nullptr;
   void* host_data = nullptr;

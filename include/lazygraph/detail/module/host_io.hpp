@@ -1,0 +1,55 @@
+#pragma once
+/// \file
+/// HostIo: the host side of a graph-backed module — pinned input and output staging that the module's graph copies
+/// from and to as its first and last nodes — and the one way such a module runs: write the input staging, replay
+/// once and wait once (the copies are in the graph), read the output staging. GraphModule and nn::Decoder both run
+/// this way.
+///
+/// Not thread-safe by itself: the module that owns it serialises its calls (an execution lock), since the staging
+/// is shared by every call.
+
+#include <cstddef>
+#include <span>
+
+#include "lazygraph/detail/driver/device.hpp"
+#include "lazygraph/detail/driver/device_span.hpp"
+#include "lazygraph/detail/driver/staging_buffer.hpp"
+#include "lazygraph/detail/graph/cuda_graph.hpp"
+#include "lazygraph/detail/ops/copy.hpp"
+
+namespace lazygraph {
+
+/// Pinned staging for `In[input_size]` in and `Out[output_size]` out, and the copies a graph records to use it.
+template <class In, class Out>
+class HostIo {
+ public:
+  /// \throws CudaError when the driver cannot pin the memory.
+  HostIo(const Device& device, std::size_t input_size, std::size_t output_size)
+      : in_(device, input_size), out_(device, output_size) {}
+
+  /// The input staging, for the host to fill before run().
+  [[nodiscard]] std::span<In> input() const noexcept { return in_.span(); }
+  /// The output staging, which run() leaves the graph's output in.
+  [[nodiscard]] std::span<const Out> output() const noexcept { return out_.span(); }
+
+  /// The op that copies input staging [offset, offset + dst.size()) to `dst` (the graph's first node).
+  /// \throws UsageError when it does not fit.
+  [[nodiscard]] StagedUploadOp<In> copy_in(DeviceSpan<In> dst, std::size_t offset = 0) const {
+    return copy(dst, in_.cview().subspan(offset, dst.size()));
+  }
+  /// The op that copies `src` to output staging [offset, offset + src.size()) (the graph's last node).
+  /// \throws UsageError when it does not fit.
+  [[nodiscard]] StagedDownloadOp<Out> copy_out(DeviceSpan<const Out> src, std::size_t offset = 0) const {
+    return copy(out_.view().subspan(offset, src.size()), src);
+  }
+
+  /// Replays `graph` (recorded with copy_in and copy_out) on its own stream and waits for it: the output staging
+  /// then holds its output. \throws HostCallError as CudaGraph::launch.
+  static void run(CudaGraph<>& graph) { graph.launch(); }
+
+ private:
+  StagingBuffer<In> in_;
+  StagingBuffer<Out> out_;
+};
+
+}  // namespace lazygraph
