@@ -486,6 +486,9 @@ extern "C" __global__ void count_to(lg::Condition c, unsigned* hits, unsigned ta
   lg::set_condition(c, *hits < target ? 1u : 0u);
 }
 extern "C" __global__ void bump(unsigned* hits) { *hits += 1; }
+extern "C" __global__ void copy_words(const unsigned* src, unsigned* dst, int n) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) dst[i] = src[i];
+}
 )";
 
 /// What device-side control flow costs: an IF whose condition is false (graph [set, if_(c, bump)] minus graph [set]),
@@ -539,6 +542,47 @@ void control_flow_table(const lg::Device& gpu, const lg::Stream& s) {
   line("chain of 1000 such kernels in one graph, per kernel", chain_us);
   line("  one WHILE iteration beyond a chained kernel", loop_us - chain_us);
   std::printf("  %-62s %10u\n", "iterations the loop ran (1000)", iterations[0]);
+}
+
+/// What host I/O inside a graph costs, for the small inputs and outputs of a model's forward pass: a one-kernel
+/// graph alone, and with its input copied in from pinned staging and its output copied out to it, three ways:
+/// memcpy nodes with host memory (copy engines), memcpy nodes that address the pinned memory through its device
+/// mapping (unified addressing), and a copy kernel that reads and writes the mapped memory.
+void staging_table(const lg::Device& gpu, const lg::Stream& s) {
+  lg::KernelLibraryOptions options;
+  options.kernel_sets = {lg::core_kernels(), lg::KernelSet{"bench", {{"control_bench.cu", control_source}}, {}}};
+  const lg::KernelLibrary lib(gpu, std::move(options));
+  const auto bump = lib.get<void(unsigned*)>("bump");
+  const auto copy_words = lib.get<void(const unsigned*, unsigned*, int)>("copy_words");
+  const lg::LaunchConfig one{{1, 1, 1}, {1, 1, 1}, 0};
+  std::printf("\nhost I/O inside a graph on %s (graph replays, medians, us)\n  %-8s %9s %12s %12s %12s\n",
+              gpu.name().c_str(), "bytes", "kernel", "+memcpy host", "+memcpy map", "+copy kernel");
+  for (const int bytes : {1024, 8192, 65536}) {
+    const int words = bytes / 4;
+    lg::StagingBuffer<unsigned> in(gpu, static_cast<std::size_t>(words));
+    lg::StagingBuffer<unsigned> out(gpu, static_cast<std::size_t>(words));
+    auto dev_in = lg::zeros<unsigned>(static_cast<std::size_t>(words)).sync_on(s);
+    auto dev_out = lg::zeros<unsigned>(static_cast<std::size_t>(words)).sync_on(s);
+    // The pinned memory as the device sees it (unified addressing: the same address).
+    const lg::DeviceSpan<unsigned> mapped_in(reinterpret_cast<CUdeviceptr>(in.span().data()),
+                                             static_cast<std::size_t>(words), in.cview().owner());
+    const lg::DeviceSpan<unsigned> mapped_out(reinterpret_cast<CUdeviceptr>(out.span().data()),
+                                              static_cast<std::size_t>(words), out.view().owner());
+    const lg::LaunchConfig spread{{static_cast<unsigned>((words + 255) / 256), 1, 1}, {256, 1, 1}, 0};
+    auto kernel = lg::CudaGraph<>::capture(s, bump(one, dev_out.view()));
+    auto host_copies = lg::CudaGraph<>::capture(
+        s, lg::copy(dev_in.view(), in.cview()) >> bump(one, dev_out.view()) >> lg::copy(out.view(), dev_out.cview()));
+    auto mapped_copies =
+        lg::CudaGraph<>::capture(s, lg::copy(dev_in.view(), mapped_in.as_const()) >> bump(one, dev_out.view()) >>
+                                        lg::copy(mapped_out, dev_out.cview()));
+    auto kernel_copies = lg::CudaGraph<>::capture(
+        s, copy_words(spread, mapped_in.as_const(), dev_in.view(), words) >> bump(one, dev_out.view()) >>
+               copy_words(spread, dev_out.cview(), mapped_out, words));
+    std::printf("  %-8d %9.3f %12.3f %12.3f %12.3f\n", bytes, time_per_kernel(s, 1, [&] { kernel.launch_on(s); }),
+                time_per_kernel(s, 1, [&] { host_copies.launch_on(s); }),
+                time_per_kernel(s, 1, [&] { mapped_copies.launch_on(s); }),
+                time_per_kernel(s, 1, [&] { kernel_copies.launch_on(s); }));
+  }
 }
 
 int run() {
@@ -599,6 +643,7 @@ int run() {
   lifecycle_table(gpu, s, kernels, x);
   breakdown_table(gpu, s, k, x);
   control_flow_table(gpu, s);
+  staging_table(gpu, s);
   s.synchronize();
   return 0;
 }
