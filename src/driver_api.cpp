@@ -526,7 +526,9 @@ void* pinned_allocate(CUcontext ctx, std::size_t bytes, std::string_view object)
   const EntryPoints& a = api();
   const ContextScope scope(a, ctx);
   void* p = nullptr;
-  check(a.cuMemHostAlloc(&p, bytes, CU_MEMHOSTALLOC_PORTABLE), "cuMemHostAlloc", object);
+  // Mapped as well: kernels may read and write it (HostIo's staging copies; with unified addressing, at the same
+  // address).
+  check(a.cuMemHostAlloc(&p, bytes, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP), "cuMemHostAlloc", object);
   count(counters.pinned_allocations, 1);
   count(counters.pinned_bytes, static_cast<long long>(bytes));
   return p;

@@ -125,7 +125,7 @@ void ExecContext::copy(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes) {
 
 void ExecContext::copy_to_device(CUdeviceptr dst, const void* host, std::size_t bytes) {
   if (bytes == 0) return;
-  if (recording_ && body_of_ == nullptr) bytes_to_device_ += bytes;
+  count_host_transfer(bytes, 0);
   if (plan_ != nullptr) {
     detail::PlannedNode node;
     node.type = CU_GRAPH_NODE_TYPE_MEMCPY;
@@ -141,7 +141,7 @@ void ExecContext::copy_to_device(CUdeviceptr dst, const void* host, std::size_t 
 
 void ExecContext::copy_to_host(void* host, CUdeviceptr src, std::size_t bytes) {
   if (bytes == 0) return;
-  if (recording_ && body_of_ == nullptr) bytes_to_host_ += bytes;
+  count_host_transfer(0, bytes);
   if (plan_ != nullptr) {
     detail::PlannedNode node;
     node.type = CU_GRAPH_NODE_TYPE_MEMCPY;

@@ -575,9 +575,9 @@ void staging_table(const lg::Device& gpu, const lg::Stream& s) {
     auto mapped_copies =
         lg::CudaGraph<>::capture(s, lg::copy(dev_in.view(), mapped_in.as_const()) >> bump(one, dev_out.view()) >>
                                         lg::copy(mapped_out, dev_out.cview()));
-    auto kernel_copies = lg::CudaGraph<>::capture(
-        s, copy_words(spread, mapped_in.as_const(), dev_in.view(), words) >> bump(one, dev_out.view()) >>
-               copy_words(spread, dev_out.cview(), mapped_out, words));
+    auto kernel_copies = lg::CudaGraph<>::capture(s, copy_words(spread, mapped_in.as_const(), dev_in.view(), words) >>
+                                                         bump(one, dev_out.view()) >>
+                                                         copy_words(spread, dev_out.cview(), mapped_out, words));
     std::printf("  %-8d %9.3f %12.3f %12.3f %12.3f\n", bytes, time_per_kernel(s, 1, [&] { kernel.launch_on(s); }),
                 time_per_kernel(s, 1, [&] { host_copies.launch_on(s); }),
                 time_per_kernel(s, 1, [&] { mapped_copies.launch_on(s); }),

@@ -162,8 +162,8 @@ BasicDecoder<T>::BasicDecoder(const Stream& stream, const KernelLibrary& library
       kernels_(library, config_.early_launch),
       weights_(checked(std::move(weights), config_)),
       state_(stream.device(), config_),
-      io_(stream.device(), kIoSize, kMaxRows),
-      generated_host_(stream.device(), static_cast<std::size_t>(config_.context) + 3),
+      io_(library, kIoSize, kMaxRows),
+      generate_io_(library, 0, static_cast<std::size_t>(config_.context) + 3),
       stream_(stream.device()),
       graphs_(kMaxRows),
       io_graphs_(kMaxRows) {
@@ -284,8 +284,8 @@ std::vector<int> BasicDecoder<T>::generate(int token, int n, int stop_token, int
                                          {{1, 1, 1}, {1, 1, 1}, 0}, more, state_.next.cview(), io.subspan(0, kMaxRows),
                                          io.subspan(kMaxRows, kMaxRows), state_.control(), state_.generated.view()),
                        *bound_) >>
-                copy(generated_host_.view().subspan(0, context), state_.generated.cview()) >>
-                copy(generated_host_.view().subspan(context, 3), state_.control().as_const()));
+                generate_io_.copy_out(state_.generated.cview()) >>
+                generate_io_.copy_out(state_.control().as_const(), context));
     }));
   }
   set_row(0, token, start, 0);
@@ -295,7 +295,7 @@ std::vector<int> BasicDecoder<T>::generate(int token, int n, int stop_token, int
   control[2] = 0;
   HostIo<int, int>::run(*generate_graph_);
   last_rows_ = 1;
-  const std::span<const int> generated = generated_host_.span();
+  const std::span<const int> generated = generate_io_.output();
   const auto count =
       static_cast<std::size_t>(std::clamp(generated[static_cast<std::size_t>(config_.context) + 2], 0, n));
   return {generated.begin(), generated.begin() + static_cast<std::ptrdiff_t>(count)};

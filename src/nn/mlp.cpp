@@ -50,9 +50,13 @@ BasicMlp<T>::BasicMlp(const Stream& stream, const KernelLibrary& library, const 
       kernels_(library, config.early_launch),
       layers_(generate_layers(stream, kernels_, config_)),
       act_(stream.device(), static_cast<std::size_t>(config_.ffn)),
-      module_(stream, static_cast<std::size_t>(config_.d), static_cast<std::size_t>(config_.d),
-              [this](DeviceSpan<const T> in, DeviceSpan<T> out) { return forward_op(std::move(in), std::move(out)); }) {
-}
+      module_(stream, HostIo<T, T>(library, static_cast<std::size_t>(config_.d), static_cast<std::size_t>(config_.d)),
+              // Kept by the module (forward_resident records it again): it holds what it reads by value, so that it
+              // outlives a move of this Mlp (the layers' storage moves with the vector, unchanged).
+              [k = kernels_, layers = std::span<const BasicSwigluWeights<T>>(layers_), c = config_, act = act_.view()](
+                  DeviceSpan<const T> in, DeviceSpan<T> out) {
+                return mlp_forward(k, layers, c, std::move(in), std::move(out), act);
+              }) {}
 
 template BasicSwigluWeights<half> generate_swiglu_weights(const Stream&, const BasicKernels<half>&, std::uint32_t, int,
                                                           int, int);

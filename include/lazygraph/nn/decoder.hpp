@@ -291,8 +291,8 @@ class BasicDecoder {
   BasicKernels<T> kernels_;
   BasicDecoderWeights<T> weights_;
   BasicDecoderState<T> state_;
-  HostIo<int, int> io_;                ///< [tokens | positions | slots | control] in, next tokens out
-  StagingBuffer<int> generated_host_;  ///< generate's tokens [context], then its control [n, stop, count]
+  HostIo<int, int> io_;           ///< [tokens | positions | slots | control] in, next tokens out
+  HostIo<int, int> generate_io_;  ///< out: generate's tokens [context], then its control [n, stop, count]
   Stream stream_;
   Sampling sampling_;
   std::vector<std::optional<CudaGraph<>>> graphs_;     ///< [rows - 1], captured on first use

@@ -65,8 +65,8 @@ using SwigluBlockOp = BasicSwigluBlockOp<half>;
 
 /// The whole MLP as one op: copies `input` into `output` (the residual stream), then runs every block on it.
 template <Element T>
-auto mlp_forward(const BasicKernels<T>& k, const std::vector<BasicSwigluWeights<T>>& layers, const MlpConfig& config,
-                 DeviceSpan<const T> input, DeviceSpan<T> output, DeviceSpan<T> act) {
+auto mlp_forward(const BasicKernels<T>& k, std::span<const std::type_identity_t<BasicSwigluWeights<T>>> layers,
+                 const MlpConfig& config, DeviceSpan<const T> input, DeviceSpan<T> output, DeviceSpan<T> act) {
   std::vector<BasicSwigluBlockOp<T>> blocks;
   blocks.reserve(layers.size());
   for (const BasicSwigluWeights<T>& w : layers)

@@ -53,9 +53,15 @@ class GraphModule {
   /// records it again for the caller's input.
   template <class Build>
   GraphModule(const Stream& stream, std::size_t input_size, std::size_t output_size, Build&& build)
-      : input_(stream.device(), input_size),
-        output_(stream.device(), output_size),
-        io_(stream.device(), input_size, output_size),
+      : GraphModule(stream, HostIo<In, Out>(stream.device(), input_size, output_size), std::forward<Build>(build)) {}
+
+  /// As above, with the staging I/O given: HostIo(library, ...) copies with the library's staging kernel, which
+  /// costs a replay less than memcpy nodes (host_io.hpp). Its sizes are the module's.
+  template <class Build>
+  GraphModule(const Stream& stream, HostIo<In, Out> io, Build&& build)
+      : input_(stream.device(), io.input().size()),
+        output_(stream.device(), io.output().size()),
+        io_(std::move(io)),
         graph_(CudaGraph<>::scope(stream,
                                   [&](Scope& s) {
                                     s.record(io_.copy_in(input_.view()) >> build(input_.cview(), output_.view()) >>

@@ -103,6 +103,14 @@ class ExecContext {
   void copy_to_device(CUdeviceptr dst, const void* host, std::size_t bytes);
   /// Copies `bytes` bytes from the device to pinned host memory (as copy_to_device, the other way).
   void copy_to_host(void* host, CUdeviceptr src, std::size_t bytes);
+  /// Counts host transfers that an op makes some other way than copy_to_device / copy_to_host (a kernel that
+  /// reads or writes pinned host memory), for bytes_to_device and bytes_to_host. Nothing when not recording or
+  /// inside a conditional body.
+  void count_host_transfer(std::size_t to_device, std::size_t to_host) noexcept {
+    if (!recording_ || body_of_ != nullptr) return;
+    bytes_to_device_ += to_device;
+    bytes_to_host_ += to_host;
+  }
   /// The bytes the host copies recorded so far move per replay, host to device and device to host (copies inside
   /// conditional bodies, which may run any number of times, not counted).
   [[nodiscard]] std::size_t bytes_to_device() const noexcept { return bytes_to_device_; }
