@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <condition_variable>
+#include <latch>
 #include <mutex>
 #include <thread>
 
@@ -42,6 +43,39 @@ std::string while_capturing(Stream& s, CaptureMode mode, const std::function<voi
 }  // namespace
 
 TEST_SUITE("gpu") {
+  TEST_CASE("four threads capture on their own streams at once (this-thread mode), each its own graph") {
+    constexpr int kThreads = 4;
+    std::latch all_capturing(kThreads);
+    std::vector<std::string> errors(kThreads);
+    std::vector<std::vector<float>> results(kThreads);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        try {
+          Stream own(lgtest::device());
+          DeviceBuffer<float> b = zeros<float>(256).sync_on(own);
+          auto g = CudaGraph<>::scope(
+              own,
+              [&](Scope& sc) {
+                sc.record(fill(b.view(), static_cast<float>(t + 1)));
+                all_capturing.arrive_and_wait();  // every thread is inside its capture before any ends
+              },
+              CaptureMode::this_thread);
+          g.launch();
+          results[static_cast<std::size_t>(t)] = lgtest::to_host(own, b.cview());
+        } catch (const std::exception& e) {
+          errors[static_cast<std::size_t>(t)] = e.what();
+        }
+      });
+    }
+    for (std::thread& th : threads) th.join();
+    for (int t = 0; t < kThreads; ++t) {
+      CAPTURE(t);
+      CHECK(errors[static_cast<std::size_t>(t)].empty());
+      CHECK(results[static_cast<std::size_t>(t)] == std::vector<float>(256, static_cast<float>(t + 1)));
+    }
+  }
+
   TEST_CASE("a this-thread capture does not stop another thread from loading kernels") {
     Stream s(lgtest::device());
     const std::string error =
