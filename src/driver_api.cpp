@@ -91,7 +91,12 @@ namespace {
   X(cuLaunchHostFunc)                    \
   X(cuEventRecordWithFlags)              \
   X(cuStreamGetCaptureInfo)              \
-  X(cuStreamUpdateCaptureDependencies)
+  X(cuStreamUpdateCaptureDependencies)   \
+  X(cuMemAllocAsync)                     \
+  X(cuMemFreeAsync)                      \
+  X(cuDeviceGraphMemTrim)                \
+  X(cuDeviceGetGraphMemAttribute)        \
+  X(cuDeviceSetGraphMemAttribute)
 
 struct EntryPoints {
 #define LAZYGRAPH_DECLARE(fn) decltype(&::fn) fn = nullptr;  // NOLINT(bugprone-macro-parentheses): a name
@@ -866,6 +871,52 @@ void graph_node_set_params(CUgraphNode node, CUgraphNodeParams* params, std::str
   const CUresult r = a.cuGraphNodeSetParams(node, params);
   if (r != CUDA_SUCCESS) [[unlikely]]
     throw_error(r, "cuGraphNodeSetParams", object);
+}
+
+CUdeviceptr memory_allocate_async(CUcontext ctx, std::size_t bytes, CUstream stream, std::string_view object) {
+  const EntryPoints& a = api();
+  const ContextScope scope(a, ctx);
+  CUdeviceptr p = 0;
+  check(a.cuMemAllocAsync(&p, bytes, stream), "cuMemAllocAsync", object);
+  return p;
+}
+
+void memory_free_async(CUcontext ctx, CUdeviceptr ptr, CUstream stream, std::string_view object) {
+  const EntryPoints& a = api();
+  const ContextScope scope(a, ctx);
+  check(a.cuMemFreeAsync(ptr, stream), "cuMemFreeAsync", object);
+}
+
+GraphMemory graph_memory(CUcontext ctx, CUdevice dev) {
+  const EntryPoints& a = api();
+  const ContextScope scope(a, ctx);
+  GraphMemory m;
+  const auto get = [&](CUgraphMem_attribute attr, std::size_t* out) {
+    cuuint64_t v = 0;
+    check(a.cuDeviceGetGraphMemAttribute(dev, attr, &v), "cuDeviceGetGraphMemAttribute", "GraphPool");
+    *out = static_cast<std::size_t>(v);
+  };
+  get(CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, &m.used);
+  get(CU_GRAPH_MEM_ATTR_USED_MEM_HIGH, &m.used_peak);
+  get(CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &m.reserved);
+  get(CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH, &m.reserved_peak);
+  return m;
+}
+
+void graph_memory_reset_peaks(CUcontext ctx, CUdevice dev) {
+  const EntryPoints& a = api();
+  const ContextScope scope(a, ctx);
+  cuuint64_t zero = 0;
+  check(a.cuDeviceSetGraphMemAttribute(dev, CU_GRAPH_MEM_ATTR_USED_MEM_HIGH, &zero), "cuDeviceSetGraphMemAttribute",
+        "GraphPool");
+  check(a.cuDeviceSetGraphMemAttribute(dev, CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH, &zero), "cuDeviceSetGraphMemAttribute",
+        "GraphPool");
+}
+
+void graph_memory_trim(CUcontext ctx, CUdevice dev) {
+  const EntryPoints& a = api();
+  const ContextScope scope(a, ctx);
+  check(a.cuDeviceGraphMemTrim(dev), "cuDeviceGraphMemTrim", "GraphPool");
 }
 
 std::vector<NodeDependency> graph_node_dependencies(CUgraphNode node) {

@@ -81,6 +81,10 @@ const std::shared_ptr<HostCallErrors>& ExecContext::host_errors() {
 
 void ExecContext::keep_alive(const std::shared_ptr<const void>& owner) {
   if (!owner) return;
+  if (owner.get() == &detail::scratch_marker) [[unlikely]] {
+    const auto& mine = root_->scratch_tag_;
+    if (!recording_ || !mine || owner.owner_before(mine) || mine.owner_before(owner)) refuse_scratch();
+  }
   // Consecutive ops mostly touch the same few buffers: skip owners among the last few kept (a cheap check that
   // keeps a long recording's list near the number of distinct buffers; duplicates further back are harmless).
   const std::size_t n = owners_.size();
@@ -298,6 +302,65 @@ CUgraphConditionalHandle ExecContext::make_condition(unsigned default_value) {
   unconsumed_conditions_.push_back(handle);
   ++conditions_made_;
   return handle;
+}
+
+ScratchAllocation ExecContext::scratch(std::size_t bytes) {
+  if (body_of_ != nullptr) {
+    throw UsageError(std::string("Scope::scratch inside the body of ") + body_of_ +
+                     ": CUDA allows no memory nodes there — ask for scratch memory in the scope itself");
+  }
+  if (!recording_) {
+    throw UsageError("scratch memory belongs to a graph; ask for it with Scope::scratch while recording");
+  }
+  if (bytes == 0) throw UsageError("Scope::scratch of 0 elements: a graph allocation needs at least one byte");
+  const CUcontext ctx = current_->device().context();
+  CUdeviceptr address = 0;
+  if (plan_ != nullptr) {
+    const std::size_t k = plan_->scratch.size();
+    detail::PlannedScratch planned;
+    planned.bytes = bytes;
+    if (reused_scratch_ != nullptr) {
+      if (k < reused_scratch_->size() && (*reused_scratch_)[k].bytes == bytes) planned = (*reused_scratch_)[k];
+    } else if (condition_graph_ != nullptr) {
+      CUgraphNodeParams p{};
+      p.type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
+      p.alloc.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+      p.alloc.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+      p.alloc.poolProps.location.id = current_->device().ordinal();
+      p.alloc.bytesize = bytes;
+      planned.node = drv::graph_add_node(condition_graph_, nullptr, nullptr, 0, &p, "scratch");
+      planned.address = p.alloc.dptr;
+    } else {
+      throw UsageError("ExecContext::scratch: this plan has no graph to allocate in");
+    }
+    plan_->scratch.push_back(planned);
+    address = planned.address;
+  } else {
+    address = drv::memory_allocate_async(ctx, bytes, current_->get(), "scratch");
+    scratch_to_free_.push_back(address);
+  }
+  if (!scratch_tag_) scratch_tag_ = std::make_shared<const int>(0);
+  scratch_bytes_ += bytes;
+  return {address, std::shared_ptr<const void>(scratch_tag_, &detail::scratch_marker)};
+}
+
+void ExecContext::finish_scratch() {
+  const CUcontext ctx = current_->device().context();
+  while (!scratch_to_free_.empty()) {
+    drv::memory_free_async(ctx, scratch_to_free_.back(), current_->get(), "scratch");
+    scratch_to_free_.pop_back();
+  }
+}
+
+void ExecContext::refuse_scratch() const {
+  if (!recording_) {
+    throw UsageError(
+        "an op uses scratch memory of a graph (Scope::scratch) outside that graph: scratch memory exists only while "
+        "its graph runs — record the op in the same scope, or use a DeviceBuffer");
+  }
+  throw UsageError(
+      "an op recorded into this graph uses scratch memory of another graph (Scope::scratch): scratch memory belongs "
+      "to the graph whose scope made it — ask for it in this scope, or use a DeviceBuffer");
 }
 
 void ExecContext::refuse_in_body(std::string_view what) const {

@@ -187,20 +187,39 @@ UpdateStatus to_status(CUgraphExecUpdateResult r) {
 
 }  // namespace
 
-GraphState::GraphState(Stream stream, Recorded recorded, const GraphOptions& options,
+GraphState::GraphState(std::shared_ptr<Stream> stream, Recorded recorded, const GraphOptions& options,
                        std::shared_ptr<HostCallErrors> host_errors)
-    : stream_(std::move(stream)),
+    : owned_stream_(std::move(stream)),
+      stream_(*owned_stream_),
+      pool_(options.pool ? options.pool->state() : nullptr),
       options_(options),
       graph_(std::move(recorded.graph)),
       plan_(std::move(recorded.plan)),
       nodes_(std::move(recorded.nodes)),
       captured_conditions_(recorded.captured_conditions),
+      captured_scratch_(recorded.captured_scratch),
+      scratch_tag_(std::move(recorded.scratch_tag)),
       bytes_to_device_(recorded.bytes_to_device),
       bytes_to_host_(recorded.bytes_to_host),
       owners_(std::make_shared<const Owners>(std::move(recorded.owners))),
       scope_(std::move(recorded.scope)),
       host_errors_(host_errors ? std::move(host_errors) : std::make_shared<HostCallErrors>()) {
+  options_.pool.reset();  // pool_ is what the graph uses; the options need not keep a second reference
   instantiate();
+  set_scratch_bytes(recorded.scratch_bytes);
+}
+
+void GraphState::set_scratch_bytes(std::size_t bytes) {
+  scratch_bytes_ = bytes;
+  if (pool_) {
+    const std::lock_guard<std::mutex> lock(pool_->accounts_mutex);
+    pool_->scratch_bytes[this] = bytes;
+  }
+}
+
+std::size_t GraphState::scratch_bytes() const {
+  const auto lock = guard();
+  return scratch_bytes_;
 }
 
 void GraphState::instantiate() {
@@ -222,6 +241,10 @@ GraphState::~GraphState() {
   } catch (...) {  // NOLINT(bugprone-empty-catch): destructors never throw; nothing better to do
   }
   held_.release_all();
+  if (pool_) {
+    const std::lock_guard<std::mutex> lock(pool_->accounts_mutex);
+    pool_->scratch_bytes.erase(this);
+  }
 }
 
 std::unique_lock<std::mutex> GraphState::guard() const {
@@ -260,8 +283,22 @@ void GraphState::launch_on(const Stream& stream) {
   host_errors_->rethrow_pending();
   const auto lock = guard();
   CUcontext ctx = exec_.context();
+  // The graphs of a pool queue their replays one at a time, so that the pool's stream orders all of them.
+  std::unique_lock<std::mutex> pool_lock;
+  if (pool_) pool_lock = std::unique_lock<std::mutex>(pool_->launch_mutex);
   if (stream.get() == stream_.get()) {
     drv::graph_launch(ctx, exec_.native_handle(), stream_.get(), "CudaGraph");
+  } else if (pool_) {
+    // A graph of a pool replays on the pool's stream, always: CUDA shares physical memory between graphs launched
+    // into one stream. Linked to `stream` both ways, it runs after the work queued there and before the work
+    // queued there later, as a replay on `stream` would.
+    if (!caller_ready_) caller_ready_.emplace(stream_.device(), false);
+    if (!updates_done_) updates_done_.emplace(stream_.device(), false);
+    caller_ready_->record(stream);
+    stream_.wait(*caller_ready_);
+    drv::graph_launch(ctx, exec_.native_handle(), stream_.get(), "CudaGraph");
+    updates_done_->record(stream_);
+    stream.wait(*updates_done_);
   } else {
     // Updates queued on the graph's stream come first; later updates wait for this replay (update() makes the
     // graph's stream wait on last_replay_elsewhere_).
@@ -285,6 +322,8 @@ void GraphState::launch_and_wait() {
   host_errors_->rethrow_pending();
   {
     const auto lock = guard();
+    std::unique_lock<std::mutex> pool_lock;
+    if (pool_) pool_lock = std::unique_lock<std::mutex>(pool_->launch_mutex);
     drv::graph_launch(exec_.context(), exec_.native_handle(), stream_.get(), "CudaGraph");
     ++replays_;
     updates_pending_ = false;
@@ -325,7 +364,7 @@ UpdateResult GraphState::replace_plan(NodePlan plan, Owners owners, const Update
   plan_ = std::move(plan);
   // Only the executable graph changed (unless the plan has conditions: see apply_plan); a copy of the template
   // with these parameters is made if one is asked for (template_graph()).
-  if (changed > 0 && plan_->conditions.empty()) {
+  if (changed > 0 && plan_->conditions.empty() && plan_->scratch.empty()) {
     template_stale_ = true;
     current_template_.reset();
   }

@@ -144,7 +144,8 @@ bool same_parameters(const NodePlan& a, const NodePlan& b, std::size_t i) {
 
 /// Adds the nodes of `plan` to `graph` and appends their handles to `nodes`: first the plan's own nodes, then
 /// each conditional node's bodies in order, laid out the same way (collect_changes walks the same order).
-void add_nodes(CUgraph graph, const NodePlan& plan, std::vector<CUgraphNode>& nodes) {
+void add_nodes(CUgraph graph, const NodePlan& plan, std::vector<CUgraphNode>& nodes,
+               std::span<const CUgraphNode> after = {}) {
   const std::size_t base = nodes.size();
   std::vector<void*> args;
   std::vector<CUgraphNode> deps;
@@ -166,6 +167,7 @@ void add_nodes(CUgraph graph, const NodePlan& plan, std::vector<CUgraphNode>& no
       }
       edges.push_back(e);
     }
+    if (n.dependency_count == 0) deps.assign(after.begin(), after.end());  // the scratch allocations come first
     CUgraphNodeParams p = node_params(plan, n, args);
     nodes.push_back(drv::graph_add_node(graph, deps.data(), programmatic ? edges.data() : nullptr, deps.size(), &p,
                                         n.name.empty() ? kind_name(n.type) : n.name));
@@ -261,7 +263,24 @@ drv::Graph materialize(const NodePlan& plan, std::vector<CUgraphNode>& nodes) {
 void materialize_into(CUgraph graph, const NodePlan& plan, std::vector<CUgraphNode>& nodes) {
   nodes.clear();
   nodes.reserve(plan.total_nodes());
-  add_nodes(graph, plan, nodes);
+  std::vector<CUgraphNode> allocations;
+  for (const PlannedScratch& m : plan.scratch) allocations.push_back(m.node);
+  add_nodes(graph, plan, nodes, allocations);
+  if (plan.scratch.empty()) return;
+  // Every scratch allocation is freed after the plan's last nodes (those no other node depends on).
+  std::vector<bool> depended_on(plan.nodes.size(), false);
+  for (const std::uint32_t d : plan.dependencies) depended_on[d] = true;
+  std::vector<CUgraphNode> last;
+  for (std::size_t i = 0; i < plan.nodes.size(); ++i) {
+    if (!depended_on[i]) last.push_back(nodes[i]);
+  }
+  if (last.empty()) last = allocations;
+  for (const PlannedScratch& m : plan.scratch) {
+    CUgraphNodeParams p{};
+    p.type = CU_GRAPH_NODE_TYPE_MEM_FREE;
+    p.free.dptr = m.address;
+    (void)drv::graph_add_node(graph, last.data(), nullptr, last.size(), &p, "scratch");
+  }
 }
 
 std::optional<UpdateResult> plan_mismatch(const NodePlan& current, const NodePlan& next) {
@@ -276,6 +295,18 @@ std::optional<UpdateResult> plan_mismatch(const NodePlan& current, const NodePla
                           "condition " + std::to_string(k) + " starts at " +
                               std::to_string(next.conditions[k].default_value) + "; the graph's starts at " +
                               std::to_string(current.conditions[k].default_value)};
+    }
+  }
+  if (current.scratch.size() != next.scratch.size()) {
+    return UpdateResult{UpdateStatus::topology_changed, std::nullopt,
+                        "the op asks for scratch memory " + std::to_string(next.scratch.size()) +
+                            " time(s); the graph has " + std::to_string(current.scratch.size())};
+  }
+  for (std::size_t k = 0; k < next.scratch.size(); ++k) {
+    if (current.scratch[k].bytes != next.scratch[k].bytes || current.scratch[k].node != next.scratch[k].node) {
+      return UpdateResult{UpdateStatus::parameters_changed, std::nullopt,
+                          "scratch " + std::to_string(k) + " has " + std::to_string(next.scratch[k].bytes) +
+                              " bytes; the graph's has " + std::to_string(current.scratch[k].bytes)};
     }
   }
   return first_mismatch(current, next, "", std::nullopt);
@@ -304,7 +335,7 @@ UpdateResult apply_plan(CUgraphExec exec, const std::vector<CUgraphNode>& nodes,
   collect_changes(current, next, nodes, &cursor, changes);
   // A graph with conditions cannot be made again from its plan (the conditions belong to it): its template is
   // kept up to date instead, node by node, as the executable graph is.
-  const bool in_template = !next.conditions.empty();
+  const bool in_template = !next.conditions.empty() || !next.scratch.empty();
   std::vector<void*> args;
   std::size_t set = 0;
   for (; set < changes.size(); ++set) {

@@ -1,7 +1,8 @@
 #pragma once
 /// \file
 /// Layer 4, graphs: Scope, CudaGraph (capture, build, update_from), DeviceScalar, child graphs, conditions and
-/// conditional ops (if_, while_, switch_), graph caches, graph options and introspection.
+/// conditional ops (if_, while_, switch_), scratch memory and graph pools, graph caches, graph options and
+/// introspection.
 
 #include "lazygraph/detail/graph/child_graph.hpp"
 #include "lazygraph/detail/graph/condition.hpp"
@@ -11,6 +12,7 @@
 #include "lazygraph/detail/graph/graph_build.hpp"
 #include "lazygraph/detail/graph/graph_cache.hpp"
 #include "lazygraph/detail/graph/graph_options.hpp"
+#include "lazygraph/detail/graph/graph_pool.hpp"
 #include "lazygraph/detail/graph/graph_state.hpp"
 #include "lazygraph/detail/graph/scope.hpp"
 #include "lazygraph/kernels.hpp"

@@ -143,6 +143,27 @@ TEST_CASE("plans with conditional nodes compare body by body, and name the body 
   CHECK(starts->message.find("condition 0 starts at 0; the graph's starts at 1") != std::string::npos);
 }
 
+TEST_CASE("plans with scratch memory compare the number and size of their scratch allocations") {
+  detail::NodePlan base = if_plan(7, {0x1000});
+  base.scratch.push_back({nullptr, 0x9000, 256});
+  detail::NodePlan same = if_plan(7, {0x2000});
+  same.scratch = base.scratch;
+  CHECK_FALSE(detail::plan_mismatch(base, same).has_value());
+
+  detail::NodePlan none = if_plan(7, {0x1000});
+  const auto fewer = detail::plan_mismatch(base, none);
+  REQUIRE(fewer.has_value());
+  CHECK(fewer->status == UpdateStatus::topology_changed);
+  CHECK_MESSAGE(fewer->message.find("scratch memory 0 time(s); the graph has 1") != std::string::npos, fewer->message);
+
+  detail::NodePlan larger = same;
+  larger.scratch[0].bytes = 512;
+  const auto bigger = detail::plan_mismatch(base, larger);
+  REQUIRE(bigger.has_value());
+  CHECK(bigger->status == UpdateStatus::parameters_changed);
+  CHECK(bigger->message.find("scratch 0 has 512 bytes; the graph's has 256") != std::string::npos);
+}
+
 TEST_SUITE("gpu") {
   TEST_CASE("build and capture record the same nodes and dependencies for the same op") {
     Buffers b(4096, 4);

@@ -176,6 +176,22 @@ void graph_exec_set_node_params(CUcontext ctx, CUgraphExec exec, CUgraphNode nod
                                 std::string_view object);
 /// Sets the parameters of `node` in its (not instantiated) graph.
 void graph_node_set_params(CUgraphNode node, CUgraphNodeParams* params, std::string_view object);
+/// cuMemAllocAsync: on a capturing stream, a memory allocation node of the graph (which owns the memory).
+CUdeviceptr memory_allocate_async(CUcontext ctx, std::size_t bytes, CUstream stream, std::string_view object);
+/// cuMemFreeAsync: on a capturing stream, a memory free node.
+void memory_free_async(CUcontext ctx, CUdeviceptr ptr, CUstream stream, std::string_view object);
+/// The device's memory for graph allocations (cuDeviceGetGraphMemAttribute), in bytes.
+struct GraphMemory {
+  std::size_t used = 0;           ///< backing allocations in use by graphs now
+  std::size_t used_peak = 0;      ///< the most in use since the peaks were last reset
+  std::size_t reserved = 0;       ///< physical memory reserved for graphs now
+  std::size_t reserved_peak = 0;  ///< the most reserved since the peaks were last reset
+};
+GraphMemory graph_memory(CUcontext ctx, CUdevice dev);
+/// Resets used_peak and reserved_peak to the current values.
+void graph_memory_reset_peaks(CUcontext ctx, CUdevice dev);
+/// cuDeviceGraphMemTrim: gives back to the system the graph memory no executing or queued graph uses.
+void graph_memory_trim(CUcontext ctx, CUdevice dev);
 struct NodeDependency {
   CUgraphNode node = nullptr;
   CUgraphEdgeData edge{};

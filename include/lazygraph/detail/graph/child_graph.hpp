@@ -32,6 +32,11 @@ class [[nodiscard]] ChildGraphOp : public OpBase<ChildGraphOp> {
       graph_->launch_on(ctx.stream());
       return;
     }
+    if (graph_->scratch_bytes() > 0) {
+      throw UsageError(
+          "child_graph: this graph has scratch memory (Scope::scratch), and CUDA embeds no graph with memory nodes "
+          "as a child — record its ops into the parent's scope instead, or launch it on its own");
+    }
     ctx.keep_alive(graph_->owners());
     ctx.child_graph(graph_->template_graph());
   }

@@ -22,6 +22,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <string>
 #include <type_traits>
 #include <utility>
 #include <variant>
@@ -117,6 +118,11 @@ class CudaGraph {
   template <class F>
   static auto record_impl(const Stream& stream, F&& callback, const GraphOptions& options, bool build) {
     using R = std::invoke_result_t<F&, Scope&>;
+    if (options.pool && options.pool->device().ordinal() != stream.device().ordinal()) {
+      throw UsageError("CudaGraph: GraphOptions::pool is a pool of device " +
+                       std::to_string(options.pool->device().ordinal()) + "; the graph is recorded on device " +
+                       std::to_string(stream.device().ordinal()));
+    }
     detail::Recorded recorded;
     auto host_errors = std::make_shared<HostCallErrors>();
     std::optional<std::conditional_t<std::is_void_v<R>, bool, R>> result;
@@ -131,6 +137,8 @@ class CudaGraph {
       recorded.graph = std::move(graph);
       recorded.bytes_to_device = ctx.bytes_to_device();
       recorded.bytes_to_host = ctx.bytes_to_host();
+      recorded.scratch_tag = ctx.scratch_tag();
+      recorded.scratch_bytes = ctx.scratch_bytes();
       recorded.owners = ctx.take_owners();
     } else {
       detail::CaptureSession session(stream, options.mode);
@@ -143,11 +151,16 @@ class CudaGraph {
         throw;
       }
       recorded.captured_conditions = ctx.conditions_made() > 0;
+      recorded.captured_scratch = ctx.scratch_bytes() > 0;
+      recorded.scratch_tag = ctx.scratch_tag();
+      recorded.scratch_bytes = ctx.scratch_bytes();
       recorded.bytes_to_device = ctx.bytes_to_device();
       recorded.bytes_to_host = ctx.bytes_to_host();
       recorded.owners = ctx.take_owners();
     }
-    auto state = std::make_shared<detail::GraphState>(Stream::pooled(stream.device()), std::move(recorded), options,
+    auto replay_stream =
+        options.pool ? options.pool->state()->stream : std::make_shared<Stream>(Stream::pooled(stream.device()));
+    auto state = std::make_shared<detail::GraphState>(std::move(replay_stream), std::move(recorded), options,
                                                       std::move(host_errors));
     if constexpr (std::is_void_v<R>) {
       return CudaGraph<R>(std::move(state));
@@ -172,6 +185,7 @@ class CudaGraph {
         result.emplace(callback(*s));
       }
       ctx.check_conditions_consumed();
+      ctx.finish_scratch();  // captured scratch memory is freed after everything recorded
     } catch (...) {
       s->close();
       if (session != nullptr) session->abort();
@@ -266,6 +280,8 @@ class CudaGraph {
   [[nodiscard]] std::uint64_t replay_count() const { return state().replay_count(); }
   /// The bytes its staging copies (copy with a StagingBuffer's span) move per replay each way, and the replays.
   [[nodiscard]] TransferStats transfers() const { return state().transfers(); }
+  /// The bytes of scratch memory (Scope::scratch) the graph allocates while it runs.
+  [[nodiscard]] std::size_t scratch_bytes() const { return state().scratch_bytes(); }
   /// How many owners (buffers, kernel modules, child graphs) the graph keeps alive for its nodes.
   [[nodiscard]] std::size_t owner_count() const { return state().owner_count(); }
   /// The number of nodes in the graph.

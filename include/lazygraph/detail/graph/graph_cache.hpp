@@ -5,8 +5,9 @@
 /// the least recently used one is dropped. `bucket_for` rounds a run-time size up to one of a few sizes, so that a
 /// handful of keys cover every size.
 ///
-/// What it does not do yet: share one memory pool between its graphs (graphs here own no scratch memory of their
-/// own: their buffers are the user's), or pad and unpad inputs (the caller sizes its buffers for the bucket).
+/// Made with a GraphPool, its graphs share one pool: the maker is given it, to record each graph with
+/// `GraphOptions::pool`, so that the graphs' scratch memory (Scope::scratch) shares physical memory — they are
+/// replayed one at a time anyway. Padding and unpadding inputs to a bucket is BucketedModule's (module layer).
 ///
 /// Thread safety: none; guard a cache shared between threads with a lock (its graphs' replays are the slow part).
 
@@ -23,6 +24,7 @@
 
 #include "lazygraph/detail/driver/error.hpp"
 #include "lazygraph/detail/graph/cuda_graph.hpp"
+#include "lazygraph/detail/graph/graph_pool.hpp"
 
 namespace lazygraph {
 
@@ -55,10 +57,19 @@ class GraphCache {
   /// How a graph is made for a key.
   using Maker = std::function<Graph(const Key&)>;
 
+  /// How a graph is made for a key in a cache with a pool: record it with `GraphOptions::pool = pool`.
+  using PooledMaker = std::function<Graph(const Key&, const GraphPool& pool)>;
+
   /// \throws UsageError for capacity 0 or an empty maker.
   GraphCache(std::size_t capacity, Maker make) : capacity_(capacity), make_(std::move(make)) {
     if (capacity_ == 0) throw UsageError("GraphCache: capacity must be at least 1");
     if (!make_) throw UsageError("GraphCache: no maker");
+  }
+
+  /// A cache whose graphs share `pool` (the maker records each with it). \throws UsageError as above.
+  GraphCache(std::size_t capacity, GraphPool pool, PooledMaker make)
+      : GraphCache(capacity, bind_pool(pool, std::move(make))) {
+    pool_.emplace(std::move(pool));
   }
 
   /// The graph of `key`: the cached one (now the most recently used), or a new one from the maker, cached. When
@@ -96,6 +107,8 @@ class GraphCache {
   [[nodiscard]] std::size_t size() const noexcept { return entries_.size(); }
   /// The most graphs held at once.
   [[nodiscard]] std::size_t capacity() const noexcept { return capacity_; }
+  /// The pool the cache's graphs share; null for a cache made without one.
+  [[nodiscard]] const GraphPool* pool() const noexcept { return pool_ ? &*pool_ : nullptr; }
   /// Counters since construction.
   [[nodiscard]] const GraphCacheStats& stats() const noexcept { return stats_; }
   /// The keys from most to least recently used.
@@ -112,9 +125,15 @@ class GraphCache {
   }
 
  private:
+  static Maker bind_pool(const GraphPool& pool, PooledMaker make) {
+    if (!make) return nullptr;
+    return [pool, make = std::move(make)](const Key& key) { return make(key, pool); };
+  }
+
   using Entries = std::list<std::pair<Key, Graph>>;
   std::size_t capacity_;
   Maker make_;
+  std::optional<GraphPool> pool_;
   Entries entries_;  ///< most recently used first
   std::unordered_map<Key, typename Entries::iterator, Hash> index_;
   GraphCacheStats stats_;

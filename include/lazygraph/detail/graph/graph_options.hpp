@@ -7,6 +7,8 @@
 #include <optional>
 #include <string>
 
+#include "lazygraph/detail/graph/graph_pool.hpp"
+
 namespace lazygraph {
 
 /// How a capture treats CUDA calls that are unsafe during capture from other threads (cudaStreamCaptureMode).
@@ -24,12 +26,15 @@ struct GraphOptions {
   /// call `upload(stream)` yourself, e.g. on a stream that has time for it; otherwise the first launch uploads.
   bool upload = true;
   /// CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH: memory that the graph's own allocation nodes allocated
-  /// and did not free is freed before each relaunch. lazygraph records no allocation nodes itself; this is for
-  /// graphs embedding ones that do.
+  /// and did not free is freed before each relaunch. lazygraph frees the scratch memory it allocates (Scope::scratch)
+  /// within the graph; this is for graphs of your own that allocate and do not.
   bool auto_free_on_launch = false;
   /// CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY: kernel nodes run at their own priority attribute rather than
   /// the priority of the stream the graph is launched on.
   bool use_node_priority = false;
+  /// The pool whose graphs share scratch memory (Scope::scratch) with this one: it replays on the pool's stream,
+  /// and never at the same time as another graph of the pool (graph_pool.hpp). None: a stream of its own.
+  std::optional<GraphPool> pool = std::nullopt;
 };
 
 /// Whether `update_from` changed the graph, and if not, why.

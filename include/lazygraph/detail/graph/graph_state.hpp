@@ -102,10 +102,13 @@ struct Recorded {
   std::optional<NodePlan> plan;    ///< set for built graphs (CudaGraph::build)
   std::vector<CUgraphNode> nodes;  ///< built graphs: the node of each plan entry
   std::vector<std::shared_ptr<const void>> owners;
-  std::shared_ptr<const void> scope;  ///< the Scope it was recorded through, if any
-  bool captured_conditions = false;   ///< a captured graph with conditions (which cuGraphExecUpdate cannot move)
-  std::size_t bytes_to_device = 0;    ///< per replay, by its staging copies
-  std::size_t bytes_to_host = 0;      ///< per replay, by its staging copies
+  std::shared_ptr<const void> scope;        ///< the Scope it was recorded through, if any
+  bool captured_conditions = false;         ///< a captured graph with conditions (which cuGraphExecUpdate cannot move)
+  bool captured_scratch = false;            ///< a captured graph with scratch memory (the same)
+  std::shared_ptr<const void> scratch_tag;  ///< identifies its scratch memory (ExecContext::scratch_tag)
+  std::size_t scratch_bytes = 0;            ///< of its scratch memory
+  std::size_t bytes_to_device = 0;          ///< per replay, by its staging copies
+  std::size_t bytes_to_host = 0;            ///< per replay, by its staging copies
 };
 
 /// A recorded graph, instantiated (and by default uploaded), with its own stream for replays.
@@ -117,7 +120,8 @@ class GraphState {
  public:
   using Owners = std::vector<std::shared_ptr<const void>>;
 
-  GraphState(Stream stream, Recorded recorded, const GraphOptions& options,
+  /// Replays on `stream`: the graph's own, or its pool's (GraphOptions::pool), which the graph keeps alive.
+  GraphState(std::shared_ptr<Stream> stream, Recorded recorded, const GraphOptions& options,
              std::shared_ptr<HostCallErrors> host_errors);
   ~GraphState();
   GraphState(const GraphState&) = delete;
@@ -158,16 +162,18 @@ class GraphState {
       plan.reserve_like(*plan_);
       ExecContext ctx(stream_, plan, host_errors_);
       ctx.reuse_conditions(plan_->conditions);
+      ctx.reuse_scratch(plan_->scratch, scratch_tag_);
       {
         const Recording recording(*this);
         record(ctx);
       }
       // An op recorded before (no Scope) makes no conditions: it uses the graph's, whose handles it carries.
       if (plan.conditions.empty()) plan.conditions = plan_->conditions;
-      if (options.reinstantiate_on_mismatch && !plan.conditions.empty()) {
+      if (plan.scratch.empty()) plan.scratch = plan_->scratch;  // the same: it uses the graph's scratch memory
+      if (options.reinstantiate_on_mismatch && (!plan.conditions.empty() || !plan.scratch.empty())) {
         if (std::optional<UpdateResult> why = plan_mismatch(*plan_, plan)) {
-          // Conditions belong to the graph they were made for: a new graph needs new ones, and kernels that take
-          // them new arguments, so the op is recorded again for it.
+          // Conditions and scratch memory belong to the graph they were made for: a new graph needs new ones, and
+          // kernels that take them new arguments, so the op is recorded again for it.
           driver::Graph graph(driver::graph_create());
           NodePlan fresh;
           ExecContext again(stream_, fresh, host_errors_);
@@ -183,6 +189,14 @@ class GraphState {
                 "re-instantiate, update from a callback that makes them with Scope::condition";
             return std::move(*why);
           }
+          if (!plan_->scratch.empty() && fresh.scratch.empty()) {
+            why->message +=
+                "; the op uses scratch memory of this graph, which a new graph cannot: to re-instantiate, update "
+                "from a callback that asks for it with Scope::scratch";
+            return std::move(*why);
+          }
+          scratch_tag_ = again.scratch_tag();
+          set_scratch_bytes(again.scratch_bytes());
           set_transfers(again);
           return reinstantiate_built(std::move(graph), std::move(fresh), again.take_owners(), std::move(*why));
         }
@@ -190,6 +204,11 @@ class GraphState {
       UpdateResult r = replace_plan(std::move(plan), ctx.take_owners(), options);
       if (r.ok()) set_transfers(ctx);
       return r;
+    }
+    if (captured_scratch_ && !options.reinstantiate_on_mismatch) {
+      return UpdateResult{UpdateStatus::not_supported, std::nullopt,
+                          "a captured graph with scratch memory cannot be updated in place (a new capture allocates "
+                          "at other addresses): make it with CudaGraph::build, or ask for reinstantiate_on_mismatch"};
     }
     if (captured_conditions_ && !options.reinstantiate_on_mismatch) {
       // Its conditions belong to the captured graph: a new capture has other ones, which the executable graph
@@ -204,18 +223,23 @@ class GraphState {
     {
       const Recording recording(*this);
       record(ctx);
+      ctx.finish_scratch();
     }
     driver::Graph graph = session.finish();
-    const std::string no_update = "a captured graph with conditions cannot be updated in place";
-    if (ctx.conditions_made() > 0 && !options.reinstantiate_on_mismatch) {
+    const std::string no_update = "a captured graph with conditions or scratch memory cannot be updated in place";
+    const bool bound = ctx.conditions_made() > 0 || ctx.scratch_bytes() > 0;
+    if (bound && !options.reinstantiate_on_mismatch) {
       return UpdateResult{UpdateStatus::not_supported, std::nullopt, no_update};
     }
     UpdateResult r =
-        captured_conditions_ || ctx.conditions_made() > 0
+        captured_conditions_ || captured_scratch_ || bound
             ? reinstantiate(std::move(graph), ctx.take_owners(), {UpdateStatus::not_supported, std::nullopt, no_update})
             : replace_graph(std::move(graph), ctx.take_owners(), options);
     if (r.ok()) {
       captured_conditions_ = ctx.conditions_made() > 0;
+      captured_scratch_ = ctx.scratch_bytes() > 0;
+      scratch_tag_ = ctx.scratch_tag();
+      set_scratch_bytes(ctx.scratch_bytes());
       set_transfers(ctx);
     }
     return r;
@@ -223,6 +247,8 @@ class GraphState {
 
   [[nodiscard]] const Stream& stream() const noexcept { return stream_; }
   [[nodiscard]] bool built() const noexcept { return plan_.has_value(); }
+  /// The bytes of scratch memory (Scope::scratch) the graph replayed now has.
+  [[nodiscard]] std::size_t scratch_bytes() const;
   [[nodiscard]] std::size_t node_count() const;
   [[nodiscard]] std::vector<NodeKind> node_kinds() const;
   [[nodiscard]] EdgeCounts edge_counts() const;
@@ -252,6 +278,8 @@ class GraphState {
    private:
     const GraphState& g_;
   };
+  /// Records the scratch size of the graph replayed now (in the pool's accounts too).
+  void set_scratch_bytes(std::size_t bytes);
   void set_transfers(const ExecContext& ctx) noexcept {
     bytes_to_device_ = ctx.bytes_to_device();
     bytes_to_host_ = ctx.bytes_to_host();
@@ -269,14 +297,19 @@ class GraphState {
   UpdateResult reinstantiate(driver::Graph graph, Owners owners, UpdateResult why);
   [[nodiscard]] CUgraph template_graph_locked() const;
 
-  Stream stream_;
+  std::shared_ptr<Stream> owned_stream_;  ///< the graph's own stream, or its pool's
+  Stream& stream_;                        ///< *owned_stream_
+  std::shared_ptr<GraphPoolState> pool_;  ///< GraphOptions::pool's
   GraphOptions options_;
   driver::Graph graph_;  ///< what exec_ was instantiated from (its nodes are nodes_)
   driver::GraphExec exec_;
   std::optional<NodePlan> plan_;
   std::vector<CUgraphNode> nodes_;
   bool captured_conditions_ = false;  ///< Recorded::captured_conditions, for the graph replayed now
-  std::size_t bytes_to_device_ = 0;   ///< per replay, of the op replayed now
+  bool captured_scratch_ = false;     ///< Recorded::captured_scratch, the same
+  std::shared_ptr<const void> scratch_tag_;
+  std::size_t scratch_bytes_ = 0;
+  std::size_t bytes_to_device_ = 0;  ///< per replay, of the op replayed now
   std::size_t bytes_to_host_ = 0;
   /// Built graphs updated in place: graph_ keeps the first parameters, so a copy with the current ones is made
   /// when one is needed (child graphs), and remade after the next update.
@@ -290,6 +323,7 @@ class GraphState {
   DeferredRelease held_;               ///< owners of updates, until their copies have run
   std::optional<Event> updates_done_;  ///< recorded on stream_ for a replay elsewhere to wait on
   std::optional<Event> last_replay_elsewhere_;
+  std::optional<Event> caller_ready_;  ///< pooled graphs: recorded on the caller's stream for the pool's to wait on
   std::uint64_t replays_ = 0;
   bool uploaded_ = false;
   bool updates_pending_ = false;           ///< updates queued on stream_ since the last replay

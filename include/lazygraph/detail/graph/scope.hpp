@@ -7,12 +7,15 @@
 /// neither allocates nor frees, so no address baked into the graph can be freed or reused behind it, and every
 /// buffer a recorded op touches is kept alive by the graph.
 
+#include <cstddef>
 #include <type_traits>
 #include <utility>
 
+#include "lazygraph/detail/driver/device_span.hpp"
 #include "lazygraph/detail/driver/error.hpp"
 #include "lazygraph/detail/graph/condition.hpp"
 #include "lazygraph/detail/ops/concepts.hpp"
+#include "lazygraph/detail/ops/exec_context.hpp"
 
 namespace lazygraph {
 
@@ -89,6 +92,24 @@ class Scope {
   /// a built graph, the k-th condition made is the graph's k-th (with the same default value). \throws UsageError
   /// after the callback returned, or with a driver older than CUDA 12.4 (naming its version).
   [[nodiscard]] Condition condition(unsigned default_value = 0);
+
+  /// `n` elements of memory that belong to the graph (captured or built): an allocation node before the ops
+  /// recorded after this call, a free node after all of them. For intermediate results: the memory is valid only
+  /// while the graph runs, holds nothing from one replay to the next (write it before reading it in every replay),
+  /// and graphs of one GraphPool share its physical memory. It is never a user allocation: Scope::record stays
+  /// allocation-free.
+  ///
+  /// Misuse is refused where it can be seen: an op that uses the span eagerly (sync_on, CudaGraph::update) or in
+  /// another graph throws UsageError. A raw address taken from the span (address(), data()) escapes that check:
+  /// using it outside the graph reads or writes memory another graph may own.
+  /// \throws UsageError for n == 0, after the callback returned, or inside a conditional body.
+  template <class T>
+  [[nodiscard]] DeviceSpan<T> scratch(std::size_t n) {
+    if (!open_) [[unlikely]]
+      throw_closed();
+    const ScratchAllocation a = ctx_->scratch(n * sizeof(T));
+    return DeviceSpan<T>(a.address, n, a.owner);
+  }
 
   /// The stream being captured (for ops you execute by hand; prefer `record`).
   [[nodiscard]] const Stream& stream() const noexcept { return ctx_->stream(); }

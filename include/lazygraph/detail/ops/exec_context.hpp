@@ -70,6 +70,21 @@ class HostCallErrors {
   std::string name_;
 };
 
+namespace detail {
+/// What every scratch span's owner points at (its control block is the graph's scratch tag): keep_alive recognises
+/// scratch memory by this address and checks that it is used only while recording its own graph.
+inline const char scratch_marker = 0;
+}  // namespace detail
+
+/// Memory that belongs to the graph being recorded (ExecContext::scratch): its address, and the owner that marks a
+/// span of it as scratch of this graph.
+struct ScratchAllocation {
+  /// The device address, fixed for the graph's life; the memory is valid only while the graph runs.
+  CUdeviceptr address = 0;
+  /// Give it to the spans of this memory (DeviceSpan's owner): ops that use them are checked against the graph.
+  std::shared_ptr<const void> owner;
+};
+
 /// What ops execute against (see the file comment). sync_on, Scope and CudaGraph make one; an op of your own
 /// only receives it in `execute`.
 ///
@@ -144,6 +159,26 @@ class ExecContext {
   void reuse_conditions(const std::vector<detail::PlannedCondition>& existing) noexcept {
     reused_conditions_ = &existing;
   }
+  /// `bytes` bytes of memory that belong to the graph being recorded (Scope::scratch): an allocation node before the
+  /// work recorded after this call and a free node after all of it (captured: cuMemAllocAsync now, cuMemFreeAsync at
+  /// finish_scratch; planned: an allocation node added to the graph given to make_conditions_in, or, re-planning a
+  /// built graph, the graph's own scratch of the same position and size). Spans of it carry `owner`: an op that
+  /// uses one eagerly, or in another graph, throws UsageError (keep_alive checks).
+  /// \throws UsageError eagerly, inside a conditional body, for 0 bytes, or in plan mode with no graph to add to.
+  ScratchAllocation scratch(std::size_t bytes);
+  /// Plan mode, re-planning a built graph: scratch k is `existing[k]` when its size matches (otherwise address 0,
+  /// which the plan's comparison reports), and spans of it are recognised by the graph's `tag`.
+  void reuse_scratch(const std::vector<detail::PlannedScratch>& existing, std::shared_ptr<const void> tag) noexcept {
+    reused_scratch_ = &existing;
+    scratch_tag_ = std::move(tag);
+  }
+  /// Capture mode: frees the scratch memory captured so far, after all the work captured so far (call it once the
+  /// recording is complete, before the capture ends). Nothing in the other modes.
+  void finish_scratch();
+  /// What identifies this recording's scratch memory (null when it made none and reuses none).
+  [[nodiscard]] const std::shared_ptr<const void>& scratch_tag() const noexcept { return scratch_tag_; }
+  /// The bytes of scratch memory made (or reused) through this context.
+  [[nodiscard]] std::size_t scratch_bytes() const noexcept { return scratch_bytes_; }
   /// How many conditions make_condition made through this context.
   [[nodiscard]] std::size_t conditions_made() const noexcept { return conditions_made_; }
   /// \throws UsageError when a condition made for this graph steers no conditional node (CUDA refuses to
@@ -158,6 +193,7 @@ class ExecContext {
   void wait_event(CUevent event);
 
   /// Keeps `owner` alive as long as the work that uses it may run: for a graph, as long as the graph lives.
+  /// \throws UsageError when `owner` is a graph's scratch memory and this context is not recording that graph.
   void keep_alive(const std::shared_ptr<const void>& owner);
   /// Everything kept alive so far (the graph takes these when recording ends).
   [[nodiscard]] std::vector<std::shared_ptr<const void>> take_owners() noexcept { return std::move(owners_); }
@@ -201,6 +237,11 @@ class ExecContext {
   std::vector<std::shared_ptr<const void>> owners_;
   std::vector<std::unique_ptr<Stream>> side_streams_;
   std::vector<CUgraphConditionalHandle> unconsumed_conditions_;
+  [[noreturn]] void refuse_scratch() const;
+  std::shared_ptr<const void> scratch_tag_;  ///< identifies the graph's scratch (its control block)
+  const std::vector<detail::PlannedScratch>* reused_scratch_ = nullptr;  ///< plan mode: a built graph's
+  std::vector<CUdeviceptr> scratch_to_free_;                             ///< capture mode: until finish_scratch
+  std::size_t scratch_bytes_ = 0;
   std::size_t conditions_made_ = 0;
   std::size_t bytes_to_device_ = 0;
   std::size_t bytes_to_host_ = 0;

@@ -63,6 +63,15 @@ struct PlannedCondition {
   unsigned default_value = 0;
 };
 
+/// Scratch memory of the plan's graph (Scope::scratch in CudaGraph::build): an allocation node added to the graph
+/// when the scratch was asked for (its address is fixed from then on); materialize orders every node after it and
+/// frees it after them.
+struct PlannedScratch {
+  CUgraphNode node = nullptr;  ///< the allocation node; null in a plan that could not reuse the graph's scratch
+  CUdeviceptr address = 0;
+  std::size_t bytes = 0;
+};
+
 /// A list of nodes in the order ops submitted them, with their dependencies (indices of earlier nodes) and the
 /// bytes of every kernel argument. Plain data: copying or comparing it touches nothing on the GPU.
 struct NodePlan {
@@ -76,6 +85,8 @@ struct NodePlan {
   std::vector<NodePlan> bodies;
   /// The conditions made for the graph (the outermost plan only; bodies use them).
   std::vector<PlannedCondition> conditions;
+  /// The scratch memory of the graph (the outermost plan only), in the order it was asked for.
+  std::vector<PlannedScratch> scratch;
 
   /// Reserves room for a plan the size of `other` (an update's plan is the size of the graph's).
   void reserve_like(const NodePlan& other) {
