@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <exception>
 #include <functional>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -585,6 +586,87 @@ void staging_table(const lg::Device& gpu, const lg::Stream& s) {
   }
 }
 
+/// What a GraphCache adds to a replay on the host (a hit: a hash lookup and a move to the front of the LRU list), what
+/// a miss costs (capture, instantiate, upload), and the graph memory of 16 graphs with scratch memory, in one pool and
+/// each on its own.
+void cache_and_pool_table(const lg::Device& gpu, const lg::Stream& s, const Axpy& k,
+                          const lg::DeviceBuffer<float>& x) {
+  auto y = lg::zeros<float>(elements).sync_on(s);
+  const auto make = [&](const int& key) {
+    return lg::CudaGraph<>::capture(s, chain_of(k, x.cview(), y.view(), 1 + key % 2));
+  };
+  lg::GraphCache<int> cache(8, make);
+  for (int key = 0; key < 8; ++key) (void)cache.get(key);
+  auto direct = make(3);
+  std::vector<double> t_direct;
+  std::vector<double> t_cached;
+  constexpr int samples = 4001;
+  for (int i = 0; i < samples; ++i) {
+    if (i % 64 == 0) s.synchronize();  // keep the launch queue short: a full queue blocks the launch being timed
+    t_direct.push_back(micros([&] { direct.launch_on(s); }));
+    t_cached.push_back(micros([&] { cache.get(i % 8).launch_on(s); }));
+  }
+  s.synchronize();
+  std::vector<double> t_miss;
+  for (int i = 0; i < 21; ++i) {
+    cache.clear();
+    t_miss.push_back(micros([&] { (void)cache.get(i); }));
+  }
+  const double hit = median(t_cached);
+  const double bare = median(t_direct);
+  std::printf("\ngraph cache on %s (host us per call, medians of %d)\n", gpu.name().c_str(), samples);
+  std::printf("  %-34s %9.3f\n  %-34s %9.3f\n  %-34s %9.3f   (target <= 1 us: %s)\n  %-34s %9.1f\n",
+              "replay (launch_on)", bare, "cache hit + replay", hit, "hit - replay", hit - bare,
+              hit - bare <= 1.0 ? "met" : "NOT met", "miss: capture+instantiate+upload", median(t_miss));
+
+  // Graph memory: 16 graphs with 32..62 MiB of scratch each, each filling all of it.
+  constexpr std::size_t mib = std::size_t{1} << 20;
+  auto out = lg::zeros<float>(16).sync_on(s);
+  const auto filler = [&](std::size_t bytes, std::size_t slot, const std::optional<lg::GraphPool>& pool) {
+    lg::GraphOptions options;
+    options.pool = pool;
+    return lg::CudaGraph<>::build(
+        gpu,
+        [&](lg::Scope& sc) {
+          lg::DeviceSpan<float> t = sc.scratch<float>(bytes / sizeof(float));
+          sc.record(lg::fill(t, 1.0F) >> lg::copy(out.view().subspan(slot, 1), t.subspan(0, 1).as_const()));
+        },
+        options);
+  };
+  lg::GraphPool pool(gpu);
+  std::vector<lg::CudaGraph<>> pooled;
+  std::vector<lg::CudaGraph<>> alone;
+  std::size_t sum = 0;
+  for (std::size_t i = 0; i < 16; ++i) {
+    const std::size_t bytes = (32 + 2 * i) * mib;
+    sum += bytes;
+    pooled.push_back(filler(bytes, i, pool));
+    alone.push_back(filler(bytes, i, std::nullopt));
+  }
+  const auto reserved_after = [&](const std::function<void()>& launch) {
+    gpu.synchronize();
+    pool.trim();
+    pool.reset_peaks();
+    launch();
+    gpu.synchronize();
+    return static_cast<double>(pool.usage().reserved_peak) / static_cast<double>(mib);
+  };
+  const double largest = reserved_after([&] { alone.back().launch(); });
+  const double in_pool = reserved_after([&] {
+    for (auto& g : pooled) g.launch_on(pool.stream());
+  });
+  const double own_streams = reserved_after([&] {
+    for (auto& g : alone) g.launch_on(g.stream());
+  });
+  std::printf("\ngraph memory of 16 graphs with 32..62 MiB of scratch each (%zu MiB in all) on %s (reserved peak, MiB)\n",
+              sum / mib, gpu.name().c_str());
+  std::printf("  %-34s %9.1f\n  %-34s %9.1f   %.2fx the largest   (target <= 1.2x: %s)\n  %-34s %9.1f   %.2fx\n",
+              "the largest alone", largest, "16 in one GraphPool", in_pool, in_pool / largest,
+              in_pool <= 1.2 * largest ? "met" : "NOT met", "16 without a pool, own streams", own_streams,
+              own_streams / largest);
+  pool.trim();
+}
+
 int run() {
   if (example::skip_without_gpu("bench_graph")) return example::exit_skipped;
   lg::Device gpu = lg::Device::first();
@@ -644,6 +726,7 @@ int run() {
   breakdown_table(gpu, s, k, x);
   control_flow_table(gpu, s);
   staging_table(gpu, s);
+  cache_and_pool_table(gpu, s, k, x);
   s.synchronize();
   return 0;
 }
@@ -654,7 +737,9 @@ constexpr const char* usage =
     "lazygraph graph; 4 chains with all(...) vs serially; host build+record+instantiate time per node; then the\n"
     "graph lifecycle, a section each: build vs capture, update_from vs re-capturing, DeviceScalar vs a new\n"
     "graph per value, built replay vs raw (with the targets, and whether they are met); then where recording\n"
-    "and updating time goes; then what an IF that is false and a WHILE iteration cost on the device.\n"
+    "and updating time goes; then what an IF that is false and a WHILE iteration cost on the device; host I/O\n"
+    "inside a graph; what a GraphCache hit adds to a replay; and the graph memory of 16 graphs with scratch\n"
+    "memory in one GraphPool vs without.\n"
     "Exit status: 0 done, 1 failed, 77 skipped (no GPU; the reason is printed).\n";
 
 }  // namespace
