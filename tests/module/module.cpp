@@ -145,4 +145,38 @@ TEST_SUITE("gpu") {
     CHECK_THROWS_WITH_AS(module.forward_resident(d1.cview().subspan(0, n - 1), y),
                          doctest::Contains("the input has 2499 elements"), UsageError);
   }
+
+  TEST_CASE("a GraphModule whose forward pass records itself with scratch memory, in a pool") {
+    Stream& s = lgtest::stream();
+    const int n = 3000;
+    const auto k = axpy();
+    DeviceBuffer<float> bias = from_host(lgtest::random_floats(n)).sync_on(s);
+    const auto bias_host = lgtest::to_host(s, bias.cview());
+    GraphPool pool(lgtest::device());
+    GraphOptions options;
+    options.pool = pool;
+    // out = 3 x + bias, through a scratch t = x + bias.
+    GraphModule<float, float> module(
+        s, n, n,
+        [&](Scope& sc, const DeviceSpan<const float>& in, const DeviceSpan<float>& out) {
+          DeviceSpan<float> t = sc.scratch<float>(static_cast<std::size_t>(n));
+          sc.record(copy(t, bias.cview()) >> k(grid_for(n, 256), 1.0F, in, t, n) >> copy(out, t.as_const()) >>
+                    k(grid_for(n, 256), 2.0F, in, out, n));
+        },
+        options);
+    CHECK(module.graph().scratch_bytes() == n * sizeof(float));
+    CHECK(pool.graph_count() == 1);
+    const auto check = [&](const std::vector<float>& x, const std::vector<float>& y) {
+      std::vector<double> ref(n);
+      for (int i = 0; i < n; ++i) ref[i] = 3.0 * x[i] + bias_host[i];
+      CHECK(lgtest::relative_error(y, ref) < 1e-6);
+    };
+    const auto x1 = lgtest::random_floats(n);
+    check(x1, module.forward(x1));
+    DeviceBuffer<float> d = from_host(lgtest::random_floats(n)).sync_on(s);
+    std::vector<float> y(n);
+    module.forward_resident(d.cview(), y);
+    check(lgtest::to_host(s, d.cview()), y);
+    CHECK(pool.graph_count() == 2);  // the resident graph joined the pool
+  }
 }

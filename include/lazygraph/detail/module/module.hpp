@@ -48,29 +48,38 @@ class GraphModule {
   /// `output_size` elements on the host.
   using Output = std::vector<Out>;
 
-  /// `build(input, output)` returns the forward pass as a GraphNode op reading `input` and writing `output`;
-  /// it is captured now, once, between the staging copies. `build` is kept (copied) for forward_resident, which
-  /// records it again for the caller's input.
+  /// `build(input, output)` returns the forward pass as a GraphNode op reading `input` and writing `output`
+  /// — or, for a forward pass that needs scratch memory, `build(scope, input, output)` records it itself (asking
+  /// `scope.scratch` for its intermediates). It is captured now, once, between the staging copies, with `options`
+  /// (a GraphPool, say). `build` is kept (copied) for forward_resident, which records it again for the caller's
+  /// input.
   template <class Build>
-  GraphModule(const Stream& stream, std::size_t input_size, std::size_t output_size, Build&& build)
-      : GraphModule(stream, HostIo<In, Out>(stream.device(), input_size, output_size), std::forward<Build>(build)) {}
+  GraphModule(const Stream& stream, std::size_t input_size, std::size_t output_size, Build&& build,
+              const GraphOptions& options = {})
+      : GraphModule(stream, HostIo<In, Out>(stream.device(), input_size, output_size), std::forward<Build>(build),
+                    options) {}
 
   /// As above, with the staging I/O given: HostIo(library, ...) copies with the library's staging kernel, which
   /// costs a replay less than memcpy nodes (host_io.hpp). Its sizes are the module's.
   template <class Build>
-  GraphModule(const Stream& stream, HostIo<In, Out> io, Build&& build)
+  GraphModule(const Stream& stream, HostIo<In, Out> io, Build&& build, const GraphOptions& options = {})
       : input_(stream.device(), io.input().size()),
         output_(stream.device(), io.output().size()),
         io_(std::move(io)),
-        graph_(CudaGraph<>::scope(stream,
-                                  [&](Scope& s) {
-                                    s.record(io_.copy_in(input_.view()) >> build(input_.cview(), output_.view()) >>
-                                             io_.copy_out(output_.cview()));
-                                  })),
+        graph_(CudaGraph<>::scope(
+            stream,
+            [&](Scope& s) {
+              s.record(io_.copy_in(input_.view()));
+              record_forward(build, s, input_.cview(), output_.view());
+              s.record(io_.copy_out(output_.cview()));
+            },
+            options)),
         record_resident_([build = std::decay_t<Build>(build)](Scope& s, DeviceSpan<const In> x, DeviceSpan<Out> y,
                                                               const HostIo<In, Out>& io) {
-          s.record(build(x, y) >> io.copy_out(y));
-        }) {}
+          record_forward(build, s, x, y);
+          s.record(io.copy_out(y));
+        }),
+        options_(options) {}
 
   /// Copies `x` in, replays the graph, and returns the output. \throws UsageError when `x` has the wrong size.
   Output forward(Input x) {
@@ -99,7 +108,7 @@ class GraphModule {
     const std::lock_guard<std::mutex> lock(*mutex_);
     const auto record = [&](Scope& s) { record_resident_(s, x, output_.view(), io_); };
     if (!resident_) {
-      resident_.emplace(CudaGraph<>::scope(graph_.stream(), record));
+      resident_.emplace(CudaGraph<>::scope(graph_.stream(), record, options_));
     } else if (x.address() != resident_input_) {
       UpdateOptions options;
       options.reinstantiate_on_mismatch = true;
@@ -119,6 +128,16 @@ class GraphModule {
   [[nodiscard]] DeviceSpan<const Out> output() const { return output_.cview(); }
 
  private:
+  /// Records the forward pass from `x` to `y`: the op `build(x, y)` returns, or what `build(s, x, y)` records.
+  template <class Build>
+  static void record_forward(const Build& build, Scope& s, DeviceSpan<const In> x, DeviceSpan<Out> y) {
+    if constexpr (std::is_invocable_v<const Build&, Scope&, DeviceSpan<const In>, DeviceSpan<Out>>) {
+      build(s, x, y);
+    } else {
+      s.record(build(x, y));
+    }
+  }
+
   static void check_size(const char* what, std::size_t got, std::size_t want) {
     if (got != want) {
       throw UsageError(std::string("GraphModule: the ") + what + " has " + std::to_string(got) +
@@ -134,6 +153,7 @@ class GraphModule {
   std::function<void(Scope&, DeviceSpan<const In>, DeviceSpan<Out>, const HostIo<In, Out>&)> record_resident_;
   std::optional<CudaGraph<>> resident_;  ///< forward_resident's graph, captured on first use
   CUdeviceptr resident_input_ = 0;       ///< the input buffer resident_ reads
+  GraphOptions options_;                 ///< how both graphs are made (a pool, say)
   std::unique_ptr<std::mutex> mutex_ = std::make_unique<std::mutex>();  ///< the execution lock (movable module)
 };
 
