@@ -191,6 +191,15 @@ Driver load() {
       entry = reinterpret_cast<std::remove_reference_t<decltype(entry)>>(p);
     }
   };
+  {
+    // Asked for at CUDA 13's ABI, cuCtxSynchronize is the variant that takes a context (cuCtxSynchronize_v2),
+    // although cuda.h declares it without one: ask for the 12.0 ABI, the one declared.
+    void* p = nullptr;
+    CUdriverProcAddressQueryResult status{};
+    if (get_proc("cuCtxSynchronize", &p, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &status) == CUDA_SUCCESS && p != nullptr) {
+      d.api.cuCtxSynchronize = reinterpret_cast<decltype(d.api.cuCtxSynchronize)>(p);
+    }
+  }
   fetch_optional("cuGraphConditionalHandleCreate", d.api.cuGraphConditionalHandleCreate);
   fetch_optional("cuStreamBeginCaptureToGraph", d.api.cuStreamBeginCaptureToGraph);
   fetch_optional("cuGraphNodeSetParams", d.api.cuGraphNodeSetParams);

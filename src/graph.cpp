@@ -158,6 +158,24 @@ void retire_failed_scope(std::shared_ptr<const void> scope) noexcept {
 
 namespace {
 
+/// Runs a graph upload or launch; when it runs out of memory (mapping a graph's scratch memory), gives back the
+/// graph memory no graph uses before passing the error on: what the failed mapping reserved would otherwise stay
+/// cached for graphs, and ordinary allocations after it would fail too.
+template <class F>
+void mapping_graph_memory(const Device& device, F&& call) {
+  try {
+    call();
+  } catch (const CudaError& e) {
+    if (e.code() == CUDA_ERROR_OUT_OF_MEMORY) {
+      try {
+        drv::graph_memory_trim(device.context(), device.state()->device);
+      } catch (...) {  // NOLINT(bugprone-empty-catch): the out-of-memory error is the one to report
+      }
+    }
+    throw;
+  }
+}
+
 unsigned long long instantiate_flags(const GraphOptions& o) {
   unsigned long long flags = 0;
   if (o.auto_free_on_launch) flags |= CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH;
@@ -225,7 +243,9 @@ std::size_t GraphState::scratch_bytes() const {
 void GraphState::instantiate() {
   exec_ = drv::GraphExec::instantiate(graph_, stream_.device().context(), "CudaGraph", instantiate_flags(options_));
   if (options_.upload) {
-    drv::graph_upload(exec_.context(), exec_.native_handle(), stream_.get(), "CudaGraph");
+    mapping_graph_memory(stream_.device(), [&] {
+      drv::graph_upload(exec_.context(), exec_.native_handle(), stream_.get(), "CudaGraph");
+    });
     stream_.synchronize();
     uploaded_ = true;
   }
@@ -287,7 +307,8 @@ void GraphState::launch_on(const Stream& stream) {
   std::unique_lock<std::mutex> pool_lock;
   if (pool_) pool_lock = std::unique_lock<std::mutex>(pool_->launch_mutex);
   if (stream.get() == stream_.get()) {
-    drv::graph_launch(ctx, exec_.native_handle(), stream_.get(), "CudaGraph");
+    mapping_graph_memory(stream_.device(),
+                         [&] { drv::graph_launch(ctx, exec_.native_handle(), stream_.get(), "CudaGraph"); });
   } else if (pool_) {
     // A graph of a pool replays on the pool's stream, always: CUDA shares physical memory between graphs launched
     // into one stream. Linked to `stream` both ways, it runs after the work queued there and before the work
@@ -296,7 +317,8 @@ void GraphState::launch_on(const Stream& stream) {
     if (!updates_done_) updates_done_.emplace(stream_.device(), false);
     caller_ready_->record(stream);
     stream_.wait(*caller_ready_);
-    drv::graph_launch(ctx, exec_.native_handle(), stream_.get(), "CudaGraph");
+    mapping_graph_memory(stream_.device(),
+                         [&] { drv::graph_launch(ctx, exec_.native_handle(), stream_.get(), "CudaGraph"); });
     updates_done_->record(stream_);
     stream.wait(*updates_done_);
   } else {
@@ -307,7 +329,8 @@ void GraphState::launch_on(const Stream& stream) {
       updates_done_->record(stream_);
       stream.wait(*updates_done_);
     }
-    drv::graph_launch(ctx, exec_.native_handle(), stream.get(), "CudaGraph");
+    mapping_graph_memory(stream_.device(),
+                         [&] { drv::graph_launch(ctx, exec_.native_handle(), stream.get(), "CudaGraph"); });
     if (!last_replay_elsewhere_) last_replay_elsewhere_.emplace(stream_.device(), false);
     last_replay_elsewhere_->record(stream);
     replay_elsewhere_pending_ = true;
@@ -324,7 +347,9 @@ void GraphState::launch_and_wait() {
     const auto lock = guard();
     std::unique_lock<std::mutex> pool_lock;
     if (pool_) pool_lock = std::unique_lock<std::mutex>(pool_->launch_mutex);
-    drv::graph_launch(exec_.context(), exec_.native_handle(), stream_.get(), "CudaGraph");
+    mapping_graph_memory(stream_.device(), [&] {
+      drv::graph_launch(exec_.context(), exec_.native_handle(), stream_.get(), "CudaGraph");
+    });
     ++replays_;
     updates_pending_ = false;
   }
@@ -348,7 +373,8 @@ void GraphState::synchronize() {
 
 void GraphState::upload(const Stream& stream) {
   const auto lock = guard();
-  drv::graph_upload(exec_.context(), exec_.native_handle(), stream.get(), "CudaGraph");
+  mapping_graph_memory(stream_.device(),
+                       [&] { drv::graph_upload(exec_.context(), exec_.native_handle(), stream.get(), "CudaGraph"); });
   uploaded_ = true;
 }
 
@@ -409,7 +435,8 @@ UpdateResult GraphState::reinstantiate(drv::Graph graph, Owners owners, UpdateRe
   drv::GraphExec exec =
       drv::GraphExec::instantiate(graph, stream_.device().context(), "CudaGraph", instantiate_flags(options_));
   if (options_.upload) {
-    drv::graph_upload(exec.context(), exec.native_handle(), stream_.get(), "CudaGraph");
+    mapping_graph_memory(stream_.device(),
+                         [&] { drv::graph_upload(exec.context(), exec.native_handle(), stream_.get(), "CudaGraph"); });
     updates_pending_ = true;  // a replay on another stream waits for the upload, as for an update
   }
   // Replays already queued still run the old executable graph and read the old buffers: both go once they are

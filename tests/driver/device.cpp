@@ -17,6 +17,18 @@ TEST_SUITE("gpu") {
     CHECK(Device::count() >= 1);
   }
 
+  TEST_CASE("Device::synchronize waits for work queued on any of the device's streams") {
+    const Device& d = lgtest::device();
+    const Stream s = d.create_stream();
+    DeviceBuffer<float> buffer(d, 1 << 20);
+    const auto op = fill(buffer.view(), 3.0F);
+    ExecContext ctx(s, false);
+    op.execute(ctx);  // queued, not waited for
+    d.synchronize();  // a driver for CUDA 13 once answered CUDA_ERROR_CONTEXT_IS_DESTROYED here (a wrong ABI)
+    CHECK(s.query());
+    CHECK(lgtest::to_host(s, buffer.cview())[(1 << 20) - 1] == 3.0F);
+  }
+
   TEST_CASE("opening a device ordinal that does not exist throws NoDevice") {
     CHECK_THROWS_WITH_AS(Device::get(Device::count()), doctest::Contains("no CUDA device"), NoDevice);
     CHECK_THROWS_AS(Device::get(-1), NoDevice);
