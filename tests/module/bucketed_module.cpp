@@ -1,0 +1,109 @@
+// BucketedModule (detail/module/bucketed_module.hpp): one graph per bucket of a run-time row count, made on first
+// use in a pool; padded input, unpadded output; one call at a time from any number of threads (gpu).
+#include <doctest/doctest.h>
+
+#include <cstddef>
+#include <span>
+#include <thread>
+#include <vector>
+
+#include "common/gpu.hpp"
+
+using namespace lazygraph;
+
+namespace {
+
+using Axpy = Kernel<void(float, const float*, float*, int)>;
+Axpy axpy() { return lgtest::kernels().get<void(float, const float*, float*, int)>("axpy"); }
+
+constexpr std::size_t kPerRow = 3;
+
+// y = 2 x + 1 per element, through scratch memory: t = 1; t += 2 x; y = t.
+void two_x_plus_one(std::size_t rows, Scope& s, DeviceSpan<const float> x, DeviceSpan<float> y) {
+  const int n = static_cast<int>(rows * kPerRow);
+  DeviceSpan<float> t = s.scratch<float>(rows * kPerRow);
+  s.record(fill(t, 1.0F) >> axpy()(grid_for(n, 256), 2.0F, x, t, n) >> copy(y, t.as_const()));
+}
+
+std::vector<double> reference(const std::vector<float>& x) {
+  std::vector<double> r(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) r[i] = 2.0 * x[i] + 1.0;
+  return r;
+}
+
+BucketShape shape(std::size_t capacity = 0) { return BucketShape{{1, 2, 4, 8}, kPerRow, kPerRow, capacity}; }
+
+}  // namespace
+
+TEST_SUITE("gpu") {
+  TEST_CASE("a BucketedModule runs every row count through its bucket's graph and returns only those rows") {
+    BucketedModule<float, float> m(lgtest::stream(), lgtest::kernels(), shape(), two_x_plus_one, -7.0F);
+    for (std::size_t rows = 1; rows <= 8; ++rows) {
+      CAPTURE(rows);
+      const auto x = lgtest::random_floats(rows * kPerRow);
+      const std::vector<float> y = m.forward(x);
+      REQUIRE(y.size() == rows * kPerRow);
+      CHECK(lgtest::relative_error(y, reference(x)) < 1e-6);
+    }
+    CHECK(m.bucket_of(3) == 4);
+    CHECK(m.stats().misses == 4);  // one graph per bucket used
+    CHECK(m.stats().hits == 4);
+    CHECK(m.graph_count() == 4);
+    CHECK(m.pool().graph_count() == 4);
+    CHECK(m.pool().largest_scratch_bytes() == 8 * kPerRow * sizeof(float));
+    // An op-returning forward pass works too.
+    BucketedModule<float, float> ops(lgtest::stream(), lgtest::kernels(), shape(),
+                                     [](std::size_t rows, DeviceSpan<const float> x, DeviceSpan<float> y) {
+                                       const int n = static_cast<int>(rows * kPerRow);
+                                       return fill(y, 1.0F) >> axpy()(grid_for(n, 256), 2.0F, x, y, n);
+                                     });
+    const auto x = lgtest::random_floats(5 * kPerRow);
+    CHECK(lgtest::relative_error(ops.forward(x), reference(x)) < 1e-6);
+  }
+
+  TEST_CASE("a BucketedModule with fewer graphs than buckets evicts and stays correct") {
+    BucketedModule<float, float> m(lgtest::stream(), lgtest::kernels(), shape(2), two_x_plus_one);
+    for (const std::size_t rows : {1, 3, 5, 8, 1, 2, 7}) {
+      CAPTURE(rows);
+      const auto x = lgtest::random_floats(rows * kPerRow);
+      CHECK(lgtest::relative_error(m.forward(x), reference(x)) < 1e-6);
+      CHECK(m.graph_count() <= 2);
+    }
+    CHECK(m.stats().evictions >= 4);
+  }
+
+  TEST_CASE("a BucketedModule refuses bad shapes and inputs, naming the sizes") {
+    Stream& s = lgtest::stream();
+    using Module = BucketedModule<float, float>;
+    CHECK_THROWS_AS(Module(s, lgtest::kernels(), BucketShape{{}, 1, 1, 0}, two_x_plus_one), UsageError);
+    CHECK_THROWS_AS(Module(s, lgtest::kernels(), BucketShape{{4, 2}, 1, 1, 0}, two_x_plus_one), UsageError);
+    CHECK_THROWS_AS(Module(s, lgtest::kernels(), BucketShape{{0, 2}, 1, 1, 0}, two_x_plus_one), UsageError);
+    CHECK_THROWS_AS(Module(s, lgtest::kernels(), BucketShape{{1, 2}, 0, 1, 0}, two_x_plus_one), UsageError);
+    BucketedModule<float, float> m(s, lgtest::kernels(), shape(), two_x_plus_one);
+    CHECK_THROWS_WITH_AS(m.forward(std::vector<float>(7)), doctest::Contains("7 elements"), UsageError);
+    CHECK_THROWS_AS(m.forward(std::vector<float>{}), UsageError);
+    CHECK_THROWS_WITH_AS(m.forward(std::vector<float>(9 * kPerRow)), doctest::Contains("size 9"), UsageError);
+    std::vector<float> out(5);
+    CHECK_THROWS_WITH_AS(m.forward_into(std::vector<float>(2 * kPerRow), out),
+                         doctest::Contains("the output has 5 elements; 2 rows need 6"), UsageError);
+    CHECK(m.stats().misses == 0);  // refused before any graph was made
+  }
+
+  TEST_CASE("eight threads calling one BucketedModule at once each get their own rows back") {
+    BucketedModule<float, float> m(lgtest::stream(), lgtest::kernels(), shape(), two_x_plus_one);
+    std::vector<int> wrong(8, 0);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 8; ++t) {
+      threads.emplace_back([&, t] {
+        for (int k = 0; k < 20; ++k) {
+          const std::size_t rows = static_cast<std::size_t>((t + k) % 8) + 1;
+          const auto x = lgtest::random_floats(rows * kPerRow);
+          if (lgtest::relative_error(m.forward(x), reference(x)) >= 1e-6) ++wrong[static_cast<std::size_t>(t)];
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+    CHECK(wrong == std::vector<int>(8, 0));
+    CHECK(m.stats().hits + m.stats().misses == 160);
+  }
+}
