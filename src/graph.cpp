@@ -158,20 +158,38 @@ void retire_failed_scope(std::shared_ptr<const void> scope) noexcept {
 
 namespace {
 
-/// Runs a graph upload or launch; when it runs out of memory (mapping a graph's scratch memory), gives back the
-/// graph memory no graph uses before passing the error on: what the failed mapping reserved would otherwise stay
-/// cached for graphs, and ordinary allocations after it would fail too.
+/// Gives back the graph memory that no graph uses (after a graph failed to map its scratch memory: what the failed
+/// mapping reserved would otherwise stay cached for graphs, and ordinary allocations after it would fail too).
+void trim_graph_memory_no_throw(const Device& device) noexcept {
+  try {
+    drv::graph_memory_trim(device.context(), device.state()->device);
+  } catch (...) {  // NOLINT(bugprone-empty-catch): the out-of-memory error is the one to report
+  }
+}
+
+/// Refuses a graph whose scratch memory cannot be mapped: the driver (CUDA 13.0 on the H100) keeps all of the
+/// device's memory reserved for graphs after a mapping fails, trim or not, so every later allocation fails too.
+/// `bytes` is an upper bound (allocations with disjoint lifetimes share memory); what graphs reserved and do not use
+/// counts as available.
+void scratch_fits_or_throw(const Device& device, std::size_t bytes) {
+  if (bytes == 0) return;
+  const drv::GraphMemory m = drv::graph_memory(device.context(), device.state()->device);
+  const std::size_t available = device.free_memory() + (m.reserved > m.used ? m.reserved - m.used : 0);
+  if (bytes > available) {
+    throw CudaError(
+        "cuGraphUpload", CUDA_ERROR_OUT_OF_MEMORY, drv::result_name(CUDA_ERROR_OUT_OF_MEMORY), "out of memory",
+        "CudaGraph with " + std::to_string(bytes) + " bytes of scratch memory, " + std::to_string(available) +
+            " bytes available (checked before mapping it: a failed mapping would keep the device's memory)");
+  }
+}
+
+/// Runs a graph upload or launch; when it runs out of memory, trims the graph memory before passing the error on.
 template <class F>
 void mapping_graph_memory(const Device& device, F&& call) {
   try {
     call();
   } catch (const CudaError& e) {
-    if (e.code() == CUDA_ERROR_OUT_OF_MEMORY) {
-      try {
-        drv::graph_memory_trim(device.context(), device.state()->device);
-      } catch (...) {  // NOLINT(bugprone-empty-catch): the out-of-memory error is the one to report
-      }
-    }
+    if (e.code() == CUDA_ERROR_OUT_OF_MEMORY) trim_graph_memory_no_throw(device);
     throw;
   }
 }
@@ -223,9 +241,22 @@ GraphState::GraphState(std::shared_ptr<Stream> stream, Recorded recorded, const 
       scope_(std::move(recorded.scope)),
       host_errors_(host_errors ? std::move(host_errors) : std::make_shared<HostCallErrors>()) {
   options_.pool.reset();  // pool_ is what the graph uses; the options need not keep a second reference
-  instantiate();
+  check_scratch_fits(recorded.scratch_bytes);
+  try {
+    instantiate();
+  } catch (const CudaError& e) {
+    if (e.code() == CUDA_ERROR_OUT_OF_MEMORY) {
+      // The executable graph holds what its failed upload mapped: let it go first, then give the memory back.
+      exec_.reset();
+      graph_.reset();
+      trim_graph_memory_no_throw(stream_.device());
+    }
+    throw;
+  }
   set_scratch_bytes(recorded.scratch_bytes);
 }
+
+void GraphState::check_scratch_fits(std::size_t bytes) const { scratch_fits_or_throw(stream_.device(), bytes); }
 
 void GraphState::set_scratch_bytes(std::size_t bytes) {
   scratch_bytes_ = bytes;

@@ -195,6 +195,7 @@ class GraphState {
                 "from a callback that asks for it with Scope::scratch";
             return std::move(*why);
           }
+          check_scratch_fits(again.scratch_bytes());
           scratch_tag_ = again.scratch_tag();
           set_scratch_bytes(again.scratch_bytes());
           set_transfers(again);
@@ -231,6 +232,7 @@ class GraphState {
     if (bound && !options.reinstantiate_on_mismatch) {
       return UpdateResult{UpdateStatus::not_supported, std::nullopt, no_update};
     }
+    check_scratch_fits(ctx.scratch_bytes());
     UpdateResult r =
         captured_conditions_ || captured_scratch_ || bound
             ? reinstantiate(std::move(graph), ctx.take_owners(), {UpdateStatus::not_supported, std::nullopt, no_update})
@@ -278,6 +280,8 @@ class GraphState {
    private:
     const GraphState& g_;
   };
+  /// \throws CudaError (CUDA_ERROR_OUT_OF_MEMORY) when `bytes` of scratch memory cannot be mapped now.
+  void check_scratch_fits(std::size_t bytes) const;
   /// Records the scratch size of the graph replayed now (in the pool's accounts too).
   void set_scratch_bytes(std::size_t bytes);
   void set_transfers(const ExecContext& ctx) noexcept {
