@@ -47,6 +47,11 @@ lazygraph::DeviceBuffer<T> to_device(const lazygraph::Stream& s, const std::vect
   return b;
 }
 
+/// The core axpy kernel (y = a x + y), which many tests replay.
+using Axpy = lazygraph::Kernel<void(float, const float*, float*, int)>;
+/// axpy from the embedded kernel library (gpu suite only).
+inline Axpy axpy() { return kernels().get<void(float, const float*, float*, int)>("axpy"); }
+
 /// y0 after `times` steps of y = a * x + y, in float64 with each step rounded to float as the axpy kernels
 /// round it: the reference for tests replaying axpy.
 std::vector<double> axpy_reference(float a, const std::vector<float>& x, const std::vector<float>& y0, int times);

@@ -17,8 +17,7 @@ using namespace lazygraph;
 
 namespace {
 
-using Axpy = Kernel<void(float, const float*, float*, int)>;
-Axpy axpy() { return lgtest::kernels().get<void(float, const float*, float*, int)>("axpy"); }
+using lgtest::axpy;
 
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 
@@ -238,8 +237,8 @@ TEST_SUITE("gpu") {
     }
     CHECK(cache.contains(0));
     MESSAGE("after the failures: graph memory reserved " << graph_memory_usage(lgtest::device()).reserved / kMiB
-                                                         << " MiB, device free " << lgtest::device().free_memory() / kMiB
-                                                         << " MiB");
+                                                         << " MiB, device free "
+                                                         << lgtest::device().free_memory() / kMiB << " MiB");
     // What the failed mapping reserved went back: ordinary allocations work after it.
     CHECK_NOTHROW(DeviceBuffer<float>(lgtest::device(), (std::size_t{1} << 30) / sizeof(float)));
     // The failed entries are not kept, or kept but refused again — either way the cache and key 0 work.

@@ -9,10 +9,7 @@
 
 using namespace lazygraph;
 
-namespace {
-using Axpy = Kernel<void(float, const float*, float*, int)>;
-Axpy axpy() { return lgtest::kernels().get<void(float, const float*, float*, int)>("axpy"); }
-}  // namespace
+using lgtest::axpy;
 
 TEST_SUITE("gpu") {
   TEST_CASE("make_graphed runs the warm-up eagerly, then captures once and replays, with the same results") {
