@@ -19,10 +19,11 @@ namespace {
 
 using lgtest::axpy;
 
-constexpr std::size_t kMiB = std::size_t{1} << 20;
+constexpr std::size_t mib = std::size_t{1} << 20;
 
 // out = x + 0.5 * (2 x + y), through a scratch intermediate t = 2 x + y.
-void record_two_steps(Scope& s, DeviceSpan<const float> x, DeviceSpan<const float> y, DeviceSpan<float> out) {
+void record_two_steps(Scope& s, const DeviceSpan<const float>& x, const DeviceSpan<const float>& y,
+                      const DeviceSpan<float>& out) {
   const int n = static_cast<int>(x.size());
   DeviceSpan<float> t = s.scratch<float>(x.size());
   s.record(copy(t, y) >> axpy()(grid_for(n, 256), 2.0F, x, t, n) >> copy(out, x) >>
@@ -45,7 +46,8 @@ CudaGraph<> record(bool built, const Stream& s, F&& callback, const GraphOptions
 }
 
 // A graph that fills `bytes` of scratch with `value` and copies its last element to out[slot].
-CudaGraph<> filler(std::size_t bytes, float value, DeviceSpan<float> out, std::size_t slot, const GraphPool* pool) {
+CudaGraph<> filler(std::size_t bytes, float value, const DeviceSpan<float>& out, std::size_t slot,
+                   const GraphPool* pool) {
   GraphOptions options;
   if (pool != nullptr) options.pool = *pool;
   return CudaGraph<>::build(
@@ -154,13 +156,13 @@ TEST_SUITE("gpu") {
     std::vector<CudaGraph<>> graphs;
     std::size_t largest = 0;
     for (std::size_t i = 0; i < 16; ++i) {
-      const std::size_t bytes = (32 + 2 * i) * kMiB;
+      const std::size_t bytes = (32 + 2 * i) * mib;
       largest = std::max(largest, bytes);
       graphs.push_back(filler(bytes, static_cast<float>(i + 1), out.view(), i, &pool));
     }
     CHECK(pool.graph_count() == 16);
     CHECK(pool.largest_scratch_bytes() == largest);
-    CHECK(pool.total_scratch_bytes() == 16 * 32 * kMiB + 2 * kMiB * (15 * 16 / 2));
+    CHECK(pool.total_scratch_bytes() == mib * (16 * 32 + 2 * (15 * 16 / 2)));
     pool.trim();
     pool.reset_peaks();
     for (auto& g : graphs) g.launch_on(pool.stream());
@@ -169,14 +171,15 @@ TEST_SUITE("gpu") {
     for (std::size_t i = 0; i < 16; ++i) expected[i] = static_cast<float>(i + 1);
     CHECK(lgtest::to_host(lgtest::stream(), out.cview()) == expected);
     const GraphMemoryUsage one = pool.usage();
-    MESSAGE("16 pooled graphs, largest " << largest / kMiB << " MiB, sum " << pool.total_scratch_bytes() / kMiB
-                                         << " MiB: reserved " << one.reserved / kMiB << " MiB");
+    MESSAGE("16 pooled graphs, largest " << largest / mib << " MiB, sum " << pool.total_scratch_bytes() / mib
+                                         << " MiB: reserved " << one.reserved / mib << " MiB");
     CHECK(one.reserved >= largest);
     CHECK(static_cast<double>(one.reserved_peak) <= 1.2 * static_cast<double>(largest));
 
     // Eight threads replaying them on streams of their own: serialised through the pool, so no more memory.
     fill(out.view(), 0.0F).sync_on(lgtest::stream());
     std::vector<std::thread> threads;
+    threads.reserve(8);
     for (int t = 0; t < 8; ++t) {
       threads.emplace_back([&, t] {
         const Stream mine = lgtest::device().create_stream();
@@ -187,7 +190,7 @@ TEST_SUITE("gpu") {
     for (auto& th : threads) th.join();
     CHECK(lgtest::to_host(lgtest::stream(), out.cview()) == expected);  // every graph ran at least once
     const GraphMemoryUsage eight = pool.usage();
-    MESSAGE("from 8 threads: reserved peak " << eight.reserved_peak / kMiB << " MiB");
+    MESSAGE("from 8 threads: reserved peak " << eight.reserved_peak / mib << " MiB");
     CHECK(static_cast<double>(eight.reserved_peak) <= 1.2 * static_cast<double>(largest));
 
     graphs.erase(graphs.begin() + 4, graphs.end());
@@ -200,12 +203,12 @@ TEST_SUITE("gpu") {
   TEST_CASE("a GraphCache with a pool gives it to every graph it makes") {
     DeviceBuffer<float> out(lgtest::device(), 8);
     GraphCache<std::size_t> cache(3, GraphPool(lgtest::device()), [&](const std::size_t& key, const GraphPool& pool) {
-      return filler(key * kMiB, static_cast<float>(key), out.view(), key, &pool);
+      return filler(key * mib, static_cast<float>(key), out.view(), key, &pool);
     });
     REQUIRE(cache.pool() != nullptr);
     for (std::size_t key = 1; key <= 4; ++key) cache.get(key).launch();
     CHECK(cache.pool()->graph_count() == 3);  // one evicted
-    CHECK(cache.pool()->largest_scratch_bytes() == 4 * kMiB);
+    CHECK(cache.pool()->largest_scratch_bytes() == 4 * mib);
     const auto got = lgtest::to_host(lgtest::stream(), out.cview());
     for (std::size_t key = 1; key <= 4; ++key) CHECK(got[key] == static_cast<float>(key));
   }
@@ -218,9 +221,9 @@ TEST_SUITE("gpu") {
       // Key 0 fits; key 1 asks for more scratch than the GPU has; key 2 for a buffer that does not fit.
       if (key == 2) {
         DeviceBuffer<float> huge(lgtest::device(), total / sizeof(float) + 1);
-        return filler(kMiB, 2.0F, out.view(), 2, &pool);
+        return filler(mib, 2.0F, out.view(), 2, &pool);
       }
-      return filler(key == 1 ? total + kMiB : kMiB, static_cast<float>(key + 1), out.view(), key, &pool);
+      return filler(key == 1 ? total + mib : mib, static_cast<float>(key + 1), out.view(), key, &pool);
     });
     cache.get(0).launch();
     for (const std::size_t key : {std::size_t{1}, std::size_t{2}}) {
@@ -236,9 +239,9 @@ TEST_SUITE("gpu") {
       CHECK(failed);
     }
     CHECK(cache.contains(0));
-    MESSAGE("after the failures: graph memory reserved " << graph_memory_usage(lgtest::device()).reserved / kMiB
-                                                         << " MiB, device free "
-                                                         << lgtest::device().free_memory() / kMiB << " MiB");
+    MESSAGE("after the failures: graph memory reserved " << graph_memory_usage(lgtest::device()).reserved / mib
+                                                         << " MiB, device free " << lgtest::device().free_memory() / mib
+                                                         << " MiB");
     // What the failed mapping reserved went back: ordinary allocations work after it.
     CHECK_NOTHROW(DeviceBuffer<float>(lgtest::device(), (std::size_t{1} << 30) / sizeof(float)));
     // The failed entries are not kept, or kept but refused again — either way the cache and key 0 work.

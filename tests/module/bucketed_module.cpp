@@ -15,12 +15,12 @@ namespace {
 
 using lgtest::axpy;
 
-constexpr std::size_t kPerRow = 3;
+constexpr std::size_t per_row = 3;
 
 // y = 2 x + 1 per element, through scratch memory: t = 1; t += 2 x; y = t.
-void two_x_plus_one(std::size_t rows, Scope& s, DeviceSpan<const float> x, DeviceSpan<float> y) {
-  const int n = static_cast<int>(rows * kPerRow);
-  DeviceSpan<float> t = s.scratch<float>(rows * kPerRow);
+void two_x_plus_one(std::size_t rows, Scope& s, const DeviceSpan<const float>& x, const DeviceSpan<float>& y) {
+  const int n = static_cast<int>(rows * per_row);
+  DeviceSpan<float> t = s.scratch<float>(rows * per_row);
   s.record(fill(t, 1.0F) >> axpy()(grid_for(n, 256), 2.0F, x, t, n) >> copy(y, t.as_const()));
 }
 
@@ -30,7 +30,7 @@ std::vector<double> reference(const std::vector<float>& x) {
   return r;
 }
 
-BucketShape shape(std::size_t capacity = 0) { return BucketShape{{1, 2, 4, 8}, kPerRow, kPerRow, capacity}; }
+BucketShape shape(std::size_t capacity = 0) { return BucketShape{{1, 2, 4, 8}, per_row, per_row, capacity}; }
 
 }  // namespace
 
@@ -39,9 +39,9 @@ TEST_SUITE("gpu") {
     BucketedModule<float, float> m(lgtest::stream(), lgtest::kernels(), shape(), two_x_plus_one, -7.0F);
     for (std::size_t rows = 1; rows <= 8; ++rows) {
       CAPTURE(rows);
-      const auto x = lgtest::random_floats(rows * kPerRow);
+      const auto x = lgtest::random_floats(rows * per_row);
       const std::vector<float> y = m.forward(x);
-      REQUIRE(y.size() == rows * kPerRow);
+      REQUIRE(y.size() == rows * per_row);
       CHECK(lgtest::relative_error(y, reference(x)) < 1e-6);
     }
     CHECK(m.bucket_of(3) == 4);
@@ -49,14 +49,15 @@ TEST_SUITE("gpu") {
     CHECK(m.stats().hits == 4);
     CHECK(m.graph_count() == 4);
     CHECK(m.pool().graph_count() == 4);
-    CHECK(m.pool().largest_scratch_bytes() == 8 * kPerRow * sizeof(float));
+    CHECK(m.pool().largest_scratch_bytes() == 8 * per_row * sizeof(float));
     // An op-returning forward pass works too.
-    BucketedModule<float, float> ops(lgtest::stream(), lgtest::kernels(), shape(),
-                                     [](std::size_t rows, DeviceSpan<const float> x, DeviceSpan<float> y) {
-                                       const int n = static_cast<int>(rows * kPerRow);
-                                       return fill(y, 1.0F) >> axpy()(grid_for(n, 256), 2.0F, x, y, n);
-                                     });
-    const auto x = lgtest::random_floats(5 * kPerRow);
+    BucketedModule<float, float> ops(
+        lgtest::stream(), lgtest::kernels(), shape(),
+        [](std::size_t rows, const DeviceSpan<const float>& x, const DeviceSpan<float>& y) {
+          const int n = static_cast<int>(rows * per_row);
+          return fill(y, 1.0F) >> axpy()(grid_for(n, 256), 2.0F, x, y, n);
+        });
+    const auto x = lgtest::random_floats(5 * per_row);
     CHECK(lgtest::relative_error(ops.forward(x), reference(x)) < 1e-6);
   }
 
@@ -64,7 +65,7 @@ TEST_SUITE("gpu") {
     BucketedModule<float, float> m(lgtest::stream(), lgtest::kernels(), shape(2), two_x_plus_one);
     for (const std::size_t rows : {1, 3, 5, 8, 1, 2, 7}) {
       CAPTURE(rows);
-      const auto x = lgtest::random_floats(rows * kPerRow);
+      const auto x = lgtest::random_floats(rows * per_row);
       CHECK(lgtest::relative_error(m.forward(x), reference(x)) < 1e-6);
       CHECK(m.graph_count() <= 2);
     }
@@ -81,9 +82,9 @@ TEST_SUITE("gpu") {
     BucketedModule<float, float> m(s, lgtest::kernels(), shape(), two_x_plus_one);
     CHECK_THROWS_WITH_AS(m.forward(std::vector<float>(7)), doctest::Contains("7 elements"), UsageError);
     CHECK_THROWS_AS(m.forward(std::vector<float>{}), UsageError);
-    CHECK_THROWS_WITH_AS(m.forward(std::vector<float>(9 * kPerRow)), doctest::Contains("size 9"), UsageError);
+    CHECK_THROWS_WITH_AS(m.forward(std::vector<float>(9 * per_row)), doctest::Contains("size 9"), UsageError);
     std::vector<float> out(5);
-    CHECK_THROWS_WITH_AS(m.forward_into(std::vector<float>(2 * kPerRow), out),
+    CHECK_THROWS_WITH_AS(m.forward_into(std::vector<float>(2 * per_row), out),
                          doctest::Contains("the output has 5 elements; 2 rows need 6"), UsageError);
     CHECK(m.stats().misses == 0);  // refused before any graph was made
   }
@@ -92,11 +93,12 @@ TEST_SUITE("gpu") {
     BucketedModule<float, float> m(lgtest::stream(), lgtest::kernels(), shape(), two_x_plus_one);
     std::vector<int> wrong(8, 0);
     std::vector<std::thread> threads;
+    threads.reserve(8);
     for (int t = 0; t < 8; ++t) {
       threads.emplace_back([&, t] {
         for (int k = 0; k < 20; ++k) {
           const std::size_t rows = static_cast<std::size_t>((t + k) % 8) + 1;
-          const auto x = lgtest::random_floats(rows * kPerRow);
+          const auto x = lgtest::random_floats(rows * per_row);
           if (lgtest::relative_error(m.forward(x), reference(x)) >= 1e-6) ++wrong[static_cast<std::size_t>(t)];
         }
       });

@@ -88,6 +88,7 @@ class [[nodiscard]] ConditionalOp : public OpBase<ConditionalOp<Bodies...>> {
 
 /// Runs `body` when `condition` is nonzero at this point of the graph (an IF node).
 template <class Body>
+// NOLINTNEXTLINE(readability-identifier-naming): a keyword and an underscore
 [[nodiscard]] ConditionalOp<Body> if_(Condition condition, Body body) {
   check_conditional_body<Body>();
   return ConditionalOp<Body>(condition, CU_GRAPH_COND_TYPE_IF, {}, {}, std::move(body));
@@ -106,6 +107,7 @@ template <class Then, class Otherwise>
 /// Runs body i where `condition` is i, none when it is past the last (a SWITCH node; needs a driver for CUDA 12.8
 /// or newer, else UsageError when recorded).
 template <class... Bodies>
+// NOLINTNEXTLINE(readability-identifier-naming): a keyword and an underscore
 [[nodiscard]] ConditionalOp<Bodies...> switch_(Condition condition, Bodies... bodies) {
   static_assert(sizeof...(Bodies) >= 1, "switch_ needs at least one body");
   (check_conditional_body<Bodies>(), ...);
@@ -122,8 +124,8 @@ class LoopBound {
       : LoopBound(library.get<void(Condition, unsigned*, unsigned)>("while_guard"), library.device(), max_iterations) {}
   /// With the guard kernel already looked up (core kernels/control.cu's while_guard). \throws UsageError for
   /// max_iterations 0.
-  LoopBound(Kernel<void(Condition, unsigned*, unsigned)> guard, const Device& device, unsigned max_iterations)
-      : guard_(std::move(guard)), state_(device, 2), max_iterations_(max_iterations) {
+  LoopBound(const Kernel<void(Condition, unsigned*, unsigned)>& guard, const Device& device, unsigned max_iterations)
+      : guard_(guard), state_(device, 2), max_iterations_(max_iterations) {
     if (max_iterations == 0) throw UsageError("LoopBound: max_iterations must be at least 1");
   }
 
@@ -137,6 +139,7 @@ class LoopBound {
 
  private:
   template <class Body>
+  // NOLINTNEXTLINE(readability-identifier-naming): a keyword and an underscore
   friend ConditionalOp<Body> while_(Condition condition, Body body, const LoopBound& bound);
 
   [[nodiscard]] std::array<unsigned, 2> read(const Stream& stream) const {
@@ -156,6 +159,7 @@ class LoopBound {
 /// the bound stops a loop whose body never does and says so (LoopBound::reached). `bound` must outlive the op and the
 /// graph (a temporary bound does not compile).
 template <class Body>
+// NOLINTNEXTLINE(readability-identifier-naming): a keyword and an underscore
 [[nodiscard]] ConditionalOp<Body> while_(Condition condition, Body body, const LoopBound& bound) {
   check_conditional_body<Body>();
   const LoopBound* b = &bound;
@@ -173,6 +177,7 @@ template <class Body>
 
 /// A temporary LoopBound would be gone before the op is recorded: make the bound a variable that outlives the graph.
 template <class Body>
+// NOLINTNEXTLINE(readability-identifier-naming): a keyword and an underscore
 ConditionalOp<Body> while_(Condition condition, Body body, const LoopBound&& bound) = delete;
 
 /// Runs `body` while `condition` is nonzero, with no bound: only the body ends the loop, and one that never clears

@@ -131,7 +131,7 @@ class GraphCache {
   }
 
   using Entries = std::list<std::pair<Key, Graph>>;
-  std::size_t capacity_;
+  std::size_t capacity_ = 0;
   Maker make_;
   std::optional<GraphPool> pool_;
   Entries entries_;  ///< most recently used first
