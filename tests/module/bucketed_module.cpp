@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <span>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "common/gpu.hpp"
@@ -32,7 +33,30 @@ std::vector<double> reference(const std::vector<float>& x) {
 
 BucketShape shape(std::size_t capacity = 0) { return BucketShape{{1, 2, 4, 8}, per_row, per_row, capacity}; }
 
+// Rotates the rows up by one (row i of y is row i + 1 of x, the last row of y is the first of x): the last row of
+// every padded call's output is a padding row, so the test sees the pad value. Copies only: exact.
+auto rotate_rows(std::size_t rows, const DeviceSpan<const float>& x, const DeviceSpan<float>& y) {
+  const std::size_t n = rows * per_row;
+  return copy(y.subspan(0, n - per_row), x.subspan(per_row, n - per_row)) >>
+         copy(y.subspan(n - per_row, per_row), x.subspan(0, per_row));
+}
+
+// rotate_rows on `x` padded with `pad` to `bucket` rows, cut back to x's rows.
+std::vector<float> rotate_reference(const std::vector<float>& x, std::size_t bucket, float pad) {
+  std::vector<float> padded = x;
+  padded.resize(bucket * per_row, pad);
+  std::vector<float> y(x.size());
+  for (std::size_t i = 0; i < y.size(); ++i) y[i] = padded[(i + per_row) % padded.size()];
+  return y;
+}
+
 }  // namespace
+
+static_assert(Module<BucketedModule<float, float>>);
+static_assert(std::is_same_v<BucketedModule<half, float>::Input, std::span<const half>>);
+static_assert(std::is_same_v<BucketedModule<half, float>::Output, std::vector<float>>);
+static_assert(!std::is_copy_constructible_v<BucketedModule<float, float>> &&
+              !std::is_move_constructible_v<BucketedModule<float, float>>);
 
 TEST_SUITE("gpu") {
   TEST_CASE("a BucketedModule runs every row count through its bucket's graph and returns only those rows") {
@@ -61,6 +85,26 @@ TEST_SUITE("gpu") {
     CHECK(lgtest::relative_error(ops.forward(x), reference(x)) < 1e-6);
   }
 
+  TEST_CASE("a BucketedModule pads with its pad value and copies with memcpy nodes when made without a library") {
+    const float pad = 42.5F;
+    BucketedModule<float, float> m(lgtest::stream(), BucketShape{{2, 4, 8}, per_row, per_row, 0}, rotate_rows, pad);
+    CHECK(std::vector<std::size_t>(m.buckets().begin(), m.buckets().end()) == std::vector<std::size_t>{2, 4, 8});
+    std::vector<float> out;
+    for (std::size_t rows = 1; rows <= 8; ++rows) {
+      CAPTURE(rows);
+      const auto x = lgtest::random_floats(rows * per_row);
+      const auto want = rotate_reference(x, m.bucket_of(rows), pad);
+      CHECK(m.forward(x) == want);
+      out.assign(rows * per_row, 0.0F);
+      m.forward_into(x, out);
+      CHECK(out == want);
+    }
+    CHECK(m.bucket_of(1) == 2);
+    CHECK(m.bucket_of(5) == 8);
+    CHECK(m.stats().misses == 3);
+    CHECK(m.stats().hits == 13);
+  }
+
   TEST_CASE("a BucketedModule with fewer graphs than buckets evicts and stays correct") {
     BucketedModule<float, float> m(lgtest::stream(), lgtest::kernels(), shape(2), two_x_plus_one);
     for (const std::size_t rows : {1, 3, 5, 8, 1, 2, 7}) {
@@ -81,8 +125,12 @@ TEST_SUITE("gpu") {
     CHECK_THROWS_AS(Module(s, lgtest::kernels(), BucketShape{{1, 2}, 0, 1, 0}, two_x_plus_one), UsageError);
     BucketedModule<float, float> m(s, lgtest::kernels(), shape(), two_x_plus_one);
     CHECK_THROWS_WITH_AS(m.forward(std::vector<float>(7)), doctest::Contains("7 elements"), UsageError);
-    CHECK_THROWS_AS(m.forward(std::vector<float>{}), UsageError);
-    CHECK_THROWS_WITH_AS(m.forward(std::vector<float>(9 * per_row)), doctest::Contains("size 9"), UsageError);
+    CHECK_THROWS_WITH_AS(m.forward(std::vector<float>(7)), doctest::Contains("rows of 3"), UsageError);
+    CHECK_THROWS_WITH_AS(m.forward(std::vector<float>{}), doctest::Contains("0 elements"), UsageError);
+    CHECK_THROWS_WITH_AS(m.forward(std::vector<float>(9 * per_row)),
+                         doctest::Contains("9 rows; the buckets hold 1 to 8"), UsageError);
+    CHECK_THROWS_AS((void)m.bucket_of(0), UsageError);
+    CHECK_THROWS_AS((void)m.bucket_of(9), UsageError);
     std::vector<float> out(5);
     CHECK_THROWS_WITH_AS(m.forward_into(std::vector<float>(2 * per_row), out),
                          doctest::Contains("the output has 5 elements; 2 rows need 6"), UsageError);

@@ -13,9 +13,7 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <memory>
 #include <mutex>
-#include <optional>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -60,30 +58,13 @@ class BucketedModule {
   /// with 0, or 0 elements per row.
   template <class Build>
   BucketedModule(const Stream& stream, const KernelLibrary& library, BucketShape shape, Build build, In pad = In{})
-      : shape_(checked(std::move(shape))),
-        pool_(stream.device()),
-        pad_(pad),
-        cache_(shape_.capacity == 0 ? shape_.buckets.size() : shape_.capacity, pool_,
-               [this, build = std::move(build)](const std::size_t& rows, const GraphPool& pool) {
-                 GraphOptions options;
-                 options.pool = pool;
-                 return GraphModule<In, Out>(
-                     *stream_, HostIo<In, Out>(*library_, rows * shape_.input_per_row, rows * shape_.output_per_row),
-                     [build, rows](Scope& s, DeviceSpan<const In> x, DeviceSpan<Out> y) {
-                       if constexpr (std::is_invocable_v<const Build&, std::size_t, Scope&, DeviceSpan<const In>,
-                                                         DeviceSpan<Out>>) {
-                         build(rows, s, x, y);
-                       } else {
-                         s.record(build(rows, x, y));
-                       }
-                     },
-                     options);
-               }),
-        stream_(&stream),
-        library_(&library) {
-    input_.reserve(shape_.buckets.back() * shape_.input_per_row);
-    output_.reserve(shape_.buckets.back() * shape_.output_per_row);
-  }
+      : BucketedModule(stream, &library, std::move(shape), std::move(build), pad) {}
+
+  /// As above, with graphs that copy through memcpy nodes (HostIo(device, ...)): for a process without the core
+  /// kernel library. `stream` must outlive the module.
+  template <class Build>
+  BucketedModule(const Stream& stream, BucketShape shape, Build build, In pad = In{})
+      : BucketedModule(stream, nullptr, std::move(shape), std::move(build), pad) {}
 
   BucketedModule(const BucketedModule&) = delete;
   BucketedModule& operator=(const BucketedModule&) = delete;
@@ -99,7 +80,9 @@ class BucketedModule {
     return out;
   }
 
-  /// As forward, into `out` (rows × output_per_row elements). \throws UsageError as forward, or when `out` has
+  /// As forward, into `out` (rows × output_per_row elements). Allocates nothing once the bucket's graph exists: the
+  /// padded input and output pass through staging vectors sized for the largest bucket (skipped when `rows` is a
+  /// bucket), then through the GraphModule's pinned staging. \throws UsageError as forward, or when `out` has
   /// another size (naming both).
   void forward_into(Input x, std::span<Out> out) {
     const std::size_t rows = rows_of(x.size());
@@ -107,9 +90,13 @@ class BucketedModule {
       throw UsageError("BucketedModule: the output has " + std::to_string(out.size()) + " elements; " +
                        std::to_string(rows) + " rows need " + std::to_string(rows * shape_.output_per_row));
     }
-    const std::size_t bucket = bucket_for(rows, shape_.buckets);
-    const std::lock_guard<std::mutex> lock(*mutex_);
+    const std::size_t bucket = bucket_of(rows);
+    const std::lock_guard<std::mutex> lock(mutex_);
     GraphModule<In, Out>& module = cache_.get(bucket);
+    if (bucket == rows) {
+      module.forward_into(x, out);
+      return;
+    }
     input_.assign(x.begin(), x.end());
     input_.resize(bucket * shape_.input_per_row, pad_);
     output_.resize(bucket * shape_.output_per_row);
@@ -117,24 +104,73 @@ class BucketedModule {
     std::copy_n(output_.begin(), out.size(), out.begin());
   }
 
-  /// The bucket a call with `rows` rows runs. \throws UsageError as forward.
-  [[nodiscard]] std::size_t bucket_of(std::size_t rows) const { return bucket_for(rows, shape_.buckets); }
+  /// The bucket a call with `rows` rows runs: the smallest bucket >= rows.
+  /// \throws UsageError for 0 rows or more than the largest bucket (naming both).
+  [[nodiscard]] std::size_t bucket_of(std::size_t rows) const {
+    if (rows == 0 || rows > shape_.buckets.back()) {
+      throw UsageError("BucketedModule: " + std::to_string(rows) + " rows; the buckets hold 1 to " +
+                       std::to_string(shape_.buckets.back()));
+    }
+    return *std::lower_bound(shape_.buckets.begin(), shape_.buckets.end(), rows);
+  }
+  /// The row counts there are graphs for, ascending.
+  [[nodiscard]] std::span<const std::size_t> buckets() const noexcept { return shape_.buckets; }
   /// The shape it was made with (capacity filled in).
   [[nodiscard]] const BucketShape& shape() const noexcept { return shape_; }
   /// Hits, misses, graphs made and evictions of its graph cache.
   [[nodiscard]] GraphCacheStats stats() const {
-    const std::lock_guard<std::mutex> lock(*mutex_);
+    const std::lock_guard<std::mutex> lock(mutex_);
     return cache_.stats();
   }
   /// The graphs held now.
   [[nodiscard]] std::size_t graph_count() const {
-    const std::lock_guard<std::mutex> lock(*mutex_);
+    const std::lock_guard<std::mutex> lock(mutex_);
     return cache_.size();
   }
   /// The pool its graphs share (memory usage, trim).
   [[nodiscard]] const GraphPool& pool() const noexcept { return pool_; }
 
  private:
+  template <class Build>
+  BucketedModule(const Stream& stream, const KernelLibrary* library, BucketShape shape, Build build, In pad)
+      : stream_(&stream),
+        library_(library),
+        shape_(checked(std::move(shape))),
+        pool_(stream.device()),
+        pad_(pad),
+        cache_(shape_.capacity, pool_, maker(std::move(build))) {
+    input_.reserve(shape_.buckets.back() * shape_.input_per_row);
+    output_.reserve(shape_.buckets.back() * shape_.output_per_row);
+  }
+
+  /// Makes the GraphModule of a bucket, recorded into the cache's pool.
+  template <class Build>
+  typename GraphCache<std::size_t, GraphModule<In, Out>>::PooledMaker maker(Build build) const {
+    return [this, build = std::move(build)](const std::size_t& rows, const GraphPool& pool) {
+      GraphOptions options;
+      options.pool = pool;
+      return GraphModule<In, Out>(
+          *stream_, io_for(rows),
+          [build, rows](Scope& s, DeviceSpan<const In> x, DeviceSpan<Out> y) {
+            if constexpr (std::is_invocable_v<const Build&, std::size_t, Scope&, DeviceSpan<const In>,
+                                              DeviceSpan<Out>>) {
+              build(rows, s, x, y);
+            } else {
+              s.record(build(rows, x, y));
+            }
+          },
+          options);
+    };
+  }
+
+  /// The pinned staging of a bucket's graph: copied by the library's staging kernel, or memcpy nodes without one.
+  HostIo<In, Out> io_for(std::size_t rows) const {
+    const std::size_t in = rows * shape_.input_per_row;
+    const std::size_t out = rows * shape_.output_per_row;
+    if (library_ != nullptr) return HostIo<In, Out>(*library_, in, out);
+    return HostIo<In, Out>(stream_->device(), in, out);
+  }
+
   static BucketShape checked(BucketShape shape) {
     if (shape.buckets.empty()) throw UsageError("BucketedModule: no buckets");
     if (!std::is_sorted(shape.buckets.begin(), shape.buckets.end()) || shape.buckets.front() == 0 ||
@@ -157,15 +193,15 @@ class BucketedModule {
     return elements / shape_.input_per_row;
   }
 
+  const Stream* stream_ = nullptr;          ///< the caller's: it outlives the module
+  const KernelLibrary* library_ = nullptr;  ///< the caller's, or null (memcpy staging)
   BucketShape shape_;
   GraphPool pool_;
   In pad_;
   GraphCache<std::size_t, GraphModule<In, Out>> cache_;
-  const Stream* stream_;          ///< the caller's: it outlives the module
-  const KernelLibrary* library_;  ///< the caller's: it outlives the module
-  std::vector<In> input_;         ///< the padded input of the call in progress
-  std::vector<Out> output_;       ///< the padded output
-  mutable std::unique_ptr<std::mutex> mutex_ = std::make_unique<std::mutex>();
+  std::vector<In> input_;     ///< the padded input of the call in progress
+  std::vector<Out> output_;   ///< the padded output
+  mutable std::mutex mutex_;  ///< the execution lock: the cache and the staging vectors are shared by every call
 };
 
 }  // namespace lazygraph
