@@ -96,7 +96,8 @@ namespace {
   X(cuMemFreeAsync)                      \
   X(cuDeviceGraphMemTrim)                \
   X(cuDeviceGetGraphMemAttribute)        \
-  X(cuDeviceSetGraphMemAttribute)
+  X(cuDeviceSetGraphMemAttribute)        \
+  X(cuOccupancyMaxActiveBlocksPerMultiprocessor)
 
 struct EntryPoints {
 #define LAZYGRAPH_DECLARE(fn) decltype(&::fn) fn = nullptr;  // NOLINT(bugprone-macro-parentheses): a name
@@ -668,6 +669,18 @@ int function_attribute(CUcontext ctx, CUfunction fn, CUfunction_attribute attr, 
   if (r != CUDA_SUCCESS) [[unlikely]]
     throw_error(r, "cuFuncGetAttribute", std::string("kernel ").append(name));
   return v;
+}
+
+int max_active_blocks_per_sm(CUcontext ctx, CUfunction fn, int block_threads, std::size_t dynamic_shared,
+                             std::string_view name) {
+  const EntryPoints& a = api();
+  const ContextScope scope(a, ctx);
+  int blocks = 0;
+  const CUresult r = a.cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, fn, block_threads, dynamic_shared);
+  if (r != CUDA_SUCCESS) [[unlikely]]
+    throw_error(r, "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+                std::string("kernel ").append(name) + " with blocks of " + std::to_string(block_threads) + " threads");
+  return blocks;
 }
 
 void set_function_attribute(CUcontext ctx, CUfunction fn, CUfunction_attribute attr, int value, std::string_view name) {

@@ -3,6 +3,7 @@
 // timed with CUDA events; the floor is the weight bytes at the device-to-device copy bandwidth measured here.
 #include <lazygraph/lazygraph.hpp>
 #include <lazygraph/nn/kernels.hpp>
+#include <lazygraph/nn/random_weights.hpp>
 
 #include <algorithm>
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "cli.hpp"
+#include "ceiling.hpp"
 #include "median.hpp"
 
 namespace lg = lazygraph;
@@ -18,6 +20,7 @@ using lg::half;
 namespace {
 
 using bench::median;
+using bench::median_seconds;
 
 lg::DeviceBuffer<half> random_weights(const lg::Stream& s, std::size_t n, unsigned seed) {
   std::mt19937 rng(seed);
@@ -27,26 +30,63 @@ lg::DeviceBuffer<half> random_weights(const lg::Stream& s, std::size_t n, unsign
   return lg::from_host(h).sync_on(s);
 }
 
-template <class F>
-double median_seconds(const lg::Stream& s, int reps, F&& submit) {
-  lg::Event a(s.device());
-  lg::Event b(s.device());
-  for (int i = 0; i < 4; ++i) submit(i);
-  std::vector<double> t;
-  for (int k = 0; k < 31; ++k) {
-    a.record(s);
-    for (int i = 0; i < reps; ++i) submit(i);
-    b.record(s);
-    b.synchronize();
-    t.push_back(lg::Event::elapsed_ms(a, b) * 1e-3 / reps);
+/// The shape sweep: for rows and cols from 512 to 32768, a graph of 10 early-launched gemvs (alternating between two
+/// weight copies, so no launch finds its weights in L2), timed per gemv, with the launch shape of
+/// nn::Kernels::gemv_config and with each warps-per-row choice; prints the fraction of the copy ceiling.
+void shape_sweep(const lg::Stream& s, const lg::nn::Kernels& nn, double copy_bw) {
+  const std::vector<int> sizes{512, 1024, 2048, 4096, 8192, 16384, 32768};
+  const std::size_t largest = 32768ULL * 32768ULL;
+  const auto w0 = lg::nn::device_tensor(s, nn.fill_uniform, 1, {1, largest, 0.01F, 0.0F});
+  const auto w1 = lg::nn::device_tensor(s, nn.fill_uniform, 2, {2, largest, 0.01F, 0.0F});
+  const auto x = lg::nn::device_tensor(s, nn.fill_uniform, 3, {3, 32768, 1.0F, 0.0F});
+  auto out = lg::empty<half>(32768).sync_on(s);
+  constexpr int kChain = 10;
+  std::printf("\ngemv shape sweep: fraction of the copy ceiling, graph of %d early-launched gemvs (us per gemv)\n"
+              "cell: rule's launch shape %% (best warps per row: its %%)\n| rows \\ cols |",
+              kChain);
+  for (const int c : sizes) std::printf(" %d |", c);
+  std::printf("\n|---|");
+  for (std::size_t i = 0; i < sizes.size(); ++i) std::printf("---|");
+  std::printf("\n");
+  for (const int rows : sizes) {
+    std::printf("| %d |", rows);
+    for (const int cols : sizes) {
+      const std::size_t size = static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols);
+      const auto time_config = [&](const lg::LaunchConfig& cfg) {
+        std::vector<lg::LaunchOp<const half*, const half*, half*, int, int, int>> ops;
+        for (int i = 0; i < kChain; ++i) {
+          ops.push_back(nn.gemv(cfg, (i % 2 == 0 ? w0 : w1).cview().subspan(0, size), x.cview(), out.view(), rows, cols,
+                                1));
+        }
+        auto graph = lg::CudaGraph<>::capture(s, lg::chain(std::move(ops)));
+        const int reps = static_cast<int>(std::clamp<std::size_t>((64ULL << 20U) / (size * kChain), 2, 50));
+        return median_seconds(s, reps, [&](int) { graph.launch_on(s); }) / kChain;
+      };
+      const auto fraction = [&](double t) { return 2.0 * static_cast<double>(size) / t / copy_bw; };
+      const double rule = fraction(time_config(nn.gemv_config(rows, cols)));
+      double best = 0;
+      unsigned best_k = 0;
+      for (const unsigned k : {1U, 2U, 4U, 8U}) {
+        const unsigned per_block = 8 / k;
+        const double f = fraction(time_config(
+            nn.step_config({{(static_cast<unsigned>(rows) + per_block - 1) / per_block, 1, 1}, {32, k, per_block}, 0})));
+        if (f > best) {
+          best = f;
+          best_k = k;
+        }
+      }
+      std::printf(" %.0f%% (%u: %.0f%%) |", 100 * rule, best_k, 100 * best);
+      std::fflush(stdout);
+    }
+    std::printf("\n");
   }
-  return median(t);
 }
 
 constexpr const char* usage =
     "usage: bench_gemv\n"
-    "Prints a table: fp16 GEMV weight bandwidth per block shape for the decode-step shapes, against the\n"
-    "device-to-device copy bandwidth. A benchmark, not a test.\n"
+    "Prints tables: fp16 GEMV weight bandwidth per block shape for the decode-step shapes, batched gemv, and a\n"
+    "sweep of shapes from 512 to 32768 rows and columns, each against the device-to-device copy bandwidth\n"
+    "measured in the same run. A benchmark, not a test.\n"
     "Exit status: 0 done, 1 failed, 77 skipped (no GPU; the reason is printed).\n";
 
 }  // namespace
@@ -60,12 +100,7 @@ int main(int argc, char** argv) {
   const lg::nn::Kernels nn(kernels);
   const auto& gemv = nn.gemv;
 
-  // Copy ceiling: a 1 GiB device-to-device copy, bytes read plus bytes written.
-  const std::size_t big = 512ULL << 20U;
-  auto src = lg::ones<half>(big).sync_on(s);
-  auto dst = lg::empty<half>(big).sync_on(s);
-  const double copy_s = median_seconds(s, 5, [&](int) { lg::copy_async(s, dst.view(), src.cview()); });
-  const double copy_bw = 2.0 * static_cast<double>(big) * sizeof(half) / copy_s;
+  const double copy_bw = bench::copy_ceiling(s);
   std::printf("fp16 gemv on %s; device-to-device copy ceiling %.2f TB/s\n\n", gpu.name().c_str(), copy_bw * 1e-12);
   std::printf("%13s | %-14s | %9s | %7s | %s\n", "rows x cols", "block", "us", "TB/s", "of copy ceiling");
   for (const auto& shape : {std::pair{512, 1536}, std::pair{1536, 512}, std::pair{4096, 1024}, std::pair{1024, 4096},
@@ -113,5 +148,6 @@ int main(int argc, char** argv) {
                   100.0 * bw / copy_bw, t / t1);
     }
   }
+  shape_sweep(s, nn, copy_bw);
   return 0;
 }

@@ -1,7 +1,7 @@
-// The models benchmark, lazygraph side: the SwiGLU MLP stack at three sizes and the decoder, timed with CUDA
-// events (medians of many forwards), checked against float64, and written to OUTDIR/lazygraph.json with the raw
-// outputs, which examples/bench/torch_models.py then compares with PyTorch eager and torch.cuda.graph.
-//   usage: bench_models [OUTDIR] [forwards]
+// The models benchmark, lazygraph side: SwiGLU MLP stacks and decoders of any shape (three MLPs and the default
+// decoder when none is given), timed with CUDA events (medians of many forwards) against the copy ceiling measured
+// in the same run, checked against float64, and written to DIR/lazygraph.json with the raw outputs, which
+// examples/bench/torch_models.py then compares with PyTorch eager and torch.cuda.graph. `--help` for the options.
 #include <lazygraph/lazygraph.hpp>
 
 #include <algorithm>
@@ -15,12 +15,14 @@
 #include <span>
 #include <sstream>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include <lazygraph/nn/decoder.hpp>
 #include <lazygraph/nn/mlp.hpp>
 #include <lazygraph/nn/random_weights.hpp>
 #include <lazygraph/nn/reference.hpp>
+#include "ceiling.hpp"
 #include "cli.hpp"
 #include "median.hpp"
 
@@ -61,6 +63,20 @@ double median_us(const lg::Stream& s, int count, F&& submit, int warmup = 20) {
 
 /// The values' raw bytes (fp16 or bf16), for torch_models.py to read.
 template <class T>
+std::vector<T> to_host(const lg::Stream& s, lg::DeviceSpan<const T> src) {
+  std::vector<T> out(src.size());
+  lg::copy_async(s, std::span<T>(out), src);
+  s.synchronize();
+  return out;
+}
+
+/// True when a and b hold the same bits.
+template <class T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+template <class T>
 void write_halves(const std::string& path, const std::vector<T>& values) {
   std::ofstream out(path, std::ios::binary);
   out.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(values.size() * sizeof(T)));
@@ -69,63 +85,97 @@ void write_halves(const std::string& path, const std::vector<T>& values) {
 
 struct MlpResult {
   lazygraph::nn::MlpConfig config;
-  double graph_us = 0;
-  double graph_plain_us = 0;  ///< the graph with ordinary launches (early_launch off)
-  double forward_us = 0;
-  double eager_us = 0;
+  int batch = 1;
+  double persistent_us = 0;  ///< bare graph: the input copy and the persistent stack kernel (the module's path)
+  double kernels_us = 0;     ///< bare graph: the input copy and two early-launched kernels per block
+  double kernels_plain_us = 0;  ///< the same with ordinary launches (early_launch off)
+  double eager_us = 0;          ///< the kernels launched eagerly, without a graph
+  // Batch 1 only (Module::forward takes one row): the module's ways in and out.
+  double forward_us = 0;       ///< Module::forward: staging copy in, replay, copy out, one wait
   double staged_graph_us = 0;  ///< the module's graph: staging copy in, compute, staging copy out
   double resident_us = 0;      ///< forward_resident: input already on the device
-  double pageable_us = 0;      ///< the old way: pageable copy in and wait, replay, copy out and wait
-  double bare_waited_us = 0;   ///< the bare graph launched and waited for, one call at a time (as forward is)
-  double rel_err = 0;
+  double bare_waited_us = 0;   ///< the bare persistent graph launched and waited for, one call at a time
+  double rel_err = 0;          ///< persistent path vs float64, every row
+  double kernels_rel_err = 0;  ///< kernel-per-launch path vs float64, every row
   std::string output;
 };
 
+/// The batch's rows of input: the first batch * d values of the seeded input tensor (torch_models.py makes the
+/// same).
+std::vector<half> mlp_input(const lazygraph::nn::MlpConfig& config, int batch) {
+  return lazygraph::nn::host_tensor(config.seed, {2000000, static_cast<std::size_t>(config.d * batch), 1, 0});
+}
+
+/// The largest relative error of any row of `y` ([batch][d]) against float64.
+double rows_error(const lazygraph::nn::MlpConfig& config, const std::vector<half>& x, const std::vector<half>& y,
+                  int batch) {
+  double worst = 0;
+  const auto d = static_cast<std::ptrdiff_t>(config.d);
+  for (int b = 0; b < batch; ++b) {
+    const std::vector<half> xr(x.begin() + b * d, x.begin() + (b + 1) * d);
+    const std::vector<half> yr(y.begin() + b * d, y.begin() + (b + 1) * d);
+    worst = std::max(worst, lazygraph::nn::relative_error(lazygraph::nn::widen(yr),
+                                                          lazygraph::nn::mlp_reference(config, lazygraph::nn::widen(xr))));
+  }
+  return worst;
+}
+
+/// The kernel-per-launch forward pass of `batch` rows: the input copy, then every block as two kernels.
+auto kernels_forward(const lazygraph::nn::Kernels& k, const lazygraph::nn::Mlp& mlp, lg::DeviceSpan<const half> x,
+                     lg::DeviceSpan<half> y, lg::DeviceSpan<half> act, int batch) {
+  const lazygraph::nn::MlpConfig& c = mlp.config();
+  std::vector<lazygraph::nn::SwigluBlockOp> blocks;
+  for (const auto& w : mlp.layers()) blocks.push_back(lazygraph::nn::swiglu_block(k, w, y, act, c.d, c.ffn, c.eps, batch));
+  return lg::copy(y, x) >> lg::chain(std::move(blocks));
+}
+
 MlpResult bench_mlp(const lg::Stream& s, const lg::KernelLibrary& kernels, const lazygraph::nn::MlpConfig& config,
-                    int forwards, const std::string& dir) {
-  MlpResult r{config, 0, 0, 0, 0, 0, 0, 0, 0, 0, ""};
+                    int batch, int forwards, const std::string& dir) {
+  MlpResult r;
+  r.config = config;
+  r.batch = batch;
   lazygraph::nn::Mlp mlp(s, kernels, config);
-  const std::vector<half> input =
-      lazygraph::nn::host_tensor(config.seed, {2000000, static_cast<std::size_t>(config.d), 1, 0});
-  const std::vector<half> output = mlp.forward(input);
-  r.rel_err = lazygraph::nn::relative_error(lazygraph::nn::widen(output),
-                                            lazygraph::nn::mlp_reference(config, lazygraph::nn::widen(input)));
+  const lazygraph::nn::Kernels k(kernels, config.early_launch);
+  const lazygraph::nn::Kernels plain(kernels, false);
+  const auto rows = static_cast<std::size_t>(batch);
+  const auto d = static_cast<std::size_t>(config.d);
+  const std::vector<half> input = mlp_input(config, batch);
+  lg::DeviceBuffer<half> x = lg::from_host(input).sync_on(s);
+  lg::DeviceBuffer<half> y(s.device(), rows * d);
+  lg::DeviceBuffer<half> act(s.device(), rows * static_cast<std::size_t>(config.ffn));
+
+  auto persistent = lg::CudaGraph<>::capture(s, lg::copy(y.view(), x.cview()) >>
+                                                    mlp.stack().op(y.view(), act.view(), batch));
+  persistent.launch();
+  const std::vector<half> output = to_host(s, y.cview());
+  auto by_kernels = lg::CudaGraph<>::capture(s, kernels_forward(k, mlp, x.cview(), y.view(), act.view(), batch));
+  by_kernels.launch();
+  const std::vector<half> kernels_output = to_host(s, y.cview());
+  auto by_plain_kernels =
+      lg::CudaGraph<>::capture(s, kernels_forward(plain, mlp, x.cview(), y.view(), act.view(), batch));
+  by_plain_kernels.launch();
+  if (!same_bits(to_host(s, y.cview()), kernels_output)) throw std::runtime_error("MLP: early and ordinary launches disagree");
+  r.rel_err = rows_error(config, input, output, batch);
+  r.kernels_rel_err = rows_error(config, input, kernels_output, batch);
   r.output = "mlp_" + std::to_string(config.d) + "_" + std::to_string(config.ffn) + "_" +
-             std::to_string(config.layers) + ".f16";
+             std::to_string(config.layers) + "_b" + std::to_string(batch) + ".f16";
   write_halves(dir + "/" + r.output, output);
 
-  // The bare graph (the forward pass alone, input already in place), the module's graph (staging copies
-  // included), Module::forward with host input and output (one replay, one wait), forward_resident, the old way
-  // (pageable copy in, replay, copy out, two waits), and the same ops launched eagerly without a graph.
-  lg::DeviceBuffer<half> x = lg::from_host(input).sync_on(s);
-  lg::DeviceBuffer<half> y(s.device(), input.size());
-  const auto op = mlp.forward_op(x.cview(), y.view());
-  auto bare = lg::CudaGraph<>::capture(s, op);
-  r.graph_us = median_us(s, forwards, [&] { bare.launch_on(s); });
-  r.staged_graph_us = median_us(s, forwards, [&] { mlp.graph().launch_on(s); });
-  r.bare_waited_us = median_us(s, forwards, [&] { bare.launch(); });
-  std::vector<half> out(output.size());
-  r.forward_us = median_us(s, forwards, [&] { mlp.forward_into(input, out); });
-  r.resident_us = median_us(s, forwards, [&] { mlp.forward_resident(x.cview(), out); });
-  r.pageable_us = median_us(s, forwards, [&] {
-    lg::copy(x.view(), input).sync_on(s);
-    bare.launch_on(s);
-    lg::copy_async(s, std::span<half>(out), y.cview());
-    s.synchronize();
-  });
+  r.persistent_us = median_us(s, forwards, [&] { persistent.launch_on(s); });
+  r.kernels_us = median_us(s, forwards, [&] { by_kernels.launch_on(s); });
+  r.kernels_plain_us = median_us(s, forwards, [&] { by_plain_kernels.launch_on(s); });
+  const auto eager = kernels_forward(k, mlp, x.cview(), y.view(), act.view(), batch);
   lg::ExecContext ctx(s, false);
-  r.eager_us = median_us(s, forwards, [&] { op.execute(ctx); });
-
-  lazygraph::nn::MlpConfig plain_config = config;
-  plain_config.early_launch = false;
-  lazygraph::nn::Mlp plain(s, kernels, plain_config);
-  const std::vector<half> plain_output = plain.forward(input);
-  if (!std::equal(output.begin(), output.end(), plain_output.begin(),
-                  [](half a, half b) { return a.bits == b.bits; })) {
-    throw std::runtime_error("MLP: early and ordinary launches disagree");
+  r.eager_us = median_us(s, forwards, [&] { eager.execute(ctx); });
+  if (batch == 1) {
+    // Module::forward with host input and output (one replay, one wait), its graph alone, forward_resident, and
+    // the bare graph launched and waited for.
+    std::vector<half> out(d);
+    r.forward_us = median_us(s, forwards, [&] { mlp.forward_into(input, out); });
+    r.staged_graph_us = median_us(s, forwards, [&] { mlp.graph().launch_on(s); });
+    r.resident_us = median_us(s, forwards, [&] { mlp.forward_resident(x.cview(), out); });
+    r.bare_waited_us = median_us(s, forwards, [&] { persistent.launch(); });
   }
-  auto plain_bare = lg::CudaGraph<>::capture(s, plain.forward_op(x.cview(), y.view()));
-  r.graph_plain_us = median_us(s, forwards, [&] { plain_bare.launch_on(s); });
   return r;
 }
 
@@ -137,6 +187,8 @@ struct DecoderResult {
   double step_eager_us = 0;
   double generate_tokens_per_s = 0;  ///< Decoder::generate: every step in one replay's WHILE loop
   bool generate_equal = false;       ///< generate's tokens are the forward loop's
+  double batch_step_us = 0;          ///< the step graph of `batch` rows (0 when batch is 1)
+  std::string logits0;               ///< the file of the first step's logits
 };
 
 /// Greedy generation of `steps` tokens from position 0, a host round trip per token; the best tokens/s of two
@@ -156,8 +208,9 @@ double tokens_per_second(lazygraph::nn::Decoder& decoder, int first_token, int s
 
 DecoderResult bench_decoder(const lg::Stream& s, const lg::KernelLibrary& kernels,
                             const lazygraph::nn::DecoderConfig& config, int first_token, int steps, int forwards,
-                            const std::string& dir) {
+                            int batch, const std::string& dir, const std::string& name) {
   DecoderResult r;
+  r.logits0 = name + "_logits0.f16";
   {
     lazygraph::nn::DecoderConfig plain_config = config;
     plain_config.early_launch = false;
@@ -167,7 +220,7 @@ DecoderResult bench_decoder(const lg::Stream& s, const lg::KernelLibrary& kernel
   }
   lazygraph::nn::Decoder decoder(s, kernels, config);
   decoder.forward({first_token, 0});
-  write_halves(dir + "/decoder_logits0.f16", decoder.logits());
+  write_halves(dir + "/" + r.logits0, decoder.logits());
   r.tokens_per_s = tokens_per_second(decoder, first_token, steps, r.tokens);
 
   // One step's device time at a mid-sequence position (the io buffer still holds the last step's).
@@ -187,6 +240,11 @@ DecoderResult bench_decoder(const lg::Stream& s, const lg::KernelLibrary& kernel
   generate();
   r.generate_tokens_per_s = steps / std::min(generate(), generate());
   r.generate_equal = generated == r.tokens;
+  if (batch > 1) {  // every row its own sequence, at position 100
+    std::vector<lazygraph::nn::TokenAt> rows(static_cast<std::size_t>(batch), {7, std::min(100, config.context - 1)});
+    (void)decoder.forward_batch(rows);
+    r.batch_step_us = median_us(s, forwards, [&] { decoder.graph(batch).launch_on(s); });
+  }
   return r;
 }
 
@@ -311,6 +369,7 @@ void bucketed_mlp_memory(const lg::Stream& s, const lg::KernelLibrary& kernels) 
   config.d = 4096;
   config.ffn = 11008;
   config.layers = 4;
+  config.persistent = false;  // the module's graph is the bucketed graphs' kernels: the same bits
   lazygraph::nn::Mlp mlp(s, kernels, config);
   const lazygraph::nn::Kernels k(kernels);
   const auto d = static_cast<std::size_t>(config.d);
@@ -361,106 +420,259 @@ void bucketed_mlp_memory(const lg::Stream& s, const lg::KernelLibrary& kernels) 
               same_row ? "bit-identical" : "DIFFERS");
 }
 
-int run(int argc, char** argv) {
-  const std::string dir = argc > 1 ? argv[1] : ".";
-  const int forwards = argc > 2 ? std::max(1, std::atoi(argv[2])) : 300;
-  if (example::skip_without_gpu("bench_models")) return example::exit_skipped;
-  std::filesystem::create_directories(dir);
-  lg::Device gpu = lg::Device::first();
-  lg::Stream s = gpu.create_stream();
-  lg::KernelLibrary kernels = lg::nn::kernel_library(gpu);  // the core and the nn kernel sets
+/// What the command line asks for.
+struct Options {
+  std::string out = ".";
+  int forwards = 300;
+  int batch = 1;
+  std::vector<lazygraph::nn::MlpConfig> mlps;
+  std::vector<lazygraph::nn::DecoderConfig> decoders;
+  bool defaults = true;  ///< no --mlp or --decoder: today's default run
+};
 
-  std::printf("lazygraph models on %s; medians of %d forwards, CUDA events\n\n", gpu.name().c_str(), forwards);
-  std::printf(
-      "| MLP (d, ffn, layers) | weights MB | graph us | graph, no early launch us | forward() us | eager us "
-      "| eager/graph | TB/s | rel err f64 |\n|---|---|---|---|---|---|---|---|---|\n");
-  std::vector<MlpResult> mlps;
-  for (const auto& [d, ffn, layers] :
-       {std::tuple{512, 1536, 16}, std::tuple{1024, 4096, 8}, std::tuple{4096, 11008, 4}}) {
-    lazygraph::nn::MlpConfig config;
-    config.d = d;
-    config.ffn = ffn;
-    config.layers = layers;
-    const MlpResult& r = mlps.emplace_back(bench_mlp(s, kernels, config, forwards, dir));
-    const double mb = static_cast<double>(config.weight_bytes()) / 1e6;
-    std::printf("| (%d, %d, %d) | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f | %.1e |\n", d, ffn, layers, mb,
-                r.graph_us, r.graph_plain_us, r.forward_us, r.eager_us, r.eager_us / r.graph_us, mb / r.graph_us,
-                r.rel_err);
-    std::fflush(stdout);
+/// "a,b,c" as integers. \throws UsageError naming `what` for anything else.
+std::vector<int> integers(const std::string& text, const std::string& what) {
+  std::vector<int> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    std::size_t used = 0;
+    int v = 0;
+    try {
+      v = std::stoi(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != item.size()) throw lg::UsageError(what + ": '" + item + "' is not an integer");
+    out.push_back(v);
   }
-  std::printf(
-      "\n| MLP (d, ffn, layers) | bare graph us | bare graph, launched and waited us | graph with staging copies us "
-      "| forward() us | forward_resident() us | before: pageable, two waits us | forward - bare us | forward - bare "
-      "waited us | before / forward |\n|---|---|---|---|---|---|---|---|---|---|\n");
-  for (const MlpResult& r : mlps) {
-    std::printf("| (%d, %d, %d) | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.3f |\n", r.config.d,
-                r.config.ffn, r.config.layers, r.graph_us, r.bare_waited_us, r.staged_graph_us, r.forward_us,
-                r.resident_us, r.pageable_us, r.forward_us - r.graph_us, r.forward_us - r.bare_waited_us,
-                r.pageable_us / r.forward_us);
+  return out;
+}
+
+lazygraph::nn::MlpConfig parse_mlp(const std::string& text) {
+  const std::vector<int> v = integers(text, "--mlp " + text);
+  if (v.size() != 3) throw lg::UsageError("--mlp takes D,FFN,LAYERS; got '" + text + "'");
+  lazygraph::nn::MlpConfig c;
+  c.d = v[0];
+  c.ffn = v[1];
+  c.layers = v[2];
+  c.validate();
+  return c;
+}
+
+lazygraph::nn::DecoderConfig parse_decoder(const std::string& text) {
+  lazygraph::nn::DecoderConfig c;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    const std::size_t eq = item.find('=');
+    const std::string key = item.substr(0, eq);
+    if (eq == std::string::npos) throw lg::UsageError("--decoder: '" + item + "' is not KEY=VALUE");
+    const int value = integers(item.substr(eq + 1), "--decoder " + key).at(0);
+    if (key == "d") c.d = value;
+    else if (key == "heads") c.heads = value;
+    else if (key == "kv_heads") c.kv_heads = value;
+    else if (key == "layers") c.layers = value;
+    else if (key == "ffn") c.ffn = value;
+    else if (key == "vocab") c.vocab = value;
+    else if (key == "context") c.context = value;
+    else throw lg::UsageError("--decoder: unknown key '" + key + "' (d, heads, kv_heads, layers, ffn, vocab, context)");
   }
+  c.validate();
+  return c;
+}
 
-  const lazygraph::nn::DecoderConfig dc;
-  const int first_token = 1;
-  const int steps = 256;
-  const DecoderResult dr = bench_decoder(s, kernels, dc, first_token, steps, forwards, dir);
-  std::printf(
-      "\n| decoder | tokens/s (forward per token) | tokens/s, no early launch | step graph us | step eager "
-      "us | eager/graph |\n|---|---|---|---|---|---|\n| d %d, %d layers, vocab %d | %.0f | %.0f | %.1f | %.1f | "
-      "%.2f |\n",
-      dc.d, dc.layers, dc.vocab, dr.tokens_per_s, dr.tokens_per_s_plain, dr.step_graph_us, dr.step_eager_us,
-      dr.step_eager_us / dr.step_graph_us);
-  const double bound = 1e6 / dr.step_graph_us;  // tokens/s if nothing but the step graph's device time counted
-  std::printf(
-      "\n| decoder, %d tokens | tokens/s | of 1e6 / step graph us (%.0f) | us per token beyond the step graph |\n"
-      "|---|---|---|---|\n| forward() per token | %.0f | %.3f | %.1f |\n| generate(): one replay, WHILE on the device "
-      "| %.0f | %.3f (target >= 0.97) | %.1f |\n| generate() tokens equal forward()'s | %s | | |\n",
-      steps, bound, dr.tokens_per_s, dr.tokens_per_s / bound, 1e6 / dr.tokens_per_s - dr.step_graph_us,
-      dr.generate_tokens_per_s, dr.generate_tokens_per_s / bound, 1e6 / dr.generate_tokens_per_s - dr.step_graph_us,
-      dr.generate_equal ? "yes" : "NO");
-  std::printf("\n");
-  const std::string features = bench_features(s, kernels, forwards, dir);
-  const std::string bf16 = bench_bf16(s, kernels, forwards, dir);
+/// The options, or the exit code to stop with (0 after --help).
+std::variant<Options, int> parse(int argc, char** argv, const char* usage) {
+  Options o;
+  int positional = 0;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw lg::UsageError(arg + " needs a value");
+      return argv[++i];
+    };
+    if (arg == "--help" || arg == "-h") {
+      std::printf("%s", usage);
+      return 0;
+    }
+    if (arg == "--mlp") {
+      o.mlps.push_back(parse_mlp(value()));
+    } else if (arg == "--decoder") {
+      o.decoders.push_back(parse_decoder(value()));
+    } else if (arg == "--batch") {
+      o.batch = integers(value(), "--batch").at(0);
+      if (o.batch < 1 || o.batch > 8) throw lg::UsageError("--batch " + std::to_string(o.batch) + " is outside 1..8");
+    } else if (arg == "--forwards") {
+      o.forwards = std::max(1, integers(value(), "--forwards").at(0));
+    } else if (arg == "--out") {
+      o.out = value();
+    } else if (arg.starts_with("-")) {
+      throw lg::UsageError("unknown option " + arg);
+    } else if (positional == 0) {  // the older form: OUTDIR [FORWARDS]
+      o.out = arg;
+      ++positional;
+    } else if (positional == 1) {
+      o.forwards = std::max(1, integers(arg, "FORWARDS").at(0));
+      ++positional;
+    } else {
+      throw lg::UsageError("too many arguments");
+    }
+  }
+  o.defaults = o.mlps.empty() && o.decoders.empty();
+  if (o.defaults) {
+    for (const auto& [d, ffn, layers] :
+         {std::tuple{512, 1536, 16}, std::tuple{1024, 4096, 8}, std::tuple{4096, 11008, 4}}) {
+      lazygraph::nn::MlpConfig c;
+      c.d = d;
+      c.ffn = ffn;
+      c.layers = layers;
+      o.mlps.push_back(c);
+    }
+    o.decoders.emplace_back();
+  }
+  for (auto& c : o.decoders) c.max_batch = std::max(c.max_batch, o.batch);
+  return o;
+}
 
+std::string decoder_json(const lazygraph::nn::DecoderConfig& dc, const DecoderResult& dr, int first_token, int steps) {
   std::ostringstream json;
-  json << "{\n  \"device\": \"" << gpu.name() << "\",\n  \"forwards\": " << forwards << ",\n  \"mlp\": [\n";
-  for (std::size_t i = 0; i < mlps.size(); ++i) {
-    const MlpResult& r = mlps[i];
-    json << "    {\"d\": " << r.config.d << ", \"ffn\": " << r.config.ffn << ", \"layers\": " << r.config.layers
-         << ", \"seed\": " << r.config.seed << ", \"graph_us\": " << r.graph_us
-         << ", \"graph_plain_us\": " << r.graph_plain_us << ", \"forward_us\": " << r.forward_us
-         << ", \"eager_us\": " << r.eager_us << ", \"weight_bytes\": " << r.config.weight_bytes()
-         << ", \"rel_err_f64\": " << r.rel_err << ", \"output\": \"" << r.output << "\"}"
-         << (i + 1 < mlps.size() ? ",\n" : "\n");
-  }
-  json << "  ],\n  \"decoder\": {\"config\": {\"d\": " << dc.d << ", \"heads\": " << dc.heads
+  json << "{\"config\": {\"d\": " << dc.d << ", \"heads\": " << dc.heads << ", \"kv_heads\": " << dc.kv_heads
        << ", \"layers\": " << dc.layers << ", \"ffn\": " << dc.ffn << ", \"vocab\": " << dc.vocab
        << ", \"context\": " << dc.context << ", \"theta\": " << dc.theta << ", \"eps\": " << dc.eps
        << ", \"seed\": " << dc.seed << "},\n    \"start_token\": " << first_token << ", \"steps\": " << steps
-       << ", \"tokens_per_s\": " << dr.tokens_per_s << ", \"tokens_per_s_plain\": " << dr.tokens_per_s_plain
-       << ", \"step_graph_us\": " << dr.step_graph_us << ", \"step_eager_us\": " << dr.step_eager_us
-       << ", \"generate_tokens_per_s\": " << dr.generate_tokens_per_s
-       << ", \"generate_equal\": " << (dr.generate_equal ? "true" : "false")
-       << ", \"logits0\": \"decoder_logits0.f16\",\n    \"tokens\": [";
+       << ", \"weight_bytes\": " << dc.weight_bytes() << ", \"tokens_per_s\": " << dr.tokens_per_s
+       << ", \"tokens_per_s_plain\": " << dr.tokens_per_s_plain << ", \"step_graph_us\": " << dr.step_graph_us
+       << ", \"step_eager_us\": " << dr.step_eager_us << ", \"generate_tokens_per_s\": " << dr.generate_tokens_per_s
+       << ", \"generate_equal\": " << (dr.generate_equal ? "true" : "false") << ", \"logits0\": \"" << dr.logits0
+       << "\",\n    \"tokens\": [";
   for (std::size_t i = 0; i < dr.tokens.size(); ++i) json << (i > 0 ? ", " : "") << dr.tokens[i];
-  json << "]},\n  \"features\": " << features << ",\n  \"bf16\": " << bf16 << "\n}\n";
-  std::ofstream(dir + "/lazygraph.json") << json.str();
-  bucketed_mlp_memory(s, kernels);
+  json << "]}";
+  return json.str();
+}
+
+int run(const Options& o) {
+  if (example::skip_without_gpu("bench_models")) return example::exit_skipped;
+  std::filesystem::create_directories(o.out);
+  lg::Device gpu = lg::Device::first();
+  lg::Stream s = gpu.create_stream();
+  lg::KernelLibrary kernels = lg::nn::kernel_library(gpu);  // the core and the nn kernel sets
+  const double ceiling = bench::copy_ceiling(s);
+  const double ceiling_tbs = ceiling * 1e-12;
+
+  std::printf("lazygraph models on %s; medians of %d forwards, CUDA events; batch %d; copy ceiling %.2f TB/s "
+              "(1 GiB device-to-device copy, read + written bytes, this run)\n\n",
+              gpu.name().c_str(), o.forwards, o.batch, ceiling_tbs);
+  std::printf(
+      "| MLP (d, ffn, layers) | weights MB | persistent graph us | of ceiling | kernels graph us | of ceiling | "
+      "kernels, no early launch us | kernels eager us | persistent / kernels | rel err f64 (persistent, kernels) "
+      "|\n|---|---|---|---|---|---|---|---|---|---|\n");
+  std::vector<MlpResult> mlps;
+  for (const lazygraph::nn::MlpConfig& config : o.mlps) {
+    const MlpResult& r = mlps.emplace_back(bench_mlp(s, kernels, config, o.batch, o.forwards, o.out));
+    const double bytes = static_cast<double>(config.weight_bytes());
+    const auto fraction = [&](double us) { return bytes / (us * 1e-6) / ceiling; };
+    std::printf("| (%d, %d, %d) | %.1f | %.1f | %.3f | %.1f | %.3f | %.1f | %.1f | %.3f | %.1e, %.1e |\n", config.d,
+                config.ffn, config.layers, bytes / 1e6, r.persistent_us, fraction(r.persistent_us), r.kernels_us,
+                fraction(r.kernels_us), r.kernels_plain_us, r.eager_us, r.persistent_us / r.kernels_us, r.rel_err,
+                r.kernels_rel_err);
+    std::fflush(stdout);
+  }
+  if (o.batch == 1) {
+    std::printf(
+        "\n| MLP (d, ffn, layers) | bare graph us | bare graph, launched and waited us | module graph (staging copies) "
+        "us | forward() us | forward_resident() us | forward - bare us | forward - bare waited us |\n"
+        "|---|---|---|---|---|---|---|---|\n");
+    for (const MlpResult& r : mlps) {
+      std::printf("| (%d, %d, %d) | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", r.config.d, r.config.ffn,
+                  r.config.layers, r.persistent_us, r.bare_waited_us, r.staged_graph_us, r.forward_us, r.resident_us,
+                  r.forward_us - r.persistent_us, r.forward_us - r.bare_waited_us);
+    }
+  }
+
+  const int first_token = 1;
+  const int steps = 256;
+  std::vector<DecoderResult> decoders;
+  std::printf(
+      "\n| decoder (d, heads, kv_heads, layers, ffn, vocab) | weights MB | step graph us | of ceiling | "
+      "tokens/s (forward per token) | no early launch | generate() tokens/s | generate / step bound | step eager "
+      "us |%s\n|---|---|---|---|---|---|---|---|---|%s\n",
+      o.batch > 1 ? " step graph, batch rows us | batch / 1 row |" : "", o.batch > 1 ? "---|---|" : "");
+  for (std::size_t i = 0; i < o.decoders.size(); ++i) {
+    const lazygraph::nn::DecoderConfig& dc = o.decoders[i];
+    const DecoderResult& dr = decoders.emplace_back(bench_decoder(
+        s, kernels, dc, first_token, std::min(steps, dc.context), o.forwards, o.batch, o.out,
+        i == 0 ? std::string("decoder") : "decoder" + std::to_string(i)));
+    const double bytes = static_cast<double>(dc.weight_bytes());
+    std::printf("| (%d, %d, %d, %d, %d, %d) | %.1f | %.1f | %.3f | %.0f | %.0f | %.0f | %.3f | %.1f |", dc.d, dc.heads,
+                dc.kv_head_count(), dc.layers, dc.ffn, dc.vocab, bytes / 1e6, dr.step_graph_us,
+                bytes / (dr.step_graph_us * 1e-6) / ceiling, dr.tokens_per_s, dr.tokens_per_s_plain,
+                dr.generate_tokens_per_s, dr.generate_tokens_per_s * dr.step_graph_us * 1e-6, dr.step_eager_us);
+    if (o.batch > 1) std::printf(" %.1f | %.2f |", dr.batch_step_us, dr.batch_step_us / dr.step_graph_us);
+    std::printf("%s\n", dr.generate_equal ? "" : " generate() tokens DIFFER from forward()'s");
+    std::fflush(stdout);
+  }
+  std::printf("\n");
+  const std::string features = o.defaults ? bench_features(s, kernels, o.forwards, o.out) : "";
+  const std::string bf16 = o.defaults ? bench_bf16(s, kernels, o.forwards, o.out) : "";
+
+  std::ostringstream json;
+  json << "{\n  \"device\": \"" << gpu.name() << "\",\n  \"forwards\": " << o.forwards << ",\n  \"batch\": " << o.batch
+       << ",\n  \"copy_ceiling_bytes_per_s\": " << ceiling << ",\n  \"mlp\": [\n";
+  for (std::size_t i = 0; i < mlps.size(); ++i) {
+    const MlpResult& r = mlps[i];
+    json << "    {\"d\": " << r.config.d << ", \"ffn\": " << r.config.ffn << ", \"layers\": " << r.config.layers
+         << ", \"batch\": " << r.batch << ", \"seed\": " << r.config.seed << ", \"graph_us\": " << r.persistent_us
+         << ", \"kernels_graph_us\": " << r.kernels_us << ", \"graph_plain_us\": " << r.kernels_plain_us
+         << ", \"forward_us\": " << (r.batch == 1 ? r.forward_us : 0) << ", \"eager_us\": " << r.eager_us
+         << ", \"weight_bytes\": " << r.config.weight_bytes() << ", \"rel_err_f64\": " << r.rel_err
+         << ", \"output\": \"" << r.output << "\"}" << (i + 1 < mlps.size() ? ",\n" : "\n");
+  }
+  json << "  ],\n  \"decoders\": [\n";
+  for (std::size_t i = 0; i < decoders.size(); ++i) {
+    json << "    " << decoder_json(o.decoders[i], decoders[i], first_token, std::min(steps, o.decoders[i].context))
+         << (i + 1 < decoders.size() ? ",\n" : "\n");
+  }
+  json << "  ]";
+  if (o.defaults) json << ",\n  \"features\": " << features << ",\n  \"bf16\": " << bf16;
+  json << "\n}\n";
+  std::ofstream(o.out + "/lazygraph.json") << json.str();
+  if (o.defaults) bucketed_mlp_memory(s, kernels);
   return 0;
 }
 
 constexpr const char* usage =
-    "usage: bench_models [OUTDIR [FORWARDS]]\n"
-    "Times the SwiGLU MLP at three sizes and the decoder (medians of FORWARDS forwards, default 300), checks\n"
-    "them against float64 and writes OUTDIR/lazygraph.json (default .) with the raw outputs, for\n"
-    "examples/bench/torch_models.py to compare with PyTorch.\n"
-    "Exit status: 0 done, 1 failed, 77 skipped (no GPU; the reason is printed).\n";
+    "usage: bench_models [--mlp D,FFN,LAYERS]... [--decoder KEY=VALUE,...]... [--batch B] [--forwards N]\n"
+    "                    [--out DIR]\n"
+    "       bench_models [OUTDIR [FORWARDS]]\n"
+    "Times SwiGLU MLP stacks and Llama-style decoders (medians of N forwards, default 300, CUDA events), checks\n"
+    "them against float64 and writes DIR/lazygraph.json (default .) with the raw outputs, for\n"
+    "examples/bench/torch_models.py to compare with PyTorch. Every row gives the weight bytes and the fraction of\n"
+    "the copy ceiling (a 1 GiB device-to-device copy measured in the same run) that reading them once reached.\n"
+    "Without --mlp or --decoder: the MLPs (512, 1536, 16), (1024, 4096, 8), (4096, 11008, 4), the default\n"
+    "decoder, the GQA, batch, prefill and bf16 checks and the BucketedModule memory table.\n"
+    "  --mlp D,FFN,LAYERS    an MLP stack (d and ffn multiples of 8); repeat for several\n"
+    "  --decoder K=V,...     a decoder: keys d, heads, kv_heads, layers, ffn, vocab, context (others default:\n"
+    "                        d=512,heads=8,layers=8,ffn=1536,vocab=4096,context=1024); repeat for several\n"
+    "  --batch B             rows per step, 1 to 8 (MLP graphs and an extra decoder step column)\n"
+    "  --forwards N          timed forwards per median (default 300)\n"
+    "  --out DIR             where lazygraph.json and the outputs go (default .)\n"
+    "Example: bench_models --mlp 2048,5632,6 --decoder d=2048,heads=16,kv_heads=4,layers=16,ffn=5632,vocab=32000\n"
+    "Exit status: 0 done, 1 failed, 2 bad arguments, 77 skipped (no GPU; the reason is printed).\n";
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (auto code = example::handle_arguments(argc, argv, usage, 2)) return *code;
+  std::variant<Options, int> parsed;
   try {
-    return run(argc, argv);
+    parsed = parse(argc, argv, usage);
+  } catch (const lg::UsageError& e) {
+    std::fprintf(stderr, "bench_models: %s\n%s", e.what(), usage);
+    return example::exit_usage;
+  }
+  if (const int* code = std::get_if<int>(&parsed)) return *code;
+  try {
+    return run(std::get<Options>(parsed));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_models: %s\n", e.what());
     return 1;

@@ -295,10 +295,10 @@ def rel_err(a, b):
 
 
 def bench_mlp(entry, results_dir, n, seed):
-    d, ffn, layers = entry["d"], entry["ffn"], entry["layers"]
-    print(f"torch: MLP ({d}, {ffn}, {layers}) ...", file=sys.stderr, flush=True)
+    d, ffn, layers, batch = entry["d"], entry["ffn"], entry["layers"], entry.get("batch", 1)
+    print(f"torch: MLP ({d}, {ffn}, {layers}), batch {batch} ...", file=sys.stderr, flush=True)
     model = TorchMlp(d, ffn, layers, seed)
-    x = make_tensor(seed, INPUT_ID, (1, d))
+    x = make_tensor(seed, INPUT_ID, (batch, d))
     for _ in range(WARMUP):
         model(x)
     eager_us = median_us(lambda: model(x), n)
@@ -306,11 +306,12 @@ def bench_mlp(entry, results_dir, n, seed):
     for _ in range(WARMUP):
         graph.replay()
     graph_us = median_us(graph.replay, n)
-    err = rel_err(out, load_f16(os.path.join(results_dir, entry["output"]), d))
+    err = rel_err(out, load_f16(os.path.join(results_dir, entry["output"]), batch * d))
     ratio = entry["graph_us"] / graph_us
-    target = MLP_TARGETS.get((d, ffn, layers))
-    return {"d": d, "ffn": ffn, "layers": layers, "seed": seed, "weight_bytes": entry["weight_bytes"],
-            "lg_graph_us": entry["graph_us"], "lg_forward_us": entry.get("forward_us"),
+    target = MLP_TARGETS.get((d, ffn, layers)) if batch == 1 else None
+    return {"d": d, "ffn": ffn, "layers": layers, "batch": batch, "seed": seed, "weight_bytes": entry["weight_bytes"],
+            "lg_graph_us": entry["graph_us"], "lg_kernels_graph_us": entry.get("kernels_graph_us"),
+            "lg_forward_us": entry.get("forward_us"),
             "lg_eager_us": entry.get("eager_us"), "torch_eager_us": eager_us, "torch_graph_us": graph_us,
             "ratio": ratio, "target": target, "met": None if target is None else ratio <= target, "rel_err": err}
 
@@ -354,6 +355,7 @@ def bench_decoder(entry, results_dir):
     eager_tokens, eager_tps = best_of_two(model, start, steps, model.step)
     ratio = entry["tokens_per_s"] / graph_tps
     return {"config": cfg, "steps": steps, "lg_tokens_per_s": entry["tokens_per_s"],
+            "weight_bytes": entry.get("weight_bytes", 0), "lg_step_graph_us": entry.get("step_graph_us"),
             "lg_generate_tokens_per_s": entry.get("generate_tokens_per_s"),
             "torch_graph_tokens_per_s": graph_tps, "torch_eager_tokens_per_s": eager_tps, "ratio": ratio,
             "target": DECODER_TARGET, "met": ratio >= DECODER_TARGET, "logits_rel_err": err,
@@ -484,30 +486,42 @@ def verdict(target, met, sign):
     return "-" if target is None else f"{sign} {target:g} {'met' if met else 'MISSED'}"
 
 
-def print_mlp(rows):
-    header = ["MLP (d, ffn, layers)", "weights MB", "lazygraph graph us", "lg forward() us", "lg eager us",
-              "torch eager us", "torch graph us", "lg/torch graph", "target", "TB/s lg", "TB/s torch graph",
-              "rel err"]
-    print_table(header, [[f"({r['d']}, {r['ffn']}, {r['layers']})", fmt(r["weight_bytes"] / 1e6),
-                          fmt(r["lg_graph_us"]), fmt(r["lg_forward_us"]), fmt(r["lg_eager_us"]),
-                          fmt(r["torch_eager_us"]), fmt(r["torch_graph_us"]), fmt(r["ratio"], ".3f"),
-                          verdict(r["target"], r["met"], "<="), fmt(r["weight_bytes"] / r["lg_graph_us"] / 1e6, ".2f"),
-                          fmt(r["weight_bytes"] / r["torch_graph_us"] / 1e6, ".2f"), fmt(r["rel_err"], ".2e")]
+def of_ceiling(weight_bytes, us, ceiling):
+    """The fraction of the copy ceiling (bytes/s) that reading `weight_bytes` in `us` microseconds reaches."""
+    return None if not ceiling or not us else weight_bytes / (us * 1e-6) / ceiling
+
+
+def print_mlp(rows, ceiling):
+    header = ["MLP (d, ffn, layers)", "batch", "weights MB", "lazygraph graph us", "lg of ceiling",
+              "lg kernels graph us", "lg forward() us", "lg eager us", "torch eager us", "torch graph us",
+              "torch of ceiling", "lg/torch graph", "target", "rel err"]
+    print_table(header, [[f"({r['d']}, {r['ffn']}, {r['layers']})", str(r["batch"]), fmt(r["weight_bytes"] / 1e6),
+                          fmt(r["lg_graph_us"]), fmt(of_ceiling(r["weight_bytes"], r["lg_graph_us"], ceiling), ".3f"),
+                          fmt(r["lg_kernels_graph_us"]), fmt(r["lg_forward_us"] or None), fmt(r["lg_eager_us"]),
+                          fmt(r["torch_eager_us"]), fmt(r["torch_graph_us"]),
+                          fmt(of_ceiling(r["weight_bytes"], r["torch_graph_us"], ceiling), ".3f"),
+                          fmt(r["ratio"], ".3f"), verdict(r["target"], r["met"], "<="), fmt(r["rel_err"], ".2e")]
                          for r in rows])
 
 
-def print_decoder(r):
-    c = r["config"]
-    header = ["decoder (d, heads, layers, ffn, vocab, context)", "lazygraph tok/s", "lg generate() tok/s",
-              "torch graph tok/s", "torch eager tok/s", "lg/torch graph", "generate/torch graph", "target",
-              "logits rel err", "matching tokens"]
-    gen = r.get("lg_generate_tokens_per_s")
-    print_table(header, [[f"({c['d']}, {c['heads']}, {c['layers']}, {c['ffn']}, {c['vocab']}, {c['context']})",
-                          fmt(r["lg_tokens_per_s"], ".0f"), fmt(gen, ".0f"), fmt(r["torch_graph_tokens_per_s"], ".0f"),
-                          fmt(r["torch_eager_tokens_per_s"], ".0f"), fmt(r["ratio"], ".2f"),
-                          fmt(None if gen is None else gen / r["torch_graph_tokens_per_s"], ".2f"),
-                          verdict(r["target"], r["met"], ">="), fmt(r["logits_rel_err"], ".2e"),
-                          f"{r['matching_tokens']} / {r['steps']}"]])
+def print_decoders(rows, ceiling):
+    header = ["decoder (d, heads, kv_heads, layers, ffn, vocab, context)", "weights MB", "lg step graph us",
+              "lg of ceiling", "lazygraph tok/s", "lg generate() tok/s", "torch graph tok/s", "torch eager tok/s",
+              "lg/torch graph", "generate/torch graph", "target", "logits rel err", "matching tokens"]
+    table = []
+    for r in rows:
+        c = r["config"]
+        gen = r.get("lg_generate_tokens_per_s")
+        table.append([f"({c['d']}, {c['heads']}, {c.get('kv_heads') or c['heads']}, {c['layers']}, {c['ffn']}, "
+                      f"{c['vocab']}, {c['context']})", fmt(r.get("weight_bytes", 0) / 1e6),
+                      fmt(r.get("lg_step_graph_us")),
+                      fmt(of_ceiling(r.get("weight_bytes", 0), r.get("lg_step_graph_us"), ceiling), ".3f"),
+                      fmt(r["lg_tokens_per_s"], ".0f"), fmt(gen, ".0f"), fmt(r["torch_graph_tokens_per_s"], ".0f"),
+                      fmt(r["torch_eager_tokens_per_s"], ".0f"), fmt(r["ratio"], ".2f"),
+                      fmt(None if gen is None else gen / r["torch_graph_tokens_per_s"], ".2f"),
+                      verdict(r["target"], r["met"], ">="), fmt(r["logits_rel_err"], ".2e"),
+                      f"{r['matching_tokens']} / {r['steps']}"])
+    print_table(header, table)
 
 
 def print_features(r):
@@ -567,25 +581,32 @@ def main():
         for entry in data["mlp"]:
             mlp.append(bench_mlp(entry, results_dir, n, entry.get("seed", data.get("seed", 1234))))
             torch.cuda.empty_cache()
-        decoder = bench_decoder(data["decoder"], results_dir) if "decoder" in data else None
-        torch.cuda.empty_cache()
+        decoders = []
+        for entry in data.get("decoders", [data["decoder"]] if "decoder" in data else []):
+            decoders.append(bench_decoder(entry, results_dir))
+            torch.cuda.empty_cache()
         features = bench_features(data["features"], results_dir, n) if "features" in data else None
         torch.cuda.empty_cache()
         bf16 = None
         if "bf16" in data and "features" in data:
             entry = dict(data["bf16"], logits0_path=os.path.join(results_dir, data["bf16"]["logits0"]))
             bf16 = bench_bf16(entry, data["features"]["config"], n)
-    print_mlp(mlp)
-    if decoder is not None:
-        print_decoder(decoder)
+    ceiling = data.get("copy_ceiling_bytes_per_s")
+    if ceiling:
+        print(f"fractions are of the copy ceiling the C++ side measured in the same run: {ceiling * 1e-12:.2f} TB/s\n")
+    print_mlp(mlp, ceiling)
+    if decoders:
+        print_decoders(decoders, ceiling)
     if features is not None:
         print_features(features)
     if bf16 is not None:
         print_bf16(bf16, features["step_us"] if features else {})
     failures = [f"MLP ({r['d']}, {r['ffn']}, {r['layers']}): output rel err {r['rel_err']:.3e} > {REL_TOL}"
                 for r in mlp if not r["rel_err"] <= REL_TOL]
-    if decoder is not None and not decoder["logits_rel_err"] <= REL_TOL:
-        failures.append(f"decoder: step-0 logits rel err {decoder['logits_rel_err']:.3e} > {REL_TOL}")
+    for decoder in decoders:
+        if not decoder["logits_rel_err"] <= REL_TOL:
+            failures.append(f"decoder {decoder['config']}: step-0 logits rel err {decoder['logits_rel_err']:.3e} > "
+                            f"{REL_TOL}")
     if features is not None:
         for key in ("gqa_logits_rel_err", "batch_logits_rel_err", "prefill_logits_rel_err"):
             if not features[key] <= REL_TOL:
@@ -594,7 +615,7 @@ def main():
         failures.append(f"bf16 decoder: step-0 logits rel err {bf16['logits_rel_err']:.3e} > {BF16_REL_TOL}")
     with open(os.path.join(results_dir, "torch.json"), "w") as f:
         json.dump({"gpu": gpu, "torch": torch.__version__, "cuda": torch.version.cuda, "forwards": n, "mlp": mlp,
-                   "decoder": decoder, "features": features, "bf16": bf16, "failures": failures}, f, indent=2)
+                   "decoders": decoders, "features": features, "bf16": bf16, "failures": failures}, f, indent=2)
     for failure in failures:
         print(f"!!! FAILED: {failure}")
         print(f"!!! FAILED: {failure}", file=sys.stderr)

@@ -47,6 +47,7 @@ BasicKernels<T>::BasicKernels(const KernelLibrary& library, bool early)
       gemv_add(lookup<decltype(gemv_add)>(library, named<T>("gemv_add"))),
       rms_norm_gemv(lookup<decltype(rms_norm_gemv)>(library, named<T>("rms_norm_gemv"))),
       rms_norm_gemv_swiglu(lookup<decltype(rms_norm_gemv_swiglu)>(library, named<T>("rms_norm_gemv_swiglu"))),
+      mlp_stack(lookup<decltype(mlp_stack)>(library, named<T>("mlp_stack"))),
       rms_norm(lookup<decltype(rms_norm)>(library, named<T>("rms_norm"))),
       rope(lookup<decltype(rope)>(library, named<T>("rope"))),
       kv_append(lookup<decltype(kv_append)>(library, named<T>("kv_append"))),

@@ -18,16 +18,6 @@ std::size_t MlpConfig::weight_bytes() const {
   return per_layer * static_cast<std::size_t>(layers) * sizeof(half);
 }
 
-template <Element T>
-BasicSwigluWeights<T> generate_swiglu_weights(const Stream& stream, const BasicKernels<T>& kernels, std::uint32_t seed,
-                                              int layer, int d, int ffn) {
-  const auto id = [&](std::uint32_t slot) { return 16U * static_cast<std::uint32_t>(layer) + slot; };
-  return {device_tensor(stream, kernels.fill_uniform, seed, gain_spec(id(6), d)),
-          device_tensor(stream, kernels.fill_uniform, seed, matrix_spec(id(7), ffn, d)),
-          device_tensor(stream, kernels.fill_uniform, seed, matrix_spec(id(8), ffn, d)),
-          device_tensor(stream, kernels.fill_uniform, seed, matrix_spec(id(9), d, ffn))};
-}
-
 namespace {
 
 template <Element T>
@@ -50,18 +40,19 @@ BasicMlp<T>::BasicMlp(const Stream& stream, const KernelLibrary& library, const 
       kernels_(library, config.early_launch),
       layers_(generate_layers(stream, kernels_, config_)),
       act_(stream.device(), static_cast<std::size_t>(config_.ffn)),
+      stack_(stream, kernels_, layers_, config_.d, config_.ffn, config_.eps, config_.split),
       module_(stream, HostIo<T, T>(library, static_cast<std::size_t>(config_.d), static_cast<std::size_t>(config_.d)),
               // Kept by the module (forward_resident records it again): it holds what it reads by value, so that it
               // outlives a move of this Mlp (the layers' storage moves with the vector, unchanged).
-              [k = kernels_, layers = std::span<const BasicSwigluWeights<T>>(layers_), c = config_, act = act_.view()](
-                  DeviceSpan<const T> in, DeviceSpan<T> out) {
-                return mlp_forward(k, layers, c, std::move(in), std::move(out), act);
+              [k = kernels_, layers = std::span<const BasicSwigluWeights<T>>(layers_), c = config_, act = act_.view(),
+               stack = stack_](Scope& s, DeviceSpan<const T> in, DeviceSpan<T> out) {
+                if (c.persistent) {
+                  s.record(copy(out, in) >> stack.op(out, act));
+                } else {
+                  s.record(mlp_forward(k, layers, c, std::move(in), std::move(out), act));
+                }
               }) {}
 
-template BasicSwigluWeights<half> generate_swiglu_weights(const Stream&, const BasicKernels<half>&, std::uint32_t, int,
-                                                          int, int);
-template BasicSwigluWeights<bfloat16> generate_swiglu_weights(const Stream&, const BasicKernels<bfloat16>&,
-                                                              std::uint32_t, int, int, int);
 template class BasicMlp<half>;
 template class BasicMlp<bfloat16>;
 

@@ -146,16 +146,20 @@ TEST_SUITE("gpu") {
     }
   }
 
-  TEST_CASE("the MLP module matches float64 on fresh inputs, replay after replay") {
-    for (const auto& shape : {std::tuple{512, 1536, 16}, std::tuple{256, 1024, 3}}) {
+  TEST_CASE("the MLP module matches float64 on fresh inputs, replay after replay, persistent or not") {
+    for (const auto& [shape, persistent] :
+         {std::pair{std::tuple{512, 1536, 16}, true}, std::pair{std::tuple{256, 1024, 3}, true},
+          std::pair{std::tuple{512, 1536, 16}, false}, std::pair{std::tuple{256, 1024, 3}, false}}) {
       lazygraph::nn::MlpConfig config;
       std::tie(config.d, config.ffn, config.layers) = shape;
+      config.persistent = persistent;
       const int d = config.d;
       const int layers = config.layers;
       CAPTURE(d);
+      CAPTURE(persistent);
       lazygraph::nn::Mlp mlp(lgtest::stream(), lgtest::nn_kernels(), config);
-      // staging copy in, input copy, 2 kernels per layer, staging copy out
-      CHECK(mlp.graph().node_count() == 3 + 2 * static_cast<std::size_t>(layers));
+      // staging copy in, input copy, 2 kernels per layer (or one persistent kernel), staging copy out
+      CHECK(mlp.graph().node_count() == 3 + (persistent ? 1 : 2 * static_cast<std::size_t>(layers)));
       for (int round = 0; round < 2; ++round) {
         const std::vector<half> x = random_input(static_cast<std::size_t>(d));
         const std::vector<half> y = mlp.forward(x);
@@ -173,6 +177,7 @@ TEST_SUITE("gpu") {
     config.d = 256;
     config.ffn = 512;
     config.layers = 2;
+    config.persistent = false;  // forward_op is the two-kernels-per-block pass (tests/nn/mlp_stack.cpp: persistent)
     lazygraph::nn::Mlp mlp(lgtest::stream(), lgtest::nn_kernels(), config);
     const std::vector<half> x = random_input(256);
     const std::vector<half> graph_out = mlp.forward(x);
@@ -189,6 +194,7 @@ TEST_SUITE("gpu") {
     config.d = 512;
     config.ffn = 1536;
     config.layers = 6;
+    config.persistent = false;  // a kernel per launch: the edges between them (tests/nn/mlp_stack.cpp: persistent)
     lazygraph::nn::Mlp early(lgtest::stream(), lgtest::nn_kernels(), config);
     config.early_launch = false;
     lazygraph::nn::Mlp plain(lgtest::stream(), lgtest::nn_kernels(), config);

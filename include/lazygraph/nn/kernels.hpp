@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <type_traits>
 
 namespace lazygraph::nn {
 
@@ -21,6 +22,16 @@ const KernelSet& kernel_set();
 
 /// A KernelLibrary of the core and the nn kernel sets, cached in the default cache directory.
 KernelLibrary kernel_library(const Device& device);
+
+/// Device addresses of one SwiGLU block's weights, the layout kernels/nn/mlp_stack.cu reads (its struct MlpLayer):
+/// gain [d], W1 and W3 [ffn x d], W2 [d x ffn].
+struct MlpLayer {
+  CUdeviceptr gain = 0;  ///< norm gain
+  CUdeviceptr w1 = 0;    ///< gate projection
+  CUdeviceptr w3 = 0;    ///< up projection
+  CUdeviceptr w2 = 0;    ///< down projection
+};
+static_assert(sizeof(MlpLayer) == 32 && std::is_trivially_copyable_v<MlpLayer>, "MlpLayer is copied to the device");
 
 /// The four variants of a gemv-family kernel (kernels/nn/gemv.cu: NAME, NAME_b2, NAME_b4, NAME_b8, compiled for
 /// batches of up to 1, 2, 4 and 8 vectors), called like one Kernel whose last parameter is the batch: the call
@@ -87,6 +98,9 @@ struct BasicKernels {
   /// rms_norm_gemv_swiglu(W1, W3, x, g, out, rows, cols, eps, batch): out[b] = silu(W1 h) * (W3 h),
   /// h = rmsnorm(x[b]) * g.
   BatchedKernel<void(const T*, const T*, const T*, const T*, T*, int, int, float, int)> rms_norm_gemv_swiglu;
+  /// mlp_stack(layers, x, act, sync, layer_count, d, ffn, eps, split_a, split_b, batch): every SwiGLU block of a
+  /// stack in one persistent launch (kernels/nn/mlp_stack.cu; nn::BasicMlpStack makes its arguments).
+  BatchedKernel<void(const MlpLayer*, T*, T*, unsigned*, int, int, int, float, int, int, int)> mlp_stack;
   /// rms_norm(x, g, out, d, eps): out = rmsnorm(x) * g per vector, one block each (kernels/nn/rms_norm.cu).
   Kernel<void(const T*, const T*, T*, int, float)> rms_norm;
   /// rope(q, k, positions, heads, kv_heads, head_dim, theta, batch): rotary embedding in place (kernels/nn/rope.cu).

@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "lazygraph/nn/kernels.hpp"
+#include "lazygraph/nn/mlp_stack.hpp"
+#include "lazygraph/nn/swiglu.hpp"
 
 namespace lazygraph::nn {
 
@@ -19,6 +21,11 @@ struct MlpConfig {
   std::uint32_t seed = 1234;  ///< seed of the generated weights
   float eps = 1e-5F;          ///< RMSNorm epsilon
   bool early_launch = true;   ///< launch the kernels early (Kernels::step_config); false to compare
+  /// Run the whole stack as one persistent kernel launch (MlpStack, kernels/nn/mlp_stack.cu) instead of two kernel
+  /// launches per block (mlp_forward); false to compare. Same math; results agree within rounding, not bit for bit
+  /// (the RMS sums are added in another order).
+  bool persistent = true;
+  MlpStackSplit split{};  ///< the persistent kernel's split (0: by shape, mlp_stack_split)
 
   /// \throws UsageError unless d and ffn are positive multiples of 8 (the gemv kernels load 8 halves
   /// at a time) and layers >= 1.
@@ -26,42 +33,6 @@ struct MlpConfig {
   /// Bytes of weights one forward pass reads (the matrices and the norm gains).
   [[nodiscard]] std::size_t weight_bytes() const;
 };
-
-/// One block's weights: norm gain [d], W1 and W3 [ffn x d], W2 [d x ffn].
-template <Element T>
-struct BasicSwigluWeights {
-  DeviceBuffer<T> gain;  ///< norm gain [d]
-  DeviceBuffer<T> w1;    ///< gate projection [ffn x d]
-  DeviceBuffer<T> w3;    ///< up projection [ffn x d]
-  DeviceBuffer<T> w2;    ///< down projection [d x ffn]
-};
-
-/// One block's fp16 weights.
-using SwigluWeights = BasicSwigluWeights<half>;
-
-/// Generates block `layer`'s weights on the GPU from the seed (docs/nn.md's tensor ids 16 l + 6..9).
-template <Element T>
-BasicSwigluWeights<T> generate_swiglu_weights(const Stream& stream, const BasicKernels<T>& kernels, std::uint32_t seed,
-                                              int layer, int d, int ffn);
-
-/// x += W2 (silu(W1 h) * (W3 h)), h = rmsnorm(x) * gain, in place on the residual streams `x` [batch][d], using
-/// `act` [batch][ffn] as scratch: a fused norm + gate/up projection kernel, then the down projection with the add
-/// fused. Each kernel reads its weights once for the whole batch (1 to 8 vectors).
-template <Element T>
-auto swiglu_block(const BasicKernels<T>& k, const BasicSwigluWeights<T>& w, DeviceSpan<T> x, DeviceSpan<T> act, int d,
-                  int ffn, float eps, int batch = 1) {
-  return k.rms_norm_gemv_swiglu(k.gemv_config(ffn, d), w.w1.cview(), w.w3.cview(), x.as_const(), w.gain.cview(), act,
-                                ffn, d, eps, batch) >>
-         k.gemv_add(k.gemv_config(d, ffn), w.w2.cview(), act.as_const(), x, d, ffn, batch);
-}
-
-/// The op type of one block (swiglu_block), for holding blocks in a vector.
-template <Element T>
-using BasicSwigluBlockOp =
-    decltype(swiglu_block(std::declval<const BasicKernels<T>&>(), std::declval<const BasicSwigluWeights<T>&>(),
-                          DeviceSpan<T>{}, DeviceSpan<T>{}, 0, 0, 0.0F, 1));
-/// The op type of one fp16 block.
-using SwigluBlockOp = BasicSwigluBlockOp<half>;
 
 /// The whole MLP as one op: copies `input` into `output` (the residual stream), then runs every block on it.
 template <Element T>
@@ -93,10 +64,26 @@ class BasicMlp {
   /// As forward_into, for input already on the device (GraphModule::forward_resident: no copy in).
   void forward_resident(DeviceSpan<const T> x, std::span<T> out) { module_.forward_resident(x, out); }
 
-  /// The same forward pass as an op, for running it without the graph (the benchmark's eager variant).
+  /// The forward pass as two kernels per block (mlp_forward), whatever `config().persistent` says: for running it
+  /// without the graph (the benchmark's eager variant) or comparing with the persistent kernel.
   [[nodiscard]] auto forward_op(DeviceSpan<const T> input, DeviceSpan<T> output) {
     return mlp_forward(kernels_, layers_, config_, input, output, act_.view());
   }
+  /// The forward pass as one persistent launch after the copy of `input` into `output`, whatever
+  /// `config().persistent` says.
+  [[nodiscard]] auto persistent_op(DeviceSpan<const T> input, DeviceSpan<T> output) {
+    return copy(output, input) >> stack_.op(output, act_.view());
+  }
+  /// Records the forward pass that `forward` replays (persistent or not, as the config says).
+  void record_forward(Scope& s, DeviceSpan<const T> input, DeviceSpan<T> output) {
+    if (config_.persistent) {
+      s.record(persistent_op(std::move(input), std::move(output)));
+    } else {
+      s.record(forward_op(std::move(input), std::move(output)));
+    }
+  }
+  /// The persistent kernel's stack.
+  [[nodiscard]] const BasicMlpStack<T>& stack() const noexcept { return stack_; }
 
   /// The config it was built with.
   [[nodiscard]] const MlpConfig& config() const noexcept { return config_; }
@@ -114,6 +101,7 @@ class BasicMlp {
   BasicKernels<T> kernels_;
   std::vector<BasicSwigluWeights<T>> layers_;
   DeviceBuffer<T> act_;
+  BasicMlpStack<T> stack_;
   GraphModule<T, T> module_;
 };
 

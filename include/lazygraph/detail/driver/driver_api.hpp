@@ -115,6 +115,9 @@ std::vector<std::size_t> function_parameter_sizes(CUcontext ctx, CUfunction fn, 
                                                   std::string_view name);
 int function_attribute(CUcontext ctx, CUfunction fn, CUfunction_attribute attr, std::string_view name);
 void set_function_attribute(CUcontext ctx, CUfunction fn, CUfunction_attribute attr, int value, std::string_view name);
+/// How many blocks of `block_threads` threads (and `dynamic_shared` bytes) of `fn` one multiprocessor holds at once.
+int max_active_blocks_per_sm(CUcontext ctx, CUfunction fn, int block_threads, std::size_t dynamic_shared,
+                             std::string_view name);
 
 struct LaunchShape {
   unsigned grid[3] = {};

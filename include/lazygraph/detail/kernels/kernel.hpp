@@ -76,6 +76,14 @@ class Kernel<void(Params...)> {
   [[nodiscard]] const std::string& name() const noexcept { return info_->name; }
   /// The device the kernel is loaded on.
   [[nodiscard]] const Device& device() const noexcept { return info_->device; }
+  /// How many blocks of `block_threads` threads with `dynamic_shared` bytes of dynamic shared memory each
+  /// multiprocessor runs at once (the driver's occupancy calculation: registers, shared memory, launch bounds).
+  /// Times Device::sm_count(), the grid a persistent kernel needs to fill the GPU.
+  /// \throws CudaError when the driver refuses the shape (naming the kernel).
+  [[nodiscard]] int max_active_blocks_per_sm(unsigned block_threads, unsigned dynamic_shared = 0) const {
+    return detail::driver::max_active_blocks_per_sm(info_->device.context(), info_->function,
+                                                    static_cast<int>(block_threads), dynamic_shared, info_->name);
+  }
   /// The state every handle to this kernel shares (function, module, limits).
   [[nodiscard]] const std::shared_ptr<detail::KernelInfo>& info() const noexcept { return info_; }
 
