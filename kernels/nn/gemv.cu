@@ -42,9 +42,13 @@
 // second pass or atomics and make results depend on block order. Spreading a row over K warps of one block
 // (reduced through shared memory, deterministic) is the split-K this file offers.
 //
-// Early launch (LaunchConfig::early_launch): every kernel here may be launched early. It then prefetches the
-// weight rows of its first pass into L2 while the kernel before it finishes, and waits for that kernel before
+// Early launch (LaunchConfig::early_launch): every kernel here may be launched early. It then prefetches its weights
+// into L2 while the kernel before it finishes (its block's whole rows when the kernel's weights are at most 24 MB,
+// else the first step), loads the first step's weights into registers, and only then waits for that kernel before
 // touching x, g or the output. In a chain of decode-step kernels this hides most of each launch's latency.
+//
+// RMSNorm (rms_norm_gemv*): the sum of x^2 is accumulated from the same x chunks as the dot products (no second
+// pass over x, no block-wide reduction before the weights are used), and 1/rms scales the fp32 dot products.
 //
 // x (and g) are read with ordinary cached loads: they are small and every row reads them, so they stay in L1,
 // while the weights bypass L1 (they are read once).
@@ -58,21 +62,27 @@ namespace {
 constexpr int loads_per_matrix(int matrices) { return 8 / matrices; }
 
 /// x as the kernel multiplies it: `load` fetches vector b's chunk (kept packed while in flight, 4 registers),
-/// `expand` turns it into the 8 factors.
+/// `expand` turns it into the 8 factors; `sum_squares` says whether the kernel also sums x^2 (for RMSNorm).
 template <class T>
 struct PlainX {
+  static constexpr bool sum_squares = false;
   struct Raw {
     lg::Pack8<T> x;
   };
   const T* x;
   long long stride;  // elements between vectors: cols
   __device__ __forceinline__ Raw load(int b, int chunk) const { return {lg::load8(x + b * stride + 8LL * chunk)}; }
-  __device__ __forceinline__ static void expand(const Raw& r, float (&f)[8]) { lg::unpack8(r.x, f); }
+  __device__ __forceinline__ static void expand(const Raw& r, float (&f)[8], float& sq) {
+    lg::unpack8(r.x, f);
+    sq = 0.0f;
+  }
 };
 
-/// x * g elementwise; the row's dot product is scaled by 1/rms(x) afterwards.
+/// x * g elementwise, and the sum of x^2 over the chunk: the row's dot product is scaled by 1/rms(x) afterwards,
+/// rms(x) coming from the same loads (no separate pass over x).
 template <class T>
 struct GainedX {
+  static constexpr bool sum_squares = true;
   struct Raw {
     lg::Pack8<T> x;
     lg::Pack8<T> g;
@@ -83,10 +93,13 @@ struct GainedX {
   __device__ __forceinline__ Raw load(int b, int chunk) const {
     return {lg::load8(x + b * stride + 8LL * chunk), lg::load8(g + 8LL * chunk)};
   }
-  __device__ __forceinline__ static void expand(const Raw& r, float (&f)[8]) {
+  __device__ __forceinline__ static void expand(const Raw& r, float (&f)[8], float& sq) {
     float gain[8];
     lg::unpack8(r.x, f);
     lg::unpack8(r.g, gain);
+    sq = f[0] * f[0];
+#pragma unroll
+    for (int i = 1; i < 8; ++i) sq = fmaf(f[i], f[i], sq);
 #pragma unroll
     for (int i = 0; i < 8; ++i) f[i] *= gain[i];
   }
@@ -98,75 +111,47 @@ __device__ __forceinline__ bool shapes_supported(int cols, int batch, const void
   return cols % 8 == 0 && batch >= 1 && batch <= 8 && lg::is_aligned16(a) && lg::is_aligned16(b) && lg::is_aligned16(c);
 }
 
-/// 1/sqrt(mean(x_b^2) + eps) over x_b = x[b * n .. (b + 1) * n) for b < B (vectors past `batch` re-read the last
-/// one), computed by the whole block (every thread gets every value).
-template <int B, class T>
-__device__ void block_inverse_rms(const T* x, int n, float eps, int batch, float (&inv)[B]) {
-  const int threads = blockDim.x * blockDim.y * blockDim.z;
-  const int tid = (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
-  float ss[B];
-#pragma unroll
-  for (int b = 0; b < B; ++b) ss[b] = 0.0f;
-  for (int chunk = tid; chunk < n / 8; chunk += threads) {
-#pragma unroll
-    for (int b = 0; b < B; ++b) {
-      float f[8];
-      lg::load_float8(x + static_cast<long long>(min(b, batch - 1)) * n + 8LL * chunk, f);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) ss[b] += f[i] * f[i];
-    }
-  }
-  // block_sum wants a 1-D block: reduce per warp, then across warps here.
-  __shared__ float partial[32][B];
-  const int lane = tid % 32;
-#pragma unroll
-  for (int b = 0; b < B; ++b) {
-    ss[b] = lg::warp_sum(ss[b]);
-    if (lane == 0) partial[tid / 32][b] = ss[b];
-  }
-  __syncthreads();
-#pragma unroll
-  for (int b = 0; b < B; ++b) {
-    const float total = lg::warp_sum(lane < threads / 32 ? partial[lane][b] : 0.0f);
-    inv[b] = 1.0f / sqrtf(total / static_cast<float>(n) + eps);
-  }
-}
+/// Weight bytes of a whole kernel up to which an early-launched kernel prefetches all of its block's rows into L2
+/// (not just the first step): small enough to sit in L2 beside the kernel before it (H100/H200 L2: 50 MB). Whole
+/// rows of larger kernels, 64 KB and more per block, crowded L2 and cost 14% of the bandwidth at 4096 x 11008.
+constexpr long long kWholePrefetchBytes = 24LL << 20;
 
 /// The start of every kernel here. Launched early (LaunchConfig::early_launch), the kernel arrives while the
-/// kernel before it is finishing: it asks for the weights of its first step to be brought into L2 (weights are
-/// never written by earlier work), lets the next kernel launch early in turn, and only then waits for the
-/// earlier work, whose results (x, the output) it may touch from here on. Only the first step's weights (what
-/// the first pass of gemv_rows' column loop loads, the whole row for rows up to 4 KB per matrix): prefetching
-/// whole long rows, 64 KB and more per block, crowded L2 and cost 14% of the bandwidth at 4096 x 11008.
+/// kernel before it is finishing: it asks for its weights to be brought into L2 (weights are never written by
+/// earlier work) -- all of its block's rows when the kernel's weights fit kWholePrefetchBytes, else what the first
+/// pass of gemv_rows' column loop loads -- and lets the next kernel launch early in turn. gemv_rows then loads the
+/// first step's weights into registers and only then waits for the earlier work (wait_for_prior_grids), whose
+/// results (x, the output) it may touch from there on.
 template <int M, class T>
-__device__ __forceinline__ void prefetch_then_wait(const T* const (&w)[M], int rows, int cols) {
-  const int row = blockIdx.x * blockDim.z + threadIdx.z;
-  if (row < rows) {
-    // The first step's chunk for a lane is first + u * stride (gemv_rows), u < kLoads: a 16-byte load each,
-    // so the first step covers 32 * K * kLoads chunks from the row's start. One prefetch per 128-byte line.
-    constexpr int chunks_per_line = 8;
-    const int first_step_chunks = min(cols / 8, 32 * static_cast<int>(blockDim.y) * loads_per_matrix(M));
-    const int lines = (first_step_chunks + chunks_per_line - 1) / chunks_per_line;
+__device__ __forceinline__ void prefetch_weights(const T* const (&w)[M], int rows, int cols) {
+  const int first_row = blockIdx.x * blockDim.z;
+  const bool whole = static_cast<long long>(rows) * cols * M * static_cast<long long>(sizeof(T)) <= kWholePrefetchBytes;
+  constexpr int chunks_per_line = 8;  // 16-byte chunks per 128-byte line
+  const int first_step_chunks = min(cols / 8, 32 * static_cast<int>(blockDim.y) * loads_per_matrix(M));
+  const int row_lines = ((whole ? cols / 8 : first_step_chunks) + chunks_per_line - 1) / chunks_per_line;
+  const int block_rows = min(static_cast<int>(blockDim.z), rows - first_row);
+  const int threads = blockDim.x * blockDim.y * blockDim.z;
+  const int tid = (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
+  for (int i = tid; i < block_rows * row_lines; i += threads) {
+    const int row = first_row + i / row_lines;
+    const int line = i % row_lines;
 #pragma unroll
-    for (int m = 0; m < M; ++m) {
-      const T* w_row = w[m] + static_cast<long long>(row) * cols;
-      for (int line = threadIdx.y * 32 + threadIdx.x; line < lines; line += 32 * blockDim.y) {
-        lg::prefetch_l2(w_row + 8LL * chunks_per_line * line);
-      }
-    }
+    for (int m = 0; m < M; ++m) lg::prefetch_l2(w[m] + static_cast<long long>(row) * cols + 8LL * chunks_per_line * line);
   }
   lg::allow_dependent_launch();
-  lg::wait_for_prior_grids();
 }
 
 /// The shared core: for every row assigned to this thread's group, the M x B dot products W[m][row] . x_b,
-/// handed to `finish(row, acc)` on one thread of the group (acc[m][b]; vectors b >= batch hold garbage).
-/// `scale[b]` multiplies vector b's dot products.
+/// handed to `finish(row, acc)` on one thread of the group (acc[m][b]; vectors b >= batch hold garbage). With
+/// X::sum_squares, vector b's dot products are scaled by 1/sqrt(mean(x_b^2) + eps), the mean summed from the same
+/// chunks. The first step's weights of the group's first row are loaded before wait_for_prior_grids(), which every
+/// thread calls once before touching x or the output.
 template <int M, int B, class T, class X, class Finish>
-__device__ __forceinline__ void gemv_rows(const T* const (&w)[M], const X& x, int rows, int cols, int batch,
-                                          const float (&scale)[B], Finish finish) {
+__device__ __forceinline__ void gemv_rows(const T* const (&w)[M], const X& x, int rows, int cols, int batch, float eps,
+                                          Finish finish) {
   constexpr int kLoads = loads_per_matrix(M);
-  __shared__ float group_partial[32][M][B];  // [group * K + warp][matrix][vector], used when K > 1
+  constexpr int kSums = X::sum_squares ? M + 1 : M;  // dot products, then the sum of x^2
+  __shared__ float group_partial[32][kSums][B];  // [group * K + warp][matrix][vector], used when K > 1
 
   const int lane = threadIdx.x;
   const int warp_in_group = threadIdx.y;  // 0..K-1
@@ -176,12 +161,13 @@ __device__ __forceinline__ void gemv_rows(const T* const (&w)[M], const X& x, in
   const int chunks = cols / 8;                  // 16-byte chunks per row
   const int stride = 32 * warps_per_group;      // chunks one step of the group covers per load
   const int first = warp_in_group * 32 + lane;  // this thread's first chunk in the row
+  bool waited = false;
 
   for (int row0 = blockIdx.x * groups; row0 < rows; row0 += gridDim.x * groups) {  // uniform over the block
     const int row = row0 + group;
-    float acc[M][B];
+    float acc[kSums][B];
 #pragma unroll
-    for (int m = 0; m < M; ++m) {
+    for (int m = 0; m < kSums; ++m) {
 #pragma unroll
       for (int b = 0; b < B; ++b) acc[m][b] = 0.0f;
     }
@@ -192,19 +178,27 @@ __device__ __forceinline__ void gemv_rows(const T* const (&w)[M], const X& x, in
       for (int m = 0; m < M; ++m) w_row[m] = w[m] + static_cast<long long>(row) * cols;
 
       for (int base = first; base < chunks; base += stride * kLoads) {
-        // Every load of the step first, then the arithmetic, so that all loads are in flight together. Loads
-        // past the row's end re-read its last chunk (no branch around a load, which would serialise them) and
-        // are then replaced by zeros; the per-chunk partial sums are independent chains.
-        // With several vectors, each vector's x chunk is loaded next to its use (x stays in L1), while all the
-        // weight loads of the step are in flight.
+        // Every weight load of the step first, then the arithmetic, so that all loads are in flight together.
+        // Loads past the row's end re-read its last chunk (no branch around a load, which would serialise them)
+        // and are then replaced by zeros; the per-chunk partial sums are independent chains. The first step's
+        // loads are issued before the wait for earlier work: weights do not depend on it.
         lg::Pack8<T> wv[M][kLoads];
-        typename X::Raw xv[kLoads];
 #pragma unroll
         for (int u = 0; u < kLoads; ++u) {
           const int chunk = min(base + u * stride, chunks - 1);
 #pragma unroll
           for (int m = 0; m < M; ++m) wv[m][u] = lg::load8_streaming(w_row[m] + 8LL * chunk);
-          if (B == 1) xv[u] = x.load(0, chunk);
+        }
+        if (!waited) {
+          lg::wait_for_prior_grids();
+          waited = true;
+        }
+        // With one vector its x chunks are loaded with the weights; with several, each vector's chunk is loaded
+        // next to its use (x stays in L1).
+        typename X::Raw xv[kLoads];
+        if (B == 1) {
+#pragma unroll
+          for (int u = 0; u < kLoads; ++u) xv[u] = x.load(0, min(base + u * stride, chunks - 1));
         }
 #pragma unroll
         for (int u = 0; u < kLoads; ++u) {
@@ -216,7 +210,8 @@ __device__ __forceinline__ void gemv_rows(const T* const (&w)[M], const X& x, in
 #pragma unroll
           for (int b = 0; b < B; ++b) {
             float xf[8];
-            X::expand(B == 1 ? xv[u] : x.load(min(b, batch - 1), chunk), xf);
+            float sq;
+            X::expand(B == 1 ? xv[u] : x.load(min(b, batch - 1), chunk), xf, sq);
 #pragma unroll
             for (int m = 0; m < M; ++m) {
               float dot = wf[m][0] * xf[0];
@@ -224,20 +219,21 @@ __device__ __forceinline__ void gemv_rows(const T* const (&w)[M], const X& x, in
               for (int i = 1; i < 8; ++i) dot = fmaf(wf[m][i], xf[i], dot);
               acc[m][b] += inside ? dot : 0.0f;
             }
+            if (X::sum_squares) acc[kSums - 1][b] += inside ? sq : 0.0f;
           }
         }
       }
     }
 
 #pragma unroll
-    for (int m = 0; m < M; ++m) {
+    for (int m = 0; m < kSums; ++m) {
 #pragma unroll
       for (int b = 0; b < B; ++b) acc[m][b] = lg::warp_sum(acc[m][b]);
     }
     if (warps_per_group > 1) {  // uniform over the block
       if (lane == 0) {
 #pragma unroll
-        for (int m = 0; m < M; ++m) {
+        for (int m = 0; m < kSums; ++m) {
 #pragma unroll
           for (int b = 0; b < B; ++b) group_partial[group * warps_per_group + warp_in_group][m][b] = acc[m][b];
         }
@@ -246,7 +242,7 @@ __device__ __forceinline__ void gemv_rows(const T* const (&w)[M], const X& x, in
       if (warp_in_group == 0 && lane == 0) {
         for (int k = 1; k < warps_per_group; ++k) {
 #pragma unroll
-          for (int m = 0; m < M; ++m) {
+          for (int m = 0; m < kSums; ++m) {
 #pragma unroll
             for (int b = 0; b < B; ++b) acc[m][b] += group_partial[group * warps_per_group + k][m][b];
           }
@@ -255,32 +251,25 @@ __device__ __forceinline__ void gemv_rows(const T* const (&w)[M], const X& x, in
       __syncthreads();  // the partials are read before the next row overwrites them
     }
     if (row < rows && warp_in_group == 0 && lane == 0) {
+      float out[M][B];
 #pragma unroll
-      for (int m = 0; m < M; ++m) {
+      for (int b = 0; b < B; ++b) {
+        const float scale =
+            X::sum_squares ? 1.0f / sqrtf(acc[kSums - 1][b] / static_cast<float>(cols) + eps) : 1.0f;
 #pragma unroll
-        for (int b = 0; b < B; ++b) acc[m][b] *= scale[b];
+        for (int m = 0; m < M; ++m) out[m][b] = acc[m][b] * scale;
       }
-      finish(row, acc);
+      finish(row, out);
     }
   }
 }
-
-/// Ones: the scale of the kernels without a norm.
-template <int B>
-struct Ones {
-  float v[B];
-  __device__ __forceinline__ Ones() {
-#pragma unroll
-    for (int b = 0; b < B; ++b) v[b] = 1.0f;
-  }
-};
 
 template <int B, class T>
 __device__ __forceinline__ void gemv_body(const T* W, const T* x, T* out, int rows, int cols, int batch) {
   if (!shapes_supported(cols, batch, W, x, x) || batch > B) __trap();
   const T* w[1] = {W};
-  prefetch_then_wait(w, rows, cols);
-  gemv_rows<1, B>(w, PlainX<T>{x, cols}, rows, cols, batch, Ones<B>().v, [&](int row, const float(&acc)[1][B]) {
+  prefetch_weights(w, rows, cols);
+  gemv_rows<1, B>(w, PlainX<T>{x, cols}, rows, cols, batch, 0.0f, [&](int row, const float(&acc)[1][B]) {
     for (int b = 0; b < batch; ++b) out[static_cast<long long>(b) * rows + row] = lg::from_float<T>(acc[0][b]);
   });
 }
@@ -289,8 +278,8 @@ template <int B, class T>
 __device__ __forceinline__ void gemv_add_body(const T* W, const T* x, T* out, int rows, int cols, int batch) {
   if (!shapes_supported(cols, batch, W, x, x) || batch > B) __trap();
   const T* w[1] = {W};
-  prefetch_then_wait(w, rows, cols);
-  gemv_rows<1, B>(w, PlainX<T>{x, cols}, rows, cols, batch, Ones<B>().v, [&](int row, const float(&acc)[1][B]) {
+  prefetch_weights(w, rows, cols);
+  gemv_rows<1, B>(w, PlainX<T>{x, cols}, rows, cols, batch, 0.0f, [&](int row, const float(&acc)[1][B]) {
     for (int b = 0; b < batch; ++b) {
       T& o = out[static_cast<long long>(b) * rows + row];
       o = lg::from_float<T>(lg::to_float(o) + acc[0][b]);
@@ -303,8 +292,8 @@ __device__ __forceinline__ void gemv_dual_body(const T* W1, const T* W3, const T
                                                int cols, int batch) {
   if (!shapes_supported(cols, batch, W1, W3, x) || batch > B) __trap();
   const T* w[2] = {W1, W3};
-  prefetch_then_wait(w, rows, cols);
-  gemv_rows<2, B>(w, PlainX<T>{x, cols}, rows, cols, batch, Ones<B>().v, [&](int row, const float(&acc)[2][B]) {
+  prefetch_weights(w, rows, cols);
+  gemv_rows<2, B>(w, PlainX<T>{x, cols}, rows, cols, batch, 0.0f, [&](int row, const float(&acc)[2][B]) {
     for (int b = 0; b < batch; ++b) {
       out1[static_cast<long long>(b) * rows + row] = lg::from_float<T>(acc[0][b]);
       out3[static_cast<long long>(b) * rows + row] = lg::from_float<T>(acc[1][b]);
@@ -317,8 +306,8 @@ __device__ __forceinline__ void gemv_swiglu_body(const T* W1, const T* W3, const
                                                  int batch) {
   if (!shapes_supported(cols, batch, W1, W3, x) || batch > B) __trap();
   const T* w[2] = {W1, W3};
-  prefetch_then_wait(w, rows, cols);
-  gemv_rows<2, B>(w, PlainX<T>{x, cols}, rows, cols, batch, Ones<B>().v, [&](int row, const float(&acc)[2][B]) {
+  prefetch_weights(w, rows, cols);
+  gemv_rows<2, B>(w, PlainX<T>{x, cols}, rows, cols, batch, 0.0f, [&](int row, const float(&acc)[2][B]) {
     for (int b = 0; b < batch; ++b) {
       out[static_cast<long long>(b) * rows + row] = lg::from_float<T>(silu(acc[0][b]) * acc[1][b]);
     }
@@ -330,10 +319,8 @@ __device__ __forceinline__ void rms_norm_gemv_body(const T* W, const T* x, const
                                                    float eps, int batch) {
   if (!shapes_supported(cols, batch, W, x, g) || batch > B) __trap();
   const T* w[1] = {W};
-  prefetch_then_wait(w, rows, cols);
-  float inv_rms[B];
-  block_inverse_rms<B>(x, cols, eps, batch, inv_rms);
-  gemv_rows<1, B>(w, GainedX<T>{x, g, cols}, rows, cols, batch, inv_rms, [&](int row, const float(&acc)[1][B]) {
+  prefetch_weights(w, rows, cols);
+  gemv_rows<1, B>(w, GainedX<T>{x, g, cols}, rows, cols, batch, eps, [&](int row, const float(&acc)[1][B]) {
     for (int b = 0; b < batch; ++b) out[static_cast<long long>(b) * rows + row] = lg::from_float<T>(acc[0][b]);
   });
 }
@@ -343,10 +330,8 @@ __device__ __forceinline__ void rms_norm_gemv_swiglu_body(const T* W1, const T* 
                                                           int rows, int cols, float eps, int batch) {
   if (!shapes_supported(cols, batch, W1, W3, x) || !lg::is_aligned16(g) || batch > B) __trap();
   const T* w[2] = {W1, W3};
-  prefetch_then_wait(w, rows, cols);
-  float inv_rms[B];
-  block_inverse_rms<B>(x, cols, eps, batch, inv_rms);
-  gemv_rows<2, B>(w, GainedX<T>{x, g, cols}, rows, cols, batch, inv_rms, [&](int row, const float(&acc)[2][B]) {
+  prefetch_weights(w, rows, cols);
+  gemv_rows<2, B>(w, GainedX<T>{x, g, cols}, rows, cols, batch, eps, [&](int row, const float(&acc)[2][B]) {
     for (int b = 0; b < batch; ++b) {
       out[static_cast<long long>(b) * rows + row] = lg::from_float<T>(silu(acc[0][b]) * acc[1][b]);
     }

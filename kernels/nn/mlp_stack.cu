@@ -24,12 +24,14 @@
 // without a second pass (1 / rms scales the fp32 dot products, as rms_norm_gemv_swiglu does). Each vector's
 // result is bit-for-bit what a batch of 1 gives for it.
 //
-// Synchronisation: `sync` holds 2 + 2 * layers unsigned counters, all zero at launch: [0] the ticket, [1] the
-// blocks that finished, [2 + 2l] phase A items of layer l done, [3 + 2l] phase B items done. An item's block
-// signals completion after a block barrier with a device-scope fence and an atomic add (release); a waiting block's
-// first thread polls with device-scope acquire loads, then the block barrier hands the ordering to every thread,
-// whose ordinary loads of x and act then see the other blocks' stores. The last block to finish sets every counter
-// back to zero, so the next launch starts clean. Two launches that share one `sync` must not run at once.
+// Synchronisation: `sync` holds (2 + 16 * layers) * 32 unsigned counters, all zero at launch, one per 128-byte
+// line: line 0 the ticket, line 1 the blocks that finished, then for each phase (A of layer l: 2l, B: 2l + 1) 8 lines
+// counting its items done (item i on line i % 8, so that one phase's atomics and polls spread over 8 addresses). An
+// item's block counts itself after a block barrier with a device-scope release add; a waiting block's first 8
+// threads poll with device-scope acquire loads, then the block barrier hands the ordering to every thread, whose
+// ordinary loads of x and act then see the other blocks' stores. A block asks for its next ticket while it works on
+// the current one. The last block to finish sets every counter back to zero, so the next launch starts clean. Two
+// launches that share one `sync` must not run at once.
 //
 // Kernels: mlp_stack (fp16) and mlp_stack_bf16, each with _b2, _b4, _b8 variants for batches of up to 2, 4, 8
 // (nn::BatchedKernel picks one):
@@ -53,6 +55,12 @@ namespace {
 
 constexpr int kWarps = 8;  // 256 threads per block
 
+/// Each phase's completion count is spread over kLanes counters, one per 128-byte line (item i counts on counter
+/// i % kLanes), so that the atomics of one phase's items and the polls of the blocks waiting for it do not all
+/// queue on one address.
+constexpr int kLanes = 8;
+constexpr int kLineWords = 32;  // unsigned ints per 128-byte line
+
 /// Device-scope acquire load: later loads of this thread (and, after a block barrier, of its block) see what was
 /// written before the release that this load observes.
 __device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
@@ -61,20 +69,25 @@ __device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
   return v;
 }
 
-/// Blocks until `*counter >= target` (one thread polls, the block waits at the barrier).
-__device__ __forceinline__ void block_wait_for(const unsigned* counter, unsigned target) {
-  if (threadIdx.x == 0) {
-    while (load_acquire(counter) < target) __nanosleep(32);
+/// Blocks until the phase whose counters start at `counters` has counted `items` items (threads 0..kLanes-1 poll
+/// one counter each, the block waits at the barrier).
+__device__ __forceinline__ void block_wait_for(const unsigned* counters, int items) {
+  if (threadIdx.x < kLanes) {
+    const unsigned target = static_cast<unsigned>((items - static_cast<int>(threadIdx.x) + kLanes - 1) / kLanes);
+    const unsigned* c = counters + threadIdx.x * kLineWords;
+    while (load_acquire(c) < target) {
+    }
   }
   __syncthreads();
 }
 
-/// Adds one to `*counter` once every thread of the block has finished its stores (release).
-__device__ __forceinline__ void block_signal(unsigned* counter) {
+/// Counts item `item` of the phase whose counters start at `counters`, once every thread of the block has finished
+/// its stores: the barrier orders them before thread 0's device-scope release add.
+__device__ __forceinline__ void block_signal(unsigned* counters, int item) {
   __syncthreads();
   if (threadIdx.x == 0) {
-    __threadfence();
-    atomicAdd(counter, 1u);
+    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counters + (item % kLanes) * kLineWords)
+                 : "memory");
   }
 }
 
@@ -126,8 +139,8 @@ __device__ __forceinline__ void reduce_split(float (&v)[N], const Slot& s, int s
 /// Phase A of one item: act[b][row] = silu(W1 h) * (W3 h) for the item's rows.
 template <int B, class T>
 __device__ __forceinline__ void phase_a(const MlpLayer& layer, const T* x, T* act, int d, int ffn, float eps,
-                                        int batch, int split, int item, const unsigned* wait_counter,
-                                        unsigned wait_target, float (*scratch)[2 * B + B]) {
+                                        int batch, int split, int item, const unsigned* wait_counters,
+                                        int wait_items, float (*scratch)[2 * B + B]) {
   constexpr int L = 4;  // loads in flight per lane and matrix
   const Slot s = slot_of(item, split, ffn);
   const int lane = threadIdx.x % 32;
@@ -147,7 +160,7 @@ __device__ __forceinline__ void phase_a(const MlpLayer& layer, const T* x, T* ac
     a1[u] = lg::load8_streaming(w1 + 8LL * chunk);
     a3[u] = lg::load8_streaming(w3 + 8LL * chunk);
   }
-  if (wait_counter != nullptr) block_wait_for(wait_counter, wait_target);
+  if (wait_counters != nullptr) block_wait_for(wait_counters, wait_items);
 
   float acc[2 * B + B];  // [0, B): W1 h, [B, 2B): W3 h, [2B, 3B): sum of x^2
 #pragma unroll
@@ -208,7 +221,7 @@ __device__ __forceinline__ void phase_a(const MlpLayer& layer, const T* x, T* ac
 /// Phase B of one item: x[b][row] += W2 act[b] for the item's rows.
 template <int B, class T>
 __device__ __forceinline__ void phase_b(const MlpLayer& layer, T* x, const T* act, int d, int ffn, int batch,
-                                        int split, int item, const unsigned* wait_counter, unsigned wait_target,
+                                        int split, int item, const unsigned* wait_counters, int wait_items,
                                         float (*scratch)[B]) {
   constexpr int L = 8;
   const Slot s = slot_of(item, split, d);
@@ -221,7 +234,7 @@ __device__ __forceinline__ void phase_b(const MlpLayer& layer, T* x, const T* ac
   lg::Pack8<T> a[L];
 #pragma unroll
   for (int u = 0; u < L; ++u) a[u] = lg::load8_streaming(w2 + 8LL * min(first + u * stride, chunks - 1));
-  block_wait_for(wait_counter, wait_target);
+  block_wait_for(wait_counters, wait_items);
 
   float acc[B];
 #pragma unroll
@@ -276,8 +289,9 @@ __device__ __forceinline__ void mlp_stack_body(const MlpLayer* layers, T* x, T* 
   const int per_layer = items_a + items_b;
   const int total = per_layer * layer_count;
   unsigned* ticket = sync;
-  unsigned* finished = sync + 1;
-  unsigned* done = sync + 2;  // [2l]: phase A of layer l, [2l + 1]: phase B
+  unsigned* finished = sync + kLineWords;
+  // Phase counters: phase q (2l: A of layer l, 2l + 1: B) has kLanes counters, a line each.
+  const auto phase = [&](int q) { return sync + (2 + q * kLanes) * kLineWords; };
 
   // Launched early, only the weights may be touched before this wait: x, act and the counters belong to earlier
   // work (the counters too: an earlier launch of this kernel with the same `sync` resets them as it ends).
@@ -287,23 +301,29 @@ __device__ __forceinline__ void mlp_stack_body(const MlpLayer* layers, T* x, T* 
   __shared__ int item_of_block;
   __shared__ float scratch_a[kWarps][3 * B];
   __shared__ float scratch_b[kWarps][B];
+  // Thread 0 asks for the block's next ticket as soon as it has the current one, so the atomic's round trip
+  // overlaps the current item. A block holding two tickets still lets the smallest unfinished one run: it is
+  // either some block's current item, whose dependencies are all smaller, or the next item of a block whose
+  // current item is smaller and therefore finished.
+  unsigned next = 0;
+  if (threadIdx.x == 0) next = atomicAdd(ticket, 1u);
   for (;;) {
-    if (threadIdx.x == 0) item_of_block = static_cast<int>(atomicAdd(ticket, 1u));
+    if (threadIdx.x == 0) item_of_block = static_cast<int>(next);
     __syncthreads();
     const int t = item_of_block;
     __syncthreads();  // read by every thread before the next ticket overwrites it
     if (t >= total) break;
+    if (threadIdx.x == 0) next = atomicAdd(ticket, 1u);
     const int l = t / per_layer;
     const int r = t % per_layer;
     const MlpLayer layer = layers[l];
     if (r < items_a) {
-      phase_a<B>(layer, x, act, d, ffn, eps, batch, split_a, r, l > 0 ? done + 2 * (l - 1) + 1 : nullptr,
-                 static_cast<unsigned>(items_b), scratch_a);
-      block_signal(done + 2 * l);
+      phase_a<B>(layer, x, act, d, ffn, eps, batch, split_a, r, l > 0 ? phase(2 * l - 1) : nullptr, items_b,
+                 scratch_a);
+      block_signal(phase(2 * l), r);
     } else {
-      phase_b<B>(layer, x, act, d, ffn, batch, split_b, r - items_a, done + 2 * l, static_cast<unsigned>(items_a),
-                 scratch_b);
-      block_signal(done + 2 * l + 1);
+      phase_b<B>(layer, x, act, d, ffn, batch, split_b, r - items_a, phase(2 * l), items_a, scratch_b);
+      block_signal(phase(2 * l + 1), r - items_a);
     }
   }
   if (threadIdx.x == 0) {
@@ -311,7 +331,9 @@ __device__ __forceinline__ void mlp_stack_body(const MlpLayer* layers, T* x, T* 
     if (atomicAdd(finished, 1u) == gridDim.x - 1) {  // every other block is past its last ticket
       *ticket = 0;
       *finished = 0;
-      for (int i = 0; i < 2 * layer_count; ++i) done[i] = 0;
+      for (int q = 0; q < 2 * layer_count; ++q) {
+        for (int i = 0; i < kLanes; ++i) phase(q)[i * kLineWords] = 0;
+      }
       __threadfence();
     }
   }

@@ -86,7 +86,9 @@ BasicMlpStack<T>::BasicMlpStack(const Stream& stream, const BasicKernels<T>& ker
   split_ = mlp_stack_split(split, d, ffn, resident_warps);
   auto owner = std::make_shared<TableOwner>(TableOwner{from_host(host).sync_on(stream), std::move(weights)});
   table_ = DeviceSpan<const MlpLayer>(owner->table.cview().address(), host.size(), owner);
-  sync_ = zeros<unsigned>(2 + 2 * host.size()).sync_on(stream).view();
+  // kernels/nn/mlp_stack.cu: a 128-byte line (32 counters) each for the ticket and the finished count, then 8 lines
+  // per phase, two phases per layer.
+  sync_ = zeros<unsigned>((2 + 16 * host.size()) * 32).sync_on(stream).view();
 }
 
 template <Element T>

@@ -69,7 +69,7 @@ class BasicMlpStack {
   MlpStackSplit split_;
   std::array<unsigned, 4> grid_{};  ///< per kernel variant (batches up to 1, 2, 4, 8)
   DeviceSpan<const MlpLayer> table_;  ///< its owner also keeps every layer's weights alive
-  DeviceSpan<unsigned> sync_;         ///< 2 + 2 * layers counters, zero between launches
+  DeviceSpan<unsigned> sync_;         ///< the kernel's counters (kernels/nn/mlp_stack.cu), zero between launches
 };
 
 /// The fp16 stack.
