@@ -1,5 +1,7 @@
 #include "lazygraph/detail/ops/exec_context.hpp"
 
+#include <nvtx3/nvToolsExt.h>
+
 #include <algorithm>
 #include <optional>
 #include <string>
@@ -110,7 +112,20 @@ void ExecContext::launch(const KernelSubmission& k) {
     add_planned(node);
     return;
   }
+  if (observer_ != nullptr && !recording_) observer_->before(k, *current_, labels_);
   drv::launch_kernel(current_->device().context(), k.function, k.shape, current_->get(), k.args, k.name);
+  if (observer_ != nullptr && !recording_) observer_->after(k, *current_);
+}
+
+void ExecContext::push_label(std::string label) {
+  nvtxRangePushA(label.c_str());
+  labels_.push_back(std::move(label));
+}
+
+void ExecContext::pop_label() noexcept {
+  if (labels_.empty()) return;
+  labels_.pop_back();
+  nvtxRangePop();
 }
 
 void ExecContext::copy(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes) {

@@ -8,9 +8,21 @@
 #include "lazygraph/detail/graph/graph_build.hpp"
 #include "lazygraph/detail/graph/graph_state.hpp"
 
+#include <nvtx3/nvToolsExt.h>
+
 namespace lazygraph {
 
 namespace drv = detail::driver;
+
+namespace {
+/// An NVTX range for the life of the scope: Nsight Systems shows capture, instantiation, upload and each replay.
+struct NvtxRange {
+  explicit NvtxRange(const char* name) noexcept { nvtxRangePushA(name); }
+  NvtxRange(const NvtxRange&) = delete;
+  NvtxRange& operator=(const NvtxRange&) = delete;
+  ~NvtxRange() { nvtxRangePop(); }
+};
+}  // namespace
 
 CaptureStatus capture_status(const Stream& stream) {
   switch (drv::capture_status(stream.device().context(), stream.get())) {
@@ -118,6 +130,7 @@ CaptureSession::CaptureSession(const Stream& stream, CaptureMode mode) : stream_
   }
   drv::capture_begin(stream.device().context(), stream_, to_driver(mode));
   active_ = true;
+  nvtxRangePushA("lazygraph capture");  // popped when the capture ends (finish or abort)
 }
 
 CaptureSession::~CaptureSession() { abort(); }
@@ -125,6 +138,7 @@ CaptureSession::~CaptureSession() { abort(); }
 void CaptureSession::abort() noexcept {
   if (!active_) return;
   active_ = false;
+  nvtxRangePop();
   CUgraph graph = nullptr;
   (void)drv::capture_end_no_throw(stream_, &graph);  // ends the capture whatever state it is in
   drv::graph_destroy_no_throw(graph);
@@ -132,6 +146,7 @@ void CaptureSession::abort() noexcept {
 
 drv::Graph CaptureSession::finish() {
   active_ = false;
+  nvtxRangePop();
   CUgraph raw = nullptr;
   const CUresult r = drv::capture_end_no_throw(stream_, &raw);
   drv::Graph graph(raw);
@@ -272,6 +287,7 @@ std::size_t GraphState::scratch_bytes() const {
 }
 
 void GraphState::instantiate() {
+  const NvtxRange range("lazygraph instantiate and upload");
   exec_ = drv::GraphExec::instantiate(graph_, stream_.device().context(), "CudaGraph", instantiate_flags(options_));
   if (options_.upload) {
     mapping_graph_memory(stream_.device(), [&] {
@@ -331,6 +347,7 @@ void GraphState::release_after_replays(DeferredRelease::Owners owners) {
 }
 
 void GraphState::launch_on(const Stream& stream) {
+  const NvtxRange range("lazygraph replay");
   host_errors_->rethrow_pending();
   const auto lock = guard();
   CUcontext ctx = exec_.context();
@@ -373,6 +390,7 @@ void GraphState::launch_on(const Stream& stream) {
 }
 
 void GraphState::launch_and_wait() {
+  const NvtxRange range("lazygraph replay and wait");
   host_errors_->rethrow_pending();
   {
     const auto lock = guard();
@@ -403,6 +421,7 @@ void GraphState::synchronize() {
 }
 
 void GraphState::upload(const Stream& stream) {
+  const NvtxRange range("lazygraph upload");
   const auto lock = guard();
   mapping_graph_memory(stream_.device(),
                        [&] { drv::graph_upload(exec_.context(), exec_.native_handle(), stream.get(), "CudaGraph"); });

@@ -86,18 +86,19 @@ void write_halves(const std::string& path, const std::vector<T>& values) {
 struct MlpResult {
   lazygraph::nn::MlpConfig config;
   int batch = 1;
-  double persistent_us = 0;  ///< bare graph: the input copy and the persistent stack kernel (the module's path)
-  double kernels_us = 0;     ///< bare graph: the input copy and two early-launched kernels per block
+  double kernels_us = 0;     ///< bare graph: the input copy and two early-launched kernels per block (the module's)
+  double persistent_us = 0;  ///< bare graph: the input copy and the persistent stack kernel (MlpConfig::persistent)
   double kernels_plain_us = 0;  ///< the same with ordinary launches (early_launch off)
   double eager_us = 0;          ///< the kernels launched eagerly, without a graph
   // Batch 1 only (Module::forward takes one row): the module's ways in and out.
   double forward_us = 0;       ///< Module::forward: staging copy in, replay, copy out, one wait
   double staged_graph_us = 0;  ///< the module's graph: staging copy in, compute, staging copy out
   double resident_us = 0;      ///< forward_resident: input already on the device
-  double bare_waited_us = 0;   ///< the bare persistent graph launched and waited for, one call at a time
-  double rel_err = 0;          ///< persistent path vs float64, every row
-  double kernels_rel_err = 0;  ///< kernel-per-launch path vs float64, every row
+  double bare_waited_us = 0;      ///< the bare kernels graph launched and waited for, one call at a time
+  double rel_err = 0;             ///< kernel-per-launch path vs float64, every row
+  double persistent_rel_err = 0;  ///< persistent path vs float64, every row
   std::string output;
+  std::vector<lg::KernelTiming> profile;  ///< the kernels path, kernel by kernel (--profile)
 };
 
 /// The batch's rows of input: the first batch * d values of the seeded input tensor (torch_models.py makes the
@@ -130,7 +131,7 @@ auto kernels_forward(const lazygraph::nn::Kernels& k, const lazygraph::nn::Mlp& 
 }
 
 MlpResult bench_mlp(const lg::Stream& s, const lg::KernelLibrary& kernels, const lazygraph::nn::MlpConfig& config,
-                    int batch, int forwards, const std::string& dir) {
+                    int batch, int forwards, bool profile, const std::string& dir) {
   MlpResult r;
   r.config = config;
   r.batch = batch;
@@ -147,16 +148,16 @@ MlpResult bench_mlp(const lg::Stream& s, const lg::KernelLibrary& kernels, const
   auto persistent = lg::CudaGraph<>::capture(s, lg::copy(y.view(), x.cview()) >>
                                                     mlp.stack().op(y.view(), act.view(), batch));
   persistent.launch();
-  const std::vector<half> output = to_host(s, y.cview());
+  const std::vector<half> persistent_output = to_host(s, y.cview());
   auto by_kernels = lg::CudaGraph<>::capture(s, kernels_forward(k, mlp, x.cview(), y.view(), act.view(), batch));
   by_kernels.launch();
-  const std::vector<half> kernels_output = to_host(s, y.cview());
+  const std::vector<half> output = to_host(s, y.cview());
   auto by_plain_kernels =
       lg::CudaGraph<>::capture(s, kernels_forward(plain, mlp, x.cview(), y.view(), act.view(), batch));
   by_plain_kernels.launch();
-  if (!same_bits(to_host(s, y.cview()), kernels_output)) throw std::runtime_error("MLP: early and ordinary launches disagree");
+  if (!same_bits(to_host(s, y.cview()), output)) throw std::runtime_error("MLP: early and ordinary launches disagree");
   r.rel_err = rows_error(config, input, output, batch);
-  r.kernels_rel_err = rows_error(config, input, kernels_output, batch);
+  r.persistent_rel_err = rows_error(config, input, persistent_output, batch);
   r.output = "mlp_" + std::to_string(config.d) + "_" + std::to_string(config.ffn) + "_" +
              std::to_string(config.layers) + "_b" + std::to_string(batch) + ".f16";
   write_halves(dir + "/" + r.output, output);
@@ -167,6 +168,7 @@ MlpResult bench_mlp(const lg::Stream& s, const lg::KernelLibrary& kernels, const
   const auto eager = kernels_forward(k, mlp, x.cview(), y.view(), act.view(), batch);
   lg::ExecContext ctx(s, false);
   r.eager_us = median_us(s, forwards, [&] { eager.execute(ctx); });
+  if (profile) r.profile = lg::profile_kernels(s, eager);
   if (batch == 1) {
     // Module::forward with host input and output (one replay, one wait), its graph alone, forward_resident, and
     // the bare graph launched and waited for.
@@ -174,7 +176,7 @@ MlpResult bench_mlp(const lg::Stream& s, const lg::KernelLibrary& kernels, const
     r.forward_us = median_us(s, forwards, [&] { mlp.forward_into(input, out); });
     r.staged_graph_us = median_us(s, forwards, [&] { mlp.graph().launch_on(s); });
     r.resident_us = median_us(s, forwards, [&] { mlp.forward_resident(x.cview(), out); });
-    r.bare_waited_us = median_us(s, forwards, [&] { persistent.launch(); });
+    r.bare_waited_us = median_us(s, forwards, [&] { by_kernels.launch(); });
   }
   return r;
 }
@@ -189,7 +191,67 @@ struct DecoderResult {
   bool generate_equal = false;       ///< generate's tokens are the forward loop's
   double batch_step_us = 0;          ///< the step graph of `batch` rows (0 when batch is 1)
   std::string logits0;               ///< the file of the first step's logits
+  double unfused_step_graph_us = 0;  ///< the step graph with DecoderConfig::fused off (the kernels of before)
+  double unfused_tokens_per_s = 0;   ///< likewise, forward per token
+  bool unfused_tokens_equal = false;  ///< the unfused decoder chose the same tokens
+  std::vector<int> unfused_tokens;
+  std::vector<lg::KernelTiming> profile;          ///< one step, kernel by kernel (--profile)
+  std::vector<lg::KernelTiming> unfused_profile;  ///< likewise, unfused
 };
+
+/// The bytes a decoder kernel moves, from what its span arguments view (KernelTiming::span_bytes), corrected where
+/// a span is far larger than what one step touches: the layer's KV caches (a step appends `rows` rows and attends
+/// over positions 0..position) and attention_split's partials (allocated for every row the decoder may step).
+double decoder_traffic(const lazygraph::nn::DecoderConfig& c, const lg::KernelTiming& t, int rows, int position) {
+  const double elem = sizeof(half);
+  const double kv = c.kv_dim();
+  const double layer_caches = 2.0 * c.max_batch * c.context * kv * elem;  // k and v
+  double bytes = static_cast<double>(t.span_bytes);
+  if (t.name == "qkv_rope_append" || t.name == "kv_append") bytes += 2.0 * rows * kv * elem - layer_caches;
+  if (t.name == "attention" || t.name == "attention_split") bytes += 2.0 * rows * (position + 1) * kv * elem - layer_caches;
+  if (t.name == "attention_split") {
+    const double per_row = static_cast<double>(c.heads) * c.attention_splits() * (c.head_dim() + 2) * 4.0;
+    bytes += (2.0 * rows - lazygraph::nn::kMaxRows) * per_row + (rows - lazygraph::nn::kMaxRows) * c.heads * 4.0;
+  }
+  return bytes;
+}
+
+/// The profile of one forward (profile_kernels) grouped by kernel, in order of first launch: launches, time, share,
+/// bytes, bandwidth and its fraction of the copy ceiling; then the sum against the graph replay.
+void print_profile(const std::string& title, const std::vector<lg::KernelTiming>& launches, double ceiling,
+                   double graph_us, const std::function<double(const lg::KernelTiming&)>& traffic) {
+  struct Kind {
+    std::string name;
+    int count = 0;
+    double us = 0;
+    double bytes = 0;
+  };
+  std::vector<Kind> kinds;
+  double total_us = 0;
+  double total_bytes = 0;
+  for (const lg::KernelTiming& t : launches) {
+    auto it = std::find_if(kinds.begin(), kinds.end(), [&](const Kind& k) { return k.name == t.name; });
+    if (it == kinds.end()) it = kinds.insert(kinds.end(), Kind{t.name});
+    ++it->count;
+    it->us += t.microseconds;
+    it->bytes += traffic(t);
+    total_us += t.microseconds;
+    total_bytes += traffic(t);
+  }
+  std::printf("\nprofile: %s (kernels launched one by one, each timed alone; medians)\n"
+              "| kernel | launches | us | share | MB moved | TB/s | of ceiling |\n|---|---|---|---|---|---|---|\n",
+              title.c_str());
+  for (const Kind& k : kinds) {
+    std::printf("| %s | %d | %.1f | %.1f%% | %.2f | %.2f | %.3f |\n", k.name.c_str(), k.count, k.us,
+                100.0 * k.us / total_us, k.bytes / 1e6, k.bytes / (k.us * 1e-6) * 1e-12,
+                k.bytes / (k.us * 1e-6) / ceiling);
+  }
+  std::printf("| all | %zu | %.1f | 100%% | %.2f | %.2f | %.3f |\n", launches.size(), total_us, total_bytes / 1e6,
+              total_bytes / (total_us * 1e-6) * 1e-12, total_bytes / (total_us * 1e-6) / ceiling);
+  std::printf("graph replay of the same work: %.1f us (the kernels alone sum to %.1f us; a graph overlaps their "
+              "starts and ends)\n",
+              graph_us, total_us);
+}
 
 /// Greedy generation of `steps` tokens from position 0, a host round trip per token; the best tokens/s of two
 /// runs after a warm-up.
@@ -208,9 +270,19 @@ double tokens_per_second(lazygraph::nn::Decoder& decoder, int first_token, int s
 
 DecoderResult bench_decoder(const lg::Stream& s, const lg::KernelLibrary& kernels,
                             const lazygraph::nn::DecoderConfig& config, int first_token, int steps, int forwards,
-                            int batch, const std::string& dir, const std::string& name) {
+                            int batch, bool profile, const std::string& dir, const std::string& name) {
   DecoderResult r;
   r.logits0 = name + "_logits0.f16";
+  {
+    lazygraph::nn::DecoderConfig unfused_config = config;
+    unfused_config.fused = false;
+    lazygraph::nn::Decoder unfused(s, kernels, unfused_config);
+    std::vector<int> tokens;
+    r.unfused_tokens_per_s = tokens_per_second(unfused, first_token, steps, tokens);
+    r.unfused_step_graph_us = median_us(s, forwards, [&] { unfused.graph().launch_on(s); });
+    if (profile) r.unfused_profile = lg::profile_kernels(s, unfused.step_op());
+    r.unfused_tokens = std::move(tokens);
+  }
   {
     lazygraph::nn::DecoderConfig plain_config = config;
     plain_config.early_launch = false;
@@ -240,6 +312,8 @@ DecoderResult bench_decoder(const lg::Stream& s, const lg::KernelLibrary& kernel
   generate();
   r.generate_tokens_per_s = steps / std::min(generate(), generate());
   r.generate_equal = generated == r.tokens;
+  r.unfused_tokens_equal = r.unfused_tokens == r.tokens;
+  if (profile) r.profile = lg::profile_kernels(s, decoder.step_op());
   if (batch > 1) {  // every row its own sequence, at position 100
     std::vector<lazygraph::nn::TokenAt> rows(static_cast<std::size_t>(batch), {7, std::min(100, config.context - 1)});
     (void)decoder.forward_batch(rows);
@@ -369,7 +443,6 @@ void bucketed_mlp_memory(const lg::Stream& s, const lg::KernelLibrary& kernels) 
   config.d = 4096;
   config.ffn = 11008;
   config.layers = 4;
-  config.persistent = false;  // the module's graph is the bucketed graphs' kernels: the same bits
   lazygraph::nn::Mlp mlp(s, kernels, config);
   const lazygraph::nn::Kernels k(kernels);
   const auto d = static_cast<std::size_t>(config.d);
@@ -428,6 +501,7 @@ struct Options {
   std::vector<lazygraph::nn::MlpConfig> mlps;
   std::vector<lazygraph::nn::DecoderConfig> decoders;
   bool defaults = true;  ///< no --mlp or --decoder: today's default run
+  bool profile = false;  ///< --profile: each model's forward kernel by kernel
 };
 
 /// "a,b,c" as integers. \throws UsageError naming `what` for anything else.
@@ -507,6 +581,8 @@ std::variant<Options, int> parse(int argc, char** argv, const char* usage) {
       o.forwards = std::max(1, integers(value(), "--forwards").at(0));
     } else if (arg == "--out") {
       o.out = value();
+    } else if (arg == "--profile") {
+      o.profile = true;
     } else if (arg.starts_with("-")) {
       throw lg::UsageError("unknown option " + arg);
     } else if (positional == 0) {  // the older form: OUTDIR [FORWARDS]
@@ -564,18 +640,18 @@ int run(const Options& o) {
               "(1 GiB device-to-device copy, read + written bytes, this run)\n\n",
               gpu.name().c_str(), o.forwards, o.batch, ceiling_tbs);
   std::printf(
-      "| MLP (d, ffn, layers) | weights MB | persistent graph us | of ceiling | kernels graph us | of ceiling | "
-      "kernels, no early launch us | kernels eager us | persistent / kernels | rel err f64 (persistent, kernels) "
+      "| MLP (d, ffn, layers) | weights MB | graph us | of ceiling | no early launch us | eager us | persistent "
+      "kernel graph us | of ceiling | persistent / graph | rel err f64 (graph, persistent) "
       "|\n|---|---|---|---|---|---|---|---|---|---|\n");
   std::vector<MlpResult> mlps;
   for (const lazygraph::nn::MlpConfig& config : o.mlps) {
-    const MlpResult& r = mlps.emplace_back(bench_mlp(s, kernels, config, o.batch, o.forwards, o.out));
+    const MlpResult& r = mlps.emplace_back(bench_mlp(s, kernels, config, o.batch, o.forwards, o.profile, o.out));
     const double bytes = static_cast<double>(config.weight_bytes());
     const auto fraction = [&](double us) { return bytes / (us * 1e-6) / ceiling; };
     std::printf("| (%d, %d, %d) | %.1f | %.1f | %.3f | %.1f | %.3f | %.1f | %.1f | %.3f | %.1e, %.1e |\n", config.d,
-                config.ffn, config.layers, bytes / 1e6, r.persistent_us, fraction(r.persistent_us), r.kernels_us,
-                fraction(r.kernels_us), r.kernels_plain_us, r.eager_us, r.persistent_us / r.kernels_us, r.rel_err,
-                r.kernels_rel_err);
+                config.ffn, config.layers, bytes / 1e6, r.kernels_us, fraction(r.kernels_us), r.kernels_plain_us,
+                r.eager_us, r.persistent_us, fraction(r.persistent_us), r.persistent_us / r.kernels_us, r.rel_err,
+                r.persistent_rel_err);
     std::fflush(stdout);
   }
   if (o.batch == 1) {
@@ -585,8 +661,8 @@ int run(const Options& o) {
         "|---|---|---|---|---|---|---|---|\n");
     for (const MlpResult& r : mlps) {
       std::printf("| (%d, %d, %d) | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", r.config.d, r.config.ffn,
-                  r.config.layers, r.persistent_us, r.bare_waited_us, r.staged_graph_us, r.forward_us, r.resident_us,
-                  r.forward_us - r.persistent_us, r.forward_us - r.bare_waited_us);
+                  r.config.layers, r.kernels_us, r.bare_waited_us, r.staged_graph_us, r.forward_us, r.resident_us,
+                  r.forward_us - r.kernels_us, r.forward_us - r.bare_waited_us);
     }
   }
 
@@ -594,23 +670,46 @@ int run(const Options& o) {
   const int steps = 256;
   std::vector<DecoderResult> decoders;
   std::printf(
-      "\n| decoder (d, heads, kv_heads, layers, ffn, vocab) | weights MB | step graph us | of ceiling | "
-      "tokens/s (forward per token) | no early launch | generate() tokens/s | generate / step bound | step eager "
-      "us |%s\n|---|---|---|---|---|---|---|---|---|%s\n",
+      "\n| decoder (d, heads, kv_heads, layers, ffn, vocab) | weights MB | step graph us | of ceiling | before: "
+      "unfused step graph us | before / now | tokens/s (forward per token) | before tokens/s | no early launch | "
+      "generate() tokens/s | generate / step bound | step eager us |%s\n|---|---|---|---|---|---|---|---|---|---|---|"
+      "---|%s\n",
       o.batch > 1 ? " step graph, batch rows us | batch / 1 row |" : "", o.batch > 1 ? "---|---|" : "");
   for (std::size_t i = 0; i < o.decoders.size(); ++i) {
     const lazygraph::nn::DecoderConfig& dc = o.decoders[i];
     const DecoderResult& dr = decoders.emplace_back(bench_decoder(
-        s, kernels, dc, first_token, std::min(steps, dc.context), o.forwards, o.batch, o.out,
+        s, kernels, dc, first_token, std::min(steps, dc.context), o.forwards, o.batch, o.profile, o.out,
         i == 0 ? std::string("decoder") : "decoder" + std::to_string(i)));
     const double bytes = static_cast<double>(dc.weight_bytes());
-    std::printf("| (%d, %d, %d, %d, %d, %d) | %.1f | %.1f | %.3f | %.0f | %.0f | %.0f | %.3f | %.1f |", dc.d, dc.heads,
-                dc.kv_head_count(), dc.layers, dc.ffn, dc.vocab, bytes / 1e6, dr.step_graph_us,
-                bytes / (dr.step_graph_us * 1e-6) / ceiling, dr.tokens_per_s, dr.tokens_per_s_plain,
-                dr.generate_tokens_per_s, dr.generate_tokens_per_s * dr.step_graph_us * 1e-6, dr.step_eager_us);
+    std::printf("| (%d, %d, %d, %d, %d, %d) | %.1f | %.1f | %.3f | %.1f | %.2f | %.0f | %.0f | %.0f | %.0f | %.3f | "
+                "%.1f |",
+                dc.d, dc.heads, dc.kv_head_count(), dc.layers, dc.ffn, dc.vocab, bytes / 1e6, dr.step_graph_us,
+                bytes / (dr.step_graph_us * 1e-6) / ceiling, dr.unfused_step_graph_us,
+                dr.unfused_step_graph_us / dr.step_graph_us, dr.tokens_per_s, dr.unfused_tokens_per_s,
+                dr.tokens_per_s_plain, dr.generate_tokens_per_s, dr.generate_tokens_per_s * dr.step_graph_us * 1e-6,
+                dr.step_eager_us);
     if (o.batch > 1) std::printf(" %.1f | %.2f |", dr.batch_step_us, dr.batch_step_us / dr.step_graph_us);
-    std::printf("%s\n", dr.generate_equal ? "" : " generate() tokens DIFFER from forward()'s");
+    std::printf("%s%s\n", dr.generate_equal ? "" : " generate() tokens DIFFER from forward()'s",
+                dr.unfused_tokens_equal ? "" : " (the unfused decoder's greedy tokens differ: rounding near a tie)");
     std::fflush(stdout);
+  }
+  if (o.profile) {
+    for (const MlpResult& r : mlps) {
+      print_profile("MLP (" + std::to_string(r.config.d) + ", " + std::to_string(r.config.ffn) + ", " +
+                        std::to_string(r.config.layers) + "), batch " + std::to_string(r.batch),
+                    r.profile, ceiling, r.kernels_us, [](const lg::KernelTiming& t) { return double(t.span_bytes); });
+    }
+    for (std::size_t i = 0; i < decoders.size(); ++i) {
+      const lazygraph::nn::DecoderConfig& dc = o.decoders[i];
+      const int position = std::min(steps, dc.context) - 1;  // where the forward loop left the io buffer
+      const auto traffic = [&](const lg::KernelTiming& t) { return decoder_traffic(dc, t, 1, position); };
+      const std::string shape = "decoder (d " + std::to_string(dc.d) + ", " + std::to_string(dc.layers) +
+                                " layers, vocab " + std::to_string(dc.vocab) + "), one step at position " +
+                                std::to_string(position);
+      print_profile(shape + ", before: unfused", decoders[i].unfused_profile, ceiling,
+                    decoders[i].unfused_step_graph_us, traffic);
+      print_profile(shape + ", now", decoders[i].profile, ceiling, decoders[i].step_graph_us, traffic);
+    }
   }
   std::printf("\n");
   const std::string features = o.defaults ? bench_features(s, kernels, o.forwards, o.out) : "";
@@ -622,8 +721,8 @@ int run(const Options& o) {
   for (std::size_t i = 0; i < mlps.size(); ++i) {
     const MlpResult& r = mlps[i];
     json << "    {\"d\": " << r.config.d << ", \"ffn\": " << r.config.ffn << ", \"layers\": " << r.config.layers
-         << ", \"batch\": " << r.batch << ", \"seed\": " << r.config.seed << ", \"graph_us\": " << r.persistent_us
-         << ", \"kernels_graph_us\": " << r.kernels_us << ", \"graph_plain_us\": " << r.kernels_plain_us
+         << ", \"batch\": " << r.batch << ", \"seed\": " << r.config.seed << ", \"graph_us\": " << r.kernels_us
+         << ", \"persistent_graph_us\": " << r.persistent_us << ", \"graph_plain_us\": " << r.kernels_plain_us
          << ", \"forward_us\": " << (r.batch == 1 ? r.forward_us : 0) << ", \"eager_us\": " << r.eager_us
          << ", \"weight_bytes\": " << r.config.weight_bytes() << ", \"rel_err_f64\": " << r.rel_err
          << ", \"output\": \"" << r.output << "\"}" << (i + 1 < mlps.size() ? ",\n" : "\n");
@@ -657,6 +756,9 @@ constexpr const char* usage =
     "  --batch B             rows per step, 1 to 8 (MLP graphs and an extra decoder step column)\n"
     "  --forwards N          timed forwards per median (default 300)\n"
     "  --out DIR             where lazygraph.json and the outputs go (default .)\n"
+    "  --profile             also break one forward of each model into its kernels: time, bytes moved and\n"
+    "                        fraction of the ceiling per kernel (eager launches, each timed alone); for the\n"
+    "                        decoders before (DecoderConfig::fused off) and now\n"
     "Example: bench_models --mlp 2048,5632,6 --decoder d=2048,heads=16,kv_heads=4,layers=16,ffn=5632,vocab=32000\n"
     "Exit status: 0 done, 1 failed, 2 bad arguments, 77 skipped (no GPU; the reason is printed).\n";
 

@@ -22,6 +22,17 @@
 //     since there are only n_heads blocks per row), dynamic shared memory max_ctx * sizeof(float) (the scores).
 //     Requires head_dim a multiple of 8 and at most 128, and q, the caches and out 16-byte aligned (traps else).
 //
+//   attention_split(q, k_cache, v_cache, out, partials, counters, positions, slots, n_heads, n_kv_heads, head_dim,
+//                   max_ctx, n_slots, scale)
+//     the same result, with each (row, head) spread over gridDim.z blocks (split-K over positions, as in
+//     flash-decoding): block z attends positions [z * len, (z + 1) * len) of 0..p, len = ceil(max_ctx / gridDim.z),
+//     writes its partial maximum, sum and weighted values to partials [batch][n_heads][gridDim.z][head_dim + 2]
+//     (floats), and the last block of the (row, head), found by an atomic count in counters [batch][n_heads] (zero at
+//     launch; that block sets it back to zero), combines the partials in split order (deterministic). A decode step
+//     has only n_heads blocks per row for `attention`; this fills the GPU. Launch: grid (n_heads, batch, splits),
+//     block 32 * k threads, dynamic shared memory len * sizeof(float). Two launches sharing `counters` must not
+//     run at once.
+//
 // Mapping: a position's head_dim halves are read as 16-byte chunks by a group of G lanes (G the power of two
 // >= head_dim / 8: 8 lanes for head_dim 64, 16 for 128), so a warp covers 32 / G positions per load and each
 // thread keeps 4 loads in flight.
@@ -53,15 +64,23 @@ __device__ __forceinline__ void kv_append_body(const T* k, const T* v, T* k_cach
   }
 }
 
+/// Where one (row, head) block reads: its query, its kv head's cache, its position and slot. Traps on a position,
+/// slot or shape the kernels cannot serve.
 template <class T>
-__device__ __forceinline__ void attention_body(const T* q, const T* k_cache, const T* v_cache, T* out,
-                                               const int* positions, const int* slots, int n_heads, int n_kv_heads,
-                                               int head_dim, int max_ctx, int n_slots, float scale) {
-  lg::early_launch_prologue();                 // may be launched early (LaunchConfig::early_launch)
-  extern __shared__ float scores[];            // [max_ctx]
-  __shared__ float warp_out[32][kMaxHeadDim];  // per-warp partial outputs
+struct HeadView {
+  const T* q;        ///< this head's query
+  const T* k_head;   ///< this kv head's keys, at this thread's chunk
+  const T* v_head;   ///< values likewise
+  int p;             ///< the row's position: positions 0..p are attended
+  long long out_at;  ///< this head's offset in out
+};
 
+template <class T>
+__device__ __forceinline__ HeadView<T> head_view(const T* q, const T* k_cache, const T* v_cache, const T* out,
+                                                 const int* positions, const int* slots, int n_heads, int n_kv_heads,
+                                                 int head_dim, int max_ctx, int n_slots, int chunk) {
   const int row = blockIdx.y;
+  const int head = blockIdx.x;
   const int p = positions[row];
   const int sequence = slots[row];
   if (p < 0 || p >= max_ctx || sequence < 0 || sequence >= n_slots || head_dim % 8 != 0 || head_dim > kMaxHeadDim ||
@@ -69,9 +88,19 @@ __device__ __forceinline__ void attention_body(const T* q, const T* k_cache, con
       !lg::is_aligned16(v_cache) || !lg::is_aligned16(out)) {
     __trap();
   }
-  const int head = blockIdx.x;
-  if (head >= n_heads) return;
+  const int kv_head = head / (n_heads / n_kv_heads);
+  const long long head_base = (static_cast<long long>(sequence) * n_kv_heads + kv_head) * max_ctx * head_dim;
+  const long long out_at = (static_cast<long long>(row) * n_heads + head) * head_dim;
+  return {q + out_at, k_cache + head_base + 8 * chunk, v_cache + head_base + 8 * chunk, p, out_at};
+}
 
+/// The block's share of one head's attention: positions [begin, end) (possibly none). Leaves in `o` (shared,
+/// head_dim floats) sum_j e^(s_j - m) v_j and returns m (the largest score, -inf for no position) and
+/// l = sum_j e^(s_j - m), every thread the same. `scores` holds end - begin floats.
+template <class T>
+__device__ __forceinline__ void attend_range(const HeadView<T>& h, int head_dim, float scale, int begin, int end,
+                                             float* scores, float* o, float& m, float& l) {
+  __shared__ float warp_out[32][kMaxHeadDim];  // per-warp partial outputs
   const int chunks = head_dim / 8;
   int group = 1;  // lanes per position
   while (group < chunks) group <<= 1;
@@ -83,27 +112,20 @@ __device__ __forceinline__ void attention_body(const T* q, const T* k_cache, con
   const int per_load = warps * (32 / group);  // positions the block covers per load
   const int my_slot = warp * (32 / group) + slot;
   const bool has_chunk = sub < chunks;
-  const int chunk = has_chunk ? sub : 0;
-
-  const int kv_head = head / (n_heads / n_kv_heads);
-  const long long head_base = (static_cast<long long>(sequence) * n_kv_heads + kv_head) * max_ctx * head_dim;
-  q += static_cast<long long>(row) * n_heads * head_dim;
-  out += static_cast<long long>(row) * n_heads * head_dim;
-  const T* k_head = k_cache + head_base + 8 * chunk;
-  const T* v_head = v_cache + head_base + 8 * chunk;
+  const int last = end - 1;
 
   float qf[8];
-  lg::load_float8(q + static_cast<long long>(head) * head_dim + 8 * chunk, qf);
+  lg::load_float8(h.q + 8 * (has_chunk ? sub : 0), qf);
 #pragma unroll
   for (int i = 0; i < 8; ++i) qf[i] *= scale;
 
-  // 1. Scores. Loads past p re-read position p (no branch around a load) and are not stored.
-  for (int j0 = 0; j0 <= p; j0 += per_load * kPositionsInFlight) {  // uniform over the block
+  // 1. Scores. Loads past the range re-read its last position (no branch around a load) and are not stored.
+  for (int j0 = begin; j0 < end; j0 += per_load * kPositionsInFlight) {  // uniform over the block
     lg::Pack8<T> kv[kPositionsInFlight];
 #pragma unroll
     for (int u = 0; u < kPositionsInFlight; ++u) {
-      const int j = min(j0 + u * per_load + my_slot, p);
-      kv[u] = lg::load8(k_head + static_cast<long long>(j) * head_dim);
+      const int j = min(j0 + u * per_load + my_slot, last);
+      kv[u] = lg::load8(h.k_head + static_cast<long long>(j) * head_dim);
     }
 #pragma unroll
     for (int u = 0; u < kPositionsInFlight; ++u) {
@@ -115,38 +137,38 @@ __device__ __forceinline__ void attention_body(const T* q, const T* k_cache, con
       dot = has_chunk ? dot : 0.0f;
       for (int offset = group / 2; offset > 0; offset >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
       const int j = j0 + u * per_load + my_slot;
-      if (sub == 0 && j <= p) scores[j] = dot;
+      if (sub == 0 && j < end) scores[j - begin] = dot;
     }
   }
   __syncthreads();
 
   // 2. Softmax weights, unnormalised: scores[j] = exp(s_j - max), and their sum.
-  float m = -__int_as_float(0x7f800000);
-  for (int j = threadIdx.x; j <= p; j += blockDim.x) m = fmaxf(m, scores[j]);
+  m = -__int_as_float(0x7f800000);
+  for (int j = threadIdx.x; j < end - begin; j += blockDim.x) m = fmaxf(m, scores[j]);
   m = lg::block_max(m);
   float sum = 0.0f;
-  for (int j = threadIdx.x; j <= p; j += blockDim.x) {
+  for (int j = threadIdx.x; j < end - begin; j += blockDim.x) {
     const float e = expf(scores[j] - m);
     scores[j] = e;
     sum += e;
   }
-  sum = lg::block_sum(sum);  // synchronises, so every weight is visible below
+  l = lg::block_sum(sum);  // synchronises, so every weight is visible below
 
-  // 3. out = sum_j w_j v_j: each thread accumulates its chunk over its positions.
+  // 3. sum_j w_j v_j: each thread accumulates its chunk over its positions.
   float acc[8];
 #pragma unroll
   for (int i = 0; i < 8; ++i) acc[i] = 0.0f;
-  for (int j0 = 0; j0 <= p; j0 += per_load * kPositionsInFlight) {
+  for (int j0 = begin; j0 < end; j0 += per_load * kPositionsInFlight) {
     lg::Pack8<T> vv[kPositionsInFlight];
 #pragma unroll
     for (int u = 0; u < kPositionsInFlight; ++u) {
-      const int j = min(j0 + u * per_load + my_slot, p);
-      vv[u] = lg::load8(v_head + static_cast<long long>(j) * head_dim);
+      const int j = min(j0 + u * per_load + my_slot, last);
+      vv[u] = lg::load8(h.v_head + static_cast<long long>(j) * head_dim);
     }
 #pragma unroll
     for (int u = 0; u < kPositionsInFlight; ++u) {
       const int j = j0 + u * per_load + my_slot;
-      const float w = j <= p ? scores[min(j, p)] : 0.0f;
+      const float w = j < end ? scores[min(j, last) - begin] : 0.0f;
       float vf[8];
       lg::unpack8(vv[u], vf);
 #pragma unroll
@@ -163,12 +185,94 @@ __device__ __forceinline__ void attention_body(const T* q, const T* k_cache, con
     for (int i = 0; i < 8; ++i) warp_out[warp][8 * sub + i] = acc[i];
   }
   __syncthreads();
-  const float inv_sum = 1.0f / sum;
   for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
     float total = 0.0f;
     for (int w = 0; w < warps; ++w) total += warp_out[w][d];
-    out[static_cast<long long>(head) * head_dim + d] = lg::from_float<T>(total * inv_sum);
+    o[d] = total;
   }
+  __syncthreads();
+}
+
+template <class T>
+__device__ __forceinline__ void attention_body(const T* q, const T* k_cache, const T* v_cache, T* out,
+                                               const int* positions, const int* slots, int n_heads, int n_kv_heads,
+                                               int head_dim, int max_ctx, int n_slots, float scale) {
+  lg::early_launch_prologue();       // may be launched early (LaunchConfig::early_launch)
+  extern __shared__ float scores[];  // [max_ctx]
+  __shared__ float o[kMaxHeadDim];
+  if (blockIdx.x >= n_heads) return;
+  const int chunks = head_dim / 8;
+  int group = 1;
+  while (group < chunks) group <<= 1;
+  const HeadView<T> h = head_view(q, k_cache, v_cache, out, positions, slots, n_heads, n_kv_heads, head_dim, max_ctx,
+                                  n_slots, min(static_cast<int>(threadIdx.x % 32) % group, chunks - 1));
+  float m;
+  float l;
+  attend_range(h, head_dim, scale, 0, h.p + 1, scores, o, m, l);
+  const float inv_sum = 1.0f / l;
+  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) out[h.out_at + d] = lg::from_float<T>(o[d] * inv_sum);
+}
+
+/// attention_split: block (head, row, z) attends positions [z * len, (z + 1) * len) of 0..p, len =
+/// ceil(max_ctx / gridDim.z), writes its (m, l, o) to partials, and the last of the row's gridDim.z blocks for the
+/// head (an atomic count, set back to zero by that block) combines them in split order, so the result does not
+/// depend on which block finished last.
+template <class T>
+__device__ __forceinline__ void attention_split_body(const T* q, const T* k_cache, const T* v_cache, T* out,
+                                                     float* partials, unsigned* counters, const int* positions,
+                                                     const int* slots, int n_heads, int n_kv_heads, int head_dim,
+                                                     int max_ctx, int n_slots, float scale) {
+  lg::early_launch_prologue();       // may be launched early (LaunchConfig::early_launch)
+  extern __shared__ float scores[];  // [len]
+  __shared__ float o[kMaxHeadDim];
+  __shared__ bool last_block;
+  if (blockIdx.x >= n_heads) return;
+  const int chunks = head_dim / 8;
+  int group = 1;
+  while (group < chunks) group <<= 1;
+  const HeadView<T> h = head_view(q, k_cache, v_cache, out, positions, slots, n_heads, n_kv_heads, head_dim, max_ctx,
+                                  n_slots, min(static_cast<int>(threadIdx.x % 32) % group, chunks - 1));
+  const int splits = gridDim.z;
+  const int len = (max_ctx + splits - 1) / splits;
+  const int begin = min(static_cast<int>(blockIdx.z) * len, h.p + 1);
+  const int end = min(begin + len, h.p + 1);
+  float m;
+  float l;
+  attend_range(h, head_dim, scale, begin, end, scores, o, m, l);
+
+  const long long pair = static_cast<long long>(blockIdx.y) * n_heads + blockIdx.x;  // (row, head)
+  const int stride = head_dim + 2;                                                    // floats per partial
+  float* mine = partials + (pair * splits + blockIdx.z) * stride;
+  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) mine[2 + d] = o[d];
+  if (threadIdx.x == 0) {
+    mine[0] = m;
+    mine[1] = l;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();  // this block's partial is visible before its count
+    last_block = atomicAdd(counters + pair, 1u) == static_cast<unsigned>(splits - 1);
+  }
+  __syncthreads();
+  if (!last_block) return;
+  __threadfence();  // the other blocks' partials, counted before ours, are visible from here
+  const float* all = partials + pair * splits * stride;
+  float top = -__int_as_float(0x7f800000);
+  for (int z = 0; z < splits; ++z) top = fmaxf(top, __ldcg(all + z * stride));
+  float denominator = 0.0f;
+  for (int z = 0; z < splits; ++z) {
+    const float mz = __ldcg(all + z * stride);
+    denominator += mz == -__int_as_float(0x7f800000) ? 0.0f : expf(mz - top) * __ldcg(all + z * stride + 1);
+  }
+  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+    float numerator = 0.0f;
+    for (int z = 0; z < splits; ++z) {
+      const float mz = __ldcg(all + z * stride);
+      if (mz != -__int_as_float(0x7f800000)) numerator += expf(mz - top) * __ldcg(all + z * stride + 2 + d);
+    }
+    out[h.out_at + d] = lg::from_float<T>(numerator / denominator);
+  }
+  if (threadIdx.x == 0) counters[pair] = 0;  // the next launch counts from zero
 }
 
 }  // namespace
@@ -189,6 +293,23 @@ extern "C" __global__ void attention(const lg::half_t* q, const lg::half_t* k_ca
                                      lg::half_t* out, const int* positions, const int* slots, int n_heads,
                                      int n_kv_heads, int head_dim, int max_ctx, int n_slots, float scale) {
   attention_body(q, k_cache, v_cache, out, positions, slots, n_heads, n_kv_heads, head_dim, max_ctx, n_slots, scale);
+}
+
+extern "C" __global__ void attention_split(const lg::half_t* q, const lg::half_t* k_cache,
+                                           const lg::half_t* v_cache, lg::half_t* out, float* partials,
+                                           unsigned* counters, const int* positions, const int* slots, int n_heads,
+                                           int n_kv_heads, int head_dim, int max_ctx, int n_slots, float scale) {
+  attention_split_body(q, k_cache, v_cache, out, partials, counters, positions, slots, n_heads, n_kv_heads, head_dim,
+                       max_ctx, n_slots, scale);
+}
+
+extern "C" __global__ void attention_split_bf16(const lg::bf16_t* q, const lg::bf16_t* k_cache,
+                                                const lg::bf16_t* v_cache, lg::bf16_t* out, float* partials,
+                                                unsigned* counters, const int* positions, const int* slots,
+                                                int n_heads, int n_kv_heads, int head_dim, int max_ctx, int n_slots,
+                                                float scale) {
+  attention_split_body(q, k_cache, v_cache, out, partials, counters, positions, slots, n_heads, n_kv_heads, head_dim,
+                       max_ctx, n_slots, scale);
 }
 
 extern "C" __global__ void attention_bf16(const lg::bf16_t* q, const lg::bf16_t* k_cache, const lg::bf16_t* v_cache,

@@ -27,10 +27,9 @@
 // Synchronisation: `sync` holds (2 + 16 * layers) * 32 unsigned counters, all zero at launch, one per 128-byte
 // line: line 0 the ticket, line 1 the blocks that finished, then for each phase (A of layer l: 2l, B: 2l + 1) 8 lines
 // counting its items done (item i on line i % 8, so that one phase's atomics and polls spread over 8 addresses). An
-// item's block counts itself after a block barrier with a device-scope release add; a waiting block's first 8
-// threads poll with device-scope acquire loads, then the block barrier hands the ordering to every thread, whose
-// ordinary loads of x and act then see the other blocks' stores. A block asks for its next ticket while it works on
-// the current one. The last block to finish sets every counter back to zero, so the next launch starts clean. Two
+// item's block counts itself after a block barrier with a device-scope release add; a waiting block's first
+// thread polls the 8 counters with device-scope acquire loads (pausing 32 ns between rounds), then the block barrier hands the ordering to every thread, whose
+// ordinary loads of x and act then see the other blocks' stores. The last block to finish sets every counter back to zero, so the next launch starts clean. Two
 // launches that share one `sync` must not run at once.
 //
 // Kernels: mlp_stack (fp16) and mlp_stack_bf16, each with _b2, _b4, _b8 variants for batches of up to 2, 4, 8
@@ -69,13 +68,22 @@ __device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
   return v;
 }
 
-/// Blocks until the phase whose counters start at `counters` has counted `items` items (threads 0..kLanes-1 poll
-/// one counter each, the block waits at the barrier).
+/// Blocks until the phase whose counters start at `counters` has counted `items` items. The block's first thread
+/// polls the kLanes counters (their loads in flight together), pausing between rounds: hundreds of blocks wait at
+/// once, and polling without a pause slowed the phase boundaries down (H100); the block waits at the barrier.
+/// (A block that took its next ticket while working on the current one made things worse still: the last items of
+/// a phase then waited for their holders' current items, so each phase cost two items in a row.)
 __device__ __forceinline__ void block_wait_for(const unsigned* counters, int items) {
-  if (threadIdx.x < kLanes) {
-    const unsigned target = static_cast<unsigned>((items - static_cast<int>(threadIdx.x) + kLanes - 1) / kLanes);
-    const unsigned* c = counters + threadIdx.x * kLineWords;
-    while (load_acquire(c) < target) {
+  if (threadIdx.x == 0) {
+    for (;;) {
+      bool done = true;
+#pragma unroll
+      for (int i = 0; i < kLanes; ++i) {
+        const unsigned target = static_cast<unsigned>((items - i + kLanes - 1) / kLanes);
+        done = done && load_acquire(counters + i * kLineWords) >= target;
+      }
+      if (done) break;
+      __nanosleep(32);
     }
   }
   __syncthreads();
@@ -301,19 +309,12 @@ __device__ __forceinline__ void mlp_stack_body(const MlpLayer* layers, T* x, T* 
   __shared__ int item_of_block;
   __shared__ float scratch_a[kWarps][3 * B];
   __shared__ float scratch_b[kWarps][B];
-  // Thread 0 asks for the block's next ticket as soon as it has the current one, so the atomic's round trip
-  // overlaps the current item. A block holding two tickets still lets the smallest unfinished one run: it is
-  // either some block's current item, whose dependencies are all smaller, or the next item of a block whose
-  // current item is smaller and therefore finished.
-  unsigned next = 0;
-  if (threadIdx.x == 0) next = atomicAdd(ticket, 1u);
   for (;;) {
-    if (threadIdx.x == 0) item_of_block = static_cast<int>(next);
+    if (threadIdx.x == 0) item_of_block = static_cast<int>(atomicAdd(ticket, 1u));
     __syncthreads();
     const int t = item_of_block;
     __syncthreads();  // read by every thread before the next ticket overwrites it
     if (t >= total) break;
-    if (threadIdx.x == 0) next = atomicAdd(ticket, 1u);
     const int l = t / per_layer;
     const int r = t % per_layer;
     const MlpLayer layer = layers[l];

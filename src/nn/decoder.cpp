@@ -56,7 +56,14 @@ BasicDecoderState<T>::BasicDecoderState(const Device& device, const DecoderConfi
       logits(DeviceBuffer<T>(device, kMaxRows * static_cast<std::size_t>(c.vocab))),
       k_cache(DeviceBuffer<T>(device, static_cast<std::size_t>(c.layers) * static_cast<std::size_t>(c.max_batch) *
                                           static_cast<std::size_t>(c.context) * static_cast<std::size_t>(c.kv_dim()))),
-      v_cache(DeviceBuffer<T>(device, k_cache.size())) {}
+      v_cache(DeviceBuffer<T>(device, k_cache.size())),
+      attention_partials(device, static_cast<std::size_t>(kMaxRows) * static_cast<std::size_t>(c.heads) *
+                                     static_cast<std::size_t>(c.attention_splits()) *
+                                     static_cast<std::size_t>(c.head_dim() + 2)),
+      attention_counters(device, static_cast<std::size_t>(kMaxRows) * static_cast<std::size_t>(c.heads)) {
+  // attention_split counts each (row, head)'s blocks here and leaves the counts at zero; they start there.
+  fill(attention_counters.view(), 0U).sync_on(Stream(device));
+}
 
 namespace {
 const DecoderConfig& validated(const DecoderConfig& c) {

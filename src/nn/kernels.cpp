@@ -48,10 +48,12 @@ BasicKernels<T>::BasicKernels(const KernelLibrary& library, bool early)
       rms_norm_gemv(lookup<decltype(rms_norm_gemv)>(library, named<T>("rms_norm_gemv"))),
       rms_norm_gemv_swiglu(lookup<decltype(rms_norm_gemv_swiglu)>(library, named<T>("rms_norm_gemv_swiglu"))),
       mlp_stack(lookup<decltype(mlp_stack)>(library, named<T>("mlp_stack"))),
+      qkv_rope_append(lookup<decltype(qkv_rope_append)>(library, named<T>("qkv_rope_append"))),
       rms_norm(lookup<decltype(rms_norm)>(library, named<T>("rms_norm"))),
       rope(lookup<decltype(rope)>(library, named<T>("rope"))),
       kv_append(lookup<decltype(kv_append)>(library, named<T>("kv_append"))),
       attention(lookup<decltype(attention)>(library, named<T>("attention"))),
+      attention_split(lookup<decltype(attention_split)>(library, named<T>("attention_split"))),
       argmax(lookup<decltype(argmax)>(library, named<T>("argmax"))),
       sample(lookup<decltype(sample)>(library, named<T>("sample"))),
       fill_uniform(

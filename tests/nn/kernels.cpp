@@ -491,9 +491,11 @@ TEST_SUITE("gpu") {
     CHECK(wrong == 0);
   }
 
-  TEST_CASE("attention is the softmax-weighted sum of the cached values up to the position, also grouped-query") {
+  TEST_CASE("attention (one block or split over positions) is the softmax-weighted sum of the cached values up to the "
+            "position, also grouped-query") {
     Stream& s = lgtest::stream();
     const auto attention = nn::Kernels(lgtest::nn_kernels()).attention;
+    const auto attention_split = nn::Kernels(lgtest::nn_kernels()).attention_split;
     const int max_ctx = 1024;
     for (const auto& [n_heads, n_kv_heads, head_dim] :
          {std::tuple{32, 32, 64}, std::tuple{8, 8, 128}, std::tuple{4, 4, 96}, std::tuple{32, 8, 64},
@@ -557,6 +559,23 @@ TEST_SUITE("gpu") {
                            dk.cview(), dv.cview(), out.view(), dpos.cview(), dslot.cview(), n_heads, n_kv_heads,
                            head_dim, max_ctx, 1, scale);
           check_close(on_host(out), ref);
+        }
+        // Split over positions: any number of blocks per head gives the same result, and the counts go back to 0.
+        for (const unsigned splits : {1U, 3U, 16U, 64U}) {
+          CAPTURE(splits);
+          const unsigned len = (max_ctx + splits - 1) / splits;
+          auto out = poisoned(static_cast<std::size_t>(n_heads) * head_dim);
+          DeviceBuffer<float> partials(lgtest::device(),
+                                       static_cast<std::size_t>(n_heads) * splits * static_cast<std::size_t>(head_dim + 2));
+          auto counters = lgtest::to_device(s, std::vector<unsigned>(static_cast<std::size_t>(n_heads), 0U));
+          for (int launch = 0; launch < 2; ++launch) {
+            attention_split.launch(s, {{static_cast<unsigned>(n_heads), 1, splits}, {128, 1, 1}, len * 4U}, dq.cview(),
+                                   dk.cview(), dv.cview(), out.view(), partials.view(), counters.view(), dpos.cview(),
+                                   dslot.cview(), n_heads, n_kv_heads, head_dim, max_ctx, 1, scale);
+            check_close(on_host(out), ref);
+          }
+          const auto left = lgtest::to_host(s, counters.cview());
+          CHECK(std::count(left.begin(), left.end(), 0U) == n_heads);
         }
       }
     }
@@ -652,9 +671,12 @@ TEST_CASE_TEMPLATE("every handle of nn::BasicKernels matches its kernel's declar
   check_model_kernel(d, "rms_norm_gemv", &K::rms_norm_gemv);
   check_model_kernel(d, "rms_norm", &K::rms_norm);
   check_model_kernel(d, "rms_norm_gemv_swiglu", &K::rms_norm_gemv_swiglu);
+  check_model_kernel(d, "mlp_stack", &K::mlp_stack);
+  check_model_kernel(d, "qkv_rope_append", &K::qkv_rope_append);
   check_model_kernel(d, "rope", &K::rope);
   check_model_kernel(d, "kv_append", &K::kv_append);
   check_model_kernel(d, "attention", &K::attention);
+  check_model_kernel(d, "attention_split", &K::attention_split);
   check_model_kernel(d, "argmax", &K::argmax);
   check_model_kernel(d, "sample", &K::sample);
   check_model_kernel(d, "fill_uniform", &K::fill_uniform);
@@ -666,7 +688,7 @@ TEST_CASE("every nn kernel in kernels/nn/ compiles for sm_90 with the core and t
   REQUIRE(sources.size() >= 8);
   std::vector<KernelSource> headers(core_kernel_headers().begin(), core_kernel_headers().end());
   headers.insert(headers.end(), nn::kernel_set().headers.begin(), nn::kernel_set().headers.end());
-  CHECK(nn::kernel_set().headers.size() == 2);
+  CHECK(nn::kernel_set().headers.size() == 3);  // argmax.cuh, gemv_core.cuh, hash.cuh
   const auto opts = nvrtc_options(90, true);
   for (const KernelSource& s : sources) {
     CAPTURE(s.name);
@@ -846,4 +868,95 @@ TEST_SUITE("gpu") {
     CHECK(together.x[static_cast<std::size_t>(2) * d + 7].bits ==
           host_table[static_cast<std::size_t>(17) * d + 7].bits);
   }
+  TEST_CASE("qkv_rope_append equals the norm, three projections, RoPE and the cache append in float64") {
+    Stream& s = lgtest::stream();
+    const nn::Kernels k(lgtest::nn_kernels());
+    const int d = 256;
+    const int heads = 4;
+    const int kv_heads = 2;
+    const int hd = d / heads;
+    const int kv = kv_heads * hd;
+    const int ctx = 16;
+    const int slots = 4;
+    const float eps = 1e-5F;
+    const float theta = 10000.0F;
+    const std::vector<int> positions{5, 0, 15};
+    const std::vector<int> row_slots{2, 0, 3};
+    const int batch = static_cast<int>(positions.size());
+    const auto scaled = [](std::size_t n, double scale) {
+      std::vector<half> out;
+      for (const float f : lgtest::random_floats(n)) out.push_back(half::from_float(static_cast<float>(f * scale)));
+      return out;
+    };
+    const double w_scale = 1.0 / std::sqrt(static_cast<double>(d));
+    const auto wq = scaled(static_cast<std::size_t>(d) * d, w_scale);
+    const auto wk = scaled(static_cast<std::size_t>(kv) * d, w_scale);
+    const auto wv = scaled(static_cast<std::size_t>(kv) * d, w_scale);
+    const auto x = random_halves(static_cast<std::size_t>(batch) * d);
+    const auto g = random_halves(static_cast<std::size_t>(d));
+    const std::size_t cache_size = static_cast<std::size_t>(slots) * kv_heads * ctx * hd;
+    auto q = poisoned(static_cast<std::size_t>(batch) * d);
+    auto kc = poisoned(cache_size);
+    auto vc = poisoned(cache_size);
+    const auto dq = on_device(wq);
+    const auto dk = on_device(wk);
+    const auto dv = on_device(wv);
+    const auto dx = on_device(x);
+    const auto dg = on_device(g);
+    const auto dpos = lgtest::to_device(s, positions);
+    const auto dslot = lgtest::to_device(s, row_slots);
+    k.qkv_rope_append.launch(s, k.qkv_config(d, kv), dq.cview(), dk.cview(), dv.cview(), dx.cview(), dg.cview(),
+                             q.view(), kc.view(), vc.view(), dpos.cview(), dslot.cview(), d, kv_heads, hd, ctx, slots,
+                             theta, eps, batch);
+    const auto got_q = on_host(q);
+    const auto got_k = on_host(kc);
+    const auto got_v = on_host(vc);
+    std::vector<half> q_got;
+    std::vector<double> q_want;
+    std::vector<half> kv_got;
+    std::vector<double> kv_want;
+    std::vector<bool> written(cache_size, false);
+    const auto rotate = [&](std::vector<double> v, int position) {
+      for (std::size_t e = 0; e + 1 < v.size(); e += 2) {
+        const int i = static_cast<int>(e % static_cast<std::size_t>(hd)) / 2;
+        const double angle = position * std::pow(static_cast<double>(theta), -2.0 * i / hd);
+        const double x0 = v[e];
+        const double x1 = v[e + 1];
+        v[e] = x0 * std::cos(angle) - x1 * std::sin(angle);
+        v[e + 1] = x0 * std::sin(angle) + x1 * std::cos(angle);
+      }
+      return v;
+    };
+    for (int b = 0; b < batch; ++b) {
+      double ss = 0;
+      for (int c = 0; c < d; ++c) ss += double(x[b * d + c].to_float()) * x[b * d + c].to_float();
+      const double inv = 1.0 / std::sqrt(ss / d + eps);
+      std::vector<double> h(d);
+      for (int c = 0; c < d; ++c) h[c] = x[b * d + c].to_float() * inv * g[c].to_float();
+      const auto qr = rotate(matvec(wq, h, d, d).value, positions[b]);
+      const auto kr = rotate(matvec(wk, h, kv, d).value, positions[b]);
+      const auto vr = matvec(wv, h, kv, d).value;
+      for (int i = 0; i < d; ++i) {
+        q_got.push_back(got_q[b * d + i]);
+        q_want.push_back(qr[i]);
+      }
+      for (int i = 0; i < kv; ++i) {
+        const std::size_t at =
+            ((static_cast<std::size_t>(row_slots[b]) * kv_heads + i / hd) * ctx + positions[b]) * hd + i % hd;
+        written[at] = true;
+        kv_got.push_back(got_k[at]);
+        kv_want.push_back(kr[i]);
+        kv_got.push_back(got_v[at]);
+        kv_want.push_back(vr[i]);
+      }
+    }
+    check_close(q_got, q_want);
+    check_close(kv_got, kv_want);
+    int touched = 0;
+    for (std::size_t i = 0; i < cache_size; ++i) {
+      if (!written[i]) touched += static_cast<int>(got_k[i].bits != poison) + static_cast<int>(got_v[i].bits != poison);
+    }
+    CHECK(touched == 0);  // nothing but the rows' positions was written
+  }
+
 }

@@ -134,6 +134,7 @@ TEST_SUITE("gpu") {
 
   TEST_CASE("the persistent Mlp module matches float64, equals its eager op and launches early or not alike") {
     nn::MlpConfig config = shape(512, 1536, 6);
+    config.persistent = true;
     nn::Mlp early(lgtest::stream(), lgtest::nn_kernels(), config);
     CHECK(early.graph().node_count() == 4U);  // staging in, the input copy, the stack, staging out
     config.early_launch = false;

@@ -177,7 +177,6 @@ TEST_SUITE("gpu") {
     config.d = 256;
     config.ffn = 512;
     config.layers = 2;
-    config.persistent = false;  // forward_op is the two-kernels-per-block pass (tests/nn/mlp_stack.cpp: persistent)
     lazygraph::nn::Mlp mlp(lgtest::stream(), lgtest::nn_kernels(), config);
     const std::vector<half> x = random_input(256);
     const std::vector<half> graph_out = mlp.forward(x);
@@ -194,7 +193,6 @@ TEST_SUITE("gpu") {
     config.d = 512;
     config.ffn = 1536;
     config.layers = 6;
-    config.persistent = false;  // a kernel per launch: the edges between them (tests/nn/mlp_stack.cpp: persistent)
     lazygraph::nn::Mlp early(lgtest::stream(), lgtest::nn_kernels(), config);
     config.early_launch = false;
     lazygraph::nn::Mlp plain(lgtest::stream(), lgtest::nn_kernels(), config);
@@ -274,11 +272,12 @@ TEST_SUITE("gpu") {
     CHECK(decoder.forward({0, 0}) >= 0);  // still usable
   }
 
-  TEST_CASE("the decoder's step is one graph with the Q, K, V projections as parallel branches") {
+  TEST_CASE("the decoder's step is one graph of five kernels per layer, whose eager op gives the same logits") {
     const lazygraph::nn::DecoderConfig config = small_decoder();
     lazygraph::nn::Decoder decoder(lgtest::stream(), lgtest::nn_kernels(), config);
-    // embedding + per layer (3 projections + rope + kv_append + attention + wo + 2 MLP kernels) + lm head + argmax
-    CHECK(decoder.graph().node_count() == 1 + 9 * static_cast<std::size_t>(config.layers) + 2);
+    // embedding + per layer (norm, QKV, RoPE and cache append in one kernel + attention + wo + 2 MLP kernels) + lm
+    // head + sample
+    CHECK(decoder.graph().node_count() == 1 + 5 * static_cast<std::size_t>(config.layers) + 2);
     const int via_graph = decoder.forward({5, 0});
     const std::vector<half> logits = decoder.logits();
     // The same op run eagerly (io still holds token 5, position 0) gives the same logits.

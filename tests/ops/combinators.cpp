@@ -154,3 +154,22 @@ TEST_SUITE("gpu") {
     CHECK(lgtest::to_host(s, c.cview()) == before_c);                                 // skipped
   }
 }
+
+static_assert(GraphNode<ChooseOp<Fill, Fill>> && std::is_void_v<ChooseOp<Fill, Fill>::Output>);
+static_assert(!GraphNode<ChooseOp<Fill, decltype(zeros<float>(1) >> fill(DeviceSpan<float>{}, 0.0F))>>);
+
+TEST_SUITE("gpu") {
+  TEST_CASE("choose runs the op it was built to run, eagerly and in a graph") {
+    Stream& s = lgtest::stream();
+    auto a = zeros<float>(4).sync_on(s);
+    auto b = zeros<float>(4).sync_on(s);
+    choose(true, fill(a.view(), 1.0F), fill(b.view(), 2.0F)).sync_on(s);
+    CHECK(lgtest::to_host(s, a.cview()) == std::vector<float>(4, 1.0F));
+    CHECK(lgtest::to_host(s, b.cview()) == std::vector<float>(4, 0.0F));
+    auto graph = CudaGraph<>::capture(s, choose(false, fill(a.view(), 3.0F), fill(b.view(), 4.0F)));
+    CHECK(graph.node_count() == 1);
+    graph.launch();
+    CHECK(lgtest::to_host(s, a.cview()) == std::vector<float>(4, 1.0F));
+    CHECK(lgtest::to_host(s, b.cview()) == std::vector<float>(4, 4.0F));
+  }
+}

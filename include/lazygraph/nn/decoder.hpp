@@ -6,6 +6,7 @@
 /// step replays the same graph. Weights come from a seed (DecoderWeights::generate) or from a checkpoint
 /// (checkpoint.hpp). Weights and activations are fp16 (`Decoder`) or bf16 (`BasicDecoder<bfloat16>`), element.hpp.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -41,6 +42,10 @@ struct DecoderConfig {
   float eps = 1e-5F;          ///< RMSNorm epsilon
   std::uint32_t seed = 1234;  ///< seed of the generated weights (DecoderWeights::generate)
   bool early_launch = true;   ///< launch the kernels early (Kernels::step_config); false to compare
+  /// The attention block's input side as one kernel (norm, Q/K/V projections, RoPE and the cache append:
+  /// qkv_rope_append) and attention split over positions (attention_split). False: the kernels these replaced
+  /// (three rms_norm_gemv in parallel, rope, kv_append, attention with one block per head), to compare.
+  bool fused = true;
 
   /// d / heads.
   [[nodiscard]] int head_dim() const noexcept { return heads > 0 ? d / heads : 0; }
@@ -54,6 +59,9 @@ struct DecoderConfig {
   void validate() const;
   /// Bytes of weights one step reads (all matrices and gains, plus one embedding row).
   [[nodiscard]] std::size_t weight_bytes() const;
+  /// Blocks each (row, head) of attention is spread over (attention_split): one per 32 positions of the context,
+  /// 1 to 64.
+  [[nodiscard]] int attention_splits() const noexcept { return std::clamp((context + 31) / 32, 1, 64); }
 };
 
 /// One layer's attention weights: norm gain [d], Wq [d x d], Wk and Wv [kv_dim x d], Wo [d x d].
@@ -98,13 +106,15 @@ struct BasicDecoderState {
   DeviceBuffer<int> next;       ///< the chosen next token of each row [kMaxRows]
   DeviceBuffer<T> x;            ///< residual streams [kMaxRows][d]
   DeviceBuffer<T> q;            ///< [kMaxRows][d]
-  DeviceBuffer<T> k;            ///< [kMaxRows][kv_dim]
-  DeviceBuffer<T> v;            ///< [kMaxRows][kv_dim]
+  DeviceBuffer<T> k;            ///< [kMaxRows][kv_dim] (the unfused path only: DecoderConfig::fused false)
+  DeviceBuffer<T> v;            ///< [kMaxRows][kv_dim] (likewise)
   DeviceBuffer<T> attn;         ///< attention outputs [kMaxRows][d]
   DeviceBuffer<T> act;          ///< MLP activations [kMaxRows][ffn]
   DeviceBuffer<T> logits;       ///< [kMaxRows][vocab]
   DeviceBuffer<T> k_cache;      ///< [layers][max_batch][kv_heads][context][head_dim]
   DeviceBuffer<T> v_cache;      ///< like k_cache
+  DeviceBuffer<float> attention_partials;  ///< attention_split's [kMaxRows][heads][splits][head_dim + 2]
+  DeviceBuffer<unsigned> attention_counters;  ///< attention_split's [kMaxRows][heads], zero between steps
 
   /// The rows' tokens, as the graph reads them.
   [[nodiscard]] DeviceSpan<const int> tokens() const { return io.cview().subspan(0, kMaxRows); }
@@ -120,30 +130,48 @@ struct BasicDecoderState {
 using DecoderState = BasicDecoderState<half>;
 
 /// x += Wo attention(rope(Wq h), rope(Wk h), Wv h), h = rmsnorm(x) * gain, for `rows` rows, appending each row's
-/// k and v to its sequence's cache in this layer. The three projections are independent branches of the graph;
-/// every projection reads its weights once for all rows.
+/// k and v to its sequence's cache in this layer. Fused (DecoderConfig::fused, the default), three kernels: the norm,
+/// the three projections (one stream of weight rows), RoPE and the cache append in one (qkv_rope_append); attention,
+/// each head spread over attention_splits() blocks of positions (attention_split); the output projection with the
+/// residual add. Unfused: the three projections as parallel branches, rope, kv_append, attention with one block per
+/// head, the output projection. Every projection reads its weights once for all rows.
 template <Element T>
 auto attention_block(const BasicKernels<T>& k, const BasicAttentionWeights<T>& w, BasicDecoderState<T>& s,
                      DeviceSpan<T> k_cache, DeviceSpan<T> v_cache, const DecoderConfig& c, int rows) {
   const int d = c.d;
+  const float scale = 1.0F / std::sqrt(static_cast<float>(c.head_dim()));
+  const int splits = c.attention_splits();
+  const auto split_len = static_cast<unsigned>((c.context + splits - 1) / splits);
+  const LaunchConfig per_split = k.step_config(
+      {{static_cast<unsigned>(c.heads), static_cast<unsigned>(rows), static_cast<unsigned>(splits)},
+       {128, 1, 1},
+       split_len * static_cast<unsigned>(sizeof(float))});
+  auto fused =
+      k.qkv_rope_append(k.qkv_config(d, c.kv_dim()), w.wq.cview(), w.wk.cview(), w.wv.cview(), s.x.cview(),
+                        w.gain.cview(), s.q.view(), k_cache, v_cache, s.positions(), s.slots(), d, c.kv_head_count(),
+                        c.head_dim(), c.context, c.max_batch, c.theta, c.eps, rows) >>
+      k.attention_split(per_split, s.q.cview(), k_cache.as_const(), v_cache.as_const(), s.attn.view(),
+                        s.attention_partials.view(), s.attention_counters.view(), s.positions(), s.slots(), c.heads,
+                        c.kv_head_count(), c.head_dim(), c.context, c.max_batch, scale);
+
   const auto project = [&](const DeviceBuffer<T>& weight, DeviceBuffer<T>& out, int out_rows) {
     return k.rms_norm_gemv(k.gemv_config(out_rows, d), weight.cview(), s.x.cview(), w.gain.cview(), out.view(),
                            out_rows, d, c.eps, rows);
   };
   const auto count = static_cast<std::size_t>(rows);
-  const LaunchConfig per_element = k.step_config(grid_for(count * static_cast<std::size_t>(d), 256));
   const LaunchConfig per_head = k.step_config({{static_cast<unsigned>(c.heads), static_cast<unsigned>(rows), 1},
                                                {256, 1, 1},
                                                static_cast<unsigned>(c.context * sizeof(float))});
-  return all(project(w.wq, s.q, d), project(w.wk, s.k, c.kv_dim()), project(w.wv, s.v, c.kv_dim())) >>
-         k.rope(per_element, s.q.view(), s.k.view(), s.positions(), c.heads, c.kv_head_count(), c.head_dim(), c.theta,
-                rows) >>
-         k.kv_append(k.step_config(grid_for(count * static_cast<std::size_t>(c.kv_dim()), 256)), s.k.cview(),
-                     s.v.cview(), k_cache, v_cache, s.positions(), s.slots(), c.kv_head_count(), c.head_dim(),
-                     c.context, c.max_batch, rows) >>
-         k.attention(per_head, s.q.cview(), k_cache.as_const(), v_cache.as_const(), s.attn.view(), s.positions(),
-                     s.slots(), c.heads, c.kv_head_count(), c.head_dim(), c.context, c.max_batch,
-                     1.0F / std::sqrt(static_cast<float>(c.head_dim()))) >>
+  auto unfused =
+      all(project(w.wq, s.q, d), project(w.wk, s.k, c.kv_dim()), project(w.wv, s.v, c.kv_dim())) >>
+      k.rope(k.step_config(grid_for(count * static_cast<std::size_t>(d), 256)), s.q.view(), s.k.view(), s.positions(),
+             c.heads, c.kv_head_count(), c.head_dim(), c.theta, rows) >>
+      k.kv_append(k.step_config(grid_for(count * static_cast<std::size_t>(c.kv_dim()), 256)), s.k.cview(),
+                  s.v.cview(), k_cache, v_cache, s.positions(), s.slots(), c.kv_head_count(), c.head_dim(), c.context,
+                  c.max_batch, rows) >>
+      k.attention(per_head, s.q.cview(), k_cache.as_const(), v_cache.as_const(), s.attn.view(), s.positions(),
+                  s.slots(), c.heads, c.kv_head_count(), c.head_dim(), c.context, c.max_batch, scale);
+  return choose(c.fused, std::move(fused), std::move(unfused)) >>
          k.gemv_add(k.gemv_config(d, d), w.wo.cview(), s.attn.cview(), s.x.view(), d, d, rows);
 }
 
@@ -155,9 +183,10 @@ auto decoder_layer(const BasicKernels<T>& k, const BasicDecoderWeights<T>& w, Ba
                                  static_cast<std::size_t>(c.kv_dim());
   const std::size_t offset = static_cast<std::size_t>(layer) * cache_size;
   const auto l = static_cast<std::size_t>(layer);
-  return attention_block(k, w.attention[l], s, s.k_cache.view().subspan(offset, cache_size),
-                         s.v_cache.view().subspan(offset, cache_size), c, rows) >>
-         swiglu_block(k, w.mlp[l], s.x.view(), s.act.view(), c.d, c.ffn, c.eps, rows);
+  const std::string name = "layer " + std::to_string(layer);
+  return named(name + " attention", attention_block(k, w.attention[l], s, s.k_cache.view().subspan(offset, cache_size),
+                                                    s.v_cache.view().subspan(offset, cache_size), c, rows)) >>
+         named(name + " mlp", swiglu_block(k, w.mlp[l], s.x.view(), s.act.view(), c.d, c.ffn, c.eps, rows));
 }
 
 /// The op type of one decoder layer (decoder_layer), for holding layers in a vector.
@@ -177,14 +206,14 @@ auto decoder_step(const BasicKernels<T>& k, const BasicDecoderWeights<T>& w, Bas
   layers.reserve(static_cast<std::size_t>(c.layers));
   for (int l = 0; l < c.layers; ++l) layers.push_back(decoder_layer(k, w, s, l, c, rows));
   const auto count = static_cast<std::size_t>(rows);
-  return k.embedding(k.step_config(grid_for(count * static_cast<std::size_t>(c.d), 256)), w.embedding.cview(),
-                     s.tokens(), s.x.view(), c.d, rows) >>
+  return named("embedding", k.embedding(k.step_config(grid_for(count * static_cast<std::size_t>(c.d), 256)),
+                                        w.embedding.cview(), s.tokens(), s.x.view(), c.d, rows)) >>
          chain(std::move(layers)) >>
-         k.rms_norm_gemv(k.gemv_config(c.vocab, c.d), w.lm_head.cview(), s.x.cview(), w.final_gain.cview(),
-                         s.logits.view(), c.vocab, c.d, c.eps, rows) >>
-         k.sample(k.step_config({{static_cast<unsigned>(rows), 1, 1}, {1024, 1, 1}, 0}), s.logits.cview(),
-                  s.next.view(), s.positions(), s.slots(), c.vocab, sampling.top_k, sampling.temperature,
-                  static_cast<unsigned>(sampling.seed));
+         named("lm head", k.rms_norm_gemv(k.gemv_config(c.vocab, c.d), w.lm_head.cview(), s.x.cview(),
+                                          w.final_gain.cview(), s.logits.view(), c.vocab, c.d, c.eps, rows) >>
+                              k.sample(k.step_config({{static_cast<unsigned>(rows), 1, 1}, {1024, 1, 1}, 0}),
+                                       s.logits.cview(), s.next.view(), s.positions(), s.slots(), c.vocab,
+                                       sampling.top_k, sampling.temperature, static_cast<unsigned>(sampling.seed)));
 }
 
 /// Where a step starts: the current token and its position in the sequence.

@@ -8,6 +8,7 @@
 
 #include "lazygraph/nn/element.hpp"
 
+#include <algorithm>
 #include <array>
 #include <optional>
 #include <string>
@@ -101,6 +102,12 @@ struct BasicKernels {
   /// mlp_stack(layers, x, act, sync, layer_count, d, ffn, eps, split_a, split_b, batch): every SwiGLU block of a
   /// stack in one persistent launch (kernels/nn/mlp_stack.cu; nn::BasicMlpStack makes its arguments).
   BatchedKernel<void(const MlpLayer*, T*, T*, unsigned*, int, int, int, float, int, int, int)> mlp_stack;
+  /// qkv_rope_append(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, kv_heads, head_dim, context,
+  /// slot_count, theta, eps, batch): h = rmsnorm(x[b]) * g; q[b] = rope(Wq h); rope(Wk h) and Wv h appended to the
+  /// caches (kernels/nn/qkv.cu): rms_norm_gemv three times, rope and kv_append in one launch (qkv_config).
+  BatchedKernel<void(const T*, const T*, const T*, const T*, const T*, T*, T*, T*, const int*, const int*, int, int, int,
+                     int, int, float, float, int)>
+      qkv_rope_append;
   /// rms_norm(x, g, out, d, eps): out = rmsnorm(x) * g per vector, one block each (kernels/nn/rms_norm.cu).
   Kernel<void(const T*, const T*, T*, int, float)> rms_norm;
   /// rope(q, k, positions, heads, kv_heads, head_dim, theta, batch): rotary embedding in place (kernels/nn/rope.cu).
@@ -110,6 +117,12 @@ struct BasicKernels {
   Kernel<void(const T*, const T*, T*, T*, const int*, const int*, int, int, int, int, int)> kv_append;
   /// attention(q, k_cache, v_cache, out, positions, slots, heads, kv_heads, head_dim, context, slot_count, scale).
   Kernel<void(const T*, const T*, const T*, T*, const int*, const int*, int, int, int, int, int, float)> attention;
+  /// attention_split(q, k_cache, v_cache, out, partials, counters, positions, slots, heads, kv_heads, head_dim,
+  /// context, slot_count, scale): attention with each (row, head) spread over grid.z blocks of positions, combined by
+  /// the last of them (kernels/nn/attention.cu).
+  Kernel<void(const T*, const T*, const T*, T*, float*, unsigned*, const int*, const int*, int, int, int, int, int,
+              float)>
+      attention_split;
   /// argmax(logits, out, n): per row (one block each), the index of the largest logit, the lowest among ties
   /// (kernels/nn/argmax.cu).
   Kernel<void(const T*, int*, int)> argmax;
@@ -144,18 +157,28 @@ struct BasicKernels {
     return config;
   }
 
-  /// Launch shape of the gemv family (kernels/gemv.cu) for a rows x cols weight: one row per group of warps,
-  /// 256 threads per block. Rows up to 4096 columns get one warp each, 8 rows per block; longer rows two warps
-  /// each, 4 rows per block. bench_gemv on the H200 (eager, median µs; copy ceiling 4.26 TB/s):
-  ///   4096 x 1024:  5.3 with (32, 1, 8) vs 7.3 with (32, 2, 4);   11008 x 4096: 24.4 vs 27.1;
-  ///   1024 x 4096:  4.3 vs 4.6;   4096 x 11008: 26.2 vs 23.8 (3.78 TB/s), where two warps per row win.
-  [[nodiscard]] LaunchConfig gemv_config(int rows, int cols) const {
-    const unsigned warps_per_row = cols > 4096 ? 2 : 1;
+  /// Launch shape of the gemv family (kernels/nn/gemv.cu) for a rows x cols weight: one row per group of K warps,
+  /// 8 / K rows per block of 256 threads. K = 1 for rows of up to 4096 columns, 2 for longer rows; more warps per
+  /// row when the rows are long and few, so that the grid still fills the GPU: K >= 2 for 4096+ columns and at most
+  /// 4096 rows, 4 for 8192+ columns and at most 2048 rows, 8 for 16384+ columns and at most 1024 rows. The rule
+  /// follows bench_gemv's shape sweep (H100, early-launched chains; the best K per shape):
+  ///   4096 x 4096: K = 2 117 % of the copy ceiling vs K = 1 96 %;   2048 x 8192: K = 4 116 % vs K = 2 97 %;
+  ///   1024 x 16384: K = 8 112 % vs K = 2 85 %;   11008 x 4096: K = 1 100 % vs K = 2 91 %.
+  /// `max_warps_per_row` caps K (qkv_config needs two rows per block).
+  [[nodiscard]] LaunchConfig gemv_config(int rows, int cols, unsigned max_warps_per_row = 8) const {
+    unsigned warps_per_row = cols > 4096 ? 2 : 1;
+    if (cols >= 4096 && rows <= 4096) warps_per_row = std::max(warps_per_row, 2U);
+    if (cols >= 8192 && rows <= 2048) warps_per_row = 4;
+    if (cols >= 16384 && rows <= 1024) warps_per_row = 8;
+    warps_per_row = std::min(warps_per_row, max_warps_per_row);
     const unsigned rows_per_block = 8 / warps_per_row;
     return step_config({{(static_cast<unsigned>(rows) + rows_per_block - 1) / rows_per_block, 1, 1},
                         {32, warps_per_row, rows_per_block},
                         0});
   }
+  /// Launch shape of qkv_rope_append for width d and kv_dim: gemv_config of its d + 2 kv_dim rows, at most 4 warps
+  /// per row (a block holds both rows of each RoPE pair).
+  [[nodiscard]] LaunchConfig qkv_config(int d, int kv_dim) const { return gemv_config(d + 2 * kv_dim, d, 4); }
 };
 
 /// The handles of the fp16 kernels.

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "lazygraph/nn/kernels.hpp"
@@ -21,10 +22,11 @@ struct MlpConfig {
   std::uint32_t seed = 1234;  ///< seed of the generated weights
   float eps = 1e-5F;          ///< RMSNorm epsilon
   bool early_launch = true;   ///< launch the kernels early (Kernels::step_config); false to compare
-  /// Run the whole stack as one persistent kernel launch (MlpStack, kernels/nn/mlp_stack.cu) instead of two kernel
-  /// launches per block (mlp_forward); false to compare. Same math; results agree within rounding, not bit for bit
-  /// (the RMS sums are added in another order).
-  bool persistent = true;
+  /// Run the whole stack as one persistent kernel launch (MlpStack, kernels/nn/mlp_stack.cu) instead of two
+  /// early-launched kernels per block (mlp_forward). Off by default: on the H100 the kernel chain was faster for
+  /// every shape measured (bench_models' persistent column; the counters between phases cost more than a kernel
+  /// boundary). Same math; results agree within rounding, not bit for bit.
+  bool persistent = false;
   MlpStackSplit split{};  ///< the persistent kernel's split (0: by shape, mlp_stack_split)
 
   /// \throws UsageError unless d and ffn are positive multiples of 8 (the gemv kernels load 8 halves
@@ -38,10 +40,12 @@ struct MlpConfig {
 template <Element T>
 auto mlp_forward(const BasicKernels<T>& k, std::span<const std::type_identity_t<BasicSwigluWeights<T>>> layers,
                  const MlpConfig& config, DeviceSpan<const T> input, DeviceSpan<T> output, DeviceSpan<T> act) {
-  std::vector<BasicSwigluBlockOp<T>> blocks;
+  std::vector<NamedOp<BasicSwigluBlockOp<T>>> blocks;
   blocks.reserve(layers.size());
-  for (const BasicSwigluWeights<T>& w : layers)
-    blocks.push_back(swiglu_block(k, w, output, act, config.d, config.ffn, config.eps));
+  for (std::size_t l = 0; l < layers.size(); ++l) {
+    blocks.push_back(named("block " + std::to_string(l),
+                           swiglu_block(k, layers[l], output, act, config.d, config.ffn, config.eps)));
+  }
   return copy(output, input) >> chain(std::move(blocks));
 }
 

@@ -56,7 +56,8 @@ class Kernel<void(Params...)> {
                   "one argument per parameter of the declared signature");
     detail::validate_launch(*info_, config);
     ExecContext ctx(stream, false);
-    detail::submit_launch(ctx, *info_, config, pack(std::index_sequence_for<Params...>{}, args...));
+    detail::submit_launch(ctx, *info_, config, pack(std::index_sequence_for<Params...>{}, args...),
+                          (std::size_t{0} + ... + detail::span_bytes_of(args)));
   }
 
   /// The launch as a lazy op: nothing runs until it is executed (`sync_on`) or recorded into a graph.
@@ -69,7 +70,7 @@ class Kernel<void(Params...)> {
                   "one argument per parameter of the declared signature");
     detail::validate_launch(*info_, config);
     return LaunchOp<Params...>(info_, config, pack(std::index_sequence_for<Params...>{}, args...),
-                               {detail::owner_of(args)...});
+                               {detail::owner_of(args)...}, (std::size_t{0} + ... + detail::span_bytes_of(args)));
   }
 
   /// The kernel's (unmangled) name, e.g. "axpy".

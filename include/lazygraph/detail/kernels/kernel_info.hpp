@@ -51,6 +51,16 @@ struct KernelInfo {
   std::mutex dynamic_shared_mutex;
 };
 
+/// The bytes of the memory `arg` views, when it is a span; 0 otherwise.
+template <class Arg>
+std::size_t span_bytes_of(const Arg& arg) {
+  if constexpr (requires { arg.size_bytes(); }) {
+    return arg.size_bytes();
+  } else {
+    return 0;
+  }
+}
+
 /// \throws UsageError when `config` is outside the kernel's or the device's limits, naming which.
 void validate_launch(const KernelInfo& kernel, const LaunchConfig& config);
 /// The driver's launch shape for `config`, after raising the kernel's dynamic shared memory limit when `config`
@@ -61,14 +71,15 @@ driver::LaunchShape prepare_launch(KernelInfo& kernel, const LaunchConfig& confi
 /// Submits `kernel` with the argument values `params` through `ctx`: the one routine that turns checked
 /// arguments into a launch, for Kernel::launch and LaunchOp alike.
 template <class... Params>
-void submit_launch(ExecContext& ctx, KernelInfo& kernel, const LaunchConfig& config, std::tuple<Params...> params) {
+void submit_launch(ExecContext& ctx, KernelInfo& kernel, const LaunchConfig& config, std::tuple<Params...> params,
+                   std::size_t span_bytes = 0) {
   static constexpr std::array<std::size_t, sizeof...(Params)> sizes{sizeof(Params)...};
   const driver::LaunchShape shape = prepare_launch(kernel, config);
   // The driver copies the values when the launch is submitted or recorded (and a plan copies them too).
   std::apply(
       [&](Params&... values) {
         std::array<void*, sizeof...(Params) + 1> pointers{static_cast<void*>(&values)..., nullptr};
-        ctx.launch({kernel.function, shape, pointers.data(), sizes.data(), sizeof...(Params), kernel.name});
+        ctx.launch({kernel.function, shape, pointers.data(), sizes.data(), sizeof...(Params), kernel.name, span_bytes});
       },
       params);
 }

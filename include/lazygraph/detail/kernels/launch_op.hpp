@@ -36,26 +36,33 @@ class [[nodiscard]] LaunchOp : public OpBase<LaunchOp<Params...>> {
 
   /// Made by `Kernel::operator()`, which checks the arguments and the configuration first.
   LaunchOp(std::shared_ptr<detail::KernelInfo> kernel, const LaunchConfig& config, std::tuple<Params...> params,
-           Owners owners)
-      : kernel_(std::move(kernel)), config_(config), params_(std::move(params)), owners_(std::move(owners)) {}
+           Owners owners, std::size_t span_bytes = 0)
+      : kernel_(std::move(kernel)),
+        config_(config),
+        params_(std::move(params)),
+        owners_(std::move(owners)),
+        span_bytes_(span_bytes) {}
 
   /// Submits the launch through `ctx`. \throws CudaError when the launch fails.
   void execute(ExecContext& ctx) const {
     ctx.keep_alive(kernel_);  // the module must stay loaded while a graph may replay this launch
     for (const auto& owner : owners_) ctx.keep_alive(owner);
-    detail::submit_launch(ctx, *kernel_, config_, params_);
+    detail::submit_launch(ctx, *kernel_, config_, params_, span_bytes_);
   }
 
   /// The kernel's name.
   [[nodiscard]] const std::string& kernel_name() const noexcept { return kernel_->name; }
   /// The launch configuration.
   [[nodiscard]] const LaunchConfig& config() const noexcept { return config_; }
+  /// The bytes of the memory its span arguments view.
+  [[nodiscard]] std::size_t span_bytes() const noexcept { return span_bytes_; }
 
  private:
   std::shared_ptr<detail::KernelInfo> kernel_;
   LaunchConfig config_;
   std::tuple<Params...> params_;
   Owners owners_;
+  std::size_t span_bytes_ = 0;
 };
 
 }  // namespace lazygraph

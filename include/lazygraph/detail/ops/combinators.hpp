@@ -5,6 +5,7 @@
 ///   all(a, b, ...)  runs independent ops concurrently (parallel branches when recorded) and joins them; its
 ///                   output is a tuple of theirs (void outputs become `Unit`), or void when all are void.
 ///   chain(ops)      runs a run-time number of ops of one type in order (a std::vector<Op>); output void.
+///   choose(c, a, b) a when c, else b (c fixed when the op is built).
 ///   map(a, f)       applies a host function to a's output when a executes (when recorded: once, at record
 ///                   time, not on every replay); its output is f's result.
 /// A composite is a GraphNode exactly when all its parts are. Every op type is [[nodiscard]]: an op built and
@@ -137,6 +138,37 @@ class [[nodiscard]] ChainOp : public OpBase<ChainOp<Op>>, public detail::Composi
 template <DeviceOp Op>
 [[nodiscard]] ChainOp<Op> chain(std::vector<Op> ops) {
   return ChainOp<Op>(std::move(ops));
+}
+
+/// `choose(first, a, b)`: a when `first`, else b, decided when the op is built (not on the device: see if_ for
+/// that). For a forward pass with two variants of one part, e.g. a fused kernel and the kernels it replaces, in
+/// one op type. Both outputs must be the same type. A GraphNode when both are.
+template <DeviceOp A, DeviceOp B>
+class [[nodiscard]] ChooseOp : public OpBase<ChooseOp<A, B>>, public detail::CompositeTraits<A, B> {
+  static_assert(std::is_same_v<typename A::Output, typename B::Output>,
+                "choose(first, a, b): a and b must have the same Output type");
+
+ public:
+  /// The chosen op's output.
+  using Output = typename A::Output;
+
+  /// Made by `choose(first, a, b)`.
+  ChooseOp(bool first, A a, B b) : first_(first), a_(std::move(a)), b_(std::move(b)) {}
+  /// Executes a or b.
+  Output execute(ExecContext& ctx) const { return first_ ? a_.execute(ctx) : b_.execute(ctx); }
+  /// Whether a is the one that runs.
+  [[nodiscard]] bool first() const noexcept { return first_; }
+
+ private:
+  bool first_;
+  A a_;
+  B b_;
+};
+
+/// a when `first`, else b (see ChooseOp).
+template <DeviceOp A, DeviceOp B>
+[[nodiscard]] ChooseOp<A, B> choose(bool first, A a, B b) {
+  return ChooseOp<A, B>(first, std::move(a), std::move(b));
 }
 
 /// `map(a, f)`: a, then `f` called on the host with a's output (or with nothing when a's is void). `f` runs when

@@ -22,6 +22,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -46,6 +47,24 @@ struct KernelSubmission {
   std::size_t arg_count = 0;
   /// The kernel's name, for errors (must outlive the graph when planning: the kernel's own name does).
   std::string_view name;
+  /// The bytes of the device memory its span arguments view (an upper bound on what it reads and writes; the
+  /// profile's "bytes", ops/profile.hpp).
+  std::size_t span_bytes = 0;
+};
+
+/// Told about every kernel an eager ExecContext launches (ExecContext::observe): the profiler (ops/profile.hpp)
+/// records an event on `stream` before and after each. Never called while recording a graph.
+class LaunchObserver {
+ public:
+  /// An observer of nothing yet (ExecContext::observe attaches it).
+  LaunchObserver() = default;
+  LaunchObserver(const LaunchObserver&) = delete;
+  LaunchObserver& operator=(const LaunchObserver&) = delete;
+  virtual ~LaunchObserver() = default;
+  /// Before `kernel` is launched on `stream`, inside the labels `labels` (outermost first, ExecContext::labels).
+  virtual void before(const KernelSubmission& kernel, const Stream& stream, std::span<const std::string> labels) = 0;
+  /// After it was launched.
+  virtual void after(const KernelSubmission& kernel, const Stream& stream) = 0;
 };
 
 /// Where host functions (host_call) report exceptions: they run on a driver thread, where nothing can catch
@@ -111,6 +130,15 @@ class ExecContext {
 
   /// Submits a kernel launch. \throws CudaError when the driver refuses it.
   void launch(const KernelSubmission& kernel);
+  /// Eager contexts: tells `observer` (or nobody, for null) about every kernel launched from here on. It must outlive
+  /// its use. Ignored while recording.
+  void observe(LaunchObserver* observer) noexcept { observer_ = observer; }
+  /// Enters a named part of the work (`named(label, op)`): an NVTX range, and a label the profiler reports.
+  void push_label(std::string label);
+  /// Leaves the innermost named part.
+  void pop_label() noexcept;
+  /// The names of the parts being executed, outermost first.
+  [[nodiscard]] std::span<const std::string> labels() const noexcept { return labels_; }
   /// Copies `bytes` bytes between device addresses (nothing for 0).
   void copy(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes);
   /// Copies `bytes` bytes from pinned host memory to the device (a memcpy node in a graph; the host memory must be
@@ -221,6 +249,8 @@ class ExecContext {
 
   const Stream* current_;
   bool recording_;
+  LaunchObserver* observer_ = nullptr;
+  std::vector<std::string> labels_;
   detail::NodePlan* plan_ = nullptr;
   /// Set while this context records the body of a conditional node: what CUDA refuses there (host calls, events,
   /// another conditional node from this layer) is a UsageError instead of a driver error.
