@@ -4,14 +4,15 @@
 #include <lazygraph/lazygraph.hpp>
 #include <lazygraph/nn/kernels.hpp>
 #include <lazygraph/nn/random_weights.hpp>
+#include <lazygraph/nn/swiglu.hpp>
 
 #include <algorithm>
 #include <cstdio>
 #include <random>
 #include <vector>
 
-#include "cli.hpp"
 #include "ceiling.hpp"
+#include "cli.hpp"
 #include "median.hpp"
 
 namespace lg = lazygraph;
@@ -40,10 +41,11 @@ void shape_sweep(const lg::Stream& s, const lg::nn::Kernels& nn, double copy_bw)
   const auto w1 = lg::nn::device_tensor(s, nn.fill_uniform, 2, {2, largest, 0.01F, 0.0F});
   const auto x = lg::nn::device_tensor(s, nn.fill_uniform, 3, {3, 32768, 1.0F, 0.0F});
   auto out = lg::empty<half>(32768).sync_on(s);
-  constexpr int kChain = 10;
-  std::printf("\ngemv shape sweep: fraction of the copy ceiling, graph of %d early-launched gemvs (us per gemv)\n"
-              "cell: rule's launch shape %% (best warps per row: its %%)\n| rows \\ cols |",
-              kChain);
+  constexpr int chain_length = 10;
+  std::printf(
+      "\ngemv shape sweep: fraction of the copy ceiling, graph of %d early-launched gemvs (us per gemv)\n"
+      "cell: the rule's launch shape %% (best warps per row: its %%)\n| rows \\ cols |",
+      chain_length);
   for (const int c : sizes) std::printf(" %d |", c);
   std::printf("\n|---|");
   for (std::size_t i = 0; i < sizes.size(); ++i) std::printf("---|");
@@ -54,22 +56,23 @@ void shape_sweep(const lg::Stream& s, const lg::nn::Kernels& nn, double copy_bw)
       const std::size_t size = static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols);
       const auto time_config = [&](const lg::LaunchConfig& cfg) {
         std::vector<lg::LaunchOp<const half*, const half*, half*, int, int, int>> ops;
-        for (int i = 0; i < kChain; ++i) {
-          ops.push_back(nn.gemv(cfg, (i % 2 == 0 ? w0 : w1).cview().subspan(0, size), x.cview(), out.view(), rows, cols,
-                                1));
+        ops.reserve(chain_length);
+        for (int i = 0; i < chain_length; ++i) {
+          ops.push_back(
+              nn.gemv(cfg, (i % 2 == 0 ? w0 : w1).cview().subspan(0, size), x.cview(), out.view(), rows, cols, 1));
         }
         auto graph = lg::CudaGraph<>::capture(s, lg::chain(std::move(ops)));
-        const int reps = static_cast<int>(std::clamp<std::size_t>((64ULL << 20U) / (size * kChain), 2, 50));
-        return median_seconds(s, reps, [&](int) { graph.launch_on(s); }) / kChain;
+        const int reps = static_cast<int>(std::clamp<std::size_t>((64ULL << 20U) / (size * chain_length), 2, 50));
+        return median_seconds(s, reps, [&](int) { graph.launch_on(s); }) / chain_length;
       };
       const auto fraction = [&](double t) { return 2.0 * static_cast<double>(size) / t / copy_bw; };
       const double rule = fraction(time_config(nn.gemv_config(rows, cols)));
       double best = 0;
       unsigned best_k = 0;
-      for (const unsigned k : {1U, 2U, 4U, 8U}) {
+      for (const unsigned k : cols >= 4096 ? std::vector<unsigned>{1U, 2U, 4U, 8U} : std::vector<unsigned>{1U}) {
         const unsigned per_block = 8 / k;
-        const double f = fraction(time_config(
-            nn.step_config({{(static_cast<unsigned>(rows) + per_block - 1) / per_block, 1, 1}, {32, k, per_block}, 0})));
+        const double f = fraction(time_config(nn.step_config(
+            {{(static_cast<unsigned>(rows) + per_block - 1) / per_block, 1, 1}, {32, k, per_block}, 0})));
         if (f > best) {
           best = f;
           best_k = k;
@@ -82,18 +85,74 @@ void shape_sweep(const lg::Stream& s, const lg::nn::Kernels& nn, double copy_bw)
   }
 }
 
+/// The MLP sweep: for SwiGLU shapes (d, ffn), a graph of whole blocks (rms_norm_gemv_swiglu, then gemv_add), as many
+/// as it takes to read 256 MB of weights (so no replay finds them in L2), for each warps-per-row choice of the two
+/// kernels; prints the fraction of the copy ceiling with nn::Kernels::gemv_config's choice and with the best pair.
+void mlp_sweep(const lg::Stream& s, const lg::nn::Kernels& nn, double copy_bw) {
+  std::printf(
+      "\nMLP block sweep: fraction of the copy ceiling, graph of early-launched blocks reading >= 256 MB\n"
+      "| d, ffn | blocks | rule (K gate/up, K down) | rule | best (K, K) | best |\n|---|---|---|---|---|---|\n");
+  for (const auto& shape :
+       {std::pair{512, 1536}, std::pair{768, 3072}, std::pair{1024, 4096}, std::pair{1536, 4096}, std::pair{2048, 5632},
+        std::pair{2560, 6912}, std::pair{3072, 8192}, std::pair{4096, 8192}, std::pair{4096, 11008}}) {
+    const int d = shape.first;
+    const int ffn = shape.second;
+    const std::size_t per_layer = 3ULL * static_cast<std::size_t>(d) * static_cast<std::size_t>(ffn);  // elements
+    const int layers = std::max<int>(4, static_cast<int>((256ULL << 20U) / (per_layer * sizeof(half))) + 1);
+    std::vector<lg::nn::SwigluWeights> w;
+    w.reserve(static_cast<std::size_t>(layers));
+    for (int l = 0; l < layers; ++l) w.push_back(lg::nn::generate_swiglu_weights(s, nn, 7, l, d, ffn));
+    auto x = lg::nn::device_tensor(s, nn.fill_uniform, 9, {9, static_cast<std::size_t>(d), 1.0F, 0.0F});
+    auto act = lg::empty<half>(static_cast<std::size_t>(ffn)).sync_on(s);
+    const auto config = [&](int rows, unsigned k) {
+      const unsigned per_block = 8 / k;
+      return nn.step_config({{(static_cast<unsigned>(rows) + per_block - 1) / per_block, 1, 1}, {32, k, per_block}, 0});
+    };
+    const auto time = [&](const lg::LaunchConfig& a, const lg::LaunchConfig& b) {
+      std::vector<decltype(nn.rms_norm_gemv_swiglu(a, w[0].w1.cview(), w[0].w3.cview(), x.cview(), w[0].gain.cview(),
+                                                   act.view(), ffn, d, 1e-5F, 1) >>
+                           nn.gemv_add(b, w[0].w2.cview(), act.cview(), x.view(), d, ffn, 1))>
+          ops;
+      ops.reserve(w.size());
+      for (const auto& l : w) {
+        ops.push_back(nn.rms_norm_gemv_swiglu(a, l.w1.cview(), l.w3.cview(), x.cview(), l.gain.cview(), act.view(), ffn,
+                                              d, 1e-5F, 1) >>
+                      nn.gemv_add(b, l.w2.cview(), act.cview(), x.view(), d, ffn, 1));
+      }
+      auto graph = lg::CudaGraph<>::capture(s, lg::chain(std::move(ops)));
+      const double t = median_seconds(s, 3, [&](int) { graph.launch_on(s); });
+      return 2.0 * static_cast<double>(per_layer) * layers / t / copy_bw;
+    };
+    const lg::LaunchConfig rule_a = nn.gemv_config(ffn, d);
+    const lg::LaunchConfig rule_b = nn.gemv_config(d, ffn);
+    const double rule = time(rule_a, rule_b);
+    double best = 0;
+    unsigned best_a = 0;
+    unsigned best_b = 0;
+    for (const unsigned ka : {1U, 2U, 4U, 8U}) {
+      for (const unsigned kb : {1U, 2U, 4U, 8U}) {
+        const double f = time(config(ffn, ka), config(d, kb));
+        if (f > best) {
+          best = f;
+          best_a = ka;
+          best_b = kb;
+        }
+      }
+    }
+    std::printf("| %d, %d | %d | (%u, %u) | %.0f%% | (%u, %u) | %.0f%% |\n", d, ffn, layers, rule_a.block.y,
+                rule_b.block.y, 100 * rule, best_a, best_b, 100 * best);
+    std::fflush(stdout);
+  }
+}
+
 constexpr const char* usage =
     "usage: bench_gemv\n"
-    "Prints tables: fp16 GEMV weight bandwidth per block shape for the decode-step shapes, batched gemv, and a\n"
-    "sweep of shapes from 512 to 32768 rows and columns, each against the device-to-device copy bandwidth\n"
-    "measured in the same run. A benchmark, not a test.\n"
+    "Prints tables: fp16 GEMV weight bandwidth per block shape for the decode-step shapes, batched gemv, a\n"
+    "sweep of SwiGLU blocks per warps-per-row choice and a sweep of shapes from 512 to 32768 rows and columns,\n"
+    "each against the device-to-device copy bandwidth measured in the same run. A benchmark, not a test.\n"
     "Exit status: 0 done, 1 failed, 77 skipped (no GPU; the reason is printed).\n";
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  if (auto code = example::handle_arguments(argc, argv, usage)) return *code;
-  if (example::skip_without_gpu("bench_gemv")) return example::exit_skipped;
+int run() {
   lg::Device gpu = lg::Device::first();
   lg::Stream s = gpu.create_stream();
   lg::KernelLibrary kernels = lg::nn::kernel_library(gpu);  // the core and the nn kernel sets
@@ -148,6 +207,20 @@ int main(int argc, char** argv) {
                   100.0 * bw / copy_bw, t / t1);
     }
   }
+  mlp_sweep(s, nn, copy_bw);
   shape_sweep(s, nn, copy_bw);
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (auto code = example::handle_arguments(argc, argv, usage)) return *code;
+  if (example::skip_without_gpu("bench_gemv")) return example::exit_skipped;
+  try {
+    return run();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_gemv: %s\n", e.what());
+    return 1;
+  }
 }

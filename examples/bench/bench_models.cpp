@@ -86,14 +86,14 @@ void write_halves(const std::string& path, const std::vector<T>& values) {
 struct MlpResult {
   lazygraph::nn::MlpConfig config;
   int batch = 1;
-  double kernels_us = 0;     ///< bare graph: the input copy and two early-launched kernels per block (the module's)
-  double persistent_us = 0;  ///< bare graph: the input copy and the persistent stack kernel (MlpConfig::persistent)
+  double kernels_us = 0;        ///< bare graph: the input copy and two early-launched kernels per block (the module's)
+  double persistent_us = 0;     ///< bare graph: the input copy and the persistent stack kernel (MlpConfig::persistent)
   double kernels_plain_us = 0;  ///< the same with ordinary launches (early_launch off)
   double eager_us = 0;          ///< the kernels launched eagerly, without a graph
   // Batch 1 only (Module::forward takes one row): the module's ways in and out.
-  double forward_us = 0;       ///< Module::forward: staging copy in, replay, copy out, one wait
-  double staged_graph_us = 0;  ///< the module's graph: staging copy in, compute, staging copy out
-  double resident_us = 0;      ///< forward_resident: input already on the device
+  double forward_us = 0;          ///< Module::forward: staging copy in, replay, copy out, one wait
+  double staged_graph_us = 0;     ///< the module's graph: staging copy in, compute, staging copy out
+  double resident_us = 0;         ///< forward_resident: input already on the device
   double bare_waited_us = 0;      ///< the bare kernels graph launched and waited for, one call at a time
   double rel_err = 0;             ///< kernel-per-launch path vs float64, every row
   double persistent_rel_err = 0;  ///< persistent path vs float64, every row
@@ -115,18 +115,22 @@ double rows_error(const lazygraph::nn::MlpConfig& config, const std::vector<half
   for (int b = 0; b < batch; ++b) {
     const std::vector<half> xr(x.begin() + b * d, x.begin() + (b + 1) * d);
     const std::vector<half> yr(y.begin() + b * d, y.begin() + (b + 1) * d);
-    worst = std::max(worst, lazygraph::nn::relative_error(lazygraph::nn::widen(yr),
-                                                          lazygraph::nn::mlp_reference(config, lazygraph::nn::widen(xr))));
+    worst =
+        std::max(worst, lazygraph::nn::relative_error(lazygraph::nn::widen(yr),
+                                                      lazygraph::nn::mlp_reference(config, lazygraph::nn::widen(xr))));
   }
   return worst;
 }
 
 /// The kernel-per-launch forward pass of `batch` rows: the input copy, then every block as two kernels.
-auto kernels_forward(const lazygraph::nn::Kernels& k, const lazygraph::nn::Mlp& mlp, lg::DeviceSpan<const half> x,
-                     lg::DeviceSpan<half> y, lg::DeviceSpan<half> act, int batch) {
+auto kernels_forward(const lazygraph::nn::Kernels& k, const lazygraph::nn::Mlp& mlp,
+                     const lg::DeviceSpan<const half>& x, const lg::DeviceSpan<half>& y,
+                     const lg::DeviceSpan<half>& act, int batch) {
   const lazygraph::nn::MlpConfig& c = mlp.config();
   std::vector<lazygraph::nn::SwigluBlockOp> blocks;
-  for (const auto& w : mlp.layers()) blocks.push_back(lazygraph::nn::swiglu_block(k, w, y, act, c.d, c.ffn, c.eps, batch));
+  blocks.reserve(mlp.layers().size());
+  for (const auto& w : mlp.layers())
+    blocks.push_back(lazygraph::nn::swiglu_block(k, w, y, act, c.d, c.ffn, c.eps, batch));
   return lg::copy(y, x) >> lg::chain(std::move(blocks));
 }
 
@@ -145,8 +149,8 @@ MlpResult bench_mlp(const lg::Stream& s, const lg::KernelLibrary& kernels, const
   lg::DeviceBuffer<half> y(s.device(), rows * d);
   lg::DeviceBuffer<half> act(s.device(), rows * static_cast<std::size_t>(config.ffn));
 
-  auto persistent = lg::CudaGraph<>::capture(s, lg::copy(y.view(), x.cview()) >>
-                                                    mlp.stack().op(y.view(), act.view(), batch));
+  auto persistent =
+      lg::CudaGraph<>::capture(s, lg::copy(y.view(), x.cview()) >> mlp.stack().op(y.view(), act.view(), batch));
   persistent.launch();
   const std::vector<half> persistent_output = to_host(s, y.cview());
   auto by_kernels = lg::CudaGraph<>::capture(s, kernels_forward(k, mlp, x.cview(), y.view(), act.view(), batch));
@@ -187,12 +191,13 @@ struct DecoderResult {
   double tokens_per_s_plain = 0;  ///< early_launch off
   double step_graph_us = 0;
   double step_eager_us = 0;
-  double generate_tokens_per_s = 0;  ///< Decoder::generate: every step in one replay's WHILE loop
-  bool generate_equal = false;       ///< generate's tokens are the forward loop's
-  double batch_step_us = 0;          ///< the step graph of `batch` rows (0 when batch is 1)
-  std::string logits0;               ///< the file of the first step's logits
-  double unfused_step_graph_us = 0;  ///< the step graph with DecoderConfig::fused off (the kernels of before)
-  double unfused_tokens_per_s = 0;   ///< likewise, forward per token
+  double generate_tokens_per_s = 0;   ///< Decoder::generate: every step in one replay's WHILE loop
+  bool generate_equal = false;        ///< generate's tokens are the forward loop's
+  double batch_step_us = 0;           ///< the step graph of `batch` rows (0 when batch is 1)
+  std::string logits0;                ///< the file of the first step's logits
+  double split_step_graph_us = 0;     ///< fused, attention split over positions (attention_blocks 0: by context)
+  double unfused_step_graph_us = 0;   ///< the step graph with DecoderConfig::fused off (the kernels of before)
+  double unfused_tokens_per_s = 0;    ///< likewise, forward per token
   bool unfused_tokens_equal = false;  ///< the unfused decoder chose the same tokens
   std::vector<int> unfused_tokens;
   std::vector<lg::KernelTiming> profile;          ///< one step, kernel by kernel (--profile)
@@ -208,7 +213,8 @@ double decoder_traffic(const lazygraph::nn::DecoderConfig& c, const lg::KernelTi
   const double layer_caches = 2.0 * c.max_batch * c.context * kv * elem;  // k and v
   double bytes = static_cast<double>(t.span_bytes);
   if (t.name == "qkv_rope_append" || t.name == "kv_append") bytes += 2.0 * rows * kv * elem - layer_caches;
-  if (t.name == "attention" || t.name == "attention_split") bytes += 2.0 * rows * (position + 1) * kv * elem - layer_caches;
+  if (t.name == "attention" || t.name == "attention_split")
+    bytes += 2.0 * rows * (position + 1) * kv * elem - layer_caches;
   if (t.name == "attention_split") {
     const double per_row = static_cast<double>(c.heads) * c.attention_splits() * (c.head_dim() + 2) * 4.0;
     bytes += (2.0 * rows - lazygraph::nn::kMaxRows) * per_row + (rows - lazygraph::nn::kMaxRows) * c.heads * 4.0;
@@ -238,9 +244,10 @@ void print_profile(const std::string& title, const std::vector<lg::KernelTiming>
     total_us += t.microseconds;
     total_bytes += traffic(t);
   }
-  std::printf("\nprofile: %s (kernels launched one by one, each timed alone; medians)\n"
-              "| kernel | launches | us | share | MB moved | TB/s | of ceiling |\n|---|---|---|---|---|---|---|\n",
-              title.c_str());
+  std::printf(
+      "\nprofile: %s (kernels launched one by one, each timed alone; medians)\n"
+      "| kernel | launches | us | share | MB moved | TB/s | of ceiling |\n|---|---|---|---|---|---|---|\n",
+      title.c_str());
   for (const Kind& k : kinds) {
     std::printf("| %s | %d | %.1f | %.1f%% | %.2f | %.2f | %.3f |\n", k.name.c_str(), k.count, k.us,
                 100.0 * k.us / total_us, k.bytes / 1e6, k.bytes / (k.us * 1e-6) * 1e-12,
@@ -248,9 +255,10 @@ void print_profile(const std::string& title, const std::vector<lg::KernelTiming>
   }
   std::printf("| all | %zu | %.1f | 100%% | %.2f | %.2f | %.3f |\n", launches.size(), total_us, total_bytes / 1e6,
               total_bytes / (total_us * 1e-6) * 1e-12, total_bytes / (total_us * 1e-6) / ceiling);
-  std::printf("graph replay of the same work: %.1f us (the kernels alone sum to %.1f us; a graph overlaps their "
-              "starts and ends)\n",
-              graph_us, total_us);
+  std::printf(
+      "graph replay of the same work: %.1f us (the kernels alone sum to %.1f us; a graph overlaps their "
+      "starts and ends)\n",
+      graph_us, total_us);
 }
 
 /// Greedy generation of `steps` tokens from position 0, a host round trip per token; the best tokens/s of two
@@ -282,6 +290,14 @@ DecoderResult bench_decoder(const lg::Stream& s, const lg::KernelLibrary& kernel
     r.unfused_step_graph_us = median_us(s, forwards, [&] { unfused.graph().launch_on(s); });
     if (profile) r.unfused_profile = lg::profile_kernels(s, unfused.step_op());
     r.unfused_tokens = std::move(tokens);
+  }
+  {
+    lazygraph::nn::DecoderConfig split_config = config;
+    split_config.attention_blocks = 0;  // by context: attention_split
+    lazygraph::nn::Decoder split_decoder(s, kernels, split_config);
+    std::vector<int> tokens;
+    (void)tokens_per_second(split_decoder, first_token, steps, tokens);
+    r.split_step_graph_us = median_us(s, forwards, [&] { split_decoder.graph().launch_on(s); });
   }
   {
     lazygraph::nn::DecoderConfig plain_config = config;
@@ -517,7 +533,11 @@ std::vector<int> integers(const std::string& text, const std::string& what) {
     } catch (const std::exception&) {
       used = 0;
     }
-    if (used == 0 || used != item.size()) throw lg::UsageError(what + ": '" + item + "' is not an integer");
+    if (used == 0 || used != item.size()) {
+      std::string message = what;
+      message.append(": '").append(item).append("' is not an integer");
+      throw lg::UsageError(message);
+    }
     out.push_back(v);
   }
   return out;
@@ -543,14 +563,22 @@ lazygraph::nn::DecoderConfig parse_decoder(const std::string& text) {
     const std::string key = item.substr(0, eq);
     if (eq == std::string::npos) throw lg::UsageError("--decoder: '" + item + "' is not KEY=VALUE");
     const int value = integers(item.substr(eq + 1), "--decoder " + key).at(0);
-    if (key == "d") c.d = value;
-    else if (key == "heads") c.heads = value;
-    else if (key == "kv_heads") c.kv_heads = value;
-    else if (key == "layers") c.layers = value;
-    else if (key == "ffn") c.ffn = value;
-    else if (key == "vocab") c.vocab = value;
-    else if (key == "context") c.context = value;
-    else throw lg::UsageError("--decoder: unknown key '" + key + "' (d, heads, kv_heads, layers, ffn, vocab, context)");
+    if (key == "d")
+      c.d = value;
+    else if (key == "heads")
+      c.heads = value;
+    else if (key == "kv_heads")
+      c.kv_heads = value;
+    else if (key == "layers")
+      c.layers = value;
+    else if (key == "ffn")
+      c.ffn = value;
+    else if (key == "vocab")
+      c.vocab = value;
+    else if (key == "context")
+      c.context = value;
+    else
+      throw lg::UsageError("--decoder: unknown key '" + key + "' (d, heads, kv_heads, layers, ffn, vocab, context)");
   }
   c.validate();
   return c;
@@ -636,9 +664,10 @@ int run(const Options& o) {
   const double ceiling = bench::copy_ceiling(s);
   const double ceiling_tbs = ceiling * 1e-12;
 
-  std::printf("lazygraph models on %s; medians of %d forwards, CUDA events; batch %d; copy ceiling %.2f TB/s "
-              "(1 GiB device-to-device copy, read + written bytes, this run)\n\n",
-              gpu.name().c_str(), o.forwards, o.batch, ceiling_tbs);
+  std::printf(
+      "lazygraph models on %s; medians of %d forwards, CUDA events; batch %d; copy ceiling %.2f TB/s "
+      "(1 GiB device-to-device copy, read + written bytes, this run)\n\n",
+      gpu.name().c_str(), o.forwards, o.batch, ceiling_tbs);
   std::printf(
       "| MLP (d, ffn, layers) | weights MB | graph us | of ceiling | no early launch us | eager us | persistent "
       "kernel graph us | of ceiling | persistent / graph | rel err f64 (graph, persistent) "
@@ -671,23 +700,25 @@ int run(const Options& o) {
   std::vector<DecoderResult> decoders;
   std::printf(
       "\n| decoder (d, heads, kv_heads, layers, ffn, vocab) | weights MB | step graph us | of ceiling | before: "
-      "unfused step graph us | before / now | tokens/s (forward per token) | before tokens/s | no early launch | "
+      "unfused step graph us | before / now | attention split by context us | tokens/s (forward per token) | before "
+      "tokens/s | no early launch | "
       "generate() tokens/s | generate / step bound | step eager us |%s\n|---|---|---|---|---|---|---|---|---|---|---|"
-      "---|%s\n",
+      "---|---|%s\n",
       o.batch > 1 ? " step graph, batch rows us | batch / 1 row |" : "", o.batch > 1 ? "---|---|" : "");
   for (std::size_t i = 0; i < o.decoders.size(); ++i) {
     const lazygraph::nn::DecoderConfig& dc = o.decoders[i];
-    const DecoderResult& dr = decoders.emplace_back(bench_decoder(
-        s, kernels, dc, first_token, std::min(steps, dc.context), o.forwards, o.batch, o.profile, o.out,
-        i == 0 ? std::string("decoder") : "decoder" + std::to_string(i)));
+    const DecoderResult& dr = decoders.emplace_back(
+        bench_decoder(s, kernels, dc, first_token, std::min(steps, dc.context), o.forwards, o.batch, o.profile, o.out,
+                      i == 0 ? std::string("decoder") : "decoder" + std::to_string(i)));
     const double bytes = static_cast<double>(dc.weight_bytes());
-    std::printf("| (%d, %d, %d, %d, %d, %d) | %.1f | %.1f | %.3f | %.1f | %.2f | %.0f | %.0f | %.0f | %.0f | %.3f | "
-                "%.1f |",
-                dc.d, dc.heads, dc.kv_head_count(), dc.layers, dc.ffn, dc.vocab, bytes / 1e6, dr.step_graph_us,
-                bytes / (dr.step_graph_us * 1e-6) / ceiling, dr.unfused_step_graph_us,
-                dr.unfused_step_graph_us / dr.step_graph_us, dr.tokens_per_s, dr.unfused_tokens_per_s,
-                dr.tokens_per_s_plain, dr.generate_tokens_per_s, dr.generate_tokens_per_s * dr.step_graph_us * 1e-6,
-                dr.step_eager_us);
+    std::printf(
+        "| (%d, %d, %d, %d, %d, %d) | %.1f | %.1f | %.3f | %.1f | %.2f | %.1f | %.0f | %.0f | %.0f | %.0f | "
+        "%.3f | %.1f |",
+        dc.d, dc.heads, dc.kv_head_count(), dc.layers, dc.ffn, dc.vocab, bytes / 1e6, dr.step_graph_us,
+        bytes / (dr.step_graph_us * 1e-6) / ceiling, dr.unfused_step_graph_us,
+        dr.unfused_step_graph_us / dr.step_graph_us, dr.split_step_graph_us, dr.tokens_per_s, dr.unfused_tokens_per_s,
+        dr.tokens_per_s_plain, dr.generate_tokens_per_s, dr.generate_tokens_per_s * dr.step_graph_us * 1e-6,
+        dr.step_eager_us);
     if (o.batch > 1) std::printf(" %.1f | %.2f |", dr.batch_step_us, dr.batch_step_us / dr.step_graph_us);
     std::printf("%s%s\n", dr.generate_equal ? "" : " generate() tokens DIFFER from forward()'s",
                 dr.unfused_tokens_equal ? "" : " (the unfused decoder's greedy tokens differ: rounding near a tie)");

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine, after tests/gpu_machine.sh has built build-gpu/: runs the benchmarks, tables to stdout.
-#   usage: examples/bench/run_gpu.sh [all|graph|gemv|compile|models]   (default all)
-# The models benchmark writes its results to $OUT/models (or ./bench-results) and needs python3 with PyTorch.
+#   usage: examples/bench/run_gpu.sh [all|graph|gemv|compile|models|shapes|batch]   (default all)
+# The models benchmarks write their results to $OUT/models, $OUT/shapes, $OUT/batch8 (or under ./bench-results) and
+# need python3 with PyTorch.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 which="${1:-all}"
@@ -12,7 +13,25 @@ if [ "$which" = all ] || [ "$which" = compile ]; then ./build-gpu/examples/bench
 if [ "$which" = all ] || [ "$which" = models ]; then
   results="${OUT:-$PWD/bench-results}/models"
   mkdir -p "$results"
-  ./build-gpu/examples/bench_models "$results" 300
+  ./build-gpu/examples/bench_models --out "$results" --forwards 300
   echo
   python3 examples/bench/torch_models.py "$results"
+fi
+if [ "$which" = all ] || [ "$which" = shapes ]; then
+  # Shapes beyond the default run: SwiGLU stacks of 400+ MB and decoders of 1+ GB (issue 13's targets), with the
+  # profile of each, against PyTorch.
+  results="${OUT:-$PWD/bench-results}/shapes"
+  mkdir -p "$results"
+  ./build-gpu/examples/bench_models --out "$results" --forwards 200 --profile \
+    --mlp 768,3072,32 --mlp 1024,4096,24 --mlp 1536,4096,12 --mlp 2048,5632,6 --mlp 2560,6912,4 --mlp 3072,8192,3 \
+    --decoder d=2048,heads=16,kv_heads=4,layers=16,ffn=5632,vocab=32000 \
+    --decoder d=4096,heads=32,kv_heads=8,layers=4,ffn=11008,vocab=32000
+  echo
+  python3 examples/bench/torch_models.py "$results"
+fi
+if [ "$which" = all ] || [ "$which" = batch ]; then
+  results="${OUT:-$PWD/bench-results}/batch8"
+  mkdir -p "$results"
+  ./build-gpu/examples/bench_models --out "$results" --forwards 200 --batch 8 --mlp 512,1536,16 --mlp 2048,5632,6 \
+    --decoder d=512 --decoder d=2048,heads=16,kv_heads=4,layers=16,ffn=5632,vocab=32000
 fi

@@ -30,8 +30,8 @@
 //     (floats), and the last block of the (row, head), found by an atomic count in counters [batch][n_heads] (zero at
 //     launch; that block sets it back to zero), combines the partials in split order (deterministic). A decode step
 //     has only n_heads blocks per row for `attention`; this fills the GPU. Launch: grid (n_heads, batch, splits),
-//     block 32 * k threads, dynamic shared memory len * sizeof(float). Two launches sharing `counters` must not
-//     run at once.
+//     block 32 * k threads, dynamic shared memory max(len, splits * (head_dim + 2)) * sizeof(float) (the scores,
+//     then the last block's copy of the partials). Two launches sharing `counters` must not run at once.
 //
 // Mapping: a position's head_dim halves are read as 16-byte chunks by a group of G lanes (G the power of two
 // >= head_dim / 8: 8 lanes for head_dim 64, 16 for 128), so a warp covers 32 / G positions per load and each
@@ -223,7 +223,7 @@ __device__ __forceinline__ void attention_split_body(const T* q, const T* k_cach
                                                      const int* slots, int n_heads, int n_kv_heads, int head_dim,
                                                      int max_ctx, int n_slots, float scale) {
   lg::early_launch_prologue();       // may be launched early (LaunchConfig::early_launch)
-  extern __shared__ float scores[];  // [len]
+  extern __shared__ float scores[];  // [max(len, splits * (head_dim + 2))]: scores, then the staged partials
   __shared__ float o[kMaxHeadDim];
   __shared__ bool last_block;
   if (blockIdx.x >= n_heads) return;
@@ -256,19 +256,37 @@ __device__ __forceinline__ void attention_split_body(const T* q, const T* k_cach
   __syncthreads();
   if (!last_block) return;
   __threadfence();  // the other blocks' partials, counted before ours, are visible from here
+  // Every partial into shared memory in one coalesced pass (loads in flight together, from L2), then combined there.
+  float* staged = scores;  // splits * stride floats: the launch gives max(len, splits * stride)
   const float* all = partials + pair * splits * stride;
-  float top = -__int_as_float(0x7f800000);
-  for (int z = 0; z < splits; ++z) top = fmaxf(top, __ldcg(all + z * stride));
+  constexpr int kInFlight = 8;  // loads per thread issued before any is stored: one L2 round trip, not eight
+  for (int i0 = threadIdx.x; i0 < splits * stride; i0 += kInFlight * blockDim.x) {
+    float v[kInFlight];
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) {
+      const int i = i0 + u * blockDim.x;
+      v[u] = i < splits * stride ? __ldcg(all + i) : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) {
+      const int i = i0 + u * blockDim.x;
+      if (i < splits * stride) staged[i] = v[u];
+    }
+  }
+  __syncthreads();
+  const float none = -__int_as_float(0x7f800000);
+  float top = none;
+  for (int z = 0; z < splits; ++z) top = fmaxf(top, staged[z * stride]);
   float denominator = 0.0f;
   for (int z = 0; z < splits; ++z) {
-    const float mz = __ldcg(all + z * stride);
-    denominator += mz == -__int_as_float(0x7f800000) ? 0.0f : expf(mz - top) * __ldcg(all + z * stride + 1);
+    const float mz = staged[z * stride];
+    if (mz != none) denominator += expf(mz - top) * staged[z * stride + 1];
   }
   for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
     float numerator = 0.0f;
     for (int z = 0; z < splits; ++z) {
-      const float mz = __ldcg(all + z * stride);
-      if (mz != -__int_as_float(0x7f800000)) numerator += expf(mz - top) * __ldcg(all + z * stride + 2 + d);
+      const float mz = staged[z * stride];
+      if (mz != none) numerator += expf(mz - top) * staged[z * stride + 2 + d];
     }
     out[h.out_at + d] = lg::from_float<T>(numerator / denominator);
   }

@@ -26,6 +26,9 @@ void DecoderConfig::validate() const {
   if (max_batch < 1 || max_batch > kMaxRows) {
     fail("max_batch (" + std::to_string(max_batch) + ") must be 1 to " + std::to_string(kMaxRows));
   }
+  if (attention_blocks < 0 || attention_blocks > 64) {
+    fail("attention_blocks (" + std::to_string(attention_blocks) + ") must be 0 (by context) to 64");
+  }
 }
 
 std::size_t DecoderConfig::weight_bytes() const {

@@ -9,15 +9,16 @@ namespace lazygraph::nn {
 
 namespace {
 
-constexpr int kWarpsPerBlock = 8;  // kernels/nn/mlp_stack.cu: 256 threads per block
-constexpr unsigned kBlockThreads = 32 * kWarpsPerBlock;
+constexpr int warps_per_block = 8;  // kernels/nn/mlp_stack.cu: 256 threads per block
+constexpr unsigned block_threads = 32 * warps_per_block;
 
 bool valid_split(int s) { return s == 0 || s == 1 || s == 2 || s == 4 || s == 8; }
 
 /// Warps per row for `rows` rows of `cols` columns.
 int split_for(int rows, int cols, int resident_warps) {
   int split = cols > 4096 ? 2 : 1;
-  while (split < kWarpsPerBlock && static_cast<long long>(rows) * split < resident_warps && cols / (2 * split) >= 256) {
+  while (split < warps_per_block && static_cast<long long>(rows) * split < resident_warps &&
+         cols / (2 * split) >= 256) {
     split *= 2;
   }
   return split;
@@ -79,9 +80,9 @@ BasicMlpStack<T>::BasicMlpStack(const Stream& stream, const BasicKernels<T>& ker
   int resident_warps = 0;
   for (std::size_t v = 0; v < grid_.size(); ++v) {
     const int batch = 1 << v;
-    const int per_sm = kernel_.variant(batch).max_active_blocks_per_sm(kBlockThreads);
+    const int per_sm = kernel_.variant(batch).max_active_blocks_per_sm(block_threads);
     grid_[v] = static_cast<unsigned>(std::max(1, per_sm) * stream.device().sm_count());
-    if (v == 0) resident_warps = static_cast<int>(grid_[v]) * kWarpsPerBlock;
+    if (v == 0) resident_warps = static_cast<int>(grid_[v]) * warps_per_block;
   }
   split_ = mlp_stack_split(split, d, ffn, resident_warps);
   auto owner = std::make_shared<TableOwner>(TableOwner{from_host(host).sync_on(stream), std::move(weights)});
@@ -101,7 +102,7 @@ typename BasicMlpStack<T>::Op BasicMlpStack<T>::op(DeviceSpan<T> x, DeviceSpan<T
                      std::to_string(rows * static_cast<std::size_t>(ffn_)) + " elements; got " +
                      std::to_string(x.size()) + " and " + std::to_string(act.size()));
   }
-  LaunchConfig config{{grid(batch), 1, 1}, {kBlockThreads, 1, 1}, 0};
+  LaunchConfig config{{grid(batch), 1, 1}, {block_threads, 1, 1}, 0};
   config.early_launch = early_launch_;
   return kernel_(config, table_, std::move(x), std::move(act), sync_, layer_count_, d_, ffn_, eps_, split_.a, split_.b,
                  batch);

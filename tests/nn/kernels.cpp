@@ -491,8 +491,9 @@ TEST_SUITE("gpu") {
     CHECK(wrong == 0);
   }
 
-  TEST_CASE("attention (one block or split over positions) is the softmax-weighted sum of the cached values up to the "
-            "position, also grouped-query") {
+  TEST_CASE(
+      "attention (one block or split over positions) is the softmax-weighted sum of the cached values up to the "
+      "position, also grouped-query") {
     Stream& s = lgtest::stream();
     const auto attention = nn::Kernels(lgtest::nn_kernels()).attention;
     const auto attention_split = nn::Kernels(lgtest::nn_kernels()).attention_split;
@@ -563,10 +564,10 @@ TEST_SUITE("gpu") {
         // Split over positions: any number of blocks per head gives the same result, and the counts go back to 0.
         for (const unsigned splits : {1U, 3U, 16U, 64U}) {
           CAPTURE(splits);
-          const unsigned len = (max_ctx + splits - 1) / splits;
+          const unsigned len = std::max((max_ctx + splits - 1) / splits, splits * (head_dim + 2U));
           auto out = poisoned(static_cast<std::size_t>(n_heads) * head_dim);
-          DeviceBuffer<float> partials(lgtest::device(),
-                                       static_cast<std::size_t>(n_heads) * splits * static_cast<std::size_t>(head_dim + 2));
+          DeviceBuffer<float> partials(
+              lgtest::device(), static_cast<std::size_t>(n_heads) * splits * static_cast<std::size_t>(head_dim + 2));
           auto counters = lgtest::to_device(s, std::vector<unsigned>(static_cast<std::size_t>(n_heads), 0U));
           for (int launch = 0; launch < 2; ++launch) {
             attention_split.launch(s, {{static_cast<unsigned>(n_heads), 1, splits}, {128, 1, 1}, len * 4U}, dq.cview(),
@@ -958,5 +959,4 @@ TEST_SUITE("gpu") {
     }
     CHECK(touched == 0);  // nothing but the rows' positions was written
   }
-
 }

@@ -27,6 +27,7 @@ std::vector<half> random_halves(std::size_t n) {
 /// Seeded weights of `config`, as nn::Mlp and mlp_reference make them.
 std::vector<nn::SwigluWeights> weights_of(const nn::Kernels& k, const nn::MlpConfig& config) {
   std::vector<nn::SwigluWeights> layers;
+  layers.reserve(static_cast<std::size_t>(config.layers));
   for (int l = 0; l < config.layers; ++l) {
     layers.push_back(nn::generate_swiglu_weights(lgtest::stream(), k, config.seed, l, config.d, config.ffn));
   }
@@ -58,8 +59,8 @@ TEST_CASE("the stack kernel's split rule gives long rows two warps and spreads s
   CHECK(small.a == 2);  // 1536 rows: 2 warps each fill 3072 of 3168 warps; 4 would leave 128 columns per warp
   CHECK(small.b == 4);  // 512 rows of 1536 columns: 4 warps each, 384 columns per warp
   const nn::MlpStackSplit large = nn::mlp_stack_split({}, 4096, 11008, resident);
-  CHECK(large.a == 1);  // 11008 rows of 4096 columns
-  CHECK(large.b == 2);  // rows of 11008 columns
+  CHECK(large.a == 1);                                               // 11008 rows of 4096 columns
+  CHECK(large.b == 2);                                               // rows of 11008 columns
   CHECK(nn::mlp_stack_split({8, 1}, 4096, 11008, resident).a == 8);  // an explicit split stays
   CHECK_THROWS_WITH_AS((void)nn::mlp_stack_split({3, 0}, 512, 1536, resident), doctest::Contains("a = 3"),
                        lg::UsageError);
@@ -68,9 +69,11 @@ TEST_CASE("the stack kernel's split rule gives long rows two warps and spreads s
 TEST_SUITE("gpu") {
   TEST_CASE("the persistent stack matches float64 on shapes with partial items, for every split") {
     const nn::Kernels k(lgtest::nn_kernels());
-    for (const auto& [d, ffn, layers] : {std::tuple{512, 1536, 16}, std::tuple{328, 904, 3}, std::tuple{64, 8200, 2},
-                                         std::tuple{2048, 5632, 2}}) {
-      const nn::MlpConfig config = shape(d, ffn, layers);
+    for (const auto& s :
+         {std::tuple{512, 1536, 16}, std::tuple{328, 904, 3}, std::tuple{64, 8200, 2}, std::tuple{2048, 5632, 2}}) {
+      const int d = std::get<0>(s);
+      const int ffn = std::get<1>(s);
+      const nn::MlpConfig config = shape(d, ffn, std::get<2>(s));
       CAPTURE(d);
       CAPTURE(ffn);
       const auto w = weights_of(k, config);
@@ -95,11 +98,11 @@ TEST_SUITE("gpu") {
     const nn::MlpStack stack(lgtest::stream(), k, w, config.d, config.ffn, config.eps);
     for (const int batch : {2, 3, 8}) {
       CAPTURE(batch);
-      const std::vector<half> x = random_halves(static_cast<std::size_t>(batch * config.d));
+      const std::vector<half> x = random_halves(static_cast<std::size_t>(batch) * static_cast<std::size_t>(config.d));
       const std::vector<half> y = run(stack, x, config.ffn, batch);
       int differ = 0;
       for (int b = 0; b < batch; ++b) {
-        const auto row = static_cast<std::ptrdiff_t>(b * config.d);
+        const auto row = static_cast<std::ptrdiff_t>(b) * config.d;
         const std::vector<half> one =
             run(stack, std::vector<half>(x.begin() + row, x.begin() + row + config.d), config.ffn, 1);
         for (int i = 0; i < config.d; ++i) differ += one[static_cast<std::size_t>(i)].bits != y[row + i].bits ? 1 : 0;
@@ -120,9 +123,9 @@ TEST_SUITE("gpu") {
     lg::DeviceBuffer<half> dx(lgtest::device(), 256);
     lg::DeviceBuffer<half> act(lgtest::device(), 1024);
     const auto input = lgtest::to_device(lgtest::stream(), x);
-    auto graph = lg::CudaGraph<>::capture(lgtest::stream(), lg::copy(dx.view(), input.cview()) >>
-                                                                stack.op(dx.view(), act.view()) >>
-                                                                stack.op(dx.view(), act.view()));
+    auto graph = lg::CudaGraph<>::capture(
+        lgtest::stream(),
+        lg::copy(dx.view(), input.cview()) >> stack.op(dx.view(), act.view()) >> stack.op(dx.view(), act.view()));
     int differ = 0;
     for (int replay = 0; replay < 50; ++replay) {
       graph.launch();

@@ -147,11 +147,12 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("the MLP module matches float64 on fresh inputs, replay after replay, persistent or not") {
-    for (const auto& [shape, persistent] :
+    for (const auto& variant :
          {std::pair{std::tuple{512, 1536, 16}, true}, std::pair{std::tuple{256, 1024, 3}, true},
           std::pair{std::tuple{512, 1536, 16}, false}, std::pair{std::tuple{256, 1024, 3}, false}}) {
       lazygraph::nn::MlpConfig config;
-      std::tie(config.d, config.ffn, config.layers) = shape;
+      std::tie(config.d, config.ffn, config.layers) = variant.first;
+      const bool persistent = variant.second;
       config.persistent = persistent;
       const int d = config.d;
       const int layers = config.layers;
@@ -231,8 +232,18 @@ TEST_SUITE("gpu") {
     SUBCASE("multi-head") { kv_heads = 0; }
     SUBCASE("grouped-query, 2 kv heads for 4 query heads") { kv_heads = 2; }
     SUBCASE("multi-query, 1 kv head") { kv_heads = 1; }
+    SUBCASE("grouped-query, attention split over 4 blocks of positions per head") {
+      kv_heads = 2;
+      config.attention_blocks = 4;
+    }
+    SUBCASE("the kernels before fusion") {
+      kv_heads = 2;
+      config.fused = false;
+    }
     config.kv_heads = kv_heads;
     CAPTURE(kv_heads);
+    CAPTURE(config.attention_blocks);
+    CAPTURE(config.fused);
     lazygraph::nn::Decoder decoder(lgtest::stream(), lgtest::nn_kernels(), config);
     lazygraph::nn::DecoderReference reference(config);
     std::vector<int> tokens;
@@ -291,6 +302,9 @@ TEST_SUITE("gpu") {
     lazygraph::nn::DecoderConfig config = small_decoder();
     config.kv_heads = 2;
     config.max_batch = 5;
+    SUBCASE("attention in one block per head") {}
+    SUBCASE("attention split over positions") { config.attention_blocks = 3; }
+    CAPTURE(config.attention_blocks);
     lazygraph::nn::Decoder batched(lgtest::stream(), lgtest::nn_kernels(), config);
     lazygraph::nn::DecoderConfig single_config = config;
     single_config.max_batch = 1;

@@ -26,7 +26,7 @@ TEST_SUITE("gpu") {
     CHECK(t[2].label == "second");
     for (const KernelTiming& k : t) {
       CHECK(k.name == "axpy");
-      CHECK(k.span_bytes == 2U * n * sizeof(float));  // the spans' sizes, not the n passed
+      CHECK(k.span_bytes == 2 * static_cast<std::size_t>(n) * sizeof(float));  // the spans' sizes, not the n passed
       CHECK(k.microseconds > 0.0);
       CHECK(k.microseconds < 1e5);
     }

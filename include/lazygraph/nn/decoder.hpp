@@ -46,6 +46,11 @@ struct DecoderConfig {
   /// qkv_rope_append) and attention split over positions (attention_split). False: the kernels these replaced
   /// (three rms_norm_gemv in parallel, rope, kv_append, attention with one block per head), to compare.
   bool fused = true;
+  /// Blocks per (row, head) of the fused path's attention, at most 64; 0 picks by context (attention_splits). The
+  /// default is one: on the H100 at position 255 of a 1024 context, spreading the 8 heads of the default decoder
+  /// over 32 blocks each made the step slower (192 vs 170 us), the combine of the partials costing more than the
+  /// positions it shares out.
+  int attention_blocks = 1;
 
   /// d / heads.
   [[nodiscard]] int head_dim() const noexcept { return heads > 0 ? d / heads : 0; }
@@ -59,9 +64,11 @@ struct DecoderConfig {
   void validate() const;
   /// Bytes of weights one step reads (all matrices and gains, plus one embedding row).
   [[nodiscard]] std::size_t weight_bytes() const;
-  /// Blocks each (row, head) of attention is spread over (attention_split): one per 32 positions of the context,
-  /// 1 to 64.
-  [[nodiscard]] int attention_splits() const noexcept { return std::clamp((context + 31) / 32, 1, 64); }
+  /// Blocks each (row, head) of attention is spread over: attention_blocks, or when that is 0 one per 32 positions of
+  /// the context, 1 to 64. 1 runs the kernel of one block per head (attention), more attention_split.
+  [[nodiscard]] int attention_splits() const noexcept {
+    return attention_blocks > 0 ? attention_blocks : std::clamp((context + 31) / 32, 1, 64);
+  }
 };
 
 /// One layer's attention weights: norm gain [d], Wq [d x d], Wk and Wv [kv_dim x d], Wo [d x d].
@@ -113,7 +120,7 @@ struct BasicDecoderState {
   DeviceBuffer<T> logits;       ///< [kMaxRows][vocab]
   DeviceBuffer<T> k_cache;      ///< [layers][max_batch][kv_heads][context][head_dim]
   DeviceBuffer<T> v_cache;      ///< like k_cache
-  DeviceBuffer<float> attention_partials;  ///< attention_split's [kMaxRows][heads][splits][head_dim + 2]
+  DeviceBuffer<float> attention_partials;     ///< attention_split's [kMaxRows][heads][splits][head_dim + 2]
   DeviceBuffer<unsigned> attention_counters;  ///< attention_split's [kMaxRows][heads], zero between steps
 
   /// The rows' tokens, as the graph reads them.
@@ -145,30 +152,33 @@ auto attention_block(const BasicKernels<T>& k, const BasicAttentionWeights<T>& w
   const LaunchConfig per_split = k.step_config(
       {{static_cast<unsigned>(c.heads), static_cast<unsigned>(rows), static_cast<unsigned>(splits)},
        {128, 1, 1},
-       split_len * static_cast<unsigned>(sizeof(float))});
+       std::max(split_len, static_cast<unsigned>(splits * (c.head_dim() + 2))) * static_cast<unsigned>(sizeof(float))});
+  const LaunchConfig per_head = k.step_config({{static_cast<unsigned>(c.heads), static_cast<unsigned>(rows), 1},
+                                               {256, 1, 1},
+                                               static_cast<unsigned>(c.context * sizeof(float))});
   auto fused =
       k.qkv_rope_append(k.qkv_config(d, c.kv_dim()), w.wq.cview(), w.wk.cview(), w.wv.cview(), s.x.cview(),
                         w.gain.cview(), s.q.view(), k_cache, v_cache, s.positions(), s.slots(), d, c.kv_head_count(),
                         c.head_dim(), c.context, c.max_batch, c.theta, c.eps, rows) >>
-      k.attention_split(per_split, s.q.cview(), k_cache.as_const(), v_cache.as_const(), s.attn.view(),
-                        s.attention_partials.view(), s.attention_counters.view(), s.positions(), s.slots(), c.heads,
-                        c.kv_head_count(), c.head_dim(), c.context, c.max_batch, scale);
+      choose(splits > 1,
+             k.attention_split(per_split, s.q.cview(), k_cache.as_const(), v_cache.as_const(), s.attn.view(),
+                               s.attention_partials.view(), s.attention_counters.view(), s.positions(), s.slots(),
+                               c.heads, c.kv_head_count(), c.head_dim(), c.context, c.max_batch, scale),
+             k.attention(per_head, s.q.cview(), k_cache.as_const(), v_cache.as_const(), s.attn.view(), s.positions(),
+                         s.slots(), c.heads, c.kv_head_count(), c.head_dim(), c.context, c.max_batch, scale));
 
   const auto project = [&](const DeviceBuffer<T>& weight, DeviceBuffer<T>& out, int out_rows) {
     return k.rms_norm_gemv(k.gemv_config(out_rows, d), weight.cview(), s.x.cview(), w.gain.cview(), out.view(),
                            out_rows, d, c.eps, rows);
   };
   const auto count = static_cast<std::size_t>(rows);
-  const LaunchConfig per_head = k.step_config({{static_cast<unsigned>(c.heads), static_cast<unsigned>(rows), 1},
-                                               {256, 1, 1},
-                                               static_cast<unsigned>(c.context * sizeof(float))});
   auto unfused =
       all(project(w.wq, s.q, d), project(w.wk, s.k, c.kv_dim()), project(w.wv, s.v, c.kv_dim())) >>
       k.rope(k.step_config(grid_for(count * static_cast<std::size_t>(d), 256)), s.q.view(), s.k.view(), s.positions(),
              c.heads, c.kv_head_count(), c.head_dim(), c.theta, rows) >>
-      k.kv_append(k.step_config(grid_for(count * static_cast<std::size_t>(c.kv_dim()), 256)), s.k.cview(),
-                  s.v.cview(), k_cache, v_cache, s.positions(), s.slots(), c.kv_head_count(), c.head_dim(), c.context,
-                  c.max_batch, rows) >>
+      k.kv_append(k.step_config(grid_for(count * static_cast<std::size_t>(c.kv_dim()), 256)), s.k.cview(), s.v.cview(),
+                  k_cache, v_cache, s.positions(), s.slots(), c.kv_head_count(), c.head_dim(), c.context, c.max_batch,
+                  rows) >>
       k.attention(per_head, s.q.cview(), k_cache.as_const(), v_cache.as_const(), s.attn.view(), s.positions(),
                   s.slots(), c.heads, c.kv_head_count(), c.head_dim(), c.context, c.max_batch, scale);
   return choose(c.fused, std::move(fused), std::move(unfused)) >>

@@ -105,8 +105,8 @@ struct BasicKernels {
   /// qkv_rope_append(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, kv_heads, head_dim, context,
   /// slot_count, theta, eps, batch): h = rmsnorm(x[b]) * g; q[b] = rope(Wq h); rope(Wk h) and Wv h appended to the
   /// caches (kernels/nn/qkv.cu): rms_norm_gemv three times, rope and kv_append in one launch (qkv_config).
-  BatchedKernel<void(const T*, const T*, const T*, const T*, const T*, T*, T*, T*, const int*, const int*, int, int, int,
-                     int, int, float, float, int)>
+  BatchedKernel<void(const T*, const T*, const T*, const T*, const T*, T*, T*, T*, const int*, const int*, int, int,
+                     int, int, int, float, float, int)>
       qkv_rope_append;
   /// rms_norm(x, g, out, d, eps): out = rmsnorm(x) * g per vector, one block each (kernels/nn/rms_norm.cu).
   Kernel<void(const T*, const T*, T*, int, float)> rms_norm;
@@ -164,7 +164,9 @@ struct BasicKernels {
   /// follows bench_gemv's shape sweep (H100, early-launched chains; the best K per shape):
   ///   4096 x 4096: K = 2 117 % of the copy ceiling vs K = 1 96 %;   2048 x 8192: K = 4 116 % vs K = 2 97 %;
   ///   1024 x 16384: K = 8 112 % vs K = 2 85 %;   11008 x 4096: K = 1 100 % vs K = 2 91 %.
-  /// `max_warps_per_row` caps K (qkv_config needs two rows per block).
+  /// `max_warps_per_row` caps K (qkv_config needs two rows per block). The grid is one block per 8 / K rows: capping
+  /// it at 1 or 2 blocks per multiprocessor, so that the next early-launched kernel could get resident sooner, was
+  /// slower on nearly every shape of the sweep (H100: 4096 x 4096 115 % uncapped, 89 % at 2 per SM, 68 % at 1).
   [[nodiscard]] LaunchConfig gemv_config(int rows, int cols, unsigned max_warps_per_row = 8) const {
     unsigned warps_per_row = cols > 4096 ? 2 : 1;
     if (cols >= 4096 && rows <= 4096) warps_per_row = std::max(warps_per_row, 2U);

@@ -43,8 +43,8 @@ auto mlp_forward(const BasicKernels<T>& k, std::span<const std::type_identity_t<
   std::vector<NamedOp<BasicSwigluBlockOp<T>>> blocks;
   blocks.reserve(layers.size());
   for (std::size_t l = 0; l < layers.size(); ++l) {
-    blocks.push_back(named("block " + std::to_string(l),
-                           swiglu_block(k, layers[l], output, act, config.d, config.ffn, config.eps)));
+    blocks.push_back(
+        named("block " + std::to_string(l), swiglu_block(k, layers[l], output, act, config.d, config.ffn, config.eps)));
   }
   return copy(output, input) >> chain(std::move(blocks));
 }

@@ -67,7 +67,7 @@ class BasicMlpStack {
   int ffn_;
   float eps_;
   MlpStackSplit split_;
-  std::array<unsigned, 4> grid_{};  ///< per kernel variant (batches up to 1, 2, 4, 8)
+  std::array<unsigned, 4> grid_{};    ///< per kernel variant (batches up to 1, 2, 4, 8)
   DeviceSpan<const MlpLayer> table_;  ///< its owner also keeps every layer's weights alive
   DeviceSpan<unsigned> sync_;         ///< the kernel's counters (kernels/nn/mlp_stack.cu), zero between launches
 };

@@ -27,8 +27,7 @@ struct KernelTiming {
 namespace detail {
 /// Runs `run(ctx)` `repeats` times on `stream` with an observing context; the launches of every run must be the
 /// same kernels in the same order. \throws UsageError for repeats < 1 or when two runs launch different kernels.
-std::vector<KernelTiming> profile_runs(const Stream& stream, int repeats,
-                                       const std::function<void(ExecContext&)>& run);
+std::vector<KernelTiming> profile_runs(const Stream& stream, int repeats, const std::function<void(ExecContext&)>& run);
 }  // namespace detail
 
 /// Profiles `op` (see the file comment): returns its kernel launches in order. `op` must be safe to run `repeats`

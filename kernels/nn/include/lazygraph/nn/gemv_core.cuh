@@ -87,30 +87,26 @@ template <class W>
 __device__ __forceinline__ void prefetch_weights(const W& w, int rows, int cols) {
   using T = typename W::Element;
   constexpr int M = W::count;
-  const int first_row = blockIdx.x * blockDim.z;
   const bool whole = static_cast<long long>(rows) * cols * M * static_cast<long long>(sizeof(T)) <= kWholePrefetchBytes;
   constexpr int chunks_per_line = 8;  // 16-byte chunks per 128-byte line
   const int first_step_chunks = min(cols / 8, 32 * static_cast<int>(blockDim.y) * loads_per_matrix(M));
   const int row_lines = ((whole ? cols / 8 : first_step_chunks) + chunks_per_line - 1) / chunks_per_line;
-  const int block_rows = min(static_cast<int>(blockDim.z), rows - first_row);
   const int threads = blockDim.x * blockDim.y * blockDim.z;
   const int tid = (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
-  for (int i = tid; i < block_rows * row_lines; i += threads) {
-    const int row = first_row + i / row_lines;
-    const int line = i % row_lines;
+  // Whole: every row this block will process (gemv_rows walks the rows grid-stride); else its first rows' first step.
+  for (int row0 = blockIdx.x * blockDim.z; row0 < rows; row0 += gridDim.x * blockDim.z) {
+    const int block_rows = min(static_cast<int>(blockDim.z), rows - row0);
+    for (int i = tid; i < block_rows * row_lines; i += threads) {
+      const int row = row0 + i / row_lines;
+      const int line = i % row_lines;
 #pragma unroll
-    for (int m = 0; m < M; ++m) lg::prefetch_l2(w.row(m, row) + 8LL * chunks_per_line * line);
+      for (int m = 0; m < M; ++m) lg::prefetch_l2(w.row(m, row) + 8LL * chunks_per_line * line);
+    }
+    if (!whole) break;
   }
   lg::allow_dependent_launch();
 }
 
-/// The shared core: for every row assigned to this thread's group, the M x B dot products W[m][row] . x_b,
-/// handed to `finish(row, acc)` on one thread of the group (acc[m][b]; vectors b >= batch hold garbage). Any
-/// `epilogue` other than NoEpilogue is then called by every thread of the block with the pass's first row, between
-/// two block barriers (for work that combines the rows of the block, such as RoPE's pairs). With
-/// X::sum_squares, vector b's dot products are scaled by 1/sqrt(mean(x_b^2) + eps), the mean summed from the same
-/// chunks. The first step's weights of the group's first row are loaded before wait_for_prior_grids(), which every
-/// thread calls once before touching x or the output.
 /// No work after each pass over the rows (gemv_rows' default).
 struct NoEpilogue {
   __device__ __forceinline__ void operator()(int /*first_row*/) const {}
