@@ -78,7 +78,7 @@ struct HeadView {
 template <class T>
 __device__ __forceinline__ HeadView<T> head_view(const T* q, const T* k_cache, const T* v_cache, const T* out,
                                                  const int* positions, const int* slots, int n_heads, int n_kv_heads,
-                                                 int head_dim, int max_ctx, int n_slots, int chunk) {
+                                                 int head_dim, int max_ctx, int n_slots) {
   const int row = blockIdx.y;
   const int head = blockIdx.x;
   const int p = positions[row];
@@ -88,6 +88,12 @@ __device__ __forceinline__ HeadView<T> head_view(const T* q, const T* k_cache, c
       !lg::is_aligned16(v_cache) || !lg::is_aligned16(out)) {
     __trap();
   }
+  // This thread's 16-byte chunk of a position: lanes are grouped by the power of two >= head_dim / 8 (attend_range);
+  // the lanes past the last chunk read it too, and their sums are dropped.
+  const int chunks = head_dim / 8;
+  int group = 1;
+  while (group < chunks) group <<= 1;
+  const int chunk = min(static_cast<int>(threadIdx.x % 32) % group, chunks - 1);
   const int kv_head = head / (n_heads / n_kv_heads);
   const long long head_base = (static_cast<long long>(sequence) * n_kv_heads + kv_head) * max_ctx * head_dim;
   const long long out_at = (static_cast<long long>(row) * n_heads + head) * head_dim;
@@ -201,11 +207,8 @@ __device__ __forceinline__ void attention_body(const T* q, const T* k_cache, con
   extern __shared__ float scores[];  // [max_ctx]
   __shared__ float o[kMaxHeadDim];
   if (blockIdx.x >= n_heads) return;
-  const int chunks = head_dim / 8;
-  int group = 1;
-  while (group < chunks) group <<= 1;
-  const HeadView<T> h = head_view(q, k_cache, v_cache, out, positions, slots, n_heads, n_kv_heads, head_dim, max_ctx,
-                                  n_slots, min(static_cast<int>(threadIdx.x % 32) % group, chunks - 1));
+  const HeadView<T> h =
+      head_view(q, k_cache, v_cache, out, positions, slots, n_heads, n_kv_heads, head_dim, max_ctx, n_slots);
   float m;
   float l;
   attend_range(h, head_dim, scale, 0, h.p + 1, scores, o, m, l);
@@ -227,11 +230,8 @@ __device__ __forceinline__ void attention_split_body(const T* q, const T* k_cach
   __shared__ float o[kMaxHeadDim];
   __shared__ bool last_block;
   if (blockIdx.x >= n_heads) return;
-  const int chunks = head_dim / 8;
-  int group = 1;
-  while (group < chunks) group <<= 1;
-  const HeadView<T> h = head_view(q, k_cache, v_cache, out, positions, slots, n_heads, n_kv_heads, head_dim, max_ctx,
-                                  n_slots, min(static_cast<int>(threadIdx.x % 32) % group, chunks - 1));
+  const HeadView<T> h =
+      head_view(q, k_cache, v_cache, out, positions, slots, n_heads, n_kv_heads, head_dim, max_ctx, n_slots);
   const int splits = gridDim.z;
   const int len = (max_ctx + splits - 1) / splits;
   const int begin = min(static_cast<int>(blockIdx.z) * len, h.p + 1);

@@ -27,6 +27,8 @@ lazygraph::KernelLibraryOptions own_kernels(std::vector<lazygraph::KernelSource>
 
 /// `n` random floats in [-1, 1) from a generator seeded freshly per call (never zeros).
 std::vector<float> random_floats(std::size_t n);
+/// random_floats rounded to fp16.
+std::vector<lazygraph::half> random_halves(std::size_t n);
 
 /// Copies a device span to a host vector and waits.
 template <class T>

@@ -74,6 +74,13 @@ std::vector<float> random_floats(std::size_t n) {
   return v;
 }
 
+std::vector<lazygraph::half> random_halves(std::size_t n) {
+  std::vector<lazygraph::half> out;
+  out.reserve(n);
+  for (const float f : random_floats(n)) out.push_back(lazygraph::half::from_float(f));
+  return out;
+}
+
 std::vector<double> axpy_reference(float a, const std::vector<float>& x, const std::vector<float>& y0, int times) {
   std::vector<double> y(y0.begin(), y0.end());
   for (int t = 0; t < times; ++t) {

@@ -24,7 +24,7 @@ namespace {
 constexpr double fp16_tolerance = 5e-3;
 constexpr std::uint16_t poison = 0x7e00;  // a quiet NaN
 
-std::vector<half> random_halves(std::size_t n) { return to_half(lgtest::random_floats(n)); }
+using lgtest::random_halves;
 
 std::vector<double> widen(const std::vector<half>& h) {
   std::vector<double> out(h.size());

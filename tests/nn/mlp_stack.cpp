@@ -18,11 +18,7 @@ using lg::half;
 
 namespace {
 
-std::vector<half> random_halves(std::size_t n) {
-  std::vector<half> out;
-  for (const float f : lgtest::random_floats(n)) out.push_back(half::from_float(f));
-  return out;
-}
+using lgtest::random_halves;
 
 /// Seeded weights of `config`, as nn::Mlp and mlp_reference make them.
 std::vector<nn::SwigluWeights> weights_of(const nn::Kernels& k, const nn::MlpConfig& config) {

@@ -18,12 +18,6 @@ using lg::half;
 
 namespace {
 
-std::vector<half> random_input(std::size_t n) {
-  std::vector<half> out;
-  for (const float f : lgtest::random_floats(n)) out.push_back(half::from_float(f));
-  return out;
-}
-
 using lgtest::small_decoder;
 
 }  // namespace
@@ -162,7 +156,7 @@ TEST_SUITE("gpu") {
       // staging copy in, input copy, 2 kernels per layer (or one persistent kernel), staging copy out
       CHECK(mlp.graph().node_count() == 3 + (persistent ? 1 : 2 * static_cast<std::size_t>(layers)));
       for (int round = 0; round < 2; ++round) {
-        const std::vector<half> x = random_input(static_cast<std::size_t>(d));
+        const std::vector<half> x = lgtest::random_halves(static_cast<std::size_t>(d));
         const std::vector<half> y = mlp.forward(x);
         const std::vector<double> want = lazygraph::nn::mlp_reference(config, lazygraph::nn::widen(x));
         const double error = lazygraph::nn::relative_error(lazygraph::nn::widen(y), want);
@@ -179,7 +173,7 @@ TEST_SUITE("gpu") {
     config.ffn = 512;
     config.layers = 2;
     lazygraph::nn::Mlp mlp(lgtest::stream(), lgtest::nn_kernels(), config);
-    const std::vector<half> x = random_input(256);
+    const std::vector<half> x = lgtest::random_halves(256);
     const std::vector<half> graph_out = mlp.forward(x);
     const auto input = lgtest::to_device(lgtest::stream(), x);
     lg::DeviceBuffer<half> out(lgtest::device(), 256);
@@ -203,7 +197,7 @@ TEST_SUITE("gpu") {
     CHECK(early.graph().edge_counts().full == 3U);
     CHECK(plain.graph().edge_counts().programmatic == 0U);
     CHECK(plain.graph().edge_counts().full == 2U * 6U + 2U);
-    const std::vector<half> x = random_input(512);
+    const std::vector<half> x = lgtest::random_halves(512);
     const std::vector<half> a = early.forward(x);
     const std::vector<half> b = plain.forward(x);
     for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i].bits == b[i].bits);
@@ -415,7 +409,7 @@ TEST_SUITE("gpu") {
     std::vector<std::vector<half>> alone;
     std::vector<std::vector<int>> alone_tokens;
     for (int t = 0; t < kThreads; ++t) {
-      inputs.push_back(random_input(256));
+      inputs.push_back(lgtest::random_halves(256));
       alone.push_back(mlp.forward(inputs.back()));
       alone_tokens.push_back(decoder.generate(10 + t, 12));  // from position 0: independent of earlier calls
     }
