@@ -5,7 +5,8 @@
 // rms_norm_gemv_swiglu followed by gemv_add (kernels/nn/gemv.cu), in fp32 with one rounding per stored value.
 //
 // Why one launch: a small model's blocks each read 1-3 MB of weights, which the memory streams in well under a
-// microsecond, while a kernel boundary in a graph costs 2-3 us. Here the boundary is a counter in global memory:
+// microsecond, while a kernel boundary in a graph costs 2-3 us. (Measured on the H100, the counters below cost more
+// than that boundary: the kernel is 1.05-2.1x slower than the chain, and off by default; docs/decode_performance.md.) Here the boundary is a counter in global memory:
 // the blocks of the grid take work items in ticket order (an atomic counter), an item waits only for the phase
 // before its own, and a block holding an item of a later phase loads that item's weights into registers BEFORE it
 // waits. So the weights of the next phase stream in while the current phase finishes, and a phase boundary costs
