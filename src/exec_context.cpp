@@ -117,9 +117,9 @@ void ExecContext::launch(const KernelSubmission& k) {
   if (observer_ != nullptr && !recording_) observer_->after(k, *current_);
 }
 
-void ExecContext::push_label(std::string label) {
+void ExecContext::push_label(const std::string& label) {
   nvtxRangePushA(label.c_str());
-  labels_.push_back(std::move(label));
+  labels_.emplace_back(label);
 }
 
 void ExecContext::pop_label() noexcept {

@@ -21,8 +21,8 @@ class EventObserver final : public LaunchObserver {
     std::unique_ptr<Event> end;
   };
 
-  void before(const KernelSubmission& kernel, const Stream& stream, std::span<const std::string> labels) override {
-    Launch l{std::string(kernel.name), labels.empty() ? std::string() : labels.back(), kernel.span_bytes,
+  void before(const KernelSubmission& kernel, const Stream& stream, std::span<const std::string_view> labels) override {
+    Launch l{std::string(kernel.name), labels.empty() ? std::string() : std::string(labels.back()), kernel.span_bytes,
              std::make_unique<Event>(stream.device()), std::make_unique<Event>(stream.device())};
     l.begin->record(stream);
     launches.push_back(std::move(l));

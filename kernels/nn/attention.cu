@@ -241,7 +241,7 @@ __device__ __forceinline__ void attention_split_body(const T* q, const T* k_cach
   attend_range(h, head_dim, scale, begin, end, scores, o, m, l);
 
   const long long pair = static_cast<long long>(blockIdx.y) * n_heads + blockIdx.x;  // (row, head)
-  const int stride = head_dim + 2;                                                    // floats per partial
+  const int stride = head_dim + 2;                                                   // floats per partial
   float* mine = partials + (pair * splits + blockIdx.z) * stride;
   for (int d = threadIdx.x; d < head_dim; d += blockDim.x) mine[2 + d] = o[d];
   if (threadIdx.x == 0) {
@@ -313,19 +313,18 @@ extern "C" __global__ void attention(const lg::half_t* q, const lg::half_t* k_ca
   attention_body(q, k_cache, v_cache, out, positions, slots, n_heads, n_kv_heads, head_dim, max_ctx, n_slots, scale);
 }
 
-extern "C" __global__ void attention_split(const lg::half_t* q, const lg::half_t* k_cache,
-                                           const lg::half_t* v_cache, lg::half_t* out, float* partials,
-                                           unsigned* counters, const int* positions, const int* slots, int n_heads,
-                                           int n_kv_heads, int head_dim, int max_ctx, int n_slots, float scale) {
+extern "C" __global__ void attention_split(const lg::half_t* q, const lg::half_t* k_cache, const lg::half_t* v_cache,
+                                           lg::half_t* out, float* partials, unsigned* counters, const int* positions,
+                                           const int* slots, int n_heads, int n_kv_heads, int head_dim, int max_ctx,
+                                           int n_slots, float scale) {
   attention_split_body(q, k_cache, v_cache, out, partials, counters, positions, slots, n_heads, n_kv_heads, head_dim,
                        max_ctx, n_slots, scale);
 }
 
 extern "C" __global__ void attention_split_bf16(const lg::bf16_t* q, const lg::bf16_t* k_cache,
                                                 const lg::bf16_t* v_cache, lg::bf16_t* out, float* partials,
-                                                unsigned* counters, const int* positions, const int* slots,
-                                                int n_heads, int n_kv_heads, int head_dim, int max_ctx, int n_slots,
-                                                float scale) {
+                                                unsigned* counters, const int* positions, const int* slots, int n_heads,
+                                                int n_kv_heads, int head_dim, int max_ctx, int n_slots, float scale) {
   attention_split_body(q, k_cache, v_cache, out, partials, counters, positions, slots, n_heads, n_kv_heads, head_dim,
                        max_ctx, n_slots, scale);
 }

@@ -6,11 +6,12 @@
 //
 // Why one launch: a small model's blocks each read 1-3 MB of weights, which the memory streams in well under a
 // microsecond, while a kernel boundary in a graph costs 2-3 us. (Measured on the H100, the counters below cost more
-// than that boundary: the kernel is 1.05-2.1x slower than the chain, and off by default; docs/decode_performance.md.) Here the boundary is a counter in global memory:
-// the blocks of the grid take work items in ticket order (an atomic counter), an item waits only for the phase
-// before its own, and a block holding an item of a later phase loads that item's weights into registers BEFORE it
-// waits. So the weights of the next phase stream in while the current phase finishes, and a phase boundary costs
-// the counter's round trip plus the read of x, not a launch. Large models gain the same overlap at each boundary.
+// than that boundary: the kernel is 1.05-2.1x slower than the chain, and off by default; docs/decode_performance.md.)
+// Here the boundary is a counter in global memory: the blocks of the grid take work items in ticket order (an atomic
+// counter), an item waits only for the phase before its own, and a block holding an item of a later phase loads that
+// item's weights into registers BEFORE it waits. So the weights of the next phase stream in while the current phase
+// finishes, and a phase boundary costs the counter's round trip plus the read of x, not a launch. Large models gain the
+// same overlap at each boundary.
 //
 // Forward progress without co-residency: tickets are handed out in order and an item waits only for items of an
 // earlier phase, i.e. with smaller tickets, which blocks already running hold. So the kernel cannot deadlock
@@ -29,9 +30,10 @@
 // line: line 0 the ticket, line 1 the blocks that finished, then for each phase (A of layer l: 2l, B: 2l + 1) 8 lines
 // counting its items done (item i on line i % 8, so that one phase's atomics and polls spread over 8 addresses). An
 // item's block counts itself after a block barrier with a device-scope release add; a waiting block's first
-// thread polls the 8 counters with device-scope acquire loads (pausing 32 ns between rounds), then the block barrier hands the ordering to every thread, whose
-// ordinary loads of x and act then see the other blocks' stores. The last block to finish sets every counter back to zero, so the next launch starts clean. Two
-// launches that share one `sync` must not run at once.
+// thread polls the 8 counters with device-scope acquire loads (pausing 32 ns between rounds), then the block barrier
+// hands the ordering to every thread, whose ordinary loads of x and act then see the other blocks' stores. The last
+// block to finish sets every counter back to zero, so the next launch starts clean. Two launches that share one `sync`
+// must not run at once.
 //
 // Kernels: mlp_stack (fp16) and mlp_stack_bf16, each with _b2, _b4, _b8 variants for batches of up to 2, 4, 8
 // (nn::BatchedKernel picks one):
@@ -40,8 +42,7 @@
 // [ffn x d], W2 [d x ffn], all 16-byte aligned). d and ffn are multiples of 8; batch 1..8; x and act 16-byte
 // aligned. A violation traps. Launch: 256 threads per block, any grid (a multiple of the SM count fills the GPU),
 // early launch allowed: only the weights are touched before the wait for earlier work.
-#include "lazygraph/element.cuh"
-#include "lazygraph/kernel_common.cuh"
+#include "lazygraph/nn/gemv_core.cuh"
 
 /// One block's weights as device addresses (the host's lazygraph::nn::MlpLayer has the same layout).
 struct MlpLayer {
@@ -95,8 +96,7 @@ __device__ __forceinline__ void block_wait_for(const unsigned* counters, int ite
 __device__ __forceinline__ void block_signal(unsigned* counters, int item) {
   __syncthreads();
   if (threadIdx.x == 0) {
-    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counters + (item % kLanes) * kLineWords)
-                 : "memory");
+    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counters + (item % kLanes) * kLineWords) : "memory");
   }
 }
 
@@ -105,14 +105,12 @@ __device__ __forceinline__ const T* at(unsigned long long address) {
   return reinterpret_cast<const T*>(address);
 }
 
-__device__ __forceinline__ float silu(float a) { return a / (1.0f + expf(-a)); }
-
 /// The rows of one item and this warp's place in them.
 struct Slot {
-  int row;    ///< the row this warp works on (clamped into the matrix for loads; see `valid`)
-  bool valid; ///< the row exists (the last item of a phase may be short)
-  int part;   ///< this warp's index among the split warps of its row
-  int group;  ///< the row's index in the item
+  int row;     ///< the row this warp works on (clamped into the matrix for loads; see `valid`)
+  bool valid;  ///< the row exists (the last item of a phase may be short)
+  int part;    ///< this warp's index among the split warps of its row
+  int group;   ///< the row's index in the item
 };
 
 __device__ __forceinline__ Slot slot_of(int item, int split, int rows) {
@@ -147,9 +145,9 @@ __device__ __forceinline__ void reduce_split(float (&v)[N], const Slot& s, int s
 
 /// Phase A of one item: act[b][row] = silu(W1 h) * (W3 h) for the item's rows.
 template <int B, class T>
-__device__ __forceinline__ void phase_a(const MlpLayer& layer, const T* x, T* act, int d, int ffn, float eps,
-                                        int batch, int split, int item, const unsigned* wait_counters,
-                                        int wait_items, float (*scratch)[2 * B + B]) {
+__device__ __forceinline__ void phase_a(const MlpLayer& layer, const T* x, T* act, int d, int ffn, float eps, int batch,
+                                        int split, int item, const unsigned* wait_counters, int wait_items,
+                                        float (*scratch)[2 * B + B]) {
   constexpr int L = 4;  // loads in flight per lane and matrix
   const Slot s = slot_of(item, split, ffn);
   const int lane = threadIdx.x % 32;
@@ -222,16 +220,15 @@ __device__ __forceinline__ void phase_a(const MlpLayer& layer, const T* x, T* ac
     for (int b = 0; b < B; ++b) {  // unrolled over B, not batch: a run-time index would put acc in local memory
       if (b >= batch) break;
       const float inv = 1.0f / sqrtf(acc[2 * B + b] / static_cast<float>(d) + eps);
-      act[static_cast<long long>(b) * ffn + s.row] = lg::from_float<T>(silu(acc[b] * inv) * (acc[B + b] * inv));
+      act[static_cast<long long>(b) * ffn + s.row] = lg::from_float<T>(lg::nn::silu(acc[b] * inv) * (acc[B + b] * inv));
     }
   }
 }
 
 /// Phase B of one item: x[b][row] += W2 act[b] for the item's rows.
 template <int B, class T>
-__device__ __forceinline__ void phase_b(const MlpLayer& layer, T* x, const T* act, int d, int ffn, int batch,
-                                        int split, int item, const unsigned* wait_counters, int wait_items,
-                                        float (*scratch)[B]) {
+__device__ __forceinline__ void phase_b(const MlpLayer& layer, T* x, const T* act, int d, int ffn, int batch, int split,
+                                        int item, const unsigned* wait_counters, int wait_items, float (*scratch)[B]) {
   constexpr int L = 8;
   const Slot s = slot_of(item, split, d);
   const int lane = threadIdx.x % 32;
@@ -320,8 +317,7 @@ __device__ __forceinline__ void mlp_stack_body(const MlpLayer* layers, T* x, T* 
     const int r = t % per_layer;
     const MlpLayer layer = layers[l];
     if (r < items_a) {
-      phase_a<B>(layer, x, act, d, ffn, eps, batch, split_a, r, l > 0 ? phase(2 * l - 1) : nullptr, items_b,
-                 scratch_a);
+      phase_a<B>(layer, x, act, d, ffn, eps, batch, split_a, r, l > 0 ? phase(2 * l - 1) : nullptr, items_b, scratch_a);
       block_signal(phase(2 * l), r);
     } else {
       phase_b<B>(layer, x, act, d, ffn, batch, split_b, r - items_a, phase(2 * l), items_a, scratch_b);

@@ -77,8 +77,8 @@ __device__ __forceinline__ void qkv_body(const T* Wq, const T* Wk, const T* Wv, 
         if (row < d + kv_dim) {  // q or k: rotate the pair (2i, 2i+1) this element belongs to
           const int within = (row < d ? row : row - d) % head_dim;
           const int i = within / 2;
-          const float angle = static_cast<float>(position) *
-                              powf(theta, -2.0f * static_cast<float>(i) / static_cast<float>(head_dim));
+          const float angle =
+              static_cast<float>(position) * powf(theta, -2.0f * static_cast<float>(i) / static_cast<float>(head_dim));
           float s;
           float c;
           sincosf(angle, &s, &c);
@@ -107,8 +107,8 @@ extern "C" __global__ void __launch_bounds__(256, 2)
                     const lg::half_t* g, lg::half_t* q, lg::half_t* k_cache, lg::half_t* v_cache, const int* positions,
                     const int* slots, int d, int n_kv_heads, int head_dim, int max_ctx, int n_slots, float theta,
                     float eps, int batch) {
-  qkv_body<1>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, n_kv_heads, head_dim, max_ctx, n_slots,
-              theta, eps, batch);
+  qkv_body<1>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, n_kv_heads, head_dim, max_ctx, n_slots, theta,
+              eps, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2)
@@ -116,8 +116,8 @@ extern "C" __global__ void __launch_bounds__(256, 2)
                        const lg::half_t* g, lg::half_t* q, lg::half_t* k_cache, lg::half_t* v_cache,
                        const int* positions, const int* slots, int d, int n_kv_heads, int head_dim, int max_ctx,
                        int n_slots, float theta, float eps, int batch) {
-  qkv_body<2>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, n_kv_heads, head_dim, max_ctx, n_slots,
-              theta, eps, batch);
+  qkv_body<2>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, n_kv_heads, head_dim, max_ctx, n_slots, theta,
+              eps, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2)
@@ -125,8 +125,8 @@ extern "C" __global__ void __launch_bounds__(256, 2)
                        const lg::half_t* g, lg::half_t* q, lg::half_t* k_cache, lg::half_t* v_cache,
                        const int* positions, const int* slots, int d, int n_kv_heads, int head_dim, int max_ctx,
                        int n_slots, float theta, float eps, int batch) {
-  qkv_body<4>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, n_kv_heads, head_dim, max_ctx, n_slots,
-              theta, eps, batch);
+  qkv_body<4>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, n_kv_heads, head_dim, max_ctx, n_slots, theta,
+              eps, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2)
@@ -134,8 +134,8 @@ extern "C" __global__ void __launch_bounds__(256, 2)
                        const lg::half_t* g, lg::half_t* q, lg::half_t* k_cache, lg::half_t* v_cache,
                        const int* positions, const int* slots, int d, int n_kv_heads, int head_dim, int max_ctx,
                        int n_slots, float theta, float eps, int batch) {
-  qkv_body<8>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, n_kv_heads, head_dim, max_ctx, n_slots,
-              theta, eps, batch);
+  qkv_body<8>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, n_kv_heads, head_dim, max_ctx, n_slots, theta,
+              eps, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2)
@@ -143,8 +143,8 @@ extern "C" __global__ void __launch_bounds__(256, 2)
                          const lg::bf16_t* g, lg::bf16_t* q, lg::bf16_t* k_cache, lg::bf16_t* v_cache,
                          const int* positions, const int* slots, int d, int n_kv_heads, int head_dim, int max_ctx,
                          int n_slots, float theta, float eps, int batch) {
-  qkv_body<1>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, n_kv_heads, head_dim, max_ctx, n_slots,
-              theta, eps, batch);
+  qkv_body<1>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, n_kv_heads, head_dim, max_ctx, n_slots, theta,
+              eps, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2)
@@ -152,8 +152,8 @@ extern "C" __global__ void __launch_bounds__(256, 2)
                             const lg::bf16_t* g, lg::bf16_t* q, lg::bf16_t* k_cache, lg::bf16_t* v_cache,
                             const int* positions, const int* slots, int d, int n_kv_heads, int head_dim, int max_ctx,
                             int n_slots, float theta, float eps, int batch) {
-  qkv_body<2>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, n_kv_heads, head_dim, max_ctx, n_slots,
-              theta, eps, batch);
+  qkv_body<2>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, n_kv_heads, head_dim, max_ctx, n_slots, theta,
+              eps, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2)
@@ -161,8 +161,8 @@ extern "C" __global__ void __launch_bounds__(256, 2)
                             const lg::bf16_t* g, lg::bf16_t* q, lg::bf16_t* k_cache, lg::bf16_t* v_cache,
                             const int* positions, const int* slots, int d, int n_kv_heads, int head_dim, int max_ctx,
                             int n_slots, float theta, float eps, int batch) {
-  qkv_body<4>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, n_kv_heads, head_dim, max_ctx, n_slots,
-              theta, eps, batch);
+  qkv_body<4>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, n_kv_heads, head_dim, max_ctx, n_slots, theta,
+              eps, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2)
@@ -170,6 +170,6 @@ extern "C" __global__ void __launch_bounds__(256, 2)
                             const lg::bf16_t* g, lg::bf16_t* q, lg::bf16_t* k_cache, lg::bf16_t* v_cache,
                             const int* positions, const int* slots, int d, int n_kv_heads, int head_dim, int max_ctx,
                             int n_slots, float theta, float eps, int batch) {
-  qkv_body<8>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, n_kv_heads, head_dim, max_ctx, n_slots,
-              theta, eps, batch);
+  qkv_body<8>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, n_kv_heads, head_dim, max_ctx, n_slots, theta,
+              eps, batch);
 }

@@ -17,9 +17,9 @@ static_assert(!GraphNode<NamedOp<decltype(zeros<float>(1))>>);
 namespace {
 /// Writes down the labels each kernel launch sees.
 struct LabelRecorder final : LaunchObserver {
-  void before(const KernelSubmission& k, const Stream& /*stream*/, std::span<const std::string> labels) override {
+  void before(const KernelSubmission& k, const Stream& /*stream*/, std::span<const std::string_view> labels) override {
     std::string path(k.name);
-    for (const std::string& l : labels) path += "/" + l;
+    for (const std::string_view l : labels) path.append("/").append(l);
     seen.push_back(path);
   }
   void after(const KernelSubmission& /*kernel*/, const Stream& /*stream*/) override {}

@@ -62,7 +62,8 @@ class LaunchObserver {
   LaunchObserver& operator=(const LaunchObserver&) = delete;
   virtual ~LaunchObserver() = default;
   /// Before `kernel` is launched on `stream`, inside the labels `labels` (outermost first, ExecContext::labels).
-  virtual void before(const KernelSubmission& kernel, const Stream& stream, std::span<const std::string> labels) = 0;
+  virtual void before(const KernelSubmission& kernel, const Stream& stream,
+                      std::span<const std::string_view> labels) = 0;
   /// After it was launched.
   virtual void after(const KernelSubmission& kernel, const Stream& stream) = 0;
 };
@@ -134,11 +135,12 @@ class ExecContext {
   /// its use. Ignored while recording.
   void observe(LaunchObserver* observer) noexcept { observer_ = observer; }
   /// Enters a named part of the work (`named(label, op)`): an NVTX range, and a label the profiler reports.
-  void push_label(std::string label);
+  /// `label` must outlive the matching pop_label (NamedOp's own string does): it is kept as a view, not copied.
+  void push_label(const std::string& label);
   /// Leaves the innermost named part.
   void pop_label() noexcept;
   /// The names of the parts being executed, outermost first.
-  [[nodiscard]] std::span<const std::string> labels() const noexcept { return labels_; }
+  [[nodiscard]] std::span<const std::string_view> labels() const noexcept { return labels_; }
   /// Copies `bytes` bytes between device addresses (nothing for 0).
   void copy(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes);
   /// Copies `bytes` bytes from pinned host memory to the device (a memcpy node in a graph; the host memory must be
@@ -250,7 +252,7 @@ class ExecContext {
   const Stream* current_;
   bool recording_;
   LaunchObserver* observer_ = nullptr;
-  std::vector<std::string> labels_;
+  std::vector<std::string_view> labels_;  ///< views of the NamedOps being executed
   detail::NodePlan* plan_ = nullptr;
   /// Set while this context records the body of a conditional node: what CUDA refuses there (host calls, events,
   /// another conditional node from this layer) is a UsageError instead of a driver error.

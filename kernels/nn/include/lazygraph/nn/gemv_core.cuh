@@ -18,7 +18,6 @@ struct Matrices {
   __device__ __forceinline__ const T* row(int m, int r) const { return w[m] + static_cast<long long>(r) * cols; }
 };
 
-
 /// Independent 16-byte weight loads in flight per lane and matrix, per step of the column loop.
 constexpr int loads_per_matrix(int matrices) { return 8 / matrices; }
 
@@ -127,7 +126,7 @@ __device__ __forceinline__ void gemv_rows(const W& w, const X& x, int rows, int 
   constexpr int M = W::count;
   constexpr int kLoads = loads_per_matrix(M);
   constexpr int kSums = X::sum_squares ? M + 1 : M;  // dot products, then the sum of x^2
-  __shared__ float group_partial[32][kSums][B];  // [group * K + warp][matrix][vector], used when K > 1
+  __shared__ float group_partial[32][kSums][B];      // [group * K + warp][matrix][vector], used when K > 1
 
   const int lane = threadIdx.x;
   const int warp_in_group = threadIdx.y;  // 0..K-1
@@ -230,8 +229,7 @@ __device__ __forceinline__ void gemv_rows(const W& w, const X& x, int rows, int 
       float out[M][B];
 #pragma unroll
       for (int b = 0; b < B; ++b) {
-        const float scale =
-            X::sum_squares ? 1.0f / sqrtf(acc[kSums - 1][b] / static_cast<float>(cols) + eps) : 1.0f;
+        const float scale = X::sum_squares ? 1.0f / sqrtf(acc[kSums - 1][b] / static_cast<float>(cols) + eps) : 1.0f;
 #pragma unroll
         for (int m = 0; m < M; ++m) out[m][b] = acc[m][b] * scale;
       }
