@@ -129,6 +129,25 @@ void capture_fork_from(CUcontext ctx, CUstream origin, CUstream side) {
                        f.dependencies.size());
 }
 
+void CapturePoint::merge(const CapturePoint& other) {
+  for (std::size_t i = 0; i < other.nodes.size(); ++i) {
+    if (std::find(nodes.begin(), nodes.end(), other.nodes[i]) != nodes.end()) continue;
+    if (!other.edges.empty() && edges.empty()) edges.resize(nodes.size());  // zeroed: full dependencies
+    nodes.push_back(other.nodes[i]);
+    if (!edges.empty()) edges.push_back(other.edges.empty() ? CUgraphEdgeData{} : other.edges[i]);
+  }
+}
+
+CapturePoint capture_point(CUcontext ctx, CUstream stream) {
+  CaptureFrontier f = capture_frontier(ctx, stream);
+  return {std::move(f.dependencies), std::move(f.edges)};
+}
+
+void capture_resume_from(CUcontext ctx, CUstream stream, const CapturePoint& point) {
+  capture_set_frontier(ctx, stream, point.nodes.data(), point.edges.empty() ? nullptr : point.edges.data(),
+                       point.nodes.size());
+}
+
 bool capture_registered(CUstream stream) noexcept { return registry().contains(stream); }
 
 std::string module_load_forbidden_reason() { return registry().forbidden_reason(); }

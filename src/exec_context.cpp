@@ -499,4 +499,71 @@ void ExecContext::end_fork(Fork& fork) {
   side_streams_in_use_ = fork.first_side;
 }
 
+ExecContext::Dataflow ExecContext::begin_dataflow(std::size_t count) {
+  Dataflow flow;
+  if (plan_ != nullptr) {
+    flow.planned_start = frontier_;
+    flow.planned_ends.resize(count);
+  } else {
+    flow.captured_start = drv::capture_point(current_->device().context(), current_->get());
+    flow.captured_ends.resize(count);
+  }
+  return flow;
+}
+
+void ExecContext::enter_piece(Dataflow& flow, std::span<const std::uint32_t> after) {
+  if (plan_ != nullptr) {
+    if (after.empty()) {
+      frontier_ = flow.planned_start;
+      return;
+    }
+    frontier_.clear();
+    for (const std::uint32_t p : after) {
+      for (const std::uint32_t n : flow.planned_ends[p]) {
+        if (std::find(frontier_.begin(), frontier_.end(), n) == frontier_.end()) frontier_.push_back(n);
+      }
+    }
+    return;
+  }
+  drv::CapturePoint start;
+  if (after.empty()) {
+    start = flow.captured_start;
+  } else {
+    for (const std::uint32_t p : after) start.merge(flow.captured_ends[p]);
+  }
+  drv::capture_resume_from(current_->device().context(), current_->get(), start);
+}
+
+void ExecContext::leave_piece(Dataflow& flow, std::size_t index) {
+  if (plan_ != nullptr) {
+    flow.planned_ends[index] = frontier_;
+  } else {
+    flow.captured_ends[index] = drv::capture_point(current_->device().context(), current_->get());
+  }
+}
+
+void ExecContext::end_dataflow(Dataflow& flow, std::span<const std::vector<std::uint32_t>> after) {
+  if (after.empty()) return;
+  // The work after follows every piece no other piece follows (the others it follows through those).
+  std::vector<bool> followed(after.size(), false);
+  for (const auto& list : after) {
+    for (const std::uint32_t p : list) followed[p] = true;
+  }
+  if (plan_ != nullptr) {
+    frontier_.clear();
+    for (std::size_t i = 0; i < after.size(); ++i) {
+      if (followed[i]) continue;
+      for (const std::uint32_t n : flow.planned_ends[i]) {
+        if (std::find(frontier_.begin(), frontier_.end(), n) == frontier_.end()) frontier_.push_back(n);
+      }
+    }
+    return;
+  }
+  drv::CapturePoint end;
+  for (std::size_t i = 0; i < after.size(); ++i) {
+    if (!followed[i]) end.merge(flow.captured_ends[i]);
+  }
+  drv::capture_resume_from(current_->device().context(), current_->get(), end);
+}
+
 }  // namespace lazygraph

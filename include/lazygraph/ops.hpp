@@ -5,10 +5,13 @@
 /// `chain`, `map` and `named`; profile_kernels. Kernel launches are ops too, but live one layer up, with the kernels
 /// (lazygraph/kernels.hpp).
 
+#include "lazygraph/detail/ops/access.hpp"
 #include "lazygraph/detail/ops/allocate.hpp"
 #include "lazygraph/detail/ops/combinators.hpp"
 #include "lazygraph/detail/ops/concepts.hpp"
 #include "lazygraph/detail/ops/copy.hpp"
+#include "lazygraph/detail/ops/dataflow.hpp"
+#include "lazygraph/detail/ops/declared_accesses.hpp"
 #include "lazygraph/detail/ops/event_ops.hpp"
 #include "lazygraph/detail/ops/exec_context.hpp"
 #include "lazygraph/detail/ops/fill.hpp"

@@ -51,6 +51,20 @@ std::vector<CUgraph> capture_add_conditional(CUcontext ctx, CUstream stream, CUg
 /// graph would carry an edge that a built graph does not.
 void capture_fork_from(CUcontext ctx, CUstream origin, CUstream side);
 
+/// Where a capture stands: the nodes a capturing stream's next work would depend on, with their edge data (empty
+/// when every edge is a full dependency).
+struct CapturePoint {
+  std::vector<CUgraphNode> nodes;
+  std::vector<CUgraphEdgeData> edges;  ///< empty, or one per node
+  /// Adds `other`'s nodes that this point lacks (a join of two points).
+  void merge(const CapturePoint& other);
+};
+/// What `stream`'s next captured work would depend on. \throws CudaError when it is not capturing.
+CapturePoint capture_point(CUcontext ctx, CUstream stream);
+/// Makes `stream`'s next captured work depend on exactly `point`'s nodes (dataflow's branches start from the
+/// ends of the work they follow). \throws CudaError when it is not capturing.
+void capture_resume_from(CUcontext ctx, CUstream stream, const CapturePoint& point);
+
 /// True while a capture of `stream` begun by capture_begin has not ended.
 [[nodiscard]] bool capture_registered(CUstream stream) noexcept;
 

@@ -14,6 +14,7 @@
 
 #include "lazygraph/detail/driver/device_buffer.hpp"
 #include "lazygraph/detail/driver/memcpy.hpp"
+#include "lazygraph/detail/ops/access.hpp"
 #include "lazygraph/detail/ops/concepts.hpp"
 
 namespace lazygraph {
@@ -50,6 +51,9 @@ class [[nodiscard]] ScalarAssignOp : public OpBase<ScalarAssignOp<T>> {
       }
     }
   }
+
+  /// Writes the scalar.
+  void accesses(AccessSet& out) const { out.write(dst_, "DeviceScalar::assign"); }
 
  private:
   DeviceSpan<T> dst_;

@@ -70,7 +70,8 @@ class Kernel<void(Params...)> {
                   "one argument per parameter of the declared signature");
     detail::validate_launch(*info_, config);
     return LaunchOp<Params...>(info_, config, pack(std::index_sequence_for<Params...>{}, args...),
-                               {detail::owner_of(args)...}, (std::size_t{0} + ... + detail::span_bytes_of(args)));
+                               {detail::owner_of(args)...}, (std::size_t{0} + ... + detail::span_bytes_of(args)),
+                               typename LaunchOp<Params...>::Ranges{detail::argument_range<Params>(args)...});
   }
 
   /// The kernel's (unmangled) name, e.g. "axpy".

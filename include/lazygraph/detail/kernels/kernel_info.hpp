@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "lazygraph/detail/driver/device.hpp"
@@ -58,6 +59,30 @@ std::size_t span_bytes_of(const Arg& arg) {
     return arg.size_bytes();
   } else {
     return 0;
+  }
+}
+
+/// The memory one launch argument lets the kernel touch: a span's range, read-only for a `const T*` parameter;
+/// nothing for a scalar; unknown (opaque) for a pointer parameter given some other type (KernelArgumentTraits),
+/// whose range the library cannot see.
+struct ArgumentRange {
+  CUdeviceptr address = 0;
+  std::size_t bytes = 0;
+  bool writes = false;
+  bool opaque = false;
+};
+
+/// The ArgumentRange of `arg` given for `Param`.
+template <class Param, class Arg>
+ArgumentRange argument_range(const Arg& arg) {
+  if constexpr (requires {
+                  arg.address();
+                  arg.size_bytes();
+                }) {
+    return {arg.address(), arg.size_bytes(), std::is_pointer_v<Param> && !std::is_const_v<std::remove_pointer_t<Param>>,
+            false};
+  } else {
+    return {0, 0, false, std::is_pointer_v<Param>};
   }
 }
 

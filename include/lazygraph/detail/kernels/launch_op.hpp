@@ -9,11 +9,13 @@
 
 #include <array>
 #include <memory>
+#include <optional>
 #include <tuple>
 #include <utility>
 
 #include "lazygraph/detail/kernels/kernel_info.hpp"
 #include "lazygraph/detail/kernels/launch_config.hpp"
+#include "lazygraph/detail/ops/access.hpp"
 #include "lazygraph/detail/ops/concepts.hpp"
 #include "lazygraph/detail/ops/exec_context.hpp"
 
@@ -34,20 +36,43 @@ class [[nodiscard]] LaunchOp : public OpBase<LaunchOp<Params...>> {
   /// The owners of the arguments' memory, one slot per parameter (null for scalars): no heap allocation.
   using Owners = std::array<std::shared_ptr<const void>, sizeof...(Params)>;
 
-  /// Made by `Kernel::operator()`, which checks the arguments and the configuration first.
+  /// The memory each argument lets the kernel touch, one slot per parameter.
+  using Ranges = std::array<detail::ArgumentRange, sizeof...(Params)>;
+
+  /// Made by `Kernel::operator()`, which checks the arguments and the configuration first. `ranges` (what each
+  /// argument views) makes the access set; without it, the launch is opaque (may touch anything).
   LaunchOp(std::shared_ptr<detail::KernelInfo> kernel, const LaunchConfig& config, std::tuple<Params...> params,
-           Owners owners, std::size_t span_bytes = 0)
+           Owners owners, std::size_t span_bytes = 0, std::optional<Ranges> ranges = std::nullopt)
       : kernel_(std::move(kernel)),
         config_(config),
         params_(std::move(params)),
         owners_(std::move(owners)),
-        span_bytes_(span_bytes) {}
+        span_bytes_(span_bytes),
+        ranges_(ranges) {}
 
   /// Submits the launch through `ctx`. \throws CudaError when the launch fails.
   void execute(ExecContext& ctx) const {
     ctx.keep_alive(kernel_);  // the module must stay loaded while a graph may replay this launch
     for (const auto& owner : owners_) ctx.keep_alive(owner);
     detail::submit_launch(ctx, *kernel_, config_, params_, span_bytes_);
+  }
+
+  /// What the kernel may touch: every span argument's range, a write for a `T*` parameter, a read for a `const T*`
+  /// one (named by the kernel). Opaque when a pointer parameter was given something other than a span.
+  void accesses(AccessSet& out) const {
+    if (!ranges_) {
+      out.opaque(kernel_->name);
+      return;
+    }
+    for (const detail::ArgumentRange& r : *ranges_) {
+      if (r.opaque) {
+        out.opaque(kernel_->name);
+      } else if (r.writes) {
+        out.write(r.address, r.bytes, kernel_->name);
+      } else {
+        out.read(r.address, r.bytes, kernel_->name);
+      }
+    }
   }
 
   /// The kernel's name.
@@ -63,6 +88,7 @@ class [[nodiscard]] LaunchOp : public OpBase<LaunchOp<Params...>> {
   std::tuple<Params...> params_;
   Owners owners_;
   std::size_t span_bytes_ = 0;
+  std::optional<Ranges> ranges_;
 };
 
 }  // namespace lazygraph

@@ -29,6 +29,7 @@
 #include "lazygraph/detail/graph/cuda_graph.hpp"
 #include "lazygraph/detail/kernels/kernel.hpp"
 #include "lazygraph/detail/kernels/kernel_library.hpp"
+#include "lazygraph/detail/ops/access.hpp"
 #include "lazygraph/detail/ops/concepts.hpp"
 #include "lazygraph/detail/ops/exec_context.hpp"
 
@@ -80,6 +81,12 @@ class [[nodiscard]] StagingCopyOp : public OpBase<StagingCopyOp> {
     } else {
       ctx.copy_to_host(host_, device_, bytes_);
     }
+  }
+  /// Reads one side, writes the other (the host side is pinned memory).
+  void accesses(AccessSet& out) const {
+    const CUdeviceptr host = detail::host_address(host_);
+    out.read(to_device_ ? host : device_, bytes_, "staging copy");
+    out.write(to_device_ ? device_ : host, bytes_, "staging copy");
   }
 
  private:

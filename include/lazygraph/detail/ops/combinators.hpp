@@ -4,6 +4,8 @@
 ///   a >> b          runs b after a; its output is b's.
 ///   all(a, b, ...)  runs independent ops concurrently (parallel branches when recorded) and joins them; its
 ///                   output is a tuple of theirs (void outputs become `Unit`), or void when all are void.
+///                   Branches that touch the same bytes, one of them writing, are refused when it is built
+///                   (access.hpp); all_unchecked(...) skips that check, dataflow(...) orders such ops instead.
 ///   chain(ops)      runs a run-time number of ops of one type in order (a std::vector<Op>); output void.
 ///   choose(c, a, b) a when c, else b (c fixed when the op is built).
 ///   map(a, f)       applies a host function to a's output when a executes (when recorded: once, at record
@@ -11,14 +13,17 @@
 /// A composite is a GraphNode exactly when all its parts are. Every op type is [[nodiscard]]: an op built and
 /// dropped does nothing, which is always a mistake (run it with `.sync_on(stream)` or record it).
 
+#include <array>
 #include <exception>
 #include <functional>
 #include <optional>
+#include <span>
 #include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "lazygraph/detail/ops/access.hpp"
 #include "lazygraph/detail/ops/concepts.hpp"
 
 namespace lazygraph {
@@ -32,6 +37,9 @@ struct Unit {
 namespace detail {
 template <class Op>
 using output_or_unit = std::conditional_t<std::is_void_v<typename Op::Output>, Unit, typename Op::Output>;
+
+/// Selects AllOp's constructor without the race check.
+struct UncheckedTag {};
 
 /// Properties a composite forwards from its parts.
 template <class... Ops>
@@ -58,6 +66,11 @@ class [[nodiscard]] SequenceOp : public OpBase<SequenceOp<A, B>>, public detail:
     a_.execute(ctx);
     return b_.execute(ctx);
   }
+  /// What a and b read and write.
+  void accesses(AccessSet& out) const {
+    collect_accesses(a_, out);
+    collect_accesses(b_, out);
+  }
 
  private:
   A a_;
@@ -82,14 +95,31 @@ class [[nodiscard]] AllOp : public OpBase<AllOp<Ops...>>, public detail::Composi
   using Output = std::conditional_t<(std::is_void_v<typename Ops::Output> && ...), void,
                                     std::tuple<detail::output_or_unit<Ops>...>>;
 
-  /// Made by `all(ops...)`.
-  explicit AllOp(Ops... ops) : ops_(std::move(ops)...) {}
+  /// Made by `all(ops...)`. \throws UsageError when two branches conflict: one writes bytes another reads or
+  ///         writes (naming both ops and the bytes). Opaque ops (access.hpp) are not looked into.
+  explicit AllOp(Ops... ops) : ops_(std::move(ops)...) { check_independent(std::index_sequence_for<Ops...>{}); }
+  /// Made by `all_unchecked(ops...)`: not checked.
+  AllOp(detail::UncheckedTag /*unused*/, Ops... ops) : ops_(std::move(ops)...), checked_(false) {}
 
   /// Executes each op on its own branch (ExecContext::fork_join). When one throws, the branches after it are
   /// skipped, all are joined, and the exception is rethrown.
   Output execute(ExecContext& ctx) const { return execute_all(ctx, std::index_sequence_for<Ops...>{}); }
+  /// What the branches read and write.
+  void accesses(AccessSet& out) const {
+    std::apply([&](const auto&... op) { (collect_accesses(op, out), ...); }, ops_);
+  }
+  /// False for all_unchecked.
+  [[nodiscard]] bool checked() const noexcept { return checked_; }
 
  private:
+  template <std::size_t... I>
+  void check_independent(std::index_sequence<I...> /*unused*/) const {
+    if constexpr (sizeof...(Ops) > 1) {
+      const std::array<AccessSet, sizeof...(Ops)> sets{accesses_of(std::get<I>(ops_))...};
+      detail::check_branches_independent(sets);
+    }
+  }
+
   template <std::size_t... I>
   Output execute_all(ExecContext& ctx, std::index_sequence<I...> /*unused*/) const {
     std::tuple<std::optional<detail::output_or_unit<Ops>>...> results;
@@ -106,12 +136,21 @@ class [[nodiscard]] AllOp : public OpBase<AllOp<Ops...>>, public detail::Composi
   }
 
   std::tuple<Ops...> ops_;
+  bool checked_ = true;
 };
 
-/// Independent ops, run concurrently and joined.
+/// Independent ops, run concurrently and joined. \throws UsageError for branches that race (see AllOp's constructor).
 template <class... Ops>
 requires(DeviceOp<std::remove_cvref_t<Ops>>&&...) AllOp<std::remove_cvref_t<Ops>...> all(Ops&&... ops) {
   return AllOp<std::remove_cvref_t<Ops>...>(std::forward<Ops>(ops)...);
+}
+
+/// `all(ops...)` without the race check, for branches that share a span but never the same bytes at the same
+/// time (a kernel given a whole buffer that writes only its own part). Nothing orders the branches: a race
+/// between them is yours to rule out.
+template <class... Ops>
+requires(DeviceOp<std::remove_cvref_t<Ops>>&&...) AllOp<std::remove_cvref_t<Ops>...> all_unchecked(Ops&&... ops) {
+  return AllOp<std::remove_cvref_t<Ops>...>(detail::UncheckedTag{}, std::forward<Ops>(ops)...);
 }
 
 /// `chain(ops)`: a run-time number of ops of one type, in order on one stream. A GraphNode when Op is.
@@ -126,6 +165,10 @@ class [[nodiscard]] ChainOp : public OpBase<ChainOp<Op>>, public detail::Composi
   /// Executes the ops in order; stops at the first that throws.
   void execute(ExecContext& ctx) const {
     for (const Op& op : ops_) op.execute(ctx);
+  }
+  /// What the ops read and write.
+  void accesses(AccessSet& out) const {
+    for (const Op& op : ops_) collect_accesses(op, out);
   }
   /// The number of ops.
   [[nodiscard]] std::size_t size() const noexcept { return ops_.size(); }
@@ -156,6 +199,14 @@ class [[nodiscard]] ChooseOp : public OpBase<ChooseOp<A, B>>, public detail::Com
   ChooseOp(bool first, A a, B b) : first_(first), a_(std::move(a)), b_(std::move(b)) {}
   /// Executes a or b.
   Output execute(ExecContext& ctx) const { return first_ ? a_.execute(ctx) : b_.execute(ctx); }
+  /// What the chosen op reads and writes.
+  void accesses(AccessSet& out) const {
+    if (first_) {
+      collect_accesses(a_, out);
+    } else {
+      collect_accesses(b_, out);
+    }
+  }
   /// Whether a is the one that runs.
   [[nodiscard]] bool first() const noexcept { return first_; }
 
@@ -201,6 +252,8 @@ class [[nodiscard]] MapOp : public OpBase<MapOp<A, F>>, public detail::Composite
       return std::invoke(f_, a_.execute(ctx));
     }
   }
+  /// What a reads and writes (f runs on the host).
+  void accesses(AccessSet& out) const { collect_accesses(a_, out); }
 
  private:
   A a_;

@@ -15,6 +15,7 @@
 
 #include "lazygraph/detail/driver/memcpy.hpp"
 #include "lazygraph/detail/driver/staging_buffer.hpp"
+#include "lazygraph/detail/ops/access.hpp"
 #include "lazygraph/detail/ops/concepts.hpp"
 
 namespace lazygraph {
@@ -41,6 +42,11 @@ class [[nodiscard]] DeviceCopyOp : public OpBase<DeviceCopyOp<T>> {
     ctx.keep_alive(src_.owner());
     ctx.copy(dst_.address(), src_.address(), dst_.size_bytes());
   }
+  /// Reads `src`, writes `dst`.
+  void accesses(AccessSet& out) const {
+    out.read(src_, "copy");
+    out.write(dst_, "copy");
+  }
 
  private:
   DeviceSpan<T> dst_;
@@ -66,6 +72,8 @@ class [[nodiscard]] UploadOp : public OpBase<UploadOp<T>> {
     ctx.keep_alive(dst_.owner());
     copy_async(ctx.stream(), dst_, src_);
   }
+  /// Writes `dst` (the host side is not device memory).
+  void accesses(AccessSet& out) const { out.write(dst_, "copy (host to device)"); }
 
  private:
   DeviceSpan<T> dst_;
@@ -90,6 +98,8 @@ class [[nodiscard]] DownloadOp : public OpBase<DownloadOp<T>> {
     ctx.keep_alive(src_.owner());
     copy_async(ctx.stream(), dst_, src_);
   }
+  /// Reads `src`.
+  void accesses(AccessSet& out) const { out.read(src_, "copy (device to host)"); }
 
  private:
   std::span<T> dst_;
@@ -117,6 +127,11 @@ class [[nodiscard]] StagedUploadOp : public OpBase<StagedUploadOp<T>> {
     ctx.keep_alive(dst_.owner());
     ctx.keep_alive(src_.owner());
     ctx.copy_to_device(dst_.address(), src_.data(), src_.size_bytes());
+  }
+  /// Reads the staging memory, writes `dst`.
+  void accesses(AccessSet& out) const {
+    out.read(detail::host_address(src_.data()), src_.size_bytes(), "copy (staging to device)");
+    out.write(dst_, "copy (staging to device)");
   }
 
  private:
@@ -146,6 +161,11 @@ class [[nodiscard]] StagedDownloadOp : public OpBase<StagedDownloadOp<T>> {
     ctx.keep_alive(dst_.owner());
     ctx.keep_alive(src_.owner());
     ctx.copy_to_host(dst_.data(), src_.address(), dst_.size_bytes());
+  }
+  /// Reads `src`, writes the staging memory.
+  void accesses(AccessSet& out) const {
+    out.read(src_, "copy (device to staging)");
+    out.write(detail::host_address(dst_.data()), dst_.size_bytes(), "copy (device to staging)");
   }
 
  private:

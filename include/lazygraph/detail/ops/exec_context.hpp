@@ -27,6 +27,7 @@
 #include <string_view>
 #include <vector>
 
+#include "lazygraph/detail/driver/capture.hpp"
 #include "lazygraph/detail/driver/driver_api.hpp"
 #include "lazygraph/detail/driver/stream.hpp"
 #include "lazygraph/detail/ops/node_plan.hpp"
@@ -240,8 +241,21 @@ class ExecContext {
   template <class... F>
   void fork_join(F&&... branches);
 
+  /// Runs `after.size()` pieces of work, piece i (`piece(i)`) after the pieces listed in `after[i]` (each below i)
+  /// and after the work before this call; the work after this call follows all of them. When recording, piece i's
+  /// first nodes depend only on the last nodes of the pieces it follows, so independent pieces become parallel
+  /// branches (dataflow(...) computes `after` from what the pieces read and write). Eagerly, the pieces run in
+  /// order on stream(), which keeps every ordering asked for.
+  template <class F>
+  void run_dataflow(std::span<const std::vector<std::uint32_t>> after, F&& piece);
+
  private:
   struct Fork;
+  struct Dataflow;
+  Dataflow begin_dataflow(std::size_t count);
+  void enter_piece(Dataflow& flow, std::span<const std::uint32_t> after);
+  void leave_piece(Dataflow& flow, std::size_t index);
+  void end_dataflow(Dataflow& flow, std::span<const std::vector<std::uint32_t>> after);
   Fork begin_fork(std::size_t count);
   void enter_branch(Fork& fork, std::size_t index);
   void leave_branch(Fork& fork);
@@ -288,6 +302,29 @@ struct ExecContext::Fork {
   std::vector<std::uint32_t> start;   ///< plan mode: the frontier every branch starts from
   std::vector<std::uint32_t> joined;  ///< plan mode: the union of the branches' frontiers
 };
+
+/// Where each piece of a run_dataflow ended (plan mode: node indices; capture mode: captured nodes).
+struct ExecContext::Dataflow {
+  std::vector<std::uint32_t> planned_start;
+  std::vector<std::vector<std::uint32_t>> planned_ends;
+  detail::driver::CapturePoint captured_start;
+  std::vector<detail::driver::CapturePoint> captured_ends;
+};
+
+template <class F>
+void ExecContext::run_dataflow(std::span<const std::vector<std::uint32_t>> after, F&& piece) {
+  if (!recording_) {
+    for (std::size_t i = 0; i < after.size(); ++i) piece(i);
+    return;
+  }
+  Dataflow flow = begin_dataflow(after.size());
+  for (std::size_t i = 0; i < after.size(); ++i) {
+    enter_piece(flow, after[i]);
+    piece(i);
+    leave_piece(flow, i);
+  }
+  end_dataflow(flow, after);
+}
 
 template <class... F>
 void ExecContext::fork_join(F&&... branches) {

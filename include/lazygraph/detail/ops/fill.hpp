@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "lazygraph/detail/driver/device_span.hpp"
+#include "lazygraph/detail/ops/access.hpp"
 #include "lazygraph/detail/ops/concepts.hpp"
 
 namespace lazygraph {
@@ -41,6 +42,8 @@ class [[nodiscard]] FillOp : public OpBase<FillOp<T>> {
     ctx.keep_alive(dst_.owner());
     ctx.fill(dst_.address(), pattern_, sizeof(T), dst_.size());
   }
+  /// Writes `dst`.
+  void accesses(AccessSet& out) const { out.write(dst_, "fill"); }
 
  private:
   DeviceSpan<T> dst_;
@@ -88,6 +91,8 @@ class [[nodiscard]] ValueOp : public OpBase<ValueOp<T>> {
   explicit ValueOp(T v) : value_(std::move(v)) {}
   /// Returns a copy of the value; submits nothing.
   T execute(ExecContext& /*ctx*/) const { return value_; }
+  /// Touches no device memory.
+  void accesses(AccessSet& /*out*/) const {}
 
  private:
   T value_;

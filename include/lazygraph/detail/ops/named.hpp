@@ -33,6 +33,8 @@ class [[nodiscard]] NamedOp : public OpBase<NamedOp<Op>>, public detail::Composi
     } pop(ctx);
     return op_.execute(ctx);
   }
+  /// What `op` reads and writes.
+  void accesses(AccessSet& out) const { collect_accesses(op_, out); }
   /// The name.
   [[nodiscard]] const std::string& label() const noexcept { return label_; }
 

@@ -1,0 +1,90 @@
+#pragma once
+/// \file
+/// dataflow(op1, op2, ...): ops in program order, ordered only where they conflict. Op j follows op i (i < j)
+/// when j reads bytes i writes (read-after-write), writes bytes i reads (write-after-read) or writes bytes i
+/// writes (write-after-write), as their access sets say (access.hpp); the rest become parallel branches when
+/// recorded. The results are those of running the ops one after another — without a hand-written all(...), and
+/// without the races a wrong all(...) has.
+///
+/// The order is worked out when the op is built, from the spans the ops hold (an op's spans cannot change after).
+/// Only the direct orderings are kept (op 3 after op 2 after op 1 gives no edge from 1 to 3). An op that cannot
+/// say what it touches (opaque: a host call, an event, a conditional, a child graph, join(), an op of your own
+/// without `accesses`) is ordered after everything before it and before everything after it. Each op is one
+/// unit: a composite's parts keep their own order (`a >> b` inside dataflow stays a then b).
+///
+/// Eagerly (`sync_on`) the ops run one after another on the stream; the parallelism is the graph's.
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "lazygraph/detail/ops/access.hpp"
+#include "lazygraph/detail/ops/combinators.hpp"
+#include "lazygraph/detail/ops/concepts.hpp"
+
+namespace lazygraph {
+
+/// Ops ordered by what they read and write (see the file comment). A GraphNode when every op is.
+template <DeviceOp... Ops>
+class [[nodiscard]] DataflowOp : public OpBase<DataflowOp<Ops...>>, public detail::CompositeTraits<Ops...> {
+  static_assert(sizeof...(Ops) >= 1, "dataflow(): give it at least one op");
+
+ public:
+  /// A tuple of the ops' outputs in order (Unit for a void one), or void when every output is void (as all's).
+  using Output = std::conditional_t<(std::is_void_v<typename Ops::Output> && ...), void,
+                                    std::tuple<detail::output_or_unit<Ops>...>>;
+
+  /// Made by `dataflow(ops...)`: works out the order from the ops' access sets.
+  explicit DataflowOp(Ops... ops) : ops_(std::move(ops)...) {
+    std::apply(
+        [&](const auto&... op) {
+          const std::array<AccessSet, sizeof...(Ops)> sets{accesses_of(op)...};
+          after_ = detail::infer_dependencies(sets);
+        },
+        ops_);
+  }
+
+  /// Executes the ops; recorded, op i's nodes depend only on the last nodes of the ops it follows
+  /// (ExecContext::run_dataflow). When one throws, the ones after it are skipped and the exception is rethrown.
+  Output execute(ExecContext& ctx) const { return execute_all(ctx, std::index_sequence_for<Ops...>{}); }
+  /// What the ops read and write.
+  void accesses(AccessSet& out) const {
+    std::apply([&](const auto&... op) { (collect_accesses(op, out), ...); }, ops_);
+  }
+  /// For each op, the earlier ops it follows directly (indices ascending): the inferred DAG.
+  [[nodiscard]] const std::vector<std::vector<std::uint32_t>>& dependencies() const noexcept { return after_; }
+
+ private:
+  template <std::size_t... I>
+  Output execute_all(ExecContext& ctx, std::index_sequence<I...> /*unused*/) const {
+    std::tuple<std::optional<detail::output_or_unit<Ops>>...> results;
+    const auto run = [&]<std::size_t J>(std::integral_constant<std::size_t, J> /*unused*/) {
+      using Op = std::tuple_element_t<J, std::tuple<Ops...>>;
+      if constexpr (std::is_void_v<typename Op::Output>) {
+        std::get<J>(ops_).execute(ctx);
+        std::get<J>(results).emplace();
+      } else {
+        std::get<J>(results).emplace(std::get<J>(ops_).execute(ctx));
+      }
+    };
+    ctx.run_dataflow(after_, [&](std::size_t index) {
+      (void)((index == I ? (run(std::integral_constant<std::size_t, I>{}), true) : false) || ...);
+    });
+    if constexpr (!std::is_void_v<Output>) return Output{std::move(*std::get<I>(results))...};
+  }
+
+  std::tuple<Ops...> ops_;
+  std::vector<std::vector<std::uint32_t>> after_;
+};
+
+/// Ops in program order, run in parallel where what they read and write allows (see DataflowOp).
+template <class... Ops>
+requires(DeviceOp<std::remove_cvref_t<Ops>>&&...) DataflowOp<std::remove_cvref_t<Ops>...> dataflow(Ops&&... ops) {
+  return DataflowOp<std::remove_cvref_t<Ops>...>(std::forward<Ops>(ops)...);
+}
+
+}  // namespace lazygraph
