@@ -589,8 +589,7 @@ void staging_table(const lg::Device& gpu, const lg::Stream& s) {
 /// What a GraphCache adds to a replay on the host (a hit: a hash lookup and a move to the front of the LRU list), what
 /// a miss costs (capture, instantiate, upload), and the graph memory of 16 graphs with scratch memory, in one pool and
 /// each on its own.
-void cache_and_pool_table(const lg::Device& gpu, const lg::Stream& s, const Axpy& k,
-                          const lg::DeviceBuffer<float>& x) {
+void cache_and_pool_table(const lg::Device& gpu, const lg::Stream& s, const Axpy& k, const lg::DeviceBuffer<float>& x) {
   auto y = lg::zeros<float>(elements).sync_on(s);
   const auto make = [&](const int& key) {
     return lg::CudaGraph<>::capture(s, chain_of(k, x.cview(), y.view(), 1 + key % 2));
@@ -658,8 +657,9 @@ void cache_and_pool_table(const lg::Device& gpu, const lg::Stream& s, const Axpy
   const double own_streams = reserved_after([&] {
     for (auto& g : alone) g.launch_on(g.stream());
   });
-  std::printf("\ngraph memory of 16 graphs with 32..62 MiB of scratch each (%zu MiB in all) on %s (reserved peak, MiB)\n",
-              sum / mib, gpu.name().c_str());
+  std::printf(
+      "\ngraph memory of 16 graphs with 32..62 MiB of scratch each (%zu MiB in all) on %s (reserved peak, MiB)\n",
+      sum / mib, gpu.name().c_str());
   std::printf("  %-34s %9.1f\n  %-34s %9.1f   %.2fx the largest   (target <= 1.2x: %s)\n  %-34s %9.1f   %.2fx\n",
               "the largest alone", largest, "16 in one GraphPool", in_pool, in_pool / largest,
               in_pool <= 1.2 * largest ? "met" : "NOT met", "16 without a pool, own streams", own_streams,
@@ -681,8 +681,8 @@ int run() {
   const std::vector<lg::DeviceSpan<float>> four{y[0].view(), y[1].view(), y[2].view(), y[3].view()};
 
   std::printf("graph overhead on %s (medians; us per kernel or per node)\n\n", gpu.name().c_str());
-  std::printf("%6s | %8s %9s %9s %7s | %9s %9s %7s | %10s %10s %7s\n", "N", "eager", "raw graph", "lazygraph", "lg/raw",
-              "serial x4", "all() x4", "ser/all", "raw build", "lg build", "lg/raw");
+  std::printf("%6s | %8s %9s %9s %7s | %9s %9s %11s %7s %9s | %10s %10s %7s\n", "N", "eager", "raw graph", "lazygraph",
+              "lg/raw", "serial x4", "all() x4", "dataflow x4", "ser/all", "df/all", "raw build", "lg build", "lg/raw");
   for (const int n : {10, 100, 1000}) {
     // Eager: N raw launches.
     const drv::LaunchShape shape{{1, 1, 1}, {elements, 1, 1}, 0};
@@ -711,15 +711,25 @@ int run() {
                    chain_of(k, x.cview(), y[2].view(), quarter), chain_of(k, x.cview(), y[3].view(), quarter)));
     const double serial_replay = time_per_kernel(s, 4 * quarter, [&] { serial.launch_on(s); });
     const double parallel_replay = time_per_kernel(s, 4 * quarter, [&] { parallel.launch_on(s); });
+    // The same 4N/4 kernels as one flat list in program order, round robin over the four outputs: dataflow()
+    // infers the four chains from what each kernel reads and writes.
+    std::vector<decltype(k(lg::LaunchConfig{}, 0.0F, x.cview(), y[0].view(), 0))> flat;
+    for (int i = 0; i < 4 * quarter; ++i) {
+      flat.push_back(
+          k({{1, 1, 1}, {elements, 1, 1}, 0}, 1.0001F, x.cview(), y[static_cast<std::size_t>(i % 4)].view(), elements));
+    }
+    auto inferred = lg::CudaGraph<>::capture(s, lg::dataflow(std::move(flat)));
+    const double inferred_replay = time_per_kernel(s, 4 * quarter, [&] { inferred.launch_on(s); });
 
     // Host cost: build + capture + instantiate + upload.
     const auto [raw_build, lazy_build] = host_times_per_node(
         n, [&] { RawGraph g(s, k, one, x.cview(), n); },
         [&] { auto g = lg::CudaGraph<>::capture(s, chain_of(k, x.cview(), y[0].view(), n)); });
 
-    std::printf("%6d | %8.3f %9.3f %9.3f %7.3f | %9.3f %9.3f %7.2f | %10.3f %10.3f %7.3f\n", n, eager, raw_replay,
-                lazy_replay, lazy_replay / raw_replay, serial_replay, parallel_replay, serial_replay / parallel_replay,
-                raw_build, lazy_build, lazy_build / raw_build);
+    std::printf("%6d | %8.3f %9.3f %9.3f %7.3f | %9.3f %9.3f %11.3f %7.2f %9.3f | %10.3f %10.3f %7.3f\n", n, eager,
+                raw_replay, lazy_replay, lazy_replay / raw_replay, serial_replay, parallel_replay, inferred_replay,
+                serial_replay / parallel_replay, inferred_replay / parallel_replay, raw_build, lazy_build,
+                lazy_build / raw_build);
   }
   s.synchronize();
   lifecycle_table(gpu, s, kernels, x);
@@ -734,7 +744,8 @@ int run() {
 constexpr const char* usage =
     "usage: bench_graph\n"
     "Prints tables: a chain of N tiny kernels launched eagerly, as a hand-captured driver-API graph and as a\n"
-    "lazygraph graph; 4 chains with all(...) vs serially; host build+record+instantiate time per node; then the\n"
+    "lazygraph graph; 4 chains with all(...) vs serially vs dataflow() of the kernels as one flat list; host\n"
+    "build+record+instantiate time per node; then the\n"
     "graph lifecycle, a section each: build vs capture, update_from vs re-capturing, DeviceScalar vs a new\n"
     "graph per value, built replay vs raw (with the targets, and whether they are met); then where recording\n"
     "and updating time goes; then what an IF that is false and a WHILE iteration cost on the device; host I/O\n"

@@ -198,6 +198,9 @@ struct DecoderResult {
   double split_step_graph_us = 0;     ///< fused, attention split over positions (attention_blocks 0: by context)
   double unfused_step_graph_us = 0;   ///< the step graph with DecoderConfig::fused off (the kernels of before)
   double unfused_tokens_per_s = 0;    ///< likewise, forward per token
+  double unfused_all_us = 0;          ///< the unfused step graph, its branches written with all() (DecoderOrdering)
+  double unfused_serial_us = 0;       ///< the unfused step graph, one kernel after another
+  bool orderings_equal = false;       ///< the three orderings chose the same tokens
   bool unfused_tokens_equal = false;  ///< the unfused decoder chose the same tokens
   std::vector<int> unfused_tokens;
   std::vector<lg::KernelTiming> profile;          ///< one step, kernel by kernel (--profile)
@@ -289,6 +292,17 @@ DecoderResult bench_decoder(const lg::Stream& s, const lg::KernelLibrary& kernel
     r.unfused_tokens_per_s = tokens_per_second(unfused, first_token, steps, tokens);
     r.unfused_step_graph_us = median_us(s, forwards, [&] { unfused.graph().launch_on(s); });
     if (profile) r.unfused_profile = lg::profile_kernels(s, unfused.step_op());
+    // The same kernels with the branches written by hand, and serially: dataflow's graph against both.
+    r.orderings_equal = true;
+    for (const auto ordering : {lazygraph::nn::DecoderOrdering::hand_written, lazygraph::nn::DecoderOrdering::serial}) {
+      unfused_config.ordering = ordering;
+      lazygraph::nn::Decoder other(s, kernels, unfused_config);
+      std::vector<int> other_tokens;
+      (void)tokens_per_second(other, first_token, steps, other_tokens);
+      r.orderings_equal = r.orderings_equal && other_tokens == tokens;
+      const double us = median_us(s, forwards, [&] { other.graph().launch_on(s); });
+      (ordering == lazygraph::nn::DecoderOrdering::serial ? r.unfused_serial_us : r.unfused_all_us) = us;
+    }
     r.unfused_tokens = std::move(tokens);
   }
   {
@@ -723,6 +737,16 @@ int run(const Options& o) {
     std::printf("%s%s\n", dr.generate_equal ? "" : " generate() tokens DIFFER from forward()'s",
                 dr.unfused_tokens_equal ? "" : " (the unfused decoder's greedy tokens differ: rounding near a tie)");
     std::fflush(stdout);
+  }
+  std::printf(
+      "\n| decoder, unfused kernels (d, layers) | dataflow() step graph us | hand-written all() us | serial us | "
+      "dataflow / all | dataflow / serial | same tokens |\n|---|---|---|---|---|---|---|\n");
+  for (std::size_t i = 0; i < decoders.size(); ++i) {
+    const DecoderResult& dr = decoders[i];
+    std::printf("| (%d, %d) | %.1f | %.1f | %.1f | %.3f | %.3f | %s |\n", o.decoders[i].d, o.decoders[i].layers,
+                dr.unfused_step_graph_us, dr.unfused_all_us, dr.unfused_serial_us,
+                dr.unfused_step_graph_us / dr.unfused_all_us, dr.unfused_step_graph_us / dr.unfused_serial_us,
+                dr.orderings_equal ? "yes" : "NO");
   }
   if (o.profile) {
     for (const MlpResult& r : mlps) {

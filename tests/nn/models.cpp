@@ -266,6 +266,51 @@ TEST_SUITE("gpu") {
     }
   }
 
+  TEST_CASE(
+      "the unfused decoder ordered by dataflow, by a hand-written all and serially: the same logits, bit for bit") {
+    lazygraph::nn::DecoderConfig config = small_decoder();
+    config.kv_heads = 2;
+    config.fused = false;
+    using lazygraph::nn::DecoderOrdering;
+    std::vector<std::unique_ptr<lazygraph::nn::Decoder>> decoders;
+    for (const DecoderOrdering o :
+         {DecoderOrdering::inferred, DecoderOrdering::hand_written, DecoderOrdering::serial}) {
+      config.ordering = o;
+      decoders.push_back(std::make_unique<lazygraph::nn::Decoder>(lgtest::stream(), lgtest::nn_kernels(), config));
+    }
+    // Same node count; the inferred graph runs the three projections as parallel branches as all() does: per
+    // layer, 3 projections each after the previous layer's last kernel, rope after q and k, kv_append after rope and
+    // v, attention after kv_append: the hand-written graph has the same edges; the serial one a chain.
+    const auto& inferred = decoders[0]->graph();
+    const auto& hand = decoders[1]->graph();
+    const auto& serial = decoders[2]->graph();
+    CHECK(inferred.node_count() == serial.node_count());
+    CHECK(inferred.edge_counts().full + inferred.edge_counts().programmatic ==
+          serial.edge_counts().full + serial.edge_counts().programmatic + 2 * static_cast<std::size_t>(config.layers));
+    std::size_t roots_inferred = 0;
+    std::size_t roots_serial = 0;
+    for (const auto& d : inferred.dependencies()) roots_inferred += d.empty() ? 1 : 0;
+    for (const auto& d : serial.dependencies()) roots_serial += d.empty() ? 1 : 0;
+    CHECK(roots_inferred == 1);
+    CHECK(roots_serial == 1);
+    CHECK(hand.node_count() == inferred.node_count());
+    CHECK(hand.edge_counts().full + hand.edge_counts().programmatic ==
+          inferred.edge_counts().full + inferred.edge_counts().programmatic);
+    int t[3] = {11, 11, 11};
+    for (int p = 0; p < 6; ++p) {
+      for (int i = 0; i < 3; ++i) t[i] = decoders[static_cast<std::size_t>(i)]->forward({t[i], p});
+      CHECK(t[0] == t[1]);
+      CHECK(t[0] == t[2]);
+      const std::vector<half> l0 = decoders[0]->logits();
+      for (int i = 1; i < 3; ++i) {
+        const std::vector<half> li = decoders[static_cast<std::size_t>(i)]->logits();
+        std::size_t differ = 0;
+        for (std::size_t j = 0; j < l0.size(); ++j) differ += l0[j].bits != li[j].bits ? 1 : 0;
+        CHECK(differ == 0);
+      }
+    }
+  }
+
   TEST_CASE("the decoder rejects tokens and positions outside its config") {
     const lazygraph::nn::DecoderConfig config = small_decoder();
     lazygraph::nn::Decoder decoder(lgtest::stream(), lgtest::nn_kernels(), config);

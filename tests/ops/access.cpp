@@ -144,6 +144,16 @@ TEST_CASE("the inferred DAG: only conflicting ops are ordered, and only directly
     const auto op = dataflow(fill(buf(0), 1.0F) >> fill(buf(1), 1.0F), fill(buf(2), 1.0F), fill(buf(1), 2.0F));
     CHECK(op.dependencies() == Deps{{}, {}, {0}});
   }
+  SUBCASE("a run-time list: four interleaved chains") {
+    std::vector<decltype(fill(buf(0), 1.0F))> ops;
+    for (int i = 0; i < 12; ++i) ops.push_back(fill(buf(i % 4), static_cast<float>(i)));
+    const auto op = dataflow(std::move(ops));
+    CHECK(op.size() == 12);
+    for (std::size_t i = 0; i < 12; ++i) {
+      CHECK(op.dependencies()[i] ==
+            (i < 4 ? std::vector<std::uint32_t>{} : std::vector<std::uint32_t>{static_cast<std::uint32_t>(i - 4)}));
+    }
+  }
   SUBCASE("a chain: each op after the last") {
     const auto op = dataflow(fill(buf(0), 1.0F), copy(buf(1), buf(0).as_const()), copy(buf(2), buf(1).as_const()),
                              copy(buf(3), buf(2).as_const()));

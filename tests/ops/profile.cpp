@@ -16,9 +16,10 @@ TEST_SUITE("gpu") {
     auto x = zeros<float>(n).sync_on(s);
     auto y = zeros<float>(n).sync_on(s);
     auto z = zeros<float>(n).sync_on(s);
+    auto w = zeros<float>(n).sync_on(s);
     const auto op = named("first", axpy(grid_for(n, 256), 2.0F, x.cview(), y.view(), n)) >>
                     all(axpy(grid_for(n, 256), 1.0F, x.cview(), z.view(), n),
-                        named("second", axpy(grid_for(n, 256), 3.0F, z.cview(), x.view(), n / 2)));
+                        named("second", axpy(grid_for(n, 256), 3.0F, y.cview(), w.view(), n / 2)));
     const std::vector<KernelTiming> t = profile_kernels(s, op, 5);
     REQUIRE(t.size() == 3);
     CHECK(t[0].label == "first");

@@ -28,6 +28,14 @@ inline constexpr int kMaxRows = 8;
 /// Ints of the io buffer: tokens, positions and slots (kMaxRows each), then generate's control [n, stop, count].
 inline constexpr int kIoSize = 3 * kMaxRows + 3;
 
+/// How the unfused attention block (DecoderConfig::fused false) orders its three projections, RoPE, the cache append
+/// and attention. The results are the same; the graphs differ.
+enum class DecoderOrdering {
+  inferred,      ///< dataflow(...): the graph's branches follow from what the kernels read and write
+  hand_written,  ///< all(q, k, v) >> rope >> kv_append >> attention, the branches written by hand
+  serial,        ///< one kernel after another
+};
+
 /// The decoder's shape. The defaults are the small model of docs/nn.md.
 struct DecoderConfig {
   int d = 512;                ///< model width (the residual stream)
@@ -46,6 +54,8 @@ struct DecoderConfig {
   /// qkv_rope_append) and attention split over positions (attention_split). False: the kernels these replaced
   /// (three rms_norm_gemv in parallel, rope, kv_append, attention with one block per head), to compare.
   bool fused = true;
+  /// How the unfused path orders its kernels (DecoderOrdering; the fused path is one chain).
+  DecoderOrdering ordering = DecoderOrdering::inferred;
   /// Blocks per (row, head) of the fused path's attention, at most 64; 0 picks by context (attention_splits). The
   /// default is one: on the H100 at position 255 of a 1024 context, spreading the 8 heads of the default decoder
   /// over 32 blocks each made the step slower (192 vs 170 us), the combine of the partials costing more than the
@@ -140,8 +150,9 @@ using DecoderState = BasicDecoderState<half>;
 /// k and v to its sequence's cache in this layer. Fused (DecoderConfig::fused, the default), three kernels: the norm,
 /// the three projections (one stream of weight rows), RoPE and the cache append in one (qkv_rope_append); attention,
 /// each head spread over attention_splits() blocks of positions (attention_split); the output projection with the
-/// residual add. Unfused: the three projections as parallel branches, rope, kv_append, attention with one block per
-/// head, the output projection. Every projection reads its weights once for all rows.
+/// residual add. Unfused: the three projections, rope, kv_append, attention with one block per head, ordered as
+/// DecoderConfig::ordering says (by default dataflow: the projections become parallel branches), the output projection.
+/// Every projection reads its weights once for all rows.
 template <Element T>
 auto attention_block(const BasicKernels<T>& k, const BasicAttentionWeights<T>& w, BasicDecoderState<T>& s,
                      DeviceSpan<T> k_cache, DeviceSpan<T> v_cache, const DecoderConfig& c, int rows) {
@@ -172,15 +183,20 @@ auto attention_block(const BasicKernels<T>& k, const BasicAttentionWeights<T>& w
                            out_rows, d, c.eps, rows);
   };
   const auto count = static_cast<std::size_t>(rows);
-  auto unfused =
-      all(project(w.wq, s.q, d), project(w.wk, s.k, c.kv_dim()), project(w.wv, s.v, c.kv_dim())) >>
-      k.rope(k.step_config(grid_for(count * static_cast<std::size_t>(d), 256)), s.q.view(), s.k.view(), s.positions(),
-             c.heads, c.kv_head_count(), c.head_dim(), c.theta, rows) >>
-      k.kv_append(k.step_config(grid_for(count * static_cast<std::size_t>(c.kv_dim()), 256)), s.k.cview(), s.v.cview(),
-                  k_cache, v_cache, s.positions(), s.slots(), c.kv_head_count(), c.head_dim(), c.context, c.max_batch,
-                  rows) >>
-      k.attention(per_head, s.q.cview(), k_cache.as_const(), v_cache.as_const(), s.attn.view(), s.positions(),
-                  s.slots(), c.heads, c.kv_head_count(), c.head_dim(), c.context, c.max_batch, scale);
+  auto q = project(w.wq, s.q, d);
+  auto kp = project(w.wk, s.k, c.kv_dim());
+  auto v = project(w.wv, s.v, c.kv_dim());
+  auto rope = k.rope(k.step_config(grid_for(count * static_cast<std::size_t>(d), 256)), s.q.view(), s.k.view(),
+                     s.positions(), c.heads, c.kv_head_count(), c.head_dim(), c.theta, rows);
+  auto append = k.kv_append(k.step_config(grid_for(count * static_cast<std::size_t>(c.kv_dim()), 256)), s.k.cview(),
+                            s.v.cview(), k_cache, v_cache, s.positions(), s.slots(), c.kv_head_count(), c.head_dim(),
+                            c.context, c.max_batch, rows);
+  auto attend = k.attention(per_head, s.q.cview(), k_cache.as_const(), v_cache.as_const(), s.attn.view(), s.positions(),
+                            s.slots(), c.heads, c.kv_head_count(), c.head_dim(), c.context, c.max_batch, scale);
+  // The same kernels three ways (DecoderOrdering): ordered by their accesses, by a hand-written all, serially.
+  auto unfused = choose(c.ordering == DecoderOrdering::inferred, dataflow(q, kp, v, rope, append, attend),
+                        choose(c.ordering == DecoderOrdering::hand_written, all(q, kp, v) >> rope >> append >> attend,
+                               q >> kp >> v >> rope >> append >> attend));
   return choose(c.fused, std::move(fused), std::move(unfused)) >>
          k.gemv_add(k.gemv_config(d, d), w.wo.cview(), s.attn.cview(), s.x.view(), d, d, rows);
 }

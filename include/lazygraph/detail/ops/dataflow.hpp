@@ -81,6 +81,45 @@ class [[nodiscard]] DataflowOp : public OpBase<DataflowOp<Ops...>>, public detai
   std::vector<std::vector<std::uint32_t>> after_;
 };
 
+/// A run-time number of ops of one type, in program order, ordered by what they read and write (as DataflowOp):
+/// `dataflow(std::vector<Op>)`, for a list built in a loop. A GraphNode when Op is. Output void.
+template <DeviceOp Op>
+class [[nodiscard]] DataflowListOp : public OpBase<DataflowListOp<Op>>, public detail::CompositeTraits<Op> {
+ public:
+  /// The ops' outputs are dropped.
+  using Output = void;
+
+  /// Made by `dataflow(ops)`: works out the order from the ops' access sets.
+  explicit DataflowListOp(std::vector<Op> ops) : ops_(std::move(ops)) {
+    std::vector<AccessSet> sets;
+    sets.reserve(ops_.size());
+    for (const Op& op : ops_) sets.push_back(accesses_of(op));
+    after_ = detail::infer_dependencies(sets);
+  }
+  /// Executes the ops (ExecContext::run_dataflow); stops at the first that throws.
+  void execute(ExecContext& ctx) const {
+    ctx.run_dataflow(after_, [&](std::size_t i) { ops_[i].execute(ctx); });
+  }
+  /// What the ops read and write.
+  void accesses(AccessSet& out) const {
+    for (const Op& op : ops_) collect_accesses(op, out);
+  }
+  /// For each op, the earlier ops it follows directly (indices ascending).
+  [[nodiscard]] const std::vector<std::vector<std::uint32_t>>& dependencies() const noexcept { return after_; }
+  /// The number of ops.
+  [[nodiscard]] std::size_t size() const noexcept { return ops_.size(); }
+
+ private:
+  std::vector<Op> ops_;
+  std::vector<std::vector<std::uint32_t>> after_;
+};
+
+/// Ops of one type in program order, run in parallel where what they read and write allows (DataflowListOp).
+template <DeviceOp Op>
+[[nodiscard]] DataflowListOp<Op> dataflow(std::vector<Op> ops) {
+  return DataflowListOp<Op>(std::move(ops));
+}
+
 /// Ops in program order, run in parallel where what they read and write allows (see DataflowOp).
 template <class... Ops>
 requires(DeviceOp<std::remove_cvref_t<Ops>>&&...) DataflowOp<std::remove_cvref_t<Ops>...> dataflow(Ops&&... ops) {
