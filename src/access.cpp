@@ -50,18 +50,23 @@ void check_branches_independent(std::span<const AccessSet> branches) {
   }
 }
 
-std::vector<std::vector<std::uint32_t>> infer_dependencies(std::span<const AccessSet> sets) {
-  const std::size_t n = sets.size();
+namespace {
+
+using Bits = std::vector<std::uint64_t>;
+
+bool has(const Bits& bits, std::size_t i) { return ((bits[i / 64] >> (i % 64)) & 1U) != 0; }
+
+/// Keeps of each node's predecessors only those not reached through another (the transitive reduction), for
+/// `wanted(i, j)`: whether node j must follow node i. Visits the latest candidates first, so that one kept
+/// predecessor's ancestors need no edges of their own.
+template <class Wanted>
+std::vector<std::vector<std::uint32_t>> reduce(std::size_t n, Wanted&& wanted) {
   const std::size_t words = (n + 63) / 64;
-  // ancestors[j]: every op that op j follows, directly or through others (a bit per op).
-  std::vector<std::vector<std::uint64_t>> ancestors(n, std::vector<std::uint64_t>(words, 0));
+  std::vector<Bits> ancestors(n, Bits(words, 0));
   std::vector<std::vector<std::uint32_t>> result(n);
   for (std::size_t j = 0; j < n; ++j) {
-    // The latest conflicting op first: once it is a predecessor, its own ancestors need no edge of their own.
     for (std::size_t i = j; i-- > 0;) {
-      if ((ancestors[j][i / 64] >> (i % 64)) & 1U) continue;
-      const bool ordered = sets[i].is_opaque() || sets[j].is_opaque() || find_conflict(sets[i], sets[j]).has_value();
-      if (!ordered) continue;
+      if (has(ancestors[j], i) || !wanted(i, j)) continue;
       result[j].push_back(static_cast<std::uint32_t>(i));
       ancestors[j][i / 64] |= std::uint64_t{1} << (i % 64);
       for (std::size_t w = 0; w < words; ++w) ancestors[j][w] |= ancestors[i][w];
@@ -69,6 +74,33 @@ std::vector<std::vector<std::uint32_t>> infer_dependencies(std::span<const Acces
     std::reverse(result[j].begin(), result[j].end());
   }
   return result;
+}
+
+}  // namespace
+
+std::vector<std::vector<std::uint32_t>> infer_dependencies(std::span<const AccessSet> sets) {
+  const std::size_t n = sets.size();
+  std::vector<std::vector<std::uint32_t>> deps = reduce(n, [&](std::size_t i, std::size_t j) {
+    return sets[i].is_opaque() || sets[j].is_opaque() || find_conflict(sets[i], sets[j]).has_value();
+  });
+  // One join instead of two: a node that waits for several predecessors, the latest of which already waits for
+  // several itself (a join), waits for that one alone, which takes the others in. In a graph every join ends a chain
+  // of early-launched kernels (about 1-2 us each on an H100); this only ever orders more, never less.
+  bool moved = false;
+  for (std::size_t j = 0; j < n; ++j) {
+    if (deps[j].size() < 2) continue;
+    const std::uint32_t m = deps[j].back();  // ascending: the latest
+    if (deps[m].size() < 2) continue;
+    deps[m].insert(deps[m].end(), deps[j].begin(), deps[j].end() - 1);
+    deps[j].assign(1, m);
+    moved = true;
+  }
+  if (!moved) return deps;
+  std::vector<Bits> edge(n, Bits((n + 63) / 64, 0));
+  for (std::size_t j = 0; j < n; ++j) {
+    for (const std::uint32_t i : deps[j]) edge[j][i / 64] |= std::uint64_t{1} << (i % 64);
+  }
+  return reduce(n, [&](std::size_t i, std::size_t j) { return has(edge[j], i); });
 }
 
 }  // namespace detail

@@ -294,6 +294,7 @@ TEST_SUITE("gpu") {
     CHECK(roots_inferred == 1);
     CHECK(roots_serial == 1);
     CHECK(hand.node_count() == inferred.node_count());
+    CHECK(hand.dependencies() == inferred.dependencies());  // kv_append's wait for v moved into rope's join
     CHECK(hand.edge_counts().full + hand.edge_counts().programmatic ==
           inferred.edge_counts().full + inferred.edge_counts().programmatic);
     int t[3] = {11, 11, 11};

@@ -154,6 +154,16 @@ TEST_CASE("the inferred DAG: only conflicting ops are ordered, and only directly
             (i < 4 ? std::vector<std::uint32_t>{} : std::vector<std::uint32_t>{static_cast<std::uint32_t>(i - 4)}));
     }
   }
+  SUBCASE("one join instead of two: a node after a join and another branch waits for the join alone") {
+    // q, k, v from x; rope(q, k) joins q and k; append(k, v) after rope (k) and v; attend after append. Append's
+    // wait for v moves into rope's join, as all(q, k, v) >> rope would write it.
+    const DeviceSpan<float> x = buf(0);
+    const auto op = dataflow(copy(buf(1), x.as_const()), copy(buf(2), x.as_const()), copy(buf(3), x.as_const()),
+                             with_accesses("rope", value(0), writes(buf(1), buf(2))),
+                             with_accesses("append", value(0), reads(buf(2), buf(3)), writes(buf(4))),
+                             with_accesses("attend", value(0), reads(buf(1), buf(4)), writes(buf(5))));
+    CHECK(op.dependencies() == Deps{{}, {}, {}, {0, 1, 2}, {3}, {4}});
+  }
   SUBCASE("a chain: each op after the last") {
     const auto op = dataflow(fill(buf(0), 1.0F), copy(buf(1), buf(0).as_const()), copy(buf(2), buf(1).as_const()),
                              copy(buf(3), buf(2).as_const()));

@@ -153,9 +153,10 @@ inline CUdeviceptr host_address(const void* p) noexcept {
 ///         bytes; nothing when none do. Opaque branches are skipped.
 void check_branches_independent(std::span<const AccessSet> branches);
 
-/// For each of `sets` (ops in program order), the earlier ops it must follow: i after j exactly when their known
-/// accesses conflict or either is opaque, minus the edges implied through others (transitive reduction), so that
-/// the result is the smallest DAG that keeps program order's results. Indices ascend within each list.
+/// For each of `sets` (ops in program order), the earlier ops it must follow: j after i when their known accesses
+/// conflict or either is opaque, minus the edges implied through others (transitive reduction); then a node whose
+/// latest predecessor is itself a join waits for that one alone, the join taking in its other predecessors (fewer
+/// joins; see dataflow.hpp). Keeps program order's results. Indices ascend within each list.
 std::vector<std::vector<std::uint32_t>> infer_dependencies(std::span<const AccessSet> sets);
 }  // namespace detail
 
