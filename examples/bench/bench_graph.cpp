@@ -714,6 +714,7 @@ int run() {
     // The same 4N/4 kernels as one flat list in program order, round robin over the four outputs: dataflow()
     // infers the four chains from what each kernel reads and writes.
     std::vector<decltype(k(lg::LaunchConfig{}, 0.0F, x.cview(), y[0].view(), 0))> flat;
+    flat.reserve(static_cast<std::size_t>(4 * quarter));
     for (int i = 0; i < 4 * quarter; ++i) {
       flat.push_back(
           k({{1, 1, 1}, {elements, 1, 1}, 0}, 1.0001F, x.cview(), y[static_cast<std::size_t>(i % 4)].view(), elements));

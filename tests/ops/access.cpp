@@ -146,6 +146,7 @@ TEST_CASE("the inferred DAG: only conflicting ops are ordered, and only directly
   }
   SUBCASE("a run-time list: four interleaved chains") {
     std::vector<decltype(fill(buf(0), 1.0F))> ops;
+    ops.reserve(12);
     for (int i = 0; i < 12; ++i) ops.push_back(fill(buf(i % 4), static_cast<float>(i)));
     const auto op = dataflow(std::move(ops));
     CHECK(op.size() == 12);

@@ -146,6 +146,7 @@ TEST_SUITE("gpu") {
     const DeviceBuffer<float> x = lgtest::to_device(s, x0);
     const auto k = lgtest::axpy();
     std::vector<decltype(k(LaunchConfig{}, 0.0F, x.cview(), ys[0].view(), 0))> ops;
+    ops.reserve(9);
     for (int i = 0; i < 9; ++i) {
       ops.push_back(
           k(grid_for(n, 256), 0.5F + static_cast<float>(i), x.cview(), ys[static_cast<std::size_t>(i % 3)].view(), n));
