@@ -14,6 +14,7 @@
 
 #include "lazygraph/detail/driver/device_buffer.hpp"
 #include "lazygraph/detail/driver/memcpy.hpp"
+#include "lazygraph/detail/kernels/expression.hpp"
 #include "lazygraph/detail/ops/access.hpp"
 #include "lazygraph/detail/ops/concepts.hpp"
 
@@ -101,5 +102,14 @@ class DeviceScalar {
  private:
   DeviceBuffer<T> buffer_;
 };
+
+/// A DeviceScalar as an operand of a fused expression (kernels/expression.hpp): its one value for every element, read
+/// from device memory each time the kernel runs, so `graph.set(scalar, v)` changes what a recorded `assign` computes
+/// without re-recording. Float, half and bfloat16 only.
+template <class T>
+requires ExpressionElement<T>
+[[nodiscard]] detail::BroadcastLeaf<T> to_expression(const DeviceScalar<T>& scalar) {
+  return broadcast(scalar.cview());
+}
 
 }  // namespace lazygraph

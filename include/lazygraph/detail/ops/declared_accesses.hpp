@@ -22,8 +22,8 @@ namespace lazygraph {
 struct AccessList {
   /// One range.
   struct Range {
-    CUdeviceptr begin = 0;
-    std::size_t bytes = 0;
+    CUdeviceptr begin = 0;  ///< the first byte
+    std::size_t bytes = 0;  ///< how many
   };
   /// The ranges.
   std::vector<Range> ranges;

@@ -305,10 +305,10 @@ struct ExecContext::Fork {
 
 /// Where each piece of a run_dataflow ended (plan mode: node indices; capture mode: captured nodes).
 struct ExecContext::Dataflow {
-  std::vector<std::uint32_t> planned_start;
-  std::vector<std::vector<std::uint32_t>> planned_ends;
-  detail::driver::CapturePoint captured_start;
-  std::vector<detail::driver::CapturePoint> captured_ends;
+  std::vector<std::uint32_t> planned_start;                 ///< plan mode: the frontier before the first piece
+  std::vector<std::vector<std::uint32_t>> planned_ends;     ///< plan mode: each piece's last nodes
+  detail::driver::CapturePoint captured_start;              ///< capture mode: where the capture stood before
+  std::vector<detail::driver::CapturePoint> captured_ends;  ///< capture mode: where each piece left it
 };
 
 template <class F>
