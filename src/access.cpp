@@ -91,7 +91,7 @@ std::vector<std::vector<std::uint32_t>> infer_dependencies(std::span<const Acces
     if (deps[j].size() < 2) continue;
     const std::uint32_t m = deps[j].back();  // ascending: the latest
     if (deps[m].size() < 2) continue;
-    deps[m].insert(deps[m].end(), deps[j].begin(), deps[j].end() - 1);
+    for (std::size_t k = 0; k + 1 < deps[j].size(); ++k) deps[m].push_back(deps[j][k]);
     deps[j].assign(1, m);
     moved = true;
   }
