@@ -197,6 +197,12 @@ TEST_CASE(
   const KernelCache::Entry entry = detail::compile_expression(program, options, true);
   CHECK(entry.is_cubin);
   CHECK(entry.image.size() > 4);
+  // PTX, as the library loads them (the driver compiles it): NUL-terminated text naming the kernel.
+  const KernelCache::Entry ptx = detail::compile_expression(program, nvrtc_options(90, false), false);
+  CHECK_FALSE(ptx.is_cubin);
+  REQUIRE_FALSE(ptx.image.empty());
+  CHECK(ptx.image.back() == '\0');
+  CHECK(std::string(ptx.image.data()).find(op.kernel_name()) != std::string::npos);
 
   program.source.replace(program.source.find("return"), 6, "return undefined_name +");
   try {
