@@ -304,10 +304,10 @@ ExpressionKernel load_kernel(const ExpressionProgram& program, const Device& dev
                      " for " + device.name() + " (sm_" + std::to_string(cc) +
                      "): it supports no architecture at or below it");
   }
-  // PTX, which the driver compiles when it loads the module: on the H100 machine (bench_expr) NVRTC to PTX plus the
-  // driver's compile took 18.7 ms for an expression that NVRTC compiled to machine code in 134 ms. The generated
-  // kernels are small, so what the driver's compiler makes of them runs as fast (the same bench's tables).
-  const bool cubin = false;
+  // As KernelLibrary: machine code for the device's own architecture when NVRTC knows it, else PTX. (PTX for the
+  // driver to compile at load was tried: on the H100 machine the driver's compile of a new expression cost what
+  // NVRTC's does, and a disk-cache hit would pay it again in every process.)
+  const bool cubin = arch == cc;
   const std::vector<std::string> options = nvrtc_options(arch, cubin);
   const KernelCache cache(KernelCache::default_directory());
   const std::string key =

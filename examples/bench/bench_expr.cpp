@@ -162,27 +162,16 @@ void compile_costs(const lg::Stream& s) {
   for (int i = 0; i < 1001; ++i) {
     reuse_ms.push_back(milliseconds([&] { second(static_cast<float>(i)).prepare(s.device()); }));
   }
-  // What bounds the first use: NVRTC itself. An empty kernel to machine code, and this expression's source to PTX
-  // (NVRTC without its ptxas step) plus the driver's compile of that PTX when loading it, each the median of 3.
-  const int cc = s.device().compute_capability().as_int();
-  const int arch = lg::nvrtc_target_architecture(cc);
+  // What bounds the first use: NVRTC itself, an empty kernel to machine code (median of 3).
+  const int arch = lg::nvrtc_target_architecture(s.device().compute_capability().as_int());
   const lg::KernelSource empty_kernel{"empty.cu",
                                       "extern \"C\" __global__ void empty_kernel(float* p) { p[0] = 1.0f; }\n"};
-  const lg::KernelSource expression{"expression.cu", second(1.0F).source()};
   std::vector<double> floor_ms;
-  std::vector<double> ptx_ms;
   for (int i = 0; i < 3; ++i) {
     floor_ms.push_back(
         milliseconds([&] { (void)lg::nvrtc_compile(empty_kernel, {}, lg::nvrtc_options(arch, true), true).image(); }));
-    ptx_ms.push_back(milliseconds([&] {
-      const lg::CompileResult r =
-          lg::nvrtc_compile(expression, lg::core_kernel_headers(), lg::nvrtc_options(arch, false), false);
-      const lg::LoadedModule module(s.device(), r.image().data(), "expression.cu");
-    }));
   }
-  std::printf(
-      "\nNVRTC floor: an empty kernel to machine code %.1f ms; the expression as PTX + driver JIT at load %.1f ms\n",
-      median(floor_ms), median(ptx_ms));
+  std::printf("\nNVRTC floor: an empty kernel to machine code %.1f ms\n", median(floor_ms));
   lg::clear_expression_cache();
   const double disk_ms = milliseconds([&] { second(5.0F).prepare(s.device()); });
   const lg::ExpressionCacheStats stats = lg::expression_cache_stats();
