@@ -172,19 +172,6 @@ TEST_CASE("the inferred DAG: only conflicting ops are ordered, and only directly
   }
 }
 
-TEST_CASE("with_accesses replaces what the op reports") {
-  const auto op = with_accesses("row 3", fill(buf(0), 1.0F), writes(buf(0).subspan(48, 16)));
-  const AccessSet s = accesses_of(op);
-  REQUIRE(s.entries().size() == 1);
-  CHECK(s.entries()[0].begin == buf(0).address() + 192);
-  CHECK(s.entries()[0].op == "row 3");
-  static_assert(GraphNode<decltype(op)>);
-  // Declared rows of one buffer may run as all() branches.
-  CHECK_NOTHROW((void)all(op, with_accesses("row 0", fill(buf(0), 2.0F), writes(buf(0).subspan(0, 16)))));
-  // An opaque op made transparent.
-  CHECK_FALSE(accesses_of(with_accesses("log", host_call("log", [] {}), reads(buf(1)))).is_opaque());
-}
-
 TEST_CASE("infer_dependencies on many ops stays exact (bit sets past 64 ops)") {
   std::vector<AccessSet> sets(150);
   for (std::size_t i = 0; i < sets.size(); ++i) {
