@@ -85,7 +85,8 @@ operator>>(A&& a, B&& b) { return {std::forward<A>(a), std::forward<B>(b)}; }
 
 /// `all(ops...)`: independent ops that may run concurrently (the first on the current stream, the others on side
 /// streams; parallel branches when recorded), joined before anything after them. They must not write memory
-/// another of them reads or writes: nothing orders them. A GraphNode when every op is.
+/// another of them reads or writes: nothing orders them. The constructor checks that from their access sets
+/// (access.hpp) unless made by all_unchecked. A GraphNode when every op is.
 template <DeviceOp... Ops>
 class [[nodiscard]] AllOp : public OpBase<AllOp<Ops...>>, public detail::CompositeTraits<Ops...> {
   static_assert(sizeof...(Ops) >= 1, "all(): give it at least one op");
