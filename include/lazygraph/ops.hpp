@@ -2,8 +2,8 @@
 /// \file
 /// Layer 2, ops (above the driver): DeviceOp and GraphNode, the primitive ops (copy, fill, value, host_call,
 /// record_event/wait_event, and the allocating zeros/ones/empty/dup/from_host) and the combinators `>>`, `all`,
-/// `chain`, `map` and `named`; profile_kernels. Kernel launches are ops too, but live one layer up, with the kernels
-/// (lazygraph/kernels.hpp).
+/// `chain`, `map`, `named` and `dataflow`; access sets (accesses_of, with_accesses); profile_kernels. Kernel launches
+/// are ops too, but live one layer up, with the kernels (lazygraph/kernels.hpp).
 
 #include "lazygraph/detail/ops/access.hpp"
 #include "lazygraph/detail/ops/allocate.hpp"
