@@ -1,8 +1,8 @@
 #pragma once
 /// \file
 /// Layer 4, graphs: Scope, CudaGraph (capture, build, update_from), DeviceScalar, child graphs, conditions and
-/// conditional ops (if_, while_, switch_), scratch memory and graph pools, graph caches, make_graphed, graph options and
-/// introspection.
+/// conditional ops (if_, while_, switch_), scratch memory and graph pools, graph caches, make_graphed, graph options
+/// and introspection.
 
 #include "lazygraph/detail/graph/child_graph.hpp"
 #include "lazygraph/detail/graph/condition.hpp"

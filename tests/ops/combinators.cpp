@@ -30,7 +30,8 @@ static_assert(Unit{} == Unit{});
 TEST_CASE("ops compose with >>, all and map without touching the GPU") {
   DeviceSpan<float> a(0x1000, 8);
   DeviceSpan<const float> b(0x2000, 8);
-  auto op = fill(a, 1.0F) >> all(copy(a.subspan(4, 4), b.subspan(0, 4)), fill(a.subspan(0, 4), 2.0F)) >> map(value(3), [](int x) { return x * 2; });
+  auto op = fill(a, 1.0F) >> all(copy(a.subspan(4, 4), b.subspan(0, 4)), fill(a.subspan(0, 4), 2.0F)) >>
+            map(value(3), [](int x) { return x * 2; });
   static_assert(GraphNode<decltype(op)>);
   static_assert(std::is_same_v<decltype(op)::Output, int>);
   auto allocating = zeros<float>(1 << 20) >> fill(a, 0.5F);
