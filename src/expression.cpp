@@ -327,19 +327,7 @@ ExpressionKernel load_kernel(const ExpressionProgram& program, const Device& dev
     module = std::make_shared<const LoadedModule>(device, entry.image.data(), program.kernel_name + ".cu");
     counters.compiled.fetch_add(1);
   }
-  auto info = std::make_shared<KernelInfo>(device);
-  info->function = module->function(program.kernel_name);
-  if (info->function == nullptr) {
-    throw UsageError("fused expression: the compiled module " + module->name() + " has no kernel " +
-                     program.kernel_name);
-  }
-  info->name = program.kernel_name;
-  info->module = module;
-  info->max_threads_per_block =
-      driver::function_attribute(device.context(), info->function, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, info->name);
-  info->static_shared_bytes =
-      driver::function_attribute(device.context(), info->function, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, info->name);
-  info->dynamic_shared_limit.store(device.limits().max_shared_per_block - info->static_shared_bytes);
+  std::shared_ptr<KernelInfo> info = make_kernel_info(device, std::move(module), program.kernel_name);
   const int blocks_per_sm = driver::max_active_blocks_per_sm(device.context(), info->function, 256, 0, info->name);
   return {std::move(info), std::max(blocks_per_sm, 1)};
 }

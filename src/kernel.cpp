@@ -7,6 +7,21 @@
 
 namespace lazygraph::detail {
 
+std::shared_ptr<KernelInfo> make_kernel_info(const Device& device, std::shared_ptr<const LoadedModule> module,
+                                             const std::string& name) {
+  auto info = std::make_shared<KernelInfo>(device);
+  info->function = module->function(name);
+  if (info->function == nullptr) throw UsageError("the module " + module->name() + " has no kernel " + name);
+  info->name = name;
+  info->module = std::move(module);
+  info->max_threads_per_block =
+      driver::function_attribute(device.context(), info->function, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, name);
+  info->static_shared_bytes =
+      driver::function_attribute(device.context(), info->function, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, name);
+  info->dynamic_shared_limit.store(device.limits().max_shared_per_block - info->static_shared_bytes);
+  return info;
+}
+
 namespace {
 
 std::string dims(const Dim3& d) {

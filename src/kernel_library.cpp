@@ -165,7 +165,6 @@ KernelLibrary::KernelLibrary(const Device& device, KernelLibraryOptions options)
   if (first_error) std::rethrow_exception(first_error);
 
   std::map<std::string, std::string, std::less<>> defined_in;
-  const int shared_per_block = device.limits().max_shared_per_block;
   for (BuiltModule& m : built) {
     const std::shared_ptr<const LoadedModule> module = load_module(device, m, settings, cache);
     for (const std::string& kernel : module->function_names()) {
@@ -176,16 +175,7 @@ KernelLibrary::KernelLibrary(const Device& device, KernelLibraryOptions options)
         throw UsageError("kernel " + kernel + " is defined in both " + it->second + " and " + m.source->name +
                          "; kernel names must be unique across every kernel set of a library");
       }
-      auto info = std::make_shared<detail::KernelInfo>(device);
-      info->function = module->function(kernel);
-      info->name = kernel;
-      info->module = module;
-      info->max_threads_per_block = detail::driver::function_attribute(device.context(), info->function,
-                                                                       CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, kernel);
-      info->static_shared_bytes = detail::driver::function_attribute(device.context(), info->function,
-                                                                     CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, kernel);
-      info->dynamic_shared_limit.store(shared_per_block - info->static_shared_bytes);
-      kernels_.emplace(kernel, std::move(info));
+      kernels_.emplace(kernel, detail::make_kernel_info(device, module, kernel));
     }
     ++stats_.modules;
     (m.from_cache ? stats_.cache_hits : stats_.compiled) += 1;

@@ -52,6 +52,13 @@ struct KernelInfo {
   std::mutex dynamic_shared_mutex;
 };
 
+/// The KernelInfo of kernel `name` in `module`, loaded on `device`: its function and limits (threads per block,
+/// static shared memory, the dynamic shared memory that leaves). The one place that reads them, for KernelLibrary
+/// and the fused expressions alike. \throws UsageError when the module has no such kernel; CudaError when the driver
+/// refuses an attribute query.
+std::shared_ptr<KernelInfo> make_kernel_info(const Device& device, std::shared_ptr<const LoadedModule> module,
+                                             const std::string& name);
+
 /// The bytes of the memory `arg` views, when it is a span; 0 otherwise.
 template <class Arg>
 std::size_t span_bytes_of(const Arg& arg) {

@@ -38,6 +38,18 @@ namespace detail {
 template <class Op>
 using output_or_unit = std::conditional_t<std::is_void_v<typename Op::Output>, Unit, typename Op::Output>;
 
+/// Executes the I-th of `ops` and keeps its output (Unit for void) in the I-th of `results`: how all() and dataflow()
+/// collect their parts' outputs.
+template <std::size_t I, class Ops, class Results>
+void execute_into(const Ops& ops, Results& results, ExecContext& ctx) {
+  if constexpr (std::is_void_v<decltype(std::get<I>(ops).execute(ctx))>) {
+    std::get<I>(ops).execute(ctx);
+    std::get<I>(results).emplace();
+  } else {
+    std::get<I>(results).emplace(std::get<I>(ops).execute(ctx));
+  }
+}
+
 /// Selects AllOp's constructor without the race check.
 struct UncheckedTag {};
 
@@ -124,15 +136,7 @@ class [[nodiscard]] AllOp : public OpBase<AllOp<Ops...>>, public detail::Composi
   template <std::size_t... I>
   Output execute_all(ExecContext& ctx, std::index_sequence<I...> /*unused*/) const {
     std::tuple<std::optional<detail::output_or_unit<Ops>>...> results;
-    ctx.fork_join([&] {
-      using Op = std::tuple_element_t<I, std::tuple<Ops...>>;
-      if constexpr (std::is_void_v<typename Op::Output>) {
-        std::get<I>(ops_).execute(ctx);
-        std::get<I>(results).emplace();
-      } else {
-        std::get<I>(results).emplace(std::get<I>(ops_).execute(ctx));
-      }
-    }...);
+    ctx.fork_join([&] { detail::execute_into<I>(ops_, results, ctx); }...);
     if constexpr (!std::is_void_v<Output>) return Output{std::move(*std::get<I>(results))...};
   }
 

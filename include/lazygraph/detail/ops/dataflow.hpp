@@ -65,17 +65,8 @@ class [[nodiscard]] DataflowOp : public OpBase<DataflowOp<Ops...>>, public detai
   template <std::size_t... I>
   Output execute_all(ExecContext& ctx, std::index_sequence<I...> /*unused*/) const {
     std::tuple<std::optional<detail::output_or_unit<Ops>>...> results;
-    const auto run = [&]<std::size_t J>(std::integral_constant<std::size_t, J> /*unused*/) {
-      using Op = std::tuple_element_t<J, std::tuple<Ops...>>;
-      if constexpr (std::is_void_v<typename Op::Output>) {
-        std::get<J>(ops_).execute(ctx);
-        std::get<J>(results).emplace();
-      } else {
-        std::get<J>(results).emplace(std::get<J>(ops_).execute(ctx));
-      }
-    };
     ctx.run_dataflow(after_, [&](std::size_t index) {
-      (void)((index == I ? (run(std::integral_constant<std::size_t, I>{}), true) : false) || ...);
+      (void)((index == I ? (detail::execute_into<I>(ops_, results, ctx), true) : false) || ...);
     });
     if constexpr (!std::is_void_v<Output>) return Output{std::move(*std::get<I>(results))...};
   }
