@@ -419,6 +419,18 @@ CUcontext current_context() {
   return ctx;
 }
 
+CurrentContext::CurrentContext(CUcontext ctx) {
+  const EntryPoints& a = api();
+  check(a.cuCtxGetCurrent(&previous_), "cuCtxGetCurrent", "the calling thread");
+  if (previous_ == ctx) return;
+  check(a.cuCtxSetCurrent(ctx), "cuCtxSetCurrent", "the device's primary context");
+  restore_ = previous_ != nullptr;
+}
+
+CurrentContext::~CurrentContext() {
+  if (restore_) (void)instance().api.cuCtxSetCurrent(previous_);
+}
+
 void context_synchronize(CUcontext ctx) {
   const EntryPoints& a = api();
   const ContextScope scope(a, ctx);

@@ -32,6 +32,13 @@ NvrtcError::NvrtcError(std::string api, int code, std::string code_name, std::st
       code_name_(std::move(code_name)),
       object_(std::move(object)) {}
 
+NcclError::NcclError(std::string api, int code, std::string code_name, std::string_view detail, std::string object)
+    : Error(describe(api, code_name, detail, object)),
+      api_(std::move(api)),
+      code_(code),
+      code_name_(std::move(code_name)),
+      object_(std::move(object)) {}
+
 CompileError::CompileError(std::string file, std::string log)
     : Error("NVRTC failed to compile " + file + ":\n" + log), file_(std::move(file)), log_(std::move(log)) {}
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine, after tests/gpu_machine.sh has built build-gpu/: runs the benchmarks, tables to stdout.
-#   usage: examples/bench/run_gpu.sh [all|graph|gemv|expr|compile|models|shapes|batch]   (default all)
+#   usage: examples/bench/run_gpu.sh [all|graph|gemv|expr|nccl|compile|models|shapes|batch]   (default all)
 # The models benchmarks write their results to $OUT/models, $OUT/shapes, $OUT/batch8 (or under ./bench-results) and
 # need python3 with PyTorch.
 set -euo pipefail
@@ -10,6 +10,7 @@ ninja -C build-gpu >/dev/null
 if [ "$which" = all ] || [ "$which" = graph ]; then ./build-gpu/examples/bench_graph; echo; fi
 if [ "$which" = all ] || [ "$which" = gemv ]; then ./build-gpu/examples/bench_gemv; echo; fi
 if [ "$which" = all ] || [ "$which" = expr ]; then ./build-gpu/examples/bench_expr; echo; fi
+if [ "$which" = all ] || [ "$which" = nccl ]; then ./build-gpu/examples/bench_nccl; echo; fi
 if [ "$which" = all ] || [ "$which" = compile ]; then ./build-gpu/examples/bench_compile; echo; fi
 if [ "$which" = all ] || [ "$which" = models ]; then
   results="${OUT:-$PWD/bench-results}/models"

@@ -1,9 +1,11 @@
 #pragma once
 /// \file
-/// Layer 1, the driver: devices, streams, events, device and pinned memory, copies, loaded modules, errors.
-/// The CUDA driver is loaded at run time; nothing here links libcuda.
+/// Layer 1, the driver: devices, streams, events, device and pinned memory, copies, loaded modules, errors, NCCL
+/// communicators.
+/// The CUDA driver and NCCL are loaded at run time; nothing here links libcuda or libnccl.
 
 #include "lazygraph/detail/driver/bfloat16.hpp"
+#include "lazygraph/detail/driver/communicator.hpp"
 #include "lazygraph/detail/driver/device.hpp"
 #include "lazygraph/detail/driver/device_buffer.hpp"
 #include "lazygraph/detail/driver/device_span.hpp"
@@ -12,6 +14,7 @@
 #include "lazygraph/detail/driver/half.hpp"
 #include "lazygraph/detail/driver/memcpy.hpp"
 #include "lazygraph/detail/driver/module.hpp"
+#include "lazygraph/detail/driver/nccl_api.hpp"
 #include "lazygraph/detail/driver/pinned_buffer.hpp"
 #include "lazygraph/detail/driver/staging_buffer.hpp"
 #include "lazygraph/detail/driver/stream.hpp"

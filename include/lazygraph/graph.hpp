@@ -15,6 +15,7 @@
 #include "lazygraph/detail/graph/graph_pool.hpp"
 #include "lazygraph/detail/graph/graph_state.hpp"
 #include "lazygraph/detail/graph/graphed_callable.hpp"
+#include "lazygraph/detail/graph/multi_device_graph.hpp"
 #include "lazygraph/detail/graph/scope.hpp"
 #include "lazygraph/kernels.hpp"
 #include "lazygraph/ops.hpp"

@@ -7,6 +7,7 @@
 
 #include "lazygraph/detail/ops/access.hpp"
 #include "lazygraph/detail/ops/allocate.hpp"
+#include "lazygraph/detail/ops/collective.hpp"
 #include "lazygraph/detail/ops/combinators.hpp"
 #include "lazygraph/detail/ops/concepts.hpp"
 #include "lazygraph/detail/ops/copy.hpp"

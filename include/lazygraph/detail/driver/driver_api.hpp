@@ -224,6 +224,22 @@ CaptureFrontier capture_frontier(CUcontext ctx, CUstream stream);
 void capture_set_frontier(CUcontext ctx, CUstream stream, const CUgraphNode* nodes, const CUgraphEdgeData* edges,
                           std::size_t count);
 
+/// Makes `ctx` current on the calling thread while it lives, as every wrapper here does for its own call, for code
+/// that calls another library which works in the current context (NCCL, through its CUDA runtime): that library
+/// then acts on `ctx`'s device. The thread's previous context is current again afterwards.
+/// \throws CudaError when the context cannot be made current.
+class CurrentContext {
+ public:
+  explicit CurrentContext(CUcontext ctx);
+  ~CurrentContext();
+  CurrentContext(const CurrentContext&) = delete;
+  CurrentContext& operator=(const CurrentContext&) = delete;
+
+ private:
+  CUcontext previous_ = nullptr;
+  bool restore_ = false;
+};
+
 /// For tests of failure paths on a real GPU: while an InjectedFault lives, every call of the driver function
 /// `api` (e.g. "cuStreamCreate") made through these wrappers returns `code` instead of running, so a test can
 /// check that lazygraph cleans up and reports the failure. Costs nothing when unused (it swaps one entry in

@@ -94,6 +94,46 @@ class CompileError : public Error {
   std::string log_;
 };
 
+/// NCCL (libnccl.so.2) could not be loaded: not installed, not found where lazygraph looked, or too old. The message
+/// lists where it looked and how to point lazygraph at a copy (LAZYGRAPH_NCCL_LIBRARY, set_nccl_library).
+class NcclUnavailable : public Error {
+ public:
+  using Error::Error;
+};
+
+/// An NCCL call failed, or a communicator reported an asynchronous error (a peer failed, a connection broke).
+class NcclError : public Error {
+ public:
+  /// \param api        the NCCL function, e.g. "ncclAllReduce"
+  /// \param code       the ncclResult_t it returned (or the communicator's asynchronous error), as an int
+  /// \param code_name  the result's name, e.g. "ncclInvalidUsage"
+  /// \param detail     NCCL's own description and its last error message for the communicator
+  /// \param object     what the call acted on, e.g. "all_reduce of 1024 float32, rank 0 of 2 on device 0"
+  NcclError(std::string api, int code, std::string code_name, std::string_view detail, std::string object);
+
+  /// The NCCL function that failed.
+  [[nodiscard]] const std::string& api() const noexcept { return api_; }
+  /// The ncclResult_t, as an int.
+  [[nodiscard]] int code() const noexcept { return code_; }
+  /// The result's name, e.g. "ncclRemoteError".
+  [[nodiscard]] const std::string& code_name() const noexcept { return code_name_; }
+  /// What the call acted on.
+  [[nodiscard]] const std::string& object() const noexcept { return object_; }
+
+ private:
+  std::string api_;
+  int code_;
+  std::string code_name_;
+  std::string object_;
+};
+
+/// A bounded wait ran out: the work did not finish in the time given (a collective whose peers never came, a
+/// hung kernel). What was waited for has been aborted where the message says so.
+class TimeoutError : public Error {
+ public:
+  using Error::Error;
+};
+
 /// The library was used against its rules: a moved-from handle, mismatched copy sizes, an unknown kernel,
 /// a launch configuration outside the device's limits. The message names the rule and the object.
 class UsageError : public Error {

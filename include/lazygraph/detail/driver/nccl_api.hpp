@@ -1,0 +1,125 @@
+#pragma once
+/// \file
+/// The NCCL foreign-function layer: every call into NCCL goes through the functions declared here, implemented in
+/// src/nccl_api.cpp, the one file that loads libnccl.so.2 (at run time, on first use; it is never linked, so a
+/// program without NCCL starts and runs everything else). Like driver_api.hpp, each wrapper checks the result and
+/// throws NcclError naming the API, the result, NCCL's last error and the object; `*_no_throw` forms never throw.
+///
+/// Where NCCL is looked for, in order: the path given to set_library_path (before first use), the environment
+/// variable LAZYGRAPH_NCCL_LIBRARY, the loader's search for "libnccl.so.2" (LD_LIBRARY_PATH, the loader cache),
+/// then the `nvidia/nccl/lib` folder of the NCCL wheel that PyTorch installs, in the usual Python package folders
+/// ($VIRTUAL_ENV, $CONDA_PREFIX, ~/.local, /usr/local/lib, /usr/lib, /opt/conda). An explicit path (the first two)
+/// is used alone: when it does not load, nothing else is tried.
+///
+/// The types below are nccl.h's ABI (NCCL 2.x), declared here so that building lazygraph needs no nccl.h.
+
+#include <cuda.h>
+
+#include <array>
+#include <cstddef>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace lazygraph::detail::nccl {
+
+/// ncclComm_t: an opaque communicator.
+struct CommObject;
+using Comm = CommObject*;
+
+/// ncclResult_t's values.
+enum Result : int {
+  success = 0,
+  unhandled_cuda_error = 1,
+  system_error = 2,
+  internal_error = 3,
+  invalid_argument = 4,
+  invalid_usage = 5,
+  remote_error = 6,
+  in_progress = 7,
+};
+
+/// ncclDataType_t's values for the element types lazygraph sends.
+enum class DataType : int {
+  int8 = 0,
+  uint8 = 1,
+  int32 = 2,
+  uint32 = 3,
+  int64 = 4,
+  uint64 = 5,
+  float16 = 6,
+  float32 = 7,
+  float64 = 8,
+  bfloat16 = 9
+};
+
+/// ncclRedOp_t's built-in operations.
+enum class RedOp : int { sum = 0, prod = 1, max = 2, min = 3, avg = 4 };
+
+/// ncclUniqueId: 128 opaque bytes that every rank of one communicator must be given.
+struct UniqueId {
+  std::array<char, 128> internal{};
+};
+
+/// Uses the NCCL library at `path` instead of searching. \throws UsageError once NCCL has been loaded (from
+/// another path).
+void set_library_path(std::string path);
+/// Loads NCCL once per process; later calls are cheap. \throws NcclUnavailable saying where it looked.
+void ensure_loaded();
+/// ensure_loaded without throwing: false with the reason in `why` (when not null).
+bool try_load(std::string* why) noexcept;
+/// The file NCCL was loaded from. \throws NcclUnavailable.
+std::string library_path();
+/// ncclGetVersion: e.g. 22803 for 2.28.3. \throws NcclUnavailable.
+int version();
+/// "2.28.3". \throws NcclUnavailable.
+std::string version_text(int code);
+
+/// The name of a result, e.g. "ncclInvalidUsage" ("ncclResult_t <n>" for one this header does not know).
+std::string result_name(int code);
+/// Throws NcclError for a failed result, with NCCL's description and `comm`'s last error (when not null).
+[[noreturn]] void throw_error(int code, std::string_view api, std::string_view object, Comm comm = nullptr);
+
+UniqueId get_unique_id();
+/// ncclCommInitRank with `ctx` (the device's primary context) current, which is the device NCCL binds to.
+Comm comm_init_rank(CUcontext ctx, int ranks, const UniqueId& id, int rank, std::string_view object);
+/// ncclCommInitAll over `devices` (ordinals): one communicator per device, rank i on devices[i].
+std::vector<Comm> comm_init_all(std::span<const int> devices);
+/// ncclCommFinalize then ncclCommDestroy (waits for the communicator's outstanding work to finish).
+void comm_destroy_no_throw(Comm comm) noexcept;
+/// ncclCommAbort: frees the communicator at once, stopping its kernels that still wait for peers.
+void comm_abort_no_throw(Comm comm) noexcept;
+/// ncclCommGetAsyncError: what went wrong in the communicator's background work (success when nothing).
+Result comm_async_error(Comm comm);
+int comm_count(Comm comm);
+int comm_device(Comm comm);
+int comm_rank(Comm comm);
+
+// The collectives, enqueued on `stream` (or captured, when it captures) in `ctx`. `object` names the op for errors.
+void all_reduce(CUcontext ctx, const void* send, void* recv, std::size_t count, DataType type, RedOp op, Comm comm,
+                CUstream stream, std::string_view object);
+void broadcast(CUcontext ctx, const void* send, void* recv, std::size_t count, DataType type, int root, Comm comm,
+               CUstream stream, std::string_view object);
+/// `recv_count` elements per rank.
+void reduce_scatter(CUcontext ctx, const void* send, void* recv, std::size_t recv_count, DataType type, RedOp op,
+                    Comm comm, CUstream stream, std::string_view object);
+/// `send_count` elements per rank.
+void all_gather(CUcontext ctx, const void* send, void* recv, std::size_t send_count, DataType type, Comm comm,
+                CUstream stream, std::string_view object);
+/// One group (ncclGroupStart/End) of sends and receives: `sends[i]` goes to `peers_to[i]`, `recvs[j]` comes from
+/// `peers_from[j]`.
+struct PointToPoint {
+  const void* send = nullptr;  ///< null for a receive
+  void* recv = nullptr;        ///< null for a send
+  std::size_t count = 0;
+  int peer = 0;
+};
+void send_recv(CUcontext ctx, std::span<const PointToPoint> transfers, DataType type, Comm comm, CUstream stream,
+               std::string_view object);
+/// ncclGroupStart / ncclGroupEnd: the calls between them (on several communicators of one process, as one
+/// thread driving several GPUs must) are issued together.
+void group_start();
+void group_end(std::string_view object);
+
+}  // namespace lazygraph::detail::nccl

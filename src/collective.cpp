@@ -1,0 +1,175 @@
+#include "lazygraph/detail/ops/collective.hpp"
+
+#include <mutex>
+
+#include "lazygraph/detail/driver/error.hpp"
+
+namespace lazygraph::detail {
+
+std::string_view nccl_type_name(nccl::DataType type) noexcept {
+  switch (type) {
+    case nccl::DataType::int8:
+      return "int8";
+    case nccl::DataType::uint8:
+      return "uint8";
+    case nccl::DataType::int32:
+      return "int32";
+    case nccl::DataType::uint32:
+      return "uint32";
+    case nccl::DataType::int64:
+      return "int64";
+    case nccl::DataType::uint64:
+      return "uint64";
+    case nccl::DataType::float16:
+      return "float16";
+    case nccl::DataType::float32:
+      return "float32";
+    case nccl::DataType::float64:
+      return "float64";
+    case nccl::DataType::bfloat16:
+      return "bfloat16";
+  }
+  return "unknown";
+}
+
+std::string_view collective_name(CollectiveKind kind) noexcept {
+  switch (kind) {
+    case CollectiveKind::all_reduce:
+      return "all_reduce";
+    case CollectiveKind::broadcast:
+      return "broadcast";
+    case CollectiveKind::reduce_scatter:
+      return "reduce_scatter";
+    case CollectiveKind::all_gather:
+      return "all_gather";
+  }
+  return "collective";
+}
+
+void check_collective(CollectiveKind kind, std::size_t send, std::size_t recv, int ranks, int root) {
+  const std::string name(collective_name(kind));
+  const auto sizes = [&] {
+    return " (send " + std::to_string(send) + " elements, recv " + std::to_string(recv) + ", " + std::to_string(ranks) +
+           " ranks)";
+  };
+  const auto n = static_cast<std::size_t>(ranks);
+  switch (kind) {
+    case CollectiveKind::all_reduce:
+    case CollectiveKind::broadcast:
+      if (send != recv) throw UsageError(name + ": send and recv must have the same size" + sizes());
+      break;
+    case CollectiveKind::reduce_scatter:
+      if (send != recv * n) {
+        throw UsageError(name + ": send must hold ranks x recv elements, " + std::to_string(recv * n) + sizes());
+      }
+      break;
+    case CollectiveKind::all_gather:
+      if (recv != send * n) {
+        throw UsageError(name + ": recv must hold ranks x send elements, " + std::to_string(send * n) + sizes());
+      }
+      break;
+  }
+  if (kind == CollectiveKind::broadcast && (root < 0 || root >= ranks)) {
+    throw UsageError(name + ": root " + std::to_string(root) + " is not a rank of a communicator of " +
+                     std::to_string(ranks));
+  }
+}
+
+void check_collective_device(std::string_view what, int comm_device, int stream_device, const std::string& comm) {
+  if (comm_device != stream_device) {
+    throw UsageError(std::string(what) + " on a stream of device " + std::to_string(stream_device) +
+                     " with communicator " + comm + ": record a rank's collectives on its own device's stream");
+  }
+}
+
+void check_peer(std::string_view what, int peer, int ranks) {
+  if (peer < 0 || peer >= ranks) {
+    throw UsageError(std::string(what) + ": peer " + std::to_string(peer) + " is not a rank of a communicator of " +
+                     std::to_string(ranks));
+  }
+}
+
+std::string collective_signature(CollectiveKind kind, nccl::DataType type, std::size_t send, std::size_t recv,
+                                 ReduceOp op, int root) {
+  std::string s(collective_name(kind));
+  if (kind == CollectiveKind::all_reduce || kind == CollectiveKind::reduce_scatter) {
+    s.append(" ").append(reduce_op_name(op));
+  }
+  s.append(" of ").append(std::to_string(kind == CollectiveKind::all_gather ? send : recv));
+  s.append(" ").append(nccl_type_name(type));
+  if (kind == CollectiveKind::broadcast) s.append(" from rank ").append(std::to_string(root));
+  return s;
+}
+
+nccl::RedOp nccl_op(ReduceOp op) noexcept {
+  switch (op) {
+    case ReduceOp::sum:
+      return nccl::RedOp::sum;
+    case ReduceOp::product:
+      return nccl::RedOp::prod;
+    case ReduceOp::max:
+      return nccl::RedOp::max;
+    case ReduceOp::min:
+      return nccl::RedOp::min;
+    case ReduceOp::average:
+      return nccl::RedOp::avg;
+  }
+  return nccl::RedOp::sum;
+}
+
+namespace {
+
+/// The shared part of both kinds: device check, keeping the communicator, the ranks' comparison.
+void prepare(ExecContext& ctx, const Communicator& comm, std::string_view what, const std::string& signature) {
+  check_collective_device(what, comm.device().ordinal(), ctx.stream().device().ordinal(), comm.describe());
+  (void)comm.get();  // refuses an aborted communicator
+  ctx.keep_alive(comm.state());
+  if (comm.state()->clique) comm.state()->clique->note(comm.rank(), signature);
+}
+
+}  // namespace
+
+void execute_collective(ExecContext& ctx, const Communicator& comm, CollectiveKind kind, nccl::DataType type,
+                        CUdeviceptr send, std::size_t send_count, CUdeviceptr recv, std::size_t recv_count, ReduceOp op,
+                        int root) {
+  const std::string signature = collective_signature(kind, type, send_count, recv_count, op, root);
+  prepare(ctx, comm, collective_name(kind), signature);
+  const std::string object = signature + ", " + comm.describe();
+  const CUcontext context = comm.device().context();
+  const CUstream stream = ctx.stream().get();
+  const auto* src = reinterpret_cast<const void*>(send);
+  auto* dst = reinterpret_cast<void*>(recv);
+  const std::lock_guard lock(comm.state()->mutex);
+  switch (kind) {
+    case CollectiveKind::all_reduce:
+      nccl::all_reduce(context, src, dst, recv_count, type, nccl_op(op), comm.get(), stream, object);
+      break;
+    case CollectiveKind::broadcast:
+      nccl::broadcast(context, src, dst, recv_count, type, root, comm.get(), stream, object);
+      break;
+    case CollectiveKind::reduce_scatter:
+      nccl::reduce_scatter(context, src, dst, recv_count, type, nccl_op(op), comm.get(), stream, object);
+      break;
+    case CollectiveKind::all_gather:
+      nccl::all_gather(context, src, dst, send_count, type, comm.get(), stream, object);
+      break;
+  }
+}
+
+void execute_point_to_point(ExecContext& ctx, const Communicator& comm, std::span<const nccl::PointToPoint> transfers,
+                            nccl::DataType type) {
+  std::string signature = "send/recv";
+  for (const nccl::PointToPoint& t : transfers) {
+    signature.append(t.send != nullptr ? " send " : " recv ").append(std::to_string(t.count));
+    signature.append(t.send != nullptr ? " to " : " from ").append(std::to_string(t.peer));
+  }
+  signature.append(" ").append(nccl_type_name(type));
+  // Point-to-point groups differ between ranks by nature (rank 0 sends what rank 1 receives): only their order is
+  // compared, under one signature.
+  prepare(ctx, comm, "send/recv", std::string("send/recv ") + std::string(nccl_type_name(type)));
+  const std::lock_guard lock(comm.state()->mutex);
+  nccl::send_recv(comm.device().context(), transfers, type, comm.get(), ctx.stream().get(),
+                  signature + ", " + comm.describe());
+}
+
+}  // namespace lazygraph::detail

@@ -1,0 +1,423 @@
+// The one file that talks to NCCL. libnccl.so.2 is opened with dlopen on first use, never linked: a program
+// without NCCL starts, runs its single-GPU work, and gets NcclUnavailable only when it asks for a communicator.
+
+#include "lazygraph/detail/driver/nccl_api.hpp"
+
+#include <dlfcn.h>
+#include <glob.h>
+#include <link.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "lazygraph/detail/driver/driver_api.hpp"
+#include "lazygraph/detail/driver/error.hpp"
+
+namespace lazygraph::detail::nccl {
+
+namespace {
+
+// nccl.h's signatures, in the types declared in nccl_api.hpp (same ABI: enums are ints, the unique id is passed
+// by value as 128 bytes, cudaStream_t is CUstream).
+using GetVersionFn = Result (*)(int*);
+using GetUniqueIdFn = Result (*)(UniqueId*);
+using CommInitRankFn = Result (*)(Comm*, int, UniqueId, int);
+using CommInitAllFn = Result (*)(Comm*, int, const int*);
+using CommFn = Result (*)(Comm);
+using CommAsyncErrorFn = Result (*)(Comm, Result*);
+using CommIntFn = Result (*)(Comm, int*);
+using ErrorStringFn = const char* (*)(Result);
+using LastErrorFn = const char* (*)(Comm);
+using AllReduceFn = Result (*)(const void*, void*, std::size_t, DataType, RedOp, Comm, CUstream);
+using BroadcastFn = Result (*)(const void*, void*, std::size_t, DataType, int, Comm, CUstream);
+using ReduceScatterFn = Result (*)(const void*, void*, std::size_t, DataType, RedOp, Comm, CUstream);
+using AllGatherFn = Result (*)(const void*, void*, std::size_t, DataType, Comm, CUstream);
+using SendFn = Result (*)(const void*, std::size_t, DataType, int, Comm, CUstream);
+using RecvFn = Result (*)(void*, std::size_t, DataType, int, Comm, CUstream);
+using GroupFn = Result (*)();
+
+struct EntryPoints {
+  GetVersionFn ncclGetVersion = nullptr;
+  GetUniqueIdFn ncclGetUniqueId = nullptr;
+  CommInitRankFn ncclCommInitRank = nullptr;
+  CommInitAllFn ncclCommInitAll = nullptr;
+  CommFn ncclCommDestroy = nullptr;
+  CommFn ncclCommAbort = nullptr;
+  CommFn ncclCommFinalize = nullptr;  // optional (NCCL 2.14+)
+  CommAsyncErrorFn ncclCommGetAsyncError = nullptr;
+  CommIntFn ncclCommCount = nullptr;
+  CommIntFn ncclCommCuDevice = nullptr;
+  CommIntFn ncclCommUserRank = nullptr;
+  ErrorStringFn ncclGetErrorString = nullptr;
+  LastErrorFn ncclGetLastError = nullptr;  // optional (NCCL 2.13+)
+  AllReduceFn ncclAllReduce = nullptr;
+  BroadcastFn ncclBroadcast = nullptr;
+  ReduceScatterFn ncclReduceScatter = nullptr;
+  AllGatherFn ncclAllGather = nullptr;
+  SendFn ncclSend = nullptr;
+  RecvFn ncclRecv = nullptr;
+  GroupFn ncclGroupStart = nullptr;
+  GroupFn ncclGroupEnd = nullptr;
+};
+
+struct Library {
+  EntryPoints api;
+  bool usable = false;
+  std::string path;
+  std::string why;  // when not usable
+  int version = 0;
+};
+
+// NOLINTBEGIN(cppcoreguidelines-avoid-non-const-global-variables): one NCCL per process, loaded once
+std::mutex load_mutex;
+std::optional<std::string> chosen_path;  // set_library_path
+std::optional<Library> loaded;
+// NOLINTEND(cppcoreguidelines-avoid-non-const-global-variables)
+
+std::string where_loaded(void* lib, const std::string& fallback) {
+  link_map* map = nullptr;
+  if (dlinfo(lib, RTLD_DI_LINKMAP, &map) == 0 && map != nullptr && map->l_name != nullptr && *map->l_name != '\0') {
+    return map->l_name;
+  }
+  return fallback;
+}
+
+/// The NCCL wheels PyTorch installs (nvidia-nccl-cu12/13), in the usual package folders.
+std::vector<std::string> wheel_candidates() {
+  std::vector<std::string> patterns;
+  const auto env = [](const char* name) -> std::string {
+    const char* v = std::getenv(name);
+    return v != nullptr ? v : "";
+  };
+  for (const std::string& root : {env("VIRTUAL_ENV"), env("CONDA_PREFIX"), env("HOME") + "/.local",
+                                  std::string("/usr/local"), std::string("/usr"), std::string("/opt/conda")}) {
+    if (root.empty() || root == "/.local") continue;
+    for (const char* packages : {"site-packages", "dist-packages"}) {
+      patterns.push_back(root + "/lib/python3*/" + packages + "/nvidia/nccl/lib/libnccl.so.2");
+    }
+  }
+  patterns.emplace_back("/usr/lib/python3/dist-packages/nvidia/nccl/lib/libnccl.so.2");
+  std::vector<std::string> found;
+  for (const std::string& pattern : patterns) {
+    glob_t g{};
+    if (glob(pattern.c_str(), 0, nullptr, &g) == 0) {
+      for (std::size_t i = 0; i < g.gl_pathc; ++i) found.emplace_back(g.gl_pathv[i]);
+    }
+    globfree(&g);
+  }
+  return found;
+}
+
+template <class F>
+bool fetch(void* lib, const char* name, F& entry) {
+  void* p = dlsym(lib, name);
+  entry = reinterpret_cast<F>(p);
+  return p != nullptr;
+}
+
+Library open_at(void* lib, const std::string& name) {
+  Library l;
+  l.path = where_loaded(lib, name);
+  std::string missing;
+  const auto need = [&](const char* fn, auto& entry) {
+    if (!fetch(lib, fn, entry)) missing += missing.empty() ? fn : std::string(", ") + fn;
+  };
+  EntryPoints& a = l.api;
+  need("ncclGetVersion", a.ncclGetVersion);
+  need("ncclGetUniqueId", a.ncclGetUniqueId);
+  need("ncclCommInitRank", a.ncclCommInitRank);
+  need("ncclCommInitAll", a.ncclCommInitAll);
+  need("ncclCommDestroy", a.ncclCommDestroy);
+  need("ncclCommAbort", a.ncclCommAbort);
+  need("ncclCommGetAsyncError", a.ncclCommGetAsyncError);
+  need("ncclCommCount", a.ncclCommCount);
+  need("ncclCommCuDevice", a.ncclCommCuDevice);
+  need("ncclCommUserRank", a.ncclCommUserRank);
+  need("ncclGetErrorString", a.ncclGetErrorString);
+  need("ncclAllReduce", a.ncclAllReduce);
+  need("ncclBroadcast", a.ncclBroadcast);
+  need("ncclReduceScatter", a.ncclReduceScatter);
+  need("ncclAllGather", a.ncclAllGather);
+  need("ncclSend", a.ncclSend);
+  need("ncclRecv", a.ncclRecv);
+  need("ncclGroupStart", a.ncclGroupStart);
+  need("ncclGroupEnd", a.ncclGroupEnd);
+  fetch(lib, "ncclCommFinalize", a.ncclCommFinalize);
+  fetch(lib, "ncclGetLastError", a.ncclGetLastError);
+  if (!missing.empty()) {
+    l.why = "cannot use NCCL " + l.path + ": it lacks " + missing + " (lazygraph needs NCCL 2.7 or newer)";
+    return l;
+  }
+  if (a.ncclGetVersion(&l.version) != success) {
+    l.why = "cannot use NCCL " + l.path + ": ncclGetVersion failed";
+    return l;
+  }
+  l.usable = true;
+  return l;
+}
+
+constexpr const char* kHowToPoint =
+    "; install NCCL (e.g. the nvidia-nccl wheel PyTorch uses, or the libnccl2 package) or point lazygraph at "
+    "libnccl.so.2 with LAZYGRAPH_NCCL_LIBRARY=/path/to/libnccl.so.2 or lazygraph::set_nccl_library";
+
+Library load() {
+  std::string explicit_path;
+  if (chosen_path) {
+    explicit_path = *chosen_path;
+  } else if (const char* env = std::getenv("LAZYGRAPH_NCCL_LIBRARY"); env != nullptr && *env != '\0') {
+    explicit_path = env;
+  }
+  if (!explicit_path.empty()) {
+    void* lib = dlopen(explicit_path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) {
+      const char* err = dlerror();
+      Library l;
+      l.why = "cannot load NCCL (" + explicit_path + ", as " +
+              (chosen_path ? std::string("set_nccl_library") : std::string("LAZYGRAPH_NCCL_LIBRARY")) +
+              " asks): " + (err != nullptr ? err : "not found") + kHowToPoint;
+      return l;
+    }
+    return open_at(lib, explicit_path);
+  }
+  std::string tried = "libnccl.so.2 (the loader's search)";
+  if (void* lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL); lib != nullptr) return open_at(lib, "libnccl.so.2");
+  for (const std::string& candidate : wheel_candidates()) {
+    if (void* lib = dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL); lib != nullptr) return open_at(lib, candidate);
+    tried += ", " + candidate;
+  }
+  Library l;
+  l.why = "cannot load NCCL: not found (tried " + tried +
+          ", and the nvidia/nccl/lib folders of Python's site-packages under $VIRTUAL_ENV, $CONDA_PREFIX, ~/.local, "
+          "/usr/local, /usr, /opt/conda)" +
+          kHowToPoint;
+  return l;
+}
+
+const Library& library() {
+  const std::lock_guard lock(load_mutex);
+  if (!loaded) loaded = load();
+  return *loaded;
+}
+
+const EntryPoints& api() {
+  const Library& l = library();
+  if (!l.usable) [[unlikely]]
+    throw NcclUnavailable(l.why);
+  return l.api;
+}
+
+std::string comm_text(Comm comm) {
+  if (comm == nullptr) return {};
+  const EntryPoints& a = library().api;
+  int rank = -1;
+  int count = -1;
+  int device = -1;
+  (void)a.ncclCommUserRank(comm, &rank);
+  (void)a.ncclCommCount(comm, &count);
+  (void)a.ncclCommCuDevice(comm, &device);
+  return "rank " + std::to_string(rank) + " of " + std::to_string(count) + " on device " + std::to_string(device);
+}
+
+void check(Result r, std::string_view api_name, std::string_view object, Comm comm = nullptr) {
+  if (r != success) [[unlikely]]
+    throw_error(r, api_name, object, comm);
+}
+
+}  // namespace
+
+void set_library_path(std::string path) {
+  const std::lock_guard lock(load_mutex);
+  if (loaded && loaded->usable && loaded->path != path) {
+    throw UsageError("set_nccl_library(" + path + "): NCCL is already loaded from " + loaded->path +
+                     "; call it before the first communicator");
+  }
+  if (loaded && !loaded->usable) loaded.reset();  // try again with the new path
+  chosen_path = std::move(path);
+}
+
+void ensure_loaded() { (void)api(); }
+
+bool try_load(std::string* why) noexcept {
+  try {
+    const Library& l = library();
+    if (!l.usable && why != nullptr) *why = l.why;
+    return l.usable;
+  } catch (const std::exception& e) {
+    if (why != nullptr) *why = e.what();
+    return false;
+  }
+}
+
+std::string library_path() {
+  (void)api();
+  return library().path;
+}
+
+int version() {
+  (void)api();
+  return library().version;
+}
+
+std::string version_text(int code) {
+  // NCCL_VERSION(X,Y,Z) is X*10000 + Y*100 + Z from 2.9 on, X*1000 + Y*100 + Z before.
+  const int major = code >= 10000 ? code / 10000 : code / 1000;
+  const int minor = code >= 10000 ? code % 10000 / 100 : code % 1000 / 100;
+  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(code % 100);
+}
+
+std::string result_name(int code) {
+  switch (code) {
+    case success:
+      return "ncclSuccess";
+    case unhandled_cuda_error:
+      return "ncclUnhandledCudaError";
+    case system_error:
+      return "ncclSystemError";
+    case internal_error:
+      return "ncclInternalError";
+    case invalid_argument:
+      return "ncclInvalidArgument";
+    case invalid_usage:
+      return "ncclInvalidUsage";
+    case remote_error:
+      return "ncclRemoteError";
+    case in_progress:
+      return "ncclInProgress";
+    default:
+      return "ncclResult_t " + std::to_string(code);
+  }
+}
+
+void throw_error(int code, std::string_view api_name, std::string_view object, Comm comm) {
+  std::string detail;
+  std::string where(object);
+  if (loaded && loaded->usable) {
+    const EntryPoints& a = loaded->api;
+    if (const char* text = a.ncclGetErrorString(static_cast<Result>(code)); text != nullptr) detail = text;
+    if (a.ncclGetLastError != nullptr) {
+      if (const char* last = a.ncclGetLastError(comm); last != nullptr && *last != '\0') {
+        detail += detail.empty() ? last : std::string(": ") + last;
+      }
+    }
+    if (comm != nullptr) where += (where.empty() ? "" : ", ") + comm_text(comm);
+  }
+  throw NcclError(std::string(api_name), code, result_name(code), detail, where);
+}
+
+UniqueId get_unique_id() {
+  UniqueId id;
+  check(api().ncclGetUniqueId(&id), "ncclGetUniqueId", "a new communicator's id");
+  return id;
+}
+
+Comm comm_init_rank(CUcontext ctx, int ranks, const UniqueId& id, int rank, std::string_view object) {
+  const EntryPoints& a = api();
+  const driver::CurrentContext current(ctx);
+  Comm comm = nullptr;
+  check(a.ncclCommInitRank(&comm, ranks, id, rank), "ncclCommInitRank", object);
+  return comm;
+}
+
+std::vector<Comm> comm_init_all(std::span<const int> devices) {
+  const EntryPoints& a = api();
+  std::vector<Comm> comms(devices.size(), nullptr);
+  std::string object = "devices";
+  for (const int d : devices) object += " " + std::to_string(d);
+  check(a.ncclCommInitAll(comms.data(), static_cast<int>(devices.size()), devices.data()), "ncclCommInitAll", object);
+  return comms;
+}
+
+void comm_destroy_no_throw(Comm comm) noexcept {
+  if (comm == nullptr || !loaded || !loaded->usable) return;
+  const EntryPoints& a = loaded->api;
+  if (a.ncclCommFinalize != nullptr && a.ncclCommFinalize(comm) != success) {
+    (void)a.ncclCommAbort(comm);  // a communicator that cannot finish cleanly is torn down
+    return;
+  }
+  (void)a.ncclCommDestroy(comm);
+}
+
+void comm_abort_no_throw(Comm comm) noexcept {
+  if (comm == nullptr || !loaded || !loaded->usable) return;
+  (void)loaded->api.ncclCommAbort(comm);
+}
+
+Result comm_async_error(Comm comm) {
+  Result r = success;
+  check(api().ncclCommGetAsyncError(comm, &r), "ncclCommGetAsyncError", "communicator", comm);
+  return r;
+}
+
+int comm_count(Comm comm) {
+  int n = 0;
+  check(api().ncclCommCount(comm, &n), "ncclCommCount", "communicator");
+  return n;
+}
+
+int comm_device(Comm comm) {
+  int d = 0;
+  check(api().ncclCommCuDevice(comm, &d), "ncclCommCuDevice", "communicator");
+  return d;
+}
+
+int comm_rank(Comm comm) {
+  int r = 0;
+  check(api().ncclCommUserRank(comm, &r), "ncclCommUserRank", "communicator");
+  return r;
+}
+
+void all_reduce(CUcontext ctx, const void* send, void* recv, std::size_t count, DataType type, RedOp op, Comm comm,
+                CUstream stream, std::string_view object) {
+  const EntryPoints& a = api();
+  const driver::CurrentContext current(ctx);
+  check(a.ncclAllReduce(send, recv, count, type, op, comm, stream), "ncclAllReduce", object, comm);
+}
+
+void broadcast(CUcontext ctx, const void* send, void* recv, std::size_t count, DataType type, int root, Comm comm,
+               CUstream stream, std::string_view object) {
+  const EntryPoints& a = api();
+  const driver::CurrentContext current(ctx);
+  check(a.ncclBroadcast(send, recv, count, type, root, comm, stream), "ncclBroadcast", object, comm);
+}
+
+void reduce_scatter(CUcontext ctx, const void* send, void* recv, std::size_t recv_count, DataType type, RedOp op,
+                    Comm comm, CUstream stream, std::string_view object) {
+  const EntryPoints& a = api();
+  const driver::CurrentContext current(ctx);
+  check(a.ncclReduceScatter(send, recv, recv_count, type, op, comm, stream), "ncclReduceScatter", object, comm);
+}
+
+void all_gather(CUcontext ctx, const void* send, void* recv, std::size_t send_count, DataType type, Comm comm,
+                CUstream stream, std::string_view object) {
+  const EntryPoints& a = api();
+  const driver::CurrentContext current(ctx);
+  check(a.ncclAllGather(send, recv, send_count, type, comm, stream), "ncclAllGather", object, comm);
+}
+
+void send_recv(CUcontext ctx, std::span<const PointToPoint> transfers, DataType type, Comm comm, CUstream stream,
+               std::string_view object) {
+  const EntryPoints& a = api();
+  const driver::CurrentContext current(ctx);
+  check(a.ncclGroupStart(), "ncclGroupStart", object, comm);
+  Result first_error = success;
+  const char* failed_api = "";
+  for (const PointToPoint& t : transfers) {
+    const Result r = t.send != nullptr ? a.ncclSend(t.send, t.count, type, t.peer, comm, stream)
+                                       : a.ncclRecv(t.recv, t.count, type, t.peer, comm, stream);
+    if (r != success && first_error == success) {
+      first_error = r;
+      failed_api = t.send != nullptr ? "ncclSend" : "ncclRecv";
+    }
+  }
+  const Result end = a.ncclGroupEnd();  // always closes the group, also after a failed call inside it
+  check(first_error, failed_api, object, comm);
+  check(end, "ncclGroupEnd", object, comm);
+}
+
+void group_start() { check(api().ncclGroupStart(), "ncclGroupStart", "a group of NCCL calls"); }
+
+void group_end(std::string_view object) { check(api().ncclGroupEnd(), "ncclGroupEnd", object); }
+
+}  // namespace lazygraph::detail::nccl
