@@ -7,6 +7,7 @@
 #include <glob.h>
 #include <link.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 #include <optional>
@@ -91,8 +92,17 @@ std::vector<std::string> wheel_candidates() {
     const char* v = std::getenv(name);
     return v != nullptr ? v : "";
   };
-  for (const std::string& root : {env("VIRTUAL_ENV"), env("CONDA_PREFIX"), env("HOME") + "/.local",
-                                  std::string("/usr/local"), std::string("/usr"), std::string("/opt/conda")}) {
+  std::vector<std::string> roots{env("VIRTUAL_ENV"),        env("CONDA_PREFIX"), env("HOME") + "/.local",
+                                 std::string("/usr/local"), std::string("/usr"), std::string("/opt/conda")};
+  // Python environments whose bin folder is on PATH (an environment that is used but not activated).
+  const std::string path = env("PATH");
+  for (std::size_t begin = 0; begin <= path.size();) {
+    const std::size_t end = std::min(path.find(':', begin), path.size());
+    const std::string dir = path.substr(begin, end - begin);
+    if (dir.size() > 4 && dir.ends_with("/bin")) roots.push_back(dir.substr(0, dir.size() - 4));
+    begin = end + 1;
+  }
+  for (const std::string& root : roots) {
     if (root.empty() || root == "/.local") continue;
     for (const char* packages : {"site-packages", "dist-packages"}) {
       patterns.push_back(root + "/lib/python3*/" + packages + "/nvidia/nccl/lib/libnccl.so.2");
@@ -190,7 +200,7 @@ Library load() {
   Library l;
   l.why = "cannot load NCCL: not found (tried " + tried +
           ", and the nvidia/nccl/lib folders of Python's site-packages under $VIRTUAL_ENV, $CONDA_PREFIX, ~/.local, "
-          "/usr/local, /usr, /opt/conda)" +
+          "/usr/local, /usr, /opt/conda and each PATH entry's parent folder)" +
           kHowToPoint;
   return l;
 }

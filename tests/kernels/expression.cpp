@@ -50,9 +50,11 @@ std::string source_of(DeviceSpan<T> out, const E& e) {
   return assign(out, e).source();
 }
 
-/// NVRTC compiles `source` (as the expression cache does) for sm_90 CUBIN; the log when it does not.
+/// NVRTC compiles `source` (with the options of the expression cache: nvrtc_options and -minimal) for sm_90 CUBIN;
+/// the log when it does not.
 std::string compile_log_for_sm90(const std::string& name, const std::string& source) {
-  const auto options = nvrtc_options(90, true);
+  auto options = nvrtc_options(90, true);
+  options.emplace_back("-minimal");
   const CompileResult r = nvrtc_compile({name + ".cu", source}, core_kernel_headers(), options, true);
   return r.succeeded() ? std::string() : r.log() + "\n" + source;
 }
@@ -78,6 +80,33 @@ TEST_CASE("an expression's generated source holds its operations, operand types 
   CHECK(op.kernel_name().size() == std::string("lg_expr_").size() + 16);
   CHECK(s.find("2.0") == std::string::npos);  // the number is an argument, not part of the source
   for (const char ch : s) CHECK_MESSAGE(static_cast<unsigned char>(ch) < 128, "kernel sources are pure ASCII");
+}
+
+TEST_CASE("a generated source includes the helpers of the 16-bit types it uses only, and keeps its loops rolled") {
+  const auto f = span_at<const float>(a_address, 64);
+  const auto h = span_at<const half>(b_address, 64);
+  const auto bf = span_at<const bfloat16>(c_address, 64);
+  const std::string float_only = source_of(span_at<float>(out_address, 64), exp(f) * f);
+  CHECK(float_only.find("#define LG_EXPR_") == std::string::npos);
+  const std::string half_out = source_of(span_at<half>(out_address, 64), cast<half>(f));
+  CHECK(half_out.find("#define LG_EXPR_HALF\n") != std::string::npos);
+  CHECK(half_out.find("#define LG_EXPR_BF16") == std::string::npos);
+  const std::string bf16_in = source_of(span_at<float>(out_address, 64), cast<float>(bf) + 1.0F);
+  CHECK(bf16_in.find("#define LG_EXPR_BF16\n") != std::string::npos);
+  CHECK(bf16_in.find("#define LG_EXPR_HALF") == std::string::npos);
+  // A rounding alone (float in, float out) needs the type's helpers too.
+  const std::string rounding = source_of(span_at<float>(out_address, 64), cast<float>(cast<bfloat16>(f)));
+  CHECK(rounding.find("#define LG_EXPR_BF16\n") != std::string::npos);
+  const std::string both = source_of(span_at<half>(out_address, 64), h + cast<half>(bf));
+  CHECK(both.find("#define LG_EXPR_HALF\n#define LG_EXPR_BF16\n#include \"lazygraph/expression.cuh\"") !=
+        std::string::npos);
+  // Unrolling either loop would compile the body again for each copy (see expression.cpp).
+  std::size_t rolled = 0;
+  for (std::size_t at = float_only.find("#pragma unroll 1\n"); at != std::string::npos;
+       at = float_only.find("#pragma unroll 1\n", at + 1)) {
+    ++rolled;
+  }
+  CHECK(rolled == 2);
 }
 
 TEST_CASE("the same structure and types give the same source, whatever the numbers, addresses and lengths") {

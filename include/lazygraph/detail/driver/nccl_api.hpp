@@ -8,7 +8,8 @@
 /// Where NCCL is looked for, in order: the path given to set_library_path (before first use), the environment
 /// variable LAZYGRAPH_NCCL_LIBRARY, the loader's search for "libnccl.so.2" (LD_LIBRARY_PATH, the loader cache),
 /// then the `nvidia/nccl/lib` folder of the NCCL wheel that PyTorch installs, in the usual Python package folders
-/// ($VIRTUAL_ENV, $CONDA_PREFIX, ~/.local, /usr/local/lib, /usr/lib, /opt/conda). An explicit path (the first two)
+/// ($VIRTUAL_ENV, $CONDA_PREFIX, ~/.local, /usr/local/lib, /usr/lib, /opt/conda, and the environment of each
+/// PATH entry ending in /bin, such as a virtual environment's). An explicit path (the first two)
 /// is used alone: when it does not load, nothing else is tried.
 ///
 /// The types below are nccl.h's ABI (NCCL 2.x), declared here so that building lazygraph needs no nccl.h.
