@@ -56,6 +56,7 @@ namespace {
   X(cuMemcpyHtoDAsync)                   \
   X(cuMemcpyDtoHAsync)                   \
   X(cuMemcpyDtoDAsync)                   \
+  X(cuMemcpy2DAsync)                     \
   X(cuMemsetD8Async)                     \
   X(cuMemsetD16Async)                    \
   X(cuMemsetD32Async)                    \
@@ -591,6 +592,25 @@ void copy_device_to_device(CUcontext ctx, CUdeviceptr dst, CUdeviceptr src, std:
   const CUresult r = a.cuMemcpyDtoDAsync(dst, src, bytes, stream);
   if (r != CUDA_SUCCESS) [[unlikely]]
     throw_error(r, "cuMemcpyDtoDAsync", std::to_string(bytes) + " bytes device to device");
+}
+
+void copy_device_to_device_2d(CUcontext ctx, CUdeviceptr dst, std::size_t dst_pitch, CUdeviceptr src,
+                              std::size_t src_pitch, std::size_t width_bytes, std::size_t rows, CUstream stream) {
+  const EntryPoints& a = api();
+  const ContextScope scope(a, ctx);
+  CUDA_MEMCPY2D copy{};
+  copy.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+  copy.srcDevice = src;
+  copy.srcPitch = src_pitch;
+  copy.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  copy.dstDevice = dst;
+  copy.dstPitch = dst_pitch;
+  copy.WidthInBytes = width_bytes;
+  copy.Height = rows;
+  const CUresult r = a.cuMemcpy2DAsync(&copy, stream);
+  if (r != CUDA_SUCCESS) [[unlikely]]
+    throw_error(r, "cuMemcpy2DAsync",
+                std::to_string(rows) + " rows of " + std::to_string(width_bytes) + " bytes device to device");
 }
 
 void fill(CUcontext ctx, CUdeviceptr dst, unsigned pattern, std::size_t element_size, std::size_t count,

@@ -18,3 +18,4 @@
 #include "lazygraph/nn/reference.hpp"
 #include "lazygraph/nn/safetensors.hpp"
 #include "lazygraph/nn/sampling.hpp"
+#include "lazygraph/nn/tensor_parallel.hpp"

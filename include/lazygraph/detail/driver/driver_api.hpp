@@ -100,6 +100,10 @@ void pinned_free_no_throw(CUcontext ctx, void* ptr, std::size_t bytes) noexcept;
 void copy_host_to_device(CUcontext ctx, CUdeviceptr dst, const void* src, std::size_t bytes, CUstream stream);
 void copy_device_to_host(CUcontext ctx, void* dst, CUdeviceptr src, std::size_t bytes, CUstream stream);
 void copy_device_to_device(CUcontext ctx, CUdeviceptr dst, CUdeviceptr src, std::size_t bytes, CUstream stream);
+/// `rows` rows of `width_bytes` bytes, rows `src_pitch` bytes apart in the source and `dst_pitch` in the destination
+/// (a block of columns out of a row-major matrix, or into one).
+void copy_device_to_device_2d(CUcontext ctx, CUdeviceptr dst, std::size_t dst_pitch, CUdeviceptr src,
+                              std::size_t src_pitch, std::size_t width_bytes, std::size_t rows, CUstream stream);
 /// Fills `count` elements of `element_size` (1, 2 or 4) bytes with the low bytes of `pattern`.
 void fill(CUcontext ctx, CUdeviceptr dst, unsigned pattern, std::size_t element_size, std::size_t count,
           CUstream stream);
