@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/gpu.hpp"
+#include "common/sampling_boundary.hpp"
 #include "common/small_decoder.hpp"
 
 using namespace lazygraph;
@@ -311,15 +312,19 @@ TEST_SUITE("gpu") {
           for (int r = 0; r < rows; ++r) {
             const std::vector<bfloat16> row(logits.begin() + static_cast<std::ptrdiff_t>(r) * n,
                                             logits.begin() + static_cast<std::ptrdiff_t>(r + 1) * n);
-            const int want = sample_reference(wide(row), top_k, t, sampling_uniform(seed, 5 + r, r));
+            const double u = sampling_uniform(seed, 5 + r, r);
+            const int want = sample_reference(wide(row), top_k, t, u);
             ++draws;
-            differ += got[static_cast<std::size_t>(r)] != want ? 1 : 0;  // only at an fp32 / fp64 boundary
+            if (got[static_cast<std::size_t>(r)] != want) {  // only at an fp32 / fp64 boundary of the prefix sums
+              ++differ;
+              CHECK(lgtest::near_boundary(wide(row), top_k, t, u));
+            }
           }
         }
       }
     }
     MESSAGE(draws << " bf16 draws, " << differ << " differ from float64");
-    CHECK(differ * 50 <= draws);
+    CHECK(differ * 10 <= draws);  // each one checked above; 2 of 72 were seen on the H100
   }
 
   TEST_CASE("a BF16 checkpoint loads into the bf16 decoder bit for bit, and bf16 holds weights fp16 cannot") {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/gpu.hpp"
+#include "common/sampling_boundary.hpp"
 #include "common/small_decoder.hpp"
 
 using namespace lazygraph;
@@ -77,18 +78,6 @@ std::vector<double> widened(const std::vector<half>& h) {
   return out;
 }
 
-/// Whether the reference's choice for u lies within `slack` (relative) of a boundary of its prefix sums, where
-/// fp32 and fp64 may choose neighbours.
-bool near_boundary(const std::vector<double>& logits, int top_k, double t, double u) {
-  const std::vector<double> p = sampling_probabilities(logits, top_k, t);
-  double acc = 0.0;
-  for (const double v : p) {
-    acc += v;
-    if (v > 0.0 && std::abs(acc - u) < 1e-4) return true;
-  }
-  return false;
-}
-
 }  // namespace
 
 TEST_SUITE("gpu") {
@@ -143,7 +132,7 @@ TEST_SUITE("gpu") {
                 }
                 if (g != want) {
                   ++near;
-                  CHECK(near_boundary(l, top_k, t, u));
+                  CHECK(lgtest::near_boundary(l, top_k, t, u));
                 }
               }
             }
