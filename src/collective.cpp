@@ -137,8 +137,9 @@ void execute_collective(ExecContext& ctx, const Communicator& comm, CollectiveKi
   const std::string object = signature + ", " + comm.describe();
   const CUcontext context = comm.device().context();
   const CUstream stream = ctx.stream().get();
-  const auto* src = reinterpret_cast<const void*>(send);
-  auto* dst = reinterpret_cast<void*>(recv);
+  // NCCL takes device addresses as pointers.
+  const auto* src = reinterpret_cast<const void*>(send);  // NOLINT(performance-no-int-to-ptr)
+  auto* dst = reinterpret_cast<void*>(recv);              // NOLINT(performance-no-int-to-ptr)
   const std::lock_guard lock(comm.state()->mutex);
   switch (kind) {
     case CollectiveKind::all_reduce:

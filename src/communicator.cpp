@@ -139,9 +139,9 @@ void Clique::note(int rank, const std::string& signature) {
   mine.push_back(signature);
 }
 
-CommunicatorState::CommunicatorState(Device device_in, nccl::Comm comm_in, int rank_in, int size_in,
+CommunicatorState::CommunicatorState(const Device& device_in, nccl::Comm comm_in, int rank_in, int size_in,
                                      std::shared_ptr<Clique> clique_in)
-    : device(std::move(device_in)), comm(comm_in), rank(rank_in), size(size_in), clique(std::move(clique_in)) {}
+    : device(device_in), comm(comm_in), rank(rank_in), size(size_in), clique(std::move(clique_in)) {}
 
 CommunicatorState::~CommunicatorState() {
   if (!aborted.load()) nccl::comm_destroy_no_throw(comm);

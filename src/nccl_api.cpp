@@ -168,7 +168,7 @@ Library open_at(void* lib, const std::string& name) {
   return l;
 }
 
-constexpr const char* kHowToPoint =
+constexpr const char* how_to_point =
     "; install NCCL (e.g. the nvidia-nccl wheel PyTorch uses, or the libnccl2 package) or point lazygraph at "
     "libnccl.so.2 with LAZYGRAPH_NCCL_LIBRARY=/path/to/libnccl.so.2 or lazygraph::set_nccl_library";
 
@@ -186,7 +186,7 @@ Library load() {
       Library l;
       l.why = "cannot load NCCL (" + explicit_path + ", as " +
               (chosen_path ? std::string("set_nccl_library") : std::string("LAZYGRAPH_NCCL_LIBRARY")) +
-              " asks): " + (err != nullptr ? err : "not found") + kHowToPoint;
+              " asks): " + (err != nullptr ? err : "not found") + how_to_point;
       return l;
     }
     return open_at(lib, explicit_path);
@@ -201,7 +201,7 @@ Library load() {
   l.why = "cannot load NCCL: not found (tried " + tried +
           ", and the nvidia/nccl/lib folders of Python's site-packages under $VIRTUAL_ENV, $CONDA_PREFIX, ~/.local, "
           "/usr/local, /usr, /opt/conda and each PATH entry's parent folder)" +
-          kHowToPoint;
+          how_to_point;
   return l;
 }
 

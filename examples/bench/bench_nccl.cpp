@@ -21,7 +21,7 @@ namespace lg = lazygraph;
 
 namespace {
 
-constexpr int kPerGraph = 20;
+constexpr int per_graph = 20;
 
 struct Rank {
   lg::Stream stream;
@@ -103,11 +103,11 @@ int main(int argc, char** argv) {
         lg::detail::nccl::group_end("bench_nccl's eager all-reduces");
       });
       lg::MultiDeviceGraph graph = lg::MultiDeviceGraph::capture(comms, [&](int r, lg::Scope& s) {
-        for (int i = 0; i < kPerGraph; ++i) {
+        for (int i = 0; i < per_graph; ++i) {
           s.record(ops[static_cast<std::size_t>(r)]);
         }
       });
-      const double captured = per_call(ranks, bytes <= (1U << 20U) ? 5 : 1, kPerGraph, [&] {
+      const double captured = per_call(ranks, bytes <= (1U << 20U) ? 5 : 1, per_graph, [&] {
         for (int r = 0; r < n_ranks; ++r) graph.graph(r).launch_on(ranks[static_cast<std::size_t>(r)].stream);
       });
       const double factor = n_ranks > 1 ? 2.0 * (n_ranks - 1) / n_ranks : 2.0;  // bus bytes, or read + written

@@ -122,4 +122,24 @@ TEST_SUITE("gpu") {
       CHECK(g.transfers().replays == 3);
     }
   }
+
+  TEST_CASE("copy between two GPUs' buffers is a peer copy: eagerly, and as a node of a captured graph") {
+    if (Device::count() < 2) {
+      MESSAGE("skipped: two GPUs needed for a peer copy; this machine has " << Device::count());
+      return;
+    }
+    const Device d0 = Device::get(0);
+    const Device d1 = Device::get(1);
+    const Stream s0(d0);
+    const Stream s1(d1);
+    const std::vector<float> x0 = lgtest::random_floats(4099);
+    DeviceBuffer<float> a = lgtest::to_device(s0, x0);
+    DeviceBuffer<float> b(d1, x0.size());
+    copy(b.view(), a.cview()).sync_on(s0);
+    CHECK(lgtest::to_host(s1, b.cview()) == x0);
+    DeviceBuffer<float> c(d0, x0.size());
+    auto graph = CudaGraph<>::capture(s1, copy(c.view(), b.cview()));  // recorded on device 1, writes device 0
+    graph.launch();
+    CHECK(lgtest::to_host(s0, c.cview()) == x0);
+  }
 }

@@ -107,7 +107,7 @@ struct Clique {
 
 /// What a Communicator handle shares: the NCCL communicator, its device, rank and size.
 struct CommunicatorState {
-  CommunicatorState(Device device, nccl::Comm comm, int rank, int size, std::shared_ptr<Clique> clique);
+  CommunicatorState(const Device& device, nccl::Comm comm, int rank, int size, std::shared_ptr<Clique> clique);
   ~CommunicatorState();
   CommunicatorState(const CommunicatorState&) = delete;
   CommunicatorState& operator=(const CommunicatorState&) = delete;

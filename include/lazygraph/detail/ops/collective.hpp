@@ -154,10 +154,12 @@ class [[nodiscard]] PointToPointOp : public OpBase<PointToPointOp<T>> {
     transfers.reserve(sends_.size() + recvs_.size());
     for (const auto& [span, peer] : sends_) {
       ctx.keep_alive(span.owner());
+      // NOLINTNEXTLINE(performance-no-int-to-ptr): NCCL takes device addresses as pointers
       transfers.push_back({reinterpret_cast<const void*>(span.address()), nullptr, span.size(), peer});
     }
     for (const auto& [span, peer] : recvs_) {
       ctx.keep_alive(span.owner());
+      // NOLINTNEXTLINE(performance-no-int-to-ptr): as above
       transfers.push_back({nullptr, reinterpret_cast<void*>(span.address()), span.size(), peer});
     }
     detail::execute_point_to_point(ctx, comm_, transfers, detail::NcclTypeOf<T>::value);
