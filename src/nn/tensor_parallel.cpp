@@ -16,24 +16,54 @@ void check_tensor_parallel(const MlpConfig& config, int ranks) {
   }
 }
 
+namespace detail {
+
+template <Element T>
+DeviceBuffer<T> copy_rows(const Stream& stream, DeviceSpan<const T> full, std::size_t cols, std::size_t first,
+                          std::size_t count) {
+  DeviceBuffer<T> out(stream.device(), count * cols);
+  copy_async(stream, out.view(), full.subspan(first * cols, count * cols));
+  return out;
+}
+
+template <Element T>
+DeviceBuffer<T> copy_columns(const Stream& stream, DeviceSpan<const T> full, std::size_t rows, std::size_t cols,
+                             std::size_t first, std::size_t count) {
+  if (full.size() != rows * cols || first + count > cols) {
+    throw UsageError("copy_columns: columns [" + std::to_string(first) + ", " + std::to_string(first + count) +
+                     ") of a " + std::to_string(rows) + " x " + std::to_string(cols) + " matrix of " +
+                     std::to_string(full.size()) + " elements");
+  }
+  DeviceBuffer<T> out(stream.device(), rows * count);
+  lazygraph::detail::driver::copy_device_to_device_2d(stream.device().context(), out.view().address(),
+                                                      count * sizeof(T), full.address() + first * sizeof(T),
+                                                      cols * sizeof(T), count * sizeof(T), rows, stream.get());
+  return out;
+}
+
+template DeviceBuffer<half> copy_rows(const Stream&, DeviceSpan<const half>, std::size_t, std::size_t, std::size_t);
+template DeviceBuffer<bfloat16> copy_rows(const Stream&, DeviceSpan<const bfloat16>, std::size_t, std::size_t,
+                                          std::size_t);
+template DeviceBuffer<half> copy_columns(const Stream&, DeviceSpan<const half>, std::size_t, std::size_t, std::size_t,
+                                         std::size_t);
+template DeviceBuffer<bfloat16> copy_columns(const Stream&, DeviceSpan<const bfloat16>, std::size_t, std::size_t,
+                                             std::size_t, std::size_t);
+
+}  // namespace detail
+
 template <Element T>
 BasicSwigluShard<T> shard_swiglu_weights(const Stream& stream, const BasicSwigluWeights<T>& full, int d, int ffn,
                                          int rank, int ranks) {
-  const int f = ffn / ranks;
-  const auto rows = static_cast<std::size_t>(f) * static_cast<std::size_t>(d);
-  const Device& device = stream.device();
-  BasicSwigluShard<T> shard{DeviceBuffer<T>(device, static_cast<std::size_t>(d)), DeviceBuffer<T>(device, rows),
-                            DeviceBuffer<T>(device, rows), DeviceBuffer<T>(device, rows), f};
-  copy_async(stream, shard.gain.view(), full.gain.cview());
-  // W1 and W3: rows [rank f, (rank + 1) f), contiguous.
-  copy_async(stream, shard.w1.view(), full.w1.cview().subspan(static_cast<std::size_t>(rank) * rows, rows));
-  copy_async(stream, shard.w3.view(), full.w3.cview().subspan(static_cast<std::size_t>(rank) * rows, rows));
-  // W2: columns [rank f, (rank + 1) f) of every one of its d rows.
-  detail::driver::copy_device_to_device_2d(
-      device.context(), shard.w2.view().address(), static_cast<std::size_t>(f) * sizeof(T),
-      full.w2.cview().address() + static_cast<std::size_t>(rank) * static_cast<std::size_t>(f) * sizeof(T),
-      static_cast<std::size_t>(ffn) * sizeof(T), static_cast<std::size_t>(f) * sizeof(T), static_cast<std::size_t>(d),
-      stream.get());
+  const auto f = static_cast<std::size_t>(ffn / ranks);
+  const auto cols = static_cast<std::size_t>(d);
+  const auto first = static_cast<std::size_t>(rank) * f;
+  DeviceBuffer<T> gain(stream.device(), cols);
+  copy_async(stream, gain.view(), full.gain.cview());
+  BasicSwigluShard<T> shard{
+      std::move(gain), detail::copy_rows(stream, full.w1.cview(), cols, first, f),
+      detail::copy_rows(stream, full.w3.cview(), cols, first, f),
+      detail::copy_columns(stream, full.w2.cview(), cols, static_cast<std::size_t>(ffn), first, f),
+      static_cast<int>(f)};
   stream.synchronize();
   return shard;
 }

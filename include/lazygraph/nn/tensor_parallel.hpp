@@ -37,6 +37,19 @@ struct BasicSwigluShard {
 /// kernels read rows in 8-element chunks), naming the numbers.
 void check_tensor_parallel(const MlpConfig& config, int ranks);
 
+/// The tensor-parallel modules' own helpers (not API).
+namespace detail {
+/// Rows [first, first + count) of the row-major matrix `full` of `cols` columns, copied on `stream`.
+template <Element T>
+DeviceBuffer<T> copy_rows(const Stream& stream, DeviceSpan<const T> full, std::size_t cols, std::size_t first,
+                          std::size_t count);
+/// Columns [first, first + count) of every one of the `rows` rows of the row-major matrix `full` of `cols` columns,
+/// copied on `stream` (one 2-D copy).
+template <Element T>
+DeviceBuffer<T> copy_columns(const Stream& stream, DeviceSpan<const T> full, std::size_t rows, std::size_t cols,
+                             std::size_t first, std::size_t count);
+}  // namespace detail
+
 /// Rank `rank` of `ranks`'s shard of `full` (on the same device, copied on `stream`, which is then waited for).
 template <Element T>
 BasicSwigluShard<T> shard_swiglu_weights(const Stream& stream, const BasicSwigluWeights<T>& full, int d, int ffn,

@@ -1,0 +1,87 @@
+#pragma once
+/// \file
+/// The decoder split Megatron style over N ranks (one GPU each, an NCCL Communicator), for greedy decoding of one
+/// sequence. Each rank holds heads / N query heads and kv_heads / N key/value heads: the rows of Wq, Wk and Wv of
+/// its heads (column-parallel), the columns of Wo that read them (row-parallel), its heads' KV cache, the SwiGLU
+/// shards of tensor_parallel.hpp and vocab / N rows of the LM head. Per layer:
+///
+///     q, k, v = rmsnorm(x) * gain times the rank's rows; rope; append k, v to the rank's cache; attention of its heads
+///     x = all_reduce_sum(rank 0: x + Wo_0 attn_0, rank r: Wo_r attn_r)                 (one all-reduce)
+///     x = all_reduce_sum(rank 0: x + W2_0 act_0,  rank r: W2_r act_r)                  (one all-reduce)
+///
+/// then logits_r = lm_head_r (rmsnorm(x) * final_gain), all_gather of the logits, and every rank's argmax. Two
+/// all-reduces and one all-gather per layer and step. The kernels are the decoder's unfused ones
+/// (DecoderConfig::fused false: rms_norm_gemv per projection, rope, kv_append, attention with one block per head,
+/// in order), which take any head count; one rank computes Decoder's logits with `fused = false` bit for bit.
+/// Weights are the seeded ones of BasicDecoder (same seed, same tensors), cut into shards on each rank's GPU.
+
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "lazygraph/graph.hpp"
+#include "lazygraph/nn/decoder.hpp"
+#include "lazygraph/nn/tensor_parallel.hpp"
+
+namespace lazygraph::nn {
+
+/// \throws UsageError unless `config` is valid (DecoderConfig::validate) for one sequence (max_batch 1) and splits
+/// over `ranks`: heads, kv heads and vocab divisible by it, ffn into shards of a multiple of 8; naming the numbers.
+void check_tensor_parallel(const DecoderConfig& config, int ranks);
+
+/// Greedy decoding of one sequence with the decoder split over the ranks of `comms` (see the file comment). Not
+/// thread-safe: call it from one thread at a time.
+template <Element T>
+class BasicTensorParallelDecoder {
+ public:
+  /// `libraries[i]`: a KernelLibrary with the nn kernels for comms[i]'s device (nn::kernel_library).
+  /// \throws UsageError for a config that does not split (check_tensor_parallel) or a library count that differs
+  /// from the ranks'; CudaError when a GPU runs out of memory; NcclError.
+  BasicTensorParallelDecoder(std::span<const Communicator> comms, std::span<const KernelLibrary* const> libraries,
+                             const DecoderConfig& config);
+  /// One step: `token` at `position` (steps must come at positions 0, 1, 2, ...); returns the next token (greedy).
+  /// \throws UsageError for a token or position out of range (check_step).
+  int forward(TokenAt in);
+  /// The last step's logits (vocab values, gathered from every rank), from rank 0.
+  [[nodiscard]] std::vector<T> logits() const;
+  /// The number of ranks.
+  [[nodiscard]] int ranks() const noexcept { return static_cast<int>(ranks_.size()); }
+  /// Every rank's step graph (replay it directly to time the device work alone).
+  [[nodiscard]] MultiDeviceGraph& graph() { return *graph_; }
+  /// The config it was built with.
+  [[nodiscard]] const DecoderConfig& config() const noexcept { return config_; }
+
+ private:
+  struct Layer {
+    DeviceBuffer<T> gain;  // [d]
+    DeviceBuffer<T> wq;    // [d / N x d]
+    DeviceBuffer<T> wk;    // [kv_dim / N x d]
+    DeviceBuffer<T> wv;    // [kv_dim / N x d]
+    DeviceBuffer<T> wo;    // [d x d / N]
+    BasicSwigluShard<T> mlp;
+  };
+  struct Rank {
+    Communicator comm;
+    BasicKernels<T> kernels;
+    DeviceBuffer<T> embedding;  // [vocab x d]
+    std::vector<Layer> layers;
+    DeviceBuffer<T> final_gain;  // [d]
+    DeviceBuffer<T> lm_head;     // [vocab / N x d]
+    DeviceBuffer<int> io;        // token, position, slot (0)
+    DeviceBuffer<int> next;      // [1]
+    DeviceBuffer<T> x, q, k, v, attn, act, logits_part, logits, k_cache, v_cache;
+  };
+  /// Rank r's step as recorded into its graph.
+  void record_step(int r, Scope& s);
+
+  DecoderConfig config_;
+  std::vector<Rank> ranks_;
+  std::optional<MultiDeviceGraph> graph_;
+};
+
+/// The fp16 tensor-parallel decoder.
+using TensorParallelDecoder = BasicTensorParallelDecoder<half>;
+extern template class BasicTensorParallelDecoder<half>;
+extern template class BasicTensorParallelDecoder<bfloat16>;
+
+}  // namespace lazygraph::nn

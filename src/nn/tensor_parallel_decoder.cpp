@@ -1,0 +1,163 @@
+#include "lazygraph/nn/tensor_parallel_decoder.hpp"
+
+#include <cmath>
+#include <string>
+
+namespace lazygraph::nn {
+
+void check_tensor_parallel(const DecoderConfig& config, int ranks) {
+  config.validate();
+  const auto fail = [&](const std::string& why) {
+    throw UsageError("tensor-parallel decoder over " + std::to_string(ranks) + " ranks: " + why);
+  };
+  if (ranks < 1) fail("at least one rank");
+  if (config.max_batch != 1) fail("one sequence (max_batch 1), not " + std::to_string(config.max_batch));
+  if (config.heads % ranks != 0) fail("heads " + std::to_string(config.heads) + " do not divide among the ranks");
+  if (config.kv_head_count() % ranks != 0) {
+    fail("kv heads " + std::to_string(config.kv_head_count()) + " do not divide among the ranks");
+  }
+  if (config.vocab % ranks != 0) fail("vocab " + std::to_string(config.vocab) + " does not divide among the ranks");
+  if (config.ffn % (8 * ranks) != 0) {
+    fail("ffn " + std::to_string(config.ffn) + " does not split into shards of a multiple of 8");
+  }
+}
+
+template <Element T>
+BasicTensorParallelDecoder<T>::BasicTensorParallelDecoder(std::span<const Communicator> comms,
+                                                          std::span<const KernelLibrary* const> libraries,
+                                                          const DecoderConfig& config)
+    : config_(config) {
+  const int n = static_cast<int>(comms.size());
+  check_tensor_parallel(config_, n);
+  if (libraries.size() != comms.size()) {
+    throw UsageError("TensorParallelDecoder: " + std::to_string(libraries.size()) + " kernel libraries for " +
+                     std::to_string(n) + " ranks (one per rank's device)");
+  }
+  const auto d = static_cast<std::size_t>(config_.d);
+  const auto dq = d / static_cast<std::size_t>(n);
+  const auto dkv = static_cast<std::size_t>(config_.kv_dim()) / static_cast<std::size_t>(n);
+  const auto vocab_part = static_cast<std::size_t>(config_.vocab / n);
+  const auto cache = static_cast<std::size_t>(config_.layers) * static_cast<std::size_t>(config_.context) * dkv;
+  ranks_.reserve(comms.size());
+  for (int r = 0; r < n; ++r) {
+    const Communicator& comm = comms[static_cast<std::size_t>(r)];
+    const Device& device = comm.device();
+    const Stream stream(device);
+    BasicKernels<T> kernels(*libraries[static_cast<std::size_t>(r)], config_.early_launch);
+    // The whole seeded model on this rank's GPU, cut into this rank's shards, then freed.
+    const BasicDecoderWeights<T> full = BasicDecoderWeights<T>::generate(stream, kernels, config_);
+    const auto rank = static_cast<std::size_t>(r);
+    std::vector<Layer> layers;
+    layers.reserve(static_cast<std::size_t>(config_.layers));
+    for (int l = 0; l < config_.layers; ++l) {
+      const BasicAttentionWeights<T>& a = full.attention[static_cast<std::size_t>(l)];
+      DeviceBuffer<T> gain(device, d);
+      copy_async(stream, gain.view(), a.gain.cview());
+      layers.push_back(
+          Layer{std::move(gain), detail::copy_rows(stream, a.wq.cview(), d, rank * dq, dq),
+                detail::copy_rows(stream, a.wk.cview(), d, rank * dkv, dkv),
+                detail::copy_rows(stream, a.wv.cview(), d, rank * dkv, dkv),
+                detail::copy_columns(stream, a.wo.cview(), d, d, rank * dq, dq),
+                shard_swiglu_weights(stream, full.mlp[static_cast<std::size_t>(l)], config_.d, config_.ffn, r, n)});
+    }
+    DeviceBuffer<T> embedding(device, full.embedding.size());
+    copy_async(stream, embedding.view(), full.embedding.cview());
+    DeviceBuffer<T> final_gain(device, d);
+    copy_async(stream, final_gain.view(), full.final_gain.cview());
+    DeviceBuffer<T> lm_head = detail::copy_rows(stream, full.lm_head.cview(), d, rank * vocab_part, vocab_part);
+    stream.synchronize();
+    ranks_.push_back(
+        Rank{comm, std::move(kernels), std::move(embedding), std::move(layers), std::move(final_gain),
+             std::move(lm_head), DeviceBuffer<int>(device, 3), DeviceBuffer<int>(device, 1), DeviceBuffer<T>(device, d),
+             DeviceBuffer<T>(device, dq), DeviceBuffer<T>(device, dkv), DeviceBuffer<T>(device, dkv),
+             DeviceBuffer<T>(device, dq), DeviceBuffer<T>(device, static_cast<std::size_t>(config_.ffn / n)),
+             DeviceBuffer<T>(device, vocab_part), DeviceBuffer<T>(device, static_cast<std::size_t>(config_.vocab)),
+             DeviceBuffer<T>(device, cache), DeviceBuffer<T>(device, cache)});
+  }
+  std::vector<Communicator> ordered;
+  ordered.reserve(ranks_.size());
+  for (const Rank& r : ranks_) ordered.push_back(r.comm);
+  graph_.emplace(MultiDeviceGraph::capture(ordered, [this](int r, Scope& s) { record_step(r, s); }));
+}
+
+template <Element T>
+void BasicTensorParallelDecoder<T>::record_step(int r, Scope& s) {
+  Rank& R = ranks_[static_cast<std::size_t>(r)];
+  const BasicKernels<T>& k = R.kernels;
+  const DecoderConfig& c = config_;
+  const int n = ranks();
+  const int d = c.d;
+  const int hd = c.head_dim();
+  const int heads = c.heads / n;
+  const int kv_heads = c.kv_head_count() / n;
+  const int dq = heads * hd;
+  const int dkv = kv_heads * hd;
+  const int vocab_part = c.vocab / n;
+  const DeviceSpan<const int> tokens = R.io.cview().subspan(0, 1);
+  const DeviceSpan<const int> positions = R.io.cview().subspan(1, 1);
+  const DeviceSpan<const int> slots = R.io.cview().subspan(2, 1);
+  const float scale = 1.0F / std::sqrt(static_cast<float>(hd));
+  const LaunchConfig per_head = k.step_config(
+      {{static_cast<unsigned>(heads), 1, 1}, {256, 1, 1}, static_cast<unsigned>(c.context * sizeof(float))});
+  const auto cache_size = static_cast<std::size_t>(c.context) * static_cast<std::size_t>(dkv);
+  const auto& down = r == 0 ? k.gemv_add : k.gemv;  // rank 0 keeps x in the all-reduce's sum
+
+  s.record(named("embedding", k.embedding(k.step_config(grid_for(static_cast<std::size_t>(d), 256)),
+                                          R.embedding.cview(), tokens, R.x.view(), d, 1)));
+  for (int l = 0; l < c.layers; ++l) {
+    const Layer& w = R.layers[static_cast<std::size_t>(l)];
+    const DeviceSpan<T> kc = R.k_cache.view().subspan(static_cast<std::size_t>(l) * cache_size, cache_size);
+    const DeviceSpan<T> vc = R.v_cache.view().subspan(static_cast<std::size_t>(l) * cache_size, cache_size);
+    const std::string name = "layer " + std::to_string(l);
+    s.record(named(
+        name + " attention",
+        k.rms_norm_gemv(k.gemv_config(dq, d), w.wq.cview(), R.x.cview(), w.gain.cview(), R.q.view(), dq, d, c.eps, 1) >>
+            k.rms_norm_gemv(k.gemv_config(dkv, d), w.wk.cview(), R.x.cview(), w.gain.cview(), R.k.view(), dkv, d, c.eps,
+                            1) >>
+            k.rms_norm_gemv(k.gemv_config(dkv, d), w.wv.cview(), R.x.cview(), w.gain.cview(), R.v.view(), dkv, d, c.eps,
+                            1) >>
+            k.rope(k.step_config(grid_for(static_cast<std::size_t>(dq), 256)), R.q.view(), R.k.view(), positions, heads,
+                   kv_heads, hd, c.theta, 1) >>
+            k.kv_append(k.step_config(grid_for(static_cast<std::size_t>(dkv), 256)), R.k.cview(), R.v.cview(), kc, vc,
+                        positions, slots, kv_heads, hd, c.context, 1, 1) >>
+            k.attention(per_head, R.q.cview(), kc.as_const(), vc.as_const(), R.attn.view(), positions, slots, heads,
+                        kv_heads, hd, c.context, 1, scale) >>
+            down(k.gemv_config(d, dq), w.wo.cview(), R.attn.cview(), R.x.view(), d, dq, 1) >>
+            all_reduce(R.comm, R.x.view())));
+    s.record(named(name + " mlp", tensor_parallel_swiglu_block(k, w.mlp, R.comm, R.x.view(), R.act.view(), d, c.eps)));
+  }
+  s.record(named("lm head",
+                 k.rms_norm_gemv(k.gemv_config(vocab_part, d), R.lm_head.cview(), R.x.cview(), R.final_gain.cview(),
+                                 R.logits_part.view(), vocab_part, d, c.eps, 1) >>
+                     all_gather<T>(R.comm, R.logits_part.cview(), R.logits.view()) >>
+                     k.argmax(k.step_config({{1, 1, 1}, {1024, 1, 1}, 0}), R.logits.cview(), R.next.view(), c.vocab)));
+}
+
+template <Element T>
+int BasicTensorParallelDecoder<T>::forward(TokenAt in) {
+  check_step(config_, in);
+  const std::vector<int> io{in.token, in.position, 0};
+  for (std::size_t r = 0; r < ranks_.size(); ++r) {
+    copy_async(graph_->graph(static_cast<int>(r)).stream(), ranks_[r].io.view(), std::span<const int>(io));
+  }
+  graph_->launch();
+  int next = -1;
+  const Stream& s = graph_->graph(0).stream();
+  copy_async(s, std::span<int>(&next, 1), ranks_[0].next.cview());
+  s.synchronize();
+  return next;
+}
+
+template <Element T>
+std::vector<T> BasicTensorParallelDecoder<T>::logits() const {
+  std::vector<T> out(static_cast<std::size_t>(config_.vocab));
+  const Stream s(ranks_[0].comm.device());
+  copy_async(s, std::span<T>(out), ranks_[0].logits.cview());
+  s.synchronize();
+  return out;
+}
+
+template class BasicTensorParallelDecoder<half>;
+template class BasicTensorParallelDecoder<bfloat16>;
+
+}  // namespace lazygraph::nn
