@@ -10,7 +10,12 @@ ninja -C build-gpu >/dev/null
 if [ "$which" = all ] || [ "$which" = graph ]; then ./build-gpu/examples/bench_graph; echo; fi
 if [ "$which" = all ] || [ "$which" = gemv ]; then ./build-gpu/examples/bench_gemv; echo; fi
 if [ "$which" = all ] || [ "$which" = expr ]; then ./build-gpu/examples/bench_expr; echo; fi
-if [ "$which" = all ] || [ "$which" = nccl ]; then ./build-gpu/examples/bench_nccl; echo; fi
+if [ "$which" = all ] || [ "$which" = nccl ]; then
+  ./build-gpu/examples/bench_nccl
+  echo
+  ./build-gpu/examples/bench_tensor_parallel
+  echo
+fi
 if [ "$which" = all ] || [ "$which" = compile ]; then ./build-gpu/examples/bench_compile; echo; fi
 if [ "$which" = all ] || [ "$which" = models ]; then
   results="${OUT:-$PWD/bench-results}/models"

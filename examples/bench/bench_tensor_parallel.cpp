@@ -1,0 +1,131 @@
+// Tensor-parallel decode (issue 16): the SwiGLU MLP stack (4096, 11008, 8: 2.2 GB of fp16 weights) and a decoder
+// (d 4096, 32 heads, 8 kv heads, 8 layers, ffn 11008, vocab 32000: 3.1 GB) split over 1 GPU and over every GPU of
+// the machine, one rank each. Each row: the step's graph replay time (every rank's graph launched on its stream,
+// timed with CUDA events on rank 0's; median of 31 samples of 10 replays), the weight bytes each rank reads, the
+// fraction of rank 0's copy ceiling that reading them reached, and tokens/s. With one GPU only the TP = 1 rows run.
+#include <lazygraph/lazygraph.hpp>
+#include <lazygraph/nn.hpp>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ceiling.hpp"
+#include "cli.hpp"
+#include "median.hpp"
+
+namespace lg = lazygraph;
+
+namespace {
+
+/// Median seconds per replay of every rank's graph.
+double replay_seconds(lg::MultiDeviceGraph& graph) {
+  const lg::Stream& s0 = graph.graph(0).stream();
+  lg::Event a(s0.device());
+  lg::Event b(s0.device());
+  const auto launch = [&] {
+    for (int r = 0; r < static_cast<int>(graph.size()); ++r) graph.graph(r).launch_on(graph.graph(r).stream());
+  };
+  for (int i = 0; i < 3; ++i) launch();
+  graph.synchronize();
+  std::vector<double> t;
+  for (int k = 0; k < 31; ++k) {
+    a.record(s0);
+    for (int i = 0; i < 10; ++i) launch();
+    b.record(s0);
+    graph.synchronize();
+    t.push_back(lg::Event::elapsed_ms(a, b) * 1e-3 / 10);
+  }
+  return bench::median(t);
+}
+
+struct Ranks {
+  std::vector<lg::Device> devices;
+  std::vector<lg::Communicator> comms;
+  std::vector<std::unique_ptr<lg::KernelLibrary>> owned;
+  std::vector<const lg::KernelLibrary*> libraries;
+};
+
+Ranks make_ranks(int n) {
+  Ranks r;
+  for (int d = 0; d < n; ++d) r.devices.push_back(lg::Device::get(d));
+  r.comms = lg::Communicator::create_all(r.devices);
+  for (const lg::Device& d : r.devices) {
+    r.owned.push_back(std::make_unique<lg::KernelLibrary>(lg::nn::kernel_library(d)));
+    r.libraries.push_back(r.owned.back().get());
+  }
+  return r;
+}
+
+void row(const char* model, int n, double seconds, double bytes_per_rank, double ceiling, double tp1) {
+  std::printf("| %s | %d | %.1f | %.0f | %.2f | %.0f | %s |\n", model, n, seconds * 1e6, bytes_per_rank * 1e-6,
+              bytes_per_rank / seconds / ceiling, 1.0 / seconds,
+              tp1 > 0 ? (std::to_string(seconds / tp1).substr(0, 5) + "x").c_str() : "-");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  constexpr const char* usage =
+      "usage: bench_tensor_parallel\n"
+      "The SwiGLU MLP (4096, 11008, 8) and a decoder (d 4096, 32 heads, 8 kv heads, 8 layers, vocab 32000) split\n"
+      "over 1 GPU and over every GPU of this machine: step time, weight bytes per rank, fraction of the copy\n"
+      "ceiling, tokens/s. A benchmark, not a test. Exit status: 0 done, 1 failed, 77 skipped (no GPU or no NCCL).\n";
+  if (auto code = example::handle_arguments(argc, argv, usage)) return *code;
+  if (example::skip_without_gpu("bench_tensor_parallel")) return example::exit_skipped;
+  std::string why;
+  if (!lg::nccl_available(&why)) {
+    std::printf("bench_tensor_parallel: skipped, no NCCL: %s\n", why.c_str());
+    return example::exit_skipped;
+  }
+  try {
+    const int gpus = lg::Device::count();
+    const lg::Stream s0(lg::Device::get(0));
+    const double ceiling = bench::copy_ceiling(s0);
+    std::printf("bench_tensor_parallel: %d x %s, NCCL %s; copy ceiling (rank 0) %.2f TB/s\n\n", gpus,
+                lg::Device::get(0).name().c_str(), lg::nccl_version().c_str(), ceiling * 1e-12);
+    std::printf(
+        "| model | TP | step us | MB per rank | of ceiling | tokens/s | vs TP 1 |\n|---|---|---|---|---|---|---|\n");
+    std::vector<int> sizes{1};
+    if (gpus > 1) sizes.push_back(gpus);
+
+    lg::nn::MlpConfig mlp;
+    mlp.d = 4096;
+    mlp.ffn = 11008;
+    mlp.layers = 8;
+    double mlp_tp1 = 0;
+    for (const int n : sizes) {
+      Ranks r = make_ranks(n);
+      lg::nn::TensorParallelMlp model(r.comms, r.libraries, mlp);
+      const double t = replay_seconds(model.graph());
+      row("MLP 4096/11008/8", n, t, static_cast<double>(mlp.weight_bytes()) / n, ceiling, n == 1 ? 0 : mlp_tp1);
+      if (n == 1) mlp_tp1 = t;
+    }
+
+    lg::nn::DecoderConfig dec;
+    dec.d = 4096;
+    dec.heads = 32;
+    dec.kv_heads = 8;
+    dec.layers = 8;
+    dec.ffn = 11008;
+    dec.vocab = 32000;
+    dec.context = 1024;
+    dec.fused = false;
+    double dec_tp1 = 0;
+    for (const int n : sizes) {
+      Ranks r = make_ranks(n);
+      lg::nn::TensorParallelDecoder model(r.comms, r.libraries, dec);
+      for (int p = 0; p < 256; ++p) (void)model.forward({(p * 37) % dec.vocab, p});  // a 256-token context
+      const double t = replay_seconds(model.graph());
+      row("decoder 4096x8, 32k vocab, pos 255", n, t, static_cast<double>(dec.weight_bytes()) / n, ceiling,
+          n == 1 ? 0 : dec_tp1);
+      if (n == 1) dec_tp1 = t;
+    }
+    if (gpus == 1) std::printf("\none GPU: the TP = %s rows need a machine with more.\n", "N");
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_tensor_parallel: %s\n", e.what());
+    return 1;
+  }
+}
