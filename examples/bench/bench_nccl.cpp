@@ -68,6 +68,7 @@ int main(int argc, char** argv) {
   }
   try {
     std::vector<lg::Device> devices;
+    devices.reserve(static_cast<std::size_t>(lg::Device::count()));
     for (int d = 0; d < lg::Device::count(); ++d) devices.push_back(lg::Device::get(d));
     const std::vector<lg::Communicator> comms = lg::Communicator::create_all(devices);
     const int n_ranks = static_cast<int>(comms.size());

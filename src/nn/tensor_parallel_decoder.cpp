@@ -82,8 +82,8 @@ BasicTensorParallelDecoder<T>::BasicTensorParallelDecoder(std::span<const Commun
 
 template <Element T>
 void BasicTensorParallelDecoder<T>::record_step(int r, Scope& s) {
-  Rank& R = ranks_[static_cast<std::size_t>(r)];
-  const BasicKernels<T>& k = R.kernels;
+  Rank& me = ranks_[static_cast<std::size_t>(r)];
+  const BasicKernels<T>& k = me.kernels;
   const DecoderConfig& c = config_;
   const int n = ranks();
   const int d = c.d;
@@ -93,9 +93,9 @@ void BasicTensorParallelDecoder<T>::record_step(int r, Scope& s) {
   const int dq = heads * hd;
   const int dkv = kv_heads * hd;
   const int vocab_part = c.vocab / n;
-  const DeviceSpan<const int> tokens = R.io.cview().subspan(0, 1);
-  const DeviceSpan<const int> positions = R.io.cview().subspan(1, 1);
-  const DeviceSpan<const int> slots = R.io.cview().subspan(2, 1);
+  const DeviceSpan<const int> tokens = me.io.cview().subspan(0, 1);
+  const DeviceSpan<const int> positions = me.io.cview().subspan(1, 1);
+  const DeviceSpan<const int> slots = me.io.cview().subspan(2, 1);
   const float scale = 1.0F / std::sqrt(static_cast<float>(hd));
   const LaunchConfig per_head = k.step_config(
       {{static_cast<unsigned>(heads), 1, 1}, {256, 1, 1}, static_cast<unsigned>(c.context * sizeof(float))});
@@ -103,34 +103,35 @@ void BasicTensorParallelDecoder<T>::record_step(int r, Scope& s) {
   const auto& down = r == 0 ? k.gemv_add : k.gemv;  // rank 0 keeps x in the all-reduce's sum
 
   s.record(named("embedding", k.embedding(k.step_config(grid_for(static_cast<std::size_t>(d), 256)),
-                                          R.embedding.cview(), tokens, R.x.view(), d, 1)));
+                                          me.embedding.cview(), tokens, me.x.view(), d, 1)));
   for (int l = 0; l < c.layers; ++l) {
-    const Layer& w = R.layers[static_cast<std::size_t>(l)];
-    const DeviceSpan<T> kc = R.k_cache.view().subspan(static_cast<std::size_t>(l) * cache_size, cache_size);
-    const DeviceSpan<T> vc = R.v_cache.view().subspan(static_cast<std::size_t>(l) * cache_size, cache_size);
+    const Layer& w = me.layers[static_cast<std::size_t>(l)];
+    const DeviceSpan<T> kc = me.k_cache.view().subspan(static_cast<std::size_t>(l) * cache_size, cache_size);
+    const DeviceSpan<T> vc = me.v_cache.view().subspan(static_cast<std::size_t>(l) * cache_size, cache_size);
     const std::string name = "layer " + std::to_string(l);
-    s.record(named(
-        name + " attention",
-        k.rms_norm_gemv(k.gemv_config(dq, d), w.wq.cview(), R.x.cview(), w.gain.cview(), R.q.view(), dq, d, c.eps, 1) >>
-            k.rms_norm_gemv(k.gemv_config(dkv, d), w.wk.cview(), R.x.cview(), w.gain.cview(), R.k.view(), dkv, d, c.eps,
-                            1) >>
-            k.rms_norm_gemv(k.gemv_config(dkv, d), w.wv.cview(), R.x.cview(), w.gain.cview(), R.v.view(), dkv, d, c.eps,
-                            1) >>
-            k.rope(k.step_config(grid_for(static_cast<std::size_t>(dq), 256)), R.q.view(), R.k.view(), positions, heads,
-                   kv_heads, hd, c.theta, 1) >>
-            k.kv_append(k.step_config(grid_for(static_cast<std::size_t>(dkv), 256)), R.k.cview(), R.v.cview(), kc, vc,
-                        positions, slots, kv_heads, hd, c.context, 1, 1) >>
-            k.attention(per_head, R.q.cview(), kc.as_const(), vc.as_const(), R.attn.view(), positions, slots, heads,
-                        kv_heads, hd, c.context, 1, scale) >>
-            down(k.gemv_config(d, dq), w.wo.cview(), R.attn.cview(), R.x.view(), d, dq, 1) >>
-            all_reduce(R.comm, R.x.view())));
-    s.record(named(name + " mlp", tensor_parallel_swiglu_block(k, w.mlp, R.comm, R.x.view(), R.act.view(), d, c.eps)));
+    s.record(named(name + " attention",
+                   k.rms_norm_gemv(k.gemv_config(dq, d), w.wq.cview(), me.x.cview(), w.gain.cview(), me.q.view(), dq, d,
+                                   c.eps, 1) >>
+                       k.rms_norm_gemv(k.gemv_config(dkv, d), w.wk.cview(), me.x.cview(), w.gain.cview(), me.k.view(),
+                                       dkv, d, c.eps, 1) >>
+                       k.rms_norm_gemv(k.gemv_config(dkv, d), w.wv.cview(), me.x.cview(), w.gain.cview(), me.v.view(),
+                                       dkv, d, c.eps, 1) >>
+                       k.rope(k.step_config(grid_for(static_cast<std::size_t>(dq), 256)), me.q.view(), me.k.view(),
+                              positions, heads, kv_heads, hd, c.theta, 1) >>
+                       k.kv_append(k.step_config(grid_for(static_cast<std::size_t>(dkv), 256)), me.k.cview(),
+                                   me.v.cview(), kc, vc, positions, slots, kv_heads, hd, c.context, 1, 1) >>
+                       k.attention(per_head, me.q.cview(), kc.as_const(), vc.as_const(), me.attn.view(), positions,
+                                   slots, heads, kv_heads, hd, c.context, 1, scale) >>
+                       down(k.gemv_config(d, dq), w.wo.cview(), me.attn.cview(), me.x.view(), d, dq, 1) >>
+                       all_reduce(me.comm, me.x.view())));
+    s.record(
+        named(name + " mlp", tensor_parallel_swiglu_block(k, w.mlp, me.comm, me.x.view(), me.act.view(), d, c.eps)));
   }
-  s.record(named("lm head",
-                 k.rms_norm_gemv(k.gemv_config(vocab_part, d), R.lm_head.cview(), R.x.cview(), R.final_gain.cview(),
-                                 R.logits_part.view(), vocab_part, d, c.eps, 1) >>
-                     all_gather<T>(R.comm, R.logits_part.cview(), R.logits.view()) >>
-                     k.argmax(k.step_config({{1, 1, 1}, {1024, 1, 1}, 0}), R.logits.cview(), R.next.view(), c.vocab)));
+  s.record(named("lm head", k.rms_norm_gemv(k.gemv_config(vocab_part, d), me.lm_head.cview(), me.x.cview(),
+                                            me.final_gain.cview(), me.logits_part.view(), vocab_part, d, c.eps, 1) >>
+                                all_gather<T>(me.comm, me.logits_part.cview(), me.logits.view()) >>
+                                k.argmax(k.step_config({{1, 1, 1}, {1024, 1, 1}, 0}), me.logits.cview(), me.next.view(),
+                                         c.vocab)));
 }
 
 template <Element T>

@@ -110,7 +110,7 @@ TEST_SUITE("gpu") {
     CHECK(comm.rank() == 0);
     CHECK(comm.size() == 1);
     CHECK_THROWS_WITH_AS(Communicator(lgtest::device(), 1, 1, id), doctest::Contains("rank 1 of 1"), UsageError);
-    const Communicator copy = comm;
+    const Communicator copy = comm;  // NOLINT(performance-unnecessary-copy-initialization): copies are the point
     CHECK(copy == comm);
     comm.abort();
     CHECK(copy.aborted());
