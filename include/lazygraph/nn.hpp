@@ -19,3 +19,4 @@
 #include "lazygraph/nn/safetensors.hpp"
 #include "lazygraph/nn/sampling.hpp"
 #include "lazygraph/nn/tensor_parallel.hpp"
+#include "lazygraph/nn/tensor_parallel_decoder.hpp"
