@@ -344,8 +344,7 @@ void throw_error(CUresult code, std::string_view api_name, std::string_view obje
   const Driver& d = instance();
   const char* str = nullptr;
   if (d.usable && d.api.cuGetErrorString(code, &str) == CUDA_SUCCESS && str != nullptr) text = str;
-  throw CudaError(std::string(api_name), static_cast<int>(code), result_name(code), std::move(text),
-                  std::string(object));
+  throw CudaError(std::string(api_name), static_cast<int>(code), result_name(code), text, std::string(object));
 }
 
 LiveHandles live_handles() noexcept {

@@ -18,21 +18,7 @@ std::string describe(std::string_view api, std::string_view code_name, std::stri
 
 }  // namespace
 
-CudaError::CudaError(std::string api, int code, std::string code_name, std::string_view code_text, std::string object)
-    : Error(describe(api, code_name, code_text, object)),
-      api_(std::move(api)),
-      code_(code),
-      code_name_(std::move(code_name)),
-      object_(std::move(object)) {}
-
-NvrtcError::NvrtcError(std::string api, int code, std::string code_name, std::string object)
-    : Error(describe(api, code_name, {}, object)),
-      api_(std::move(api)),
-      code_(code),
-      code_name_(std::move(code_name)),
-      object_(std::move(object)) {}
-
-NcclError::NcclError(std::string api, int code, std::string code_name, std::string_view detail, std::string object)
+ApiError::ApiError(std::string api, int code, std::string code_name, std::string_view detail, std::string object)
     : Error(describe(api, code_name, detail, object)),
       api_(std::move(api)),
       code_(code),

@@ -18,6 +18,13 @@ void check_tensor_parallel(const MlpConfig& config, int ranks) {
 
 namespace detail {
 
+void check_libraries(std::string_view module, std::size_t libraries, std::size_t ranks) {
+  if (libraries != ranks) {
+    throw UsageError(std::string(module) + ": " + std::to_string(libraries) + " kernel libraries for " +
+                     std::to_string(ranks) + " ranks (one per rank's device)");
+  }
+}
+
 template <Element T>
 DeviceBuffer<T> copy_rows(const Stream& stream, DeviceSpan<const T> full, std::size_t cols, std::size_t first,
                           std::size_t count) {
@@ -75,10 +82,7 @@ BasicTensorParallelMlp<T>::BasicTensorParallelMlp(std::span<const Communicator> 
     : config_(config) {
   const int n = static_cast<int>(comms.size());
   check_tensor_parallel(config_, n);
-  if (libraries.size() != comms.size()) {
-    throw UsageError("TensorParallelMlp: " + std::to_string(libraries.size()) + " kernel libraries for " +
-                     std::to_string(n) + " ranks (one per rank's device)");
-  }
+  detail::check_libraries("TensorParallelMlp", libraries.size(), comms.size());
   const auto d = static_cast<std::size_t>(config_.d);
   ranks_.reserve(comms.size());
   for (int r = 0; r < n; ++r) {
@@ -97,10 +101,7 @@ BasicTensorParallelMlp<T>::BasicTensorParallelMlp(std::span<const Communicator> 
                           DeviceBuffer<T>(comm.device(), d), DeviceBuffer<T>(comm.device(), d),
                           DeviceBuffer<T>(comm.device(), static_cast<std::size_t>(config_.ffn / n))});
   }
-  std::vector<Communicator> ordered;
-  ordered.reserve(ranks_.size());
-  for (const Rank& r : ranks_) ordered.push_back(r.comm);
-  graph_.emplace(MultiDeviceGraph::capture(ordered, [this](int r, Scope& s) {
+  graph_.emplace(MultiDeviceGraph::capture(comms, [this](int r, Scope& s) {
     Rank& rank = ranks_[static_cast<std::size_t>(r)];
     s.record(copy(rank.x.view(), rank.input.cview()));
     for (const BasicSwigluShard<T>& layer : rank.layers) {

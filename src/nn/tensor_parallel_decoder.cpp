@@ -29,10 +29,7 @@ BasicTensorParallelDecoder<T>::BasicTensorParallelDecoder(std::span<const Commun
     : config_(config) {
   const int n = static_cast<int>(comms.size());
   check_tensor_parallel(config_, n);
-  if (libraries.size() != comms.size()) {
-    throw UsageError("TensorParallelDecoder: " + std::to_string(libraries.size()) + " kernel libraries for " +
-                     std::to_string(n) + " ranks (one per rank's device)");
-  }
+  detail::check_libraries("TensorParallelDecoder", libraries.size(), comms.size());
   const auto d = static_cast<std::size_t>(config_.d);
   const auto dq = d / static_cast<std::size_t>(n);
   const auto dkv = static_cast<std::size_t>(config_.kv_dim()) / static_cast<std::size_t>(n);
@@ -74,10 +71,7 @@ BasicTensorParallelDecoder<T>::BasicTensorParallelDecoder(std::span<const Commun
              DeviceBuffer<T>(device, vocab_part), DeviceBuffer<T>(device, static_cast<std::size_t>(config_.vocab)),
              DeviceBuffer<T>(device, cache), DeviceBuffer<T>(device, cache)});
   }
-  std::vector<Communicator> ordered;
-  ordered.reserve(ranks_.size());
-  for (const Rank& r : ranks_) ordered.push_back(r.comm);
-  graph_.emplace(MultiDeviceGraph::capture(ordered, [this](int r, Scope& s) { record_step(r, s); }));
+  graph_.emplace(MultiDeviceGraph::capture(comms, [this](int r, Scope& s) { record_step(r, s); }));
 }
 
 template <Element T>

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/gpu.hpp"
+#include "common/nccl.hpp"
 #include "common/temp_dir.hpp"
 
 using namespace lazygraph;
@@ -80,11 +81,7 @@ TEST_CASE("ranks that record different collectives are named, with both collecti
 
 TEST_SUITE("gpu") {
   TEST_CASE("a communicator of every GPU of this process: ranks in device order, checked, waited for") {
-    std::string why;
-    if (!nccl_available(&why)) {
-      MESSAGE("skipped: " << why);
-      return;
-    }
+    if (!lgtest::have_nccl()) return;
     const std::vector<Device> devices{lgtest::device()};
     const std::vector<Communicator> comms = Communicator::create_all(devices);
     REQUIRE(comms.size() == 1);
@@ -100,11 +97,7 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("a communicator per process from an id; a rank outside the communicator is refused") {
-    std::string why;
-    if (!nccl_available(&why)) {
-      MESSAGE("skipped: " << why);
-      return;
-    }
+    if (!lgtest::have_nccl()) return;
     const CommunicatorId id = CommunicatorId::create();
     const Communicator comm(lgtest::device(), 0, 1, id);
     CHECK(comm.rank() == 0);

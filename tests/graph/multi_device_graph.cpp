@@ -9,17 +9,14 @@
 #include <vector>
 
 #include "common/gpu.hpp"
+#include "common/nccl.hpp"
 
 using namespace lazygraph;
 using namespace std::chrono_literals;
 
 TEST_SUITE("gpu") {
   TEST_CASE("a MultiDeviceGraph of every GPU's rank records, launches and waits with a bound") {
-    std::string why;
-    if (!nccl_available(&why)) {
-      MESSAGE("skipped: " << why);
-      return;
-    }
+    if (!lgtest::have_nccl()) return;
     const std::vector<Communicator> comms = Communicator::create_all(std::vector<Device>{lgtest::device()});
     const Stream& s = lgtest::stream();
     const std::size_t n = 777;
@@ -41,11 +38,7 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("a rank whose recording throws fails the whole capture with its error") {
-    std::string why;
-    if (!nccl_available(&why)) {
-      MESSAGE("skipped: " << why);
-      return;
-    }
+    if (!lgtest::have_nccl()) return;
     const std::vector<Communicator> comms = Communicator::create_all(std::vector<Device>{lgtest::device()});
     CHECK_THROWS_WITH_AS(MultiDeviceGraph::capture(comms, [](int, Scope&) { throw UsageError("rank's own error"); }),
                          doctest::Contains("rank's own error"), UsageError);

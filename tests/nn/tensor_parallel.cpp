@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/gpu.hpp"
+#include "common/nccl.hpp"
 #include "common/small_decoder.hpp"
 
 namespace lg = lazygraph;
@@ -48,13 +49,6 @@ TEST_CASE("a tensor-parallel decoder needs heads, kv heads and vocab to divide a
 
 namespace {
 
-bool have_nccl() {
-  std::string why;
-  if (lg::nccl_available(&why)) return true;
-  MESSAGE("skipped: " << why);
-  return false;
-}
-
 lg::nn::MlpConfig small_config() {
   lg::nn::MlpConfig config;
   config.d = 256;
@@ -68,7 +62,7 @@ lg::nn::MlpConfig small_config() {
 
 TEST_SUITE("gpu") {
   TEST_CASE("a tensor-parallel MLP of one rank computes Mlp's bits, through the all-reduce in its graph") {
-    if (!have_nccl()) return;
+    if (!lgtest::have_nccl()) return;
     const lg::nn::MlpConfig config = small_config();
     const std::vector<lg::Communicator> comms = lg::Communicator::create_all(std::vector<lg::Device>{lgtest::device()});
     const std::vector<const lg::KernelLibrary*> libraries{&lgtest::nn_kernels()};
@@ -86,7 +80,7 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("a tensor-parallel MLP over two GPUs matches Mlp within fp16 rounding and the float64 reference") {
-    if (!have_nccl()) return;
+    if (!lgtest::have_nccl()) return;
     if (lg::Device::count() < 2) {
       MESSAGE("skipped: two GPUs needed for two ranks; this machine has " << lg::Device::count());
       return;
@@ -109,7 +103,7 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("a tensor-parallel decoder of one rank computes the unfused Decoder's logits and tokens bit for bit") {
-    if (!have_nccl()) return;
+    if (!lgtest::have_nccl()) return;
     lg::nn::DecoderConfig c = lgtest::small_decoder(2);
     c.fused = false;
     c.ordering = lg::nn::DecoderOrdering::serial;
@@ -132,7 +126,7 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("a tensor-parallel decoder over two GPUs follows the Decoder within fp16 rounding") {
-    if (!have_nccl()) return;
+    if (!lgtest::have_nccl()) return;
     if (lg::Device::count() < 2) {
       MESSAGE("skipped: two GPUs needed for two ranks; this machine has " << lg::Device::count());
       return;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/gpu.hpp"
+#include "common/nccl.hpp"
 
 using namespace lazygraph;
 using namespace std::chrono_literals;
@@ -63,13 +64,6 @@ TEST_CASE("what the ranks compare names the kind, the reduction, the count, the 
 }
 
 namespace {
-
-bool have_nccl() {
-  std::string why;
-  if (nccl_available(&why)) return true;
-  MESSAGE("skipped: " << why);
-  return false;
-}
 
 Communicator one_rank() { return Communicator::create_all(std::vector<Device>{lgtest::device()}).at(0); }
 
@@ -128,7 +122,7 @@ void all_kinds_on_one_rank() {
 
 TEST_SUITE("gpu") {
   TEST_CASE("every collective on one rank, eagerly, in half, bfloat16, float and int32: exactly its own data") {
-    if (!have_nccl()) return;
+    if (!lgtest::have_nccl()) return;
     all_kinds_on_one_rank<half>();
     all_kinds_on_one_rank<bfloat16>();
     all_kinds_on_one_rank<float>();
@@ -136,7 +130,7 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("a captured all_reduce between kernels replays with each replay's data, and keeps its communicator") {
-    if (!have_nccl()) return;
+    if (!lgtest::have_nccl()) return;
     const Stream& s = lgtest::stream();
     const std::size_t n = 4096 + 5;
     const std::vector<float> x0 = lgtest::random_floats(n);
@@ -164,7 +158,7 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("a bounded wait that runs out aborts the communicator and names it; it then refuses collectives") {
-    if (!have_nccl()) return;
+    if (!lgtest::have_nccl()) return;
     const Communicator comm = one_rank();
     const Stream stream(lgtest::device());
     DeviceBuffer<float> a(stream.device(), 16);
@@ -179,7 +173,7 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("a collective reads its send span and writes its recv span: all() refuses it beside a reader of recv") {
-    if (!have_nccl()) return;
+    if (!lgtest::have_nccl()) return;
     const Communicator comm = one_rank();
     DeviceBuffer<float> a(lgtest::device(), 16);
     DeviceBuffer<float> b(lgtest::device(), 16);
@@ -196,7 +190,7 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("a collective op on a recording that cannot capture (CudaGraph::build) is refused") {
-    if (!have_nccl()) return;
+    if (!lgtest::have_nccl()) return;
     const Communicator comm = one_rank();
     DeviceBuffer<float> a(lgtest::device(), 16);
     CHECK_THROWS_AS(

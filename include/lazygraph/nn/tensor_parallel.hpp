@@ -14,6 +14,7 @@
 
 #include <optional>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "lazygraph/graph.hpp"
@@ -39,6 +40,8 @@ void check_tensor_parallel(const MlpConfig& config, int ranks);
 
 /// The tensor-parallel modules' own helpers (not API).
 namespace detail {
+/// \throws UsageError unless there is one kernel library per rank, naming `module`.
+void check_libraries(std::string_view module, std::size_t libraries, std::size_t ranks);
 /// Rows [first, first + count) of the row-major matrix `full` of `cols` columns, copied on `stream`.
 template <Element T>
 DeviceBuffer<T> copy_rows(const Stream& stream, DeviceSpan<const T> full, std::size_t cols, std::size_t first,

@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace lazygraph {
 
@@ -27,46 +28,22 @@ class NoDevice : public Error {
   using Error::Error;
 };
 
-/// A CUDA driver API call failed.
-class CudaError : public Error {
+/// A call into a library lazygraph drives (the CUDA driver, NVRTC, NCCL) failed: the function, its result as a
+/// number and by name, and the object it acted on. CudaError, NvrtcError and NcclError say which library.
+class ApiError : public Error {
  public:
-  /// \param api        the driver function, e.g. "cuMemAlloc"
-  /// \param code       the CUresult it returned (an int, so this header needs no cuda.h)
-  /// \param code_name  the result's enumerator name, e.g. "CUDA_ERROR_OUT_OF_MEMORY"
-  /// \param code_text  the driver's description of the result
+  /// \param api        the function, e.g. "cuMemAlloc"
+  /// \param code       the result it returned, as an int (so this header needs no library header)
+  /// \param code_name  the result's name, e.g. "CUDA_ERROR_OUT_OF_MEMORY"
+  /// \param detail     the library's description of the result, when it has one (may be empty)
   /// \param object     what the call acted on, e.g. "DeviceBuffer<float> of 4096 bytes"
-  CudaError(std::string api, int code, std::string code_name, std::string_view code_text, std::string object);
+  ApiError(std::string api, int code, std::string code_name, std::string_view detail, std::string object);
 
-  /// The driver function that failed, e.g. "cuMemAlloc".
+  /// The function that failed, e.g. "cuMemAlloc".
   [[nodiscard]] const std::string& api() const noexcept { return api_; }
-  /// The CUresult it returned, as an int.
+  /// The result it returned, as an int.
   [[nodiscard]] int code() const noexcept { return code_; }
-  /// The result's enumerator name, e.g. "CUDA_ERROR_OUT_OF_MEMORY".
-  [[nodiscard]] const std::string& code_name() const noexcept { return code_name_; }
-  /// What the call acted on, e.g. "DeviceBuffer<float> of 4096 bytes".
-  [[nodiscard]] const std::string& object() const noexcept { return object_; }
-
- private:
-  std::string api_;
-  int code_;
-  std::string code_name_;
-  std::string object_;
-};
-
-/// An NVRTC API call failed (a source that does not compile is a CompileError instead).
-class NvrtcError : public Error {
- public:
-  /// \param api        the NVRTC function, e.g. "nvrtcCreateProgram"
-  /// \param code       the nvrtcResult it returned, as an int
-  /// \param code_name  the result's name, e.g. "NVRTC_ERROR_OUT_OF_MEMORY"
-  /// \param object     what the call acted on, e.g. the kernel file
-  NvrtcError(std::string api, int code, std::string code_name, std::string object);
-
-  /// The NVRTC function that failed.
-  [[nodiscard]] const std::string& api() const noexcept { return api_; }
-  /// The nvrtcResult it returned, as an int.
-  [[nodiscard]] int code() const noexcept { return code_; }
-  /// The result's name, e.g. "NVRTC_ERROR_OUT_OF_MEMORY".
+  /// The result's name, e.g. "CUDA_ERROR_OUT_OF_MEMORY".
   [[nodiscard]] const std::string& code_name() const noexcept { return code_name_; }
   /// What the call acted on.
   [[nodiscard]] const std::string& object() const noexcept { return object_; }
@@ -76,6 +53,23 @@ class NvrtcError : public Error {
   int code_;
   std::string code_name_;
   std::string object_;
+};
+
+/// A CUDA driver API call failed (`code` is the CUresult, `detail` the driver's description of it).
+class CudaError : public ApiError {
+ public:
+  using ApiError::ApiError;
+};
+
+/// An NVRTC API call failed (a source that does not compile is a CompileError instead).
+class NvrtcError : public ApiError {
+ public:
+  /// \param api        the NVRTC function, e.g. "nvrtcCreateProgram"
+  /// \param code       the nvrtcResult it returned, as an int
+  /// \param code_name  the result's name, e.g. "NVRTC_ERROR_OUT_OF_MEMORY"
+  /// \param object     what the call acted on, e.g. the kernel file
+  NvrtcError(std::string api, int code, std::string code_name, std::string object)
+      : ApiError(std::move(api), code, std::move(code_name), {}, std::move(object)) {}
 };
 
 /// NVRTC rejected a kernel source; the message holds the file name and the whole compiler log.
@@ -101,30 +95,11 @@ class NcclUnavailable : public Error {
   using Error::Error;
 };
 
-/// An NCCL call failed, or a communicator reported an asynchronous error (a peer failed, a connection broke).
-class NcclError : public Error {
+/// An NCCL call failed, or a communicator reported an asynchronous error (a peer failed, a connection broke):
+/// `code` is the ncclResult_t, `detail` NCCL's description and its last error message for the communicator.
+class NcclError : public ApiError {
  public:
-  /// \param api        the NCCL function, e.g. "ncclAllReduce"
-  /// \param code       the ncclResult_t it returned (or the communicator's asynchronous error), as an int
-  /// \param code_name  the result's name, e.g. "ncclInvalidUsage"
-  /// \param detail     NCCL's own description and its last error message for the communicator
-  /// \param object     what the call acted on, e.g. "all_reduce of 1024 float32, rank 0 of 2 on device 0"
-  NcclError(std::string api, int code, std::string code_name, std::string_view detail, std::string object);
-
-  /// The NCCL function that failed.
-  [[nodiscard]] const std::string& api() const noexcept { return api_; }
-  /// The ncclResult_t, as an int.
-  [[nodiscard]] int code() const noexcept { return code_; }
-  /// The result's name, e.g. "ncclRemoteError".
-  [[nodiscard]] const std::string& code_name() const noexcept { return code_name_; }
-  /// What the call acted on.
-  [[nodiscard]] const std::string& object() const noexcept { return object_; }
-
- private:
-  std::string api_;
-  int code_;
-  std::string code_name_;
-  std::string object_;
+  using ApiError::ApiError;
 };
 
 /// A bounded wait ran out: the work did not finish in the time given (a collective whose peers never came, a
