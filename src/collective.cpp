@@ -119,12 +119,23 @@ nccl::RedOp nccl_op(ReduceOp op) noexcept {
 
 namespace {
 
-/// The shared part of both kinds: device check, keeping the communicator, the ranks' comparison.
-void prepare(ExecContext& ctx, const Communicator& comm, std::string_view what, const std::string& signature) {
-  check_collective_device(what, comm.device().ordinal(), ctx.stream().device().ordinal(), comm.describe());
+/// The shared part of both kinds: device check, keeping the communicator, the ranks' comparison. Nothing is
+/// formatted unless it is needed (a mismatch, or a comparison going on): eager collectives pass here on every call.
+template <class Signature>
+void prepare(ExecContext& ctx, const Communicator& comm, std::string_view what, Signature&& signature) {
+  if (comm.device().ordinal() != ctx.stream().device().ordinal()) {
+    check_collective_device(what, comm.device().ordinal(), ctx.stream().device().ordinal(), comm.describe());
+  }
   (void)comm.get();  // refuses an aborted communicator
   ctx.keep_alive(comm.state());
-  if (comm.state()->clique) comm.state()->clique->note(comm.rank(), signature);
+  if (Clique* clique = comm.state()->clique.get(); clique != nullptr) {
+    bool comparing = false;
+    {
+      const std::lock_guard lock(clique->mutex);
+      comparing = clique->comparing;
+    }
+    if (comparing) clique->note(comm.rank(), signature());
+  }
 }
 
 }  // namespace
@@ -132,9 +143,9 @@ void prepare(ExecContext& ctx, const Communicator& comm, std::string_view what, 
 void execute_collective(ExecContext& ctx, const Communicator& comm, CollectiveKind kind, nccl::DataType type,
                         CUdeviceptr send, std::size_t send_count, CUdeviceptr recv, std::size_t recv_count, ReduceOp op,
                         int root) {
-  const std::string signature = collective_signature(kind, type, send_count, recv_count, op, root);
-  prepare(ctx, comm, collective_name(kind), signature);
-  const std::string object = signature + ", " + comm.describe();
+  prepare(ctx, comm, collective_name(kind),
+          [&] { return collective_signature(kind, type, send_count, recv_count, op, root); });
+  const std::string_view object = collective_name(kind);  // NCCL's errors add the rank and device
   const CUcontext context = comm.device().context();
   const CUstream stream = ctx.stream().get();
   // NCCL takes device addresses as pointers.
@@ -159,18 +170,11 @@ void execute_collective(ExecContext& ctx, const Communicator& comm, CollectiveKi
 
 void execute_point_to_point(ExecContext& ctx, const Communicator& comm, std::span<const nccl::PointToPoint> transfers,
                             nccl::DataType type) {
-  std::string signature = "send/recv";
-  for (const nccl::PointToPoint& t : transfers) {
-    signature.append(t.send != nullptr ? " send " : " recv ").append(std::to_string(t.count));
-    signature.append(t.send != nullptr ? " to " : " from ").append(std::to_string(t.peer));
-  }
-  signature.append(" ").append(nccl_type_name(type));
   // Point-to-point groups differ between ranks by nature (rank 0 sends what rank 1 receives): only their order is
   // compared, under one signature.
-  prepare(ctx, comm, "send/recv", std::string("send/recv ") + std::string(nccl_type_name(type)));
+  prepare(ctx, comm, "send/recv", [&] { return "send/recv " + std::string(nccl_type_name(type)); });
   const std::lock_guard lock(comm.state()->mutex);
-  nccl::send_recv(comm.device().context(), transfers, type, comm.get(), ctx.stream().get(),
-                  signature + ", " + comm.describe());
+  nccl::send_recv(comm.device().context(), transfers, type, comm.get(), ctx.stream().get(), "send/recv");
 }
 
 }  // namespace lazygraph::detail

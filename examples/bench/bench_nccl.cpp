@@ -15,7 +15,6 @@
 
 #include "ceiling.hpp"
 #include "cli.hpp"
-#include "median.hpp"
 
 namespace lg = lazygraph;
 
@@ -29,25 +28,15 @@ struct Rank {
   lg::DeviceBuffer<float> out;
 };
 
-/// Seconds per all-reduce of `submit()` (work on every rank's stream), timed on rank 0's stream.
+/// Seconds per all-reduce of `submit()` (work on every rank's stream, `calls` all-reduces), timed on rank 0's stream.
 template <class F>
-double per_call(std::vector<Rank>& ranks, int reps, int calls_per_submit, F&& submit) {
-  lg::Event a(ranks[0].stream.device());
-  lg::Event b(ranks[0].stream.device());
+double per_call(std::vector<Rank>& ranks, int reps, int calls, F&& submit) {
   const auto wait_all = [&] {
     for (Rank& r : ranks) r.stream.synchronize();
   };
-  for (int i = 0; i < 3; ++i) submit();
-  wait_all();
-  std::vector<double> t;
-  for (int k = 0; k < 31; ++k) {
-    a.record(ranks[0].stream);
-    for (int i = 0; i < reps; ++i) submit();
-    b.record(ranks[0].stream);
-    wait_all();
-    t.push_back(lg::Event::elapsed_ms(a, b) * 1e-3 / (reps * calls_per_submit));
-  }
-  return bench::median(t);
+  return bench::median_seconds(
+             ranks[0].stream, reps, [&](int) { submit(); }, wait_all) /
+         calls;
 }
 
 }  // namespace

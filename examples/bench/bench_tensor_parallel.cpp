@@ -13,31 +13,19 @@
 
 #include "ceiling.hpp"
 #include "cli.hpp"
-#include "median.hpp"
 
 namespace lg = lazygraph;
 
 namespace {
 
-/// Median seconds per replay of every rank's graph.
+/// Median seconds per replay of every rank's graph (each launched on its own stream; events on rank 0's).
 double replay_seconds(lg::MultiDeviceGraph& graph) {
-  const lg::Stream& s0 = graph.graph(0).stream();
-  lg::Event a(s0.device());
-  lg::Event b(s0.device());
-  const auto launch = [&] {
-    for (int r = 0; r < static_cast<int>(graph.size()); ++r) graph.graph(r).launch_on(graph.graph(r).stream());
-  };
-  for (int i = 0; i < 3; ++i) launch();
-  graph.synchronize();
-  std::vector<double> t;
-  for (int k = 0; k < 31; ++k) {
-    a.record(s0);
-    for (int i = 0; i < 10; ++i) launch();
-    b.record(s0);
-    graph.synchronize();
-    t.push_back(lg::Event::elapsed_ms(a, b) * 1e-3 / 10);
-  }
-  return bench::median(t);
+  return bench::median_seconds(
+      graph.graph(0).stream(), 10,
+      [&](int) {
+        for (int r = 0; r < static_cast<int>(graph.size()); ++r) graph.graph(r).launch_on(graph.graph(r).stream());
+      },
+      [&] { graph.synchronize(); });
 }
 
 struct Ranks {

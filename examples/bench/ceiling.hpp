@@ -5,28 +5,36 @@
 
 #include <lazygraph/lazygraph.hpp>
 
+#include <utility>
 #include <vector>
 
 #include "median.hpp"
 
 namespace bench {
 
-/// Median seconds per call of `submit(i)` (work queued on `s`): 31 samples of `reps` calls each between two events,
-/// after 4 untimed calls.
-template <class F>
-double median_seconds(const lazygraph::Stream& s, int reps, F&& submit) {
+/// Median seconds per call of `submit(i)`, whose work may span several streams: 31 samples of `reps` calls each
+/// between two events on `s`, after 4 untimed calls; `wait()` waits for all of the work after each sample.
+template <class F, class W>
+double median_seconds(const lazygraph::Stream& s, int reps, F&& submit, W&& wait) {
   lazygraph::Event a(s.device());
   lazygraph::Event b(s.device());
   for (int i = 0; i < 4; ++i) submit(i);
+  wait();
   std::vector<double> t;
   for (int k = 0; k < 31; ++k) {
     a.record(s);
     for (int i = 0; i < reps; ++i) submit(i);
     b.record(s);
-    b.synchronize();
+    wait();
     t.push_back(lazygraph::Event::elapsed_ms(a, b) * 1e-3 / reps);
   }
   return median(t);
+}
+
+/// Median seconds per call of `submit(i)` (work queued on `s`).
+template <class F>
+double median_seconds(const lazygraph::Stream& s, int reps, F&& submit) {
+  return median_seconds(s, reps, std::forward<F>(submit), [&] { s.synchronize(); });
 }
 
 /// The copy ceiling in bytes per second: a 1 GiB device-to-device copy, bytes read plus bytes written.

@@ -97,8 +97,8 @@ BasicTensorParallelMlp<T>::BasicTensorParallelMlp(std::span<const Communicator> 
           generate_swiglu_weights(stream_for_weights, kernels, config_.seed, l, config_.d, config_.ffn);
       layers.push_back(shard_swiglu_weights(stream_for_weights, full, config_.d, config_.ffn, r, n));
     }
-    ranks_.push_back(Rank{comm, Stream(comm.device()), std::move(kernels), std::move(layers),
-                          DeviceBuffer<T>(comm.device(), d), DeviceBuffer<T>(comm.device(), d),
+    ranks_.push_back(Rank{comm, std::move(kernels), std::move(layers), DeviceBuffer<T>(comm.device(), d),
+                          DeviceBuffer<T>(comm.device(), d),
                           DeviceBuffer<T>(comm.device(), static_cast<std::size_t>(config_.ffn / n))});
   }
   graph_.emplace(MultiDeviceGraph::capture(comms, [this](int r, Scope& s) {
@@ -117,11 +117,9 @@ std::vector<T> BasicTensorParallelMlp<T>::forward(std::span<const T> x) {
     throw UsageError("TensorParallelMlp::forward: " + std::to_string(x.size()) +
                      " inputs, expected d = " + std::to_string(config_.d));
   }
-  for (Rank& r : ranks_) copy_async(r.stream, r.input.view(), x);
+  // On each graph's own stream, so the replay that follows is ordered after the copy.
   for (std::size_t r = 0; r < ranks_.size(); ++r) {
-    Event copied(ranks_[r].stream.device(), false);
-    copied.record(ranks_[r].stream);
-    graph_->graph(static_cast<int>(r)).stream().wait(copied);
+    copy_async(graph_->graph(static_cast<int>(r)).stream(), ranks_[r].input.view(), x);
   }
   graph_->launch();
   std::vector<T> out(static_cast<std::size_t>(config_.d));

@@ -324,7 +324,7 @@ TEST_SUITE("gpu") {
       }
     }
     MESSAGE(draws << " bf16 draws, " << differ << " differ from float64");
-    CHECK(differ * 10 <= draws);  // each one checked above; 2 of 72 were seen on the H100
+    CHECK(differ * 50 <= draws);
   }
 
   TEST_CASE("a BF16 checkpoint loads into the bf16 decoder bit for bit, and bf16 holds weights fp16 cannot") {

@@ -94,7 +94,6 @@ class BasicTensorParallelMlp {
  private:
   struct Rank {
     Communicator comm;
-    Stream stream;
     BasicKernels<T> kernels;
     std::vector<BasicSwigluShard<T>> layers;
     DeviceBuffer<T> input;
