@@ -74,6 +74,7 @@ namespace {
   X(cuStreamBeginCapture)                \
   X(cuStreamEndCapture)                  \
   X(cuStreamIsCapturing)                 \
+  X(cuThreadExchangeStreamCaptureMode)   \
   X(cuGraphInstantiateWithFlags)         \
   X(cuGraphUpload)                       \
   X(cuGraphLaunch)                       \
@@ -429,6 +430,17 @@ CurrentContext::CurrentContext(CUcontext ctx) {
 
 CurrentContext::~CurrentContext() {
   if (restore_) (void)instance().api.cuCtxSetCurrent(previous_);
+}
+
+RelaxedCapture::RelaxedCapture() {
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  check(api().cuThreadExchangeStreamCaptureMode(&mode), "cuThreadExchangeStreamCaptureMode", "the calling thread");
+  previous_ = mode;
+}
+
+RelaxedCapture::~RelaxedCapture() {
+  CUstreamCaptureMode mode = previous_;
+  (void)instance().api.cuThreadExchangeStreamCaptureMode(&mode);
 }
 
 void context_synchronize(CUcontext ctx) {

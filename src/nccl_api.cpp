@@ -316,6 +316,18 @@ void throw_error(int code, std::string_view api_name, std::string_view object, C
   throw NcclError(std::string(api_name), code, result_name(code), detail, where);
 }
 
+namespace {
+
+/// Around every call that enqueues work: NCCL acts on `ctx`'s device, and may set itself up (connect the ranks,
+/// enable peer access between their GPUs) also when the stream captures, which thread-local capture forbids.
+struct EnqueueScope {
+  driver::CurrentContext current;
+  driver::RelaxedCapture relaxed;
+  explicit EnqueueScope(CUcontext ctx) : current(ctx) {}
+};
+
+}  // namespace
+
 UniqueId get_unique_id() {
   UniqueId id;
   check(api().ncclGetUniqueId(&id), "ncclGetUniqueId", "a new communicator's id");
@@ -381,35 +393,35 @@ int comm_rank(Comm comm) {
 void all_reduce(CUcontext ctx, const void* send, void* recv, std::size_t count, DataType type, RedOp op, Comm comm,
                 CUstream stream, std::string_view object) {
   const EntryPoints& a = api();
-  const driver::CurrentContext current(ctx);
+  const EnqueueScope scope(ctx);
   check(a.ncclAllReduce(send, recv, count, type, op, comm, stream), "ncclAllReduce", object, comm);
 }
 
 void broadcast(CUcontext ctx, const void* send, void* recv, std::size_t count, DataType type, int root, Comm comm,
                CUstream stream, std::string_view object) {
   const EntryPoints& a = api();
-  const driver::CurrentContext current(ctx);
+  const EnqueueScope scope(ctx);
   check(a.ncclBroadcast(send, recv, count, type, root, comm, stream), "ncclBroadcast", object, comm);
 }
 
 void reduce_scatter(CUcontext ctx, const void* send, void* recv, std::size_t recv_count, DataType type, RedOp op,
                     Comm comm, CUstream stream, std::string_view object) {
   const EntryPoints& a = api();
-  const driver::CurrentContext current(ctx);
+  const EnqueueScope scope(ctx);
   check(a.ncclReduceScatter(send, recv, recv_count, type, op, comm, stream), "ncclReduceScatter", object, comm);
 }
 
 void all_gather(CUcontext ctx, const void* send, void* recv, std::size_t send_count, DataType type, Comm comm,
                 CUstream stream, std::string_view object) {
   const EntryPoints& a = api();
-  const driver::CurrentContext current(ctx);
+  const EnqueueScope scope(ctx);
   check(a.ncclAllGather(send, recv, send_count, type, comm, stream), "ncclAllGather", object, comm);
 }
 
 void send_recv(CUcontext ctx, std::span<const PointToPoint> transfers, DataType type, Comm comm, CUstream stream,
                std::string_view object) {
   const EntryPoints& a = api();
-  const driver::CurrentContext current(ctx);
+  const EnqueueScope scope(ctx);
   check(a.ncclGroupStart(), "ncclGroupStart", object, comm);
   Result first_error = success;
   const char* failed_api = "";
@@ -428,6 +440,9 @@ void send_recv(CUcontext ctx, std::span<const PointToPoint> transfers, DataType 
 
 void group_start() { check(api().ncclGroupStart(), "ncclGroupStart", "a group of NCCL calls"); }
 
-void group_end(std::string_view object) { check(api().ncclGroupEnd(), "ncclGroupEnd", object); }
+void group_end(std::string_view object) {
+  const driver::RelaxedCapture relaxed;  // the group's calls are issued here, connecting the ranks on first use
+  check(api().ncclGroupEnd(), "ncclGroupEnd", object);
+}
 
 }  // namespace lazygraph::detail::nccl

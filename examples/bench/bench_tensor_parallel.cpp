@@ -2,10 +2,13 @@
 // (d 4096, 32 heads, 8 kv heads, 8 layers, ffn 11008, vocab 32000: 3.1 GB) split over 1 GPU and over every GPU of
 // the machine, one rank each. Each row: the step's graph replay time (every rank's graph launched on its stream,
 // timed with CUDA events on rank 0's; median of 31 samples of 10 replays), the weight bytes each rank reads, the
-// fraction of rank 0's copy ceiling that reading them reached, and tokens/s. With one GPU only the TP = 1 rows run.
+// fraction of rank 0's copy ceiling that reading them reached, and tokens/s. Beside each step, a graph of the
+// step's collectives alone (the same all-reduces and all-gather on the same sizes, nothing between them): its replay
+// time and its share of the step, the latency that NCCL adds. With one GPU only the TP = 1 rows run.
 #include <lazygraph/lazygraph.hpp>
 #include <lazygraph/nn.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -46,10 +49,34 @@ Ranks make_ranks(int n) {
   return r;
 }
 
-void row(const char* model, int n, double seconds, double bytes_per_rank, double ceiling, double tp1) {
-  std::printf("| %s | %d | %.1f | %.0f | %.2f | %.0f | %s |\n", model, n, seconds * 1e6, bytes_per_rank * 1e-6,
-              bytes_per_rank / seconds / ceiling, 1.0 / seconds,
-              tp1 > 0 ? (std::to_string(seconds / tp1).substr(0, 5) + "x").c_str() : "-");
+/// A graph of a step's collectives alone: per rank `reduces` all-reduces of `d` elements, then, when `gathered`
+/// is not 0, an all-gather of `gathered / ranks` elements each; the replay's median seconds.
+double collectives_seconds(const Ranks& r, int reduces, std::size_t d, std::size_t gathered) {
+  const std::size_t n = r.comms.size();
+  std::vector<lg::DeviceBuffer<lg::half>> x;
+  std::vector<lg::DeviceBuffer<lg::half>> part;
+  std::vector<lg::DeviceBuffer<lg::half>> all;
+  for (const lg::Device& dev : r.devices) {
+    x.emplace_back(dev, d);
+    part.emplace_back(dev, std::max<std::size_t>(gathered / n, 1));
+    all.emplace_back(dev, std::max<std::size_t>(gathered, 1));
+  }
+  lg::MultiDeviceGraph graph = lg::MultiDeviceGraph::capture(r.comms, [&](int rank, lg::Scope& s) {
+    const auto i = static_cast<std::size_t>(rank);
+    for (int k = 0; k < reduces; ++k) s.record(lg::all_reduce(r.comms[i], x[i].view()));
+    if (gathered != 0) {
+      s.record(lg::all_gather<lg::half>(r.comms[i], part[i].cview(), all[i].view()));
+    }
+  });
+  return replay_seconds(graph);
+}
+
+void row(const char* model, int n, double seconds, double bytes_per_rank, double ceiling, double tp1,
+         double collectives) {
+  std::printf("| %s | %d | %.1f | %.0f | %.2f | %.0f | %s | %.1f | %.2f |\n", model, n, seconds * 1e6,
+              bytes_per_rank * 1e-6, bytes_per_rank / seconds / ceiling, 1.0 / seconds,
+              tp1 > 0 ? (std::to_string(seconds / tp1).substr(0, 5) + "x").c_str() : "-", collectives * 1e6,
+              collectives / seconds);
 }
 
 }  // namespace
@@ -74,7 +101,8 @@ int main(int argc, char** argv) {
     std::printf("bench_tensor_parallel: %d x %s, NCCL %s; copy ceiling (rank 0) %.2f TB/s\n\n", gpus,
                 lg::Device::get(0).name().c_str(), lg::nccl_version().c_str(), ceiling * 1e-12);
     std::printf(
-        "| model | TP | step us | MB per rank | of ceiling | tokens/s | vs TP 1 |\n|---|---|---|---|---|---|---|\n");
+        "| model | TP | step us | MB per rank | of ceiling | tokens/s | vs TP 1 | collectives alone us | their share "
+        "|\n|---|---|---|---|---|---|---|---|---|\n");
     std::vector<int> sizes{1};
     if (gpus > 1) sizes.push_back(gpus);
 
@@ -87,7 +115,8 @@ int main(int argc, char** argv) {
       Ranks r = make_ranks(n);
       lg::nn::TensorParallelMlp model(r.comms, r.libraries, mlp);
       const double t = replay_seconds(model.graph());
-      row("MLP 4096/11008/8", n, t, static_cast<double>(mlp.weight_bytes()) / n, ceiling, n == 1 ? 0 : mlp_tp1);
+      const double c = collectives_seconds(r, mlp.layers, static_cast<std::size_t>(mlp.d), 0);
+      row("MLP 4096/11008/8", n, t, static_cast<double>(mlp.weight_bytes()) / n, ceiling, n == 1 ? 0 : mlp_tp1, c);
       if (n == 1) mlp_tp1 = t;
     }
 
@@ -106,8 +135,10 @@ int main(int argc, char** argv) {
       lg::nn::TensorParallelDecoder model(r.comms, r.libraries, dec);
       for (int p = 0; p < 256; ++p) (void)model.forward({(p * 37) % dec.vocab, p});  // a 256-token context
       const double t = replay_seconds(model.graph());
+      const double c = collectives_seconds(r, 2 * dec.layers, static_cast<std::size_t>(dec.d),
+                                           static_cast<std::size_t>(dec.vocab));
       row("decoder 4096x8, 32k vocab, pos 255", n, t, static_cast<double>(dec.weight_bytes()) / n, ceiling,
-          n == 1 ? 0 : dec_tp1);
+          n == 1 ? 0 : dec_tp1, c);
       if (n == 1) dec_tp1 = t;
     }
     if (gpus == 1) std::printf("\none GPU: the TP = %s rows need a machine with more.\n", "N");

@@ -1,13 +1,15 @@
 // Communicator and CommunicatorId (detail/driver/communicator.hpp): ids as bytes and files, the ranks' comparison
-// (Clique), and on the GPU real NCCL communicators of one rank (a machine with one GPU; the two-GPU tests are in
-// tests/nn/tensor_parallel.cpp).
+// (Clique), and on the GPU real NCCL communicators: of one rank, and with two GPUs of two ranks made as two
+// processes would make them (one rank per thread here, from an id passed through a file).
 #include <doctest/doctest.h>
 
 #include <lazygraph/lazygraph.hpp>
 
 #include <chrono>
+#include <exception>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -108,5 +110,42 @@ TEST_SUITE("gpu") {
     comm.abort();
     CHECK(copy.aborted());
     CHECK_THROWS_WITH_AS((void)copy.get(), doctest::Contains("was aborted"), UsageError);
+  }
+
+  TEST_CASE("over two GPUs: one rank per thread from an id in a file, as one process per GPU would") {
+    if (!lgtest::have_nccl()) return;
+    if (Device::count() < 2) {
+      MESSAGE("skipped: two GPUs needed for two ranks; this machine has " << Device::count());
+      return;
+    }
+    const lgtest::TempDir dir("communicator-two-ranks");
+    const auto path = dir.path() / "id";
+    std::vector<std::optional<Communicator>> comms(2);
+    std::vector<std::exception_ptr> errors(2);
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < 2; ++r) {
+      ranks.emplace_back([&, r] {
+        try {
+          if (r == 0) CommunicatorId::create().write_file(path);  // rank 0 makes the id, the other reads it
+          const CommunicatorId id = CommunicatorId::read_file(path, 10s);
+          comms[static_cast<std::size_t>(r)].emplace(Device::get(r), r, 2, id);  // returns when both have come
+        } catch (...) {
+          errors[static_cast<std::size_t>(r)] = std::current_exception();
+        }
+      });
+    }
+    for (std::thread& t : ranks) t.join();
+    for (const std::exception_ptr& e : errors) {
+      if (e) std::rethrow_exception(e);
+    }
+    for (int r = 0; r < 2; ++r) {
+      const Communicator& c = *comms[static_cast<std::size_t>(r)];
+      CHECK(c.rank() == r);
+      CHECK(c.size() == 2);
+      CHECK(c.device().ordinal() == r);
+      CHECK(c.describe() == "rank " + std::to_string(r) + " of 2 on device " + std::to_string(r));
+      CHECK_NOTHROW(c.check());
+    }
+    CHECK(*comms[0] != *comms[1]);
   }
 }

@@ -1,11 +1,15 @@
 // MultiDeviceGraph (detail/graph/multi_device_graph.hpp): one graph per rank, recorded on a thread per rank,
-// launched together, waited for with a bound. On a one-GPU machine with one rank; the two-rank comparison of what
-// the ranks record is tested on the host (tests/driver/communicator.cpp) and on the two-GPU machine.
+// launched together, waited for with a bound. On a one-GPU machine with one rank; with two GPUs also two ranks,
+// whose every collective is checked against a float64 reference (the one-rank cases only see NCCL copy), and
+// whose different recordings are refused before launch. The comparison itself is tested on the host
+// (tests/driver/communicator.cpp).
 #include <doctest/doctest.h>
 
 #include <lazygraph/lazygraph.hpp>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <vector>
 
 #include "common/gpu.hpp"
@@ -13,6 +17,30 @@
 
 using namespace lazygraph;
 using namespace std::chrono_literals;
+
+namespace {
+
+/// A communicator of the first two GPUs, never used before: its ranks connect at their first collective. Empty
+/// after a MESSAGE saying why when this machine cannot have one.
+std::vector<Communicator> fresh_two_ranks() {
+  if (!lgtest::have_nccl()) return {};
+  if (Device::count() < 2) {
+    MESSAGE("skipped: two GPUs needed for two ranks; this machine has " << Device::count());
+    return {};
+  }
+  return Communicator::create_all(std::vector<Device>{Device::get(0), Device::get(1)});
+}
+
+/// One rank's buffers for every kind of collective, n elements each (2n where the kind needs ranks x n).
+struct RankData {
+  RankData(const Device& d, std::size_t n)
+      : x(d, n), sum(d, n), max(d, n), gathered(d, 2 * n), scatter_in(d, 2 * n), scattered(d, n), broadcast(d, n),
+        exchanged(d, n), counts(d, n), count_sum(d, n) {}
+  DeviceBuffer<float> x, sum, max, gathered, scatter_in, scattered, broadcast, exchanged;
+  DeviceBuffer<std::int32_t> counts, count_sum;
+};
+
+}  // namespace
 
 TEST_SUITE("gpu") {
   TEST_CASE("a MultiDeviceGraph of every GPU's rank records, launches and waits with a bound") {
@@ -43,5 +71,92 @@ TEST_SUITE("gpu") {
     CHECK_THROWS_WITH_AS(MultiDeviceGraph::capture(comms, [](int, Scope&) { throw UsageError("rank's own error"); }),
                          doctest::Contains("rank's own error"), UsageError);
     CHECK_FALSE(comms[0].aborted());  // it failed alone: nobody waited for it
+  }
+
+  TEST_CASE("over two GPUs: a communicator's first collectives are captured; each kind equals its reference") {
+    const std::vector<Communicator> comms = fresh_two_ranks();
+    if (comms.empty()) return;
+    const std::size_t n = 1000 + 3;
+    std::vector<Stream> streams;
+    std::vector<RankData> data;
+    for (const Communicator& c : comms) {
+      streams.emplace_back(c.device());
+      data.emplace_back(c.device(), n);
+    }
+    // Everything a rank does, the other does too, in the same order: the clique comparison passes.
+    MultiDeviceGraph graph = MultiDeviceGraph::capture(comms, [&](int rank, Scope& sc) {
+      const Communicator& c = comms[static_cast<std::size_t>(rank)];
+      RankData& d = data[static_cast<std::size_t>(rank)];
+      const int other = 1 - rank;
+      sc.record(all_reduce<float>(c, d.x.view(), d.sum.view()) >>
+                all_reduce<float>(c, d.x.view(), d.max.view(), ReduceOp::max) >>
+                all_gather<float>(c, d.x.view(), d.gathered.view()) >>
+                reduce_scatter<float>(c, d.scatter_in.view(), d.scattered.view()) >>
+                broadcast<float>(c, d.x.view(), d.broadcast.view(), 1) >>
+                send_recv<float>(c, d.x.view(), other, d.exchanged.view(), other) >>
+                all_reduce<std::int32_t>(c, d.counts.view(), d.count_sum.view()));
+    });
+    REQUIRE(graph.size() == 2);
+    for (int replay = 0; replay < 2; ++replay) {  // fresh inputs each replay: the graph reads them anew
+      std::vector<std::vector<float>> x;
+      std::vector<std::vector<float>> scatter_in;
+      std::vector<std::vector<std::int32_t>> counts;
+      for (std::size_t r = 0; r < 2; ++r) {
+        x.push_back(lgtest::random_floats(n));
+        scatter_in.push_back(lgtest::random_floats(2 * n));
+        std::vector<std::int32_t> c(n);
+        for (std::size_t i = 0; i < n; ++i) c[i] = static_cast<std::int32_t>((x[r][i] * 1e6F)) + replay;
+        counts.push_back(std::move(c));
+        copy_async(streams[r], data[r].x.view(), std::span<const float>(x[r]));
+        copy_async(streams[r], data[r].scatter_in.view(), std::span<const float>(scatter_in[r]));
+        copy_async(streams[r], data[r].counts.view(), std::span<const std::int32_t>(counts[r]));
+        streams[r].synchronize();
+      }
+      graph.launch();
+      for (std::size_t r = 0; r < 2; ++r) {
+        const Stream& s = streams[r];
+        const std::size_t other = 1 - r;
+        // A sum of two floats is exact in float64; NCCL's float sum is that value rounded once.
+        const std::vector<float> sum = lgtest::to_host(s, data[r].sum.view());
+        const std::vector<float> max = lgtest::to_host(s, data[r].max.view());
+        const std::vector<float> gathered = lgtest::to_host(s, data[r].gathered.view());
+        const std::vector<float> scattered = lgtest::to_host(s, data[r].scattered.view());
+        const std::vector<std::int32_t> count_sum = lgtest::to_host(s, data[r].count_sum.view());
+        for (std::size_t i = 0; i < n; ++i) {
+          REQUIRE(sum[i] == static_cast<float>(static_cast<double>(x[0][i]) + static_cast<double>(x[1][i])));
+          REQUIRE(max[i] == std::max(x[0][i], x[1][i]));
+          REQUIRE(gathered[i] == x[0][i]);
+          REQUIRE(gathered[n + i] == x[1][i]);
+          REQUIRE(scattered[i] == static_cast<float>(static_cast<double>(scatter_in[0][r * n + i]) +
+                                                     static_cast<double>(scatter_in[1][r * n + i])));
+          REQUIRE(count_sum[i] == counts[0][i] + counts[1][i]);
+        }
+        CHECK(lgtest::to_host(s, data[r].broadcast.view()) == x[1]);
+        CHECK(lgtest::to_host(s, data[r].exchanged.view()) == x[other]);
+      }
+    }
+  }
+
+  TEST_CASE("over two GPUs: ranks that record different collectives are refused before launch, naming both") {
+    const std::vector<Communicator> comms = fresh_two_ranks();
+    if (comms.empty()) return;
+    DeviceBuffer<float> a(comms[0].device(), 64);
+    DeviceBuffer<float> b(comms[1].device(), 64);
+    const auto record = [&](std::size_t rank1_count) {
+      return MultiDeviceGraph::capture(comms, [&, rank1_count](int rank, Scope& sc) {
+        if (rank == 0) sc.record(all_reduce<float>(comms[0], a.view()));
+        if (rank == 1) sc.record(all_reduce<float>(comms[1], b.view().subspan(0, rank1_count)));
+      });
+    };
+    // The first collectives connect the ranks, which wait for each other there: a rank refused before it connects
+    // would leave the other waiting until the communicators are aborted. Connected, nobody waits in NCCL.
+    record(64).launch();
+    // Rank 1 reduces fewer elements: NCCL would read past its data or hang; the comparison stops it first.
+    CHECK_THROWS_WITH_AS(record(32), doctest::Contains("all_reduce sum of 64 float32"), UsageError);
+    CHECK_FALSE(comms[0].aborted());
+    CHECK_FALSE(comms[1].aborted());
+    MultiDeviceGraph again = record(64);  // the communicators still work
+    again.launch();
+    again.synchronize_for(10s);
   }
 }

@@ -1,7 +1,8 @@
 // NCCL collectives as ops (detail/ops/collective.hpp): sizes and peers checked when built (host), and on the GPU
 // every collective eager and captured on a communicator of one rank, exactly equal to what one rank's collective
-// is (its own data). With one rank NCCL copies instead of running its ring kernels; the two-rank arithmetic is
-// tested on the two-GPU machine (tests/nn/tensor_parallel.cpp).
+// is (its own data). With one rank NCCL copies instead of running its ring kernels; the two-rank arithmetic of
+// every kind is tested on the two-GPU machine (tests/graph/multi_device_graph.cpp), and here what goes wrong
+// between two ranks: a stream of the other GPU, a rank whose peer never comes.
 #include <doctest/doctest.h>
 
 #include <lazygraph/lazygraph.hpp>
@@ -9,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -196,5 +198,60 @@ TEST_SUITE("gpu") {
     CHECK_THROWS_AS(
         (void)CudaGraph<>::build(lgtest::device(), [&](Scope& sc) { sc.record(all_reduce(comm, a.view())); }),
         UsageError);
+  }
+
+  TEST_CASE("over two GPUs: a stream of the other GPU is refused; a rank left alone gets a TimeoutError, no hang") {
+    if (!lgtest::have_nccl()) return;
+    if (Device::count() < 2) {
+      MESSAGE("skipped: two GPUs needed for two ranks; this machine has " << Device::count());
+      return;
+    }
+    const std::vector<Communicator> comms = Communicator::create_all(std::vector<Device>{Device::get(0), Device::get(1)});
+    std::vector<Stream> streams;
+    for (const Communicator& c : comms) streams.emplace_back(c.device());
+    const std::size_t n = 4096 + 1;
+    const std::vector<std::vector<float>> x{lgtest::random_floats(n), lgtest::random_floats(n)};
+    std::vector<DeviceBuffer<float>> data;
+    for (std::size_t r = 0; r < 2; ++r) data.push_back(lgtest::to_device(streams[r], x[r]));
+
+    CHECK_THROWS_WITH_AS(all_reduce(comms[0], data[1].view()).sync_on(streams[1]),
+                         doctest::Contains("on a stream of device 1 with communicator rank 0 of 2 on device 0"),
+                         UsageError);
+
+    // Both ranks at once, eagerly, each from its own thread (as one process per GPU would): connected and summed.
+    {
+      std::vector<std::exception_ptr> errors(2);
+      std::vector<std::thread> ranks;
+      for (std::size_t r = 0; r < 2; ++r) {
+        ranks.emplace_back([&, r] {
+          try {
+            all_reduce(comms[r], data[r].view()).sync_on(streams[r]);
+          } catch (...) {
+            errors[r] = std::current_exception();
+          }
+        });
+      }
+      for (std::thread& t : ranks) t.join();
+      for (const std::exception_ptr& e : errors) {
+        if (e) std::rethrow_exception(e);
+      }
+    }
+    for (std::size_t r = 0; r < 2; ++r) {
+      const std::vector<float> got = lgtest::to_host(streams[r], data[r].view());
+      for (std::size_t i = 0; i < n; ++i) {
+        REQUIRE(got[i] == static_cast<float>(static_cast<double>(x[0][i]) + static_cast<double>(x[1][i])));
+      }
+    }
+
+    // Rank 1 never comes: rank 0's all_reduce waits on the GPU for it; the bounded wait aborts and says so.
+    {
+      ExecContext eager(streams[0], false);
+      all_reduce(comms[0], data[0].view()).execute(eager);
+    }
+    CHECK_THROWS_WITH_AS(comms[0].wait(streams[0], 500ms), doctest::Contains("did not finish within 500 ms"),
+                         TimeoutError);
+    CHECK(comms[0].aborted());
+    streams[0].synchronize();  // the aborted collective left the GPU
+    comms[1].abort();          // its peer is gone: nothing it could do would finish
   }
 }

@@ -244,6 +244,23 @@ class CurrentContext {
   bool restore_ = false;
 };
 
+/// While it lives, the calling thread may make the calls that stream capture otherwise forbids it (allocation,
+/// enabling peer access, synchronising other streams), also while one of its streams captures; its previous
+/// capture mode is restored afterwards. For another library that sets itself up on first use, which may be
+/// inside a capture: NCCL connects a communicator's ranks, enabling peer access between their GPUs, at the first
+/// collective of each kind. The work it enqueues on the capturing stream is still captured.
+/// \throws CudaError when the driver refuses the mode.
+class RelaxedCapture {
+ public:
+  RelaxedCapture();
+  ~RelaxedCapture();
+  RelaxedCapture(const RelaxedCapture&) = delete;
+  RelaxedCapture& operator=(const RelaxedCapture&) = delete;
+
+ private:
+  CUstreamCaptureMode previous_ = CU_STREAM_CAPTURE_MODE_RELAXED;
+};
+
 /// For tests of failure paths on a real GPU: while an InjectedFault lives, every call of the driver function
 /// `api` (e.g. "cuStreamCreate") made through these wrappers returns `code` instead of running, so a test can
 /// check that lazygraph cleans up and reports the failure. Costs nothing when unused (it swaps one entry in

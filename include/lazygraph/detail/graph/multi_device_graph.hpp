@@ -5,7 +5,7 @@
 /// needs every rank to take part in a collective at the same time, also while capturing: a rank's first collective
 /// may connect to its peers), and compares the ranks' collectives as they are recorded, so that ranks that
 /// disagree fail with a UsageError naming both instead of hanging in NCCL. Each rank's graph replays on a stream
-/// of its own device; `launch` starts them all and waits, `launch_for(timeout)` bounds the wait.
+/// of its own device; `launch` starts them all and waits, `synchronize_for(timeout)` bounds a wait.
 ///
 ///     auto comms = Communicator::create_all(devices);
 ///     auto graph = MultiDeviceGraph::capture(comms, [&](int rank, Scope& s) {
@@ -41,8 +41,9 @@ class MultiDeviceGraph {
   /// Captures `callback(rank, scope)` for every communicator (a Scope on a stream of that rank's device), each
   /// on a thread of its own, and instantiates and uploads each rank's graph.
   /// \throws UsageError for no communicators, communicators of different cliques, or ranks that recorded
-  /// different collectives (the communicators stay usable); whatever a callback threw (when the other ranks do
-  /// not finish within a few seconds of it, the communicators are aborted: make new ones).
+  /// different collectives; whatever a callback threw. The communicators stay usable unless another rank was
+  /// left waiting in NCCL for the failed one (as at a communicator's first collectives, where the ranks connect
+  /// to each other): after a few seconds the communicators are aborted so that it returns; make new ones.
   template <class F>
   requires std::is_invocable_v<F&, int, Scope&>
   static MultiDeviceGraph capture(std::span<const Communicator> comms, F&& callback, const GraphOptions& options = {}) {
