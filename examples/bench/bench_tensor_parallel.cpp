@@ -128,7 +128,6 @@ int main(int argc, char** argv) {
     dec.ffn = 11008;
     dec.vocab = 32000;
     dec.context = 1024;
-    dec.fused = false;
     double dec_tp1 = 0;
     for (const int n : sizes) {
       Ranks r = make_ranks(n);

@@ -1,18 +1,19 @@
 // The attention block's input side in one kernel: for each row b of the batch, with h = x_b / rms(x_b) * g,
 //   q_b = rope(Wq h),  k = rope(Wk h) and v = Wv h appended to the KV cache at (slots[b], positions[b])
 // -- what rms_norm_gemv three times, rope and kv_append do, in one launch: the three projections are one stream of
-// d + 2 * kv_dim weight rows (Wq's, then Wk's, then Wv's), RoPE rotates each pair (2i, 2i+1) of a head in fp32
+// q_rows + 2 * kv_dim weight rows (Wq's, then Wk's, then Wv's), RoPE rotates each pair (2i, 2i+1) of a head in fp32
 // before the single rounding, and k and v go straight into the caches. Same RoPE (interleaved pairs, angle =
 // position * theta^(-2i / head_dim)) and cache layout ([slot][kv_head][position][head_dim]) as kernels/nn/rope.cu
 // and kernels/nn/attention.cu.
 //
-//   qkv_rope_append(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, n_kv_heads, head_dim, max_ctx,
-//                   n_slots, theta, eps, batch)
+//   qkv_rope_append(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim,
+//                   max_ctx, n_slots, theta, eps, batch)
 // (fp16; qkv_rope_append_bf16 over bf16; _b2, _b4, _b8 variants for batches up to 2, 4, 8 as in gemv.cu.) Wq is
-// [d x d], Wk and Wv [n_kv_heads * head_dim x d], x [batch][d], g [d], q [batch][d].
+// [q_rows x d], Wk and Wv [n_kv_heads * head_dim x d], x [batch][d], g [d], q [batch][q_rows]. q_rows is d for a
+// whole model; a tensor-parallel rank's shard has only its heads' rows of each (q_rows = d / ranks).
 //
-// Requirements (a trap otherwise): as gemv.cu's, plus head_dim even and dividing d, a position in [0, max_ctx) and a
-// slot in [0, n_slots) for every row, and an even number of rows per block (blockDim.z), so that both rows of a RoPE
+// Requirements (a trap otherwise): as gemv.cu's, plus head_dim even and dividing q_rows, a position in [0, max_ctx) and
+// a slot in [0, n_slots) for every row, and an even number of rows per block (blockDim.z), so that both rows of a RoPE
 // pair are in one block: launch as gemv with at most 4 warps per row (nn::Kernels::qkv_config).
 #include "lazygraph/nn/gemv_core.cuh"
 
@@ -20,7 +21,7 @@ namespace {
 
 using namespace lg::nn;
 
-/// The rows of Wq, then Wk, then Wv, as one matrix of d + 2 * kv_dim rows.
+/// The rows of Wq, then Wk, then Wv, as one matrix of q_rows + 2 * kv_dim rows.
 template <class T>
 struct QkvRows {
   using Element = T;
@@ -28,12 +29,13 @@ struct QkvRows {
   const T* wq;
   const T* wk;
   const T* wv;
-  int d;
+  int d;  // the row length
+  int q_rows;
   int kv_dim;
   __device__ __forceinline__ const T* row(int, int r) const {
-    const T* base = r < d ? wq + static_cast<long long>(r) * d
-                          : (r < d + kv_dim ? wk + static_cast<long long>(r - d) * d
-                                            : wv + static_cast<long long>(r - d - kv_dim) * d);
+    const T* base = r < q_rows ? wq + static_cast<long long>(r) * d
+                               : (r < q_rows + kv_dim ? wk + static_cast<long long>(r - q_rows) * d
+                                                      : wv + static_cast<long long>(r - q_rows - kv_dim) * d);
     return base;
   }
 };
@@ -43,16 +45,16 @@ constexpr int kMaxRowsPerBlock = 8;
 template <int B, class T>
 __device__ __forceinline__ void qkv_body(const T* Wq, const T* Wk, const T* Wv, const T* x, const T* g, T* q,
                                          T* k_cache, T* v_cache, const int* positions, const int* slots, int d,
-                                         int n_kv_heads, int head_dim, int max_ctx, int n_slots, float theta, float eps,
-                                         int batch) {
+                                         int q_rows, int n_kv_heads, int head_dim, int max_ctx, int n_slots,
+                                         float theta, float eps, int batch) {
   const int kv_dim = n_kv_heads * head_dim;
-  const int rows = d + 2 * kv_dim;
+  const int rows = q_rows + 2 * kv_dim;
   if (!shapes_supported(d, batch, Wq, Wk, x) || !lg::is_aligned16(Wv) || !lg::is_aligned16(g) || batch > B ||
-      head_dim <= 0 || head_dim % 2 != 0 || d % head_dim != 0 || n_kv_heads <= 0 || blockDim.z % 2 != 0 ||
-      blockDim.z > kMaxRowsPerBlock) {
+      head_dim <= 0 || head_dim % 2 != 0 || q_rows <= 0 || q_rows % head_dim != 0 || n_kv_heads <= 0 ||
+      blockDim.z % 2 != 0 || blockDim.z > kMaxRowsPerBlock) {
     __trap();
   }
-  const QkvRows<T> w{Wq, Wk, Wv, d, kv_dim};
+  const QkvRows<T> w{Wq, Wk, Wv, d, q_rows, kv_dim};
   prefetch_weights(w, rows, d);
   __shared__ float dots[kMaxRowsPerBlock][B];  // [row in the block][vector]: the scaled dot products of a pass
   const int groups = blockDim.z;
@@ -74,8 +76,8 @@ __device__ __forceinline__ void qkv_body(const T* Wq, const T* Wk, const T* Wv, 
         const int slot = slots[b];
         if (position < 0 || position >= max_ctx || slot < 0 || slot >= n_slots) __trap();
         float v = dots[group][b];
-        if (row < d + kv_dim) {  // q or k: rotate the pair (2i, 2i+1) this element belongs to
-          const int within = (row < d ? row : row - d) % head_dim;
+        if (row < q_rows + kv_dim) {  // q or k: rotate the pair (2i, 2i+1) this element belongs to
+          const int within = (row < q_rows ? row : row - q_rows) % head_dim;
           const int i = within / 2;
           const float angle =
               static_cast<float>(position) * powf(theta, -2.0f * static_cast<float>(i) / static_cast<float>(head_dim));
@@ -85,11 +87,11 @@ __device__ __forceinline__ void qkv_body(const T* Wq, const T* Wk, const T* Wv, 
           const float other = dots[group ^ 1][b];
           v = within % 2 == 0 ? v * c - other * s : other * s + v * c;
         }
-        if (row < d) {
-          q[static_cast<long long>(b) * d + row] = lg::from_float<T>(v);
+        if (row < q_rows) {
+          q[static_cast<long long>(b) * q_rows + row] = lg::from_float<T>(v);
         } else {
-          const bool is_k = row < d + kv_dim;
-          const int local = is_k ? row - d : row - d - kv_dim;
+          const bool is_k = row < q_rows + kv_dim;
+          const int local = is_k ? row - q_rows : row - q_rows - kv_dim;
           const long long at =
               ((static_cast<long long>(slot) * n_kv_heads + local / head_dim) * max_ctx + position) * head_dim +
               local % head_dim;
@@ -105,71 +107,71 @@ __device__ __forceinline__ void qkv_body(const T* Wq, const T* Wk, const T* Wv, 
 extern "C" __global__ void __launch_bounds__(256, 2)
     qkv_rope_append(const lg::half_t* Wq, const lg::half_t* Wk, const lg::half_t* Wv, const lg::half_t* x,
                     const lg::half_t* g, lg::half_t* q, lg::half_t* k_cache, lg::half_t* v_cache, const int* positions,
-                    const int* slots, int d, int n_kv_heads, int head_dim, int max_ctx, int n_slots, float theta,
-                    float eps, int batch) {
-  qkv_body<1>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, n_kv_heads, head_dim, max_ctx, n_slots, theta,
-              eps, batch);
+                    const int* slots, int d, int q_rows, int n_kv_heads, int head_dim, int max_ctx, int n_slots,
+                    float theta, float eps, int batch) {
+  qkv_body<1>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim, max_ctx,
+              n_slots, theta, eps, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2)
     qkv_rope_append_b2(const lg::half_t* Wq, const lg::half_t* Wk, const lg::half_t* Wv, const lg::half_t* x,
                        const lg::half_t* g, lg::half_t* q, lg::half_t* k_cache, lg::half_t* v_cache,
-                       const int* positions, const int* slots, int d, int n_kv_heads, int head_dim, int max_ctx,
-                       int n_slots, float theta, float eps, int batch) {
-  qkv_body<2>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, n_kv_heads, head_dim, max_ctx, n_slots, theta,
-              eps, batch);
+                       const int* positions, const int* slots, int d, int q_rows, int n_kv_heads, int head_dim,
+                       int max_ctx, int n_slots, float theta, float eps, int batch) {
+  qkv_body<2>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim, max_ctx,
+              n_slots, theta, eps, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2)
     qkv_rope_append_b4(const lg::half_t* Wq, const lg::half_t* Wk, const lg::half_t* Wv, const lg::half_t* x,
                        const lg::half_t* g, lg::half_t* q, lg::half_t* k_cache, lg::half_t* v_cache,
-                       const int* positions, const int* slots, int d, int n_kv_heads, int head_dim, int max_ctx,
-                       int n_slots, float theta, float eps, int batch) {
-  qkv_body<4>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, n_kv_heads, head_dim, max_ctx, n_slots, theta,
-              eps, batch);
+                       const int* positions, const int* slots, int d, int q_rows, int n_kv_heads, int head_dim,
+                       int max_ctx, int n_slots, float theta, float eps, int batch) {
+  qkv_body<4>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim, max_ctx,
+              n_slots, theta, eps, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2)
     qkv_rope_append_b8(const lg::half_t* Wq, const lg::half_t* Wk, const lg::half_t* Wv, const lg::half_t* x,
                        const lg::half_t* g, lg::half_t* q, lg::half_t* k_cache, lg::half_t* v_cache,
-                       const int* positions, const int* slots, int d, int n_kv_heads, int head_dim, int max_ctx,
-                       int n_slots, float theta, float eps, int batch) {
-  qkv_body<8>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, n_kv_heads, head_dim, max_ctx, n_slots, theta,
-              eps, batch);
+                       const int* positions, const int* slots, int d, int q_rows, int n_kv_heads, int head_dim,
+                       int max_ctx, int n_slots, float theta, float eps, int batch) {
+  qkv_body<8>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim, max_ctx,
+              n_slots, theta, eps, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2)
     qkv_rope_append_bf16(const lg::bf16_t* Wq, const lg::bf16_t* Wk, const lg::bf16_t* Wv, const lg::bf16_t* x,
                          const lg::bf16_t* g, lg::bf16_t* q, lg::bf16_t* k_cache, lg::bf16_t* v_cache,
-                         const int* positions, const int* slots, int d, int n_kv_heads, int head_dim, int max_ctx,
-                         int n_slots, float theta, float eps, int batch) {
-  qkv_body<1>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, n_kv_heads, head_dim, max_ctx, n_slots, theta,
-              eps, batch);
+                         const int* positions, const int* slots, int d, int q_rows, int n_kv_heads, int head_dim,
+                         int max_ctx, int n_slots, float theta, float eps, int batch) {
+  qkv_body<1>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim, max_ctx,
+              n_slots, theta, eps, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2)
     qkv_rope_append_bf16_b2(const lg::bf16_t* Wq, const lg::bf16_t* Wk, const lg::bf16_t* Wv, const lg::bf16_t* x,
                             const lg::bf16_t* g, lg::bf16_t* q, lg::bf16_t* k_cache, lg::bf16_t* v_cache,
-                            const int* positions, const int* slots, int d, int n_kv_heads, int head_dim, int max_ctx,
-                            int n_slots, float theta, float eps, int batch) {
-  qkv_body<2>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, n_kv_heads, head_dim, max_ctx, n_slots, theta,
-              eps, batch);
+                            const int* positions, const int* slots, int d, int q_rows, int n_kv_heads, int head_dim,
+                            int max_ctx, int n_slots, float theta, float eps, int batch) {
+  qkv_body<2>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim, max_ctx,
+              n_slots, theta, eps, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2)
     qkv_rope_append_bf16_b4(const lg::bf16_t* Wq, const lg::bf16_t* Wk, const lg::bf16_t* Wv, const lg::bf16_t* x,
                             const lg::bf16_t* g, lg::bf16_t* q, lg::bf16_t* k_cache, lg::bf16_t* v_cache,
-                            const int* positions, const int* slots, int d, int n_kv_heads, int head_dim, int max_ctx,
-                            int n_slots, float theta, float eps, int batch) {
-  qkv_body<4>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, n_kv_heads, head_dim, max_ctx, n_slots, theta,
-              eps, batch);
+                            const int* positions, const int* slots, int d, int q_rows, int n_kv_heads, int head_dim,
+                            int max_ctx, int n_slots, float theta, float eps, int batch) {
+  qkv_body<4>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim, max_ctx,
+              n_slots, theta, eps, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2)
     qkv_rope_append_bf16_b8(const lg::bf16_t* Wq, const lg::bf16_t* Wk, const lg::bf16_t* Wv, const lg::bf16_t* x,
                             const lg::bf16_t* g, lg::bf16_t* q, lg::bf16_t* k_cache, lg::bf16_t* v_cache,
-                            const int* positions, const int* slots, int d, int n_kv_heads, int head_dim, int max_ctx,
-                            int n_slots, float theta, float eps, int batch) {
-  qkv_body<8>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, n_kv_heads, head_dim, max_ctx, n_slots, theta,
-              eps, batch);
+                            const int* positions, const int* slots, int d, int q_rows, int n_kv_heads, int head_dim,
+                            int max_ctx, int n_slots, float theta, float eps, int batch) {
+  qkv_body<8>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim, max_ctx,
+              n_slots, theta, eps, batch);
 }

@@ -1,5 +1,6 @@
 #include "lazygraph/nn/tensor_parallel_decoder.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -34,6 +35,7 @@ BasicTensorParallelDecoder<T>::BasicTensorParallelDecoder(std::span<const Commun
   const auto dq = d / static_cast<std::size_t>(n);
   const auto dkv = static_cast<std::size_t>(config_.kv_dim()) / static_cast<std::size_t>(n);
   const auto vocab_part = static_cast<std::size_t>(config_.vocab / n);
+  const auto hd = static_cast<std::size_t>(config_.head_dim());
   const auto cache = static_cast<std::size_t>(config_.layers) * static_cast<std::size_t>(config_.context) * dkv;
   ranks_.reserve(comms.size());
   for (int r = 0; r < n; ++r) {
@@ -50,11 +52,12 @@ BasicTensorParallelDecoder<T>::BasicTensorParallelDecoder(std::span<const Commun
       const BasicAttentionWeights<T>& a = full.attention[static_cast<std::size_t>(l)];
       DeviceBuffer<T> gain(device, d);
       copy_async(stream, gain.view(), a.gain.cview());
+      DeviceBuffer<T> wqkv(device, (dq + 2 * dkv) * d);
+      copy_async(stream, wqkv.view().subspan(0, dq * d), a.wq.cview().subspan(rank * dq * d, dq * d));
+      copy_async(stream, wqkv.view().subspan(dq * d, dkv * d), a.wk.cview().subspan(rank * dkv * d, dkv * d));
+      copy_async(stream, wqkv.view().subspan((dq + dkv) * d, dkv * d), a.wv.cview().subspan(rank * dkv * d, dkv * d));
       layers.push_back(
-          Layer{std::move(gain), detail::copy_rows(stream, a.wq.cview(), d, rank * dq, dq),
-                detail::copy_rows(stream, a.wk.cview(), d, rank * dkv, dkv),
-                detail::copy_rows(stream, a.wv.cview(), d, rank * dkv, dkv),
-                detail::copy_columns(stream, a.wo.cview(), d, d, rank * dq, dq),
+          Layer{std::move(gain), std::move(wqkv), detail::copy_columns(stream, a.wo.cview(), d, d, rank * dq, dq),
                 shard_swiglu_weights(stream, full.mlp[static_cast<std::size_t>(l)], config_.d, config_.ffn, r, n)});
     }
     DeviceBuffer<T> embedding(device, full.embedding.size());
@@ -66,10 +69,14 @@ BasicTensorParallelDecoder<T>::BasicTensorParallelDecoder(std::span<const Commun
     ranks_.push_back(
         Rank{comm, std::move(kernels), std::move(embedding), std::move(layers), std::move(final_gain),
              std::move(lm_head), DeviceBuffer<int>(device, 3), DeviceBuffer<int>(device, 1), DeviceBuffer<T>(device, d),
-             DeviceBuffer<T>(device, dq), DeviceBuffer<T>(device, dkv), DeviceBuffer<T>(device, dkv),
-             DeviceBuffer<T>(device, dq), DeviceBuffer<T>(device, static_cast<std::size_t>(config_.ffn / n)),
-             DeviceBuffer<T>(device, vocab_part), DeviceBuffer<T>(device, static_cast<std::size_t>(config_.vocab)),
-             DeviceBuffer<T>(device, cache), DeviceBuffer<T>(device, cache)});
+             DeviceBuffer<T>(device, dq + 2 * dkv), DeviceBuffer<T>(device, dq),
+             DeviceBuffer<T>(device, static_cast<std::size_t>(config_.ffn / n)), DeviceBuffer<T>(device, vocab_part),
+             DeviceBuffer<T>(device, static_cast<std::size_t>(config_.vocab)), DeviceBuffer<T>(device, cache),
+             DeviceBuffer<T>(device, cache),
+             DeviceBuffer<float>(device, dq / hd * static_cast<std::size_t>(config_.attention_splits()) * (hd + 2)),
+             DeviceBuffer<unsigned>(device, dq / hd)});
+    // attention_split counts each head's blocks here and leaves the counts at zero; they start there.
+    fill(ranks_.back().attention_counters.view(), 0U).sync_on(stream);
   }
   graph_.emplace(MultiDeviceGraph::capture(comms, [this](int r, Scope& s) { record_step(r, s); }));
 }
@@ -95,6 +102,23 @@ void BasicTensorParallelDecoder<T>::record_step(int r, Scope& s) {
       {{static_cast<unsigned>(heads), 1, 1}, {256, 1, 1}, static_cast<unsigned>(c.context * sizeof(float))});
   const auto cache_size = static_cast<std::size_t>(c.context) * static_cast<std::size_t>(dkv);
   const auto& down = r == 0 ? k.gemv_add : k.gemv;  // rank 0 keeps x in the all-reduce's sum
+  const DeviceSpan<T> q = me.qkv.view().subspan(0, static_cast<std::size_t>(dq));
+  const DeviceSpan<T> kk = me.qkv.view().subspan(static_cast<std::size_t>(dq), static_cast<std::size_t>(dkv));
+  const DeviceSpan<T> v = me.qkv.view().subspan(static_cast<std::size_t>(dq + dkv), static_cast<std::size_t>(dkv));
+  // This rank's rows of Wq, Wk and Wv, one after the other in wqkv.
+  const auto wq = [&](const Layer& w) { return w.wqkv.cview().subspan(0, static_cast<std::size_t>(dq) * d); };
+  const auto wk = [&](const Layer& w) {
+    return w.wqkv.cview().subspan(static_cast<std::size_t>(dq) * d, static_cast<std::size_t>(dkv) * d);
+  };
+  const auto wv = [&](const Layer& w) {
+    return w.wqkv.cview().subspan(static_cast<std::size_t>(dq + dkv) * d, static_cast<std::size_t>(dkv) * d);
+  };
+  const int splits = c.attention_splits();
+  const auto split_len = static_cast<unsigned>((c.context + splits - 1) / splits);
+  const LaunchConfig per_split = k.step_config(
+      {{static_cast<unsigned>(heads), 1, static_cast<unsigned>(splits)},
+       {128, 1, 1},
+       std::max(split_len, static_cast<unsigned>(splits * (hd + 2))) * static_cast<unsigned>(sizeof(float))});
 
   s.record(named("embedding", k.embedding(k.step_config(grid_for(static_cast<std::size_t>(d), 256)),
                                           me.embedding.cview(), tokens, me.x.view(), d, 1)));
@@ -103,19 +127,28 @@ void BasicTensorParallelDecoder<T>::record_step(int r, Scope& s) {
     const DeviceSpan<T> kc = me.k_cache.view().subspan(static_cast<std::size_t>(l) * cache_size, cache_size);
     const DeviceSpan<T> vc = me.v_cache.view().subspan(static_cast<std::size_t>(l) * cache_size, cache_size);
     const std::string name = "layer " + std::to_string(l);
+    // Fused (DecoderConfig::fused): the norm, this rank's q, k and v rows, RoPE and the cache append in one kernel,
+    // attention spread over blocks of positions; unfused: three projections, rope, kv_append, one block per head.
+    // Either is Decoder's with the same `fused`, on this rank's heads.
+    auto fused = k.qkv_rope_append(k.qkv_config(dq, dkv, d), wq(w), wk(w), wv(w), me.x.cview(), w.gain.cview(), q, kc,
+                                   vc, positions, slots, d, dq, kv_heads, hd, c.context, 1, c.theta, c.eps, 1) >>
+                 choose(splits > 1,
+                        k.attention_split(per_split, q.as_const(), kc.as_const(), vc.as_const(), me.attn.view(),
+                                          me.attention_partials.view(), me.attention_counters.view(), positions, slots,
+                                          heads, kv_heads, hd, c.context, 1, scale),
+                        k.attention(per_head, q.as_const(), kc.as_const(), vc.as_const(), me.attn.view(), positions,
+                                    slots, heads, kv_heads, hd, c.context, 1, scale));
+    auto unfused = k.rms_norm_gemv(k.gemv_config(dq, d), wq(w), me.x.cview(), w.gain.cview(), q, dq, d, c.eps, 1) >>
+                   k.rms_norm_gemv(k.gemv_config(dkv, d), wk(w), me.x.cview(), w.gain.cview(), kk, dkv, d, c.eps, 1) >>
+                   k.rms_norm_gemv(k.gemv_config(dkv, d), wv(w), me.x.cview(), w.gain.cview(), v, dkv, d, c.eps, 1) >>
+                   k.rope(k.step_config(grid_for(static_cast<std::size_t>(dq), 256)), q, kk, positions, heads, kv_heads,
+                          hd, c.theta, 1) >>
+                   k.kv_append(k.step_config(grid_for(static_cast<std::size_t>(dkv), 256)), kk.as_const(), v.as_const(),
+                               kc, vc, positions, slots, kv_heads, hd, c.context, 1, 1) >>
+                   k.attention(per_head, q.as_const(), kc.as_const(), vc.as_const(), me.attn.view(), positions, slots,
+                               heads, kv_heads, hd, c.context, 1, scale);
     s.record(named(name + " attention",
-                   k.rms_norm_gemv(k.gemv_config(dq, d), w.wq.cview(), me.x.cview(), w.gain.cview(), me.q.view(), dq, d,
-                                   c.eps, 1) >>
-                       k.rms_norm_gemv(k.gemv_config(dkv, d), w.wk.cview(), me.x.cview(), w.gain.cview(), me.k.view(),
-                                       dkv, d, c.eps, 1) >>
-                       k.rms_norm_gemv(k.gemv_config(dkv, d), w.wv.cview(), me.x.cview(), w.gain.cview(), me.v.view(),
-                                       dkv, d, c.eps, 1) >>
-                       k.rope(k.step_config(grid_for(static_cast<std::size_t>(dq), 256)), me.q.view(), me.k.view(),
-                              positions, heads, kv_heads, hd, c.theta, 1) >>
-                       k.kv_append(k.step_config(grid_for(static_cast<std::size_t>(dkv), 256)), me.k.cview(),
-                                   me.v.cview(), kc, vc, positions, slots, kv_heads, hd, c.context, 1, 1) >>
-                       k.attention(per_head, me.q.cview(), kc.as_const(), vc.as_const(), me.attn.view(), positions,
-                                   slots, heads, kv_heads, hd, c.context, 1, scale) >>
+                   choose(c.fused, std::move(fused), std::move(unfused)) >>
                        down(k.gemv_config(d, dq), w.wo.cview(), me.attn.cview(), me.x.view(), d, dq, 1) >>
                        all_reduce(me.comm, me.x.view())));
     s.record(

@@ -870,93 +870,99 @@ TEST_SUITE("gpu") {
           host_table[static_cast<std::size_t>(17) * d + 7].bits);
   }
   TEST_CASE("qkv_rope_append equals the norm, three projections, RoPE and the cache append in float64") {
-    Stream& s = lgtest::stream();
-    const nn::Kernels k(lgtest::nn_kernels());
-    const int d = 256;
-    const int heads = 4;
-    const int kv_heads = 2;
-    const int hd = d / heads;
-    const int kv = kv_heads * hd;
-    const int ctx = 16;
-    const int slots = 4;
-    const float eps = 1e-5F;
-    const float theta = 10000.0F;
-    const std::vector<int> positions{5, 0, 15};
-    const std::vector<int> row_slots{2, 0, 3};
-    const int batch = static_cast<int>(positions.size());
-    const auto scaled = [](std::size_t n, double scale) {
-      std::vector<half> out;
-      for (const float f : lgtest::random_floats(n)) out.push_back(half::from_float(static_cast<float>(f * scale)));
-      return out;
-    };
-    const double w_scale = 1.0 / std::sqrt(static_cast<double>(d));
-    const auto wq = scaled(static_cast<std::size_t>(d) * d, w_scale);
-    const auto wk = scaled(static_cast<std::size_t>(kv) * d, w_scale);
-    const auto wv = scaled(static_cast<std::size_t>(kv) * d, w_scale);
-    const auto x = random_halves(static_cast<std::size_t>(batch) * d);
-    const auto g = random_halves(static_cast<std::size_t>(d));
-    const std::size_t cache_size = static_cast<std::size_t>(slots) * kv_heads * ctx * hd;
-    auto q = poisoned(static_cast<std::size_t>(batch) * d);
-    auto kc = poisoned(cache_size);
-    auto vc = poisoned(cache_size);
-    const auto dq = on_device(wq);
-    const auto dk = on_device(wk);
-    const auto dv = on_device(wv);
-    const auto dx = on_device(x);
-    const auto dg = on_device(g);
-    const auto dpos = lgtest::to_device(s, positions);
-    const auto dslot = lgtest::to_device(s, row_slots);
-    k.qkv_rope_append.launch(s, k.qkv_config(d, kv), dq.cview(), dk.cview(), dv.cview(), dx.cview(), dg.cview(),
-                             q.view(), kc.view(), vc.view(), dpos.cview(), dslot.cview(), d, kv_heads, hd, ctx, slots,
-                             theta, eps, batch);
-    const auto got_q = on_host(q);
-    const auto got_k = on_host(kc);
-    const auto got_v = on_host(vc);
-    std::vector<half> q_got;
-    std::vector<double> q_want;
-    std::vector<half> kv_got;
-    std::vector<double> kv_want;
-    std::vector<bool> written(cache_size, false);
-    const auto rotate = [&](std::vector<double> v, int position) {
-      for (std::size_t e = 0; e + 1 < v.size(); e += 2) {
-        const int i = static_cast<int>(e % static_cast<std::size_t>(hd)) / 2;
-        const double angle = position * std::pow(static_cast<double>(theta), -2.0 * i / hd);
-        const double x0 = v[e];
-        const double x1 = v[e + 1];
-        v[e] = x0 * std::cos(angle) - x1 * std::sin(angle);
-        v[e + 1] = x0 * std::sin(angle) + x1 * std::cos(angle);
+    // A whole model's Wq (q_rows = d), and a tensor-parallel shard's (half the heads' rows, q_rows = d / 2).
+    for (const int q_heads : {4, 2}) {
+      CAPTURE(q_heads);
+      Stream& s = lgtest::stream();
+      const nn::Kernels k(lgtest::nn_kernels());
+      const int d = 256;
+      const int heads = 4;
+      const int kv_heads = 2;
+      const int hd = d / heads;
+      const int kv = kv_heads * hd;
+      const int ctx = 16;
+      const int slots = 4;
+      const float eps = 1e-5F;
+      const float theta = 10000.0F;
+      const std::vector<int> positions{5, 0, 15};
+      const std::vector<int> row_slots{2, 0, 3};
+      const int batch = static_cast<int>(positions.size());
+      const auto scaled = [](std::size_t n, double scale) {
+        std::vector<half> out;
+        for (const float f : lgtest::random_floats(n)) out.push_back(half::from_float(static_cast<float>(f * scale)));
+        return out;
+      };
+      const double w_scale = 1.0 / std::sqrt(static_cast<double>(d));
+      const int q_rows = q_heads * hd;
+      const auto wq = scaled(static_cast<std::size_t>(q_rows) * d, w_scale);
+      const auto wk = scaled(static_cast<std::size_t>(kv) * d, w_scale);
+      const auto wv = scaled(static_cast<std::size_t>(kv) * d, w_scale);
+      const auto x = random_halves(static_cast<std::size_t>(batch) * d);
+      const auto g = random_halves(static_cast<std::size_t>(d));
+      const std::size_t cache_size = static_cast<std::size_t>(slots) * kv_heads * ctx * hd;
+      auto q = poisoned(static_cast<std::size_t>(batch) * q_rows);
+      auto kc = poisoned(cache_size);
+      auto vc = poisoned(cache_size);
+      const auto dq = on_device(wq);
+      const auto dk = on_device(wk);
+      const auto dv = on_device(wv);
+      const auto dx = on_device(x);
+      const auto dg = on_device(g);
+      const auto dpos = lgtest::to_device(s, positions);
+      const auto dslot = lgtest::to_device(s, row_slots);
+      k.qkv_rope_append.launch(s, k.qkv_config(q_rows, kv, d), dq.cview(), dk.cview(), dv.cview(), dx.cview(),
+                               dg.cview(), q.view(), kc.view(), vc.view(), dpos.cview(), dslot.cview(), d, q_rows,
+                               kv_heads, hd, ctx, slots, theta, eps, batch);
+      const auto got_q = on_host(q);
+      const auto got_k = on_host(kc);
+      const auto got_v = on_host(vc);
+      std::vector<half> q_got;
+      std::vector<double> q_want;
+      std::vector<half> kv_got;
+      std::vector<double> kv_want;
+      std::vector<bool> written(cache_size, false);
+      const auto rotate = [&](std::vector<double> v, int position) {
+        for (std::size_t e = 0; e + 1 < v.size(); e += 2) {
+          const int i = static_cast<int>(e % static_cast<std::size_t>(hd)) / 2;
+          const double angle = position * std::pow(static_cast<double>(theta), -2.0 * i / hd);
+          const double x0 = v[e];
+          const double x1 = v[e + 1];
+          v[e] = x0 * std::cos(angle) - x1 * std::sin(angle);
+          v[e + 1] = x0 * std::sin(angle) + x1 * std::cos(angle);
+        }
+        return v;
+      };
+      for (int b = 0; b < batch; ++b) {
+        double ss = 0;
+        for (int c = 0; c < d; ++c) ss += double(x[b * d + c].to_float()) * x[b * d + c].to_float();
+        const double inv = 1.0 / std::sqrt(ss / d + eps);
+        std::vector<double> h(d);
+        for (int c = 0; c < d; ++c) h[c] = x[b * d + c].to_float() * inv * g[c].to_float();
+        const auto qr = rotate(matvec(wq, h, q_rows, d).value, positions[b]);
+        const auto kr = rotate(matvec(wk, h, kv, d).value, positions[b]);
+        const auto vr = matvec(wv, h, kv, d).value;
+        for (int i = 0; i < q_rows; ++i) {
+          q_got.push_back(got_q[b * q_rows + i]);
+          q_want.push_back(qr[i]);
+        }
+        for (int i = 0; i < kv; ++i) {
+          const std::size_t at =
+              ((static_cast<std::size_t>(row_slots[b]) * kv_heads + i / hd) * ctx + positions[b]) * hd + i % hd;
+          written[at] = true;
+          kv_got.push_back(got_k[at]);
+          kv_want.push_back(kr[i]);
+          kv_got.push_back(got_v[at]);
+          kv_want.push_back(vr[i]);
+        }
       }
-      return v;
-    };
-    for (int b = 0; b < batch; ++b) {
-      double ss = 0;
-      for (int c = 0; c < d; ++c) ss += double(x[b * d + c].to_float()) * x[b * d + c].to_float();
-      const double inv = 1.0 / std::sqrt(ss / d + eps);
-      std::vector<double> h(d);
-      for (int c = 0; c < d; ++c) h[c] = x[b * d + c].to_float() * inv * g[c].to_float();
-      const auto qr = rotate(matvec(wq, h, d, d).value, positions[b]);
-      const auto kr = rotate(matvec(wk, h, kv, d).value, positions[b]);
-      const auto vr = matvec(wv, h, kv, d).value;
-      for (int i = 0; i < d; ++i) {
-        q_got.push_back(got_q[b * d + i]);
-        q_want.push_back(qr[i]);
+      check_close(q_got, q_want);
+      check_close(kv_got, kv_want);
+      int touched = 0;
+      for (std::size_t i = 0; i < cache_size; ++i) {
+        if (!written[i])
+          touched += static_cast<int>(got_k[i].bits != poison) + static_cast<int>(got_v[i].bits != poison);
       }
-      for (int i = 0; i < kv; ++i) {
-        const std::size_t at =
-            ((static_cast<std::size_t>(row_slots[b]) * kv_heads + i / hd) * ctx + positions[b]) * hd + i % hd;
-        written[at] = true;
-        kv_got.push_back(got_k[at]);
-        kv_want.push_back(kr[i]);
-        kv_got.push_back(got_v[at]);
-        kv_want.push_back(vr[i]);
-      }
+      CHECK(touched == 0);  // nothing but the rows' positions was written
     }
-    check_close(q_got, q_want);
-    check_close(kv_got, kv_want);
-    int touched = 0;
-    for (std::size_t i = 0; i < cache_size; ++i) {
-      if (!written[i]) touched += static_cast<int>(got_k[i].bits != poison) + static_cast<int>(got_v[i].bits != poison);
-    }
-    CHECK(touched == 0);  // nothing but the rows' positions was written
   }
 }

@@ -1,6 +1,6 @@
 // The tensor-parallel decoder (nn/tensor_parallel_decoder.hpp): how a config splits (host); on the GPU, one rank
-// bit-identical to the unfused Decoder, and, on a machine with two or more GPUs, two ranks against the Decoder
-// (skipped, saying so, with one GPU).
+// bit-identical to the Decoder, fused and unfused, and, on a machine with two or more GPUs, two ranks against the
+// Decoder, fused and unfused (skipped, saying so, with one GPU).
 #include <doctest/doctest.h>
 
 #include <lazygraph/lazygraph.hpp>
@@ -32,27 +32,31 @@ TEST_CASE("a tensor-parallel decoder needs heads, kv heads and vocab to divide a
 }
 
 TEST_SUITE("gpu") {
-  TEST_CASE("a tensor-parallel decoder of one rank computes the unfused Decoder's logits and tokens bit for bit") {
+  TEST_CASE("a tensor-parallel decoder of one rank computes the Decoder's logits and tokens bit for bit") {
     if (!lgtest::have_nccl()) return;
-    lg::nn::DecoderConfig c = lgtest::small_decoder(2);
-    c.fused = false;
-    c.ordering = lg::nn::DecoderOrdering::serial;
-    const std::vector<lg::Communicator> comms = lg::Communicator::create_all(std::vector<lg::Device>{lgtest::device()});
-    const std::vector<const lg::KernelLibrary*> libraries{&lgtest::nn_kernels()};
-    lg::nn::TensorParallelDecoder tp(comms, libraries, c);
-    lg::nn::Decoder one(lgtest::stream(), lgtest::nn_kernels(), c);
-    int token = 7;
-    for (int position = 0; position < 12; ++position) {
-      CAPTURE(position);
-      const int got = tp.forward({token, position});
-      const int want = one.forward({token, position});
-      REQUIRE(got == want);
-      const std::vector<half> a = tp.logits();
-      const std::vector<half> b = one.logits();
-      for (std::size_t i = 0; i < a.size(); ++i) REQUIRE(a[i].bits == b[i].bits);
-      token = got;
+    for (const bool fused : {true, false}) {
+      CAPTURE(fused);
+      lg::nn::DecoderConfig c = lgtest::small_decoder(2);
+      c.fused = fused;
+      c.ordering = lg::nn::DecoderOrdering::serial;
+      const std::vector<lg::Communicator> comms =
+          lg::Communicator::create_all(std::vector<lg::Device>{lgtest::device()});
+      const std::vector<const lg::KernelLibrary*> libraries{&lgtest::nn_kernels()};
+      lg::nn::TensorParallelDecoder tp(comms, libraries, c);
+      lg::nn::Decoder one(lgtest::stream(), lgtest::nn_kernels(), c);
+      int token = 7;
+      for (int position = 0; position < 12; ++position) {
+        CAPTURE(position);
+        const int got = tp.forward({token, position});
+        const int want = one.forward({token, position});
+        REQUIRE(got == want);
+        const std::vector<half> a = tp.logits();
+        const std::vector<half> b = one.logits();
+        for (std::size_t i = 0; i < a.size(); ++i) REQUIRE(a[i].bits == b[i].bits);
+        token = got;
+      }
+      CHECK_THROWS_AS(tp.forward({c.vocab, 0}), lg::UsageError);
     }
-    CHECK_THROWS_AS(tp.forward({c.vocab, 0}), lg::UsageError);
   }
 
   TEST_CASE("a tensor-parallel decoder over two GPUs follows the Decoder within fp16 rounding") {
@@ -61,21 +65,24 @@ TEST_SUITE("gpu") {
       MESSAGE("skipped: two GPUs needed for two ranks; this machine has " << lg::Device::count());
       return;
     }
-    lg::nn::DecoderConfig c = lgtest::small_decoder(2);
-    c.fused = false;
-    const std::vector<lg::Device> devices{lg::Device::get(0), lg::Device::get(1)};
-    const std::vector<lg::Communicator> comms = lg::Communicator::create_all(devices);
-    const lg::KernelLibrary first = lg::nn::kernel_library(devices[0]);
-    const lg::KernelLibrary second = lg::nn::kernel_library(devices[1]);
-    const std::vector<const lg::KernelLibrary*> libraries{&first, &second};
-    lg::nn::TensorParallelDecoder tp(comms, libraries, c);
-    lg::nn::Decoder one(lgtest::stream(), lgtest::nn_kernels(), c);
-    const std::vector<int> tokens{5, 77, 300, 12, 9, 401, 33, 250};
-    for (int position = 0; position < static_cast<int>(tokens.size()); ++position) {
-      (void)tp.forward({tokens[static_cast<std::size_t>(position)], position});  // the same inputs for both
-      (void)one.forward({tokens[static_cast<std::size_t>(position)], position});
-      CAPTURE(position);
-      CHECK(lg::nn::relative_error(lg::nn::widen(tp.logits()), lg::nn::widen(one.logits())) < 1e-2);
+    for (const bool fused : {true, false}) {
+      CAPTURE(fused);
+      lg::nn::DecoderConfig c = lgtest::small_decoder(2);
+      c.fused = fused;
+      const std::vector<lg::Device> devices{lg::Device::get(0), lg::Device::get(1)};
+      const std::vector<lg::Communicator> comms = lg::Communicator::create_all(devices);
+      const lg::KernelLibrary first = lg::nn::kernel_library(devices[0]);
+      const lg::KernelLibrary second = lg::nn::kernel_library(devices[1]);
+      const std::vector<const lg::KernelLibrary*> libraries{&first, &second};
+      lg::nn::TensorParallelDecoder tp(comms, libraries, c);
+      lg::nn::Decoder one(lgtest::stream(), lgtest::nn_kernels(), c);
+      const std::vector<int> tokens{5, 77, 300, 12, 9, 401, 33, 250};
+      for (int position = 0; position < static_cast<int>(tokens.size()); ++position) {
+        (void)tp.forward({tokens[static_cast<std::size_t>(position)], position});  // the same inputs for both
+        (void)one.forward({tokens[static_cast<std::size_t>(position)], position});
+        CAPTURE(position);
+        CHECK(lg::nn::relative_error(lg::nn::widen(tp.logits()), lg::nn::widen(one.logits())) < 1e-2);
+      }
     }
   }
 }

@@ -168,8 +168,8 @@ auto attention_block(const BasicKernels<T>& k, const BasicAttentionWeights<T>& w
                                                {256, 1, 1},
                                                static_cast<unsigned>(c.context * sizeof(float))});
   auto fused =
-      k.qkv_rope_append(k.qkv_config(d, c.kv_dim()), w.wq.cview(), w.wk.cview(), w.wv.cview(), s.x.cview(),
-                        w.gain.cview(), s.q.view(), k_cache, v_cache, s.positions(), s.slots(), d, c.kv_head_count(),
+      k.qkv_rope_append(k.qkv_config(d, c.kv_dim(), d), w.wq.cview(), w.wk.cview(), w.wv.cview(), s.x.cview(),
+                        w.gain.cview(), s.q.view(), k_cache, v_cache, s.positions(), s.slots(), d, d, c.kv_head_count(),
                         c.head_dim(), c.context, c.max_batch, c.theta, c.eps, rows) >>
       choose(splits > 1,
              k.attention_split(per_split, s.q.cview(), k_cache.as_const(), v_cache.as_const(), s.attn.view(),

@@ -102,11 +102,12 @@ struct BasicKernels {
   /// mlp_stack(layers, x, act, sync, layer_count, d, ffn, eps, split_a, split_b, batch): every SwiGLU block of a
   /// stack in one persistent launch (kernels/nn/mlp_stack.cu; nn::BasicMlpStack makes its arguments).
   BatchedKernel<void(const MlpLayer*, T*, T*, unsigned*, int, int, int, float, int, int, int)> mlp_stack;
-  /// qkv_rope_append(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, kv_heads, head_dim, context,
-  /// slot_count, theta, eps, batch): h = rmsnorm(x[b]) * g; q[b] = rope(Wq h); rope(Wk h) and Wv h appended to the
-  /// caches (kernels/nn/qkv.cu): rms_norm_gemv three times, rope and kv_append in one launch (qkv_config).
+  /// qkv_rope_append(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, kv_heads, head_dim,
+  /// context, slot_count, theta, eps, batch): h = rmsnorm(x[b]) * g; q[b] = rope(Wq h); rope(Wk h) and Wv h appended
+  /// to the caches (kernels/nn/qkv.cu): rms_norm_gemv three times, rope and kv_append in one launch (qkv_config).
+  /// Wq has q_rows rows: d for a whole model, a tensor-parallel rank's heads' rows for its shard.
   BatchedKernel<void(const T*, const T*, const T*, const T*, const T*, T*, T*, T*, const int*, const int*, int, int,
-                     int, int, int, float, float, int)>
+                     int, int, int, int, float, float, int)>
       qkv_rope_append;
   /// rms_norm(x, g, out, d, eps): out = rmsnorm(x) * g per vector, one block each (kernels/nn/rms_norm.cu).
   Kernel<void(const T*, const T*, T*, int, float)> rms_norm;
@@ -178,9 +179,11 @@ struct BasicKernels {
                         {32, warps_per_row, rows_per_block},
                         0});
   }
-  /// Launch shape of qkv_rope_append for width d and kv_dim: gemv_config of its d + 2 kv_dim rows, at most 4 warps
-  /// per row (a block holds both rows of each RoPE pair).
-  [[nodiscard]] LaunchConfig qkv_config(int d, int kv_dim) const { return gemv_config(d + 2 * kv_dim, d, 4); }
+  /// Launch shape of qkv_rope_append for q_rows, kv_dim and width d: gemv_config of its q_rows + 2 kv_dim rows, at
+  /// most 4 warps per row (a block holds both rows of each RoPE pair).
+  [[nodiscard]] LaunchConfig qkv_config(int q_rows, int kv_dim, int d) const {
+    return gemv_config(q_rows + 2 * kv_dim, d, 4);
+  }
 };
 
 /// The handles of the fp16 kernels.

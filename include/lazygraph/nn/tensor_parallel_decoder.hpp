@@ -10,9 +10,10 @@
 ///     x = all_reduce_sum(rank 0: x + W2_0 act_0,  rank r: W2_r act_r)                  (one all-reduce)
 ///
 /// then logits_r = lm_head_r (rmsnorm(x) * final_gain), all_gather of the logits, and every rank's argmax. Two
-/// all-reduces and one all-gather per layer and step. The kernels are the decoder's unfused ones
-/// (DecoderConfig::fused false: rms_norm_gemv per projection, rope, kv_append, attention with one block per head,
-/// in order), which take any head count; one rank computes Decoder's logits with `fused = false` bit for bit.
+/// all-reduces per layer and one all-gather per step. The kernels are the Decoder's, on the rank's heads: fused
+/// (DecoderConfig::fused, the default: the norm, q, k, v, RoPE and the cache append in one kernel, attention split
+/// over blocks of positions) or not (rms_norm_gemv per projection, rope, kv_append, attention with one block per
+/// head, in order); one rank computes Decoder's logits with the same config bit for bit.
 /// Weights are the seeded ones of BasicDecoder (same seed, same tensors), cut into shards on each rank's GPU.
 
 #include <optional>
@@ -54,9 +55,7 @@ class BasicTensorParallelDecoder {
  private:
   struct Layer {
     DeviceBuffer<T> gain;  // [d]
-    DeviceBuffer<T> wq;    // [d / N x d]
-    DeviceBuffer<T> wk;    // [kv_dim / N x d]
-    DeviceBuffer<T> wv;    // [kv_dim / N x d]
+    DeviceBuffer<T> wqkv;  // [(d + 2 kv_dim) / N x d]: this rank's rows of Wq, then of Wk, then of Wv
     DeviceBuffer<T> wo;    // [d x d / N]
     BasicSwigluShard<T> mlp;
   };
@@ -65,11 +64,13 @@ class BasicTensorParallelDecoder {
     BasicKernels<T> kernels;
     DeviceBuffer<T> embedding;  // [vocab x d]
     std::vector<Layer> layers;
-    DeviceBuffer<T> final_gain;  // [d]
-    DeviceBuffer<T> lm_head;     // [vocab / N x d]
-    DeviceBuffer<int> io;        // token, position, slot (0)
-    DeviceBuffer<int> next;      // [1]
-    DeviceBuffer<T> x, q, k, v, attn, act, logits_part, logits, k_cache, v_cache;
+    DeviceBuffer<T> final_gain;                                                // [d]
+    DeviceBuffer<T> lm_head;                                                   // [vocab / N x d]
+    DeviceBuffer<int> io;                                                      // token, position, slot (0)
+    DeviceBuffer<int> next;                                                    // [1]
+    DeviceBuffer<T> x, qkv, attn, act, logits_part, logits, k_cache, v_cache;  // qkv: q, then k, then v
+    DeviceBuffer<float> attention_partials;     // attention_split's [heads / N][splits][head_dim + 2]
+    DeviceBuffer<unsigned> attention_counters;  // attention_split's [heads / N], zero between steps
   };
   /// Rank r's step as recorded into its graph.
   void record_step(int r, Scope& s);
