@@ -38,6 +38,10 @@ using AllGatherFn = Result (*)(const void*, void*, std::size_t, DataType, Comm, 
 using SendFn = Result (*)(const void*, std::size_t, DataType, int, Comm, CUstream);
 using RecvFn = Result (*)(void*, std::size_t, DataType, int, Comm, CUstream);
 using GroupFn = Result (*)();
+using MemAllocFn = Result (*)(void**, std::size_t);
+using MemFreeFn = Result (*)(void*);
+using WindowRegisterFn = Result (*)(Comm, void*, std::size_t, Window*, int);
+using WindowDeregisterFn = Result (*)(Comm, Window);
 
 struct EntryPoints {
   GetVersionFn ncclGetVersion = nullptr;
@@ -61,6 +65,10 @@ struct EntryPoints {
   RecvFn ncclRecv = nullptr;
   GroupFn ncclGroupStart = nullptr;
   GroupFn ncclGroupEnd = nullptr;
+  MemAllocFn ncclMemAlloc = nullptr;                      // optional (NCCL 2.19+)
+  MemFreeFn ncclMemFree = nullptr;                        // optional (NCCL 2.19+)
+  WindowRegisterFn ncclCommWindowRegister = nullptr;      // optional (NCCL 2.27+)
+  WindowDeregisterFn ncclCommWindowDeregister = nullptr;  // optional (NCCL 2.27+)
 };
 
 struct Library {
@@ -156,6 +164,10 @@ Library open_at(void* lib, const std::string& name) {
   need("ncclGroupEnd", a.ncclGroupEnd);
   fetch(lib, "ncclCommFinalize", a.ncclCommFinalize);
   fetch(lib, "ncclGetLastError", a.ncclGetLastError);
+  fetch(lib, "ncclMemAlloc", a.ncclMemAlloc);
+  fetch(lib, "ncclMemFree", a.ncclMemFree);
+  fetch(lib, "ncclCommWindowRegister", a.ncclCommWindowRegister);
+  fetch(lib, "ncclCommWindowDeregister", a.ncclCommWindowDeregister);
   if (!missing.empty()) {
     l.why = "cannot use NCCL " + l.path + ": it lacks " + missing + " (lazygraph needs NCCL 2.7 or newer)";
     return l;
@@ -436,6 +448,66 @@ void send_recv(CUcontext ctx, std::span<const PointToPoint> transfers, DataType 
   const Result end = a.ncclGroupEnd();  // always closes the group, also after a failed call inside it
   check(first_error, failed_api, object, comm);
   check(end, "ncclGroupEnd", object, comm);
+}
+
+bool symmetric_supported(std::string* why) noexcept {
+  if (!try_load(why)) return false;
+  const EntryPoints& a = loaded->api;
+  if (a.ncclMemAlloc == nullptr || a.ncclMemFree == nullptr || a.ncclCommWindowRegister == nullptr ||
+      a.ncclCommWindowDeregister == nullptr) {
+    if (why != nullptr) {
+      *why = "NCCL " + version_text(loaded->version) + " (" + loaded->path +
+             ") has no symmetric memory (ncclCommWindowRegister, NCCL 2.27 or newer)";
+    }
+    return false;
+  }
+  return true;
+}
+
+void* mem_alloc(CUcontext ctx, std::size_t bytes, std::string_view object) {
+  const EntryPoints& a = api();
+  if (a.ncclMemAlloc == nullptr) throw_error(invalid_usage, "ncclMemAlloc", "not in this NCCL (2.19 or newer)");
+  const driver::CurrentContext current(ctx);
+  void* p = nullptr;
+  check(a.ncclMemAlloc(&p, bytes), "ncclMemAlloc", object);
+  return p;
+}
+
+void mem_free_no_throw(CUcontext ctx, void* p) noexcept {
+  if (p == nullptr || !loaded || !loaded->usable || loaded->api.ncclMemFree == nullptr) return;
+  try {
+    const driver::CurrentContext current(ctx);
+    (void)loaded->api.ncclMemFree(p);
+  } catch (...) {  // NOLINT(bugprone-empty-catch): the context cannot be made current (the driver is gone)
+  }
+}
+
+std::vector<Window> window_register_all(std::span<const Comm> comms, std::span<void* const> buffers, std::size_t bytes,
+                                        std::string_view object) {
+  const EntryPoints& a = api();
+  if (a.ncclCommWindowRegister == nullptr) {
+    throw_error(invalid_usage, "ncclCommWindowRegister", "not in this NCCL (2.27 or newer)");
+  }
+  std::vector<Window> windows(comms.size(), nullptr);
+  const driver::RelaxedCapture relaxed;
+  check(a.ncclGroupStart(), "ncclGroupStart", object);
+  Result first_error = success;
+  for (std::size_t i = 0; i < comms.size(); ++i) {
+    const Result r = a.ncclCommWindowRegister(comms[i], buffers[i], bytes, &windows[i], window_symmetric);
+    if (r != success && first_error == success) first_error = r;
+  }
+  const Result end = a.ncclGroupEnd();  // always closes the group
+  check(first_error, "ncclCommWindowRegister", object, comms.empty() ? nullptr : comms[0]);
+  check(end, "ncclGroupEnd", object, comms.empty() ? nullptr : comms[0]);
+  return windows;
+}
+
+void window_deregister_no_throw(Comm comm, Window window) noexcept {
+  if (comm == nullptr || window == nullptr || !loaded || !loaded->usable ||
+      loaded->api.ncclCommWindowDeregister == nullptr) {
+    return;
+  }
+  (void)loaded->api.ncclCommWindowDeregister(comm, window);
 }
 
 void group_start() { check(api().ncclGroupStart(), "ncclGroupStart", "a group of NCCL calls"); }

@@ -18,6 +18,7 @@
 #include "lazygraph/detail/driver/pinned_buffer.hpp"
 #include "lazygraph/detail/driver/staging_buffer.hpp"
 #include "lazygraph/detail/driver/stream.hpp"
+#include "lazygraph/detail/driver/symmetric_buffer.hpp"
 
 namespace lazygraph {
 

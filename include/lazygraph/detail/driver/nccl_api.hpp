@@ -28,6 +28,11 @@ namespace lazygraph::detail::nccl {
 /// ncclComm_t: an opaque communicator.
 struct CommObject;
 using Comm = CommObject*;
+/// ncclWindow_t: an opaque registration of memory with a communicator (NCCL 2.27+).
+struct WindowObject;
+using Window = WindowObject*;
+/// NCCL_WIN_COLL_SYMMETRIC: every rank registers a buffer at the same offset, for NCCL's symmetric kernels.
+constexpr int window_symmetric = 0x01;
 
 /// ncclResult_t's values.
 enum Result : int {
@@ -118,6 +123,20 @@ struct PointToPoint {
 };
 void send_recv(CUcontext ctx, std::span<const PointToPoint> transfers, DataType type, Comm comm, CUstream stream,
                std::string_view object);
+/// Whether this NCCL has symmetric memory (ncclMemAlloc and ncclCommWindowRegister, NCCL 2.27+); false with the
+/// reason in `why` (when not null), also when NCCL does not load.
+bool symmetric_supported(std::string* why) noexcept;
+/// ncclMemAlloc of `bytes` on `ctx`'s device (memory NCCL can map into its peers: cuMem, granularity-aligned).
+void* mem_alloc(CUcontext ctx, std::size_t bytes, std::string_view object);
+/// ncclMemFree, with `ctx` current.
+void mem_free_no_throw(CUcontext ctx, void* p) noexcept;
+/// ncclCommWindowRegister of buffers[i] (bytes each) with comms[i] as one symmetric window, every rank in one group
+/// from this thread (the registration is collective: every rank of the communicators must be here).
+std::vector<Window> window_register_all(std::span<const Comm> comms, std::span<void* const> buffers, std::size_t bytes,
+                                        std::string_view object);
+/// ncclCommWindowDeregister (local to the rank).
+void window_deregister_no_throw(Comm comm, Window window) noexcept;
+
 /// ncclGroupStart / ncclGroupEnd: the calls between them (on several communicators of one process, as one
 /// thread driving several GPUs must) are issued together.
 void group_start();

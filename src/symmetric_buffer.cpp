@@ -1,0 +1,62 @@
+#include "lazygraph/detail/driver/symmetric_buffer.hpp"
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+namespace lazygraph::detail {
+
+namespace {
+
+void* as_pointer(CUdeviceptr p) noexcept { return reinterpret_cast<void*>(p); }  // NOLINT(performance-no-int-to-ptr)
+
+}  // namespace
+
+SymmetricAllocation::SymmetricAllocation(std::shared_ptr<CommunicatorState> comm_in, CUdeviceptr address_in,
+                                         std::size_t bytes_in)
+    : comm(std::move(comm_in)), address(address_in), bytes(bytes_in) {}
+
+SymmetricAllocation::~SymmetricAllocation() {
+  if (window != nullptr && !comm->aborted.load()) {
+    const std::lock_guard lock(comm->mutex);
+    nccl::window_deregister_no_throw(comm->comm, window);
+  }
+  nccl::mem_free_no_throw(comm->device.context(), as_pointer(address));
+}
+
+std::vector<std::shared_ptr<SymmetricAllocation>> allocate_symmetric(std::span<const Communicator> comms,
+                                                                     std::size_t bytes) {
+  if (comms.empty()) throw UsageError("SymmetricBuffer::create_all: no communicators");
+  const std::shared_ptr<Clique>& clique = comms[0].state()->clique;
+  for (std::size_t i = 0; i < comms.size(); ++i) {
+    const Communicator& c = comms[i];
+    if (c.state()->clique != clique || c.rank() != static_cast<int>(i) || c.size() != static_cast<int>(comms.size())) {
+      throw UsageError(
+          "SymmetricBuffer::create_all needs every rank of one Communicator::create_all, in rank order "
+          "(its registration waits for all of them); position " +
+          std::to_string(i) + " holds " + c.describe());
+    }
+    (void)c.get();  // refuses an aborted communicator
+  }
+  std::string why;
+  if (!nccl::symmetric_supported(&why)) throw UsageError("SymmetricBuffer: " + why);
+  const std::string object = "SymmetricBuffer of " + std::to_string(bytes) + " bytes per rank";
+  std::vector<std::shared_ptr<SymmetricAllocation>> out;
+  std::vector<nccl::Comm> handles;
+  std::vector<void*> addresses;
+  for (const Communicator& c : comms) {
+    void* p = nccl::mem_alloc(c.device().context(), bytes, object);
+    // Owned from here: a later failure frees what was allocated.
+    out.push_back(std::make_shared<SymmetricAllocation>(c.state(), reinterpret_cast<std::uintptr_t>(p), bytes));
+    handles.push_back(c.get());
+    addresses.push_back(p);
+  }
+  // NCCL calls on one communicator must not overlap: hold every rank's lock (in rank order, as no one else takes two).
+  std::vector<std::unique_lock<std::mutex>> locks;
+  for (const Communicator& c : comms) locks.emplace_back(c.state()->mutex);
+  const std::vector<nccl::Window> windows = nccl::window_register_all(handles, addresses, bytes, object);
+  for (std::size_t i = 0; i < out.size(); ++i) out[i]->window = windows[i];
+  return out;
+}
+
+}  // namespace lazygraph::detail
