@@ -3,9 +3,10 @@
 // rank's ncclAllReduce issued in one NCCL group from one thread, back to back. Graph: a MultiDeviceGraph whose graphs
 // hold `per_graph` all-reduces in a row, replayed back to back; per all-reduce = replay time / per_graph. Times are
 // medians of 31 samples between CUDA events on rank 0's stream (every rank's stream is waited for after each
-// sample). Bus bandwidth as nccl-tests defines it: bytes * 2 (ranks - 1) / ranks / time; with one rank NCCL copies
-// (no bus), so the table gives the copy's bytes (read + written) per second instead. The device-to-device copy
-// ceiling of rank 0 is measured in the same run.
+// sample). "symmetric": the same graph on buffers in NCCL symmetric memory (SymmetricBuffer: NCCL 2.27+ runs its
+// symmetric kernels there), "-" where this NCCL has none. Bus bandwidth as nccl-tests defines it: bytes * 2 (ranks - 1)
+// / ranks / time; with one rank NCCL copies (no bus), so the table gives the copy's bytes (read + written) per second
+// instead. The device-to-device copy ceiling of rank 0 is measured in the same run.
 #include <lazygraph/lazygraph.hpp>
 
 #include <algorithm>
@@ -71,11 +72,25 @@ int main(int argc, char** argv) {
       auto out = lg::empty<float>(max_elements).sync_on(s);
       ranks.push_back({std::move(s), std::move(data), std::move(out)});
     }
+    std::string no_symmetric;
+    std::vector<lg::SymmetricBuffer<float>> sym_data;
+    std::vector<lg::SymmetricBuffer<float>> sym_out;
+    if (lg::SymmetricBuffer<float>::supported(&no_symmetric)) {
+      sym_data = lg::SymmetricBuffer<float>::create_all(comms, max_elements);
+      sym_out = lg::SymmetricBuffer<float>::create_all(comms, max_elements);
+      for (std::size_t r = 0; r < sym_data.size(); ++r) {
+        lg::copy(sym_data[r].view(), ranks[r].data.cview()).sync_on(ranks[r].stream);
+      }
+    } else {
+      std::printf("no symmetric memory: %s\n", no_symmetric.c_str());
+    }
     const double ceiling = bench::copy_ceiling(ranks[0].stream);
     std::printf("copy ceiling (rank 0, 1 GiB device to device, read + written): %.2f TB/s\n\n", ceiling * 1e-12);
-    std::printf("| bytes | eager us | graph us | graph / eager | eager %s GB/s | graph %s GB/s | graph / eager bw |\n",
-                n_ranks > 1 ? "bus" : "copy", n_ranks > 1 ? "bus" : "copy");
-    std::printf("|---|---|---|---|---|---|---|\n");
+    std::printf(
+        "| bytes | eager us | graph us | graph / eager | eager %s GB/s | graph %s GB/s | graph / eager bw | symmetric "
+        "graph us | symmetric / eager |\n",
+        n_ranks > 1 ? "bus" : "copy", n_ranks > 1 ? "bus" : "copy");
+    std::printf("|---|---|---|---|---|---|---|---|---|\n");
     for (std::size_t bytes = 1024; bytes <= (256ULL << 20U); bytes *= 4) {
       const std::size_t n = bytes / sizeof(float);
       std::vector<lg::CollectiveOp<float>> ops;  // out of place: with one rank, in place would be no work at all
@@ -100,10 +115,26 @@ int main(int argc, char** argv) {
       const double captured = per_call(ranks, bytes <= (1U << 20U) ? 5 : 1, per_graph, [&] {
         for (int r = 0; r < n_ranks; ++r) graph.graph(r).launch_on(ranks[static_cast<std::size_t>(r)].stream);
       });
+      std::string symmetric = "- | -";
+      if (!sym_data.empty()) {
+        lg::MultiDeviceGraph sym_graph = lg::MultiDeviceGraph::capture(comms, [&](int r, lg::Scope& s) {
+          const auto i = static_cast<std::size_t>(r);
+          for (int k = 0; k < per_graph; ++k) {
+            s.record(
+                lg::all_reduce<float>(comms[i], sym_data[i].cview().subspan(0, n), sym_out[i].view().subspan(0, n)));
+          }
+        });
+        const double t = per_call(ranks, bytes <= (1U << 20U) ? 5 : 1, per_graph, [&] {
+          for (int r = 0; r < n_ranks; ++r) sym_graph.graph(r).launch_on(ranks[static_cast<std::size_t>(r)].stream);
+        });
+        char cell[64];
+        std::snprintf(cell, sizeof cell, "%.2f | %.3f", t * 1e6, t / eager);
+        symmetric = cell;
+      }
       const double factor = n_ranks > 1 ? 2.0 * (n_ranks - 1) / n_ranks : 2.0;  // bus bytes, or read + written
       const double b = static_cast<double>(bytes) * factor;
-      std::printf("| %zu | %.2f | %.2f | %.3f | %.1f | %.1f | %.3f |\n", bytes, eager * 1e6, captured * 1e6,
-                  captured / eager, b / eager * 1e-9, b / captured * 1e-9, eager / captured);
+      std::printf("| %zu | %.2f | %.2f | %.3f | %.1f | %.1f | %.3f | %s |\n", bytes, eager * 1e6, captured * 1e6,
+                  captured / eager, b / eager * 1e-9, b / captured * 1e-9, eager / captured, symmetric.c_str());
     }
     if (n_ranks == 1) {
       std::printf(

@@ -4,7 +4,9 @@
 // timed with CUDA events on rank 0's; median of 31 samples of 10 replays), the weight bytes each rank reads, the
 // fraction of rank 0's copy ceiling that reading them reached, and tokens/s. Beside each step, a graph of the
 // step's collectives alone (the same all-reduces and all-gather on the same sizes, nothing between them): its replay
-// time and its share of the step, the latency that NCCL adds. With one GPU only the TP = 1 rows run.
+// time and its share of the step, the latency that NCCL adds. With more than one rank, each model twice: x in plain
+// device memory, and x in NCCL symmetric memory (TensorParallelOptions::symmetric_memory; NCCL 2.27+ runs its
+// low-latency symmetric kernels there). With one GPU only the TP = 1 rows run.
 #include <lazygraph/lazygraph.hpp>
 #include <lazygraph/nn.hpp>
 
@@ -49,21 +51,23 @@ Ranks make_ranks(int n) {
   return r;
 }
 
-/// A graph of a step's collectives alone: per rank `reduces` all-reduces of `d` elements, then, when `gathered`
-/// is not 0, an all-gather of `gathered / ranks` elements each; the replay's median seconds.
-double collectives_seconds(const Ranks& r, int reduces, std::size_t d, std::size_t gathered) {
+/// A graph of a step's collectives alone: per rank `reduces` all-reduces of `d` elements (held as the module holds
+/// x: in symmetric memory or not), then, when `gathered` is not 0, an all-gather of `gathered / ranks` elements
+/// each; the replay's median seconds.
+double collectives_seconds(const Ranks& r, int reduces, std::size_t d, std::size_t gathered, bool symmetric) {
   const std::size_t n = r.comms.size();
-  std::vector<lg::DeviceBuffer<lg::half>> x;
+  bool is_symmetric = false;
+  std::vector<lg::DeviceSpan<lg::half>> x =
+      lg::nn::detail::reduction_buffers<lg::half>(r.comms, d, symmetric, &is_symmetric);
   std::vector<lg::DeviceBuffer<lg::half>> part;
   std::vector<lg::DeviceBuffer<lg::half>> all;
   for (const lg::Device& dev : r.devices) {
-    x.emplace_back(dev, d);
     part.emplace_back(dev, std::max<std::size_t>(gathered / n, 1));
     all.emplace_back(dev, std::max<std::size_t>(gathered, 1));
   }
   lg::MultiDeviceGraph graph = lg::MultiDeviceGraph::capture(r.comms, [&](int rank, lg::Scope& s) {
     const auto i = static_cast<std::size_t>(rank);
-    for (int k = 0; k < reduces; ++k) s.record(lg::all_reduce(r.comms[i], x[i].view()));
+    for (int k = 0; k < reduces; ++k) s.record(lg::all_reduce(r.comms[i], x[i]));
     if (gathered != 0) {
       s.record(lg::all_gather<lg::half>(r.comms[i], part[i].cview(), all[i].view()));
     }
@@ -71,9 +75,9 @@ double collectives_seconds(const Ranks& r, int reduces, std::size_t d, std::size
   return replay_seconds(graph);
 }
 
-void row(const char* model, int n, double seconds, double bytes_per_rank, double ceiling, double tp1,
+void row(const std::string& model, int n, double seconds, double bytes_per_rank, double ceiling, double tp1,
          double collectives) {
-  std::printf("| %s | %d | %.1f | %.0f | %.2f | %.0f | %s | %.1f | %.2f |\n", model, n, seconds * 1e6,
+  std::printf("| %s | %d | %.1f | %.0f | %.2f | %.0f | %s | %.1f | %.2f |\n", model.c_str(), n, seconds * 1e6,
               bytes_per_rank * 1e-6, bytes_per_rank / seconds / ceiling, 1.0 / seconds,
               tp1 > 0 ? (std::to_string(seconds / tp1).substr(0, 5) + "x").c_str() : "-", collectives * 1e6,
               collectives / seconds);
@@ -112,12 +116,16 @@ int main(int argc, char** argv) {
     mlp.layers = 8;
     double mlp_tp1 = 0;
     for (const int n : sizes) {
-      Ranks r = make_ranks(n);
-      lg::nn::TensorParallelMlp model(r.comms, r.libraries, mlp);
-      const double t = replay_seconds(model.graph());
-      const double c = collectives_seconds(r, mlp.layers, static_cast<std::size_t>(mlp.d), 0);
-      row("MLP 4096/11008/8", n, t, static_cast<double>(mlp.weight_bytes()) / n, ceiling, n == 1 ? 0 : mlp_tp1, c);
-      if (n == 1) mlp_tp1 = t;
+      for (const bool symmetric : {false, true}) {
+        if (n == 1 && symmetric) continue;  // one rank: NCCL copies, whatever the memory
+        Ranks r = make_ranks(n);
+        lg::nn::TensorParallelMlp model(r.comms, r.libraries, mlp, {.symmetric_memory = symmetric});
+        const double t = replay_seconds(model.graph());
+        const double c = collectives_seconds(r, mlp.layers, static_cast<std::size_t>(mlp.d), 0, symmetric);
+        row(std::string("MLP 4096/11008/8") + (model.symmetric_memory() ? ", x symmetric" : ""), n, t,
+            static_cast<double>(mlp.weight_bytes()) / n, ceiling, n == 1 ? 0 : mlp_tp1, c);
+        if (n == 1) mlp_tp1 = t;
+      }
     }
 
     lg::nn::DecoderConfig dec;
@@ -130,15 +138,18 @@ int main(int argc, char** argv) {
     dec.context = 1024;
     double dec_tp1 = 0;
     for (const int n : sizes) {
-      Ranks r = make_ranks(n);
-      lg::nn::TensorParallelDecoder model(r.comms, r.libraries, dec);
-      for (int p = 0; p < 256; ++p) (void)model.forward({(p * 37) % dec.vocab, p});  // a 256-token context
-      const double t = replay_seconds(model.graph());
-      const double c = collectives_seconds(r, 2 * dec.layers, static_cast<std::size_t>(dec.d),
-                                           static_cast<std::size_t>(dec.vocab));
-      row("decoder 4096x8, 32k vocab, pos 255", n, t, static_cast<double>(dec.weight_bytes()) / n, ceiling,
-          n == 1 ? 0 : dec_tp1, c);
-      if (n == 1) dec_tp1 = t;
+      for (const bool symmetric : {false, true}) {
+        if (n == 1 && symmetric) continue;
+        Ranks r = make_ranks(n);
+        lg::nn::TensorParallelDecoder model(r.comms, r.libraries, dec, {.symmetric_memory = symmetric});
+        for (int p = 0; p < 256; ++p) (void)model.forward({(p * 37) % dec.vocab, p});  // a 256-token context
+        const double t = replay_seconds(model.graph());
+        const double c = collectives_seconds(r, 2 * dec.layers, static_cast<std::size_t>(dec.d),
+                                             static_cast<std::size_t>(dec.vocab), symmetric);
+        row(std::string("decoder 4096x8, 32k vocab, pos 255") + (model.symmetric_memory() ? ", x symmetric" : ""), n, t,
+            static_cast<double>(dec.weight_bytes()) / n, ceiling, n == 1 ? 0 : dec_tp1, c);
+        if (n == 1) dec_tp1 = t;
+      }
     }
     if (gpus == 1) std::printf("\none GPU: the TP = %s rows need a machine with more.\n", "N");
     return 0;

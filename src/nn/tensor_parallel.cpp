@@ -78,12 +78,13 @@ BasicSwigluShard<T> shard_swiglu_weights(const Stream& stream, const BasicSwiglu
 template <Element T>
 BasicTensorParallelMlp<T>::BasicTensorParallelMlp(std::span<const Communicator> comms,
                                                   std::span<const KernelLibrary* const> libraries,
-                                                  const MlpConfig& config)
+                                                  const MlpConfig& config, const TensorParallelOptions& options)
     : config_(config) {
   const int n = static_cast<int>(comms.size());
   check_tensor_parallel(config_, n);
   detail::check_libraries("TensorParallelMlp", libraries.size(), comms.size());
   const auto d = static_cast<std::size_t>(config_.d);
+  std::vector<DeviceSpan<T>> x = detail::reduction_buffers<T>(comms, d, options.symmetric_memory, &symmetric_);
   ranks_.reserve(comms.size());
   for (int r = 0; r < n; ++r) {
     const Communicator& comm = comms[static_cast<std::size_t>(r)];
@@ -98,14 +99,14 @@ BasicTensorParallelMlp<T>::BasicTensorParallelMlp(std::span<const Communicator> 
       layers.push_back(shard_swiglu_weights(stream_for_weights, full, config_.d, config_.ffn, r, n));
     }
     ranks_.push_back(Rank{comm, std::move(kernels), std::move(layers), DeviceBuffer<T>(comm.device(), d),
-                          DeviceBuffer<T>(comm.device(), d),
+                          x[static_cast<std::size_t>(r)],
                           DeviceBuffer<T>(comm.device(), static_cast<std::size_t>(config_.ffn / n))});
   }
   graph_.emplace(MultiDeviceGraph::capture(comms, [this](int r, Scope& s) {
     Rank& rank = ranks_[static_cast<std::size_t>(r)];
-    s.record(copy(rank.x.view(), rank.input.cview()));
+    s.record(copy(rank.x, rank.input.cview()));
     for (const BasicSwigluShard<T>& layer : rank.layers) {
-      s.record(tensor_parallel_swiglu_block(rank.kernels, layer, rank.comm, rank.x.view(), rank.act.view(), config_.d,
+      s.record(tensor_parallel_swiglu_block(rank.kernels, layer, rank.comm, rank.x, rank.act.view(), config_.d,
                                             config_.eps));
     }
   }));
@@ -124,11 +125,32 @@ std::vector<T> BasicTensorParallelMlp<T>::forward(std::span<const T> x) {
   graph_->launch();
   std::vector<T> out(static_cast<std::size_t>(config_.d));
   const Stream& s = graph_->graph(0).stream();
-  copy_async(s, std::span<T>(out), ranks_[0].x.cview());
+  copy_async(s, std::span<T>(out), ranks_[0].x.as_const());
   s.synchronize();
   return out;
 }
 
+template <Element T>
+std::vector<DeviceSpan<T>> detail::reduction_buffers(std::span<const Communicator> comms, std::size_t count,
+                                                     bool symmetric, bool* symmetric_out) {
+  std::vector<DeviceSpan<T>> out;
+  if (symmetric && SymmetricBuffer<T>::supported()) {
+    try {
+      for (const SymmetricBuffer<T>& b : SymmetricBuffer<T>::create_all(comms, count)) out.push_back(b.view());
+      *symmetric_out = true;
+      return out;
+    } catch (const NcclError&) {  // NOLINT(bugprone-empty-catch): registration refused (no cuMem): plain memory
+    }
+  }
+  for (const Communicator& c : comms) out.push_back(DeviceBuffer<T>(c.device(), count).view());
+  *symmetric_out = false;
+  return out;
+}
+
+template std::vector<DeviceSpan<half>> detail::reduction_buffers(std::span<const Communicator>, std::size_t, bool,
+                                                                 bool*);
+template std::vector<DeviceSpan<bfloat16>> detail::reduction_buffers(std::span<const Communicator>, std::size_t, bool,
+                                                                     bool*);
 template BasicSwigluShard<half> shard_swiglu_weights(const Stream&, const BasicSwigluWeights<half>&, int, int, int,
                                                      int);
 template BasicSwigluShard<bfloat16> shard_swiglu_weights(const Stream&, const BasicSwigluWeights<bfloat16>&, int, int,

@@ -26,7 +26,8 @@ void check_tensor_parallel(const DecoderConfig& config, int ranks) {
 template <Element T>
 BasicTensorParallelDecoder<T>::BasicTensorParallelDecoder(std::span<const Communicator> comms,
                                                           std::span<const KernelLibrary* const> libraries,
-                                                          const DecoderConfig& config)
+                                                          const DecoderConfig& config,
+                                                          const TensorParallelOptions& options)
     : config_(config) {
   const int n = static_cast<int>(comms.size());
   check_tensor_parallel(config_, n);
@@ -37,6 +38,7 @@ BasicTensorParallelDecoder<T>::BasicTensorParallelDecoder(std::span<const Commun
   const auto vocab_part = static_cast<std::size_t>(config_.vocab / n);
   const auto hd = static_cast<std::size_t>(config_.head_dim());
   const auto cache = static_cast<std::size_t>(config_.layers) * static_cast<std::size_t>(config_.context) * dkv;
+  std::vector<DeviceSpan<T>> x = detail::reduction_buffers<T>(comms, d, options.symmetric_memory, &symmetric_);
   ranks_.reserve(comms.size());
   for (int r = 0; r < n; ++r) {
     const Communicator& comm = comms[static_cast<std::size_t>(r)];
@@ -66,15 +68,14 @@ BasicTensorParallelDecoder<T>::BasicTensorParallelDecoder(std::span<const Commun
     copy_async(stream, final_gain.view(), full.final_gain.cview());
     DeviceBuffer<T> lm_head = detail::copy_rows(stream, full.lm_head.cview(), d, rank * vocab_part, vocab_part);
     stream.synchronize();
-    ranks_.push_back(
-        Rank{comm, std::move(kernels), std::move(embedding), std::move(layers), std::move(final_gain),
-             std::move(lm_head), DeviceBuffer<int>(device, 3), DeviceBuffer<int>(device, 1), DeviceBuffer<T>(device, d),
-             DeviceBuffer<T>(device, dq + 2 * dkv), DeviceBuffer<T>(device, dq),
-             DeviceBuffer<T>(device, static_cast<std::size_t>(config_.ffn / n)), DeviceBuffer<T>(device, vocab_part),
-             DeviceBuffer<T>(device, static_cast<std::size_t>(config_.vocab)), DeviceBuffer<T>(device, cache),
-             DeviceBuffer<T>(device, cache),
-             DeviceBuffer<float>(device, dq / hd * static_cast<std::size_t>(config_.attention_splits()) * (hd + 2)),
-             DeviceBuffer<unsigned>(device, dq / hd)});
+    ranks_.push_back(Rank{
+        comm, std::move(kernels), std::move(embedding), std::move(layers), std::move(final_gain), std::move(lm_head),
+        DeviceBuffer<int>(device, 3), DeviceBuffer<int>(device, 1), x[rank], DeviceBuffer<T>(device, dq + 2 * dkv),
+        DeviceBuffer<T>(device, dq), DeviceBuffer<T>(device, static_cast<std::size_t>(config_.ffn / n)),
+        DeviceBuffer<T>(device, vocab_part), DeviceBuffer<T>(device, static_cast<std::size_t>(config_.vocab)),
+        DeviceBuffer<T>(device, cache), DeviceBuffer<T>(device, cache),
+        DeviceBuffer<float>(device, dq / hd * static_cast<std::size_t>(config_.attention_splits()) * (hd + 2)),
+        DeviceBuffer<unsigned>(device, dq / hd)});
     // attention_split counts each head's blocks here and leaves the counts at zero; they start there.
     fill(ranks_.back().attention_counters.view(), 0U).sync_on(stream);
   }
@@ -121,7 +122,7 @@ void BasicTensorParallelDecoder<T>::record_step(int r, Scope& s) {
        std::max(split_len, static_cast<unsigned>(splits * (hd + 2))) * static_cast<unsigned>(sizeof(float))});
 
   s.record(named("embedding", k.embedding(k.step_config(grid_for(static_cast<std::size_t>(d), 256)),
-                                          me.embedding.cview(), tokens, me.x.view(), d, 1)));
+                                          me.embedding.cview(), tokens, me.x, d, 1)));
   for (int l = 0; l < c.layers; ++l) {
     const Layer& w = me.layers[static_cast<std::size_t>(l)];
     const DeviceSpan<T> kc = me.k_cache.view().subspan(static_cast<std::size_t>(l) * cache_size, cache_size);
@@ -130,31 +131,30 @@ void BasicTensorParallelDecoder<T>::record_step(int r, Scope& s) {
     // Fused (DecoderConfig::fused): the norm, this rank's q, k and v rows, RoPE and the cache append in one kernel,
     // attention spread over blocks of positions; unfused: three projections, rope, kv_append, one block per head.
     // Either is Decoder's with the same `fused`, on this rank's heads.
-    auto fused = k.qkv_rope_append(k.qkv_config(dq, dkv, d), wq(w), wk(w), wv(w), me.x.cview(), w.gain.cview(), q, kc,
-                                   vc, positions, slots, d, dq, kv_heads, hd, c.context, 1, c.theta, c.eps, 1) >>
+    auto fused = k.qkv_rope_append(k.qkv_config(dq, dkv, d), wq(w), wk(w), wv(w), me.x.as_const(), w.gain.cview(), q,
+                                   kc, vc, positions, slots, d, dq, kv_heads, hd, c.context, 1, c.theta, c.eps, 1) >>
                  choose(splits > 1,
                         k.attention_split(per_split, q.as_const(), kc.as_const(), vc.as_const(), me.attn.view(),
                                           me.attention_partials.view(), me.attention_counters.view(), positions, slots,
                                           heads, kv_heads, hd, c.context, 1, scale),
                         k.attention(per_head, q.as_const(), kc.as_const(), vc.as_const(), me.attn.view(), positions,
                                     slots, heads, kv_heads, hd, c.context, 1, scale));
-    auto unfused = k.rms_norm_gemv(k.gemv_config(dq, d), wq(w), me.x.cview(), w.gain.cview(), q, dq, d, c.eps, 1) >>
-                   k.rms_norm_gemv(k.gemv_config(dkv, d), wk(w), me.x.cview(), w.gain.cview(), kk, dkv, d, c.eps, 1) >>
-                   k.rms_norm_gemv(k.gemv_config(dkv, d), wv(w), me.x.cview(), w.gain.cview(), v, dkv, d, c.eps, 1) >>
-                   k.rope(k.step_config(grid_for(static_cast<std::size_t>(dq), 256)), q, kk, positions, heads, kv_heads,
-                          hd, c.theta, 1) >>
-                   k.kv_append(k.step_config(grid_for(static_cast<std::size_t>(dkv), 256)), kk.as_const(), v.as_const(),
-                               kc, vc, positions, slots, kv_heads, hd, c.context, 1, 1) >>
-                   k.attention(per_head, q.as_const(), kc.as_const(), vc.as_const(), me.attn.view(), positions, slots,
-                               heads, kv_heads, hd, c.context, 1, scale);
-    s.record(named(name + " attention",
-                   choose(c.fused, std::move(fused), std::move(unfused)) >>
-                       down(k.gemv_config(d, dq), w.wo.cview(), me.attn.cview(), me.x.view(), d, dq, 1) >>
-                       all_reduce(me.comm, me.x.view())));
-    s.record(
-        named(name + " mlp", tensor_parallel_swiglu_block(k, w.mlp, me.comm, me.x.view(), me.act.view(), d, c.eps)));
+    auto unfused =
+        k.rms_norm_gemv(k.gemv_config(dq, d), wq(w), me.x.as_const(), w.gain.cview(), q, dq, d, c.eps, 1) >>
+        k.rms_norm_gemv(k.gemv_config(dkv, d), wk(w), me.x.as_const(), w.gain.cview(), kk, dkv, d, c.eps, 1) >>
+        k.rms_norm_gemv(k.gemv_config(dkv, d), wv(w), me.x.as_const(), w.gain.cview(), v, dkv, d, c.eps, 1) >>
+        k.rope(k.step_config(grid_for(static_cast<std::size_t>(dq), 256)), q, kk, positions, heads, kv_heads, hd,
+               c.theta, 1) >>
+        k.kv_append(k.step_config(grid_for(static_cast<std::size_t>(dkv), 256)), kk.as_const(), v.as_const(), kc, vc,
+                    positions, slots, kv_heads, hd, c.context, 1, 1) >>
+        k.attention(per_head, q.as_const(), kc.as_const(), vc.as_const(), me.attn.view(), positions, slots, heads,
+                    kv_heads, hd, c.context, 1, scale);
+    s.record(named(name + " attention", choose(c.fused, std::move(fused), std::move(unfused)) >>
+                                            down(k.gemv_config(d, dq), w.wo.cview(), me.attn.cview(), me.x, d, dq, 1) >>
+                                            all_reduce(me.comm, me.x)));
+    s.record(named(name + " mlp", tensor_parallel_swiglu_block(k, w.mlp, me.comm, me.x, me.act.view(), d, c.eps)));
   }
-  s.record(named("lm head", k.rms_norm_gemv(k.gemv_config(vocab_part, d), me.lm_head.cview(), me.x.cview(),
+  s.record(named("lm head", k.rms_norm_gemv(k.gemv_config(vocab_part, d), me.lm_head.cview(), me.x.as_const(),
                                             me.final_gain.cview(), me.logits_part.view(), vocab_part, d, c.eps, 1) >>
                                 all_gather<T>(me.comm, me.logits_part.cview(), me.logits.view()) >>
                                 k.argmax(k.step_config({{1, 1, 1}, {1024, 1, 1}, 0}), me.logits.cview(), me.next.view(),

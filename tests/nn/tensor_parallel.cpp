@@ -74,14 +74,19 @@ TEST_SUITE("gpu") {
     lg::KernelLibrary second = lg::nn::kernel_library(devices[1]);
     const lg::KernelLibrary first = lg::nn::kernel_library(devices[0]);
     const std::vector<const lg::KernelLibrary*> libraries{&first, &second};
-    lg::nn::TensorParallelMlp tp(comms, libraries, config);
     lg::nn::Mlp mlp(lgtest::stream(), lgtest::nn_kernels(), config);
-    for (int round = 0; round < 2; ++round) {
-      const std::vector<half> x = lgtest::random_halves(static_cast<std::size_t>(config.d));
-      const std::vector<half> got = tp.forward(x);
-      const std::vector<double> want = lg::nn::mlp_reference(config, lg::nn::widen(x));
-      CHECK(lg::nn::relative_error(lg::nn::widen(got), want) < 1e-2);
-      CHECK(lg::nn::relative_error(lg::nn::widen(got), lg::nn::widen(mlp.forward(x))) < 5e-3);
+    // x in NCCL symmetric memory (its symmetric kernels) where this NCCL has it, and in plain device memory.
+    for (const bool symmetric : {true, false}) {
+      CAPTURE(symmetric);
+      lg::nn::TensorParallelMlp tp(comms, libraries, config, {.symmetric_memory = symmetric});
+      CHECK(tp.symmetric_memory() == (symmetric && lg::SymmetricBuffer<half>::supported()));
+      for (int round = 0; round < 2; ++round) {
+        const std::vector<half> x = lgtest::random_halves(static_cast<std::size_t>(config.d));
+        const std::vector<half> got = tp.forward(x);
+        const std::vector<double> want = lg::nn::mlp_reference(config, lg::nn::widen(x));
+        CHECK(lg::nn::relative_error(lg::nn::widen(got), want) < 1e-2);
+        CHECK(lg::nn::relative_error(lg::nn::widen(got), lg::nn::widen(mlp.forward(x))) < 5e-3);
+      }
     }
   }
 }

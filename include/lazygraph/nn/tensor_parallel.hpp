@@ -38,8 +38,23 @@ struct BasicSwigluShard {
 /// kernels read rows in 8-element chunks), naming the numbers.
 void check_tensor_parallel(const MlpConfig& config, int ranks);
 
+/// How the tensor-parallel modules hold what they all-reduce.
+struct TensorParallelOptions {
+  /// The residual stream x, which every block all-reduces, in NCCL symmetric memory (SymmetricBuffer) when the NCCL
+  /// here has it: NCCL then runs its symmetric kernels, the lowest latency it has for a decode step's small
+  /// all-reduces. When it does not (older than 2.27, or registration refused), plain device memory, as with false;
+  /// the module's symmetric_memory() says which.
+  bool symmetric_memory = true;
+};
+
 /// The tensor-parallel modules' own helpers (not API).
 namespace detail {
+/// Every rank's buffer of `count` elements to all-reduce, in rank order: SymmetricBuffers when `symmetric` and
+/// NCCL has symmetric memory and registers it, else DeviceBuffers (`*symmetric_out` says which). Each span keeps its
+/// memory alive.
+template <Element T>
+std::vector<DeviceSpan<T>> reduction_buffers(std::span<const Communicator> comms, std::size_t count, bool symmetric,
+                                             bool* symmetric_out);
 /// \throws UsageError unless there is one kernel library per rank, naming `module`.
 void check_libraries(std::string_view module, std::size_t libraries, std::size_t ranks);
 /// Rows [first, first + count) of the row-major matrix `full` of `cols` columns, copied on `stream`.
@@ -81,7 +96,9 @@ class BasicTensorParallelMlp {
   /// \throws UsageError for a config that does not split (check_tensor_parallel) or a library count that differs
   /// from the ranks'; CudaError when a GPU runs out of memory; NcclError.
   BasicTensorParallelMlp(std::span<const Communicator> comms, std::span<const KernelLibrary* const> libraries,
-                         const MlpConfig& config);
+                         const MlpConfig& config, const TensorParallelOptions& options = {});
+  /// Whether x lives in NCCL symmetric memory (TensorParallelOptions::symmetric_memory, when NCCL has it).
+  [[nodiscard]] bool symmetric_memory() const noexcept { return symmetric_; }
   /// The d outputs for the d inputs `x`. \throws UsageError unless x has d elements.
   std::vector<T> forward(std::span<const T> x);
   /// The number of ranks.
@@ -97,10 +114,11 @@ class BasicTensorParallelMlp {
     BasicKernels<T> kernels;
     std::vector<BasicSwigluShard<T>> layers;
     DeviceBuffer<T> input;
-    DeviceBuffer<T> x;
+    DeviceSpan<T> x;  // owns its memory: a SymmetricBuffer's or a DeviceBuffer's
     DeviceBuffer<T> act;
   };
   MlpConfig config_;
+  bool symmetric_ = false;
   std::vector<Rank> ranks_;
   std::optional<MultiDeviceGraph> graph_;
 };

@@ -39,7 +39,9 @@ class BasicTensorParallelDecoder {
   /// \throws UsageError for a config that does not split (check_tensor_parallel) or a library count that differs
   /// from the ranks'; CudaError when a GPU runs out of memory; NcclError.
   BasicTensorParallelDecoder(std::span<const Communicator> comms, std::span<const KernelLibrary* const> libraries,
-                             const DecoderConfig& config);
+                             const DecoderConfig& config, const TensorParallelOptions& options = {});
+  /// Whether x lives in NCCL symmetric memory (TensorParallelOptions::symmetric_memory, when NCCL has it).
+  [[nodiscard]] bool symmetric_memory() const noexcept { return symmetric_; }
   /// One step: `token` at `position` (steps must come at positions 0, 1, 2, ...); returns the next token (greedy).
   /// \throws UsageError for a token or position out of range (check_step).
   int forward(TokenAt in);
@@ -64,11 +66,12 @@ class BasicTensorParallelDecoder {
     BasicKernels<T> kernels;
     DeviceBuffer<T> embedding;  // [vocab x d]
     std::vector<Layer> layers;
-    DeviceBuffer<T> final_gain;                                                // [d]
-    DeviceBuffer<T> lm_head;                                                   // [vocab / N x d]
-    DeviceBuffer<int> io;                                                      // token, position, slot (0)
-    DeviceBuffer<int> next;                                                    // [1]
-    DeviceBuffer<T> x, qkv, attn, act, logits_part, logits, k_cache, v_cache;  // qkv: q, then k, then v
+    DeviceBuffer<T> final_gain;  // [d]
+    DeviceBuffer<T> lm_head;     // [vocab / N x d]
+    DeviceBuffer<int> io;        // token, position, slot (0)
+    DeviceBuffer<int> next;      // [1]
+    DeviceSpan<T> x;             // owns its memory: a SymmetricBuffer's or a DeviceBuffer's
+    DeviceBuffer<T> qkv, attn, act, logits_part, logits, k_cache, v_cache;  // qkv: q, then k, then v
     DeviceBuffer<float> attention_partials;     // attention_split's [heads / N][splits][head_dim + 2]
     DeviceBuffer<unsigned> attention_counters;  // attention_split's [heads / N], zero between steps
   };
@@ -76,6 +79,7 @@ class BasicTensorParallelDecoder {
   void record_step(int r, Scope& s);
 
   DecoderConfig config_;
+  bool symmetric_ = false;
   std::vector<Rank> ranks_;
   std::optional<MultiDeviceGraph> graph_;
 };
