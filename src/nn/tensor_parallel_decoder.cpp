@@ -105,14 +105,16 @@ void BasicTensorParallelDecoder<T>::record_step(int r, Scope& s) {
   const auto& down = r == 0 ? k.gemv_add : k.gemv;  // rank 0 keeps x in the all-reduce's sum
   const DeviceSpan<T> q = me.qkv.view().subspan(0, static_cast<std::size_t>(dq));
   const DeviceSpan<T> kk = me.qkv.view().subspan(static_cast<std::size_t>(dq), static_cast<std::size_t>(dkv));
-  const DeviceSpan<T> v = me.qkv.view().subspan(static_cast<std::size_t>(dq + dkv), static_cast<std::size_t>(dkv));
+  const DeviceSpan<T> v = me.qkv.view().subspan(static_cast<std::size_t>(dq) + static_cast<std::size_t>(dkv),
+                                                static_cast<std::size_t>(dkv));
   // This rank's rows of Wq, Wk and Wv, one after the other in wqkv.
   const auto wq = [&](const Layer& w) { return w.wqkv.cview().subspan(0, static_cast<std::size_t>(dq) * d); };
   const auto wk = [&](const Layer& w) {
     return w.wqkv.cview().subspan(static_cast<std::size_t>(dq) * d, static_cast<std::size_t>(dkv) * d);
   };
   const auto wv = [&](const Layer& w) {
-    return w.wqkv.cview().subspan(static_cast<std::size_t>(dq + dkv) * d, static_cast<std::size_t>(dkv) * d);
+    return w.wqkv.cview().subspan((static_cast<std::size_t>(dq) + static_cast<std::size_t>(dkv)) * d,
+                                  static_cast<std::size_t>(dkv) * d);
   };
   const int splits = c.attention_splits();
   const auto split_len = static_cast<unsigned>((c.context + splits - 1) / splits);
