@@ -1,11 +1,13 @@
 // The driver layer's contract with threads and contexts: every call makes the object's context current for
 // itself (a worker thread with no context, or one where other code made another context current, works) and
-// gives the caller's context back; and the failure paths that only fault injection can reach leak nothing.
+// gives the caller's context back; RelaxedCapture opens a capture to another library's setup calls and closes it
+// again; and the failure paths that only fault injection can reach leak nothing.
 #include <doctest/doctest.h>
 
 #include <dlfcn.h>
 
 #include <thread>
+#include <vector>
 
 #include "common/gpu.hpp"
 
@@ -101,6 +103,50 @@ TEST_SUITE("gpu") {
     }
     other.set_current(lgtest::device().context());
     other.destroy_context(theirs);
+  }
+
+  TEST_CASE("RelaxedCapture lets another library allocate while this thread captures, then restores the mode") {
+    const OtherCode other;
+    REQUIRE(other.lib != nullptr);
+    const auto exchange =
+        other.get<decltype(&cuThreadExchangeStreamCaptureMode)>("cuThreadExchangeStreamCaptureMode", 10010);
+    const auto mem_alloc = other.get<decltype(&cuMemAlloc)>("cuMemAlloc", 3020);
+    const auto mem_free = other.get<decltype(&cuMemFree)>("cuMemFree", 3020);
+    const auto mode_now = [&] {  // swaps a mode in and the thread's back
+      CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED;
+      REQUIRE(exchange(&m) == CUDA_SUCCESS);
+      const CUstreamCaptureMode now = m;
+      REQUIRE(exchange(&m) == CUDA_SUCCESS);
+      return now;
+    };
+    Stream& s = lgtest::stream();
+    DeviceBuffer<float> a(lgtest::device(), 64);
+    CUresult inside = CUDA_ERROR_UNKNOWN;
+    CUstreamCaptureMode during = CU_STREAM_CAPTURE_MODE_GLOBAL;
+    CUstreamCaptureMode capturing = CU_STREAM_CAPTURE_MODE_GLOBAL;
+    CUstreamCaptureMode restored = CU_STREAM_CAPTURE_MODE_GLOBAL;
+    auto graph = CudaGraph<>::scope(s, [&](Scope& sc) {
+      sc.record(fill(a.view(), 2.0F));
+      capturing = mode_now();
+      {
+        const drv::CurrentContext current(lgtest::device().context());
+        const drv::RelaxedCapture relaxed;  // as around each NCCL call
+        during = mode_now();
+        CUdeviceptr p = 0;
+        inside = mem_alloc(&p, 256);  // what NCCL does when it connects its ranks; thread-local capture forbids it
+        if (inside == CUDA_SUCCESS) (void)mem_free(p);
+      }
+      restored = mode_now();
+      sc.record(fill(a.view().subspan(0, 8), 3.0F));  // the capture goes on unharmed
+    });
+    CHECK(capturing != CU_STREAM_CAPTURE_MODE_RELAXED);  // the thread's own mode (the driver's default: global)
+    CHECK(during == CU_STREAM_CAPTURE_MODE_RELAXED);
+    CHECK(inside == CUDA_SUCCESS);
+    CHECK(restored == capturing);
+    graph.launch();
+    const std::vector<float> got = lgtest::to_host(s, a.cview());
+    CHECK(got[0] == 3.0F);
+    CHECK(got[63] == 2.0F);
   }
 
   TEST_CASE("a replay stream that cannot be created leaks neither the captured graph nor anything else") {
