@@ -89,9 +89,10 @@ TEST_SUITE("gpu") {
     std::vector<std::vector<half>> x0;
     for (std::size_t r = 0; r < 2; ++r) {
       x0.push_back(lgtest::random_halves(n));
-      copy_async(lgtest::stream(), x[r].view(), std::span<const half>(x0[r]));
+      const Stream s(x[r].device());
+      copy_async(s, x[r].view(), std::span<const half>(x0[r]));
+      s.synchronize();
     }
-    lgtest::stream().synchronize();
     MultiDeviceGraph graph = MultiDeviceGraph::capture(comms, [&](int rank, Scope& sc) {
       sc.record(all_reduce(comms[static_cast<std::size_t>(rank)], x[static_cast<std::size_t>(rank)].view()));
     });
