@@ -34,8 +34,16 @@ std::vector<Communicator> fresh_two_ranks() {
 /// One rank's buffers for every kind of collective, n elements each (2n where the kind needs ranks x n).
 struct RankData {
   RankData(const Device& d, std::size_t n)
-      : x(d, n), sum(d, n), max(d, n), gathered(d, 2 * n), scatter_in(d, 2 * n), scattered(d, n), broadcast(d, n),
-        exchanged(d, n), counts(d, n), count_sum(d, n) {}
+      : x(d, n),
+        sum(d, n),
+        max(d, n),
+        gathered(d, 2 * n),
+        scatter_in(d, 2 * n),
+        scattered(d, n),
+        broadcast(d, n),
+        exchanged(d, n),
+        counts(d, n),
+        count_sum(d, n) {}
   DeviceBuffer<float> x, sum, max, gathered, scatter_in, scattered, broadcast, exchanged;
   DeviceBuffer<std::int32_t> counts, count_sum;
 };

@@ -206,7 +206,8 @@ TEST_SUITE("gpu") {
       MESSAGE("skipped: two GPUs needed for two ranks; this machine has " << Device::count());
       return;
     }
-    const std::vector<Communicator> comms = Communicator::create_all(std::vector<Device>{Device::get(0), Device::get(1)});
+    const std::vector<Communicator> comms =
+        Communicator::create_all(std::vector<Device>{Device::get(0), Device::get(1)});
     std::vector<Stream> streams;
     for (const Communicator& c : comms) streams.emplace_back(c.device());
     const std::size_t n = 4096 + 1;
