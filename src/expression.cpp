@@ -232,14 +232,11 @@ void throw_assign_length_mismatch(std::size_t out, std::size_t expression, std::
                    "; pass an output of the same length (or a subspan)");
 }
 
-LaunchConfig expression_launch_config(std::size_t n, int vector_width, bool vectorized, int sm_count,
-                                      int blocks_per_sm) {
+LaunchConfig expression_launch_config(std::size_t n, int vector_width, bool vectorized, unsigned max_blocks) {
   constexpr unsigned block = 256;
   const auto width = static_cast<std::size_t>(std::max(vector_width, 1));
   const std::size_t work = vectorized ? std::max(n / width, n % width) : n;
-  const std::size_t wave =
-      static_cast<std::size_t>(std::max(sm_count, 1)) * static_cast<std::size_t>(std::max(blocks_per_sm, 1));
-  const std::size_t blocks = std::clamp<std::size_t>((work + block - 1) / block, 1, wave);
+  const std::size_t blocks = std::clamp<std::size_t>((work + block - 1) / block, 1, std::max(max_blocks, 1U));
   return {{static_cast<unsigned>(blocks), 1, 1}, {block, 1, 1}, 0};
 }
 
@@ -351,9 +348,7 @@ ExpressionKernel load_kernel(const ExpressionProgram& program, const Device& dev
     module = std::make_shared<const LoadedModule>(device, entry.image.data(), program.kernel_name + ".cu");
     counters.compiled.fetch_add(1);
   }
-  std::shared_ptr<KernelInfo> info = make_kernel_info(device, std::move(module), program.kernel_name);
-  const int blocks_per_sm = driver::max_active_blocks_per_sm(device.context(), info->function, 256, 0, info->name);
-  return {std::move(info), std::max(blocks_per_sm, 1)};
+  return {make_kernel_info(device, std::move(module), program.kernel_name)};
 }
 
 }  // namespace

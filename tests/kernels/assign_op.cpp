@@ -3,6 +3,7 @@
 // odd lengths, recorded into graphs, and the in-memory and disk caches of the generated kernels.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <optional>
@@ -87,24 +88,34 @@ TEST_CASE("assign takes the 16-byte path only when every span and the output are
   CHECK(assign(out, a * broadcast(span_at<const float>(0x30002, 1))).vectorized());
 }
 
-TEST_CASE("the launch shape covers the elements with blocks of 256, at most one full wave of the GPU") {
-  const auto shape = [](std::size_t n, int width, bool vectorized, int sms, int per_sm) {
-    const LaunchConfig c = detail::expression_launch_config(n, width, vectorized, sms, per_sm);
+TEST_CASE("the launch shape covers the elements with one block of 256 per 256 accesses, up to with_max_blocks") {
+  const auto shape = [](std::size_t n, int width, bool vectorized, unsigned max_blocks) {
+    const LaunchConfig c = detail::expression_launch_config(n, width, vectorized, max_blocks);
     CHECK(c.block.x == 256);
     CHECK(c.block.volume() == 256);
     CHECK(c.shared_bytes == 0);
     CHECK_FALSE(c.early_launch);
     return c.grid.x;
   };
-  CHECK(shape(0, 4, true, 132, 8) == 1);
-  CHECK(shape(1000, 4, true, 132, 8) == 1);   // 250 vectors
-  CHECK(shape(1027, 4, false, 132, 8) == 5);  // 1027 elements
-  CHECK(shape(1U << 20U, 4, true, 132, 8) == 1024);
-  CHECK(shape(1U << 20U, 8, true, 132, 8) == 512);
-  CHECK(shape(16U << 20U, 4, true, 132, 8) == 132 * 8);   // capped: the loop strides over the rest
-  CHECK(shape(16U << 20U, 4, false, 114, 6) == 114 * 6);  // a kernel of more registers: fewer blocks per SM
-  CHECK(shape(16U << 20U, 4, false, 114, 0) == 114);      // at least one block per SM
-  CHECK(shape(7, 8, true, 132, 8) == 1);                  // all tail
+  const unsigned any = detail::expression_max_blocks;
+  CHECK(shape(0, 4, true, any) == 1);
+  CHECK(shape(1000, 4, true, any) == 1);   // 250 vectors
+  CHECK(shape(1027, 4, false, any) == 5);  // 1027 elements
+  CHECK(shape(1U << 20U, 4, true, any) == 1024);
+  CHECK(shape(1U << 20U, 8, true, any) == 512);
+  CHECK(shape(16U << 20U, 4, true, any) == 16384);       // no cap: as many blocks as the work needs
+  CHECK(shape(16U << 20U, 4, false, 132) == 132);        // capped: the loop strides over the rest
+  CHECK(shape(16U << 20U, 4, false, 0) == 1);            // at least one block
+  CHECK(shape(7, 8, true, any) == 1);                    // all tail
+  CHECK(shape((4ULL << 40U) + 1, 4, true, any) == any);  // more vectors than a grid holds: the loop covers them
+
+  const auto a = span_at<const float>(0x10000, 16U << 20U);
+  const auto out = span_at<float>(0x10000000, 16U << 20U);
+  const auto op = assign(out, a * 2.0F);
+  CHECK(op.launch_config().grid.x == 16384);
+  CHECK(op.with_max_blocks(100).launch_config().grid.x == 100);
+  CHECK(op.with_max_blocks(0).launch_config().grid.x == 1);
+  CHECK(op.with_early_launch().with_max_blocks(7).launch_config().early_launch);
 }
 
 TEST_SUITE("gpu") {
@@ -239,23 +250,26 @@ TEST_SUITE("gpu") {
     }
   }
 
-  TEST_CASE("16M elements: the 16-byte path with a grid-stride loop reaches every element") {
+  TEST_CASE("16M elements: the 16-byte path reaches every element, with a grid of its size or capped and looping") {
     Stream& s = lgtest::stream();
     const std::size_t n = (16U << 20U) + 3;
     const Input<float> a(n);
     const Input<float> b(n);
     DeviceBuffer<float> out(s.device(), n);
     const auto op = assign(out.view(), a.cview() * 0.5F + b.cview());
-    const LaunchConfig config = op.launch_config(s.device());
-    CHECK(config.grid.x % static_cast<unsigned>(s.device().sm_count()) == 0);  // one full wave
-    CHECK(config.grid.x * 256ULL * 4 < n);                                     // threads loop over several vectors
-    op.sync_on(s);
-    const auto got = lgtest::to_host(s, out.cview());
-    std::size_t wrong = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      wrong += got[i] != a.stored[i] * 0.5F + b.stored[i] ? 1 : 0;
+    for (const unsigned cap : {detail::expression_max_blocks, 132U * 4U, 1U}) {
+      CAPTURE(cap);
+      const auto capped = op.with_max_blocks(cap);
+      CHECK(capped.launch_config().grid.x == std::min(cap, 16384U));
+      fill(out.view(), -1.0F).sync_on(s);
+      capped.sync_on(s);
+      const auto got = lgtest::to_host(s, out.cview());
+      std::size_t wrong = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        wrong += got[i] != a.stored[i] * 0.5F + b.stored[i] ? 1 : 0;
+      }
+      CHECK(wrong == 0);
     }
-    CHECK(wrong == 0);
   }
 
   TEST_CASE("misaligned subspans take the one-element path and give the same results") {
@@ -394,8 +408,8 @@ TEST_SUITE("gpu") {
     DeviceBuffer<half> t(s.device(), n);
     DeviceBuffer<half> out(s.device(), n);
     const auto square = assign(out.view(), t.cview() * t.cview());
-    CHECK_FALSE(square.launch_config(s.device()).early_launch);
-    CHECK(square.with_early_launch().launch_config(s.device()).early_launch);
+    CHECK_FALSE(square.launch_config().early_launch);
+    CHECK(square.with_early_launch().launch_config().early_launch);
     auto step = assign(t.view(), a.cview() + 1.0F) >> square.with_early_launch();
     CudaGraph<>::build(s.device(), step).launch();
     const auto got = lgtest::to_host(s, out.cview());
