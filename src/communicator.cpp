@@ -242,4 +242,20 @@ void Communicator::wait(const Stream& stream, std::chrono::milliseconds timeout)
   }
 }
 
+namespace detail {
+
+void check_ranks_in_order(std::span<const Communicator> comms, std::string_view who, std::string_view why) {
+  if (comms.empty()) throw UsageError(std::string(who) + ": no communicators");
+  const std::shared_ptr<Clique>& clique = comms[0].state()->clique;
+  for (std::size_t i = 0; i < comms.size(); ++i) {
+    const Communicator& c = comms[i];
+    if (c.state()->clique != clique || c.rank() != static_cast<int>(i) || c.size() != static_cast<int>(comms.size())) {
+      throw UsageError(std::string(who) + " needs every rank of one Communicator::create_all, in rank order (" +
+                       std::string(why) + "); position " + std::to_string(i) + " holds " + c.describe());
+    }
+  }
+}
+
+}  // namespace detail
+
 }  // namespace lazygraph

@@ -13,15 +13,8 @@ namespace detail {
 
 void record_ranks(std::span<const Communicator> comms, const std::function<void(int)>& record,
                   std::chrono::milliseconds grace) {
-  if (comms.empty()) throw UsageError("MultiDeviceGraph: no communicators");
+  check_ranks_in_order(comms, "MultiDeviceGraph", "each rank's collectives wait for the others'");
   const std::shared_ptr<Clique>& clique = comms[0].state()->clique;
-  for (std::size_t r = 0; r < comms.size(); ++r) {
-    const Communicator& c = comms[r];
-    if (c.state()->clique != clique || c.rank() != static_cast<int>(r) || c.size() != static_cast<int>(comms.size())) {
-      throw UsageError("MultiDeviceGraph: communicator " + std::to_string(r) + " is " + c.describe() +
-                       "; pass every rank of one Communicator::create_all, in rank order");
-    }
-  }
   if (clique) clique->begin_compare();
 
   std::mutex mutex;

@@ -26,18 +26,8 @@ SymmetricAllocation::~SymmetricAllocation() {
 
 std::vector<std::shared_ptr<SymmetricAllocation>> allocate_symmetric(std::span<const Communicator> comms,
                                                                      std::size_t bytes) {
-  if (comms.empty()) throw UsageError("SymmetricBuffer::create_all: no communicators");
-  const std::shared_ptr<Clique>& clique = comms[0].state()->clique;
-  for (std::size_t i = 0; i < comms.size(); ++i) {
-    const Communicator& c = comms[i];
-    if (c.state()->clique != clique || c.rank() != static_cast<int>(i) || c.size() != static_cast<int>(comms.size())) {
-      throw UsageError(
-          "SymmetricBuffer::create_all needs every rank of one Communicator::create_all, in rank order "
-          "(its registration waits for all of them); position " +
-          std::to_string(i) + " holds " + c.describe());
-    }
-    (void)c.get();  // refuses an aborted communicator
-  }
+  check_ranks_in_order(comms, "SymmetricBuffer::create_all", "its registration waits for all of them");
+  for (const Communicator& c : comms) (void)c.get();  // refuses an aborted communicator
   std::string why;
   if (!nccl::symmetric_supported(&why)) throw UsageError("SymmetricBuffer: " + why);
   const std::string object = "SymmetricBuffer of " + std::to_string(bytes) + " bytes per rank";

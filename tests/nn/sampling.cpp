@@ -132,7 +132,7 @@ TEST_SUITE("gpu") {
                 }
                 if (g != want) {
                   ++near;
-                  CHECK(lgtest::near_boundary(l, top_k, t, u));
+                  CHECK(lgtest::neighbour_at_boundary(l, top_k, t, u, g, want));
                 }
               }
             }

@@ -27,6 +27,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "lazygraph/detail/driver/device.hpp"
@@ -171,5 +172,15 @@ class Communicator {
   explicit Communicator(std::shared_ptr<detail::CommunicatorState> state) : state_(std::move(state)) {}
   std::shared_ptr<detail::CommunicatorState> state_;
 };
+
+namespace detail {
+
+/// Checks that `comms` are the ranks of one communicator in rank order: rank i at position i, each of
+/// comms.size() ranks, all from one Communicator::create_all (or all made per process). Code that waits for every
+/// rank (a multi-device capture, a symmetric registration) needs that.
+/// \throws UsageError naming `who`, `why` and the first position that breaks it, or `who` when there is none.
+void check_ranks_in_order(std::span<const Communicator> comms, std::string_view who, std::string_view why);
+
+}  // namespace detail
 
 }  // namespace lazygraph
