@@ -16,7 +16,7 @@ bool nccl_available(std::string* why) noexcept { return detail::nccl::try_load(w
 
 std::string nccl_version() { return detail::nccl::version_text(detail::nccl::version()); }
 
-bool nccl_bounded_join() noexcept { return detail::nccl::nonblocking_supported(); }
+bool nccl_nonblocking_communicators() noexcept { return detail::nccl::nonblocking_supported(); }
 
 std::string nccl_library() { return detail::nccl::library_path(); }
 

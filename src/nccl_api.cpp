@@ -8,7 +8,6 @@
 #include <link.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdlib>
 #include <limits>
 #include <mutex>
@@ -59,7 +58,6 @@ struct Config {
   const char* net_name = nullptr;
 };
 using CommInitRankConfigFn = Result (*)(Comm*, int, UniqueId, int, Config*);
-using CommSplitFn = Result (*)(Comm, int, int, Comm*, Config*);
 
 struct EntryPoints {
   GetVersionFn ncclGetVersion = nullptr;
@@ -67,7 +65,6 @@ struct EntryPoints {
   CommInitRankFn ncclCommInitRank = nullptr;
   CommInitAllFn ncclCommInitAll = nullptr;
   CommInitRankConfigFn ncclCommInitRankConfig = nullptr;  // optional (NCCL 2.14+; its config as of 2.17)
-  CommSplitFn ncclCommSplit = nullptr;                    // optional (NCCL 2.18+)
   CommFn ncclCommDestroy = nullptr;
   CommFn ncclCommAbort = nullptr;
   CommFn ncclCommFinalize = nullptr;  // optional (NCCL 2.14+)
@@ -184,7 +181,6 @@ Library open_at(void* lib, const std::string& name) {
   need("ncclGroupEnd", a.ncclGroupEnd);
   fetch(lib, "ncclCommFinalize", a.ncclCommFinalize);
   fetch(lib, "ncclCommInitRankConfig", a.ncclCommInitRankConfig);
-  fetch(lib, "ncclCommSplit", a.ncclCommSplit);
   fetch(lib, "ncclGetLastError", a.ncclGetLastError);
   fetch(lib, "ncclMemAlloc", a.ncclMemAlloc);
   fetch(lib, "ncclMemFree", a.ncclMemFree);
@@ -198,10 +194,7 @@ Library open_at(void* lib, const std::string& name) {
     l.why = "cannot use NCCL " + l.path + ": ncclGetVersion failed";
     return l;
   }
-  if (l.version < 21800 || a.ncclCommInitRankConfig == nullptr || a.ncclCommSplit == nullptr) {
-    a.ncclCommInitRankConfig = nullptr;  // no bounded join (comm_init_rank): it needs both, as of 2.18
-    a.ncclCommSplit = nullptr;
-  }
+  if (l.version < 21700) a.ncclCommInitRankConfig = nullptr;  // its config predates the layout of Config
   l.usable = true;
   return l;
 }
@@ -380,41 +373,23 @@ Comm comm_init_rank(CUcontext ctx, int ranks, const UniqueId& id, int rank, std:
   const EntryPoints& a = api();
   const driver::CurrentContext current(ctx);
   Comm comm = nullptr;
-  if (a.ncclCommInitRankConfig == nullptr) {  // NCCL before 2.18: blocking, waits for the other ranks unbounded
+  if (a.ncclCommInitRankConfig == nullptr) {  // NCCL before 2.17: blocking, waits for the other ranks unbounded
     check(a.ncclCommInitRank(&comm, ranks, id, rank), "ncclCommInitRank", object);
     return comm;
   }
-  // Join with a non-blocking communicator, whose wait for the other ranks can be given up...
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  const auto left = [&] {
-    return std::max(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()),
-                    std::chrono::milliseconds(1));
-  };
-  Config joining_config;
-  joining_config.blocking = 0;
-  Comm joined = nullptr;
-  Result r = a.ncclCommInitRankConfig(&joined, ranks, id, rank, &joining_config);
-  try {
-    settle(joined, r, "ncclCommInitRankConfig", object, left());
-    // ... then split it into a blocking one for the work: a non-blocking communicator completes calls on NCCL's own
-    // thread, and a collective captured through one replayed wrong data on the H100 machine (NCCL 2.28). The split is
-    // a call of the joined communicator (all ranks take part, as they all joined); its new communicator appears
-    // when that call completes.
-    Config blocking_config;
-    blocking_config.blocking = 1;
-    r = a.ncclCommSplit(joined, 0, rank, &comm, &blocking_config);
-    settle(joined, r, "ncclCommSplit", object, left());
-    comm = std::atomic_ref<Comm>(comm).load();  // written by NCCL's thread
-    if (comm == nullptr) throw_error(internal_error, "ncclCommSplit", std::string(object) + " (no communicator made)");
-    Result state = success;
-    check(a.ncclCommGetAsyncError(comm, &state), "ncclCommGetAsyncError", object, comm);
-    settle(comm, state, "ncclCommSplit", object, left());
-  } catch (...) {
+  Config config;
+  config.blocking = 0;
+  const Result r = a.ncclCommInitRankConfig(&comm, ranks, id, rank, &config);
+  if (r != success && r != in_progress) {
     if (comm != nullptr) (void)a.ncclCommAbort(comm);
-    if (joined != nullptr) (void)a.ncclCommAbort(joined);  // never handed out: this function owns both
+    throw_error(r, "ncclCommInitRankConfig", object);
+  }
+  try {
+    settle(comm, r, "ncclCommInitRankConfig", object, timeout);
+  } catch (...) {
+    (void)a.ncclCommAbort(comm);  // never handed out: this function owns it
     throw;
   }
-  comm_destroy_no_throw(joined);
   return comm;
 }
 

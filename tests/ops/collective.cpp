@@ -69,8 +69,7 @@ namespace {
 
 Communicator one_rank() { return Communicator::create_all(std::vector<Device>{lgtest::device()}).at(0); }
 
-/// A communicator of one rank made as one process per GPU makes it, from an id: joined through a non-blocking
-/// communicator and split into a blocking one with NCCL 2.18+.
+/// A communicator of one rank made as one process per GPU makes it, from an id: non-blocking with NCCL 2.17+.
 Communicator one_rank_from_id() { return {lgtest::device(), 0, 1, CommunicatorId::create(), std::chrono::seconds(30)}; }
 
 template <class T>
@@ -128,9 +127,9 @@ void all_kinds_on_one_rank(const Communicator& comm) {
 TEST_SUITE("gpu") {
   TEST_CASE("every collective on one rank, eagerly, in half, bfloat16, float and int32: exactly its own data") {
     if (!lgtest::have_nccl()) return;
-    // Of create_all, and from an id (the split of a non-blocking communicator, when NCCL has it).
+    // Of create_all (blocking), and from an id (non-blocking when NCCL has it: calls may be left in progress).
     for (const Communicator& comm : {one_rank(), one_rank_from_id()}) {
-      CAPTURE(nccl_bounded_join());
+      CAPTURE(nccl_nonblocking_communicators());
       all_kinds_on_one_rank<half>(comm);
       all_kinds_on_one_rank<bfloat16>(comm);
       all_kinds_on_one_rank<float>(comm);

@@ -44,9 +44,9 @@ bool nccl_available(std::string* why = nullptr) noexcept;
 std::string nccl_version();
 /// The file NCCL was loaded from. \throws NcclUnavailable.
 std::string nccl_library();
-/// True when NCCL loads and can bound a rank's wait for the others to join (2.18 or newer): a Communicator made
-/// from an id then gives up after its timeout instead of waiting for ever. Never throws.
-bool nccl_bounded_join() noexcept;
+/// True when NCCL loads and makes non-blocking communicators (2.17 or newer): a Communicator made from an id then
+/// bounds every wait for other ranks. Never throws.
+bool nccl_nonblocking_communicators() noexcept;
 /// Uses the NCCL library at `path` (instead of LAZYGRAPH_NCCL_LIBRARY and the search). Call it before the first
 /// communicator. \throws UsageError when NCCL is already loaded from another file.
 void set_nccl_library(std::string path);
@@ -123,8 +123,8 @@ struct CommunicatorState {
   nccl::Comm comm;
   int rank;
   int size;
-  /// How long a call NCCL leaves in progress may stay so before it fails with TimeoutError (the communicators
-  /// lazygraph hands out block, so this bounds only what NCCL would report as in progress).
+  /// How long a call on a non-blocking communicator (one rank per process, NCCL 2.17+) may stay in progress, e.g.
+  /// while the first collective connects to peers, before it fails with TimeoutError.
   std::chrono::milliseconds progress_timeout = default_progress_timeout;
   std::shared_ptr<Clique> clique;  ///< null for a communicator made per process
   mutable std::mutex mutex;        ///< NCCL calls on one communicator must not overlap
@@ -144,13 +144,12 @@ class Communicator {
   /// One communicator per device, rank i on devices[i] (ncclCommInitAll).
   /// \throws UsageError for no devices or a device listed twice; NcclUnavailable; NcclError.
   static std::vector<Communicator> create_all(std::span<const Device> devices);
-  /// This process's rank `rank` of `ranks`, on `device`: returns once all ranks have joined. With NCCL 2.18 or newer
-  /// (nccl_bounded_join()) the join waits at most `timeout`, then throws TimeoutError (the ranks join through a
-  /// non-blocking communicator, split into the blocking one this holds once all have come; every rank must use the
-  /// same NCCL). With older NCCL the join waits for the other ranks without a bound. Later calls block as those of
-  /// create_all do: bound their wait with wait().
-  /// \throws UsageError for a rank outside [0, ranks) or a timeout that is not positive; NcclUnavailable;
-  ///         NcclError; TimeoutError.
+  /// This process's rank `rank` of `ranks`, on `device`: returns once all ranks have joined. With NCCL 2.17 or newer
+  /// the communicator is non-blocking (nccl_nonblocking_communicators()), so no wait on the other ranks is unbounded:
+  /// joining waits at most `timeout`, and so does each later call that NCCL leaves in progress (the first
+  /// collective connects to the peers); past it the call throws TimeoutError and the communicator is aborted. With
+  /// older NCCL, joining waits for the other ranks without a bound.
+  /// \throws UsageError for a rank outside [0, ranks); NcclUnavailable; NcclError; TimeoutError.
   Communicator(const Device& device, int rank, int ranks, const CommunicatorId& id,
                std::chrono::milliseconds timeout = detail::default_progress_timeout);
 

@@ -90,14 +90,13 @@ std::string result_name(int code);
 
 UniqueId get_unique_id();
 /// Rank `rank` of `ranks`, with `ctx` (the device's primary context) current, which is the device NCCL binds to.
-/// With NCCL 2.18 or newer the ranks join through a non-blocking communicator (ncclCommInitRankConfig, blocking =
-/// 0), so this waits at most `timeout` for the others, then aborts and throws TimeoutError; once joined, it splits
-/// that into the blocking communicator it returns (ncclCommSplit; all ranks do the same). Older NCCL:
-/// ncclCommInitRank, whose wait has no bound.
+/// With NCCL 2.17 or newer the communicator is non-blocking (ncclCommInitRankConfig, blocking = 0): this waits at
+/// most `timeout` for the other ranks to join, then aborts it and throws TimeoutError; its later calls may return
+/// ncclInProgress, which the functions below settle. Older NCCL: ncclCommInitRank, whose wait has no bound.
 /// \throws NcclError, TimeoutError.
 Comm comm_init_rank(CUcontext ctx, int ranks, const UniqueId& id, int rank, std::string_view object,
                     std::chrono::milliseconds timeout);
-/// Whether comm_init_rank bounds the join (NCCL 2.18 or newer, loaded).
+/// Whether comm_init_rank makes non-blocking communicators (NCCL 2.17 or newer, loaded).
 bool nonblocking_supported() noexcept;
 /// Returns once the call that returned `result` on `comm` has completed: at once for ncclSuccess, polling
 /// ncclCommGetAsyncError for ncclInProgress (a non-blocking communicator) for at most `timeout`.
@@ -118,7 +117,8 @@ int comm_device(Comm comm);
 int comm_rank(Comm comm);
 
 // The collectives, enqueued on `stream` (or captured, when it captures) in `ctx`. `object` names the op for errors.
-// Should NCCL leave a call in progress (a non-blocking communicator), each waits at most `timeout` for it (settle).
+// On a non-blocking communicator each waits at most `timeout` for NCCL to take the call (settle): the first call
+// connects the ranks, which waits for the peers.
 void all_reduce(CUcontext ctx, const void* send, void* recv, std::size_t count, DataType type, RedOp op, Comm comm,
                 CUstream stream, std::string_view object, std::chrono::milliseconds timeout);
 void broadcast(CUcontext ctx, const void* send, void* recv, std::size_t count, DataType type, int root, Comm comm,
