@@ -1,7 +1,5 @@
 #include "lazygraph/detail/ops/collective.hpp"
 
-#include <chrono>
-
 #include <mutex>
 
 #include "lazygraph/detail/driver/error.hpp"
@@ -154,25 +152,19 @@ void execute_collective(ExecContext& ctx, const Communicator& comm, CollectiveKi
   const auto* src = reinterpret_cast<const void*>(send);  // NOLINT(performance-no-int-to-ptr)
   auto* dst = reinterpret_cast<void*>(recv);              // NOLINT(performance-no-int-to-ptr)
   const std::lock_guard lock(comm.state()->mutex);
-  const std::chrono::milliseconds timeout = comm.state()->progress_timeout;
-  try {
-    switch (kind) {
-      case CollectiveKind::all_reduce:
-        nccl::all_reduce(context, src, dst, recv_count, type, nccl_op(op), comm.get(), stream, object, timeout);
-        break;
-      case CollectiveKind::broadcast:
-        nccl::broadcast(context, src, dst, recv_count, type, root, comm.get(), stream, object, timeout);
-        break;
-      case CollectiveKind::reduce_scatter:
-        nccl::reduce_scatter(context, src, dst, recv_count, type, nccl_op(op), comm.get(), stream, object, timeout);
-        break;
-      case CollectiveKind::all_gather:
-        nccl::all_gather(context, src, dst, send_count, type, comm.get(), stream, object, timeout);
-        break;
-    }
-  } catch (const TimeoutError&) {
-    comm.abort();  // NCCL may still wait for a peer: stop it, as Communicator::wait does
-    throw;
+  switch (kind) {
+    case CollectiveKind::all_reduce:
+      nccl::all_reduce(context, src, dst, recv_count, type, nccl_op(op), comm.get(), stream, object);
+      break;
+    case CollectiveKind::broadcast:
+      nccl::broadcast(context, src, dst, recv_count, type, root, comm.get(), stream, object);
+      break;
+    case CollectiveKind::reduce_scatter:
+      nccl::reduce_scatter(context, src, dst, recv_count, type, nccl_op(op), comm.get(), stream, object);
+      break;
+    case CollectiveKind::all_gather:
+      nccl::all_gather(context, src, dst, send_count, type, comm.get(), stream, object);
+      break;
   }
 }
 
@@ -182,13 +174,7 @@ void execute_point_to_point(ExecContext& ctx, const Communicator& comm, std::spa
   // compared, under one signature.
   prepare(ctx, comm, "send/recv", [&] { return "send/recv " + std::string(nccl_type_name(type)); });
   const std::lock_guard lock(comm.state()->mutex);
-  try {
-    nccl::send_recv(comm.device().context(), transfers, type, comm.get(), ctx.stream().get(), "send/recv",
-                    comm.state()->progress_timeout);
-  } catch (const TimeoutError&) {
-    comm.abort();
-    throw;
-  }
+  nccl::send_recv(comm.device().context(), transfers, type, comm.get(), ctx.stream().get(), "send/recv");
 }
 
 }  // namespace lazygraph::detail

@@ -16,8 +16,6 @@ bool nccl_available(std::string* why) noexcept { return detail::nccl::try_load(w
 
 std::string nccl_version() { return detail::nccl::version_text(detail::nccl::version()); }
 
-bool nccl_nonblocking_communicators() noexcept { return detail::nccl::nonblocking_supported(); }
-
 std::string nccl_library() { return detail::nccl::library_path(); }
 
 void set_nccl_library(std::string path) { detail::nccl::set_library_path(std::move(path)); }
@@ -176,18 +174,15 @@ std::vector<Communicator> Communicator::create_all(std::span<const Device> devic
   return out;
 }
 
-Communicator::Communicator(const Device& device, int rank, int ranks, const CommunicatorId& id,
-                           std::chrono::milliseconds timeout) {
+Communicator::Communicator(const Device& device, int rank, int ranks, const CommunicatorId& id) {
   if (ranks <= 0 || rank < 0 || rank >= ranks) {
     throw UsageError("Communicator: rank " + std::to_string(rank) + " of " + std::to_string(ranks) +
                      " (a rank is in [0, ranks))");
   }
   const std::string object = "rank " + std::to_string(rank) + " of " + std::to_string(ranks) + " on device " +
                              std::to_string(device.ordinal());
-  if (timeout.count() <= 0) throw UsageError("Communicator " + object + ": the timeout must be positive");
-  detail::nccl::Comm comm = detail::nccl::comm_init_rank(device.context(), ranks, id.raw(), rank, object, timeout);
+  detail::nccl::Comm comm = detail::nccl::comm_init_rank(device.context(), ranks, id.raw(), rank, object);
   state_ = std::make_shared<detail::CommunicatorState>(device, comm, rank, ranks, nullptr);
-  state_->progress_timeout = timeout;
 }
 
 std::string Communicator::describe() const {

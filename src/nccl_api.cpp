@@ -9,11 +9,9 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <limits>
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 
 #include "lazygraph/detail/driver/driver_api.hpp"
 #include "lazygraph/detail/driver/error.hpp"
@@ -45,26 +43,11 @@ using MemFreeFn = Result (*)(void*);
 using WindowRegisterFn = Result (*)(Comm, void*, std::size_t, Window*, int);
 using WindowDeregisterFn = Result (*)(Comm, Window);
 
-/// ncclConfig_t as NCCL 2.17 declared it. NCCL reads a config up to its `size` and gives the fields a later
-/// version added their defaults by `version`, so this prefix is what every NCCL from 2.17 on accepts.
-struct Config {
-  std::size_t size = sizeof(Config);
-  unsigned int magic = 0xcafebeef;
-  unsigned int version = 21700;                    // NCCL_VERSION(2, 17, 0)
-  int blocking = std::numeric_limits<int>::min();  // NCCL_CONFIG_UNDEF_INT: NCCL's default
-  int cga_cluster_size = std::numeric_limits<int>::min();
-  int min_ctas = std::numeric_limits<int>::min();
-  int max_ctas = std::numeric_limits<int>::min();
-  const char* net_name = nullptr;
-};
-using CommInitRankConfigFn = Result (*)(Comm*, int, UniqueId, int, Config*);
-
 struct EntryPoints {
   GetVersionFn ncclGetVersion = nullptr;
   GetUniqueIdFn ncclGetUniqueId = nullptr;
   CommInitRankFn ncclCommInitRank = nullptr;
   CommInitAllFn ncclCommInitAll = nullptr;
-  CommInitRankConfigFn ncclCommInitRankConfig = nullptr;  // optional (NCCL 2.14+; its config as of 2.17)
   CommFn ncclCommDestroy = nullptr;
   CommFn ncclCommAbort = nullptr;
   CommFn ncclCommFinalize = nullptr;  // optional (NCCL 2.14+)
@@ -180,7 +163,6 @@ Library open_at(void* lib, const std::string& name) {
   need("ncclGroupStart", a.ncclGroupStart);
   need("ncclGroupEnd", a.ncclGroupEnd);
   fetch(lib, "ncclCommFinalize", a.ncclCommFinalize);
-  fetch(lib, "ncclCommInitRankConfig", a.ncclCommInitRankConfig);
   fetch(lib, "ncclGetLastError", a.ncclGetLastError);
   fetch(lib, "ncclMemAlloc", a.ncclMemAlloc);
   fetch(lib, "ncclMemFree", a.ncclMemFree);
@@ -194,7 +176,6 @@ Library open_at(void* lib, const std::string& name) {
     l.why = "cannot use NCCL " + l.path + ": ncclGetVersion failed";
     return l;
   }
-  if (l.version < 21700) a.ncclCommInitRankConfig = nullptr;  // its config predates the layout of Config
   l.usable = true;
   return l;
 }
@@ -260,9 +241,6 @@ std::string comm_text(Comm comm) {
   (void)a.ncclCommCuDevice(comm, &device);
   return "rank " + std::to_string(rank) + " of " + std::to_string(count) + " on device " + std::to_string(device);
 }
-
-/// How long destroying a non-blocking communicator waits for its outstanding work before aborting it.
-constexpr std::chrono::seconds finalize_timeout{10};
 
 void check(Result r, std::string_view api_name, std::string_view object, Comm comm = nullptr) {
   if (r != success) [[unlikely]]
@@ -368,54 +346,12 @@ UniqueId get_unique_id() {
   return id;
 }
 
-Comm comm_init_rank(CUcontext ctx, int ranks, const UniqueId& id, int rank, std::string_view object,
-                    std::chrono::milliseconds timeout) {
+Comm comm_init_rank(CUcontext ctx, int ranks, const UniqueId& id, int rank, std::string_view object) {
   const EntryPoints& a = api();
   const driver::CurrentContext current(ctx);
   Comm comm = nullptr;
-  if (a.ncclCommInitRankConfig == nullptr) {  // NCCL before 2.17: blocking, waits for the other ranks unbounded
-    check(a.ncclCommInitRank(&comm, ranks, id, rank), "ncclCommInitRank", object);
-    return comm;
-  }
-  Config config;
-  config.blocking = 0;
-  const Result r = a.ncclCommInitRankConfig(&comm, ranks, id, rank, &config);
-  if (r != success && r != in_progress) {
-    if (comm != nullptr) (void)a.ncclCommAbort(comm);
-    throw_error(r, "ncclCommInitRankConfig", object);
-  }
-  try {
-    settle(comm, r, "ncclCommInitRankConfig", object, timeout);
-  } catch (...) {
-    (void)a.ncclCommAbort(comm);  // never handed out: this function owns it
-    throw;
-  }
+  check(a.ncclCommInitRank(&comm, ranks, id, rank), "ncclCommInitRank", object);
   return comm;
-}
-
-bool nonblocking_supported() noexcept { return try_load(nullptr) && loaded->api.ncclCommInitRankConfig != nullptr; }
-
-void settle(Comm comm, Result result, std::string_view api_name, std::string_view object,
-            std::chrono::milliseconds timeout) {
-  if (result == success) return;
-  if (result != in_progress) throw_error(result, api_name, object, comm);
-  const EntryPoints& a = api();
-  const auto start = std::chrono::steady_clock::now();
-  auto pause = std::chrono::microseconds(1);
-  for (;;) {
-    Result state = success;
-    check(a.ncclCommGetAsyncError(comm, &state), "ncclCommGetAsyncError", object, comm);
-    if (state == success) return;
-    if (state != in_progress) throw_error(state, api_name, object, comm);
-    const auto waited = std::chrono::steady_clock::now() - start;
-    if (waited >= timeout) {
-      throw TimeoutError(std::string(api_name) + " on " + std::string(object) + " did not complete within " +
-                         std::to_string(timeout.count()) +
-                         " ms: NCCL still waits for other ranks (one that never joined, or failed?)");
-    }
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(1000));
-  }
 }
 
 std::vector<Comm> comm_init_all(std::span<const int> devices) {
@@ -430,19 +366,9 @@ std::vector<Comm> comm_init_all(std::span<const int> devices) {
 void comm_destroy_no_throw(Comm comm) noexcept {
   if (comm == nullptr || !loaded || !loaded->usable) return;
   const EntryPoints& a = loaded->api;
-  if (a.ncclCommFinalize != nullptr) {
-    Result r = a.ncclCommFinalize(comm);
-    // A non-blocking communicator finishes its outstanding work in the background: wait for it, within bounds.
-    const auto deadline = std::chrono::steady_clock::now() + finalize_timeout;
-    while (r == in_progress && std::chrono::steady_clock::now() < deadline) {
-      Result state = success;
-      r = a.ncclCommGetAsyncError(comm, &state) == success ? state : internal_error;
-      if (r == in_progress) std::this_thread::sleep_for(std::chrono::microseconds(100));
-    }
-    if (r != success) {
-      (void)a.ncclCommAbort(comm);  // a communicator that cannot finish cleanly is torn down
-      return;
-    }
+  if (a.ncclCommFinalize != nullptr && a.ncclCommFinalize(comm) != success) {
+    (void)a.ncclCommAbort(comm);  // a communicator that cannot finish cleanly is torn down
+    return;
   }
   (void)a.ncclCommDestroy(comm);
 }
@@ -477,36 +403,35 @@ int comm_rank(Comm comm) {
 }
 
 void all_reduce(CUcontext ctx, const void* send, void* recv, std::size_t count, DataType type, RedOp op, Comm comm,
-                CUstream stream, std::string_view object, std::chrono::milliseconds timeout) {
+                CUstream stream, std::string_view object) {
   const EntryPoints& a = api();
   const EnqueueScope scope(ctx);
-  settle(comm, a.ncclAllReduce(send, recv, count, type, op, comm, stream), "ncclAllReduce", object, timeout);
+  check(a.ncclAllReduce(send, recv, count, type, op, comm, stream), "ncclAllReduce", object, comm);
 }
 
 void broadcast(CUcontext ctx, const void* send, void* recv, std::size_t count, DataType type, int root, Comm comm,
-               CUstream stream, std::string_view object, std::chrono::milliseconds timeout) {
+               CUstream stream, std::string_view object) {
   const EntryPoints& a = api();
   const EnqueueScope scope(ctx);
-  settle(comm, a.ncclBroadcast(send, recv, count, type, root, comm, stream), "ncclBroadcast", object, timeout);
+  check(a.ncclBroadcast(send, recv, count, type, root, comm, stream), "ncclBroadcast", object, comm);
 }
 
 void reduce_scatter(CUcontext ctx, const void* send, void* recv, std::size_t recv_count, DataType type, RedOp op,
-                    Comm comm, CUstream stream, std::string_view object, std::chrono::milliseconds timeout) {
+                    Comm comm, CUstream stream, std::string_view object) {
   const EntryPoints& a = api();
   const EnqueueScope scope(ctx);
-  settle(comm, a.ncclReduceScatter(send, recv, recv_count, type, op, comm, stream), "ncclReduceScatter", object,
-         timeout);
+  check(a.ncclReduceScatter(send, recv, recv_count, type, op, comm, stream), "ncclReduceScatter", object, comm);
 }
 
 void all_gather(CUcontext ctx, const void* send, void* recv, std::size_t send_count, DataType type, Comm comm,
-                CUstream stream, std::string_view object, std::chrono::milliseconds timeout) {
+                CUstream stream, std::string_view object) {
   const EntryPoints& a = api();
   const EnqueueScope scope(ctx);
-  settle(comm, a.ncclAllGather(send, recv, send_count, type, comm, stream), "ncclAllGather", object, timeout);
+  check(a.ncclAllGather(send, recv, send_count, type, comm, stream), "ncclAllGather", object, comm);
 }
 
 void send_recv(CUcontext ctx, std::span<const PointToPoint> transfers, DataType type, Comm comm, CUstream stream,
-               std::string_view object, std::chrono::milliseconds timeout) {
+               std::string_view object) {
   const EntryPoints& a = api();
   const EnqueueScope scope(ctx);
   check(a.ncclGroupStart(), "ncclGroupStart", object, comm);
@@ -515,14 +440,14 @@ void send_recv(CUcontext ctx, std::span<const PointToPoint> transfers, DataType 
   for (const PointToPoint& t : transfers) {
     const Result r = t.send != nullptr ? a.ncclSend(t.send, t.count, type, t.peer, comm, stream)
                                        : a.ncclRecv(t.recv, t.count, type, t.peer, comm, stream);
-    if (r != success && r != in_progress && first_error == success) {  // in_progress: the group end settles it
+    if (r != success && first_error == success) {
       first_error = r;
       failed_api = t.send != nullptr ? "ncclSend" : "ncclRecv";
     }
   }
   const Result end = a.ncclGroupEnd();  // always closes the group, also after a failed call inside it
   check(first_error, failed_api, object, comm);
-  settle(comm, end, "ncclGroupEnd", object, timeout);
+  check(end, "ncclGroupEnd", object, comm);
 }
 
 bool symmetric_supported(std::string* why) noexcept {

@@ -69,9 +69,6 @@ namespace {
 
 Communicator one_rank() { return Communicator::create_all(std::vector<Device>{lgtest::device()}).at(0); }
 
-/// A communicator of one rank made as one process per GPU makes it, from an id: non-blocking with NCCL 2.17+.
-Communicator one_rank_from_id() { return {lgtest::device(), 0, 1, CommunicatorId::create(), std::chrono::seconds(30)}; }
-
 template <class T>
 std::vector<T> fresh(std::size_t n) {
   const std::vector<float> f = lgtest::random_floats(n);
@@ -95,7 +92,8 @@ bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
 }
 
 template <class T>
-void all_kinds_on_one_rank(const Communicator& comm) {
+void all_kinds_on_one_rank() {
+  const Communicator comm = one_rank();
   const Stream& s = lgtest::stream();
   const std::size_t n = 1000 + 3;
   const std::vector<T> x = fresh<T>(n);
@@ -127,14 +125,10 @@ void all_kinds_on_one_rank(const Communicator& comm) {
 TEST_SUITE("gpu") {
   TEST_CASE("every collective on one rank, eagerly, in half, bfloat16, float and int32: exactly its own data") {
     if (!lgtest::have_nccl()) return;
-    // Of create_all (blocking), and from an id (non-blocking when NCCL has it: calls may be left in progress).
-    for (const Communicator& comm : {one_rank(), one_rank_from_id()}) {
-      CAPTURE(nccl_nonblocking_communicators());
-      all_kinds_on_one_rank<half>(comm);
-      all_kinds_on_one_rank<bfloat16>(comm);
-      all_kinds_on_one_rank<float>(comm);
-      all_kinds_on_one_rank<std::int32_t>(comm);
-    }
+    all_kinds_on_one_rank<half>();
+    all_kinds_on_one_rank<bfloat16>();
+    all_kinds_on_one_rank<float>();
+    all_kinds_on_one_rank<std::int32_t>();
   }
 
   TEST_CASE("a captured all_reduce between kernels replays with each replay's data, and keeps its communicator") {
@@ -147,24 +141,21 @@ TEST_SUITE("gpu") {
     DeviceBuffer<float> y = lgtest::to_device(s, y0);
     DeviceBuffer<float> z(s.device(), n);
     DeviceBuffer<float> w(s.device(), n);
-    for (const bool from_id : {false, true}) {
-      CAPTURE(from_id);
-      std::optional<CudaGraph<>> graph;
-      {
-        const Communicator comm = from_id ? one_rank_from_id() : one_rank();  // the graph keeps it alive
-        const auto axpy = lgtest::axpy();
-        graph.emplace(CudaGraph<>::scope(s, [&](Scope& sc) {
-          sc.record(axpy(grid_for(n, 256), 0.5F, x.cview(), y.view(), static_cast<int>(n)) >>
-                    all_reduce<float>(comm, y.view(), z.view()) >>
-                    all_reduce<float>(comm, z.view(), w.view(), ReduceOp::max));
-        }));
-      }
-      for (int replay = 1; replay <= 3; ++replay) {
-        graph->launch();
-        const std::vector<double> expect = lgtest::axpy_reference(0.5F, x0, y0, replay);
-        const std::vector<float> got = lgtest::to_host(s, w.view());
-        for (std::size_t i = 0; i < n; ++i) REQUIRE(got[i] == static_cast<float>(expect[i]));
-      }
+    std::optional<CudaGraph<>> graph;
+    {
+      const Communicator comm = one_rank();  // the graph keeps it alive
+      const auto axpy = lgtest::axpy();
+      graph.emplace(CudaGraph<>::scope(s, [&](Scope& sc) {
+        sc.record(axpy(grid_for(n, 256), 0.5F, x.cview(), y.view(), static_cast<int>(n)) >>
+                  all_reduce<float>(comm, y.view(), z.view()) >>
+                  all_reduce<float>(comm, z.view(), w.view(), ReduceOp::max));
+      }));
+    }
+    for (int replay = 1; replay <= 3; ++replay) {
+      graph->launch();
+      const std::vector<double> expect = lgtest::axpy_reference(0.5F, x0, y0, replay);
+      const std::vector<float> got = lgtest::to_host(s, w.view());
+      for (std::size_t i = 0; i < n; ++i) REQUIRE(got[i] == static_cast<float>(expect[i]));
     }
   }
 

@@ -44,9 +44,6 @@ bool nccl_available(std::string* why = nullptr) noexcept;
 std::string nccl_version();
 /// The file NCCL was loaded from. \throws NcclUnavailable.
 std::string nccl_library();
-/// True when NCCL loads and makes non-blocking communicators (2.17 or newer): a Communicator made from an id then
-/// bounds every wait for other ranks. Never throws.
-bool nccl_nonblocking_communicators() noexcept;
 /// Uses the NCCL library at `path` (instead of LAZYGRAPH_NCCL_LIBRARY and the search). Call it before the first
 /// communicator. \throws UsageError when NCCL is already loaded from another file.
 void set_nccl_library(std::string path);
@@ -109,9 +106,6 @@ struct Clique {
   std::vector<std::vector<std::string>> seen;  ///< per rank, its collectives in order
 };
 
-/// The bound on NCCL's waits for other ranks unless a Communicator is given another.
-inline constexpr std::chrono::milliseconds default_progress_timeout{60000};
-
 /// What a Communicator handle shares: the NCCL communicator, its device, rank and size.
 struct CommunicatorState {
   CommunicatorState(const Device& device, nccl::Comm comm, int rank, int size, std::shared_ptr<Clique> clique);
@@ -123,9 +117,6 @@ struct CommunicatorState {
   nccl::Comm comm;
   int rank;
   int size;
-  /// How long a call on a non-blocking communicator (one rank per process, NCCL 2.17+) may stay in progress, e.g.
-  /// while the first collective connects to peers, before it fails with TimeoutError.
-  std::chrono::milliseconds progress_timeout = default_progress_timeout;
   std::shared_ptr<Clique> clique;  ///< null for a communicator made per process
   mutable std::mutex mutex;        ///< NCCL calls on one communicator must not overlap
   mutable std::atomic<bool> aborted{false};
@@ -144,14 +135,9 @@ class Communicator {
   /// One communicator per device, rank i on devices[i] (ncclCommInitAll).
   /// \throws UsageError for no devices or a device listed twice; NcclUnavailable; NcclError.
   static std::vector<Communicator> create_all(std::span<const Device> devices);
-  /// This process's rank `rank` of `ranks`, on `device`: returns once all ranks have joined. With NCCL 2.17 or newer
-  /// the communicator is non-blocking (nccl_nonblocking_communicators()), so no wait on the other ranks is unbounded:
-  /// joining waits at most `timeout`, and so does each later call that NCCL leaves in progress (the first
-  /// collective connects to the peers); past it the call throws TimeoutError and the communicator is aborted. With
-  /// older NCCL, joining waits for the other ranks without a bound.
-  /// \throws UsageError for a rank outside [0, ranks); NcclUnavailable; NcclError; TimeoutError.
-  Communicator(const Device& device, int rank, int ranks, const CommunicatorId& id,
-               std::chrono::milliseconds timeout = detail::default_progress_timeout);
+  /// This process's rank `rank` of `ranks`, on `device` (ncclCommInitRank: returns once all ranks have joined).
+  /// \throws UsageError for a rank outside [0, ranks); NcclUnavailable; NcclError.
+  Communicator(const Device& device, int rank, int ranks, const CommunicatorId& id);
 
   /// This rank, from 0.
   [[nodiscard]] int rank() const noexcept { return state_->rank; }

@@ -17,7 +17,6 @@
 #include <cuda.h>
 
 #include <array>
-#include <chrono>
 #include <cstddef>
 #include <span>
 #include <string>
@@ -89,21 +88,8 @@ std::string result_name(int code);
 [[noreturn]] void throw_error(int code, std::string_view api, std::string_view object, Comm comm = nullptr);
 
 UniqueId get_unique_id();
-/// Rank `rank` of `ranks`, with `ctx` (the device's primary context) current, which is the device NCCL binds to.
-/// With NCCL 2.17 or newer the communicator is non-blocking (ncclCommInitRankConfig, blocking = 0): this waits at
-/// most `timeout` for the other ranks to join, then aborts it and throws TimeoutError; its later calls may return
-/// ncclInProgress, which the functions below settle. Older NCCL: ncclCommInitRank, whose wait has no bound.
-/// \throws NcclError, TimeoutError.
-Comm comm_init_rank(CUcontext ctx, int ranks, const UniqueId& id, int rank, std::string_view object,
-                    std::chrono::milliseconds timeout);
-/// Whether comm_init_rank makes non-blocking communicators (NCCL 2.17 or newer, loaded).
-bool nonblocking_supported() noexcept;
-/// Returns once the call that returned `result` on `comm` has completed: at once for ncclSuccess, polling
-/// ncclCommGetAsyncError for ncclInProgress (a non-blocking communicator) for at most `timeout`.
-/// \throws NcclError for a failure (of the call or found by the poll); TimeoutError when it is still in progress
-///         after `timeout` (the caller aborts the communicator: NCCL may still be waiting for a peer).
-void settle(Comm comm, Result result, std::string_view api_name, std::string_view object,
-            std::chrono::milliseconds timeout);
+/// ncclCommInitRank with `ctx` (the device's primary context) current, which is the device NCCL binds to.
+Comm comm_init_rank(CUcontext ctx, int ranks, const UniqueId& id, int rank, std::string_view object);
 /// ncclCommInitAll over `devices` (ordinals): one communicator per device, rank i on devices[i].
 std::vector<Comm> comm_init_all(std::span<const int> devices);
 /// ncclCommFinalize then ncclCommDestroy (waits for the communicator's outstanding work to finish).
@@ -117,18 +103,16 @@ int comm_device(Comm comm);
 int comm_rank(Comm comm);
 
 // The collectives, enqueued on `stream` (or captured, when it captures) in `ctx`. `object` names the op for errors.
-// On a non-blocking communicator each waits at most `timeout` for NCCL to take the call (settle): the first call
-// connects the ranks, which waits for the peers.
 void all_reduce(CUcontext ctx, const void* send, void* recv, std::size_t count, DataType type, RedOp op, Comm comm,
-                CUstream stream, std::string_view object, std::chrono::milliseconds timeout);
+                CUstream stream, std::string_view object);
 void broadcast(CUcontext ctx, const void* send, void* recv, std::size_t count, DataType type, int root, Comm comm,
-               CUstream stream, std::string_view object, std::chrono::milliseconds timeout);
+               CUstream stream, std::string_view object);
 /// `recv_count` elements per rank.
 void reduce_scatter(CUcontext ctx, const void* send, void* recv, std::size_t recv_count, DataType type, RedOp op,
-                    Comm comm, CUstream stream, std::string_view object, std::chrono::milliseconds timeout);
+                    Comm comm, CUstream stream, std::string_view object);
 /// `send_count` elements per rank.
 void all_gather(CUcontext ctx, const void* send, void* recv, std::size_t send_count, DataType type, Comm comm,
-                CUstream stream, std::string_view object, std::chrono::milliseconds timeout);
+                CUstream stream, std::string_view object);
 /// One group (ncclGroupStart/End) of sends and receives: `sends[i]` goes to `peers_to[i]`, `recvs[j]` comes from
 /// `peers_from[j]`.
 struct PointToPoint {
@@ -138,7 +122,7 @@ struct PointToPoint {
   int peer = 0;
 };
 void send_recv(CUcontext ctx, std::span<const PointToPoint> transfers, DataType type, Comm comm, CUstream stream,
-               std::string_view object, std::chrono::milliseconds timeout);
+               std::string_view object);
 /// Whether this NCCL has symmetric memory (ncclMemAlloc and ncclCommWindowRegister, NCCL 2.27+); false with the
 /// reason in `why` (when not null), also when NCCL does not load.
 bool symmetric_supported(std::string* why) noexcept;
