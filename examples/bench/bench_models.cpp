@@ -91,12 +91,14 @@ struct MlpResult {
   double kernels_plain_us = 0;  ///< the same with ordinary launches (early_launch off)
   double eager_us = 0;          ///< the kernels launched eagerly, without a graph
   // Batch 1 only (Module::forward takes one row): the module's ways in and out.
-  double forward_us = 0;          ///< Module::forward: staging copy in, replay, copy out, one wait
-  double staged_graph_us = 0;     ///< the module's graph: staging copy in, compute, staging copy out
-  double resident_us = 0;         ///< forward_resident: input already on the device
-  double bare_waited_us = 0;      ///< the bare kernels graph launched and waited for, one call at a time
-  double rel_err = 0;             ///< kernel-per-launch path vs float64, every row
-  double persistent_rel_err = 0;  ///< persistent path vs float64, every row
+  double forward_us = 0;           ///< Module::forward: staging copy in, replay, copy out, one wait
+  double staged_graph_us = 0;      ///< the module's graph: staging copy in, compute, staging copy out
+  double resident_us = 0;          ///< forward_resident: input already on the device
+  double bare_waited_us = 0;       ///< the bare kernels graph launched and waited for, one call at a time
+  double rel_err = 0;              ///< kernel-per-launch path vs float64, every row
+  double persistent_rel_err = 0;   ///< persistent path vs float64, every row
+  double tensor_core_us = 0;       ///< batch > 1: the kernels graph with KernelOptions::tensor_cores
+  double tensor_core_rel_err = 0;  ///< its output vs float64, every row
   std::string output;
   std::vector<lg::KernelTiming> profile;  ///< the kernels path, kernel by kernel (--profile)
 };
@@ -161,6 +163,14 @@ MlpResult bench_mlp(const lg::Stream& s, const lg::KernelLibrary& kernels, const
   by_plain_kernels.launch();
   if (!same_bits(to_host(s, y.cview()), output)) throw std::runtime_error("MLP: early and ordinary launches disagree");
   r.rel_err = rows_error(config, input, output, batch);
+  if (batch > 1) {  // the same forward with batches on tensor cores
+    const lazygraph::nn::Kernels tc(kernels, {.early_launch = config.early_launch, .tensor_cores = true});
+    auto by_tensor_cores =
+        lg::CudaGraph<>::capture(s, kernels_forward(tc, mlp, x.cview(), y.view(), act.view(), batch));
+    by_tensor_cores.launch();
+    r.tensor_core_rel_err = rows_error(config, input, to_host(s, y.cview()), batch);
+    r.tensor_core_us = median_us(s, forwards, [&] { by_tensor_cores.launch_on(s); });
+  }
   r.persistent_rel_err = rows_error(config, input, persistent_output, batch);
   r.output = "mlp_" + std::to_string(config.d) + "_" + std::to_string(config.ffn) + "_" +
              std::to_string(config.layers) + "_b" + std::to_string(batch) + ".f16";
@@ -191,18 +201,19 @@ struct DecoderResult {
   double tokens_per_s_plain = 0;  ///< early_launch off
   double step_graph_us = 0;
   double step_eager_us = 0;
-  double generate_tokens_per_s = 0;   ///< Decoder::generate: every step in one replay's WHILE loop
-  bool generate_equal = false;        ///< generate's tokens are the forward loop's
-  double batch_step_us = 0;           ///< the step graph of `batch` rows (0 when batch is 1)
-  std::string logits0;                ///< the file of the first step's logits
-  double split_step_graph_us = 0;     ///< fused, attention split over positions (attention_blocks 0: by context)
-  double unfused_step_graph_us = 0;   ///< the step graph with DecoderConfig::fused off (the kernels of before)
-  double unfused_tokens_per_s = 0;    ///< likewise, forward per token
-  double unfused_all_us = 0;          ///< the unfused step graph, its branches written with all() (DecoderOrdering)
-  double unfused_serial_us = 0;       ///< the unfused step graph, one kernel after another
-  bool orderings_equal = false;       ///< the three orderings chose the same tokens
-  std::string ordering_edges;         ///< full+programmatic edges of the three graphs
-  bool unfused_tokens_equal = false;  ///< the unfused decoder chose the same tokens
+  double generate_tokens_per_s = 0;      ///< Decoder::generate: every step in one replay's WHILE loop
+  bool generate_equal = false;           ///< generate's tokens are the forward loop's
+  double batch_step_us = 0;              ///< the step graph of `batch` rows (0 when batch is 1)
+  double tensor_core_batch_step_us = 0;  ///< the same with DecoderConfig::tensor_cores
+  std::string logits0;                   ///< the file of the first step's logits
+  double split_step_graph_us = 0;        ///< fused, attention split over positions (attention_blocks 0: by context)
+  double unfused_step_graph_us = 0;      ///< the step graph with DecoderConfig::fused off (the kernels of before)
+  double unfused_tokens_per_s = 0;       ///< likewise, forward per token
+  double unfused_all_us = 0;             ///< the unfused step graph, its branches written with all() (DecoderOrdering)
+  double unfused_serial_us = 0;          ///< the unfused step graph, one kernel after another
+  bool orderings_equal = false;          ///< the three orderings chose the same tokens
+  std::string ordering_edges;            ///< full+programmatic edges of the three graphs
+  bool unfused_tokens_equal = false;     ///< the unfused decoder chose the same tokens
   std::vector<int> unfused_tokens;
   std::vector<lg::KernelTiming> profile;          ///< one step, kernel by kernel (--profile)
   std::vector<lg::KernelTiming> unfused_profile;  ///< likewise, unfused
@@ -362,6 +373,11 @@ DecoderResult bench_decoder(const lg::Stream& s, const lg::KernelLibrary& kernel
     std::vector<lazygraph::nn::TokenAt> rows(static_cast<std::size_t>(batch), {7, std::min(100, config.context - 1)});
     (void)decoder.forward_batch(rows);
     r.batch_step_us = median_us(s, forwards, [&] { decoder.graph(batch).launch_on(s); });
+    lazygraph::nn::DecoderConfig tc_config = config;
+    tc_config.tensor_cores = true;
+    lazygraph::nn::Decoder tc(s, kernels, tc_config);
+    (void)tc.forward_batch(rows);
+    r.tensor_core_batch_step_us = median_us(s, forwards, [&] { tc.graph(batch).launch_on(s); });
   }
   return r;
 }
@@ -698,17 +714,23 @@ int run(const Options& o) {
       gpu.name().c_str(), o.forwards, o.batch, ceiling_tbs);
   std::printf(
       "| MLP (d, ffn, layers) | weights MB | graph us | of ceiling | no early launch us | eager us | persistent "
-      "kernel graph us | of ceiling | persistent / graph | rel err f64 (graph, persistent) "
-      "|\n|---|---|---|---|---|---|---|---|---|---|\n");
+      "kernel graph us | of ceiling | persistent / graph | rel err f64 (graph, persistent) |%s\n"
+      "|---|---|---|---|---|---|---|---|---|---|%s\n",
+      o.batch > 1 ? " tensor cores graph us | tensor cores / fp32 | rel err f64 |" : "",
+      o.batch > 1 ? "---|---|---|" : "");
   std::vector<MlpResult> mlps;
   for (const lazygraph::nn::MlpConfig& config : o.mlps) {
     const MlpResult& r = mlps.emplace_back(bench_mlp(s, kernels, config, o.batch, o.forwards, o.profile, o.out));
     const double bytes = static_cast<double>(config.weight_bytes());
     const auto fraction = [&](double us) { return bytes / (us * 1e-6) / ceiling; };
-    std::printf("| (%d, %d, %d) | %.1f | %.1f | %.3f | %.1f | %.3f | %.1f | %.1f | %.3f | %.1e, %.1e |\n", config.d,
+    std::printf("| (%d, %d, %d) | %.1f | %.1f | %.3f | %.1f | %.3f | %.1f | %.1f | %.3f | %.1e, %.1e |", config.d,
                 config.ffn, config.layers, bytes / 1e6, r.kernels_us, fraction(r.kernels_us), r.kernels_plain_us,
                 r.eager_us, r.persistent_us, fraction(r.persistent_us), r.persistent_us / r.kernels_us, r.rel_err,
                 r.persistent_rel_err);
+    if (o.batch > 1) {
+      std::printf(" %.1f | %.3f | %.1e |", r.tensor_core_us, r.tensor_core_us / r.kernels_us, r.tensor_core_rel_err);
+    }
+    std::printf("\n");
     std::fflush(stdout);
   }
   if (o.batch == 1) {
@@ -732,7 +754,8 @@ int run(const Options& o) {
       "tokens/s | no early launch | "
       "generate() tokens/s | generate / step bound | step eager us |%s\n|---|---|---|---|---|---|---|---|---|---|---|"
       "---|---|%s\n",
-      o.batch > 1 ? " step graph, batch rows us | batch / 1 row |" : "", o.batch > 1 ? "---|---|" : "");
+      o.batch > 1 ? " step graph, batch rows us | batch / 1 row | tensor cores: batch rows us | batch / 1 row |" : "",
+      o.batch > 1 ? "---|---|---|---|" : "");
   for (std::size_t i = 0; i < o.decoders.size(); ++i) {
     const lazygraph::nn::DecoderConfig& dc = o.decoders[i];
     const DecoderResult& dr = decoders.emplace_back(
@@ -747,7 +770,10 @@ int run(const Options& o) {
         dr.unfused_step_graph_us / dr.step_graph_us, dr.split_step_graph_us, dr.tokens_per_s, dr.unfused_tokens_per_s,
         dr.tokens_per_s_plain, dr.generate_tokens_per_s, dr.generate_tokens_per_s * dr.step_graph_us * 1e-6,
         dr.step_eager_us);
-    if (o.batch > 1) std::printf(" %.1f | %.2f |", dr.batch_step_us, dr.batch_step_us / dr.step_graph_us);
+    if (o.batch > 1) {
+      std::printf(" %.1f | %.2f | %.1f | %.2f |", dr.batch_step_us, dr.batch_step_us / dr.step_graph_us,
+                  dr.tensor_core_batch_step_us, dr.tensor_core_batch_step_us / dr.step_graph_us);
+    }
     std::printf("%s%s\n", dr.generate_equal ? "" : " generate() tokens DIFFER from forward()'s",
                 dr.unfused_tokens_equal ? "" : " (the unfused decoder's greedy tokens differ: rounding near a tie)");
     std::fflush(stdout);

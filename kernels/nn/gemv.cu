@@ -58,78 +58,92 @@ namespace {
 
 using namespace lg::nn;
 
+/// The batch parameter B of the bodies below that selects the tensor-core path (the _mma entry points).
+constexpr int kTensorCores = 0;
+
+/// The most vectors a body compiled for B takes.
+constexpr int max_batch(int b) { return b == kTensorCores ? 8 : b; }
+
+/// Prefetch and row loop of the fp32 path for up to B vectors, or of the tensor-core path for B = kTensorCores.
+/// finish(row, b, v) stores vector b's results of `row`, v[m] for weight m.
+template <int B, class W, class X, class Finish>
+__device__ __forceinline__ void rows_of(const W& w, const X& x, int rows, int cols, int batch, float eps,
+                                        Finish finish) {
+  if constexpr (B == kTensorCores) {
+    prefetch_tile_weights(w, rows, cols);
+    gemv_rows_mma<mma_steps(W::count)>(w, x, rows, cols, batch, eps, finish);
+  } else {
+    prefetch_weights(w, rows, cols);
+    gemv_rows<B>(w, x, rows, cols, batch, eps, [&](int row, const float(&acc)[W::count][B]) {
+      for (int b = 0; b < batch; ++b) {
+        float v[W::count];
+#pragma unroll
+        for (int m = 0; m < W::count; ++m) v[m] = acc[m][b];
+        finish(row, b, v);
+      }
+    });
+  }
+}
+
+template <class T>
+__device__ __forceinline__ T& at(T* out, int rows, int row, int b) {
+  return out[static_cast<long long>(b) * rows + row];
+}
+
 template <int B, class T>
 __device__ __forceinline__ void gemv_body(const T* W, const T* x, T* out, int rows, int cols, int batch) {
-  if (!shapes_supported(cols, batch, W, x, x) || batch > B) __trap();
+  if (!shapes_supported(cols, batch, W, x, x) || batch > max_batch(B)) __trap();
   const Matrices<1, T> w{{W}, cols};
-  prefetch_weights(w, rows, cols);
-  gemv_rows<B>(w, PlainX<T>{x, cols}, rows, cols, batch, 0.0f, [&](int row, const float(&acc)[1][B]) {
-    for (int b = 0; b < batch; ++b) out[static_cast<long long>(b) * rows + row] = lg::from_float<T>(acc[0][b]);
-  });
+  rows_of<B>(w, PlainX<T>{x, cols}, rows, cols, batch, 0.0f,
+             [&](int row, int b, const float* v) { at(out, rows, row, b) = lg::from_float<T>(v[0]); });
 }
 
 template <int B, class T>
 __device__ __forceinline__ void gemv_add_body(const T* W, const T* x, T* out, int rows, int cols, int batch) {
-  if (!shapes_supported(cols, batch, W, x, x) || batch > B) __trap();
+  if (!shapes_supported(cols, batch, W, x, x) || batch > max_batch(B)) __trap();
   const Matrices<1, T> w{{W}, cols};
-  prefetch_weights(w, rows, cols);
-  gemv_rows<B>(w, PlainX<T>{x, cols}, rows, cols, batch, 0.0f, [&](int row, const float(&acc)[1][B]) {
-    for (int b = 0; b < batch; ++b) {
-      T& o = out[static_cast<long long>(b) * rows + row];
-      o = lg::from_float<T>(lg::to_float(o) + acc[0][b]);
-    }
+  rows_of<B>(w, PlainX<T>{x, cols}, rows, cols, batch, 0.0f, [&](int row, int b, const float* v) {
+    T& o = at(out, rows, row, b);
+    o = lg::from_float<T>(lg::to_float(o) + v[0]);
   });
 }
 
 template <int B, class T>
 __device__ __forceinline__ void gemv_dual_body(const T* W1, const T* W3, const T* x, T* out1, T* out3, int rows,
                                                int cols, int batch) {
-  if (!shapes_supported(cols, batch, W1, W3, x) || batch > B) __trap();
+  if (!shapes_supported(cols, batch, W1, W3, x) || batch > max_batch(B)) __trap();
   const Matrices<2, T> w{{W1, W3}, cols};
-  prefetch_weights(w, rows, cols);
-  gemv_rows<B>(w, PlainX<T>{x, cols}, rows, cols, batch, 0.0f, [&](int row, const float(&acc)[2][B]) {
-    for (int b = 0; b < batch; ++b) {
-      out1[static_cast<long long>(b) * rows + row] = lg::from_float<T>(acc[0][b]);
-      out3[static_cast<long long>(b) * rows + row] = lg::from_float<T>(acc[1][b]);
-    }
+  rows_of<B>(w, PlainX<T>{x, cols}, rows, cols, batch, 0.0f, [&](int row, int b, const float* v) {
+    at(out1, rows, row, b) = lg::from_float<T>(v[0]);
+    at(out3, rows, row, b) = lg::from_float<T>(v[1]);
   });
 }
 
 template <int B, class T>
 __device__ __forceinline__ void gemv_swiglu_body(const T* W1, const T* W3, const T* x, T* out, int rows, int cols,
                                                  int batch) {
-  if (!shapes_supported(cols, batch, W1, W3, x) || batch > B) __trap();
+  if (!shapes_supported(cols, batch, W1, W3, x) || batch > max_batch(B)) __trap();
   const Matrices<2, T> w{{W1, W3}, cols};
-  prefetch_weights(w, rows, cols);
-  gemv_rows<B>(w, PlainX<T>{x, cols}, rows, cols, batch, 0.0f, [&](int row, const float(&acc)[2][B]) {
-    for (int b = 0; b < batch; ++b) {
-      out[static_cast<long long>(b) * rows + row] = lg::from_float<T>(silu(acc[0][b]) * acc[1][b]);
-    }
-  });
+  rows_of<B>(w, PlainX<T>{x, cols}, rows, cols, batch, 0.0f,
+             [&](int row, int b, const float* v) { at(out, rows, row, b) = lg::from_float<T>(silu(v[0]) * v[1]); });
 }
 
 template <int B, class T>
 __device__ __forceinline__ void rms_norm_gemv_body(const T* W, const T* x, const T* g, T* out, int rows, int cols,
                                                    float eps, int batch) {
-  if (!shapes_supported(cols, batch, W, x, g) || batch > B) __trap();
+  if (!shapes_supported(cols, batch, W, x, g) || batch > max_batch(B)) __trap();
   const Matrices<1, T> w{{W}, cols};
-  prefetch_weights(w, rows, cols);
-  gemv_rows<B>(w, GainedX<T>{x, g, cols}, rows, cols, batch, eps, [&](int row, const float(&acc)[1][B]) {
-    for (int b = 0; b < batch; ++b) out[static_cast<long long>(b) * rows + row] = lg::from_float<T>(acc[0][b]);
-  });
+  rows_of<B>(w, GainedX<T>{x, g, cols}, rows, cols, batch, eps,
+             [&](int row, int b, const float* v) { at(out, rows, row, b) = lg::from_float<T>(v[0]); });
 }
 
 template <int B, class T>
 __device__ __forceinline__ void rms_norm_gemv_swiglu_body(const T* W1, const T* W3, const T* x, const T* g, T* out,
                                                           int rows, int cols, float eps, int batch) {
-  if (!shapes_supported(cols, batch, W1, W3, x) || !lg::is_aligned16(g) || batch > B) __trap();
+  if (!shapes_supported(cols, batch, W1, W3, x) || !lg::is_aligned16(g) || batch > max_batch(B)) __trap();
   const Matrices<2, T> w{{W1, W3}, cols};
-  prefetch_weights(w, rows, cols);
-  gemv_rows<B>(w, GainedX<T>{x, g, cols}, rows, cols, batch, eps, [&](int row, const float(&acc)[2][B]) {
-    for (int b = 0; b < batch; ++b) {
-      out[static_cast<long long>(b) * rows + row] = lg::from_float<T>(silu(acc[0][b]) * acc[1][b]);
-    }
-  });
+  rows_of<B>(w, GainedX<T>{x, g, cols}, rows, cols, batch, eps,
+             [&](int row, int b, const float* v) { at(out, rows, row, b) = lg::from_float<T>(silu(v[0]) * v[1]); });
 }
 
 }  // namespace
@@ -159,6 +173,11 @@ extern "C" __global__ void __launch_bounds__(256, 2)
   gemv_body<8>(W, x, out, rows, cols, batch);
 }
 
+extern "C" __global__ void __launch_bounds__(256, 2)
+    gemv_mma(const lg::half_t* W, const lg::half_t* x, lg::half_t* out, int rows, int cols, int batch) {
+  gemv_body<kTensorCores>(W, x, out, rows, cols, batch);
+}
+
 extern "C" __global__ void __launch_bounds__(256, 3)
     gemv_add(const lg::half_t* W, const lg::half_t* x, lg::half_t* out, int rows, int cols, int batch) {
   gemv_add_body<1>(W, x, out, rows, cols, batch);
@@ -177,6 +196,11 @@ extern "C" __global__ void __launch_bounds__(256, 2)
 extern "C" __global__ void __launch_bounds__(256, 2)
     gemv_add_b8(const lg::half_t* W, const lg::half_t* x, lg::half_t* out, int rows, int cols, int batch) {
   gemv_add_body<8>(W, x, out, rows, cols, batch);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2)
+    gemv_add_mma(const lg::half_t* W, const lg::half_t* x, lg::half_t* out, int rows, int cols, int batch) {
+  gemv_add_body<kTensorCores>(W, x, out, rows, cols, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 3)
@@ -201,6 +225,12 @@ extern "C" __global__ void __launch_bounds__(256, 2)
     gemv_dual_b8(const lg::half_t* W1, const lg::half_t* W3, const lg::half_t* x, lg::half_t* out1, lg::half_t* out3,
                  int rows, int cols, int batch) {
   gemv_dual_body<8>(W1, W3, x, out1, out3, rows, cols, batch);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2)
+    gemv_dual_mma(const lg::half_t* W1, const lg::half_t* W3, const lg::half_t* x, lg::half_t* out1, lg::half_t* out3,
+                  int rows, int cols, int batch) {
+  gemv_dual_body<kTensorCores>(W1, W3, x, out1, out3, rows, cols, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 3)
@@ -228,6 +258,12 @@ extern "C" __global__ void __launch_bounds__(256, 2)
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2)
+    gemv_swiglu_mma(const lg::half_t* W1, const lg::half_t* W3, const lg::half_t* x, lg::half_t* out, int rows,
+                    int cols, int batch) {
+  gemv_swiglu_body<kTensorCores>(W1, W3, x, out, rows, cols, batch);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2)
     rms_norm_gemv(const lg::half_t* W, const lg::half_t* x, const lg::half_t* g, lg::half_t* out, int rows, int cols,
                   float eps, int batch) {
   rms_norm_gemv_body<1>(W, x, g, out, rows, cols, eps, batch);
@@ -249,6 +285,12 @@ extern "C" __global__ void __launch_bounds__(256, 2)
     rms_norm_gemv_b8(const lg::half_t* W, const lg::half_t* x, const lg::half_t* g, lg::half_t* out, int rows, int cols,
                      float eps, int batch) {
   rms_norm_gemv_body<8>(W, x, g, out, rows, cols, eps, batch);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2)
+    rms_norm_gemv_mma(const lg::half_t* W, const lg::half_t* x, const lg::half_t* g, lg::half_t* out, int rows,
+                      int cols, float eps, int batch) {
+  rms_norm_gemv_body<kTensorCores>(W, x, g, out, rows, cols, eps, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 3)
@@ -275,6 +317,12 @@ extern "C" __global__ void __launch_bounds__(256, 2)
   rms_norm_gemv_swiglu_body<8>(W1, W3, x, g, out, rows, cols, eps, batch);
 }
 
+extern "C" __global__ void __launch_bounds__(256, 2)
+    rms_norm_gemv_swiglu_mma(const lg::half_t* W1, const lg::half_t* W3, const lg::half_t* x, const lg::half_t* g,
+                             lg::half_t* out, int rows, int cols, float eps, int batch) {
+  rms_norm_gemv_swiglu_body<kTensorCores>(W1, W3, x, g, out, rows, cols, eps, batch);
+}
+
 // The bf16 entry points: the same bodies over bf16 storage.
 
 extern "C" __global__ void __launch_bounds__(256, 3)
@@ -297,6 +345,11 @@ extern "C" __global__ void __launch_bounds__(256, 2)
   gemv_body<8>(W, x, out, rows, cols, batch);
 }
 
+extern "C" __global__ void __launch_bounds__(256, 2)
+    gemv_bf16_mma(const lg::bf16_t* W, const lg::bf16_t* x, lg::bf16_t* out, int rows, int cols, int batch) {
+  gemv_body<kTensorCores>(W, x, out, rows, cols, batch);
+}
+
 extern "C" __global__ void __launch_bounds__(256, 3)
     gemv_add_bf16(const lg::bf16_t* W, const lg::bf16_t* x, lg::bf16_t* out, int rows, int cols, int batch) {
   gemv_add_body<1>(W, x, out, rows, cols, batch);
@@ -315,6 +368,11 @@ extern "C" __global__ void __launch_bounds__(256, 2)
 extern "C" __global__ void __launch_bounds__(256, 2)
     gemv_add_bf16_b8(const lg::bf16_t* W, const lg::bf16_t* x, lg::bf16_t* out, int rows, int cols, int batch) {
   gemv_add_body<8>(W, x, out, rows, cols, batch);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2)
+    gemv_add_bf16_mma(const lg::bf16_t* W, const lg::bf16_t* x, lg::bf16_t* out, int rows, int cols, int batch) {
+  gemv_add_body<kTensorCores>(W, x, out, rows, cols, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2)
@@ -341,6 +399,12 @@ extern "C" __global__ void __launch_bounds__(256, 2)
   rms_norm_gemv_body<8>(W, x, g, out, rows, cols, eps, batch);
 }
 
+extern "C" __global__ void __launch_bounds__(256, 2)
+    rms_norm_gemv_bf16_mma(const lg::bf16_t* W, const lg::bf16_t* x, const lg::bf16_t* g, lg::bf16_t* out, int rows,
+                           int cols, float eps, int batch) {
+  rms_norm_gemv_body<kTensorCores>(W, x, g, out, rows, cols, eps, batch);
+}
+
 extern "C" __global__ void __launch_bounds__(256, 3)
     rms_norm_gemv_swiglu_bf16(const lg::bf16_t* W1, const lg::bf16_t* W3, const lg::bf16_t* x, const lg::bf16_t* g,
                               lg::bf16_t* out, int rows, int cols, float eps, int batch) {
@@ -363,4 +427,10 @@ extern "C" __global__ void __launch_bounds__(256, 2)
     rms_norm_gemv_swiglu_bf16_b8(const lg::bf16_t* W1, const lg::bf16_t* W3, const lg::bf16_t* x, const lg::bf16_t* g,
                                  lg::bf16_t* out, int rows, int cols, float eps, int batch) {
   rms_norm_gemv_swiglu_body<8>(W1, W3, x, g, out, rows, cols, eps, batch);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2)
+    rms_norm_gemv_swiglu_bf16_mma(const lg::bf16_t* W1, const lg::bf16_t* W3, const lg::bf16_t* x, const lg::bf16_t* g,
+                                  lg::bf16_t* out, int rows, int cols, float eps, int batch) {
+  rms_norm_gemv_swiglu_body<kTensorCores>(W1, W3, x, g, out, rows, cols, eps, batch);
 }

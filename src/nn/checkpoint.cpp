@@ -15,7 +15,8 @@ namespace {
 constexpr DType kLoadable[] = {DType::f16, DType::bf16, DType::f32};
 
 /// The decoder config.json describes, for a KV cache of `context` positions (0: the model's, at most 4096).
-DecoderConfig decoder_config(const LlamaConfig& l, int context, const std::filesystem::path& file, bool early_launch) {
+DecoderConfig decoder_config(const LlamaConfig& l, int context, const std::filesystem::path& file,
+                             const LoadOptions& options) {
   const auto refuse = [&](const std::string& why) {
     throw CheckpointError(file, "", "lazygraph's decoder cannot run this model: " + why);
   };
@@ -38,7 +39,8 @@ DecoderConfig decoder_config(const LlamaConfig& l, int context, const std::files
   c.context = context > 0 ? context : std::min(l.max_position_embeddings, 4096);
   c.theta = static_cast<float>(l.rope_theta);
   c.eps = static_cast<float>(l.rms_norm_eps);
-  c.early_launch = early_launch;
+  c.early_launch = options.early_launch;
+  c.tensor_cores = options.tensor_cores;
   try {
     c.validate();
   } catch (const UsageError& e) {
@@ -192,7 +194,7 @@ DecoderCheckpoint::DecoderCheckpoint(LlamaConfig llama, DecoderConfig config, Ch
 
 DecoderCheckpoint DecoderCheckpoint::open(const std::filesystem::path& directory, const LoadOptions& options) {
   LlamaConfig llama = LlamaConfig::load(directory);
-  DecoderConfig config = decoder_config(llama, options.context, directory / "config.json", options.early_launch);
+  DecoderConfig config = decoder_config(llama, options.context, directory / "config.json", options);
   return DecoderCheckpoint(std::move(llama), config, Checkpoint::open(directory), options);
 }
 

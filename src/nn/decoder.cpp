@@ -169,7 +169,7 @@ template <Element T>
 BasicDecoder<T>::BasicDecoder(const Stream& stream, const KernelLibrary& library, const DecoderConfig& config,
                               BasicDecoderWeights<T> weights)
     : config_(validated(config)),
-      kernels_(library, config_.early_launch),
+      kernels_(library, {.early_launch = config_.early_launch, .tensor_cores = config_.tensor_cores}),
       weights_(checked(std::move(weights), config_)),
       state_(stream.device(), config_),
       io_(library, kIoSize, kMaxRows),

@@ -17,12 +17,13 @@ struct SignatureOf<BatchedKernel<Signature>> {
   using type = Signature;
 };
 
+/// `tensor_cores`: for a BatchedKernel with a tensor-core variant (kernels/nn/gemv.cu), use it.
 template <class Handle>
-Handle lookup(const KernelLibrary& library, std::string_view name) {
+Handle lookup(const KernelLibrary& library, std::string_view name, bool tensor_cores = false) {
   if constexpr (std::is_same_v<Handle, Kernel<typename SignatureOf<Handle>::type>>) {
     return library.get<typename SignatureOf<Handle>::type>(name);
   } else {
-    return Handle(library, std::string(name));
+    return Handle(library, std::string(name), tensor_cores);
   }
 }
 
@@ -41,12 +42,13 @@ KernelLibrary kernel_library(const Device& device) {
 }
 
 template <Element T>
-BasicKernels<T>::BasicKernels(const KernelLibrary& library, bool early)
+BasicKernels<T>::BasicKernels(const KernelLibrary& library, KernelOptions options)
     : embedding(lookup<decltype(embedding)>(library, named<T>("embedding"))),
-      gemv(lookup<decltype(gemv)>(library, named<T>("gemv"))),
-      gemv_add(lookup<decltype(gemv_add)>(library, named<T>("gemv_add"))),
-      rms_norm_gemv(lookup<decltype(rms_norm_gemv)>(library, named<T>("rms_norm_gemv"))),
-      rms_norm_gemv_swiglu(lookup<decltype(rms_norm_gemv_swiglu)>(library, named<T>("rms_norm_gemv_swiglu"))),
+      gemv(lookup<decltype(gemv)>(library, named<T>("gemv"), options.tensor_cores)),
+      gemv_add(lookup<decltype(gemv_add)>(library, named<T>("gemv_add"), options.tensor_cores)),
+      rms_norm_gemv(lookup<decltype(rms_norm_gemv)>(library, named<T>("rms_norm_gemv"), options.tensor_cores)),
+      rms_norm_gemv_swiglu(
+          lookup<decltype(rms_norm_gemv_swiglu)>(library, named<T>("rms_norm_gemv_swiglu"), options.tensor_cores)),
       mlp_stack(lookup<decltype(mlp_stack)>(library, named<T>("mlp_stack"))),
       qkv_rope_append(lookup<decltype(qkv_rope_append)>(library, named<T>("qkv_rope_append"))),
       rms_norm(lookup<decltype(rms_norm)>(library, named<T>("rms_norm"))),
@@ -58,7 +60,8 @@ BasicKernels<T>::BasicKernels(const KernelLibrary& library, bool early)
       sample(lookup<decltype(sample)>(library, named<T>("sample"))),
       fill_uniform(
           lookup<decltype(fill_uniform)>(library, std::same_as<T, half> ? "fill_uniform_f16" : "fill_uniform_bf16")),
-      early_launch(early) {
+      early_launch(options.early_launch),
+      tensor_cores(options.tensor_cores) {
   try {
     loop = LoopKernels{library.get<void(Condition, const int*, int*, int*, int*, int*)>("generate_advance"),
                        library.get<void(Condition, unsigned*, unsigned)>("while_guard")};

@@ -37,7 +37,7 @@ std::vector<BasicSwigluWeights<T>> generate_layers(const Stream& stream, const B
 template <Element T>
 BasicMlp<T>::BasicMlp(const Stream& stream, const KernelLibrary& library, const MlpConfig& config)
     : config_(config),
-      kernels_(library, config.early_launch),
+      kernels_(library, {.early_launch = config.early_launch, .tensor_cores = config.tensor_cores}),
       layers_(generate_layers(stream, kernels_, config_)),
       act_(stream.device(), static_cast<std::size_t>(config_.ffn)),
       stack_(stream, kernels_, layers_, config_.d, config_.ffn, config_.eps, config_.split),

@@ -97,20 +97,25 @@ TEST_CASE("the element types name their kernels and themselves") {
 }
 
 TEST_SUITE("gpu") {
-  TEST_CASE("the bf16 gemv kernels match float64 for every batch variant, each vector as in a batch of one") {
+  TEST_CASE(
+      "the bf16 gemv kernels match float64 for every batch variant and on tensor cores, each vector as in a batch of "
+      "one of its path") {
     Stream& s = lgtest::stream();
-    const Bf16Kernels k(lgtest::nn_kernels());
     const float eps = 1e-5F;
     double worst = 0;
-    for (const auto& [rows, cols] : {std::tuple{384, 512}, std::tuple{520, 4608}}) {
+    for (const auto& [tensor_cores, rows, cols] :
+         {std::tuple{false, 384, 512}, std::tuple{false, 520, 4608}, std::tuple{true, 384, 512},
+          std::tuple{true, 520, 4608}, std::tuple{true, 200, 520}}) {
+      CAPTURE(tensor_cores);
+      const Bf16Kernels k(lgtest::nn_kernels(), nn::KernelOptions{.tensor_cores = tensor_cores});
       const auto w1 = random_bf16(static_cast<std::size_t>(rows) * cols);
       const auto w3 = random_bf16(w1.size());
       const auto g = random_bf16(static_cast<std::size_t>(cols));
       const auto dw1 = lgtest::to_device(s, w1);
       const auto dw3 = lgtest::to_device(s, w3);
       const auto dg = lgtest::to_device(s, g);
-      const LaunchConfig cfg = k.gemv_config(rows, cols);
       for (const int batch : {1, 3, 8}) {
+        const LaunchConfig cfg = k.gemv_config(rows, cols, batch);
         CAPTURE(rows);
         CAPTURE(batch);
         const auto x = random_bf16(static_cast<std::size_t>(batch) * cols);
@@ -152,14 +157,15 @@ TEST_SUITE("gpu") {
           worst = std::max(worst, err);
           CHECK(err < 8e-3);  // bf16 rounds each output to within 2^-9 relative (8 significant bits)
         }
-        if (batch > 1) {  // vector b of the batch gets the bits a batch of one gives it
+        if (batch > 1) {  // vector b of the batch gets the bits a batch of one of the same path gives it
           for (int b = 0; b < batch; ++b) {
             const std::vector<bfloat16> xb(x.begin() + static_cast<std::ptrdiff_t>(b) * cols,
                                            x.begin() + static_cast<std::ptrdiff_t>(b + 1) * cols);
             const auto dxb = lgtest::to_device(s, xb);
             auto one = lgtest::to_device(s, std::vector<bfloat16>(static_cast<std::size_t>(rows), bfloat16{}));
-            k.rms_norm_gemv_swiglu.launch(s, cfg, dw1.cview(), dw3.cview(), dxb.cview(), dg.cview(), one.view(), rows,
-                                          cols, eps, 1);
+            // On tensor cores, the batch's kernel (NAME_mma) run with one vector.
+            k.rms_norm_gemv_swiglu.variant(batch).launch(s, cfg, dw1.cview(), dw3.cview(), dxb.cview(), dg.cview(),
+                                                         one.view(), rows, cols, eps, 1);
             const std::vector<bfloat16> alone = lgtest::to_host(s, one.cview());
             const std::vector<bfloat16> in_batch(got_gated.begin() + static_cast<std::ptrdiff_t>(b) * rows,
                                                  got_gated.begin() + static_cast<std::ptrdiff_t>(b + 1) * rows);

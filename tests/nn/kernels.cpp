@@ -650,11 +650,13 @@ void check_model_kernel(const KernelDeclarations& d, std::string_view name,
   CHECK_NOTHROW(d.template check<Signature>(named));
 }
 
-/// A BatchedKernel: each of its four variants.
+/// A BatchedKernel: each of its four fp32 variants, and the tensor-core one of the gemv.cu kernels.
 template <class Signature, class T>
 void check_model_kernel(const KernelDeclarations& d, std::string_view name,
                         nn::BatchedKernel<Signature> nn::BasicKernels<T>::* /*member*/) {
-  for (const char* suffix : {"", "_b2", "_b4", "_b8"}) {
+  const bool tensor_core = name.find("gemv") != std::string_view::npos;  // not mlp_stack or qkv_rope_append
+  for (const char* suffix : {"", "_b2", "_b4", "_b8", "_mma"}) {
+    if (std::string_view(suffix) == "_mma" && !tensor_core) continue;
     const std::string variant = std::string(name) + std::string(nn::kernel_suffix<T>) + suffix;
     CAPTURE(variant);
     CHECK_NOTHROW(d.template check<Signature>(variant));
@@ -706,6 +708,13 @@ TEST_SUITE("gpu") {
     CHECK_THROWS_AS((void)k.gemv.variant(0), UsageError);
     CHECK(k.gemv.variant(3).name() == "gemv_b4");
     CHECK(k.gemv.variant(1).name() == "gemv");
+    CHECK_FALSE(k.gemv.tensor_cores());
+    const nn::Kernels tc(lgtest::nn_kernels(), nn::KernelOptions{.tensor_cores = true});
+    CHECK(tc.gemv.variant(1).name() == "gemv");
+    CHECK(tc.gemv.variant(3).name() == "gemv_mma");
+    CHECK(tc.rms_norm_gemv_swiglu.variant(8).name() == "rms_norm_gemv_swiglu_mma");
+    CHECK(tc.qkv_rope_append.variant(8).name() == "qkv_rope_append_b8");  // no tensor-core variant
+    CHECK_THROWS_AS((void)tc.gemv.variant(9), UsageError);
   }
 
   TEST_CASE("every gemv kernel gives each vector of a batch the bits a batch of one gives it") {
@@ -788,6 +797,142 @@ TEST_SUITE("gpu") {
             }
           }
           CHECK(differ == 0);
+        }
+      }
+    }
+  }
+
+  TEST_CASE(
+      "the tensor-core gemv variants match float64 for batches of 1 to 8, for any shape, block and grid, and a "
+      "vector's result does not depend on the rest of the batch") {
+    Stream& s = lgtest::stream();
+    const nn::Kernels k(lgtest::nn_kernels(), nn::KernelOptions{.tensor_cores = true});
+    const nn::BatchedKernel<void(const half*, const half*, const half*, half*, half*, int, int, int)> dual(
+        lgtest::nn_kernels(), "gemv_dual", true);
+    const nn::BatchedKernel<void(const half*, const half*, const half*, half*, int, int, int)> swiglu(
+        lgtest::nn_kernels(), "gemv_swiglu", true);
+    REQUIRE(k.gemv.variant(2).name() == "gemv_mma");
+    REQUIRE(k.gemv.variant(1).name() == "gemv");
+    const float eps = 1e-5F;
+    // 200 x 520: rows not a multiple of the 16-row tile, rows of 65 chunks (the last 32-column step is partial).
+    for (const auto& [rows, cols] : {std::pair{200, 520}, std::pair{1030, 4104}}) {
+      const auto w1 = random_halves(static_cast<std::size_t>(rows) * cols);
+      const auto w3 = random_halves(w1.size());
+      const auto g = random_halves(static_cast<std::size_t>(cols));
+      const auto dw1 = on_device(w1);
+      const auto dw3 = on_device(w3);
+      const auto dg = on_device(g);
+      // The kernels' own shape, one warp in 3 blocks (grid-stride over tiles), and an fp32-path shape.
+      for (const LaunchConfig& cfg :
+           {k.tensor_core_gemv_config(rows), LaunchConfig{{3, 1, 1}, {32, 1, 1}, 0}, gemv_config(rows, 2, 4)}) {
+        for (const int batch : {1, 2, 5, 8}) {
+          CAPTURE(rows);
+          CAPTURE(cols);
+          CAPTURE(cfg.block.x * cfg.block.y * cfg.block.z);
+          CAPTURE(cfg.grid.x);
+          CAPTURE(batch);
+          const auto xs = random_halves(static_cast<std::size_t>(batch) * cols);
+          const auto residual = random_halves(static_cast<std::size_t>(batch) * rows);
+          const auto out_size = static_cast<std::size_t>(batch) * rows;
+          // Runs tensor-core kernel `variant` on the first n vectors: outputs [n][rows] (two for gemv_dual).
+          const auto run = [&](int n, int variant) {
+            const auto x = on_device(std::vector<half>(xs.begin(), xs.begin() + static_cast<std::ptrdiff_t>(n) * cols));
+            auto a = poisoned(static_cast<std::size_t>(n) * rows);
+            auto b = poisoned(static_cast<std::size_t>(n) * rows);
+            switch (variant) {
+              case 0:
+                k.gemv.variant(8).launch(s, cfg, dw1.cview(), x.cview(), a.view(), rows, cols, n);
+                break;
+              case 1:
+                a = on_device(
+                    std::vector<half>(residual.begin(), residual.begin() + static_cast<std::ptrdiff_t>(n) * rows));
+                k.gemv_add.variant(8).launch(s, cfg, dw1.cview(), x.cview(), a.view(), rows, cols, n);
+                break;
+              case 2:
+                k.rms_norm_gemv.variant(8).launch(s, cfg, dw1.cview(), x.cview(), dg.cview(), a.view(), rows, cols, eps,
+                                                  n);
+                break;
+              case 3:
+                k.rms_norm_gemv_swiglu.variant(8).launch(s, cfg, dw1.cview(), dw3.cview(), x.cview(), dg.cview(),
+                                                         a.view(), rows, cols, eps, n);
+                break;
+              case 4:
+                dual.variant(8).launch(s, cfg, dw1.cview(), dw3.cview(), x.cview(), a.view(), b.view(), rows, cols, n);
+                break;
+              default:
+                swiglu.variant(8).launch(s, cfg, dw1.cview(), dw3.cview(), x.cview(), a.view(), rows, cols, n);
+                break;
+            }
+            std::vector<half> got = on_host(a);
+            if (variant == 4) {
+              const std::vector<half> second = on_host(b);
+              got.insert(got.end(), second.begin(), second.end());
+            }
+            return got;
+          };
+          // float64 references, vector by vector.
+          std::vector<double> plain1;
+          std::vector<double> plain3;
+          std::vector<double> normed1;
+          std::vector<double> normed3;
+          for (int b = 0; b < batch; ++b) {
+            const std::vector<half> xb(xs.begin() + static_cast<std::ptrdiff_t>(b) * cols,
+                                       xs.begin() + static_cast<std::ptrdiff_t>(b + 1) * cols);
+            const std::vector<double> x = widen(xb);
+            double ss = 0;
+            for (const double v : x) ss += v * v;
+            const double inv_rms = 1.0 / std::sqrt(ss / cols + eps);
+            std::vector<double> h(static_cast<std::size_t>(cols));
+            for (int c = 0; c < cols; ++c) h[c] = x[c] * inv_rms * g[c].to_float();
+            using Product = std::tuple<const std::vector<half>*, std::vector<double>*, const std::vector<double>*>;
+            for (const auto& [w, into, by] : {Product{&w1, &plain1, &x}, Product{&w3, &plain3, &x},
+                                              Product{&w1, &normed1, &h}, Product{&w3, &normed3, &h}}) {
+              const MatVec m = matvec(*w, *by, rows, cols);
+              into->insert(into->end(), m.value.begin(), m.value.end());
+            }
+          }
+          for (int variant = 0; variant < 6; ++variant) {
+            CAPTURE(variant);
+            const std::vector<half> got = run(batch, variant);
+            std::vector<double> want(out_size);
+            for (std::size_t i = 0; i < out_size; ++i) {
+              switch (variant) {
+                case 0:
+                  want[i] = plain1[i];
+                  break;
+                case 1:
+                  want[i] = plain1[i] + residual[i].to_float();
+                  break;
+                case 2:
+                  want[i] = normed1[i];
+                  break;
+                case 3:
+                  want[i] = silu(normed1[i]) * normed3[i];
+                  break;
+                case 5:
+                  want[i] = silu(plain1[i]) * plain3[i];
+                  break;
+                default:
+                  want[i] = plain1[i];
+                  break;
+              }
+            }
+            if (variant == 4) want.insert(want.end(), plain3.begin(), plain3.end());
+            check_close(got, want);
+            if (batch > 1) {  // vector 0 alone through the same kernel: the same bits
+              const std::vector<half> alone = run(1, variant);
+              int differ = 0;
+              for (int part = 0; part < (variant == 4 ? 2 : 1); ++part) {
+                for (int r = 0; r < rows; ++r) {
+                  differ += got[part * out_size + static_cast<std::size_t>(r)].bits !=
+                                    alone[static_cast<std::size_t>(part) * rows + r].bits
+                                ? 1
+                                : 0;
+                }
+              }
+              CHECK(differ == 0);
+            }
+          }
         }
       }
     }

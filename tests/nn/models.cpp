@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <thread>
 #include <vector>
 
@@ -378,6 +379,52 @@ TEST_SUITE("gpu") {
     // Three sequences use the graph of three rows, captured on first use.
     CHECK(batched.forward_batch(std::vector<lazygraph::nn::TokenAt>{{1, 6}, {2, 6}, {3, 6}}).size() == 3);
     CHECK(batched.graph(3).node_count() == batched.graph(1).node_count());
+  }
+
+  TEST_CASE(
+      "with tensor cores, forward_batch rows agree with one row at a time within rounding, and bit for bit with the "
+      "same rows in a batch of another size") {
+    lazygraph::nn::DecoderConfig config = small_decoder();
+    config.kv_heads = 2;
+    config.max_batch = 5;
+    config.tensor_cores = true;
+    lazygraph::nn::Decoder five(lgtest::stream(), lgtest::nn_kernels(), config);
+    lazygraph::nn::Decoder two(lgtest::stream(), lgtest::nn_kernels(), config);
+    lazygraph::nn::DecoderConfig single_config = config;
+    single_config.max_batch = 1;
+    single_config.tensor_cores = false;
+    lazygraph::nn::Decoder single(lgtest::stream(), lgtest::nn_kernels(), single_config);
+    // The same tokens at every step (not the predicted ones), so that the paths cannot part at a near tie.
+    const std::vector<int> tokens{3, 77, 100, 5, 511};
+    for (int p = 0; p < 6; ++p) {
+      std::vector<lazygraph::nn::TokenAt> steps;
+      for (const int t : tokens) steps.push_back({(t + 13 * p) % config.vocab, p});
+      (void)five.forward_batch(steps);
+      (void)two.forward_batch(std::vector<lazygraph::nn::TokenAt>(steps.begin(), steps.begin() + 2));
+    }
+    double worst = 0;
+    for (std::size_t r = 0; r < tokens.size(); ++r) {
+      CAPTURE(r);
+      single.reset();
+      for (int p = 0; p < 6; ++p) (void)single.forward({(tokens[r] + 13 * p) % config.vocab, p});
+      const std::vector<half> alone = single.logits();
+      const std::vector<half> in_batch = five.logits(static_cast<int>(r));
+      double diff = 0;
+      double scale = 0;
+      for (std::size_t i = 0; i < alone.size(); ++i) {
+        diff = std::max(diff, static_cast<double>(std::abs(alone[i].to_float() - in_batch[i].to_float())));
+        scale = std::max(scale, static_cast<double>(std::abs(alone[i].to_float())));
+      }
+      worst = std::max(worst, diff / scale);
+      CHECK(diff / scale < 1e-2);
+      if (r < 2) {
+        const std::vector<half> pair = two.logits(static_cast<int>(r));
+        std::size_t differ = 0;
+        for (std::size_t i = 0; i < pair.size(); ++i) differ += pair[i].bits != in_batch[i].bits ? 1 : 0;
+        CHECK(differ == 0);
+      }
+    }
+    MESSAGE("largest difference of a batch row's logits from one row alone, relative to the largest logit: " << worst);
   }
 
   TEST_CASE("prefill gives the cache, logits and tokens of feeding the prompt one token at a time") {

@@ -31,6 +31,8 @@ struct LoadOptions {
   std::size_t staging_bytes = std::size_t{32} << 20U;
   /// Launch the decoder's kernels early (DecoderConfig::early_launch).
   bool early_launch = true;
+  /// Run steps of 2 to 8 rows on tensor cores (DecoderConfig::tensor_cores).
+  bool tensor_cores = false;
 };
 
 /// A checkpoint folder, checked against the decoder it describes. Holds the safetensors files mapped.

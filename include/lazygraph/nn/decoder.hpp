@@ -50,6 +50,11 @@ struct DecoderConfig {
   float eps = 1e-5F;          ///< RMSNorm epsilon
   std::uint32_t seed = 1234;  ///< seed of the generated weights (DecoderWeights::generate)
   bool early_launch = true;   ///< launch the kernels early (Kernels::step_config); false to compare
+  /// Run the projections of steps of 2 to 8 rows on tensor cores (KernelOptions::tensor_cores): faster batches and
+  /// prefill, but a row's logits then differ from what it gets alone within rounding (its token may too, at a
+  /// near tie). Such steps compute Q, K and V with three rms_norm_gemv launches, rope and kv_append (the unfused
+  /// path; qkv_rope_append has no tensor-core variant). Off: every row gets exactly the bits of one row at a time.
+  bool tensor_cores = false;
   /// The attention block's input side as one kernel (norm, Q/K/V projections, RoPE and the cache append:
   /// qkv_rope_append) and attention split over positions (attention_split). False: the kernels these replaced
   /// (three rms_norm_gemv in parallel, rope, kv_append, attention with one block per head), to compare.
@@ -179,7 +184,7 @@ auto attention_block(const BasicKernels<T>& k, const BasicAttentionWeights<T>& w
                          s.slots(), c.heads, c.kv_head_count(), c.head_dim(), c.context, c.max_batch, scale));
 
   const auto project = [&](const DeviceBuffer<T>& weight, DeviceBuffer<T>& out, int out_rows) {
-    return k.rms_norm_gemv(k.gemv_config(out_rows, d), weight.cview(), s.x.cview(), w.gain.cview(), out.view(),
+    return k.rms_norm_gemv(k.gemv_config(out_rows, d, rows), weight.cview(), s.x.cview(), w.gain.cview(), out.view(),
                            out_rows, d, c.eps, rows);
   };
   const auto count = static_cast<std::size_t>(rows);
@@ -197,8 +202,10 @@ auto attention_block(const BasicKernels<T>& k, const BasicAttentionWeights<T>& w
   auto unfused = choose(c.ordering == DecoderOrdering::inferred, dataflow(q, kp, v, rope, append, attend),
                         choose(c.ordering == DecoderOrdering::hand_written, all(q, kp, v) >> rope >> append >> attend,
                                q >> kp >> v >> rope >> append >> attend));
-  return choose(c.fused, std::move(fused), std::move(unfused)) >>
-         k.gemv_add(k.gemv_config(d, d), w.wo.cview(), s.attn.cview(), s.x.view(), d, d, rows);
+  // qkv_rope_append has no tensor-core variant: with tensor cores, batches take the three projections that have.
+  const bool fuse = c.fused && !(c.tensor_cores && rows > 1);
+  return choose(fuse, std::move(fused), std::move(unfused)) >>
+         k.gemv_add(k.gemv_config(d, d, rows), w.wo.cview(), s.attn.cview(), s.x.view(), d, d, rows);
 }
 
 /// One decoder layer for `rows` rows: attention block, then the SwiGLU MLP block.
@@ -235,7 +242,7 @@ auto decoder_step(const BasicKernels<T>& k, const BasicDecoderWeights<T>& w, Bas
   return named("embedding", k.embedding(k.step_config(grid_for(count * static_cast<std::size_t>(c.d), 256)),
                                         w.embedding.cview(), s.tokens(), s.x.view(), c.d, rows)) >>
          chain(std::move(layers)) >>
-         named("lm head", k.rms_norm_gemv(k.gemv_config(c.vocab, c.d), w.lm_head.cview(), s.x.cview(),
+         named("lm head", k.rms_norm_gemv(k.gemv_config(c.vocab, c.d, rows), w.lm_head.cview(), s.x.cview(),
                                           w.final_gain.cview(), s.logits.view(), c.vocab, c.d, c.eps, rows) >>
                               k.sample(k.step_config({{static_cast<unsigned>(rows), 1, 1}, {1024, 1, 1}, 0}),
                                        s.logits.cview(), s.next.view(), s.positions(), s.slots(), c.vocab,

@@ -34,9 +34,16 @@ struct MlpLayer {
 };
 static_assert(sizeof(MlpLayer) == 32 && std::is_trivially_copyable_v<MlpLayer>, "MlpLayer is copied to the device");
 
-/// The four variants of a gemv-family kernel (kernels/nn/gemv.cu: NAME, NAME_b2, NAME_b4, NAME_b8, compiled for
-/// batches of up to 1, 2, 4 and 8 vectors), called like one Kernel whose last parameter is the batch: the call
-/// picks the smallest variant that holds it. A batch outside 1..8 is a UsageError.
+/// The variants of a gemv-family kernel, called like one Kernel whose last parameter is the batch: the call picks
+/// the variant for it. Every such kernel has four fp32 variants, NAME, NAME_b2, NAME_b4 and NAME_b8 (compiled for
+/// batches of up to 1, 2, 4 and 8 vectors; the smallest that holds the batch runs it); the kernels of
+/// kernels/nn/gemv.cu also have NAME_mma, on tensor cores, for 1 to 8 vectors. Asked for tensor cores, the call
+/// runs batches of 2 to 8 on NAME_mma and a batch of one on NAME. A batch outside 1..8 is a UsageError.
+///
+/// Which path runs decides the bits: the fp32 variants give each vector of a batch exactly what a batch of one
+/// gives it; NAME_mma gives each vector the same bits whatever else the batch holds, but sums each group of 16
+/// products its own way, so its results differ from the fp32 path's within rounding (and it rounds x * g to the
+/// element type in the rms_norm kernels, which the fp32 path keeps in fp32).
 template <class Signature>
 class BatchedKernel;
 
@@ -44,19 +51,26 @@ class BatchedKernel;
 template <class... Params>
 class BatchedKernel<void(Params...)> {
  public:
-  /// Looks up the four variants of `name`. \throws UsageError as KernelLibrary::get does.
-  BatchedKernel(const KernelLibrary& library, const std::string& name)
+  /// Looks up the four fp32 variants of `name` and, with `tensor_cores`, NAME_mma.
+  /// \throws UsageError as KernelLibrary::get does (also when NAME_mma is asked for and missing).
+  BatchedKernel(const KernelLibrary& library, const std::string& name, bool tensor_cores = false)
       : variants_{library.get<void(Params...)>(name), library.get<void(Params...)>(name + "_b2"),
-                  library.get<void(Params...)>(name + "_b4"), library.get<void(Params...)>(name + "_b8")} {}
+                  library.get<void(Params...)>(name + "_b4"), library.get<void(Params...)>(name + "_b8")} {
+    if (tensor_cores) tensor_core_ = library.get<void(Params...)>(name + "_mma");
+  }
 
-  /// The variant for `batch` vectors. \throws UsageError outside 1..8.
+  /// The variant that runs `batch` vectors. \throws UsageError outside 1..8.
   [[nodiscard]] const Kernel<void(Params...)>& variant(int batch) const {
     if (batch < 1 || batch > 8) {
       throw UsageError("batched kernel " + variants_[0].name() + ": batch " + std::to_string(batch) +
                        " is outside 1..8");
     }
+    if (tensor_core_ && batch >= 2) return *tensor_core_;
     return variants_[batch <= 1 ? 0 : batch <= 2 ? 1 : batch <= 4 ? 2 : 3];
   }
+
+  /// Whether batches of 2 to 8 run on tensor cores (NAME_mma).
+  [[nodiscard]] bool tensor_cores() const noexcept { return tensor_core_.has_value(); }
 
   /// The launch op of the variant for the batch (the last argument).
   template <class... Args>
@@ -78,6 +92,18 @@ class BatchedKernel<void(Params...)> {
   }
 
   std::array<Kernel<void(Params...)>, 4> variants_;
+  std::optional<Kernel<void(Params...)>> tensor_core_;
+};
+
+/// How BasicKernels launches.
+struct KernelOptions {
+  /// Launch every kernel early (see BasicKernels::step_config); false gives ordinary launches, to compare.
+  bool early_launch = true;
+  /// Run batches of 2 to 8 of the gemv-family kernels on tensor cores (BatchedKernel): on the H100 a batch of 8
+  /// then costs about what a batch of one does (the fp32 variants: about twice), but a row of a batch no longer
+  /// gets exactly the bits it would get alone (within rounding: see BatchedKernel). Off by default, so that batches
+  /// and prefill stay bit-identical to one row at a time.
+  bool tensor_cores = false;
 };
 
 /// Typed handles to every nn kernel over elements of T (fp16: `gemv`, ...; bf16: `gemv_bf16`, ...), looked up once.
@@ -86,7 +112,10 @@ class BatchedKernel<void(Params...)> {
 template <Element T>
 struct BasicKernels {
   /// `early_launch`: launch every kernel early (see step_config); false gives ordinary launches, to compare.
-  explicit BasicKernels(const KernelLibrary& library, bool early_launch = true);
+  explicit BasicKernels(const KernelLibrary& library, bool early_launch = true)
+      : BasicKernels(library, KernelOptions{.early_launch = early_launch}) {}
+  /// The handles, launched as `options` say.
+  BasicKernels(const KernelLibrary& library, KernelOptions options);
 
   /// embedding(table, tokens, out, d, batch): out[b] = table[tokens[b]] (kernels/nn/embedding.cu).
   Kernel<void(const T*, const int*, T*, int, int)> embedding;
@@ -148,6 +177,8 @@ struct BasicKernels {
   Kernel<void(T*, long long, unsigned, float, float)> fill_uniform;
   /// Whether step_config launches early.
   bool early_launch = true;
+  /// Whether the gemv family runs batches of 2 to 8 on tensor cores (KernelOptions::tensor_cores).
+  bool tensor_cores = false;
 
   /// `config` as a decode step launches it: early (programmatic dependent launch, LaunchConfig::early_launch)
   /// unless switched off. Every kernel above calls wait_for_prior_grids() before touching activations, and
@@ -158,7 +189,19 @@ struct BasicKernels {
     return config;
   }
 
-  /// Launch shape of the gemv family (kernels/nn/gemv.cu) for a rows x cols weight: one row per group of K warps,
+  /// Launch shape of a gemv-family kernel (kernels/nn/gemv.cu) for a rows x cols weight and `batch` vectors: that of
+  /// the tensor-core variant (tensor_core_gemv_config) when it runs the batch, else fp32_gemv_config's. Any shape
+  /// computes the right result on either path; this one is the fast one.
+  [[nodiscard]] LaunchConfig gemv_config(int rows, int cols, int batch = 1) const {
+    if (tensor_cores && batch >= 2) return tensor_core_gemv_config(rows);
+    return fp32_gemv_config(rows, cols);
+  }
+  /// Launch shape of the tensor-core variants (NAME_mma): one block of 8 warps per 8 rows (an mma tile), the
+  /// warps sharing out the columns.
+  [[nodiscard]] LaunchConfig tensor_core_gemv_config(int rows) const {
+    return step_config({{(static_cast<unsigned>(rows) + 7) / 8, 1, 1}, {32, 8, 1}, 0});
+  }
+  /// Launch shape of the fp32 variants of the gemv family for a rows x cols weight: one row per group of K warps,
   /// 8 / K rows per block of 256 threads. K = 1 for rows of up to 4096 columns, 2 for longer rows; more warps per
   /// row when the rows are long and few, so that the grid still fills the GPU: K >= 2 for 4096+ columns and at most
   /// 4096 rows, 4 for 8192+ columns and at most 2048 rows, 8 for 16384+ columns and at most 1024 rows. The rule
@@ -168,7 +211,7 @@ struct BasicKernels {
   /// `max_warps_per_row` caps K (qkv_config needs two rows per block). The grid is one block per 8 / K rows: capping
   /// it at 1 or 2 blocks per multiprocessor, so that the next early-launched kernel could get resident sooner, was
   /// slower on nearly every shape of the sweep (H100: 4096 x 4096 115 % uncapped, 89 % at 2 per SM, 68 % at 1).
-  [[nodiscard]] LaunchConfig gemv_config(int rows, int cols, unsigned max_warps_per_row = 8) const {
+  [[nodiscard]] LaunchConfig fp32_gemv_config(int rows, int cols, unsigned max_warps_per_row = 8) const {
     unsigned warps_per_row = cols > 4096 ? 2 : 1;
     if (cols >= 4096 && rows <= 4096) warps_per_row = std::max(warps_per_row, 2U);
     if (cols >= 8192 && rows <= 2048) warps_per_row = 4;
@@ -179,10 +222,10 @@ struct BasicKernels {
                         {32, warps_per_row, rows_per_block},
                         0});
   }
-  /// Launch shape of qkv_rope_append for q_rows, kv_dim and width d: gemv_config of its q_rows + 2 kv_dim rows, at
-  /// most 4 warps per row (a block holds both rows of each RoPE pair).
+  /// Launch shape of qkv_rope_append for q_rows, kv_dim and width d: fp32_gemv_config of its q_rows + 2 kv_dim
+  /// rows, at most 4 warps per row (a block holds both rows of each RoPE pair; it has no tensor-core variant).
   [[nodiscard]] LaunchConfig qkv_config(int q_rows, int kv_dim, int d) const {
-    return gemv_config(q_rows + 2 * kv_dim, d, 4);
+    return fp32_gemv_config(q_rows + 2 * kv_dim, d, 4);
   }
 };
 

@@ -22,6 +22,9 @@ struct MlpConfig {
   std::uint32_t seed = 1234;  ///< seed of the generated weights
   float eps = 1e-5F;          ///< RMSNorm epsilon
   bool early_launch = true;   ///< launch the kernels early (Kernels::step_config); false to compare
+  /// Run batches of 2 to 8 on tensor cores (KernelOptions::tensor_cores); off: each row of a batch gets exactly the
+  /// bits it would get alone.
+  bool tensor_cores = false;
   /// Run the whole stack as one persistent kernel launch (MlpStack, kernels/nn/mlp_stack.cu) instead of two
   /// early-launched kernels per block (mlp_forward). Off by default: on the H100 the kernel chain was faster for
   /// every shape measured (bench_models' persistent column; the counters between phases cost more than a kernel

@@ -33,9 +33,9 @@ BasicSwigluWeights<T> generate_swiglu_weights(const Stream& stream, const BasicK
 template <Element T>
 auto swiglu_block(const BasicKernels<T>& k, const BasicSwigluWeights<T>& w, DeviceSpan<T> x, DeviceSpan<T> act, int d,
                   int ffn, float eps, int batch = 1) {
-  return k.rms_norm_gemv_swiglu(k.gemv_config(ffn, d), w.w1.cview(), w.w3.cview(), x.as_const(), w.gain.cview(), act,
-                                ffn, d, eps, batch) >>
-         k.gemv_add(k.gemv_config(d, ffn), w.w2.cview(), act.as_const(), x, d, ffn, batch);
+  return k.rms_norm_gemv_swiglu(k.gemv_config(ffn, d, batch), w.w1.cview(), w.w3.cview(), x.as_const(), w.gain.cview(),
+                                act, ffn, d, eps, batch) >>
+         k.gemv_add(k.gemv_config(d, ffn, batch), w.w2.cview(), act.as_const(), x, d, ffn, batch);
 }
 
 /// The op type of one block (swiglu_block), for holding blocks in a vector.

@@ -36,6 +36,11 @@ struct PlainX {
     lg::unpack8(r.x, f);
     sq = 0.0f;
   }
+  /// The chunk as a tensor-core operand: its 8 elements of T as they are.
+  __device__ __forceinline__ static uint4 fragment(const Raw& r, float& sq) {
+    sq = 0.0f;
+    return r.x.raw;
+  }
 };
 
 /// x * g elementwise, and the sum of x^2 over the chunk: the row's dot product is scaled by 1/rms(x) afterwards,
@@ -62,6 +67,12 @@ struct GainedX {
     for (int i = 1; i < 8; ++i) sq = fmaf(f[i], f[i], sq);
 #pragma unroll
     for (int i = 0; i < 8; ++i) f[i] *= gain[i];
+  }
+  /// The chunk as a tensor-core operand: x * g rounded to T (the fp32 path keeps it in fp32), and the sum of x^2.
+  __device__ __forceinline__ static uint4 fragment(const Raw& r, float& sq) {
+    float f[8];
+    expand(r, f, sq);
+    return lg::pack8<T>(f).raw;
   }
 };
 
@@ -240,6 +251,182 @@ __device__ __forceinline__ void gemv_rows(const W& w, const X& x, int rows, int 
       epilogue(row0);
       __syncthreads();  // before the next pass's finish overwrites what the epilogue read
     }
+  }
+}
+
+// ---- The tensor-core path (the kernels' _mma variants, batches of 1 to 8) ----
+//
+// One mma.sync.m16n8k16 multiplies 16 columns of 8 weight rows with 8 vectors (its M is the batch, 8 of its 16
+// rows used; its N is the weight rows), so a batch of 8 costs the tensor cores what a batch of 1 does and the step
+// stays bound by reading the weights. A block takes 8 rows at a time (a tile; tiles go to blocks grid-stride),
+// and its warps share out the tile's columns in steps of 32: in a step, lane (g = lane / 4, t = lane % 4) loads
+// the 16 bytes at columns 8t .. 8t + 7 of row g of the tile and of vector g (the last vector again past the
+// batch). Those 8 columns feed two mmas, elements 0-3 the first and 4-7 the second: weights and x have their k
+// positions permuted alike, which a dot product does not see. So each lane loads 16 bytes of weights per 16 bytes
+// of x, as the fp32 path does for one vector, and a tile has the fp32 path's 8 rows per block. Partial tiles of
+// the warps are added through shared memory in warp order, so results do not depend on timing; a vector's result
+// does not depend on the other vectors of the batch either (each is its own mma row), but it is not the fp32
+// path's bit pattern: the tensor cores sum each group of 16 products their own way.
+
+/// Weight rows per tile of the tensor-core path (an mma's N).
+constexpr int kMmaRows = 8;
+/// 32-column steps each warp of the tensor-core path keeps in flight for kernels of `matrices` weights: 8
+/// 16-byte weight loads per lane, as the fp32 path.
+constexpr int mma_steps(int matrices) { return 8 / matrices; }
+
+/// c += a * b for one m16n8k16 tile: a is 16 x 16 of T (row-major fragment), b 16 x 8 (column-major), c fp32.
+__device__ __forceinline__ void mma_16816(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1,
+                                          lg::half_t /*type*/) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void mma_16816(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1,
+                                          lg::bf16_t /*type*/) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+  __trap();
+#endif
+}
+
+/// prefetch_weights for the tensor-core path: the rows of this block's tiles (all of each row when the kernel's
+/// weights fit kWholePrefetchBytes, else the columns of the first steps), then lets the next kernel launch early.
+template <class W>
+__device__ __forceinline__ void prefetch_tile_weights(const W& w, int rows, int cols) {
+  using T = typename W::Element;
+  constexpr int M = W::count;
+  const int threads = blockDim.x * blockDim.y * blockDim.z;
+  const int tid = (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
+  const bool whole = static_cast<long long>(rows) * cols * M * static_cast<long long>(sizeof(T)) <= kWholePrefetchBytes;
+  constexpr int chunks_per_line = 8;
+  const int first_chunks = min(cols / 8, (threads / 32) * mma_steps(M) * 4);
+  const int row_lines = ((whole ? cols / 8 : first_chunks) + chunks_per_line - 1) / chunks_per_line;
+  const int tiles = (rows + kMmaRows - 1) / kMmaRows;
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const int tile_rows = min(kMmaRows, rows - tile * kMmaRows);
+    for (int i = tid; i < tile_rows * row_lines; i += threads) {
+      const int row = tile * kMmaRows + i / row_lines;
+#pragma unroll
+      for (int m = 0; m < M; ++m) lg::prefetch_l2(w.row(m, row) + 8LL * chunks_per_line * (i % row_lines));
+    }
+    if (!whole) break;
+  }
+  lg::allow_dependent_launch();
+}
+
+/// The tensor-core row loop: finish(row, b, v) once per row and vector b < batch, v[m] the result of weight m,
+/// each call from its own thread. Any block of 1 to 8 warps and any grid work.
+/// U: 32-column steps in flight per warp (mma_steps).
+template <int U, class W, class X, class Finish>
+__device__ __forceinline__ void gemv_rows_mma(const W& w, const X& x, int rows, int cols, int batch, float eps,
+                                              Finish finish) {
+  using T = typename W::Element;
+  constexpr int M = W::count;
+  __shared__ float tile_part[8][M][kMmaRows][8];  // [warp][matrix][row][vector]
+  __shared__ float square_part[8][8];             // [warp][vector]
+
+  const int tid = (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
+  const int warps = (blockDim.x * blockDim.y * blockDim.z) / 32;
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const int g = lane / 4;
+  const int t = lane % 4;
+  const int vector = min(g, batch - 1);
+  const int chunks = cols / 8;
+  const int steps = (chunks + 3) / 4;
+  const int tiles = (rows + kMmaRows - 1) / kMmaRows;
+  bool waited = false;
+
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {  // uniform over the block
+    const int row = min(tile * kMmaRows + g, rows - 1);
+    float c[M][4];
+#pragma unroll
+    for (int m = 0; m < M; ++m) c[m][0] = c[m][1] = c[m][2] = c[m][3] = 0.0f;
+    float sq = 0.0f;
+
+    for (int s0 = warp; s0 < steps; s0 += warps * U) {  // uniform over the warp, as mma.sync requires
+      lg::Pack8<T> wv[M][U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int chunk = min((s0 + u * warps) * 4 + t, chunks - 1);
+#pragma unroll
+        for (int m = 0; m < M; ++m) wv[m][u] = lg::load8_streaming(w.row(m, row) + 8LL * chunk);
+      }
+      if (!waited) {  // the first step's weights are in flight before the wait, as in gemv_rows
+        lg::wait_for_prior_grids();
+        waited = true;
+      }
+      typename X::Raw xr[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) xr[u] = x.load(vector, min((s0 + u * warps) * 4 + t, chunks - 1));
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        // A chunk past the row's end (the last step of a row whose length is not a multiple of 32, or a step past
+        // the last) was loaded again from the last chunk; both operands become zeros, so it adds nothing.
+        const bool inside = (s0 + u * warps) * 4 + t < chunks;
+        float q;
+        uint4 a = X::fragment(xr[u], q);
+        if (!inside) a = make_uint4(0, 0, 0, 0);
+        sq += inside ? q : 0.0f;
+        const unsigned first[4] = {a.x, 0U, a.y, 0U};  // rows 8-15 of the mma's M: no vectors
+        const unsigned second[4] = {a.z, 0U, a.w, 0U};
+#pragma unroll
+        for (int m = 0; m < M; ++m) {
+          const uint4 b = inside ? wv[m][u].raw : make_uint4(0, 0, 0, 0);
+          mma_16816(c[m], first, b.x, b.y, T{});
+          mma_16816(c[m], second, b.z, b.w, T{});
+        }
+      }
+    }
+    if (!waited) {  // a warp without steps still waits before the block's results are written
+      lg::wait_for_prior_grids();
+      waited = true;
+    }
+
+    // c[m][0], c[m][1]: vector g, rows 2t and 2t + 1 of the tile (c[m][2], c[m][3] belong to the unused vectors
+    // 8-15). The sum of squares of vector g: add the 4 lanes.
+    sq += __shfl_xor_sync(0xffffffffu, sq, 1);
+    sq += __shfl_xor_sync(0xffffffffu, sq, 2);
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      tile_part[warp][m][2 * t][g] = c[m][0];
+      tile_part[warp][m][2 * t + 1][g] = c[m][1];
+    }
+    if (t == 0) square_part[warp][g] = sq;
+    __syncthreads();
+    // The warps' partials added (in warp order) and scaled, and stored: a (row, vector) per thread.
+    for (int i = tid; i < kMmaRows * 8; i += 32 * warps) {
+      const int r = i / 8;
+      const int b = i % 8;
+      const int out_row = tile * kMmaRows + r;
+      if (b >= batch || out_row >= rows) continue;
+      float scale = 1.0f;
+      if (X::sum_squares) {
+        float squares = 0.0f;
+        for (int k = 0; k < warps; ++k) squares += square_part[k][b];
+        scale = 1.0f / sqrtf(squares / static_cast<float>(cols) + eps);
+      }
+      float v[M];
+#pragma unroll
+      for (int m = 0; m < M; ++m) {
+        float sum = 0.0f;
+        for (int k = 0; k < warps; ++k) sum += tile_part[k][m][r][b];
+        v[m] = sum * scale;
+      }
+      finish(out_row, b, v);
+    }
+    __syncthreads();  // the partials are read before the next tile overwrites them
   }
 }
 
