@@ -11,12 +11,21 @@
 //   gemv_swiglu(W1, W3, x, out, rows, cols, batch)             out = silu(W1 x) * (W3 x)   (SwiGLU's first half)
 //   rms_norm_gemv(W, x, g, out, rows, cols, eps, batch)        out = W (x / rms(x) * g)
 //   rms_norm_gemv_swiglu(W1, W3, x, g, out, rows, cols, eps, batch)   out = silu(W1 h) * (W3 h), h = x / rms(x) * g
-// where rms(x) = sqrt(mean(x^2) + eps), per vector. Each vector's result is bit-for-bit what a batch of 1 gives
-// for it (the same loads, in the same order, feed the same fp32 chains), so a prompt processed 8 tokens at a time
-// and one token at a time agree exactly.
+// where rms(x) = sqrt(mean(x^2) + eps), per vector. On the fp32 path (below) each vector's result is bit-for-bit
+// what a batch of 1 gives for it (the same loads, in the same order, feed the same fp32 chains), so a prompt
+// processed 8 tokens at a time and one token at a time agree exactly.
 //
-// Every kernel comes in four variants compiled for a batch of up to 1, 2, 4 and 8 vectors: NAME, NAME_b2, NAME_b4,
-// NAME_b8 (NAME_bf16, NAME_bf16_b2, ... for bf16; nn::BatchedKernel picks the smallest that holds the batch). Separate
+// Every kernel has a tensor-core variant, NAME_mma (NAME_bf16_mma), for 1 to 8 vectors: mma.sync m16n8k16 with
+// the batch as the mma's M and 8 weight rows as its N, so 8 vectors cost what one does (H100, SwiGLU MLP chains:
+// batch 8 at 1.05-1.12x batch 1, against 1.9-2.5x on the fp32 variants). Its results differ from the fp32 path's
+// within rounding (the tensor cores sum 16 products their own way; h = x * g is rounded to the element type), but
+// not between batch sizes: a vector gets the same bits whatever else its batch holds. gemv_core.cuh
+// (gemv_rows_mma) has the layout; launch: any block of 1 to 8 warps, 8 rows per block (Kernels::
+// tensor_core_gemv_config: grid ceil(rows / 8), block (32, 8, 1)); any grid works.
+//
+// Every kernel also comes in four fp32 variants compiled for a batch of up to 1, 2, 4 and 8 vectors: NAME, NAME_b2,
+// NAME_b4, NAME_b8 (NAME_bf16, NAME_bf16_b2, ... for bf16; nn::BatchedKernel picks the smallest that holds the
+// batch, or NAME_mma for batches of 2 to 8 when asked for tensor cores). Separate
 // kernels, so each gets the registers its batch needs: one kernel holding every batch size ran a batch of one 18-40 %
 // slower (H100), its register allocation and spills sized for eight vectors. A variant runs any batch up to its size;
 // the loads of vectors past `batch` re-read the last one and their results are dropped. The fused variants keep h in
@@ -27,10 +36,10 @@
 // cols is a multiple of 8, batch is 1 to 8, and W, W1, W3, x, g are 16-byte aligned (so is every row), because
 // every load is a 16-byte vector of 8 elements. Outputs have no alignment requirement. `out` must not alias W, x or g.
 //
-// Launch: block (32, K, R) with K * R <= 8. The kernels declare __launch_bounds__(256, 3) (rms_norm_gemv: 2):
-// left to itself, ptxas 13 gave them 32 registers, too few to keep a thread's loads in flight; the bound lets it
-// use up to 80 (128), and limits blocks to 256 threads. A group of K warps computes one row at a time (warp k
-// takes the row's 16-byte chunks k*32+lane, stepping by 32*K), R groups per block. Rows go to groups
+// Launch (fp32 variants): block (32, K, R) with K * R <= 8. The kernels declare __launch_bounds__(256, 3)
+// (rms_norm_gemv: 2): left to itself, ptxas 13 gave them 32 registers, too few to keep a thread's loads in flight; the
+// bound lets it use up to 80 (128), and limits blocks to 256 threads. A group of K warps computes one row at a time
+// (warp k takes the row's 16-byte chunks k*32+lane, stepping by 32*K), R groups per block. Rows go to groups
 // grid-stride, so any grid works; grid.x = ceil(rows / R) gives each group one row. No dynamic shared memory.
 // Suggested (measured by bench_gemv on an H200): K = 1, R = 8 for rows of up to 4096 columns, K = 2, R = 4 for
 // longer rows; grid ceil(rows / R). examples/models/model_kernels.hpp (gemv_config) applies this rule.
@@ -148,7 +157,7 @@ __device__ __forceinline__ void rms_norm_gemv_swiglu_body(const T* W1, const T* 
 
 }  // namespace
 
-// The entry points: four per kernel, written out (the host reads these declarations to check signatures).
+// The entry points: five per kernel, written out (the host reads these declarations to check signatures).
 // __launch_bounds__: the batch-1 and batch-2 variants as tuned before (3 blocks of 256 threads per SM, up to 80
 // registers; rms_norm_gemv 2 blocks, 128); the batch-4 and batch-8 variants hold 4 and 8 accumulators per row
 // and matrix, so they get 2 blocks (up to 128 registers) to keep them out of local memory.
