@@ -79,14 +79,22 @@ void check_weights(DType weights, const char* what) {
 std::vector<double> mlp_reference(const MlpConfig& config, std::span<const double> input, DType weights) {
   config.validate();
   check_weights(weights, "mlp_reference");
-  if (input.size() != static_cast<std::size_t>(config.d)) throw std::invalid_argument("mlp_reference: input size != d");
+  const auto d = static_cast<std::size_t>(config.d);
+  if (input.empty() || input.size() % d != 0) {
+    throw std::invalid_argument("mlp_reference: input size is not a positive multiple of d");
+  }
   std::vector<double> x(input.begin(), input.end());
-  for (int l = 0; l < config.layers; ++l) {
-    swiglu_block(x, seeded(config.seed, gain_spec(layer_id(l, 6), config.d), weights),
-                 seeded(config.seed, matrix_spec(layer_id(l, 7), config.ffn, config.d), weights),
-                 seeded(config.seed, matrix_spec(layer_id(l, 8), config.ffn, config.d), weights),
-                 seeded(config.seed, matrix_spec(layer_id(l, 9), config.d, config.ffn), weights), config.d, config.ffn,
-                 config.eps);
+  for (int l = 0; l < config.layers; ++l) {  // each layer's weights generated once, applied to every row
+    const std::vector<double> gain = seeded(config.seed, gain_spec(layer_id(l, 6), config.d), weights);
+    const std::vector<double> w1 = seeded(config.seed, matrix_spec(layer_id(l, 7), config.ffn, config.d), weights);
+    const std::vector<double> w3 = seeded(config.seed, matrix_spec(layer_id(l, 8), config.ffn, config.d), weights);
+    const std::vector<double> w2 = seeded(config.seed, matrix_spec(layer_id(l, 9), config.d, config.ffn), weights);
+    for (std::size_t at = 0; at < x.size(); at += d) {
+      std::vector<double> row(x.begin() + static_cast<std::ptrdiff_t>(at),
+                              x.begin() + static_cast<std::ptrdiff_t>(at + d));
+      swiglu_block(row, gain, w1, w3, w2, config.d, config.ffn, config.eps);
+      std::copy(row.begin(), row.end(), x.begin() + static_cast<std::ptrdiff_t>(at));
+    }
   }
   return x;
 }

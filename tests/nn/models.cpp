@@ -113,6 +113,26 @@ TEST_CASE("a decoder config with heads not a multiple of kv_heads is rejected, n
   CHECK(c.weight_bytes() < small_decoder().weight_bytes());  // Wk and Wv shrink
 }
 
+TEST_CASE("mlp_reference runs each of several rows as it runs that row alone, and refuses a partial row") {
+  lazygraph::nn::MlpConfig config;
+  config.d = 16;
+  config.ffn = 48;
+  config.layers = 3;
+  const std::vector<double> rows = lazygraph::nn::widen(lazygraph::nn::host_tensor(config.seed, {2000000, 48, 1, 0}));
+  const std::vector<double> together = lazygraph::nn::mlp_reference(config, rows);
+  REQUIRE(together.size() == rows.size());
+  for (std::size_t r = 0; r < 3; ++r) {
+    CAPTURE(r);
+    const std::vector<double> alone =
+        lazygraph::nn::mlp_reference(config, std::span<const double>(rows).subspan(r * 16, 16));
+    CHECK(std::equal(alone.begin(), alone.end(), together.begin() + static_cast<std::ptrdiff_t>(r * 16)));
+    CHECK(alone != std::vector<double>(rows.begin() + static_cast<std::ptrdiff_t>(r * 16),
+                                       rows.begin() + static_cast<std::ptrdiff_t>(r * 16 + 16)));
+  }
+  CHECK_THROWS_AS((void)lazygraph::nn::mlp_reference(config, std::span<const double>(rows).first(20)),
+                  std::invalid_argument);
+}
+
 TEST_CASE("model configs reject shapes the kernels cannot run, saying which") {
   lazygraph::nn::MlpConfig mlp;
   mlp.d = 100;

@@ -15,7 +15,8 @@
 
 namespace lazygraph::nn {
 
-/// The MLP stack applied to `input` (d values). Weights are generated a layer at a time, so memory stays small.
+/// The MLP stack applied to each row of `input` (one or more rows of d values; the result has the same layout).
+/// Weights are generated a layer at a time, once for all rows, so memory stays small.
 /// `weights`: the seeded weights rounded to F16 (BasicMlp<half>'s) or BF16 (BasicMlp<bfloat16>'s).
 /// \throws UsageError for another dtype or an invalid config.
 std::vector<double> mlp_reference(const MlpConfig& config, std::span<const double> input, DType weights = DType::f16);
