@@ -23,6 +23,7 @@ Handle lookup(const KernelLibrary& library, std::string_view name, bool tensor_c
   if constexpr (std::is_same_v<Handle, Kernel<typename SignatureOf<Handle>::type>>) {
     return library.get<typename SignatureOf<Handle>::type>(name);
   } else {
+    if (tensor_cores) check_tensor_cores(library.device().compute_capability());
     return Handle(library, std::string(name), tensor_cores);
   }
 }
@@ -34,6 +35,15 @@ std::string named(std::string_view base) {
 }
 
 }  // namespace
+
+void check_tensor_cores(ComputeCapability cc) {
+  if (cc.major < 8) {
+    throw UsageError(
+        "KernelOptions::tensor_cores needs a GPU of compute capability 8.0 or newer (mma.sync "
+        "m16n8k16 on fp16 and bf16); this one is " +
+        std::to_string(cc.major) + "." + std::to_string(cc.minor));
+  }
+}
 
 KernelLibrary kernel_library(const Device& device) {
   KernelLibraryOptions options;

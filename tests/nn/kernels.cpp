@@ -686,6 +686,12 @@ TEST_CASE_TEMPLATE("every handle of nn::BasicKernels matches its kernel's declar
   CHECK_NOTHROW(d.check<void(Condition, const int*, int*, int*, int*, int*)>("generate_advance"));
 }
 
+TEST_CASE("tensor cores are refused on a GPU before compute capability 8.0, naming it") {
+  CHECK_THROWS_WITH_AS(nn::check_tensor_cores({7, 5}), doctest::Contains("this one is 7.5"), UsageError);
+  CHECK_NOTHROW(nn::check_tensor_cores({8, 0}));
+  CHECK_NOTHROW(nn::check_tensor_cores({9, 0}));
+}
+
 TEST_CASE("every nn kernel in kernels/nn/ compiles for sm_90 with the core and the nn headers") {
   const auto& sources = nn::kernel_set().sources;
   REQUIRE(sources.size() >= 8);

@@ -106,6 +106,10 @@ struct KernelOptions {
   bool tensor_cores = false;
 };
 
+/// Checks that a GPU of compute capability `cc` runs the tensor-core variants (mma.sync m16n8k16 on fp16 and bf16
+/// needs 8.0 or newer). \throws UsageError naming the capability otherwise.
+void check_tensor_cores(ComputeCapability cc);
+
 /// Typed handles to every nn kernel over elements of T (fp16: `gemv`, ...; bf16: `gemv_bf16`, ...), looked up once.
 /// The signatures here are the only host-side declaration of the nn kernels (the library checks each against the
 /// kernel's source).
@@ -114,7 +118,8 @@ struct BasicKernels {
   /// `early_launch`: launch every kernel early (see step_config); false gives ordinary launches, to compare.
   explicit BasicKernels(const KernelLibrary& library, bool early_launch = true)
       : BasicKernels(library, KernelOptions{.early_launch = early_launch}) {}
-  /// The handles, launched as `options` say.
+  /// The handles, launched as `options` say. \throws UsageError for tensor cores on a GPU without them
+  /// (check_tensor_cores).
   BasicKernels(const KernelLibrary& library, KernelOptions options);
 
   /// embedding(table, tokens, out, d, batch): out[b] = table[tokens[b]] (kernels/nn/embedding.cu).
