@@ -19,8 +19,14 @@
 //     s_j = scale * q_bh . k_cg[j] for j = 0..p, w = softmax(s) (max subtracted), out_bh = sum_j w_j v_cg[j].
 //     n_heads must be a multiple of n_kv_heads. Rows must be appended (kv_append) before any row attends.
 //     Launch: grid (n_heads, batch), block 32 * k threads (k = 1..32; 1024 puts the most of the cache in flight,
-//     since there are only n_heads blocks per row), dynamic shared memory max_ctx * sizeof(float) (the scores).
-//     Requires head_dim a multiple of 8 and at most 128, and q, the caches and out 16-byte aligned (traps else).
+//     since there are only n_heads blocks per row: nn::Kernels::attention_config), dynamic shared memory
+//     max_ctx * sizeof(float) (the scores). Requires head_dim a multiple of 8 and at most 128, and q, the caches and
+//     out 16-byte aligned (traps else).
+//     Launched early (LaunchConfig::early_launch), it reads positions, slots and the cache at the positions below
+//     every position this launch's rows append to their slot before it waits for the kernel before it (its first
+//     keys into registers, the rest of its keys and values into L2), so those must have been written by earlier
+//     work than that kernel -- as a decode step's are (by the copy of its inputs and by earlier steps); q and the
+//     newly appended positions are read after the wait.
 //
 //   attention_split(q, k_cache, v_cache, out, partials, counters, positions, slots, n_heads, n_kv_heads, head_dim,
 //                   max_ctx, n_slots, scale)
@@ -72,6 +78,7 @@ struct HeadView {
   const T* k_head;   ///< this kv head's keys, at this thread's chunk
   const T* v_head;   ///< values likewise
   int p;             ///< the row's position: positions 0..p are attended
+  int sequence;      ///< the row's slot
   long long out_at;  ///< this head's offset in out
 };
 
@@ -97,15 +104,28 @@ __device__ __forceinline__ HeadView<T> head_view(const T* q, const T* k_cache, c
   const int kv_head = head / (n_heads / n_kv_heads);
   const long long head_base = (static_cast<long long>(sequence) * n_kv_heads + kv_head) * max_ctx * head_dim;
   const long long out_at = (static_cast<long long>(row) * n_heads + head) * head_dim;
-  return {q + out_at, k_cache + head_base + 8 * chunk, v_cache + head_base + 8 * chunk, p, out_at};
+  return {q + out_at, k_cache + head_base + 8 * chunk, v_cache + head_base + 8 * chunk, p, sequence, out_at};
+}
+
+/// The positions of row blockIdx.y's sequence that no row of this launch appends: those below the lowest position a
+/// row of the same slot appends (prefill rows of one sequence attend each other's new keys).
+__device__ __forceinline__ int settled_positions(const int* positions, const int* slots, int sequence, int p) {
+  int settled = p;
+  for (int b = 0; b < static_cast<int>(gridDim.y); ++b) {
+    if (slots[b] == sequence) settled = min(settled, positions[b]);
+  }
+  return settled;
 }
 
 /// The block's share of one head's attention: positions [begin, end) (possibly none). Leaves in `o` (shared,
 /// head_dim floats) sum_j e^(s_j - m) v_j and returns m (the largest score, -inf for no position) and
 /// l = sum_j e^(s_j - m), every thread the same. `scores` holds end - begin floats.
+/// Positions below `settled` were written by work before the kernel launched ahead of this one: their first keys
+/// are loaded, and their other keys and values prefetched into L2, before wait_for_prior_grids(), so that the
+/// cache's memory latency overlaps the previous kernel's tail instead of following it.
 template <class T>
 __device__ __forceinline__ void attend_range(const HeadView<T>& h, int head_dim, float scale, int begin, int end,
-                                             float* scores, float* o, float& m, float& l) {
+                                             int settled, float* scores, float* o, float& m, float& l) {
   __shared__ float warp_out[32][kMaxHeadDim];  // per-warp partial outputs
   const int chunks = head_dim / 8;
   int group = 1;  // lanes per position
@@ -120,19 +140,30 @@ __device__ __forceinline__ void attend_range(const HeadView<T>& h, int head_dim,
   const bool has_chunk = sub < chunks;
   const int last = end - 1;
 
+  // 0. Before the wait: the first step's keys at settled positions into registers, every later settled key and
+  // value line into L2 (one lane per 128-byte line).
+  lg::Pack8<T> early[kPositionsInFlight] = {};
+#pragma unroll
+  for (int u = 0; u < kPositionsInFlight; ++u) {
+    const int j = min(begin + u * per_load + my_slot, last);
+    if (j < settled) early[u] = lg::load8(h.k_head + static_cast<long long>(j) * head_dim);
+  }
+  if ((8 * sub * static_cast<int>(sizeof(T))) % 128 == 0) {
+    const int stop = min(settled, end);
+    for (int j = begin + my_slot; j < stop; j += per_load) {
+      if (j >= begin + per_load * kPositionsInFlight) lg::prefetch_l2(h.k_head + static_cast<long long>(j) * head_dim);
+      lg::prefetch_l2(h.v_head + static_cast<long long>(j) * head_dim);
+    }
+  }
+  lg::wait_for_prior_grids();
+
   float qf[8];
   lg::load_float8(h.q + 8 * (has_chunk ? sub : 0), qf);
 #pragma unroll
   for (int i = 0; i < 8; ++i) qf[i] *= scale;
 
   // 1. Scores. Loads past the range re-read its last position (no branch around a load) and are not stored.
-  for (int j0 = begin; j0 < end; j0 += per_load * kPositionsInFlight) {  // uniform over the block
-    lg::Pack8<T> kv[kPositionsInFlight];
-#pragma unroll
-    for (int u = 0; u < kPositionsInFlight; ++u) {
-      const int j = min(j0 + u * per_load + my_slot, last);
-      kv[u] = lg::load8(h.k_head + static_cast<long long>(j) * head_dim);
-    }
+  const auto score = [&](int j0, const lg::Pack8<T>(&kv)[kPositionsInFlight]) {
 #pragma unroll
     for (int u = 0; u < kPositionsInFlight; ++u) {
       float kf[8];
@@ -145,6 +176,23 @@ __device__ __forceinline__ void attend_range(const HeadView<T>& h, int head_dim,
       const int j = j0 + u * per_load + my_slot;
       if (sub == 0 && j < end) scores[j - begin] = dot;
     }
+  };
+  if (begin < end) {
+#pragma unroll
+    for (int u = 0; u < kPositionsInFlight; ++u) {  // the first step's keys that were not settled
+      const int j = min(begin + u * per_load + my_slot, last);
+      if (j >= settled) early[u] = lg::load8(h.k_head + static_cast<long long>(j) * head_dim);
+    }
+    score(begin, early);
+  }
+  for (int j0 = begin + per_load * kPositionsInFlight; j0 < end; j0 += per_load * kPositionsInFlight) {
+    lg::Pack8<T> kv[kPositionsInFlight];  // uniform over the block
+#pragma unroll
+    for (int u = 0; u < kPositionsInFlight; ++u) {
+      const int j = min(j0 + u * per_load + my_slot, last);
+      kv[u] = lg::load8(h.k_head + static_cast<long long>(j) * head_dim);
+    }
+    score(j0, kv);
   }
   __syncthreads();
 
@@ -203,7 +251,7 @@ template <class T>
 __device__ __forceinline__ void attention_body(const T* q, const T* k_cache, const T* v_cache, T* out,
                                                const int* positions, const int* slots, int n_heads, int n_kv_heads,
                                                int head_dim, int max_ctx, int n_slots, float scale) {
-  lg::early_launch_prologue();       // may be launched early (LaunchConfig::early_launch)
+  lg::allow_dependent_launch();      // may be launched early: attend_range waits once the settled cache is in flight
   extern __shared__ float scores[];  // [max_ctx]
   __shared__ float o[kMaxHeadDim];
   if (blockIdx.x >= n_heads) return;
@@ -211,7 +259,7 @@ __device__ __forceinline__ void attention_body(const T* q, const T* k_cache, con
       head_view(q, k_cache, v_cache, out, positions, slots, n_heads, n_kv_heads, head_dim, max_ctx, n_slots);
   float m;
   float l;
-  attend_range(h, head_dim, scale, 0, h.p + 1, scores, o, m, l);
+  attend_range(h, head_dim, scale, 0, h.p + 1, settled_positions(positions, slots, h.sequence, h.p), scores, o, m, l);
   const float inv_sum = 1.0f / l;
   for (int d = threadIdx.x; d < head_dim; d += blockDim.x) out[h.out_at + d] = lg::from_float<T>(o[d] * inv_sum);
 }
@@ -238,7 +286,7 @@ __device__ __forceinline__ void attention_split_body(const T* q, const T* k_cach
   const int end = min(begin + len, h.p + 1);
   float m;
   float l;
-  attend_range(h, head_dim, scale, begin, end, scores, o, m, l);
+  attend_range(h, head_dim, scale, begin, end, 0, scores, o, m, l);  // waits before its first load
 
   const long long pair = static_cast<long long>(blockIdx.y) * n_heads + blockIdx.x;  // (row, head)
   const int stride = head_dim + 2;                                                   // floats per partial
@@ -307,9 +355,10 @@ extern "C" __global__ void kv_append_bf16(const lg::bf16_t* k, const lg::bf16_t*
   kv_append_body(k, v, k_cache, v_cache, positions, slots, n_kv_heads, head_dim, max_ctx, n_slots, batch);
 }
 
-extern "C" __global__ void attention(const lg::half_t* q, const lg::half_t* k_cache, const lg::half_t* v_cache,
-                                     lg::half_t* out, const int* positions, const int* slots, int n_heads,
-                                     int n_kv_heads, int head_dim, int max_ctx, int n_slots, float scale) {
+extern "C" __global__ void __launch_bounds__(1024)
+    attention(const lg::half_t* q, const lg::half_t* k_cache, const lg::half_t* v_cache, lg::half_t* out,
+              const int* positions, const int* slots, int n_heads, int n_kv_heads, int head_dim, int max_ctx,
+              int n_slots, float scale) {
   attention_body(q, k_cache, v_cache, out, positions, slots, n_heads, n_kv_heads, head_dim, max_ctx, n_slots, scale);
 }
 
@@ -329,8 +378,9 @@ extern "C" __global__ void attention_split_bf16(const lg::bf16_t* q, const lg::b
                        max_ctx, n_slots, scale);
 }
 
-extern "C" __global__ void attention_bf16(const lg::bf16_t* q, const lg::bf16_t* k_cache, const lg::bf16_t* v_cache,
-                                          lg::bf16_t* out, const int* positions, const int* slots, int n_heads,
-                                          int n_kv_heads, int head_dim, int max_ctx, int n_slots, float scale) {
+extern "C" __global__ void __launch_bounds__(1024)
+    attention_bf16(const lg::bf16_t* q, const lg::bf16_t* k_cache, const lg::bf16_t* v_cache, lg::bf16_t* out,
+                   const int* positions, const int* slots, int n_heads, int n_kv_heads, int head_dim, int max_ctx,
+                   int n_slots, float scale) {
   attention_body(q, k_cache, v_cache, out, positions, slots, n_heads, n_kv_heads, head_dim, max_ctx, n_slots, scale);
 }

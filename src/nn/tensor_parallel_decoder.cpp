@@ -99,8 +99,7 @@ void BasicTensorParallelDecoder<T>::record_step(int r, Scope& s) {
   const DeviceSpan<const int> positions = me.io.cview().subspan(1, 1);
   const DeviceSpan<const int> slots = me.io.cview().subspan(2, 1);
   const float scale = 1.0F / std::sqrt(static_cast<float>(hd));
-  const LaunchConfig per_head = k.step_config(
-      {{static_cast<unsigned>(heads), 1, 1}, {256, 1, 1}, static_cast<unsigned>(c.context * sizeof(float))});
+  const LaunchConfig per_head = k.attention_config(heads, 1, c.context);
   const auto cache_size = static_cast<std::size_t>(c.context) * static_cast<std::size_t>(dkv);
   const auto& down = r == 0 ? k.gemv_add : k.gemv;  // rank 0 keeps x in the all-reduce's sum
   const DeviceSpan<T> q = me.qkv.view().subspan(0, static_cast<std::size_t>(dq));
@@ -117,11 +116,7 @@ void BasicTensorParallelDecoder<T>::record_step(int r, Scope& s) {
                                   static_cast<std::size_t>(dkv) * d);
   };
   const int splits = c.attention_splits();
-  const auto split_len = static_cast<unsigned>((c.context + splits - 1) / splits);
-  const LaunchConfig per_split = k.step_config(
-      {{static_cast<unsigned>(heads), 1, static_cast<unsigned>(splits)},
-       {128, 1, 1},
-       std::max(split_len, static_cast<unsigned>(splits * (hd + 2))) * static_cast<unsigned>(sizeof(float))});
+  const LaunchConfig per_split = k.attention_split_config(heads, 1, c.context, splits, hd);
 
   s.record(named("embedding", k.embedding(k.step_config(grid_for(static_cast<std::size_t>(d), 256)),
                                           me.embedding.cview(), tokens, me.x, d, 1)));

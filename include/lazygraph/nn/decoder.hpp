@@ -163,20 +163,13 @@ auto attention_block(const BasicKernels<T>& k, const BasicAttentionWeights<T>& w
                      DeviceSpan<T> k_cache, DeviceSpan<T> v_cache, const DecoderConfig& c, int rows) {
   const int d = c.d;
   const float scale = 1.0F / std::sqrt(static_cast<float>(c.head_dim()));
-  const int splits = c.attention_splits();
-  const auto split_len = static_cast<unsigned>((c.context + splits - 1) / splits);
-  const LaunchConfig per_split = k.step_config(
-      {{static_cast<unsigned>(c.heads), static_cast<unsigned>(rows), static_cast<unsigned>(splits)},
-       {128, 1, 1},
-       std::max(split_len, static_cast<unsigned>(splits * (c.head_dim() + 2))) * static_cast<unsigned>(sizeof(float))});
-  const LaunchConfig per_head = k.step_config({{static_cast<unsigned>(c.heads), static_cast<unsigned>(rows), 1},
-                                               {256, 1, 1},
-                                               static_cast<unsigned>(c.context * sizeof(float))});
+  const LaunchConfig per_split = k.attention_split_config(c.heads, rows, c.context, c.attention_splits(), c.head_dim());
+  const LaunchConfig per_head = k.attention_config(c.heads, rows, c.context);
   auto fused =
       k.qkv_rope_append(k.qkv_config(d, c.kv_dim(), d), w.wq.cview(), w.wk.cview(), w.wv.cview(), s.x.cview(),
                         w.gain.cview(), s.q.view(), k_cache, v_cache, s.positions(), s.slots(), d, d, c.kv_head_count(),
                         c.head_dim(), c.context, c.max_batch, c.theta, c.eps, rows) >>
-      choose(splits > 1,
+      choose(c.attention_splits() > 1,
              k.attention_split(per_split, s.q.cview(), k_cache.as_const(), v_cache.as_const(), s.attn.view(),
                                s.attention_partials.view(), s.attention_counters.view(), s.positions(), s.slots(),
                                c.heads, c.kv_head_count(), c.head_dim(), c.context, c.max_batch, scale),
