@@ -219,13 +219,15 @@ struct DecoderResult {
 };
 
 /// The bytes a decoder kernel moves, from what its span arguments view (KernelTiming::span_bytes), corrected where
-/// a span is far larger than what one step touches: the layer's KV caches (a step appends `rows` rows and attends
-/// over positions 0..position) and attention_split's partials (allocated for every row the decoder may step).
+/// a span is far larger than what one step touches: the embedding table (a step reads `rows` rows of it), the layer's
+/// KV caches (a step appends `rows` rows and attends over positions 0..position) and attention_split's partials
+/// (allocated for every row the decoder may step).
 double decoder_traffic(const lazygraph::nn::DecoderConfig& c, const lg::KernelTiming& t, int rows, int position) {
   const double elem = sizeof(half);
   const double kv = c.kv_dim();
   const double layer_caches = 2.0 * c.max_batch * c.context * kv * elem;  // k and v
   double bytes = static_cast<double>(t.span_bytes);
+  if (t.name == "embedding") bytes += (static_cast<double>(rows) - c.vocab) * c.d * elem;
   if (t.name == "qkv_rope_append" || t.name == "kv_append") bytes += 2.0 * rows * kv * elem - layer_caches;
   if (t.name == "attention" || t.name == "attention_split")
     bytes += 2.0 * rows * (position + 1) * kv * elem - layer_caches;

@@ -37,7 +37,9 @@
 //     launch; that block sets it back to zero), combines the partials in split order (deterministic). A decode step
 //     has only n_heads blocks per row for `attention`; this fills the GPU. Launch: grid (n_heads, batch, splits),
 //     block 32 * k threads, dynamic shared memory max(len, splits * (head_dim + 2)) * sizeof(float) (the scores,
-//     then the last block's copy of the partials). Two launches sharing `counters` must not run at once.
+//     then the last block's copy of the partials). Two launches sharing `counters` must not run at once. Launched
+//     early, it reads positions, slots and the settled cache before waiting, as attention does; partials and counters
+//     after.
 //
 // Mapping: a position's head_dim halves are read as 16-byte chunks by a group of G lanes (G the power of two
 // >= head_dim / 8: 8 lanes for head_dim 64, 16 for 128), so a warp covers 32 / G positions per load and each
@@ -273,7 +275,7 @@ __device__ __forceinline__ void attention_split_body(const T* q, const T* k_cach
                                                      float* partials, unsigned* counters, const int* positions,
                                                      const int* slots, int n_heads, int n_kv_heads, int head_dim,
                                                      int max_ctx, int n_slots, float scale) {
-  lg::early_launch_prologue();       // may be launched early (LaunchConfig::early_launch)
+  lg::allow_dependent_launch();      // may be launched early: attend_range waits once the settled cache is in flight
   extern __shared__ float scores[];  // [max(len, splits * (head_dim + 2))]: scores, then the staged partials
   __shared__ float o[kMaxHeadDim];
   __shared__ bool last_block;
@@ -286,7 +288,7 @@ __device__ __forceinline__ void attention_split_body(const T* q, const T* k_cach
   const int end = min(begin + len, h.p + 1);
   float m;
   float l;
-  attend_range(h, head_dim, scale, begin, end, 0, scores, o, m, l);  // waits before its first load
+  attend_range(h, head_dim, scale, begin, end, settled_positions(positions, slots, h.sequence, h.p), scores, o, m, l);
 
   const long long pair = static_cast<long long>(blockIdx.y) * n_heads + blockIdx.x;  // (row, head)
   const int stride = head_dim + 2;                                                   // floats per partial
