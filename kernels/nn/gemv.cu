@@ -74,23 +74,27 @@ constexpr int kTensorCores = 0;
 constexpr int max_batch(int b) { return b == kTensorCores ? 8 : b; }
 
 /// Prefetch and row loop of the fp32 path for up to B vectors, or of the tensor-core path for B = kTensorCores.
-/// finish(row, b, v) stores vector b's results of `row`, v[m] for weight m.
-template <int B, class W, class X, class Finish>
-__device__ __forceinline__ void rows_of(const W& w, const X& x, int rows, int cols, int batch, float eps,
-                                        Finish finish) {
+/// finish(row, b, v) stores vector b's results of `row`, v[m] for weight m; preload(row, b) runs in the thread that
+/// will finish (row, b), right after its wait (gemv_rows).
+template <int B, class W, class X, class Finish, class Preload = NoPreload>
+__device__ __forceinline__ void rows_of(const W& w, const X& x, int rows, int cols, int batch, float eps, Finish finish,
+                                        Preload preload = {}) {
   if constexpr (B == kTensorCores) {
     prefetch_tile_weights(w, rows, cols);
-    gemv_rows_mma<mma_steps(W::count)>(w, x, rows, cols, batch, eps, finish);
+    gemv_rows_mma<mma_steps(W::count)>(w, x, rows, cols, batch, eps, finish, preload);
   } else {
     prefetch_weights(w, rows, cols);
-    gemv_rows<B>(w, x, rows, cols, batch, eps, [&](int row, const float(&acc)[W::count][B]) {
-      for (int b = 0; b < batch; ++b) {
-        float v[W::count];
+    gemv_rows<B>(
+        w, x, rows, cols, batch, eps,
+        [&](int row, const float(&acc)[W::count][B]) {
+          for (int b = 0; b < batch; ++b) {
+            float v[W::count];
 #pragma unroll
-        for (int m = 0; m < W::count; ++m) v[m] = acc[m][b];
-        finish(row, b, v);
-      }
-    });
+            for (int m = 0; m < W::count; ++m) v[m] = acc[m][b];
+            finish(row, b, v);
+          }
+        },
+        NoEpilogue{}, preload);
   }
 }
 
@@ -111,10 +115,28 @@ template <int B, class T>
 __device__ __forceinline__ void gemv_add_body(const T* W, const T* x, T* out, int rows, int cols, int batch) {
   if (!shapes_supported(cols, batch, W, x, x) || batch > max_batch(B)) __trap();
   const Matrices<1, T> w{{W}, cols};
-  rows_of<B>(w, PlainX<T>{x, cols}, rows, cols, batch, 0.0f, [&](int row, int b, const float* v) {
+  // The residual of the first (row, vector) this thread adds to, read right after the wait: its latency overlaps the
+  // dot products instead of following them (the same value, so the same bits). One value, so that it stays in a
+  // register; not for the fp32 variants of 2 to 8 vectors, whose registers are full (it made them spill).
+  float residual = 0.0f;
+  int residual_row = -1;
+  int residual_vector = -1;
+  const auto finish = [&](int row, int b, const float* v) {
     T& o = at(out, rows, row, b);
-    o = lg::from_float<T>(lg::to_float(o) + v[0]);
-  });
+    const bool early = row == residual_row && b == residual_vector;
+    o = lg::from_float<T>((early ? residual : lg::to_float(o)) + v[0]);
+  };
+  const auto preload = [&](int row, int b) {
+    if (residual_row >= 0) return;
+    residual = lg::to_float(at(out, rows, row, b));
+    residual_row = row;
+    residual_vector = b;
+  };
+  if constexpr (B == 1 || B == kTensorCores) {
+    rows_of<B>(w, PlainX<T>{x, cols}, rows, cols, batch, 0.0f, finish, preload);
+  } else {
+    rows_of<B>(w, PlainX<T>{x, cols}, rows, cols, batch, 0.0f, finish);
+  }
 }
 
 template <int B, class T>

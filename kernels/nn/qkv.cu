@@ -12,6 +12,10 @@
 // [q_rows x d], Wk and Wv [n_kv_heads * head_dim x d], x [batch][d], g [d], q [batch][q_rows]. q_rows is d for a
 // whole model; a tensor-parallel rank's shard has only its heads' rows of each (q_rows = d / ranks).
 //
+// Launched early (LaunchConfig::early_launch), it reads positions and slots before it waits for the kernel before it,
+// so those must have been written by earlier work than that kernel, as a decode step's are (by the copy of its inputs);
+// x, the caches and q are touched after the wait.
+//
 // Requirements (a trap otherwise): as gemv.cu's, plus head_dim even and dividing q_rows, a position in [0, max_ctx) and
 // a slot in [0, n_slots) for every row, and an even number of rows per block (blockDim.z), so that both rows of a RoPE
 // pair are in one block: launch as gemv with at most 4 warps per row (nn::Kernels::qkv_config).
@@ -55,9 +59,18 @@ __device__ __forceinline__ void qkv_body(const T* Wq, const T* Wk, const T* Wv, 
     __trap();
   }
   const QkvRows<T> w{Wq, Wk, Wv, d, q_rows, kv_dim};
+  const int groups = blockDim.z;
+  // The position and slot of the row this thread rotates and appends (below), read before the wait, so that their
+  // latency is not added after the dot products: a decode step writes them before its first kernel.
+  const int tid = (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
+  int position = 0;
+  int slot = 0;
+  if (tid < groups * batch) {
+    position = positions[tid / groups];
+    slot = slots[tid / groups];
+  }
   prefetch_weights(w, rows, d);
   __shared__ float dots[kMaxRowsPerBlock][B];  // [row in the block][vector]: the scaled dot products of a pass
-  const int groups = blockDim.z;
   gemv_rows<B>(
       w, GainedX<T>{x, g, d}, rows, d, batch, eps,
       [&](int, const float(&acc)[1][B]) {
@@ -65,15 +78,12 @@ __device__ __forceinline__ void qkv_body(const T* Wq, const T* Wk, const T* Wv, 
         for (int b = 0; b < B; ++b) dots[threadIdx.z][b] = acc[0][b];
       },
       [&](int first_row) {
-        const int tid = (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
         if (tid >= groups * batch) return;
-        lg::wait_for_prior_grids();  // positions and the caches belong to earlier work (returns at once once done)
+        lg::wait_for_prior_grids();  // the caches belong to earlier work (returns at once once done)
         const int group = tid % groups;
         const int b = tid / groups;
         const int row = first_row + group;
         if (row >= rows) return;
-        const int position = positions[b];
-        const int slot = slots[b];
         if (position < 0 || position >= max_ctx || slot < 0 || slot >= n_slots) __trap();
         float v = dots[group][b];
         if (row < q_rows + kv_dim) {  // q or k: rotate the pair (2i, 2i+1) this element belongs to

@@ -130,9 +130,17 @@ struct has_epilogue<NoEpilogue> {
   static constexpr bool value = false;
 };
 
-template <int B, class W, class X, class Finish, class Epilogue = NoEpilogue>
+/// No loads right after the wait (gemv_rows' and gemv_rows_mma's default).
+struct NoPreload {
+  __device__ __forceinline__ void operator()(int /*row*/, int /*vector*/) const {}
+};
+
+/// The fp32 row loop: finish(row, acc) once per row, from lane 0 of the row's first warp. preload(row, b), for
+/// b < batch, from that thread right after its wait for earlier work, for its first row: what finish will read of
+/// the output can be loaded there, its memory latency hidden behind the dot products instead of following them.
+template <int B, class W, class X, class Finish, class Epilogue = NoEpilogue, class Preload = NoPreload>
 __device__ __forceinline__ void gemv_rows(const W& w, const X& x, int rows, int cols, int batch, float eps,
-                                          Finish finish, Epilogue epilogue = {}) {
+                                          Finish finish, Epilogue epilogue = {}, Preload preload = {}) {
   using T = typename W::Element;
   constexpr int M = W::count;
   constexpr int kLoads = loads_per_matrix(M);
@@ -178,6 +186,9 @@ __device__ __forceinline__ void gemv_rows(const W& w, const X& x, int rows, int 
         if (!waited) {
           lg::wait_for_prior_grids();
           waited = true;
+          if (warp_in_group == 0 && lane == 0) {
+            for (int b = 0; b < batch; ++b) preload(row, b);
+          }
         }
         // With one vector its x chunks are loaded with the weights; with several, each vector's chunk is loaded
         // next to its use (x stays in L1).
@@ -326,11 +337,12 @@ __device__ __forceinline__ void prefetch_tile_weights(const W& w, int rows, int 
 }
 
 /// The tensor-core row loop: finish(row, b, v) once per row and vector b < batch, v[m] the result of weight m,
-/// each call from its own thread. Any block of 1 to 8 warps and any grid work.
+/// each call from its own thread. Any block of 1 to 8 warps and any grid work. preload(row, b) as in gemv_rows, from
+/// the thread that finishes (row, b) of its block's first tile, right after its wait.
 /// U: 32-column steps in flight per warp (mma_steps).
-template <int U, class W, class X, class Finish>
+template <int U, class W, class X, class Finish, class Preload = NoPreload>
 __device__ __forceinline__ void gemv_rows_mma(const W& w, const X& x, int rows, int cols, int batch, float eps,
-                                              Finish finish) {
+                                              Finish finish, Preload preload = {}) {
   using T = typename W::Element;
   constexpr int M = W::count;
   __shared__ float tile_part[8][M][kMmaRows][8];  // [warp][matrix][row][vector]
@@ -347,6 +359,12 @@ __device__ __forceinline__ void gemv_rows_mma(const W& w, const X& x, int rows, 
   const int steps = (chunks + 3) / 4;
   const int tiles = (rows + kMmaRows - 1) / kMmaRows;
   bool waited = false;
+  const auto wait = [&](int tile) {  // once; then the preload of the (row, vector) this thread finishes first
+    lg::wait_for_prior_grids();
+    waited = true;
+    const int out_row = tile * kMmaRows + tid / 8;
+    if (tid < kMmaRows * 8 && tid % 8 < batch && out_row < rows) preload(out_row, tid % 8);
+  };
 
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {  // uniform over the block
     const int row = min(tile * kMmaRows + g, rows - 1);
@@ -363,10 +381,7 @@ __device__ __forceinline__ void gemv_rows_mma(const W& w, const X& x, int rows, 
 #pragma unroll
         for (int m = 0; m < M; ++m) wv[m][u] = lg::load8_streaming(w.row(m, row) + 8LL * chunk);
       }
-      if (!waited) {  // the first step's weights are in flight before the wait, as in gemv_rows
-        lg::wait_for_prior_grids();
-        waited = true;
-      }
+      if (!waited) wait(tile);  // the first step's weights are in flight before the wait, as in gemv_rows
       typename X::Raw xr[U];
 #pragma unroll
       for (int u = 0; u < U; ++u) xr[u] = x.load(vector, min((s0 + u * warps) * 4 + t, chunks - 1));
@@ -389,10 +404,7 @@ __device__ __forceinline__ void gemv_rows_mma(const W& w, const X& x, int rows, 
         }
       }
     }
-    if (!waited) {  // a warp without steps still waits before the block's results are written
-      lg::wait_for_prior_grids();
-      waited = true;
-    }
+    if (!waited) wait(tile);  // a warp without steps still waits before the block's results are written
 
     // c[m][0], c[m][1]: vector g, rows 2t and 2t + 1 of the tile (c[m][2], c[m][3] belong to the unused vectors
     // 8-15). The sum of squares of vector g: add the 4 lanes.
