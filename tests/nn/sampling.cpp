@@ -52,6 +52,18 @@ TEST_CASE("the float64 sampling rule: top-k with ties kept, NaN never, index ord
   CHECK(sampling_probabilities(two, 0, 2.0)[1] < sampling_probabilities(two, 0, 0.5)[1]);
 }
 
+TEST_CASE("the GPU sampling checks accept a draw across boundaries within fp32 drift of u, and nothing else") {
+  // Tokens 0 and 2 hold half the probability each; token 1 almost none (e^-30), token 3 none (top-3 drops it).
+  const std::vector<double> l{0.0, -30.0, 0.0, -40.0};
+  const double u = 0.5 + 1e-6;  // the float64 rule passes token 1 by a hair: token 2
+  REQUIRE(sample_reference(l, 3, 1.0, u) == 2);
+  CHECK(lgtest::neighbour_at_boundary(l, 3, 1.0, u, 0, 2));          // fp32 sums a little high: token 0, across token 1
+  CHECK(lgtest::neighbour_at_boundary(l, 3, 1.0, u, 1, 2));          // or token 1 itself
+  CHECK_FALSE(lgtest::neighbour_at_boundary(l, 3, 1.0, 0.3, 0, 2));  // a draw far from every boundary
+  CHECK_FALSE(lgtest::neighbour_at_boundary(l, 3, 1.0, u, 3, 2));    // a token of no probability
+  CHECK_FALSE(lgtest::neighbour_at_boundary(l, 3, 1.0, u, 2, 2));    // not a different token
+}
+
 TEST_CASE("sampling_uniform is in [0, 1), repeatable, and differs across seeds, positions and sequences") {
   CHECK(sampling_uniform(1, 5, 0) == sampling_uniform(1, 5, 0));
   CHECK(sampling_uniform(1, 5, 0) != sampling_uniform(2, 5, 0));
