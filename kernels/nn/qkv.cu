@@ -8,7 +8,10 @@
 //
 //   qkv_rope_append(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim,
 //                   max_ctx, n_slots, theta, eps, batch)
-// (fp16; qkv_rope_append_bf16 over bf16; _b2, _b4, _b8 variants for batches up to 2, 4, 8 as in gemv.cu.) Wq is
+// (fp16; qkv_rope_append_bf16 over bf16; _b2, _b4, _b8 variants for batches up to 2, 4, 8 as in gemv.cu, and the
+// tensor-core variants qkv_rope_append_mma and qkv_rope_append_bf16_mma for 1 to 8 vectors, gemv.cu's NAME_mma
+// path with the same rounding of h to the element type: a block takes 8 rows at a time, launched as
+// Kernels::tensor_core_gemv_config.) Wq is
 // [q_rows x d], Wk and Wv [n_kv_heads * head_dim x d], x [batch][d], g [d], q [batch][q_rows]. q_rows is d for a
 // whole model; a tensor-parallel rank's shard has only its heads' rows of each (q_rows = d / ranks).
 //
@@ -17,8 +20,8 @@
 // x, the caches and q are touched after the wait.
 //
 // Requirements (a trap otherwise): as gemv.cu's, plus head_dim even and dividing q_rows, a position in [0, max_ctx) and
-// a slot in [0, n_slots) for every row, and an even number of rows per block (blockDim.z), so that both rows of a RoPE
-// pair are in one block: launch as gemv with at most 4 warps per row (nn::Kernels::qkv_config).
+// a slot in [0, n_slots) for every row, and (fp32 variants) an even number of rows per block (blockDim.z), so that both
+// rows of a RoPE pair are in one block: launch as gemv with at most 4 warps per row (nn::Kernels::qkv_config).
 #include "lazygraph/nn/gemv_core.cuh"
 
 namespace {
@@ -46,68 +49,84 @@ struct QkvRows {
 
 constexpr int kMaxRowsPerBlock = 8;
 
+/// The batch parameter B of qkv_body that selects the tensor-core path (the _mma entry points), as in gemv.cu.
+constexpr int kTensorCores = 0;
+
 template <int B, class T>
 __device__ __forceinline__ void qkv_body(const T* Wq, const T* Wk, const T* Wv, const T* x, const T* g, T* q,
                                          T* k_cache, T* v_cache, const int* positions, const int* slots, int d,
                                          int q_rows, int n_kv_heads, int head_dim, int max_ctx, int n_slots,
                                          float theta, float eps, int batch) {
+  constexpr bool tensor_cores = B == kTensorCores;
+  constexpr int kBatch = tensor_cores ? 8 : B;  // the most vectors this variant takes
   const int kv_dim = n_kv_heads * head_dim;
   const int rows = q_rows + 2 * kv_dim;
-  if (!shapes_supported(d, batch, Wq, Wk, x) || !lg::is_aligned16(Wv) || !lg::is_aligned16(g) || batch > B ||
+  if (!shapes_supported(d, batch, Wq, Wk, x) || !lg::is_aligned16(Wv) || !lg::is_aligned16(g) || batch > kBatch ||
       head_dim <= 0 || head_dim % 2 != 0 || q_rows <= 0 || q_rows % head_dim != 0 || n_kv_heads <= 0 ||
-      blockDim.z % 2 != 0 || blockDim.z > kMaxRowsPerBlock) {
+      (!tensor_cores && (blockDim.z % 2 != 0 || blockDim.z > kMaxRowsPerBlock))) {
     __trap();
   }
   const QkvRows<T> w{Wq, Wk, Wv, d, q_rows, kv_dim};
-  const int groups = blockDim.z;
-  // The position and slot of the row this thread rotates and appends (below), read before the wait, so that their
-  // latency is not added after the dot products: a decode step writes them before its first kernel.
+  // The rows of a pass: the block's groups (fp32 path) or its tile of 8 rows (tensor cores), in which both rows of
+  // every RoPE pair lie (head_dim and q_rows are even). Thread tid < per_pass * batch rotates and appends row
+  // tid % per_pass of vector tid / per_pass.
+  const int per_pass = tensor_cores ? kMmaRows : static_cast<int>(blockDim.z);
+  // That vector's position and slot, read before the wait, so that their latency is not added after the dot
+  // products: a decode step writes them before its first kernel.
   const int tid = (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
   int position = 0;
   int slot = 0;
-  if (tid < groups * batch) {
-    position = positions[tid / groups];
-    slot = slots[tid / groups];
+  if (tid < per_pass * batch) {
+    position = positions[tid / per_pass];
+    slot = slots[tid / per_pass];
   }
-  prefetch_weights(w, rows, d);
-  __shared__ float dots[kMaxRowsPerBlock][B];  // [row in the block][vector]: the scaled dot products of a pass
-  gemv_rows<B>(
-      w, GainedX<T>{x, g, d}, rows, d, batch, eps,
-      [&](int, const float(&acc)[1][B]) {
+  __shared__ float dots[kMaxRowsPerBlock][kBatch];  // [row in the pass][vector]: the scaled dot products
+  const auto rotate_and_store = [&](int first_row) {
+    if (tid >= per_pass * batch) return;
+    lg::wait_for_prior_grids();  // the caches belong to earlier work (returns at once once done)
+    const int group = tid % per_pass;
+    const int b = tid / per_pass;
+    const int row = first_row + group;
+    if (row >= rows) return;
+    if (position < 0 || position >= max_ctx || slot < 0 || slot >= n_slots) __trap();
+    float v = dots[group][b];
+    if (row < q_rows + kv_dim) {  // q or k: rotate the pair (2i, 2i+1) this element belongs to
+      const int within = (row < q_rows ? row : row - q_rows) % head_dim;
+      const int i = within / 2;
+      const float angle =
+          static_cast<float>(position) * powf(theta, -2.0f * static_cast<float>(i) / static_cast<float>(head_dim));
+      float s;
+      float c;
+      sincosf(angle, &s, &c);
+      const float other = dots[group ^ 1][b];
+      v = within % 2 == 0 ? v * c - other * s : other * s + v * c;
+    }
+    if (row < q_rows) {
+      q[static_cast<long long>(b) * q_rows + row] = lg::from_float<T>(v);
+    } else {
+      const bool is_k = row < q_rows + kv_dim;
+      const int local = is_k ? row - q_rows : row - q_rows - kv_dim;
+      const long long at =
+          ((static_cast<long long>(slot) * n_kv_heads + local / head_dim) * max_ctx + position) * head_dim +
+          local % head_dim;
+      (is_k ? k_cache : v_cache)[at] = lg::from_float<T>(v);
+    }
+  };
+  if constexpr (tensor_cores) {
+    prefetch_tile_weights(w, rows, d);
+    gemv_rows_mma<mma_steps(1)>(
+        w, GainedX<T>{x, g, d}, rows, d, batch, eps,
+        [&](int row, int b, const float* v) { dots[row % kMmaRows][b] = v[0]; }, NoPreload{}, rotate_and_store);
+  } else {
+    prefetch_weights(w, rows, d);
+    gemv_rows<B>(
+        w, GainedX<T>{x, g, d}, rows, d, batch, eps,
+        [&](int, const float(&acc)[1][B]) {
 #pragma unroll
-        for (int b = 0; b < B; ++b) dots[threadIdx.z][b] = acc[0][b];
-      },
-      [&](int first_row) {
-        if (tid >= groups * batch) return;
-        lg::wait_for_prior_grids();  // the caches belong to earlier work (returns at once once done)
-        const int group = tid % groups;
-        const int b = tid / groups;
-        const int row = first_row + group;
-        if (row >= rows) return;
-        if (position < 0 || position >= max_ctx || slot < 0 || slot >= n_slots) __trap();
-        float v = dots[group][b];
-        if (row < q_rows + kv_dim) {  // q or k: rotate the pair (2i, 2i+1) this element belongs to
-          const int within = (row < q_rows ? row : row - q_rows) % head_dim;
-          const int i = within / 2;
-          const float angle =
-              static_cast<float>(position) * powf(theta, -2.0f * static_cast<float>(i) / static_cast<float>(head_dim));
-          float s;
-          float c;
-          sincosf(angle, &s, &c);
-          const float other = dots[group ^ 1][b];
-          v = within % 2 == 0 ? v * c - other * s : other * s + v * c;
-        }
-        if (row < q_rows) {
-          q[static_cast<long long>(b) * q_rows + row] = lg::from_float<T>(v);
-        } else {
-          const bool is_k = row < q_rows + kv_dim;
-          const int local = is_k ? row - q_rows : row - q_rows - kv_dim;
-          const long long at =
-              ((static_cast<long long>(slot) * n_kv_heads + local / head_dim) * max_ctx + position) * head_dim +
-              local % head_dim;
-          (is_k ? k_cache : v_cache)[at] = lg::from_float<T>(v);
-        }
-      });
+          for (int b = 0; b < B; ++b) dots[threadIdx.z][b] = acc[0][b];
+        },
+        rotate_and_store);
+  }
 }
 
 }  // namespace
@@ -184,4 +203,22 @@ extern "C" __global__ void __launch_bounds__(256, 2)
                             int max_ctx, int n_slots, float theta, float eps, int batch) {
   qkv_body<8>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim, max_ctx,
               n_slots, theta, eps, batch);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2)
+    qkv_rope_append_mma(const lg::half_t* Wq, const lg::half_t* Wk, const lg::half_t* Wv, const lg::half_t* x,
+                        const lg::half_t* g, lg::half_t* q, lg::half_t* k_cache, lg::half_t* v_cache,
+                        const int* positions, const int* slots, int d, int q_rows, int n_kv_heads, int head_dim,
+                        int max_ctx, int n_slots, float theta, float eps, int batch) {
+  qkv_body<kTensorCores>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim,
+                         max_ctx, n_slots, theta, eps, batch);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2)
+    qkv_rope_append_bf16_mma(const lg::bf16_t* Wq, const lg::bf16_t* Wk, const lg::bf16_t* Wv, const lg::bf16_t* x,
+                             const lg::bf16_t* g, lg::bf16_t* q, lg::bf16_t* k_cache, lg::bf16_t* v_cache,
+                             const int* positions, const int* slots, int d, int q_rows, int n_kv_heads, int head_dim,
+                             int max_ctx, int n_slots, float theta, float eps, int batch) {
+  qkv_body<kTensorCores>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim,
+                         max_ctx, n_slots, theta, eps, batch);
 }

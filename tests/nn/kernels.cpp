@@ -654,7 +654,8 @@ void check_model_kernel(const KernelDeclarations& d, std::string_view name,
 template <class Signature, class T>
 void check_model_kernel(const KernelDeclarations& d, std::string_view name,
                         nn::BatchedKernel<Signature> nn::BasicKernels<T>::* /*member*/) {
-  const bool tensor_core = name.find("gemv") != std::string_view::npos;  // not mlp_stack or qkv_rope_append
+  const bool tensor_core =  // not mlp_stack
+      name.find("gemv") != std::string_view::npos || name == "qkv_rope_append";
   for (const char* suffix : {"", "_b2", "_b4", "_b8", "_mma"}) {
     if (std::string_view(suffix) == "_mma" && !tensor_core) continue;
     const std::string variant = std::string(name) + std::string(nn::kernel_suffix<T>) + suffix;
@@ -719,7 +720,8 @@ TEST_SUITE("gpu") {
     CHECK(tc.gemv.variant(1).name() == "gemv");
     CHECK(tc.gemv.variant(3).name() == "gemv_mma");
     CHECK(tc.rms_norm_gemv_swiglu.variant(8).name() == "rms_norm_gemv_swiglu_mma");
-    CHECK(tc.qkv_rope_append.variant(8).name() == "qkv_rope_append_b8");  // no tensor-core variant
+    CHECK(tc.qkv_rope_append.variant(8).name() == "qkv_rope_append_mma");
+    CHECK(tc.qkv_rope_append.variant(1).name() == "qkv_rope_append");
     CHECK_THROWS_AS((void)tc.gemv.variant(9), UsageError);
   }
 
@@ -1021,11 +1023,13 @@ TEST_SUITE("gpu") {
           host_table[static_cast<std::size_t>(17) * d + 7].bits);
   }
   TEST_CASE("qkv_rope_append equals the norm, three projections, RoPE and the cache append in float64") {
-    // A whole model's Wq (q_rows = d), and a tensor-parallel shard's (half the heads' rows, q_rows = d / 2).
-    for (const int q_heads : {4, 2}) {
+    // A whole model's Wq (q_rows = d), and a tensor-parallel shard's (half the heads' rows, q_rows = d / 2); the fp32
+    // variant and the tensor-core one (3 vectors).
+    for (const auto& [q_heads, tensor_cores] : {std::pair{4, false}, std::pair{2, false}, std::pair{4, true}}) {
       CAPTURE(q_heads);
+      CAPTURE(tensor_cores);
       Stream& s = lgtest::stream();
-      const nn::Kernels k(lgtest::nn_kernels());
+      const nn::Kernels k(lgtest::nn_kernels(), nn::KernelOptions{.tensor_cores = tensor_cores});
       const int d = 256;
       const int heads = 4;
       const int kv_heads = 2;
@@ -1061,7 +1065,8 @@ TEST_SUITE("gpu") {
       const auto dg = on_device(g);
       const auto dpos = lgtest::to_device(s, positions);
       const auto dslot = lgtest::to_device(s, row_slots);
-      k.qkv_rope_append.launch(s, k.qkv_config(q_rows, kv, d), dq.cview(), dk.cview(), dv.cview(), dx.cview(),
+      REQUIRE(k.qkv_rope_append.variant(batch).name() == (tensor_cores ? "qkv_rope_append_mma" : "qkv_rope_append_b4"));
+      k.qkv_rope_append.launch(s, k.qkv_config(q_rows, kv, d, batch), dq.cview(), dk.cview(), dv.cview(), dx.cview(),
                                dg.cview(), q.view(), kc.view(), vc.view(), dpos.cview(), dslot.cview(), d, q_rows,
                                kv_heads, hd, ctx, slots, theta, eps, batch);
       const auto got_q = on_host(q);

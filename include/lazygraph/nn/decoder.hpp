@@ -52,8 +52,7 @@ struct DecoderConfig {
   bool early_launch = true;   ///< launch the kernels early (Kernels::step_config); false to compare
   /// Run the projections of steps of 2 to 8 rows on tensor cores (KernelOptions::tensor_cores): faster batches and
   /// prefill, but a row's logits then differ from what it gets alone within rounding (its token may too, at a
-  /// near tie). Such steps compute Q, K and V with three rms_norm_gemv launches, rope and kv_append (the unfused
-  /// path; qkv_rope_append has no tensor-core variant). Off: every row gets exactly the bits of one row at a time.
+  /// near tie). Off: every row gets exactly the bits of one row at a time.
   bool tensor_cores = false;
   /// The attention block's input side as one kernel (norm, Q/K/V projections, RoPE and the cache append:
   /// qkv_rope_append) and attention split over positions (attention_split). False: the kernels these replaced
@@ -166,7 +165,7 @@ auto attention_block(const BasicKernels<T>& k, const BasicAttentionWeights<T>& w
   const LaunchConfig per_split = k.attention_split_config(c.heads, rows, c.context, c.attention_splits(), c.head_dim());
   const LaunchConfig per_head = k.attention_config(c.heads, rows, c.context);
   auto fused =
-      k.qkv_rope_append(k.qkv_config(d, c.kv_dim(), d), w.wq.cview(), w.wk.cview(), w.wv.cview(), s.x.cview(),
+      k.qkv_rope_append(k.qkv_config(d, c.kv_dim(), d, rows), w.wq.cview(), w.wk.cview(), w.wv.cview(), s.x.cview(),
                         w.gain.cview(), s.q.view(), k_cache, v_cache, s.positions(), s.slots(), d, d, c.kv_head_count(),
                         c.head_dim(), c.context, c.max_batch, c.theta, c.eps, rows) >>
       choose(c.attention_splits() > 1,
@@ -195,9 +194,7 @@ auto attention_block(const BasicKernels<T>& k, const BasicAttentionWeights<T>& w
   auto unfused = choose(c.ordering == DecoderOrdering::inferred, dataflow(q, kp, v, rope, append, attend),
                         choose(c.ordering == DecoderOrdering::hand_written, all(q, kp, v) >> rope >> append >> attend,
                                q >> kp >> v >> rope >> append >> attend));
-  // qkv_rope_append has no tensor-core variant: with tensor cores, batches take the three projections that have.
-  const bool fuse = c.fused && !(c.tensor_cores && rows > 1);
-  return choose(fuse, std::move(fused), std::move(unfused)) >>
+  return choose(c.fused, std::move(fused), std::move(unfused)) >>
          k.gemv_add(k.gemv_config(d, d, rows), w.wo.cview(), s.attn.cview(), s.x.view(), d, d, rows);
 }
 

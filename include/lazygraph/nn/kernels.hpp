@@ -246,9 +246,11 @@ struct BasicKernels {
          {128, 1, 1},
          static_cast<unsigned>(std::max(split_len, splits * (head_dim + 2))) * static_cast<unsigned>(sizeof(float))});
   }
-  /// Launch shape of qkv_rope_append for q_rows, kv_dim and width d: fp32_gemv_config of its q_rows + 2 kv_dim
-  /// rows, at most 4 warps per row (a block holds both rows of each RoPE pair; it has no tensor-core variant).
-  [[nodiscard]] LaunchConfig qkv_config(int q_rows, int kv_dim, int d) const {
+  /// Launch shape of qkv_rope_append for q_rows, kv_dim, width d and `batch` vectors: that of the tensor-core
+  /// variant (tensor_core_gemv_config of its q_rows + 2 kv_dim rows) when it runs the batch, else
+  /// fp32_gemv_config's with at most 4 warps per row (a block holds both rows of each RoPE pair).
+  [[nodiscard]] LaunchConfig qkv_config(int q_rows, int kv_dim, int d, int batch = 1) const {
+    if (tensor_cores && batch >= 2) return tensor_core_gemv_config(q_rows + 2 * kv_dim);
     return fp32_gemv_config(q_rows + 2 * kv_dim, d, 4);
   }
 };

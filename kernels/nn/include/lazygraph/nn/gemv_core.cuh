@@ -338,11 +338,12 @@ __device__ __forceinline__ void prefetch_tile_weights(const W& w, int rows, int 
 
 /// The tensor-core row loop: finish(row, b, v) once per row and vector b < batch, v[m] the result of weight m,
 /// each call from its own thread. Any block of 1 to 8 warps and any grid work. preload(row, b) as in gemv_rows, from
-/// the thread that finishes (row, b) of its block's first tile, right after its wait.
+/// the thread that finishes (row, b) of its block's first tile, right after its wait. epilogue(first_row), as in
+/// gemv_rows: every thread, after every finish of the tile.
 /// U: 32-column steps in flight per warp (mma_steps).
-template <int U, class W, class X, class Finish, class Preload = NoPreload>
+template <int U, class W, class X, class Finish, class Preload = NoPreload, class Epilogue = NoEpilogue>
 __device__ __forceinline__ void gemv_rows_mma(const W& w, const X& x, int rows, int cols, int batch, float eps,
-                                              Finish finish, Preload preload = {}) {
+                                              Finish finish, Preload preload = {}, Epilogue epilogue = {}) {
   using T = typename W::Element;
   constexpr int M = W::count;
   __shared__ float tile_part[8][M][kMmaRows][8];  // [warp][matrix][row][vector]
@@ -438,7 +439,11 @@ __device__ __forceinline__ void gemv_rows_mma(const W& w, const X& x, int rows, 
       }
       finish(out_row, b, v);
     }
-    __syncthreads();  // the partials are read before the next tile overwrites them
+    if constexpr (has_epilogue<Epilogue>::value) {
+      __syncthreads();
+      epilogue(tile * kMmaRows);
+    }
+    __syncthreads();  // the partials (and what the epilogue read) are read before the next tile overwrites them
   }
 }
 
