@@ -330,6 +330,9 @@ TEST_SUITE("gpu") {
               CAPTURE(top_k);
               CAPTURE(t);
               CAPTURE(seed);
+              CAPTURE(g);  // what the kernel drew, the float64 rule's token and the draw: enough to see the boundary
+              CAPTURE(want);
+              CAPTURE(u);
               CHECK(lgtest::neighbour_at_boundary(wide(row), top_k, t, u, g, want));
             }
           }

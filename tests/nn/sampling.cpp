@@ -144,6 +144,9 @@ TEST_SUITE("gpu") {
                 }
                 if (g != want) {
                   ++near;
+                  CAPTURE(g);  // what the kernel drew, the float64 rule's token and the draw
+                  CAPTURE(want);
+                  CAPTURE(u);
                   CHECK(lgtest::neighbour_at_boundary(l, top_k, t, u, g, want));
                 }
               }
