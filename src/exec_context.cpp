@@ -67,14 +67,20 @@ void HostCallErrors::rethrow_pending() {
 }
 
 ExecContext::ExecContext(const Stream& stream, bool recording, std::shared_ptr<HostCallErrors> host_errors)
-    : current_(&stream), recording_(recording), host_errors_(std::move(host_errors)) {}
+    : current_(&stream), origin_(&stream), recording_(recording), host_errors_(std::move(host_errors)) {}
 
 ExecContext::ExecContext(const Stream& stream, detail::NodePlan& plan, std::shared_ptr<HostCallErrors> host_errors)
-    : current_(&stream), recording_(true), plan_(&plan), host_errors_(std::move(host_errors)) {
+    : current_(&stream), origin_(&stream), recording_(true), plan_(&plan), host_errors_(std::move(host_errors)) {
   plan.context = stream.device().context();
 }
 
-ExecContext::~ExecContext() = default;
+ExecContext::~ExecContext() {
+  if (!eager_host_calls_ || owners_.empty()) return;
+  try {
+    origin_->synchronize();
+  } catch (...) {  // NOLINT(bugprone-empty-catch): a failed stream has stopped running its work, host calls included
+  }
+}
 
 const std::shared_ptr<HostCallErrors>& ExecContext::host_errors() {
   if (!host_errors_) host_errors_ = std::make_shared<HostCallErrors>();
@@ -200,6 +206,7 @@ void ExecContext::host_function(CUhostFn fn, void* data, std::string_view name) 
     return;
   }
   drv::launch_host_function(current_->device().context(), current_->get(), fn, data);
+  eager_host_calls_ = true;
 }
 
 void ExecContext::child_graph(CUgraph graph) {

@@ -2,7 +2,7 @@
 # Runs the gpu test suite under each compute-sanitizer tool (memcheck with leak check, racecheck, synccheck,
 # initcheck) on a GPU machine, after tests/gpu_machine.sh has built build-gpu/. The tool `asan` instead builds
 # build-gpu-asan/ with AddressSanitizer + UndefinedBehaviorSanitizer and runs the gpu and reliability suites
-# there (host-side memory errors on the GPU path: use-after-scope, use-after-free, overflows).
+# there (host-side memory errors on the GPU path: use-after-scope, use-after-free, overflows, leaks).
 # Prints one line per tool with its error count and exits non-zero when any tool reported an error.
 # Logs go to $OUT (or ./gpu-logs).
 #   usage: tests/sanitize_gpu.sh [tool ...]        (default: memcheck racecheck synccheck initcheck)
@@ -33,14 +33,15 @@ for tool in "${tools[@]}"; do
         -Db_sanitize=address,undefined -Db_lundef=false -Dexamples=disabled >"$log" 2>&1 || { tail -20 "$log"; exit 2; }
     fi
     ninja -C "$root/build-gpu-asan" tests/lazygraph_tests >>"$log" 2>&1 || { tail -30 "$log"; exit 2; }
-    # The CUDA driver maps memory where ASan keeps its shadow gap, and keeps allocations for the process's
-    # life (leaks are checked by the host suite under ASan instead).
+    # The CUDA driver maps memory where ASan keeps its shadow gap. Leaks are checked at exit, except those of the
+    # CUDA and NCCL libraries, which keep allocations for the process's life (tests/sanitize_gpu.supp).
     rc=0
     for suite in gpu reliability; do
-      ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=0:halt_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+      ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=1:halt_on_error=1 \
+        LSAN_OPTIONS="suppressions=$root/tests/sanitize_gpu.supp" UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
         "$root/build-gpu-asan/tests/lazygraph_tests" --test-suite=$suite --no-colors=true >>"$log" 2>&1 || rc=1
     done
-    errors=$(grep -cE "ERROR: AddressSanitizer|runtime error:" "$log")
+    errors=$(grep -cE "ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:" "$log")
     cases=$(grep -E "^\[doctest\] test cases" "$log" | tr '\n' ' ')
     echo "asan: exit $rc; $errors sanitizer errors; $cases; $(($(date +%s) - start)) s"
     [ $rc -eq 0 ] || status=1

@@ -164,10 +164,10 @@ TEST_SUITE("gpu") {
     const Communicator comm = one_rank();
     const Stream stream(lgtest::device());
     DeviceBuffer<float> a(stream.device(), 16);
-    {
-      ExecContext eager(stream, false);  // queued, not waited for: the stream stays busy for 300 ms
-      host_call("slow peer", [] { std::this_thread::sleep_for(300ms); }).execute(eager);
-    }
+    // Queued, not waited for: the stream stays busy for 300 ms. The context lives to the end of the test, since
+    // destroying it waits for the call.
+    ExecContext eager(stream, false);
+    host_call("slow peer", [] { std::this_thread::sleep_for(300ms); }).execute(eager);
     CHECK_THROWS_WITH_AS(comm.wait(stream, 20ms), doctest::Contains("did not finish within 20 ms"), TimeoutError);
     CHECK(comm.aborted());
     CHECK_THROWS_WITH_AS(all_reduce(comm, a.view()).sync_on(stream), doctest::Contains("was aborted"), UsageError);

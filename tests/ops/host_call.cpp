@@ -3,11 +3,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/gpu.hpp"
@@ -115,6 +117,37 @@ TEST_SUITE("gpu") {
      })).sync_on(s);
     CHECK(calls.load() == 1);
     CHECK(saw_fill.load());
+  }
+
+  TEST_CASE("an eager context that submitted a host call waits for it when destroyed: the driver reads its record") {
+    Stream& s = lgtest::stream();
+    std::atomic<bool> ran{false};
+    {
+      ExecContext eager(s, false);
+      // The op is a temporary: after this line only the context keeps the call's record alive.
+      host_call("slow", [&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        ran = true;
+      }).execute(eager);
+      CHECK_FALSE(ran.load());  // queued, not run: the stream needs 100 ms for it
+    }
+    CHECK(ran.load());
+    // A context through which only device work went does not wait (the buffer is made first: freeing memory
+    // waits for the device).
+    DeviceBuffer<float> b(s.device(), 1024);
+    std::atomic<bool> late{false};
+    ExecContext keeps(s, false);
+    host_call("later", [&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      late = true;
+    }).execute(keeps);
+    {
+      ExecContext plain(s, false);
+      fill(b.view(), 2.0F).execute(plain);
+    }
+    CHECK_FALSE(late.load());
+    s.synchronize();
+    CHECK(late.load());
   }
 
   TEST_CASE("host calls run in the order they were sequenced, eagerly and on every replay") {

@@ -120,6 +120,8 @@ class ExecContext {
   ExecContext(const Stream& stream, detail::NodePlan& plan, std::shared_ptr<HostCallErrors> host_errors = nullptr);
   ExecContext(const ExecContext&) = delete;
   ExecContext& operator=(const ExecContext&) = delete;
+  /// An eager context through which a host call was submitted, and which still keeps its owners (nobody took
+  /// them), waits here for its stream: the driver reads the call's record when the stream reaches it. Never throws.
   ~ExecContext();
 
   /// The stream work goes to now: the context's own, or inside a fork_join branch, that branch's. In plan mode
@@ -165,7 +167,8 @@ class ExecContext {
   /// Sets `count` elements of `element_size` (1, 2 or 4) bytes to the low bytes of `pattern` (nothing for 0).
   void fill(CUdeviceptr dst, unsigned pattern, std::size_t element_size, std::size_t count);
   /// Calls `fn(data)` on a driver thread when the work before it has completed. `data` must live as long as the
-  /// work may run (for a graph: keep_alive its owner).
+  /// work may run: keep_alive its owner (a graph keeps it as long as it lives; an eager context until its stream
+  /// has run the call, waiting for that when destroyed first).
   void host_function(CUhostFn fn, void* data, std::string_view name);
   /// Embeds a copy of `graph` as one node (capture and plan mode only; eagerly, launch the graph instead).
   void child_graph(CUgraph graph);
@@ -264,7 +267,9 @@ class ExecContext {
   void add_planned(detail::PlannedNode node);
 
   const Stream* current_;
+  const Stream* origin_;  ///< the stream given at construction (branches join back to it)
   bool recording_;
+  bool eager_host_calls_ = false;  ///< a host function was submitted eagerly (see the destructor)
   LaunchObserver* observer_ = nullptr;
   std::vector<std::string_view> labels_;  ///< views of the NamedOps being executed
   detail::NodePlan* plan_ = nullptr;
