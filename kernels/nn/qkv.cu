@@ -17,7 +17,8 @@
 //
 // Launched early (LaunchConfig::early_launch), it reads positions and slots before it waits for the kernel before it,
 // so those must have been written by earlier work than that kernel, as a decode step's are (by the copy of its inputs);
-// x, the caches and q are touched after the wait.
+// x, the caches and q are touched after the wait. From them it also works out, before the wait, its first rows' RoPE
+// angles (powf, sincosf) and destinations, which do not depend on x.
 //
 // Requirements (a trap otherwise): as gemv.cu's, plus head_dim even and dividing q_rows, a position in [0, max_ctx) and
 // a slot in [0, n_slots) for every row, and (fp32 variants) an even number of rows per block (blockDim.z), so that both
@@ -81,36 +82,57 @@ __device__ __forceinline__ void qkv_body(const T* Wq, const T* Wk, const T* Wv, 
     slot = slots[tid / per_pass];
   }
   __shared__ float dots[kMaxRowsPerBlock][kBatch];  // [row in the pass][vector]: the scaled dot products
-  const auto rotate_and_store = [&](int first_row) {
-    if (tid >= per_pass * batch) return;
-    lg::wait_for_prior_grids();  // the caches belong to earlier work (returns at once once done)
+  // Where this thread's element of a pass goes and how RoPE turns it: they depend on the position and the row only,
+  // so for the block's first pass they are worked out before the wait (the angle's powf and sincosf, the cache
+  // address), leaving the rotation's products and the store after the dot products.
+  struct Target {
+    T* at = nullptr;  // null: no element (a thread past the batch, or a row past the end)
+    float c = 1.0f;
+    float s = 0.0f;
+    int turn = 0;  // 0: v unrotated (a value row), 1: the pair's first element, 2: its second
+  };
+  const auto target_of = [&](int first_row) {
+    Target t;
     const int group = tid % per_pass;
     const int b = tid / per_pass;
     const int row = first_row + group;
-    if (row >= rows) return;
-    if (position < 0 || position >= max_ctx || slot < 0 || slot >= n_slots) __trap();
-    float v = dots[group][b];
-    if (row < q_rows + kv_dim) {  // q or k: rotate the pair (2i, 2i+1) this element belongs to
+    if (tid >= per_pass * batch || row >= rows) return t;
+    if (row < q_rows + kv_dim) {  // q or k: the pair (2i, 2i+1) this element belongs to
       const int within = (row < q_rows ? row : row - q_rows) % head_dim;
       const int i = within / 2;
       const float angle =
           static_cast<float>(position) * powf(theta, -2.0f * static_cast<float>(i) / static_cast<float>(head_dim));
-      float s;
-      float c;
-      sincosf(angle, &s, &c);
-      const float other = dots[group ^ 1][b];
-      v = within % 2 == 0 ? v * c - other * s : other * s + v * c;
+      sincosf(angle, &t.s, &t.c);
+      t.turn = within % 2 == 0 ? 1 : 2;
     }
     if (row < q_rows) {
-      q[static_cast<long long>(b) * q_rows + row] = lg::from_float<T>(v);
+      t.at = q + static_cast<long long>(b) * q_rows + row;
     } else {
       const bool is_k = row < q_rows + kv_dim;
       const int local = is_k ? row - q_rows : row - q_rows - kv_dim;
       const long long at =
           ((static_cast<long long>(slot) * n_kv_heads + local / head_dim) * max_ctx + position) * head_dim +
           local % head_dim;
-      (is_k ? k_cache : v_cache)[at] = lg::from_float<T>(v);
+      t.at = (is_k ? k_cache : v_cache) + at;
     }
+    return t;
+  };
+  const int first_pass = static_cast<int>(blockIdx.x) * per_pass;  // both paths walk passes from blockIdx.x
+  const Target first_target = target_of(first_pass);
+  const auto rotate_and_store = [&](int first_row) {
+    if (tid >= per_pass * batch) return;
+    lg::wait_for_prior_grids();  // the caches belong to earlier work (returns at once once done)
+    const int group = tid % per_pass;
+    const int b = tid / per_pass;
+    if (first_row + group >= rows) return;
+    if (position < 0 || position >= max_ctx || slot < 0 || slot >= n_slots) __trap();
+    const Target t = first_row == first_pass ? first_target : target_of(first_row);
+    float v = dots[group][b];
+    if (t.turn != 0) {
+      const float other = dots[group ^ 1][b];
+      v = t.turn == 1 ? v * t.c - other * t.s : other * t.s + v * t.c;
+    }
+    *t.at = lg::from_float<T>(v);
   };
   if constexpr (tensor_cores) {
     prefetch_tile_weights(w, rows, d);

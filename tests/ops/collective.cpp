@@ -209,6 +209,7 @@ TEST_SUITE("gpu") {
     const std::vector<Communicator> comms =
         Communicator::create_all(std::vector<Device>{Device::get(0), Device::get(1)});
     std::vector<Stream> streams;
+    streams.reserve(comms.size());
     for (const Communicator& c : comms) streams.emplace_back(c.device());
     const std::size_t n = 4096 + 1;
     const std::vector<std::vector<float>> x{lgtest::random_floats(n), lgtest::random_floats(n)};
