@@ -206,7 +206,7 @@ void ExecContext::host_function(CUhostFn fn, void* data, std::string_view name) 
     return;
   }
   drv::launch_host_function(current_->device().context(), current_->get(), fn, data);
-  eager_host_calls_ = true;
+  if (!recording_) eager_host_calls_ = true;  // captured, it is a node: the graph keeps `data`'s owner
 }
 
 void ExecContext::child_graph(CUgraph graph) {
