@@ -47,7 +47,8 @@ class Kernel<void(Params...)> {
   Kernel& operator=(const Kernel&) = default;
   ~Kernel() = default;
 
-  /// Launches now on `stream` (asynchronously).
+  /// Launches now on `stream` (asynchronously). The buffers of span arguments must outlive the kernel, as with any
+  /// asynchronous launch: this call does not keep them (the lazy op below does, and a graph that records it).
   /// \throws UsageError for a configuration outside the device's limits; CudaError when the launch fails.
   template <class... Args>
   void launch(const Stream& stream, const LaunchConfig& config, const Args&... args) const {
