@@ -7,7 +7,7 @@
 # Exits with a message naming the packages when they are missing and it cannot install them.
 
 lg_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-lg_packages=(g++ meson ninja-build pkg-config cmake python3 librange-v3-dev doctest-dev doxygen nlohmann-json3-dev)
+lg_packages=(g++ meson ninja-build pkg-config cmake python3 librange-v3-dev doctest-dev doxygen nlohmann-json3-dev libsentencepiece-dev sentencepiece)
 
 lg_missing=()
 for p in "${lg_packages[@]}"; do

@@ -3,22 +3,23 @@
 // -- what rms_norm_gemv three times, rope and kv_append do, in one launch: the three projections are one stream of
 // q_rows + 2 * kv_dim weight rows (Wq's, then Wk's, then Wv's), RoPE rotates each pair (2i, 2i+1) of a head in fp32
 // before the single rounding, and k and v go straight into the caches. Same RoPE (interleaved pairs, angle =
-// position * theta^(-2i / head_dim)) and cache layout ([slot][kv_head][position][head_dim]) as kernels/nn/rope.cu
-// and kernels/nn/attention.cu.
+// position * frequencies[i], the table nn::rope_frequencies computes) and cache layout
+// ([slot][kv_head][position][head_dim]) as kernels/nn/rope.cu and kernels/nn/attention.cu.
 //
 //   qkv_rope_append(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim,
-//                   max_ctx, n_slots, theta, eps, batch)
+//                   max_ctx, n_slots, frequencies, eps, batch)
 // (fp16; qkv_rope_append_bf16 over bf16; _b2, _b4, _b8 variants for batches up to 2, 4, 8 as in gemv.cu, and the
 // tensor-core variants qkv_rope_append_mma and qkv_rope_append_bf16_mma for 1 to 8 vectors, gemv.cu's NAME_mma
 // path with the same rounding of h to the element type: a block takes 8 rows at a time, launched as
 // Kernels::tensor_core_gemv_config.) Wq is
-// [q_rows x d], Wk and Wv [n_kv_heads * head_dim x d], x [batch][d], g [d], q [batch][q_rows]. q_rows is d for a
-// whole model; a tensor-parallel rank's shard has only its heads' rows of each (q_rows = d / ranks).
+// [q_rows x d], Wk and Wv [n_kv_heads * head_dim x d], x [batch][d], g [d], q [batch][q_rows], frequencies
+// [head_dim / 2]. q_rows is n_heads * head_dim for a whole model; a tensor-parallel rank's shard has only its heads'
+// rows of each.
 //
 // Launched early (LaunchConfig::early_launch), it reads positions and slots before it waits for the kernel before it,
 // so those must have been written by earlier work than that kernel, as a decode step's are (by the copy of its inputs);
-// x, the caches and q are touched after the wait. From them it also works out, before the wait, its first rows' RoPE
-// angles (powf, sincosf) and destinations, which do not depend on x.
+// x, the caches and q are touched after the wait. From them and the frequencies (constant for the decoder's life) it
+// also works out, before the wait, its first rows' RoPE angles (sincosf) and destinations, which do not depend on x.
 //
 // Requirements (a trap otherwise): as gemv.cu's, plus head_dim even and dividing q_rows, a position in [0, max_ctx) and
 // a slot in [0, n_slots) for every row, and (fp32 variants) an even number of rows per block (blockDim.z), so that both
@@ -57,7 +58,7 @@ template <int B, class T>
 __device__ __forceinline__ void qkv_body(const T* Wq, const T* Wk, const T* Wv, const T* x, const T* g, T* q,
                                          T* k_cache, T* v_cache, const int* positions, const int* slots, int d,
                                          int q_rows, int n_kv_heads, int head_dim, int max_ctx, int n_slots,
-                                         float theta, float eps, int batch) {
+                                         const float* frequencies, float eps, int batch) {
   constexpr bool tensor_cores = B == kTensorCores;
   constexpr int kBatch = tensor_cores ? 8 : B;  // the most vectors this variant takes
   const int kv_dim = n_kv_heads * head_dim;
@@ -100,8 +101,7 @@ __device__ __forceinline__ void qkv_body(const T* Wq, const T* Wk, const T* Wv, 
     if (row < q_rows + kv_dim) {  // q or k: the pair (2i, 2i+1) this element belongs to
       const int within = (row < q_rows ? row : row - q_rows) % head_dim;
       const int i = within / 2;
-      const float angle =
-          static_cast<float>(position) * powf(theta, -2.0f * static_cast<float>(i) / static_cast<float>(head_dim));
+      const float angle = static_cast<float>(position) * frequencies[i];
       sincosf(angle, &t.s, &t.c);
       t.turn = within % 2 == 0 ? 1 : 2;
     }
@@ -159,88 +159,88 @@ extern "C" __global__ void __launch_bounds__(256, 2)
     qkv_rope_append(const lg::half_t* Wq, const lg::half_t* Wk, const lg::half_t* Wv, const lg::half_t* x,
                     const lg::half_t* g, lg::half_t* q, lg::half_t* k_cache, lg::half_t* v_cache, const int* positions,
                     const int* slots, int d, int q_rows, int n_kv_heads, int head_dim, int max_ctx, int n_slots,
-                    float theta, float eps, int batch) {
+                    const float* frequencies, float eps, int batch) {
   qkv_body<1>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim, max_ctx,
-              n_slots, theta, eps, batch);
+              n_slots, frequencies, eps, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2)
     qkv_rope_append_b2(const lg::half_t* Wq, const lg::half_t* Wk, const lg::half_t* Wv, const lg::half_t* x,
                        const lg::half_t* g, lg::half_t* q, lg::half_t* k_cache, lg::half_t* v_cache,
                        const int* positions, const int* slots, int d, int q_rows, int n_kv_heads, int head_dim,
-                       int max_ctx, int n_slots, float theta, float eps, int batch) {
+                       int max_ctx, int n_slots, const float* frequencies, float eps, int batch) {
   qkv_body<2>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim, max_ctx,
-              n_slots, theta, eps, batch);
+              n_slots, frequencies, eps, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2)
     qkv_rope_append_b4(const lg::half_t* Wq, const lg::half_t* Wk, const lg::half_t* Wv, const lg::half_t* x,
                        const lg::half_t* g, lg::half_t* q, lg::half_t* k_cache, lg::half_t* v_cache,
                        const int* positions, const int* slots, int d, int q_rows, int n_kv_heads, int head_dim,
-                       int max_ctx, int n_slots, float theta, float eps, int batch) {
+                       int max_ctx, int n_slots, const float* frequencies, float eps, int batch) {
   qkv_body<4>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim, max_ctx,
-              n_slots, theta, eps, batch);
+              n_slots, frequencies, eps, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2)
     qkv_rope_append_b8(const lg::half_t* Wq, const lg::half_t* Wk, const lg::half_t* Wv, const lg::half_t* x,
                        const lg::half_t* g, lg::half_t* q, lg::half_t* k_cache, lg::half_t* v_cache,
                        const int* positions, const int* slots, int d, int q_rows, int n_kv_heads, int head_dim,
-                       int max_ctx, int n_slots, float theta, float eps, int batch) {
+                       int max_ctx, int n_slots, const float* frequencies, float eps, int batch) {
   qkv_body<8>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim, max_ctx,
-              n_slots, theta, eps, batch);
+              n_slots, frequencies, eps, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2)
     qkv_rope_append_bf16(const lg::bf16_t* Wq, const lg::bf16_t* Wk, const lg::bf16_t* Wv, const lg::bf16_t* x,
                          const lg::bf16_t* g, lg::bf16_t* q, lg::bf16_t* k_cache, lg::bf16_t* v_cache,
                          const int* positions, const int* slots, int d, int q_rows, int n_kv_heads, int head_dim,
-                         int max_ctx, int n_slots, float theta, float eps, int batch) {
+                         int max_ctx, int n_slots, const float* frequencies, float eps, int batch) {
   qkv_body<1>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim, max_ctx,
-              n_slots, theta, eps, batch);
+              n_slots, frequencies, eps, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2)
     qkv_rope_append_bf16_b2(const lg::bf16_t* Wq, const lg::bf16_t* Wk, const lg::bf16_t* Wv, const lg::bf16_t* x,
                             const lg::bf16_t* g, lg::bf16_t* q, lg::bf16_t* k_cache, lg::bf16_t* v_cache,
                             const int* positions, const int* slots, int d, int q_rows, int n_kv_heads, int head_dim,
-                            int max_ctx, int n_slots, float theta, float eps, int batch) {
+                            int max_ctx, int n_slots, const float* frequencies, float eps, int batch) {
   qkv_body<2>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim, max_ctx,
-              n_slots, theta, eps, batch);
+              n_slots, frequencies, eps, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2)
     qkv_rope_append_bf16_b4(const lg::bf16_t* Wq, const lg::bf16_t* Wk, const lg::bf16_t* Wv, const lg::bf16_t* x,
                             const lg::bf16_t* g, lg::bf16_t* q, lg::bf16_t* k_cache, lg::bf16_t* v_cache,
                             const int* positions, const int* slots, int d, int q_rows, int n_kv_heads, int head_dim,
-                            int max_ctx, int n_slots, float theta, float eps, int batch) {
+                            int max_ctx, int n_slots, const float* frequencies, float eps, int batch) {
   qkv_body<4>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim, max_ctx,
-              n_slots, theta, eps, batch);
+              n_slots, frequencies, eps, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2)
     qkv_rope_append_bf16_b8(const lg::bf16_t* Wq, const lg::bf16_t* Wk, const lg::bf16_t* Wv, const lg::bf16_t* x,
                             const lg::bf16_t* g, lg::bf16_t* q, lg::bf16_t* k_cache, lg::bf16_t* v_cache,
                             const int* positions, const int* slots, int d, int q_rows, int n_kv_heads, int head_dim,
-                            int max_ctx, int n_slots, float theta, float eps, int batch) {
+                            int max_ctx, int n_slots, const float* frequencies, float eps, int batch) {
   qkv_body<8>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim, max_ctx,
-              n_slots, theta, eps, batch);
+              n_slots, frequencies, eps, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2)
     qkv_rope_append_mma(const lg::half_t* Wq, const lg::half_t* Wk, const lg::half_t* Wv, const lg::half_t* x,
                         const lg::half_t* g, lg::half_t* q, lg::half_t* k_cache, lg::half_t* v_cache,
                         const int* positions, const int* slots, int d, int q_rows, int n_kv_heads, int head_dim,
-                        int max_ctx, int n_slots, float theta, float eps, int batch) {
+                        int max_ctx, int n_slots, const float* frequencies, float eps, int batch) {
   qkv_body<kTensorCores>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim,
-                         max_ctx, n_slots, theta, eps, batch);
+                         max_ctx, n_slots, frequencies, eps, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2)
     qkv_rope_append_bf16_mma(const lg::bf16_t* Wq, const lg::bf16_t* Wk, const lg::bf16_t* Wv, const lg::bf16_t* x,
                              const lg::bf16_t* g, lg::bf16_t* q, lg::bf16_t* k_cache, lg::bf16_t* v_cache,
                              const int* positions, const int* slots, int d, int q_rows, int n_kv_heads, int head_dim,
-                             int max_ctx, int n_slots, float theta, float eps, int batch) {
+                             int max_ctx, int n_slots, const float* frequencies, float eps, int batch) {
   qkv_body<kTensorCores>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim,
-                         max_ctx, n_slots, theta, eps, batch);
+                         max_ctx, n_slots, frequencies, eps, batch);
 }

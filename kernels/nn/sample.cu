@@ -1,8 +1,8 @@
 // The next token of each row of logits ([rows][n]; fp16 for `sample`, bf16 for `sample_bf16`), drawn at a temperature
-// from the top-k logits with a seeded, reproducible random number; temperature 0 is greedy (the argmax kernel's rule).
-// One block per row.
+// from the top-k logits, then the top-p nucleus of those, with a seeded, reproducible random number; temperature 0 is
+// greedy (the argmax kernel's rule). One block per row.
 //
-//   sample(logits, out, positions, slots, n, top_k, temperature, seed), sample_bf16(...) alike
+//   sample(logits, out, positions, slots, n, top_k, temperature, seed, top_p), sample_bf16(...) alike
 //
 // For row b, with p = positions[b] and s = slots[b] (the sequence: so a sequence draws the same numbers whether
 // stepped alone or in a batch):
@@ -10,13 +10,18 @@
 //   otherwise:         candidates = the non-NaN logits >= the top_k-th largest (all of them when top_k <= 0 or
 //                      top_k >= their count; ties at that value are all kept);
 //                      w_i = exp((l_i - max) / temperature) in fp32 over candidates;
+//                      top_p < 1: candidates = those >= the largest value v such that the candidates >= v hold at
+//                      least top_p of sum(w) (the nucleus: ties at v kept; top_p <= 0 keeps the largest value);
+//                      the sums here are of w rounded to multiples of 2^-38 in 64-bit integers, so the nucleus does
+//                      not depend on the order the block's atomics run in; top_p >= 1 (or NaN): no change;
 //                      u = float(mix(mix(seed ^ mix(p)) + s) >> 8) * 2^-24, in [0, 1) (docs/nn.md's mix);
 //                      out[b] = the smallest candidate index i whose prefix sum of w (index order) exceeds
 //                      u * sum(w); the last index of nonzero weight if rounding leaves none. -1 if every logit
 //                      is NaN. When the largest logit is +inf, the +inf logits share the probability equally.
 // The top_k-th largest is found by a radix select over the 16-bit order-preserving keys of the values (fp16 and bf16
 // alike: both are sign and magnitude) (two passes of 8-bit digits through a shared histogram), not by k rounds of
-// argmax.
+// argmax; the nucleus's smallest value by the same select with each digit's bucket holding weight instead of a count.
+// (As keys, -0 sorts below +0: a top-k or nucleus boundary at zero keeps the +0 logits and not the -0 ones.)
 //
 // Launch: grid = the row count, block 32 * k threads (k = 1..32, e.g. 1024), no dynamic shared memory.
 #include "lazygraph/block_reduce.cuh"
@@ -70,6 +75,74 @@ __device__ unsigned kth_largest_key(const T* logits, int n, int k) {
   return prefix;
 }
 
+/// A weight in [0, 1] as an integer count of 2^-38 (NaN as 0): sums of up to 2^24 of them fit 64 bits exactly, and
+/// integer sums do not depend on the order of the atomics that add them.
+__device__ __forceinline__ unsigned long long fixed_weight(float w) {
+  return w > 0.0f ? __float2ull_rn(w * 274877906944.0f) : 0ull;
+}
+
+/// The key of the nucleus's smallest value: the largest key v such that the candidates (non-NaN, key >= `threshold`)
+/// with keys >= v hold at least top_p of the candidates' total fixed_weight(weight(value)). For the whole block;
+/// top_p < 1. The same radix select as kth_largest_key, each bucket summing weights where that one counts logits.
+template <class T, class Weight>
+__device__ unsigned nucleus_key(const T* logits, int n, unsigned threshold, float top_p, const Weight& weight) {
+  __shared__ unsigned long long mass[256];
+  __shared__ unsigned found_prefix;
+  __shared__ unsigned long long found_needed;
+  unsigned prefix = 0;
+  unsigned long long needed = 0;  // the weight still to cover: set from the total by warp 0 in the first pass
+  for (int shift = 8; shift >= 0; shift -= 8) {
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) mass[i] = 0;
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+      if (is_nan(logits[i])) continue;
+      const unsigned key = order_key(logits[i].bits);
+      if (key < threshold) continue;
+      if (shift == 0 && (key >> 8) != (prefix >> 8)) continue;  // only the high digit found in the first pass
+      const unsigned long long w = fixed_weight(weight(lg::to_float(logits[i])));
+      if (w != 0) atomicAdd(&mass[(key >> shift) & 0xffu], w);
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      // Lane j holds digits 255 - 8j down to 248 - 8j: an inclusive scan over the lanes sums from the top digit.
+      const int lane = static_cast<int>(threadIdx.x);
+      const int first_digit = 255 - 8 * lane;
+      unsigned long long mine = 0;
+      for (int j = 0; j < 8; ++j) mine += mass[first_digit - j];
+      unsigned long long inclusive = mine;
+#pragma unroll
+      for (int offset = 1; offset < 32; offset <<= 1) {
+        const unsigned long long other = __shfl_up_sync(0xffffffffu, inclusive, offset);
+        if (lane >= offset) inclusive += other;
+      }
+      if (shift == 8) {
+        // ceil(top_p * total), within [1, total]: total >= 2^38 (the largest logit's weight is 1).
+        const unsigned long long total = __shfl_sync(0xffffffffu, inclusive, 31);
+        const double want = fmax(1.0, ceil(static_cast<double>(top_p) * static_cast<double>(total)));
+        needed = want >= static_cast<double>(total) ? total : static_cast<unsigned long long>(want);
+      }
+      // Lane 31's inclusive sum is the whole (pass 1) or the high digit's bucket (pass 2): it reaches needed unless
+      // every weight is 0 or NaN (all logits -inf), when no candidate is drawn whatever the key.
+      const unsigned reached = __ballot_sync(0xffffffffu, inclusive >= needed);
+      if (lane == (reached != 0 ? __ffs(static_cast<int>(reached)) - 1 : 31)) {
+        unsigned long long acc = inclusive - mine;
+        int digit = first_digit;
+        for (; digit > first_digit - 7; --digit) {
+          if (acc + mass[digit] >= needed) break;
+          acc += mass[digit];
+        }
+        found_prefix = prefix | (static_cast<unsigned>(digit) << shift);
+        found_needed = needed - acc;  // >= 1: acc < needed
+      }
+    }
+    __syncthreads();
+    prefix = found_prefix;
+    needed = found_needed;
+    __syncthreads();  // the buckets are cleared for the next pass only after everyone read the result
+  }
+  return prefix;
+}
+
 /// Exclusive prefix sum of `v` over a 1-D block, and the block's total in `total`.
 __device__ float block_exclusive_scan(float v, float& total) {
   __shared__ float warp_totals[32];
@@ -101,7 +174,7 @@ __device__ float block_exclusive_scan(float v, float& total) {
 
 template <class T>
 __device__ __forceinline__ void sample_body(const T* logits, int* out, const int* positions, const int* slots, int n,
-                                            int top_k, float temperature, unsigned seed) {
+                                            int top_k, float temperature, unsigned seed, float top_p) {
   lg::early_launch_prologue();  // may be launched early (LaunchConfig::early_launch)
   const int row = blockIdx.x;
   logits += static_cast<long long>(row) * n;
@@ -123,8 +196,15 @@ __device__ __forceinline__ void sample_body(const T* logits, int* out, const int
     if (threadIdx.x == 0) out[row] = -1;
     return;
   }
-  const unsigned threshold = top_k > 0 && top_k < valid ? kth_largest_key(logits, n, top_k) : 0u;
+  unsigned threshold = top_k > 0 && top_k < valid ? kth_largest_key(logits, n, top_k) : 0u;
   const float inv_t = 1.0f / temperature;
+  if (top_p < 1.0f) {
+    // The same weights as `weight` below, for the candidates so far.
+    const auto value_weight = [&](float v) {
+      return top == __int_as_float(0x7f800000) ? (v == top ? 1.0f : 0.0f) : expf((v - top) * inv_t);
+    };
+    threshold = nucleus_key(logits, n, threshold, top_p, value_weight);
+  }
   const auto weight = [&](int i, bool& candidate) {
     candidate = !is_nan(logits[i]) && order_key(logits[i].bits) >= threshold;
     if (!candidate) return 0.0f;
@@ -178,11 +258,11 @@ __device__ __forceinline__ void sample_body(const T* logits, int* out, const int
 }  // namespace
 
 extern "C" __global__ void sample(const lg::half_t* logits, int* out, const int* positions, const int* slots, int n,
-                                  int top_k, float temperature, unsigned seed) {
-  sample_body(logits, out, positions, slots, n, top_k, temperature, seed);
+                                  int top_k, float temperature, unsigned seed, float top_p) {
+  sample_body(logits, out, positions, slots, n, top_k, temperature, seed, top_p);
 }
 
 extern "C" __global__ void sample_bf16(const lg::bf16_t* logits, int* out, const int* positions, const int* slots,
-                                       int n, int top_k, float temperature, unsigned seed) {
-  sample_body(logits, out, positions, slots, n, top_k, temperature, seed);
+                                       int n, int top_k, float temperature, unsigned seed, float top_p) {
+  sample_body(logits, out, positions, slots, n, top_k, temperature, seed, top_p);
 }

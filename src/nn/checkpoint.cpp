@@ -4,7 +4,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <set>
 #include <string>
+#include <string_view>
 
 #include <unistd.h>
 
@@ -20,9 +22,9 @@ DecoderConfig decoder_config(const LlamaConfig& l, int context, const std::files
   const auto refuse = [&](const std::string& why) {
     throw CheckpointError(file, "", "lazygraph's decoder cannot run this model: " + why);
   };
-  if (l.head_dimension() * l.num_attention_heads != l.hidden_size) {
-    refuse("head_dim (" + std::to_string(l.head_dimension()) + ") times num_attention_heads (" +
-           std::to_string(l.num_attention_heads) + ") must equal hidden_size (" + std::to_string(l.hidden_size) + ")");
+  if (l.attention_bias) {
+    refuse("q, k and v projection biases (attention_bias true" +
+           std::string(l.model_type == "qwen2" ? ", as in every Qwen2 model" : "") + ") are not implemented yet");
   }
   if (context > l.max_position_embeddings) {
     throw UsageError("LoadOptions::context (" + std::to_string(context) + ") is beyond the model's " +
@@ -37,8 +39,16 @@ DecoderConfig decoder_config(const LlamaConfig& l, int context, const std::files
   c.ffn = l.intermediate_size;
   c.vocab = l.vocab_size;
   c.context = context > 0 ? context : std::min(l.max_position_embeddings, 4096);
+  if (l.sliding_window.has_value() && *l.sliding_window < c.context) {
+    refuse("sliding_window " + std::to_string(*l.sliding_window) + " is shorter than the context of " +
+           std::to_string(c.context) + " positions, and sliding-window attention is not implemented (load with " +
+           "LoadOptions::context at most " + std::to_string(*l.sliding_window) + ")");
+  }
+  c.head_width = l.head_dimension();
   c.theta = static_cast<float>(l.rope_theta);
+  c.rope_scaling = l.rope_scaling;
   c.eps = static_cast<float>(l.rms_norm_eps);
+  c.max_batch = options.max_batch;
   c.early_launch = options.early_launch;
   c.tensor_cores = options.tensor_cores;
   try {
@@ -183,12 +193,64 @@ DecoderCheckpoint::DecoderCheckpoint(LlamaConfig llama, DecoderConfig config, Ch
       weights_(std::move(weights)),
       options_(options),
       tensors_(decoder_tensors(config_)) {
+  std::set<std::string_view> used;
   for (const DecoderTensor& t : tensors_) {
     const std::vector<std::int64_t> shape = t.shape();
-    const bool tied =
-        t.role == DecoderTensorRole::lm_head && weights_.find(t.name) == nullptr && llama_.tie_word_embeddings;
+    const bool tied = t.role == DecoderTensorRole::lm_head && llama_.tie_word_embeddings;
     sources_.push_back(&weights_.require(tied ? "model.embed_tokens.weight" : t.name, kLoadable, shape));
+    used.insert(sources_.back()->name);
     device_bytes_ += t.elements() * 2;  // fp16 and bf16 alike
+  }
+  for (const std::string_view name : weights_.names()) {
+    if (used.contains(name)) continue;
+    const TensorInfo& info = weights_.tensor(name);
+    if (llama_.tie_word_embeddings && name == "lm_head.weight") {
+      check_tied_head(info);
+      continue;
+    }
+    if (name.ends_with(".rotary_emb.inv_freq")) {
+      check_inv_freq(info);
+      continue;
+    }
+    throw CheckpointError(weights_.file_of(info).path(), std::string(name),
+                          "the " + llama_.model_type +
+                              " decoder does not use this tensor (a bias, a norm or a layer "
+                              "its config.json does not describe), and a tensor is refused rather than ignored");
+  }
+}
+
+void DecoderCheckpoint::check_tied_head(const TensorInfo& head) const {
+  // transformers ties the head to the embedding and never reads a stored lm_head.weight: one that differs would
+  // make the checkpoint mean two things.
+  const TensorInfo& embedding = *sources_.front();
+  const auto a = weights_.data(head);
+  const auto b = weights_.data(embedding);
+  if (head.dtype != embedding.dtype || head.shape != embedding.shape || !std::equal(a.begin(), a.end(), b.begin())) {
+    throw CheckpointError(weights_.file_of(head).path(), head.name,
+                          "tie_word_embeddings is true, but this tensor differs from model.embed_tokens.weight");
+  }
+}
+
+void DecoderCheckpoint::check_inv_freq(const TensorInfo& info) const {
+  // Older checkpoints store RoPE's inverse frequencies per layer; they must be what config.json's RoPE settings give.
+  const std::vector<double> want = rope_frequencies(config_.theta, config_.rope_scaling, config_.head_dim());
+  const auto fail = [&](const std::string& why) {
+    throw CheckpointError(weights_.file_of(info).path(), info.name, why);
+  };
+  if (info.shape != std::vector<std::int64_t>{static_cast<std::int64_t>(want.size())} ||
+      std::find(std::begin(kLoadable), std::end(kLoadable), info.dtype) == std::end(kLoadable)) {
+    fail(
+        "expected F32, F16 or BF16 " + format_shape(std::vector<std::int64_t>{static_cast<std::int64_t>(want.size())}) +
+        " (RoPE's inverse frequencies), found " + std::string(dtype_name(info.dtype)) + " " + format_shape(info.shape));
+  }
+  const std::byte* data = weights_.data(info).data();
+  const double tolerance = info.dtype == DType::f32 ? 1e-5 : 1e-2;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const double got = element(data, info.dtype, i);
+    if (!(std::abs(got - want[i]) <= tolerance * want[i])) {
+      fail("RoPE inverse frequency " + std::to_string(i) + " is " + std::to_string(got) + ", but config.json's RoPE " +
+           "settings give " + std::to_string(want[i]));
+    }
   }
 }
 
@@ -289,6 +351,8 @@ void save_seeded_checkpoint(const std::filesystem::path& directory, const Decode
   llama.vocab_size = config.vocab;
   llama.max_position_embeddings = config.context;
   llama.rope_theta = config.theta;
+  llama.rope_scaling = config.rope_scaling;
+  if (config.head_width != 0) llama.head_dim = config.head_width;
   llama.rms_norm_eps = config.eps;
   llama.torch_dtype = dtype == DType::f16 ? "float16" : dtype == DType::bf16 ? "bfloat16" : "float32";
   const std::filesystem::path file = directory / "config.json";

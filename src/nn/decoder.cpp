@@ -1,6 +1,7 @@
 #include "lazygraph/nn/decoder.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "lazygraph/nn/decoder_tensors.hpp"
@@ -13,13 +14,24 @@ void DecoderConfig::validate() const {
   if (d <= 0 || heads <= 0 || layers <= 0 || ffn <= 0 || vocab <= 0 || context <= 0)
     fail("every size must be positive");
   if (d % 8 != 0 || ffn % 8 != 0) fail("d and ffn must be multiples of 8 (the gemv kernels load 8 halves at a time)");
-  if (d % heads != 0) fail("d (" + std::to_string(d) + ") must be divisible by heads (" + std::to_string(heads) + ")");
+  if (head_width < 0) fail("head_width (" + std::to_string(head_width) + ") must be 0 (d / heads) or positive");
+  if (head_width == 0 && d % heads != 0) {
+    fail("d (" + std::to_string(d) + ") must be divisible by heads (" + std::to_string(heads) +
+         ") when head_width is 0");
+  }
   if (kv_heads < 0 || heads % kv_head_count() != 0) {
     fail("heads (" + std::to_string(heads) + ") must be a multiple of kv_heads (" + std::to_string(kv_heads) + ")");
   }
   if (head_dim() % 8 != 0 || head_dim() > 128) {
     fail("head_dim (" + std::to_string(head_dim()) +
          ") must be a multiple of 8 and at most 128 (the attention kernel)");
+  }
+  if (!std::isfinite(theta) || !(theta > 0)) fail("theta (" + std::to_string(theta) + ") must be finite and positive");
+  if (!std::isfinite(eps) || !(eps > 0)) fail("eps (" + std::to_string(eps) + ") must be finite and positive");
+  try {
+    rope_scaling.validate();
+  } catch (const UsageError& e) {
+    fail(e.what());
   }
   if (context > 8192)
     fail("context (" + std::to_string(context) + ") must be at most 8192 (scores live in shared memory)");
@@ -31,10 +43,16 @@ void DecoderConfig::validate() const {
   }
 }
 
+std::vector<float> rope_table(const DecoderConfig& config) {
+  const std::vector<double> f = rope_frequencies(config.theta, config.rope_scaling, config.head_dim());
+  return {f.begin(), f.end()};
+}
+
 std::size_t DecoderConfig::weight_bytes() const {
   const auto dd = static_cast<std::size_t>(d);
   const auto kv = static_cast<std::size_t>(kv_dim());
-  const std::size_t per_layer = 2 * dd * dd + 2 * kv * dd + 3 * dd * static_cast<std::size_t>(ffn) + 2 * dd;
+  const auto qd = static_cast<std::size_t>(q_dim());
+  const std::size_t per_layer = 2 * qd * dd + 2 * kv * dd + 3 * dd * static_cast<std::size_t>(ffn) + 2 * dd;
   return (per_layer * static_cast<std::size_t>(layers) + static_cast<std::size_t>(vocab) * dd + 2 * dd) * sizeof(half);
 }
 
@@ -51,10 +69,10 @@ BasicDecoderState<T>::BasicDecoderState(const Device& device, const DecoderConfi
       generated(device, static_cast<std::size_t>(c.context)),
       next(device, kMaxRows),
       x(DeviceBuffer<T>(device, kMaxRows * static_cast<std::size_t>(c.d))),
-      q(DeviceBuffer<T>(device, kMaxRows * static_cast<std::size_t>(c.d))),
+      q(DeviceBuffer<T>(device, kMaxRows * static_cast<std::size_t>(c.q_dim()))),
       k(DeviceBuffer<T>(device, kMaxRows * static_cast<std::size_t>(c.kv_dim()))),
       v(DeviceBuffer<T>(device, kMaxRows * static_cast<std::size_t>(c.kv_dim()))),
-      attn(DeviceBuffer<T>(device, kMaxRows * static_cast<std::size_t>(c.d))),
+      attn(DeviceBuffer<T>(device, kMaxRows * static_cast<std::size_t>(c.q_dim()))),
       act(DeviceBuffer<T>(device, kMaxRows * static_cast<std::size_t>(c.ffn))),
       logits(DeviceBuffer<T>(device, kMaxRows * static_cast<std::size_t>(c.vocab))),
       k_cache(DeviceBuffer<T>(device, static_cast<std::size_t>(c.layers) * static_cast<std::size_t>(c.max_batch) *
@@ -63,9 +81,13 @@ BasicDecoderState<T>::BasicDecoderState(const Device& device, const DecoderConfi
       attention_partials(device, static_cast<std::size_t>(kMaxRows) * static_cast<std::size_t>(c.heads) *
                                      static_cast<std::size_t>(c.attention_splits()) *
                                      static_cast<std::size_t>(c.head_dim() + 2)),
-      attention_counters(device, static_cast<std::size_t>(kMaxRows) * static_cast<std::size_t>(c.heads)) {
+      attention_counters(device, static_cast<std::size_t>(kMaxRows) * static_cast<std::size_t>(c.heads)),
+      rope_frequencies(device, static_cast<std::size_t>(c.head_dim() / 2)) {
+  const Stream stream(device);
   // attention_split counts each (row, head)'s blocks here and leaves the counts at zero; they start there.
-  fill(attention_counters.view(), 0U).sync_on(Stream(device));
+  fill(attention_counters.view(), 0U).sync_on(stream);
+  const std::vector<float> table = rope_table(c);
+  copy(rope_frequencies.view(), std::span<const float>(table)).sync_on(stream);
 }
 
 namespace {

@@ -28,10 +28,10 @@ std::vector<DecoderTensor> decoder_tensors(const DecoderConfig& c) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     const auto id = [&](std::uint32_t slot) { return 16U * static_cast<std::uint32_t>(l) + slot; };
     gain(p + "input_layernorm.weight", Role::attention_gain, l, id(1));
-    matrix(p + "self_attn.q_proj.weight", Role::wq, l, c.d, c.d, id(2));
+    matrix(p + "self_attn.q_proj.weight", Role::wq, l, c.q_dim(), c.d, id(2));
     matrix(p + "self_attn.k_proj.weight", Role::wk, l, c.kv_dim(), c.d, id(3));
     matrix(p + "self_attn.v_proj.weight", Role::wv, l, c.kv_dim(), c.d, id(4));
-    matrix(p + "self_attn.o_proj.weight", Role::wo, l, c.d, c.d, id(5));
+    matrix(p + "self_attn.o_proj.weight", Role::wo, l, c.d, c.q_dim(), id(5));
     gain(p + "post_attention_layernorm.weight", Role::mlp_gain, l, id(6));
     matrix(p + "mlp.gate_proj.weight", Role::w1, l, c.ffn, c.d, id(7));
     matrix(p + "mlp.up_proj.weight", Role::w3, l, c.ffn, c.d, id(8));

@@ -1,10 +1,22 @@
 #pragma once
 /// \file
-/// Private helpers of src/nn: reading a small text file and parsing JSON strictly (syntax errors and duplicate
-/// keys become CheckpointError naming the file). Not installed; only src/nn/*.cpp include it.
+/// Private helpers of src/nn: reading a small text file and parsing JSON strictly (syntax errors, duplicate keys,
+/// NUL bytes and nesting deeper than a small limit become CheckpointError naming the file). Not installed; only
+/// src/nn/*.cpp include it.
+///
+/// Hostile input is the case these helpers are written for: reading refuses anything but a regular file (a FIFO
+/// would block, a device would never end) and stops at a size limit; parsing is one pass over the text, O(n log n)
+/// in the number of keys, and never builds a value nested deeper than the limit, so that nothing recursive in
+/// nlohmann (dump(), comparisons, copies) can overflow the stack on a value this parser returned.
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -13,6 +25,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -21,63 +34,288 @@
 
 namespace lazygraph::nn::detail {
 
+/// The most bytes read_text_file reads by default: 16 MiB, far more than any real config.json (a few kB).
+inline constexpr std::size_t kMaxConfigBytes = std::size_t{16} << 20U;
+
+/// The deepest nesting of arrays and objects parse_json_strict accepts by default (real checkpoint files nest
+/// fewer than 5 levels).
+inline constexpr std::size_t kMaxJsonDepth = 64;
+
 /// The text of errno's current value, e.g. "No such file or directory" (thread-safe, unlike strerror).
 inline std::string errno_text(int error) { return std::error_code(error, std::generic_category()).message(); }
 
-/// The whole content of `path`. Throws CheckpointError naming the file and strerror when it cannot be read.
-inline std::string read_text_file(const std::filesystem::path& path) {
-  const std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
-  if (file == nullptr) throw CheckpointError(path, "", "cannot open: " + errno_text(errno));
-  std::string text;
-  char buffer[65536];
-  std::size_t got = 0;
-  while ((got = std::fread(buffer, 1, sizeof buffer, file.get())) > 0) text.append(buffer, got);
-  if (std::ferror(file.get()) != 0) throw CheckpointError(path, "", "cannot read: " + errno_text(errno));
-  return text;
+/// What a file of mode `mode` is, for messages: "a folder", "a FIFO", ...
+inline std::string_view file_kind(mode_t mode) noexcept {
+  if (S_ISDIR(mode)) return "a folder";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "an unknown kind of file";
 }
 
-/// A JSON value as messages show it: its text (strings quoted), cut to about 60 characters.
-inline std::string describe_json(const nlohmann::json& value) {
-  std::string text = value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  constexpr std::size_t kMax = 60;
-  if (text.size() > kMax) text = text.substr(0, kMax) + "...";
-  return text;
+/// Closes a file descriptor when it goes out of scope.
+class FdGuard {
+ public:
+  explicit FdGuard(int fd) noexcept : fd_(fd) {}
+  FdGuard(FdGuard&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  FdGuard(const FdGuard&) = delete;
+  FdGuard& operator=(const FdGuard&) = delete;
+  FdGuard& operator=(FdGuard&&) = delete;
+  ~FdGuard() { close(); }
+  [[nodiscard]] int get() const noexcept { return fd_; }
+  /// Closes now; returns ::close's result (0, or -1 with errno set).
+  int close() noexcept {
+    const int result = fd_ >= 0 ? ::close(fd_) : 0;
+    fd_ = -1;
+    return result;
+  }
+
+ private:
+  int fd_;
+};
+
+/// Opens `path` for reading without blocking (a FIFO without a writer would block open() forever) and checks that
+/// it is a regular file. Returns the descriptor and the file's size as fstat saw it. Throws CheckpointError naming
+/// `path` with strerror when it cannot be opened or stat'ed, or "is not a regular file (a FIFO)" and the like.
+inline std::pair<FdGuard, std::size_t> open_regular_file(const std::filesystem::path& path) {
+  FdGuard fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
+  if (fd.get() < 0) throw CheckpointError(path, "", "cannot open: " + errno_text(errno));
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) throw CheckpointError(path, "", "cannot stat: " + errno_text(errno));
+  if (!S_ISREG(st.st_mode)) {
+    throw CheckpointError(path, "", "is not a regular file (" + std::string(file_kind(st.st_mode)) + ")");
+  }
+  return {std::move(fd), static_cast<std::size_t>(st.st_size)};
 }
 
-/// The JSON value of `text`. Throws CheckpointError naming `file` when `text` is not JSON (nlohmann's message
-/// included) or an object repeats a key (naming the key; for a key of the top-level object, it is also reported
-/// as the tensor when `keys_are_tensors`).
-inline nlohmann::json parse_json_strict(std::string_view text, const std::filesystem::path& file, std::string_view what,
-                                        bool keys_are_tensors) {
-  std::vector<std::set<std::string>> open_objects;
-  std::optional<std::string> duplicate;
-  bool duplicate_at_top = false;
-  const auto watch = [&](int /*depth*/, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-    using Event = nlohmann::json::parse_event_t;
-    if (event == Event::object_start) open_objects.emplace_back();
-    if (event == Event::object_end && !open_objects.empty()) open_objects.pop_back();
-    if (event == Event::key && !open_objects.empty() && !duplicate.has_value()) {
-      std::string key = parsed.get<std::string>();
-      if (!open_objects.back().insert(key).second) {
-        duplicate_at_top = open_objects.size() == 1;
-        duplicate = std::move(key);
-      }
-    }
-    return true;
+/// The whole content of `path`, a regular file of at most `max_bytes` bytes. Throws CheckpointError naming the file
+/// when it cannot be opened or read (with strerror), is not a regular file (a FIFO, a device such as /dev/zero, a
+/// folder), or holds more than `max_bytes` bytes (checked on the size fstat gives and again while reading, for
+/// files whose size fstat does not know).
+inline std::string read_text_file(const std::filesystem::path& path, std::size_t max_bytes = kMaxConfigBytes) {
+  auto [fd, size] = open_regular_file(path);
+  const auto too_large = [&] {
+    constexpr std::size_t kMiB = std::size_t{1} << 20U;
+    const std::string mib = max_bytes % kMiB == 0 ? " (" + std::to_string(max_bytes / kMiB) + " MiB)" : "";
+    return CheckpointError(path, "", "is larger than the " + std::to_string(max_bytes) + " bytes allowed" + mib);
   };
-  nlohmann::json value;
+  if (size > max_bytes) throw too_large();
+  std::string text;
+  text.reserve(size);
+  char buffer[65536];
+  for (;;) {
+    const ssize_t got = ::read(fd.get(), buffer, sizeof buffer);
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      throw CheckpointError(path, "", "cannot read: " + errno_text(errno));
+    }
+    if (got == 0) break;
+    if (static_cast<std::size_t>(got) > max_bytes - text.size()) throw too_large();
+    text.append(buffer, static_cast<std::size_t>(got));
+  }
+  return text;
+}
+
+/// `text` as messages show it: each control character (below 0x20, and 0x7f) written as \xNN.
+inline std::string printable(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20U || byte == 0x7fU) {
+      constexpr std::string_view kHex = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[byte >> 4U];
+      out += kHex[byte & 0xfU];
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+namespace json_detail {
+
+inline constexpr std::size_t kDescribeMax = 60;
+
+inline std::string dump_scalar(const nlohmann::json& value) {
+  return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+/// Appends the compact JSON text of `value` to `out`, stopping soon after `out` exceeds `limit` characters, so
+/// that describing a huge value costs little. Recursion depth is that of `value`: callers pass values that
+/// parse_json_strict returned, which are nested at most its depth limit.
+inline void describe_into(const nlohmann::json& value, std::string& out, std::size_t limit) {
+  if (out.size() > limit) return;
+  if (value.is_string()) {
+    const auto& text = value.get_ref<const std::string&>();
+    // Twice the limit of bytes is enough: dumping never makes a string shorter; a UTF-8 sequence cut at the end
+    // shows as U+FFFD past the cut of the message.
+    out += dump_scalar(text.size() > 2 * limit ? nlohmann::json(text.substr(0, 2 * limit)) : value);
+  } else if (value.is_object()) {
+    out += '{';
+    bool first = true;
+    for (const auto& [key, member] : value.items()) {
+      if (out.size() > limit) return;
+      if (!first) out += ',';
+      first = false;
+      describe_into(nlohmann::json(key), out, limit);
+      out += ':';
+      describe_into(member, out, limit);
+    }
+    out += '}';
+  } else if (value.is_array()) {
+    out += '[';
+    bool first = true;
+    for (const nlohmann::json& element : value) {
+      if (out.size() > limit) return;
+      if (!first) out += ',';
+      first = false;
+      describe_into(element, out, limit);
+    }
+    out += ']';
+  } else {
+    out += dump_scalar(value);
+  }
+}
+
+/// A SAX handler for nlohmann::json::sax_parse that builds the value itself, refusing (by stopping the parse) a
+/// duplicate key, nesting deeper than `max_depth` and syntax errors, and recording which of them it was.
+class StrictBuilder {
+ public:
+  using json = nlohmann::json;
+  using number_integer_t = json::number_integer_t;
+  using number_unsigned_t = json::number_unsigned_t;
+  using number_float_t = json::number_float_t;
+  using string_t = json::string_t;
+  using binary_t = json::binary_t;
+
+  explicit StrictBuilder(std::size_t max_depth) : max_depth_(max_depth) {}
+
+  bool null() { return put(nullptr); }
+  bool boolean(bool value) { return put(value); }
+  bool number_integer(number_integer_t value) { return put(value); }
+  bool number_unsigned(number_unsigned_t value) { return put(value); }
+  bool number_float(number_float_t value, const string_t& /*text*/) { return put(value); }
+  bool string(string_t& value) { return put(std::move(value)); }
+  bool binary(binary_t& value) { return put(json::binary(std::move(value))); }  // not produced by JSON text
+  bool start_object(std::size_t /*elements*/) { return open(json::value_t::object); }
+  bool start_array(std::size_t /*elements*/) { return open(json::value_t::array); }
+  bool end_object() { return close(); }
+  bool end_array() { return close(); }
+
+  bool key(string_t& name) {
+    auto& object = open_.back()->get_ref<json::object_t&>();
+    const auto [it, inserted] = object.try_emplace(std::move(name));  // std::map: O(log n), no rescan
+    if (!inserted) {
+      duplicate = it->first;
+      duplicate_at_top = open_.size() == 1;
+      return false;
+    }
+    slot_ = &it->second;
+    return true;
+  }
+
+  bool parse_error(std::size_t /*position*/, const std::string& /*token*/, const json::exception& error) {
+    syntax_error = error.what();
+    return false;
+  }
+
+  json root;                                // the value, once sax_parse returned true
+  std::optional<std::string> syntax_error;  // nlohmann's message
+  std::optional<std::string> duplicate;     // the first key found twice in one object
+  bool duplicate_at_top = false;            // whether that object is the top-level one
+  bool too_deep = false;                    // nesting went past max_depth
+
+ private:
+  /// Where the next value goes: the root, a new element of the innermost array, or the slot of the last key.
+  json* place() {
+    if (open_.empty()) return &root;
+    json& container = *open_.back();
+    if (container.is_array()) {
+      auto& array = container.get_ref<json::array_t&>();
+      array.emplace_back();
+      return &array.back();
+    }
+    return slot_;
+  }
+
+  template <class Value>
+  bool put(Value&& value) {
+    *place() = json(std::forward<Value>(value));
+    return true;
+  }
+
+  bool open(json::value_t type) {
+    if (open_.size() >= max_depth_) {
+      too_deep = true;
+      return false;
+    }
+    json* container = place();
+    *container = json(type);
+    open_.push_back(container);  // stable: later values only go into this container or deeper ones
+    return true;
+  }
+
+  bool close() {
+    open_.pop_back();
+    return true;
+  }
+
+  std::size_t max_depth_;
+  std::vector<json*> open_;  // the arrays and objects not yet closed, outermost first
+  json* slot_ = nullptr;     // the value of the last key of the innermost object
+};
+
+}  // namespace json_detail
+
+/// A JSON value as messages show it: its compact text (strings quoted), cut to about 60 characters. Costs little
+/// however large the value; `value` must be nested no deeper than a value parse_json_strict returns.
+inline std::string describe_json(const nlohmann::json& value) {
+  std::string text;
+  json_detail::describe_into(value, text, json_detail::kDescribeMax);
+  if (text.size() > json_detail::kDescribeMax) text = text.substr(0, json_detail::kDescribeMax) + "...";
+  return text;
+}
+
+/// The JSON value of `text`, parsed in one pass (O(n log n) in the number of keys). Throws CheckpointError naming
+/// `file` when `text` is not JSON (nlohmann's message included), holds a NUL byte (nlohmann would stop reading
+/// there and accept what follows), nests arrays and objects deeper than `max_depth` levels (the top-level value
+/// is level 1; checked while parsing, so no deeper value is ever built), or an object repeats a key (naming the
+/// key; for a key of the top-level object, it is also reported as the tensor when `keys_are_tensors`). `what`
+/// names the text in messages, e.g. "the header".
+inline nlohmann::json parse_json_strict(std::string_view text, const std::filesystem::path& file, std::string_view what,
+                                        bool keys_are_tensors, std::size_t max_depth = kMaxJsonDepth) {
+  if (const std::size_t nul = text.find('\0'); nul != std::string_view::npos) {
+    throw CheckpointError(
+        file, "", std::string(what) + " is not valid JSON: it holds a NUL byte at offset " + std::to_string(nul));
+  }
+  json_detail::StrictBuilder builder(max_depth);
+  bool parsed = false;
   try {
-    value = nlohmann::json::parse(text.begin(), text.end(), watch);
-  } catch (const nlohmann::json::exception& e) {
+    parsed = nlohmann::json::sax_parse(text.begin(), text.end(), &builder);
+  } catch (const nlohmann::json::exception& e) {  // not expected: the handler reports errors; kept for safety
     throw CheckpointError(file, "", std::string(what) + " is not valid JSON: " + e.what());
   }
-  if (duplicate.has_value()) {
-    if (duplicate_at_top && keys_are_tensors) {
-      throw CheckpointError(file, *duplicate, "the name appears twice in " + std::string(what));
-    }
-    throw CheckpointError(file, "", std::string(what) + " has the key '" + *duplicate + "' twice in one object");
+  if (builder.too_deep) {
+    throw CheckpointError(
+        file, "",
+        std::string(what) + " nests deeper than " + std::to_string(max_depth) + " levels of arrays and objects");
   }
-  return value;
+  if (builder.duplicate.has_value()) {
+    if (builder.duplicate_at_top && keys_are_tensors) {
+      throw CheckpointError(file, *builder.duplicate, "the name appears twice in " + std::string(what));
+    }
+    throw CheckpointError(
+        file, "", std::string(what) + " has the key '" + printable(*builder.duplicate) + "' twice in one object");
+  }
+  if (!parsed || builder.syntax_error.has_value()) {
+    throw CheckpointError(file, "",
+                          std::string(what) + " is not valid JSON: " +
+                              builder.syntax_error.value_or("the parser stopped without a reason"));
+  }
+  return std::move(builder.root);
 }
 
 }  // namespace lazygraph::nn::detail

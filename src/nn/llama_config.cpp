@@ -1,6 +1,10 @@
 #include <lazygraph/nn/llama_config.hpp>
 
+#include <algorithm>
+#include <cstdint>
+#include <iterator>
 #include <limits>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -12,6 +16,10 @@ namespace {
 
 using nlohmann::json;
 namespace fs = std::filesystem;
+
+constexpr int kMaxHeads = 4096;
+constexpr int kMaxLayers = 1024;
+constexpr int kMaxVocab = 1 << 24;
 
 /// Reads keys of one config.json object, naming the file and the key in every error.
 class ConfigReader {
@@ -32,25 +40,34 @@ class ConfigReader {
     return it == root_.end() || it->is_null() ? nullptr : &*it;
   }
 
-  [[nodiscard]] int positive_int(std::string_view key) const {
+  [[nodiscard]] int positive_int(std::string_view key, int most) const {
     const json* value = get(key);
     if (value == nullptr) fail(key, "is missing");
-    return positive_int_value(key, *value);
+    return positive_int_value(key, *value, most);
   }
 
-  [[nodiscard]] std::optional<int> optional_positive_int(std::string_view key) const {
+  [[nodiscard]] std::optional<int> optional_positive_int(std::string_view key, int most) const {
     const json* value = get(key);
     if (value == nullptr) return std::nullopt;
-    return positive_int_value(key, *value);
+    return positive_int_value(key, *value, most);
   }
 
-  [[nodiscard]] double positive_number(std::string_view key, double fallback) const {
+  /// A positive number that float holds as a normal finite value (the kernels compute in float).
+  [[nodiscard]] double float_number(std::string_view key, double fallback) const {
     const json* value = get(key);
     if (value == nullptr) return fallback;
-    if (!value->is_number() || !(value->get<double>() > 0)) {
-      fail(key, "must be a positive number, found " + detail::describe_json(*value));
+    return float_value(key, *value);
+  }
+
+  [[nodiscard]] double float_value(std::string_view key, const json& value) const {
+    if (!value.is_number() || !(value.get<double>() > 0)) {
+      fail(key, "must be a positive number, found " + detail::describe_json(value));
     }
-    return value->get<double>();
+    const double x = value.get<double>();
+    if (!(x >= std::numeric_limits<float>::min() && x <= std::numeric_limits<float>::max())) {
+      fail(key, "(" + detail::describe_json(value) + ") is outside the range of float (the kernels compute in float)");
+    }
+    return x;
   }
 
   [[nodiscard]] std::string string(std::string_view key, std::string fallback) const {
@@ -67,11 +84,37 @@ class ConfigReader {
     return value->get<bool>();
   }
 
+  /// A token id, or a list of them (eos_token_id may be either); empty when absent.
+  [[nodiscard]] std::vector<int> token_ids(std::string_view key) const {
+    const json* value = get(key);
+    if (value == nullptr) return {};
+    std::vector<int> ids;
+    const auto one = [&](const json& id) {
+      if (!id.is_number_unsigned() || id.get<std::uint64_t>() > static_cast<std::uint64_t>(kMaxVocab)) {
+        fail(key, "must be a token id or a list of them, found " + detail::describe_json(*value));
+      }
+      ids.push_back(static_cast<int>(id.get<std::uint64_t>()));
+    };
+    if (value->is_array()) {
+      if (value->size() > 1024) fail(key, "lists more than 1024 tokens");
+      for (const json& id : *value) one(id);
+    } else {
+      one(*value);
+    }
+    return ids;
+  }
+
+  [[nodiscard]] const json& root() const noexcept { return root_; }
+
  private:
-  [[nodiscard]] int positive_int_value(std::string_view key, const json& value) const {
+  [[nodiscard]] int positive_int_value(std::string_view key, const json& value, int most) const {
     if (value.is_number_unsigned() && value.get<std::uint64_t>() > 0 &&
-        value.get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<int>::max())) {
+        value.get<std::uint64_t>() <= static_cast<std::uint64_t>(most)) {
       return static_cast<int>(value.get<std::uint64_t>());
+    }
+    if (value.is_number_unsigned() && value.get<std::uint64_t>() > 0) {
+      fail(key, "(" + detail::describe_json(value) + ") is larger than lazygraph reads (at most " +
+                    std::to_string(most) + ")");
     }
     fail(key, "must be a positive integer, found " + detail::describe_json(value));
   }
@@ -79,6 +122,252 @@ class ConfigReader {
   const json& root_;
   const fs::path& source_;
 };
+
+/// Keys that do not change what inference computes: bookkeeping, training-only settings, token ids read elsewhere,
+/// and generation defaults (a caller picks its own sampling).
+constexpr std::string_view kHarmlessKeys[] = {
+    "_attn_implementation",
+    "_attn_implementation_autoset",
+    "_commit_hash",
+    "_name_or_path",
+    "add_cross_attention",
+    "attention_dropout",
+    "attn_implementation",
+    "bad_words_ids",
+    "begin_suppress_tokens",
+    "chunk_size_feed_forward",
+    "cross_attention_hidden_size",
+    "decoder_start_token_id",
+    "diversity_penalty",
+    "do_sample",
+    "early_stopping",
+    "encoder_no_repeat_ngram_size",
+    "exponential_decay_length_penalty",
+    "finetuning_task",
+    "forced_bos_token_id",
+    "forced_eos_token_id",
+    "id2label",
+    "initializer_range",
+    "is_decoder",
+    "is_encoder_decoder",
+    "label2id",
+    "length_penalty",
+    "max_length",
+    "max_window_layers",
+    "min_length",
+    "no_repeat_ngram_size",
+    "num_beam_groups",
+    "num_beams",
+    "num_return_sequences",
+    "output_attentions",
+    "output_hidden_states",
+    "output_scores",
+    "pad_token_id",
+    "prefix",
+    "pretraining_tp",
+    "problem_type",
+    "pruned_heads",
+    "remove_invalid_values",
+    "repetition_penalty",
+    "return_dict",
+    "return_dict_in_generate",
+    "sep_token_id",
+    "suppress_tokens",
+    "task_specific_params",
+    "temperature",
+    "tf_legacy_loss",
+    "tie_encoder_decoder",
+    "tokenizer_class",
+    "top_k",
+    "top_p",
+    "torchscript",
+    "transformers_version",
+    "typical_p",
+    "use_bfloat16",
+    "use_cache",
+    "use_return_dict",
+};
+
+/// Keys this reader reads (and checks).
+constexpr std::string_view kReadKeys[] = {
+    "architectures",
+    "attention_bias",
+    "bos_token_id",
+    "dtype",
+    "eos_token_id",
+    "head_dim",
+    "hidden_act",
+    "hidden_size",
+    "intermediate_size",
+    "layer_types",
+    "max_position_embeddings",
+    "mlp_bias",
+    "model_type",
+    "num_attention_heads",
+    "num_hidden_layers",
+    "num_key_value_heads",
+    "rms_norm_eps",
+    "rope_parameters",
+    "rope_scaling",
+    "rope_theta",
+    "sliding_window",
+    "tie_word_embeddings",
+    "torch_dtype",
+    "use_sliding_window",
+    "vocab_size",
+};
+
+struct Architecture {
+  std::string_view model_type;
+  std::string_view class_name;
+};
+constexpr Architecture kArchitectures[] = {
+    {"llama", "LlamaForCausalLM"}, {"mistral", "MistralForCausalLM"}, {"qwen2", "Qwen2ForCausalLM"}};
+
+template <std::size_t N>
+bool listed(const std::string_view (&list)[N], std::string_view key) {
+  return std::find(std::begin(list), std::end(list), key) != std::end(list);
+}
+
+void check_keys(const ConfigReader& reader) {
+  for (const auto& [key, value] : reader.root().items()) {
+    if (listed(kReadKeys, key) || listed(kHarmlessKeys, key)) continue;
+    reader.fail(key,
+                "is not one lazygraph knows, and it may change what the model computes, so the model is "
+                "refused rather than run without it (remove it from config.json if it does not)");
+  }
+}
+
+void read_architecture(LlamaConfig& config, const ConfigReader& reader) {
+  config.model_type = reader.string("model_type", "llama");
+  const auto known = std::find_if(std::begin(kArchitectures), std::end(kArchitectures),
+                                  [&](const Architecture& a) { return a.model_type == config.model_type; });
+  if (known == std::end(kArchitectures)) {
+    reader.fail("model_type", "'" + config.model_type + "' is not supported (lazygraph runs llama, mistral, qwen2)");
+  }
+  if (const json* classes = reader.get("architectures"); classes != nullptr) {
+    if (!classes->is_array()) reader.fail("architectures", "must be a list, found " + detail::describe_json(*classes));
+    for (const json& name : *classes) {
+      if (!name.is_string() || name.get<std::string>() != known->class_name) {
+        reader.fail("architectures", "names " + detail::describe_json(name) + ", but lazygraph runs model_type '" +
+                                         config.model_type + "' as " + std::string(known->class_name) + " only");
+      }
+    }
+  }
+}
+
+/// RoPE: transformers 5's rope_parameters {rope_theta, rope_type, ...}, or the older top-level rope_theta and
+/// rope_scaling {type or rope_type, ...}; where both are given they must agree.
+void read_rope(LlamaConfig& config, const ConfigReader& reader) {
+  const json* parameters = reader.get("rope_parameters");
+  const json* scaling = reader.get("rope_scaling");
+  const bool has_top_theta = reader.get("rope_theta") != nullptr;
+  const double top_theta = reader.float_number("rope_theta", config.rope_theta);
+  const auto read_object = [&](const json& object, std::string_view key, bool holds_theta) {
+    if (!object.is_object()) reader.fail(key, "must be an object, found " + detail::describe_json(object));
+    const auto field = [&](std::string_view name) -> const json* {
+      const auto it = object.find(name);
+      return it == object.end() || it->is_null() ? nullptr : &*it;
+    };
+    const std::string where = std::string(key) + ".";
+    std::string type = "default";
+    for (const char* name : {"rope_type", "type"}) {
+      if (const json* t = field(name); t != nullptr) {
+        if (!t->is_string()) reader.fail(where + name, "must be a string, found " + detail::describe_json(*t));
+        if (type != "default" && t->get<std::string>() != type) reader.fail(where + name, "disagrees with rope_type");
+        type = t->get<std::string>();
+      }
+    }
+    RopeScaling rope;
+    if (type == "linear") {
+      rope.type = RopeType::linear;
+    } else if (type == "llama3") {
+      rope.type = RopeType::llama3;
+    } else if (type != "default") {
+      reader.fail(where + "rope_type",
+                  "'" + type + "' is not implemented (lazygraph implements default, linear and " +
+                      "llama3; yarn, dynamic, longrope and others change the arithmetic otherwise)");
+    }
+    const auto number = [&](const char* name) {
+      const json* v = field(name);
+      if (v == nullptr) reader.fail(where + name, "is missing (rope_type " + type + " needs it)");
+      return reader.float_value(where + name, *v);
+    };
+    std::vector<std::string> used = {"rope_type", "type"};
+    if (holds_theta) used.emplace_back("rope_theta");
+    if (rope.type != RopeType::standard) {
+      rope.factor = number("factor");
+      used.emplace_back("factor");
+    }
+    if (rope.type == RopeType::llama3) {
+      rope.low_freq_factor = number("low_freq_factor");
+      rope.high_freq_factor = number("high_freq_factor");
+      const json* original = field("original_max_position_embeddings");
+      if (original == nullptr || !original->is_number_unsigned() || original->get<std::uint64_t>() == 0 ||
+          original->get<std::uint64_t>() > (1U << 24U)) {
+        reader.fail(where + "original_max_position_embeddings",
+                    "must be a positive integer (at most 2^24) for rope_type llama3");
+      }
+      rope.original_max_position_embeddings = static_cast<int>(original->get<std::uint64_t>());
+      used.insert(used.end(), {"low_freq_factor", "high_freq_factor", "original_max_position_embeddings"});
+    }
+    for (const auto& [name, value] : object.items()) {
+      if (std::find(used.begin(), used.end(), name) != used.end() || value.is_null()) continue;
+      // transformers writes partial_rotary_factor 1.0 for models that rotate every pair: the same arithmetic.
+      if (name == "partial_rotary_factor" && value.is_number() && value.get<double>() == 1.0) continue;
+      reader.fail(where + name, "is not used by rope_type " + type +
+                                    " as lazygraph implements it, and may change "
+                                    "what the model computes");
+    }
+    try {
+      rope.validate();
+    } catch (const UsageError& e) {
+      reader.fail(key, e.what());
+    }
+    return rope;
+  };
+  config.rope_theta = top_theta;
+  if (parameters != nullptr) {
+    config.rope_scaling = read_object(*parameters, "rope_parameters", true);
+    if (const auto it = parameters->find("rope_theta"); it != parameters->end() && !it->is_null()) {
+      const double theta = reader.float_value("rope_parameters.rope_theta", *it);
+      if (has_top_theta && top_theta != theta) {
+        reader.fail("rope_theta", "(" + std::to_string(top_theta) + ") disagrees with rope_parameters.rope_theta (" +
+                                      std::to_string(theta) + ")");
+      }
+      config.rope_theta = theta;
+    }
+    if (scaling != nullptr && read_object(*scaling, "rope_scaling", false) != config.rope_scaling) {
+      reader.fail("rope_scaling", "disagrees with rope_parameters");
+    }
+  } else if (scaling != nullptr) {
+    config.rope_scaling = read_object(*scaling, "rope_scaling", false);
+  }
+}
+
+/// The attention window: Mistral's sliding_window, Qwen2's when use_sliding_window is true, or any model's whose
+/// layer_types name sliding_attention; nullopt when attention sees every earlier position.
+void read_window(LlamaConfig& config, const ConfigReader& reader) {
+  const std::optional<int> window = reader.optional_positive_int("sliding_window", std::numeric_limits<int>::max());
+  bool applies = config.model_type == "mistral" || reader.boolean("use_sliding_window", false);
+  if (const json* types = reader.get("layer_types"); types != nullptr) {
+    if (!types->is_array()) reader.fail("layer_types", "must be a list, found " + detail::describe_json(*types));
+    for (const json& t : *types) {
+      if (t == "sliding_attention") {
+        applies = true;
+      } else if (t != "full_attention") {
+        reader.fail("layer_types", "holds " + detail::describe_json(t) +
+                                       " (lazygraph implements full_attention and, with a window at least the "
+                                       "context, sliding_attention)");
+      }
+    }
+    if (types->size() != static_cast<std::size_t>(config.num_hidden_layers)) {
+      reader.fail("layer_types", "lists " + std::to_string(types->size()) + " layers, not num_hidden_layers (" +
+                                     std::to_string(config.num_hidden_layers) + ")");
+    }
+  }
+  if (applies && window.has_value()) config.sliding_window = window;
+}
 
 void check_shapes(const LlamaConfig& config, const ConfigReader& reader) {
   if (config.num_attention_heads % config.num_key_value_heads != 0) {
@@ -101,25 +390,45 @@ LlamaConfig LlamaConfig::parse(std::string_view json_text, const std::filesystem
     throw CheckpointError(source, "", "the config must be a JSON object, found " + detail::describe_json(root));
   }
   const ConfigReader reader(root, source);
+  check_keys(reader);
   LlamaConfig config;
-  config.hidden_size = reader.positive_int("hidden_size");
-  config.num_attention_heads = reader.positive_int("num_attention_heads");
-  config.num_key_value_heads = reader.optional_positive_int("num_key_value_heads").value_or(config.num_attention_heads);
-  config.num_hidden_layers = reader.positive_int("num_hidden_layers");
-  config.intermediate_size = reader.positive_int("intermediate_size");
-  config.vocab_size = reader.positive_int("vocab_size");
+  read_architecture(config, reader);
+  constexpr int kMaxWidth = 1 << 20;
+  config.hidden_size = reader.positive_int("hidden_size", kMaxWidth);
+  config.num_attention_heads = reader.positive_int("num_attention_heads", kMaxHeads);
+  config.num_key_value_heads =
+      reader.optional_positive_int("num_key_value_heads", kMaxHeads).value_or(config.num_attention_heads);
+  config.num_hidden_layers = reader.positive_int("num_hidden_layers", kMaxLayers);
+  config.intermediate_size = reader.positive_int("intermediate_size", kMaxWidth);
+  config.vocab_size = reader.positive_int("vocab_size", kMaxVocab);
   config.max_position_embeddings =
-      reader.optional_positive_int("max_position_embeddings").value_or(config.max_position_embeddings);
-  config.rope_theta = reader.positive_number("rope_theta", config.rope_theta);
-  config.rms_norm_eps = reader.positive_number("rms_norm_eps", config.rms_norm_eps);
+      reader.optional_positive_int("max_position_embeddings", 1 << 24).value_or(config.max_position_embeddings);
+  read_rope(config, reader);
+  config.rms_norm_eps = reader.float_number("rms_norm_eps", config.rms_norm_eps);
   config.torch_dtype = reader.string("torch_dtype", "");
+  if (const std::string dtype = reader.string("dtype", ""); !dtype.empty()) {
+    if (!config.torch_dtype.empty() && config.torch_dtype != dtype) {
+      reader.fail("dtype", "('" + dtype + "') disagrees with torch_dtype ('" + config.torch_dtype + "')");
+    }
+    config.torch_dtype = dtype;
+  }
   config.tie_word_embeddings = reader.boolean("tie_word_embeddings", config.tie_word_embeddings);
   config.hidden_act = reader.string("hidden_act", config.hidden_act);
-  config.head_dim = reader.optional_positive_int("head_dim");
-  if (config.hidden_act != "silu") reader.fail("hidden_act '" + config.hidden_act + "' is not supported (only silu)");
-  if (const json* scaling = reader.get("rope_scaling"); scaling != nullptr) {
-    reader.fail("rope_scaling is not supported (found " + detail::describe_json(*scaling) + ")");
+  config.head_dim = reader.optional_positive_int("head_dim", 1024);
+  config.attention_bias = reader.boolean("attention_bias", config.model_type == "qwen2");
+  if (config.model_type == "qwen2" && !config.attention_bias) {
+    reader.fail("attention_bias", "is false, but Qwen2 always has q, k and v biases");
   }
+  if (reader.boolean("mlp_bias", false)) {
+    reader.fail("mlp_bias", "is true: MLP biases are not implemented");
+  }
+  if (config.hidden_act != "silu") reader.fail("hidden_act '" + config.hidden_act + "' is not supported (only silu)");
+  if (const std::vector<int> bos = reader.token_ids("bos_token_id"); !bos.empty()) {
+    if (bos.size() != 1) reader.fail("bos_token_id", "must be one token id, found " + std::to_string(bos.size()));
+    config.bos_token_id = bos.front();
+  }
+  config.eos_token_ids = reader.token_ids("eos_token_id");
+  read_window(config, reader);
   check_shapes(config, reader);
   return config;
 }
@@ -131,9 +440,17 @@ LlamaConfig LlamaConfig::load(const std::filesystem::path& file_or_dir) {
 }
 
 std::string LlamaConfig::to_json() const {
+  const auto architecture = std::find_if(std::begin(kArchitectures), std::end(kArchitectures),
+                                         [&](const Architecture& a) { return a.model_type == model_type; });
+  json rope = {{"rope_type", rope_type_name(rope_scaling.type)}, {"rope_theta", rope_theta}};
+  if (rope_scaling.type != RopeType::standard) rope["factor"] = rope_scaling.factor;
+  if (rope_scaling.type == RopeType::llama3) {
+    rope["low_freq_factor"] = rope_scaling.low_freq_factor;
+    rope["high_freq_factor"] = rope_scaling.high_freq_factor;
+    rope["original_max_position_embeddings"] = rope_scaling.original_max_position_embeddings;
+  }
   json root = {
-      {"model_type", "llama"},
-      {"architectures", json::array({"LlamaForCausalLM"})},
+      {"model_type", model_type},
       {"hidden_size", hidden_size},
       {"num_attention_heads", num_attention_heads},
       {"num_key_value_heads", num_key_value_heads},
@@ -141,13 +458,24 @@ std::string LlamaConfig::to_json() const {
       {"intermediate_size", intermediate_size},
       {"vocab_size", vocab_size},
       {"max_position_embeddings", max_position_embeddings},
-      {"rope_theta", rope_theta},
+      {"rope_parameters", rope},
       {"rms_norm_eps", rms_norm_eps},
       {"tie_word_embeddings", tie_word_embeddings},
       {"hidden_act", hidden_act},
+      {"attention_bias", attention_bias},
   };
+  if (architecture != std::end(kArchitectures)) {
+    root["architectures"] = json::array({std::string(architecture->class_name)});
+  }
   if (!torch_dtype.empty()) root["torch_dtype"] = torch_dtype;
   if (head_dim.has_value()) root["head_dim"] = *head_dim;
+  if (sliding_window.has_value()) {
+    root["sliding_window"] = *sliding_window;
+    if (model_type != "mistral") root["use_sliding_window"] = true;
+  }
+  if (bos_token_id.has_value()) root["bos_token_id"] = *bos_token_id;
+  if (eos_token_ids.size() == 1) root["eos_token_id"] = eos_token_ids[0];
+  if (eos_token_ids.size() > 1) root["eos_token_id"] = eos_token_ids;
   return root.dump(2) + "\n";
 }
 

@@ -48,11 +48,11 @@ void swiglu_block(std::vector<double>& x, const std::vector<double>& gain, const
 
 std::uint32_t layer_id(int layer, std::uint32_t slot) { return 16U * static_cast<std::uint32_t>(layer) + slot; }
 
-/// Rotates the pairs (2i, 2i+1) of every head by position * theta^(-2i / head_dim).
-void rope(std::vector<double>& t, int heads, int head_dim, int position, double theta) {
+/// Rotates the pairs (2i, 2i+1) of every head by position * frequencies[i].
+void rope(std::vector<double>& t, int heads, int head_dim, int position, const std::vector<double>& frequencies) {
   for (int h = 0; h < heads; ++h) {
     for (int i = 0; i < head_dim / 2; ++i) {
-      const double angle = position * std::pow(theta, -2.0 * i / head_dim);
+      const double angle = position * frequencies[static_cast<std::size_t>(i)];
       const std::size_t at =
           static_cast<std::size_t>(h) * static_cast<std::size_t>(head_dim) + 2 * static_cast<std::size_t>(i);
       const double a = t[at];
@@ -119,6 +119,7 @@ DecoderReference::DecoderReference(const DecoderConfig& config, DType weights) :
   }
   final_gain_ = take();
   lm_head_ = take();
+  frequencies_ = rope_frequencies(c.theta, c.rope_scaling, c.head_dim());
   const std::size_t cache = static_cast<std::size_t>(c.context) * static_cast<std::size_t>(c.kv_dim());
   k_cache_.assign(static_cast<std::size_t>(c.layers), std::vector<double>(cache));
   v_cache_.assign(static_cast<std::size_t>(c.layers), std::vector<double>(cache));
@@ -136,12 +137,12 @@ std::vector<double> DecoderReference::step(int token, int position) {
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     const Layer& w = layers_[l];
     const std::vector<double> h = rms_norm(x, w.attn_gain, c.eps);
-    std::vector<double> q = matvec(w.wq, h, c.d, c.d);
+    std::vector<double> q = matvec(w.wq, h, c.q_dim(), c.d);
     std::vector<double> k = matvec(w.wk, h, c.kv_dim(), c.d);
     const std::vector<double> v = matvec(w.wv, h, c.kv_dim(), c.d);
-    rope(q, c.heads, c.head_dim(), position, c.theta);
-    rope(k, c.kv_head_count(), c.head_dim(), position, c.theta);
-    std::vector<double> o(d);
+    rope(q, c.heads, c.head_dim(), position, frequencies_);
+    rope(k, c.kv_head_count(), c.head_dim(), position, frequencies_);
+    std::vector<double> o(static_cast<std::size_t>(c.q_dim()));
     const auto pos = static_cast<std::size_t>(position);
     const auto cache_base = [&](std::size_t kv_head) { return kv_head * static_cast<std::size_t>(c.context) * hd; };
     for (std::size_t g = 0; g < static_cast<std::size_t>(c.kv_head_count()); ++g) {
@@ -168,7 +169,7 @@ std::vector<double> DecoderReference::step(int token, int position) {
         for (std::size_t i = 0; i < hd; ++i) o[first + i] += weight * v_cache_[l][at(j) + i];
       }
     }
-    const std::vector<double> attn = matvec(w.wo, o, c.d, c.d);
+    const std::vector<double> attn = matvec(w.wo, o, c.d, c.q_dim());
     for (std::size_t i = 0; i < d; ++i) x[i] += attn[i];
     swiglu_block(x, w.mlp_gain, w.w1, w.w3, w.w2, c.d, c.ffn, c.eps);
   }

@@ -29,6 +29,7 @@ namespace fs = std::filesystem;
 constexpr std::size_t kLengthBytes = 8;               // the u64 header length before the JSON
 constexpr std::uint64_t kMaxHeaderBytes = 100000000;  // 100 MB, as the reference implementation allows
 constexpr std::string_view kMetadataKey = "__metadata__";
+constexpr std::size_t kMaxIndexBytes = std::size_t{64} << 20U;  // 64 MiB; the largest real indexes are a few MB
 
 struct DTypeEntry {
   DType dtype;
@@ -230,24 +231,7 @@ void sort_and_check_overlaps(std::vector<TensorInfo>& tensors, const fs::path& f
   }
 }
 
-/// Closes a file descriptor when it goes out of scope.
-class FdGuard {
- public:
-  explicit FdGuard(int fd) noexcept : fd_(fd) {}
-  FdGuard(const FdGuard&) = delete;
-  FdGuard& operator=(const FdGuard&) = delete;
-  ~FdGuard() { close(); }
-  [[nodiscard]] int get() const noexcept { return fd_; }
-  /// Closes now; returns ::close's result (0, or -1 with errno set).
-  int close() noexcept {
-    const int result = fd_ >= 0 ? ::close(fd_) : 0;
-    fd_ = -1;
-    return result;
-  }
-
- private:
-  int fd_;
-};
+using detail::FdGuard;
 
 }  // namespace
 
@@ -274,7 +258,7 @@ DType parse_dtype(std::string_view name, const std::filesystem::path& file, cons
 namespace {
 std::string checkpoint_message(const fs::path& file, const std::string& tensor, std::string_view problem) {
   std::string message = "file " + file.string() + ": ";
-  if (!tensor.empty()) message += "tensor " + tensor + ": ";
+  if (!tensor.empty()) message += "tensor " + detail::printable(tensor) + ": ";  // what() ends at a NUL
   message += problem;
   return message;
 }
@@ -304,12 +288,8 @@ std::string format_shape(std::span<const std::int64_t> shape) {
 SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
   SafetensorsFile file;
   file.path_ = path;
-  FdGuard fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) throw CheckpointError(path, "", "cannot open: " + detail::errno_text(errno));
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) throw CheckpointError(path, "", "cannot stat: " + detail::errno_text(errno));
-  if (!S_ISREG(st.st_mode)) throw CheckpointError(path, "", "not a regular file");
-  const auto size = static_cast<std::size_t>(st.st_size);
+  // Not a plain open(): a FIFO would block it forever, and only a regular file has a size to map.
+  const auto [fd, size] = detail::open_regular_file(path);
   if (size < kLengthBytes) {
     throw CheckpointError(path, "",
                           "the file is " + std::to_string(size) +
@@ -472,9 +452,19 @@ Checkpoint Checkpoint::open_single(const std::filesystem::path& file, const std:
 
 namespace {
 
+/// Whether `name` names a file in the index's folder: not empty, not "." or "..", no '/' and no control character
+/// (a NUL would cut the name short where the system reads it).
+bool is_plain_file_name(std::string_view name) {
+  if (name.empty() || name == "." || name == "..") return false;
+  return std::none_of(name.begin(), name.end(), [](char c) {
+    const auto byte = static_cast<unsigned char>(c);
+    return c == '/' || byte < 0x20U || byte == 0x7fU;
+  });
+}
+
 /// The index's weight_map as shard file name -> tensor names, checked.
 std::map<std::string, std::vector<std::string>> read_weight_map(const fs::path& index) {
-  const json root = detail::parse_json_strict(detail::read_text_file(index), index, "the index", false);
+  const json root = detail::parse_json_strict(detail::read_text_file(index, kMaxIndexBytes), index, "the index", false);
   if (!root.is_object()) {
     throw CheckpointError(index, "", "the index must be a JSON object, found " + detail::describe_json(root));
   }
@@ -492,11 +482,10 @@ std::map<std::string, std::vector<std::string>> read_weight_map(const fs::path& 
                             "the weight_map value must be a shard file name, found " + detail::describe_json(shard));
     }
     const auto& shard_name = shard.get_ref<const std::string&>();
-    const fs::path shard_path(shard_name);
-    if (shard_name.empty() || shard_name == "." || shard_name == ".." || shard_path.filename() != shard_path ||
-        shard_name.find('/') != std::string::npos) {
-      throw CheckpointError(index, name,
-                            "the shard '" + shard_name + "' is not a plain file name in the index's folder");
+    if (!is_plain_file_name(shard_name)) {
+      throw CheckpointError(
+          index, name,
+          "the shard '" + detail::printable(shard_name) + "' is not a plain file name in the index's folder");
     }
     shards[shard_name].push_back(name);
   }

@@ -17,6 +17,9 @@ void Sampling::validate() const {
                      " must be 0 (greedy) or a positive finite number");
   }
   if (top_k < 0) throw UsageError("Sampling: top_k " + std::to_string(top_k) + " must be 0 (every logit) or more");
+  if (!(top_p > 0.0F && top_p <= 1.0F)) {
+    throw UsageError("Sampling: top_p " + std::to_string(top_p) + " must be in (0, 1] (1: every candidate)");
+  }
 }
 
 double sampling_uniform(std::uint32_t seed, int position, int slot) {
@@ -27,7 +30,7 @@ double sampling_uniform(std::uint32_t seed, int position, int slot) {
 namespace {
 
 /// Each logit's weight exp((l - max) / temperature) if it is a candidate, else 0.
-std::vector<double> candidate_weights(std::span<const double> logits, int top_k, double temperature) {
+std::vector<double> candidate_weights(std::span<const double> logits, int top_k, double temperature, double top_p) {
   std::vector<double> valid;
   for (const double l : logits) {
     if (!std::isnan(l)) valid.push_back(l);
@@ -43,13 +46,33 @@ std::vector<double> candidate_weights(std::span<const double> logits, int top_k,
     // +inf logits share the probability (inf - inf would make every weight NaN).
     w[i] = std::isinf(top) && top > 0 ? (logits[i] == top ? 1.0 : 0.0) : std::exp((logits[i] - top) / temperature);
   }
+  if (!(top_p < 1.0)) return w;
+  // The nucleus: walk the candidates from the largest logit down, a whole group of equal logits at a time, until
+  // their weights reach top_p of the total; what is below the last group walked is dropped.
+  std::vector<std::size_t> order;
+  double total = 0.0;
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    if (w[i] > 0.0) order.push_back(i);
+    total += w[i] > 0.0 ? w[i] : 0.0;
+  }
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return logits[a] > logits[b]; });
+  double kept = 0.0;
+  double smallest = -INFINITY;
+  for (std::size_t j = 0; j < order.size();) {
+    smallest = logits[order[j]];
+    for (; j < order.size() && logits[order[j]] == smallest; ++j) kept += w[order[j]];
+    if (kept >= top_p * total) break;
+  }
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    if (std::isnan(logits[i]) || logits[i] < smallest) w[i] = 0.0;
+  }
   return w;
 }
 
 }  // namespace
 
-int sample_reference(std::span<const double> logits, int top_k, double temperature, double u) {
-  const std::vector<double> w = candidate_weights(logits, top_k, temperature);
+int sample_reference(std::span<const double> logits, int top_k, double temperature, double u, double top_p) {
+  const std::vector<double> w = candidate_weights(logits, top_k, temperature, top_p);
   double total = 0.0;
   int last = -1;
   for (std::size_t i = 0; i < w.size(); ++i) {
@@ -65,8 +88,9 @@ int sample_reference(std::span<const double> logits, int top_k, double temperatu
   return last;
 }
 
-std::vector<double> sampling_probabilities(std::span<const double> logits, int top_k, double temperature) {
-  std::vector<double> w = candidate_weights(logits, top_k, temperature);
+std::vector<double> sampling_probabilities(std::span<const double> logits, int top_k, double temperature,
+                                           double top_p) {
+  std::vector<double> w = candidate_weights(logits, top_k, temperature, top_p);
   double total = 0.0;
   for (const double v : w) total += v;
   if (total > 0.0) {

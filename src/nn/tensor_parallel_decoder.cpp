@@ -33,7 +33,8 @@ BasicTensorParallelDecoder<T>::BasicTensorParallelDecoder(std::span<const Commun
   check_tensor_parallel(config_, n);
   detail::check_libraries("TensorParallelDecoder", libraries.size(), comms.size());
   const auto d = static_cast<std::size_t>(config_.d);
-  const auto dq = d / static_cast<std::size_t>(n);
+  const auto q_dim = static_cast<std::size_t>(config_.q_dim());
+  const auto dq = q_dim / static_cast<std::size_t>(n);
   const auto dkv = static_cast<std::size_t>(config_.kv_dim()) / static_cast<std::size_t>(n);
   const auto vocab_part = static_cast<std::size_t>(config_.vocab / n);
   const auto hd = static_cast<std::size_t>(config_.head_dim());
@@ -59,7 +60,7 @@ BasicTensorParallelDecoder<T>::BasicTensorParallelDecoder(std::span<const Commun
       copy_async(stream, wqkv.view().subspan(dq * d, dkv * d), a.wk.cview().subspan(rank * dkv * d, dkv * d));
       copy_async(stream, wqkv.view().subspan((dq + dkv) * d, dkv * d), a.wv.cview().subspan(rank * dkv * d, dkv * d));
       layers.push_back(
-          Layer{std::move(gain), std::move(wqkv), detail::copy_columns(stream, a.wo.cview(), d, d, rank * dq, dq),
+          Layer{std::move(gain), std::move(wqkv), detail::copy_columns(stream, a.wo.cview(), d, q_dim, rank * dq, dq),
                 shard_swiglu_weights(stream, full.mlp[static_cast<std::size_t>(l)], config_.d, config_.ffn, r, n)});
     }
     DeviceBuffer<T> embedding(device, full.embedding.size());
@@ -75,9 +76,11 @@ BasicTensorParallelDecoder<T>::BasicTensorParallelDecoder(std::span<const Commun
         DeviceBuffer<T>(device, vocab_part), DeviceBuffer<T>(device, static_cast<std::size_t>(config_.vocab)),
         DeviceBuffer<T>(device, cache), DeviceBuffer<T>(device, cache),
         DeviceBuffer<float>(device, dq / hd * static_cast<std::size_t>(config_.attention_splits()) * (hd + 2)),
-        DeviceBuffer<unsigned>(device, dq / hd)});
+        DeviceBuffer<unsigned>(device, dq / hd), DeviceBuffer<float>(device, hd / 2)});
     // attention_split counts each head's blocks here and leaves the counts at zero; they start there.
     fill(ranks_.back().attention_counters.view(), 0U).sync_on(stream);
+    const std::vector<float> table = rope_table(config_);
+    copy(ranks_.back().rope_frequencies.view(), std::span<const float>(table)).sync_on(stream);
   }
   graph_.emplace(MultiDeviceGraph::capture(comms, [this](int r, Scope& s) { record_step(r, s); }));
 }
@@ -117,6 +120,7 @@ void BasicTensorParallelDecoder<T>::record_step(int r, Scope& s) {
   };
   const int splits = c.attention_splits();
   const LaunchConfig per_split = k.attention_split_config(heads, 1, c.context, splits, hd);
+  const DeviceSpan<const float> frequencies = me.rope_frequencies.cview();
 
   s.record(named("embedding", k.embedding(k.step_config(grid_for(static_cast<std::size_t>(d), 256)),
                                           me.embedding.cview(), tokens, me.x, d, 1)));
@@ -128,20 +132,21 @@ void BasicTensorParallelDecoder<T>::record_step(int r, Scope& s) {
     // Fused (DecoderConfig::fused): the norm, this rank's q, k and v rows, RoPE and the cache append in one kernel,
     // attention spread over blocks of positions; unfused: three projections, rope, kv_append, one block per head.
     // Either is Decoder's with the same `fused`, on this rank's heads.
-    auto fused = k.qkv_rope_append(k.qkv_config(dq, dkv, d), wq(w), wk(w), wv(w), me.x.as_const(), w.gain.cview(), q,
-                                   kc, vc, positions, slots, d, dq, kv_heads, hd, c.context, 1, c.theta, c.eps, 1) >>
-                 choose(splits > 1,
-                        k.attention_split(per_split, q.as_const(), kc.as_const(), vc.as_const(), me.attn.view(),
-                                          me.attention_partials.view(), me.attention_counters.view(), positions, slots,
-                                          heads, kv_heads, hd, c.context, 1, scale),
-                        k.attention(per_head, q.as_const(), kc.as_const(), vc.as_const(), me.attn.view(), positions,
-                                    slots, heads, kv_heads, hd, c.context, 1, scale));
+    auto fused =
+        k.qkv_rope_append(k.qkv_config(dq, dkv, d), wq(w), wk(w), wv(w), me.x.as_const(), w.gain.cview(), q, kc, vc,
+                          positions, slots, d, dq, kv_heads, hd, c.context, 1, frequencies, c.eps, 1) >>
+        choose(splits > 1,
+               k.attention_split(per_split, q.as_const(), kc.as_const(), vc.as_const(), me.attn.view(),
+                                 me.attention_partials.view(), me.attention_counters.view(), positions, slots, heads,
+                                 kv_heads, hd, c.context, 1, scale),
+               k.attention(per_head, q.as_const(), kc.as_const(), vc.as_const(), me.attn.view(), positions, slots,
+                           heads, kv_heads, hd, c.context, 1, scale));
     auto unfused =
         k.rms_norm_gemv(k.gemv_config(dq, d), wq(w), me.x.as_const(), w.gain.cview(), q, dq, d, c.eps, 1) >>
         k.rms_norm_gemv(k.gemv_config(dkv, d), wk(w), me.x.as_const(), w.gain.cview(), kk, dkv, d, c.eps, 1) >>
         k.rms_norm_gemv(k.gemv_config(dkv, d), wv(w), me.x.as_const(), w.gain.cview(), v, dkv, d, c.eps, 1) >>
         k.rope(k.step_config(grid_for(static_cast<std::size_t>(dq), 256)), q, kk, positions, heads, kv_heads, hd,
-               c.theta, 1) >>
+               frequencies, 1) >>
         k.kv_append(k.step_config(grid_for(static_cast<std::size_t>(dkv), 256)), kk.as_const(), v.as_const(), kc, vc,
                     positions, slots, kv_heads, hd, c.context, 1, 1) >>
         k.attention(per_head, q.as_const(), kc.as_const(), vc.as_const(), me.attn.view(), positions, slots, heads,

@@ -5,6 +5,7 @@
 #include <lazygraph/nn/checkpoint.hpp>
 #include <lazygraph/nn/reference.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -163,10 +164,11 @@ TEST_CASE("a config the kernels cannot run is an error naming config.json and th
     c.hidden_size = 128;
     c.num_attention_heads = 4;
     c.num_key_value_heads = 2;
-    c.head_dim = 16;  // 4 heads of 16: the attention output would not be the model's width
+    c.head_dim = 16;  // 4 heads of 16: q_proj [64, 128], not the file's [128, 128]
   });
-  CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(dir), doctest::Contains("must equal hidden_size (128)"),
-                       CheckpointError);
+  CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(dir),
+                       doctest::Contains("tensor model.layers.0.self_attn.q_proj.weight: expected"), CheckpointError);
+  CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(dir), doctest::Contains("[64, 128]"), CheckpointError);
   std::ofstream(dir / "config.json") << "{\"hidden_size\": 128}";
   CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(dir), doctest::Contains("num_attention_heads"), CheckpointError);
 }
@@ -191,6 +193,102 @@ TEST_CASE("with tied embeddings a checkpoint without lm_head reads the LM head f
   rewrite_config(dir, [](LlamaConfig& c) { c.tie_word_embeddings = true; });
   const DecoderCheckpoint ck = DecoderCheckpoint::open(dir);
   CHECK(ck.sources().back()->name == "model.embed_tokens.weight");
+}
+
+TEST_CASE("with tied embeddings a stored lm_head must equal the embedding") {
+  const auto dir = saved("ckpt-tied-stored");
+  rewrite_config(dir, [](LlamaConfig& c) { c.tie_word_embeddings = true; });
+  CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(dir),
+                       doctest::Contains("tensor lm_head.weight: tie_word_embeddings is true, but this tensor differs"),
+                       CheckpointError);
+  rewrite(dir, [](std::vector<OwnedTensor>& t) {
+    const auto embedding =
+        std::find_if(t.begin(), t.end(), [](auto& x) { return x.name == "model.embed_tokens.weight"; });
+    const auto head = std::find_if(t.begin(), t.end(), [](auto& x) { return x.name == "lm_head.weight"; });
+    head->bytes = embedding->bytes;
+  });
+  CHECK(DecoderCheckpoint::open(dir).sources().back()->name == "model.embed_tokens.weight");
+}
+
+TEST_CASE("a tensor the decoder does not use is refused by name, not ignored") {
+  for (const std::string extra : {"model.layers.0.self_attn.q_proj.bias", "model.layers.1.self_attn.q_norm.weight",
+                                  "model.layers.2.mlp.up_proj.weight"}) {
+    CAPTURE(extra);
+    const auto dir = saved("ckpt-extra");
+    rewrite(dir, [&](std::vector<OwnedTensor>& t) {
+      t.push_back({extra, DType::f16, {128}, std::vector<std::byte>(256, std::byte{0x3c})});
+    });
+    CHECK_THROWS_WITH_AS(
+        (void)DecoderCheckpoint::open(dir),
+        doctest::Contains(("tensor " + extra + ": the llama decoder does not use this tensor").c_str()),
+        CheckpointError);
+  }
+}
+
+TEST_CASE("stored RoPE inverse frequencies are accepted when they are the config's, refused otherwise") {
+  const DecoderConfig c = small_gqa();
+  const auto dir = saved("ckpt-inv-freq");
+  const std::vector<double> f = rope_frequencies(c.theta, c.rope_scaling, c.head_dim());
+  std::vector<float> table(f.begin(), f.end());
+  const auto add = [&](const std::vector<float>& values) {
+    rewrite(dir, [&](std::vector<OwnedTensor>& t) {
+      std::erase_if(t, [](const OwnedTensor& x) { return x.name.ends_with("inv_freq"); });
+      std::vector<std::byte> bytes(values.size() * 4);
+      std::memcpy(bytes.data(), values.data(), bytes.size());
+      t.push_back({"model.layers.0.self_attn.rotary_emb.inv_freq",
+                   DType::f32,
+                   {static_cast<std::int64_t>(values.size())},
+                   bytes});
+    });
+  };
+  add(table);
+  CHECK_NOTHROW((void)DecoderCheckpoint::open(dir));
+  table.back() *= 2;
+  add(table);
+  CHECK_THROWS_WITH_AS(
+      (void)DecoderCheckpoint::open(dir),
+      doctest::Contains("tensor model.layers.0.self_attn.rotary_emb.inv_freq: RoPE inverse frequency 15"),
+      CheckpointError);
+}
+
+TEST_CASE("head_dim independent of hidden_size / heads and llama3 RoPE scaling survive a save and an open") {
+  DecoderConfig c = small_gqa();
+  c.head_width = 64;  // 4 heads of 64 over a width of 128: q is 256 wide
+  c.rope_scaling = {.type = RopeType::llama3,
+                    .factor = 8,
+                    .low_freq_factor = 1,
+                    .high_freq_factor = 4,
+                    .original_max_position_embeddings = 16};
+  const auto dir = saved("ckpt-head-width", c);
+  const DecoderCheckpoint ck = DecoderCheckpoint::open(dir);
+  CHECK(ck.config().head_dim() == 64);
+  CHECK(ck.config().q_dim() == 256);
+  CHECK(ck.config().rope_scaling == c.rope_scaling);
+  CHECK(ck.llama_config().head_dim == 64);
+  CHECK(ck.llama_config().rope_scaling.type == RopeType::llama3);
+  const SafetensorsFile file = SafetensorsFile::open(dir / "model.safetensors");
+  CHECK(file.tensor("model.layers.0.self_attn.q_proj.weight").shape == std::vector<std::int64_t>{256, 128});
+  CHECK(file.tensor("model.layers.0.self_attn.o_proj.weight").shape == std::vector<std::int64_t>{128, 256});
+}
+
+TEST_CASE("q/k/v biases and a sliding window shorter than the context are refused, saying what to do") {
+  const auto dir = saved("ckpt-bias");
+  rewrite_config(dir, [](LlamaConfig& c) { c.attention_bias = true; });
+  CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(dir), doctest::Contains("biases (attention_bias true) are not"),
+                       CheckpointError);
+  rewrite_config(dir, [](LlamaConfig& c) {
+    c.attention_bias = false;
+    c.model_type = "mistral";
+    c.sliding_window = 32;
+  });
+  CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(dir),
+                       doctest::Contains("sliding_window 32 is shorter than the context of 64 positions"),
+                       CheckpointError);
+  CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(dir), doctest::Contains("LoadOptions::context at most 32"),
+                       CheckpointError);
+  LoadOptions options;
+  options.context = 32;
+  CHECK(DecoderCheckpoint::open(dir, options).config().context == 32);
 }
 
 TEST_CASE("save_seeded_checkpoint refuses a dtype the loader does not read") {

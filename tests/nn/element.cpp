@@ -306,7 +306,7 @@ TEST_SUITE("gpu") {
     auto greedy = lgtest::to_device(s, std::vector<int>(rows, -7));
     auto sampled = lgtest::to_device(s, std::vector<int>(rows, -7));
     k.argmax.launch(s, per_row, dl.cview(), greedy.view(), n);
-    k.sample.launch(s, per_row, dl.cview(), sampled.view(), positions.cview(), slots.cview(), n, 0, 0.0F, 1U);
+    k.sample.launch(s, per_row, dl.cview(), sampled.view(), positions.cview(), slots.cview(), n, 0, 0.0F, 1U, 1.0F);
     CHECK(lgtest::to_host(s, greedy.cview()) == lgtest::to_host(s, sampled.cview()));
     int draws = 0;
     int differ = 0;
@@ -316,7 +316,8 @@ TEST_SUITE("gpu") {
         // whose 32000 boundaries lie closest), so the 1/50 bound below holds with room; 72 draws left it one
         // differing draw (it failed once at 2).
         for (unsigned seed = 1; seed <= 30; ++seed) {
-          k.sample.launch(s, per_row, dl.cview(), sampled.view(), positions.cview(), slots.cview(), n, top_k, t, seed);
+          k.sample.launch(s, per_row, dl.cview(), sampled.view(), positions.cview(), slots.cview(), n, top_k, t, seed,
+                          1.0F);
           const std::vector<int> got = lgtest::to_host(s, sampled.cview());
           for (int r = 0; r < rows; ++r) {
             const std::vector<bfloat16> row(logits.begin() + static_cast<std::ptrdiff_t>(r) * n,

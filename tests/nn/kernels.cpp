@@ -38,6 +38,16 @@ DeviceBuffer<half> poisoned(std::size_t n) {
 
 DeviceBuffer<half> on_device(const std::vector<half>& h) { return lgtest::to_device(lgtest::stream(), h); }
 
+/// The RoPE table of the plain rule, theta^(-2i / head_dim) per pair, as the kernels read it (written here from the
+/// formula, not from nn::rope_frequencies, so the kernels are checked against the rule itself).
+std::vector<float> plain_rope_table(float theta, int head_dim) {
+  std::vector<float> out(static_cast<std::size_t>(head_dim / 2));
+  for (int i = 0; i < head_dim / 2; ++i) {
+    out[static_cast<std::size_t>(i)] = static_cast<float>(std::pow(static_cast<double>(theta), -2.0 * i / head_dim));
+  }
+  return out;
+}
+
 std::vector<half> on_host(const DeviceBuffer<half>& b) { return lgtest::to_host(lgtest::stream(), b.cview()); }
 
 /// The inputs of the two-matrix kernels: random rows x cols weights W1 and W3 and a random x, on the host (for
@@ -430,8 +440,9 @@ TEST_SUITE("gpu") {
         auto dq = on_device(q);
         auto dk = on_device(k);
         const auto dpos = lgtest::to_device(s, std::vector<int>{position});
+        const auto dfreq = lgtest::to_device(s, plain_rope_table(theta, head_dim));
         kernels.rope.launch(s, grid_for(static_cast<std::size_t>(n_heads) * head_dim, 256), dq.view(), dk.view(),
-                            dpos.cview(), n_heads, n_kv_heads, head_dim, theta, 1);
+                            dpos.cview(), n_heads, n_kv_heads, head_dim, dfreq.cview(), 1);
         for (const auto& [input, device] : {std::pair{&q, &dq}, std::pair{&k, &dk}}) {
           std::vector<double> ref(input->size());
           for (std::size_t h = 0; h < input->size() / head_dim; ++h) {
@@ -989,7 +1000,8 @@ TEST_SUITE("gpu") {
       auto out = poisoned(static_cast<std::size_t>(n) * d);
       const auto un = static_cast<std::size_t>(n);
       k.embedding.launch(s, grid_for(un * d, 256), table.cview(), dtok.cview(), x.view(), d, n);
-      k.rope.launch(s, grid_for(un * d, 256), q.view(), kk.view(), dpos.cview(), heads, kv_heads, hd, 10000.0F, n);
+      const auto freq = lgtest::to_device(s, plain_rope_table(10000.0F, hd));
+      k.rope.launch(s, grid_for(un * d, 256), q.view(), kk.view(), dpos.cview(), heads, kv_heads, hd, freq.cview(), n);
       k.kv_append.launch(s, grid_for(un * kv, 256), kk.cview(), vv.cview(), kc.view(), vc.view(), dpos.cview(),
                          dslot.cview(), kv_heads, hd, ctx, slots, n);
       k.attention.launch(s, {{heads, static_cast<unsigned>(n), 1}, {256, 1, 1}, ctx * 4U}, q.cview(), kc.cview(),
@@ -1065,10 +1077,11 @@ TEST_SUITE("gpu") {
       const auto dg = on_device(g);
       const auto dpos = lgtest::to_device(s, positions);
       const auto dslot = lgtest::to_device(s, row_slots);
+      const auto dfreq = lgtest::to_device(s, plain_rope_table(theta, hd));
       REQUIRE(k.qkv_rope_append.variant(batch).name() == (tensor_cores ? "qkv_rope_append_mma" : "qkv_rope_append_b4"));
       k.qkv_rope_append.launch(s, k.qkv_config(q_rows, kv, d, batch), dq.cview(), dk.cview(), dv.cview(), dx.cview(),
                                dg.cview(), q.view(), kc.view(), vc.view(), dpos.cview(), dslot.cview(), d, q_rows,
-                               kv_heads, hd, ctx, slots, theta, eps, batch);
+                               kv_heads, hd, ctx, slots, dfreq.cview(), eps, batch);
       const auto got_q = on_host(q);
       const auto got_k = on_host(kc);
       const auto got_v = on_host(vc);

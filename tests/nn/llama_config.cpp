@@ -219,7 +219,8 @@ TEST_CASE("counts that are not positive integers that fit an int are refused wit
   check_refused(minimal_with(R"("max_position_embeddings": 4096.5)"),
                 "key 'max_position_embeddings' must be a positive integer, found 4096.5");
   check_refused(minimal_with(R"("max_position_embeddings": "4096")"), "found \"4096\"");
-  check_refused(minimal_with(R"("max_position_embeddings": 4294967296)"), "found 4294967296");
+  check_refused(minimal_with(R"("max_position_embeddings": 4294967296)"),
+                "key 'max_position_embeddings' (4294967296) is larger than lazygraph reads");
   check_refused(minimal_with(R"("max_position_embeddings": true)"), "found true");
 }
 
@@ -230,8 +231,123 @@ TEST_CASE("other keys of the wrong type or value are refused") {
   check_refused(minimal_with(R"("tie_word_embeddings": "yes")"), "key 'tie_word_embeddings' must be true or false");
   check_refused(minimal_with(R"("torch_dtype": 16)"), "key 'torch_dtype' must be a string, found 16");
   check_refused(minimal_with(R"("hidden_act": "gelu")"), "hidden_act 'gelu' is not supported (only silu)");
-  check_refused(minimal_with(R"("rope_scaling": {"type": "linear", "factor": 2.0})"),
-                "rope_scaling is not supported (found {\"factor\":2.0,\"type\":\"linear\"})");
+}
+
+TEST_CASE("hostile numbers are refused before they can overflow or allocate") {
+  check_refused(minimal_with(R"("head_dim": 1073741840)"),
+                "key 'head_dim' (1073741840) is larger than lazygraph reads");
+  check_refused(R"({"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2000000000,
+                    "intermediate_size": 128, "vocab_size": 100})",
+                "key 'num_hidden_layers' (2000000000) is larger than lazygraph reads (at most 1024)");
+  check_refused(minimal_with(R"("rope_theta": 1e39)"), "key 'rope_theta' (1e+39) is outside the range of float");
+  check_refused(minimal_with(R"("rms_norm_eps": 1e39)"), "key 'rms_norm_eps' (1e+39) is outside the range of float");
+  check_refused(minimal_with(R"("rms_norm_eps": 1e-50)"), "key 'rms_norm_eps' (1e-50) is outside the range of float");
+  check_refused(minimal_with(R"("vocab_size": 16777217)"), "key 'vocab_size'");
+}
+
+TEST_CASE("RoPE settings are read from transformers 5's rope_parameters and from the older top-level keys") {
+  const LlamaConfig v5 =
+      LlamaConfig::parse(minimal_with(R"("rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"})"), "c");
+  CHECK(v5.rope_theta == 500000.0);
+  CHECK(v5.rope_scaling == RopeScaling{});
+  const LlamaConfig old = LlamaConfig::parse(minimal_with(R"("rope_theta": 500000.0, "rope_scaling": null)"), "c");
+  CHECK(old.rope_theta == 500000.0);
+  CHECK(v5 == old);
+
+  // Llama 3.2 1B's settings, in both layouts.
+  const char* llama3 =
+      R"("factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0, "original_max_position_embeddings": 8192)";
+  const LlamaConfig a = LlamaConfig::parse(
+      minimal_with(std::string(R"("rope_parameters": {"rope_theta": 500000.0, "rope_type": "llama3", )") + llama3 +
+                   "}"),
+      "c");
+  const LlamaConfig b = LlamaConfig::parse(
+      minimal_with(std::string(R"("rope_theta": 500000.0, "rope_scaling": {"rope_type": "llama3", )") + llama3 + "}"),
+      "c");
+  CHECK(a == b);
+  CHECK(a.rope_theta == 500000.0);
+  CHECK(a.rope_scaling.type == RopeType::llama3);
+  CHECK(a.rope_scaling.factor == 32.0);
+  CHECK(a.rope_scaling.low_freq_factor == 1.0);
+  CHECK(a.rope_scaling.high_freq_factor == 4.0);
+  CHECK(a.rope_scaling.original_max_position_embeddings == 8192);
+
+  const LlamaConfig linear =
+      LlamaConfig::parse(minimal_with(R"("rope_scaling": {"type": "linear", "factor": 2.0})"), "c");
+  CHECK(linear.rope_scaling.type == RopeType::linear);
+  CHECK(linear.rope_scaling.factor == 2.0);
+  CHECK(LlamaConfig::parse(linear.to_json(), "c") == linear);
+  CHECK(LlamaConfig::parse(a.to_json(), "c") == a);
+}
+
+TEST_CASE("RoPE settings lazygraph does not implement, or that contradict each other, are refused by name") {
+  check_refused(minimal_with(R"("rope_parameters": {"rope_theta": 10000.0, "rope_type": "yarn", "factor": 4.0})"),
+                "key 'rope_parameters.rope_type' 'yarn' is not implemented");
+  check_refused(minimal_with(R"("rope_scaling": {"type": "dynamic", "factor": 2.0})"),
+                "key 'rope_scaling.rope_type' 'dynamic' is not implemented");
+  check_refused(minimal_with(R"("rope_parameters": {"rope_theta": 10000.0, "rope_type": "linear"})"),
+                "key 'rope_parameters.factor' is missing (rope_type linear needs it)");
+  check_refused(minimal_with(R"("rope_parameters": {"rope_theta": 10000.0, "factor": 2.0})"),
+                "key 'rope_parameters.factor' is not used by rope_type default");
+  check_refused(minimal_with(R"("rope_parameters": {"rope_theta": 10000.0, "partial_rotary_factor": 0.5})"),
+                "key 'rope_parameters.partial_rotary_factor' is not used");
+  check_refused(minimal_with(R"("rope_theta": 10000.0, "rope_parameters": {"rope_theta": 500000.0})"),
+                "key 'rope_theta' (10000.000000) disagrees with rope_parameters.rope_theta (500000.000000)");
+  check_refused(minimal_with(R"("rope_parameters": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0,
+                                "high_freq_factor": 1.0, "original_max_position_embeddings": 8192})"),
+                "high_freq_factor");
+  CHECK_NOTHROW((void)LlamaConfig::parse(
+      minimal_with(R"("rope_parameters": {"rope_theta": 10000.0, "partial_rotary_factor": 1.0})"), "c"));
+}
+
+TEST_CASE("keys that may change the arithmetic are refused by name: unknown ones, biases, other architectures") {
+  check_refused(minimal_with(R"("quantization_config": {"bits": 4})"),
+                "key 'quantization_config' is not one lazygraph knows");
+  check_refused(minimal_with(R"("mlp_bias": true)"), "key 'mlp_bias' is true: MLP biases are not implemented");
+  check_refused(minimal_with(R"("model_type": "gemma")"), "key 'model_type' 'gemma' is not supported");
+  check_refused(minimal_with(R"("architectures": ["MistralForCausalLM"])"),
+                "key 'architectures' names \"MistralForCausalLM\", but lazygraph runs model_type 'llama'");
+  check_refused(minimal_with(R"("model_type": "qwen2", "attention_bias": false)"),
+                "Qwen2 always has q, k and v biases");
+  check_refused(minimal_with(R"("layer_types": ["full_attention", "chunked_attention"])"), "key 'layer_types' holds");
+  check_refused(minimal_with(R"("dtype": "float16", "torch_dtype": "bfloat16")"), "key 'dtype' ('float16') disagrees");
+
+  const LlamaConfig ok = LlamaConfig::parse(minimal_with(R"("mlp_bias": false, "attention_bias": false,
+      "pretraining_tp": 1, "initializer_range": 0.02, "use_cache": true, "dtype": "bfloat16",
+      "transformers_version": "5.17.0", "_name_or_path": "x")"),
+                                            "c");
+  CHECK(ok.torch_dtype == "bfloat16");
+  CHECK_FALSE(ok.attention_bias);
+  CHECK(LlamaConfig::parse(minimal_with(R"("model_type": "qwen2")"), "c").attention_bias);
+}
+
+TEST_CASE("the attention window of Mistral and Qwen2 is read where it applies") {
+  const LlamaConfig mistral =
+      LlamaConfig::parse(minimal_with(R"("model_type": "mistral", "sliding_window": 4096)"), "c");
+  CHECK(mistral.sliding_window == 4096);
+  CHECK(LlamaConfig::parse(mistral.to_json(), "c") == mistral);
+  CHECK_FALSE(LlamaConfig::parse(minimal_with(R"("model_type": "mistral", "sliding_window": null)"), "c")
+                  .sliding_window.has_value());
+  CHECK_FALSE(LlamaConfig::parse(minimal_with(R"("model_type": "qwen2", "sliding_window": 4096,
+                                                 "use_sliding_window": false, "max_window_layers": 28)"),
+                                 "c")
+                  .sliding_window.has_value());
+  CHECK(LlamaConfig::parse(minimal_with(R"("model_type": "qwen2", "sliding_window": 512,
+                                           "layer_types": ["full_attention", "sliding_attention"])"),
+                           "c")
+            .sliding_window == 512);
+}
+
+TEST_CASE("token ids: bos, and eos as one id or a list") {
+  const LlamaConfig one = LlamaConfig::parse(minimal_with(R"("bos_token_id": 1, "eos_token_id": 2)"), "c");
+  CHECK(one.bos_token_id == 1);
+  CHECK(one.eos_token_ids == std::vector<int>{2});
+  const LlamaConfig list =
+      LlamaConfig::parse(minimal_with(R"("bos_token_id": 0, "eos_token_id": [128001, 128008, 128009])"), "c");
+  CHECK(list.bos_token_id == 0);
+  CHECK(list.eos_token_ids == std::vector<int>{128001, 128008, 128009});
+  CHECK(LlamaConfig::parse(list.to_json(), "c") == list);
+  check_refused(minimal_with(R"("eos_token_id": [1, -2])"), "key 'eos_token_id' must be a token id or a list");
 }
 
 TEST_CASE("head counts that do not divide are refused") {

@@ -255,8 +255,27 @@ TEST_SUITE("gpu") {
       kv_heads = 2;
       config.fused = false;
     }
+    // Llama 3's rule with a trained context of 64: pairs of wavelength under 16 kept, over 64 divided, blended between.
+    const lazygraph::nn::RopeScaling llama3{.type = lazygraph::nn::RopeType::llama3,
+                                            .factor = 8,
+                                            .low_freq_factor = 1,
+                                            .high_freq_factor = 4,
+                                            .original_max_position_embeddings = 64};
+    SUBCASE("head_dim 64 over a width of 128 (q 256 wide), llama3 RoPE scaling, theta 500000") {
+      kv_heads = 2;
+      config.head_width = 64;
+      config.theta = 500000.0F;
+      config.rope_scaling = llama3;
+    }
+    SUBCASE("the kernels before fusion with head_dim 16 (q 64 wide) and linear RoPE scaling") {
+      kv_heads = 2;
+      config.fused = false;
+      config.head_width = 16;
+      config.rope_scaling = {.type = lazygraph::nn::RopeType::linear, .factor = 4};
+    }
     config.kv_heads = kv_heads;
     CAPTURE(kv_heads);
+    CAPTURE(config.head_dim());
     CAPTURE(config.attention_blocks);
     CAPTURE(config.fused);
     lazygraph::nn::Decoder decoder(lgtest::stream(), lgtest::nn_kernels(), config);

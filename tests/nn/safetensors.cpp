@@ -1,14 +1,18 @@
 // Host tests of lazygraph::nn's safetensors reader and writer: round trips, a hand-made file, one test per kind
-// of malformed input, and Checkpoint over single files and sharded folders.
+// of malformed input, Checkpoint over single files and sharded folders, and hostile input (deep nesting, FIFOs,
+// devices, size limits, NUL bytes, huge headers), config.json included as LlamaConfig reads it with the same helpers.
 #include <doctest/doctest.h>
 
 #include "common/temp_dir.hpp"
 
+#include <lazygraph/nn/llama_config.hpp>
 #include <lazygraph/nn/safetensors.hpp>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -621,4 +625,292 @@ TEST_CASE("Checkpoint refuses bad paths, indexes and shards, naming the file at 
     check_error(checkpoint_error_of([&] { (void)Checkpoint::open(dir.path()); }), dir / "s1.safetensors", "",
                 "the file is 5 bytes");
   }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Hostile input (issue 38): every case a clean CheckpointError naming the file, in bounded time and memory
+
+namespace {
+
+/// `depth` nested JSON arrays around 0: "[[...[0]...]]".
+std::string nested_arrays(std::size_t depth) { return std::string(depth, '[') + "0" + std::string(depth, ']'); }
+
+/// `depth` nested JSON objects around 0: {"a":{"a":...{"a":0}...}}.
+std::string nested_objects(std::size_t depth) {
+  std::string text;
+  text.reserve(depth * 6 + 1);
+  for (std::size_t i = 0; i < depth; ++i) text += R"({"a":)";
+  return text + "0" + std::string(depth, '}');
+}
+
+/// A valid entry for a U8 tensor of one byte at [begin, begin + 1).
+std::string u8_entry(std::size_t begin) {
+  return R"({"dtype":"U8","shape":[1],"data_offsets":[)" + std::to_string(begin) + "," + std::to_string(begin + 1) +
+         "]}";
+}
+
+/// The least config.json LlamaConfig accepts, with `extra` members added after its first one.
+std::string config_with(const std::string& extra) {
+  return R"({"hidden_size": 64, )" + extra +
+         R"(, "num_attention_heads": 4, "num_hidden_layers": 2, "intermediate_size": 128, "vocab_size": 100})";
+}
+
+/// The CheckpointError of LlamaConfig::load(`path`).
+CheckpointError config_load_error(const fs::path& path) {
+  return checkpoint_error_of([&] { (void)LlamaConfig::load(path); });
+}
+
+/// Seconds `action` takes.
+template <class Action>
+double seconds_of(Action&& action) {
+  const auto start = std::chrono::steady_clock::now();
+  action();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+constexpr std::size_t kDeep = 100000;  // 200 kB of brackets: overflowed the stack before the depth limit
+
+}  // namespace
+
+TEST_CASE("deep nesting anywhere in a header is refused at 64 levels without recursion") {
+  const std::string deep = nested_arrays(kDeep);
+  const std::string message = "the header nests deeper than 64 levels of arrays and objects";
+  check_refused(raw_safetensors(deep, 0), "", message);  // the root
+  check_refused(raw_safetensors(one_entry("t", R"({"dtype":)" + deep + R"(,"shape":[1],"data_offsets":[0,1]})"), 1), "",
+                message);
+  check_refused(raw_safetensors(one_entry("t", R"({"dtype":"U8","shape":[)" + deep + R"(],"data_offsets":[0,1]})"), 1),
+                "", message);
+  check_refused(raw_safetensors(one_entry("t", R"({"dtype":"U8","shape":[1],"data_offsets":)" + deep + "}"), 1), "",
+                message);
+  check_refused(raw_safetensors(R"({"__metadata__":{"a":)" + deep + "}}", 0), "", message);
+  check_refused(raw_safetensors(one_entry("t", nested_objects(kDeep)), 0), "", message);
+  check_refused(raw_safetensors(nested_objects(kDeep).substr(0, 5 * kDeep), 0), "", message);  // never closed
+  // Unbalanced: nothing but opening brackets, the depth error comes before the end of input.
+  check_refused(raw_safetensors(std::string(kDeep, '['), 0), "", message);
+
+  // The limit itself: 64 levels pass the parser (and are refused by the metadata check), 65 do not.
+  check_refused(raw_safetensors(R"({"__metadata__":{"a":)" + nested_arrays(62) + "}}", 0), "",
+                "\"__metadata__\" value of key 'a' must be a string, found [[[[");
+  check_refused(raw_safetensors(R"({"__metadata__":{"a":)" + nested_arrays(63) + "}}", 0), "", message);
+}
+
+TEST_CASE("deep nesting in the index or in config.json is refused at 64 levels") {
+  const TempDir dir;
+  const fs::path index = dir / "model.safetensors.index.json";
+  write_file(index, R"({"weight_map":{"a":)" + nested_arrays(kDeep) + "}}");
+  check_error(checkpoint_error_of([&] { (void)Checkpoint::open(dir.path()); }), index, "",
+              "the index nests deeper than 64 levels");
+  write_file(index, nested_arrays(kDeep));
+  check_error(checkpoint_error_of([&] { (void)Checkpoint::open(dir.path()); }), index, "",
+              "the index nests deeper than 64 levels");
+
+  const fs::path config = dir / "config.json";
+  for (const std::string& text : {nested_arrays(kDeep), config_with(R"("rope_scaling": )" + nested_arrays(kDeep)),
+                                  R"({"hidden_size": )" + nested_arrays(kDeep) + "}"}) {
+    write_file(config, text);
+    check_error(config_load_error(config), config, "", "the config nests deeper than 64 levels");
+    check_error(checkpoint_error_of([&] { (void)LlamaConfig::parse(text, "c.json"); }), "c.json", "",
+                "the config nests deeper than 64 levels");
+  }
+}
+
+TEST_CASE("a header of 60000 tensors opens in linear time") {
+  // The duplicate-key check of the old parser rescanned the parent object each time a child closed: 20k tensors
+  // took 3 s, 80k took 349 s. Now 60k take well under a second; 20 s leaves room for a slow, sanitized machine.
+  constexpr std::size_t kCount = 60000;
+  std::string header = "{";
+  for (std::size_t i = 0; i < kCount; ++i) {
+    header += (i == 0 ? "\"t" : ",\"t") + std::to_string(i) + "\":" + u8_entry(i);
+  }
+  header += "}";
+  const TempDir dir;
+  const fs::path path = dir / "many.safetensors";
+  write_file(path, raw_safetensors(header, kCount));
+  std::size_t tensors = 0;
+  const double seconds = seconds_of([&] { tensors = SafetensorsFile::open(path).tensors().size(); });
+  CHECK(tensors == kCount);
+  CHECK(seconds < 20.0);
+
+  // The same shape of text as an index (one object of 60k strings) and as a nested object of config.json.
+  std::string map = R"({"weight_map":{)";
+  std::string nested = R"({"x":{)";
+  for (std::size_t i = 0; i < kCount; ++i) {
+    map += (i == 0 ? "\"t" : ",\"t") + std::to_string(i) + "\":\"missing.safetensors\"";
+    nested += (i == 0 ? "\"k" : ",\"k") + std::to_string(i) + "\":{\"a\":1}";
+  }
+  write_file(dir / "model.safetensors.index.json", map + "}}");
+  const double index_seconds = seconds_of([&] {
+    check_error(checkpoint_error_of([&] { (void)Checkpoint::open(dir.path()); }), dir / "model.safetensors.index.json",
+                "", "the shard 'missing.safetensors' is missing");
+  });
+  CHECK(index_seconds < 20.0);
+  const double config_seconds = seconds_of([&] {
+    try {
+      (void)LlamaConfig::parse(nested + "}}", "c.json");  // the parse itself must be fast; the key is refused later
+    } catch (const CheckpointError&) {
+    }
+  });
+  CHECK(config_seconds < 20.0);
+}
+
+TEST_CASE("a FIFO in place of a checkpoint file is refused at once without blocking") {
+  const TempDir dir;
+  const auto make_fifo = [](const fs::path& path) { REQUIRE(::mkfifo(path.c_str(), 0600) == 0); };
+
+  const fs::path single = dir / "model.safetensors";
+  make_fifo(single);
+  check_error(checkpoint_error_of([&] { (void)SafetensorsFile::open(single); }), single, "",
+              "is not a regular file (a FIFO)");
+  check_error(checkpoint_error_of([&] { (void)Checkpoint::open(dir.path()); }), single, "",
+              "is not a regular file (a FIFO)");
+  check_error(checkpoint_error_of([&] { (void)Checkpoint::open(single); }), single, "", "is not a regular file");
+  fs::remove(single);
+
+  const fs::path index = dir / "model.safetensors.index.json";
+  make_fifo(index);
+  check_error(checkpoint_error_of([&] { (void)Checkpoint::open(dir.path()); }), index, "",
+              "is not a regular file (a FIFO)");
+  fs::remove(index);
+
+  write_file(index, R"({"weight_map":{"a":"shard.safetensors"}})");
+  make_fifo(dir / "shard.safetensors");
+  check_error(checkpoint_error_of([&] { (void)Checkpoint::open(dir.path()); }), dir / "shard.safetensors", "",
+              "is not a regular file (a FIFO)");
+
+  const fs::path config = dir / "config.json";
+  make_fifo(config);
+  check_error(config_load_error(config), config, "", "is not a regular file (a FIFO)");
+  check_error(config_load_error(dir.path()), config, "", "is not a regular file (a FIFO)");
+}
+
+TEST_CASE("config.json or the index linked to a device is refused and not read until memory runs out") {
+  const TempDir dir;
+  const fs::path config = dir / "config.json";
+  fs::create_symlink("/dev/zero", config);
+  check_error(config_load_error(dir.path()), config, "", "is not a regular file (a character device)");
+  const fs::path index = dir / "model.safetensors.index.json";
+  fs::create_symlink("/dev/zero", index);
+  check_error(checkpoint_error_of([&] { (void)Checkpoint::open(dir.path()); }), index, "",
+              "is not a regular file (a character device)");
+  const fs::path weights = dir / "model.safetensors";
+  fs::create_symlink("/dev/zero", weights);
+  check_error(checkpoint_error_of([&] { (void)Checkpoint::open(dir.path()); }), weights, "",
+              "is not a regular file (a character device)");
+}
+
+TEST_CASE("config.json over 16 MiB and an index over 64 MiB are refused before they are read") {
+  const TempDir dir;
+  // Sparse files: their size costs no disk, and reading them would take the time and memory the limit saves.
+  const fs::path config = dir / "config.json";
+  write_file(config, "{");
+  fs::resize_file(config, (std::size_t{16} << 20U) + 1);
+  check_error(config_load_error(config), config, "", "is larger than the 16777216 bytes allowed (16 MiB)");
+  fs::resize_file(config, std::size_t{16} << 20U);  // at the limit: read, then refused for its NUL bytes
+  check_error(config_load_error(config), config, "", "the config is not valid JSON: it holds a NUL byte at offset 1");
+
+  const fs::path index = dir / "model.safetensors.index.json";
+  write_file(index, "{");
+  fs::resize_file(index, (std::size_t{64} << 20U) + 1);
+  check_error(checkpoint_error_of([&] { (void)Checkpoint::open(dir.path()); }), index, "",
+              "is larger than the 67108864 bytes allowed (64 MiB)");
+}
+
+TEST_CASE("a NUL or another control character in a shard name is refused") {
+  const TempDir dir;
+  const fs::path index = dir / "model.safetensors.index.json";
+  std::mt19937 rng = make_rng();
+  const std::vector<OwnedTensor> tensors = {random_tensor(rng, "a", DType::f32, {2})};
+  write_sharded(dir, tensors, {{"a", "s.safetensors"}});
+  REQUIRE(Checkpoint::open(dir.path()).names().size() == 1);
+  // "s.safetensors\0x" would open s.safetensors where the system reads the name.
+  write_file(index, R"({"weight_map":{"a":"s.safetensors\u0000x"}})");
+  check_error(checkpoint_error_of([&] { (void)Checkpoint::open(dir.path()); }), index, "a",
+              "the shard 's.safetensors\\x00x' is not a plain file name");
+  for (const char* name : {R"(s\n.safetensors)", R"(s\u001f.safetensors)", R"(s\u007f.safetensors)", R"(\u0000)",
+                           R"(.)", R"(..)", R"(sub/s.safetensors)", R"(/abs.safetensors)"}) {
+    INFO("shard name " << name);
+    write_file(index, std::string(R"({"weight_map":{"a":")") + name + R"("}})");
+    check_error(checkpoint_error_of([&] { (void)Checkpoint::open(dir.path()); }), index, "a",
+                "is not a plain file name in the index's folder");
+  }
+  // A raw NUL byte is not JSON at all; nlohmann would otherwise stop there and accept what follows.
+  write_file(index, std::string(R"({"weight_map":{"a":"s.safetensors"}})") + '\0' + "garbage");
+  check_error(checkpoint_error_of([&] { (void)Checkpoint::open(dir.path()); }), index, "",
+              "the index is not valid JSON: it holds a NUL byte at offset 36");
+}
+
+TEST_CASE("a NUL byte in a header is refused even after a complete JSON value") {
+  const std::string header = one_entry("t", u8_entry(0));
+  check_refused(raw_safetensors(header + std::string(1, '\0') + "garbage", 1), "",
+                "the header is not valid JSON: it holds a NUL byte at offset " + std::to_string(header.size()));
+  check_refused(raw_safetensors(header + std::string(8, '\0'), 1), "", "holds a NUL byte");
+  // A tensor name with an escaped NUL is a name like any other; messages show it escaped, as what() is a C string.
+  const TempDir dir;
+  const fs::path path = dir / "nul_name.safetensors";
+  write_file(path, raw_safetensors(R"({"t\u0000":)" + u8_entry(0) + R"(,"t\u0000":)" + u8_entry(1) + "}", 2));
+  const CheckpointError error = checkpoint_error_of([&] { (void)SafetensorsFile::open(path); });
+  CHECK(error.tensor() == std::string("t\0", 2));
+  CHECK(contains(error.what(), "tensor t\\x00: the name appears twice in the header"));
+}
+
+TEST_CASE("numbers out of range in a header are refused as invalid JSON or as bad dims") {
+  check_refused(raw_safetensors(one_entry("t", R"({"dtype":"U8","shape":[1e400],"data_offsets":[0,1]})"), 1), "",
+                "the header is not valid JSON: [json.exception.out_of_range.406] number overflow parsing '1e400'");
+  check_refused(
+      raw_safetensors(one_entry("t", R"({"dtype":"U8","shape":[18446744073709551616],"data_offsets":[0,1]})"), 1), "t",
+      "shape dims must be non-negative integers, found 1.8446744073709552e+19");
+  check_refused(
+      raw_safetensors(one_entry("t", R"({"dtype":"U8","shape":[1],"data_offsets":[0,18446744073709551616]})"), 1), "t",
+      "\"data_offsets\" must be [begin, end], two non-negative integers, found [0,1.8446744073709552e+19]");
+}
+
+TEST_CASE("duplicate keys are found in objects at any depth") {
+  check_refused(raw_safetensors(R"({"__metadata__":{"a":"1","b":"2","a":"3"}})", 0), "",
+                "the header has the key 'a' twice in one object");
+  check_refused(raw_safetensors(R"({"__metadata__":{"a":"1"},"__metadata__":{}})", 0), "__metadata__",
+                "the name appears twice in the header");
+  // A key of an inner object may repeat one of its parent's: that is no duplicate.
+  const TempDir dir;
+  const fs::path path = dir / "m.safetensors";
+  write_file(path, raw_safetensors(R"({"dtype":)" + u8_entry(0) + "}", 1));
+  CHECK(SafetensorsFile::open(path).tensor("dtype").bytes == 1);
+}
+
+TEST_CASE("a file shorter than its header claims is refused at open naming the tensor cut off") {
+  std::mt19937 rng = make_rng();
+  const TempDir dir;
+  const fs::path path = dir / "cut.safetensors";
+  const std::vector<OwnedTensor> tensors = {random_tensor(rng, "first", DType::f32, {4}),
+                                            random_tensor(rng, "last", DType::f16, {3})};
+  write_safetensors(path, views(tensors));
+  const std::uintmax_t size = fs::file_size(path);
+  fs::resize_file(path, size - 1);
+  check_error(checkpoint_error_of([&] { (void)SafetensorsFile::open(path); }), path, "last",
+              "end past the data buffer of 21 bytes (the file is truncated or the offsets are wrong)");
+  fs::resize_file(path, 20);  // inside the header
+  check_error(checkpoint_error_of([&] { (void)SafetensorsFile::open(path); }), path, "",
+              "but only 12 follow (the file is truncated)");
+}
+
+TEST_CASE("messages show a huge JSON value cut short") {
+  std::string shape = R"("shape":{)";
+  for (int i = 0; i < 100000; ++i) shape += (i == 0 ? "\"k" : ",\"k") + std::to_string(i) + "\":0";
+  const TempDir dir;
+  const fs::path object_path = dir / "object.safetensors";
+  write_file(object_path,
+             raw_safetensors(one_entry("t", R"({"dtype":"U8",)" + shape + R"(},"data_offsets":[0,1]})"), 1));
+  const CheckpointError object_error = checkpoint_error_of([&] { (void)SafetensorsFile::open(object_path); });
+  check_error(object_error, object_path, "t",
+              "\"shape\" must be an array of non-negative integers, found {\"k0\":0,\"k1\":0,\"k10\":0,");
+  CHECK(std::string(object_error.what()).size() < 300);
+
+  const std::string long_string(1000000, 'y');
+  const fs::path string_path = dir / "string.safetensors";
+  write_file(
+      string_path,
+      raw_safetensors(one_entry("t", R"({"dtype":[")" + long_string + R"("],"shape":[1],"data_offsets":[0,1]})"), 1));
+  const CheckpointError string_error = checkpoint_error_of([&] { (void)SafetensorsFile::open(string_path); });
+  check_error(string_error, string_path, "t", "\"dtype\" must be a string, found [\"yyyy");
+  CHECK(std::string(string_error.what()).size() < 300);
+  CHECK(contains(string_error.what(), "yyy..."));
 }

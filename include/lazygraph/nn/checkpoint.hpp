@@ -23,6 +23,8 @@ struct LoadOptions {
   /// Positions the KV cache holds; 0: the model's max_position_embeddings, at most 4096. \throws UsageError
   /// (from DecoderCheckpoint::open) beyond max_position_embeddings.
   int context = 0;
+  /// Sequences decoded at once (DecoderConfig::max_batch, 1 to 8): the KV cache holds this many.
+  int max_batch = 1;
   /// Print a progress bar on stderr while uploading checkpoints of at least `progress_from_bytes`.
   bool progress = true;
   /// The size from which uploads show progress.
@@ -39,8 +41,10 @@ struct LoadOptions {
 class DecoderCheckpoint {
  public:
   /// Reads `directory`/config.json and the safetensors weights, and checks, without touching the GPU, that the
-  /// config is one the kernels run and that every tensor of decoder_tensors() is present with dtype F16, BF16 or
-  /// F32 and its shape (the LM head may be missing when the config ties it to the embedding).
+  /// config is one the kernels run (LlamaConfig::parse's rules, then: no q/k/v biases, a sliding window, if any, at
+  /// least the context) and that every tensor of decoder_tensors() is present with dtype F16, BF16 or F32 and its
+  /// shape. A tied model reads its LM head from the embedding (a stored lm_head.weight must equal it). Every other
+  /// tensor is refused by name, except rotary_emb.inv_freq buffers that hold the config's RoPE frequencies.
   /// \throws CheckpointError naming the file, the tensor and what was expected; UsageError for options.context
   ///         beyond the model's max_position_embeddings.
   [[nodiscard]] static DecoderCheckpoint open(const std::filesystem::path& directory, const LoadOptions& options = {});
@@ -66,6 +70,10 @@ class DecoderCheckpoint {
 
  private:
   DecoderCheckpoint(LlamaConfig llama, DecoderConfig config, Checkpoint weights, LoadOptions options);
+  /// Refuses a stored lm_head.weight of a tied model unless it equals the embedding.
+  void check_tied_head(const TensorInfo& head) const;
+  /// Refuses a stored rotary_emb.inv_freq unless it holds the config's RoPE frequencies.
+  void check_inv_freq(const TensorInfo& info) const;
 
   LlamaConfig llama_;
   DecoderConfig config_;

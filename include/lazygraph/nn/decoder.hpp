@@ -19,6 +19,7 @@
 #include "lazygraph/module.hpp"
 #include "lazygraph/nn/kernels.hpp"
 #include "lazygraph/nn/mlp.hpp"
+#include "lazygraph/nn/rope.hpp"
 #include "lazygraph/nn/sampling.hpp"
 
 namespace lazygraph::nn {
@@ -39,7 +40,8 @@ enum class DecoderOrdering {
 /// The decoder's shape. The defaults are the small model of docs/nn.md.
 struct DecoderConfig {
   int d = 512;                ///< model width (the residual stream)
-  int heads = 8;              ///< query heads; head_dim = d / heads
+  int heads = 8;              ///< query heads
+  int head_width = 0;         ///< per-head width (Hugging Face's head_dim); 0 means d / heads
   int kv_heads = 0;           ///< key/value heads (grouped-query attention); 0 means `heads`
   int layers = 8;             ///< decoder layers
   int ffn = 1536;             ///< MLP width
@@ -47,6 +49,7 @@ struct DecoderConfig {
   int context = 1024;         ///< positions the KV cache holds per sequence
   int max_batch = 1;          ///< sequences decoded at once (1 to 8); the KV cache holds this many
   float theta = 10000.0F;     ///< RoPE base
+  RopeScaling rope_scaling;   ///< RoPE frequency rule (rope.hpp): the plain one by default, or linear or llama3
   float eps = 1e-5F;          ///< RMSNorm epsilon
   std::uint32_t seed = 1234;  ///< seed of the generated weights (DecoderWeights::generate)
   bool early_launch = true;   ///< launch the kernels early (Kernels::step_config); false to compare
@@ -66,15 +69,18 @@ struct DecoderConfig {
   /// positions it shares out.
   int attention_blocks = 1;
 
-  /// d / heads.
-  [[nodiscard]] int head_dim() const noexcept { return heads > 0 ? d / heads : 0; }
+  /// head_width, or d / heads when that is 0.
+  [[nodiscard]] int head_dim() const noexcept { return head_width > 0 ? head_width : (heads > 0 ? d / heads : 0); }
+  /// Width of q and of the attention output: heads * head_dim() (d unless head_width says otherwise).
+  [[nodiscard]] int q_dim() const noexcept { return heads * head_dim(); }
   /// The key/value head count: kv_heads, or heads when kv_heads is 0.
   [[nodiscard]] int kv_head_count() const noexcept { return kv_heads > 0 ? kv_heads : heads; }
   /// Width of k and v: kv_head_count() * head_dim().
   [[nodiscard]] int kv_dim() const noexcept { return kv_head_count() * head_dim(); }
   /// \throws UsageError for shapes the kernels cannot run: d and ffn multiples of 8, d divisible by
-  /// heads with head_dim a multiple of 8 and at most 128, heads a multiple of kv_heads, context at most 8192,
-  /// max_batch at most 8 (kMaxRows), every count positive.
+  /// heads when head_width is 0, head_dim a multiple of 8 and at most 128, heads a multiple of kv_heads, context at
+  /// most 8192, max_batch at most 8 (kMaxRows), every count positive, a finite positive theta, an invalid
+  /// rope_scaling.
   void validate() const;
   /// Bytes of weights one step reads (all matrices and gains, plus one embedding row).
   [[nodiscard]] std::size_t weight_bytes() const;
@@ -85,14 +91,18 @@ struct DecoderConfig {
   }
 };
 
-/// One layer's attention weights: norm gain [d], Wq [d x d], Wk and Wv [kv_dim x d], Wo [d x d].
+/// The RoPE table the decoder's kernels read: rope_frequencies(theta, rope_scaling, head_dim()) rounded to float.
+/// \throws UsageError as rope_frequencies does.
+[[nodiscard]] std::vector<float> rope_table(const DecoderConfig& config);
+
+/// One layer's attention weights: norm gain [d], Wq [q_dim x d], Wk and Wv [kv_dim x d], Wo [d x q_dim].
 template <Element T>
 struct BasicAttentionWeights {
   DeviceBuffer<T> gain;  ///< input norm gain [d]
-  DeviceBuffer<T> wq;    ///< [d x d]
+  DeviceBuffer<T> wq;    ///< [q_dim x d]
   DeviceBuffer<T> wk;    ///< [kv_dim x d]
   DeviceBuffer<T> wv;    ///< [kv_dim x d]
-  DeviceBuffer<T> wo;    ///< [d x d]
+  DeviceBuffer<T> wo;    ///< [d x q_dim]
 };
 
 /// One layer's fp16 attention weights.
@@ -119,23 +129,25 @@ using DecoderWeights = BasicDecoderWeights<half>;
 /// row r is token tokens[r] of sequence slots[r] at position positions[r]. Activations hold kMaxRows rows.
 template <Element T>
 struct BasicDecoderState {
-  /// Allocates every buffer for `config` (uninitialised).
+  /// Allocates every buffer for `config`, uninitialised but for rope_frequencies (rope_frequencies() of the config)
+  /// and attention_counters (zero), which it writes and waits for.
   BasicDecoderState(const Device& device, const DecoderConfig& config);
 
   DeviceBuffer<int> io;         ///< [tokens | positions | slots | control]: written before each replay (kIoSize ints)
   DeviceBuffer<int> generated;  ///< the tokens Decoder::generate's loop appends [context]
   DeviceBuffer<int> next;       ///< the chosen next token of each row [kMaxRows]
   DeviceBuffer<T> x;            ///< residual streams [kMaxRows][d]
-  DeviceBuffer<T> q;            ///< [kMaxRows][d]
+  DeviceBuffer<T> q;            ///< [kMaxRows][q_dim]
   DeviceBuffer<T> k;            ///< [kMaxRows][kv_dim] (the unfused path only: DecoderConfig::fused false)
   DeviceBuffer<T> v;            ///< [kMaxRows][kv_dim] (likewise)
-  DeviceBuffer<T> attn;         ///< attention outputs [kMaxRows][d]
+  DeviceBuffer<T> attn;         ///< attention outputs [kMaxRows][q_dim]
   DeviceBuffer<T> act;          ///< MLP activations [kMaxRows][ffn]
   DeviceBuffer<T> logits;       ///< [kMaxRows][vocab]
   DeviceBuffer<T> k_cache;      ///< [layers][max_batch][kv_heads][context][head_dim]
   DeviceBuffer<T> v_cache;      ///< like k_cache
   DeviceBuffer<float> attention_partials;     ///< attention_split's [kMaxRows][heads][splits][head_dim + 2]
   DeviceBuffer<unsigned> attention_counters;  ///< attention_split's [kMaxRows][heads], zero between steps
+  DeviceBuffer<float> rope_frequencies;       ///< RoPE's inverse frequency per pair of a head [head_dim / 2]
 
   /// The rows' tokens, as the graph reads them.
   [[nodiscard]] DeviceSpan<const int> tokens() const { return io.cview().subspan(0, kMaxRows); }
@@ -164,10 +176,12 @@ auto attention_block(const BasicKernels<T>& k, const BasicAttentionWeights<T>& w
   const float scale = 1.0F / std::sqrt(static_cast<float>(c.head_dim()));
   const LaunchConfig per_split = k.attention_split_config(c.heads, rows, c.context, c.attention_splits(), c.head_dim());
   const LaunchConfig per_head = k.attention_config(c.heads, rows, c.context);
+  const int q_dim = c.q_dim();
+  const DeviceSpan<const float> frequencies = s.rope_frequencies.cview();
   auto fused =
-      k.qkv_rope_append(k.qkv_config(d, c.kv_dim(), d, rows), w.wq.cview(), w.wk.cview(), w.wv.cview(), s.x.cview(),
-                        w.gain.cview(), s.q.view(), k_cache, v_cache, s.positions(), s.slots(), d, d, c.kv_head_count(),
-                        c.head_dim(), c.context, c.max_batch, c.theta, c.eps, rows) >>
+      k.qkv_rope_append(k.qkv_config(q_dim, c.kv_dim(), d, rows), w.wq.cview(), w.wk.cview(), w.wv.cview(), s.x.cview(),
+                        w.gain.cview(), s.q.view(), k_cache, v_cache, s.positions(), s.slots(), d, q_dim,
+                        c.kv_head_count(), c.head_dim(), c.context, c.max_batch, frequencies, c.eps, rows) >>
       choose(c.attention_splits() > 1,
              k.attention_split(per_split, s.q.cview(), k_cache.as_const(), v_cache.as_const(), s.attn.view(),
                                s.attention_partials.view(), s.attention_counters.view(), s.positions(), s.slots(),
@@ -180,11 +194,11 @@ auto attention_block(const BasicKernels<T>& k, const BasicAttentionWeights<T>& w
                            out_rows, d, c.eps, rows);
   };
   const auto count = static_cast<std::size_t>(rows);
-  auto q = project(w.wq, s.q, d);
+  auto q = project(w.wq, s.q, q_dim);
   auto kp = project(w.wk, s.k, c.kv_dim());
   auto v = project(w.wv, s.v, c.kv_dim());
-  auto rope = k.rope(k.step_config(grid_for(count * static_cast<std::size_t>(d), 256)), s.q.view(), s.k.view(),
-                     s.positions(), c.heads, c.kv_head_count(), c.head_dim(), c.theta, rows);
+  auto rope = k.rope(k.step_config(grid_for(count * static_cast<std::size_t>(q_dim), 256)), s.q.view(), s.k.view(),
+                     s.positions(), c.heads, c.kv_head_count(), c.head_dim(), frequencies, rows);
   auto append = k.kv_append(k.step_config(grid_for(count * static_cast<std::size_t>(c.kv_dim()), 256)), s.k.cview(),
                             s.v.cview(), k_cache, v_cache, s.positions(), s.slots(), c.kv_head_count(), c.head_dim(),
                             c.context, c.max_batch, rows);
@@ -195,7 +209,7 @@ auto attention_block(const BasicKernels<T>& k, const BasicAttentionWeights<T>& w
                         choose(c.ordering == DecoderOrdering::hand_written, all(q, kp, v) >> rope >> append >> attend,
                                q >> kp >> v >> rope >> append >> attend));
   return choose(c.fused, std::move(fused), std::move(unfused)) >>
-         k.gemv_add(k.gemv_config(d, d, rows), w.wo.cview(), s.attn.cview(), s.x.view(), d, d, rows);
+         k.gemv_add(k.gemv_config(d, q_dim, rows), w.wo.cview(), s.attn.cview(), s.x.view(), d, q_dim, rows);
 }
 
 /// One decoder layer for `rows` rows: attention block, then the SwiGLU MLP block.
@@ -232,11 +246,12 @@ auto decoder_step(const BasicKernels<T>& k, const BasicDecoderWeights<T>& w, Bas
   return named("embedding", k.embedding(k.step_config(grid_for(count * static_cast<std::size_t>(c.d), 256)),
                                         w.embedding.cview(), s.tokens(), s.x.view(), c.d, rows)) >>
          chain(std::move(layers)) >>
-         named("lm head", k.rms_norm_gemv(k.gemv_config(c.vocab, c.d, rows), w.lm_head.cview(), s.x.cview(),
-                                          w.final_gain.cview(), s.logits.view(), c.vocab, c.d, c.eps, rows) >>
-                              k.sample(k.step_config({{static_cast<unsigned>(rows), 1, 1}, {1024, 1, 1}, 0}),
-                                       s.logits.cview(), s.next.view(), s.positions(), s.slots(), c.vocab,
-                                       sampling.top_k, sampling.temperature, static_cast<unsigned>(sampling.seed)));
+         named("lm head",
+               k.rms_norm_gemv(k.gemv_config(c.vocab, c.d, rows), w.lm_head.cview(), s.x.cview(), w.final_gain.cview(),
+                               s.logits.view(), c.vocab, c.d, c.eps, rows) >>
+                   k.sample(k.step_config({{static_cast<unsigned>(rows), 1, 1}, {1024, 1, 1}, 0}), s.logits.cview(),
+                            s.next.view(), s.positions(), s.slots(), c.vocab, sampling.top_k, sampling.temperature,
+                            static_cast<unsigned>(sampling.seed), sampling.top_p));
 }
 
 /// Where a step starts: the current token and its position in the sequence.

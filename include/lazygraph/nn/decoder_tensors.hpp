@@ -18,10 +18,10 @@ namespace lazygraph::nn {
 enum class DecoderTensorRole {
   embedding,       ///< token embedding [vocab x d]
   attention_gain,  ///< a layer's input norm gain [d]
-  wq,              ///< [d x d]
+  wq,              ///< [q_dim x d]
   wk,              ///< [kv_dim x d]
   wv,              ///< [kv_dim x d]
-  wo,              ///< [d x d]
+  wo,              ///< [d x q_dim]
   mlp_gain,        ///< a layer's post-attention norm gain [d]
   w1,              ///< gate projection [ffn x d]
   w3,              ///< up projection [ffn x d]

@@ -137,16 +137,18 @@ struct BasicKernels {
   /// stack in one persistent launch (kernels/nn/mlp_stack.cu; nn::BasicMlpStack makes its arguments).
   BatchedKernel<void(const MlpLayer*, T*, T*, unsigned*, int, int, int, float, int, int, int)> mlp_stack;
   /// qkv_rope_append(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, kv_heads, head_dim,
-  /// context, slot_count, theta, eps, batch): h = rmsnorm(x[b]) * g; q[b] = rope(Wq h); rope(Wk h) and Wv h appended
-  /// to the caches (kernels/nn/qkv.cu): rms_norm_gemv three times, rope and kv_append in one launch (qkv_config).
-  /// Wq has q_rows rows: d for a whole model, a tensor-parallel rank's heads' rows for its shard.
+  /// context, slot_count, frequencies, eps, batch): h = rmsnorm(x[b]) * g; q[b] = rope(Wq h); rope(Wk h) and Wv h
+  /// appended to the caches (kernels/nn/qkv.cu): rms_norm_gemv three times, rope and kv_append in one launch
+  /// (qkv_config). Wq has q_rows rows: heads * head_dim for a whole model, a tensor-parallel rank's heads' rows for
+  /// its shard. frequencies: RoPE's inverse frequency of each pair of a head [head_dim / 2] (rope_frequencies).
   BatchedKernel<void(const T*, const T*, const T*, const T*, const T*, T*, T*, T*, const int*, const int*, int, int,
-                     int, int, int, int, float, float, int)>
+                     int, int, int, int, const float*, float, int)>
       qkv_rope_append;
   /// rms_norm(x, g, out, d, eps): out = rmsnorm(x) * g per vector, one block each (kernels/nn/rms_norm.cu).
   Kernel<void(const T*, const T*, T*, int, float)> rms_norm;
-  /// rope(q, k, positions, heads, kv_heads, head_dim, theta, batch): rotary embedding in place (kernels/nn/rope.cu).
-  Kernel<void(T*, T*, const int*, int, int, int, float, int)> rope;
+  /// rope(q, k, positions, heads, kv_heads, head_dim, frequencies, batch): rotary embedding in place
+  /// (kernels/nn/rope.cu); frequencies as qkv_rope_append's.
+  Kernel<void(T*, T*, const int*, int, int, int, const float*, int)> rope;
   /// kv_append(k, v, k_cache, v_cache, positions, slots, kv_heads, head_dim, context, slot_count, batch)
   /// (kernels/nn/attention.cu).
   Kernel<void(const T*, const T*, T*, T*, const int*, const int*, int, int, int, int, int)> kv_append;
@@ -161,9 +163,9 @@ struct BasicKernels {
   /// argmax(logits, out, n): per row (one block each), the index of the largest logit, the lowest among ties
   /// (kernels/nn/argmax.cu).
   Kernel<void(const T*, int*, int)> argmax;
-  /// sample(logits, out, positions, slots, n, top_k, temperature, seed): per row (one block each), the greedy or
-  /// sampled next token (kernels/nn/sample.cu, sampling.hpp).
-  Kernel<void(const T*, int*, const int*, const int*, int, int, float, unsigned)> sample;
+  /// sample(logits, out, positions, slots, n, top_k, temperature, seed, top_p): per row (one block each), the greedy
+  /// or sampled next token (kernels/nn/sample.cu, sampling.hpp).
+  Kernel<void(const T*, int*, const int*, const int*, int, int, float, unsigned, float)> sample;
   /// The kernels of Decoder::generate's loop: empty when the library lacks them (one without the core kernel set,
   /// which has while_guard), with the reason in `loop_unavailable`; everything else works without them.
   struct LoopKernels {

@@ -1,21 +1,28 @@
 #pragma once
 /// \file
-/// The hyperparameters of a Hugging Face Llama model, read from its config.json, for the lazygraph::nn layer.
+/// The hyperparameters of a Hugging Face Llama-family model (Llama, Mistral, Qwen2), read from its config.json, for
+/// the lazygraph::nn layer. This is the one place checkpoint config keys are read.
 ///
-/// Only what a plain Llama decoder needs is read; keys lazygraph cannot honour (rope_scaling, an activation other
-/// than silu) are refused rather than ignored, so a model never loads with silently wrong arithmetic.
+/// The rule: a model that loads computes what its authors' implementation computes. So every key is either read
+/// (and checked), known not to change the arithmetic of inference (token ids, dropout, initialisation, generation
+/// defaults, bookkeeping), or refused by name: an unknown key might change what the model computes, and is never
+/// ignored. RoPE settings are read from transformers 5's `rope_parameters` object or the older top-level
+/// `rope_theta` / `rope_scaling`; the rules lazygraph implements are "default", "linear" and "llama3" (rope.hpp).
 
 #include <filesystem>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include <lazygraph/nn/rope.hpp>
 #include <lazygraph/nn/safetensors.hpp>
 
 namespace lazygraph::nn {
 
-/// The config.json of a Llama model. Every count is positive once parse() or load() returned it.
+/// The config.json of a Llama-family model. Every count is positive once parse() or load() returned it.
 struct LlamaConfig {
+  std::string model_type = "llama";    ///< "llama", "mistral" or "qwen2"; "llama" when absent
   int hidden_size = 0;                 ///< width of the residual stream (required key)
   int num_attention_heads = 0;         ///< query heads (required key)
   int num_key_value_heads = 0;         ///< key/value heads; num_attention_heads when the key is absent
@@ -24,11 +31,16 @@ struct LlamaConfig {
   int vocab_size = 0;                  ///< rows of the embedding (required key)
   int max_position_embeddings = 2048;  ///< longest sequence; 2048 (the transformers default) when absent
   double rope_theta = 10000;           ///< RoPE base; 10000 when absent
+  RopeScaling rope_scaling;            ///< RoPE rule: rope_parameters' or rope_scaling's rope_type and parameters
   double rms_norm_eps = 1e-5;          ///< RMSNorm epsilon; 1e-5 when absent
-  std::string torch_dtype;             ///< e.g. "bfloat16"; empty when absent or null
-  bool tie_word_embeddings = false;    ///< whether lm_head shares the embedding's weights
-  std::string hidden_act = "silu";     ///< the MLP activation; only "silu" is accepted
-  std::optional<int> head_dim;         ///< per-head width when given; else hidden_size / num_attention_heads
+  std::string torch_dtype;           ///< e.g. "bfloat16" (key torch_dtype, or dtype in transformers 5); empty if absent
+  bool tie_word_embeddings = false;  ///< whether lm_head shares the embedding's weights
+  std::string hidden_act = "silu";   ///< the MLP activation; only "silu" is accepted
+  std::optional<int> head_dim;       ///< per-head width when given; else hidden_size / num_attention_heads
+  bool attention_bias = false;       ///< q, k and v projections with biases (Qwen2 always has them)
+  std::optional<int> sliding_window;  ///< Mistral/Qwen2: attention window in positions; nullopt: none (or unused)
+  std::optional<int> bos_token_id;    ///< the first token of a prompt, when given
+  std::vector<int> eos_token_ids;     ///< the tokens that end a generation (eos_token_id: one id or a list)
 
   /// The per-head width: head_dim when set, else hidden_size / num_attention_heads. Precondition: the config
   /// is valid (num_attention_heads > 0), as parse() and load() return it.
@@ -37,20 +49,24 @@ struct LlamaConfig {
   }
 
   /// Parses the text of a config.json; `source` only names the file in errors. Throws CheckpointError naming
-  /// `source` and the key when the text is not a JSON object, a required key (hidden_size, num_attention_heads,
-  /// num_hidden_layers, intermediate_size, vocab_size) is missing, a count is not a positive integer that fits an
-  /// int, rope_theta or rms_norm_eps is not a positive number, torch_dtype or hidden_act is not a string,
-  /// tie_word_embeddings is not a boolean, hidden_act is not "silu", rope_scaling is present and not null,
-  /// num_attention_heads is not a multiple of num_key_value_heads, or (without head_dim) hidden_size is not a
-  /// multiple of num_attention_heads. Other keys are ignored.
+  /// `source` and the key when the text is not a JSON object; a required key (hidden_size, num_attention_heads,
+  /// num_hidden_layers, intermediate_size, vocab_size) is missing; a count is not a positive integer within its
+  /// bound (hidden_size, intermediate_size at most 2^20, heads at most 4096, head_dim at most 1024, layers at most
+  /// 1024, vocab_size at most 2^24, max_position_embeddings at most 2^24); rope_theta or rms_norm_eps is not a
+  /// positive number that float holds as a normal finite value; a string or boolean key has another type;
+  /// model_type is not llama, mistral or qwen2, or architectures names another class; hidden_act is not "silu";
+  /// mlp_bias is true; a RoPE type other than default, linear or llama3, a RoPE parameter it does not use, or
+  /// rope_parameters and the top-level keys disagreeing; num_attention_heads is not a multiple of
+  /// num_key_value_heads, or (without head_dim) hidden_size not a multiple of num_attention_heads; or any key
+  /// this reader does not know (the message says to remove it if it does not change the arithmetic).
   [[nodiscard]] static LlamaConfig parse(std::string_view json_text, const std::filesystem::path& source);
 
   /// Reads and parses `file_or_dir` (a folder means its config.json). Throws CheckpointError when the file cannot
   /// be read (with strerror) or parse() refuses it.
   [[nodiscard]] static LlamaConfig load(const std::filesystem::path& file_or_dir);
 
-  /// This config as config.json text (model_type "llama", indented), which parse() reads back to an equal config.
-  /// head_dim is written only when set, torch_dtype only when not empty.
+  /// This config as config.json text (indented, RoPE settings as transformers 5's rope_parameters), which parse()
+  /// reads back to an equal config. Optional keys are written only when set.
   [[nodiscard]] std::string to_json() const;
 
   /// Whether every field is equal.

@@ -40,6 +40,7 @@ class DecoderReference {
   std::vector<Layer> layers_;
   std::vector<double> final_gain_;
   std::vector<double> lm_head_;
+  std::vector<double> frequencies_;           ///< RoPE's inverse frequency per pair, in double (rope_frequencies)
   std::vector<std::vector<double>> k_cache_;  ///< per layer, [heads][context][head_dim]
   std::vector<std::vector<double>> v_cache_;
 };

@@ -8,6 +8,14 @@
 /// read-only and checks its whole header when it opens, so every later access is in bounds; `Checkpoint` gives the
 /// same lookups over a model folder that may be split into shards; `write_safetensors` writes a file.
 /// Every malformed input is reported as a `CheckpointError` naming the file, the tensor and what was expected.
+///
+/// The readers are written for hostile files too: only regular files are read (a FIFO or a device in place of a
+/// checkpoint file is refused at once, never waited on or read without end), the index is read up to 64 MiB,
+/// every JSON text (header, index) is parsed in one pass, O(n log n) in its number of keys, and JSON nested deeper
+/// than 64 levels of arrays and objects is refused while parsing (real files nest fewer than 5), as is a NUL byte
+/// anywhere in the text. Time and memory stay within a small multiple of the size of the text read, which is
+/// bounded: 100 MB for a header, 64 MiB for an index (LlamaConfig::load reads config.json the same way, up to
+/// 16 MiB).
 
 #include <cstddef>
 #include <cstdint>
@@ -54,7 +62,8 @@ enum class DType {
 class CheckpointError : public Error {
  public:
   /// Builds the message "file <file>: tensor <tensor>: <problem>" ("file <file>: <problem>" when `tensor` is
-  /// empty).
+  /// empty). Control characters of `tensor` (a name from a file may hold any) are written as \xNN in the message,
+  /// so that it is not cut at a NUL; tensor() returns the name as given.
   CheckpointError(std::filesystem::path file, std::string tensor, std::string_view problem);
 
   /// The file the problem is in.
@@ -91,14 +100,23 @@ struct TensorInfo {
 /// One safetensors file, mapped read-only into memory for the object's lifetime. Move-only; a moved-from object
 /// holds no file and no tensors (its lookups find nothing). Not thread-safe to move while another thread reads it;
 /// concurrent const access is fine.
+///
+/// Precondition: the file must not shrink (be truncated, or rewritten in place shorter) while it is mapped. The
+/// header is checked against the file's size when it opens, so a file that is already too short is refused; but
+/// reading a tensor whose pages a later truncation cut off raises SIGBUS, which ends the process, and no check
+/// here can prevent that. A file rewritten in place without shrinking may show the new bytes. Replacing a file by
+/// renaming another over it, as write_safetensors does, is safe: the mapping keeps the old file.
 class SafetensorsFile {
  public:
   /// Opens and maps `path` and validates the whole header. Throws CheckpointError when the file cannot be opened
-  /// (the message holds strerror) or is not a well-formed safetensors file: shorter than 8 bytes, header length
-  /// over 100 MB or past the end of the file, header not a JSON object, duplicate keys, an entry without a string
-  /// "dtype", an integer "shape" or a two-integer "data_offsets", an unknown dtype, a negative or non-integer dim,
-  /// a shape whose byte size overflows, begin > end, an end past the file, a byte size other than
-  /// product(shape) * dtype size, overlapping tensors, or a "__metadata__" that is not an object of strings.
+  /// (the message holds strerror), is not a regular file ("is not a regular file (a FIFO)"; a FIFO is not waited
+  /// on), or is not a well-formed safetensors file: shorter than 8 bytes, header length over 100 MB or past the
+  /// end of the file, header not valid JSON (a NUL byte or a number out of a double's range included), nested
+  /// deeper than 64 levels of arrays and objects ("the header nests deeper than 64 levels"), not a JSON object,
+  /// duplicate keys in any object, an entry without a string "dtype", an integer "shape" or a two-integer
+  /// "data_offsets", an unknown dtype, a negative or non-integer dim, a shape whose byte size overflows,
+  /// begin > end, an end past the file, a byte size other than product(shape) * dtype size, overlapping tensors,
+  /// or a "__metadata__" that is not an object of strings.
   /// Gaps between tensors are allowed.
   [[nodiscard]] static SafetensorsFile open(const std::filesystem::path& path);
 
@@ -153,9 +171,12 @@ class Checkpoint {
   /// Opens `dir_or_file`: a file is read as one safetensors file; a folder must hold "model.safetensors" (used
   /// when present) or "model.safetensors.index.json", whose "weight_map" maps each tensor name to its shard's
   /// file name in the same folder. Throws CheckpointError when the path does not exist, the folder has neither
-  /// file, the index is not JSON or has no "weight_map" object of strings, a shard name is not a plain file name,
-  /// a shard is missing or malformed (see SafetensorsFile::open), a tensor of the index is absent from its shard,
-  /// or a shard holds a tensor that the index does not map to it.
+  /// file, the index or a shard is not a regular file (a FIFO, a device, a folder), the index is larger than
+  /// 64 MiB, is not JSON (with the same limits as a header: duplicate keys, a NUL byte or nesting deeper than 64
+  /// levels are refused) or has no "weight_map" object of strings, a shard name is not a plain file name (empty,
+  /// "." or "..", holding a '/' or a control character such as NUL), a shard is missing or malformed (see
+  /// SafetensorsFile::open), a tensor of the index is absent from its shard, or a shard holds a tensor that the
+  /// index does not map to it. Every shard is mapped as a SafetensorsFile, with its precondition.
   [[nodiscard]] static Checkpoint open(const std::filesystem::path& dir_or_file);
 
   /// Takes the other's files; every TensorInfo keeps its address.

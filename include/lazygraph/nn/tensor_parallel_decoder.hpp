@@ -57,8 +57,8 @@ class BasicTensorParallelDecoder {
  private:
   struct Layer {
     DeviceBuffer<T> gain;  // [d]
-    DeviceBuffer<T> wqkv;  // [(d + 2 kv_dim) / N x d]: this rank's rows of Wq, then of Wk, then of Wv
-    DeviceBuffer<T> wo;    // [d x d / N]
+    DeviceBuffer<T> wqkv;  // [(q_dim + 2 kv_dim) / N x d]: this rank's rows of Wq, then of Wk, then of Wv
+    DeviceBuffer<T> wo;    // [d x q_dim / N]
     BasicSwigluShard<T> mlp;
   };
   struct Rank {
@@ -74,6 +74,7 @@ class BasicTensorParallelDecoder {
     DeviceBuffer<T> qkv, attn, act, logits_part, logits, k_cache, v_cache;  // qkv: q, then k, then v
     DeviceBuffer<float> attention_partials;     // attention_split's [heads / N][splits][head_dim + 2]
     DeviceBuffer<unsigned> attention_counters;  // attention_split's [heads / N], zero between steps
+    DeviceBuffer<float> rope_frequencies;       // rope_table(config) [head_dim / 2]
   };
   /// Rank r's step as recorded into its graph.
   void record_step(int r, Scope& s);

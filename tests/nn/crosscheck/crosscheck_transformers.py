@@ -1,0 +1,575 @@
+#!/usr/bin/env python3
+"""Cross-check of lazygraph's decoder against Hugging Face transformers (issue 38, item 3).
+
+For each row of a matrix of small model configurations (Llama, Mistral, Qwen2; fp16 and bf16; tied and untied
+embeddings; grouped-query ratios; head_dim 64 and 128, also set apart from hidden / heads; rope_theta 1e4, 5e5, 1e6;
+RoPE scaling llama3 and linear; sharded weights; the older top-level rope_theta / rope_scaling layout), this script
+builds a random model with transformers itself, casts its weights to the row's dtype and writes the checkpoint with
+`save_pretrained`. The reference is transformers' own forward pass in float32 on the CPU over the SAME rounded
+weights, teacher-forced over a random token sequence. The program `decoder_logits` (built next to the tests) loads
+the folder with `lazygraph::nn::load_decoder` and writes what the decoder computes; the two are compared:
+
+- relative error: for each position, ||ours - ref||_2 / ||ref||_2 over the vocabulary; a row passes when the
+  largest over all positions is within 1e-2 (fp16) or 3e-2 (bf16) and every value is finite;
+- greedy token: at every position whose reference top-two margin is CLEAR, our argmax must equal the
+  reference's. A margin is clear when  top1 - top2 > 5 * bound * rms(ref logits at that position),  `bound` being
+  the row's relative-error bound: an error within the bound, spread over the vocabulary, moves a logit by about
+  bound * rms, so a clear margin is five such errors wide. Positions with a smaller margin are counted, not judged.
+
+Some rows must be refused by the loader with a message naming the key (or the tensor) it does not implement
+(attention_bias, mlp_bias, rope_type yarn): such a row passes when `decoder_logits` fails to load with a
+CheckpointError or UsageError whose message names it, and fails when the model loads. A Mistral row with a
+sliding window shorter than the sequence may be refused (naming sliding_window) or computed right.
+
+Besides teacher-forced single steps (`forward`), some rows also run the other paths: `prefill` for prompt lengths
+crossing the 8-row chunks followed by single steps, `forward_batch` of three sequences, both also on tensor cores,
+and `generate` after a prefill, whose tokens are checked against transformers' argmax over the same sequence.
+
+Weights. transformers' default init (normal, std 0.02, norm gains 1, biases 0) gives near-uniform attention and
+logits whose top-two margins are mostly tiny, so most positions would not be judged, and zero biases or unit gains
+would hide a loader that drops them. Here every matrix of shape [out, in] (the embedding too, as [vocab, hidden])
+is normal with std 1/sqrt(in), so each projection keeps its input's scale: attention scores have a standard
+deviation near 1 (RoPE errors move them visibly) and the logits about 1 (margins well above the bounds). Norm
+gains are uniform in [0.5, 1.5] and biases normal with std 0.5.
+
+Exit status: 0 every row passed, 1 a row failed, 2 bad arguments, 77 skipped (torch or transformers not
+installed, or no GPU; the reason is printed). The table also goes to $OUT/crosscheck.txt when OUT is set.
+
+By hand, on the GPU machine (after building `decoder_logits`, e.g. `ninja -C build-gpu tests/decoder_logits`):
+
+    python3 tests/nn/crosscheck/crosscheck_transformers.py build-gpu/tests/decoder_logits
+    python3 tests/nn/crosscheck/crosscheck_transformers.py build-gpu/tests/decoder_logits --only llama3 --keep /tmp/cc
+    python3 tests/nn/crosscheck/crosscheck_transformers.py --list
+
+Meson runs it as the test `crosscheck-transformers` (suite gpu). Nothing is downloaded: transformers runs offline.
+"""
+
+import argparse
+import copy
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+from dataclasses import dataclass, field
+
+SKIPPED = 77
+BOUNDS = {"f16": 1e-2, "bf16": 3e-2}
+CLEAR_FACTOR = 5.0
+POSITIONS = 96  # teacher-forced positions per sequence (issue 38 asks for at least 64)
+CONTEXT = 128  # KV cache positions the decoder is loaded with (LoadOptions::context)
+MAX_POSITIONS = 256  # max_position_embeddings of every model
+PREFILL_LENGTHS = [1, 7, 8, 9, 16, 17, 40]  # and the whole sequence: prompts across the 8-row chunks
+BATCH_SEQUENCES = 3
+GENERATE_PROMPT = 9
+GENERATE_TOKENS = 48
+RUN_TIMEOUT_S = 300
+
+# The paths a row may run: name -> (mode of decoder_logits, extra arguments).
+MODES = {
+    "step": ("step", []),
+    "prefill": ("prefill", []),
+    "prefill-tc": ("prefill", ["--tensor-cores"]),
+    "batch": ("batch", []),
+    "batch-tc": ("batch", ["--tensor-cores"]),
+    "generate": ("generate", []),
+}
+ALL_PATHS = ("step", "prefill", "prefill-tc", "batch", "batch-tc", "generate")
+
+
+@dataclass
+class Row:
+    """One configuration of the matrix."""
+
+    name: str
+    arch: str  # "llama", "mistral" or "qwen2"
+    dtype: str  # "f16" or "bf16"
+    config: dict  # keyword arguments of the transformers config class
+    expect: str = "match"  # "match", "refuse" or "refuse-or-match"
+    names: tuple = ()  # what a refusal must name (any one of them)
+    shard_size: str | None = None  # save_pretrained's max_shard_size: several files
+    legacy_rope_layout: bool = False  # rewrite config.json with top-level rope_theta / rope_scaling
+    paths: tuple = ("step",)
+    note: str = ""
+
+
+def rope(theta, rope_type="default", **scaling):
+    """transformers 5's `rope_parameters`."""
+    return {"rope_type": rope_type, "rope_theta": float(theta), **scaling}
+
+
+def model_config(**overrides):
+    """A small Llama-family config: 2 layers, hidden 512, 8 heads of 64, vocabulary 1024."""
+    c = dict(
+        vocab_size=1024,
+        hidden_size=512,
+        intermediate_size=1024,
+        num_hidden_layers=2,
+        num_attention_heads=8,
+        num_key_value_heads=8,
+        max_position_embeddings=MAX_POSITIONS,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+        rope_parameters=rope(10000),
+    )
+    c.update(overrides)
+    return c
+
+
+LLAMA3 = dict(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=32)
+
+
+def matrix():
+    """The rows, in the order they run."""
+    rows = [
+        Row("llama-mha", "llama", "f16", model_config(), paths=ALL_PATHS),
+        Row("llama-mha", "llama", "bf16", model_config(rms_norm_eps=1e-6)),
+        Row("llama-tied", "llama", "f16", model_config(tie_word_embeddings=True, vocab_size=2048)),
+        Row("llama-tied", "llama", "bf16", model_config(tie_word_embeddings=True, vocab_size=512)),
+        Row("llama-gqa8-kv2", "llama", "f16", model_config(num_key_value_heads=2)),
+        Row("llama-gqa8-kv2", "llama", "bf16", model_config(num_key_value_heads=2)),
+        Row("llama-mqa8-kv1", "llama", "f16", model_config(num_key_value_heads=1)),
+        Row("llama-hd128", "llama", "f16", model_config(num_attention_heads=4, num_key_value_heads=2),
+            note="hidden 512 / 4 heads"),
+        Row("llama-hd128-explicit", "llama", "f16", model_config(head_dim=128, num_key_value_heads=2),
+            note="hidden 512, 8 heads of 128", paths=("step", "prefill", "batch", "generate")),
+        Row("llama-hd128-explicit", "llama", "bf16", model_config(head_dim=128, num_key_value_heads=8)),
+        Row("llama-hd64-explicit", "llama", "f16",
+            model_config(hidden_size=256, intermediate_size=768, head_dim=64, num_key_value_heads=4),
+            note="hidden 256, 8 heads of 64"),
+        Row("llama-theta5e5", "llama", "f16", model_config(rope_parameters=rope(500000))),
+        Row("llama-theta5e5", "llama", "bf16", model_config(rope_parameters=rope(500000), num_key_value_heads=2)),
+        Row("llama-theta5e5-legacy", "llama", "f16", model_config(rope_parameters=rope(500000)),
+            legacy_rope_layout=True, note="top-level rope_theta"),
+        Row("llama-theta1e6", "llama", "bf16", model_config(rope_parameters=rope(1e6))),
+        Row("llama3-scaling", "llama", "f16",
+            model_config(rope_parameters=rope(500000, "llama3", **LLAMA3), num_key_value_heads=2),
+            note="original_max_position_embeddings 32", paths=ALL_PATHS),
+        Row("llama3-scaling", "llama", "bf16",
+            model_config(rope_parameters=rope(500000, "llama3", **LLAMA3), tie_word_embeddings=True)),
+        Row("llama3-scaling-legacy", "llama", "f16",
+            model_config(rope_parameters=rope(500000, "llama3", **LLAMA3), num_key_value_heads=2),
+            legacy_rope_layout=True, note="top-level rope_scaling"),
+        Row("llama-linear-scaling", "llama", "f16", model_config(rope_parameters=rope(10000, "linear", factor=4.0))),
+        Row("llama-linear-scaling", "llama", "bf16",
+            model_config(rope_parameters=rope(500000, "linear", factor=2.0), num_key_value_heads=2)),
+        Row("llama-sharded", "llama", "f16", model_config(num_key_value_heads=2), shard_size="1MB"),
+        Row("llama-sharded", "llama", "bf16", model_config(tie_word_embeddings=True), shard_size="1MB"),
+        Row("mistral-no-window", "mistral", "f16", model_config(num_key_value_heads=2, sliding_window=None)),
+        Row("mistral-window-4096", "mistral", "bf16", model_config(num_key_value_heads=2, sliding_window=4096),
+            note="window >= context"),
+        Row("mistral-window-16", "mistral", "f16", model_config(num_key_value_heads=2, sliding_window=16),
+            expect="refuse-or-match", names=("sliding_window",), note="window < sequence"),
+        Row("qwen2", "qwen2", "f16",
+            model_config(num_key_value_heads=2, tie_word_embeddings=True, rope_parameters=rope(1e6),
+                         rms_norm_eps=1e-6), note="q/k/v biases"),
+        Row("qwen2", "qwen2", "bf16",
+            model_config(num_key_value_heads=2, tie_word_embeddings=True, rope_parameters=rope(1e6),
+                         rms_norm_eps=1e-6), note="q/k/v biases", paths=ALL_PATHS),
+        Row("llama-attention-bias", "llama", "f16", model_config(attention_bias=True), expect="refuse",
+            names=("attention_bias", "proj.bias")),
+        Row("llama-mlp-bias", "llama", "f16", model_config(mlp_bias=True), expect="refuse",
+            names=("mlp_bias", "proj.bias")),
+        Row("llama-rope-yarn", "llama", "f16",
+            model_config(rope_parameters=rope(10000, "yarn", factor=4.0, original_max_position_embeddings=64)),
+            expect="refuse", names=("yarn", "rope_type")),
+    ]
+    return rows
+
+
+def row_id(row):
+    return f"{row.name}/{row.dtype}"
+
+
+def skip(reason):
+    """Exits 77 (Meson's skip) after saying why: "crosscheck-transformers: skipped: REASON"."""
+    print(f"crosscheck-transformers: skipped: {reason}")
+    sys.exit(SKIPPED)
+
+
+@dataclass
+class Result:
+    """One line of the table."""
+
+    row: str
+    arch: str
+    dtype: str
+    path: str
+    error: str = "-"  # max relative error, formatted
+    argmax: str = "-"  # "equal/clear (total equal of rows)"
+    status: str = "FAIL"
+    detail: str = ""
+    passed: bool = False
+    extra: list = field(default_factory=list)
+
+
+class Harness:
+    """Builds the checkpoints, computes the references, runs decoder_logits and compares."""
+
+    def __init__(self, torch, transformers, program, work_dir, positions, keep=False, verbose=False):
+        self.torch = torch
+        self.transformers = transformers
+        self.program = program
+        self.work_dir = work_dir
+        self.positions = positions
+        self.keep = keep
+        self.verbose = verbose
+        self.prefill_lengths = sorted({n for n in PREFILL_LENGTHS if n < positions} | {positions})
+        self.classes = {
+            "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
+            "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM),
+            "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
+        }
+
+    # ---- the model and its checkpoint ----
+
+    def build(self, row, seed):
+        """The row's model in float32 with weights already rounded to the row's dtype."""
+        torch = self.torch
+        config_class, model_class = self.classes[row.arch]
+        config = config_class(**row.config)
+        torch.manual_seed(seed)
+        model = model_class(config).float().eval()
+        storage = torch.float16 if row.dtype == "f16" else torch.bfloat16
+        generator = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if name.endswith("norm.weight"):
+                    values = torch.rand(p.shape, generator=generator) + 0.5
+                elif name.endswith(".bias"):
+                    values = torch.randn(p.shape, generator=generator) * 0.5
+                elif p.dim() == 2:
+                    values = torch.randn(p.shape, generator=generator) / math.sqrt(p.shape[1])
+                else:
+                    raise RuntimeError(f"no init rule for parameter {name} of shape {tuple(p.shape)}")
+                p.copy_(values.to(storage).float())
+        tie = bool(row.config.get("tie_word_embeddings", False))
+        if tie and model.get_output_embeddings().weight is not model.get_input_embeddings().weight:
+            model.tie_weights()
+        tied = model.get_output_embeddings().weight is model.get_input_embeddings().weight
+        if tied != tie:
+            raise RuntimeError(f"transformers {'tied' if tied else 'did not tie'} the embeddings, against the config")
+        return model, storage
+
+    def save(self, row, model, storage, directory):
+        """Writes the checkpoint as transformers does; returns the safetensors files written."""
+        stored = copy.deepcopy(model).to(storage)  # the float32 model keeps its float32 RoPE buffers
+        kwargs = {"max_shard_size": row.shard_size} if row.shard_size else {}
+        stored.save_pretrained(directory, **kwargs)
+        files = sorted(f for f in os.listdir(directory) if f.endswith(".safetensors"))
+        if row.shard_size and len(files) < 2:
+            raise RuntimeError(f"save_pretrained(max_shard_size={row.shard_size}) wrote {len(files)} file")
+        if row.legacy_rope_layout:
+            path = os.path.join(directory, "config.json")
+            with open(path) as f:
+                config = json.load(f)
+            parameters = dict(config.pop("rope_parameters"))
+            config["rope_theta"] = parameters.pop("rope_theta")
+            if parameters.get("rope_type", "default") != "default":
+                config["rope_scaling"] = parameters
+            with open(path, "w") as f:
+                json.dump(config, f, indent=2)
+        return files
+
+    def reference(self, model, ids):
+        """transformers' float32 logits for the sequence `ids`, teacher-forced: [len(ids), vocab]."""
+        torch = self.torch
+        with torch.no_grad():
+            out = model(input_ids=torch.tensor([ids], dtype=torch.long), use_cache=False)
+        return out.logits[0].float()
+
+    # ---- running decoder_logits ----
+
+    def run_program(self, directory, dtype, mode, extra, sequences, out):
+        args = [self.program, directory, "--dtype", dtype, "--mode", mode, "--context", str(CONTEXT), "--out", out]
+        for s in sequences:
+            args += ["--ids", ",".join(str(t) for t in s)]
+        if mode == "prefill":
+            args += ["--lengths", ",".join(str(n) for n in self.prefill_lengths)]
+        if mode == "generate":
+            args += ["--prompt", str(GENERATE_PROMPT), "--tokens", str(GENERATE_TOKENS)]
+        args += extra
+        try:
+            p = subprocess.run(args, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            return None, f"decoder_logits ran past {RUN_TIMEOUT_S} s"
+        if p.returncode == 0:
+            return p, ""
+        lines = [line for line in p.stderr.splitlines() if line.strip()]
+        if p.returncode < 0:
+            return p, f"decoder_logits ended by signal {-p.returncode}" + "".join(f" | {line}" for line in lines[-3:])
+        return p, lines[-1] if lines else f"decoder_logits exited {p.returncode} saying nothing on stderr"
+
+    def read_floats(self, path, rows, vocab):
+        torch = self.torch
+        with open(path, "rb") as f:
+            data = bytearray(f.read())
+        want = rows * vocab * 4
+        if len(data) != want:
+            raise RuntimeError(f"{path} has {len(data)} bytes, not {want} ({rows} rows of {vocab} float32)")
+        return torch.frombuffer(data, dtype=torch.float32).reshape(rows, vocab).clone()
+
+    def read_ints(self, path, count):
+        torch = self.torch
+        with open(path, "rb") as f:
+            data = bytearray(f.read())
+        if len(data) != count * 4:
+            raise RuntimeError(f"{path} has {len(data)} bytes, not {count} int32")
+        return torch.frombuffer(data, dtype=torch.int32).tolist()
+
+    # ---- comparing ----
+
+    def clear_margins(self, ref, bound):
+        """Which rows of `ref` have a clear top-two margin (see the module's docstring)."""
+        torch = self.torch
+        top = torch.topk(ref, 2, dim=1).values
+        rms = ref.norm(dim=1) / math.sqrt(ref.shape[1])
+        return (top[:, 0] - top[:, 1]) > CLEAR_FACTOR * bound * rms
+
+    def compare_logits(self, result, ours, ref, bound, where):
+        """Fills in `result`'s error and argmax columns; returns the problems found. where(i) names row i."""
+        torch = self.torch
+        finite = bool(torch.isfinite(ours).all())
+        errors = (ours - ref).norm(dim=1) / ref.norm(dim=1)
+        worst = float(errors.max()) if finite else math.inf
+        same = ours.argmax(dim=1) == ref.argmax(dim=1)
+        clear = self.clear_margins(ref, bound)
+        clear_equal = int((same & clear).sum())
+        result.error = f"{worst:.2e}" if finite else "non-finite"
+        result.argmax = f"{clear_equal}/{int(clear.sum())} ({int(same.sum())}/{len(same)})"
+        problems = []
+        if not finite:
+            problems.append("non-finite logits")
+        elif worst > bound:
+            problems.append(f"error {worst:.2e} > {bound:.0e} (worst at {where(int(errors.argmax()))})")
+        if clear_equal != int(clear.sum()):
+            wrong = [where(int(i)) for i in torch.nonzero(clear & ~same).flatten()[:4]]
+            problems.append(f"argmax differs where the margin is clear: {', '.join(wrong)}")
+        return problems
+
+    def compare_generate(self, result, tokens, model, ids, bound):
+        """`tokens` = prefill's token, then generate's; checked against transformers' argmax over the same
+        sequence (the prompt, then our tokens), wherever the reference margin is clear."""
+        torch = self.torch
+        sequence = ids[:GENERATE_PROMPT] + tokens[:-1]
+        ref = self.reference(model, sequence)[GENERATE_PROMPT - 1:]
+        vocab = ref.shape[1]
+        if any(t < 0 or t >= vocab for t in tokens):
+            return [f"a generated token is outside the vocabulary: {tokens}"]
+        same = torch.tensor(tokens) == ref.argmax(dim=1)
+        clear = self.clear_margins(ref, bound)
+        clear_equal = int((same & clear).sum())
+        result.argmax = f"{clear_equal}/{int(clear.sum())} ({int(same.sum())}/{len(tokens)})"
+        if clear_equal != int(clear.sum()):
+            wrong = [f"position {GENERATE_PROMPT - 1 + int(i)}" for i in torch.nonzero(clear & ~same).flatten()[:4]]
+            return [f"a generated token is not transformers' argmax where the margin is clear: {', '.join(wrong)}"]
+        return []
+
+    # ---- one row ----
+
+    def run_row(self, row):
+        """The results of one row: one per path it runs."""
+        torch = self.torch
+        bound = BOUNDS[row.dtype]
+        seed = zlib.crc32(row_id(row).encode())
+        directory = os.path.join(self.work_dir, row_id(row).replace("/", "-"))
+        os.makedirs(directory, exist_ok=True)
+
+        def result(path, **kw):
+            return Result(row.name, row.arch, row.dtype, path, **kw)
+
+        try:
+            model, storage = self.build(row, seed)
+            files = self.save(row, model, storage, directory)
+        except Exception as e:  # transformers refused the config, or writing failed: the harness cannot judge
+            return [result("step", status="ERROR", detail=f"building the checkpoint: {type(e).__name__}: {e}")]
+        vocab = model.config.vocab_size
+        generator = torch.Generator().manual_seed(seed + 1)
+        sequences = [torch.randint(0, vocab, (self.positions,), generator=generator).tolist()
+                     for _ in range(BATCH_SEQUENCES)]
+        refs = {}
+
+        def ref_of(s):
+            if s not in refs:
+                refs[s] = self.reference(model, sequences[s])
+            return refs[s]
+
+        results = []
+        for path in row.paths:
+            mode, extra = MODES[path]
+            r = result(path)
+            if len(files) > 1:
+                r.extra.append(f"{len(files)} files")
+            out = os.path.join(directory, f"ours-{path}.bin")
+            used = sequences[:BATCH_SEQUENCES] if mode == "batch" else sequences[:1]
+            process, failure = self.run_program(directory, row.dtype, mode, extra, used, out)
+            results.append(r)
+            if self.verbose and process is not None:
+                print("\n".join(f"    | {line}" for line in (process.stdout + process.stderr).splitlines()))
+            if failure:
+                refused = failure.startswith("decoder_logits: load failed: CheckpointError:") or failure.startswith(
+                    "decoder_logits: load failed: UsageError:")
+                message = failure.removeprefix("decoder_logits: ").replace(self.work_dir + os.sep, "")
+                if row.expect == "match":
+                    r.status, r.detail = "FAIL", ("refused: " if refused else "") + message
+                elif refused and any(n in failure for n in row.names):
+                    r.status, r.detail, r.passed = "REFUSED-as-expected", message, True
+                elif refused:
+                    r.status = "FAIL"
+                    r.detail = f"refused without naming {' or '.join(row.names)}: {message}"
+                else:
+                    r.status, r.detail = "FAIL", message
+                if refused:
+                    break  # every other path would be refused the same way
+                continue
+            try:
+                if mode == "step":
+                    ours = self.read_floats(out, self.positions, vocab)
+                    problems = self.compare_logits(r, ours, ref_of(0), bound, lambda i: f"position {i}")
+                elif mode == "prefill":
+                    lengths = self.prefill_lengths
+                    labels = [f"position {p} after a prompt of {n}"
+                              for n in lengths for p in range(n - 1, self.positions)]
+                    ref = torch.cat([ref_of(0)[n - 1:] for n in lengths])
+                    ours = self.read_floats(out, len(labels), vocab)
+                    problems = self.compare_logits(r, ours, ref, bound, lambda i: labels[i])
+                elif mode == "batch":
+                    ours = self.read_floats(out, self.positions * BATCH_SEQUENCES, vocab)
+                    ref = torch.stack([ref_of(s) for s in range(BATCH_SEQUENCES)], dim=1).reshape(-1, vocab)
+                    problems = self.compare_logits(
+                        r, ours, ref, bound,
+                        lambda i: f"position {i // BATCH_SEQUENCES} of sequence {i % BATCH_SEQUENCES}")
+                else:
+                    tokens = self.read_ints(out, GENERATE_TOKENS + 1)
+                    problems = self.compare_generate(r, tokens, model, sequences[0], bound)
+            except Exception as e:
+                r.status, r.detail = "ERROR", f"comparing: {type(e).__name__}: {e}"
+                continue
+            if row.expect == "refuse":
+                r.status = "FAIL"
+                r.detail = f"loaded, but must be refused naming {' or '.join(row.names)}" + (
+                    f"; and computes wrong: {'; '.join(problems)}" if problems else "")
+            elif problems:
+                r.status, r.detail = "FAIL", "; ".join(problems)
+            else:
+                r.status, r.passed = "PASS", True
+                if row.expect == "refuse-or-match":
+                    r.detail = f"loaded (not refused naming {' or '.join(row.names)}) and computed right"
+        if not self.keep:
+            shutil.rmtree(directory, ignore_errors=True)
+        return results
+
+
+def table(results):
+    headers = ["row", "arch", "dtype", "path", "max rel err", "argmax equal/clear (all)", "status", "detail"]
+    cells = [[r.row, r.arch, r.dtype, r.path, r.error, r.argmax, r.status,
+              "; ".join(r.extra + ([r.detail] if r.detail else []))] for r in results]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, h in enumerate(headers)]
+    widths[-1] = len(headers[-1])
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
+    lines.append("  ".join("-" * w for w in widths))
+    for c in cells:
+        lines.append("  ".join(v.ljust(w) for v, w in zip(c, widths)).rstrip())
+    return lines
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("decoder_logits", nargs="?", help="the decoder_logits program")
+    parser.add_argument("--only", action="append", default=[],
+                        help="run only rows whose name/dtype contains this (repeatable)")
+    parser.add_argument("--keep", metavar="DIR", help="write the checkpoints and outputs into DIR and keep them")
+    parser.add_argument("--positions", type=int, default=POSITIONS,
+                        help=f"teacher-forced positions (default {POSITIONS}, at least 64, at most {CONTEXT})")
+    parser.add_argument("--list", action="store_true", help="print the matrix and exit")
+    parser.add_argument("--verbose", action="store_true", help="show what decoder_logits prints")
+    args = parser.parse_args()
+
+    rows = [r for r in matrix() if not args.only or any(o in row_id(r) for o in args.only)]
+    if args.list:
+        for r in rows:
+            print(f"{row_id(r):28} {r.arch:8} expect {r.expect:16} paths {','.join(r.paths)}"
+                  + (f"  [{r.note}]" if r.note else ""))
+        return 0
+    if not args.decoder_logits:
+        parser.error("the decoder_logits program is required")
+    if not rows:
+        parser.error("--only matches no row")
+    if not 64 <= args.positions <= CONTEXT:
+        parser.error(f"--positions must be 64 to {CONTEXT}")
+    program = os.path.abspath(args.decoder_logits)
+    if not os.access(program, os.X_OK):
+        parser.error(f"{args.decoder_logits} is not an executable program")
+
+    # Set for transformers, which must not try the network (nothing here reads them back).
+    os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    try:
+        import torch
+    except ImportError as e:
+        skip(f"torch is not installed ({e})")
+    try:
+        import transformers
+    except ImportError as e:
+        skip(f"transformers is not installed ({e})")
+    probe = subprocess.run([program, "--probe"], capture_output=True, text=True)
+    if probe.returncode == SKIPPED:
+        # decoder_logits says "decoder_logits: skipped, no GPU to run on: WHY".
+        skip(probe.stdout.strip().removeprefix("decoder_logits: skipped, ") or "decoder_logits found no GPU")
+    if probe.returncode != 0:
+        print(f"crosscheck-transformers: decoder_logits --probe failed: {probe.stderr.strip()}", file=sys.stderr)
+        return 1
+    transformers.logging.set_verbosity_error()
+    torch.set_num_threads(max(1, min(8, os.cpu_count() or 1)))
+
+    with tempfile.TemporaryDirectory(prefix="crosscheck-") as tmp:
+        work_dir = os.path.abspath(args.keep) if args.keep else tmp
+        os.makedirs(work_dir, exist_ok=True)
+        harness = Harness(torch, transformers, program, work_dir, args.positions, bool(args.keep), args.verbose)
+        header = [
+            f"crosscheck-transformers: lazygraph's decoder against transformers {transformers.__version__} "
+            f"(torch {torch.__version__}, float32 reference on the CPU)",
+            probe.stdout.strip(),
+            f"{args.positions} teacher-forced positions, context {CONTEXT}; bounds: max over positions of "
+            f"||ours - ref|| / ||ref|| <= {BOUNDS['f16']:.0e} (fp16), {BOUNDS['bf16']:.0e} (bf16)",
+            f"argmax judged where the reference's top1 - top2 > {CLEAR_FACTOR:g} * bound * rms(ref logits); "
+            f"column: equal/clear (equal/all rows)",
+            f"paths: step = forward per position; prefill = prefill of lengths "
+            f"{harness.prefill_lengths} then steps; batch = forward_batch of "
+            f"{BATCH_SEQUENCES} sequences; -tc = tensor cores; generate = prefill of {GENERATE_PROMPT} then "
+            f"generate({GENERATE_TOKENS})",
+            "",
+        ]
+        for line in header:
+            print(line)
+        results = []
+        start = time.monotonic()
+        for row in rows:
+            t0 = time.monotonic()
+            row_results = harness.run_row(row)
+            results += row_results
+            for r in row_results:
+                print(f"  {row_id(row):28} {r.path:10} {r.status:20} err {r.error:9} argmax {r.argmax:16} "
+                      f"{r.detail}", flush=True)
+            print(f"    ({time.monotonic() - t0:.1f} s)", flush=True)
+        lines = header + table(results)
+        failed = [r for r in results if not r.passed]
+        lines.append("")
+        lines.append(f"{len(results) - len(failed)} passed, {len(failed)} failed "
+                     f"({len(rows)} rows, {time.monotonic() - start:.0f} s)")
+    print()
+    print("\n".join(lines[len(header):]))
+    out_dir = os.environ.get("OUT")
+    if out_dir:
+        os.makedirs(out_dir, exist_ok=True)
+        with open(os.path.join(out_dir, "crosscheck.txt"), "w") as f:
+            f.write("\n".join(lines) + "\n")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

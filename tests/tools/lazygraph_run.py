@@ -1,0 +1,256 @@
+#!/usr/bin/env python3
+"""Host tests of lazygraph-run: its options, and everything it checks before it needs a GPU.
+
+Usage: lazygraph_run.py TOOL VERSION [SPM_TRAIN]
+Every run points LAZYGRAPH_CUDA_DRIVER at a missing file, so these tests see the no-GPU path whatever machine
+they run on: a run that passes every host-side check ends with exit 77 and the reason. The checkpoints are
+written here (zero weights: nothing is computed). SPM_TRAIN (sentencepiece's spm_train), when given and the tool
+was built with SentencePiece, trains the tokenizer.model the text-prompt tests use.
+"""
+import json
+import os
+import re
+import struct
+import subprocess
+import sys
+import tempfile
+import unittest
+
+TOOL, VERSION = os.path.abspath(sys.argv[1]), sys.argv[2]
+SPM_TRAIN = sys.argv[3] if len(sys.argv) > 3 else ""
+MISSING_DRIVER = "/nonexistent/libcuda.so.1"
+
+# A small Llama: d 64, 4 heads of 16 (2 kv heads), 2 layers, ffn 128, vocab 300.
+CONFIG = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 2,
+    "vocab_size": 300,
+    "max_position_embeddings": 64,
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 10000.0,
+    "hidden_act": "silu",
+    "tie_word_embeddings": False,
+    "torch_dtype": "float16",
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+}
+
+
+def tensor_shapes(config):
+    d, ffn, vocab = config["hidden_size"], config["intermediate_size"], config["vocab_size"]
+    head_dim = d // config["num_attention_heads"]
+    kv = config["num_key_value_heads"] * head_dim
+    shapes = {"model.embed_tokens.weight": [vocab, d], "model.norm.weight": [d], "lm_head.weight": [vocab, d]}
+    for layer in range(config["num_hidden_layers"]):
+        p = f"model.layers.{layer}."
+        shapes.update({
+            p + "input_layernorm.weight": [d],
+            p + "self_attn.q_proj.weight": [d, d],
+            p + "self_attn.k_proj.weight": [kv, d],
+            p + "self_attn.v_proj.weight": [kv, d],
+            p + "self_attn.o_proj.weight": [d, d],
+            p + "post_attention_layernorm.weight": [d],
+            p + "mlp.gate_proj.weight": [ffn, d],
+            p + "mlp.up_proj.weight": [ffn, d],
+            p + "mlp.down_proj.weight": [d, ffn],
+        })
+    return shapes
+
+
+def write_checkpoint(directory, config=None, dtype="F16", leave_out=()):
+    """config.json and model.safetensors of zero weights (the loader checks names, dtypes and shapes)."""
+    config = dict(CONFIG if config is None else config)
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, "config.json"), "w") as f:
+        json.dump(config, f)
+    header, offset = {"__metadata__": {"format": "pt"}}, 0
+    for name, shape in tensor_shapes(config).items():
+        if name in leave_out:
+            continue
+        size = 2
+        for n in shape:
+            size *= n
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + size]}
+        offset += size
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(os.path.join(directory, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + bytes(offset))
+
+
+def run(*args, env_changes=None):
+    env = dict(os.environ, LAZYGRAPH_CUDA_DRIVER=MISSING_DRIVER)
+    env.update(env_changes or {})
+    return subprocess.run([TOOL, *args], env=env, capture_output=True, text=True, timeout=60)
+
+
+def built_with_sentencepiece():
+    out = run("--version").stdout
+    return out.rstrip().endswith("SentencePiece tokenizer: yes")
+
+
+class LazygraphRun(unittest.TestCase):
+    def setUp(self):
+        self.scratch = tempfile.TemporaryDirectory(prefix="lazygraph-run-test-")
+        self.model = os.path.join(self.scratch.name, "model")
+        write_checkpoint(self.model)
+
+    def tearDown(self):
+        self.scratch.cleanup()
+
+    def path(self, *parts):
+        return os.path.join(self.scratch.name, *parts)
+
+    def expect(self, code, *args, stderr_has=(), **kwargs):
+        r = run(*args, **kwargs)
+        self.assertEqual(r.returncode, code, f"args {args}\nstdout: {r.stdout}\nstderr: {r.stderr}")
+        for part in stderr_has:
+            self.assertIn(part, r.stderr)
+        return r
+
+    def expect_no_gpu(self, *args):
+        """A run that passed every host-side check: it stops at the GPU, saying why, having printed nothing."""
+        r = self.expect(77, *args, stderr_has=("no GPU to run on", MISSING_DRIVER))
+        self.assertEqual(r.stdout, "")
+        return r
+
+    # ---- options -------------------------------------------------------------------------------------------
+
+    def test_help_documents_every_option_and_exit_status(self):
+        r = self.expect(0, "--help")
+        self.assertTrue(r.stdout.startswith("Usage: lazygraph-run MODEL_DIR [PROMPT] [options]"), r.stdout)
+        for word in ("--ids", "--max-tokens", "--temperature", "--top-k", "--top-p", "--seed", "--context",
+                     "--dtype", "--no-bos", "--ignore-eos", "--help", "--version", "tokenizer.model",
+                     "generation_config.json", "eos_token_id", "bos_token_id", "LAZYGRAPH_CUDA_DRIVER"):
+            self.assertIn(word, r.stdout)
+        status = r.stdout[r.stdout.index("Exit status:"):]
+        for code in ("0 after generating", "1 for", "2 for", "77 when there is no GPU"):
+            self.assertIn(code, status)
+        self.assertIn("supported" if built_with_sentencepiece() else "NOT supported", r.stdout)
+        self.assertEqual(run("-h").stdout, r.stdout)
+        self.assertEqual(run(self.model, "--ids", "1", "--help").stdout, r.stdout)
+
+    def test_version_says_the_version_and_whether_text_prompts_work(self):
+        r = self.expect(0, "--version")
+        self.assertRegex(r.stdout, r"^lazygraph-run \(lazygraph " + re.escape(VERSION) +
+                         r"\), SentencePiece tokenizer: (yes|no)\n$")
+
+    def test_a_bad_command_line_exits_2_naming_what_is_wrong_before_reading_anything(self):
+        missing = self.path("nowhere")  # never read: the command line fails first
+        cases = [
+            ((), "no MODEL_DIR"),
+            ((missing,), "no prompt"),
+            ((missing, "--bogus"), "unknown option '--bogus'"),
+            ((missing, "text", "--ids", "1"), "not both"),
+            ((missing, "a", "b"), "too many arguments: 'b'"),
+            ((missing, "--ids", "1,,2"), "--ids '1,,2'"),
+            ((missing, "--ids", "1,x"), "'x' is not one"),
+            ((missing, "--ids", "-3"), "--ids '-3'"),
+            ((missing, "--ids", "1", "--max-tokens", "0"), "--max-tokens '0'"),
+            ((missing, "--ids", "1", "--max-tokens=many"), "--max-tokens 'many'"),
+            ((missing, "--ids", "1", "--top-k", "-3"), "--top-k '-3'"),
+            ((missing, "--ids", "1", "--temperature", "-1"), "temperature -1"),
+            ((missing, "--ids", "1", "--temperature", "nan"), "--temperature 'nan'"),
+            ((missing, "--ids", "1", "--top-p", "1.5"), "top_p 1.5"),
+            ((missing, "--ids", "1", "--top-p", "0"), "top_p 0"),
+            ((missing, "--ids", "1", "--seed", "-1"), "--seed '-1'"),
+            ((missing, "--ids", "1", "--seed", "4294967296"), "--seed '4294967296'"),
+            ((missing, "--ids", "1", "--context", "0"), "--context '0'"),
+            ((missing, "--ids", "1", "--dtype", "fp32"), "--dtype 'fp32'"),
+            ((missing, "--ids", "1", "--seed"), "--seed needs a value"),
+        ]
+        for args, message in cases:
+            with self.subTest(args=args):
+                r = self.expect(2, *args, stderr_has=(message, "--help"))
+                self.assertEqual(r.stdout, "")
+
+    # ---- the checkpoint ------------------------------------------------------------------------------------
+
+    def test_a_model_folder_that_cannot_be_loaded_exits_1_with_the_loaders_message(self):
+        missing = self.path("nowhere")
+        self.expect(1, missing, "--ids", "1", stderr_has=(missing,))
+        with open(os.path.join(self.model, "config.json"), "w") as f:
+            f.write("{not json")
+        self.expect(1, self.model, "--ids", "1", stderr_has=("config.json", "not valid JSON"))
+        gappy = self.path("gappy")
+        write_checkpoint(gappy, leave_out=("model.layers.1.mlp.up_proj.weight",))
+        self.expect(1, gappy, "--ids", "1", stderr_has=("model.layers.1.mlp.up_proj.weight",))
+
+    def test_a_valid_checkpoint_and_prompt_reach_the_gpu_check_and_exit_77(self):
+        self.expect_no_gpu(self.model, "--ids", "1,5,9")
+        self.expect_no_gpu(self.model, "--ids=1,5,9", "--dtype", "bf16", "--temperature", "0.8", "--top-k", "40",
+                           "--top-p", "0.9", "--seed", "7", "--max-tokens", "5", "--context", "32")
+        bf16 = self.path("bf16")
+        write_checkpoint(bf16, dict(CONFIG, torch_dtype="bfloat16"), dtype="BF16")
+        self.expect_no_gpu(bf16, "--ids", "299", "--ignore-eos")
+
+    def test_a_prompt_outside_the_vocabulary_or_the_context_exits_2_naming_it(self):
+        self.expect(2, self.model, "--ids", "1,300", stderr_has=("prompt token 1 (300)", "[0, 300)"))
+        self.expect(2, self.model, "--ids", "1,2,3,4,5", "--context", "4",
+                    stderr_has=("a prompt of 5 tokens", "context of 4"))
+        self.expect(2, self.model, "--ids", "1", "--context", "65", stderr_has=("max_position_embeddings",))
+
+    # ---- generation_config.json ------------------------------------------------------------------------------
+
+    def write_generation_config(self, text):
+        with open(os.path.join(self.model, "generation_config.json"), "w") as f:
+            f.write(text)
+
+    def test_end_of_sequence_ids_may_be_one_a_list_or_null(self):
+        for value in ("2", "[2, 7]", "null"):
+            with self.subTest(eos=value):
+                self.write_generation_config('{"bos_token_id": 1, "eos_token_id": %s}' % value)
+                self.expect_no_gpu(self.model, "--ids", "1")
+
+    def test_a_generation_config_that_cannot_be_used_exits_1_naming_the_file_and_key(self):
+        self.write_generation_config("[1, 2")
+        self.expect(1, self.model, "--ids", "1", stderr_has=("generation_config.json", "not valid JSON"))
+        self.write_generation_config('{"eos_token_id": "two"}')
+        self.expect(1, self.model, "--ids", "1", stderr_has=("generation_config.json", "eos_token_id", '"two"'))
+        self.write_generation_config('{"eos_token_id": [2, -1]}')
+        self.expect(1, self.model, "--ids", "1", stderr_has=("eos_token_id",))
+        self.write_generation_config('{"a": ' * 5000 + "1" + "}" * 5000)  # deep nesting: refused, no stack overflow
+        self.expect(1, self.model, "--ids", "1", stderr_has=("generation_config.json", "nested"))
+        os.remove(os.path.join(self.model, "generation_config.json"))
+        os.mkfifo(os.path.join(self.model, "generation_config.json"))  # would block a reader forever
+        self.expect(1, self.model, "--ids", "1", stderr_has=("generation_config.json", "not a regular file"))
+
+    # ---- text prompts ----------------------------------------------------------------------------------------
+
+    @unittest.skipIf(built_with_sentencepiece(), "this build reads SentencePiece models")
+    def test_without_sentencepiece_a_text_prompt_is_refused_pointing_to_ids(self):
+        r = self.expect(2, self.model, "Once upon a time", stderr_has=("without SentencePiece", "--ids"))
+        self.assertEqual(r.stdout, "")
+
+    @unittest.skipUnless(built_with_sentencepiece(), "this build has no SentencePiece")
+    def test_a_text_prompt_needs_a_tokenizer_model_that_sentencepiece_reads(self):
+        self.expect(2, self.model, "Once upon a time", stderr_has=("has no tokenizer.model", "--ids"))
+        with open(os.path.join(self.model, "tokenizer.model"), "wb") as f:
+            f.write(b"IQ== 0\nIg== 1\n")  # a tiktoken file, as Llama 3 ships under this name
+        self.expect(1, self.model, "Once upon a time", stderr_has=("tokenizer.model", "not a SentencePiece model"))
+
+    @unittest.skipUnless(built_with_sentencepiece() and SPM_TRAIN and os.path.isfile(SPM_TRAIN),
+                         "needs a build with SentencePiece and spm_train")
+    def test_a_text_prompt_is_tokenized_and_checked_before_the_gpu(self):
+        corpus = self.path("corpus.txt")
+        with open(corpus, "w") as f:
+            for i in range(200):
+                f.write(f"Once upon a time there was a little model number {i} that ran on a graph.\n")
+        subprocess.run([SPM_TRAIN, f"--input={corpus}", f"--model_prefix={self.path('spm')}", "--vocab_size=120",
+                        "--model_type=bpe", "--hard_vocab_limit=false", "--bos_id=1", "--eos_id=2", "--unk_id=0",
+                        "--minloglevel=2"], check=True, capture_output=True, timeout=120)
+        os.replace(self.path("spm.model"), os.path.join(self.model, "tokenizer.model"))
+        self.expect_no_gpu(self.model, "Once upon a time")
+        self.expect_no_gpu(self.model, "--no-bos", "--", "-starts with a dash")
+        self.expect(2, self.model, "Once upon a time " * 20, stderr_has=("does not fit the context of 64",
+                                                                        "as tokenized"))
+        self.expect(2, self.model, "", "--no-bos", stderr_has=("the prompt is empty",))
+
+
+if __name__ == "__main__":
+    unittest.main(argv=[sys.argv[0], "-v"])

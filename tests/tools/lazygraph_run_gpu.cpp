@@ -1,0 +1,322 @@
+// GPU tests of lazygraph-run (meson test 'lazygraph-run-gpu', suite gpu): the tool end to end on seeded checkpoints
+// written here, its tokens against the same checkpoint decoded in this process.
+//   usage: lazygraph_run_gpu_tests LAZYGRAPH_RUN SPM_DIR [doctest options]
+// LAZYGRAPH_RUN is the tool; SPM_DIR the folder of sentencepiece's programs (spm_train, spm_encode, spm_decode,
+// spm_export_vocab), or '' to skip the text-prompt test, which also needs a tool built with SentencePiece. Without a
+// GPU: prints why, exits 77.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <lazygraph/driver.hpp>
+#include <lazygraph/nn/checkpoint.hpp>
+#include <lazygraph/nn/decoder.hpp>
+#include <lazygraph/nn/kernels.hpp>
+
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <iterator>
+#include <optional>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/temp_dir.hpp"
+
+using namespace lazygraph;
+using namespace lazygraph::nn;
+
+namespace {
+
+struct Run {
+  int status;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+std::string quoted(const std::string& s) {
+  std::string q = "'";
+  for (const char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::string read_file(const std::filesystem::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+/// Runs `program` with `args` (and, when given, `input` on its standard input), returning its exit status and
+/// outputs.
+Run run_program(const std::string& program, const std::vector<std::string>& args, const lgtest::TempDir& scratch,
+                const std::optional<std::string>& input = std::nullopt) {
+  std::string command = quoted(program);
+  for (const std::string& a : args) command += " " + quoted(a);
+  const std::filesystem::path err = scratch / "stderr.txt";
+  command += " 2>" + quoted(err.string());
+  if (input.has_value()) {
+    const std::filesystem::path in = scratch / "stdin.txt";
+    std::ofstream(in, std::ios::binary) << *input;
+    command += " <" + quoted(in.string());
+  }
+  FILE* pipe = ::popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  Run r{0, {}, {}};
+  std::array<char, 4096> buf{};
+  for (std::size_t n = 0; (n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0;) r.out.append(buf.data(), n);
+  const int status = ::pclose(pipe);
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.err = read_file(err);
+  return r;
+}
+
+/// The tool and sentencepiece's folder, from the command line (main).
+std::string tool_path;
+std::string spm_dir;
+
+/// Runs lazygraph-run with `args`.
+Run run_tool(const std::vector<std::string>& args, const lgtest::TempDir& scratch) {
+  return run_program(tool_path, args, scratch);
+}
+
+/// The ids of an output line "1 2 3\n".
+std::vector<int> ids_of(const std::string& text) {
+  std::istringstream in(text);
+  std::vector<int> ids;
+  for (int id = 0; in >> id;) ids.push_back(id);
+  return ids;
+}
+
+std::string ids_text(const std::vector<int>& ids) {
+  std::string text;
+  for (const int id : ids) text += (text.empty() ? "" : ",") + std::to_string(id);
+  return text;
+}
+
+/// A small GQA decoder (d 128, 4 heads over 2 kv heads, 2 layers, vocab 512, context 64).
+DecoderConfig small_config() {
+  DecoderConfig c;
+  c.d = 128;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.layers = 2;
+  c.ffn = 256;
+  c.vocab = 512;
+  c.context = 64;
+  c.seed = 77;
+  return c;
+}
+
+/// The tokens the checkpoint in `dir` generates in this process after `prompt`: `n` of them, greedy or sampled as
+/// `sampling` says, the first from prefill and the rest one step at a time.
+template <Element T = half>
+std::vector<int> expected_tokens(const std::filesystem::path& dir, const std::vector<int>& prompt, int n,
+                                 const Sampling& sampling = {}, int context = 0) {
+  const Device device = Device::get(0);
+  const Stream stream(device);
+  const KernelLibrary library = kernel_library(device);
+  LoadOptions options;
+  options.context = context;
+  BasicDecoder<T> decoder = load_decoder<T>(stream, library, dir, options);
+  decoder.set_sampling(sampling);
+  std::vector<int> tokens{decoder.prefill(prompt)};
+  for (int p = static_cast<int>(prompt.size()); static_cast<int>(tokens.size()) < n; ++p) {
+    tokens.push_back(decoder.forward({tokens.back(), p}));
+  }
+  return tokens;
+}
+
+/// The closing line's token count and why generation stopped; checks the line's form.
+std::pair<int, std::string> closing_line(const std::string& err) {
+  static const std::regex line(
+      R"(load [0-9]+\.[0-9]{2} s, first token [0-9]+\.[0-9] ms(, [0-9]+\.[0-9] tokens/s)? \(([0-9]+) tokens?, ([^)]+)\)\n$)");
+  std::smatch m;
+  REQUIRE_MESSAGE(std::regex_search(err, m, line), "no closing line in: " << err);
+  return {std::stoi(m[2].str()), m[3].str()};
+}
+
+const std::vector<int> kPrompt{3, 141, 59, 26, 5};
+
+}  // namespace
+
+TEST_CASE("lazygraph-run prints the greedy tokens of the checkpoint, then load time, first token and tokens/s") {
+  const lgtest::TempDir scratch("run-greedy");
+  const auto dir = scratch / "model";
+  save_seeded_checkpoint(dir, small_config(), DType::f16);
+  const Run r = run_tool({dir.string(), "--ids", ids_text(kPrompt), "--max-tokens", "20"}, scratch);
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  CHECK(ids_of(r.out) == expected_tokens(dir, kPrompt, 20));
+  CHECK(r.out.back() == '\n');
+  const auto [made, why] = closing_line(r.err);
+  CHECK(made == 20);
+  CHECK(why == "--max-tokens");
+  CHECK(r.err.find("tokens/s") != std::string::npos);
+}
+
+TEST_CASE("lazygraph-run samples with --temperature, --top-k, --top-p and --seed as Decoder::set_sampling does") {
+  const lgtest::TempDir scratch("run-sampled");
+  const auto dir = scratch / "model";
+  save_seeded_checkpoint(dir, small_config(), DType::f16);
+  for (const float top_p : {1.0F, 0.9F, 0.5F}) {
+    CAPTURE(top_p);
+    const std::string p = top_p == 1.0F ? "1" : top_p == 0.9F ? "0.9" : "0.5";
+    const Run r = run_tool({dir.string(), "--ids", ids_text(kPrompt), "--max-tokens", "24", "--temperature", "1.3",
+                            "--top-k", "60", "--top-p", p, "--seed", "4242"},
+                           scratch);
+    INFO(r.err);
+    REQUIRE(r.status == 0);
+    CHECK(ids_of(r.out) == expected_tokens(dir, kPrompt, 24, Sampling{1.3F, 60, 4242, top_p}));
+    // The same command draws the same tokens.
+    CHECK(run_tool({dir.string(), "--ids", ids_text(kPrompt), "--max-tokens", "24", "--temperature", "1.3", "--top-k",
+                    "60", "--top-p", p, "--seed", "4242"},
+                   scratch)
+              .out == r.out);
+  }
+}
+
+TEST_CASE("lazygraph-run runs a bfloat16 checkpoint in bf16 unless --dtype says fp16") {
+  const lgtest::TempDir scratch("run-bf16");
+  const auto dir = scratch / "model";
+  save_seeded_checkpoint(dir, small_config(), DType::bf16);
+  // The config says torch_dtype "bfloat16" (save_seeded_checkpoint writes the dtype it saved).
+  Run r = run_tool({dir.string(), "--ids", ids_text(kPrompt), "--max-tokens", "12"}, scratch);
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  CHECK(r.err.find(", bf16;") != std::string::npos);
+  CHECK(ids_of(r.out) == expected_tokens<bfloat16>(dir, kPrompt, 12));
+  r = run_tool({dir.string(), "--ids", ids_text(kPrompt), "--max-tokens", "12", "--dtype", "fp16"}, scratch);
+  REQUIRE(r.status == 0);
+  CHECK(r.err.find(", fp16;") != std::string::npos);
+  CHECK(ids_of(r.out) == expected_tokens<half>(dir, kPrompt, 12));
+}
+
+TEST_CASE("lazygraph-run stops at an end-of-sequence token of generation_config.json, unless --ignore-eos") {
+  const lgtest::TempDir scratch("run-eos");
+  const auto dir = scratch / "model";
+  save_seeded_checkpoint(dir, small_config(), DType::f16);
+  const std::vector<int> all = expected_tokens(dir, kPrompt, 30);
+  const int eos = all[6];
+  const auto first = std::find(all.begin(), all.end(), eos) - all.begin();  // the first time it comes
+  int other = 511;  // a second end-of-sequence id (a list), one that never comes
+  while (std::find(all.begin(), all.end(), other) != all.end()) --other;
+  std::ofstream(dir / "generation_config.json")
+      << R"({"bos_token_id": 1, "eos_token_id": [)" << other << ", " << eos << "]}";
+  Run r = run_tool({dir.string(), "--ids", ids_text(kPrompt), "--max-tokens", "30"}, scratch);
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  CHECK(ids_of(r.out) == std::vector<int>(all.begin(), all.begin() + first));  // the EOS token is not printed
+  const auto [made, why] = closing_line(r.err);
+  CHECK(made == first + 1);
+  CHECK(why == "end of sequence");
+  r = run_tool({dir.string(), "--ids", ids_text(kPrompt), "--max-tokens", "30", "--ignore-eos"}, scratch);
+  REQUIRE(r.status == 0);
+  CHECK(ids_of(r.out) == all);
+}
+
+TEST_CASE("lazygraph-run stops when the context is full") {
+  const lgtest::TempDir scratch("run-context");
+  const auto dir = scratch / "model";
+  save_seeded_checkpoint(dir, small_config(), DType::f16);
+  // A context of 12 after a prompt of 5: steps at positions 5 .. 11, so 1 + 7 tokens.
+  const Run r = run_tool({dir.string(), "--ids", ids_text(kPrompt), "--max-tokens", "100", "--context", "12"}, scratch);
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  CHECK(ids_of(r.out) == expected_tokens(dir, kPrompt, 8, {}, 12));
+  const auto [made, why] = closing_line(r.err);
+  CHECK(made == 8);
+  CHECK(why == "context full");
+}
+
+TEST_CASE("lazygraph-run tokenizes a text prompt with tokenizer.model and prints the generated text") {
+  const lgtest::TempDir scratch("run-text");
+  const Run version = run_tool({"--version"}, scratch);
+  if (version.out.find("SentencePiece tokenizer: yes") == std::string::npos || spm_dir.empty()) {
+    MESSAGE(
+        "skipped: needs a lazygraph-run built with SentencePiece, and the folder of sentencepiece's spm_train, "
+        "spm_encode, spm_decode and spm_export_vocab");
+    return;
+  }
+  const std::filesystem::path tools(spm_dir);
+  const auto dir = scratch / "model";
+  save_seeded_checkpoint(dir, small_config(), DType::f16);
+  {
+    std::ofstream corpus(scratch / "corpus.txt");
+    for (int i = 0; i < 300; ++i) {
+      corpus << "Once upon a time a small model number " << i << " ran its steps as one graph on the GPU.\n";
+    }
+  }
+  const Run trained =
+      run_program((tools / "spm_train").string(),
+                  {"--input=" + (scratch / "corpus.txt").string(), "--model_prefix=" + (scratch / "spm").string(),
+                   "--vocab_size=150", "--model_type=bpe", "--hard_vocab_limit=false", "--bos_id=1", "--eos_id=2",
+                   "--unk_id=0", "--minloglevel=2"},
+                  scratch);
+  REQUIRE_MESSAGE(trained.status == 0, trained.err);
+  const std::string model = (dir / "tokenizer.model").string();
+  std::filesystem::rename(scratch / "spm.model", model);
+  std::ofstream(dir / "generation_config.json") << R"({"bos_token_id": 1, "eos_token_id": null})";
+  const Run vocab = run_program((tools / "spm_export_vocab").string(), {"--model=" + model}, scratch);
+  REQUIRE(vocab.status == 0);
+  const auto pieces = static_cast<int>(std::count(vocab.out.begin(), vocab.out.end(), '\n'));
+  REQUIRE(pieces > 3);
+  REQUIRE(pieces <= small_config().vocab);
+  const std::string prompt = "Once upon a time";
+
+  const Run encoded =
+      run_program((tools / "spm_encode").string(), {"--model=" + model, "--output_format=id"}, scratch, prompt + "\n");
+  REQUIRE(encoded.status == 0);
+  std::vector<int> ids{1};  // bos_token_id first
+  for (const int id : ids_of(encoded.out)) ids.push_back(id);
+  const std::vector<int> generated = expected_tokens(dir, ids, 20);
+
+  const Run r = run_tool({dir.string(), prompt, "--max-tokens", "20"}, scratch);
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  // What the prompt and the generated tokens decode to, past what the prompt alone decodes to: the spaces
+  // SentencePiece folds into pieces included. Ids past the tokenizer's pieces have no text.
+  const auto decoded = [&](const std::vector<int>& tokens) {
+    std::string line;
+    for (const int t : tokens) line += (line.empty() ? "" : " ") + std::to_string(t);
+    const Run d =
+        run_program((tools / "spm_decode").string(), {"--model=" + model, "--input_format=id"}, scratch, line + "\n");
+    REQUIRE(d.status == 0);
+    return d.out.substr(0, d.out.size() - 1);  // its newline
+  };
+  std::vector<int> all = ids;
+  for (const int t : generated) {
+    if (t < pieces) all.push_back(t);
+  }
+  const std::string prompt_text = decoded(ids);
+  const std::string full = decoded(all);
+  REQUIRE(full.substr(0, prompt_text.size()) == prompt_text);
+  CHECK(r.out == full.substr(prompt_text.size()) + "\n");
+  // --no-bos leaves bos_token_id out: the prompt is then one token shorter.
+  const Run no_bos = run_tool({dir.string(), prompt, "--max-tokens", "3", "--no-bos"}, scratch);
+  CHECK(no_bos.status == 0);
+  CHECK(no_bos.err.find("prompt " + std::to_string(ids.size() - 1) + " tokens") != std::string::npos);
+}
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: %s LAZYGRAPH_RUN SPM_DIR [doctest options] (tests/meson.build passes both)\n",
+                 argv[0]);
+    return 2;
+  }
+  tool_path = std::filesystem::absolute(argv[1]).string();  // Meson passes it relative to the build folder
+  spm_dir = argv[2];
+  std::string why;
+  if (!gpu_available(&why)) {
+    std::printf("lazygraph-run gpu tests skipped: %s\n", why.c_str());
+    return 77;
+  }
+  std::vector<char*> rest{argv[0]};
+  rest.insert(rest.end(), argv + 3, argv + argc);
+  doctest::Context context(static_cast<int>(rest.size()), rest.data());
+  return context.run();
+}
