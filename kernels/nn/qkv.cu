@@ -6,15 +6,16 @@
 // position * frequencies[i], the table nn::rope_frequencies computes) and cache layout
 // ([slot][kv_head][position][head_dim]) as kernels/nn/rope.cu and kernels/nn/attention.cu.
 //
-//   qkv_rope_append(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim,
-//                   max_ctx, n_slots, frequencies, eps, batch)
+//   qkv_rope_append(Wq, Wk, Wv, bq, bk, bv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads,
+//                   head_dim, max_ctx, n_slots, frequencies, eps, batch)
 // (fp16; qkv_rope_append_bf16 over bf16; _b2, _b4, _b8 variants for batches up to 2, 4, 8 as in gemv.cu, and the
 // tensor-core variants qkv_rope_append_mma and qkv_rope_append_bf16_mma for 1 to 8 vectors, gemv.cu's NAME_mma
 // path with the same rounding of h to the element type: a block takes 8 rows at a time, launched as
 // Kernels::tensor_core_gemv_config.) Wq is
 // [q_rows x d], Wk and Wv [n_kv_heads * head_dim x d], x [batch][d], g [d], q [batch][q_rows], frequencies
 // [head_dim / 2]. q_rows is n_heads * head_dim for a whole model; a tensor-parallel rank's shard has only its heads'
-// rows of each.
+// rows of each. bq [q_rows], bk and bv [n_kv_heads * head_dim]: biases added to the products before RoPE (Qwen2's),
+// all three null for none.
 //
 // Launched early (LaunchConfig::early_launch), it reads positions and slots before it waits for the kernel before it,
 // so those must have been written by earlier work than that kernel, as a decode step's are (by the copy of its inputs);
@@ -55,10 +56,10 @@ constexpr int kMaxRowsPerBlock = 8;
 constexpr int kTensorCores = 0;
 
 template <int B, class T>
-__device__ __forceinline__ void qkv_body(const T* Wq, const T* Wk, const T* Wv, const T* x, const T* g, T* q,
-                                         T* k_cache, T* v_cache, const int* positions, const int* slots, int d,
-                                         int q_rows, int n_kv_heads, int head_dim, int max_ctx, int n_slots,
-                                         const float* frequencies, float eps, int batch) {
+__device__ __forceinline__ void qkv_body(const T* Wq, const T* Wk, const T* Wv, const T* bq, const T* bk, const T* bv,
+                                         const T* x, const T* g, T* q, T* k_cache, T* v_cache, const int* positions,
+                                         const int* slots, int d, int q_rows, int n_kv_heads, int head_dim, int max_ctx,
+                                         int n_slots, const float* frequencies, float eps, int batch) {
   constexpr bool tensor_cores = B == kTensorCores;
   constexpr int kBatch = tensor_cores ? 8 : B;  // the most vectors this variant takes
   const int kv_dim = n_kv_heads * head_dim;
@@ -117,6 +118,11 @@ __device__ __forceinline__ void qkv_body(const T* Wq, const T* Wk, const T* Wv, 
     }
     return t;
   };
+  // The bias of weight row r (0 without biases); read after the wait like the products it is added to.
+  const auto bias_of = [&](int r) {
+    if (bq == nullptr) return 0.0f;
+    return lg::to_float(r < q_rows ? bq[r] : (r < q_rows + kv_dim ? bk[r - q_rows] : bv[r - q_rows - kv_dim]));
+  };
   const int first_pass = static_cast<int>(blockIdx.x) * per_pass;  // both paths walk passes from blockIdx.x
   const Target first_target = target_of(first_pass);
   const auto rotate_and_store = [&](int first_row) {
@@ -127,9 +133,9 @@ __device__ __forceinline__ void qkv_body(const T* Wq, const T* Wk, const T* Wv, 
     if (first_row + group >= rows) return;
     if (position < 0 || position >= max_ctx || slot < 0 || slot >= n_slots) __trap();
     const Target t = first_row == first_pass ? first_target : target_of(first_row);
-    float v = dots[group][b];
+    float v = dots[group][b] + bias_of(first_row + group);
     if (t.turn != 0) {
-      const float other = dots[group ^ 1][b];
+      const float other = dots[group ^ 1][b] + bias_of(first_row + (group ^ 1));
       v = t.turn == 1 ? v * t.c - other * t.s : other * t.s + v * t.c;
     }
     *t.at = lg::from_float<T>(v);
@@ -156,91 +162,101 @@ __device__ __forceinline__ void qkv_body(const T* Wq, const T* Wk, const T* Wv, 
 // The entry points; __launch_bounds__ as gemv.cu's rms_norm_gemv.
 
 extern "C" __global__ void __launch_bounds__(256, 2)
-    qkv_rope_append(const lg::half_t* Wq, const lg::half_t* Wk, const lg::half_t* Wv, const lg::half_t* x,
-                    const lg::half_t* g, lg::half_t* q, lg::half_t* k_cache, lg::half_t* v_cache, const int* positions,
-                    const int* slots, int d, int q_rows, int n_kv_heads, int head_dim, int max_ctx, int n_slots,
-                    const float* frequencies, float eps, int batch) {
-  qkv_body<1>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim, max_ctx,
-              n_slots, frequencies, eps, batch);
+    qkv_rope_append(const lg::half_t* Wq, const lg::half_t* Wk, const lg::half_t* Wv, const lg::half_t* bq,
+                    const lg::half_t* bk, const lg::half_t* bv, const lg::half_t* x, const lg::half_t* g, lg::half_t* q,
+                    lg::half_t* k_cache, lg::half_t* v_cache, const int* positions, const int* slots, int d, int q_rows,
+                    int n_kv_heads, int head_dim, int max_ctx, int n_slots, const float* frequencies, float eps,
+                    int batch) {
+  qkv_body<1>(Wq, Wk, Wv, bq, bk, bv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim,
+              max_ctx, n_slots, frequencies, eps, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2)
-    qkv_rope_append_b2(const lg::half_t* Wq, const lg::half_t* Wk, const lg::half_t* Wv, const lg::half_t* x,
-                       const lg::half_t* g, lg::half_t* q, lg::half_t* k_cache, lg::half_t* v_cache,
-                       const int* positions, const int* slots, int d, int q_rows, int n_kv_heads, int head_dim,
-                       int max_ctx, int n_slots, const float* frequencies, float eps, int batch) {
-  qkv_body<2>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim, max_ctx,
-              n_slots, frequencies, eps, batch);
+    qkv_rope_append_b2(const lg::half_t* Wq, const lg::half_t* Wk, const lg::half_t* Wv, const lg::half_t* bq,
+                       const lg::half_t* bk, const lg::half_t* bv, const lg::half_t* x, const lg::half_t* g,
+                       lg::half_t* q, lg::half_t* k_cache, lg::half_t* v_cache, const int* positions, const int* slots,
+                       int d, int q_rows, int n_kv_heads, int head_dim, int max_ctx, int n_slots,
+                       const float* frequencies, float eps, int batch) {
+  qkv_body<2>(Wq, Wk, Wv, bq, bk, bv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim,
+              max_ctx, n_slots, frequencies, eps, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2)
-    qkv_rope_append_b4(const lg::half_t* Wq, const lg::half_t* Wk, const lg::half_t* Wv, const lg::half_t* x,
-                       const lg::half_t* g, lg::half_t* q, lg::half_t* k_cache, lg::half_t* v_cache,
-                       const int* positions, const int* slots, int d, int q_rows, int n_kv_heads, int head_dim,
-                       int max_ctx, int n_slots, const float* frequencies, float eps, int batch) {
-  qkv_body<4>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim, max_ctx,
-              n_slots, frequencies, eps, batch);
+    qkv_rope_append_b4(const lg::half_t* Wq, const lg::half_t* Wk, const lg::half_t* Wv, const lg::half_t* bq,
+                       const lg::half_t* bk, const lg::half_t* bv, const lg::half_t* x, const lg::half_t* g,
+                       lg::half_t* q, lg::half_t* k_cache, lg::half_t* v_cache, const int* positions, const int* slots,
+                       int d, int q_rows, int n_kv_heads, int head_dim, int max_ctx, int n_slots,
+                       const float* frequencies, float eps, int batch) {
+  qkv_body<4>(Wq, Wk, Wv, bq, bk, bv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim,
+              max_ctx, n_slots, frequencies, eps, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2)
-    qkv_rope_append_b8(const lg::half_t* Wq, const lg::half_t* Wk, const lg::half_t* Wv, const lg::half_t* x,
-                       const lg::half_t* g, lg::half_t* q, lg::half_t* k_cache, lg::half_t* v_cache,
-                       const int* positions, const int* slots, int d, int q_rows, int n_kv_heads, int head_dim,
-                       int max_ctx, int n_slots, const float* frequencies, float eps, int batch) {
-  qkv_body<8>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim, max_ctx,
-              n_slots, frequencies, eps, batch);
+    qkv_rope_append_b8(const lg::half_t* Wq, const lg::half_t* Wk, const lg::half_t* Wv, const lg::half_t* bq,
+                       const lg::half_t* bk, const lg::half_t* bv, const lg::half_t* x, const lg::half_t* g,
+                       lg::half_t* q, lg::half_t* k_cache, lg::half_t* v_cache, const int* positions, const int* slots,
+                       int d, int q_rows, int n_kv_heads, int head_dim, int max_ctx, int n_slots,
+                       const float* frequencies, float eps, int batch) {
+  qkv_body<8>(Wq, Wk, Wv, bq, bk, bv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim,
+              max_ctx, n_slots, frequencies, eps, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2)
-    qkv_rope_append_bf16(const lg::bf16_t* Wq, const lg::bf16_t* Wk, const lg::bf16_t* Wv, const lg::bf16_t* x,
-                         const lg::bf16_t* g, lg::bf16_t* q, lg::bf16_t* k_cache, lg::bf16_t* v_cache,
-                         const int* positions, const int* slots, int d, int q_rows, int n_kv_heads, int head_dim,
-                         int max_ctx, int n_slots, const float* frequencies, float eps, int batch) {
-  qkv_body<1>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim, max_ctx,
-              n_slots, frequencies, eps, batch);
+    qkv_rope_append_bf16(const lg::bf16_t* Wq, const lg::bf16_t* Wk, const lg::bf16_t* Wv, const lg::bf16_t* bq,
+                         const lg::bf16_t* bk, const lg::bf16_t* bv, const lg::bf16_t* x, const lg::bf16_t* g,
+                         lg::bf16_t* q, lg::bf16_t* k_cache, lg::bf16_t* v_cache, const int* positions,
+                         const int* slots, int d, int q_rows, int n_kv_heads, int head_dim, int max_ctx, int n_slots,
+                         const float* frequencies, float eps, int batch) {
+  qkv_body<1>(Wq, Wk, Wv, bq, bk, bv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim,
+              max_ctx, n_slots, frequencies, eps, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2)
-    qkv_rope_append_bf16_b2(const lg::bf16_t* Wq, const lg::bf16_t* Wk, const lg::bf16_t* Wv, const lg::bf16_t* x,
-                            const lg::bf16_t* g, lg::bf16_t* q, lg::bf16_t* k_cache, lg::bf16_t* v_cache,
-                            const int* positions, const int* slots, int d, int q_rows, int n_kv_heads, int head_dim,
-                            int max_ctx, int n_slots, const float* frequencies, float eps, int batch) {
-  qkv_body<2>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim, max_ctx,
-              n_slots, frequencies, eps, batch);
+    qkv_rope_append_bf16_b2(const lg::bf16_t* Wq, const lg::bf16_t* Wk, const lg::bf16_t* Wv, const lg::bf16_t* bq,
+                            const lg::bf16_t* bk, const lg::bf16_t* bv, const lg::bf16_t* x, const lg::bf16_t* g,
+                            lg::bf16_t* q, lg::bf16_t* k_cache, lg::bf16_t* v_cache, const int* positions,
+                            const int* slots, int d, int q_rows, int n_kv_heads, int head_dim, int max_ctx, int n_slots,
+                            const float* frequencies, float eps, int batch) {
+  qkv_body<2>(Wq, Wk, Wv, bq, bk, bv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim,
+              max_ctx, n_slots, frequencies, eps, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2)
-    qkv_rope_append_bf16_b4(const lg::bf16_t* Wq, const lg::bf16_t* Wk, const lg::bf16_t* Wv, const lg::bf16_t* x,
-                            const lg::bf16_t* g, lg::bf16_t* q, lg::bf16_t* k_cache, lg::bf16_t* v_cache,
-                            const int* positions, const int* slots, int d, int q_rows, int n_kv_heads, int head_dim,
-                            int max_ctx, int n_slots, const float* frequencies, float eps, int batch) {
-  qkv_body<4>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim, max_ctx,
-              n_slots, frequencies, eps, batch);
+    qkv_rope_append_bf16_b4(const lg::bf16_t* Wq, const lg::bf16_t* Wk, const lg::bf16_t* Wv, const lg::bf16_t* bq,
+                            const lg::bf16_t* bk, const lg::bf16_t* bv, const lg::bf16_t* x, const lg::bf16_t* g,
+                            lg::bf16_t* q, lg::bf16_t* k_cache, lg::bf16_t* v_cache, const int* positions,
+                            const int* slots, int d, int q_rows, int n_kv_heads, int head_dim, int max_ctx, int n_slots,
+                            const float* frequencies, float eps, int batch) {
+  qkv_body<4>(Wq, Wk, Wv, bq, bk, bv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim,
+              max_ctx, n_slots, frequencies, eps, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2)
-    qkv_rope_append_bf16_b8(const lg::bf16_t* Wq, const lg::bf16_t* Wk, const lg::bf16_t* Wv, const lg::bf16_t* x,
-                            const lg::bf16_t* g, lg::bf16_t* q, lg::bf16_t* k_cache, lg::bf16_t* v_cache,
-                            const int* positions, const int* slots, int d, int q_rows, int n_kv_heads, int head_dim,
-                            int max_ctx, int n_slots, const float* frequencies, float eps, int batch) {
-  qkv_body<8>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim, max_ctx,
-              n_slots, frequencies, eps, batch);
+    qkv_rope_append_bf16_b8(const lg::bf16_t* Wq, const lg::bf16_t* Wk, const lg::bf16_t* Wv, const lg::bf16_t* bq,
+                            const lg::bf16_t* bk, const lg::bf16_t* bv, const lg::bf16_t* x, const lg::bf16_t* g,
+                            lg::bf16_t* q, lg::bf16_t* k_cache, lg::bf16_t* v_cache, const int* positions,
+                            const int* slots, int d, int q_rows, int n_kv_heads, int head_dim, int max_ctx, int n_slots,
+                            const float* frequencies, float eps, int batch) {
+  qkv_body<8>(Wq, Wk, Wv, bq, bk, bv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim,
+              max_ctx, n_slots, frequencies, eps, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2)
-    qkv_rope_append_mma(const lg::half_t* Wq, const lg::half_t* Wk, const lg::half_t* Wv, const lg::half_t* x,
-                        const lg::half_t* g, lg::half_t* q, lg::half_t* k_cache, lg::half_t* v_cache,
-                        const int* positions, const int* slots, int d, int q_rows, int n_kv_heads, int head_dim,
-                        int max_ctx, int n_slots, const float* frequencies, float eps, int batch) {
-  qkv_body<kTensorCores>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim,
-                         max_ctx, n_slots, frequencies, eps, batch);
+    qkv_rope_append_mma(const lg::half_t* Wq, const lg::half_t* Wk, const lg::half_t* Wv, const lg::half_t* bq,
+                        const lg::half_t* bk, const lg::half_t* bv, const lg::half_t* x, const lg::half_t* g,
+                        lg::half_t* q, lg::half_t* k_cache, lg::half_t* v_cache, const int* positions, const int* slots,
+                        int d, int q_rows, int n_kv_heads, int head_dim, int max_ctx, int n_slots,
+                        const float* frequencies, float eps, int batch) {
+  qkv_body<kTensorCores>(Wq, Wk, Wv, bq, bk, bv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads,
+                         head_dim, max_ctx, n_slots, frequencies, eps, batch);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2)
-    qkv_rope_append_bf16_mma(const lg::bf16_t* Wq, const lg::bf16_t* Wk, const lg::bf16_t* Wv, const lg::bf16_t* x,
-                             const lg::bf16_t* g, lg::bf16_t* q, lg::bf16_t* k_cache, lg::bf16_t* v_cache,
-                             const int* positions, const int* slots, int d, int q_rows, int n_kv_heads, int head_dim,
-                             int max_ctx, int n_slots, const float* frequencies, float eps, int batch) {
-  qkv_body<kTensorCores>(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim,
-                         max_ctx, n_slots, frequencies, eps, batch);
+    qkv_rope_append_bf16_mma(const lg::bf16_t* Wq, const lg::bf16_t* Wk, const lg::bf16_t* Wv, const lg::bf16_t* bq,
+                             const lg::bf16_t* bk, const lg::bf16_t* bv, const lg::bf16_t* x, const lg::bf16_t* g,
+                             lg::bf16_t* q, lg::bf16_t* k_cache, lg::bf16_t* v_cache, const int* positions,
+                             const int* slots, int d, int q_rows, int n_kv_heads, int head_dim, int max_ctx,
+                             int n_slots, const float* frequencies, float eps, int batch) {
+  qkv_body<kTensorCores>(Wq, Wk, Wv, bq, bk, bv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads,
+                         head_dim, max_ctx, n_slots, frequencies, eps, batch);
 }

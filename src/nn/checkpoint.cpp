@@ -22,9 +22,9 @@ DecoderConfig decoder_config(const LlamaConfig& l, int context, const std::files
   const auto refuse = [&](const std::string& why) {
     throw CheckpointError(file, "", "lazygraph's decoder cannot run this model: " + why);
   };
-  if (l.attention_bias) {
-    refuse("q, k and v projection biases (attention_bias true" +
-           std::string(l.model_type == "qwen2" ? ", as in every Qwen2 model" : "") + ") are not implemented yet");
+  if (l.attention_bias && l.model_type != "qwen2") {
+    refuse("attention_bias is true, which in a " + l.model_type +
+           " model also gives o_proj a bias, and that is not implemented (q, k and v biases are, as Qwen2 has them)");
   }
   if (context > l.max_position_embeddings) {
     throw UsageError("LoadOptions::context (" + std::to_string(context) + ") is beyond the model's " +
@@ -48,6 +48,7 @@ DecoderConfig decoder_config(const LlamaConfig& l, int context, const std::files
   c.theta = static_cast<float>(l.rope_theta);
   c.rope_scaling = l.rope_scaling;
   c.eps = static_cast<float>(l.rms_norm_eps);
+  c.qkv_bias = l.attention_bias;
   c.max_batch = options.max_batch;
   c.early_launch = options.early_launch;
   c.tensor_cores = options.tensor_cores;
@@ -269,7 +270,7 @@ BasicDecoderWeights<T> DecoderCheckpoint::upload(const Stream& stream) const {
   Progress progress(weights_.path().string(), device_bytes_,
                     options_.progress && device_bytes_ >= options_.progress_from_bytes);
   std::size_t index = 0;
-  BasicDecoderWeights<T> w = assemble_decoder_weights<T>(config_, [&](const DecoderTensor& t) {
+  BasicDecoderWeights<T> w = assemble_decoder_weights<T>(stream.device(), config_, [&](const DecoderTensor& t) {
     const TensorInfo& info = *sources_[index++];
     DeviceBuffer<T> out(stream.device(), t.elements());
     const auto cols = static_cast<std::size_t>(t.cols);
@@ -352,6 +353,10 @@ void save_seeded_checkpoint(const std::filesystem::path& directory, const Decode
   llama.max_position_embeddings = config.context;
   llama.rope_theta = config.theta;
   llama.rope_scaling = config.rope_scaling;
+  if (config.qkv_bias) {  // Qwen2 is the architecture with q, k and v biases alone
+    llama.model_type = "qwen2";
+    llama.attention_bias = true;
+  }
   if (config.head_width != 0) llama.head_dim = config.head_width;
   llama.rms_norm_eps = config.eps;
   llama.torch_dtype = dtype == DType::f16 ? "float16" : dtype == DType::bf16 ? "bfloat16" : "float32";

@@ -33,6 +33,7 @@ void DecoderConfig::validate() const {
   } catch (const UsageError& e) {
     fail(e.what());
   }
+  if (qkv_bias && !fused) fail("qkv_bias needs fused (the unfused kernels add no biases)");
   if (context > 8192)
     fail("context (" + std::to_string(context) + ") must be at most 8192 (scores live in shared memory)");
   if (max_batch < 1 || max_batch > kMaxRows) {
@@ -52,15 +53,17 @@ std::size_t DecoderConfig::weight_bytes() const {
   const auto dd = static_cast<std::size_t>(d);
   const auto kv = static_cast<std::size_t>(kv_dim());
   const auto qd = static_cast<std::size_t>(q_dim());
-  const std::size_t per_layer = 2 * qd * dd + 2 * kv * dd + 3 * dd * static_cast<std::size_t>(ffn) + 2 * dd;
+  const std::size_t per_layer =
+      2 * qd * dd + 2 * kv * dd + 3 * dd * static_cast<std::size_t>(ffn) + 2 * dd + (qkv_bias ? qd + 2 * kv : 0);
   return (per_layer * static_cast<std::size_t>(layers) + static_cast<std::size_t>(vocab) * dd + 2 * dd) * sizeof(half);
 }
 
 template <Element T>
 BasicDecoderWeights<T> BasicDecoderWeights<T>::generate(const Stream& stream, const BasicKernels<T>& kernels,
                                                         const DecoderConfig& c) {
-  return assemble_decoder_weights<T>(
-      c, [&](const DecoderTensor& t) { return device_tensor(stream, kernels.fill_uniform, c.seed, t.seeded); });
+  return assemble_decoder_weights<T>(stream.device(), c, [&](const DecoderTensor& t) {
+    return device_tensor(stream, kernels.fill_uniform, c.seed, t.seeded);
+  });
 }
 
 template <Element T>
@@ -173,7 +176,15 @@ BasicDecoderWeights<T> checked(BasicDecoderWeights<T> w, const DecoderConfig& c)
   for (std::size_t l = 0; l < w.attention.size(); ++l) {
     const BasicAttentionWeights<T>& a = w.attention[l];
     const BasicSwigluWeights<T>& m = w.mlp[l];
-    buffers.insert(buffers.end(), {&a.gain, &a.wq, &a.wk, &a.wv, &a.wo, &m.gain, &m.w1, &m.w3, &m.w2});
+    buffers.insert(buffers.end(), {&a.gain, &a.wq, &a.wk, &a.wv, &a.wo});
+    if (c.qkv_bias) {
+      buffers.insert(buffers.end(), {&a.bq, &a.bk, &a.bv});
+    } else if (!a.bq.empty() || !a.bk.empty() || !a.bv.empty()) {
+      throw UsageError("Decoder: layer " + std::to_string(l) +
+                       " has q, k or v biases, but the config's qkv_bias is "
+                       "false (they would be added to nothing)");
+    }
+    buffers.insert(buffers.end(), {&m.gain, &m.w1, &m.w3, &m.w2});
   }
   buffers.insert(buffers.end(), {&w.final_gain, &w.lm_head});
   const std::vector<DecoderTensor> tensors = decoder_tensors(c);

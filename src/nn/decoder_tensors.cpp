@@ -7,6 +7,7 @@ std::vector<std::int64_t> DecoderTensor::shape() const {
       role == DecoderTensorRole::final_gain) {
     return {cols};
   }
+  if (role == DecoderTensorRole::bq || role == DecoderTensorRole::bk || role == DecoderTensorRole::bv) return {rows};
   return {rows, cols};
 }
 
@@ -32,6 +33,16 @@ std::vector<DecoderTensor> decoder_tensors(const DecoderConfig& c) {
     matrix(p + "self_attn.k_proj.weight", Role::wk, l, c.kv_dim(), c.d, id(3));
     matrix(p + "self_attn.v_proj.weight", Role::wv, l, c.kv_dim(), c.d, id(4));
     matrix(p + "self_attn.o_proj.weight", Role::wo, l, c.d, c.q_dim(), id(5));
+    if (c.qkv_bias) {
+      // Seeded biases: uniform in [-0.5, 0.5), about the size of the products they are added to.
+      const auto bias = [&](std::string name, Role role, int size, std::uint32_t slot) {
+        out.push_back({std::move(name), role, l, size, 1,
+                       TensorSpec{id(slot), static_cast<std::size_t>(size), 0.5F, 0.0F}, role != Role::bv});
+      };
+      bias(p + "self_attn.q_proj.bias", Role::bq, c.q_dim(), 10);
+      bias(p + "self_attn.k_proj.bias", Role::bk, c.kv_dim(), 11);
+      bias(p + "self_attn.v_proj.bias", Role::bv, c.kv_dim(), 12);
+    }
     gain(p + "post_attention_layernorm.weight", Role::mlp_gain, l, id(6));
     matrix(p + "mlp.gate_proj.weight", Role::w1, l, c.ffn, c.d, id(7));
     matrix(p + "mlp.up_proj.weight", Role::w3, l, c.ffn, c.d, id(8));

@@ -112,10 +112,11 @@ DecoderReference::DecoderReference(const DecoderConfig& config, DType weights) :
   embedding_ = take();
   for (int l = 0; l < c.layers; ++l) {
     Layer& layer = layers_.emplace_back();
-    for (std::vector<double>* w : {&layer.attn_gain, &layer.wq, &layer.wk, &layer.wv, &layer.wo, &layer.mlp_gain,
-                                   &layer.w1, &layer.w3, &layer.w2}) {
-      *w = take();
+    for (std::vector<double>* w : {&layer.attn_gain, &layer.wq, &layer.wk, &layer.wv, &layer.wo}) *w = take();
+    if (c.qkv_bias) {
+      for (std::vector<double>* w : {&layer.bq, &layer.bk, &layer.bv}) *w = take();
     }
+    for (std::vector<double>* w : {&layer.mlp_gain, &layer.w1, &layer.w3, &layer.w2}) *w = take();
   }
   final_gain_ = take();
   lm_head_ = take();
@@ -139,7 +140,13 @@ std::vector<double> DecoderReference::step(int token, int position) {
     const std::vector<double> h = rms_norm(x, w.attn_gain, c.eps);
     std::vector<double> q = matvec(w.wq, h, c.q_dim(), c.d);
     std::vector<double> k = matvec(w.wk, h, c.kv_dim(), c.d);
-    const std::vector<double> v = matvec(w.wv, h, c.kv_dim(), c.d);
+    std::vector<double> v = matvec(w.wv, h, c.kv_dim(), c.d);
+    const auto add = [](std::vector<double>& to, const std::vector<double>& bias) {
+      for (std::size_t i = 0; i < bias.size(); ++i) to[i] += bias[i];
+    };
+    add(q, w.bq);  // empty without qkv_bias
+    add(k, w.bk);
+    add(v, w.bv);
     rope(q, c.heads, c.head_dim(), position, frequencies_);
     rope(k, c.kv_head_count(), c.head_dim(), position, frequencies_);
     std::vector<double> o(static_cast<std::size_t>(c.q_dim()));

@@ -13,6 +13,7 @@ void check_tensor_parallel(const DecoderConfig& config, int ranks) {
   };
   if (ranks < 1) fail("at least one rank");
   if (config.max_batch != 1) fail("one sequence (max_batch 1), not " + std::to_string(config.max_batch));
+  if (config.qkv_bias) fail("q, k and v biases (qkv_bias) are not split over ranks yet");
   if (config.heads % ranks != 0) fail("heads " + std::to_string(config.heads) + " do not divide among the ranks");
   if (config.kv_head_count() % ranks != 0) {
     fail("kv heads " + std::to_string(config.kv_head_count()) + " do not divide among the ranks");
@@ -132,15 +133,15 @@ void BasicTensorParallelDecoder<T>::record_step(int r, Scope& s) {
     // Fused (DecoderConfig::fused): the norm, this rank's q, k and v rows, RoPE and the cache append in one kernel,
     // attention spread over blocks of positions; unfused: three projections, rope, kv_append, one block per head.
     // Either is Decoder's with the same `fused`, on this rank's heads.
-    auto fused =
-        k.qkv_rope_append(k.qkv_config(dq, dkv, d), wq(w), wk(w), wv(w), me.x.as_const(), w.gain.cview(), q, kc, vc,
-                          positions, slots, d, dq, kv_heads, hd, c.context, 1, frequencies, c.eps, 1) >>
-        choose(splits > 1,
-               k.attention_split(per_split, q.as_const(), kc.as_const(), vc.as_const(), me.attn.view(),
-                                 me.attention_partials.view(), me.attention_counters.view(), positions, slots, heads,
-                                 kv_heads, hd, c.context, 1, scale),
-               k.attention(per_head, q.as_const(), kc.as_const(), vc.as_const(), me.attn.view(), positions, slots,
-                           heads, kv_heads, hd, c.context, 1, scale));
+    auto fused = k.qkv_rope_append(k.qkv_config(dq, dkv, d), wq(w), wk(w), wv(w), DeviceSpan<const T>{},
+                                   DeviceSpan<const T>{}, DeviceSpan<const T>{}, me.x.as_const(), w.gain.cview(), q, kc,
+                                   vc, positions, slots, d, dq, kv_heads, hd, c.context, 1, frequencies, c.eps, 1) >>
+                 choose(splits > 1,
+                        k.attention_split(per_split, q.as_const(), kc.as_const(), vc.as_const(), me.attn.view(),
+                                          me.attention_partials.view(), me.attention_counters.view(), positions, slots,
+                                          heads, kv_heads, hd, c.context, 1, scale),
+                        k.attention(per_head, q.as_const(), kc.as_const(), vc.as_const(), me.attn.view(), positions,
+                                    slots, heads, kv_heads, hd, c.context, 1, scale));
     auto unfused =
         k.rms_norm_gemv(k.gemv_config(dq, d), wq(w), me.x.as_const(), w.gain.cview(), q, dq, d, c.eps, 1) >>
         k.rms_norm_gemv(k.gemv_config(dkv, d), wk(w), me.x.as_const(), w.gain.cview(), kk, dkv, d, c.eps, 1) >>

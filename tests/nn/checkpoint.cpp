@@ -271,10 +271,11 @@ TEST_CASE("head_dim independent of hidden_size / heads and llama3 RoPE scaling s
   CHECK(file.tensor("model.layers.0.self_attn.o_proj.weight").shape == std::vector<std::int64_t>{128, 256});
 }
 
-TEST_CASE("q/k/v biases and a sliding window shorter than the context are refused, saying what to do") {
+TEST_CASE("Llama's attention_bias and a sliding window shorter than the context are refused, saying what to do") {
   const auto dir = saved("ckpt-bias");
   rewrite_config(dir, [](LlamaConfig& c) { c.attention_bias = true; });
-  CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(dir), doctest::Contains("biases (attention_bias true) are not"),
+  CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(dir),
+                       doctest::Contains("attention_bias is true, which in a llama model also gives o_proj a bias"),
                        CheckpointError);
   rewrite_config(dir, [](LlamaConfig& c) {
     c.attention_bias = false;
@@ -289,6 +290,38 @@ TEST_CASE("q/k/v biases and a sliding window shorter than the context are refuse
   LoadOptions options;
   options.context = 32;
   CHECK(DecoderCheckpoint::open(dir, options).config().context == 32);
+}
+
+TEST_CASE("a decoder with q, k and v biases is saved as Qwen2 and opens with them, rows in rotate-half order") {
+  DecoderConfig c = small_gqa();
+  c.qkv_bias = true;
+  const auto dir = saved("ckpt-qwen2", c);
+  const DecoderCheckpoint ck = DecoderCheckpoint::open(dir);
+  CHECK(ck.llama_config().model_type == "qwen2");
+  CHECK(ck.config().qkv_bias);
+  CHECK(ck.sources().size() == decoder_tensors(c).size());
+  const SafetensorsFile file = SafetensorsFile::open(dir / "model.safetensors");
+  CHECK(file.tensor("model.layers.1.self_attn.q_proj.bias").shape == std::vector<std::int64_t>{128});
+  CHECK(file.tensor("model.layers.1.self_attn.k_proj.bias").shape == std::vector<std::int64_t>{64});
+  const std::vector<DecoderTensor> tensors = decoder_tensors(c);
+  const auto found = std::find_if(tensors.begin(), tensors.end(), [](const DecoderTensor& t) {
+    return t.name == "model.layers.1.self_attn.q_proj.bias";
+  });
+  REQUIRE(found != tensors.end());
+  const DecoderTensor& bq = *found;
+  CHECK(bq.rope_rows);
+  const std::vector<half> want = host_tensor(c.seed, bq.seeded);
+  const auto bytes = file.data(file.tensor(bq.name));
+  for (int row = 0; row < bq.rows; ++row) {
+    std::uint16_t bits = 0;
+    std::memcpy(&bits, bytes.data() + 2 * static_cast<std::size_t>(rotate_half_row(row, c.head_dim())), 2);
+    CHECK(bits == want[static_cast<std::size_t>(row)].bits);
+  }
+  rewrite(dir, [](std::vector<OwnedTensor>& t) {
+    std::erase_if(t, [](const OwnedTensor& x) { return x.name == "model.layers.0.self_attn.v_proj.bias"; });
+  });
+  CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(dir),
+                       doctest::Contains("tensor model.layers.0.self_attn.v_proj.bias"), CheckpointError);
 }
 
 TEST_CASE("save_seeded_checkpoint refuses a dtype the loader does not read") {

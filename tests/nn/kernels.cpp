@@ -1036,10 +1036,13 @@ TEST_SUITE("gpu") {
   }
   TEST_CASE("qkv_rope_append equals the norm, three projections, RoPE and the cache append in float64") {
     // A whole model's Wq (q_rows = d), and a tensor-parallel shard's (half the heads' rows, q_rows = d / 2); the fp32
-    // variant and the tensor-core one (3 vectors).
-    for (const auto& [q_heads, tensor_cores] : {std::pair{4, false}, std::pair{2, false}, std::pair{4, true}}) {
+    // variant and the tensor-core one (3 vectors); without and with q, k and v biases (Qwen2's).
+    for (const auto& [q_heads, tensor_cores, biased] :
+         {std::tuple{4, false, false}, std::tuple{2, false, false}, std::tuple{4, true, false},
+          std::tuple{4, false, true}, std::tuple{2, true, true}}) {
       CAPTURE(q_heads);
       CAPTURE(tensor_cores);
+      CAPTURE(biased);
       Stream& s = lgtest::stream();
       const nn::Kernels k(lgtest::nn_kernels(), nn::KernelOptions{.tensor_cores = tensor_cores});
       const int d = 256;
@@ -1079,9 +1082,17 @@ TEST_SUITE("gpu") {
       const auto dslot = lgtest::to_device(s, row_slots);
       const auto dfreq = lgtest::to_device(s, plain_rope_table(theta, hd));
       REQUIRE(k.qkv_rope_append.variant(batch).name() == (tensor_cores ? "qkv_rope_append_mma" : "qkv_rope_append_b4"));
-      k.qkv_rope_append.launch(s, k.qkv_config(q_rows, kv, d, batch), dq.cview(), dk.cview(), dv.cview(), dx.cview(),
-                               dg.cview(), q.view(), kc.view(), vc.view(), dpos.cview(), dslot.cview(), d, q_rows,
-                               kv_heads, hd, ctx, slots, dfreq.cview(), eps, batch);
+      const auto bias = [&](int n) { return biased ? scaled(static_cast<std::size_t>(n), 0.5) : std::vector<half>{}; };
+      const std::vector<half> bq = bias(q_rows);
+      const std::vector<half> bk = bias(kv);
+      const std::vector<half> bv = bias(kv);
+      const auto dbq = on_device(bq);
+      const auto dbk = on_device(bk);
+      const auto dbv = on_device(bv);
+      k.qkv_rope_append.launch(s, k.qkv_config(q_rows, kv, d, batch), dq.cview(), dk.cview(), dv.cview(), dbq.cview(),
+                               dbk.cview(), dbv.cview(), dx.cview(), dg.cview(), q.view(), kc.view(), vc.view(),
+                               dpos.cview(), dslot.cview(), d, q_rows, kv_heads, hd, ctx, slots, dfreq.cview(), eps,
+                               batch);
       const auto got_q = on_host(q);
       const auto got_k = on_host(kc);
       const auto got_v = on_host(vc);
@@ -1107,9 +1118,13 @@ TEST_SUITE("gpu") {
         const double inv = 1.0 / std::sqrt(ss / d + eps);
         std::vector<double> h(d);
         for (int c = 0; c < d; ++c) h[c] = x[b * d + c].to_float() * inv * g[c].to_float();
-        const auto qr = rotate(matvec(wq, h, q_rows, d).value, positions[b]);
-        const auto kr = rotate(matvec(wk, h, kv, d).value, positions[b]);
-        const auto vr = matvec(wv, h, kv, d).value;
+        const auto biased_by = [](std::vector<double> v, const std::vector<half>& b) {
+          for (std::size_t i = 0; i < b.size(); ++i) v[i] += b[i].to_float();
+          return v;
+        };
+        const auto qr = rotate(biased_by(matvec(wq, h, q_rows, d).value, bq), positions[b]);
+        const auto kr = rotate(biased_by(matvec(wk, h, kv, d).value, bk), positions[b]);
+        const auto vr = biased_by(matvec(wv, h, kv, d).value, bv);
         for (int i = 0; i < q_rows; ++i) {
           q_got.push_back(got_q[b * q_rows + i]);
           q_want.push_back(qr[i]);

@@ -267,6 +267,11 @@ TEST_SUITE("gpu") {
       config.theta = 500000.0F;
       config.rope_scaling = llama3;
     }
+    SUBCASE("q, k and v biases (Qwen2's), grouped-query, theta 1e6") {
+      kv_heads = 2;
+      config.qkv_bias = true;
+      config.theta = 1e6F;
+    }
     SUBCASE("the kernels before fusion with head_dim 16 (q 64 wide) and linear RoPE scaling") {
       kv_heads = 2;
       config.fused = false;

@@ -41,11 +41,12 @@ struct LoadOptions {
 class DecoderCheckpoint {
  public:
   /// Reads `directory`/config.json and the safetensors weights, and checks, without touching the GPU, that the
-  /// config is one the kernels run (LlamaConfig::parse's rules, then: no q/k/v biases, a sliding window, if any, at
-  /// least the context) and that every tensor of decoder_tensors() is present with dtype F16, BF16 or F32 and its
-  /// shape. A tied model reads its LM head from the embedding (a stored lm_head.weight must equal it). Every other
-  /// tensor is refused by name, except rotary_emb.inv_freq buffers that hold the config's RoPE frequencies.
-  /// \throws CheckpointError naming the file, the tensor and what was expected; UsageError for options.context
+  /// config is one the kernels run (LlamaConfig::parse's rules, then: biases only as Qwen2 has them, on q, k and v; a
+  /// sliding window, if any, at least the context) and that every tensor of decoder_tensors() is present with dtype
+  /// F16, BF16 or F32 and its shape. A tied model reads its LM head from the embedding (a stored lm_head.weight must
+  /// equal it). Every other tensor is refused by name, except rotary_emb.inv_freq buffers that hold the config's RoPE
+  /// frequencies. \throws CheckpointError naming the file, the tensor and what was expected; UsageError for
+  /// options.context
   ///         beyond the model's max_position_embeddings.
   [[nodiscard]] static DecoderCheckpoint open(const std::filesystem::path& directory, const LoadOptions& options = {});
 
@@ -90,7 +91,8 @@ template <Element T = half>
 BasicDecoder<T> load_decoder(const Stream& stream, const KernelLibrary& library, const std::filesystem::path& directory,
                              const LoadOptions& options = {});
 
-/// Writes the seeded weights of `config` (docs/nn.md) as a checkpoint folder in Hugging Face's layout:
+/// Writes the seeded weights of `config` (docs/nn.md) as a checkpoint folder in Hugging Face's layout (model_type
+/// llama, or qwen2 for a config with qkv_bias):
 /// config.json and model.safetensors, tensors in `dtype`, q and k rows in rotate-half order: F16 and F32 hold the
 /// seeded fp16 values (host_tensor<half>), BF16 the seeded bf16 values (host_tensor<bfloat16>), so an F16 checkpoint
 /// loads into the seeded Decoder and a BF16 one into the seeded DecoderBf16 bit for bit. Runs on the host; the

@@ -57,6 +57,9 @@ struct DecoderConfig {
   /// prefill, but a row's logits then differ from what it gets alone within rounding (its token may too, at a
   /// near tie). Off: every row gets exactly the bits of one row at a time.
   bool tensor_cores = false;
+  /// The q, k and v projections add biases (Qwen2's): BasicAttentionWeights::bq, bk and bv hold them. Needs `fused`
+  /// (the unfused kernels have none).
+  bool qkv_bias = false;
   /// The attention block's input side as one kernel (norm, Q/K/V projections, RoPE and the cache append:
   /// qkv_rope_append) and attention split over positions (attention_split). False: the kernels these replaced
   /// (three rms_norm_gemv in parallel, rope, kv_append, attention with one block per head), to compare.
@@ -95,7 +98,8 @@ struct DecoderConfig {
 /// \throws UsageError as rope_frequencies does.
 [[nodiscard]] std::vector<float> rope_table(const DecoderConfig& config);
 
-/// One layer's attention weights: norm gain [d], Wq [q_dim x d], Wk and Wv [kv_dim x d], Wo [d x q_dim].
+/// One layer's attention weights: norm gain [d], Wq [q_dim x d], Wk and Wv [kv_dim x d], Wo [d x q_dim], and with
+/// DecoderConfig::qkv_bias the biases of q [q_dim], k and v [kv_dim] (empty buffers otherwise).
 template <Element T>
 struct BasicAttentionWeights {
   DeviceBuffer<T> gain;  ///< input norm gain [d]
@@ -103,6 +107,9 @@ struct BasicAttentionWeights {
   DeviceBuffer<T> wk;    ///< [kv_dim x d]
   DeviceBuffer<T> wv;    ///< [kv_dim x d]
   DeviceBuffer<T> wo;    ///< [d x q_dim]
+  DeviceBuffer<T> bq;    ///< [q_dim] with qkv_bias, else empty
+  DeviceBuffer<T> bk;    ///< [kv_dim] with qkv_bias, else empty
+  DeviceBuffer<T> bv;    ///< [kv_dim] with qkv_bias, else empty
 };
 
 /// One layer's fp16 attention weights.
@@ -179,9 +186,10 @@ auto attention_block(const BasicKernels<T>& k, const BasicAttentionWeights<T>& w
   const int q_dim = c.q_dim();
   const DeviceSpan<const float> frequencies = s.rope_frequencies.cview();
   auto fused =
-      k.qkv_rope_append(k.qkv_config(q_dim, c.kv_dim(), d, rows), w.wq.cview(), w.wk.cview(), w.wv.cview(), s.x.cview(),
-                        w.gain.cview(), s.q.view(), k_cache, v_cache, s.positions(), s.slots(), d, q_dim,
-                        c.kv_head_count(), c.head_dim(), c.context, c.max_batch, frequencies, c.eps, rows) >>
+      k.qkv_rope_append(k.qkv_config(q_dim, c.kv_dim(), d, rows), w.wq.cview(), w.wk.cview(), w.wv.cview(),
+                        w.bq.cview(), w.bk.cview(), w.bv.cview(), s.x.cview(), w.gain.cview(), s.q.view(), k_cache,
+                        v_cache, s.positions(), s.slots(), d, q_dim, c.kv_head_count(), c.head_dim(), c.context,
+                        c.max_batch, frequencies, c.eps, rows) >>
       choose(c.attention_splits() > 1,
              k.attention_split(per_split, s.q.cview(), k_cache.as_const(), v_cache.as_const(), s.attn.view(),
                                s.attention_partials.view(), s.attention_counters.view(), s.positions(), s.slots(),

@@ -22,6 +22,9 @@ enum class DecoderTensorRole {
   wk,              ///< [kv_dim x d]
   wv,              ///< [kv_dim x d]
   wo,              ///< [d x q_dim]
+  bq,              ///< q bias [q_dim] (DecoderConfig::qkv_bias)
+  bk,              ///< k bias [kv_dim]
+  bv,              ///< v bias [kv_dim]
   mlp_gain,        ///< a layer's post-attention norm gain [d]
   w1,              ///< gate projection [ffn x d]
   w3,              ///< up projection [ffn x d]
@@ -35,14 +38,14 @@ struct DecoderTensor {
   std::string name;        ///< its name in a Hugging Face Llama checkpoint, e.g. "model.layers.0.mlp.up_proj.weight"
   DecoderTensorRole role;  ///< what it is
   int layer = -1;          ///< its layer; -1 for the embedding, the final gain and the LM head
-  int rows = 1;            ///< rows of the matrix (1 for a gain vector)
-  int cols = 1;            ///< columns (the vector's length for a gain)
+  int rows = 1;            ///< rows of the matrix (1 for a gain vector, the length for a bias)
+  int cols = 1;            ///< columns (the vector's length for a gain, 1 for a bias)
   TensorSpec seeded;       ///< how seeded weights generate it
   /// Whether a checkpoint stores its rows in Hugging Face's rotate-half order (q_proj and k_proj): within each
   /// head, row j * head_dim/2 + i there is row 2i + j here, the interleaved pairs the rope kernel rotates.
   bool rope_rows = false;
 
-  /// The checkpoint shape: {rows, cols} for a matrix, {cols} for a gain.
+  /// The checkpoint shape: {rows, cols} for a matrix, {cols} for a gain, {rows} for a bias.
   [[nodiscard]] std::vector<std::int64_t> shape() const;
   /// rows * cols.
   [[nodiscard]] std::size_t elements() const noexcept {
@@ -51,7 +54,8 @@ struct DecoderTensor {
 };
 
 /// Every weight of `config`'s decoder, in the order DecoderWeights holds them: embedding, then per layer the
-/// attention gain, Wq, Wk, Wv, Wo, the MLP gain, W1, W3, W2, then the final gain and the LM head.
+/// attention gain, Wq, Wk, Wv, Wo, (with qkv_bias) bq, bk, bv, the MLP gain, W1, W3, W2, then the final gain and the
+/// LM head. The q and k biases are rope_rows: their elements are reordered as the rows of Wq and Wk.
 /// \throws UsageError for an invalid config.
 std::vector<DecoderTensor> decoder_tensors(const DecoderConfig& config);
 
@@ -63,9 +67,9 @@ std::vector<DecoderTensor> decoder_tensors(const DecoderConfig& config);
 }
 
 /// Builds the weights from `make(const DecoderTensor&) -> DeviceBuffer<T>`, called once per tensor of
-/// decoder_tensors(config), in that order.
+/// decoder_tensors(config), in that order; the biases a config without qkv_bias lacks are empty buffers on `device`.
 template <Element T, class Make>
-BasicDecoderWeights<T> assemble_decoder_weights(const DecoderConfig& config, Make&& make) {
+BasicDecoderWeights<T> assemble_decoder_weights(const Device& device, const DecoderConfig& config, Make&& make) {
   const std::vector<DecoderTensor> tensors = decoder_tensors(config);
   auto next = tensors.begin();
   const auto take = [&] { return make(*next++); };
@@ -78,7 +82,11 @@ BasicDecoderWeights<T> assemble_decoder_weights(const DecoderConfig& config, Mak
     DeviceBuffer<T> wk = take();
     DeviceBuffer<T> wv = take();
     DeviceBuffer<T> wo = take();
-    attention.push_back({std::move(gain), std::move(wq), std::move(wk), std::move(wv), std::move(wo)});
+    DeviceBuffer<T> bq = config.qkv_bias ? take() : DeviceBuffer<T>(device, 0);
+    DeviceBuffer<T> bk = config.qkv_bias ? take() : DeviceBuffer<T>(device, 0);
+    DeviceBuffer<T> bv = config.qkv_bias ? take() : DeviceBuffer<T>(device, 0);
+    attention.push_back({std::move(gain), std::move(wq), std::move(wk), std::move(wv), std::move(wo), std::move(bq),
+                         std::move(bk), std::move(bv)});
     DeviceBuffer<T> mlp_gain = take();
     DeviceBuffer<T> w1 = take();
     DeviceBuffer<T> w3 = take();

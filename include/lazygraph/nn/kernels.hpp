@@ -136,13 +136,14 @@ struct BasicKernels {
   /// mlp_stack(layers, x, act, sync, layer_count, d, ffn, eps, split_a, split_b, batch): every SwiGLU block of a
   /// stack in one persistent launch (kernels/nn/mlp_stack.cu; nn::BasicMlpStack makes its arguments).
   BatchedKernel<void(const MlpLayer*, T*, T*, unsigned*, int, int, int, float, int, int, int)> mlp_stack;
-  /// qkv_rope_append(Wq, Wk, Wv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, kv_heads, head_dim,
-  /// context, slot_count, frequencies, eps, batch): h = rmsnorm(x[b]) * g; q[b] = rope(Wq h); rope(Wk h) and Wv h
-  /// appended to the caches (kernels/nn/qkv.cu): rms_norm_gemv three times, rope and kv_append in one launch
-  /// (qkv_config). Wq has q_rows rows: heads * head_dim for a whole model, a tensor-parallel rank's heads' rows for
-  /// its shard. frequencies: RoPE's inverse frequency of each pair of a head [head_dim / 2] (rope_frequencies).
-  BatchedKernel<void(const T*, const T*, const T*, const T*, const T*, T*, T*, T*, const int*, const int*, int, int,
-                     int, int, int, int, const float*, float, int)>
+  /// qkv_rope_append(Wq, Wk, Wv, bq, bk, bv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, kv_heads,
+  /// head_dim, context, slot_count, frequencies, eps, batch): h = rmsnorm(x[b]) * g; q[b] = rope(Wq h + bq);
+  /// rope(Wk h + bk) and Wv h + bv appended to the caches (kernels/nn/qkv.cu): rms_norm_gemv three times, rope and
+  /// kv_append in one launch (qkv_config). Wq has q_rows rows: heads * head_dim for a whole model, a tensor-parallel
+  /// rank's heads' rows for its shard. The biases are all empty spans (none) or all given. frequencies: RoPE's
+  /// inverse frequency of each pair of a head [head_dim / 2] (rope_frequencies).
+  BatchedKernel<void(const T*, const T*, const T*, const T*, const T*, const T*, const T*, const T*, T*, T*, T*,
+                     const int*, const int*, int, int, int, int, int, int, const float*, float, int)>
       qkv_rope_append;
   /// rms_norm(x, g, out, d, eps): out = rmsnorm(x) * g per vector, one block each (kernels/nn/rms_norm.cu).
   Kernel<void(const T*, const T*, T*, int, float)> rms_norm;

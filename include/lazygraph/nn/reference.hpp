@@ -33,7 +33,7 @@ class DecoderReference {
 
  private:
   struct Layer {
-    std::vector<double> attn_gain, wq, wk, wv, wo, mlp_gain, w1, w3, w2;
+    std::vector<double> attn_gain, wq, wk, wv, wo, bq, bk, bv, mlp_gain, w1, w3, w2;  // biases empty without qkv_bias
   };
   DecoderConfig config_;
   std::vector<double> embedding_;
