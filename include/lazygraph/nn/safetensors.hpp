@@ -62,7 +62,7 @@ enum class DType {
 class CheckpointError : public Error {
  public:
   /// Builds the message "file <file>: tensor <tensor>: <problem>" ("file <file>: <problem>" when `tensor` is
-  /// empty). Control characters of `tensor` (a name from a file may hold any) are written as \xNN in the message,
+  /// empty). Control characters of `tensor` (a name from a file may hold any) are written as `\xNN` in the message,
   /// so that it is not cut at a NUL; tensor() returns the name as given.
   CheckpointError(std::filesystem::path file, std::string tensor, std::string_view problem);
 
