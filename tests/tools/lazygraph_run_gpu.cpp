@@ -22,7 +22,6 @@
 #include <initializer_list>
 #include <iterator>
 #include <optional>
-#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -131,13 +130,31 @@ std::vector<int> expected_tokens(const std::filesystem::path& dir, const std::ve
   return tokens;
 }
 
-/// The closing line's token count and why generation stopped; checks the line's form.
+/// The closing line's token count and why generation stopped; checks the line's form:
+/// "load X.XX s, first token Y.Y ms[, Z.Z tokens/s] (N token[s], WHY)\n", the last line of stderr.
+/// (Parsed by hand: std::regex trips g++ 12's -Wmaybe-uninitialized under the sanitizers.)
 std::pair<int, std::string> closing_line(const std::string& err) {
-  static const std::regex line(
-      R"(load [0-9]+\.[0-9]{2} s, first token [0-9]+\.[0-9] ms(, [0-9]+\.[0-9] tokens/s)? \(([0-9]+) tokens?, ([^)]+)\)\n$)");
-  std::smatch m;
-  REQUIRE_MESSAGE(std::regex_search(err, m, line), "no closing line in: " << err);
-  return {std::stoi(m[2].str()), m[3].str()};
+  REQUIRE_MESSAGE((!err.empty() && err.back() == '\n'), "no closing line in: " << err);
+  const std::size_t start = err.rfind('\n', err.size() - 2);
+  const std::string line = err.substr(start == std::string::npos ? 0 : start + 1);
+  double load = 0;
+  double first = 0;
+  int consumed = 0;
+  REQUIRE_MESSAGE(std::sscanf(line.c_str(), "load %lf s, first token %lf ms%n", &load, &first, &consumed) == 2,
+                  "no closing line in: " << err);
+  const std::size_t open = line.rfind(" (");
+  REQUIRE_MESSAGE((open != std::string::npos && line.ends_with(")\n")), "no closing line in: " << err);
+  const std::string between =
+      line.substr(static_cast<std::size_t>(consumed), open - static_cast<std::size_t>(consumed));
+  CHECK_MESSAGE((between.empty() || (between.starts_with(", ") && between.ends_with(" tokens/s"))),
+                "unexpected closing line: " << line);
+  const std::string inside = line.substr(open + 2, line.size() - open - 4);  // "N tokens, WHY"
+  int made = -1;
+  int after = 0;
+  REQUIRE_MESSAGE(std::sscanf(inside.c_str(), "%d token%n", &made, &after) == 1, "unexpected closing line: " << line);
+  const std::size_t comma = inside.find(", ", static_cast<std::size_t>(after));
+  REQUIRE_MESSAGE(comma != std::string::npos, "unexpected closing line: " << line);
+  return {made, inside.substr(comma + 2)};
 }
 
 const std::vector<int> kPrompt{3, 141, 59, 26, 5};
