@@ -20,7 +20,7 @@
 //     n_heads must be a multiple of n_kv_heads. Rows must be appended (kv_append) before any row attends.
 //     Launch: grid (n_heads, batch), block 32 * k threads (k = 1..32; 1024 puts the most of the cache in flight,
 //     since there are only n_heads blocks per row: nn::Kernels::attention_config), dynamic shared memory
-//     max_ctx * sizeof(float) (the scores). Requires head_dim a multiple of 8 and at most 128, and q, the caches and
+//     max_ctx * sizeof(float) (the scores). Requires head_dim a multiple of 8 and at most 256, and q, the caches and
 //     out 16-byte aligned (traps else).
 //     Launched early (LaunchConfig::early_launch), it reads positions, slots and the cache at the positions below
 //     every position this launch's rows append to their slot before it waits for the kernel before it (its first
@@ -36,10 +36,10 @@
 //     (floats), and the last block of the (row, head), found by an atomic count in counters [batch][n_heads] (zero at
 //     launch; that block sets it back to zero), combines the partials in split order (deterministic). A decode step
 //     has only n_heads blocks per row for `attention`; this fills the GPU. Launch: grid (n_heads, batch, splits),
-//     block 32 * k threads, dynamic shared memory max(len, splits * (head_dim + 2)) * sizeof(float) (the scores,
-//     then the last block's copy of the partials). Two launches sharing `counters` must not run at once. Launched
-//     early, it reads positions, slots and the settled cache before waiting, as attention does; partials and counters
-//     after.
+//     block 32 * k threads (k = 1..8), dynamic shared memory max(len, splits * (head_dim + 2)) * sizeof(float) (the
+//     scores, then the last block's copy of the partials). Two launches sharing `counters` must not run at once.
+//     Launched early, it reads positions, slots and the settled cache before waiting, as attention does; partials and
+//     counters after.
 //
 // Mapping: a position's head_dim halves are read as 16-byte chunks by a group of G lanes (G the power of two
 // >= head_dim / 8: 8 lanes for head_dim 64, 16 for 128), so a warp covers 32 / G positions per load and each
@@ -50,7 +50,9 @@
 
 namespace {
 
-constexpr int kMaxHeadDim = 128;
+constexpr int kMaxHeadDim = 256;
+constexpr int kAttentionWarps = 32;  // attention's most warps per block
+constexpr int kSplitWarps = 8;       // attention_split's: its blocks are small, and shared memory stays small with them
 constexpr int kPositionsInFlight = 4;  // independent cache loads per thread per step
 
 template <class T>
@@ -125,10 +127,11 @@ __device__ __forceinline__ int settled_positions(const int* positions, const int
 /// Positions below `settled` were written by work before the kernel launched ahead of this one: their first keys
 /// are loaded, and their other keys and values prefetched into L2, before wait_for_prior_grids(), so that the
 /// cache's memory latency overlaps the previous kernel's tail instead of following it.
-template <class T>
+template <int kMaxWarps, class T>
 __device__ __forceinline__ void attend_range(const HeadView<T>& h, int head_dim, float scale, int begin, int end,
                                              int settled, float* scores, float* o, float& m, float& l) {
-  __shared__ float warp_out[32][kMaxHeadDim];  // per-warp partial outputs
+  __shared__ float warp_out[kMaxWarps][kMaxHeadDim];  // per-warp partial outputs
+  if (blockDim.x > 32 * kMaxWarps) __trap();
   const int chunks = head_dim / 8;
   int group = 1;  // lanes per position
   while (group < chunks) group <<= 1;
@@ -261,7 +264,8 @@ __device__ __forceinline__ void attention_body(const T* q, const T* k_cache, con
       head_view(q, k_cache, v_cache, out, positions, slots, n_heads, n_kv_heads, head_dim, max_ctx, n_slots);
   float m;
   float l;
-  attend_range(h, head_dim, scale, 0, h.p + 1, settled_positions(positions, slots, h.sequence, h.p), scores, o, m, l);
+  attend_range<kAttentionWarps>(h, head_dim, scale, 0, h.p + 1, settled_positions(positions, slots, h.sequence, h.p),
+                                scores, o, m, l);
   const float inv_sum = 1.0f / l;
   for (int d = threadIdx.x; d < head_dim; d += blockDim.x) out[h.out_at + d] = lg::from_float<T>(o[d] * inv_sum);
 }
@@ -288,7 +292,8 @@ __device__ __forceinline__ void attention_split_body(const T* q, const T* k_cach
   const int end = min(begin + len, h.p + 1);
   float m;
   float l;
-  attend_range(h, head_dim, scale, begin, end, settled_positions(positions, slots, h.sequence, h.p), scores, o, m, l);
+  attend_range<kSplitWarps>(h, head_dim, scale, begin, end, settled_positions(positions, slots, h.sequence, h.p),
+                            scores, o, m, l);
 
   const long long pair = static_cast<long long>(blockIdx.y) * n_heads + blockIdx.x;  // (row, head)
   const int stride = head_dim + 2;                                                   // floats per partial

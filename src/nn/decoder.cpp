@@ -22,9 +22,9 @@ void DecoderConfig::validate() const {
   if (kv_heads < 0 || heads % kv_head_count() != 0) {
     fail("heads (" + std::to_string(heads) + ") must be a multiple of kv_heads (" + std::to_string(kv_heads) + ")");
   }
-  if (head_dim() % 8 != 0 || head_dim() > 128) {
+  if (head_dim() % 8 != 0 || head_dim() > 256) {
     fail("head_dim (" + std::to_string(head_dim()) +
-         ") must be a multiple of 8 and at most 128 (the attention kernel)");
+         ") must be a multiple of 8 and at most 256 (the attention kernel)");
   }
   if (!std::isfinite(theta) || !(theta > 0)) fail("theta (" + std::to_string(theta) + ") must be finite and positive");
   if (!std::isfinite(eps) || !(eps > 0)) fail("eps (" + std::to_string(eps) + ") must be finite and positive");

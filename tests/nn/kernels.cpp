@@ -429,7 +429,8 @@ TEST_SUITE("gpu") {
     const nn::Kernels kernels(lgtest::nn_kernels());
     const float theta = 10000.0F;
     for (const auto& [n_heads, n_kv_heads, head_dim] :
-         {std::tuple{32, 32, 64}, std::tuple{8, 8, 128}, std::tuple{32, 8, 64}, std::tuple{8, 1, 128}}) {
+         {std::tuple{32, 32, 64}, std::tuple{8, 8, 128}, std::tuple{32, 8, 64}, std::tuple{8, 1, 128},
+          std::tuple{4, 2, 256}}) {
       for (const int position : {0, 1, 517, 1023}) {
         CAPTURE(n_heads);
         CAPTURE(n_kv_heads);
@@ -511,7 +512,7 @@ TEST_SUITE("gpu") {
     const int max_ctx = 1024;
     for (const auto& [n_heads, n_kv_heads, head_dim] :
          {std::tuple{32, 32, 64}, std::tuple{8, 8, 128}, std::tuple{4, 4, 96}, std::tuple{32, 8, 64},
-          std::tuple{8, 1, 128}}) {
+          std::tuple{8, 1, 128}, std::tuple{4, 2, 256}, std::tuple{2, 2, 200}}) {
       const int group = n_heads / n_kv_heads;
       const std::size_t cache_size = static_cast<std::size_t>(n_kv_heads) * max_ctx * head_dim;
       // Keys scaled up so that the softmax is far from uniform; positions past p hold huge values, which would

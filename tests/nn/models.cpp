@@ -140,8 +140,13 @@ TEST_CASE("model configs reject shapes the kernels cannot run, saying which") {
   lazygraph::nn::DecoderConfig dec;
   dec.heads = 3;
   CHECK_THROWS_WITH_AS(dec.validate(), doctest::Contains("divisible by heads"), lg::UsageError);
-  dec.heads = 2;  // head_dim 256
-  CHECK_THROWS_WITH_AS(dec.validate(), doctest::Contains("at most 128"), lg::UsageError);
+  dec.heads = 2;  // head_dim 256: the widest the attention kernel takes
+  CHECK_NOTHROW(dec.validate());
+  dec.heads = 1;  // head_dim 512
+  CHECK_THROWS_WITH_AS(dec.validate(), doctest::Contains("at most 256"), lg::UsageError);
+  dec.heads = 8;
+  dec.head_width = 12;
+  CHECK_THROWS_WITH_AS(dec.validate(), doctest::Contains("head_dim (12) must be a multiple of 8"), lg::UsageError);
   CHECK_NOTHROW(lazygraph::nn::DecoderConfig{}.validate());
 }
 
@@ -266,6 +271,15 @@ TEST_SUITE("gpu") {
       config.head_width = 64;
       config.theta = 500000.0F;
       config.rope_scaling = llama3;
+    }
+    SUBCASE("head_dim 256 (q 1024 wide over a width of 128), attention split over 4 blocks of positions") {
+      kv_heads = 2;
+      config.head_width = 256;
+      config.attention_blocks = 4;
+    }
+    SUBCASE("head_dim 256, one block per head") {
+      kv_heads = 1;
+      config.head_width = 256;
     }
     SUBCASE("q, k and v biases (Qwen2's), grouped-query, theta 1e6") {
       kv_heads = 2;

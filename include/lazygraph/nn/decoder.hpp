@@ -81,7 +81,7 @@ struct DecoderConfig {
   /// Width of k and v: kv_head_count() * head_dim().
   [[nodiscard]] int kv_dim() const noexcept { return kv_head_count() * head_dim(); }
   /// \throws UsageError for shapes the kernels cannot run: d and ffn multiples of 8, d divisible by
-  /// heads when head_width is 0, head_dim a multiple of 8 and at most 128, heads a multiple of kv_heads, context at
+  /// heads when head_width is 0, head_dim a multiple of 8 and at most 256, heads a multiple of kv_heads, context at
   /// most 8192, max_batch at most 8 (kMaxRows), every count positive, a finite positive theta, an invalid
   /// rope_scaling.
   void validate() const;
