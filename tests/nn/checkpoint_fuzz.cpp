@@ -7,6 +7,7 @@
 // written to stderr before it runs, so that the last line names the case that crashed or hung.
 #include <doctest/doctest.h>
 
+#include "common/files.hpp"
 #include "common/temp_dir.hpp"
 
 #include <lazygraph/nn/llama_config.hpp>
@@ -39,19 +40,8 @@ struct TempDir : lgtest::TempDir {
   TempDir() : lgtest::TempDir("nn-fuzz") {}
 };
 
-/// Writes `bytes` as a new file `path`. Removing it first is much faster than truncating it: ext4 flushes a file
-/// truncated and rewritten when it is closed (2.4 ms a file on the development machine, against 50 us).
-void write_file(const fs::path& path, const std::string& bytes) {
-  fs::remove(path);
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  REQUIRE(out.good());
-}
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+using lgtest::read_file;
+using lgtest::write_file;
 
 std::string le64(std::uint64_t value) {
   std::string bytes(8, '\0');

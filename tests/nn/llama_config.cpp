@@ -2,6 +2,7 @@
 // trip, loading from a file or a folder, and one test per refused input.
 #include <doctest/doctest.h>
 
+#include "common/files.hpp"
 #include "common/temp_dir.hpp"
 
 #include <lazygraph/nn/llama_config.hpp>
@@ -26,11 +27,7 @@ struct TempDir : lgtest::TempDir {
   TempDir() : lgtest::TempDir("nn-config") {}
 };
 
-void write_file(const fs::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  REQUIRE(out.good());
-}
+using lgtest::write_file;
 
 // The config.json of Llama 3 8B, as published (with a null rope_scaling and keys lazygraph ignores).
 const std::string kLlama3 = R"({

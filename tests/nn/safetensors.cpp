@@ -3,6 +3,7 @@
 // devices, size limits, NUL bytes, huge headers), config.json included as LlamaConfig reads it with the same helpers.
 #include <doctest/doctest.h>
 
+#include "common/files.hpp"
 #include "common/temp_dir.hpp"
 
 #include <lazygraph/nn/llama_config.hpp>
@@ -59,16 +60,8 @@ std::string le64(std::uint64_t value) {
   return bytes;
 }
 
-void write_file(const fs::path& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  REQUIRE(out.good());
-}
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+using lgtest::read_file;
+using lgtest::write_file;
 
 /// A safetensors file made by hand: the length of `header`, `header`, then `data_bytes` bytes of 0x5a.
 std::string raw_safetensors(const std::string& header, std::size_t data_bytes) {
