@@ -2,7 +2,8 @@
 # run as root), then offers
 #   configure DIR [meson options...]   sets up a build directory once (with -Dwerror=true: the project's own
 #                                      builds treat warnings as errors; a consumer's build of lazygraph does not)
-#   build DIR                          builds it, showing ninja's progress and, on failure, the compiler's messages
+#   build DIR [TARGET...]              builds it (all default targets, or only those named), showing ninja's
+#                                      progress and, on failure, the compiler's messages
 # Each phase prints a line starting with "== "; a failure always prints what failed, on stderr.
 # Exits with a message naming the packages when they are missing and it cannot install them.
 
@@ -50,11 +51,12 @@ build() {
   local -  # the pipefail below stays in this function
   set -o pipefail
   local dir="$1" start=$SECONDS
+  shift
   local log="$lg_root/$dir/build.log"
-  echo "== building $dir (output also in $dir/build.log)"
+  echo "== building $dir${1:+ ($*)} (output also in $dir/build.log)"
   # Not a terminal: ninja prints one line per finished step and, for a failed one, the command and the
   # compiler's messages, all on stdout.
-  if NINJA_STATUS="[%f/%t %es] " ninja -C "$lg_root/$dir" 2>&1 | tee "$log"; then
+  if NINJA_STATUS="[%f/%t %es] " ninja -C "$lg_root/$dir" "$@" 2>&1 | tee "$log"; then
     echo "== built $dir in $((SECONDS - start)) s"
     return 0
   fi
