@@ -42,7 +42,8 @@
 // (warp k takes the row's 16-byte chunks k*32+lane, stepping by 32*K), R groups per block. Rows go to groups
 // grid-stride, so any grid works; grid.x = ceil(rows / R) gives each group one row. No dynamic shared memory.
 // Suggested (measured by bench_gemv on an H200): K = 1, R = 8 for rows of up to 4096 columns, K = 2, R = 4 for
-// longer rows; grid ceil(rows / R). examples/models/model_kernels.hpp (gemv_config) applies this rule.
+// longer rows; grid ceil(rows / R). nn::BasicKernels::gemv_config (include/lazygraph/nn/kernels.hpp) picks K and R
+// per shape from a later, finer sweep.
 //
 // Why no split-K across blocks: each lane issues 8 independent 16-byte weight loads (4 per matrix in the two-
 // matrix kernels) before it uses any, so a warp has 4 KB in flight and a group of K warps covers 4K KB of a row

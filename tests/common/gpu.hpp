@@ -25,6 +25,11 @@ std::filesystem::path scratch_directory(const std::string& label);
 lazygraph::KernelLibraryOptions own_kernels(std::vector<lazygraph::KernelSource> sources,
                                             std::filesystem::path cache = {});
 
+/// Whether the tests run under NVIDIA's compute-sanitizer (which sets NV_SANITIZER_INJECTION_PORT_BASE in the
+/// program's environment): it instruments every module as it loads and may run each kernel launch to completion
+/// before the call returns, so a test of concurrency must not rely on timing there.
+bool under_compute_sanitizer();
+
 /// `n` random floats in [-1, 1) from a generator seeded freshly per call (never zeros).
 std::vector<float> random_floats(std::size_t n);
 /// random_floats rounded to fp16.

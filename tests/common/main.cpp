@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
@@ -45,6 +46,8 @@ lazygraph::Stream& stream() {
   if (!g_stream) g_stream.emplace(device());
   return *g_stream;
 }
+
+bool under_compute_sanitizer() { return std::getenv("NV_SANITIZER_INJECTION_PORT_BASE") != nullptr; }
 
 std::filesystem::path scratch_directory(const std::string& label) {
   static std::atomic<int> counter{0};

@@ -78,9 +78,27 @@ TEST_SUITE("gpu") {
 
   TEST_CASE("a this-thread capture does not stop another thread from loading kernels") {
     Stream s(lgtest::device());
-    const std::string error =
-        while_capturing(s, CaptureMode::this_thread, [] { KernelLibrary lib(lgtest::device(), tiny_library()); });
-    CHECK(error.empty());
+    std::string load_error;
+    std::string capture_error;
+    try {
+      load_error =
+          while_capturing(s, CaptureMode::this_thread, [] { KernelLibrary lib(lgtest::device(), tiny_library()); });
+    } catch (const Error& e) {
+      capture_error = e.what();
+    }
+    CHECK(load_error.empty());  // lazygraph let the other thread load its kernels
+    if (lgtest::under_compute_sanitizer()) {
+      // The tool instruments each module as it loads, with work that invalidates a capture on another thread: the
+      // capture may fail there, and then only with the driver's reason, leaving the stream usable.
+      if (!capture_error.empty())
+        CHECK(capture_error.find("CUDA_ERROR_STREAM_CAPTURE_INVALIDATED") != std::string::npos);
+    } else {
+      CHECK(capture_error.empty());
+    }
+    CHECK(capture_status(s) == CaptureStatus::none);
+    DeviceBuffer<float> b = zeros<float>(16).sync_on(s);
+    fill(b.view(), 3.0F).sync_on(s);
+    CHECK(lgtest::to_host(s, b.cview())[15] == 3.0F);
   }
 
   TEST_CASE("a global-mode capture makes another thread's kernel load a CaptureError naming it") {

@@ -2,7 +2,11 @@
 // stream, and update buffers released once their copies ran. (A Scope kept past its callback: graph/scope.cpp.)
 #include <doctest/doctest.h>
 
+#include <atomic>
+#include <chrono>
 #include <memory>
+#include <optional>
+#include <thread>
 #include <vector>
 
 #include "common/gpu.hpp"
@@ -85,15 +89,40 @@ TEST_SUITE("gpu") {
     const int n = 256;
     DeviceBuffer<float> in = from_host(lgtest::random_floats(n)).sync_on(s);
     DeviceBuffer<float> out = zeros<float>(n).sync_on(s);
-    DeviceBuffer<float> busy_out = zeros<float>(n).sync_on(s);
-    {
-      auto graph = CudaGraph<>::capture(s, slow_copy()(grid_for(n, 256), in.cview(), out.view(), n, slow_cycles / 4));
-      graph.launch_on(other);
-      // Work on an unrelated stream that runs for ~2 s: the destructor must not wait for it.
-      slow_copy().launch(unrelated, grid_for(n, 256), in.cview(), busy_out.view(), n, slow_cycles * 20);
-    }
-    CHECK(other.query());            // the graph's replay finished before the graph went
-    CHECK_FALSE(unrelated.query());  // the unrelated work did not have to
+    // Work on an unrelated stream that cannot finish until this test says so: a host function waiting for
+    // `release`. A destructor that waited for the whole device would wait for it; one that waits for its own
+    // replays returns. Launched and destroyed on threads of their own, so that nothing here depends on whether a
+    // launch returns before its work runs (it may not under compute-sanitizer).
+    std::atomic<bool> release{false};
+    std::atomic<bool> blocker_launched{false};
+    std::atomic<bool> destroyed{false};
+    auto blocker = CudaGraph<>::capture(unrelated, allow_in_graph(host_call("wait for release", [&release] {
+                                          while (!release.load())
+                                            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                                        })));
+    std::optional<CudaGraph<>> graph(
+        CudaGraph<>::capture(s, slow_copy()(grid_for(n, 256), in.cview(), out.view(), n, slow_cycles / 4)));
+    graph->launch_on(other);
+    std::thread launcher([&] {
+      blocker.launch_on(unrelated);
+      blocker_launched = true;
+    });
+    const auto wait_for = [](const std::atomic<bool>& flag, std::chrono::seconds limit) {
+      const auto until = std::chrono::steady_clock::now() + limit;
+      while (!flag.load() && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    };
+    wait_for(blocker_launched, std::chrono::seconds(5));
+    std::thread destroyer([&] {
+      graph.reset();
+      destroyed = true;
+    });
+    wait_for(destroyed, std::chrono::seconds(120));
+    CHECK(destroyed.load());  // the destructor returned while the unrelated stream still waited
+    CHECK(other.query());     // and its replay had finished before the graph went
+    release = true;
+    destroyer.join();
+    launcher.join();
     unrelated.synchronize();
     CHECK(lgtest::to_host(s, out.cview()) == lgtest::to_host(s, in.cview()));
   }
