@@ -17,3 +17,4 @@
 #include "lazygraph/detail/kernels/launch_config.hpp"
 #include "lazygraph/detail/kernels/launch_op.hpp"
 #include "lazygraph/detail/kernels/nvrtc.hpp"
+#include "lazygraph/detail/kernels/staging_copier.hpp"

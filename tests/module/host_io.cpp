@@ -4,13 +4,19 @@
 
 #include <lazygraph/lazygraph.hpp>
 
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "common/gpu.hpp"
 
 using namespace lazygraph;
 
-static_assert(GraphNode<StagingCopyOp> && BuildableNode<StagingCopyOp>);
+// HostIo's copies are the staging copies copy() makes (one op for both), with a copier when there is a kernel.
+static_assert(std::is_same_v<decltype(std::declval<const HostIo<half, float>&>().copy_in(DeviceSpan<half>())),
+                             StagedUploadOp<half>>);
+static_assert(std::is_same_v<decltype(std::declval<const HostIo<half, float>&>().copy_out(DeviceSpan<const float>())),
+                             StagedDownloadOp<float>>);
 
 TEST_SUITE("gpu") {
   TEST_CASE("a module whose staging copies are kernels computes what one with memcpy nodes does, any size") {

@@ -9,7 +9,14 @@
 /// graph would replay from memory the caller may have freed or moved. Run them eagerly (sync_on,
 /// CudaGraph::update). Host memory that is not pinned is staged by the driver (the call returns once it has been
 /// read); see memcpy.hpp.
+///
+/// A staging copy is a memcpy node unless it is given a StagingCopier (HostIo gives one: a kernel that reads or
+/// writes the pinned memory through unified addressing, cheaper per replay than a memcpy node for small copies).
 
+#include <cuda.h>
+
+#include <cstddef>
+#include <memory>
 #include <span>
 #include <type_traits>
 
@@ -106,8 +113,41 @@ class [[nodiscard]] DownloadOp : public OpBase<DownloadOp<T>> {
   DeviceSpan<const T> src_;
 };
 
-/// Pinned staging memory to device, made by `copy(dst, staging.cview())`: a GraphNode (a memcpy node), which keeps
-/// the staging buffer alive and reads it when the copy runs (each replay).
+/// Another way to move a staging copy's bytes than a memcpy node: KernelStagingCopier (kernels layer) launches a copy
+/// kernel. Implementations must be usable from any thread.
+class StagingCopier {
+ public:
+  StagingCopier() = default;
+  StagingCopier(const StagingCopier&) = delete;
+  StagingCopier& operator=(const StagingCopier&) = delete;
+  virtual ~StagingCopier() = default;
+  /// Submits a copy of `bytes` bytes from `src` to `dst` (one of them pinned host memory, addressed through unified
+  /// addressing) and returns true, or returns false without submitting anything when it cannot copy these (the
+  /// op then submits a memcpy).
+  virtual bool copy(ExecContext& ctx, CUdeviceptr src, CUdeviceptr dst, std::size_t bytes) const = 0;
+};
+
+namespace detail {
+/// The staging copy both directions share: by `copier` when it takes the bytes, else by memcpy; counted as a host
+/// transfer either way.
+inline void staging_copy(ExecContext& ctx, const StagingCopier* copier, bool to_device, void* host, CUdeviceptr device,
+                         std::size_t bytes) {
+  if (bytes == 0) return;
+  const CUdeviceptr host_address = detail::host_address(host);
+  if (copier != nullptr &&
+      copier->copy(ctx, to_device ? host_address : device, to_device ? device : host_address, bytes)) {
+    ctx.count_host_transfer(to_device ? bytes : 0, to_device ? 0 : bytes);
+  } else if (to_device) {
+    ctx.copy_to_device(device, host, bytes);
+  } else {
+    ctx.copy_to_host(host, device, bytes);
+  }
+}
+}  // namespace detail
+
+/// Pinned staging memory to device, made by `copy(dst, staging.cview())` (or HostIo::copy_in): a GraphNode (a
+/// memcpy node, or the copier's kernel), which keeps the staging buffer alive and reads it when the copy runs (each
+/// replay).
 template <class T>
 class [[nodiscard]] StagedUploadOp : public OpBase<StagedUploadOp<T>> {
  public:
@@ -119,14 +159,16 @@ class [[nodiscard]] StagedUploadOp : public OpBase<StagedUploadOp<T>> {
   static constexpr bool builds_without_capture = true;
 
   /// \throws UsageError when the sizes differ.
-  StagedUploadOp(DeviceSpan<T> dst, PinnedSpan<const T> src) : dst_(std::move(dst)), src_(std::move(src)) {
+  StagedUploadOp(DeviceSpan<T> dst, PinnedSpan<const T> src, std::shared_ptr<const StagingCopier> copier = nullptr)
+      : dst_(std::move(dst)), src_(std::move(src)), copier_(std::move(copier)) {
     if (dst_.size() != src_.size()) detail::throw_size_mismatch("copy (staging to device)", dst_.size(), src_.size());
   }
   /// Submits the copy (asynchronous).
   void execute(ExecContext& ctx) const {
     ctx.keep_alive(dst_.owner());
     ctx.keep_alive(src_.owner());
-    ctx.copy_to_device(dst_.address(), src_.data(), src_.size_bytes());
+    detail::staging_copy(ctx, copier_.get(), true, const_cast<std::remove_const_t<T>*>(src_.data()), dst_.address(),
+                         src_.size_bytes());
   }
   /// Reads the staging memory, writes `dst`.
   void accesses(AccessSet& out) const {
@@ -137,9 +179,11 @@ class [[nodiscard]] StagedUploadOp : public OpBase<StagedUploadOp<T>> {
  private:
   DeviceSpan<T> dst_;
   PinnedSpan<const T> src_;
+  std::shared_ptr<const StagingCopier> copier_;
 };
 
-/// Device to pinned staging memory, made by `copy(staging.view(), src)`: a GraphNode, as StagedUploadOp.
+/// Device to pinned staging memory, made by `copy(staging.view(), src)` (or HostIo::copy_out): a GraphNode, as
+/// StagedUploadOp.
 template <class T>
 class [[nodiscard]] StagedDownloadOp : public OpBase<StagedDownloadOp<T>> {
  public:
@@ -151,7 +195,8 @@ class [[nodiscard]] StagedDownloadOp : public OpBase<StagedDownloadOp<T>> {
   static constexpr bool builds_without_capture = true;
 
   /// \throws UsageError when the sizes differ.
-  StagedDownloadOp(PinnedSpan<T> dst, DeviceSpan<const T> src) : dst_(std::move(dst)), src_(std::move(src)) {
+  StagedDownloadOp(PinnedSpan<T> dst, DeviceSpan<const T> src, std::shared_ptr<const StagingCopier> copier = nullptr)
+      : dst_(std::move(dst)), src_(std::move(src)), copier_(std::move(copier)) {
     if (dst_.size() != src_.size()) {
       detail::throw_size_mismatch("copy (device to staging)", dst_.size(), src_.size());
     }
@@ -160,7 +205,7 @@ class [[nodiscard]] StagedDownloadOp : public OpBase<StagedDownloadOp<T>> {
   void execute(ExecContext& ctx) const {
     ctx.keep_alive(dst_.owner());
     ctx.keep_alive(src_.owner());
-    ctx.copy_to_host(dst_.data(), src_.address(), dst_.size_bytes());
+    detail::staging_copy(ctx, copier_.get(), false, dst_.data(), src_.address(), dst_.size_bytes());
   }
   /// Reads `src`, writes the staging memory.
   void accesses(AccessSet& out) const {
@@ -171,6 +216,7 @@ class [[nodiscard]] StagedDownloadOp : public OpBase<StagedDownloadOp<T>> {
  private:
   PinnedSpan<T> dst_;
   DeviceSpan<const T> src_;
+  std::shared_ptr<const StagingCopier> copier_;
 };
 
 /// Device to device; `src` may be a writable or read-only span. \throws UsageError when the sizes differ.
