@@ -9,6 +9,7 @@
 
 #include <array>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <new>
 #include <string>
@@ -36,6 +37,7 @@ namespace {
   X(cuDevicePrimaryCtxRelease)           \
   X(cuCtxGetCurrent)                     \
   X(cuCtxSetCurrent)                     \
+  X(cuCtxGetDevice)                      \
   X(cuCtxSynchronize)                    \
   X(cuMemGetInfo)                        \
   X(cuStreamCreate)                      \
@@ -323,7 +325,24 @@ void check_device(CUresult code, std::string_view api_name, int device) {
     throw_error(code, api_name, "device " + std::to_string(device));
 }
 
+/// check() for calls about one driver object: names the instance ("stream 0x7f3a0c001230 on device 0"), made only
+/// when the call failed (with the object's context current, which says the device).
+void check_instance(CUresult code, std::string_view api_name, std::string_view kind, const void* handle) {
+  if (code != CUDA_SUCCESS) [[unlikely]]
+    throw_error(code, api_name, describe_instance(kind, handle));
+}
+
 }  // namespace
+
+std::string describe_instance(std::string_view kind, const void* handle) {
+  std::array<char, 32> address{};
+  std::snprintf(address.data(), address.size(), "%p", handle);
+  std::string out = std::string(kind) + " " + address.data();
+  const Driver& d = instance();
+  CUdevice device = 0;
+  if (d.usable && d.api.cuCtxGetDevice(&device) == CUDA_SUCCESS) out += " on device " + std::to_string(device);
+  return out;
+}
 
 void ensure_loaded() { (void)api(); }
 
@@ -446,7 +465,8 @@ RelaxedCapture::~RelaxedCapture() {
 void context_synchronize(CUcontext ctx) {
   const EntryPoints& a = api();
   const ContextScope scope(a, ctx);
-  check(a.cuCtxSynchronize(), "cuCtxSynchronize", "device");
+  if (const CUresult r = a.cuCtxSynchronize(); r != CUDA_SUCCESS) [[unlikely]]
+    throw_error(r, "cuCtxSynchronize", describe_instance("context", ctx));
 }
 
 void memory_info(CUcontext ctx, std::size_t* free_bytes, std::size_t* total_bytes) {
@@ -474,7 +494,7 @@ void stream_destroy_no_throw(CUcontext ctx, CUstream stream) noexcept {
 void stream_synchronize(CUcontext ctx, CUstream stream) {
   const EntryPoints& a = api();
   const ContextScope scope(a, ctx);
-  check(a.cuStreamSynchronize(stream), "cuStreamSynchronize", "Stream");
+  check_instance(a.cuStreamSynchronize(stream), "cuStreamSynchronize", "stream", stream);
 }
 
 bool stream_query(CUcontext ctx, CUstream stream) {
@@ -482,14 +502,14 @@ bool stream_query(CUcontext ctx, CUstream stream) {
   const ContextScope scope(a, ctx);
   const CUresult r = a.cuStreamQuery(stream);
   if (r == CUDA_ERROR_NOT_READY) return false;
-  check(r, "cuStreamQuery", "Stream");
+  check_instance(r, "cuStreamQuery", "stream", stream);
   return true;
 }
 
 void stream_wait_event(CUcontext ctx, CUstream stream, CUevent event) {
   const EntryPoints& a = api();
   const ContextScope scope(a, ctx);
-  check(a.cuStreamWaitEvent(stream, event, 0), "cuStreamWaitEvent", "Stream");
+  check_instance(a.cuStreamWaitEvent(stream, event, 0), "cuStreamWaitEvent", "stream", stream);
 }
 
 CUevent event_create(CUcontext ctx, unsigned flags) {
@@ -511,13 +531,13 @@ void event_destroy_no_throw(CUcontext ctx, CUevent event) noexcept {
 void event_record(CUcontext ctx, CUevent event, CUstream stream) {
   const EntryPoints& a = api();
   const ContextScope scope(a, ctx);
-  check(a.cuEventRecord(event, stream), "cuEventRecord", "Event");
+  check_instance(a.cuEventRecord(event, stream), "cuEventRecord", "event", event);
 }
 
 void event_synchronize(CUcontext ctx, CUevent event) {
   const EntryPoints& a = api();
   const ContextScope scope(a, ctx);
-  check(a.cuEventSynchronize(event), "cuEventSynchronize", "Event");
+  check_instance(a.cuEventSynchronize(event), "cuEventSynchronize", "event", event);
 }
 
 bool event_query(CUcontext ctx, CUevent event) {
@@ -525,7 +545,7 @@ bool event_query(CUcontext ctx, CUevent event) {
   const ContextScope scope(a, ctx);
   const CUresult r = a.cuEventQuery(event);
   if (r == CUDA_ERROR_NOT_READY) return false;
-  check(r, "cuEventQuery", "Event");
+  check_instance(r, "cuEventQuery", "event", event);
   return true;
 }
 
@@ -767,7 +787,7 @@ void launch_kernel(CUcontext ctx, CUfunction fn, const LaunchShape& shape, CUstr
 void begin_capture(CUcontext ctx, CUstream stream, CUstreamCaptureMode mode) {
   const EntryPoints& a = api();
   const ContextScope scope(a, ctx);
-  check(a.cuStreamBeginCapture(stream, mode), "cuStreamBeginCapture", "Stream");
+  check_instance(a.cuStreamBeginCapture(stream, mode), "cuStreamBeginCapture", "stream", stream);
 }
 
 void begin_capture_to_graph(CUcontext ctx, CUstream stream, CUgraph graph, CUstreamCaptureMode mode) {
@@ -796,7 +816,7 @@ CUstreamCaptureStatus capture_status(CUcontext ctx, CUstream stream) {
   const EntryPoints& a = api();
   const ContextScope scope(a, ctx);
   CUstreamCaptureStatus s = CU_STREAM_CAPTURE_STATUS_NONE;
-  check(a.cuStreamIsCapturing(stream, &s), "cuStreamIsCapturing", "Stream");
+  check_instance(a.cuStreamIsCapturing(stream, &s), "cuStreamIsCapturing", "stream", stream);
   return s;
 }
 
@@ -820,13 +840,15 @@ CUgraphExec graph_instantiate(CUcontext ctx, CUgraph graph, unsigned long long f
 void graph_upload(CUcontext ctx, CUgraphExec exec, CUstream stream, std::string_view object) {
   const EntryPoints& a = api();
   const ContextScope scope(a, ctx);
-  check(a.cuGraphUpload(exec, stream), "cuGraphUpload", object);
+  if (const CUresult r = a.cuGraphUpload(exec, stream); r != CUDA_SUCCESS) [[unlikely]]
+    throw_error(r, "cuGraphUpload", std::string(object) + " (" + describe_instance("executable graph", exec) + ")");
 }
 
 void graph_launch(CUcontext ctx, CUgraphExec exec, CUstream stream, std::string_view object) {
   const EntryPoints& a = api();
   const ContextScope scope(a, ctx);
-  check(a.cuGraphLaunch(exec, stream), "cuGraphLaunch", object);
+  if (const CUresult r = a.cuGraphLaunch(exec, stream); r != CUDA_SUCCESS) [[unlikely]]
+    throw_error(r, "cuGraphLaunch", std::string(object) + " (" + describe_instance("executable graph", exec) + ")");
 }
 
 CUgraphConditionalHandle conditional_handle_create(CUcontext ctx, CUgraph graph, unsigned default_value) {
@@ -1008,19 +1030,19 @@ CUfunction graph_kernel_node_function(CUgraphNode node) {
 void launch_host_function(CUcontext ctx, CUstream stream, CUhostFn fn, void* user_data) {
   const EntryPoints& a = api();
   const ContextScope scope(a, ctx);
-  check(a.cuLaunchHostFunc(stream, fn, user_data), "cuLaunchHostFunc", "host_call");
+  check_instance(a.cuLaunchHostFunc(stream, fn, user_data), "cuLaunchHostFunc", "host_call on stream", stream);
 }
 
 void event_record_with_flags(CUcontext ctx, CUevent event, CUstream stream, unsigned flags) {
   const EntryPoints& a = api();
   const ContextScope scope(a, ctx);
-  check(a.cuEventRecordWithFlags(event, stream, flags), "cuEventRecordWithFlags", "Event");
+  check_instance(a.cuEventRecordWithFlags(event, stream, flags), "cuEventRecordWithFlags", "event", event);
 }
 
 void stream_wait_event_with_flags(CUcontext ctx, CUstream stream, CUevent event, unsigned flags) {
   const EntryPoints& a = api();
   const ContextScope scope(a, ctx);
-  check(a.cuStreamWaitEvent(stream, event, flags), "cuStreamWaitEvent", "Stream");
+  check_instance(a.cuStreamWaitEvent(stream, event, flags), "cuStreamWaitEvent", "stream", stream);
 }
 
 CaptureFrontier capture_frontier(CUcontext ctx, CUstream stream) {

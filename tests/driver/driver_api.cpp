@@ -184,3 +184,16 @@ TEST_SUITE("gpu") {
     CHECK(lgtest::to_host(s, b.cview())[0] == 3.0F);
   }
 }
+
+TEST_CASE("a failed call's error names the instance it acted on, its address and, with a context, its device") {
+  const std::string described = drv::describe_instance("stream", reinterpret_cast<const void*>(0x1234));
+  CHECK(described.starts_with("stream 0x1234"));
+}
+
+TEST_SUITE("gpu") {
+  TEST_CASE("an instance is described with the device of the context current on the thread") {
+    const drv::CurrentContext current(lgtest::device().context());
+    const std::string described = drv::describe_instance("event", reinterpret_cast<const void*>(0xbeef0));
+    CHECK(described == "event 0xbeef0 on device " + std::to_string(lgtest::device().ordinal()));
+  }
+}

@@ -37,6 +37,10 @@ std::string result_name(CUresult code);
 /// Throws CudaError for a failed result. Cold: callers test the result first.
 [[noreturn]] void throw_error(CUresult code, std::string_view api, std::string_view object);
 
+/// What a failed call acted on, naming the instance: "stream 0x7f3a0c001230 on device 0" (the device of the context
+/// current on this thread, when there is one). For error messages: made only on the failure path.
+std::string describe_instance(std::string_view kind, const void* handle);
+
 inline void check(CUresult code, std::string_view api, std::string_view object) {
   if (code != CUDA_SUCCESS) [[unlikely]]
     throw_error(code, api, object);
