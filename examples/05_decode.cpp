@@ -39,7 +39,7 @@ constexpr const char* usage =
     "usage: 05_decode [STEPS [CHECKED]]\n"
     "A Llama-style decoder generates STEPS tokens (default 256), one graph replay each; the first CHECKED\n"
     "steps (default 4) are checked against float64; prints tokens/s.\n"
-    "Exit status: 0 checked, 1 failed, 77 skipped (no GPU; the reason is printed).\n";
+    "Exit status: 0 checked, 1 failed, 2 usage error, 77 skipped (no GPU; the reason is printed).\n";
 
 }  // namespace
 

@@ -26,7 +26,7 @@ constexpr const char* usage =
     "A Llama-style decoder generates up to STEPS tokens (default 256, at most 1024) with forward() per token and\n"
     "with generate() (one graph replay, a WHILE loop on the GPU, stopping at a stop token); checks that both give\n"
     "the same tokens and prints tokens/s of each.\n"
-    "Exit status: 0 checked, 1 failed, 77 skipped (no GPU; the reason is printed).\n";
+    "Exit status: 0 checked, 1 failed, 2 usage error, 77 skipped (no GPU; the reason is printed).\n";
 
 }  // namespace
 
