@@ -71,7 +71,7 @@ int run() {
 constexpr const char* usage =
     "usage: 01_quickstart\n"
     "Records axpy and a copy into a CUDA graph, replays it 10 times and checks the result against float64.\n"
-    "Exit status: 0 checked, 1 failed, 77 skipped (no GPU; the reason is printed).\n";
+    "Exit status: 0 checked, 1 failed, 2 usage error, 77 skipped (no GPU; the reason is printed).\n";
 
 }  // namespace
 

@@ -59,7 +59,7 @@ int run() {
 constexpr const char* usage =
     "usage: 02_compose\n"
     "Composes two axpy launches with all(...), >> and map into one graph and checks the result.\n"
-    "Exit status: 0 checked, 1 failed, 77 skipped (no GPU; the reason is printed).\n";
+    "Exit status: 0 checked, 1 failed, 2 usage error, 77 skipped (no GPU; the reason is printed).\n";
 
 }  // namespace
 

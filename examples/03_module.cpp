@@ -50,7 +50,7 @@ int run() {
 constexpr const char* usage =
     "usage: 03_module\n"
     "A graph-backed Module: its forward pass is captured once, each forward() replays it; checked.\n"
-    "Exit status: 0 checked, 1 failed, 77 skipped (no GPU; the reason is printed).\n";
+    "Exit status: 0 checked, 1 failed, 2 usage error, 77 skipped (no GPU; the reason is printed).\n";
 
 }  // namespace
 

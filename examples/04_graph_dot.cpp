@@ -50,7 +50,7 @@ constexpr const char* usage =
     "usage: 04_graph_dot [OUTPUT.dot]\n"
     "Writes a graph with parallel branches as Graphviz DOT (default lazygraph_graph.dot) and renders it to\n"
     "PNG when `dot` is installed.\n"
-    "Exit status: 0 written, 1 failed, 77 skipped (no GPU; the reason is printed).\n";
+    "Exit status: 0 written, 1 failed, 2 usage error, 77 skipped (no GPU; the reason is printed).\n";
 
 }  // namespace
 

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -39,14 +40,10 @@ constexpr const char* usage =
     "usage: 05_decode [STEPS [CHECKED]]\n"
     "A Llama-style decoder generates STEPS tokens (default 256), one graph replay each; the first CHECKED\n"
     "steps (default 4) are checked against float64; prints tokens/s.\n"
-    "Exit status: 0 checked, 1 failed, 77 skipped (no GPU; the reason is printed).\n";
+    "Exit status: 0 checked, 1 failed, 2 usage error, 77 skipped (no GPU; the reason is printed).\n";
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  if (auto code = example::handle_arguments(argc, argv, usage, 2)) return *code;
-  const int steps = argc > 1 ? std::atoi(argv[1]) : 256;
-  const int checked = argc > 2 ? std::atoi(argv[2]) : 4;
+/// Checks the first `checked` steps against float64, then times `steps` tokens; returns the exit status.
+int run(int steps, int checked) {
   if (example::skip_without_gpu("05_decode")) return example::exit_skipped;
   lg::Device gpu = lg::Device::first();
   lg::Stream stream = gpu.create_stream();
@@ -110,4 +107,18 @@ int main(int argc, char** argv) {
   }
   std::printf("decode: all checks passed\n");
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (auto code = example::handle_arguments(argc, argv, usage, 2)) return *code;
+  const int steps = argc > 1 ? std::atoi(argv[1]) : 256;
+  const int checked = argc > 2 ? std::atoi(argv[2]) : 4;
+  try {
+    return run(steps, checked);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "05_decode: %s\n", e.what());
+    return 1;
+  }
 }

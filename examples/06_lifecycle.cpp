@@ -101,7 +101,7 @@ constexpr const char* usage =
     "usage: 06_lifecycle\n"
     "Builds a graph without capture, re-parameterises it with update_from, changes a DeviceScalar between\n"
     "replays, and checks each result against float64.\n"
-    "Exit status: 0 checked, 1 failed, 77 skipped (no GPU; the reason is printed).\n";
+    "Exit status: 0 checked, 1 failed, 2 usage error, 77 skipped (no GPU; the reason is printed).\n";
 
 }  // namespace
 

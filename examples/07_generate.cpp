@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <vector>
 
 #include <lazygraph/nn/decoder.hpp>
@@ -26,13 +27,10 @@ constexpr const char* usage =
     "A Llama-style decoder generates up to STEPS tokens (default 256, at most 1024) with forward() per token and\n"
     "with generate() (one graph replay, a WHILE loop on the GPU, stopping at a stop token); checks that both give\n"
     "the same tokens and prints tokens/s of each.\n"
-    "Exit status: 0 checked, 1 failed, 77 skipped (no GPU; the reason is printed).\n";
+    "Exit status: 0 checked, 1 failed, 2 usage error, 77 skipped (no GPU; the reason is printed).\n";
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  if (auto code = example::handle_arguments(argc, argv, usage, 1)) return *code;
-  const int steps = std::clamp(argc > 1 ? std::atoi(argv[1]) : 256, 1, 1024);
+/// Generates `steps` tokens both ways and compares them; returns the exit status.
+int run(int steps) {
   if (example::skip_without_gpu("07_generate")) return example::exit_skipped;
   lg::Device gpu = lg::Device::first();
   lg::Stream stream = gpu.create_stream();
@@ -69,4 +67,17 @@ int main(int argc, char** argv) {
   for (std::size_t i = 0; i < std::min<std::size_t>(8, generated.size()); ++i) std::printf(" %d", generated[i]);
   std::printf(" ...)\n");
   return same ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (auto code = example::handle_arguments(argc, argv, usage, 1)) return *code;
+  const int steps = std::clamp(argc > 1 ? std::atoi(argv[1]) : 256, 1, 1024);
+  try {
+    return run(steps);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "07_generate: %s\n", e.what());
+    return 1;
+  }
 }

@@ -27,7 +27,8 @@ For each checkpoint folder (config.json + safetensors), times a decode step of t
 the seeded decoder of the same config (KV cache of 1024 positions), as graph replays, and prints a table: weight
 bytes, both step times (median us), their ratio, and each step's weight bytes over its time as a fraction of the
 copy ceiling measured in the same run. A bf16 checkpoint loads as a bf16 decoder, others as fp16.
-Exit status: 0 after the table, 1 when a checkpoint cannot be loaded, 2 for a usage error, 77 without a GPU.
+Exit status: 0 done (after the table), 1 failed (a checkpoint cannot be loaded), 2 usage error (no DIR, or an
+unknown option), 77 skipped (no GPU; the reason is printed).
 )";
 
 struct Row {

@@ -22,7 +22,8 @@ namespace {
 constexpr const char* usage =
     "usage: bench_compile\n"
     "Prints the cold (empty cache) and warm (cached) construction time of a KernelLibrary for the core kernel\n"
-    "set and for core + nn, on the GPU present.\n";
+    "set and for core + nn, on the GPU present. A benchmark, not a test.\n"
+    "Exit status: 0 done, 1 failed, 2 usage error, 77 skipped (no GPU; the reason is printed).\n";
 
 struct Row {
   std::size_t modules = 0;

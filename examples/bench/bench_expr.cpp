@@ -202,7 +202,7 @@ constexpr const char* usage =
     "moved, fraction of the device-to-device copy ceiling measured in the same run, speedup; then the first-use\n"
     "compile time of a new expression and the cost of reusing a compiled one. Compiled kernels go to a fresh\n"
     "temporary cache directory (removed at the end), so every expression is compiled in this run. A benchmark,\n"
-    "not a test. Exit status: 0 done, 1 failed, 77 skipped (no GPU; the reason is printed).\n";
+    "not a test. Exit status: 0 done, 1 failed, 2 usage error, 77 skipped (no GPU; the reason is printed).\n";
 
 int run() {
   // A fresh disk cache: first uses below compile instead of loading an earlier run's kernels.

@@ -150,7 +150,7 @@ constexpr const char* usage =
     "Prints tables: fp16 GEMV weight bandwidth per block shape for the decode-step shapes, batched gemv, a\n"
     "sweep of SwiGLU blocks per warps-per-row choice and a sweep of shapes from 512 to 32768 rows and columns,\n"
     "each against the device-to-device copy bandwidth measured in the same run. A benchmark, not a test.\n"
-    "Exit status: 0 done, 1 failed, 77 skipped (no GPU; the reason is printed).\n";
+    "Exit status: 0 done, 1 failed, 2 usage error, 77 skipped (no GPU; the reason is printed).\n";
 
 int run() {
   lg::Device gpu = lg::Device::first();

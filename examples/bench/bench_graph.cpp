@@ -752,7 +752,7 @@ constexpr const char* usage =
     "and updating time goes; then what an IF that is false and a WHILE iteration cost on the device; host I/O\n"
     "inside a graph; what a GraphCache hit adds to a replay; and the graph memory of 16 graphs with scratch\n"
     "memory in one GraphPool vs without.\n"
-    "Exit status: 0 done, 1 failed, 77 skipped (no GPU; the reason is printed).\n";
+    "Exit status: 0 done, 1 failed, 2 usage error, 77 skipped (no GPU; the reason is printed).\n";
 
 }  // namespace
 

@@ -857,7 +857,7 @@ constexpr const char* usage =
     "                        fraction of the ceiling per kernel (eager launches, each timed alone); for the\n"
     "                        decoders before (DecoderConfig::fused off) and now\n"
     "Example: bench_models --mlp 2048,5632,6 --decoder d=2048,heads=16,kv_heads=4,layers=16,ffn=5632,vocab=32000\n"
-    "Exit status: 0 done, 1 failed, 2 bad arguments, 77 skipped (no GPU; the reason is printed).\n";
+    "Exit status: 0 done, 1 failed, 2 usage error, 77 skipped (no GPU; the reason is printed).\n";
 
 }  // namespace
 

@@ -47,8 +47,8 @@ int main(int argc, char** argv) {
       "usage: bench_nccl\n"
       "NCCL all-reduce (float32, sum) as a captured graph node vs NCCL called eagerly, on every GPU of this machine\n"
       "(one rank each): microseconds per all-reduce and bus bandwidth per message size, medians of 31 samples.\n"
-      "A benchmark, not a test. Exit status: 0 done, 1 failed, 77 skipped (no GPU or no NCCL; the reason is "
-      "printed).\n";
+      "A benchmark, not a test. Exit status: 0 done, 1 failed, 2 usage error, 77 skipped (no GPU or no NCCL; the\n"
+      "reason is printed).\n";
   if (auto code = example::handle_arguments(argc, argv, usage)) return *code;
   if (example::skip_without_gpu("bench_nccl")) return example::exit_skipped;
   std::string why;

@@ -90,7 +90,8 @@ int main(int argc, char** argv) {
       "usage: bench_tensor_parallel\n"
       "The SwiGLU MLP (4096, 11008, 8) and a decoder (d 4096, 32 heads, 8 kv heads, 8 layers, vocab 32000) split\n"
       "over 1 GPU and over every GPU of this machine: step time, weight bytes per rank, fraction of the copy\n"
-      "ceiling, tokens/s. A benchmark, not a test. Exit status: 0 done, 1 failed, 77 skipped (no GPU or no NCCL).\n";
+      "ceiling, tokens/s. A benchmark, not a test.\n"
+      "Exit status: 0 done, 1 failed, 2 usage error, 77 skipped (no GPU or no NCCL; the reason is printed).\n";
   if (auto code = example::handle_arguments(argc, argv, usage)) return *code;
   if (example::skip_without_gpu("bench_tensor_parallel")) return example::exit_skipped;
   std::string why;
