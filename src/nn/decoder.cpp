@@ -210,7 +210,7 @@ BasicDecoder<T>::BasicDecoder(const Stream& stream, const KernelLibrary& library
       stream_(stream.device()),
       graphs_(kMaxRows),
       io_graphs_(kMaxRows) {
-  (void)step_graph(1);  // a decoder that cannot capture its step fails here, not at the first forward
+  (void)io_graph(1);  // a decoder that cannot capture its step fails here, not at the first forward
   reset();
 }
 
@@ -230,11 +230,17 @@ CudaGraph<>& BasicDecoder<T>::graph(int rows) {
   return step_graph(rows);
 }
 
+namespace {
+void check_rows(int rows, int max_rows) {
+  if (rows < 1 || rows > max_rows) {
+    throw UsageError("Decoder::graph: rows (" + std::to_string(rows) + ") must be 1 to " + std::to_string(max_rows));
+  }
+}
+}  // namespace
+
 template <Element T>
 CudaGraph<>& BasicDecoder<T>::step_graph(int rows) {
-  if (rows < 1 || rows > kMaxRows) {
-    throw UsageError("Decoder::graph: rows (" + std::to_string(rows) + ") must be 1 to " + std::to_string(kMaxRows));
-  }
+  check_rows(rows, kMaxRows);
   std::optional<CudaGraph<>>& g = graphs_[static_cast<std::size_t>(rows - 1)];
   if (!g) g.emplace(CudaGraph<>::capture(stream_, step_op(rows)));
   return *g;
@@ -242,7 +248,7 @@ CudaGraph<>& BasicDecoder<T>::step_graph(int rows) {
 
 template <Element T>
 CudaGraph<>& BasicDecoder<T>::io_graph(int rows) {
-  (void)step_graph(rows);  // checks rows
+  check_rows(rows, kMaxRows);
   std::optional<CudaGraph<>>& g = io_graphs_[static_cast<std::size_t>(rows - 1)];
   if (!g) {
     // The step's own nodes between the copies (not the step graph as a child: its kernels keep their early-launch
