@@ -138,9 +138,9 @@ KernelLibrary::KernelLibrary(const Device& device, KernelLibraryOptions options)
   settings.nvrtc = nvrtc_version();
   const KernelCache cache(options.cache_directory.value_or(KernelCache::default_directory()));
 
-  if (options.kernel_sets.empty()) options.kernel_sets.push_back(core_kernels());
+  const std::vector<KernelSet> sets = detail::with_core_kernels(std::move(options.kernel_sets));
   std::vector<std::vector<KernelSource>> headers;
-  const std::vector<ModuleSource> sources = module_sources(options.kernel_sets, headers);
+  const std::vector<ModuleSource> sources = module_sources(sets, headers);
   std::vector<KernelSource> all_files;
   all_files.reserve(sources.size());
   for (const ModuleSource& m : sources) all_files.push_back(*m.source);

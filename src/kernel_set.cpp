@@ -56,4 +56,20 @@ KernelSet KernelSet::from_directory(const std::filesystem::path& directory, std:
 
 std::span<const KernelSource> core_kernel_headers() { return core_kernels().headers; }
 
+std::vector<KernelSet> detail::with_core_kernels(std::vector<KernelSet> sets) {
+  const KernelSet& core = core_kernels();
+  bool listed = false;
+  for (const KernelSet& set : sets) {
+    if (set.name != core.name) continue;
+    if (set != core) {
+      throw UsageError("kernel set " + set.name +
+                       " differs from core_kernels(), whose name it has: every library compiles the core set, "
+                       "which cannot be replaced; give this set another name");
+    }
+    listed = true;
+  }
+  if (!listed) sets.insert(sets.begin(), core);
+  return sets;
+}
+
 }  // namespace lazygraph

@@ -47,7 +47,7 @@ void check_tensor_cores(ComputeCapability cc) {
 
 KernelLibrary kernel_library(const Device& device) {
   KernelLibraryOptions options;
-  options.kernel_sets = {core_kernels(), kernel_set()};
+  options.kernel_sets = {kernel_set()};
   return KernelLibrary(device, std::move(options));
 }
 

@@ -1,4 +1,5 @@
-// KernelSet: reading a directory of kernel files (host), and a library compiling several sets (gpu).
+// KernelSet: reading a directory of kernel files and adding the core set to a library's sets (host), and a library
+// compiling several sets (gpu).
 #include <doctest/doctest.h>
 
 #include <fstream>
@@ -64,8 +65,29 @@ TEST_CASE("the core set is kernels/*.cu with the kernels/include headers, and no
   }
 }
 
+TEST_CASE("a library's sets are the listed ones with the core set first, unless the core set is listed") {
+  const KernelSet mine{"mine", {{"mine/a.cu", "extern \"C\" __global__ void a() {}\n"}}, {}};
+  const KernelSet theirs{"theirs", {{"theirs/b.cu", "extern \"C\" __global__ void b() {}\n"}}, {}};
+  const KernelSet& core = core_kernels();
+  CHECK(detail::with_core_kernels({}) == std::vector<KernelSet>{core});
+  CHECK(detail::with_core_kernels({mine, theirs}) == std::vector<KernelSet>{core, mine, theirs});
+  // Listed: left where it is, and not added a second time.
+  CHECK(detail::with_core_kernels({core}) == std::vector<KernelSet>{core});
+  CHECK(detail::with_core_kernels({mine, core, theirs}) == std::vector<KernelSet>{mine, core, theirs});
+}
+
+TEST_CASE("a set named like the core set that is not it is an error: the core set cannot be replaced") {
+  KernelSet patched = core_kernels();
+  patched.sources.front().text += "\n// patched\n";
+  CHECK_THROWS_WITH_AS((void)detail::with_core_kernels({patched}),
+                       doctest::Contains("kernel set core differs from core_kernels()"), UsageError);
+  const KernelSet named_core{"core", {{"core/mine.cu", "extern \"C\" __global__ void mine() {}\n"}}, {}};
+  CHECK_THROWS_WITH_AS((void)detail::with_core_kernels({named_core}), doctest::Contains("give this set another name"),
+                       UsageError);
+}
+
 TEST_SUITE("gpu") {
-  TEST_CASE("a library compiles the sets it is given: core and a user directory, whose kernel runs") {
+  TEST_CASE("a library compiles the sets it is given and the core set: a user directory's kernel runs") {
     KernelLibraryOptions opts;
     opts.cache_directory = lgtest::scratch_directory("sets-cache");
     opts.kernel_sets = {core_kernels(), KernelSet::from_directory(user_kernel_directory(), "mine")};
@@ -79,10 +101,12 @@ TEST_SUITE("gpu") {
     for (std::size_t i = 0; i < x.size(); ++i) REQUIRE(got[i] == 3.0F * x[i]);
     CHECK_NOTHROW((void)lib.get<void(float, const float*, float*, int)>("axpy"));
 
+    // Not listing the core set changes nothing: it is compiled all the same.
     KernelLibraryOptions user_only = opts;
     user_only.kernel_sets = {KernelSet::from_directory(user_kernel_directory(), "mine")};
     const KernelLibrary just_mine(lgtest::device(), user_only);
-    CHECK(just_mine.kernel_names() == std::vector<std::string>{"user_scale"});
+    CHECK(just_mine.stats().modules == lib.stats().modules);
+    CHECK(just_mine.kernel_names() == lib.kernel_names());
   }
 
   TEST_CASE("a file in two sets, or a set header named like a core header, is an error naming both") {

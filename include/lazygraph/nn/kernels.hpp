@@ -18,7 +18,8 @@
 namespace lazygraph::nn {
 
 /// The nn kernels, embedded at build time from `kernels/nn/*.cu`. Give it to the KernelLibrary the models use:
-/// `KernelLibrary(device, {.kernel_sets = {core_kernels(), nn::kernel_set()}})` (`nn::kernel_library` does so).
+/// `KernelLibrary(device, {.kernel_sets = {nn::kernel_set()}})`, which also has the core set (`nn::kernel_library`
+/// does so).
 const KernelSet& kernel_set();
 
 /// A KernelLibrary of the core and the nn kernel sets, cached in the default cache directory.
@@ -167,8 +168,8 @@ struct BasicKernels {
   /// sample(logits, out, positions, slots, n, top_k, temperature, seed, top_p): per row (one block each), the greedy
   /// or sampled next token (kernels/nn/sample.cu, sampling.hpp).
   Kernel<void(const T*, int*, const int*, const int*, int, int, float, unsigned, float)> sample;
-  /// The kernels of Decoder::generate's loop: empty when the library lacks them (one without the core kernel set,
-  /// which has while_guard), with the reason in `loop_unavailable`; everything else works without them.
+  /// The kernels of Decoder::generate's loop: empty when the library lacks them, with the reason in
+  /// `loop_unavailable`; everything else works without them.
   struct LoopKernels {
     /// generate_advance(c, next, tokens, positions, control, out): the loop step, for any element type
     /// (kernels/nn/generate.cu).

@@ -119,7 +119,7 @@ template <class... Bodies>
 /// when made (outside any capture); one LoopBound serves one while_ node at a time.
 class LoopBound {
  public:
-  /// \throws UsageError for max_iterations 0, or a library without the core kernels.
+  /// \throws UsageError for max_iterations 0 (every library has the core set, so while_guard is found).
   LoopBound(const KernelLibrary& library, unsigned max_iterations)
       : LoopBound(library.get<void(Condition, unsigned*, unsigned)>("while_guard"), library.device(), max_iterations) {}
   /// With the guard kernel already looked up (core kernels/control.cu's while_guard). \throws UsageError for

@@ -1,7 +1,7 @@
 #pragma once
 /// \file
-/// KernelLibrary: every kernel of the kernel sets it is given (kernel_set.hpp; by default the core set, embedded
-/// from `kernels/`), compiled for the present GPU (or loaded from the disk cache) and loaded when the library is
+/// KernelLibrary: every kernel of the core kernel set (embedded from `kernels/`) and of the kernel sets it is
+/// given (kernel_set.hpp), compiled for the present GPU (or loaded from the disk cache) and loaded when the library is
 /// constructed, so that nothing compiles or loads during a graph capture.
 ///
 /// Kernels are looked up by their unmangled name, so they are declared `extern "C" __global__`; their
@@ -36,12 +36,14 @@
 
 namespace lazygraph {
 
-/// How a KernelLibrary is built. The defaults: the core kernels (embedded from `kernels/`), the default cache.
+/// How a KernelLibrary is built. The defaults: the core kernels (embedded from `kernels/`) only, the default cache.
 struct KernelLibraryOptions {
   /// Where compiled images are cached; unset: KernelCache::default_directory(); an empty path: no cache.
   std::optional<std::filesystem::path> cache_directory;
-  /// The kernel sets to compile, e.g. `{core_kernels(), nn::kernel_set(), KernelSet::from_directory("my_kernels")}`;
-  /// empty: `{core_kernels()}`. Only what is listed is compiled, so leave out the sets a program does not use.
+  /// The kernel sets to compile besides the core set, e.g. `{nn::kernel_set(), KernelSet::from_directory("mine")}`.
+  /// The core set (core_kernels()) is always compiled, listed or not (listing it is allowed, and compiles it once):
+  /// LoopBound, HostIo and the like need its kernels. No set other than those listed is compiled, so leave out
+  /// the sets a program does not use.
   std::vector<KernelSet> kernel_sets;
 };
 
@@ -56,14 +58,15 @@ struct KernelLibraryStats {
   bool cubin = false;          ///< machine code (true) or PTX for the driver to compile (false)
 };
 
-/// Every kernel module, compiled (or loaded from the cache) and loaded at construction; `get` hands out typed
-/// handles. See the file comment for thread safety.
+/// Every kernel module of the core set and the given sets, compiled (or loaded from the cache) and loaded at
+/// construction; `get` hands out typed handles. See the file comment for thread safety.
 class KernelLibrary {
  public:
-  /// Compiles (or loads from cache) and loads every kernel module of `options.kernel_sets`.
+  /// Compiles (or loads from cache) and loads every kernel module of the core set and of `options.kernel_sets`.
   /// \throws CompileError with the file and the whole NVRTC log when a source does not compile;
   ///         CaptureError when a graph capture is in progress; UsageError when two files define one kernel, two
-  ///         sets have a file of one name, or a set's header has a core header's name.
+  ///         sets have a file of one name, a set's header has a core header's name, or a set is named "core" but
+  ///         is not core_kernels().
   explicit KernelLibrary(const Device& device, KernelLibraryOptions options = {});
 
   /// The kernel `name`, typed as `Signature`, such as `void(float, const float*, float*, int)`.

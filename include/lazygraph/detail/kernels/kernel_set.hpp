@@ -2,8 +2,10 @@
 /// \file
 /// KernelSet: a named group of kernel files that a KernelLibrary compiles together. The core library brings one
 /// set (`core_kernels()`, embedded from `kernels/*.cu`); lazygraph::nn brings its own (`nn::kernel_set()`); an
-/// application adds a directory of its own `.cu` files with `KernelSet::from_directory`. A library compiles only
-/// the sets it is given, so a program that uses no model kernels never compiles them.
+/// application adds a directory of its own `.cu` files with `KernelSet::from_directory`. A library compiles the
+/// core set and the sets it is given, no others, so a program that uses no model kernels never compiles them; the
+/// core set is always there, listed or not, because the library's own ops need its kernels (LoopBound's
+/// while_guard, HostIo's staging_copy).
 
 #include <filesystem>
 #include <span>
@@ -29,13 +31,26 @@ struct KernelSet {
   /// Files are read now: later edits need a new set (and a new KernelLibrary).
   /// \throws UsageError when the directory does not exist, holds no `.cu` file, or a file cannot be read.
   static KernelSet from_directory(const std::filesystem::path& directory, std::string name = {});
+
+  /// Same name, files and headers (their texts included).
+  friend bool operator==(const KernelSet&, const KernelSet&) = default;
 };
 
 /// The core kernels, embedded into liblazygraph at build time from `kernels/*.cu` with the headers of
-/// `kernels/include/` (so an installed library needs no source tree). What a KernelLibrary builds by default.
+/// `kernels/include/` (so an installed library needs no source tree). Every KernelLibrary compiles it, whether
+/// its options list it or not; it cannot be replaced.
 const KernelSet& core_kernels();
 
 /// The core headers every set compiles with (`kernels/include/`, named as kernels include them).
 std::span<const KernelSource> core_kernel_headers();
+
+namespace detail {
+
+/// The sets a KernelLibrary compiles when given `sets`: `sets` in their order, with core_kernels() put first when
+/// none of them is the core set. \throws UsageError for a set named like the core set that is not it (the core
+/// set cannot be replaced, and messages name sets by name).
+std::vector<KernelSet> with_core_kernels(std::vector<KernelSet> sets);
+
+}  // namespace detail
 
 }  // namespace lazygraph

@@ -15,6 +15,9 @@ struct KernelSource {
   std::string name;  ///< e.g. "axpy.cu", or "lazygraph/common.cuh" for a header
   /// The CUDA C++ source.
   std::string text;
+
+  /// Same name and text.
+  friend bool operator==(const KernelSource&, const KernelSource&) = default;
 };
 
 /// What NVRTC produced for one architecture.

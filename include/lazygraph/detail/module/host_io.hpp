@@ -14,13 +14,10 @@
 
 #include <cuda.h>
 
-#include <algorithm>
 #include <cstddef>
 #include <memory>
 #include <span>
-#include <string>
 #include <utility>
-#include <vector>
 
 #include "lazygraph/detail/driver/device.hpp"
 #include "lazygraph/detail/driver/device_span.hpp"
@@ -39,13 +36,10 @@ class HostIo {
   /// Copies with memcpy nodes. \throws CudaError when the driver cannot pin the memory.
   HostIo(const Device& device, std::size_t input_size, std::size_t output_size)
       : in_(device, input_size), out_(device, output_size) {}
-  /// Copies with `library`'s staging kernel (a core kernel; memcpy nodes when the library lacks it).
+  /// Copies with `library`'s staging kernel (the core kernel staging_copy, which every library has).
   HostIo(const KernelLibrary& library, std::size_t input_size, std::size_t output_size)
       : HostIo(library.device(), input_size, output_size) {
-    const std::vector<std::string> names = library.kernel_names();
-    if (std::find(names.begin(), names.end(), "staging_copy") != names.end()) {
-      copier_ = std::make_shared<const KernelStagingCopier>(library);
-    }
+    copier_ = std::make_shared<const KernelStagingCopier>(library);
   }
 
   /// The input staging, for the host to fill before run().
