@@ -329,7 +329,7 @@ CUgraphConditionalHandle ExecContext::make_condition(unsigned default_value) {
 ScratchAllocation ExecContext::scratch(std::size_t bytes) {
   if (body_of_ != nullptr) {
     throw UsageError(std::string("Scope::scratch inside the body of ") + body_of_ +
-                     ": CUDA allows no memory nodes there — ask for scratch memory in the scope itself");
+                     ": CUDA allows no memory nodes there; ask for scratch memory in the scope itself");
   }
   if (!recording_) {
     throw UsageError("scratch memory belongs to a graph; ask for it with Scope::scratch while recording");
@@ -378,11 +378,11 @@ void ExecContext::refuse_scratch() const {
   if (!recording_) {
     throw UsageError(
         "an op uses scratch memory of a graph (Scope::scratch) outside that graph: scratch memory exists only while "
-        "its graph runs — record the op in the same scope, or use a DeviceBuffer");
+        "its graph runs; record the op in the same scope, or use a DeviceBuffer");
   }
   throw UsageError(
       "an op recorded into this graph uses scratch memory of another graph (Scope::scratch): scratch memory belongs "
-      "to the graph whose scope made it — ask for it in this scope, or use a DeviceBuffer");
+      "to the graph whose scope made it; ask for it in this scope, or use a DeviceBuffer");
 }
 
 void ExecContext::refuse_in_body(std::string_view what) const {
@@ -396,7 +396,7 @@ void ExecContext::check_conditions_consumed() const {
   if (!root_->unconsumed_conditions_.empty()) {
     throw UsageError(std::to_string(root_->unconsumed_conditions_.size()) +
                      " condition(s) made by Scope::condition steer no if_, if_else, while_ or switch_ of the graph; "
-                     "CUDA cannot instantiate a graph with an unused condition — record the conditional op, or make "
+                     "CUDA cannot instantiate a graph with an unused condition: record the conditional op, or make "
                      "no condition");
   }
 }

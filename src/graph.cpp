@@ -125,7 +125,7 @@ NodeKind to_kind(CUgraphNodeType t) {
 CaptureSession::CaptureSession(const Stream& stream, CaptureMode mode) : stream_(stream.get()) {
   if (stream.is_capturing()) {
     throw CaptureError(
-        "CudaGraph capture: the stream is already capturing a graph; captures do not nest — record "
+        "CudaGraph capture: the stream is already capturing a graph; captures do not nest: record "
         "the ops into the outer Scope instead");
   }
   drv::capture_begin(stream.device().context(), stream_, to_driver(mode));

@@ -2,7 +2,9 @@
 """Compile-fail test: passes only if SNIPPET fails to compile AND the diagnostics match its expected regex.
 
 usage: check.py BUILD_DIR SNIPPET
-The snippet names its expected diagnostic on a line `// expect-error: REGEX`; optional lines
+The snippet names its expected diagnostic on a line `// expect-error: REGEX` (several such lines: each must
+match, e.g. the message and the instantiation context naming an argument, which GCC prints before the error and
+Clang after it); optional lines
 `// reject: REGEX` (a diagnostic that must NOT appear, e.g. a second, wrong suggestion) and
 `// extra-flags: FLAGS` (appended to the command, e.g. -Werror=unused-result so that a warning the
 library relies on is tested whatever the build's warning flags). Its exact compile command comes from
@@ -21,11 +23,10 @@ def main() -> int:
     build_dir, snippet = sys.argv[1], os.path.abspath(sys.argv[2])
     with open(snippet, encoding="utf-8") as f:
         text = f.read()
-    m = re.search(r"//\s*expect-error:\s*(.+)", text)
-    if not m:
+    expected = [e.strip() for e in re.findall(r"//\s*expect-error:\s*(.+)", text)]
+    if not expected:
         print(f"{snippet}: no '// expect-error: REGEX' line")
         return 1
-    expected = m.group(1).strip()
     rejected = [r.strip() for r in re.findall(r"//\s*reject:\s*(.+)", text)]
     extra = [f for line in re.findall(r"//\s*extra-flags:\s*(.+)", text) for f in shlex.split(line)]
     with open(os.path.join(build_dir, "compile_commands.json"), encoding="utf-8") as f:
@@ -54,14 +55,15 @@ def main() -> int:
     if proc.returncode == 0:
         print(f"{os.path.basename(snippet)}: compiled, but it must not")
         return 1
-    if not re.search(expected, output):
-        print(f"{os.path.basename(snippet)}: failed to compile, but no diagnostic matches /{expected}/:\n{output}")
-        return 1
+    for e in expected:
+        if not re.search(e, output):
+            print(f"{os.path.basename(snippet)}: failed to compile, but no diagnostic matches /{e}/:\n{output}")
+            return 1
     for r in rejected:
         if re.search(r, output):
             print(f"{os.path.basename(snippet)}: the diagnostics also say /{r}/, which they must not:\n{output}")
             return 1
-    print(f"{os.path.basename(snippet)}: fails to compile with /{expected}/ as expected")
+    print(f"{os.path.basename(snippet)}: fails to compile with {' and '.join(f'/{e}/' for e in expected)} as expected")
     return 0
 
 

@@ -1,4 +1,6 @@
+// expect-error: Kernel argument N \(counted from 1; see KernelArgument<N> in this error\)
 // expect-error: a read-only DeviceSpan<const T> was passed for a writable T\* parameter
+// expect-error: KernelArgument<3>::ForParameterType<float ?\*>::GivenType<lazygraph::DeviceSpan<const float> ?>
 #include <lazygraph/lazygraph.hpp>
 
 namespace lg = lazygraph;

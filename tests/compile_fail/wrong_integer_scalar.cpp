@@ -1,4 +1,6 @@
+// expect-error: Kernel argument N \(counted from 1; see KernelArgument<N> in this error\): a scalar
 // expect-error: for an integer parameter pass that integer type
+// expect-error: KernelArgument<4>::ForParameterType<int>::GivenType<(long unsigned int|unsigned long)>
 // reject: write 2\.0f
 #include <lazygraph/lazygraph.hpp>
 

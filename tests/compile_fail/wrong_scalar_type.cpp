@@ -1,4 +1,6 @@
+// expect-error: Kernel argument N \(counted from 1; see KernelArgument<N> in this error\)
 // expect-error: a scalar argument must have exactly the parameter's type
+// expect-error: KernelArgument<1>::ForParameterType<float>::GivenType<double>
 #include <lazygraph/lazygraph.hpp>
 
 void misuse(const lazygraph::Kernel<void(float, const float*, float*, int)>& axpy, const lazygraph::Stream& s,

@@ -35,7 +35,7 @@ class [[nodiscard]] ChildGraphOp : public OpBase<ChildGraphOp> {
     if (graph_->scratch_bytes() > 0) {
       throw UsageError(
           "child_graph: this graph has scratch memory (Scope::scratch), and CUDA embeds no graph with memory nodes "
-          "as a child — record its ops into the parent's scope instead, or launch it on its own");
+          "as a child; record its ops into the parent's scope instead, or launch it on its own");
     }
     ctx.keep_alive(graph_->owners());
     ctx.child_graph(graph_->template_graph());

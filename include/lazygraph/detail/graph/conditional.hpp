@@ -16,6 +16,7 @@
 #include <cuda.h>
 
 #include <array>
+#include <exception>
 #include <functional>
 #include <span>
 #include <tuple>
@@ -37,7 +38,7 @@ template <class Body>
 constexpr void check_conditional_body() {
   static_assert(GraphNode<Body>,
                 "if_, if_else, while_ and switch_ take only GraphNode bodies (what Scope::record accepts); this body "
-                "allocates, copies host memory, runs host code or is not an op — build it from kernel launches, "
+                "allocates, copies host memory, runs host code or is not an op; build it from kernel launches, "
                 "copies and fills on buffers allocated before the scope");
 }
 
@@ -175,10 +176,22 @@ template <class Body>
       std::move(body));
 }
 
-/// A temporary LoopBound would be gone before the op is recorded: make the bound a variable that outlives the graph.
+namespace detail {
+/// False for every Body: what while_ asserts when given a temporary LoopBound, so the diagnostic names the rule.
+template <class Body>
+inline constexpr bool loop_bound_outlives_the_graph = false;
+}  // namespace detail
+
+/// READ THIS IF YOUR COMPILE BREAKS HERE: a temporary LoopBound would be gone before the op is recorded, and its
+/// counters with it, so make the bound a variable that outlives the graph. (Not `= delete`: a deleted function
+/// cannot say why before C++26, and this overload's static_assert does.)
 template <class Body>
 // NOLINTNEXTLINE(readability-identifier-naming): a keyword and an underscore
-ConditionalOp<Body> while_(Condition condition, Body body, const LoopBound&& bound) = delete;
+ConditionalOp<Body> while_(Condition /*condition*/, Body /*body*/, const LoopBound&& /*bound*/) {
+  static_assert(detail::loop_bound_outlives_the_graph<Body>,
+                "while_ needs a LoopBound that outlives the graph: make the bound a variable, not a temporary");
+  std::terminate();  // not reached: every instantiation fails the static_assert (this only spares a -Wreturn-type)
+}
 
 /// Runs `body` while `condition` is nonzero, with no bound: only the body ends the loop, and one that never clears
 /// its condition hangs the GPU. Prefer while_ with a LoopBound.

@@ -61,7 +61,7 @@ class CudaGraph {
     // READ THIS IF YOUR COMPILE BREAKS HERE: the callback receives the Scope by reference.
     constexpr bool callback_takes_scope_by_reference = std::is_invocable_v<F&, Scope&>;
     static_assert(callback_takes_scope_by_reference,
-                  "CudaGraph::scope: the callback must be callable with `Scope&` — write [&](lazygraph::Scope& s) "
+                  "CudaGraph::scope: the callback must be callable with `Scope&`: write [&](lazygraph::Scope& s) "
                   "{ ... }; a Scope cannot be copied or moved, so a callback taking it by value cannot be called");
     if constexpr (callback_takes_scope_by_reference) {
       return record_impl(stream, std::forward<F>(callback), options, false);

@@ -57,32 +57,32 @@ class Scope {
     constexpr bool argument_is_device_op = DeviceOp<O>;
     static_assert(argument_is_device_op,
                   "Scope::record accepts only DeviceOp values; this argument is not one (it needs a member type "
-                  "Output and a const execute(ExecContext&)) — build it from kernel launches, copy, fill or value");
+                  "Output and a const execute(ExecContext&)); build it from kernel launches, copy, fill or value");
     constexpr bool op_allocates_device_memory = is_allocation_v<O>;
     static_assert(!op_allocates_device_memory,
                   "Scope::record accepts only GraphNode operations; this op (zeros, ones, empty, dup or from_host) "
-                  "allocates device memory — allocate it before the scope with .sync_on(stream) and record ops on "
+                  "allocates device memory; allocate it before the scope with .sync_on(stream) and record ops on "
                   "its view()");
     constexpr bool composite_contains_allocation = contains_allocation_v<O>;
     static_assert(!composite_contains_allocation,
                   "Scope::record accepts only GraphNode operations; this composite contains an op that allocates "
-                  "device memory (zeros, ones, empty, dup or from_host) — allocate before the scope and compose "
+                  "device memory (zeros, ones, empty, dup or from_host); allocate before the scope and compose "
                   "ops on views");
     constexpr bool op_transfers_host_memory = is_host_transfer_v<O> || contains_host_transfer_v<O>;
     static_assert(!op_transfers_host_memory,
                   "Scope::record accepts only GraphNode operations; this op copies to or from host memory, which a "
-                  "replay would read or write long after — stage inputs with CudaGraph::update(copy(...)) and read "
+                  "replay would read or write long after; stage inputs with CudaGraph::update(copy(...)) and read "
                   "outputs after launch()");
     constexpr bool op_runs_host_code = runs_host_code_v<O>;
     static_assert(
         already_explained_before_host_code<O>() || !op_runs_host_code,
         "Scope::record accepts only GraphNode operations; this op (or a part of it) is a host_call, which "
-        "would run host code on every replay — if that is what you want, record allow_in_graph(host_call(...))");
+        "would run host code on every replay; if that is what you want, record allow_in_graph(host_call(...))");
     // Only for an op none of the rules above explains (one of the user's own that did not opt in).
     constexpr bool already_explained = !argument_is_device_op || op_allocates_device_memory ||
                                        composite_contains_allocation || op_transfers_host_memory || op_runs_host_code;
     static_assert(already_explained || is_graph_node_v<O>,
-                  "Scope::record accepts only GraphNode operations; this op does not declare itself one — add "
+                  "Scope::record accepts only GraphNode operations; this op does not declare itself one; add "
                   "`static constexpr bool is_graph_node = true;` if it neither allocates, frees nor synchronizes");
   }
 

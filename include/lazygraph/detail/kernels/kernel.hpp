@@ -93,7 +93,7 @@ class Kernel<void(Params...)> {
   /// The checked parameter values for `args`, ready to launch (used by the lazy launch op).
   template <class... Args, std::size_t... I>
   static std::tuple<Params...> pack(std::index_sequence<I...> /*unused*/, const Args&... args) {
-    return std::tuple<Params...>{detail::convert_argument<Params>(args)...};
+    return std::tuple<Params...>{detail::convert_argument<Params, static_cast<int>(I) + 1>(args)...};
   }
 
  private:
