@@ -219,8 +219,8 @@ void BasicDecoder<T>::set_sampling(const Sampling& sampling) {
   sampling.validate();
   const std::lock_guard<std::mutex> lock(*mutex_);
   sampling_ = sampling;
-  for (auto& g : io_graphs_) g.reset();  // a finished replay is all they may still run: run() waits for each
-  for (auto& g : graphs_) g.reset();
+  io_graphs_.clear();  // a finished replay is all they may still run: run() waits for each
+  graphs_.clear();
   generate_graph_.reset();
 }
 
@@ -241,23 +241,18 @@ void check_rows(int rows, int max_rows) {
 template <Element T>
 CudaGraph<>& BasicDecoder<T>::step_graph(int rows) {
   check_rows(rows, kMaxRows);
-  std::optional<CudaGraph<>>& g = graphs_[static_cast<std::size_t>(rows - 1)];
-  if (!g) g.emplace(CudaGraph<>::capture(stream_, step_op(rows)));
-  return *g;
+  return graphs_.get(rows, [this](int r) { return CudaGraph<>::capture(stream_, step_op(r)); });
 }
 
 template <Element T>
 CudaGraph<>& BasicDecoder<T>::io_graph(int rows) {
   check_rows(rows, kMaxRows);
-  std::optional<CudaGraph<>>& g = io_graphs_[static_cast<std::size_t>(rows - 1)];
-  if (!g) {
-    // The step's own nodes between the copies (not the step graph as a child: its kernels keep their early-launch
-    // edges to each other exactly as captured).
-    g.emplace(CudaGraph<>::capture(stream_,
-                                   io_.copy_in(state_.io.view()) >> step_op(rows) >>
-                                       io_.copy_out(state_.next.cview().subspan(0, static_cast<std::size_t>(rows)))));
-  }
-  return *g;
+  // The step's own nodes between the copies (not the step graph as a child: its kernels keep their early-launch
+  // edges to each other exactly as captured).
+  return io_graphs_.get(rows, [this](int r) {
+    return CudaGraph<>::capture(stream_, io_.copy_in(state_.io.view()) >> step_op(r) >>
+                                             io_.copy_out(state_.next.cview().subspan(0, static_cast<std::size_t>(r))));
+  });
 }
 
 template <Element T>

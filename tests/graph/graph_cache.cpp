@@ -77,6 +77,25 @@ TEST_CASE("a maker that throws leaves the cache as it was") {
   CHECK_THROWS_AS((GraphCache<int, Made>(0, [](const int& k) { return Made{k}; })), UsageError);
 }
 
+TEST_CASE("a cache made without a maker makes each miss with the maker given to get, and survives a move") {
+  GraphCache<int, Made> cache(2);
+  CHECK_THROWS_WITH_AS((void)cache.get(1), doctest::Contains("call get(key, make)"), UsageError);
+  int calls = 0;
+  const auto make = [&](const int& k) {
+    ++calls;
+    return Made{k * 10};
+  };
+  CHECK(cache.get(1, make).key == 10);
+  CHECK(cache.get(1, make).key == 10);  // a hit: the maker is not called
+  CHECK(calls == 1);
+  GraphCache<int, Made> moved = std::move(cache);  // an owner that moves takes its graphs along
+  CHECK(moved.get(1, make).key == 10);
+  CHECK(moved.get(2, make).key == 20);
+  CHECK(calls == 2);
+  CHECK(moved.keys() == std::vector<int>{2, 1});
+  CHECK_THROWS_AS((GraphCache<int, Made>(0)), UsageError);
+}
+
 TEST_SUITE("gpu") {
   TEST_CASE("a GraphCache of captured graphs per bucket replays the right graph for each size") {
     Stream& s = lgtest::stream();

@@ -370,10 +370,10 @@ class BasicDecoder {
   HostIo<int, int> generate_io_;  ///< out: generate's tokens [context], then its control [n, stop, count]
   Stream stream_;
   Sampling sampling_;
-  std::vector<std::optional<CudaGraph<>>> graphs_;     ///< [rows - 1], captured on first use
-  std::vector<std::optional<CudaGraph<>>> io_graphs_;  ///< [rows - 1], what forward replays (io_graph)
-  std::optional<LoopBound> bound_;                     ///< generate's loop bound (the context), made on first use
-  std::optional<CudaGraph<>> generate_graph_;          ///< generate's loop, captured on first use
+  GraphCache<int> graphs_;          ///< by rows, captured on first use (room for every row count: none is dropped)
+  GraphCache<int> io_graphs_;       ///< by rows, what forward replays (io_graph)
+  std::optional<LoopBound> bound_;  ///< generate's loop bound (the context), made on first use
+  std::optional<CudaGraph<>> generate_graph_;                           ///< generate's loop, captured on first use
   std::unique_ptr<std::mutex> mutex_ = std::make_unique<std::mutex>();  ///< the execution lock (movable decoder)
   int last_rows_ = 1;
 };

@@ -66,6 +66,13 @@ class GraphCache {
     if (!make_) throw UsageError("GraphCache: no maker");
   }
 
+  /// A cache without a maker of its own: each miss is made by the maker given to get(key, make). For an owner that
+  /// moves (a module holding its graphs), whose maker would otherwise point at where it was. \throws UsageError for
+  /// capacity 0.
+  explicit GraphCache(std::size_t capacity) : capacity_(capacity) {
+    if (capacity_ == 0) throw UsageError("GraphCache: capacity must be at least 1");
+  }
+
   /// A cache whose graphs share `pool` (the maker records each with it). \throws UsageError as above.
   GraphCache(std::size_t capacity, GraphPool pool, PooledMaker make)
       : GraphCache(capacity, bind_pool(pool, std::move(make))) {
@@ -77,14 +84,22 @@ class GraphCache {
   /// its other graphs keep working. A graph is dropped only after its replacement was made; dropping one that a
   /// stream still runs waits for those replays (as destroying any CudaGraph does). The reference is valid until the
   /// next get() that misses.
+  /// \throws UsageError for a cache made without a maker (use get(key, make)).
   Graph& get(const Key& key) {
+    if (!make_) throw UsageError("GraphCache: made without a maker; call get(key, make)");
+    return get(key, make_);
+  }
+
+  /// As get(key), but a miss is made by `make(key)` (which returns a Graph) instead of the cache's maker.
+  template <class Make>
+  Graph& get(const Key& key, Make&& make) {
     if (const auto it = index_.find(key); it != index_.end()) {
       ++stats_.hits;
       if (it->second != entries_.begin()) entries_.splice(entries_.begin(), entries_, it->second);
       return it->second->second;
     }
     ++stats_.misses;
-    Graph made = make_(key);
+    Graph made = make(key);
     ++stats_.made;
     entries_.emplace_front(key, std::move(made));
     try {
