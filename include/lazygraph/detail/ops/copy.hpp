@@ -117,6 +117,7 @@ class [[nodiscard]] DownloadOp : public OpBase<DownloadOp<T>> {
 /// kernel. Implementations must be usable from any thread.
 class StagingCopier {
  public:
+  /// Made by an implementation.
   StagingCopier() = default;
   StagingCopier(const StagingCopier&) = delete;
   StagingCopier& operator=(const StagingCopier&) = delete;
