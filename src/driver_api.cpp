@@ -196,15 +196,18 @@ Driver load() {
       entry = reinterpret_cast<std::remove_reference_t<decltype(entry)>>(p);
     }
   };
-  {
-    // Asked for at CUDA 13's ABI, cuCtxSynchronize is the variant that takes a context (cuCtxSynchronize_v2),
-    // although cuda.h declares it without one: ask for the 12.0 ABI, the one declared.
+  // Asked for at CUDA 13's ABI, cuCtxSynchronize and cuCtxGetDevice are the variants that take a context
+  // (cuCtxSynchronize_v2, cuCtxGetDevice_v2), although cuda.h declares them without one: ask for the 12.0 ABI, the
+  // one declared.
+  const auto fetch_at_12_0 = [&](const char* name, auto& entry) {
     void* p = nullptr;
     CUdriverProcAddressQueryResult status{};
-    if (get_proc("cuCtxSynchronize", &p, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &status) == CUDA_SUCCESS && p != nullptr) {
-      d.api.cuCtxSynchronize = reinterpret_cast<decltype(d.api.cuCtxSynchronize)>(p);
+    if (get_proc(name, &p, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &status) == CUDA_SUCCESS && p != nullptr) {
+      entry = reinterpret_cast<std::remove_reference_t<decltype(entry)>>(p);
     }
-  }
+  };
+  fetch_at_12_0("cuCtxSynchronize", d.api.cuCtxSynchronize);
+  fetch_at_12_0("cuCtxGetDevice", d.api.cuCtxGetDevice);
   fetch_optional("cuGraphConditionalHandleCreate", d.api.cuGraphConditionalHandleCreate);
   fetch_optional("cuStreamBeginCaptureToGraph", d.api.cuStreamBeginCaptureToGraph);
   fetch_optional("cuGraphNodeSetParams", d.api.cuGraphNodeSetParams);

@@ -89,6 +89,19 @@ TEST_SUITE("gpu") {
     const int n = 256;
     DeviceBuffer<float> in = from_host(lgtest::random_floats(n)).sync_on(s);
     DeviceBuffer<float> out = zeros<float>(n).sync_on(s);
+    if (lgtest::under_compute_sanitizer()) {
+      // The tool runs the device's work one launch at a time, so "not for the whole device" cannot be seen there
+      // (a stream held back by a host function held back the graph's destruction under memcheck): check the wait
+      // for the graph's own replay only.
+      {
+        auto graph = CudaGraph<>::capture(s, slow_copy()(grid_for(n, 256), in.cview(), out.view(), n, slow_cycles / 4));
+        graph.launch_on(other);
+      }
+      CHECK(other.query());
+      CHECK(lgtest::to_host(s, out.cview()) == lgtest::to_host(s, in.cview()));
+      MESSAGE("under compute-sanitizer: only the wait for the graph's own replay is checked");
+      return;
+    }
     // Work on an unrelated stream that cannot finish until this test says so: a host function waiting for
     // `release`. A destructor that waited for the whole device would wait for it; one that waits for its own
     // replays returns. Launched and destroyed on threads of their own, so that nothing here depends on whether a
@@ -96,8 +109,10 @@ TEST_SUITE("gpu") {
     std::atomic<bool> release{false};
     std::atomic<bool> blocker_launched{false};
     std::atomic<bool> destroyed{false};
+    // The host function gives up after three minutes whatever happens, so that a failure cannot hang the suite.
     auto blocker = CudaGraph<>::capture(unrelated, allow_in_graph(host_call("wait for release", [&release] {
-                                          while (!release.load())
+                                          const auto until = std::chrono::steady_clock::now() + std::chrono::minutes(3);
+                                          while (!release.load() && std::chrono::steady_clock::now() < until)
                                             std::this_thread::sleep_for(std::chrono::milliseconds(1));
                                         })));
     std::optional<CudaGraph<>> graph(
