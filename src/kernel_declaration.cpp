@@ -25,8 +25,31 @@ struct Token {
 bool is_identifier_start(char c) { return std::isalpha(static_cast<unsigned char>(c)) != 0 || c == '_'; }
 bool is_identifier_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_'; }
 
+/// The line number a `#line N` (or `# N "file"`) directive gives the line after it; nullopt for other directives.
+std::optional<int> line_directive(std::string_view directive) {
+  const auto skip_blanks = [&] {
+    while (!directive.empty() && (directive.front() == ' ' || directive.front() == '\t')) directive.remove_prefix(1);
+  };
+  directive.remove_prefix(1);  // '#'
+  skip_blanks();
+  if (directive.starts_with("line")) {
+    directive.remove_prefix(4);
+    skip_blanks();
+  }
+  int number = 0;
+  std::size_t digits = 0;
+  for (; digits < directive.size() && std::isdigit(static_cast<unsigned char>(directive[digits])) != 0; ++digits) {
+    if (number > 100'000'000) return std::nullopt;
+    number = number * 10 + (directive[digits] - '0');
+  }
+  if (digits == 0 || (digits < directive.size() && !std::isspace(static_cast<unsigned char>(directive[digits])))) {
+    return std::nullopt;
+  }
+  return number;
+}
+
 /// Splits `text` into identifiers, literals and punctuation (`::` is one token), dropping whitespace, comments
-/// and preprocessor lines (with their backslash continuations).
+/// and preprocessor lines (with their backslash continuations). A `#line` directive numbers the lines after it.
 std::vector<Token> tokenize(std::string_view text) {
   std::vector<Token> tokens;
   std::size_t i = 0;
@@ -53,6 +76,7 @@ std::vector<Token> tokenize(std::string_view text) {
       count_lines(i, stop);
       i = stop;
     } else if (c == '#' && line_start) {
+      const std::size_t start = i;
       while (i < n && text[i] != '\n') {
         if (text[i] == '\\' && i + 1 < n && text[i + 1] == '\n') {
           ++line;
@@ -60,6 +84,7 @@ std::vector<Token> tokenize(std::string_view text) {
         }
         ++i;
       }
+      if (const std::optional<int> next = line_directive(text.substr(start, i - start))) line = *next - 1;
     } else if (c == '"' || c == '\'') {
       const std::size_t start = i++;
       while (i < n && text[i] != c && text[i] != '\n') i += text[i] == '\\' ? 2 : 1;

@@ -350,44 +350,16 @@ __device__ __forceinline__ void attention_split_body(const T* q, const T* k_cach
 
 }  // namespace
 
-extern "C" __global__ void kv_append(const lg::half_t* k, const lg::half_t* v, lg::half_t* k_cache, lg::half_t* v_cache,
-                                     const int* positions, const int* slots, int n_kv_heads, int head_dim, int max_ctx,
-                                     int n_slots, int batch) {
-  kv_append_body(k, v, k_cache, v_cache, positions, slots, n_kv_heads, head_dim, max_ctx, n_slots, batch);
-}
+// The entry points, written out as in gemv.cu: kv_append, kv_append_bf16, attention, attention_bf16, ...
+/* lazygraph:variants
+axis T = lg::half_t | lg::bf16_t _bf16
 
-extern "C" __global__ void kv_append_bf16(const lg::bf16_t* k, const lg::bf16_t* v, lg::bf16_t* k_cache,
-                                          lg::bf16_t* v_cache, const int* positions, const int* slots, int n_kv_heads,
-                                          int head_dim, int max_ctx, int n_slots, int batch) {
-  kv_append_body(k, v, k_cache, v_cache, positions, slots, n_kv_heads, head_dim, max_ctx, n_slots, batch);
-}
-
-extern "C" __global__ void __launch_bounds__(1024)
-    attention(const lg::half_t* q, const lg::half_t* k_cache, const lg::half_t* v_cache, lg::half_t* out,
-              const int* positions, const int* slots, int n_heads, int n_kv_heads, int head_dim, int max_ctx,
-              int n_slots, float scale) {
-  attention_body(q, k_cache, v_cache, out, positions, slots, n_heads, n_kv_heads, head_dim, max_ctx, n_slots, scale);
-}
-
-extern "C" __global__ void attention_split(const lg::half_t* q, const lg::half_t* k_cache, const lg::half_t* v_cache,
-                                           lg::half_t* out, float* partials, unsigned* counters, const int* positions,
-                                           const int* slots, int n_heads, int n_kv_heads, int head_dim, int max_ctx,
-                                           int n_slots, float scale) {
-  attention_split_body(q, k_cache, v_cache, out, partials, counters, positions, slots, n_heads, n_kv_heads, head_dim,
-                       max_ctx, n_slots, scale);
-}
-
-extern "C" __global__ void attention_split_bf16(const lg::bf16_t* q, const lg::bf16_t* k_cache,
-                                                const lg::bf16_t* v_cache, lg::bf16_t* out, float* partials,
-                                                unsigned* counters, const int* positions, const int* slots, int n_heads,
-                                                int n_kv_heads, int head_dim, int max_ctx, int n_slots, float scale) {
-  attention_split_body(q, k_cache, v_cache, out, partials, counters, positions, slots, n_heads, n_kv_heads, head_dim,
-                       max_ctx, n_slots, scale);
-}
-
-extern "C" __global__ void __launch_bounds__(1024)
-    attention_bf16(const lg::bf16_t* q, const lg::bf16_t* k_cache, const lg::bf16_t* v_cache, lg::bf16_t* out,
-                   const int* positions, const int* slots, int n_heads, int n_kv_heads, int head_dim, int max_ctx,
-                   int n_slots, float scale) {
-  attention_body(q, k_cache, v_cache, out, positions, slots, n_heads, n_kv_heads, head_dim, max_ctx, n_slots, scale);
-}
+kv_append[T] = kv_append_body(const T* k, const T* v, T* k_cache, T* v_cache, const int* positions, const int* slots,
+                              int n_kv_heads, int head_dim, int max_ctx, int n_slots, int batch)
+attention[T] __launch_bounds__(1024) =
+    attention_body(const T* q, const T* k_cache, const T* v_cache, T* out, const int* positions, const int* slots,
+                   int n_heads, int n_kv_heads, int head_dim, int max_ctx, int n_slots, float scale)
+attention_split[T] = attention_split_body(const T* q, const T* k_cache, const T* v_cache, T* out, float* partials,
+                                          unsigned* counters, const int* positions, const int* slots, int n_heads,
+                                          int n_kv_heads, int head_dim, int max_ctx, int n_slots, float scale)
+*/

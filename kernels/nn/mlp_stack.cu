@@ -339,53 +339,12 @@ __device__ __forceinline__ void mlp_stack_body(const MlpLayer* layers, T* x, T* 
 
 }  // namespace
 
-// The entry points (the host reads these declarations to check signatures). __launch_bounds__ as gemv.cu's
-// two-matrix kernels: 3 blocks of 256 threads per SM for batches up to 2, 2 for 4 and 8.
+// The entry points, written out as in gemv.cu (mlp_stack, _b2, _b4, _b8, mlp_stack_bf16, ...; no tensor-core variant).
+// __launch_bounds__ as gemv.cu's two-matrix kernels: 3 blocks of 256 threads per SM for batches up to 2, 2 for 4 and 8.
+/* lazygraph:variants
+axis T = lg::half_t | lg::bf16_t _bf16
+axis B = 1 (256, 3) | 2 _b2 (256, 3) | 4 _b4 (256, 2) | 8 _b8 (256, 2)
 
-extern "C" __global__ void __launch_bounds__(256, 3)
-    mlp_stack(const MlpLayer* layers, lg::half_t* x, lg::half_t* act, unsigned* sync, int layer_count, int d, int ffn,
-              float eps, int split_a, int split_b, int batch) {
-  mlp_stack_body<1>(layers, x, act, sync, layer_count, d, ffn, eps, split_a, split_b, batch);
-}
-
-extern "C" __global__ void __launch_bounds__(256, 3)
-    mlp_stack_b2(const MlpLayer* layers, lg::half_t* x, lg::half_t* act, unsigned* sync, int layer_count, int d,
-                 int ffn, float eps, int split_a, int split_b, int batch) {
-  mlp_stack_body<2>(layers, x, act, sync, layer_count, d, ffn, eps, split_a, split_b, batch);
-}
-
-extern "C" __global__ void __launch_bounds__(256, 2)
-    mlp_stack_b4(const MlpLayer* layers, lg::half_t* x, lg::half_t* act, unsigned* sync, int layer_count, int d,
-                 int ffn, float eps, int split_a, int split_b, int batch) {
-  mlp_stack_body<4>(layers, x, act, sync, layer_count, d, ffn, eps, split_a, split_b, batch);
-}
-
-extern "C" __global__ void __launch_bounds__(256, 2)
-    mlp_stack_b8(const MlpLayer* layers, lg::half_t* x, lg::half_t* act, unsigned* sync, int layer_count, int d,
-                 int ffn, float eps, int split_a, int split_b, int batch) {
-  mlp_stack_body<8>(layers, x, act, sync, layer_count, d, ffn, eps, split_a, split_b, batch);
-}
-
-extern "C" __global__ void __launch_bounds__(256, 3)
-    mlp_stack_bf16(const MlpLayer* layers, lg::bf16_t* x, lg::bf16_t* act, unsigned* sync, int layer_count, int d,
-                   int ffn, float eps, int split_a, int split_b, int batch) {
-  mlp_stack_body<1>(layers, x, act, sync, layer_count, d, ffn, eps, split_a, split_b, batch);
-}
-
-extern "C" __global__ void __launch_bounds__(256, 3)
-    mlp_stack_bf16_b2(const MlpLayer* layers, lg::bf16_t* x, lg::bf16_t* act, unsigned* sync, int layer_count, int d,
-                      int ffn, float eps, int split_a, int split_b, int batch) {
-  mlp_stack_body<2>(layers, x, act, sync, layer_count, d, ffn, eps, split_a, split_b, batch);
-}
-
-extern "C" __global__ void __launch_bounds__(256, 2)
-    mlp_stack_bf16_b4(const MlpLayer* layers, lg::bf16_t* x, lg::bf16_t* act, unsigned* sync, int layer_count, int d,
-                      int ffn, float eps, int split_a, int split_b, int batch) {
-  mlp_stack_body<4>(layers, x, act, sync, layer_count, d, ffn, eps, split_a, split_b, batch);
-}
-
-extern "C" __global__ void __launch_bounds__(256, 2)
-    mlp_stack_bf16_b8(const MlpLayer* layers, lg::bf16_t* x, lg::bf16_t* act, unsigned* sync, int layer_count, int d,
-                      int ffn, float eps, int split_a, int split_b, int batch) {
-  mlp_stack_body<8>(layers, x, act, sync, layer_count, d, ffn, eps, split_a, split_b, batch);
-}
+mlp_stack[T][B] = mlp_stack_body<B>(const MlpLayer* layers, T* x, T* act, unsigned* sync, int layer_count, int d,
+                                    int ffn, float eps, int split_a, int split_b, int batch)
+*/

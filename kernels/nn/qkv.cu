@@ -159,104 +159,14 @@ __device__ __forceinline__ void qkv_body(const T* Wq, const T* Wk, const T* Wv, 
 
 }  // namespace
 
-// The entry points; __launch_bounds__ as gemv.cu's rms_norm_gemv.
+// The entry points, written out as in gemv.cu (qkv_rope_append, _b2, _b4, _b8, _mma, qkv_rope_append_bf16, ...);
+// __launch_bounds__ as gemv.cu's rms_norm_gemv.
+/* lazygraph:variants
+axis T = lg::half_t | lg::bf16_t _bf16
+axis B = 1 | 2 _b2 | 4 _b4 | 8 _b8 | kTensorCores _mma
 
-extern "C" __global__ void __launch_bounds__(256, 2)
-    qkv_rope_append(const lg::half_t* Wq, const lg::half_t* Wk, const lg::half_t* Wv, const lg::half_t* bq,
-                    const lg::half_t* bk, const lg::half_t* bv, const lg::half_t* x, const lg::half_t* g, lg::half_t* q,
-                    lg::half_t* k_cache, lg::half_t* v_cache, const int* positions, const int* slots, int d, int q_rows,
-                    int n_kv_heads, int head_dim, int max_ctx, int n_slots, const float* frequencies, float eps,
-                    int batch) {
-  qkv_body<1>(Wq, Wk, Wv, bq, bk, bv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim,
-              max_ctx, n_slots, frequencies, eps, batch);
-}
-
-extern "C" __global__ void __launch_bounds__(256, 2)
-    qkv_rope_append_b2(const lg::half_t* Wq, const lg::half_t* Wk, const lg::half_t* Wv, const lg::half_t* bq,
-                       const lg::half_t* bk, const lg::half_t* bv, const lg::half_t* x, const lg::half_t* g,
-                       lg::half_t* q, lg::half_t* k_cache, lg::half_t* v_cache, const int* positions, const int* slots,
-                       int d, int q_rows, int n_kv_heads, int head_dim, int max_ctx, int n_slots,
-                       const float* frequencies, float eps, int batch) {
-  qkv_body<2>(Wq, Wk, Wv, bq, bk, bv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim,
-              max_ctx, n_slots, frequencies, eps, batch);
-}
-
-extern "C" __global__ void __launch_bounds__(256, 2)
-    qkv_rope_append_b4(const lg::half_t* Wq, const lg::half_t* Wk, const lg::half_t* Wv, const lg::half_t* bq,
-                       const lg::half_t* bk, const lg::half_t* bv, const lg::half_t* x, const lg::half_t* g,
-                       lg::half_t* q, lg::half_t* k_cache, lg::half_t* v_cache, const int* positions, const int* slots,
-                       int d, int q_rows, int n_kv_heads, int head_dim, int max_ctx, int n_slots,
-                       const float* frequencies, float eps, int batch) {
-  qkv_body<4>(Wq, Wk, Wv, bq, bk, bv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim,
-              max_ctx, n_slots, frequencies, eps, batch);
-}
-
-extern "C" __global__ void __launch_bounds__(256, 2)
-    qkv_rope_append_b8(const lg::half_t* Wq, const lg::half_t* Wk, const lg::half_t* Wv, const lg::half_t* bq,
-                       const lg::half_t* bk, const lg::half_t* bv, const lg::half_t* x, const lg::half_t* g,
-                       lg::half_t* q, lg::half_t* k_cache, lg::half_t* v_cache, const int* positions, const int* slots,
-                       int d, int q_rows, int n_kv_heads, int head_dim, int max_ctx, int n_slots,
-                       const float* frequencies, float eps, int batch) {
-  qkv_body<8>(Wq, Wk, Wv, bq, bk, bv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim,
-              max_ctx, n_slots, frequencies, eps, batch);
-}
-
-extern "C" __global__ void __launch_bounds__(256, 2)
-    qkv_rope_append_bf16(const lg::bf16_t* Wq, const lg::bf16_t* Wk, const lg::bf16_t* Wv, const lg::bf16_t* bq,
-                         const lg::bf16_t* bk, const lg::bf16_t* bv, const lg::bf16_t* x, const lg::bf16_t* g,
-                         lg::bf16_t* q, lg::bf16_t* k_cache, lg::bf16_t* v_cache, const int* positions,
-                         const int* slots, int d, int q_rows, int n_kv_heads, int head_dim, int max_ctx, int n_slots,
-                         const float* frequencies, float eps, int batch) {
-  qkv_body<1>(Wq, Wk, Wv, bq, bk, bv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim,
-              max_ctx, n_slots, frequencies, eps, batch);
-}
-
-extern "C" __global__ void __launch_bounds__(256, 2)
-    qkv_rope_append_bf16_b2(const lg::bf16_t* Wq, const lg::bf16_t* Wk, const lg::bf16_t* Wv, const lg::bf16_t* bq,
-                            const lg::bf16_t* bk, const lg::bf16_t* bv, const lg::bf16_t* x, const lg::bf16_t* g,
-                            lg::bf16_t* q, lg::bf16_t* k_cache, lg::bf16_t* v_cache, const int* positions,
-                            const int* slots, int d, int q_rows, int n_kv_heads, int head_dim, int max_ctx, int n_slots,
-                            const float* frequencies, float eps, int batch) {
-  qkv_body<2>(Wq, Wk, Wv, bq, bk, bv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim,
-              max_ctx, n_slots, frequencies, eps, batch);
-}
-
-extern "C" __global__ void __launch_bounds__(256, 2)
-    qkv_rope_append_bf16_b4(const lg::bf16_t* Wq, const lg::bf16_t* Wk, const lg::bf16_t* Wv, const lg::bf16_t* bq,
-                            const lg::bf16_t* bk, const lg::bf16_t* bv, const lg::bf16_t* x, const lg::bf16_t* g,
-                            lg::bf16_t* q, lg::bf16_t* k_cache, lg::bf16_t* v_cache, const int* positions,
-                            const int* slots, int d, int q_rows, int n_kv_heads, int head_dim, int max_ctx, int n_slots,
-                            const float* frequencies, float eps, int batch) {
-  qkv_body<4>(Wq, Wk, Wv, bq, bk, bv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim,
-              max_ctx, n_slots, frequencies, eps, batch);
-}
-
-extern "C" __global__ void __launch_bounds__(256, 2)
-    qkv_rope_append_bf16_b8(const lg::bf16_t* Wq, const lg::bf16_t* Wk, const lg::bf16_t* Wv, const lg::bf16_t* bq,
-                            const lg::bf16_t* bk, const lg::bf16_t* bv, const lg::bf16_t* x, const lg::bf16_t* g,
-                            lg::bf16_t* q, lg::bf16_t* k_cache, lg::bf16_t* v_cache, const int* positions,
-                            const int* slots, int d, int q_rows, int n_kv_heads, int head_dim, int max_ctx, int n_slots,
-                            const float* frequencies, float eps, int batch) {
-  qkv_body<8>(Wq, Wk, Wv, bq, bk, bv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim,
-              max_ctx, n_slots, frequencies, eps, batch);
-}
-
-extern "C" __global__ void __launch_bounds__(256, 2)
-    qkv_rope_append_mma(const lg::half_t* Wq, const lg::half_t* Wk, const lg::half_t* Wv, const lg::half_t* bq,
-                        const lg::half_t* bk, const lg::half_t* bv, const lg::half_t* x, const lg::half_t* g,
-                        lg::half_t* q, lg::half_t* k_cache, lg::half_t* v_cache, const int* positions, const int* slots,
-                        int d, int q_rows, int n_kv_heads, int head_dim, int max_ctx, int n_slots,
-                        const float* frequencies, float eps, int batch) {
-  qkv_body<kTensorCores>(Wq, Wk, Wv, bq, bk, bv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads,
-                         head_dim, max_ctx, n_slots, frequencies, eps, batch);
-}
-
-extern "C" __global__ void __launch_bounds__(256, 2)
-    qkv_rope_append_bf16_mma(const lg::bf16_t* Wq, const lg::bf16_t* Wk, const lg::bf16_t* Wv, const lg::bf16_t* bq,
-                             const lg::bf16_t* bk, const lg::bf16_t* bv, const lg::bf16_t* x, const lg::bf16_t* g,
-                             lg::bf16_t* q, lg::bf16_t* k_cache, lg::bf16_t* v_cache, const int* positions,
-                             const int* slots, int d, int q_rows, int n_kv_heads, int head_dim, int max_ctx,
-                             int n_slots, const float* frequencies, float eps, int batch) {
-  qkv_body<kTensorCores>(Wq, Wk, Wv, bq, bk, bv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads,
-                         head_dim, max_ctx, n_slots, frequencies, eps, batch);
-}
+qkv_rope_append[T][B] __launch_bounds__(256, 2) =
+    qkv_body<B>(const T* Wq, const T* Wk, const T* Wv, const T* bq, const T* bk, const T* bv, const T* x, const T* g,
+                T* q, T* k_cache, T* v_cache, const int* positions, const int* slots, int d, int q_rows, int n_kv_heads,
+                int head_dim, int max_ctx, int n_slots, const float* frequencies, float eps, int batch)
+*/

@@ -172,6 +172,28 @@ TEST_CASE("a declaration with __launch_bounds__ between void and the name, and w
                        doctest::Contains("parameter 1 is declared `long long`"), UsageError);
 }
 
+TEST_CASE("a #line directive numbers the lines after it, as the compiler does") {
+  const std::string source =
+      "#include \"lazygraph/half.cuh\"\n"                     // 1
+      "#line 40\n"                                            // 2
+      "extern \"C\" __global__ void forty(int n) {}\n"        // 40
+      "#  line 7 \"nn/other.cu\"\n"                           // 41
+      "\n"                                                    // 7
+      "extern \"C\" __global__ void eight(int n) {}\n"        // 8
+      "# 100\n"                                               // 9, the GNU form
+      "extern \"C\" __global__ void hundred(int n) {}\n"      // 100
+      "#if 1\n"                                               // 101, not a #line
+      "extern \"C\" __global__ void hundred_two(int n) {}\n"  // 102
+      "#endif\n";
+  const std::vector<KernelDeclaration> found = parse_kernel_declarations(source, "lines.cu");
+  REQUIRE(found.size() == 4);
+  CHECK(found[0].line == 40);
+  CHECK(found[1].line == 8);
+  CHECK(found[2].line == 100);
+  CHECK(found[3].line == 102);
+  CHECK(found[1].file == "lines.cu");  // the file name a directive gives is not used
+}
+
 TEST_CASE("a signature whose parameter types differ from the declaration is an error naming the parameter") {
   const KernelDeclarations all(core_kernels().sources);
   CHECK_NOTHROW(all.check<void(float, const float*, float*, int)>("axpy"));

@@ -699,6 +699,80 @@ TEST_CASE_TEMPLATE("every handle of nn::BasicKernels matches its kernel's declar
   CHECK_NOTHROW(d.check<void(Condition, const int*, int*, int*, int*, int*)>("generate_advance"));
 }
 
+TEST_CASE("the variant tables of kernels/nn/ write out every variant, declared at its table line") {
+  // src/kernel_variants.py writes the tables out when the set is embedded; a #line before each kernel names its
+  // table line. A table line NAME[T][B] gives NAME, NAME_b2, ..., NAME_bf16_mma; NAME[T: lg::half_t] no bf16 twins.
+  struct Table {
+    std::string file;
+    std::string entry;  // the table line's start
+    std::vector<std::string> elements;
+    std::vector<std::string> batches;
+  };
+  const std::vector<std::string> both{"", "_bf16"};
+  const std::vector<std::string> fp16{""};
+  const std::vector<std::string> tensor_cores{"", "_b2", "_b4", "_b8", "_mma"};
+  const std::vector<std::string> fp32_only{"", "_b2", "_b4", "_b8"};
+  const std::vector<Table> tables{
+      {"nn/gemv.cu", "gemv[T][B]", both, tensor_cores},
+      {"nn/gemv.cu", "gemv_add[T][B]", both, tensor_cores},
+      {"nn/gemv.cu", "gemv_dual[T: lg::half_t][B]", fp16, tensor_cores},
+      {"nn/gemv.cu", "gemv_swiglu[T: lg::half_t][B]", fp16, tensor_cores},
+      {"nn/gemv.cu", "rms_norm_gemv[T][B]", both, tensor_cores},
+      {"nn/gemv.cu", "rms_norm_gemv_swiglu[T][B]", both, tensor_cores},
+      {"nn/qkv.cu", "qkv_rope_append[T][B]", both, tensor_cores},
+      {"nn/mlp_stack.cu", "mlp_stack[T][B]", both, fp32_only},
+      {"nn/attention.cu", "kv_append[T]", both, {""}},
+      {"nn/attention.cu", "attention[T]", both, {""}},
+      {"nn/attention.cu", "attention_split[T]", both, {""}},
+  };
+  const auto& sources = nn::kernel_set().sources;
+  const KernelDeclarations d(sources);
+  std::size_t written = 0;
+  for (const Table& t : tables) {
+    CAPTURE(t.entry);
+    const auto source =
+        std::find_if(sources.begin(), sources.end(), [&](const KernelSource& s) { return s.name == t.file; });
+    REQUIRE(source != sources.end());
+    const std::size_t at = source->text.find("\n" + t.entry + " ");
+    REQUIRE(at != std::string::npos);
+    const int line = static_cast<int>(std::count(source->text.begin(),
+                                                 source->text.begin() + static_cast<std::ptrdiff_t>(at), '\n')) +
+                     2;
+    const std::string stem = t.entry.substr(0, t.entry.find('['));
+    for (const std::string& element : t.elements) {
+      for (const std::string& batch : t.batches) {
+        const std::string name = stem + element + batch;
+        CAPTURE(name);
+        const KernelDeclaration* declared = d.find(name);
+        REQUIRE(declared != nullptr);
+        CHECK(declared->file == t.file);
+        CHECK(declared->line == line);
+        CHECK(declared->problem.empty());
+        ++written;
+      }
+    }
+  }
+  CHECK(written == 74);  // the hand-written entry points these tables replaced: gemv.cu 50, qkv.cu 10, mlp_stack.cu 8,
+                         // attention.cu 6
+  // The fp16-only kernels the tests look up as BatchedKernels.
+  for (const char* suffix : {"", "_b2", "_b4", "_b8", "_mma"}) {
+    CAPTURE(suffix);
+    CHECK_NOTHROW(d.check<void(const half*, const half*, const half*, half*, half*, int, int, int)>(
+        std::string("gemv_dual") + suffix));
+    CHECK_NOTHROW(d.check<void(const half*, const half*, const half*, half*, int, int, int)>(
+        std::string("gemv_swiglu") + suffix));
+  }
+  // Every kernel the embedded texts declare is one the reader finds, under a name of its own.
+  std::size_t declared = 0;
+  for (const KernelSource& s : sources) {
+    for (auto at = s.text.find("extern \"C\" __global__"); at != std::string::npos;
+         at = s.text.find("extern \"C\" __global__", at + 1)) {
+      ++declared;
+    }
+  }
+  CHECK(d.size() == declared);
+}
+
 TEST_CASE("tensor cores are refused on a GPU before compute capability 8.0, naming it") {
   CHECK_THROWS_WITH_AS(nn::check_tensor_cores({7, 5}), doctest::Contains("this one is 7.5"), UsageError);
   CHECK_NOTHROW(nn::check_tensor_cores({8, 0}));

@@ -54,7 +54,9 @@ inline constexpr std::string_view kernel_declaration_rule =
     "__launch_bounds__(...) may stand around `void`), spelled out in the kernel file, not produced by a macro";
 
 /// Every kernel declared in `text` (see the file comment), in source order. Comments, string literals and
-/// preprocessor lines are skipped. A kernel declared twice (a prototype, then the definition) appears twice.
+/// preprocessor lines are skipped; a `#line N` directive numbers the lines after it, as for the compiler (the
+/// kernels a variant table writes out, src/kernel_variants.py, so name their table line). A kernel declared twice
+/// (a prototype, then the definition) appears twice.
 std::vector<KernelDeclaration> parse_kernel_declarations(std::string_view text, std::string_view file);
 
 /// The canonical spelling of one parameter declaration, with or without its name:
