@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include <lazygraph/detail/driver/driver_api.hpp>
 #include <lazygraph/driver.hpp>
 #include <lazygraph/kernels.hpp>
 

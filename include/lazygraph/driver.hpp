@@ -2,16 +2,19 @@
 /// \file
 /// Layer 1, the driver: devices, streams, events, device and pinned memory, copies, loaded modules, errors, NCCL
 /// communicators.
-/// The CUDA driver and NCCL are loaded at run time; nothing here links libcuda or libnccl.
+/// The CUDA driver and NCCL are loaded at run time; nothing here links libcuda or libnccl. The raw driver entry
+/// points (detail/driver/driver_api.hpp) are the library's own and not exported here.
+
+#include <string>
 
 #include "lazygraph/detail/driver/bfloat16.hpp"
 #include "lazygraph/detail/driver/communicator.hpp"
 #include "lazygraph/detail/driver/device.hpp"
 #include "lazygraph/detail/driver/device_buffer.hpp"
 #include "lazygraph/detail/driver/device_span.hpp"
-#include "lazygraph/detail/driver/driver_api.hpp"
 #include "lazygraph/detail/driver/error.hpp"
 #include "lazygraph/detail/driver/half.hpp"
+#include "lazygraph/detail/driver/live_handles.hpp"
 #include "lazygraph/detail/driver/memcpy.hpp"
 #include "lazygraph/detail/driver/module.hpp"
 #include "lazygraph/detail/driver/nccl_api.hpp"

@@ -2,8 +2,6 @@
 
 #include <string>
 
-#include "lazygraph/detail/driver/driver_api.hpp"
-
 namespace lazygraph::nn {
 
 void check_tensor_parallel(const MlpConfig& config, int ranks) {
@@ -42,9 +40,9 @@ DeviceBuffer<T> copy_columns(const Stream& stream, DeviceSpan<const T> full, std
                      std::to_string(full.size()) + " elements");
   }
   DeviceBuffer<T> out(stream.device(), rows * count);
-  lazygraph::detail::driver::copy_device_to_device_2d(stream.device().context(), out.view().address(),
-                                                      count * sizeof(T), full.address() + first * sizeof(T),
-                                                      cols * sizeof(T), count * sizeof(T), rows, stream.get());
+  if (rows == 0 || count == 0) return out;
+  // Row r of the block starts at element r * cols + first of the matrix.
+  copy_2d_async(stream, out.view(), count, full.subspan(first, full.size() - first), cols, count, rows);
   return out;
 }
 

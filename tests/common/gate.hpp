@@ -6,6 +6,8 @@
 #include <chrono>
 #include <thread>
 
+#include <lazygraph/detail/driver/driver_api.hpp>
+
 #include "common/gpu.hpp"
 
 namespace lgtest {

@@ -6,6 +6,8 @@
 
 #include <dlfcn.h>
 
+#include <lazygraph/detail/driver/driver_api.hpp>
+
 #include <thread>
 #include <vector>
 

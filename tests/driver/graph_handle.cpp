@@ -2,6 +2,7 @@
 // after a move, each destroyed exactly once (live_handles counts them).
 #include <doctest/doctest.h>
 
+#include <lazygraph/detail/driver/driver_api.hpp>
 #include <lazygraph/detail/driver/graph_handle.hpp>
 
 #include <algorithm>

@@ -2,6 +2,8 @@
 // unloaded once; loading during a capture is refused with an error that says what to do.
 #include <doctest/doctest.h>
 
+#include <lazygraph/detail/driver/driver_api.hpp>
+
 #include <algorithm>
 #include <string>
 #include <utility>

@@ -3,6 +3,8 @@
 // (Pooled streams: stream_pool.cpp.)
 #include <doctest/doctest.h>
 
+#include <lazygraph/detail/driver/driver_api.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <string>

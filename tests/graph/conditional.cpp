@@ -2,6 +2,7 @@
 // run their bodies as the device decides, and the bound of while_ stops a runaway loop (gpu).
 #include <doctest/doctest.h>
 
+#include <lazygraph/detail/driver/driver_api.hpp>
 #include <lazygraph/lazygraph.hpp>
 
 #include <string>

@@ -1,6 +1,8 @@
 // CudaGraph::build (nodes added directly) against capture, and update_from on built and captured graphs.
 #include <doctest/doctest.h>
 
+#include <lazygraph/detail/driver/driver_api.hpp>
+
 #include <algorithm>
 #include <cstring>
 #include <memory>

@@ -72,9 +72,9 @@ TEST_SUITE("gpu") {
     for (const bool built : {false, true}) {
       CAPTURE(built);
       DeviceBuffer<float> out(lgtest::device(), n);
-      const auto before = detail::driver::live_handles();
+      const auto before = live_handles();
       CudaGraph<> g = record(built, s, [&](Scope& sc) { record_two_steps(sc, x.cview(), y.cview(), out.view()); });
-      CHECK(detail::driver::live_handles().device_allocations == before.device_allocations);
+      CHECK(live_handles().device_allocations == before.device_allocations);
       CHECK(g.scratch_bytes() == n * sizeof(float));
       for (int replay = 0; replay < 3; ++replay) {
         g.launch();

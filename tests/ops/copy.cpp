@@ -1,10 +1,13 @@
 // copy(dst, src) as an op (detail/ops/copy.hpp): sizes checked when built; device-to-device copies are
-// GraphNodes that keep both buffers alive; host copies read and write host memory when they execute.
+// GraphNodes that keep both buffers alive; host copies read and write host memory when they execute. copy_2d:
+// rows between two pitches, shapes checked when built, captured (not built) into a graph.
 #include <doctest/doctest.h>
 
 #include <lazygraph/lazygraph.hpp>
 
 #include <algorithm>
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <span>
@@ -29,6 +32,70 @@ static_assert(std::is_same_v<decltype(copy(DeviceSpan<float>{}, PinnedSpan<const
 static_assert(std::is_same_v<decltype(copy(DeviceSpan<float>{}, PinnedSpan<float>{})), StagedUploadOp<float>>);
 static_assert(std::is_same_v<decltype(copy(PinnedSpan<float>{}, DeviceSpan<float>{})), StagedDownloadOp<float>>);
 static_assert(!std::is_convertible_v<PinnedSpan<const float>, PinnedSpan<float>>);
+
+// A 2-D copy is a GraphNode that CudaGraph::build refuses: ExecContext has no 2-D copy to plan.
+static_assert(GraphNode<DeviceCopy2dOp<float>> && !BuildableNode<DeviceCopy2dOp<float>>);
+static_assert(
+    std::is_same_v<decltype(copy_2d(DeviceSpan<float>{}, 0, DeviceSpan<float>{}, 0, 0, 0)), DeviceCopy2dOp<float>>);
+
+TEST_CASE("a 2-D copy whose rows are longer than a pitch or end past a span is rejected when the op is built") {
+  const DeviceSpan<float> dst(0x1000, 3 * 8);      // 3 rows of a matrix 8 wide
+  const DeviceSpan<const float> src(0x9000, 100);  // 100 elements
+  CHECK_NOTHROW((void)copy_2d(dst, 8, src, 10, 8, 3));
+  CHECK_NOTHROW((void)copy_2d(dst, 8, src, 10, 4, 3));  // the last row may end before the span does
+  CHECK_NOTHROW((void)copy_2d(dst.subspan(4, 20), 8, src.subspan(76, 24), 10, 4, 3));  // rows 0..2 from element 4
+  CHECK_THROWS_WITH_AS((void)copy_2d(dst, 8, src, 10, 9, 3),
+                       doctest::Contains("copy_2d: 3 rows of 9 elements, 8 elements apart in the destination: a row "
+                                         "is longer than the pitch"),
+                       UsageError);
+  CHECK_THROWS_WITH_AS((void)copy_2d(dst, 8, src, 4, 5, 2),
+                       doctest::Contains("2 rows of 5 elements, 4 elements apart in the source: a row is longer"),
+                       UsageError);
+  CHECK_THROWS_WITH_AS((void)copy_2d(dst, 8, src, 10, 8, 4),
+                       doctest::Contains("4 rows of 8 elements, 8 elements apart in the destination, end past the "
+                                         "destination's 24 elements"),
+                       UsageError);
+  CHECK_THROWS_WITH_AS((void)copy_2d(dst.subspan(1, 23), 8, src, 10, 8, 3),
+                       doctest::Contains("end past the destination's 23 elements"), UsageError);
+  CHECK_THROWS_WITH_AS((void)copy_2d(dst, 8, src, 47, 8, 3),
+                       doctest::Contains("3 rows of 8 elements, 47 elements apart in the source, end past the "
+                                         "source's 100 elements"),
+                       UsageError);
+  // A row count times a pitch that overflows 64 bits is out of range, not a small number that fits.
+  CHECK_THROWS_WITH_AS((void)copy_2d(dst, 8, src, std::size_t{1} << 63, 1, 3),
+                       doctest::Contains("end past the source's 100 elements"), UsageError);
+}
+
+TEST_CASE("a 2-D copy of one row ignores the pitches, and one of no rows or no columns checks nothing") {
+  const DeviceSpan<float> dst(0x1000, 4);
+  const DeviceSpan<const float> src(0x9000, 4);
+  CHECK_NOTHROW((void)copy_2d(dst, 0, src, 1, 4, 1));  // one row: the pitch is never stepped over
+  CHECK_THROWS_AS((void)copy_2d(dst, 0, src, 1, 5, 1), UsageError);
+  CHECK_NOTHROW((void)copy_2d(dst, 0, src, 0, 1000, 0));
+  CHECK_NOTHROW((void)copy_2d(dst, 0, src, 0, 0, 1000));
+  CHECK(accesses_of(copy_2d(dst, 0, src, 0, 0, 1000)).empty());
+}
+
+TEST_CASE("a 2-D copy reads and writes, in each span, from its first row's start to its last row's end") {
+  const DeviceSpan<float> dst(0x1000, 64);
+  const DeviceSpan<const float> src(0x9000, 64);
+  const AccessSet set = accesses_of(copy_2d(dst.subspan(2, 62), 16, src.subspan(1, 63), 10, 3, 4));
+  REQUIRE(set.entries().size() == 2);
+  CHECK_FALSE(set.is_opaque());
+  const MemoryAccess& read = set.entries()[0];
+  const MemoryAccess& write = set.entries()[1];
+  CHECK_FALSE(read.writes);
+  CHECK(read.begin == 0x9000 + 1 * sizeof(float));
+  CHECK(read.bytes == (3 * 10 + 3) * sizeof(float));
+  CHECK(write.writes);
+  CHECK(write.begin == 0x1000 + 2 * sizeof(float));
+  CHECK(write.bytes == (3 * 16 + 3) * sizeof(float));
+  CHECK(read.op == "copy_2d");
+  // Disjoint columns of one matrix: taken to overlap (an upper bound), so dataflow orders the two copies.
+  const auto left = copy_2d(dst, 16, src, 16, 8, 4);
+  const auto right = copy_2d(dst.subspan(8, 56), 16, src.subspan(8, 56), 16, 8, 4);
+  CHECK(find_conflict(accesses_of(left), accesses_of(right)).has_value());
+}
 
 TEST_CASE("a staging copy of the wrong size is rejected when the op is built, naming both sizes") {
   const DeviceSpan<float> dst(0x1000, 4);
@@ -121,6 +188,87 @@ TEST_SUITE("gpu") {
       }
       CHECK(g.transfers().replays == 3);
     }
+  }
+
+  TEST_CASE("copy_2d copies a block of columns between two pitches, eagerly and captured, and leaves the rest") {
+    Stream& s = lgtest::stream();
+    // A 300 x 37 matrix; columns [5, 5 + 19) of its rows 0..299 go to columns [3, 3 + 19) of a 300 x 29 matrix.
+    const std::size_t rows = 300;
+    const std::size_t src_cols = 37;
+    const std::size_t dst_cols = 29;
+    const std::size_t width = 19;
+    const std::vector<float> a = lgtest::random_floats(rows * src_cols);
+    const std::vector<float> b = lgtest::random_floats(rows * dst_cols);
+    std::vector<float> want = b;
+    for (std::size_t r = 0; r < rows; ++r) {
+      for (std::size_t c = 0; c < width; ++c) want[r * dst_cols + 3 + c] = a[r * src_cols + 5 + c];
+    }
+    const DeviceBuffer<float> src = lgtest::to_device(s, a);
+    for (const bool captured : {false, true}) {
+      CAPTURE(captured);
+      DeviceBuffer<float> dst = lgtest::to_device(s, b);
+      const auto op = copy_2d(dst.view().subspan(3, rows * dst_cols - 3), dst_cols,
+                              src.cview().subspan(5, rows * src_cols - 5), src_cols, width, rows);
+      if (captured) {
+        auto graph = CudaGraph<>::capture(s, op);
+        const auto kinds = graph.node_kinds();
+        CHECK(kinds == std::vector<NodeKind>{NodeKind::memcpy});  // one node for all the rows
+        graph.launch();
+      } else {
+        op.sync_on(s);
+      }
+      CHECK(lgtest::to_host(s, dst.cview()) == want);  // the block copied bit for bit, the other columns as they were
+    }
+  }
+
+  TEST_CASE("copy_2d moves 2-byte elements by their size: a block of fp16 rows, out of a matrix and back into one") {
+    Stream& s = lgtest::stream();
+    const std::size_t rows = 64;
+    const std::size_t cols = 96;
+    const std::size_t first = 40;
+    const std::size_t width = 33;
+    const std::vector<half> a = lgtest::random_halves(rows * cols);
+    const DeviceBuffer<half> full = lgtest::to_device(s, a);
+    DeviceBuffer<half> block = zeros<half>(rows * width).sync_on(s);
+    copy_2d(block.view(), width, full.cview().subspan(first, rows * cols - first), cols, width, rows).sync_on(s);
+    const std::vector<half> got = lgtest::to_host(s, block.cview());
+    bool same = true;
+    for (std::size_t r = 0; r < rows; ++r) {
+      for (std::size_t c = 0; c < width; ++c) same = same && got[r * width + c].bits == a[r * cols + first + c].bits;
+    }
+    CHECK(same);
+    DeviceBuffer<half> back = zeros<half>(rows * cols).sync_on(s);
+    copy_2d(back.view().subspan(first, rows * cols - first), cols, block.cview(), width, width, rows).sync_on(s);
+    const std::vector<half> round_trip = lgtest::to_host(s, back.cview());
+    std::size_t wrong = 0;
+    for (std::size_t r = 0; r < rows; ++r) {
+      for (std::size_t c = 0; c < cols; ++c) {
+        const bool inside = c >= first && c < first + width;
+        const std::uint16_t expect = inside ? a[r * cols + c].bits : std::uint16_t{0};
+        wrong += round_trip[r * cols + c].bits != expect ? 1U : 0U;
+      }
+    }
+    CHECK(wrong == 0);
+  }
+
+  TEST_CASE("a 2-D copy op keeps both buffers alive in a graph that captured it") {
+    Stream& s = lgtest::stream();
+    const std::vector<float> values = lgtest::random_floats(8 * 8);
+    DeviceBuffer<float> out = zeros<float>(8 * 4).sync_on(s);
+    std::weak_ptr<const void> src_owner;
+    std::optional<CudaGraph<>> graph;
+    {
+      DeviceBuffer<float> src = lgtest::to_device(s, values);
+      src_owner = src.cview().owner();
+      graph.emplace(CudaGraph<>::capture(s, copy_2d(out.view(), 4, src.cview(), 8, 4, 8)));
+    }
+    CHECK_FALSE(src_owner.expired());
+    graph->launch();
+    std::vector<float> want;
+    for (std::size_t r = 0; r < 8; ++r) want.insert(want.end(), values.begin() + r * 8, values.begin() + r * 8 + 4);
+    CHECK(lgtest::to_host(s, out.cview()) == want);
+    graph.reset();
+    CHECK(src_owner.expired());
   }
 
   TEST_CASE("copy between two GPUs' buffers is a peer copy: eagerly, and as a node of a captured graph") {

@@ -3,6 +3,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
+#include <lazygraph/detail/driver/driver_api.hpp>
 #include <lazygraph/driver.hpp>
 #include <lazygraph/kernels.hpp>
 

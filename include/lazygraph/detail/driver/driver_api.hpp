@@ -21,6 +21,8 @@
 #include <string_view>
 #include <vector>
 
+#include "lazygraph/detail/driver/live_handles.hpp"
+
 namespace lazygraph::detail::driver {
 
 /// Loads the driver and calls cuInit once per process; later calls are cheap.
@@ -46,23 +48,7 @@ inline void check(CUresult code, std::string_view api, std::string_view object) 
     throw_error(code, api, object);
 }
 
-/// How many driver objects this process holds through these wrappers right now, by kind, and the bytes of
-/// device and pinned memory they own. Counted on create and destroy (an atomic add each), so that tests and
-/// users can check that nothing leaked: after any sequence of operations that ends where it began, the
-/// counts are back where they were.
-struct LiveHandles {
-  long long device_allocations = 0;
-  long long device_bytes = 0;
-  long long pinned_allocations = 0;
-  long long pinned_bytes = 0;
-  long long streams = 0;
-  long long events = 0;
-  long long modules = 0;
-  long long graphs = 0;
-  long long graph_execs = 0;
-  friend bool operator==(const LiveHandles&, const LiveHandles&) = default;
-};
-[[nodiscard]] LiveHandles live_handles() noexcept;
+// LiveHandles and live_handles(): live_handles.hpp (the counts are kept in src/driver_api.cpp).
 
 int driver_version();
 int device_count();

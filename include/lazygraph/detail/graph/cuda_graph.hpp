@@ -28,6 +28,7 @@
 #include <variant>
 #include <vector>
 
+#include "lazygraph/detail/driver/driver_api.hpp"
 #include "lazygraph/detail/graph/device_scalar.hpp"
 #include "lazygraph/detail/graph/graph_build.hpp"
 #include "lazygraph/detail/graph/graph_options.hpp"

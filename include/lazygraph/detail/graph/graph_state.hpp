@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "lazygraph/detail/driver/deferred_release.hpp"
+#include "lazygraph/detail/driver/driver_api.hpp"
 #include "lazygraph/detail/driver/graph_handle.hpp"
 #include "lazygraph/detail/driver/stream.hpp"
 #include "lazygraph/detail/graph/graph_build.hpp"

@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "lazygraph/detail/driver/device.hpp"
+#include "lazygraph/detail/driver/driver_api.hpp"
 #include "lazygraph/detail/driver/module.hpp"
 #include "lazygraph/detail/driver/stream.hpp"
 #include "lazygraph/detail/kernels/kernel_arguments.hpp"

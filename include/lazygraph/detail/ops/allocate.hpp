@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "lazygraph/detail/driver/device_buffer.hpp"
+#include "lazygraph/detail/driver/driver_api.hpp"
 #include "lazygraph/detail/driver/half.hpp"
 #include "lazygraph/detail/driver/memcpy.hpp"
 #include "lazygraph/detail/ops/concepts.hpp"

@@ -1,6 +1,7 @@
 #pragma once
 /// \file
-/// copy(dst, src) as an op, in three directions. The sizes are checked when the op is built.
+/// copy(dst, src) as an op, in three directions, and copy_2d(...), rows of a matrix between two pitches on the
+/// device. The sizes are checked when the op is built.
 ///
 /// Device-to-device copies are graph nodes, and so are copies from or to a StagingBuffer's PinnedSpan: pinned
 /// memory the graph keeps alive, at an address that stays put, which each replay reads or writes — write the input
@@ -58,6 +59,57 @@ class [[nodiscard]] DeviceCopyOp : public OpBase<DeviceCopyOp<T>> {
  private:
   DeviceSpan<T> dst_;
   DeviceSpan<const T> src_;
+};
+
+/// Device to device in two dimensions, made by `copy_2d(dst, dst_pitch, src, src_pitch, width, height)`: `height`
+/// rows of `width` elements, `src_pitch` elements apart in `src` and `dst_pitch` in `dst` (copy_2d_async, memcpy.hpp).
+/// A GraphNode (one memcpy node when captured) that holds both spans, so their buffers live as long as the op and a
+/// graph that recorded it.
+///
+/// Captured only: it submits to `ctx.stream()` itself, since ExecContext has no 2-D copy to write into a plan, so it
+/// is not a BuildableNode and CudaGraph::build refuses it at compile time (record it with CudaGraph::capture or
+/// scope).
+template <class T>
+class [[nodiscard]] DeviceCopy2dOp : public OpBase<DeviceCopy2dOp<T>> {
+ public:
+  /// No output.
+  using Output = void;
+  /// A GraphNode: it neither allocates nor touches host memory.
+  static constexpr bool is_graph_node = true;
+
+  /// \throws UsageError when `width` is larger than a pitch (for more than one row), or when the last row ends past
+  ///         the end of its span.
+  DeviceCopy2dOp(DeviceSpan<T> dst, std::size_t dst_pitch, DeviceSpan<const T> src, std::size_t src_pitch,
+                 std::size_t width, std::size_t height)
+      : dst_(std::move(dst)),
+        src_(std::move(src)),
+        dst_pitch_(dst_pitch),
+        src_pitch_(src_pitch),
+        width_(width),
+        height_(height) {
+    detail::check_copy_2d("copy_2d", dst_.size(), dst_pitch_, src_.size(), src_pitch_, width_, height_);
+  }
+  /// Submits the copy to `ctx.stream()` (asynchronous; nothing when `width` or `height` is 0).
+  void execute(ExecContext& ctx) const {
+    ctx.keep_alive(dst_.owner());
+    ctx.keep_alive(src_.owner());
+    copy_2d_async(ctx.stream(), dst_, dst_pitch_, src_, src_pitch_, width_, height_);
+  }
+  /// Reads `src`, writes `dst`: in each, one range from the first row's start to the last row's end. That includes
+  /// the elements between the rows, which are not touched (an upper bound, as access.hpp says; exact when the
+  /// pitch equals the width): two copies into disjoint columns of one matrix are taken to conflict.
+  void accesses(AccessSet& out) const {
+    out.read(src_.address(), detail::copy_2d_extent(src_pitch_, width_, height_) * sizeof(T), "copy_2d");
+    out.write(dst_.address(), detail::copy_2d_extent(dst_pitch_, width_, height_) * sizeof(T), "copy_2d");
+  }
+
+ private:
+  DeviceSpan<T> dst_;
+  DeviceSpan<const T> src_;
+  std::size_t dst_pitch_;
+  std::size_t src_pitch_;
+  std::size_t width_;
+  std::size_t height_;
 };
 
 /// Host to device. The host memory is read when the op executes, not when it is built: keep it valid.
@@ -226,6 +278,20 @@ template <class T>
   static_assert(!std::is_const_v<T>,
                 "copy: the destination is a read-only DeviceSpan<const T>; pass a writable view (buffer.view())");
   return {std::move(dst), std::move(src)};
+}
+
+/// Device to device in two dimensions: `height` rows of `width` elements, row r read at element `r * src_pitch` of
+/// `src` and written at element `r * dst_pitch` of `dst` (pitches in elements: the row length of a row-major matrix),
+/// such as a block of columns out of a matrix or into one. Captured only (see DeviceCopy2dOp).
+/// \throws UsageError when `width` is larger than a pitch (for more than one row), or when the last row ends past
+///         the end of its span, naming the numbers.
+template <class T>
+[[nodiscard]] DeviceCopy2dOp<T> copy_2d(DeviceSpan<T> dst, std::size_t dst_pitch,
+                                        std::type_identity_t<DeviceSpan<const T>> src, std::size_t src_pitch,
+                                        std::size_t width, std::size_t height) {
+  static_assert(!std::is_const_v<T>,
+                "copy_2d: the destination is a read-only DeviceSpan<const T>; pass a writable view (buffer.view())");
+  return {std::move(dst), dst_pitch, std::move(src), src_pitch, width, height};
 }
 
 /// Host to device (`src`: a std::vector, array or std::span). \throws UsageError when the sizes differ.
