@@ -20,8 +20,9 @@ ninja -C build-gpu >"$logs/build.log" 2>&1 || { grep -E "error|FAILED" -A5 "$log
 meson test -C build-gpu --no-rebuild --print-errorlogs >"$logs/tests.log" 2>&1
 status=$?
 grep -E "^ *[0-9]+/[0-9]+ " "$logs/tests.log"
-./build-gpu/tests/lazygraph_tests --test-suite=gpu --success=false -d 2>&1 | grep -E "kernel library|\[doctest\]" |
-  tee "$logs/gpu-suite.txt"
+for program in lazygraph_tests lazygraph_nn_tests; do  # the core layers' tests, then the nn layer's
+  ./build-gpu/tests/$program --test-suite=gpu --success=false -d 2>&1 | grep -E "kernel library|\[doctest\]"
+done | tee "$logs/gpu-suite.txt"
 python3 tests/scripts/summarize.py build-gpu | tee "$logs/summary.txt"
 if [ $status -ne 0 ]; then grep -B2 -A40 -E "FAIL|ERROR" "$logs/tests.log" | head -120; fi
 if [ $# -gt 0 ]; then "$@"; fi

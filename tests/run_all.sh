@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Every test suite: host, no-driver, gpu and reliability (skipped without a GPU), compile-fail, examples,
-# checks and consumers in a normal build, then the host test program again under AddressSanitizer +
-# UndefinedBehaviorSanitizer (unoptimized: at -O2 that build takes five times as long to compile, and only
-# the test program and the libraries it links are built there). Prints a line per phase ("== "), ninja's progress and each test; a failed build
+# checks and consumers in a normal build, then the host suite of the two test programs (lazygraph_tests, the core
+# layers; lazygraph_nn_tests, the nn layer) again under AddressSanitizer + UndefinedBehaviorSanitizer (unoptimized:
+# at -O2 that build takes five times as long to compile, and only the test programs and the libraries they link
+# are built there). Prints a line per phase ("== "), ninja's progress and each test; a failed build
 # prints the compiler's messages and what failed. Then a table of suites with how many test cases ran, the
 # reason of every skip, and the closing line
 #   N passed, N failed, N skipped
@@ -25,7 +26,7 @@ meson test -C build --no-rebuild --print-errorlogs || status=1
 
 configure build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug \
   -Dexamples=disabled -Dtools=disabled || build_failed
-build build-asan tests/lazygraph_tests || build_failed
+build build-asan tests/lazygraph_tests tests/lazygraph_nn_tests || build_failed
 echo "== testing build-asan: suite host under AddressSanitizer and UndefinedBehaviorSanitizer"
 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 \
   meson test -C build-asan --no-rebuild --print-errorlogs --suite host || status=1

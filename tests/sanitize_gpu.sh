@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
-# Runs the gpu test suite under each compute-sanitizer tool (memcheck with leak check, racecheck, synccheck,
-# initcheck) on a GPU machine, after tests/gpu_machine.sh has built build-gpu/. The tool `asan` instead builds
-# build-gpu-asan/ with AddressSanitizer + UndefinedBehaviorSanitizer and runs the gpu and reliability suites
-# there (host-side memory errors on the GPU path: use-after-scope, use-after-free, overflows, leaks).
-# Prints one line per tool with its error count and exits non-zero when any tool reported an error.
-# Logs go to $OUT (or ./gpu-logs).
+# Runs the gpu test suite of both test programs (lazygraph_tests, the core layers; lazygraph_nn_tests, the nn layer)
+# under each compute-sanitizer tool (memcheck with leak check, racecheck, synccheck, initcheck) on a GPU machine,
+# after tests/gpu_machine.sh has built build-gpu/. The tool `asan` instead builds build-gpu-asan/ with
+# AddressSanitizer + UndefinedBehaviorSanitizer and runs the gpu and reliability suites of both programs there
+# (host-side memory errors on the GPU path: use-after-scope, use-after-free, overflows, leaks).
+# Prints one line per tool and program with its error count and exits non-zero when any tool reported an error.
+# Logs go to $OUT (or ./gpu-logs): sanitize-TOOL.log for lazygraph_tests, sanitize-TOOL-nn.log for lazygraph_nn_tests.
 #   usage: tests/sanitize_gpu.sh [tool ...]        (default: memcheck racecheck synccheck initcheck)
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 logs="${OUT:-$root/gpu-logs}"
 mkdir -p "$logs"
 sanitizer="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
-tests="$root/build-gpu/tests/lazygraph_tests"
-[ -x "$tests" ] || { echo "no $tests: run tests/gpu_machine.sh first" >&2; exit 2; }
+programs=(lazygraph_tests lazygraph_nn_tests)
+for program in "${programs[@]}"; do
+  [ -x "$root/build-gpu/tests/$program" ] || { echo "no $root/build-gpu/tests/$program: run tests/gpu_machine.sh first" >&2; exit 2; }
+done
 export LAZYGRAPH_CACHE_DIR="$root/build-gpu/tests/kernel-cache"
 tools=("$@")
 [ ${#tools[@]} -gt 0 ] || tools=(memcheck racecheck synccheck initcheck)
@@ -29,14 +32,16 @@ for tool in "${tools[@]}"; do
       meson setup "$root/build-gpu-asan" "$root" --cmake-prefix-path="$root/.debs/prefix/usr" --wrap-mode=nodownload \
         -Db_sanitize=address,undefined -Db_lundef=false -Dexamples=disabled >"$log" 2>&1 || { tail -20 "$log"; exit 2; }
     fi
-    ninja -C "$root/build-gpu-asan" tests/lazygraph_tests >>"$log" 2>&1 || { tail -30 "$log"; exit 2; }
+    ninja -C "$root/build-gpu-asan" tests/lazygraph_tests tests/lazygraph_nn_tests >>"$log" 2>&1 || { tail -30 "$log"; exit 2; }
     # The CUDA driver maps memory where ASan keeps its shadow gap. Leaks are checked at exit, except those of the
     # CUDA and NCCL libraries, which keep allocations for the process's life (tests/sanitize_gpu.supp).
     rc=0
-    for suite in gpu reliability; do
-      ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=1:halt_on_error=1 \
-        LSAN_OPTIONS="suppressions=$root/tests/sanitize_gpu.supp" UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-        "$root/build-gpu-asan/tests/lazygraph_tests" --test-suite=$suite --no-colors=true >>"$log" 2>&1 || rc=1
+    for program in "${programs[@]}"; do
+      for suite in gpu reliability; do
+        ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=1:halt_on_error=1 \
+          LSAN_OPTIONS="suppressions=$root/tests/sanitize_gpu.supp" UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+          "$root/build-gpu-asan/tests/$program" --test-suite=$suite --no-colors=true >>"$log" 2>&1 || rc=1
+      done
     done
     errors=$(grep -cE "ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:" "$log")
     cases=$(grep -E "^\[doctest\] test cases" "$log" | tr '\n' ' ')
@@ -46,24 +51,28 @@ for tool in "${tools[@]}"; do
   fi
   extra=()
   [ "$tool" = memcheck ] && extra=(--leak-check full)
-  log="$logs/sanitize-$tool.log"
-  start=$(date +%s)
-  # Pass 1: every test but those below, with every failed driver call reported as an error.
-  "$sanitizer" --tool "$tool" "${extra[@]}" --error-exitcode 99 --print-limit 200 \
-    "$tests" --test-suite=gpu --no-colors=true --test-case-exclude="$expected_api_errors" >"$log" 2>&1
-  rc=$?
-  summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | tail -1)
-  cases=$(grep -E "^\[doctest\] test cases" "$log" | tail -1)
-  echo "$tool: exit $rc; ${summary:-no summary}; ${cases:-no doctest summary}; $(($(date +%s) - start)) s"
-  [ $rc -eq 0 ] || status=1
-  # Pass 2: the tests whose point is a failing driver call (out of memory), with API errors not reported —
-  # memory, race, sync and init errors still are.
-  "$sanitizer" --tool "$tool" "${extra[@]}" --report-api-errors no --error-exitcode 99 --print-limit 200 \
-    "$tests" --test-suite=gpu --no-colors=true --test-case="$expected_api_errors" >"$log.expected-api-errors" 2>&1
-  rc=$?
-  summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log.expected-api-errors" | tail -1)
-  cases=$(grep -E "^\[doctest\] test cases" "$log.expected-api-errors" | tail -1)
-  echo "$tool (expected API errors): exit $rc; ${summary:-no summary}; ${cases:-no doctest summary}"
-  [ $rc -eq 0 ] || status=1
+  for program in "${programs[@]}"; do
+    tests="$root/build-gpu/tests/$program"
+    log="$logs/sanitize-$tool.log"
+    [ "$program" = lazygraph_nn_tests ] && log="$logs/sanitize-$tool-nn.log"
+    start=$(date +%s)
+    # Pass 1: every test but those below, with every failed driver call reported as an error.
+    "$sanitizer" --tool "$tool" "${extra[@]}" --error-exitcode 99 --print-limit 200 \
+      "$tests" --test-suite=gpu --no-colors=true --test-case-exclude="$expected_api_errors" >"$log" 2>&1
+    rc=$?
+    summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | tail -1)
+    cases=$(grep -E "^\[doctest\] test cases" "$log" | tail -1)
+    echo "$tool ($program): exit $rc; ${summary:-no summary}; ${cases:-no doctest summary}; $(($(date +%s) - start)) s"
+    [ $rc -eq 0 ] || status=1
+    # Pass 2: the tests whose point is a failing driver call (out of memory), with API errors not reported —
+    # memory, race, sync and init errors still are.
+    "$sanitizer" --tool "$tool" "${extra[@]}" --report-api-errors no --error-exitcode 99 --print-limit 200 \
+      "$tests" --test-suite=gpu --no-colors=true --test-case="$expected_api_errors" >"$log.expected-api-errors" 2>&1
+    rc=$?
+    summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log.expected-api-errors" | tail -1)
+    cases=$(grep -E "^\[doctest\] test cases" "$log.expected-api-errors" | tail -1)
+    echo "$tool ($program, expected API errors): exit $rc; ${summary:-no summary}; ${cases:-no doctest summary}"
+    [ $rc -eq 0 ] || status=1
+  done
 done
 exit $status

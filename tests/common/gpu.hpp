@@ -1,9 +1,11 @@
 #pragma once
-// Shared by the test files: the device and kernel library the gpu suite runs on, opened once by main.
+// Shared by the test files of both test programs: the device and kernel library the gpu suite runs on, opened once
+// by main (common/main.cpp). Nothing here involves the nn layer: its tests add common/nn.hpp.
 
 #include <lazygraph/lazygraph.hpp>
 
 #include <filesystem>
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -13,10 +15,11 @@ namespace lgtest {
 lazygraph::Device& device();
 /// The embedded kernel library, built once for the device, cached under the build directory.
 lazygraph::KernelLibrary& kernels();
-/// A library of the core and the nn kernel sets (lazygraph::nn::kernel_library), built on first use.
-lazygraph::KernelLibrary& nn_kernels();
 /// A stream for the test to use.
 lazygraph::Stream& stream();
+/// Runs `release` when main ends, before the stream, the kernel library and the device are let go (the latest
+/// registered first): for what a helper made for device() on first use (common/nn.cpp's kernel library).
+void at_teardown(std::function<void()> release);
 /// A fresh, empty directory under the build tree, unique to this call.
 std::filesystem::path scratch_directory(const std::string& label);
 

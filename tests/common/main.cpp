@@ -1,8 +1,10 @@
-// The test runner. One binary serves every suite; meson registers it per suite:
+// The test runner of both test programs: lazygraph_tests (the core layers, linking only liblazygraph) and
+// lazygraph_nn_tests (tests/nn/, which adds liblazygraph_nn and common/nn.cpp). Meson registers each per suite:
 //   host      runs without a GPU (everything but the gpu and no-driver suites);
 //   gpu       needs a device: with none, it prints why and exits 77 (Meson's "skipped");
 //   reliability  soak, threads and failure recovery; needs a device like gpu;
 //   no-driver runs with LAZYGRAPH_CUDA_DRIVER pointing nowhere, to test the path of a machine without driver.
+// Nothing here may include an nn header: the core tests build and run without the nn layer.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
@@ -13,33 +15,31 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/gpu.hpp"
-
-#include <lazygraph/nn/kernels.hpp>
 
 namespace lgtest {
 
 namespace {
 std::optional<lazygraph::Device> g_device;
 std::unique_ptr<lazygraph::KernelLibrary> g_kernels;
-std::unique_ptr<lazygraph::KernelLibrary> g_nn_kernels;
 std::optional<lazygraph::Stream> g_stream;
+std::vector<std::function<void()>> g_teardown;
 }  // namespace
+
+void at_teardown(std::function<void()> release) { g_teardown.push_back(std::move(release)); }
 
 lazygraph::Device& device() { return *g_device; }
 
 lazygraph::KernelLibrary& kernels() {
   if (!g_kernels) g_kernels = std::make_unique<lazygraph::KernelLibrary>(device());
   return *g_kernels;
-}
-
-lazygraph::KernelLibrary& nn_kernels() {
-  if (!g_nn_kernels) g_nn_kernels = std::make_unique<lazygraph::KernelLibrary>(lazygraph::nn::kernel_library(device()));
-  return *g_nn_kernels;
 }
 
 lazygraph::Stream& stream() {
@@ -129,8 +129,11 @@ int main(int argc, char** argv) {
                 lgtest::g_device->compute_capability().as_int(), lgtest::g_device->sm_count());
   }
   const int result = context.run();
+  while (!lgtest::g_teardown.empty()) {  // the latest first
+    lgtest::g_teardown.back()();
+    lgtest::g_teardown.pop_back();
+  }
   lgtest::g_stream.reset();
-  lgtest::g_nn_kernels.reset();
   lgtest::g_kernels.reset();
   lgtest::g_device.reset();
   return result;

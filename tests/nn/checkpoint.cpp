@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/gpu.hpp"
+#include "common/nn.hpp"
 #include "common/small_decoder.hpp"
 
 using namespace lazygraph;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/gpu.hpp"
+#include "common/nn.hpp"
 
 #include <lazygraph/nn/kernels.hpp>
 

@@ -11,6 +11,7 @@
 #include <lazygraph/nn/mlp_stack.hpp>
 #include <lazygraph/nn/reference.hpp>
 #include "common/gpu.hpp"
+#include "common/nn.hpp"
 
 namespace lg = lazygraph;
 namespace nn = lazygraph::nn;

@@ -12,6 +12,7 @@
 #include <lazygraph/nn/random_weights.hpp>
 #include <lazygraph/nn/reference.hpp>
 #include "common/gpu.hpp"
+#include "common/nn.hpp"
 #include "common/small_decoder.hpp"
 
 namespace lg = lazygraph;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/gpu.hpp"
+#include "common/nn.hpp"
 #include "common/sampling_boundary.hpp"
 #include "common/small_decoder.hpp"
 

@@ -10,6 +10,7 @@
 
 #include "common/gpu.hpp"
 #include "common/nccl.hpp"
+#include "common/nn.hpp"
 
 namespace lg = lazygraph;
 using lg::half;

@@ -10,6 +10,7 @@
 
 #include "common/gpu.hpp"
 #include "common/nccl.hpp"
+#include "common/nn.hpp"
 #include "common/small_decoder.hpp"
 
 namespace lg = lazygraph;
