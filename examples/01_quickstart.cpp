@@ -75,12 +75,4 @@ constexpr const char* usage =
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  if (auto code = example::handle_arguments(argc, argv, usage)) return *code;
-  try {
-    return run();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "lazygraph quickstart: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return example::main_of(argc, argv, "lazygraph quickstart", usage, 0, run); }

@@ -63,12 +63,4 @@ constexpr const char* usage =
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  if (auto code = example::handle_arguments(argc, argv, usage)) return *code;
-  try {
-    return run();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "02_compose: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return example::main_of(argc, argv, "02_compose", usage, 0, run); }

@@ -55,11 +55,5 @@ constexpr const char* usage =
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (auto code = example::handle_arguments(argc, argv, usage, 1)) return *code;
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "04_graph_dot: %s\n", e.what());
-    return 1;
-  }
+  return example::main_of(argc, argv, "04_graph_dot", usage, 1, [&] { return run(argc, argv); });
 }

@@ -112,13 +112,6 @@ int run(int steps, int checked) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (auto code = example::handle_arguments(argc, argv, usage, 2)) return *code;
-  const int steps = argc > 1 ? std::atoi(argv[1]) : 256;
-  const int checked = argc > 2 ? std::atoi(argv[2]) : 4;
-  try {
-    return run(steps, checked);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "05_decode: %s\n", e.what());
-    return 1;
-  }
+  return example::main_of(argc, argv, "05_decode", usage, 2,
+                          [&] { return run(argc > 1 ? std::atoi(argv[1]) : 256, argc > 2 ? std::atoi(argv[2]) : 4); });
 }

@@ -72,12 +72,6 @@ int run(int steps) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (auto code = example::handle_arguments(argc, argv, usage, 1)) return *code;
-  const int steps = std::clamp(argc > 1 ? std::atoi(argv[1]) : 256, 1, 1024);
-  try {
-    return run(steps);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "07_generate: %s\n", e.what());
-    return 1;
-  }
+  return example::main_of(argc, argv, "07_generate", usage, 1,
+                          [&] { return run(std::clamp(argc > 1 ? std::atoi(argv[1]) : 256, 1, 1024)); });
 }

@@ -100,16 +100,12 @@ constexpr const char* usage =
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (auto code = example::handle_arguments(argc, argv, usage, 1)) return *code;
-  const std::filesystem::path kernel_dir = argc > 1 ? argv[1] : EXAMPLE_KERNEL_DIR;
-  if (!std::filesystem::is_directory(kernel_dir)) {
-    std::fprintf(stderr, "08_own_kernels: %s is not a folder\n%s", kernel_dir.c_str(), usage);
-    return example::exit_usage;
-  }
-  try {
+  return example::main_of(argc, argv, "08_own_kernels", usage, 1, [&] {
+    const std::filesystem::path kernel_dir = argc > 1 ? argv[1] : EXAMPLE_KERNEL_DIR;
+    if (!std::filesystem::is_directory(kernel_dir)) {
+      std::fprintf(stderr, "08_own_kernels: %s is not a folder\n%s", kernel_dir.c_str(), usage);
+      return example::exit_usage;
+    }
     return run(kernel_dir);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "08_own_kernels: %s\n", e.what());
-    return 1;
-  }
+  });
 }

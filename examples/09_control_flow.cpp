@@ -123,12 +123,4 @@ constexpr const char* usage =
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  if (auto code = example::handle_arguments(argc, argv, usage)) return *code;
-  try {
-    return run();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "09_control_flow: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return example::main_of(argc, argv, "09_control_flow", usage, 0, run); }

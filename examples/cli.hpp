@@ -5,6 +5,7 @@
 #include <lazygraph/lazygraph.hpp>
 
 #include <cstdio>
+#include <exception>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -39,6 +40,20 @@ inline constexpr int exit_usage = 2;
     return exit_usage;
   }
   return std::nullopt;
+}
+
+/// What every example's main does: answer `--help` and refuse bad arguments (handle_arguments), then return
+/// `run()`, or 1 after printing "NAME: what failed" on stderr when it throws.
+template <class Run>
+[[nodiscard]] int main_of(int argc, char** argv, const char* name, std::string_view usage, int max_positional,
+                          Run&& run) {
+  if (auto code = handle_arguments(argc, argv, usage, max_positional)) return *code;
+  try {
+    return run();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", name, e.what());
+    return 1;
+  }
 }
 
 /// True when there is no GPU to run on, after printing "PROGRAM: skipped, no GPU to run on: WHY".
