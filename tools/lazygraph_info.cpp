@@ -81,7 +81,7 @@ void field(int indent, std::string_view label, const std::string& value) {
 
 // ---- the driver -------------------------------------------------------------------------------------------
 
-/// The library name the driver layer opens (src/driver_api.cpp): $LAZYGRAPH_CUDA_DRIVER, else libcuda.so.1.
+/// The library name the driver layer opens (src/driver/driver_api.cpp): $LAZYGRAPH_CUDA_DRIVER, else libcuda.so.1.
 std::string driver_library_name() {
   const char* override_path = std::getenv("LAZYGRAPH_CUDA_DRIVER");
   return override_path != nullptr && *override_path != '\0' ? override_path : "libcuda.so.1";
@@ -136,7 +136,7 @@ DriverReport report_driver() {
 
 // ---- GPUs and NVRTC ---------------------------------------------------------------------------------------
 
-/// How kernels are compiled for compute capability `cc` (e.g. 90): the rule of src/kernel_library.cpp.
+/// How kernels are compiled for compute capability `cc` (e.g. 90): the rule of src/kernels/kernel_library.cpp.
 std::string compile_target_text(int cc) {
   try {
     const int arch = lazygraph::nvrtc_target_architecture(cc);

@@ -100,7 +100,7 @@ TEST_CASE("a generated source includes the helpers of the 16-bit types it uses o
   const std::string both = source_of(span_at<half>(out_address, 64), h + cast<half>(bf));
   CHECK(both.find("#define LG_EXPR_HALF\n#define LG_EXPR_BF16\n#include \"lazygraph/expression.cuh\"") !=
         std::string::npos);
-  // Unrolling either loop would compile the body again for each copy (see expression.cpp).
+  // Unrolling either loop would compile the body again for each copy (see src/kernels/expression.cpp).
   std::size_t rolled = 0;
   for (std::size_t at = float_only.find("#pragma unroll 1\n"); at != std::string::npos;
        at = float_only.find("#pragma unroll 1\n", at + 1)) {

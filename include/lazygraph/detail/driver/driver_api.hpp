@@ -1,7 +1,7 @@
 #pragma once
 /// \file
 /// The foreign-function layer: every call into the CUDA driver goes through the functions declared here,
-/// implemented in src/driver_api.cpp, the one file that loads libcuda.so.1 (at run time; it is never linked).
+/// implemented in src/driver/driver_api.cpp, the one file that loads libcuda.so.1 (at run time; it is never linked).
 ///
 /// Each wrapper checks the result and throws CudaError naming the API, the result and the object, except the
 /// `*_no_throw` forms, which destructors use: they report nothing and never throw. No policy lives here
@@ -48,7 +48,7 @@ inline void check(CUresult code, std::string_view api, std::string_view object) 
     throw_error(code, api, object);
 }
 
-// LiveHandles and live_handles(): live_handles.hpp (the counts are kept in src/driver_api.cpp).
+// LiveHandles and live_handles(): live_handles.hpp (the counts are kept in src/driver/driver_api.cpp).
 
 int driver_version();
 int device_count();

@@ -21,7 +21,7 @@ struct LiveHandles {
   long long graph_execs = 0;
   friend bool operator==(const LiveHandles&, const LiveHandles&) = default;
 };
-/// The counts now (implemented in src/driver_api.cpp). Never throws; needs no driver.
+/// The counts now (implemented in src/driver/driver_api.cpp). Never throws; needs no driver.
 [[nodiscard]] LiveHandles live_handles() noexcept;
 
 }  // namespace lazygraph::detail::driver

@@ -1,7 +1,7 @@
 #pragma once
 /// \file
 /// The NCCL foreign-function layer: every call into NCCL goes through the functions declared here, implemented in
-/// src/nccl_api.cpp, the one file that loads libnccl.so.2 (at run time, on first use; it is never linked, so a
+/// src/driver/nccl_api.cpp, the one file that loads libnccl.so.2 (at run time, on first use; it is never linked, so a
 /// program without NCCL starts and runs everything else). Like driver_api.hpp, each wrapper checks the result and
 /// throws NcclError naming the API, the result, NCCL's last error and the object; `*_no_throw` forms never throw.
 ///

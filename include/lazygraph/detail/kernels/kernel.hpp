@@ -17,7 +17,7 @@
 
 #include "lazygraph/detail/driver/device.hpp"
 #include "lazygraph/detail/driver/driver_api.hpp"
-#include "lazygraph/detail/driver/module.hpp"
+#include "lazygraph/detail/driver/kernel_module.hpp"
 #include "lazygraph/detail/driver/stream.hpp"
 #include "lazygraph/detail/kernels/kernel_arguments.hpp"
 #include "lazygraph/detail/kernels/kernel_info.hpp"

@@ -16,7 +16,7 @@
 #include "lazygraph/detail/driver/device.hpp"
 #include "lazygraph/detail/driver/device_span.hpp"
 #include "lazygraph/detail/driver/driver_api.hpp"
-#include "lazygraph/detail/driver/module.hpp"
+#include "lazygraph/detail/driver/kernel_module.hpp"
 #include "lazygraph/detail/kernels/launch_config.hpp"
 #include "lazygraph/detail/ops/exec_context.hpp"
 

@@ -1,4 +1,4 @@
-#include "lazygraph/detail/driver/module.hpp"
+#include "lazygraph/detail/driver/kernel_module.hpp"
 
 #include <utility>
 

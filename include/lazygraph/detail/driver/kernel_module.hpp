@@ -1,6 +1,7 @@
 #pragma once
 /// \file
-/// LoadedModule: a CUBIN or PTX image loaded into a device's context (move-only RAII).
+/// LoadedModule: a CUDA module, that is a CUBIN or PTX image of kernels loaded into a device's context (move-only
+/// RAII). Not the module layer's Module (detail/module/: a `forward` pass, GraphModule replays it as a graph).
 
 #include <cuda.h>
 

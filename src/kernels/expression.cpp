@@ -12,7 +12,7 @@
 #include "lazygraph/detail/driver/capture.hpp"
 #include "lazygraph/detail/driver/driver_api.hpp"
 #include "lazygraph/detail/driver/error.hpp"
-#include "lazygraph/detail/driver/module.hpp"
+#include "lazygraph/detail/driver/kernel_module.hpp"
 #include "lazygraph/detail/kernels/assign_op.hpp"
 #include "lazygraph/detail/kernels/kernel_cache.hpp"
 #include "lazygraph/detail/kernels/kernel_set.hpp"

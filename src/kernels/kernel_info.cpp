@@ -1,4 +1,4 @@
-#include "lazygraph/detail/kernels/kernel.hpp"
+#include "lazygraph/detail/kernels/kernel_info.hpp"
 
 #include <mutex>
 
@@ -34,13 +34,6 @@ std::string dims(const Dim3& d) {
 }
 
 }  // namespace
-
-void throw_grid_too_large(std::size_t n, unsigned block_size) {
-  throw UsageError("grid_for(" + std::to_string(n) + ", " + std::to_string(block_size) +
-                   "): " + std::to_string(n / block_size + 1) +
-                   " blocks do not fit in a grid dimension (at most 2^32 - 1); use a grid-stride loop over a "
-                   "fixed grid instead");
-}
 
 void validate_launch(const KernelInfo& k, const LaunchConfig& c) {
   const DeviceLimits& lim = k.device.limits();

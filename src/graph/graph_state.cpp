@@ -1,3 +1,5 @@
+#include "lazygraph/detail/graph/graph_state.hpp"
+
 #include <algorithm>
 #include <array>
 #include <string>
@@ -6,7 +8,6 @@
 #include "lazygraph/detail/driver/driver_api.hpp"
 #include "lazygraph/detail/driver/error.hpp"
 #include "lazygraph/detail/graph/graph_build.hpp"
-#include "lazygraph/detail/graph/graph_state.hpp"
 
 #include <nvtx3/nvToolsExt.h>
 
@@ -57,28 +58,6 @@ const char* to_string(NodeKind kind) noexcept {
       return "other";
   }
   return "other";
-}
-
-const char* to_string(UpdateStatus status) noexcept {
-  switch (status) {
-    case UpdateStatus::applied:
-      return "applied";
-    case UpdateStatus::reinstantiated:
-      return "reinstantiated";
-    case UpdateStatus::topology_changed:
-      return "topology_changed";
-    case UpdateStatus::node_type_changed:
-      return "node_type_changed";
-    case UpdateStatus::function_changed:
-      return "function_changed";
-    case UpdateStatus::parameters_changed:
-      return "parameters_changed";
-    case UpdateStatus::attributes_changed:
-      return "attributes_changed";
-    case UpdateStatus::not_supported:
-      return "not_supported";
-  }
-  return "not_supported";
 }
 
 namespace detail {

@@ -1,35 +1,11 @@
+#include "lazygraph/detail/driver/memcpy.hpp"
+
 #include <string>
 
-#include "lazygraph/detail/driver/device_buffer.hpp"
 #include "lazygraph/detail/driver/driver_api.hpp"
-#include "lazygraph/detail/driver/memcpy.hpp"
-#include "lazygraph/detail/driver/pinned_buffer.hpp"
+#include "lazygraph/detail/driver/error.hpp"
 
 namespace lazygraph::detail {
-
-Allocation::Allocation(const Device& device, std::size_t bytes, std::string_view what)
-    : device_(device),
-      address_(bytes == 0 ? 0 : driver::memory_allocate(device.context(), bytes, what)),
-      bytes_(bytes) {}
-
-Allocation::~Allocation() { driver::memory_free_no_throw(device_.context(), address_, bytes_); }
-
-void throw_byte_overflow(std::size_t count, std::size_t element_size, std::string_view what) {
-  throw UsageError(std::string(what) + " of " + std::to_string(count) + " elements of " + std::to_string(element_size) +
-                   " bytes: the byte count does not fit in 64 bits");
-}
-
-void throw_moved_from(std::string_view what) {
-  throw UsageError("use of a moved-from " + std::string(what) + ": it no longer owns memory");
-}
-
-void* pinned_allocate(const Device& device, std::size_t bytes, std::string_view what) {
-  return driver::pinned_allocate(device.context(), bytes, what);
-}
-
-void pinned_free(const Device& device, void* ptr, std::size_t bytes) noexcept {
-  driver::pinned_free_no_throw(device.context(), ptr, bytes);
-}
 
 void throw_size_mismatch(std::string_view what, std::size_t dst, std::size_t src) {
   throw UsageError(std::string(what) + ": the destination holds " + std::to_string(dst) +

@@ -1,0 +1,21 @@
+#include "lazygraph/detail/driver/device_buffer.hpp"
+
+#include <string>
+
+#include "lazygraph/detail/driver/driver_api.hpp"
+#include "lazygraph/detail/driver/error.hpp"
+
+namespace lazygraph::detail {
+
+Allocation::Allocation(const Device& device, std::size_t bytes, std::string_view what)
+    : device_(device),
+      address_(bytes == 0 ? 0 : driver::memory_allocate(device.context(), bytes, what)),
+      bytes_(bytes) {}
+
+Allocation::~Allocation() { driver::memory_free_no_throw(device_.context(), address_, bytes_); }
+
+void throw_moved_from(std::string_view what) {
+  throw UsageError("use of a moved-from " + std::string(what) + ": it no longer owns memory");
+}
+
+}  // namespace lazygraph::detail
