@@ -1,4 +1,4 @@
-#include "lazygraph/detail/ops/exec_context.hpp"
+#include "lazygraph/ops/exec_context.hpp"
 
 #include <nvtx3/nvToolsExt.h>
 
@@ -9,7 +9,7 @@
 
 #include "lazygraph/detail/driver/capture.hpp"
 #include "lazygraph/detail/driver/driver_api.hpp"
-#include "lazygraph/detail/driver/error.hpp"
+#include "lazygraph/driver/error.hpp"
 
 namespace lazygraph {
 

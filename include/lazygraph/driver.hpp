@@ -7,21 +7,20 @@
 
 #include <string>
 
-#include "lazygraph/detail/driver/bfloat16.hpp"
-#include "lazygraph/detail/driver/communicator.hpp"
-#include "lazygraph/detail/driver/device.hpp"
-#include "lazygraph/detail/driver/device_buffer.hpp"
-#include "lazygraph/detail/driver/device_span.hpp"
-#include "lazygraph/detail/driver/error.hpp"
-#include "lazygraph/detail/driver/half.hpp"
-#include "lazygraph/detail/driver/kernel_module.hpp"
 #include "lazygraph/detail/driver/live_handles.hpp"
-#include "lazygraph/detail/driver/memcpy.hpp"
-#include "lazygraph/detail/driver/nccl_api.hpp"
-#include "lazygraph/detail/driver/pinned_buffer.hpp"
-#include "lazygraph/detail/driver/staging_buffer.hpp"
-#include "lazygraph/detail/driver/stream.hpp"
-#include "lazygraph/detail/driver/symmetric_buffer.hpp"
+#include "lazygraph/driver/bfloat16.hpp"
+#include "lazygraph/driver/communicator.hpp"
+#include "lazygraph/driver/device.hpp"
+#include "lazygraph/driver/device_buffer.hpp"
+#include "lazygraph/driver/device_span.hpp"
+#include "lazygraph/driver/error.hpp"
+#include "lazygraph/driver/half.hpp"
+#include "lazygraph/driver/kernel_module.hpp"
+#include "lazygraph/driver/memcpy.hpp"
+#include "lazygraph/driver/pinned_buffer.hpp"
+#include "lazygraph/driver/staging_buffer.hpp"
+#include "lazygraph/driver/stream.hpp"
+#include "lazygraph/driver/symmetric_buffer.hpp"
 
 namespace lazygraph {
 

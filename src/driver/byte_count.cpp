@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "lazygraph/detail/driver/error.hpp"
+#include "lazygraph/driver/error.hpp"
 
 namespace lazygraph::detail {
 

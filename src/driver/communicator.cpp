@@ -1,4 +1,4 @@
-#include "lazygraph/detail/driver/communicator.hpp"
+#include "lazygraph/driver/communicator.hpp"
 
 #include <cstring>
 #include <fstream>
@@ -7,8 +7,8 @@
 #include <utility>
 
 #include "lazygraph/detail/driver/driver_api.hpp"
-#include "lazygraph/detail/driver/error.hpp"
-#include "lazygraph/detail/driver/stream.hpp"
+#include "lazygraph/driver/error.hpp"
+#include "lazygraph/driver/stream.hpp"
 
 namespace lazygraph {
 

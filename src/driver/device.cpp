@@ -1,9 +1,9 @@
-#include "lazygraph/detail/driver/device.hpp"
+#include "lazygraph/driver/device.hpp"
 
 #include "lazygraph/detail/driver/driver_api.hpp"
-#include "lazygraph/detail/driver/error.hpp"
-#include "lazygraph/detail/driver/stream.hpp"
 #include "lazygraph/driver.hpp"
+#include "lazygraph/driver/error.hpp"
+#include "lazygraph/driver/stream.hpp"
 
 namespace lazygraph {
 

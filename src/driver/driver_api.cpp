@@ -15,7 +15,7 @@
 #include <string>
 #include <type_traits>
 
-#include "lazygraph/detail/driver/error.hpp"
+#include "lazygraph/driver/error.hpp"
 
 namespace lazygraph::detail::driver {
 

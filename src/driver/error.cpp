@@ -1,4 +1,4 @@
-#include "lazygraph/detail/driver/error.hpp"
+#include "lazygraph/driver/error.hpp"
 
 #include <string_view>
 #include <utility>

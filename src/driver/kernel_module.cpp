@@ -1,10 +1,10 @@
-#include "lazygraph/detail/driver/kernel_module.hpp"
+#include "lazygraph/driver/kernel_module.hpp"
 
 #include <utility>
 
 #include "lazygraph/detail/driver/capture.hpp"
 #include "lazygraph/detail/driver/driver_api.hpp"
-#include "lazygraph/detail/driver/error.hpp"
+#include "lazygraph/driver/error.hpp"
 
 namespace lazygraph {
 

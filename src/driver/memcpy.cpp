@@ -1,9 +1,9 @@
-#include "lazygraph/detail/driver/memcpy.hpp"
+#include "lazygraph/driver/memcpy.hpp"
 
 #include <string>
 
 #include "lazygraph/detail/driver/driver_api.hpp"
-#include "lazygraph/detail/driver/error.hpp"
+#include "lazygraph/driver/error.hpp"
 
 namespace lazygraph::detail {
 

@@ -1,4 +1,4 @@
-#include "lazygraph/detail/driver/pinned_buffer.hpp"
+#include "lazygraph/driver/pinned_buffer.hpp"
 
 #include "lazygraph/detail/driver/driver_api.hpp"
 

@@ -1,4 +1,4 @@
-#include "lazygraph/detail/driver/symmetric_buffer.hpp"
+#include "lazygraph/driver/symmetric_buffer.hpp"
 
 #include <cstdint>
 #include <mutex>

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "lazygraph/detail/driver/driver_api.hpp"
-#include "lazygraph/detail/driver/error.hpp"
+#include "lazygraph/driver/error.hpp"
 
 namespace lazygraph::detail {
 

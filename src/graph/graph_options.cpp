@@ -1,4 +1,4 @@
-#include "lazygraph/detail/graph/graph_options.hpp"
+#include "lazygraph/graph/graph_options.hpp"
 
 namespace lazygraph {
 

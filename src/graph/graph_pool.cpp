@@ -1,4 +1,4 @@
-#include "lazygraph/detail/graph/graph_pool.hpp"
+#include "lazygraph/graph/graph_pool.hpp"
 
 #include <algorithm>
 

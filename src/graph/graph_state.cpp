@@ -6,8 +6,8 @@
 
 #include "lazygraph/detail/driver/capture.hpp"
 #include "lazygraph/detail/driver/driver_api.hpp"
-#include "lazygraph/detail/driver/error.hpp"
 #include "lazygraph/detail/graph/graph_build.hpp"
+#include "lazygraph/driver/error.hpp"
 
 #include <nvtx3/nvToolsExt.h>
 

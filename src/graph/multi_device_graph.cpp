@@ -1,11 +1,11 @@
-#include "lazygraph/detail/graph/multi_device_graph.hpp"
+#include "lazygraph/graph/multi_device_graph.hpp"
 
 #include <condition_variable>
 #include <exception>
 #include <mutex>
 #include <thread>
 
-#include "lazygraph/detail/driver/error.hpp"
+#include "lazygraph/driver/error.hpp"
 
 namespace lazygraph {
 

@@ -1,4 +1,4 @@
-#include "lazygraph/detail/graph/scope.hpp"
+#include "lazygraph/graph/scope.hpp"
 
 namespace lazygraph {
 

@@ -1,6 +1,6 @@
 // Fused elementwise expressions: the generated source (expression.hpp's ExpressionWriter), and the in-memory cache of
 // their compiled kernels, per source and device (assign_op.hpp's expression_kernel), over the disk KernelCache.
-#include "lazygraph/detail/kernels/expression.hpp"
+#include "lazygraph/kernels/expression.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -11,12 +11,12 @@
 
 #include "lazygraph/detail/driver/capture.hpp"
 #include "lazygraph/detail/driver/driver_api.hpp"
-#include "lazygraph/detail/driver/error.hpp"
-#include "lazygraph/detail/driver/kernel_module.hpp"
-#include "lazygraph/detail/kernels/assign_op.hpp"
-#include "lazygraph/detail/kernels/kernel_cache.hpp"
-#include "lazygraph/detail/kernels/kernel_set.hpp"
 #include "lazygraph/detail/kernels/nvrtc.hpp"
+#include "lazygraph/driver/error.hpp"
+#include "lazygraph/driver/kernel_module.hpp"
+#include "lazygraph/kernels/assign_op.hpp"
+#include "lazygraph/kernels/kernel_cache.hpp"
+#include "lazygraph/kernels/kernel_set.hpp"
 
 namespace lazygraph {
 
@@ -141,7 +141,7 @@ ExpressionProgram ExpressionWriter::finish(const Emitted& result, std::string_vi
   };
 
   std::string s;
-  s += "// lazygraph fused elementwise expression, generated (include/lazygraph/detail/kernels/expression.hpp).\n";
+  s += "// lazygraph fused elementwise expression, generated (include/lazygraph/kernels/expression.hpp).\n";
   s += "// " + p.description + "\n";
   s += "// operands: " + operands + "; out " + out + "\n";
   if (uses("lg::half_t", "lg::expr::round_half(")) s += "#define LG_EXPR_HALF\n";

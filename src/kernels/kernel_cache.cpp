@@ -1,4 +1,4 @@
-#include "lazygraph/detail/kernels/kernel_cache.hpp"
+#include "lazygraph/kernels/kernel_cache.hpp"
 
 #include <unistd.h>
 

@@ -6,7 +6,7 @@
 #include <optional>
 #include <utility>
 
-#include "lazygraph/detail/driver/error.hpp"
+#include "lazygraph/driver/error.hpp"
 
 namespace lazygraph {
 

@@ -1,4 +1,4 @@
-#include "lazygraph/detail/kernels/kernel_library.hpp"
+#include "lazygraph/kernels/kernel_library.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -9,8 +9,8 @@
 #include <range/v3/view/transform.hpp>
 
 #include "lazygraph/detail/driver/driver_api.hpp"
-#include "lazygraph/detail/driver/error.hpp"
-#include "lazygraph/detail/kernels/kernel_cache.hpp"
+#include "lazygraph/driver/error.hpp"
+#include "lazygraph/kernels/kernel_cache.hpp"
 
 namespace lazygraph {
 

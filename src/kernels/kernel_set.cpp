@@ -1,10 +1,10 @@
-#include "lazygraph/detail/kernels/kernel_set.hpp"
+#include "lazygraph/kernels/kernel_set.hpp"
 
 #include <algorithm>
 #include <fstream>
 #include <sstream>
 
-#include "lazygraph/detail/driver/error.hpp"
+#include "lazygraph/driver/error.hpp"
 
 namespace lazygraph {
 

@@ -1,8 +1,8 @@
-#include "lazygraph/detail/kernels/launch_config.hpp"
+#include "lazygraph/kernels/launch_config.hpp"
 
 #include <string>
 
-#include "lazygraph/detail/driver/error.hpp"
+#include "lazygraph/driver/error.hpp"
 
 namespace lazygraph::detail {
 

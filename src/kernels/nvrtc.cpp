@@ -8,7 +8,7 @@
 #include <range/v3/view/filter.hpp>
 #include <range/v3/view/transform.hpp>
 
-#include "lazygraph/detail/driver/error.hpp"
+#include "lazygraph/driver/error.hpp"
 
 namespace lazygraph {
 

@@ -4,7 +4,7 @@
 #include <numbers>
 #include <string>
 
-#include "lazygraph/detail/driver/error.hpp"
+#include "lazygraph/driver/error.hpp"
 
 namespace lazygraph::nn {
 

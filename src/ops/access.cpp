@@ -1,10 +1,10 @@
-#include "lazygraph/detail/ops/access.hpp"
+#include "lazygraph/ops/access.hpp"
 
 #include <algorithm>
 #include <cstdint>
 #include <sstream>
 
-#include "lazygraph/detail/driver/error.hpp"
+#include "lazygraph/driver/error.hpp"
 
 namespace lazygraph {
 

@@ -1,8 +1,8 @@
-#include "lazygraph/detail/ops/collective.hpp"
+#include "lazygraph/ops/collective.hpp"
 
 #include <mutex>
 
-#include "lazygraph/detail/driver/error.hpp"
+#include "lazygraph/driver/error.hpp"
 
 namespace lazygraph::detail {
 

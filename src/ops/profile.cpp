@@ -1,10 +1,10 @@
-#include "lazygraph/detail/ops/profile.hpp"
+#include "lazygraph/ops/profile.hpp"
 
 #include <algorithm>
 #include <memory>
 #include <utility>
 
-#include "lazygraph/detail/driver/error.hpp"
+#include "lazygraph/driver/error.hpp"
 
 namespace lazygraph::detail {
 

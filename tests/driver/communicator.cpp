@@ -1,4 +1,4 @@
-// Communicator and CommunicatorId (detail/driver/communicator.hpp): ids as bytes and files, the ranks' comparison
+// Communicator and CommunicatorId (driver/communicator.hpp): ids as bytes and files, the ranks' comparison
 // (Clique), and on the GPU real NCCL communicators: of one rank, and with two GPUs of two ranks made as two
 // processes would make them (one rank per thread here, from an id passed through a file).
 #include <doctest/doctest.h>

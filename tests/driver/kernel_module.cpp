@@ -1,4 +1,4 @@
-// LoadedModule (detail/driver/kernel_module.hpp): a CUBIN or PTX image loaded into a device's context, move-only,
+// LoadedModule (driver/kernel_module.hpp): a CUBIN or PTX image loaded into a device's context, move-only,
 // unloaded once; loading during a capture is refused with an error that says what to do.
 #include <doctest/doctest.h>
 

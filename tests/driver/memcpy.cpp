@@ -1,4 +1,4 @@
-// copy_async (detail/driver/memcpy.hpp): size-checked copies between host and device memory and within the
+// copy_async (driver/memcpy.hpp): size-checked copies between host and device memory and within the
 // device; copy_2d_async: rows between two pitches on the device.
 #include <doctest/doctest.h>
 

@@ -1,4 +1,4 @@
-// PinnedBuffer<T> (detail/driver/pinned_buffer.hpp): page-locked host memory, counted while it lives, move-only.
+// PinnedBuffer<T> (driver/pinned_buffer.hpp): page-locked host memory, counted while it lives, move-only.
 #include <doctest/doctest.h>
 
 #include <algorithm>

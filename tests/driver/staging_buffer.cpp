@@ -1,4 +1,4 @@
-// StagingBuffer and PinnedSpan (detail/driver/staging_buffer.hpp): pinned host memory shared by the graphs that copy
+// StagingBuffer and PinnedSpan (driver/staging_buffer.hpp): pinned host memory shared by the graphs that copy
 // from and to it; views carry the owner that keeps it alive. Graph copies with it are tested in tests/ops/copy.cpp.
 #include <doctest/doctest.h>
 

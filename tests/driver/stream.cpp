@@ -1,4 +1,4 @@
-// Stream and Event (detail/driver/stream.hpp): move-only handles, usable from any thread; a stream waits for an
+// Stream and Event (driver/stream.hpp): move-only handles, usable from any thread; a stream waits for an
 // event, refuses to synchronize while it captures, and two timing events measure the work between them.
 // (Pooled streams: stream_pool.cpp.)
 #include <doctest/doctest.h>

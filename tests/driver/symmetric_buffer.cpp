@@ -1,4 +1,4 @@
-// SymmetricBuffer (detail/driver/symmetric_buffer.hpp): refused without NCCL's symmetric memory or with ranks
+// SymmetricBuffer (driver/symmetric_buffer.hpp): refused without NCCL's symmetric memory or with ranks
 // missing (host, no-nccl); on the GPU, one rank's buffer is ordinary device memory that collectives and kernels
 // use, and with two GPUs an all-reduce on the two ranks' buffers (NCCL's symmetric kernels) equals float64.
 #include <doctest/doctest.h>

@@ -1,4 +1,4 @@
-// MultiDeviceGraph (detail/graph/multi_device_graph.hpp): one graph per rank, recorded on a thread per rank,
+// MultiDeviceGraph (graph/multi_device_graph.hpp): one graph per rank, recorded on a thread per rank,
 // launched together, waited for with a bound. On a one-GPU machine with one rank; with two GPUs also two ranks,
 // whose every collective is checked against a float64 reference (the one-rank cases only see NCCL copy), and
 // whose different recordings are refused before launch. The comparison itself is tested on the host

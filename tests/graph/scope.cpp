@@ -1,4 +1,4 @@
-// Scope (detail/graph/scope.hpp): the recorder a capture callback receives. It records GraphNodes and returns
+// Scope (graph/scope.hpp): the recorder a capture callback receives. It records GraphNodes and returns
 // their outputs, cannot be copied or moved, and refuses to record once its callback has returned.
 #include <doctest/doctest.h>
 

@@ -1,4 +1,4 @@
-// Kernel<void(Params...)> (detail/kernels/kernel.hpp): a typed handle to a compiled kernel; `launch` runs now,
+// Kernel<void(Params...)> (kernels/kernel.hpp): a typed handle to a compiled kernel; `launch` runs now,
 // `operator()` only describes the launch; a handle is a copy, never a move.
 #include <doctest/doctest.h>
 

@@ -1,4 +1,4 @@
-// BucketedModule (detail/module/bucketed_module.hpp): one graph per bucket of a run-time row count, made on first
+// BucketedModule (module/bucketed_module.hpp): one graph per bucket of a run-time row count, made on first
 // use in a pool; padded input, unpadded output; one call at a time from any number of threads (gpu).
 #include <doctest/doctest.h>
 

@@ -1,4 +1,4 @@
-// HostIo (detail/module/host_io.hpp): pinned staging that a module's graph copies from and to, with the core
+// HostIo (module/host_io.hpp): pinned staging that a module's graph copies from and to, with the core
 // staging kernel where sizes and addresses allow, memcpy nodes elsewhere; either way the same bytes arrive.
 #include <doctest/doctest.h>
 

@@ -1,4 +1,4 @@
-// The Module concept and GraphModule (detail/module/module.hpp): a forward pass by shape alone; a graph-backed
+// The Module concept and GraphModule (module/module.hpp): a forward pass by shape alone; a graph-backed
 // module captured once, whose forward copies the input in, replays and copies the output out.
 #include <doctest/doctest.h>
 

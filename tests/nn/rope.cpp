@@ -2,7 +2,7 @@
 // settings (which frequencies are kept, which divided, and the blend between), and the refusals.
 #include <doctest/doctest.h>
 
-#include <lazygraph/detail/driver/error.hpp>
+#include <lazygraph/driver/error.hpp>
 #include <lazygraph/nn/rope.hpp>
 
 #include <cmath>

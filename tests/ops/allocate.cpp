@@ -1,4 +1,4 @@
-// The allocating ops (detail/ops/allocate.hpp): zeros, ones, empty, dup and from_host make a new DeviceBuffer when
+// The allocating ops (ops/allocate.hpp): zeros, ones, empty, dup and from_host make a new DeviceBuffer when
 // executed, never when built, and are never GraphNodes.
 #include <doctest/doctest.h>
 

@@ -1,4 +1,4 @@
-// NCCL collectives as ops (detail/ops/collective.hpp): sizes and peers checked when built (host), and on the GPU
+// NCCL collectives as ops (ops/collective.hpp): sizes and peers checked when built (host), and on the GPU
 // every collective eager and captured on a communicator of one rank, exactly equal to what one rank's collective
 // is (its own data). With one rank NCCL copies instead of running its ring kernels; the two-rank arithmetic of
 // every kind is tested on the two-GPU machine (tests/graph/multi_device_graph.cpp), and here what goes wrong

@@ -1,4 +1,4 @@
-// The combinators (detail/ops/combinators.hpp): `>>` runs b after a, all(...) runs independent ops as parallel
+// The combinators (ops/combinators.hpp): `>>` runs b after a, all(...) runs independent ops as parallel
 // branches and joins them, chain runs a run-time number of ops in order, map applies a host function to an
 // op's output when it executes.
 #include <doctest/doctest.h>

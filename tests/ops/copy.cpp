@@ -1,4 +1,4 @@
-// copy(dst, src) as an op (detail/ops/copy.hpp): sizes checked when built; device-to-device copies are
+// copy(dst, src) as an op (ops/copy.hpp): sizes checked when built; device-to-device copies are
 // GraphNodes that keep both buffers alive; host copies read and write host memory when they execute. copy_2d:
 // rows between two pitches, shapes checked when built, captured (not built) into a graph.
 #include <doctest/doctest.h>

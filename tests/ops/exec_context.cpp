@@ -1,4 +1,4 @@
-// ExecContext (detail/ops/exec_context.hpp): what ops execute against. In plan mode it writes each piece of work
+// ExecContext (ops/exec_context.hpp): what ops execute against. In plan mode it writes each piece of work
 // down as a NodePlan node with its dependencies and runs nothing; eagerly, fork_join runs branches on their own
 // streams, after the work before them and before the work after them; it collects the owners a graph keeps.
 #include <doctest/doctest.h>

@@ -1,4 +1,4 @@
-// fill(span, value), join() and value(x) (detail/ops/fill.hpp): graph nodes that need no kernel.
+// fill(span, value), join() and value(x) (ops/fill.hpp): graph nodes that need no kernel.
 #include <doctest/doctest.h>
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-// named(label, op) (detail/ops/named.hpp): the same work as op, inside an NVTX range and a label that kernel launches
+// named(label, op) (ops/named.hpp): the same work as op, inside an NVTX range and a label that kernel launches
 // report to a LaunchObserver; labels nest and are closed again when the op throws.
 #include <doctest/doctest.h>
 

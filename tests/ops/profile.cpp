@@ -1,4 +1,4 @@
-// profile_kernels (detail/ops/profile.hpp): every kernel launch of an op, in order, with its name, label, the bytes
+// profile_kernels (ops/profile.hpp): every kernel launch of an op, in order, with its name, label, the bytes
 // its spans view and a measured time; refused for no repetition.
 #include <doctest/doctest.h>
 

@@ -23,7 +23,7 @@ trap 'rm -rf "$tmp"' EXIT
 tar -C "$src" --exclude='./build*' --exclude=./.git --exclude=./.debs --exclude=./gpu-logs \
   --exclude=./subprojects/packagecache -cf - . | tar -C "$tmp" -xf -
 marker="lazygraph_broken_build_check"
-printf '\ninline int %s = "not an int";\n' "$marker" >>"$tmp/include/lazygraph/detail/driver/error.hpp"
+printf '\ninline int %s = "not an int";\n' "$marker" >>"$tmp/include/lazygraph/driver/error.hpp"
 
 failed=0
 expect() {  # expect SCRIPT OUTPUT REGEX WHAT

@@ -28,8 +28,8 @@
 #include <string_view>
 #include <vector>
 
-#include <lazygraph/detail/driver/error.hpp>
 #include <lazygraph/driver.hpp>
+#include <lazygraph/driver/error.hpp>
 
 namespace lazygraph::nn {
 

@@ -13,7 +13,7 @@
 #include <memory>
 #include <vector>
 
-#include "lazygraph/detail/driver/stream.hpp"
+#include "lazygraph/driver/stream.hpp"
 
 namespace lazygraph::detail {
 

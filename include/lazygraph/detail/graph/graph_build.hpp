@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "lazygraph/detail/driver/graph_handle.hpp"
-#include "lazygraph/detail/graph/graph_options.hpp"
 #include "lazygraph/detail/ops/node_plan.hpp"
+#include "lazygraph/graph/graph_options.hpp"
 
 namespace lazygraph::detail {
 

@@ -18,11 +18,11 @@
 #include "lazygraph/detail/driver/deferred_release.hpp"
 #include "lazygraph/detail/driver/driver_api.hpp"
 #include "lazygraph/detail/driver/graph_handle.hpp"
-#include "lazygraph/detail/driver/stream.hpp"
 #include "lazygraph/detail/graph/graph_build.hpp"
-#include "lazygraph/detail/graph/graph_options.hpp"
-#include "lazygraph/detail/ops/exec_context.hpp"
 #include "lazygraph/detail/ops/node_plan.hpp"
+#include "lazygraph/driver/stream.hpp"
+#include "lazygraph/graph/graph_options.hpp"
+#include "lazygraph/ops/exec_context.hpp"
 
 namespace lazygraph {
 

@@ -11,7 +11,7 @@
 #include <cstddef>
 #include <type_traits>
 
-#include "lazygraph/detail/driver/device_span.hpp"
+#include "lazygraph/driver/device_span.hpp"
 
 namespace lazygraph {
 

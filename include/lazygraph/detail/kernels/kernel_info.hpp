@@ -13,12 +13,12 @@
 #include <type_traits>
 #include <vector>
 
-#include "lazygraph/detail/driver/device.hpp"
-#include "lazygraph/detail/driver/device_span.hpp"
 #include "lazygraph/detail/driver/driver_api.hpp"
-#include "lazygraph/detail/driver/kernel_module.hpp"
-#include "lazygraph/detail/kernels/launch_config.hpp"
-#include "lazygraph/detail/ops/exec_context.hpp"
+#include "lazygraph/driver/device.hpp"
+#include "lazygraph/driver/device_span.hpp"
+#include "lazygraph/driver/kernel_module.hpp"
+#include "lazygraph/kernels/launch_config.hpp"
+#include "lazygraph/ops/exec_context.hpp"
 
 namespace lazygraph {
 

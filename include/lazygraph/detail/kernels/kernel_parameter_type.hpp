@@ -11,9 +11,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "lazygraph/detail/driver/bfloat16.hpp"
-#include "lazygraph/detail/driver/half.hpp"
 #include "lazygraph/detail/driver/type_name.hpp"
+#include "lazygraph/driver/bfloat16.hpp"
+#include "lazygraph/driver/half.hpp"
 
 namespace lazygraph {
 

@@ -11,9 +11,9 @@
 #include <cstddef>
 #include <memory>
 
-#include "lazygraph/detail/kernels/kernel.hpp"
-#include "lazygraph/detail/kernels/kernel_library.hpp"
-#include "lazygraph/detail/ops/copy.hpp"
+#include "lazygraph/kernels/kernel.hpp"
+#include "lazygraph/kernels/kernel_library.hpp"
+#include "lazygraph/ops/copy.hpp"
 
 namespace lazygraph {
 
