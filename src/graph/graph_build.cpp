@@ -47,7 +47,9 @@ CUgraphNodeParams node_params(const NodePlan& plan, const PlannedNode& n, std::v
         p.memcpy.copyParams.dstDevice = 0;
       }
       p.memcpy.copyParams.WidthInBytes = n.bytes;
-      p.memcpy.copyParams.Height = 1;
+      p.memcpy.copyParams.Height = n.rows;
+      p.memcpy.copyParams.srcPitch = n.src_pitch;
+      p.memcpy.copyParams.dstPitch = n.dst_pitch;
       p.memcpy.copyParams.Depth = 1;
       break;
     case CU_GRAPH_NODE_TYPE_MEMSET:
@@ -127,7 +129,7 @@ bool same_parameters(const NodePlan& a, const NodePlan& b, std::size_t i) {
     }
     case CU_GRAPH_NODE_TYPE_MEMCPY:
       return x.dst == y.dst && x.src == y.src && x.host == y.host && x.host_is_source == y.host_is_source &&
-             x.bytes == y.bytes;
+             x.bytes == y.bytes && x.rows == y.rows && x.dst_pitch == y.dst_pitch && x.src_pitch == y.src_pitch;
     case CU_GRAPH_NODE_TYPE_MEMSET:
       return x.dst == y.dst && x.pattern == y.pattern && x.bytes == y.bytes;
     case CU_GRAPH_NODE_TYPE_HOST:

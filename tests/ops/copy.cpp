@@ -33,8 +33,8 @@ static_assert(std::is_same_v<decltype(copy(DeviceSpan<float>{}, PinnedSpan<float
 static_assert(std::is_same_v<decltype(copy(PinnedSpan<float>{}, DeviceSpan<float>{})), StagedDownloadOp<float>>);
 static_assert(!std::is_convertible_v<PinnedSpan<const float>, PinnedSpan<float>>);
 
-// A 2-D copy is a GraphNode that CudaGraph::build refuses: ExecContext has no 2-D copy to plan.
-static_assert(GraphNode<DeviceCopy2dOp<float>> && !BuildableNode<DeviceCopy2dOp<float>>);
+// A 2-D copy is a GraphNode that CudaGraph::build adds as one memcpy node.
+static_assert(GraphNode<DeviceCopy2dOp<float>> && BuildableNode<DeviceCopy2dOp<float>>);
 static_assert(
     std::is_same_v<decltype(copy_2d(DeviceSpan<float>{}, 0, DeviceSpan<float>{}, 0, 0, 0)), DeviceCopy2dOp<float>>);
 
@@ -190,7 +190,7 @@ TEST_SUITE("gpu") {
     }
   }
 
-  TEST_CASE("copy_2d copies a block of columns between two pitches, eagerly and captured, and leaves the rest") {
+  TEST_CASE("copy_2d copies a block of columns between two pitches, eagerly, captured and built, and leaves the rest") {
     Stream& s = lgtest::stream();
     // A 300 x 37 matrix; columns [5, 5 + 19) of its rows 0..299 go to columns [3, 3 + 19) of a 300 x 29 matrix.
     const std::size_t rows = 300;
@@ -204,18 +204,18 @@ TEST_SUITE("gpu") {
       for (std::size_t c = 0; c < width; ++c) want[r * dst_cols + 3 + c] = a[r * src_cols + 5 + c];
     }
     const DeviceBuffer<float> src = lgtest::to_device(s, a);
-    for (const bool captured : {false, true}) {
-      CAPTURE(captured);
+    for (const int how : {0, 1, 2}) {
+      CAPTURE(how);  // eagerly, captured, built
       DeviceBuffer<float> dst = lgtest::to_device(s, b);
       const auto op = copy_2d(dst.view().subspan(3, rows * dst_cols - 3), dst_cols,
                               src.cview().subspan(5, rows * src_cols - 5), src_cols, width, rows);
-      if (captured) {
-        auto graph = CudaGraph<>::capture(s, op);
+      if (how == 0) {
+        op.sync_on(s);
+      } else {
+        auto graph = how == 1 ? CudaGraph<>::capture(s, op) : CudaGraph<>::build(s.device(), op);
         const auto kinds = graph.node_kinds();
         CHECK(kinds == std::vector<NodeKind>{NodeKind::memcpy});  // one node for all the rows
         graph.launch();
-      } else {
-        op.sync_on(s);
       }
       CHECK(lgtest::to_host(s, dst.cview()) == want);  // the block copied bit for bit, the other columns as they were
     }

@@ -55,18 +55,6 @@ AxpyArguments axpy_arguments(const NodePlan& plan, const PlannedNode& node) {
 
 }  // namespace
 
-TEST_CASE("HostCallErrors keeps the first error until it is rethrown once, naming the host call") {
-  HostCallErrors errors;
-  CHECK_NOTHROW(errors.rethrow_pending());  // nothing pending
-  errors.report("first", std::make_exception_ptr(std::runtime_error("boom")));
-  errors.report("second", std::make_exception_ptr(std::runtime_error("later")));
-  CHECK_THROWS_WITH_AS(errors.rethrow_pending(), "host_call \"first\" threw while the stream or graph ran it: boom",
-                       HostCallError);
-  CHECK_NOTHROW(errors.rethrow_pending());  // thrown once
-  errors.report("odd", std::make_exception_ptr(42));
-  CHECK_THROWS_WITH_AS(errors.rethrow_pending(), doctest::Contains("not a std::exception"), HostCallError);
-}
-
 TEST_SUITE("gpu") {
   TEST_CASE("in plan mode k1 >> all(k2, copy, fill) >> k3 becomes five nodes in order with their dependencies") {
     Stream& s = lgtest::stream();

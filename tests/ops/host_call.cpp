@@ -56,33 +56,6 @@ TEST_CASE("building a host_call runs nothing; its name labels it") {
   CHECK(calls == 0);
 }
 
-TEST_CASE("HostCallErrors keeps the first error and throws it once as HostCallError naming the call") {
-  HostCallErrors errors;
-  CHECK_NOTHROW(errors.rethrow_pending());  // nothing pending
-  errors.report("first call", std::make_exception_ptr(std::runtime_error("disk full")));
-  errors.report("second call", std::make_exception_ptr(std::runtime_error("network down")));
-  const std::string what = host_call_error_of([&] { errors.rethrow_pending(); });
-  CHECK(contains(what, "first call"));
-  CHECK(contains(what, "disk full"));
-  CHECK_FALSE(contains(what, "second call"));
-  CHECK_FALSE(contains(what, "network down"));
-  CHECK_NOTHROW(errors.rethrow_pending());  // thrown once; the later error was dropped with it
-
-  // After the pending one was thrown, the next report is kept again.
-  errors.report("third call", std::make_exception_ptr(std::logic_error("bad state")));
-  const std::string third = host_call_error_of([&] { errors.rethrow_pending(); });
-  CHECK(contains(third, "third call"));
-  CHECK(contains(third, "bad state"));
-}
-
-TEST_CASE("HostCallErrors describes an exception that is not a std::exception") {
-  HostCallErrors errors;
-  errors.report("odd", std::make_exception_ptr(42));
-  const std::string what = host_call_error_of([&] { errors.rethrow_pending(); });
-  CHECK(contains(what, "odd"));
-  CHECK(contains(what, "not a std::exception"));
-}
-
 TEST_CASE("a host node's callback runs the function and reports what it throws instead of letting it escape") {
   int calls = 0;
   bool fail = false;

@@ -7,6 +7,7 @@
 #include <memory>
 #include <utility>
 
+#include "lazygraph/detail/graph/graph_recording.hpp"
 #include "lazygraph/graph/cuda_graph.hpp"
 
 namespace lazygraph {
@@ -38,7 +39,7 @@ class [[nodiscard]] ChildGraphOp : public OpBase<ChildGraphOp> {
           "as a child; record its ops into the parent's scope instead, or launch it on its own");
     }
     ctx.keep_alive(graph_->owners());
-    ctx.child_graph(graph_->template_graph());
+    detail::GraphRecording::of(ctx, "child_graph is a node of a graph").child_graph(graph_->template_graph());
   }
 
  private:

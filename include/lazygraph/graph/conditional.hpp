@@ -23,6 +23,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "lazygraph/detail/graph/graph_recording.hpp"
 #include "lazygraph/driver/device_buffer.hpp"
 #include "lazygraph/driver/memcpy.hpp"
 #include "lazygraph/graph/condition.hpp"
@@ -66,9 +67,10 @@ class [[nodiscard]] ConditionalOp : public OpBase<ConditionalOp<Bodies...>> {
 
   /// Records the node and its bodies. \throws UsageError eagerly.
   void execute(ExecContext& ctx) const {
-    if (!ctx.recording()) ctx.conditional(condition_.handle, type_, sizeof...(Bodies), {});  // throws the UsageError
+    detail::GraphRecording& recording =
+        detail::GraphRecording::of(ctx, "if_, if_else, while_ and switch_ are nodes of a graph");
     if (before_) before_(ctx);
-    ctx.conditional(condition_.handle, type_, sizeof...(Bodies), [this](unsigned index, ExecContext& body) {
+    recording.conditional(condition_.handle, type_, sizeof...(Bodies), [this](unsigned index, ExecContext& body) {
       execute_body(index, body, std::index_sequence_for<Bodies...>{});
       if (index == 0 && after_body_) after_body_(body);
     });

@@ -132,31 +132,33 @@ class CudaGraph {
       // Made first: conditions (Scope::condition) belong to it.
       detail::driver::Graph graph(detail::driver::graph_create());
       ExecContext ctx(stream, *recorded.plan, host_errors);
-      ctx.make_conditions_in(graph.native_handle());
-      result = run_callback(ctx, callback, recorded.scope, nullptr);
+      detail::GraphRecording recording(ctx);
+      recording.make_conditions_in(graph.native_handle());
+      result = run_callback(ctx, recording, callback, recorded.scope, nullptr);
       detail::materialize_into(graph.native_handle(), *recorded.plan, recorded.nodes);
       recorded.graph = std::move(graph);
-      recorded.bytes_to_device = ctx.bytes_to_device();
-      recorded.bytes_to_host = ctx.bytes_to_host();
-      recorded.scratch_tag = ctx.scratch_tag();
-      recorded.scratch_bytes = ctx.scratch_bytes();
+      recorded.bytes_to_device = recording.bytes_to_device();
+      recorded.bytes_to_host = recording.bytes_to_host();
+      recorded.scratch_tag = recording.scratch_tag();
+      recorded.scratch_bytes = recording.scratch_bytes();
       recorded.owners = ctx.take_owners();
     } else {
       detail::CaptureSession session(stream, options.mode);
       ExecContext ctx(stream, true, host_errors);
-      result = run_callback(ctx, callback, recorded.scope, &session);
+      detail::GraphRecording recording(ctx);
+      result = run_callback(ctx, recording, callback, recorded.scope, &session);
       try {
         recorded.graph = session.finish();
       } catch (...) {
         detail::retire_failed_scope(recorded.scope);
         throw;
       }
-      recorded.captured_conditions = ctx.conditions_made() > 0;
-      recorded.captured_scratch = ctx.scratch_bytes() > 0;
-      recorded.scratch_tag = ctx.scratch_tag();
-      recorded.scratch_bytes = ctx.scratch_bytes();
-      recorded.bytes_to_device = ctx.bytes_to_device();
-      recorded.bytes_to_host = ctx.bytes_to_host();
+      recorded.captured_conditions = recording.conditions_made() > 0;
+      recorded.captured_scratch = recording.scratch_bytes() > 0;
+      recorded.scratch_tag = recording.scratch_tag();
+      recorded.scratch_bytes = recording.scratch_bytes();
+      recorded.bytes_to_device = recording.bytes_to_device();
+      recorded.bytes_to_host = recording.bytes_to_host();
       recorded.owners = ctx.take_owners();
     }
     auto replay_stream =
@@ -173,7 +175,8 @@ class CudaGraph {
   /// Runs the callback with a Scope on the heap that, once recording succeeded, lives as long as the graph: a
   /// reference kept past the callback by mistake then reports UsageError instead of touching a dead object.
   template <class F>
-  static auto run_callback(ExecContext& ctx, F& callback, std::shared_ptr<const void>& scope_out,
+  static auto run_callback(ExecContext& ctx, detail::GraphRecording& recording, F& callback,
+                           std::shared_ptr<const void>& scope_out,
                            detail::CaptureSession* session) {
     using R = std::invoke_result_t<F&, Scope&>;
     const std::shared_ptr<Scope> s(new Scope(ctx));
@@ -185,8 +188,8 @@ class CudaGraph {
       } else {
         result.emplace(callback(*s));
       }
-      ctx.check_conditions_consumed();
-      ctx.finish_scratch();  // captured scratch memory is freed after everything recorded
+      recording.check_conditions_consumed();
+      recording.finish_scratch();  // captured scratch memory is freed after everything recorded
     } catch (...) {
       s->close();
       if (session != nullptr) session->abort();
@@ -255,7 +258,7 @@ class CudaGraph {
     return state().update_from(
         [&](ExecContext& ctx) {
           std::shared_ptr<const void> kept;
-          (void)run_callback(ctx, callback, kept, nullptr);
+          (void)run_callback(ctx, detail::GraphRecording::of(ctx, "CudaGraph::update_from"), callback, kept, nullptr);
           detail::retire_failed_scope(std::move(kept));
         },
         options);

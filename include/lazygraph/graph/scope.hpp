@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "lazygraph/detail/graph/graph_recording.hpp"
 #include "lazygraph/driver/device_span.hpp"
 #include "lazygraph/driver/error.hpp"
 #include "lazygraph/graph/condition.hpp"
@@ -107,7 +108,7 @@ class Scope {
   [[nodiscard]] DeviceSpan<T> scratch(std::size_t n) {
     if (!open_) [[unlikely]]
       throw_closed();
-    const ScratchAllocation a = ctx_->scratch(n * sizeof(T));
+    const detail::ScratchAllocation a = scratch_bytes(n, sizeof(T));
     return DeviceSpan<T>(a.address, n, a.owner);
   }
 
@@ -118,6 +119,8 @@ class Scope {
   template <class T>
   friend class CudaGraph;
   explicit Scope(ExecContext& ctx) : ctx_(&ctx) {}
+  /// `n` elements of `size` bytes of scratch memory. \throws UsageError when the product overflows.
+  detail::ScratchAllocation scratch_bytes(std::size_t n, std::size_t size);
   void close() noexcept { open_ = false; }
   template <class O>
   static constexpr bool already_explained_before_host_code() {

@@ -63,12 +63,8 @@ class [[nodiscard]] DeviceCopyOp : public OpBase<DeviceCopyOp<T>> {
 
 /// Device to device in two dimensions, made by `copy_2d(dst, dst_pitch, src, src_pitch, width, height)`: `height`
 /// rows of `width` elements, `src_pitch` elements apart in `src` and `dst_pitch` in `dst` (copy_2d_async, memcpy.hpp).
-/// A GraphNode (one memcpy node when captured) that holds both spans, so their buffers live as long as the op and a
-/// graph that recorded it.
-///
-/// Captured only: it submits to `ctx.stream()` itself, since ExecContext has no 2-D copy to write into a plan, so it
-/// is not a BuildableNode and CudaGraph::build refuses it at compile time (record it with CudaGraph::capture or
-/// scope).
+/// A GraphNode (one memcpy node in a graph, captured or built) that holds both spans, so their buffers live as long
+/// as the op and a graph that recorded it.
 template <class T>
 class [[nodiscard]] DeviceCopy2dOp : public OpBase<DeviceCopy2dOp<T>> {
  public:
@@ -76,6 +72,8 @@ class [[nodiscard]] DeviceCopy2dOp : public OpBase<DeviceCopy2dOp<T>> {
   using Output = void;
   /// A GraphNode: it neither allocates nor touches host memory.
   static constexpr bool is_graph_node = true;
+  /// Submits through the ExecContext.
+  static constexpr bool builds_without_capture = true;
 
   /// \throws UsageError when `width` is larger than a pitch (for more than one row), or when the last row ends past
   ///         the end of its span.
@@ -89,11 +87,12 @@ class [[nodiscard]] DeviceCopy2dOp : public OpBase<DeviceCopy2dOp<T>> {
         height_(height) {
     detail::check_copy_2d("copy_2d", dst_.size(), dst_pitch_, src_.size(), src_pitch_, width_, height_);
   }
-  /// Submits the copy to `ctx.stream()` (asynchronous; nothing when `width` or `height` is 0).
+  /// Submits the copy (asynchronous; nothing when `width` or `height` is 0).
   void execute(ExecContext& ctx) const {
     ctx.keep_alive(dst_.owner());
     ctx.keep_alive(src_.owner());
-    copy_2d_async(ctx.stream(), dst_, dst_pitch_, src_, src_pitch_, width_, height_);
+    ctx.copy_2d(dst_.address(), dst_pitch_ * sizeof(T), src_.address(), src_pitch_ * sizeof(T), width_ * sizeof(T),
+                height_);
   }
   /// Reads `src`, writes `dst`: in each, one range from the first row's start to the last row's end. That includes
   /// the elements between the rows, which are not touched (an upper bound, as access.hpp says; exact when the
@@ -282,7 +281,7 @@ template <class T>
 
 /// Device to device in two dimensions: `height` rows of `width` elements, row r read at element `r * src_pitch` of
 /// `src` and written at element `r * dst_pitch` of `dst` (pitches in elements: the row length of a row-major matrix),
-/// such as a block of columns out of a matrix or into one. Captured only (see DeviceCopy2dOp).
+/// such as a block of columns out of a matrix or into one (DeviceCopy2dOp): captured or built.
 /// \throws UsageError when `width` is larger than a pitch (for more than one row), or when the last row ends past
 ///         the end of its span, naming the numbers.
 template <class T>

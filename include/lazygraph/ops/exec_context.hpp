@@ -1,36 +1,41 @@
 #pragma once
 /// \file
-/// ExecContext: what an op executes against. Ops submit their work through it — `launch`, `copy` (and the pinned
-/// host copies `copy_to_device` / `copy_to_host`), `fill`,
-/// `host_function`, `child_graph`, `record_event`, `wait_event` — and it carries that work out in one of three
-/// modes:
+/// ExecContext: what an op executes against. Ops submit their work through it (`launch`, `copy`, `copy_2d`, the
+/// pinned host copies `copy_to_device` / `copy_to_host`, `fill`, `host_function`, `record_event`, `wait_event`,
+/// `join`), keep alive what that work uses (`keep_alive`), and compose parts with `fork_join` and `run_dataflow`.
+/// The context carries the work out in one of three modes (detail/ops/submission.hpp, a file each):
 ///   - eager: the work runs on a stream (`sync_on`, `CudaGraph::update`);
 ///   - capture: the stream is capturing, so the work becomes graph nodes (`CudaGraph::scope`, `capture`);
 ///   - plan: nothing is submitted; each piece of work is written down as a node of a NodePlan with its
 ///     dependencies (`CudaGraph::build`, and `update_from` on a built graph).
-/// It also forks and joins the branches of `all(...)`, and collects the owners (buffers, kernels) that a graph
-/// must keep alive.
+/// What only a graph has (conditions, scratch memory, child graphs and conditional bodies, transfer counts) is the
+/// graph layer's (Scope, detail/graph/graph_recording.hpp), not the context's.
 ///
 /// An op of your own may still submit to `stream()` directly: that works eagerly and under capture, but not in
-/// plan mode, where nothing is submitted — such an op does not say `builds_without_capture`, and
+/// plan mode, where nothing is submitted; such an op does not say `builds_without_capture`, and
 /// CudaGraph::build refuses it at compile time.
 
 #include <cuda.h>
 
-#include <atomic>
+#include <cstddef>
+#include <cstdint>
 #include <exception>
-#include <functional>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "lazygraph/detail/driver/capture.hpp"
-#include "lazygraph/detail/driver/driver_api.hpp"
-#include "lazygraph/detail/ops/node_plan.hpp"
+#include "lazygraph/detail/driver/launch_shape.hpp"
 #include "lazygraph/driver/stream.hpp"
+#include "lazygraph/ops/host_call_errors.hpp"
+
+namespace lazygraph::detail {
+class Submission;
+class GraphHooks;
+class ExecContextAccess;
+struct NodePlan;
+}  // namespace lazygraph::detail
 
 namespace lazygraph {
 
@@ -69,42 +74,11 @@ class LaunchObserver {
   virtual void after(const KernelSubmission& kernel, const Stream& stream) = 0;
 };
 
-/// Where host functions (host_call) report exceptions: they run on a driver thread, where nothing can catch
-/// them, so the first one is kept here until the graph's next launch or synchronize throws it.
-class HostCallErrors {
- public:
-  /// Keeps `error` from the host call `name` unless an earlier one is pending.
-  void report(std::string_view name, std::exception_ptr error) noexcept;
-  /// Throws (once) the pending error as HostCallError naming the host call; nothing when none is pending.
-  /// Errors of the watched channels (graphs embedded as children) count too.
-  void rethrow_pending();
-  /// Also reports, from rethrow_pending, what `other` keeps: the host calls of a child graph report to the
-  /// child's channel, and the run that embedded it must see them.
-  void watch(std::shared_ptr<HostCallErrors> other);
-
- private:
-  std::mutex mutex_;
-  std::atomic<bool> pending_{false};   ///< error_ is set (read without the lock on every replay)
-  std::atomic<bool> watching_{false};  ///< watched_ is not empty
-  std::vector<std::shared_ptr<HostCallErrors>> watched_;
-  std::exception_ptr error_;
-  std::string name_;
-};
-
 namespace detail {
 /// What every scratch span's owner points at (its control block is the graph's scratch tag): keep_alive recognises
 /// scratch memory by this address and checks that it is used only while recording its own graph.
 inline const char scratch_marker = 0;
 }  // namespace detail
-
-/// Memory that belongs to the graph being recorded (ExecContext::scratch): its address, and the owner that marks a
-/// span of it as scratch of this graph.
-struct ScratchAllocation {
-  /// The device address, fixed for the graph's life; the memory is valid only while the graph runs.
-  CUdeviceptr address = 0;
-  /// Give it to the spans of this memory (DeviceSpan's owner): ops that use them are checked against the graph.
-  std::shared_ptr<const void> owner;
-};
 
 /// What ops execute against (see the file comment). sync_on, Scope and CudaGraph make one; an op of your own
 /// only receives it in `execute`.
@@ -126,14 +100,58 @@ class ExecContext {
 
   /// The stream work goes to now: the context's own, or inside a fork_join branch, that branch's. In plan mode
   /// nothing submitted to it becomes part of the plan.
-  [[nodiscard]] const Stream& stream() const noexcept { return *current_; }
+  [[nodiscard]] const Stream& stream() const noexcept;
   /// True while a graph is recorded (captured or planned): submitted work becomes graph nodes instead of running.
   [[nodiscard]] bool recording() const noexcept { return recording_; }
   /// True in plan mode (CudaGraph::build): work is written down as nodes, nothing is submitted.
-  [[nodiscard]] bool planning() const noexcept { return plan_ != nullptr; }
+  [[nodiscard]] bool planning() const noexcept { return planning_; }
 
   /// Submits a kernel launch. \throws CudaError when the driver refuses it.
   void launch(const KernelSubmission& kernel);
+  /// Copies `bytes` bytes between device addresses (nothing for 0).
+  void copy(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes);
+  /// Copies `rows` rows of `width` bytes between device addresses, row r from `src + r * src_pitch` to
+  /// `dst + r * dst_pitch` (one memcpy node in a graph; nothing when `width` or `rows` is 0). The shape must be one
+  /// check_copy_2d accepted (driver/memcpy.hpp). \throws CudaError when the driver refuses the pitches.
+  void copy_2d(CUdeviceptr dst, std::size_t dst_pitch, CUdeviceptr src, std::size_t src_pitch, std::size_t width,
+               std::size_t rows);
+  /// Copies `bytes` bytes from pinned host memory to the device (a memcpy node in a graph; the host memory must be
+  /// pinned, so that the graph may read it on every replay, and stay valid as long as the work may run).
+  void copy_to_device(CUdeviceptr dst, const void* host, std::size_t bytes);
+  /// Copies `bytes` bytes from the device to pinned host memory (as copy_to_device, the other way).
+  void copy_to_host(void* host, CUdeviceptr src, std::size_t bytes);
+  /// Counts host transfers that an op makes some other way than copy_to_device / copy_to_host (a kernel that
+  /// reads or writes pinned host memory), for the graph's transfer statistics. Nothing when no graph is recorded
+  /// or inside a conditional body (which may run any number of times).
+  void count_host_transfer(std::size_t to_device, std::size_t to_host) noexcept;
+  /// Sets `count` elements of `element_size` (1, 2 or 4) bytes to the low bytes of `pattern` (nothing for 0).
+  void fill(CUdeviceptr dst, unsigned pattern, std::size_t element_size, std::size_t count);
+  /// Calls `fn(data)` on a driver thread when the work before it has completed. `data` must live as long as the
+  /// work may run: keep_alive its owner (a graph keeps it as long as it lives; an eager context until its stream
+  /// has run the call, waiting for that when destroyed first). \throws UsageError inside a conditional body.
+  void host_function(CUhostFn fn, void* data, std::string_view name);
+  /// A node without work that everything after it depends on (an empty node in a graph; nothing eagerly, where
+  /// a stream orders the work anyway).
+  void join();
+  /// Records `event` here: later waits on it order after the work before it (a record node in a graph).
+  /// \throws UsageError inside a conditional body.
+  void record_event(CUevent event);
+  /// Makes the work after this wait for what `event` last recorded (a wait node in a graph).
+  /// \throws UsageError inside a conditional body.
+  void wait_event(CUevent event);
+
+  /// Keeps `owner` alive as long as the work that uses it may run: for a graph, as long as the graph lives.
+  /// \throws UsageError when `owner` is a graph's scratch memory and this context is not recording that graph.
+  void keep_alive(const std::shared_ptr<const void>& owner);
+  /// Everything kept alive so far (the graph, or an eager caller that outlives the work, takes these).
+  [[nodiscard]] std::vector<std::shared_ptr<const void>> take_owners() noexcept { return std::move(owners_); }
+  /// Where host calls executed through this context report exceptions.
+  [[nodiscard]] const std::shared_ptr<HostCallErrors>& host_errors();
+  /// Throws the first exception a host call executed through this context reported, if any (HostCallError).
+  void rethrow_host_errors() {
+    if (host_errors_) host_errors_->rethrow_pending();
+  }
+
   /// Eager contexts: tells `observer` (or nobody, for null) about every kernel launched from here on. It must outlive
   /// its use. Ignored while recording.
   void observe(LaunchObserver* observer) noexcept { observer_ = observer; }
@@ -144,99 +162,6 @@ class ExecContext {
   void pop_label() noexcept;
   /// The names of the parts being executed, outermost first.
   [[nodiscard]] std::span<const std::string_view> labels() const noexcept { return labels_; }
-  /// Copies `bytes` bytes between device addresses (nothing for 0).
-  void copy(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes);
-  /// Copies `bytes` bytes from pinned host memory to the device (a memcpy node in a graph; the host memory must be
-  /// pinned, so that the graph may read it on every replay, and stay valid as long as the work may run).
-  void copy_to_device(CUdeviceptr dst, const void* host, std::size_t bytes);
-  /// Copies `bytes` bytes from the device to pinned host memory (as copy_to_device, the other way).
-  void copy_to_host(void* host, CUdeviceptr src, std::size_t bytes);
-  /// Counts host transfers that an op makes some other way than copy_to_device / copy_to_host (a kernel that
-  /// reads or writes pinned host memory), for bytes_to_device and bytes_to_host. Nothing when not recording or
-  /// inside a conditional body.
-  void count_host_transfer(std::size_t to_device, std::size_t to_host) noexcept {
-    if (!recording_ || body_of_ != nullptr) return;
-    bytes_to_device_ += to_device;
-    bytes_to_host_ += to_host;
-  }
-  /// The bytes the host copies recorded so far move per replay, host to device and device to host (copies inside
-  /// conditional bodies, which may run any number of times, not counted).
-  [[nodiscard]] std::size_t bytes_to_device() const noexcept { return bytes_to_device_; }
-  /// See bytes_to_device.
-  [[nodiscard]] std::size_t bytes_to_host() const noexcept { return bytes_to_host_; }
-  /// Sets `count` elements of `element_size` (1, 2 or 4) bytes to the low bytes of `pattern` (nothing for 0).
-  void fill(CUdeviceptr dst, unsigned pattern, std::size_t element_size, std::size_t count);
-  /// Calls `fn(data)` on a driver thread when the work before it has completed. `data` must live as long as the
-  /// work may run: keep_alive its owner (a graph keeps it as long as it lives; an eager context until its stream
-  /// has run the call, waiting for that when destroyed first).
-  void host_function(CUhostFn fn, void* data, std::string_view name);
-  /// Embeds a copy of `graph` as one node (capture and plan mode only; eagerly, launch the graph instead).
-  void child_graph(CUgraph graph);
-  /// A conditional node: IF, WHILE or SWITCH with `size` bodies, steered by the graph's conditional `handle`.
-  /// `body(i, ctx)` records body i through `ctx`, which captures into that body graph (on a stream of its own) or,
-  /// when planning, writes it down as a plan nested in this one; what it keeps alive, this context keeps. A body may
-  /// hold conditional nodes itself (their conditions are the outermost graph's, like every condition).
-  /// \throws UsageError eagerly (a conditional node belongs to a graph), or for a driver too old for `type` and
-  /// `size` (naming its version).
-  void conditional(CUgraphConditionalHandle handle, CUgraphConditionalNodeType type, unsigned size,
-                   const std::function<void(unsigned, ExecContext&)>& body);
-  /// A new condition of the graph being recorded (Scope::condition), starting every launch at `default_value`.
-  /// Captured: made for the capture's graph. Planned: made for the graph given to make_conditions_in, or, when
-  /// re-planning a built graph (reuse_conditions), the graph's own condition of the same position. Until a
-  /// conditional node consumes it, check_conditions_consumed throws.
-  /// \throws UsageError eagerly, inside a conditional body, or in plan mode with neither of the two set.
-  CUgraphConditionalHandle make_condition(unsigned default_value);
-  /// Plan mode: conditions are made for `graph` (the graph that materialize will fill from the plan).
-  void make_conditions_in(CUgraph graph) noexcept { condition_graph_ = graph; }
-  /// Plan mode, re-planning a built graph: condition k is `existing[k]` when its default value matches; otherwise a
-  /// null handle that the plan's comparison reports (more conditions, or another default, need a new graph).
-  void reuse_conditions(const std::vector<detail::PlannedCondition>& existing) noexcept {
-    reused_conditions_ = &existing;
-  }
-  /// `bytes` bytes of memory that belong to the graph being recorded (Scope::scratch): an allocation node before the
-  /// work recorded after this call and a free node after all of it (captured: cuMemAllocAsync now, cuMemFreeAsync at
-  /// finish_scratch; planned: an allocation node added to the graph given to make_conditions_in, or, re-planning a
-  /// built graph, the graph's own scratch of the same position and size). Spans of it carry `owner`: an op that
-  /// uses one eagerly, or in another graph, throws UsageError (keep_alive checks).
-  /// \throws UsageError eagerly, inside a conditional body, for 0 bytes, or in plan mode with no graph to add to.
-  ScratchAllocation scratch(std::size_t bytes);
-  /// Plan mode, re-planning a built graph: scratch k is `existing[k]` when its size matches (otherwise address 0,
-  /// which the plan's comparison reports), and spans of it are recognised by the graph's `tag`.
-  void reuse_scratch(const std::vector<detail::PlannedScratch>& existing, std::shared_ptr<const void> tag) noexcept {
-    reused_scratch_ = &existing;
-    scratch_tag_ = std::move(tag);
-  }
-  /// Capture mode: frees the scratch memory captured so far, after all the work captured so far (call it once the
-  /// recording is complete, before the capture ends). Nothing in the other modes.
-  void finish_scratch();
-  /// What identifies this recording's scratch memory (null when it made none and reuses none).
-  [[nodiscard]] const std::shared_ptr<const void>& scratch_tag() const noexcept { return scratch_tag_; }
-  /// The bytes of scratch memory made (or reused) through this context.
-  [[nodiscard]] std::size_t scratch_bytes() const noexcept { return scratch_bytes_; }
-  /// How many conditions make_condition made through this context.
-  [[nodiscard]] std::size_t conditions_made() const noexcept { return conditions_made_; }
-  /// \throws UsageError when a condition made for this graph steers no conditional node (CUDA refuses to
-  /// instantiate such a graph).
-  void check_conditions_consumed() const;
-  /// A node without work that everything after it depends on (an empty node in a graph; nothing eagerly, where
-  /// a stream orders the work anyway).
-  void join();
-  /// Records `event` here: later waits on it order after the work before it (a record node in a graph).
-  void record_event(CUevent event);
-  /// Makes the work after this wait for what `event` last recorded (a wait node in a graph).
-  void wait_event(CUevent event);
-
-  /// Keeps `owner` alive as long as the work that uses it may run: for a graph, as long as the graph lives.
-  /// \throws UsageError when `owner` is a graph's scratch memory and this context is not recording that graph.
-  void keep_alive(const std::shared_ptr<const void>& owner);
-  /// Everything kept alive so far (the graph takes these when recording ends).
-  [[nodiscard]] std::vector<std::shared_ptr<const void>> take_owners() noexcept { return std::move(owners_); }
-  /// Where host calls executed through this context report exceptions.
-  [[nodiscard]] const std::shared_ptr<HostCallErrors>& host_errors();
-  /// Throws the first exception a host call executed through this context reported, if any (HostCallError).
-  void rethrow_host_errors() {
-    if (host_errors_) host_errors_->rethrow_pending();
-  }
 
   /// Runs `branches.size()` pieces of work concurrently: branch i executes with stream() switched to its own
   /// stream (branch 0 on the current one), each starting after the work already submitted and all finishing
@@ -253,67 +178,28 @@ class ExecContext {
   void run_dataflow(std::span<const std::vector<std::uint32_t>> after, F&& piece);
 
  private:
-  struct Fork;
-  struct Dataflow;
-  Dataflow begin_dataflow(std::size_t count);
-  void enter_piece(Dataflow& flow, std::span<const std::uint32_t> after);
-  void leave_piece(Dataflow& flow, std::size_t index);
-  void end_dataflow(Dataflow& flow, std::span<const std::vector<std::uint32_t>> after);
-  Fork begin_fork(std::size_t count);
-  void enter_branch(Fork& fork, std::size_t index);
-  void leave_branch(Fork& fork);
-  void end_fork(Fork& fork) noexcept(false);
-  const Stream& side_stream(std::size_t index);
-  void add_planned(detail::PlannedNode node);
+  friend class detail::ExecContextAccess;
+  /// A context over a submission it does not own (a conditional body's: the body outlives the context).
+  ExecContext(detail::Submission& submission, std::shared_ptr<HostCallErrors> host_errors);
+  // fork_join's and run_dataflow's steps, forwarded to the submission (defined where it is complete).
+  void begin_fork(std::size_t count);
+  void enter_branch(std::size_t index);
+  void leave_branch();
+  void end_fork();
+  void begin_dataflow(std::size_t count);
+  void enter_piece(std::span<const std::uint32_t> after);
+  void leave_piece(std::size_t index);
+  void end_dataflow(std::span<const std::vector<std::uint32_t>> after);
 
-  const Stream* current_;
-  const Stream* origin_;  ///< the stream given at construction (branches join back to it)
+  std::unique_ptr<detail::Submission> owned_;  ///< the submission, unless it is borrowed
+  detail::Submission* submission_;
   bool recording_;
-  bool eager_host_calls_ = false;  ///< a host function was submitted eagerly (see the destructor)
+  bool planning_;
+  detail::GraphHooks* hooks_ = nullptr;  ///< the graph being recorded (detail/ops/graph_access.hpp)
   LaunchObserver* observer_ = nullptr;
   std::vector<std::string_view> labels_;  ///< views of the NamedOps being executed
-  detail::NodePlan* plan_ = nullptr;
-  /// Set while this context records the body of a conditional node: what CUDA refuses there (host calls, events,
-  /// another conditional node from this layer) is a UsageError instead of a driver error.
-  const char* body_of_ = nullptr;
-  void refuse_in_body(std::string_view what) const;
-  void check_conditional_supported(CUgraphConditionalNodeType type, unsigned size) const;
-  void record_body(unsigned index, CUgraphConditionalNodeType type, ExecContext& inner,
-                   const std::function<void(unsigned, ExecContext&)>& body);
-  ExecContext* root_ = this;           ///< the outermost context (bodies' contexts point to it)
-  CUgraph condition_graph_ = nullptr;  ///< plan mode: where make_condition makes conditions
-  const std::vector<detail::PlannedCondition>* reused_conditions_ = nullptr;  ///< plan mode: a built graph's
-  std::vector<std::uint32_t> frontier_;  ///< plan mode: the nodes the next node depends on
   std::shared_ptr<HostCallErrors> host_errors_;
   std::vector<std::shared_ptr<const void>> owners_;
-  std::vector<std::unique_ptr<Stream>> side_streams_;
-  std::vector<CUgraphConditionalHandle> unconsumed_conditions_;
-  [[noreturn]] void refuse_scratch() const;
-  std::shared_ptr<const void> scratch_tag_;  ///< identifies the graph's scratch (its control block)
-  const std::vector<detail::PlannedScratch>* reused_scratch_ = nullptr;  ///< plan mode: a built graph's
-  std::vector<CUdeviceptr> scratch_to_free_;                             ///< capture mode: until finish_scratch
-  std::size_t scratch_bytes_ = 0;
-  std::size_t conditions_made_ = 0;
-  std::size_t bytes_to_device_ = 0;
-  std::size_t bytes_to_host_ = 0;
-  std::size_t side_streams_in_use_ = 0;
-  std::vector<Event> events_;  // kept until the context ends: a recorded event wait refers to them
-};
-
-struct ExecContext::Fork {
-  const Stream* origin = nullptr;
-  std::size_t first_side = 0;
-  std::size_t count = 0;
-  std::vector<std::uint32_t> start;   ///< plan mode: the frontier every branch starts from
-  std::vector<std::uint32_t> joined;  ///< plan mode: the union of the branches' frontiers
-};
-
-/// Where each piece of a run_dataflow ended (plan mode: node indices; capture mode: captured nodes).
-struct ExecContext::Dataflow {
-  std::vector<std::uint32_t> planned_start;                 ///< plan mode: the frontier before the first piece
-  std::vector<std::vector<std::uint32_t>> planned_ends;     ///< plan mode: each piece's last nodes
-  detail::driver::CapturePoint captured_start;              ///< capture mode: where the capture stood before
-  std::vector<detail::driver::CapturePoint> captured_ends;  ///< capture mode: where each piece left it
 };
 
 template <class F>
@@ -322,13 +208,13 @@ void ExecContext::run_dataflow(std::span<const std::vector<std::uint32_t>> after
     for (std::size_t i = 0; i < after.size(); ++i) piece(i);
     return;
   }
-  Dataflow flow = begin_dataflow(after.size());
+  begin_dataflow(after.size());
   for (std::size_t i = 0; i < after.size(); ++i) {
-    enter_piece(flow, after[i]);
+    enter_piece(after[i]);
     piece(i);
-    leave_piece(flow, i);
+    leave_piece(i);
   }
-  end_dataflow(flow, after);
+  end_dataflow(after);
 }
 
 template <class... F>
@@ -337,11 +223,11 @@ void ExecContext::fork_join(F&&... branches) {
   if constexpr (count == 1) {
     (branches(), ...);
   } else {
-    Fork fork = begin_fork(count);
+    begin_fork(count);
     std::exception_ptr error;
     std::size_t index = 0;
     const auto run_branch = [&](auto& branch) {
-      enter_branch(fork, index);
+      enter_branch(index);
       ++index;
       if (!error) {
         try {
@@ -350,11 +236,10 @@ void ExecContext::fork_join(F&&... branches) {
           error = std::current_exception();
         }
       }
-      leave_branch(fork);
+      leave_branch();
     };
     (run_branch(branches), ...);
-    current_ = fork.origin;
-    end_fork(fork);
+    end_fork();
     if (error) std::rethrow_exception(error);
   }
 }

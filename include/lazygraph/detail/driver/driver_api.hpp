@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "lazygraph/detail/driver/launch_shape.hpp"
 #include "lazygraph/detail/driver/live_handles.hpp"
 
 namespace lazygraph::detail::driver {
@@ -113,12 +114,6 @@ void set_function_attribute(CUcontext ctx, CUfunction fn, CUfunction_attribute a
 int max_active_blocks_per_sm(CUcontext ctx, CUfunction fn, int block_threads, std::size_t dynamic_shared,
                              std::string_view name);
 
-struct LaunchShape {
-  unsigned grid[3] = {};
-  unsigned block[3] = {};
-  unsigned shared_bytes = 0;
-  bool early_launch = false;  ///< programmatic stream serialization (sm_90+)
-};
 void launch_kernel(CUcontext ctx, CUfunction fn, const LaunchShape& shape, CUstream stream, void** args,
                    std::string_view name);
 

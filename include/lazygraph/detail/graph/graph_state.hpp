@@ -19,6 +19,7 @@
 #include "lazygraph/detail/driver/driver_api.hpp"
 #include "lazygraph/detail/driver/graph_handle.hpp"
 #include "lazygraph/detail/graph/graph_build.hpp"
+#include "lazygraph/detail/graph/graph_recording.hpp"
 #include "lazygraph/detail/ops/node_plan.hpp"
 #include "lazygraph/driver/stream.hpp"
 #include "lazygraph/graph/graph_options.hpp"
@@ -142,7 +143,7 @@ class GraphState {
     order_after_replays_elsewhere();
     ExecContext ctx(stream_, false, host_errors_);
     try {
-      const Recording recording(*this);
+      const Recording recording_thread(*this);
       submit(ctx);
     } catch (...) {
       hold_no_throw(ctx.take_owners());  // part of the op may have been submitted
@@ -162,10 +163,11 @@ class GraphState {
       NodePlan plan;
       plan.reserve_like(*plan_);
       ExecContext ctx(stream_, plan, host_errors_);
-      ctx.reuse_conditions(plan_->conditions);
-      ctx.reuse_scratch(plan_->scratch, scratch_tag_);
+      GraphRecording recording(ctx);
+      recording.reuse_conditions(plan_->conditions);
+      recording.reuse_scratch(plan_->scratch, scratch_tag_);
       {
-        const Recording recording(*this);
+        const Recording recording_thread(*this);
         record(ctx);
       }
       // An op recorded before (no Scope) makes no conditions: it uses the graph's, whose handles it carries.
@@ -178,12 +180,13 @@ class GraphState {
           driver::Graph graph(driver::graph_create());
           NodePlan fresh;
           ExecContext again(stream_, fresh, host_errors_);
-          again.make_conditions_in(graph.native_handle());
+          GraphRecording again_recording(again);
+          again_recording.make_conditions_in(graph.native_handle());
           {
-            const Recording recording(*this);
+            const Recording recording_thread(*this);
             record(again);
           }
-          again.check_conditions_consumed();
+          again_recording.check_conditions_consumed();
           if (!conditions_made_for(fresh)) {
             why->message +=
                 "; the op's conditional nodes use conditions of this graph, which a new graph cannot: to "
@@ -196,15 +199,15 @@ class GraphState {
                 "from a callback that asks for it with Scope::scratch";
             return std::move(*why);
           }
-          check_scratch_fits(again.scratch_bytes());
-          scratch_tag_ = again.scratch_tag();
-          set_scratch_bytes(again.scratch_bytes());
-          set_transfers(again);
+          check_scratch_fits(again_recording.scratch_bytes());
+          scratch_tag_ = again_recording.scratch_tag();
+          set_scratch_bytes(again_recording.scratch_bytes());
+          set_transfers(again_recording);
           return reinstantiate_built(std::move(graph), std::move(fresh), again.take_owners(), std::move(*why));
         }
       }
       UpdateResult r = replace_plan(std::move(plan), ctx.take_owners(), options);
-      if (r.ok()) set_transfers(ctx);
+      if (r.ok()) set_transfers(recording);
       return r;
     }
     if (captured_scratch_ && !options.reinstantiate_on_mismatch) {
@@ -222,28 +225,29 @@ class GraphState {
     const Stream capture_stream = Stream::pooled(stream_.device());
     CaptureSession session(capture_stream, options_.mode);
     ExecContext ctx(capture_stream, true, host_errors_);
+    GraphRecording recording(ctx);
     {
-      const Recording recording(*this);
+      const Recording recording_thread(*this);
       record(ctx);
-      ctx.finish_scratch();
+      recording.finish_scratch();
     }
     driver::Graph graph = session.finish();
     const std::string no_update = "a captured graph with conditions or scratch memory cannot be updated in place";
-    const bool bound = ctx.conditions_made() > 0 || ctx.scratch_bytes() > 0;
+    const bool bound = recording.conditions_made() > 0 || recording.scratch_bytes() > 0;
     if (bound && !options.reinstantiate_on_mismatch) {
       return UpdateResult{UpdateStatus::not_supported, std::nullopt, no_update};
     }
-    check_scratch_fits(ctx.scratch_bytes());
+    check_scratch_fits(recording.scratch_bytes());
     UpdateResult r =
         captured_conditions_ || captured_scratch_ || bound
             ? reinstantiate(std::move(graph), ctx.take_owners(), {UpdateStatus::not_supported, std::nullopt, no_update})
             : replace_graph(std::move(graph), ctx.take_owners(), options);
     if (r.ok()) {
-      captured_conditions_ = ctx.conditions_made() > 0;
-      captured_scratch_ = ctx.scratch_bytes() > 0;
-      scratch_tag_ = ctx.scratch_tag();
-      set_scratch_bytes(ctx.scratch_bytes());
-      set_transfers(ctx);
+      captured_conditions_ = recording.conditions_made() > 0;
+      captured_scratch_ = recording.scratch_bytes() > 0;
+      scratch_tag_ = recording.scratch_tag();
+      set_scratch_bytes(recording.scratch_bytes());
+      set_transfers(recording);
     }
     return r;
   }
@@ -285,9 +289,9 @@ class GraphState {
   void check_scratch_fits(std::size_t bytes) const;
   /// Records the scratch size of the graph replayed now (in the pool's accounts too).
   void set_scratch_bytes(std::size_t bytes);
-  void set_transfers(const ExecContext& ctx) noexcept {
-    bytes_to_device_ = ctx.bytes_to_device();
-    bytes_to_host_ = ctx.bytes_to_host();
+  void set_transfers(const GraphRecording& recording) noexcept {
+    bytes_to_device_ = recording.bytes_to_device();
+    bytes_to_host_ = recording.bytes_to_host();
   }
   /// The graph's lock. \throws UsageError when the calling thread is recording an update_from of this graph.
   [[nodiscard]] std::unique_lock<std::mutex> guard() const;

@@ -19,7 +19,7 @@
 #include <string_view>
 #include <vector>
 
-#include "lazygraph/detail/driver/driver_api.hpp"
+#include "lazygraph/detail/driver/launch_shape.hpp"
 
 namespace lazygraph::detail {
 
@@ -39,7 +39,10 @@ struct PlannedNode {
   CUdeviceptr src = 0;
   void* host = nullptr;         ///< memcpy with pinned host memory: the host side (`dst` or `src` is then unused)
   bool host_is_source = false;  ///< memcpy with `host`: host to device (else device to host)
-  std::size_t bytes = 0;        ///< memcpy: bytes; memset: elements
+  std::size_t bytes = 0;        ///< memcpy: bytes (of each row); memset: elements
+  std::size_t rows = 1;         ///< memcpy: rows (a 2-D device-to-device copy when more than one)
+  std::size_t dst_pitch = 0;    ///< memcpy of rows: bytes from one row's start to the next in `dst`
+  std::size_t src_pitch = 0;    ///< memcpy of rows: the same in `src`
   unsigned pattern = 0;         ///< memset
   unsigned element_size = 0;    ///< memset: 1, 2 or 4
   // CU_GRAPH_NODE_TYPE_HOST

@@ -1,0 +1,18 @@
+#pragma once
+/// \file
+/// LaunchShape: the geometry of one kernel launch as the driver takes it (grid, block, dynamic shared memory,
+/// programmatic launch). Kept apart from driver_api.hpp so that the headers that describe a launch (ExecContext's
+/// KernelSubmission, NodePlan) do not bring in the raw driver entry points.
+
+namespace lazygraph::detail::driver {
+
+/// Grid and block in three dimensions, dynamic shared memory in bytes, and whether the launch may start before the
+/// kernel before it ends (programmatic stream serialization, sm_90 and newer).
+struct LaunchShape {
+  unsigned grid[3] = {};
+  unsigned block[3] = {};
+  unsigned shared_bytes = 0;
+  bool early_launch = false;
+};
+
+}  // namespace lazygraph::detail::driver
