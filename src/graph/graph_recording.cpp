@@ -41,7 +41,8 @@ GraphRecording::~GraphRecording() {
 GraphRecording& GraphRecording::of(ExecContext& ctx, std::string_view what) {
   auto* recording = dynamic_cast<GraphRecording*>(ExecContextAccess::hooks(ctx));
   if (recording == nullptr) {
-    throw UsageError(std::string(what) + ", not work to run eagerly: record it with CudaGraph::scope, capture or build");
+    throw UsageError(std::string(what) +
+                     ", not work to run eagerly: record it with CudaGraph::scope, capture or build");
   }
   return *recording;
 }
@@ -66,8 +67,8 @@ CUgraphConditionalHandle GraphRecording::make_condition(unsigned default_value) 
     }
     plan->conditions.push_back({handle, default_value});
   } else {
-    handle = driver::conditional_handle_create(context, driver::capture_graph(context, ctx_.stream().get()),
-                                               default_value);
+    handle =
+        driver::conditional_handle_create(context, driver::capture_graph(context, ctx_.stream().get()), default_value);
   }
   unconsumed_conditions_.push_back(handle);
   ++conditions_made_;

@@ -33,8 +33,7 @@ class CaptureSubmission final : public StreamSubmission {
     driver::event_record_with_flags(current_->device().context(), event, current_->get(), CU_EVENT_RECORD_EXTERNAL);
   }
   void wait_event(CUevent event) override {
-    driver::stream_wait_event_with_flags(current_->device().context(), current_->get(), event,
-                                         CU_EVENT_WAIT_EXTERNAL);
+    driver::stream_wait_event_with_flags(current_->device().context(), current_->get(), event, CU_EVENT_WAIT_EXTERNAL);
   }
   void child_graph(CUgraph graph) override {
     CUgraphNodeParams params{};

@@ -22,7 +22,9 @@ class EagerSubmission final : public StreamSubmission {
     host_calls_ = true;
   }
   void join() override {}
-  void record_event(CUevent event) override { driver::event_record(current_->device().context(), event, current_->get()); }
+  void record_event(CUevent event) override {
+    driver::event_record(current_->device().context(), event, current_->get());
+  }
   void wait_event(CUevent event) override {
     driver::stream_wait_event_with_flags(current_->device().context(), current_->get(), event, 0);
   }
@@ -44,8 +46,6 @@ class EagerSubmission final : public StreamSubmission {
 
 }  // namespace
 
-std::unique_ptr<Submission> eager_submission(const Stream& stream) {
-  return std::make_unique<EagerSubmission>(stream);
-}
+std::unique_ptr<Submission> eager_submission(const Stream& stream) { return std::make_unique<EagerSubmission>(stream); }
 
 }  // namespace lazygraph::detail

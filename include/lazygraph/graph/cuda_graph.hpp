@@ -176,8 +176,7 @@ class CudaGraph {
   /// reference kept past the callback by mistake then reports UsageError instead of touching a dead object.
   template <class F>
   static auto run_callback(ExecContext& ctx, detail::GraphRecording& recording, F& callback,
-                           std::shared_ptr<const void>& scope_out,
-                           detail::CaptureSession* session) {
+                           std::shared_ptr<const void>& scope_out, detail::CaptureSession* session) {
     using R = std::invoke_result_t<F&, Scope&>;
     const std::shared_ptr<Scope> s(new Scope(ctx));
     std::optional<std::conditional_t<std::is_void_v<R>, bool, R>> result;

@@ -106,13 +106,13 @@ class GraphRecording final : public GraphHooks {
   GraphRecording(ExecContext& ctx, GraphRecording& root, const char* body_of) noexcept;
 
   ExecContext& ctx_;
-  GraphRecording* root_ = this;   ///< the outermost recording (bodies' point to it)
+  GraphRecording* root_ = this;    ///< the outermost recording (bodies' point to it)
   const char* body_of_ = nullptr;  ///< set for a conditional body: what CUDA refuses there is a UsageError
   CUgraph graph_ = nullptr;        ///< plan mode: where conditions and scratch memory are made
   const std::vector<PlannedCondition>* reused_conditions_ = nullptr;  ///< plan mode: a built graph's
   const std::vector<PlannedScratch>* reused_scratch_ = nullptr;       ///< plan mode: a built graph's
   std::vector<CUgraphConditionalHandle> unconsumed_conditions_;
-  std::shared_ptr<const void> scratch_tag_;  ///< identifies the graph's scratch (its control block)
+  std::shared_ptr<const void> scratch_tag_;   ///< identifies the graph's scratch (its control block)
   std::vector<CUdeviceptr> scratch_to_free_;  ///< capture mode: until finish_scratch
   std::size_t scratch_bytes_ = 0;
   std::size_t conditions_made_ = 0;
