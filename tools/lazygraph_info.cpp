@@ -5,6 +5,7 @@
 // Without a driver or a GPU it still prints everything else and exits 0: explaining that case is its job.
 // Exit status: 0 after a report (whatever it found) or a clear, 1 when the cache could not be cleared, 2 for a
 // bad option.
+#include <cuda.h>
 #include <dlfcn.h>
 #include <link.h>
 #include <nvrtc.h>
@@ -17,7 +18,6 @@
 #include <string_view>
 #include <vector>
 
-#include <lazygraph/detail/driver/driver_api.hpp>
 #include <lazygraph/driver.hpp>
 #include <lazygraph/kernels.hpp>
 
@@ -107,30 +107,30 @@ struct DriverReport {
 };
 
 DriverReport report_driver() {
+  const lazygraph::DriverInfo info = lazygraph::driver_info();
   DriverReport r;
-  std::string why;
-  r.loaded = lazygraph::detail::driver::try_load(&why);
+  r.loaded = info.loaded;
   const std::string name = driver_library_name();
   const std::string source = name != "libcuda.so.1" ? "from LAZYGRAPH_CUDA_DRIVER"
                                                     : "the default name; LAZYGRAPH_CUDA_DRIVER=FILE loads another file";
   std::printf("CUDA driver\n");
   if (!r.loaded) {
     field(2, "status", "not loaded");
-    field(2, "reason", why);
+    field(2, "reason", info.why);
     field(2, "library", name + " (" + source + ")");
     return r;
   }
   const std::string path = loaded_driver_path(name);
   field(2, "status", "loaded");
   field(2, "library", (path.empty() ? name : path) + " (opened as " + name + ", " + source + ")");
-  try {
-    r.version = lazygraph::detail::driver::driver_version();
-    field(2, "version",
-          "CUDA " + cuda_version_text(r.version) + " (" + std::to_string(r.version) +
-              "); lazygraph was built against CUDA " + cuda_version_text(CUDA_VERSION));
-  } catch (const std::exception& e) {
-    field(2, "version", std::string("unknown: ") + e.what());
+  r.version = info.version;
+  if (r.version == 0) {
+    field(2, "version", "unknown: " + info.why);
+    return r;
   }
+  field(2, "version",
+        "CUDA " + cuda_version_text(r.version) + " (" + std::to_string(r.version) +
+            "); lazygraph was built against CUDA " + cuda_version_text(CUDA_VERSION));
   return r;
 }
 

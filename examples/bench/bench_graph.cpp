@@ -5,6 +5,13 @@
 // where recording and updating time goes. Replays are timed with CUDA events, host work with steady_clock,
 // alternating between the variants compared; every figure is the median of many samples. Compare numbers only
 // within one run.
+//
+// Unlike the examples, this benchmark includes private headers on purpose: its baselines are the raw driver calls
+// lazygraph makes (eager cuLaunchKernel, a hand-captured cuStreamBeginCapture graph, cuGraphInstantiate and
+// cuGraphUpload alone), taken from the library's own driver layer (detail/driver/driver_api.hpp) so that both sides
+// load the same driver the same way, and its breakdown times the graph layer's internal steps (NodePlan,
+// materialize, CaptureSession, apply_plan, from lazygraph::detail), which no public call exposes one by one. Code
+// of your own needs only the public headers.
 #include <lazygraph/detail/driver/driver_api.hpp>
 #include <lazygraph/lazygraph.hpp>
 

@@ -1,5 +1,8 @@
 #include "lazygraph/driver/device.hpp"
 
+#include <exception>
+#include <string>
+
 #include "lazygraph/detail/driver/driver_api.hpp"
 #include "lazygraph/driver.hpp"
 #include "lazygraph/driver/error.hpp"
@@ -71,6 +74,18 @@ bool gpu_available(std::string* why) noexcept {
     if (why != nullptr) *why = e.what();
   }
   return false;
+}
+
+DriverInfo driver_info() noexcept {
+  DriverInfo info;
+  info.loaded = detail::driver::try_load(&info.why);
+  if (!info.loaded) return info;
+  try {
+    info.version = detail::driver::driver_version();
+  } catch (const std::exception& e) {
+    info.why = e.what();
+  }
+  return info;
 }
 
 }  // namespace lazygraph

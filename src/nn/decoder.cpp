@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "lazygraph/nn/decoder_tensors.hpp"
 #include "lazygraph/nn/random_weights.hpp"
@@ -68,7 +69,7 @@ BasicDecoderWeights<T> BasicDecoderWeights<T>::generate(const Stream& stream, co
 
 template <Element T>
 BasicDecoderState<T>::BasicDecoderState(const Device& device, const DecoderConfig& c)
-    : io(device, kIoSize),
+    : io(device, DecoderIo::input_size),
       generated(device, static_cast<std::size_t>(c.context)),
       next(device, kMaxRows),
       x(DeviceBuffer<T>(device, kMaxRows * static_cast<std::size_t>(c.d))),
@@ -205,8 +206,7 @@ BasicDecoder<T>::BasicDecoder(const Stream& stream, const KernelLibrary& library
       kernels_(library, {.early_launch = config_.early_launch, .tensor_cores = config_.tensor_cores}),
       weights_(checked(std::move(weights), config_)),
       state_(stream.device(), config_),
-      io_(library, kIoSize, kMaxRows),
-      generate_io_(library, 0, static_cast<std::size_t>(config_.context) + 3),
+      io_(library, DecoderIo::input_size, DecoderIo::output_size(config_.context)),
       stream_(stream.device()),
       graphs_(kMaxRows),
       io_graphs_(kMaxRows) {
@@ -250,8 +250,9 @@ CudaGraph<>& BasicDecoder<T>::io_graph(int rows) {
   // The step's own nodes between the copies (not the step graph as a child: its kernels keep their early-launch
   // edges to each other exactly as captured).
   return io_graphs_.get(rows, [this](int r) {
-    return CudaGraph<>::capture(stream_, io_.copy_in(state_.io.view()) >> step_op(r) >>
-                                             io_.copy_out(state_.next.cview().subspan(0, static_cast<std::size_t>(r))));
+    return CudaGraph<>::capture(
+        stream_, io_.copy_in(state_.io.view()) >> step_op(r) >>
+                     io_.copy_out(state_.next.cview().subspan(0, static_cast<std::size_t>(r)), DecoderIo::next));
   });
 }
 
@@ -263,17 +264,18 @@ void BasicDecoder<T>::reset() {
 
 template <Element T>
 void BasicDecoder<T>::set_row(int row, int token, int position, int slot) {
-  const std::span<int> io = io_.input();
-  io[static_cast<std::size_t>(row)] = token;
-  io[static_cast<std::size_t>(kMaxRows + row)] = position;
-  io[static_cast<std::size_t>(2 * kMaxRows + row)] = slot;
+  const std::span<int> in = io_.input();
+  const auto r = static_cast<std::size_t>(row);
+  in[DecoderIo::tokens + r] = token;
+  in[DecoderIo::positions + r] = position;
+  in[DecoderIo::slots + r] = slot;
 }
 
 template <Element T>
 std::span<const int> BasicDecoder<T>::run(int rows) {
   HostIo<int, int>::run(io_graph(rows));
   last_rows_ = rows;
-  return io_.output().subspan(0, static_cast<std::size_t>(rows));
+  return io_.output().subspan(DecoderIo::next, static_cast<std::size_t>(rows));
 }
 
 template <Element T>
@@ -320,29 +322,27 @@ std::vector<int> BasicDecoder<T>::generate(int token, int n, int stop_token, int
   if (!generate_graph_) {
     generate_graph_.emplace(CudaGraph<>::scope(stream_, [&](Scope& sc) {
       const Condition more = sc.condition(1);
-      DeviceSpan<int> io = state_.io.view();
-      const auto context = static_cast<std::size_t>(config_.context);
-      sc.record(io_.copy_in(io) >>
-                while_(more,
-                       step_op(1) >> kernels_.loop->generate_advance(
-                                         {{1, 1, 1}, {1, 1, 1}, 0}, more, state_.next.cview(), io.subspan(0, kMaxRows),
-                                         io.subspan(kMaxRows, kMaxRows), state_.control(), state_.generated.view()),
-                       *bound_) >>
-                generate_io_.copy_out(state_.generated.cview()) >>
-                generate_io_.copy_out(state_.control().as_const(), context));
+      const DeviceSpan<int> io = state_.io.view();
+      // Feeds the step's token back as row 0's, one position on, and appends it to `generated` (generate.cu).
+      auto advance = kernels_.loop->generate_advance(
+          {{1, 1, 1}, {1, 1, 1}, 0}, more, state_.next.cview(), io.subspan(DecoderIo::tokens, kMaxRows),
+          io.subspan(DecoderIo::positions, kMaxRows), state_.control(), state_.generated.view());
+      sc.record(io_.copy_in(io) >> while_(more, step_op(1) >> std::move(advance), *bound_) >>
+                io_.copy_out(state_.generated.cview(), DecoderIo::generated) >>
+                io_.copy_out(state_.control().as_const(), DecoderIo::generate_control));
     }));
   }
   set_row(0, token, start, 0);
-  const std::span<int> control = io_.input().subspan(3 * kMaxRows, 3);
-  control[0] = n;
-  control[1] = stop_token;
-  control[2] = 0;
+  const std::span<int> control = io_.input().subspan(DecoderIo::control, DecoderIo::control_size);
+  control[DecoderIo::n] = n;
+  control[DecoderIo::stop] = stop_token;
+  control[DecoderIo::count] = 0;
   HostIo<int, int>::run(*generate_graph_);
   last_rows_ = 1;
-  const std::span<const int> generated = generate_io_.output();
-  const auto count =
-      static_cast<std::size_t>(std::clamp(generated[static_cast<std::size_t>(config_.context) + 2], 0, n));
-  return {generated.begin(), generated.begin() + static_cast<std::ptrdiff_t>(count)};
+  const std::span<const int> out = io_.output();
+  const auto count = static_cast<std::size_t>(std::clamp(out[DecoderIo::generate_control + DecoderIo::count], 0, n));
+  const std::span<const int> generated = out.subspan(DecoderIo::generated, count);
+  return {generated.begin(), generated.end()};
 }
 
 template <Element T>

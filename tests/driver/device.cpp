@@ -29,6 +29,13 @@ TEST_SUITE("gpu") {
     CHECK(lgtest::to_host(s, buffer.cview())[(1 << 20) - 1] == 3.0F);
   }
 
+  TEST_CASE("driver_info reports the loaded driver and the CUDA version it supports") {
+    const DriverInfo info = driver_info();
+    CHECK(info.loaded);
+    CHECK(info.version >= 12000);  // CUDA 12.0 or newer, as cuDriverGetVersion writes it
+    CHECK(info.why.empty());
+  }
+
   TEST_CASE("opening a device ordinal that does not exist throws NoDevice") {
     CHECK_THROWS_WITH_AS(Device::get(Device::count()), doctest::Contains("no CUDA device"), NoDevice);
     CHECK_THROWS_AS(Device::get(-1), NoDevice);

@@ -13,6 +13,16 @@ TEST_SUITE("no-driver") {
     CHECK(why.find("cannot load CUDA driver") != std::string::npos);
   }
 
+  TEST_CASE("without a driver, driver_info says it did not load, why (as gpu_available), and no version") {
+    const DriverInfo info = driver_info();
+    CHECK_FALSE(info.loaded);
+    CHECK(info.version == 0);
+    CHECK(info.why.find("cannot load CUDA driver") != std::string::npos);
+    std::string why;
+    CHECK_FALSE(gpu_available(&why));
+    CHECK(info.why == why);
+  }
+
   TEST_CASE("without a driver, opening a device throws DriverUnavailable") {
     CHECK_THROWS_WITH_AS(Device::first(), doctest::Contains("cannot load CUDA driver"), DriverUnavailable);
     CHECK_THROWS_AS(Device::count(), DriverUnavailable);
@@ -49,5 +59,7 @@ TEST_SUITE("stub-driver") {
     CHECK(why.find("lib64/stubs") != std::string::npos);
     CHECK(why.find("lacks") == std::string::npos);
     CHECK_THROWS_WITH_AS(Device::first(), doctest::Contains("stub library"), DriverUnavailable);
+    CHECK_FALSE(driver_info().loaded);
+    CHECK(driver_info().why == why);
   }
 }

@@ -120,4 +120,19 @@ class Device {
   std::shared_ptr<const detail::DeviceState> state_;
 };
 
+/// What lazygraph found of the CUDA driver, for reports such as lazygraph-info's (gpu_available, in driver.hpp, is
+/// the yes-or-no question).
+struct DriverInfo {
+  bool loaded = false;  ///< the driver library opened and cuInit succeeded
+  /// The CUDA version the driver supports, as it reports it (13000 for 13.0); 0 when it did not load or did not say.
+  int version = 0;
+  /// Empty, or why the driver did not load (the reason gpu_available gives, such as "cannot load CUDA driver
+  /// (libcuda.so.1): ..."), or, when it loaded, why `version` is unknown.
+  std::string why;
+};
+
+/// Loads the driver unless that was tried already (once per process, as gpu_available and Device do) and says what
+/// it found. Never throws: a failure is in DriverInfo::why.
+[[nodiscard]] DriverInfo driver_info() noexcept;
+
 }  // namespace lazygraph

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -26,8 +27,43 @@ namespace lazygraph::nn {
 
 /// Rows one step processes at most: sequences of a batch, or tokens of a prompt chunk (prefill).
 inline constexpr int kMaxRows = 8;
-/// Ints of the io buffer: tokens, positions and slots (kMaxRows each), then generate's control [n, stop, count].
-inline constexpr int kIoSize = 3 * kMaxRows + 3;
+
+/// The decoder's io layout, in ints: the one place its offsets are written down.
+///
+/// In: the device io buffer (BasicDecoderState::io) and the pinned input staging that each replay copies to it whole
+/// hold [tokens | positions | slots | control]; row r of a step is index r of the first three. The control is
+/// generate's [n, stop_token, count], which its loop kernel (generate_advance) reads and counts in.
+///
+/// Out: the pinned output staging that every graph of a decoder copies its results to holds
+/// [next | control | generated]. A step's graph (forward, forward_batch, prefill) writes its rows' next tokens to
+/// `next`; generate's loop graph writes its control as the loop left it to `control` (count: the tokens appended)
+/// and the tokens it appended to `generated` (context ints, the first count of them meaningful).
+struct DecoderIo {
+  // In: BasicDecoderState::io and the input staging.
+  static constexpr std::size_t tokens = 0;                           ///< the rows' tokens [kMaxRows]
+  static constexpr std::size_t positions = tokens + kMaxRows;        ///< the rows' positions [kMaxRows]
+  static constexpr std::size_t slots = positions + kMaxRows;         ///< the rows' sequence slots [kMaxRows]
+  static constexpr std::size_t control = slots + kMaxRows;           ///< generate's control [n, stop_token, count]
+  static constexpr std::size_t control_size = 3;                     ///< ints of a control
+  static constexpr std::size_t input_size = control + control_size;  ///< ints in
+
+  // A control's fields, from its start.
+  static constexpr std::size_t n = 0;      ///< tokens generate may append
+  static constexpr std::size_t stop = 1;   ///< the stop token, -1 for none
+  static constexpr std::size_t count = 2;  ///< tokens appended so far
+
+  // Out: the output staging.
+  static constexpr std::size_t next = 0;                                     ///< a step's next tokens [kMaxRows]
+  static constexpr std::size_t generate_control = next + kMaxRows;           ///< generate's control after its loop
+  static constexpr std::size_t generated = generate_control + control_size;  ///< generate's tokens [context]
+  /// Ints out for a decoder of `context` positions.
+  [[nodiscard]] static constexpr std::size_t output_size(int context) noexcept {
+    return generated + static_cast<std::size_t>(context);
+  }
+};
+
+/// Ints of the io buffer: DecoderIo::input_size (tokens, positions and slots, kMaxRows each, then generate's control).
+inline constexpr int kIoSize = static_cast<int>(DecoderIo::input_size);
 
 /// How the unfused attention block (DecoderConfig::fused false) orders its three projections, RoPE, the cache append
 /// and attention. The results are the same; the graphs differ.
@@ -140,7 +176,7 @@ struct BasicDecoderState {
   /// and attention_counters (zero), which it writes and waits for.
   BasicDecoderState(const Device& device, const DecoderConfig& config);
 
-  DeviceBuffer<int> io;         ///< [tokens | positions | slots | control]: written before each replay (kIoSize ints)
+  DeviceBuffer<int> io;         ///< [tokens | positions | slots | control] (DecoderIo): copied in before each replay
   DeviceBuffer<int> generated;  ///< the tokens Decoder::generate's loop appends [context]
   DeviceBuffer<int> next;       ///< the chosen next token of each row [kMaxRows]
   DeviceBuffer<T> x;            ///< residual streams [kMaxRows][d]
@@ -157,13 +193,13 @@ struct BasicDecoderState {
   DeviceBuffer<float> rope_frequencies;       ///< RoPE's inverse frequency per pair of a head [head_dim / 2]
 
   /// The rows' tokens, as the graph reads them.
-  [[nodiscard]] DeviceSpan<const int> tokens() const { return io.cview().subspan(0, kMaxRows); }
+  [[nodiscard]] DeviceSpan<const int> tokens() const { return io.cview().subspan(DecoderIo::tokens, kMaxRows); }
   /// The rows' positions.
-  [[nodiscard]] DeviceSpan<const int> positions() const { return io.cview().subspan(kMaxRows, kMaxRows); }
+  [[nodiscard]] DeviceSpan<const int> positions() const { return io.cview().subspan(DecoderIo::positions, kMaxRows); }
   /// The rows' sequence slots (which KV cache each row reads and appends to).
-  [[nodiscard]] DeviceSpan<const int> slots() const { return io.cview().subspan(2 * kMaxRows, kMaxRows); }
+  [[nodiscard]] DeviceSpan<const int> slots() const { return io.cview().subspan(DecoderIo::slots, kMaxRows); }
   /// generate's control: [n, stop_token, count].
-  [[nodiscard]] DeviceSpan<int> control() { return io.view().subspan(3 * kMaxRows, 3); }
+  [[nodiscard]] DeviceSpan<int> control() { return io.view().subspan(DecoderIo::control, DecoderIo::control_size); }
 };
 
 /// The step memory of an fp16 decoder.
@@ -366,8 +402,7 @@ class BasicDecoder {
   BasicKernels<T> kernels_;
   BasicDecoderWeights<T> weights_;
   BasicDecoderState<T> state_;
-  HostIo<int, int> io_;           ///< [tokens | positions | slots | control] in, next tokens out
-  HostIo<int, int> generate_io_;  ///< out: generate's tokens [context], then its control [n, stop, count]
+  HostIo<int, int> io_;  ///< the staging of every graph: in and out as DecoderIo lays them out
   Stream stream_;
   Sampling sampling_;
   GraphCache<int> graphs_;          ///< by rows, captured on first use (room for every row count: none is dropped)
