@@ -54,7 +54,7 @@ std::string hex(CUdeviceptr address) {
 // ---- The device's cuBLASLt handle: made once, on first use, and destroyed when the process exits ----------------
 
 struct DeviceHandle {
-  std::shared_ptr<const DeviceState> device;  // keeps the primary context the handle works in
+  std::shared_ptr<const DeviceState> device;  // retains the primary context the handle works in
   cublasLtHandle_t handle = nullptr;
 };
 
@@ -89,8 +89,11 @@ cublasLtHandle_t handle_for(const Device& device) {
   const std::lock_guard lock(r.mutex);
   if (r.destroyed) throw UsageError("Gemm: the process is exiting, and cuBLASLt's handles are gone");
   if (auto it = r.by_ordinal.find(device.ordinal()); it != r.by_ordinal.end()) return it->second.handle;
-  DeviceHandle entry{device.state(),
-                     lt::create(device.context(), "the cuBLASLt handle of device " + std::to_string(device.ordinal()))};
+  // A state of its own (a retain of the primary context, no streams), not the caller's: the handle must not keep the
+  // caller's Device, with its pooled streams, until the process exits.
+  const Device own = Device::get(device.ordinal());
+  DeviceHandle entry{own.state(),
+                     lt::create(own.context(), "the cuBLASLt handle of device " + std::to_string(device.ordinal()))};
   const cublasLtHandle_t handle = entry.handle;
   r.by_ordinal.emplace(device.ordinal(), std::move(entry));
   if (!r.exit_registered) {

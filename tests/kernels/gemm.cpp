@@ -405,6 +405,20 @@ TEST_SUITE("gpu") {
     const Gemm<half> second(lgtest::device(), s);
     CHECK(Gemm<half>::heuristic_queries() == before + 1);
     CHECK(second.workspace_bytes() == first.workspace_bytes());
+    if (first.workspace_bytes() > 0) {  // each plan owns its workspace: ops of the two write different memory
+      const auto workspace_of = [&](const Gemm<half>& plan) {
+        // Spans at made-up addresses: the op is only asked what it touches, never executed.
+        const AccessSet touched =
+            accesses_of(plan(DeviceSpan<half>(0x10000000, s.m * s.n), DeviceSpan<const half>(0x20000000, s.m * s.k),
+                             DeviceSpan<const half>(0x30000000, s.n * s.k)));
+        for (const MemoryAccess& a : touched.entries()) {
+          if (a.op == "gemm workspace") return a.begin;
+        }
+        return CUdeviceptr{0};
+      };
+      CHECK(workspace_of(first) != 0);
+      CHECK(workspace_of(first) != workspace_of(second));
+    }
     // Another type, another alignment: other keys.
     const Gemm<bfloat16> third(lgtest::device(), s);
     CHECK(Gemm<half>::heuristic_queries() == before + 2);
