@@ -3,10 +3,12 @@
 /// Layer 3, kernels (above driver and ops): NVRTC compilation, the disk cache, the kernel library built from
 /// `kernels/` with the host-side reading of kernel declarations, typed `Kernel<void(Params...)>` handles whose
 /// arguments are checked at compile time, and their launch ops (`LaunchOp`); fused elementwise expressions generated
-/// into one kernel each (`assign(out, silu(a) * b + 2.0F * c)`).
+/// into one kernel each (`assign(out, silu(a) * b + 2.0F * c)`); matrix products by cuBLASLt, loaded at run time
+/// (`Gemm<T>` plans and their `GemmOp`s).
 
 #include "lazygraph/kernels/assign_op.hpp"
 #include "lazygraph/kernels/expression.hpp"
+#include "lazygraph/kernels/gemm.hpp"
 #include "lazygraph/kernels/kernel.hpp"
 #include "lazygraph/kernels/kernel_cache.hpp"
 #include "lazygraph/kernels/kernel_library.hpp"

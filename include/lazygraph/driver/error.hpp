@@ -28,8 +28,9 @@ class NoDevice : public Error {
   using Error::Error;
 };
 
-/// A call into a library lazygraph drives (the CUDA driver, NVRTC, NCCL) failed: the function, its result as a
-/// number and by name, and the object it acted on. CudaError, NvrtcError and NcclError say which library.
+/// A call into a library lazygraph drives (the CUDA driver, NVRTC, NCCL, cuBLASLt) failed: the function, its result as
+/// a number and by name, and the object it acted on. CudaError, NvrtcError, NcclError and CublasError say which
+/// library.
 class ApiError : public Error {
  public:
   /// \param api        the function, e.g. "cuMemAlloc"
@@ -98,6 +99,21 @@ class NcclUnavailable : public Error {
 /// An NCCL call failed, or a communicator reported an asynchronous error (a peer failed, a connection broke):
 /// `code` is the ncclResult_t, `detail` NCCL's description and its last error message for the communicator.
 class NcclError : public ApiError {
+ public:
+  using ApiError::ApiError;
+};
+
+/// cuBLASLt (libcublasLt.so.13, which Gemm plans use) could not be loaded: not installed, not found where lazygraph
+/// looked, or not the major version lazygraph was built against. The message says where it looked and how to point
+/// lazygraph at a copy (LAZYGRAPH_CUBLASLT_LIBRARY, set_cublaslt_library).
+class CublasUnavailable : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A cuBLASLt call failed: `code` is the cublasStatus_t, `detail` cuBLASLt's description of it, `object` what the
+/// call acted on (e.g. the Gemm plan's shape and element type).
+class CublasError : public ApiError {
  public:
   using ApiError::ApiError;
 };

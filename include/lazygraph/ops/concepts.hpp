@@ -77,8 +77,9 @@ template <class Op>
 concept GraphNode = DeviceOp<Op> && is_graph_node_v<Op>;
 
 /// A GraphNode that CudaGraph::build can add as nodes without capturing a stream (see is_buildable_v). Every
-/// op of lazygraph's is one but copy_2d's (DeviceCopy2dOp, captured only); an op of your own becomes one by
-/// submitting through the ExecContext and saying `static constexpr bool builds_without_capture = true;`.
+/// op of lazygraph's is one but a GEMM's (GemmOp: cuBLASLt submits to the stream itself), which is captured only;
+/// an op of your own becomes one by submitting through the ExecContext and saying
+/// `static constexpr bool builds_without_capture = true;`.
 template <class Op>
 concept BuildableNode = GraphNode<Op> && is_buildable_v<Op>;
 
