@@ -66,6 +66,8 @@ BasicKernels<T>::BasicKernels(const KernelLibrary& library, KernelOptions option
       kv_append(lookup<decltype(kv_append)>(library, named<T>("kv_append"))),
       attention(lookup<decltype(attention)>(library, named<T>("attention"))),
       attention_split(lookup<decltype(attention_split)>(library, named<T>("attention_split"))),
+      flash_attention_d64(lookup<decltype(flash_attention_d64)>(library, named<T>("flash_attention_d64"))),
+      flash_attention_d128(lookup<decltype(flash_attention_d128)>(library, named<T>("flash_attention_d128"))),
       argmax(lookup<decltype(argmax)>(library, named<T>("argmax"))),
       sample(lookup<decltype(sample)>(library, named<T>("sample"))),
       fill_uniform(

@@ -162,6 +162,17 @@ struct BasicKernels {
   Kernel<void(const T*, const T*, const T*, T*, float*, unsigned*, const int*, const int*, int, int, int, int, int,
               float)>
       attention_split;
+  /// flash_attention_d64 / flash_attention_d128(q, k, v, k_cache, v_cache, out, start, rows, slot, heads, kv_heads,
+  /// context, slot_count, scale): causal attention of a prompt chunk of `rows` rows at positions start .. start +
+  /// rows - 1 over slot `slot`'s cache, on tensor cores, writing the chunk's k and v into the cache
+  /// (kernels/nn/flash_attention.cu), for head_dim 64 and 128; launched as flash_attention_config.
+  /// nn::prefill_attention (prefill_attention.hpp) checks the arguments on the host and picks the kernel.
+  using FlashAttention =
+      Kernel<void(const T*, const T*, const T*, T*, T*, T*, int, int, int, int, int, int, int, float)>;
+  /// See FlashAttention.
+  FlashAttention flash_attention_d64;
+  /// See FlashAttention.
+  FlashAttention flash_attention_d128;
   /// argmax(logits, out, n): per row (one block each), the index of the largest logit, the lowest among ties
   /// (kernels/nn/argmax.cu).
   Kernel<void(const T*, int*, int)> argmax;
@@ -249,6 +260,14 @@ struct BasicKernels {
         {{static_cast<unsigned>(heads), static_cast<unsigned>(rows), static_cast<unsigned>(splits)},
          {128, 1, 1},
          static_cast<unsigned>(std::max(split_len, splits * (head_dim + 2))) * static_cast<unsigned>(sizeof(float))});
+  }
+  /// Launch shape of flash_attention_d64 / _d128 for `rows` query rows of `heads` heads: a block of 4 warps per
+  /// 64 rows and head, the query tile and two stages of a key and a value tile (rows padded to head_dim + 8) in
+  /// dynamic shared memory (46080 bytes for head_dim 64, 87040 for 128 in fp16 or bf16).
+  [[nodiscard]] LaunchConfig flash_attention_config(int rows, int heads, int head_dim) const {
+    return step_config({{(static_cast<unsigned>(rows) + 63) / 64, static_cast<unsigned>(heads), 1},
+                        {128, 1, 1},
+                        5U * 64U * static_cast<unsigned>(head_dim + 8) * static_cast<unsigned>(sizeof(T))});
   }
   /// Launch shape of qkv_rope_append for q_rows, kv_dim, width d and `batch` vectors: that of the tensor-core
   /// variant (tensor_core_gemv_config of its q_rows + 2 kv_dim rows) when it runs the batch, else

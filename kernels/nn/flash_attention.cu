@@ -1,0 +1,359 @@
+// Causal attention of a prompt chunk (prefill), flash-attention style: fp16 or bf16 storage (the kernels named
+// *_bf16 take bf16), tensor cores (mma.sync m16n8k16, fp32 accumulation), an fp32 online softmax over tiles of keys,
+// grouped-query attention (query head h reads kv head h / (n_heads / n_kv_heads)).
+//
+//   flash_attention_dD(q, k, v, k_cache, v_cache, out, start, rows, slot, n_heads, n_kv_heads, max_ctx, n_slots,
+//                      scale), D = head_dim: flash_attention_d64, flash_attention_d128 and their _bf16 twins
+//                      (flash_attention_d64_bf16, flash_attention_d128_bf16).
+//     The chunk is `rows` query rows of sequence slot `slot` at positions start .. start + rows - 1. q and out are
+//     [rows][n_heads][D]; k and v, the chunk's keys and values (RoPE already applied to k), [rows][n_kv_heads][D];
+//     k_cache and v_cache [n_slots][n_kv_heads][max_ctx][D], as kernels/nn/attention.cu lays them out. Row r (position
+//     p = start + r) of head h, with g = h / (n_heads / n_kv_heads), gets
+//       out[r][h] = sum_{j <= p} softmax_j(scale * q[r][h] . K_g[j]) V_g[j],
+//     where K_g[j], V_g[j] are the cache's entries for j < start (written by earlier chunks or decode steps) and the
+//     chunk's own k and v for j >= start. The kernel also writes the chunk's k and v into the caches at positions
+//     start .. start + rows - 1 of slot `slot`, every kv head, and writes no other cache entry.
+//     Launch: grid (ceil(rows / 64), n_heads), block 128 threads, dynamic shared memory 5 * 64 * (D + 8) * sizeof(T)
+//     bytes (nn::BasicKernels::flash_attention_config). Requires sm_80 or newer, 0 <= start, 1 <= rows,
+//     start + rows <= max_ctx, 0 <= slot < n_slots, n_heads a multiple of n_kv_heads, q, k, v, the caches and out
+//     16-byte aligned, and k, v not overlapping the caches (traps otherwise; nn::prefill_attention checks all of it on
+//     the host first). May be launched early (LaunchConfig::early_launch): it waits for the kernel before it first.
+//
+// The cache write. The chunk's keys and values are read from k and v, never from the cache, so no block reads a cache
+// entry that any block writes: the write needs no ordering against the reads, hence no second launch and no grid-wide
+// barrier. Block (tile t, head h) with h % (n_heads / n_kv_heads) == 0 copies rows 64 t .. 64 t + 63 of kv head g from
+// k and v into the caches (each row of each kv head exactly once, 16-byte loads and stores).
+//
+// Mapping. Block (x, h) takes query tile t = gridDim.x - 1 - x (the longest tiles, latest in the prompt, start first)
+// of head h: 64 rows, 16 per warp. The tile's q rows go into shared memory once and then into registers as mma A
+// fragments. Keys and values are visited in tiles of 64 positions, 0 .. the tile's last position, double-buffered in
+// shared memory (cp.async, the next tile in flight while this one is used). Per key tile each warp computes its
+// 16 x 64 scores on tensor cores (ldmatrix of K), masks positions past each row's own (and past the chunk), updates
+// each row's running maximum m and sum l (fp32, base 2: scores are pre-multiplied by scale * log2(e)), rescales its
+// 16 x D output accumulators, turns the probabilities (rounded to T) into A fragments straight from the score
+// registers (the C layout of two 16 x 8 tiles is the A layout of one 16 x 16 tile) and adds P V on tensor cores
+// (ldmatrix.trans of V). A warp skips a key tile wholly past its rows. At the end, out = acc / l, staged through shared
+// memory for 16-byte stores. Rows past the chunk (the last tile's) are computed on zeros and never stored.
+// Shared rows are padded to D + 8 elements, so the 8 row addresses of an ldmatrix fall on distinct banks.
+#include "lazygraph/element.cuh"
+#include "lazygraph/kernel_common.cuh"
+
+namespace {
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800  // (before sm_80 the kernels only trap)
+
+constexpr int kTile = 64;              // query rows per block; key positions per key tile
+constexpr int kWarps = 4;              // 16 query rows each
+constexpr int kThreads = 32 * kWarps;  // the block
+constexpr float kLog2e = 1.4426950408889634f;
+
+__device__ __forceinline__ unsigned shared_address(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+/// Copies 16 bytes from global `from` to shared `to` asynchronously; `fill` false writes 16 zero bytes instead (and
+/// reads nothing).
+__device__ __forceinline__ void copy16_async(void* to, const void* from, bool fill) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(shared_address(to)), "l"(from), "r"(fill ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void commit_async() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+/// Waits until at most N of this thread's committed groups of copies are still in flight.
+template <int N>
+__device__ __forceinline__ void wait_async() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+/// Four 8 x 8 matrices of 16-bit elements from shared memory: lane 8 i + r gives the address of row r of matrix i;
+/// lane l receives in m[i] the elements (l / 4, 2 (l % 4)) and (l / 4, 2 (l % 4) + 1) of matrix i.
+__device__ __forceinline__ void load_matrices(unsigned (&m)[4], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(m[0]), "=r"(m[1]), "=r"(m[2]), "=r"(m[3])
+               : "r"(shared_address(row))
+               : "memory");
+}
+/// load_matrices transposed: lane l receives the elements (2 (l % 4), l / 4) and (2 (l % 4) + 1, l / 4).
+__device__ __forceinline__ void load_matrices_transposed(unsigned (&m)[4], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(m[0]), "=r"(m[1]), "=r"(m[2]), "=r"(m[3])
+               : "r"(shared_address(row))
+               : "memory");
+}
+
+/// c += a b for one m16n8k16 tile: a 16 x 16 of T (row-major fragment), b 16 x 8 (column-major), c fp32.
+/// Lane l (g = l / 4, t = l % 4) holds a = {(g, 2t..2t+1), (g + 8, 2t..), (g, 2t + 8..), (g + 8, 2t + 8..)},
+/// b = {(2t..2t+1, g), (2t + 8..2t + 9, g)}, c = {(g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1)}.
+__device__ __forceinline__ void mma(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1, lg::half_t) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void mma(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1, lg::bf16_t) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/// 2^x (the hardware's approximation, relative error about 2^-22; 2^-inf = 0).
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+#endif  // __CUDA_ARCH__ >= 800
+
+template <class T, int D>
+__device__ __forceinline__ void flash_attention_body(const T* q, const T* k, const T* v, T* k_cache, T* v_cache, T* out,
+                                                     int start, int rows, int slot, int n_heads, int n_kv_heads,
+                                                     int max_ctx, int n_slots, float scale) {
+  lg::early_launch_prologue();  // may be launched early: everything it reads may be the previous kernel's output
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  static_assert(D % 16 == 0 && D <= 256, "head_dim must be a multiple of 16");
+  constexpr int S = D + 8;        // shared row stride, in elements
+  constexpr int kChunks = D / 8;  // 16-byte chunks per row
+  extern __shared__ uint4 flash_shared[];
+  T* const sq = reinterpret_cast<T*>(flash_shared);  // [64][S] the query tile, later the output staging
+  T* const sk0 = sq + kTile * S;                     // stage 0: keys [64][S], values [64][S]; stage 1 after
+  const auto keys = [&](int stage) { return sk0 + stage * 2 * kTile * S; };
+  const auto values = [&](int stage) { return sk0 + (stage * 2 + 1) * kTile * S; };
+
+  if (blockDim.x != kThreads || start < 0 || rows < 1 || start + rows > max_ctx || slot < 0 || slot >= n_slots ||
+      n_kv_heads <= 0 || n_heads % n_kv_heads != 0 || static_cast<long long>(gridDim.x) * kTile < rows ||
+      !lg::is_aligned16(q) || !lg::is_aligned16(k) || !lg::is_aligned16(v) || !lg::is_aligned16(k_cache) ||
+      !lg::is_aligned16(v_cache) || !lg::is_aligned16(out)) {
+    __trap();
+  }
+  const int head = blockIdx.y;
+  if (head >= n_heads) return;
+  const int tile = gridDim.x - 1 - blockIdx.x;  // the longest tiles first
+  const int row0 = tile * kTile;                // the tile's first chunk row
+  if (row0 >= rows) return;                     // a grid larger than the chunk
+  const int group = n_heads / n_kv_heads;
+  const int kv_head = head / group;
+  const int tile_rows = min(kTile, rows - row0);
+  const int q_first = start + row0;                                // the tile's first position
+  const int q_last = q_first + tile_rows - 1;                      // its last: no row of the tile attends a later key
+  const long long q_stride = static_cast<long long>(n_heads) * D;  // between rows of q and out
+  const long long kv_stride = static_cast<long long>(n_kv_heads) * D;  // between rows of k and v
+  const long long cache_base = (static_cast<long long>(slot) * n_kv_heads + kv_head) * max_ctx * D;
+  T* const cache_k = k_cache + cache_base;  // this kv head's cache: [max_ctx][D]
+  T* const cache_v = v_cache + cache_base;
+  const T* const chunk_k = k + kv_head * D;  // this kv head's chunk rows, kv_stride apart
+  const T* const chunk_v = v + kv_head * D;
+
+  // 1. The query tile (rows past the chunk as zeros) and the first key tile, in one group of copies.
+  for (int i = threadIdx.x; i < kTile * kChunks; i += kThreads) {
+    const int r = i / kChunks;
+    const int c = i % kChunks;
+    const T* from = q + static_cast<long long>(row0 + min(r, tile_rows - 1)) * q_stride + head * D + 8 * c;
+    copy16_async(sq + r * S + 8 * c, from, r < tile_rows);
+  }
+  // Key tile n into `stage`: positions below start from the cache, the chunk's from k and v, past q_last zeros.
+  const auto load_keys = [&](int n, int stage) {
+    T* const sk = keys(stage);
+    T* const sv = values(stage);
+    for (int i = threadIdx.x; i < kTile * kChunks; i += kThreads) {
+      const int r = i / kChunks;
+      const int c = i % kChunks;
+      const int j = n * kTile + r;
+      const int at = min(j, q_last);
+      const T* from_k;
+      const T* from_v;
+      if (at < start) {
+        from_k = cache_k + static_cast<long long>(at) * D;
+        from_v = cache_v + static_cast<long long>(at) * D;
+      } else {
+        from_k = chunk_k + static_cast<long long>(at - start) * kv_stride;
+        from_v = chunk_v + static_cast<long long>(at - start) * kv_stride;
+      }
+      copy16_async(sk + r * S + 8 * c, from_k + 8 * c, j <= q_last);
+      copy16_async(sv + r * S + 8 * c, from_v + 8 * c, j <= q_last);
+    }
+  };
+  load_keys(0, 0);
+  commit_async();
+
+  // 2. The cache write: the first query head of each kv head's group copies the tile's rows of k and v.
+  if (head % group == 0) {
+    for (int i = threadIdx.x; i < tile_rows * kChunks; i += kThreads) {
+      const int r = i / kChunks;
+      const int c = i % kChunks;
+      const long long from = static_cast<long long>(row0 + r) * kv_stride + 8 * c;
+      const long long to = static_cast<long long>(q_first + r) * D + 8 * c;
+      lg::store8(cache_k + to, lg::load8(chunk_k + from));
+      lg::store8(cache_v + to, lg::load8(chunk_v + from));
+    }
+  }
+
+  // 3. The key tiles. Lane (g, t) holds rows 16 warp + g and 16 warp + g + 8 of the tile in the mma layouts.
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int g = lane / 4;
+  const int t = lane % 4;
+  const int warp_first = min(q_first + 16 * warp, q_last);      // the smallest last key of the warp's rows
+  const int warp_last = min(q_first + 16 * warp + 15, q_last);  // the largest
+  const int limit0 = min(q_first + 16 * warp + g, q_last);      // the last key row g attends
+  const int limit1 = min(q_first + 16 * warp + g + 8, q_last);  // row g + 8's
+  const float score_scale = scale * kLog2e;
+  const float none = -__int_as_float(0x7f800000);  // -inf
+
+  unsigned qa[D / 16][4];  // the warp's 16 query rows as A fragments, one per 16 dims
+  float acc[D / 8][4];     // its 16 x D output, unnormalised, one C tile per 8 dims
+#pragma unroll
+  for (int d = 0; d < D / 8; ++d) acc[d][0] = acc[d][1] = acc[d][2] = acc[d][3] = 0.0f;
+  float m0 = none;  // running maximum of row g's scores (base-2 units), and of row g + 8's
+  float m1 = none;
+  float l0 = 0.0f;  // this lane's share of row g's running sum (its columns), and of row g + 8's
+  float l1 = 0.0f;
+
+  const int n_tiles = q_last / kTile + 1;
+  for (int n = 0; n < n_tiles; ++n) {  // uniform over the block
+    if (n + 1 < n_tiles) {
+      load_keys(n + 1, (n + 1) & 1);  // into the stage tile n - 1 used: every warp left it at the last barrier
+      commit_async();
+      wait_async<1>();  // tile n (and the query tile) arrived; tile n + 1 may still be in flight
+    } else {
+      wait_async<0>();
+    }
+    __syncthreads();
+    if (n == 0) {
+      // Matrices: rows 0-7 / 8-15 of the warp's 16, dims 0-7 / 8-15 of the 16: a[0] (0-7, 0-7), a[1] (8-15, 0-7),
+      // a[2] (0-7, 8-15), a[3] (8-15, 8-15).
+      const T* row = sq + (16 * warp + lane % 8 + (lane / 8) % 2 * 8) * S + lane / 16 * 8;
+#pragma unroll
+      for (int kc = 0; kc < D / 16; ++kc) load_matrices(qa[kc], row + 16 * kc);
+    }
+    const int key0 = n * kTile;
+    if (key0 <= warp_last) {  // uniform over the warp; a tile wholly past its rows adds nothing
+      const T* const sk = keys(n & 1);
+      const T* const sv = values(n & 1);
+      // Scores: s[nt] is the C tile of keys key0 + 8 nt .. + 7.
+      float s[kTile / 8][4];
+#pragma unroll
+      for (int nt = 0; nt < kTile / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+      // B fragments of keys 16 np .. 16 np + 15: matrices (keys 0-7, dims 0-7), (keys 0-7, dims 8-15),
+      // (keys 8-15, dims 0-7), (keys 8-15, dims 8-15) = b0, b1 of key tile 2 np, then of 2 np + 1.
+      const T* const key_row = sk + (lane % 8 + lane / 16 * 8) * S + (lane / 8) % 2 * 8;
+#pragma unroll
+      for (int kc = 0; kc < D / 16; ++kc) {
+#pragma unroll
+        for (int np = 0; np < kTile / 16; ++np) {
+          unsigned b[4];
+          load_matrices(b, key_row + 16 * np * S + 16 * kc);
+          mma(s[2 * np], qa[kc], b[0], b[1], T{});
+          mma(s[2 * np + 1], qa[kc], b[2], b[3], T{});
+        }
+      }
+      // Scale to base 2 and mask keys past each row's position (only tiles that reach past the warp's first row).
+      const bool masked = key0 + kTile - 1 > warp_first;
+#pragma unroll
+      for (int nt = 0; nt < kTile / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int j = key0 + 8 * nt + 2 * t + (e & 1);
+          const bool past = masked && j > (e < 2 ? limit0 : limit1);
+          s[nt][e] = past ? none : s[nt][e] * score_scale;
+        }
+      }
+      // Online softmax: the rows' new maxima (over the quad of lanes sharing a row), the factor that rescales what
+      // was accumulated under the old ones, and the probabilities 2^(s - m).
+      float max0 = m0;
+      float max1 = m1;
+#pragma unroll
+      for (int nt = 0; nt < kTile / 8; ++nt) {
+        max0 = fmaxf(max0, fmaxf(s[nt][0], s[nt][1]));
+        max1 = fmaxf(max1, fmaxf(s[nt][2], s[nt][3]));
+      }
+      max0 = fmaxf(max0, __shfl_xor_sync(0xffffffffu, max0, 1));
+      max0 = fmaxf(max0, __shfl_xor_sync(0xffffffffu, max0, 2));
+      max1 = fmaxf(max1, __shfl_xor_sync(0xffffffffu, max1, 1));
+      max1 = fmaxf(max1, __shfl_xor_sync(0xffffffffu, max1, 2));
+      const float base0 = max0 == none ? 0.0f : max0;  // a row with no key yet: 2^(-inf - 0) = 0, not NaN
+      const float base1 = max1 == none ? 0.0f : max1;
+      const float rescale0 = exp2_approx(m0 - base0);
+      const float rescale1 = exp2_approx(m1 - base1);
+      m0 = max0;
+      m1 = max1;
+      l0 *= rescale0;
+      l1 *= rescale1;
+#pragma unroll
+      for (int d = 0; d < D / 8; ++d) {
+        acc[d][0] *= rescale0;
+        acc[d][1] *= rescale0;
+        acc[d][2] *= rescale1;
+        acc[d][3] *= rescale1;
+      }
+#pragma unroll
+      for (int nt = 0; nt < kTile / 8; ++nt) {
+        s[nt][0] = exp2_approx(s[nt][0] - base0);
+        s[nt][1] = exp2_approx(s[nt][1] - base0);
+        s[nt][2] = exp2_approx(s[nt][2] - base1);
+        s[nt][3] = exp2_approx(s[nt][3] - base1);
+        l0 += s[nt][0] + s[nt][1];
+        l1 += s[nt][2] + s[nt][3];
+      }
+      // acc += P V. P's A fragment of keys 16 kc .. + 15 is C tiles 2 kc and 2 kc + 1; V's B fragments of dims
+      // 16 dp .. + 15: matrices (keys 0-7, dims 0-7), (keys 8-15, dims 0-7), (keys 0-7, dims 8-15),
+      // (keys 8-15, dims 8-15), transposed = b0, b1 of dim tile 2 dp, then of 2 dp + 1.
+      const T* const value_row = sv + (lane % 8 + (lane / 8) % 2 * 8) * S + lane / 16 * 8;
+#pragma unroll
+      for (int kc = 0; kc < kTile / 16; ++kc) {
+        const unsigned p[4] = {lg::pack2(T{}, s[2 * kc][0], s[2 * kc][1]), lg::pack2(T{}, s[2 * kc][2], s[2 * kc][3]),
+                               lg::pack2(T{}, s[2 * kc + 1][0], s[2 * kc + 1][1]),
+                               lg::pack2(T{}, s[2 * kc + 1][2], s[2 * kc + 1][3])};
+#pragma unroll
+        for (int dp = 0; dp < D / 16; ++dp) {
+          unsigned b[4];
+          load_matrices_transposed(b, value_row + 16 * kc * S + 16 * dp);
+          mma(acc[2 * dp], p, b[0], b[1], T{});
+          mma(acc[2 * dp + 1], p, b[2], b[3], T{});
+        }
+      }
+    }
+    __syncthreads();  // every warp is done with this stage before the next iteration refills it
+  }
+
+  // 4. out = acc / l, through the warp's own rows of the query tile (only this warp read them) for 16-byte stores.
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f;
+  const float inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
+  T* const staged = sq + 16 * warp * S;
+#pragma unroll
+  for (int d = 0; d < D / 8; ++d) {
+    *reinterpret_cast<unsigned*>(staged + g * S + 8 * d + 2 * t) = lg::pack2(T{}, acc[d][0] * inv0, acc[d][1] * inv0);
+    *reinterpret_cast<unsigned*>(staged + (g + 8) * S + 8 * d + 2 * t) =
+        lg::pack2(T{}, acc[d][2] * inv1, acc[d][3] * inv1);
+  }
+  __syncwarp();
+  for (int i = lane; i < 16 * kChunks; i += 32) {
+    const int r = i / kChunks;
+    const int c = i % kChunks;
+    const int row = row0 + 16 * warp + r;
+    if (row < rows)
+      lg::store8(out + static_cast<long long>(row) * q_stride + head * D + 8 * c, lg::load8(staged + r * S + 8 * c));
+  }
+#else
+  __trap();  // mma.sync on fp16 and bf16, ldmatrix and cp.async need sm_80
+#endif
+}
+
+}  // namespace
+
+// The entry points: flash_attention_d64, flash_attention_d64_bf16, flash_attention_d128, flash_attention_d128_bf16
+// (the element type's suffix last, as nn::BasicKernels names a kernel for T).
+/* lazygraph:variants
+axis D = 64 _d64 | 128 _d128
+axis T = lg::half_t | lg::bf16_t _bf16
+
+flash_attention[D][T] __launch_bounds__(128) =
+    flash_attention_body<T, D>(const T* q, const T* k, const T* v, T* k_cache, T* v_cache, T* out, int start,
+                               int rows, int slot, int n_heads, int n_kv_heads, int max_ctx, int n_slots, float scale)
+*/

@@ -1,0 +1,120 @@
+#include "lazygraph/nn/prefill_attention.hpp"
+
+#include <cmath>
+#include <string>
+
+namespace lazygraph::nn {
+
+namespace {
+
+[[noreturn]] void refuse(const std::string& what) { throw UsageError("prefill_attention: " + what); }
+
+std::string str(long long v) { return std::to_string(v); }
+
+/// Where a span lies, in bytes, for the overlap checks.
+struct Extent {
+  const char* name;
+  CUdeviceptr begin;
+  CUdeviceptr end;
+};
+
+template <class U>
+Extent extent(const char* name, const DeviceSpan<U>& s) {
+  return {name, s.address(), s.address() + s.size_bytes()};
+}
+
+bool overlap(const Extent& a, const Extent& b) { return a.begin < b.end && b.begin < a.end; }
+
+void check_shape(const PrefillAttentionShape& s) {
+  if (s.head_dim != 64 && s.head_dim != 128) {
+    refuse("head_dim " + str(s.head_dim) +
+           " is not supported: the flash-attention kernels are compiled for 64 and 128");
+  }
+  if (s.rows < 1) refuse("rows is " + str(s.rows) + "; a chunk has at least one row");
+  if (s.start < 0) refuse("start is " + str(s.start) + "; positions start at 0");
+  if (s.context < 1) refuse("context is " + str(s.context) + "; the cache holds at least one position");
+  if (static_cast<long long>(s.start) + s.rows > s.context) {
+    refuse("positions start .. start + rows - 1 = " + str(s.start) + " .. " +
+           str(static_cast<long long>(s.start) + s.rows - 1) + " leave the context of " + str(s.context) +
+           " positions");
+  }
+  if (s.slots < 1) refuse("slots is " + str(s.slots) + "; the cache holds at least one slot");
+  if (s.slot < 0 || s.slot >= s.slots) {
+    refuse("slot " + str(s.slot) + " is outside the cache's slots 0 .. " + str(s.slots - 1));
+  }
+  if (s.heads < 1 || s.kv_heads < 1) {
+    refuse("heads " + str(s.heads) + " and kv_heads " + str(s.kv_heads) + " must both be at least 1");
+  }
+  if (s.heads % s.kv_heads != 0) {
+    refuse("heads " + str(s.heads) + " is not a multiple of kv_heads " + str(s.kv_heads) +
+           " (grouped-query attention shares each kv head among heads / kv_heads query heads)");
+  }
+}
+
+template <class U>
+void check_span(const char* name, const DeviceSpan<U>& span, long long expected, const char* layout) {
+  if (static_cast<long long>(span.size()) != expected) {
+    refuse(std::string(name) + " has " + str(static_cast<long long>(span.size())) + " elements; " + layout + " = " +
+           str(expected) + " are expected");
+  }
+  if (span.address() % 16 != 0) {
+    refuse(std::string(name) + " is not 16-byte aligned (its address ends in " + str(span.address() % 16) +
+           "); the kernels copy 16 bytes at a time");
+  }
+}
+
+}  // namespace
+
+template <Element T>
+void check_prefill_attention(const PrefillAttentionSpans<T>& spans, const PrefillAttentionShape& shape) {
+  check_shape(shape);
+  const long long rows = shape.rows;
+  const long long q_size = rows * shape.heads * shape.head_dim;
+  const long long kv_size = rows * shape.kv_heads * shape.head_dim;
+  const long long cache_size = static_cast<long long>(shape.slots) * shape.kv_heads * shape.context * shape.head_dim;
+  check_span("q", spans.q, q_size, "rows x heads x head_dim");
+  check_span("k", spans.k, kv_size, "rows x kv_heads x head_dim");
+  check_span("v", spans.v, kv_size, "rows x kv_heads x head_dim");
+  check_span("k_cache", spans.k_cache, cache_size, "slots x kv_heads x context x head_dim");
+  check_span("v_cache", spans.v_cache, cache_size, "slots x kv_heads x context x head_dim");
+  check_span("out", spans.out, q_size, "rows x heads x head_dim");
+
+  // What the kernel writes (out, the caches) must not overlap anything else it reads or writes; out may be q itself,
+  // since each block reads its part of q before it writes the same part of out.
+  const Extent q = extent("q", spans.q);
+  const Extent k = extent("k", spans.k);
+  const Extent v = extent("v", spans.v);
+  const Extent k_cache = extent("k_cache", spans.k_cache);
+  const Extent v_cache = extent("v_cache", spans.v_cache);
+  const Extent out = extent("out", spans.out);
+  const Extent pairs[][2] = {{out, k},           {out, v},     {out, k_cache}, {out, v_cache},
+                             {k_cache, v_cache}, {k_cache, q}, {k_cache, k},   {k_cache, v},
+                             {v_cache, q},       {v_cache, k}, {v_cache, v}};
+  for (const auto& [a, b] : pairs) {
+    if (overlap(a, b)) refuse(std::string(a.name) + " overlaps " + b.name + "; the kernel writes " + a.name);
+  }
+  if (overlap(out, q) && out.begin != q.begin) {
+    refuse("out overlaps q without being q itself; the kernel writes out (in place, out == q, is allowed)");
+  }
+}
+
+template <Element T>
+PrefillAttentionOp<T> prefill_attention(const BasicKernels<T>& kernels, const PrefillAttentionSpans<T>& spans,
+                                        const PrefillAttentionShape& shape) {
+  check_prefill_attention(spans, shape);
+  const auto& kernel = shape.head_dim == 64 ? kernels.flash_attention_d64 : kernels.flash_attention_d128;
+  const auto scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(shape.head_dim)));
+  return kernel(kernels.flash_attention_config(shape.rows, shape.heads, shape.head_dim), spans.q, spans.k, spans.v,
+                spans.k_cache, spans.v_cache, spans.out, shape.start, shape.rows, shape.slot, shape.heads,
+                shape.kv_heads, shape.context, shape.slots, scale);
+}
+
+template void check_prefill_attention<half>(const PrefillAttentionSpans<half>&, const PrefillAttentionShape&);
+template void check_prefill_attention<bfloat16>(const PrefillAttentionSpans<bfloat16>&, const PrefillAttentionShape&);
+template PrefillAttentionOp<half> prefill_attention<half>(const BasicKernels<half>&, const PrefillAttentionSpans<half>&,
+                                                          const PrefillAttentionShape&);
+template PrefillAttentionOp<bfloat16> prefill_attention<bfloat16>(const BasicKernels<bfloat16>&,
+                                                                  const PrefillAttentionSpans<bfloat16>&,
+                                                                  const PrefillAttentionShape&);
+
+}  // namespace lazygraph::nn

@@ -1,0 +1,481 @@
+// nn::prefill_attention (the flash-attention kernels of kernels/nn/flash_attention.cu): the host checks without a GPU,
+// the kernels' declarations and their compilation for sm_80 and sm_90; on a GPU, causal grouped-query attention
+// against float64 with the cache before `start` filled randomly, and the cache write (the chunk's rows exactly, nothing
+// else touched).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "common/gpu.hpp"
+#include "common/nn.hpp"
+
+#include <lazygraph/nn/prefill_attention.hpp>
+
+using namespace lazygraph;
+
+namespace {
+
+static_assert(GraphNode<nn::PrefillAttentionOp<half>>, "a prefill attention op may be recorded into a graph");
+static_assert(GraphNode<nn::PrefillAttentionOp<bfloat16>>);
+
+/// A span at a made-up device address (never dereferenced: the host checks only look at addresses and sizes).
+template <class T>
+DeviceSpan<T> fake_span(CUdeviceptr address, std::size_t size) {
+  return DeviceSpan<T>(address, size);
+}
+
+/// Spans of the right sizes for `s`, each at its own 1 GiB-aligned made-up address.
+nn::PrefillAttentionSpans<half> fake_spans(const nn::PrefillAttentionShape& s) {
+  const auto rows = static_cast<std::size_t>(s.rows);
+  const auto q = rows * s.heads * s.head_dim;
+  const auto kv = rows * s.kv_heads * s.head_dim;
+  const auto cache = static_cast<std::size_t>(s.slots) * s.kv_heads * s.context * s.head_dim;
+  constexpr CUdeviceptr gib = CUdeviceptr{1} << 30;
+  return {fake_span<const half>(1 * gib, q), fake_span<const half>(2 * gib, kv), fake_span<const half>(3 * gib, kv),
+          fake_span<half>(4 * gib, cache),   fake_span<half>(5 * gib, cache),    fake_span<half>(6 * gib, q)};
+}
+
+nn::PrefillAttentionShape good_shape() {
+  return {.rows = 100, .start = 37, .slot = 1, .heads = 8, .kv_heads = 2, .head_dim = 64, .context = 256, .slots = 2};
+}
+
+/// The UsageError message the checks give for `shape` (with spans of the right sizes).
+std::string refusal(const nn::PrefillAttentionShape& shape) {
+  try {
+    nn::check_prefill_attention(fake_spans(shape), shape);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+std::string refusal(const nn::PrefillAttentionSpans<half>& spans) {
+  try {
+    nn::check_prefill_attention(spans, good_shape());
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+}  // namespace
+
+TEST_CASE("prefill_attention accepts a well-formed chunk on the host, and in place (out == q)") {
+  const auto shape = good_shape();
+  CHECK_NOTHROW(nn::check_prefill_attention(fake_spans(shape), shape));
+  auto in_place = fake_spans(shape);
+  in_place.out = fake_span<half>(in_place.q.address(), in_place.q.size());
+  CHECK_NOTHROW(nn::check_prefill_attention(in_place, shape));
+  auto bf16_shape = shape;
+  bf16_shape.head_dim = 128;
+  const auto h = fake_spans(bf16_shape);
+  const nn::PrefillAttentionSpans<bfloat16> b{fake_span<const bfloat16>(h.q.address(), h.q.size()),
+                                              fake_span<const bfloat16>(h.k.address(), h.k.size()),
+                                              fake_span<const bfloat16>(h.v.address(), h.v.size()),
+                                              fake_span<bfloat16>(h.k_cache.address(), h.k_cache.size()),
+                                              fake_span<bfloat16>(h.v_cache.address(), h.v_cache.size()),
+                                              fake_span<bfloat16>(h.out.address(), h.out.size())};
+  CHECK_NOTHROW(nn::check_prefill_attention(b, bf16_shape));
+}
+
+TEST_CASE("prefill_attention refuses a head_dim other than 64 and 128, naming it") {
+  for (const int head_dim : {32, 96, 256, 0}) {
+    CAPTURE(head_dim);
+    auto s = good_shape();
+    s.head_dim = head_dim;
+    const std::string message = refusal(s);
+    CHECK(message.find("head_dim " + std::to_string(head_dim) + " is not supported") != std::string::npos);
+    CHECK(message.find("64 and 128") != std::string::npos);
+  }
+}
+
+TEST_CASE("prefill_attention refuses an empty chunk, a negative start and a chunk past the context") {
+  auto s = good_shape();
+  s.rows = 0;
+  CHECK(refusal(s).find("rows is 0") != std::string::npos);
+  s.rows = -3;
+  CHECK(refusal(s).find("rows is -3") != std::string::npos);
+  s = good_shape();
+  s.start = -1;
+  CHECK(refusal(s).find("start is -1") != std::string::npos);
+  s = good_shape();
+  s.start = 200;  // 200 + 100 > 256
+  CHECK(refusal(s).find("200 .. 299 leave the context of 256 positions") != std::string::npos);
+  s.start = 156;  // exactly fills the context
+  CHECK(refusal(s) == "(accepted)");
+}
+
+TEST_CASE("prefill_attention refuses a slot outside the cache and heads that are not a multiple of kv_heads") {
+  auto s = good_shape();
+  s.slot = 2;
+  CHECK(refusal(s).find("slot 2 is outside the cache's slots 0 .. 1") != std::string::npos);
+  s.slot = -1;
+  CHECK(refusal(s).find("slot -1 is outside") != std::string::npos);
+  s = good_shape();
+  s.kv_heads = 3;
+  CHECK(refusal(s).find("heads 8 is not a multiple of kv_heads 3") != std::string::npos);
+  s.kv_heads = 0;
+  CHECK(refusal(s).find("kv_heads 0 must both be at least 1") != std::string::npos);
+}
+
+TEST_CASE("prefill_attention refuses a span of the wrong size, naming it and the size the shape gives") {
+  const auto good = fake_spans(good_shape());
+  auto spans = good;
+  spans.q = fake_span<const half>(good.q.address(), good.q.size() - 1);
+  CHECK(refusal(spans).find("q has 51199 elements; rows x heads x head_dim = 51200 are expected") != std::string::npos);
+  spans = good;
+  spans.v = fake_span<const half>(good.v.address(), good.v.size() + 64);
+  CHECK(refusal(spans).find("v has 12864 elements; rows x kv_heads x head_dim = 12800") != std::string::npos);
+  spans = good;
+  spans.k_cache = fake_span<half>(good.k_cache.address(), 1000);
+  CHECK(refusal(spans).find("k_cache has 1000 elements; slots x kv_heads x context x head_dim = 65536") !=
+        std::string::npos);
+  spans = good;
+  spans.out = {};
+  CHECK(refusal(spans).find("out has 0 elements") != std::string::npos);
+}
+
+TEST_CASE("prefill_attention refuses a span that is not 16-byte aligned or overlaps another it must not") {
+  const auto good = fake_spans(good_shape());
+  auto spans = good;
+  spans.k = fake_span<const half>(good.k.address() + 2, good.k.size());
+  CHECK(refusal(spans).find("k is not 16-byte aligned (its address ends in 2)") != std::string::npos);
+  spans = good;
+  spans.v_cache = fake_span<half>(good.k_cache.address() + 4096, good.v_cache.size());
+  CHECK(refusal(spans).find("k_cache overlaps v_cache") != std::string::npos);
+  spans = good;
+  spans.out = fake_span<half>(good.k.address(), good.out.size());
+  CHECK(refusal(spans).find("out overlaps k") != std::string::npos);
+  spans = good;
+  spans.out = fake_span<half>(good.q.address() + 128, good.out.size());
+  CHECK(refusal(spans).find("out overlaps q without being q itself") != std::string::npos);
+  spans = good;
+  spans.k = fake_span<const half>(good.k_cache.address(), good.k.size());  // the chunk's keys inside the cache
+  CHECK(refusal(spans).find("k_cache overlaps k") != std::string::npos);
+}
+
+TEST_CASE_TEMPLATE("the flash-attention handles of nn::BasicKernels match their kernels' declarations", T, half,
+                   bfloat16) {
+  using K = nn::BasicKernels<T>;
+  using Signature = void(const T*, const T*, const T*, T*, T*, T*, int, int, int, int, int, int, int, float);
+  static_assert(std::is_same_v<typename K::FlashAttention, Kernel<Signature>>);
+  const KernelDeclarations d(nn::kernel_set().sources);
+  for (const char* base : {"flash_attention_d64", "flash_attention_d128"}) {
+    const std::string name = std::string(base) + std::string(nn::kernel_suffix<T>);
+    CAPTURE(name);
+    CHECK_NOTHROW(d.template check<Signature>(name));
+    const KernelDeclaration* declared = d.find(name);
+    REQUIRE(declared != nullptr);
+    CHECK(declared->file == "nn/flash_attention.cu");
+  }
+}
+
+TEST_CASE("the flash-attention kernels compile with NVRTC for sm_80 and sm_90") {
+  const auto& sources = nn::kernel_set().sources;
+  const auto source = std::find_if(sources.begin(), sources.end(),
+                                   [](const KernelSource& s) { return s.name == "nn/flash_attention.cu"; });
+  REQUIRE(source != sources.end());
+  std::vector<KernelSource> headers(core_kernel_headers().begin(), core_kernel_headers().end());
+  headers.insert(headers.end(), nn::kernel_set().headers.begin(), nn::kernel_set().headers.end());
+  for (const int arch : {80, 90}) {
+    CAPTURE(arch);
+    const auto options = nvrtc_options(arch, true);
+    const CompileResult r = nvrtc_compile(*source, headers, options, true);
+    CHECK_MESSAGE(r.succeeded(), r.log());
+  }
+}
+
+namespace {
+
+/// Values of T from floats (rounded once), and back as doubles.
+template <class T>
+std::vector<T> rounded(const std::vector<float>& f, float scale) {
+  std::vector<T> out;
+  out.reserve(f.size());
+  for (const float x : f) out.push_back(T::from_float(scale * x));
+  return out;
+}
+
+template <class T>
+std::vector<T> random_elements(std::size_t n, float scale = 1.0F) {
+  return rounded<T>(lgtest::random_floats(n), scale);
+}
+
+template <class T>
+double wide(T x) {
+  return static_cast<double>(x.to_float());
+}
+
+/// One test problem: a chunk's q, k, v and a cache of `slots` slots filled randomly everywhere.
+template <class T>
+struct Problem {
+  nn::PrefillAttentionShape shape;
+  std::vector<T> q, k, v, k_cache, v_cache;
+
+  explicit Problem(const nn::PrefillAttentionShape& s)
+      : shape(s),
+        // Queries up to 4 in magnitude: scores of standard deviation about 1.3 after the scale, so the softmax has
+        // both flat and peaked rows, and a key wrongly included or left out moves the result past the tolerance.
+        q(random_elements<T>(static_cast<std::size_t>(s.rows) * s.heads * s.head_dim, 4.0F)),
+        k(random_elements<T>(static_cast<std::size_t>(s.rows) * s.kv_heads * s.head_dim)),
+        v(random_elements<T>(k.size())),
+        k_cache(random_elements<T>(static_cast<std::size_t>(s.slots) * s.kv_heads * s.context * s.head_dim)),
+        v_cache(random_elements<T>(k_cache.size())) {}
+
+  [[nodiscard]] std::size_t cache_at(int slot, int kv_head, int position) const {
+    return ((static_cast<std::size_t>(slot) * shape.kv_heads + kv_head) * shape.context + position) * shape.head_dim;
+  }
+};
+
+/// Causal GQA attention in float64 from the rounded inputs: keys and values below `start` from the cache as it was,
+/// the chunk's own from k and v. [rows][heads][head_dim].
+template <class T>
+std::vector<double> reference(const Problem<T>& p) {
+  const auto& s = p.shape;
+  const int group = s.heads / s.kv_heads;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(s.head_dim));
+  std::vector<double> out(static_cast<std::size_t>(s.rows) * s.heads * s.head_dim);
+  std::vector<double> w(static_cast<std::size_t>(s.start + s.rows));
+  const auto key = [&](int g, int j) {
+    return j < s.start ? &p.k_cache[p.cache_at(s.slot, g, j)]
+                       : &p.k[(static_cast<std::size_t>(j - s.start) * s.kv_heads + g) * s.head_dim];
+  };
+  const auto value = [&](int g, int j) {
+    return j < s.start ? &p.v_cache[p.cache_at(s.slot, g, j)]
+                       : &p.v[(static_cast<std::size_t>(j - s.start) * s.kv_heads + g) * s.head_dim];
+  };
+  for (int r = 0; r < s.rows; ++r) {
+    const int position = s.start + r;
+    for (int h = 0; h < s.heads; ++h) {
+      const int g = h / group;
+      const T* q = &p.q[(static_cast<std::size_t>(r) * s.heads + h) * s.head_dim];
+      double top = -std::numeric_limits<double>::infinity();
+      for (int j = 0; j <= position; ++j) {
+        const T* kj = key(g, j);
+        double dot = 0;
+        for (int d = 0; d < s.head_dim; ++d) dot += wide(q[d]) * wide(kj[d]);
+        w[j] = dot * scale;
+        top = std::max(top, w[j]);
+      }
+      double sum = 0;
+      for (int j = 0; j <= position; ++j) {
+        w[j] = std::exp(w[j] - top);
+        sum += w[j];
+      }
+      double* o = &out[(static_cast<std::size_t>(r) * s.heads + h) * s.head_dim];
+      for (int j = 0; j <= position; ++j) {
+        const T* vj = value(g, j);
+        for (int d = 0; d < s.head_dim; ++d) o[d] += w[j] / sum * wide(vj[d]);
+      }
+    }
+  }
+  return out;
+}
+
+/// max |got - ref| / max |ref|; infinite when got has a NaN or an infinity.
+template <class T>
+double relative_error(const std::vector<T>& got, const std::vector<double>& ref) {
+  double err = 0;
+  double top = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    const double g = wide(got[i]);
+    if (!std::isfinite(g)) return std::numeric_limits<double>::infinity();
+    err = std::max(err, std::abs(g - ref[i]));
+    top = std::max(top, std::abs(ref[i]));
+  }
+  return err / std::max(top, 1e-300);
+}
+
+template <class T>
+constexpr double tolerance = std::same_as<T, half> ? 1e-2 : 3e-2;
+
+/// Entries of `got` (a cache after the launch) that differ bitwise from what they must hold: the chunk's k (or v) at
+/// positions start .. start + rows - 1 of the slot, every other entry as it was. At most a few are reported.
+template <class T>
+int cache_mismatches(const char* which, const Problem<T>& p, const std::vector<T>& before, const std::vector<T>& chunk,
+                     const std::vector<T>& got) {
+  const auto& s = p.shape;
+  std::vector<T> expected = before;
+  for (int r = 0; r < s.rows; ++r) {
+    for (int g = 0; g < s.kv_heads; ++g) {
+      std::copy_n(&chunk[(static_cast<std::size_t>(r) * s.kv_heads + g) * s.head_dim], s.head_dim,
+                  &expected[p.cache_at(s.slot, g, s.start + r)]);
+    }
+  }
+  int bad = 0;
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    if (got[i].bits != expected[i].bits) {
+      if (bad < 5) MESSAGE(which << " element " << i << " differs");
+      ++bad;
+    }
+  }
+  return bad;
+}
+
+/// Runs prefill_attention on `p` (eagerly, out poisoned with NaN first) and returns out and both caches.
+template <class T>
+struct Result {
+  std::vector<T> out, k_cache, v_cache;
+};
+
+template <class T>
+Result<T> run(const nn::BasicKernels<T>& kernels, const Problem<T>& p) {
+  Stream& s = lgtest::stream();
+  const auto q = lgtest::to_device(s, p.q);
+  const auto k = lgtest::to_device(s, p.k);
+  const auto v = lgtest::to_device(s, p.v);
+  auto k_cache = lgtest::to_device(s, p.k_cache);
+  auto v_cache = lgtest::to_device(s, p.v_cache);
+  auto out = lgtest::to_device(s, std::vector<T>(p.q.size(), T{std::uint16_t{0x7fff}}));  // NaN in fp16 and bf16
+  nn::prefill_attention(kernels, {q.cview(), k.cview(), v.cview(), k_cache.view(), v_cache.view(), out.view()}, p.shape)
+      .sync_on(s);
+  return {lgtest::to_host(s, out.cview()), lgtest::to_host(s, k_cache.cview()), lgtest::to_host(s, v_cache.cview())};
+}
+
+}  // namespace
+
+TEST_SUITE("gpu") {
+  TEST_CASE_TEMPLATE(
+      "prefill_attention matches float64 causal GQA attention for odd chunk lengths, start 0 and 37, head_dim 64 and "
+      "128, and writes exactly the chunk's rows of the cache",
+      T, half, bfloat16) {
+    if (lgtest::device().compute_capability().major < 8) {
+      MESSAGE("skipped: the flash-attention kernels need compute capability 8.0 or newer");
+      return;
+    }
+    const nn::BasicKernels<T> kernels(lgtest::nn_kernels());
+    for (const int head_dim : {64, 128}) {
+      for (const int start : {0, 37}) {
+        for (const int rows : {1, 17, 100, 129}) {
+          CAPTURE(head_dim);
+          CAPTURE(start);
+          CAPTURE(rows);
+          // 6 query heads over 2 kv heads (groups of 3); slot 1 of 2, so slot 0 must stay untouched too.
+          const Problem<T> p({.rows = rows,
+                              .start = start,
+                              .slot = 1,
+                              .heads = 6,
+                              .kv_heads = 2,
+                              .head_dim = head_dim,
+                              .context = 256,
+                              .slots = 2});
+          const Result<T> got = run(kernels, p);
+          const double err = relative_error(got.out, reference(p));
+          CAPTURE(err);
+          CHECK(err <= tolerance<T>);
+          CHECK(cache_mismatches("k_cache", p, p.k_cache, p.k, got.k_cache) == 0);
+          CHECK(cache_mismatches("v_cache", p, p.v_cache, p.v, got.v_cache) == 0);
+        }
+      }
+    }
+  }
+
+  TEST_CASE_TEMPLATE("prefill_attention over a 512-token prompt in chunks of 200, 1 and 311 equals float64", T, half,
+                     bfloat16) {
+    // Each chunk attends what the chunks before it wrote into the cache: the cache the kernels wrote is the one the
+    // next chunk reads. 32 heads over 4 kv heads (TinyLlama's), and multi-head (8 over 8) with head_dim 128.
+    if (lgtest::device().compute_capability().major < 8) {
+      MESSAGE("skipped: the flash-attention kernels need compute capability 8.0 or newer");
+      return;
+    }
+    const nn::BasicKernels<T> kernels(lgtest::nn_kernels());
+    struct Heads {
+      int heads, kv_heads, head_dim;
+    };
+    for (const Heads h : {Heads{32, 4, 64}, Heads{8, 8, 128}}) {
+      CAPTURE(h.heads);
+      CAPTURE(h.head_dim);
+      const int total = 512;
+      const nn::PrefillAttentionShape whole{.rows = total,
+                                            .start = 0,
+                                            .slot = 0,
+                                            .heads = h.heads,
+                                            .kv_heads = h.kv_heads,
+                                            .head_dim = h.head_dim,
+                                            .context = 640,
+                                            .slots = 1};
+      const Problem<T> p(whole);
+      const std::vector<double> ref = reference(p);
+      Stream& s = lgtest::stream();
+      auto k_cache = lgtest::to_device(s, p.k_cache);
+      auto v_cache = lgtest::to_device(s, p.v_cache);
+      std::vector<T> out(p.q.size());
+      const std::size_t q_row = static_cast<std::size_t>(h.heads) * h.head_dim;
+      const std::size_t kv_row = static_cast<std::size_t>(h.kv_heads) * h.head_dim;
+      int start = 0;
+      for (const int rows : {200, 1, 311}) {
+        CAPTURE(start);
+        const auto slice = [&](const std::vector<T>& all, std::size_t width) {
+          return lgtest::to_device(s,
+                                   std::vector<T>(all.begin() + static_cast<std::ptrdiff_t>(start * width),
+                                                  all.begin() + static_cast<std::ptrdiff_t>((start + rows) * width)));
+        };
+        const auto q = slice(p.q, q_row);
+        const auto k = slice(p.k, kv_row);
+        const auto v = slice(p.v, kv_row);
+        auto o = lgtest::to_device(s, std::vector<T>(static_cast<std::size_t>(rows) * q_row, T{std::uint16_t{0x7fff}}));
+        auto chunk = whole;
+        chunk.rows = rows;
+        chunk.start = start;
+        nn::prefill_attention(kernels, {q.cview(), k.cview(), v.cview(), k_cache.view(), v_cache.view(), o.view()},
+                              chunk)
+            .sync_on(s);
+        const auto got = lgtest::to_host(s, o.cview());
+        std::copy(got.begin(), got.end(), out.begin() + static_cast<std::ptrdiff_t>(start * q_row));
+        start += rows;
+      }
+      const double err = relative_error(out, ref);
+      CAPTURE(err);
+      CHECK(err <= tolerance<T>);
+      CHECK(cache_mismatches("k_cache", p, p.k_cache, p.k, lgtest::to_host(s, k_cache.cview())) == 0);
+      CHECK(cache_mismatches("v_cache", p, p.v_cache, p.v, lgtest::to_host(s, v_cache.cview())) == 0);
+    }
+  }
+
+  TEST_CASE("prefill_attention of a 512-token prompt, 22 layers in a graph: time per layer") {
+    // Not a pass/fail bound: prints what the 22 layers' attention of a TinyLlama-shaped prompt (32 heads over 4 kv
+    // heads, head_dim 64, fp16) costs, replayed as one graph of 22 launches.
+    if (lgtest::device().compute_capability().major < 8) {
+      MESSAGE("skipped: the flash-attention kernels need compute capability 8.0 or newer");
+      return;
+    }
+    const nn::Kernels kernels(lgtest::nn_kernels());
+    const nn::PrefillAttentionShape shape{
+        .rows = 512, .start = 0, .slot = 0, .heads = 32, .kv_heads = 4, .head_dim = 64, .context = 1024, .slots = 1};
+    const int layers = 22;
+    Stream& s = lgtest::stream();
+    const auto q = lgtest::to_device(s, random_elements<half>(static_cast<std::size_t>(512) * 32 * 64));
+    const auto k = lgtest::to_device(s, random_elements<half>(static_cast<std::size_t>(512) * 4 * 64));
+    const auto v = lgtest::to_device(s, random_elements<half>(k.size()));
+    std::vector<DeviceBuffer<half>> caches;
+    std::vector<DeviceBuffer<half>> outs;
+    for (int l = 0; l < 2 * layers; ++l) caches.push_back(lgtest::to_device(s, std::vector<half>(1024 * 4 * 64)));
+    for (int l = 0; l < layers; ++l) outs.push_back(lgtest::to_device(s, std::vector<half>(q.size())));
+    // Once eagerly first: the first launch raises the kernel's dynamic shared memory limit, outside the capture.
+    nn::prefill_attention(kernels,
+                          {q.cview(), k.cview(), v.cview(), caches[0].view(), caches[1].view(), outs[0].view()}, shape)
+        .sync_on(s);
+    auto graph = CudaGraph<>::scope(s, [&](Scope& scope) {
+      for (int l = 0; l < layers; ++l) {
+        scope.record(nn::prefill_attention(
+            kernels, {q.cview(), k.cview(), v.cview(), caches[2 * l].view(), caches[2 * l + 1].view(), outs[l].view()},
+            shape));
+      }
+    });
+    graph.launch();  // warm up
+    const int replays = 20;
+    const auto begin = std::chrono::steady_clock::now();
+    for (int i = 0; i < replays; ++i) graph.launch();
+    const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - begin).count();
+    MESSAGE("prefill_attention, 512 rows, 32/4 heads, head_dim 64, fp16: " << us / replays << " us per 22 layers, "
+                                                                           << us / replays / layers << " us per layer");
+    const auto o = lgtest::to_host(s, outs[layers - 1].cview());
+    CHECK(std::all_of(o.begin(), o.end(), [](half x) { return std::isfinite(x.to_float()); }));
+  }
+}
