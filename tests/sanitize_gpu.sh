@@ -22,7 +22,11 @@ tools=("$@")
 # Tests whose point is a driver call that fails — out of memory, a corrupt module image, a graph update the
 # driver refuses (cuGraphExecUpdate), a missing kernel name, an event without timing, a capture the tool itself
 # invalidates by loading a module on another thread — run with API-error reports off, in a pass of their own.
-expected_api_errors="*larger than the device's memory*,*that the driver rejects*,*reports why and where*,*re-instantiates only on request*,*finds its kernels by name*,*an image the driver cannot load*,*events made without timing cannot be timed*,*another thread from loading kernels*"
+expected_api_errors="*larger than the device's memory*,*that the driver rejects*,*reports why and where*,*re-instantiates only on request*,*finds its kernels by name*,*an image the driver cannot load*,*events made without timing cannot be timed*,*another thread from loading kernels*,*out of memory while making a cache entry*"
+# Tests that create NCCL communicators, in the same pass: NCCL itself makes failing calls while it sets one up (it
+# asks cudaFuncGetAttributes about kernels built for other GPUs, and ncclMemAlloc tries memory handle types the
+# system may not permit), which are its own, not errors of ours.
+nccl_sources="*collective.cpp,*communicator.cpp,*multi_device_graph.cpp,*symmetric_buffer.cpp,*tensor_parallel.cpp,*tensor_parallel_decoder.cpp"
 status=0
 for tool in "${tools[@]}"; do
   if [ "$tool" = asan ]; then
@@ -58,19 +62,23 @@ for tool in "${tools[@]}"; do
     start=$(date +%s)
     # Pass 1: every test but those below, with every failed driver call reported as an error.
     "$sanitizer" --tool "$tool" "${extra[@]}" --error-exitcode 99 --print-limit 200 \
-      "$tests" --test-suite=gpu --no-colors=true --test-case-exclude="$expected_api_errors" >"$log" 2>&1
+      "$tests" --test-suite=gpu --no-colors=true --test-case-exclude="$expected_api_errors" \
+      --source-file-exclude="$nccl_sources" >"$log" 2>&1
     rc=$?
     summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | tail -1)
     cases=$(grep -E "^\[doctest\] test cases" "$log" | tail -1)
     echo "$tool ($program): exit $rc; ${summary:-no summary}; ${cases:-no doctest summary}; $(($(date +%s) - start)) s"
     [ $rc -eq 0 ] || status=1
-    # Pass 2: the tests whose point is a failing driver call (out of memory), with API errors not reported —
-    # memory, race, sync and init errors still are.
+    # Pass 2: the tests whose point is a failing driver call (out of memory), and those that create NCCL
+    # communicators, with API errors not reported: memory, race, sync and init errors still are.
     "$sanitizer" --tool "$tool" "${extra[@]}" --report-api-errors no --error-exitcode 99 --print-limit 200 \
       "$tests" --test-suite=gpu --no-colors=true --test-case="$expected_api_errors" >"$log.expected-api-errors" 2>&1
     rc=$?
-    summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log.expected-api-errors" | tail -1)
-    cases=$(grep -E "^\[doctest\] test cases" "$log.expected-api-errors" | tail -1)
+    "$sanitizer" --tool "$tool" "${extra[@]}" --report-api-errors no --error-exitcode 99 --print-limit 200 \
+      "$tests" --test-suite=gpu --no-colors=true --source-file="$nccl_sources" >>"$log.expected-api-errors" 2>&1
+    [ $? -eq 0 ] || rc=1
+    summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log.expected-api-errors" | tr '\n' ' ')
+    cases=$(grep -E "^\[doctest\] test cases" "$log.expected-api-errors" | tr '\n' ' ')
     echo "$tool ($program, expected API errors): exit $rc; ${summary:-no summary}; ${cases:-no doctest summary}"
     [ $rc -eq 0 ] || status=1
   done
