@@ -174,6 +174,15 @@ struct BasicKernels {
   FlashAttention flash_attention_d64;
   /// See FlashAttention.
   FlashAttention flash_attention_d128;
+  /// prefill_rope(q, k, v, bq, bk, bv, chunk, heads, kv_heads, head_dim, frequencies, max_rows): a prefill chunk's
+  /// biases (all three null for none) and RoPE at positions start + r, for the rows the chunk holds
+  /// (kernels/nn/prefill.cu; chunk as flash_attention's).
+  Kernel<void(T*, T*, T*, const T*, const T*, const T*, const int*, int, int, int, const float*, int)> prefill_rope;
+  /// prefill_silu_mul(gate, up, out, chunk, width, max_rows): out = silu(gate) * up over the chunk's rows of `width`
+  /// elements (kernels/nn/prefill.cu); out may be gate.
+  Kernel<void(const T*, const T*, T*, const int*, int, int)> prefill_silu_mul;
+  /// prefill_last_row(x, chunk, out, d, max_rows): out = the chunk's last row of x (kernels/nn/prefill.cu).
+  Kernel<void(const T*, const int*, T*, int, int)> prefill_last_row;
   /// argmax(logits, out, n): per row (one block each), the index of the largest logit, the lowest among ties
   /// (kernels/nn/argmax.cu).
   Kernel<void(const T*, int*, int)> argmax;
