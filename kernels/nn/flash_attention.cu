@@ -2,38 +2,45 @@
 // *_bf16 take bf16), tensor cores (mma.sync m16n8k16, fp32 accumulation), an fp32 online softmax over tiles of keys,
 // grouped-query attention (query head h reads kv head h / (n_heads / n_kv_heads)).
 //
-//   flash_attention_dD(q, k, v, k_cache, v_cache, out, start, rows, slot, n_heads, n_kv_heads, max_ctx, n_slots,
+//   flash_attention_dD(q, k, v, k_cache, v_cache, out, chunk, max_rows, n_heads, n_kv_heads, max_ctx, n_slots,
 //                      scale), D = head_dim: flash_attention_d64, flash_attention_d128 and their _bf16 twins
 //                      (flash_attention_d64_bf16, flash_attention_d128_bf16).
-//     The chunk is `rows` query rows of sequence slot `slot` at positions start .. start + rows - 1. q and out are
-//     [rows][n_heads][D]; k and v, the chunk's keys and values (RoPE already applied to k), [rows][n_kv_heads][D];
-//     k_cache and v_cache [n_slots][n_kv_heads][max_ctx][D], as kernels/nn/attention.cu lays them out. Row r (position
-//     p = start + r) of head h, with g = h / (n_heads / n_kv_heads), gets
+//     `chunk` is three ints in device memory, [start, rows, slot] (nn::PrefillChunkLayout), read when the kernel runs,
+//     so that one captured graph serves every chunk of up to max_rows rows: the chunk is `rows` query rows of sequence
+//     slot `slot` at positions start .. start + rows - 1. q and out are [max_rows][n_heads][D]; k and v, the chunk's
+//     keys and values (RoPE already applied to k), [max_rows][n_kv_heads][D], of which the first `rows` rows are read;
+//     k_cache and v_cache [n_slots][n_kv_heads][max_ctx][D], as kernels/nn/attention.cu lays them out. Row r < rows
+//     (position p = start + r) of head h, with g = h / (n_heads / n_kv_heads), gets
 //       out[r][h] = sum_{j <= p} softmax_j(scale * q[r][h] . K_g[j]) V_g[j],
 //     where K_g[j], V_g[j] are the cache's entries for j < start (written by earlier chunks or decode steps) and the
 //     chunk's own k and v for j >= start. The kernel also writes the chunk's k and v into the caches at positions
-//     start .. start + rows - 1 of slot `slot`, every kv head, and writes no other cache entry.
-//     Launch: grid (ceil(rows / 64), n_heads), block 128 threads, dynamic shared memory 5 * 64 * (D + 8) * sizeof(T)
-//     bytes (nn::BasicKernels::flash_attention_config). Requires sm_80 or newer, 0 <= start, 1 <= rows,
-//     start + rows <= max_ctx, 0 <= slot < n_slots, n_heads a multiple of n_kv_heads, q, k, v, the caches and out
-//     16-byte aligned, and k, v not overlapping the caches (traps otherwise; nn::prefill_attention checks all of it on
-//     the host first). May be launched early (LaunchConfig::early_launch): it waits for the kernel before it first.
+//     start .. start + rows - 1 of slot `slot`, every kv head, and writes no other cache entry; rows of q, k, v and
+//     out from `rows` to max_rows (a bucket's padding) are neither read nor written.
+//     Launch: grid (ceil(max_rows / 64), n_heads), block 128 threads, dynamic shared memory 5 * 64 * (D + 8) *
+//     sizeof(T) bytes (nn::BasicKernels::flash_attention_config). Requires sm_80 or newer, n_heads a multiple of
+//     n_kv_heads, q, k, v, the caches and out 16-byte aligned, k and v not overlapping the caches (nn::prefill_attention
+//     checks these on the host), and from the device values 0 <= start, 1 <= rows <= max_rows, start + rows <= max_ctx,
+//     0 <= slot < n_slots (nn::check_prefill_chunk checks them where the host knows them). Any of these broken traps
+//     before any block writes anything: a bad value in device memory cannot make it write outside the cache or out.
+//     May be launched early (LaunchConfig::early_launch): it waits for the kernel before it first, and reads `chunk`
+//     only after that wait.
 //
 // The cache write. The chunk's keys and values are read from k and v, never from the cache, so no block reads a cache
 // entry that any block writes: the write needs no ordering against the reads, hence no second launch and no grid-wide
-// barrier. Block (tile t, head h) with h % (n_heads / n_kv_heads) == 0 copies rows 64 t .. 64 t + 63 of kv head g from
-// k and v into the caches (each row of each kv head exactly once, 16-byte loads and stores).
+// barrier. Block (tile t, head h) with h % (n_heads / n_kv_heads) == 0 copies rows 64 t .. 64 t + 63 (those below
+// rows) of kv head g from k and v into the caches (each row of each kv head exactly once, 16-byte loads and stores).
 //
 // Mapping. Block (x, h) takes query tile t = gridDim.x - 1 - x (the longest tiles, latest in the prompt, start first)
-// of head h: 64 rows, 16 per warp. The tile's q rows go into shared memory once and then into registers as mma A
-// fragments. Keys and values are visited in tiles of 64 positions, 0 .. the tile's last position, double-buffered in
-// shared memory (cp.async, the next tile in flight while this one is used). Per key tile each warp computes its
-// 16 x 64 scores on tensor cores (ldmatrix of K), masks positions past each row's own (and past the chunk), updates
-// each row's running maximum m and sum l (fp32, base 2: scores are pre-multiplied by scale * log2(e)), rescales its
-// 16 x D output accumulators, turns the probabilities (rounded to T) into A fragments straight from the score
-// registers (the C layout of two 16 x 8 tiles is the A layout of one 16 x 16 tile) and adds P V on tensor cores
-// (ldmatrix.trans of V). A warp skips a key tile wholly past its rows. At the end, out = acc / l, staged through shared
-// memory for 16-byte stores. Rows past the chunk (the last tile's) are computed on zeros and never stored.
+// of head h: 64 rows, 16 per warp; a tile wholly past `rows` returns at once. The tile's q rows go into shared memory
+// once and then into registers as mma A fragments. Keys and values are visited in tiles of 64 positions, 0 .. the
+// tile's last position, double-buffered in shared memory (cp.async, the next tile in flight while this one is used).
+// Per key tile each warp computes its 16 x 64 scores on tensor cores (ldmatrix of K), masks positions past each row's
+// own (and past the chunk), updates each row's running maximum m and sum l (fp32, base 2: scores are pre-multiplied by
+// scale * log2(e)), rescales its 16 x D output accumulators, turns the probabilities (rounded to T) into A fragments
+// straight from the score registers (the C layout of two 16 x 8 tiles is the A layout of one 16 x 16 tile) and adds
+// P V on tensor cores (ldmatrix.trans of V). A warp skips a key tile wholly past its rows. At the end, out = acc / l,
+// staged through shared memory for 16-byte stores. Rows past the chunk (the last tile's) are computed on zeros and
+// never stored.
 // Shared rows are padded to D + 8 elements, so the 8 row addresses of an ldmatrix fall on distinct banks.
 #include "lazygraph/element.cuh"
 #include "lazygraph/kernel_common.cuh"
@@ -109,7 +116,7 @@ __device__ __forceinline__ float exp2_approx(float x) {
 
 template <class T, int D>
 __device__ __forceinline__ void flash_attention_body(const T* q, const T* k, const T* v, T* k_cache, T* v_cache, T* out,
-                                                     int start, int rows, int slot, int n_heads, int n_kv_heads,
+                                                     const int* chunk, int max_rows, int n_heads, int n_kv_heads,
                                                      int max_ctx, int n_slots, float scale) {
   lg::early_launch_prologue();  // may be launched early: everything it reads may be the previous kernel's output
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -122,8 +129,14 @@ __device__ __forceinline__ void flash_attention_body(const T* q, const T* k, con
   const auto keys = [&](int stage) { return sk0 + stage * 2 * kTile * S; };
   const auto values = [&](int stage) { return sk0 + (stage * 2 + 1) * kTile * S; };
 
-  if (blockDim.x != kThreads || start < 0 || rows < 1 || start + rows > max_ctx || slot < 0 || slot >= n_slots ||
-      n_kv_heads <= 0 || n_heads % n_kv_heads != 0 || static_cast<long long>(gridDim.x) * kTile < rows ||
+  // The chunk, from device memory (after the wait: the work before may have written it). Every block checks the same
+  // values before anything is written, so a bad one traps the launch with nothing written.
+  const int start = chunk[0];
+  const int rows = chunk[1];
+  const int slot = chunk[2];
+  if (blockDim.x != kThreads || start < 0 || rows < 1 || rows > max_rows ||
+      static_cast<long long>(start) + rows > max_ctx || slot < 0 || slot >= n_slots || n_kv_heads <= 0 ||
+      n_heads % n_kv_heads != 0 || static_cast<long long>(gridDim.x) * kTile < max_rows ||
       !lg::is_aligned16(q) || !lg::is_aligned16(k) || !lg::is_aligned16(v) || !lg::is_aligned16(k_cache) ||
       !lg::is_aligned16(v_cache) || !lg::is_aligned16(out)) {
     __trap();
@@ -354,6 +367,6 @@ axis D = 64 _d64 | 128 _d128
 axis T = lg::half_t | lg::bf16_t _bf16
 
 flash_attention[D][T] __launch_bounds__(128) =
-    flash_attention_body<T, D>(const T* q, const T* k, const T* v, T* k_cache, T* v_cache, T* out, int start,
-                               int rows, int slot, int n_heads, int n_kv_heads, int max_ctx, int n_slots, float scale)
+    flash_attention_body<T, D>(const T* q, const T* k, const T* v, T* k_cache, T* v_cache, T* out, const int* chunk,
+                               int max_rows, int n_heads, int n_kv_heads, int max_ctx, int n_slots, float scale)
 */

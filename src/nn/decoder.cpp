@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "lazygraph/nn/decoder_tensors.hpp"
+#include "lazygraph/nn/prefill.hpp"
 #include "lazygraph/nn/random_weights.hpp"
 
 namespace lazygraph::nn {
@@ -42,6 +43,11 @@ void DecoderConfig::validate() const {
   }
   if (attention_blocks < 0 || attention_blocks > 64) {
     fail("attention_blocks (" + std::to_string(attention_blocks) + ") must be 0 (by context) to 64");
+  }
+  if (prefill_chunk != 0 &&
+      (prefill_chunk < 16 || prefill_chunk > 8192 || (prefill_chunk & (prefill_chunk - 1)) != 0)) {
+    fail("prefill_chunk (" + std::to_string(prefill_chunk) +
+         ") must be 0 (prefill on the decode step's graphs) or a power of two from 16 to 8192");
   }
 }
 
@@ -98,6 +104,12 @@ namespace {
 const DecoderConfig& validated(const DecoderConfig& c) {
   c.validate();
   return c;
+}
+
+/// Ints of a decoder's input staging: the step's io, then a prefill chunk's of the largest bucket.
+std::size_t staging_input_size(const DecoderConfig& c) {
+  const std::vector<int> buckets = prefill_buckets(c);
+  return DecoderIo::prefill + (buckets.empty() ? 0 : PrefillIo::input_size(buckets.back()));
 }
 }  // namespace
 
@@ -206,13 +218,20 @@ BasicDecoder<T>::BasicDecoder(const Stream& stream, const KernelLibrary& library
       kernels_(library, {.early_launch = config_.early_launch, .tensor_cores = config_.tensor_cores}),
       weights_(checked(std::move(weights), config_)),
       state_(stream.device(), config_),
-      io_(library, DecoderIo::input_size, DecoderIo::output_size(config_.context)),
+      io_(library, staging_input_size(config_), DecoderIo::output_size(config_.context)),
       stream_(stream.device()),
       graphs_(kMaxRows),
       io_graphs_(kMaxRows) {
   (void)io_graph(1);  // a decoder that cannot capture its step fails here, not at the first forward
   reset();
 }
+
+template <Element T>
+BasicDecoder<T>::BasicDecoder(BasicDecoder&&) = default;
+template <Element T>
+BasicDecoder<T>& BasicDecoder<T>::operator=(BasicDecoder&&) = default;
+template <Element T>
+BasicDecoder<T>::~BasicDecoder() = default;
 
 template <Element T>
 void BasicDecoder<T>::set_sampling(const Sampling& sampling) {
@@ -222,6 +241,7 @@ void BasicDecoder<T>::set_sampling(const Sampling& sampling) {
   io_graphs_.clear();  // a finished replay is all they may still run: run() waits for each
   graphs_.clear();
   generate_graph_.reset();
+  if (prefill_) prefill_->forget_head();
 }
 
 template <Element T>
@@ -275,6 +295,7 @@ template <Element T>
 std::span<const int> BasicDecoder<T>::run(int rows) {
   HostIo<int, int>::run(io_graph(rows));
   last_rows_ = rows;
+  logits_first_ = 0;
   return io_.output().subspan(DecoderIo::next, static_cast<std::size_t>(rows));
 }
 
@@ -298,19 +319,54 @@ std::vector<int> BasicDecoder<T>::forward_batch(std::span<const TokenAt> steps) 
 }
 
 template <Element T>
-int BasicDecoder<T>::prefill(std::span<const int> prompt, int start, int slot) {
-  check_prompt(config_, prompt, start, slot);
-  const std::lock_guard<std::mutex> lock(*mutex_);
+int BasicDecoder<T>::prefill_steps(std::span<const int> prompt, std::size_t first, int start, int slot) {
   int next = -1;
-  for (std::size_t first = 0; first < prompt.size(); first += kMaxRows) {
+  for (; first < prompt.size(); first += kMaxRows) {
     const int rows = static_cast<int>(std::min<std::size_t>(kMaxRows, prompt.size() - first));
     for (int r = 0; r < rows; ++r) {
       const std::size_t i = first + static_cast<std::size_t>(r);
       set_row(r, prompt[i], start + static_cast<int>(i), slot);
     }
     next = run(rows)[static_cast<std::size_t>(rows - 1)];
+    logits_first_ = rows - 1;  // logits() reads the last row: the prompt's last token after the last step
+    last_rows_ = 1;
   }
   return next;
+}
+
+template <Element T>
+std::string BasicDecoder<T>::prefill_fallback_reason() const {
+  std::string why;
+  return prefill_on_tensor_cores(config_, stream_.device().compute_capability(), &why) ? std::string() : why;
+}
+
+template <Element T>
+int BasicDecoder<T>::prefill(std::span<const int> prompt, int start, int slot) {
+  check_prompt(config_, prompt, start, slot);
+  const std::lock_guard<std::mutex> lock(*mutex_);
+  const auto min_rows = static_cast<std::size_t>(kPrefillMinRows);
+  std::size_t first = 0;
+  if (prompt.size() >= min_rows) {
+    if (!prefill_gemm_) prefill_gemm_ = prefill_on_tensor_cores(config_, stream_.device().compute_capability());
+    if (*prefill_gemm_) {
+      if (!prefill_) prefill_ = std::make_unique<BasicPrefill<T>>(stream_.device(), config_);
+      const BasicPrefillContext<T> ctx{config_, kernels_, weights_, state_, stream_, io_, sampling_};
+      const auto chunk = static_cast<std::size_t>(prefill_->max_rows());
+      int next = -1;
+      while (prompt.size() - first >= min_rows) {
+        const std::size_t rows = std::min(chunk, prompt.size() - first);
+        const bool last = first + rows == prompt.size();
+        next = prefill_->run(ctx, prompt.subspan(first, rows), start + static_cast<int>(first), slot, last);
+        first += rows;
+      }
+      if (first == prompt.size()) {
+        logits_first_ = 0;  // the head wrote the last row's logits to row 0
+        last_rows_ = 1;
+        return next;
+      }
+    }
+  }
+  return prefill_steps(prompt, first, start, slot);
 }
 
 template <Element T>
@@ -339,6 +395,7 @@ std::vector<int> BasicDecoder<T>::generate(int token, int n, int stop_token, int
   control[DecoderIo::count] = 0;
   HostIo<int, int>::run(*generate_graph_);
   last_rows_ = 1;
+  logits_first_ = 0;
   const std::span<const int> out = io_.output();
   const auto count = static_cast<std::size_t>(std::clamp(out[DecoderIo::generate_control + DecoderIo::count], 0, n));
   const std::span<const int> generated = out.subspan(DecoderIo::generated, count);
@@ -353,8 +410,9 @@ std::vector<T> BasicDecoder<T>::logits(int row) const {
                      std::to_string(last_rows_) + " rows");
   }
   const auto n = static_cast<std::size_t>(config_.vocab);
+  const auto at = static_cast<std::size_t>(logits_first_ + row);
   std::vector<T> out(n);
-  copy_async(stream_, std::span<T>(out), state_.logits.cview().subspan(static_cast<std::size_t>(row) * n, n));
+  copy_async(stream_, std::span<T>(out), state_.logits.cview().subspan(at * n, n));
   stream_.synchronize();
   return out;
 }

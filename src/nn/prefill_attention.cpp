@@ -31,17 +31,8 @@ void check_shape(const PrefillAttentionShape& s) {
            " is not supported: the flash-attention kernels are compiled for 64 and 128");
   }
   if (s.rows < 1) refuse("rows is " + str(s.rows) + "; a chunk has at least one row");
-  if (s.start < 0) refuse("start is " + str(s.start) + "; positions start at 0");
   if (s.context < 1) refuse("context is " + str(s.context) + "; the cache holds at least one position");
-  if (static_cast<long long>(s.start) + s.rows > s.context) {
-    refuse("positions start .. start + rows - 1 = " + str(s.start) + " .. " +
-           str(static_cast<long long>(s.start) + s.rows - 1) + " leave the context of " + str(s.context) +
-           " positions");
-  }
   if (s.slots < 1) refuse("slots is " + str(s.slots) + "; the cache holds at least one slot");
-  if (s.slot < 0 || s.slot >= s.slots) {
-    refuse("slot " + str(s.slot) + " is outside the cache's slots 0 .. " + str(s.slots - 1));
-  }
   if (s.heads < 1 || s.kv_heads < 1) {
     refuse("heads " + str(s.heads) + " and kv_heads " + str(s.kv_heads) + " must both be at least 1");
   }
@@ -52,18 +43,35 @@ void check_shape(const PrefillAttentionShape& s) {
 }
 
 template <class U>
-void check_span(const char* name, const DeviceSpan<U>& span, long long expected, const char* layout) {
+void check_span(const char* name, const DeviceSpan<U>& span, long long expected, const char* layout,
+                bool aligned = true) {
   if (static_cast<long long>(span.size()) != expected) {
     refuse(std::string(name) + " has " + str(static_cast<long long>(span.size())) + " elements; " + layout + " = " +
            str(expected) + " are expected");
   }
-  if (span.address() % 16 != 0) {
+  if (aligned && span.address() % 16 != 0) {
     refuse(std::string(name) + " is not 16-byte aligned (its address ends in " + str(span.address() % 16) +
            "); the kernels copy 16 bytes at a time");
   }
 }
 
 }  // namespace
+
+void check_prefill_chunk(const PrefillAttentionShape& shape, const PrefillChunk& c) {
+  if (c.rows < 1) refuse("rows is " + str(c.rows) + "; a chunk has at least one row");
+  if (c.rows > shape.rows) {
+    refuse("rows " + str(c.rows) + " exceed the " + str(shape.rows) + " rows the launch's spans hold");
+  }
+  if (c.start < 0) refuse("start is " + str(c.start) + "; positions start at 0");
+  if (static_cast<long long>(c.start) + c.rows > shape.context) {
+    refuse("positions start .. start + rows - 1 = " + str(c.start) + " .. " +
+           str(static_cast<long long>(c.start) + c.rows - 1) + " leave the context of " + str(shape.context) +
+           " positions");
+  }
+  if (c.slot < 0 || c.slot >= shape.slots) {
+    refuse("slot " + str(c.slot) + " is outside the cache's slots 0 .. " + str(shape.slots - 1));
+  }
+}
 
 template <Element T>
 void check_prefill_attention(const PrefillAttentionSpans<T>& spans, const PrefillAttentionShape& shape) {
@@ -78,6 +86,7 @@ void check_prefill_attention(const PrefillAttentionSpans<T>& spans, const Prefil
   check_span("k_cache", spans.k_cache, cache_size, "slots x kv_heads x context x head_dim");
   check_span("v_cache", spans.v_cache, cache_size, "slots x kv_heads x context x head_dim");
   check_span("out", spans.out, q_size, "rows x heads x head_dim");
+  check_span("chunk", spans.chunk, static_cast<long long>(PrefillChunkLayout::size), "[start, rows, slot]", false);
 
   // What the kernel writes (out, the caches) must not overlap anything else it reads or writes; out may be q itself,
   // since each block reads its part of q before it writes the same part of out.
@@ -87,9 +96,10 @@ void check_prefill_attention(const PrefillAttentionSpans<T>& spans, const Prefil
   const Extent k_cache = extent("k_cache", spans.k_cache);
   const Extent v_cache = extent("v_cache", spans.v_cache);
   const Extent out = extent("out", spans.out);
-  const Extent pairs[][2] = {{out, k},           {out, v},     {out, k_cache}, {out, v_cache},
-                             {k_cache, v_cache}, {k_cache, q}, {k_cache, k},   {k_cache, v},
-                             {v_cache, q},       {v_cache, k}, {v_cache, v}};
+  const Extent chunk = extent("chunk", spans.chunk);
+  const Extent pairs[][2] = {{out, k},           {out, v},     {out, k_cache}, {out, v_cache},  {out, chunk},
+                             {k_cache, v_cache}, {k_cache, q}, {k_cache, k},   {k_cache, v},    {k_cache, chunk},
+                             {v_cache, q},       {v_cache, k}, {v_cache, v},   {v_cache, chunk}};
   for (const auto& [a, b] : pairs) {
     if (overlap(a, b)) refuse(std::string(a.name) + " overlaps " + b.name + "; the kernel writes " + a.name);
   }
@@ -105,8 +115,8 @@ PrefillAttentionOp<T> prefill_attention(const BasicKernels<T>& kernels, const Pr
   const auto& kernel = shape.head_dim == 64 ? kernels.flash_attention_d64 : kernels.flash_attention_d128;
   const auto scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(shape.head_dim)));
   return kernel(kernels.flash_attention_config(shape.rows, shape.heads, shape.head_dim), spans.q, spans.k, spans.v,
-                spans.k_cache, spans.v_cache, spans.out, shape.start, shape.rows, shape.slot, shape.heads,
-                shape.kv_heads, shape.context, shape.slots, scale);
+                spans.k_cache, spans.v_cache, spans.out, spans.chunk, shape.rows, shape.heads, shape.kv_heads,
+                shape.context, shape.slots, scale);
 }
 
 template void check_prefill_attention<half>(const PrefillAttentionSpans<half>&, const PrefillAttentionShape&);

@@ -286,7 +286,7 @@ TEST_SUITE("gpu") {
     const std::vector<int> prompt{9, 400, 12, 12, 7, 300, 1, 2, 3, 4, 250};  // a chunk of 8 and one of 3
     single.reset();
     const int from_prefill = single.prefill(prompt);
-    const std::vector<bfloat16> prefill_logits = single.logits(2);
+    const std::vector<bfloat16> prefill_logits = single.logits();  // the prompt's last token's
     batched.reset();
     int one_by_one = -1;
     for (std::size_t i = 0; i < prompt.size(); ++i) one_by_one = batched.forward({prompt[i], static_cast<int>(i)});

@@ -696,6 +696,9 @@ TEST_CASE_TEMPLATE("every handle of nn::BasicKernels matches its kernel's declar
   check_model_kernel(d, "attention_split", &K::attention_split);
   check_model_kernel(d, "flash_attention_d64", &K::flash_attention_d64);
   check_model_kernel(d, "flash_attention_d128", &K::flash_attention_d128);
+  check_model_kernel(d, "prefill_rope", &K::prefill_rope);
+  check_model_kernel(d, "prefill_silu_mul", &K::prefill_silu_mul);
+  check_model_kernel(d, "prefill_last_row", &K::prefill_last_row);
   check_model_kernel(d, "argmax", &K::argmax);
   check_model_kernel(d, "sample", &K::sample);
   check_model_kernel(d, "fill_uniform", &K::fill_uniform);
@@ -729,6 +732,9 @@ TEST_CASE("the variant tables of kernels/nn/ write out every variant, declared a
       {"nn/attention.cu", "attention_split[T]", both, {""}},
       // Axes D then T: flash_attention_d64, flash_attention_d64_bf16, ... (the element's suffix last).
       {"nn/flash_attention.cu", "flash_attention[D][T]", {"_d64", "_d128"}, both},
+      {"nn/prefill.cu", "prefill_rope[T]", both, {""}},
+      {"nn/prefill.cu", "prefill_silu_mul[T]", both, {""}},
+      {"nn/prefill.cu", "prefill_last_row[T]", both, {""}},
   };
   const auto& sources = nn::kernel_set().sources;
   const KernelDeclarations d(sources);
@@ -757,8 +763,8 @@ TEST_CASE("the variant tables of kernels/nn/ write out every variant, declared a
       }
     }
   }
-  CHECK(written == 78);  // the hand-written entry points these tables replaced: gemv.cu 50, qkv.cu 10, mlp_stack.cu 8,
-                         // attention.cu 6; and flash_attention.cu's 4
+  CHECK(written == 84);  // the hand-written entry points these tables replaced: gemv.cu 50, qkv.cu 10, mlp_stack.cu 8,
+                         // attention.cu 6; and flash_attention.cu's 4, prefill.cu's 6
   // The fp16-only kernels the tests look up as BatchedKernels.
   for (const char* suffix : {"", "_b2", "_b4", "_b8", "_mma"}) {
     CAPTURE(suffix);

@@ -495,7 +495,8 @@ TEST_SUITE("gpu") {
     const std::vector<int> prompt{9, 400, 12, 12, 7, 300, 1, 2, 3, 4, 5, 6, 250};  // 13: a chunk of 8, one of 5
     const int slot = 1;
     const int from_prefill = a.prefill(prompt, 0, slot);
-    const std::vector<half> prefill_logits = a.logits(4);  // the last row of the last chunk
+    const std::vector<half> prefill_logits = a.logits();  // the prompt's last token's
+    CHECK_THROWS_AS((void)a.logits(1), lg::UsageError);   // after prefill, one row
     int one_by_one = -1;
     for (std::size_t i = 0; i < prompt.size(); ++i) {
       // Sequence 1 of b, through forward_batch with sequence 0 idle at position 0.

@@ -1,7 +1,8 @@
 // nn::prefill_attention (the flash-attention kernels of kernels/nn/flash_attention.cu): the host checks without a GPU,
 // the kernels' declarations and their compilation for sm_80 and sm_90; on a GPU, causal grouped-query attention
 // against float64 with the cache before `start` filled randomly, and the cache write (the chunk's rows exactly, nothing
-// else touched).
+// else touched), the chunk read from device memory (one graph replayed for chunks of other starts, rows and slots;
+// rows past the chunk neither read nor written).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -37,12 +38,29 @@ nn::PrefillAttentionSpans<half> fake_spans(const nn::PrefillAttentionShape& s) {
   const auto kv = rows * s.kv_heads * s.head_dim;
   const auto cache = static_cast<std::size_t>(s.slots) * s.kv_heads * s.context * s.head_dim;
   constexpr CUdeviceptr gib = CUdeviceptr{1} << 30;
-  return {fake_span<const half>(1 * gib, q), fake_span<const half>(2 * gib, kv), fake_span<const half>(3 * gib, kv),
-          fake_span<half>(4 * gib, cache),   fake_span<half>(5 * gib, cache),    fake_span<half>(6 * gib, q)};
+  return {fake_span<const half>(1 * gib, q),
+          fake_span<const half>(2 * gib, kv),
+          fake_span<const half>(3 * gib, kv),
+          fake_span<half>(4 * gib, cache),
+          fake_span<half>(5 * gib, cache),
+          fake_span<half>(6 * gib, q),
+          fake_span<const int>(7 * gib, nn::PrefillChunkLayout::size)};
 }
 
 nn::PrefillAttentionShape good_shape() {
-  return {.rows = 100, .start = 37, .slot = 1, .heads = 8, .kv_heads = 2, .head_dim = 64, .context = 256, .slots = 2};
+  return {.rows = 100, .heads = 8, .kv_heads = 2, .head_dim = 64, .context = 256, .slots = 2};
+}
+
+nn::PrefillChunk good_chunk() { return {.start = 37, .rows = 100, .slot = 1}; }
+
+/// The UsageError message check_prefill_chunk gives for `chunk` in good_shape().
+std::string refusal(const nn::PrefillChunk& chunk) {
+  try {
+    nn::check_prefill_chunk(good_shape(), chunk);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "(accepted)";
 }
 
 /// The UsageError message the checks give for `shape` (with spans of the right sizes).
@@ -80,8 +98,14 @@ TEST_CASE("prefill_attention accepts a well-formed chunk on the host, and in pla
                                               fake_span<const bfloat16>(h.v.address(), h.v.size()),
                                               fake_span<bfloat16>(h.k_cache.address(), h.k_cache.size()),
                                               fake_span<bfloat16>(h.v_cache.address(), h.v_cache.size()),
-                                              fake_span<bfloat16>(h.out.address(), h.out.size())};
+                                              fake_span<bfloat16>(h.out.address(), h.out.size()),
+                                              h.chunk};
   CHECK_NOTHROW(nn::check_prefill_attention(b, bf16_shape));
+  CHECK_NOTHROW(nn::check_prefill_chunk(shape, good_chunk()));
+  // Spans of more rows than the context (a bucket's padding past a short context) are fine: the chunk is bounded.
+  auto tall = shape;
+  tall.rows = 300;
+  CHECK_NOTHROW(nn::check_prefill_attention(fake_spans(tall), tall));
 }
 
 TEST_CASE("prefill_attention refuses a head_dim other than 64 and 128, naming it") {
@@ -95,29 +119,37 @@ TEST_CASE("prefill_attention refuses a head_dim other than 64 and 128, naming it
   }
 }
 
-TEST_CASE("prefill_attention refuses an empty chunk, a negative start and a chunk past the context") {
+TEST_CASE(
+    "prefill_attention refuses spans of no rows, and a chunk that is empty, too long, before 0 or past the context") {
   auto s = good_shape();
   s.rows = 0;
   CHECK(refusal(s).find("rows is 0") != std::string::npos);
   s.rows = -3;
   CHECK(refusal(s).find("rows is -3") != std::string::npos);
-  s = good_shape();
-  s.start = -1;
-  CHECK(refusal(s).find("start is -1") != std::string::npos);
-  s = good_shape();
-  s.start = 200;  // 200 + 100 > 256
-  CHECK(refusal(s).find("200 .. 299 leave the context of 256 positions") != std::string::npos);
-  s.start = 156;  // exactly fills the context
-  CHECK(refusal(s) == "(accepted)");
+  auto c = good_chunk();
+  c.rows = 0;
+  CHECK(refusal(c).find("rows is 0") != std::string::npos);
+  c.rows = 101;
+  CHECK(refusal(c).find("rows 101 exceed the 100 rows the launch's spans hold") != std::string::npos);
+  c = good_chunk();
+  c.start = -1;
+  CHECK(refusal(c).find("start is -1") != std::string::npos);
+  c = good_chunk();
+  c.start = 200;  // 200 + 100 > 256
+  CHECK(refusal(c).find("200 .. 299 leave the context of 256 positions") != std::string::npos);
+  c.start = 156;  // exactly fills the context
+  CHECK(refusal(c) == "(accepted)");
+  c.start = 2147483600;  // start + rows overflows an int
+  CHECK(refusal(c).find("leave the context") != std::string::npos);
 }
 
 TEST_CASE("prefill_attention refuses a slot outside the cache and heads that are not a multiple of kv_heads") {
+  auto c = good_chunk();
+  c.slot = 2;
+  CHECK(refusal(c).find("slot 2 is outside the cache's slots 0 .. 1") != std::string::npos);
+  c.slot = -1;
+  CHECK(refusal(c).find("slot -1 is outside") != std::string::npos);
   auto s = good_shape();
-  s.slot = 2;
-  CHECK(refusal(s).find("slot 2 is outside the cache's slots 0 .. 1") != std::string::npos);
-  s.slot = -1;
-  CHECK(refusal(s).find("slot -1 is outside") != std::string::npos);
-  s = good_shape();
   s.kv_heads = 3;
   CHECK(refusal(s).find("heads 8 is not a multiple of kv_heads 3") != std::string::npos);
   s.kv_heads = 0;
@@ -139,6 +171,9 @@ TEST_CASE("prefill_attention refuses a span of the wrong size, naming it and the
   spans = good;
   spans.out = {};
   CHECK(refusal(spans).find("out has 0 elements") != std::string::npos);
+  spans = good;
+  spans.chunk = fake_span<const int>(good.chunk.address(), 2);
+  CHECK(refusal(spans).find("chunk has 2 elements; [start, rows, slot] = 3 are expected") != std::string::npos);
 }
 
 TEST_CASE("prefill_attention refuses a span that is not 16-byte aligned or overlaps another it must not") {
@@ -158,12 +193,18 @@ TEST_CASE("prefill_attention refuses a span that is not 16-byte aligned or overl
   spans = good;
   spans.k = fake_span<const half>(good.k_cache.address(), good.k.size());  // the chunk's keys inside the cache
   CHECK(refusal(spans).find("k_cache overlaps k") != std::string::npos);
+  spans = good;
+  spans.chunk = fake_span<const int>(good.out.address() + 4, 3);  // the chunk where the kernel writes its output
+  CHECK(refusal(spans).find("out overlaps chunk") != std::string::npos);
+  spans = good;
+  spans.chunk = fake_span<const int>(good.q.address() + 2, 3);  // ints need no 16-byte alignment; q is only read
+  CHECK(refusal(spans) == "(accepted)");
 }
 
 TEST_CASE_TEMPLATE("the flash-attention handles of nn::BasicKernels match their kernels' declarations", T, half,
                    bfloat16) {
   using K = nn::BasicKernels<T>;
-  using Signature = void(const T*, const T*, const T*, T*, T*, T*, int, int, int, int, int, int, int, float);
+  using Signature = void(const T*, const T*, const T*, T*, T*, T*, const int*, int, int, int, int, int, float);
   static_assert(std::is_same_v<typename K::FlashAttention, Kernel<Signature>>);
   const KernelDeclarations d(nn::kernel_set().sources);
   for (const char* base : {"flash_attention_d64", "flash_attention_d128"}) {
@@ -212,14 +253,17 @@ double wide(T x) {
   return static_cast<double>(x.to_float());
 }
 
-/// One test problem: a chunk's q, k, v and a cache of `slots` slots filled randomly everywhere.
+/// One test problem: a chunk's q, k, v (spans of shape.rows rows, of which chunk.rows are the chunk's) and a cache of
+/// `slots` slots filled randomly everywhere.
 template <class T>
 struct Problem {
   nn::PrefillAttentionShape shape;
+  nn::PrefillChunk chunk;
   std::vector<T> q, k, v, k_cache, v_cache;
 
-  explicit Problem(const nn::PrefillAttentionShape& s)
+  Problem(const nn::PrefillAttentionShape& s, const nn::PrefillChunk& c)
       : shape(s),
+        chunk(c),
         // Queries up to 4 in magnitude: scores of standard deviation about 1.3 after the scale, so the softmax has
         // both flat and peaked rows, and a key wrongly included or left out moves the result past the tolerance.
         q(random_elements<T>(static_cast<std::size_t>(s.rows) * s.heads * s.head_dim, 4.0F)),
@@ -234,24 +278,25 @@ struct Problem {
 };
 
 /// Causal GQA attention in float64 from the rounded inputs: keys and values below `start` from the cache as it was,
-/// the chunk's own from k and v. [rows][heads][head_dim].
+/// the chunk's own from k and v. [chunk rows][heads][head_dim].
 template <class T>
 std::vector<double> reference(const Problem<T>& p) {
   const auto& s = p.shape;
+  const auto& c = p.chunk;
   const int group = s.heads / s.kv_heads;
   const double scale = 1.0 / std::sqrt(static_cast<double>(s.head_dim));
-  std::vector<double> out(static_cast<std::size_t>(s.rows) * s.heads * s.head_dim);
-  std::vector<double> w(static_cast<std::size_t>(s.start + s.rows));
+  std::vector<double> out(static_cast<std::size_t>(c.rows) * s.heads * s.head_dim);
+  std::vector<double> w(static_cast<std::size_t>(c.start + c.rows));
   const auto key = [&](int g, int j) {
-    return j < s.start ? &p.k_cache[p.cache_at(s.slot, g, j)]
-                       : &p.k[(static_cast<std::size_t>(j - s.start) * s.kv_heads + g) * s.head_dim];
+    return j < c.start ? &p.k_cache[p.cache_at(c.slot, g, j)]
+                       : &p.k[(static_cast<std::size_t>(j - c.start) * s.kv_heads + g) * s.head_dim];
   };
   const auto value = [&](int g, int j) {
-    return j < s.start ? &p.v_cache[p.cache_at(s.slot, g, j)]
-                       : &p.v[(static_cast<std::size_t>(j - s.start) * s.kv_heads + g) * s.head_dim];
+    return j < c.start ? &p.v_cache[p.cache_at(c.slot, g, j)]
+                       : &p.v[(static_cast<std::size_t>(j - c.start) * s.kv_heads + g) * s.head_dim];
   };
-  for (int r = 0; r < s.rows; ++r) {
-    const int position = s.start + r;
+  for (int r = 0; r < c.rows; ++r) {
+    const int position = c.start + r;
     for (int h = 0; h < s.heads; ++h) {
       const int g = h / group;
       const T* q = &p.q[(static_cast<std::size_t>(r) * s.heads + h) * s.head_dim];
@@ -278,7 +323,8 @@ std::vector<double> reference(const Problem<T>& p) {
   return out;
 }
 
-/// max |got - ref| / max |ref|; infinite when got has a NaN or an infinity.
+/// max |got - ref| / max |ref| over ref's elements (got may have more: the padding); infinite when got has a NaN or
+/// an infinity among them.
 template <class T>
 double relative_error(const std::vector<T>& got, const std::vector<double>& ref) {
   double err = 0;
@@ -295,17 +341,22 @@ double relative_error(const std::vector<T>& got, const std::vector<double>& ref)
 template <class T>
 constexpr double tolerance = std::same_as<T, half> ? 1e-2 : 3e-2;
 
+/// NaN in fp16 and bf16: what out is poisoned with, so that rows the kernel must not write are seen to stay so.
+template <class T>
+constexpr T poison = T{std::uint16_t{0x7fff}};
+
 /// Entries of `got` (a cache after the launch) that differ bitwise from what they must hold: the chunk's k (or v) at
 /// positions start .. start + rows - 1 of the slot, every other entry as it was. At most a few are reported.
 template <class T>
 int cache_mismatches(const char* which, const Problem<T>& p, const std::vector<T>& before, const std::vector<T>& chunk,
                      const std::vector<T>& got) {
   const auto& s = p.shape;
+  const auto& c = p.chunk;
   std::vector<T> expected = before;
-  for (int r = 0; r < s.rows; ++r) {
+  for (int r = 0; r < c.rows; ++r) {
     for (int g = 0; g < s.kv_heads; ++g) {
       std::copy_n(&chunk[(static_cast<std::size_t>(r) * s.kv_heads + g) * s.head_dim], s.head_dim,
-                  &expected[p.cache_at(s.slot, g, s.start + r)]);
+                  &expected[p.cache_at(c.slot, g, c.start + r)]);
     }
   }
   int bad = 0;
@@ -318,6 +369,22 @@ int cache_mismatches(const char* which, const Problem<T>& p, const std::vector<T
   return bad;
 }
 
+/// Elements of out's rows past the chunk (the padding) that are no longer the poison.
+template <class T>
+int padding_written(const Problem<T>& p, const std::vector<T>& out) {
+  const std::size_t row = static_cast<std::size_t>(p.shape.heads) * p.shape.head_dim;
+  int written = 0;
+  for (std::size_t i = static_cast<std::size_t>(p.chunk.rows) * row; i < out.size(); ++i) {
+    written += out[i].bits != poison<T>.bits ? 1 : 0;
+  }
+  return written;
+}
+
+/// The chunk [start, rows, slot] in device memory.
+DeviceBuffer<int> chunk_on_device(const nn::PrefillChunk& c) {
+  return lgtest::to_device(lgtest::stream(), std::vector<int>{c.start, c.rows, c.slot});
+}
+
 /// Runs prefill_attention on `p` (eagerly, out poisoned with NaN first) and returns out and both caches.
 template <class T>
 struct Result {
@@ -327,13 +394,16 @@ struct Result {
 template <class T>
 Result<T> run(const nn::BasicKernels<T>& kernels, const Problem<T>& p) {
   Stream& s = lgtest::stream();
+  nn::check_prefill_chunk(p.shape, p.chunk);
   const auto q = lgtest::to_device(s, p.q);
   const auto k = lgtest::to_device(s, p.k);
   const auto v = lgtest::to_device(s, p.v);
   auto k_cache = lgtest::to_device(s, p.k_cache);
   auto v_cache = lgtest::to_device(s, p.v_cache);
-  auto out = lgtest::to_device(s, std::vector<T>(p.q.size(), T{std::uint16_t{0x7fff}}));  // NaN in fp16 and bf16
-  nn::prefill_attention(kernels, {q.cview(), k.cview(), v.cview(), k_cache.view(), v_cache.view(), out.view()}, p.shape)
+  auto out = lgtest::to_device(s, std::vector<T>(p.q.size(), poison<T>));
+  const auto chunk = chunk_on_device(p.chunk);
+  nn::prefill_attention(
+      kernels, {q.cview(), k.cview(), v.cview(), k_cache.view(), v_cache.view(), out.view(), chunk.cview()}, p.shape)
       .sync_on(s);
   return {lgtest::to_host(s, out.cview()), lgtest::to_host(s, k_cache.cview()), lgtest::to_host(s, v_cache.cview())};
 }
@@ -357,14 +427,9 @@ TEST_SUITE("gpu") {
           CAPTURE(start);
           CAPTURE(rows);
           // 6 query heads over 2 kv heads (groups of 3); slot 1 of 2, so slot 0 must stay untouched too.
-          const Problem<T> p({.rows = rows,
-                              .start = start,
-                              .slot = 1,
-                              .heads = 6,
-                              .kv_heads = 2,
-                              .head_dim = head_dim,
-                              .context = 256,
-                              .slots = 2});
+          const Problem<T> p(
+              {.rows = rows, .heads = 6, .kv_heads = 2, .head_dim = head_dim, .context = 256, .slots = 2},
+              {.start = start, .rows = rows, .slot = 1});
           const Result<T> got = run(kernels, p);
           const double err = relative_error(got.out, reference(p));
           CAPTURE(err);
@@ -373,6 +438,64 @@ TEST_SUITE("gpu") {
           CHECK(cache_mismatches("v_cache", p, p.v_cache, p.v, got.v_cache) == 0);
         }
       }
+    }
+  }
+
+  TEST_CASE_TEMPLATE(
+      "one captured prefill_attention graph replays for chunks of other starts, rows and slots read from device "
+      "memory, never touching the rows past the chunk",
+      T, half, bfloat16) {
+    // Spans of a 128-row bucket; chunks of 100, 17 and 128 rows at starts 0, 37 and 5, slots 1, 0, 1: each replay
+    // matches float64, writes only its rows of the cache, and leaves the padding rows of out as they were.
+    if (lgtest::device().compute_capability().major < 8) {
+      MESSAGE("skipped: the flash-attention kernels need compute capability 8.0 or newer");
+      return;
+    }
+    const nn::BasicKernels<T> kernels(lgtest::nn_kernels());
+    Stream& s = lgtest::stream();
+    const nn::PrefillAttentionShape shape{
+        .rows = 128, .heads = 8, .kv_heads = 2, .head_dim = 64, .context = 256, .slots = 2};
+    const std::size_t q_size = static_cast<std::size_t>(128) * 8 * 64;
+    const std::size_t kv_size = static_cast<std::size_t>(128) * 2 * 64;
+    const std::size_t cache_size = static_cast<std::size_t>(2) * 2 * 256 * 64;
+    DeviceBuffer<T> q(lgtest::device(), q_size);
+    DeviceBuffer<T> k(lgtest::device(), kv_size);
+    DeviceBuffer<T> v(lgtest::device(), kv_size);
+    DeviceBuffer<T> k_cache(lgtest::device(), cache_size);
+    DeviceBuffer<T> v_cache(lgtest::device(), cache_size);
+    DeviceBuffer<T> out(lgtest::device(), q_size);
+    DeviceBuffer<int> chunk(lgtest::device(), nn::PrefillChunkLayout::size);
+    const auto op = [&] {
+      return nn::prefill_attention(
+          kernels, {q.cview(), k.cview(), v.cview(), k_cache.view(), v_cache.view(), out.view(), chunk.cview()}, shape);
+    };
+    // A first launch outside the capture raises the kernel's dynamic shared memory limit (a valid chunk, then
+    // overwritten).
+    copy(chunk.view(), std::span<const int>(std::vector<int>{0, 1, 0})).sync_on(s);
+    op().sync_on(s);
+    auto graph = CudaGraph<>::capture(s, op());
+    for (const nn::PrefillChunk c :
+         {nn::PrefillChunk{0, 100, 1}, nn::PrefillChunk{37, 17, 0}, nn::PrefillChunk{5, 128, 1}}) {
+      CAPTURE(c.start);
+      CAPTURE(c.rows);
+      CAPTURE(c.slot);
+      const Problem<T> p(shape, c);
+      nn::check_prefill_chunk(shape, c);
+      copy(q.view(), std::span<const T>(p.q)).sync_on(s);
+      copy(k.view(), std::span<const T>(p.k)).sync_on(s);
+      copy(v.view(), std::span<const T>(p.v)).sync_on(s);
+      copy(k_cache.view(), std::span<const T>(p.k_cache)).sync_on(s);
+      copy(v_cache.view(), std::span<const T>(p.v_cache)).sync_on(s);
+      fill(out.view(), poison<T>).sync_on(s);
+      copy(chunk.view(), std::span<const int>(std::vector<int>{c.start, c.rows, c.slot})).sync_on(s);
+      graph.launch();
+      const std::vector<T> got = lgtest::to_host(s, out.cview());
+      const double err = relative_error(got, reference(p));
+      CAPTURE(err);
+      CHECK(err <= tolerance<T>);
+      CHECK(padding_written(p, got) == 0);
+      CHECK(cache_mismatches("k_cache", p, p.k_cache, p.k, lgtest::to_host(s, k_cache.cview())) == 0);
+      CHECK(cache_mismatches("v_cache", p, p.v_cache, p.v, lgtest::to_host(s, v_cache.cview())) == 0);
     }
   }
 
@@ -392,15 +515,9 @@ TEST_SUITE("gpu") {
       CAPTURE(h.heads);
       CAPTURE(h.head_dim);
       const int total = 512;
-      const nn::PrefillAttentionShape whole{.rows = total,
-                                            .start = 0,
-                                            .slot = 0,
-                                            .heads = h.heads,
-                                            .kv_heads = h.kv_heads,
-                                            .head_dim = h.head_dim,
-                                            .context = 640,
-                                            .slots = 1};
-      const Problem<T> p(whole);
+      const nn::PrefillAttentionShape whole{
+          .rows = total, .heads = h.heads, .kv_heads = h.kv_heads, .head_dim = h.head_dim, .context = 640, .slots = 1};
+      const Problem<T> p(whole, {.start = 0, .rows = total, .slot = 0});
       const std::vector<double> ref = reference(p);
       Stream& s = lgtest::stream();
       auto k_cache = lgtest::to_device(s, p.k_cache);
@@ -419,12 +536,12 @@ TEST_SUITE("gpu") {
         const auto q = slice(p.q, q_row);
         const auto k = slice(p.k, kv_row);
         const auto v = slice(p.v, kv_row);
-        auto o = lgtest::to_device(s, std::vector<T>(static_cast<std::size_t>(rows) * q_row, T{std::uint16_t{0x7fff}}));
-        auto chunk = whole;
-        chunk.rows = rows;
-        chunk.start = start;
-        nn::prefill_attention(kernels, {q.cview(), k.cview(), v.cview(), k_cache.view(), v_cache.view(), o.view()},
-                              chunk)
+        auto o = lgtest::to_device(s, std::vector<T>(static_cast<std::size_t>(rows) * q_row, poison<T>));
+        auto shape = whole;
+        shape.rows = rows;
+        const auto chunk = chunk_on_device({.start = start, .rows = rows, .slot = 0});
+        nn::prefill_attention(
+            kernels, {q.cview(), k.cview(), v.cview(), k_cache.view(), v_cache.view(), o.view(), chunk.cview()}, shape)
             .sync_on(s);
         const auto got = lgtest::to_host(s, o.cview());
         std::copy(got.begin(), got.end(), out.begin() + static_cast<std::ptrdiff_t>(start * q_row));
@@ -447,25 +564,28 @@ TEST_SUITE("gpu") {
     }
     const nn::Kernels kernels(lgtest::nn_kernels());
     const nn::PrefillAttentionShape shape{
-        .rows = 512, .start = 0, .slot = 0, .heads = 32, .kv_heads = 4, .head_dim = 64, .context = 1024, .slots = 1};
+        .rows = 512, .heads = 32, .kv_heads = 4, .head_dim = 64, .context = 1024, .slots = 1};
     const int layers = 22;
     Stream& s = lgtest::stream();
     const auto q = lgtest::to_device(s, random_elements<half>(static_cast<std::size_t>(512) * 32 * 64));
     const auto k = lgtest::to_device(s, random_elements<half>(static_cast<std::size_t>(512) * 4 * 64));
     const auto v = lgtest::to_device(s, random_elements<half>(k.size()));
+    const auto chunk = chunk_on_device({.start = 0, .rows = 512, .slot = 0});
     std::vector<DeviceBuffer<half>> caches;
     std::vector<DeviceBuffer<half>> outs;
     for (int l = 0; l < 2 * layers; ++l) caches.push_back(lgtest::to_device(s, std::vector<half>(1024 * 4 * 64)));
     for (int l = 0; l < layers; ++l) outs.push_back(lgtest::to_device(s, std::vector<half>(q.size())));
     // Once eagerly first: the first launch raises the kernel's dynamic shared memory limit, outside the capture.
-    nn::prefill_attention(kernels,
-                          {q.cview(), k.cview(), v.cview(), caches[0].view(), caches[1].view(), outs[0].view()}, shape)
+    nn::prefill_attention(
+        kernels, {q.cview(), k.cview(), v.cview(), caches[0].view(), caches[1].view(), outs[0].view(), chunk.cview()},
+        shape)
         .sync_on(s);
     auto graph = CudaGraph<>::scope(s, [&](Scope& scope) {
       for (int l = 0; l < layers; ++l) {
-        scope.record(nn::prefill_attention(
-            kernels, {q.cview(), k.cview(), v.cview(), caches[2 * l].view(), caches[2 * l + 1].view(), outs[l].view()},
-            shape));
+        scope.record(nn::prefill_attention(kernels,
+                                           {q.cview(), k.cview(), v.cview(), caches[2 * l].view(),
+                                            caches[2 * l + 1].view(), outs[l].view(), chunk.cview()},
+                                           shape));
       }
     });
     graph.launch();  // warm up

@@ -20,6 +20,7 @@
 #include "lazygraph/module.hpp"
 #include "lazygraph/nn/kernels.hpp"
 #include "lazygraph/nn/mlp.hpp"
+#include "lazygraph/nn/prefill_attention.hpp"
 #include "lazygraph/nn/rope.hpp"
 #include "lazygraph/nn/sampling.hpp"
 
@@ -32,7 +33,9 @@ inline constexpr int kMaxRows = 8;
 ///
 /// In: the device io buffer (BasicDecoderState::io) and the pinned input staging that each replay copies to it whole
 /// hold [tokens | positions | slots | control]; row r of a step is index r of the first three. The control is
-/// generate's [n, stop_token, count], which its loop kernel (generate_advance) reads and counts in.
+/// generate's [n, stop_token, count], which its loop kernel (generate_advance) reads and counts in. The input staging
+/// holds a prefill chunk's io (PrefillIo) after that, at `prefill`, which prefill's chunk graphs copy to their own
+/// device buffer (BasicPrefillBuffers::io); the step graphs copy only the first input_size ints.
 ///
 /// Out: the pinned output staging that every graph of a decoder copies its results to holds
 /// [next | control | generated]. A step's graph (forward, forward_batch, prefill) writes its rows' next tokens to
@@ -45,7 +48,8 @@ struct DecoderIo {
   static constexpr std::size_t slots = positions + kMaxRows;         ///< the rows' sequence slots [kMaxRows]
   static constexpr std::size_t control = slots + kMaxRows;           ///< generate's control [n, stop_token, count]
   static constexpr std::size_t control_size = 3;                     ///< ints of a control
-  static constexpr std::size_t input_size = control + control_size;  ///< ints in
+  static constexpr std::size_t input_size = control + control_size;  ///< ints in (the step's: BasicDecoderState::io)
+  static constexpr std::size_t prefill = input_size;  ///< where the input staging holds a prefill chunk's PrefillIo
 
   // A control's fields, from its start.
   static constexpr std::size_t n = 0;      ///< tokens generate may append
@@ -59,6 +63,23 @@ struct DecoderIo {
   /// Ints out for a decoder of `context` positions.
   [[nodiscard]] static constexpr std::size_t output_size(int context) noexcept {
     return generated + static_cast<std::size_t>(context);
+  }
+};
+
+/// The io of a prefill chunk on tensor cores (nn/prefill.hpp), in ints: [start | rows | slot | last_position | tokens],
+/// the first three as flash attention and the prefill kernels read them (PrefillChunkLayout), last_position (start +
+/// rows - 1) as the sampler reads the last row's position, then the chunk's tokens (token 0 in the bucket's padding).
+/// The decoder's input staging holds it at DecoderIo::prefill; each chunk graph copies it, up to its bucket's tokens,
+/// to BasicPrefillBuffers::io, and the head graph writes the next token to DecoderIo::next of the output staging.
+struct PrefillIo {
+  static constexpr std::size_t start = PrefillChunkLayout::start;         ///< the chunk's first position
+  static constexpr std::size_t rows = PrefillChunkLayout::rows;           ///< its rows (tokens)
+  static constexpr std::size_t slot = PrefillChunkLayout::slot;           ///< its sequence slot
+  static constexpr std::size_t last_position = PrefillChunkLayout::size;  ///< start + rows - 1
+  static constexpr std::size_t tokens = last_position + 1;                ///< the tokens [rows of the bucket]
+  /// Ints of the io of a chunk of up to `rows` rows.
+  [[nodiscard]] static constexpr std::size_t input_size(int rows) noexcept {
+    return tokens + static_cast<std::size_t>(rows > 0 ? rows : 0);
   }
 };
 
@@ -102,6 +123,15 @@ struct DecoderConfig {
   bool fused = true;
   /// How the unfused path orders its kernels (DecoderOrdering; the fused path is one chain).
   DecoderOrdering ordering = DecoderOrdering::inferred;
+  /// The most prompt rows prefill runs through the layers at once on tensor cores (cuBLASLt GEMMs and flash attention,
+  /// nn/prefill.hpp): a power of two from 16 to 8192, or 0 to run prompts through the decode step's graphs, kMaxRows
+  /// rows at a time (bit for bit what feeding the prompt one token at a time gives). A prompt is cut into chunks of
+  /// this many rows; a chunk, or the last one, of 16 rows or more runs in the graph of the smallest bucket (16, 32,
+  /// 64, ...) that holds it, a rest below 16 through the decode step's graphs. Buffers for the largest bucket (it or
+  /// the context, whichever is less) are allocated at the first prefill, not before. Used only where head_dim is 64 or
+  /// 128, the GPU is sm_80 or newer and cuBLASLt loads (prefill_on_tensor_cores); elsewhere prefill takes the decode
+  /// step's graphs.
+  int prefill_chunk = 512;
   /// Blocks per (row, head) of the fused path's attention, at most 64; 0 picks by context (attention_splits). The
   /// default is one: on the H100 at position 255 of a 1024 context, spreading the 8 heads of the default decoder
   /// over 32 blocks each made the step slower (192 vs 170 us), the combine of the partials costing more than the
@@ -119,7 +149,7 @@ struct DecoderConfig {
   /// \throws UsageError for shapes the kernels cannot run: d and ffn multiples of 8, d divisible by
   /// heads when head_width is 0, head_dim a multiple of 8 and at most 256, heads a multiple of kv_heads, context at
   /// most 8192, max_batch at most 8 (kMaxRows), every count positive, a finite positive theta, an invalid
-  /// rope_scaling.
+  /// rope_scaling, a prefill_chunk that is neither 0 nor a power of two from 16 to 8192.
   void validate() const;
   /// Bytes of weights one step reads (all matrices and gains, plus one embedding row).
   [[nodiscard]] std::size_t weight_bytes() const;
@@ -316,6 +346,9 @@ void check_generate(const DecoderConfig& config, int token, int n, int stop_toke
 /// `start`, and a slot in [0, max_batch). \throws UsageError naming the value.
 void check_prompt(const DecoderConfig& config, std::span<const int> prompt, int start, int slot);
 
+template <Element T>
+class BasicPrefill;  // nn/prefill.hpp
+
 /// The decoder as a Module: `forward({token, position})` returns the next token of sequence 0 (greedy unless
 /// set_sampling says otherwise). Steps of a
 /// sequence must come at positions 0, 1, 2, ... (each attends over the k and v of the earlier ones), or a prompt
@@ -335,6 +368,14 @@ class BasicDecoder {
   /// or a weight whose size differs from what `config` needs (naming its checkpoint tensor name).
   BasicDecoder(const Stream& stream, const KernelLibrary& library, const DecoderConfig& config,
                BasicDecoderWeights<T> weights);
+  /// Moves the decoder (its graphs keep pointing at the same device memory).
+  BasicDecoder(BasicDecoder&&);
+  /// Moves the decoder.
+  BasicDecoder& operator=(BasicDecoder&&);
+  BasicDecoder(const BasicDecoder&) = delete;
+  BasicDecoder& operator=(const BasicDecoder&) = delete;
+  /// Waits for nothing: every call already waited for its replay.
+  ~BasicDecoder();
 
   /// Runs one step of sequence 0. \throws UsageError for a token outside [0, vocab) or a position outside
   /// [0, context).
@@ -345,11 +386,19 @@ class BasicDecoder {
   /// (naming the row).
   std::vector<int> forward_batch(std::span<const TokenAt> steps);
 
-  /// Runs a prompt through sequence `slot`, filling its KV cache at positions start .. start + prompt.size() - 1,
-  /// kMaxRows tokens per step (each reading the weights once); returns the token that follows the prompt.
-  /// The same cache, logits and token as forwarding the prompt one token at a time. \throws UsageError for an
-  /// empty prompt, a token outside the vocabulary (naming its index), a prompt that does not fit the context from
-  /// `start`, or a slot outside [0, max_batch).
+  /// Runs a prompt through sequence `slot`, filling its KV cache at positions start .. start + prompt.size() - 1, and
+  /// returns the token that follows the prompt (greedy, or drawn as set_sampling says, at position start +
+  /// prompt.size() - 1). Afterwards `logits()` holds the prompt's last token's logits (one row).
+  /// On tensor cores (DecoderConfig::prefill_chunk, where prefill_on_tensor_cores holds): chunks of up to
+  /// prefill_chunk rows, each through every layer at once (cuBLASLt GEMMs, flash attention writing the cache; one
+  /// graph per bucket of rows, captured on first use; nn/prefill.hpp), the LM head for the last row only; a prompt or
+  /// a rest of one below 16 rows, and every prompt elsewhere, through the decode step's graphs, kMaxRows rows per step.
+  /// The step path gives exactly the cache, logits and token of forwarding the prompt one token at a time; the
+  /// tensor-core path the same within rounding (its products sum in another order and round q, k, v, and the MLP's
+  /// gate and up once more), so its token may differ where the top two logits nearly tie.
+  /// \throws UsageError, before any GPU work and with the cache unchanged, for an empty prompt, a token outside the
+  /// vocabulary (naming its index), a prompt that does not fit the context from `start`, or a slot outside
+  /// [0, max_batch); as Gemm's constructor and CudaGraph's capture when a bucket is first used.
   int prefill(std::span<const int> prompt, int start = 0, int slot = 0);
 
   /// Generates up to `n` tokens of sequence 0 from `token` at position `start` in ONE graph replay: a WHILE loop on
@@ -363,12 +412,24 @@ class BasicDecoder {
   /// Clears the KV caches (not needed to start over at position 0; it makes stale entries impossible to read).
   void reset();
 
-  /// Row `row`'s logits (vocab values) from the last step: the last row for prefill.
+  /// Row `row`'s logits (vocab values) from the last call: row r of forward_batch's steps (0 for forward and
+  /// generate's last step); after prefill a single row, the prompt's last token's. \throws UsageError for a row the
+  /// last call did not have.
   [[nodiscard]] std::vector<T> logits(int row = 0) const;
 
+  /// The key cache, [layers][max_batch][kv_heads][context][head_dim] (BasicDecoderState::k_cache): to inspect it, or
+  /// to fill it (a saved prefix). Not guarded by the execution lock: use it while no other thread runs the decoder.
+  [[nodiscard]] DeviceSpan<T> k_cache() noexcept { return state_.k_cache.view(); }
+  /// The value cache, laid out as k_cache.
+  [[nodiscard]] DeviceSpan<T> v_cache() noexcept { return state_.v_cache.view(); }
+
+  /// Why prefill runs every prompt through the decode step's graphs (prefill_on_tensor_cores said no), or empty when it
+  /// runs chunks of 16 rows or more on tensor cores. Asking may load cuBLASLt.
+  [[nodiscard]] std::string prefill_fallback_reason() const;
+
   /// The step of `rows` rows as an op, for running it without the graph (the benchmark's eager variant); reads
-  /// the rows from the device io buffer, which the last forward, forward_batch, prefill or generate wrote (generate's
-  /// loop leaves row 0 at its last token and position).
+  /// the rows from the device io buffer, which the last forward, forward_batch, prefill on the step graphs or generate
+  /// wrote (generate's loop leaves row 0 at its last token and position; prefill on tensor cores has its own io).
   [[nodiscard]] auto step_op(int rows = 1) {
     return decoder_step(kernels_, weights_, state_, config_, rows, sampling_);
   }
@@ -397,6 +458,8 @@ class BasicDecoder {
   void set_row(int row, int token, int position, int slot);
   /// Replays the io graph of `rows` rows (one replay, one wait) and returns the rows' next tokens.
   std::span<const int> run(int rows);
+  /// Runs prompt[first..] through the step graphs, kMaxRows rows per step; returns the last row's next token.
+  int prefill_steps(std::span<const int> prompt, std::size_t first, int start, int slot);
 
   DecoderConfig config_;
   BasicKernels<T> kernels_;
@@ -410,7 +473,10 @@ class BasicDecoder {
   std::optional<LoopBound> bound_;  ///< generate's loop bound (the context), made on first use
   std::optional<CudaGraph<>> generate_graph_;                           ///< generate's loop, captured on first use
   std::unique_ptr<std::mutex> mutex_ = std::make_unique<std::mutex>();  ///< the execution lock (movable decoder)
-  int last_rows_ = 1;
+  std::unique_ptr<BasicPrefill<T>> prefill_;  ///< prefill's tensor-core path, made at the first prefill that takes it
+  std::optional<bool> prefill_gemm_;          ///< whether chunks run on tensor cores, decided at the first prefill
+  int last_rows_ = 1;                         ///< rows logits() may read
+  int logits_first_ = 0;                      ///< the state's logits row that logits(0) reads
 };
 
 /// The fp16 decoder.

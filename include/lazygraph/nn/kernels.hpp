@@ -162,17 +162,27 @@ struct BasicKernels {
   Kernel<void(const T*, const T*, const T*, T*, float*, unsigned*, const int*, const int*, int, int, int, int, int,
               float)>
       attention_split;
-  /// flash_attention_d64 / flash_attention_d128(q, k, v, k_cache, v_cache, out, start, rows, slot, heads, kv_heads,
-  /// context, slot_count, scale): causal attention of a prompt chunk of `rows` rows at positions start .. start +
-  /// rows - 1 over slot `slot`'s cache, on tensor cores, writing the chunk's k and v into the cache
-  /// (kernels/nn/flash_attention.cu), for head_dim 64 and 128; launched as flash_attention_config.
-  /// nn::prefill_attention (prefill_attention.hpp) checks the arguments on the host and picks the kernel.
+  /// flash_attention_d64 / flash_attention_d128(q, k, v, k_cache, v_cache, out, chunk, max_rows, heads, kv_heads,
+  /// context, slot_count, scale): causal attention of a prompt chunk over a slot's cache, on tensor cores, writing the
+  /// chunk's k and v into the cache (kernels/nn/flash_attention.cu), for head_dim 64 and 128; `chunk` holds [start,
+  /// rows, slot] in device memory (PrefillChunkLayout), rows at most max_rows, the rows q, k, v and out hold; launched
+  /// as flash_attention_config. nn::prefill_attention (prefill_attention.hpp) checks the arguments on the host and
+  /// picks the kernel.
   using FlashAttention =
-      Kernel<void(const T*, const T*, const T*, T*, T*, T*, int, int, int, int, int, int, int, float)>;
+      Kernel<void(const T*, const T*, const T*, T*, T*, T*, const int*, int, int, int, int, int, float)>;
   /// See FlashAttention.
   FlashAttention flash_attention_d64;
   /// See FlashAttention.
   FlashAttention flash_attention_d128;
+  /// prefill_rope(q, k, v, bq, bk, bv, chunk, heads, kv_heads, head_dim, frequencies, max_rows): a prefill chunk's
+  /// biases (all three null for none) and RoPE at positions start + r, for the rows the chunk holds
+  /// (kernels/nn/prefill.cu; chunk as flash_attention's).
+  Kernel<void(T*, T*, T*, const T*, const T*, const T*, const int*, int, int, int, const float*, int)> prefill_rope;
+  /// prefill_silu_mul(gate, up, out, chunk, width, max_rows): out = silu(gate) * up over the chunk's rows of `width`
+  /// elements (kernels/nn/prefill.cu); out may be gate.
+  Kernel<void(const T*, const T*, T*, const int*, int, int)> prefill_silu_mul;
+  /// prefill_last_row(x, chunk, out, d, max_rows): out = the chunk's last row of x (kernels/nn/prefill.cu).
+  Kernel<void(const T*, const int*, T*, int, int)> prefill_last_row;
   /// argmax(logits, out, n): per row (one block each), the index of the largest logit, the lowest among ties
   /// (kernels/nn/argmax.cu).
   Kernel<void(const T*, int*, int)> argmax;
@@ -261,9 +271,9 @@ struct BasicKernels {
          {128, 1, 1},
          static_cast<unsigned>(std::max(split_len, splits * (head_dim + 2))) * static_cast<unsigned>(sizeof(float))});
   }
-  /// Launch shape of flash_attention_d64 / _d128 for `rows` query rows of `heads` heads: a block of 4 warps per
-  /// 64 rows and head, the query tile and two stages of a key and a value tile (rows padded to head_dim + 8) in
-  /// dynamic shared memory (46080 bytes for head_dim 64, 87040 for 128 in fp16 or bf16).
+  /// Launch shape of flash_attention_d64 / _d128 for up to `rows` query rows (max_rows) of `heads` heads: a block of
+  /// 4 warps per 64 rows and head, the query tile and two stages of a key and a value tile (rows padded to head_dim +
+  /// 8) in dynamic shared memory (46080 bytes for head_dim 64, 87040 for 128 in fp16 or bf16).
   [[nodiscard]] LaunchConfig flash_attention_config(int rows, int heads, int head_dim) const {
     return step_config({{(static_cast<unsigned>(rows) + 63) / 64, static_cast<unsigned>(heads), 1},
                         {128, 1, 1},

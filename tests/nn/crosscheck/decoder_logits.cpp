@@ -232,8 +232,8 @@ void run(nn::BasicDecoder<T>& decoder, const Options& o, Output& out) {
     for (const int length : o.lengths) {
       decoder.reset();
       (void)decoder.prefill(std::span<const int>(ids).first(static_cast<std::size_t>(length)));
-      // prefill runs the prompt kMaxRows tokens per step; the last step's last row is the prompt's last token.
-      out.logits(decoder.logits((length - 1) % nn::kMaxRows));
+      // After prefill, logits() is the prompt's last token's (whichever path ran it).
+      out.logits(decoder.logits());
       for (int p = length; p < n; ++p) {
         (void)decoder.forward({ids[static_cast<std::size_t>(p)], p});
         out.logits(decoder.logits(0));

@@ -1,0 +1,214 @@
+#pragma once
+/// \file
+/// Decoder::prefill on tensor cores: a prompt chunk of 16 to DecoderConfig::prefill_chunk rows goes through every layer
+/// at once, its projections as cuBLASLt GEMMs (kernels/gemm.hpp) and its attention as flash attention
+/// (prefill_attention.hpp), which writes the chunk's keys and values into the KV cache. Per layer, over the chunk's
+/// M rows:
+///
+///   h = rmsnorm(x) * g_attn                      rms_norm, one block per row
+///   q = h Wq^T, k = h Wk^T, v = h Wv^T            three GEMMs (the weights are stored apart)
+///   q, k, v += biases; rotate q and k             prefill_rope, at positions start .. start + M - 1
+///   q = attention(q, cache, k, v); cache <- k, v  flash attention, in place on q
+///   x += q Wo^T                                  GEMM, the residual added by cuBLASLt (C = D = x)
+///   h = rmsnorm(x) * g_mlp
+///   gate = h W1^T, up = h W3^T                   two GEMMs
+///   gate = silu(gate) * up                       prefill_silu_mul
+///   x += gate W2^T                               GEMM with the residual
+///
+/// and then, for the prompt's last chunk only, its last row through the final norm, the LM head and the sampler (the
+/// decode step's kernels for one row: prefill_last_row copies that row to the step's x).
+///
+/// One graph per bucket of rows (prefill_buckets: 16, 32, 64, ... up to the largest chunk), captured on first use; the
+/// host writes the chunk (PrefillIo: start, rows, slot, tokens) to the decoder's input staging, and the graph copies it
+/// to device memory first, so one graph serves every chunk that fits its bucket, at any start and slot. Rows past the
+/// chunk (the bucket's padding: token 0) run through the row-wise kernels and the GEMMs like any row, but flash
+/// attention neither reads nor writes them, so they never touch the KV cache nor any real row.
+///
+/// Memory (allocated at the first prefill that uses it, never for decode-only use): for R = the largest bucket
+/// (prefill_chunk, or the smallest bucket that holds the context when that is less), R * (2 d + q_dim + 2 kv_dim +
+/// 2 ffn) elements of T (BasicPrefillBuffers::bytes; 512 rows of a TinyLlama shape, d 2048, ffn 5632, 4 kv heads of 64:
+/// 17.5 MiB in fp16) plus each bucket's GEMM plans' workspaces (at most kPrefillGemmWorkspace each; cuBLASLt's
+/// algorithm decides, often none), made when the bucket is first used.
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "lazygraph/kernels/gemm.hpp"
+#include "lazygraph/nn/decoder.hpp"
+#include "lazygraph/nn/prefill_attention.hpp"
+
+namespace lazygraph::nn {
+
+/// The fewest prompt rows a chunk on tensor cores takes: a shorter prompt, or the rest of one below this, runs
+/// through the decode step's graphs, kMaxRows rows at a time.
+inline constexpr int kPrefillMinRows = 16;
+
+/// The most workspace each of prefill's GEMM plans may have (GemmOptions::max_workspace_bytes): 8 MiB. A plan owns
+/// only what the algorithm cuBLASLt chose needs.
+inline constexpr std::size_t kPrefillGemmWorkspace = std::size_t{8} << 20U;
+
+/// The row counts prefill captures a graph for: kPrefillMinRows, twice that, ... up to the smallest that holds
+/// min(prefill_chunk, context). Empty when prefill_chunk is 0 (prefill runs on the decode step's graphs).
+/// \throws UsageError for an invalid config.
+[[nodiscard]] std::vector<int> prefill_buckets(const DecoderConfig& config);
+
+/// Whether `config`'s decoder runs prompt chunks on tensor cores on a GPU of capability `cc` with cuBLASLt loadable:
+/// prefill_chunk > 0, head_dim 64 or 128 (the flash-attention kernels), compute capability 8.0 or newer and cuBLASLt
+/// available. False with the reason in `why` (when given) otherwise; prefill then runs through the decode step's
+/// graphs, as before. Never throws.
+[[nodiscard]] bool prefill_on_tensor_cores(const DecoderConfig& config, ComputeCapability cc,
+                                           std::string* why = nullptr) noexcept;
+
+/// The device memory a prefill chunk works in, for chunks of up to `rows` rows (all [rows][width], row-major).
+template <Element T>
+struct BasicPrefillBuffers {
+  /// Allocates every buffer (uninitialised). \throws CudaError when the device is out of memory.
+  BasicPrefillBuffers(const Device& device, const DecoderConfig& config, int rows);
+
+  int rows = 0;          ///< the most rows of a chunk (the largest bucket)
+  DeviceBuffer<int> io;  ///< the chunk's io, PrefillIo::input_size(rows) ints: copied in first by each chunk graph
+  DeviceBuffer<T> x;     ///< residual streams [rows][d]
+  DeviceBuffer<T> h;     ///< normed rows [rows][d]
+  DeviceBuffer<T> q;     ///< queries, then the attention output (in place) [rows][q_dim]
+  DeviceBuffer<T> k;     ///< the chunk's keys [rows][kv_dim]
+  DeviceBuffer<T> v;     ///< the chunk's values [rows][kv_dim]
+  DeviceBuffer<T> gate;  ///< W1 h, then silu(W1 h) * (W3 h) (in place) [rows][ffn]
+  DeviceBuffer<T> up;    ///< W3 h [rows][ffn]
+
+  /// The chunk's [start, rows, slot] as the kernels read them (PrefillChunkLayout).
+  [[nodiscard]] DeviceSpan<const int> chunk() const {
+    return io.cview().subspan(PrefillIo::start, PrefillChunkLayout::size);
+  }
+  /// The bytes of device memory these buffers take for `config` and `rows` rows.
+  [[nodiscard]] static std::size_t bytes(const DecoderConfig& config, int rows);
+};
+
+/// The GEMM plans of one bucket of `rows` rows: one per distinct shape among q (q_dim x d), k and v (kv_dim x d), o
+/// (d x q_dim), gate and up (ffn x d), down (d x ffn); every layer's products of a shape share its plan (they run one
+/// after another). Made outside any capture.
+template <Element T>
+class BasicPrefillPlans {
+ public:
+  /// \throws as Gemm's constructor (CublasUnavailable, CublasError, CudaError, CaptureError inside a capture).
+  BasicPrefillPlans(const Device& device, const DecoderConfig& config, int rows);
+
+  /// The plan of D[rows, n] = X[rows, k] W[n, k]^T. \throws UsageError for a shape it has none of.
+  [[nodiscard]] const Gemm<T>& plan(std::size_t n, std::size_t k) const;
+  /// The bytes of workspace its plans own.
+  [[nodiscard]] std::size_t workspace_bytes() const noexcept;
+
+ private:
+  std::vector<Gemm<T>> plans_;
+};
+
+/// One decoder layer over the `rows` rows of a bucket (see the file comment), as an op: reads the chunk from
+/// `b.chunk()`, appends its keys and values to `k_cache` / `v_cache` (this layer's, [max_batch][kv_heads][context]
+/// [head_dim]) and leaves the layer's output in b.x. Captured (the GEMMs are not buildable).
+/// \throws UsageError when a span does not fit (prefill_attention's and Gemm's checks).
+template <Element T>
+auto prefill_layer(const BasicKernels<T>& k, const BasicPrefillPlans<T>& p, const BasicAttentionWeights<T>& a,
+                   const BasicSwigluWeights<T>& m, BasicPrefillBuffers<T>& b, DeviceSpan<const float> frequencies,
+                   DeviceSpan<T> k_cache, DeviceSpan<T> v_cache, const DecoderConfig& c, int rows) {
+  const auto n = [rows](int width) { return static_cast<std::size_t>(rows) * static_cast<std::size_t>(width); };
+  const auto d = static_cast<std::size_t>(c.d);
+  const auto q_dim = static_cast<std::size_t>(c.q_dim());
+  const auto kv_dim = static_cast<std::size_t>(c.kv_dim());
+  const auto ffn = static_cast<std::size_t>(c.ffn);
+  const DeviceSpan<T> x = b.x.view().subspan(0, n(c.d));
+  const DeviceSpan<T> h = b.h.view().subspan(0, n(c.d));
+  const DeviceSpan<T> q = b.q.view().subspan(0, n(c.q_dim()));
+  const DeviceSpan<T> key = b.k.view().subspan(0, n(c.kv_dim()));
+  const DeviceSpan<T> value = b.v.view().subspan(0, n(c.kv_dim()));
+  const DeviceSpan<T> gate = b.gate.view().subspan(0, n(c.ffn));
+  const DeviceSpan<T> up = b.up.view().subspan(0, n(c.ffn));
+  const DeviceSpan<const int> chunk = b.chunk();
+  const LaunchConfig per_row = k.step_config({{static_cast<unsigned>(rows), 1, 1}, {256, 1, 1}, 0});
+  const PrefillAttentionShape shape{.rows = rows,
+                                    .heads = c.heads,
+                                    .kv_heads = c.kv_head_count(),
+                                    .head_dim = c.head_dim(),
+                                    .context = c.context,
+                                    .slots = c.max_batch};
+  auto attention =
+      k.rms_norm(per_row, x.as_const(), a.gain.cview(), h, c.d, c.eps) >>
+      p.plan(q_dim, d)(q, h.as_const(), a.wq.cview()) >> p.plan(kv_dim, d)(key, h.as_const(), a.wk.cview()) >>
+      p.plan(kv_dim, d)(value, h.as_const(), a.wv.cview()) >>
+      k.prefill_rope(k.step_config(grid_for(n(c.q_dim() / 2 + c.kv_dim()), 256)), q, key, value, a.bq.cview(),
+                     a.bk.cview(), a.bv.cview(), chunk, c.heads, c.kv_head_count(), c.head_dim(), frequencies, rows) >>
+      prefill_attention(k, {q.as_const(), key.as_const(), value.as_const(), k_cache, v_cache, q, chunk}, shape) >>
+      p.plan(d, q_dim).add(x, q.as_const(), a.wo.cview(), x.as_const());
+  auto mlp = k.rms_norm(per_row, x.as_const(), m.gain.cview(), h, c.d, c.eps) >>
+             p.plan(ffn, d)(gate, h.as_const(), m.w1.cview()) >> p.plan(ffn, d)(up, h.as_const(), m.w3.cview()) >>
+             k.prefill_silu_mul(k.step_config(grid_for(n(c.ffn) / 8, 256)), gate.as_const(), up.as_const(), gate, chunk,
+                                c.ffn, rows) >>
+             p.plan(d, ffn).add(x, gate.as_const(), m.w2.cview(), x.as_const());
+  return named("attention", std::move(attention)) >> named("mlp", std::move(mlp));
+}
+
+/// What a decoder's prefill reads and writes besides its own buffers: the decoder's config, kernels, weights and step
+/// state (the KV caches, the RoPE table, the LM head's row, logits and next token), its stream, its input and output
+/// staging and its sampling rule.
+template <Element T>
+struct BasicPrefillContext {
+  const DecoderConfig& config;            ///< the decoder's config
+  const BasicKernels<T>& kernels;         ///< its kernels
+  const BasicDecoderWeights<T>& weights;  ///< its weights
+  BasicDecoderState<T>& state;            ///< its step state (caches, RoPE table, x, logits, next)
+  const Stream& stream;                   ///< the stream its graphs are captured on
+  HostIo<int, int>& io;                   ///< its staging: PrefillIo at DecoderIo::prefill in, the next token out
+  const Sampling& sampling;               ///< how the next token is chosen
+};
+
+/// Decoder::prefill's tensor-core path: the buffers, the GEMM plans and the graphs of every bucket used so far, and the
+/// graph of the LM head for a prompt's last row. Made by the decoder at its first prefill that takes this path.
+///
+/// Thread safety: none; the decoder's execution lock serialises its calls.
+template <Element T>
+class BasicPrefill {
+ public:
+  /// Allocates the buffers for chunks of up to prefill_buckets(config).back() rows. \throws UsageError when the
+  /// config has no buckets; CudaError when the device is out of memory.
+  BasicPrefill(const Device& device, const DecoderConfig& config);
+
+  /// The most rows of a chunk.
+  [[nodiscard]] int max_rows() const noexcept { return buffers_.rows; }
+
+  /// Runs `tokens` (kPrefillMinRows to max_rows() of them) at positions start .. start + tokens.size() - 1 of `slot`
+  /// through every layer, writing their keys and values into the cache; with `last`, also the last row's logits
+  /// (into the state's row 0) and next token, which it returns (-1 without `last`). The bucket's plans and graph (and
+  /// the head's graph) are made on first use, outside any other capture. The caller has checked the values
+  /// (check_prompt); they are checked again here before anything is written (check_prefill_chunk).
+  /// \throws UsageError for a chunk outside those bounds; as Gemm's constructor and CudaGraph's capture.
+  int run(const BasicPrefillContext<T>& ctx, std::span<const int> tokens, int start, int slot, bool last);
+
+  /// Drops the head's graph (captured with the sampling rule): the decoder's set_sampling calls it.
+  void forget_head() noexcept { head_.reset(); }
+
+  /// Buckets whose graph is captured, from most to least recently used.
+  [[nodiscard]] std::vector<int> captured_buckets() const { return graphs_.keys(); }
+  /// Bytes of device memory the buffers and every plan made so far take.
+  [[nodiscard]] std::size_t device_bytes() const noexcept;
+
+ private:
+  CudaGraph<>& chunk_graph(const BasicPrefillContext<T>& ctx, int bucket);
+  CudaGraph<>& head_graph(const BasicPrefillContext<T>& ctx);
+
+  std::vector<int> buckets_;
+  BasicPrefillBuffers<T> buffers_;
+  std::vector<std::pair<int, std::unique_ptr<BasicPrefillPlans<T>>>> plans_;  ///< by bucket, made on first use
+  GraphCache<int> graphs_;                                                    ///< by bucket, captured on first use
+  std::optional<CudaGraph<>> head_;                                           ///< the LM head of the last row
+};
+
+extern template struct BasicPrefillBuffers<half>;
+extern template struct BasicPrefillBuffers<bfloat16>;
+extern template class BasicPrefillPlans<half>;
+extern template class BasicPrefillPlans<bfloat16>;
+extern template class BasicPrefill<half>;
+extern template class BasicPrefill<bfloat16>;
+
+}  // namespace lazygraph::nn

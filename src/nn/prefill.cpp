@@ -1,0 +1,236 @@
+#include "lazygraph/nn/prefill.hpp"
+
+#include <algorithm>
+#include <cstddef>
+#include <string>
+#include <utility>
+
+namespace lazygraph::nn {
+
+std::vector<int> prefill_buckets(const DecoderConfig& c) {
+  c.validate();
+  std::vector<int> out;
+  if (c.prefill_chunk == 0 || c.context < kPrefillMinRows) return out;
+  const int most = std::min(c.prefill_chunk, c.context);
+  for (int rows = kPrefillMinRows;; rows *= 2) {
+    out.push_back(rows);
+    if (rows >= most) break;
+  }
+  return out;
+}
+
+bool prefill_on_tensor_cores(const DecoderConfig& c, ComputeCapability cc, std::string* why) noexcept {
+  const auto no = [why](std::string reason) {
+    if (why != nullptr) *why = std::move(reason);
+    return false;
+  };
+  try {
+    if (c.prefill_chunk == 0) return no("DecoderConfig::prefill_chunk is 0");
+    if (c.context < kPrefillMinRows) {
+      return no("the context (" + std::to_string(c.context) + ") holds no chunk of " + std::to_string(kPrefillMinRows) +
+                " rows");
+    }
+    if (c.head_dim() != 64 && c.head_dim() != 128) {
+      return no("head_dim " + std::to_string(c.head_dim()) +
+                ": the flash-attention kernels are compiled for 64 and 128");
+    }
+    if (cc.major < 8) {
+      return no("compute capability " + std::to_string(cc.major) + "." + std::to_string(cc.minor) +
+                ": flash attention needs 8.0 or newer");
+    }
+    std::string reason;
+    if (!cublaslt_available(&reason)) return no("cuBLASLt does not load: " + reason);
+    return true;
+  } catch (...) {  // std::bad_alloc building a message
+    return no("out of memory");
+  }
+}
+
+namespace {
+std::size_t elements(int rows, int width) { return static_cast<std::size_t>(rows) * static_cast<std::size_t>(width); }
+}  // namespace
+
+template <Element T>
+BasicPrefillBuffers<T>::BasicPrefillBuffers(const Device& device, const DecoderConfig& c, int max_rows)
+    : rows(max_rows),
+      io(device, PrefillIo::input_size(max_rows)),
+      x(device, elements(max_rows, c.d)),
+      h(device, elements(max_rows, c.d)),
+      q(device, elements(max_rows, c.q_dim())),
+      k(device, elements(max_rows, c.kv_dim())),
+      v(device, elements(max_rows, c.kv_dim())),
+      gate(device, elements(max_rows, c.ffn)),
+      up(device, elements(max_rows, c.ffn)) {}
+
+template <Element T>
+std::size_t BasicPrefillBuffers<T>::bytes(const DecoderConfig& c, int rows) {
+  return PrefillIo::input_size(rows) * sizeof(int) +
+         elements(rows, 2 * c.d + c.q_dim() + 2 * c.kv_dim() + 2 * c.ffn) * sizeof(T);
+}
+
+template <Element T>
+BasicPrefillPlans<T>::BasicPrefillPlans(const Device& device, const DecoderConfig& c, int rows) {
+  const auto m = static_cast<std::size_t>(rows);
+  const auto d = static_cast<std::size_t>(c.d);
+  const auto q_dim = static_cast<std::size_t>(c.q_dim());
+  const auto kv_dim = static_cast<std::size_t>(c.kv_dim());
+  const auto ffn = static_cast<std::size_t>(c.ffn);
+  const GemmOptions options{.alignment = 16, .max_workspace_bytes = kPrefillGemmWorkspace};
+  for (const GemmShape shape : {GemmShape{m, q_dim, d}, GemmShape{m, kv_dim, d}, GemmShape{m, d, q_dim},
+                                GemmShape{m, ffn, d}, GemmShape{m, d, ffn}}) {
+    const bool known = std::any_of(plans_.begin(), plans_.end(), [&](const Gemm<T>& g) { return g.shape() == shape; });
+    if (!known) plans_.emplace_back(device, shape, options);
+  }
+}
+
+template <Element T>
+const Gemm<T>& BasicPrefillPlans<T>::plan(std::size_t n, std::size_t k) const {
+  for (const Gemm<T>& g : plans_) {
+    if (g.shape().n == n && g.shape().k == k) return g;
+  }
+  throw UsageError("prefill: no GEMM plan for N=" + std::to_string(n) + ", K=" + std::to_string(k));
+}
+
+template <Element T>
+std::size_t BasicPrefillPlans<T>::workspace_bytes() const noexcept {
+  std::size_t total = 0;
+  for (const Gemm<T>& g : plans_) total += g.workspace_bytes();
+  return total;
+}
+
+namespace {
+int largest_bucket(const DecoderConfig& c) {
+  const std::vector<int> buckets = prefill_buckets(c);
+  if (buckets.empty()) {
+    throw UsageError("prefill: DecoderConfig::prefill_chunk is 0 or the context is below " +
+                     std::to_string(kPrefillMinRows) + ": no chunk runs on tensor cores");
+  }
+  return buckets.back();
+}
+}  // namespace
+
+template <Element T>
+BasicPrefill<T>::BasicPrefill(const Device& device, const DecoderConfig& config)
+    : buckets_(prefill_buckets(config)),
+      buffers_(device, config, largest_bucket(config)),
+      graphs_(std::max<std::size_t>(buckets_.size(), 1)) {}
+
+template <Element T>
+std::size_t BasicPrefill<T>::device_bytes() const noexcept {
+  std::size_t total = buffers_.io.size() * sizeof(int);
+  for (const DeviceBuffer<T>* b :
+       {&buffers_.x, &buffers_.h, &buffers_.q, &buffers_.k, &buffers_.v, &buffers_.gate, &buffers_.up}) {
+    total += b->size() * sizeof(T);
+  }
+  for (const auto& [rows, plans] : plans_) total += plans->workspace_bytes();
+  return total;
+}
+
+template <Element T>
+CudaGraph<>& BasicPrefill<T>::chunk_graph(const BasicPrefillContext<T>& ctx, int bucket) {
+  return graphs_.get(bucket, [&](int rows) {
+    // The plans first, outside the capture (planning may load cuBLASLt, ask its heuristic and allocate); kept when the
+    // capture fails, for the next try.
+    auto found = std::find_if(plans_.begin(), plans_.end(), [&](const auto& p) { return p.first == rows; });
+    if (found == plans_.end()) {
+      plans_.emplace_back(rows, std::make_unique<BasicPrefillPlans<T>>(ctx.stream.device(), ctx.config, rows));
+      found = std::prev(plans_.end());
+    }
+    const BasicPrefillPlans<T>& plans = *found->second;
+    const DecoderConfig& c = ctx.config;
+    const BasicKernels<T>& k = ctx.kernels;
+    BasicPrefillBuffers<T>& b = buffers_;
+    const std::size_t cache_size = static_cast<std::size_t>(c.max_batch) * static_cast<std::size_t>(c.context) *
+                                   static_cast<std::size_t>(c.kv_dim());
+    return CudaGraph<>::scope(ctx.stream, [&](Scope& s) {
+      const auto count = static_cast<std::size_t>(rows);
+      const DeviceSpan<int> io = b.io.view().subspan(0, PrefillIo::input_size(rows));
+      s.record(
+          ctx.io.copy_in(io, DecoderIo::prefill) >>
+          named("embedding", k.embedding(k.step_config(grid_for(count * static_cast<std::size_t>(c.d), 256)),
+                                         ctx.weights.embedding.cview(), io.as_const().subspan(PrefillIo::tokens, count),
+                                         b.x.view().subspan(0, count * static_cast<std::size_t>(c.d)), c.d, rows)));
+      for (int l = 0; l < c.layers; ++l) {
+        const auto layer = static_cast<std::size_t>(l);
+        const std::size_t offset = layer * cache_size;
+        s.record(named(
+            "layer " + std::to_string(l),
+            prefill_layer(k, plans, ctx.weights.attention[layer], ctx.weights.mlp[layer], b,
+                          ctx.state.rope_frequencies.cview(), ctx.state.k_cache.view().subspan(offset, cache_size),
+                          ctx.state.v_cache.view().subspan(offset, cache_size), c, rows)));
+      }
+    });
+  });
+}
+
+template <Element T>
+CudaGraph<>& BasicPrefill<T>::head_graph(const BasicPrefillContext<T>& ctx) {
+  if (!head_) {
+    const DecoderConfig& c = ctx.config;
+    const BasicKernels<T>& k = ctx.kernels;
+    BasicDecoderState<T>& st = ctx.state;
+    const DeviceSpan<const int> io = buffers_.io.cview();
+    const auto d = static_cast<std::size_t>(c.d);
+    head_.emplace(CudaGraph<>::capture(
+        ctx.stream,
+        named("lm head",
+              k.prefill_last_row(k.step_config(grid_for(d, 256)), buffers_.x.cview(), buffers_.chunk(),
+                                 st.x.view().subspan(0, d), c.d, buffers_.rows) >>
+                  k.rms_norm_gemv(k.gemv_config(c.vocab, c.d, 1), ctx.weights.lm_head.cview(), st.x.cview(),
+                                  ctx.weights.final_gain.cview(), st.logits.view(), c.vocab, c.d, c.eps, 1) >>
+                  k.sample(k.step_config({{1, 1, 1}, {1024, 1, 1}, 0}), st.logits.cview(), st.next.view(),
+                           io.subspan(PrefillIo::last_position, 1), io.subspan(PrefillIo::slot, 1), c.vocab,
+                           ctx.sampling.top_k, ctx.sampling.temperature, static_cast<unsigned>(ctx.sampling.seed),
+                           ctx.sampling.top_p)) >>
+            ctx.io.copy_out(st.next.cview().subspan(0, 1), DecoderIo::next)));
+  }
+  return *head_;
+}
+
+template <Element T>
+int BasicPrefill<T>::run(const BasicPrefillContext<T>& ctx, std::span<const int> tokens, int start, int slot,
+                         bool last) {
+  if (tokens.size() < static_cast<std::size_t>(kPrefillMinRows) ||
+      tokens.size() > static_cast<std::size_t>(max_rows())) {
+    throw UsageError("prefill: a chunk on tensor cores has " + std::to_string(kPrefillMinRows) + " to " +
+                     std::to_string(max_rows()) + " rows, not " + std::to_string(tokens.size()));
+  }
+  const int rows = static_cast<int>(tokens.size());
+  const int bucket = static_cast<int>(
+      bucket_for(static_cast<std::size_t>(rows), std::vector<std::size_t>(buckets_.begin(), buckets_.end())));
+  check_prefill_chunk({.rows = bucket,
+                       .heads = ctx.config.heads,
+                       .kv_heads = ctx.config.kv_head_count(),
+                       .head_dim = ctx.config.head_dim(),
+                       .context = ctx.config.context,
+                       .slots = ctx.config.max_batch},
+                      {.start = start, .rows = rows, .slot = slot});
+  // Graphs first (capturing runs nothing), then the staging: a failed capture leaves nothing half written.
+  CudaGraph<>& graph = chunk_graph(ctx, bucket);
+  CudaGraph<>* head = last ? &head_graph(ctx) : nullptr;
+
+  const std::span<int> in = ctx.io.input().subspan(DecoderIo::prefill, PrefillIo::input_size(bucket));
+  in[PrefillIo::start] = start;
+  in[PrefillIo::rows] = rows;
+  in[PrefillIo::slot] = slot;
+  in[PrefillIo::last_position] = start + rows - 1;
+  const std::span<int> chunk_tokens = in.subspan(PrefillIo::tokens);
+  std::copy(tokens.begin(), tokens.end(), chunk_tokens.begin());
+  std::fill(chunk_tokens.begin() + rows, chunk_tokens.end(), 0);  // the bucket's padding: a valid token
+  if (head == nullptr) {
+    HostIo<int, int>::run(graph);
+    return -1;
+  }
+  graph.launch_on(head->stream());  // the head follows on the same stream: one wait for both
+  HostIo<int, int>::run(*head);
+  return ctx.io.output()[DecoderIo::next];
+}
+
+template struct BasicPrefillBuffers<half>;
+template struct BasicPrefillBuffers<bfloat16>;
+template class BasicPrefillPlans<half>;
+template class BasicPrefillPlans<bfloat16>;
+template class BasicPrefill<half>;
+template class BasicPrefill<bfloat16>;
+
+}  // namespace lazygraph::nn
