@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # On the GPU machine, after tests/gpu_machine.sh has built build-gpu/: runs the benchmarks, tables to stdout.
-#   usage: examples/bench/run_gpu.sh [all|graph|gemv|expr|nccl|compile|models|shapes|batch]   (default all)
-# The models benchmarks write their results to $OUT/models, $OUT/shapes, $OUT/batch8 (or under ./bench-results) and
-# need python3 with PyTorch.
+#   usage: examples/bench/run_gpu.sh [all|graph|gemv|expr|nccl|compile|models|shapes|batch|prefill]   (default all)
+#          examples/bench/run_gpu.sh prefill [bench_prefill options...]   (e.g. --shape tinyllama --tokens 512)
+# The models benchmarks write their results to $OUT/models, $OUT/shapes, $OUT/batch8, $OUT/prefill (or under
+# ./bench-results) and need python3 with PyTorch; prefill also with Hugging Face transformers.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 which="${1:-all}"
+shift $(($# > 0 ? 1 : 0))
 ninja -C build-gpu >/dev/null
 if [ "$which" = all ] || [ "$which" = graph ]; then ./build-gpu/examples/bench_graph; echo; fi
 if [ "$which" = all ] || [ "$which" = gemv ]; then ./build-gpu/examples/bench_gemv; echo; fi
@@ -41,4 +43,13 @@ if [ "$which" = all ] || [ "$which" = batch ]; then
   mkdir -p "$results"
   ./build-gpu/examples/bench_models --out "$results" --forwards 200 --batch 8 --mlp 512,1536,16 --mlp 2048,5632,6 \
     --decoder d=512 --decoder d=2048,heads=16,kv_heads=4,layers=16,ffn=5632,vocab=32000
+fi
+if [ "$which" = all ] || [ "$which" = prefill ]; then
+  # Time to first token on the TinyLlama and Llama-3.2-1B shapes against the GEMM floor (bench_prefill) and against
+  # transformers on the same seeded weights (torch_prefill.py, which ends with the comparison table).
+  results="${OUT:-$PWD/bench-results}/prefill"
+  mkdir -p "$results"
+  ./build-gpu/examples/bench_prefill --out "$results" "$@"
+  echo
+  python3 examples/bench/torch_prefill.py "$results"
 fi
