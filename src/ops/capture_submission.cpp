@@ -119,14 +119,10 @@ void CaptureSubmission::end_dataflow(std::span<const std::vector<std::uint32_t>>
   const Dataflow flow = std::move(flows_.back());
   flows_.pop_back();
   if (after.empty()) return;
-  // The work after follows every piece no other piece follows (the others it follows through those).
-  std::vector<bool> followed(after.size(), false);
-  for (const auto& list : after) {
-    for (const std::uint32_t p : list) followed[p] = true;
-  }
+  const std::vector<bool> unfollowed = unfollowed_pieces(after);
   driver::CapturePoint end;
   for (std::size_t i = 0; i < after.size(); ++i) {
-    if (!followed[i]) end.merge(flow.ends[i]);
+    if (unfollowed[i]) end.merge(flow.ends[i]);
   }
   driver::capture_resume_from(current_->device().context(), current_->get(), end);
 }

@@ -142,14 +142,10 @@ class PlanSubmission final : public Submission {
     const Dataflow flow = std::move(flows_.back());
     flows_.pop_back();
     if (after.empty()) return;
-    // The work after follows every piece no other piece follows (the others it follows through those).
-    std::vector<bool> followed(after.size(), false);
-    for (const auto& list : after) {
-      for (const std::uint32_t p : list) followed[p] = true;
-    }
+    const std::vector<bool> unfollowed = unfollowed_pieces(after);
     frontier_.clear();
     for (std::size_t i = 0; i < after.size(); ++i) {
-      if (!followed[i]) add_unique(frontier_, flow.ends[i]);
+      if (unfollowed[i]) add_unique(frontier_, flow.ends[i]);
     }
   }
 

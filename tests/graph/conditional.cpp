@@ -140,6 +140,39 @@ TEST_SUITE("gpu") {
     }
   }
 
+  TEST_CASE("a while_ body may hold a kernel that synchronizes its blocks: each iteration sums the input once") {
+    Stream& s = lgtest::stream();
+    const auto count_to = library().get<void(Condition, unsigned*, const unsigned*)>("count_to");
+    const auto sum = library().get<void(const float*, float*, int)>("sum_f32");  // __syncthreads between warps
+    const int n = 4096;
+    std::vector<float> in(n);
+    double want = 0;
+    const auto r = lgtest::random_floats(n);
+    for (int i = 0; i < n; ++i) {
+      in[i] = static_cast<float>(static_cast<int>(r[i] * 8.0F));  // small integers: every sum is exact in float
+      want += in[i];
+    }
+    const DeviceBuffer<float> x = lgtest::to_device(s, in);
+    DeviceBuffer<float> total = zeros<float>(1).sync_on(s);
+    auto hits = lgtest::to_device(s, std::vector<unsigned>{0});
+    auto target = lgtest::to_device(s, std::vector<unsigned>{3});
+    const LoopBound bound(library(), 100);
+    for (const bool built : {false, true}) {
+      CAPTURE(built);
+      auto g = record(built, s, [&](Scope& sc) {
+        const Condition c = sc.condition(1);
+        sc.record(fill(total.view(), 0.0F) >> fill(hits.view(), 0U) >>
+                  while_(c,
+                         sum(LaunchConfig{{4, 1, 1}, {256, 1, 1}, 0}, x.cview(), total.view(), n) >>
+                             count_to(one, c, hits.view(), target.cview()),
+                         bound));
+      });
+      g.launch_on(s);
+      CHECK(read(hits)[0] == 3);
+      CHECK(static_cast<double>(lgtest::to_host(s, total.cview())[0]) == 3 * want);
+    }
+  }
+
   TEST_CASE("the bound stops a loop whose body never clears its condition, and reports it") {
     Stream& s = lgtest::stream();
     const auto add = library().get<void(unsigned*, unsigned)>("add");

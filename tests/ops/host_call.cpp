@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/gpu.hpp"
+#include "common/host_call_error.hpp"
 
 using namespace lazygraph;
 
@@ -26,26 +27,8 @@ static_assert(GraphNode<SequenceOp<FillOp<float>, HostCallInGraphOp>>);
 static_assert(std::is_same_v<decltype(host_call("x", [] {})), HostCallOp>);
 static_assert(std::is_same_v<decltype(allow_in_graph(host_call("x", [] {}))), HostCallInGraphOp>);
 
-namespace {
-
-/// The message of the HostCallError that `f` throws; fails the test when it throws nothing or something else.
-template <class F>
-std::string host_call_error_of(F&& f) {
-  try {
-    f();
-  } catch (const HostCallError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    FAIL("threw another exception: " << e.what());
-    return {};
-  }
-  FAIL("threw nothing");
-  return {};
-}
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
-}  // namespace
+using lgtest::contains;
+using lgtest::host_call_error_of;
 
 TEST_CASE("building a host_call runs nothing; its name labels it") {
   int calls = 0;

@@ -7,29 +7,12 @@
 #include <string>
 
 #include "common/gpu.hpp"
+#include "common/host_call_error.hpp"
 
 using namespace lazygraph;
 
-namespace {
-
-/// The message of the HostCallError that `f` throws; fails the test when it throws nothing or something else.
-template <class F>
-std::string host_call_error_of(F&& f) {
-  try {
-    f();
-  } catch (const HostCallError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    FAIL("threw another exception: " << e.what());
-    return {};
-  }
-  FAIL("threw nothing");
-  return {};
-}
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
-}  // namespace
+using lgtest::contains;
+using lgtest::host_call_error_of;
 
 TEST_CASE("HostCallErrors keeps the first error and throws it once as HostCallError naming the call") {
   HostCallErrors errors;

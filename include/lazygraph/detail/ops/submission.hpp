@@ -97,6 +97,16 @@ class Submission {
   const Stream* origin_;
 };
 
+/// For run_dataflow's end: true for each piece that no other piece follows (`after[i]` lists what piece i follows);
+/// the work after the dataflow follows those, and the others through them.
+[[nodiscard]] inline std::vector<bool> unfollowed_pieces(std::span<const std::vector<std::uint32_t>> after) {
+  std::vector<bool> unfollowed(after.size(), true);
+  for (const auto& list : after) {
+    for (const std::uint32_t p : list) unfollowed[p] = false;
+  }
+  return unfollowed;
+}
+
 /// Work that runs on `stream`.
 [[nodiscard]] std::unique_ptr<Submission> eager_submission(const Stream& stream);
 /// Work captured by `stream`, which is capturing.
