@@ -4,11 +4,14 @@
 // program as not run instead of passed.
 #include <lazygraph/lazygraph.hpp>
 
+#include <climits>
 #include <cstdio>
 #include <exception>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace example {
 
@@ -16,6 +19,30 @@ namespace example {
 inline constexpr int exit_skipped = 77;
 /// Exit code for arguments the program does not take.
 inline constexpr int exit_usage = 2;
+
+/// "a,b,c" as integers, each at least `least`. \throws lazygraph::UsageError naming `what` and the item for anything
+/// else, or for an empty list.
+inline std::vector<int> integers(const std::string& text, const std::string& what, int least = INT_MIN) {
+  std::vector<int> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    std::size_t used = 0;
+    int v = 0;
+    try {
+      v = std::stoi(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != item.size() || v < least) {
+      throw lazygraph::UsageError(what + ": '" + item + "' is not an integer" +
+                                  (least == INT_MIN ? std::string() : " of at least " + std::to_string(least)));
+    }
+    out.push_back(v);
+  }
+  if (out.empty()) throw lazygraph::UsageError(what + " needs at least one value");
+  return out;
+}
 
 /// `usage` is the whole help text, starting with "usage: NAME ...". Returns an exit code when the program
 /// must stop now: 0 after `--help` / `-h` (usage on stdout), exit_usage when there are more than

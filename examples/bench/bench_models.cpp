@@ -566,31 +566,8 @@ struct Options {
   bool profile = false;  ///< --profile: each model's forward kernel by kernel
 };
 
-/// "a,b,c" as integers. \throws UsageError naming `what` for anything else.
-std::vector<int> integers(const std::string& text, const std::string& what) {
-  std::vector<int> out;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    std::size_t used = 0;
-    int v = 0;
-    try {
-      v = std::stoi(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != item.size()) {
-      std::string message = what;
-      message.append(": '").append(item).append("' is not an integer");
-      throw lg::UsageError(message);
-    }
-    out.push_back(v);
-  }
-  return out;
-}
-
 lazygraph::nn::MlpConfig parse_mlp(const std::string& text) {
-  const std::vector<int> v = integers(text, "--mlp " + text);
+  const std::vector<int> v = example::integers(text, "--mlp " + text);
   if (v.size() != 3) throw lg::UsageError("--mlp takes D,FFN,LAYERS; got '" + text + "'");
   lazygraph::nn::MlpConfig c;
   c.d = v[0];
@@ -608,7 +585,7 @@ lazygraph::nn::DecoderConfig parse_decoder(const std::string& text) {
     const std::size_t eq = item.find('=');
     const std::string key = item.substr(0, eq);
     if (eq == std::string::npos) throw lg::UsageError("--decoder: '" + item + "' is not KEY=VALUE");
-    const int value = integers(item.substr(eq + 1), "--decoder " + key).at(0);
+    const int value = example::integers(item.substr(eq + 1), "--decoder " + key).at(0);
     if (key == "d")
       c.d = value;
     else if (key == "heads")
@@ -649,10 +626,10 @@ std::variant<Options, int> parse(int argc, char** argv, const char* usage) {
     } else if (arg == "--decoder") {
       o.decoders.push_back(parse_decoder(value()));
     } else if (arg == "--batch") {
-      o.batch = integers(value(), "--batch").at(0);
+      o.batch = example::integers(value(), "--batch").at(0);
       if (o.batch < 1 || o.batch > 8) throw lg::UsageError("--batch " + std::to_string(o.batch) + " is outside 1..8");
     } else if (arg == "--forwards") {
-      o.forwards = std::max(1, integers(value(), "--forwards").at(0));
+      o.forwards = std::max(1, example::integers(value(), "--forwards").at(0));
     } else if (arg == "--out") {
       o.out = value();
     } else if (arg == "--profile") {
@@ -663,7 +640,7 @@ std::variant<Options, int> parse(int argc, char** argv, const char* usage) {
       o.out = arg;
       ++positional;
     } else if (positional == 1) {
-      o.forwards = std::max(1, integers(arg, "FORWARDS").at(0));
+      o.forwards = std::max(1, example::integers(arg, "FORWARDS").at(0));
       ++positional;
     } else {
       throw lg::UsageError("too many arguments");

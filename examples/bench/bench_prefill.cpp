@@ -547,28 +547,6 @@ constexpr const char* usage =
     "Exit status: 0 done (a missed target is only reported), 1 failed, 2 usage error, 77 skipped (no GPU or no\n"
     "cuBLASLt; the reason is printed).\n";
 
-/// "a,b,c" as positive integers. \throws UsageError naming `what` for anything else.
-std::vector<int> positive_integers(const std::string& text, const std::string& what) {
-  std::vector<int> out;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    std::size_t used = 0;
-    int v = 0;
-    try {
-      v = std::stoi(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != item.size() || v < 1) {
-      throw lg::UsageError(what + ": '" + item + "' is not a positive integer");
-    }
-    out.push_back(v);
-  }
-  if (out.empty()) throw lg::UsageError(what + " needs at least one value");
-  return out;
-}
-
 /// The options, or the exit code to stop with (0 after --help).
 std::variant<Options, int> parse(int argc, char** argv) {
   Options o;
@@ -580,7 +558,7 @@ std::variant<Options, int> parse(int argc, char** argv) {
       if (i + 1 >= argc) throw lg::UsageError(arg + " needs a value");
       return argv[++i];
     };
-    const auto one = [&]() { return positive_integers(value(), arg).at(0); };
+    const auto one = [&]() { return example::integers(value(), arg, 1).at(0); };
     if (arg == "--help" || arg == "-h") {
       std::printf("%s", usage);
       return 0;
@@ -588,14 +566,14 @@ std::variant<Options, int> parse(int argc, char** argv) {
     if (arg == "--shape") {
       shape = value();
     } else if (arg == "--tokens") {
-      o.tokens = positive_integers(value(), arg);
+      o.tokens = example::integers(value(), arg, 1);
     } else if (arg == "--dtype") {
       dtype = value();
     } else if (arg == "--reps") {
       o.reps = one();
     } else if (arg == "--warmup") {
       const std::string v = value();
-      o.warmup = v == "0" ? 0 : positive_integers(v, arg).at(0);
+      o.warmup = v == "0" ? 0 : example::integers(v, arg, 1).at(0);
     } else if (arg == "--max-seconds") {
       o.max_seconds = one();
     } else if (arg == "--gemm-reps") {

@@ -18,12 +18,12 @@
 //     out from `rows` to max_rows (a bucket's padding) are neither read nor written.
 //     Launch: grid (ceil(max_rows / 64), n_heads), block 128 threads, dynamic shared memory 5 * 64 * (D + 8) *
 //     sizeof(T) bytes (nn::BasicKernels::flash_attention_config). Requires sm_80 or newer, n_heads a multiple of
-//     n_kv_heads, q, k, v, the caches and out 16-byte aligned, k and v not overlapping the caches (nn::prefill_attention
-//     checks these on the host), and from the device values 0 <= start, 1 <= rows <= max_rows, start + rows <= max_ctx,
-//     0 <= slot < n_slots (nn::check_prefill_chunk checks them where the host knows them). Any of these broken traps
-//     before any block writes anything: a bad value in device memory cannot make it write outside the cache or out.
-//     May be launched early (LaunchConfig::early_launch): it waits for the kernel before it first, and reads `chunk`
-//     only after that wait.
+//     n_kv_heads, q, k, v, the caches and out 16-byte aligned, k and v not overlapping the caches
+//     (nn::prefill_attention checks these on the host), and from the device values 0 <= start, 1 <= rows <= max_rows,
+//     start + rows <= max_ctx, 0 <= slot < n_slots (nn::check_prefill_chunk checks them where the host knows them). Any
+//     of these broken traps before any block writes anything: a bad value in device memory cannot make it write outside
+//     the cache or out. May be launched early (LaunchConfig::early_launch): it waits for the kernel before it first,
+//     and reads `chunk` only after that wait.
 //
 // The cache write. The chunk's keys and values are read from k and v, never from the cache, so no block reads a cache
 // entry that any block writes: the write needs no ordering against the reads, hence no second launch and no grid-wide
@@ -136,9 +136,9 @@ __device__ __forceinline__ void flash_attention_body(const T* q, const T* k, con
   const int slot = chunk[2];
   if (blockDim.x != kThreads || start < 0 || rows < 1 || rows > max_rows ||
       static_cast<long long>(start) + rows > max_ctx || slot < 0 || slot >= n_slots || n_kv_heads <= 0 ||
-      n_heads % n_kv_heads != 0 || static_cast<long long>(gridDim.x) * kTile < max_rows ||
-      !lg::is_aligned16(q) || !lg::is_aligned16(k) || !lg::is_aligned16(v) || !lg::is_aligned16(k_cache) ||
-      !lg::is_aligned16(v_cache) || !lg::is_aligned16(out)) {
+      n_heads % n_kv_heads != 0 || static_cast<long long>(gridDim.x) * kTile < max_rows || !lg::is_aligned16(q) ||
+      !lg::is_aligned16(k) || !lg::is_aligned16(v) || !lg::is_aligned16(k_cache) || !lg::is_aligned16(v_cache) ||
+      !lg::is_aligned16(out)) {
     __trap();
   }
   const int head = blockIdx.y;
