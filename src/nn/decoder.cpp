@@ -96,6 +96,9 @@ BasicDecoderState<T>::BasicDecoderState(const Device& device, const DecoderConfi
   const Stream stream(device);
   // attention_split counts each (row, head)'s blocks here and leaves the counts at zero; they start there.
   fill(attention_counters.view(), 0U).sync_on(stream);
+  // generate copies all of `generated` out and the host reads only the first count: zeros keep that copy from
+  // reading memory nothing wrote (which compute-sanitizer's initcheck reports).
+  fill(generated.view(), 0).sync_on(stream);
   const std::vector<float> table = rope_table(c);
   copy(rope_frequencies.view(), std::span<const float>(table)).sync_on(stream);
 }
