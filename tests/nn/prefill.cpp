@@ -367,7 +367,20 @@ TEST_SUITE("gpu") {
       CHECK(got[i] == want[i]);
       ++compared;
     }
-    MESSAGE(compared << " of " << want.size() << " tokens compared (up to the first unclear margin)");
+    MESSAGE(compared << " of " << want.size() << " generated tokens compared (up to the first unclear margin)");
+    // Teacher-forced, every step is compared: both decoders step on the token-by-token path's tokens, fast over the
+    // cache its prefill wrote (the positions generate wrote are written again, in order, as it goes).
+    for (int i = 0; i < 8; ++i) {
+      CAPTURE(i);
+      const int fast_next = fast.forward({want[static_cast<std::size_t>(i)], n + i});
+      const int steps_next = steps.forward({want[static_cast<std::size_t>(i)], n + i});
+      const std::vector<double> a = widened(fast.logits());
+      const std::vector<double> b = widened(steps.logits());
+      const double err = nn::relative_error(a, b);
+      CAPTURE(err);
+      CHECK(err < tolerance<T>);
+      if (clear_margin(b, tolerance<T>)) CHECK(fast_next == steps_next);
+    }
   }
 
   TEST_CASE_TEMPLATE(
