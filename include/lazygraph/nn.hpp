@@ -15,6 +15,7 @@
 #include "lazygraph/nn/llama_config.hpp"
 #include "lazygraph/nn/mlp.hpp"
 #include "lazygraph/nn/prefill_attention.hpp"
+#include "lazygraph/nn/quantized.hpp"
 #include "lazygraph/nn/random_weights.hpp"
 #include "lazygraph/nn/reference.hpp"
 #include "lazygraph/nn/safetensors.hpp"

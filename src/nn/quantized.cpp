@@ -1,0 +1,288 @@
+#include "lazygraph/nn/quantized.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+namespace lazygraph::nn {
+
+namespace {
+
+[[noreturn]] void fail(std::string_view name, const std::string& problem) {
+  throw UsageError("tensor " + std::string(name) + ": " + problem);
+}
+
+std::string_view scale_type_name(ScaleType type) { return type == ScaleType::f16 ? "fp16" : "bf16"; }
+
+float scale_value(std::uint16_t bits, ScaleType type) {
+  return type == ScaleType::f16 ? half{bits}.to_float() : bfloat16{bits}.to_float();
+}
+
+std::uint16_t scale_bits_of(double scale, ScaleType type) {
+  const auto f = static_cast<float>(scale);
+  return type == ScaleType::f16 ? half::from_float(f).bits : bfloat16::from_float(f).bits;
+}
+
+/// The nearest integer to x, ties to even (as the GPU quantizer's rint will round).
+long long round_even(double x) { return std::llrint(x); }
+
+/// One group's scale, zero point and the squared error of its dequantized values, for one clip ratio.
+struct GroupChoice {
+  std::uint16_t scale_bits = 0;
+  int zero = 0;
+  double squared_error = 0;
+};
+
+/// Quantizes the group `w` with its range clipped to `ratio`, writing q into `q` and the rest into `choice`. Returns
+/// false for a scale beyond the scale type's range (the caller names the group).
+bool quantize_group(std::span<const float> w, const QuantizedLayout& layout, double ratio, std::span<int> q,
+                    GroupChoice& choice) {
+  const QuantizedFormat& format = layout.format();
+  const auto [q_min, q_max] = layout.q_range();
+  double low = 0;
+  double high = 0;
+  for (const float x : w) {
+    low = std::min(low, static_cast<double>(x));
+    high = std::max(high, static_cast<double>(x));
+  }
+  double exact = 0;
+  if (format.asymmetric) {
+    low *= ratio;
+    high *= ratio;
+    exact = (high - low) / (q_max - q_min);
+  } else {
+    high = std::max(-low, high) * ratio;
+    low = -high;
+    exact = high / q_max;
+  }
+  choice = {};
+  if (exact == 0) {  // an all-zero group: scale 0, q 0, zero point 0 dequantize to exact zeros
+    std::fill(q.begin(), q.end(), 0);
+    return true;
+  }
+  std::uint16_t bits = scale_bits_of(exact, format.scale_type);
+  if (scale_value(bits, format.scale_type) == 0) bits = 1;  // the smallest positive value (fp16 and bf16 alike)
+  // q is monotonic in w, so the ends of the range decide whether anything inside it saturates; a scale rounded down
+  // may make them do so, and then the next larger scale value is taken (at most a few steps).
+  double scale = 0;
+  int zero = 0;
+  for (;; ++bits) {
+    scale = scale_value(bits, format.scale_type);
+    if (!std::isfinite(scale)) return false;
+    zero = format.asymmetric ? static_cast<int>(std::clamp<long long>(round_even(-low / scale), q_min, q_max)) : 0;
+    if (round_even(low / scale) + zero >= q_min && round_even(high / scale) + zero <= q_max) break;
+  }
+  choice.scale_bits = bits;
+  choice.zero = zero;
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    const auto stored = std::clamp<long long>(round_even(static_cast<double>(w[i]) / scale) + zero, q_min, q_max);
+    q[i] = static_cast<int>(stored);
+    // The product is exact in float, as a kernel computes it.
+    const double error = static_cast<double>(w[i]) - static_cast<double>(static_cast<float>(q[i] - zero) * scale);
+    choice.squared_error += error * error;
+  }
+  return true;
+}
+
+void store_value(std::vector<std::uint8_t>& values, const QuantizedLayout& layout, int row, int col, int q) {
+  const std::size_t row_start = static_cast<std::size_t>(row) * layout.row_value_bytes();
+  if (layout.format().kind == WeightFormat::int8_channel) {
+    values[row_start + static_cast<std::size_t>(col)] = static_cast<std::uint8_t>(static_cast<std::int8_t>(q));
+    return;
+  }
+  const auto nibble = static_cast<std::uint8_t>(static_cast<unsigned>(q) & 0xFU);
+  std::uint8_t& byte = values[row_start + static_cast<std::size_t>(col) / 2];
+  byte = static_cast<std::uint8_t>((col % 2 == 0) ? ((byte & 0xF0U) | nibble) : ((byte & 0x0FU) | (nibble << 4U)));
+}
+
+}  // namespace
+
+std::string format_name(const QuantizedFormat& format) {
+  std::string out;
+  switch (format.kind) {
+    case WeightFormat::dense:
+      return "dense (not quantized)";
+    case WeightFormat::int8_channel:
+      out = "int8 per channel";
+      break;
+    case WeightFormat::int4_group:
+      out = "int4 g" + std::to_string(format.group);
+      break;
+  }
+  if (format.asymmetric) out += " asymmetric";
+  return out + ", " + std::string(scale_type_name(format.scale_type)) + " scales";
+}
+
+QuantizedLayout::QuantizedLayout(std::string name, QuantizedFormat format, int rows, int cols)
+    : name_(std::move(name)), format_(format), rows_(rows), cols_(cols) {
+  const std::string shape = std::to_string(rows) + " x " + std::to_string(cols);
+  if (rows < 1 || cols < 1) fail(name_, "a quantized weight needs at least one row and column, found " + shape);
+  if (format.scale_type != ScaleType::f16 && format.scale_type != ScaleType::bf16) fail(name_, "unknown scale type");
+  switch (format.kind) {
+    case WeightFormat::dense:
+      fail(name_, "format 'dense' is not a quantized format");
+    case WeightFormat::int8_channel:
+      if (format.asymmetric) fail(name_, "int8 is symmetric only (no zero points); asymmetric int8 was asked for");
+      if (cols % 16 != 0) {
+        fail(name_, "int8 needs the input dimension (" + std::to_string(cols) +
+                        ") to be a multiple of 16, so that each row is whole 16-byte vectors");
+      }
+      return;
+    case WeightFormat::int4_group:
+      if (format.group != 32 && format.group != 64 && format.group != 128) {
+        fail(name_, "int4 group size " + std::to_string(format.group) + " is not 32, 64 or 128");
+      }
+      if (cols % format.group != 0) {
+        fail(name_, "int4 group size " + std::to_string(format.group) + " does not divide the input dimension (" +
+                        std::to_string(cols) + ")");
+      }
+      return;  // a multiple of a group of 32 or more is a multiple of 32: whole 16-byte vectors
+  }
+  fail(name_, "unknown weight format");
+}
+
+std::array<int, 2> QuantizedLayout::q_range() const noexcept {
+  if (format_.kind == WeightFormat::int8_channel) return {-127, 127};
+  return format_.asymmetric ? std::array<int, 2>{0, 15} : std::array<int, 2>{-8, 7};
+}
+
+std::size_t QuantizedLayout::row_value_bytes() const noexcept {
+  const auto k = static_cast<std::size_t>(cols_);
+  return format_.kind == WeightFormat::int8_channel ? k : k / 2;
+}
+
+QuantizedWeight::QuantizedWeight(QuantizedLayout layout, std::vector<std::uint8_t> values,
+                                 std::vector<std::uint16_t> scale_bits, std::vector<std::uint8_t> zeros)
+    : layout_(std::move(layout)),
+      values_(std::move(values)),
+      scale_bits_(std::move(scale_bits)),
+      zeros_(std::move(zeros)) {
+  const auto sizes = [](std::string_view what, std::size_t found, std::size_t expected) {
+    return std::string(what) + ": " + std::to_string(found) + " given, the layout has " + std::to_string(expected);
+  };
+  const std::string& name = layout_.name();
+  if (values_.size() != layout_.value_bytes()) fail(name, sizes("value bytes", values_.size(), layout_.value_bytes()));
+  if (scale_bits_.size() != layout_.scale_count()) {
+    fail(name, sizes("scales", scale_bits_.size(), layout_.scale_count()));
+  }
+  if (zeros_.size() != layout_.zero_bytes()) fail(name, sizes("zero points", zeros_.size(), layout_.zero_bytes()));
+  const ScaleType type = layout_.format().scale_type;
+  for (std::size_t i = 0; i < scale_bits_.size(); ++i) {
+    const float s = scale_value(scale_bits_[i], type);
+    if (!(std::isfinite(s) && s >= 0)) {
+      fail(name, "scale " + std::to_string(i) + " (" + std::to_string(s) + ") is not a finite non-negative number");
+    }
+  }
+  for (std::size_t i = 0; i < zeros_.size(); ++i) {
+    if (zeros_[i] > 15)
+      fail(name, "zero point " + std::to_string(i) + " (" + std::to_string(zeros_[i]) + ") is above 15");
+  }
+  if (layout_.format().kind == WeightFormat::int8_channel) {
+    const auto it = std::find(values_.begin(), values_.end(), std::uint8_t{0x80});
+    if (it != values_.end()) {
+      fail(name, "int8 value at byte " + std::to_string(it - values_.begin()) + " is -128, outside [-127, 127]");
+    }
+  }
+}
+
+void QuantizedWeight::check_element(int row, int col) const {
+  if (row < 0 || row >= layout_.rows() || col < 0 || col >= layout_.cols()) {
+    fail(layout_.name(), "element (" + std::to_string(row) + ", " + std::to_string(col) + ") is outside the " +
+                             std::to_string(layout_.rows()) + " x " + std::to_string(layout_.cols()) + " matrix");
+  }
+}
+
+std::size_t QuantizedWeight::group_index(int row, int col) const noexcept {
+  return static_cast<std::size_t>(row) * static_cast<std::size_t>(layout_.groups_per_row()) +
+         static_cast<std::size_t>(col / layout_.group());
+}
+
+int QuantizedWeight::value(int row, int col) const {
+  check_element(row, col);
+  const std::size_t row_start = static_cast<std::size_t>(row) * layout_.row_value_bytes();
+  if (layout_.format().kind == WeightFormat::int8_channel) {
+    return static_cast<std::int8_t>(values_[row_start + static_cast<std::size_t>(col)]);
+  }
+  const std::uint8_t byte = values_[row_start + static_cast<std::size_t>(col) / 2];
+  const int nibble = static_cast<int>((col % 2 == 0 ? byte : byte >> 4U) & 0xFU);
+  return layout_.format().asymmetric ? nibble : (nibble ^ 8) - 8;  // sign-extends the two's-complement nibble
+}
+
+float QuantizedWeight::scale(int row, int col) const {
+  check_element(row, col);
+  return scale_value(scale_bits_[group_index(row, col)], layout_.format().scale_type);
+}
+
+int QuantizedWeight::zero(int row, int col) const {
+  check_element(row, col);
+  return layout_.format().asymmetric ? zeros_[group_index(row, col)] : 0;
+}
+
+float QuantizedWeight::dequantized(int row, int col) const {
+  return static_cast<float>(value(row, col) - zero(row, col)) * scale(row, col);
+}
+
+std::vector<float> QuantizedWeight::dequantize() const {
+  std::vector<float> out;
+  out.reserve(static_cast<std::size_t>(layout_.rows()) * static_cast<std::size_t>(layout_.cols()));
+  for (int r = 0; r < layout_.rows(); ++r) {
+    for (int c = 0; c < layout_.cols(); ++c) out.push_back(dequantized(r, c));
+  }
+  return out;
+}
+
+QuantizedWeight quantize(const QuantizedFormat& format, std::string_view name, int rows, int cols,
+                         std::span<const float> weights, const QuantizeOptions& options) {
+  QuantizedLayout layout(std::string(name), format, rows, cols);
+  const auto k = static_cast<std::size_t>(cols);
+  const std::size_t count = static_cast<std::size_t>(rows) * k;
+  if (weights.size() != count) {
+    fail(name, std::to_string(weights.size()) + " weights given for a " + std::to_string(rows) + " x " +
+                   std::to_string(cols) + " matrix (" + std::to_string(count) + ")");
+  }
+  for (std::size_t i = 0; i < count; ++i) {
+    if (!std::isfinite(weights[i])) {
+      fail(name, "weight at row " + std::to_string(i / k) + ", column " + std::to_string(i % k) + " is " +
+                     std::to_string(weights[i]) + ", not finite");
+    }
+  }
+  std::vector<std::uint8_t> values(layout.value_bytes());
+  std::vector<std::uint16_t> scale_bits(layout.scale_count());
+  std::vector<std::uint8_t> zeros(layout.zero_bytes());
+  const auto group = static_cast<std::size_t>(layout.group());
+  const std::span<const double> ratios =
+      options.clip_search ? std::span<const double>(clip_ratios) : std::span<const double>(clip_ratios).first(1);
+  std::vector<int> q(group);
+  std::vector<int> best_q(group);
+  for (int r = 0; r < rows; ++r) {
+    for (int g = 0; g < layout.groups_per_row(); ++g) {
+      const std::size_t first_col = static_cast<std::size_t>(g) * group;
+      const std::span<const float> w = weights.subspan(static_cast<std::size_t>(r) * k + first_col, group);
+      GroupChoice best;
+      bool have_best = false;
+      for (const double ratio : ratios) {
+        GroupChoice choice;
+        if (!quantize_group(w, layout, ratio, q, choice)) {  // ratio 1 comes first: it fails if any does
+          fail(name, "row " + std::to_string(r) + ", group " + std::to_string(g) +
+                         " needs a scale beyond the range of " + std::string(scale_type_name(format.scale_type)) +
+                         " (use bf16 scales)");
+        }
+        if (!have_best || choice.squared_error < best.squared_error) {
+          best = choice;
+          best_q.swap(q);
+          have_best = true;
+        }
+      }
+      const std::size_t index =
+          static_cast<std::size_t>(r) * static_cast<std::size_t>(layout.groups_per_row()) + static_cast<std::size_t>(g);
+      scale_bits[index] = best.scale_bits;
+      if (format.asymmetric) zeros[index] = static_cast<std::uint8_t>(best.zero);
+      for (std::size_t i = 0; i < group; ++i) {
+        store_value(values, layout, r, static_cast<int>(first_col + i), best_q[i]);
+      }
+    }
+  }
+  return {std::move(layout), std::move(values), std::move(scale_bits), std::move(zeros)};
+}
+
+}  // namespace lazygraph::nn
