@@ -17,11 +17,13 @@
 ///   n * G + g; group g covers elements g * group .. (g + 1) * group - 1 of the row.
 /// - **zero points** (asymmetric int4 only), `[N][G]` bytes, one unsigned value 0..15 each, at the scales' indices.
 ///
-/// The stored integers q: symmetric int4 in [-8, 7] as two's-complement nibbles, asymmetric int4 in [0, 15], int8
-/// in [-127, 127] (never -128: the range is symmetric, so w and -w quantize to q and -q with one scale of
-/// absmax / 127, and a kernel may negate or widen q without a special case). The weight an element stands for is
-/// `q * scale` (symmetric) or `(q - zero) * scale` (asymmetric), computed in float: that product is exact (at most 8
-/// bits times the scale's 11), so a kernel that dequantizes in fp32 gets dequantize()'s values bit for bit.
+/// The stored integers q: symmetric int4 in [-8, 7] as two's-complement nibbles (round to nearest yields [-7, 7]; -8
+/// comes only from the clipping search, and kernels decode it), asymmetric int4 in [0, 15], int8 in [-127, 127]
+/// (never -128: the range is symmetric, so w and -w quantize to q and -q with one scale of absmax / 127, and a
+/// kernel may negate q without overflow). The weight an element stands for is `q * scale` (symmetric) or
+/// `(q - zero) * scale` (asymmetric), computed in float: that product is exact (q - zero has at most 7 significant
+/// bits, the scale at most 11), so a kernel that dequantizes in fp32 gets dequantize()'s values bit for bit. Each
+/// part starts on its own 16-byte aligned address on the device (the upload's job, not described here).
 
 #include <lazygraph/driver/bfloat16.hpp>
 #include <lazygraph/driver/error.hpp>
