@@ -1,5 +1,8 @@
 #include "lazygraph/nn/quantized.hpp"
 
+#include <lazygraph/driver/bfloat16.hpp>
+#include <lazygraph/driver/half.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <utility>

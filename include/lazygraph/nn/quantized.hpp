@@ -1,6 +1,6 @@
 #pragma once
 /// \file
-/// Layer 6, nn: weight-only quantized matrices (issue 36), described and computed on the host. This is the
+/// Layer 6, nn: weight-only quantized matrices, described and computed on the host. This is the
 /// reference that the GPU quantizer and the quantized kernels are checked against: its byte layout is the one they
 /// read, and its dequantize() is exactly what they compute before accumulating.
 ///
@@ -25,9 +25,7 @@
 /// bits, the scale at most 11), so a kernel that dequantizes in fp32 gets dequantize()'s values bit for bit. Each
 /// part starts on its own 16-byte aligned address on the device (the upload's job, not described here).
 
-#include <lazygraph/driver/bfloat16.hpp>
 #include <lazygraph/driver/error.hpp>
-#include <lazygraph/driver/half.hpp>
 
 #include <array>
 #include <cstddef>
