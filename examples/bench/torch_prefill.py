@@ -36,7 +36,7 @@ try:
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from torch_models import (BF16_REL_TOL, EMBED_ID, FINAL_GAIN_ID, LM_HEAD_ID, REL_TOL, gain, load_f16, make_tensor,
-                              matrix, mix_host, rel_err)
+                              matrix, mix_host, print_table, rel_err)
 except ImportError as e:
     print(f"torch_prefill: skipped: {e}")
     sys.exit(SKIPPED)
@@ -159,14 +159,6 @@ def check(model, ids, row, results_dir):
 
 def fmt(v, spec=".2f"):
     return "-" if v is None else format(v, spec)
-
-
-def print_table(header, rows):
-    print("| " + " | ".join(header) + " |")
-    print("|" + "---|" * len(header))
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
-    print()
 
 
 def main():
