@@ -87,6 +87,22 @@ bool quantize_group(std::span<const float> w, const QuantizedLayout& layout, dou
   return true;
 }
 
+/// Where element `col` of an int4 row lies (the header's layout): its byte in the row and whether it is the high
+/// nibble.
+struct NibbleAt {
+  std::size_t byte;
+  bool high;
+};
+NibbleAt int4_position(int col) {
+  const int block = col / 128;
+  const int j = col % 128 / 32;  // the word of its lane's 16 bytes
+  const int t = col % 32 / 8;    // the lane's 16 bytes in the block
+  const int e = col % 8;         // the element in the word
+  const int word = block * 16 + 4 * t + j;
+  const int bit = 4 * (e / 2) + 16 * (e % 2);
+  return {static_cast<std::size_t>(4 * word + bit / 8), bit % 8 == 4};
+}
+
 void store_value(std::vector<std::uint8_t>& values, const QuantizedLayout& layout, int row, int col, int q) {
   const std::size_t row_start = static_cast<std::size_t>(row) * layout.row_value_bytes();
   if (layout.format().kind == WeightFormat::int8_channel) {
@@ -94,8 +110,9 @@ void store_value(std::vector<std::uint8_t>& values, const QuantizedLayout& layou
     return;
   }
   const auto nibble = static_cast<std::uint8_t>(static_cast<unsigned>(q) & 0xFU);
-  std::uint8_t& byte = values[row_start + static_cast<std::size_t>(col) / 2];
-  byte = static_cast<std::uint8_t>((col % 2 == 0) ? ((byte & 0xF0U) | nibble) : ((byte & 0x0FU) | (nibble << 4U)));
+  const NibbleAt at = int4_position(col);
+  std::uint8_t& byte = values[row_start + at.byte];
+  byte = static_cast<std::uint8_t>(at.high ? ((byte & 0x0FU) | (nibble << 4U)) : ((byte & 0xF0U) | nibble));
 }
 
 }  // namespace
@@ -139,7 +156,11 @@ QuantizedLayout::QuantizedLayout(std::string name, QuantizedFormat format, int r
         fail(name_, "int4 group size " + std::to_string(format.group) + " does not divide the input dimension (" +
                         std::to_string(cols) + ")");
       }
-      return;  // a multiple of a group of 32 or more is a multiple of 32: whole 16-byte vectors
+      if (cols % 128 != 0) {
+        fail(name_, "int4 needs the input dimension (" + std::to_string(cols) +
+                        ") to be a multiple of 128, the blocks its layout interleaves");
+      }
+      return;
   }
   fail(name_, "unknown weight format");
 }
@@ -206,8 +227,9 @@ int QuantizedWeight::value(int row, int col) const {
   if (layout_.format().kind == WeightFormat::int8_channel) {
     return static_cast<std::int8_t>(values_[row_start + static_cast<std::size_t>(col)]);
   }
-  const std::uint8_t byte = values_[row_start + static_cast<std::size_t>(col) / 2];
-  const int nibble = static_cast<int>((col % 2 == 0 ? byte : byte >> 4U) & 0xFU);
+  const NibbleAt at = int4_position(col);
+  const std::uint8_t byte = values_[row_start + at.byte];
+  const int nibble = static_cast<int>((at.high ? byte >> 4U : byte) & 0xFU);
   return layout_.format().asymmetric ? nibble : (nibble ^ 8) - 8;  // sign-extends the two's-complement nibble
 }
 

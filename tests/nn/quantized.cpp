@@ -137,51 +137,58 @@ TEST_CASE("symmetric formats quantize w and -w to q and -q") {
   }
 }
 
-TEST_CASE("int4 symmetric: two's-complement nibbles, low nibble first, rows of K / 2 bytes") {
-  // Row 0's q values, chosen so that the group's scale is exactly 1 (largest magnitude 7); row 1 is row 0 times 2.
-  const std::vector<int> q0 = {7,  -7, 1, -1, 0, 2, -2, 3, -3, 4, -4, 5, -5, 6, -6, 7,
-                               -7, 0,  0, 0,  0, 0, 0,  0, 1,  1, 1,  1, 1,  1, 1,  1};
+TEST_CASE("int4 symmetric: two's-complement nibbles, interleaved in blocks of 128, rows of K / 2 bytes") {
+  // Row 0's q values (each in [-7, 7], and 7 in every group of 32, so every scale is exactly 1); row 1 is row 0
+  // times 2. The pattern is irregular so that any misplaced element shows.
+  std::vector<int> q0(256);
+  for (std::size_t k = 0; k < q0.size(); ++k) q0[k] = k % 32 == 0 ? 7 : static_cast<int>((k * 37 + 11) % 15) - 7;
   std::vector<float> w;
   for (const int q : q0) w.push_back(static_cast<float>(q));
   for (const int q : q0) w.push_back(static_cast<float>(2 * q));
-  const QuantizedWeight q = quantize({WeightFormat::int4_group, 32, false, ScaleType::f16}, "w", 2, 32, w);
-  REQUIRE(q.values().size() == 32);
-  REQUIRE(q.layout().row_value_bytes() == 16);
-  CHECK(q.values()[0] == 0x97);  // 7 = 0x7 low, -7 = 0x9 high
-  CHECK(q.values()[1] == 0xF1);  // 1, -1
-  CHECK(q.values()[2] == 0x20);  // 0, 2
-  CHECK(q.values()[3] == 0x3E);  // -2, 3
-  CHECK(word(q.values(), 0) == 0x3E20F197U);
-  for (std::size_t k = 0; k < 32; ++k) {
+  const QuantizedWeight q = quantize({WeightFormat::int4_group, 32, false, ScaleType::f16}, "w", 2, 256, w);
+  REQUIRE(q.values().size() == 256);
+  REQUIRE(q.layout().row_value_bytes() == 128);
+  // Word 4t + j of a block holds elements 32j + 8t + e, e in 0..7, element e at bits 4 (e / 2) + 16 (e % 2).
+  for (std::size_t k = 0; k < 256; ++k) {
     CAPTURE(k);
-    const std::uint32_t nibble = (word(q.values(), k / 8) >> (4 * (k % 8))) & 0xFU;
+    const std::size_t block = k / 128;
+    const std::size_t j = k % 128 / 32;
+    const std::size_t t = k % 32 / 8;
+    const std::size_t e = k % 8;
+    const std::uint32_t nibble = (word(q.values(), block * 16 + 4 * t + j) >> (4 * (e / 2) + 16 * (e % 2))) & 0xFU;
     CHECK(nibble == (static_cast<std::uint32_t>(q0[k]) & 0xFU));
     CHECK(q.value(0, static_cast<int>(k)) == q0[k]);
-    CHECK(q.value(1, static_cast<int>(k)) == q0[k]);               // row 1 starts at byte 16, same q
-    CHECK(q.values()[16 + k / 2] == q.values()[k / 2]);            // ... and the same bytes
+    CHECK(q.value(1, static_cast<int>(k)) == q0[k]);               // row 1 starts at byte 128, same q
     CHECK(q.dequantized(1, static_cast<int>(k)) == 2.0F * q0[k]);  // with scale 2
   }
-  REQUIRE(q.scale_bits().size() == 2);
+  for (std::size_t i = 0; i < 128; ++i) CHECK(q.values()[128 + i] == q.values()[i]);  // ... and the same bytes
+  // One word spelled out: word 0 holds elements 0..7, the even ones in its low half-word.
+  std::uint32_t expected = 0;
+  for (std::uint32_t e = 0; e < 8; ++e) {
+    expected |= (static_cast<std::uint32_t>(q0[e]) & 0xFU) << (4 * (e / 2) + 16 * (e % 2));
+  }
+  CHECK(word(q.values(), 0) == expected);
+  REQUIRE(q.scale_bits().size() == 16);
   CHECK(q.scale_bits()[0] == 0x3C00);  // 1.0 in fp16
-  CHECK(q.scale_bits()[1] == 0x4000);  // 2.0 in fp16
+  CHECK(q.scale_bits()[8] == 0x4000);  // 2.0 in fp16: row 1's first group
   CHECK(q.zeros().empty());
 }
 
 TEST_CASE("int4 asymmetric: q in [0, 15] with a zero point byte per group") {
-  // w = (q - 3) * 0.5 for q = 0..15, twice: the group spans [-1.5, 6], scale 0.5, zero point 3.
+  // w = (q - 3) * 0.5 for q = 0..15, repeated: every group spans [-1.5, 6], scale 0.5, zero point 3.
   std::vector<float> w;
-  for (int i = 0; i < 32; ++i) w.push_back(static_cast<float>((i % 16) - 3) * 0.5F);
-  const QuantizedWeight q = quantize({WeightFormat::int4_group, 32, true, ScaleType::bf16}, "w", 1, 32, w);
-  REQUIRE(q.values().size() == 16);
-  CHECK(q.values()[0] == 0x10);  // q 0, 1
-  CHECK(q.values()[1] == 0x32);  // q 2, 3
-  CHECK(q.values()[7] == 0xFE);  // q 14, 15
-  CHECK(word(q.values(), 0) == 0x76543210U);
-  REQUIRE(q.scale_bits().size() == 1);
+  for (int i = 0; i < 128; ++i) w.push_back(static_cast<float>((i % 16) - 3) * 0.5F);
+  const QuantizedWeight q = quantize({WeightFormat::int4_group, 32, true, ScaleType::bf16}, "w", 1, 128, w);
+  REQUIRE(q.values().size() == 64);
+  // Word 0 holds elements 0..7 (q 0..7): the even ones in the low half-word, the odd ones in the high.
+  CHECK(word(q.values(), 0) == 0x75316420U);
+  // Word 4 (the second lane's first word) holds elements 8..15 (q 8..15).
+  CHECK(word(q.values(), 4) == 0xFDB9ECA8U);
+  REQUIRE(q.scale_bits().size() == 4);
   CHECK(q.scale_bits()[0] == 0x3F00);  // 0.5 in bf16
-  REQUIRE(q.zeros().size() == 1);
+  REQUIRE(q.zeros().size() == 4);
   CHECK(q.zeros()[0] == 3);
-  for (int k = 0; k < 32; ++k) CHECK(q.dequantized(0, k) == w[static_cast<std::size_t>(k)]);
+  for (int k = 0; k < 128; ++k) CHECK(q.dequantized(0, k) == w[static_cast<std::size_t>(k)]);
 }
 
 TEST_CASE("int8: one two's-complement byte per element, q in [-127, 127], one scale per row") {
@@ -256,8 +263,8 @@ TEST_CASE("an all-zero group gets scale 0 and dequantizes to exact zeros, beside
 }
 
 TEST_CASE("weights far below the scale type's smallest step quantize to zero within half a step") {
-  const std::vector<float> w(64, 1e-9F);  // fp16's smallest positive value is 2^-24, about 6e-8
-  const QuantizedWeight q = quantize({WeightFormat::int4_group, 64, false, ScaleType::f16}, "tiny", 1, 64, w);
+  const std::vector<float> w(128, 1e-9F);  // fp16's smallest positive value is 2^-24, about 6e-8
+  const QuantizedWeight q = quantize({WeightFormat::int4_group, 64, false, ScaleType::f16}, "tiny", 1, 128, w);
   CHECK(q.scale(0, 0) == 0x1p-24F);
   CHECK(q.value(0, 0) == 0);
   CHECK(std::abs(w[0] - q.dequantized(0, 0)) <= q.scale(0, 0) / 2);
@@ -303,51 +310,52 @@ TEST_CASE("bad shapes and formats are refused, naming the tensor") {
   refused({WeightFormat::int4_group, 256, false, ScaleType::f16}, 4, 256, "group size 256 is not 32, 64 or 128");
   refused(g128, 4, 192, "group size 128 does not divide the input dimension (192)");
   refused({WeightFormat::int4_group, 32, false, ScaleType::f16}, 4, 48, "does not divide the input dimension (48)");
+  refused({WeightFormat::int4_group, 32, false, ScaleType::f16}, 4, 96, "a multiple of 128");
   refused(int8, 4, 24, "multiple of 16");
   refused({WeightFormat::int8_channel, 0, true, ScaleType::f16}, 4, 32, "int8 is symmetric only");
   refused({WeightFormat::dense, 0, false, ScaleType::f16}, 4, 32, "not a quantized format");
   // The sizes that pass.
   CHECK_NOTHROW(QuantizedLayout("w", int8, 1, 16));
-  CHECK_NOTHROW(QuantizedLayout("w", {WeightFormat::int4_group, 32, false, ScaleType::f16}, 1, 32));
+  CHECK_NOTHROW(QuantizedLayout("w", {WeightFormat::int4_group, 32, false, ScaleType::f16}, 1, 128));
 }
 
 TEST_CASE("bad weights are refused, naming the tensor and the element") {
   const QuantizedFormat format{WeightFormat::int4_group, 32, false, ScaleType::f16};
-  std::vector<float> w = random_weights(4 * 64, 1.0F);
-  CHECK_THROWS_WITH_AS((void)quantize(format, "q_proj", 4, 64, std::span<const float>(w).first(255)),
-                       doctest::Contains("tensor q_proj: 255 weights given for a 4 x 64 matrix (256)"), UsageError);
-  w[2 * 64 + 5] = std::numeric_limits<float>::quiet_NaN();
-  CHECK_THROWS_WITH_AS((void)quantize(format, "q_proj", 4, 64, w),
+  std::vector<float> w = random_weights(4 * 128, 1.0F);
+  CHECK_THROWS_WITH_AS((void)quantize(format, "q_proj", 4, 128, std::span<const float>(w).first(511)),
+                       doctest::Contains("tensor q_proj: 511 weights given for a 4 x 128 matrix (512)"), UsageError);
+  w[2 * 128 + 5] = std::numeric_limits<float>::quiet_NaN();
+  CHECK_THROWS_WITH_AS((void)quantize(format, "q_proj", 4, 128, w),
                        doctest::Contains("tensor q_proj: weight at row 2, column 5 is"), UsageError);
-  w[2 * 64 + 5] = 0.5F;
-  w[3 * 64 + 63] = -std::numeric_limits<float>::infinity();
-  CHECK_THROWS_WITH_AS((void)quantize(format, "q_proj", 4, 64, w),
-                       doctest::Contains("tensor q_proj: weight at row 3, column 63 is -inf, not finite"), UsageError);
+  w[2 * 128 + 5] = 0.5F;
+  w[3 * 128 + 127] = -std::numeric_limits<float>::infinity();
+  CHECK_THROWS_WITH_AS((void)quantize(format, "q_proj", 4, 128, w),
+                       doctest::Contains("tensor q_proj: weight at row 3, column 127 is -inf, not finite"), UsageError);
   // A group beyond fp16 scales' range: refused with fp16 scales, quantized with bf16 ones.
-  w[3 * 64 + 63] = 0.5F;
-  w[1 * 64 + 40] = 1e6F;
-  CHECK_THROWS_WITH_AS((void)quantize(format, "q_proj", 4, 64, w),
+  w[3 * 128 + 127] = 0.5F;
+  w[1 * 128 + 40] = 1e6F;
+  CHECK_THROWS_WITH_AS((void)quantize(format, "q_proj", 4, 128, w),
                        doctest::Contains("tensor q_proj: row 1, group 1 needs a scale beyond the range of fp16"),
                        UsageError);
-  const QuantizedWeight q = quantize({WeightFormat::int4_group, 32, false, ScaleType::bf16}, "q_proj", 4, 64, w);
+  const QuantizedWeight q = quantize({WeightFormat::int4_group, 32, false, ScaleType::bf16}, "q_proj", 4, 128, w);
   CHECK(q.value(1, 40) == 7);
 }
 
 TEST_CASE("a quantized weight from parts is checked against its layout, naming the tensor") {
-  const QuantizedLayout asym("k_proj", {WeightFormat::int4_group, 32, true, ScaleType::f16}, 2, 64);
-  const std::vector<std::uint16_t> scales(4, 0x3C00);
-  CHECK_NOTHROW(QuantizedWeight(asym, std::vector<std::uint8_t>(64), scales, std::vector<std::uint8_t>(4, 15)));
-  CHECK_THROWS_WITH_AS(QuantizedWeight(asym, std::vector<std::uint8_t>(63), scales, std::vector<std::uint8_t>(4)),
-                       doctest::Contains("tensor k_proj: value bytes: 63 given, the layout has 64"), UsageError);
-  CHECK_THROWS_WITH_AS(QuantizedWeight(asym, std::vector<std::uint8_t>(64), scales, std::vector<std::uint8_t>(2)),
+  const QuantizedLayout asym("k_proj", {WeightFormat::int4_group, 32, true, ScaleType::f16}, 2, 128);
+  const std::vector<std::uint16_t> scales(8, 0x3C00);
+  CHECK_NOTHROW(QuantizedWeight(asym, std::vector<std::uint8_t>(128), scales, std::vector<std::uint8_t>(8, 15)));
+  CHECK_THROWS_WITH_AS(QuantizedWeight(asym, std::vector<std::uint8_t>(127), scales, std::vector<std::uint8_t>(8)),
+                       doctest::Contains("tensor k_proj: value bytes: 127 given, the layout has 128"), UsageError);
+  CHECK_THROWS_WITH_AS(QuantizedWeight(asym, std::vector<std::uint8_t>(128), scales, std::vector<std::uint8_t>(2)),
                        doctest::Contains("tensor k_proj: zero points: 2 given"), UsageError);
-  CHECK_THROWS_WITH_AS(QuantizedWeight(asym, std::vector<std::uint8_t>(64), std::vector<std::uint16_t>(3, 0x3C00),
-                                       std::vector<std::uint8_t>(4)),
-                       doctest::Contains("tensor k_proj: scales: 3 given"), UsageError);
-  CHECK_THROWS_WITH_AS(QuantizedWeight(asym, std::vector<std::uint8_t>(64), scales, std::vector<std::uint8_t>(4, 16)),
+  CHECK_THROWS_WITH_AS(QuantizedWeight(asym, std::vector<std::uint8_t>(128), std::vector<std::uint16_t>(7, 0x3C00),
+                                       std::vector<std::uint8_t>(8)),
+                       doctest::Contains("tensor k_proj: scales: 7 given"), UsageError);
+  CHECK_THROWS_WITH_AS(QuantizedWeight(asym, std::vector<std::uint8_t>(128), scales, std::vector<std::uint8_t>(8, 16)),
                        doctest::Contains("tensor k_proj: zero point 0 (16) is above 15"), UsageError);
-  CHECK_THROWS_WITH_AS(QuantizedWeight(asym, std::vector<std::uint8_t>(64), std::vector<std::uint16_t>(4, 0x7C00),
-                                       std::vector<std::uint8_t>(4)),
+  CHECK_THROWS_WITH_AS(QuantizedWeight(asym, std::vector<std::uint8_t>(128), std::vector<std::uint16_t>(8, 0x7C00),
+                                       std::vector<std::uint8_t>(8)),
                        doctest::Contains("tensor k_proj: scale 0"), UsageError);
   const QuantizedLayout int8("o_proj", {WeightFormat::int8_channel, 0, false, ScaleType::bf16}, 1, 16);
   std::vector<std::uint8_t> values(16);

@@ -7,12 +7,14 @@
 /// A quantized weight has `rows` = N output channels and `cols` = K inputs, row-major like the fp16 weights
 /// `[N][K]`. Its bytes, for G = K / group groups per row (G = 1 for int8):
 ///
-/// - **values**, N rows of R bytes each (R = K / 2 for int4, K for int8; R is a multiple of 16, so K is a multiple
-///   of 32 for int4 and of 16 for int8), row n starting at byte n * R, the elements of a row in order along K.
-///   int4: two elements a byte, element k in byte k / 2, the low nibble (bits 0..3) for even k and the high nibble
-///   (bits 4..7) for odd k; read as little-endian 32-bit words (as a GPU does), word j of a row holds elements
-///   8j..8j+7, element 8j+i in bits 4i..4i+3. int8: one byte each, two's complement. A warp reading 16-byte
-///   vectors gets int4 elements 32v..32v+31 (or int8 elements 16v..16v+15) of a row in vector v.
+/// - **values**, N rows of R bytes each (R = K / 2 for int4, K for int8; K is a multiple of 128 for int4 and of 16
+///   for int8, so R is a multiple of 16), row n starting at byte n * R. int8: one two's-complement byte per element,
+///   in order along K. int4: two elements a byte, interleaved for the tensor-core kernels, which turn a 32-bit word
+///   into fp16 pairs with one bit operation per pair and need each mma's 16 columns in one group. A row is blocks of
+///   128 elements (64 bytes, 16 little-endian 32-bit words). In a block, word 4t + j (t, j in 0..3) holds elements
+///   32j + 8t + e, e in 0..7, element e in bits 4 * (e / 2) + 16 * (e % 2) .. + 3: the even elements in the low
+///   half-word, the odd ones in the high, so that bits 4s..4s+3 and 16+4s..16+4s+3 are elements 2s and 2s + 1. So
+///   the 16-byte vector t of a block holds four 8-element runs, one from each 32-element quarter of the block.
 /// - **scales**, `[N][G]` 2-byte elements of the scale type (fp16 or bf16), scale of row n, group g at index
 ///   n * G + g; group g covers elements g * group .. (g + 1) * group - 1 of the row.
 /// - **zero points** (asymmetric int4 only), `[N][G]` bytes, one unsigned value 0..15 each, at the scales' indices.
@@ -71,7 +73,7 @@ class QuantizedLayout {
   /// A `rows` x `cols` matrix named `name` (the checkpoint tensor, used in every message) in `format`.
   /// \throws UsageError naming the tensor when rows or cols is below 1; the kind is dense; an int8 format is
   ///         asymmetric; an int4 group is not 32, 64 or 128, or does not divide cols; or cols breaks the 16-byte
-  ///         rule (a multiple of 32 for int4, of 16 for int8).
+  ///         rule (a multiple of 128 for int4, of 16 for int8).
   QuantizedLayout(std::string name, QuantizedFormat format, int rows, int cols);
 
   /// The tensor's name.
