@@ -1,0 +1,149 @@
+#pragma once
+/// \file
+/// Layer 6, nn: weight-only quantized weights on the device and the kernels that read them (kernels/nn/qgemv.cu):
+/// a QuantizedWeight (quantized.hpp) is uploaded as a DeviceQuantizedWeight and handed to a kernel as a
+/// QuantizedMatrix; BasicQuantizedKernels holds the typed handles, each picking the kernel of the weight's format.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <type_traits>
+
+#include "lazygraph/nn/kernels.hpp"
+#include "lazygraph/nn/quantized.hpp"
+
+namespace lazygraph::nn {
+
+/// A quantized weight as the kernels take it, by value: the device addresses of its parts (kernels/nn/include/
+/// lazygraph/nn/qgemv_core.cuh declares the same struct). It owns nothing: the DeviceQuantizedWeight it came from
+/// must outlive every launch and graph that uses it (a launch op keeps DeviceSpan arguments' buffers alive, not
+/// these), and a launch's access set does not list these reads (weights are never written while a step runs).
+struct QuantizedMatrix {
+  CUdeviceptr values = 0;  ///< the packed values, 16-byte aligned
+  CUdeviceptr scales = 0;  ///< [rows][groups] scales of the element type
+  CUdeviceptr zeros = 0;   ///< [rows][groups] zero points, or 0 when symmetric
+  int kind = 0;            ///< a WeightFormat: int8_channel or int4_group
+  int group = 0;           ///< columns per scale: cols for int8
+};
+static_assert(sizeof(QuantizedMatrix) == 32 && std::is_trivially_copyable_v<QuantizedMatrix>,
+              "QuantizedMatrix is a kernel parameter, read by the kernels' struct of the same layout");
+static_assert(static_cast<int>(WeightFormat::int8_channel) == 1 && static_cast<int>(WeightFormat::int4_group) == 2,
+              "the kernels' kInt8 and kInt4 are these values");
+
+/// A quantized weight on the device, its parts uploaded as they are (each its own allocation, so 16-byte aligned).
+/// Its scales must be of the kernels' element type T: fp16 scales for fp16 activations, bf16 for bf16.
+template <Element T>
+class DeviceQuantizedWeight {
+ public:
+  /// Uploads `weight` on `stream` and waits for the copies. \throws UsageError naming the tensor when its scale
+  /// type is not T's.
+  DeviceQuantizedWeight(const Stream& stream, const QuantizedWeight& weight);
+
+  /// The shape and format.
+  [[nodiscard]] const QuantizedLayout& layout() const noexcept { return layout_; }
+  /// The kernels' argument for it.
+  [[nodiscard]] QuantizedMatrix matrix() const;
+  /// Device bytes a kernel reads: values, scales and zero points.
+  [[nodiscard]] std::size_t bytes() const noexcept { return layout_.bytes(); }
+
+ private:
+  QuantizedLayout layout_;
+  DeviceBuffer<std::uint8_t> values_;
+  DeviceBuffer<std::uint16_t> scales_;
+  std::optional<DeviceBuffer<std::uint8_t>> zeros_;
+};
+
+/// The scale type that goes with the element type T (f16 for half, bf16 for bfloat16).
+template <Element T>
+inline constexpr ScaleType scale_type_of = std::same_as<T, half> ? ScaleType::f16 : ScaleType::bf16;
+
+/// The two kernels of one quantized operation, NAME_int8 and NAME_int4, called like one Kernel whose first parameter is
+/// the QuantizedMatrix: the call picks the kernel of its format.
+template <class Signature>
+class QuantizedKernel;
+
+/// See the primary template.
+template <class... Rest>
+class QuantizedKernel<void(QuantizedMatrix, Rest...)> {
+ public:
+  /// Looks up NAME_int8 and NAME_int4. \throws UsageError as KernelLibrary::get does.
+  QuantizedKernel(const KernelLibrary& library, const std::string& name)
+      : int8_(library.get<void(QuantizedMatrix, Rest...)>(name + "_int8")),
+        int4_(library.get<void(QuantizedMatrix, Rest...)>(name + "_int4")) {}
+
+  /// The kernel for weights of `kind`. \throws UsageError for any other kind than int8_channel or int4_group.
+  [[nodiscard]] const Kernel<void(QuantizedMatrix, Rest...)>& variant(int kind) const {
+    if (kind == static_cast<int>(WeightFormat::int8_channel)) return int8_;
+    if (kind == static_cast<int>(WeightFormat::int4_group)) return int4_;
+    throw UsageError("quantized kernel " + int8_.name() + ": weight format " + std::to_string(kind) +
+                     " is neither int8 per channel (1) nor int4 in groups (2)");
+  }
+
+  /// The launch op of the kernel for `w`'s format.
+  template <class... Args>
+  [[nodiscard]] LaunchOp<QuantizedMatrix, Rest...> operator()(const LaunchConfig& config, const QuantizedMatrix& w,
+                                                              const Args&... args) const {
+    return variant(w.kind)(config, w, args...);
+  }
+
+ private:
+  Kernel<void(QuantizedMatrix, Rest...)> int8_;
+  Kernel<void(QuantizedMatrix, Rest...)> int4_;
+};
+
+/// Typed handles to the quantized kernels over activations of T (kernels/nn/qgemv.cu; bf16: the _bf16 kernels).
+/// Each runs 1 to 8 vectors on tensor cores (compute capability 8.0 or newer). W, W1 and W3 are rows x cols; x
+/// [batch][cols]; out [batch][rows]. The kernels trap on arguments they cannot read; the blocks of this layer
+/// check shapes on the host first (check_quantized).
+template <Element T>
+struct BasicQuantizedKernels {
+  /// The handles. \throws UsageError on a GPU without tensor cores (check_tensor_cores).
+  explicit BasicQuantizedKernels(const KernelLibrary& library);
+
+  /// qgemv(W, x, out, rows, cols, batch): out[b] = W x[b].
+  QuantizedKernel<void(QuantizedMatrix, const T*, T*, int, int, int)> qgemv;
+  /// qgemv_add(W, x, out, rows, cols, batch): out[b] += W x[b].
+  QuantizedKernel<void(QuantizedMatrix, const T*, T*, int, int, int)> qgemv_add;
+  /// rms_norm_qgemv(W, x, g, out, rows, cols, eps, batch): out[b] = W (rmsnorm(x[b]) * g).
+  QuantizedKernel<void(QuantizedMatrix, const T*, const T*, T*, int, int, float, int)> rms_norm_qgemv;
+  /// rms_norm_qgemv_swiglu(W1, W3, x, g, out, rows, cols, eps, batch): out[b] = silu(W1 h) * (W3 h),
+  /// h = rmsnorm(x[b]) * g; W1 and W3 of one format.
+  QuantizedKernel<void(QuantizedMatrix, QuantizedMatrix, const T*, const T*, T*, int, int, float, int)>
+      rms_norm_qgemv_swiglu;
+  /// Whether launches are early (as BasicKernels::step_config).
+  bool early_launch = true;
+
+  /// Launch shape of a kernel here for `rows` x `cols` weights of `w`'s format, `matrices` of them per row (2 for
+  /// rms_norm_qgemv_swiglu): blocks of 8 warps, K warps per tile of 8 rows sharing out its columns and 8 / K tiles at a
+  /// time. K is the smallest power of two that still gives the grid 512 blocks (4 per multiprocessor of an H100), at
+  /// most 8 and at most the row's steps (4 lanes' 16-byte loads, qgemv_core.cuh): few warps per tile leave each warp
+  /// several steps, whose loads overlap the dequantizing of the ones before; small matrices need many warps per
+  /// tile to fill the GPU at all.
+  [[nodiscard]] LaunchConfig config(const QuantizedMatrix& w, int rows, int cols, int matrices = 1) const {
+    (void)matrices;
+    const int chunks = cols / (w.kind == static_cast<int>(WeightFormat::int4_group) ? 32 : 16);
+    const unsigned steps = (static_cast<unsigned>(chunks) + 3) / 4;
+    const unsigned tiles = (static_cast<unsigned>(rows) + 7) / 8;
+    unsigned k = 1;
+    while (k < 8 && k < steps && tiles * k / 8 < 512) k *= 2;
+    const unsigned per_block = 8 / k;
+    LaunchConfig c{{(tiles + per_block - 1) / per_block, 1, 1}, {32, k, per_block}, 0};
+    c.early_launch = early_launch;
+    return c;
+  }
+};
+
+/// Checks on the host what a quantized kernel needs of `w` for a rows x cols product with activations of T: its
+/// shape, its scale type, a batch of 1 to 8. \throws UsageError naming the tensor and what differs.
+template <Element T>
+void check_quantized(const DeviceQuantizedWeight<T>& w, int rows, int cols, int batch);
+
+/// The quantized kernels over fp16 activations.
+using QuantizedKernels = BasicQuantizedKernels<half>;
+
+extern template class DeviceQuantizedWeight<half>;
+extern template class DeviceQuantizedWeight<bfloat16>;
+extern template struct BasicQuantizedKernels<half>;
+extern template struct BasicQuantizedKernels<bfloat16>;
+
+}  // namespace lazygraph::nn

@@ -1,0 +1,112 @@
+// gemv.cu's kernels over weight-only quantized matrices (int8 per channel, int4 in groups; quantized.hpp's layout),
+// for 1 to 8 fp16 or bf16 vectors, on tensor cores (qgemv_core.cuh explains the dequantizing):
+//   qgemv(W, x, out, rows, cols, batch)                          out = W x
+//   qgemv_add(W, x, out, rows, cols, batch)                      out += W x
+//   rms_norm_qgemv(W, x, g, out, rows, cols, eps, batch)         out = W (x / rms(x) * g)
+//   rms_norm_qgemv_swiglu(W1, W3, x, g, out, rows, cols, eps, batch)   out = silu(W1 h) * (W3 h), h = x / rms(x) * g
+// W is a QuantizedMatrix (by value) of rows x cols, x [batch][cols], out [batch][rows]. Each kernel comes per element
+// type (NAME, NAME_bf16: x, g, out and the scales in it) and format (NAME_int8..., NAME_int4...: qgemv_int8,
+// qgemv_bf16_int4, ...); the host picks the format from W (nn::QuantizedKernel). One rounding per output, as gemv.cu's
+// tensor-core variants: x * g is rounded to the element type before the mma (the weights are exact integers there);
+// the scales multiply the fp32 sums.
+//
+// Requirements (a trap otherwise): the kernel's format and element type, cols a multiple of 128 (int4) or 16 (int8),
+// the group 32, 64 or 128 (int4) or cols (int8), W1 and W3 of one group and symmetry, values, x and g 16-byte aligned,
+// batch 1 to 8. Launch as gemv.cu's tensor-core variants: any block of 1 to 8 warps, any grid; fast: 8 warps per block,
+// a block per 8 rows (Kernels::tensor_core_gemv_config). Early launch as gemv.cu's kernels.
+#include "lazygraph/nn/qgemv_core.cuh"
+
+namespace {
+
+using namespace lg::nn;
+
+template <int F, class T>
+__device__ __forceinline__ QuantizedRows<1, T> rows_of(const QuantizedMatrix& W, int cols) {
+  return {{W}, cols, quantized_row_bytes<F>(cols), cols / W.group};
+}
+
+template <int F, class T>
+__device__ __forceinline__ bool supported(const QuantizedMatrix& W, int cols, int batch, const T* x, const T* g) {
+  return quantized_supported<F>(W, cols) && batch >= 1 && batch <= 8 && lg::is_aligned16(x) && lg::is_aligned16(g);
+}
+
+template <class T>
+__device__ __forceinline__ T& at(T* out, int rows, int row, int b) {
+  return out[static_cast<long long>(b) * rows + row];
+}
+
+template <int F, class T>
+__device__ __forceinline__ void qgemv_body(QuantizedMatrix W, const T* x, T* out, int rows, int cols, int batch) {
+  if (!supported<F>(W, cols, batch, x, x)) __trap();
+  const QuantizedRows<1, T> w = rows_of<F, T>(W, cols);
+  prefetch_quantized(w, rows);
+  qgemv_rows_mma<F>(w, PlainX<T>{x, cols}, rows, cols, batch, 0.0f,
+                    [&](int row, int b, const float* v) { at(out, rows, row, b) = lg::from_float<T>(v[0]); });
+}
+
+template <int F, class T>
+__device__ __forceinline__ void qgemv_add_body(QuantizedMatrix W, const T* x, T* out, int rows, int cols, int batch) {
+  if (!supported<F>(W, cols, batch, x, x)) __trap();
+  const QuantizedRows<1, T> w = rows_of<F, T>(W, cols);
+  // The residual this thread adds to first, read right after the wait (as gemv.cu's gemv_add).
+  float residual = 0.0f;
+  int residual_row = -1;
+  int residual_vector = -1;
+  prefetch_quantized(w, rows);
+  qgemv_rows_mma<F>(
+      w, PlainX<T>{x, cols}, rows, cols, batch, 0.0f,
+      [&](int row, int b, const float* v) {
+        T& o = at(out, rows, row, b);
+        const bool early = row == residual_row && b == residual_vector;
+        o = lg::from_float<T>((early ? residual : lg::to_float(o)) + v[0]);
+      },
+      [&](int row, int b) {
+        if (residual_row >= 0) return;
+        residual = lg::to_float(at(out, rows, row, b));
+        residual_row = row;
+        residual_vector = b;
+      });
+}
+
+template <int F, class T>
+__device__ __forceinline__ void rms_norm_qgemv_body(QuantizedMatrix W, const T* x, const T* g, T* out, int rows,
+                                                    int cols, float eps, int batch) {
+  if (!supported<F>(W, cols, batch, x, g)) __trap();
+  const QuantizedRows<1, T> w = rows_of<F, T>(W, cols);
+  prefetch_quantized(w, rows);
+  qgemv_rows_mma<F>(w, GainedX<T>{x, g, cols}, rows, cols, batch, eps,
+                    [&](int row, int b, const float* v) { at(out, rows, row, b) = lg::from_float<T>(v[0]); });
+}
+
+template <int F, class T>
+__device__ __forceinline__ void rms_norm_qgemv_swiglu_body(QuantizedMatrix W1, QuantizedMatrix W3, const T* x,
+                                                           const T* g, T* out, int rows, int cols, float eps,
+                                                           int batch) {
+  if (!supported<F>(W1, cols, batch, x, g) || !quantized_supported<F>(W3, cols) || W1.group != W3.group ||
+      (W1.zeros == nullptr) != (W3.zeros == nullptr)) {
+    __trap();
+  }
+  const QuantizedRows<2, T> w{{W1, W3}, cols, quantized_row_bytes<F>(cols), cols / W1.group};
+  prefetch_quantized(w, rows);
+  qgemv_rows_mma<F>(w, GainedX<T>{x, g, cols}, rows, cols, batch, eps, [&](int row, int b, const float* v) {
+    at(out, rows, row, b) = lg::from_float<T>(silu(v[0]) * v[1]);
+  });
+}
+
+}  // namespace
+
+// The entry points, one per element type and format (qgemv_int8, qgemv_int4, qgemv_bf16_int8, ...), 8 warps a block
+// at most, 2 blocks per multiprocessor as gemv.cu's tensor-core variants.
+/* lazygraph:variants
+axis T = lg::half_t | lg::bf16_t _bf16
+axis F = kInt8 _int8 | kInt4 _int4
+
+qgemv[T][F] __launch_bounds__(256, 2) =
+    qgemv_body<F>(QuantizedMatrix W, const T* x, T* out, int rows, int cols, int batch)
+qgemv_add[T][F] __launch_bounds__(256, 2) =
+    qgemv_add_body<F>(QuantizedMatrix W, const T* x, T* out, int rows, int cols, int batch)
+rms_norm_qgemv[T][F] __launch_bounds__(256, 2) =
+    rms_norm_qgemv_body<F>(QuantizedMatrix W, const T* x, const T* g, T* out, int rows, int cols, float eps, int batch)
+rms_norm_qgemv_swiglu[T][F] __launch_bounds__(256, 2) = rms_norm_qgemv_swiglu_body<F>(QuantizedMatrix W1,
+    QuantizedMatrix W3, const T* x, const T* g, T* out, int rows, int cols, float eps, int batch)
+*/

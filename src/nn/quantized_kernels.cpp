@@ -1,0 +1,69 @@
+#include "lazygraph/nn/quantized_kernels.hpp"
+
+#include <span>
+#include <string>
+
+namespace lazygraph::nn {
+
+namespace {
+template <Element T>
+const QuantizedWeight& checked_scale_type(const QuantizedWeight& weight) {
+  if (weight.layout().format().scale_type != scale_type_of<T>) {
+    throw UsageError("tensor " + weight.layout().name() + ": " + format_name(weight.layout().format()) +
+                     ", but the kernels over " + std::string(element_name<T>) + " activations read " +
+                     std::string(element_name<T>) + " scales");
+  }
+  return weight;
+}
+
+template <class Value>
+DeviceBuffer<Value> uploaded(const Stream& stream, std::span<const Value> host) {
+  DeviceBuffer<Value> out(stream.device(), host.size());
+  copy(out.view(), host).sync_on(stream);
+  return out;
+}
+}  // namespace
+
+template <Element T>
+DeviceQuantizedWeight<T>::DeviceQuantizedWeight(const Stream& stream, const QuantizedWeight& weight)
+    : layout_(checked_scale_type<T>(weight).layout()),
+      values_(uploaded(stream, weight.values())),
+      scales_(uploaded(stream, weight.scale_bits())) {
+  if (!weight.zeros().empty()) zeros_ = uploaded(stream, weight.zeros());
+}
+
+template <Element T>
+QuantizedMatrix DeviceQuantizedWeight<T>::matrix() const {
+  return {values_.cview().address(), scales_.cview().address(), zeros_ ? zeros_->cview().address() : 0,
+          static_cast<int>(layout_.format().kind), layout_.group()};
+}
+
+template <Element T>
+void check_quantized(const DeviceQuantizedWeight<T>& w, int rows, int cols, int batch) {
+  const QuantizedLayout& l = w.layout();
+  if (l.rows() != rows || l.cols() != cols) {
+    throw UsageError("tensor " + l.name() + ": a quantized weight of " + std::to_string(l.rows()) + " x " +
+                     std::to_string(l.cols()) + ", where " + std::to_string(rows) + " x " + std::to_string(cols) +
+                     " is needed");
+  }
+  if (batch < 1 || batch > 8) {
+    throw UsageError("tensor " + l.name() + ": batch " + std::to_string(batch) + " is outside 1..8");
+  }
+}
+
+template <Element T>
+BasicQuantizedKernels<T>::BasicQuantizedKernels(const KernelLibrary& library)
+    : qgemv((check_tensor_cores(library.device().compute_capability()), library),
+            "qgemv" + std::string(kernel_suffix<T>)),
+      qgemv_add(library, "qgemv_add" + std::string(kernel_suffix<T>)),
+      rms_norm_qgemv(library, "rms_norm_qgemv" + std::string(kernel_suffix<T>)),
+      rms_norm_qgemv_swiglu(library, "rms_norm_qgemv_swiglu" + std::string(kernel_suffix<T>)) {}
+
+template class DeviceQuantizedWeight<half>;
+template class DeviceQuantizedWeight<bfloat16>;
+template struct BasicQuantizedKernels<half>;
+template struct BasicQuantizedKernels<bfloat16>;
+template void check_quantized(const DeviceQuantizedWeight<half>&, int, int, int);
+template void check_quantized(const DeviceQuantizedWeight<bfloat16>&, int, int, int);
+
+}  // namespace lazygraph::nn

@@ -1,0 +1,268 @@
+// The quantized kernels (kernels/nn/qgemv.cu) against float64 products of the dequantized weights
+// (QuantizedWeight::dequantize, the host reference of the layout) and the same fp16- or bf16-rounded activations, for
+// every format, both element types, batches of 1 to 8 and shapes whose rows are not a multiple of a tile.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/gpu.hpp"
+#include "common/nn.hpp"
+
+#include <lazygraph/nn/quantized_kernels.hpp>
+
+using namespace lazygraph;
+
+namespace {
+
+/// The formats the kernels read, with the scale type of T.
+template <class T>
+std::vector<nn::QuantizedFormat> kernel_formats() {
+  const nn::ScaleType s = nn::scale_type_of<T>;
+  return {{nn::WeightFormat::int8_channel, 0, false, s},
+          {nn::WeightFormat::int4_group, 32, false, s},
+          {nn::WeightFormat::int4_group, 64, true, s},
+          {nn::WeightFormat::int4_group, 128, false, s},
+          {nn::WeightFormat::int4_group, 128, true, s}};
+}
+
+std::vector<float> random_values(std::size_t n, unsigned seed, float scale) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-scale, scale);
+  std::vector<float> out(n);
+  for (float& v : out) v = dist(rng);
+  return out;
+}
+
+template <class T>
+std::vector<T> rounded(const std::vector<float>& f) {
+  std::vector<T> out;
+  out.reserve(f.size());
+  for (const float v : f) out.push_back(T::from_float(v));
+  return out;
+}
+
+template <class T>
+std::vector<double> widened(const std::vector<T>& v) {
+  std::vector<double> out;
+  out.reserve(v.size());
+  for (const T e : v) out.push_back(e.to_float());
+  return out;
+}
+
+/// ||got - ref|| / ||ref|| at most `tolerance`, and every element within tolerance * max |ref| (a NaN fails both).
+template <class T>
+void check_close(const std::vector<T>& got, const std::vector<double>& ref, double tolerance) {
+  REQUIRE(got.size() == ref.size());
+  double diff = 0;
+  double norm = 0;
+  double largest = 0;
+  for (const double r : ref) largest = std::max(largest, std::abs(r));
+  std::size_t outside = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    const double g = got[i].to_float();
+    diff += (g - ref[i]) * (g - ref[i]);
+    norm += ref[i] * ref[i];
+    outside += std::abs(g - ref[i]) <= tolerance * largest ? 0 : 1;
+  }
+  CHECK(std::sqrt(diff / norm) <= tolerance);
+  CHECK(outside == 0);
+}
+
+/// One case: a rows x cols weight (two for SwiGLU) in `format`, `batch` random vectors, a gain, a residual.
+template <class T>
+struct Case {
+  Case(const nn::QuantizedFormat& format, int rows, int cols, int batch, unsigned seed)
+      : rows(rows),
+        cols(cols),
+        batch(batch),
+        q1(nn::quantize(format, "w1", rows, cols, random_values(std::size_t(rows) * std::size_t(cols), seed, 0.05F))),
+        q3(nn::quantize(format, "w3", rows, cols,
+                        random_values(std::size_t(rows) * std::size_t(cols), seed + 1, 0.05F))),
+        w1(q1.dequantize()),
+        w3(q3.dequantize()),
+        x(rounded<T>(random_values(std::size_t(batch) * std::size_t(cols), seed + 2, 1.0F))),
+        g(rounded<T>(random_values(std::size_t(cols), seed + 3, 1.0F))),
+        residual(rounded<T>(random_values(std::size_t(batch) * std::size_t(rows), seed + 4, 1.0F))) {}
+
+  int rows;
+  int cols;
+  int batch;
+  nn::QuantizedWeight q1;
+  nn::QuantizedWeight q3;
+  std::vector<float> w1;
+  std::vector<float> w3;
+  std::vector<T> x;
+  std::vector<T> g;
+  std::vector<T> residual;
+
+  /// h[b] = x[b] (times g / rms(x[b]) when `norm`), in float64.
+  [[nodiscard]] std::vector<double> inputs(bool norm, double eps) const {
+    std::vector<double> h = widened(x);
+    if (!norm) return h;
+    for (int b = 0; b < batch; ++b) {
+      double squares = 0;
+      for (int c = 0; c < cols; ++c) squares += h[std::size_t(b) * cols + c] * h[std::size_t(b) * cols + c];
+      const double inv = 1.0 / std::sqrt(squares / cols + eps);
+      for (int c = 0; c < cols; ++c) h[std::size_t(b) * cols + c] *= inv * g[std::size_t(c)].to_float();
+    }
+    return h;
+  }
+  /// W h[b] for every vector, [batch][rows].
+  [[nodiscard]] std::vector<double> product(const std::vector<float>& w, const std::vector<double>& h) const {
+    std::vector<double> out(std::size_t(batch) * std::size_t(rows));
+    for (int b = 0; b < batch; ++b) {
+      for (int r = 0; r < rows; ++r) {
+        double sum = 0;
+        for (int c = 0; c < cols; ++c) sum += double(w[std::size_t(r) * cols + c]) * h[std::size_t(b) * cols + c];
+        out[std::size_t(b) * rows + r] = sum;
+      }
+    }
+    return out;
+  }
+};
+
+template <class T>
+DeviceBuffer<T> poisoned(std::size_t n) {
+  const std::uint16_t nan = std::same_as<T, half> ? 0x7e00 : 0x7fc0;  // a quiet NaN of T
+  return lgtest::to_device(lgtest::stream(), std::vector<T>(n, T{nan}));
+}
+
+template <class T>
+void check_every_kernel(const nn::BasicQuantizedKernels<T>& k, double tolerance) {
+  Stream& s = lgtest::stream();
+  constexpr float eps = 1e-5F;
+  unsigned seed = 100;
+  for (const nn::QuantizedFormat& format : kernel_formats<T>()) {
+    for (const auto& [rows, cols] : {std::pair{40, 256}, std::pair{37, 512}, std::pair{72, 1024}}) {
+      for (const int batch : {1, 3, 8}) {
+        CAPTURE(nn::format_name(format));
+        CAPTURE(rows);
+        CAPTURE(cols);
+        CAPTURE(batch);
+        const Case<T> c(format, rows, cols, batch, seed += 10);
+        const nn::DeviceQuantizedWeight<T> w1(s, c.q1);
+        const nn::DeviceQuantizedWeight<T> w3(s, c.q3);
+        const auto x = lgtest::to_device(s, c.x);
+        const auto g = lgtest::to_device(s, c.g);
+        const std::size_t outputs = std::size_t(batch) * std::size_t(rows);
+        const auto plain = c.inputs(false, eps);
+        const auto normed = c.inputs(true, eps);
+
+        auto out = poisoned<T>(outputs);
+        k.qgemv(k.config(w1.matrix(), rows, cols), w1.matrix(), x.cview(), out.view(), rows, cols, batch).sync_on(s);
+        check_close(lgtest::to_host(s, out.cview()), c.product(c.w1, plain), tolerance);
+
+        // Any block of (32, K, R) with K * R <= 8 and any grid compute the same products (a grid of 2 walks the tiles).
+        for (const Dim3 block : {Dim3{32, 1, 8}, Dim3{32, 8, 1}, Dim3{32, 2, 2}}) {
+          CAPTURE(block.y);
+          out = poisoned<T>(outputs);
+          LaunchConfig few{{2, 1, 1}, block, 0};
+          k.qgemv(few, w1.matrix(), x.cview(), out.view(), rows, cols, batch).sync_on(s);
+          check_close(lgtest::to_host(s, out.cview()), c.product(c.w1, plain), tolerance);
+        }
+
+        auto sum = lgtest::to_device(s, c.residual);
+        k.qgemv_add(k.config(w1.matrix(), rows, cols), w1.matrix(), x.cview(), sum.view(), rows, cols, batch)
+            .sync_on(s);
+        std::vector<double> added = c.product(c.w1, plain);
+        for (std::size_t i = 0; i < outputs; ++i) added[i] += c.residual[i].to_float();
+        check_close(lgtest::to_host(s, sum.cview()), added, tolerance);
+
+        out = poisoned<T>(outputs);
+        k.rms_norm_qgemv(k.config(w1.matrix(), rows, cols), w1.matrix(), x.cview(), g.cview(), out.view(), rows, cols,
+                         eps, batch)
+            .sync_on(s);
+        check_close(lgtest::to_host(s, out.cview()), c.product(c.w1, normed), tolerance);
+
+        out = poisoned<T>(outputs);
+        k.rms_norm_qgemv_swiglu(k.config(w1.matrix(), rows, cols, 2), w1.matrix(), w3.matrix(), x.cview(), g.cview(),
+                                out.view(), rows, cols, eps, batch)
+            .sync_on(s);
+        const std::vector<double> gate = c.product(c.w1, normed);
+        const std::vector<double> up = c.product(c.w3, normed);
+        std::vector<double> swiglu(outputs);
+        for (std::size_t i = 0; i < outputs; ++i) swiglu[i] = gate[i] / (1.0 + std::exp(-gate[i])) * up[i];
+        check_close(lgtest::to_host(s, out.cview()), swiglu, 2 * tolerance);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("every quantized kernel handle matches its kernel's declared parameters, for both element types") {
+  const KernelDeclarations d(nn::kernel_set().sources);
+  for (const char* format : {"_int8", "_int4"}) {
+    CAPTURE(format);
+    for (const std::string element : {"", "_bf16"}) {
+      const auto name = [&](const char* stem) { return stem + element + format; };
+      if (element.empty()) {
+        CHECK_NOTHROW(d.check<void(nn::QuantizedMatrix, const half*, half*, int, int, int)>(name("qgemv")));
+        CHECK_NOTHROW(d.check<void(nn::QuantizedMatrix, const half*, half*, int, int, int)>(name("qgemv_add")));
+        CHECK_NOTHROW(d.check<void(nn::QuantizedMatrix, const half*, const half*, half*, int, int, float, int)>(
+            name("rms_norm_qgemv")));
+        CHECK_NOTHROW(d.check<void(nn::QuantizedMatrix, nn::QuantizedMatrix, const half*, const half*, half*, int, int,
+                                   float, int)>(name("rms_norm_qgemv_swiglu")));
+      } else {
+        CHECK_NOTHROW(d.check<void(nn::QuantizedMatrix, const bfloat16*, bfloat16*, int, int, int)>(name("qgemv")));
+        CHECK_NOTHROW(d.check<void(nn::QuantizedMatrix, nn::QuantizedMatrix, const bfloat16*, const bfloat16*,
+                                   bfloat16*, int, int, float, int)>(name("rms_norm_qgemv_swiglu")));
+      }
+    }
+  }
+}
+
+TEST_SUITE("gpu") {
+  TEST_CASE("quantized kernels over fp16 match float64 products of the dequantized weights, every format and batch") {
+    check_every_kernel(nn::BasicQuantizedKernels<half>(lgtest::nn_kernels()), 5e-3);
+  }
+
+  TEST_CASE("quantized kernels over bf16 match float64 products of the dequantized weights, every format and batch") {
+    check_every_kernel(nn::BasicQuantizedKernels<bfloat16>(lgtest::nn_kernels()), 2e-2);
+  }
+
+  TEST_CASE("a quantized kernel gives each vector of a batch the bits a batch of one gives it") {
+    Stream& s = lgtest::stream();
+    const nn::QuantizedKernels k(lgtest::nn_kernels());
+    for (const nn::QuantizedFormat& format : kernel_formats<half>()) {
+      CAPTURE(nn::format_name(format));
+      constexpr int rows = 72;
+      constexpr int cols = 768;
+      const Case<half> c(format, rows, cols, 8, 7);
+      const nn::DeviceQuantizedWeight<half> w(s, c.q1);
+      const auto x = lgtest::to_device(s, c.x);
+      auto out = poisoned<half>(8 * rows);
+      k.qgemv(k.config(w.matrix(), rows, cols), w.matrix(), x.cview(), out.view(), rows, cols, 8).sync_on(s);
+      const std::vector<half> all = lgtest::to_host(s, out.cview());
+      for (int b = 0; b < 8; ++b) {
+        auto one = poisoned<half>(rows);
+        k.qgemv(k.config(w.matrix(), rows, cols), w.matrix(), x.cview().subspan(std::size_t(b) * cols, cols),
+                one.view(), rows, cols, 1)
+            .sync_on(s);
+        const std::vector<half> alone = lgtest::to_host(s, one.cview());
+        for (int r = 0; r < rows; ++r) CHECK(alone[std::size_t(r)].bits == all[std::size_t(b) * rows + r].bits);
+      }
+    }
+  }
+
+  TEST_CASE("a quantized weight whose scales are not of the kernels' element type is refused, naming it") {
+    const nn::QuantizedWeight bf16_scales =
+        nn::quantize({nn::WeightFormat::int4_group, 128, false, nn::ScaleType::bf16},
+                     "model.layers.0.mlp.down_proj.weight", 8, 128, random_values(8 * 128, 1, 1.0F));
+    CHECK_THROWS_WITH_AS(nn::DeviceQuantizedWeight<half>(lgtest::stream(), bf16_scales),
+                         doctest::Contains("tensor model.layers.0.mlp.down_proj.weight: int4 g128, bf16 scales"),
+                         UsageError);
+    const nn::DeviceQuantizedWeight<bfloat16> fits(lgtest::stream(), bf16_scales);
+    CHECK(fits.bytes() == bf16_scales.bytes());
+    CHECK_THROWS_WITH_AS(nn::check_quantized(fits, 8, 256, 1),
+                         doctest::Contains("a quantized weight of 8 x 128, where 8 x 256 is needed"), UsageError);
+    CHECK_THROWS_WITH_AS(nn::check_quantized(fits, 8, 128, 9), doctest::Contains("batch 9 is outside 1..8"),
+                         UsageError);
+    CHECK_NOTHROW(nn::check_quantized(fits, 8, 128, 8));
+  }
+}
