@@ -134,7 +134,7 @@ struct Bench {
           }
         }
       }
-      const lg::LaunchConfig cfg = quant.config(weights[0].matrices[0], r, c, shape.matrices);
+      const lg::LaunchConfig cfg = quant.config(weights[0].matrices[0], r, c);
       switch (shape.kind) {
         case Shape::plain:
         case Shape::add: {

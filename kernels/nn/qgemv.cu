@@ -12,8 +12,8 @@
 //
 // Requirements (a trap otherwise): the kernel's format and element type, cols a multiple of 128 (int4) or 16 (int8),
 // the group 32, 64 or 128 (int4) or cols (int8), W1 and W3 of one group and symmetry, values, x and g 16-byte aligned,
-// batch 1 to 8. Launch as gemv.cu's tensor-core variants: any block of 1 to 8 warps, any grid; fast: 8 warps per block,
-// a block per 8 rows (Kernels::tensor_core_gemv_config). Early launch as gemv.cu's kernels.
+// batch 1 to 8. Launch: blocks of (32, K, R), K warps per tile of 8 rows and R tiles at a time, K * R <= 8, any grid
+// (qgemv_core.cuh); nn::BasicQuantizedKernels::config picks the fast shape. Early launch as gemv.cu's kernels.
 #include "lazygraph/nn/qgemv_core.cuh"
 
 namespace {

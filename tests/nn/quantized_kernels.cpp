@@ -180,7 +180,7 @@ void check_every_kernel(const nn::BasicQuantizedKernels<T>& k, double tolerance)
         check_close(lgtest::to_host(s, out.cview()), c.product(c.w1, normed), tolerance);
 
         out = poisoned<T>(outputs);
-        k.rms_norm_qgemv_swiglu(k.config(w1.matrix(), rows, cols, 2), w1.matrix(), w3.matrix(), x.cview(), g.cview(),
+        k.rms_norm_qgemv_swiglu(k.config(w1.matrix(), rows, cols), w1.matrix(), w3.matrix(), x.cview(), g.cview(),
                                 out.view(), rows, cols, eps, batch)
             .sync_on(s);
         const std::vector<double> gate = c.product(c.w1, normed);

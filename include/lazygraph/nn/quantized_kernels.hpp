@@ -93,8 +93,8 @@ class QuantizedKernel<void(QuantizedMatrix, Rest...)> {
 
 /// Typed handles to the quantized kernels over activations of T (kernels/nn/qgemv.cu; bf16: the _bf16 kernels).
 /// Each runs 1 to 8 vectors on tensor cores (compute capability 8.0 or newer). W, W1 and W3 are rows x cols; x
-/// [batch][cols]; out [batch][rows]. The kernels trap on arguments they cannot read; the blocks of this layer
-/// check shapes on the host first (check_quantized).
+/// [batch][cols]; out [batch][rows]. The kernels trap on arguments they cannot read (a trap is reported at the next
+/// synchronisation); check_quantized checks a weight's shape and the batch on the host first.
 template <Element T>
 struct BasicQuantizedKernels {
   /// The handles. \throws UsageError on a GPU without tensor cores (check_tensor_cores).
@@ -113,14 +113,13 @@ struct BasicQuantizedKernels {
   /// Whether launches are early (as BasicKernels::step_config).
   bool early_launch = true;
 
-  /// Launch shape of a kernel here for `rows` x `cols` weights of `w`'s format, `matrices` of them per row (2 for
-  /// rms_norm_qgemv_swiglu): blocks of 8 warps, K warps per tile of 8 rows sharing out its columns and 8 / K tiles at a
+  /// Launch shape of a kernel here for `rows` x `cols` weights of `w`'s format (one or two matrices per row alike):
+  /// blocks of 8 warps, K warps per tile of 8 rows sharing out its columns and 8 / K tiles at a
   /// time. K is the smallest power of two that still gives the grid 512 blocks (4 per multiprocessor of an H100), at
   /// most 8 and at most the row's steps (4 lanes' 16-byte loads, qgemv_core.cuh): few warps per tile leave each warp
   /// several steps, whose loads overlap the dequantizing of the ones before; small matrices need many warps per
   /// tile to fill the GPU at all.
-  [[nodiscard]] LaunchConfig config(const QuantizedMatrix& w, int rows, int cols, int matrices = 1) const {
-    (void)matrices;
+  [[nodiscard]] LaunchConfig config(const QuantizedMatrix& w, int rows, int cols) const {
     const int chunks = cols / (w.kind == static_cast<int>(WeightFormat::int4_group) ? 32 : 16);
     const unsigned steps = (static_cast<unsigned>(chunks) + 3) / 4;
     const unsigned tiles = (static_cast<unsigned>(rows) + 7) / 8;
