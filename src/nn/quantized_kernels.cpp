@@ -1,6 +1,5 @@
 #include "lazygraph/nn/quantized_kernels.hpp"
 
-#include <span>
 #include <string>
 
 namespace lazygraph::nn {
@@ -15,21 +14,14 @@ const QuantizedWeight& checked_scale_type(const QuantizedWeight& weight) {
   }
   return weight;
 }
-
-template <class Value>
-DeviceBuffer<Value> uploaded(const Stream& stream, std::span<const Value> host) {
-  DeviceBuffer<Value> out(stream.device(), host.size());
-  copy(out.view(), host).sync_on(stream);
-  return out;
-}
 }  // namespace
 
 template <Element T>
 DeviceQuantizedWeight<T>::DeviceQuantizedWeight(const Stream& stream, const QuantizedWeight& weight)
     : layout_(checked_scale_type<T>(weight).layout()),
-      values_(uploaded(stream, weight.values())),
-      scales_(uploaded(stream, weight.scale_bits())) {
-  if (!weight.zeros().empty()) zeros_ = uploaded(stream, weight.zeros());
+      values_(from_host(weight.values()).sync_on(stream)),
+      scales_(from_host(weight.scale_bits()).sync_on(stream)) {
+  if (!weight.zeros().empty()) zeros_ = from_host(weight.zeros()).sync_on(stream);
 }
 
 template <Element T>
