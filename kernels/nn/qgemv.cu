@@ -5,15 +5,16 @@
 //   rms_norm_qgemv(W, x, g, out, rows, cols, eps, batch)         out = W (x / rms(x) * g)
 //   rms_norm_qgemv_swiglu(W1, W3, x, g, out, rows, cols, eps, batch)   out = silu(W1 h) * (W3 h), h = x / rms(x) * g
 // W is a QuantizedMatrix (by value) of rows x cols, x [batch][cols], out [batch][rows]. Each kernel comes per element
-// type (NAME, NAME_bf16: x, g, out and the scales in it) and format (NAME_int8..., NAME_int4...: qgemv_int8,
-// qgemv_bf16_int4, ...); the host picks the format from W (nn::QuantizedKernel). One rounding per output, as gemv.cu's
-// tensor-core variants: x * g is rounded to the element type before the mma (the weights are exact integers there);
-// the scales multiply the fp32 sums.
+// type (NAME, NAME_bf16: x, g, out and the scales in it) and format (NAME_int8, NAME_int4 symmetric, NAME_int4z with
+// zero points: qgemv_int8, qgemv_bf16_int4z, ...); the host picks the format from W (nn::QuantizedKernel). One rounding
+// per output, as gemv.cu's tensor-core variants: x * g is rounded to the element type before the mma (the weights are
+// exact integers there); the scales multiply the fp32 sums.
 //
-// Requirements (a trap otherwise): the kernel's format and element type, cols a multiple of 128 (int4) or 16 (int8),
-// the group 32, 64 or 128 (int4) or cols (int8), W1 and W3 of one group and symmetry, values, x and g 16-byte aligned,
-// batch 1 to 8. Launch: blocks of (32, K, R), K warps per tile of 8 rows and R tiles at a time, K * R <= 8, any grid
-// (qgemv_core.cuh); nn::BasicQuantizedKernels::config picks the fast shape. Early launch as gemv.cu's kernels.
+// Requirements (a trap otherwise): the kernel's format and element type, cols a multiple of 64 (int4) or 32 (int8),
+// the group 32, 64 or 128 (int4, dividing cols) or cols (int8), W1 and W3 of one group and symmetry, values, x and g
+// 16-byte aligned, batch 1 to 8. Launch: blocks of (32, K, R), K warps per tile of 16 rows and R tiles at a time,
+// K * R <= 16, any grid (qgemv_core.cuh); nn::BasicQuantizedKernels::config picks the fast shape. Early launch as
+// gemv.cu's kernels.
 #include "lazygraph/nn/qgemv_core.cuh"
 
 namespace {
@@ -21,8 +22,8 @@ namespace {
 using namespace lg::nn;
 
 template <int F, class T>
-__device__ __forceinline__ QuantizedRows<1, T> rows_of(const QuantizedMatrix& W, int cols) {
-  return {{W}, cols, quantized_row_bytes<F>(cols), cols / W.group};
+__device__ __forceinline__ QuantizedTiles<1, T> tiles_of(const QuantizedMatrix& W, int cols) {
+  return {{W}, quantized_tile_bytes<F>(cols), cols / W.group};
 }
 
 template <int F, class T>
@@ -38,22 +39,22 @@ __device__ __forceinline__ T& at(T* out, int rows, int row, int b) {
 template <int F, class T>
 __device__ __forceinline__ void qgemv_body(QuantizedMatrix W, const T* x, T* out, int rows, int cols, int batch) {
   if (!supported<F>(W, cols, batch, x, x)) __trap();
-  const QuantizedRows<1, T> w = rows_of<F, T>(W, cols);
-  prefetch_quantized(w, rows);
-  qgemv_rows_mma<F>(w, PlainX<T>{x, cols}, rows, cols, batch, 0.0f,
-                    [&](int row, int b, const float* v) { at(out, rows, row, b) = lg::from_float<T>(v[0]); });
+  const QuantizedTiles<1, T> w = tiles_of<F, T>(W, cols);
+  prefetch_quantized<4>(w, rows);
+  qgemv_tiles<F>(w, PlainX<T>{x, cols}, rows, cols, batch, 0.0f,
+                 [&](int row, int b, const float* v) { at(out, rows, row, b) = lg::from_float<T>(v[0]); });
 }
 
 template <int F, class T>
 __device__ __forceinline__ void qgemv_add_body(QuantizedMatrix W, const T* x, T* out, int rows, int cols, int batch) {
   if (!supported<F>(W, cols, batch, x, x)) __trap();
-  const QuantizedRows<1, T> w = rows_of<F, T>(W, cols);
+  const QuantizedTiles<1, T> w = tiles_of<F, T>(W, cols);
   // The residual this thread adds to first, read right after the wait (as gemv.cu's gemv_add).
   float residual = 0.0f;
   int residual_row = -1;
   int residual_vector = -1;
-  prefetch_quantized(w, rows);
-  qgemv_rows_mma<F>(
+  prefetch_quantized<4>(w, rows);
+  qgemv_tiles<F>(
       w, PlainX<T>{x, cols}, rows, cols, batch, 0.0f,
       [&](int row, int b, const float* v) {
         T& o = at(out, rows, row, b);
@@ -72,41 +73,39 @@ template <int F, class T>
 __device__ __forceinline__ void rms_norm_qgemv_body(QuantizedMatrix W, const T* x, const T* g, T* out, int rows,
                                                     int cols, float eps, int batch) {
   if (!supported<F>(W, cols, batch, x, g)) __trap();
-  const QuantizedRows<1, T> w = rows_of<F, T>(W, cols);
-  prefetch_quantized(w, rows);
-  qgemv_rows_mma<F>(w, GainedX<T>{x, g, cols}, rows, cols, batch, eps,
-                    [&](int row, int b, const float* v) { at(out, rows, row, b) = lg::from_float<T>(v[0]); });
+  const QuantizedTiles<1, T> w = tiles_of<F, T>(W, cols);
+  prefetch_quantized<4>(w, rows);
+  qgemv_tiles<F>(w, GainedX<T>{x, g, cols}, rows, cols, batch, eps,
+                 [&](int row, int b, const float* v) { at(out, rows, row, b) = lg::from_float<T>(v[0]); });
 }
 
 template <int F, class T>
 __device__ __forceinline__ void rms_norm_qgemv_swiglu_body(QuantizedMatrix W1, QuantizedMatrix W3, const T* x,
                                                            const T* g, T* out, int rows, int cols, float eps,
                                                            int batch) {
-  if (!supported<F>(W1, cols, batch, x, g) || !quantized_supported<F>(W3, cols) || W1.group != W3.group ||
-      (W1.zeros == nullptr) != (W3.zeros == nullptr)) {
+  if (!supported<F>(W1, cols, batch, x, g) || !quantized_supported<F>(W3, cols) || W1.group != W3.group) {
     __trap();
   }
-  const QuantizedRows<2, T> w{{W1, W3}, cols, quantized_row_bytes<F>(cols), cols / W1.group};
-  prefetch_quantized(w, rows);
-  qgemv_rows_mma<F>(w, GainedX<T>{x, g, cols}, rows, cols, batch, eps, [&](int row, int b, const float* v) {
-    at(out, rows, row, b) = lg::from_float<T>(silu(v[0]) * v[1]);
-  });
+  const QuantizedTiles<2, T> w{{W1, W3}, quantized_tile_bytes<F>(cols), cols / W1.group};
+  prefetch_quantized<2>(w, rows);
+  qgemv_tiles<F>(w, GainedX<T>{x, g, cols}, rows, cols, batch, eps,
+                 [&](int row, int b, const float* v) { at(out, rows, row, b) = lg::from_float<T>(silu(v[0]) * v[1]); });
 }
 
 }  // namespace
 
-// The entry points, one per element type and format (qgemv_int8, qgemv_int4, qgemv_bf16_int8, ...), 8 warps a block
-// at most, 2 blocks per multiprocessor as gemv.cu's tensor-core variants.
+// The entry points, one per element type and format (qgemv_int8, qgemv_int4, qgemv_bf16_int8, ...), 16 warps a block
+// at most, one block per multiprocessor (128 registers a thread).
 /* lazygraph:variants
 axis T = lg::half_t | lg::bf16_t _bf16
-axis F = kInt8 _int8 | kInt4 _int4
+axis F = kInt8 _int8 | kInt4 _int4 | kInt4Zero _int4z
 
-qgemv[T][F] __launch_bounds__(256, 2) =
+qgemv[T][F] __launch_bounds__(512, 1) =
     qgemv_body<F>(QuantizedMatrix W, const T* x, T* out, int rows, int cols, int batch)
-qgemv_add[T][F] __launch_bounds__(256, 2) =
+qgemv_add[T][F] __launch_bounds__(512, 1) =
     qgemv_add_body<F>(QuantizedMatrix W, const T* x, T* out, int rows, int cols, int batch)
-rms_norm_qgemv[T][F] __launch_bounds__(256, 2) =
+rms_norm_qgemv[T][F] __launch_bounds__(512, 1) =
     rms_norm_qgemv_body<F>(QuantizedMatrix W, const T* x, const T* g, T* out, int rows, int cols, float eps, int batch)
-rms_norm_qgemv_swiglu[T][F] __launch_bounds__(256, 2) = rms_norm_qgemv_swiglu_body<F>(QuantizedMatrix W1,
+rms_norm_qgemv_swiglu[T][F] __launch_bounds__(512, 1) = rms_norm_qgemv_swiglu_body<F>(QuantizedMatrix W1,
     QuantizedMatrix W3, const T* x, const T* g, T* out, int rows, int cols, float eps, int batch)
 */

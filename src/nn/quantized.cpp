@@ -87,32 +87,15 @@ bool quantize_group(std::span<const float> w, const QuantizedLayout& layout, dou
   return true;
 }
 
-/// Where element `col` of an int4 row lies (the header's layout): its byte in the row and whether it is the high
-/// nibble.
-struct NibbleAt {
-  std::size_t byte;
-  bool high;
-};
-NibbleAt int4_position(int col) {
-  const int block = col / 128;
-  const int j = col % 128 / 32;  // the word of its lane's 16 bytes
-  const int t = col % 32 / 8;    // the lane's 16 bytes in the block
-  const int e = col % 8;         // the element in the word
-  const int word = block * 16 + 4 * t + j;
-  const int bit = 4 * (e / 2) + 16 * (e % 2);
-  return {static_cast<std::size_t>(4 * word + bit / 8), bit % 8 == 4};
-}
-
 void store_value(std::vector<std::uint8_t>& values, const QuantizedLayout& layout, int row, int col, int q) {
-  const std::size_t row_start = static_cast<std::size_t>(row) * layout.row_value_bytes();
+  const QuantizedLayout::ValuePosition at = layout.value_position(row, col);
+  std::uint8_t& byte = values[at.byte];
   if (layout.format().kind == WeightFormat::int8_channel) {
-    values[row_start + static_cast<std::size_t>(col)] = static_cast<std::uint8_t>(static_cast<std::int8_t>(q));
+    byte = static_cast<std::uint8_t>(q + 128);  // offset binary
     return;
   }
   const auto nibble = static_cast<std::uint8_t>(static_cast<unsigned>(q) & 0xFU);
-  const NibbleAt at = int4_position(col);
-  std::uint8_t& byte = values[row_start + at.byte];
-  byte = static_cast<std::uint8_t>(at.high ? ((byte & 0x0FU) | (nibble << 4U)) : ((byte & 0xF0U) | nibble));
+  byte = static_cast<std::uint8_t>(at.high_nibble ? ((byte & 0x0FU) | (nibble << 4U)) : ((byte & 0xF0U) | nibble));
 }
 
 }  // namespace
@@ -143,9 +126,9 @@ QuantizedLayout::QuantizedLayout(std::string name, QuantizedFormat format, int r
       fail(name_, "format 'dense' is not a quantized format");
     case WeightFormat::int8_channel:
       if (format.asymmetric) fail(name_, "int8 is symmetric only (no zero points); asymmetric int8 was asked for");
-      if (cols % 16 != 0) {
+      if (cols % 32 != 0) {
         fail(name_, "int8 needs the input dimension (" + std::to_string(cols) +
-                        ") to be a multiple of 16, so that each row is whole 16-byte vectors");
+                        ") to be a multiple of 32, the columns of one step of its kernels");
       }
       return;
     case WeightFormat::int4_group:
@@ -156,9 +139,9 @@ QuantizedLayout::QuantizedLayout(std::string name, QuantizedFormat format, int r
         fail(name_, "int4 group size " + std::to_string(format.group) + " does not divide the input dimension (" +
                         std::to_string(cols) + ")");
       }
-      if (cols % 128 != 0) {
+      if (cols % 64 != 0) {
         fail(name_, "int4 needs the input dimension (" + std::to_string(cols) +
-                        ") to be a multiple of 128, the blocks its layout interleaves");
+                        ") to be a multiple of 64, the columns of one step of its kernels");
       }
       return;
   }
@@ -173,6 +156,35 @@ std::array<int, 2> QuantizedLayout::q_range() const noexcept {
 std::size_t QuantizedLayout::row_value_bytes() const noexcept {
   const auto k = static_cast<std::size_t>(cols_);
   return format_.kind == WeightFormat::int8_channel ? k : k / 2;
+}
+
+QuantizedLayout::ValuePosition QuantizedLayout::value_position(int row, int col) const noexcept {
+  const int g = row % 8;       // the lane's row pair within the tile
+  const int h = row % 16 / 8;  // 0: row g of the tile, 1: row g + 8
+  const auto tile = static_cast<std::size_t>(row / tile_rows);
+  const bool int4 = format_.kind == WeightFormat::int4_group;
+  const int step_cols = int4 ? 64 : 32;
+  const int s = col / step_cols;  // the step along K
+  const int c_step = col % step_cols;
+  const int t = c_step % 32 / 8;  // the lane's place in its row group
+  const int lane = 4 * g + t;
+  std::size_t byte = tile * tile_rows * row_value_bytes() + 512 * static_cast<std::size_t>(s) + 16 * lane;
+  if (int4) {
+    const int j = 2 * (c_step / 32) + c_step % 8 / 4;  // the word, and the mma it feeds
+    const int c = c_step % 4;                          // the column among the mma's four of this lane
+    const int n = 4 * (c % 2) + 2 * (c / 2) + h;       // the nibble in the word
+    return {byte + 4 * static_cast<std::size_t>(j) + static_cast<std::size_t>(n / 2), n % 2 == 1};
+  }
+  const int j = c_step % 8 / 4;
+  const int c = c_step % 4;
+  return {byte + 4 * static_cast<std::size_t>(2 * j + h) + static_cast<std::size_t>(c), false};
+}
+
+std::size_t QuantizedLayout::scale_index(int row, int col) const noexcept {
+  const auto tile = static_cast<std::size_t>(row / tile_rows);
+  const auto k = static_cast<std::size_t>(col / group());
+  return ((tile * static_cast<std::size_t>(groups_per_row()) + k) * 8 + static_cast<std::size_t>(row % 8)) * 2 +
+         static_cast<std::size_t>(row % 16 / 8);
 }
 
 QuantizedWeight::QuantizedWeight(QuantizedLayout layout, std::vector<std::uint8_t> values,
@@ -197,14 +209,24 @@ QuantizedWeight::QuantizedWeight(QuantizedLayout layout, std::vector<std::uint8_
       fail(name, "scale " + std::to_string(i) + " (" + std::to_string(s) + ") is not a finite non-negative number");
     }
   }
+  for (int row = layout_.rows(); row < layout_.tiles() * QuantizedLayout::tile_rows; ++row) {
+    for (int k = 0; k < layout_.groups_per_row(); ++k) {
+      const std::size_t i = layout_.scale_index(row, k * layout_.group());
+      if (scale_value(scale_bits_[i], type) != 0) {
+        fail(name, "scale " + std::to_string(i) + " belongs to padding row " + std::to_string(row) +
+                       " of the last tile and must be 0");
+      }
+    }
+  }
   for (std::size_t i = 0; i < zeros_.size(); ++i) {
     if (zeros_[i] > 15)
       fail(name, "zero point " + std::to_string(i) + " (" + std::to_string(zeros_[i]) + ") is above 15");
   }
   if (layout_.format().kind == WeightFormat::int8_channel) {
-    const auto it = std::find(values_.begin(), values_.end(), std::uint8_t{0x80});
+    const auto it = std::find(values_.begin(), values_.end(), std::uint8_t{0});
     if (it != values_.end()) {
-      fail(name, "int8 value at byte " + std::to_string(it - values_.begin()) + " is -128, outside [-127, 127]");
+      fail(name, "int8 value at byte " + std::to_string(it - values_.begin()) +
+                     " is 0, offset binary for -128, outside [-127, 127]");
     }
   }
 }
@@ -216,31 +238,23 @@ void QuantizedWeight::check_element(int row, int col) const {
   }
 }
 
-std::size_t QuantizedWeight::group_index(int row, int col) const noexcept {
-  return static_cast<std::size_t>(row) * static_cast<std::size_t>(layout_.groups_per_row()) +
-         static_cast<std::size_t>(col / layout_.group());
-}
-
 int QuantizedWeight::value(int row, int col) const {
   check_element(row, col);
-  const std::size_t row_start = static_cast<std::size_t>(row) * layout_.row_value_bytes();
-  if (layout_.format().kind == WeightFormat::int8_channel) {
-    return static_cast<std::int8_t>(values_[row_start + static_cast<std::size_t>(col)]);
-  }
-  const NibbleAt at = int4_position(col);
-  const std::uint8_t byte = values_[row_start + at.byte];
-  const int nibble = static_cast<int>((at.high ? byte >> 4U : byte) & 0xFU);
+  const QuantizedLayout::ValuePosition at = layout_.value_position(row, col);
+  const std::uint8_t byte = values_[at.byte];
+  if (layout_.format().kind == WeightFormat::int8_channel) return static_cast<int>(byte) - 128;
+  const int nibble = static_cast<int>((at.high_nibble ? byte >> 4U : byte) & 0xFU);
   return layout_.format().asymmetric ? nibble : (nibble ^ 8) - 8;  // sign-extends the two's-complement nibble
 }
 
 float QuantizedWeight::scale(int row, int col) const {
   check_element(row, col);
-  return scale_value(scale_bits_[group_index(row, col)], layout_.format().scale_type);
+  return scale_value(scale_bits_[layout_.scale_index(row, col)], layout_.format().scale_type);
 }
 
 int QuantizedWeight::zero(int row, int col) const {
   check_element(row, col);
-  return layout_.format().asymmetric ? zeros_[group_index(row, col)] : 0;
+  return layout_.format().asymmetric ? zeros_[layout_.scale_index(row, col)] : 0;
 }
 
 float QuantizedWeight::dequantized(int row, int col) const {
@@ -271,7 +285,8 @@ QuantizedWeight quantize(const QuantizedFormat& format, std::string_view name, i
                      std::to_string(weights[i]) + ", not finite");
     }
   }
-  std::vector<std::uint8_t> values(layout.value_bytes());
+  // Padding rows are zero weights: q 0 (int8: offset binary 128) with scale 0.
+  std::vector<std::uint8_t> values(layout.value_bytes(), format.kind == WeightFormat::int8_channel ? 128 : 0);
   std::vector<std::uint16_t> scale_bits(layout.scale_count());
   std::vector<std::uint8_t> zeros(layout.zero_bytes());
   const auto group = static_cast<std::size_t>(layout.group());
@@ -298,8 +313,7 @@ QuantizedWeight quantize(const QuantizedFormat& format, std::string_view name, i
           have_best = true;
         }
       }
-      const std::size_t index =
-          static_cast<std::size_t>(r) * static_cast<std::size_t>(layout.groups_per_row()) + static_cast<std::size_t>(g);
+      const std::size_t index = layout.scale_index(r, static_cast<int>(first_col));
       scale_bits[index] = best.scale_bits;
       if (format.asymmetric) zeros[index] = static_cast<std::uint8_t>(best.zero);
       for (std::size_t i = 0; i < group; ++i) {

@@ -49,7 +49,8 @@ BasicQuantizedKernels<T>::BasicQuantizedKernels(const KernelLibrary& library)
             "qgemv" + std::string(kernel_suffix<T>)),
       qgemv_add(library, "qgemv_add" + std::string(kernel_suffix<T>)),
       rms_norm_qgemv(library, "rms_norm_qgemv" + std::string(kernel_suffix<T>)),
-      rms_norm_qgemv_swiglu(library, "rms_norm_qgemv_swiglu" + std::string(kernel_suffix<T>)) {}
+      rms_norm_qgemv_swiglu(library, "rms_norm_qgemv_swiglu" + std::string(kernel_suffix<T>)),
+      multiprocessors(library.device().sm_count()) {}
 
 template class DeviceQuantizedWeight<half>;
 template class DeviceQuantizedWeight<bfloat16>;

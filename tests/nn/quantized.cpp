@@ -137,40 +137,69 @@ TEST_CASE("symmetric formats quantize w and -w to q and -q") {
   }
 }
 
-TEST_CASE("int4 symmetric: two's-complement nibbles, interleaved in blocks of 128, rows of K / 2 bytes") {
-  // Row 0's q values (each in [-7, 7], and 7 in every group of 32, so every scale is exactly 1); row 1 is row 0
-  // times 2. The pattern is irregular so that any misplaced element shows.
-  std::vector<int> q0(256);
-  for (std::size_t k = 0; k < q0.size(); ++k) q0[k] = k % 32 == 0 ? 7 : static_cast<int>((k * 37 + 11) % 15) - 7;
+TEST_CASE("int4 symmetric: two's-complement nibbles in tiles of 16 rows, each lane's rows g and g + 8 together") {
+  // 18 rows (a second tile of 2 real rows and 14 padding rows) of 128 columns; row r's q values are an irregular
+  // pattern in [-7, 7] with 7 in every group of 32, so every scale is exactly r + 1.
+  constexpr int rows = 18;
+  constexpr int cols = 128;
+  const auto q_at = [](int r, int k) { return k % 32 == 0 ? 7 : (k * 37 + r * 11 + 5) % 15 - 7; };
   std::vector<float> w;
-  for (const int q : q0) w.push_back(static_cast<float>(q));
-  for (const int q : q0) w.push_back(static_cast<float>(2 * q));
-  const QuantizedWeight q = quantize({WeightFormat::int4_group, 32, false, ScaleType::f16}, "w", 2, 256, w);
-  REQUIRE(q.values().size() == 256);
-  REQUIRE(q.layout().row_value_bytes() == 128);
-  // Word 4t + j of a block holds elements 32j + 8t + e, e in 0..7, element e at bits 4 (e / 2) + 16 (e % 2).
-  for (std::size_t k = 0; k < 256; ++k) {
-    CAPTURE(k);
-    const std::size_t block = k / 128;
-    const std::size_t j = k % 128 / 32;
-    const std::size_t t = k % 32 / 8;
-    const std::size_t e = k % 8;
-    const std::uint32_t nibble = (word(q.values(), block * 16 + 4 * t + j) >> (4 * (e / 2) + 16 * (e % 2))) & 0xFU;
-    CHECK(nibble == (static_cast<std::uint32_t>(q0[k]) & 0xFU));
-    CHECK(q.value(0, static_cast<int>(k)) == q0[k]);
-    CHECK(q.value(1, static_cast<int>(k)) == q0[k]);               // row 1 starts at byte 128, same q
-    CHECK(q.dequantized(1, static_cast<int>(k)) == 2.0F * q0[k]);  // with scale 2
+  for (int r = 0; r < rows; ++r) {
+    for (int k = 0; k < cols; ++k) w.push_back(static_cast<float>(q_at(r, k) * (r + 1)));
   }
-  for (std::size_t i = 0; i < 128; ++i) CHECK(q.values()[128 + i] == q.values()[i]);  // ... and the same bytes
-  // One word spelled out: word 0 holds elements 0..7, the even ones in its low half-word.
+  const QuantizedWeight q = quantize({WeightFormat::int4_group, 32, false, ScaleType::f16}, "w", rows, cols, w);
+  REQUIRE(q.layout().tiles() == 2);
+  REQUIRE(q.values().size() == 2U * 16U * 64U);
+  // The rule, spelled out independently of value_position: tile i at 16 R i (R = 64), step s (64 columns) at 512 s,
+  // lane 4g + t at 16 (4g + t); word j = 2 (c / 32) + c % 8 / 4 of column c in the step; nibble 4 (c % 2) +
+  // 2 (c % 4 / 2) + h for row g + 8h.
+  std::vector<bool> seen(q.values().size() * 2);
+  for (int r = 0; r < rows; ++r) {
+    for (int k = 0; k < cols; ++k) {
+      CAPTURE(r);
+      CAPTURE(k);
+      const int g = r % 8;
+      const int h = r % 16 / 8;
+      const int c = k % 64;
+      const int lane = 4 * g + c % 32 / 8;
+      const int j = 2 * (c / 32) + c % 8 / 4;
+      const int n = 4 * (c % 2) + 2 * (c % 4 / 2) + h;
+      const std::size_t word_index = (1024 * static_cast<std::size_t>(r / 16) + 512 * static_cast<std::size_t>(k / 64) +
+                                      16 * static_cast<std::size_t>(lane)) /
+                                         4 +
+                                     static_cast<std::size_t>(j);
+      const std::uint32_t nibble = (word(q.values(), word_index) >> (4 * n)) & 0xFU;
+      CHECK(nibble == (static_cast<std::uint32_t>(q_at(r, k)) & 0xFU));
+      CHECK(q.value(r, k) == q_at(r, k));
+      CHECK(q.dequantized(r, k) == static_cast<float>(q_at(r, k) * (r + 1)));
+      CHECK_FALSE(seen[8 * word_index + static_cast<std::size_t>(n)]);  // no two elements share a nibble
+      seen[8 * word_index + static_cast<std::size_t>(n)] = true;
+    }
+  }
+  // One word spelled out: lane 0's word 0 holds rows 0 and 8, columns 0..3; bits 0..3 and 16..19 row 0's columns
+  // 0 and 1, bits 8..11 and 24..27 its columns 2 and 3, the nibbles between them row 8's.
   std::uint32_t expected = 0;
-  for (std::uint32_t e = 0; e < 8; ++e) {
-    expected |= (static_cast<std::uint32_t>(q0[e]) & 0xFU) << (4 * (e / 2) + 16 * (e % 2));
+  for (int c = 0; c < 4; ++c) {
+    for (int h = 0; h < 2; ++h) {
+      expected |= (static_cast<std::uint32_t>(q_at(8 * h, c)) & 0xFU) << (4 * (4 * (c % 2) + 2 * (c / 2) + h));
+    }
   }
   CHECK(word(q.values(), 0) == expected);
-  REQUIRE(q.scale_bits().size() == 16);
-  CHECK(q.scale_bits()[0] == 0x3C00);  // 1.0 in fp16
-  CHECK(q.scale_bits()[8] == 0x4000);  // 2.0 in fp16: row 1's first group
+  // Padding rows are zeros, with scale 0.
+  for (int r = rows; r < 32; ++r) {
+    for (int k = 0; k < cols; ++k) {
+      const QuantizedLayout::ValuePosition at = q.layout().value_position(r, k);
+      CHECK(((at.high_nibble ? q.values()[at.byte] >> 4U : q.values()[at.byte]) & 0xFU) == 0);
+    }
+  }
+  // Scales: ((tile * G + group) * 8 + g) * 2 + h, G = 4.
+  REQUIRE(q.scale_bits().size() == 2U * 16U * 4U);
+  CHECK(q.scale_bits()[0] == 0x3C00);       // row 0, group 0: 1.0
+  CHECK(q.scale_bits()[1] == 0x4880);       // row 8, group 0: 9.0
+  CHECK(q.scale_bits()[2] == 0x4000);       // row 1, group 0: 2.0
+  CHECK(q.scale_bits()[16 + 2] == 0x4000);  // row 1, group 1
+  CHECK(q.scale_bits()[64 + 2] == 0x4C80);  // row 17 (tile 1, g 1), group 0: 18.0
+  CHECK(q.scale_bits()[64 + 1] == 0);       // row 24: padding
   CHECK(q.zeros().empty());
 }
 
@@ -179,35 +208,52 @@ TEST_CASE("int4 asymmetric: q in [0, 15] with a zero point byte per group") {
   std::vector<float> w;
   for (int i = 0; i < 128; ++i) w.push_back(static_cast<float>((i % 16) - 3) * 0.5F);
   const QuantizedWeight q = quantize({WeightFormat::int4_group, 32, true, ScaleType::bf16}, "w", 1, 128, w);
-  REQUIRE(q.values().size() == 64);
-  // Word 0 holds elements 0..7 (q 0..7): the even ones in the low half-word, the odd ones in the high.
-  CHECK(word(q.values(), 0) == 0x75316420U);
-  // Word 4 (the second lane's first word) holds elements 8..15 (q 8..15).
-  CHECK(word(q.values(), 4) == 0xFDB9ECA8U);
-  REQUIRE(q.scale_bits().size() == 4);
-  CHECK(q.scale_bits()[0] == 0x3F00);  // 0.5 in bf16
-  REQUIRE(q.zeros().size() == 4);
+  REQUIRE(q.values().size() == 16U * 64U);
+  // Lane 0's word 0: row 0's columns 0..3 (q 0..3) at nibbles 0, 4, 2, 6; row 8 is padding.
+  CHECK(word(q.values(), 0) == 0x03010200U);
+  // Its word 1: columns 4..7 (q 4..7).
+  CHECK(word(q.values(), 1) == 0x07050604U);
+  // Lane 1's word 0: columns 8..11 (q 8..11).
+  CHECK(word(q.values(), 4) == 0x0B090A08U);
+  REQUIRE(q.scale_bits().size() == 16U * 4U);
+  CHECK(q.scale_bits()[0] == 0x3F00);   // 0.5 in bf16
+  CHECK(q.scale_bits()[16] == 0x3F00);  // group 1
+  REQUIRE(q.zeros().size() == 16U * 4U);
   CHECK(q.zeros()[0] == 3);
+  CHECK(q.zeros()[1] == 0);  // padding row 8
   for (int k = 0; k < 128; ++k) CHECK(q.dequantized(0, k) == w[static_cast<std::size_t>(k)]);
 }
 
-TEST_CASE("int8: one two's-complement byte per element, q in [-127, 127], one scale per row") {
+TEST_CASE("int8: one offset-binary byte per element, q in [-127, 127], one scale per row") {
   const std::vector<int> q0 = {127, -127, 1, -1, 0, 64, -64, 5, -5, 100, -100, 2, 3, 4, 6, 7};
+  constexpr int cols = 32;
   std::vector<float> w;
-  for (const int q : q0) w.push_back(static_cast<float>(q) * 0.25F);
-  for (const int q : q0) w.push_back(static_cast<float>(-q) * 4.0F);
-  const QuantizedWeight q = quantize({WeightFormat::int8_channel, 0, false, ScaleType::f16}, "w", 2, 16, w);
-  REQUIRE(q.values().size() == 32);
-  const std::vector<std::uint8_t> row0 = {0x7F, 0x81, 0x01, 0xFF, 0x00, 0x40, 0xC0, 0x05,
-                                          0xFB, 0x64, 0x9C, 0x02, 0x03, 0x04, 0x06, 0x07};
-  CHECK(std::equal(row0.begin(), row0.end(), q.values().begin()));
-  for (std::size_t k = 0; k < 16; ++k) {
-    CHECK(q.values()[16 + k] == static_cast<std::uint8_t>(-row0[k]));  // row 1 at byte 16 holds -q
+  for (int k = 0; k < cols; ++k) w.push_back(static_cast<float>(q0[k % 16]) * 0.25F);
+  for (int r = 1; r < 9; ++r) {
+    for (int k = 0; k < cols; ++k) w.push_back(static_cast<float>(-q0[k % 16] * r) * 0.5F);
   }
-  REQUIRE(q.scale_bits().size() == 2);
-  CHECK(q.scale_bits()[0] == 0x3400);  // 0.25 in fp16
-  CHECK(q.scale_bits()[1] == 0x4400);  // 4.0 in fp16
-  CHECK(q.layout().group() == 16);
+  const QuantizedWeight q = quantize({WeightFormat::int8_channel, 0, false, ScaleType::f16}, "w", 9, cols, w);
+  REQUIRE(q.values().size() == 16U * 32U);
+  // Lane 4g + t's 16 bytes: words 2j + h hold row g + 8h, columns 8t + 4j .. + 3.
+  for (int k = 0; k < cols; ++k) {
+    CAPTURE(k);
+    const std::size_t lane_start = 16 * static_cast<std::size_t>(k / 8);  // row 0: g = 0, t = k / 8
+    const std::size_t j = static_cast<std::size_t>(k % 8 / 4);
+    CHECK(q.values()[lane_start + 4 * 2 * j + static_cast<std::size_t>(k % 4)] == q0[k % 16] + 128);
+    CHECK(q.value(0, k) == q0[k % 16]);
+    // Row 8 (g 0, h 1): -q * 8 * 0.5 = -q * 4 with scale 4, in words 2j + 1.
+    CHECK(q.values()[lane_start + 4 * (2 * j + 1) + static_cast<std::size_t>(k % 4)] == 128 - q0[k % 16]);
+    CHECK(q.dequantized(8, k) == static_cast<float>(-q0[k % 16] * 4));
+  }
+  const std::vector<std::uint8_t> lane0 = {255, 1, 129, 127, 1, 255, 127, 129, 128, 192, 64, 133, 128, 64, 192, 123};
+  CHECK(std::equal(lane0.begin(), lane0.end(), q.values().begin()));
+  CHECK(q.values()[q.layout().value_position(15, 31).byte] == 128);  // padding: q 0
+  REQUIRE(q.scale_bits().size() == 16U);
+  CHECK(q.scale_bits()[0] == 0x3400);  // row 0: 0.25 in fp16
+  CHECK(q.scale_bits()[1] == 0x4400);  // row 8: 4.0
+  CHECK(q.scale_bits()[2] == 0x3800);  // row 1: 0.5
+  CHECK(q.scale_bits()[3] == 0);       // row 9: padding
+  CHECK(q.layout().group() == cols);
   CHECK(q.layout().groups_per_row() == 1);
 }
 
@@ -283,7 +329,7 @@ TEST_CASE("bytes() counts values, scales and zero points") {
 
   const std::vector<float> w = random_weights(8 * 256, 1.0F);
   const QuantizedWeight q = quantize({WeightFormat::int4_group, 64, true, ScaleType::f16}, "w", 8, 256, w);
-  CHECK(q.bytes() == 1024U + 64U + 32U);
+  CHECK(q.bytes() == 2048U + 128U + 64U);  // 8 rows padded to a tile of 16
   CHECK(q.values().size() + 2 * q.scale_bits().size() + q.zeros().size() == q.bytes());
 }
 
@@ -310,13 +356,13 @@ TEST_CASE("bad shapes and formats are refused, naming the tensor") {
   refused({WeightFormat::int4_group, 256, false, ScaleType::f16}, 4, 256, "group size 256 is not 32, 64 or 128");
   refused(g128, 4, 192, "group size 128 does not divide the input dimension (192)");
   refused({WeightFormat::int4_group, 32, false, ScaleType::f16}, 4, 48, "does not divide the input dimension (48)");
-  refused({WeightFormat::int4_group, 32, false, ScaleType::f16}, 4, 96, "a multiple of 128");
-  refused(int8, 4, 24, "multiple of 16");
+  refused({WeightFormat::int4_group, 32, false, ScaleType::f16}, 4, 96, "a multiple of 64");
+  refused(int8, 4, 48, "multiple of 32");
   refused({WeightFormat::int8_channel, 0, true, ScaleType::f16}, 4, 32, "int8 is symmetric only");
   refused({WeightFormat::dense, 0, false, ScaleType::f16}, 4, 32, "not a quantized format");
   // The sizes that pass.
-  CHECK_NOTHROW(QuantizedLayout("w", int8, 1, 16));
-  CHECK_NOTHROW(QuantizedLayout("w", {WeightFormat::int4_group, 32, false, ScaleType::f16}, 1, 128));
+  CHECK_NOTHROW(QuantizedLayout("w", int8, 1, 32));
+  CHECK_NOTHROW(QuantizedLayout("w", {WeightFormat::int4_group, 32, false, ScaleType::f16}, 1, 64));
 }
 
 TEST_CASE("bad weights are refused, naming the tensor and the element") {
@@ -343,32 +389,50 @@ TEST_CASE("bad weights are refused, naming the tensor and the element") {
 
 TEST_CASE("a quantized weight from parts is checked against its layout, naming the tensor") {
   const QuantizedLayout asym("k_proj", {WeightFormat::int4_group, 32, true, ScaleType::f16}, 2, 128);
-  const std::vector<std::uint16_t> scales(8, 0x3C00);
-  CHECK_NOTHROW(QuantizedWeight(asym, std::vector<std::uint8_t>(128), scales, std::vector<std::uint8_t>(8, 15)));
-  CHECK_THROWS_WITH_AS(QuantizedWeight(asym, std::vector<std::uint8_t>(127), scales, std::vector<std::uint8_t>(8)),
-                       doctest::Contains("tensor k_proj: value bytes: 127 given, the layout has 128"), UsageError);
-  CHECK_THROWS_WITH_AS(QuantizedWeight(asym, std::vector<std::uint8_t>(128), scales, std::vector<std::uint8_t>(2)),
-                       doctest::Contains("tensor k_proj: zero points: 2 given"), UsageError);
-  CHECK_THROWS_WITH_AS(QuantizedWeight(asym, std::vector<std::uint8_t>(128), std::vector<std::uint16_t>(7, 0x3C00),
-                                       std::vector<std::uint8_t>(8)),
-                       doctest::Contains("tensor k_proj: scales: 7 given"), UsageError);
-  CHECK_THROWS_WITH_AS(QuantizedWeight(asym, std::vector<std::uint8_t>(128), scales, std::vector<std::uint8_t>(8, 16)),
-                       doctest::Contains("tensor k_proj: zero point 0 (16) is above 15"), UsageError);
-  CHECK_THROWS_WITH_AS(QuantizedWeight(asym, std::vector<std::uint8_t>(128), std::vector<std::uint16_t>(8, 0x7C00),
-                                       std::vector<std::uint8_t>(8)),
-                       doctest::Contains("tensor k_proj: scale 0"), UsageError);
-  const QuantizedLayout int8("o_proj", {WeightFormat::int8_channel, 0, false, ScaleType::bf16}, 1, 16);
-  std::vector<std::uint8_t> values(16);
-  values[9] = 0x80;
-  CHECK_THROWS_WITH_AS(QuantizedWeight(int8, values, {0x3F80}, {}),
-                       doctest::Contains("tensor o_proj: int8 value at byte 9 is -128"), UsageError);
-  values[9] = 0x81;
-  const QuantizedWeight q(int8, values, {0x3F80}, {});
+  // 2 rows in one tile of 16: 16 * 64 value bytes, 16 * 4 scales and zero points, the padding rows' scales 0.
+  std::vector<std::uint16_t> scales(64, 0);
+  for (const int row : {0, 1}) {
+    for (int k = 0; k < 4; ++k) scales[asym.scale_index(row, 32 * k)] = 0x3C00;
+  }
+  CHECK_NOTHROW(QuantizedWeight(asym, std::vector<std::uint8_t>(1024), scales, std::vector<std::uint8_t>(64, 15)));
+  CHECK_THROWS_WITH_AS(QuantizedWeight(asym, std::vector<std::uint8_t>(1023), scales, std::vector<std::uint8_t>(64)),
+                       doctest::Contains("tensor k_proj: value bytes: 1023 given, the layout has 1024"), UsageError);
+  CHECK_THROWS_WITH_AS(QuantizedWeight(asym, std::vector<std::uint8_t>(1024), scales, std::vector<std::uint8_t>(8)),
+                       doctest::Contains("tensor k_proj: zero points: 8 given"), UsageError);
+  CHECK_THROWS_WITH_AS(QuantizedWeight(asym, std::vector<std::uint8_t>(1024), std::vector<std::uint16_t>(8, 0x3C00),
+                                       std::vector<std::uint8_t>(64)),
+                       doctest::Contains("tensor k_proj: scales: 8 given, the layout has 64"), UsageError);
+  CHECK_THROWS_WITH_AS(
+      QuantizedWeight(asym, std::vector<std::uint8_t>(1024), scales, std::vector<std::uint8_t>(64, 16)),
+      doctest::Contains("tensor k_proj: zero point 0 (16) is above 15"), UsageError);
+  std::vector<std::uint16_t> infinite = scales;
+  infinite[asym.scale_index(1, 64)] = 0x7C00;
+  const std::string not_finite = "tensor k_proj: scale " + std::to_string(asym.scale_index(1, 64)) + " (inf)";
+  CHECK_THROWS_WITH_AS(QuantizedWeight(asym, std::vector<std::uint8_t>(1024), infinite, std::vector<std::uint8_t>(64)),
+                       doctest::Contains(not_finite.c_str()), UsageError);
+  std::vector<std::uint16_t> padded = scales;
+  padded[asym.scale_index(9, 0)] = 0x3C00;
+  const std::string padding =
+      "tensor k_proj: scale " + std::to_string(asym.scale_index(9, 0)) + " belongs to padding row 9";
+  CHECK_THROWS_WITH_AS(QuantizedWeight(asym, std::vector<std::uint8_t>(1024), padded, std::vector<std::uint8_t>(64)),
+                       doctest::Contains(padding.c_str()), UsageError);
+
+  const QuantizedLayout int8("o_proj", {WeightFormat::int8_channel, 0, false, ScaleType::bf16}, 1, 32);
+  std::vector<std::uint8_t> values(512, 128);
+  std::vector<std::uint16_t> int8_scales(16, 0);
+  int8_scales[0] = 0x3F80;
+  const std::size_t at = int8.value_position(0, 9).byte;
+  values[at] = 0;
+  const std::string minus_128 = "tensor o_proj: int8 value at byte " + std::to_string(at) + " is 0";
+  CHECK_THROWS_WITH_AS(QuantizedWeight(int8, values, int8_scales, {}), doctest::Contains(minus_128.c_str()),
+                       UsageError);
+  values[at] = 1;
+  const QuantizedWeight q(int8, values, int8_scales, {});
   CHECK(q.value(0, 9) == -127);
   CHECK(q.dequantized(0, 9) == -127.0F);
-  CHECK_THROWS_WITH_AS((void)q.value(1, 0), doctest::Contains("tensor o_proj: element (1, 0) is outside the 1 x 16"),
+  CHECK_THROWS_WITH_AS((void)q.value(1, 0), doctest::Contains("tensor o_proj: element (1, 0) is outside the 1 x 32"),
                        UsageError);
-  CHECK_THROWS_AS((void)q.scale(0, 16), UsageError);
+  CHECK_THROWS_AS((void)q.scale(0, 32), UsageError);
 }
 
 TEST_CASE("format_name says what a format is, for messages") {

@@ -138,7 +138,7 @@ void check_every_kernel(const nn::BasicQuantizedKernels<T>& k, double tolerance)
   constexpr float eps = 1e-5F;
   unsigned seed = 100;
   for (const nn::QuantizedFormat& format : kernel_formats<T>()) {
-    for (const auto& [rows, cols] : {std::pair{40, 256}, std::pair{37, 512}, std::pair{72, 1024}}) {
+    for (const auto& [rows, cols] : {std::pair{40, 256}, std::pair{37, 512}, std::pair{24, 384}, std::pair{72, 1024}}) {
       for (const int batch : {1, 3, 8}) {
         CAPTURE(nn::format_name(format));
         CAPTURE(rows);
@@ -157,8 +157,9 @@ void check_every_kernel(const nn::BasicQuantizedKernels<T>& k, double tolerance)
         k.qgemv(k.config(w1.matrix(), rows, cols), w1.matrix(), x.cview(), out.view(), rows, cols, batch).sync_on(s);
         check_close(lgtest::to_host(s, out.cview()), c.product(c.w1, plain), tolerance);
 
-        // Any block of (32, K, R) with K * R <= 8 and any grid compute the same products (a grid of 2 walks the tiles).
-        for (const Dim3 block : {Dim3{32, 1, 8}, Dim3{32, 8, 1}, Dim3{32, 2, 2}}) {
+        // Any block of (32, K, R) with K * R <= 16 and any grid compute the same products (a grid of 2 walks the
+        // tiles).
+        for (const Dim3 block : {Dim3{32, 1, 16}, Dim3{32, 16, 1}, Dim3{32, 3, 5}, Dim3{32, 2, 2}}) {
           CAPTURE(block.y);
           out = poisoned<T>(outputs);
           LaunchConfig few{{2, 1, 1}, block, 0};
@@ -197,7 +198,7 @@ void check_every_kernel(const nn::BasicQuantizedKernels<T>& k, double tolerance)
 
 TEST_CASE("every quantized kernel handle matches its kernel's declared parameters, for both element types") {
   const KernelDeclarations d(nn::kernel_set().sources);
-  for (const char* format : {"_int8", "_int4"}) {
+  for (const char* format : {"_int8", "_int4", "_int4z"}) {
     CAPTURE(format);
     for (const std::string element : {"", "_bf16"}) {
       const auto name = [&](const char* stem) { return stem + element + format; };

@@ -2,30 +2,38 @@
 /// \file
 /// Layer 6, nn: weight-only quantized matrices, described and computed on the host. This is the
 /// reference that the GPU quantizer and the quantized kernels are checked against: its byte layout is the one they
-/// read, and its dequantize() is exactly what they compute before accumulating.
+/// read, and its dequantize() gives the weights they multiply by.
 ///
-/// A quantized weight has `rows` = N output channels and `cols` = K inputs, row-major like the fp16 weights
-/// `[N][K]`. Its bytes, for G = K / group groups per row (G = 1 for int8):
+/// A quantized weight has `rows` = N output channels and `cols` = K inputs, like the fp16 weights `[N][K]`. The
+/// kernels (kernels/nn/include/lazygraph/nn/qgemv_core.cuh) multiply it on tensor cores with the weights as the
+/// mma's A operand, 16 rows at a time, so its bytes are stored in the order a warp's lanes read them: in **tiles**
+/// of 16 rows (tile i holds rows 16i .. 16i + 15; the last tile is padded with rows of zero weights up to 16), each
+/// tile one contiguous run of 512-byte **steps** along K, one 16-byte vector per lane of a warp, lane 4g + t (g in
+/// 0..7, t in 0..3) holding rows g and g + 8 of the tile. With P = ceil(N / 16) tiles and G = K / group groups per
+/// row (G = 1 for int8):
 ///
-/// - **values**, N rows of R bytes each (R = K / 2 for int4, K for int8; K is a multiple of 128 for int4 and of 16
-///   for int8, so R is a multiple of 16), row n starting at byte n * R. int8: one two's-complement byte per element,
-///   in order along K. int4: two elements a byte, interleaved for the tensor-core kernels, which turn a 32-bit word
-///   into fp16 pairs with one bit operation per pair and need each mma's 16 columns in one group. A row is blocks of
-///   128 elements (64 bytes, 16 little-endian 32-bit words). In a block, word 4t + j (t, j in 0..3) holds elements
-///   32j + 8t + e, e in 0..7, element e in bits 4 * (e / 2) + 16 * (e % 2) .. + 3: the even elements in the low
-///   half-word, the odd ones in the high, so that bits 4s..4s+3 and 16+4s..16+4s+3 are elements 2s and 2s + 1. So
-///   the 16-byte vector t of a block holds four 8-element runs, one from each 32-element quarter of the block.
-/// - **scales**, `[N][G]` 2-byte elements of the scale type (fp16 or bf16), scale of row n, group g at index
-///   n * G + g; group g covers elements g * group .. (g + 1) * group - 1 of the row.
-/// - **zero points** (asymmetric int4 only), `[N][G]` bytes, one unsigned value 0..15 each, at the scales' indices.
+/// - **values**, P * 16 * R bytes, R = K / 2 (int4) or K (int8), tile i at byte 16 R i, step s of a tile at 512 s,
+///   lane 4g + t's vector at 16 (4g + t), in it four 32-bit little-endian words, word j feeding mma j of the step.
+///   - int4 (64 columns a step, K a multiple of 64): mma j covers columns 64s + 32 (j / 2) + 8t + 4 (j % 2) + c,
+///     c in 0..3, of rows g and g + 8, and the element of row g + 8h (h in 0..1) at c lies in bits 4n..4n + 3 of
+///     word j, n = 4 (c % 2) + 2 (c / 2) + h: bits 0..3 and 16..19 are row g's first two columns, 4..7 and 20..23
+///     row g + 8's, the next byte of each half-word the last two. One bit operation then makes an mma register
+///     (two elements of one row) of each of the 4 nibble pairs, and each mma's 16 columns lie in one group.
+///   - int8 (32 columns a step, K a multiple of 32): word 2j + h holds row g + 8h, columns 32s + 8t + 4j + c, c in
+///     0..3 in byte c, each as **offset binary**, the byte q + 128 (in 1..255), so that one byte permute puts it
+///     under a floating-point exponent.
+/// - **scales**, P * 16 * G 2-byte elements of the scale type (fp16 or bf16): the scale of row 16i + g + 8h, group
+///   k at index ((i * G + k) * 8 + g) * 2 + h, so that lane 4g + t reads both of its rows' scales in one 4-byte
+///   load. Group k covers columns k * group .. (k + 1) * group - 1. Padding rows have scale 0.
+/// - **zero points** (asymmetric int4 only), one byte 0..15 each at the scales' indices.
 ///
 /// The stored integers q: symmetric int4 in [-8, 7] as two's-complement nibbles (round to nearest yields [-7, 7]; -8
 /// comes only from the clipping search, and kernels decode it), asymmetric int4 in [0, 15], int8 in [-127, 127]
-/// (never -128: the range is symmetric, so w and -w quantize to q and -q with one scale of absmax / 127, and a
-/// kernel may negate q without overflow). The weight an element stands for is `q * scale` (symmetric) or
-/// `(q - zero) * scale` (asymmetric), computed in float: that product is exact (q - zero has at most 7 significant
-/// bits, the scale at most 11), so a kernel that dequantizes in fp32 gets dequantize()'s values bit for bit. Each
-/// part starts on its own 16-byte aligned address on the device (the upload's job, not described here).
+/// (never -128: the range is symmetric, so w and -w quantize to q and -q with one scale of absmax / 127). The weight
+/// an element stands for is `q * scale` (symmetric) or `(q - zero) * scale` (asymmetric), computed in float: that
+/// product is exact (q - zero has at most 8 significant bits, the scale at most 11), so a kernel that scales fp32
+/// sums of exact integer products gets dequantize()'s values up to the order of the additions. Each part starts on
+/// its own 16-byte aligned address on the device (the upload's job, not described here).
 
 #include <lazygraph/driver/error.hpp>
 
@@ -70,10 +78,13 @@ struct QuantizedFormat {
 /// gives the layout). Cheap to copy.
 class QuantizedLayout {
  public:
+  /// Rows of a tile, the unit the values, scales and zero points are stored in.
+  static constexpr int tile_rows = 16;
+
   /// A `rows` x `cols` matrix named `name` (the checkpoint tensor, used in every message) in `format`.
   /// \throws UsageError naming the tensor when rows or cols is below 1; the kind is dense; an int8 format is
-  ///         asymmetric; an int4 group is not 32, 64 or 128, or does not divide cols; or cols breaks the 16-byte
-  ///         rule (a multiple of 128 for int4, of 16 for int8).
+  ///         asymmetric; an int4 group is not 32, 64 or 128, or does not divide cols; or cols is not whole steps (a
+  ///         multiple of 64 for int4, of 32 for int8).
   QuantizedLayout(std::string name, QuantizedFormat format, int rows, int cols);
 
   /// The tensor's name.
@@ -84,6 +95,8 @@ class QuantizedLayout {
   [[nodiscard]] int rows() const noexcept { return rows_; }
   /// K, the inputs.
   [[nodiscard]] int cols() const noexcept { return cols_; }
+  /// P = ceil(N / 16), the tiles of 16 rows; the last one is padded with zero weights.
+  [[nodiscard]] int tiles() const noexcept { return (rows_ + tile_rows - 1) / tile_rows; }
   /// Elements per scale along K: the format's group for int4, cols for int8.
   [[nodiscard]] int group() const noexcept {
     return format_.kind == WeightFormat::int8_channel ? cols_ : format_.group;
@@ -92,22 +105,36 @@ class QuantizedLayout {
   [[nodiscard]] int groups_per_row() const noexcept { return cols_ / group(); }
   /// The smallest and largest q stored: -8 and 7 (symmetric int4), 0 and 15 (asymmetric int4), -127 and 127 (int8).
   [[nodiscard]] std::array<int, 2> q_range() const noexcept;
-  /// Bytes of one row's values, R (a multiple of 16).
+  /// Bytes of one row's values, R: K / 2 for int4, K for int8.
   [[nodiscard]] std::size_t row_value_bytes() const noexcept;
-  /// Bytes of all values, N * R.
-  [[nodiscard]] std::size_t value_bytes() const noexcept { return static_cast<std::size_t>(rows_) * row_value_bytes(); }
-  /// Scales, N * G.
+  /// Bytes of all values, padding rows included: 16 * P * R.
+  [[nodiscard]] std::size_t value_bytes() const noexcept { return padded_rows() * row_value_bytes(); }
+  /// Scales, padding rows included: 16 * P * G.
   [[nodiscard]] std::size_t scale_count() const noexcept {
-    return static_cast<std::size_t>(rows_) * static_cast<std::size_t>(groups_per_row());
+    return padded_rows() * static_cast<std::size_t>(groups_per_row());
   }
-  /// Bytes of the scales, 2 * N * G.
+  /// Bytes of the scales, 2 * 16 * P * G.
   [[nodiscard]] std::size_t scale_bytes() const noexcept { return 2 * scale_count(); }
-  /// Bytes of the zero points: N * G when asymmetric, else 0.
+  /// Bytes of the zero points: 16 * P * G when asymmetric, else 0.
   [[nodiscard]] std::size_t zero_bytes() const noexcept { return format_.asymmetric ? scale_count() : 0; }
   /// Every byte a kernel reads: values, scales and zero points.
   [[nodiscard]] std::size_t bytes() const noexcept { return value_bytes() + scale_bytes() + zero_bytes(); }
 
+  /// Where element (row, col)'s value lies among the value bytes (the file comment's rule), for row < 16 * P.
+  struct ValuePosition {
+    std::size_t byte;  ///< index of its byte
+    bool high_nibble;  ///< int4: whether it is the byte's bits 4..7 (always false for int8)
+  };
+  /// See ValuePosition. Unchecked: row in [0, 16 * P), col in [0, K).
+  [[nodiscard]] ValuePosition value_position(int row, int col) const noexcept;
+  /// The index among the scales (and zero points) of the group holding (row, col). Unchecked, as value_position.
+  [[nodiscard]] std::size_t scale_index(int row, int col) const noexcept;
+
  private:
+  [[nodiscard]] std::size_t padded_rows() const noexcept {
+    return static_cast<std::size_t>(tiles()) * static_cast<std::size_t>(tile_rows);
+  }
+
   std::string name_;
   QuantizedFormat format_;
   int rows_;
@@ -128,19 +155,19 @@ struct QuantizeOptions {
 /// A quantized weight matrix on the host: its layout and its bytes, ready to upload as they are.
 class QuantizedWeight {
  public:
-  /// A matrix from its parts (e.g. read from a quantized checkpoint). \throws UsageError naming the tensor when a
-  /// part's size is not the layout's, a scale is negative or not finite, a zero point is above 15, or an int8 value
-  /// is -128.
+  /// A matrix from its parts (e.g. read from a quantized checkpoint), in the layout's order. \throws UsageError
+  /// naming the tensor when a part's size is not the layout's, a scale is negative or not finite, a padding row's
+  /// scale is not 0, a zero point is above 15, or an int8 value is -128 (byte 0).
   QuantizedWeight(QuantizedLayout layout, std::vector<std::uint8_t> values, std::vector<std::uint16_t> scale_bits,
                   std::vector<std::uint8_t> zeros);
 
   /// The layout.
   [[nodiscard]] const QuantizedLayout& layout() const noexcept { return layout_; }
-  /// The packed values, layout().value_bytes() of them.
+  /// The packed values in tiles, layout().value_bytes() of them.
   [[nodiscard]] std::span<const std::uint8_t> values() const noexcept { return values_; }
-  /// The scales' bits in the scale type, `[N][G]`.
+  /// The scales' bits in the scale type, in tiles (QuantizedLayout::scale_index).
   [[nodiscard]] std::span<const std::uint16_t> scale_bits() const noexcept { return scale_bits_; }
-  /// The zero points, `[N][G]` (empty unless asymmetric).
+  /// The zero points at the scales' indices (empty unless asymmetric).
   [[nodiscard]] std::span<const std::uint8_t> zeros() const noexcept { return zeros_; }
   /// Every byte a kernel reads (layout().bytes()).
   [[nodiscard]] std::size_t bytes() const noexcept { return layout_.bytes(); }
@@ -160,8 +187,6 @@ class QuantizedWeight {
  private:
   /// Throws UsageError unless (row, col) is inside the matrix.
   void check_element(int row, int col) const;
-  /// The index of (row, col)'s group among the scales.
-  [[nodiscard]] std::size_t group_index(int row, int col) const noexcept;
 
   QuantizedLayout layout_;
   std::vector<std::uint8_t> values_;

@@ -4,6 +4,7 @@
 /// a QuantizedWeight (quantized.hpp) is uploaded as a DeviceQuantizedWeight and handed to a kernel as a
 /// QuantizedMatrix; BasicQuantizedKernels holds the typed handles, each picking the kernel of the weight's format.
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -19,9 +20,9 @@ namespace lazygraph::nn {
 /// must outlive every launch and graph that uses it (a launch op keeps DeviceSpan arguments' buffers alive, not
 /// these), and a launch's access set does not list these reads (weights are never written while a step runs).
 struct QuantizedMatrix {
-  CUdeviceptr values = 0;  ///< the packed values, 16-byte aligned
-  CUdeviceptr scales = 0;  ///< [rows][groups] scales of the element type
-  CUdeviceptr zeros = 0;   ///< [rows][groups] zero points, or 0 when symmetric
+  CUdeviceptr values = 0;  ///< the packed values in tiles (quantized.hpp), 16-byte aligned
+  CUdeviceptr scales = 0;  ///< the scales of the element type in tiles, 4-byte aligned
+  CUdeviceptr zeros = 0;   ///< the zero points at the scales' indices, or 0 when symmetric
   int kind = 0;            ///< a WeightFormat: int8_channel or int4_group
   int group = 0;           ///< columns per scale: cols for int8
 };
@@ -57,8 +58,8 @@ class DeviceQuantizedWeight {
 template <Element T>
 inline constexpr ScaleType scale_type_of = std::same_as<T, half> ? ScaleType::f16 : ScaleType::bf16;
 
-/// The two kernels of one quantized operation, NAME_int8 and NAME_int4, called like one Kernel whose first parameter is
-/// the QuantizedMatrix: the call picks the kernel of its format.
+/// The three kernels of one quantized operation, NAME_int8, NAME_int4 (symmetric) and NAME_int4z (with zero points),
+/// called like one Kernel whose first parameter is the QuantizedMatrix: the call picks the kernel of its format.
 template <class Signature>
 class QuantizedKernel;
 
@@ -66,16 +67,17 @@ class QuantizedKernel;
 template <class... Rest>
 class QuantizedKernel<void(QuantizedMatrix, Rest...)> {
  public:
-  /// Looks up NAME_int8 and NAME_int4. \throws UsageError as KernelLibrary::get does.
+  /// Looks up the three kernels. \throws UsageError as KernelLibrary::get does.
   QuantizedKernel(const KernelLibrary& library, const std::string& name)
       : int8_(library.get<void(QuantizedMatrix, Rest...)>(name + "_int8")),
-        int4_(library.get<void(QuantizedMatrix, Rest...)>(name + "_int4")) {}
+        int4_(library.get<void(QuantizedMatrix, Rest...)>(name + "_int4")),
+        int4_zero_(library.get<void(QuantizedMatrix, Rest...)>(name + "_int4z")) {}
 
-  /// The kernel for weights of `kind`. \throws UsageError for any other kind than int8_channel or int4_group.
-  [[nodiscard]] const Kernel<void(QuantizedMatrix, Rest...)>& variant(int kind) const {
-    if (kind == static_cast<int>(WeightFormat::int8_channel)) return int8_;
-    if (kind == static_cast<int>(WeightFormat::int4_group)) return int4_;
-    throw UsageError("quantized kernel " + int8_.name() + ": weight format " + std::to_string(kind) +
+  /// The kernel for `w`'s format. \throws UsageError for a kind other than int8_channel or int4_group.
+  [[nodiscard]] const Kernel<void(QuantizedMatrix, Rest...)>& variant(const QuantizedMatrix& w) const {
+    if (w.kind == static_cast<int>(WeightFormat::int8_channel)) return int8_;
+    if (w.kind == static_cast<int>(WeightFormat::int4_group)) return w.zeros == 0 ? int4_ : int4_zero_;
+    throw UsageError("quantized kernel " + int8_.name() + ": weight format " + std::to_string(w.kind) +
                      " is neither int8 per channel (1) nor int4 in groups (2)");
   }
 
@@ -83,12 +85,13 @@ class QuantizedKernel<void(QuantizedMatrix, Rest...)> {
   template <class... Args>
   [[nodiscard]] LaunchOp<QuantizedMatrix, Rest...> operator()(const LaunchConfig& config, const QuantizedMatrix& w,
                                                               const Args&... args) const {
-    return variant(w.kind)(config, w, args...);
+    return variant(w)(config, w, args...);
   }
 
  private:
   Kernel<void(QuantizedMatrix, Rest...)> int8_;
   Kernel<void(QuantizedMatrix, Rest...)> int4_;
+  Kernel<void(QuantizedMatrix, Rest...)> int4_zero_;
 };
 
 /// Typed handles to the quantized kernels over activations of T (kernels/nn/qgemv.cu; bf16: the _bf16 kernels).
@@ -110,23 +113,30 @@ struct BasicQuantizedKernels {
   /// h = rmsnorm(x[b]) * g; W1 and W3 of one format.
   QuantizedKernel<void(QuantizedMatrix, QuantizedMatrix, const T*, const T*, T*, int, int, float, int)>
       rms_norm_qgemv_swiglu;
+
   /// Whether launches are early (as BasicKernels::step_config).
   bool early_launch = true;
+  /// The device's multiprocessors: the grid's size at most.
+  int multiprocessors = 1;
 
   /// Launch shape of a kernel here for `rows` x `cols` weights of `w`'s format (one or two matrices per row alike):
-  /// blocks of 8 warps, K warps per tile of 8 rows sharing out its columns and 8 / K tiles at a
-  /// time. K is the smallest power of two that still gives the grid 512 blocks (4 per multiprocessor of an H100), at
-  /// most 8 and at most the row's steps (4 lanes' 16-byte loads, qgemv_core.cuh): few warps per tile leave each warp
-  /// several steps, whose loads overlap the dequantizing of the ones before; small matrices need many warps per
-  /// tile to fill the GPU at all.
+  /// blocks of 16 warps, one per multiprocessor at most, each walking its share of the tiles of 16 rows R at a time
+  /// with K = 16 / R warps per tile sharing out its steps (a warp's 512 bytes: 64 columns of int4, 32 of int8;
+  /// qgemv_core.cuh). R is the one that gives the busiest multiprocessor the fewest tiles, or the largest within 10%
+  /// of that: more steps per warp and fewer tile ends, whose sums go through shared memory.
   [[nodiscard]] LaunchConfig config(const QuantizedMatrix& w, int rows, int cols) const {
-    const int chunks = cols / (w.kind == static_cast<int>(WeightFormat::int4_group) ? 32 : 16);
-    const unsigned steps = (static_cast<unsigned>(chunks) + 3) / 4;
-    const unsigned tiles = (static_cast<unsigned>(rows) + 7) / 8;
-    unsigned k = 1;
-    while (k < 8 && k < steps && tiles * k / 8 < 512) k *= 2;
-    const unsigned per_block = 8 / k;
-    LaunchConfig c{{(tiles + per_block - 1) / per_block, 1, 1}, {32, k, per_block}, 0};
+    const int steps = cols / (w.kind == static_cast<int>(WeightFormat::int4_group) ? 64 : 32);
+    const int tiles = (rows + 15) / 16;
+    const int sms = std::max(1, multiprocessors);
+    const auto busiest = [&](int r) { return ((tiles + r - 1) / r + sms - 1) / sms * r; };
+    int least = busiest(16);
+    for (int r = 8; r >= 1 && 16 / r <= steps; r /= 2) least = std::min(least, busiest(r));
+    int per_block = 16;
+    while (per_block > 1 && 16 / (per_block / 2) <= steps && 10 * busiest(per_block) > 11 * least) per_block /= 2;
+    const int k = std::max(1, std::min(16 / per_block, steps));
+    const int blocks = std::min((tiles + per_block - 1) / per_block, sms);
+    LaunchConfig c{
+        {static_cast<unsigned>(blocks), 1, 1}, {32, static_cast<unsigned>(k), static_cast<unsigned>(per_block)}, 0};
     c.early_launch = early_launch;
     return c;
   }

@@ -1,23 +1,26 @@
 // The core of the quantized matrix-vector kernels (kernels/nn/qgemv.cu): weights of int8 (one scale per row) or int4
-// (one scale, and for the asymmetric variant one zero point, per group of 32, 64 or 128 columns), in the byte layout
-// include/lazygraph/nn/quantized.hpp describes, multiplied with 1 to 8 fp16 or bf16 vectors on tensor cores. The
-// loop is gemv_core.cuh's tensor-core path (gemv_rows_mma: 8 rows a tile, the batch as the mma's M) with other
-// loads: a lane's 16-byte load holds 32 int4 or 16 int8 columns of its row, which it turns into exact small integers
-// of the element type in registers (below) and feeds to 8 or 4 mmas, with the x chunks of the same columns.
+// (one scale, and for the asymmetric variant one zero point, per group of 32, 64 or 128 columns), in the tiled byte
+// layout include/lazygraph/nn/quantized.hpp describes, multiplied with 1 to 8 fp16 or bf16 vectors on tensor cores.
 //
-// Dequantizing. int4: with the interleaved layout, bits 4s..4s+3 and 16+4s..16+4s+3 of a word are two consecutive
-// columns, so one lop3 of the word shifted by 4s, mask 0x000F000F and the element type's magic number (fp16 1024 =
-// 0x6400, bf16 128 = 0x4300, each with an exponent whose unit in the last place is 1) gives the pair as magic + u,
-// exactly; u is the nibble (asymmetric) or the nibble with bit 3 flipped (symmetric: two's complement q + 8, the flip
-// is in lop3's constant). One fma per pair subtracts magic + zero (zero 8 when symmetric) and leaves q - zero, exact.
-// int8, fp16: one byte_perm puts two bytes (xor 0x80: q + 128) under 0x64, 1024 + u each, and an fma subtracts 1152.
-// int8, bf16: bf16 cannot hold 128 + u exactly past 256, so each byte goes through fp32 (0x4B000000 | u is 2^23 + u)
-// and pairs are rounded to bf16, exactly, since |q| <= 127.
+// The weights are the mma's A operand (m16n8k16: 16 rows of a tile times 16 columns), the vectors its B operand (the
+// batch as its 8 columns; lanes of vectors past the batch compute what nobody reads). A warp's 16-byte loads of one
+// step are 512 contiguous bytes, and each lane's 16 bytes are already its A fragments for the step's mmas (4 for
+// int4, 2 for int8): no shuffle, no shared memory, every load byte used. A step's x is two (int4) or one (int8)
+// 16-byte chunks per lane, shared by the 16 rows. Measured per 512 bytes of weights this is about a third of the
+// instructions of the B-operand design it replaced (8 rows a tile, half of each mma zeros, 4 x loads per 16 bytes).
 //
-// Scales are applied in fp32 after the mmas, so the products q * x are exact and only their sums round: int8 scales
-// the row's whole dot product once; int4 scales each group's partial sum. The layout puts each mma's 16 columns in one
-// group (a 32-column quarter of a 128-column block; each lane's word of it holds 8), which is why int4 rows are whole
-// blocks of 128.
+// Dequantizing, exactly, in registers. int4: a 32-bit word holds two rows' 4 columns of one mma; bits 4n..4n+3 and
+// 16+4n..16+4n+3 are one A register's pair. One lop3 per pair puts the nibbles under the element type's magic number
+// (fp16 1024 = 0x6400, bf16 128 = 0x4300: an exponent whose unit in the last place is 1), giving magic + u, and
+// flips bit 3 for symmetric weights (u = q + 8). fp16 takes the odd nibbles in place, 16 u under the exponent (1024 +
+// 16 u is exact too), and one fma by 1/16 undoes that: one shift a word instead of three. bf16's 7-bit mantissa has
+// no room for 16 u, so it shifts. One fma per pair subtracts magic + zero (8 when symmetric): q - zero, exact.
+// int8, stored offset binary (q + 128): fp16 puts each byte under 0x64 with a byte permute (1024 + u) and one fma
+// subtracts 1152; bf16 cannot hold 128 + u past 256, so bytes go through fp32 (2^23 + u) and pairs are rounded to
+// bf16, exactly since |q| <= 127.
+//
+// Scales multiply fp32 sums: int4 each group's partial sum (each mma's columns lie in one group), int8 the row's
+// whole dot product once, so products q * x are exact and only their sums round.
 #pragma once
 
 #include "lazygraph/nn/gemv_core.cuh"
@@ -26,58 +29,74 @@ namespace lg::nn {
 
 /// One quantized weight matrix as the kernels take it, by value: nn::QuantizedMatrix on the host (same layout).
 struct QuantizedMatrix {
-  const unsigned char* values;  ///< [rows][R] bytes (quantized.hpp's layout), 16-byte aligned
-  const void* scales;           ///< [rows][cols / group] of the element type
-  const unsigned char* zeros;   ///< [rows][cols / group] zero points 0..15; null when symmetric
+  const unsigned char* values;  ///< tiles of 16 rows (quantized.hpp's layout), 16-byte aligned
+  const void* scales;           ///< tiles of scale pairs of the element type, 4-byte aligned
+  const unsigned char* zeros;   ///< zero points 0..15 at the scales' indices; null when symmetric
   int kind;                     ///< nn::WeightFormat: 1 int8 per channel, 2 int4 in groups
   int group;                    ///< columns per scale: cols for int8; 32, 64 or 128 for int4
 };
 
-/// The format template argument of the kernels (nn::WeightFormat's values).
+/// The format template argument of the kernels: int8 per channel, symmetric int4, int4 with zero points.
 constexpr int kInt8 = 1;
 constexpr int kInt4 = 2;
+constexpr int kInt4Zero = 3;
 
-/// Columns of one 16-byte load of a row.
-constexpr int columns_per_load(int format) { return format == kInt4 ? 32 : 16; }
+/// Whether format F is 4-bit.
+constexpr bool is_int4(int format) { return format != kInt8; }
+/// nn::WeightFormat's value for format F (QuantizedMatrix::kind): 1 int8 per channel, 2 int4 in groups.
+constexpr int weight_kind(int format) { return format == kInt8 ? 1 : 2; }
+
+/// Rows of a tile: the mma's M.
+constexpr int kTileRows = 16;
+
+/// Warps of a block at most (blocks of 512 threads, one per multiprocessor).
+constexpr int kMaxWarps = 16;
+
+/// Columns of one step: a warp's 512 bytes of a tile.
+constexpr int columns_per_step(int format) { return is_int4(format) ? 64 : 32; }
 
 /// Whether a matrix of `cols` columns is one the format-F kernels read: the kind, its group and the alignment.
 template <int F>
 __device__ __forceinline__ bool quantized_supported(const QuantizedMatrix& w, int cols) {
-  if (w.kind != F || !lg::is_aligned16(w.values) || w.scales == nullptr) return false;
-  if (F == kInt8) return w.group == cols && cols % 16 == 0 && w.zeros == nullptr;
-  return (w.group == 32 || w.group == 64 || w.group == 128) && cols % 128 == 0;
+  if (w.kind != weight_kind(F) || !lg::is_aligned16(w.values) || w.scales == nullptr ||
+      reinterpret_cast<unsigned long long>(w.scales) % 4 != 0) {
+    return false;
+  }
+  if (F == kInt8) return w.group == cols && cols % 32 == 0 && w.zeros == nullptr;
+  return (w.group == 32 || w.group == 64 || w.group == 128) && cols % 64 == 0 && cols % w.group == 0 &&
+         (w.zeros != nullptr) == (F == kInt4Zero) && reinterpret_cast<unsigned long long>(w.zeros) % 2 == 0;
 }
 
-/// M quantized matrices of `cols` columns each, row r of matrix m in w[m].
+/// M quantized matrices of one shape and format, read a tile at a time.
 template <int M, class T>
-struct QuantizedRows {
+struct QuantizedTiles {
   using Element = T;
   static constexpr int count = M;
   QuantizedMatrix w[M];
-  int cols;
-  int row_bytes;  ///< bytes of a row's values
-  int groups;     ///< scales per row
-  __device__ __forceinline__ const unsigned char* values(int m, int r) const {
-    return w[m].values + static_cast<long long>(r) * row_bytes;
+  long long tile_bytes;  ///< 16 rows' values
+  int groups;            ///< scales per row
+  __device__ __forceinline__ const unsigned char* values(int m, int tile) const {
+    return w[m].values + tile * tile_bytes;
   }
-  __device__ __forceinline__ const T* scales(int m, int r) const {
-    return static_cast<const T*>(w[m].scales) + static_cast<long long>(r) * groups;
+  /// The index of the scale pair of rows g and g + 8 of `tile`, group k (in pairs).
+  __device__ __forceinline__ long long pair(int tile, int k, int g) const {
+    return (static_cast<long long>(tile) * groups + k) * 8 + g;
   }
-  __device__ __forceinline__ const unsigned char* zeros(int m, int r) const {
-    return w[m].zeros == nullptr ? nullptr : w[m].zeros + static_cast<long long>(r) * groups;
+  /// Rows g and g + 8's scales of group k, as one T pair (row g's in the low half).
+  __device__ __forceinline__ unsigned scale_pair(int m, int tile, int k, int g) const {
+    return __ldg(static_cast<const unsigned*>(w[m].scales) + pair(tile, k, g));
+  }
+  /// Rows g and g + 8's zero points of group k: row g's in bits 0..7, row g + 8's in bits 8..15.
+  __device__ __forceinline__ unsigned zero_pair(int m, int tile, int k, int g) const {
+    return __ldg(reinterpret_cast<const unsigned short*>(w[m].zeros) + pair(tile, k, g));
   }
 };
 
-/// Bytes of one row's values in format F.
+/// Bytes of 16 rows' values in format F.
 template <int F>
-__device__ __forceinline__ int quantized_row_bytes(int cols) {
-  return F == kInt4 ? cols / 2 : cols;
+__device__ __forceinline__ long long quantized_tile_bytes(int cols) {
+  return kTileRows * static_cast<long long>(is_int4(F) ? cols / 2 : cols);
 }
-
-/// The element type's magic number for dequantizing: its pattern for 2^k with a unit in the last place of 1, so
-/// that magic | u is magic + u for the small u below it (fp16 1024, bf16 128), repeated in both halves.
-__device__ __forceinline__ unsigned magic2(lg::half_t) { return 0x64006400U; }
-__device__ __forceinline__ unsigned magic2(lg::bf16_t) { return 0x43004300U; }
 
 /// a * b + c on pairs of T (fp16x2 or bf16x2), rounded once.
 __device__ __forceinline__ unsigned fma2(lg::half_t, unsigned a, unsigned b, unsigned c) {
@@ -104,38 +123,67 @@ __device__ __forceinline__ unsigned lop3_and_xor(unsigned a, unsigned mask, unsi
   return d;
 }
 
-/// The 8 int4 elements of `word` (interleaved layout) as four pairs of T, q - zero exactly, in column order.
-/// `flip`: magic2 with bit 3 of each nibble field set for symmetric weights, magic2 alone for asymmetric ones;
-/// `minus_bias`: -(magic + zero) in both halves.
+/// How int4 words of one group become A registers (see the file comment): the lop3 constants (magic, and bit 3 of
+/// each nibble flipped when symmetric) and the fma biases, -(magic + zero), per row of the lane's pair.
 template <class T>
-__device__ __forceinline__ uint4 dequantize_int4(unsigned word, unsigned flip, unsigned minus_bias) {
-  const unsigned one = one2(T{});
-  uint4 out;
-  out.x = fma2(T{}, lop3_and_xor(word, 0x000F000FU, flip), one, minus_bias);
-  out.y = fma2(T{}, lop3_and_xor(word >> 4, 0x000F000FU, flip), one, minus_bias);
-  out.z = fma2(T{}, lop3_and_xor(word >> 8, 0x000F000FU, flip), one, minus_bias);
-  out.w = fma2(T{}, lop3_and_xor(word >> 12, 0x000F000FU, flip), one, minus_bias);
-  return out;
-}
+struct Int4Decoder;
 
-/// The 4 int8 elements of `word` (two's complement, in column order) as two pairs of T, exactly.
+template <>
+struct Int4Decoder<lg::half_t> {
+  static constexpr unsigned kMagic = 0x64006400U;  // 1024
+  unsigned even_flip;                              // lop3 constant for nibbles in bits 0..3 of a half-word (row g)
+  unsigned odd_flip;                               // ... in bits 4..7 (row g + 8), 16 u under the exponent
+  __device__ __forceinline__ explicit Int4Decoder(bool symmetric)
+      : even_flip(kMagic | (symmetric ? 0x00080008U : 0U)), odd_flip(kMagic | (symmetric ? 0x00800080U : 0U)) {}
+  /// -(1024 + z) for row g, -(64 + z) for row g + 8 (its pairs are 1024 + 16 u, times 1/16): exact bit patterns.
+  __device__ __forceinline__ static uint2 biases(unsigned zero_g, unsigned zero_g8) {
+    return make_uint2((0xE400U | zero_g) * 0x00010001U, (0xD400U | (zero_g8 << 4)) * 0x00010001U);
+  }
+  __device__ __forceinline__ static uint2 symmetric_biases() { return biases(8, 8); }
+  /// The A registers of one mma from its word: rows g, g + 8 of columns 0-1, then of columns 2-3.
+  __device__ __forceinline__ void decode(unsigned word, uint2 bias, unsigned (&a)[4]) const {
+    const unsigned high = word >> 8;
+    a[0] = fma2(lg::half_t{}, lop3_and_xor(word, 0x000F000FU, even_flip), 0x3C003C00U, bias.x);
+    a[1] = fma2(lg::half_t{}, lop3_and_xor(word, 0x00F000F0U, odd_flip), 0x2C002C00U, bias.y);  // 1/16
+    a[2] = fma2(lg::half_t{}, lop3_and_xor(high, 0x000F000FU, even_flip), 0x3C003C00U, bias.x);
+    a[3] = fma2(lg::half_t{}, lop3_and_xor(high, 0x00F000F0U, odd_flip), 0x2C002C00U, bias.y);
+  }
+};
+
+template <>
+struct Int4Decoder<lg::bf16_t> {
+  static constexpr unsigned kMagic = 0x43004300U;  // 128
+  unsigned flip;
+  __device__ __forceinline__ explicit Int4Decoder(bool symmetric) : flip(kMagic | (symmetric ? 0x00080008U : 0U)) {}
+  /// -(128 + z) for each row: exact bit patterns.
+  __device__ __forceinline__ static uint2 biases(unsigned zero_g, unsigned zero_g8) {
+    return make_uint2((0xC300U | zero_g) * 0x00010001U, (0xC300U | zero_g8) * 0x00010001U);
+  }
+  __device__ __forceinline__ static uint2 symmetric_biases() { return biases(8, 8); }
+  __device__ __forceinline__ void decode(unsigned word, uint2 bias, unsigned (&a)[4]) const {
+    a[0] = fma2(lg::bf16_t{}, lop3_and_xor(word, 0x000F000FU, flip), 0x3F803F80U, bias.x);
+    a[1] = fma2(lg::bf16_t{}, lop3_and_xor(word >> 4, 0x000F000FU, flip), 0x3F803F80U, bias.y);
+    a[2] = fma2(lg::bf16_t{}, lop3_and_xor(word >> 8, 0x000F000FU, flip), 0x3F803F80U, bias.x);
+    a[3] = fma2(lg::bf16_t{}, lop3_and_xor(word >> 12, 0x000F000FU, flip), 0x3F803F80U, bias.y);
+  }
+};
+
+/// The two pairs of T of one int8 word (4 offset-binary bytes of one row), exactly: columns 0-1, then 2-3.
 __device__ __forceinline__ uint2 dequantize_int8(lg::half_t, unsigned word) {
-  const unsigned u = word ^ 0x80808080U;    // q + 128
   const unsigned minus_bias = 0xE480E480U;  // -1152 = -(1024 + 128) in both halves
-  return make_uint2(fma2(lg::half_t{}, __byte_perm(u, 0x64646464U, 0x4140), one2(lg::half_t{}), minus_bias),
-                    fma2(lg::half_t{}, __byte_perm(u, 0x64646464U, 0x4342), one2(lg::half_t{}), minus_bias));
+  return make_uint2(fma2(lg::half_t{}, __byte_perm(word, 0x64646464U, 0x4140), 0x3C003C00U, minus_bias),
+                    fma2(lg::half_t{}, __byte_perm(word, 0x64646464U, 0x4342), 0x3C003C00U, minus_bias));
 }
 __device__ __forceinline__ uint2 dequantize_int8(lg::bf16_t, unsigned word) {
-  const unsigned u = word ^ 0x80808080U;
   float f[4];
-  f[0] = __int_as_float(static_cast<int>(__byte_perm(u, 0x4B000000U, 0x7540))) - 8388736.0f;  // 2^23 + 128
-  f[1] = __int_as_float(static_cast<int>(__byte_perm(u, 0x4B000000U, 0x7541))) - 8388736.0f;
-  f[2] = __int_as_float(static_cast<int>(__byte_perm(u, 0x4B000000U, 0x7542))) - 8388736.0f;
-  f[3] = __int_as_float(static_cast<int>(__byte_perm(u, 0x4B000000U, 0x7543))) - 8388736.0f;
+  f[0] = __int_as_float(static_cast<int>(__byte_perm(word, 0x4B000000U, 0x7540))) - 8388736.0f;  // 2^23 + 128
+  f[1] = __int_as_float(static_cast<int>(__byte_perm(word, 0x4B000000U, 0x7541))) - 8388736.0f;
+  f[2] = __int_as_float(static_cast<int>(__byte_perm(word, 0x4B000000U, 0x7542))) - 8388736.0f;
+  f[3] = __int_as_float(static_cast<int>(__byte_perm(word, 0x4B000000U, 0x7543))) - 8388736.0f;
   return make_uint2(lg::pack2(lg::bf16_t{}, f[0], f[1]), lg::pack2(lg::bf16_t{}, f[2], f[3]));
 }
 
-/// The 16-byte load of a quantized row: read once, not kept in L1 (as load8_streaming).
+/// The 16-byte load of a quantized tile: read once, not kept in L1 (as load8_streaming).
 __device__ __forceinline__ uint4 load16_streaming(const unsigned char* p) {
   uint4 v;
   asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
@@ -144,60 +192,130 @@ __device__ __forceinline__ uint4 load16_streaming(const unsigned char* p) {
   return v;
 }
 
-/// prefetch_tile_weights for quantized rows: the values of this block's tiles (whole rows when the kernel's values fit
-/// kWholePrefetchBytes, else the first steps' bytes), then lets the next kernel launch early.
-template <class W>
+/// An x chunk as the mma's B operand: x itself (PlainX), or x * g rounded once to T (GainedX: the product of two T
+/// is exact in fp32, so the pair fma rounds it as the fp32 path would).
+template <class X, class T>
+__device__ __forceinline__ uint4 x_fragment(const typename X::Raw& r) {
+  if constexpr (X::sum_squares) {
+    const unsigned minus_zero = 0x80008000U;
+    return make_uint4(fma2(T{}, r.x.raw.x, r.g.raw.x, minus_zero), fma2(T{}, r.x.raw.y, r.g.raw.y, minus_zero),
+                      fma2(T{}, r.x.raw.z, r.g.raw.z, minus_zero), fma2(T{}, r.x.raw.w, r.g.raw.w, minus_zero));
+  } else {
+    return r.x.raw;
+  }
+}
+
+/// The sum of x^2 over a chunk, in fp32 (GainedX only).
+template <class X>
+__device__ __forceinline__ float x_squares(const typename X::Raw& r) {
+  float f[8];
+  lg::unpack8(r.x, f);
+  float sq = f[0] * f[0];
+#pragma unroll
+  for (int i = 1; i < 8; ++i) sq = fmaf(f[i], f[i], sq);
+  return sq;
+}
+
+/// prefetch_tile_weights for quantized tiles: the values and scales of this block's tiles (all of them when the
+/// kernel's values fit kWholePrefetchBytes, else the first steps' bytes), then lets the next kernel launch early.
+template <int U, class W>
 __device__ __forceinline__ void prefetch_quantized(const W& w, int rows) {
   constexpr int M = W::count;
   const int threads = blockDim.x * blockDim.y * blockDim.z;
   const int tid = (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
-  const bool whole = static_cast<long long>(rows) * w.row_bytes * M <= kWholePrefetchBytes;
-  const int first_bytes = min(w.row_bytes, static_cast<int>(blockDim.y) * (4 / M) * 64);
-  const int row_lines = ((whole ? w.row_bytes : first_bytes) + 127) / 128;
-  const int block_rows = kMmaRows * static_cast<int>(blockDim.z);  // the rows of the block's tiles at a time
-  for (int row0 = blockIdx.x * block_rows; row0 < rows; row0 += gridDim.x * block_rows) {
-    const int pass_rows = min(block_rows, rows - row0);
-    for (int i = tid; i < pass_rows * row_lines; i += threads) {
-      const int row = row0 + i / row_lines;
+  const int tiles = (rows + kTileRows - 1) / kTileRows;
+  const bool whole = static_cast<long long>(tiles) * w.tile_bytes * M <= kWholePrefetchBytes;
+  const long long first_bytes = min(w.tile_bytes, static_cast<long long>(blockDim.y) * U * 512);
+  const int tile_lines = static_cast<int>((whole ? w.tile_bytes : first_bytes) / 128);
+  const int scale_lines = (w.groups * kTileRows * 2 + 127) / 128;  // a tile's scales
+  const int lines = tile_lines + scale_lines;
+  for (int tile0 = blockIdx.x * blockDim.z; tile0 < tiles; tile0 += gridDim.x * blockDim.z) {
+    const int block_tiles = min(static_cast<int>(blockDim.z), tiles - tile0);
+    for (int i = tid; i < block_tiles * lines; i += threads) {
+      const int tile = tile0 + i / lines;
+      const int line = i % lines;
 #pragma unroll
-      for (int m = 0; m < M; ++m) lg::prefetch_l2(w.values(m, row) + 128LL * (i % row_lines));
+      for (int m = 0; m < M; ++m) {
+        if (line < tile_lines) {
+          lg::prefetch_l2(w.values(m, tile) + 128LL * line);
+        } else {
+          lg::prefetch_l2(static_cast<const unsigned*>(w.w[m].scales) + 2 * w.pair(tile, 0, 0) +
+                          32LL * (line - tile_lines));
+        }
+      }
     }
     if (!whole) break;
   }
   lg::allow_dependent_launch();
 }
 
-/// The 16-byte loads of one step (see qgemv_rows_mma) of this lane's row of every matrix: up to U per matrix,
-/// `warps` steps apart, none past the row's last step, each clamped to the row's last load.
-template <int U, class W>
-__device__ __forceinline__ void load_step(const W& w, int row, int s0, int warps, int t, int chunks,
-                                          uint4 (&out)[W::count][U]) {
+/// What one lane loads for a step of one matrix: its 16 bytes of weights and, for int4, the scale (and zero point)
+/// pairs of the step's two halves (one group for groups of 64 and 128, so the same pair twice).
+struct StepLoad {
+  uint4 values;
+  unsigned scale[2];
+  unsigned zeros;  ///< the halves' zero pairs, the first in bits 0..15
+};
+
+/// The loads of up to U steps `warps` apart, s0 first, of this lane of every matrix; none past the tile's last step.
+template <int F, int U, class W>
+__device__ __forceinline__ void load_steps(const W& w, int tile, int s0, int warps, int steps, int lane,
+                                           int group_shift, StepLoad (&out)[W::count][U]) {
+  const int g = lane / 4;
 #pragma unroll
   for (int u = 0; u < U; ++u) {
-    if ((s0 + u * warps) * 4 >= chunks) break;  // the row's last step (uniform over the warp)
-    const int chunk = min((s0 + u * warps) * 4 + t, chunks - 1);
+    const int s = s0 + u * warps;
+    if (s >= steps) break;  // uniform over the warp
 #pragma unroll
-    for (int m = 0; m < W::count; ++m) out[m][u] = load16_streaming(w.values(m, row) + 16LL * chunk);
+    for (int m = 0; m < W::count; ++m) {
+      out[m][u].values = load16_streaming(w.values(m, tile) + 512LL * s + 16 * lane);
+      if constexpr (is_int4(F)) {
+        const int k0 = (64 * s) >> group_shift;
+        const int k1 = (64 * s + 32) >> group_shift;
+        out[m][u].scale[0] = w.scale_pair(m, tile, k0, g);
+        out[m][u].scale[1] = k1 == k0 ? out[m][u].scale[0] : w.scale_pair(m, tile, k1, g);
+        if (F == kInt4Zero) {
+          const unsigned first = w.zero_pair(m, tile, k0, g);
+          out[m][u].zeros = first | (k1 == k0 ? first : w.zero_pair(m, tile, k1, g)) << 16;
+        }
+      }
+    }
   }
 }
 
-/// gemv_rows_mma over quantized rows of format F (kInt8 or kInt4): finish(row, b, v) once per row and vector
-/// b < batch, v[m] the scaled result of matrix m, each from its own thread; preload(row, b) as gemv_rows_mma's. All
-/// matrices share the format, the group and the symmetry (the kernels check it).
+/// A compile-time flag, for generic lambdas.
+template <bool B>
+struct Flag {
+  static constexpr bool value = B;
+};
+
+/// c += d times the scales of rows g (c[0], c[1]) and g + 8 (c[2], c[3]) in `pair`.
+template <class T>
+__device__ __forceinline__ void add_scaled(float (&c)[4], const float (&d)[4], unsigned pair) {
+  const float2 s = lg::unpack2(T{}, pair);
+  c[0] = fmaf(d[0], s.x, c[0]);
+  c[1] = fmaf(d[1], s.x, c[1]);
+  c[2] = fmaf(d[2], s.y, c[2]);
+  c[3] = fmaf(d[3], s.y, c[3]);
+}
+
+/// The row loop of the quantized kernels, over tiles of 16 rows of format F (kInt8, kInt4 or kInt4Zero): finish(row, b,
+/// v) once per row and vector b < batch, v[m] the scaled result of matrix m, each from its own thread; preload(row, b)
+/// as gemv_rows_mma's. All matrices share the format, the group and the symmetry (the kernels check it).
 ///
-/// Block (32, K, R): R tiles of 8 rows at a time, K warps per tile sharing out its columns (K * R <= 8; any grid).
-/// A quantized row is 2 or 4 times fewer bytes than an fp16 one, so one tile per block of 8 warps would leave most
-/// of a warp's loads past the row's end for rows of a few thousand columns; BasicQuantizedKernels::config picks K so
-/// that the tile's steps go round its warps about once. Each warp loads its next step's weights before it works on
-/// the current one's, so the weight stream does not stop while it dequantizes.
+/// Block (32, K, R): R tiles at a time, K warps per tile sharing out its steps (K * R <= 16; any grid);
+/// BasicQuantizedKernels::config picks the shape and a grid of at most one block per multiprocessor. Each warp loads
+/// its next U steps (and their scales) before it works on the current ones, the next tile's first steps during the
+/// current tile's last, so the weight stream does not stop while it dequantizes or sums up a tile. RMSNorm's sum of
+/// x^2 is the same for every tile, so a warp computes it on its first tile only.
 template <int F, class W, class X, class Finish, class Preload = NoPreload>
-__device__ __forceinline__ void qgemv_rows_mma(const W& w, const X& x, int rows, int cols, int batch, float eps,
-                                               Finish finish, Preload preload = {}) {
+__device__ __forceinline__ void qgemv_tiles(const W& w, const X& x, int rows, int cols, int batch, float eps,
+                                            Finish finish, Preload preload = {}) {
   using T = typename W::Element;
   constexpr int M = W::count;
-  constexpr int U = 4 / M;  // 16-byte loads per lane and matrix of a step; the next step's are in flight meanwhile
-  __shared__ float tile_part[8][M][kMmaRows][8];  // [warp][matrix][row][vector]
-  __shared__ float square_part[8][8];             // [warp][vector]
+  constexpr int U = 4 / M;  // steps loaded at a time per lane and matrix; the next ones are in flight meanwhile
+  __shared__ float tile_part[kMaxWarps][M][kTileRows][8];  // [warp][matrix][row][vector]
+  __shared__ float square_part[kMaxWarps][8];              // [warp][vector]
 
   const int lane = threadIdx.x;
   const int k_warp = threadIdx.y;  // the warp's place in its tile
@@ -208,143 +326,144 @@ __device__ __forceinline__ void qgemv_rows_mma(const W& w, const X& x, int rows,
   const int g = lane / 4;
   const int t = lane % 4;
   const int vector = min(g, batch - 1);
-  const int chunks = cols / columns_per_load(F);  // 16-byte loads per row
-  const int x_chunks = cols / 8;
-  const int steps = (chunks + 3) / 4;
-  const int tiles = (rows + kMmaRows - 1) / kMmaRows;
-  const int group_shift = 31 - __clz(w.w[0].group);              // groups are powers of two
-  const int group_mask = min(4, max(1, w.w[0].group / 32)) - 1;  // int4: a lane's words per group, less one
-  const bool symmetric = w.w[0].zeros == nullptr;
-  const unsigned flip = magic2(T{}) | (symmetric ? 0x00080008U : 0U);
-  const unsigned symmetric_bias = (magic2(T{}) | 0x00080008U) | 0x80008000U;  // -(magic + 8)
+  const int steps = cols / columns_per_step(F);
+  const int tiles = (rows + kTileRows - 1) / kTileRows;
+  const int group_shift = 31 - __clz(w.w[0].group);  // int4 groups are powers of two
+  constexpr bool symmetric = F != kInt4Zero;
+  const bool split_groups = is_int4(F) && w.w[0].group == 32;  // a step's halves are two groups
+  const Int4Decoder<T> decoder(symmetric);                     // unused for int8
+  float sq = 0.0f;      // this lane's sum of x^2 over its steps' columns (its first tile's)
+  bool squares = true;  // whether the current tile is this warp's first (X::sum_squares)
   bool waited = false;
   const auto wait = [&](int tile) {
     lg::wait_for_prior_grids();
     waited = true;
-    const int out_row = tile * kMmaRows + tid / 8;
-    if (tid < kMmaRows * 8 && tid % 8 < batch && out_row < rows) preload(out_row, tid % 8);
+    const int out_row = tile * kTileRows + tid / 8;
+    if (tid < kTileRows * 8 && tid % 8 < batch && out_row < rows) preload(out_row, tid % 8);
   };
 
-  for (int tile0 = blockIdx.x * blockDim.z; tile0 < tiles; tile0 += gridDim.x * blockDim.z) {  // uniform: the block
+  // The loads run ahead across tiles: a tile's last steps load the next tile's first ones, which stay in flight
+  // while the block sums up the tile.
+  const int tile_stride = gridDim.x * blockDim.z;
+  StepLoad next[M][U];
+  if (blockIdx.x * blockDim.z + slot < tiles) {
+    load_steps<F, U>(w, blockIdx.x * blockDim.z + slot, k_warp, warps, steps, lane, group_shift, next);
+  }
+  for (int tile0 = blockIdx.x * blockDim.z; tile0 < tiles; tile0 += tile_stride) {  // uniform: the block
     const int tile = tile0 + slot;
-    const bool active = tile < tiles;                    // uniform over the tile's warps
-    const int row = min(tile * kMmaRows + g, rows - 1);  // the row this lane loads
-    // The rows of this lane's results, c[m][0] and c[m][1] (int4 scales them per group).
-    const int row_a = min(tile * kMmaRows + 2 * t, rows - 1);
-    const int row_b = min(tile * kMmaRows + 2 * t + 1, rows - 1);
-    float c[M][2];
+    const bool active = tile < tiles;  // uniform over the tile's warps
+    float c[M][4];
 #pragma unroll
-    for (int m = 0; m < M; ++m) c[m][0] = c[m][1] = 0.0f;
-    float sq = 0.0f;
+    for (int m = 0; m < M; ++m) c[m][0] = c[m][1] = c[m][2] = c[m][3] = 0.0f;
 
-    uint4 next[M][U];
-    if (active && k_warp < steps) load_step<U>(w, row, k_warp, warps, t, chunks, next);
     for (int s0 = k_warp; active && s0 < steps; s0 += warps * U) {  // uniform over the warp, as mma.sync requires
-      uint4 wv[M][U];
+      StepLoad cur[M][U];
 #pragma unroll
       for (int m = 0; m < M; ++m) {
 #pragma unroll
-        for (int u = 0; u < U; ++u) wv[m][u] = next[m][u];
+        for (int u = 0; u < U; ++u) cur[m][u] = next[m][u];
       }
-      if (s0 + warps * U < steps) load_step<U>(w, row, s0 + warps * U, warps, t, chunks, next);
+      const bool same_tile = s0 + warps * U < steps;
+      const int load_tile = same_tile ? tile : tile + tile_stride;
+      if (load_tile < tiles) {
+        load_steps<F, U>(w, load_tile, same_tile ? s0 + warps * U : k_warp, warps, steps, lane, group_shift, next);
+      }
       if (!waited) wait(tile);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        const int step = s0 + u * warps;
-        if (step >= steps) break;  // uniform over the warp
-        const bool inside = step * 4 + t < chunks;
-        const int chunk = min(step * 4 + t, chunks - 1);
-        if constexpr (F == kInt4) {
-          // Word j of block `block` holds columns 128 block + 32 j + 8 t + 0..7: x chunk 16 block + 4 j + t.
-          const int block = chunk / 4;
-          float d[M][4];
-#pragma unroll
-          for (int m = 0; m < M; ++m) d[m][0] = d[m][1] = d[m][2] = d[m][3] = 0.0f;
-          typename X::Raw xr[4];  // the four x chunks first, so that their loads overlap
-#pragma unroll
-          for (int j = 0; j < 4; ++j) xr[j] = x.load(vector, min(16 * block + 4 * j + t, x_chunks - 1));
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            float q;
-            uint4 a = X::fragment(xr[j], q);
-            if (!inside) a = make_uint4(0, 0, 0, 0);
-            sq += inside ? q : 0.0f;
-            const unsigned first[4] = {a.x, 0U, a.y, 0U};
-            const unsigned second[4] = {a.z, 0U, a.w, 0U};
-            const int grp = (128 * block + 32 * j) >> group_shift;
+        const int s = s0 + u * warps;
+        if (s >= steps) break;  // uniform over the warp
+        if constexpr (is_int4(F)) {
+          // Lane t's x: columns 64 s + 8 t .. + 7 (mmas 0 and 1) and 64 s + 32 + 8 t .. + 7 (mmas 2 and 3).
+          const typename X::Raw xr[2] = {x.load(vector, 8 * s + t), x.load(vector, 8 * s + 4 + t)};
+          if (X::sum_squares && squares) sq += x_squares<X>(xr[0]) + x_squares<X>(xr[1]);
+          const uint4 b[2] = {x_fragment<X, T>(xr[0]), x_fragment<X, T>(xr[1])};
+          // The step's 4 mmas; with groups of 32 its halves are scaled apart, else the step is one group's.
+          const auto mmas = [&](auto split) {
 #pragma unroll
             for (int m = 0; m < M; ++m) {
-              const unsigned word = j == 0 ? wv[m][u].x : j == 1 ? wv[m][u].y : j == 2 ? wv[m][u].z : wv[m][u].w;
-              const unsigned bias =
-                  symmetric ? symmetric_bias
-                            : (magic2(T{}) | static_cast<unsigned>(w.zeros(m, row)[grp]) * 0x00010001U) | 0x80008000U;
-              const uint4 b = dequantize_int4<T>(word, flip, bias);
-              mma_16816(d[m], first, b.x, b.y, T{});
-              mma_16816(d[m], second, b.z, b.w, T{});
-            }
-            if (((j + 1) & group_mask) == 0) {  // the group ends: its sums times its scales
-#pragma unroll
-              for (int m = 0; m < M; ++m) {
-                c[m][0] = fmaf(d[m][0], lg::to_float(w.scales(m, row_a)[grp]), c[m][0]);
-                c[m][1] = fmaf(d[m][1], lg::to_float(w.scales(m, row_b)[grp]), c[m][1]);
-                d[m][0] = d[m][1] = d[m][2] = d[m][3] = 0.0f;
+              const StepLoad& l = cur[m][u];
+              uint2 bias[2];
+              if constexpr (symmetric) {
+                bias[0] = bias[1] = Int4Decoder<T>::symmetric_biases();
+              } else {
+                bias[0] = Int4Decoder<T>::biases(l.zeros & 0xFFU, l.zeros >> 8 & 0xFFU);
+                bias[1] = Int4Decoder<T>::biases(l.zeros >> 16 & 0xFFU, l.zeros >> 24);
               }
+              const unsigned words[4] = {l.values.x, l.values.y, l.values.z, l.values.w};
+              float d[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+              for (int j = 0; j < 4; ++j) {
+                unsigned a[4];
+                decoder.decode(words[j], bias[j / 2], a);
+                const uint4& bj = b[j / 2];
+                mma_16816(d[decltype(split)::value ? j / 2 : 0], a, j % 2 == 0 ? bj.x : bj.z, j % 2 == 0 ? bj.y : bj.w,
+                          T{});
+              }
+              if constexpr (decltype(split)::value) add_scaled<T>(c[m], d[0], l.scale[0]);
+              add_scaled<T>(c[m], d[decltype(split)::value ? 1 : 0], l.scale[1]);
             }
+          };
+          if (split_groups) {
+            mmas(Flag<true>{});
+          } else {
+            mmas(Flag<false>{});
           }
         } else {
-          // Word j holds columns 16 chunk + 4 j + 0..3: half of x chunk 2 chunk + j / 2.
-          const typename X::Raw xr[2] = {x.load(vector, min(2 * chunk, x_chunks - 1)),
-                                         x.load(vector, min(2 * chunk + 1, x_chunks - 1))};
+          // Lane t's x: columns 32 s + 8 t .. + 7; words 2j and 2j + 1 are rows g and g + 8 of mma j.
+          const typename X::Raw xr = x.load(vector, 4 * s + t);
+          if (X::sum_squares && squares) sq += x_squares<X>(xr);
+          const uint4 b = x_fragment<X, T>(xr);
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            float q;
-            uint4 a = X::fragment(xr[h], q);
-            if (!inside) a = make_uint4(0, 0, 0, 0);
-            sq += inside ? q : 0.0f;
-            const unsigned first[4] = {a.x, 0U, a.y, 0U};
-            const unsigned second[4] = {a.z, 0U, a.w, 0U};
-#pragma unroll
-            for (int m = 0; m < M; ++m) {
-              const uint2 b0 = dequantize_int8(T{}, h == 0 ? wv[m][u].x : wv[m][u].z);
-              const uint2 b1 = dequantize_int8(T{}, h == 0 ? wv[m][u].y : wv[m][u].w);
-              float d[4] = {c[m][0], c[m][1], 0.0f, 0.0f};
-              mma_16816(d, first, b0.x, b0.y, T{});
-              mma_16816(d, second, b1.x, b1.y, T{});
-              c[m][0] = d[0];
-              c[m][1] = d[1];
-            }
+          for (int m = 0; m < M; ++m) {
+            const uint4 v = cur[m][u].values;
+            const uint2 r0 = dequantize_int8(T{}, v.x);
+            const uint2 r1 = dequantize_int8(T{}, v.y);
+            const uint2 r2 = dequantize_int8(T{}, v.z);
+            const uint2 r3 = dequantize_int8(T{}, v.w);
+            const unsigned a0[4] = {r0.x, r1.x, r0.y, r1.y};
+            const unsigned a1[4] = {r2.x, r3.x, r2.y, r3.y};
+            mma_16816(c[m], a0, b.x, b.y, T{});
+            mma_16816(c[m], a1, b.z, b.w, T{});
           }
         }
       }
     }
     if (active && !waited) wait(tile);  // a warp without steps still waits before the block's results are written
+    if (active) squares = false;
 
-    sq += __shfl_xor_sync(0xffffffffu, sq, 1);
-    sq += __shfl_xor_sync(0xffffffffu, sq, 2);
+    float sq_warp = sq;
+    sq_warp += __shfl_xor_sync(0xffffffffu, sq_warp, 1);
+    sq_warp += __shfl_xor_sync(0xffffffffu, sq_warp, 2);
 #pragma unroll
     for (int m = 0; m < M; ++m) {
-      tile_part[warp][m][2 * t][g] = c[m][0];
-      tile_part[warp][m][2 * t + 1][g] = c[m][1];
+      tile_part[warp][m][g][2 * t] = c[m][0];
+      tile_part[warp][m][g][2 * t + 1] = c[m][1];
+      tile_part[warp][m][g + 8][2 * t] = c[m][2];
+      tile_part[warp][m][g + 8][2 * t + 1] = c[m][3];
     }
-    if (t == 0) square_part[warp][g] = sq;
+    if (t == 0) square_part[warp][g] = sq_warp;
     __syncthreads();
-    for (int i = tid; active && i < kMmaRows * 8; i += 32 * warps) {
+    for (int i = tid; active && i < kTileRows * 8; i += 32 * warps) {
       const int r = i / 8;
       const int b = i % 8;
-      const int out_row = tile * kMmaRows + r;
+      const int out_row = tile * kTileRows + r;
       if (b >= batch || out_row >= rows) continue;
       float scale = 1.0f;
       if (X::sum_squares) {
-        float squares = 0.0f;
-        for (int k = 0; k < warps; ++k) squares += square_part[slot * warps + k][b];
-        scale = 1.0f / sqrtf(squares / static_cast<float>(cols) + eps);
+        float squares_sum = 0.0f;
+        for (int k = 0; k < warps; ++k) squares_sum += square_part[slot * warps + k][b];
+        scale = 1.0f / sqrtf(squares_sum / static_cast<float>(cols) + eps);
       }
       float v[M];
 #pragma unroll
       for (int m = 0; m < M; ++m) {
         float sum = 0.0f;
         for (int k = 0; k < warps; ++k) sum += tile_part[slot * warps + k][m][r][b];
-        if (F == kInt8) sum *= lg::to_float(w.scales(m, out_row)[0]);  // the row's one scale
+        if (F == kInt8) {  // the row's one scale
+          const unsigned pair = w.scale_pair(m, tile, 0, r % 8);
+          sum *= r < 8 ? lg::unpack2(T{}, pair).x : lg::unpack2(T{}, pair).y;
+        }
         v[m] = sum * scale;
       }
       finish(out_row, b, v);
