@@ -3,8 +3,12 @@
 //   qgemv(W, x, out, rows, cols, batch)                          out = W x
 //   qgemv_add(W, x, out, rows, cols, batch)                      out += W x
 //   rms_norm_qgemv(W, x, g, out, rows, cols, eps, batch)         out = W (x / rms(x) * g)
+//   rms_norm_qgemv_qkv(W, x, g, bias, q, k, v, q_rows, kv_rows, cols, eps, batch)
+//                                                                 [q | k | v] = W (x / rms(x) * g) + bias
 //   rms_norm_qgemv_swiglu(W1, W3, x, g, out, rows, cols, eps, batch)   out = silu(W1 h) * (W3 h), h = x / rms(x) * g
-// W is a QuantizedMatrix (by value) of rows x cols, x [batch][cols], out [batch][rows]. Each kernel comes per element
+// W is a QuantizedMatrix (by value) of rows x cols, x [batch][cols], out [batch][rows]. For qkv, W is the q, k and v
+// projections' rows in one matrix (q_rows + 2 kv_rows), q [batch][q_rows], k and v [batch][kv_rows], bias the three
+// biases in the same order or null. Each kernel comes per element
 // type (NAME, NAME_bf16: x, g, out and the scales in it) and format (NAME_int8, NAME_int4 symmetric, NAME_int4z with
 // zero points: qgemv_int8, qgemv_bf16_int4z, ...); the host picks the format from W (nn::QuantizedKernel). One rounding
 // per output, as gemv.cu's tensor-core variants: x * g is rounded to the element type before the mma (the weights are
@@ -80,6 +84,26 @@ __device__ __forceinline__ void rms_norm_qgemv_body(QuantizedMatrix W, const T* 
 }
 
 template <int F, class T>
+__device__ __forceinline__ void rms_norm_qgemv_qkv_body(QuantizedMatrix W, const T* x, const T* g, const T* bias, T* q,
+                                                        T* k, T* v, int q_rows, int kv_rows, int cols, float eps,
+                                                        int batch) {
+  if (!supported<F>(W, cols, batch, x, g) || q_rows < 1 || kv_rows < 1) __trap();
+  const int rows = q_rows + 2 * kv_rows;
+  const QuantizedTiles<1, T> w = tiles_of<F, T>(W, cols);
+  prefetch_quantized<4>(w, rows);
+  qgemv_tiles<F>(w, GainedX<T>{x, g, cols}, rows, cols, batch, eps, [&](int row, int b, const float* r) {
+    const float value = r[0] + (bias == nullptr ? 0.0f : lg::to_float(bias[row]));
+    if (row < q_rows) {
+      at(q, q_rows, row, b) = lg::from_float<T>(value);
+    } else if (row < q_rows + kv_rows) {
+      at(k, kv_rows, row - q_rows, b) = lg::from_float<T>(value);
+    } else {
+      at(v, kv_rows, row - q_rows - kv_rows, b) = lg::from_float<T>(value);
+    }
+  });
+}
+
+template <int F, class T>
 __device__ __forceinline__ void rms_norm_qgemv_swiglu_body(QuantizedMatrix W1, QuantizedMatrix W3, const T* x,
                                                            const T* g, T* out, int rows, int cols, float eps,
                                                            int batch) {
@@ -106,6 +130,8 @@ qgemv_add[T][F] __launch_bounds__(512, 1) =
     qgemv_add_body<F>(QuantizedMatrix W, const T* x, T* out, int rows, int cols, int batch)
 rms_norm_qgemv[T][F] __launch_bounds__(512, 1) =
     rms_norm_qgemv_body<F>(QuantizedMatrix W, const T* x, const T* g, T* out, int rows, int cols, float eps, int batch)
+rms_norm_qgemv_qkv[T][F] __launch_bounds__(512, 1) = rms_norm_qgemv_qkv_body<F>(QuantizedMatrix W, const T* x,
+    const T* g, const T* bias, T* q, T* k, T* v, int q_rows, int kv_rows, int cols, float eps, int batch)
 rms_norm_qgemv_swiglu[T][F] __launch_bounds__(512, 1) = rms_norm_qgemv_swiglu_body<F>(QuantizedMatrix W1,
     QuantizedMatrix W3, const T* x, const T* g, T* out, int rows, int cols, float eps, int batch)
 */

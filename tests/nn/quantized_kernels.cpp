@@ -180,6 +180,37 @@ void check_every_kernel(const nn::BasicQuantizedKernels<T>& k, double tolerance)
             .sync_on(s);
         check_close(lgtest::to_host(s, out.cview()), c.product(c.w1, normed), tolerance);
 
+        // q, k and v from one matrix: rows split 1/2, 1/4, 1/4 (rows rounded down to a multiple of 4), with biases.
+        {
+          const int kv_rows = rows / 4;
+          const int q_rows = rows - 2 * kv_rows;
+          const auto bias = lgtest::to_device(s, c.residual);  // any rows values of T
+          auto q = poisoned<T>(std::size_t(batch) * std::size_t(q_rows));
+          auto kk = poisoned<T>(std::size_t(batch) * std::size_t(kv_rows));
+          auto v = poisoned<T>(std::size_t(batch) * std::size_t(kv_rows));
+          for (const bool with_bias : {false, true}) {
+            CAPTURE(with_bias);
+            k.rms_norm_qgemv_qkv(k.config(w1.matrix(), rows, cols), w1.matrix(), x.cview(), g.cview(),
+                                 with_bias ? bias.cview() : DeviceSpan<const T>{}, q.view(), kk.view(), v.view(),
+                                 q_rows, kv_rows, cols, eps, batch)
+                .sync_on(s);
+            std::vector<double> all = c.product(c.w1, normed);  // [batch][rows]
+            std::vector<double> want_q, want_k, want_v;
+            std::vector<T> got_q = lgtest::to_host(s, q.cview()), got_k = lgtest::to_host(s, kk.cview()),
+                           got_v = lgtest::to_host(s, v.cview());
+            for (int b = 0; b < batch; ++b) {
+              for (int r = 0; r < rows; ++r) {
+                const double value =
+                    all[std::size_t(b) * rows + r] + (with_bias ? double(c.residual[std::size_t(r)].to_float()) : 0.0);
+                (r < q_rows ? want_q : r < q_rows + kv_rows ? want_k : want_v).push_back(value);
+              }
+            }
+            check_close(got_q, want_q, tolerance);
+            check_close(got_k, want_k, tolerance);
+            check_close(got_v, want_v, tolerance);
+          }
+        }
+
         out = poisoned<T>(outputs);
         k.rms_norm_qgemv_swiglu(k.config(w1.matrix(), rows, cols), w1.matrix(), w3.matrix(), x.cview(), g.cview(),
                                 out.view(), rows, cols, eps, batch)
@@ -209,6 +240,8 @@ TEST_CASE("every quantized kernel handle matches its kernel's declared parameter
             name("rms_norm_qgemv")));
         CHECK_NOTHROW(d.check<void(nn::QuantizedMatrix, nn::QuantizedMatrix, const half*, const half*, half*, int, int,
                                    float, int)>(name("rms_norm_qgemv_swiglu")));
+        CHECK_NOTHROW(d.check<void(nn::QuantizedMatrix, const half*, const half*, const half*, half*, half*, half*, int,
+                                   int, int, float, int)>(name("rms_norm_qgemv_qkv")));
       } else {
         CHECK_NOTHROW(d.check<void(nn::QuantizedMatrix, const bfloat16*, bfloat16*, int, int, int)>(name("qgemv")));
         CHECK_NOTHROW(d.check<void(nn::QuantizedMatrix, nn::QuantizedMatrix, const bfloat16*, const bfloat16*,

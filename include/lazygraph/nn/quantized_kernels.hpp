@@ -109,6 +109,11 @@ struct BasicQuantizedKernels {
   QuantizedKernel<void(QuantizedMatrix, const T*, T*, int, int, int)> qgemv_add;
   /// rms_norm_qgemv(W, x, g, out, rows, cols, eps, batch): out[b] = W (rmsnorm(x[b]) * g).
   QuantizedKernel<void(QuantizedMatrix, const T*, const T*, T*, int, int, float, int)> rms_norm_qgemv;
+  /// rms_norm_qgemv_qkv(W, x, g, bias, q, k, v, q_rows, kv_rows, cols, eps, batch): the q, k and v projections
+  /// in one matrix of q_rows + 2 kv_rows rows (in that order), h = rmsnorm(x[b]) * g, [q | k | v][b] = W h + bias
+  /// (bias [q_rows + 2 kv_rows] in the same order, or null), q [batch][q_rows], k and v [batch][kv_rows].
+  QuantizedKernel<void(QuantizedMatrix, const T*, const T*, const T*, T*, T*, T*, int, int, int, float, int)>
+      rms_norm_qgemv_qkv;
   /// rms_norm_qgemv_swiglu(W1, W3, x, g, out, rows, cols, eps, batch): out[b] = silu(W1 h) * (W3 h),
   /// h = rmsnorm(x[b]) * g; W1 and W3 of one format.
   QuantizedKernel<void(QuantizedMatrix, QuantizedMatrix, const T*, const T*, T*, int, int, float, int)>
