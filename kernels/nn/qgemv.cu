@@ -119,19 +119,19 @@ __device__ __forceinline__ void rms_norm_qgemv_swiglu_body(QuantizedMatrix W1, Q
 }  // namespace
 
 // The entry points, one per element type and format (qgemv_int8, qgemv_int4, qgemv_bf16_int8, ...), 16 warps a block
-// at most, one block per multiprocessor (128 registers a thread).
+// at most, two blocks per multiprocessor (64 registers a thread).
 /* lazygraph:variants
 axis T = lg::half_t | lg::bf16_t _bf16
 axis F = kInt8 _int8 | kInt4 _int4 | kInt4Zero _int4z
 
-qgemv[T][F] __launch_bounds__(512, 1) =
+qgemv[T][F] __launch_bounds__(512, 2) =
     qgemv_body<F>(QuantizedMatrix W, const T* x, T* out, int rows, int cols, int batch)
-qgemv_add[T][F] __launch_bounds__(512, 1) =
+qgemv_add[T][F] __launch_bounds__(512, 2) =
     qgemv_add_body<F>(QuantizedMatrix W, const T* x, T* out, int rows, int cols, int batch)
-rms_norm_qgemv[T][F] __launch_bounds__(512, 1) =
+rms_norm_qgemv[T][F] __launch_bounds__(512, 2) =
     rms_norm_qgemv_body<F>(QuantizedMatrix W, const T* x, const T* g, T* out, int rows, int cols, float eps, int batch)
-rms_norm_qgemv_qkv[T][F] __launch_bounds__(512, 1) = rms_norm_qgemv_qkv_body<F>(QuantizedMatrix W, const T* x,
+rms_norm_qgemv_qkv[T][F] __launch_bounds__(512, 2) = rms_norm_qgemv_qkv_body<F>(QuantizedMatrix W, const T* x,
     const T* g, const T* bias, T* q, T* k, T* v, int q_rows, int kv_rows, int cols, float eps, int batch)
-rms_norm_qgemv_swiglu[T][F] __launch_bounds__(512, 1) = rms_norm_qgemv_swiglu_body<F>(QuantizedMatrix W1,
+rms_norm_qgemv_swiglu[T][F] __launch_bounds__(512, 2) = rms_norm_qgemv_swiglu_body<F>(QuantizedMatrix W1,
     QuantizedMatrix W3, const T* x, const T* g, T* out, int rows, int cols, float eps, int batch)
 */

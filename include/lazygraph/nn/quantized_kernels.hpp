@@ -121,18 +121,18 @@ struct BasicQuantizedKernels {
 
   /// Whether launches are early (as BasicKernels::step_config).
   bool early_launch = true;
-  /// The device's multiprocessors: the grid's size at most.
+  /// The device's multiprocessors: the grid is twice as many blocks at most.
   int multiprocessors = 1;
 
   /// Launch shape of a kernel here for `rows` x `cols` weights of `w`'s format (one or two matrices per row alike):
-  /// blocks of 16 warps, one per multiprocessor at most, each walking its share of the tiles of 16 rows R at a time
+  /// blocks of 16 warps, two per multiprocessor at most, each walking its share of the tiles of 16 rows R at a time
   /// with K = 16 / R warps per tile sharing out its steps (a warp's 512 bytes: 64 columns of int4, 32 of int8;
-  /// qgemv_core.cuh). R is the one that gives the busiest multiprocessor the fewest tiles, or the largest within 10%
-  /// of that: more steps per warp and fewer tile ends, whose sums go through shared memory.
+  /// qgemv_core.cuh). R is the one that gives the busiest block slot the fewest tiles, or the largest within 10% of
+  /// that: more steps per warp and fewer tile ends, whose sums go through shared memory.
   [[nodiscard]] LaunchConfig config(const QuantizedMatrix& w, int rows, int cols) const {
     const int steps = cols / (w.kind == static_cast<int>(WeightFormat::int4_group) ? 64 : 32);
     const int tiles = (rows + 15) / 16;
-    const int sms = std::max(1, multiprocessors);
+    const int sms = 2 * std::max(1, multiprocessors);  // block slots: two per multiprocessor
     const auto busiest = [&](int r) { return ((tiles + r - 1) / r + sms - 1) / sms * r; };
     int least = busiest(16);
     for (int r = 8; r >= 1 && 16 / r <= steps; r /= 2) least = std::min(least, busiest(r));
