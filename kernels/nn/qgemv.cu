@@ -17,7 +17,7 @@
 // Requirements (a trap otherwise): the kernel's format and element type, cols a multiple of 64 (int4) or 32 (int8),
 // the group 32, 64 or 128 (int4, dividing cols) or cols (int8), W1 and W3 of one group and symmetry, values, x and g
 // 16-byte aligned, batch 1 to 8. Launch: blocks of (32, K, R), K warps per tile of 16 rows and R tiles at a time,
-// K * R <= 16, any grid (qgemv_core.cuh); nn::BasicQuantizedKernels::config picks the fast shape. Early launch as
+// K * R <= 32, any grid (qgemv_core.cuh); nn::BasicQuantizedKernels::config picks the fast shape. Early launch as
 // gemv.cu's kernels.
 #include "lazygraph/nn/qgemv_core.cuh"
 
@@ -118,20 +118,20 @@ __device__ __forceinline__ void rms_norm_qgemv_swiglu_body(QuantizedMatrix W1, Q
 
 }  // namespace
 
-// The entry points, one per element type and format (qgemv_int8, qgemv_int4, qgemv_bf16_int8, ...), 16 warps a block
-// at most, two blocks per multiprocessor (64 registers a thread).
+// The entry points, one per element type and format (qgemv_int8, qgemv_int4, qgemv_bf16_int8, ...), 32 warps a block
+// at most, 64 registers a thread (one block of 32 warps or two of 16 per multiprocessor).
 /* lazygraph:variants
 axis T = lg::half_t | lg::bf16_t _bf16
 axis F = kInt8 _int8 | kInt4 _int4 | kInt4Zero _int4z
 
-qgemv[T][F] __launch_bounds__(512, 2) =
+qgemv[T][F] __launch_bounds__(1024, 1) =
     qgemv_body<F>(QuantizedMatrix W, const T* x, T* out, int rows, int cols, int batch)
-qgemv_add[T][F] __launch_bounds__(512, 2) =
+qgemv_add[T][F] __launch_bounds__(1024, 1) =
     qgemv_add_body<F>(QuantizedMatrix W, const T* x, T* out, int rows, int cols, int batch)
-rms_norm_qgemv[T][F] __launch_bounds__(512, 2) =
+rms_norm_qgemv[T][F] __launch_bounds__(1024, 1) =
     rms_norm_qgemv_body<F>(QuantizedMatrix W, const T* x, const T* g, T* out, int rows, int cols, float eps, int batch)
-rms_norm_qgemv_qkv[T][F] __launch_bounds__(512, 2) = rms_norm_qgemv_qkv_body<F>(QuantizedMatrix W, const T* x,
+rms_norm_qgemv_qkv[T][F] __launch_bounds__(1024, 1) = rms_norm_qgemv_qkv_body<F>(QuantizedMatrix W, const T* x,
     const T* g, const T* bias, T* q, T* k, T* v, int q_rows, int kv_rows, int cols, float eps, int batch)
-rms_norm_qgemv_swiglu[T][F] __launch_bounds__(512, 2) = rms_norm_qgemv_swiglu_body<F>(QuantizedMatrix W1,
+rms_norm_qgemv_swiglu[T][F] __launch_bounds__(1024, 1) = rms_norm_qgemv_swiglu_body<F>(QuantizedMatrix W1,
     QuantizedMatrix W3, const T* x, const T* g, T* out, int rows, int cols, float eps, int batch)
 */

@@ -157,9 +157,9 @@ void check_every_kernel(const nn::BasicQuantizedKernels<T>& k, double tolerance)
         k.qgemv(k.config(w1.matrix(), rows, cols), w1.matrix(), x.cview(), out.view(), rows, cols, batch).sync_on(s);
         check_close(lgtest::to_host(s, out.cview()), c.product(c.w1, plain), tolerance);
 
-        // Any block of (32, K, R) with K * R <= 16 and any grid compute the same products (a grid of 2 walks the
+        // Any block of (32, K, R) with K * R <= 32 and any grid compute the same products (a grid of 2 walks the
         // tiles).
-        for (const Dim3 block : {Dim3{32, 1, 16}, Dim3{32, 16, 1}, Dim3{32, 3, 5}, Dim3{32, 2, 2}}) {
+        for (const Dim3 block : {Dim3{32, 1, 16}, Dim3{32, 16, 1}, Dim3{32, 32, 1}, Dim3{32, 4, 8}, Dim3{32, 3, 5}}) {
           CAPTURE(block.y);
           out = poisoned<T>(outputs);
           LaunchConfig few{{2, 1, 1}, block, 0};

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "lazygraph/nn/kernels.hpp"
 #include "lazygraph/nn/quantized.hpp"
@@ -121,27 +122,48 @@ struct BasicQuantizedKernels {
 
   /// Whether launches are early (as BasicKernels::step_config).
   bool early_launch = true;
-  /// The device's multiprocessors: the grid is twice as many blocks at most.
+  /// The device's multiprocessors, which config() fills.
   int multiprocessors = 1;
 
   /// Launch shape of a kernel here for `rows` x `cols` weights of `w`'s format (one or two matrices per row alike):
-  /// blocks of 16 warps, two per multiprocessor at most, each walking its share of the tiles of 16 rows R at a time
-  /// with K = 16 / R warps per tile sharing out its steps (a warp's 512 bytes: 64 columns of int4, 32 of int8;
-  /// qgemv_core.cuh). R is the one that gives the busiest block slot the fewest tiles, or the largest within 10% of
-  /// that: more steps per warp and fewer tile ends, whose sums go through shared memory.
+  /// 32 warps per multiprocessor, as two blocks of 16 or one of 32, each block walking its share of the tiles of 16
+  /// rows R at a time with K warps per tile sharing out its steps (a warp's 512 bytes: 64 columns of int4, 32 of
+  /// int8; qgemv_core.cuh). Of the shapes, the one whose busiest block has the fewest tiles per warp, or within 10% of
+  /// that the one with blocks of 16 warps and the most tiles at a time (more steps per warp, fewer tile ends, whose
+  /// sums go through shared memory). Blocks of 32 warps serve matrices of fewer tiles than multiprocessors.
   [[nodiscard]] LaunchConfig config(const QuantizedMatrix& w, int rows, int cols) const {
     const int steps = cols / (w.kind == static_cast<int>(WeightFormat::int4_group) ? 64 : 32);
     const int tiles = (rows + 15) / 16;
-    const int sms = 2 * std::max(1, multiprocessors);  // block slots: two per multiprocessor
-    const auto busiest = [&](int r) { return ((tiles + r - 1) / r + sms - 1) / sms * r; };
-    int least = busiest(16);
-    for (int r = 8; r >= 1 && 16 / r <= steps; r /= 2) least = std::min(least, busiest(r));
-    int per_block = 16;
-    while (per_block > 1 && 16 / (per_block / 2) <= steps && 10 * busiest(per_block) > 11 * least) per_block /= 2;
-    const int k = std::max(1, std::min(16 / per_block, steps));
-    const int blocks = std::min((tiles + per_block - 1) / per_block, sms);
-    LaunchConfig c{
-        {static_cast<unsigned>(blocks), 1, 1}, {32, static_cast<unsigned>(k), static_cast<unsigned>(per_block)}, 0};
+    const int sms = std::max(1, multiprocessors);
+    struct Shape {
+      int warps, per_block, grid;
+      double cost;  // tiles of the busiest block per warp of it
+    };
+    std::vector<Shape> shapes;
+    for (const int warps : {16, 32}) {
+      for (int r = warps; r >= 1; r /= 2) {
+        // K past half the steps leaves a warp less than its two loads in flight (measured: 2048 x 2048 int4 took
+        // 3.5 us with K = 32, 2.3 with K = 16).
+        if (r != warps && 2 * (warps / r) > steps) break;
+        const int groups = (tiles + r - 1) / r;
+        const int grid = std::min(groups, sms * (32 / warps));
+        const int busiest = (groups + grid - 1) / grid * r;
+        shapes.push_back({warps, r, grid, static_cast<double>(busiest) / warps});
+      }
+    }
+    double least = shapes.front().cost;
+    for (const Shape& s : shapes) least = std::min(least, s.cost);
+    const Shape* best = nullptr;
+    for (const Shape& s : shapes) {  // in order: 16 warps first, the most tiles at a time first
+      if (s.cost <= 1.1 * least) {
+        best = &s;
+        break;
+      }
+    }
+    const int k = std::max(1, std::min(best->warps / best->per_block, steps));
+    LaunchConfig c{{static_cast<unsigned>(best->grid), 1, 1},
+                   {32, static_cast<unsigned>(k), static_cast<unsigned>(best->per_block)},
+                   0};
     c.early_launch = early_launch;
     return c;
   }

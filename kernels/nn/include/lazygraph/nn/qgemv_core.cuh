@@ -49,8 +49,8 @@ constexpr int weight_kind(int format) { return format == kInt8 ? 1 : 2; }
 /// Rows of a tile: the mma's M.
 constexpr int kTileRows = 16;
 
-/// Warps of a block at most (blocks of 512 threads, two per multiprocessor).
-constexpr int kMaxWarps = 16;
+/// Warps of a block at most (blocks of 1024 threads, one per multiprocessor; or two blocks of 512).
+constexpr int kMaxWarps = 32;
 
 /// Columns of one step: a warp's 512 bytes of a tile.
 constexpr int columns_per_step(int format) { return is_int4(format) ? 64 : 32; }
@@ -316,8 +316,8 @@ __device__ __forceinline__ void add_scaled(float (&c)[4], const float (&d)[4], u
 /// v) once per row and vector b < batch, v[m] the scaled result of matrix m, each from its own thread; preload(row, b)
 /// as gemv_rows_mma's. All matrices share the format, the group and the symmetry (the kernels check it).
 ///
-/// Block (32, K, R): R tiles at a time, K warps per tile sharing out its steps (K * R <= 16; any grid);
-/// BasicQuantizedKernels::config picks the shape and a grid of at most two blocks per multiprocessor. Each warp loads
+/// Block (32, K, R): R tiles at a time, K warps per tile sharing out its steps (K * R <= 32; any grid);
+/// BasicQuantizedKernels::config picks the shape: 32 warps per multiprocessor, as one block or two. Each warp loads
 /// its next U steps (and their scales) before it works on the current ones, the next tile's first steps during the
 /// current tile's last, so the weight stream does not stop while it dequantizes or sums up a tile. U is 2 steps of
 /// one matrix, 1 of two: few registers, so that 32 warps fit a multiprocessor (measured on an H200: 13% less time
@@ -328,8 +328,8 @@ __device__ __forceinline__ void qgemv_tiles(const W& w, const X& x, int rows, in
                                             Finish finish, Preload preload = {}) {
   using T = typename W::Element;
   constexpr int M = W::count;
-  constexpr int U =
-      M == 1 ? 2 : 1;  // steps loaded at a time per lane and matrix; the next ones are in flight meanwhile
+  // Steps loaded at a time per lane and matrix; the next ones are in flight meanwhile.
+  constexpr int U = M == 1 ? 2 : 1;
   __shared__ float tile_part[kMaxWarps][M][kTileRows][8];  // [warp][matrix][row][vector]
   __shared__ float square_part[kMaxWarps][8];              // [warp][vector]
 
