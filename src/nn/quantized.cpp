@@ -29,6 +29,18 @@ std::uint16_t scale_bits_of(double scale, ScaleType type) {
 /// The nearest integer to x, ties to even (as the GPU quantizer's rint will round).
 long long round_even(double x) { return std::llrint(x); }
 
+/// The sum of 32 partial sums in the order a warp's butterfly (__shfl_xor_sync over 16, 8, 4, 2, 1) adds them, so
+/// that the GPU quantizer (kernels/nn/quantize.cu), which sums lane l's elements l, l + 32, ... in `partial[l]`, picks
+/// the same clip ratio on a near tie.
+double warp_order_sum(std::array<double, 32> partial) {
+  for (std::size_t offset = 16; offset >= 1; offset /= 2) {
+    std::array<double, 32> next{};
+    for (std::size_t l = 0; l < 32; ++l) next[l] = partial[l] + partial[l ^ offset];
+    partial = next;
+  }
+  return partial[0];
+}
+
 /// One group's scale, zero point and the squared error of its dequantized values, for one clip ratio.
 struct GroupChoice {
   std::uint16_t scale_bits = 0;
@@ -77,13 +89,14 @@ bool quantize_group(std::span<const float> w, const QuantizedLayout& layout, dou
   }
   choice.scale_bits = bits;
   choice.zero = zero;
+  std::array<double, 32> partial{};
   for (std::size_t i = 0; i < w.size(); ++i) {
     const auto stored = std::clamp<long long>(round_even(static_cast<double>(w[i]) / scale) + zero, q_min, q_max);
     q[i] = static_cast<int>(stored);
-    // The product is exact in float, as a kernel computes it.
-    const double error = static_cast<double>(w[i]) - static_cast<double>(static_cast<float>(q[i] - zero) * scale);
-    choice.squared_error += error * error;
+    const double error = static_cast<double>(w[i]) - static_cast<double>(static_cast<float>(q[i] - zero)) * scale;
+    partial[i % 32] += error * error;
   }
+  choice.squared_error = warp_order_sum(partial);
   return true;
 }
 

@@ -1,6 +1,9 @@
 #include "lazygraph/nn/quantized_kernels.hpp"
 
+#include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace lazygraph::nn {
 
@@ -22,6 +25,40 @@ DeviceQuantizedWeight<T>::DeviceQuantizedWeight(const Stream& stream, const Quan
       values_(from_host(weight.values()).sync_on(stream)),
       scales_(from_host(weight.scale_bits()).sync_on(stream)) {
   if (!weight.zeros().empty()) zeros_ = from_host(weight.zeros()).sync_on(stream);
+}
+
+template <Element T>
+DeviceQuantizedWeight<T>::DeviceQuantizedWeight(QuantizedLayout layout, DeviceBuffer<std::uint8_t> values,
+                                                DeviceBuffer<std::uint16_t> scales,
+                                                std::optional<DeviceBuffer<std::uint8_t>> zeros)
+    : layout_(std::move(layout)), values_(std::move(values)), scales_(std::move(scales)), zeros_(std::move(zeros)) {
+  const auto fail = [&](const std::string& problem) { throw UsageError("tensor " + layout_.name() + ": " + problem); };
+  if (layout_.format().scale_type != scale_type_of<T>) {
+    fail(format_name(layout_.format()) + ", but the kernels over " + std::string(element_name<T>) +
+         " activations read " + std::string(element_name<T>) + " scales");
+  }
+  const auto sizes = [](std::string_view what, std::size_t found, std::size_t expected) {
+    return std::string(what) + ": " + std::to_string(found) + " on the device, the layout has " +
+           std::to_string(expected);
+  };
+  if (values_.size() != layout_.value_bytes()) fail(sizes("value bytes", values_.size(), layout_.value_bytes()));
+  if (scales_.size() != layout_.scale_count()) fail(sizes("scales", scales_.size(), layout_.scale_count()));
+  const std::size_t zero_bytes = zeros_ ? zeros_->size() : 0;
+  if (zero_bytes != layout_.zero_bytes() || zeros_.has_value() != layout_.format().asymmetric) {
+    fail(sizes("zero points", zero_bytes, layout_.zero_bytes()));
+  }
+}
+
+template <Element T>
+QuantizedWeight DeviceQuantizedWeight<T>::download(const Stream& stream) const {
+  std::vector<std::uint8_t> values(values_.size());
+  std::vector<std::uint16_t> scales(scales_.size());
+  std::vector<std::uint8_t> zeros(zeros_ ? zeros_->size() : 0);
+  copy_async(stream, std::span<std::uint8_t>(values), values_.cview());
+  copy_async(stream, std::span<std::uint16_t>(scales), scales_.cview());
+  if (zeros_) copy_async(stream, std::span<std::uint8_t>(zeros), zeros_->cview());
+  stream.synchronize();
+  return {layout_, std::move(values), std::move(scales), std::move(zeros)};
 }
 
 template <Element T>

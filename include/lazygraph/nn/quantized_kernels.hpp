@@ -40,6 +40,15 @@ class DeviceQuantizedWeight {
   /// Uploads `weight` on `stream` and waits for the copies. \throws UsageError naming the tensor when its scale
   /// type is not T's.
   DeviceQuantizedWeight(const Stream& stream, const QuantizedWeight& weight);
+  /// A weight whose parts are on the device already, in `layout`'s order (DeviceQuantizer makes these).
+  /// \throws UsageError naming the tensor when the scale type is not T's, a part's size is not the layout's, or
+  ///         zero points are given for a symmetric format or missing for an asymmetric one.
+  DeviceQuantizedWeight(QuantizedLayout layout, DeviceBuffer<std::uint8_t> values, DeviceBuffer<std::uint16_t> scales,
+                        std::optional<DeviceBuffer<std::uint8_t>> zeros);
+
+  /// The parts copied back to the host (waits for the copies on `stream`). \throws UsageError as QuantizedWeight's
+  /// constructor for parts that break the format's rules.
+  [[nodiscard]] QuantizedWeight download(const Stream& stream) const;
 
   /// The shape and format.
   [[nodiscard]] const QuantizedLayout& layout() const noexcept { return layout_; }
