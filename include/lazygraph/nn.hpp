@@ -17,6 +17,7 @@
 #include "lazygraph/nn/prefill_attention.hpp"
 #include "lazygraph/nn/quantized.hpp"
 #include "lazygraph/nn/device_quantizer.hpp"
+#include "lazygraph/nn/quantized_checkpoint.hpp"
 #include "lazygraph/nn/quantized_kernels.hpp"
 #include "lazygraph/nn/random_weights.hpp"
 #include "lazygraph/nn/reference.hpp"
