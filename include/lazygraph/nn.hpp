@@ -10,6 +10,7 @@
 
 #include "lazygraph/nn/checkpoint.hpp"
 #include "lazygraph/nn/decoder.hpp"
+#include "lazygraph/nn/decoder_quantization.hpp"
 #include "lazygraph/nn/decoder_tensors.hpp"
 #include "lazygraph/nn/kernels.hpp"
 #include "lazygraph/nn/llama_config.hpp"
