@@ -4,7 +4,9 @@
 /// with RoPE and a KV cache plus a SwiGLU MLP, final norm, LM head and greedy or sampled choice. One decode step is an
 /// op expression, captured once into a CUDA graph; the token and the position reach it through device memory, so every
 /// step replays the same graph. Weights come from a seed (DecoderWeights::generate) or from a checkpoint
-/// (checkpoint.hpp). Weights and activations are fp16 (`Decoder`) or bf16 (`BasicDecoder<bfloat16>`), element.hpp.
+/// (checkpoint.hpp). Weights and activations are fp16 (`Decoder`) or bf16 (`BasicDecoder<bfloat16>`), element.hpp; the
+/// matrices may be weight-only quantized instead (int8 or int4 with scales of the element type:
+/// decoder_quantization.hpp), each run on its own kind of kernels.
 
 #include <algorithm>
 #include <cmath>
