@@ -10,10 +10,12 @@
 
 #include "lazygraph/nn/checkpoint.hpp"
 #include "lazygraph/nn/decoder.hpp"
+#include "lazygraph/nn/decoder_quantization.hpp"
 #include "lazygraph/nn/decoder_tensors.hpp"
 #include "lazygraph/nn/kernels.hpp"
 #include "lazygraph/nn/llama_config.hpp"
 #include "lazygraph/nn/mlp.hpp"
+#include "lazygraph/nn/optional_launch.hpp"
 #include "lazygraph/nn/prefill_attention.hpp"
 #include "lazygraph/nn/quantized.hpp"
 #include "lazygraph/nn/device_quantizer.hpp"

@@ -4,9 +4,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <unistd.h>
 
@@ -186,6 +188,19 @@ void upload_rows(const Checkpoint& weights, int head_dim, const DecoderTensor& t
   }
 }
 
+/// Appends tensor `t` from `info` (in `weights`) to `out` as floats, rows in the decoder's order (rope rows
+/// reordered): what quantize() reads.
+void append_rows(const Checkpoint& weights, int head_dim, const DecoderTensor& t, const TensorInfo& info,
+                 std::vector<float>& out) {
+  const std::byte* data = weights.data(info).data();
+  const auto cols = static_cast<std::size_t>(t.cols);
+  out.reserve(out.size() + t.elements());
+  for (int row = 0; row < t.rows; ++row) {
+    const auto from = static_cast<std::size_t>(t.rope_rows ? rotate_half_row(row, head_dim) : row);
+    for (std::size_t c = 0; c < cols; ++c) out.push_back(element(data, info.dtype, from * cols + c));
+  }
+}
+
 }  // namespace
 
 DecoderCheckpoint::DecoderCheckpoint(LlamaConfig llama, DecoderConfig config, Checkpoint weights, LoadOptions options)
@@ -200,8 +215,8 @@ DecoderCheckpoint::DecoderCheckpoint(LlamaConfig llama, DecoderConfig config, Ch
     const bool tied = t.role == DecoderTensorRole::lm_head && llama_.tie_word_embeddings;
     sources_.push_back(&weights_.require(tied ? "model.embed_tokens.weight" : t.name, kLoadable, shape));
     used.insert(sources_.back()->name);
-    device_bytes_ += t.elements() * 2;  // fp16 and bf16 alike
   }
+  device_bytes_ = decoder_device_bytes(config_, options_.quantization);
   for (const std::string_view name : weights_.names()) {
     if (used.contains(name)) continue;
     const TensorInfo& info = weights_.tensor(name);
@@ -263,6 +278,9 @@ DecoderCheckpoint DecoderCheckpoint::open(const std::filesystem::path& directory
 
 template <Element T>
 BasicDecoderWeights<T> DecoderCheckpoint::upload(const Stream& stream) const {
+  const DecoderQuantization& quantization = options_.quantization;
+  check_quantization(config_, quantization, scale_type_of<T>);  // before anything is allocated
+  const std::vector<QuantizedLayout> layouts = quantized_layouts(config_, quantization);
   std::size_t widest = 1;
   for (const DecoderTensor& t : tensors_) widest = std::max(widest, static_cast<std::size_t>(t.cols));
   const std::size_t staging = std::max(options_.staging_bytes / sizeof(T), widest);
@@ -270,19 +288,43 @@ BasicDecoderWeights<T> DecoderCheckpoint::upload(const Stream& stream) const {
   Progress progress(weights_.path().string(), device_bytes_,
                     options_.progress && device_bytes_ >= options_.progress_from_bytes);
   std::size_t index = 0;
+  std::vector<DeviceQuantizedWeight<T>> matrices;  // in `layouts` order
+  std::vector<float> pending;                      // the next quantized matrix's rows read so far (q, k: wait for v)
+  // Copies still in flight read pinned memory and write the buffers: waited for before an error unwinds them.
+  const auto drain = [&]() noexcept {
+    try {
+      stream.synchronize();
+    } catch (...) {  // NOLINT(bugprone-empty-catch): the error that is already propagating matters more
+    }
+  };
   BasicDecoderWeights<T> w = assemble_decoder_weights<T>(stream.device(), config_, [&](const DecoderTensor& t) {
     const TensorInfo& info = *sources_[index++];
-    DeviceBuffer<T> out(stream.device(), t.elements());
-    const auto cols = static_cast<std::size_t>(t.cols);
-    const std::size_t rows_per_chunk = staging / cols;
-    const auto drain = [&]() noexcept {  // copies still in flight read pinned memory and write `out`
+    if (quantization.format_of(t.role)) {
       try {
-        stream.synchronize();
-      } catch (...) {  // NOLINT(bugprone-empty-catch): the error that is already propagating matters more
+        append_rows(weights_, config_.head_dim(), t, info, pending);
+        if (t.role != DecoderTensorRole::wq && t.role != DecoderTensorRole::wk) {  // q and k wait for v
+          const QuantizedLayout& l = layouts[matrices.size()];
+          std::optional<QuantizedWeight> q;
+          try {
+            q.emplace(quantize(l.format(), l.name(), l.rows(), l.cols(), pending, quantization.options));
+          } catch (const UsageError& e) {
+            throw CheckpointError(weights_.file_of(info).path(), l.name(),
+                                  std::string("cannot be quantized: ") + e.what());
+          }
+          pending = std::vector<float>();
+          matrices.emplace_back(stream, *q);
+          progress.advance(q->bytes());
+        }
+      } catch (...) {
+        drain();
+        throw;
       }
-    };
+      return DeviceBuffer<T>(stream.device(), 0);  // the weight is held quantized
+    }
+    DeviceBuffer<T> out(stream.device(), t.elements());
     try {
-      upload_rows(weights_, config_.head_dim(), t, info, out, rows_per_chunk, buffers, progress);
+      upload_rows(weights_, config_.head_dim(), t, info, out, staging / static_cast<std::size_t>(t.cols), buffers,
+                  progress);
     } catch (...) {
       drain();
       throw;
@@ -290,6 +332,7 @@ BasicDecoderWeights<T> DecoderCheckpoint::upload(const Stream& stream) const {
     return out;
   });
   stream.synchronize();
+  adopt_quantized(stream, w, config_, quantization, std::move(matrices));
   return w;
 }
 

@@ -175,38 +175,90 @@ void check_prompt(const DecoderConfig& c, std::span<const int> prompt, int start
   }
 }
 
+void check_quantized_prefill(const DecoderConfig& c, bool quantized) {
+  if (quantized && c.prefill_chunk != 0) {
+    throw UsageError("Decoder::prefill: the weights are quantized, and prefill on tensor cores (prefill_chunk " +
+                     std::to_string(c.prefill_chunk) +
+                     ") multiplies dense weights; build the decoder with DecoderConfig::prefill_chunk = 0 to run "
+                     "prompts through the decode step's graphs on the quantized kernels, " +
+                     std::to_string(kMaxRows) + " rows per step (for a checkpoint: DecoderCheckpoint::config() " +
+                     "with prefill_chunk set to 0)");
+  }
+}
+
 template <Element T>
 BasicDecoder<T>::BasicDecoder(const Stream& stream, const KernelLibrary& library, const DecoderConfig& config)
     : BasicDecoder(stream, library, validated(config),
                    BasicDecoderWeights<T>::generate(stream, BasicKernels<T>(library, config.early_launch), config)) {}
 
 namespace {
-/// `w`, after checking that every buffer has the size `c` gives its tensor.
+/// `w`, after checking that every buffer has the size `c` gives its tensor, or is empty where the tensor is quantized,
+/// and that every quantized matrix has its shape.
 template <Element T>
 BasicDecoderWeights<T> checked(BasicDecoderWeights<T> w, const DecoderConfig& c) {
-  std::vector<const DeviceBuffer<T>*> buffers{&w.embedding};
+  // Each dense buffer in decoder_tensors() order, and whether its tensor is held quantized (the buffer then empty).
+  std::vector<std::pair<const DeviceBuffer<T>*, bool>> buffers{{&w.embedding, false}};
   if (w.attention.size() != static_cast<std::size_t>(c.layers) || w.mlp.size() != w.attention.size()) {
     throw UsageError("Decoder: the weights have " + std::to_string(w.attention.size()) + " layers, the config " +
                      std::to_string(c.layers));
   }
+  const int qkv_rows = c.q_dim() + 2 * c.kv_dim();
   for (std::size_t l = 0; l < w.attention.size(); ++l) {
     const BasicAttentionWeights<T>& a = w.attention[l];
     const BasicSwigluWeights<T>& m = w.mlp[l];
-    buffers.insert(buffers.end(), {&a.gain, &a.wq, &a.wk, &a.wv, &a.wo});
+    const bool qkv = a.quantized_qkv.has_value();
+    buffers.insert(buffers.end(),
+                   {{&a.gain, false}, {&a.wq, qkv}, {&a.wk, qkv}, {&a.wv, qkv}, {&a.wo, a.quantized_wo != nullptr}});
     if (c.qkv_bias) {
-      buffers.insert(buffers.end(), {&a.bq, &a.bk, &a.bv});
-    } else if (!a.bq.empty() || !a.bk.empty() || !a.bv.empty()) {
+      buffers.insert(buffers.end(), {{&a.bq, qkv}, {&a.bk, qkv}, {&a.bv, qkv}});
+    } else if (!a.bq.empty() || !a.bk.empty() || !a.bv.empty() || (qkv && !a.quantized_qkv->bias.empty())) {
       throw UsageError("Decoder: layer " + std::to_string(l) +
                        " has q, k or v biases, but the config's qkv_bias is "
                        "false (they would be added to nothing)");
     }
-    buffers.insert(buffers.end(), {&m.gain, &m.w1, &m.w3, &m.w2});
+    if (qkv) {
+      if (a.quantized_qkv->weight == nullptr) {
+        throw UsageError("Decoder: layer " + std::to_string(l) + "'s quantized q, k and v hold no weight");
+      }
+      check_quantized(*a.quantized_qkv->weight, qkv_rows, c.d, 1);
+      const std::size_t bias = c.qkv_bias ? static_cast<std::size_t>(qkv_rows) : 0;
+      if (a.quantized_qkv->bias.size() != bias) {
+        throw UsageError("Decoder: layer " + std::to_string(l) + "'s stacked q, k and v biases have " +
+                         std::to_string(a.quantized_qkv->bias.size()) + " elements, the config needs " +
+                         std::to_string(bias));
+      }
+    }
+    if (a.quantized_wo) check_quantized(*a.quantized_wo, c.d, c.q_dim(), 1);
+    if ((m.quantized_w1 != nullptr) != (m.quantized_w3 != nullptr)) {
+      throw UsageError("Decoder: layer " + std::to_string(l) +
+                       "'s W1 and W3 must both be quantized or both dense (one kernel reads the two)");
+    }
+    if (m.quantized_w1) {
+      check_quantized(*m.quantized_w1, c.ffn, c.d, 1);
+      check_quantized(*m.quantized_w3, c.ffn, c.d, 1);
+    }
+    if (m.quantized_w2) check_quantized(*m.quantized_w2, c.d, c.ffn, 1);
+    buffers.insert(buffers.end(), {{&m.gain, false},
+                                   {&m.w1, m.quantized_w1 != nullptr},
+                                   {&m.w3, m.quantized_w3 != nullptr},
+                                   {&m.w2, m.quantized_w2 != nullptr}});
   }
-  buffers.insert(buffers.end(), {&w.final_gain, &w.lm_head});
+  if (w.quantized_lm_head) check_quantized(*w.quantized_lm_head, c.vocab, c.d, 1);
+  buffers.insert(buffers.end(), {{&w.final_gain, false}, {&w.lm_head, w.quantized_lm_head != nullptr}});
   const std::vector<DecoderTensor> tensors = decoder_tensors(c);
   for (std::size_t i = 0; i < tensors.size(); ++i) {
-    if (buffers[i]->size() != tensors[i].elements()) {
-      throw UsageError("Decoder: weight " + tensors[i].name + " has " + std::to_string(buffers[i]->size()) +
+    const auto [buffer, quantized] = buffers[i];
+    if (quantized && !buffer->valid()) {
+      throw UsageError("Decoder: weight " + tensors[i].name +
+                       " is quantized, and its dense buffer was moved from: leave an empty DeviceBuffer there (the "
+                       "step's dense branch, which never runs, still views it)");
+    }
+    if (quantized && !buffer->empty()) {
+      throw UsageError("Decoder: weight " + tensors[i].name + " is quantized, but its dense buffer holds " +
+                       std::to_string(buffer->size()) + " elements (a weight is one or the other)");
+    }
+    if (!quantized && buffer->size() != tensors[i].elements()) {
+      throw UsageError("Decoder: weight " + tensors[i].name + " has " + std::to_string(buffer->size()) +
                        " elements, the config needs " + std::to_string(tensors[i].elements()));
     }
   }
@@ -220,11 +272,14 @@ BasicDecoder<T>::BasicDecoder(const Stream& stream, const KernelLibrary& library
     : config_(validated(config)),
       kernels_(library, {.early_launch = config_.early_launch, .tensor_cores = config_.tensor_cores}),
       weights_(checked(std::move(weights), config_)),
+      quantized_kernels_(weights_.quantized() ? std::optional<BasicQuantizedKernels<T>>(std::in_place, library)
+                                              : std::nullopt),
       state_(stream.device(), config_),
       io_(library, staging_input_size(config_), DecoderIo::output_size(config_.context)),
       stream_(stream.device()),
       graphs_(kMaxRows),
       io_graphs_(kMaxRows) {
+  if (quantized_kernels_) quantized_kernels_->early_launch = config_.early_launch;
   (void)io_graph(1);  // a decoder that cannot capture its step fails here, not at the first forward
   reset();
 }
@@ -339,6 +394,9 @@ int BasicDecoder<T>::prefill_steps(std::span<const int> prompt, std::size_t firs
 
 template <Element T>
 std::string BasicDecoder<T>::prefill_fallback_reason() const {
+  if (quantized_kernels_ && config_.prefill_chunk != 0) {
+    return "the weights are quantized: prefill refuses prompts unless DecoderConfig::prefill_chunk is 0";
+  }
   std::string why;
   return prefill_on_tensor_cores(config_, stream_.device().compute_capability(), &why) ? std::string() : why;
 }
@@ -346,6 +404,7 @@ std::string BasicDecoder<T>::prefill_fallback_reason() const {
 template <Element T>
 int BasicDecoder<T>::prefill(std::span<const int> prompt, int start, int slot) {
   check_prompt(config_, prompt, start, slot);
+  check_quantized_prefill(config_, quantized_kernels_.has_value());
   const std::lock_guard<std::mutex> lock(*mutex_);
   const auto min_rows = static_cast<std::size_t>(kPrefillMinRows);
   std::size_t first = 0;

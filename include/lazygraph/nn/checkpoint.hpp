@@ -5,13 +5,15 @@
 /// (decoder_tensors.hpp lists them). Opening one reads the config and checks every tensor's presence, dtype and
 /// shape on the host, before any GPU allocation; uploading converts to the decoder's element type (fp16 or bf16)
 /// and reorders the q and k rows for
-/// the rope kernel while streaming through pinned staging buffers. Seeded weights can be written in the same
-/// layout, so the loader is tested round trip and against PyTorch.
+/// the rope kernel while streaming through pinned staging buffers, or quantizes the classes of tensors
+/// LoadOptions::quantization chooses on the host (decoder_quantization.hpp) and uploads them quantized. Seeded weights
+/// can be written in the same layout, so the loader is tested round trip and against PyTorch.
 
 #include <cstddef>
 #include <filesystem>
 
 #include "lazygraph/nn/decoder.hpp"
+#include "lazygraph/nn/decoder_quantization.hpp"
 #include "lazygraph/nn/decoder_tensors.hpp"
 #include "lazygraph/nn/llama_config.hpp"
 #include "lazygraph/nn/safetensors.hpp"
@@ -35,6 +37,11 @@ struct LoadOptions {
   bool early_launch = true;
   /// Run steps of 2 to 8 rows on tensor cores (DecoderConfig::tensor_cores).
   bool tensor_cores = false;
+  /// Which classes of tensors to quantize as they are uploaded, and how (none by default). Checked by
+  /// DecoderCheckpoint::open against the model's shapes, and by upload against its element type's scale type, both
+  /// before anything is allocated. A decoder with quantized weights runs prompts only with
+  /// DecoderConfig::prefill_chunk 0 (BasicDecoder::prefill says why).
+  DecoderQuantization quantization;
 };
 
 /// A checkpoint folder, checked against the decoder it describes. Holds the safetensors files mapped.
@@ -47,7 +54,8 @@ class DecoderCheckpoint {
   /// equal it). Every other tensor is refused by name, except rotary_emb.inv_freq buffers that hold the config's RoPE
   /// frequencies. \throws CheckpointError naming the file, the tensor and what was expected; UsageError for
   /// options.context
-  ///         beyond the model's max_position_embeddings.
+  ///         beyond the model's max_position_embeddings; UsageError naming the tensor when a format of
+  ///         options.quantization cannot apply to it (quantized_layouts).
   [[nodiscard]] static DecoderCheckpoint open(const std::filesystem::path& directory, const LoadOptions& options = {});
 
   /// The decoder the checkpoint describes (seed unused).
@@ -58,13 +66,19 @@ class DecoderCheckpoint {
   [[nodiscard]] const Checkpoint& weights() const noexcept { return weights_; }
   /// The tensor each decoder weight is read from, in decoder_tensors() order.
   [[nodiscard]] const std::vector<const TensorInfo*>& sources() const noexcept { return sources_; }
-  /// Bytes the upload writes to the device (2 per element, fp16 and bf16 alike).
+  /// Bytes the uploaded weights hold on the device: 2 per element of a dense tensor (fp16 and bf16 alike), each
+  /// quantized matrix's bytes (decoder_device_bytes). The progress bar counts the same bytes.
   [[nodiscard]] std::size_t device_bytes() const noexcept { return device_bytes_; }
 
   /// Allocates the weights on `stream`'s device and uploads them as T (fp16 or bf16) through pinned staging,
   /// waiting for the copies before it returns. Tensors of another dtype are rounded to the nearest T (a BF16
   /// checkpoint loads into a bf16 decoder unchanged, into an fp16 one rounded to fp16's 11 bits).
-  /// \throws CheckpointError naming the tensor and the value when a finite one is not finite in T (nothing stays
+  /// The tensors LoadOptions::quantization chooses are read as floats on the host instead (q, k and v of a layer
+  /// together: their rows stacked), quantized there (quantize()) and uploaded as DeviceQuantizedWeights; their dense
+  /// buffers stay empty. Host memory for that: the largest such matrix in floats and quantized.
+  /// \throws UsageError, before anything is allocated, when a chosen format's scale type is not T's
+  ///         (check_quantization); CheckpointError naming the tensor and the value when a finite one is not finite in T
+  ///         or a value cannot be quantized (not finite, or a group beyond the scale type's range; nothing stays
   ///         allocated then); CudaError when the device runs out of memory.
   template <Element T = half>
   [[nodiscard]] BasicDecoderWeights<T> upload(const Stream& stream) const;

@@ -4,7 +4,9 @@
 /// with RoPE and a KV cache plus a SwiGLU MLP, final norm, LM head and greedy or sampled choice. One decode step is an
 /// op expression, captured once into a CUDA graph; the token and the position reach it through device memory, so every
 /// step replays the same graph. Weights come from a seed (DecoderWeights::generate) or from a checkpoint
-/// (checkpoint.hpp). Weights and activations are fp16 (`Decoder`) or bf16 (`BasicDecoder<bfloat16>`), element.hpp.
+/// (checkpoint.hpp). Weights and activations are fp16 (`Decoder`) or bf16 (`BasicDecoder<bfloat16>`), element.hpp; the
+/// matrices may be weight-only quantized instead (int8 or int4 with scales of the element type:
+/// decoder_quantization.hpp), each run on its own kind of kernels.
 
 #include <algorithm>
 #include <cmath>
@@ -15,12 +17,15 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "lazygraph/module.hpp"
 #include "lazygraph/nn/kernels.hpp"
 #include "lazygraph/nn/mlp.hpp"
+#include "lazygraph/nn/optional_launch.hpp"
 #include "lazygraph/nn/prefill_attention.hpp"
+#include "lazygraph/nn/quantized_kernels.hpp"
 #include "lazygraph/nn/rope.hpp"
 #include "lazygraph/nn/sampling.hpp"
 
@@ -164,35 +169,62 @@ struct DecoderConfig {
 /// \throws UsageError as rope_frequencies does.
 [[nodiscard]] std::vector<float> rope_table(const DecoderConfig& config);
 
+/// A layer's q, k and v projections as ONE quantized matrix, their rows stacked q, k, v ([q_dim + 2 kv_dim x d]: what
+/// rms_norm_qgemv_qkv reads), and their biases stacked the same way.
+template <Element T>
+struct BasicQuantizedQkv {
+  std::shared_ptr<const DeviceQuantizedWeight<T>> weight;  ///< Wq, Wk and Wv stacked, quantized (never null)
+  DeviceBuffer<T> bias;  ///< [q_dim + 2 kv_dim]: bq, bk, bv with DecoderConfig::qkv_bias, else empty
+};
+
 /// One layer's attention weights: norm gain [d], Wq [q_dim x d], Wk and Wv [kv_dim x d], Wo [d x q_dim], and with
 /// DecoderConfig::qkv_bias the biases of q [q_dim], k and v [kv_dim] (empty buffers otherwise).
+///
+/// Each projection is dense or quantized, never both. Where quantized_qkv is set, wq, wk, wv, bq, bk and bv are empty
+/// (the biases are in quantized_qkv->bias); where quantized_wo is set (not null), wo is empty. A quantized weight is
+/// shared: the graphs that read it keep it alive, as they keep dense buffers.
 template <Element T>
 struct BasicAttentionWeights {
   DeviceBuffer<T> gain;  ///< input norm gain [d]
-  DeviceBuffer<T> wq;    ///< [q_dim x d]
-  DeviceBuffer<T> wk;    ///< [kv_dim x d]
-  DeviceBuffer<T> wv;    ///< [kv_dim x d]
-  DeviceBuffer<T> wo;    ///< [d x q_dim]
-  DeviceBuffer<T> bq;    ///< [q_dim] with qkv_bias, else empty
-  DeviceBuffer<T> bk;    ///< [kv_dim] with qkv_bias, else empty
-  DeviceBuffer<T> bv;    ///< [kv_dim] with qkv_bias, else empty
+  DeviceBuffer<T> wq;    ///< [q_dim x d]; empty when quantized_qkv is set
+  DeviceBuffer<T> wk;    ///< [kv_dim x d]; empty when quantized_qkv is set
+  DeviceBuffer<T> wv;    ///< [kv_dim x d]; empty when quantized_qkv is set
+  DeviceBuffer<T> wo;    ///< [d x q_dim]; empty when quantized_wo is set
+  DeviceBuffer<T> bq;    ///< [q_dim] with qkv_bias and dense q, k and v, else empty
+  DeviceBuffer<T> bk;    ///< [kv_dim] with qkv_bias and dense q, k and v, else empty
+  DeviceBuffer<T> bv;    ///< [kv_dim] with qkv_bias and dense q, k and v, else empty
+  std::optional<BasicQuantizedQkv<T>> quantized_qkv = std::nullopt;        ///< Wq, Wk, Wv quantized, or none
+  std::shared_ptr<const DeviceQuantizedWeight<T>> quantized_wo = nullptr;  ///< Wo quantized, or null
+
+  /// Whether any projection is quantized.
+  [[nodiscard]] bool quantized() const noexcept { return quantized_qkv.has_value() || quantized_wo != nullptr; }
 };
 
 /// One layer's fp16 attention weights.
 using AttentionWeights = BasicAttentionWeights<half>;
 
-/// Every weight of a decoder, on the device.
+/// Every weight of a decoder, on the device. The matrices of attention, mlp and the LM head are each dense or
+/// weight-only quantized (their structs say how that is held; decoder_quantization.hpp makes quantized ones); the
+/// embedding and the norm gains are always dense.
 template <Element T>
 struct BasicDecoderWeights {
   DeviceBuffer<T> embedding;                        ///< [vocab x d]
   std::vector<BasicAttentionWeights<T>> attention;  ///< per layer
   std::vector<BasicSwigluWeights<T>> mlp;           ///< per layer
   DeviceBuffer<T> final_gain;                       ///< [d]
-  DeviceBuffer<T> lm_head;                          ///< [vocab x d]
+  DeviceBuffer<T> lm_head;                          ///< [vocab x d]; empty when quantized_lm_head is set
+  std::shared_ptr<const DeviceQuantizedWeight<T>> quantized_lm_head = nullptr;  ///< the LM head quantized, or null
 
-  /// Generates every tensor on the GPU from config.seed (docs/nn.md's tensor ids).
+  /// Generates every tensor on the GPU from config.seed (docs/nn.md's tensor ids), dense.
   static BasicDecoderWeights generate(const Stream& stream, const BasicKernels<T>& kernels,
                                       const DecoderConfig& config);
+
+  /// Whether any matrix is quantized (the decoder then needs the quantized kernels: BasicQuantizedKernels).
+  [[nodiscard]] bool quantized() const noexcept {
+    return quantized_lm_head != nullptr ||
+           std::any_of(attention.begin(), attention.end(), [](const auto& a) { return a.quantized(); }) ||
+           std::any_of(mlp.begin(), mlp.end(), [](const auto& m) { return m.quantized(); });
+  }
 };
 
 /// Every weight of an fp16 decoder.
@@ -211,7 +243,7 @@ struct BasicDecoderState {
   DeviceBuffer<int> next;       ///< the chosen next token of each row [kMaxRows]
   DeviceBuffer<T> x;            ///< residual streams [kMaxRows][d]
   DeviceBuffer<T> q;            ///< [kMaxRows][q_dim]
-  DeviceBuffer<T> k;            ///< [kMaxRows][kv_dim] (the unfused path only: DecoderConfig::fused false)
+  DeviceBuffer<T> k;            ///< [kMaxRows][kv_dim] (the unfused path and quantized q, k and v only)
   DeviceBuffer<T> v;            ///< [kMaxRows][kv_dim] (likewise)
   DeviceBuffer<T> attn;         ///< attention outputs [kMaxRows][q_dim]
   DeviceBuffer<T> act;          ///< MLP activations [kMaxRows][ffn]
@@ -242,26 +274,43 @@ using DecoderState = BasicDecoderState<half>;
 /// residual add. Unfused: the three projections, rope, kv_append, attention with one block per head, ordered as
 /// DecoderConfig::ordering says (by default dataflow: the projections become parallel branches), the output projection.
 /// Every projection reads its weights once for all rows.
+///
+/// With quantized q, k and v (BasicAttentionWeights::quantized_qkv), whatever `fused` and `ordering` say: the norm
+/// and the three projections in one kernel (rms_norm_qgemv_qkv, the biases added with qkv_bias), rope, kv_append and
+/// attention as the fused path runs it; with a quantized Wo, qgemv_add. Every variant is in the op's type (choose()),
+/// only the weights' runs; the quantized launches of dense weights are empty OptionalLaunches, so `qk` may be null
+/// when nothing is quantized. \throws UsageError when a projection is quantized and `qk` is null, or a quantized
+/// matrix's shape is not the config's (check_quantized).
 template <Element T>
-auto attention_block(const BasicKernels<T>& k, const BasicAttentionWeights<T>& w, BasicDecoderState<T>& s,
-                     DeviceSpan<T> k_cache, DeviceSpan<T> v_cache, const DecoderConfig& c, int rows) {
+auto attention_block(const BasicKernels<T>& k, std::type_identity_t<const BasicQuantizedKernels<T>*> qk,
+                     const BasicAttentionWeights<T>& w, BasicDecoderState<T>& s, DeviceSpan<T> k_cache,
+                     DeviceSpan<T> v_cache, const DecoderConfig& c, int rows) {
   const int d = c.d;
   const float scale = 1.0F / std::sqrt(static_cast<float>(c.head_dim()));
   const LaunchConfig per_split = k.attention_split_config(c.heads, rows, c.context, c.attention_splits(), c.head_dim());
   const LaunchConfig per_head = k.attention_config(c.heads, rows, c.context);
   const int q_dim = c.q_dim();
+  const int qkv_rows = q_dim + 2 * c.kv_dim();
+  const bool quantized_qkv = w.quantized_qkv.has_value();
+  const bool quantized_wo = w.quantized_wo != nullptr;
+  if ((quantized_qkv || quantized_wo) && qk == nullptr) {
+    throw UsageError("attention_block: the weights are quantized, but no quantized kernels were given");
+  }
+  if (quantized_qkv) check_quantized(*w.quantized_qkv->weight, qkv_rows, d, rows);
+  if (quantized_wo) check_quantized(*w.quantized_wo, d, q_dim, rows);
   const DeviceSpan<const float> frequencies = s.rope_frequencies.cview();
-  auto fused =
-      k.qkv_rope_append(k.qkv_config(q_dim, c.kv_dim(), d, rows), w.wq.cview(), w.wk.cview(), w.wv.cview(),
-                        w.bq.cview(), w.bk.cview(), w.bv.cview(), s.x.cview(), w.gain.cview(), s.q.view(), k_cache,
-                        v_cache, s.positions(), s.slots(), d, q_dim, c.kv_head_count(), c.head_dim(), c.context,
-                        c.max_batch, frequencies, c.eps, rows) >>
+  auto attend =
       choose(c.attention_splits() > 1,
              k.attention_split(per_split, s.q.cview(), k_cache.as_const(), v_cache.as_const(), s.attn.view(),
                                s.attention_partials.view(), s.attention_counters.view(), s.positions(), s.slots(),
                                c.heads, c.kv_head_count(), c.head_dim(), c.context, c.max_batch, scale),
              k.attention(per_head, s.q.cview(), k_cache.as_const(), v_cache.as_const(), s.attn.view(), s.positions(),
                          s.slots(), c.heads, c.kv_head_count(), c.head_dim(), c.context, c.max_batch, scale));
+  auto fused = k.qkv_rope_append(k.qkv_config(q_dim, c.kv_dim(), d, rows), w.wq.cview(), w.wk.cview(), w.wv.cview(),
+                                 w.bq.cview(), w.bk.cview(), w.bv.cview(), s.x.cview(), w.gain.cview(), s.q.view(),
+                                 k_cache, v_cache, s.positions(), s.slots(), d, q_dim, c.kv_head_count(), c.head_dim(),
+                                 c.context, c.max_batch, frequencies, c.eps, rows) >>
+               attend;
 
   const auto project = [&](const DeviceBuffer<T>& weight, DeviceBuffer<T>& out, int out_rows) {
     return k.rms_norm_gemv(k.gemv_config(out_rows, d, rows), weight.cview(), s.x.cview(), w.gain.cview(), out.view(),
@@ -276,56 +325,103 @@ auto attention_block(const BasicKernels<T>& k, const BasicAttentionWeights<T>& w
   auto append = k.kv_append(k.step_config(grid_for(count * static_cast<std::size_t>(c.kv_dim()), 256)), s.k.cview(),
                             s.v.cview(), k_cache, v_cache, s.positions(), s.slots(), c.kv_head_count(), c.head_dim(),
                             c.context, c.max_batch, rows);
-  auto attend = k.attention(per_head, s.q.cview(), k_cache.as_const(), v_cache.as_const(), s.attn.view(), s.positions(),
-                            s.slots(), c.heads, c.kv_head_count(), c.head_dim(), c.context, c.max_batch, scale);
+  auto attend_per_head =
+      k.attention(per_head, s.q.cview(), k_cache.as_const(), v_cache.as_const(), s.attn.view(), s.positions(),
+                  s.slots(), c.heads, c.kv_head_count(), c.head_dim(), c.context, c.max_batch, scale);
   // The same kernels three ways (DecoderOrdering): ordered by their accesses, by a hand-written all, serially.
-  auto unfused = choose(c.ordering == DecoderOrdering::inferred, dataflow(q, kp, v, rope, append, attend),
-                        choose(c.ordering == DecoderOrdering::hand_written, all(q, kp, v) >> rope >> append >> attend,
-                               q >> kp >> v >> rope >> append >> attend));
-  return choose(c.fused, std::move(fused), std::move(unfused)) >>
-         k.gemv_add(k.gemv_config(d, q_dim, rows), w.wo.cview(), s.attn.cview(), s.x.view(), d, q_dim, rows);
+  auto unfused =
+      choose(c.ordering == DecoderOrdering::inferred, dataflow(q, kp, v, rope, append, attend_per_head),
+             choose(c.ordering == DecoderOrdering::hand_written, all(q, kp, v) >> rope >> append >> attend_per_head,
+                    q >> kp >> v >> rope >> append >> attend_per_head));
+  // Quantized q, k and v: one kernel writes the three (biases added), then the unfused path's rope and append, and
+  // attention as the fused path runs it.
+  auto qkv = optional_launch(
+      quantized_qkv,
+      [&] {
+        const QuantizedMatrix m = w.quantized_qkv->weight->matrix();
+        const DeviceBuffer<T>& bias = w.quantized_qkv->bias;
+        return qk->rms_norm_qgemv_qkv(qk->config(m, qkv_rows, d), m, s.x.cview(), w.gain.cview(),
+                                      bias.empty() ? DeviceSpan<const T>{} : bias.cview(), s.q.view(), s.k.view(),
+                                      s.v.view(), q_dim, c.kv_dim(), d, c.eps, rows);
+      },
+      quantized_qkv ? w.quantized_qkv->weight : nullptr);
+  auto quantized = std::move(qkv) >> rope >> append >> std::move(attend);
+  auto output =
+      choose(quantized_wo,
+             optional_launch(
+                 quantized_wo,
+                 [&] {
+                   const QuantizedMatrix m = w.quantized_wo->matrix();
+                   return qk->qgemv_add(qk->config(m, d, q_dim), m, s.attn.cview(), s.x.view(), d, q_dim, rows);
+                 },
+                 w.quantized_wo),
+             k.gemv_add(k.gemv_config(d, q_dim, rows), w.wo.cview(), s.attn.cview(), s.x.view(), d, q_dim, rows));
+  return choose(quantized_qkv, std::move(quantized), choose(c.fused, std::move(fused), std::move(unfused))) >>
+         std::move(output);
 }
 
-/// One decoder layer for `rows` rows: attention block, then the SwiGLU MLP block.
+/// One decoder layer for `rows` rows: attention block, then the SwiGLU MLP block, each on the weights' dense or
+/// quantized kernels (`qk` may be null when the layer has no quantized weight). \throws UsageError as
+/// attention_block and swiglu_block.
 template <Element T>
-auto decoder_layer(const BasicKernels<T>& k, const BasicDecoderWeights<T>& w, BasicDecoderState<T>& s, int layer,
-                   const DecoderConfig& c, int rows) {
+auto decoder_layer(const BasicKernels<T>& k, std::type_identity_t<const BasicQuantizedKernels<T>*> qk,
+                   const BasicDecoderWeights<T>& w, BasicDecoderState<T>& s, int layer, const DecoderConfig& c,
+                   int rows) {
   const std::size_t cache_size = static_cast<std::size_t>(c.max_batch) * static_cast<std::size_t>(c.context) *
                                  static_cast<std::size_t>(c.kv_dim());
   const std::size_t offset = static_cast<std::size_t>(layer) * cache_size;
   const auto l = static_cast<std::size_t>(layer);
   const std::string name = "layer " + std::to_string(layer);
-  return named(name + " attention", attention_block(k, w.attention[l], s, s.k_cache.view().subspan(offset, cache_size),
-                                                    s.v_cache.view().subspan(offset, cache_size), c, rows)) >>
-         named(name + " mlp", swiglu_block(k, w.mlp[l], s.x.view(), s.act.view(), c.d, c.ffn, c.eps, rows));
+  return named(name + " attention",
+               attention_block(k, qk, w.attention[l], s, s.k_cache.view().subspan(offset, cache_size),
+                               s.v_cache.view().subspan(offset, cache_size), c, rows)) >>
+         named(name + " mlp", swiglu_block(k, qk, w.mlp[l], s.x.view(), s.act.view(), c.d, c.ffn, c.eps, rows));
 }
 
 /// The op type of one decoder layer (decoder_layer), for holding layers in a vector.
 template <Element T>
-using BasicDecoderLayerOp =
-    decltype(decoder_layer(std::declval<const BasicKernels<T>&>(), std::declval<const BasicDecoderWeights<T>&>(),
-                           std::declval<BasicDecoderState<T>&>(), 0, std::declval<const DecoderConfig&>(), 1));
+using BasicDecoderLayerOp = decltype(decoder_layer(
+    std::declval<const BasicKernels<T>&>(), nullptr, std::declval<const BasicDecoderWeights<T>&>(),
+    std::declval<BasicDecoderState<T>&>(), 0, std::declval<const DecoderConfig&>(), 1));
 /// The op type of one fp16 decoder layer.
 using DecoderLayerOp = BasicDecoderLayerOp<half>;
 
 /// One decode step of `rows` rows: reads tokens, positions and slots from s.io, writes each row's logits and next
-/// token (greedy, or drawn as `sampling` says).
+/// token (greedy, or drawn as `sampling` says). Each matrix runs on its dense or its quantized kernels (the LM head
+/// quantized: rms_norm_qgemv); `qk` may be null when no weight is quantized. \throws UsageError as decoder_layer, and
+/// when the LM head is quantized and `qk` is null or its shape is not [vocab x d].
 template <Element T>
-auto decoder_step(const BasicKernels<T>& k, const BasicDecoderWeights<T>& w, BasicDecoderState<T>& s,
-                  const DecoderConfig& c, int rows = 1, const Sampling& sampling = {}) {
+auto decoder_step(const BasicKernels<T>& k, std::type_identity_t<const BasicQuantizedKernels<T>*> qk,
+                  const BasicDecoderWeights<T>& w, BasicDecoderState<T>& s, const DecoderConfig& c, int rows = 1,
+                  const Sampling& sampling = {}) {
+  const bool quantized_head = w.quantized_lm_head != nullptr;
+  if (quantized_head && qk == nullptr) {
+    throw UsageError("decoder_step: the LM head is quantized, but no quantized kernels were given");
+  }
+  if (quantized_head) check_quantized(*w.quantized_lm_head, c.vocab, c.d, rows);
   std::vector<BasicDecoderLayerOp<T>> layers;
   layers.reserve(static_cast<std::size_t>(c.layers));
-  for (int l = 0; l < c.layers; ++l) layers.push_back(decoder_layer(k, w, s, l, c, rows));
+  for (int l = 0; l < c.layers; ++l) layers.push_back(decoder_layer(k, qk, w, s, l, c, rows));
   const auto count = static_cast<std::size_t>(rows);
+  auto head = choose(quantized_head,
+                     optional_launch(
+                         quantized_head,
+                         [&] {
+                           const QuantizedMatrix m = w.quantized_lm_head->matrix();
+                           return qk->rms_norm_qgemv(qk->config(m, c.vocab, c.d), m, s.x.cview(), w.final_gain.cview(),
+                                                     s.logits.view(), c.vocab, c.d, c.eps, rows);
+                         },
+                         w.quantized_lm_head),
+                     k.rms_norm_gemv(k.gemv_config(c.vocab, c.d, rows), w.lm_head.cview(), s.x.cview(),
+                                     w.final_gain.cview(), s.logits.view(), c.vocab, c.d, c.eps, rows));
   return named("embedding", k.embedding(k.step_config(grid_for(count * static_cast<std::size_t>(c.d), 256)),
                                         w.embedding.cview(), s.tokens(), s.x.view(), c.d, rows)) >>
          chain(std::move(layers)) >>
          named("lm head",
-               k.rms_norm_gemv(k.gemv_config(c.vocab, c.d, rows), w.lm_head.cview(), s.x.cview(), w.final_gain.cview(),
-                               s.logits.view(), c.vocab, c.d, c.eps, rows) >>
-                   k.sample(k.step_config({{static_cast<unsigned>(rows), 1, 1}, {1024, 1, 1}, 0}), s.logits.cview(),
-                            s.next.view(), s.positions(), s.slots(), c.vocab, sampling.top_k, sampling.temperature,
-                            static_cast<unsigned>(sampling.seed), sampling.top_p));
+               std::move(head) >> k.sample(k.step_config({{static_cast<unsigned>(rows), 1, 1}, {1024, 1, 1}, 0}),
+                                           s.logits.cview(), s.next.view(), s.positions(), s.slots(), c.vocab,
+                                           sampling.top_k, sampling.temperature, static_cast<unsigned>(sampling.seed),
+                                           sampling.top_p));
 }
 
 /// Where a step starts: the current token and its position in the sequence.
@@ -346,6 +442,12 @@ void check_generate(const DecoderConfig& config, int token, int n, int stop_toke
 /// `start`, and a slot in [0, max_batch). \throws UsageError naming the value.
 void check_prompt(const DecoderConfig& config, std::span<const int> prompt, int start, int slot);
 
+/// What Decoder::prefill checks of a decoder whose weights are quantized (`quantized`): prefill on tensor cores
+/// multiplies dense weights (cuBLASLt GEMMs), so such a decoder runs prompts only through the decode step's graphs on
+/// the quantized kernels, kMaxRows rows per step, and only with DecoderConfig::prefill_chunk 0, which asks for that.
+/// \throws UsageError saying so when `quantized` and prefill_chunk is not 0.
+void check_quantized_prefill(const DecoderConfig& config, bool quantized);
+
 template <Element T>
 class BasicPrefill;  // nn/prefill.hpp
 
@@ -364,8 +466,11 @@ class BasicDecoder {
 
   /// A decoder with weights generated from config.seed. \throws UsageError for an invalid config.
   BasicDecoder(const Stream& stream, const KernelLibrary& library, const DecoderConfig& config = {});
-  /// A decoder with the given weights (e.g. DecoderCheckpoint::upload). \throws UsageError for an invalid config
-  /// or a weight whose size differs from what `config` needs (naming its checkpoint tensor name).
+  /// A decoder with the given weights (e.g. DecoderCheckpoint::upload), dense or quantized in part
+  /// (decoder_quantization.hpp): quantized weights load the quantized kernels (BasicQuantizedKernels) and run on them.
+  /// \throws UsageError for an invalid config; a weight whose size differs from what `config` needs (naming its
+  /// checkpoint tensor name), or that is both dense and quantized, or neither; for quantized weights on a GPU without
+  /// tensor cores.
   BasicDecoder(const Stream& stream, const KernelLibrary& library, const DecoderConfig& config,
                BasicDecoderWeights<T> weights);
   /// Moves the decoder (its graphs keep pointing at the same device memory).
@@ -396,9 +501,13 @@ class BasicDecoder {
   /// The step path gives exactly the cache, logits and token of forwarding the prompt one token at a time; the
   /// tensor-core path the same within rounding (its products sum in another order and round q, k, v, and the MLP's
   /// gate and up once more), so its token may differ where the top two logits nearly tie.
+  /// With quantized weights only the step path runs prompts, and only when asked for (prefill_chunk 0): the
+  /// tensor-core path multiplies dense weights, and taking the step path for it unasked would make every prompt
+  /// silently slower (check_quantized_prefill).
   /// \throws UsageError, before any GPU work and with the cache unchanged, for an empty prompt, a token outside the
   /// vocabulary (naming its index), a prompt that does not fit the context from `start`, or a slot outside
-  /// [0, max_batch); as Gemm's constructor and CudaGraph's capture when a bucket is first used.
+  /// [0, max_batch); for quantized weights with a prefill_chunk other than 0 (check_quantized_prefill); as Gemm's
+  /// constructor and CudaGraph's capture when a bucket is first used.
   int prefill(std::span<const int> prompt, int start = 0, int slot = 0);
 
   /// Generates up to `n` tokens of sequence 0 from `token` at position `start` in ONE graph replay: a WHILE loop on
@@ -424,14 +533,16 @@ class BasicDecoder {
   [[nodiscard]] DeviceSpan<T> v_cache() noexcept { return state_.v_cache.view(); }
 
   /// Why prefill runs every prompt through the decode step's graphs (prefill_on_tensor_cores said no), or empty when it
-  /// runs chunks of 16 rows or more on tensor cores. Asking may load cuBLASLt.
+  /// runs chunks of 16 rows or more on tensor cores; with quantized weights and a prefill_chunk other than 0, why it
+  /// refuses prompts (check_quantized_prefill). Asking may load cuBLASLt.
   [[nodiscard]] std::string prefill_fallback_reason() const;
 
   /// The step of `rows` rows as an op, for running it without the graph (the benchmark's eager variant); reads
   /// the rows from the device io buffer, which the last forward, forward_batch, prefill on the step graphs or generate
   /// wrote (generate's loop leaves row 0 at its last token and position; prefill on tensor cores has its own io).
   [[nodiscard]] auto step_op(int rows = 1) {
-    return decoder_step(kernels_, weights_, state_, config_, rows, sampling_);
+    return decoder_step(kernels_, quantized_kernels_ ? &*quantized_kernels_ : nullptr, weights_, state_, config_, rows,
+                        sampling_);
   }
 
   /// How later steps pick their tokens: greedy (the default) or drawn (sampling.hpp). A sequence's draws depend on
@@ -464,6 +575,8 @@ class BasicDecoder {
   DecoderConfig config_;
   BasicKernels<T> kernels_;
   BasicDecoderWeights<T> weights_;
+  /// The quantized kernels, loaded only when some weight is quantized (a dense decoder runs on any GPU, as before).
+  std::optional<BasicQuantizedKernels<T>> quantized_kernels_;
   BasicDecoderState<T> state_;
   HostIo<int, int> io_;  ///< the staging of every graph: in and out as DecoderIo lays them out
   Stream stream_;

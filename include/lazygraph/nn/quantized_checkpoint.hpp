@@ -24,7 +24,9 @@ class QuantizedTensors {
  public:
   /// The tensors of `weight`, named after its layout's name.
   explicit QuantizedTensors(const QuantizedWeight& weight);
+  /// Takes the other's tensors; their views stay valid.
   QuantizedTensors(QuantizedTensors&&) noexcept = default;
+  /// Takes the other's tensors; their views stay valid.
   QuantizedTensors& operator=(QuantizedTensors&&) noexcept = default;
   QuantizedTensors(const QuantizedTensors&) = delete;
   QuantizedTensors& operator=(const QuantizedTensors&) = delete;
