@@ -15,3 +15,4 @@
 #include "lazygraph/kernels/kernel_set.hpp"
 #include "lazygraph/kernels/launch_config.hpp"
 #include "lazygraph/kernels/launch_op.hpp"
+#include "lazygraph/kernels/optional_launch.hpp"

@@ -15,7 +15,7 @@
 #include "lazygraph/nn/kernels.hpp"
 #include "lazygraph/nn/llama_config.hpp"
 #include "lazygraph/nn/mlp.hpp"
-#include "lazygraph/nn/optional_launch.hpp"
+#include "lazygraph/kernels/optional_launch.hpp"
 #include "lazygraph/nn/prefill_attention.hpp"
 #include "lazygraph/nn/quantized.hpp"
 #include "lazygraph/nn/device_quantizer.hpp"

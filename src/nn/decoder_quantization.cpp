@@ -118,11 +118,11 @@ void check_dense(const DeviceBuffer<T>& b, std::size_t elements, const std::stri
   }
 }
 
-}  // namespace
-
+/// quantize_decoder_weights on the host (`quantizer` null) or on the device.
 template <Element T>
-BasicDecoderWeights<T> quantize_decoder_weights(const Stream& stream, BasicDecoderWeights<T> weights,
-                                                const DecoderConfig& config, const DecoderQuantization& quantization) {
+BasicDecoderWeights<T> quantize_weights(const Stream& stream, const DeviceQuantizer* quantizer,
+                                        BasicDecoderWeights<T> weights, const DecoderConfig& config,
+                                        const DecoderQuantization& quantization) {
   const std::vector<DecoderTensor> tensors = decoder_tensors(config);
   check_each(tensors, quantization, scale_type_of<T>);
   if (weights.attention.size() != static_cast<std::size_t>(config.layers) ||
@@ -164,6 +164,23 @@ BasicDecoderWeights<T> quantize_decoder_weights(const Stream& stream, BasicDecod
   std::vector<DeviceQuantizedWeight<T>> matrices;
   matrices.reserve(layouts.size());
   const auto quantize_from = [&](std::initializer_list<DeviceBuffer<T>*> parts) {
+    const QuantizedLayout& layout = layouts[matrices.size()];
+    if (quantizer != nullptr) {  // the parts stacked on the device (q, k and v), quantized there
+      std::optional<DeviceBuffer<T>> stacked;
+      if (parts.size() > 1) {
+        stacked.emplace(device, static_cast<std::size_t>(layout.rows()) * static_cast<std::size_t>(layout.cols()));
+        std::size_t at = 0;
+        for (DeviceBuffer<T>* b : parts) {
+          copy_async(stream, stacked->view().subspan(at, b->size()), b->cview());
+          at += b->size();
+        }
+      }
+      const DeviceSpan<const T> all = stacked ? stacked->cview() : (*parts.begin())->cview();
+      matrices.push_back(quantizer->template quantize<T, T>(stream, layout.format(), layout.name(), layout.rows(),
+                                                            layout.cols(), all, quantization.options));
+      for (DeviceBuffer<T>* b : parts) *b = DeviceBuffer<T>(device, 0);
+      return;
+    }
     std::vector<float> values;
     for (DeviceBuffer<T>* b : parts) {
       std::vector<T> host(b->size());
@@ -173,8 +190,8 @@ BasicDecoderWeights<T> quantize_decoder_weights(const Stream& stream, BasicDecod
       for (const T v : host) values.push_back(v.to_float());
       *b = DeviceBuffer<T>(device, 0);
     }
-    const QuantizedLayout& l = layouts[matrices.size()];
-    matrices.emplace_back(stream, quantize(l.format(), l.name(), l.rows(), l.cols(), values, quantization.options));
+    matrices.emplace_back(
+        stream, quantize(layout.format(), layout.name(), layout.rows(), layout.cols(), values, quantization.options));
   };
   for (std::size_t l = 0; l < weights.attention.size(); ++l) {
     BasicAttentionWeights<T>& a = weights.attention[l];
@@ -192,6 +209,21 @@ BasicDecoderWeights<T> quantize_decoder_weights(const Stream& stream, BasicDecod
   if (quantization.lm_head) quantize_from({&weights.lm_head});
   adopt_quantized(stream, weights, config, quantization, std::move(matrices));
   return weights;
+}
+
+}  // namespace
+
+template <Element T>
+BasicDecoderWeights<T> quantize_decoder_weights(const Stream& stream, BasicDecoderWeights<T> weights,
+                                                const DecoderConfig& config, const DecoderQuantization& quantization) {
+  return quantize_weights<T>(stream, nullptr, std::move(weights), config, quantization);
+}
+
+template <Element T>
+BasicDecoderWeights<T> quantize_decoder_weights(const Stream& stream, const DeviceQuantizer& quantizer,
+                                                BasicDecoderWeights<T> weights, const DecoderConfig& config,
+                                                const DecoderQuantization& quantization) {
+  return quantize_weights<T>(stream, &quantizer, std::move(weights), config, quantization);
 }
 
 template <Element T>
@@ -261,6 +293,12 @@ template BasicDecoderWeights<half> quantize_decoder_weights(const Stream&, Basic
                                                             const DecoderConfig&, const DecoderQuantization&);
 template BasicDecoderWeights<bfloat16> quantize_decoder_weights(const Stream&, BasicDecoderWeights<bfloat16>,
                                                                 const DecoderConfig&, const DecoderQuantization&);
+template BasicDecoderWeights<half> quantize_decoder_weights(const Stream&, const DeviceQuantizer&,
+                                                            BasicDecoderWeights<half>, const DecoderConfig&,
+                                                            const DecoderQuantization&);
+template BasicDecoderWeights<bfloat16> quantize_decoder_weights(const Stream&, const DeviceQuantizer&,
+                                                                BasicDecoderWeights<bfloat16>, const DecoderConfig&,
+                                                                const DecoderQuantization&);
 template void adopt_quantized(const Stream&, BasicDecoderWeights<half>&, const DecoderConfig&,
                               const DecoderQuantization&, std::vector<DeviceQuantizedWeight<half>>);
 template void adopt_quantized(const Stream&, BasicDecoderWeights<bfloat16>&, const DecoderConfig&,

@@ -393,7 +393,57 @@ void check_against_dequantized(const DecoderConfig& c, const DecoderQuantization
 
 }  // namespace
 
+namespace {
+
+/// Every quantized matrix of `w` downloaded, in quantized_layouts order.
+template <class T>
+std::vector<QuantizedWeight> downloaded(const Stream& s, const BasicDecoderWeights<T>& w) {
+  std::vector<QuantizedWeight> out;
+  const auto add = [&](const std::shared_ptr<const DeviceQuantizedWeight<T>>& q) {
+    if (q != nullptr) out.push_back(q->download(s));
+  };
+  for (std::size_t l = 0; l < w.attention.size(); ++l) {
+    if (w.attention[l].quantized_qkv) add(w.attention[l].quantized_qkv->weight);
+    add(w.attention[l].quantized_wo);
+    add(w.mlp[l].quantized_w1);
+    add(w.mlp[l].quantized_w3);
+    add(w.mlp[l].quantized_w2);
+  }
+  add(w.quantized_lm_head);
+  return out;
+}
+
+template <class T>
+void check_device_route(const DecoderConfig& c) {
+  Stream& s = lgtest::stream();
+  const DeviceQuantizer quantizer(lgtest::nn_kernels());
+  for (const Variant& v : variants<T>()) {
+    CAPTURE(v.name);
+    const auto seeded = [&] { return BasicDecoderWeights<T>::generate(s, BasicKernels<T>(lgtest::nn_kernels()), c); };
+    const auto host = downloaded(s, quantize_decoder_weights(s, seeded(), c, v.quantization));
+    const auto device = downloaded(s, quantize_decoder_weights(s, quantizer, seeded(), c, v.quantization));
+    REQUIRE(host.size() == device.size());
+    REQUIRE(!host.empty());
+    for (std::size_t i = 0; i < host.size(); ++i) {
+      CAPTURE(host[i].layout().name());
+      CHECK(device[i].layout().name() == host[i].layout().name());
+      CHECK(std::ranges::equal(device[i].values(), host[i].values()));
+      CHECK(std::ranges::equal(device[i].scale_bits(), host[i].scale_bits()));
+      CHECK(std::ranges::equal(device[i].zeros(), host[i].zeros()));
+    }
+  }
+}
+
+}  // namespace
+
 TEST_SUITE("gpu") {
+  TEST_CASE("decoder weights quantized on the device are the bytes the host route makes, fp16 and bf16") {
+    DecoderConfig c = lgtest::small_decoder(2, 3);
+    c.qkv_bias = true;
+    check_device_route<half>(c);
+    check_device_route<bfloat16>(c);
+  }
+
   TEST_CASE("a quantized fp16 decoder computes what a dense one on its dequantized weights does, batch 1 and 3") {
     for (const bool bias : {false, true}) {
       DecoderConfig c = lgtest::small_decoder(2, 3);  // GQA: k and v narrower than q in the stacked matrix

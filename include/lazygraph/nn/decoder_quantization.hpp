@@ -16,6 +16,7 @@
 
 #include "lazygraph/nn/decoder.hpp"
 #include "lazygraph/nn/decoder_tensors.hpp"
+#include "lazygraph/nn/device_quantizer.hpp"
 #include "lazygraph/nn/quantized.hpp"
 
 namespace lazygraph::nn {
@@ -73,6 +74,16 @@ void check_quantization(const DecoderConfig& config, const DecoderQuantization& 
 /// already quantized; UsageError from quantize() naming the matrix for a weight that is not finite.
 template <Element T>
 [[nodiscard]] BasicDecoderWeights<T> quantize_decoder_weights(const Stream& stream, BasicDecoderWeights<T> weights,
+                                                              const DecoderConfig& config,
+                                                              const DecoderQuantization& quantization);
+
+/// quantize_decoder_weights on the device: each chosen matrix (q, k and v stacked first) quantized by `quantizer`
+/// where it lies, the same bytes as on the host (DeviceQuantizer's promise) without the host round trip. Temporary
+/// device memory: one byte per weight of the largest matrix, plus the stacked q, k and v. \throws as the host
+/// route; UsageError naming the matrix for a weight that is not finite.
+template <Element T>
+[[nodiscard]] BasicDecoderWeights<T> quantize_decoder_weights(const Stream& stream, const DeviceQuantizer& quantizer,
+                                                              BasicDecoderWeights<T> weights,
                                                               const DecoderConfig& config,
                                                               const DecoderQuantization& quantization);
 

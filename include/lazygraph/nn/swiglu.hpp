@@ -11,7 +11,7 @@
 #include <utility>
 
 #include "lazygraph/nn/kernels.hpp"
-#include "lazygraph/nn/optional_launch.hpp"
+#include "lazygraph/kernels/optional_launch.hpp"
 #include "lazygraph/nn/quantized_kernels.hpp"
 
 namespace lazygraph::nn {

@@ -1,10 +1,11 @@
 #pragma once
 /// \file
-/// Layer 6, nn: a kernel launch that may not have been made, for the branch of a choose() that is not taken when
-/// making it needs what is not there. The decoder picks its quantized or dense kernels per weight with choose(), so
-/// its op types stay the same whatever the weights are; but a dense decoder has no quantized kernels to call (a GPU
-/// without tensor cores cannot even load them) and a dense weight no QuantizedMatrix to pass, so the quantized side
-/// of such a choose() is an OptionalLaunch that holds nothing.
+/// OptionalLaunch: a kernel launch that may not have been made, for the branch of a choose() that is not taken when
+/// making it needs what is not there. A kernel launch, so it lives in the kernels layer beside LaunchOp. The nn
+/// decoder picks its quantized or dense kernels per weight with choose(), so its op types stay the same whatever the
+/// weights are; but a dense decoder has no quantized kernels to call (a GPU without tensor cores cannot even load
+/// them) and a dense weight no QuantizedMatrix to pass, so the quantized side of such a choose() is an
+/// OptionalLaunch that holds nothing.
 
 #include <memory>
 #include <optional>
@@ -12,9 +13,13 @@
 #include <type_traits>
 #include <utility>
 
-#include <lazygraph/lazygraph.hpp>
+#include "lazygraph/driver/error.hpp"
+#include "lazygraph/kernels/launch_op.hpp"
+#include "lazygraph/ops/access.hpp"
+#include "lazygraph/ops/concepts.hpp"
+#include "lazygraph/ops/exec_context.hpp"
 
-namespace lazygraph::nn {
+namespace lazygraph {
 
 /// A LaunchOp<Params...>, or nothing. Holding a launch, it is that launch (a GraphNode, built without capture, with
 /// the launch's accesses), plus an owner it keeps alive as long as the work may run (a graph that records it keeps
@@ -69,4 +74,4 @@ template <class Make>
   return made ? Result(make(), std::move(owner)) : Result();
 }
 
-}  // namespace lazygraph::nn
+}  // namespace lazygraph

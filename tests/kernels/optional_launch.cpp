@@ -1,5 +1,6 @@
-// OptionalLaunch (nn/optional_launch.hpp): the quantized side of the decoder's choose()s when the weights are dense.
-// Empty, it is a GraphNode that touches nothing and refuses to run; made, it is its launch.
+// OptionalLaunch (kernels/optional_launch.hpp): the side of a choose() that cannot be made (the nn decoder's quantized
+// kernels when the weights are dense). Empty, it is a GraphNode that touches nothing and refuses to run; made, it is
+// its launch, keeping its owner alive.
 #include <doctest/doctest.h>
 
 #include <memory>
@@ -7,16 +8,15 @@
 #include <stdexcept>
 #include <vector>
 
-#include <lazygraph/nn/decoder.hpp>
-#include <lazygraph/nn/optional_launch.hpp>
+#include <lazygraph/kernels/optional_launch.hpp>
+#include <lazygraph/lazygraph.hpp>
+
 #include "common/gpu.hpp"
-#include "common/nn.hpp"
-#include "common/small_decoder.hpp"
 
 using namespace lazygraph;
 
-static_assert(GraphNode<nn::OptionalLaunch<int, float>>, "an OptionalLaunch records as its launch does");
-static_assert(BuildableNode<nn::OptionalLaunch<int, float>>, "and builds without capture as its launch does");
+static_assert(GraphNode<OptionalLaunch<int, float>>, "an OptionalLaunch records as its launch does");
+static_assert(BuildableNode<OptionalLaunch<int, float>>, "and builds without capture as its launch does");
 
 TEST_CASE("optional_launch does not call make for the branch not taken, and the empty launch touches nothing") {
   bool called = false;
@@ -24,25 +24,22 @@ TEST_CASE("optional_launch does not call make for the branch not taken, and the 
     called = true;
     throw std::logic_error("make was called");
   };
-  const nn::OptionalLaunch<int> empty = nn::optional_launch(false, never);
+  const OptionalLaunch<int> empty = optional_launch(false, never);
   CHECK_FALSE(called);
   CHECK_FALSE(empty.has_value());
   CHECK(accesses_of(empty).empty());
-  CHECK_THROWS_AS((void)nn::optional_launch(true, never), std::logic_error);
+  CHECK_THROWS_AS((void)optional_launch(true, never), std::logic_error);
   CHECK(called);
 }
 
 TEST_SUITE("gpu") {
   TEST_CASE("an empty OptionalLaunch refuses to run, and a made one runs its launch") {
-    const nn::OptionalLaunch<int> empty;
+    const OptionalLaunch<int> empty;
     CHECK_THROWS_WITH_AS(empty.sync_on(lgtest::stream()), doctest::Contains("choose()"), UsageError);
-    // A dense decoder builds every quantized launch empty, without quantized kernels, and steps as before.
-    nn::Decoder dense(lgtest::stream(), lgtest::nn_kernels(), lgtest::small_decoder());
-    CHECK(dense.forward({3, 0}) >= 0);
     auto y = lgtest::to_device(lgtest::stream(), std::vector<float>(4, 0.0F));
     const auto axpy = lgtest::axpy();
     const auto x = lgtest::to_device(lgtest::stream(), std::vector<float>{1, 2, 3, 4});
-    const auto made = nn::optional_launch(true, [&] {
+    const auto made = optional_launch(true, [&] {
       return axpy({{1, 1, 1}, {32, 1, 1}, 0}, 2.0F, x.cview(), y.view(), 4);
     });
     CHECK(made.has_value());
@@ -59,7 +56,7 @@ TEST_SUITE("gpu") {
     std::optional<CudaGraph<>> graph;
     {
       const auto axpy = lgtest::axpy();
-      const auto made = nn::optional_launch(
+      const auto made = optional_launch(
           true,
           [&] {
             return axpy({{1, 1, 1}, {32, 1, 1}, 0}, 1.0F, x.cview(), y.view(), 4);
