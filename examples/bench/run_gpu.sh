@@ -11,7 +11,7 @@ shift $(($# > 0 ? 1 : 0))
 ninja -C build-gpu >/dev/null
 if [ "$which" = all ] || [ "$which" = graph ]; then ./build-gpu/examples/bench_graph; echo; fi
 if [ "$which" = all ] || [ "$which" = gemv ]; then ./build-gpu/examples/bench_gemv; echo; fi
-if [ "$which" = all ] || [ "$which" = quantized ]; then ./build-gpu/examples/bench_quantized; echo; fi
+if [ "$which" = all ] || [ "$which" = quantized ]; then ./build-gpu/examples/bench_quantized; echo; ./build-gpu/examples/bench_quantized_decoder; echo; fi
 if [ "$which" = all ] || [ "$which" = expr ]; then ./build-gpu/examples/bench_expr; echo; fi
 if [ "$which" = all ] || [ "$which" = nccl ]; then
   ./build-gpu/examples/bench_nccl
