@@ -25,6 +25,7 @@
 #include "ceiling.hpp"
 #include "cli.hpp"
 #include "median.hpp"
+#include "model_shapes.hpp"
 
 namespace lg = lazygraph;
 namespace nn = lazygraph::nn;
@@ -34,44 +35,6 @@ namespace {
 using bench::median;
 
 // ----------------------------------------------------------------------------- what is measured
-
-/// A decoder shape of the benchmark: its command-line name and its config (seeded weights).
-struct ModelShape {
-  std::string name;
-  nn::DecoderConfig config;
-};
-
-/// TinyLlama 1.1B's shape: d 2048, 32 heads over 4 kv heads (head_dim 64), 22 layers, ffn 5632, vocab 32000.
-ModelShape tinyllama() {
-  nn::DecoderConfig c;
-  c.d = 2048;
-  c.heads = 32;
-  c.kv_heads = 4;
-  c.layers = 22;
-  c.ffn = 5632;
-  c.vocab = 32000;
-  c.theta = 10000.0F;
-  return {"tinyllama", c};
-}
-
-/// Llama 3.2 1B's shape: d 2048, 32 heads over 8 kv heads (head_dim 64), 16 layers, ffn 8192, vocab 128256, RoPE
-/// llama3 (theta 500000, factor 32). Its own LM head (the real model ties it to the embedding: the same bytes read).
-ModelShape llama32_1b() {
-  nn::DecoderConfig c;
-  c.d = 2048;
-  c.heads = 32;
-  c.kv_heads = 8;
-  c.layers = 16;
-  c.ffn = 8192;
-  c.vocab = 128256;
-  c.theta = 500000.0F;
-  c.rope_scaling = {.type = nn::RopeType::llama3,
-                    .factor = 32.0,
-                    .low_freq_factor = 1.0,
-                    .high_freq_factor = 4.0,
-                    .original_max_position_embeddings = 8192};
-  return {"llama32-1b", c};
-}
 
 /// The absolute targets for the TinyLlama shape's prefill, in ms (0: none for this length).
 double prefill_target_ms(const std::string& shape, int tokens) {
@@ -94,7 +57,7 @@ std::vector<int> prompt_of(int n, int vocab) {
 
 /// What the command line asks for.
 struct Options {
-  std::vector<ModelShape> shapes;
+  std::vector<bench::ModelShape> shapes;
   std::vector<int> tokens{128, 512, 2048};
   std::vector<std::string> dtypes{"fp16", "bf16"};
   int reps = 10;             ///< timed repetitions of prefill + first step per row
@@ -456,7 +419,7 @@ template <class T>
 void run_dtype(const lg::Stream& s, const lg::KernelLibrary& library, const Options& o, const std::string& dtype,
                double ceiling, double peak, std::vector<Row>& all) {
   const int max_tokens = std::ranges::max(o.tokens);
-  for (const ModelShape& shape : o.shapes) {
+  for (const bench::ModelShape& shape : o.shapes) {
     nn::DecoderConfig config = shape.config;
     config.context = std::min(8192, (max_tokens + 1 + 63) / 64 * 64);  // the prompt and one step
     config.tensor_cores = o.tensor_cores;
@@ -588,8 +551,8 @@ std::variant<Options, int> parse(int argc, char** argv) {
       throw lg::UsageError(arg.starts_with("-") ? "unknown option " + arg : "unexpected argument " + arg);
     }
   }
-  if (shape == "tinyllama" || shape == "all") o.shapes.push_back(tinyllama());
-  if (shape == "llama32-1b" || shape == "all") o.shapes.push_back(llama32_1b());
+  if (shape == "tinyllama" || shape == "all") o.shapes.push_back(bench::tinyllama());
+  if (shape == "llama32-1b" || shape == "all") o.shapes.push_back(bench::llama32_1b());
   if (o.shapes.empty()) throw lg::UsageError("--shape " + shape + ": not tinyllama, llama32-1b or all");
   if (dtype == "fp16" || dtype == "bf16") {
     o.dtypes = {dtype};

@@ -20,6 +20,7 @@
 
 #include "ceiling.hpp"
 #include "cli.hpp"
+#include "model_shapes.hpp"
 
 namespace lg = lazygraph;
 namespace nn = lazygraph::nn;
@@ -37,15 +38,8 @@ constexpr const char* usage =
 constexpr int kPositions = 256;
 
 nn::DecoderConfig llama_1b() {
-  nn::DecoderConfig c;
-  c.d = 2048;
-  c.heads = 32;
-  c.kv_heads = 8;
-  c.layers = 16;
-  c.ffn = 8192;
-  c.vocab = 128256;
+  nn::DecoderConfig c = bench::llama32_1b().config;
   c.context = kPositions + 8;
-  c.theta = 500000.0F;
   c.prefill_chunk = 0;  // quantized decoders run prompts through the step
   return c;
 }

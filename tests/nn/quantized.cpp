@@ -14,23 +14,12 @@
 #include <vector>
 
 #include "common/gpu.hpp"
+#include "common/quantized_formats.hpp"
 
 using namespace lazygraph;
 using namespace lazygraph::nn;
 
 namespace {
-
-/// Every format the quantizer offers.
-std::vector<QuantizedFormat> all_formats() {
-  std::vector<QuantizedFormat> out;
-  for (const ScaleType type : {ScaleType::f16, ScaleType::bf16}) {
-    out.push_back({WeightFormat::int8_channel, 0, false, type});
-    for (const int group : {32, 64, 128}) {
-      for (const bool asymmetric : {false, true}) out.push_back({WeightFormat::int4_group, group, asymmetric, type});
-    }
-  }
-  return out;
-}
 
 /// `n` random weights in [-scale, scale), never zero.
 std::vector<float> random_weights(std::size_t n, float scale) {
@@ -82,7 +71,7 @@ TEST_CASE("round to nearest leaves every element within half a step of the store
   // without being one, so rint picks the nearest q, and w - (q - zero) * scale is exact in double.
   constexpr int rows = 6;
   constexpr int cols = 256;
-  for (const QuantizedFormat& format : all_formats()) {
+  for (const QuantizedFormat& format : lgtest::every_quantized_format()) {
     for (const float magnitude : {0.05F, 3.0F}) {
       CAPTURE(format_name(format));
       CAPTURE(magnitude);
@@ -121,7 +110,7 @@ TEST_CASE("round to nearest leaves every element within half a step of the store
 TEST_CASE("symmetric formats quantize w and -w to q and -q") {
   constexpr int rows = 4;
   constexpr int cols = 128;
-  for (const QuantizedFormat& format : all_formats()) {
+  for (const QuantizedFormat& format : lgtest::every_quantized_format()) {
     if (format.asymmetric) continue;
     CAPTURE(format_name(format));
     std::vector<float> w = random_weights(std::size_t{rows} * cols, 1.0F);
@@ -260,7 +249,7 @@ TEST_CASE("int8: one offset-binary byte per element, q in [-127, 127], one scale
 TEST_CASE("the clipping search is never worse than round to nearest, and better where a group has an outlier") {
   constexpr int rows = 8;
   constexpr int cols = 256;
-  for (const QuantizedFormat& format : all_formats()) {
+  for (const QuantizedFormat& format : lgtest::every_quantized_format()) {
     CAPTURE(format_name(format));
     std::vector<float> w = random_weights(std::size_t{rows} * cols, 1.0F);
     for (std::size_t i = 0; i < w.size(); i += 37) w[i] *= 6.0F;  // an outlier in most groups
@@ -289,7 +278,7 @@ TEST_CASE("the clipping search is never worse than round to nearest, and better 
 }
 
 TEST_CASE("an all-zero group gets scale 0 and dequantizes to exact zeros, beside groups that are not") {
-  for (const QuantizedFormat& format : all_formats()) {
+  for (const QuantizedFormat& format : lgtest::every_quantized_format()) {
     CAPTURE(format_name(format));
     constexpr int rows = 2;
     constexpr int cols = 256;

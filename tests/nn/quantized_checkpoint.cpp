@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/quantized_formats.hpp"
 #include "common/temp_dir.hpp"
 
 using namespace lazygraph;
@@ -23,17 +24,6 @@ std::vector<float> random_weights(std::size_t n, unsigned seed) {
   return out;
 }
 
-std::vector<QuantizedFormat> every_format() {
-  std::vector<QuantizedFormat> out;
-  for (const ScaleType type : {ScaleType::f16, ScaleType::bf16}) {
-    out.push_back({WeightFormat::int8_channel, 0, false, type});
-    for (const int group : {32, 64, 128}) {
-      for (const bool asymmetric : {false, true}) out.push_back({WeightFormat::int4_group, group, asymmetric, type});
-    }
-  }
-  return out;
-}
-
 bool same(const QuantizedWeight& a, const QuantizedWeight& b) {
   return std::ranges::equal(a.values(), b.values()) && std::ranges::equal(a.scale_bits(), b.scale_bits()) &&
          std::ranges::equal(a.zeros(), b.zeros()) && a.layout().format() == b.layout().format() &&
@@ -46,7 +36,7 @@ TEST_CASE("quantized weights of every format round-trip through one safetensors 
   const lgtest::TempDir dir("nn-qckpt");
   std::vector<QuantizedWeight> weights;
   unsigned seed = 1;
-  for (const QuantizedFormat& format : every_format()) {
+  for (const QuantizedFormat& format : lgtest::every_quantized_format()) {
     const std::string name = "model.layers." + std::to_string(weights.size()) + ".mlp.down_proj.weight";
     weights.push_back(quantize(format, name, 37, 256, random_weights(37 * 256, seed++)));
   }
