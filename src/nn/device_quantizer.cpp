@@ -10,9 +10,9 @@ namespace lazygraph::nn {
 
 namespace {
 
-constexpr unsigned kThreads = 256;
+constexpr unsigned block_threads = 256;
 
-LaunchConfig threads_for(std::size_t n) { return grid_for(n, kThreads); }
+LaunchConfig threads_for(std::size_t n) { return grid_for(n, block_threads); }
 
 template <class S>
 float widened(S v) {
@@ -64,7 +64,9 @@ DeviceQuantizedWeight<T> DeviceQuantizer::quantize(const Stream& stream, const Q
                                                   std::numeric_limits<unsigned long long>::max()};
   copy_async(stream, problems.view(), std::span<const unsigned long long>(none));
 
-  const auto [q_min, q_max] = layout.q_range();
+  const std::array<int, 2> q_range = layout.q_range();  // no structured binding: the lambda below captures them
+  const int q_min = q_range[0];
+  const int q_max = q_range[1];
   const int ratios = options.clip_search ? static_cast<int>(clip_ratios.size()) : 1;
   const LaunchConfig per_group = threads_for(group_count * 32);  // a warp per group
   const auto launch_groups = [&](const auto& kernel) {
