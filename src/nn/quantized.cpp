@@ -181,7 +181,8 @@ QuantizedLayout::ValuePosition QuantizedLayout::value_position(int row, int col)
   const int c_step = col % step_cols;
   const int t = c_step % 32 / 8;  // the lane's place in its row group
   const int lane = 4 * g + t;
-  std::size_t byte = tile * tile_rows * row_value_bytes() + 512 * static_cast<std::size_t>(s) + 16 * static_cast<std::size_t>(lane);
+  std::size_t byte =
+      tile * tile_rows * row_value_bytes() + 512 * static_cast<std::size_t>(s) + 16 * static_cast<std::size_t>(lane);
   if (int4) {
     const int j = 2 * (c_step / 32) + c_step % 8 / 4;  // the word, and the mma it feeds
     const int c = c_step % 4;                          // the column among the mma's four of this lane
