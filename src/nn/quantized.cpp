@@ -5,7 +5,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
+#include <optional>
+#include <thread>
 #include <utility>
+#include <vector>
 
 namespace lazygraph::nn {
 
@@ -306,33 +310,70 @@ QuantizedWeight quantize(const QuantizedFormat& format, std::string_view name, i
   const auto group = static_cast<std::size_t>(layout.group());
   const std::span<const double> ratios =
       options.clip_search ? std::span<const double>(clip_ratios) : std::span<const double>(clip_ratios).first(1);
-  std::vector<int> q(group);
-  std::vector<int> best_q(group);
-  for (int r = 0; r < rows; ++r) {
-    for (int g = 0; g < layout.groups_per_row(); ++g) {
-      const std::size_t first_col = static_cast<std::size_t>(g) * group;
-      const std::span<const float> w = weights.subspan(static_cast<std::size_t>(r) * k + first_col, group);
-      GroupChoice best;
-      bool have_best = false;
-      for (const double ratio : ratios) {
-        GroupChoice choice;
-        if (!quantize_group(w, layout, ratio, q, choice)) {  // ratio 1 comes first: it fails if any does
-          fail(name, "row " + std::to_string(r) + ", group " + std::to_string(g) +
-                         " needs a scale beyond the range of " + std::string(scale_type_name(format.scale_type)) +
-                         " (use bf16 scales)");
+  // Tiles [first, last) of rows, groups in order; the first (row, group) whose scale overflows, or none. A tile's
+  // bytes are its own (rows g and g + 8 share bytes, tiles never do), so tiles can go to threads of their own.
+  const auto quantize_tiles = [&](int first, int last) -> std::optional<std::pair<int, int>> {
+    std::vector<int> q(group);
+    std::vector<int> best_q(group);
+    for (int r = first * QuantizedLayout::tile_rows; r < std::min(rows, last * QuantizedLayout::tile_rows); ++r) {
+      for (int g = 0; g < layout.groups_per_row(); ++g) {
+        const std::size_t first_col = static_cast<std::size_t>(g) * group;
+        const std::span<const float> w = weights.subspan(static_cast<std::size_t>(r) * k + first_col, group);
+        GroupChoice best;
+        bool have_best = false;
+        for (const double ratio : ratios) {
+          GroupChoice choice;
+          if (!quantize_group(w, layout, ratio, q, choice)) return std::pair{r, g};  // ratio 1 comes first
+          if (!have_best || choice.squared_error < best.squared_error) {
+            best = choice;
+            best_q.swap(q);
+            have_best = true;
+          }
         }
-        if (!have_best || choice.squared_error < best.squared_error) {
-          best = choice;
-          best_q.swap(q);
-          have_best = true;
+        const std::size_t index = layout.scale_index(r, static_cast<int>(first_col));
+        scale_bits[index] = best.scale_bits;
+        if (format.asymmetric) zeros[index] = static_cast<std::uint8_t>(best.zero);
+        for (std::size_t i = 0; i < group; ++i) {
+          store_value(values, layout, r, static_cast<int>(first_col + i), best_q[i]);
         }
       }
-      const std::size_t index = layout.scale_index(r, static_cast<int>(first_col));
-      scale_bits[index] = best.scale_bits;
-      if (format.asymmetric) zeros[index] = static_cast<std::uint8_t>(best.zero);
-      for (std::size_t i = 0; i < group; ++i) {
-        store_value(values, layout, r, static_cast<int>(first_col + i), best_q[i]);
-      }
+    }
+    return std::nullopt;
+  };
+  // A thread per share of the tiles for large matrices (quantizing on load reads every weight of a model); the
+  // bytes are the same however the tiles are shared out.
+  constexpr std::size_t weights_per_thread = std::size_t{1} << 20U;
+  const int tiles = layout.tiles();
+  const auto threads = static_cast<int>(std::clamp<std::size_t>(
+      std::min<std::size_t>(std::max(1U, std::thread::hardware_concurrency()), count / weights_per_thread), 1,
+      static_cast<std::size_t>(tiles)));
+  std::vector<std::optional<std::pair<int, int>>> overflow(static_cast<std::size_t>(threads));
+  std::vector<std::exception_ptr> failed(static_cast<std::size_t>(threads));  // std::bad_alloc, say
+  {
+    std::vector<std::jthread> workers;
+    for (int i = 1; i < threads; ++i) {
+      workers.emplace_back([&, i] {
+        try {
+          overflow[static_cast<std::size_t>(i)] = quantize_tiles(tiles * i / threads, tiles * (i + 1) / threads);
+        } catch (...) {
+          failed[static_cast<std::size_t>(i)] = std::current_exception();
+        }
+      });
+    }
+    try {
+      overflow[0] = quantize_tiles(0, tiles / threads);
+    } catch (...) {
+      failed[0] = std::current_exception();
+    }
+  }  // the workers join here
+  for (const std::exception_ptr& e : failed) {
+    if (e) std::rethrow_exception(e);
+  }
+  for (const auto& at : overflow) {  // shares in row order: the first overflow found is the first in the matrix
+    if (at) {
+      fail(name, "row " + std::to_string(at->first) + ", group " + std::to_string(at->second) +
+                     " needs a scale beyond the range of " + std::string(scale_type_name(format.scale_type)) +
+                     " (use bf16 scales)");
     }
   }
   return {std::move(layout), std::move(values), std::move(scale_bits), std::move(zeros)};

@@ -322,6 +322,38 @@ TEST_CASE("bytes() counts values, scales and zero points") {
   CHECK(q.values().size() + 2 * q.scale_bits().size() + q.zeros().size() == q.bytes());
 }
 
+TEST_CASE("a large matrix, quantized by several threads, has the bytes of its halves quantized apart") {
+  // 2048 x 1024 (2M weights: shared out among threads where the machine has them); its tiles are contiguous, so the
+  // whole is the two halves' bytes one after the other.
+  constexpr int rows = 2048;
+  constexpr int cols = 1024;
+  const std::vector<float> w = random_weights(std::size_t(rows) * cols, 0.1F);
+  const std::span<const float> all(w);
+  const std::size_t half_weights = std::size_t(rows / 2) * cols;
+  for (const QuantizedFormat& format : {QuantizedFormat{WeightFormat::int4_group, 64, true, ScaleType::f16},
+                                        QuantizedFormat{WeightFormat::int8_channel, 0, false, ScaleType::bf16}}) {
+    CAPTURE(format_name(format));
+    const QuantizedWeight whole = quantize(format, "w", rows, cols, all, {.clip_search = true});
+    const QuantizedWeight top = quantize(format, "w", rows / 2, cols, all.first(half_weights), {.clip_search = true});
+    const QuantizedWeight bottom =
+        quantize(format, "w", rows / 2, cols, all.subspan(half_weights), {.clip_search = true});
+    const auto joined = [](auto a, auto b) {
+      std::vector<std::remove_cvref_t<decltype(a[0])>> out(a.begin(), a.end());
+      out.insert(out.end(), b.begin(), b.end());
+      return out;
+    };
+    CHECK(std::ranges::equal(whole.values(), joined(top.values(), bottom.values())));
+    CHECK(std::ranges::equal(whole.scale_bits(), joined(top.scale_bits(), bottom.scale_bits())));
+    CHECK(std::ranges::equal(whole.zeros(), joined(top.zeros(), bottom.zeros())));
+  }
+  // The first overflowing group in the matrix is the one named, whichever thread found one first.
+  std::vector<float> large = w;
+  large[std::size_t(1500) * cols + 3] = 1.0e6F;
+  large[std::size_t(5) * cols + 700] = 1.0e6F;
+  CHECK_THROWS_WITH_AS((void)quantize({WeightFormat::int4_group, 128, false, ScaleType::f16}, "w", rows, cols, large),
+                       "tensor w: row 5, group 5 needs a scale beyond the range of fp16 (use bf16 scales)", UsageError);
+}
+
 TEST_CASE("bad shapes and formats are refused, naming the tensor") {
   const auto refused = [](QuantizedFormat format, int rows, int cols, const char* expected) {
     CAPTURE(format_name(format));
