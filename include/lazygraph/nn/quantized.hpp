@@ -199,7 +199,9 @@ class QuantizedWeight {
 /// with zero = round(-min(w, 0) / scale) (asymmetric), rounded to the scale type first, then q = round(w / scale)
 /// + zero with that stored scale, so every element is within half a step (scale / 2) of what dequantize() gives.
 /// Where the rounded scale came out too small for the range to fit without saturating, the next larger scale
-/// value is taken instead. An all-zero group gets scale 0 and q 0 (zero point 0), which dequantize to zeros.
+/// value is taken instead. An all-zero group gets scale 0 and q 0 (zero point 0), which dequantize to zeros. A matrix
+/// of more than 2^20 weights is shared out by tiles among up to std::thread::hardware_concurrency() threads, with the
+/// same bytes as one thread makes.
 /// \throws UsageError naming the tensor as QuantizedLayout does; when weights.size() is not rows * cols; at the
 ///         first weight that is not finite, with its row and column; or when a group needs a scale beyond the
 ///         scale type's range (fp16 scales cover groups up to about 458000 in magnitude), with its row and group.
