@@ -1,7 +1,5 @@
 #include "lazygraph/nn/decoder.hpp"
 
-#include "decoder_impl.hpp"
-
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -66,6 +64,57 @@ std::size_t DecoderConfig::weight_bytes() const {
       2 * qd * dd + 2 * kv * dd + 3 * dd * static_cast<std::size_t>(ffn) + 2 * dd + (qkv_bias ? qd + 2 * kv : 0);
   return (per_layer * static_cast<std::size_t>(layers) + static_cast<std::size_t>(vocab) * dd + 2 * dd) * sizeof(half);
 }
+
+template <Element T>
+BasicDecoderWeights<T> BasicDecoderWeights<T>::generate(const Stream& stream, const BasicKernels<T>& kernels,
+                                                        const DecoderConfig& c) {
+  return assemble_decoder_weights<T>(stream.device(), c, [&](const DecoderTensor& t) {
+    return device_tensor(stream, kernels.fill_uniform, c.seed, t.seeded);
+  });
+}
+
+template <Element T>
+BasicDecoderState<T>::BasicDecoderState(const Device& device, const DecoderConfig& c)
+    : io(device, DecoderIo::input_size),
+      generated(device, static_cast<std::size_t>(c.context)),
+      next(device, kMaxRows),
+      x(DeviceBuffer<T>(device, kMaxRows * static_cast<std::size_t>(c.d))),
+      q(DeviceBuffer<T>(device, kMaxRows * static_cast<std::size_t>(c.q_dim()))),
+      k(DeviceBuffer<T>(device, kMaxRows * static_cast<std::size_t>(c.kv_dim()))),
+      v(DeviceBuffer<T>(device, kMaxRows * static_cast<std::size_t>(c.kv_dim()))),
+      attn(DeviceBuffer<T>(device, kMaxRows * static_cast<std::size_t>(c.q_dim()))),
+      act(DeviceBuffer<T>(device, kMaxRows * static_cast<std::size_t>(c.ffn))),
+      logits(DeviceBuffer<T>(device, kMaxRows * static_cast<std::size_t>(c.vocab))),
+      k_cache(DeviceBuffer<T>(device, static_cast<std::size_t>(c.layers) * static_cast<std::size_t>(c.max_batch) *
+                                          static_cast<std::size_t>(c.context) * static_cast<std::size_t>(c.kv_dim()))),
+      v_cache(DeviceBuffer<T>(device, k_cache.size())),
+      attention_partials(device, static_cast<std::size_t>(kMaxRows) * static_cast<std::size_t>(c.heads) *
+                                     static_cast<std::size_t>(c.attention_splits()) *
+                                     static_cast<std::size_t>(c.head_dim() + 2)),
+      attention_counters(device, static_cast<std::size_t>(kMaxRows) * static_cast<std::size_t>(c.heads)),
+      rope_frequencies(device, static_cast<std::size_t>(c.head_dim() / 2)) {
+  const Stream stream(device);
+  // attention_split counts each (row, head)'s blocks here and leaves the counts at zero; they start there.
+  fill(attention_counters.view(), 0U).sync_on(stream);
+  // generate copies all of `generated` out and the host reads only the first count: zeros keep that copy from
+  // reading memory nothing wrote (which compute-sanitizer's initcheck reports).
+  fill(generated.view(), 0).sync_on(stream);
+  const std::vector<float> table = rope_table(c);
+  copy(rope_frequencies.view(), std::span<const float>(table)).sync_on(stream);
+}
+
+namespace {
+const DecoderConfig& validated(const DecoderConfig& c) {
+  c.validate();
+  return c;
+}
+
+/// Ints of a decoder's input staging: the step's io, then a prefill chunk's of the largest bucket.
+std::size_t staging_input_size(const DecoderConfig& c) {
+  const std::vector<int> buckets = prefill_buckets(c);
+  return DecoderIo::prefill + (buckets.empty() ? 0 : PrefillIo::input_size(buckets.back()));
+}
+}  // namespace
 
 namespace {
 void check_token_at(const DecoderConfig& c, int token, int position, const std::string& what) {
@@ -137,8 +186,304 @@ void check_quantized_prefill(const DecoderConfig& c, bool quantized) {
   }
 }
 
+template <Element T>
+BasicDecoder<T>::BasicDecoder(const Stream& stream, const KernelLibrary& library, const DecoderConfig& config)
+    : BasicDecoder(stream, library, validated(config),
+                   BasicDecoderWeights<T>::generate(stream, BasicKernels<T>(library, config.early_launch), config)) {}
+
+namespace {
+/// `w`, after checking that every buffer has the size `c` gives its tensor, or is empty where the tensor is quantized,
+/// and that every quantized matrix has its shape.
+template <Element T>
+BasicDecoderWeights<T> checked(BasicDecoderWeights<T> w, const DecoderConfig& c) {
+  // Each dense buffer in decoder_tensors() order, and whether its tensor is held quantized (the buffer then empty).
+  std::vector<std::pair<const DeviceBuffer<T>*, bool>> buffers{{&w.embedding, false}};
+  if (w.attention.size() != static_cast<std::size_t>(c.layers) || w.mlp.size() != w.attention.size()) {
+    throw UsageError("Decoder: the weights have " + std::to_string(w.attention.size()) + " layers, the config " +
+                     std::to_string(c.layers));
+  }
+  const int qkv_rows = c.q_dim() + 2 * c.kv_dim();
+  for (std::size_t l = 0; l < w.attention.size(); ++l) {
+    const BasicAttentionWeights<T>& a = w.attention[l];
+    const BasicSwigluWeights<T>& m = w.mlp[l];
+    const bool qkv = a.quantized_qkv.has_value();
+    buffers.insert(buffers.end(),
+                   {{&a.gain, false}, {&a.wq, qkv}, {&a.wk, qkv}, {&a.wv, qkv}, {&a.wo, a.quantized_wo != nullptr}});
+    if (c.qkv_bias) {
+      buffers.insert(buffers.end(), {{&a.bq, qkv}, {&a.bk, qkv}, {&a.bv, qkv}});
+    } else if (!a.bq.empty() || !a.bk.empty() || !a.bv.empty() || (qkv && !a.quantized_qkv->bias.empty())) {
+      throw UsageError("Decoder: layer " + std::to_string(l) +
+                       " has q, k or v biases, but the config's qkv_bias is "
+                       "false (they would be added to nothing)");
+    }
+    if (qkv) {
+      if (a.quantized_qkv->weight == nullptr) {
+        throw UsageError("Decoder: layer " + std::to_string(l) + "'s quantized q, k and v hold no weight");
+      }
+      check_quantized(*a.quantized_qkv->weight, qkv_rows, c.d, 1);
+      const std::size_t bias = c.qkv_bias ? static_cast<std::size_t>(qkv_rows) : 0;
+      if (a.quantized_qkv->bias.size() != bias) {
+        throw UsageError("Decoder: layer " + std::to_string(l) + "'s stacked q, k and v biases have " +
+                         std::to_string(a.quantized_qkv->bias.size()) + " elements, the config needs " +
+                         std::to_string(bias));
+      }
+    }
+    if (a.quantized_wo) check_quantized(*a.quantized_wo, c.d, c.q_dim(), 1);
+    if ((m.quantized_w1 != nullptr) != (m.quantized_w3 != nullptr)) {
+      throw UsageError("Decoder: layer " + std::to_string(l) +
+                       "'s W1 and W3 must both be quantized or both dense (one kernel reads the two)");
+    }
+    if (m.quantized_w1) {
+      check_quantized(*m.quantized_w1, c.ffn, c.d, 1);
+      check_quantized(*m.quantized_w3, c.ffn, c.d, 1);
+    }
+    if (m.quantized_w2) check_quantized(*m.quantized_w2, c.d, c.ffn, 1);
+    buffers.insert(buffers.end(), {{&m.gain, false},
+                                   {&m.w1, m.quantized_w1 != nullptr},
+                                   {&m.w3, m.quantized_w3 != nullptr},
+                                   {&m.w2, m.quantized_w2 != nullptr}});
+  }
+  if (w.quantized_lm_head) check_quantized(*w.quantized_lm_head, c.vocab, c.d, 1);
+  buffers.insert(buffers.end(), {{&w.final_gain, false}, {&w.lm_head, w.quantized_lm_head != nullptr}});
+  const std::vector<DecoderTensor> tensors = decoder_tensors(c);
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const auto [buffer, quantized] = buffers[i];
+    if (quantized && !buffer->valid()) {
+      throw UsageError("Decoder: weight " + tensors[i].name +
+                       " is quantized, and its dense buffer was moved from: leave an empty DeviceBuffer there (the "
+                       "step's dense branch, which never runs, still views it)");
+    }
+    if (quantized && !buffer->empty()) {
+      throw UsageError("Decoder: weight " + tensors[i].name + " is quantized, but its dense buffer holds " +
+                       std::to_string(buffer->size()) + " elements (a weight is one or the other)");
+    }
+    if (!quantized && buffer->size() != tensors[i].elements()) {
+      throw UsageError("Decoder: weight " + tensors[i].name + " has " + std::to_string(buffer->size()) +
+                       " elements, the config needs " + std::to_string(tensors[i].elements()));
+    }
+  }
+  return w;
+}
+}  // namespace
+
+template <Element T>
+BasicDecoder<T>::BasicDecoder(const Stream& stream, const KernelLibrary& library, const DecoderConfig& config,
+                              BasicDecoderWeights<T> weights)
+    : config_(validated(config)),
+      kernels_(library, {.early_launch = config_.early_launch, .tensor_cores = config_.tensor_cores}),
+      weights_(checked(std::move(weights), config_)),
+      quantized_kernels_(weights_.quantized() ? std::optional<BasicQuantizedKernels<T>>(std::in_place, library)
+                                              : std::nullopt),
+      state_(stream.device(), config_),
+      io_(library, staging_input_size(config_), DecoderIo::output_size(config_.context)),
+      stream_(stream.device()),
+      graphs_(kMaxRows),
+      io_graphs_(kMaxRows) {
+  if (quantized_kernels_) quantized_kernels_->early_launch = config_.early_launch;
+  (void)io_graph(1);  // a decoder that cannot capture its step fails here, not at the first forward
+  reset();
+}
+
+template <Element T>
+BasicDecoder<T>::BasicDecoder(BasicDecoder&&) = default;
+template <Element T>
+BasicDecoder<T>& BasicDecoder<T>::operator=(BasicDecoder&&) = default;
+template <Element T>
+BasicDecoder<T>::~BasicDecoder() = default;
+
+template <Element T>
+void BasicDecoder<T>::set_sampling(const Sampling& sampling) {
+  sampling.validate();
+  const std::lock_guard<std::mutex> lock(*mutex_);
+  sampling_ = sampling;
+  io_graphs_.clear();  // a finished replay is all they may still run: run() waits for each
+  graphs_.clear();
+  generate_graph_.reset();
+  if (prefill_) prefill_->forget_head();
+}
+
+template <Element T>
+CudaGraph<>& BasicDecoder<T>::graph(int rows) {
+  const std::lock_guard<std::mutex> lock(*mutex_);
+  return step_graph(rows);
+}
+
+namespace {
+void check_rows(int rows, int max_rows) {
+  if (rows < 1 || rows > max_rows) {
+    throw UsageError("Decoder::graph: rows (" + std::to_string(rows) + ") must be 1 to " + std::to_string(max_rows));
+  }
+}
+}  // namespace
+
+template <Element T>
+CudaGraph<>& BasicDecoder<T>::step_graph(int rows) {
+  check_rows(rows, kMaxRows);
+  return graphs_.get(rows, [this](int r) { return CudaGraph<>::capture(stream_, step_op(r)); });
+}
+
+template <Element T>
+CudaGraph<>& BasicDecoder<T>::io_graph(int rows) {
+  check_rows(rows, kMaxRows);
+  // The step's own nodes between the copies (not the step graph as a child: its kernels keep their early-launch
+  // edges to each other exactly as captured).
+  return io_graphs_.get(rows, [this](int r) {
+    return CudaGraph<>::capture(
+        stream_, io_.copy_in(state_.io.view()) >> step_op(r) >>
+                     io_.copy_out(state_.next.cview().subspan(0, static_cast<std::size_t>(r)), DecoderIo::next));
+  });
+}
+
+template <Element T>
+void BasicDecoder<T>::reset() {
+  const std::lock_guard<std::mutex> lock(*mutex_);
+  (fill(state_.k_cache.view(), T{}) >> fill(state_.v_cache.view(), T{})).sync_on(stream_);
+}
+
+template <Element T>
+void BasicDecoder<T>::set_row(int row, int token, int position, int slot) {
+  const std::span<int> in = io_.input();
+  const auto r = static_cast<std::size_t>(row);
+  in[DecoderIo::tokens + r] = token;
+  in[DecoderIo::positions + r] = position;
+  in[DecoderIo::slots + r] = slot;
+}
+
+template <Element T>
+std::span<const int> BasicDecoder<T>::run(int rows) {
+  HostIo<int, int>::run(io_graph(rows));
+  last_rows_ = rows;
+  logits_first_ = 0;
+  return io_.output().subspan(DecoderIo::next, static_cast<std::size_t>(rows));
+}
+
+template <Element T>
+typename BasicDecoder<T>::Output BasicDecoder<T>::forward(Input in) {
+  check_step(config_, in);
+  const std::lock_guard<std::mutex> lock(*mutex_);
+  set_row(0, in.token, in.position, 0);
+  return run(1)[0];
+}
+
+template <Element T>
+std::vector<int> BasicDecoder<T>::forward_batch(std::span<const TokenAt> steps) {
+  check_batch(config_, steps);
+  const std::lock_guard<std::mutex> lock(*mutex_);
+  for (std::size_t r = 0; r < steps.size(); ++r) {
+    set_row(static_cast<int>(r), steps[r].token, steps[r].position, static_cast<int>(r));
+  }
+  const std::span<const int> next = run(static_cast<int>(steps.size()));
+  return {next.begin(), next.end()};
+}
+
+template <Element T>
+int BasicDecoder<T>::prefill_steps(std::span<const int> prompt, std::size_t first, int start, int slot) {
+  int next = -1;
+  for (; first < prompt.size(); first += kMaxRows) {
+    const int rows = static_cast<int>(std::min<std::size_t>(kMaxRows, prompt.size() - first));
+    for (int r = 0; r < rows; ++r) {
+      const std::size_t i = first + static_cast<std::size_t>(r);
+      set_row(r, prompt[i], start + static_cast<int>(i), slot);
+    }
+    next = run(rows)[static_cast<std::size_t>(rows - 1)];
+    logits_first_ = rows - 1;  // logits() reads the last row: the prompt's last token after the last step
+    last_rows_ = 1;
+  }
+  return next;
+}
+
+template <Element T>
+std::string BasicDecoder<T>::prefill_fallback_reason() const {
+  if (quantized_kernels_ && config_.prefill_chunk != 0) {
+    return "the weights are quantized: prefill refuses prompts unless DecoderConfig::prefill_chunk is 0";
+  }
+  std::string why;
+  return prefill_on_tensor_cores(config_, stream_.device().compute_capability(), &why) ? std::string() : why;
+}
+
+template <Element T>
+int BasicDecoder<T>::prefill(std::span<const int> prompt, int start, int slot) {
+  check_prompt(config_, prompt, start, slot);
+  check_quantized_prefill(config_, quantized_kernels_.has_value());
+  const std::lock_guard<std::mutex> lock(*mutex_);
+  const auto min_rows = static_cast<std::size_t>(kPrefillMinRows);
+  std::size_t first = 0;
+  if (prompt.size() >= min_rows) {
+    if (!prefill_gemm_) prefill_gemm_ = prefill_on_tensor_cores(config_, stream_.device().compute_capability());
+    if (*prefill_gemm_) {
+      if (!prefill_) prefill_ = std::make_unique<BasicPrefill<T>>(stream_.device(), config_);
+      const BasicPrefillContext<T> ctx{config_, kernels_, weights_, state_, stream_, io_, sampling_};
+      const auto chunk = static_cast<std::size_t>(prefill_->max_rows());
+      int next = -1;
+      while (prompt.size() - first >= min_rows) {
+        const std::size_t rows = std::min(chunk, prompt.size() - first);
+        const bool last = first + rows == prompt.size();
+        next = prefill_->run(ctx, prompt.subspan(first, rows), start + static_cast<int>(first), slot, last);
+        first += rows;
+      }
+      if (first == prompt.size()) {
+        logits_first_ = 0;  // the head wrote the last row's logits to row 0
+        last_rows_ = 1;
+        return next;
+      }
+    }
+  }
+  return prefill_steps(prompt, first, start, slot);
+}
+
+template <Element T>
+std::vector<int> BasicDecoder<T>::generate(int token, int n, int stop_token, int start) {
+  check_generate(config_, token, n, stop_token, start);
+  const std::lock_guard<std::mutex> lock(*mutex_);
+  if (!kernels_.loop) throw UsageError("Decoder::generate: " + kernels_.loop_unavailable);
+  if (!bound_) bound_.emplace(kernels_.loop->while_guard, stream_.device(), static_cast<unsigned>(config_.context));
+  if (!generate_graph_) {
+    generate_graph_.emplace(CudaGraph<>::scope(stream_, [&](Scope& sc) {
+      const Condition more = sc.condition(1);
+      const DeviceSpan<int> io = state_.io.view();
+      // Feeds the step's token back as row 0's, one position on, and appends it to `generated` (generate.cu).
+      auto advance = kernels_.loop->generate_advance(
+          {{1, 1, 1}, {1, 1, 1}, 0}, more, state_.next.cview(), io.subspan(DecoderIo::tokens, kMaxRows),
+          io.subspan(DecoderIo::positions, kMaxRows), state_.control(), state_.generated.view());
+      sc.record(io_.copy_in(io) >> while_(more, step_op(1) >> std::move(advance), *bound_) >>
+                io_.copy_out(state_.generated.cview(), DecoderIo::generated) >>
+                io_.copy_out(state_.control().as_const(), DecoderIo::generate_control));
+    }));
+  }
+  set_row(0, token, start, 0);
+  const std::span<int> control = io_.input().subspan(DecoderIo::control, DecoderIo::control_size);
+  control[DecoderIo::n] = n;
+  control[DecoderIo::stop] = stop_token;
+  control[DecoderIo::count] = 0;
+  HostIo<int, int>::run(*generate_graph_);
+  last_rows_ = 1;
+  logits_first_ = 0;
+  const std::span<const int> out = io_.output();
+  const auto count = static_cast<std::size_t>(std::clamp(out[DecoderIo::generate_control + DecoderIo::count], 0, n));
+  const std::span<const int> generated = out.subspan(DecoderIo::generated, count);
+  return {generated.begin(), generated.end()};
+}
+
+template <Element T>
+std::vector<T> BasicDecoder<T>::logits(int row) const {
+  const std::lock_guard<std::mutex> lock(*mutex_);
+  if (row < 0 || row >= last_rows_) {
+    throw UsageError("Decoder::logits: row " + std::to_string(row) + " is outside the last step's " +
+                     std::to_string(last_rows_) + " rows");
+  }
+  const auto n = static_cast<std::size_t>(config_.vocab);
+  const auto at = static_cast<std::size_t>(logits_first_ + row);
+  std::vector<T> out(n);
+  copy_async(stream_, std::span<T>(out), state_.logits.cview().subspan(at * n, n));
+  stream_.synchronize();
+  return out;
+}
+
 template struct BasicDecoderWeights<half>;
+template struct BasicDecoderWeights<bfloat16>;
 template struct BasicDecoderState<half>;
+template struct BasicDecoderState<bfloat16>;
 template class BasicDecoder<half>;
+template class BasicDecoder<bfloat16>;
 
 }  // namespace lazygraph::nn
