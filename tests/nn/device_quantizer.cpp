@@ -11,6 +11,7 @@
 
 #include "common/gpu.hpp"
 #include "common/nn.hpp"
+#include "common/quantized_formats.hpp"
 
 #include <lazygraph/nn/device_quantizer.hpp>
 
@@ -21,10 +22,9 @@ namespace {
 /// Every format whose scales are of T.
 template <class T>
 std::vector<nn::QuantizedFormat> formats_of() {
-  const nn::ScaleType s = nn::scale_type_of<T>;
-  std::vector<nn::QuantizedFormat> out = {{nn::WeightFormat::int8_channel, 0, false, s}};
-  for (const int group : {32, 64, 128}) {
-    for (const bool asymmetric : {false, true}) out.push_back({nn::WeightFormat::int4_group, group, asymmetric, s});
+  std::vector<nn::QuantizedFormat> out;
+  for (const nn::QuantizedFormat& f : lgtest::every_quantized_format()) {
+    if (f.scale_type == nn::scale_type_of<T>) out.push_back(f);
   }
   return out;
 }

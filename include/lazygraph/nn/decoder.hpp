@@ -20,10 +20,10 @@
 #include <type_traits>
 #include <vector>
 
+#include "lazygraph/kernels/optional_launch.hpp"
 #include "lazygraph/module.hpp"
 #include "lazygraph/nn/kernels.hpp"
 #include "lazygraph/nn/mlp.hpp"
-#include "lazygraph/kernels/optional_launch.hpp"
 #include "lazygraph/nn/prefill_attention.hpp"
 #include "lazygraph/nn/quantized_kernels.hpp"
 #include "lazygraph/nn/rope.hpp"

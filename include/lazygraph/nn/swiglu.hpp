@@ -10,8 +10,8 @@
 #include <type_traits>
 #include <utility>
 
-#include "lazygraph/nn/kernels.hpp"
 #include "lazygraph/kernels/optional_launch.hpp"
+#include "lazygraph/nn/kernels.hpp"
 #include "lazygraph/nn/quantized_kernels.hpp"
 
 namespace lazygraph::nn {
