@@ -1,21 +1,33 @@
-// Quantized decoders against the fp16 one, on the same seeded weights: a Llama-3.2-1B-shaped decoder (d 2048, 32
-// heads of 64, 8 kv heads, ffn 8192, 16 layers, vocab 128256) made dense, then quantized on the device per class
-// (nn::DecoderQuantization). For each: the step's time (the step graph replayed alone, medians of 50, CUDA events),
-// tokens/s, the bytes its weights occupy and that over the time as a fraction of the copy ceiling measured in the
-// same run; and its accuracy, teacher-forced: over 256 positions of the fp16 decoder's own greedy continuation, how
-// often its top token agrees with fp16's, and the logits' relative error (||q - f|| / ||f||, averaged).
+// Quantized decoders against the fp16 one. Two tables.
 //
-// The weights are seeded random (DecoderWeights::generate), not a trained model's: the logits of a random model have
-// small margins between their top values, so top-1 agreement here is a pessimistic measure of what quantization
-// changes; the relative error does not depend on that.
+// Speed: the default decoder (d 512, 8 layers), the TinyLlama and the Llama-3.2-1B shapes, seeded weights made dense
+// and then quantized on the device per class (nn::DecoderQuantization), steps of 1 and 8 rows. For each: the step's
+// time (the step graph replayed alone at position 128, medians of 31 samples of 20 replays, CUDA events), tokens/s,
+// the bytes its weights occupy (less the embedding table, of which a step reads one row per token) and those bytes
+// over the time as a fraction of the copy ceiling measured in the same run. Dense steps of 8 rows run on tensor cores
+// (DecoderConfig::tensor_cores), as the quantized kernels always do.
+//
+// Accuracy, teacher-forced over 256 positions, each quantized decoder against the fp16 decoder on the same weights:
+// how often its top token agrees with fp16's, the logits' relative error (||q - f|| / ||f||, averaged over positions),
+// and per layer the relative error of the keys and values it wrote to its KV cache (every position's, all heads: the
+// layer's input as it reaches attention, so the error quantization has added up to that layer). On the seeded
+// Llama-3.2-1B shape, teacher-forced with the fp16 decoder's own greedy continuation; with --checkpoint, on that
+// model folder (a trained one: examples/bench/train_tiny_llama.py writes one), teacher-forced with the token ids of
+// --tokens. Random weights give logits with small margins between their top values, so top-1 agreement on them is
+// a pessimistic measure; a trained model's is the one that says what a user sees.
 #include <lazygraph/lazygraph.hpp>
+#include <lazygraph/nn/checkpoint.hpp>
 #include <lazygraph/nn/decoder.hpp>
 #include <lazygraph/nn/decoder_quantization.hpp>
 #include <lazygraph/nn/device_quantizer.hpp>
 
 #include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <functional>
 #include <optional>
+#include <string>
+#include <variant>
 #include <vector>
 
 #include "ceiling.hpp"
@@ -29,125 +41,286 @@ using lg::half;
 namespace {
 
 constexpr const char* usage =
-    "usage: bench_quantized_decoder\n"
-    "  Times a Llama-3.2-1B-shaped decoder's step with fp16, int8 and int4 weights (seeded random, quantized on the\n"
-    "  device) and measures each quantized decoder's top-1 agreement with fp16 and its logits' relative error over\n"
-    "  256 teacher-forced positions. Prints a table. A benchmark, not a test.\n"
+    "usage: bench_quantized_decoder [--checkpoint DIR --tokens FILE] [--no-speed]\n"
+    "  Times decoder steps with fp16, int8 and int4 weights (seeded, quantized on the device) on the default,\n"
+    "  TinyLlama and Llama-3.2-1B shapes at 1 and 8 rows, and measures each quantized decoder's top-1 agreement with\n"
+    "  fp16, its logits' relative error and its per-layer KV error over 256 teacher-forced positions: on the seeded\n"
+    "  Llama-3.2-1B shape, and on a checkpoint when given. Prints tables. A benchmark, not a test.\n"
+    "  --checkpoint DIR  a model folder (config.json, safetensors) to measure accuracy on, in fp16\n"
+    "  --tokens FILE     the token ids to teacher-force it with, whitespace-separated (at least 257)\n"
+    "  --no-speed        only the accuracy tables\n"
     "Exit status: 0 done, 1 failed, 2 usage error, 77 skipped (no GPU; the reason is printed).\n";
 
 constexpr int kPositions = 256;
+constexpr int kSpeedPosition = 128;
 
-nn::DecoderConfig llama_1b() {
-  nn::DecoderConfig c = bench::llama32_1b().config;
-  c.context = kPositions + 8;
-  c.prefill_chunk = 0;  // quantized decoders run prompts through the step
-  return c;
-}
+struct Options {
+  std::string checkpoint;
+  std::string tokens;
+  bool speed = true;
+};
 
 struct Variant {
   const char* name;
   nn::DecoderQuantization quantization;
 };
 
-std::vector<Variant> variants() {
+/// fp16 first (the reference), then the quantized variants; `all` adds the int4 variants the speed table leaves out.
+std::vector<Variant> variants(bool all) {
   const nn::QuantizedFormat int8{nn::WeightFormat::int8_channel, 0, false, nn::ScaleType::f16};
   const nn::QuantizedFormat g128{nn::WeightFormat::int4_group, 128, false, nn::ScaleType::f16};
   const nn::QuantizedFormat g128z{nn::WeightFormat::int4_group, 128, true, nn::ScaleType::f16};
   const nn::QuantizedFormat g32{nn::WeightFormat::int4_group, 32, false, nn::ScaleType::f16};
-  std::vector<Variant> out(6);
-  out[0].name = "fp16";
-  out[1].name = "int8";
-  out[1].quantization.attention = out[1].quantization.mlp = out[1].quantization.lm_head = int8;
-  out[2].name = "int4 g128, LM head int8";
-  out[2].quantization.attention = out[2].quantization.mlp = g128;
-  out[2].quantization.lm_head = int8;
-  out[3].name = "int4 g128 clip search, LM head int8";
-  out[3].quantization = out[2].quantization;
-  out[3].quantization.options.clip_search = true;
-  out[4].name = "int4 g128 zero points, LM head int8";
-  out[4].quantization.attention = out[4].quantization.mlp = g128z;
-  out[4].quantization.lm_head = int8;
-  out[5].name = "int4 g32, LM head int8";
-  out[5].quantization.attention = out[5].quantization.mlp = g32;
-  out[5].quantization.lm_head = int8;
+  std::vector<Variant> out;
+  out.push_back({"fp16", {}});
+  out.push_back({"int8", {int8, int8, int8, {}}});
+  out.push_back({"int4 g128, LM head int8", {g128, g128, int8, {}}});
+  if (!all) return out;
+  out.push_back({"int4 g128 clip search, LM head int8", {g128, g128, int8, {.clip_search = true}}});
+  out.push_back({"int4 g128 zero points, LM head int8", {g128z, g128z, int8, {}}});
+  out.push_back({"int4 g32, LM head int8", {g32, g32, int8, {}}});
   return out;
 }
 
-int run() {
+/// ||a - b|| / ||b|| over `n` elements from `from`.
+double relative_error(const std::vector<half>& a, const std::vector<half>& b, std::size_t from, std::size_t n) {
+  double diff = 0;
+  double norm = 0;
+  for (std::size_t i = from; i < from + n; ++i) {
+    const double x = a[i].to_float();
+    const double y = b[i].to_float();
+    diff += (x - y) * (x - y);
+    norm += y * y;
+  }
+  return std::sqrt(diff / norm);
+}
+
+void speed_table(lg::Stream& s, const lg::KernelLibrary& library, const nn::Kernels& kernels,
+                 const nn::DeviceQuantizer& quantizer, double copy_bw) {
+  std::printf(
+      "Step time, seeded weights quantized on the device, the step graph replayed at position %d (dense 8-row steps "
+      "on tensor cores)\n\n",
+      kSpeedPosition);
+  std::printf(
+      "| shape | weights | weight MB | rows | step us | tokens/s | of ceiling | vs fp16 |\n"
+      "|---|---|---|---|---|---|---|---|\n");
+  for (const bench::ModelShape& shape : {bench::ModelShape{"default", {}}, bench::tinyllama(), bench::llama32_1b()}) {
+    nn::DecoderConfig config = shape.config;
+    config.context = 256;
+    config.max_batch = 8;
+    config.tensor_cores = true;
+    config.prefill_chunk = 0;
+    double fp16_seconds[2] = {0, 0};
+    for (const Variant& v : variants(false)) {
+      nn::DecoderWeights weights = nn::DecoderWeights::generate(s, kernels, config);
+      if (v.quantization.any()) {
+        weights = nn::quantize_decoder_weights(s, quantizer, std::move(weights), config, v.quantization);
+      }
+      const double bytes =
+          static_cast<double>(nn::decoder_device_bytes(config, v.quantization)) - 2.0 * config.vocab * config.d;
+      nn::Decoder decoder(s, library, config, std::move(weights));
+      for (const int rows : {1, 8}) {
+        std::vector<nn::TokenAt> steps;
+        for (int r = 0; r < rows; ++r) steps.push_back({1 + r, kSpeedPosition});
+        (void)decoder.forward_batch(steps);  // sets the rows the graph replays
+        lg::CudaGraph<>& graph = decoder.graph(rows);
+        const double seconds = bench::median_seconds(s, 20, [&](int) { graph.launch_on(s); });
+        double& reference = fp16_seconds[rows == 1 ? 0 : 1];
+        if (!v.quantization.any()) reference = seconds;
+        std::printf("| %s | %s | %.0f | %d | %.1f | %.0f | %.2f | %.2fx |\n", shape.name.c_str(), v.name, bytes * 1e-6,
+                    rows, seconds * 1e6, rows / seconds, bytes / seconds / copy_bw, seconds / reference);
+        std::fflush(stdout);
+      }
+    }
+  }
+  std::printf("\n");
+}
+
+/// What one decoder computes over the teacher-forced positions: each position's logits and top token, and its KV
+/// cache (every layer) afterwards.
+struct Run {
+  std::vector<std::vector<half>> logits;
+  std::vector<int> top;
+  std::vector<half> k_cache;
+  std::vector<half> v_cache;
+};
+
+Run teacher_forced(lg::Stream& s, nn::Decoder& decoder, const std::vector<int>& tokens) {
+  Run r;
+  decoder.reset();
+  for (int p = 0; p < kPositions; ++p) {
+    r.top.push_back(decoder.forward({tokens[static_cast<std::size_t>(p)], p}));
+    r.logits.push_back(decoder.logits());
+  }
+  r.k_cache.resize(decoder.k_cache().size());
+  r.v_cache.resize(decoder.v_cache().size());
+  lg::copy_async(s, std::span<half>(r.k_cache), decoder.k_cache().as_const());
+  lg::copy_async(s, std::span<half>(r.v_cache), decoder.v_cache().as_const());
+  s.synchronize();
+  return r;
+}
+
+/// The accuracy tables of `make(variant)`'s decoders against the first variant's (fp16).
+void accuracy_tables(lg::Stream& s, const std::string& title, const std::vector<int>& tokens_or_empty,
+                     const std::function<nn::Decoder(const Variant&)>& make) {
+  std::printf("Accuracy against fp16, %s, %d teacher-forced positions\n\n", title.c_str(), kPositions);
+  std::printf("| weights | top-1 agreement | logits rel. error |\n|---|---|---|\n");
+  std::vector<int> tokens = tokens_or_empty;
+  std::optional<Run> reference;
+  nn::DecoderConfig config;
+  std::vector<std::pair<std::string, std::vector<double>>> per_layer;  // [variant] K and V error per layer
+  for (const Variant& v : variants(true)) {
+    nn::Decoder decoder = make(v);
+    config = decoder.config();
+    if (tokens.empty()) {  // the fp16 decoder's greedy continuation of token 1
+      tokens = decoder.generate(1, kPositions);
+      tokens.insert(tokens.begin(), 1);
+    }
+    Run run = teacher_forced(s, decoder, tokens);
+    if (!reference) {
+      reference = std::move(run);
+      continue;
+    }
+    int agreed = 0;
+    double error = 0;
+    for (int p = 0; p < kPositions; ++p) {
+      const auto i = static_cast<std::size_t>(p);
+      agreed += run.top[i] == reference->top[i] ? 1 : 0;
+      error += relative_error(run.logits[i], reference->logits[i], 0, run.logits[i].size());
+    }
+    std::printf("| %s | %.1f%% | %.2e |\n", v.name, 100.0 * agreed / kPositions, error / kPositions);
+    std::fflush(stdout);
+    // Slot 0's first kPositions positions of every kv head, per layer (cache layout [layer][slot][head][pos][dim]).
+    const std::size_t per_layer_size = run.k_cache.size() / static_cast<std::size_t>(config.layers);
+    const auto context = static_cast<std::size_t>(config.context);
+    const auto head_dim = static_cast<std::size_t>(config.head_dim());
+    std::vector<double> errors;
+    for (int l = 0; l < config.layers; ++l) {
+      for (const bool keys : {true, false}) {
+        const std::vector<half>& got = keys ? run.k_cache : run.v_cache;
+        const std::vector<half>& want = keys ? reference->k_cache : reference->v_cache;
+        double diff = 0;
+        double norm = 0;
+        for (int h = 0; h < config.kv_head_count(); ++h) {
+          const std::size_t from =
+              static_cast<std::size_t>(l) * per_layer_size + static_cast<std::size_t>(h) * context * head_dim;
+          const double e = relative_error(got, want, from, kPositions * head_dim);
+          double n = 0;
+          for (std::size_t i = from; i < from + kPositions * head_dim; ++i)
+            n += want[i].to_float() * want[i].to_float();
+          diff += e * e * n;
+          norm += n;
+        }
+        errors.push_back(std::sqrt(diff / norm));
+      }
+    }
+    per_layer.emplace_back(v.name, std::move(errors));
+  }
+  std::printf("\nPer layer: relative error of the keys | values each layer wrote to the KV cache\n\n| layer |");
+  for (const auto& [name, errors] : per_layer) std::printf(" %s |", name.c_str());
+  std::printf("\n|---|");
+  for (std::size_t i = 0; i < per_layer.size(); ++i) std::printf("---|");
+  std::printf("\n");
+  for (int l = 0; l < config.layers; ++l) {
+    std::printf("| %d |", l);
+    for (const auto& [name, errors] : per_layer) {
+      std::printf(" %.1e \\| %.1e |", errors[2 * static_cast<std::size_t>(l)],
+                  errors[2 * static_cast<std::size_t>(l) + 1]);
+    }
+    std::printf("\n");
+  }
+  std::printf("\n");
+}
+
+std::vector<int> read_tokens(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw lg::UsageError("--tokens " + path + ": cannot read");
+  std::vector<int> out;
+  int t = 0;
+  while (in >> t) out.push_back(t);
+  if (!in.eof()) throw lg::UsageError("--tokens " + path + ": not whitespace-separated integers");
+  if (out.size() < kPositions + 1) {
+    throw lg::UsageError("--tokens " + path + ": " + std::to_string(out.size()) + " ids, at least " +
+                         std::to_string(kPositions + 1) + " needed");
+  }
+  return out;
+}
+
+int run(const Options& o) {
   lg::Device device = lg::Device::first();
   lg::Stream s = device.create_stream();
   const lg::KernelLibrary library = nn::kernel_library(device);
   const nn::Kernels kernels(library);
   const nn::DeviceQuantizer quantizer(library);
   const double copy_bw = bench::copy_ceiling(s);
-  const nn::DecoderConfig config = llama_1b();
-  std::printf("%s; copy ceiling (1 GiB device-to-device copy, read + write): %.0f GB/s\n", device.name().c_str(),
+  std::printf("%s; copy ceiling (1 GiB device-to-device copy, read + write): %.0f GB/s\n\n", device.name().c_str(),
               copy_bw * 1e-9);
-  std::printf(
-      "Llama-3.2-1B-shaped decoder, seeded random weights; step of one row (graph replay), accuracy over %d "
-      "teacher-forced positions against fp16\n\n",
-      kPositions);
-  std::printf(
-      "| weights | weight MB | step us | tokens/s | of ceiling | top-1 agreement | logits rel. error |\n"
-      "|---|---|---|---|---|---|---|\n");
+  if (o.speed) speed_table(s, library, kernels, quantizer, copy_bw);
 
-  std::vector<int> tokens;  // the fp16 decoder's greedy continuation, teacher-forced into every decoder
-  std::vector<std::vector<float>> reference;  // its logits at each position
-  for (const Variant& v : variants()) {
-    nn::DecoderWeights weights = nn::DecoderWeights::generate(s, kernels, config);
+  nn::DecoderConfig seeded = bench::llama32_1b().config;
+  seeded.context = kPositions + 8;
+  seeded.prefill_chunk = 0;
+  accuracy_tables(s, "seeded random Llama-3.2-1B shape", {}, [&](const Variant& v) {
+    nn::DecoderWeights weights = nn::DecoderWeights::generate(s, kernels, seeded);
     if (v.quantization.any()) {
-      weights = nn::quantize_decoder_weights(s, quantizer, std::move(weights), config, v.quantization);
+      weights = nn::quantize_decoder_weights(s, quantizer, std::move(weights), seeded, v.quantization);
     }
-    const double bytes = static_cast<double>(nn::decoder_device_bytes(config, v.quantization)) -
-                         2.0 * config.vocab * config.d;  // the embedding: one row read per step, not the table
-    nn::Decoder decoder(s, library, config, std::move(weights));
-
-    if (tokens.empty()) tokens = decoder.generate(1, kPositions);
-    decoder.reset();
-    int agreed = 0;
-    double error = 0;
-    for (int p = 0; p < kPositions; ++p) {
-      const int next = decoder.forward({p == 0 ? 1 : tokens[static_cast<std::size_t>(p - 1)], p});
-      const std::vector<half> logits = decoder.logits();
-      std::vector<float> f(logits.size());
-      for (std::size_t i = 0; i < f.size(); ++i) f[i] = logits[i].to_float();
-      if (reference.size() < static_cast<std::size_t>(kPositions)) {
-        reference.push_back(std::move(f));
-        ++agreed;
-        continue;
-      }
-      const std::vector<float>& r = reference[static_cast<std::size_t>(p)];
-      double diff = 0;
-      double norm = 0;
-      for (std::size_t i = 0; i < r.size(); ++i) {
-        diff += (static_cast<double>(f[i]) - r[i]) * (static_cast<double>(f[i]) - r[i]);
-        norm += static_cast<double>(r[i]) * r[i];
-      }
-      error += std::sqrt(diff / norm);
-      agreed += next == tokens[static_cast<std::size_t>(p)] ? 1 : 0;
-    }
-
-    lg::CudaGraph<>& graph = decoder.graph(1);
-    const double seconds = bench::median_seconds(s, 50, [&](int) { graph.launch_on(s); });
-    if (v.quantization.any()) {
-      std::printf("| %s | %.0f | %.1f | %.0f | %.2f | %.1f%% | %.2e |\n", v.name, bytes * 1e-6, seconds * 1e6,
-                  1.0 / seconds, bytes / seconds / copy_bw, 100.0 * agreed / kPositions, error / kPositions);
-    } else {
-      std::printf("| %s | %.0f | %.1f | %.0f | %.2f | (reference) | (reference) |\n", v.name, bytes * 1e-6,
-                  seconds * 1e6, 1.0 / seconds, bytes / seconds / copy_bw);
-    }
-    std::fflush(stdout);
+    return nn::Decoder(s, library, seeded, std::move(weights));
+  });
+  if (!o.checkpoint.empty()) {
+    const std::vector<int> tokens = read_tokens(o.tokens);
+    accuracy_tables(s, "checkpoint " + o.checkpoint, tokens, [&](const Variant& v) {
+      nn::LoadOptions options;
+      options.context = kPositions + 8;
+      options.progress = false;
+      options.quantization = v.quantization;
+      return nn::load_decoder(s, library, o.checkpoint, options);
+    });
   }
   return 0;
+}
+
+/// The options, or the exit code to stop with (0 after --help).
+std::variant<Options, int> parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw lg::UsageError(arg + " needs a value");
+      return argv[++i];
+    };
+    if (arg == "--help" || arg == "-h") {
+      std::printf("%s", usage);
+      return 0;
+    }
+    if (arg == "--checkpoint") {
+      o.checkpoint = value();
+    } else if (arg == "--tokens") {
+      o.tokens = value();
+    } else if (arg == "--no-speed") {
+      o.speed = false;
+    } else {
+      throw lg::UsageError(arg.starts_with("-") ? "unknown option " + arg : "unexpected argument " + arg);
+    }
+  }
+  if (o.checkpoint.empty() != o.tokens.empty()) throw lg::UsageError("--checkpoint and --tokens go together");
+  return o;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (auto code = example::handle_arguments(argc, argv, usage)) return *code;
+  std::variant<Options, int> parsed;
+  try {
+    parsed = parse(argc, argv);
+  } catch (const lg::UsageError& e) {
+    std::fprintf(stderr, "bench_quantized_decoder: %s\n%s", e.what(), usage);
+    return example::exit_usage;
+  }
+  if (const int* code = std::get_if<int>(&parsed)) return *code;
   if (example::skip_without_gpu("bench_quantized_decoder")) return example::exit_skipped;
   try {
-    return run();
+    return run(std::get<Options>(parsed));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_quantized_decoder: %s\n", e.what());
     return 1;

@@ -3,12 +3,15 @@
 //   qgemv(W, x, out, rows, cols, batch)                          out = W x
 //   qgemv_add(W, x, out, rows, cols, batch)                      out += W x
 //   rms_norm_qgemv(W, x, g, out, rows, cols, eps, batch)         out = W (x / rms(x) * g)
-//   rms_norm_qgemv_qkv(W, x, g, bias, q, k, v, q_rows, kv_rows, cols, eps, batch)
-//                                                                 [q | k | v] = W (x / rms(x) * g) + bias
 //   rms_norm_qgemv_swiglu(W1, W3, x, g, out, rows, cols, eps, batch)   out = silu(W1 h) * (W3 h), h = x / rms(x) * g
-// W is a QuantizedMatrix (by value) of rows x cols, x [batch][cols], out [batch][rows]. For qkv, W is the q, k and v
-// projections' rows in one matrix (q_rows + 2 kv_rows), q [batch][q_rows], k and v [batch][kv_rows], bias the three
-// biases in the same order or null. Each kernel comes per element
+//   quantized_qkv_rope_append(W, bias, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim,
+//                             max_ctx, n_slots, frequencies, eps, batch)
+//       [q | k | v] = W (x / rms(x) * g) + bias, then RoPE on q and k, k and v appended to the caches: what
+//       kernels/nn/qkv.cu's qkv_rope_append does with dense weights (same RoPE, cache layout, before-the-wait reads of
+//       positions and slots, and traps), here with the three projections' rows stacked in one quantized matrix (q_rows
+//       + 2 n_kv_heads head_dim rows of d columns) and their biases stacked the same way (or null). One rounding per
+//       output: the rotation is applied to the fp32 sums.
+// W is a QuantizedMatrix (by value) of rows x cols, x [batch][cols], out [batch][rows]. Each kernel comes per element
 // type (NAME, NAME_bf16: x, g, out and the scales in it) and format (NAME_int8, NAME_int4 symmetric, NAME_int4z with
 // zero points: qgemv_int8, qgemv_bf16_int4z, ...); the host picks the format from W (nn::QuantizedKernel). One rounding
 // per output, as gemv.cu's tensor-core variants: x * g is rounded to the element type before the mma (the weights are
@@ -83,24 +86,63 @@ __device__ __forceinline__ void rms_norm_qgemv_body(QuantizedMatrix W, const T* 
                  [&](int row, int b, const float* v) { at(out, rows, row, b) = lg::from_float<T>(v[0]); });
 }
 
+/// sin and cos of `angle`, out of line: sincosf's reduction of large angles needs a stack frame and registers that,
+/// inlined, the weight loop's registers would give up (spills there, at 64 registers a thread).
+__device__ __noinline__ float2 sin_cos(float angle) {
+  float2 r;
+  sincosf(angle, &r.x, &r.y);
+  return r;
+}
+
 template <int F, class T>
-__device__ __forceinline__ void rms_norm_qgemv_qkv_body(QuantizedMatrix W, const T* x, const T* g, const T* bias, T* q,
-                                                        T* k, T* v, int q_rows, int kv_rows, int cols, float eps,
-                                                        int batch) {
-  if (!supported<F>(W, cols, batch, x, g) || q_rows < 1 || kv_rows < 1) __trap();
-  const int rows = q_rows + 2 * kv_rows;
-  const QuantizedTiles<1, T> w = tiles_of<F, T>(W, cols);
+__device__ __forceinline__ void quantized_qkv_rope_append_body(QuantizedMatrix W, const T* bias, const T* x, const T* g,
+                                                               T* q, T* k_cache, T* v_cache, const int* positions,
+                                                               const int* slots, int d, int q_rows, int n_kv_heads,
+                                                               int head_dim, int max_ctx, int n_slots,
+                                                               const float* frequencies, float eps, int batch) {
+  const int kv_dim = n_kv_heads * head_dim;
+  if (!supported<F>(W, d, batch, x, g) || head_dim <= 0 || head_dim % 2 != 0 || q_rows <= 0 || q_rows % head_dim != 0 ||
+      n_kv_heads <= 0) {
+    __trap();
+  }
+  const int rows = q_rows + 2 * kv_dim;
+  const QuantizedTiles<1, T> w = tiles_of<F, T>(W, d);
+  // Each vector's position and slot, read before the wait, which a decode step allows (its input copy writes them
+  // before its first kernel); kept in shared memory rather than in registers the weight loop needs. qgemv_tiles'
+  // __syncthreads before a tile's finish publishes them.
+  __shared__ int where[2][8];  // [position, slot][vector]
+  const int tid = static_cast<int>((threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x);
+  if (tid < batch) {
+    where[0][tid] = positions[tid];
+    where[1][tid] = slots[tid];
+  }
   prefetch_quantized<4>(w, rows);
-  qgemv_tiles<F>(w, GainedX<T>{x, g, cols}, rows, cols, batch, eps, [&](int row, int b, const float* r) {
-    const float value = r[0] + (bias == nullptr ? 0.0f : lg::to_float(bias[row]));
-    if (row < q_rows) {
-      at(q, q_rows, row, b) = lg::from_float<T>(value);
-    } else if (row < q_rows + kv_rows) {
-      at(k, kv_rows, row - q_rows, b) = lg::from_float<T>(value);
-    } else {
-      at(v, kv_rows, row - q_rows - kv_rows, b) = lg::from_float<T>(value);
-    }
-  });
+  const auto biased = [&](int row, float value) { return bias == nullptr ? value : value + lg::to_float(bias[row]); };
+  qgemv_tiles<F, true>(
+      w, GainedX<T>{x, g, d}, rows, d, batch, eps, [&](int row, int b, const float* r, const float* other_row) {
+        const int position = where[0][b];
+        const int slot = where[1][b];
+        if (position < 0 || position >= max_ctx || slot < 0 || slot >= n_slots) __trap();
+        float value = biased(row, r[0]);
+        const int local = row < q_rows ? row : (row < q_rows + kv_dim ? row - q_rows : row - q_rows - kv_dim);
+        if (row <
+            q_rows + kv_dim) {  // q or k: RoPE turns the pair (2i, 2i + 1) of the head by position * frequencies[i]
+          const int within = local % head_dim;
+          const float2 turn = sin_cos(static_cast<float>(position) * frequencies[within / 2]);
+          const float s = turn.x;
+          const float c = turn.y;
+          const float other = biased(row ^ 1, other_row[0]);
+          value = within % 2 == 0 ? value * c - other * s : other * s + value * c;
+        }
+        if (row < q_rows) {
+          at(q, q_rows, row, b) = lg::from_float<T>(value);
+          return;
+        }
+        const long long cache =
+            ((static_cast<long long>(slot) * n_kv_heads + local / head_dim) * max_ctx + position) * head_dim +
+            local % head_dim;
+        (row < q_rows + kv_dim ? k_cache : v_cache)[cache] = lg::from_float<T>(value);
+      });
 }
 
 template <int F, class T>
@@ -130,8 +172,9 @@ qgemv_add[T][F] __launch_bounds__(1024, 1) =
     qgemv_add_body<F>(QuantizedMatrix W, const T* x, T* out, int rows, int cols, int batch)
 rms_norm_qgemv[T][F] __launch_bounds__(1024, 1) =
     rms_norm_qgemv_body<F>(QuantizedMatrix W, const T* x, const T* g, T* out, int rows, int cols, float eps, int batch)
-rms_norm_qgemv_qkv[T][F] __launch_bounds__(1024, 1) = rms_norm_qgemv_qkv_body<F>(QuantizedMatrix W, const T* x,
-    const T* g, const T* bias, T* q, T* k, T* v, int q_rows, int kv_rows, int cols, float eps, int batch)
+quantized_qkv_rope_append[T][F] __launch_bounds__(1024, 1) = quantized_qkv_rope_append_body<F>(QuantizedMatrix W,
+    const T* bias, const T* x, const T* g, T* q, T* k_cache, T* v_cache, const int* positions, const int* slots, int d,
+    int q_rows, int n_kv_heads, int head_dim, int max_ctx, int n_slots, const float* frequencies, float eps, int batch)
 rms_norm_qgemv_swiglu[T][F] __launch_bounds__(1024, 1) = rms_norm_qgemv_swiglu_body<F>(QuantizedMatrix W1,
     QuantizedMatrix W3, const T* x, const T* g, T* out, int rows, int cols, float eps, int batch)
 */

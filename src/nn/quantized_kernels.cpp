@@ -86,8 +86,8 @@ BasicQuantizedKernels<T>::BasicQuantizedKernels(const KernelLibrary& library)
             "qgemv" + std::string(kernel_suffix<T>)),
       qgemv_add(library, "qgemv_add" + std::string(kernel_suffix<T>)),
       rms_norm_qgemv(library, "rms_norm_qgemv" + std::string(kernel_suffix<T>)),
-      rms_norm_qgemv_qkv(library, "rms_norm_qgemv_qkv" + std::string(kernel_suffix<T>)),
       rms_norm_qgemv_swiglu(library, "rms_norm_qgemv_swiglu" + std::string(kernel_suffix<T>)),
+      quantized_qkv_rope_append(library, "quantized_qkv_rope_append" + std::string(kernel_suffix<T>)),
       multiprocessors(library.device().sm_count()) {}
 
 template class DeviceQuantizedWeight<half>;

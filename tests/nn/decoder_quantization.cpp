@@ -500,10 +500,10 @@ TEST_SUITE("gpu") {
       }
       CHECK(differ == 0);
     }
-    // Node count as dense: the quantized kernels replace the dense ones one for one, except q, k and v: the norm and
-    // the projections, rope, the cache append and attention (4 kernels where the fused path has 2).
+    // The quantized kernels replace the dense fused path's one for one (quantized_qkv_rope_append for
+    // qkv_rope_append): the same node count.
     Decoder dense(lgtest::stream(), lgtest::nn_kernels(), c);
-    CHECK(decoder.graph().node_count() == dense.graph().node_count() + 2 * static_cast<std::size_t>(c.layers));
+    CHECK(decoder.graph().node_count() == dense.graph().node_count());
   }
 
   TEST_CASE("a checkpoint loaded with quantization computes the bits of its seeded weights quantized on the device") {

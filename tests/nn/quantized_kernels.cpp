@@ -3,6 +3,7 @@
 // every format, both element types, batches of 1 to 8 and shapes whose rows are not a multiple of a tile.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -180,34 +181,90 @@ void check_every_kernel(const nn::BasicQuantizedKernels<T>& k, double tolerance)
             .sync_on(s);
         check_close(lgtest::to_host(s, out.cview()), c.product(c.w1, normed), tolerance);
 
-        // q, k and v from one matrix: rows split 1/2, 1/4, 1/4 (rows rounded down to a multiple of 4), with biases.
+        // q, k and v from one matrix (heads of 4, about half the rows q's, a quarter k's and v's, with and without
+        // biases), RoPE turning q and k, k and v appended to caches of 3 slots of 64 positions: against float64
+        // products turned by float64 rotations, and nothing else in the caches touched.
         {
-          const int kv_rows = rows / 4;
-          const int q_rows = rows - 2 * kv_rows;
-          const auto bias = lgtest::to_device(s, c.residual);  // any rows values of T
-          auto q = poisoned<T>(std::size_t(batch) * std::size_t(q_rows));
-          auto kk = poisoned<T>(std::size_t(batch) * std::size_t(kv_rows));
-          auto v = poisoned<T>(std::size_t(batch) * std::size_t(kv_rows));
+          constexpr int head_dim = 4;
+          constexpr int max_ctx = 64;
+          const int n_slots = batch + 1;
+          const int kv_rows = head_dim * std::max(1, rows / 16);
+          const int q_rows = head_dim * ((rows - 2 * kv_rows) / head_dim);
+          const int n_kv_heads = kv_rows / head_dim;
+          const int used = q_rows + 2 * kv_rows;  // the matrix may have a few rows more
+          const std::vector<float> frequencies = {1.0F, 0.07F};
+          std::vector<int> positions, slots;
+          for (int b = 0; b < batch; ++b) {
+            positions.push_back((13 + 17 * b) % max_ctx);
+            slots.push_back(batch - b);
+          }
+          const auto bias = lgtest::to_device(s, c.residual);  // any values of T, the first `used` of them
+          const auto freq = lgtest::to_device(s, frequencies);
+          const auto pos = lgtest::to_device(s, positions);
+          const auto slot = lgtest::to_device(s, slots);
+          const std::size_t cache_size = std::size_t(n_slots) * std::size_t(kv_rows) * max_ctx;
+          const std::vector<T> sentinel = rounded<T>(random_values(cache_size, seed + 7, 1.0F));
           for (const bool with_bias : {false, true}) {
             CAPTURE(with_bias);
-            k.rms_norm_qgemv_qkv(k.config(w1.matrix(), rows, cols), w1.matrix(), x.cview(), g.cview(),
-                                 with_bias ? bias.cview() : DeviceSpan<const T>{}, q.view(), kk.view(), v.view(),
-                                 q_rows, kv_rows, cols, eps, batch)
+            auto q = poisoned<T>(std::size_t(batch) * std::size_t(q_rows));
+            auto k_cache = lgtest::to_device(s, sentinel);
+            auto v_cache = lgtest::to_device(s, sentinel);
+            k.quantized_qkv_rope_append(k.config(w1.matrix(), used, cols), w1.matrix(),
+                                        with_bias ? bias.cview() : DeviceSpan<const T>{}, x.cview(), g.cview(),
+                                        q.view(), k_cache.view(), v_cache.view(), pos.cview(), slot.cview(), cols,
+                                        q_rows, n_kv_heads, head_dim, max_ctx, n_slots, freq.cview(), eps, batch)
                 .sync_on(s);
-            std::vector<double> all = c.product(c.w1, normed);  // [batch][rows]
-            std::vector<double> want_q, want_k, want_v;
-            std::vector<T> got_q = lgtest::to_host(s, q.cview()), got_k = lgtest::to_host(s, kk.cview()),
-                           got_v = lgtest::to_host(s, v.cview());
+            const std::vector<double> all = c.product(c.w1, normed);  // [batch][rows]
+            std::vector<double> want_q;
+            std::vector<double> want_k = widened(sentinel);
+            std::vector<double> want_v = want_k;
             for (int b = 0; b < batch; ++b) {
-              for (int r = 0; r < rows; ++r) {
-                const double value =
-                    all[std::size_t(b) * rows + r] + (with_bias ? double(c.residual[std::size_t(r)].to_float()) : 0.0);
-                (r < q_rows ? want_q : r < q_rows + kv_rows ? want_k : want_v).push_back(value);
+              const auto value = [&](int r) {
+                return all[std::size_t(b) * rows + r] +
+                       (with_bias ? double(c.residual[std::size_t(r)].to_float()) : 0.0);
+              };
+              for (int r = 0; r < used; ++r) {
+                double v = value(r);
+                const int local = r < q_rows ? r : (r < q_rows + kv_rows ? r - q_rows : r - q_rows - kv_rows);
+                if (r < q_rows + kv_rows) {
+                  const double angle =
+                      double(float(positions[std::size_t(b)]) * frequencies[std::size_t(local % head_dim / 2)]);
+                  const double other = value(r ^ 1);
+                  v = local % 2 == 0 ? v * std::cos(angle) - other * std::sin(angle)
+                                     : other * std::sin(angle) + v * std::cos(angle);
+                }
+                if (r < q_rows) {
+                  want_q.push_back(v);
+                  continue;
+                }
+                const std::size_t at =
+                    ((std::size_t(slots[std::size_t(b)]) * n_kv_heads + std::size_t(local / head_dim)) * max_ctx +
+                     std::size_t(positions[std::size_t(b)])) *
+                        head_dim +
+                    std::size_t(local % head_dim);
+                (r < q_rows + kv_rows ? want_k : want_v)[at] = v;
               }
             }
-            check_close(got_q, want_q, tolerance);
-            check_close(got_k, want_k, tolerance);
-            check_close(got_v, want_v, tolerance);
+            check_close(lgtest::to_host(s, q.cview()), want_q, tolerance);
+            // The caches: every written element close to its reference, every other one its sentinel's bits.
+            for (auto* cache : {&k_cache, &v_cache}) {
+              const std::vector<double>& want = cache == &k_cache ? want_k : want_v;
+              const std::vector<T> got = lgtest::to_host(s, cache->cview());
+              std::vector<T> written_got;
+              std::vector<double> written_want;
+              std::size_t kept = 0;
+              for (std::size_t i = 0; i < cache_size; ++i) {
+                if (want[i] == double(sentinel[i].to_float())) {
+                  kept += got[i].bits == sentinel[i].bits ? 1 : 0;
+                } else {
+                  written_got.push_back(got[i]);
+                  written_want.push_back(want[i]);
+                }
+              }
+              CHECK(written_want.size() == std::size_t(batch) * std::size_t(kv_rows));
+              CHECK(kept == cache_size - written_want.size());
+              check_close(written_got, written_want, tolerance);
+            }
           }
         }
 
@@ -240,8 +297,9 @@ TEST_CASE("every quantized kernel handle matches its kernel's declared parameter
             name("rms_norm_qgemv")));
         CHECK_NOTHROW(d.check<void(nn::QuantizedMatrix, nn::QuantizedMatrix, const half*, const half*, half*, int, int,
                                    float, int)>(name("rms_norm_qgemv_swiglu")));
-        CHECK_NOTHROW(d.check<void(nn::QuantizedMatrix, const half*, const half*, const half*, half*, half*, half*, int,
-                                   int, int, float, int)>(name("rms_norm_qgemv_qkv")));
+        CHECK_NOTHROW(d.check<void(nn::QuantizedMatrix, const half*, const half*, const half*, half*, half*, half*,
+                                   const int*, const int*, int, int, int, int, int, int, const float*, float, int)>(
+            name("quantized_qkv_rope_append")));
       } else {
         CHECK_NOTHROW(d.check<void(nn::QuantizedMatrix, const bfloat16*, bfloat16*, int, int, int)>(name("qgemv")));
         CHECK_NOTHROW(d.check<void(nn::QuantizedMatrix, nn::QuantizedMatrix, const bfloat16*, const bfloat16*,

@@ -170,7 +170,7 @@ struct DecoderConfig {
 [[nodiscard]] std::vector<float> rope_table(const DecoderConfig& config);
 
 /// A layer's q, k and v projections as ONE quantized matrix, their rows stacked q, k, v ([q_dim + 2 kv_dim x d]: what
-/// rms_norm_qgemv_qkv reads), and their biases stacked the same way.
+/// quantized_qkv_rope_append reads), and their biases stacked the same way.
 template <Element T>
 struct BasicQuantizedQkv {
   std::shared_ptr<const DeviceQuantizedWeight<T>> weight;  ///< Wq, Wk and Wv stacked, quantized (never null)
@@ -275,12 +275,12 @@ using DecoderState = BasicDecoderState<half>;
 /// DecoderConfig::ordering says (by default dataflow: the projections become parallel branches), the output projection.
 /// Every projection reads its weights once for all rows.
 ///
-/// With quantized q, k and v (BasicAttentionWeights::quantized_qkv), whatever `fused` and `ordering` say: the norm
-/// and the three projections in one kernel (rms_norm_qgemv_qkv, the biases added with qkv_bias), rope, kv_append and
-/// attention as the fused path runs it; with a quantized Wo, qgemv_add. Every variant is in the op's type (choose()),
-/// only the weights' runs; the quantized launches of dense weights are empty OptionalLaunches, so `qk` may be null
-/// when nothing is quantized. \throws UsageError when a projection is quantized and `qk` is null, or a quantized
-/// matrix's shape is not the config's (check_quantized).
+/// With quantized q, k and v (BasicAttentionWeights::quantized_qkv), whatever `fused` and `ordering` say: the norm,
+/// the three projections, RoPE and the cache append in one kernel (quantized_qkv_rope_append, the biases added with
+/// qkv_bias), then attention as the fused path runs it; with a quantized Wo, qgemv_add. Every variant is in the op's
+/// type (choose()), only the weights' runs; the quantized launches of dense weights are empty OptionalLaunches, so `qk`
+/// may be null when nothing is quantized. \throws UsageError when a projection is quantized and `qk` is null, or a
+/// quantized matrix's shape is not the config's (check_quantized).
 template <Element T>
 auto attention_block(const BasicKernels<T>& k, std::type_identity_t<const BasicQuantizedKernels<T>*> qk,
                      const BasicAttentionWeights<T>& w, BasicDecoderState<T>& s, DeviceSpan<T> k_cache,
@@ -333,19 +333,20 @@ auto attention_block(const BasicKernels<T>& k, std::type_identity_t<const BasicQ
       choose(c.ordering == DecoderOrdering::inferred, dataflow(q, kp, v, rope, append, attend_per_head),
              choose(c.ordering == DecoderOrdering::hand_written, all(q, kp, v) >> rope >> append >> attend_per_head,
                     q >> kp >> v >> rope >> append >> attend_per_head));
-  // Quantized q, k and v: one kernel writes the three (biases added), then the unfused path's rope and append, and
-  // attention as the fused path runs it.
+  // Quantized q, k and v: one kernel as the fused path's (the norm, the projections of the stacked matrix with its
+  // biases, RoPE, the cache append), then attention as the fused path runs it.
   auto qkv = optional_launch(
       quantized_qkv,
       [&] {
         const QuantizedMatrix m = w.quantized_qkv->weight->matrix();
         const DeviceBuffer<T>& bias = w.quantized_qkv->bias;
-        return qk->rms_norm_qgemv_qkv(qk->config(m, qkv_rows, d), m, s.x.cview(), w.gain.cview(),
-                                      bias.empty() ? DeviceSpan<const T>{} : bias.cview(), s.q.view(), s.k.view(),
-                                      s.v.view(), q_dim, c.kv_dim(), d, c.eps, rows);
+        return qk->quantized_qkv_rope_append(
+            qk->config(m, qkv_rows, d), m, bias.empty() ? DeviceSpan<const T>{} : bias.cview(), s.x.cview(),
+            w.gain.cview(), s.q.view(), k_cache, v_cache, s.positions(), s.slots(), d, q_dim, c.kv_head_count(),
+            c.head_dim(), c.context, c.max_batch, frequencies, c.eps, rows);
       },
       quantized_qkv ? w.quantized_qkv->weight : nullptr);
-  auto quantized = std::move(qkv) >> rope >> append >> std::move(attend);
+  auto quantized = std::move(qkv) >> std::move(attend);
   auto output =
       choose(quantized_wo,
              optional_launch(

@@ -119,15 +119,18 @@ struct BasicQuantizedKernels {
   QuantizedKernel<void(QuantizedMatrix, const T*, T*, int, int, int)> qgemv_add;
   /// rms_norm_qgemv(W, x, g, out, rows, cols, eps, batch): out[b] = W (rmsnorm(x[b]) * g).
   QuantizedKernel<void(QuantizedMatrix, const T*, const T*, T*, int, int, float, int)> rms_norm_qgemv;
-  /// rms_norm_qgemv_qkv(W, x, g, bias, q, k, v, q_rows, kv_rows, cols, eps, batch): the q, k and v projections
-  /// in one matrix of q_rows + 2 kv_rows rows (in that order), h = rmsnorm(x[b]) * g, [q | k | v][b] = W h + bias
-  /// (bias [q_rows + 2 kv_rows] in the same order, or null), q [batch][q_rows], k and v [batch][kv_rows].
-  QuantizedKernel<void(QuantizedMatrix, const T*, const T*, const T*, T*, T*, T*, int, int, int, float, int)>
-      rms_norm_qgemv_qkv;
   /// rms_norm_qgemv_swiglu(W1, W3, x, g, out, rows, cols, eps, batch): out[b] = silu(W1 h) * (W3 h),
   /// h = rmsnorm(x[b]) * g; W1 and W3 of one format.
   QuantizedKernel<void(QuantizedMatrix, QuantizedMatrix, const T*, const T*, T*, int, int, float, int)>
       rms_norm_qgemv_swiglu;
+  /// quantized_qkv_rope_append(W, bias, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim,
+  /// max_ctx, n_slots, frequencies, eps, batch): BasicKernels::qkv_rope_append over one quantized matrix of the q, k
+  /// and v projections' rows stacked (q_rows + 2 n_kv_heads head_dim rows of d), h = rmsnorm(x[b]) * g,
+  /// [q | k | v][b] = W h + bias (bias stacked the same way, or null), RoPE on q and k, k and v written to the caches
+  /// at (slots[b], positions[b]). Launched early, it reads positions and slots before it waits, as that kernel does.
+  QuantizedKernel<void(QuantizedMatrix, const T*, const T*, const T*, T*, T*, T*, const int*, const int*, int, int, int,
+                       int, int, int, const float*, float, int)>
+      quantized_qkv_rope_append;
 
   /// Whether launches are early (as BasicKernels::step_config).
   bool early_launch = true;

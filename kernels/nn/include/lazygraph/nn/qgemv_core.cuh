@@ -313,8 +313,11 @@ __device__ __forceinline__ void add_scaled(float (&c)[4], const float (&d)[4], u
 }
 
 /// The row loop of the quantized kernels, over tiles of 16 rows of format F (kInt8, kInt4 or kInt4Zero): finish(row, b,
-/// v) once per row and vector b < batch, v[m] the scaled result of matrix m, each from its own thread; preload(row, b)
-/// as gemv_rows_mma's. All matrices share the format, the group and the symmetry (the kernels check it).
+/// v) once per row and vector b < batch, v[m] the scaled result of matrix m, each from its own thread; with kPairs,
+/// finish(row, b, v, p), p[m] the result of row ^ 1, the other row of its pair (RoPE's pairs; rows must then be even,
+/// so that the other row exists). A thread's b is always its index in the block's tile warps modulo 8, so it may read
+/// per-vector data before the loop. preload(row, b) as gemv_rows_mma's. All matrices share the format, the group and
+/// the symmetry (the kernels check it).
 ///
 /// Block (32, K, R): R tiles at a time, K warps per tile sharing out its steps (K * R <= 32; any grid);
 /// BasicQuantizedKernels::config picks the shape: 32 warps per multiprocessor, as one block or two. Each warp loads
@@ -323,7 +326,7 @@ __device__ __forceinline__ void add_scaled(float (&c)[4], const float (&d)[4], u
 /// one matrix, 1 of two: few registers, so that 32 warps fit a multiprocessor (measured on an H200: 13% less time
 /// for the Llama-3.2-1B step's int4 kernels than 16 warps with U = 4 / M). RMSNorm's sum of
 /// x^2 is the same for every tile, so a warp computes it on its first tile only.
-template <int F, class W, class X, class Finish, class Preload = NoPreload>
+template <int F, bool kPairs = false, class W, class X, class Finish, class Preload = NoPreload>
 __device__ __forceinline__ void qgemv_tiles(const W& w, const X& x, int rows, int cols, int batch, float eps,
                                             Finish finish, Preload preload = {}) {
   using T = typename W::Element;
@@ -471,18 +474,27 @@ __device__ __forceinline__ void qgemv_tiles(const W& w, const X& x, int rows, in
         for (int k = 0; k < warps; ++k) squares_sum += square_part[slot * warps + k][b];
         scale = 1.0f / sqrtf(squares_sum / static_cast<float>(cols) + eps);
       }
-      float v[M];
+      const auto result = [&](int row, float(&v)[M]) {  // row within the tile
 #pragma unroll
-      for (int m = 0; m < M; ++m) {
-        float sum = 0.0f;
-        for (int k = 0; k < warps; ++k) sum += tile_part[slot * warps + k][m][r][b];
-        if (F == kInt8) {  // the row's one scale
-          const unsigned pair = w.scale_pair(m, tile, 0, r % 8);
-          sum *= r < 8 ? lg::unpack2(T{}, pair).x : lg::unpack2(T{}, pair).y;
+        for (int m = 0; m < M; ++m) {
+          float sum = 0.0f;
+          for (int k = 0; k < warps; ++k) sum += tile_part[slot * warps + k][m][row][b];
+          if (F == kInt8) {  // the row's one scale
+            const unsigned pair = w.scale_pair(m, tile, 0, row % 8);
+            sum *= row < 8 ? lg::unpack2(T{}, pair).x : lg::unpack2(T{}, pair).y;
+          }
+          v[m] = sum * scale;
         }
-        v[m] = sum * scale;
+      };
+      float v[M];
+      result(r, v);
+      if constexpr (kPairs) {
+        float p[M];
+        result(r ^ 1, p);
+        finish(out_row, b, v, p);
+      } else {
+        finish(out_row, b, v);
       }
-      finish(out_row, b, v);
     }
     __syncthreads();  // the partials are read before the next tiles overwrite them
   }
