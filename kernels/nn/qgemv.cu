@@ -82,8 +82,9 @@ __device__ __forceinline__ void rms_norm_qgemv_body(QuantizedMatrix W, const T* 
   if (!supported<F>(W, cols, batch, x, g)) __trap();
   const QuantizedTiles<1, T> w = tiles_of<F, T>(W, cols);
   prefetch_quantized<4>(w, rows);
-  qgemv_tiles<F>(w, GainedX<T>{x, g, cols}, rows, cols, batch, eps,
-                 [&](int row, int b, const float* v) { at(out, rows, row, b) = lg::from_float<T>(v[0]); });
+  // Its sums of x^2 shared out over the block: the LM head's kernel, whose blocks make several passes.
+  qgemv_tiles<F, false, true>(w, GainedX<T>{x, g, cols}, rows, cols, batch, eps,
+                              [&](int row, int b, const float* v) { at(out, rows, row, b) = lg::from_float<T>(v[0]); });
 }
 
 /// sin and cos of `angle`, out of line: sincosf's reduction of large angles needs a stack frame and registers that,

@@ -73,15 +73,15 @@ struct QuantizedTiles {
   using Element = T;
   static constexpr int count = M;
   QuantizedMatrix w[M];
-  long long tile_bytes;  ///< 16 rows' values
-  int groups;            ///< scales per row
+  // 32-bit sizes and indices (a matrix's scale pairs and a tile's bytes number far less than 2^31), so that an
+  // address is one wide multiply-add, not 64-bit arithmetic: the loads' address math is most of a step's instructions.
+  int tile_bytes;  ///< 16 rows' values
+  int groups;      ///< scales per row
   __device__ __forceinline__ const unsigned char* values(int m, int tile) const {
-    return w[m].values + tile * tile_bytes;
+    return w[m].values + static_cast<long long>(tile) * tile_bytes;
   }
   /// The index of the scale pair of rows g and g + 8 of `tile`, group k (in pairs).
-  __device__ __forceinline__ long long pair(int tile, int k, int g) const {
-    return (static_cast<long long>(tile) * groups + k) * 8 + g;
-  }
+  __device__ __forceinline__ int pair(int tile, int k, int g) const { return (tile * groups + k) * 8 + g; }
   /// Rows g and g + 8's scales of group k, as one T pair (row g's in the low half).
   __device__ __forceinline__ unsigned scale_pair(int m, int tile, int k, int g) const {
     return __ldg(static_cast<const unsigned*>(w[m].scales) + pair(tile, k, g));
@@ -94,8 +94,8 @@ struct QuantizedTiles {
 
 /// Bytes of 16 rows' values in format F.
 template <int F>
-__device__ __forceinline__ long long quantized_tile_bytes(int cols) {
-  return kTileRows * static_cast<long long>(is_int4(F) ? cols / 2 : cols);
+__device__ __forceinline__ int quantized_tile_bytes(int cols) {
+  return kTileRows * (is_int4(F) ? cols / 2 : cols);
 }
 
 /// a * b + c on pairs of T (fp16x2 or bf16x2), rounded once.
@@ -225,7 +225,7 @@ __device__ __forceinline__ void prefetch_quantized(const W& w, int rows) {
   const int tid = (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
   const int tiles = (rows + kTileRows - 1) / kTileRows;
   const bool whole = static_cast<long long>(tiles) * w.tile_bytes * M <= kWholePrefetchBytes;
-  const long long first_bytes = min(w.tile_bytes, static_cast<long long>(blockDim.y) * U * 512);
+  const long long first_bytes = min(static_cast<long long>(w.tile_bytes), static_cast<long long>(blockDim.y) * U * 512);
   const int tile_lines = static_cast<int>((whole ? w.tile_bytes : first_bytes) / 128);
   const int scale_lines = (w.groups * kTileRows * 2 + 127) / 128;  // a tile's scales
   const int lines = tile_lines + scale_lines;
@@ -271,9 +271,10 @@ struct StepLoad<kInt4Zero> {
 };
 
 /// The loads of up to U steps `warps` apart, s0 first, of this lane of every matrix; none past the tile's last step.
+/// `split`: groups of 32, a step's halves in two groups (else one group holds the whole step).
 template <int F, int U, class W>
 __device__ __forceinline__ void load_steps(const W& w, int tile, int s0, int warps, int steps, int lane,
-                                           int group_shift, StepLoad<F> (&out)[W::count][U]) {
+                                           int group_shift, bool split, StepLoad<F> (&out)[W::count][U]) {
   const int g = lane / 4;
 #pragma unroll
   for (int u = 0; u < U; ++u) {
@@ -281,15 +282,14 @@ __device__ __forceinline__ void load_steps(const W& w, int tile, int s0, int war
     if (s >= steps) break;  // uniform over the warp
 #pragma unroll
     for (int m = 0; m < W::count; ++m) {
-      out[m][u].values = load16_streaming(w.values(m, tile) + 512LL * s + 16 * lane);
+      out[m][u].values = load16_streaming(w.values(m, tile) + (512 * s + 16 * lane));
       if constexpr (is_int4(F)) {
         const int k0 = (64 * s) >> group_shift;
-        const int k1 = (64 * s + 32) >> group_shift;
         out[m][u].scale[0] = w.scale_pair(m, tile, k0, g);
-        out[m][u].scale[1] = k1 == k0 ? out[m][u].scale[0] : w.scale_pair(m, tile, k1, g);
+        out[m][u].scale[1] = split ? w.scale_pair(m, tile, k0 + 1, g) : out[m][u].scale[0];
         if constexpr (F == kInt4Zero) {
           const unsigned first = w.zero_pair(m, tile, k0, g);
-          out[m][u].zeros = first | (k1 == k0 ? first : w.zero_pair(m, tile, k1, g)) << 16;
+          out[m][u].zeros = first | (split ? w.zero_pair(m, tile, k0 + 1, g) : first) << 16;
         }
       }
     }
@@ -325,8 +325,10 @@ __device__ __forceinline__ void add_scaled(float (&c)[4], const float (&d)[4], u
 /// current tile's last, so the weight stream does not stop while it dequantizes or sums up a tile. U is 2 steps of
 /// one matrix, 1 of two: few registers, so that 32 warps fit a multiprocessor (measured on an H200: 13% less time
 /// for the Llama-3.2-1B step's int4 kernels than 16 warps with U = 4 / M). RMSNorm's sum of
-/// x^2 is the same for every tile, so a warp computes it on its first tile only.
-template <int F, bool kPairs = false, class W, class X, class Finish, class Preload = NoPreload>
+/// x^2 is the same for every tile, so the block computes it once, its threads sharing the columns out, at the end of
+/// its first tile's steps.
+template <int F, bool kPairs = false, bool kSharedSquares = false, class W, class X, class Finish,
+          class Preload = NoPreload>
 __device__ __forceinline__ void qgemv_tiles(const W& w, const X& x, int rows, int cols, int batch, float eps,
                                             Finish finish, Preload preload = {}) {
   using T = typename W::Element;
@@ -351,8 +353,21 @@ __device__ __forceinline__ void qgemv_tiles(const W& w, const X& x, int rows, in
   constexpr bool symmetric = F != kInt4Zero;
   const bool split_groups = is_int4(F) && w.w[0].group == 32;  // a step's halves are two groups
   const Int4Decoder<T> decoder(symmetric);                     // unused for int8
-  float sq = 0.0f;      // this lane's sum of x^2 over its steps' columns (its first tile's)
-  bool squares = true;  // whether the current tile is this warp's first (X::sum_squares)
+  // RMSNorm's sums of x^2 (X::sum_squares), during the block's first pass over its tiles, two ways. By default each
+  // warp sums the x it reads for its steps anyway, each tile's warps covering every column (lane 4 g + t: vector g):
+  // no extra loads, which is what a small matrix wants (its time is latency). kSharedSquares, for a large matrix
+  // whose blocks make several passes (the LM head: there the per-warp sums cost a third of a step's instructions):
+  // the block shares the columns out once: lane % 8 is the vector, chunks of 8 columns go round the block's threads,
+  // a thread reading one of its chunks per step of its first tile (their latencies overlap the step's own) and the
+  // rest after it. Each warp's sums go to square_part before the first tile's barrier. Either way the order of a
+  // vector's sum depends on the block's shape only, not on the batch.
+  constexpr bool shared_squares = X::sum_squares && kSharedSquares;
+  const int square_vector = lane % 8;
+  const int square_stride = 4 * warps * static_cast<int>(blockDim.z);  // threads / 8
+  int square_chunk = shared_squares && square_vector < batch ? (warp * 32 + lane) / 8 : cols / 8;
+  float square_sum = 0.0f;
+  bool first_tile = true;
+  float rms_scale = 0.0f;  // 1 / rms(x[b]) of the vector b this thread finishes (its tid % 8), once known
   bool waited = false;
   const auto wait = [&](int tile) {
     lg::wait_for_prior_grids();
@@ -366,7 +381,7 @@ __device__ __forceinline__ void qgemv_tiles(const W& w, const X& x, int rows, in
   const int tile_stride = gridDim.x * blockDim.z;
   StepLoad<F> next[M][U];
   if (blockIdx.x * blockDim.z + slot < tiles) {
-    load_steps<F, U>(w, blockIdx.x * blockDim.z + slot, k_warp, warps, steps, lane, group_shift, next);
+    load_steps<F, U>(w, blockIdx.x * blockDim.z + slot, k_warp, warps, steps, lane, group_shift, split_groups, next);
   }
   for (int tile0 = blockIdx.x * blockDim.z; tile0 < tiles; tile0 += tile_stride) {  // uniform: the block
     const int tile = tile0 + slot;
@@ -385,9 +400,14 @@ __device__ __forceinline__ void qgemv_tiles(const W& w, const X& x, int rows, in
       const bool same_tile = s0 + warps * U < steps;
       const int load_tile = same_tile ? tile : tile + tile_stride;
       if (load_tile < tiles) {
-        load_steps<F, U>(w, load_tile, same_tile ? s0 + warps * U : k_warp, warps, steps, lane, group_shift, next);
+        load_steps<F, U>(w, load_tile, same_tile ? s0 + warps * U : k_warp, warps, steps, lane, group_shift,
+                         split_groups, next);
       }
       if (!waited) wait(tile);
+      if (shared_squares && square_chunk < cols / 8) {
+        square_sum += x_squares<X>(x.load(square_vector, square_chunk));
+        square_chunk += square_stride;
+      }
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int s = s0 + u * warps;
@@ -395,7 +415,9 @@ __device__ __forceinline__ void qgemv_tiles(const W& w, const X& x, int rows, in
         if constexpr (is_int4(F)) {
           // Lane t's x: columns 64 s + 8 t .. + 7 (mmas 0 and 1) and 64 s + 32 + 8 t .. + 7 (mmas 2 and 3).
           const typename X::Raw xr[2] = {x.load(vector, 8 * s + t), x.load(vector, 8 * s + 4 + t)};
-          if (X::sum_squares && squares) sq += x_squares<X>(xr[0]) + x_squares<X>(xr[1]);
+          if (X::sum_squares && first_tile && !shared_squares) {
+            square_sum += x_squares<X>(xr[0]) + x_squares<X>(xr[1]);
+          }
           const uint4 b[2] = {x_fragment<X, T>(xr[0]), x_fragment<X, T>(xr[1])};
           // The step's 4 mmas; with groups of 32 its halves are scaled apart, else the step is one group's.
           const auto mmas = [&](auto split) {
@@ -431,7 +453,7 @@ __device__ __forceinline__ void qgemv_tiles(const W& w, const X& x, int rows, in
         } else {
           // Lane t's x: columns 32 s + 8 t .. + 7; words 2j and 2j + 1 are rows g and g + 8 of mma j.
           const typename X::Raw xr = x.load(vector, 4 * s + t);
-          if (X::sum_squares && squares) sq += x_squares<X>(xr);
+          if (X::sum_squares && first_tile && !shared_squares) square_sum += x_squares<X>(xr);
           const uint4 b = x_fragment<X, T>(xr);
 #pragma unroll
           for (int m = 0; m < M; ++m) {
@@ -449,11 +471,27 @@ __device__ __forceinline__ void qgemv_tiles(const W& w, const X& x, int rows, in
       }
     }
     if (active && !waited) wait(tile);  // a warp without steps still waits before the block's results are written
-    if (active) squares = false;
-
-    float sq_warp = sq;
-    sq_warp += __shfl_xor_sync(0xffffffffu, sq_warp, 1);
-    sq_warp += __shfl_xor_sync(0xffffffffu, sq_warp, 2);
+    if (X::sum_squares && first_tile) {
+      // The chunks of x^2 the steps left, then the warp's sums per vector (read after the barrier below).
+      if (!waited) {
+        lg::wait_for_prior_grids();
+        waited = true;
+      }
+      float part = square_sum;
+      if constexpr (shared_squares) {
+        for (; square_chunk < cols / 8; square_chunk += square_stride) {
+          part += x_squares<X>(x.load(square_vector, square_chunk));
+        }
+        part += __shfl_xor_sync(0xffffffffu, part, 8);
+        part += __shfl_xor_sync(0xffffffffu, part, 16);
+        if (lane < 8) square_part[warp][lane] = part;
+      } else {
+        part += __shfl_xor_sync(0xffffffffu, part, 1);
+        part += __shfl_xor_sync(0xffffffffu, part, 2);
+        if (t == 0) square_part[warp][g] = part;
+      }
+    }
+    first_tile = false;
 #pragma unroll
     for (int m = 0; m < M; ++m) {
       tile_part[warp][m][g][2 * t] = c[m][0];
@@ -461,19 +499,20 @@ __device__ __forceinline__ void qgemv_tiles(const W& w, const X& x, int rows, in
       tile_part[warp][m][g + 8][2 * t] = c[m][2];
       tile_part[warp][m][g + 8][2 * t + 1] = c[m][3];
     }
-    if (t == 0) square_part[warp][g] = sq_warp;
     __syncthreads();
     for (int i = tid; active && i < kTileRows * 8; i += 32 * warps) {
       const int r = i / 8;
       const int b = i % 8;
       const int out_row = tile * kTileRows + r;
       if (b >= batch || out_row >= rows) continue;
-      float scale = 1.0f;
-      if (X::sum_squares) {
-        float squares_sum = 0.0f;
-        for (int k = 0; k < warps; ++k) squares_sum += square_part[slot * warps + k][b];
-        scale = 1.0f / sqrtf(squares_sum / static_cast<float>(cols) + eps);
+      if (X::sum_squares && rms_scale == 0.0f) {  // this thread's first result: its vector's sum over the warps
+        float squares_sum = 0.0f;                 // the block's warps' sums, or the tile's
+        const int first = shared_squares ? 0 : slot * warps;
+        const int count = shared_squares ? warps * static_cast<int>(blockDim.z) : warps;
+        for (int k = first; k < first + count; ++k) squares_sum += square_part[k][b];
+        rms_scale = 1.0f / sqrtf(squares_sum / static_cast<float>(cols) + eps);
       }
+      const float scale = X::sum_squares ? rms_scale : 1.0f;
       const auto result = [&](int row, float(&v)[M]) {  // row within the tile
 #pragma unroll
         for (int m = 0; m < M; ++m) {
