@@ -12,6 +12,9 @@
 
 #include <unistd.h>
 
+#include "json_util.hpp"
+#include "lazygraph/nn/quantized_checkpoint.hpp"
+
 namespace lazygraph::nn {
 
 namespace {
@@ -209,14 +212,44 @@ DecoderCheckpoint::DecoderCheckpoint(LlamaConfig llama, DecoderConfig config, Ch
       weights_(std::move(weights)),
       options_(options),
       tensors_(decoder_tensors(config_)) {
+  const DecoderQuantization& quantization = options_.quantization;
+  const bool as_saved = quantized_as_saved();
+  try {
+    layouts_ = nn::quantized_layouts(config_, quantization);
+  } catch (const UsageError& e) {
+    if (!as_saved) throw;  // the caller's choice of formats
+    throw CheckpointError(weights_.path() / "config.json", "",
+                          std::string("quantization_config cannot apply to this model: ") + e.what());
+  }
   std::set<std::string_view> used;
-  for (const DecoderTensor& t : tensors_) {
+  std::vector<std::size_t> parts;  // of the next quantized matrix (q and k wait for v)
+  for (std::size_t i = 0; i < tensors_.size(); ++i) {
+    const DecoderTensor& t = tensors_[i];
+    const bool quantized = quantization.format_of(t.role).has_value();
+    if (quantized && as_saved) {
+      sources_.push_back(nullptr);  // read quantized, below
+      continue;
+    }
     const std::vector<std::int64_t> shape = t.shape();
     const bool tied = t.role == DecoderTensorRole::lm_head && llama_.tie_word_embeddings;
     sources_.push_back(&weights_.require(tied ? "model.embed_tokens.weight" : t.name, kLoadable, shape));
     used.insert(sources_.back()->name);
+    if (!quantized) continue;
+    parts.push_back(i);
+    if (t.role != DecoderTensorRole::wq && t.role != DecoderTensorRole::wk) {
+      matrix_parts_.push_back(std::move(parts));
+      parts.clear();
+    }
   }
-  device_bytes_ = decoder_device_bytes(config_, options_.quantization);
+  if (as_saved) {
+    for (const QuantizedLayout& layout : layouts_) {
+      const QuantizedTensorInfo found = require_quantized(weights_, layout);
+      for (const TensorInfo* part : {found.format, found.values, found.scales, found.zeros}) {
+        if (part != nullptr) used.insert(part->name);
+      }
+    }
+  }
+  device_bytes_ = decoder_device_bytes(config_, quantization);
   for (const std::string_view name : weights_.names()) {
     if (used.contains(name)) continue;
     const TensorInfo& info = weights_.tensor(name);
@@ -227,6 +260,16 @@ DecoderCheckpoint::DecoderCheckpoint(LlamaConfig llama, DecoderConfig config, Ch
     if (name.ends_with(".rotary_emb.inv_freq")) {
       check_inv_freq(info);
       continue;
+    }
+    const auto dense_of_quantized = std::find_if(tensors_.begin(), tensors_.end(), [&](const DecoderTensor& t) {
+      return as_saved && t.name == name && quantization.format_of(t.role).has_value();
+    });
+    if (dense_of_quantized != tensors_.end()) {
+      throw CheckpointError(weights_.file_of(info).path(), std::string(name),
+                            "this checkpoint holds the weight quantized (config.json's quantization_config: " +
+                                quantization_name(quantization) +
+                                "), so this dense tensor would never be read, and a tensor is refused rather than "
+                                "ignored");
     }
     throw CheckpointError(weights_.file_of(info).path(), std::string(name),
                           "the " + llama_.model_type +
@@ -273,14 +316,63 @@ void DecoderCheckpoint::check_inv_freq(const TensorInfo& info) const {
 DecoderCheckpoint DecoderCheckpoint::open(const std::filesystem::path& directory, const LoadOptions& options) {
   LlamaConfig llama = LlamaConfig::load(directory);
   DecoderConfig config = decoder_config(llama, options.context, directory / "config.json", options);
-  return DecoderCheckpoint(std::move(llama), config, Checkpoint::open(directory), options);
+  LoadOptions chosen = options;
+  if (llama.quantization.has_value()) {
+    if (options.quantization.any() && !(options.quantization == *llama.quantization)) {
+      throw UsageError("LoadOptions::quantization asks for " + quantization_name(options.quantization) +
+                       ", but the checkpoint " + directory.string() + " is already quantized as " +
+                       quantization_name(*llama.quantization) +
+                       " (its config.json's quantization_config): load it with LoadOptions::quantization empty, or "
+                       "quantize its unquantized checkpoint");
+    }
+    chosen.quantization = *llama.quantization;
+  }
+  return DecoderCheckpoint(std::move(llama), config, Checkpoint::open(directory), chosen);
+}
+
+QuantizedWeight DecoderCheckpoint::quantized_weight(std::size_t index) const {
+  if (index >= layouts_.size()) {
+    throw UsageError("DecoderCheckpoint::quantized_weight: index " + std::to_string(index) + " of " +
+                     std::to_string(layouts_.size()) + " quantized matrices");
+  }
+  const QuantizedLayout& l = layouts_[index];
+  if (quantized_as_saved()) {
+    try {
+      return read_quantized(weights_, l);
+    } catch (const UsageError& e) {  // the bytes break the format's rules
+      const TensorInfo& values = weights_.tensor(QuantizedTensors::values_name_of(l.name()));
+      throw CheckpointError(weights_.file_of(values).path(), l.name(),
+                            std::string("holds bytes its format does not allow: ") + e.what());
+    }
+  }
+  std::vector<float> floats;
+  floats.reserve(static_cast<std::size_t>(l.rows()) * static_cast<std::size_t>(l.cols()));
+  for (const std::size_t part : matrix_parts_[index]) {
+    append_rows(weights_, config_.head_dim(), tensors_[part], *sources_[part], floats);
+  }
+  try {
+    return quantize(l.format(), l.name(), l.rows(), l.cols(), floats, options_.quantization.options);
+  } catch (const UsageError& e) {
+    const bool stacked = matrix_parts_[index].size() > 1;
+    throw CheckpointError(weights_.file_of(*sources_[matrix_parts_[index].back()]).path(), l.name(),
+                          std::string("cannot be quantized: ") + e.what() +
+                              (stacked ? " (its rows are q_proj's, k_proj's and v_proj's, stacked, those of q and k "
+                                         "reordered from rotate-half to interleaved pairs)"
+                                       : ""));
+  }
 }
 
 template <Element T>
 BasicDecoderWeights<T> DecoderCheckpoint::upload(const Stream& stream) const {
   const DecoderQuantization& quantization = options_.quantization;
-  check_quantization(config_, quantization, scale_type_of<T>);  // before anything is allocated
-  const std::vector<QuantizedLayout> layouts = quantized_layouts(config_, quantization);
+  try {
+    check_quantization(config_, quantization, scale_type_of<T>);  // before anything is allocated
+  } catch (const UsageError& e) {
+    if (!quantized_as_saved()) throw;
+    throw UsageError(std::string(e.what()) + "; the checkpoint " + weights_.path().string() +
+                     " was saved so: load it into a decoder over " +
+                     (scale_type_of<T> == ScaleType::f16 ? "bf16 (upload<bfloat16>)" : "fp16 (upload<half>)"));
+  }
   std::size_t widest = 1;
   for (const DecoderTensor& t : tensors_) widest = std::max(widest, static_cast<std::size_t>(t.cols));
   const std::size_t staging = std::max(options_.staging_bytes / sizeof(T), widest);
@@ -288,8 +380,7 @@ BasicDecoderWeights<T> DecoderCheckpoint::upload(const Stream& stream) const {
   Progress progress(weights_.path().string(), device_bytes_,
                     options_.progress && device_bytes_ >= options_.progress_from_bytes);
   std::size_t index = 0;
-  std::vector<DeviceQuantizedWeight<T>> matrices;  // in `layouts` order
-  std::vector<float> pending;                      // the next quantized matrix's rows read so far (q, k: wait for v)
+  std::vector<DeviceQuantizedWeight<T>> matrices;  // in quantized_layouts() order
   // Copies still in flight read pinned memory and write the buffers: waited for before an error unwinds them.
   const auto drain = [&]() noexcept {
     try {
@@ -298,32 +389,23 @@ BasicDecoderWeights<T> DecoderCheckpoint::upload(const Stream& stream) const {
     }
   };
   BasicDecoderWeights<T> w = assemble_decoder_weights<T>(stream.device(), config_, [&](const DecoderTensor& t) {
-    const TensorInfo& info = *sources_[index++];
+    const TensorInfo* info = sources_[index++];
     if (quantization.format_of(t.role)) {
-      try {
-        append_rows(weights_, config_.head_dim(), t, info, pending);
-        if (t.role != DecoderTensorRole::wq && t.role != DecoderTensorRole::wk) {  // q and k wait for v
-          const QuantizedLayout& l = layouts[matrices.size()];
-          std::optional<QuantizedWeight> q;
-          try {
-            q.emplace(quantize(l.format(), l.name(), l.rows(), l.cols(), pending, quantization.options));
-          } catch (const UsageError& e) {
-            throw CheckpointError(weights_.file_of(info).path(), l.name(),
-                                  std::string("cannot be quantized: ") + e.what());
-          }
-          pending = std::vector<float>();
-          matrices.emplace_back(stream, *q);
-          progress.advance(q->bytes());
+      if (t.role != DecoderTensorRole::wq && t.role != DecoderTensorRole::wk) {  // q and k go with v
+        try {
+          const QuantizedWeight q = quantized_weight(matrices.size());
+          matrices.emplace_back(stream, q);
+          progress.advance(q.bytes());
+        } catch (...) {
+          drain();
+          throw;
         }
-      } catch (...) {
-        drain();
-        throw;
       }
       return DeviceBuffer<T>(stream.device(), 0);  // the weight is held quantized
     }
     DeviceBuffer<T> out(stream.device(), t.elements());
     try {
-      upload_rows(weights_, config_.head_dim(), t, info, out, staging / static_cast<std::size_t>(t.cols), buffers,
+      upload_rows(weights_, config_.head_dim(), t, *info, out, staging / static_cast<std::size_t>(t.cols), buffers,
                   progress);
     } catch (...) {
       drain();
@@ -403,13 +485,7 @@ void save_seeded_checkpoint(const std::filesystem::path& directory, const Decode
   if (config.head_width != 0) llama.head_dim = config.head_width;
   llama.rms_norm_eps = config.eps;
   llama.torch_dtype = dtype == DType::f16 ? "float16" : dtype == DType::bf16 ? "bfloat16" : "float32";
-  const std::filesystem::path file = directory / "config.json";
-  std::FILE* f = std::fopen(file.c_str(), "wb");
-  const std::string text = llama.to_json();
-  const bool ok = f != nullptr && std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  if (f != nullptr && std::fclose(f) != 0)
-    throw CheckpointError(file, "", "cannot write: " + std::string(std::strerror(errno)));
-  if (!ok) throw CheckpointError(file, "", "cannot write: " + std::string(std::strerror(errno)));
+  detail::write_text_file(directory / "config.json", llama.to_json());
 }
 
 }  // namespace lazygraph::nn
