@@ -4,11 +4,12 @@
 /// weights (one file or shards), tensors named `model.layers.N.self_attn.q_proj.weight` and so on
 /// (decoder_tensors.hpp lists them). Opening one reads the config and checks every tensor's presence, dtype and
 /// shape on the host, before any GPU allocation; uploading converts to the decoder's element type (fp16 or bf16)
-/// and reorders the q and k rows for the rope kernel while streaming through pinned staging buffers, or quantizes the
-/// classes of tensors LoadOptions::quantization chooses on the host (decoder_quantization.hpp) and uploads them
-/// quantized. A quantized checkpoint (save_quantized_checkpoint, quantized_save.hpp) holds those classes quantized
-/// already, its formats in config.json's quantization_config, and uploads them as saved. Seeded weights can be
-/// written in the same layout, so the loader is tested round trip and against PyTorch.
+/// and reorders the q and k rows for the rope kernel while streaming through pinned staging buffers, and quantizes
+/// the classes of tensors LoadOptions::quantization chooses (decoder_quantization.hpp) on the host or, given a
+/// DeviceQuantizer (load_decoder gives one), on the GPU as they arrive. A quantized checkpoint
+/// (save_quantized_checkpoint, quantized_save.hpp) holds those classes quantized already, its formats in
+/// config.json's quantization_config, and uploads them as saved. Seeded weights can be written in the same layout,
+/// so the loader is tested round trip and against PyTorch.
 
 #include <cstddef>
 #include <filesystem>
@@ -104,8 +105,22 @@ class DecoderCheckpoint {
   template <Element T = half>
   [[nodiscard]] BasicDecoderWeights<T> upload(const Stream& stream) const;
 
+  /// upload, with the matrices LoadOptions::quantization chooses quantized on the GPU by `quantizer` instead of on
+  /// the host: their tensors go through the same pinned staging as they are stored (F32, F16 or BF16; F32 for a
+  /// stacked q, k and v whose tensors differ in dtype), rows stacked and reordered as the host route reads them, and
+  /// are quantized where they lie, the same bytes as upload(stream) makes (DeviceQuantizer's promise). The progress
+  /// bar counts the same bytes. Temporary device memory, freed matrix by matrix: the largest chosen matrix in its
+  /// stored dtype, plus DeviceQuantizer's. A quantized checkpoint is uploaded as saved either way.
+  /// \throws as upload(stream); a weight that cannot be quantized is a CheckpointError naming the matrix, with its
+  ///         row and column in it (the stream drained and nothing left allocated).
+  template <Element T = half>
+  [[nodiscard]] BasicDecoderWeights<T> upload(const Stream& stream, const DeviceQuantizer& quantizer) const;
+
  private:
   DecoderCheckpoint(LlamaConfig llama, DecoderConfig config, Checkpoint weights, LoadOptions options);
+  /// Both uploads: the chosen matrices quantized by `quantizer`, or on the host when it is null.
+  template <Element T>
+  [[nodiscard]] BasicDecoderWeights<T> upload_with(const Stream& stream, const DeviceQuantizer* quantizer) const;
   /// Refuses a stored lm_head.weight of a tied model unless it equals the embedding.
   void check_tied_head(const TensorInfo& head) const;
   /// Refuses a stored rotary_emb.inv_freq unless it holds the config's RoPE frequencies.
@@ -123,7 +138,9 @@ class DecoderCheckpoint {
 };
 
 /// A decoder over elements of T (fp16 by default; `load_decoder<bfloat16>` for bf16) with a checkpoint's weights:
-/// DecoderCheckpoint::open, then upload. \throws as DecoderCheckpoint::open and upload do.
+/// DecoderCheckpoint::open, then upload, quantizing what LoadOptions::quantization chooses on the GPU (a
+/// DeviceQuantizer of `library`, which must hold nn::kernel_set() as the decoder needs). \throws as
+/// DecoderCheckpoint::open and upload do.
 template <Element T = half>
 BasicDecoder<T> load_decoder(const Stream& stream, const KernelLibrary& library, const std::filesystem::path& directory,
                              const LoadOptions& options = {});
