@@ -12,6 +12,9 @@
 
 #include <unistd.h>
 
+#include "json_util.hpp"
+#include "lazygraph/nn/quantized_checkpoint.hpp"
+
 namespace lazygraph::nn {
 
 namespace {
@@ -117,75 +120,169 @@ class Progress {
   int shown_ = -1;
 };
 
-/// Two pinned buffers that uploads alternate between: one fills on the host while the other's copy runs.
-template <Element T>
+/// Two pinned buffers of `bytes` each that uploads alternate between: one fills on the host while the other's copy
+/// runs. A buffer holds elements of whichever type the upload at hand copies: the decoder's element type, or the
+/// stored type of a matrix the device quantizes.
 class Staging {
  public:
-  Staging(const Stream& stream, std::size_t elements)
+  Staging(const Stream& stream, std::size_t bytes)
       : stream_(stream),
-        buffers_{PinnedBuffer<T>(stream.device(), elements), PinnedBuffer<T>(stream.device(), elements)},
+        bytes_(bytes),
+        buffers_{PinnedBuffer<std::byte>(stream.device(), bytes), PinnedBuffer<std::byte>(stream.device(), bytes)},
         done_{Event(stream.device(), false), Event(stream.device(), false)} {}
 
-  /// A buffer free to fill (its previous copy has finished).
-  std::span<T> next() {
+  /// Elements of E a buffer holds.
+  template <class E>
+  [[nodiscard]] std::size_t capacity() const noexcept {
+    return bytes_ / sizeof(E);
+  }
+  /// A buffer free to fill (its previous copy has finished), as elements of E (pinned memory is page-aligned).
+  template <class E>
+  std::span<E> next() {
     current_ = 1 - current_;
     if (used_[current_]) done_[current_].synchronize();
-    return buffers_[current_].span();
+    return {reinterpret_cast<E*>(buffers_[current_].span().data()), capacity<E>()};
   }
-  /// Copies the first `n` elements of the buffer `next` gave to `dst`.
-  void copy(DeviceSpan<T> dst, std::size_t n) {
-    copy_async(stream_, dst, std::as_const(buffers_[current_]).span().subspan(0, n));
+  /// Copies the first `n` elements of E of the buffer `next` gave to `dst`.
+  template <class E>
+  void copy(DeviceSpan<E> dst, std::size_t n) {
+    const std::byte* filled = std::as_const(buffers_[current_]).span().data();
+    copy_async(stream_, dst, std::span<const E>(reinterpret_cast<const E*>(filled), n));
     done_[current_].record(stream_);
     used_[current_] = true;
   }
 
  private:
   const Stream& stream_;
-  PinnedBuffer<T> buffers_[2];
+  std::size_t bytes_;
+  PinnedBuffer<std::byte> buffers_[2];
   Event done_[2];
   bool used_[2] = {false, false};
   int current_ = 1;
 };
 
-/// The checkpoint dtype that holds T's values as they are.
-template <Element T>
-constexpr DType dtype_of = std::same_as<T, half> ? DType::f16 : DType::bf16;
+/// The element types uploads write: the decoder's (fp16, bf16), and float for a quantized matrix whose parts are
+/// stored in different dtypes.
+template <class E>
+concept Uploaded = Element<E> || std::same_as<E, float>;
 
-/// Uploads tensor `t` from `info` (in `weights`) into `out`, `rows_per_chunk` rows per staging buffer: rows of
-/// T's own dtype are copied, others converted (a finite value T cannot hold is a CheckpointError), rope rows
-/// reordered.
-template <Element T>
+/// The checkpoint dtype that holds E's values as they are.
+template <Uploaded E>
+constexpr DType dtype_of = std::same_as<E, half>       ? DType::f16
+                           : std::same_as<E, bfloat16> ? DType::bf16
+                                                       : DType::f32;
+
+/// Uploads tensor `t` from `info` (in `weights`) into `out` as elements of E, through `buffers`: rows of E's own
+/// dtype are copied, others converted (to float exactly; to fp16 or bf16 a finite value E cannot hold is a
+/// CheckpointError), rope rows reordered. Counts the bytes in `progress` when given.
+template <Uploaded E>
 void upload_rows(const Checkpoint& weights, int head_dim, const DecoderTensor& t, const TensorInfo& info,
-                 DeviceBuffer<T>& out, std::size_t rows_per_chunk, Staging<T>& buffers, Progress& progress) {
+                 DeviceSpan<E> out, Staging& buffers, Progress* progress) {
   const std::byte* data = weights.data(info).data();
   const auto cols = static_cast<std::size_t>(t.cols);
+  const std::size_t rows_per_chunk = buffers.capacity<E>() / cols;
   for (std::size_t row0 = 0; row0 < static_cast<std::size_t>(t.rows); row0 += rows_per_chunk) {
     const std::size_t rows = std::min(rows_per_chunk, static_cast<std::size_t>(t.rows) - row0);
-    std::span<T> buffer = buffers.next();
+    std::span<E> buffer = buffers.next<E>();
     for (std::size_t r = 0; r < rows; ++r) {
       const int row = static_cast<int>(row0 + r);
       const auto from = static_cast<std::size_t>(t.rope_rows ? rotate_half_row(row, head_dim) : row);
-      T* dst = buffer.data() + r * cols;
-      if (info.dtype == dtype_of<T>) {
-        std::memcpy(dst, data + from * cols * 2, cols * 2);
+      E* dst = buffer.data() + r * cols;
+      if (info.dtype == dtype_of<E>) {
+        std::memcpy(dst, data + from * cols * sizeof(E), cols * sizeof(E));
         continue;
       }
       for (std::size_t c = 0; c < cols; ++c) {
         const float f = element(data, info.dtype, from * cols + c);
-        const T h = T::from_float(f);
-        if (std::isfinite(f) && !std::isfinite(h.to_float())) {
-          throw CheckpointError(weights.file_of(info).path(), info.name,
-                                "value " + std::to_string(f) + " at element " + std::to_string(from * cols + c) +
-                                    " does not fit in " + std::string(element_name<T>) +
-                                    (std::same_as<T, half> ? " (largest 65504)" : " (largest 3.39e38)") +
-                                    ", the decoder's element type");
+        if constexpr (std::same_as<E, float>) {
+          dst[c] = f;
+        } else {
+          const E h = E::from_float(f);
+          if (std::isfinite(f) && !std::isfinite(h.to_float())) {
+            throw CheckpointError(weights.file_of(info).path(), info.name,
+                                  "value " + std::to_string(f) + " at element " + std::to_string(from * cols + c) +
+                                      " does not fit in " + std::string(element_name<E>) +
+                                      (std::same_as<E, half> ? " (largest 65504)" : " (largest 3.39e38)") +
+                                      ", the decoder's element type");
+          }
+          dst[c] = h;
         }
-        dst[c] = h;
       }
     }
-    buffers.copy(out.view().subspan(row0 * cols, rows * cols), rows * cols);
-    progress.advance(rows * cols * sizeof(T));
+    buffers.copy(out.subspan(row0 * cols, rows * cols), rows * cols);
+    if (progress != nullptr) progress->advance(rows * cols * sizeof(E));
   }
+}
+
+/// Waits for `stream` before an error unwinds what its copies and kernels still use; an error of its own is dropped,
+/// as the one already propagating matters more.
+void drain(const Stream& stream) noexcept {
+  try {
+    stream.synchronize();
+  } catch (...) {  // NOLINT(bugprone-empty-catch): see above
+  }
+}
+
+/// The CheckpointError for matrix `layout` that `e` says cannot be quantized; `stacked` for q, k and v.
+CheckpointError cannot_quantize(const std::filesystem::path& file, const QuantizedLayout& layout, const UsageError& e,
+                                bool stacked) {
+  return {file, layout.name(),
+          std::string("cannot be quantized: ") + e.what() +
+              (stacked ? " (its rows are q_proj's, k_proj's and v_proj's, stacked, those of q and k reordered from "
+                         "rotate-half to interleaved pairs)"
+                       : "")};
+}
+
+/// One tensor of a quantized matrix: where it goes in the decoder and where it is stored.
+struct MatrixPart {
+  const DecoderTensor* tensor;
+  const TensorInfo* info;
+};
+
+/// Matrix `layout` quantized on the device: its `parts` uploaded as elements of S, rows stacked, through `buffers`,
+/// then quantized there by `quantizer`; the stacked buffer is freed on return. \throws CheckpointError naming the
+/// matrix when a weight cannot be quantized (the stream drained first).
+template <Element T, Uploaded S>
+DeviceQuantizedWeight<T> quantize_on_device(const Stream& stream, const DeviceQuantizer& quantizer,
+                                            const Checkpoint& weights, int head_dim,
+                                            const std::vector<MatrixPart>& parts, const QuantizedLayout& layout,
+                                            const QuantizeOptions& options, Staging& buffers) {
+  DeviceBuffer<S> stacked(stream.device(),
+                          static_cast<std::size_t>(layout.rows()) * static_cast<std::size_t>(layout.cols()));
+  try {
+    std::size_t at = 0;
+    for (const MatrixPart& p : parts) {
+      upload_rows<S>(weights, head_dim, *p.tensor, *p.info, stacked.view().subspan(at, p.tensor->elements()), buffers,
+                     nullptr);
+      at += p.tensor->elements();
+    }
+    return quantizer.template quantize<T, S>(stream, layout.format(), layout.name(), layout.rows(), layout.cols(),
+                                             stacked.cview(), options);
+  } catch (const UsageError& e) {
+    drain(stream);
+    throw cannot_quantize(weights.file_of(*parts.back().info).path(), layout, e, parts.size() > 1);
+  } catch (...) {
+    drain(stream);
+    throw;
+  }
+}
+
+/// quantize_on_device with the parts' stored dtype as S (float when they differ).
+template <Element T>
+DeviceQuantizedWeight<T> quantize_stored(const Stream& stream, const DeviceQuantizer& quantizer,
+                                         const Checkpoint& weights, int head_dim, const std::vector<MatrixPart>& parts,
+                                         const QuantizedLayout& layout, const QuantizeOptions& options,
+                                         Staging& buffers) {
+  const DType dtype = parts.front().info->dtype;
+  const bool alike =
+      std::all_of(parts.begin(), parts.end(), [&](const MatrixPart& p) { return p.info->dtype == dtype; });
+  if (alike && dtype == DType::f16) {
+    return quantize_on_device<T, half>(stream, quantizer, weights, head_dim, parts, layout, options, buffers);
+  }
+  if (alike && dtype == DType::bf16) {
+    return quantize_on_device<T, bfloat16>(stream, quantizer, weights, head_dim, parts, layout, options, buffers);
+  }
+  return quantize_on_device<T, float>(stream, quantizer, weights, head_dim, parts, layout, options, buffers);
 }
 
 /// Appends tensor `t` from `info` (in `weights`) to `out` as floats, rows in the decoder's order (rope rows
@@ -209,14 +306,44 @@ DecoderCheckpoint::DecoderCheckpoint(LlamaConfig llama, DecoderConfig config, Ch
       weights_(std::move(weights)),
       options_(options),
       tensors_(decoder_tensors(config_)) {
+  const DecoderQuantization& quantization = options_.quantization;
+  const bool as_saved = quantized_as_saved();
+  try {
+    layouts_ = nn::quantized_layouts(config_, quantization);
+  } catch (const UsageError& e) {
+    if (!as_saved) throw;  // the caller's choice of formats
+    throw CheckpointError(weights_.path() / "config.json", "",
+                          std::string("quantization_config cannot apply to this model: ") + e.what());
+  }
   std::set<std::string_view> used;
-  for (const DecoderTensor& t : tensors_) {
+  std::vector<std::size_t> parts;  // of the next quantized matrix (q and k wait for v)
+  for (std::size_t i = 0; i < tensors_.size(); ++i) {
+    const DecoderTensor& t = tensors_[i];
+    const bool quantized = quantization.format_of(t.role).has_value();
+    if (quantized && as_saved) {
+      sources_.push_back(nullptr);  // read quantized, below
+      continue;
+    }
     const std::vector<std::int64_t> shape = t.shape();
     const bool tied = t.role == DecoderTensorRole::lm_head && llama_.tie_word_embeddings;
     sources_.push_back(&weights_.require(tied ? "model.embed_tokens.weight" : t.name, kLoadable, shape));
     used.insert(sources_.back()->name);
+    if (!quantized) continue;
+    parts.push_back(i);
+    if (t.role != DecoderTensorRole::wq && t.role != DecoderTensorRole::wk) {
+      matrix_parts_.push_back(std::move(parts));
+      parts.clear();
+    }
   }
-  device_bytes_ = decoder_device_bytes(config_, options_.quantization);
+  if (as_saved) {
+    for (const QuantizedLayout& layout : layouts_) {
+      const QuantizedTensorInfo found = require_quantized(weights_, layout);
+      for (const TensorInfo* part : {found.format, found.values, found.scales, found.zeros}) {
+        if (part != nullptr) used.insert(part->name);
+      }
+    }
+  }
+  device_bytes_ = decoder_device_bytes(config_, quantization);
   for (const std::string_view name : weights_.names()) {
     if (used.contains(name)) continue;
     const TensorInfo& info = weights_.tensor(name);
@@ -227,6 +354,16 @@ DecoderCheckpoint::DecoderCheckpoint(LlamaConfig llama, DecoderConfig config, Ch
     if (name.ends_with(".rotary_emb.inv_freq")) {
       check_inv_freq(info);
       continue;
+    }
+    const auto dense_of_quantized = std::find_if(tensors_.begin(), tensors_.end(), [&](const DecoderTensor& t) {
+      return as_saved && t.name == name && quantization.format_of(t.role).has_value();
+    });
+    if (dense_of_quantized != tensors_.end()) {
+      throw CheckpointError(weights_.file_of(info).path(), std::string(name),
+                            "this checkpoint holds the weight quantized (config.json's quantization_config: " +
+                                quantization_name(quantization) +
+                                "), so this dense tensor would never be read, and a tensor is refused rather than "
+                                "ignored");
     }
     throw CheckpointError(weights_.file_of(info).path(), std::string(name),
                           "the " + llama_.model_type +
@@ -273,60 +410,104 @@ void DecoderCheckpoint::check_inv_freq(const TensorInfo& info) const {
 DecoderCheckpoint DecoderCheckpoint::open(const std::filesystem::path& directory, const LoadOptions& options) {
   LlamaConfig llama = LlamaConfig::load(directory);
   DecoderConfig config = decoder_config(llama, options.context, directory / "config.json", options);
-  return DecoderCheckpoint(std::move(llama), config, Checkpoint::open(directory), options);
+  LoadOptions chosen = options;
+  if (llama.quantization.has_value()) {
+    if (options.quantization.any() && !(options.quantization == *llama.quantization)) {
+      throw UsageError("LoadOptions::quantization asks for " + quantization_name(options.quantization) +
+                       ", but the checkpoint " + directory.string() + " is already quantized as " +
+                       quantization_name(*llama.quantization) +
+                       " (its config.json's quantization_config): load it with LoadOptions::quantization empty, or "
+                       "quantize its unquantized checkpoint");
+    }
+    chosen.quantization = *llama.quantization;
+  }
+  return DecoderCheckpoint(std::move(llama), config, Checkpoint::open(directory), chosen);
+}
+
+QuantizedWeight DecoderCheckpoint::quantized_weight(std::size_t index) const {
+  if (index >= layouts_.size()) {
+    throw UsageError("DecoderCheckpoint::quantized_weight: index " + std::to_string(index) + " of " +
+                     std::to_string(layouts_.size()) + " quantized matrices");
+  }
+  const QuantizedLayout& l = layouts_[index];
+  if (quantized_as_saved()) {
+    try {
+      return read_quantized(weights_, l);
+    } catch (const UsageError& e) {  // the bytes break the format's rules
+      const TensorInfo& values = weights_.tensor(QuantizedTensors::values_name_of(l.name()));
+      throw CheckpointError(weights_.file_of(values).path(), l.name(),
+                            std::string("holds bytes its format does not allow: ") + e.what());
+    }
+  }
+  std::vector<float> floats;
+  floats.reserve(static_cast<std::size_t>(l.rows()) * static_cast<std::size_t>(l.cols()));
+  for (const std::size_t part : matrix_parts_[index]) {
+    append_rows(weights_, config_.head_dim(), tensors_[part], *sources_[part], floats);
+  }
+  try {
+    return quantize(l.format(), l.name(), l.rows(), l.cols(), floats, options_.quantization.options);
+  } catch (const UsageError& e) {
+    throw cannot_quantize(weights_.file_of(*sources_[matrix_parts_[index].back()]).path(), l, e,
+                          matrix_parts_[index].size() > 1);
+  }
 }
 
 template <Element T>
 BasicDecoderWeights<T> DecoderCheckpoint::upload(const Stream& stream) const {
+  return upload_with<T>(stream, nullptr);
+}
+
+template <Element T>
+BasicDecoderWeights<T> DecoderCheckpoint::upload(const Stream& stream, const DeviceQuantizer& quantizer) const {
+  return upload_with<T>(stream, &quantizer);
+}
+
+template <Element T>
+BasicDecoderWeights<T> DecoderCheckpoint::upload_with(const Stream& stream, const DeviceQuantizer* quantizer) const {
   const DecoderQuantization& quantization = options_.quantization;
-  check_quantization(config_, quantization, scale_type_of<T>);  // before anything is allocated
-  const std::vector<QuantizedLayout> layouts = quantized_layouts(config_, quantization);
-  std::size_t widest = 1;
-  for (const DecoderTensor& t : tensors_) widest = std::max(widest, static_cast<std::size_t>(t.cols));
-  const std::size_t staging = std::max(options_.staging_bytes / sizeof(T), widest);
-  Staging<T> buffers(stream, staging);
+  try {
+    check_quantization(config_, quantization, scale_type_of<T>);  // before anything is allocated
+  } catch (const UsageError& e) {
+    if (!quantized_as_saved()) throw;
+    throw UsageError(std::string(e.what()) + "; the checkpoint " + weights_.path().string() +
+                     " was saved so: load it into a decoder over " +
+                     (scale_type_of<T> == ScaleType::f16 ? "bf16 (upload<bfloat16>)" : "fp16 (upload<half>)"));
+  }
+  const bool on_device = quantizer != nullptr && !quantized_as_saved();
+  std::size_t widest = 1;  // bytes of the widest row staged: of T, or of a stored type (at most 4 bytes) on the device
+  for (const DecoderTensor& t : tensors_) widest = std::max(widest, static_cast<std::size_t>(t.cols) * 4);
+  Staging buffers(stream, std::max(options_.staging_bytes, widest));
   Progress progress(weights_.path().string(), device_bytes_,
                     options_.progress && device_bytes_ >= options_.progress_from_bytes);
   std::size_t index = 0;
-  std::vector<DeviceQuantizedWeight<T>> matrices;  // in `layouts` order
-  std::vector<float> pending;                      // the next quantized matrix's rows read so far (q, k: wait for v)
-  // Copies still in flight read pinned memory and write the buffers: waited for before an error unwinds them.
-  const auto drain = [&]() noexcept {
-    try {
-      stream.synchronize();
-    } catch (...) {  // NOLINT(bugprone-empty-catch): the error that is already propagating matters more
-    }
-  };
+  std::vector<DeviceQuantizedWeight<T>> matrices;  // in quantized_layouts() order
   BasicDecoderWeights<T> w = assemble_decoder_weights<T>(stream.device(), config_, [&](const DecoderTensor& t) {
-    const TensorInfo& info = *sources_[index++];
+    const TensorInfo* info = sources_[index++];
     if (quantization.format_of(t.role)) {
-      try {
-        append_rows(weights_, config_.head_dim(), t, info, pending);
-        if (t.role != DecoderTensorRole::wq && t.role != DecoderTensorRole::wk) {  // q and k wait for v
-          const QuantizedLayout& l = layouts[matrices.size()];
-          std::optional<QuantizedWeight> q;
-          try {
-            q.emplace(quantize(l.format(), l.name(), l.rows(), l.cols(), pending, quantization.options));
-          } catch (const UsageError& e) {
-            throw CheckpointError(weights_.file_of(info).path(), l.name(),
-                                  std::string("cannot be quantized: ") + e.what());
+      if (t.role != DecoderTensorRole::wq && t.role != DecoderTensorRole::wk) {  // q and k go with v
+        const std::size_t i = matrices.size();
+        try {
+          if (on_device) {
+            std::vector<MatrixPart> parts;
+            for (const std::size_t p : matrix_parts_[i]) parts.push_back({&tensors_[p], sources_[p]});
+            matrices.push_back(quantize_stored<T>(stream, *quantizer, weights_, config_.head_dim(), parts, layouts_[i],
+                                                  quantization.options, buffers));
+          } else {
+            matrices.emplace_back(stream, quantized_weight(i));
           }
-          pending = std::vector<float>();
-          matrices.emplace_back(stream, *q);
-          progress.advance(q->bytes());
+          progress.advance(matrices.back().bytes());
+        } catch (...) {
+          drain(stream);
+          throw;
         }
-      } catch (...) {
-        drain();
-        throw;
       }
       return DeviceBuffer<T>(stream.device(), 0);  // the weight is held quantized
     }
     DeviceBuffer<T> out(stream.device(), t.elements());
     try {
-      upload_rows(weights_, config_.head_dim(), t, info, out, staging / static_cast<std::size_t>(t.cols), buffers,
-                  progress);
+      upload_rows<T>(weights_, config_.head_dim(), t, *info, out.view(), buffers, &progress);
     } catch (...) {
-      drain();
+      drain(stream);
       throw;
     }
     return out;
@@ -340,11 +521,17 @@ template <Element T>
 BasicDecoder<T> load_decoder(const Stream& stream, const KernelLibrary& library, const std::filesystem::path& directory,
                              const LoadOptions& options) {
   const DecoderCheckpoint checkpoint = DecoderCheckpoint::open(directory, options);
+  if (checkpoint.quantization().any() && !checkpoint.quantized_as_saved()) {
+    const DeviceQuantizer quantizer(library);
+    return BasicDecoder<T>(stream, library, checkpoint.config(), checkpoint.template upload<T>(stream, quantizer));
+  }
   return BasicDecoder<T>(stream, library, checkpoint.config(), checkpoint.template upload<T>(stream));
 }
 
 template BasicDecoderWeights<half> DecoderCheckpoint::upload<half>(const Stream&) const;
 template BasicDecoderWeights<bfloat16> DecoderCheckpoint::upload<bfloat16>(const Stream&) const;
+template BasicDecoderWeights<half> DecoderCheckpoint::upload<half>(const Stream&, const DeviceQuantizer&) const;
+template BasicDecoderWeights<bfloat16> DecoderCheckpoint::upload<bfloat16>(const Stream&, const DeviceQuantizer&) const;
 template BasicDecoder<half> load_decoder<half>(const Stream&, const KernelLibrary&, const std::filesystem::path&,
                                                const LoadOptions&);
 template BasicDecoder<bfloat16> load_decoder<bfloat16>(const Stream&, const KernelLibrary&,
@@ -403,13 +590,7 @@ void save_seeded_checkpoint(const std::filesystem::path& directory, const Decode
   if (config.head_width != 0) llama.head_dim = config.head_width;
   llama.rms_norm_eps = config.eps;
   llama.torch_dtype = dtype == DType::f16 ? "float16" : dtype == DType::bf16 ? "bfloat16" : "float32";
-  const std::filesystem::path file = directory / "config.json";
-  std::FILE* f = std::fopen(file.c_str(), "wb");
-  const std::string text = llama.to_json();
-  const bool ok = f != nullptr && std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  if (f != nullptr && std::fclose(f) != 0)
-    throw CheckpointError(file, "", "cannot write: " + std::string(std::strerror(errno)));
-  if (!ok) throw CheckpointError(file, "", "cannot write: " + std::string(std::strerror(errno)));
+  detail::write_text_file(directory / "config.json", llama.to_json());
 }
 
 }  // namespace lazygraph::nn

@@ -8,45 +8,13 @@
 
 namespace lazygraph::nn {
 
-QuantizationClass quantization_class(DecoderTensorRole role) noexcept {
-  using Role = DecoderTensorRole;
-  switch (role) {
-    case Role::wq:
-    case Role::wk:
-    case Role::wv:
-    case Role::wo:
-      return QuantizationClass::attention;
-    case Role::w1:
-    case Role::w3:
-    case Role::w2:
-      return QuantizationClass::mlp;
-    case Role::lm_head:
-      return QuantizationClass::lm_head;
-    default:
-      return QuantizationClass::none;
-  }
-}
-
-std::optional<QuantizedFormat> DecoderQuantization::format_of(DecoderTensorRole role) const noexcept {
-  switch (quantization_class(role)) {
-    case QuantizationClass::attention:
-      return attention;
-    case QuantizationClass::mlp:
-      return mlp;
-    case QuantizationClass::lm_head:
-      return lm_head;
-    default:
-      return std::nullopt;
-  }
-}
-
 namespace {
 
-/// "model.layers.L.self_attn.{q,k,v}_proj.weight" from q_proj's name: the stacked matrix in messages.
+/// "model.layers.L.self_attn.qkv_proj.weight" from q_proj's name: the stacked matrix's name.
 std::string stacked_qkv_name(const std::string& q_name) {
   std::string name = q_name;
   const std::size_t at = name.find("q_proj");
-  return at == std::string::npos ? name + " (q, k and v stacked)" : name.replace(at, 1, "{q,k,v}");
+  return at == std::string::npos ? name + ".qkv" : name.replace(at, 1, "qkv");
 }
 
 std::string_view scale_type_name(ScaleType t) { return t == ScaleType::f16 ? "fp16" : "bf16"; }

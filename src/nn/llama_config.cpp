@@ -206,6 +206,7 @@ constexpr std::string_view kReadKeys[] = {
     "num_attention_heads",
     "num_hidden_layers",
     "num_key_value_heads",
+    "quantization_config",
     "rms_norm_eps",
     "rope_parameters",
     "rope_scaling",
@@ -369,6 +370,118 @@ void read_window(LlamaConfig& config, const ConfigReader& reader) {
   if (applies && window.has_value()) config.sliding_window = window;
 }
 
+/// One class's format in quantization_config, e.g. {"kind": "int4", "group": 128, "asymmetric": false, "scale_type":
+/// "float16"} or {"kind": "int8", "scale_type": "bfloat16"}; nullopt when the class's key is absent or null.
+std::optional<QuantizedFormat> read_format(const json& config, std::string_view name, const ConfigReader& reader) {
+  const auto it = config.find(name);
+  if (it == config.end() || it->is_null()) return std::nullopt;
+  const std::string where = "quantization_config." + std::string(name);
+  if (!it->is_object()) reader.fail(where, "must be a format object or null, found " + detail::describe_json(*it));
+  const auto field = [&](std::string_view key) -> const json* {
+    const auto found = it->find(key);
+    return found == it->end() || found->is_null() ? nullptr : &*found;
+  };
+  QuantizedFormat format;
+  const json* kind = field("kind");
+  if (kind == nullptr || !kind->is_string() || (*kind != "int8" && *kind != "int4")) {
+    reader.fail(where + ".kind",
+                "must be \"int8\" or \"int4\", found " + (kind == nullptr ? "nothing" : detail::describe_json(*kind)));
+  }
+  const bool int4 = *kind == "int4";
+  format.kind = int4 ? WeightFormat::int4_group : WeightFormat::int8_channel;
+  format.group = 0;  // int8 has one scale per row
+  if (int4) {
+    const json* group = field("group");
+    if (group == nullptr || !group->is_number_unsigned() ||
+        (group->get<std::uint64_t>() != 32 && group->get<std::uint64_t>() != 64 &&
+         group->get<std::uint64_t>() != 128)) {
+      reader.fail(where + ".group", "must be 32, 64 or 128 for int4 (elements per scale along the input), found " +
+                                        (group == nullptr ? "nothing" : detail::describe_json(*group)));
+    }
+    format.group = static_cast<int>(group->get<std::uint64_t>());
+    if (const json* asymmetric = field("asymmetric"); asymmetric != nullptr) {
+      if (!asymmetric->is_boolean()) {
+        reader.fail(where + ".asymmetric", "must be true or false, found " + detail::describe_json(*asymmetric));
+      }
+      format.asymmetric = asymmetric->get<bool>();
+    }
+  }
+  const json* scales = field("scale_type");
+  if (scales == nullptr || !scales->is_string() || (*scales != "float16" && *scales != "bfloat16")) {
+    reader.fail(where + ".scale_type", "must be \"float16\" or \"bfloat16\", found " +
+                                           (scales == nullptr ? "nothing" : detail::describe_json(*scales)));
+  }
+  format.scale_type = *scales == "float16" ? ScaleType::f16 : ScaleType::bf16;
+  for (const auto& [key, value] : it->items()) {
+    if (key == "kind" || key == "scale_type" || value.is_null()) continue;
+    const bool int4_key = key == "group" || key == "asymmetric";
+    if (int4 && int4_key) continue;
+    std::string path = where;
+    path += '.';
+    path += key;
+    reader.fail(path, int4_key ? "is not used by int8, which has one scale per row and no zero points"
+                               : "is not a key of a quantized format (kind, group, asymmetric, scale_type)");
+  }
+  return format;
+}
+
+/// quantization_config, as save_quantized_checkpoint writes it: {"quant_method": "lazygraph", "layout_version": 1,
+/// "attention": FORMAT or null, "mlp": ..., "lm_head": ..., "clip_search": false}.
+void read_quantization(LlamaConfig& config, const ConfigReader& reader) {
+  const json* q = reader.get("quantization_config");
+  if (q == nullptr) return;
+  if (!q->is_object()) reader.fail("quantization_config", "must be an object, found " + detail::describe_json(*q));
+  const auto field = [&](std::string_view key) -> const json* {
+    const auto found = q->find(key);
+    return found == q->end() || found->is_null() ? nullptr : &*found;
+  };
+  const std::string own = "lazygraph reads only the quantized checkpoints it writes itself (quant_method \"lazygraph\"";
+  const json* method = field("quant_method");
+  if (method == nullptr) reader.fail("quantization_config.quant_method", "is missing: " + own + ")");
+  if (!method->is_string() || method->get<std::string>() != "lazygraph") {
+    reader.fail("quantization_config.quant_method",
+                "is " + detail::describe_json(*method) + ": " + own +
+                    ", nn::save_quantized_checkpoint), whose byte layout no other method shares; load the model's "
+                    "unquantized checkpoint with LoadOptions::quantization to quantize it as it loads");
+  }
+  const json* version = field("layout_version");
+  if (version == nullptr || !version->is_number_unsigned()) {
+    reader.fail(
+        "quantization_config.layout_version",
+        "must be a positive integer, found " + (version == nullptr ? "nothing" : detail::describe_json(*version)));
+  }
+  if (version->get<std::uint64_t>() != static_cast<std::uint64_t>(quantized_layout_version)) {
+    reader.fail("quantization_config.layout_version",
+                "is " + detail::describe_json(*version) +
+                    ", but this lazygraph reads quantized weights of layout version " +
+                    std::to_string(quantized_layout_version) +
+                    " only: save the checkpoint again from its unquantized one with this version");
+  }
+  DecoderQuantization quantization;
+  quantization.attention = read_format(*q, "attention", reader);
+  quantization.mlp = read_format(*q, "mlp", reader);
+  quantization.lm_head = read_format(*q, "lm_head", reader);
+  if (const json* clip = field("clip_search"); clip != nullptr) {
+    if (!clip->is_boolean()) {
+      reader.fail("quantization_config.clip_search", "must be true or false, found " + detail::describe_json(*clip));
+    }
+    quantization.options.clip_search = clip->get<bool>();
+  }
+  for (const auto& [key, value] : q->items()) {
+    if (key == "quant_method" || key == "layout_version" || key == "attention" || key == "mlp" || key == "lm_head" ||
+        key == "clip_search") {
+      continue;
+    }
+    reader.fail("quantization_config." + key,
+                "is not a key lazygraph writes, and it may change what the weights "
+                "mean, so the checkpoint is refused rather than read without it");
+  }
+  if (!quantization.any()) {
+    reader.fail("quantization_config", "quantizes nothing (attention, mlp and lm_head are all null)");
+  }
+  config.quantization = quantization;
+}
+
 void check_shapes(const LlamaConfig& config, const ConfigReader& reader) {
   if (config.num_attention_heads % config.num_key_value_heads != 0) {
     reader.fail("num_key_value_heads", "(" + std::to_string(config.num_key_value_heads) +
@@ -380,6 +493,19 @@ void check_shapes(const LlamaConfig& config, const ConfigReader& reader) {
                                            ") must divide hidden_size (" + std::to_string(config.hidden_size) +
                                            ") when head_dim is absent");
   }
+}
+
+/// A quantized format as read_format reads it; null for a dense class.
+json format_json(const std::optional<QuantizedFormat>& format) {
+  if (!format) return nullptr;
+  const bool int4 = format->kind == WeightFormat::int4_group;
+  json out = {{"kind", int4 ? "int4" : format->kind == WeightFormat::int8_channel ? "int8" : "dense"}};
+  if (int4) {
+    out["group"] = format->group;
+    out["asymmetric"] = format->asymmetric;
+  }
+  out["scale_type"] = format->scale_type == ScaleType::bf16 ? "bfloat16" : "float16";
+  return out;
 }
 
 }  // namespace
@@ -429,6 +555,7 @@ LlamaConfig LlamaConfig::parse(std::string_view json_text, const std::filesystem
   }
   config.eos_token_ids = reader.token_ids("eos_token_id");
   read_window(config, reader);
+  read_quantization(config, reader);
   check_shapes(config, reader);
   return config;
 }
@@ -476,6 +603,16 @@ std::string LlamaConfig::to_json() const {
   if (bos_token_id.has_value()) root["bos_token_id"] = *bos_token_id;
   if (eos_token_ids.size() == 1) root["eos_token_id"] = eos_token_ids[0];
   if (eos_token_ids.size() > 1) root["eos_token_id"] = eos_token_ids;
+  if (quantization.has_value()) {
+    root["quantization_config"] = {
+        {"quant_method", "lazygraph"},
+        {"layout_version", quantized_layout_version},
+        {"attention", format_json(quantization->attention)},
+        {"mlp", format_json(quantization->mlp)},
+        {"lm_head", format_json(quantization->lm_head)},
+        {"clip_search", quantization->options.clip_search},
+    };
+  }
   return root.dump(2) + "\n";
 }
 

@@ -12,11 +12,11 @@ DType scale_dtype(const QuantizedLayout& layout) {
   return layout.format().scale_type == ScaleType::f16 ? DType::f16 : DType::bf16;
 }
 
-/// The tensor `name` checked to be of `dtype` and `count` elements, as bytes.
-std::span<const std::byte> part(const Checkpoint& checkpoint, const std::string& name, DType dtype, std::size_t count) {
+/// The tensor `name` checked to be of `dtype` and `count` elements.
+const TensorInfo& part(const Checkpoint& checkpoint, const std::string& name, DType dtype, std::size_t count) {
   const std::array<DType, 1> allowed = {dtype};
   const std::array<std::int64_t, 1> shape = {static_cast<std::int64_t>(count)};
-  return checkpoint.data(checkpoint.require(name, allowed, shape));
+  return checkpoint.require(name, allowed, shape);
 }
 
 /// The file comment's description of a layout.
@@ -63,28 +63,35 @@ QuantizedTensors::QuantizedTensors(const QuantizedWeight& weight) : description_
   }
 }
 
-QuantizedWeight read_quantized(const Checkpoint& checkpoint, const QuantizedLayout& layout) {
+QuantizedTensorInfo require_quantized(const Checkpoint& checkpoint, const QuantizedLayout& layout) {
   const std::string& name = layout.name();
   const std::vector<std::int32_t> expected = description_of(layout);
   const std::string description_name = QuantizedTensors::format_name_of(name);
-  const std::vector<std::int32_t> saved =
-      copied<std::int32_t>(part(checkpoint, description_name, DType::i32, expected.size()));
+  QuantizedTensorInfo found;
+  found.format = &part(checkpoint, description_name, DType::i32, expected.size());
+  const std::vector<std::int32_t> saved = copied<std::int32_t>(checkpoint.data(*found.format));
   if (saved != expected) {
-    throw CheckpointError(checkpoint.file_of(checkpoint.tensor(description_name)).path(), description_name,
+    throw CheckpointError(checkpoint.file_of(*found.format).path(), description_name,
                           "saved as " + described(saved) + ", read as " + described(expected));
   }
-  const auto values = part(checkpoint, QuantizedTensors::values_name_of(name), DType::u8, layout.value_bytes());
-  const auto scales =
-      part(checkpoint, QuantizedTensors::scales_name_of(name), scale_dtype(layout), layout.scale_count());
-  std::vector<std::uint8_t> zeros;
+  found.values = &part(checkpoint, QuantizedTensors::values_name_of(name), DType::u8, layout.value_bytes());
+  found.scales = &part(checkpoint, QuantizedTensors::scales_name_of(name), scale_dtype(layout), layout.scale_count());
   const std::string zeros_name = QuantizedTensors::zeros_name_of(name);
   if (layout.format().asymmetric) {
-    zeros = copied<std::uint8_t>(part(checkpoint, zeros_name, DType::u8, layout.zero_bytes()));
+    found.zeros = &part(checkpoint, zeros_name, DType::u8, layout.zero_bytes());
   } else if (const TensorInfo* stray = checkpoint.find(zeros_name)) {
     throw CheckpointError(checkpoint.file_of(*stray).path(), zeros_name,
                           "zero points for a symmetric format (" + format_name(layout.format()) + ")");
   }
-  return {layout, copied<std::uint8_t>(values), copied<std::uint16_t>(scales), std::move(zeros)};
+  return found;
+}
+
+QuantizedWeight read_quantized(const Checkpoint& checkpoint, const QuantizedLayout& layout) {
+  const QuantizedTensorInfo found = require_quantized(checkpoint, layout);
+  std::vector<std::uint8_t> zeros;
+  if (found.zeros != nullptr) zeros = copied<std::uint8_t>(checkpoint.data(*found.zeros));
+  return {layout, copied<std::uint8_t>(checkpoint.data(*found.values)),
+          copied<std::uint16_t>(checkpoint.data(*found.scales)), std::move(zeros)};
 }
 
 }  // namespace lazygraph::nn

@@ -1,5 +1,6 @@
 // Decoder checkpoints: writing seeded weights in Hugging Face's layout, and reading them back. Every bad input is
-// found by DecoderCheckpoint::open on the host (no GPU, nothing allocated); uploads and decoding run on the GPU.
+// found by DecoderCheckpoint::open on the host (no GPU, nothing allocated); uploads and decoding run on the GPU, with
+// quantization on the host or on the GPU during the upload (the same bytes).
 #include <doctest/doctest.h>
 
 #include <lazygraph/nn/checkpoint.hpp>
@@ -14,6 +15,7 @@
 
 #include "common/gpu.hpp"
 #include "common/nn.hpp"
+#include "common/quantized_weights.hpp"
 #include "common/small_decoder.hpp"
 
 using namespace lazygraph;
@@ -330,6 +332,74 @@ TEST_CASE("save_seeded_checkpoint refuses a dtype the loader does not read") {
                        doctest::Contains("I8"), UsageError);
 }
 
+namespace {
+
+/// Every class quantized, each its own way: int4 with zero points for q, k, v and o, int8 for the MLP, int4 g128 for
+/// the LM head, with the clipping search; or int4 g32 symmetric everywhere, round to nearest.
+std::vector<DecoderQuantization> quantizations(ScaleType s) {
+  std::vector<DecoderQuantization> out(2);
+  out[0].attention = QuantizedFormat{WeightFormat::int4_group, 64, true, s};
+  out[0].mlp = QuantizedFormat{WeightFormat::int8_channel, 0, false, s};
+  out[0].lm_head = QuantizedFormat{WeightFormat::int4_group, 128, false, s};
+  out[0].options.clip_search = true;
+  out[1].attention = out[1].mlp = out[1].lm_head = QuantizedFormat{WeightFormat::int4_group, 32, false, s};
+  return out;
+}
+
+/// The bytes of `a` and `b` on the device, dense and quantized, are equal.
+template <class T>
+void check_same_weights(const BasicDecoderWeights<T>& a, const BasicDecoderWeights<T>& b) {
+  Stream& s = lgtest::stream();
+  const auto dense_bits = [&](const DeviceBuffer<T>& buffer) {
+    std::vector<T> host(buffer.size());
+    copy_async(s, std::span<T>(host), buffer.cview());
+    s.synchronize();
+    std::vector<std::uint16_t> bits;
+    for (const T v : host) bits.push_back(v.bits);
+    return bits;
+  };
+  CHECK(dense_bits(a.embedding) == dense_bits(b.embedding));
+  CHECK(dense_bits(a.final_gain) == dense_bits(b.final_gain));
+  for (std::size_t l = 0; l < a.attention.size(); ++l) {
+    CHECK(dense_bits(a.attention[l].gain) == dense_bits(b.attention[l].gain));
+    REQUIRE(a.attention[l].quantized_qkv.has_value() == b.attention[l].quantized_qkv.has_value());
+    if (a.attention[l].quantized_qkv) {
+      CHECK(dense_bits(a.attention[l].quantized_qkv->bias) == dense_bits(b.attention[l].quantized_qkv->bias));
+    }
+  }
+  const std::vector<QuantizedWeight> qa = lgtest::downloaded(s, a);
+  const std::vector<QuantizedWeight> qb = lgtest::downloaded(s, b);
+  REQUIRE(qa.size() == qb.size());
+  REQUIRE_FALSE(qa.empty());
+  for (std::size_t i = 0; i < qa.size(); ++i) {
+    CAPTURE(qa[i].layout().name());
+    CHECK(qa[i].layout().name() == qb[i].layout().name());
+    CHECK(lgtest::same_bytes(qa[i], qb[i]));
+  }
+}
+
+/// Uploads `dir` quantized as `q` on the device and on the host, into decoders over T: the same bytes, and the device
+/// route leaves only the weights allocated.
+template <class T>
+void check_device_upload(const std::filesystem::path& dir, const DecoderQuantization& q) {
+  Stream& s = lgtest::stream();
+  LoadOptions options;
+  options.quantization = q;
+  options.staging_bytes = 4096;     // many chunks: both staging buffers alternate, for stored types and T
+  options.progress_from_bytes = 0;  // the bar (on stderr) counts the quantized bytes
+  const DecoderCheckpoint checkpoint = DecoderCheckpoint::open(dir, options);
+  const DeviceQuantizer quantizer(lgtest::nn_kernels());
+  const LiveHandles before = live_handles();
+  const BasicDecoderWeights<T> on_device = checkpoint.upload<T>(s, quantizer);
+  const LiveHandles after = live_handles();
+  CHECK(after.device_bytes - before.device_bytes == checkpoint.device_bytes());  // the temporaries freed
+  CHECK(after.pinned_allocations == before.pinned_allocations);
+  CHECK(after.events == before.events);
+  check_same_weights(on_device, checkpoint.upload<T>(s));
+}
+
+}  // namespace
+
 TEST_SUITE("gpu") {
   TEST_CASE("a decoder loaded from a saved F16 checkpoint computes the seeded decoder's logits bit for bit") {
     const DecoderConfig c = small_gqa();
@@ -392,5 +462,109 @@ TEST_SUITE("gpu") {
     CHECK(after.pinned_allocations == before.pinned_allocations);
     CHECK(after.pinned_bytes == before.pinned_bytes);
     CHECK(after.events == before.events);
+  }
+  TEST_CASE("quantizing on the GPU during the upload gives the host route's bytes, from F32, F16 and BF16 tensors") {
+    DecoderConfig c = small_gqa();
+    c.qkv_bias = true;  // biases stacked, q and k rows and biases reordered from rotate-half
+    for (const DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+      const auto dir = saved("ckpt-gpu-device-quantize", c, dtype);
+      for (const DecoderQuantization& q : quantizations(ScaleType::f16)) {
+        CAPTURE(dtype_name(dtype));
+        CAPTURE(quantization_name(q));
+        check_device_upload<half>(dir, q);
+      }
+      if (dtype == DType::f16) continue;
+      for (const DecoderQuantization& q : quantizations(ScaleType::bf16)) {
+        CAPTURE(dtype_name(dtype));
+        CAPTURE(quantization_name(q));
+        check_device_upload<bfloat16>(dir, q);
+      }
+    }
+  }
+
+  TEST_CASE("a q, k and v stored in different dtypes, and a tied LM head, are quantized on the GPU as on the host") {
+    const auto dir = saved("ckpt-gpu-device-mixed", small_gqa(), DType::f32);
+    rewrite(dir, [](std::vector<OwnedTensor>& t) {
+      for (OwnedTensor& x : t) {
+        if (x.name != "model.layers.1.self_attn.k_proj.weight") continue;
+        std::vector<std::byte> halves(x.bytes.size() / 2);  // the seeded F32 values are fp16 values: exact
+        for (std::size_t i = 0; i < halves.size() / 2; ++i) {
+          float f = 0;
+          std::memcpy(&f, x.bytes.data() + 4 * i, 4);
+          const std::uint16_t bits = half::from_float(f).bits;
+          std::memcpy(halves.data() + 2 * i, &bits, 2);
+        }
+        x.dtype = DType::f16;
+        x.bytes = std::move(halves);
+      }
+      std::erase_if(t, [](const OwnedTensor& x) { return x.name == "lm_head.weight"; });
+    });
+    rewrite_config(dir, [](LlamaConfig& c) { c.tie_word_embeddings = true; });
+    for (const DecoderQuantization& q : quantizations(ScaleType::f16)) {
+      CAPTURE(quantization_name(q));
+      check_device_upload<half>(dir, q);
+    }
+  }
+
+  TEST_CASE("a weight that cannot be quantized on the GPU fails the upload naming the matrix, nothing left allocated") {
+    const auto dir = saved("ckpt-gpu-device-nan", small_gqa(), DType::f32);
+    rewrite(dir, [](std::vector<OwnedTensor>& t) {
+      for (OwnedTensor& x : t) {
+        if (x.name == "model.layers.1.mlp.down_proj.weight" || x.name == "model.layers.0.self_attn.k_proj.weight") {
+          const float nan = NAN;
+          std::memcpy(x.bytes.data() + 4 * 1000, &nan, 4);
+        }
+      }
+    });
+    const DeviceQuantizer quantizer(lgtest::nn_kernels());
+    const auto refused = [&](const DecoderQuantization& q, const char* matrix, const char* detail) {
+      CAPTURE(matrix);
+      LoadOptions options;
+      options.quantization = q;
+      const DecoderCheckpoint checkpoint = DecoderCheckpoint::open(dir, options);  // the host check cannot see values
+      const LiveHandles before = live_handles();
+      CHECK_THROWS_WITH_AS((void)checkpoint.upload<half>(lgtest::stream(), quantizer),
+                           doctest::Contains((std::string("tensor ") + matrix + ": cannot be quantized").c_str()),
+                           CheckpointError);
+      CHECK_THROWS_WITH_AS((void)checkpoint.upload<half>(lgtest::stream(), quantizer), doctest::Contains(detail),
+                           CheckpointError);
+      const LiveHandles after = live_handles();
+      CHECK(after.device_allocations == before.device_allocations);
+      CHECK(after.device_bytes == before.device_bytes);
+      CHECK(after.pinned_allocations == before.pinned_allocations);
+      CHECK(after.events == before.events);
+    };
+    DecoderQuantization mlp;
+    mlp.mlp = QuantizedFormat{WeightFormat::int8_channel, 0, false, ScaleType::f16};
+    // Element 1000 of the 128 x 256 down projection: row 3, column 232.
+    refused(mlp, "model.layers.1.mlp.down_proj.weight", "weight at row 3, column 232 is");
+    DecoderQuantization attention;
+    attention.attention = QuantizedFormat{WeightFormat::int4_group, 64, false, ScaleType::f16};
+    // The stacked matrix's row is not k_proj's: the message says how the rows are made.
+    refused(attention, "model.layers.0.self_attn.qkv_proj.weight", "its rows are q_proj's, k_proj's and v_proj's");
+  }
+
+  TEST_CASE("load_decoder quantizes on the GPU and decodes the logits of quantizing on the host, bit for bit") {
+    DecoderConfig c = small_gqa();
+    c.qkv_bias = true;
+    const auto dir = saved("ckpt-gpu-load-quantized", c, DType::bf16);
+    LoadOptions options;
+    options.quantization = quantizations(ScaleType::f16)[0];
+    Decoder loaded = load_decoder(lgtest::stream(), lgtest::nn_kernels(), dir, options);
+    const DecoderCheckpoint checkpoint = DecoderCheckpoint::open(dir, options);
+    Decoder on_host(lgtest::stream(), lgtest::nn_kernels(), checkpoint.config(), checkpoint.upload(lgtest::stream()));
+    int a = 7;
+    int b = 7;
+    for (int p = 0; p < 6; ++p) {
+      CAPTURE(p);
+      a = loaded.forward({a, p});
+      b = on_host.forward({b, p});
+      const std::vector<half> la = loaded.logits();
+      const std::vector<half> lb = on_host.logits();
+      std::size_t differ = 0;
+      for (std::size_t i = 0; i < la.size(); ++i) differ += la[i].bits != lb[i].bits ? 1 : 0;
+      CHECK(differ == 0);
+      REQUIRE(a == b);
+    }
   }
 }

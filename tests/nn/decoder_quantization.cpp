@@ -24,6 +24,7 @@
 #include <lazygraph/nn/reference.hpp>
 #include "common/gpu.hpp"
 #include "common/nn.hpp"
+#include "common/quantized_weights.hpp"
 #include "common/small_decoder.hpp"
 
 using namespace lazygraph;
@@ -107,7 +108,7 @@ TEST_CASE("the quantized matrices are q, k and v stacked, o, gate, up, down per 
   q.lm_head = int4(64, true);
   const std::vector<QuantizedLayout> layouts = quantized_layouts(c, q);
   REQUIRE(layouts.size() == 5 * static_cast<std::size_t>(c.layers) + 1);
-  CHECK(layouts[0].name() == "model.layers.0.self_attn.{q,k,v}_proj.weight");
+  CHECK(layouts[0].name() == "model.layers.0.self_attn.qkv_proj.weight");
   CHECK(layouts[0].rows() == 128 + 2 * 64);
   CHECK(layouts[0].cols() == 128);
   CHECK(layouts[1].name() == "model.layers.0.self_attn.o_proj.weight");
@@ -117,7 +118,7 @@ TEST_CASE("the quantized matrices are q, k and v stacked, o, gate, up, down per 
   CHECK(layouts[4].rows() == 128);
   CHECK(layouts[4].cols() == 256);
   CHECK(layouts[4].format() == int4(128));
-  CHECK(layouts[5].name() == "model.layers.1.self_attn.{q,k,v}_proj.weight");
+  CHECK(layouts[5].name() == "model.layers.1.self_attn.qkv_proj.weight");
   CHECK(layouts.back().name() == "lm_head.weight");
   CHECK(layouts.back().format() == int4(64, true));
   q.attention.reset();
@@ -395,24 +396,6 @@ void check_against_dequantized(const DecoderConfig& c, const DecoderQuantization
 
 namespace {
 
-/// Every quantized matrix of `w` downloaded, in quantized_layouts order.
-template <class T>
-std::vector<QuantizedWeight> downloaded(const Stream& s, const BasicDecoderWeights<T>& w) {
-  std::vector<QuantizedWeight> out;
-  const auto add = [&](const std::shared_ptr<const DeviceQuantizedWeight<T>>& q) {
-    if (q != nullptr) out.push_back(q->download(s));
-  };
-  for (std::size_t l = 0; l < w.attention.size(); ++l) {
-    if (w.attention[l].quantized_qkv) add(w.attention[l].quantized_qkv->weight);
-    add(w.attention[l].quantized_wo);
-    add(w.mlp[l].quantized_w1);
-    add(w.mlp[l].quantized_w3);
-    add(w.mlp[l].quantized_w2);
-  }
-  add(w.quantized_lm_head);
-  return out;
-}
-
 template <class T>
 void check_device_route(const DecoderConfig& c) {
   Stream& s = lgtest::stream();
@@ -420,8 +403,8 @@ void check_device_route(const DecoderConfig& c) {
   for (const Variant& v : variants<T>()) {
     CAPTURE(v.name);
     const auto seeded = [&] { return BasicDecoderWeights<T>::generate(s, BasicKernels<T>(lgtest::nn_kernels()), c); };
-    const auto host = downloaded(s, quantize_decoder_weights(s, seeded(), c, v.quantization));
-    const auto device = downloaded(s, quantize_decoder_weights(s, quantizer, seeded(), c, v.quantization));
+    const auto host = lgtest::downloaded(s, quantize_decoder_weights(s, seeded(), c, v.quantization));
+    const auto device = lgtest::downloaded(s, quantize_decoder_weights(s, quantizer, seeded(), c, v.quantization));
     REQUIRE(host.size() == device.size());
     REQUIRE(!host.empty());
     for (std::size_t i = 0; i < host.size(); ++i) {

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include "common/files.hpp"
+#include "common/quantized_formats.hpp"
 #include "common/temp_dir.hpp"
 
 #include <lazygraph/nn/llama_config.hpp>
@@ -299,7 +300,10 @@ TEST_CASE("RoPE settings lazygraph does not implement, or that contradict each o
 
 TEST_CASE("keys that may change the arithmetic are refused by name: unknown ones, biases, other architectures") {
   check_refused(minimal_with(R"("quantization_config": {"bits": 4})"),
-                "key 'quantization_config' is not one lazygraph knows");
+                "key 'quantization_config.quant_method' is missing: lazygraph reads only the quantized checkpoints it "
+                "writes itself");
+  check_refused(minimal_with(R"("quantisation_config": {"bits": 4})"),
+                "key 'quantisation_config' is not one lazygraph knows");
   check_refused(minimal_with(R"("mlp_bias": true)"), "key 'mlp_bias' is true: MLP biases are not implemented");
   check_refused(minimal_with(R"("model_type": "gemma")"), "key 'model_type' 'gemma' is not supported");
   check_refused(minimal_with(R"("architectures": ["MistralForCausalLM"])"),
@@ -360,4 +364,93 @@ TEST_CASE("text that is not a JSON object, or repeats a key, is refused") {
   check_refused("{\"hidden_size\": ", "the config is not valid JSON");
   check_refused("[]", "the config must be a JSON object, found []");
   check_refused(minimal_with(R"("hidden_size": 128)"), "the config has the key 'hidden_size' twice in one object");
+}
+
+namespace {
+
+/// kMinimal with a quantization_config of `members` (a JSON member list).
+std::string quantized_with(const std::string& members) {
+  return minimal_with(R"("quantization_config": {)" + members + "}");
+}
+
+const std::string kLazygraph = R"("quant_method": "lazygraph", "layout_version": 1, )";
+
+}  // namespace
+
+TEST_CASE("a lazygraph quantization_config is read with its formats and round-trips through to_json") {
+  const LlamaConfig config = LlamaConfig::parse(
+      quantized_with(kLazygraph + R"("attention": {"kind": "int8", "scale_type": "bfloat16"}, "mlp": null,
+                     "lm_head": {"kind": "int4", "group": 64, "asymmetric": true, "scale_type": "float16"},
+                     "clip_search": true)"),
+      "c");
+  REQUIRE(config.quantization.has_value());
+  const DecoderQuantization& q = *config.quantization;
+  REQUIRE(q.attention.has_value());
+  CHECK(q.attention->kind == WeightFormat::int8_channel);
+  CHECK_FALSE(q.attention->asymmetric);
+  CHECK(q.attention->scale_type == ScaleType::bf16);
+  CHECK_FALSE(q.mlp.has_value());
+  REQUIRE(q.lm_head.has_value());
+  CHECK(*q.lm_head == QuantizedFormat{WeightFormat::int4_group, 64, true, ScaleType::f16});
+  CHECK(q.options.clip_search);
+  CHECK(LlamaConfig::parse(config.to_json(), "generated.json") == config);
+  CHECK_FALSE(LlamaConfig::parse(kMinimal, "c").quantization.has_value());
+
+  // Absent classes are dense, and the clipping search is off unless it says so.
+  const LlamaConfig mlp_only =
+      LlamaConfig::parse(quantized_with(kLazygraph + R"("mlp": {"kind": "int4", "group": 128, "scale_type":
+                                                        "float16"})"),
+                         "c");
+  REQUIRE(mlp_only.quantization.has_value());
+  CHECK_FALSE(mlp_only.quantization->attention.has_value());
+  CHECK(mlp_only.quantization->mlp == QuantizedFormat{WeightFormat::int4_group, 128, false, ScaleType::f16});
+  CHECK_FALSE(mlp_only.quantization->options.clip_search);
+
+  // Every format the quantizer offers, in every class.
+  for (const QuantizedFormat& format : lgtest::every_quantized_format()) {
+    CAPTURE(format_name(format));
+    LlamaConfig c = LlamaConfig::parse(kMinimal, "c");
+    c.quantization = DecoderQuantization{format, std::nullopt, format, {}};
+    const std::string text = c.to_json();
+    CHECK(text.find(R"("quant_method": "lazygraph")") != std::string::npos);
+    CHECK(text.find(R"("layout_version": 1)") != std::string::npos);
+    CHECK(LlamaConfig::parse(text, "generated.json") == c);
+  }
+}
+
+TEST_CASE("a quantization_config of another method, layout version or format is refused by name") {
+  for (const std::string method : {"gptq", "awq", "bitsandbytes", "fp8"}) {
+    CAPTURE(method);
+    check_refused(quantized_with(R"("quant_method": ")" + method + R"(", "bits": 4, "group_size": 128)"),
+                  "key 'quantization_config.quant_method' is \"" + method +
+                      "\": lazygraph reads only the quantized checkpoints it writes itself");
+  }
+  check_refused(quantized_with(R"("quant_method": "lazygraph", "attention": null)"),
+                "key 'quantization_config.layout_version' must be a positive integer, found nothing");
+  check_refused(quantized_with(R"("quant_method": "lazygraph", "layout_version": 2,
+                                  "mlp": {"kind": "int8", "scale_type": "float16"})"),
+                "key 'quantization_config.layout_version' is 2, but this lazygraph reads quantized weights of layout "
+                "version 1 only");
+  check_refused(quantized_with(kLazygraph + R"("mlp": null)"),
+                "key 'quantization_config' quantizes nothing (attention, mlp and lm_head are all null)");
+  const auto refused_format = [](const std::string& format, const std::string& fragment) {
+    check_refused(quantized_with(kLazygraph + R"("mlp": )" + format), fragment);
+  };
+  refused_format(R"({"kind": "int2", "scale_type": "float16"})",
+                 "key 'quantization_config.mlp.kind' must be \"int8\" or \"int4\", found \"int2\"");
+  refused_format(R"({"kind": "int4", "group": 96, "scale_type": "float16"})",
+                 "key 'quantization_config.mlp.group' must be 32, 64 or 128 for int4");
+  refused_format(R"({"kind": "int4", "scale_type": "float16"})",
+                 "key 'quantization_config.mlp.group' must be 32, 64 or 128 for int4 (elements per scale along the "
+                 "input), found nothing");
+  refused_format(R"({"kind": "int4", "group": 64, "scale_type": "float32"})",
+                 "key 'quantization_config.mlp.scale_type' must be \"float16\" or \"bfloat16\"");
+  refused_format(R"({"kind": "int8", "group": 64, "scale_type": "float16"})",
+                 "key 'quantization_config.mlp.group' is not used by int8");
+  refused_format(R"({"kind": "int4", "group": 64, "scale_type": "float16", "bits": 4})",
+                 "key 'quantization_config.mlp.bits' is not a key of a quantized format");
+  refused_format(R"("int4")", "key 'quantization_config.mlp' must be a format object or null");
+  check_refused(quantized_with(kLazygraph + R"("mlp": {"kind": "int8", "scale_type": "float16"}, "desc_act": true)"),
+                "key 'quantization_config.desc_act' is not a key lazygraph writes");
+  check_refused(minimal_with(R"("quantization_config": "lazygraph")"), "key 'quantization_config' must be an object");
 }

@@ -4,10 +4,12 @@
 /// weights (one file or shards), tensors named `model.layers.N.self_attn.q_proj.weight` and so on
 /// (decoder_tensors.hpp lists them). Opening one reads the config and checks every tensor's presence, dtype and
 /// shape on the host, before any GPU allocation; uploading converts to the decoder's element type (fp16 or bf16)
-/// and reorders the q and k rows for
-/// the rope kernel while streaming through pinned staging buffers, or quantizes the classes of tensors
-/// LoadOptions::quantization chooses on the host (decoder_quantization.hpp) and uploads them quantized. Seeded weights
-/// can be written in the same layout, so the loader is tested round trip and against PyTorch.
+/// and reorders the q and k rows for the rope kernel while streaming through pinned staging buffers, and quantizes
+/// the classes of tensors LoadOptions::quantization chooses (decoder_quantization.hpp) on the host or, given a
+/// DeviceQuantizer (load_decoder gives one), on the GPU as they arrive. A quantized checkpoint
+/// (save_quantized_checkpoint, quantized_save.hpp) holds those classes quantized already, its formats in
+/// config.json's quantization_config, and uploads them as saved. Seeded weights can be written in the same layout,
+/// so the loader is tested round trip and against PyTorch.
 
 #include <cstddef>
 #include <filesystem>
@@ -16,6 +18,7 @@
 #include "lazygraph/nn/decoder_quantization.hpp"
 #include "lazygraph/nn/decoder_tensors.hpp"
 #include "lazygraph/nn/llama_config.hpp"
+#include "lazygraph/nn/quantized.hpp"
 #include "lazygraph/nn/safetensors.hpp"
 
 namespace lazygraph::nn {
@@ -40,7 +43,9 @@ struct LoadOptions {
   /// Which classes of tensors to quantize as they are uploaded, and how (none by default). Checked by
   /// DecoderCheckpoint::open against the model's shapes, and by upload against its element type's scale type, both
   /// before anything is allocated. A decoder with quantized weights runs prompts only with
-  /// DecoderConfig::prefill_chunk 0 (BasicDecoder::prefill says why).
+  /// DecoderConfig::prefill_chunk 0 (BasicDecoder::prefill says why). A quantized checkpoint (its config.json has a
+  /// quantization_config) is uploaded as it was saved: this must then be empty (nothing quantized) or equal to the
+  /// checkpoint's own quantization.
   DecoderQuantization quantization;
 };
 
@@ -51,11 +56,15 @@ class DecoderCheckpoint {
   /// config is one the kernels run (LlamaConfig::parse's rules, then: biases only as Qwen2 has them, on q, k and v; a
   /// sliding window, if any, at least the context) and that every tensor of decoder_tensors() is present with dtype
   /// F16, BF16 or F32 and its shape. A tied model reads its LM head from the embedding (a stored lm_head.weight must
-  /// equal it). Every other tensor is refused by name, except rotary_emb.inv_freq buffers that hold the config's RoPE
-  /// frequencies. \throws CheckpointError naming the file, the tensor and what was expected; UsageError for
-  /// options.context
-  ///         beyond the model's max_position_embeddings; UsageError naming the tensor when a format of
-  ///         options.quantization cannot apply to it (quantized_layouts).
+  /// equal it). A quantized checkpoint (config.json's quantization_config, which becomes quantization()) holds each
+  /// quantized matrix of quantized_layouts() as the tensors of quantized_checkpoint.hpp instead of the dense ones,
+  /// checked as require_quantized checks them. Every other tensor is refused by name, except rotary_emb.inv_freq
+  /// buffers that hold the config's RoPE frequencies. \throws CheckpointError naming the file, the tensor and what was
+  /// expected (a quantized weight's saved description that is not its format in config.json, a missing part, a
+  /// dense tensor of a class the checkpoint stores quantized...); UsageError for options.context beyond the model's
+  /// max_position_embeddings; UsageError naming the tensor when a format of options.quantization cannot apply to it
+  /// (quantized_layouts); UsageError when the checkpoint is quantized and options.quantization asks for anything
+  /// else, naming both.
   [[nodiscard]] static DecoderCheckpoint open(const std::filesystem::path& directory, const LoadOptions& options = {});
 
   /// The decoder the checkpoint describes (seed unused).
@@ -64,8 +73,22 @@ class DecoderCheckpoint {
   [[nodiscard]] const LlamaConfig& llama_config() const noexcept { return llama_; }
   /// The safetensors files.
   [[nodiscard]] const Checkpoint& weights() const noexcept { return weights_; }
-  /// The tensor each decoder weight is read from, in decoder_tensors() order.
+  /// The tensor each decoder weight is read from, in decoder_tensors() order; nullptr for a weight that a quantized
+  /// checkpoint holds quantized (read_quantized reads it, under its quantized_layouts() name).
   [[nodiscard]] const std::vector<const TensorInfo*>& sources() const noexcept { return sources_; }
+  /// What upload quantizes, and how: LoadOptions::quantization, or a quantized checkpoint's own.
+  [[nodiscard]] const DecoderQuantization& quantization() const noexcept { return options_.quantization; }
+  /// Whether the checkpoint holds its quantized matrices quantized already (config.json has a quantization_config).
+  [[nodiscard]] bool quantized_as_saved() const noexcept { return llama_.quantization.has_value(); }
+  /// The quantized matrices, quantized_layouts(config(), quantization()).
+  [[nodiscard]] const std::vector<QuantizedLayout>& quantized_layouts() const noexcept { return layouts_; }
+  /// Quantized matrix `index` of quantized_layouts() on the host, what upload puts on the device: read as saved
+  /// (read_quantized) from a quantized checkpoint; else its tensors (q, k and v of a layer together, rows stacked, q
+  /// and k rows reordered as upload reorders them) read as floats and quantized with quantize() and
+  /// quantization().options. \throws UsageError for an index out of range; CheckpointError naming the file and the
+  /// matrix when a weight cannot be quantized (not finite, or a group beyond the scale type's range) or saved bytes
+  /// break their format's rules (a scale that is not finite, a zero point above 15, an int8 byte 0).
+  [[nodiscard]] QuantizedWeight quantized_weight(std::size_t index) const;
   /// Bytes the uploaded weights hold on the device: 2 per element of a dense tensor (fp16 and bf16 alike), each
   /// quantized matrix's bytes (decoder_device_bytes). The progress bar counts the same bytes.
   [[nodiscard]] std::size_t device_bytes() const noexcept { return device_bytes_; }
@@ -73,18 +96,31 @@ class DecoderCheckpoint {
   /// Allocates the weights on `stream`'s device and uploads them as T (fp16 or bf16) through pinned staging,
   /// waiting for the copies before it returns. Tensors of another dtype are rounded to the nearest T (a BF16
   /// checkpoint loads into a bf16 decoder unchanged, into an fp16 one rounded to fp16's 11 bits).
-  /// The tensors LoadOptions::quantization chooses are read as floats on the host instead (q, k and v of a layer
-  /// together: their rows stacked), quantized there (quantize()) and uploaded as DeviceQuantizedWeights; their dense
-  /// buffers stay empty. Host memory for that: the largest such matrix in floats and quantized.
+  /// The matrices of quantized_layouts() are made on the host instead (quantized_weight: read as saved, or quantized
+  /// there) and uploaded as DeviceQuantizedWeights; their dense buffers stay empty. Host memory for that: the largest
+  /// such matrix in floats and quantized.
   /// \throws UsageError, before anything is allocated, when a chosen format's scale type is not T's
-  ///         (check_quantization); CheckpointError naming the tensor and the value when a finite one is not finite in T
-  ///         or a value cannot be quantized (not finite, or a group beyond the scale type's range; nothing stays
-  ///         allocated then); CudaError when the device runs out of memory.
+  ///         (check_quantization); CheckpointError naming the tensor and the value when a finite one is not finite in
+  ///         T, and as quantized_weight (nothing stays allocated then); CudaError when the device runs out of memory.
   template <Element T = half>
   [[nodiscard]] BasicDecoderWeights<T> upload(const Stream& stream) const;
 
+  /// upload, with the matrices LoadOptions::quantization chooses quantized on the GPU by `quantizer` instead of on
+  /// the host: their tensors go through the same pinned staging as they are stored (F32, F16 or BF16; F32 for a
+  /// stacked q, k and v whose tensors differ in dtype), rows stacked and reordered as the host route reads them, and
+  /// are quantized where they lie, the same bytes as upload(stream) makes (DeviceQuantizer's promise). The progress
+  /// bar counts the same bytes. Temporary device memory, freed matrix by matrix: the largest chosen matrix in its
+  /// stored dtype, plus DeviceQuantizer's. A quantized checkpoint is uploaded as saved either way.
+  /// \throws as upload(stream); a weight that cannot be quantized is a CheckpointError naming the matrix, with its
+  ///         row and column in it (the stream drained and nothing left allocated).
+  template <Element T = half>
+  [[nodiscard]] BasicDecoderWeights<T> upload(const Stream& stream, const DeviceQuantizer& quantizer) const;
+
  private:
   DecoderCheckpoint(LlamaConfig llama, DecoderConfig config, Checkpoint weights, LoadOptions options);
+  /// Both uploads: the chosen matrices quantized by `quantizer`, or on the host when it is null.
+  template <Element T>
+  [[nodiscard]] BasicDecoderWeights<T> upload_with(const Stream& stream, const DeviceQuantizer* quantizer) const;
   /// Refuses a stored lm_head.weight of a tied model unless it equals the embedding.
   void check_tied_head(const TensorInfo& head) const;
   /// Refuses a stored rotary_emb.inv_freq unless it holds the config's RoPE frequencies.
@@ -96,11 +132,15 @@ class DecoderCheckpoint {
   LoadOptions options_;
   std::vector<DecoderTensor> tensors_;
   std::vector<const TensorInfo*> sources_;
+  std::vector<QuantizedLayout> layouts_;
+  std::vector<std::vector<std::size_t>> matrix_parts_;  // per layout: its tensors' indices in tensors_ (not as saved)
   std::size_t device_bytes_ = 0;
 };
 
 /// A decoder over elements of T (fp16 by default; `load_decoder<bfloat16>` for bf16) with a checkpoint's weights:
-/// DecoderCheckpoint::open, then upload. \throws as DecoderCheckpoint::open and upload do.
+/// DecoderCheckpoint::open, then upload, quantizing what LoadOptions::quantization chooses on the GPU (a
+/// DeviceQuantizer of `library`, which must hold nn::kernel_set() as the decoder needs). \throws as
+/// DecoderCheckpoint::open and upload do.
 template <Element T = half>
 BasicDecoder<T> load_decoder(const Stream& stream, const KernelLibrary& library, const std::filesystem::path& directory,
                              const LoadOptions& options = {});

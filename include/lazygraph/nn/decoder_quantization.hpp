@@ -1,14 +1,15 @@
 #pragma once
 /// \file
-/// Layer 6, nn: which weights of a Decoder are weight-only quantized, and in which format (quantized.hpp): one
-/// choice per class of tensors (attention projections, MLP projections, LM head), checked against the decoder's
-/// shapes before anything is allocated. A checkpoint applies it as it uploads (LoadOptions::quantization); seeded
-/// or other device weights are quantized by quantize_decoder_weights. The embedding, the norm gains and the biases
-/// always stay in the decoder's element type.
+/// Layer 6, nn: a DecoderQuantization (quantization_config.hpp) applied to a Decoder: its choice of a format per
+/// class of tensors (attention projections, MLP projections, LM head) checked against the decoder's shapes before
+/// anything is allocated, the layouts of the quantized matrices, and quantized device weights. A checkpoint applies it
+/// as it uploads (LoadOptions::quantization); seeded or other device weights are quantized by
+/// quantize_decoder_weights. The embedding, the norm gains and the biases always stay in the decoder's element type.
 ///
 /// As the decoder holds them, a layer's q, k and v projections are ONE quantized matrix, their rows stacked q, k, v
-/// (q_dim + 2 kv_dim rows: rms_norm_qgemv_qkv reads them so), named "model.layers.L.self_attn.{q,k,v}_proj.weight"
-/// in messages; each other quantized matrix is its checkpoint tensor, under its checkpoint name.
+/// (q_dim + 2 kv_dim rows: rms_norm_qgemv_qkv reads them so) and those of q and k in the decoder's interleaved order
+/// (decoder_tensors.hpp), named "model.layers.L.self_attn.qkv_proj.weight" (a quantized checkpoint saves it under
+/// that name); each other quantized matrix is its checkpoint tensor, under its checkpoint name.
 
 #include <cstddef>
 #include <optional>
@@ -17,37 +18,10 @@
 #include "lazygraph/nn/decoder.hpp"
 #include "lazygraph/nn/decoder_tensors.hpp"
 #include "lazygraph/nn/device_quantizer.hpp"
+#include "lazygraph/nn/quantization_config.hpp"
 #include "lazygraph/nn/quantized.hpp"
 
 namespace lazygraph::nn {
-
-/// The classes of decoder tensors that DecoderQuantization chooses a format for.
-enum class QuantizationClass {
-  none,       ///< never quantized: the embedding, the norm gains, the q, k and v biases
-  attention,  ///< Wq, Wk, Wv and Wo
-  mlp,        ///< W1 (gate), W3 (up) and W2 (down)
-  lm_head,    ///< the LM head
-};
-
-/// The class a decoder tensor belongs to.
-[[nodiscard]] QuantizationClass quantization_class(DecoderTensorRole role) noexcept;
-
-/// A format per class of decoder tensors (std::nullopt: that class stays dense, the decoder's element type), and
-/// how quantize() picks the scales. The default quantizes nothing. A format's scale type must be the decoder's
-/// element type's (ScaleType::f16 for an fp16 decoder, bf16 for bf16: scale_type_of), its group must divide the
-/// tensor's input dimension (d; q_dim for Wo; ffn for W2), and that dimension must be a multiple of 64 for int4, of
-/// 32 for int8 (QuantizedLayout says why).
-struct DecoderQuantization {
-  std::optional<QuantizedFormat> attention;  ///< Wq, Wk, Wv (stacked into one matrix) and Wo
-  std::optional<QuantizedFormat> mlp;        ///< W1, W3 and W2
-  std::optional<QuantizedFormat> lm_head;    ///< the LM head (never the embedding, even when tied to it)
-  QuantizeOptions options;                   ///< clipping search or round to nearest, for every class
-
-  /// Whether any class is quantized.
-  [[nodiscard]] bool any() const noexcept { return attention || mlp || lm_head; }
-  /// The format chosen for a tensor of `role`: its class's, or std::nullopt (dense).
-  [[nodiscard]] std::optional<QuantizedFormat> format_of(DecoderTensorRole role) const noexcept;
-};
 
 /// The layout of every quantized matrix of `config`'s decoder under `quantization`, in the order the decoder holds
 /// them: per layer the stacked q, k and v (q_dim + 2 kv_dim x d), Wo, W1, W3, W2 (those of quantized classes), then

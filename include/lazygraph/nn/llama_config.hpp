@@ -8,6 +8,9 @@
 /// defaults, bookkeeping), or refused by name: an unknown key might change what the model computes, and is never
 /// ignored. RoPE settings are read from transformers 5's `rope_parameters` object or the older top-level
 /// `rope_theta` / `rope_scaling`; the rules lazygraph implements are "default", "linear" and "llama3" (rope.hpp).
+/// A `quantization_config` is read only as lazygraph writes it (quant_method "lazygraph", save_quantized_checkpoint):
+/// the formats a quantized checkpoint stores its weights in. Other methods (GPTQ, AWQ, bitsandbytes...) store other
+/// layouts and are refused by name.
 
 #include <filesystem>
 #include <optional>
@@ -15,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include <lazygraph/nn/quantization_config.hpp>
 #include <lazygraph/nn/rope.hpp>
 #include <lazygraph/nn/safetensors.hpp>
 
@@ -41,6 +45,9 @@ struct LlamaConfig {
   std::optional<int> sliding_window;  ///< Mistral/Qwen2: attention window in positions; nullopt: none (or unused)
   std::optional<int> bos_token_id;    ///< the first token of a prompt, when given
   std::vector<int> eos_token_ids;     ///< the tokens that end a generation (eos_token_id: one id or a list)
+  /// quantization_config: the formats the checkpoint stores its quantized weights in (quant_method "lazygraph",
+  /// layout_version quantized_layout_version, at least one class quantized); nullopt when absent (dense weights).
+  std::optional<DecoderQuantization> quantization;
 
   /// The per-head width: head_dim when set, else hidden_size / num_attention_heads. Precondition: the config
   /// is valid (num_attention_heads > 0), as parse() and load() return it.
@@ -57,8 +64,11 @@ struct LlamaConfig {
   /// model_type is not llama, mistral or qwen2, or architectures names another class; hidden_act is not "silu";
   /// mlp_bias is true; a RoPE type other than default, linear or llama3, a RoPE parameter it does not use, or
   /// rope_parameters and the top-level keys disagreeing; num_attention_heads is not a multiple of
-  /// num_key_value_heads, or (without head_dim) hidden_size not a multiple of num_attention_heads; or any key
-  /// this reader does not know (the message says to remove it if it does not change the arithmetic).
+  /// num_key_value_heads, or (without head_dim) hidden_size not a multiple of num_attention_heads; a
+  /// quantization_config whose quant_method is not "lazygraph" (the message names it), whose layout_version is not
+  /// quantized_layout_version, that quantizes nothing, or that holds a format lazygraph does not store (kind int8 or
+  /// int4; int4 groups of 32, 64 or 128; scale_type float16 or bfloat16) or a key it does not know; or any key this
+  /// reader does not know (the message says to remove it if it does not change the arithmetic).
   [[nodiscard]] static LlamaConfig parse(std::string_view json_text, const std::filesystem::path& source);
 
   /// Reads and parses `file_or_dir` (a folder means its config.json). Throws CheckpointError when the file cannot

@@ -150,6 +150,9 @@ struct QuantizeOptions {
   /// (values beyond it saturate) and keep the one with the least squared error of the dequantized group, the
   /// earliest on a tie, so never worse than round to nearest.
   bool clip_search = false;
+
+  /// Whether every field is equal.
+  friend bool operator==(const QuantizeOptions&, const QuantizeOptions&) = default;
 };
 
 /// A quantized weight matrix on the host: its layout and its bytes, ready to upload as they are.

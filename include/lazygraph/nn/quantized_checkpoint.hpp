@@ -49,6 +49,20 @@ class QuantizedTensors {
   std::vector<TensorToWrite> tensors_;
 };
 
+/// The tensors one quantized weight is saved as, found in a checkpoint.
+struct QuantizedTensorInfo {
+  const TensorInfo* format = nullptr;  ///< N.qformat, the description
+  const TensorInfo* values = nullptr;  ///< N.qvalues
+  const TensorInfo* scales = nullptr;  ///< N.qscales
+  const TensorInfo* zeros = nullptr;   ///< N.qzeros; nullptr for a symmetric format
+};
+
+/// The tensors of the weight `layout` describes, named as its layout, checked as read_quantized checks them but for
+/// what their bytes hold beyond the description: present, of the layout's dtypes and sizes, described as `layout`,
+/// no zero points for a symmetric format. Reads the description's 24 bytes and copies nothing else, so that a
+/// checkpoint is checked whole before anything is allocated. \throws CheckpointError as read_quantized.
+[[nodiscard]] QuantizedTensorInfo require_quantized(const Checkpoint& checkpoint, const QuantizedLayout& layout);
+
 /// Reads back the weight `layout` describes, named as its layout, from `checkpoint`: its tensors' bytes as they are.
 /// \throws CheckpointError naming the file and the tensor when a part is missing, when the saved description is not
 ///         `layout`'s (a config.json whose format or shape does not match the tensors, say; the message gives both),

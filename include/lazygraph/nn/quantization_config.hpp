@@ -1,0 +1,58 @@
+#pragma once
+/// \file
+/// Layer 6, nn: which weights of a Decoder are weight-only quantized, and in which format, as plain data: what
+/// LoadOptions::quantization asks an upload for, and what a quantized checkpoint's config.json records under
+/// "quantization_config" (LlamaConfig reads and writes it there). decoder_quantization.hpp applies it to a decoder.
+
+#include <optional>
+#include <string>
+
+#include "lazygraph/nn/quantized.hpp"
+
+namespace lazygraph::nn {
+
+enum class DecoderTensorRole;  // decoder_tensors.hpp
+
+/// The version of the saved form of quantized weights that a quantized checkpoint's config.json records
+/// (quantization_config's "layout_version"): the byte layout of quantized.hpp and the tensors of
+/// quantized_checkpoint.hpp. Raised whenever either changes, so that a checkpoint of another version is refused
+/// rather than misread.
+inline constexpr int quantized_layout_version = 1;
+
+/// The classes of decoder tensors that DecoderQuantization chooses a format for.
+enum class QuantizationClass {
+  none,       ///< never quantized: the embedding, the norm gains, the q, k and v biases
+  attention,  ///< Wq, Wk, Wv and Wo
+  mlp,        ///< W1 (gate), W3 (up) and W2 (down)
+  lm_head,    ///< the LM head
+};
+
+/// The class a decoder tensor belongs to.
+[[nodiscard]] QuantizationClass quantization_class(DecoderTensorRole role) noexcept;
+
+/// A format per class of decoder tensors (std::nullopt: that class stays dense, the decoder's element type), and
+/// how quantize() picks the scales. The default quantizes nothing. A format's scale type must be the decoder's
+/// element type's (ScaleType::f16 for an fp16 decoder, bf16 for bf16: scale_type_of), its group must divide the
+/// tensor's input dimension (d; q_dim for Wo; ffn for W2), and that dimension must be a multiple of 64 for int4, of
+/// 32 for int8 (QuantizedLayout says why).
+struct DecoderQuantization {
+  std::optional<QuantizedFormat> attention;  ///< Wq, Wk, Wv (stacked into one matrix) and Wo
+  std::optional<QuantizedFormat> mlp;        ///< W1, W3 and W2
+  std::optional<QuantizedFormat> lm_head;    ///< the LM head (never the embedding, even when tied to it)
+  QuantizeOptions options;                   ///< clipping search or round to nearest, for every class
+
+  /// Whether any class is quantized.
+  [[nodiscard]] bool any() const noexcept { return attention || mlp || lm_head; }
+  /// The format chosen for a tensor of `role`: its class's, or std::nullopt (dense).
+  [[nodiscard]] std::optional<QuantizedFormat> format_of(DecoderTensorRole role) const noexcept;
+
+  /// Whether both quantize the same classes into the same bytes: the same formats, compared as they store weights
+  /// (an int8 format's group, which int8 does not use, is not compared), and the same options.
+  friend bool operator==(const DecoderQuantization& a, const DecoderQuantization& b) noexcept;
+};
+
+/// `quantization` in messages, e.g. "attention int8 per channel, fp16 scales; MLP int4 g128, fp16 scales; LM head
+/// dense" (", with the clipping search" appended when it is on), or "nothing quantized".
+[[nodiscard]] std::string quantization_name(const DecoderQuantization& quantization);
+
+}  // namespace lazygraph::nn
