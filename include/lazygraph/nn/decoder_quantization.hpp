@@ -7,8 +7,8 @@
 /// quantize_decoder_weights. The embedding, the norm gains and the biases always stay in the decoder's element type.
 ///
 /// As the decoder holds them, a layer's q, k and v projections are ONE quantized matrix, their rows stacked q, k, v
-/// (q_dim + 2 kv_dim rows: rms_norm_qgemv_qkv reads them so) and those of q and k in the decoder's interleaved order
-/// (decoder_tensors.hpp), named "model.layers.L.self_attn.qkv_proj.weight" (a quantized checkpoint saves it under
+/// (q_dim + 2 kv_dim rows: quantized_qkv_rope_append reads them so) and those of q and k in the decoder's interleaved
+/// order (decoder_tensors.hpp), named "model.layers.L.self_attn.qkv_proj.weight" (a quantized checkpoint saves it under
 /// that name); each other quantized matrix is its checkpoint tensor, under its checkpoint name.
 
 #include <cstddef>
