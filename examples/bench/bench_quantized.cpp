@@ -4,6 +4,9 @@
 // Each cell is a graph of early-launched kernels cycling through enough copies of the weights (256 MB or more in all)
 // that no launch finds its weights in L2; medians of 31 samples, timed with CUDA events. The weights' values do not
 // change the time (every byte is read and dequantized alike), so they are constant bytes, not a quantized checkpoint.
+// The q, k, v row times the plain norm + product kernels (rms_norm_gemv, rms_norm_qgemv: the LM head's, which shares
+// its sum of x^2 out over the block, a cost a small matrix pays in latency); a decoder step reads these weights with
+// the fused qkv_rope_append and quantized_qkv_rope_append, which bench_quantized_decoder times in place.
 #include <lazygraph/lazygraph.hpp>
 #include <lazygraph/nn/kernels.hpp>
 #include <lazygraph/nn/quantized_kernels.hpp>

@@ -11,7 +11,21 @@ shift $(($# > 0 ? 1 : 0))
 ninja -C build-gpu >/dev/null
 if [ "$which" = all ] || [ "$which" = graph ]; then ./build-gpu/examples/bench_graph; echo; fi
 if [ "$which" = all ] || [ "$which" = gemv ]; then ./build-gpu/examples/bench_gemv; echo; fi
-if [ "$which" = all ] || [ "$which" = quantized ]; then ./build-gpu/examples/bench_quantized; echo; ./build-gpu/examples/bench_quantized_decoder; echo; fi
+if [ "$which" = all ] || [ "$which" = quantized ]; then
+  ./build-gpu/examples/bench_quantized
+  echo
+  # Accuracy on a trained model too: a small byte-level Llama trained here for two minutes (needs PyTorch and
+  # transformers), then the decoders on it and on the seeded shapes.
+  trained="${OUT:-$PWD/bench-results}/quantized"
+  mkdir -p "$trained"
+  if python3 examples/bench/train_tiny_llama.py "$trained" --seconds 120 >"$trained/train.log" 2>&1; then
+    ./build-gpu/examples/bench_quantized_decoder --checkpoint "$trained/model" --tokens "$trained/tokens.txt"
+  else
+    echo "(no trained model: train_tiny_llama.py failed, see $trained/train.log)"
+    ./build-gpu/examples/bench_quantized_decoder
+  fi
+  echo
+fi
 if [ "$which" = all ] || [ "$which" = expr ]; then ./build-gpu/examples/bench_expr; echo; fi
 if [ "$which" = all ] || [ "$which" = nccl ]; then
   ./build-gpu/examples/bench_nccl
