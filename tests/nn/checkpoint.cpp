@@ -16,6 +16,7 @@
 #include "common/gpu.hpp"
 #include "common/nn.hpp"
 #include "common/quantized_weights.hpp"
+#include "common/same_decoding.hpp"
 #include "common/small_decoder.hpp"
 
 using namespace lazygraph;
@@ -553,18 +554,6 @@ TEST_SUITE("gpu") {
     Decoder loaded = load_decoder(lgtest::stream(), lgtest::nn_kernels(), dir, options);
     const DecoderCheckpoint checkpoint = DecoderCheckpoint::open(dir, options);
     Decoder on_host(lgtest::stream(), lgtest::nn_kernels(), checkpoint.config(), checkpoint.upload(lgtest::stream()));
-    int a = 7;
-    int b = 7;
-    for (int p = 0; p < 6; ++p) {
-      CAPTURE(p);
-      a = loaded.forward({a, p});
-      b = on_host.forward({b, p});
-      const std::vector<half> la = loaded.logits();
-      const std::vector<half> lb = on_host.logits();
-      std::size_t differ = 0;
-      for (std::size_t i = 0; i < la.size(); ++i) differ += la[i].bits != lb[i].bits ? 1 : 0;
-      CHECK(differ == 0);
-      REQUIRE(a == b);
-    }
+    lgtest::check_same_decoding(loaded, on_host, 7);
   }
 }

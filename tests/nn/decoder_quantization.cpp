@@ -25,6 +25,7 @@
 #include "common/gpu.hpp"
 #include "common/nn.hpp"
 #include "common/quantized_weights.hpp"
+#include "common/same_decoding.hpp"
 #include "common/small_decoder.hpp"
 
 using namespace lazygraph;
@@ -515,19 +516,7 @@ TEST_SUITE("gpu") {
     Decoder loaded(lgtest::stream(), lgtest::nn_kernels(), checkpoint.config(), std::move(loaded_weights));
     Decoder on_device(lgtest::stream(), lgtest::nn_kernels(), c,
                       quantized_weights<half>(lgtest::stream(), c, options.quantization));
-    int a = 5;
-    int b = 5;
-    for (int p = 0; p < 6; ++p) {
-      CAPTURE(p);
-      a = loaded.forward({a, p});
-      b = on_device.forward({b, p});
-      const std::vector<half> la = loaded.logits();
-      const std::vector<half> lb = on_device.logits();
-      std::size_t differ = 0;
-      for (std::size_t i = 0; i < la.size(); ++i) differ += la[i].bits != lb[i].bits ? 1 : 0;
-      CHECK(differ == 0);
-      REQUIRE(a == b);
-    }
+    lgtest::check_same_decoding(loaded, on_device, 5);
   }
 
   TEST_CASE("a bf16 decoder loads a checkpoint quantized with bf16 scales; fp16 scales are refused before allocating") {

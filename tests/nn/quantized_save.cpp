@@ -25,6 +25,7 @@
 #include "common/gpu.hpp"
 #include "common/nn.hpp"
 #include "common/quantized_weights.hpp"
+#include "common/same_decoding.hpp"
 #include "common/small_decoder.hpp"
 #include "common/temp_dir.hpp"
 
@@ -478,20 +479,7 @@ void check_saved_upload(DType dtype) {
   }
   BasicDecoder<T> loaded(s, lgtest::nn_kernels(), back.config(), std::move(from_saved));
   BasicDecoder<T> quantized_on_load(s, lgtest::nn_kernels(), source.config(), std::move(from_source));
-  int x = 5;
-  int y = 5;
-  for (int p = 0; p < 6; ++p) {
-    CAPTURE(p);
-    x = loaded.forward({x, p});
-    y = quantized_on_load.forward({y, p});
-    const std::vector<T> lx = loaded.logits();
-    const std::vector<T> ly = quantized_on_load.logits();
-    REQUIRE(lx.size() == ly.size());
-    std::size_t differ = 0;
-    for (std::size_t i = 0; i < lx.size(); ++i) differ += lx[i].bits != ly[i].bits ? 1 : 0;
-    CHECK(differ == 0);
-    REQUIRE(x == y);
-  }
+  lgtest::check_same_decoding(loaded, quantized_on_load, 5);
 }
 
 }  // namespace
