@@ -76,7 +76,8 @@ Options:
   --context N      positions the KV cache holds, prompt included (default: max_position_embeddings, at
                    most 4096)
   --dtype fp16|bf16  the element type of weights, activations and KV cache (default: bf16 when the
-                   checkpoint's torch_dtype or dtype is bfloat16, else fp16)
+                   checkpoint's torch_dtype or dtype is bfloat16, else fp16; a quantized checkpoint's
+                   is its scales' type, and its prompt runs through the decode step)
   --no-bos         do not put bos_token_id in front of a text prompt
   --help, -h       print this text
   --version        print the lazygraph version and whether this build reads SentencePiece models
@@ -359,7 +360,12 @@ int generate(const Plan& plan, const lazygraph::Device& device) {
   nn::LoadOptions load;
   load.context = o.context;
   load.progress = true;
-  nn::BasicDecoder<T> decoder = nn::load_decoder<T>(stream, library, o.model_dir, load);
+  const nn::DecoderCheckpoint checkpoint = nn::DecoderCheckpoint::open(o.model_dir, load);
+  nn::DecoderConfig config = checkpoint.config();
+  // A quantized checkpoint's prompt goes through the decode step's graphs (prefill on tensor cores multiplies dense
+  // weights; BasicDecoder::prefill says why it refuses otherwise).
+  if (checkpoint.llama_config().quantization.has_value()) config.prefill_chunk = 0;
+  nn::BasicDecoder<T> decoder(stream, library, config, checkpoint.template upload<T>(stream));
   decoder.set_sampling(o.sampling);
   // Capture the one-row step now (a step at position 0, which the prompt then overwrites), so that the decode
   // rate measures steps and not the capture.
@@ -442,6 +448,19 @@ Plan plan_run(const Options& o) {
   }();
   plan.config = checkpoint.config();
   if (!plan.options.bf16.has_value()) plan.options.bf16 = checkpoint.llama_config().torch_dtype == "bfloat16";
+  if (const auto& q = checkpoint.llama_config().quantization; q.has_value()) {
+    // Quantized weights' scales are of the decoder's element type: that type, whatever torch_dtype says.
+    const std::optional<nn::QuantizedFormat> format = q->attention ? q->attention : q->mlp ? q->mlp : q->lm_head;
+    const bool bf16_scales = format.has_value() && format->scale_type == nn::ScaleType::bf16;
+    if (!o.bf16.has_value()) {
+      plan.options.bf16 = bf16_scales;
+    } else if (*o.bf16 != bf16_scales) {
+      throw UsageProblem(std::string("--dtype ") + (*o.bf16 ? "bf16" : "fp16") + ": the checkpoint's weights are " +
+                         "quantized with " + (bf16_scales ? "bf16" : "fp16") + " scales, which only a " +
+                         (bf16_scales ? "bf16" : "fp16") + " decoder reads; leave --dtype out");
+    }
+    plan.config.prefill_chunk = 0;  // as generate() loads it
+  }
   plan.special = special_tokens(o.model_dir);
 
   if (o.ids.has_value()) {
