@@ -16,6 +16,7 @@
 #include "common/gpu.hpp"
 #include "common/nn.hpp"
 #include "common/quantized_weights.hpp"
+#include "common/rewrite_safetensors.hpp"
 #include "common/same_decoding.hpp"
 #include "common/small_decoder.hpp"
 
@@ -26,29 +27,8 @@ namespace {
 
 DecoderConfig small_gqa() { return lgtest::small_decoder(2, 1, 77); }
 
-/// A tensor read back from a file, owning its bytes.
-struct OwnedTensor {
-  std::string name;
-  DType dtype;
-  std::vector<std::int64_t> shape;
-  std::vector<std::byte> bytes;
-};
-
-/// Rewrites `dir`/model.safetensors through `edit`, which may change, add or remove tensors.
-void rewrite(const std::filesystem::path& dir, const std::function<void(std::vector<OwnedTensor>&)>& edit) {
-  std::vector<OwnedTensor> tensors;
-  {
-    const SafetensorsFile file = SafetensorsFile::open(dir / "model.safetensors");
-    for (const TensorInfo& t : file.tensors()) {
-      const auto bytes = file.data(t);
-      tensors.push_back({t.name, t.dtype, t.shape, {bytes.begin(), bytes.end()}});
-    }
-  }
-  edit(tensors);
-  std::vector<TensorToWrite> out;
-  for (const OwnedTensor& t : tensors) out.push_back({t.name, t.dtype, t.shape, t.bytes});
-  write_safetensors(dir / "model.safetensors", out);
-}
+using lgtest::OwnedTensor;
+using lgtest::rewrite;
 
 void rewrite_config(const std::filesystem::path& dir, const std::function<void(LlamaConfig&)>& edit) {
   LlamaConfig c = LlamaConfig::load(dir);
