@@ -77,7 +77,7 @@ Options:
                    most 4096)
   --dtype fp16|bf16  the element type of weights, activations and KV cache (default: bf16 when the
                    checkpoint's torch_dtype or dtype is bfloat16, else fp16; a quantized checkpoint's
-                   is its scales' type, and its prompt runs through the decode step)
+                   is its scales' type)
   --no-bos         do not put bos_token_id in front of a text prompt
   --help, -h       print this text
   --version        print the lazygraph version and whether this build reads SentencePiece models
@@ -360,12 +360,7 @@ int generate(const Plan& plan, const lazygraph::Device& device) {
   nn::LoadOptions load;
   load.context = o.context;
   load.progress = true;
-  const nn::DecoderCheckpoint checkpoint = nn::DecoderCheckpoint::open(o.model_dir, load);
-  nn::DecoderConfig config = checkpoint.config();
-  // A quantized checkpoint's prompt goes through the decode step's graphs (prefill on tensor cores multiplies dense
-  // weights; BasicDecoder::prefill says why it refuses otherwise).
-  if (checkpoint.llama_config().quantization.has_value()) config.prefill_chunk = 0;
-  nn::BasicDecoder<T> decoder(stream, library, config, checkpoint.template upload<T>(stream));
+  nn::BasicDecoder<T> decoder = nn::load_decoder<T>(stream, library, o.model_dir, load);
   decoder.set_sampling(o.sampling);
   // Capture the one-row step now (a step at position 0, which the prompt then overwrites), so that the decode
   // rate measures steps and not the capture.
@@ -459,7 +454,6 @@ Plan plan_run(const Options& o) {
                          "quantized with " + (bf16_scales ? "bf16" : "fp16") + " scales, which only a " +
                          (bf16_scales ? "bf16" : "fp16") + " decoder reads; leave --dtype out");
     }
-    plan.config.prefill_chunk = 0;  // as generate() loads it
   }
   plan.special = special_tokens(o.model_dir);
 

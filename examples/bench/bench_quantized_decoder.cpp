@@ -1,7 +1,8 @@
 // Quantized decoders against the fp16 one. Two tables.
 //
 // Speed: the default decoder (d 512, 8 layers), the TinyLlama and the Llama-3.2-1B shapes, seeded weights made dense
-// and then quantized on the device per class (nn::DecoderQuantization), steps of 1 and 8 rows. For each: the step's
+// and then quantized on the device per class (nn::DecoderQuantization), steps of 1 and 8 rows, and a 128-token prompt
+// on tensor cores (wall time of Decoder::prefill, median of 5). For each: the step's
 // time (the step graph replayed alone at position 128, medians of 31 samples of 20 replays, CUDA events), tokens/s,
 // the bytes its weights occupy (less the embedding table, of which a step reads one row per token) and those bytes
 // over the time as a fraction of the copy ceiling measured in the same run. Dense steps of 8 rows run on tensor cores
@@ -21,6 +22,7 @@
 #include <lazygraph/nn/decoder_quantization.hpp>
 #include <lazygraph/nn/device_quantizer.hpp>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -32,6 +34,7 @@
 
 #include "ceiling.hpp"
 #include "cli.hpp"
+#include "median.hpp"
 #include "model_shapes.hpp"
 
 namespace lg = lazygraph;
@@ -53,6 +56,7 @@ constexpr const char* usage =
 
 constexpr int kPositions = 256;
 constexpr int kSpeedPosition = 128;
+constexpr int kPromptTokens = 128;
 
 struct Options {
   std::string checkpoint;
@@ -102,14 +106,14 @@ void speed_table(lg::Stream& s, const lg::KernelLibrary& library, const nn::Kern
       "on tensor cores)\n\n",
       kSpeedPosition);
   std::printf(
-      "| shape | weights | weight MB | rows | step us | tokens/s | of ceiling | vs fp16 |\n"
-      "|---|---|---|---|---|---|---|---|\n");
+      "| shape | weights | weight MB | rows | step us | tokens/s | of ceiling | vs fp16 | prefill %d tokens ms |\n"
+      "|---|---|---|---|---|---|---|---|---|\n",
+      kPromptTokens);
   for (const bench::ModelShape& shape : {bench::ModelShape{"default", {}}, bench::tinyllama(), bench::llama32_1b()}) {
     nn::DecoderConfig config = shape.config;
     config.context = 256;
     config.max_batch = 8;
     config.tensor_cores = true;
-    config.prefill_chunk = 0;
     double fp16_seconds[2] = {0, 0};
     for (const Variant& v : variants(false)) {
       nn::DecoderWeights weights = nn::DecoderWeights::generate(s, kernels, config);
@@ -119,6 +123,19 @@ void speed_table(lg::Stream& s, const lg::KernelLibrary& library, const nn::Kern
       const double bytes =
           static_cast<double>(nn::decoder_device_bytes(config, v.quantization)) - 2.0 * config.vocab * config.d;
       nn::Decoder decoder(s, library, config, std::move(weights));
+      // A prompt on tensor cores (quantized matrices dequantized for the GEMMs): wall time of Decoder::prefill, which
+      // waits for its result, median of 5 after one that plans and captures.
+      std::vector<int> prompt(kPromptTokens);
+      for (int i = 0; i < kPromptTokens; ++i) prompt[static_cast<std::size_t>(i)] = (7 * i + 3) % config.vocab;
+      (void)decoder.prefill(prompt);
+      std::vector<double> prefill_seconds;
+      for (int i = 0; i < 5; ++i) {
+        const auto start = std::chrono::steady_clock::now();
+        (void)decoder.prefill(prompt);
+        prefill_seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      }
+      char prefill_ms[32];
+      std::snprintf(prefill_ms, sizeof prefill_ms, "%.2f", bench::median(prefill_seconds) * 1e3);
       for (const int rows : {1, 8}) {
         std::vector<nn::TokenAt> steps;
         for (int r = 0; r < rows; ++r) steps.push_back({1 + r, kSpeedPosition});
@@ -127,8 +144,9 @@ void speed_table(lg::Stream& s, const lg::KernelLibrary& library, const nn::Kern
         const double seconds = bench::median_seconds(s, 20, [&](int) { graph.launch_on(s); });
         double& reference = fp16_seconds[rows == 1 ? 0 : 1];
         if (!v.quantization.any()) reference = seconds;
-        std::printf("| %s | %s | %.0f | %d | %.1f | %.0f | %.2f | %.2fx |\n", shape.name.c_str(), v.name, bytes * 1e-6,
-                    rows, seconds * 1e6, rows / seconds, bytes / seconds / copy_bw, seconds / reference);
+        std::printf("| %s | %s | %.0f | %d | %.1f | %.0f | %.2f | %.2fx | %s |\n", shape.name.c_str(), v.name,
+                    bytes * 1e-6, rows, seconds * 1e6, rows / seconds, bytes / seconds / copy_bw, seconds / reference,
+                    rows == 1 ? prefill_ms : "");
         std::fflush(stdout);
       }
     }
@@ -259,7 +277,6 @@ int run(const Options& o) {
 
   nn::DecoderConfig seeded = bench::llama32_1b().config;
   seeded.context = kPositions + 8;
-  seeded.prefill_chunk = 0;
   accuracy_tables(s, "seeded random Llama-3.2-1B shape", {}, [&](const Variant& v) {
     nn::DecoderWeights weights = nn::DecoderWeights::generate(s, kernels, seeded);
     if (v.quantization.any()) {

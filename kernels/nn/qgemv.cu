@@ -4,6 +4,7 @@
 //   qgemv_add(W, x, out, rows, cols, batch)                      out += W x
 //   rms_norm_qgemv(W, x, g, out, rows, cols, eps, batch)         out = W (x / rms(x) * g)
 //   rms_norm_qgemv_swiglu(W1, W3, x, g, out, rows, cols, eps, batch)   out = silu(W1 h) * (W3 h), h = x / rms(x) * g
+//   qdequantize(W, out, rows, cols)                              out = W, dequantized to the element type
 //   quantized_qkv_rope_append(W, bias, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim,
 //                             max_ctx, n_slots, frequencies, eps, batch)
 //       [q | k | v] = W (x / rms(x) * g) + bias, then RoPE on q and k, k and v appended to the caches: what
@@ -159,6 +160,69 @@ __device__ __forceinline__ void rms_norm_qgemv_swiglu_body(QuantizedMatrix W1, Q
                  [&](int row, int b, const float* v) { at(out, rows, row, b) = lg::from_float<T>(silu(v[0]) * v[1]); });
 }
 
+/// out = W dequantized, [rows][cols] of T: each element (q - zero) * scale, the product in fp32 rounded once. What
+/// prompts on tensor cores multiply (a layer's matrices one at a time, into a scratch buffer). A thread takes one
+/// lane's 16 bytes of a step (quantized.hpp's layout), grid-stride, and writes each of its two rows' 8 consecutive
+/// columns per half step as one 16-byte store (a tile row's 4 lanes then write 64 contiguous bytes); padding rows are
+/// skipped.
+template <int F, class T>
+__device__ __forceinline__ void qdequantize_body(QuantizedMatrix W, T* out, int rows, int cols) {
+  if (!quantized_supported<F>(W, cols) || rows < 1 || !lg::is_aligned16(out)) __trap();
+  const QuantizedTiles<1, T> w = tiles_of<F, T>(W, cols);
+  const int steps = cols / columns_per_step(F);
+  const long long chunks = static_cast<long long>((rows + kTileRows - 1) / kTileRows) * steps * 32;
+  lg::wait_for_prior_grids();  // out may be read by the kernel before (a product of the previous matrix)
+  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < chunks;
+       i += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const int lane = static_cast<int>(i % 32);
+    const int s = static_cast<int>(i / 32 % steps);
+    const int tile = static_cast<int>(i / (32LL * steps));
+    const int g = lane / 4;
+    const int t = lane % 4;
+    const uint4 v = load16_streaming(w.values(0, tile) + (512 * s + 16 * lane));
+    const unsigned words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = tile * kTileRows + g + 8 * h;
+      if (row >= rows) continue;
+      T* const out_row = out + static_cast<long long>(row) * cols;
+      if constexpr (is_int4(F)) {
+        // Words 2 half and 2 half + 1 hold this row's columns 64 s + 32 half + 8 t .. + 7, in one group.
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int first = 64 * s + 32 * half + 8 * t;
+          const int k = first / W.group;
+          const unsigned pair = w.scale_pair(0, tile, k, g);
+          const float scale = h == 0 ? lg::unpack2(T{}, pair).x : lg::unpack2(T{}, pair).y;
+          // Symmetric: two's-complement nibbles, (u ^ 8) - 8; with zero points: u - zero.
+          const int zero = F == kInt4Zero ? static_cast<int>(w.zero_pair(0, tile, k, g) >> (8 * h) & 0xFFU) : 8;
+          const int flip = F == kInt4Zero ? 0 : 8;
+          float f[8];
+#pragma unroll
+          for (int c = 0; c < 8; ++c) {
+            const int nibble = 4 * (c % 2) + 2 * (c % 4 / 2) + h;
+            const int u = static_cast<int>(words[2 * half + c / 4] >> (4 * nibble) & 0xFU) ^ flip;
+            f[c] = static_cast<float>(u - zero) * scale;
+          }
+          *reinterpret_cast<uint4*>(out_row + first) = lg::pack8<T>(f).raw;
+        }
+      } else {
+        // Words h and 2 + h hold this row's columns 32 s + 8 t .. + 7, a byte each.
+        const unsigned pair = w.scale_pair(0, tile, 0, g);
+        const float scale = h == 0 ? lg::unpack2(T{}, pair).x : lg::unpack2(T{}, pair).y;
+        float f[8];
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {
+          const int q = static_cast<int>(words[2 * (c / 4) + h] >> (8 * (c % 4)) & 0xFFU) - 128;
+          f[c] = static_cast<float>(q) * scale;
+        }
+        *reinterpret_cast<uint4*>(out_row + 32 * s + 8 * t) = lg::pack8<T>(f).raw;
+      }
+    }
+  }
+  lg::allow_dependent_launch();
+}
+
 }  // namespace
 
 // The entry points, one per element type and format (qgemv_int8, qgemv_int4, qgemv_bf16_int8, ...), 32 warps a block
@@ -173,6 +237,7 @@ qgemv_add[T][F] __launch_bounds__(1024, 1) =
     qgemv_add_body<F>(QuantizedMatrix W, const T* x, T* out, int rows, int cols, int batch)
 rms_norm_qgemv[T][F] __launch_bounds__(1024, 1) =
     rms_norm_qgemv_body<F>(QuantizedMatrix W, const T* x, const T* g, T* out, int rows, int cols, float eps, int batch)
+qdequantize[T][F] __launch_bounds__(256) = qdequantize_body<F>(QuantizedMatrix W, T* out, int rows, int cols)
 quantized_qkv_rope_append[T][F] __launch_bounds__(1024, 1) = quantized_qkv_rope_append_body<F>(QuantizedMatrix W,
     const T* bias, const T* x, const T* g, T* q, T* k_cache, T* v_cache, const int* positions, const int* slots, int d,
     int q_rows, int n_kv_heads, int head_dim, int max_ctx, int n_slots, const float* frequencies, float eps, int batch)

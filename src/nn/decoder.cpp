@@ -175,17 +175,6 @@ void check_prompt(const DecoderConfig& c, std::span<const int> prompt, int start
   }
 }
 
-void check_quantized_prefill(const DecoderConfig& c, bool quantized) {
-  if (quantized && c.prefill_chunk != 0) {
-    throw UsageError("Decoder::prefill: the weights are quantized, and prefill on tensor cores (prefill_chunk " +
-                     std::to_string(c.prefill_chunk) +
-                     ") multiplies dense weights; build the decoder with DecoderConfig::prefill_chunk = 0 to run "
-                     "prompts through the decode step's graphs on the quantized kernels, " +
-                     std::to_string(kMaxRows) + " rows per step (for a checkpoint: DecoderCheckpoint::config() " +
-                     "with prefill_chunk set to 0)");
-  }
-}
-
 template <Element T>
 BasicDecoder<T>::BasicDecoder(const Stream& stream, const KernelLibrary& library, const DecoderConfig& config)
     : BasicDecoder(stream, library, validated(config),
@@ -394,9 +383,6 @@ int BasicDecoder<T>::prefill_steps(std::span<const int> prompt, std::size_t firs
 
 template <Element T>
 std::string BasicDecoder<T>::prefill_fallback_reason() const {
-  if (quantized_kernels_ && config_.prefill_chunk != 0) {
-    return "the weights are quantized: prefill refuses prompts unless DecoderConfig::prefill_chunk is 0";
-  }
   std::string why;
   return prefill_on_tensor_cores(config_, stream_.device().compute_capability(), &why) ? std::string() : why;
 }
@@ -404,15 +390,18 @@ std::string BasicDecoder<T>::prefill_fallback_reason() const {
 template <Element T>
 int BasicDecoder<T>::prefill(std::span<const int> prompt, int start, int slot) {
   check_prompt(config_, prompt, start, slot);
-  check_quantized_prefill(config_, quantized_kernels_.has_value());
   const std::lock_guard<std::mutex> lock(*mutex_);
   const auto min_rows = static_cast<std::size_t>(kPrefillMinRows);
   std::size_t first = 0;
   if (prompt.size() >= min_rows) {
     if (!prefill_gemm_) prefill_gemm_ = prefill_on_tensor_cores(config_, stream_.device().compute_capability());
     if (*prefill_gemm_) {
-      if (!prefill_) prefill_ = std::make_unique<BasicPrefill<T>>(stream_.device(), config_);
-      const BasicPrefillContext<T> ctx{config_, kernels_, weights_, state_, stream_, io_, sampling_};
+      if (!prefill_) {
+        prefill_ = std::make_unique<BasicPrefill<T>>(stream_.device(), config_, dequantized_elements(weights_));
+      }
+      const BasicPrefillContext<T> ctx{
+          config_, kernels_, weights_,  state_,
+          stream_, io_,      sampling_, quantized_kernels_ ? &*quantized_kernels_ : nullptr};
       const auto chunk = static_cast<std::size_t>(prefill_->max_rows());
       int next = -1;
       while (prompt.size() - first >= min_rows) {

@@ -51,7 +51,8 @@ std::size_t elements(int rows, int width) { return static_cast<std::size_t>(rows
 }  // namespace
 
 template <Element T>
-BasicPrefillBuffers<T>::BasicPrefillBuffers(const Device& device, const DecoderConfig& c, int max_rows)
+BasicPrefillBuffers<T>::BasicPrefillBuffers(const Device& device, const DecoderConfig& c, int max_rows,
+                                            std::size_t weight_elements)
     : rows(max_rows),
       io(device, PrefillIo::input_size(max_rows)),
       x(device, elements(max_rows, c.d)),
@@ -60,7 +61,8 @@ BasicPrefillBuffers<T>::BasicPrefillBuffers(const Device& device, const DecoderC
       k(device, elements(max_rows, c.kv_dim())),
       v(device, elements(max_rows, c.kv_dim())),
       gate(device, elements(max_rows, c.ffn)),
-      up(device, elements(max_rows, c.ffn)) {}
+      up(device, elements(max_rows, c.ffn)),
+      weights(device, weight_elements) {}
 
 template <Element T>
 std::size_t BasicPrefillBuffers<T>::bytes(const DecoderConfig& c, int rows) {
@@ -110,16 +112,37 @@ int largest_bucket(const DecoderConfig& c) {
 }  // namespace
 
 template <Element T>
-BasicPrefill<T>::BasicPrefill(const Device& device, const DecoderConfig& config)
+std::size_t dequantized_elements(const BasicDecoderWeights<T>& w) {
+  std::size_t most = 0;
+  const auto take = [&](const DeviceQuantizedWeight<T>* q) {
+    if (q != nullptr) {
+      most =
+          std::max(most, static_cast<std::size_t>(q->layout().rows()) * static_cast<std::size_t>(q->layout().cols()));
+    }
+  };
+  for (std::size_t l = 0; l < w.attention.size(); ++l) {
+    const BasicAttentionWeights<T>& a = w.attention[l];
+    take(a.quantized_qkv ? a.quantized_qkv->weight.get() : nullptr);
+    take(a.quantized_wo.get());
+    const BasicSwigluWeights<T>& m = w.mlp[l];
+    take(m.quantized_w1.get());
+    take(m.quantized_w3.get());
+    take(m.quantized_w2.get());
+  }
+  return most;
+}
+
+template <Element T>
+BasicPrefill<T>::BasicPrefill(const Device& device, const DecoderConfig& config, std::size_t weight_elements)
     : buckets_(prefill_buckets(config)),
-      buffers_(device, config, largest_bucket(config)),
+      buffers_(device, config, largest_bucket(config), weight_elements),
       graphs_(std::max<std::size_t>(buckets_.size(), 1)) {}
 
 template <Element T>
 std::size_t BasicPrefill<T>::device_bytes() const noexcept {
   std::size_t total = buffers_.io.size() * sizeof(int);
-  for (const DeviceBuffer<T>* b :
-       {&buffers_.x, &buffers_.h, &buffers_.q, &buffers_.k, &buffers_.v, &buffers_.gate, &buffers_.up}) {
+  for (const DeviceBuffer<T>* b : {&buffers_.x, &buffers_.h, &buffers_.q, &buffers_.k, &buffers_.v, &buffers_.gate,
+                                   &buffers_.up, &buffers_.weights}) {
     total += b->size() * sizeof(T);
   }
   for (const auto& [rows, plans] : plans_) total += plans->workspace_bytes();
@@ -155,7 +178,7 @@ CudaGraph<>& BasicPrefill<T>::chunk_graph(const BasicPrefillContext<T>& ctx, int
         const std::size_t offset = layer * cache_size;
         s.record(named(
             "layer " + std::to_string(l),
-            prefill_layer(k, plans, ctx.weights.attention[layer], ctx.weights.mlp[layer], b,
+            prefill_layer(k, ctx.quantized, plans, ctx.weights.attention[layer], ctx.weights.mlp[layer], b,
                           ctx.state.rope_frequencies.cview(), ctx.state.k_cache.view().subspan(offset, cache_size),
                           ctx.state.v_cache.view().subspan(offset, cache_size), c, rows)));
       }
@@ -171,17 +194,29 @@ CudaGraph<>& BasicPrefill<T>::head_graph(const BasicPrefillContext<T>& ctx) {
     BasicDecoderState<T>& st = ctx.state;
     const DeviceSpan<const int> io = buffers_.io.cview();
     const auto d = static_cast<std::size_t>(c.d);
+    const auto& quantized_head = ctx.weights.quantized_lm_head;
+    const BasicQuantizedKernels<T>* qk = ctx.quantized;
+    auto head = choose(quantized_head != nullptr,
+                       optional_launch(
+                           quantized_head != nullptr,
+                           [&] {
+                             const QuantizedMatrix m = quantized_head->matrix();
+                             return qk->rms_norm_qgemv(qk->config(m, c.vocab, c.d), m, st.x.cview(),
+                                                       ctx.weights.final_gain.cview(), st.logits.view(), c.vocab, c.d,
+                                                       c.eps, 1);
+                           },
+                           quantized_head),
+                       k.rms_norm_gemv(k.gemv_config(c.vocab, c.d, 1), ctx.weights.lm_head.cview(), st.x.cview(),
+                                       ctx.weights.final_gain.cview(), st.logits.view(), c.vocab, c.d, c.eps, 1));
     head_.emplace(CudaGraph<>::capture(
         ctx.stream,
-        named("lm head",
-              k.prefill_last_row(k.step_config(grid_for(d, 256)), buffers_.x.cview(), buffers_.chunk(),
-                                 st.x.view().subspan(0, d), c.d, buffers_.rows) >>
-                  k.rms_norm_gemv(k.gemv_config(c.vocab, c.d, 1), ctx.weights.lm_head.cview(), st.x.cview(),
-                                  ctx.weights.final_gain.cview(), st.logits.view(), c.vocab, c.d, c.eps, 1) >>
-                  k.sample(k.step_config({{1, 1, 1}, {1024, 1, 1}, 0}), st.logits.cview(), st.next.view(),
-                           io.subspan(PrefillIo::last_position, 1), io.subspan(PrefillIo::slot, 1), c.vocab,
-                           ctx.sampling.top_k, ctx.sampling.temperature, static_cast<unsigned>(ctx.sampling.seed),
-                           ctx.sampling.top_p)) >>
+        named("lm head", k.prefill_last_row(k.step_config(grid_for(d, 256)), buffers_.x.cview(), buffers_.chunk(),
+                                            st.x.view().subspan(0, d), c.d, buffers_.rows) >>
+                             std::move(head) >>
+                             k.sample(k.step_config({{1, 1, 1}, {1024, 1, 1}, 0}), st.logits.cview(), st.next.view(),
+                                      io.subspan(PrefillIo::last_position, 1), io.subspan(PrefillIo::slot, 1), c.vocab,
+                                      ctx.sampling.top_k, ctx.sampling.temperature,
+                                      static_cast<unsigned>(ctx.sampling.seed), ctx.sampling.top_p)) >>
             ctx.io.copy_out(st.next.cview().subspan(0, 1), DecoderIo::next)));
   }
   return *head_;
@@ -232,5 +267,7 @@ template class BasicPrefillPlans<half>;
 template class BasicPrefillPlans<bfloat16>;
 template class BasicPrefill<half>;
 template class BasicPrefill<bfloat16>;
+template std::size_t dequantized_elements(const BasicDecoderWeights<half>&);
+template std::size_t dequantized_elements(const BasicDecoderWeights<bfloat16>&);
 
 }  // namespace lazygraph::nn

@@ -88,6 +88,7 @@ BasicQuantizedKernels<T>::BasicQuantizedKernels(const KernelLibrary& library)
       rms_norm_qgemv(library, "rms_norm_qgemv" + std::string(kernel_suffix<T>)),
       rms_norm_qgemv_swiglu(library, "rms_norm_qgemv_swiglu" + std::string(kernel_suffix<T>)),
       quantized_qkv_rope_append(library, "quantized_qkv_rope_append" + std::string(kernel_suffix<T>)),
+      qdequantize(library, "qdequantize" + std::string(kernel_suffix<T>)),
       multiprocessors(library.device().sm_count()) {}
 
 template class DeviceQuantizedWeight<half>;

@@ -1,6 +1,7 @@
 // The quantized kernels (kernels/nn/qgemv.cu) against float64 products of the dequantized weights
 // (QuantizedWeight::dequantize, the host reference of the layout) and the same fp16- or bf16-rounded activations, for
-// every format, both element types, batches of 1 to 8 and shapes whose rows are not a multiple of a tile.
+// every format, both element types, batches of 1 to 8 and shapes whose rows are not a multiple of a tile; qdequantize
+// against those values rounded to the element type, bit for bit.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -175,6 +176,15 @@ void check_every_kernel(const nn::BasicQuantizedKernels<T>& k, double tolerance)
         for (std::size_t i = 0; i < outputs; ++i) added[i] += c.residual[i].to_float();
         check_close(lgtest::to_host(s, sum.cview()), added, tolerance);
 
+        if (batch == 1) {  // qdequantize: QuantizedWeight::dequantize's values rounded once to T, bit for bit
+          auto dense = poisoned<T>(std::size_t(rows) * std::size_t(cols));
+          k.qdequantize(k.dequantize_config(w1.matrix(), rows, cols), w1.matrix(), dense.view(), rows, cols).sync_on(s);
+          const std::vector<T> got = lgtest::to_host(s, dense.cview());
+          std::size_t differ = 0;
+          for (std::size_t i = 0; i < got.size(); ++i) differ += got[i].bits != T::from_float(c.w1[i]).bits ? 1 : 0;
+          CHECK(differ == 0);
+        }
+
         out = poisoned<T>(outputs);
         k.rms_norm_qgemv(k.config(w1.matrix(), rows, cols), w1.matrix(), x.cview(), g.cview(), out.view(), rows, cols,
                          eps, batch)
@@ -300,6 +310,7 @@ TEST_CASE("every quantized kernel handle matches its kernel's declared parameter
         CHECK_NOTHROW(d.check<void(nn::QuantizedMatrix, const half*, const half*, const half*, half*, half*, half*,
                                    const int*, const int*, int, int, int, int, int, int, const float*, float, int)>(
             name("quantized_qkv_rope_append")));
+        CHECK_NOTHROW(d.check<void(nn::QuantizedMatrix, half*, int, int)>(name("qdequantize")));
       } else {
         CHECK_NOTHROW(d.check<void(nn::QuantizedMatrix, const bfloat16*, bfloat16*, int, int, int)>(name("qgemv")));
         CHECK_NOTHROW(d.check<void(nn::QuantizedMatrix, nn::QuantizedMatrix, const bfloat16*, const bfloat16*,

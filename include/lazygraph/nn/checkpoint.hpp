@@ -42,8 +42,7 @@ struct LoadOptions {
   bool tensor_cores = false;
   /// Which classes of tensors to quantize as they are uploaded, and how (none by default). Checked by
   /// DecoderCheckpoint::open against the model's shapes, and by upload against its element type's scale type, both
-  /// before anything is allocated. A decoder with quantized weights runs prompts only with
-  /// DecoderConfig::prefill_chunk 0 (BasicDecoder::prefill says why). A quantized checkpoint (its config.json has a
+  /// before anything is allocated. A quantized checkpoint (its config.json has a
   /// quantization_config) is uploaded as it was saved: this must then be empty (nothing quantized) or equal to the
   /// checkpoint's own quantization.
   DecoderQuantization quantization;

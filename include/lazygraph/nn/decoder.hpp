@@ -443,12 +443,6 @@ void check_generate(const DecoderConfig& config, int token, int n, int stop_toke
 /// `start`, and a slot in [0, max_batch). \throws UsageError naming the value.
 void check_prompt(const DecoderConfig& config, std::span<const int> prompt, int start, int slot);
 
-/// What Decoder::prefill checks of a decoder whose weights are quantized (`quantized`): prefill on tensor cores
-/// multiplies dense weights (cuBLASLt GEMMs), so such a decoder runs prompts only through the decode step's graphs on
-/// the quantized kernels, kMaxRows rows per step, and only with DecoderConfig::prefill_chunk 0, which asks for that.
-/// \throws UsageError saying so when `quantized` and prefill_chunk is not 0.
-void check_quantized_prefill(const DecoderConfig& config, bool quantized);
-
 template <Element T>
 class BasicPrefill;  // nn/prefill.hpp
 
@@ -502,13 +496,11 @@ class BasicDecoder {
   /// The step path gives exactly the cache, logits and token of forwarding the prompt one token at a time; the
   /// tensor-core path the same within rounding (its products sum in another order and round q, k, v, and the MLP's
   /// gate and up once more), so its token may differ where the top two logits nearly tie.
-  /// With quantized weights only the step path runs prompts, and only when asked for (prefill_chunk 0): the
-  /// tensor-core path multiplies dense weights, and taking the step path for it unasked would make every prompt
-  /// silently slower (check_quantized_prefill).
+  /// Quantized weights take the same paths: on tensor cores each quantized matrix is dequantized into a scratch buffer
+  /// for its GEMMs (nn/prefill.hpp's prefill_layer), one matrix at a time.
   /// \throws UsageError, before any GPU work and with the cache unchanged, for an empty prompt, a token outside the
   /// vocabulary (naming its index), a prompt that does not fit the context from `start`, or a slot outside
-  /// [0, max_batch); for quantized weights with a prefill_chunk other than 0 (check_quantized_prefill); as Gemm's
-  /// constructor and CudaGraph's capture when a bucket is first used.
+  /// [0, max_batch); as Gemm's constructor and CudaGraph's capture when a bucket is first used.
   int prefill(std::span<const int> prompt, int start = 0, int slot = 0);
 
   /// Generates up to `n` tokens of sequence 0 from `token` at position `start` in ONE graph replay: a WHILE loop on
@@ -534,8 +526,7 @@ class BasicDecoder {
   [[nodiscard]] DeviceSpan<T> v_cache() noexcept { return state_.v_cache.view(); }
 
   /// Why prefill runs every prompt through the decode step's graphs (prefill_on_tensor_cores said no), or empty when it
-  /// runs chunks of 16 rows or more on tensor cores; with quantized weights and a prefill_chunk other than 0, why it
-  /// refuses prompts (check_quantized_prefill). Asking may load cuBLASLt.
+  /// runs chunks of 16 rows or more on tensor cores. Asking may load cuBLASLt.
   [[nodiscard]] std::string prefill_fallback_reason() const;
 
   /// The step of `rows` rows as an op, for running it without the graph (the benchmark's eager variant); reads

@@ -28,16 +28,20 @@
 /// (prefill_chunk, or the smallest bucket that holds the context when that is less), R * (2 d + q_dim + 2 kv_dim +
 /// 2 ffn) elements of T (BasicPrefillBuffers::bytes; 512 rows of a TinyLlama shape, d 2048, ffn 5632, 4 kv heads of 64:
 /// 17.5 MiB in fp16) plus each bucket's GEMM plans' workspaces (at most kPrefillGemmWorkspace each; cuBLASLt's
-/// algorithm decides, often none), made when the bucket is first used.
+/// algorithm decides, often none), made when the bucket is first used; with quantized weights, also the largest
+/// quantized matrix in T (dequantized_elements: 32 MiB for a Llama-3.2-1B gate_proj in fp16), which each quantized
+/// matrix of a layer is dequantized into for its GEMMs.
 
 #include <cstddef>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "lazygraph/kernels/gemm.hpp"
+#include "lazygraph/kernels/optional_launch.hpp"
 #include "lazygraph/nn/decoder.hpp"
 #include "lazygraph/nn/prefill_attention.hpp"
 
@@ -66,8 +70,9 @@ inline constexpr std::size_t kPrefillGemmWorkspace = std::size_t{8} << 20U;
 /// The device memory a prefill chunk works in, for chunks of up to `rows` rows (all [rows][width], row-major).
 template <Element T>
 struct BasicPrefillBuffers {
-  /// Allocates every buffer (uninitialised). \throws CudaError when the device is out of memory.
-  BasicPrefillBuffers(const Device& device, const DecoderConfig& config, int rows);
+  /// Allocates every buffer (uninitialised), `weight_elements` of them for `weights`. \throws CudaError when the
+  /// device is out of memory.
+  BasicPrefillBuffers(const Device& device, const DecoderConfig& config, int rows, std::size_t weight_elements = 0);
 
   int rows = 0;          ///< the most rows of a chunk (the largest bucket)
   DeviceBuffer<int> io;  ///< the chunk's io, PrefillIo::input_size(rows) ints: copied in first by each chunk graph
@@ -78,6 +83,9 @@ struct BasicPrefillBuffers {
   DeviceBuffer<T> v;     ///< the chunk's values [rows][kv_dim]
   DeviceBuffer<T> gate;  ///< W1 h, then silu(W1 h) * (W3 h) (in place) [rows][ffn]
   DeviceBuffer<T> up;    ///< W3 h [rows][ffn]
+  /// One quantized matrix of the layer at a time, dequantized for the GEMMs (q, k and v stacked); empty when no
+  /// weight is quantized (dequantized_elements).
+  DeviceBuffer<T> weights;
 
   /// The chunk's [start, rows, slot] as the kernels read them (PrefillChunkLayout).
   [[nodiscard]] DeviceSpan<const int> chunk() const {
@@ -109,10 +117,15 @@ class BasicPrefillPlans {
 /// `b.chunk()`, appends its keys and values to `k_cache` / `v_cache` (this layer's, [max_batch][kv_heads][context]
 /// [head_dim]) and leaves the layer's output in b.x. Captured (the GEMMs are not buildable).
 /// \throws UsageError when a span does not fit (prefill_attention's and Gemm's checks).
+///
+/// A quantized matrix (`qk` the quantized kernels, null when none is) is first dequantized into b.weights
+/// (qdequantize: its values rounded once to T), which the GEMMs then read: the products differ from the decode step's
+/// (which scale fp32 sums) by rounding only. Per weight with choose(), as decoder_layer.
 template <Element T>
-auto prefill_layer(const BasicKernels<T>& k, const BasicPrefillPlans<T>& p, const BasicAttentionWeights<T>& a,
-                   const BasicSwigluWeights<T>& m, BasicPrefillBuffers<T>& b, DeviceSpan<const float> frequencies,
-                   DeviceSpan<T> k_cache, DeviceSpan<T> v_cache, const DecoderConfig& c, int rows) {
+auto prefill_layer(const BasicKernels<T>& k, std::type_identity_t<const BasicQuantizedKernels<T>*> qk,
+                   const BasicPrefillPlans<T>& p, const BasicAttentionWeights<T>& a, const BasicSwigluWeights<T>& m,
+                   BasicPrefillBuffers<T>& b, DeviceSpan<const float> frequencies, DeviceSpan<T> k_cache,
+                   DeviceSpan<T> v_cache, const DecoderConfig& c, int rows) {
   const auto n = [rows](int width) { return static_cast<std::size_t>(rows) * static_cast<std::size_t>(width); };
   const auto d = static_cast<std::size_t>(c.d);
   const auto q_dim = static_cast<std::size_t>(c.q_dim());
@@ -133,19 +146,67 @@ auto prefill_layer(const BasicKernels<T>& k, const BasicPrefillPlans<T>& p, cons
                                     .head_dim = c.head_dim(),
                                     .context = c.context,
                                     .slots = c.max_batch};
+  const bool quantized_qkv = a.quantized_qkv.has_value();
+  if ((a.quantized() || m.quantized()) && qk == nullptr) {
+    throw UsageError("prefill_layer: the weights are quantized, but no quantized kernels were given");
+  }
+  // Where a GEMM reads a weight: its dense buffer, or `at` elements into the dequantized one.
+  const DeviceSpan<const T> dequantized = b.weights.cview();
+  const auto weight = [&](bool quantized, const DeviceBuffer<T>& dense, std::size_t at, std::size_t size) {
+    return quantized ? dequantized.subspan(at, size) : dense.cview();
+  };
+  // `w` (rows x cols) dequantized into b.weights; empty for a dense weight (choose() then takes the other branch).
+  const auto dequantize = [&](const std::shared_ptr<const DeviceQuantizedWeight<T>>& w, std::size_t w_rows,
+                              std::size_t cols) {
+    return optional_launch(
+        w != nullptr,
+        [&] {
+          const QuantizedMatrix mat = w->matrix();
+          const int r = static_cast<int>(w_rows);
+          const int cc = static_cast<int>(cols);
+          return qk->qdequantize(qk->dequantize_config(mat, r, cc), mat, b.weights.view(), r, cc);
+        },
+        w);
+  };
+  // q, k and v: from the dense matrices, or from the stacked quantized one (and its stacked biases).
+  const std::size_t qkv_rows = q_dim + 2 * kv_dim;
+  const DeviceSpan<const T> qkv_bias =
+      quantized_qkv && !a.quantized_qkv->bias.empty() ? a.quantized_qkv->bias.cview() : DeviceSpan<const T>{};
+  const auto bias = [&](const DeviceBuffer<T>& dense, std::size_t at, std::size_t size) {
+    return quantized_qkv ? (qkv_bias.empty() ? qkv_bias : qkv_bias.subspan(at, size)) : dense.cview();
+  };
+  const auto project = [&] {
+    return p.plan(q_dim, d)(q, h.as_const(), weight(quantized_qkv, a.wq, 0, q_dim * d)) >>
+           p.plan(kv_dim, d)(key, h.as_const(), weight(quantized_qkv, a.wk, q_dim * d, kv_dim * d)) >>
+           p.plan(kv_dim, d)(value, h.as_const(), weight(quantized_qkv, a.wv, (q_dim + kv_dim) * d, kv_dim * d));
+  };
+  auto qkv = choose(quantized_qkv,
+                    dequantize(quantized_qkv ? a.quantized_qkv->weight : nullptr, qkv_rows, d) >> project(), project());
+  const auto output = [&] {
+    return p.plan(d, q_dim).add(x, q.as_const(), weight(a.quantized_wo != nullptr, a.wo, 0, d * q_dim), x.as_const());
+  };
+  auto o = choose(a.quantized_wo != nullptr, dequantize(a.quantized_wo, d, q_dim) >> output(), output());
   auto attention =
-      k.rms_norm(per_row, x.as_const(), a.gain.cview(), h, c.d, c.eps) >>
-      p.plan(q_dim, d)(q, h.as_const(), a.wq.cview()) >> p.plan(kv_dim, d)(key, h.as_const(), a.wk.cview()) >>
-      p.plan(kv_dim, d)(value, h.as_const(), a.wv.cview()) >>
-      k.prefill_rope(k.step_config(grid_for(n(c.q_dim() / 2 + c.kv_dim()), 256)), q, key, value, a.bq.cview(),
-                     a.bk.cview(), a.bv.cview(), chunk, c.heads, c.kv_head_count(), c.head_dim(), frequencies, rows) >>
+      k.rms_norm(per_row, x.as_const(), a.gain.cview(), h, c.d, c.eps) >> std::move(qkv) >>
+      k.prefill_rope(k.step_config(grid_for(n(c.q_dim() / 2 + c.kv_dim()), 256)), q, key, value, bias(a.bq, 0, q_dim),
+                     bias(a.bk, q_dim, kv_dim), bias(a.bv, q_dim + kv_dim, kv_dim), chunk, c.heads, c.kv_head_count(),
+                     c.head_dim(), frequencies, rows) >>
       prefill_attention(k, {q.as_const(), key.as_const(), value.as_const(), k_cache, v_cache, q, chunk}, shape) >>
-      p.plan(d, q_dim).add(x, q.as_const(), a.wo.cview(), x.as_const());
+      std::move(o);
+  const auto gemm = [&](const std::shared_ptr<const DeviceQuantizedWeight<T>>& w, const DeviceBuffer<T>& dense,
+                        DeviceSpan<T> out, std::size_t w_rows, std::size_t cols, DeviceSpan<const T> in) {
+    const auto product = p.plan(w_rows, cols)(out, in, weight(w != nullptr, dense, 0, w_rows * cols));
+    return choose(w != nullptr, dequantize(w, w_rows, cols) >> product, product);
+  };
+  const auto down = [&] {
+    return p.plan(d, ffn).add(x, gate.as_const(), weight(m.quantized_w2 != nullptr, m.w2, 0, d * ffn), x.as_const());
+  };
   auto mlp = k.rms_norm(per_row, x.as_const(), m.gain.cview(), h, c.d, c.eps) >>
-             p.plan(ffn, d)(gate, h.as_const(), m.w1.cview()) >> p.plan(ffn, d)(up, h.as_const(), m.w3.cview()) >>
+             gemm(m.quantized_w1, m.w1, gate, ffn, d, h.as_const()) >>
+             gemm(m.quantized_w3, m.w3, up, ffn, d, h.as_const()) >>
              k.prefill_silu_mul(k.step_config(grid_for(n(c.ffn) / 8, 256)), gate.as_const(), up.as_const(), gate, chunk,
                                 c.ffn, rows) >>
-             p.plan(d, ffn).add(x, gate.as_const(), m.w2.cview(), x.as_const());
+             choose(m.quantized_w2 != nullptr, dequantize(m.quantized_w2, d, ffn) >> down(), down());
   return named("attention", std::move(attention)) >> named("mlp", std::move(mlp));
 }
 
@@ -161,7 +222,13 @@ struct BasicPrefillContext {
   const Stream& stream;                   ///< the stream its graphs are captured on
   HostIo<int, int>& io;                   ///< its staging: PrefillIo at DecoderIo::prefill in, the next token out
   const Sampling& sampling;               ///< how the next token is chosen
+  const BasicQuantizedKernels<T>* quantized = nullptr;  ///< its quantized kernels; null when no weight is quantized
 };
+
+/// Elements of the buffer prefill dequantizes one quantized matrix of a layer into (BasicPrefillBuffers::weights):
+/// the largest quantized one (q, k and v stacked), 0 when none is.
+template <Element T>
+[[nodiscard]] std::size_t dequantized_elements(const BasicDecoderWeights<T>& weights);
 
 /// Decoder::prefill's tensor-core path: the buffers, the GEMM plans and the graphs of every bucket used so far, and the
 /// graph of the LM head for a prompt's last row. Made by the decoder at its first prefill that takes this path.
@@ -170,9 +237,10 @@ struct BasicPrefillContext {
 template <Element T>
 class BasicPrefill {
  public:
-  /// Allocates the buffers for chunks of up to prefill_buckets(config).back() rows. \throws UsageError when the
-  /// config has no buckets; CudaError when the device is out of memory.
-  BasicPrefill(const Device& device, const DecoderConfig& config);
+  /// Allocates the buffers for chunks of up to prefill_buckets(config).back() rows, and `weight_elements` for the
+  /// quantized matrices dequantized (dequantized_elements). \throws UsageError when the config has no buckets;
+  /// CudaError when the device is out of memory.
+  BasicPrefill(const Device& device, const DecoderConfig& config, std::size_t weight_elements = 0);
 
   /// The most rows of a chunk.
   [[nodiscard]] int max_rows() const noexcept { return buffers_.rows; }
@@ -210,5 +278,7 @@ extern template class BasicPrefillPlans<half>;
 extern template class BasicPrefillPlans<bfloat16>;
 extern template class BasicPrefill<half>;
 extern template class BasicPrefill<bfloat16>;
+extern template std::size_t dequantized_elements(const BasicDecoderWeights<half>&);
+extern template std::size_t dequantized_elements(const BasicDecoderWeights<bfloat16>&);
 
 }  // namespace lazygraph::nn

@@ -131,11 +131,26 @@ struct BasicQuantizedKernels {
   QuantizedKernel<void(QuantizedMatrix, const T*, const T*, const T*, T*, T*, T*, const int*, const int*, int, int, int,
                        int, int, int, const float*, float, int)>
       quantized_qkv_rope_append;
+  /// qdequantize(W, out, rows, cols): out [rows][cols] = W, each element (q - zero) * scale rounded once to T
+  /// (QuantizedWeight::dequantize's values, rounded): what prompts multiply on tensor cores. Launch with
+  /// dequantize_config.
+  QuantizedKernel<void(QuantizedMatrix, T*, int, int)> qdequantize;
 
   /// Whether launches are early (as BasicKernels::step_config).
   bool early_launch = true;
   /// The device's multiprocessors, which config() fills.
   int multiprocessors = 1;
+
+  /// Launch shape of qdequantize for `rows` x `cols` weights of `w`'s format: a thread per 16 bytes of values, up to
+  /// 8 blocks of 256 per multiprocessor (the rest grid-stride), launched early.
+  [[nodiscard]] LaunchConfig dequantize_config(const QuantizedMatrix& w, int rows, int cols) const {
+    const long long chunks = static_cast<long long>((rows + 15) / 16) *
+                             (cols / (w.kind == static_cast<int>(WeightFormat::int4_group) ? 64 : 32)) * 32;
+    const long long blocks = std::clamp<long long>((chunks + 255) / 256, 1, 8LL * std::max(1, multiprocessors));
+    LaunchConfig c{{static_cast<unsigned>(blocks), 1, 1}, {256, 1, 1}, 0};
+    c.early_launch = early_launch;
+    return c;
+  }
 
   /// Launch shape of a kernel here for `rows` x `cols` weights of `w`'s format (one or two matrices per row alike):
   /// 32 warps per multiprocessor, as two blocks of 16 or one of 32, each block walking its share of the tiles of 16
