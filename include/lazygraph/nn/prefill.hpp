@@ -278,7 +278,5 @@ extern template class BasicPrefillPlans<half>;
 extern template class BasicPrefillPlans<bfloat16>;
 extern template class BasicPrefill<half>;
 extern template class BasicPrefill<bfloat16>;
-extern template std::size_t dequantized_elements(const BasicDecoderWeights<half>&);
-extern template std::size_t dequantized_elements(const BasicDecoderWeights<bfloat16>&);
 
 }  // namespace lazygraph::nn
