@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 namespace lazygraph::nn {
 
@@ -33,13 +34,23 @@ std::vector<double> host_tensor_f64(std::uint32_t seed, const TensorSpec& spec) 
 }
 
 template <Element T>
+void fill_tensor(const Stream& stream, const FillUniformKernel<T>& fill, std::uint32_t seed, const TensorSpec& spec,
+                 DeviceSpan<T> into) {
+  if (into.size() != spec.size) {
+    throw UsageError("fill_tensor: tensor " + std::to_string(spec.id) + " has " + std::to_string(spec.size) +
+                     " elements, the span to fill " + std::to_string(into.size()));
+  }
+  const LaunchConfig cfg{
+      {static_cast<unsigned>(std::clamp<std::size_t>((spec.size + 255) / 256, 1, 8192)), 1, 1}, {256, 1, 1}, 0};
+  fill(cfg, into, static_cast<long long>(spec.size), tensor_key(seed, spec.id), spec.scale, spec.offset)
+      .sync_on(stream);
+}
+
+template <Element T>
 DeviceBuffer<T> device_tensor(const Stream& stream, const FillUniformKernel<T>& fill, std::uint32_t seed,
                               const TensorSpec& spec) {
   DeviceBuffer<T> out(stream.device(), spec.size);
-  const LaunchConfig cfg{
-      {static_cast<unsigned>(std::clamp<std::size_t>((spec.size + 255) / 256, 1, 8192)), 1, 1}, {256, 1, 1}, 0};
-  fill(cfg, out.view(), static_cast<long long>(spec.size), tensor_key(seed, spec.id), spec.scale, spec.offset)
-      .sync_on(stream);
+  fill_tensor(stream, fill, seed, spec, out.view());
   return out;
 }
 
@@ -47,6 +58,10 @@ template std::vector<half> host_tensor<half>(std::uint32_t, const TensorSpec&);
 template std::vector<bfloat16> host_tensor<bfloat16>(std::uint32_t, const TensorSpec&);
 template std::vector<double> host_tensor_f64<half>(std::uint32_t, const TensorSpec&);
 template std::vector<double> host_tensor_f64<bfloat16>(std::uint32_t, const TensorSpec&);
+template void fill_tensor<half>(const Stream&, const FillUniformKernel<half>&, std::uint32_t, const TensorSpec&,
+                                DeviceSpan<half>);
+template void fill_tensor<bfloat16>(const Stream&, const FillUniformKernel<bfloat16>&, std::uint32_t, const TensorSpec&,
+                                    DeviceSpan<bfloat16>);
 template DeviceBuffer<half> device_tensor<half>(const Stream&, const FillUniformKernel<half>&, std::uint32_t,
                                                 const TensorSpec&);
 template DeviceBuffer<bfloat16> device_tensor<bfloat16>(const Stream&, const FillUniformKernel<bfloat16>&,

@@ -65,4 +65,10 @@ template <Element T>
 DeviceBuffer<T> device_tensor(const Stream& stream, const FillUniformKernel<T>& fill, std::uint32_t seed,
                               const TensorSpec& spec);
 
+/// device_tensor into memory the caller holds: generates the tensor into `into` (e.g. its rows of a larger buffer),
+/// eagerly, and waits for the fill. \throws UsageError when `into` does not hold exactly spec.size elements.
+template <Element T>
+void fill_tensor(const Stream& stream, const FillUniformKernel<T>& fill, std::uint32_t seed, const TensorSpec& spec,
+                 DeviceSpan<T> into);
+
 }  // namespace lazygraph::nn
