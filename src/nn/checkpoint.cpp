@@ -481,9 +481,11 @@ BasicDecoderWeights<T> DecoderCheckpoint::upload_with(const Stream& stream, cons
                     options_.progress && device_bytes_ >= options_.progress_from_bytes);
   std::size_t index = 0;
   std::vector<DeviceQuantizedWeight<T>> matrices;  // in quantized_layouts() order
-  BasicDecoderWeights<T> w = assemble_decoder_weights<T>(stream.device(), config_, [&](const DecoderTensor& t) {
+  // A tensor quantized as it loads has no dense buffer (a layer's q, k and v all or none: one format_of for all three).
+  const auto dense = [&](const DecoderTensor& t) { return !quantization.format_of(t.role).has_value(); };
+  const auto fill = [&](const DecoderTensor& t, DeviceSpan<T> into) {
     const TensorInfo* info = sources_[index++];
-    if (quantization.format_of(t.role)) {
+    if (!dense(t)) {
       if (t.role != DecoderTensorRole::wq && t.role != DecoderTensorRole::wk) {  // q and k go with v
         const std::size_t i = matrices.size();
         try {
@@ -501,17 +503,16 @@ BasicDecoderWeights<T> DecoderCheckpoint::upload_with(const Stream& stream, cons
           throw;
         }
       }
-      return DeviceBuffer<T>(stream.device(), 0);  // the weight is held quantized
+      return;  // the weight is held quantized
     }
-    DeviceBuffer<T> out(stream.device(), t.elements());
-    try {
-      upload_rows<T>(weights_, config_.head_dim(), t, *info, out.view(), buffers, &progress);
+    try {  // into the tensor's buffer, or its rows of the layer's stacked q, k and v
+      upload_rows<T>(weights_, config_.head_dim(), t, *info, into, buffers, &progress);
     } catch (...) {
       drain(stream);
       throw;
     }
-    return out;
-  });
+  };
+  BasicDecoderWeights<T> w = assemble_decoder_weights<T>(stream.device(), config_, dense, fill);
   stream.synchronize();
   adopt_quantized(stream, w, config_, quantization, std::move(matrices));
   return w;

@@ -51,6 +51,22 @@ void DecoderConfig::validate() const {
   }
 }
 
+namespace detail {
+std::pair<std::size_t, std::size_t> stacked_qkv_part(const DecoderConfig& config, std::size_t stacked, int part,
+                                                     const char* what) {
+  if (stacked == 0) return {0, 0};
+  const auto d = static_cast<std::size_t>(config.d);
+  const auto q = static_cast<std::size_t>(config.q_dim()) * d;
+  const auto kv = static_cast<std::size_t>(config.kv_dim()) * d;
+  if (stacked != q + 2 * kv) {
+    throw UsageError("BasicAttentionWeights::" + std::string(what) + ": wqkv holds " + std::to_string(stacked) +
+                     " elements, but the config's stacked q, k and v are (q_dim + 2 kv_dim) x d = " +
+                     std::to_string(q + 2 * kv) + " (or none, when quantized_qkv holds them)");
+  }
+  return part == 0 ? std::pair{std::size_t{0}, q} : part == 1 ? std::pair{q, kv} : std::pair{q + kv, kv};
+}
+}  // namespace detail
+
 std::vector<float> rope_table(const DecoderConfig& config) {
   const std::vector<double> f = rope_frequencies(config.theta, config.rope_scaling, config.head_dim());
   return {f.begin(), f.end()};
@@ -68,8 +84,8 @@ std::size_t DecoderConfig::weight_bytes() const {
 template <Element T>
 BasicDecoderWeights<T> BasicDecoderWeights<T>::generate(const Stream& stream, const BasicKernels<T>& kernels,
                                                         const DecoderConfig& c) {
-  return assemble_decoder_weights<T>(stream.device(), c, [&](const DecoderTensor& t) {
-    return device_tensor(stream, kernels.fill_uniform, c.seed, t.seeded);
+  return assemble_decoder_weights<T>(stream.device(), c, [&](const DecoderTensor& t, DeviceSpan<T> into) {
+    fill_tensor(stream, kernels.fill_uniform, c.seed, t.seeded, into);
   });
 }
 
@@ -185,7 +201,8 @@ namespace {
 /// and that every quantized matrix has its shape.
 template <Element T>
 BasicDecoderWeights<T> checked(BasicDecoderWeights<T> w, const DecoderConfig& c) {
-  // Each dense buffer in decoder_tensors() order, and whether its tensor is held quantized (the buffer then empty).
+  // Each dense buffer in decoder_tensors() order, and whether its tensor is held quantized (the buffer then empty);
+  // but Wq, Wk and Wv, which share a layer's wqkv, checked per layer.
   std::vector<std::pair<const DeviceBuffer<T>*, bool>> buffers{{&w.embedding, false}};
   if (w.attention.size() != static_cast<std::size_t>(c.layers) || w.mlp.size() != w.attention.size()) {
     throw UsageError("Decoder: the weights have " + std::to_string(w.attention.size()) + " layers, the config " +
@@ -196,8 +213,20 @@ BasicDecoderWeights<T> checked(BasicDecoderWeights<T> w, const DecoderConfig& c)
     const BasicAttentionWeights<T>& a = w.attention[l];
     const BasicSwigluWeights<T>& m = w.mlp[l];
     const bool qkv = a.quantized_qkv.has_value();
-    buffers.insert(buffers.end(),
-                   {{&a.gain, false}, {&a.wq, qkv}, {&a.wk, qkv}, {&a.wv, qkv}, {&a.wo, a.quantized_wo != nullptr}});
+    // Wq, Wk and Wv: one stacked buffer, checked here (the loop below skips their three tensors).
+    const std::size_t stacked = qkv ? 0 : static_cast<std::size_t>(qkv_rows) * static_cast<std::size_t>(c.d);
+    if (qkv && !a.wqkv.valid()) {
+      throw UsageError("Decoder: layer " + std::to_string(l) +
+                       "'s q, k and v are quantized, and its dense wqkv was moved from: leave an empty DeviceBuffer "
+                       "there (the step's dense branch, which never runs, still views it)");
+    }
+    if (a.wqkv.size() != stacked) {
+      throw UsageError(
+          "Decoder: layer " + std::to_string(l) + "'s wqkv (q_proj, k_proj and v_proj stacked) has " +
+          std::to_string(a.wqkv.size()) + " elements, the config needs " + std::to_string(stacked) +
+          (qkv ? " (q, k and v are quantized: a weight is one or the other)" : " ((q_dim + 2 kv_dim) x d)"));
+    }
+    buffers.insert(buffers.end(), {{&a.gain, false}, {&a.wo, a.quantized_wo != nullptr}});
     if (c.qkv_bias) {
       buffers.insert(buffers.end(), {{&a.bq, qkv}, {&a.bk, qkv}, {&a.bv, qkv}});
     } else if (!a.bq.empty() || !a.bk.empty() || !a.bv.empty() || (qkv && !a.quantized_qkv->bias.empty())) {
@@ -234,7 +263,10 @@ BasicDecoderWeights<T> checked(BasicDecoderWeights<T> w, const DecoderConfig& c)
   }
   if (w.quantized_lm_head) check_quantized(*w.quantized_lm_head, c.vocab, c.d, 1);
   buffers.insert(buffers.end(), {{&w.final_gain, false}, {&w.lm_head, w.quantized_lm_head != nullptr}});
-  const std::vector<DecoderTensor> tensors = decoder_tensors(c);
+  std::vector<DecoderTensor> tensors = decoder_tensors(c);
+  std::erase_if(tensors, [](const DecoderTensor& t) {  // in wqkv, checked above
+    return t.role == DecoderTensorRole::wq || t.role == DecoderTensorRole::wk || t.role == DecoderTensorRole::wv;
+  });
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const auto [buffer, quantized] = buffers[i];
     if (quantized && !buffer->valid()) {

@@ -99,10 +99,13 @@ BasicDecoderWeights<T> quantize_weights(const Stream& stream, const DeviceQuanti
                      " layers, the config " + std::to_string(config.layers));
   }
   // Every chosen matrix (and the biases that stack with q, k and v) must be dense and of its shape before any GPU work.
+  const std::size_t qkv_elements =
+      static_cast<std::size_t>(config.q_dim() + 2 * config.kv_dim()) * static_cast<std::size_t>(config.d);
   for (const DecoderTensor& t : tensors) {
     using Role = DecoderTensorRole;
     const bool bias = t.role == Role::bq || t.role == Role::bk || t.role == Role::bv;
     if (!quantization.format_of(t.role) && !(bias && quantization.attention)) continue;
+    if (t.role == Role::wk || t.role == Role::wv) continue;  // in wqkv, checked with Wq
     if (t.role == Role::lm_head) {
       if (weights.quantized_lm_head != nullptr)
         throw UsageError("quantize_decoder_weights: " + t.name + " is quantized already");
@@ -112,9 +115,7 @@ BasicDecoderWeights<T> quantize_weights(const Stream& stream, const DeviceQuanti
     const BasicAttentionWeights<T>& a = weights.attention[static_cast<std::size_t>(t.layer)];
     const BasicSwigluWeights<T>& m = weights.mlp[static_cast<std::size_t>(t.layer)];
     const std::pair<const DeviceBuffer<T>*, bool> held =  // the dense buffer, and whether it is quantized already
-        t.role == Role::wq   ? std::pair{&a.wq, a.quantized_qkv.has_value()}
-        : t.role == Role::wk ? std::pair{&a.wk, a.quantized_qkv.has_value()}
-        : t.role == Role::wv ? std::pair{&a.wv, a.quantized_qkv.has_value()}
+        t.role == Role::wq   ? std::pair{&a.wqkv, a.quantized_qkv.has_value()}
         : t.role == Role::bq ? std::pair{&a.bq, a.quantized_qkv.has_value()}
         : t.role == Role::bk ? std::pair{&a.bk, a.quantized_qkv.has_value()}
         : t.role == Role::bv ? std::pair{&a.bv, a.quantized_qkv.has_value()}
@@ -122,42 +123,32 @@ BasicDecoderWeights<T> quantize_weights(const Stream& stream, const DeviceQuanti
         : t.role == Role::w1 ? std::pair{&m.w1, m.quantized_w1 != nullptr}
         : t.role == Role::w3 ? std::pair{&m.w3, m.quantized_w3 != nullptr}
                              : std::pair{&m.w2, m.quantized_w2 != nullptr};
-    if (held.second) throw UsageError("quantize_decoder_weights: " + t.name + " is quantized already");
-    check_dense(*held.first, t.elements(), t.name);
+    const std::string name = t.role == Role::wq ? stacked_qkv_name(t.name) : t.name;
+    if (held.second) throw UsageError("quantize_decoder_weights: " + name + " is quantized already");
+    check_dense(*held.first, t.role == Role::wq ? qkv_elements : t.elements(), name);
   }
 
-  // Each chosen matrix (q, k and v together) downloaded, quantized on the host and uploaded, its dense buffers freed.
+  // Each chosen matrix (q, k and v together: wqkv) quantized, on the device or downloaded and quantized on the host
+  // and uploaded, its dense buffer freed.
   const Device& device = stream.device();
   const std::vector<QuantizedLayout> layouts = layouts_of(config, tensors, quantization);
   std::vector<DeviceQuantizedWeight<T>> matrices;
   matrices.reserve(layouts.size());
-  const auto quantize_from = [&](std::initializer_list<DeviceBuffer<T>*> parts) {
+  const auto quantize_from = [&](DeviceBuffer<T>& dense) {
     const QuantizedLayout& layout = layouts[matrices.size()];
-    if (quantizer != nullptr) {  // the parts stacked on the device (q, k and v), quantized there
-      std::optional<DeviceBuffer<T>> stacked;
-      if (parts.size() > 1) {
-        stacked.emplace(device, static_cast<std::size_t>(layout.rows()) * static_cast<std::size_t>(layout.cols()));
-        std::size_t at = 0;
-        for (DeviceBuffer<T>* b : parts) {
-          copy_async(stream, stacked->view().subspan(at, b->size()), b->cview());
-          at += b->size();
-        }
-      }
-      const DeviceSpan<const T> all = stacked ? stacked->cview() : (*parts.begin())->cview();
+    if (quantizer != nullptr) {
       matrices.push_back(quantizer->template quantize<T, T>(stream, layout.format(), layout.name(), layout.rows(),
-                                                            layout.cols(), all, quantization.options));
-      for (DeviceBuffer<T>* b : parts) *b = DeviceBuffer<T>(device, 0);
+                                                            layout.cols(), dense.cview(), quantization.options));
+      dense = DeviceBuffer<T>(device, 0);
       return;
     }
+    std::vector<T> host(dense.size());
+    copy_async(stream, std::span<T>(host), dense.cview());
+    stream.synchronize();
+    dense = DeviceBuffer<T>(device, 0);
     std::vector<float> values;
-    for (DeviceBuffer<T>* b : parts) {
-      std::vector<T> host(b->size());
-      copy_async(stream, std::span<T>(host), b->cview());
-      stream.synchronize();
-      values.reserve(values.size() + host.size());
-      for (const T v : host) values.push_back(v.to_float());
-      *b = DeviceBuffer<T>(device, 0);
-    }
+    values.reserve(host.size());
+    for (const T v : host) values.push_back(v.to_float());
     matrices.emplace_back(
         stream, quantize(layout.format(), layout.name(), layout.rows(), layout.cols(), values, quantization.options));
   };
@@ -165,16 +156,16 @@ BasicDecoderWeights<T> quantize_weights(const Stream& stream, const DeviceQuanti
     BasicAttentionWeights<T>& a = weights.attention[l];
     BasicSwigluWeights<T>& m = weights.mlp[l];
     if (quantization.attention) {
-      quantize_from({&a.wq, &a.wk, &a.wv});
-      quantize_from({&a.wo});
+      quantize_from(a.wqkv);
+      quantize_from(a.wo);
     }
     if (quantization.mlp) {
-      quantize_from({&m.w1});
-      quantize_from({&m.w3});
-      quantize_from({&m.w2});
+      quantize_from(m.w1);
+      quantize_from(m.w3);
+      quantize_from(m.w2);
     }
   }
-  if (quantization.lm_head) quantize_from({&weights.lm_head});
+  if (quantization.lm_head) quantize_from(weights.lm_head);
   adopt_quantized(stream, weights, config, quantization, std::move(matrices));
   return weights;
 }
@@ -242,7 +233,7 @@ void adopt_quantized(const Stream& stream, BasicDecoderWeights<T>& weights, cons
       }
       a.quantized_qkv = BasicQuantizedQkv<T>{take(), std::move(bias)};
       a.quantized_wo = take();
-      for (DeviceBuffer<T>* b : {&a.wq, &a.wk, &a.wv, &a.wo, &a.bq, &a.bk, &a.bv}) *b = empty();
+      for (DeviceBuffer<T>* b : {&a.wqkv, &a.wo, &a.bq, &a.bk, &a.bv}) *b = empty();
     }
     if (quantization.mlp) {
       m.quantized_w1 = take();

@@ -57,9 +57,9 @@ BasicTensorParallelDecoder<T>::BasicTensorParallelDecoder(std::span<const Commun
       DeviceBuffer<T> gain(device, d);
       copy_async(stream, gain.view(), a.gain.cview());
       DeviceBuffer<T> wqkv(device, (dq + 2 * dkv) * d);
-      copy_async(stream, wqkv.view().subspan(0, dq * d), a.wq.cview().subspan(rank * dq * d, dq * d));
-      copy_async(stream, wqkv.view().subspan(dq * d, dkv * d), a.wk.cview().subspan(rank * dkv * d, dkv * d));
-      copy_async(stream, wqkv.view().subspan((dq + dkv) * d, dkv * d), a.wv.cview().subspan(rank * dkv * d, dkv * d));
+      copy_async(stream, wqkv.view().subspan(0, dq * d), a.wq(config_).subspan(rank * dq * d, dq * d));
+      copy_async(stream, wqkv.view().subspan(dq * d, dkv * d), a.wk(config_).subspan(rank * dkv * d, dkv * d));
+      copy_async(stream, wqkv.view().subspan((dq + dkv) * d, dkv * d), a.wv(config_).subspan(rank * dkv * d, dkv * d));
       layers.push_back(
           Layer{std::move(gain), std::move(wqkv), detail::copy_columns(stream, a.wo.cview(), d, q_dim, rank * dq, dq),
                 shard_swiglu_weights(stream, full.mlp[static_cast<std::size_t>(l)], config_.d, config_.ffn, r, n)});

@@ -259,7 +259,7 @@ BasicDecoderWeights<T> dequantized_weights(const Stream& stream, const DecoderCo
   std::size_t next = 0;
   std::vector<float> stacked;  // the current layer's q, k and v dequantized, rows stacked
   std::size_t stacked_row = 0;
-  return assemble_decoder_weights<T>(stream.device(), c, [&](const DecoderTensor& t) {
+  return assemble_decoder_weights<T>(stream.device(), c, [&](const DecoderTensor& t, DeviceSpan<T> into) {
     const std::vector<T> seeded = host_tensor<T>(c.seed, t.seeded);
     std::vector<T> values = seeded;
     if (const std::optional<QuantizedFormat> format = q.format_of(t.role)) {
@@ -291,7 +291,7 @@ BasicDecoderWeights<T> dequantized_weights(const Stream& stream, const DecoderCo
       }
       for (std::size_t i = 0; i < values.size(); ++i) values[i] = T::from_float(dequantized[i]);
     }
-    return lgtest::to_device(stream, values);
+    copy(into, std::span<const T>(values)).sync_on(stream);
   });
 }
 
@@ -496,7 +496,8 @@ TEST_SUITE("gpu") {
     const LiveHandles after = live_handles();
     CHECK(after.device_bytes - before.device_bytes == checkpoint.device_bytes());
     CHECK(loaded_weights.quantized());
-    CHECK(loaded_weights.attention[0].wq.empty());
+    CHECK(loaded_weights.attention[0].wqkv.empty());
+    CHECK(loaded_weights.attention[0].wq(checkpoint.config()).empty());
     CHECK(loaded_weights.attention[0].bq.empty());
     CHECK(loaded_weights.attention[0].quantized_qkv->bias.size() ==
           static_cast<std::size_t>(c.q_dim() + 2 * c.kv_dim()));

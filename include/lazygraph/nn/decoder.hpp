@@ -18,6 +18,7 @@
 #include <span>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "lazygraph/kernels/optional_launch.hpp"
@@ -177,24 +178,56 @@ struct BasicQuantizedQkv {
   DeviceBuffer<T> bias;  ///< [q_dim + 2 kv_dim]: bq, bk, bv with DecoderConfig::qkv_bias, else empty
 };
 
-/// One layer's attention weights: norm gain [d], Wq [q_dim x d], Wk and Wv [kv_dim x d], Wo [d x q_dim], and with
-/// DecoderConfig::qkv_bias the biases of q [q_dim], k and v [kv_dim] (empty buffers otherwise).
+namespace detail {
+/// Where part `part` (0 q, 1 k, 2 v) of a stacked q, k and v buffer of `stacked` elements lies for `config`:
+/// {offset, elements}; {0, 0} when `stacked` is 0. \throws UsageError, naming `what`, when `stacked` is neither 0 nor
+/// (q_dim + 2 kv_dim) * d.
+std::pair<std::size_t, std::size_t> stacked_qkv_part(const DecoderConfig& config, std::size_t stacked, int part,
+                                                     const char* what);
+
+/// Part `part` of `stacked` (stacked_qkv_part), read-only.
+template <class T>
+DeviceSpan<const T> stacked_qkv_view(const DeviceBuffer<T>& stacked, const DecoderConfig& config, int part,
+                                     const char* what) {
+  const auto [offset, size] = stacked_qkv_part(config, stacked.size(), part, what);
+  return stacked.cview().subspan(offset, size);
+}
+}  // namespace detail
+
+/// One layer's attention weights: norm gain [d], Wq [q_dim x d], Wk and Wv [kv_dim x d] (stacked in one buffer,
+/// wqkv), Wo [d x q_dim], and with DecoderConfig::qkv_bias the biases of q [q_dim], k and v [kv_dim] (empty buffers
+/// otherwise).
 ///
-/// Each projection is dense or quantized, never both. Where quantized_qkv is set, wq, wk, wv, bq, bk and bv are empty
+/// Each projection is dense or quantized, never both. Where quantized_qkv is set, wqkv, bq, bk and bv are empty
 /// (the biases are in quantized_qkv->bias); where quantized_wo is set (not null), wo is empty. A quantized weight is
 /// shared: the graphs that read it keep it alive, as they keep dense buffers.
 template <Element T>
 struct BasicAttentionWeights {
   DeviceBuffer<T> gain;  ///< input norm gain [d]
-  DeviceBuffer<T> wq;    ///< [q_dim x d]; empty when quantized_qkv is set
-  DeviceBuffer<T> wk;    ///< [kv_dim x d]; empty when quantized_qkv is set
-  DeviceBuffer<T> wv;    ///< [kv_dim x d]; empty when quantized_qkv is set
-  DeviceBuffer<T> wo;    ///< [d x q_dim]; empty when quantized_wo is set
-  DeviceBuffer<T> bq;    ///< [q_dim] with qkv_bias and dense q, k and v, else empty
-  DeviceBuffer<T> bk;    ///< [kv_dim] with qkv_bias and dense q, k and v, else empty
-  DeviceBuffer<T> bv;    ///< [kv_dim] with qkv_bias and dense q, k and v, else empty
+  /// [q_dim + 2 kv_dim x d]: the rows of Wq, then Wk, then Wv, as BasicQuantizedQkv stacks them (so that prefill can
+  /// multiply all three in one GEMM); empty when quantized_qkv is set. wq(), wk() and wv() view the parts.
+  DeviceBuffer<T> wqkv;
+  DeviceBuffer<T> wo;  ///< [d x q_dim]; empty when quantized_wo is set
+  DeviceBuffer<T> bq;  ///< [q_dim] with qkv_bias and dense q, k and v, else empty
+  DeviceBuffer<T> bk;  ///< [kv_dim] with qkv_bias and dense q, k and v, else empty
+  DeviceBuffer<T> bv;  ///< [kv_dim] with qkv_bias and dense q, k and v, else empty
   std::optional<BasicQuantizedQkv<T>> quantized_qkv = std::nullopt;        ///< Wq, Wk, Wv quantized, or none
   std::shared_ptr<const DeviceQuantizedWeight<T>> quantized_wo = nullptr;  ///< Wo quantized, or null
+
+  /// Wq [q_dim x d]: wqkv's first q_dim rows. An empty span when wqkv is empty (quantized q, k and v: the dense
+  /// branches of a step still view it). \throws UsageError when wqkv is neither empty nor `config`'s size, or was
+  /// moved from.
+  [[nodiscard]] DeviceSpan<const T> wq(const DecoderConfig& config) const {
+    return detail::stacked_qkv_view(wqkv, config, 0, "wq");
+  }
+  /// Wk [kv_dim x d]: wqkv's rows from q_dim on; empty or throwing as wq().
+  [[nodiscard]] DeviceSpan<const T> wk(const DecoderConfig& config) const {
+    return detail::stacked_qkv_view(wqkv, config, 1, "wk");
+  }
+  /// Wv [kv_dim x d]: wqkv's last kv_dim rows; empty or throwing as wq().
+  [[nodiscard]] DeviceSpan<const T> wv(const DecoderConfig& config) const {
+    return detail::stacked_qkv_view(wqkv, config, 2, "wv");
+  }
 
   /// Whether any projection is quantized.
   [[nodiscard]] bool quantized() const noexcept { return quantized_qkv.has_value() || quantized_wo != nullptr; }
@@ -306,20 +339,20 @@ auto attention_block(const BasicKernels<T>& k, std::type_identity_t<const BasicQ
                                c.heads, c.kv_head_count(), c.head_dim(), c.context, c.max_batch, scale),
              k.attention(per_head, s.q.cview(), k_cache.as_const(), v_cache.as_const(), s.attn.view(), s.positions(),
                          s.slots(), c.heads, c.kv_head_count(), c.head_dim(), c.context, c.max_batch, scale));
-  auto fused = k.qkv_rope_append(k.qkv_config(q_dim, c.kv_dim(), d, rows), w.wq.cview(), w.wk.cview(), w.wv.cview(),
-                                 w.bq.cview(), w.bk.cview(), w.bv.cview(), s.x.cview(), w.gain.cview(), s.q.view(),
-                                 k_cache, v_cache, s.positions(), s.slots(), d, q_dim, c.kv_head_count(), c.head_dim(),
-                                 c.context, c.max_batch, frequencies, c.eps, rows) >>
+  auto fused = k.qkv_rope_append(k.qkv_config(q_dim, c.kv_dim(), d, rows), w.wq(c), w.wk(c), w.wv(c), w.bq.cview(),
+                                 w.bk.cview(), w.bv.cview(), s.x.cview(), w.gain.cview(), s.q.view(), k_cache, v_cache,
+                                 s.positions(), s.slots(), d, q_dim, c.kv_head_count(), c.head_dim(), c.context,
+                                 c.max_batch, frequencies, c.eps, rows) >>
                attend;
 
-  const auto project = [&](const DeviceBuffer<T>& weight, DeviceBuffer<T>& out, int out_rows) {
-    return k.rms_norm_gemv(k.gemv_config(out_rows, d, rows), weight.cview(), s.x.cview(), w.gain.cview(), out.view(),
-                           out_rows, d, c.eps, rows);
+  const auto project = [&](DeviceSpan<const T> weight, DeviceBuffer<T>& out, int out_rows) {
+    return k.rms_norm_gemv(k.gemv_config(out_rows, d, rows), weight, s.x.cview(), w.gain.cview(), out.view(), out_rows,
+                           d, c.eps, rows);
   };
   const auto count = static_cast<std::size_t>(rows);
-  auto q = project(w.wq, s.q, q_dim);
-  auto kp = project(w.wk, s.k, c.kv_dim());
-  auto v = project(w.wv, s.v, c.kv_dim());
+  auto q = project(w.wq(c), s.q, q_dim);
+  auto kp = project(w.wk(c), s.k, c.kv_dim());
+  auto v = project(w.wv(c), s.v, c.kv_dim());
   auto rope = k.rope(k.step_config(grid_for(count * static_cast<std::size_t>(q_dim), 256)), s.q.view(), s.k.view(),
                      s.positions(), c.heads, c.kv_head_count(), c.head_dim(), frequencies, rows);
   auto append = k.kv_append(k.step_config(grid_for(count * static_cast<std::size_t>(c.kv_dim()), 256)), s.k.cview(),

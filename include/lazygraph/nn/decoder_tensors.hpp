@@ -66,27 +66,70 @@ std::vector<DecoderTensor> decoder_tensors(const DecoderConfig& config);
   return head * head_dim + (r % 2) * (head_dim / 2) + r / 2;
 }
 
-/// Builds the weights from `make(const DecoderTensor&) -> DeviceBuffer<T>`, called once per tensor of
-/// decoder_tensors(config), in that order; the biases a config without qkv_bias lacks are empty buffers on `device`.
-template <Element T, class Make>
-BasicDecoderWeights<T> assemble_decoder_weights(const Device& device, const DecoderConfig& config, Make&& make) {
+/// Builds the weights of `config`'s decoder: allocates each tensor of decoder_tensors(config) that `dense(const
+/// DecoderTensor&) -> bool` says is dense and calls `fill(const DecoderTensor&, DeviceSpan<T> into)` once per tensor,
+/// in that order, to write it into `into`. A layer's Wq, Wk and Wv go into its one stacked buffer
+/// (BasicAttentionWeights::wqkv, allocated at Wq's turn), `into` their rows of it; every other tensor has a buffer of
+/// its own. A tensor that is not dense (held elsewhere, e.g. quantized as it loads) keeps an empty buffer, and `fill`
+/// still gets it, with an empty `into`. The biases a config without qkv_bias lacks are empty buffers on `device`.
+/// \throws UsageError, before anything is allocated, when `dense` calls some of a layer's Wq, Wk and Wv dense and
+/// some not (they share one buffer); what `fill` throws, after which the buffers made so far are freed (a `fill` that
+/// copies asynchronously waits for its copies before it throws).
+template <Element T, class Dense, class Fill>
+BasicDecoderWeights<T> assemble_decoder_weights(const Device& device, const DecoderConfig& config, Dense&& dense,
+                                                Fill&& fill) {
   const std::vector<DecoderTensor> tensors = decoder_tensors(config);
-  auto next = tensors.begin();
-  const auto take = [&] { return make(*next++); };
+  std::vector<bool> is_dense;
+  is_dense.reserve(tensors.size());
+  for (const DecoderTensor& t : tensors) is_dense.push_back(static_cast<bool>(dense(t)));
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    if (tensors[i].role != DecoderTensorRole::wq) continue;  // Wk and Wv follow it
+    if (is_dense[i] != is_dense[i + 1] || is_dense[i] != is_dense[i + 2]) {
+      std::string dense_names;
+      std::string other_names;
+      for (std::size_t j = i; j < i + 3; ++j) {
+        std::string& names = is_dense[j] ? dense_names : other_names;
+        names += (names.empty() ? "" : ", ") + tensors[j].name;
+      }
+      throw UsageError("assemble_decoder_weights: layer " + std::to_string(tensors[i].layer) +
+                       "'s q, k and v share one buffer (BasicAttentionWeights::wqkv), so they must be all dense or "
+                       "none; dense: " +
+                       dense_names + "; not dense: " + other_names);
+    }
+  }
+  std::size_t next = 0;
+  // The next tensor in a buffer of its own (empty where not dense), filled.
+  const auto take = [&] {
+    const DecoderTensor& t = tensors[next];
+    DeviceBuffer<T> out(device, is_dense[next++] ? t.elements() : 0);
+    fill(t, out.view());
+    return out;
+  };
+  // The next three tensors, Wq, Wk and Wv, stacked in one buffer (empty where not dense), filled.
+  const auto take_stacked = [&] {
+    const std::size_t first = next;
+    const std::size_t size =
+        is_dense[first] ? tensors[first].elements() + tensors[first + 1].elements() + tensors[first + 2].elements() : 0;
+    DeviceBuffer<T> out(device, size);
+    std::size_t at = 0;
+    for (; next < first + 3; ++next) {
+      const std::size_t elements = size == 0 ? 0 : tensors[next].elements();
+      fill(tensors[next], out.view().subspan(at, elements));
+      at += elements;
+    }
+    return out;
+  };
   DeviceBuffer<T> embedding = take();
   std::vector<BasicAttentionWeights<T>> attention;
   std::vector<BasicSwigluWeights<T>> mlp;
   for (int l = 0; l < config.layers; ++l) {
     DeviceBuffer<T> gain = take();
-    DeviceBuffer<T> wq = take();
-    DeviceBuffer<T> wk = take();
-    DeviceBuffer<T> wv = take();
+    DeviceBuffer<T> wqkv = take_stacked();
     DeviceBuffer<T> wo = take();
     DeviceBuffer<T> bq = config.qkv_bias ? take() : DeviceBuffer<T>(device, 0);
     DeviceBuffer<T> bk = config.qkv_bias ? take() : DeviceBuffer<T>(device, 0);
     DeviceBuffer<T> bv = config.qkv_bias ? take() : DeviceBuffer<T>(device, 0);
-    attention.push_back({std::move(gain), std::move(wq), std::move(wk), std::move(wv), std::move(wo), std::move(bq),
-                         std::move(bk), std::move(bv)});
+    attention.push_back({std::move(gain), std::move(wqkv), std::move(wo), std::move(bq), std::move(bk), std::move(bv)});
     DeviceBuffer<T> mlp_gain = take();
     DeviceBuffer<T> w1 = take();
     DeviceBuffer<T> w3 = take();
@@ -96,6 +139,13 @@ BasicDecoderWeights<T> assemble_decoder_weights(const Device& device, const Deco
   DeviceBuffer<T> final_gain = take();
   DeviceBuffer<T> lm_head = take();
   return {std::move(embedding), std::move(attention), std::move(mlp), std::move(final_gain), std::move(lm_head)};
+}
+
+/// assemble_decoder_weights with every tensor dense.
+template <Element T, class Fill>
+BasicDecoderWeights<T> assemble_decoder_weights(const Device& device, const DecoderConfig& config, Fill&& fill) {
+  return assemble_decoder_weights<T>(
+      device, config, [](const DecoderTensor&) { return true; }, std::forward<Fill>(fill));
 }
 
 }  // namespace lazygraph::nn

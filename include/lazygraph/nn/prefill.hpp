@@ -176,9 +176,10 @@ auto prefill_layer(const BasicKernels<T>& k, std::type_identity_t<const BasicQua
     return quantized_qkv ? (qkv_bias.empty() ? qkv_bias : qkv_bias.subspan(at, size)) : dense.cview();
   };
   const auto project = [&] {
-    return p.plan(q_dim, d)(q, h.as_const(), weight(quantized_qkv, a.wq, 0, q_dim * d)) >>
-           p.plan(kv_dim, d)(key, h.as_const(), weight(quantized_qkv, a.wk, q_dim * d, kv_dim * d)) >>
-           p.plan(kv_dim, d)(value, h.as_const(), weight(quantized_qkv, a.wv, (q_dim + kv_dim) * d, kv_dim * d));
+    return p.plan(q_dim, d)(q, h.as_const(), quantized_qkv ? dequantized.subspan(0, q_dim * d) : a.wq(c)) >>
+           p.plan(kv_dim, d)(key, h.as_const(), quantized_qkv ? dequantized.subspan(q_dim * d, kv_dim * d) : a.wk(c)) >>
+           p.plan(kv_dim, d)(value, h.as_const(),
+                             quantized_qkv ? dequantized.subspan((q_dim + kv_dim) * d, kv_dim * d) : a.wv(c));
   };
   auto qkv = choose(quantized_qkv,
                     dequantize(quantized_qkv ? a.quantized_qkv->weight : nullptr, qkv_rows, d) >> project(), project());
