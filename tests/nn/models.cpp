@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <cmath>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <lazygraph/nn/decoder.hpp>
+#include <lazygraph/nn/decoder_tensors.hpp>
 #include <lazygraph/nn/mlp.hpp>
 #include <lazygraph/nn/random_weights.hpp>
 #include <lazygraph/nn/reference.hpp>
@@ -151,7 +153,59 @@ TEST_CASE("model configs reject shapes the kernels cannot run, saying which") {
   CHECK_NOTHROW(lazygraph::nn::DecoderConfig{}.validate());
 }
 
+TEST_CASE("a layer's stacked q, k and v lie at 0, q_dim d and (q_dim + kv_dim) d, and another size is refused") {
+  const lazygraph::nn::DecoderConfig c = small_decoder(2);  // q_dim 128, kv_dim 64, d 128
+  const std::size_t stacked = (128 + 2 * 64) * 128;
+  using lazygraph::nn::detail::stacked_qkv_part;
+  CHECK(stacked_qkv_part(c, stacked, 0, "wq") == std::pair<std::size_t, std::size_t>{0, 128 * 128});
+  CHECK(stacked_qkv_part(c, stacked, 1, "wk") == std::pair<std::size_t, std::size_t>{128 * 128, 64 * 128});
+  CHECK(stacked_qkv_part(c, stacked, 2, "wv") == std::pair<std::size_t, std::size_t>{192 * 128, 64 * 128});
+  CHECK(stacked_qkv_part(c, 0, 1, "wk") == std::pair<std::size_t, std::size_t>{0, 0});  // quantized: empty
+  CHECK_THROWS_WITH_AS((void)stacked_qkv_part(c, 128 * 128, 1, "wk"),
+                       doctest::Contains("BasicAttentionWeights::wk: wqkv holds 16384 elements, but the config's "
+                                         "stacked q, k and v are (q_dim + 2 kv_dim) x d = 32768"),
+                       lg::UsageError);
+}
+
 TEST_SUITE("gpu") {
+  TEST_CASE("generated weights hold each layer's Wq, Wk and Wv stacked in wqkv, and wq, wk and wv view them") {
+    namespace nn = lazygraph::nn;
+    const nn::DecoderConfig c = small_decoder(2);
+    const nn::DecoderWeights w = nn::DecoderWeights::generate(lgtest::stream(), nn::Kernels(lgtest::nn_kernels()), c);
+    for (const nn::DecoderTensor& t : nn::decoder_tensors(c)) {
+      const bool q = t.role == nn::DecoderTensorRole::wq;
+      if (!q && t.role != nn::DecoderTensorRole::wk && t.role != nn::DecoderTensorRole::wv) continue;
+      CAPTURE(t.name);
+      const nn::AttentionWeights& a = w.attention[static_cast<std::size_t>(t.layer)];
+      CHECK(a.wqkv.size() == static_cast<std::size_t>(c.q_dim() + 2 * c.kv_dim()) * static_cast<std::size_t>(c.d));
+      const lg::DeviceSpan<const half> part = q ? a.wq(c) : t.role == nn::DecoderTensorRole::wk ? a.wk(c) : a.wv(c);
+      const std::vector<half> got = lgtest::to_host(lgtest::stream(), part);
+      const std::vector<half> want = nn::host_tensor(c.seed, t.seeded);
+      REQUIRE(got.size() == want.size());
+      CHECK(std::equal(got.begin(), got.end(), want.begin(), [](half x, half y) { return x.bits == y.bits; }));
+    }
+    nn::DecoderConfig other = c;
+    other.kv_heads = 4;
+    CHECK_THROWS_WITH_AS((void)w.attention[0].wv(other), doctest::Contains("BasicAttentionWeights::wv: wqkv holds"),
+                         lg::UsageError);
+  }
+
+  TEST_CASE("weights whose q, k and v are partly dense are refused before anything is made, naming the layer") {
+    namespace nn = lazygraph::nn;
+    const nn::DecoderConfig c = small_decoder();
+    int calls = 0;
+    CHECK_THROWS_WITH_AS(
+        (void)nn::assemble_decoder_weights<half>(
+            lgtest::stream().device(), c,
+            [](const nn::DecoderTensor& t) { return t.layer != 1 || t.role != nn::DecoderTensorRole::wk; },
+            [&](const nn::DecoderTensor&, lg::DeviceSpan<half>) { ++calls; }),
+        doctest::Contains("layer 1's q, k and v share one buffer (BasicAttentionWeights::wqkv), so they must be all "
+                          "dense or none; dense: model.layers.1.self_attn.q_proj.weight, "
+                          "model.layers.1.self_attn.v_proj.weight; not dense: model.layers.1.self_attn.k_proj.weight"),
+        lg::UsageError);
+    CHECK(calls == 0);
+  }
+
   TEST_CASE("weights generated on the GPU equal the host's bit for bit") {
     const lazygraph::nn::Kernels k(lgtest::nn_kernels());
     for (const auto& spec : {lazygraph::nn::matrix_spec(16 + 7, 1536, 512), lazygraph::nn::gain_spec(1000001, 4096),
