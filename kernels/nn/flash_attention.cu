@@ -16,8 +16,10 @@
 //     chunk's own k and v for j >= start. The kernel also writes the chunk's k and v into the caches at positions
 //     start .. start + rows - 1 of slot `slot`, every kv head, and writes no other cache entry; rows of q, k, v and
 //     out from `rows` to max_rows (a bucket's padding) are neither read nor written.
-//     Launch: grid (ceil(max_rows / 64), n_heads), block 128 threads, dynamic shared memory 5 * 64 * (D + 8) *
-//     sizeof(T) bytes (nn::BasicKernels::flash_attention_config). Requires sm_80 or newer, n_heads a multiple of
+//     flash_attention_rows64_d64 (and _bf16) is flash_attention_d64 in tiles of R = 64 rows (below).
+//     Launch: grid (n_heads, ceil(max_rows / R)) with R = 128 query rows per block for D = 64 and 64 for D = 128,
+//     block 128 threads, dynamic shared memory (R + 4 * 64) * (D + 8) * sizeof(T) bytes
+//     (nn::BasicKernels::flash_attention_config). Requires sm_80 or newer, n_heads a multiple of
 //     n_kv_heads, q, k, v, the caches and out 16-byte aligned, k and v not overlapping the caches
 //     (nn::prefill_attention checks these on the host), and from the device values 0 <= start, 1 <= rows <= max_rows,
 //     start + rows <= max_ctx, 0 <= slot < n_slots (nn::check_prefill_chunk checks them where the host knows them). Any
@@ -27,31 +29,38 @@
 //
 // The cache write. The chunk's keys and values are read from k and v, never from the cache, so no block reads a cache
 // entry that any block writes: the write needs no ordering against the reads, hence no second launch and no grid-wide
-// barrier. Block (tile t, head h) with h % (n_heads / n_kv_heads) == 0 copies rows 64 t .. 64 t + 63 (those below
-// rows) of kv head g from k and v into the caches (each row of each kv head exactly once, 16-byte loads and stores).
+// barrier. Block (tile t, head h) with h % (n_heads / n_kv_heads) == 0 copies rows R t .. R t + R - 1 (those
+// below rows) of kv head g from k and v into the caches (each row of each kv head exactly once, 16-byte loads and
+// stores).
 //
-// Mapping. Block (x, h) takes query tile t = gridDim.x - 1 - x (the longest tiles, latest in the prompt, start first)
-// of head h: 64 rows, 16 per warp; a tile wholly past `rows` returns at once. The tile's q rows go into shared memory
+// Mapping. Block (h, y) takes query tile t = gridDim.y - 1 - y of head h (blocks start in x-then-y order, so the
+// longest tiles, latest in the prompt, of every head start first and the short ones fill in behind them): R rows, R / 4
+// per warp (one or two mma row tiles of 16: with two, each K and V fragment a warp loads from shared memory feeds both,
+// halving that traffic per product); a tile wholly past `rows` returns at once. The tile's q rows go into shared memory
 // once and then into registers as mma A fragments. Keys and values are visited in tiles of 64 positions, 0 .. the
 // tile's last position, double-buffered in shared memory (cp.async, the next tile in flight while this one is used).
-// Per key tile each warp computes its 16 x 64 scores on tensor cores (ldmatrix of K), masks positions past each row's
-// own (and past the chunk), updates each row's running maximum m and sum l (fp32, base 2: scores are pre-multiplied by
-// scale * log2(e)), rescales its 16 x D output accumulators, turns the probabilities (rounded to T) into A fragments
-// straight from the score registers (the C layout of two 16 x 8 tiles is the A layout of one 16 x 16 tile) and adds
-// P V on tensor cores (ldmatrix.trans of V). A warp skips a key tile wholly past its rows. At the end, out = acc / l,
-// staged through shared memory for 16-byte stores. Rows past the chunk (the last tile's) are computed on zeros and
-// never stored.
-// Shared rows are padded to D + 8 elements, so the 8 row addresses of an ldmatrix fall on distinct banks.
+// Per key tile each warp computes its (R / 4) x 64 scores on tensor cores (ldmatrix of K), masks positions past each
+// row's own in the tiles on the diagonal only, updates each row's running maximum m of the raw scores and sum l (fp32,
+// base 2: scale * log2(e) is folded into each exponent's one fma), rescales its output accumulators, turns the
+// probabilities (rounded to T) into A fragments straight from the score registers (the C layout of two 16 x 8 tiles is
+// the A layout of one 16 x 16 tile) and adds P V on tensor cores (ldmatrix.trans of V). A warp skips a key tile wholly
+// past its rows. At the end, out = acc / l, staged through shared memory for 16-byte stores. Rows past the chunk (the
+// last tile's) are computed on zeros and never stored. Shared rows are padded to D + 8 elements, so the 8 row addresses
+// of an ldmatrix fall on distinct banks.
 #include "lazygraph/element.cuh"
 #include "lazygraph/kernel_common.cuh"
 
 namespace {
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800  // (before sm_80 the kernels only trap)
+constexpr int kTile = 64;                      // key positions per key tile
+constexpr int kWarpsPerBlock = 4;              // each 16 kM query rows
+constexpr int kThreads = 32 * kWarpsPerBlock;  // the block
+/// Query rows per warp of flash_attention_dD, in mma tiles of 16: two for head_dim 64 (each K and V fragment loaded
+/// from shared memory feeds two tiles: half the shared-memory traffic per product), one for 128 (two would need more
+/// than 255 registers). flash_attention_rows64_d64 takes one.
+constexpr int warp_tiles(int head_dim) { return head_dim <= 64 ? 2 : 1; }
 
-constexpr int kTile = 64;              // query rows per block; key positions per key tile
-constexpr int kWarps = 4;              // 16 query rows each
-constexpr int kThreads = 32 * kWarps;  // the block
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800  // (before sm_80 the kernels only trap)
 constexpr float kLog2e = 1.4426950408889634f;
 
 __device__ __forceinline__ unsigned shared_address(const void* p) {
@@ -105,27 +114,29 @@ __device__ __forceinline__ void mma(float (&c)[4], const unsigned (&a)[4], unsig
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-/// 2^x (the hardware's approximation, relative error about 2^-22; 2^-inf = 0).
+/// 2^x (the hardware's approximation, relative error about 2^-22; 2^-inf = 0), subnormal results flushed to zero:
+/// without .ftz each costs three more instructions, and a probability below 2^-126 adds nothing a half or bf16 keeps.
 __device__ __forceinline__ float exp2_approx(float x) {
   float y;
-  asm("ex2.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
 
 #endif  // __CUDA_ARCH__ >= 800
 
-template <class T, int D>
+template <class T, int D, int kM>
 __device__ __forceinline__ void flash_attention_body(const T* q, const T* k, const T* v, T* k_cache, T* v_cache, T* out,
                                                      const int* chunk, int max_rows, int n_heads, int n_kv_heads,
                                                      int max_ctx, int n_slots, float scale) {
   lg::early_launch_prologue();  // may be launched early: everything it reads may be the previous kernel's output
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   static_assert(D % 16 == 0 && D <= 256, "head_dim must be a multiple of 16");
-  constexpr int S = D + 8;        // shared row stride, in elements
-  constexpr int kChunks = D / 8;  // 16-byte chunks per row
+  constexpr int kRows = kWarpsPerBlock * 16 * kM;  // query rows per block (kM mma row tiles per warp)
+  constexpr int S = D + 8;                         // shared row stride, in elements
+  constexpr int kChunks = D / 8;                   // 16-byte chunks per row
   extern __shared__ uint4 flash_shared[];
-  T* const sq = reinterpret_cast<T*>(flash_shared);  // [64][S] the query tile, later the output staging
-  T* const sk0 = sq + kTile * S;                     // stage 0: keys [64][S], values [64][S]; stage 1 after
+  T* const sq = reinterpret_cast<T*>(flash_shared);  // [kRows][S] the query tile, later the output staging
+  T* const sk0 = sq + kRows * S;                     // stage 0: keys [64][S], values [64][S]; stage 1 after
   const auto keys = [&](int stage) { return sk0 + stage * 2 * kTile * S; };
   const auto values = [&](int stage) { return sk0 + (stage * 2 + 1) * kTile * S; };
 
@@ -136,19 +147,19 @@ __device__ __forceinline__ void flash_attention_body(const T* q, const T* k, con
   const int slot = chunk[2];
   if (blockDim.x != kThreads || start < 0 || rows < 1 || rows > max_rows ||
       static_cast<long long>(start) + rows > max_ctx || slot < 0 || slot >= n_slots || n_kv_heads <= 0 ||
-      n_heads % n_kv_heads != 0 || static_cast<long long>(gridDim.x) * kTile < max_rows || !lg::is_aligned16(q) ||
+      n_heads % n_kv_heads != 0 || static_cast<long long>(gridDim.y) * kRows < max_rows || !lg::is_aligned16(q) ||
       !lg::is_aligned16(k) || !lg::is_aligned16(v) || !lg::is_aligned16(k_cache) || !lg::is_aligned16(v_cache) ||
       !lg::is_aligned16(out)) {
     __trap();
   }
-  const int head = blockIdx.y;
+  const int head = blockIdx.x;
   if (head >= n_heads) return;
-  const int tile = gridDim.x - 1 - blockIdx.x;  // the longest tiles first
-  const int row0 = tile * kTile;                // the tile's first chunk row
+  const int tile = gridDim.y - 1 - blockIdx.y;  // the longest tiles first (blocks start in x-then-y order)
+  const int row0 = tile * kRows;                // the tile's first chunk row
   if (row0 >= rows) return;                     // a grid larger than the chunk
   const int group = n_heads / n_kv_heads;
   const int kv_head = head / group;
-  const int tile_rows = min(kTile, rows - row0);
+  const int tile_rows = min(kRows, rows - row0);
   const int q_first = start + row0;                                // the tile's first position
   const int q_last = q_first + tile_rows - 1;                      // its last: no row of the tile attends a later key
   const long long q_stride = static_cast<long long>(n_heads) * D;  // between rows of q and out
@@ -160,7 +171,7 @@ __device__ __forceinline__ void flash_attention_body(const T* q, const T* k, con
   const T* const chunk_v = v + kv_head * D;
 
   // 1. The query tile (rows past the chunk as zeros) and the first key tile, in one group of copies.
-  for (int i = threadIdx.x; i < kTile * kChunks; i += kThreads) {
+  for (int i = threadIdx.x; i < kRows * kChunks; i += kThreads) {
     const int r = i / kChunks;
     const int c = i % kChunks;
     const T* from = q + static_cast<long long>(row0 + min(r, tile_rows - 1)) * q_stride + head * D + 8 * c;
@@ -203,26 +214,36 @@ __device__ __forceinline__ void flash_attention_body(const T* q, const T* k, con
     }
   }
 
-  // 3. The key tiles. Lane (g, t) holds rows 16 warp + g and 16 warp + g + 8 of the tile in the mma layouts.
+  // 3. The key tiles. The warp holds rows 16 kM warp .. + 16 kM - 1 of the tile, as kM mma row tiles; lane (g, t)
+  // holds rows g and g + 8 of each in the mma layouts.
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int g = lane / 4;
   const int t = lane % 4;
-  const int warp_first = min(q_first + 16 * warp, q_last);      // the smallest last key of the warp's rows
-  const int warp_last = min(q_first + 16 * warp + 15, q_last);  // the largest
-  const int limit0 = min(q_first + 16 * warp + g, q_last);      // the last key row g attends
-  const int limit1 = min(q_first + 16 * warp + g + 8, q_last);  // row g + 8's
+  const int warp_row0 = 16 * kM * warp;                                  // the warp's first row in the tile
+  const int warp_first = min(q_first + warp_row0, q_last);               // the smallest last key of its rows
+  const int warp_last = min(q_first + warp_row0 + 16 * kM - 1, q_last);  // the largest
+  int limit[kM][2];  // the last key row g (and g + 8) of row tile mi attends
+#pragma unroll
+  for (int mi = 0; mi < kM; ++mi) {
+    limit[mi][0] = min(q_first + warp_row0 + 16 * mi + g, q_last);
+    limit[mi][1] = min(q_first + warp_row0 + 16 * mi + g + 8, q_last);
+  }
+  // Scores stay unscaled; the softmax works in base 2 with scale * log2(e) folded into each exponent's one fma.
   const float score_scale = scale * kLog2e;
   const float none = -__int_as_float(0x7f800000);  // -inf
 
-  unsigned qa[D / 16][4];  // the warp's 16 query rows as A fragments, one per 16 dims
-  float acc[D / 8][4];     // its 16 x D output, unnormalised, one C tile per 8 dims
+  unsigned qa[kM][D / 16][4];  // the warp's query rows as A fragments, one per 16 dims
+  float acc[kM][D / 8][4];     // its output rows, unnormalised, one C tile per 8 dims
+  float m[kM][2];              // running maximum of each row's (unscaled) scores: row g, row g + 8
+  float l[kM][2];              // this lane's share of each row's running sum (its columns)
 #pragma unroll
-  for (int d = 0; d < D / 8; ++d) acc[d][0] = acc[d][1] = acc[d][2] = acc[d][3] = 0.0f;
-  float m0 = none;  // running maximum of row g's scores (base-2 units), and of row g + 8's
-  float m1 = none;
-  float l0 = 0.0f;  // this lane's share of row g's running sum (its columns), and of row g + 8's
-  float l1 = 0.0f;
+  for (int mi = 0; mi < kM; ++mi) {
+#pragma unroll
+    for (int d = 0; d < D / 8; ++d) acc[mi][d][0] = acc[mi][d][1] = acc[mi][d][2] = acc[mi][d][3] = 0.0f;
+    m[mi][0] = m[mi][1] = none;
+    l[mi][0] = l[mi][1] = 0.0f;
+  }
 
   const int n_tiles = q_last / kTile + 1;
   for (int n = 0; n < n_tiles; ++n) {  // uniform over the block
@@ -235,22 +256,29 @@ __device__ __forceinline__ void flash_attention_body(const T* q, const T* k, con
     }
     __syncthreads();
     if (n == 0) {
-      // Matrices: rows 0-7 / 8-15 of the warp's 16, dims 0-7 / 8-15 of the 16: a[0] (0-7, 0-7), a[1] (8-15, 0-7),
+      // Matrices: rows 0-7 / 8-15 of a row tile, dims 0-7 / 8-15 of the 16: a[0] (0-7, 0-7), a[1] (8-15, 0-7),
       // a[2] (0-7, 8-15), a[3] (8-15, 8-15).
-      const T* row = sq + (16 * warp + lane % 8 + (lane / 8) % 2 * 8) * S + lane / 16 * 8;
 #pragma unroll
-      for (int kc = 0; kc < D / 16; ++kc) load_matrices(qa[kc], row + 16 * kc);
+      for (int mi = 0; mi < kM; ++mi) {
+        const T* row = sq + (warp_row0 + 16 * mi + lane % 8 + (lane / 8) % 2 * 8) * S + lane / 16 * 8;
+#pragma unroll
+        for (int kc = 0; kc < D / 16; ++kc) load_matrices(qa[mi][kc], row + 16 * kc);
+      }
     }
     const int key0 = n * kTile;
     if (key0 <= warp_last) {  // uniform over the warp; a tile wholly past its rows adds nothing
       const T* const sk = keys(n & 1);
       const T* const sv = values(n & 1);
-      // Scores: s[nt] is the C tile of keys key0 + 8 nt .. + 7.
-      float s[kTile / 8][4];
+      // Scores: s[mi][nt] is the C tile of row tile mi and keys key0 + 8 nt .. + 7.
+      float s[kM][kTile / 8][4];
 #pragma unroll
-      for (int nt = 0; nt < kTile / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+      for (int mi = 0; mi < kM; ++mi) {
+#pragma unroll
+        for (int nt = 0; nt < kTile / 8; ++nt) s[mi][nt][0] = s[mi][nt][1] = s[mi][nt][2] = s[mi][nt][3] = 0.0f;
+      }
       // B fragments of keys 16 np .. 16 np + 15: matrices (keys 0-7, dims 0-7), (keys 0-7, dims 8-15),
-      // (keys 8-15, dims 0-7), (keys 8-15, dims 8-15) = b0, b1 of key tile 2 np, then of 2 np + 1.
+      // (keys 8-15, dims 0-7), (keys 8-15, dims 8-15) = b0, b1 of key tile 2 np, then of 2 np + 1. Each feeds every
+      // row tile of the warp.
       const T* const key_row = sk + (lane % 8 + lane / 16 * 8) * S + (lane / 8) % 2 * 8;
 #pragma unroll
       for (int kc = 0; kc < D / 16; ++kc) {
@@ -258,73 +286,98 @@ __device__ __forceinline__ void flash_attention_body(const T* q, const T* k, con
         for (int np = 0; np < kTile / 16; ++np) {
           unsigned b[4];
           load_matrices(b, key_row + 16 * np * S + 16 * kc);
-          mma(s[2 * np], qa[kc], b[0], b[1], T{});
-          mma(s[2 * np + 1], qa[kc], b[2], b[3], T{});
+#pragma unroll
+          for (int mi = 0; mi < kM; ++mi) {
+            mma(s[mi][2 * np], qa[mi][kc], b[0], b[1], T{});
+            mma(s[mi][2 * np + 1], qa[mi][kc], b[2], b[3], T{});
+          }
         }
       }
-      // Scale to base 2 and mask keys past each row's position (only tiles that reach past the warp's first row).
-      const bool masked = key0 + kTile - 1 > warp_first;
+      // Mask keys past each row's position: only in tiles that reach past the warp's first row (the diagonal).
+      if (key0 + kTile - 1 > warp_first) {
 #pragma unroll
-      for (int nt = 0; nt < kTile / 8; ++nt) {
+        for (int mi = 0; mi < kM; ++mi) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int j = key0 + 8 * nt + 2 * t + (e & 1);
-          const bool past = masked && j > (e < 2 ? limit0 : limit1);
-          s[nt][e] = past ? none : s[nt][e] * score_scale;
+          for (int nt = 0; nt < kTile / 8; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int j = key0 + 8 * nt + 2 * t + (e & 1);
+              if (j > limit[mi][e / 2]) s[mi][nt][e] = none;
+            }
+          }
         }
       }
-      // Online softmax: the rows' new maxima (over the quad of lanes sharing a row), the factor that rescales what
-      // was accumulated under the old ones, and the probabilities 2^(s - m).
-      float max0 = m0;
-      float max1 = m1;
+      // Online softmax per row: the new maximum (over the quad of lanes sharing a row), the factor that rescales what
+      // was accumulated under the old one, and the probabilities 2^((s - max) scale log2 e).
+      float rescale[kM][2];
+      bool grew = false;  // whether any row's maximum grew (its accumulators then need rescaling)
 #pragma unroll
-      for (int nt = 0; nt < kTile / 8; ++nt) {
-        max0 = fmaxf(max0, fmaxf(s[nt][0], s[nt][1]));
-        max1 = fmaxf(max1, fmaxf(s[nt][2], s[nt][3]));
+      for (int mi = 0; mi < kM; ++mi) {
+        const float old[2] = {m[mi][0], m[mi][1]};
+        float top[2] = {m[mi][0], m[mi][1]};
+#pragma unroll
+        for (int nt = 0; nt < kTile / 8; ++nt) {
+          top[0] = fmaxf(top[0], fmaxf(s[mi][nt][0], s[mi][nt][1]));
+          top[1] = fmaxf(top[1], fmaxf(s[mi][nt][2], s[mi][nt][3]));
+        }
+        float base[2];  // the new maximum, scaled (0 for a row with no key yet: 2^(-inf) = 0, not NaN)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          top[h] = fmaxf(top[h], __shfl_xor_sync(0xffffffffu, top[h], 1));
+          top[h] = fmaxf(top[h], __shfl_xor_sync(0xffffffffu, top[h], 2));
+          base[h] = top[h] == none ? 0.0f : top[h] * score_scale;
+          // Exactly 1 where the maximum stayed (the fma below would give 2^(m's rounding error) instead).
+          rescale[mi][h] = top[h] == old[h] ? 1.0f : exp2_approx(fmaf(m[mi][h], score_scale, -base[h]));
+          m[mi][h] = top[h];
+          l[mi][h] *= rescale[mi][h];
+          grew |= top[h] != old[h];
+        }
+#pragma unroll
+        for (int nt = 0; nt < kTile / 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            s[mi][nt][e] = exp2_approx(fmaf(s[mi][nt][e], score_scale, -base[e / 2]));
+            l[mi][e / 2] += s[mi][nt][e];
+          }
+        }
       }
-      max0 = fmaxf(max0, __shfl_xor_sync(0xffffffffu, max0, 1));
-      max0 = fmaxf(max0, __shfl_xor_sync(0xffffffffu, max0, 2));
-      max1 = fmaxf(max1, __shfl_xor_sync(0xffffffffu, max1, 1));
-      max1 = fmaxf(max1, __shfl_xor_sync(0xffffffffu, max1, 2));
-      const float base0 = max0 == none ? 0.0f : max0;  // a row with no key yet: 2^(-inf - 0) = 0, not NaN
-      const float base1 = max1 == none ? 0.0f : max1;
-      const float rescale0 = exp2_approx(m0 - base0);
-      const float rescale1 = exp2_approx(m1 - base1);
-      m0 = max0;
-      m1 = max1;
-      l0 *= rescale0;
-      l1 *= rescale1;
+      // Rescale what was accumulated under the old maxima; past the first tiles a row's maximum seldom grows, so a
+      // warp whose rows' maxima all stayed skips the multiplications (a factor of exactly 1).
+      if (__any_sync(0xffffffffu, grew)) {
 #pragma unroll
-      for (int d = 0; d < D / 8; ++d) {
-        acc[d][0] *= rescale0;
-        acc[d][1] *= rescale0;
-        acc[d][2] *= rescale1;
-        acc[d][3] *= rescale1;
-      }
+        for (int mi = 0; mi < kM; ++mi) {
 #pragma unroll
-      for (int nt = 0; nt < kTile / 8; ++nt) {
-        s[nt][0] = exp2_approx(s[nt][0] - base0);
-        s[nt][1] = exp2_approx(s[nt][1] - base0);
-        s[nt][2] = exp2_approx(s[nt][2] - base1);
-        s[nt][3] = exp2_approx(s[nt][3] - base1);
-        l0 += s[nt][0] + s[nt][1];
-        l1 += s[nt][2] + s[nt][3];
+          for (int d = 0; d < D / 8; ++d) {
+            acc[mi][d][0] *= rescale[mi][0];
+            acc[mi][d][1] *= rescale[mi][0];
+            acc[mi][d][2] *= rescale[mi][1];
+            acc[mi][d][3] *= rescale[mi][1];
+          }
+        }
       }
       // acc += P V. P's A fragment of keys 16 kc .. + 15 is C tiles 2 kc and 2 kc + 1; V's B fragments of dims
       // 16 dp .. + 15: matrices (keys 0-7, dims 0-7), (keys 8-15, dims 0-7), (keys 0-7, dims 8-15),
-      // (keys 8-15, dims 8-15), transposed = b0, b1 of dim tile 2 dp, then of 2 dp + 1.
+      // (keys 8-15, dims 8-15), transposed = b0, b1 of dim tile 2 dp, then of 2 dp + 1. Each feeds every row tile.
       const T* const value_row = sv + (lane % 8 + (lane / 8) % 2 * 8) * S + lane / 16 * 8;
 #pragma unroll
       for (int kc = 0; kc < kTile / 16; ++kc) {
-        const unsigned p[4] = {lg::pack2(T{}, s[2 * kc][0], s[2 * kc][1]), lg::pack2(T{}, s[2 * kc][2], s[2 * kc][3]),
-                               lg::pack2(T{}, s[2 * kc + 1][0], s[2 * kc + 1][1]),
-                               lg::pack2(T{}, s[2 * kc + 1][2], s[2 * kc + 1][3])};
+        unsigned p[kM][4];
+#pragma unroll
+        for (int mi = 0; mi < kM; ++mi) {
+          p[mi][0] = lg::pack2(T{}, s[mi][2 * kc][0], s[mi][2 * kc][1]);
+          p[mi][1] = lg::pack2(T{}, s[mi][2 * kc][2], s[mi][2 * kc][3]);
+          p[mi][2] = lg::pack2(T{}, s[mi][2 * kc + 1][0], s[mi][2 * kc + 1][1]);
+          p[mi][3] = lg::pack2(T{}, s[mi][2 * kc + 1][2], s[mi][2 * kc + 1][3]);
+        }
 #pragma unroll
         for (int dp = 0; dp < D / 16; ++dp) {
           unsigned b[4];
           load_matrices_transposed(b, value_row + 16 * kc * S + 16 * dp);
-          mma(acc[2 * dp], p, b[0], b[1], T{});
-          mma(acc[2 * dp + 1], p, b[2], b[3], T{});
+#pragma unroll
+          for (int mi = 0; mi < kM; ++mi) {
+            mma(acc[mi][2 * dp], p[mi], b[0], b[1], T{});
+            mma(acc[mi][2 * dp + 1], p[mi], b[2], b[3], T{});
+          }
         }
       }
     }
@@ -332,26 +385,34 @@ __device__ __forceinline__ void flash_attention_body(const T* q, const T* k, con
   }
 
   // 4. out = acc / l, through the warp's own rows of the query tile (only this warp read them) for 16-byte stores.
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-  const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f;
-  const float inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
-  T* const staged = sq + 16 * warp * S;
 #pragma unroll
-  for (int d = 0; d < D / 8; ++d) {
-    *reinterpret_cast<unsigned*>(staged + g * S + 8 * d + 2 * t) = lg::pack2(T{}, acc[d][0] * inv0, acc[d][1] * inv0);
-    *reinterpret_cast<unsigned*>(staged + (g + 8) * S + 8 * d + 2 * t) =
-        lg::pack2(T{}, acc[d][2] * inv1, acc[d][3] * inv1);
+  for (int mi = 0; mi < kM; ++mi) {
+    float inv[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float sum = l[mi][h];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      inv[h] = sum > 0.0f ? 1.0f / sum : 0.0f;
+    }
+    T* const staged = sq + (warp_row0 + 16 * mi) * S;
+#pragma unroll
+    for (int d = 0; d < D / 8; ++d) {
+      *reinterpret_cast<unsigned*>(staged + g * S + 8 * d + 2 * t) =
+          lg::pack2(T{}, acc[mi][d][0] * inv[0], acc[mi][d][1] * inv[0]);
+      *reinterpret_cast<unsigned*>(staged + (g + 8) * S + 8 * d + 2 * t) =
+          lg::pack2(T{}, acc[mi][d][2] * inv[1], acc[mi][d][3] * inv[1]);
+    }
   }
   __syncwarp();
-  for (int i = lane; i < 16 * kChunks; i += 32) {
+  for (int i = lane; i < 16 * kM * kChunks; i += 32) {
     const int r = i / kChunks;
     const int c = i % kChunks;
-    const int row = row0 + 16 * warp + r;
-    if (row < rows)
-      lg::store8(out + static_cast<long long>(row) * q_stride + head * D + 8 * c, lg::load8(staged + r * S + 8 * c));
+    const int row = row0 + warp_row0 + r;
+    if (row < rows) {
+      lg::store8(out + static_cast<long long>(row) * q_stride + head * D + 8 * c,
+                 lg::load8(sq + (warp_row0 + r) * S + 8 * c));
+    }
   }
 #else
   __trap();  // mma.sync on fp16 and bf16, ldmatrix and cp.async need sm_80
@@ -360,13 +421,17 @@ __device__ __forceinline__ void flash_attention_body(const T* q, const T* k, con
 
 }  // namespace
 
-// The entry points: flash_attention_d64, flash_attention_d64_bf16, flash_attention_d128, flash_attention_d128_bf16
-// (the element type's suffix last, as nn::BasicKernels names a kernel for T).
+// The entry points: flash_attention_d64, flash_attention_d64_bf16, flash_attention_d128, flash_attention_d128_bf16,
+// and flash_attention_rows64_d64 / _bf16 (head_dim 64 in tiles of 64 rows: twice the blocks for short chunks) (the
+// element type's suffix last, as nn::BasicKernels names a kernel for T).
 /* lazygraph:variants
 axis D = 64 _d64 | 128 _d128
 axis T = lg::half_t | lg::bf16_t _bf16
 
 flash_attention[D][T] __launch_bounds__(128) =
-    flash_attention_body<T, D>(const T* q, const T* k, const T* v, T* k_cache, T* v_cache, T* out, const int* chunk,
-                               int max_rows, int n_heads, int n_kv_heads, int max_ctx, int n_slots, float scale)
+    flash_attention_body<T, D, warp_tiles(D)>(const T* q, const T* k, const T* v, T* k_cache, T* v_cache, T* out,
+        const int* chunk, int max_rows, int n_heads, int n_kv_heads, int max_ctx, int n_slots, float scale)
+flash_attention_rows64[D: 64][T] __launch_bounds__(128) =
+    flash_attention_body<T, D, 1>(const T* q, const T* k, const T* v, T* k_cache, T* v_cache, T* out,
+        const int* chunk, int max_rows, int n_heads, int n_kv_heads, int max_ctx, int n_slots, float scale)
 */

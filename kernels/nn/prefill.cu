@@ -5,13 +5,22 @@
 // neither read nor written. `rows` is clamped to [0, max_rows], so no value in device memory makes them touch memory
 // outside their buffers. fp16 (`NAME`) and bf16 (`NAME_bf16`) from one template each; arithmetic in fp32.
 //
-//   prefill_rope(q, k, v, bq, bk, bv, chunk, n_heads, n_kv_heads, head_dim, frequencies, max_rows)
-//     q [max_rows][n_heads * head_dim], k and v [max_rows][n_kv_heads * head_dim], as the q, k and v GEMMs wrote them
-//     (no bias). For row r < rows at position p = start + r: the biases are added (bq [n_heads * head_dim], bk and bv
-//     [n_kv_heads * head_dim]; all three null for none), then each pair (2i, 2i+1) of every q and k head is rotated by
-//     angle = p * frequencies[i] (kernels/nn/rope.cu's rule and table: x0' = x0 cos - x1 sin, x1' = x0 sin + x1 cos),
-//     in fp32, rounded once. v is touched only to add its bias. Launch: 1-D, any grid and block (grid-stride), e.g.
-//     grid_for(max_rows * (n_heads + 2 * n_kv_heads) * head_dim / 2, 256). head_dim even.
+//   prefill_rms_norm(x, gain, out, chunk, d, eps, max_rows)
+//     out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * gain for r < rows (x and out [max_rows][d], gain [d]), as
+//     kernels/nn/rms_norm.cu computes it for one vector (the sum of squares in another order). `out` may be `x`. d a
+//     multiple of 8 and the buffers 16-byte aligned (traps otherwise): 16-byte loads and stores. Launch: 1-D grid of
+//     blocks over the rows (block b takes rows b, b + gridDim.x, ...), e.g. max_rows blocks of 256 threads; the block
+//     a multiple of 32 threads.
+//
+//   prefill_qkv_rope(qkv, bq, bk, bv, q, k, v, chunk, n_heads, n_kv_heads, head_dim, frequencies, max_rows)
+//     qkv [max_rows][q_dim + 2 kv_dim] as the stacked q/k/v GEMM wrote it (no bias; q_dim = n_heads * head_dim,
+//     kv_dim = n_kv_heads * head_dim); q [max_rows][q_dim], k and v [max_rows][kv_dim] receive its three parts. For row
+//     r < rows at position p = start + r: the biases are added (bq [q_dim], bk and bv [kv_dim]; all three null for
+//     none), then each pair (2i, 2i+1) of every q and k head is rotated by angle = p * frequencies[i]
+//     (kernels/nn/rope.cu's rule and table: x0' = x0 cos - x1 sin, x1' = x0 sin + x1 cos), in fp32, rounded once; v is
+//     copied (plus its bias). head_dim a multiple of 8 and every buffer 16-byte aligned (traps otherwise): each thread
+//     moves 8 elements (4 pairs) with 16-byte loads and stores. Launch: 1-D, any grid and block (grid-stride over
+//     eighths of rows), e.g. grid_for(max_rows * (q_dim + 2 kv_dim) / 8, 256).
 //
 //   prefill_silu_mul(gate, up, out, chunk, width, max_rows)
 //     out[r][i] = silu(gate[r][i]) * up[r][i], silu(a) = a / (1 + exp(-a)), for r < rows, i < width; every buffer
@@ -25,6 +34,7 @@
 //
 // Each may be launched early (LaunchConfig::early_launch): it waits for the kernel before it first, and reads `chunk`
 // only after that wait.
+#include "lazygraph/block_reduce.cuh"
 #include "lazygraph/element.cuh"
 #include "lazygraph/kernel_common.cuh"
 
@@ -34,54 +44,93 @@ namespace {
 __device__ __forceinline__ int chunk_rows(const int* chunk, int max_rows) { return min(max(chunk[1], 0), max_rows); }
 
 template <class T>
-__device__ __forceinline__ void prefill_rope_body(T* q, T* k, T* v, const T* bq, const T* bk, const T* bv,
-                                                  const int* chunk, int n_heads, int n_kv_heads, int head_dim,
-                                                  const float* frequencies, int max_rows) {
+__device__ __forceinline__ void prefill_rms_norm_body(const T* x, const T* gain, T* out, const int* chunk, int d,
+                                                      float eps, int max_rows) {
   lg::early_launch_prologue();
+  if (d % 8 != 0 || !lg::is_aligned16(x) || !lg::is_aligned16(gain) || !lg::is_aligned16(out)) __trap();
+  const int rows = chunk_rows(chunk, max_rows);
+  const int eighths = d / 8;
+  for (int r = blockIdx.x; r < rows; r += gridDim.x) {  // uniform over the block: block_sum's barriers are safe
+    const T* row = x + static_cast<long long>(r) * d;
+    T* to = out + static_cast<long long>(r) * d;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < eighths; i += blockDim.x) {
+      float a[8];
+      lg::load_float8(row + 8 * i, a);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) ss += a[j] * a[j];
+    }
+    const float inv_rms = 1.0f / sqrtf(lg::block_sum(ss) / static_cast<float>(d) + eps);
+    for (int i = threadIdx.x; i < eighths; i += blockDim.x) {  // the row again, from L1 (this thread read it)
+      float a[8];
+      float g[8];
+      lg::load_float8(row + 8 * i, a);
+      lg::load_float8(gain + 8 * i, g);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) a[j] = a[j] * inv_rms * g[j];
+      lg::store8(to + 8 * i, lg::pack8<T>(a));
+    }
+  }
+}
+
+template <class T>
+__device__ __forceinline__ void prefill_qkv_rope_body(const T* qkv, const T* bq, const T* bk, const T* bv, T* q, T* k,
+                                                      T* v, const int* chunk, int n_heads, int n_kv_heads, int head_dim,
+                                                      const float* frequencies, int max_rows) {
+  lg::early_launch_prologue();
+  if (head_dim % 8 != 0 || !lg::is_aligned16(qkv) || !lg::is_aligned16(q) || !lg::is_aligned16(k) ||
+      !lg::is_aligned16(v) || (bq != nullptr && !lg::is_aligned16(bq)) || (bk != nullptr && !lg::is_aligned16(bk)) ||
+      (bv != nullptr && !lg::is_aligned16(bv))) {
+    __trap();
+  }
   const int start = chunk[0];
   const int rows = chunk_rows(chunk, max_rows);
-  const int half_dim = head_dim / 2;
-  const long long q_pairs = static_cast<long long>(n_heads) * half_dim;
-  const long long kv_pairs = static_cast<long long>(n_kv_heads) * half_dim;
-  // A row's pairs: q's, then k's, then (only with biases) v's.
-  const long long row_pairs = q_pairs + kv_pairs + (bv != nullptr ? kv_pairs : 0);
-  for (long long e = lg::global_index(); e < rows * row_pairs; e += lg::grid_stride()) {
-    const long long r = e / row_pairs;
-    long long p = e - r * row_pairs;
-    T* row;
+  const int q_dim = n_heads * head_dim;
+  const int kv_dim = n_kv_heads * head_dim;
+  const int row_eighths = (q_dim + 2 * kv_dim) / 8;
+  const long long total = static_cast<long long>(rows) * row_eighths;
+  for (long long e = lg::global_index(); e < total; e += lg::grid_stride()) {
+    const int r = static_cast<int>(e / row_eighths);
+    int col = 8 * static_cast<int>(e - static_cast<long long>(r) * row_eighths);  // within the stacked row
+    float a[8];
+    lg::load_float8(qkv + e * 8, a);
+    T* to;
     const T* bias;
     bool rotate = true;
-    if (p < q_pairs) {
-      row = q + r * 2 * q_pairs;
+    if (col < q_dim) {
+      to = q + static_cast<long long>(r) * q_dim + col;
       bias = bq;
-    } else if (p < q_pairs + kv_pairs) {
-      p -= q_pairs;
-      row = k + r * 2 * kv_pairs;
+    } else if (col < q_dim + kv_dim) {
+      col -= q_dim;
+      to = k + static_cast<long long>(r) * kv_dim + col;
       bias = bk;
     } else {
-      p -= q_pairs + kv_pairs;
-      row = v + r * 2 * kv_pairs;
+      col -= q_dim + kv_dim;
+      to = v + static_cast<long long>(r) * kv_dim + col;
       bias = bv;
       rotate = false;
     }
-    float x0 = lg::to_float(row[2 * p]);
-    float x1 = lg::to_float(row[2 * p + 1]);
     if (bias != nullptr) {
-      x0 += lg::to_float(bias[2 * p]);
-      x1 += lg::to_float(bias[2 * p + 1]);
+      float b[8];
+      lg::load_float8(bias + col, b);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) a[j] += b[j];
     }
     if (rotate) {
-      const int i = static_cast<int>(p % half_dim);
-      const float angle = static_cast<float>(start + static_cast<int>(r)) * frequencies[i];
-      float s;
-      float c;
-      sincosf(angle, &s, &c);
-      const float y0 = x0 * c - x1 * s;
-      x1 = x0 * s + x1 * c;
-      x0 = y0;
+      const float position = static_cast<float>(start + r);
+      const int pair0 = (col % head_dim) / 2;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        float s;
+        float c;
+        sincosf(position * frequencies[pair0 + j], &s, &c);
+        const float x0 = a[2 * j];
+        const float x1 = a[2 * j + 1];
+        a[2 * j] = x0 * c - x1 * s;
+        a[2 * j + 1] = x0 * s + x1 * c;
+      }
     }
-    row[2 * p] = lg::from_float<T>(x0);
-    row[2 * p + 1] = lg::from_float<T>(x1);
+    lg::store8(to, lg::pack8<T>(a));
   }
 }
 
@@ -115,8 +164,10 @@ __device__ __forceinline__ void prefill_last_row_body(const T* x, const int* chu
 /* lazygraph:variants
 axis T = lg::half_t | lg::bf16_t _bf16
 
-prefill_rope[T] = prefill_rope_body<T>(T* q, T* k, T* v, const T* bq, const T* bk, const T* bv, const int* chunk,
-    int n_heads, int n_kv_heads, int head_dim, const float* frequencies, int max_rows)
+prefill_rms_norm[T] = prefill_rms_norm_body<T>(const T* x, const T* gain, T* out, const int* chunk, int d, float eps,
+    int max_rows)
+prefill_qkv_rope[T] = prefill_qkv_rope_body<T>(const T* qkv, const T* bq, const T* bk, const T* bv, T* q, T* k, T* v,
+    const int* chunk, int n_heads, int n_kv_heads, int head_dim, const float* frequencies, int max_rows)
 prefill_silu_mul[T] = prefill_silu_mul_body<T>(const T* gate, const T* up, T* out, const int* chunk, int width,
     int max_rows)
 prefill_last_row[T] = prefill_last_row_body<T>(const T* x, const int* chunk, T* out, int d, int max_rows)

@@ -434,10 +434,9 @@ int BasicDecoder<T>::prefill(std::span<const int> prompt, int start, int slot) {
       const BasicPrefillContext<T> ctx{
           config_, kernels_, weights_,  state_,
           stream_, io_,      sampling_, quantized_kernels_ ? &*quantized_kernels_ : nullptr};
-      const auto chunk = static_cast<std::size_t>(prefill_->max_rows());
       int next = -1;
-      while (prompt.size() - first >= min_rows) {
-        const std::size_t rows = std::min(chunk, prompt.size() - first);
+      for (const int chunk : prefill_chunk_rows(prompt.size(), prefill_buckets(config_))) {
+        const auto rows = static_cast<std::size_t>(chunk);
         const bool last = first + rows == prompt.size();
         next = prefill_->run(ctx, prompt.subspan(first, rows), start + static_cast<int>(first), slot, last);
         first += rows;

@@ -68,7 +68,10 @@ BasicKernels<T>::BasicKernels(const KernelLibrary& library, KernelOptions option
       attention_split(lookup<decltype(attention_split)>(library, named<T>("attention_split"))),
       flash_attention_d64(lookup<decltype(flash_attention_d64)>(library, named<T>("flash_attention_d64"))),
       flash_attention_d128(lookup<decltype(flash_attention_d128)>(library, named<T>("flash_attention_d128"))),
-      prefill_rope(lookup<decltype(prefill_rope)>(library, named<T>("prefill_rope"))),
+      flash_attention_rows64_d64(
+          lookup<decltype(flash_attention_rows64_d64)>(library, named<T>("flash_attention_rows64_d64"))),
+      prefill_rms_norm(lookup<decltype(prefill_rms_norm)>(library, named<T>("prefill_rms_norm"))),
+      prefill_qkv_rope(lookup<decltype(prefill_qkv_rope)>(library, named<T>("prefill_qkv_rope"))),
       prefill_silu_mul(lookup<decltype(prefill_silu_mul)>(library, named<T>("prefill_silu_mul"))),
       prefill_last_row(lookup<decltype(prefill_last_row)>(library, named<T>("prefill_last_row"))),
       argmax(lookup<decltype(argmax)>(library, named<T>("argmax"))),

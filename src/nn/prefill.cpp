@@ -19,6 +19,25 @@ std::vector<int> prefill_buckets(const DecoderConfig& c) {
   return out;
 }
 
+std::vector<int> prefill_chunk_rows(std::size_t prompt_rows, const std::vector<int>& buckets) {
+  std::vector<int> out;
+  if (buckets.empty()) return out;
+  const auto largest = static_cast<std::size_t>(buckets.back());
+  std::size_t rest = prompt_rows;
+  while (rest >= static_cast<std::size_t>(kPrefillMinRows)) {
+    std::size_t rows = std::min(rest, largest);
+    if (rows < largest) {
+      // The largest bucket at or below the rest: taken when it is large, else the whole rest, padded up.
+      const auto below = std::upper_bound(buckets.begin(), buckets.end(), static_cast<int>(rest));
+      const auto down = static_cast<std::size_t>(*std::prev(below));
+      if (down >= static_cast<std::size_t>(kPrefillSplitRows)) rows = down;
+    }
+    out.push_back(static_cast<int>(rows));
+    rest -= rows;
+  }
+  return out;
+}
+
 bool prefill_on_tensor_cores(const DecoderConfig& c, ComputeCapability cc, std::string* why) noexcept {
   const auto no = [why](std::string reason) {
     if (why != nullptr) *why = std::move(reason);
@@ -57,6 +76,7 @@ BasicPrefillBuffers<T>::BasicPrefillBuffers(const Device& device, const DecoderC
       io(device, PrefillIo::input_size(max_rows)),
       x(device, elements(max_rows, c.d)),
       h(device, elements(max_rows, c.d)),
+      qkv(device, elements(max_rows, c.q_dim() + 2 * c.kv_dim())),
       q(device, elements(max_rows, c.q_dim())),
       k(device, elements(max_rows, c.kv_dim())),
       v(device, elements(max_rows, c.kv_dim())),
@@ -67,7 +87,7 @@ BasicPrefillBuffers<T>::BasicPrefillBuffers(const Device& device, const DecoderC
 template <Element T>
 std::size_t BasicPrefillBuffers<T>::bytes(const DecoderConfig& c, int rows) {
   return PrefillIo::input_size(rows) * sizeof(int) +
-         elements(rows, 2 * c.d + c.q_dim() + 2 * c.kv_dim() + 2 * c.ffn) * sizeof(T);
+         elements(rows, 2 * c.d + 2 * c.q_dim() + 4 * c.kv_dim() + 2 * c.ffn) * sizeof(T);
 }
 
 template <Element T>
@@ -78,8 +98,8 @@ BasicPrefillPlans<T>::BasicPrefillPlans(const Device& device, const DecoderConfi
   const auto kv_dim = static_cast<std::size_t>(c.kv_dim());
   const auto ffn = static_cast<std::size_t>(c.ffn);
   const GemmOptions options{.alignment = 16, .max_workspace_bytes = kPrefillGemmWorkspace};
-  for (const GemmShape shape : {GemmShape{m, q_dim, d}, GemmShape{m, kv_dim, d}, GemmShape{m, d, q_dim},
-                                GemmShape{m, ffn, d}, GemmShape{m, d, ffn}}) {
+  for (const GemmShape shape :
+       {GemmShape{m, q_dim + 2 * kv_dim, d}, GemmShape{m, d, q_dim}, GemmShape{m, ffn, d}, GemmShape{m, d, ffn}}) {
     const bool known = std::any_of(plans_.begin(), plans_.end(), [&](const Gemm<T>& g) { return g.shape() == shape; });
     if (!known) plans_.emplace_back(device, shape, options);
   }
@@ -141,8 +161,8 @@ BasicPrefill<T>::BasicPrefill(const Device& device, const DecoderConfig& config,
 template <Element T>
 std::size_t BasicPrefill<T>::device_bytes() const noexcept {
   std::size_t total = buffers_.io.size() * sizeof(int);
-  for (const DeviceBuffer<T>* b : {&buffers_.x, &buffers_.h, &buffers_.q, &buffers_.k, &buffers_.v, &buffers_.gate,
-                                   &buffers_.up, &buffers_.weights}) {
+  for (const DeviceBuffer<T>* b : {&buffers_.x, &buffers_.h, &buffers_.qkv, &buffers_.q, &buffers_.k, &buffers_.v,
+                                   &buffers_.gate, &buffers_.up, &buffers_.weights}) {
     total += b->size() * sizeof(T);
   }
   for (const auto& [rows, plans] : plans_) total += plans->workspace_bytes();

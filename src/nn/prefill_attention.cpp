@@ -112,7 +112,7 @@ template <Element T>
 PrefillAttentionOp<T> prefill_attention(const BasicKernels<T>& kernels, const PrefillAttentionSpans<T>& spans,
                                         const PrefillAttentionShape& shape) {
   check_prefill_attention(spans, shape);
-  const auto& kernel = shape.head_dim == 64 ? kernels.flash_attention_d64 : kernels.flash_attention_d128;
+  const auto& kernel = kernels.flash_attention(shape.rows, shape.head_dim);
   const auto scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(shape.head_dim)));
   return kernel(kernels.flash_attention_config(shape.rows, shape.heads, shape.head_dim), spans.q, spans.k, spans.v,
                 spans.k_cache, spans.v_cache, spans.out, spans.chunk, shape.rows, shape.heads, shape.kv_heads,

@@ -697,7 +697,9 @@ TEST_CASE_TEMPLATE("every handle of nn::BasicKernels matches its kernel's declar
   check_model_kernel(d, "attention_split", &K::attention_split);
   check_model_kernel(d, "flash_attention_d64", &K::flash_attention_d64);
   check_model_kernel(d, "flash_attention_d128", &K::flash_attention_d128);
-  check_model_kernel(d, "prefill_rope", &K::prefill_rope);
+  check_model_kernel(d, "flash_attention_rows64_d64", &K::flash_attention_rows64_d64);
+  check_model_kernel(d, "prefill_rms_norm", &K::prefill_rms_norm);
+  check_model_kernel(d, "prefill_qkv_rope", &K::prefill_qkv_rope);
   check_model_kernel(d, "prefill_silu_mul", &K::prefill_silu_mul);
   check_model_kernel(d, "prefill_last_row", &K::prefill_last_row);
   check_model_kernel(d, "argmax", &K::argmax);
@@ -733,7 +735,9 @@ TEST_CASE("the variant tables of kernels/nn/ write out every variant, declared a
       {"nn/attention.cu", "attention_split[T]", both, {""}},
       // Axes D then T: flash_attention_d64, flash_attention_d64_bf16, ... (the element's suffix last).
       {"nn/flash_attention.cu", "flash_attention[D][T]", {"_d64", "_d128"}, both},
-      {"nn/prefill.cu", "prefill_rope[T]", both, {""}},
+      {"nn/flash_attention.cu", "flash_attention_rows64[D: 64][T]", {"_d64"}, both},
+      {"nn/prefill.cu", "prefill_rms_norm[T]", both, {""}},
+      {"nn/prefill.cu", "prefill_qkv_rope[T]", both, {""}},
       {"nn/prefill.cu", "prefill_silu_mul[T]", both, {""}},
       {"nn/prefill.cu", "prefill_last_row[T]", both, {""}},
   };
@@ -764,8 +768,8 @@ TEST_CASE("the variant tables of kernels/nn/ write out every variant, declared a
       }
     }
   }
-  CHECK(written == 84);  // the hand-written entry points these tables replaced: gemv.cu 50, qkv.cu 10, mlp_stack.cu 8,
-                         // attention.cu 6; and flash_attention.cu's 4, prefill.cu's 6
+  CHECK(written == 88);  // the hand-written entry points these tables replaced: gemv.cu 50, qkv.cu 10, mlp_stack.cu 8,
+                         // attention.cu 6; and flash_attention.cu's 6, prefill.cu's 8
   // The fp16-only kernels the tests look up as BatchedKernels.
   for (const char* suffix : {"", "_b2", "_b4", "_b8", "_mma"}) {
     CAPTURE(suffix);

@@ -30,7 +30,9 @@ static_assert(nn::PrefillIo::start == nn::PrefillChunkLayout::start &&
 }  // namespace
 
 TEST_CASE("prefill's buckets double from 16 up to the chunk, or to the smallest that holds a shorter context") {
-  nn::DecoderConfig c;  // context 1024, prefill_chunk 512
+  nn::DecoderConfig c;  // context 1024, prefill_chunk 2048
+  CHECK(nn::prefill_buckets(c) == std::vector<int>{16, 32, 64, 128, 256, 512, 1024});
+  c.prefill_chunk = 512;
   CHECK(nn::prefill_buckets(c) == std::vector<int>{16, 32, 64, 128, 256, 512});
   c.prefill_chunk = 64;
   CHECK(nn::prefill_buckets(c) == std::vector<int>{16, 32, 64});
@@ -44,6 +46,33 @@ TEST_CASE("prefill's buckets double from 16 up to the chunk, or to the smallest 
   CHECK(nn::prefill_buckets(small) == std::vector<int>{16, 32, 64});
   small.context = 15;
   CHECK(nn::prefill_buckets(small).empty());
+}
+
+TEST_CASE(
+    "prefill cuts a prompt into chunks of the largest bucket, a large rest at the bucket below it, a small one padded "
+    "up, and leaves fewer than 16 rows to the step graphs") {
+  const std::vector<int> up_to_2048{16, 32, 64, 128, 256, 512, 1024, 2048};
+  CHECK(nn::prefill_chunk_rows(2048, up_to_2048) == std::vector<int>{2048});
+  CHECK(nn::prefill_chunk_rows(5000, up_to_2048) == std::vector<int>{2048, 2048, 512, 256, 136});
+  CHECK(nn::prefill_chunk_rows(1100, up_to_2048) == std::vector<int>{1024, 76});
+  CHECK(nn::prefill_chunk_rows(1030, up_to_2048) == std::vector<int>{1024});  // 6 rows left for the step graphs
+  CHECK(nn::prefill_chunk_rows(300, up_to_2048) == std::vector<int>{256, 44});
+  CHECK(nn::prefill_chunk_rows(255, up_to_2048) == std::vector<int>{255});  // padded up to 256
+  CHECK(nn::prefill_chunk_rows(100, up_to_2048) == std::vector<int>{100});
+  CHECK(nn::prefill_chunk_rows(15, up_to_2048).empty());
+  CHECK(nn::prefill_chunk_rows(37, {16, 32, 64}) == std::vector<int>{37});
+  CHECK(nn::prefill_chunk_rows(100, {16, 32, 64}) == std::vector<int>{64, 36});
+  CHECK(nn::prefill_chunk_rows(100, {}).empty());
+  for (const std::size_t n : {16U, 17U, 511U, 513U, 777U, 4097U, 8191U}) {  // every row once, each chunk fits
+    CAPTURE(n);
+    std::size_t total = 0;
+    for (const int rows : nn::prefill_chunk_rows(n, up_to_2048)) {
+      CHECK(rows >= nn::kPrefillMinRows);
+      CHECK(rows <= 2048);
+      total += static_cast<std::size_t>(rows);
+    }
+    CHECK(n - total < static_cast<std::size_t>(nn::kPrefillMinRows));
+  }
 }
 
 TEST_CASE("a decoder config refuses a prefill_chunk that is neither 0 nor a power of two from 16 to 8192") {
@@ -80,16 +109,16 @@ TEST_CASE(
   if (!with_cublas) CHECK(why.find("cuBLASLt") != std::string::npos);
 }
 
-TEST_CASE("prefill's memory is what its file comment says: 17.5 MiB for 512 rows of a TinyLlama shape in fp16") {
+TEST_CASE("prefill's memory is what its file comment says: 80 MiB for 2048 rows of a TinyLlama shape in fp16") {
   nn::DecoderConfig c;
   c.d = 2048;
   c.heads = 32;
   c.kv_heads = 4;
   c.ffn = 5632;
-  const std::size_t bytes = nn::BasicPrefillBuffers<half>::bytes(c, 512);
-  CHECK(bytes == 512U * (2 * 2048 + 2048 + 2 * 256 + 2 * 5632) * 2 + (4 + 512) * sizeof(int));
-  CHECK(static_cast<double>(bytes) / (1 << 20) == doctest::Approx(17.5).epsilon(0.01));
-  CHECK(nn::PrefillIo::input_size(512) == 4 + 512);
+  const std::size_t bytes = nn::BasicPrefillBuffers<half>::bytes(c, 2048);
+  CHECK(bytes == 2048U * (2 * 2048 + 2 * 2048 + 4 * 256 + 2 * 5632) * 2 + (4 + 2048) * sizeof(int));
+  CHECK(static_cast<double>(bytes) / (1 << 20) == doctest::Approx(80).epsilon(0.01));
+  CHECK(nn::PrefillIo::input_size(2048) == 4 + 2048);
 }
 
 namespace {
@@ -149,8 +178,8 @@ std::size_t not_sentinel(std::span<const T> v, T sentinel) {
 
 TEST_SUITE("gpu") {
   TEST_CASE_TEMPLATE(
-      "prefill_rope, prefill_silu_mul and prefill_last_row work on the chunk's rows only, its start read from device "
-      "memory",
+      "prefill_rms_norm, prefill_qkv_rope, prefill_silu_mul and prefill_last_row work on the chunk's rows only, its "
+      "start read from device memory",
       T, half, bfloat16) {
     Stream& s = lgtest::stream();
     const nn::BasicKernels<T> k(lgtest::nn_kernels());
@@ -162,19 +191,60 @@ TEST_SUITE("gpu") {
     const int head_dim = 64;
     const int q_width = heads * head_dim;
     const int kv_width = kv_heads * head_dim;
+    const int qkv_width = q_width + 2 * kv_width;
     const auto random = [](std::size_t n, float scale) {
       std::vector<T> out;
       for (const float f : lgtest::random_floats(n)) out.push_back(T::from_float(scale * f));
       return out;
     };
-    const std::vector<T> q = random(static_cast<std::size_t>(max_rows) * q_width, 2.0F);
-    const std::vector<T> kk = random(static_cast<std::size_t>(max_rows) * kv_width, 2.0F);
-    const std::vector<T> v = random(static_cast<std::size_t>(max_rows) * kv_width, 2.0F);
+    const double bound = std::same_as<T, half> ? 2e-3 : 1e-2;
+    const auto chunk = lgtest::to_device(s, std::vector<int>{start, rows, 1});
+
+    // rms_norm over the chunk's rows (more rows than blocks, more eighths than threads); the padding keeps its bits.
+    const int d = 520;
+    const std::vector<T> x = random(static_cast<std::size_t>(max_rows) * d, 3.0F);
+    const std::vector<T> gain = random(d, 1.0F);
+    const std::vector<T> before = random(x.size(), 1.0F);
+    const auto dx = lgtest::to_device(s, x);
+    const auto dgain = lgtest::to_device(s, gain);
+    auto dnormed = lgtest::to_device(s, before);
+    k.prefill_rms_norm.launch(s, LaunchConfig{{5, 1, 1}, {64, 1, 1}, 0}, dx.cview(), dgain.cview(), dnormed.view(),
+                              chunk.cview(), d, 1e-5F, max_rows);
+    {
+      const std::vector<T> got = lgtest::to_host(s, dnormed.cview());
+      double err = 0;
+      double top = 0;
+      std::size_t padding_changed = 0;
+      for (int r = 0; r < max_rows; ++r) {
+        const std::size_t row = static_cast<std::size_t>(r) * d;
+        if (r >= rows) {
+          for (int i = 0; i < d; ++i) padding_changed += got[row + i].bits != before[row + i].bits ? 1 : 0;
+          continue;
+        }
+        double ss = 0;
+        for (int i = 0; i < d; ++i) ss += static_cast<double>(x[row + i].to_float()) * x[row + i].to_float();
+        const double inv = 1 / std::sqrt(ss / d + 1e-5);
+        for (int i = 0; i < d; ++i) {
+          const double want = x[row + i].to_float() * inv * gain[i].to_float();
+          err = std::max(err, std::abs(got[row + i].to_float() - want));
+          top = std::max(top, std::abs(want));
+        }
+      }
+      CHECK(padding_changed == 0);
+      CHECK(err / top < bound);
+    }
+
+    // qkv_rope: the stacked rows split into q, k and v, biased, q and k rotated; the outputs' padding keeps its bits.
+    const std::vector<T> qkv = random(static_cast<std::size_t>(max_rows) * qkv_width, 2.0F);
     const std::vector<T> bq = random(q_width, 0.5F);
     const std::vector<T> bk = random(kv_width, 0.5F);
     const std::vector<T> bv = random(kv_width, 0.5F);
+    const std::vector<T> q = random(static_cast<std::size_t>(max_rows) * q_width, 1.0F);  // what the outputs held
+    const std::vector<T> kk = random(static_cast<std::size_t>(max_rows) * kv_width, 1.0F);
+    const std::vector<T> v = random(static_cast<std::size_t>(max_rows) * kv_width, 1.0F);
     const std::vector<double> f64 = nn::rope_frequencies(500000.0, nn::RopeScaling{}, head_dim);
     const std::vector<float> freq(f64.begin(), f64.end());
+    const auto dqkv = lgtest::to_device(s, qkv);
     auto dq = lgtest::to_device(s, q);
     auto dk = lgtest::to_device(s, kk);
     auto dv = lgtest::to_device(s, v);
@@ -182,11 +252,11 @@ TEST_SUITE("gpu") {
     const auto dbk = lgtest::to_device(s, bk);
     const auto dbv = lgtest::to_device(s, bv);
     const auto dfreq = lgtest::to_device(s, freq);
-    const auto chunk = lgtest::to_device(s, std::vector<int>{start, rows, 1});
-    k.prefill_rope.launch(s, grid_for(static_cast<std::size_t>(max_rows) * (q_width / 2 + kv_width), 256), dq.view(),
-                          dk.view(), dv.view(), dbq.cview(), dbk.cview(), dbv.cview(), chunk.cview(), heads, kv_heads,
-                          head_dim, dfreq.cview(), max_rows);
-    const auto expect = [&](const std::vector<T>& in, const std::vector<T>& bias, int width, bool rotate,
+    k.prefill_qkv_rope.launch(s, LaunchConfig{{3, 1, 1}, {64, 1, 1}, 0}, dqkv.cview(), dbq.cview(), dbk.cview(),
+                              dbv.cview(), dq.view(), dk.view(), dv.view(), chunk.cview(), heads, kv_heads, head_dim,
+                              dfreq.cview(), max_rows);
+    // The part of the stacked rows at column `from`, `width` wide, against what `got` holds (`held` before the launch).
+    const auto expect = [&](int from, const std::vector<T>& bias, int width, bool rotate, const std::vector<T>& held,
                             const std::vector<T>& got) {
       double err = 0;
       double top = 0;
@@ -195,11 +265,12 @@ TEST_SUITE("gpu") {
         for (int i = 0; i < width; i += 2) {
           const std::size_t at = static_cast<std::size_t>(r) * width + i;
           if (r >= rows) {
-            padding_changed += (got[at].bits != in[at].bits) + (got[at + 1].bits != in[at + 1].bits);
+            padding_changed += (got[at].bits != held[at].bits) + (got[at + 1].bits != held[at + 1].bits);
             continue;
           }
-          const double x0 = in[at].to_float() + static_cast<double>(bias[i].to_float());
-          const double x1 = in[at + 1].to_float() + static_cast<double>(bias[i + 1].to_float());
+          const std::size_t in = static_cast<std::size_t>(r) * qkv_width + from + i;
+          const double x0 = qkv[in].to_float() + static_cast<double>(bias[i].to_float());
+          const double x1 = qkv[in + 1].to_float() + static_cast<double>(bias[i + 1].to_float());
           double y0 = x0;
           double y1 = x1;
           if (rotate) {
@@ -212,11 +283,11 @@ TEST_SUITE("gpu") {
         }
       }
       CHECK(padding_changed == 0);
-      CHECK(err / top < (std::same_as<T, half> ? 2e-3 : 1e-2));
+      CHECK(err / top < bound);
     };
-    expect(q, bq, q_width, true, lgtest::to_host(s, dq.cview()));
-    expect(kk, bk, kv_width, true, lgtest::to_host(s, dk.cview()));
-    expect(v, bv, kv_width, false, lgtest::to_host(s, dv.cview()));
+    expect(0, bq, q_width, true, q, lgtest::to_host(s, dq.cview()));
+    expect(q_width, bk, kv_width, true, kk, lgtest::to_host(s, dk.cview()));
+    expect(q_width + kv_width, bv, kv_width, false, v, lgtest::to_host(s, dv.cview()));
 
     // silu_mul in place over the chunk's rows; the padding keeps the gate.
     const int width = 136;
@@ -244,13 +315,13 @@ TEST_SUITE("gpu") {
     CHECK(err / top < (std::same_as<T, half> ? 2e-3 : 1e-2));
 
     // last_row: row rows - 1 of x.
-    const std::vector<T> x = random(static_cast<std::size_t>(max_rows) * 256, 1.0F);
-    const auto dx = lgtest::to_device(s, x);
+    const std::vector<T> residual = random(static_cast<std::size_t>(max_rows) * 256, 1.0F);
+    const auto dresidual = lgtest::to_device(s, residual);
     DeviceBuffer<T> last(lgtest::device(), 256);
-    k.prefill_last_row.launch(s, grid_for(256, 128), dx.cview(), chunk.cview(), last.view(), 256, max_rows);
+    k.prefill_last_row.launch(s, grid_for(256, 128), dresidual.cview(), chunk.cview(), last.view(), 256, max_rows);
     const std::vector<T> got = lgtest::to_host(s, last.cview());
     std::size_t differ = 0;
-    for (std::size_t i = 0; i < 256; ++i) differ += got[i].bits != x[(rows - 1) * 256 + i].bits ? 1 : 0;
+    for (std::size_t i = 0; i < 256; ++i) differ += got[i].bits != residual[(rows - 1) * 256 + i].bits ? 1 : 0;
     CHECK(differ == 0);
   }
 
@@ -261,7 +332,7 @@ TEST_SUITE("gpu") {
       "chunks of 64 and a rest on the step graphs",
       T, half, bfloat16) {
     nn::DecoderConfig config = prefill_config();
-    SUBCASE("chunks of up to 512 rows") {}
+    SUBCASE("the default chunk (300 tokens: 256 + 44)") {}
     SUBCASE("chunks of up to 64 rows") { config.prefill_chunk = 64; }
     CAPTURE(config.prefill_chunk);
     nn::BasicDecoder<T> fast(lgtest::stream(), lgtest::nn_kernels(), config);

@@ -207,7 +207,7 @@ TEST_CASE_TEMPLATE("the flash-attention handles of nn::BasicKernels match their 
   using Signature = void(const T*, const T*, const T*, T*, T*, T*, const int*, int, int, int, int, int, float);
   static_assert(std::is_same_v<typename K::FlashAttention, Kernel<Signature>>);
   const KernelDeclarations d(nn::kernel_set().sources);
-  for (const char* base : {"flash_attention_d64", "flash_attention_d128"}) {
+  for (const char* base : {"flash_attention_d64", "flash_attention_d128", "flash_attention_rows64_d64"}) {
     const std::string name = std::string(base) + std::string(nn::kernel_suffix<T>);
     CAPTURE(name);
     CHECK_NOTHROW(d.template check<Signature>(name));
@@ -385,14 +385,16 @@ DeviceBuffer<int> chunk_on_device(const nn::PrefillChunk& c) {
   return lgtest::to_device(lgtest::stream(), std::vector<int>{c.start, c.rows, c.slot});
 }
 
-/// Runs prefill_attention on `p` (eagerly, out poisoned with NaN first) and returns out and both caches.
+/// Runs prefill_attention on `p` (eagerly, out poisoned with NaN first) and returns out and both caches; with `tile`
+/// (64 or 128) launches the flash-attention kernel of that many rows per block itself instead of the one
+/// prefill_attention picks for the chunk's length.
 template <class T>
 struct Result {
   std::vector<T> out, k_cache, v_cache;
 };
 
 template <class T>
-Result<T> run(const nn::BasicKernels<T>& kernels, const Problem<T>& p) {
+Result<T> run(const nn::BasicKernels<T>& kernels, const Problem<T>& p, int tile = 0) {
   Stream& s = lgtest::stream();
   nn::check_prefill_chunk(p.shape, p.chunk);
   const auto q = lgtest::to_device(s, p.q);
@@ -402,9 +404,20 @@ Result<T> run(const nn::BasicKernels<T>& kernels, const Problem<T>& p) {
   auto v_cache = lgtest::to_device(s, p.v_cache);
   auto out = lgtest::to_device(s, std::vector<T>(p.q.size(), poison<T>));
   const auto chunk = chunk_on_device(p.chunk);
-  nn::prefill_attention(
-      kernels, {q.cview(), k.cview(), v.cview(), k_cache.view(), v_cache.view(), out.view(), chunk.cview()}, p.shape)
-      .sync_on(s);
+  if (tile == 0) {
+    nn::prefill_attention(
+        kernels, {q.cview(), k.cview(), v.cview(), k_cache.view(), v_cache.view(), out.view(), chunk.cview()}, p.shape)
+        .sync_on(s);
+  } else {
+    const nn::PrefillAttentionShape& h = p.shape;
+    const auto& kernel = h.head_dim == 128 ? kernels.flash_attention_d128
+                         : tile == 128     ? kernels.flash_attention_d64
+                                           : kernels.flash_attention_rows64_d64;
+    kernel(kernels.flash_attention_config(h.rows, h.heads, h.head_dim, tile), q.cview(), k.cview(), v.cview(),
+           k_cache.view(), v_cache.view(), out.view(), chunk.cview(), h.rows, h.heads, h.kv_heads, h.context, h.slots,
+           static_cast<float>(1 / std::sqrt(static_cast<double>(h.head_dim))))
+        .sync_on(s);
+  }
   return {lgtest::to_host(s, out.cview()), lgtest::to_host(s, k_cache.cview()), lgtest::to_host(s, v_cache.cview())};
 }
 
@@ -412,25 +425,30 @@ Result<T> run(const nn::BasicKernels<T>& kernels, const Problem<T>& p) {
 
 TEST_SUITE("gpu") {
   TEST_CASE_TEMPLATE(
-      "prefill_attention matches float64 causal GQA attention for odd chunk lengths, start 0 and 37, head_dim 64 and "
-      "128, and writes exactly the chunk's rows of the cache",
+      "prefill_attention matches float64 causal GQA attention for odd chunk lengths, start 0 and 37, head_dim 64 (in "
+      "tiles of 64 and of 128 rows) and 128, and writes exactly the chunk's rows of the cache",
       T, half, bfloat16) {
     if (lgtest::device().compute_capability().major < 8) {
       MESSAGE("skipped: the flash-attention kernels need compute capability 8.0 or newer");
       return;
     }
     const nn::BasicKernels<T> kernels(lgtest::nn_kernels());
-    for (const int head_dim : {64, 128}) {
+    struct Kind {
+      int head_dim, tile;
+    };
+    for (const Kind kind : {Kind{64, 64}, Kind{64, 128}, Kind{128, 64}}) {
+      const int head_dim = kind.head_dim;
       for (const int start : {0, 37}) {
         for (const int rows : {1, 17, 100, 129}) {
           CAPTURE(head_dim);
+          CAPTURE(kind.tile);
           CAPTURE(start);
           CAPTURE(rows);
           // 6 query heads over 2 kv heads (groups of 3); slot 1 of 2, so slot 0 must stay untouched too.
           const Problem<T> p(
               {.rows = rows, .heads = 6, .kv_heads = 2, .head_dim = head_dim, .context = 256, .slots = 2},
               {.start = start, .rows = rows, .slot = 1});
-          const Result<T> got = run(kernels, p);
+          const Result<T> got = run(kernels, p, kind.tile);
           const double err = relative_error(got.out, reference(p));
           CAPTURE(err);
           CHECK(err <= tolerance<T>);
@@ -499,8 +517,9 @@ TEST_SUITE("gpu") {
     }
   }
 
-  TEST_CASE_TEMPLATE("prefill_attention over a 512-token prompt in chunks of 200, 1 and 311 equals float64", T, half,
-                     bfloat16) {
+  TEST_CASE_TEMPLATE(
+      "prefill_attention over a 1112-token prompt in chunks of 200, 1, 311 and 600 (128-row tiles) equals float64", T,
+      half, bfloat16) {
     // Each chunk attends what the chunks before it wrote into the cache: the cache the kernels wrote is the one the
     // next chunk reads. 32 heads over 4 kv heads (TinyLlama's), and multi-head (8 over 8) with head_dim 128.
     if (lgtest::device().compute_capability().major < 8) {
@@ -514,9 +533,9 @@ TEST_SUITE("gpu") {
     for (const Heads h : {Heads{32, 4, 64}, Heads{8, 8, 128}}) {
       CAPTURE(h.heads);
       CAPTURE(h.head_dim);
-      const int total = 512;
+      const int total = 1112;
       const nn::PrefillAttentionShape whole{
-          .rows = total, .heads = h.heads, .kv_heads = h.kv_heads, .head_dim = h.head_dim, .context = 640, .slots = 1};
+          .rows = total, .heads = h.heads, .kv_heads = h.kv_heads, .head_dim = h.head_dim, .context = 1152, .slots = 1};
       const Problem<T> p(whole, {.start = 0, .rows = total, .slot = 0});
       const std::vector<double> ref = reference(p);
       Stream& s = lgtest::stream();
@@ -526,7 +545,7 @@ TEST_SUITE("gpu") {
       const std::size_t q_row = static_cast<std::size_t>(h.heads) * h.head_dim;
       const std::size_t kv_row = static_cast<std::size_t>(h.kv_heads) * h.head_dim;
       int start = 0;
-      for (const int rows : {200, 1, 311}) {
+      for (const int rows : {200, 1, 311, 600}) {
         CAPTURE(start);
         const auto slice = [&](const std::vector<T>& all, std::size_t width) {
           return lgtest::to_device(s,

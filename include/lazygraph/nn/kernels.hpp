@@ -107,6 +107,10 @@ struct KernelOptions {
   bool tensor_cores = false;
 };
 
+/// Chunks of more rows than this run flash attention of head_dim 64 in tiles of 128 query rows
+/// (BasicKernels::flash_attention_tile_rows); shorter ones in tiles of 64, which give them twice the blocks.
+inline constexpr int kFlashAttentionWideFrom = 512;
+
 /// Checks that a GPU of compute capability `cc` runs the tensor-core variants (mma.sync m16n8k16 on fp16 and bf16
 /// needs 8.0 or newer). \throws UsageError naming the capability otherwise.
 void check_tensor_cores(ComputeCapability cc);
@@ -174,10 +178,17 @@ struct BasicKernels {
   FlashAttention flash_attention_d64;
   /// See FlashAttention.
   FlashAttention flash_attention_d128;
-  /// prefill_rope(q, k, v, bq, bk, bv, chunk, heads, kv_heads, head_dim, frequencies, max_rows): a prefill chunk's
-  /// biases (all three null for none) and RoPE at positions start + r, for the rows the chunk holds
-  /// (kernels/nn/prefill.cu; chunk as flash_attention's).
-  Kernel<void(T*, T*, T*, const T*, const T*, const T*, const int*, int, int, int, const float*, int)> prefill_rope;
+  /// flash_attention_d64 in tiles of 64 query rows instead of 128 (one mma row tile per warp instead of two): twice the
+  /// blocks, for chunks too short to fill the GPU with 128-row tiles (flash_attention_tile_rows picks).
+  FlashAttention flash_attention_rows64_d64;
+  /// prefill_rms_norm(x, gain, out, chunk, d, eps, max_rows): RMSNorm of the chunk's rows (kernels/nn/prefill.cu; chunk
+  /// as flash_attention's), 16-byte loads; out may be x.
+  Kernel<void(const T*, const T*, T*, const int*, int, float, int)> prefill_rms_norm;
+  /// prefill_qkv_rope(qkv, bq, bk, bv, q, k, v, chunk, heads, kv_heads, head_dim, frequencies, max_rows): the stacked
+  /// q/k/v GEMM's rows split into q, k and v, with the biases (all three null for none) and RoPE at positions
+  /// start + r, for the rows the chunk holds (kernels/nn/prefill.cu).
+  Kernel<void(const T*, const T*, const T*, const T*, T*, T*, T*, const int*, int, int, int, const float*, int)>
+      prefill_qkv_rope;
   /// prefill_silu_mul(gate, up, out, chunk, width, max_rows): out = silu(gate) * up over the chunk's rows of `width`
   /// elements (kernels/nn/prefill.cu); out may be gate.
   Kernel<void(const T*, const T*, T*, const int*, int, int)> prefill_silu_mul;
@@ -271,13 +282,27 @@ struct BasicKernels {
          {128, 1, 1},
          static_cast<unsigned>(std::max(split_len, splits * (head_dim + 2))) * static_cast<unsigned>(sizeof(float))});
   }
-  /// Launch shape of flash_attention_d64 / _d128 for up to `rows` query rows (max_rows) of `heads` heads: a block of
-  /// 4 warps per 64 rows and head, the query tile and two stages of a key and a value tile (rows padded to head_dim +
-  /// 8) in dynamic shared memory (46080 bytes for head_dim 64, 87040 for 128 in fp16 or bf16).
-  [[nodiscard]] LaunchConfig flash_attention_config(int rows, int heads, int head_dim) const {
-    return step_config({{(static_cast<unsigned>(rows) + 63) / 64, static_cast<unsigned>(heads), 1},
+  /// Query rows per block of the flash-attention kernel for chunks of up to `rows` rows: 128 (flash_attention_d64) for
+  /// head_dim 64 and more than kFlashAttentionWideFrom rows, else 64 (flash_attention_rows64_d64,
+  /// flash_attention_d128).
+  [[nodiscard]] static int flash_attention_tile_rows(int rows, int head_dim) noexcept {
+    return head_dim <= 64 && rows > kFlashAttentionWideFrom ? 128 : 64;
+  }
+  /// The flash-attention kernel for chunks of up to `rows` rows of head_dim 64 or 128 (see flash_attention_tile_rows).
+  [[nodiscard]] const FlashAttention& flash_attention(int rows, int head_dim) const noexcept {
+    if (head_dim > 64) return flash_attention_d128;
+    return flash_attention_tile_rows(rows, head_dim) == 128 ? flash_attention_d64 : flash_attention_rows64_d64;
+  }
+  /// Launch shape of flash_attention_d64 / _d128 for up to `rows` query rows (max_rows) of `heads` heads: grid (heads,
+  /// tiles), a block of 4 warps per tile of R rows and head (R = 128 for head_dim 64, 64 for 128), the query tile and
+  /// two stages of a key and a value tile of 64 positions (rows padded to head_dim + 8) in dynamic shared memory (55296
+  /// bytes for head_dim 64, 87040 for 128 in fp16 or bf16). `tile_rows` (64, or 128 for flash_attention_d64) overrides
+  /// the rows per block flash_attention_tile_rows picks.
+  [[nodiscard]] LaunchConfig flash_attention_config(int rows, int heads, int head_dim, int tile_rows = 0) const {
+    const auto tile = static_cast<unsigned>(tile_rows > 0 ? tile_rows : flash_attention_tile_rows(rows, head_dim));
+    return step_config({{static_cast<unsigned>(heads), (static_cast<unsigned>(rows) + tile - 1) / tile, 1},
                         {128, 1, 1},
-                        5U * 64U * static_cast<unsigned>(head_dim + 8) * static_cast<unsigned>(sizeof(T))});
+                        (tile + 4U * 64U) * static_cast<unsigned>(head_dim + 8) * static_cast<unsigned>(sizeof(T))});
   }
   /// Launch shape of qkv_rope_append for q_rows, kv_dim, width d and `batch` vectors: that of the tensor-core
   /// variant (tensor_core_gemv_config of its q_rows + 2 kv_dim rows) when it runs the batch, else

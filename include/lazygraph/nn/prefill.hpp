@@ -5,9 +5,9 @@
 /// (prefill_attention.hpp), which writes the chunk's keys and values into the KV cache. Per layer, over the chunk's
 /// M rows:
 ///
-///   h = rmsnorm(x) * g_attn                      rms_norm, one block per row
-///   q = h Wq^T, k = h Wk^T, v = h Wv^T            three GEMMs (the weights are stored apart)
-///   q, k, v += biases; rotate q and k             prefill_rope, at positions start .. start + M - 1
+///   h = rmsnorm(x) * g_attn                      prefill_rms_norm, one block per row
+///   qkv = h Wqkv^T                               one GEMM over Wq, Wk and Wv stacked (BasicAttentionWeights::wqkv)
+///   q, k, v = qkv + biases; rotate q and k       prefill_qkv_rope, at positions start .. start + M - 1
 ///   q = attention(q, cache, k, v); cache <- k, v  flash attention, in place on q
 ///   x += q Wo^T                                  GEMM, the residual added by cuBLASLt (C = D = x)
 ///   h = rmsnorm(x) * g_mlp
@@ -25,9 +25,9 @@
 /// attention neither reads nor writes them, so they never touch the KV cache nor any real row.
 ///
 /// Memory (allocated at the first prefill that uses it, never for decode-only use): for R = the largest bucket
-/// (prefill_chunk, or the smallest bucket that holds the context when that is less), R * (2 d + q_dim + 2 kv_dim +
-/// 2 ffn) elements of T (BasicPrefillBuffers::bytes; 512 rows of a TinyLlama shape, d 2048, ffn 5632, 4 kv heads of 64:
-/// 17.5 MiB in fp16) plus each bucket's GEMM plans' workspaces (at most kPrefillGemmWorkspace each; cuBLASLt's
+/// (prefill_chunk, or the smallest bucket that holds the context when that is less), R * (2 d + 2 q_dim + 4 kv_dim +
+/// 2 ffn) elements of T (BasicPrefillBuffers::bytes; 2048 rows of a TinyLlama shape, d 2048, ffn 5632, 4 kv heads of
+/// 64: 80 MiB in fp16) plus each bucket's GEMM plans' workspaces (at most kPrefillGemmWorkspace each; cuBLASLt's
 /// algorithm decides, often none), made when the bucket is first used; with quantized weights, also the largest
 /// quantized matrix in T (dequantized_elements: 32 MiB for a Llama-3.2-1B gate_proj in fp16), which each quantized
 /// matrix of a layer is dequantized into for its GEMMs.
@@ -60,6 +60,18 @@ inline constexpr std::size_t kPrefillGemmWorkspace = std::size_t{8} << 20U;
 /// \throws UsageError for an invalid config.
 [[nodiscard]] std::vector<int> prefill_buckets(const DecoderConfig& config);
 
+/// A rest of a prompt smaller than the largest bucket is cut at the largest bucket below it when that bucket has at
+/// least this many rows, and padded up to the smallest bucket that holds it otherwise (prefill_chunk_rows).
+inline constexpr int kPrefillSplitRows = 256;
+
+/// How Decoder::prefill cuts `prompt_rows` rows into chunks on tensor cores, given `buckets` (prefill_buckets,
+/// ascending): the rows of each chunk in order; the rows after the last (fewer than kPrefillMinRows) go through the
+/// decode step's graphs. A chunk takes the largest bucket while as many rows remain; a smaller rest takes the largest
+/// bucket below it when that has kPrefillSplitRows rows or more (a chunk's cost grows with its padded rows once they
+/// are many: 1100 rows run as 1024 + 76, not as 2048), else all of it, padded up to its bucket (below that a chunk
+/// costs about one read of the weights whatever its rows). Empty when `buckets` is.
+[[nodiscard]] std::vector<int> prefill_chunk_rows(std::size_t prompt_rows, const std::vector<int>& buckets);
+
 /// Whether `config`'s decoder runs prompt chunks on tensor cores on a GPU of capability `cc` with cuBLASLt loadable:
 /// prefill_chunk > 0, head_dim 64 or 128 (the flash-attention kernels), compute capability 8.0 or newer and cuBLASLt
 /// available. False with the reason in `why` (when given) otherwise; prefill then runs through the decode step's
@@ -78,6 +90,7 @@ struct BasicPrefillBuffers {
   DeviceBuffer<int> io;  ///< the chunk's io, PrefillIo::input_size(rows) ints: copied in first by each chunk graph
   DeviceBuffer<T> x;     ///< residual streams [rows][d]
   DeviceBuffer<T> h;     ///< normed rows [rows][d]
+  DeviceBuffer<T> qkv;   ///< the stacked projection's output [rows][q_dim + 2 kv_dim]
   DeviceBuffer<T> q;     ///< queries, then the attention output (in place) [rows][q_dim]
   DeviceBuffer<T> k;     ///< the chunk's keys [rows][kv_dim]
   DeviceBuffer<T> v;     ///< the chunk's values [rows][kv_dim]
@@ -133,6 +146,7 @@ auto prefill_layer(const BasicKernels<T>& k, std::type_identity_t<const BasicQua
   const auto ffn = static_cast<std::size_t>(c.ffn);
   const DeviceSpan<T> x = b.x.view().subspan(0, n(c.d));
   const DeviceSpan<T> h = b.h.view().subspan(0, n(c.d));
+  const DeviceSpan<T> qkv_rows = b.qkv.view().subspan(0, n(c.q_dim() + 2 * c.kv_dim()));
   const DeviceSpan<T> q = b.q.view().subspan(0, n(c.q_dim()));
   const DeviceSpan<T> key = b.k.view().subspan(0, n(c.kv_dim()));
   const DeviceSpan<T> value = b.v.view().subspan(0, n(c.kv_dim()));
@@ -140,6 +154,9 @@ auto prefill_layer(const BasicKernels<T>& k, std::type_identity_t<const BasicQua
   const DeviceSpan<T> up = b.up.view().subspan(0, n(c.ffn));
   const DeviceSpan<const int> chunk = b.chunk();
   const LaunchConfig per_row = k.step_config({{static_cast<unsigned>(rows), 1, 1}, {256, 1, 1}, 0});
+  const auto norm = [&](const DeviceBuffer<T>& gain) {
+    return k.prefill_rms_norm(per_row, x.as_const(), gain.cview(), h, chunk, c.d, c.eps, rows);
+  };
   const PrefillAttentionShape shape{.rows = rows,
                                     .heads = c.heads,
                                     .kv_heads = c.kv_head_count(),
@@ -168,30 +185,28 @@ auto prefill_layer(const BasicKernels<T>& k, std::type_identity_t<const BasicQua
         },
         w);
   };
-  // q, k and v: from the dense matrices, or from the stacked quantized one (and its stacked biases).
-  const std::size_t qkv_rows = q_dim + 2 * kv_dim;
+  // q, k and v: one GEMM over the stacked matrix, dense or dequantized (and the biases, apart or stacked).
+  const std::size_t qkv_rows_count = q_dim + 2 * kv_dim;
   const DeviceSpan<const T> qkv_bias =
       quantized_qkv && !a.quantized_qkv->bias.empty() ? a.quantized_qkv->bias.cview() : DeviceSpan<const T>{};
   const auto bias = [&](const DeviceBuffer<T>& dense, std::size_t at, std::size_t size) {
     return quantized_qkv ? (qkv_bias.empty() ? qkv_bias : qkv_bias.subspan(at, size)) : dense.cview();
   };
   const auto project = [&] {
-    return p.plan(q_dim, d)(q, h.as_const(), quantized_qkv ? dequantized.subspan(0, q_dim * d) : a.wq(c)) >>
-           p.plan(kv_dim, d)(key, h.as_const(), quantized_qkv ? dequantized.subspan(q_dim * d, kv_dim * d) : a.wk(c)) >>
-           p.plan(kv_dim, d)(value, h.as_const(),
-                             quantized_qkv ? dequantized.subspan((q_dim + kv_dim) * d, kv_dim * d) : a.wv(c));
+    return p.plan(qkv_rows_count, d)(qkv_rows, h.as_const(), weight(quantized_qkv, a.wqkv, 0, qkv_rows_count * d));
   };
-  auto qkv = choose(quantized_qkv,
-                    dequantize(quantized_qkv ? a.quantized_qkv->weight : nullptr, qkv_rows, d) >> project(), project());
+  auto qkv =
+      choose(quantized_qkv,
+             dequantize(quantized_qkv ? a.quantized_qkv->weight : nullptr, qkv_rows_count, d) >> project(), project());
   const auto output = [&] {
     return p.plan(d, q_dim).add(x, q.as_const(), weight(a.quantized_wo != nullptr, a.wo, 0, d * q_dim), x.as_const());
   };
   auto o = choose(a.quantized_wo != nullptr, dequantize(a.quantized_wo, d, q_dim) >> output(), output());
   auto attention =
-      k.rms_norm(per_row, x.as_const(), a.gain.cview(), h, c.d, c.eps) >> std::move(qkv) >>
-      k.prefill_rope(k.step_config(grid_for(n(c.q_dim() / 2 + c.kv_dim()), 256)), q, key, value, bias(a.bq, 0, q_dim),
-                     bias(a.bk, q_dim, kv_dim), bias(a.bv, q_dim + kv_dim, kv_dim), chunk, c.heads, c.kv_head_count(),
-                     c.head_dim(), frequencies, rows) >>
+      norm(a.gain) >> std::move(qkv) >>
+      k.prefill_qkv_rope(k.step_config(grid_for(qkv_rows.size() / 8, 256)), qkv_rows.as_const(), bias(a.bq, 0, q_dim),
+                         bias(a.bk, q_dim, kv_dim), bias(a.bv, q_dim + kv_dim, kv_dim), q, key, value, chunk, c.heads,
+                         c.kv_head_count(), c.head_dim(), frequencies, rows) >>
       prefill_attention(k, {q.as_const(), key.as_const(), value.as_const(), k_cache, v_cache, q, chunk}, shape) >>
       std::move(o);
   const auto gemm = [&](const std::shared_ptr<const DeviceQuantizedWeight<T>>& w, const DeviceBuffer<T>& dense,
@@ -202,8 +217,7 @@ auto prefill_layer(const BasicKernels<T>& k, std::type_identity_t<const BasicQua
   const auto down = [&] {
     return p.plan(d, ffn).add(x, gate.as_const(), weight(m.quantized_w2 != nullptr, m.w2, 0, d * ffn), x.as_const());
   };
-  auto mlp = k.rms_norm(per_row, x.as_const(), m.gain.cview(), h, c.d, c.eps) >>
-             gemm(m.quantized_w1, m.w1, gate, ffn, d, h.as_const()) >>
+  auto mlp = norm(m.gain) >> gemm(m.quantized_w1, m.w1, gate, ffn, d, h.as_const()) >>
              gemm(m.quantized_w3, m.w3, up, ffn, d, h.as_const()) >>
              k.prefill_silu_mul(k.step_config(grid_for(n(c.ffn) / 8, 256)), gate.as_const(), up.as_const(), gate, chunk,
                                 c.ffn, rows) >>
