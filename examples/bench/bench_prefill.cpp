@@ -20,7 +20,6 @@
 
 #include <lazygraph/kernels/gemm.hpp>
 #include <lazygraph/nn/decoder.hpp>
-#include <lazygraph/nn/prefill.hpp>
 #include <lazygraph/nn/prefill_attention.hpp>
 #include <lazygraph/nn/random_weights.hpp>
 #include "ceiling.hpp"
@@ -216,8 +215,8 @@ std::vector<ProductKind> product_kinds(const nn::DecoderConfig& c) {
 }
 
 /// The floor of every prompt length of `rows` (one shape, one element type): each product kind as a graph of all
-/// its products (every layer its own weights, so that none is read from L2; planned with nn::kPrefillGemmOptions, as
-/// the prefill plans them), the attention of every layer, and one decode step's weight read at the copy ceiling.
+/// its products (every layer its own weights, so that none is read from L2), the attention of every layer, and one
+/// decode step's weight read at the copy ceiling.
 template <class T>
 void measure_floor(const lg::Stream& s, const lg::KernelLibrary& library, const Options& o, double copy_ceiling,
                    std::vector<Row>& rows) {
@@ -243,9 +242,7 @@ void measure_floor(const lg::Stream& s, const lg::KernelLibrary& library, const 
     for (int i = 0; i < count; ++i) weights.push_back(random_matrix(s, k, next_id++, kind.n, kind.k));
     for (Row& row : rows) {
       const std::size_t m = kind.last_row_only ? 1 : static_cast<std::size_t>(row.tokens);
-      // The prefill's options: the same algorithm per shape as the prefill's plans (the process caches one per shape
-      // and options), timed among nn::kPrefillGemmCandidates of cuBLASLt's when a shape is first planned.
-      const lg::Gemm<T> gemm(s.device(), {m, kind.n, kind.k}, nn::kPrefillGemmOptions);
+      const lg::Gemm<T> gemm(s.device(), {m, kind.n, kind.k});
       const lg::DeviceSpan<const T> xs = x.cview().subspan(0, m * kind.k);
       const lg::DeviceSpan<T> ys = y.view().subspan(0, m * kind.n);
       gemm(ys, xs, weights.front().cview()).sync_on(s);  // once eagerly: any lazy loading stays out of the capture

@@ -6,14 +6,12 @@
 #include <dlfcn.h>
 #include <link.h>
 
-#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
-#include <vector>
 
 #include "lazygraph/detail/driver/driver_api.hpp"
 #include "lazygraph/driver/error.hpp"
@@ -298,23 +296,18 @@ void preference_destroy_no_throw(cublasLtMatmulPreference_t preference) noexcept
   (void)loaded->api.cublasLtMatmulPreferenceDestroy(preference);
 }
 
-std::vector<cublasLtMatmulHeuristicResult_t> heuristics(CUcontext ctx, cublasLtHandle_t handle,
-                                                        const MatmulDescriptors& descriptors,
-                                                        cublasLtMatmulPreference_t preference, int max_count,
-                                                        std::string_view object) {
-  if (max_count < 1) return {};
+bool heuristic(CUcontext ctx, cublasLtHandle_t handle, const MatmulDescriptors& descriptors,
+               cublasLtMatmulPreference_t preference, cublasLtMatmulHeuristicResult_t* result,
+               std::string_view object) {
   const EntryPoints& a = api();
   const driver::CurrentContext current(ctx);
-  std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<std::size_t>(max_count));
   int count = 0;
   const cublasStatus_t status =
       a.cublasLtMatmulAlgoGetHeuristic(handle, descriptors.operation, descriptors.a, descriptors.b, descriptors.c,
-                                       descriptors.d, preference, max_count, results.data(), &count);
-  if (status == CUBLAS_STATUS_NOT_SUPPORTED) return {};  // no heuristic for this configuration
+                                       descriptors.d, preference, 1, result, &count);
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED) return false;  // no heuristic for this configuration
   check(status, "cublasLtMatmulAlgoGetHeuristic", object);
-  results.resize(static_cast<std::size_t>(std::clamp(count, 0, max_count)));
-  std::erase_if(results, [](const cublasLtMatmulHeuristicResult_t& r) { return r.state != CUBLAS_STATUS_SUCCESS; });
-  return results;
+  return count > 0 && result->state == CUBLAS_STATUS_SUCCESS;
 }
 
 void matmul(CUcontext ctx, cublasLtHandle_t handle, const MatmulDescriptors& descriptors,

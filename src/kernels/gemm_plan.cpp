@@ -1,6 +1,5 @@
 // A Gemm plan's cuBLASLt state (detail/kernels/gemm_plan.hpp): the device's handle, the descriptors of the row-major
-// product, the algorithm chosen once per shape in the process (the heuristic's first, or the fastest of its
-// candidates timed on buffers of the shape), the workspace, and the checks made before any of it.
+// product, the algorithm chosen once per shape in the process, the workspace, and the checks made before any of it.
 //
 // Row-major through column-major: cuBLASLt's matrices are column-major, and a row-major R x C matrix is the same
 // memory as a column-major C x R one. So D[M, N] = X[M, K] W[N, K]^T, all row-major, is asked of cuBLASLt as its
@@ -9,8 +8,6 @@
 
 #include "lazygraph/detail/kernels/gemm_plan.hpp"
 
-#include <algorithm>
-#include <array>
 #include <atomic>
 #include <bit>
 #include <cstddef>
@@ -25,16 +22,13 @@
 #include <tuple>
 #include <type_traits>
 #include <utility>
-#include <vector>
 
 #include "lazygraph/detail/driver/byte_count.hpp"
 #include "lazygraph/detail/driver/capture.hpp"
 #include "lazygraph/detail/driver/cublaslt_api.hpp"
 #include "lazygraph/detail/driver/driver_api.hpp"
-#include "lazygraph/detail/driver/graph_handle.hpp"
 #include "lazygraph/driver/device_buffer.hpp"
 #include "lazygraph/driver/error.hpp"
-#include "lazygraph/driver/stream.hpp"
 #include "lazygraph/kernels/gemm.hpp"
 #include "lazygraph/ops/exec_context.hpp"
 
@@ -118,10 +112,9 @@ struct AlgorithmKey {
   GemmElementType type = GemmElementType::f16;
   std::size_t alignment = 0;
   std::size_t max_workspace = 0;
-  int candidates = 1;  // a timed choice and an untimed one never stand for each other
   friend bool operator<(const AlgorithmKey& a, const AlgorithmKey& b) {
-    return std::tie(a.device, a.m, a.n, a.k, a.type, a.alignment, a.max_workspace, a.candidates) <
-           std::tie(b.device, b.m, b.n, b.k, b.type, b.alignment, b.max_workspace, b.candidates);
+    return std::tie(a.device, a.m, a.n, a.k, a.type, a.alignment, a.max_workspace) <
+           std::tie(b.device, b.m, b.n, b.k, b.type, b.alignment, b.max_workspace);
   }
 };
 
@@ -140,10 +133,7 @@ AlgorithmCache& algorithm_cache() {
   return cache;
 }
 
-// NOLINTBEGIN(cppcoreguidelines-avoid-non-const-global-variables): counters for the process
-std::atomic<std::size_t> heuristic_query_count{0};
-std::atomic<std::size_t> timed_candidate_count{0};
-// NOLINTEND(cppcoreguidelines-avoid-non-const-global-variables)
+std::atomic<std::size_t> heuristic_query_count{0};  // NOLINT(cppcoreguidelines-avoid-non-const-global-variables)
 
 // ---- RAII for the descriptors (host memory of cuBLASLt's) --------------------------------------------------------
 
@@ -178,148 +168,6 @@ struct GemmState {
   }
 };
 
-namespace {
-
-// ---- Timing the heuristic's candidates (GemmOptions::candidates above 1) ------------------------------------------
-
-constexpr int products_per_graph = 5;      // one graph of products back to back: no host launch between them
-constexpr std::size_t timed_launches = 5;  // launches of it timed, of which the median counts
-
-/// What a plan times its candidates on, all its own: a stream, X, W and D of the shape filled with a nonzero value,
-/// the largest candidate's workspace, and the events. Synchronises its stream before its buffers go.
-struct TimingBench {
-  Stream stream;
-  DeviceBuffer<std::uint16_t> x;
-  DeviceBuffer<std::uint16_t> w;
-  DeviceBuffer<std::uint16_t> d;
-  std::optional<DeviceBuffer<std::byte>> workspace;
-  std::vector<Event> starts;
-  std::vector<Event> ends;
-
-  TimingBench(const Device& device, const GemmShape& shape, GemmElementType type, std::size_t workspace_bytes)
-      : stream(device), x(device, shape.m * shape.k), w(device, shape.n * shape.k), d(device, shape.m * shape.n) {
-    if (workspace_bytes > 0) workspace.emplace(device, workspace_bytes);
-    for (std::size_t i = 0; i < timed_launches; ++i) {
-      starts.emplace_back(device);
-      ends.emplace_back(device);
-    }
-    // 0.01 in every element: zeros can run faster than real data, and X W^T stays far from overflow (K / 10^4).
-    const std::uint16_t value =
-        type == GemmElementType::f16 ? half::from_float(0.01F).bits : bfloat16::from_float(0.01F).bits;
-    const CUcontext ctx = device.context();
-    driver::fill(ctx, x.cview().address(), value, 2, x.size(), stream.get());
-    driver::fill(ctx, w.cview().address(), value, 2, w.size(), stream.get());
-  }
-  ~TimingBench() {
-    try {
-      stream.synchronize();  // nothing may still use the buffers when they are freed
-    } catch (...) {          // NOLINT(bugprone-empty-catch): a failed stream has nothing left to wait for
-    }
-  }
-  TimingBench(const TimingBench&) = delete;
-  TimingBench& operator=(const TimingBench&) = delete;
-  TimingBench(TimingBench&&) = delete;
-  TimingBench& operator=(TimingBench&&) = delete;
-};
-
-/// The median milliseconds of one product of `state` with `candidate`'s algorithm on `bench`: run once eagerly,
-/// then products_per_graph products captured into a graph (as a prefill replays them, without the host's launches
-/// between them), launched once untimed and timed_launches times between events. Nothing when cuBLASLt refuses to
-/// run the algorithm (CublasError). \throws CudaError when the stream, the capture or the graph fails.
-std::optional<float> time_candidate(const GemmState& state, TimingBench& bench,
-                                    const cublasLtMatmulHeuristicResult_t& candidate) {
-  const CUcontext ctx = state.device->context;
-  const CUstream stream = bench.stream.get();
-  const float alpha = 1.0F;
-  const float beta = 0.0F;  // the descriptors are the plan's, so an algorithm valid here is valid for gemm.add too
-  const auto pointer = [](CUdeviceptr address) {
-    return reinterpret_cast<void*>(address);  // NOLINT(performance-no-int-to-ptr): a device address, by design
-  };
-  lt::MatmulOperands operands;
-  operands.alpha = &alpha;
-  operands.a = pointer(bench.w.cview().address());
-  operands.b = pointer(bench.x.cview().address());
-  operands.beta = &beta;
-  operands.c = pointer(bench.d.cview().address());
-  operands.d = pointer(bench.d.cview().address());
-  if (candidate.workspaceSize > 0 && bench.workspace) {
-    operands.workspace = pointer(bench.workspace->cview().address());
-    operands.workspace_bytes = candidate.workspaceSize;  // what the plan would own with it
-  }
-  const auto run = [&] {
-    lt::matmul(ctx, state.handle, state.descriptors(), operands, &candidate.algo, stream, state.name);
-  };
-  try {
-    run();  // also sets cuBLASLt up for the kernel, outside the capture
-  } catch (const CublasError&) {
-    return std::nullopt;
-  }
-
-  // Relaxed: the capture forbids nothing to other threads, and is of a stream no one else sees.
-  driver::capture_begin(ctx, stream, CU_STREAM_CAPTURE_MODE_RELAXED);
-  CUgraph captured = nullptr;
-  try {
-    for (int i = 0; i < products_per_graph; ++i) run();
-  } catch (const CublasError&) {
-    (void)driver::capture_end_no_throw(stream, &captured);
-    driver::graph_destroy_no_throw(captured);
-    return std::nullopt;
-  } catch (...) {
-    (void)driver::capture_end_no_throw(stream, &captured);
-    driver::graph_destroy_no_throw(captured);
-    throw;
-  }
-  const CUresult ended = driver::capture_end_no_throw(stream, &captured);
-  const driver::Graph graph(captured);
-  if (ended != CUDA_SUCCESS || !graph) {
-    driver::throw_error(ended != CUDA_SUCCESS ? ended : CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "cuStreamEndCapture",
-                        state.name + ": timing an algorithm");
-  }
-  const driver::GraphExec exec = driver::GraphExec::instantiate(graph, ctx, state.name);
-  driver::graph_launch(ctx, exec.native_handle(), stream, state.name);  // untimed: uploads it, warms up
-  for (std::size_t i = 0; i < timed_launches; ++i) {
-    bench.starts[i].record(bench.stream);
-    driver::graph_launch(ctx, exec.native_handle(), stream, state.name);
-    bench.ends[i].record(bench.stream);
-  }
-  bench.stream.synchronize();
-  std::array<float, timed_launches> ms{};
-  for (std::size_t i = 0; i < timed_launches; ++i) {
-    ms[i] = Event::elapsed_ms(bench.starts[i], bench.ends[i]) / static_cast<float>(products_per_graph);
-  }
-  std::ranges::nth_element(ms, ms.begin() + timed_launches / 2);
-  return ms[timed_launches / 2];
-}
-
-/// The fastest of `candidates` (the heuristic's, its first guess first) for `state`, timed on buffers of `shape`
-/// allocated here and freed before it returns; the earlier one on a tie. \throws CublasError when cuBLASLt refuses
-/// to run every one; CudaError as time_candidate, or when the buffers cannot be allocated.
-cublasLtMatmulHeuristicResult_t fastest(const GemmState& state, const Device& device, const GemmShape& shape,
-                                        GemmElementType type,
-                                        const std::vector<cublasLtMatmulHeuristicResult_t>& candidates) {
-  std::size_t workspace_bytes = 0;
-  for (const auto& c : candidates) workspace_bytes = std::max(workspace_bytes, c.workspaceSize);
-  TimingBench bench(device, shape, type, workspace_bytes);
-  std::optional<std::size_t> best;
-  float best_ms = 0;
-  for (std::size_t i = 0; i < candidates.size(); ++i) {
-    timed_candidate_count.fetch_add(1, std::memory_order_relaxed);
-    const std::optional<float> ms = time_candidate(state, bench, candidates[i]);
-    if (ms && (!best || *ms < best_ms)) {
-      best = i;
-      best_ms = *ms;
-    }
-  }
-  if (!best) {
-    lt::throw_error(CUBLAS_STATUS_NOT_SUPPORTED, "cublasLtMatmul",
-                    state.name + ": cuBLASLt refused to run each of the " + std::to_string(candidates.size()) +
-                        " algorithms its heuristic offered");
-  }
-  return candidates[*best];
-}
-
-}  // namespace
-
 void check_gemm_shape(const GemmShape& shape, const GemmOptions& options, std::size_t element_size) {
   const std::string what = describe(shape);
   for (const auto& [letter, value] : {std::pair{"M", shape.m}, std::pair{"N", shape.n}, std::pair{"K", shape.k}}) {
@@ -336,11 +184,6 @@ void check_gemm_shape(const GemmShape& shape, const GemmOptions& options, std::s
     throw UsageError(what + ": GemmOptions::alignment is " + std::to_string(a) +
                      " bytes; it must be a power of two from the element's size (" + std::to_string(element_size) +
                      " bytes) to 256");
-  }
-  if (options.candidates < 1 || options.candidates > gemm_max_candidates) {
-    throw UsageError(what + ": GemmOptions::candidates is " + std::to_string(options.candidates) +
-                     "; it must be from 1 (the heuristic's first algorithm, untimed) to " +
-                     std::to_string(gemm_max_candidates) + " (algorithms timed to keep the fastest)");
   }
 }
 
@@ -409,14 +252,8 @@ std::shared_ptr<const GemmState> make_gemm_state(const Device& device, const Gem
   state->x_layout.reset(lt::layout_create(data, shape.k, shape.m, ld(shape.k), object));
   state->d_layout.reset(lt::layout_create(data, shape.n, shape.m, ld(shape.n), object));
 
-  const AlgorithmKey key{.device = device.ordinal(),
-                         .m = shape.m,
-                         .n = shape.n,
-                         .k = shape.k,
-                         .type = type,
-                         .alignment = options.alignment,
-                         .max_workspace = options.max_workspace_bytes,
-                         .candidates = options.candidates};
+  const AlgorithmKey key{device.ordinal(),           shape.m, shape.n, shape.k, type, options.alignment,
+                         options.max_workspace_bytes};
   AlgorithmChoice choice;
   {
     AlgorithmCache& cache = algorithm_cache();
@@ -434,19 +271,15 @@ std::shared_ptr<const GemmState> make_gemm_state(const Device& device, const Gem
             CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
         lt::preference_set(preference.get(), attribute, &alignment, sizeof alignment, object);
       }
+      cublasLtMatmulHeuristicResult_t result{};
       heuristic_query_count.fetch_add(1, std::memory_order_relaxed);
-      const std::vector<cublasLtMatmulHeuristicResult_t> results = lt::heuristics(
-          state->device->context, state->handle, state->descriptors(), preference.get(), options.candidates, object);
-      if (results.empty()) {
+      if (!lt::heuristic(state->device->context, state->handle, state->descriptors(), preference.get(), &result,
+                         object)) {
         lt::throw_error(CUBLAS_STATUS_NOT_SUPPORTED, "cublasLtMatmulAlgoGetHeuristic",
                         object + ": no algorithm for this shape and type with operands aligned to " +
                             std::to_string(options.alignment) + " bytes and at most " +
                             std::to_string(options.max_workspace_bytes) + " bytes of workspace");
       }
-      // Timed under the lock: a second plan of the key waits for the choice rather than timing it again. Planning
-      // is refused inside a capture (above), so the timing never runs in one.
-      const cublasLtMatmulHeuristicResult_t result =
-          results.size() > 1 ? fastest(*state, device, shape, type, results) : results.front();
       choice = {result.algo, result.workspaceSize};
       cache.chosen.emplace(key, choice);
     }
@@ -494,7 +327,5 @@ void submit_gemm(ExecContext& ctx, const GemmState& state, const GemmCall& call)
 }
 
 std::size_t gemm_heuristic_queries() noexcept { return heuristic_query_count.load(std::memory_order_relaxed); }
-
-std::size_t gemm_timed_candidates() noexcept { return timed_candidate_count.load(std::memory_order_relaxed); }
 
 }  // namespace lazygraph::detail

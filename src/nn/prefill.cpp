@@ -97,10 +97,11 @@ BasicPrefillPlans<T>::BasicPrefillPlans(const Device& device, const DecoderConfi
   const auto q_dim = static_cast<std::size_t>(c.q_dim());
   const auto kv_dim = static_cast<std::size_t>(c.kv_dim());
   const auto ffn = static_cast<std::size_t>(c.ffn);
+  const GemmOptions options{.alignment = 16, .max_workspace_bytes = kPrefillGemmWorkspace};
   for (const GemmShape shape :
        {GemmShape{m, q_dim + 2 * kv_dim, d}, GemmShape{m, d, q_dim}, GemmShape{m, ffn, d}, GemmShape{m, d, ffn}}) {
     const bool known = std::any_of(plans_.begin(), plans_.end(), [&](const Gemm<T>& g) { return g.shape() == shape; });
-    if (!known) plans_.emplace_back(device, shape, kPrefillGemmOptions);
+    if (!known) plans_.emplace_back(device, shape, options);
   }
 }
 

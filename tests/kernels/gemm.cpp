@@ -2,9 +2,7 @@
 // and overlap (made before any GPU work) and cublaslt_available (the loader's messages: tests/driver/cublaslt_api.cpp);
 // on a GPU, products in half and bfloat16 at odd shapes against a float64 reference, with and without a residual, in
 // place, eagerly and captured (replayed with new inputs, updated to other buffers, kept alive after the plan), ordered
-// by dataflow and refused side by side by all(), the heuristic asked once per shape, and plans that time the
-// heuristic's candidates (GemmOptions::candidates) computing the same products, timing once per key, never in a
-// capture.
+// by dataflow and refused side by side by all(), and the heuristic asked once per shape.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -53,21 +51,6 @@ TEST_CASE("a gemm plan refuses a zero dimension and an alignment outside [elemen
   CHECK_THROWS_AS(detail::check_gemm_shape({std::size_t{1} << 40U, std::size_t{1} << 40U, 64}, {}, 2), UsageError);
   CHECK_NOTHROW(detail::check_gemm_shape({1, 1000, 2048}, {}, 2));
   CHECK_NOTHROW(detail::check_gemm_shape({17, 64, 63}, {.alignment = 2}, 2));
-}
-
-TEST_CASE("a gemm plan refuses candidates outside 1 .. gemm_max_candidates before any GPU work, naming the option") {
-  CHECK(GemmOptions{}.candidates == 1);  // untimed unless asked
-  CHECK_THROWS_WITH_AS(detail::check_gemm_shape({3, 64, 64}, {.candidates = 0}, 2),
-                       doctest::Contains("gemm (M=3, N=64, K=64): GemmOptions::candidates is 0; it must be from 1 (the "
-                                         "heuristic's first algorithm, untimed) to 32"),
-                       UsageError);
-  CHECK_THROWS_WITH_AS(detail::check_gemm_shape({3, 64, 64}, {.candidates = -1}, 2),
-                       doctest::Contains("GemmOptions::candidates is -1"), UsageError);
-  CHECK_THROWS_WITH_AS(detail::check_gemm_shape({3, 64, 64}, {.candidates = gemm_max_candidates + 1}, 2),
-                       doctest::Contains("GemmOptions::candidates is 33"), UsageError);
-  CHECK_NOTHROW(detail::check_gemm_shape({3, 64, 64}, {.candidates = 1}, 2));
-  CHECK_NOTHROW(detail::check_gemm_shape({3, 64, 64}, {.candidates = 8}, 2));
-  CHECK_NOTHROW(detail::check_gemm_shape({3, 64, 64}, {.candidates = gemm_max_candidates}, 2));
 }
 
 TEST_CASE("a gemm op refuses spans whose sizes do not fit the shape, naming the operand, its size and the shape") {
@@ -443,74 +426,6 @@ TEST_SUITE("gpu") {
     CHECK(Gemm<bfloat16>::heuristic_queries() == before + 3);
     const Gemm<half> fifth(lgtest::device(), s, {.alignment = 8});
     CHECK(Gemm<half>::heuristic_queries() == before + 3);
-  }
-
-  TEST_CASE("a plan that times cuBLASLt's candidates computes the untimed plan's product, and times once per key") {
-    // A shape no other test plans; several algorithms qualify for it, so the heuristic offers more than one.
-    const GemmShape s{256, 1024, 512};
-    const HostMatrix<half> x(s.m * s.k);
-    const HostMatrix<half> w(s.n * s.k);
-    const HostMatrix<half> c(s.m * s.n);
-    auto dx = lgtest::to_device(lgtest::stream(), x.values);
-    auto dw = lgtest::to_device(lgtest::stream(), w.values);
-    auto dc = lgtest::to_device(lgtest::stream(), c.values);
-    auto dd = lgtest::to_device(lgtest::stream(), nans<half>(s.m * s.n));
-    const std::vector<double> p = product(s, x.exact, w.exact);
-
-    const std::size_t queries = Gemm<half>::heuristic_queries();
-    const std::size_t timed_before = Gemm<half>::timed_candidates();
-    const Gemm<half> untimed(lgtest::device(), s);
-    CHECK(Gemm<half>::timed_candidates() == timed_before);  // candidates = 1 runs nothing
-    const Gemm<half> timed(lgtest::device(), s, {.candidates = 8});
-    const std::size_t timed_count = Gemm<half>::timed_candidates() - timed_before;
-    MESSAGE("candidates timed for gemm (256, 1024, 512) half: " << timed_count);
-    CHECK(timed_count >= 2);  // cuBLASLt offers several algorithms for this shape (when it does not, nothing is timed)
-    CHECK(timed_count <= 8);
-    CHECK(Gemm<half>::heuristic_queries() == queries + 2);  // another key than the untimed plan's
-
-    // A second plan of the key asks and times nothing, and has the first one's algorithm (so its workspace size).
-    const Gemm<half> again(lgtest::device(), s, {.candidates = 8});
-    CHECK(Gemm<half>::timed_candidates() == timed_before + timed_count);
-    CHECK(Gemm<half>::heuristic_queries() == queries + 2);
-    CHECK(again.workspace_bytes() == timed.workspace_bytes());
-
-    for (const Gemm<half>* plan : {&untimed, &timed, &again}) {
-      CAPTURE(plan->options().candidates);
-      (*plan)(dd.view(), dx.cview(), dw.cview()).sync_on(lgtest::stream());
-      CHECK(error_of(dd, p) <= tolerance<half>);
-      plan->add(dd.view(), dx.cview(), dw.cview(), dc.cview(), 0.5F, -2.0F).sync_on(lgtest::stream());
-      CHECK(error_of(dd, combine(p, 0.5F, &c.exact, -2.0F)) <= tolerance<half>);
-      upload(dd, nans<half>(s.m * s.n));
-      auto graph = CudaGraph<>::capture(lgtest::stream(), (*plan)(dd.view(), dx.cview(), dw.cview()));
-      graph.launch();
-      CHECK(error_of(dd, p) <= tolerance<half>);
-    }
-
-    // bfloat16: another key, timed on its own.
-    const Gemm<bfloat16> timed_bf16(lgtest::device(), s, {.candidates = 8});
-    CHECK(Gemm<bfloat16>::timed_candidates() > timed_before + timed_count);
-    const HostMatrix<bfloat16> xb(s.m * s.k);
-    const HostMatrix<bfloat16> wb(s.n * s.k);
-    auto dxb = lgtest::to_device(lgtest::stream(), xb.values);
-    auto dwb = lgtest::to_device(lgtest::stream(), wb.values);
-    auto ddb = lgtest::to_device(lgtest::stream(), nans<bfloat16>(s.m * s.n));
-    timed_bf16(ddb.view(), dxb.cview(), dwb.cview()).sync_on(lgtest::stream());
-    CHECK(error_of(ddb, product(s, xb.exact, wb.exact)) <= tolerance<bfloat16>);
-  }
-
-  TEST_CASE("planning with candidates inside a capture is a CaptureError, and times nothing") {
-    Stream& s = lgtest::stream();
-    const std::size_t timed_before = Gemm<half>::timed_candidates();
-    CHECK_THROWS_WITH_AS(
-        CudaGraph<>::scope(s,
-                           [&](Scope&) {
-                             const Gemm<half> late(lgtest::device(), {48, 320, 192}, {.candidates = 8});
-                           }),
-        doctest::Contains("make the Gemm plan before CudaGraph::scope / CudaGraph::capture"), CaptureError);
-    CHECK(Gemm<half>::timed_candidates() == timed_before);
-    s.synchronize();
-    const Gemm<half> now(lgtest::device(), {48, 320, 192}, {.candidates = 8});
-    CHECK(now.options().candidates == 8);
   }
 
   TEST_CASE(

@@ -7,9 +7,8 @@
 /// Two steps, as a graph wants them:
 ///   1. `Gemm<T> gemm(device, {m, n, k})`, outside any capture: loads cuBLASLt (at run time, never linked), makes the
 ///      device's cuBLASLt handle once, builds the descriptors, asks cuBLASLt's heuristic for an algorithm (once per
-///      device, shape, type and options in the process: a second plan of the same shape asks nothing), or with
-///      GemmOptions::candidates above 1 for several, which it times to keep the fastest, and allocates the workspace
-///      that algorithm needs. Nothing here may happen inside a capture, and nothing later allocates.
+///      device, shape, type and options in the process: a second plan of the same shape asks nothing) and allocates
+///      the workspace that algorithm needs. Nothing here may happen inside a capture, and nothing later allocates.
 ///   2. `gemm(d, x, w)` / `gemm.add(d, x, w, c)` return lazy ops (GemmOp) that check their spans against the shape
 ///      when they are built and enqueue one cublasLtMatmul when executed: eagerly (`sync_on`), or captured into a
 ///      graph (`CudaGraph::capture`, `scope`), which then keeps the plan's descriptors and workspace alive.
@@ -54,7 +53,7 @@ struct GemmShape {
   friend bool operator==(const GemmShape&, const GemmShape&) = default;
 };
 
-/// How a Gemm plan chooses its algorithm. Every field is part of what the process-wide algorithm cache is keyed by.
+/// How a Gemm plan chooses its algorithm. Part of what the process-wide algorithm cache is keyed by.
 struct GemmOptions {
   /// The bytes every operand's address (d, x, w, c) is a multiple of: a power of two from the element's size to
   /// 256. Algorithms are chosen for it and each op checks it; DeviceBuffers are 256-byte aligned, so only subspans
@@ -63,21 +62,7 @@ struct GemmOptions {
   /// The most workspace cuBLASLt's algorithm may use (32 MiB, what NVIDIA suggests for Hopper); the plan allocates
   /// only what the chosen one needs.
   std::size_t max_workspace_bytes = std::size_t{32} << 20U;
-  /// How many of cuBLASLt's heuristic's algorithms the plan times before it keeps the fastest, once per key in the
-  /// process (a later plan of the same device, shape, type and options reuses the choice and times nothing): 1 takes
-  /// the heuristic's first without running anything; 2 to gemm_max_candidates ask the heuristic for up to that many
-  /// and, when it offers more than one, run each on buffers of the shape the plan allocates (X and W filled with
-  /// 0.01) and frees, on a stream of its own: once eagerly, then a graph of 5 products (alpha 1, beta 0) launched 6
-  /// times, the median of the last 5 counting, as a graph replays them. The fastest wins, the heuristic's order breaks
-  /// ties; a candidate cuBLASLt refuses to run is skipped. Planning is refused inside a capture, so this never runs
-  /// in one. Costs, at a key's first plan only: 31 products per candidate, and X, W, D of the shape and the largest
-  /// candidate's workspace for that time. The times are taken with W in L2 and constant inputs: for shapes that
-  /// only stream W (M of a few dozen rows) they may rank algorithms otherwise than a model with many layers would.
-  int candidates = 1;
 };
-
-/// The most GemmOptions::candidates a plan may time.
-inline constexpr int gemm_max_candidates = 32;
 
 /// One product D = alpha * X * W^T (+ beta * C) of a Gemm plan, made by `gemm(d, x, w)` or `gemm.add(d, x, w, c)`: a
 /// GraphNode (captured as cuBLASLt's kernels), not a BuildableNode. Holds the plan's shared state and the spans, so
@@ -151,9 +136,8 @@ class [[nodiscard]] GemmOp : public OpBase<GemmOp<T>> {
 };
 
 /// A plan for D[m, n] = X[m, k] * W[n, k]^T in T (half or bfloat16) on one device: cuBLASLt's descriptors, the
-/// algorithm its heuristic chose for the shape (or the fastest of its candidates, GemmOptions::candidates), and the
-/// workspace that algorithm needs, made once; calling it makes ops (GemmOp) for any buffers of that shape. One plan
-/// serves every layer of a model that has its shape.
+/// algorithm its heuristic chose for the shape, and the workspace that algorithm needs, made once; calling it
+/// makes ops (GemmOp) for any buffers of that shape. One plan serves every layer of a model that has its shape.
 ///
 /// Thread safety: a plan is immutable once made; ops may be made from it on any thread. Two of its products must not
 /// run at the same time (they share the workspace): in one graph, `all` refuses that and `dataflow` orders them;
@@ -164,14 +148,12 @@ class [[nodiscard]] GemmOp : public OpBase<GemmOp<T>> {
 template <GemmElement T>
 class Gemm {
  public:
-  /// Plans the shape on `device`, outside any graph capture (it may load cuBLASLt, make its handle, ask its heuristic,
-  /// time its candidates and allocate the workspace). Timing candidates synchronises a stream of the plan's own and
-  /// holds the process's algorithm cache meanwhile: other threads' plans wait for it.
-  /// \throws UsageError for a dimension of 0, an alignment that is not a power of two from sizeof(T) to 256 or
-  ///         candidates outside 1 .. gemm_max_candidates; CaptureError while a capture on this thread (or a
-  ///         global-mode one) is in progress; CublasUnavailable without cuBLASLt; CublasError when it has no
-  ///         algorithm for the shape (or refuses to run every candidate); CudaError when the workspace or the timing
-  ///         buffers cannot be allocated.
+  /// Plans the shape on `device`, outside any graph capture (it may load cuBLASLt, make its handle, ask its heuristic
+  /// and allocate the workspace).
+  /// \throws UsageError for a dimension of 0 or an alignment that is not a power of two from sizeof(T) to 256;
+  ///         CaptureError while a capture on this thread (or a global-mode one) is in progress; CublasUnavailable
+  ///         without cuBLASLt; CublasError when it has no algorithm for the shape; CudaError when the workspace
+  ///         cannot be allocated.
   Gemm(const Device& device, GemmShape shape, GemmOptions options = {})
       : state_(detail::make_gemm_state(device, shape, options, type)), shape_(shape), options_(options) {}
 
@@ -199,10 +181,6 @@ class Gemm {
   /// How many times this process has asked cuBLASLt's heuristic for an algorithm, for every element type: a plan
   /// whose device, shape, type and options an earlier plan had asks nothing.
   [[nodiscard]] static std::size_t heuristic_queries() noexcept { return detail::gemm_heuristic_queries(); }
-  /// How many algorithms this process has timed for plans with GemmOptions::candidates above 1, for every element
-  /// type (those cuBLASLt refused to run included): up to `candidates` for a key's first plan (none when the
-  /// heuristic offers one), none for a later plan of the key.
-  [[nodiscard]] static std::size_t timed_candidates() noexcept { return detail::gemm_timed_candidates(); }
 
  private:
   static constexpr detail::GemmElementType type =

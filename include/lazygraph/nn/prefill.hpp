@@ -28,8 +28,7 @@
 /// (prefill_chunk, or the smallest bucket that holds the context when that is less), R * (2 d + 2 q_dim + 4 kv_dim +
 /// 2 ffn) elements of T (BasicPrefillBuffers::bytes; 2048 rows of a TinyLlama shape, d 2048, ffn 5632, 4 kv heads of
 /// 64: 80 MiB in fp16) plus each bucket's GEMM plans' workspaces (at most kPrefillGemmWorkspace each; cuBLASLt's
-/// algorithm decides, often none), made when the bucket is first used (its plans time their candidates then, with
-/// buffers of their shapes for a moment: kPrefillGemmCandidates); with quantized weights, also the largest
+/// algorithm decides, often none), made when the bucket is first used; with quantized weights, also the largest
 /// quantized matrix in T (dequantized_elements: 32 MiB for a Llama-3.2-1B gate_proj in fp16), which each quantized
 /// matrix of a layer is dequantized into for its GEMMs.
 
@@ -55,19 +54,6 @@ inline constexpr int kPrefillMinRows = 16;
 /// The most workspace each of prefill's GEMM plans may have (GemmOptions::max_workspace_bytes): 8 MiB. A plan owns
 /// only what the algorithm cuBLASLt chose needs.
 inline constexpr std::size_t kPrefillGemmWorkspace = std::size_t{8} << 20U;
-
-/// How many of cuBLASLt's heuristic's algorithms each of prefill's GEMM plans times before it keeps the fastest
-/// (GemmOptions::candidates): 8. For a prompt's few hundred rows the heuristic's first guess is often not the
-/// fastest (an H100 ran M=512, N=K=2048 in fp16 at 0.60 of a large GEMM's TFLOP/s with it). What it costs, once per
-/// shape in the process, at the first prefill of a bucket: up to 8 x 31 products of each of its four shapes (about
-/// 60 ms for a 2048-row bucket of a TinyLlama shape on an H100, estimated) and, for a moment, X, W and D of the
-/// shape and a workspace (up to 60 MiB there, in fp16).
-inline constexpr int kPrefillGemmCandidates = 8;
-
-/// The options of prefill's GEMM plans: alignment 16, kPrefillGemmWorkspace, kPrefillGemmCandidates. A benchmark
-/// that plans the same shapes with them gets the same algorithms (the process caches one per shape and options).
-inline constexpr GemmOptions kPrefillGemmOptions{
-    .alignment = 16, .max_workspace_bytes = kPrefillGemmWorkspace, .candidates = kPrefillGemmCandidates};
 
 /// The row counts prefill captures a graph for: kPrefillMinRows, twice that, ... up to the smallest that holds
 /// min(prefill_chunk, context). Empty when prefill_chunk is 0 (prefill runs on the decode step's graphs).

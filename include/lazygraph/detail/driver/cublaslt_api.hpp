@@ -25,7 +25,6 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
-#include <vector>
 
 namespace lazygraph::detail::cublaslt {
 
@@ -91,13 +90,11 @@ struct MatmulDescriptors {
   cublasLtMatrixLayout_t d = nullptr;
 };
 
-/// cublasLtMatmulAlgoGetHeuristic with `ctx` current, asking for up to `max_count` algorithms: those cuBLASLt
-/// returns whose `state` is CUBLAS_STATUS_SUCCESS, in its order (its best guess first); empty when it has none for
-/// these descriptors and preferences, or `max_count` is below 1. \throws CublasError when the query itself fails.
-std::vector<cublasLtMatmulHeuristicResult_t> heuristics(CUcontext ctx, cublasLtHandle_t handle,
-                                                        const MatmulDescriptors& descriptors,
-                                                        cublasLtMatmulPreference_t preference, int max_count,
-                                                        std::string_view object);
+/// cublasLtMatmulAlgoGetHeuristic with `ctx` current, asking for one algorithm: true with it in `result` (whose
+/// `state` is CUBLAS_STATUS_SUCCESS), false when cuBLASLt has none for these descriptors and preferences.
+/// \throws CublasError when the query itself fails.
+bool heuristic(CUcontext ctx, cublasLtHandle_t handle, const MatmulDescriptors& descriptors,
+               cublasLtMatmulPreference_t preference, cublasLtMatmulHeuristicResult_t* result, std::string_view object);
 
 /// The pointers of one cublasLtMatmul: D = alpha op(A) op(B) + beta C, alpha and beta in host memory (read during
 /// the call), the workspace in device memory.

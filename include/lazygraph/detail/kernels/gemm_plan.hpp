@@ -33,8 +33,7 @@ struct GemmOperand {
 
 /// The checks a plan makes before it touches the GPU: every dimension at least 1, each matrix's element count and
 /// bytes within std::size_t and cuBLASLt's int64 leading dimensions, `options.alignment` a power of two from
-/// `element_size` to 256 bytes, `options.candidates` from 1 to gemm_max_candidates. \throws UsageError naming the
-/// dimension or option.
+/// `element_size` to 256 bytes. \throws UsageError naming the dimension or option.
 void check_gemm_shape(const GemmShape& shape, const GemmOptions& options, std::size_t element_size);
 
 /// The checks a gemm op makes when it is built, before any GPU work: `d` must have M*N elements, `x` M*K, `w` N*K and
@@ -44,8 +43,7 @@ void check_gemm_operands(const GemmShape& shape, std::size_t alignment, std::siz
                          const GemmOperand& x, const GemmOperand& w, const GemmOperand* c);
 
 /// Makes a plan's state on `device`: the device's cuBLASLt handle (made on first use), the descriptors, the algorithm
-/// (asked of cuBLASLt's heuristic once per device, shape, type and options in the process, and with
-/// `options.candidates` above 1 the fastest of its candidates, timed then) and its workspace.
+/// (asked of cuBLASLt's heuristic once per device, shape, type and options in the process) and its workspace.
 /// \throws UsageError (check_gemm_shape), CaptureError while a capture forbids it, CublasUnavailable, CublasError,
 ///         CudaError when the workspace cannot be allocated.
 std::shared_ptr<const GemmState> make_gemm_state(const Device& device, const GemmShape& shape,
@@ -76,8 +74,6 @@ void submit_gemm(ExecContext& ctx, const GemmState& state, const GemmCall& call)
 
 /// How many times this process has asked cuBLASLt's heuristic for an algorithm (once per distinct plan key).
 std::size_t gemm_heuristic_queries() noexcept;
-/// How many algorithms this process has timed to choose one (GemmOptions::candidates above 1), refused ones included.
-std::size_t gemm_timed_candidates() noexcept;
 
 }  // namespace detail
 }  // namespace lazygraph
