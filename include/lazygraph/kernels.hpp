@@ -16,3 +16,5 @@
 #include "lazygraph/kernels/launch_config.hpp"
 #include "lazygraph/kernels/launch_op.hpp"
 #include "lazygraph/kernels/optional_launch.hpp"
+#include "lazygraph/kernels/persistent_program.hpp"
+#include "lazygraph/kernels/tile_function.hpp"

@@ -319,11 +319,52 @@ std::string canonical_parameter_type(std::string_view parameter) {
   return type;
 }
 
+namespace {
+
+/// The declaration whose name is token k (its parameter list follows), its parameters read canonically.
+KernelDeclaration read_declaration(const std::vector<Token>& t, std::size_t k, std::string_view file,
+                                   std::size_t& close) {
+  KernelDeclaration d;
+  d.name = std::string(t[k].text);
+  d.file = std::string(file);
+  d.line = t[k].line;
+  const std::size_t open = k + 1;
+  close = skip_balanced(t, open);  // just past ')'
+  // Split at commas outside nested brackets; each parameter is its source text (tokens re-joined by spaces,
+  // which the canonical spelling ignores).
+  std::vector<std::string> parameters(1);
+  int nested = 0;
+  for (std::size_t j = open + 1; j + 1 < close; ++j) {
+    const std::string_view s = t[j].text;
+    if (s == "(" || s == "[" || s == "{" || s == "<") ++nested;
+    if (s == ")" || s == "]" || s == "}" || s == ">") --nested;
+    if (s == "," && nested == 0) {
+      parameters.emplace_back();
+      continue;
+    }
+    parameters.back().append(s).push_back(' ');
+  }
+  if (parameters.size() == 1 && (parameters[0].empty() || parameters[0] == "void ")) parameters.clear();
+  for (std::size_t p = 0; p < parameters.size(); ++p) {
+    try {
+      d.parameter_types.push_back(canonical_parameter_type(parameters[p]));
+    } catch (const UsageError& e) {
+      d.problem = "parameter " + std::to_string(p) + ": " + e.what();
+      break;
+    }
+  }
+  return d;
+}
+
+}  // namespace
+
 std::vector<KernelDeclaration> parse_kernel_declarations(std::string_view text, std::string_view file) {
   const std::vector<Token> t = tokenize(text);
   std::vector<KernelDeclaration> found;
   std::vector<int> extern_c_blocks;                      // brace depths inside which `extern "C" {` holds
   std::size_t extern_c_global = std::string_view::npos;  // the `__global__` an `extern "C"` just introduced
+  std::size_t extern_c_from = 0;                         // the attributes after an `extern "C"`: [from, to)
+  std::size_t extern_c_to = 0;
   int depth = 0;
   for (std::size_t i = 0; i < t.size(); ++i) {
     if (t[i].text == "{") {
@@ -341,12 +382,34 @@ std::vector<KernelDeclaration> parse_kernel_declarations(std::string_view text, 
         i += 2;
       } else if (const std::size_t k = skip_attributes(t, i + 2); is(t, k, "__global__")) {
         extern_c_global = k;  // attributes may stand between the two
+      } else {
+        extern_c_from = i + 2;  // `extern "C" __device__ ...`: a tile function, perhaps
+        extern_c_to = k;
       }
+      continue;
+    }
+    const bool in_extern_c_block = !extern_c_blocks.empty() && extern_c_blocks.back() == depth;
+    if (t[i].text == "__device__" && (in_extern_c_block || (i >= extern_c_from && i < extern_c_to))) {
+      // A tile function: `extern "C" __device__ void NAME(lg::Tile tile, ...)` (kernels/include/lazygraph/tile.cuh).
+      std::size_t k = i + 1;
+      while (k < t.size() && (is(t, k, "__device__") || is(t, k, "__forceinline__") || is(t, k, "__noinline__") ||
+                              is(t, k, "inline") || is(t, k, "static"))) {
+        ++k;
+      }
+      if (!is(t, k, "void") || k + 2 >= t.size() || t[k + 1].kind != TokenKind::identifier || !is(t, k + 2, "(")) {
+        continue;
+      }
+      std::size_t close = 0;
+      KernelDeclaration d = read_declaration(t, k + 1, file, close);
+      i = close - 1;
+      if (!d.problem.empty() || d.parameter_types.empty() || d.parameter_types.front() != "Tile") continue;
+      d.parameter_types.erase(d.parameter_types.begin());
+      d.tile = true;
+      found.push_back(std::move(d));
       continue;
     }
     if (t[i].text != "__global__") continue;
     const bool after_extern_c = i == extern_c_global;
-    const bool in_extern_c_block = !extern_c_blocks.empty() && extern_c_blocks.back() == depth;
     if (!after_extern_c && !in_extern_c_block) continue;
 
     std::size_t k = skip_attributes(t, i + 1);
@@ -354,36 +417,8 @@ std::vector<KernelDeclaration> parse_kernel_declarations(std::string_view text, 
     k = skip_attributes(t, k + 1);
     if (k >= t.size() || t[k].kind != TokenKind::identifier || !is(t, k + 1, "(")) continue;
 
-    KernelDeclaration d;
-    d.name = std::string(t[k].text);
-    d.file = std::string(file);
-    d.line = t[k].line;
-    const std::size_t open = k + 1;
-    const std::size_t close = skip_balanced(t, open);  // just past ')'
-    // Split at commas outside nested brackets; each parameter is its source text (tokens re-joined by spaces,
-    // which the canonical spelling ignores).
-    std::vector<std::string> parameters(1);
-    int nested = 0;
-    for (std::size_t j = open + 1; j + 1 < close; ++j) {
-      const std::string_view s = t[j].text;
-      if (s == "(" || s == "[" || s == "{" || s == "<") ++nested;
-      if (s == ")" || s == "]" || s == "}" || s == ">") --nested;
-      if (s == "," && nested == 0) {
-        parameters.emplace_back();
-        continue;
-      }
-      parameters.back().append(s).push_back(' ');
-    }
-    if (parameters.size() == 1 && (parameters[0].empty() || parameters[0] == "void ")) parameters.clear();
-    for (std::size_t p = 0; p < parameters.size(); ++p) {
-      try {
-        d.parameter_types.push_back(canonical_parameter_type(parameters[p]));
-      } catch (const UsageError& e) {
-        d.problem = "parameter " + std::to_string(p) + ": " + e.what();
-        break;
-      }
-    }
-    found.push_back(std::move(d));
+    std::size_t close = 0;
+    found.push_back(read_declaration(t, k, file, close));
     i = close - 1;
   }
   return found;

@@ -146,6 +146,37 @@ KernelLibrary::KernelLibrary(const Device& device, KernelLibraryOptions options)
   for (const ModuleSource& m : sources) all_files.push_back(*m.source);
   declarations_ = KernelDeclarations(all_files);
 
+  // The tile functions: compiled into the persistent programs that call them, with these settings and headers.
+  auto build = std::make_shared<detail::KernelBuild>(device);
+  build->options = settings.options;
+  build->cubin = settings.cubin;
+  build->nvrtc = settings.nvrtc;
+  build->cache_directory = options.cache_directory.value_or(KernelCache::default_directory());
+  std::vector<std::shared_ptr<const std::vector<KernelSource>>> set_headers;
+  set_headers.reserve(headers.size());
+  for (const std::vector<KernelSource>& h : headers)
+    set_headers.push_back(std::make_shared<const std::vector<KernelSource>>(h));
+  for (const ModuleSource& m : sources) {
+    std::shared_ptr<const KernelSource> file;
+    for (const KernelDeclaration& d : parse_kernel_declarations(m.source->text, m.source->name)) {
+      if (!d.tile) continue;
+      if (!file) file = std::make_shared<const KernelSource>(*m.source);
+      const std::size_t set = static_cast<std::size_t>(
+          std::find_if(headers.begin(), headers.end(), [&](const auto& h) { return h.data() == m.headers.data(); }) -
+          headers.begin());
+      auto info = std::make_shared<detail::TileInfo>();
+      info->name = d.name;
+      info->declaration = d;
+      info->file = file;
+      info->headers = set_headers.at(set);
+      info->build = build;
+      if (auto [it, inserted] = tiles_.emplace(d.name, std::move(info)); !inserted) {
+        throw UsageError("tile function " + d.name + " is declared in both " + it->second->file->name + " and " +
+                         m.source->name + "; tile function names must be unique across every kernel set of a library");
+      }
+    }
+  }
+
   // Compile the files concurrently: each NVRTC program is independent, and a cold start is dominated by them.
   std::vector<std::future<BuiltModule>> pending;
   pending.reserve(sources.size());
@@ -187,6 +218,24 @@ KernelLibrary::KernelLibrary(const Device& device, KernelLibraryOptions options)
 
 std::vector<std::string> KernelLibrary::kernel_names() const {
   return kernels_ | ranges::views::transform([](const auto& kv) { return kv.first; }) | ranges::to<std::vector>();
+}
+
+std::vector<std::string> KernelLibrary::tile_names() const {
+  return tiles_ | ranges::views::transform([](const auto& kv) { return kv.first; }) | ranges::to<std::vector>();
+}
+
+std::shared_ptr<const detail::TileInfo> KernelLibrary::lookup_tile(std::string_view name,
+                                                                   const std::vector<std::string>& types,
+                                                                   std::string_view signature) const {
+  const auto it = tiles_.find(name);
+  if (it == tiles_.end()) {
+    throw UsageError("unknown tile function \"" + std::string(name) + "\": the kernel library has " +
+                     (tiles_.empty() ? std::string("none (declare one as `extern \"C\" __device__ void NAME(lg::Tile "
+                                                   "tile, ...)` in a kernel file)")
+                                     : join(tile_names(), ", ")));
+  }
+  check_kernel_signature(it->second->declaration, types, signature);
+  return it->second;
 }
 
 std::shared_ptr<detail::KernelInfo> KernelLibrary::lookup(std::string_view name, const std::vector<std::string>& types,

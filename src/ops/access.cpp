@@ -78,11 +78,15 @@ std::vector<std::vector<std::uint32_t>> reduce(std::size_t n, Wanted&& wanted) {
 
 }  // namespace
 
-std::vector<std::vector<std::uint32_t>> infer_dependencies(std::span<const AccessSet> sets) {
-  const std::size_t n = sets.size();
-  std::vector<std::vector<std::uint32_t>> deps = reduce(n, [&](std::size_t i, std::size_t j) {
+std::vector<std::vector<std::uint32_t>> direct_dependencies(std::span<const AccessSet> sets) {
+  return reduce(sets.size(), [&](std::size_t i, std::size_t j) {
     return sets[i].is_opaque() || sets[j].is_opaque() || find_conflict(sets[i], sets[j]).has_value();
   });
+}
+
+std::vector<std::vector<std::uint32_t>> infer_dependencies(std::span<const AccessSet> sets) {
+  const std::size_t n = sets.size();
+  std::vector<std::vector<std::uint32_t>> deps = direct_dependencies(sets);
   // One join instead of two: a node that waits for several predecessors, the latest of which already waits for
   // several itself (a join), waits for that one alone, which takes the others in. In a graph every join ends a chain
   // of early-launched kernels (about 1-2 us each on an H100); this only ever orders more, never less.

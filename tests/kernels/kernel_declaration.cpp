@@ -232,3 +232,32 @@ TEST_CASE("user kernel sources are checked with class types by their unqualified
   CHECK_THROWS_WITH_AS(d.check<void(user::HostOnlyName, float*)>("with_params"),
                        doctest::Contains("parameter 0 is declared `Params`"), UsageError);
 }
+
+TEST_CASE("a tile function is read without its lg::Tile; a device function without one is not a declaration") {
+  const auto found = parse_kernel_declarations(R"(
+#include "lazygraph/tile.cuh"
+extern "C" __device__ void scale(lg::Tile tile, const float* x, float* y, int n) { tile.wait(); }
+extern "C" __device__ __forceinline__ void
+    inlined(lg::Tile tile,
+            lg::half_t* out) {}
+extern "C" __device__ void helper(unsigned long long handle, unsigned value);
+__device__ void not_extern_c(lg::Tile tile, int n) {}
+extern "C" {
+__device__ void in_block(lg::Tile t) {}
+__global__ void kernel(int n) {}
+}
+)",
+                                               "tiles.cu");
+  REQUIRE(found.size() == 4);
+  CHECK(found[0].name == "scale");
+  CHECK(found[0].tile);
+  CHECK(found[0].parameter_types == std::vector<std::string>{"const float*", "float*", "int"});
+  CHECK(found[1].name == "inlined");
+  CHECK(found[1].tile);
+  CHECK(found[1].parameter_types == std::vector<std::string>{"half_t*"});
+  CHECK(found[2].name == "in_block");
+  CHECK(found[2].tile);
+  CHECK(found[2].parameter_types.empty());
+  CHECK(found[3].name == "kernel");
+  CHECK_FALSE(found[3].tile);
+}

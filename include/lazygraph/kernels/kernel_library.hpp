@@ -33,6 +33,7 @@
 #include "lazygraph/driver/device.hpp"
 #include "lazygraph/kernels/kernel.hpp"
 #include "lazygraph/kernels/kernel_set.hpp"
+#include "lazygraph/kernels/tile_function.hpp"
 
 namespace lazygraph {
 
@@ -81,8 +82,20 @@ class KernelLibrary {
                                     detail::type_name<Signature>()));
   }
 
+  /// The tile function `name` (kernels/include/lazygraph/tile.cuh), typed as `Signature` without its leading
+  /// lg::Tile, e.g. `void(const half*, half*, int)`: what PersistentProgram runs (persistent_program.hpp).
+  /// \throws UsageError when no kernel file declares a tile function `name` (listing those that exist), or when
+  ///         `Signature`'s parameters differ from the declared ones in count or type (naming the first).
+  template <class Signature>
+  [[nodiscard]] TileFunction<Signature> tile(std::string_view name) const {
+    Signature* const signature = nullptr;
+    return TileFunction<Signature>(
+        lookup_tile(name, detail::kernel_parameter_types(signature), detail::type_name<Signature>()));
+  }
   /// The names of every loaded kernel, sorted.
   [[nodiscard]] std::vector<std::string> kernel_names() const;
+  /// The names of every tile function of the library's kernel files, sorted.
+  [[nodiscard]] std::vector<std::string> tile_names() const;
   /// How the constructor went: modules compiled and loaded from cache, time, architecture.
   [[nodiscard]] const KernelLibraryStats& stats() const noexcept { return stats_; }
   /// The device the kernels are loaded on.
@@ -95,10 +108,14 @@ class KernelLibrary {
   }
   std::shared_ptr<detail::KernelInfo> lookup(std::string_view name, const std::vector<std::string>& types,
                                              const std::vector<std::size_t>& sizes, std::string_view signature) const;
+  std::shared_ptr<const detail::TileInfo> lookup_tile(std::string_view name, const std::vector<std::string>& types,
+                                                      std::string_view signature) const;
 
   Device device_;
   /// One KernelInfo per kernel, shared by every handle (it holds the module and the function).
   std::map<std::string, std::shared_ptr<detail::KernelInfo>, std::less<>> kernels_;
+  /// One TileInfo per tile function, shared by every handle.
+  std::map<std::string, std::shared_ptr<const detail::TileInfo>, std::less<>> tiles_;
   KernelDeclarations declarations_;
   KernelLibraryStats stats_;
 };

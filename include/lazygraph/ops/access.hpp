@@ -153,6 +153,10 @@ inline CUdeviceptr host_address(const void* p) noexcept {
 ///         bytes; nothing when none do. Opaque branches are skipped.
 void check_branches_independent(std::span<const AccessSet> branches);
 
+/// For each of `sets` (ops in program order), the earlier ops it must follow directly: j after i when their known
+/// accesses conflict or either is opaque, less the edges implied through others (transitive reduction). Indices
+/// ascend within each list.
+std::vector<std::vector<std::uint32_t>> direct_dependencies(std::span<const AccessSet> sets);
 /// For each of `sets` (ops in program order), the earlier ops it must follow: j after i when their known accesses
 /// conflict or either is opaque, minus the edges implied through others (transitive reduction); then a node whose
 /// latest predecessor is itself a join waits for that one alone, the join taking in its other predecessors (fewer

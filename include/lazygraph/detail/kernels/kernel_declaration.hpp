@@ -10,7 +10,9 @@
 ///     extern "C" __global__ void NAME(PARAMETERS)            // or inside an extern "C" { ... } block
 ///
 /// where attributes such as `__launch_bounds__(...)` may stand around `__global__` and `void`, and the parameter list
-/// may span lines and hold comments. Each parameter type is spelled canonically:
+/// may span lines and hold comments. A tile function (kernels/include/lazygraph/tile.cuh) is found the same way when
+/// declared `extern "C" __device__ void NAME(lg::Tile tile, ...)`, its first parameter a `Tile` by value. Each
+/// parameter type is spelled canonically:
 ///   - builtins by their standard names: `unsigned` is "unsigned int", `long long int` is "long long";
 ///   - `size_t`, `ptrdiff_t`, `intptr_t`, `uintptr_t` and the `[u]intN_t` typedefs (with or without `std::`) as
 ///     the builtin they stand for on LP64 Linux, host and device alike: `int64_t` is "long", `size_t` is
@@ -46,6 +48,9 @@ struct KernelDeclaration {
   int line = 0;                              ///< where the kernel's name stands, from 1
   std::vector<std::string> parameter_types;  ///< canonical spellings, in order
   std::string problem;  ///< empty, or why a parameter could not be read (its types are then incomplete)
+  /// A tile function (`extern "C" __device__ void NAME(lg::Tile tile, ...)`, kernels/include/lazygraph/tile.cuh)
+  /// rather than a kernel; parameter_types then leave out the leading lg::Tile.
+  bool tile = false;
 };
 
 /// How kernels must be declared to be found, as error messages say it.

@@ -1,0 +1,53 @@
+// The persistent kernel's loop: every block runs its queue of tiles in order, each after the calls it depends on,
+// and counts it done. The host generates the kernel around it (src/kernels/persistent_source.cpp): a dispatch from
+// a call's function index to its tile function, and one kernel per tile function for the program's graph form.
+// Compiled by NVRTC only; include as "lazygraph/persistent.cuh".
+//
+// Why it cannot deadlock: every block's queue holds tiles in program order, and a call depends only on earlier
+// calls. Take the earliest tile not yet done: the calls it waits for are earlier, so done; the tiles before it in
+// its block's queue are earlier, so done; so its block is running it. This needs every block resident at once,
+// which the host ensures by launching no more blocks than the occupancy query says fit (other work on the GPU
+// only delays blocks: it does not wait for this kernel).
+//
+// Counters: call c's counter counts its tiles done. A block's tile is counted after a block barrier, by one
+// device-scope release add: the barrier orders every thread's stores before it. Waiting is Tile::wait's.
+#pragma once
+
+#include "lazygraph/tile.cuh"
+
+namespace lg {
+
+/// Runs block blockIdx.x's queue of `program`: dispatch(function, tile, args) runs one tile (see above).
+template <class Dispatch>
+__device__ __forceinline__ void run_persistent(const PersistentProgram& program, unsigned char* shared,
+                                               Dispatch dispatch) {
+  __shared__ PersistentBlockState state;
+  if (threadIdx.x == 0) {
+    state.waited = 0;
+    state.abort = 0;
+  }
+  // An error of an earlier run that the host has not collected yet: run nothing, so that it is not lost.
+  if (*static_cast<volatile unsigned*>(program.status) != 0u) return;
+  __syncthreads();
+  const unsigned begin = program.queue_begin[blockIdx.x];
+  const unsigned end = program.queue_begin[blockIdx.x + 1];
+  for (unsigned position = begin; position < end; ++position) {
+    const unsigned call = program.queue[2 * position];
+    const unsigned tile = program.queue[2 * position + 1];
+    const PersistentCall& c = program.calls[call];
+    dispatch(c.function, Tile::of_program(&program, c, call, tile, position, &state, shared), program.args + c.args);
+    __syncthreads();  // every thread's stores of the tile, and the state, before the count
+    if (state.abort != 0u) return;
+    // waited only grows (thread 0 may already be in the next tile's wait), so "at least this tile's" is the test.
+    if (state.waited < position + 1) {
+      if (threadIdx.x == 0) detail::report(program.status, kStatusNoWait, call, tile, call, 0, 0);
+      return;
+    }
+    if (threadIdx.x == 0) {
+      asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(program.counters + call * kCounterStride)
+                   : "memory");
+    }
+  }
+}
+
+}  // namespace lg
