@@ -8,6 +8,7 @@
 #include <lazygraph/lazygraph.hpp>
 #include <lazygraph/nn/kernels.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -70,6 +71,73 @@ extern "C" __device__ void matvec(lg::Tile tile, const lg::half_t* w, const lg::
     out[row] = lg::to_half((accumulate != 0 ? lg::to_float(out[row]) : 0.0f) + acc);
   }
 }
+// out[r] = W[r] . x for the tile's 8 rows, x in fp32 (the residual of the split chain), out fp16.
+extern "C" __device__ void matvec_x32(lg::Tile tile, const lg::half_t* w, const float* x, lg::half_t* out, int rows,
+                                      int cols) {
+  constexpr int kSteps = 8;
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int row = min(static_cast<int>(tile.index()) * 8 + warp, rows - 1);
+  const int chunks = cols / 8;
+  const lg::half_t* wr = w + static_cast<long long>(row) * cols;
+  lg::Pack8<lg::half_t> wv[kSteps];
+#pragma unroll
+  for (int u = 0; u < kSteps; ++u) wv[u] = lg::load8_streaming(wr + 8 * min(lane + 32 * u, chunks - 1));
+  tile.wait();
+  float acc = 0.0f;
+  for (int base = 0; base < chunks; base += 32 * kSteps) {
+    if (base > 0) {
+#pragma unroll
+      for (int u = 0; u < kSteps; ++u) wv[u] = lg::load8_streaming(wr + 8 * min(base + lane + 32 * u, chunks - 1));
+    }
+#pragma unroll
+    for (int u = 0; u < kSteps; ++u) {
+      const int c = base + lane + 32 * u;
+      if (c < chunks) {
+        float a[8];
+        lg::unpack8(wv[u], a);
+        const float4 b0 = *reinterpret_cast<const float4*>(x + 8 * c);
+        const float4 b1 = *reinterpret_cast<const float4*>(x + 8 * c + 4);
+        acc = fmaf(a[0], b0.x, fmaf(a[1], b0.y, fmaf(a[2], b0.z, fmaf(a[3], b0.w, acc))));
+        acc = fmaf(a[4], b1.x, fmaf(a[5], b1.y, fmaf(a[6], b1.z, fmaf(a[7], b1.w, acc))));
+      }
+    }
+  }
+  acc = lg::warp_sum(acc);
+  if (lane == 0 && static_cast<int>(tile.index()) * 8 + warp < rows) out[row] = lg::to_half(acc);
+}
+// x[r] += W[r][k * split .. (k + 1) * split) . h[...] for the tile's 8 rows r (tile.block().x) and column slice k
+// (tile.block().y), added atomically: a tile needs only its slice of h, so it waits for the few tiles that wrote it.
+extern "C" __device__ void matvec_split(lg::Tile tile, const lg::half_t* w, const lg::half_t* h, float* x, int rows,
+                                        int cols, int split) {
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const uint3 place = tile.block();
+  const int row = min(static_cast<int>(place.x) * 8 + warp, rows - 1);
+  const int first = static_cast<int>(place.y) * split / 8;  // chunks
+  const int chunks = min(split, cols - static_cast<int>(place.y) * split) / 8;
+  const lg::half_t* wr = w + static_cast<long long>(row) * cols + 8LL * first;
+  constexpr int kSteps = 8;  // split <= 2048 columns: 256 chunks, 8 per lane
+  lg::Pack8<lg::half_t> wv[kSteps];
+#pragma unroll
+  for (int u = 0; u < kSteps; ++u) wv[u] = lg::load8_streaming(wr + 8 * min(lane + 32 * u, chunks - 1));
+  tile.wait();
+  float acc = 0.0f;
+#pragma unroll
+  for (int u = 0; u < kSteps; ++u) {
+    const int c = lane + 32 * u;
+    if (c < chunks) {
+      float a[8];
+      float b[8];
+      lg::unpack8(wv[u], a);
+      lg::unpack8(lg::load8(h + 8 * (first + c)), b);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) acc = fmaf(a[k], b[k], acc);
+    }
+  }
+  acc = lg::warp_sum(acc);
+  if (lane == 0 && static_cast<int>(place.x) * 8 + warp < rows) atomicAdd(x + row, acc);
+}
 )";
 
 using Gemv = lg::Kernel<void(const lg::half*, const lg::half*, lg::half*, int, int, int)>;
@@ -78,7 +146,11 @@ using Gemv = lg::Kernel<void(const lg::half*, const lg::half*, lg::half*, int, i
 template <class G>
 double replay_us(const lg::Stream& s, G& graph) {
   return 1e6 * bench::median_seconds(
-                   s, 20, [&](int) { graph.launch_on(s); }, [&] { graph.synchronize(); });
+                   s, 20, [&](int) { graph.launch_on(s); },
+                   [&] {
+                     graph.synchronize();
+                     s.synchronize();
+                   });
 }
 
 std::vector<lg::half> random_halves(std::size_t n, unsigned seed, float scale) {
@@ -86,7 +158,7 @@ std::vector<lg::half> random_halves(std::size_t n, unsigned seed, float scale) {
   unsigned state = seed * 2654435761U + 1U;
   for (auto& h : out) {
     state = state * 1664525U + 1013904223U;
-    h = lg::half(scale * (static_cast<float>(state >> 8U) / 8388608.0F - 1.0F));
+    h = lg::half::from_float(scale * (static_cast<float>(state >> 8U) / 8388608.0F - 1.0F));
   }
   return out;
 }
@@ -103,6 +175,35 @@ struct Shape {
   int ffn;
   int layers;
 };
+
+/// Per tile function of a profiled run: its tiles, the mean microseconds before, in and after the wait, and the
+/// run's span.
+void print_profile(const char* what, const Shape& shape, const std::vector<lg::PersistentCallProfile>& calls) {
+  struct Sum {
+    double tiles = 0;
+    double before = 0;
+    double waiting = 0;
+    double after = 0;
+  };
+  std::vector<std::pair<std::string, Sum>> by;
+  double span = 0;
+  for (const auto& c : calls) {
+    auto it = std::find_if(by.begin(), by.end(), [&](const auto& e) { return e.first == c.name; });
+    if (it == by.end()) it = by.insert(by.end(), {c.name, Sum{}});
+    it->second.tiles += c.tiles;
+    it->second.before += c.before_wait * c.tiles;
+    it->second.waiting += c.waiting * c.tiles;
+    it->second.after += c.after_wait * c.tiles;
+    span = std::max(span, c.last_end);
+  }
+  for (const auto& [name, sum] : by) {
+    std::printf(
+        "<!-- profile %s (%d, %d, %d), span %.1f us: %s %.0f tiles, before wait %.2f us, waiting %.2f, after "
+        "%.2f -->\n",
+        what, shape.d, shape.ffn, shape.layers, span, name.c_str(), sum.tiles, sum.before / sum.tiles,
+        sum.waiting / sum.tiles, sum.after / sum.tiles);
+  }
+}
 
 }  // namespace
 
@@ -150,10 +251,13 @@ int main() {
     const auto matvec = lib.tile<void(const lg::half*, const lg::half*, lg::half*, int, int, int)>("matvec");
     const Gemv gemv = lib.get<void(const lg::half*, const lg::half*, lg::half*, int, int, int)>("gemv");
     const Gemv gemv_add = lib.get<void(const lg::half*, const lg::half*, lg::half*, int, int, int)>("gemv_add");
+    const auto matvec_x32 = lib.tile<void(const lg::half*, const float*, lg::half*, int, int)>("matvec_x32");
+    const auto matvec_split = lib.tile<void(const lg::half*, const lg::half*, float*, int, int, int)>("matvec_split");
     std::printf(
         "\n| matvec chain (d, ffn, layers) | weights MB | persistent us | of ceiling | graph form us | of ceiling "
-        "| library gemv graph us | of ceiling | persistent = graph form | library vs persistent |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+        "| library gemv graph us | of ceiling | persistent, split down us | of ceiling | persistent = graph form "
+        "| library vs persistent | library vs split |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (const Shape shape :
          {Shape{512, 1536, 16}, Shape{1024, 4096, 8}, Shape{2048, 5632, 6}, Shape{4096, 11008, 4}}) {
       const auto d = static_cast<std::size_t>(shape.d);
@@ -184,10 +288,39 @@ int main() {
         list.push_back(matvec({{static_cast<unsigned>((d + 7) / 8), 1, 1}}, w2[l].cview(), h.cview(), x.view(), shape.d,
                               shape.ffn, 1));
       }
-      const lg::PersistentProgram program(s, std::move(list));
+      const lg::PersistentProgram program(s, list);
       const auto config = [](std::size_t rows) {
         return lg::early(lg::LaunchConfig{{static_cast<unsigned>((rows + 7) / 8), 1, 1}, {32, 1, 8}, 0});
       };
+      // The split chain: the residual in fp32, the down projection in column slices of 2048 added atomically, each
+      // tile saying what it touches, so a slice's tiles wait only for the tiles of h they read.
+      constexpr int split = 2048;
+      auto x32 = lg::empty<float>(d).sync_on(s);
+      std::vector<lg::TileCall> split_list;
+      const CUdeviceptr xa = x32.cview().address();
+      const CUdeviceptr ha = h.cview().address();
+      const unsigned up_tiles = static_cast<unsigned>((ffn + 7) / 8);
+      const unsigned down_rows = static_cast<unsigned>((d + 7) / 8);
+      const unsigned down_slices = static_cast<unsigned>((ffn + split - 1) / split);
+      for (int l = 0; l < shape.layers; ++l) {
+        split_list.push_back(matvec_x32({{up_tiles, 1, 1}}, w1[l].cview(), x32.cview(), h.view(), shape.ffn, shape.d)
+                                 .with_tile_accesses([=](unsigned t, lg::AccessSet& a) {
+                                   a.read(xa, d * sizeof(float), "up");
+                                   a.write(ha + 8 * t * sizeof(lg::half),
+                                           std::min<std::size_t>(8, ffn - 8 * t) * sizeof(lg::half), "up");
+                                 }));
+        split_list.push_back(
+            matvec_split({{down_rows, down_slices, 1}}, w2[l].cview(), h.cview(), x32.view(), shape.d, shape.ffn, split)
+                .with_tile_accesses([=](unsigned t, lg::AccessSet& a) {
+                  const std::size_t r = t % down_rows;
+                  const std::size_t k = t / down_rows;
+                  a.read(ha + k * split * sizeof(lg::half),
+                         std::min<std::size_t>(split, ffn - k * split) * sizeof(lg::half), "down");
+                  a.write(xa + 8 * r * sizeof(float), std::min<std::size_t>(8, d - 8 * r) * sizeof(float), "down");
+                }));
+      }
+      const lg::PersistentProgram split_program(s, split_list);
+      auto split_graph = lg::CudaGraph<>::scope(s, [&](lg::Scope& sc) { sc.record(split_program.op()); });
       auto persistent = lg::CudaGraph<>::scope(s, [&](lg::Scope& sc) { sc.record(program.op()); });
       auto graph_form = lg::CudaGraph<>::scope(s, [&](lg::Scope& sc) { sc.record(program.graph_op()); });
       auto library = lg::CudaGraph<>::scope(s, [&](lg::Scope& sc) {
@@ -207,21 +340,46 @@ int main() {
       set_x();
       library.launch();
       const auto out_l = to_host(s, x.cview());
+      std::vector<float> x0f;
+      for (const lg::half v : x0) x0f.push_back(v.to_float());
+      lg::copy_async(s, x32.view(), std::span<const float>(x0f));
+      split_graph.launch();
+      split_program.check(s);
+      std::vector<float> out_s(d);
+      lg::copy_async(s, std::span<float>(out_s), x32.cview());
+      s.synchronize();
       double err = 0;
+      double split_err = 0;
       double scale = 0;
       for (std::size_t i = 0; i < d; ++i) {
         err = std::max(err, std::abs(static_cast<double>(out_l[i].to_float()) - out_p[i].to_float()));
+        split_err = std::max(split_err, std::abs(static_cast<double>(out_l[i].to_float()) - out_s[i]));
         scale = std::max(scale, std::abs(static_cast<double>(out_l[i].to_float())));
       }
       const bool same = std::memcmp(out_p.data(), out_g.data(), d * sizeof(lg::half)) == 0;
       const double p = replay_us(s, persistent);
       const double g = replay_us(s, graph_form);
       const double l = replay_us(s, library);
+      const double sp = replay_us(s, split_graph);
       program.check(s);
+      split_program.check(s);
       const double bytes = 2.0 * static_cast<double>(d * ffn) * sizeof(lg::half) * shape.layers;
       const auto frac = [&](double us) { return bytes / (us * 1e-6) / ceiling; };
-      std::printf("| (%d, %d, %d) | %.1f | %.1f | %.2f | %.1f | %.2f | %.1f | %.2f | %s | %.1e |\n", shape.d, shape.ffn,
-                  shape.layers, bytes * 1e-6, p, frac(p), g, frac(g), l, frac(l), same ? "yes" : "NO", err / scale);
+      std::printf(
+          "| (%d, %d, %d) | %.1f | %.1f | %.2f | %.1f | %.2f | %.1f | %.2f | %.1f | %.2f | %s | %.1e | %.1e |\n",
+          shape.d, shape.ffn, shape.layers, bytes * 1e-6, p, frac(p), g, frac(g), l, frac(l), sp, frac(sp),
+          same ? "yes" : "NO", err / scale, split_err / scale);
+      std::printf("<!-- first values: library %g %g, persistent %g %g, split %g %g -->\n", out_l[0].to_float(),
+                  out_l[1].to_float(), out_p[0].to_float(), out_p[1].to_float(), out_s[0], out_s[1]);
+      // Where the time goes, per tile function: profiled copies of both programs, one run each.
+      lg::PersistentOptions profiled;
+      profiled.profile = true;
+      for (const auto* calls : {&list, &split_list}) {
+        const lg::PersistentProgram p2(s, *calls, profiled);
+        p2.op().sync_on(s);
+        p2.check(s);
+        print_profile(calls == &list ? "persistent" : "split", shape, p2.profile(s));
+      }
     }
     return 0;
   } catch (const std::exception& e) {

@@ -37,12 +37,14 @@ struct PersistentState {
   std::vector<std::shared_ptr<KernelInfo>> tile_kernels;  ///< per function, its graph form
   std::vector<std::uint32_t> args_offset;                 ///< per call
   std::optional<DeviceBuffer<PersistentCallEntry>> call_table;
-  std::optional<DeviceBuffer<std::uint32_t>> deps;
+  std::optional<DeviceBuffer<std::uint32_t>> tile_waits;
+  std::optional<DeviceBuffer<std::uint32_t>> waits;
   std::optional<DeviceBuffer<unsigned char>> args;
   std::optional<DeviceBuffer<std::uint32_t>> queue_begin;
   std::optional<DeviceBuffer<std::uint32_t>> queue;
-  std::optional<DeviceBuffer<std::uint32_t>> counters;
+  std::optional<DeviceBuffer<std::uint32_t>> counters;  ///< per call kCounterStride words, then a flag per tile
   std::optional<DeviceBuffer<std::uint32_t>> status;
+  std::optional<DeviceBuffer<unsigned long long>> timeline;  ///< with PersistentOptions::profile
   PersistentProgramView view;
 };
 
@@ -135,9 +137,9 @@ PersistentProgram::PersistentProgram(const Stream& stream, std::vector<TileCall>
   const detail::KernelBuild& build = *calls.front().function()->build;
   auto s = std::make_shared<detail::PersistentState>(build.device);
   s->options = options;
-  if (options.threads == 0 || options.threads > 1024 || options.min_blocks_per_sm == 0) {
-    throw UsageError("persistent program: threads must be 1 to 1024 (not " + std::to_string(options.threads) +
-                     ") and min_blocks_per_sm at least 1");
+  if (options.threads == 0 || options.threads > 1024 || options.threads % 32 != 0 || options.min_blocks_per_sm == 0) {
+    throw UsageError("persistent program: threads must be a multiple of 32 from 32 to 1024 (not " +
+                     std::to_string(options.threads) + ") and min_blocks_per_sm at least 1");
   }
 
   // The functions in order of first use, each with its host parameter sizes.
@@ -177,21 +179,19 @@ PersistentProgram::PersistentProgram(const Stream& stream, std::vector<TileCall>
   const Kernel<void(detail::PersistentProgramView)> kernel(s->persistent);
   detail::validate_launch(*s->persistent, {{1, 1, 1}, {options.threads, 1, 1}, s->shared_bytes});
   std::size_t tiles = 0;
-  std::vector<AccessSet> sets;
-  std::vector<unsigned> tile_counts;
-  for (const TileCall& call : s->calls) {
-    sets.push_back(accesses_of(call));
-    tile_counts.push_back(call.tiles());
+  std::vector<detail::CallAccesses> accesses;
+  for (std::size_t c = 0; c < s->calls.size(); ++c) {
+    const TileCall& call = s->calls[c];
+    accesses.push_back({accesses_of(call), call.tiles(), call.tile_accesses(), detail::call_name(*s, c)});
     tiles += call.tiles();
   }
   const unsigned blocks =
       detail::persistent_blocks(options.blocks, kernel.max_active_blocks_per_sm(options.threads, s->shared_bytes),
                                 build.device.sm_count(), tiles, options.threads, s->shared_bytes);
-  s->schedule = detail::schedule_persistent(sets, tile_counts, blocks);
+  s->schedule = detail::schedule_persistent(accesses, blocks);
 
   // The tables.
   std::vector<PersistentCallEntry> entries;
-  std::vector<std::uint32_t> deps;
   std::vector<unsigned char> args;
   for (std::size_t c = 0; c < s->calls.size(); ++c) {
     const TileCall& call = s->calls[c];
@@ -204,27 +204,35 @@ PersistentProgram::PersistentProgram(const Stream& stream, std::vector<TileCall>
     e.args = static_cast<std::uint32_t>(args.size());
     s->args_offset.push_back(e.args);
     args.insert(args.end(), call.arguments().begin(), call.arguments().end());
-    e.deps_begin = static_cast<std::uint32_t>(deps.size());
-    e.deps_count = static_cast<std::uint32_t>(s->schedule.after[c].size());
-    deps.insert(deps.end(), s->schedule.after[c].begin(), s->schedule.after[c].end());
+    e.tiles_begin = s->schedule.tiles_begin[c];
     entries.push_back(e);
   }
+  std::vector<std::uint32_t> waits;
+  waits.reserve(3 * s->schedule.waits.size());
+  for (const detail::TileWait& w : s->schedule.waits) waits.insert(waits.end(), {w.call, w.first, w.count});
   s->call_table = detail::upload(stream, entries);
-  s->deps = detail::upload(stream, deps);
+  s->tile_waits = detail::upload(stream, s->schedule.tile_waits);
+  s->waits = detail::upload(stream, waits);
   s->args = detail::upload(stream, args);
   s->queue_begin = detail::upload(stream, s->schedule.queue_begin);
   s->queue = detail::upload(stream, s->schedule.queue);
-  s->counters = detail::upload(stream, std::vector<std::uint32_t>(s->calls.size() * detail::kCounterStride, 0));
+  s->counters = detail::upload(stream, std::vector<std::uint32_t>(s->calls.size() * detail::kCounterStride + tiles, 0));
   s->status = detail::upload(stream, std::vector<std::uint32_t>(detail::kStatusWords, 0));
   stream.synchronize();  // the host vectors go now
 
   s->view.calls = s->call_table->cview().address();
-  s->view.deps = s->deps->cview().address();
+  s->view.tile_waits = s->tile_waits->cview().address();
+  s->view.waits = s->waits->cview().address();
   s->view.args = s->args->cview().address();
   s->view.queue_begin = s->queue_begin->cview().address();
   s->view.queue = s->queue->cview().address();
   s->view.counters = s->counters->cview().address();
+  s->view.tile_done = s->view.counters + s->calls.size() * detail::kCounterStride * sizeof(std::uint32_t);
   s->view.status = s->status->cview().address();
+  if (options.profile) {
+    s->timeline.emplace(build.device, 4 * tiles);
+    s->view.timeline = s->timeline->cview().address();
+  }
   s->view.timeout_ns =
       static_cast<unsigned long long>(std::chrono::duration_cast<std::chrono::nanoseconds>(options.timeout).count());
   s->view.pause_ns = options.poll_pause_ns;
@@ -276,6 +284,41 @@ void PersistentProgram::check(const Stream& stream) const {
                      "before touching memory that earlier calls write or read (kernels/include/lazygraph/tile.cuh)");
   }
   throw UsageError("persistent program: the kernel stopped with unknown status " + std::to_string(st[0]));
+}
+
+std::vector<PersistentCallProfile> PersistentProgram::profile(const Stream& stream) const {
+  const detail::PersistentState& s = *state_;
+  if (!s.timeline) {
+    throw UsageError("PersistentProgram::profile: make the program with PersistentOptions::profile = true");
+  }
+  std::vector<unsigned long long> t(s.timeline->size());
+  copy_async(stream, std::span<unsigned long long>(t), s.timeline->cview());
+  stream.synchronize();
+  unsigned long long start = ~0ULL;
+  for (std::size_t i = 0; i < t.size(); i += 4) start = std::min(start, t[i]);
+  std::vector<PersistentCallProfile> out;
+  for (std::size_t c = 0; c < s.calls.size(); ++c) {
+    PersistentCallProfile p;
+    p.name = s.calls[c].name();
+    p.tiles = s.calls[c].tiles();
+    double first = 1e300;
+    double last = 0;
+    for (std::uint32_t k = s.schedule.tiles_begin[c]; k < s.schedule.tiles_begin[c + 1]; ++k) {
+      const unsigned long long* st = &t[4 * std::size_t{k}];
+      p.before_wait += static_cast<double>(st[1] - st[0]) * 1e-3;
+      p.waiting += static_cast<double>(st[2] - st[1]) * 1e-3;
+      p.after_wait += static_cast<double>(st[3] - st[2]) * 1e-3;
+      first = std::min(first, static_cast<double>(st[0] - start) * 1e-3);
+      last = std::max(last, static_cast<double>(st[3] - start) * 1e-3);
+    }
+    p.before_wait /= p.tiles;
+    p.waiting /= p.tiles;
+    p.after_wait /= p.tiles;
+    p.first_start = first;
+    p.last_end = last;
+    out.push_back(std::move(p));
+  }
+  return out;
 }
 
 const detail::PersistentSchedule& PersistentProgram::schedule() const noexcept { return state_->schedule; }

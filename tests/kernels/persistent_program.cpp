@@ -19,7 +19,8 @@ using namespace lazygraph;
 
 namespace {
 
-const char* const kTiles = R"(#include "lazygraph/tile.cuh"
+const char* const kTiles = R"(#include "lazygraph/condition.cuh"
+#include "lazygraph/tile.cuh"
 // out[i] = a * in[(i + shift) % n] + b over the tile's share of i: every tile reads what other tiles of the call
 // that wrote `in` wrote, so the call must wait for all of that call.
 extern "C" __device__ void rotate_scale(lg::Tile tile, const float* in, float* out, int n, int shift, float a,
@@ -31,6 +32,19 @@ extern "C" __device__ void rotate_scale(lg::Tile tile, const float* in, float* o
   for (int i = begin + static_cast<int>(threadIdx.x); i < end; i += static_cast<int>(tile.threads())) {
     out[i] = a * in[(i + shift) % n] + b;
   }
+}
+// out[i] = 2 * in[i] + 1 over slice `tile` of `per` elements: a tile reads and writes its own slice only.
+extern "C" __device__ void slice_scale(lg::Tile tile, const float* in, float* out, int per) {
+  tile.wait();
+  const int begin = static_cast<int>(tile.index()) * per;
+  for (int i = static_cast<int>(threadIdx.x); i < per; i += static_cast<int>(tile.threads())) {
+    out[begin + i] = 2.0f * in[begin + i] + 1.0f;
+  }
+}
+// Counts *left down by one and continues the loop of `c` while it is above zero (an ordinary kernel).
+extern "C" __global__ void count_down(lg::Condition c, unsigned* left) {
+  *left -= 1u;
+  lg::set_condition(c, *left > 0u ? 1u : 0u);
 }
 // Sets *done once *flag is nonzero, or after bound_ns: a producer that may not finish in time.
 extern "C" __device__ void wait_flag(lg::Tile tile, const unsigned* flag, unsigned* done,
@@ -205,6 +219,112 @@ TEST_SUITE("gpu") {
         for (int b = 0; b < 4; ++b) CHECK(lgtest::relative_error(lgtest::to_host(s, bufs[b].cview()), again[b]) < 1e-5);
       }
     }
+  }
+
+  TEST_CASE(
+      "tiles that say what they touch wait only for the tiles they read, and compute what the calls in order do") {
+    Stream& s = lgtest::stream();
+    const auto slices = library().tile<void(const float*, float*, int)>("slice_scale");
+    const auto whole = library().tile<void(const float*, float*, int, int, float, float)>("rotate_scale");
+    constexpr unsigned tiles = 64;
+    constexpr int per = 512;
+    constexpr int n = static_cast<int>(tiles) * per;
+    const std::vector<float> a0 = lgtest::random_floats(n);
+    auto a = lgtest::to_device(s, a0);
+    DeviceBuffer<float> b(lgtest::device(), n);
+    DeviceBuffer<float> c(lgtest::device(), n);
+    const auto sliced = [&](const DeviceBuffer<float>& from, DeviceBuffer<float>& to) {
+      const CUdeviceptr in = from.cview().address();
+      const CUdeviceptr out = to.cview().address();
+      return slices({{tiles, 1, 1}}, from.cview(), to.view(), per).with_tile_accesses([=](unsigned t, AccessSet& acc) {
+        acc.read(in + t * per * sizeof(float), per * sizeof(float), "slice_scale");
+        acc.write(out + t * per * sizeof(float), per * sizeof(float), "slice_scale");
+      });
+    };
+    // a -> b -> c by slices, then c -> a whole (a rotation), then a -> b by slices again.
+    const PersistentProgram program(
+        s, {sliced(a, b), sliced(b, c), whole({{tiles, 1, 1}}, c.cview(), a.view(), n, 5, 0.5F, 0.0F), sliced(a, b)});
+    for (unsigned t = 0; t < tiles; ++t) {
+      REQUIRE(program.schedule().waits_of(1, t).size() == 1);
+      CHECK(program.schedule().waits_of(1, t)[0] == detail::TileWait{0, t, 1});
+    }
+    CHECK(program.schedule().waits_of(3, 7).size() == 1);
+    CHECK(program.schedule().waits_of(3, 7)[0].first == detail::kWholeCall);
+    for (int run = 0; run < 3; ++run) {
+      copy_async(s, a.view(), std::span<const float>(a0));
+      program.op().sync_on(s);
+      program.check(s);
+      std::vector<double> want_b(n);
+      std::vector<double> want_c(n);
+      std::vector<double> want_a(n);
+      for (int i = 0; i < n; ++i) want_c[i] = 2.0 * (2.0 * a0[i] + 1.0) + 1.0;
+      for (int i = 0; i < n; ++i) want_a[i] = 0.5 * want_c[(i + 5) % n];
+      for (int i = 0; i < n; ++i) want_b[i] = 2.0 * want_a[i] + 1.0;
+      CHECK(lgtest::relative_error(lgtest::to_host(s, c.cview()), want_c) < 1e-6);
+      CHECK(lgtest::relative_error(lgtest::to_host(s, a.cview()), want_a) < 1e-6);
+      CHECK(lgtest::relative_error(lgtest::to_host(s, b.cview()), want_b) < 1e-6);
+    }
+  }
+
+  TEST_CASE("a persistent program is the body of a while_ loop, iteration after iteration, replay after replay") {
+    Stream& s = lgtest::stream();
+    const auto f = library().tile<void(const float*, float*, int, int, float, float)>("rotate_scale");
+    const auto count_down = library().get<void(Condition, unsigned*)>("count_down");
+    constexpr int n = 4096;
+    const std::vector<float> x0 = lgtest::random_floats(n);
+    auto x = lgtest::to_device(s, x0);
+    DeviceBuffer<float> y(lgtest::device(), n);
+    auto left = lgtest::to_device(s, std::vector<unsigned>{0});
+    const LoopBound bound(library(), 100);
+    const PersistentProgram program(s, {f({{8, 1, 1}}, x.cview(), y.view(), n, 3, 0.5F, 1.0F),
+                                        f({{8, 1, 1}}, y.cview(), x.view(), n, 5, 1.5F, -0.25F)});
+    const LaunchConfig one{{1, 1, 1}, {1, 1, 1}, 0};
+    auto g = CudaGraph<>::scope(s, [&](Scope& sc) {
+      const Condition c = sc.condition(1);
+      sc.record(while_(c, program.op() >> count_down(one, c, left.view()), bound));
+    });
+    for (const unsigned k : {3U, 1U, 7U}) {
+      CAPTURE(k);
+      g.update(copy(x.view(), lgtest::to_device(s, x0).cview()));
+      g.update(copy(left.view(), lgtest::to_device(s, std::vector<unsigned>{k}).cview()));
+      g.launch();
+      program.check(s);
+      std::vector<double> want(x0.begin(), x0.end());
+      for (unsigned it = 0; it < k; ++it) {
+        std::vector<double> mid(n);
+        for (int i = 0; i < n; ++i) mid[i] = 0.5 * want[(i + 3) % n] + 1.0;
+        for (int i = 0; i < n; ++i) want[i] = 1.5 * mid[(i + 5) % n] - 0.25;
+      }
+      CHECK(lgtest::relative_error(lgtest::to_host(s, x.cview()), want) < 1e-5);
+      CHECK(bound.iterations(s) == k);
+    }
+  }
+
+  TEST_CASE("a profiled program says, per call, how long its tiles waited and worked") {
+    Stream& s = lgtest::stream();
+    const auto f = library().tile<void(const float*, float*, int, int, float, float)>("rotate_scale");
+    constexpr int n = 1 << 16;
+    auto x = lgtest::to_device(s, lgtest::random_floats(n));
+    DeviceBuffer<float> y(lgtest::device(), n);
+    PersistentOptions options;
+    options.profile = true;
+    const PersistentProgram program(s,
+                                    {f({{32, 1, 1}}, x.cview(), y.view(), n, 1, 1.0F, 0.0F),
+                                     f({{32, 1, 1}}, y.cview(), x.view(), n, 1, 1.0F, 0.0F)},
+                                    options);
+    program.op().sync_on(s);
+    program.check(s);
+    const std::vector<PersistentCallProfile> p = program.profile(s);
+    REQUIRE(p.size() == 2);
+    CHECK(p[0].name == "rotate_scale");
+    CHECK(p[0].tiles == 32);
+    CHECK(p[0].first_start >= 0.0);
+    CHECK(p[0].last_end > p[0].first_start);
+    CHECK(p[1].last_end >= p[0].last_end);  // the second call's tiles wait for all of the first
+    CHECK(p[1].waiting >= 0.0);
+    CHECK(p[0].after_wait > 0.0);
+    const PersistentProgram plain(s, {f({{32, 1, 1}}, x.cview(), y.view(), n, 1, 1.0F, 0.0F)});
+    CHECK_THROWS_AS((void)plain.profile(s), UsageError);
   }
 
   TEST_CASE("a tile grid of three dimensions and dynamic shared memory reach every tile") {

@@ -24,6 +24,15 @@ AccessSet reads_writes(std::vector<CUdeviceptr> reads, std::vector<CUdeviceptr> 
   return s;
 }
 
+std::vector<detail::CallAccesses> whole_calls(const std::vector<AccessSet>& sets, const std::vector<unsigned>& tiles) {
+  std::vector<detail::CallAccesses> out;
+  for (std::size_t i = 0; i < sets.size(); ++i) out.push_back({sets[i], tiles[i], {}, "call " + std::to_string(i)});
+  return out;
+}
+
+using detail::kWholeCall;
+using detail::TileWait;
+
 }  // namespace
 
 TEST_CASE(
@@ -40,17 +49,23 @@ TEST_CASE(
       reads_writes({b}, {}),      // 4: reads b         after 0 alone (no other call writes b)
   };
   const std::vector<unsigned> tiles{3, 2, 1, 4, 1};
-  const auto s = schedule_persistent(sets, tiles, 4);
+  const auto s = schedule_persistent(whole_calls(sets, tiles), 4);
   CHECK(s.after[0].empty());
   CHECK(s.after[1].empty());
   CHECK(s.after[2] == std::vector<std::uint32_t>{0, 1});
   CHECK(s.after[3] == std::vector<std::uint32_t>{2});
   CHECK(s.after[4] == std::vector<std::uint32_t>{0});
+  // Every tile of a call without per-tile accesses waits for the whole of what its call waits for.
+  for (unsigned t = 0; t < 4; ++t)
+    CHECK(std::vector<TileWait>(s.waits_of(3, t).begin(), s.waits_of(3, t).end()) ==
+          std::vector<TileWait>{{2, kWholeCall, 1}});
+  CHECK(s.waits_of(2, 0).size() == 2);
+  CHECK(s.waits_of(0, 2).empty());
 
   AccessSet opaque;
   opaque.opaque("mine");
   const std::vector<AccessSet> with_opaque{reads_writes({a}, {b}), opaque, reads_writes({c}, {d})};
-  const auto o = schedule_persistent(with_opaque, std::vector<unsigned>{1, 1, 1}, 2);
+  const auto o = schedule_persistent(whole_calls(with_opaque, {1, 1, 1}), 2);
   CHECK(o.after[1] == std::vector<std::uint32_t>{0});
   CHECK(o.after[2] == std::vector<std::uint32_t>{1});
 }
@@ -58,7 +73,7 @@ TEST_CASE(
 TEST_CASE("every tile is in exactly one block's queue, dealt round-robin in program order") {
   const std::vector<AccessSet> sets(3);
   const std::vector<unsigned> tiles{5, 1, 3};
-  const auto s = schedule_persistent(sets, tiles, 4);
+  const auto s = schedule_persistent(whole_calls(sets, tiles), 4);
   REQUIRE(s.blocks == 4);
   REQUIRE(s.queue_begin.size() == 5);
   CHECK(s.queue_begin.front() == 0);
@@ -86,9 +101,9 @@ TEST_CASE("every tile is in exactly one block's queue, dealt round-robin in prog
   }
   CHECK(k == 9);
   CHECK(seen.size() == 9);
-  CHECK_THROWS_AS(schedule_persistent(sets, std::vector<unsigned>{1, 0, 1}, 4), UsageError);
-  CHECK_THROWS_AS(schedule_persistent(sets, std::vector<unsigned>{1, 1}, 4), UsageError);
-  CHECK_THROWS_AS(schedule_persistent(sets, tiles, 0), UsageError);
+  CHECK(s.tiles_begin == std::vector<std::uint32_t>{0, 5, 6, 9});
+  CHECK_THROWS_AS(schedule_persistent(whole_calls(sets, {1, 0, 1}), 4), UsageError);
+  CHECK_THROWS_AS(schedule_persistent(whole_calls(sets, tiles), 0), UsageError);
 }
 
 TEST_CASE("a persistent kernel runs only as many blocks as can be resident at once, and refuses more") {
@@ -100,4 +115,69 @@ TEST_CASE("a persistent kernel runs only as many blocks as can be resident at on
                        doctest::Contains("only 396 (3 per multiprocessor x 132) can be resident at once"), UsageError);
   CHECK_THROWS_WITH_AS(persistent_blocks(0, 0, 132, 10, 1024, 200000),
                        doctest::Contains("no block of 1024 threads with 200000 bytes"), UsageError);
+}
+
+TEST_CASE("tiles that say what they touch wait for just the tiles of earlier calls they conflict with") {
+  constexpr CUdeviceptr x = 0x10000;  // 4 slices of 256 bytes
+  constexpr CUdeviceptr h = 0x20000;  // 8 slices of 128 bytes
+  constexpr CUdeviceptr y = 0x30000;
+  const auto slice = [](CUdeviceptr base, std::size_t bytes, bool write) {
+    return [=](unsigned tile, AccessSet& out) {
+      if (write) {
+        out.write(base + tile * bytes, bytes, "w");
+      } else {
+        out.read(base + tile * bytes, bytes, "r");
+      }
+    };
+  };
+  std::vector<detail::CallAccesses> calls(4);
+  // 0: h = f(x), 8 tiles each writing a 128-byte slice of h and reading all of x.
+  calls[0].call.read(x, 1024, "0");
+  calls[0].call.write(h, 1024, "0");
+  calls[0].tiles = 8;
+  calls[0].per_tile = [&](unsigned t, AccessSet& out) {
+    out.read(x, 1024, "0");
+    slice(h, 128, true)(t, out);
+  };
+  calls[0].name = "call 0";
+  // 1: y slices from h slices, 4 tiles, tile t reading h slices 2t and 2t + 1 (256 bytes) and writing y slice t.
+  calls[1].call.read(h, 1024, "1");
+  calls[1].call.write(y, 1024, "1");
+  calls[1].tiles = 4;
+  calls[1].per_tile = [&](unsigned t, AccessSet& out) {
+    out.read(h + 256 * t, 256, "1");
+    out.write(y + 256 * t, 256, "1");
+  };
+  calls[1].name = "call 1";
+  // 2: reads all of y and writes x, no per-tile accesses: waits for the whole of call 1, and for the whole of call 0
+  // (whose reads of x it overwrites), which call 1's tiles, each waiting for only some of call 0, do not imply.
+  calls[2].call.read(y, 1024, "2");
+  calls[2].call.write(x, 1024, "2");
+  calls[2].tiles = 2;
+  calls[2].name = "call 2";
+  // 3: writes h again, a slice per tile: after the tile of call 1 that read that slice and the tile of call 0 that
+  // wrote it, and nothing else (it shares nothing with call 2).
+  calls[3].call.write(h, 1024, "3");
+  calls[3].tiles = 8;
+  calls[3].per_tile = [&](unsigned t, AccessSet& out) { slice(h, 128, true)(t, out); };
+  calls[3].name = "call 3";
+  const auto s = schedule_persistent(calls, 3);
+  for (unsigned t = 0; t < 4; ++t) {
+    CAPTURE(t);
+    const auto w = s.waits_of(1, t);
+    REQUIRE(w.size() == 1);
+    CHECK(w[0] == TileWait{0, 2 * t, 2});
+  }
+  REQUIRE(s.waits_of(2, 1).size() == 2);  // call 1 whole; call 0 (its write of x after 0's reads) whole
+  CHECK(s.waits_of(2, 1)[0] == TileWait{1, kWholeCall, 4});
+  CHECK(s.waits_of(2, 1)[1] == TileWait{0, kWholeCall, 8});
+  CHECK(std::vector<TileWait>(s.waits_of(3, 5).begin(), s.waits_of(3, 5).end()) ==
+        std::vector<TileWait>{{1, 2, 1}, {0, 5, 1}});
+  CHECK(s.after[1] == std::vector<std::uint32_t>{0});
+  CHECK(s.after[2] == std::vector<std::uint32_t>{0, 1});
+
+  // A tile that says it touches more than its call does is refused, naming it.
+  calls[1].per_tile = [&](unsigned t, AccessSet& out) { out.read(h + 256 * t, 512, "1"); };
+  CHECK_THROWS_WITH_AS(schedule_persistent(calls, 3), doctest::Contains("tile 3 of call 1 reads 512 bytes"),
+                       UsageError);
 }

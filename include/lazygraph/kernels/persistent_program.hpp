@@ -4,10 +4,12 @@
 ///
 /// Inside a CUDA graph every kernel boundary costs microseconds on the GPU; a decode step of small ops is mostly
 /// boundaries. A program runs its calls in one launch instead: one block per resident slot, each running a queue of
-/// tiles in program order (detail/kernels/persistent_schedule.hpp), a tile waiting only for the calls it depends on
-/// — derived from the calls' access sets, as dataflow(...) orders ops — through counters in device memory that
-/// their tiles increment. A tile loads what no earlier call writes (its weights) before it waits, so the next
-/// tiles' loads overlap the current ones' end (kernels/include/lazygraph/tile.cuh).
+/// tiles in program order (detail/kernels/persistent_schedule.hpp), a tile waiting only for what it depends on —
+/// derived from the calls' access sets, as dataflow(...) orders ops — through counters and flags in device memory
+/// that tiles set when done. A call that says what each of its tiles touches (TileCall::with_tile_accesses) lets a
+/// later call's tiles wait for just the tiles they conflict with, not the whole call: the pipelining a kernel
+/// boundary rules out. A tile loads what no earlier call writes (its weights) before it waits, so the next tiles'
+/// loads overlap the current ones' end (kernels/include/lazygraph/tile.cuh).
 ///
 /// `op()` is a GraphNode (the counters cleared, then the launch): record it into a graph, compose it with `>>`,
 /// staging copies and `while_`, replay it behind Module::forward. `graph_op()` is the same calls as one
@@ -44,7 +46,7 @@ namespace lazygraph {
 
 /// How a persistent program runs.
 struct PersistentOptions {
-  /// Threads per block, the same for every tile (a tile function sees them as tile.threads()).
+  /// Threads per block, the same for every tile (a tile function sees them as tile.threads()): a multiple of 32.
   unsigned threads = 256;
   /// Blocks of the kernel; 0: as many as the occupancy query says can be resident at once (more are refused).
   unsigned blocks = 0;
@@ -56,6 +58,23 @@ struct PersistentOptions {
   /// blocks polling one counter without a pause slowed the phases of an earlier persistent kernel down (H100,
   /// docs/decode_performance.md).
   unsigned poll_pause_ns = 32;
+  /// Stamp every tile with the GPU's clock (%globaltimer) as it is taken, starts and ends its wait, and is counted
+  /// done, for PersistentProgram::profile. Costs four stores per tile.
+  bool profile = false;
+};
+
+/// Where one call's time went in the last profiled run (PersistentOptions::profile), averaged over its tiles, in
+/// microseconds: before the wait (its loads of what no earlier call writes, and the tile's own set-up), in the
+/// wait, and after it (the rest of the tile, the barrier, the signal). `first_start` and `last_end` place the
+/// call in the run, from the run's first stamp.
+struct PersistentCallProfile {
+  std::string name;        ///< the tile function
+  unsigned tiles = 0;      ///< how many tiles the call has
+  double before_wait = 0;  ///< mean µs from taking the tile to calling wait()
+  double waiting = 0;      ///< mean µs in wait()
+  double after_wait = 0;   ///< mean µs from the wait's end to the tile's signal
+  double first_start = 0;  ///< µs from the run's start to the call's first tile taken
+  double last_end = 0;     ///< µs from the run's start to the call's last tile done
 };
 
 namespace detail {
@@ -63,12 +82,15 @@ namespace detail {
 /// The persistent kernel's parameter (kernels/include/lazygraph/tile.cuh: lg::PersistentProgram, same layout).
 struct PersistentProgramView {
   CUdeviceptr calls = 0;
-  CUdeviceptr deps = 0;
+  CUdeviceptr tile_waits = 0;
+  CUdeviceptr waits = 0;
   CUdeviceptr args = 0;
   CUdeviceptr queue_begin = 0;
   CUdeviceptr queue = 0;
   CUdeviceptr counters = 0;
+  CUdeviceptr tile_done = 0;
   CUdeviceptr status = 0;
+  CUdeviceptr timeline = 0;
   unsigned long long timeout_ns = 0;
   unsigned pause_ns = 0;
   unsigned reserved = 0;
@@ -81,9 +103,9 @@ struct PersistentCallEntry {
   std::uint32_t grid_x = 1;
   std::uint32_t grid_y = 1;
   std::uint32_t args = 0;
-  std::uint32_t deps_begin = 0;
-  std::uint32_t deps_count = 0;
-  std::uint32_t reserved = 0;
+  std::uint32_t tiles_begin = 0;
+  std::uint32_t reserved0 = 0;
+  std::uint32_t reserved1 = 0;
 };
 
 struct PersistentState;
@@ -93,7 +115,7 @@ struct PersistentState;
 /// The kernel parameters of a persistent launch (a named type, so that the op's signature says what it is).
 using PersistentLaunch = LaunchOp<detail::PersistentProgramView>;
 
-/// A persistent program's run as an op: its counters cleared, then its kernel. A GraphNode.
+/// A persistent program's run as an op: its counters and flags cleared, then its kernel. A GraphNode.
 class [[nodiscard]] PersistentOp : public OpBase<PersistentOp> {
  public:
   /// No output.
@@ -161,6 +183,10 @@ class PersistentProgram {
   /// \throws TimeoutError naming the call and tile that waited, the call it waited for and that call's tiles done of
   ///         its tiles; UsageError naming a tile function that returned without calling tile.wait().
   void check(const Stream& stream) const;
+
+  /// Where each call's time went in the last run, from the tiles' stamps (waits for `stream` first).
+  /// \throws UsageError when the program was not made with PersistentOptions::profile.
+  [[nodiscard]] std::vector<PersistentCallProfile> profile(const Stream& stream) const;
 
   /// The lowering: each call's dependencies and each block's queue.
   [[nodiscard]] const detail::PersistentSchedule& schedule() const noexcept;

@@ -11,6 +11,7 @@
 /// its calls by it.
 #include <cstddef>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -62,6 +63,18 @@ class TileCall {
   /// one (named by the function); opaque when a pointer parameter was given something other than a span.
   void accesses(AccessSet& out) const;
 
+  /// What each tile touches: `per_tile(t, out)` adds tile t's reads and writes (AccessSet::read / write). Each must
+  /// lie within the call's own accesses (its spans), or the program refuses it. A persistent program then lets a
+  /// later call's tile that conflicts with only some of this call's tiles wait for those alone; declaring less
+  /// than a tile touches makes the program race, and nothing can check that. Returns the call with it.
+  [[nodiscard]] TileCall with_tile_accesses(std::function<void(unsigned tile, AccessSet& out)> per_tile) const {
+    TileCall c = *this;
+    c.per_tile_ = std::move(per_tile);
+    return c;
+  }
+  /// The per-tile accesses given to with_tile_accesses, or an empty function.
+  [[nodiscard]] const std::function<void(unsigned, AccessSet&)>& tile_accesses() const noexcept { return per_tile_; }
+
  private:
   std::shared_ptr<const detail::TileInfo> function_;
   TileConfig config_;
@@ -69,6 +82,7 @@ class TileCall {
   std::vector<unsigned> parameter_sizes_;
   std::vector<std::shared_ptr<const void>> owners_;
   std::vector<detail::ArgumentRange> ranges_;
+  std::function<void(unsigned, AccessSet&)> per_tile_;
 };
 
 namespace detail {

@@ -9,8 +9,10 @@
 // which the host ensures by launching no more blocks than the occupancy query says fit (other work on the GPU
 // only delays blocks: it does not wait for this kernel).
 //
-// Counters: call c's counter counts its tiles done. A block's tile is counted after a block barrier, by one
-// device-scope release add: the barrier orders every thread's stores before it. Waiting is Tile::wait's.
+// Counters: call c's counter counts its tiles done, and each tile has a flag set once it is done (a tile that
+// depends on some tiles of a call polls their flags, one that depends on all of it the counter). A block's tile is
+// signalled after a block barrier, which orders every thread's stores before thread 0's fence and writes. Waiting is
+// Tile::wait's.
 #pragma once
 
 #include "lazygraph/tile.cuh"
@@ -35,6 +37,10 @@ __device__ __forceinline__ void run_persistent(const PersistentProgram& program,
     const unsigned call = program.queue[2 * position];
     const unsigned tile = program.queue[2 * position + 1];
     const PersistentCall& c = program.calls[call];
+    // Profiling: when the block took the tile, began and ended its wait (Tile::wait), and counted it done.
+    unsigned long long* stamps =
+        program.timeline == nullptr ? nullptr : program.timeline + 4ull * (c.tiles_begin + tile);
+    if (threadIdx.x == 0 && stamps != nullptr) stamps[0] = detail::global_time_ns();
     dispatch(c.function, Tile::of_program(&program, c, call, tile, position, &state, shared), program.args + c.args);
     __syncthreads();  // every thread's stores of the tile, and the state, before the count
     if (state.abort != 0u) return;
@@ -44,8 +50,13 @@ __device__ __forceinline__ void run_persistent(const PersistentProgram& program,
       return;
     }
     if (threadIdx.x == 0) {
-      asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(program.counters + call * kCounterStride)
+      // One fence, then two relaxed writes: each is a release of the tile's stores (the barrier above ordered
+      // every thread's before the fence).
+      asm volatile("fence.acq_rel.gpu;" ::: "memory");
+      asm volatile("st.relaxed.gpu.global.u32 [%0], 1;" ::"l"(program.tile_done + c.tiles_begin + tile) : "memory");
+      asm volatile("red.relaxed.gpu.global.add.u32 [%0], 1;" ::"l"(program.counters + call * kCounterStride)
                    : "memory");
+      if (stamps != nullptr) stamps[3] = detail::global_time_ns();
     }
   }
 }

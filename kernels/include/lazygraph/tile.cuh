@@ -27,29 +27,35 @@ namespace lg {
 
 /// One call of a program as the persistent kernel reads it (host: detail::PersistentCallEntry, same layout).
 struct PersistentCall {
-  unsigned function;    ///< which tile function: the generated dispatch's case
-  unsigned tiles;       ///< how many tiles the call has
-  unsigned grid_x;      ///< the tile grid's x extent (tile index = x + grid_x * (y + grid_y * z))
-  unsigned grid_y;      ///< its y extent
-  unsigned args;        ///< the byte offset of the call's arguments in the argument block
-  unsigned deps_begin;  ///< its first entry in the dependency list
-  unsigned deps_count;  ///< how many calls it waits for
-  unsigned reserved;
+  unsigned function;     ///< which tile function: the generated dispatch's case
+  unsigned tiles;        ///< how many tiles the call has
+  unsigned grid_x;       ///< the tile grid's x extent (tile index = x + grid_x * (y + grid_y * z))
+  unsigned grid_y;       ///< its y extent
+  unsigned args;         ///< the byte offset of the call's arguments in the argument block
+  unsigned tiles_begin;  ///< the program-wide index of its first tile
+  unsigned reserved0;
+  unsigned reserved1;
 };
 
 /// What the persistent kernel is given (host: detail::PersistentProgramView, same layout).
 struct PersistentProgram {
   const PersistentCall* calls;
-  const unsigned* deps;           ///< call indices, each call's deps_count of them from deps_begin
+  const unsigned* tile_waits;     ///< per program-wide tile: the first of its waits, and how many
+  const unsigned* waits;          ///< (call, first tile or kWholeCall, count) triples
   const unsigned char* args;      ///< the calls' arguments, packed as call_tile reads them
   const unsigned* queue_begin;    ///< per block, the first of its queue entries; one more at the end
   const unsigned* queue;          ///< pairs (call, tile) in the order each block runs them
-  unsigned* counters;             ///< per call, tiles done, kCounterStride words apart; zero at launch
+  unsigned* counters;             ///< per call, its tiles done, kCounterStride words apart; zero at launch
+  unsigned* tile_done;            ///< per program-wide tile, nonzero once done; zero at launch
   unsigned* status;               ///< kStatusWords: why the kernel stopped early (0: it did not)
+  unsigned long long* timeline;   ///< null, or per program-wide tile 4 %globaltimer stamps (PersistentOptions::profile)
   unsigned long long timeout_ns;  ///< how long a block waits for one call before it gives up
-  unsigned pause_ns;              ///< the pause between two polls of a counter (0: none)
+  unsigned pause_ns;              ///< the pause between two polls (0: none)
   unsigned reserved;
 };
+
+/// A wait on a whole call (its count of tiles done) rather than on some of its tiles one by one.
+constexpr unsigned kWholeCall = 0xffffffffu;
 
 /// Words between two calls' counters: one 128-byte line each, so that the atomics of one call's tiles and the
 /// polls of the blocks waiting for it do not share a line with another call's.
@@ -141,46 +147,71 @@ class Tile {
   /// The call's dynamic shared memory (TileConfig::shared_bytes of it; 16-byte aligned).
   __device__ __forceinline__ unsigned char* shared() const { return shared_; }
 
-  /// Returns once every call this one depends on has finished and its writes are visible to the block. Every
-  /// thread of the block calls it, once per tile (it holds a __syncthreads). In the persistent kernel, a wait
-  /// that outlasts the program's timeout (a stuck counter) records an error and returns; the tile's results are
-  /// then garbage and the kernel stops after it.
+  /// Returns once everything this tile depends on has finished (the calls, or the tiles of them, its accesses
+  /// conflict with) and its writes are visible to the block. Every thread of the block calls it, once per tile (it
+  /// holds a __syncthreads). In the persistent kernel, a wait that outlasts the program's timeout (a stuck counter)
+  /// records an error and returns; the tile's results are then garbage and the kernel stops after it.
   __device__ void wait() const {
     if (program_ == nullptr) {
       wait_for_prior_grids();
       return;
     }
-    if (threadIdx.x == 0) wait_for_dependencies();
+    unsigned long long* stamps =
+        program_->timeline == nullptr ? nullptr : program_->timeline + 4ull * (call_->tiles_begin + index_);
+    if (threadIdx.x == 0 && stamps != nullptr) stamps[1] = detail::global_time_ns();
+    if (threadIdx.x < 32) wait_for_dependencies();
     __syncthreads();
+    if (threadIdx.x == 0 && stamps != nullptr) stamps[2] = detail::global_time_ns();
   }
 
  private:
-  // Thread 0 polls each dependency's counter with device-scope acquire loads; the block barrier after it hands
-  // the ordering to every thread (their ordinary loads then see the producers' stores, as in mlp_stack.cu).
+  // Warp 0 waits: for a whole call, lane 0 polls its counter; for some of its tiles, the lanes poll their flags
+  // together. Polls are device-scope acquire loads; the block barrier after the wait hands the ordering to every
+  // thread (their ordinary loads then see the producers' stores, as in mlp_stack.cu).
   __device__ void wait_for_dependencies() const {
-    state_->waited = position_ + 1;
-    const PersistentCall& c = *call_;
-    unsigned long long start = 0;
-    for (unsigned i = 0; i < c.deps_count; ++i) {
-      const unsigned dep = program_->deps[c.deps_begin + i];
-      const unsigned expected = program_->calls[dep].tiles;
+    const unsigned lane = threadIdx.x;
+    if (lane == 0) state_->waited = position_ + 1;
+    const unsigned t = call_->tiles_begin + index_;
+    const unsigned begin = program_->tile_waits[2 * t];
+    const unsigned count = program_->tile_waits[2 * t + 1];
+    for (unsigned w = 0; w < count; ++w) {
+      const unsigned* wait = program_->waits + 3 * (begin + w);
+      const unsigned dep = wait[0];
+      const unsigned first = wait[1];
+      const unsigned n = wait[2];
       const unsigned* counter = program_->counters + dep * kCounterStride;
+      const unsigned* flags =
+          program_->tile_done + program_->calls[dep].tiles_begin + (first == kWholeCall ? 0 : first);
+      unsigned long long start = 0;
       unsigned spins = 0;
-      for (unsigned seen = detail::load_acquire_gpu(counter); seen < expected;
-           seen = detail::load_acquire_gpu(counter)) {
-        if (*static_cast<volatile unsigned*>(program_->status) != 0u) {
-          state_->abort = 1;
-          return;
+      for (;;) {
+        bool ready = true;
+        if (first == kWholeCall) {
+          if (lane == 0) ready = detail::load_acquire_gpu(counter) >= n;
+          ready = __shfl_sync(0xffffffffu, ready, 0);
+        } else {
+          for (unsigned k = lane; k < n; k += 32) ready = ready && detail::load_acquire_gpu(flags + k) != 0u;
+          ready = __all_sync(0xffffffffu, ready);
         }
-        if ((++spins & 31u) == 0u) {
-          const unsigned long long now = detail::global_time_ns();
-          if (start == 0) {
-            start = now;
-          } else if (now - start > program_->timeout_ns) {
-            detail::report(program_->status, kStatusTimeout, call_index_, index_, dep, seen, expected);
-            state_->abort = 1;
-            return;
+        if (ready) break;
+        int stop = 0;
+        if (lane == 0) {
+          if (*static_cast<volatile unsigned*>(program_->status) != 0u) {
+            stop = 1;
+          } else if ((++spins & 31u) == 0u) {
+            const unsigned long long now = detail::global_time_ns();
+            if (start == 0) {
+              start = now;
+            } else if (now - start > program_->timeout_ns) {
+              detail::report(program_->status, kStatusTimeout, call_index_, index_, dep,
+                             *static_cast<const volatile unsigned*>(counter), program_->calls[dep].tiles);
+              stop = 1;
+            }
           }
+        }
+        if (__shfl_sync(0xffffffffu, stop, 0) != 0) {
+          if (lane == 0) state_->abort = 1;
+          return;
         }
         if (program_->pause_ns != 0u) __nanosleep(program_->pause_ns);
       }
