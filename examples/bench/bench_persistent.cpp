@@ -253,11 +253,18 @@ int main() {
     const Gemv gemv_add = lib.get<void(const lg::half*, const lg::half*, lg::half*, int, int, int)>("gemv_add");
     const auto matvec_x32 = lib.tile<void(const lg::half*, const float*, lg::half*, int, int)>("matvec_x32");
     const auto matvec_split = lib.tile<void(const lg::half*, const lg::half*, float*, int, int, int)>("matvec_split");
+    // The library's own tensor-core gemv, as kernels in a graph and as tile functions in a persistent program.
+    const Gemv gemv_mma = lib.get<void(const lg::half*, const lg::half*, lg::half*, int, int, int)>("gemv_mma");
+    const Gemv gemv_add_mma = lib.get<void(const lg::half*, const lg::half*, lg::half*, int, int, int)>("gemv_add_mma");
+    const auto gemv_tile = lib.tile<void(const lg::half*, const lg::half*, lg::half*, int, int, int)>("gemv_mma_tile");
+    const auto gemv_add_tile =
+        lib.tile<void(const lg::half*, const lg::half*, lg::half*, int, int, int)>("gemv_add_mma_tile");
     std::printf(
         "\n| matvec chain (d, ffn, layers) | weights MB | persistent us | of ceiling | graph form us | of ceiling "
-        "| library gemv graph us | of ceiling | persistent, split down us | of ceiling | persistent = graph form "
-        "| library vs persistent | library vs split |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+        "| library gemv graph us | of ceiling | persistent, split down us | of ceiling | library mma graph us "
+        "| of ceiling | library mma tiles, persistent us | of ceiling | persistent = graph form "
+        "| library vs persistent | library vs split | mma graph = mma persistent |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (const Shape shape :
          {Shape{512, 1536, 16}, Shape{1024, 4096, 8}, Shape{2048, 5632, 6}, Shape{4096, 11008, 4}}) {
       const auto d = static_cast<std::size_t>(shape.d);
@@ -329,6 +336,32 @@ int main() {
           sc.record(gemv_add(config(d), w2[l].cview(), h.cview(), x.view(), shape.d, shape.ffn, 1));
         }
       });
+      const auto mma_config = [](std::size_t rows) {
+        return lg::early(lg::LaunchConfig{{static_cast<unsigned>((rows + 7) / 8), 1, 1}, {32, 8, 1}, 0});
+      };
+      auto library_mma = lg::CudaGraph<>::scope(s, [&](lg::Scope& sc) {
+        for (int l = 0; l < shape.layers; ++l) {
+          sc.record(gemv_mma(mma_config(ffn), w1[l].cview(), x.cview(), h.view(), shape.ffn, shape.d, 1));
+          sc.record(gemv_add_mma(mma_config(d), w2[l].cview(), h.cview(), x.view(), shape.d, shape.ffn, 1));
+        }
+      });
+      std::vector<lg::TileCall> mma_list;
+      for (int l = 0; l < shape.layers; ++l) {
+        mma_list.push_back(gemv_tile({{static_cast<unsigned>((ffn + 7) / 8), 1, 1}}, w1[l].cview(), x.cview(), h.view(),
+                                     shape.ffn, shape.d, 1));
+        mma_list.push_back(gemv_add_tile({{static_cast<unsigned>((d + 7) / 8), 1, 1}}, w2[l].cview(), h.cview(),
+                                         x.view(), shape.d, shape.ffn, 1));
+      }
+      const lg::PersistentProgram mma_program(s, mma_list);
+      auto mma_persistent = lg::CudaGraph<>::scope(s, [&](lg::Scope& sc) { sc.record(mma_program.op()); });
+      set_x();
+      library_mma.launch();
+      const auto out_mg = to_host(s, x.cview());
+      set_x();
+      mma_persistent.launch();
+      mma_program.check(s);
+      const auto out_mp = to_host(s, x.cview());
+      const bool mma_same = std::memcmp(out_mg.data(), out_mp.data(), d * sizeof(lg::half)) == 0;
       // One pass of each from the same x, compared.
       set_x();
       persistent.launch();
@@ -361,24 +394,31 @@ int main() {
       const double g = replay_us(s, graph_form);
       const double l = replay_us(s, library);
       const double sp = replay_us(s, split_graph);
+      const double mg = replay_us(s, library_mma);
+      const double mp = replay_us(s, mma_persistent);
+      mma_program.check(s);
       program.check(s);
       split_program.check(s);
       const double bytes = 2.0 * static_cast<double>(d * ffn) * sizeof(lg::half) * shape.layers;
       const auto frac = [&](double us) { return bytes / (us * 1e-6) / ceiling; };
       std::printf(
-          "| (%d, %d, %d) | %.1f | %.1f | %.2f | %.1f | %.2f | %.1f | %.2f | %.1f | %.2f | %s | %.1e | %.1e |\n",
-          shape.d, shape.ffn, shape.layers, bytes * 1e-6, p, frac(p), g, frac(g), l, frac(l), sp, frac(sp),
-          same ? "yes" : "NO", err / scale, split_err / scale);
+          "| (%d, %d, %d) | %.1f | %.1f | %.2f | %.1f | %.2f | %.1f | %.2f | %.1f | %.2f | %.1f | %.2f | %.1f | %.2f "
+          "| %s | %.1e | %.1e | %s |\n",
+          shape.d, shape.ffn, shape.layers, bytes * 1e-6, p, frac(p), g, frac(g), l, frac(l), sp, frac(sp), mg,
+          frac(mg), mp, frac(mp), same ? "yes" : "NO", err / scale, split_err / scale, mma_same ? "yes" : "NO");
       std::printf("<!-- first values: library %g %g, persistent %g %g, split %g %g -->\n", out_l[0].to_float(),
                   out_l[1].to_float(), out_p[0].to_float(), out_p[1].to_float(), out_s[0], out_s[1]);
       // Where the time goes, per tile function: profiled copies of both programs, one run each.
       lg::PersistentOptions profiled;
       profiled.profile = true;
-      for (const auto* calls : {&list, &split_list}) {
+      for (const auto* calls : {&list, &split_list, &mma_list}) {
         const lg::PersistentProgram p2(s, *calls, profiled);
         p2.op().sync_on(s);
         p2.check(s);
-        print_profile(calls == &list ? "persistent" : "split", shape, p2.profile(s));
+        print_profile(calls == &list         ? "persistent"
+                      : calls == &split_list ? "split"
+                                             : "mma tiles",
+                      shape, p2.profile(s));
       }
     }
     return 0;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine, after tests/gpu_machine.sh has built build-gpu/: runs the benchmarks, tables to stdout.
-#   usage: examples/bench/run_gpu.sh [all|graph|gemv|quantized|expr|nccl|compile|models|shapes|batch|prefill]   (default all)
+#   usage: examples/bench/run_gpu.sh [all|graph|gemv|persistent|quantized|expr|nccl|compile|models|shapes|batch|prefill]   (default all)
 #          examples/bench/run_gpu.sh prefill [bench_prefill options...]   (e.g. --shape tinyllama --tokens 512)
 # The models benchmarks write their results to $OUT/models, $OUT/shapes, $OUT/batch8, $OUT/prefill (or under
 # ./bench-results) and need python3 with PyTorch; prefill also with Hugging Face transformers.
@@ -11,6 +11,7 @@ shift $(($# > 0 ? 1 : 0))
 ninja -C build-gpu >/dev/null
 if [ "$which" = all ] || [ "$which" = graph ]; then ./build-gpu/examples/bench_graph; echo; fi
 if [ "$which" = all ] || [ "$which" = gemv ]; then ./build-gpu/examples/bench_gemv; echo; fi
+if [ "$which" = all ] || [ "$which" = persistent ]; then ./build-gpu/examples/bench_persistent; echo; fi
 if [ "$which" = all ] || [ "$which" = quantized ]; then
   ./build-gpu/examples/bench_quantized
   echo

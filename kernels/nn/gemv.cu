@@ -77,13 +77,14 @@ constexpr int max_batch(int b) { return b == kTensorCores ? 8 : b; }
 /// Prefetch and row loop of the fp32 path for up to B vectors, or of the tensor-core path for B = kTensorCores.
 /// finish(row, b, v) stores vector b's results of `row`, v[m] for weight m; preload(row, b) runs in the thread that
 /// will finish (row, b), right after its wait (gemv_rows).
-template <int B, class W, class X, class Finish, class Preload = NoPreload>
+template <int B, class W, class X, class Finish, class Preload = NoPreload, class Place = lg::GridPlace>
 __device__ __forceinline__ void rows_of(const W& w, const X& x, int rows, int cols, int batch, float eps, Finish finish,
-                                        Preload preload = {}) {
+                                        Preload preload = {}, Place place = {}) {
   if constexpr (B == kTensorCores) {
-    prefetch_tile_weights(w, rows, cols);
-    gemv_rows_mma<mma_steps(W::count)>(w, x, rows, cols, batch, eps, finish, preload);
+    prefetch_tile_weights(w, rows, cols, place);
+    gemv_rows_mma<mma_steps(W::count)>(w, x, rows, cols, batch, eps, finish, preload, NoEpilogue{}, place);
   } else {
+    static_assert(lg::kIsGridPlace<Place>, "tile functions take the tensor-core path");
     prefetch_weights(w, rows, cols);
     gemv_rows<B>(
         w, x, rows, cols, batch, eps,
@@ -104,16 +105,19 @@ __device__ __forceinline__ T& at(T* out, int rows, int row, int b) {
   return out[static_cast<long long>(b) * rows + row];
 }
 
-template <int B, class T>
-__device__ __forceinline__ void gemv_body(const T* W, const T* x, T* out, int rows, int cols, int batch) {
+template <int B, class T, class Place = lg::GridPlace>
+__device__ __forceinline__ void gemv_body(const T* W, const T* x, T* out, int rows, int cols, int batch,
+                                          Place place = {}) {
   if (!shapes_supported(cols, batch, W, x, x) || batch > max_batch(B)) __trap();
   const Matrices<1, T> w{{W}, cols};
-  rows_of<B>(w, PlainX<T>{x, cols}, rows, cols, batch, 0.0f,
-             [&](int row, int b, const float* v) { at(out, rows, row, b) = lg::from_float<T>(v[0]); });
+  rows_of<B>(
+      w, PlainX<T>{x, cols}, rows, cols, batch, 0.0f,
+      [&](int row, int b, const float* v) { at(out, rows, row, b) = lg::from_float<T>(v[0]); }, NoPreload{}, place);
 }
 
-template <int B, class T>
-__device__ __forceinline__ void gemv_add_body(const T* W, const T* x, T* out, int rows, int cols, int batch) {
+template <int B, class T, class Place = lg::GridPlace>
+__device__ __forceinline__ void gemv_add_body(const T* W, const T* x, T* out, int rows, int cols, int batch,
+                                              Place place = {}) {
   if (!shapes_supported(cols, batch, W, x, x) || batch > max_batch(B)) __trap();
   const Matrices<1, T> w{{W}, cols};
   // The residual of the first (row, vector) this thread adds to, read right after the wait: its latency overlaps the
@@ -134,7 +138,7 @@ __device__ __forceinline__ void gemv_add_body(const T* W, const T* x, T* out, in
     residual_vector = b;
   };
   if constexpr (B == 1 || B == kTensorCores) {
-    rows_of<B>(w, PlainX<T>{x, cols}, rows, cols, batch, 0.0f, finish, preload);
+    rows_of<B>(w, PlainX<T>{x, cols}, rows, cols, batch, 0.0f, finish, preload, place);
   } else {
     rows_of<B>(w, PlainX<T>{x, cols}, rows, cols, batch, 0.0f, finish);
   }
@@ -160,22 +164,25 @@ __device__ __forceinline__ void gemv_swiglu_body(const T* W1, const T* W3, const
              [&](int row, int b, const float* v) { at(out, rows, row, b) = lg::from_float<T>(silu(v[0]) * v[1]); });
 }
 
-template <int B, class T>
+template <int B, class T, class Place = lg::GridPlace>
 __device__ __forceinline__ void rms_norm_gemv_body(const T* W, const T* x, const T* g, T* out, int rows, int cols,
-                                                   float eps, int batch) {
+                                                   float eps, int batch, Place place = {}) {
   if (!shapes_supported(cols, batch, W, x, g) || batch > max_batch(B)) __trap();
   const Matrices<1, T> w{{W}, cols};
-  rows_of<B>(w, GainedX<T>{x, g, cols}, rows, cols, batch, eps,
-             [&](int row, int b, const float* v) { at(out, rows, row, b) = lg::from_float<T>(v[0]); });
+  rows_of<B>(
+      w, GainedX<T>{x, g, cols}, rows, cols, batch, eps,
+      [&](int row, int b, const float* v) { at(out, rows, row, b) = lg::from_float<T>(v[0]); }, NoPreload{}, place);
 }
 
-template <int B, class T>
+template <int B, class T, class Place = lg::GridPlace>
 __device__ __forceinline__ void rms_norm_gemv_swiglu_body(const T* W1, const T* W3, const T* x, const T* g, T* out,
-                                                          int rows, int cols, float eps, int batch) {
+                                                          int rows, int cols, float eps, int batch, Place place = {}) {
   if (!shapes_supported(cols, batch, W1, W3, x) || !lg::is_aligned16(g) || batch > max_batch(B)) __trap();
   const Matrices<2, T> w{{W1, W3}, cols};
-  rows_of<B>(w, GainedX<T>{x, g, cols}, rows, cols, batch, eps,
-             [&](int row, int b, const float* v) { at(out, rows, row, b) = lg::from_float<T>(silu(v[0]) * v[1]); });
+  rows_of<B>(
+      w, GainedX<T>{x, g, cols}, rows, cols, batch, eps,
+      [&](int row, int b, const float* v) { at(out, rows, row, b) = lg::from_float<T>(silu(v[0]) * v[1]); },
+      NoPreload{}, place);
 }
 
 }  // namespace
@@ -201,3 +208,25 @@ rms_norm_gemv[T][B] __launch_bounds__(256, 2) =
 rms_norm_gemv_swiglu[T][B] = rms_norm_gemv_swiglu_body<B>(const T* W1, const T* W3, const T* x, const T* g, T* out,
     int rows, int cols, float eps, int batch)
 */
+
+// Tile functions (kernels/include/lazygraph/tile.cuh) of the tensor-core variants, fp16, for persistent programs
+// (include/lazygraph/kernels/persistent_program.hpp): the kernels' own code, a program tile taking the place of a
+// block. A call takes ceil(rows / 8) tiles (one tile of 8 rows each) on blocks of 1 to 8 warps.
+extern "C" __device__ void gemv_mma_tile(lg::Tile tile, const lg::half_t* W, const lg::half_t* x, lg::half_t* out,
+                                         int rows, int cols, int batch) {
+  gemv_body<kTensorCores>(W, x, out, rows, cols, batch, lg::TilePlace{tile});
+}
+extern "C" __device__ void gemv_add_mma_tile(lg::Tile tile, const lg::half_t* W, const lg::half_t* x, lg::half_t* out,
+                                             int rows, int cols, int batch) {
+  gemv_add_body<kTensorCores>(W, x, out, rows, cols, batch, lg::TilePlace{tile});
+}
+extern "C" __device__ void rms_norm_gemv_mma_tile(lg::Tile tile, const lg::half_t* W, const lg::half_t* x,
+                                                  const lg::half_t* g, lg::half_t* out, int rows, int cols, float eps,
+                                                  int batch) {
+  rms_norm_gemv_body<kTensorCores>(W, x, g, out, rows, cols, eps, batch, lg::TilePlace{tile});
+}
+extern "C" __device__ void rms_norm_gemv_swiglu_mma_tile(lg::Tile tile, const lg::half_t* W1, const lg::half_t* W3,
+                                                         const lg::half_t* x, const lg::half_t* g, lg::half_t* out,
+                                                         int rows, int cols, float eps, int batch) {
+  rms_norm_gemv_swiglu_body<kTensorCores>(W1, W3, x, g, out, rows, cols, eps, batch, lg::TilePlace{tile});
+}

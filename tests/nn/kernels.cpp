@@ -254,6 +254,64 @@ TEST_SUITE("gpu") {
     check_gemv({37, 2056, 8, 1, 0});    // 257 chunks: one past a multiple of the warps' stride
   }
 
+  TEST_CASE("the tensor-core gemv kernels as tile functions of a persistent program give their kernels' bits") {
+    Stream& s = lgtest::stream();
+    KernelLibrary& lib = lgtest::nn_kernels();
+    using Plain = void(const half*, const half*, half*, int, int, int);
+    using Normed = void(const half*, const half*, const half*, half*, int, int, float, int);
+    using Swiglu = void(const half*, const half*, const half*, const half*, half*, int, int, float, int);
+    for (const int batch : {1, 3}) {
+      CAPTURE(batch);
+      constexpr int rows = 1001;
+      constexpr int cols = 2056;
+      const auto b = static_cast<std::size_t>(batch);
+      const auto w1 = on_device(random_halves(rows * std::size_t{cols}));
+      const auto w3 = on_device(random_halves(rows * std::size_t{cols}));
+      const auto x = on_device(random_halves(b * cols));
+      const auto g = on_device(random_halves(cols));
+      const std::vector<half> residual = random_halves(b * rows);
+      const auto run = [&](bool tiles) {
+        std::vector<DeviceBuffer<half>> out;
+        for (int i = 0; i < 3; ++i) out.push_back(poisoned(b * rows));
+        out.push_back(on_device(residual));
+        if (tiles) {
+          const Dim3 t{(rows + 7) / 8, 1, 1};
+          const PersistentProgram program(
+              s, {lib.tile<Plain>("gemv_mma_tile")({t}, w1.cview(), x.cview(), out[0].view(), rows, cols, batch),
+                  lib.tile<Normed>("rms_norm_gemv_mma_tile")({t}, w1.cview(), x.cview(), g.cview(), out[1].view(), rows,
+                                                             cols, 1e-5F, batch),
+                  lib.tile<Swiglu>("rms_norm_gemv_swiglu_mma_tile")({t}, w1.cview(), w3.cview(), x.cview(), g.cview(),
+                                                                    out[2].view(), rows, cols, 1e-5F, batch),
+                  lib.tile<Plain>("gemv_add_mma_tile")({t}, w3.cview(), x.cview(), out[3].view(), rows, cols, batch)});
+          program.op().sync_on(s);
+          program.check(s);
+        } else {
+          const LaunchConfig c{{(rows + 7) / 8, 1, 1}, {32, 8, 1}, 0};
+          lib.get<Plain>("gemv_mma")(c, w1.cview(), x.cview(), out[0].view(), rows, cols, batch).sync_on(s);
+          lib.get<Normed>("rms_norm_gemv_mma")(c, w1.cview(), x.cview(), g.cview(), out[1].view(), rows, cols, 1e-5F,
+                                               batch)
+              .sync_on(s);
+          lib.get<Swiglu>("rms_norm_gemv_swiglu_mma")(c, w1.cview(), w3.cview(), x.cview(), g.cview(), out[2].view(),
+                                                      rows, cols, 1e-5F, batch)
+              .sync_on(s);
+          lib.get<Plain>("gemv_add_mma")(c, w3.cview(), x.cview(), out[3].view(), rows, cols, batch).sync_on(s);
+        }
+        std::vector<std::vector<half>> host;
+        for (const auto& o : out) host.push_back(on_host(o));
+        return host;
+      };
+      const auto kernels = run(false);
+      const auto tiles = run(true);
+      for (std::size_t i = 0; i < kernels.size(); ++i) {
+        CAPTURE(i);
+        REQUIRE(kernels[i].size() == tiles[i].size());
+        CHECK(std::equal(kernels[i].begin(), kernels[i].end(), tiles[i].begin(),
+                         [](half a, half c) { return a.bits == c.bits; }));
+        CHECK(std::none_of(tiles[i].begin(), tiles[i].end(), [](half h) { return h.bits == poison; }));
+      }
+    }
+  }
+
   TEST_CASE("gemv_add adds W x to the residual in place") {
     Stream& s = lgtest::stream();
     const auto gemv_add = lgtest::nn_kernels().get<void(const half*, const half*, half*, int, int, int)>("gemv_add");

@@ -292,3 +292,35 @@ __device__ constexpr bool check_tile_parameters(void (* /*f*/)(Tile, P...)) {
 }
 
 }  // namespace lg
+
+namespace lg {
+
+/// Where a kernel body runs, for bodies shared by a kernel and a tile function: its block's index among the blocks
+/// that share the work, how many there are, and the wait for earlier work. GridPlace is a kernel's own grid
+/// (blockIdx.x of gridDim.x, the early launch's wait); TilePlace a tile of a persistent program's call.
+struct GridPlace {
+  __device__ __forceinline__ int block() const { return static_cast<int>(blockIdx.x); }
+  __device__ __forceinline__ int blocks() const { return static_cast<int>(gridDim.x); }
+  /// Waits for the work before the kernel (every thread may call it; see wait_for_prior_grids).
+  __device__ __forceinline__ void wait() const { wait_for_prior_grids(); }
+  /// Lets the next kernel launch early.
+  __device__ __forceinline__ void allow_next() const { allow_dependent_launch(); }
+};
+
+/// A tile as a place: the tile's index of the call's tiles; wait() is Tile::wait, so every thread of the block must
+/// call it exactly once per tile.
+struct TilePlace {
+  const Tile& tile;
+  __device__ __forceinline__ int block() const { return static_cast<int>(tile.index()); }
+  __device__ __forceinline__ int blocks() const { return static_cast<int>(tile.count()); }
+  __device__ __forceinline__ void wait() const { tile.wait(); }
+  __device__ __forceinline__ void allow_next() const {}
+};
+
+/// True for GridPlace: a body that only a kernel may run (not a tile) checks it.
+template <class P>
+inline constexpr bool kIsGridPlace = false;
+template <>
+inline constexpr bool kIsGridPlace<GridPlace> = true;
+
+}  // namespace lg

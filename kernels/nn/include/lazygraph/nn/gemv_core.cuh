@@ -5,6 +5,7 @@
 
 #include "lazygraph/element.cuh"
 #include "lazygraph/kernel_common.cuh"
+#include "lazygraph/tile.cuh"
 
 namespace lg::nn {
 
@@ -313,8 +314,8 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], const unsigned (&a)[4],
 
 /// prefetch_weights for the tensor-core path: the rows of this block's tiles (all of each row when the kernel's
 /// weights fit kWholePrefetchBytes, else the columns of the first steps), then lets the next kernel launch early.
-template <class W>
-__device__ __forceinline__ void prefetch_tile_weights(const W& w, int rows, int cols) {
+template <class W, class Place = lg::GridPlace>
+__device__ __forceinline__ void prefetch_tile_weights(const W& w, int rows, int cols, Place place = {}) {
   using T = typename W::Element;
   constexpr int M = W::count;
   const int threads = blockDim.x * blockDim.y * blockDim.z;
@@ -324,7 +325,7 @@ __device__ __forceinline__ void prefetch_tile_weights(const W& w, int rows, int 
   const int first_chunks = min(cols / 8, (threads / 32) * mma_steps(M) * 4);
   const int row_lines = ((whole ? cols / 8 : first_chunks) + chunks_per_line - 1) / chunks_per_line;
   const int tiles = (rows + kMmaRows - 1) / kMmaRows;
-  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+  for (int tile = place.block(); tile < tiles; tile += place.blocks()) {
     const int tile_rows = min(kMmaRows, rows - tile * kMmaRows);
     for (int i = tid; i < tile_rows * row_lines; i += threads) {
       const int row = tile * kMmaRows + i / row_lines;
@@ -333,17 +334,21 @@ __device__ __forceinline__ void prefetch_tile_weights(const W& w, int rows, int 
     }
     if (!whole) break;
   }
-  lg::allow_dependent_launch();
+  place.allow_next();
 }
 
 /// The tensor-core row loop: finish(row, b, v) once per row and vector b < batch, v[m] the result of weight m,
-/// each call from its own thread. Any block of 1 to 8 warps and any grid work. preload(row, b) as in gemv_rows, from
+/// each call from its own thread. Any block of 1 to 8 warps and any grid work; `place` says which tiles of 8 rows
+/// are this block's and how it waits (a kernel's grid, or a persistent program's tile, lg::TilePlace): every thread
+/// calls place.wait() exactly once, after its first step's weight loads. preload(row, b) as in gemv_rows, from
 /// the thread that finishes (row, b) of its block's first tile, right after its wait. epilogue(first_row), as in
 /// gemv_rows: every thread, after every finish of the tile.
 /// U: 32-column steps in flight per warp (mma_steps).
-template <int U, class W, class X, class Finish, class Preload = NoPreload, class Epilogue = NoEpilogue>
+template <int U, class W, class X, class Finish, class Preload = NoPreload, class Epilogue = NoEpilogue,
+          class Place = lg::GridPlace>
 __device__ __forceinline__ void gemv_rows_mma(const W& w, const X& x, int rows, int cols, int batch, float eps,
-                                              Finish finish, Preload preload = {}, Epilogue epilogue = {}) {
+                                              Finish finish, Preload preload = {}, Epilogue epilogue = {},
+                                              Place place = {}) {
   using T = typename W::Element;
   constexpr int M = W::count;
   __shared__ float tile_part[8][M][kMmaRows][8];  // [warp][matrix][row][vector]
@@ -361,13 +366,13 @@ __device__ __forceinline__ void gemv_rows_mma(const W& w, const X& x, int rows, 
   const int tiles = (rows + kMmaRows - 1) / kMmaRows;
   bool waited = false;
   const auto wait = [&](int tile) {  // once; then the preload of the (row, vector) this thread finishes first
-    lg::wait_for_prior_grids();
+    place.wait();
     waited = true;
     const int out_row = tile * kMmaRows + tid / 8;
     if (tid < kMmaRows * 8 && tid % 8 < batch && out_row < rows) preload(out_row, tid % 8);
   };
 
-  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {  // uniform over the block
+  for (int tile = place.block(); tile < tiles; tile += place.blocks()) {  // uniform over the block
     const int row = min(tile * kMmaRows + g, rows - 1);
     float c[M][4];
 #pragma unroll
