@@ -353,6 +353,18 @@ int main() {
                                          x.view(), shape.d, shape.ffn, 1));
       }
       const lg::PersistentProgram mma_program(s, mma_list);
+      // Variants: two blocks per multiprocessor (the dispatch's registers capped at 128, as the kernels'
+      // __launch_bounds__ ask) and the next tile's weights prefetched before each tile (prefetch_next).
+      std::vector<double> mma_variants;
+      for (const auto& [per_sm, prefetch] : {std::pair{2U, false}, std::pair{1U, true}, std::pair{2U, true}}) {
+        lg::PersistentOptions o;
+        o.min_blocks_per_sm = per_sm;
+        o.prefetch_next = prefetch;
+        const lg::PersistentProgram variant(s, mma_list, o);
+        auto graph = lg::CudaGraph<>::scope(s, [&](lg::Scope& sc) { sc.record(variant.op()); });
+        mma_variants.push_back(replay_us(s, graph));
+        variant.check(s);
+      }
       auto mma_persistent = lg::CudaGraph<>::scope(s, [&](lg::Scope& sc) { sc.record(mma_program.op()); });
       set_x();
       library_mma.launch();
@@ -406,6 +418,8 @@ int main() {
           "| %s | %.1e | %.1e | %s |\n",
           shape.d, shape.ffn, shape.layers, bytes * 1e-6, p, frac(p), g, frac(g), l, frac(l), sp, frac(sp), mg,
           frac(mg), mp, frac(mp), same ? "yes" : "NO", err / scale, split_err / scale, mma_same ? "yes" : "NO");
+      std::printf("<!-- mma tiles (%d, %d, %d): 2 per SM %.1f us, prefetch_next %.1f us, both %.1f us -->\n", shape.d,
+                  shape.ffn, shape.layers, mma_variants[0], mma_variants[1], mma_variants[2]);
       std::printf("<!-- first values: library %g %g, persistent %g %g, split %g %g -->\n", out_l[0].to_float(),
                   out_l[1].to_float(), out_p[0].to_float(), out_p[1].to_float(), out_s[0], out_s[1]);
       // Where the time goes, per tile function: profiled copies of both programs, one run each.

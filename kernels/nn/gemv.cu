@@ -211,7 +211,9 @@ rms_norm_gemv_swiglu[T][B] = rms_norm_gemv_swiglu_body<B>(const T* W1, const T* 
 
 // Tile functions (kernels/include/lazygraph/tile.cuh) of the tensor-core variants, fp16, for persistent programs
 // (include/lazygraph/kernels/persistent_program.hpp): the kernels' own code, a program tile taking the place of a
-// block. A call takes ceil(rows / 8) tiles (one tile of 8 rows each) on blocks of 1 to 8 warps.
+// block. A call takes ceil(rows / 8) tiles (one tile of 8 rows each) on blocks of 1 to 8 warps. Each has a
+// NAME_prefetch companion, which asks L2 for the tile's weights as the kernel does before its wait (whole rows when
+// the call's weights are at most kWholePrefetchBytes, else the first steps' columns).
 extern "C" __device__ void gemv_mma_tile(lg::Tile tile, const lg::half_t* W, const lg::half_t* x, lg::half_t* out,
                                          int rows, int cols, int batch) {
   gemv_body<kTensorCores>(W, x, out, rows, cols, batch, lg::TilePlace{tile});
@@ -229,4 +231,23 @@ extern "C" __device__ void rms_norm_gemv_swiglu_mma_tile(lg::Tile tile, const lg
                                                          const lg::half_t* x, const lg::half_t* g, lg::half_t* out,
                                                          int rows, int cols, float eps, int batch) {
   rms_norm_gemv_swiglu_body<kTensorCores>(W1, W3, x, g, out, rows, cols, eps, batch, lg::TilePlace{tile});
+}
+extern "C" __device__ void gemv_mma_tile_prefetch(lg::Tile tile, const lg::half_t* W, const lg::half_t* /*x*/,
+                                                  lg::half_t* /*out*/, int rows, int cols, int /*batch*/) {
+  prefetch_tile_weights(Matrices<1, lg::half_t>{{W}, cols}, rows, cols, lg::TilePlace{tile});
+}
+extern "C" __device__ void gemv_add_mma_tile_prefetch(lg::Tile tile, const lg::half_t* W, const lg::half_t* /*x*/,
+                                                      lg::half_t* /*out*/, int rows, int cols, int /*batch*/) {
+  prefetch_tile_weights(Matrices<1, lg::half_t>{{W}, cols}, rows, cols, lg::TilePlace{tile});
+}
+extern "C" __device__ void rms_norm_gemv_mma_tile_prefetch(lg::Tile tile, const lg::half_t* W, const lg::half_t* /*x*/,
+                                                           const lg::half_t* /*g*/, lg::half_t* /*out*/, int rows,
+                                                           int cols, float /*eps*/, int /*batch*/) {
+  prefetch_tile_weights(Matrices<1, lg::half_t>{{W}, cols}, rows, cols, lg::TilePlace{tile});
+}
+extern "C" __device__ void rms_norm_gemv_swiglu_mma_tile_prefetch(lg::Tile tile, const lg::half_t* W1,
+                                                                  const lg::half_t* W3, const lg::half_t* /*x*/,
+                                                                  const lg::half_t* /*g*/, lg::half_t* /*out*/,
+                                                                  int rows, int cols, float /*eps*/, int /*batch*/) {
+  prefetch_tile_weights(Matrices<2, lg::half_t>{{W1, W3}, cols}, rows, cols, lg::TilePlace{tile});
 }

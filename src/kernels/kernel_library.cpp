@@ -158,8 +158,17 @@ KernelLibrary::KernelLibrary(const Device& device, KernelLibraryOptions options)
     set_headers.push_back(std::make_shared<const std::vector<KernelSource>>(h));
   for (const ModuleSource& m : sources) {
     std::shared_ptr<const KernelSource> file;
-    for (const KernelDeclaration& d : parse_kernel_declarations(m.source->text, m.source->name)) {
-      if (!d.tile) continue;
+    const std::vector<KernelDeclaration> declared = parse_kernel_declarations(m.source->text, m.source->name);
+    const auto companion_of = [&](const KernelDeclaration& d) {  // NAME_prefetch of a tile NAME with d's parameters
+      constexpr std::string_view suffix = "_prefetch";
+      if (!d.name.ends_with(suffix)) return false;
+      const std::string base = d.name.substr(0, d.name.size() - suffix.size());
+      return std::any_of(declared.begin(), declared.end(), [&](const KernelDeclaration& b) {
+        return b.tile && b.name == base && b.parameter_types == d.parameter_types;
+      });
+    };
+    for (const KernelDeclaration& d : declared) {
+      if (!d.tile || companion_of(d)) continue;
       if (!file) file = std::make_shared<const KernelSource>(*m.source);
       const std::size_t set = static_cast<std::size_t>(
           std::find_if(headers.begin(), headers.end(), [&](const auto& h) { return h.data() == m.headers.data(); }) -
@@ -170,6 +179,11 @@ KernelLibrary::KernelLibrary(const Device& device, KernelLibraryOptions options)
       info->file = file;
       info->headers = set_headers.at(set);
       info->build = build;
+      // A companion NAME_prefetch of the same parameters in the same file is the function's prefetch.
+      const auto companion = std::find_if(declared.begin(), declared.end(), [&](const KernelDeclaration& p) {
+        return p.tile && p.name == d.name + "_prefetch" && p.parameter_types == d.parameter_types;
+      });
+      if (companion != declared.end()) info->prefetch = companion->name;
       if (auto [it, inserted] = tiles_.emplace(d.name, std::move(info)); !inserted) {
         throw UsageError("tile function " + d.name + " is declared in both " + it->second->file->name + " and " +
                          m.source->name + "; tile function names must be unique across every kernel set of a library");

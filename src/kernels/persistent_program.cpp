@@ -21,6 +21,7 @@ constexpr std::uint32_t kCounterStride = 32;
 constexpr std::size_t kStatusWords = 8;
 constexpr std::uint32_t kStatusTimeout = 1;
 constexpr std::uint32_t kStatusNoWait = 2;
+constexpr std::uint32_t kPrefetchNext = 1;
 
 /// Everything a program owns; shared by the program, its ops and every graph that records one.
 struct PersistentState {
@@ -236,6 +237,7 @@ PersistentProgram::PersistentProgram(const Stream& stream, std::vector<TileCall>
   s->view.timeout_ns =
       static_cast<unsigned long long>(std::chrono::duration_cast<std::chrono::nanoseconds>(options.timeout).count());
   s->view.pause_ns = options.poll_pause_ns;
+  s->view.flags = options.prefetch_next ? detail::kPrefetchNext : 0U;
   state_ = std::move(s);
 }
 

@@ -29,12 +29,20 @@ std::string persistent_source(std::span<const TileInfo* const> functions, std::s
   for (std::size_t i = 0; i < functions.size(); ++i) {
     s << "    case " << i << ": lg::call_tile(&" << functions[i]->name << ", tile, args); break;\n";
   }
+  s << "    default: break;\n  }\n}\n\n";
+  s << "__device__ __forceinline__ void lazygraph_prefetch(unsigned function, const lg::Tile& tile, "
+       "const unsigned char* args) {\n  switch (function) {\n";
+  for (std::size_t i = 0; i < functions.size(); ++i) {
+    if (!functions[i]->prefetch.empty()) {
+      s << "    case " << i << ": lg::call_tile(&" << functions[i]->prefetch << ", tile, args); break;\n";
+    }
+  }
   s << "    default: break;\n  }\n}\n\n}  // namespace\n\n";
   const std::string bounds =
       "__launch_bounds__(" + std::to_string(threads) + ", " + std::to_string(min_blocks_per_sm) + ")";
   s << "extern \"C\" __global__ void " << bounds << " lazygraph_persistent(const lg::PersistentProgram program) {\n"
     << "  extern __shared__ __align__(16) unsigned char lazygraph_shared[];\n"
-    << "  lg::run_persistent(program, lazygraph_shared, lazygraph_dispatch);\n}\n";
+    << "  lg::run_persistent(program, lazygraph_shared, lazygraph_dispatch, lazygraph_prefetch);\n}\n";
   for (std::size_t i = 0; i < functions.size(); ++i) {
     s << "\nextern \"C\" __global__ void " << bounds << " lazygraph_tile_" << i << "(const unsigned char* args) {\n"
       << "  extern __shared__ __align__(16) unsigned char lazygraph_shared[];\n"

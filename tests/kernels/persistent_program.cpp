@@ -134,8 +134,10 @@ TEST_CASE("the generated kernel includes each function's file once, dispatches b
   a.name = "first";
   a.file = file;
   a.headers = headers;
+  a.prefetch = "first_prefetch";
   detail::TileInfo b = a;
   b.name = "second";
+  b.prefetch.clear();
   const std::vector<const detail::TileInfo*> functions{&a, &b};
   const std::vector<std::vector<unsigned>> sizes{{8, 4}, {}};
   const std::string src = detail::persistent_source(functions, sizes, 128, 2);
@@ -144,6 +146,8 @@ TEST_CASE("the generated kernel includes each function's file once, dispatches b
   CHECK(src.find("case 0: lg::call_tile(&first, tile, args)") != std::string::npos);
   CHECK(src.find("case 1: lg::call_tile(&second, tile, args)") != std::string::npos);
   CHECK(src.find("lg::check_tile_parameters<8u, 4u>(&first)") != std::string::npos);
+  CHECK(src.find("case 0: lg::call_tile(&first_prefetch, tile, args)") != std::string::npos);  // in lazygraph_prefetch
+  CHECK(src.find("second_prefetch") == std::string::npos);
   CHECK(src.find("__launch_bounds__(128, 2) lazygraph_persistent") != std::string::npos);
   CHECK(src.find("lazygraph_tile_1(const unsigned char* args)") != std::string::npos);
   const std::vector<KernelSource> all = detail::persistent_headers(functions);

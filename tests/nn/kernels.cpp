@@ -257,6 +257,10 @@ TEST_SUITE("gpu") {
   TEST_CASE("the tensor-core gemv kernels as tile functions of a persistent program give their kernels' bits") {
     Stream& s = lgtest::stream();
     KernelLibrary& lib = lgtest::nn_kernels();
+    // Their NAME_prefetch companions are not tile functions of their own.
+    const std::vector<std::string> names = lib.tile_names();
+    CHECK(std::find(names.begin(), names.end(), "gemv_add_mma_tile") != names.end());
+    CHECK(std::none_of(names.begin(), names.end(), [](const std::string& n) { return n.ends_with("_prefetch"); }));
     using Plain = void(const half*, const half*, half*, int, int, int);
     using Normed = void(const half*, const half*, const half*, half*, int, int, float, int);
     using Swiglu = void(const half*, const half*, const half*, const half*, half*, int, int, float, int);
@@ -270,19 +274,23 @@ TEST_SUITE("gpu") {
       const auto x = on_device(random_halves(b * cols));
       const auto g = on_device(random_halves(cols));
       const std::vector<half> residual = random_halves(b * rows);
-      const auto run = [&](bool tiles) {
+      const auto run = [&](bool tiles, bool prefetch_next = false) {
         std::vector<DeviceBuffer<half>> out;
         for (int i = 0; i < 3; ++i) out.push_back(poisoned(b * rows));
         out.push_back(on_device(residual));
         if (tiles) {
+          PersistentOptions options;
+          options.prefetch_next = prefetch_next;
           const Dim3 t{(rows + 7) / 8, 1, 1};
           const PersistentProgram program(
-              s, {lib.tile<Plain>("gemv_mma_tile")({t}, w1.cview(), x.cview(), out[0].view(), rows, cols, batch),
-                  lib.tile<Normed>("rms_norm_gemv_mma_tile")({t}, w1.cview(), x.cview(), g.cview(), out[1].view(), rows,
-                                                             cols, 1e-5F, batch),
-                  lib.tile<Swiglu>("rms_norm_gemv_swiglu_mma_tile")({t}, w1.cview(), w3.cview(), x.cview(), g.cview(),
-                                                                    out[2].view(), rows, cols, 1e-5F, batch),
-                  lib.tile<Plain>("gemv_add_mma_tile")({t}, w3.cview(), x.cview(), out[3].view(), rows, cols, batch)});
+              s,
+              {lib.tile<Plain>("gemv_mma_tile")({t}, w1.cview(), x.cview(), out[0].view(), rows, cols, batch),
+               lib.tile<Normed>("rms_norm_gemv_mma_tile")({t}, w1.cview(), x.cview(), g.cview(), out[1].view(), rows,
+                                                          cols, 1e-5F, batch),
+               lib.tile<Swiglu>("rms_norm_gemv_swiglu_mma_tile")({t}, w1.cview(), w3.cview(), x.cview(), g.cview(),
+                                                                 out[2].view(), rows, cols, 1e-5F, batch),
+               lib.tile<Plain>("gemv_add_mma_tile")({t}, w3.cview(), x.cview(), out[3].view(), rows, cols, batch)},
+              options);
           program.op().sync_on(s);
           program.check(s);
         } else {
@@ -301,13 +309,16 @@ TEST_SUITE("gpu") {
         return host;
       };
       const auto kernels = run(false);
-      const auto tiles = run(true);
-      for (std::size_t i = 0; i < kernels.size(); ++i) {
-        CAPTURE(i);
-        REQUIRE(kernels[i].size() == tiles[i].size());
-        CHECK(std::equal(kernels[i].begin(), kernels[i].end(), tiles[i].begin(),
-                         [](half a, half c) { return a.bits == c.bits; }));
-        CHECK(std::none_of(tiles[i].begin(), tiles[i].end(), [](half h) { return h.bits == poison; }));
+      for (const bool prefetch_next : {false, true}) {  // the next tile's weights prefetched or not: the same bits
+        CAPTURE(prefetch_next);
+        const auto tiles = run(true, prefetch_next);
+        for (std::size_t i = 0; i < kernels.size(); ++i) {
+          CAPTURE(i);
+          REQUIRE(kernels[i].size() == tiles[i].size());
+          CHECK(std::equal(kernels[i].begin(), kernels[i].end(), tiles[i].begin(),
+                           [](half a, half c) { return a.bits == c.bits; }));
+          CHECK(std::none_of(tiles[i].begin(), tiles[i].end(), [](half h) { return h.bits == poison; }));
+        }
       }
     }
   }

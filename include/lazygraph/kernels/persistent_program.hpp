@@ -61,6 +61,10 @@ struct PersistentOptions {
   /// Stamp every tile with the GPU's clock (%globaltimer) as it is taken, starts and ends its wait, and is counted
   /// done, for PersistentProgram::profile. Costs four stores per tile.
   bool profile = false;
+  /// Before a block runs a tile, call its next tile's prefetch companion (NAME_prefetch, tile.cuh), so that the next
+  /// tile's weights stream into L2 while the current one waits and works. Off by default: with the library's gemv
+  /// tiles it was slower on the H100 (docs/persistent.md).
+  bool prefetch_next = false;
 };
 
 /// Where one call's time went in the last profiled run (PersistentOptions::profile), averaged over its tiles, in
@@ -93,7 +97,7 @@ struct PersistentProgramView {
   CUdeviceptr timeline = 0;
   unsigned long long timeout_ns = 0;
   unsigned pause_ns = 0;
-  unsigned reserved = 0;
+  unsigned flags = 0;
 };
 
 /// One call as the kernel reads it (lg::PersistentCall, same layout).

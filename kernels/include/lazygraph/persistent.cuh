@@ -19,10 +19,13 @@
 
 namespace lg {
 
-/// Runs block blockIdx.x's queue of `program`: dispatch(function, tile, args) runs one tile (see above).
-template <class Dispatch>
+/// Runs block blockIdx.x's queue of `program`: dispatch(function, tile, args) runs one tile (see above);
+/// prefetch(function, tile, args) asks for the memory a tile will read first, without waiting: called for the
+/// block's next tile just before the current one runs, so that the next tile's weights stream into L2 while the
+/// current tile waits and works (a tile function's optional NAME_prefetch companion; nothing for one without).
+template <class Dispatch, class Prefetch>
 __device__ __forceinline__ void run_persistent(const PersistentProgram& program, unsigned char* shared,
-                                               Dispatch dispatch) {
+                                               Dispatch dispatch, Prefetch prefetch) {
   __shared__ PersistentBlockState state;
   if (threadIdx.x == 0) {
     state.waited = 0;
@@ -41,6 +44,13 @@ __device__ __forceinline__ void run_persistent(const PersistentProgram& program,
     unsigned long long* stamps =
         program.timeline == nullptr ? nullptr : program.timeline + 4ull * (c.tiles_begin + tile);
     if (threadIdx.x == 0 && stamps != nullptr) stamps[0] = detail::global_time_ns();
+    if ((program.flags & kPrefetchNext) != 0u && position + 1 < end) {
+      const unsigned next_call = program.queue[2 * position + 2];
+      const PersistentCall& n = program.calls[next_call];
+      prefetch(n.function,
+               Tile::of_program(&program, n, next_call, program.queue[2 * position + 3], position + 1, &state, shared),
+               program.args + n.args);
+    }
     dispatch(c.function, Tile::of_program(&program, c, call, tile, position, &state, shared), program.args + c.args);
     __syncthreads();  // every thread's stores of the tile, and the state, before the count
     if (state.abort != 0u) return;

@@ -19,6 +19,11 @@
 //   - tile.shared() is the call's dynamic shared memory (TileConfig::shared_bytes).
 // A tile function must not use blockIdx, gridDim, grid-wide synchronisation, or return early from some threads
 // only (every thread reaches wait()); it may use __syncthreads and static __shared__ memory.
+//
+// A tile function NAME may have a companion `extern "C" __device__ void NAME_prefetch(lg::Tile tile, <the same
+// parameters>)`: the persistent kernel calls it for a block's next tile just before the block runs its current one,
+// so it may only ask for memory no call writes (weights) to be brought closer (prefetch.global.L2, lg::prefetch_l2),
+// never wait, synchronise or write. Then the next tile's weights stream in while the current tile waits and works.
 #pragma once
 
 #include "lazygraph/kernel_common.cuh"
@@ -51,8 +56,11 @@ struct PersistentProgram {
   unsigned long long* timeline;   ///< null, or per program-wide tile 4 %globaltimer stamps (PersistentOptions::profile)
   unsigned long long timeout_ns;  ///< how long a block waits for one call before it gives up
   unsigned pause_ns;              ///< the pause between two polls (0: none)
-  unsigned reserved;
+  unsigned flags;                 ///< kPrefetchNext: prefetch each block's next tile (PersistentOptions::prefetch_next)
 };
+
+/// PersistentProgram::flags: call the next tile's prefetch companion before running the current tile.
+constexpr unsigned kPrefetchNext = 1u;
 
 /// A wait on a whole call (its count of tiles done) rather than on some of its tiles one by one.
 constexpr unsigned kWholeCall = 0xffffffffu;

@@ -32,6 +32,9 @@ struct TileInfo {
   std::shared_ptr<const KernelSource> file;
   std::shared_ptr<const std::vector<KernelSource>> headers;
   std::shared_ptr<const KernelBuild> build;
+  /// The name of its prefetch companion (`NAME_prefetch`, declared in the same file with the same parameters), which
+  /// a persistent program calls for a block's next tile before the current one runs; empty when there is none.
+  std::string prefetch;
 };
 
 }  // namespace lazygraph::detail
