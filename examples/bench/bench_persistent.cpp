@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "ceiling.hpp"
+#include "cli.hpp"
 #include "median.hpp"
 
 namespace lg = lazygraph;
@@ -207,7 +208,17 @@ void print_profile(const char* what, const Shape& shape, const std::vector<lg::P
 
 }  // namespace
 
-int main() {
+constexpr const char* usage =
+    "usage: bench_persistent\n"
+    "Prints tables: persistent programs (docs/persistent.md) against their graph form and the library's gemv\n"
+    "kernels -- a chain of tiny dependent calls, and matrix-vector chains of four MLP shapes with and without\n"
+    "partial waits and as the library's own tensor-core tiles -- each against the device-to-device copy bandwidth\n"
+    "measured in the same run, and where each tile function's time goes. A benchmark, not a test.\n"
+    "Exit status: 0 done, 1 failed, 2 usage error, 77 skipped (no GPU; the reason is printed).\n";
+
+int main(int argc, char** argv) {
+  if (auto code = example::handle_arguments(argc, argv, usage)) return *code;
+  if (example::skip_without_gpu("bench_persistent")) return example::exit_skipped;
   try {
     lg::Device gpu = lg::Device::first();
     lg::Stream s(gpu);

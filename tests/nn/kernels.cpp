@@ -847,15 +847,19 @@ TEST_CASE("the variant tables of kernels/nn/ write out every variant, declared a
     CHECK_NOTHROW(d.check<void(const half*, const half*, const half*, half*, int, int, int)>(
         std::string("gemv_swiglu") + suffix));
   }
-  // Every kernel the embedded texts declare is one the reader finds, under a name of its own.
-  std::size_t declared = 0;
-  for (const KernelSource& s : sources) {
-    for (auto at = s.text.find("extern \"C\" __global__"); at != std::string::npos;
-         at = s.text.find("extern \"C\" __global__", at + 1)) {
-      ++declared;
+  // Every kernel (and tile function) the embedded texts declare is one the reader finds, under a name of its own.
+  const auto occurrences = [&](const std::string& what) {
+    std::size_t n = 0;
+    for (const KernelSource& s : sources) {
+      for (auto at = s.text.find(what); at != std::string::npos; at = s.text.find(what, at + 1)) ++n;
     }
-  }
-  CHECK(d.size() == declared);
+    return n;
+  };
+  const auto tiles = static_cast<std::size_t>(
+      std::count_if(d.all().begin(), d.all().end(), [](const auto& entry) { return entry.second.tile; }));
+  CHECK(d.size() - tiles == occurrences("extern \"C\" __global__"));
+  CHECK(tiles == occurrences("extern \"C\" __device__ void"));
+  CHECK(tiles >= 8);  // gemv.cu's tensor-core tiles and their prefetch companions
 }
 
 TEST_CASE("tensor cores are refused on a GPU before compute capability 8.0, naming it") {
