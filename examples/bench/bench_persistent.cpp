@@ -34,14 +34,19 @@ extern "C" __device__ void bump(lg::Tile tile, const float* in, float* out, int 
     out[i] = in[i] * 0.5f + 1.0f;
   }
 }
-// out[r] = (accumulate ? out[r] : 0) + W[r] . x for the tile's 8 rows (a warp each; 256 threads), fp32 sums. The
-// first kSteps 16-byte chunks of each lane's row are loaded before the wait: weights no call writes.
-extern "C" __device__ void matvec(lg::Tile tile, const lg::half_t* w, const lg::half_t* x, lg::half_t* out, int rows,
-                                  int cols, int accumulate) {
+// The x chunk c (8 values) as floats: fp16 or fp32 x.
+__device__ __forceinline__ void load_x(const lg::half_t* x, int c, float (&b)[8]) { lg::unpack8(lg::load8(x + 8 * c), b); }
+__device__ __forceinline__ void load_x(const float* x, int c, float (&b)[8]) {
+  const float4 lo = *reinterpret_cast<const float4*>(x + 8 * c);
+  const float4 hi = *reinterpret_cast<const float4*>(x + 8 * c + 4);
+  b[0] = lo.x; b[1] = lo.y; b[2] = lo.z; b[3] = lo.w; b[4] = hi.x; b[5] = hi.y; b[6] = hi.z; b[7] = hi.w;
+}
+// W[r] . x for this warp's row r of the tile's 8 (a warp each; 256 threads), fp32 sums, on every lane. The first
+// kSteps 16-byte chunks of each lane's row are loaded before the wait: weights no call writes.
+template <class X>
+__device__ __forceinline__ float row_dot(const lg::Tile& tile, const lg::half_t* w, const X* x, int row, int cols) {
   constexpr int kSteps = 8;
-  const int warp = static_cast<int>(threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int row = min(static_cast<int>(tile.index()) * 8 + warp, rows - 1);
   const int chunks = cols / 8;
   const lg::half_t* wr = w + static_cast<long long>(row) * cols;
   lg::Pack8<lg::half_t> wv[kSteps];
@@ -61,51 +66,31 @@ extern "C" __device__ void matvec(lg::Tile tile, const lg::half_t* w, const lg::
         float a[8];
         float b[8];
         lg::unpack8(wv[u], a);
-        lg::unpack8(lg::load8(x + 8 * c), b);
+        load_x(x, c, b);
 #pragma unroll
         for (int k = 0; k < 8; ++k) acc = fmaf(a[k], b[k], acc);
       }
     }
   }
-  acc = lg::warp_sum(acc);
-  if (lane == 0 && static_cast<int>(tile.index()) * 8 + warp < rows) {
+  return lg::warp_sum(acc);
+}
+// out[r] = (accumulate ? out[r] : 0) + W[r] . x for the tile's 8 rows.
+extern "C" __device__ void matvec(lg::Tile tile, const lg::half_t* w, const lg::half_t* x, lg::half_t* out, int rows,
+                                  int cols, int accumulate) {
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int row = min(static_cast<int>(tile.index()) * 8 + warp, rows - 1);
+  const float acc = row_dot(tile, w, x, row, cols);
+  if (threadIdx.x % 32 == 0 && static_cast<int>(tile.index()) * 8 + warp < rows) {
     out[row] = lg::to_half((accumulate != 0 ? lg::to_float(out[row]) : 0.0f) + acc);
   }
 }
 // out[r] = W[r] . x for the tile's 8 rows, x in fp32 (the residual of the split chain), out fp16.
 extern "C" __device__ void matvec_x32(lg::Tile tile, const lg::half_t* w, const float* x, lg::half_t* out, int rows,
                                       int cols) {
-  constexpr int kSteps = 8;
   const int warp = static_cast<int>(threadIdx.x) / 32;
-  const int lane = static_cast<int>(threadIdx.x) % 32;
   const int row = min(static_cast<int>(tile.index()) * 8 + warp, rows - 1);
-  const int chunks = cols / 8;
-  const lg::half_t* wr = w + static_cast<long long>(row) * cols;
-  lg::Pack8<lg::half_t> wv[kSteps];
-#pragma unroll
-  for (int u = 0; u < kSteps; ++u) wv[u] = lg::load8_streaming(wr + 8 * min(lane + 32 * u, chunks - 1));
-  tile.wait();
-  float acc = 0.0f;
-  for (int base = 0; base < chunks; base += 32 * kSteps) {
-    if (base > 0) {
-#pragma unroll
-      for (int u = 0; u < kSteps; ++u) wv[u] = lg::load8_streaming(wr + 8 * min(base + lane + 32 * u, chunks - 1));
-    }
-#pragma unroll
-    for (int u = 0; u < kSteps; ++u) {
-      const int c = base + lane + 32 * u;
-      if (c < chunks) {
-        float a[8];
-        lg::unpack8(wv[u], a);
-        const float4 b0 = *reinterpret_cast<const float4*>(x + 8 * c);
-        const float4 b1 = *reinterpret_cast<const float4*>(x + 8 * c + 4);
-        acc = fmaf(a[0], b0.x, fmaf(a[1], b0.y, fmaf(a[2], b0.z, fmaf(a[3], b0.w, acc))));
-        acc = fmaf(a[4], b1.x, fmaf(a[5], b1.y, fmaf(a[6], b1.z, fmaf(a[7], b1.w, acc))));
-      }
-    }
-  }
-  acc = lg::warp_sum(acc);
-  if (lane == 0 && static_cast<int>(tile.index()) * 8 + warp < rows) out[row] = lg::to_half(acc);
+  const float acc = row_dot(tile, w, x, row, cols);
+  if (threadIdx.x % 32 == 0 && static_cast<int>(tile.index()) * 8 + warp < rows) out[row] = lg::to_half(acc);
 }
 // x[r] += W[r][k * split .. (k + 1) * split) . h[...] for the tile's 8 rows r (tile.block().x) and column slice k
 // (tile.block().y), added atomically: a tile needs only its slice of h, so it waits for the few tiles that wrote it.

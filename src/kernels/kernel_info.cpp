@@ -81,4 +81,16 @@ driver::LaunchShape prepare_launch(KernelInfo& k, const LaunchConfig& c) {
   return {{c.grid.x, c.grid.y, c.grid.z}, {c.block.x, c.block.y, c.block.z}, c.shared_bytes, early};
 }
 
+void add_argument_accesses(std::span<const ArgumentRange> ranges, std::string_view name, AccessSet& out) {
+  for (const ArgumentRange& r : ranges) {
+    if (r.opaque) {
+      out.opaque(name);
+    } else if (r.writes) {
+      out.write(r.address, r.bytes, name);
+    } else {
+      out.read(r.address, r.bytes, name);
+    }
+  }
+}
+
 }  // namespace lazygraph::detail

@@ -104,17 +104,7 @@ TileCall::TileCall(std::shared_ptr<const detail::TileInfo> function, const TileC
       owners_(std::move(owners)),
       ranges_(std::move(ranges)) {}
 
-void TileCall::accesses(AccessSet& out) const {
-  for (const detail::ArgumentRange& r : ranges_) {
-    if (r.opaque) {
-      out.opaque(function_->name);
-    } else if (r.writes) {
-      out.write(r.address, r.bytes, function_->name);
-    } else {
-      out.read(r.address, r.bytes, function_->name);
-    }
-  }
-}
+void TileCall::accesses(AccessSet& out) const { detail::add_argument_accesses(ranges_, function_->name, out); }
 
 PersistentOp::PersistentOp(std::shared_ptr<const detail::PersistentState> state, FillOp<std::uint32_t> reset,
                            PersistentLaunch launch)

@@ -64,15 +64,7 @@ class [[nodiscard]] LaunchOp : public OpBase<LaunchOp<Params...>> {
       out.opaque(kernel_->name);
       return;
     }
-    for (const detail::ArgumentRange& r : *ranges_) {
-      if (r.opaque) {
-        out.opaque(kernel_->name);
-      } else if (r.writes) {
-        out.write(r.address, r.bytes, kernel_->name);
-      } else {
-        out.read(r.address, r.bytes, kernel_->name);
-      }
-    }
+    detail::add_argument_accesses(*ranges_, kernel_->name, out);
   }
 
   /// The kernel's name.

@@ -8,7 +8,9 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <vector>
@@ -18,6 +20,7 @@
 #include "lazygraph/driver/device_span.hpp"
 #include "lazygraph/driver/kernel_module.hpp"
 #include "lazygraph/kernels/launch_config.hpp"
+#include "lazygraph/ops/access.hpp"
 #include "lazygraph/ops/exec_context.hpp"
 
 namespace lazygraph {
@@ -93,6 +96,10 @@ ArgumentRange argument_range(const Arg& arg) {
     return {0, 0, false, std::is_pointer_v<Param>};
   }
 }
+
+/// Adds to `out` what arguments of `ranges` let the kernel or tile function `name` touch: a write for a writable
+/// pointer, a read for a read-only one, and opaque for a pointer given something other than a span.
+void add_argument_accesses(std::span<const ArgumentRange> ranges, std::string_view name, AccessSet& out);
 
 /// \throws UsageError when `config` is outside the kernel's or the device's limits, naming which.
 void validate_launch(const KernelInfo& kernel, const LaunchConfig& config);
