@@ -3,9 +3,12 @@
 # checks and consumers in a normal build, then the host suite of the two test programs (lazygraph_tests, the core
 # layers; lazygraph_nn_tests, the nn layer) again under AddressSanitizer + UndefinedBehaviorSanitizer (unoptimized:
 # at -O2 that build takes five times as long to compile, and only the test programs and the libraries they link
-# are built there). Prints a line per phase ("== "), ninja's progress and each test; a failed build
-# prints the compiler's messages and what failed. Then a table of suites with how many test cases ran, the
-# reason of every skip, and the closing line
+# are built there). Both are unity builds (-Dunity=on: Meson compiles a target's sources four to a file), which
+# takes a third less compile time than file by file, as the files of a target share most of their headers and
+# template instances; a file of the libraries or the tests must therefore not reuse a name another file of its
+# target defines in an anonymous namespace. Prints a line per phase ("== "), ninja's progress and each test; a
+# failed build prints the compiler's messages and what failed. Then a table of suites with how many test cases
+# ran, the reason of every skip, and the closing line
 #   N passed, N failed, N skipped
 # (tests as Meson counts them; a failed build counts as one failed). Exits non-zero when anything failed.
 set -euo pipefail
@@ -19,12 +22,12 @@ build_failed() {
 }
 
 status=0
-configure build || build_failed
+configure build -Dunity=on || build_failed
 build build || build_failed
 echo "== testing build: every suite"
 meson test -C build --no-rebuild --print-errorlogs || status=1
 
-configure build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug \
+configure build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug -Dunity=on \
   -Dexamples=disabled -Dtools=disabled || build_failed
 build build-asan tests/lazygraph_tests tests/lazygraph_nn_tests || build_failed
 echo "== testing build-asan: suite host under AddressSanitizer and UndefinedBehaviorSanitizer"

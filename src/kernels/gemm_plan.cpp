@@ -135,7 +135,11 @@ AlgorithmCache& algorithm_cache() {
 
 std::atomic<std::size_t> heuristic_query_count{0};  // NOLINT(cppcoreguidelines-avoid-non-const-global-variables)
 
+}  // namespace
+
 // ---- RAII for the descriptors (host memory of cuBLASLt's) --------------------------------------------------------
+// Outside the anonymous namespace: GemmState, declared in the header, holds them, which GCC refuses
+// (-Wsubobject-linkage) when this file is compiled as part of another, as in a unity build.
 
 struct OperationDeleter {
   void operator()(cublasLtMatmulDesc_t desc) const noexcept { lt::matmul_desc_destroy_no_throw(desc); }
@@ -149,8 +153,6 @@ struct PreferenceDeleter {
 using OperationPtr = std::unique_ptr<std::remove_pointer_t<cublasLtMatmulDesc_t>, OperationDeleter>;
 using LayoutPtr = std::unique_ptr<std::remove_pointer_t<cublasLtMatrixLayout_t>, LayoutDeleter>;
 using PreferencePtr = std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPreference_t>, PreferenceDeleter>;
-
-}  // namespace
 
 struct GemmState {
   std::shared_ptr<const DeviceState> device;

@@ -86,6 +86,12 @@ float element(const std::byte* data, DType dtype, std::size_t i) {
   }
 }
 
+}  // namespace
+
+// Outside the anonymous namespace: the lambda in DecoderCheckpoint::upload_with (a member template) holds them,
+// which GCC refuses (-Wsubobject-linkage) when this file is compiled as part of another, as in a unity build.
+namespace checkpoint_upload {
+
 /// The progress bar on stderr: "loading DIR [#####.....]  52% 1.37 of 2.63 GB", redrawn in place on a terminal;
 /// elsewhere (a log file) one such line per quarter.
 class Progress {
@@ -160,6 +166,13 @@ class Staging {
   bool used_[2] = {false, false};
   int current_ = 1;
 };
+
+}  // namespace checkpoint_upload
+
+namespace {
+
+using checkpoint_upload::Progress;
+using checkpoint_upload::Staging;
 
 /// The element types uploads write: the decoder's (fp16, bf16), and float for a quantized matrix whose parts are
 /// stored in different dtypes.

@@ -17,7 +17,7 @@ std::string stacked_qkv_name(const std::string& q_name) {
   return at == std::string::npos ? name + ".qkv" : name.replace(at, 1, "qkv");
 }
 
-std::string_view scale_type_name(ScaleType t) { return t == ScaleType::f16 ? "fp16" : "bf16"; }
+std::string_view scale_type_text(ScaleType t) { return t == ScaleType::f16 ? "fp16" : "bf16"; }
 
 /// Checks every tensor `quantization` quantizes under its own name (QuantizedLayout's checks and, when `scales` is
 /// given, the scale type), in decoder_tensors() order.
@@ -28,7 +28,7 @@ void check_each(const std::vector<DecoderTensor>& tensors, const DecoderQuantiza
     if (!format) continue;
     if (scales && format->scale_type != *scales) {
       throw UsageError("tensor " + t.name + ": " + format_name(*format) + ", but a decoder over " +
-                       std::string(scale_type_name(*scales)) + " reads " + std::string(scale_type_name(*scales)) +
+                       std::string(scale_type_text(*scales)) + " reads " + std::string(scale_type_text(*scales)) +
                        " scales (QuantizedFormat::scale_type)");
     }
     (void)QuantizedLayout(t.name, *format, t.rows, t.cols);

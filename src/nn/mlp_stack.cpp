@@ -10,7 +10,7 @@ namespace lazygraph::nn {
 namespace {
 
 constexpr int warps_per_block = 8;  // kernels/nn/mlp_stack.cu: 256 threads per block
-constexpr unsigned block_threads = 32 * warps_per_block;
+constexpr unsigned stack_block_threads = 32 * warps_per_block;
 
 bool valid_split(int s) { return s == 0 || s == 1 || s == 2 || s == 4 || s == 8; }
 
@@ -80,7 +80,7 @@ BasicMlpStack<T>::BasicMlpStack(const Stream& stream, const BasicKernels<T>& ker
   int resident_warps = 0;
   for (std::size_t v = 0; v < grid_.size(); ++v) {
     const int batch = 1 << v;
-    const int per_sm = kernel_.variant(batch).max_active_blocks_per_sm(block_threads);
+    const int per_sm = kernel_.variant(batch).max_active_blocks_per_sm(stack_block_threads);
     grid_[v] = static_cast<unsigned>(std::max(1, per_sm) * stream.device().sm_count());
     if (v == 0) resident_warps = static_cast<int>(grid_[v]) * warps_per_block;
   }
@@ -102,7 +102,7 @@ typename BasicMlpStack<T>::Op BasicMlpStack<T>::op(DeviceSpan<T> x, DeviceSpan<T
                      std::to_string(rows * static_cast<std::size_t>(ffn_)) + " elements; got " +
                      std::to_string(x.size()) + " and " + std::to_string(act.size()));
   }
-  LaunchConfig config{{grid(batch), 1, 1}, {block_threads, 1, 1}, 0};
+  LaunchConfig config{{grid(batch), 1, 1}, {stack_block_threads, 1, 1}, 0};
   config.early_launch = early_launch_;
   return kernel_(config, table_, std::move(x), std::move(act), sync_, layer_count_, d_, ffn_, eps_, split_.a, split_.b,
                  batch);

@@ -10,7 +10,7 @@ namespace lazygraph::nn {
 
 namespace {
 
-[[noreturn]] void refuse(const std::string& why) { throw UsageError("RopeScaling: " + why); }
+[[noreturn]] void refuse_scaling(const std::string& why) { throw UsageError("RopeScaling: " + why); }
 
 bool positive_finite(double x) { return std::isfinite(x) && x > 0; }
 
@@ -18,15 +18,15 @@ bool positive_finite(double x) { return std::isfinite(x) && x > 0; }
 
 void RopeScaling::validate() const {
   if (type == RopeType::standard) return;
-  if (!positive_finite(factor)) refuse("factor (" + std::to_string(factor) + ") must be finite and positive");
+  if (!positive_finite(factor)) refuse_scaling("factor (" + std::to_string(factor) + ") must be finite and positive");
   if (type != RopeType::llama3) return;
   if (!positive_finite(low_freq_factor) || !std::isfinite(high_freq_factor) || high_freq_factor <= low_freq_factor) {
-    refuse("llama3 needs 0 < low_freq_factor (" + std::to_string(low_freq_factor) + ") < high_freq_factor (" +
-           std::to_string(high_freq_factor) + ")");
+    refuse_scaling("llama3 needs 0 < low_freq_factor (" + std::to_string(low_freq_factor) + ") < high_freq_factor (" +
+                   std::to_string(high_freq_factor) + ")");
   }
   if (original_max_position_embeddings <= 0) {
-    refuse("original_max_position_embeddings (" + std::to_string(original_max_position_embeddings) +
-           ") must be positive");
+    refuse_scaling("original_max_position_embeddings (" + std::to_string(original_max_position_embeddings) +
+                   ") must be positive");
   }
 }
 
@@ -42,8 +42,8 @@ const char* rope_type_name(RopeType type) noexcept {
 }
 
 std::vector<double> rope_frequencies(double theta, const RopeScaling& scaling, int head_dim) {
-  if (!positive_finite(theta)) refuse("theta (" + std::to_string(theta) + ") must be finite and positive");
-  if (head_dim <= 0 || head_dim % 2 != 0) refuse("head_dim (" + std::to_string(head_dim) + ") must be even");
+  if (!positive_finite(theta)) refuse_scaling("theta (" + std::to_string(theta) + ") must be finite and positive");
+  if (head_dim <= 0 || head_dim % 2 != 0) refuse_scaling("head_dim (" + std::to_string(head_dim) + ") must be even");
   scaling.validate();
   std::vector<double> out(static_cast<std::size_t>(head_dim / 2));
   for (std::size_t i = 0; i < out.size(); ++i) {

@@ -3,6 +3,7 @@
 
 #include <doctest/doctest.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -18,6 +19,16 @@ inline void write_file(const std::filesystem::path& path, const std::string& byt
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   REQUIRE(out.good());
+}
+
+/// `value` as the 8 little-endian bytes of a safetensors header length.
+inline std::string le64(std::uint64_t value) {
+  std::string bytes(8, '\0');
+  for (char& b : bytes) {
+    b = static_cast<char>(value & 0xffU);
+    value >>= 8U;
+  }
+  return bytes;
 }
 
 /// The whole content of `path`.

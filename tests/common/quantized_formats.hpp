@@ -7,6 +7,17 @@
 
 namespace lgtest {
 
+/// int8 with one scale per row (the group is not used: 0).
+constexpr lazygraph::nn::QuantizedFormat int8(lazygraph::nn::ScaleType s = lazygraph::nn::ScaleType::f16) {
+  return {lazygraph::nn::WeightFormat::int8_channel, 0, false, s};
+}
+
+/// int4 in groups of `group` along K, symmetric or with zero points.
+constexpr lazygraph::nn::QuantizedFormat int4(int group, bool asymmetric = false,
+                                              lazygraph::nn::ScaleType s = lazygraph::nn::ScaleType::f16) {
+  return {lazygraph::nn::WeightFormat::int4_group, group, asymmetric, s};
+}
+
 /// Every format the quantizer offers: int8, and int4 in groups of 32, 64 and 128, symmetric and with zero points,
 /// each with fp16 and with bf16 scales.
 inline std::vector<lazygraph::nn::QuantizedFormat> every_quantized_format() {

@@ -1,6 +1,10 @@
 #pragma once
-// Checkpoint tests that break a saved folder on purpose: its model.safetensors read back, edited, written again.
+// Checkpoint tests that break a saved folder on purpose: its model.safetensors (or config.json) read back, edited,
+// written again.
 
+#include "common/files.hpp"
+
+#include <lazygraph/nn/llama_config.hpp>
 #include <lazygraph/nn/safetensors.hpp>
 
 #include <cstddef>
@@ -36,6 +40,14 @@ inline void rewrite(const std::filesystem::path& dir, const std::function<void(s
   out.reserve(tensors.size());
   for (const OwnedTensor& t : tensors) out.push_back({t.name, t.dtype, t.shape, t.bytes});
   write_safetensors(dir / "model.safetensors", out);
+}
+
+/// Rewrites `dir`/config.json through `edit`.
+inline void rewrite_config(const std::filesystem::path& dir,
+                           const std::function<void(lazygraph::nn::LlamaConfig&)>& edit) {
+  lazygraph::nn::LlamaConfig c = lazygraph::nn::LlamaConfig::load(dir);
+  edit(c);
+  write_file(dir / "config.json", c.to_json());
 }
 
 }  // namespace lgtest

@@ -48,9 +48,7 @@ struct OtherCode {
   }
 };
 
-Kernel<void(float, const float*, float*, int)> axpy() {
-  return lgtest::kernels().get<void(float, const float*, float*, int)>("axpy");
-}
+using lgtest::axpy;
 
 }  // namespace
 

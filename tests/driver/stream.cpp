@@ -19,9 +19,7 @@ namespace drv = lazygraph::detail::driver;
 
 namespace {
 
-Kernel<void(float, const float*, float*, int)> axpy() {
-  return lgtest::kernels().get<void(float, const float*, float*, int)>("axpy");
-}
+using lgtest::axpy;
 
 /// Submits `op` to `stream` without waiting for it.
 template <class Op>

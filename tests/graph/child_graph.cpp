@@ -16,8 +16,7 @@ static_assert(BuildableNode<ChildGraphOp>);
 
 namespace {
 
-using Axpy = Kernel<void(float, const float*, float*, int)>;
-Axpy axpy() { return lgtest::kernels().get<void(float, const float*, float*, int)>("axpy"); }
+using lgtest::axpy;
 
 CudaGraph<> record_graph(bool built, const auto& op) {
   return built ? CudaGraph<>::build(lgtest::device(), op) : CudaGraph<>::capture(lgtest::stream(), op);

@@ -16,8 +16,7 @@ using namespace lazygraph;
 
 namespace {
 
-using Axpy = Kernel<void(float, const float*, float*, int)>;
-Axpy axpy() { return lgtest::kernels().get<void(float, const float*, float*, int)>("axpy"); }
+using lgtest::axpy;
 
 std::string describe(const std::vector<NodeKind>& kinds, const std::vector<std::vector<std::size_t>>& deps) {
   std::ostringstream out;

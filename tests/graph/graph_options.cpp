@@ -12,8 +12,7 @@ using namespace lazygraph;
 
 namespace {
 
-using Axpy = Kernel<void(float, const float*, float*, int)>;
-Axpy axpy() { return lgtest::kernels().get<void(float, const float*, float*, int)>("axpy"); }
+using lgtest::axpy;
 
 }  // namespace
 

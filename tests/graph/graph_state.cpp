@@ -18,7 +18,7 @@ namespace {
 /// A kernel that spins for `cycles` clock cycles, then copies `in` to `out`: a replay that is still running
 /// when the host queues the next thing.
 using SlowCopy = Kernel<void(const float*, float*, int, long long)>;
-SlowCopy slow_copy() {
+SlowCopy slow_copy_kernel() {
   static const KernelLibrary library = [] {
     const KernelLibraryOptions opts = lgtest::own_kernels(
         {{"slow_copy.cu",
@@ -33,7 +33,7 @@ SlowCopy slow_copy() {
   return library.get<void(const float*, float*, int, long long)>("slow_copy");
 }
 
-constexpr long long slow_cycles = 200'000'000;  // about 0.1 s at the clock rates of current GPUs
+constexpr long long replay_cycles = 200'000'000;  // about 0.1 s at the clock rates of current GPUs
 
 }  // namespace
 
@@ -44,7 +44,8 @@ TEST_SUITE("gpu") {
     const int n = 1024;
     DeviceBuffer<float> in = empty<float>(n).sync_on(s);
     DeviceBuffer<float> out = zeros<float>(n).sync_on(s);
-    auto graph = CudaGraph<>::capture(s, slow_copy()(grid_for(n, 256), in.cview(), out.view(), n, slow_cycles));
+    auto graph =
+        CudaGraph<>::capture(s, slow_copy_kernel()(grid_for(n, 256), in.cview(), out.view(), n, replay_cycles));
     const auto first = lgtest::random_floats(n);
     const auto second = lgtest::random_floats(n);
     graph.update(copy(in.view(), first));
@@ -94,7 +95,8 @@ TEST_SUITE("gpu") {
       // (a stream held back by a host function held back the graph's destruction under memcheck): check the wait
       // for the graph's own replay only.
       {
-        auto graph = CudaGraph<>::capture(s, slow_copy()(grid_for(n, 256), in.cview(), out.view(), n, slow_cycles / 4));
+        auto graph =
+            CudaGraph<>::capture(s, slow_copy_kernel()(grid_for(n, 256), in.cview(), out.view(), n, replay_cycles / 4));
         graph.launch_on(other);
       }
       CHECK(other.query());
@@ -116,7 +118,7 @@ TEST_SUITE("gpu") {
                                             std::this_thread::sleep_for(std::chrono::milliseconds(1));
                                         })));
     std::optional<CudaGraph<>> graph(
-        CudaGraph<>::capture(s, slow_copy()(grid_for(n, 256), in.cview(), out.view(), n, slow_cycles / 4)));
+        CudaGraph<>::capture(s, slow_copy_kernel()(grid_for(n, 256), in.cview(), out.view(), n, replay_cycles / 4)));
     graph->launch_on(other);
     std::thread launcher([&] {
       blocker.launch_on(unrelated);

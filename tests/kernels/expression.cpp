@@ -14,7 +14,7 @@ namespace {
 
 // Spans of raw addresses: building expressions touches no GPU, so no memory is needed.
 template <class T>
-DeviceSpan<T> span_at(CUdeviceptr address, std::size_t n) {
+DeviceSpan<T> raw_span(CUdeviceptr address, std::size_t n) {
   return {address, n};
 }
 
@@ -62,10 +62,10 @@ std::string compile_log_for_sm90(const std::string& name, const std::string& sou
 }  // namespace
 
 TEST_CASE("an expression's generated source holds its operations, operand types and the 16-byte path") {
-  const auto a = span_at<const half>(a_address, 1000);
-  const auto b = span_at<const half>(b_address, 1000);
-  const auto c = span_at<const half>(c_address, 1000);
-  const auto out = span_at<half>(out_address, 1000);
+  const auto a = raw_span<const half>(a_address, 1000);
+  const auto b = raw_span<const half>(b_address, 1000);
+  const auto c = raw_span<const half>(c_address, 1000);
+  const auto out = raw_span<half>(out_address, 1000);
   const auto op = assign(out, silu(a) * b + 2.0F * c);
   const std::string& s = op.source();
   CHECK(op.description() == "out = silu(x0) * x1 + s2 * x3");
@@ -83,21 +83,21 @@ TEST_CASE("an expression's generated source holds its operations, operand types 
 }
 
 TEST_CASE("a generated source includes the helpers of the 16-bit types it uses only, and keeps its loops rolled") {
-  const auto f = span_at<const float>(a_address, 64);
-  const auto h = span_at<const half>(b_address, 64);
-  const auto bf = span_at<const bfloat16>(c_address, 64);
-  const std::string float_only = source_of(span_at<float>(out_address, 64), exp(f) * f);
+  const auto f = raw_span<const float>(a_address, 64);
+  const auto h = raw_span<const half>(b_address, 64);
+  const auto bf = raw_span<const bfloat16>(c_address, 64);
+  const std::string float_only = source_of(raw_span<float>(out_address, 64), exp(f) * f);
   CHECK(float_only.find("#define LG_EXPR_") == std::string::npos);
-  const std::string half_out = source_of(span_at<half>(out_address, 64), cast<half>(f));
+  const std::string half_out = source_of(raw_span<half>(out_address, 64), cast<half>(f));
   CHECK(half_out.find("#define LG_EXPR_HALF\n") != std::string::npos);
   CHECK(half_out.find("#define LG_EXPR_BF16") == std::string::npos);
-  const std::string bf16_in = source_of(span_at<float>(out_address, 64), cast<float>(bf) + 1.0F);
+  const std::string bf16_in = source_of(raw_span<float>(out_address, 64), cast<float>(bf) + 1.0F);
   CHECK(bf16_in.find("#define LG_EXPR_BF16\n") != std::string::npos);
   CHECK(bf16_in.find("#define LG_EXPR_HALF") == std::string::npos);
   // A rounding alone (float in, float out) needs the type's helpers too.
-  const std::string rounding = source_of(span_at<float>(out_address, 64), cast<float>(cast<bfloat16>(f)));
+  const std::string rounding = source_of(raw_span<float>(out_address, 64), cast<float>(cast<bfloat16>(f)));
   CHECK(rounding.find("#define LG_EXPR_BF16\n") != std::string::npos);
-  const std::string both = source_of(span_at<half>(out_address, 64), h + cast<half>(bf));
+  const std::string both = source_of(raw_span<half>(out_address, 64), h + cast<half>(bf));
   CHECK(both.find("#define LG_EXPR_HALF\n#define LG_EXPR_BF16\n#include \"lazygraph/expression.cuh\"") !=
         std::string::npos);
   // Unrolling either loop would compile the body again for each copy (see src/kernels/expression.cpp).
@@ -110,27 +110,27 @@ TEST_CASE("a generated source includes the helpers of the 16-bit types it uses o
 }
 
 TEST_CASE("the same structure and types give the same source, whatever the numbers, addresses and lengths") {
-  const auto a = span_at<const float>(a_address, 100);
-  const auto b = span_at<const float>(b_address, 100);
-  const auto out = span_at<float>(out_address, 100);
+  const auto a = raw_span<const float>(a_address, 100);
+  const auto b = raw_span<const float>(b_address, 100);
+  const auto out = raw_span<float>(out_address, 100);
   const std::string first = source_of(out, a * 3.0F + b);
   CHECK(first == source_of(out, a * 3.0F + b));  // deterministic
   CHECK(first == source_of(out, a * -7.5F + b));
-  CHECK(first == source_of(span_at<float>(0x900000, 5),
-                           span_at<const float>(0x500000, 5) * 1 + span_at<const float>(0x600000, 5)));
+  CHECK(first == source_of(raw_span<float>(0x900000, 5),
+                           raw_span<const float>(0x500000, 5) * 1 + raw_span<const float>(0x600000, 5)));
   CHECK(assign(out, a * 3.0F + b).kernel_name() == assign(out, a * 0.5F + b).kernel_name());
 }
 
 TEST_CASE("another structure, element type or output type gives another source and kernel name") {
-  const auto a = span_at<const float>(a_address, 64);
-  const auto b = span_at<const float>(b_address, 64);
-  const auto out = span_at<float>(out_address, 64);
-  const auto ha = span_at<const half>(a_address, 64);
-  const auto hb = span_at<const half>(b_address, 64);
-  const auto hout = span_at<half>(out_address, 64);
-  const auto bfa = span_at<const bfloat16>(a_address, 64);
-  const auto bfb = span_at<const bfloat16>(b_address, 64);
-  const auto bfout = span_at<bfloat16>(out_address, 64);
+  const auto a = raw_span<const float>(a_address, 64);
+  const auto b = raw_span<const float>(b_address, 64);
+  const auto out = raw_span<float>(out_address, 64);
+  const auto ha = raw_span<const half>(a_address, 64);
+  const auto hb = raw_span<const half>(b_address, 64);
+  const auto hout = raw_span<half>(out_address, 64);
+  const auto bfa = raw_span<const bfloat16>(a_address, 64);
+  const auto bfb = raw_span<const bfloat16>(b_address, 64);
+  const auto bfout = raw_span<bfloat16>(out_address, 64);
   const std::vector<std::string> sources{source_of(out, a * b),
                                          source_of(out, a + b),
                                          source_of(out, b * a * 1.0F),
@@ -152,9 +152,9 @@ TEST_CASE("another structure, element type or output type gives another source a
 }
 
 TEST_CASE("descriptions keep the order of operations with as few parentheses as it takes") {
-  const auto a = span_at<const float>(a_address, 8);
-  const auto b = span_at<const float>(b_address, 8);
-  const auto out = span_at<float>(out_address, 8);
+  const auto a = raw_span<const float>(a_address, 8);
+  const auto b = raw_span<const float>(b_address, 8);
+  const auto out = raw_span<float>(out_address, 8);
   CHECK(assign(out, (a + b) * 2.0F).description() == "out = (x0 + x1) * s2");
   CHECK(assign(out, a - (b - 1.0F)).description() == "out = x0 - (x1 - s2)");
   CHECK(assign(out, a - b - 1.0F).description() == "out = x0 - x1 - s2");
@@ -167,33 +167,33 @@ TEST_CASE("descriptions keep the order of operations with as few parentheses as 
 }
 
 TEST_CASE("spans of different lengths are refused when the expression is built, naming both lengths") {
-  const auto a = span_at<const float>(a_address, 1000);
-  const auto b = span_at<const float>(b_address, 999);
+  const auto a = raw_span<const float>(a_address, 1000);
+  const auto b = raw_span<const float>(b_address, 999);
   CHECK_THROWS_WITH_AS((void)(a + b), doctest::Contains("1000 and 999 elements"), UsageError);
   CHECK_THROWS_WITH_AS((void)(exp(a) * 2.0F - b),
                        doctest::Contains("`-` combines spans of different lengths, 1000 and 999"), UsageError);
   CHECK_THROWS_WITH_AS((void)select(a > 0.0F, a, b), doctest::Contains("select"), UsageError);
-  CHECK_NOTHROW((void)(a * 2.0F + broadcast(span_at<const float>(c_address, 1))));  // a broadcast fits any length
+  CHECK_NOTHROW((void)(a * 2.0F + broadcast(raw_span<const float>(c_address, 1))));  // a broadcast fits any length
 }
 
 TEST_CASE("broadcast reads one element; any other length is refused") {
-  CHECK_THROWS_WITH_AS((void)broadcast(span_at<const float>(c_address, 3)),
+  CHECK_THROWS_WITH_AS((void)broadcast(raw_span<const float>(c_address, 3)),
                        doctest::Contains("exactly one element (such as a DeviceScalar's cview()), not 3"), UsageError);
-  const auto op = assign(span_at<float>(out_address, 10),
-                         span_at<const float>(a_address, 10) * broadcast(span_at<float>(c_address, 1)));
+  const auto op = assign(raw_span<float>(out_address, 10),
+                         raw_span<const float>(a_address, 10) * broadcast(raw_span<float>(c_address, 1)));
   CHECK(op.description() == "out = x0 * b1");
   CHECK(op.source().find("const float b1 = lg::expr::load(in1);") != std::string::npos);
 }
 
 TEST_CASE("generated sources compile with NVRTC for sm_90, in float, half and bfloat16") {
   const std::size_t n = 77;
-  const auto f = [&](CUdeviceptr at) { return span_at<const float>(at, n); };
-  const auto h = [&](CUdeviceptr at) { return span_at<const half>(at, n); };
-  const auto bf = [&](CUdeviceptr at) { return span_at<const bfloat16>(at, n); };
-  const auto fo = span_at<float>(out_address, n);
-  const auto ho = span_at<half>(out_address, n);
-  const auto bo = span_at<bfloat16>(out_address, n);
-  const auto scalar = broadcast(span_at<const half>(0x700000, 1));
+  const auto f = [&](CUdeviceptr at) { return raw_span<const float>(at, n); };
+  const auto h = [&](CUdeviceptr at) { return raw_span<const half>(at, n); };
+  const auto bf = [&](CUdeviceptr at) { return raw_span<const bfloat16>(at, n); };
+  const auto fo = raw_span<float>(out_address, n);
+  const auto ho = raw_span<half>(out_address, n);
+  const auto bo = raw_span<bfloat16>(out_address, n);
+  const auto scalar = broadcast(raw_span<const half>(0x700000, 1));
   const std::vector<std::pair<std::string, std::string>> programs{
       {assign(ho, silu(h(a_address)) * h(b_address) + 2.0F * h(c_address)).kernel_name(),
        assign(ho, silu(h(a_address)) * h(b_address) + 2.0F * h(c_address)).source()},
@@ -220,7 +220,7 @@ TEST_CASE("generated sources compile with NVRTC for sm_90, in float, half and bf
 TEST_CASE(
     "compile_expression compiles a program to CUBIN, and a source NVRTC rejects is a CompileError with the "
     "source and the log") {
-  const auto op = assign(span_at<float>(out_address, 4), span_at<const float>(a_address, 4) * 2.0F);
+  const auto op = assign(raw_span<float>(out_address, 4), raw_span<const float>(a_address, 4) * 2.0F);
   detail::ExpressionProgram program{op.source(), op.kernel_name(), op.description(), 4, {"x0"}};
   const auto options = nvrtc_options(90, true);
   const KernelCache::Entry entry = detail::compile_expression(program, options, true);

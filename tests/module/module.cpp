@@ -13,8 +13,7 @@ using namespace lazygraph;
 
 namespace {
 
-using Axpy = Kernel<void(float, const float*, float*, int)>;
-Axpy axpy() { return lgtest::kernels().get<void(float, const float*, float*, int)>("axpy"); }
+using lgtest::axpy;
 
 /// A module of a user's own: it qualifies by its shape, with no opt-in.
 struct Doubler {

@@ -29,12 +29,7 @@ DecoderConfig small_gqa() { return lgtest::small_decoder(2, 1, 77); }
 
 using lgtest::OwnedTensor;
 using lgtest::rewrite;
-
-void rewrite_config(const std::filesystem::path& dir, const std::function<void(LlamaConfig&)>& edit) {
-  LlamaConfig c = LlamaConfig::load(dir);
-  edit(c);
-  std::ofstream(dir / "config.json") << c.to_json();
-}
+using lgtest::rewrite_config;
 
 std::filesystem::path saved(const std::string& label, const DecoderConfig& c = small_gqa(), DType dtype = DType::f16) {
   const auto dir = lgtest::scratch_directory(label);

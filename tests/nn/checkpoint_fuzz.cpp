@@ -36,21 +36,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir : lgtest::TempDir {
-  TempDir() : lgtest::TempDir("nn-fuzz") {}
+struct FuzzDir : lgtest::TempDir {
+  FuzzDir() : lgtest::TempDir("nn-fuzz") {}
 };
 
+using lgtest::le64;
 using lgtest::read_file;
 using lgtest::write_file;
-
-std::string le64(std::uint64_t value) {
-  std::string bytes(8, '\0');
-  for (char& b : bytes) {
-    b = static_cast<char>(value & 0xffU);
-    value >>= 8U;
-  }
-  return bytes;
-}
 
 std::uint64_t read_le64(std::string_view bytes) {
   std::uint64_t value = 0;
@@ -422,7 +414,7 @@ constexpr std::uint32_t kIndexSeed = 38053;
 }  // namespace
 
 TEST_CASE("fuzz (seed 38051): 2000 mutated safetensors files open intact or are refused with CheckpointError") {
-  const TempDir dir;
+  const FuzzDir dir;
   const std::string valid = valid_safetensors(dir / "valid.safetensors");
   const std::uint64_t header_size = read_le64(valid);
   const std::string header = valid.substr(8, header_size);
@@ -468,7 +460,7 @@ TEST_CASE("fuzz (seed 38051): 2000 mutated safetensors files open intact or are 
 }
 
 TEST_CASE("fuzz (seed 38052): 2000 mutated config.json texts parse or are refused with CheckpointError") {
-  const TempDir dir;
+  const FuzzDir dir;
   const fs::path source = "fuzz/config.json";
   const LlamaConfig base = LlamaConfig::parse(kConfig, source);
   REQUIRE(base.hidden_size == 64);
@@ -509,7 +501,7 @@ TEST_CASE("fuzz (seed 38052): 2000 mutated config.json texts parse or are refuse
 }
 
 TEST_CASE("fuzz (seed 38053): 1000 mutated sharded folders open consistently or are refused with CheckpointError") {
-  const TempDir dir;
+  const FuzzDir dir;
   const std::string shard1 = "model-00001-of-00002.safetensors";
   const std::string shard2 = "model-00002-of-00002.safetensors";
   std::mt19937 fill(11);

@@ -24,6 +24,7 @@
 #include <lazygraph/nn/reference.hpp>
 #include "common/gpu.hpp"
 #include "common/nn.hpp"
+#include "common/quantized_formats.hpp"
 #include "common/quantized_weights.hpp"
 #include "common/same_decoding.hpp"
 #include "common/small_decoder.hpp"
@@ -33,12 +34,10 @@ using namespace lazygraph::nn;
 
 namespace {
 
-constexpr QuantizedFormat int8(ScaleType s = ScaleType::f16) { return {WeightFormat::int8_channel, 0, false, s}; }
-constexpr QuantizedFormat int4(int group, bool asymmetric = false, ScaleType s = ScaleType::f16) {
-  return {WeightFormat::int4_group, group, asymmetric, s};
-}
+using lgtest::int4;
+using lgtest::int8;
 
-std::filesystem::path saved(const std::string& label, const DecoderConfig& c, DType dtype = DType::f16) {
+std::filesystem::path saved_decoder(const std::string& label, const DecoderConfig& c, DType dtype = DType::f16) {
   const auto dir = lgtest::scratch_directory(label);
   save_seeded_checkpoint(dir, c, dtype);
   return dir;
@@ -202,7 +201,7 @@ TEST_CASE("a format that cannot apply to a decoder tensor is refused, naming the
 TEST_CASE("a checkpoint opened with a format that cannot apply is refused by open, naming the tensor") {
   DecoderConfig c = lgtest::small_decoder();
   c.ffn = 160;
-  const auto dir = saved("quantized-open-refused", c);
+  const auto dir = saved_decoder("quantized-open-refused", c);
   LoadOptions options;
   options.quantization.mlp = int4(32);
   CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(dir, options),
@@ -214,7 +213,7 @@ TEST_CASE("a checkpoint opened with a format that cannot apply is refused by ope
 TEST_CASE("device_bytes counts 2 bytes per dense element and each quantized matrix's layout bytes, padding included") {
   DecoderConfig c = lgtest::small_decoder();  // d 128, q_dim = kv_dim 128, ffn 256, vocab 512, 2 layers
   c.vocab = 500;                              // the LM head's last tile is padded to 512 rows
-  const auto dir = saved("quantized-bytes", c);
+  const auto dir = saved_decoder("quantized-bytes", c);
   const std::size_t dense = decoder_device_bytes(c, {});
   CHECK(dense == dense_bytes(c));
   CHECK(DecoderCheckpoint::open(dir).device_bytes() == dense);
@@ -489,7 +488,7 @@ TEST_SUITE("gpu") {
     options.quantization.lm_head = int4(128);
     options.quantization.options.clip_search = true;
     options.progress_from_bytes = 0;  // the bar (on stderr) counts the quantized bytes
-    const auto dir = saved("quantized-load", c);
+    const auto dir = saved_decoder("quantized-load", c);
     const DecoderCheckpoint checkpoint = DecoderCheckpoint::open(dir, options);
     const LiveHandles before = live_handles();
     BasicDecoderWeights<half> loaded_weights = checkpoint.upload<half>(lgtest::stream());
@@ -512,7 +511,7 @@ TEST_SUITE("gpu") {
 
   TEST_CASE("a bf16 decoder loads a checkpoint quantized with bf16 scales; fp16 scales are refused before allocating") {
     const DecoderConfig c = lgtest::small_decoder();
-    const auto dir = saved("quantized-load-bf16", c, DType::bf16);
+    const auto dir = saved_decoder("quantized-load-bf16", c, DType::bf16);
     LoadOptions options;
     options.quantization.mlp = int4(128, false, ScaleType::bf16);
     const DecoderCheckpoint checkpoint = DecoderCheckpoint::open(dir, options);
@@ -608,7 +607,7 @@ TEST_SUITE("gpu") {
 
   TEST_CASE("a weight that cannot be quantized fails the upload naming the matrix, and nothing stays allocated") {
     const DecoderConfig c = lgtest::small_decoder();
-    const auto dir = saved("quantized-load-nan", c, DType::f32);
+    const auto dir = saved_decoder("quantized-load-nan", c, DType::f32);
     {  // a NaN in layer 1's down projection
       std::vector<std::vector<std::byte>> bytes;
       std::vector<TensorToWrite> tensors;

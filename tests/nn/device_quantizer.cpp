@@ -52,7 +52,7 @@ std::vector<S> test_weights(int rows, int cols, unsigned seed) {
 }
 
 template <class S>
-std::vector<float> widened(const std::vector<S>& v) {
+std::vector<float> as_floats(const std::vector<S>& v) {
   std::vector<float> out;
   for (const S x : v) {
     if constexpr (std::same_as<S, float>) {
@@ -77,7 +77,7 @@ void check_matches_host(const nn::DeviceQuantizer& quantizer) {
         CAPTURE(clip);
         const std::vector<S> w = test_weights<S>(rows, cols, seed++);
         const auto device_w = lgtest::to_device(s, w);
-        const nn::QuantizedWeight host = nn::quantize(format, "w", rows, cols, widened(w), {.clip_search = clip});
+        const nn::QuantizedWeight host = nn::quantize(format, "w", rows, cols, as_floats(w), {.clip_search = clip});
         const nn::DeviceQuantizedWeight<T> device =
             quantizer.quantize<T, S>(s, format, "w", rows, cols, device_w.cview(), {.clip_search = clip});
         const nn::QuantizedWeight back = device.download(s);

@@ -118,7 +118,7 @@ int count_outside_rounding(const std::vector<half>& got, const std::vector<doubl
   return bad;
 }
 
-double silu(double a) { return a / (1.0 + std::exp(-a)); }
+using lgtest::silu;
 
 /// Dot products of a row-major rows x cols fp16 matrix with x, and the sums of |terms| (for error bounds).
 struct MatVec {

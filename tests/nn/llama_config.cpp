@@ -24,8 +24,8 @@ namespace fs = std::filesystem;
 namespace {
 
 /// Every test here writes into its own folder.
-struct TempDir : lgtest::TempDir {
-  TempDir() : lgtest::TempDir("nn-config") {}
+struct ConfigDir : lgtest::TempDir {
+  ConfigDir() : lgtest::TempDir("nn-config") {}
 };
 
 using lgtest::write_file;
@@ -165,7 +165,7 @@ TEST_CASE("to_json round-trips random configs through parse") {
 }
 
 TEST_CASE("load reads a config.json file, or the one in a folder, and names a missing file") {
-  const TempDir dir;
+  const ConfigDir dir;
   const fs::path file = dir.path() / "config.json";
   write_file(file, kLlama3);
   CHECK(LlamaConfig::load(file) == LlamaConfig::parse(kLlama3, file));

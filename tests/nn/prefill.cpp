@@ -145,10 +145,7 @@ std::vector<int> prompt_of(int n, int vocab, int salt = 0) {
   return p;
 }
 
-template <class T>
-std::vector<double> widened(const std::vector<T>& v) {
-  return nn::widen(std::span<const T>(v));
-}
+using lgtest::widened;
 
 /// Whether `logits`' top two are apart by more than 5 times `bound` times their rms: a choice rounding cannot flip.
 bool clear_margin(const std::vector<double>& logits, double bound) {

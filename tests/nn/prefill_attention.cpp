@@ -339,11 +339,11 @@ double relative_error(const std::vector<T>& got, const std::vector<double>& ref)
 }
 
 template <class T>
-constexpr double tolerance = std::same_as<T, half> ? 1e-2 : 3e-2;
+constexpr double attention_tolerance = std::same_as<T, half> ? 1e-2 : 3e-2;
 
 /// NaN in fp16 and bf16: what out is poisoned with, so that rows the kernel must not write are seen to stay so.
 template <class T>
-constexpr T poison = T{std::uint16_t{0x7fff}};
+constexpr T poison_of = T{std::uint16_t{0x7fff}};
 
 /// Entries of `got` (a cache after the launch) that differ bitwise from what they must hold: the chunk's k (or v) at
 /// positions start .. start + rows - 1 of the slot, every other entry as it was. At most a few are reported.
@@ -375,7 +375,7 @@ int padding_written(const Problem<T>& p, const std::vector<T>& out) {
   const std::size_t row = static_cast<std::size_t>(p.shape.heads) * p.shape.head_dim;
   int written = 0;
   for (std::size_t i = static_cast<std::size_t>(p.chunk.rows) * row; i < out.size(); ++i) {
-    written += out[i].bits != poison<T>.bits ? 1 : 0;
+    written += out[i].bits != poison_of<T>.bits ? 1 : 0;
   }
   return written;
 }
@@ -402,7 +402,7 @@ Result<T> run(const nn::BasicKernels<T>& kernels, const Problem<T>& p, int tile 
   const auto v = lgtest::to_device(s, p.v);
   auto k_cache = lgtest::to_device(s, p.k_cache);
   auto v_cache = lgtest::to_device(s, p.v_cache);
-  auto out = lgtest::to_device(s, std::vector<T>(p.q.size(), poison<T>));
+  auto out = lgtest::to_device(s, std::vector<T>(p.q.size(), poison_of<T>));
   const auto chunk = chunk_on_device(p.chunk);
   if (tile == 0) {
     nn::prefill_attention(
@@ -451,7 +451,7 @@ TEST_SUITE("gpu") {
           const Result<T> got = run(kernels, p, kind.tile);
           const double err = relative_error(got.out, reference(p));
           CAPTURE(err);
-          CHECK(err <= tolerance<T>);
+          CHECK(err <= attention_tolerance<T>);
           CHECK(cache_mismatches("k_cache", p, p.k_cache, p.k, got.k_cache) == 0);
           CHECK(cache_mismatches("v_cache", p, p.v_cache, p.v, got.v_cache) == 0);
         }
@@ -504,13 +504,13 @@ TEST_SUITE("gpu") {
       copy(v.view(), std::span<const T>(p.v)).sync_on(s);
       copy(k_cache.view(), std::span<const T>(p.k_cache)).sync_on(s);
       copy(v_cache.view(), std::span<const T>(p.v_cache)).sync_on(s);
-      fill(out.view(), poison<T>).sync_on(s);
+      fill(out.view(), poison_of<T>).sync_on(s);
       copy(chunk.view(), std::span<const int>(std::vector<int>{c.start, c.rows, c.slot})).sync_on(s);
       graph.launch();
       const std::vector<T> got = lgtest::to_host(s, out.cview());
       const double err = relative_error(got, reference(p));
       CAPTURE(err);
-      CHECK(err <= tolerance<T>);
+      CHECK(err <= attention_tolerance<T>);
       CHECK(padding_written(p, got) == 0);
       CHECK(cache_mismatches("k_cache", p, p.k_cache, p.k, lgtest::to_host(s, k_cache.cview())) == 0);
       CHECK(cache_mismatches("v_cache", p, p.v_cache, p.v, lgtest::to_host(s, v_cache.cview())) == 0);
@@ -555,7 +555,7 @@ TEST_SUITE("gpu") {
         const auto q = slice(p.q, q_row);
         const auto k = slice(p.k, kv_row);
         const auto v = slice(p.v, kv_row);
-        auto o = lgtest::to_device(s, std::vector<T>(static_cast<std::size_t>(rows) * q_row, poison<T>));
+        auto o = lgtest::to_device(s, std::vector<T>(static_cast<std::size_t>(rows) * q_row, poison_of<T>));
         auto shape = whole;
         shape.rows = rows;
         const auto chunk = chunk_on_device({.start = start, .rows = rows, .slot = 0});
@@ -568,7 +568,7 @@ TEST_SUITE("gpu") {
       }
       const double err = relative_error(out, ref);
       CAPTURE(err);
-      CHECK(err <= tolerance<T>);
+      CHECK(err <= attention_tolerance<T>);
       CHECK(cache_mismatches("k_cache", p, p.k_cache, p.k, lgtest::to_host(s, k_cache.cview())) == 0);
       CHECK(cache_mismatches("v_cache", p, p.v_cache, p.v, lgtest::to_host(s, v_cache.cview())) == 0);
     }

@@ -3,30 +3,25 @@
 // config.json form with LlamaConfig (tests/nn/llama_config.cpp).
 #include <doctest/doctest.h>
 
+#include "common/quantized_formats.hpp"
+
 #include <lazygraph/nn/quantization_config.hpp>
 
 using namespace lazygraph::nn;
 
-namespace {
-
-constexpr QuantizedFormat int8(int group = 0, ScaleType s = ScaleType::f16) {
-  return {WeightFormat::int8_channel, group, false, s};
-}
-constexpr QuantizedFormat int4(int group, bool asymmetric = false, ScaleType s = ScaleType::f16) {
-  return {WeightFormat::int4_group, group, asymmetric, s};
-}
-
-}  // namespace
+using lgtest::int4;
+using lgtest::int8;
 
 TEST_CASE("two quantizations are equal when they store every class alike, whatever group an int8 format holds") {
   DecoderQuantization a;
   DecoderQuantization b;
   CHECK(a == b);
-  a.attention = int8(0);
+  a.attention = int8();
   CHECK_FALSE(a == b);
-  b.attention = int8(128);  // int8 has one scale per row: its group is not used
+  // int8 has one scale per row: its group is not used
+  b.attention = QuantizedFormat{WeightFormat::int8_channel, 128, false, ScaleType::f16};
   CHECK(a == b);
-  b.attention = int8(0, ScaleType::bf16);
+  b.attention = int8(ScaleType::bf16);
   CHECK_FALSE(a == b);
   b.attention = int4(128);
   CHECK_FALSE(a == b);

@@ -16,7 +16,7 @@ using namespace lazygraph::nn;
 
 namespace {
 
-std::vector<float> random_weights(std::size_t n, unsigned seed) {
+std::vector<float> seeded_weights(std::size_t n, unsigned seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> dist(-0.1F, 0.1F);
   std::vector<float> out(n);
@@ -38,7 +38,7 @@ TEST_CASE("quantized weights of every format round-trip through one safetensors 
   unsigned seed = 1;
   for (const QuantizedFormat& format : lgtest::every_quantized_format()) {
     const std::string name = "model.layers." + std::to_string(weights.size()) + ".mlp.down_proj.weight";
-    weights.push_back(quantize(format, name, 37, 256, random_weights(37 * 256, seed++)));
+    weights.push_back(quantize(format, name, 37, 256, seeded_weights(37 * 256, seed++)));
   }
   std::vector<QuantizedTensors> saved;
   std::vector<TensorToWrite> tensors;
@@ -59,7 +59,7 @@ TEST_CASE("quantized weights of every format round-trip through one safetensors 
 TEST_CASE("a layout that does not match the saved tensors is refused, naming the file and the tensor") {
   const lgtest::TempDir dir("nn-qckpt");
   const QuantizedFormat g128{WeightFormat::int4_group, 128, false, ScaleType::f16};
-  const QuantizedWeight w = quantize(g128, "lm_head.weight", 40, 512, random_weights(40 * 512, 3));
+  const QuantizedWeight w = quantize(g128, "lm_head.weight", 40, 512, seeded_weights(40 * 512, 3));
   write_safetensors(dir / "model.safetensors", QuantizedTensors(w).tensors());
   const Checkpoint checkpoint = Checkpoint::open(dir.path());
   const auto refused = [&](const QuantizedLayout& layout, const char* expected) {
@@ -87,9 +87,9 @@ TEST_CASE("a layout that does not match the saved tensors is refused, naming the
 TEST_CASE("zero points saved beside a symmetric weight are refused") {
   const lgtest::TempDir dir("nn-qckpt");
   const QuantizedWeight asym =
-      quantize({WeightFormat::int4_group, 64, true, ScaleType::bf16}, "w", 16, 128, random_weights(16 * 128, 5));
+      quantize({WeightFormat::int4_group, 64, true, ScaleType::bf16}, "w", 16, 128, seeded_weights(16 * 128, 5));
   const QuantizedWeight sym =
-      quantize({WeightFormat::int4_group, 64, false, ScaleType::bf16}, "w", 16, 128, random_weights(16 * 128, 5));
+      quantize({WeightFormat::int4_group, 64, false, ScaleType::bf16}, "w", 16, 128, seeded_weights(16 * 128, 5));
   // The symmetric weight's tensors, with the asymmetric one's zero points beside them.
   const QuantizedTensors sym_tensors(sym);
   const QuantizedTensors asym_tensors(asym);

@@ -48,13 +48,7 @@ std::vector<T> rounded(const std::vector<float>& f) {
   return out;
 }
 
-template <class T>
-std::vector<double> widened(const std::vector<T>& v) {
-  std::vector<double> out;
-  out.reserve(v.size());
-  for (const T e : v) out.push_back(e.to_float());
-  return out;
-}
+using lgtest::widened;
 
 /// ||got - ref|| / ||ref|| at most `tolerance`, and every element within tolerance * max |ref| (a NaN fails both).
 template <class T>

@@ -24,6 +24,7 @@
 #include "common/files.hpp"
 #include "common/gpu.hpp"
 #include "common/nn.hpp"
+#include "common/quantized_formats.hpp"
 #include "common/quantized_weights.hpp"
 #include "common/rewrite_safetensors.hpp"
 #include "common/same_decoding.hpp"
@@ -36,10 +37,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr QuantizedFormat int8(ScaleType s = ScaleType::f16) { return {WeightFormat::int8_channel, 0, false, s}; }
-constexpr QuantizedFormat int4(int group, bool asymmetric = false, ScaleType s = ScaleType::f16) {
-  return {WeightFormat::int4_group, group, asymmetric, s};
-}
+using lgtest::int4;
+using lgtest::int8;
 
 /// Every class quantized, each its own way, with the clipping search.
 DecoderQuantization mixed(ScaleType s = ScaleType::f16) {
@@ -74,18 +73,12 @@ fs::path saved_quantized(const lgtest::TempDir& dir, const DecoderConfig& c, con
 
 using lgtest::OwnedTensor;
 using lgtest::rewrite;
+using lgtest::rewrite_config;
 
 /// Removes the tensor `name` from `dir`/model.safetensors.
 void erase(const fs::path& dir, const std::string& name) {
   rewrite(dir,
           [&](std::vector<OwnedTensor>& t) { std::erase_if(t, [&](const OwnedTensor& x) { return x.name == name; }); });
-}
-
-/// Rewrites `dir`/config.json through `edit`.
-void rewrite_config(const fs::path& dir, const std::function<void(LlamaConfig&)>& edit) {
-  LlamaConfig c = LlamaConfig::load(dir);
-  edit(c);
-  lgtest::write_file(dir / "config.json", c.to_json());
 }
 
 /// Replaces the text `from` of `dir`/config.json, which must hold it, by `to`.

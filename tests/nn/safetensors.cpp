@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include "common/files.hpp"
+#include "common/rewrite_safetensors.hpp"
 #include "common/temp_dir.hpp"
 
 #include <lazygraph/nn/llama_config.hpp>
@@ -36,8 +37,8 @@ std::mt19937 make_rng() {
 }
 
 /// Every test here writes into its own folder.
-struct TempDir : lgtest::TempDir {
-  TempDir() : lgtest::TempDir("nn-st") {}
+struct SafetensorsDir : lgtest::TempDir {
+  SafetensorsDir() : lgtest::TempDir("nn-st") {}
 };
 
 /// `size` random bytes, never all zero (a read of zeroed memory must not pass for a correct read).
@@ -51,15 +52,7 @@ std::vector<std::byte> random_bytes(std::mt19937& rng, std::size_t size) {
   return bytes;
 }
 
-std::string le64(std::uint64_t value) {
-  std::string bytes(8, '\0');
-  for (char& b : bytes) {
-    b = static_cast<char>(value & 0xffU);
-    value >>= 8U;
-  }
-  return bytes;
-}
-
+using lgtest::le64;
 using lgtest::read_file;
 using lgtest::write_file;
 
@@ -98,7 +91,7 @@ void check_error(const CheckpointError& error, const fs::path& file, const std::
 /// Writes `bytes` as a file and checks that SafetensorsFile::open refuses it naming the file, `tensor` and
 /// `fragment`.
 void check_refused(const std::string& bytes, const std::string& tensor, std::string_view fragment) {
-  const TempDir dir;
+  const SafetensorsDir dir;
   const fs::path file = dir / "bad.safetensors";
   write_file(file, bytes);
   const CheckpointError error = checkpoint_error_of([&] { (void)SafetensorsFile::open(file); });
@@ -108,12 +101,7 @@ void check_refused(const std::string& bytes, const std::string& tensor, std::str
 /// A header holding one entry `name` -> `entry` (raw JSON text).
 std::string one_entry(const std::string& name, const std::string& entry) { return "{\"" + name + "\":" + entry + "}"; }
 
-struct OwnedTensor {
-  std::string name;
-  DType dtype;
-  std::vector<std::int64_t> shape;
-  std::vector<std::byte> bytes;
-};
+using lgtest::OwnedTensor;
 
 OwnedTensor random_tensor(std::mt19937& rng, std::string name, DType dtype, std::vector<std::int64_t> shape) {
   std::size_t count = 1;
@@ -177,7 +165,7 @@ TEST_CASE("write_safetensors then SafetensorsFile::open round-trips every dtype 
   }
   std::shuffle(tensors.begin(), tensors.end(), rng);
   const std::map<std::string, std::string> metadata = {{"format", "pt"}, {"note", "h\xc3\xa9llo"}};
-  const TempDir dir;
+  const SafetensorsDir dir;
   const fs::path path = dir / "model.safetensors";
   const std::vector<TensorToWrite> to_write = views(tensors);
   write_safetensors(path, to_write, metadata);
@@ -207,7 +195,7 @@ TEST_CASE("write_safetensors then SafetensorsFile::open round-trips every dtype 
 
 TEST_CASE("write_safetensors replaces an existing file, and an empty file of tensors is valid") {
   std::mt19937 rng = make_rng();
-  const TempDir dir;
+  const SafetensorsDir dir;
   const fs::path path = dir / "w.safetensors";
   write_file(path, "old contents");
   const std::vector<OwnedTensor> tensors = {random_tensor(rng, "a", DType::bf16, {2, 2})};
@@ -227,7 +215,7 @@ TEST_CASE("a hand-written file is read byte-exactly") {
       R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
       R"("b":{"shape":[],"dtype":"BF16","data_offsets":[8,10]},"__metadata__":{"format":"pt"}}  )";
   const std::string data = std::string("\x00\x00\x80\x3f\x00\x00\x00\xc0", 8) + std::string("\x00\x3f\xee\xee", 4);
-  const TempDir dir;
+  const SafetensorsDir dir;
   const fs::path path = dir / "tiny.safetensors";
   write_file(path, le64(header.size()) + header + data);
 
@@ -260,7 +248,7 @@ TEST_CASE("a hand-written file is read byte-exactly") {
 
 TEST_CASE("SafetensorsFile is move-only and a moved-from one finds nothing") {
   std::mt19937 rng = make_rng();
-  const TempDir dir;
+  const SafetensorsDir dir;
   const std::vector<OwnedTensor> tensors = {random_tensor(rng, "x", DType::i32, {3})};
   write_safetensors(dir / "m.safetensors", views(tensors));
   SafetensorsFile a = SafetensorsFile::open(dir / "m.safetensors");
@@ -281,7 +269,7 @@ TEST_CASE("SafetensorsFile is move-only and a moved-from one finds nothing") {
 
 TEST_CASE("tensor() and require() name the file and tensor, and what was expected against what was found") {
   std::mt19937 rng = make_rng();
-  const TempDir dir;
+  const SafetensorsDir dir;
   const fs::path path = dir / "r.safetensors";
   const std::vector<OwnedTensor> tensors = {random_tensor(rng, "proj", DType::f32, {4, 2})};
   write_safetensors(path, views(tensors));
@@ -311,7 +299,7 @@ TEST_CASE("tensor() and require() name the file and tensor, and what was expecte
 // Malformed files: each one is a CheckpointError naming the file (and the tensor where there is one)
 
 TEST_CASE("a file that cannot be opened is refused with the system's reason") {
-  const TempDir dir;
+  const SafetensorsDir dir;
   const fs::path missing = dir / "nope.safetensors";
   check_error(checkpoint_error_of([&] { (void)SafetensorsFile::open(missing); }), missing, "",
               "No such file or directory");
@@ -411,7 +399,7 @@ TEST_CASE("overlapping tensors are refused, naming both; empty tensors overlap n
                                 8),
                 "b", "overlap those of tensor 'a'");
 
-  const TempDir dir;
+  const SafetensorsDir dir;
   const fs::path path = dir / "empty_inside.safetensors";
   write_file(path, raw_safetensors(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
                                    R"("z":{"dtype":"F32","shape":[0],"data_offsets":[4,4]}})",
@@ -447,7 +435,7 @@ TEST_CASE("metadata that is not an object of strings is refused") {
 
 TEST_CASE("write_safetensors refuses bad tensors and leaves no file behind") {
   std::mt19937 rng = make_rng();
-  const TempDir dir;
+  const SafetensorsDir dir;
   const fs::path path = dir / "out.safetensors";
   const std::vector<std::byte> eight = random_bytes(rng, 8);
   const auto refused = [&](std::vector<TensorToWrite> tensors, const std::string& tensor, std::string_view fragment) {
@@ -475,7 +463,7 @@ TEST_CASE("write_safetensors refuses bad tensors and leaves no file behind") {
 namespace {
 
 /// Writes `tensors` into shards of `dir` named in `shard_of` (tensor name -> shard file) and the index.
-void write_sharded(const TempDir& dir, const std::vector<OwnedTensor>& tensors,
+void write_sharded(const SafetensorsDir& dir, const std::vector<OwnedTensor>& tensors,
                    const std::map<std::string, std::string>& shard_of) {
   std::map<std::string, std::vector<TensorToWrite>> shards;
   for (const OwnedTensor& t : tensors) shards[shard_of.at(t.name)].push_back({t.name, t.dtype, t.shape, t.bytes});
@@ -493,7 +481,7 @@ void write_sharded(const TempDir& dir, const std::vector<OwnedTensor>& tensors,
 
 TEST_CASE("Checkpoint opens a single file and a folder holding model.safetensors") {
   std::mt19937 rng = make_rng();
-  const TempDir dir;
+  const SafetensorsDir dir;
   const std::vector<OwnedTensor> tensors = {random_tensor(rng, "embed", DType::bf16, {16, 8}),
                                             random_tensor(rng, "norm", DType::f32, {8})};
   write_safetensors(dir / "model.safetensors", views(tensors));
@@ -519,7 +507,7 @@ TEST_CASE("Checkpoint opens a single file and a folder holding model.safetensors
 
 TEST_CASE("Checkpoint opens a sharded folder through its index, with lookups across shards") {
   std::mt19937 rng = make_rng();
-  const TempDir dir;
+  const SafetensorsDir dir;
   const std::vector<OwnedTensor> tensors = {
       random_tensor(rng, "model.embed_tokens.weight", DType::bf16, {32, 8}),
       random_tensor(rng, "model.layers.0.mlp.up_proj.weight", DType::bf16, {16, 8}),
@@ -564,7 +552,7 @@ TEST_CASE("Checkpoint opens a sharded folder through its index, with lookups acr
 
 TEST_CASE("Checkpoint refuses bad paths, indexes and shards, naming the file at fault") {
   std::mt19937 rng = make_rng();
-  const TempDir dir;
+  const SafetensorsDir dir;
   const fs::path index = dir / "model.safetensors.index.json";
   const std::vector<OwnedTensor> tensors = {random_tensor(rng, "a", DType::f32, {2}),
                                             random_tensor(rng, "b", DType::f32, {3})};
@@ -688,7 +676,7 @@ TEST_CASE("deep nesting anywhere in a header is refused at 64 levels without rec
 }
 
 TEST_CASE("deep nesting in the index or in config.json is refused at 64 levels") {
-  const TempDir dir;
+  const SafetensorsDir dir;
   const fs::path index = dir / "model.safetensors.index.json";
   write_file(index, R"({"weight_map":{"a":)" + nested_arrays(kDeep) + "}}");
   check_error(checkpoint_error_of([&] { (void)Checkpoint::open(dir.path()); }), index, "",
@@ -716,7 +704,7 @@ TEST_CASE("a header of 60000 tensors opens in linear time") {
     header += (i == 0 ? "\"t" : ",\"t") + std::to_string(i) + "\":" + u8_entry(i);
   }
   header += "}";
-  const TempDir dir;
+  const SafetensorsDir dir;
   const fs::path path = dir / "many.safetensors";
   write_file(path, raw_safetensors(header, kCount));
   std::size_t tensors = 0;
@@ -747,7 +735,7 @@ TEST_CASE("a header of 60000 tensors opens in linear time") {
 }
 
 TEST_CASE("a FIFO in place of a checkpoint file is refused at once without blocking") {
-  const TempDir dir;
+  const SafetensorsDir dir;
   const auto make_fifo = [](const fs::path& path) { REQUIRE(::mkfifo(path.c_str(), 0600) == 0); };
 
   const fs::path single = dir / "model.safetensors";
@@ -777,7 +765,7 @@ TEST_CASE("a FIFO in place of a checkpoint file is refused at once without block
 }
 
 TEST_CASE("config.json or the index linked to a device is refused and not read until memory runs out") {
-  const TempDir dir;
+  const SafetensorsDir dir;
   const fs::path config = dir / "config.json";
   fs::create_symlink("/dev/zero", config);
   check_error(config_load_error(dir.path()), config, "", "is not a regular file (a character device)");
@@ -792,7 +780,7 @@ TEST_CASE("config.json or the index linked to a device is refused and not read u
 }
 
 TEST_CASE("config.json over 16 MiB and an index over 64 MiB are refused before they are read") {
-  const TempDir dir;
+  const SafetensorsDir dir;
   // Sparse files: their size costs no disk, and reading them would take the time and memory the limit saves.
   const fs::path config = dir / "config.json";
   write_file(config, "{");
@@ -809,7 +797,7 @@ TEST_CASE("config.json over 16 MiB and an index over 64 MiB are refused before t
 }
 
 TEST_CASE("a NUL or another control character in a shard name is refused") {
-  const TempDir dir;
+  const SafetensorsDir dir;
   const fs::path index = dir / "model.safetensors.index.json";
   std::mt19937 rng = make_rng();
   const std::vector<OwnedTensor> tensors = {random_tensor(rng, "a", DType::f32, {2})};
@@ -838,7 +826,7 @@ TEST_CASE("a NUL byte in a header is refused even after a complete JSON value") 
                 "the header is not valid JSON: it holds a NUL byte at offset " + std::to_string(header.size()));
   check_refused(raw_safetensors(header + std::string(8, '\0'), 1), "", "holds a NUL byte");
   // A tensor name with an escaped NUL is a name like any other; messages show it escaped, as what() is a C string.
-  const TempDir dir;
+  const SafetensorsDir dir;
   const fs::path path = dir / "nul_name.safetensors";
   write_file(path, raw_safetensors(R"({"t\u0000":)" + u8_entry(0) + R"(,"t\u0000":)" + u8_entry(1) + "}", 2));
   const CheckpointError error = checkpoint_error_of([&] { (void)SafetensorsFile::open(path); });
@@ -863,7 +851,7 @@ TEST_CASE("duplicate keys are found in objects at any depth") {
   check_refused(raw_safetensors(R"({"__metadata__":{"a":"1"},"__metadata__":{}})", 0), "__metadata__",
                 "the name appears twice in the header");
   // A key of an inner object may repeat one of its parent's: that is no duplicate.
-  const TempDir dir;
+  const SafetensorsDir dir;
   const fs::path path = dir / "m.safetensors";
   write_file(path, raw_safetensors(R"({"dtype":)" + u8_entry(0) + "}", 1));
   CHECK(SafetensorsFile::open(path).tensor("dtype").bytes == 1);
@@ -871,7 +859,7 @@ TEST_CASE("duplicate keys are found in objects at any depth") {
 
 TEST_CASE("a file shorter than its header claims is refused at open naming the tensor cut off") {
   std::mt19937 rng = make_rng();
-  const TempDir dir;
+  const SafetensorsDir dir;
   const fs::path path = dir / "cut.safetensors";
   const std::vector<OwnedTensor> tensors = {random_tensor(rng, "first", DType::f32, {4}),
                                             random_tensor(rng, "last", DType::f16, {3})};
@@ -888,7 +876,7 @@ TEST_CASE("a file shorter than its header claims is refused at open naming the t
 TEST_CASE("messages show a huge JSON value cut short") {
   std::string shape = R"("shape":{)";
   for (int i = 0; i < 100000; ++i) shape += (i == 0 ? "\"k" : ",\"k") + std::to_string(i) + "\":0";
-  const TempDir dir;
+  const SafetensorsDir dir;
   const fs::path object_path = dir / "object.safetensors";
   write_file(object_path,
              raw_safetensors(one_entry("t", R"({"dtype":"U8",)" + shape + R"(},"data_offsets":[0,1]})"), 1));

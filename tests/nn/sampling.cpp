@@ -134,12 +134,7 @@ TEST_CASE("sampling_uniform is in [0, 1), repeatable, and differs across seeds, 
 
 namespace {
 
-template <class T>  // half or bfloat16
-std::vector<double> widened(const std::vector<T>& h) {
-  std::vector<double> out;
-  for (const T v : h) out.push_back(v.to_float());
-  return out;
-}
+using lgtest::widened;
 
 /// lgtest::neighbour_at_boundary for the rule with `top_p`.
 bool neighbour_at_boundary_p(const std::vector<double>& logits, int top_k, double t, double top_p, double u, int got,

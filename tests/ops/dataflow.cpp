@@ -11,7 +11,7 @@ using namespace lazygraph;
 
 namespace {
 
-using Deps = std::vector<std::vector<std::size_t>>;
+using Dependencies = std::vector<std::vector<std::size_t>>;
 
 /// Five buffers of random floats and the ops of a small DAG over them:
 ///   0: y0 += 1.5 x        1: y1 += 2 x          2: y2 += 0.5 y0 (after 0)
@@ -51,7 +51,7 @@ struct Dag {
   }
 };
 
-const Deps expected{{}, {}, {0}, {1, 2}, {0}, {1, 4}};
+const Dependencies expected{{}, {}, {0}, {1, 2}, {0}, {1, 4}};
 
 }  // namespace
 
@@ -73,7 +73,7 @@ TEST_SUITE("gpu") {
     CHECK(built.edge_counts().full == 6);
     // The serial version is a chain: five edges, each node after the one before.
     auto serial = CudaGraph<>::capture(s, d.serial());
-    CHECK(serial.dependencies() == Deps{{}, {0}, {1}, {2}, {3}, {4}});
+    CHECK(serial.dependencies() == Dependencies{{}, {0}, {1}, {2}, {3}, {4}});
   }
 
   TEST_CASE("dataflow's graph computes what the ops one after another compute, replay after replay") {
@@ -152,7 +152,7 @@ TEST_SUITE("gpu") {
           k(grid_for(n, 256), 0.5F + static_cast<float>(i), x.cview(), ys[static_cast<std::size_t>(i % 3)].view(), n));
     }
     auto graph = CudaGraph<>::capture(s, dataflow(std::move(ops)));
-    CHECK(graph.dependencies() == Deps{{}, {}, {}, {0}, {1}, {2}, {3}, {4}, {5}});
+    CHECK(graph.dependencies() == Dependencies{{}, {}, {}, {0}, {1}, {2}, {3}, {4}, {5}});
     graph.launch();
     s.synchronize();
     for (std::size_t c = 0; c < 3; ++c) {

@@ -19,8 +19,7 @@ using detail::PlannedNode;
 
 namespace {
 
-using Axpy = Kernel<void(float, const float*, float*, int)>;
-Axpy axpy() { return lgtest::kernels().get<void(float, const float*, float*, int)>("axpy"); }
+using lgtest::axpy;
 
 std::vector<std::uint32_t> dependencies(const NodePlan& plan, std::size_t i) {
   const auto d = plan.dependencies_of(i);

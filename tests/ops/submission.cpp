@@ -15,7 +15,7 @@ using detail::NodePlan;
 
 namespace {
 
-std::vector<std::uint32_t> dependencies(const NodePlan& plan, std::size_t i) {
+std::vector<std::uint32_t> sorted_dependencies(const NodePlan& plan, std::size_t i) {
   const auto d = plan.dependencies_of(i);
   std::vector<std::uint32_t> out(d.begin(), d.end());
   std::sort(out.begin(), out.end());
@@ -47,7 +47,7 @@ TEST_SUITE("gpu") {
     CHECK(plan.nodes[1].rows == 1);
     CHECK(plan.nodes[1].dst_pitch == 4 * sizeof(float));
     CHECK(plan.nodes[1].src_pitch == 4 * sizeof(float));
-    CHECK(dependencies(plan, 1) == std::vector<std::uint32_t>{0});
+    CHECK(sorted_dependencies(plan, 1) == std::vector<std::uint32_t>{0});
   }
 
   TEST_CASE("plan submission joins nested forks: all(all(a, b), c) >> d makes d wait for a, b and c") {
@@ -62,10 +62,10 @@ TEST_SUITE("gpu") {
       op.execute(ctx);
     }
     REQUIRE(plan.nodes.size() == 4);
-    CHECK(dependencies(plan, 0).empty());
-    CHECK(dependencies(plan, 1).empty());
-    CHECK(dependencies(plan, 2).empty());
-    CHECK(dependencies(plan, 3) == std::vector<std::uint32_t>{0, 1, 2});
+    CHECK(sorted_dependencies(plan, 0).empty());
+    CHECK(sorted_dependencies(plan, 1).empty());
+    CHECK(sorted_dependencies(plan, 2).empty());
+    CHECK(sorted_dependencies(plan, 3) == std::vector<std::uint32_t>{0, 1, 2});
   }
 
   TEST_CASE("eager submission refuses child graphs and conditional nodes, and remembers a host call") {

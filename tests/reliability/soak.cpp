@@ -7,11 +7,7 @@
 
 using namespace lazygraph;
 
-namespace {
-Kernel<void(float, const float*, float*, int)> axpy() {
-  return lgtest::kernels().get<void(float, const float*, float*, int)>("axpy");
-}
-}  // namespace
+using lgtest::axpy;
 
 TEST_SUITE("reliability") {
   TEST_CASE("a million replays count exactly and hold no more memory than one") {

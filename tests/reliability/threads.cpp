@@ -18,8 +18,8 @@ namespace {
 constexpr int thread_count = 8;
 constexpr int replays = 1000;
 
-using Axpy = Kernel<void(float, const float*, float*, int)>;
-Axpy axpy() { return lgtest::kernels().get<void(float, const float*, float*, int)>("axpy"); }
+using lgtest::Axpy;
+using lgtest::axpy;
 
 /// Runs `body(i)` on `thread_count` threads started together; returns the errors they threw.
 std::vector<std::string> on_threads(const std::function<void(int)>& body) {
