@@ -52,14 +52,14 @@ struct PersistentState {
 namespace {
 
 template <class T>
-DeviceBuffer<T> upload(const Stream& stream, const std::vector<T>& host) {
+DeviceBuffer<T> upload_table(const Stream& stream, const std::vector<T>& host) {
   DeviceBuffer<T> buffer(stream.device(), std::max<std::size_t>(host.size(), 1));
   if (!host.empty()) copy_async(stream, buffer.view().subspan(0, host.size()), std::span<const T>(host));
   return buffer;
 }
 
-std::shared_ptr<const LoadedModule> compile_program(const KernelBuild& build, const std::string& source,
-                                                    const std::vector<KernelSource>& headers) {
+std::shared_ptr<const LoadedModule> compile_persistent_program(const KernelBuild& build, const std::string& source,
+                                                               const std::vector<KernelSource>& headers) {
   const KernelSource file{"lazygraph_persistent.cu", source};
   const KernelCache cache(build.cache_directory);
   const std::string key = KernelCache::key(file, headers, build.options, build.nvrtc);
@@ -76,7 +76,7 @@ std::shared_ptr<const LoadedModule> compile_program(const KernelBuild& build, co
   return std::make_shared<const LoadedModule>(build.device, entry.image.data(), file.name);
 }
 
-std::string call_name(const PersistentState& s, std::uint32_t call) {
+std::string persistent_call_name(const PersistentState& s, std::uint32_t call) {
   if (call >= s.calls.size()) return "call " + std::to_string(call);
   return "call " + std::to_string(call) + " (" + s.calls[call].name() + ")";
 }
@@ -160,7 +160,7 @@ PersistentProgram::PersistentProgram(const Stream& stream, std::vector<TileCall>
   // The kernels.
   s->source = detail::persistent_source(s->functions, sizes, options.threads, options.min_blocks_per_sm);
   const std::shared_ptr<const LoadedModule> module =
-      detail::compile_program(build, s->source, detail::persistent_headers(s->functions));
+      detail::compile_persistent_program(build, s->source, detail::persistent_headers(s->functions));
   s->persistent = detail::make_kernel_info(build.device, module, "lazygraph_persistent");
   for (std::size_t i = 0; i < s->functions.size(); ++i) {
     s->tile_kernels.push_back(detail::make_kernel_info(build.device, module, "lazygraph_tile_" + std::to_string(i)));
@@ -173,7 +173,7 @@ PersistentProgram::PersistentProgram(const Stream& stream, std::vector<TileCall>
   std::vector<detail::CallAccesses> accesses;
   for (std::size_t c = 0; c < s->calls.size(); ++c) {
     const TileCall& call = s->calls[c];
-    accesses.push_back({accesses_of(call), call.tiles(), call.tile_accesses(), detail::call_name(*s, c)});
+    accesses.push_back({accesses_of(call), call.tiles(), call.tile_accesses(), detail::persistent_call_name(*s, c)});
     tiles += call.tiles();
   }
   const unsigned blocks =
@@ -201,14 +201,15 @@ PersistentProgram::PersistentProgram(const Stream& stream, std::vector<TileCall>
   std::vector<std::uint32_t> waits;
   waits.reserve(3 * s->schedule.waits.size());
   for (const detail::TileWait& w : s->schedule.waits) waits.insert(waits.end(), {w.call, w.first, w.count});
-  s->call_table = detail::upload(stream, entries);
-  s->tile_waits = detail::upload(stream, s->schedule.tile_waits);
-  s->waits = detail::upload(stream, waits);
-  s->args = detail::upload(stream, args);
-  s->queue_begin = detail::upload(stream, s->schedule.queue_begin);
-  s->queue = detail::upload(stream, s->schedule.queue);
-  s->counters = detail::upload(stream, std::vector<std::uint32_t>(s->calls.size() * detail::kCounterStride + tiles, 0));
-  s->status = detail::upload(stream, std::vector<std::uint32_t>(detail::kStatusWords, 0));
+  s->call_table = detail::upload_table(stream, entries);
+  s->tile_waits = detail::upload_table(stream, s->schedule.tile_waits);
+  s->waits = detail::upload_table(stream, waits);
+  s->args = detail::upload_table(stream, args);
+  s->queue_begin = detail::upload_table(stream, s->schedule.queue_begin);
+  s->queue = detail::upload_table(stream, s->schedule.queue);
+  s->counters =
+      detail::upload_table(stream, std::vector<std::uint32_t>(s->calls.size() * detail::kCounterStride + tiles, 0));
+  s->status = detail::upload_table(stream, std::vector<std::uint32_t>(detail::kStatusWords, 0));
   stream.synchronize();  // the host vectors go now
 
   s->view.calls = s->call_table->cview().address();
@@ -265,13 +266,15 @@ void PersistentProgram::check(const Stream& stream) const {
   stream.synchronize();
   const detail::PersistentState& s = *state_;
   if (st[0] == detail::kStatusTimeout) {
-    throw TimeoutError("persistent program: tile " + std::to_string(st[2]) + " of " + detail::call_name(s, st[1]) +
-                       " waited more than " + std::to_string(s.options.timeout.count()) + " ms for " +
-                       detail::call_name(s, st[3]) + ", which had finished " + std::to_string(st[4]) + " of its " +
-                       std::to_string(st[5]) + " tiles; the kernel stopped there and this run's results are not valid");
+    throw TimeoutError("persistent program: tile " + std::to_string(st[2]) + " of " +
+                       detail::persistent_call_name(s, st[1]) + " waited more than " +
+                       std::to_string(s.options.timeout.count()) + " ms for " + detail::persistent_call_name(s, st[3]) +
+                       ", which had finished " + std::to_string(st[4]) + " of its " + std::to_string(st[5]) +
+                       " tiles; the kernel stopped there and this run's results are not valid");
   }
   if (st[0] == detail::kStatusNoWait) {
-    throw UsageError("persistent program: tile " + std::to_string(st[2]) + " of " + detail::call_name(s, st[1]) +
+    throw UsageError("persistent program: tile " + std::to_string(st[2]) + " of " +
+                     detail::persistent_call_name(s, st[1]) +
                      " returned without calling tile.wait(); every thread of a tile function must call it once, "
                      "before touching memory that earlier calls write or read (kernels/include/lazygraph/tile.cuh)");
   }

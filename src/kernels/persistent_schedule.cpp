@@ -8,16 +8,16 @@ namespace lazygraph::detail {
 
 namespace {
 
-using Bits = std::vector<std::uint64_t>;
+using CallBits = std::vector<std::uint64_t>;
 
-bool has(const Bits& b, std::size_t i) { return ((b[i / 64] >> (i % 64)) & 1U) != 0; }
-void set(Bits& b, std::size_t i) { b[i / 64] |= std::uint64_t{1} << (i % 64); }
-void unite(Bits& a, const Bits& b) {
+bool has_call(const CallBits& b, std::size_t i) { return ((b[i / 64] >> (i % 64)) & 1U) != 0; }
+void set_call(CallBits& b, std::size_t i) { b[i / 64] |= std::uint64_t{1} << (i % 64); }
+void unite_calls(CallBits& a, const CallBits& b) {
   for (std::size_t w = 0; w < a.size(); ++w) a[w] |= b[w];
 }
 
 /// One call's per-tile accesses, sorted by address, to find the tiles a range conflicts with.
-struct TileIndex {
+struct ProducerTiles {
   struct Entry {
     CUdeviceptr begin;
     CUdeviceptr end;
@@ -39,7 +39,7 @@ struct TileIndex {
 };
 
 /// Tile t's accesses, checked to lie within the call's (a write within a write, a read within either).
-std::vector<MemoryAccess> tile_accesses(const CallAccesses& c, unsigned t) {
+std::vector<MemoryAccess> checked_tile_accesses(const CallAccesses& c, unsigned t) {
   AccessSet set;
   c.per_tile(t, set);
   std::vector<MemoryAccess> out(set.entries().begin(), set.entries().end());
@@ -75,22 +75,22 @@ PersistentSchedule schedule_persistent(std::span<const CallAccesses> calls, unsi
   s.tiles_begin.push_back(total);
 
   const std::size_t words = (n + 63) / 64;
-  std::vector<Bits> done_before(n, Bits(words, 0));  // per call, calls complete before any of its tiles starts
-  std::vector<TileIndex> index(n);
+  std::vector<CallBits> done_before(n, CallBits(words, 0));  // per call, calls complete before any of its tiles starts
+  std::vector<ProducerTiles> index(n);
   std::vector<bool> indexed(n, false);
   const auto per_tile = [&](std::size_t c) {
     return static_cast<bool>(calls[c].per_tile) && !calls[c].call.is_opaque();
   };
-  const auto index_of = [&](std::size_t i) -> const TileIndex& {
+  const auto index_of = [&](std::size_t i) -> const ProducerTiles& {
     if (!indexed[i]) {
       for (unsigned t = 0; t < calls[i].tiles; ++t) {
-        for (const MemoryAccess& a : tile_accesses(calls[i], t)) {
+        for (const MemoryAccess& a : checked_tile_accesses(calls[i], t)) {
           index[i].entries.push_back({a.begin, a.end(), a.writes, t});
           index[i].longest = std::max(index[i].longest, a.bytes);
         }
       }
       std::sort(index[i].entries.begin(), index[i].entries.end(),
-                [](const TileIndex::Entry& a, const TileIndex::Entry& b) { return a.begin < b.begin; });
+                [](const ProducerTiles::Entry& a, const ProducerTiles::Entry& b) { return a.begin < b.begin; });
       indexed[i] = true;
     }
     return index[i];
@@ -106,17 +106,18 @@ PersistentSchedule schedule_persistent(std::span<const CallAccesses> calls, unsi
         candidates.push_back(i);
       }
     }
-    Bits common(words, ~std::uint64_t{0});
+    CallBits common(words, ~std::uint64_t{0});
     std::vector<std::uint32_t> after;
     for (unsigned t = 0; t < calls[j].tiles; ++t) {
-      Bits done(words, 0);
+      CallBits done(words, 0);
       std::vector<TileWait> waits;
-      const std::vector<MemoryAccess> mine = per_tile(j) ? tile_accesses(calls[j], t) : std::vector<MemoryAccess>{};
+      const std::vector<MemoryAccess> mine =
+          per_tile(j) ? checked_tile_accesses(calls[j], t) : std::vector<MemoryAccess>{};
       for (const std::size_t i : candidates) {
-        if (has(done, i)) continue;
+        if (has_call(done, i)) continue;
         if (per_tile(i) && per_tile(j)) {
           std::vector<char> hit(calls[i].tiles, 0);
-          const TileIndex& producer = index_of(i);
+          const ProducerTiles& producer = index_of(i);
           for (const MemoryAccess& a : mine) producer.conflicts(a, hit);
           const auto hits = static_cast<std::size_t>(std::count(hit.begin(), hit.end(), 1));
           if (hits == 0) continue;
@@ -131,14 +132,14 @@ PersistentSchedule schedule_persistent(std::span<const CallAccesses> calls, unsi
               waits.push_back({static_cast<std::uint32_t>(i), k, e - k});
               k = e;
             }
-            unite(done, done_before[i]);  // a tile of i is done, so what all of i's tiles waited for is
+            unite_calls(done, done_before[i]);  // a tile of i is done, so what all of i's tiles waited for is
             after.push_back(static_cast<std::uint32_t>(i));
             continue;
           }
         }
         waits.push_back({static_cast<std::uint32_t>(i), kWholeCall, calls[i].tiles});
-        unite(done, done_before[i]);
-        set(done, i);
+        unite_calls(done, done_before[i]);
+        set_call(done, i);
         after.push_back(static_cast<std::uint32_t>(i));
       }
       for (std::size_t w = 0; w < words; ++w) common[w] &= done[w];

@@ -19,7 +19,7 @@ using namespace lazygraph;
 
 namespace {
 
-const char* const kTiles = R"(#include "lazygraph/condition.cuh"
+const char* const kPersistentTiles = R"(#include "lazygraph/condition.cuh"
 #include "lazygraph/tile.cuh"
 // out[i] = a * in[(i + shift) % n] + b over the tile's share of i: every tile reads what other tiles of the call
 // that wrote `in` wrote, so the call must wait for all of that call.
@@ -73,17 +73,17 @@ extern "C" __device__ void grid_place(lg::Tile tile, unsigned* out) {
 }
 )";
 
-KernelLibrary& library() {
+KernelLibrary& persistent_library() {
   static KernelLibrary lib = [] {
-    KernelLibraryOptions opts = lgtest::own_kernels({{"persistent_tiles.cu", kTiles}});
+    KernelLibraryOptions opts = lgtest::own_kernels({{"persistent_tiles.cu", kPersistentTiles}});
     return KernelLibrary(lgtest::device(), std::move(opts));
   }();
   return lib;
 }
 
-using RotateScale = TileFunction<void(const float*, float*, int, int, float, float)>;
+using RotateScaleTile = TileFunction<void(const float*, float*, int, int, float, float)>;
 
-struct Step {
+struct ChainStep {
   int from;
   int to;
   int shift;
@@ -93,18 +93,18 @@ struct Step {
 
 // 12 calls over 4 buffers: call k reads buffer k % 4 and writes buffer (k + 1) % 4, so each call depends on the one
 // before it (read after write) and on the one three before (write after read).
-std::vector<Step> chain() {
-  std::vector<Step> steps;
+std::vector<ChainStep> persistent_chain() {
+  std::vector<ChainStep> steps;
   for (int k = 0; k < 12; ++k) steps.push_back({k % 4, (k + 1) % 4, 1 + 37 * k, 0.5F + 0.1F * k, 0.25F - 0.05F * k});
   return steps;
 }
 
-std::vector<std::vector<double>> reference(const std::vector<std::vector<float>>& start,
-                                           const std::vector<Step>& steps) {
+std::vector<std::vector<double>> chain_reference(const std::vector<std::vector<float>>& start,
+                                                 const std::vector<ChainStep>& steps) {
   std::vector<std::vector<double>> v;
   for (const auto& b : start) v.emplace_back(b.begin(), b.end());
   const auto n = static_cast<int>(v[0].size());
-  for (const Step& s : steps) {
+  for (const ChainStep& s : steps) {
     std::vector<double> out(v[s.to]);
     for (int i = 0; i < n; ++i) out[i] = s.a * v[s.from][(i + s.shift) % n] + s.b;
     v[s.to] = out;
@@ -112,16 +112,16 @@ std::vector<std::vector<double>> reference(const std::vector<std::vector<float>>
   return v;
 }
 
-std::vector<TileCall> calls(const RotateScale& f, std::vector<DeviceBuffer<float>>& bufs,
-                            const std::vector<Step>& steps, int n, unsigned tiles) {
+std::vector<TileCall> chain_calls(const RotateScaleTile& f, std::vector<DeviceBuffer<float>>& bufs,
+                                  const std::vector<ChainStep>& steps, int n, unsigned tiles) {
   std::vector<TileCall> out;
-  for (const Step& s : steps) {
+  for (const ChainStep& s : steps) {
     out.push_back(f({{tiles, 1, 1}}, bufs[s.from].cview(), bufs[s.to].view(), n, s.shift, s.a, s.b));
   }
   return out;
 }
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+bool same_float_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
@@ -178,9 +178,9 @@ TEST_CASE("tile arguments are packed at multiples of their alignment, as the ker
 TEST_SUITE("gpu") {
   TEST_CASE("a persistent program computes what its calls in order compute, as its graph form does, replay by replay") {
     Stream& s = lgtest::stream();
-    const auto f = library().tile<void(const float*, float*, int, int, float, float)>("rotate_scale");
+    const auto f = persistent_library().tile<void(const float*, float*, int, int, float, float)>("rotate_scale");
     constexpr int n = 50000;
-    const std::vector<Step> steps = chain();
+    const std::vector<ChainStep> steps = persistent_chain();
     for (const unsigned tiles : {1U, 7U, 300U}) {
       CAPTURE(tiles);
       std::vector<std::vector<float>> start;
@@ -189,7 +189,7 @@ TEST_SUITE("gpu") {
         start.push_back(lgtest::random_floats(n));
         bufs.push_back(lgtest::to_device(s, start.back()));
       }
-      const PersistentProgram program(s, calls(f, bufs, steps, n, tiles));
+      const PersistentProgram program(s, chain_calls(f, bufs, steps, n, tiles));
       CHECK(program.blocks() >= 1);
       CHECK(program.blocks() <= 12 * tiles);
       // Call k waits for call k - 1 (it reads what that wrote) and, from k = 3 on, for call k - 3 (it overwrites
@@ -200,7 +200,7 @@ TEST_SUITE("gpu") {
       // Eagerly: the persistent op, then the graph form from the same start.
       program.op().sync_on(s);
       program.check(s);
-      const auto want = reference(start, steps);
+      const auto want = chain_reference(start, steps);
       std::vector<std::vector<float>> persistent;
       for (int b = 0; b < 4; ++b) {
         persistent.push_back(lgtest::to_host(s, bufs[b].cview()));
@@ -208,7 +208,7 @@ TEST_SUITE("gpu") {
         copy_async(s, bufs[b].view(), std::span<const float>(start[b]));
       }
       program.graph_op().sync_on(s);
-      for (int b = 0; b < 4; ++b) CHECK(same_bits(lgtest::to_host(s, bufs[b].cview()), persistent[b]));
+      for (int b = 0; b < 4; ++b) CHECK(same_float_bits(lgtest::to_host(s, bufs[b].cview()), persistent[b]));
 
       // Recorded into a graph and replayed on fresh inputs.
       auto graph = CudaGraph<>::scope(s, [&](Scope& sc) { sc.record(program.op()); });
@@ -219,7 +219,7 @@ TEST_SUITE("gpu") {
         }
         graph.launch();
         program.check(s);
-        const auto again = reference(start, steps);
+        const auto again = chain_reference(start, steps);
         for (int b = 0; b < 4; ++b) CHECK(lgtest::relative_error(lgtest::to_host(s, bufs[b].cview()), again[b]) < 1e-5);
       }
     }
@@ -228,8 +228,8 @@ TEST_SUITE("gpu") {
   TEST_CASE(
       "tiles that say what they touch wait only for the tiles they read, and compute what the calls in order do") {
     Stream& s = lgtest::stream();
-    const auto slices = library().tile<void(const float*, float*, int)>("slice_scale");
-    const auto whole = library().tile<void(const float*, float*, int, int, float, float)>("rotate_scale");
+    const auto slices = persistent_library().tile<void(const float*, float*, int)>("slice_scale");
+    const auto whole = persistent_library().tile<void(const float*, float*, int, int, float, float)>("rotate_scale");
     constexpr unsigned tiles = 64;
     constexpr int per = 512;
     constexpr int n = static_cast<int>(tiles) * per;
@@ -272,14 +272,14 @@ TEST_SUITE("gpu") {
 
   TEST_CASE("a persistent program is the body of a while_ loop, iteration after iteration, replay after replay") {
     Stream& s = lgtest::stream();
-    const auto f = library().tile<void(const float*, float*, int, int, float, float)>("rotate_scale");
-    const auto count_down = library().get<void(Condition, unsigned*)>("count_down");
+    const auto f = persistent_library().tile<void(const float*, float*, int, int, float, float)>("rotate_scale");
+    const auto count_down = persistent_library().get<void(Condition, unsigned*)>("count_down");
     constexpr int n = 4096;
     const std::vector<float> x0 = lgtest::random_floats(n);
     auto x = lgtest::to_device(s, x0);
     DeviceBuffer<float> y(lgtest::device(), n);
     auto left = lgtest::to_device(s, std::vector<unsigned>{0});
-    const LoopBound bound(library(), 100);
+    const LoopBound bound(persistent_library(), 100);
     const PersistentProgram program(s, {f({{8, 1, 1}}, x.cview(), y.view(), n, 3, 0.5F, 1.0F),
                                         f({{8, 1, 1}}, y.cview(), x.view(), n, 5, 1.5F, -0.25F)});
     const LaunchConfig one{{1, 1, 1}, {1, 1, 1}, 0};
@@ -306,7 +306,7 @@ TEST_SUITE("gpu") {
 
   TEST_CASE("a profiled program says, per call, how long its tiles waited and worked") {
     Stream& s = lgtest::stream();
-    const auto f = library().tile<void(const float*, float*, int, int, float, float)>("rotate_scale");
+    const auto f = persistent_library().tile<void(const float*, float*, int, int, float, float)>("rotate_scale");
     constexpr int n = 1 << 16;
     auto x = lgtest::to_device(s, lgtest::random_floats(n));
     DeviceBuffer<float> y(lgtest::device(), n);
@@ -333,7 +333,7 @@ TEST_SUITE("gpu") {
 
   TEST_CASE("a tile grid of three dimensions and dynamic shared memory reach every tile") {
     Stream& s = lgtest::stream();
-    const auto f = library().tile<void(unsigned*)>("grid_place");
+    const auto f = persistent_library().tile<void(unsigned*)>("grid_place");
     DeviceBuffer<unsigned> out(lgtest::device(), 24);
     const PersistentProgram program(s, {f({{4, 3, 2}, 64}, out.view())});
     program.op().sync_on(s);
@@ -349,8 +349,8 @@ TEST_SUITE("gpu") {
   TEST_CASE(
       "a stuck counter ends the persistent kernel with a TimeoutError naming the calls, and the program runs again") {
     Stream& s = lgtest::stream();
-    const auto stuck = library().tile<void(const unsigned*, unsigned*, unsigned long long)>("wait_flag");
-    const auto f = library().tile<void(const float*, float*, int, int, float, float)>("rotate_scale");
+    const auto stuck = persistent_library().tile<void(const unsigned*, unsigned*, unsigned long long)>("wait_flag");
+    const auto f = persistent_library().tile<void(const float*, float*, int, int, float, float)>("rotate_scale");
     auto flag = lgtest::to_device(s, std::vector<unsigned>{0});
     auto done = lgtest::to_device(s, std::vector<unsigned>{0});
     auto x = lgtest::to_device(s, lgtest::random_floats(1000));
@@ -384,7 +384,7 @@ TEST_SUITE("gpu") {
 
   TEST_CASE("a tile function that returns without waiting is reported by name") {
     Stream& s = lgtest::stream();
-    const auto f = library().tile<void(float*)>("no_wait");
+    const auto f = persistent_library().tile<void(float*)>("no_wait");
     DeviceBuffer<float> out(lgtest::device(), 8);
     const PersistentProgram program(s, {f({{8, 1, 1}}, out.view())});
     program.op().sync_on(s);
@@ -394,16 +394,16 @@ TEST_SUITE("gpu") {
 
   TEST_CASE("a program refuses more blocks than can be resident, and signatures that differ from the declaration") {
     Stream& s = lgtest::stream();
-    const auto f = library().tile<void(float*)>("no_wait");
+    const auto f = persistent_library().tile<void(float*)>("no_wait");
     DeviceBuffer<float> out(lgtest::device(), 8);
     PersistentOptions options;
     options.blocks = 1U << 20;
     CHECK_THROWS_WITH_AS(PersistentProgram(s, {f({{8, 1, 1}}, out.view())}, options),
                          doctest::Contains("can be resident at once"), UsageError);
-    CHECK_THROWS_WITH_AS((void)library().tile<void(const float*)>("no_wait"), doctest::Contains("parameter 0"),
-                         UsageError);
-    CHECK_THROWS_WITH_AS((void)library().tile<void(float*)>("nothing"), doctest::Contains("unknown tile function"),
-                         UsageError);
+    CHECK_THROWS_WITH_AS((void)persistent_library().tile<void(const float*)>("no_wait"),
+                         doctest::Contains("parameter 0"), UsageError);
+    CHECK_THROWS_WITH_AS((void)persistent_library().tile<void(float*)>("nothing"),
+                         doctest::Contains("unknown tile function"), UsageError);
     CHECK_THROWS_AS((void)f({{0, 1, 1}}, out.view()), UsageError);
   }
 }

@@ -17,14 +17,15 @@ using detail::schedule_persistent;
 
 namespace {
 
-AccessSet reads_writes(std::vector<CUdeviceptr> reads, std::vector<CUdeviceptr> writes) {
+AccessSet schedule_reads_writes(std::vector<CUdeviceptr> reads, std::vector<CUdeviceptr> writes) {
   AccessSet s;
   for (const CUdeviceptr r : reads) s.read(r, 256, "r");
   for (const CUdeviceptr w : writes) s.write(w, 256, "w");
   return s;
 }
 
-std::vector<detail::CallAccesses> whole_calls(const std::vector<AccessSet>& sets, const std::vector<unsigned>& tiles) {
+std::vector<detail::CallAccesses> schedule_whole_calls(const std::vector<AccessSet>& sets,
+                                                       const std::vector<unsigned>& tiles) {
   std::vector<detail::CallAccesses> out;
   for (std::size_t i = 0; i < sets.size(); ++i) out.push_back({sets[i], tiles[i], {}, "call " + std::to_string(i)});
   return out;
@@ -42,14 +43,15 @@ TEST_CASE(
   constexpr CUdeviceptr c = 0x3000;
   constexpr CUdeviceptr d = 0x4000;
   const std::vector<AccessSet> sets{
-      reads_writes({a}, {b}),     // 0: b = f(a)
-      reads_writes({a}, {c}),     // 1: c = f(a)       independent of 0
-      reads_writes({b, c}, {d}),  // 2: d = f(b, c)    after 0 and 1
-      reads_writes({d}, {a}),     // 3: a = f(d)       after 2; its write after 0's and 1's reads is implied through 2
-      reads_writes({b}, {}),      // 4: reads b         after 0 alone (no other call writes b)
+      schedule_reads_writes({a}, {b}),     // 0: b = f(a)
+      schedule_reads_writes({a}, {c}),     // 1: c = f(a)       independent of 0
+      schedule_reads_writes({b, c}, {d}),  // 2: d = f(b, c)    after 0 and 1
+      schedule_reads_writes({d},
+                            {a}),  // 3: a = f(d)       after 2; its write after 0's and 1's reads is implied through 2
+      schedule_reads_writes({b}, {}),  // 4: reads b         after 0 alone (no other call writes b)
   };
   const std::vector<unsigned> tiles{3, 2, 1, 4, 1};
-  const auto s = schedule_persistent(whole_calls(sets, tiles), 4);
+  const auto s = schedule_persistent(schedule_whole_calls(sets, tiles), 4);
   CHECK(s.after[0].empty());
   CHECK(s.after[1].empty());
   CHECK(s.after[2] == std::vector<std::uint32_t>{0, 1});
@@ -64,8 +66,8 @@ TEST_CASE(
 
   AccessSet opaque;
   opaque.opaque("mine");
-  const std::vector<AccessSet> with_opaque{reads_writes({a}, {b}), opaque, reads_writes({c}, {d})};
-  const auto o = schedule_persistent(whole_calls(with_opaque, {1, 1, 1}), 2);
+  const std::vector<AccessSet> with_opaque{schedule_reads_writes({a}, {b}), opaque, schedule_reads_writes({c}, {d})};
+  const auto o = schedule_persistent(schedule_whole_calls(with_opaque, {1, 1, 1}), 2);
   CHECK(o.after[1] == std::vector<std::uint32_t>{0});
   CHECK(o.after[2] == std::vector<std::uint32_t>{1});
 }
@@ -73,7 +75,7 @@ TEST_CASE(
 TEST_CASE("every tile is in exactly one block's queue, dealt round-robin in program order") {
   const std::vector<AccessSet> sets(3);
   const std::vector<unsigned> tiles{5, 1, 3};
-  const auto s = schedule_persistent(whole_calls(sets, tiles), 4);
+  const auto s = schedule_persistent(schedule_whole_calls(sets, tiles), 4);
   REQUIRE(s.blocks == 4);
   REQUIRE(s.queue_begin.size() == 5);
   CHECK(s.queue_begin.front() == 0);
@@ -102,8 +104,8 @@ TEST_CASE("every tile is in exactly one block's queue, dealt round-robin in prog
   CHECK(k == 9);
   CHECK(seen.size() == 9);
   CHECK(s.tiles_begin == std::vector<std::uint32_t>{0, 5, 6, 9});
-  CHECK_THROWS_AS(schedule_persistent(whole_calls(sets, {1, 0, 1}), 4), UsageError);
-  CHECK_THROWS_AS(schedule_persistent(whole_calls(sets, tiles), 0), UsageError);
+  CHECK_THROWS_AS(schedule_persistent(schedule_whole_calls(sets, {1, 0, 1}), 4), UsageError);
+  CHECK_THROWS_AS(schedule_persistent(schedule_whole_calls(sets, tiles), 0), UsageError);
 }
 
 TEST_CASE("a persistent kernel runs only as many blocks as can be resident at once, and refuses more") {
