@@ -30,7 +30,9 @@ named by the kernel's name and the values' suffixes in the order of its axes (ge
 every axis name replaced (as a whole word) by the value's argument. Launch bounds: the kernel line's, else those of
 the one value that has some, else none. The `#line` makes NVRTC's messages and the host's signature reader
 (KernelDeclarations) name the kernel line; a `#line` after the written-out kernels gives the lines below the table
-their own numbers back.
+their own numbers back. The written-out kernels stand between `#ifndef LAZYGRAPH_TILES_ONLY` and `#endif`: a
+persistent program's generated source, which includes kernel files for their tile functions only, defines it, so that
+NVRTC does not compile every kernel of every such file again (src/kernels/persistent_source.cpp).
 
 This is a build step: the texts embedded into the library (and so what NVRTC compiles and the host's signature reader
 reads) are written out; a KernelSet read from a directory at run time is not. A malformed table stops the build with
@@ -224,7 +226,7 @@ def expand(text, name="<text>"):
             raise TableError(f"{name}:{i + 1}: the variant table is not closed by a line `*/`")
         out += lines[i + 1:close + 1]
         try:
-            out += expand_table(lines[i + 1:close], i + 2)
+            out += ["#ifndef LAZYGRAPH_TILES_ONLY"] + expand_table(lines[i + 1:close], i + 2) + ["#endif"]
         except TableError as e:
             raise TableError(f"{name}:{e}") from None
         if close + 1 < len(lines):

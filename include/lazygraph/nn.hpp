@@ -12,6 +12,7 @@
 #include "lazygraph/nn/decoder.hpp"
 #include "lazygraph/nn/decoder_quantization.hpp"
 #include "lazygraph/nn/decoder_tensors.hpp"
+#include "lazygraph/nn/decoder_tiles.hpp"
 #include "lazygraph/nn/device_quantizer.hpp"
 #include "lazygraph/nn/kernels.hpp"
 #include "lazygraph/nn/llama_config.hpp"

@@ -4,6 +4,7 @@
 //
 // Launch: one block of 32 * k threads (k = 1..32) per row: grid = the row count, e.g. block 1024.
 #include "lazygraph/nn/argmax.cuh"
+#include "lazygraph/tile.cuh"
 
 namespace {
 
@@ -19,3 +20,61 @@ __device__ __forceinline__ void argmax_body(const T* logits, int* out, int n) {
 extern "C" __global__ void argmax(const lg::half_t* logits, int* out, int n) { argmax_body(logits, out, n); }
 
 extern "C" __global__ void argmax_bf16(const lg::bf16_t* logits, int* out, int n) { argmax_body(logits, out, n); }
+
+// Tile functions (kernels/include/lazygraph/tile.cuh) for persistent programs: the argmax of each row split over
+// chunks, so that a row's logits are read by many blocks at once instead of one.
+//   argmax_chunk_tile(logits, best_values, best_indices, n, chunk): tile (c, b) of a call of tiles (chunks, rows)
+//     writes the argmax of row b's logits [c * chunk, min(n, (c + 1) * chunk)) and its value to best_indices and
+//     best_values [rows][chunks] (index -1 when all of them are NaN or the range is empty); chunk a multiple of 8
+//     keeps the 16-byte loads.
+//   argmax_final_tile(best_values, best_indices, out, chunks): tile b writes out[b], the best of row b's chunks taken
+//     in order: the argmax kernel's result (ties to the lowest index, NaN never, -1 if every logit is NaN).
+// _bf16 for bf16 logits (argmax_final_tile reads floats: one for both).
+namespace {
+
+template <class T>
+__device__ __forceinline__ void argmax_chunk_tile_body(const lg::Tile& tile, const T* logits, float* best_values,
+                                                       int* best_indices, int n, int chunk) {
+  tile.wait();
+  const uint3 at = tile.block();
+  const int chunks = static_cast<int>(tile.grid().x);
+  const long long begin = static_cast<long long>(at.x) * chunk;
+  const int len = static_cast<int>(max(0LL, min(static_cast<long long>(n) - begin, static_cast<long long>(chunk))));
+  const T* row = logits + static_cast<long long>(at.y) * n;
+  const int best = lg::nn::block_argmax(row + begin, len);
+  if (threadIdx.x == 0) {
+    const int slot = static_cast<int>(at.y) * chunks + static_cast<int>(at.x);
+    best_indices[slot] = best < 0 ? -1 : static_cast<int>(begin) + best;
+    best_values[slot] = best < 0 ? 0.0f : lg::to_float(row[begin + best]);
+  }
+}
+
+}  // namespace
+
+extern "C" __device__ void argmax_chunk_tile(lg::Tile tile, const lg::half_t* logits, float* best_values,
+                                             int* best_indices, int n, int chunk) {
+  argmax_chunk_tile_body(tile, logits, best_values, best_indices, n, chunk);
+}
+
+extern "C" __device__ void argmax_chunk_tile_bf16(lg::Tile tile, const lg::bf16_t* logits, float* best_values,
+                                                  int* best_indices, int n, int chunk) {
+  argmax_chunk_tile_body(tile, logits, best_values, best_indices, n, chunk);
+}
+
+extern "C" __device__ void argmax_final_tile(lg::Tile tile, const float* best_values, const int* best_indices, int* out,
+                                             int chunks) {
+  tile.wait();
+  if (threadIdx.x != 0) return;
+  const int b = static_cast<int>(tile.index());
+  float best = 0.0f;
+  int best_index = -1;
+  for (int c = 0; c < chunks; ++c) {
+    const int i = best_indices[b * chunks + c];
+    const float v = best_values[b * chunks + c];
+    if (i >= 0 && lg::nn::beats(v, i, best, best_index)) {
+      best = v;
+      best_index = i;
+    }
+  }
+  out[b] = best_index;
+}

@@ -47,6 +47,7 @@
 #include "lazygraph/block_reduce.cuh"
 #include "lazygraph/element.cuh"
 #include "lazygraph/kernel_common.cuh"
+#include "lazygraph/tile.cuh"
 
 namespace {
 
@@ -89,9 +90,7 @@ struct HeadView {
 template <class T>
 __device__ __forceinline__ HeadView<T> head_view(const T* q, const T* k_cache, const T* v_cache, const T* out,
                                                  const int* positions, const int* slots, int n_heads, int n_kv_heads,
-                                                 int head_dim, int max_ctx, int n_slots) {
-  const int row = blockIdx.y;
-  const int head = blockIdx.x;
+                                                 int head_dim, int max_ctx, int n_slots, int head, int row) {
   const int p = positions[row];
   const int sequence = slots[row];
   if (p < 0 || p >= max_ctx || sequence < 0 || sequence >= n_slots || head_dim % 8 != 0 || head_dim > kMaxHeadDim ||
@@ -111,11 +110,12 @@ __device__ __forceinline__ HeadView<T> head_view(const T* q, const T* k_cache, c
   return {q + out_at, k_cache + head_base + 8 * chunk, v_cache + head_base + 8 * chunk, p, sequence, out_at};
 }
 
-/// The positions of row blockIdx.y's sequence that no row of this launch appends: those below the lowest position a
-/// row of the same slot appends (prefill rows of one sequence attend each other's new keys).
-__device__ __forceinline__ int settled_positions(const int* positions, const int* slots, int sequence, int p) {
+/// The positions of a row's sequence that no row of this launch (its `rows` rows) appends: those below the lowest
+/// position a row of the same slot appends (prefill rows of one sequence attend each other's new keys).
+__device__ __forceinline__ int settled_positions(const int* positions, const int* slots, int rows, int sequence,
+                                                 int p) {
   int settled = p;
-  for (int b = 0; b < static_cast<int>(gridDim.y); ++b) {
+  for (int b = 0; b < rows; ++b) {
     if (slots[b] == sequence) settled = min(settled, positions[b]);
   }
   return settled;
@@ -125,11 +125,13 @@ __device__ __forceinline__ int settled_positions(const int* positions, const int
 /// head_dim floats) sum_j e^(s_j - m) v_j and returns m (the largest score, -inf for no position) and
 /// l = sum_j e^(s_j - m), every thread the same. `scores` holds end - begin floats.
 /// Positions below `settled` were written by work before the kernel launched ahead of this one: their first keys
-/// are loaded, and their other keys and values prefetched into L2, before wait_for_prior_grids(), so that the
-/// cache's memory latency overlaps the previous kernel's tail instead of following it.
-template <int kMaxWarps, class T>
+/// are loaded, and their other keys and values prefetched into L2, before place.wait() (the kernel's wait for the one
+/// before it, or a tile's: lg::GridPlace, lg::TilePlace), so that the cache's memory latency overlaps the previous
+/// kernel's tail instead of following it.
+template <int kMaxWarps, class T, class Place = lg::GridPlace>
 __device__ __forceinline__ void attend_range(const HeadView<T>& h, int head_dim, float scale, int begin, int end,
-                                             int settled, float* scores, float* o, float& m, float& l) {
+                                             int settled, float* scores, float* o, float& m, float& l,
+                                             Place place = {}) {
   __shared__ float warp_out[kMaxWarps][kMaxHeadDim];  // per-warp partial outputs
   if (blockDim.x > 32 * kMaxWarps) __trap();
   const int chunks = head_dim / 8;
@@ -160,7 +162,7 @@ __device__ __forceinline__ void attend_range(const HeadView<T>& h, int head_dim,
       lg::prefetch_l2(h.v_head + static_cast<long long>(j) * head_dim);
     }
   }
-  lg::wait_for_prior_grids();
+  place.wait();
 
   float qf[8];
   lg::load_float8(h.q + 8 * (has_chunk ? sub : 0), qf);
@@ -260,11 +262,12 @@ __device__ __forceinline__ void attention_body(const T* q, const T* k_cache, con
   extern __shared__ float scores[];  // [max_ctx]
   __shared__ float o[kMaxHeadDim];
   if (blockIdx.x >= n_heads) return;
-  const HeadView<T> h =
-      head_view(q, k_cache, v_cache, out, positions, slots, n_heads, n_kv_heads, head_dim, max_ctx, n_slots);
+  const HeadView<T> h = head_view(q, k_cache, v_cache, out, positions, slots, n_heads, n_kv_heads, head_dim, max_ctx,
+                                  n_slots, static_cast<int>(blockIdx.x), static_cast<int>(blockIdx.y));
   float m;
   float l;
-  attend_range<kAttentionWarps>(h, head_dim, scale, 0, h.p + 1, settled_positions(positions, slots, h.sequence, h.p),
+  attend_range<kAttentionWarps>(h, head_dim, scale, 0, h.p + 1,
+                                settled_positions(positions, slots, static_cast<int>(gridDim.y), h.sequence, h.p),
                                 scores, o, m, l);
   const float inv_sum = 1.0f / l;
   for (int d = threadIdx.x; d < head_dim; d += blockDim.x) out[h.out_at + d] = lg::from_float<T>(o[d] * inv_sum);
@@ -284,16 +287,17 @@ __device__ __forceinline__ void attention_split_body(const T* q, const T* k_cach
   __shared__ float o[kMaxHeadDim];
   __shared__ bool last_block;
   if (blockIdx.x >= n_heads) return;
-  const HeadView<T> h =
-      head_view(q, k_cache, v_cache, out, positions, slots, n_heads, n_kv_heads, head_dim, max_ctx, n_slots);
+  const HeadView<T> h = head_view(q, k_cache, v_cache, out, positions, slots, n_heads, n_kv_heads, head_dim, max_ctx,
+                                  n_slots, static_cast<int>(blockIdx.x), static_cast<int>(blockIdx.y));
   const int splits = gridDim.z;
   const int len = (max_ctx + splits - 1) / splits;
   const int begin = min(static_cast<int>(blockIdx.z) * len, h.p + 1);
   const int end = min(begin + len, h.p + 1);
   float m;
   float l;
-  attend_range<kSplitWarps>(h, head_dim, scale, begin, end, settled_positions(positions, slots, h.sequence, h.p),
-                            scores, o, m, l);
+  attend_range<kSplitWarps>(h, head_dim, scale, begin, end,
+                            settled_positions(positions, slots, static_cast<int>(gridDim.y), h.sequence, h.p), scores,
+                            o, m, l);
 
   const long long pair = static_cast<long long>(blockIdx.y) * n_heads + blockIdx.x;  // (row, head)
   const int stride = head_dim + 2;                                                   // floats per partial
@@ -363,3 +367,53 @@ attention_split[T] = attention_split_body(const T* q, const T* k_cache, const T*
                                           unsigned* counters, const int* positions, const int* slots, int n_heads,
                                           int n_kv_heads, int head_dim, int max_ctx, int n_slots, float scale)
 */
+
+// Tile functions (kernels/include/lazygraph/tile.cuh) for persistent programs: attention_tile(_bf16) is attention with
+// the parameters above, tile (head, row) of a call of tiles (n_heads, batch) taking the place of block (head, row),
+// on blocks of at most 256 threads (a trap otherwise), each tile with max_ctx * sizeof(float) bytes of shared memory
+// (TileConfig::shared_bytes: the scores). Its results equal the kernel's on blocks of as many threads (a block's warps
+// share the positions, so their count changes the order of the sums). Before its wait it reads the positions, the
+// slots and the cache below every position the call's rows append, as the kernel does before its early launch's wait:
+// in a program those must be written before the program runs.
+namespace {
+
+template <class T>
+__device__ __forceinline__ void attention_tile_body(const lg::Tile& tile, const T* q, const T* k_cache,
+                                                    const T* v_cache, T* out, const int* positions, const int* slots,
+                                                    int n_heads, int n_kv_heads, int head_dim, int max_ctx, int n_slots,
+                                                    float scale) {
+  __shared__ float o[kMaxHeadDim];
+  float* scores = reinterpret_cast<float*>(tile.shared());  // [max_ctx]
+  const uint3 at = tile.block();
+  if (static_cast<int>(at.x) >= n_heads) {
+    tile.wait();
+    return;
+  }
+  const HeadView<T> h = head_view(q, k_cache, v_cache, out, positions, slots, n_heads, n_kv_heads, head_dim, max_ctx,
+                                  n_slots, static_cast<int>(at.x), static_cast<int>(at.y));
+  float m;
+  float l;
+  attend_range<kSplitWarps>(h, head_dim, scale, 0, h.p + 1,
+                            settled_positions(positions, slots, static_cast<int>(tile.grid().y), h.sequence, h.p),
+                            scores, o, m, l, lg::TilePlace{tile});
+  const float inv_sum = 1.0f / l;
+  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) out[h.out_at + d] = lg::from_float<T>(o[d] * inv_sum);
+}
+
+}  // namespace
+
+extern "C" __device__ void attention_tile(lg::Tile tile, const lg::half_t* q, const lg::half_t* k_cache,
+                                          const lg::half_t* v_cache, lg::half_t* out, const int* positions,
+                                          const int* slots, int n_heads, int n_kv_heads, int head_dim, int max_ctx,
+                                          int n_slots, float scale) {
+  attention_tile_body(tile, q, k_cache, v_cache, out, positions, slots, n_heads, n_kv_heads, head_dim, max_ctx, n_slots,
+                      scale);
+}
+
+extern "C" __device__ void attention_tile_bf16(lg::Tile tile, const lg::bf16_t* q, const lg::bf16_t* k_cache,
+                                               const lg::bf16_t* v_cache, lg::bf16_t* out, const int* positions,
+                                               const int* slots, int n_heads, int n_kv_heads, int head_dim, int max_ctx,
+                                               int n_slots, float scale) {
+  attention_tile_body(tile, q, k_cache, v_cache, out, positions, slots, n_heads, n_kv_heads, head_dim, max_ctx, n_slots,
+                      scale);
+}

@@ -7,6 +7,7 @@
 // Launch: 1-D over batch * d, any grid and block (grid-stride), e.g. grid_for(batch * d, 256).
 #include "lazygraph/element.cuh"
 #include "lazygraph/kernel_common.cuh"
+#include "lazygraph/tile.cuh"
 
 namespace {
 
@@ -29,4 +30,33 @@ extern "C" __global__ void embedding(const lg::half_t* table, const int* tokens,
 extern "C" __global__ void embedding_bf16(const lg::bf16_t* table, const int* tokens, lg::bf16_t* out, int d,
                                           int batch) {
   embedding_body(table, tokens, out, d, batch);
+}
+
+// Tile functions (kernels/include/lazygraph/tile.cuh) for persistent programs: one tile per row b < batch (launch a
+// call of `batch` tiles), copying its d elements 16 bytes at a time, so d must be a multiple of 8 and the table and
+// out 16-byte aligned (a trap otherwise). The token is read after the wait, like everything the tile touches.
+namespace {
+
+template <class T>
+__device__ __forceinline__ void embedding_tile_body(const lg::Tile& tile, const T* table, const int* tokens, T* out,
+                                                    int d, int batch) {
+  tile.wait();
+  if (d % 8 != 0 || !lg::is_aligned16(table) || !lg::is_aligned16(out)) __trap();
+  const int b = static_cast<int>(tile.index());
+  if (b >= batch) return;
+  const uint4* from = reinterpret_cast<const uint4*>(table + static_cast<long long>(tokens[b]) * d);
+  uint4* to = reinterpret_cast<uint4*>(out + static_cast<long long>(b) * d);
+  for (int i = static_cast<int>(threadIdx.x); i < d / 8; i += static_cast<int>(tile.threads())) to[i] = from[i];
+}
+
+}  // namespace
+
+extern "C" __device__ void embedding_tile(lg::Tile tile, const lg::half_t* table, const int* tokens, lg::half_t* out,
+                                          int d, int batch) {
+  embedding_tile_body(tile, table, tokens, out, d, batch);
+}
+
+extern "C" __device__ void embedding_tile_bf16(lg::Tile tile, const lg::bf16_t* table, const int* tokens,
+                                               lg::bf16_t* out, int d, int batch) {
+  embedding_tile_body(tile, table, tokens, out, d, batch);
 }

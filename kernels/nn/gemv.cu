@@ -68,9 +68,6 @@ namespace {
 
 using namespace lg::nn;
 
-/// The batch parameter B of the bodies below that selects the tensor-core path (the _mma entry points).
-constexpr int kTensorCores = 0;
-
 /// The most vectors a body compiled for B takes.
 constexpr int max_batch(int b) { return b == kTensorCores ? 8 : b; }
 
@@ -250,4 +247,24 @@ extern "C" __device__ void rms_norm_gemv_swiglu_mma_tile_prefetch(lg::Tile tile,
                                                                   const lg::half_t* /*g*/, lg::half_t* /*out*/,
                                                                   int rows, int cols, float /*eps*/, int /*batch*/) {
   prefetch_tile_weights(Matrices<2, lg::half_t>{{W1, W3}, cols}, rows, cols, lg::TilePlace{tile});
+}
+
+// The same tile functions over bf16 (without prefetch companions: PersistentOptions::prefetch_next skips them).
+extern "C" __device__ void gemv_mma_tile_bf16(lg::Tile tile, const lg::bf16_t* W, const lg::bf16_t* x, lg::bf16_t* out,
+                                              int rows, int cols, int batch) {
+  gemv_body<kTensorCores>(W, x, out, rows, cols, batch, lg::TilePlace{tile});
+}
+extern "C" __device__ void gemv_add_mma_tile_bf16(lg::Tile tile, const lg::bf16_t* W, const lg::bf16_t* x,
+                                                  lg::bf16_t* out, int rows, int cols, int batch) {
+  gemv_add_body<kTensorCores>(W, x, out, rows, cols, batch, lg::TilePlace{tile});
+}
+extern "C" __device__ void rms_norm_gemv_mma_tile_bf16(lg::Tile tile, const lg::bf16_t* W, const lg::bf16_t* x,
+                                                       const lg::bf16_t* g, lg::bf16_t* out, int rows, int cols,
+                                                       float eps, int batch) {
+  rms_norm_gemv_body<kTensorCores>(W, x, g, out, rows, cols, eps, batch, lg::TilePlace{tile});
+}
+extern "C" __device__ void rms_norm_gemv_swiglu_mma_tile_bf16(lg::Tile tile, const lg::bf16_t* W1, const lg::bf16_t* W3,
+                                                              const lg::bf16_t* x, const lg::bf16_t* g, lg::bf16_t* out,
+                                                              int rows, int cols, float eps, int batch) {
+  rms_norm_gemv_swiglu_body<kTensorCores>(W1, W3, x, g, out, rows, cols, eps, batch, lg::TilePlace{tile});
 }

@@ -52,15 +52,14 @@ struct QkvRows {
 
 constexpr int kMaxRowsPerBlock = 8;
 
-/// The batch parameter B of qkv_body that selects the tensor-core path (the _mma entry points), as in gemv.cu.
-constexpr int kTensorCores = 0;
-
-template <int B, class T>
+template <int B, class T, class Place = lg::GridPlace>
 __device__ __forceinline__ void qkv_body(const T* Wq, const T* Wk, const T* Wv, const T* bq, const T* bk, const T* bv,
                                          const T* x, const T* g, T* q, T* k_cache, T* v_cache, const int* positions,
                                          const int* slots, int d, int q_rows, int n_kv_heads, int head_dim, int max_ctx,
-                                         int n_slots, const float* frequencies, float eps, int batch) {
+                                         int n_slots, const float* frequencies, float eps, int batch,
+                                         Place place = {}) {
   constexpr bool tensor_cores = B == kTensorCores;
+  static_assert(tensor_cores || lg::kIsGridPlace<Place>, "tile functions take the tensor-core path");
   constexpr int kBatch = tensor_cores ? 8 : B;  // the most vectors this variant takes
   const int kv_dim = n_kv_heads * head_dim;
   const int rows = q_rows + 2 * kv_dim;
@@ -123,11 +122,12 @@ __device__ __forceinline__ void qkv_body(const T* Wq, const T* Wk, const T* Wv, 
     if (bq == nullptr) return 0.0f;
     return lg::to_float(r < q_rows ? bq[r] : (r < q_rows + kv_dim ? bk[r - q_rows] : bv[r - q_rows - kv_dim]));
   };
-  const int first_pass = static_cast<int>(blockIdx.x) * per_pass;  // both paths walk passes from blockIdx.x
+  const int first_pass = place.block() * per_pass;  // both paths walk passes from the block's (tile's) index
   const Target first_target = target_of(first_pass);
   const auto rotate_and_store = [&](int first_row) {
     if (tid >= per_pass * batch) return;
-    lg::wait_for_prior_grids();  // the caches belong to earlier work (returns at once once done)
+    // The caches belong to earlier work: a kernel's wait returns at once once done; a tile waited in the row loop.
+    if constexpr (lg::kIsGridPlace<Place>) lg::wait_for_prior_grids();
     const int group = tid % per_pass;
     const int b = tid / per_pass;
     if (first_row + group >= rows) return;
@@ -141,10 +141,10 @@ __device__ __forceinline__ void qkv_body(const T* Wq, const T* Wk, const T* Wv, 
     *t.at = lg::from_float<T>(v);
   };
   if constexpr (tensor_cores) {
-    prefetch_tile_weights(w, rows, d);
+    prefetch_tile_weights(w, rows, d, place);
     gemv_rows_mma<mma_steps(1)>(
         w, GainedX<T>{x, g, d}, rows, d, batch, eps,
-        [&](int row, int b, const float* v) { dots[row % kMmaRows][b] = v[0]; }, NoPreload{}, rotate_and_store);
+        [&](int row, int b, const float* v) { dots[row % kMmaRows][b] = v[0]; }, NoPreload{}, rotate_and_store, place);
   } else {
     prefetch_weights(w, rows, d);
     gemv_rows<B>(
@@ -170,3 +170,28 @@ qkv_rope_append[T][B] __launch_bounds__(256, 2) =
                 T* q, T* k_cache, T* v_cache, const int* positions, const int* slots, int d, int q_rows, int n_kv_heads,
                 int head_dim, int max_ctx, int n_slots, const float* frequencies, float eps, int batch)
 */
+
+// Tile functions (kernels/include/lazygraph/tile.cuh) of the tensor-core variants for persistent programs:
+// qkv_rope_append_mma_tile (fp16) and qkv_rope_append_mma_tile_bf16 take qkv_rope_append's parameters, a call taking
+// ceil((q_rows + 2 * n_kv_heads * head_dim) / 8) tiles of 8 rows on blocks of 1 to 8 warps, and give the _mma kernels'
+// bits. Before its wait a tile reads the positions, slots and frequencies besides its weights: in a program those
+// must be written before the program runs.
+extern "C" __device__ void qkv_rope_append_mma_tile(lg::Tile tile, const lg::half_t* Wq, const lg::half_t* Wk,
+                                                    const lg::half_t* Wv, const lg::half_t* bq, const lg::half_t* bk,
+                                                    const lg::half_t* bv, const lg::half_t* x, const lg::half_t* g,
+                                                    lg::half_t* q, lg::half_t* k_cache, lg::half_t* v_cache,
+                                                    const int* positions, const int* slots, int d, int q_rows,
+                                                    int n_kv_heads, int head_dim, int max_ctx, int n_slots,
+                                                    const float* frequencies, float eps, int batch) {
+  qkv_body<kTensorCores>(Wq, Wk, Wv, bq, bk, bv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads,
+                         head_dim, max_ctx, n_slots, frequencies, eps, batch, lg::TilePlace{tile});
+}
+
+extern "C" __device__ void qkv_rope_append_mma_tile_bf16(
+    lg::Tile tile, const lg::bf16_t* Wq, const lg::bf16_t* Wk, const lg::bf16_t* Wv, const lg::bf16_t* bq,
+    const lg::bf16_t* bk, const lg::bf16_t* bv, const lg::bf16_t* x, const lg::bf16_t* g, lg::bf16_t* q,
+    lg::bf16_t* k_cache, lg::bf16_t* v_cache, const int* positions, const int* slots, int d, int q_rows, int n_kv_heads,
+    int head_dim, int max_ctx, int n_slots, const float* frequencies, float eps, int batch) {
+  qkv_body<kTensorCores>(Wq, Wk, Wv, bq, bk, bv, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads,
+                         head_dim, max_ctx, n_slots, frequencies, eps, batch, lg::TilePlace{tile});
+}

@@ -27,6 +27,7 @@
 #include "lazygraph/block_reduce.cuh"
 #include "lazygraph/nn/argmax.cuh"
 #include "lazygraph/nn/hash.cuh"
+#include "lazygraph/tile.cuh"
 
 namespace {
 
@@ -172,11 +173,11 @@ __device__ float block_exclusive_scan(float v, float& total) {
   return before_warp + inclusive - v;
 }
 
-template <class T>
+/// The sampling of row start(): `start` waits for the work before (every thread calls it once) and says the row.
+template <class T, class Start>
 __device__ __forceinline__ void sample_body(const T* logits, int* out, const int* positions, const int* slots, int n,
-                                            int top_k, float temperature, unsigned seed, float top_p) {
-  lg::early_launch_prologue();  // may be launched early (LaunchConfig::early_launch)
-  const int row = blockIdx.x;
+                                            int top_k, float temperature, unsigned seed, float top_p, Start start) {
+  const int row = start();
   logits += static_cast<long long>(row) * n;
   if (!(temperature > 0.0f)) {
     const int best = lg::nn::block_argmax(logits, n);
@@ -255,14 +256,43 @@ __device__ __forceinline__ void sample_body(const T* logits, int* out, const int
   if (threadIdx.x == 0) out[row] = chosen != 0x7fffffff ? chosen : last;
 }
 
+/// A kernel's start: it may be launched early (LaunchConfig::early_launch); its row is its block.
+__device__ __forceinline__ int kernel_row() {
+  lg::early_launch_prologue();
+  return static_cast<int>(blockIdx.x);
+}
+
 }  // namespace
 
 extern "C" __global__ void sample(const lg::half_t* logits, int* out, const int* positions, const int* slots, int n,
                                   int top_k, float temperature, unsigned seed, float top_p) {
-  sample_body(logits, out, positions, slots, n, top_k, temperature, seed, top_p);
+  sample_body(logits, out, positions, slots, n, top_k, temperature, seed, top_p, [] { return kernel_row(); });
 }
 
 extern "C" __global__ void sample_bf16(const lg::bf16_t* logits, int* out, const int* positions, const int* slots,
                                        int n, int top_k, float temperature, unsigned seed, float top_p) {
-  sample_body(logits, out, positions, slots, n, top_k, temperature, seed, top_p);
+  sample_body(logits, out, positions, slots, n, top_k, temperature, seed, top_p, [] { return kernel_row(); });
+}
+
+// Tile functions (kernels/include/lazygraph/tile.cuh) for persistent programs: sample_tile(_bf16) is sample with the
+// same parameters, tile b of a call of `rows` tiles taking the place of block b, on the program's blocks. Greedy
+// (temperature 0) gives the kernel's token whatever the block; a draw sums the weights per thread, so it equals the
+// kernel's on blocks of as many threads (others may differ where rounding puts u * sum(w) on the other side of a
+// boundary).
+extern "C" __device__ void sample_tile(lg::Tile tile, const lg::half_t* logits, int* out, const int* positions,
+                                       const int* slots, int n, int top_k, float temperature, unsigned seed,
+                                       float top_p) {
+  sample_body(logits, out, positions, slots, n, top_k, temperature, seed, top_p, [&] {
+    tile.wait();
+    return static_cast<int>(tile.index());
+  });
+}
+
+extern "C" __device__ void sample_tile_bf16(lg::Tile tile, const lg::bf16_t* logits, int* out, const int* positions,
+                                            const int* slots, int n, int top_k, float temperature, unsigned seed,
+                                            float top_p) {
+  sample_body(logits, out, positions, slots, n, top_k, temperature, seed, top_p, [&] {
+    tile.wait();
+    return static_cast<int>(tile.index());
+  });
 }

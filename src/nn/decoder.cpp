@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "lazygraph/nn/decoder_tensors.hpp"
+#include "lazygraph/nn/decoder_tiles.hpp"
 #include "lazygraph/nn/prefill.hpp"
 #include "lazygraph/nn/random_weights.hpp"
 
@@ -36,6 +37,21 @@ void DecoderConfig::validate() const {
     fail(e.what());
   }
   if (qkv_bias && !fused) fail("qkv_bias needs fused (the unfused kernels add no biases)");
+  if (backend == DecoderBackend::persistent) {
+    if (!fused) fail("the persistent backend runs the fused attention block (set fused)");
+    if (attention_splits() != 1) {
+      fail("the persistent backend runs attention as one tile per head (set attention_blocks to 1, not " +
+           std::to_string(attention_blocks) + ")");
+    }
+    if (persistent.threads < 32 || persistent.threads > 256 || persistent.threads % 32 != 0) {
+      fail("persistent.threads (" + std::to_string(persistent.threads) +
+           ") must be a multiple of 32 from 32 to 256 (the attention and gemv tiles take at most 8 warps)");
+    }
+    if (persistent_tile_rows < 0 || persistent_tile_rows % 8 != 0) {
+      fail("persistent_tile_rows (" + std::to_string(persistent_tile_rows) +
+           ") must be 0 (one tile per block) or a positive multiple of 8 (the gemv tiles' rows)");
+    }
+  }
   if (context > 8192)
     fail("context (" + std::to_string(context) + ") must be at most 8192 (scores live in shared memory)");
   if (max_batch < 1 || max_batch > kMaxRows) {
@@ -108,7 +124,9 @@ BasicDecoderState<T>::BasicDecoderState(const Device& device, const DecoderConfi
                                      static_cast<std::size_t>(c.attention_splits()) *
                                      static_cast<std::size_t>(c.head_dim() + 2)),
       attention_counters(device, static_cast<std::size_t>(kMaxRows) * static_cast<std::size_t>(c.heads)),
-      rope_frequencies(device, static_cast<std::size_t>(c.head_dim() / 2)) {
+      rope_frequencies(device, static_cast<std::size_t>(c.head_dim() / 2)),
+      argmax_values(device, static_cast<std::size_t>(kMaxRows) * kArgmaxChunks),
+      argmax_indices(device, static_cast<std::size_t>(kMaxRows) * kArgmaxChunks) {
   const Stream stream(device);
   // attention_split counts each (row, head)'s blocks here and leaves the counts at zero; they start there.
   fill(attention_counters.view(), 0U).sync_on(stream);
@@ -301,6 +319,16 @@ BasicDecoder<T>::BasicDecoder(const Stream& stream, const KernelLibrary& library
       graphs_(kMaxRows),
       io_graphs_(kMaxRows) {
   if (quantized_kernels_) quantized_kernels_->early_launch = config_.early_launch;
+  if (config_.backend == DecoderBackend::persistent) {
+    if (weights_.quantized()) {
+      throw UsageError(
+          "Decoder: the weights are quantized, and the persistent backend runs dense weights only; use "
+          "DecoderBackend::graph");
+    }
+    check_tensor_cores(stream.device().compute_capability());  // its projections are the tensor-core kernels'
+    tiles_ = std::make_unique<const BasicDecoderTiles<T>>(library);
+    programs_.resize(kMaxRows + 1);
+  }
   (void)io_graph(1);  // a decoder that cannot capture its step fails here, not at the first forward
   reset();
 }
@@ -320,6 +348,7 @@ void BasicDecoder<T>::set_sampling(const Sampling& sampling) {
   io_graphs_.clear();  // a finished replay is all they may still run: run() waits for each
   graphs_.clear();
   generate_graph_.reset();
+  for (auto& p : programs_) p.reset();  // their sample calls hold the old rule
   if (prefill_) prefill_->forget_head();
 }
 
@@ -338,9 +367,43 @@ void check_rows(int rows, int max_rows) {
 }  // namespace
 
 template <Element T>
+const PersistentProgram& BasicDecoder<T>::persistent_program(int rows) {
+  const std::lock_guard<std::mutex> lock(*mutex_);
+  return program(rows);
+}
+
+template <Element T>
+PersistentProgram& BasicDecoder<T>::program(int rows) {
+  if (!tiles_) throw UsageError("Decoder::persistent_program: the decoder runs on DecoderBackend::graph");
+  check_rows(rows, kMaxRows);
+  std::optional<PersistentProgram>& p = programs_[static_cast<std::size_t>(rows)];
+  if (!p) {
+    const PersistentOptions& o = config_.persistent;
+    const unsigned blocks =
+        o.blocks != 0 ? o.blocks : static_cast<unsigned>(stream_.device().sm_count()) * o.min_blocks_per_sm;
+    p.emplace(stream_, decoder_step_tiles(*tiles_, weights_, state_, config_, rows, sampling_, blocks), o);
+  }
+  return *p;
+}
+
+template <Element T>
+template <class Make>
+CudaGraph<> BasicDecoder<T>::with_step(int rows, Make make) {
+  if (tiles_) return make(program(rows).op());
+  return make(step_op(rows));
+}
+
+template <Element T>
+void BasicDecoder<T>::check_run(int rows) {
+  if (tiles_) program(rows).check(stream_);
+}
+
+template <Element T>
 CudaGraph<>& BasicDecoder<T>::step_graph(int rows) {
   check_rows(rows, kMaxRows);
-  return graphs_.get(rows, [this](int r) { return CudaGraph<>::capture(stream_, step_op(r)); });
+  return graphs_.get(rows, [this](int r) {
+    return with_step(r, [&](auto step) { return CudaGraph<>::capture(stream_, std::move(step)); });
+  });
 }
 
 template <Element T>
@@ -349,9 +412,11 @@ CudaGraph<>& BasicDecoder<T>::io_graph(int rows) {
   // The step's own nodes between the copies (not the step graph as a child: its kernels keep their early-launch
   // edges to each other exactly as captured).
   return io_graphs_.get(rows, [this](int r) {
-    return CudaGraph<>::capture(
-        stream_, io_.copy_in(state_.io.view()) >> step_op(r) >>
-                     io_.copy_out(state_.next.cview().subspan(0, static_cast<std::size_t>(r)), DecoderIo::next));
+    return with_step(r, [&](auto step) {
+      return CudaGraph<>::capture(
+          stream_, io_.copy_in(state_.io.view()) >> std::move(step) >>
+                       io_.copy_out(state_.next.cview().subspan(0, static_cast<std::size_t>(r)), DecoderIo::next));
+    });
   });
 }
 
@@ -373,6 +438,7 @@ void BasicDecoder<T>::set_row(int row, int token, int position, int slot) {
 template <Element T>
 std::span<const int> BasicDecoder<T>::run(int rows) {
   HostIo<int, int>::run(io_graph(rows));
+  check_run(rows);
   last_rows_ = rows;
   logits_first_ = 0;
   return io_.output().subspan(DecoderIo::next, static_cast<std::size_t>(rows));
@@ -458,16 +524,18 @@ std::vector<int> BasicDecoder<T>::generate(int token, int n, int stop_token, int
   if (!kernels_.loop) throw UsageError("Decoder::generate: " + kernels_.loop_unavailable);
   if (!bound_) bound_.emplace(kernels_.loop->while_guard, stream_.device(), static_cast<unsigned>(config_.context));
   if (!generate_graph_) {
-    generate_graph_.emplace(CudaGraph<>::scope(stream_, [&](Scope& sc) {
-      const Condition more = sc.condition(1);
-      const DeviceSpan<int> io = state_.io.view();
-      // Feeds the step's token back as row 0's, one position on, and appends it to `generated` (generate.cu).
-      auto advance = kernels_.loop->generate_advance(
-          {{1, 1, 1}, {1, 1, 1}, 0}, more, state_.next.cview(), io.subspan(DecoderIo::tokens, kMaxRows),
-          io.subspan(DecoderIo::positions, kMaxRows), state_.control(), state_.generated.view());
-      sc.record(io_.copy_in(io) >> while_(more, step_op(1) >> std::move(advance), *bound_) >>
-                io_.copy_out(state_.generated.cview(), DecoderIo::generated) >>
-                io_.copy_out(state_.control().as_const(), DecoderIo::generate_control));
+    generate_graph_.emplace(with_step(1, [&](auto step) {
+      return CudaGraph<>::scope(stream_, [&](Scope& sc) {
+        const Condition more = sc.condition(1);
+        const DeviceSpan<int> io = state_.io.view();
+        // Feeds the step's token back as row 0's, one position on, and appends it to `generated` (generate.cu).
+        auto advance = kernels_.loop->generate_advance(
+            {{1, 1, 1}, {1, 1, 1}, 0}, more, state_.next.cview(), io.subspan(DecoderIo::tokens, kMaxRows),
+            io.subspan(DecoderIo::positions, kMaxRows), state_.control(), state_.generated.view());
+        sc.record(io_.copy_in(io) >> while_(more, std::move(step) >> std::move(advance), *bound_) >>
+                  io_.copy_out(state_.generated.cview(), DecoderIo::generated) >>
+                  io_.copy_out(state_.control().as_const(), DecoderIo::generate_control));
+      });
     }));
   }
   set_row(0, token, start, 0);
@@ -476,6 +544,7 @@ std::vector<int> BasicDecoder<T>::generate(int token, int n, int stop_token, int
   control[DecoderIo::stop] = stop_token;
   control[DecoderIo::count] = 0;
   HostIo<int, int>::run(*generate_graph_);
+  check_run(1);
   last_rows_ = 1;
   logits_first_ = 0;
   const std::span<const int> out = io_.output();

@@ -23,6 +23,7 @@ int after;
 """
 
 EXPECTED_TAIL = """*/
+#ifndef LAZYGRAPH_TILES_ONLY
 #line 6
 extern "C" __global__ void __launch_bounds__(256, 3) scale(const lg::half_t* x, lg::half_t* out, int n) {
   scale_body<1>(x, out, n);
@@ -51,6 +52,7 @@ extern "C" __global__ void plain(const lg::half_t* x) {
 extern "C" __global__ void plain_bf16(const lg::bf16_t* x) {
   plain_body<lg::bf16_t, 4>(x);
 }
+#endif
 #line 12
 int after;
 """

@@ -121,6 +121,9 @@ class TileFunction;
 template <class... Params>
 class TileFunction<void(Params...)> {
  public:
+  /// The function's signature after its `lg::Tile`.
+  using Signature = void(Params...);
+
   /// Handles come from KernelLibrary::tile.
   explicit TileFunction(std::shared_ptr<const detail::TileInfo> info) : info_(std::move(info)) {}
 

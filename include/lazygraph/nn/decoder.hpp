@@ -34,6 +34,8 @@ namespace lazygraph::nn {
 
 /// Rows one step processes at most: sequences of a batch, or tokens of a prompt chunk (prefill).
 inline constexpr int kMaxRows = 8;
+/// Chunks of the vocabulary the persistent backend's greedy choice splits each row's logits into, at most.
+inline constexpr int kArgmaxChunks = 64;
 
 /// The decoder's io layout, in ints: the one place its offsets are written down.
 ///
@@ -100,6 +102,17 @@ enum class DecoderOrdering {
   serial,        ///< one kernel after another
 };
 
+/// What runs a decode step (DecoderConfig::backend).
+enum class DecoderBackend {
+  /// A CUDA graph of the step's kernels (decoder_step), launched early one after another: the default.
+  graph,
+  /// ONE persistent kernel per step (kernels/persistent_program.hpp), the same kernels' code run as tiles that wait on
+  /// counters instead of kernel boundaries (decoder_tiles.hpp). Dense weights, the fused attention block, one
+  /// attention block per head, an sm_80 or newer GPU; its results equal the graph backend's within rounding
+  /// (decoder_tiles.hpp says where they differ). docs/persistent.md has its measurements.
+  persistent,
+};
+
 /// The decoder's shape. The defaults are the small model of docs/nn.md.
 struct DecoderConfig {
   int d = 512;                ///< model width (the residual stream)
@@ -145,6 +158,18 @@ struct DecoderConfig {
   /// over 32 blocks each made the step slower (192 vs 170 us), the combine of the partials costing more than the
   /// positions it shares out.
   int attention_blocks = 1;
+  /// What runs a step: a CUDA graph of kernels, or one persistent kernel (DecoderBackend). Prefill on tensor cores
+  /// (prefill_chunk) is the same for both; the rest of a prompt runs on the step's backend.
+  DecoderBackend backend = DecoderBackend::graph;
+  /// How the persistent backend's kernel runs (PersistentOptions): threads 32 to 256 (the attention and gemv tiles
+  /// take at most 8 warps), the wait timeout after which a step throws TimeoutError instead of hanging, profiling.
+  /// Two blocks per multiprocessor by default: on the H100 the TinyLlama and Llama-3.2-1B shapes' steps took 6-9 %
+  /// less time than with one, the default decoder's 17 % (more weight loads in flight; docs/persistent.md).
+  PersistentOptions persistent{.min_blocks_per_sm = 2};
+  /// Weight rows per tile of the persistent backend's projections: 0 spreads each projection over the kernel's blocks,
+  /// one tile per block (a tile then prefetches all of its rows into L2 before its wait, as an early-launched
+  /// kernel's blocks do, and waits once per projection); a positive multiple of 8, that many rows per tile.
+  int persistent_tile_rows = 0;
 
   /// head_width, or d / heads when that is 0.
   [[nodiscard]] int head_dim() const noexcept { return head_width > 0 ? head_width : (heads > 0 ? d / heads : 0); }
@@ -157,7 +182,9 @@ struct DecoderConfig {
   /// \throws UsageError for shapes the kernels cannot run: d and ffn multiples of 8, d divisible by
   /// heads when head_width is 0, head_dim a multiple of 8 and at most 256, heads a multiple of kv_heads, context at
   /// most 8192, max_batch at most 8 (kMaxRows), every count positive, a finite positive theta, an invalid
-  /// rope_scaling, a prefill_chunk that is neither 0 nor a power of two from 16 to 8192.
+  /// rope_scaling, a prefill_chunk that is neither 0 nor a power of two from 16 to 8192; with the persistent backend,
+  /// an unfused attention block, attention over more than one block per head, persistent.threads outside 32..256, or a
+  /// persistent_tile_rows that is neither 0 nor a positive multiple of 8.
   void validate() const;
   /// Bytes of weights one step reads (all matrices and gains, plus one embedding row).
   [[nodiscard]] std::size_t weight_bytes() const;
@@ -288,6 +315,10 @@ struct BasicDecoderState {
   DeviceBuffer<float> attention_partials;     ///< attention_split's [kMaxRows][heads][splits][head_dim + 2]
   DeviceBuffer<unsigned> attention_counters;  ///< attention_split's [kMaxRows][heads], zero between steps
   DeviceBuffer<float> rope_frequencies;       ///< RoPE's inverse frequency per pair of a head [head_dim / 2]
+  /// The persistent backend's greedy choice: each row's best logit and its index per chunk of the vocabulary
+  /// [kMaxRows][kArgmaxChunks] (decoder_tiles.hpp).
+  DeviceBuffer<float> argmax_values;
+  DeviceBuffer<int> argmax_indices;  ///< see argmax_values
 
   /// The rows' tokens, as the graph reads them.
   [[nodiscard]] DeviceSpan<const int> tokens() const { return io.cview().subspan(DecoderIo::tokens, kMaxRows); }
@@ -480,6 +511,8 @@ void check_prompt(const DecoderConfig& config, std::span<const int> prompt, int 
 
 template <Element T>
 class BasicPrefill;  // nn/prefill.hpp
+template <Element T>
+struct BasicDecoderTiles;  // nn/decoder_tiles.hpp
 
 /// The decoder as a Module: `forward({token, position})` returns the next token of sequence 0 (greedy unless
 /// set_sampling says otherwise). Steps of a
@@ -586,6 +619,11 @@ class BasicDecoder {
   /// for rows outside [1, kMaxRows].
   [[nodiscard]] CudaGraph<>& graph(int rows = 1);
 
+  /// The persistent backend's program for steps of `rows` rows (made now if it was not yet), for its schedule and
+  /// its profile (DecoderConfig::persistent.profile). \throws UsageError for the graph backend, or rows outside
+  /// [1, kMaxRows].
+  [[nodiscard]] const PersistentProgram& persistent_program(int rows = 1);
+
  private:
   /// graph() without the lock (the caller holds it).
   CudaGraph<>& step_graph(int rows);
@@ -598,6 +636,14 @@ class BasicDecoder {
   std::span<const int> run(int rows);
   /// Runs prompt[first..] through the step graphs, kMaxRows rows per step; returns the last row's next token.
   int prefill_steps(std::span<const int> prompt, std::size_t first, int start, int slot);
+  /// persistent_program without the lock.
+  PersistentProgram& program(int rows);
+  /// make(step), step the op of a step of `rows` rows on the config's backend (step_op, or the program's op()).
+  template <class Make>
+  CudaGraph<> with_step(int rows, Make make);
+  /// On the persistent backend, throws the error the last run of the program of `rows` rows stopped with
+  /// (PersistentProgram::check); on the graph backend nothing.
+  void check_run(int rows);
 
   DecoderConfig config_;
   BasicKernels<T> kernels_;
@@ -615,8 +661,10 @@ class BasicDecoder {
   std::unique_ptr<std::mutex> mutex_ = std::make_unique<std::mutex>();  ///< the execution lock (movable decoder)
   std::unique_ptr<BasicPrefill<T>> prefill_;  ///< prefill's tensor-core path, made at the first prefill that takes it
   std::optional<bool> prefill_gemm_;          ///< whether chunks run on tensor cores, decided at the first prefill
-  int last_rows_ = 1;                         ///< rows logits() may read
-  int logits_first_ = 0;                      ///< the state's logits row that logits(0) reads
+  std::unique_ptr<const BasicDecoderTiles<T>> tiles_;       ///< the persistent backend's tile functions, else null
+  std::vector<std::optional<PersistentProgram>> programs_;  ///< the persistent backend's, by rows, made on first use
+  int last_rows_ = 1;                                       ///< rows logits() may read
+  int logits_first_ = 0;                                    ///< the state's logits row that logits(0) reads
 };
 
 /// The fp16 decoder.

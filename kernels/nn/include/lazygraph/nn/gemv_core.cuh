@@ -282,6 +282,9 @@ __device__ __forceinline__ void gemv_rows(const W& w, const X& x, int rows, int 
 
 /// Weight rows per tile of the tensor-core path (an mma's N).
 constexpr int kMmaRows = 8;
+/// The batch parameter B of the gemv-family bodies (gemv.cu, qkv.cu) that selects the tensor-core path (their _mma
+/// entry points and tile functions) instead of the fp32 path for up to B vectors.
+constexpr int kTensorCores = 0;
 /// 32-column steps each warp of the tensor-core path keeps in flight for kernels of `matrices` weights: 8
 /// 16-byte weight loads per lane, as the fp32 path.
 constexpr int mma_steps(int matrices) { return 8 / matrices; }
