@@ -9,10 +9,12 @@
 #include <vector>
 
 #include <lazygraph/nn/decoder.hpp>
+#include <lazygraph/nn/decoder_quantization.hpp>
 #include <lazygraph/nn/decoder_tiles.hpp>
 #include <lazygraph/nn/reference.hpp>
 #include "common/gpu.hpp"
 #include "common/nn.hpp"
+#include "common/quantized_formats.hpp"
 #include "common/small_decoder.hpp"
 
 namespace lg = lazygraph;
@@ -212,6 +214,21 @@ TEST_SUITE("gpu") {
       }
       CHECK(differing(single.logits(), batched_logits[r]) == 0);
     }
+  }
+
+  TEST_CASE("a persistent decoder refuses quantized weights, naming the backend that runs them") {
+    const DecoderConfig config = persistent_decoder();
+    lg::nn::DecoderQuantization q;
+    q.mlp = lgtest::int8();
+    DecoderConfig graph_config = config;
+    graph_config.backend = DecoderBackend::graph;
+    lg::nn::DecoderWeights weights = lg::nn::quantize_decoder_weights(
+        lgtest::stream(),
+        lg::nn::DecoderWeights::generate(lgtest::stream(), lg::nn::BasicKernels<half>(lgtest::nn_kernels()),
+                                         graph_config),
+        graph_config, q);
+    CHECK_THROWS_WITH_AS(lg::nn::Decoder(lgtest::stream(), lgtest::nn_kernels(), config, std::move(weights)),
+                         doctest::Contains("use DecoderBackend::graph"), lg::UsageError);
   }
 
   TEST_CASE("persistent generate gives the tokens of forward step by step, greedy and sampled") {
