@@ -11,7 +11,15 @@ shift $(($# > 0 ? 1 : 0))
 ninja -C build-gpu >/dev/null
 if [ "$which" = all ] || [ "$which" = graph ]; then ./build-gpu/examples/bench_graph; echo; fi
 if [ "$which" = all ] || [ "$which" = gemv ]; then ./build-gpu/examples/bench_gemv; echo; fi
-if [ "$which" = all ] || [ "$which" = persistent ]; then ./build-gpu/examples/bench_persistent; echo; fi
+if [ "$which" = all ] || [ "$which" = persistent ]; then
+  ./build-gpu/examples/bench_persistent
+  echo
+  results="${OUT:-$PWD/bench-results}/persistent"
+  mkdir -p "$results"
+  ./build-gpu/examples/bench_persistent_decoder "$results"
+  python3 examples/bench/torch_persistent_decoder.py "$results"
+  echo
+fi
 if [ "$which" = all ] || [ "$which" = quantized ]; then
   ./build-gpu/examples/bench_quantized
   echo
