@@ -18,6 +18,7 @@
 #include "ceiling.hpp"
 #include "cli.hpp"
 #include "median.hpp"
+#include "tile_profile.hpp"
 
 namespace lg = lazygraph;
 
@@ -165,29 +166,13 @@ struct Shape {
 /// Per tile function of a profiled run: its tiles, the mean microseconds before, in and after the wait, and the
 /// run's span.
 void print_profile(const char* what, const Shape& shape, const std::vector<lg::PersistentCallProfile>& calls) {
-  struct Sum {
-    double tiles = 0;
-    double before = 0;
-    double waiting = 0;
-    double after = 0;
-  };
-  std::vector<std::pair<std::string, Sum>> by;
   double span = 0;
-  for (const auto& c : calls) {
-    auto it = std::find_if(by.begin(), by.end(), [&](const auto& e) { return e.first == c.name; });
-    if (it == by.end()) it = by.insert(by.end(), {c.name, Sum{}});
-    it->second.tiles += c.tiles;
-    it->second.before += c.before_wait * c.tiles;
-    it->second.waiting += c.waiting * c.tiles;
-    it->second.after += c.after_wait * c.tiles;
-    span = std::max(span, c.last_end);
-  }
-  for (const auto& [name, sum] : by) {
+  for (const bench::TileFunctionTime& t : bench::by_tile_function(calls, span)) {
     std::printf(
         "<!-- profile %s (%d, %d, %d), span %.1f us: %s %.0f tiles, before wait %.2f us, waiting %.2f, after "
         "%.2f -->\n",
-        what, shape.d, shape.ffn, shape.layers, span, name.c_str(), sum.tiles, sum.before / sum.tiles,
-        sum.waiting / sum.tiles, sum.after / sum.tiles);
+        what, shape.d, shape.ffn, shape.layers, span, t.name.c_str(), t.tiles, t.before / t.tiles, t.waiting / t.tiles,
+        t.after / t.tiles);
   }
 }
 

@@ -20,6 +20,7 @@
 #include "ceiling.hpp"
 #include "cli.hpp"
 #include "model_shapes.hpp"
+#include "tile_profile.hpp"
 
 namespace lg = lazygraph;
 
@@ -81,39 +82,23 @@ struct Row {
 /// Per tile function of a profiled step: its calls and tiles, the mean microseconds before, in and after each tile's
 /// wait, and the busy time (tiles x mean time) as a share of all tiles' busy time.
 void print_breakdown(const Row& row, const std::vector<lg::PersistentCallProfile>& calls, unsigned blocks) {
-  struct Sum {
-    int calls = 0;
-    double tiles = 0;
-    double before = 0;
-    double waiting = 0;
-    double after = 0;
-  };
-  std::vector<std::pair<std::string, Sum>> by;
   double span = 0;
+  const std::vector<bench::TileFunctionTime> by = bench::by_tile_function(calls, span);
   double busy = 0;
-  for (const auto& c : calls) {
-    auto it = std::find_if(by.begin(), by.end(), [&](const auto& e) { return e.first == c.name; });
-    if (it == by.end()) it = by.insert(by.end(), {c.name, Sum{}});
-    ++it->second.calls;
-    it->second.tiles += c.tiles;
-    it->second.before += c.before_wait * c.tiles;
-    it->second.waiting += c.waiting * c.tiles;
-    it->second.after += c.after_wait * c.tiles;
-    busy += (c.before_wait + c.waiting + c.after_wait) * c.tiles;
-    span = std::max(span, c.last_end);
+  double waiting = 0;
+  for (const bench::TileFunctionTime& t : by) {
+    busy += t.busy();
+    waiting += t.waiting;
   }
   std::printf(
       "\nwhere the persistent step's time goes: %s, %u blocks, profiled step %.1f us (stamps add to it)\n"
       "| tile function | calls | tiles | before wait us | waiting us | after wait us | share of block time |\n"
       "|---|---|---|---|---|---|---|\n",
       row.name.c_str(), blocks, span);
-  for (const auto& [name, s] : by) {
-    std::printf("| %s | %d | %.0f | %.2f | %.2f | %.2f | %.1f%% |\n", name.c_str(), s.calls, s.tiles,
-                s.before / s.tiles, s.waiting / s.tiles, s.after / s.tiles,
-                100.0 * (s.before + s.waiting + s.after) / busy);
+  for (const bench::TileFunctionTime& t : by) {
+    std::printf("| %s | %d | %.0f | %.2f | %.2f | %.2f | %.1f%% |\n", t.name.c_str(), t.calls, t.tiles,
+                t.before / t.tiles, t.waiting / t.tiles, t.after / t.tiles, 100.0 * t.busy() / busy);
   }
-  double waiting = 0;
-  for (const auto& e : by) waiting += e.second.waiting;
   std::printf("blocks spent %.1f%% of their tile time waiting on counters, %.1f%% idle between tiles\n",
               100.0 * waiting / busy, 100.0 * std::max(0.0, 1.0 - busy / (span * blocks)));
 }

@@ -169,6 +169,9 @@ PersistentProgram::PersistentProgram(const Stream& stream, std::vector<TileCall>
   // The lowering, on as many blocks as can be resident.
   const Kernel<void(detail::PersistentProgramView)> kernel(s->persistent);
   detail::validate_launch(*s->persistent, {{1, 1, 1}, {options.threads, 1, 1}, s->shared_bytes});
+  // Raises the kernel's dynamic shared memory limit to what its calls ask (above the default 48 KiB, the occupancy
+  // query would say no block fits).
+  (void)detail::prepare_launch(*s->persistent, {{1, 1, 1}, {options.threads, 1, 1}, s->shared_bytes});
   std::size_t tiles = 0;
   std::vector<detail::CallAccesses> accesses;
   for (std::size_t c = 0; c < s->calls.size(); ++c) {
@@ -196,6 +199,7 @@ PersistentProgram::PersistentProgram(const Stream& stream, std::vector<TileCall>
     s->args_offset.push_back(e.args);
     args.insert(args.end(), call.arguments().begin(), call.arguments().end());
     e.tiles_begin = s->schedule.tiles_begin[c];
+    e.shared_bytes = call.config().shared_bytes;
     entries.push_back(e);
   }
   std::vector<std::uint32_t> waits;

@@ -71,6 +71,19 @@ extern "C" __device__ void grid_place(lg::Tile tile, unsigned* out) {
   __syncthreads();
   if (threadIdx.x == 1 % tile.threads()) out[tile.index()] = shared[0];
 }
+// out[2 tile] = the tile's index, passed through the last word of its dynamic shared memory; out[2 tile + 1] = the
+// bytes it says it has.
+extern "C" __device__ void last_shared_word(lg::Tile tile, unsigned* out) {
+  tile.wait();
+  unsigned* shared = reinterpret_cast<unsigned*>(tile.shared());
+  const unsigned last = tile.shared_bytes() / 4 - 1;
+  if (threadIdx.x == 0) shared[last] = tile.index() + 7u;
+  __syncthreads();
+  if (threadIdx.x == 1 % tile.threads()) {
+    out[2 * tile.index()] = shared[last];
+    out[2 * tile.index() + 1] = tile.shared_bytes();
+  }
+}
 )";
 
 KernelLibrary& persistent_library() {
@@ -344,6 +357,29 @@ TEST_SUITE("gpu") {
     for (unsigned z = 0; z < 2; ++z) {
       for (unsigned y = 0; y < 3; ++y) {
         for (unsigned x = 0; x < 4; ++x) CHECK(got[x + 4 * (y + 3 * z)] == x + 100 * y + 10000 * z + 1000000);
+      }
+    }
+  }
+
+  TEST_CASE("a tile gets the dynamic shared memory its call asks, beyond the default 48 KiB, in both forms") {
+    Stream& s = lgtest::stream();
+    const auto f = persistent_library().tile<void(unsigned*)>("last_shared_word");
+    constexpr unsigned bytes = 96 * 1024;
+    DeviceBuffer<unsigned> out(lgtest::device(), 2 * 5);
+    const PersistentProgram program(s, {f({{5, 1, 1}, bytes}, out.view())});
+    for (const bool persistent : {true, false}) {
+      CAPTURE(persistent);
+      fill(out.view(), 0U).sync_on(s);
+      if (persistent) {
+        program.op().sync_on(s);
+      } else {
+        program.graph_op().sync_on(s);
+      }
+      program.check(s);
+      const std::vector<unsigned> got = lgtest::to_host(s, out.cview());
+      for (unsigned t = 0; t < 5; ++t) {
+        CHECK(got[2 * t] == t + 7);
+        CHECK(got[2 * t + 1] == bytes);
       }
     }
   }

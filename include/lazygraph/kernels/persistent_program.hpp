@@ -108,7 +108,7 @@ struct PersistentCallEntry {
   std::uint32_t grid_y = 1;
   std::uint32_t args = 0;
   std::uint32_t tiles_begin = 0;
-  std::uint32_t reserved0 = 0;
+  std::uint32_t shared_bytes = 0;
   std::uint32_t reserved1 = 0;
 };
 

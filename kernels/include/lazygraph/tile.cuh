@@ -16,7 +16,7 @@
 //     tile's loads of it then overlap the wait, as a kernel's do before griddepcontrol.wait. In the persistent
 //     kernel the wait is on counters of the calls this one depends on; in the graph form it is the early launch's
 //     griddepcontrol.wait. A tile that returns without waiting stops the persistent kernel with an error;
-//   - tile.shared() is the call's dynamic shared memory (TileConfig::shared_bytes).
+//   - tile.shared() is the call's dynamic shared memory, tile.shared_bytes() bytes (TileConfig::shared_bytes).
 // A tile function must not use blockIdx, gridDim, grid-wide synchronisation, or return early from some threads
 // only (every thread reaches wait()); it may use __syncthreads and static __shared__ memory.
 //
@@ -38,7 +38,7 @@ struct PersistentCall {
   unsigned grid_y;       ///< its y extent
   unsigned args;         ///< the byte offset of the call's arguments in the argument block
   unsigned tiles_begin;  ///< the program-wide index of its first tile
-  unsigned reserved0;
+  unsigned shared_bytes;  ///< the call's dynamic shared memory per tile (TileConfig::shared_bytes)
   unsigned reserved1;
 };
 
@@ -120,6 +120,9 @@ class Tile {
     t.grid_x_ = gridDim.x;
     t.grid_y_ = gridDim.y;
     t.shared_ = shared;
+    unsigned bytes;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(bytes));
+    t.shared_bytes_ = bytes;
     return t;
   }
   /// Tile `index` of call `call` at queue position `position` of the persistent kernel.
@@ -132,6 +135,7 @@ class Tile {
     t.grid_x_ = c.grid_x;
     t.grid_y_ = c.grid_y;
     t.shared_ = shared;
+    t.shared_bytes_ = c.shared_bytes;
     t.program_ = program;
     t.call_ = &c;
     t.call_index_ = call;
@@ -154,6 +158,9 @@ class Tile {
   __device__ __forceinline__ unsigned threads() const { return blockDim.x; }
   /// The call's dynamic shared memory (TileConfig::shared_bytes of it; 16-byte aligned).
   __device__ __forceinline__ unsigned char* shared() const { return shared_; }
+  /// How many bytes shared() holds: the call's TileConfig::shared_bytes (a tile function that can use more when it
+  /// is given, as the gemv tiles' weight stream, asks here).
+  __device__ __forceinline__ unsigned shared_bytes() const { return shared_bytes_; }
 
   /// Returns once everything this tile depends on has finished (the calls, or the tiles of them, its accesses
   /// conflict with) and its writes are visible to the block. Every thread of the block calls it, once per tile (it
@@ -231,6 +238,7 @@ class Tile {
   unsigned grid_x_ = 1;
   unsigned grid_y_ = 1;
   unsigned char* shared_ = nullptr;
+  unsigned shared_bytes_ = 0;
   const PersistentProgram* program_ = nullptr;
   const PersistentCall* call_ = nullptr;
   unsigned call_index_ = 0;
@@ -313,6 +321,8 @@ struct GridPlace {
   __device__ __forceinline__ void wait() const { wait_for_prior_grids(); }
   /// Lets the next kernel launch early.
   __device__ __forceinline__ void allow_next() const { allow_dependent_launch(); }
+  /// A kernel's block has no shared memory to lend (see TilePlace::buffer).
+  __device__ __forceinline__ unsigned char* buffer(unsigned /*bytes*/) const { return nullptr; }
 };
 
 /// A tile as a place: the tile's index of the call's tiles; wait() is Tile::wait, so every thread of the block must
@@ -323,6 +333,10 @@ struct TilePlace {
   __device__ __forceinline__ int blocks() const { return static_cast<int>(tile.count()); }
   __device__ __forceinline__ void wait() const { tile.wait(); }
   __device__ __forceinline__ void allow_next() const {}
+  /// The tile's shared memory when its call gave it at least `bytes`, else null.
+  __device__ __forceinline__ unsigned char* buffer(unsigned bytes) const {
+    return tile.shared_bytes() >= bytes ? tile.shared() : nullptr;
+  }
 };
 
 /// True for GridPlace: a body that only a kernel may run (not a tile) checks it.
