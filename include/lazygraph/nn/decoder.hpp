@@ -620,8 +620,8 @@ class BasicDecoder {
   [[nodiscard]] CudaGraph<>& graph(int rows = 1);
 
   /// The persistent backend's program for steps of `rows` rows (made now if it was not yet), for its schedule and
-  /// its profile (DecoderConfig::persistent.profile). \throws UsageError for the graph backend, or rows outside
-  /// [1, kMaxRows].
+  /// its profile (DecoderConfig::persistent.profile); valid until set_sampling, which makes the programs anew.
+  /// \throws UsageError for the graph backend, or rows outside [1, kMaxRows].
   [[nodiscard]] const PersistentProgram& persistent_program(int rows = 1);
 
  private:
