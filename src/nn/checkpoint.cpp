@@ -585,8 +585,7 @@ void save_seeded_checkpoint(const std::filesystem::path& directory, const Decode
     }
     out.push_back({t.name, dtype, t.shape(), b});
   }
-  std::filesystem::create_directories(directory);
-  write_safetensors(directory / "model.safetensors", out, {{"format", "pt"}});
+  write_safetensors_folder(directory, out, kDefaultShardBytes, {{"format", "pt"}});
   LlamaConfig llama;
   llama.hidden_size = config.d;
   llama.num_attention_heads = config.heads;

@@ -9,9 +9,11 @@
 
 namespace lazygraph::nn {
 
-void save_quantized_checkpoint(const DecoderCheckpoint& source, const std::filesystem::path& directory) {
+void save_quantized_checkpoint(const DecoderCheckpoint& source, const std::filesystem::path& directory,
+                               std::size_t max_shard_bytes) {
   const DecoderQuantization& quantization = source.quantization();
   const std::filesystem::path& from = source.weights().path();
+  if (max_shard_bytes == 0) throw UsageError("save_quantized_checkpoint: max_shard_bytes must be positive");
   if (!quantization.any()) {
     throw UsageError("save_quantized_checkpoint: the checkpoint " + from.string() +
                      " quantizes nothing: open it with LoadOptions::quantization choosing the formats to save");
@@ -42,10 +44,7 @@ void save_quantized_checkpoint(const DecoderCheckpoint& source, const std::files
     if (info.name != t.name) continue;  // a tied LM head: config.json says to read the embedding
     out.push_back({t.name, info.dtype, info.shape, source.weights().data(info)});
   }
-  std::error_code made;
-  std::filesystem::create_directories(directory, made);
-  if (made) throw CheckpointError(directory, "", "cannot create the folder: " + made.message());
-  write_safetensors(directory / "model.safetensors", out, {{"format", "pt"}});
+  write_safetensors_folder(directory, out, max_shard_bytes, {{"format", "pt"}});
   LlamaConfig config = source.llama_config();
   config.quantization = quantization;
   detail::write_text_file(directory / "config.json", config.to_json());

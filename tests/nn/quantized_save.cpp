@@ -253,6 +253,38 @@ TEST_CASE("a quantized checkpoint saved again is the same folder, byte for byte"
   CHECK(lgtest::read_file(dir / "again" / "config.json") == lgtest::read_file(saved / "config.json"));
 }
 
+TEST_CASE("a quantized checkpoint saved in shards reads back the same matrices and tensors, and saved whole again") {
+  const lgtest::TempDir dir("nn-qsave");
+  const DecoderConfig c = small_qwen2();
+  const DecoderQuantization q = mixed();
+  const fs::path saved = saved_quantized(dir, c, q);
+  const DecoderCheckpoint whole = DecoderCheckpoint::open(saved);
+  save_quantized_checkpoint(whole, dir / "shards", 20000);  // bytes of tensor data per shard, at most
+  CHECK_FALSE(fs::exists(dir / "shards" / "model.safetensors"));
+  const DecoderCheckpoint sharded = DecoderCheckpoint::open(dir / "shards");
+  CHECK(sharded.weights().files().size() > 2);
+  CHECK(sharded.quantization() == q);
+  REQUIRE(sharded.quantized_layouts().size() == whole.quantized_layouts().size());
+  for (std::size_t i = 0; i < whole.quantized_layouts().size(); ++i) {
+    CAPTURE(whole.quantized_layouts()[i].name());
+    CHECK(lgtest::same_bytes(sharded.quantized_weight(i), whole.quantized_weight(i)));
+  }
+  REQUIRE(sharded.sources().size() == whole.sources().size());
+  for (std::size_t i = 0; i < whole.sources().size(); ++i) {
+    if (whole.sources()[i] == nullptr) continue;
+    const auto a = whole.weights().data(*whole.sources()[i]);
+    const auto b = sharded.weights().data(*sharded.sources()[i]);
+    CHECK(std::equal(a.begin(), a.end(), b.begin(), b.end()));
+  }
+  // Saved whole into that folder: one file again, and neither the index nor a shard is left to shadow it.
+  save_quantized_checkpoint(whole, dir / "shards");
+  CHECK(lgtest::read_file(dir / "shards" / "model.safetensors") == lgtest::read_file(saved / "model.safetensors"));
+  CHECK_FALSE(fs::exists(dir / "shards" / "model.safetensors.index.json"));
+  CHECK_FALSE(fs::exists(dir / "shards" / "model-00001-of-00002.safetensors"));
+  CHECK(std::distance(fs::directory_iterator(dir / "shards"), fs::directory_iterator{}) == 2);  // + config.json
+  CHECK_THROWS_AS(save_quantized_checkpoint(whole, dir / "zero", 0), UsageError);
+}
+
 TEST_CASE("save_quantized_checkpoint refuses a source that quantizes nothing, and the source's own folder") {
   const lgtest::TempDir dir("nn-qsave");
   save_seeded_checkpoint(dir / "source", lgtest::small_decoder());

@@ -209,6 +209,62 @@ TEST_CASE("write_safetensors replaces an existing file, and an empty file of ten
   CHECK(empty.find("a") == nullptr);
 }
 
+TEST_CASE("write_safetensors_folder shards tensors as Hugging Face does, and a later save leaves no stale file") {
+  SafetensorsDir dir;
+  auto rng = make_rng();
+  // Tensor bytes 100, 100, 300, 52, 48: shards of at most 200 bytes hold [a, b], [c] (alone: larger), [d, e].
+  const std::vector<std::pair<std::string, std::size_t>> spec{{"a", 25}, {"b", 25}, {"c", 75}, {"d", 13}, {"e", 12}};
+  std::vector<std::vector<std::byte>> data;
+  std::vector<TensorToWrite> tensors;
+  for (const auto& [name, floats] : spec) data.push_back(random_bytes(rng, floats * 4));
+  for (std::size_t i = 0; i < spec.size(); ++i) {
+    tensors.push_back({spec[i].first, DType::f32, {static_cast<std::int64_t>(spec[i].second)}, data[i]});
+  }
+  const auto check_reads_back = [&](std::size_t files) {
+    const Checkpoint cp = Checkpoint::open(dir.path());
+    CHECK(cp.files().size() == files);
+    for (std::size_t i = 0; i < spec.size(); ++i) {
+      CAPTURE(spec[i].first);
+      const auto got = cp.data(cp.tensor(spec[i].first));
+      CHECK(std::equal(got.begin(), got.end(), data[i].begin(), data[i].end()));
+    }
+  };
+  write_safetensors_folder(dir.path(), tensors, 200, {{"format", "pt"}});
+  CHECK_FALSE(fs::exists(dir.path() / "model.safetensors"));
+  for (const char* shard :
+       {"model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors", "model-00003-of-00003.safetensors"}) {
+    CHECK(fs::exists(dir.path() / shard));
+  }
+  const std::string index = read_file(dir.path() / "model.safetensors.index.json");
+  for (const char* entry :
+       {R"("total_size": 600)", R"("b": "model-00001-of-00003.safetensors")",
+        R"("c": "model-00002-of-00003.safetensors")", R"("e": "model-00003-of-00003.safetensors")"}) {
+    CAPTURE(entry);
+    CHECK(index.find(entry) != std::string::npos);
+  }
+  check_reads_back(3);
+  CHECK(SafetensorsFile::open(dir.path() / "model-00002-of-00003.safetensors").metadata().at("format") == "pt");
+
+  write_safetensors_folder(dir.path(), tensors, 400);  // two shards: the third is stale and goes
+  CHECK_FALSE(fs::exists(dir.path() / "model-00001-of-00003.safetensors"));
+  CHECK_FALSE(fs::exists(dir.path() / "model-00003-of-00003.safetensors"));
+  check_reads_back(2);
+  write_safetensors_folder(dir.path(), tensors);  // one file: the index and the shards go
+  CHECK(fs::exists(dir.path() / "model.safetensors"));
+  CHECK_FALSE(fs::exists(dir.path() / "model.safetensors.index.json"));
+  CHECK(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator{}) == 1);
+  check_reads_back(1);
+  write_safetensors_folder(dir.path(), tensors, 100);  // sharded again: the single file would shadow the index
+  CHECK_FALSE(fs::exists(dir.path() / "model.safetensors"));
+  check_reads_back(4);
+
+  std::vector<TensorToWrite> twice{tensors[0], tensors[0]};
+  CHECK_THROWS_WITH_AS(write_safetensors_folder(dir.path() / "dup", twice, 100), doctest::Contains("repeats"),
+                       CheckpointError);
+  CHECK_FALSE(fs::exists(dir.path() / "dup"));
+  CHECK_THROWS_AS(write_safetensors_folder(dir.path(), tensors, 0), lazygraph::UsageError);
+}
+
 TEST_CASE("a hand-written file is read byte-exactly") {
   // Header 120 bytes; data: F32 w = [1.0, -2.0] at [0, 8), BF16 scalar b = 0.5 at [8, 10), 2 unused bytes.
   const std::string header =

@@ -241,4 +241,20 @@ struct TensorToWrite {
 void write_safetensors(const std::filesystem::path& path, std::span<const TensorToWrite> tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
+/// The most tensor bytes a shard of write_safetensors_folder holds by default: Hugging Face's "5GB".
+inline constexpr std::size_t kDefaultShardBytes = 5'000'000'000;
+
+/// Writes `tensors` as a model folder that Checkpoint::open reads back, as Hugging Face's save_pretrained lays one out:
+/// "model.safetensors" when their bytes fit `max_shard_bytes`, else shards "model-00001-of-0000N.safetensors", ...,
+/// each of consecutive tensors of at most max_shard_bytes of data (a larger tensor alone), and
+/// "model.safetensors.index.json" mapping every tensor to its shard (with "metadata": {"total_size"}). Each file is
+/// written as write_safetensors writes one (with `metadata`). The files of an earlier save that would change what
+/// Checkpoint::open reads (model.safetensors beside an index, an index beside a single file, shards named
+/// model-NNNNN-of-NNNNN.safetensors that this save did not write) are removed after the new ones are in place.
+/// \throws UsageError for a max_shard_bytes of 0; CheckpointError for a tensor name that repeats (before anything is
+///         written), as write_safetensors does, and naming a file that cannot be written, renamed or removed.
+void write_safetensors_folder(const std::filesystem::path& directory, std::span<const TensorToWrite> tensors,
+                              std::size_t max_shard_bytes = kDefaultShardBytes,
+                              const std::map<std::string, std::string>& metadata = {});
+
 }  // namespace lazygraph::nn
