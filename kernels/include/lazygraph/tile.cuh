@@ -32,12 +32,12 @@ namespace lg {
 
 /// One call of a program as the persistent kernel reads it (host: detail::PersistentCallEntry, same layout).
 struct PersistentCall {
-  unsigned function;     ///< which tile function: the generated dispatch's case
-  unsigned tiles;        ///< how many tiles the call has
-  unsigned grid_x;       ///< the tile grid's x extent (tile index = x + grid_x * (y + grid_y * z))
-  unsigned grid_y;       ///< its y extent
-  unsigned args;         ///< the byte offset of the call's arguments in the argument block
-  unsigned tiles_begin;  ///< the program-wide index of its first tile
+  unsigned function;      ///< which tile function: the generated dispatch's case
+  unsigned tiles;         ///< how many tiles the call has
+  unsigned grid_x;        ///< the tile grid's x extent (tile index = x + grid_x * (y + grid_y * z))
+  unsigned grid_y;        ///< its y extent
+  unsigned args;          ///< the byte offset of the call's arguments in the argument block
+  unsigned tiles_begin;   ///< the program-wide index of its first tile
   unsigned shared_bytes;  ///< the call's dynamic shared memory per tile (TileConfig::shared_bytes)
   unsigned reserved1;
 };
