@@ -1,12 +1,13 @@
-// Tensor-parallel decode (issue 16): the SwiGLU MLP stack (4096, 11008, 8: 2.2 GB of fp16 weights) and a decoder
-// (d 4096, 32 heads, 8 kv heads, 8 layers, ffn 11008, vocab 32000: 3.1 GB) split over 1 GPU and over every GPU of
-// the machine, one rank each. Each row: the step's graph replay time (every rank's graph launched on its stream,
-// timed with CUDA events on rank 0's; median of 31 samples of 10 replays), the weight bytes each rank reads, the
-// fraction of rank 0's copy ceiling that reading them reached, and tokens/s. Beside each step, a graph of the
-// step's collectives alone (the same all-reduces and all-gather on the same sizes, nothing between them): its replay
-// time and its share of the step, the latency that NCCL adds. With more than one rank, each model twice: x in plain
-// device memory, and x in NCCL symmetric memory (TensorParallelOptions::symmetric_memory; NCCL 2.27+ runs its
-// low-latency symmetric kernels there). With one GPU only the TP = 1 rows run.
+// Tensor-parallel decode (issues 16, 39): the SwiGLU MLP stack (4096, 11008, 8: 2.2 GB of fp16 weights) and decoders
+// (d 4096 x 8 layers, vocab 32000: 3.1 GB; the TinyLlama and Llama-3.2-1B shapes; a 7B-class shape, d 4096 x 32
+// layers, ffn 11008, vocab 32000: 13 GB) split over 1 GPU and over every GPU of the machine, one rank each. Each row:
+// the step's graph replay time (every rank's graph launched on its stream, timed with CUDA events on rank 0's; median
+// of 31 samples of 10 replays), the weight bytes each rank reads, the fraction of rank 0's copy ceiling that reading
+// them reached, and tokens/s. Beside each step, a graph of the step's collectives alone (the same all-reduces and
+// all-gather on the same sizes, nothing between them): its replay time and its share of the step, the latency that NCCL
+// adds. With more than one rank, each model twice: x in plain device memory, and x in NCCL symmetric memory
+// (TensorParallelOptions::symmetric_memory; NCCL 2.27+ runs its low-latency symmetric kernels there; the decoders'
+// logits too), the decoders past the first in symmetric memory only. With one GPU only the TP = 1 rows run.
 #include <lazygraph/lazygraph.hpp>
 #include <lazygraph/nn.hpp>
 
@@ -18,6 +19,7 @@
 
 #include "ceiling.hpp"
 #include "cli.hpp"
+#include "model_shapes.hpp"
 
 namespace lg = lazygraph;
 
@@ -31,6 +33,21 @@ double replay_seconds(lg::MultiDeviceGraph& graph) {
         for (int r = 0; r < static_cast<int>(graph.size()); ++r) graph.graph(r).launch_on(graph.graph(r).stream());
       },
       [&] { graph.synchronize(); });
+}
+
+/// Median seconds per step of every rank of `model` (each rank's one-row step graph launched on its stream).
+double decoder_seconds(lg::nn::TensorParallelDecoder& model) {
+  model.replay(1);  // captures every rank's step graph at once (a rank's capture meets the others' in NCCL)
+  std::vector<lg::CudaGraph<>*> graphs;
+  for (int r = 0; r < model.ranks(); ++r) graphs.push_back(&model.rank(r).graph(1));
+  return bench::median_seconds(
+      graphs[0]->stream(), 10,
+      [&](int) {
+        for (lg::CudaGraph<>* g : graphs) g->launch_on(g->stream());
+      },
+      [&] {
+        for (lg::CudaGraph<>* g : graphs) g->synchronize();
+      });
 }
 
 struct Ranks {
@@ -88,11 +105,12 @@ void row(const std::string& model, int n, double seconds, double bytes_per_rank,
 int main(int argc, char** argv) {
   constexpr const char* usage =
       "usage: bench_tensor_parallel\n"
-      "The SwiGLU MLP (4096, 11008, 8) and a decoder (d 4096, 32 heads, 8 kv heads, 8 layers, vocab 32000) split\n"
-      "over 1 GPU and over every GPU of this machine: step time, weight bytes per rank, fraction of the copy\n"
-      "ceiling, tokens/s. A benchmark, not a test.\n"
+      "The SwiGLU MLP (4096, 11008, 8) and decoders (d 4096 x 8 layers; TinyLlama and Llama-3.2-1B shapes; a\n"
+      "7B-class shape) split over 1 GPU and over every GPU of this machine: step time, weight bytes per rank,\n"
+      "fraction of the copy ceiling, tokens/s. A benchmark, not a test.\n"
       "Exit status: 0 done, 1 failed, 2 usage error, 77 skipped (no GPU or no NCCL; the reason is printed).\n";
   if (auto code = example::handle_arguments(argc, argv, usage)) return *code;
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each row as it is measured, also into a file
   if (example::skip_without_gpu("bench_tensor_parallel")) return example::exit_skipped;
   std::string why;
   if (!lg::nccl_available(&why)) {
@@ -129,27 +147,40 @@ int main(int argc, char** argv) {
       }
     }
 
-    lg::nn::DecoderConfig dec;
-    dec.d = 4096;
-    dec.heads = 32;
-    dec.kv_heads = 8;
-    dec.layers = 8;
-    dec.ffn = 11008;
-    dec.vocab = 32000;
-    dec.context = 1024;
-    double dec_tp1 = 0;
-    for (const int n : sizes) {
-      for (const bool symmetric : {false, true}) {
-        if (n == 1 && symmetric) continue;
-        Ranks r = make_ranks(n);
-        lg::nn::TensorParallelDecoder model(r.comms, r.libraries, dec, {.symmetric_memory = symmetric});
-        for (int p = 0; p < 256; ++p) (void)model.forward({(p * 37) % dec.vocab, p});  // a 256-token context
-        const double t = replay_seconds(model.graph());
-        const double c = collectives_seconds(r, 2 * dec.layers, static_cast<std::size_t>(dec.d),
-                                             static_cast<std::size_t>(dec.vocab), symmetric);
-        row(std::string("decoder 4096x8, 32k vocab, pos 255") + (model.symmetric_memory() ? ", x symmetric" : ""), n, t,
-            static_cast<double>(dec.weight_bytes()) / n, ceiling, n == 1 ? 0 : dec_tp1, c);
-        if (n == 1) dec_tp1 = t;
+    // Decoders: the seeded weights split over the ranks (nn/decoder_rank.hpp), one token at position 255.
+    lg::nn::DecoderConfig d4096;
+    d4096.d = 4096;
+    d4096.heads = 32;
+    d4096.kv_heads = 8;
+    d4096.layers = 8;
+    d4096.ffn = 11008;
+    d4096.vocab = 32000;
+    const std::vector<bench::ModelShape> shapes{
+        {"decoder 4096x8, 32k vocab", d4096},
+        {"TinyLlama shape", bench::tinyllama().config},
+        {"Llama-3.2-1B shape", bench::llama32_1b().config},
+        {"7B class (4096x32, 11008, 32k vocab)", bench::seven_b_class().config}};
+    for (const bench::ModelShape& shape : shapes) {
+      lg::nn::DecoderConfig dec = shape.config;
+      dec.context = 1024;
+      double dec_tp1 = 0;
+      for (const int n : sizes) {
+        // x and the logits in plain memory, and (the default) in NCCL symmetric memory; the latter alone past the
+        // first shape.
+        for (const bool symmetric : {false, true}) {
+          if ((n == 1 || &shape != &shapes.front()) && !symmetric) continue;
+          Ranks r = make_ranks(n);
+          lg::nn::TensorParallelDecoder model(r.comms, r.libraries, dec,
+                                              lg::nn::TensorParallelOptions{.symmetric_memory = symmetric});
+          for (int p = 0; p < 256; ++p) (void)model.forward({(p * 37) % dec.vocab, p});  // a 256-token context
+          const double t = decoder_seconds(model);
+          // Per step: the embedding's all-reduce, two per layer, the logits' all-gather.
+          const double c = collectives_seconds(r, 2 * dec.layers + 1, static_cast<std::size_t>(dec.d),
+                                               static_cast<std::size_t>(dec.vocab), model.symmetric_memory());
+          row(shape.name + (model.symmetric_memory() ? ", symmetric" : ""), n, t,
+              static_cast<double>(dec.weight_bytes()) / n, ceiling, n == 1 ? 0 : dec_tp1, c);
+          if (n == 1) dec_tp1 = t;
+        }
       }
     }
     if (gpus == 1) std::printf("\none GPU: the TP = %s rows need a machine with more.\n", "N");

@@ -46,4 +46,16 @@ inline ModelShape llama32_1b() {
   return {"llama32-1b", c};
 }
 
+/// A 7B-class shape (Llama 2 7B's): d 4096, 32 heads (head_dim 128, no grouping), 32 layers, ffn 11008, vocab 32000:
+/// 13.2 GB in fp16.
+inline ModelShape seven_b_class() {
+  lazygraph::nn::DecoderConfig c;
+  c.d = 4096;
+  c.heads = 32;
+  c.layers = 32;
+  c.ffn = 11008;
+  c.vocab = 32000;
+  return {"7b-class", c};
+}
+
 }  // namespace bench

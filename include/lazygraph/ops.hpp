@@ -8,6 +8,7 @@
 #include "lazygraph/ops/access.hpp"
 #include "lazygraph/ops/allocate.hpp"
 #include "lazygraph/ops/collective.hpp"
+#include "lazygraph/ops/collective_log.hpp"
 #include "lazygraph/ops/combinators.hpp"
 #include "lazygraph/ops/concepts.hpp"
 #include "lazygraph/ops/copy.hpp"

@@ -1,5 +1,7 @@
 // Token embedding lookup for a batch: out[b][i] = table[tokens[b] * d + i] for b < batch, i < d; `embedding` for
-// fp16 tables, `embedding_bf16` for bf16 (a copy: the values are not converted).
+// fp16 tables, `embedding_bf16` for bf16 (a copy: the values are not converted). `embedding_rows(table, tokens, out,
+// d, batch, first, count)`: the table holds vocabulary rows [first, first + count) only (a tensor-parallel rank's
+// share), and a token outside them gives zeros.
 //
 // The tokens are read from device memory, so a captured graph replays with whatever tokens were copied there
 // (or written by argmax) last. They are not checked against the table's row count, which the kernel cannot know.
@@ -21,6 +23,20 @@ __device__ __forceinline__ void embedding_body(const T* table, const int* tokens
   }
 }
 
+/// embedding_rows: a table holding rows [first, first + count) of the vocabulary (a tensor-parallel rank's); a token
+/// outside them gives a row of zeros, so that the ranks' rows summed are the whole table's row.
+template <class T>
+__device__ __forceinline__ void embedding_rows_body(const T* table, const int* tokens, T* out, int d, int batch,
+                                                    int first, int count) {
+  lg::early_launch_prologue();
+  const long long n = static_cast<long long>(batch) * d;
+  for (long long e = lg::global_index(); e < n; e += lg::grid_stride()) {
+    const long long b = e / d;
+    const int row = tokens[b] - first;
+    out[e] = row >= 0 && row < count ? table[static_cast<long long>(row) * d + (e - b * d)] : lg::from_float<T>(0.0F);
+  }
+}
+
 }  // namespace
 
 extern "C" __global__ void embedding(const lg::half_t* table, const int* tokens, lg::half_t* out, int d, int batch) {
@@ -30,6 +46,16 @@ extern "C" __global__ void embedding(const lg::half_t* table, const int* tokens,
 extern "C" __global__ void embedding_bf16(const lg::bf16_t* table, const int* tokens, lg::bf16_t* out, int d,
                                           int batch) {
   embedding_body(table, tokens, out, d, batch);
+}
+
+extern "C" __global__ void embedding_rows(const lg::half_t* table, const int* tokens, lg::half_t* out, int d, int batch,
+                                          int first, int count) {
+  embedding_rows_body(table, tokens, out, d, batch, first, count);
+}
+
+extern "C" __global__ void embedding_rows_bf16(const lg::bf16_t* table, const int* tokens, lg::bf16_t* out, int d,
+                                               int batch, int first, int count) {
+  embedding_rows_body(table, tokens, out, d, batch, first, count);
 }
 
 // Tile functions (kernels/include/lazygraph/tile.cuh) for persistent programs: one tile per row b < batch (launch a

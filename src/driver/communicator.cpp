@@ -16,6 +16,8 @@ bool nccl_available(std::string* why) noexcept { return detail::nccl::try_load(w
 
 std::string nccl_version() { return detail::nccl::version_text(detail::nccl::version()); }
 
+bool nccl_bounded_join() noexcept { return detail::nccl::bounded_join_supported(); }
+
 std::string nccl_library() { return detail::nccl::library_path(); }
 
 void set_nccl_library(std::string path) { detail::nccl::set_library_path(std::move(path)); }
@@ -174,15 +176,18 @@ std::vector<Communicator> Communicator::create_all(std::span<const Device> devic
   return out;
 }
 
-Communicator::Communicator(const Device& device, int rank, int ranks, const CommunicatorId& id) {
-  if (ranks <= 0 || rank < 0 || rank >= ranks) {
-    throw UsageError("Communicator: rank " + std::to_string(rank) + " of " + std::to_string(ranks) +
-                     " (a rank is in [0, ranks))");
-  }
+Communicator::Communicator(const Device& device, int rank, int ranks, const CommunicatorId& id,
+                           std::chrono::milliseconds join_timeout) {
+  detail::check_join(rank, ranks, join_timeout);
   const std::string object = "rank " + std::to_string(rank) + " of " + std::to_string(ranks) + " on device " +
                              std::to_string(device.ordinal());
-  detail::nccl::Comm comm = detail::nccl::comm_init_rank(device.context(), ranks, id.raw(), rank, object);
-  state_ = std::make_shared<detail::CommunicatorState>(device, comm, rank, ranks, nullptr);
+  detail::nccl::Comm comm = detail::nccl::comm_init_rank(device.context(), ranks, id.raw(), rank, object, join_timeout);
+  try {
+    state_ = std::make_shared<detail::CommunicatorState>(device, comm, rank, ranks, nullptr);
+  } catch (...) {
+    detail::nccl::comm_abort_no_throw(comm);  // not handed out yet: ours to free
+    throw;
+  }
 }
 
 std::string Communicator::describe() const {
@@ -243,6 +248,18 @@ void Communicator::wait(const Stream& stream, std::chrono::milliseconds timeout)
 }
 
 namespace detail {
+
+void check_join(int rank, int ranks, std::chrono::milliseconds join_timeout) {
+  if (ranks <= 0 || rank < 0 || rank >= ranks) {
+    throw UsageError("Communicator: rank " + std::to_string(rank) + " of " + std::to_string(ranks) +
+                     " (a rank is in [0, ranks))");
+  }
+  if (join_timeout <= std::chrono::milliseconds::zero()) {
+    throw UsageError("Communicator: rank " + std::to_string(rank) + " of " + std::to_string(ranks) +
+                     ": the join timeout must be positive, got " + std::to_string(join_timeout.count()) +
+                     " ms (to wait longer for the peers, pass a longer timeout)");
+  }
+}
 
 void check_ranks_in_order(std::span<const Communicator> comms, std::string_view who, std::string_view why) {
   if (comms.empty()) throw UsageError(std::string(who) + ": no communicators");

@@ -8,10 +8,16 @@
 #include <link.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
 #include <cstdlib>
+#include <exception>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "lazygraph/detail/driver/driver_api.hpp"
 #include "lazygraph/driver/error.hpp"
@@ -43,6 +49,40 @@ using MemFreeFn = Result (*)(void*);
 using WindowRegisterFn = Result (*)(Comm, void*, std::size_t, Window*, int);
 using WindowDeregisterFn = Result (*)(Comm, Window);
 
+/// The first fields of ncclConfig_t, as NCCL 2.18 laid them out (up to splitShare). Later versions only append
+/// fields (2.28's ncclConfig_v22800 is 80 bytes), and NCCL copies just `size` bytes of a config over its defaults,
+/// then resets every field newer than `version` to its default (parseCommConfig), so this prefix with version 2.18
+/// means the same to every NCCL from 2.18 on: no layout to choose by the loaded version, and nothing set that we
+/// do not mean. `size` stops at splitShare's end, so the padding after it is not copied over trafficClass.
+struct Config {
+  static constexpr int undefined = std::numeric_limits<int>::min();  // NCCL_CONFIG_UNDEF_INT
+  std::size_t size = 0;
+  unsigned magic = 0xcafebeef;
+  unsigned version = 21800;  // NCCL_VERSION(2, 18, 0): 2.14 or newer, or NCCL ignores `blocking`
+  int blocking = undefined;
+  int cga_cluster_size = undefined;
+  int min_ctas = undefined;
+  int max_ctas = undefined;
+  const char* net_name = nullptr;  // NCCL_CONFIG_UNDEF_PTR
+  int split_share = undefined;
+};
+static_assert(offsetof(Config, magic) == 8 && offsetof(Config, blocking) == 16 && offsetof(Config, net_name) == 32 &&
+                  offsetof(Config, split_share) == 40,
+              "Config must match ncclConfig_t's first fields (LP64)");
+
+/// A config asking for a blocking (1) or non-blocking (0) communicator that shares no resources with a
+/// communicator split from it (the joining communicator is destroyed right after the split).
+Config config_of(int blocking) {
+  Config c;
+  c.size = offsetof(Config, split_share) + sizeof(c.split_share);
+  c.blocking = blocking;
+  c.split_share = 0;
+  return c;
+}
+
+using CommInitRankConfigFn = Result (*)(Comm*, int, UniqueId, int, Config*);
+using CommSplitFn = Result (*)(Comm, int, int, Comm*, Config*);
+
 struct EntryPoints {
   GetVersionFn ncclGetVersion = nullptr;
   GetUniqueIdFn ncclGetUniqueId = nullptr;
@@ -51,6 +91,9 @@ struct EntryPoints {
   CommFn ncclCommDestroy = nullptr;
   CommFn ncclCommAbort = nullptr;
   CommFn ncclCommFinalize = nullptr;  // optional (NCCL 2.14+)
+  // The bounded join (comm_init_rank), both or neither: null unless NCCL is 2.18+ and has them and ncclCommFinalize.
+  CommInitRankConfigFn ncclCommInitRankConfig = nullptr;
+  CommSplitFn ncclCommSplit = nullptr;
   CommAsyncErrorFn ncclCommGetAsyncError = nullptr;
   CommIntFn ncclCommCount = nullptr;
   CommIntFn ncclCommCuDevice = nullptr;
@@ -163,6 +206,8 @@ Library open_at(void* lib, const std::string& name) {
   need("ncclGroupStart", a.ncclGroupStart);
   need("ncclGroupEnd", a.ncclGroupEnd);
   fetch(lib, "ncclCommFinalize", a.ncclCommFinalize);
+  fetch(lib, "ncclCommInitRankConfig", a.ncclCommInitRankConfig);
+  fetch(lib, "ncclCommSplit", a.ncclCommSplit);
   fetch(lib, "ncclGetLastError", a.ncclGetLastError);
   fetch(lib, "ncclMemAlloc", a.ncclMemAlloc);
   fetch(lib, "ncclMemFree", a.ncclMemFree);
@@ -175,6 +220,11 @@ Library open_at(void* lib, const std::string& name) {
   if (a.ncclGetVersion(&l.version) != success) {
     l.why = "cannot use NCCL " + l.path + ": ncclGetVersion failed";
     return l;
+  }
+  if (l.version < 21800 || a.ncclCommInitRankConfig == nullptr || a.ncclCommSplit == nullptr ||
+      a.ncclCommFinalize == nullptr) {
+    a.ncclCommInitRankConfig = nullptr;  // no bounded join: ncclCommSplit and Config's layout are 2.18's
+    a.ncclCommSplit = nullptr;
   }
   l.usable = true;
   return l;
@@ -346,12 +396,136 @@ UniqueId get_unique_id() {
   return id;
 }
 
-Comm comm_init_rank(CUcontext ctx, int ranks, const UniqueId& id, int rank, std::string_view object) {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+/// `timeout` from now, or the clock's end for a timeout beyond it.
+Clock::time_point deadline_after(std::chrono::milliseconds timeout) {
+  const Clock::time_point now = Clock::now();
+  if (timeout >= std::chrono::duration_cast<std::chrono::milliseconds>(Clock::time_point::max() - now)) {
+    return Clock::time_point::max();
+  }
+  return now + timeout;
+}
+
+/// Polls ncclCommGetAsyncError on a non-blocking communicator until its last call is no longer in progress: that
+/// call's result, or ncclInProgress when `deadline` passed first (or the poll's own failure).
+Result settle(const EntryPoints& a, Comm comm, Clock::time_point deadline) noexcept {
+  auto pause = std::chrono::microseconds(2);
+  for (;;) {
+    Result state = success;
+    if (const Result r = a.ncclCommGetAsyncError(comm, &state); r != success) return r;
+    if (state != in_progress) return state;
+    if (Clock::now() >= deadline) return in_progress;
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(1000));
+  }
+}
+
+/// Destroys the non-blocking communicator the ranks joined through, once split: ncclCommFinalize (which NCCL
+/// completes on its thread) waited for until `deadline` but at least a second, then ncclCommDestroy; aborted when
+/// finalizing fails or takes longer. The split-off communicator does not depend on it (no shared resources).
+void destroy_joined_no_throw(const EntryPoints& a, Comm joined, Clock::time_point deadline) noexcept {
+  Result r = a.ncclCommFinalize(joined);
+  if (r == success || r == in_progress)
+    r = settle(a, joined, std::max(deadline, Clock::now() + std::chrono::seconds(1)));
+  if (r == success) {
+    (void)a.ncclCommDestroy(joined);
+  } else {
+    (void)a.ncclCommAbort(joined);
+  }
+}
+
+std::string join_timeout_text(int rank, int ranks, std::string_view object, std::chrono::milliseconds timeout,
+                              std::string_view stage) {
+  return "Communicator: " + std::string(object) + " did not " + std::string(stage) + " within " +
+         std::to_string(timeout.count()) + " ms: a peer never came (each of the " + std::to_string(ranks) +
+         " ranks, rank " + std::to_string(rank) +
+         " being this one, must make its Communicator from the same id within the timeout); the NCCL "
+         "communicator was aborted";
+}
+
+/// The NcclError throw_error makes, as an exception_ptr (made before an abort may change NCCL's last error).
+std::exception_ptr nccl_error(Result r, std::string_view api_name, std::string_view object) {
+  try {
+    throw_error(r, api_name, object);
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
+/// Gives up a join: aborts `joined` (non-blocking, so its abort stops and joins NCCL's thread: an init waiting for
+/// peers, or a split), after which `*comm` is final: null, or a communicator whose init has ended, well or not,
+/// which an abort frees. Then throws `error`.
+[[noreturn]] void abandon_join(const EntryPoints& a, Comm joined, Comm* comm, const std::exception_ptr& error) {
+  (void)a.ncclCommAbort(joined);  // null-safe
+  if (Comm made = std::atomic_ref<Comm>(*comm).load(std::memory_order_acquire); made != nullptr) {
+    (void)a.ncclCommAbort(made);
+  }
+  std::rethrow_exception(error);
+}
+
+}  // namespace
+
+Comm comm_init_rank(CUcontext ctx, int ranks, const UniqueId& id, int rank, std::string_view object,
+                    std::chrono::milliseconds timeout) {
   const EntryPoints& a = api();
   const driver::CurrentContext current(ctx);
-  Comm comm = nullptr;
-  check(a.ncclCommInitRank(&comm, ranks, id, rank), "ncclCommInitRank", object);
+  if (a.ncclCommSplit == nullptr) {  // no bounded join (NCCL before 2.18): blocks until every rank has come
+    Comm comm = nullptr;
+    check(a.ncclCommInitRank(&comm, ranks, id, rank), "ncclCommInitRank", object);
+    return comm;
+  }
+  const Clock::time_point deadline = deadline_after(timeout);
+  Comm joined = nullptr;  // non-blocking: only joined, split and destroyed here, never handed out
+  Comm comm = nullptr;    // blocking: written by NCCL's thread when the split's job ends
+  const auto error_of = [&](Result r, std::string_view api_name, std::string_view stage) {
+    if (r != in_progress) return nccl_error(r, api_name, object);
+    return std::make_exception_ptr(TimeoutError(join_timeout_text(rank, ranks, object, timeout, stage)));
+  };
+
+  Config joining = config_of(0);
+  Result r = a.ncclCommInitRankConfig(&joined, ranks, id, rank, &joining);
+  if (r == success || r == in_progress) r = settle(a, joined, deadline);
+  if (r != success) abandon_join(a, joined, &comm, error_of(r, "ncclCommInitRankConfig", "join"));
+
+  // Every rank has joined: each splits off the blocking communicator (color 0, key = rank: the same ranks in the
+  // same order). On a non-blocking parent ncclCommSplit may return ncclSuccess while its job still runs on NCCL's
+  // thread; the parent's asynchronous error says when the job has ended, and only then is `comm` written.
+  Config blocking = config_of(1);
+  r = a.ncclCommSplit(joined, 0, rank, &comm, &blocking);
+  if (r == success || r == in_progress) r = settle(a, joined, deadline);
+  if (r != success) {
+    abandon_join(a, joined, &comm, error_of(r, "ncclCommSplit", "split off its blocking communicator once joined"));
+  }
+  comm = std::atomic_ref<Comm>(comm).load(std::memory_order_acquire);
+  if (comm == nullptr) {
+    abandon_join(a, joined, &comm,
+                 nccl_error(internal_error, "ncclCommSplit", std::string(object) + ": no communicator came back"));
+  }
+  int count = 0;
+  int my_rank = -1;
+  if (r = a.ncclCommCount(comm, &count); r != success) {
+    abandon_join(a, joined, &comm, nccl_error(r, "ncclCommCount", object));
+  }
+  if (r = a.ncclCommUserRank(comm, &my_rank); r != success) {
+    abandon_join(a, joined, &comm, nccl_error(r, "ncclCommUserRank", object));
+  }
+  if (count != ranks || my_rank != rank) {
+    abandon_join(a, joined, &comm,
+                 nccl_error(internal_error, "ncclCommSplit",
+                            std::string(object) + ": the split communicator is rank " + std::to_string(my_rank) +
+                                " of " + std::to_string(count) + ", not rank " + std::to_string(rank) + " of the " +
+                                std::to_string(ranks) + " ranks that joined"));
+  }
+  destroy_joined_no_throw(a, joined, deadline);
   return comm;
+}
+
+bool bounded_join_supported() noexcept {
+  if (!try_load(nullptr)) return false;
+  return loaded->api.ncclCommSplit != nullptr;
 }
 
 std::vector<Comm> comm_init_all(std::span<const int> devices) {

@@ -24,9 +24,10 @@ SymmetricAllocation::~SymmetricAllocation() {
   nccl::mem_free_no_throw(comm->device.context(), as_pointer(address));
 }
 
-std::vector<std::shared_ptr<SymmetricAllocation>> allocate_symmetric(std::span<const Communicator> comms,
-                                                                     std::size_t bytes) {
-  check_ranks_in_order(comms, "SymmetricBuffer::create_all", "its registration waits for all of them");
+namespace {
+/// Allocates and registers `bytes` for each of `comms` (every rank of one process, or one rank of several).
+std::vector<std::shared_ptr<SymmetricAllocation>> allocate_and_register(std::span<const Communicator> comms,
+                                                                        std::size_t bytes) {
   for (const Communicator& c : comms) (void)c.get();  // refuses an aborted communicator
   std::string why;
   if (!nccl::symmetric_supported(&why)) throw UsageError("SymmetricBuffer: " + why);
@@ -47,6 +48,17 @@ std::vector<std::shared_ptr<SymmetricAllocation>> allocate_symmetric(std::span<c
   const std::vector<nccl::Window> windows = nccl::window_register_all(handles, addresses, bytes, object);
   for (std::size_t i = 0; i < out.size(); ++i) out[i]->window = windows[i];
   return out;
+}
+}  // namespace
+
+std::vector<std::shared_ptr<SymmetricAllocation>> allocate_symmetric(std::span<const Communicator> comms,
+                                                                     std::size_t bytes) {
+  check_ranks_in_order(comms, "SymmetricBuffer::create_all", "its registration waits for all of them");
+  return allocate_and_register(comms, bytes);
+}
+
+std::shared_ptr<SymmetricAllocation> allocate_symmetric_rank(const Communicator& comm, std::size_t bytes) {
+  return allocate_and_register(std::span<const Communicator>(&comm, 1), bytes).front();
 }
 
 }  // namespace lazygraph::detail

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "json_util.hpp"
+#include "lazygraph/nn/decoder_rank.hpp"
 #include "lazygraph/nn/quantized_checkpoint.hpp"
 
 namespace lazygraph::nn {
@@ -185,35 +186,51 @@ constexpr DType dtype_of = std::same_as<E, half>       ? DType::f16
                            : std::same_as<E, bfloat16> ? DType::bf16
                                                        : DType::f32;
 
-/// Uploads tensor `t` from `info` (in `weights`) into `out` as elements of E, through `buffers`: rows of E's own
-/// dtype are copied, others converted (to float exactly; to fp16 or bf16 a finite value E cannot hold is a
-/// CheckpointError), rope rows reordered. Counts the bytes in `progress` when given.
+/// The part of a tensor an upload reads: `rows` rows from `first_row` (in the decoder's order, so that rope rows are
+/// reordered from there), `cols` columns of each from `first_col`. A tensor-parallel rank's share, or the whole tensor.
+struct Block {
+  std::size_t first_row = 0;
+  std::size_t rows = 0;
+  std::size_t first_col = 0;
+  std::size_t cols = 0;
+};
+
+/// The whole of `t`.
+Block whole(const DecoderTensor& t) {
+  return {0, static_cast<std::size_t>(t.rows), 0, static_cast<std::size_t>(t.cols)};
+}
+
+/// Uploads block `b` of tensor `t` from `info` (in `weights`) into `out` ([b.rows][b.cols]) as elements of E,
+/// through `buffers`: rows of E's own dtype are copied, others converted (to float exactly; to fp16 or bf16 a finite
+/// value E cannot hold is a CheckpointError naming its element in the whole tensor), rope rows reordered. Counts the
+/// bytes in `progress` when given.
 template <Uploaded E>
 void upload_rows(const Checkpoint& weights, int head_dim, const DecoderTensor& t, const TensorInfo& info,
-                 DeviceSpan<E> out, Staging& buffers, Progress* progress) {
+                 const Block& b, DeviceSpan<E> out, Staging& buffers, Progress* progress) {
   const std::byte* data = weights.data(info).data();
-  const auto cols = static_cast<std::size_t>(t.cols);
-  const std::size_t rows_per_chunk = buffers.capacity<E>() / cols;
-  for (std::size_t row0 = 0; row0 < static_cast<std::size_t>(t.rows); row0 += rows_per_chunk) {
-    const std::size_t rows = std::min(rows_per_chunk, static_cast<std::size_t>(t.rows) - row0);
+  const auto cols = static_cast<std::size_t>(t.cols);  // the stored row's
+  const std::size_t rows_per_chunk = buffers.capacity<E>() / b.cols;
+  for (std::size_t row0 = 0; row0 < b.rows; row0 += rows_per_chunk) {
+    const std::size_t rows = std::min(rows_per_chunk, b.rows - row0);
     std::span<E> buffer = buffers.next<E>();
     for (std::size_t r = 0; r < rows; ++r) {
-      const int row = static_cast<int>(row0 + r);
+      const int row = static_cast<int>(b.first_row + row0 + r);
       const auto from = static_cast<std::size_t>(t.rope_rows ? rotate_half_row(row, head_dim) : row);
-      E* dst = buffer.data() + r * cols;
+      const std::size_t at = from * cols + b.first_col;  // the block row's first element in the whole tensor
+      E* dst = buffer.data() + r * b.cols;
       if (info.dtype == dtype_of<E>) {
-        std::memcpy(dst, data + from * cols * sizeof(E), cols * sizeof(E));
+        std::memcpy(dst, data + at * sizeof(E), b.cols * sizeof(E));
         continue;
       }
-      for (std::size_t c = 0; c < cols; ++c) {
-        const float f = element(data, info.dtype, from * cols + c);
+      for (std::size_t c = 0; c < b.cols; ++c) {
+        const float f = element(data, info.dtype, at + c);
         if constexpr (std::same_as<E, float>) {
           dst[c] = f;
         } else {
           const E h = E::from_float(f);
           if (std::isfinite(f) && !std::isfinite(h.to_float())) {
             throw CheckpointError(weights.file_of(info).path(), info.name,
-                                  "value " + std::to_string(f) + " at element " + std::to_string(from * cols + c) +
+                                  "value " + std::to_string(f) + " at element " + std::to_string(at + c) +
                                       " does not fit in " + std::string(element_name<E>) +
                                       (std::same_as<E, half> ? " (largest 65504)" : " (largest 3.39e38)") +
                                       ", the decoder's element type");
@@ -222,8 +239,8 @@ void upload_rows(const Checkpoint& weights, int head_dim, const DecoderTensor& t
         }
       }
     }
-    buffers.copy(out.subspan(row0 * cols, rows * cols), rows * cols);
-    if (progress != nullptr) progress->advance(rows * cols * sizeof(E));
+    buffers.copy(out.subspan(row0 * b.cols, rows * b.cols), rows * b.cols);
+    if (progress != nullptr) progress->advance(rows * b.cols * sizeof(E));
   }
 }
 
@@ -265,8 +282,8 @@ DeviceQuantizedWeight<T> quantize_on_device(const Stream& stream, const DeviceQu
   try {
     std::size_t at = 0;
     for (const MatrixPart& p : parts) {
-      upload_rows<S>(weights, head_dim, *p.tensor, *p.info, stacked.view().subspan(at, p.tensor->elements()), buffers,
-                     nullptr);
+      upload_rows<S>(weights, head_dim, *p.tensor, *p.info, whole(*p.tensor),
+                     stacked.view().subspan(at, p.tensor->elements()), buffers, nullptr);
       at += p.tensor->elements();
     }
     return quantizer.template quantize<T, S>(stream, layout.format(), layout.name(), layout.rows(), layout.cols(),
@@ -519,7 +536,7 @@ BasicDecoderWeights<T> DecoderCheckpoint::upload_with(const Stream& stream, cons
       return;  // the weight is held quantized
     }
     try {  // into the tensor's buffer, or its rows of the layer's stacked q, k and v
-      upload_rows<T>(weights_, config_.head_dim(), t, *info, into, buffers, &progress);
+      upload_rows<T>(weights_, config_.head_dim(), t, *info, whole(t), into, buffers, &progress);
     } catch (...) {
       drain(stream);
       throw;
@@ -528,6 +545,52 @@ BasicDecoderWeights<T> DecoderCheckpoint::upload_with(const Stream& stream, cons
   BasicDecoderWeights<T> w = assemble_decoder_weights<T>(stream.device(), config_, dense, fill);
   stream.synchronize();
   adopt_quantized(stream, w, config_, quantization, std::move(matrices));
+  return w;
+}
+
+void DecoderCheckpoint::check_shard(int rank, int ranks) const {
+  check_tensor_split(config_, ranks);
+  if (rank < 0 || rank >= ranks) {
+    throw UsageError("DecoderCheckpoint::upload_shard: rank " + std::to_string(rank) + " is outside [0, " +
+                     std::to_string(ranks) + ")");
+  }
+  if (quantization().any() || quantized_as_saved()) {
+    throw UsageError(
+        "DecoderCheckpoint::upload_shard: a tensor-parallel rank loads dense weights, but " +
+        (quantized_as_saved()
+             ? "the checkpoint " + weights_.path().string() + " is quantized as " + quantization_name(quantization()) +
+                   " (its config.json's quantization_config): load its unquantized checkpoint"
+             : "LoadOptions::quantization asks for " + quantization_name(quantization()) + ": leave it empty"));
+  }
+}
+
+template <Element T>
+BasicDecoderWeights<T> DecoderCheckpoint::upload_shard(const Stream& stream, int rank, int ranks) const {
+  check_shard(rank, ranks);  // before anything is allocated
+  const DecoderConfig shard = shard_config(config_, ranks);
+  std::size_t bytes = 0;
+  for (const DecoderTensor& t : decoder_tensors(shard)) bytes += t.elements() * sizeof(T);
+  std::size_t widest = 1;  // bytes of the widest row staged
+  for (const DecoderTensor& t : tensors_) widest = std::max(widest, static_cast<std::size_t>(t.cols) * sizeof(T));
+  Staging buffers(stream, std::max(options_.staging_bytes, widest));
+  Progress progress(weights_.path().string() + " rank " + std::to_string(rank) + " of " + std::to_string(ranks), bytes,
+                    options_.progress && bytes >= options_.progress_from_bytes);
+  std::size_t index = 0;  // assemble_decoder_weights walks the shard's tensors in the order of the whole model's
+  const auto fill = [&](const DecoderTensor&, DeviceSpan<T> into) {
+    const std::size_t i = index++;
+    const DecoderTensor& t = tensors_[i];
+    const TensorShard part = tensor_shard(t, config_, rank, ranks);
+    const Block block = part.columns ? Block{0, static_cast<std::size_t>(t.rows), part.first, part.count}
+                                     : Block{part.first, part.count, 0, static_cast<std::size_t>(t.cols)};
+    try {  // q and k rows: whole heads, so local row j is the interleaved row part.first + j of the whole tensor
+      upload_rows<T>(weights_, config_.head_dim(), t, *sources_[i], block, into, buffers, &progress);
+    } catch (...) {
+      drain(stream);
+      throw;
+    }
+  };
+  BasicDecoderWeights<T> w = assemble_decoder_weights<T>(stream.device(), shard, fill);
+  stream.synchronize();
   return w;
 }
 
@@ -542,14 +605,31 @@ BasicDecoder<T> load_decoder(const Stream& stream, const KernelLibrary& library,
   return BasicDecoder<T>(stream, library, checkpoint.config(), checkpoint.template upload<T>(stream));
 }
 
+template <Element T>
+BasicDecoder<T> load_decoder_rank(const Stream& stream, const KernelLibrary& library,
+                                  const std::filesystem::path& directory, const Communicator& comm,
+                                  const LoadOptions& options, const TensorParallelOptions& parallel) {
+  const DecoderCheckpoint checkpoint = DecoderCheckpoint::open(directory, options);
+  return BasicDecoder<T>(stream, library, checkpoint.config(),
+                         checkpoint.template upload_shard<T>(stream, comm.rank(), comm.size()), comm, parallel);
+}
+
 template BasicDecoderWeights<half> DecoderCheckpoint::upload<half>(const Stream&) const;
 template BasicDecoderWeights<bfloat16> DecoderCheckpoint::upload<bfloat16>(const Stream&) const;
 template BasicDecoderWeights<half> DecoderCheckpoint::upload<half>(const Stream&, const DeviceQuantizer&) const;
 template BasicDecoderWeights<bfloat16> DecoderCheckpoint::upload<bfloat16>(const Stream&, const DeviceQuantizer&) const;
+template BasicDecoderWeights<half> DecoderCheckpoint::upload_shard<half>(const Stream&, int, int) const;
+template BasicDecoderWeights<bfloat16> DecoderCheckpoint::upload_shard<bfloat16>(const Stream&, int, int) const;
 template BasicDecoder<half> load_decoder<half>(const Stream&, const KernelLibrary&, const std::filesystem::path&,
                                                const LoadOptions&);
 template BasicDecoder<bfloat16> load_decoder<bfloat16>(const Stream&, const KernelLibrary&,
                                                        const std::filesystem::path&, const LoadOptions&);
+template BasicDecoder<half> load_decoder_rank<half>(const Stream&, const KernelLibrary&, const std::filesystem::path&,
+                                                    const Communicator&, const LoadOptions&,
+                                                    const TensorParallelOptions&);
+template BasicDecoder<bfloat16> load_decoder_rank<bfloat16>(const Stream&, const KernelLibrary&,
+                                                            const std::filesystem::path&, const Communicator&,
+                                                            const LoadOptions&, const TensorParallelOptions&);
 
 void save_seeded_checkpoint(const std::filesystem::path& directory, const DecoderConfig& config, DType dtype) {
   if (dtype != DType::f16 && dtype != DType::bf16 && dtype != DType::f32) {

@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "lazygraph/nn/decoder_rank.hpp"
 #include "lazygraph/nn/decoder_tensors.hpp"
 #include "lazygraph/nn/decoder_tiles.hpp"
 #include "lazygraph/nn/prefill.hpp"
@@ -305,20 +306,57 @@ BasicDecoderWeights<T> checked(BasicDecoderWeights<T> w, const DecoderConfig& c)
 }
 }  // namespace
 
+namespace {
+/// The shapes a decoder's step runs: `c`'s, or with `comm` its rank's share (shard_config), checked first.
+DecoderConfig step_shape(const DecoderConfig& c, const Communicator* comm, const Stream& stream) {
+  if (comm == nullptr) return c;
+  if (comm->device().ordinal() != stream.device().ordinal()) {
+    throw UsageError("Decoder: the stream is on device " + std::to_string(stream.device().ordinal()) +
+                     ", the communicator's rank on device " + std::to_string(comm->device().ordinal()));
+  }
+  return shard_config(c, comm->size());
+}
+
+/// The state's shapes: the step's, with the whole vocabulary's logits (a rank gathers every rank's into them).
+DecoderConfig state_shape(DecoderConfig shard, const DecoderConfig& c) {
+  shard.vocab = c.vocab;
+  return shard;
+}
+}  // namespace
+
 template <Element T>
 BasicDecoder<T>::BasicDecoder(const Stream& stream, const KernelLibrary& library, const DecoderConfig& config,
                               BasicDecoderWeights<T> weights)
+    : BasicDecoder(stream, library, config, std::move(weights), static_cast<const Communicator*>(nullptr), {}) {}
+
+template <Element T>
+BasicDecoder<T>::BasicDecoder(const Stream& stream, const KernelLibrary& library, const DecoderConfig& config,
+                              BasicDecoderWeights<T> weights, const Communicator& comm,
+                              const TensorParallelOptions& options)
+    : BasicDecoder(stream, library, config, std::move(weights), &comm, options) {}
+
+template <Element T>
+BasicDecoder<T>::BasicDecoder(const Stream& stream, const KernelLibrary& library, const DecoderConfig& config,
+                              BasicDecoderWeights<T> weights, const Communicator* comm,
+                              const TensorParallelOptions& options)
     : config_(validated(config)),
+      shard_(step_shape(config_, comm, stream)),
       kernels_(library, {.early_launch = config_.early_launch, .tensor_cores = config_.tensor_cores}),
-      weights_(checked(std::move(weights), config_)),
+      weights_(checked(std::move(weights), shard_)),
       quantized_kernels_(weights_.quantized() ? std::optional<BasicQuantizedKernels<T>>(std::in_place, library)
                                               : std::nullopt),
-      state_(stream.device(), config_),
+      state_(stream.device(), state_shape(shard_, config_)),
       io_(library, staging_input_size(config_), DecoderIo::output_size(config_.context)),
       stream_(stream.device()),
       graphs_(kMaxRows),
       io_graphs_(kMaxRows) {
   if (quantized_kernels_) quantized_kernels_->early_launch = config_.early_launch;
+  if (comm != nullptr) {
+    if (weights_.quantized()) {
+      throw UsageError("Decoder: a tensor-parallel rank runs dense weights only; these are quantized in part");
+    }
+    rank_ = std::make_unique<BasicRankState<T>>(*comm, state_, options);
+  }
   if (config_.backend == DecoderBackend::persistent) {
     if (weights_.quantized()) {
       throw UsageError(
@@ -331,6 +369,16 @@ BasicDecoder<T>::BasicDecoder(const Stream& stream, const KernelLibrary& library
   }
   (void)io_graph(1);  // a decoder that cannot capture its step fails here, not at the first forward
   reset();
+}
+
+template <Element T>
+const Communicator* BasicDecoder<T>::communicator() const noexcept {
+  return rank_ ? &rank_->comm : nullptr;
+}
+
+template <Element T>
+bool BasicDecoder<T>::symmetric_memory() const noexcept {
+  return rank_ && rank_->symmetric_memory;
 }
 
 template <Element T>
@@ -390,6 +438,13 @@ template <Element T>
 template <class Make>
 CudaGraph<> BasicDecoder<T>::with_step(int rows, Make make) {
   if (tiles_) return make(program(rows).op());
+  if (rank_) {
+    // Ranks in other processes made their graph too: compare the collectives before anything replays them.
+    CollectiveLog log(rank_->comm);
+    CudaGraph<> graph = make(decoder_rank_step(kernels_, weights_, state_, *rank_, shard_, rows, sampling_));
+    check_same_collectives(rank_->comm, stream_, log, "a graph of steps of " + std::to_string(rows) + " rows");
+    return graph;
+  }
   return make(step_op(rows));
 }
 
@@ -481,6 +536,7 @@ int BasicDecoder<T>::prefill_steps(std::span<const int> prompt, std::size_t firs
 
 template <Element T>
 std::string BasicDecoder<T>::prefill_fallback_reason() const {
+  if (rank_) return "a tensor-parallel rank runs prompts through the decode step's graphs";
   std::string why;
   return prefill_on_tensor_cores(config_, stream_.device().compute_capability(), &why) ? std::string() : why;
 }
@@ -492,7 +548,9 @@ int BasicDecoder<T>::prefill(std::span<const int> prompt, int start, int slot) {
   const auto min_rows = static_cast<std::size_t>(kPrefillMinRows);
   std::size_t first = 0;
   if (prompt.size() >= min_rows) {
-    if (!prefill_gemm_) prefill_gemm_ = prefill_on_tensor_cores(config_, stream_.device().compute_capability());
+    if (!prefill_gemm_) {
+      prefill_gemm_ = !rank_ && prefill_on_tensor_cores(config_, stream_.device().compute_capability());
+    }
     if (*prefill_gemm_) {
       if (!prefill_) {
         prefill_ = std::make_unique<BasicPrefill<T>>(stream_.device(), config_, dequantized_elements(weights_));
@@ -521,6 +579,19 @@ template <Element T>
 std::vector<int> BasicDecoder<T>::generate(int token, int n, int stop_token, int start) {
   check_generate(config_, token, n, stop_token, start);
   const std::lock_guard<std::mutex> lock(*mutex_);
+  if (rank_) {
+    // A rank steps from the host, one replay of its step graph per token: NCCL's captured collectives bring event
+    // nodes (its graph-mixing support) that a WHILE loop's body may not hold, so the loop graph would not
+    // instantiate. The tokens are forward's, as the loop's are.
+    std::vector<int> out;
+    int next = token;
+    for (int i = 0; i < n && (out.empty() || out.back() != stop_token); ++i) {
+      set_row(0, next, start + i, 0);
+      next = run(1)[0];
+      out.push_back(next);
+    }
+    return out;
+  }
   if (!kernels_.loop) throw UsageError("Decoder::generate: " + kernels_.loop_unavailable);
   if (!bound_) bound_.emplace(kernels_.loop->while_guard, stream_.device(), static_cast<unsigned>(config_.context));
   if (!generate_graph_) {

@@ -54,6 +54,7 @@ KernelLibrary kernel_library(const Device& device) {
 template <Element T>
 BasicKernels<T>::BasicKernels(const KernelLibrary& library, KernelOptions options)
     : embedding(lookup<decltype(embedding)>(library, named<T>("embedding"))),
+      embedding_rows(lookup<decltype(embedding_rows)>(library, named<T>("embedding_rows"))),
       gemv(lookup<decltype(gemv)>(library, named<T>("gemv"), options.tensor_cores)),
       gemv_add(lookup<decltype(gemv_add)>(library, named<T>("gemv_add"), options.tensor_cores)),
       rms_norm_gemv(lookup<decltype(rms_norm_gemv)>(library, named<T>("rms_norm_gemv"), options.tensor_cores)),

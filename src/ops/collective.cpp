@@ -3,6 +3,7 @@
 #include <mutex>
 
 #include "lazygraph/driver/error.hpp"
+#include "lazygraph/ops/collective_log.hpp"
 
 namespace lazygraph::detail {
 
@@ -128,6 +129,7 @@ void prepare(ExecContext& ctx, const Communicator& comm, std::string_view what, 
   }
   (void)comm.get();  // refuses an aborted communicator
   ctx.keep_alive(comm.state());
+  if (CollectiveLog* log = CollectiveLog::active(); log != nullptr) log->note(comm, signature());
   if (Clique* clique = comm.state()->clique.get(); clique != nullptr) {
     bool comparing = false;
     {

@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <span>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -81,6 +83,18 @@ TEST_CASE("ranks that record different collectives are named, with both collecti
   CHECK_NOTHROW(clique.end_compare());
 }
 
+TEST_CASE("a Communicator's rank and join timeout are checked before NCCL is touched") {
+  CHECK_NOTHROW(detail::check_join(0, 1, 1ms));
+  CHECK_NOTHROW(detail::check_join(1, 2, 60s));
+  CHECK_THROWS_WITH_AS(detail::check_join(1, 1, 1s), doctest::Contains("rank 1 of 1 (a rank is in [0, ranks))"),
+                       UsageError);
+  CHECK_THROWS_AS(detail::check_join(-1, 2, 1s), UsageError);
+  CHECK_THROWS_AS(detail::check_join(0, 0, 1s), UsageError);
+  CHECK_THROWS_WITH_AS(detail::check_join(0, 2, 0ms),
+                       doctest::Contains("rank 0 of 2: the join timeout must be positive, got 0 ms"), UsageError);
+  CHECK_THROWS_WITH_AS(detail::check_join(1, 2, -5ms), doctest::Contains("must be positive, got -5 ms"), UsageError);
+}
+
 TEST_SUITE("gpu") {
   TEST_CASE("a communicator of every GPU of this process: ranks in device order, checked, waited for") {
     if (!lgtest::have_nccl()) return;
@@ -100,16 +114,65 @@ TEST_SUITE("gpu") {
 
   TEST_CASE("a communicator per process from an id; a rank outside the communicator is refused") {
     if (!lgtest::have_nccl()) return;
+    CAPTURE(nccl_bounded_join());
     const CommunicatorId id = CommunicatorId::create();
     const Communicator comm(lgtest::device(), 0, 1, id);
     CHECK(comm.rank() == 0);
     CHECK(comm.size() == 1);
+    CHECK(detail::nccl::comm_count(comm.get()) == 1);
+    CHECK(detail::nccl::comm_rank(comm.get()) == 0);
     CHECK_THROWS_WITH_AS(Communicator(lgtest::device(), 1, 1, id), doctest::Contains("rank 1 of 1"), UsageError);
+    CHECK_THROWS_WITH_AS(Communicator(lgtest::device(), 0, 1, id, 0ms), doctest::Contains("must be positive"),
+                         UsageError);
     const Communicator copy = comm;  // NOLINT(performance-unnecessary-copy-initialization): copies are the point
     CHECK(copy == comm);
     comm.abort();
     CHECK(copy.aborted());
     CHECK_THROWS_WITH_AS((void)copy.get(), doctest::Contains("was aborted"), UsageError);
+  }
+
+  TEST_CASE("a rank whose peer never comes gets a TimeoutError within its join timeout; the GPU stays usable") {
+    if (!lgtest::have_nccl()) return;
+    if (!nccl_bounded_join()) {
+      MESSAGE("skipped: NCCL " << nccl_version() << " cannot bound a join (2.18 or newer)");
+      return;
+    }
+    const auto timeout = 500ms;
+    std::string message;
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      const Communicator alone(lgtest::device(), 0, 2, CommunicatorId::create(), timeout);  // rank 1 never comes
+      FAIL("rank 0 of 2 joined without rank 1");
+    } catch (const TimeoutError& e) {
+      message = e.what();
+    }
+    const auto elapsed = std::chrono::steady_clock::now() - start;
+    CHECK(elapsed >= timeout);
+    CHECK(elapsed < timeout + 5s);
+    const std::string device = std::to_string(lgtest::device().ordinal());
+    CHECK_MESSAGE(message.find("rank 0 of 2 on device " + device + " did not join within 500 ms") != std::string::npos,
+                  message);
+    CHECK_MESSAGE(message.find("a peer never came") != std::string::npos, message);
+    CHECK_MESSAGE(message.find("aborted") != std::string::npos, message);
+
+    // The GPU still works: memory, a kernel, and new communicators (of create_all, and from an id) with a
+    // collective each.
+    const Stream& s = lgtest::stream();
+    const std::size_t n = 1024 + 3;
+    const std::vector<float> x = lgtest::random_floats(n);
+    const std::vector<float> y = lgtest::random_floats(n);
+    DeviceBuffer<float> xd = lgtest::to_device(s, x);
+    DeviceBuffer<float> data = lgtest::to_device(s, y);
+    lgtest::axpy()(grid_for(n, 256), 2.0F, xd.cview(), data.view(), static_cast<int>(n)).sync_on(s);
+    const std::vector<double> expect = lgtest::axpy_reference(2.0F, x, y, 1);
+    const Communicator one = Communicator::create_all(std::vector<Device>{lgtest::device()}).at(0);
+    all_reduce(one, data.view()).sync_on(s);
+    const Communicator again(lgtest::device(), 0, 1, CommunicatorId::create(), 30s);
+    all_reduce(again, data.view()).sync_on(s);
+    const std::vector<float> got = lgtest::to_host(s, data.cview());
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < n; ++i) wrong += got[i] != static_cast<float>(expect[i]) ? 1 : 0;
+    CHECK(wrong == 0);
   }
 
   TEST_CASE("over two GPUs: one rank per thread from an id in a file, as one process per GPU would") {
@@ -128,7 +191,7 @@ TEST_SUITE("gpu") {
         try {
           if (r == 0) CommunicatorId::create().write_file(path);  // rank 0 makes the id, the other reads it
           const CommunicatorId id = CommunicatorId::read_file(path, 10s);
-          comms[static_cast<std::size_t>(r)].emplace(Device::get(r), r, 2, id);  // returns when both have come
+          comms[static_cast<std::size_t>(r)].emplace(Device::get(r), r, 2, id, 30s);  // returns when both have come
         } catch (...) {
           errors[static_cast<std::size_t>(r)] = std::current_exception();
         }
@@ -145,7 +208,79 @@ TEST_SUITE("gpu") {
       CHECK(c.device().ordinal() == r);
       CHECK(c.describe() == "rank " + std::to_string(r) + " of 2 on device " + std::to_string(r));
       CHECK_NOTHROW(c.check());
+      CHECK(detail::nccl::comm_count(c.get()) == 2);  // NCCL's own count: not a one-rank communicator
+      CHECK(detail::nccl::comm_rank(c.get()) == r);
     }
     CHECK(*comms[0] != *comms[1]);
+  }
+
+  TEST_CASE(
+      "over two GPUs: ranks that joined with a timeout run collectives eagerly and captured in a graph, replayed with "
+      "new data each time: exact sums") {
+    // A communicator made from an id must be a blocking one: a collective captured through a non-blocking
+    // communicator replayed wrong data (NCCL 2.28 launches its kernels from its own thread, after the capture).
+    if (!lgtest::have_nccl()) return;
+    if (Device::count() < 2) {
+      MESSAGE("skipped: two GPUs needed for two ranks; this machine has " << Device::count());
+      return;
+    }
+    CAPTURE(nccl_bounded_join());
+    const CommunicatorId id = CommunicatorId::create();
+    const std::size_t n = 5000 + 11;
+    constexpr std::size_t replays = 3;
+    // inputs[k][r]: rank r's data for step k (0 eager, 1.. the replays).
+    std::vector<std::vector<std::vector<float>>> inputs;
+    for (std::size_t k = 0; k <= replays; ++k) inputs.push_back({lgtest::random_floats(n), lgtest::random_floats(n)});
+    // reduced[r][k]: rank r's all_reduce after step k; gathered[r][k - 1]: its all_gather of that (2 n) after replay k.
+    std::vector<std::vector<std::vector<float>>> reduced(2);
+    std::vector<std::vector<std::vector<float>>> gathered(2);
+    std::vector<std::exception_ptr> errors(2);
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < 2; ++r) {
+      ranks.emplace_back([&, r] {
+        const auto i = static_cast<std::size_t>(r);
+        try {
+          const Communicator comm(Device::get(r), r, 2, id, 30s);
+          const Stream stream(comm.device());
+          DeviceBuffer<float> data = lgtest::to_device(stream, inputs[0][i]);
+          DeviceBuffer<float> all(comm.device(), 2 * n);
+          all_reduce(comm, data.view()).sync_on(stream);
+          reduced[i].push_back(lgtest::to_host(stream, data.cview()));
+          auto graph = CudaGraph<>::capture(
+              stream, all_reduce(comm, data.view()) >> all_gather<float>(comm, data.view(), all.view()));
+          for (std::size_t k = 1; k <= replays; ++k) {
+            copy(data.view(), std::span<const float>(inputs[k][i])).sync_on(stream);
+            graph.launch();
+            comm.wait(stream, 30s);
+            reduced[i].push_back(lgtest::to_host(stream, data.cview()));
+            gathered[i].push_back(lgtest::to_host(stream, all.cview()));
+          }
+        } catch (...) {
+          errors[i] = std::current_exception();
+        }
+      });
+    }
+    for (std::thread& t : ranks) t.join();
+    for (const std::exception_ptr& e : errors) {
+      if (e) std::rethrow_exception(e);
+    }
+    for (std::size_t r = 0; r < 2; ++r) {
+      CAPTURE(r);
+      REQUIRE(reduced[r].size() == replays + 1);
+      REQUIRE(gathered[r].size() == replays);
+      for (std::size_t k = 0; k <= replays; ++k) {
+        CAPTURE(k);
+        std::size_t wrong = 0;
+        for (std::size_t i = 0; i < n; ++i) {
+          const float sum = inputs[k][0][i] + inputs[k][1][i];
+          wrong += reduced[r][k][i] != sum ? 1 : 0;
+          if (k > 0) {
+            wrong += gathered[r][k - 1][i] != sum ? 1 : 0;
+            wrong += gathered[r][k - 1][n + i] != sum ? 1 : 0;
+          }
+        }
+        CHECK(wrong == 0);
+      }
+    }
   }
 }

@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "common/gpu.hpp"
 
@@ -13,6 +14,21 @@ TEST_SUITE("gpu") {
     CHECK(b.size() == values.size());
     CHECK(b.size_bytes() == values.size() * sizeof(float));
     CHECK(lgtest::to_host(lgtest::stream(), b.cview()) == values);
+  }
+
+  TEST_CASE("a buffer adopting another owner's memory keeps it alive and leaves the freeing to that owner") {
+    const auto values = lgtest::random_floats(4099);
+    DeviceBuffer<float> owner = lgtest::to_device(lgtest::stream(), values);
+    const DeviceSpan<float> memory = owner.view();
+    DeviceBuffer<float> adopted = DeviceBuffer<float>::adopt(lgtest::device(), memory.subspan(3, 4096));
+    CHECK(adopted.size() == 4096);
+    CHECK(adopted.view().address() == memory.address() + 3 * sizeof(float));
+    owner.reset();  // the adopted buffer still holds the allocation through the span's owner
+    const std::vector<float> back = lgtest::to_host(lgtest::stream(), adopted.cview());
+    CHECK(std::equal(back.begin(), back.end(), values.begin() + 3));
+    adopted.reset();  // the allocation goes with its last owner, once (no double free: compute-sanitizer would say)
+    CHECK_THROWS_WITH_AS(DeviceBuffer<float>::adopt(lgtest::device(), DeviceSpan<float>(memory.address(), 8)),
+                         doctest::Contains("no owner"), UsageError);
   }
 
   TEST_CASE("a zero-size buffer allocates nothing and copies of it do nothing") {

@@ -54,6 +54,7 @@ TEST_SUITE("no-nccl") {
     CHECK_THROWS_WITH_AS(nccl_version(), doctest::Contains("cannot load NCCL"), NcclUnavailable);
     CHECK_THROWS_AS(CommunicatorId::create(), NcclUnavailable);
     CHECK_THROWS_AS((void)nccl_library(), NcclUnavailable);
+    CHECK_FALSE(nccl_bounded_join());
     // Ids travel without NCCL: a rank that only relays one needs no library.
     const std::vector<std::byte> bytes(128, std::byte{7});
     CHECK(CommunicatorId::from_bytes(bytes).bytes().size() == 128);

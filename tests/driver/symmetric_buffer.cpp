@@ -74,6 +74,24 @@ TEST_SUITE("gpu") {
     CHECK(lgtest::to_host(s, kept) == x0);
   }
 
+  TEST_CASE("SymmetricBuffer::create makes one rank's buffer, registered with its peers (here none)") {
+    if (!lgtest::have_nccl()) return;
+    std::string why;
+    if (!SymmetricBuffer<float>::supported(&why)) {
+      MESSAGE("skipped: " << why);
+      return;
+    }
+    const std::vector<Communicator> comms = Communicator::create_all(std::vector<Device>{lgtest::device()});
+    CHECK_THROWS_WITH_AS(SymmetricBuffer<float>::create(comms[0], 0), doctest::Contains("count 0"), UsageError);
+    const SymmetricBuffer<float> b = SymmetricBuffer<float>::create(comms[0], 1000);
+    CHECK(b.size() == 1000);
+    const auto values = lgtest::random_floats(1000);
+    const Stream stream(lgtest::device());
+    copy(b.view(), std::span<const float>(values)).sync_on(stream);
+    all_reduce(comms[0], b.view()).sync_on(stream);  // one rank: the sum is the buffer itself
+    CHECK(lgtest::to_host(stream, b.cview()) == values);
+  }
+
   TEST_CASE("over two GPUs: an all_reduce of SymmetricBuffers equals float64; ranks must all be there") {
     if (!have_symmetric()) return;
     if (Device::count() < 2) {

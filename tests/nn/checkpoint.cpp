@@ -4,6 +4,8 @@
 #include <doctest/doctest.h>
 
 #include <lazygraph/nn/checkpoint.hpp>
+#include <lazygraph/nn/decoder_rank.hpp>
+#include <lazygraph/nn/quantized_save.hpp>
 #include <lazygraph/nn/reference.hpp>
 
 #include <algorithm>
@@ -308,6 +310,38 @@ TEST_CASE("save_seeded_checkpoint refuses a dtype the loader does not read") {
                        doctest::Contains("I8"), UsageError);
 }
 
+TEST_CASE("check_shard refuses, on the host, a model that does not split, a rank out of range and quantization") {
+  const DecoderCheckpoint gqa = DecoderCheckpoint::open(saved("ckpt-shard-gqa"));  // 4 heads, 2 kv heads
+  CHECK_NOTHROW(gqa.check_shard(1, 2));
+  CHECK_THROWS_WITH_AS(gqa.check_shard(0, 4), doctest::Contains("kv heads 2 do not divide among the ranks"),
+                       UsageError);
+  DecoderConfig c = lgtest::small_decoder();  // 4 heads of their own k and v
+  c.vocab = 514;
+  const auto dir = saved("ckpt-shard-refused", c);
+  const DecoderCheckpoint mha = DecoderCheckpoint::open(dir);
+  CHECK_THROWS_WITH_AS(mha.check_shard(0, 4), doctest::Contains("vocab 514 does not divide among the ranks"),
+                       UsageError);
+  CHECK_THROWS_WITH_AS(mha.check_shard(0, 4), doctest::Contains("split over 4 tensor-parallel ranks"), UsageError);
+  CHECK_THROWS_WITH_AS(mha.check_shard(0, 0), doctest::Contains("at least one rank"), UsageError);
+  CHECK_THROWS_WITH_AS(mha.check_shard(2, 2), doctest::Contains("rank 2 is outside [0, 2)"), UsageError);
+  CHECK_THROWS_WITH_AS(mha.check_shard(-1, 2), doctest::Contains("rank -1 is outside [0, 2)"), UsageError);
+  CHECK_NOTHROW(mha.check_shard(1, 2));
+  CHECK_NOTHROW(mha.check_shard(0, 1));
+
+  LoadOptions quantizing;
+  quantizing.quantization.mlp = QuantizedFormat{WeightFormat::int8_channel, 0, false, ScaleType::f16};
+  const DecoderCheckpoint chosen = DecoderCheckpoint::open(dir, quantizing);
+  CHECK_THROWS_WITH_AS(chosen.check_shard(0, 2), doctest::Contains("a tensor-parallel rank loads dense weights"),
+                       UsageError);
+  CHECK_THROWS_WITH_AS(chosen.check_shard(0, 2), doctest::Contains("LoadOptions::quantization asks for"), UsageError);
+  const auto quantized = lgtest::scratch_directory("ckpt-shard-quantized");
+  save_quantized_checkpoint(chosen, quantized);
+  const DecoderCheckpoint as_saved = DecoderCheckpoint::open(quantized);
+  CHECK_THROWS_WITH_AS(as_saved.check_shard(1, 2), doctest::Contains("a tensor-parallel rank loads dense weights"),
+                       UsageError);
+  CHECK_THROWS_WITH_AS(as_saved.check_shard(1, 2), doctest::Contains("quantization_config"), UsageError);
+}
+
 namespace {
 
 /// Every class quantized, each its own way: int4 with zero points for q, k, v and o, int8 for the MLP, int4 g128 for
@@ -372,6 +406,67 @@ void check_device_upload(const std::filesystem::path& dir, const DecoderQuantiza
   CHECK(after.pinned_allocations == before.pinned_allocations);
   CHECK(after.events == before.events);
   check_same_weights(on_device, checkpoint.upload<T>(s));
+}
+
+/// The bits of a device buffer's elements.
+template <class T>
+std::vector<std::uint16_t> shard_bits(const DeviceBuffer<T>& buffer) {
+  Stream& s = lgtest::stream();
+  std::vector<T> host(buffer.size());
+  copy_async(s, std::span<T>(host), buffer.cview());
+  s.synchronize();
+  std::vector<std::uint16_t> bits;
+  bits.reserve(host.size());
+  for (const T v : host) bits.push_back(v.bits);
+  return bits;
+}
+
+/// Every dense buffer of `a` equals `b`'s, size and bits.
+template <class T>
+void check_same_dense(const BasicDecoderWeights<T>& a, const BasicDecoderWeights<T>& b) {
+  CHECK(shard_bits(a.embedding) == shard_bits(b.embedding));
+  REQUIRE(a.attention.size() == b.attention.size());
+  REQUIRE(a.mlp.size() == b.mlp.size());
+  for (std::size_t l = 0; l < a.attention.size(); ++l) {
+    CAPTURE(l);
+    const BasicAttentionWeights<T>& x = a.attention[l];
+    const BasicAttentionWeights<T>& y = b.attention[l];
+    CHECK(shard_bits(x.gain) == shard_bits(y.gain));
+    CHECK(shard_bits(x.wqkv) == shard_bits(y.wqkv));
+    CHECK(shard_bits(x.wo) == shard_bits(y.wo));
+    CHECK(shard_bits(x.bq) == shard_bits(y.bq));
+    CHECK(shard_bits(x.bk) == shard_bits(y.bk));
+    CHECK(shard_bits(x.bv) == shard_bits(y.bv));
+    CHECK(shard_bits(a.mlp[l].gain) == shard_bits(b.mlp[l].gain));
+    CHECK(shard_bits(a.mlp[l].w1) == shard_bits(b.mlp[l].w1));
+    CHECK(shard_bits(a.mlp[l].w3) == shard_bits(b.mlp[l].w3));
+    CHECK(shard_bits(a.mlp[l].w2) == shard_bits(b.mlp[l].w2));
+  }
+  CHECK(shard_bits(a.final_gain) == shard_bits(b.final_gain));
+  CHECK(shard_bits(a.lm_head) == shard_bits(b.lm_head));
+}
+
+/// Every rank of `ranks` uploads from `dir` the bytes shard_decoder_weights cuts from the whole upload, allocating
+/// its share's bytes and no more.
+template <class T>
+void check_shards(const std::filesystem::path& dir, int ranks) {
+  Stream& s = lgtest::stream();
+  LoadOptions options;
+  options.staging_bytes = 4096;     // many chunks: both staging buffers alternate
+  options.progress_from_bytes = 0;  // the bar (on stderr) counts the share's bytes
+  const DecoderCheckpoint ck = DecoderCheckpoint::open(dir, options);
+  const BasicDecoderWeights<T> full = ck.upload<T>(s);
+  std::size_t share = 0;
+  for (const DecoderTensor& t : decoder_tensors(shard_config(ck.config(), ranks))) share += t.elements() * sizeof(T);
+  for (int rank = 0; rank < ranks; ++rank) {
+    CAPTURE(rank);
+    const LiveHandles before = live_handles();
+    const BasicDecoderWeights<T> mine = ck.upload_shard<T>(s, rank, ranks);
+    const LiveHandles after = live_handles();
+    CHECK(after.device_bytes - before.device_bytes == share);
+    CHECK(after.pinned_allocations == before.pinned_allocations);
+    check_same_dense(mine, shard_decoder_weights(s, full, ck.config(), rank, ranks));
+  }
 }
 
 }  // namespace
@@ -530,5 +625,90 @@ TEST_SUITE("gpu") {
     const DecoderCheckpoint checkpoint = DecoderCheckpoint::open(dir, options);
     Decoder on_host(lgtest::stream(), lgtest::nn_kernels(), checkpoint.config(), checkpoint.upload(lgtest::stream()));
     lgtest::check_same_decoding(loaded, on_host, 7);
+  }
+
+  TEST_CASE("every rank's upload_shard is shard_decoder_weights of the whole upload, byte for byte") {
+    DecoderConfig gqa = small_gqa();
+    gqa.heads = 8;  // heads of 16, 2 kv heads: 2 ranks only
+    DecoderConfig qwen2 = lgtest::small_decoder(0, 1, 78);
+    qwen2.qkv_bias = true;  // biases reordered as the rows of q and k
+    DecoderConfig wide = lgtest::small_decoder(4, 1, 79);
+    wide.head_width = 64;  // q 256 wide over a width of 128: Wo's columns are not d's
+    const std::vector<std::pair<std::string, DecoderConfig>> configs = {
+        {"gqa", gqa}, {"qwen2", qwen2}, {"head-width", wide}};
+    for (const auto& [label, c] : configs) {
+      for (const DType dtype : {DType::f16, DType::bf16, DType::f32}) {
+        CAPTURE(label);
+        CAPTURE(dtype_name(dtype));
+        const auto dir = saved("ckpt-gpu-shard-" + label, c, dtype);
+        for (const int ranks : {2, 4}) {
+          CAPTURE(ranks);
+          if (ranks == 4 && c.kv_head_count() % 4 != 0) continue;  // does not split
+          check_shards<half>(dir, ranks);                          // from BF16: rounded to fp16's 11 bits
+          if (dtype == DType::bf16) check_shards<bfloat16>(dir, ranks);
+        }
+      }
+    }
+  }
+
+  TEST_CASE("a tied model's ranks read their LM head rows from the embedding") {
+    const auto dir = saved("ckpt-gpu-shard-tied", small_gqa(), DType::bf16);
+    rewrite(dir, [](std::vector<OwnedTensor>& t) {
+      std::erase_if(t, [](const OwnedTensor& x) { return x.name == "lm_head.weight"; });
+    });
+    rewrite_config(dir, [](LlamaConfig& c) { c.tie_word_embeddings = true; });
+    check_shards<bfloat16>(dir, 2);
+    const DecoderCheckpoint ck = DecoderCheckpoint::open(dir);
+    const BasicDecoderWeights<bfloat16> rank1 = ck.upload_shard<bfloat16>(lgtest::stream(), 1, 2);
+    CHECK(shard_bits(rank1.lm_head) == shard_bits(rank1.embedding));
+  }
+
+  TEST_CASE("upload_shard refuses before allocating, and a value fp16 cannot hold fails the rank that reads it") {
+    const auto dir = saved("ckpt-gpu-shard-range", small_gqa(), DType::f32);
+    // Element 1000 of the 128 x 256 down projection: row 3, column 232, rank 1's columns of 2. Stored row 100 of
+    // q_proj: head 3's, rank 1's rows of 2.
+    rewrite(dir, [](std::vector<OwnedTensor>& t) {
+      for (OwnedTensor& x : t) {
+        const float big = 1e6F;
+        if (x.name == "model.layers.1.mlp.down_proj.weight") std::memcpy(x.bytes.data() + 4 * 1000, &big, 4);
+        if (x.name == "model.layers.0.self_attn.q_proj.weight") {
+          std::memcpy(x.bytes.data() + 4 * (100 * 128 + 5), &big, 4);
+        }
+      }
+    });
+    const DecoderCheckpoint ck = DecoderCheckpoint::open(dir);
+    const LiveHandles before = live_handles();
+    CHECK_THROWS_WITH_AS((void)ck.upload_shard(lgtest::stream(), 2, 2), doctest::Contains("rank 2 is outside"),
+                         UsageError);
+    CHECK_THROWS_WITH_AS((void)ck.upload_shard(lgtest::stream(), 0, 3), doctest::Contains("do not divide"), UsageError);
+    CHECK_THROWS_WITH_AS((void)ck.upload_shard(lgtest::stream(), 1, 2),
+                         doctest::Contains("tensor model.layers.0.self_attn.q_proj.weight: value 1000000.000000 at "
+                                           "element 12805 does not fit in fp16"),
+                         CheckpointError);
+    CHECK_THROWS_WITH_AS((void)ck.upload(lgtest::stream()), doctest::Contains("at element 12805 does not fit"),
+                         CheckpointError);
+    LiveHandles after = live_handles();
+    CHECK(after.device_allocations == before.device_allocations);
+    CHECK(after.device_bytes == before.device_bytes);
+    CHECK(after.pinned_allocations == before.pinned_allocations);
+    CHECK(after.events == before.events);
+    rewrite(dir, [](std::vector<OwnedTensor>& t) {  // q_proj mended: down_proj's value fails rank 1 only
+      for (OwnedTensor& x : t) {
+        const float one = 1;
+        if (x.name == "model.layers.0.self_attn.q_proj.weight") {
+          std::memcpy(x.bytes.data() + 4 * (100 * 128 + 5), &one, 4);
+        }
+      }
+    });
+    const DecoderCheckpoint mended = DecoderCheckpoint::open(dir);
+    CHECK_NOTHROW((void)mended.upload_shard(lgtest::stream(), 0, 2));
+    CHECK_THROWS_WITH_AS((void)mended.upload_shard(lgtest::stream(), 1, 2),
+                         doctest::Contains("tensor model.layers.1.mlp.down_proj.weight: value 1000000.000000 at "
+                                           "element 1000 does not fit in fp16"),
+                         CheckpointError);
+    after = live_handles();
+    CHECK(after.device_allocations == before.device_allocations);
+    CHECK(after.device_bytes == before.device_bytes);
+    CHECK(after.pinned_allocations == before.pinned_allocations);
   }
 }

@@ -1,6 +1,6 @@
-// The tensor-parallel decoder (nn/tensor_parallel_decoder.hpp): how a config splits (host); on the GPU, one rank
-// bit-identical to the Decoder, fused and unfused, and, on a machine with two or more GPUs, two ranks against the
-// Decoder, fused and unfused (skipped, saying so, with one GPU).
+// The tensor-parallel decoder over the GPUs of one process (nn/tensor_parallel_decoder.hpp): its refusals (host); on a
+// machine with two or more GPUs, two ranks against the single-GPU Decoder on every path (skipped, saying so, with one
+// GPU). A rank of one, bit for bit against the Decoder, is tests/nn/decoder_rank.cpp's.
 #include <doctest/doctest.h>
 
 #include <lazygraph/lazygraph.hpp>
@@ -16,74 +16,111 @@
 namespace lg = lazygraph;
 using lg::half;
 
-TEST_CASE("a tensor-parallel decoder needs heads, kv heads and vocab to divide among the ranks, and one sequence") {
-  lg::nn::DecoderConfig c = lgtest::small_decoder(2);  // 4 heads, 2 kv heads, vocab 512, ffn 256
-  CHECK_NOTHROW(lg::nn::check_tensor_parallel(c, 1));
-  CHECK_NOTHROW(lg::nn::check_tensor_parallel(c, 2));
-  CHECK_THROWS_WITH_AS(lg::nn::check_tensor_parallel(c, 4), doctest::Contains("kv heads 2 do not divide"),
-                       lg::UsageError);
-  CHECK_THROWS_WITH_AS(lg::nn::check_tensor_parallel(c, 3), doctest::Contains("heads 4 do not divide"), lg::UsageError);
-  c.kv_heads = 0;
-  c.vocab = 513;
-  CHECK_THROWS_WITH_AS(lg::nn::check_tensor_parallel(c, 2), doctest::Contains("vocab 513 does not divide"),
-                       lg::UsageError);
-  c = lgtest::small_decoder(0, 2);
-  CHECK_THROWS_WITH_AS(lg::nn::check_tensor_parallel(c, 1), doctest::Contains("one sequence (max_batch 1)"),
-                       lg::UsageError);
+namespace {
+/// Two ranks on GPUs 0 and 1, or none (with a message saying why).
+struct TwoGpus {
+  std::vector<lg::Communicator> comms;
+  std::vector<lg::KernelLibrary> libraries;
+  std::vector<const lg::KernelLibrary*> pointers;
+};
+
+bool two_gpus(TwoGpus& out) {
+  if (!lgtest::have_nccl()) return false;
+  if (lg::Device::count() < 2) {
+    MESSAGE("skipped: two GPUs needed for two ranks; this machine has " << lg::Device::count());
+    return false;
+  }
+  const std::vector<lg::Device> devices{lg::Device::get(0), lg::Device::get(1)};
+  out.comms = lg::Communicator::create_all(devices);
+  for (const lg::Device& d : devices) out.libraries.push_back(lg::nn::kernel_library(d));
+  for (const lg::KernelLibrary& l : out.libraries) out.pointers.push_back(&l);
+  return true;
 }
 
+/// The largest relative difference of two logit rows.
+template <class T>
+double differ(const std::vector<T>& a, const std::vector<T>& b) {
+  return lg::nn::relative_error(lg::nn::widen(a), lg::nn::widen(b));
+}
+}  // namespace
+
 TEST_SUITE("gpu") {
-  TEST_CASE("a tensor-parallel decoder of one rank computes the Decoder's logits and tokens bit for bit") {
+  TEST_CASE(
+      "a tensor-parallel decoder refuses, before any GPU work, a config that does not split and a library "
+      "per rank missing") {
     if (!lgtest::have_nccl()) return;
-    for (const bool fused : {true, false}) {
-      CAPTURE(fused);
-      lg::nn::DecoderConfig c = lgtest::small_decoder(2);
-      c.fused = fused;
-      c.ordering = lg::nn::DecoderOrdering::serial;
-      const std::vector<lg::Communicator> comms =
-          lg::Communicator::create_all(std::vector<lg::Device>{lgtest::device()});
-      const std::vector<const lg::KernelLibrary*> libraries{&lgtest::nn_kernels()};
-      lg::nn::TensorParallelDecoder tp(comms, libraries, c);
-      lg::nn::Decoder one(lgtest::stream(), lgtest::nn_kernels(), c);
-      int token = 7;
-      for (int position = 0; position < 12; ++position) {
-        CAPTURE(position);
-        const int got = tp.forward({token, position});
-        const int want = one.forward({token, position});
-        REQUIRE(got == want);
-        const std::vector<half> a = tp.logits();
-        const std::vector<half> b = one.logits();
-        for (std::size_t i = 0; i < a.size(); ++i) REQUIRE(a[i].bits == b[i].bits);
-        token = got;
-      }
-      CHECK_THROWS_AS(tp.forward({c.vocab, 0}), lg::UsageError);
-    }
+    const std::vector<lg::Communicator> comms = lg::Communicator::create_all(std::vector<lg::Device>{lgtest::device()});
+    lg::nn::DecoderConfig c = lgtest::small_decoder();
+    c.backend = lg::nn::DecoderBackend::persistent;
+    const std::vector<const lg::KernelLibrary*> libraries{&lgtest::nn_kernels()};
+    CHECK_THROWS_WITH_AS(lg::nn::TensorParallelDecoder(comms, libraries, c), doctest::Contains("graph backend"),
+                         lg::UsageError);
+    CHECK_THROWS_AS(
+        lg::nn::TensorParallelDecoder(comms, std::vector<const lg::KernelLibrary*>{}, lgtest::small_decoder()),
+        lg::UsageError);
   }
 
-  TEST_CASE("a tensor-parallel decoder over two GPUs follows the Decoder within fp16 rounding") {
-    if (!lgtest::have_nccl()) return;
-    if (lg::Device::count() < 2) {
-      MESSAGE("skipped: two GPUs needed for two ranks; this machine has " << lg::Device::count());
-      return;
-    }
+  TEST_CASE("a tensor-parallel decoder over two GPUs follows the Decoder within rounding on every path") {
+    TwoGpus gpus;
+    if (!two_gpus(gpus)) return;
     for (const bool fused : {true, false}) {
       CAPTURE(fused);
-      lg::nn::DecoderConfig c = lgtest::small_decoder(2);
+      lg::nn::DecoderConfig c = lgtest::small_decoder(2, 3);
       c.fused = fused;
-      const std::vector<lg::Device> devices{lg::Device::get(0), lg::Device::get(1)};
-      const std::vector<lg::Communicator> comms = lg::Communicator::create_all(devices);
-      const lg::KernelLibrary first = lg::nn::kernel_library(devices[0]);
-      const lg::KernelLibrary second = lg::nn::kernel_library(devices[1]);
-      const std::vector<const lg::KernelLibrary*> libraries{&first, &second};
-      lg::nn::TensorParallelDecoder tp(comms, libraries, c);
+      c.prefill_chunk = 0;
+      lg::nn::TensorParallelDecoder tp(gpus.comms, gpus.pointers, c);
       lg::nn::Decoder one(lgtest::stream(), lgtest::nn_kernels(), c);
+      // Steps: the same inputs for both, the logits within fp16 rounding of the partial sums.
       const std::vector<int> tokens{5, 77, 300, 12, 9, 401, 33, 250};
+      std::vector<int> greedy;
       for (int position = 0; position < static_cast<int>(tokens.size()); ++position) {
-        (void)tp.forward({tokens[static_cast<std::size_t>(position)], position});  // the same inputs for both
-        (void)one.forward({tokens[static_cast<std::size_t>(position)], position});
         CAPTURE(position);
-        CHECK(lg::nn::relative_error(lg::nn::widen(tp.logits()), lg::nn::widen(one.logits())) < 1e-2);
+        greedy.push_back(tp.forward({tokens[static_cast<std::size_t>(position)], position}));
+        (void)one.forward({tokens[static_cast<std::size_t>(position)], position});
+        CHECK(differ(tp.logits(), one.logits()) < 1e-2);
       }
+      // A batch of three sequences.
+      const std::vector<lg::nn::TokenAt> rows{{3, 0}, {40, 1}, {500, 2}};
+      (void)tp.forward_batch(rows);
+      (void)one.forward_batch(rows);
+      for (int r = 0; r < 3; ++r) CHECK(differ(tp.logits(r), one.logits(r)) < 1e-2);
+      // A prompt through the step graphs equals the same tokens stepped one at a time, bit for bit (two ranks' sums
+      // are one addition, in either order the same).
+      tp.reset();
+      const int after_prompt = tp.prefill(tokens);
+      const std::vector<half> prompt_logits = tp.logits();
+      CHECK(after_prompt == greedy.back());
+      one.reset();
+      (void)one.prefill(tokens);
+      CHECK(differ(prompt_logits, one.logits()) < 1e-2);
+      tp.reset();
+      int last = -1;
+      for (int position = 0; position < static_cast<int>(tokens.size()); ++position) {
+        last = tp.forward({tokens[static_cast<std::size_t>(position)], position});
+      }
+      CHECK(last == after_prompt);
+      const std::vector<half> stepped = tp.logits();
+      for (std::size_t i = 0; i < stepped.size(); ++i) REQUIRE(stepped[i].bits == prompt_logits[i].bits);
+      // generate equals forward's steps.
+      const std::vector<int> generated = tp.generate(last, 10, -1, 8);
+      REQUIRE(generated.size() == 10);
+      tp.reset();
+      for (int position = 0; position < 8; ++position)
+        (void)tp.forward({tokens[static_cast<std::size_t>(position)], position});
+      int token = last;
+      for (int i = 0; i < 10; ++i) {
+        token = tp.forward({token, 8 + i});
+        CHECK(token == generated[static_cast<std::size_t>(i)]);
+      }
+      // Sampling: every rank draws the same token, and generate draws what forward draws.
+      tp.set_sampling({.temperature = 0.9F, .top_k = 50, .seed = 7U});
+      const std::vector<int> drawn = tp.generate(9, 6, -1, 20);
+      int t = 9;
+      for (int i = 0; i < 6; ++i) {
+        t = tp.forward({t, 20 + i});
+        CHECK(t == drawn[static_cast<std::size_t>(i)]);
+      }
+      tp.replay();  // every rank's step graph, alone
     }
   }
 }

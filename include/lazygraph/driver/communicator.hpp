@@ -11,7 +11,8 @@
 ///     wait in rank 0's for a peer that never comes.
 ///   - one GPU per process: rank 0 makes a CommunicatorId, the caller hands its 128 bytes to every other process
 ///     (CommunicatorId::write_file / read_file over a shared file system, or any channel of the caller's), and each
-///     process makes `Communicator(device, rank, ranks, id)` (ncclCommInitRank; blocks until every rank has come).
+///     process makes `Communicator(device, rank, ranks, id, join_timeout)`: it returns once every rank has come,
+///     and with NCCL 2.18 or newer (nccl_bounded_join()) throws TimeoutError when they have not within the timeout.
 ///
 /// Failure: a rank that fails (its process dies, a peer's kernel faults) leaves the others' collectives waiting.
 /// `wait(stream, timeout)` bounds that: it polls the stream and the communicator's asynchronous error and, on an
@@ -44,6 +45,10 @@ bool nccl_available(std::string* why = nullptr) noexcept;
 std::string nccl_version();
 /// The file NCCL was loaded from. \throws NcclUnavailable.
 std::string nccl_library();
+/// True when NCCL loads and a Communicator made from an id bounds its wait for the other ranks by its join timeout
+/// (NCCL 2.18 or newer, with ncclCommInitRankConfig and ncclCommSplit). False with older NCCL, whose join waits for
+/// the other ranks without a bound, and without NCCL. Never throws.
+bool nccl_bounded_join() noexcept;
 /// Uses the NCCL library at `path` (instead of LAZYGRAPH_NCCL_LIBRARY and the search). Call it before the first
 /// communicator. \throws UsageError when NCCL is already loaded from another file.
 void set_nccl_library(std::string path);
@@ -135,9 +140,16 @@ class Communicator {
   /// One communicator per device, rank i on devices[i] (ncclCommInitAll).
   /// \throws UsageError for no devices or a device listed twice; NcclUnavailable; NcclError.
   static std::vector<Communicator> create_all(std::span<const Device> devices);
-  /// This process's rank `rank` of `ranks`, on `device` (ncclCommInitRank: returns once all ranks have joined).
-  /// \throws UsageError for a rank outside [0, ranks); NcclUnavailable; NcclError.
-  Communicator(const Device& device, int rank, int ranks, const CommunicatorId& id);
+  /// This process's rank `rank` of `ranks`, on `device`: returns once all ranks have joined, as a blocking
+  /// communicator like create_all's (its later calls, collectives captured into graphs included, behave the same).
+  /// With NCCL 2.18 or newer (nccl_bounded_join()) the join waits at most `join_timeout`: past it, the NCCL
+  /// communicator is aborted (the GPU stays usable) and TimeoutError names the rank, the ranks and the timeout.
+  /// Every rank must then use NCCL 2.18 or newer (they join through a non-blocking communicator and split it into
+  /// this one). With older NCCL the join waits for the other ranks without a bound and `join_timeout` is unused.
+  /// \throws UsageError for a rank outside [0, ranks) or a join_timeout that is not positive (before NCCL is
+  ///         touched); NcclUnavailable; NcclError; TimeoutError.
+  Communicator(const Device& device, int rank, int ranks, const CommunicatorId& id,
+               std::chrono::milliseconds join_timeout = std::chrono::seconds(60));
 
   /// This rank, from 0.
   [[nodiscard]] int rank() const noexcept { return state_->rank; }
@@ -174,6 +186,11 @@ class Communicator {
 };
 
 namespace detail {
+
+/// The arguments of Communicator(device, rank, ranks, id, join_timeout), checked before NCCL is touched.
+/// \throws UsageError naming them for a rank outside [0, ranks) or a join_timeout that is not positive (zero would
+///         give up before the peers could answer; there is no "wait for ever": pass a long timeout instead).
+void check_join(int rank, int ranks, std::chrono::milliseconds join_timeout);
 
 /// Checks that `comms` are the ranks of one communicator in rank order: rank i at position i, each of
 /// comms.size() ranks, all from one Communicator::create_all (or all made per process). Code that waits for every

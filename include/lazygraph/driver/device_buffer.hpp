@@ -7,11 +7,13 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "lazygraph/detail/driver/byte_count.hpp"
 #include "lazygraph/detail/driver/type_name.hpp"
 #include "lazygraph/driver/device.hpp"
 #include "lazygraph/driver/device_span.hpp"
+#include "lazygraph/driver/error.hpp"
 
 namespace lazygraph {
 
@@ -21,6 +23,8 @@ namespace detail {
 class Allocation {
  public:
   Allocation(const Device& device, std::size_t bytes, std::string_view what);
+  /// Memory another owner allocated and frees (`keep`, held as long as this allocation): never freed here.
+  Allocation(const Device& device, CUdeviceptr address, std::size_t bytes, std::shared_ptr<const void> keep) noexcept;
   ~Allocation();
   Allocation(const Allocation&) = delete;
   Allocation& operator=(const Allocation&) = delete;
@@ -32,6 +36,7 @@ class Allocation {
   Device device_;
   CUdeviceptr address_ = 0;
   std::size_t bytes_ = 0;
+  std::shared_ptr<const void> keep_;  ///< the other owner of adopted memory, else null (freed here)
 };
 
 [[noreturn]] void throw_moved_from(std::string_view what);
@@ -57,6 +62,19 @@ class DeviceBuffer {
             device, detail::byte_count(size, sizeof(T), "DeviceBuffer<" + std::string(detail::type_name<T>()) + ">"),
             describe(size))),
         size_(size) {}
+
+  /// A buffer over the memory of `memory`, which its owner (memory.owner(), e.g. a SymmetricBuffer's allocation)
+  /// keeps alive as long as the buffer, its views or a graph that recorded them live, and frees itself: device code
+  /// that takes a DeviceBuffer can then work in memory lazygraph did not allocate. \throws UsageError for a span
+  /// without an owner (nothing would keep the memory alive).
+  static DeviceBuffer adopt(const Device& device, DeviceSpan<T> memory) {
+    if (memory.owner() == nullptr) {
+      throw UsageError("DeviceBuffer::adopt: the span has no owner to keep its memory alive");
+    }
+    return DeviceBuffer(
+        std::make_shared<detail::Allocation>(device, memory.address(), memory.size() * sizeof(T), memory.owner()),
+        memory.size());
+  }
 
   /// Takes `other`'s memory; `other` is left moved-from (empty, its views throw).
   DeviceBuffer(DeviceBuffer&& other) noexcept : storage_(std::move(other.storage_)), size_(other.size_) {
@@ -105,6 +123,9 @@ class DeviceBuffer {
       detail::throw_moved_from("DeviceBuffer<" + std::string(detail::type_name<T>()) + ">");
     return *storage_;
   }
+
+  DeviceBuffer(std::shared_ptr<detail::Allocation> storage, std::size_t size)
+      : storage_(std::move(storage)), size_(size) {}
 
   std::shared_ptr<detail::Allocation> storage_;
   std::size_t size_ = 0;

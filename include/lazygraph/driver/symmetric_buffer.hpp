@@ -46,6 +46,9 @@ struct SymmetricAllocation {
 /// symmetric memory; NcclError (out of memory, or registration refused).
 std::vector<std::shared_ptr<SymmetricAllocation>> allocate_symmetric(std::span<const Communicator> comms,
                                                                      std::size_t bytes);
+/// `bytes` of symmetric memory for this rank of `comm` alone, registered in a window with its peers, which make theirs
+/// at the same time (each from its own thread or process). \throws as allocate_symmetric.
+std::shared_ptr<SymmetricAllocation> allocate_symmetric_rank(const Communicator& comm, std::size_t bytes);
 
 }  // namespace detail
 
@@ -64,6 +67,13 @@ class SymmetricBuffer {
     std::vector<SymmetricBuffer> out;
     for (auto& a : detail::allocate_symmetric(comms, count * sizeof(T))) out.push_back(SymmetricBuffer(a, count));
     return out;
+  }
+  /// This rank's buffer of `count` elements: every rank of `comm`'s communicator must call it at the same time, each
+  /// from its own thread or process (the registration is collective), with the same count. For ranks in different
+  /// processes. \throws as create_all.
+  static SymmetricBuffer create(const Communicator& comm, std::size_t count) {
+    if (count == 0) throw UsageError("SymmetricBuffer::create: count 0 (a window needs memory)");
+    return SymmetricBuffer(detail::allocate_symmetric_rank(comm, count * sizeof(T)), count);
   }
   /// Whether the NCCL here has symmetric memory (2.27 or newer); false with the reason in `why` (when not null).
   static bool supported(std::string* why = nullptr) noexcept { return detail::nccl::symmetric_supported(why); }

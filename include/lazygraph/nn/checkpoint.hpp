@@ -8,12 +8,14 @@
 /// the classes of tensors LoadOptions::quantization chooses (decoder_quantization.hpp) on the host or, given a
 /// DeviceQuantizer (load_decoder gives one), on the GPU as they arrive. A quantized checkpoint
 /// (save_quantized_checkpoint, quantized_save.hpp) holds those classes quantized already, its formats in
-/// config.json's quantization_config, and uploads them as saved. Seeded weights can be written in the same layout,
+/// config.json's quantization_config, and uploads them as saved. A tensor-parallel rank uploads only its share of each
+/// tensor (upload_shard, load_decoder_rank). Seeded weights can be written in the same layout,
 /// so the loader is tested round trip and against PyTorch.
 
 #include <cstddef>
 #include <filesystem>
 
+#include "lazygraph/driver/communicator.hpp"
 #include "lazygraph/nn/decoder.hpp"
 #include "lazygraph/nn/decoder_quantization.hpp"
 #include "lazygraph/nn/decoder_tensors.hpp"
@@ -115,6 +117,23 @@ class DecoderCheckpoint {
   template <Element T = half>
   [[nodiscard]] BasicDecoderWeights<T> upload(const Stream& stream, const DeviceQuantizer& quantizer) const;
 
+  /// \throws UsageError unless upload_shard(stream, rank, ranks) can load this checkpoint: its model splits over
+  /// `ranks` (check_tensor_split), `rank` is in [0, ranks), and nothing is quantized (LoadOptions::quantization empty,
+  /// the checkpoint not quantized as saved: a tensor-parallel rank loads dense weights). Reads nothing but the config,
+  /// so a launcher can check before it makes streams or communicators.
+  void check_shard(int rank, int ranks) const;
+
+  /// Rank `rank` of `ranks`'s share of the weights (tensor parallelism, decoder_rank.hpp), allocated on `stream`'s
+  /// device as T: the bytes shard_decoder_weights(stream, upload<T>(stream), config(), rank, ranks) gives, in the
+  /// shapes of shard_config(config(), ranks), but read straight from the mapped files: only the rank's rows of each
+  /// tensor (whole heads of q and k, reordered as upload reorders them) and, for Wo and W2, its columns of every row,
+  /// through the same pinned staging. The progress bar counts the share's bytes. Waits for the copies.
+  /// \throws UsageError as check_shard, before anything is allocated; CheckpointError as upload when a finite value is
+  ///         not finite in T (the element counted in the whole tensor; nothing stays allocated then); CudaError when
+  ///         the device runs out of memory.
+  template <Element T = half>
+  [[nodiscard]] BasicDecoderWeights<T> upload_shard(const Stream& stream, int rank, int ranks) const;
+
  private:
   DecoderCheckpoint(LlamaConfig llama, DecoderConfig config, Checkpoint weights, LoadOptions options);
   /// Both uploads: the chosen matrices quantized by `quantizer`, or on the host when it is null.
@@ -143,6 +162,18 @@ class DecoderCheckpoint {
 template <Element T = half>
 BasicDecoder<T> load_decoder(const Stream& stream, const KernelLibrary& library, const std::filesystem::path& directory,
                              const LoadOptions& options = {});
+
+/// Rank comm.rank() of comm.size() of the checkpoint's decoder split over tensor-parallel ranks:
+/// DecoderCheckpoint::open, upload_shard(stream, comm.rank(), comm.size()) (each rank reads its share of the files, not
+/// the whole model), then BasicDecoder's rank constructor. Every rank calls it at the same time, each from its own
+/// thread or process, with the same directory and options: the constructor captures a graph whose collectives meet
+/// those of the other ranks. `parallel`: the rank's memory for its collectives (TensorParallelOptions), the same on
+/// every rank. \throws as DecoderCheckpoint::open, upload_shard (a model that does not split, any quantization) and
+/// the rank constructor.
+template <Element T = half>
+BasicDecoder<T> load_decoder_rank(const Stream& stream, const KernelLibrary& library,
+                                  const std::filesystem::path& directory, const Communicator& comm,
+                                  const LoadOptions& options = {}, const TensorParallelOptions& parallel = {});
 
 /// Writes the seeded weights of `config` (docs/nn.md) as a checkpoint folder in Hugging Face's layout (model_type
 /// llama, or qwen2 for a config with qkv_bias):

@@ -29,6 +29,7 @@
 #include "lazygraph/nn/quantized_kernels.hpp"
 #include "lazygraph/nn/rope.hpp"
 #include "lazygraph/nn/sampling.hpp"
+#include "lazygraph/nn/tensor_parallel_options.hpp"
 
 namespace lazygraph::nn {
 
@@ -347,10 +348,13 @@ using DecoderState = BasicDecoderState<half>;
 /// type (choose()), only the weights' runs; the quantized launches of dense weights are empty OptionalLaunches, so `qk`
 /// may be null when nothing is quantized. \throws UsageError when a projection is quantized and `qk` is null, or a
 /// quantized matrix's shape is not the config's (check_quantized).
+///
+/// `residual` false (a tensor-parallel rank other than 0, whose partial sum an all-reduce adds to rank 0's): the output
+/// projection overwrites x instead of adding to it (gemv instead of gemv_add); dense Wo only (UsageError otherwise).
 template <Element T>
 auto attention_block(const BasicKernels<T>& k, std::type_identity_t<const BasicQuantizedKernels<T>*> qk,
                      const BasicAttentionWeights<T>& w, BasicDecoderState<T>& s, DeviceSpan<T> k_cache,
-                     DeviceSpan<T> v_cache, const DecoderConfig& c, int rows) {
+                     DeviceSpan<T> v_cache, const DecoderConfig& c, int rows, bool residual = true) {
   const int d = c.d;
   const float scale = 1.0F / std::sqrt(static_cast<float>(c.head_dim()));
   const LaunchConfig per_split = k.attention_split_config(c.heads, rows, c.context, c.attention_splits(), c.head_dim());
@@ -364,6 +368,9 @@ auto attention_block(const BasicKernels<T>& k, std::type_identity_t<const BasicQ
   }
   if (quantized_qkv) check_quantized(*w.quantized_qkv->weight, qkv_rows, d, rows);
   if (quantized_wo) check_quantized(*w.quantized_wo, d, q_dim, rows);
+  if (quantized_wo && !residual) {
+    throw UsageError("attention_block: a quantized Wo always adds to x (qgemv_add); residual false needs a dense one");
+  }
   const DeviceSpan<const float> frequencies = s.rope_frequencies.cview();
   auto attend =
       choose(c.attention_splits() > 1,
@@ -422,7 +429,8 @@ auto attention_block(const BasicKernels<T>& k, std::type_identity_t<const BasicQ
                    return qk->qgemv_add(qk->config(m, d, q_dim), m, s.attn.cview(), s.x.view(), d, q_dim, rows);
                  },
                  w.quantized_wo),
-             k.gemv_add(k.gemv_config(d, q_dim, rows), w.wo.cview(), s.attn.cview(), s.x.view(), d, q_dim, rows));
+             (residual ? k.gemv_add : k.gemv)(k.gemv_config(d, q_dim, rows), w.wo.cview(), s.attn.cview(), s.x.view(),
+                                              d, q_dim, rows));
   return choose(quantized_qkv, std::move(quantized), choose(c.fused, std::move(fused), std::move(unfused))) >>
          std::move(output);
 }
@@ -513,6 +521,8 @@ template <Element T>
 class BasicPrefill;  // nn/prefill.hpp
 template <Element T>
 struct BasicDecoderTiles;  // nn/decoder_tiles.hpp
+template <Element T>
+struct BasicRankState;  // nn/decoder_rank.hpp
 
 /// The decoder as a Module: `forward({token, position})` returns the next token of sequence 0 (greedy unless
 /// set_sampling says otherwise). Steps of a
@@ -536,6 +546,20 @@ class BasicDecoder {
   /// tensor cores.
   BasicDecoder(const Stream& stream, const KernelLibrary& library, const DecoderConfig& config,
                BasicDecoderWeights<T> weights);
+  /// Rank comm.rank() of the decoder `config` split over comm.size() GPUs (tensor parallelism, nn/decoder_rank.hpp):
+  /// `weights` are this rank's share (shapes of shard_config(config, comm.size()): shard_decoder_weights, or
+  /// DecoderCheckpoint::upload_shard), on comm's device. Every rank must make its decoder and then make the same calls
+  /// with the same arguments, each from its own thread or process (their graphs' collectives meet): steps, prompts,
+  /// generate and sampling then run as on one GPU, with every rank returning the same tokens. Prompts run through the
+  /// step graphs (not on tensor cores). The first graph of each kind is captured at the first call that needs it,
+  /// on every rank at once (the constructor captures the one-row step).
+  /// 	hrows UsageError for a config that does not split (check_tensor_split), the persistent backend, quantized
+  /// weights, a weight whose size is not its share's (naming its checkpoint tensor name), a stream of another device
+  /// than comm's; NcclError.
+  /// `options`: the residual stream and the logits in NCCL symmetric memory or not (TensorParallelOptions); every rank
+  /// must give the same.
+  BasicDecoder(const Stream& stream, const KernelLibrary& library, const DecoderConfig& config,
+               BasicDecoderWeights<T> weights, const Communicator& comm, const TensorParallelOptions& options = {});
   /// Moves the decoder (its graphs keep pointing at the same device memory).
   BasicDecoder(BasicDecoder&&);
   /// Moves the decoder.
@@ -575,6 +599,8 @@ class BasicDecoder {
   /// the device runs the decode step, appends its token, advances the position and stops after n tokens or after
   /// `stop_token` (which is returned too; -1: none). The same tokens as n calls of forward (greedy or sampled), with
   /// no host round trip between them. The loop graph is captured on first use, its loop bounded by the context.
+  /// A tensor-parallel rank steps from the host instead, one replay of its step graph per token (the same tokens):
+  /// NCCL's captured collectives bring event nodes that a loop's body may not hold.
   /// \throws UsageError (check_generate) before any GPU work; UsageError saying why when the kernel library lacks
   /// the loop's kernels (BasicKernels::loop).
   std::vector<int> generate(int token, int n, int stop_token = -1, int start = 0);
@@ -600,7 +626,9 @@ class BasicDecoder {
   /// The step of `rows` rows as an op, for running it without the graph (the benchmark's eager variant); reads
   /// the rows from the device io buffer, which the last forward, forward_batch, prefill on the step graphs or generate
   /// wrote (generate's loop leaves row 0 at its last token and position; prefill on tensor cores has its own io).
+  /// \throws UsageError on a tensor-parallel rank (its step's collectives run in its graphs only).
   [[nodiscard]] auto step_op(int rows = 1) {
+    if (rank_) throw UsageError("Decoder::step_op: a tensor-parallel rank's step runs in its graphs only");
     return decoder_step(kernels_, quantized_kernels_ ? &*quantized_kernels_ : nullptr, weights_, state_, config_, rows,
                         sampling_);
   }
@@ -614,6 +642,11 @@ class BasicDecoder {
 
   /// The config it was built with.
   [[nodiscard]] const DecoderConfig& config() const noexcept { return config_; }
+  /// The communicator of a tensor-parallel rank (the rank constructor's), or null for a decoder on one GPU.
+  [[nodiscard]] const Communicator* communicator() const noexcept;
+  /// Whether this tensor-parallel rank's residual stream and logits live in NCCL symmetric memory
+  /// (TensorParallelOptions::symmetric_memory, where NCCL has it); false for a decoder on one GPU.
+  [[nodiscard]] bool symmetric_memory() const noexcept;
   /// The graph of a step of `rows` rows (captured now if it was not yet): replay it directly to time the device
   /// work alone (forward replays the same nodes between the staging copies, in a graph of its own). \throws UsageError
   /// for rows outside [1, kMaxRows].
@@ -645,7 +678,14 @@ class BasicDecoder {
   /// (PersistentProgram::check); on the graph backend nothing.
   void check_run(int rows);
 
+  /// The constructors' common part: `comm` null for one GPU.
+  BasicDecoder(const Stream& stream, const KernelLibrary& library, const DecoderConfig& config,
+               BasicDecoderWeights<T> weights, const Communicator* comm, const TensorParallelOptions& options);
+
   DecoderConfig config_;
+  /// The shapes the step runs: config_, or on a tensor-parallel rank its shard's (shard_config: its heads, kv heads,
+  /// ffn and vocabulary rows).
+  DecoderConfig shard_;
   BasicKernels<T> kernels_;
   BasicDecoderWeights<T> weights_;
   /// The quantized kernels, loaded only when some weight is quantized (a dense decoder runs on any GPU, as before).
@@ -661,6 +701,7 @@ class BasicDecoder {
   std::unique_ptr<std::mutex> mutex_ = std::make_unique<std::mutex>();  ///< the execution lock (movable decoder)
   std::unique_ptr<BasicPrefill<T>> prefill_;  ///< prefill's tensor-core path, made at the first prefill that takes it
   std::optional<bool> prefill_gemm_;          ///< whether chunks run on tensor cores, decided at the first prefill
+  std::unique_ptr<BasicRankState<T>> rank_;   ///< a tensor-parallel rank's communicator and logits shares, else null
   std::unique_ptr<const BasicDecoderTiles<T>> tiles_;       ///< the persistent backend's tile functions, else null
   std::vector<std::optional<PersistentProgram>> programs_;  ///< the persistent backend's, by rows, made on first use
   int last_rows_ = 1;                                       ///< rows logits() may read

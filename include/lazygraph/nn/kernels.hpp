@@ -129,6 +129,9 @@ struct BasicKernels {
 
   /// embedding(table, tokens, out, d, batch): out[b] = table[tokens[b]] (kernels/nn/embedding.cu).
   Kernel<void(const T*, const int*, T*, int, int)> embedding;
+  /// embedding_rows(table, tokens, out, d, batch, first, count): as embedding, for a table of the vocabulary's rows
+  /// [first, first + count) only (a tensor-parallel rank's); other tokens give zeros (kernels/nn/embedding.cu).
+  Kernel<void(const T*, const int*, T*, int, int, int, int)> embedding_rows;
   /// gemv(W, x, out, rows, cols, batch): out[b] = W x[b] (kernels/nn/gemv.cu, also for the variants below).
   BatchedKernel<void(const T*, const T*, T*, int, int, int)> gemv;
   /// gemv_add(W, x, out, rows, cols, batch): out[b] += W x[b], the residual add fused.

@@ -66,11 +66,12 @@ auto swiglu_block(const BasicKernels<T>& k, const BasicSwigluWeights<T>& w, Devi
 /// Both kinds are in the op's type (choose()), only the weights' runs. `qk` may be null when no projection is
 /// quantized. \throws UsageError when a projection is quantized and `qk` is null, when only one of W1 and W3 is
 /// quantized or they differ in format, or when a quantized matrix's shape is not [ffn x d] (W1, W3) or [d x ffn] (W2)
-/// or batch is outside 1..8 (check_quantized).
+/// or batch is outside 1..8 (check_quantized). `residual` false: W2's product overwrites x instead of adding to it (a
+/// tensor-parallel rank other than 0, whose partial sum an all-reduce adds to rank 0's); a dense W2 only.
 template <Element T>
 auto swiglu_block(const BasicKernels<T>& k, std::type_identity_t<const BasicQuantizedKernels<T>*> qk,
                   const BasicSwigluWeights<T>& w, DeviceSpan<T> x, DeviceSpan<T> act, int d, int ffn, float eps,
-                  int batch = 1) {
+                  int batch = 1, bool residual = true) {
   const bool gate_up = w.quantized_w1 != nullptr;
   const bool down = w.quantized_w2 != nullptr;
   if (gate_up != (w.quantized_w3 != nullptr)) {
@@ -88,6 +89,9 @@ auto swiglu_block(const BasicKernels<T>& k, std::type_identity_t<const BasicQuan
     }
   }
   if (down) check_quantized(*w.quantized_w2, d, ffn, batch);
+  if (down && !residual) {
+    throw UsageError("swiglu_block: a quantized W2 always adds to x (qgemv_add); residual false needs a dense one");
+  }
   // What the graphs keep alive of a quantized W1 and W3 (one launch reads both).
   using Pair =
       std::pair<std::shared_ptr<const DeviceQuantizedWeight<T>>, std::shared_ptr<const DeviceQuantizedWeight<T>>>;
@@ -102,15 +106,16 @@ auto swiglu_block(const BasicKernels<T>& k, std::type_identity_t<const BasicQuan
                        gate_up ? std::make_shared<const Pair>(w.quantized_w1, w.quantized_w3) : nullptr),
                    k.rms_norm_gemv_swiglu(k.gemv_config(ffn, d, batch), w.w1.cview(), w.w3.cview(), x.as_const(),
                                           w.gain.cview(), act, ffn, d, eps, batch));
-  auto add = choose(down,
-                    optional_launch(
-                        down,
-                        [&] {
-                          const QuantizedMatrix w2 = w.quantized_w2->matrix();
-                          return qk->qgemv_add(qk->config(w2, d, ffn), w2, act.as_const(), x, d, ffn, batch);
-                        },
-                        w.quantized_w2),
-                    k.gemv_add(k.gemv_config(d, ffn, batch), w.w2.cview(), act.as_const(), x, d, ffn, batch));
+  auto add = choose(
+      down,
+      optional_launch(
+          down,
+          [&] {
+            const QuantizedMatrix w2 = w.quantized_w2->matrix();
+            return qk->qgemv_add(qk->config(w2, d, ffn), w2, act.as_const(), x, d, ffn, batch);
+          },
+          w.quantized_w2),
+      (residual ? k.gemv_add : k.gemv)(k.gemv_config(d, ffn, batch), w.w2.cview(), act.as_const(), x, d, ffn, batch));
   return std::move(up) >> std::move(add);
 }
 

@@ -21,6 +21,7 @@
 #include "lazygraph/nn/kernels.hpp"
 #include "lazygraph/nn/mlp.hpp"
 #include "lazygraph/nn/swiglu.hpp"
+#include "lazygraph/nn/tensor_parallel_options.hpp"
 
 namespace lazygraph::nn {
 
@@ -37,15 +38,6 @@ struct BasicSwigluShard {
 /// \throws UsageError unless `config` is valid and ffn splits into `ranks` shards of a multiple of 8 (the gemv
 /// kernels read rows in 8-element chunks), naming the numbers.
 void check_tensor_parallel(const MlpConfig& config, int ranks);
-
-/// How the tensor-parallel modules hold what they all-reduce.
-struct TensorParallelOptions {
-  /// The residual stream x, which every block all-reduces, in NCCL symmetric memory (SymmetricBuffer) when the NCCL
-  /// here has it: NCCL then runs its symmetric kernels, the lowest latency it has for a decode step's small
-  /// all-reduces. When it does not (older than 2.27, or registration refused), plain device memory, as with false;
-  /// the module's symmetric_memory() says which.
-  bool symmetric_memory = true;
-};
 
 /// The tensor-parallel modules' own helpers (not API).
 namespace detail {

@@ -1,88 +1,97 @@
 #pragma once
 /// \file
-/// The decoder split Megatron style over N ranks (one GPU each, an NCCL Communicator), for greedy decoding of one
-/// sequence. Each rank holds heads / N query heads and kv_heads / N key/value heads: the rows of Wq, Wk and Wv of
-/// its heads (column-parallel), the columns of Wo that read them (row-parallel), its heads' KV cache, the SwiGLU
-/// shards of tensor_parallel.hpp and vocab / N rows of the LM head. Per layer:
+/// The decoder split over every GPU of one process: one tensor-parallel rank Decoder per GPU (nn/decoder_rank.hpp
+/// says what a rank holds and computes), each driven by a thread of its own, so that one call runs on every rank at
+/// once. Every path of the Decoder is there: steps of one sequence or a batch, prompts (through the step graphs),
+/// generate (stepped from the host, Decoder::generate says why), greedy or sampled tokens. One rank computes the
+/// single-GPU Decoder's logits and tokens bit for bit; N ranks the same within rounding (the all-reduces add the
+/// ranks' fp32-accumulated partial sums after rounding each to T).
 ///
-///     q, k, v = rmsnorm(x) * gain times the rank's rows; rope; append k, v to the rank's cache; attention of its heads
-///     x = all_reduce_sum(rank 0: x + Wo_0 attn_0, rank r: Wo_r attn_r)                 (one all-reduce)
-///     x = all_reduce_sum(rank 0: x + W2_0 act_0,  rank r: W2_r act_r)                  (one all-reduce)
-///
-/// then logits_r = lm_head_r (rmsnorm(x) * final_gain), all_gather of the logits, and every rank's argmax. Two
-/// all-reduces per layer and one all-gather per step. The kernels are the Decoder's, on the rank's heads: fused
-/// (DecoderConfig::fused, the default: the norm, q, k, v, RoPE and the cache append in one kernel, attention split
-/// over blocks of positions) or not (rms_norm_gemv per projection, rope, kv_append, attention with one block per
-/// head, in order); one rank computes Decoder's logits with the same config bit for bit.
-/// Weights are the seeded ones of BasicDecoder (same seed, same tensors), cut into shards on each rank's GPU.
+/// For one rank per process, as deployments run, make the rank Decoder itself in each process (BasicDecoder's rank
+/// constructor, or load_decoder_rank) from a Communicator joined through a CommunicatorId.
 
-#include <optional>
+#include <functional>
+#include <memory>
 #include <span>
 #include <vector>
 
-#include "lazygraph/graph.hpp"
 #include "lazygraph/nn/decoder.hpp"
+#include "lazygraph/nn/decoder_rank.hpp"
 #include "lazygraph/nn/tensor_parallel.hpp"
 
 namespace lazygraph::nn {
 
-/// \throws UsageError unless `config` is valid (DecoderConfig::validate) for one sequence (max_batch 1) and splits
-/// over `ranks`: heads, kv heads and vocab divisible by it, ffn into shards of a multiple of 8; naming the numbers.
-void check_tensor_parallel(const DecoderConfig& config, int ranks);
+namespace detail {
+/// One thread per rank, kept for the decoder's life: run(f) calls f(rank) on every rank's thread at once and waits for
+/// all of them.
+class RankThreads {
+ public:
+  /// Starts `ranks` threads, each waiting for run().
+  explicit RankThreads(int ranks);
+  /// Stops and joins the threads (after the run in progress, if any).
+  ~RankThreads();
+  RankThreads(const RankThreads&) = delete;
+  RankThreads& operator=(const RankThreads&) = delete;
+  /// Calls f(r) on thread r for every rank, waits for all, and rethrows the first rank's exception (by rank order)
+  /// when any threw.
+  void run(const std::function<void(int)>& f);
 
-/// Greedy decoding of one sequence with the decoder split over the ranks of `comms` (see the file comment). Not
-/// thread-safe: call it from one thread at a time.
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+}  // namespace detail
+
+/// The decoder split over the ranks of `comms` (Communicator::create_all: every GPU of this process, rank r on
+/// comms[r]'s device). Each call runs on every rank at once and returns what rank 0 returns (every rank returns the
+/// same tokens). Thread safety: as the Decoder's (each rank's execution lock), plus one call at a time on the whole.
 template <Element T>
 class BasicTensorParallelDecoder {
  public:
-  /// `libraries[i]`: a KernelLibrary with the nn kernels for comms[i]'s device (nn::kernel_library).
-  /// \throws UsageError for a config that does not split (check_tensor_parallel) or a library count that differs
-  /// from the ranks'; CudaError when a GPU runs out of memory; NcclError.
+  /// The seeded weights of `config` (the single-GPU Decoder's: generated whole on each GPU, cut into its share and
+  /// freed). `libraries[r]`: a KernelLibrary with the nn kernels for comms[r]'s device (nn::kernel_library).
+  /// \throws UsageError for a config that does not split (check_tensor_split) or a library count that differs from
+  /// the ranks'; CudaError when a GPU runs out of memory; NcclError.
   BasicTensorParallelDecoder(std::span<const Communicator> comms, std::span<const KernelLibrary* const> libraries,
                              const DecoderConfig& config, const TensorParallelOptions& options = {});
-  /// Whether x lives in NCCL symmetric memory (TensorParallelOptions::symmetric_memory, when NCCL has it).
-  [[nodiscard]] bool symmetric_memory() const noexcept { return symmetric_; }
-  /// One step: `token` at `position` (steps must come at positions 0, 1, 2, ...); returns the next token (greedy).
-  /// \throws UsageError for a token or position out of range (check_step).
+  /// Given weights: `weights[r]` is rank r's share on comms[r]'s device (shard_decoder_weights,
+  /// DecoderCheckpoint::upload_shard). \throws as above, and as the rank constructor for a share of the wrong sizes.
+  BasicTensorParallelDecoder(std::span<const Communicator> comms, std::span<const KernelLibrary* const> libraries,
+                             const DecoderConfig& config, std::vector<BasicDecoderWeights<T>> weights,
+                             const TensorParallelOptions& options = {});
+
+  /// One step of sequence 0 (Decoder::forward). \throws UsageError as Decoder::forward.
   int forward(TokenAt in);
-  /// The last step's logits (vocab values, gathered from every rank), from rank 0.
-  [[nodiscard]] std::vector<T> logits() const;
+  /// One step of several sequences (Decoder::forward_batch).
+  std::vector<int> forward_batch(std::span<const TokenAt> steps);
+  /// A prompt through sequence `slot` (Decoder::prefill, through the step graphs).
+  int prefill(std::span<const int> prompt, int start = 0, int slot = 0);
+  /// Up to n tokens, every rank stepping from its thread (Decoder::generate on a rank).
+  std::vector<int> generate(int token, int n, int stop_token = -1, int start = 0);
+  /// How later steps pick their tokens, on every rank (Decoder::set_sampling).
+  void set_sampling(const Sampling& sampling);
+  /// Clears every rank's KV cache.
+  void reset();
+  /// Row `row`'s logits of the last call (the whole vocabulary, gathered), from rank 0.
+  [[nodiscard]] std::vector<T> logits(int row = 0) const;
+  /// Replays every rank's step graph of `rows` rows once (no staging copies) and waits: the device work of a step,
+  /// to time. The rows' io is what the last call left.
+  void replay(int rows = 1);
+
+  /// Whether the ranks' residual streams and logits live in NCCL symmetric memory (TensorParallelOptions).
+  [[nodiscard]] bool symmetric_memory() const noexcept { return ranks_[0]->symmetric_memory(); }
   /// The number of ranks.
   [[nodiscard]] int ranks() const noexcept { return static_cast<int>(ranks_.size()); }
-  /// Every rank's step graph (replay it directly to time the device work alone).
-  [[nodiscard]] MultiDeviceGraph& graph() { return *graph_; }
-  /// The config it was built with.
+  /// Rank r's decoder (its graphs, its KV cache). Its graph(rows) captures on first use, which must happen on every
+  /// rank at once: call replay(rows) first, then time rank(r).graph(rows) from any thread.
+  [[nodiscard]] BasicDecoder<T>& rank(int r) { return *ranks_.at(static_cast<std::size_t>(r)); }
+  /// The config it was built with (the whole model's).
   [[nodiscard]] const DecoderConfig& config() const noexcept { return config_; }
 
  private:
-  struct Layer {
-    DeviceBuffer<T> gain;  // [d]
-    DeviceBuffer<T> wqkv;  // [(q_dim + 2 kv_dim) / N x d]: this rank's rows of Wq, then of Wk, then of Wv
-    DeviceBuffer<T> wo;    // [d x q_dim / N]
-    BasicSwigluShard<T> mlp;
-  };
-  struct Rank {
-    Communicator comm;
-    BasicKernels<T> kernels;
-    DeviceBuffer<T> embedding;  // [vocab x d]
-    std::vector<Layer> layers;
-    DeviceBuffer<T> final_gain;  // [d]
-    DeviceBuffer<T> lm_head;     // [vocab / N x d]
-    DeviceBuffer<int> io;        // token, position, slot (0)
-    DeviceBuffer<int> next;      // [1]
-    DeviceSpan<T> x;             // owns its memory: a SymmetricBuffer's or a DeviceBuffer's
-    DeviceBuffer<T> qkv, attn, act, logits_part, logits, k_cache, v_cache;  // qkv: q, then k, then v
-    DeviceBuffer<float> attention_partials;     // attention_split's [heads / N][splits][head_dim + 2]
-    DeviceBuffer<unsigned> attention_counters;  // attention_split's [heads / N], zero between steps
-    DeviceBuffer<float> rope_frequencies;       // rope_table(config) [head_dim / 2]
-  };
-  /// Rank r's step as recorded into its graph.
-  void record_step(int r, Scope& s);
-
   DecoderConfig config_;
-  bool symmetric_ = false;
-  std::vector<Rank> ranks_;
-  std::optional<MultiDeviceGraph> graph_;
+  std::vector<std::unique_ptr<BasicDecoder<T>>> ranks_;
+  std::unique_ptr<detail::RankThreads> threads_;
 };
 
 /// The fp16 tensor-parallel decoder.

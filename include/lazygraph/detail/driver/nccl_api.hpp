@@ -17,6 +17,7 @@
 #include <cuda.h>
 
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <span>
 #include <string>
@@ -88,8 +89,22 @@ std::string result_name(int code);
 [[noreturn]] void throw_error(int code, std::string_view api, std::string_view object, Comm comm = nullptr);
 
 UniqueId get_unique_id();
-/// ncclCommInitRank with `ctx` (the device's primary context) current, which is the device NCCL binds to.
-Comm comm_init_rank(CUcontext ctx, int ranks, const UniqueId& id, int rank, std::string_view object);
+/// Rank `rank` of `ranks`, with `ctx` (the device's primary context) current, which is the device NCCL binds to:
+/// returns a blocking communicator once every rank has joined.
+///
+/// With a bounded join (bounded_join_supported(): NCCL 2.18 or newer) the rank joins through a non-blocking
+/// communicator (ncclCommInitRankConfig, blocking = 0), whose wait for the peers can be given up, then every rank
+/// splits it into the blocking communicator returned (ncclCommSplit, blocking = 1) and the non-blocking one is
+/// destroyed: no call is ever made on a non-blocking communicator but the join, the split and its teardown, since
+/// NCCL completes a non-blocking communicator's group on its own thread, after a graph capture may have ended.
+/// Joining and splitting together wait at most `timeout`; past it the communicators are aborted and TimeoutError
+/// names the rank, the ranks and the timeout. Without a bounded join: ncclCommInitRank, which waits without a bound
+/// (`timeout` is unused). \throws NcclUnavailable, NcclError, TimeoutError.
+Comm comm_init_rank(CUcontext ctx, int ranks, const UniqueId& id, int rank, std::string_view object,
+                    std::chrono::milliseconds timeout);
+/// Whether comm_init_rank bounds its wait for the other ranks: NCCL loads, is 2.18 or newer and has
+/// ncclCommInitRankConfig, ncclCommSplit and ncclCommFinalize. Never throws.
+bool bounded_join_supported() noexcept;
 /// ncclCommInitAll over `devices` (ordinals): one communicator per device, rank i on devices[i].
 std::vector<Comm> comm_init_all(std::span<const int> devices);
 /// ncclCommFinalize then ncclCommDestroy (waits for the communicator's outstanding work to finish).

@@ -1,0 +1,139 @@
+#pragma once
+/// \file
+/// One rank of a decoder split over tensor-parallel ranks, Megatron style: what the rank holds and what its step
+/// computes. A Decoder made with a Communicator (BasicDecoder's rank constructor) is such a rank; every path of the
+/// Decoder (forward, forward_batch, prefill through the step graphs, generate stepped from the host, sampling) runs on
+/// it, with the collectives inside its graphs. Rank r of N holds:
+///
+///   - heads / N query heads and kv_heads / N key/value heads: their rows of Wq, Wk, Wv (and biases), the columns of
+///     Wo that read them, their KV cache;
+///   - ffn / N rows of W1 and W3 and the matching columns of W2;
+///   - vocab / N rows of the embedding and of the LM head (rows [r vocab / N, (r + 1) vocab / N));
+///   - the norm gains whole.
+///
+/// Its step, for `rows` rows (x replicated on every rank):
+///
+///     x = all_reduce_sum(embedding rows of its vocabulary, zeros for other tokens)
+///     per layer: x = all_reduce_sum(rank 0: x + Wo_0 attn_0, rank r: Wo_r attn_r)        (attention_block)
+///                x = all_reduce_sum(rank 0: x + W2_0 act_0,  rank r: W2_r act_r)          (swiglu_block)
+///     logits = all_gather(LM head rows of its vocabulary), then the sampler over the whole vocabulary
+///
+/// Every rank ends with the same logits and draws the same token (the sampler depends on the logits, the seed, the
+/// position and the sequence only), so every rank takes the same turns through generate. One rank of one computes
+/// the single-GPU Decoder's bits exactly (an all-reduce and an all-gather of one rank copy). Dense weights, the graph
+/// backend, prompts through the step graphs.
+
+#include <string>
+#include <vector>
+
+#include "lazygraph/nn/decoder.hpp"
+#include "lazygraph/nn/decoder_tensors.hpp"
+#include "lazygraph/nn/tensor_parallel_options.hpp"
+#include "lazygraph/ops/collective.hpp"
+#include "lazygraph/ops/collective_log.hpp"
+#include "lazygraph/ops/copy.hpp"
+
+namespace lazygraph::nn {
+
+/// \throws UsageError unless `config` is valid (DecoderConfig::validate) and splits over `ranks` (1 or more): heads,
+/// kv heads and vocab divisible by it, ffn into shards of a multiple of 8, the graph backend; naming the numbers.
+void check_tensor_split(const DecoderConfig& config, int ranks);
+
+/// The shapes of one rank's weights (see the file comment): heads / ranks, kv_heads / ranks (head_width written out),
+/// ffn / ranks, vocab / ranks; the rest as `config`. \throws UsageError as check_tensor_split.
+[[nodiscard]] DecoderConfig shard_config(const DecoderConfig& config, int ranks);
+
+/// Which part of a tensor a rank holds: `count` rows (or columns, for Wo and W2) from `first`; the whole tensor for a
+/// gain. Rows of a bias are its elements.
+struct TensorShard {
+  bool columns = false;   ///< a block of columns (Wo, W2) rather than of rows
+  std::size_t first = 0;  ///< the first row or column
+  std::size_t count = 0;  ///< rows or columns
+};
+
+/// Rank `rank` of `ranks`'s part of tensor `t` of the full model `config` (decoder_tensors(config)).
+/// \throws UsageError as check_tensor_split, and for a rank outside [0, ranks).
+[[nodiscard]] TensorShard tensor_shard(const DecoderTensor& t, const DecoderConfig& config, int rank, int ranks);
+
+/// Rank `rank` of `ranks`'s weights, copied on `stream` out of the full dense weights `full` of `config` on the same
+/// device (the seeded weights, say); waits for the copies. \throws UsageError as tensor_shard, and for quantized
+/// weights.
+template <Element T>
+[[nodiscard]] BasicDecoderWeights<T> shard_decoder_weights(const Stream& stream, const BasicDecoderWeights<T>& full,
+                                                           const DecoderConfig& config, int rank, int ranks);
+
+/// What a rank's step needs besides the Decoder's state: its communicator and the LM head's share of the logits.
+template <Element T>
+struct BasicRankState {
+  /// Buffers for the whole vocabulary of `state` (its logits' row length: state.logits.size() / kMaxRows) over
+  /// comm.size() ranks, on comm's device. With options.symmetric_memory, where NCCL has symmetric memory and
+  /// registers it, these buffers and the state's x and logits (moved there: its buffers then adopt the symmetric
+  /// memory) lie in NCCL symmetric windows; every rank must make its state at the same time (the registration is
+  /// collective). Else plain device memory.
+  BasicRankState(const Communicator& comm, BasicDecoderState<T>& state, const TensorParallelOptions& options);
+  Communicator comm;              ///< this rank's
+  bool symmetric_memory = false;  ///< whether x, the logits and these buffers lie in NCCL symmetric memory
+  DeviceBuffer<T> logits_part;    ///< this rank's logits [kMaxRows][vocab / ranks]
+  /// The ranks' logits as all_gather lays them out for steps of 2 rows or more, [ranks][rows][vocab / ranks], before
+  /// they are copied into the state's [rows][vocab] (a step of one row gathers straight there).
+  DeviceBuffer<T> gathered;
+};
+
+/// One step of `rows` rows on the rank of `r` (see the file comment): `c` is shard_config's (vocab: this rank's
+/// rows), `s` a state of the whole vocabulary's logits. \throws UsageError as attention_block and swiglu_block.
+template <Element T>
+auto decoder_rank_step(const BasicKernels<T>& k, const BasicDecoderWeights<T>& w, BasicDecoderState<T>& s,
+                       BasicRankState<T>& r, const DecoderConfig& c, int rows, const Sampling& sampling) {
+  const int n = r.comm.size();
+  const int rank = r.comm.rank();
+  const int d = c.d;
+  const int part = c.vocab;
+  const int vocab = part * n;
+  const auto count = static_cast<std::size_t>(rows);
+  const auto parts = static_cast<std::size_t>(part);
+  const DeviceSpan<T> x = s.x.view().subspan(0, count * static_cast<std::size_t>(d));
+  auto embedding = k.embedding_rows(k.step_config(grid_for(count * static_cast<std::size_t>(d), 256)),
+                                    w.embedding.cview(), s.tokens(), s.x.view(), d, rows, rank * part, part) >>
+                   all_reduce(r.comm, x);
+  const std::size_t cache_size = static_cast<std::size_t>(c.max_batch) * static_cast<std::size_t>(c.context) *
+                                 static_cast<std::size_t>(c.kv_dim());
+  const auto layer = [&](int l) {
+    const auto at = static_cast<std::size_t>(l);
+    const std::string name = "layer " + std::to_string(l);
+    return named(name + " attention",
+                 attention_block(k, nullptr, w.attention[at], s, s.k_cache.view().subspan(at * cache_size, cache_size),
+                                 s.v_cache.view().subspan(at * cache_size, cache_size), c, rows, rank == 0) >>
+                     all_reduce(r.comm, x)) >>
+           named(name + " mlp",
+                 swiglu_block(k, nullptr, w.mlp[at], s.x.view(), s.act.view(), d, c.ffn, c.eps, rows, rank == 0) >>
+                     all_reduce(r.comm, x));
+  };
+  std::vector<decltype(layer(0))> layers;
+  layers.reserve(static_cast<std::size_t>(c.layers));
+  for (int l = 0; l < c.layers; ++l) layers.push_back(layer(l));
+  const DeviceSpan<const T> mine = r.logits_part.cview().subspan(0, count * parts);
+  // Steps of several rows: rank q's [rows][vocab / ranks] block of `gathered` into columns [q part, (q + 1) part).
+  std::vector<DeviceCopy2dOp<T>> spread;
+  for (int q = 0; q < n; ++q) {
+    const auto first = static_cast<std::size_t>(q) * parts;
+    spread.push_back(copy_2d(s.logits.view().subspan(first, s.logits.size() - first), static_cast<std::size_t>(vocab),
+                             r.gathered.cview().subspan(first * count, count * parts), parts, parts, count));
+  }
+  // Both branches are built (choose), each with sizes valid for any row count; one row gathers straight into the
+  // state's logits, whose first row is then laid out as the whole vocabulary.
+  const std::size_t all = static_cast<std::size_t>(n) * count * parts;
+  auto gather = choose(rows == 1, all_gather<T>(r.comm, mine, s.logits.view().subspan(0, all)),
+                       all_gather<T>(r.comm, mine, r.gathered.view().subspan(0, all)) >> chain(std::move(spread)));
+  return named("embedding", std::move(embedding)) >> chain(std::move(layers)) >>
+         named("lm head", k.rms_norm_gemv(k.gemv_config(part, d, rows), w.lm_head.cview(), s.x.cview(),
+                                          w.final_gain.cview(), r.logits_part.view(), part, d, c.eps, rows) >>
+                              std::move(gather) >>
+                              k.sample(k.step_config({{static_cast<unsigned>(rows), 1, 1}, {1024, 1, 1}, 0}),
+                                       s.logits.cview(), s.next.view(), s.positions(), s.slots(), vocab, sampling.top_k,
+                                       sampling.temperature, static_cast<unsigned>(sampling.seed), sampling.top_p));
+}
+
+extern template struct BasicRankState<half>;
+extern template struct BasicRankState<bfloat16>;
+
+}  // namespace lazygraph::nn

@@ -1,0 +1,17 @@
+#pragma once
+/// \file
+/// TensorParallelOptions: how the tensor-parallel modules (tensor_parallel.hpp's MLP, decoder_rank.hpp's decoder rank)
+/// hold what their collectives read and write. Its own header, as both the Decoder and the MLP take it.
+
+namespace lazygraph::nn {
+
+/// How the tensor-parallel modules hold what they all-reduce.
+struct TensorParallelOptions {
+  /// The residual stream x, which every block all-reduces (and a decoder's logits, which every step all-gathers), in
+  /// NCCL symmetric memory (SymmetricBuffer) when the NCCL here has it: NCCL then runs its symmetric kernels, the
+  /// lowest latency it has for a decode step's small collectives. When it does not (older than 2.27, or registration
+  /// refused), plain device memory, as with false; the module's symmetric_memory() says which.
+  bool symmetric_memory = true;
+};
+
+}  // namespace lazygraph::nn

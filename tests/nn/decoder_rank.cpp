@@ -1,0 +1,236 @@
+// A tensor-parallel rank of the decoder (nn/decoder_rank.hpp): how a config splits and which part of each tensor a
+// rank holds (host); on the GPU, the ranks' shares of the seeded weights put back together give the whole, and a
+// rank of one runs every path of the Decoder (steps, batches, prompts, generate, sampling, bf16, biases) with the
+// single-GPU Decoder's bits.
+#include <doctest/doctest.h>
+
+#include <lazygraph/lazygraph.hpp>
+#include <lazygraph/nn.hpp>
+
+#include <vector>
+
+#include "common/gpu.hpp"
+#include "common/nccl.hpp"
+#include "common/nn.hpp"
+#include "common/small_decoder.hpp"
+
+namespace lg = lazygraph;
+using lg::half;
+
+TEST_CASE("a decoder splits over ranks that divide its heads, kv heads and vocab and cut ffn into multiples of 8") {
+  lg::nn::DecoderConfig c = lgtest::small_decoder(2);  // 4 heads, 2 kv heads, vocab 512, ffn 256
+  CHECK_NOTHROW(lg::nn::check_tensor_split(c, 1));
+  CHECK_NOTHROW(lg::nn::check_tensor_split(c, 2));
+  CHECK_THROWS_WITH_AS(lg::nn::check_tensor_split(c, 4), doctest::Contains("kv heads 2 do not divide"), lg::UsageError);
+  CHECK_THROWS_WITH_AS(lg::nn::check_tensor_split(c, 3), doctest::Contains("heads 4 do not divide"), lg::UsageError);
+  CHECK_THROWS_WITH_AS(lg::nn::check_tensor_split(c, 0), doctest::Contains("at least one rank"), lg::UsageError);
+  c.kv_heads = 0;
+  c.vocab = 513;
+  CHECK_THROWS_WITH_AS(lg::nn::check_tensor_split(c, 2), doctest::Contains("vocab 513 does not divide"),
+                       lg::UsageError);
+  c = lgtest::small_decoder();
+  c.ffn = 264;  // 132 per rank: not a multiple of 8
+  CHECK_THROWS_WITH_AS(lg::nn::check_tensor_split(c, 2), doctest::Contains("ffn 264"), lg::UsageError);
+  c = lgtest::small_decoder(0, 4);  // batches split too
+  CHECK_NOTHROW(lg::nn::check_tensor_split(c, 4));
+  c.backend = lg::nn::DecoderBackend::persistent;
+  CHECK_THROWS_WITH_AS(lg::nn::check_tensor_split(c, 2), doctest::Contains("graph backend"), lg::UsageError);
+}
+
+TEST_CASE("a rank's shapes are its share of heads, kv heads, ffn and vocabulary; each tensor's rows or columns") {
+  lg::nn::DecoderConfig c = lgtest::small_decoder(2, 3);
+  c.qkv_bias = true;
+  const lg::nn::DecoderConfig s = lg::nn::shard_config(c, 2);
+  CHECK(s.heads == 2);
+  CHECK(s.kv_head_count() == 1);
+  CHECK(s.head_dim() == c.head_dim());
+  CHECK(s.ffn == 128);
+  CHECK(s.vocab == 256);
+  CHECK(s.d == c.d);
+  CHECK(s.max_batch == 3);
+  CHECK(s.context == c.context);
+  const std::size_t hd = static_cast<std::size_t>(c.head_dim());
+  for (const lg::nn::DecoderTensor& t : lg::nn::decoder_tensors(c)) {
+    CAPTURE(t.name);
+    const lg::nn::TensorShard first = lg::nn::tensor_shard(t, c, 1, 2);
+    switch (t.role) {
+      case lg::nn::DecoderTensorRole::embedding:
+      case lg::nn::DecoderTensorRole::lm_head:
+        CHECK((!first.columns && first.first == 256 && first.count == 256));
+        break;
+      case lg::nn::DecoderTensorRole::wq:
+      case lg::nn::DecoderTensorRole::bq:
+        CHECK((!first.columns && first.first == 2 * hd && first.count == 2 * hd));
+        break;
+      case lg::nn::DecoderTensorRole::wk:
+      case lg::nn::DecoderTensorRole::wv:
+      case lg::nn::DecoderTensorRole::bk:
+      case lg::nn::DecoderTensorRole::bv:
+        CHECK((!first.columns && first.first == hd && first.count == hd));
+        break;
+      case lg::nn::DecoderTensorRole::wo:
+        CHECK((first.columns && first.first == 2 * hd && first.count == 2 * hd));
+        break;
+      case lg::nn::DecoderTensorRole::w1:
+      case lg::nn::DecoderTensorRole::w3:
+        CHECK((!first.columns && first.first == 128 && first.count == 128));
+        break;
+      case lg::nn::DecoderTensorRole::w2:
+        CHECK((first.columns && first.first == 128 && first.count == 128));
+        break;
+      default:  // the gains: whole on every rank
+        CHECK((!first.columns && first.first == 0 && first.count == static_cast<std::size_t>(t.rows)));
+    }
+  }
+  const lg::nn::DecoderTensor& embedding = lg::nn::decoder_tensors(c).front();
+  CHECK_THROWS_WITH_AS((void)lg::nn::tensor_shard(embedding, c, 2, 2), doctest::Contains("rank 2 is outside"),
+                       lg::UsageError);
+}
+
+namespace {
+template <class T>
+std::vector<T> host(lg::DeviceSpan<const T> d) {
+  std::vector<T> out(d.size());
+  lg::copy(std::span<T>(out), d).sync_on(lgtest::stream());
+  return out;
+}
+
+template <class T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (a[i].bits != b[i].bits) return false;
+  }
+  return true;
+}
+
+/// The 1-rank tensor-parallel decoder and the Decoder of `c` give the same tokens and logits bits on every path.
+template <class T>
+void check_one_rank_paths(const lg::nn::DecoderConfig& c) {
+  const std::vector<lg::Communicator> comms = lg::Communicator::create_all(std::vector<lg::Device>{lgtest::device()});
+  const std::vector<const lg::KernelLibrary*> libraries{&lgtest::nn_kernels()};
+  lg::nn::BasicTensorParallelDecoder<T> tp(comms, libraries, c);
+  lg::nn::BasicDecoder<T> one(lgtest::stream(), lgtest::nn_kernels(), c);
+  REQUIRE(tp.rank(0).communicator() != nullptr);
+  CHECK(one.communicator() == nullptr);
+  int token = 7;
+  for (int position = 0; position < 6; ++position) {  // steps
+    CAPTURE(position);
+    const int got = tp.forward({token, position});
+    REQUIRE(got == one.forward({token, position}));
+    REQUIRE(same_bits(tp.logits(), one.logits()));
+    token = got;
+  }
+  if (c.max_batch >= 3) {  // a batch of three sequences, each at its own position
+    const std::vector<lg::nn::TokenAt> rows{{3, 0}, {40, 1}, {511 % c.vocab, 2}};
+    const std::vector<int> got = tp.forward_batch(rows);
+    CHECK(got == one.forward_batch(rows));
+    for (int r = 0; r < 3; ++r) REQUIRE(same_bits(tp.logits(r), one.logits(r)));
+  }
+  std::vector<int> prompt;
+  for (int i = 0; i < 19; ++i) prompt.push_back((i * 37 + 11) % c.vocab);
+  CHECK(tp.prefill(prompt) == one.prefill(prompt));  // through the step graphs, 8 rows at a time
+  REQUIRE(same_bits(tp.logits(), one.logits()));
+  CHECK(tp.generate(5, 12, -1, 19) == one.generate(5, 12, -1, 19));
+  REQUIRE(same_bits(tp.logits(), one.logits()));
+  const lg::nn::Sampling sampling{.temperature = 0.8F, .top_k = 40, .seed = 99U};
+  tp.set_sampling(sampling);
+  one.set_sampling(sampling);
+  CHECK(tp.generate(9, 10, -1, 31) == one.generate(9, 10, -1, 31));
+  CHECK(tp.forward({4, 41}) == one.forward({4, 41}));
+  REQUIRE(same_bits(tp.logits(), one.logits()));
+  CHECK_THROWS_AS(tp.forward({c.vocab, 0}), lg::UsageError);
+  CHECK_THROWS_AS((void)tp.rank(0).step_op(), lg::UsageError);
+}
+}  // namespace
+
+TEST_SUITE("gpu") {
+  TEST_CASE("the ranks' shares of the seeded weights put back together are the whole weights") {
+    lg::nn::DecoderConfig c = lgtest::small_decoder(2);
+    c.qkv_bias = true;
+    const lg::nn::DecoderWeights full =
+        lg::nn::DecoderWeights::generate(lgtest::stream(), lg::nn::Kernels(lgtest::nn_kernels()), c);
+    std::vector<lg::nn::DecoderWeights> shares;
+    for (int r = 0; r < 2; ++r) shares.push_back(lg::nn::shard_decoder_weights(lgtest::stream(), full, c, r, 2));
+    const auto d = static_cast<std::size_t>(c.d);
+    // Rows: the embedding, the LM head, W1, q (and its bias): rank 0's rows, then rank 1's.
+    const auto rows = [&](lg::DeviceSpan<const half> whole, lg::DeviceSpan<const half> a,
+                          lg::DeviceSpan<const half> b) {
+      std::vector<half> joined = host(a);
+      const std::vector<half> second = host(b);
+      joined.insert(joined.end(), second.begin(), second.end());
+      return same_bits(joined, host(whole));
+    };
+    CHECK(rows(full.embedding.cview(), shares[0].embedding.cview(), shares[1].embedding.cview()));
+    CHECK(rows(full.lm_head.cview(), shares[0].lm_head.cview(), shares[1].lm_head.cview()));
+    const lg::nn::DecoderConfig s = lg::nn::shard_config(c, 2);
+    for (std::size_t l = 0; l < 2; ++l) {
+      CAPTURE(l);
+      CHECK(rows(full.attention[l].wq(c), shares[0].attention[l].wq(s), shares[1].attention[l].wq(s)));
+      CHECK(rows(full.attention[l].wk(c), shares[0].attention[l].wk(s), shares[1].attention[l].wk(s)));
+      CHECK(rows(full.attention[l].bv.cview(), shares[0].attention[l].bv.cview(), shares[1].attention[l].bv.cview()));
+      CHECK(rows(full.mlp[l].w3.cview(), shares[0].mlp[l].w3.cview(), shares[1].mlp[l].w3.cview()));
+      CHECK(same_bits(host(full.mlp[l].gain.cview()), host(shares[1].mlp[l].gain.cview())));
+      // Columns: W2's row i is rank 0's row i, then rank 1's.
+      const std::vector<half> whole = host(full.mlp[l].w2.cview());
+      const std::vector<half> a = host(shares[0].mlp[l].w2.cview());
+      const std::vector<half> b = host(shares[1].mlp[l].w2.cview());
+      const std::size_t f = 128;
+      bool columns = true;
+      for (std::size_t i = 0; i < d; ++i) {
+        for (std::size_t j = 0; j < f; ++j) {
+          columns = columns && whole[i * 2 * f + j].bits == a[i * f + j].bits &&
+                    whole[i * 2 * f + f + j].bits == b[i * f + j].bits;
+        }
+      }
+      CHECK(columns);
+    }
+    CHECK_THROWS_WITH_AS((void)lg::nn::shard_decoder_weights(lgtest::stream(), full, c, 0, 3),
+                         doctest::Contains("heads 4 do not divide"), lg::UsageError);
+  }
+
+  TEST_CASE("a rank of one runs every path of the Decoder with its bits") {
+    if (!lgtest::have_nccl()) return;
+    lg::nn::DecoderConfig c = lgtest::small_decoder(2, 3);
+    c.prefill_chunk = 0;  // the Decoder's prompts through the step graphs too, as a rank's
+    SUBCASE("fp16, GQA, a batch of three") { check_one_rank_paths<half>(c); }
+    SUBCASE("fp16, q/k/v biases, split attention, llama3 RoPE") {
+      c.qkv_bias = true;
+      c.attention_blocks = 4;
+      c.rope_scaling = {.type = lg::nn::RopeType::llama3,
+                        .factor = 8,
+                        .low_freq_factor = 1,
+                        .high_freq_factor = 4,
+                        .original_max_position_embeddings = 32};
+      check_one_rank_paths<half>(c);
+    }
+    SUBCASE("bf16") { check_one_rank_paths<lg::bfloat16>(c); }
+    SUBCASE("unfused attention") {
+      c.fused = false;
+      check_one_rank_paths<half>(c);
+    }
+  }
+
+  TEST_CASE("a rank refuses quantized weights, a stream of another device and weights of the whole model") {
+    if (!lgtest::have_nccl()) return;
+    const lg::nn::DecoderConfig c = lgtest::small_decoder(2);
+    const std::vector<lg::Communicator> comms = lg::Communicator::create_all(std::vector<lg::Device>{lgtest::device()});
+    // A rank of one holds the whole model: weights of a two-way share are the wrong size for it.
+    const lg::nn::DecoderWeights full =
+        lg::nn::DecoderWeights::generate(lgtest::stream(), lg::nn::Kernels(lgtest::nn_kernels()), c);
+    CHECK_THROWS_WITH_AS(lg::nn::Decoder(lgtest::stream(), lgtest::nn_kernels(), c,
+                                         lg::nn::shard_decoder_weights(lgtest::stream(), full, c, 0, 2), comms[0]),
+                         doctest::Contains("wqkv (q_proj, k_proj and v_proj stacked) has 16384 elements"),
+                         lg::UsageError);
+    lg::nn::DecoderQuantization q;
+    q.mlp = lg::nn::QuantizedFormat{.kind = lg::nn::WeightFormat::int8_channel};
+    CHECK_THROWS_WITH_AS(
+        lg::nn::Decoder(
+            lgtest::stream(), lgtest::nn_kernels(), c,
+            lg::nn::quantize_decoder_weights(
+                lgtest::stream(),
+                lg::nn::DecoderWeights::generate(lgtest::stream(), lg::nn::Kernels(lgtest::nn_kernels()), c), c, q),
+            comms[0]),
+        doctest::Contains("dense weights only"), lg::UsageError);
+  }
+}
