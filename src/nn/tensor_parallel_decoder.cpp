@@ -14,6 +14,7 @@ namespace lazygraph::nn {
 namespace detail {
 
 struct RankThreads::State {
+  std::mutex calls;  // one run at a time: a second caller waits until the first has its results
   std::mutex mutex;
   std::condition_variable start;
   std::condition_variable done;
@@ -61,6 +62,7 @@ RankThreads::~RankThreads() {
 
 void RankThreads::run(const std::function<void(int)>& f) {
   State& s = *state_;
+  const std::lock_guard call(s.calls);
   std::unique_lock lock(s.mutex);
   for (std::exception_ptr& e : s.errors) e = nullptr;
   s.job = &f;
@@ -170,12 +172,14 @@ std::vector<int> BasicTensorParallelDecoder<T>::generate(int token, int n, int s
 template <Element T>
 void BasicTensorParallelDecoder<T>::set_sampling(const Sampling& sampling) {
   sampling.validate();
-  for (auto& rank : ranks_) rank->set_sampling(sampling);  // no GPU work: the graphs are captured again on next use
+  // On the ranks' threads, as one call: no step of another thread's call can run on some ranks before and on others
+  // after the change (no GPU work: the graphs are captured again on next use).
+  threads_->run([&](int r) { ranks_[static_cast<std::size_t>(r)]->set_sampling(sampling); });
 }
 
 template <Element T>
 void BasicTensorParallelDecoder<T>::reset() {
-  for (auto& rank : ranks_) rank->reset();  // fills of each rank's own cache, no collective
+  threads_->run([&](int r) { ranks_[static_cast<std::size_t>(r)]->reset(); });  // each rank's own cache, as one call
 }
 
 template <Element T>

@@ -1,11 +1,15 @@
-// The tensor-parallel decoder over the GPUs of one process (nn/tensor_parallel_decoder.hpp): its refusals (host); on a
-// machine with two or more GPUs, two ranks against the single-GPU Decoder on every path (skipped, saying so, with one
-// GPU). A rank of one, bit for bit against the Decoder, is tests/nn/decoder_rank.cpp's.
+// The tensor-parallel decoder over the GPUs of one process (nn/tensor_parallel_decoder.hpp): its rank threads (host);
+// its refusals; on a machine with two or more GPUs, two ranks against the single-GPU Decoder on every path (skipped,
+// saying so, with one GPU). A rank of one, bit for bit against the Decoder, is tests/nn/decoder_rank.cpp's.
 #include <doctest/doctest.h>
 
 #include <lazygraph/lazygraph.hpp>
 #include <lazygraph/nn.hpp>
 
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "common/gpu.hpp"
@@ -43,6 +47,50 @@ double differ(const std::vector<T>& a, const std::vector<T>& b) {
   return lg::nn::relative_error(lg::nn::widen(a), lg::nn::widen(b));
 }
 }  // namespace
+
+TEST_CASE("rank threads run a call on every rank at once, one call at a time, and rethrow the lowest rank's error") {
+  lg::nn::detail::RankThreads threads(3);
+  // At once: each rank waits for all three to have arrived (a rank run after another would wait for ever; a bound
+  // turns that into a failure).
+  std::atomic<int> arrived{0};
+  std::vector<std::thread::id> ids(3);
+  std::vector<int> calls(3, 0);
+  threads.run([&](int r) {
+    ids[static_cast<std::size_t>(r)] = std::this_thread::get_id();
+    ++calls[static_cast<std::size_t>(r)];
+    ++arrived;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (arrived.load() < 3 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  });
+  CHECK(arrived.load() == 3);
+  CHECK(calls == std::vector<int>{1, 1, 1});
+  CHECK((ids[0] != ids[1] && ids[1] != ids[2] && ids[0] != ids[2] && ids[0] != std::this_thread::get_id()));
+  // Errors: the lowest rank's, after every rank has finished.
+  std::atomic<int> finished{0};
+  CHECK_THROWS_WITH_AS(threads.run([&](int r) {
+    ++finished;
+    if (r > 0) throw lg::UsageError("rank " + std::to_string(r));
+  }),
+                       "rank 1", lg::UsageError);
+  CHECK(finished.load() == 3);
+  // Two callers: their calls do not interleave (each sees every rank of its own call before the other's starts).
+  std::atomic<int> inside{0};
+  std::atomic<bool> overlapped{false};
+  const auto call = [&] {
+    for (int k = 0; k < 50; ++k) {
+      threads.run([&](int) {
+        if (++inside > 3) overlapped = true;
+        std::this_thread::yield();
+        --inside;
+      });
+    }
+  };
+  std::thread other(call);
+  call();
+  other.join();
+  CHECK_FALSE(overlapped.load());
+  CHECK_NOTHROW(threads.run([](int) {}));  // still usable after an error
+}
 
 TEST_SUITE("gpu") {
   TEST_CASE(

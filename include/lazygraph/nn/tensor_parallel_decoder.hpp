@@ -33,7 +33,7 @@ class RankThreads {
   RankThreads(const RankThreads&) = delete;
   RankThreads& operator=(const RankThreads&) = delete;
   /// Calls f(r) on thread r for every rank, waits for all, and rethrows the first rank's exception (by rank order)
-  /// when any threw.
+  /// when any threw. Calls from several threads run one after another.
   void run(const std::function<void(int)>& f);
 
  private:
@@ -44,7 +44,9 @@ class RankThreads {
 
 /// The decoder split over the ranks of `comms` (Communicator::create_all: every GPU of this process, rank r on
 /// comms[r]'s device). Each call runs on every rank at once and returns what rank 0 returns (every rank returns the
-/// same tokens). Thread safety: as the Decoder's (each rank's execution lock), plus one call at a time on the whole.
+/// same tokens). Thread safety: every member function may be called from several threads; calls run one at a time
+/// (each on every rank). A rank that fails inside a call (a CUDA error) leaves the others waiting in their collectives:
+/// make the communicators anew.
 template <Element T>
 class BasicTensorParallelDecoder {
  public:
