@@ -536,7 +536,6 @@ int BasicDecoder<T>::prefill_steps(std::span<const int> prompt, std::size_t firs
 
 template <Element T>
 std::string BasicDecoder<T>::prefill_fallback_reason() const {
-  if (rank_) return "a tensor-parallel rank runs prompts through the decode step's graphs";
   std::string why;
   return prefill_on_tensor_cores(config_, stream_.device().compute_capability(), &why) ? std::string() : why;
 }
@@ -549,15 +548,17 @@ int BasicDecoder<T>::prefill(std::span<const int> prompt, int start, int slot) {
   std::size_t first = 0;
   if (prompt.size() >= min_rows) {
     if (!prefill_gemm_) {
-      prefill_gemm_ = !rank_ && prefill_on_tensor_cores(config_, stream_.device().compute_capability());
+      prefill_gemm_ = prefill_on_tensor_cores(config_, stream_.device().compute_capability());
     }
     if (*prefill_gemm_) {
       if (!prefill_) {
-        prefill_ = std::make_unique<BasicPrefill<T>>(stream_.device(), config_, dequantized_elements(weights_));
+        prefill_ = std::make_unique<BasicPrefill<T>>(stream_.device(), shard_, dequantized_elements(weights_));
       }
+      // A rank's chunks run its share (shard_: config_ itself on one GPU) with the collectives between the blocks.
       const BasicPrefillContext<T> ctx{
-          config_, kernels_, weights_,  state_,
-          stream_, io_,      sampling_, quantized_kernels_ ? &*quantized_kernels_ : nullptr};
+          shard_,     kernels_, weights_,  state_,
+          stream_,    io_,      sampling_, quantized_kernels_ ? &*quantized_kernels_ : nullptr,
+          rank_.get()};
       int next = -1;
       for (const int chunk : prefill_chunk_rows(prompt.size(), prefill_buckets(config_))) {
         const auto rows = static_cast<std::size_t>(chunk);
@@ -579,10 +580,10 @@ template <Element T>
 std::vector<int> BasicDecoder<T>::generate(int token, int n, int stop_token, int start) {
   check_generate(config_, token, n, stop_token, start);
   const std::lock_guard<std::mutex> lock(*mutex_);
-  if (rank_) {
-    // A rank steps from the host, one replay of its step graph per token: NCCL's captured collectives bring event
-    // nodes (its graph-mixing support) that a WHILE loop's body may not hold, so the loop graph would not
-    // instantiate. The tokens are forward's, as the loop's are.
+  if (rank_ && rank_->symmetric_memory) {
+    // NCCL's symmetric kernels inside a WHILE body computed wrong tokens from the first iteration on (2x H100, NCCL
+    // 2.28.3), where the same loop over plain memory, and the same step graph replayed, agree with forward: a rank in
+    // symmetric memory steps from the host, one replay of its step graph per token (the same tokens).
     std::vector<int> out;
     int next = token;
     for (int i = 0; i < n && (out.empty() || out.back() != stop_token); ++i) {

@@ -152,6 +152,21 @@ std::size_t dequantized_elements(const BasicDecoderWeights<T>& w) {
   return most;
 }
 
+namespace {
+
+/// `make()`'s graph; on a rank, with its collectives compared with the other ranks' before it first runs (every rank
+/// captures the same prefill graphs at the same calls).
+template <Element T, class Make>
+CudaGraph<> capture_checked(const BasicPrefillContext<T>& ctx, const std::string& what, Make make) {
+  if (ctx.rank == nullptr) return make();
+  CollectiveLog log(ctx.rank->comm);
+  CudaGraph<> graph = make();
+  check_same_collectives(ctx.rank->comm, ctx.stream, log, what);
+  return graph;
+}
+
+}  // namespace
+
 template <Element T>
 BasicPrefill<T>::BasicPrefill(const Device& device, const DecoderConfig& config, std::size_t weight_elements)
     : buckets_(prefill_buckets(config)),
@@ -185,23 +200,34 @@ CudaGraph<>& BasicPrefill<T>::chunk_graph(const BasicPrefillContext<T>& ctx, int
     BasicPrefillBuffers<T>& b = buffers_;
     const std::size_t cache_size = static_cast<std::size_t>(c.max_batch) * static_cast<std::size_t>(c.context) *
                                    static_cast<std::size_t>(c.kv_dim());
-    return CudaGraph<>::scope(ctx.stream, [&](Scope& s) {
-      const auto count = static_cast<std::size_t>(rows);
-      const DeviceSpan<int> io = b.io.view().subspan(0, PrefillIo::input_size(rows));
-      s.record(
-          ctx.io.copy_in(io, DecoderIo::prefill) >>
-          named("embedding", k.embedding(k.step_config(grid_for(count * static_cast<std::size_t>(c.d), 256)),
-                                         ctx.weights.embedding.cview(), io.as_const().subspan(PrefillIo::tokens, count),
-                                         b.x.view().subspan(0, count * static_cast<std::size_t>(c.d)), c.d, rows)));
-      for (int l = 0; l < c.layers; ++l) {
-        const auto layer = static_cast<std::size_t>(l);
-        const std::size_t offset = layer * cache_size;
-        s.record(named(
-            "layer " + std::to_string(l),
-            prefill_layer(k, ctx.quantized, plans, ctx.weights.attention[layer], ctx.weights.mlp[layer], b,
-                          ctx.state.rope_frequencies.cview(), ctx.state.k_cache.view().subspan(offset, cache_size),
-                          ctx.state.v_cache.view().subspan(offset, cache_size), c, rows)));
-      }
+    const Communicator* comm = ctx.rank != nullptr ? &ctx.rank->comm : nullptr;
+    return capture_checked(ctx, "a prefill graph of " + std::to_string(rows) + " rows", [&] {
+      return CudaGraph<>::scope(ctx.stream, [&](Scope& s) {
+        const auto count = static_cast<std::size_t>(rows);
+        const DeviceSpan<int> io = b.io.view().subspan(0, PrefillIo::input_size(rows));
+        const DeviceSpan<const int> tokens = io.as_const().subspan(PrefillIo::tokens, count);
+        const DeviceSpan<T> x = b.x.view().subspan(0, count * static_cast<std::size_t>(c.d));
+        const LaunchConfig per_element = k.step_config(grid_for(x.size(), 256));
+        s.record(ctx.io.copy_in(io, DecoderIo::prefill));
+        if (comm == nullptr) {
+          s.record(named("embedding", k.embedding(per_element, ctx.weights.embedding.cview(), tokens, x, c.d, rows)));
+        } else {
+          // The rank's rows of the vocabulary (zeros for other tokens), summed over the ranks.
+          const int first = comm->rank() * c.vocab;
+          s.record(named("embedding", k.embedding_rows(per_element, ctx.weights.embedding.cview(), tokens, x, c.d, rows,
+                                                       first, c.vocab) >>
+                                          all_reduce(*comm, x)));
+        }
+        for (int l = 0; l < c.layers; ++l) {
+          const auto layer = static_cast<std::size_t>(l);
+          const std::size_t offset = layer * cache_size;
+          s.record(named(
+              "layer " + std::to_string(l),
+              prefill_layer(k, ctx.quantized, plans, ctx.weights.attention[layer], ctx.weights.mlp[layer], b,
+                            ctx.state.rope_frequencies.cview(), ctx.state.k_cache.view().subspan(offset, cache_size),
+                            ctx.state.v_cache.view().subspan(offset, cache_size), c, rows, comm)));
+        }
+      });
     });
   });
 }
@@ -228,16 +254,36 @@ CudaGraph<>& BasicPrefill<T>::head_graph(const BasicPrefillContext<T>& ctx) {
                            quantized_head),
                        k.rms_norm_gemv(k.gemv_config(c.vocab, c.d, 1), ctx.weights.lm_head.cview(), st.x.cview(),
                                        ctx.weights.final_gain.cview(), st.logits.view(), c.vocab, c.d, c.eps, 1));
-    head_.emplace(CudaGraph<>::capture(
-        ctx.stream,
-        named("lm head", k.prefill_last_row(k.step_config(grid_for(d, 256)), buffers_.x.cview(), buffers_.chunk(),
-                                            st.x.view().subspan(0, d), c.d, buffers_.rows) >>
-                             std::move(head) >>
-                             k.sample(k.step_config({{1, 1, 1}, {1024, 1, 1}, 0}), st.logits.cview(), st.next.view(),
-                                      io.subspan(PrefillIo::last_position, 1), io.subspan(PrefillIo::slot, 1), c.vocab,
-                                      ctx.sampling.top_k, ctx.sampling.temperature,
-                                      static_cast<unsigned>(ctx.sampling.seed), ctx.sampling.top_p)) >>
-            ctx.io.copy_out(st.next.cview().subspan(0, 1), DecoderIo::next)));
+    auto last_row = k.prefill_last_row(k.step_config(grid_for(d, 256)), buffers_.x.cview(), buffers_.chunk(),
+                                       st.x.view().subspan(0, d), c.d, buffers_.rows);
+    const auto sample = [&](int vocab) {
+      return k.sample(k.step_config({{1, 1, 1}, {1024, 1, 1}, 0}), st.logits.cview(), st.next.view(),
+                      io.subspan(PrefillIo::last_position, 1), io.subspan(PrefillIo::slot, 1), vocab,
+                      ctx.sampling.top_k, ctx.sampling.temperature, static_cast<unsigned>(ctx.sampling.seed),
+                      ctx.sampling.top_p);
+    };
+    const auto next_out = ctx.io.copy_out(st.next.cview().subspan(0, 1), DecoderIo::next);
+    if (BasicRankState<T>* r = ctx.rank; r != nullptr) {
+      // The rank's rows of the LM head, then every rank's logits gathered into the whole vocabulary's row 0, as a
+      // step of one row does (decoder_rank_step). Dense weights only: a rank refuses quantized ones.
+      const auto part = static_cast<std::size_t>(c.vocab);
+      const DeviceSpan<const T> mine = r->logits_part.cview().subspan(0, part);
+      const int vocab = c.vocab * r->comm.size();
+      head_.emplace(capture_checked(ctx, "the prefill's LM head", [&] {
+        return CudaGraph<>::capture(
+            ctx.stream,
+            named("lm head",
+                  std::move(last_row) >>
+                      k.rms_norm_gemv(k.gemv_config(c.vocab, c.d, 1), ctx.weights.lm_head.cview(), st.x.cview(),
+                                      ctx.weights.final_gain.cview(), r->logits_part.view(), c.vocab, c.d, c.eps, 1) >>
+                      all_gather<T>(r->comm, mine, st.logits.view().subspan(0, mine.size() * r->comm.size())) >>
+                      sample(vocab)) >>
+                next_out);
+      }));
+    } else {
+      head_.emplace(CudaGraph<>::capture(
+          ctx.stream, named("lm head", std::move(last_row) >> std::move(head) >> sample(c.vocab)) >> next_out));
+    }
   }
   return *head_;
 }

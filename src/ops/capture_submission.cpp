@@ -91,6 +91,10 @@ void CaptureSubmission::conditional(CUgraphConditionalHandle handle, CUgraphCond
       driver::throw_error(r != CUDA_SUCCESS ? r : CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "cuStreamEndCapture",
                           "conditional body");
     }
+    // A body may hold no event node, and lazygraph records none there (GraphRecording refuses them); a collective
+    // brings NCCL's, which order its captured work against its eager work on the communicator. They become empty
+    // nodes, and the stream the graph runs on orders that work instead (graph/conditional.hpp).
+    (void)driver::graph_replace_event_nodes(bodies[i]);
   }
 }
 

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -141,6 +142,44 @@ TEST_SUITE("gpu") {
         }
         CHECK(lgtest::to_host(s, data[r].broadcast.view()) == x[1]);
         CHECK(lgtest::to_host(s, data[r].exchanged.view()) == x[other]);
+      }
+    }
+  }
+
+  TEST_CASE("over two GPUs: an all_reduce inside a while_ body runs every iteration on both ranks") {
+    const std::vector<Communicator> comms = fresh_two_ranks();
+    if (comms.empty()) return;
+    const std::size_t n = 4096 + 3;
+    const unsigned iterations = 7;
+    std::vector<Stream> streams;
+    std::vector<KernelLibrary> libraries;
+    std::vector<LoopBound> bounds;
+    std::vector<DeviceBuffer<float>> y;
+    std::vector<std::vector<float>> y0;
+    libraries.reserve(comms.size());  // the bounds' guard kernels belong to them: no reallocation
+    for (const Communicator& c : comms) {
+      streams.emplace_back(c.device());
+      libraries.emplace_back(c.device());
+      bounds.emplace_back(libraries.back(), iterations);
+      y0.push_back(lgtest::random_floats(n));
+      y.push_back(lgtest::to_device(streams.back(), y0.back()));
+    }
+    // The bodies never clear their conditions: each loop runs `iterations` times, reducing in place each time.
+    // NCCL's event nodes in the bodies become empty nodes (conditional.hpp): the loops instantiate and run.
+    MultiDeviceGraph graph = MultiDeviceGraph::capture(comms, [&](int rank, Scope& sc) {
+      const auto r = static_cast<std::size_t>(rank);
+      const Condition more = sc.condition(1);
+      sc.record(while_(more, all_reduce(comms[r], y[r].view()), bounds[r]));
+    });
+    graph.launch();
+    // After the first iteration both ranks hold float(y0 + y1) (one rounding); every later one doubles it exactly.
+    const double scale = std::ldexp(1.0, static_cast<int>(iterations) - 1);
+    for (std::size_t r = 0; r < 2; ++r) {
+      CHECK(bounds[r].iterations(streams[r]) == iterations);
+      const std::vector<float> got = lgtest::to_host(streams[r], y[r].view());
+      for (std::size_t i = 0; i < n; ++i) {
+        const auto sum = static_cast<float>(static_cast<double>(y0[0][i]) + static_cast<double>(y0[1][i]));
+        REQUIRE(got[i] == static_cast<float>(sum * scale));
       }
     }
   }

@@ -6,7 +6,9 @@
 
 #include <lazygraph/lazygraph.hpp>
 #include <lazygraph/nn.hpp>
+#include <lazygraph/nn/prefill.hpp>
 
+#include <string>
 #include <vector>
 
 #include "common/gpu.hpp"
@@ -129,7 +131,9 @@ void check_one_rank_paths(const lg::nn::DecoderConfig& c) {
   }
   std::vector<int> prompt;
   for (int i = 0; i < 19; ++i) prompt.push_back((i * 37 + 11) % c.vocab);
-  CHECK(tp.prefill(prompt) == one.prefill(prompt));  // through the step graphs, 8 rows at a time
+  // On tensor cores where the config allows (16 rows, then 3 through the step graphs), else 8 rows at a time.
+  CHECK(tp.rank(0).prefill_fallback_reason() == one.prefill_fallback_reason());
+  CHECK(tp.prefill(prompt) == one.prefill(prompt));
   REQUIRE(same_bits(tp.logits(), one.logits()));
   CHECK(tp.generate(5, 12, -1, 19) == one.generate(5, 12, -1, 19));
   REQUIRE(same_bits(tp.logits(), one.logits()));
@@ -205,6 +209,18 @@ TEST_SUITE("gpu") {
       check_one_rank_paths<half>(c);
     }
     SUBCASE("bf16") { check_one_rank_paths<lg::bfloat16>(c); }
+    SUBCASE("prompts on tensor cores: head_dim 64, chunks of 16 rows") {
+      c.heads = 2;
+      c.kv_heads = 1;
+      c.prefill_chunk = 16;
+      std::string why;
+      if (!lg::nn::prefill_on_tensor_cores(c, lgtest::device().compute_capability(), &why)) {
+        MESSAGE("skipped: " << why);
+        return;
+      }
+      check_one_rank_paths<half>(c);
+      check_one_rank_paths<lg::bfloat16>(c);
+    }
     SUBCASE("unfused attention") {
       c.fused = false;
       check_one_rank_paths<half>(c);

@@ -5,11 +5,15 @@
 
 #include <lazygraph/lazygraph.hpp>
 #include <lazygraph/nn.hpp>
+#include <lazygraph/nn/prefill.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "common/gpu.hpp"
@@ -111,12 +115,14 @@ TEST_SUITE("gpu") {
   TEST_CASE("a tensor-parallel decoder over two GPUs follows the Decoder within rounding on every path") {
     TwoGpus gpus;
     if (!two_gpus(gpus)) return;
-    for (const bool fused : {true, false}) {
+    for (const auto& [fused, symmetric] : {std::pair{true, true}, std::pair{false, true}, std::pair{true, false}}) {
       CAPTURE(fused);
+      CAPTURE(symmetric);
       lg::nn::DecoderConfig c = lgtest::small_decoder(2, 3);
       c.fused = fused;
       c.prefill_chunk = 0;
-      lg::nn::TensorParallelDecoder tp(gpus.comms, gpus.pointers, c);
+      lg::nn::TensorParallelDecoder tp(gpus.comms, gpus.pointers, c,
+                                       lg::nn::TensorParallelOptions{.symmetric_memory = symmetric});
       lg::nn::Decoder one(lgtest::stream(), lgtest::nn_kernels(), c);
       // Steps: the same inputs for both, the logits within fp16 rounding of the partial sums.
       const std::vector<int> tokens{5, 77, 300, 12, 9, 401, 33, 250};
@@ -160,6 +166,10 @@ TEST_SUITE("gpu") {
         token = tp.forward({token, 8 + i});
         CHECK(token == generated[static_cast<std::size_t>(i)]);
       }
+      // The loop stops on every rank at the stop token (its first appearance), which it returns last.
+      const int stop = generated[3];
+      const auto first_stop = std::find(generated.begin(), generated.end(), stop);
+      CHECK(tp.generate(last, 10, stop, 8) == std::vector<int>(generated.begin(), std::next(first_stop)));
       // Sampling: every rank draws the same token, and generate draws what forward draws.
       tp.set_sampling({.temperature = 0.9F, .top_k = 50, .seed = 7U});
       const std::vector<int> drawn = tp.generate(9, 6, -1, 20);
@@ -169,6 +179,40 @@ TEST_SUITE("gpu") {
         CHECK(t == drawn[static_cast<std::size_t>(i)]);
       }
       tp.replay();  // every rank's step graph, alone
+    }
+  }
+
+  TEST_CASE("a tensor-parallel decoder over two GPUs runs prompts on tensor cores within rounding of the Decoder") {
+    TwoGpus gpus;
+    if (!two_gpus(gpus)) return;
+    lg::nn::DecoderConfig c = lgtest::small_decoder(2);
+    c.heads = 2;  // head_dim 64, which the flash-attention kernels take; one head and one kv head per rank
+    c.prefill_chunk = 32;
+    std::string why;
+    if (!lg::nn::prefill_on_tensor_cores(c, gpus.comms[0].device().compute_capability(), &why)) {
+      MESSAGE("skipped: " << why);
+      return;
+    }
+    lg::nn::TensorParallelDecoder tp(gpus.comms, gpus.pointers, c);
+    lg::nn::Decoder one(lgtest::stream(), lgtest::nn_kernels(), c);
+    CHECK(tp.rank(1).prefill_fallback_reason().empty());
+    // 37 tokens: a chunk of 32 rows on tensor cores, then 5 through the step graphs; then 20 more from position 37,
+    // one chunk padded to its bucket's 32 rows.
+    std::vector<int> prompt;
+    for (int i = 0; i < 37; ++i) prompt.push_back((i * 53 + 5) % c.vocab);
+    CHECK(tp.prefill(prompt) == one.prefill(prompt));
+    CHECK(differ(tp.logits(), one.logits()) < 1e-2);
+    const std::vector<int> more(prompt.begin(), prompt.begin() + 20);
+    CHECK(tp.prefill(more, 37) == one.prefill(more, 37));
+    CHECK(differ(tp.logits(), one.logits()) < 1e-2);
+    // The keys and values the chunks wrote serve the steps after them.
+    int token = 3;
+    for (int position = 57; position < 62; ++position) {
+      CAPTURE(position);
+      const int got = tp.forward({token, position});
+      CHECK(got == one.forward({token, position}));
+      CHECK(differ(tp.logits(), one.logits()) < 1e-2);
+      token = got;
     }
   }
 }

@@ -159,6 +159,33 @@ TEST_SUITE("gpu") {
     }
   }
 
+  TEST_CASE("a while_ body may hold collectives: each iteration reduces what the kernel before it wrote") {
+    if (!lgtest::have_nccl()) return;
+    const Stream& s = lgtest::stream();
+    const std::size_t n = 2048 + 7;
+    const std::vector<float> x0 = lgtest::random_floats(n);
+    const std::vector<float> y0 = lgtest::random_floats(n);
+    DeviceBuffer<float> x = lgtest::to_device(s, x0);
+    DeviceBuffer<float> y = lgtest::to_device(s, y0);
+    DeviceBuffer<float> z(s.device(), n);
+    const Communicator comm = one_rank();
+    const auto axpy = lgtest::axpy();
+    const LoopBound bound(lgtest::kernels(), 6);
+    // The body never clears the condition: the bound ends the loop after 6 iterations.
+    CudaGraph<> graph = CudaGraph<>::scope(s, [&](Scope& sc) {
+      const Condition more = sc.condition(1);
+      sc.record(while_(more,
+                       axpy(grid_for(n, 256), 0.5F, x.cview(), y.view(), static_cast<int>(n)) >>
+                           all_reduce<float>(comm, y.view(), z.view()) >> copy(y.view(), z.cview()),
+                       bound));
+    });
+    graph.launch();
+    CHECK(bound.iterations(s) == 6);
+    const std::vector<double> expect = lgtest::axpy_reference(0.5F, x0, y0, 6);
+    const std::vector<float> got = lgtest::to_host(s, y.view());
+    for (std::size_t i = 0; i < n; ++i) REQUIRE(got[i] == static_cast<float>(expect[i]));
+  }
+
   TEST_CASE("a bounded wait that runs out aborts the communicator and names it; it then refuses collectives") {
     if (!lgtest::have_nccl()) return;
     const Communicator comm = one_rank();

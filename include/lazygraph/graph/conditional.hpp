@@ -9,6 +9,11 @@
 /// eagerly they throw UsageError. Every condition belongs to the outermost graph (Scope::condition), nested nodes'
 /// too. What a body cannot hold (CUDA's rule): host calls and event records or waits.
 ///
+/// A body may hold collectives (ops/collective.hpp, captured only). NCCL adds event nodes to what it captures, to
+/// order a graph's collectives against eager ones on the same communicator; in a body they become empty nodes, so
+/// that ordering falls to the stream: launch the graph on the stream of the communicator's eager work, or
+/// synchronize between them.
+///
 /// WHILE loops are bounded unless asked otherwise: `while_(c, body, bound)` counts iterations on the device and
 /// stops the loop at `bound.max_iterations()`, reporting that it did (LoopBound::reached); `while_unbounded(c,
 /// body)` is the explicit opt-in to a loop only its body ends — one that never clears its condition hangs the GPU.

@@ -550,9 +550,9 @@ class BasicDecoder {
   /// `weights` are this rank's share (shapes of shard_config(config, comm.size()): shard_decoder_weights, or
   /// DecoderCheckpoint::upload_shard), on comm's device. Every rank must make its decoder and then make the same calls
   /// with the same arguments, each from its own thread or process (their graphs' collectives meet): steps, prompts,
-  /// generate and sampling then run as on one GPU, with every rank returning the same tokens. Prompts run through the
-  /// step graphs (not on tensor cores). The first graph of each kind is captured at the first call that needs it,
-  /// on every rank at once (the constructor captures the one-row step).
+  /// generate and sampling then run as on one GPU, with every rank returning the same tokens; prompts on tensor cores
+  /// where the config and GPU allow (prefill_layer's collectives between the blocks). The first graph of each kind is
+  /// captured at the first call that needs it, on every rank at once (the constructor captures the one-row step).
   /// 	hrows UsageError for a config that does not split (check_tensor_split), the persistent backend, quantized
   /// weights, a weight whose size is not its share's (naming its checkpoint tensor name), a stream of another device
   /// than comm's; NcclError.
@@ -599,8 +599,10 @@ class BasicDecoder {
   /// the device runs the decode step, appends its token, advances the position and stops after n tokens or after
   /// `stop_token` (which is returned too; -1: none). The same tokens as n calls of forward (greedy or sampled), with
   /// no host round trip between them. The loop graph is captured on first use, its loop bounded by the context.
-  /// A tensor-parallel rank steps from the host instead, one replay of its step graph per token (the same tokens):
-  /// NCCL's captured collectives bring event nodes that a loop's body may not hold.
+  /// On a tensor-parallel rank the loop's body holds the step's collectives; every rank draws the same tokens, so
+  /// every rank's loop runs as many times. A rank in NCCL symmetric memory (symmetric_memory()) steps from the host
+  /// instead, one replay of its step graph per token (the same tokens): NCCL's symmetric kernels computed wrong
+  /// results inside a loop's body (2x H100, NCCL 2.28.3).
   /// \throws UsageError (check_generate) before any GPU work; UsageError saying why when the kernel library lacks
   /// the loop's kernels (BasicKernels::loop).
   std::vector<int> generate(int token, int n, int stop_token = -1, int start = 0);

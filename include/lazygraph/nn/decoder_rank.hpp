@@ -2,8 +2,9 @@
 /// \file
 /// One rank of a decoder split over tensor-parallel ranks, Megatron style: what the rank holds and what its step
 /// computes. A Decoder made with a Communicator (BasicDecoder's rank constructor) is such a rank; every path of the
-/// Decoder (forward, forward_batch, prefill through the step graphs, generate stepped from the host, sampling) runs on
-/// it, with the collectives inside its graphs. Rank r of N holds:
+/// Decoder (forward, forward_batch, prefill on tensor cores or through the step graphs, generate's device loop (stepped
+/// from the host in symmetric memory: Decoder::generate says why), sampling) runs on it, with the collectives inside
+/// its graphs. Rank r of N holds:
 ///
 ///   - heads / N query heads and kv_heads / N key/value heads: their rows of Wq, Wk, Wv (and biases), the columns of
 ///     Wo that read them, their KV cache;
@@ -21,7 +22,7 @@
 /// Every rank ends with the same logits and draws the same token (the sampler depends on the logits, the seed, the
 /// position and the sequence only), so every rank takes the same turns through generate. One rank of one computes
 /// the single-GPU Decoder's bits exactly (an all-reduce and an all-gather of one rank copy). Dense weights, the graph
-/// backend, prompts through the step graphs.
+/// backend; prompts on tensor cores run prefill_layer with the same collectives (nn/prefill.hpp).
 
 #include <string>
 #include <vector>

@@ -43,6 +43,7 @@
 #include "lazygraph/kernels/gemm.hpp"
 #include "lazygraph/kernels/optional_launch.hpp"
 #include "lazygraph/nn/decoder.hpp"
+#include "lazygraph/nn/decoder_rank.hpp"
 #include "lazygraph/nn/prefill_attention.hpp"
 
 namespace lazygraph::nn {
@@ -134,12 +135,17 @@ class BasicPrefillPlans {
 /// A quantized matrix (`qk` the quantized kernels, null when none is) is first dequantized into b.weights
 /// (qdequantize: its values rounded once to T), which the GEMMs then read: the products differ from the decode step's
 /// (which scale fp32 sums) by rounding only. Per weight with choose(), as decoder_layer.
+///
+/// With `comm`, the layer is a tensor-parallel rank's (`c` its shard_config, the weights its share): the output and
+/// down projections of ranks other than 0 write their partial products without the residual, and an all-reduce of
+/// b.x follows each of the two blocks, as in decoder_rank_step.
 template <Element T>
 auto prefill_layer(const BasicKernels<T>& k, std::type_identity_t<const BasicQuantizedKernels<T>*> qk,
                    const BasicPrefillPlans<T>& p, const BasicAttentionWeights<T>& a, const BasicSwigluWeights<T>& m,
                    BasicPrefillBuffers<T>& b, DeviceSpan<const float> frequencies, DeviceSpan<T> k_cache,
-                   DeviceSpan<T> v_cache, const DecoderConfig& c, int rows) {
+                   DeviceSpan<T> v_cache, const DecoderConfig& c, int rows, const Communicator* comm = nullptr) {
   const auto n = [rows](int width) { return static_cast<std::size_t>(rows) * static_cast<std::size_t>(width); };
+  const bool residual = comm == nullptr || comm->rank() == 0;
   const auto d = static_cast<std::size_t>(c.d);
   const auto q_dim = static_cast<std::size_t>(c.q_dim());
   const auto kv_dim = static_cast<std::size_t>(c.kv_dim());
@@ -198,8 +204,18 @@ auto prefill_layer(const BasicKernels<T>& k, std::type_identity_t<const BasicQua
   auto qkv =
       choose(quantized_qkv,
              dequantize(quantized_qkv ? a.quantized_qkv->weight : nullptr, qkv_rows_count, d) >> project(), project());
+  // x += y W^T, or on a rank other than 0, x = y W^T (the all-reduce adds the residual once).
+  const auto project_into_x = [&](const Gemm<T>& plan, DeviceSpan<const T> y, DeviceSpan<const T> w) {
+    return residual ? plan.add(x, y, w, x.as_const()) : plan(x, y, w);
+  };
+  // The all-reduce of x after a block: none without a communicator.
+  const auto reduce = [&] {
+    std::vector<decltype(all_reduce(*comm, x))> ops;
+    if (comm != nullptr) ops.push_back(all_reduce(*comm, x));
+    return chain(std::move(ops));
+  };
   const auto output = [&] {
-    return p.plan(d, q_dim).add(x, q.as_const(), weight(a.quantized_wo != nullptr, a.wo, 0, d * q_dim), x.as_const());
+    return project_into_x(p.plan(d, q_dim), q.as_const(), weight(a.quantized_wo != nullptr, a.wo, 0, d * q_dim));
   };
   auto o = choose(a.quantized_wo != nullptr, dequantize(a.quantized_wo, d, q_dim) >> output(), output());
   auto attention =
@@ -215,14 +231,14 @@ auto prefill_layer(const BasicKernels<T>& k, std::type_identity_t<const BasicQua
     return choose(w != nullptr, dequantize(w, w_rows, cols) >> product, product);
   };
   const auto down = [&] {
-    return p.plan(d, ffn).add(x, gate.as_const(), weight(m.quantized_w2 != nullptr, m.w2, 0, d * ffn), x.as_const());
+    return project_into_x(p.plan(d, ffn), gate.as_const(), weight(m.quantized_w2 != nullptr, m.w2, 0, d * ffn));
   };
   auto mlp = norm(m.gain) >> gemm(m.quantized_w1, m.w1, gate, ffn, d, h.as_const()) >>
              gemm(m.quantized_w3, m.w3, up, ffn, d, h.as_const()) >>
              k.prefill_silu_mul(k.step_config(grid_for(n(c.ffn) / 8, 256)), gate.as_const(), up.as_const(), gate, chunk,
                                 c.ffn, rows) >>
              choose(m.quantized_w2 != nullptr, dequantize(m.quantized_w2, d, ffn) >> down(), down());
-  return named("attention", std::move(attention)) >> named("mlp", std::move(mlp));
+  return named("attention", std::move(attention) >> reduce()) >> named("mlp", std::move(mlp) >> reduce());
 }
 
 /// What a decoder's prefill reads and writes besides its own buffers: the decoder's config, kernels, weights and step
@@ -238,6 +254,8 @@ struct BasicPrefillContext {
   HostIo<int, int>& io;                   ///< its staging: PrefillIo at DecoderIo::prefill in, the next token out
   const Sampling& sampling;               ///< how the next token is chosen
   const BasicQuantizedKernels<T>* quantized = nullptr;  ///< its quantized kernels; null when no weight is quantized
+  /// On a tensor-parallel rank (`config` then its shard_config), its communicator and logits buffers; else null.
+  BasicRankState<T>* rank = nullptr;
 };
 
 /// Elements of the buffer prefill dequantizes one quantized matrix of a layer into (BasicPrefillBuffers::weights):

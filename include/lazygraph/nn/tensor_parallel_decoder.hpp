@@ -2,10 +2,10 @@
 /// \file
 /// The decoder split over every GPU of one process: one tensor-parallel rank Decoder per GPU (nn/decoder_rank.hpp
 /// says what a rank holds and computes), each driven by a thread of its own, so that one call runs on every rank at
-/// once. Every path of the Decoder is there: steps of one sequence or a batch, prompts (through the step graphs),
-/// generate (stepped from the host, Decoder::generate says why), greedy or sampled tokens. One rank computes the
-/// single-GPU Decoder's logits and tokens bit for bit; N ranks the same within rounding (the all-reduces add the
-/// ranks' fp32-accumulated partial sums after rounding each to T).
+/// once. Every path of the Decoder is there: steps of one sequence or a batch, prompts (on tensor cores where the
+/// config allows), generate (its loop on the device, or stepped from the host in symmetric memory), greedy or sampled
+/// tokens. One rank computes the single-GPU Decoder's logits and tokens bit for bit; N ranks the same within rounding
+/// (the all-reduces add the ranks' fp32-accumulated partial sums after rounding each to T).
 ///
 /// For one rank per process, as deployments run, make the rank Decoder itself in each process (BasicDecoder's rank
 /// constructor, or load_decoder_rank) from a Communicator joined through a CommunicatorId.
@@ -46,7 +46,8 @@ class RankThreads {
 /// comms[r]'s device). Each call runs on every rank at once and returns what rank 0 returns (every rank returns the
 /// same tokens). Thread safety: every member function may be called from several threads; calls run one at a time
 /// (each on every rank). A rank that fails inside a call (a CUDA error) leaves the others waiting in their collectives:
-/// make the communicators anew.
+/// make the communicators anew. (Aborting them from another thread did not end such a wait: ncclCommAbort did not
+/// return, 2x H100, NCCL 2.28.3, docs/multi_gpu.md.)
 template <Element T>
 class BasicTensorParallelDecoder {
  public:
@@ -66,9 +67,9 @@ class BasicTensorParallelDecoder {
   int forward(TokenAt in);
   /// One step of several sequences (Decoder::forward_batch).
   std::vector<int> forward_batch(std::span<const TokenAt> steps);
-  /// A prompt through sequence `slot` (Decoder::prefill, through the step graphs).
+  /// A prompt through sequence `slot` (Decoder::prefill).
   int prefill(std::span<const int> prompt, int start = 0, int slot = 0);
-  /// Up to n tokens, every rank stepping from its thread (Decoder::generate on a rank).
+  /// Up to n tokens, on every rank at once (Decoder::generate on a rank).
   std::vector<int> generate(int token, int n, int stop_token = -1, int start = 0);
   /// How later steps pick their tokens, on every rank (Decoder::set_sampling).
   void set_sampling(const Sampling& sampling);

@@ -190,6 +190,10 @@ struct NodeDependency {
 };
 /// The nodes `node` depends on, with their edges' data, in the driver's order.
 std::vector<NodeDependency> graph_node_dependencies(CUgraphNode node);
+/// Replaces every event record and event wait node of `graph` (not of its child graphs) by an empty node with the
+/// same dependencies and dependents, and returns how many it replaced. For conditional bodies, which may not hold
+/// event nodes: the ordering those events gave against work outside the graph is gone.
+std::size_t graph_replace_event_nodes(CUgraph graph);
 /// The function a kernel node launches.
 CUfunction graph_kernel_node_function(CUgraphNode node);
 
