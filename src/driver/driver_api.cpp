@@ -1012,33 +1012,18 @@ void graph_memory_trim(CUcontext ctx, CUdevice dev) {
   check(a.cuDeviceGraphMemTrim(dev), "cuDeviceGraphMemTrim", "GraphPool");
 }
 
-namespace {
-
-/// A node's edges on one side: the nodes at their other ends, with the edges' data.
-struct NodeEdges {
-  std::vector<CUgraphNode> nodes;
-  std::vector<CUgraphEdgeData> edges;
-};
-
-/// `query` (cuGraphNodeGetDependencies or cuGraphNodeGetDependentNodes, which take the same arguments) of `node`.
-template <class Query>
-NodeEdges node_edges(Query query, CUgraphNode node, std::string_view api_name, std::string_view object) {
-  std::size_t n = 0;
-  check(query(node, nullptr, nullptr, &n), api_name, object);
-  NodeEdges out{std::vector<CUgraphNode>(n), std::vector<CUgraphEdgeData>(n)};
-  if (n > 0) check(query(node, out.nodes.data(), out.edges.data(), &n), api_name, object);
-  out.nodes.resize(n);
-  out.edges.resize(n);
-  return out;
-}
-
-}  // namespace
-
 std::vector<NodeDependency> graph_node_dependencies(CUgraphNode node) {
-  const NodeEdges e =
-      node_edges(api().cuGraphNodeGetDependencies, node, "cuGraphNodeGetDependencies", "CudaGraph node");
-  std::vector<NodeDependency> deps(e.nodes.size());
-  for (std::size_t i = 0; i < deps.size(); ++i) deps[i] = {e.nodes[i], e.edges[i]};
+  const EntryPoints& a = api();
+  std::size_t n = 0;
+  check(a.cuGraphNodeGetDependencies(node, nullptr, nullptr, &n), "cuGraphNodeGetDependencies", "CudaGraph node");
+  std::vector<CUgraphNode> from(n);
+  std::vector<CUgraphEdgeData> data(n);
+  if (n > 0) {
+    check(a.cuGraphNodeGetDependencies(node, from.data(), data.data(), &n), "cuGraphNodeGetDependencies",
+          "CudaGraph node");
+  }
+  std::vector<NodeDependency> deps(n);
+  for (std::size_t i = 0; i < n; ++i) deps[i] = {from[i], data[i]};
   return deps;
 }
 
@@ -1048,17 +1033,29 @@ std::size_t graph_replace_event_nodes(CUgraph graph) {
   for (const CUgraphNode node : graph_nodes(graph)) {
     const CUgraphNodeType type = graph_node_type(node);
     if (type != CU_GRAPH_NODE_TYPE_EVENT_RECORD && type != CU_GRAPH_NODE_TYPE_WAIT_EVENT) continue;
-    const NodeEdges before = node_edges(a.cuGraphNodeGetDependencies, node, "cuGraphNodeGetDependencies", "event node");
-    const NodeEdges after =
-        node_edges(a.cuGraphNodeGetDependentNodes, node, "cuGraphNodeGetDependentNodes", "event node");
+    const std::vector<NodeDependency> before = graph_node_dependencies(node);
+    std::size_t n = 0;
+    check(a.cuGraphNodeGetDependentNodes(node, nullptr, nullptr, &n), "cuGraphNodeGetDependentNodes", "event node");
+    std::vector<CUgraphNode> after(n);
+    std::vector<CUgraphEdgeData> after_edges(n);
+    if (n > 0) {
+      check(a.cuGraphNodeGetDependentNodes(node, after.data(), after_edges.data(), &n), "cuGraphNodeGetDependentNodes",
+            "event node");
+    }
+    std::vector<CUgraphNode> from;
+    std::vector<CUgraphEdgeData> from_edges;
+    for (const NodeDependency& d : before) {
+      from.push_back(d.node);
+      from_edges.push_back(d.edge);
+    }
     check(a.cuGraphDestroyNode(node), "cuGraphDestroyNode", "event node");
     CUgraphNodeParams params{};
     params.type = CU_GRAPH_NODE_TYPE_EMPTY;
-    const CUgraphNode empty = graph_add_node(graph, before.nodes.data(), before.edges.data(), before.nodes.size(),
-                                             &params, "empty node in place of an event node");
-    if (!after.nodes.empty()) {
-      const std::vector<CUgraphNode> sources(after.nodes.size(), empty);
-      check(a.cuGraphAddDependencies(graph, sources.data(), after.nodes.data(), after.edges.data(), sources.size()),
+    const CUgraphNode empty = graph_add_node(graph, from.data(), from_edges.data(), from.size(), &params,
+                                             "empty node in place of an event node");
+    if (n > 0) {
+      const std::vector<CUgraphNode> sources(n, empty);
+      check(a.cuGraphAddDependencies(graph, sources.data(), after.data(), after_edges.data(), n),
             "cuGraphAddDependencies", "empty node in place of an event node");
     }
     ++replaced;
