@@ -1,6 +1,7 @@
 // Tensor-parallel decode (issues 16, 39): the SwiGLU MLP stack (4096, 11008, 8: 2.2 GB of fp16 weights) and decoders
 // (d 4096 x 8 layers, vocab 32000: 3.1 GB; the TinyLlama and Llama-3.2-1B shapes; a 7B-class shape, d 4096 x 32
-// layers, ffn 11008, vocab 32000: 13 GB) split over 1 GPU and over every GPU of the machine, one rank each. Each row:
+// layers, ffn 11008, vocab 32000: 13 GB) split over 1 GPU, over 2, and over every GPU of a machine with more, one
+// rank each. Each row:
 // the step's graph replay time (every rank's graph launched on its stream, timed with CUDA events on rank 0's; median
 // of 31 samples of 10 replays), the weight bytes each rank reads, the fraction of rank 0's copy ceiling that reading
 // them reached, and tokens/s. Beside each step, a graph of the step's collectives alone (the same all-reduces and
@@ -106,7 +107,7 @@ int main(int argc, char** argv) {
   constexpr const char* usage =
       "usage: bench_tensor_parallel\n"
       "The SwiGLU MLP (4096, 11008, 8) and decoders (d 4096 x 8 layers; TinyLlama and Llama-3.2-1B shapes; a\n"
-      "7B-class shape) split over 1 GPU and over every GPU of this machine: step time, weight bytes per rank,\n"
+      "7B-class shape) split over 1 GPU, 2, and every GPU of a machine with more: step time, weight bytes per rank,\n"
       "fraction of the copy ceiling, tokens/s. A benchmark, not a test.\n"
       "Exit status: 0 done, 1 failed, 2 usage error, 77 skipped (no GPU or no NCCL; the reason is printed).\n";
   if (auto code = example::handle_arguments(argc, argv, usage)) return *code;
@@ -127,7 +128,8 @@ int main(int argc, char** argv) {
         "| model | TP | step us | MB per rank | of ceiling | tokens/s | vs TP 1 | collectives alone us | their share "
         "|\n|---|---|---|---|---|---|---|---|---|\n");
     std::vector<int> sizes{1};
-    if (gpus > 1) sizes.push_back(gpus);
+    if (gpus > 1) sizes.push_back(2);
+    if (gpus > 2) sizes.push_back(gpus);
 
     lg::nn::MlpConfig mlp;
     mlp.d = 4096;

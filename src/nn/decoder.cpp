@@ -580,19 +580,6 @@ template <Element T>
 std::vector<int> BasicDecoder<T>::generate(int token, int n, int stop_token, int start) {
   check_generate(config_, token, n, stop_token, start);
   const std::lock_guard<std::mutex> lock(*mutex_);
-  if (rank_ && rank_->symmetric_memory) {
-    // NCCL's symmetric kernels inside a WHILE body computed wrong tokens from the first iteration on (2x H100, NCCL
-    // 2.28.3), where the same loop over plain memory, and the same step graph replayed, agree with forward: a rank in
-    // symmetric memory steps from the host, one replay of its step graph per token (the same tokens).
-    std::vector<int> out;
-    int next = token;
-    for (int i = 0; i < n && (out.empty() || out.back() != stop_token); ++i) {
-      set_row(0, next, start + i, 0);
-      next = run(1)[0];
-      out.push_back(next);
-    }
-    return out;
-  }
   if (!kernels_.loop) throw UsageError("Decoder::generate: " + kernels_.loop_unavailable);
   if (!bound_) bound_.emplace(kernels_.loop->while_guard, stream_.device(), static_cast<unsigned>(config_.context));
   if (!generate_graph_) {

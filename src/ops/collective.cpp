@@ -1,5 +1,6 @@
 #include "lazygraph/ops/collective.hpp"
 
+#include <cstdint>
 #include <mutex>
 
 #include "lazygraph/driver/error.hpp"
@@ -140,6 +141,25 @@ void prepare(ExecContext& ctx, const Communicator& comm, std::string_view what, 
   }
 }
 
+/// Makes the collective start only once all the work before it has completed. NCCL launches its symmetric kernels
+/// (2.27 and newer) with programmatic stream serialization, so they may start while the kernel before them runs, and
+/// NCCL 2.28 and 2.29 dropped the grid dependency wait they need then (restored in 2.30.7, NCCL commit 2948185d,
+/// NVIDIA/nccl#1924). After one of our kernels launched early, which lets its dependents start at once, the
+/// collective would read its input before that kernel wrote it, and tell its peers this rank's earlier work is
+/// done while it still runs. An empty node in between makes the graph's edge into the collective a full one.
+/// Eagerly, a 4-byte fill in between does: it starts once the work before it has completed, and a kernel after it
+/// cannot start before it (an event recorded and waited for on the same stream did not stop the early start: 2x
+/// H100, NCCL 2.28.3). Called with the communicator's mutex held.
+void order_after_prior_work(ExecContext& ctx, const Communicator& comm) {
+  if (ctx.recording()) {
+    ctx.join();
+    return;
+  }
+  const CommunicatorState& state = *comm.state();
+  if (!state.fence) state.fence.emplace(state.device, 1);
+  ctx.fill(state.fence->view().address(), 0, sizeof(std::uint32_t), 1);
+}
+
 }  // namespace
 
 void execute_collective(ExecContext& ctx, const Communicator& comm, CollectiveKind kind, nccl::DataType type,
@@ -154,6 +174,7 @@ void execute_collective(ExecContext& ctx, const Communicator& comm, CollectiveKi
   const auto* src = reinterpret_cast<const void*>(send);  // NOLINT(performance-no-int-to-ptr)
   auto* dst = reinterpret_cast<void*>(recv);              // NOLINT(performance-no-int-to-ptr)
   const std::lock_guard lock(comm.state()->mutex);
+  order_after_prior_work(ctx, comm);
   switch (kind) {
     case CollectiveKind::all_reduce:
       nccl::all_reduce(context, src, dst, recv_count, type, nccl_op(op), comm.get(), stream, object);
@@ -176,6 +197,7 @@ void execute_point_to_point(ExecContext& ctx, const Communicator& comm, std::spa
   // compared, under one signature.
   prepare(ctx, comm, "send/recv", [&] { return "send/recv " + std::string(nccl_type_name(type)); });
   const std::lock_guard lock(comm.state()->mutex);
+  order_after_prior_work(ctx, comm);
   nccl::send_recv(comm.device().context(), transfers, type, comm.get(), ctx.stream().get(), "send/recv");
 }
 

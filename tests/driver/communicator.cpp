@@ -6,7 +6,6 @@
 #include <lazygraph/lazygraph.hpp>
 
 #include <chrono>
-#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -176,31 +175,16 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("over two GPUs: one rank per thread from an id in a file, as one process per GPU would") {
-    if (!lgtest::have_nccl()) return;
-    if (Device::count() < 2) {
-      MESSAGE("skipped: two GPUs needed for two ranks; this machine has " << Device::count());
-      return;
-    }
+    if (!lgtest::have_two_ranks()) return;
     const lgtest::TempDir dir("communicator-two-ranks");
     const auto path = dir.path() / "id";
     std::vector<std::optional<Communicator>> comms(2);
-    std::vector<std::exception_ptr> errors(2);
-    std::vector<std::thread> ranks;
-    for (int r = 0; r < 2; ++r) {
-      ranks.emplace_back([&, r] {
-        try {
-          if (r == 0) CommunicatorId::create().write_file(path);  // rank 0 makes the id, the other reads it
-          const CommunicatorId id = CommunicatorId::read_file(path, 10s);
-          comms[static_cast<std::size_t>(r)].emplace(Device::get(r), r, 2, id, 30s);  // returns when both have come
-        } catch (...) {
-          errors[static_cast<std::size_t>(r)] = std::current_exception();
-        }
-      });
-    }
-    for (std::thread& t : ranks) t.join();
-    for (const std::exception_ptr& e : errors) {
-      if (e) std::rethrow_exception(e);
-    }
+    lgtest::on_rank_threads(2, [&](std::size_t r) {
+      if (r == 0) CommunicatorId::create().write_file(path);  // rank 0 makes the id, the other reads it
+      const CommunicatorId id = CommunicatorId::read_file(path, 10s);
+      const int rank = static_cast<int>(r);
+      comms[r].emplace(Device::get(rank), rank, 2, id, 30s);  // returns when both have come
+    });
     for (int r = 0; r < 2; ++r) {
       const Communicator& c = *comms[static_cast<std::size_t>(r)];
       CHECK(c.rank() == r);
@@ -219,11 +203,7 @@ TEST_SUITE("gpu") {
       "new data each time: exact sums") {
     // A communicator made from an id must be a blocking one: a collective captured through a non-blocking
     // communicator replayed wrong data (NCCL 2.28 launches its kernels from its own thread, after the capture).
-    if (!lgtest::have_nccl()) return;
-    if (Device::count() < 2) {
-      MESSAGE("skipped: two GPUs needed for two ranks; this machine has " << Device::count());
-      return;
-    }
+    if (!lgtest::have_two_ranks()) return;
     CAPTURE(nccl_bounded_join());
     const CommunicatorId id = CommunicatorId::create();
     const std::size_t n = 5000 + 11;
@@ -234,36 +214,24 @@ TEST_SUITE("gpu") {
     // reduced[r][k]: rank r's all_reduce after step k; gathered[r][k - 1]: its all_gather of that (2 n) after replay k.
     std::vector<std::vector<std::vector<float>>> reduced(2);
     std::vector<std::vector<std::vector<float>>> gathered(2);
-    std::vector<std::exception_ptr> errors(2);
-    std::vector<std::thread> ranks;
-    for (int r = 0; r < 2; ++r) {
-      ranks.emplace_back([&, r] {
-        const auto i = static_cast<std::size_t>(r);
-        try {
-          const Communicator comm(Device::get(r), r, 2, id, 30s);
-          const Stream stream(comm.device());
-          DeviceBuffer<float> data = lgtest::to_device(stream, inputs[0][i]);
-          DeviceBuffer<float> all(comm.device(), 2 * n);
-          all_reduce(comm, data.view()).sync_on(stream);
-          reduced[i].push_back(lgtest::to_host(stream, data.cview()));
-          auto graph = CudaGraph<>::capture(
-              stream, all_reduce(comm, data.view()) >> all_gather<float>(comm, data.view(), all.view()));
-          for (std::size_t k = 1; k <= replays; ++k) {
-            copy(data.view(), std::span<const float>(inputs[k][i])).sync_on(stream);
-            graph.launch();
-            comm.wait(stream, 30s);
-            reduced[i].push_back(lgtest::to_host(stream, data.cview()));
-            gathered[i].push_back(lgtest::to_host(stream, all.cview()));
-          }
-        } catch (...) {
-          errors[i] = std::current_exception();
-        }
-      });
-    }
-    for (std::thread& t : ranks) t.join();
-    for (const std::exception_ptr& e : errors) {
-      if (e) std::rethrow_exception(e);
-    }
+    lgtest::on_rank_threads(2, [&](std::size_t i) {
+      const int r = static_cast<int>(i);
+      const Communicator comm(Device::get(r), r, 2, id, 30s);
+      const Stream stream(comm.device());
+      DeviceBuffer<float> data = lgtest::to_device(stream, inputs[0][i]);
+      DeviceBuffer<float> all(comm.device(), 2 * n);
+      all_reduce(comm, data.view()).sync_on(stream);
+      reduced[i].push_back(lgtest::to_host(stream, data.cview()));
+      auto graph = CudaGraph<>::capture(
+          stream, all_reduce(comm, data.view()) >> all_gather<float>(comm, data.view(), all.view()));
+      for (std::size_t k = 1; k <= replays; ++k) {
+        copy(data.view(), std::span<const float>(inputs[k][i])).sync_on(stream);
+        graph.launch();
+        comm.wait(stream, 30s);
+        reduced[i].push_back(lgtest::to_host(stream, data.cview()));
+        gathered[i].push_back(lgtest::to_host(stream, all.cview()));
+      }
+    });
     for (std::size_t r = 0; r < 2; ++r) {
       CAPTURE(r);
       REQUIRE(reduced[r].size() == replays + 1);

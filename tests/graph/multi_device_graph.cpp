@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "common/gpu.hpp"
@@ -24,11 +25,7 @@ namespace {
 /// A communicator of the first two GPUs, never used before: its ranks connect at their first collective. Empty
 /// after a MESSAGE saying why when this machine cannot have one.
 std::vector<Communicator> fresh_two_ranks() {
-  if (!lgtest::have_nccl()) return {};
-  if (Device::count() < 2) {
-    MESSAGE("skipped: two GPUs needed for two ranks; this machine has " << Device::count());
-    return {};
-  }
+  if (!lgtest::have_two_ranks()) return {};
   return Communicator::create_all(std::vector<Device>{Device::get(0), Device::get(1)});
 }
 
@@ -48,6 +45,29 @@ struct RankData {
   DeviceBuffer<float> x, sum, max, gathered, scatter_in, scattered, broadcast, exchanged;
   DeviceBuffer<std::int32_t> counts, count_sum;
 };
+
+/// Lets the kernel after it start at once (griddepcontrol.launch_dependents), then spins `cycles` before it copies
+/// `in` to `out`: a kernel launched early after it that does not wait for it (griddepcontrol.wait) reads `out`
+/// before the copy, as NCCL 2.28's symmetric kernels would (ops/collective.cpp).
+constexpr const char* late_copy_source = R"(#include "lazygraph/half.cuh"
+extern "C" __global__ void late_copy(const lg::half_t* in, lg::half_t* out, int n, long long cycles) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+  const long long start = clock64();
+  while (clock64() - start < cycles) {}
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) out[i] = in[i];
+}
+)";
+
+/// Small integers as halves: every sum of two is exact in fp16, so a reduction equals its reference bit for bit.
+std::vector<half> random_small_integers(std::size_t n) {
+  const std::vector<float> u = lgtest::random_floats(n);
+  std::vector<half> out(n);
+  for (std::size_t i = 0; i < n; ++i) out[i] = half::from_float(std::round(u[i] * 512.0F));
+  return out;
+}
 
 }  // namespace
 
@@ -205,5 +225,72 @@ TEST_SUITE("gpu") {
     MultiDeviceGraph again = record(64);  // the communicators still work
     again.launch();
     again.synchronize_for(10s);
+  }
+
+  TEST_CASE("over two GPUs: a collective in symmetric memory reads what the kernel launched early before it wrote") {
+    // NCCL 2.28 launches its symmetric kernels early without waiting for the kernel before them; the collective
+    // orders itself after that kernel (ops/collective.cpp). Here the kernel before it lets its dependents start at
+    // once and writes its output about 100 us later: a collective that started early would reduce stale data.
+    const std::vector<Communicator> comms = fresh_two_ranks();
+    if (comms.empty()) return;
+    std::string why;
+    if (!SymmetricBuffer<half>::supported(&why)) {
+      MESSAGE("skipped: " << why);
+      return;
+    }
+    const std::size_t n = 8192 + 8;
+    const std::size_t rounds = 6;
+    const long long cycles = 200'000;
+    std::vector<SymmetricBuffer<half>> x = SymmetricBuffer<half>::create_all(comms, n);
+    std::vector<SymmetricBuffer<half>> sum = SymmetricBuffer<half>::create_all(comms, n);
+    std::vector<Stream> streams;
+    std::vector<KernelLibrary> libraries;
+    std::vector<DeviceBuffer<half>> in;
+    for (const Communicator& c : comms) {
+      streams.emplace_back(c.device());
+      libraries.emplace_back(c.device(), lgtest::own_kernels({{"late_copy.cu", late_copy_source}},
+                                                             lgtest::scratch_directory("late-copy")));
+      in.emplace_back(c.device(), n);
+    }
+    const LaunchConfig config = early(grid_for(n, 256));
+    const auto record = [&](std::size_t r) {
+      const auto late_copy = libraries[r].get<void(const half*, half*, int, long long)>("late_copy");
+      return late_copy(config, in[r].cview(), x[r].view(), static_cast<int>(n), cycles) >>
+             all_reduce<half>(comms[r], x[r].cview(), sum[r].view());
+    };
+    // Per round and rank: the inputs, then what each rank's sum holds.
+    std::vector<std::vector<std::vector<half>>> inputs(2 * rounds);
+    for (auto& round : inputs) round = {random_small_integers(n), random_small_integers(n)};
+    std::vector<std::vector<std::vector<half>>> got(2 * rounds, std::vector<std::vector<half>>(2));
+    // Eagerly, one thread per rank.
+    lgtest::on_rank_threads(2, [&](std::size_t r) {
+      for (std::size_t i = 0; i < rounds; ++i) {
+        copy(in[r].view(), std::span<const half>(inputs[i][r])).sync_on(streams[r]);
+        record(r).sync_on(streams[r]);
+        got[i][r] = lgtest::to_host(streams[r], sum[r].cview());
+      }
+    });
+    // Captured, replayed with each round's inputs.
+    MultiDeviceGraph graph = MultiDeviceGraph::capture(
+        comms, [&](int rank, Scope& sc) { sc.record(record(static_cast<std::size_t>(rank))); });
+    // The kernel's edge to what follows it is a full one (an early launch there would be a programmatic edge).
+    for (int r = 0; r < 2; ++r) CHECK(graph.graph(r).edge_counts().programmatic == 0);
+    for (std::size_t i = rounds; i < 2 * rounds; ++i) {
+      for (std::size_t r = 0; r < 2; ++r) copy(in[r].view(), std::span<const half>(inputs[i][r])).sync_on(streams[r]);
+      graph.launch();
+      for (std::size_t r = 0; r < 2; ++r) got[i][r] = lgtest::to_host(streams[r], sum[r].cview());
+    }
+    for (std::size_t k = 0; k < got.size(); ++k) {
+      for (std::size_t r = 0; r < 2; ++r) {
+        CAPTURE(k);  // rounds from `rounds` on are graph replays
+        CAPTURE(r);
+        std::size_t wrong = 0;
+        for (std::size_t i = 0; i < n; ++i) {
+          const float expect = inputs[k][0][i].to_float() + inputs[k][1][i].to_float();
+          wrong += got[k][r][i].to_float() != expect ? 1 : 0;
+        }
+        CHECK(wrong == 0);
+      }
+    }
   }
 }

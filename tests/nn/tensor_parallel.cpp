@@ -64,11 +64,7 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("a tensor-parallel MLP over two GPUs matches Mlp within fp16 rounding and the float64 reference") {
-    if (!lgtest::have_nccl()) return;
-    if (lg::Device::count() < 2) {
-      MESSAGE("skipped: two GPUs needed for two ranks; this machine has " << lg::Device::count());
-      return;
-    }
+    if (!lgtest::have_two_ranks()) return;
     const lg::nn::MlpConfig config = small_config();
     const std::vector<lg::Device> devices{lg::Device::get(0), lg::Device::get(1)};
     const std::vector<lg::Communicator> comms = lg::Communicator::create_all(devices);

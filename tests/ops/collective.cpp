@@ -10,7 +10,6 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
-#include <exception>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -231,42 +230,26 @@ TEST_SUITE("gpu") {
       "over two GPUs: ranks made from an id, one thread each as one process per GPU would, all_reduce eagerly and in "
       "a captured graph replayed with new data") {
     // Communicator(device, rank, ranks, id) (ncclCommInitRank) must compute what create_all's ranks do.
-    if (!lgtest::have_nccl()) return;
-    if (Device::count() < 2) {
-      MESSAGE("skipped: two GPUs needed for two ranks; this machine has " << Device::count());
-      return;
-    }
+    if (!lgtest::have_two_ranks()) return;
     const CommunicatorId id = CommunicatorId::create();
     const std::size_t n = 3000 + 7;
     const std::vector<std::vector<float>> first{lgtest::random_floats(n), lgtest::random_floats(n)};
     const std::vector<std::vector<float>> second{lgtest::random_floats(n), lgtest::random_floats(n)};
     std::vector<std::vector<float>> eager(2);
     std::vector<std::vector<float>> replayed(2);
-    std::vector<std::exception_ptr> errors(2);
-    std::vector<std::thread> ranks;
-    for (int r = 0; r < 2; ++r) {
-      ranks.emplace_back([&, r] {
-        const auto i = static_cast<std::size_t>(r);
-        try {
-          const Communicator comm(Device::get(r), r, 2, id);
-          const Stream stream(comm.device());
-          DeviceBuffer<float> data = lgtest::to_device(stream, first[i]);
-          all_reduce(comm, data.view()).sync_on(stream);
-          eager[i] = lgtest::to_host(stream, data.cview());
-          auto graph = CudaGraph<>::capture(stream, all_reduce(comm, data.view()));
-          copy(data.view(), std::span<const float>(second[i])).sync_on(stream);
-          graph.launch();
-          comm.wait(stream, 30s);
-          replayed[i] = lgtest::to_host(stream, data.cview());
-        } catch (...) {
-          errors[i] = std::current_exception();
-        }
-      });
-    }
-    for (std::thread& t : ranks) t.join();
-    for (const std::exception_ptr& e : errors) {
-      if (e) std::rethrow_exception(e);
-    }
+    lgtest::on_rank_threads(2, [&](std::size_t i) {
+      const int r = static_cast<int>(i);
+      const Communicator comm(Device::get(r), r, 2, id);
+      const Stream stream(comm.device());
+      DeviceBuffer<float> data = lgtest::to_device(stream, first[i]);
+      all_reduce(comm, data.view()).sync_on(stream);
+      eager[i] = lgtest::to_host(stream, data.cview());
+      auto graph = CudaGraph<>::capture(stream, all_reduce(comm, data.view()));
+      copy(data.view(), std::span<const float>(second[i])).sync_on(stream);
+      graph.launch();
+      comm.wait(stream, 30s);
+      replayed[i] = lgtest::to_host(stream, data.cview());
+    });
     for (std::size_t r = 0; r < 2; ++r) {
       CAPTURE(r);
       std::size_t wrong = 0;
@@ -279,11 +262,7 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("over two GPUs: a stream of the other GPU is refused; a rank left alone gets a TimeoutError, no hang") {
-    if (!lgtest::have_nccl()) return;
-    if (Device::count() < 2) {
-      MESSAGE("skipped: two GPUs needed for two ranks; this machine has " << Device::count());
-      return;
-    }
+    if (!lgtest::have_two_ranks()) return;
     const std::vector<Communicator> comms =
         Communicator::create_all(std::vector<Device>{Device::get(0), Device::get(1)});
     std::vector<Stream> streams;
@@ -299,23 +278,7 @@ TEST_SUITE("gpu") {
                          UsageError);
 
     // Both ranks at once, eagerly, each from its own thread (as one process per GPU would): connected and summed.
-    {
-      std::vector<std::exception_ptr> errors(2);
-      std::vector<std::thread> ranks;
-      for (std::size_t r = 0; r < 2; ++r) {
-        ranks.emplace_back([&, r] {
-          try {
-            all_reduce(comms[r], data[r].view()).sync_on(streams[r]);
-          } catch (...) {
-            errors[r] = std::current_exception();
-          }
-        });
-      }
-      for (std::thread& t : ranks) t.join();
-      for (const std::exception_ptr& e : errors) {
-        if (e) std::rethrow_exception(e);
-      }
-    }
+    lgtest::on_rank_threads(2, [&](std::size_t r) { all_reduce(comms[r], data[r].view()).sync_on(streams[r]); });
     for (std::size_t r = 0; r < 2; ++r) {
       const std::vector<float> got = lgtest::to_host(streams[r], data[r].view());
       for (std::size_t i = 0; i < n; ++i) {

@@ -46,11 +46,7 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("over two GPUs: ranks that captured different collectives both throw, naming the rank that differs") {
-    if (!lgtest::have_nccl()) return;
-    if (Device::count() < 2) {
-      MESSAGE("skipped: two GPUs needed; this machine has " << Device::count());
-      return;
-    }
+    if (!lgtest::have_two_ranks()) return;
     const std::vector<Communicator> comms =
         Communicator::create_all(std::vector<Device>{Device::get(0), Device::get(1)});
     std::vector<std::string> errors(2);

@@ -23,9 +23,11 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -33,6 +35,7 @@
 
 #include "lazygraph/detail/driver/nccl_api.hpp"
 #include "lazygraph/driver/device.hpp"
+#include "lazygraph/driver/device_buffer.hpp"
 
 namespace lazygraph {
 
@@ -125,6 +128,9 @@ struct CommunicatorState {
   std::shared_ptr<Clique> clique;  ///< null for a communicator made per process
   mutable std::mutex mutex;        ///< NCCL calls on one communicator must not overlap
   mutable std::atomic<bool> aborted{false};
+  /// A word set on the stream before each eager collective, so that the collective starts after the work before
+  /// it has completed (ops/collective.cpp says why); made at the first, under `mutex`.
+  mutable std::optional<DeviceBuffer<std::uint32_t>> fence;
 };
 
 }  // namespace detail

@@ -600,9 +600,7 @@ class BasicDecoder {
   /// `stop_token` (which is returned too; -1: none). The same tokens as n calls of forward (greedy or sampled), with
   /// no host round trip between them. The loop graph is captured on first use, its loop bounded by the context.
   /// On a tensor-parallel rank the loop's body holds the step's collectives; every rank draws the same tokens, so
-  /// every rank's loop runs as many times. A rank in NCCL symmetric memory (symmetric_memory()) steps from the host
-  /// instead, one replay of its step graph per token (the same tokens): NCCL's symmetric kernels computed wrong
-  /// results inside a loop's body (2x H100, NCCL 2.28.3).
+  /// every rank's loop runs as many times.
   /// \throws UsageError (check_generate) before any GPU work; UsageError saying why when the kernel library lacks
   /// the loop's kernels (BasicKernels::loop).
   std::vector<int> generate(int token, int n, int stop_token = -1, int start = 0);

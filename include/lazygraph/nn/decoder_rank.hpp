@@ -2,9 +2,8 @@
 /// \file
 /// One rank of a decoder split over tensor-parallel ranks, Megatron style: what the rank holds and what its step
 /// computes. A Decoder made with a Communicator (BasicDecoder's rank constructor) is such a rank; every path of the
-/// Decoder (forward, forward_batch, prefill on tensor cores or through the step graphs, generate's device loop (stepped
-/// from the host in symmetric memory: Decoder::generate says why), sampling) runs on it, with the collectives inside
-/// its graphs. Rank r of N holds:
+/// Decoder (forward, forward_batch, prefill on tensor cores or through the step graphs, generate's device loop,
+/// sampling) runs on it, with the collectives inside its graphs. Rank r of N holds:
 ///
 ///   - heads / N query heads and kv_heads / N key/value heads: their rows of Wq, Wk, Wv (and biases), the columns of
 ///     Wo that read them, their KV cache;

@@ -3,9 +3,9 @@
 /// The decoder split over every GPU of one process: one tensor-parallel rank Decoder per GPU (nn/decoder_rank.hpp
 /// says what a rank holds and computes), each driven by a thread of its own, so that one call runs on every rank at
 /// once. Every path of the Decoder is there: steps of one sequence or a batch, prompts (on tensor cores where the
-/// config allows), generate (its loop on the device, or stepped from the host in symmetric memory), greedy or sampled
-/// tokens. One rank computes the single-GPU Decoder's logits and tokens bit for bit; N ranks the same within rounding
-/// (the all-reduces add the ranks' fp32-accumulated partial sums after rounding each to T).
+/// config allows), generate (its loop on the device), greedy or sampled tokens. One rank computes the single-GPU
+/// Decoder's logits and tokens bit for bit; N ranks the same within rounding (the all-reduces add the ranks'
+/// fp32-accumulated partial sums after rounding each to T).
 ///
 /// For one rank per process, as deployments run, make the rank Decoder itself in each process (BasicDecoder's rank
 /// constructor, or load_decoder_rank) from a Communicator joined through a CommunicatorId.
