@@ -1,14 +1,15 @@
-// Tensor-parallel decode (issues 16, 39): the SwiGLU MLP stack (4096, 11008, 8: 2.2 GB of fp16 weights) and decoders
-// (d 4096 x 8 layers, vocab 32000: 3.1 GB; the TinyLlama and Llama-3.2-1B shapes; a 7B-class shape, d 4096 x 32
-// layers, ffn 11008, vocab 32000: 13 GB) split over 1 GPU, over 2, and over every GPU of a machine with more, one
-// rank each. Each row:
-// the step's graph replay time (every rank's graph launched on its stream, timed with CUDA events on rank 0's; median
-// of 31 samples of 10 replays), the weight bytes each rank reads, the fraction of rank 0's copy ceiling that reading
-// them reached, and tokens/s. Beside each step, a graph of the step's collectives alone (the same all-reduces and
-// all-gather on the same sizes, nothing between them): its replay time and its share of the step, the latency that NCCL
-// adds. With more than one rank, each model twice: x in plain device memory, and x in NCCL symmetric memory
-// (TensorParallelOptions::symmetric_memory; NCCL 2.27+ runs its low-latency symmetric kernels there; the decoders'
-// logits too), the decoders past the first in symmetric memory only. With one GPU only the TP = 1 rows run.
+// Tensor-parallel decode (issues 16, 39): the SwiGLU MLP stack (4096, 11008, 8: 2.2 GB of fp16 weights) and decoders (d
+// 4096 x 8 layers, vocab 32000: 3.1 GB; the TinyLlama and Llama-3.2-1B shapes; a 7B-class shape, d 4096 x 32 layers,
+// ffn 11008, vocab 32000: 13 GB) split over 1 GPU, over 2, and over every GPU of a machine with more, one rank each.
+// Each row: the step's graph replay time (every rank's graph launched on its stream, timed with CUDA events on rank
+// 0's; median of 31 samples of 10 replays), the weight bytes each rank reads, the fraction of rank 0's copy ceiling
+// that reading them reached, and tokens/s. Beside each step, a graph of the step's collectives alone (the same
+// all-reduces and all-gather on the same sizes, nothing between them): its replay time and its share of the step, the
+// latency that NCCL adds. With more than one rank, the MLP twice: x in plain device memory, and x in NCCL symmetric
+// memory (TensorParallelOptions::symmetric_memory; NCCL 2.27+ runs its low-latency symmetric kernels there); the
+// decoders three times: NCCL in plain memory (the first decoder only), NCCL in symmetric memory (the logits too), and
+// the default, the all-reduces through peer memory (TensorParallelOptions::peer_all_reduce) with the logits in
+// symmetric memory. With one GPU only the TP = 1 rows run.
 #include <lazygraph/lazygraph.hpp>
 #include <lazygraph/nn.hpp>
 
@@ -72,11 +73,18 @@ Ranks make_ranks(int n) {
 /// A graph of a step's collectives alone: per rank `reduces` all-reduces of `d` elements (held as the module holds
 /// x: in symmetric memory or not), then, when `gathered` is not 0, an all-gather of `gathered / ranks` elements
 /// each; the replay's median seconds.
-double collectives_seconds(const Ranks& r, int reduces, std::size_t d, std::size_t gathered, bool symmetric) {
+double collectives_seconds(const Ranks& r, int reduces, std::size_t d, std::size_t gathered, bool symmetric,
+                           bool peer = false) {
   const std::size_t n = r.comms.size();
   bool is_symmetric = false;
   std::vector<lg::DeviceSpan<lg::half>> x =
       lg::nn::detail::reduction_buffers<lg::half>(r.comms, d, symmetric, &is_symmetric);
+  std::vector<lg::PeerExchange> exchanges;
+  std::vector<lg::nn::Kernels> kernels;
+  if (peer) {
+    exchanges = lg::PeerExchange::create_all(r.comms);
+    for (const lg::KernelLibrary* l : r.libraries) kernels.emplace_back(*l);
+  }
   std::vector<lg::DeviceBuffer<lg::half>> part;
   std::vector<lg::DeviceBuffer<lg::half>> all;
   for (const lg::Device& dev : r.devices) {
@@ -85,7 +93,13 @@ double collectives_seconds(const Ranks& r, int reduces, std::size_t d, std::size
   }
   lg::MultiDeviceGraph graph = lg::MultiDeviceGraph::capture(r.comms, [&](int rank, lg::Scope& s) {
     const auto i = static_cast<std::size_t>(rank);
-    for (int k = 0; k < reduces; ++k) s.record(lg::all_reduce(r.comms[i], x[i]));
+    for (int k = 0; k < reduces; ++k) {
+      if (peer) {
+        s.record(lg::nn::peer_all_reduce(kernels[i], exchanges[i], x[i]));
+      } else {
+        s.record(lg::all_reduce(r.comms[i], x[i]));
+      }
+    }
     if (gathered != 0) {
       s.record(lg::all_gather<lg::half>(r.comms[i], part[i].cview(), all[i].view()));
     }
@@ -167,20 +181,28 @@ int main(int argc, char** argv) {
       dec.context = 1024;
       double dec_tp1 = 0;
       for (const int n : sizes) {
-        // x and the logits in plain memory, and (the default) in NCCL symmetric memory; the latter alone past the
-        // first shape.
-        for (const bool symmetric : {false, true}) {
-          if ((n == 1 || &shape != &shapes.front()) && !symmetric) continue;
+        // NCCL's all-reduces with x and the logits in plain memory (the first shape only) and in NCCL symmetric
+        // memory, and (the default) the peer all-reduce with the logits in symmetric memory. One rank: one row.
+        struct Variant {
+          bool symmetric, peer;
+        };
+        for (const Variant v : {Variant{false, false}, Variant{true, false}, Variant{true, true}}) {
+          if (n == 1 && (!v.symmetric || v.peer)) continue;
+          if (&shape != &shapes.front() && !v.symmetric) continue;
           Ranks r = make_ranks(n);
-          lg::nn::TensorParallelDecoder model(r.comms, r.libraries, dec,
-                                              lg::nn::TensorParallelOptions{.symmetric_memory = symmetric});
+          lg::nn::TensorParallelDecoder model(
+              r.comms, r.libraries, dec,
+              lg::nn::TensorParallelOptions{.symmetric_memory = v.symmetric, .peer_all_reduce = v.peer});
           for (int p = 0; p < 256; ++p) (void)model.forward({(p * 37) % dec.vocab, p});  // a 256-token context
           const double t = decoder_seconds(model);
           // Per step: the embedding's all-reduce, two per layer, the logits' all-gather.
           const double c = collectives_seconds(r, 2 * dec.layers + 1, static_cast<std::size_t>(dec.d),
-                                               static_cast<std::size_t>(dec.vocab), model.symmetric_memory());
-          row(shape.name + (model.symmetric_memory() ? ", symmetric" : ""), n, t,
-              static_cast<double>(dec.weight_bytes()) / n, ceiling, n == 1 ? 0 : dec_tp1, c);
+                                               static_cast<std::size_t>(dec.vocab), model.symmetric_memory(),
+                                               model.peer_all_reduce());
+          const std::string how = model.peer_all_reduce()    ? ", peer all-reduce"
+                                  : model.symmetric_memory() ? ", NCCL symmetric"
+                                                             : "";
+          row(shape.name + how, n, t, static_cast<double>(dec.weight_bytes()) / n, ceiling, n == 1 ? 0 : dec_tp1, c);
           if (n == 1) dec_tp1 = t;
         }
       }

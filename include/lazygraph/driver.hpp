@@ -17,6 +17,7 @@
 #include "lazygraph/driver/half.hpp"
 #include "lazygraph/driver/kernel_module.hpp"
 #include "lazygraph/driver/memcpy.hpp"
+#include "lazygraph/driver/peer_exchange.hpp"
 #include "lazygraph/driver/pinned_buffer.hpp"
 #include "lazygraph/driver/staging_buffer.hpp"
 #include "lazygraph/driver/stream.hpp"

@@ -39,6 +39,8 @@ namespace {
   X(cuCtxSetCurrent)                     \
   X(cuCtxGetDevice)                      \
   X(cuCtxSynchronize)                    \
+  X(cuDeviceCanAccessPeer)               \
+  X(cuCtxEnablePeerAccess)               \
   X(cuMemGetInfo)                        \
   X(cuStreamCreate)                      \
   X(cuStreamDestroy)                     \
@@ -473,6 +475,20 @@ void context_synchronize(CUcontext ctx) {
   const ContextScope scope(a, ctx);
   if (const CUresult r = a.cuCtxSynchronize(); r != CUDA_SUCCESS) [[unlikely]]
     throw_error(r, "cuCtxSynchronize", describe_instance("context", ctx));
+}
+
+bool device_can_access_peer(CUdevice dev, CUdevice peer) {
+  int can = 0;
+  check_device(api().cuDeviceCanAccessPeer(&can, dev, peer), "cuDeviceCanAccessPeer", dev);
+  return can != 0;
+}
+
+void context_enable_peer_access(CUcontext ctx, CUcontext peer) {
+  const EntryPoints& a = api();
+  const ContextScope scope(a, ctx);
+  const CUresult r = a.cuCtxEnablePeerAccess(peer, 0);
+  if (r != CUDA_SUCCESS && r != CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED) [[unlikely]]
+    throw_error(r, "cuCtxEnablePeerAccess", describe_instance("context", ctx));
 }
 
 void memory_info(CUcontext ctx, std::size_t* free_bytes, std::size_t* total_bytes) {

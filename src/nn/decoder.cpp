@@ -327,18 +327,19 @@ DecoderConfig state_shape(DecoderConfig shard, const DecoderConfig& c) {
 template <Element T>
 BasicDecoder<T>::BasicDecoder(const Stream& stream, const KernelLibrary& library, const DecoderConfig& config,
                               BasicDecoderWeights<T> weights)
-    : BasicDecoder(stream, library, config, std::move(weights), static_cast<const Communicator*>(nullptr), {}) {}
+    : BasicDecoder(stream, library, config, std::move(weights), static_cast<const Communicator*>(nullptr), {},
+                   nullptr) {}
 
 template <Element T>
 BasicDecoder<T>::BasicDecoder(const Stream& stream, const KernelLibrary& library, const DecoderConfig& config,
                               BasicDecoderWeights<T> weights, const Communicator& comm,
-                              const TensorParallelOptions& options)
-    : BasicDecoder(stream, library, config, std::move(weights), &comm, options) {}
+                              const TensorParallelOptions& options, const PeerExchange* peer)
+    : BasicDecoder(stream, library, config, std::move(weights), &comm, options, peer) {}
 
 template <Element T>
 BasicDecoder<T>::BasicDecoder(const Stream& stream, const KernelLibrary& library, const DecoderConfig& config,
                               BasicDecoderWeights<T> weights, const Communicator* comm,
-                              const TensorParallelOptions& options)
+                              const TensorParallelOptions& options, const PeerExchange* peer)
     : config_(validated(config)),
       shard_(step_shape(config_, comm, stream)),
       kernels_(library, {.early_launch = config_.early_launch, .tensor_cores = config_.tensor_cores}),
@@ -356,6 +357,13 @@ BasicDecoder<T>::BasicDecoder(const Stream& stream, const KernelLibrary& library
       throw UsageError("Decoder: a tensor-parallel rank runs dense weights only; these are quantized in part");
     }
     rank_ = std::make_unique<BasicRankState<T>>(*comm, state_, options);
+    if (peer != nullptr) {
+      if (peer->communicator() != *comm) {
+        throw UsageError("Decoder: the PeerExchange given is " + peer->communicator().describe() +
+                         "'s, not this rank's (" + comm->describe() + ")");
+      }
+      rank_->peer = *peer;
+    }
   }
   if (config_.backend == DecoderBackend::persistent) {
     if (weights_.quantized()) {
@@ -379,6 +387,11 @@ const Communicator* BasicDecoder<T>::communicator() const noexcept {
 template <Element T>
 bool BasicDecoder<T>::symmetric_memory() const noexcept {
   return rank_ && rank_->symmetric_memory;
+}
+
+template <Element T>
+bool BasicDecoder<T>::peer_all_reduce() const noexcept {
+  return rank_ && rank_->peer;
 }
 
 template <Element T>

@@ -86,6 +86,12 @@ void check_ranks(std::span<const Communicator> comms, std::span<const KernelLibr
   detail::check_libraries("TensorParallelDecoder", libraries.size(), comms.size());
   lazygraph::detail::check_ranks_in_order(comms, "TensorParallelDecoder", "its ranks capture their graphs together");
 }
+
+/// One PeerExchange per rank where options.peer_all_reduce asks for it and the GPUs allow it, else none.
+std::vector<PeerExchange> peer_exchanges(std::span<const Communicator> comms, const TensorParallelOptions& options) {
+  if (!options.peer_all_reduce || !PeerExchange::supported(comms)) return {};
+  return PeerExchange::create_all(comms);
+}
 }  // namespace
 
 template <Element T>
@@ -96,6 +102,7 @@ BasicTensorParallelDecoder<T>::BasicTensorParallelDecoder(std::span<const Commun
     : config_(config) {
   check_ranks(comms, libraries, config_);
   const int n = static_cast<int>(comms.size());
+  const std::vector<PeerExchange> peers = peer_exchanges(comms, options);
   ranks_.resize(comms.size());
   threads_ = std::make_unique<detail::RankThreads>(n);
   threads_->run([&](int r) {
@@ -106,7 +113,8 @@ BasicTensorParallelDecoder<T>::BasicTensorParallelDecoder(std::span<const Commun
           BasicDecoderWeights<T>::generate(stream, BasicKernels<T>(*libraries[i], config_.early_launch), config_);
       return shard_decoder_weights(stream, full, config_, r, n);
     }();
-    ranks_[i] = std::make_unique<BasicDecoder<T>>(stream, *libraries[i], config_, std::move(shard), comms[i], options);
+    ranks_[i] = std::make_unique<BasicDecoder<T>>(stream, *libraries[i], config_, std::move(shard), comms[i], options,
+                                                  peers.empty() ? nullptr : &peers[i]);
   });
 }
 
@@ -122,13 +130,14 @@ BasicTensorParallelDecoder<T>::BasicTensorParallelDecoder(std::span<const Commun
     throw UsageError("TensorParallelDecoder: " + std::to_string(weights.size()) + " ranks' weights for " +
                      std::to_string(comms.size()) + " ranks");
   }
+  const std::vector<PeerExchange> peers = peer_exchanges(comms, options);
   ranks_.resize(comms.size());
   threads_ = std::make_unique<detail::RankThreads>(static_cast<int>(comms.size()));
   threads_->run([&](int r) {
     const auto i = static_cast<std::size_t>(r);
     const Stream stream(comms[i].device());
-    ranks_[i] =
-        std::make_unique<BasicDecoder<T>>(stream, *libraries[i], config_, std::move(weights[i]), comms[i], options);
+    ranks_[i] = std::make_unique<BasicDecoder<T>>(stream, *libraries[i], config_, std::move(weights[i]), comms[i],
+                                                  options, peers.empty() ? nullptr : &peers[i]);
   });
 }
 

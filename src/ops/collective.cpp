@@ -191,6 +191,11 @@ void execute_collective(ExecContext& ctx, const Communicator& comm, CollectiveKi
   }
 }
 
+void prepare_collective(ExecContext& ctx, const Communicator& comm, std::string_view what,
+                        const std::string& signature) {
+  prepare(ctx, comm, what, [&] { return signature; });
+}
+
 void execute_point_to_point(ExecContext& ctx, const Communicator& comm, std::span<const nccl::PointToPoint> transfers,
                             nccl::DataType type) {
   // Point-to-point groups differ between ranks by nature (rank 0 sends what rank 1 receives): only their order is

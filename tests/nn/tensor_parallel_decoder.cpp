@@ -120,14 +120,25 @@ TEST_SUITE("gpu") {
     if (!two_gpus(gpus, 4)) return;
     const auto ranks = static_cast<int>(gpus.comms.size());
     MESSAGE("ranks: " << ranks);
-    for (const auto& [fused, symmetric] : {std::pair{true, true}, std::pair{false, true}, std::pair{true, false}}) {
+    // (fused, symmetric memory, peer all-reduce): the default, unfused, plain memory over NCCL, NCCL's symmetric
+    // kernels.
+    struct Variant {
+      bool fused, symmetric, peer;
+    };
+    for (const Variant v : {Variant{true, true, true}, Variant{false, true, true}, Variant{true, false, false},
+                            Variant{true, true, false}}) {
+      const bool fused = v.fused;
       CAPTURE(fused);
-      CAPTURE(symmetric);
+      CAPTURE(v.symmetric);
+      CAPTURE(v.peer);
       lg::nn::DecoderConfig c = lgtest::small_decoder(ranks, 3);  // a kv head per rank
       c.fused = fused;
       c.prefill_chunk = 0;
-      lg::nn::TensorParallelDecoder tp(gpus.comms, gpus.pointers, c,
-                                       lg::nn::TensorParallelOptions{.symmetric_memory = symmetric});
+      lg::nn::TensorParallelDecoder tp(
+          gpus.comms, gpus.pointers, c,
+          lg::nn::TensorParallelOptions{.symmetric_memory = v.symmetric, .peer_all_reduce = v.peer});
+      std::string why;
+      CHECK(tp.peer_all_reduce() == (v.peer && lg::PeerExchange::supported(gpus.comms, &why)));
       lg::nn::Decoder one(lgtest::stream(), lgtest::nn_kernels(), c);
       // Steps: the same inputs for both, the logits within fp16 rounding of the partial sums.
       const std::vector<int> tokens{5, 77, 300, 12, 9, 401, 33, 250};

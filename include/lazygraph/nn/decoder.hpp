@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "lazygraph/driver/peer_exchange.hpp"
 #include "lazygraph/kernels/optional_launch.hpp"
 #include "lazygraph/module.hpp"
 #include "lazygraph/nn/kernels.hpp"
@@ -557,9 +558,12 @@ class BasicDecoder {
   /// weights, a weight whose size is not its share's (naming its checkpoint tensor name), a stream of another device
   /// than comm's; NcclError.
   /// `options`: the residual stream and the logits in NCCL symmetric memory or not (TensorParallelOptions); every rank
-  /// must give the same.
+  /// must give the same. `peer`: for ranks of one process, this rank's share of a PeerExchange over every rank's GPU
+  /// (PeerExchange::create_all): the step's all-reduces of the residual stream then go through it (peer_all_reduce)
+  /// instead of NCCL; every rank must give one, or none. 	hrows UsageError when `peer` is another communicator's.
   BasicDecoder(const Stream& stream, const KernelLibrary& library, const DecoderConfig& config,
-               BasicDecoderWeights<T> weights, const Communicator& comm, const TensorParallelOptions& options = {});
+               BasicDecoderWeights<T> weights, const Communicator& comm, const TensorParallelOptions& options = {},
+               const PeerExchange* peer = nullptr);
   /// Moves the decoder (its graphs keep pointing at the same device memory).
   BasicDecoder(BasicDecoder&&);
   /// Moves the decoder.
@@ -647,6 +651,9 @@ class BasicDecoder {
   /// Whether this tensor-parallel rank's residual stream and logits live in NCCL symmetric memory
   /// (TensorParallelOptions::symmetric_memory, where NCCL has it); false for a decoder on one GPU.
   [[nodiscard]] bool symmetric_memory() const noexcept;
+  /// Whether this tensor-parallel rank all-reduces its residual stream through a PeerExchange (the rank constructor's
+  /// `peer`); false for a decoder on one GPU.
+  [[nodiscard]] bool peer_all_reduce() const noexcept;
   /// The graph of a step of `rows` rows (captured now if it was not yet): replay it directly to time the device
   /// work alone (forward replays the same nodes between the staging copies, in a graph of its own). \throws UsageError
   /// for rows outside [1, kMaxRows].
@@ -680,7 +687,8 @@ class BasicDecoder {
 
   /// The constructors' common part: `comm` null for one GPU.
   BasicDecoder(const Stream& stream, const KernelLibrary& library, const DecoderConfig& config,
-               BasicDecoderWeights<T> weights, const Communicator* comm, const TensorParallelOptions& options);
+               BasicDecoderWeights<T> weights, const Communicator* comm, const TensorParallelOptions& options,
+               const PeerExchange* peer);
 
   DecoderConfig config_;
   /// The shapes the step runs: config_, or on a tensor-parallel rank its shard's (shard_config: its heads, kv heads,

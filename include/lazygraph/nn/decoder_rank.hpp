@@ -23,11 +23,14 @@
 /// the single-GPU Decoder's bits exactly (an all-reduce and an all-gather of one rank copy). Dense weights, the graph
 /// backend; prompts on tensor cores run prefill_layer with the same collectives (nn/prefill.hpp).
 
+#include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "lazygraph/nn/decoder.hpp"
 #include "lazygraph/nn/decoder_tensors.hpp"
+#include "lazygraph/nn/peer_all_reduce.hpp"
 #include "lazygraph/nn/tensor_parallel_options.hpp"
 #include "lazygraph/ops/collective.hpp"
 #include "lazygraph/ops/collective_log.hpp"
@@ -77,6 +80,38 @@ struct BasicRankState {
   /// The ranks' logits as all_gather lays them out for steps of 2 rows or more, [ranks][rows][vocab / ranks], before
   /// they are copied into the state's [rows][vocab] (a step of one row gathers straight there).
   DeviceBuffer<T> gathered;
+  /// The rank's share of a PeerExchange over every rank's GPU (ranks of one process), or none: the step's all-reduces
+  /// of x go through it where they fit (peer_all_reduce), through NCCL where not.
+  std::optional<PeerExchange> peer;
+};
+
+/// A rank's in-place all-reduce of x: peer_all_reduce where the rank has a PeerExchange and x fits it, else NCCL's
+/// all_reduce.
+template <Element T>
+class [[nodiscard]] RankAllReduceOp : public OpBase<RankAllReduceOp<T>> {
+ public:
+  /// No output.
+  using Output = void;
+  /// A GraphNode, as either form.
+  static constexpr bool is_graph_node = true;
+
+  RankAllReduceOp(const BasicKernels<T>& k, const BasicRankState<T>& r, DeviceSpan<T> x)
+      : op_(r.peer && fits_peer_all_reduce<T>(x.size()) ? Op(peer_all_reduce(k, *r.peer, x))
+                                                        : Op(all_reduce(r.comm, x))) {}
+  /// Records (or runs) the chosen form.
+  void execute(ExecContext& ctx) const {
+    std::visit([&](const auto& op) { op.execute(ctx); }, op_);
+  }
+  /// Reads and writes x.
+  void accesses(AccessSet& out) const {
+    std::visit([&](const auto& op) { op.accesses(out); }, op_);
+  }
+
+ private:
+  using Peer = decltype(peer_all_reduce(std::declval<const BasicKernels<T>&>(), std::declval<const PeerExchange&>(),
+                                        std::declval<DeviceSpan<T>>()));
+  using Op = std::variant<CollectiveOp<T>, Peer>;
+  Op op_;
 };
 
 /// One step of `rows` rows on the rank of `r` (see the file comment): `c` is shard_config's (vocab: this rank's
@@ -94,7 +129,7 @@ auto decoder_rank_step(const BasicKernels<T>& k, const BasicDecoderWeights<T>& w
   const DeviceSpan<T> x = s.x.view().subspan(0, count * static_cast<std::size_t>(d));
   auto embedding = k.embedding_rows(k.step_config(grid_for(count * static_cast<std::size_t>(d), 256)),
                                     w.embedding.cview(), s.tokens(), s.x.view(), d, rows, rank * part, part) >>
-                   all_reduce(r.comm, x);
+                   RankAllReduceOp<T>(k, r, x);
   const std::size_t cache_size = static_cast<std::size_t>(c.max_batch) * static_cast<std::size_t>(c.context) *
                                  static_cast<std::size_t>(c.kv_dim());
   const auto layer = [&](int l) {
@@ -103,10 +138,10 @@ auto decoder_rank_step(const BasicKernels<T>& k, const BasicDecoderWeights<T>& w
     return named(name + " attention",
                  attention_block(k, nullptr, w.attention[at], s, s.k_cache.view().subspan(at * cache_size, cache_size),
                                  s.v_cache.view().subspan(at * cache_size, cache_size), c, rows, rank == 0) >>
-                     all_reduce(r.comm, x)) >>
+                     RankAllReduceOp<T>(k, r, x)) >>
            named(name + " mlp",
                  swiglu_block(k, nullptr, w.mlp[at], s.x.view(), s.act.view(), d, c.ffn, c.eps, rows, rank == 0) >>
-                     all_reduce(r.comm, x));
+                     RankAllReduceOp<T>(k, r, x));
   };
   std::vector<decltype(layer(0))> layers;
   layers.reserve(static_cast<std::size_t>(c.layers));

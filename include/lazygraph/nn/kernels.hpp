@@ -132,6 +132,9 @@ struct BasicKernels {
   /// embedding_rows(table, tokens, out, d, batch, first, count): as embedding, for a table of the vocabulary's rows
   /// [first, first + count) only (a tensor-parallel rank's); other tokens give zeros (kernels/nn/embedding.cu).
   Kernel<void(const T*, const int*, T*, int, int, int, int)> embedding_rows;
+  /// peer_all_reduce(x, words, slot_table, counters, rank, ranks): x = the sum over the ranks of their x, in place,
+  /// through a PeerExchange (kernels/nn/peer_all_reduce.cu; PeerAllReduceOp in nn/peer_all_reduce.hpp runs it).
+  Kernel<void(T*, int, const unsigned long long*, unsigned*, int, int)> peer_all_reduce;
   /// gemv(W, x, out, rows, cols, batch): out[b] = W x[b] (kernels/nn/gemv.cu, also for the variants below).
   BatchedKernel<void(const T*, const T*, T*, int, int, int)> gemv;
   /// gemv_add(W, x, out, rows, cols, batch): out[b] += W x[b], the residual add fused.

@@ -83,6 +83,8 @@ class BasicTensorParallelDecoder {
 
   /// Whether the ranks' residual streams and logits live in NCCL symmetric memory (TensorParallelOptions).
   [[nodiscard]] bool symmetric_memory() const noexcept { return ranks_[0]->symmetric_memory(); }
+  /// Whether the ranks all-reduce their residual streams through a PeerExchange (TensorParallelOptions).
+  [[nodiscard]] bool peer_all_reduce() const noexcept { return ranks_[0]->peer_all_reduce(); }
   /// The number of ranks.
   [[nodiscard]] int ranks() const noexcept { return static_cast<int>(ranks_.size()); }
   /// Rank r's decoder (its graphs, its KV cache). Its graph(rows) captures on first use, which must happen on every

@@ -83,6 +83,10 @@ void execute_collective(ExecContext& ctx, const Communicator& comm, CollectiveKi
                         int root);
 void execute_point_to_point(ExecContext& ctx, const Communicator& comm, std::span<const nccl::PointToPoint> transfers,
                             nccl::DataType type);
+/// What a collective does before NCCL runs it (the device check, refusing an aborted communicator, keeping it alive,
+/// the ranks' comparison under `signature`), for a collective that kernels carry out (CollectiveCheckOp).
+void prepare_collective(ExecContext& ctx, const Communicator& comm, std::string_view what,
+                        const std::string& signature);
 
 }  // namespace detail
 
@@ -129,6 +133,36 @@ class [[nodiscard]] CollectiveOp : public OpBase<CollectiveOp<T>> {
   DeviceSpan<T> recv_;
   ReduceOp op_;
   int root_;
+};
+
+/// The bookkeeping of a collective that a kernel of one's own carries out among the ranks (nn's peer_all_reduce):
+/// executed just before that kernel, it checks the stream's device, refuses an aborted communicator, keeps `owner`
+/// (the memory the kernel exchanges through) alive with the graph, and enters `signature` in the ranks' comparison
+/// (CollectiveLog, the clique's), so that ranks that disagree fail as they would over NCCL's collectives. Runs
+/// nothing on the GPU.
+class [[nodiscard]] CollectiveCheckOp : public OpBase<CollectiveCheckOp> {
+ public:
+  /// No output.
+  using Output = void;
+  /// A GraphNode: it adds no node.
+  static constexpr bool is_graph_node = true;
+
+  CollectiveCheckOp(Communicator comm, std::string what, std::string signature, std::shared_ptr<const void> owner)
+      : comm_(std::move(comm)), what_(std::move(what)), signature_(std::move(signature)), owner_(std::move(owner)) {}
+  /// 	hrows UsageError when the stream is on another device than the communicator, or it was aborted; as the
+  /// comparison does.
+  void execute(ExecContext& ctx) const {
+    detail::prepare_collective(ctx, comm_, what_, signature_);
+    ctx.keep_alive(owner_);
+  }
+  /// Touches no memory.
+  void accesses(AccessSet& /*out*/) const {}
+
+ private:
+  Communicator comm_;
+  std::string what_;
+  std::string signature_;
+  std::shared_ptr<const void> owner_;
 };
 
 /// Sends and receives of one rank, issued as one NCCL group (made by send, recv and send_recv): the group's

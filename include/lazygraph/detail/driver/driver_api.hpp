@@ -63,6 +63,10 @@ void primary_context_release_no_throw(CUdevice dev) noexcept;
 /// The context current on the calling thread (null when none).
 CUcontext current_context();
 void context_synchronize(CUcontext ctx);
+/// Whether `dev` can read and write `peer`'s memory directly (cuDeviceCanAccessPeer).
+bool device_can_access_peer(CUdevice dev, CUdevice peer);
+/// Lets kernels in `ctx` read and write memory of `peer`'s device (cuCtxEnablePeerAccess); enabled already is fine.
+void context_enable_peer_access(CUcontext ctx, CUcontext peer);
 /// Free and total device memory, in bytes, of the context's device.
 void memory_info(CUcontext ctx, std::size_t* free_bytes, std::size_t* total_bytes);
 
