@@ -6,7 +6,8 @@
 /// in rank order, so every rank gets the same bits. For a decode step's messages of a few KiB it costs a fraction
 /// of NCCL's all-reduce inside a graph (2x H100: 0.5 to 3 us after a kernel that streams weights, against 5 to
 /// 6 us; docs/multi_gpu.md). The ranks compare it like NCCL's collectives (CollectiveCheckOp). Every rank must
-/// make the same calls; a rank whose peers never make theirs waits for ever, as in NCCL.
+/// make the same calls; a rank whose peers never make theirs waits for ever, as in NCCL. A rank's calls must run one
+/// after another (one stream at a time, as a decoder's graphs do): the rank's epochs count them.
 ///
 ///     auto ex = PeerExchange::create_all(comms);
 ///     sc.record(gemv_writing_x >> nn::peer_all_reduce(kernels, ex[rank], x));
@@ -29,8 +30,8 @@ template <Element T>
 }
 
 /// x = the sum over the ranks of `exchange` of their x, in place (see the file comment): the ranks' comparison, then
-/// the kernel. \throws UsageError when x does not fit (fits_peer_all_reduce), is empty, or lies on another device than
-/// the exchange's rank.
+/// the kernel. \throws UsageError when x does not fit (fits_peer_all_reduce) or is empty; when executed, as
+/// CollectiveCheckOp (a stream of another device than the exchange's rank, an aborted communicator).
 template <Element T>
 [[nodiscard]] auto peer_all_reduce(const BasicKernels<T>& k, const PeerExchange& exchange, DeviceSpan<T> x) {
   const std::size_t bytes = x.size() * sizeof(T);
