@@ -95,6 +95,7 @@ class [[nodiscard]] RankAllReduceOp : public OpBase<RankAllReduceOp<T>> {
   /// A GraphNode, as either form.
   static constexpr bool is_graph_node = true;
 
+  /// The peer form where `r` has a PeerExchange and x fits it, else NCCL's. \throws UsageError as either form.
   RankAllReduceOp(const BasicKernels<T>& k, const BasicRankState<T>& r, DeviceSpan<T> x)
       : op_(r.peer && fits_peer_all_reduce<T>(x.size()) ? Op(peer_all_reduce(k, *r.peer, x))
                                                         : Op(all_reduce(r.comm, x))) {}
