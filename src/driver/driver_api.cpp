@@ -1028,19 +1028,28 @@ void graph_memory_trim(CUcontext ctx, CUdevice dev) {
   check(a.cuDeviceGraphMemTrim(dev), "cuDeviceGraphMemTrim", "GraphPool");
 }
 
-std::vector<NodeDependency> graph_node_dependencies(CUgraphNode node) {
-  const EntryPoints& a = api();
+namespace {
+
+// A node's edges on one side: its dependencies (cuGraphNodeGetDependencies) or its dependents
+// (cuGraphNodeGetDependentNodes), which the driver reports through the same two-call signature.
+using EdgeQuery = decltype(&::cuGraphNodeGetDependencies);
+static_assert(std::is_same_v<EdgeQuery, decltype(&::cuGraphNodeGetDependentNodes)>);
+
+std::vector<NodeDependency> node_edges(EdgeQuery query, const char* api_name, CUgraphNode node) {
   std::size_t n = 0;
-  check(a.cuGraphNodeGetDependencies(node, nullptr, nullptr, &n), "cuGraphNodeGetDependencies", "CudaGraph node");
-  std::vector<CUgraphNode> from(n);
+  check(query(node, nullptr, nullptr, &n), api_name, "CudaGraph node");
+  std::vector<CUgraphNode> other(n);
   std::vector<CUgraphEdgeData> data(n);
-  if (n > 0) {
-    check(a.cuGraphNodeGetDependencies(node, from.data(), data.data(), &n), "cuGraphNodeGetDependencies",
-          "CudaGraph node");
-  }
-  std::vector<NodeDependency> deps(n);
-  for (std::size_t i = 0; i < n; ++i) deps[i] = {from[i], data[i]};
-  return deps;
+  if (n > 0) check(query(node, other.data(), data.data(), &n), api_name, "CudaGraph node");
+  std::vector<NodeDependency> edges(n);
+  for (std::size_t i = 0; i < n; ++i) edges[i] = {other[i], data[i]};
+  return edges;
+}
+
+}  // namespace
+
+std::vector<NodeDependency> graph_node_dependencies(CUgraphNode node) {
+  return node_edges(api().cuGraphNodeGetDependencies, "cuGraphNodeGetDependencies", node);
 }
 
 std::size_t graph_replace_event_nodes(CUgraph graph) {
@@ -1050,14 +1059,8 @@ std::size_t graph_replace_event_nodes(CUgraph graph) {
     const CUgraphNodeType type = graph_node_type(node);
     if (type != CU_GRAPH_NODE_TYPE_EVENT_RECORD && type != CU_GRAPH_NODE_TYPE_WAIT_EVENT) continue;
     const std::vector<NodeDependency> before = graph_node_dependencies(node);
-    std::size_t n = 0;
-    check(a.cuGraphNodeGetDependentNodes(node, nullptr, nullptr, &n), "cuGraphNodeGetDependentNodes", "event node");
-    std::vector<CUgraphNode> after(n);
-    std::vector<CUgraphEdgeData> after_edges(n);
-    if (n > 0) {
-      check(a.cuGraphNodeGetDependentNodes(node, after.data(), after_edges.data(), &n), "cuGraphNodeGetDependentNodes",
-            "event node");
-    }
+    const std::vector<NodeDependency> after =
+        node_edges(a.cuGraphNodeGetDependentNodes, "cuGraphNodeGetDependentNodes", node);
     std::vector<CUgraphNode> from;
     std::vector<CUgraphEdgeData> from_edges;
     for (const NodeDependency& d : before) {
@@ -1069,10 +1072,9 @@ std::size_t graph_replace_event_nodes(CUgraph graph) {
     params.type = CU_GRAPH_NODE_TYPE_EMPTY;
     const CUgraphNode empty = graph_add_node(graph, from.data(), from_edges.data(), from.size(), &params,
                                              "empty node in place of an event node");
-    if (n > 0) {
-      const std::vector<CUgraphNode> sources(n, empty);
-      check(a.cuGraphAddDependencies(graph, sources.data(), after.data(), after_edges.data(), n),
-            "cuGraphAddDependencies", "empty node in place of an event node");
+    for (const NodeDependency& d : after) {
+      check(a.cuGraphAddDependencies(graph, &empty, &d.node, &d.edge, 1), "cuGraphAddDependencies",
+            "empty node in place of an event node");
     }
     ++replaced;
   }
