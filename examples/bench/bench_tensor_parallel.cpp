@@ -7,8 +7,9 @@
 // all-reduces and all-gather on the same sizes, nothing between them): its replay time and its share of the step, the
 // latency that NCCL adds. With more than one rank, the MLP twice: x in plain device memory, and x in NCCL symmetric
 // memory (TensorParallelOptions::symmetric_memory; NCCL 2.27+ runs its low-latency symmetric kernels there); the
-// decoders three times: NCCL in plain memory (the first decoder only), NCCL in symmetric memory (the logits too), and
-// the default, the all-reduces through peer memory (TensorParallelOptions::peer_all_reduce) with the logits in
+// decoders four times: NCCL in plain memory (the first decoder only), NCCL in symmetric memory (the logits too), the
+// all-reduces through peer memory (TensorParallelOptions::peer_all_reduce) in kernels of their own, and the default,
+// the peer all-reduces after the projections inside the projections' kernels (fused_peer_all_reduce); the logits in
 // symmetric memory. With one GPU only the TP = 1 rows run.
 #include <lazygraph/lazygraph.hpp>
 #include <lazygraph/nn.hpp>
@@ -109,10 +110,11 @@ double collectives_seconds(const Ranks& r, int reduces, std::size_t d, std::size
 
 void row(const std::string& model, int n, double seconds, double bytes_per_rank, double ceiling, double tp1,
          double collectives) {
-  std::printf("| %s | %d | %.1f | %.0f | %.2f | %.0f | %s | %.1f | %.2f |\n", model.c_str(), n, seconds * 1e6,
+  const std::string alone = collectives > 0 ? std::to_string(collectives * 1e6).substr(0, 6) : "-";
+  const std::string share = collectives > 0 ? std::to_string(collectives / seconds).substr(0, 4) : "-";
+  std::printf("| %s | %d | %.1f | %.0f | %.2f | %.0f | %s | %s | %s |\n", model.c_str(), n, seconds * 1e6,
               bytes_per_rank * 1e-6, bytes_per_rank / seconds / ceiling, 1.0 / seconds,
-              tp1 > 0 ? (std::to_string(seconds / tp1).substr(0, 5) + "x").c_str() : "-", collectives * 1e6,
-              collectives / seconds);
+              tp1 > 0 ? (std::to_string(seconds / tp1).substr(0, 5) + "x").c_str() : "-", alone.c_str(), share.c_str());
 }
 
 }  // namespace
@@ -183,23 +185,31 @@ int main(int argc, char** argv) {
       for (const int n : sizes) {
         // NCCL's all-reduces with x and the logits in plain memory (the first shape only) and in NCCL symmetric
         // memory, and (the default) the peer all-reduce with the logits in symmetric memory. One rank: one row.
+        // The peer all-reduce twice: as a kernel of its own after each projection, and (the default) inside the
+        // projections' kernels.
         struct Variant {
-          bool symmetric, peer;
+          bool symmetric, peer, in_projections;
         };
-        for (const Variant v : {Variant{false, false}, Variant{true, false}, Variant{true, true}}) {
+        for (const Variant v : {Variant{false, false, false}, Variant{true, false, false}, Variant{true, true, false},
+                                Variant{true, true, true}}) {
           if (n == 1 && (!v.symmetric || v.peer)) continue;
           if (&shape != &shapes.front() && !v.symmetric) continue;
           Ranks r = make_ranks(n);
-          lg::nn::TensorParallelDecoder model(
-              r.comms, r.libraries, dec,
-              lg::nn::TensorParallelOptions{.symmetric_memory = v.symmetric, .peer_all_reduce = v.peer});
+          lg::nn::TensorParallelDecoder model(r.comms, r.libraries, dec,
+                                              lg::nn::TensorParallelOptions{.symmetric_memory = v.symmetric,
+                                                                            .peer_all_reduce = v.peer,
+                                                                            .fused_peer_all_reduce = v.in_projections});
           for (int p = 0; p < 256; ++p) (void)model.forward({(p * 37) % dec.vocab, p});  // a 256-token context
           const double t = decoder_seconds(model);
-          // Per step: the embedding's all-reduce, two per layer, the logits' all-gather.
-          const double c = collectives_seconds(r, 2 * dec.layers + 1, static_cast<std::size_t>(dec.d),
-                                               static_cast<std::size_t>(dec.vocab), model.symmetric_memory(),
-                                               model.peer_all_reduce());
-          const std::string how = model.peer_all_reduce()    ? ", peer all-reduce"
+          // Per step: the embedding's all-reduce, two per layer, the logits' all-gather. Inside the projections the
+          // all-reduces have no kernel of their own to time alone: no number.
+          const bool inside = model.peer_all_reduce() && v.in_projections;
+          const double c = inside ? 0.0
+                                  : collectives_seconds(r, 2 * dec.layers + 1, static_cast<std::size_t>(dec.d),
+                                                        static_cast<std::size_t>(dec.vocab), model.symmetric_memory(),
+                                                        model.peer_all_reduce());
+          const std::string how = inside                     ? ", peer all-reduce in the projections"
+                                  : model.peer_all_reduce()  ? ", peer all-reduce kernel"
                                   : model.symmetric_memory() ? ", NCCL symmetric"
                                                              : "";
           row(shape.name + how, n, t, static_cast<double>(dec.weight_bytes()) / n, ceiling, n == 1 ? 0 : dec_tp1, c);

@@ -16,10 +16,29 @@
 //
 // Launch: grid (words + 511) / 512 blocks (64 at most), 128 threads; may be launched early (it waits for the work
 // before it before it reads x).
+//
+// gemv_all_reduce(W, a, x, sum_table, counters, rank, ranks, rows, cols, batch): a row-parallel projection and the
+// all-reduce after it in one kernel, x[b] += the sum over the ranks of W_r a_r[b] (W_r: rank r's [rows x cols] slice,
+// a_r: its [batch][cols] input), in place: the step's Wo and W2 on a tensor-parallel rank, without a kernel between
+// the projection and the next block. It is gemv.cu's gemv (any of its variants: _b2, _b4, _b8, _mma, _bf16...), whose
+// results do not go to x: each output's fp32 dot product goes, tagged with the call's epoch in one 8-byte store, into
+// every rank's sum slots (this rank's too) as soon as its row is done, so the pushes overlap the rest of the weights.
+// The rank's last blocks to finish (a counter of arrivals elects them; one per 512 outputs, 8 for d 4096) then each
+// wait for every rank's values of their part of x and write x = x + value_0 + value_1 + ... in fp32, in rank order,
+// rounded once: the same bits on every rank (the ranks hold the same x), and with one rank exactly gemv_add's. A
+// summing block waits for the peers' pushes, which their blocks make unconditionally, and for its own rank's last
+// blocks, at most parts - 1 of them, which the GPU can always place beside it; so the kernel cannot deadlock. Slots:
+// [2 parities][ranks senders][kSumCapacity outputs] of 8 bytes (PeerExchange::sum_capacity); the epoch is one counter
+// per rank (counters[kMaxBlocks]), advanced by the last part to finish, and its parity picks the set, for the reason
+// given above. Every rank must make the same calls (rows and batch alike). Launch: gemv's (Kernels::gemv_config),
+// early launch allowed.
 #include "lazygraph/element.cuh"
 #include "lazygraph/kernel_common.cuh"
+#include "lazygraph/nn/gemv_core.cuh"
 
 namespace {
+
+using namespace lg::nn;  // the gemv core, and kTensorCores for the variants' table
 
 constexpr int kMaxBlocks = 64;
 constexpr int kWordsPerBlock = 512;
@@ -86,7 +105,110 @@ __device__ __forceinline__ void peer_all_reduce_body(T* x, int words, const unsi
   }
 }
 
+/// Outputs one gemv_all_reduce call may have (rows times batch): PeerExchange::sum_capacity.
+constexpr int kSumCapacity = 32768;
+/// gemv_all_reduce's words in the rank's counters, after peer_all_reduce's per-block epochs: its epoch, the blocks
+/// that have counted themselves in, the parts added up.
+constexpr int kEpochWord = kMaxBlocks;
+constexpr int kArrivedWord = kMaxBlocks + 1;
+constexpr int kSummedWord = kMaxBlocks + 2;
+/// Outputs each thread of a summing block adds up at a time (their loads in flight together), and the most per
+/// thread that a part is sized for.
+constexpr int kSumsPerThread = 2;
+
+/// The epoch of the call after the one `counters` records, 0 skipped as above.
+__device__ __forceinline__ unsigned next_sum_epoch(const unsigned* counters) {
+  const unsigned e = *static_cast<const volatile unsigned*>(counters + kEpochWord) + 1;
+  return e == 0 ? 2 : e;
+}
+
+template <int B, class T>
+__device__ __forceinline__ void gemv_all_reduce_body(const T* W, const T* a, T* x, const unsigned long long* sum_table,
+                                                     unsigned* counters, int rank, int ranks, int rows, int cols,
+                                                     int batch) {
+  const int outputs = rows * batch;
+  if (!shapes_supported(cols, batch, W, a, a) || batch > max_batch(B) || rows < 1 || outputs > kSumCapacity ||
+      ranks < 1 || ranks > 8 || rank < 0 || rank >= ranks) {
+    __trap();
+  }
+  const auto sender_slots = [&](unsigned epoch, int sender) {
+    return (static_cast<unsigned long long>(epoch & 1U) * ranks + sender) * kSumCapacity;
+  };
+  unsigned epoch = 0;  // read by each finishing thread after its wait (rows_of finishes after it)
+  const Matrices<1, T> w{{W}, cols};
+  rows_of<B>(w, PlainX<T>{a, cols}, rows, cols, batch, 0.0f, [&](int row, int b, const float* v) {
+    if (epoch == 0) epoch = next_sum_epoch(counters);
+    const unsigned long long at = (sender_slots(epoch, rank) + static_cast<unsigned long long>(b) * rows + row) * 8;
+    for (int q = 0; q < ranks; ++q) store_tagged(sum_table[q] + at, __float_as_uint(v[0]), epoch);
+  });
+
+  __shared__ unsigned call_epoch;
+  __shared__ int part;         // which part of x this block adds up, or -1
+  lg::wait_for_prior_grids();  // a thread of a group without rows has not waited yet
+  __syncthreads();             // every output of this block is on its way
+  const int threads = blockDim.x * blockDim.y * blockDim.z;
+  const int tid = (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
+  const int grid = static_cast<int>(gridDim.x);
+  const int parts = min(grid, max(1, (outputs + threads * kSumsPerThread - 1) / (threads * kSumsPerThread)));
+  if (tid == 0) {
+    call_epoch = next_sum_epoch(counters);  // every block reads it before it counts itself in
+    const int arrival = static_cast<int>(atomicAdd(counters + kArrivedWord, 1U));
+    part = arrival >= grid - parts ? arrival - (grid - parts) : -1;
+  }
+  __syncthreads();
+  if (part < 0) return;
+  const unsigned e = call_epoch;
+  const unsigned long long mine = sum_table[rank];
+  const int chunk = (outputs + parts - 1) / parts;
+  const int first = part * chunk;
+  const int end = min(outputs, first + chunk);
+  for (int i0 = first + tid; i0 < end; i0 += threads * kSumsPerThread) {
+    float sum[kSumsPerThread];
+#pragma unroll
+    for (int u = 0; u < kSumsPerThread; ++u) {
+      const int i = i0 + u * threads;
+      sum[u] = i < end ? lg::to_float(x[i]) : 0.0f;
+    }
+    for (int q = 0; q < ranks; ++q) {
+      const unsigned long long from = mine + sender_slots(e, q) * 8;
+      uint2 value[kSumsPerThread];
+#pragma unroll
+      for (int u = 0; u < kSumsPerThread; ++u) {
+        const int i = min(i0 + u * threads, end - 1);
+        value[u] = load_tagged(from + static_cast<unsigned long long>(i) * 8);
+      }
+#pragma unroll
+      for (int u = 0; u < kSumsPerThread; ++u) {
+        const int i = min(i0 + u * threads, end - 1);
+        while (value[u].y != e) value[u] = load_tagged(from + static_cast<unsigned long long>(i) * 8);
+        sum[u] += __uint_as_float(value[u].x);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kSumsPerThread; ++u) {
+      const int i = i0 + u * threads;
+      if (i < end) x[i] = lg::from_float<T>(sum[u]);
+    }
+  }
+  __syncthreads();
+  // The last part done: every block has counted itself in (the parts are the last arrivals), so every block has read
+  // the epoch, and the next call's may be set.
+  if (tid == 0 && atomicAdd(counters + kSummedWord, 1U) == static_cast<unsigned>(parts - 1)) {
+    counters[kArrivedWord] = 0;
+    counters[kSummedWord] = 0;
+    counters[kEpochWord] = e;
+  }
+}
+
 }  // namespace
+
+/* lazygraph:variants
+axis T = lg::half_t | lg::bf16_t _bf16
+axis B = 1 (256, 3) | 2 _b2 (256, 3) | 4 _b4 (256, 2) | 8 _b8 (256, 2) | kTensorCores _mma (256, 2)
+
+gemv_all_reduce[T][B] = gemv_all_reduce_body<B>(const T* W, const T* a, T* x, const unsigned long long* sum_table,
+    unsigned* counters, int rank, int ranks, int rows, int cols, int batch)
+*/
 
 extern "C" __global__ void peer_all_reduce(lg::half_t* x, int words, const unsigned long long* slot_table,
                                            unsigned* counters, int rank, int ranks) {

@@ -59,21 +59,32 @@ std::vector<PeerExchange> PeerExchange::create_all(std::span<const Communicator>
   auto group = std::make_shared<detail::PeerExchangeGroup>();
   group->comms.assign(comms.begin(), comms.end());
   const std::size_t slot_words = 2 * n * static_cast<std::size_t>(max_blocks) * words_per_block;
-  std::vector<unsigned long long> addresses;
+  const std::size_t sum_words = 2 * n * static_cast<std::size_t>(sum_capacity);
+  std::vector<unsigned long long> slot_addresses;
+  std::vector<unsigned long long> sum_addresses;
   for (const Communicator& c : comms) {
     const Device& d = c.device();
     group->slots.emplace_back(d, slot_words);
-    group->counters.emplace_back(d, static_cast<std::size_t>(max_blocks));
-    addresses.push_back(group->slots.back().view().address());
+    group->sums.emplace_back(d, sum_words);
+    group->counters.emplace_back(d, static_cast<std::size_t>(counter_words));
+    slot_addresses.push_back(group->slots.back().view().address());
+    sum_addresses.push_back(group->sums.back().view().address());
   }
+  const auto upload_table = [&](const Device& d, std::vector<DeviceBuffer<unsigned long long>>& tables,
+                                const std::vector<unsigned long long>& addresses) {
+    tables.emplace_back(d, n);
+    detail::driver::copy_host_to_device(d.context(), tables.back().view().address(), addresses.data(),
+                                        n * sizeof(unsigned long long), nullptr);
+  };
   for (std::size_t r = 0; r < n; ++r) {
     const Device& d = comms[r].device();
-    group->tables.emplace_back(d, n);
     const CUcontext ctx = d.context();
     detail::driver::fill(ctx, group->slots[r].view().address(), 0, 4, 2 * slot_words, nullptr);
-    detail::driver::fill(ctx, group->counters[r].view().address(), 0, 4, static_cast<std::size_t>(max_blocks), nullptr);
-    detail::driver::copy_host_to_device(ctx, group->tables[r].view().address(), addresses.data(),
-                                        n * sizeof(unsigned long long), nullptr);
+    detail::driver::fill(ctx, group->sums[r].view().address(), 0, 4, 2 * sum_words, nullptr);
+    detail::driver::fill(ctx, group->counters[r].view().address(), 0, 4, static_cast<std::size_t>(counter_words),
+                         nullptr);
+    upload_table(d, group->tables, slot_addresses);
+    upload_table(d, group->sum_tables, sum_addresses);
     detail::driver::context_synchronize(ctx);
   }
   std::vector<PeerExchange> out;

@@ -152,7 +152,8 @@ BasicRankState<T>::BasicRankState(const Communicator& comm_in, BasicDecoderState
                                   const TensorParallelOptions& options)
     : comm(comm_in),
       logits_part(comm.device(), state.logits.size() / static_cast<std::size_t>(comm.size())),
-      gathered(comm.device(), state.logits.size()) {
+      gathered(comm.device(), state.logits.size()),
+      fused_projections(options.fused_peer_all_reduce) {
   if (!options.symmetric_memory || !SymmetricBuffer<T>::supported()) return;
   try {
     DeviceBuffer<T> x = symmetric<T>(comm, state.x.size());

@@ -56,6 +56,7 @@ BasicKernels<T>::BasicKernels(const KernelLibrary& library, KernelOptions option
     : embedding(lookup<decltype(embedding)>(library, named<T>("embedding"))),
       embedding_rows(lookup<decltype(embedding_rows)>(library, named<T>("embedding_rows"))),
       peer_all_reduce(lookup<decltype(peer_all_reduce)>(library, named<T>("peer_all_reduce"))),
+      gemv_all_reduce(lookup<decltype(gemv_all_reduce)>(library, named<T>("gemv_all_reduce"), options.tensor_cores)),
       gemv(lookup<decltype(gemv)>(library, named<T>("gemv"), options.tensor_cores)),
       gemv_add(lookup<decltype(gemv_add)>(library, named<T>("gemv_add"), options.tensor_cores)),
       rms_norm_gemv(lookup<decltype(rms_norm_gemv)>(library, named<T>("rms_norm_gemv"), options.tensor_cores)),

@@ -49,14 +49,19 @@ TEST_SUITE("gpu") {
     const std::vector<PeerExchange> ex = PeerExchange::create_all(comms);
     REQUIRE(ex.size() == 2);
     std::vector<std::vector<unsigned long long>> tables;
+    std::vector<std::vector<unsigned long long>> sum_tables;
     for (std::size_t r = 0; r < 2; ++r) {
       CHECK(ex[r].ranks() == 2);
       CHECK(ex[r].communicator() == comms[r]);
       const Stream s(comms[r].device());
       tables.push_back(lgtest::to_host(s, ex[r].slot_table()));
-      CHECK(lgtest::to_host(s, ex[r].counters()) == std::vector<unsigned>(PeerExchange::max_blocks, 0U));
+      sum_tables.push_back(lgtest::to_host(s, ex[r].sum_table()));
+      CHECK(lgtest::to_host(s, ex[r].counters()) == std::vector<unsigned>(PeerExchange::counter_words, 0U));
     }
     CHECK(tables[0] == tables[1]);  // every rank sees the same addresses
+    CHECK(sum_tables[0] == sum_tables[1]);
+    REQUIRE(sum_tables[0].size() == 2);
+    CHECK(sum_tables[0][0] != sum_tables[0][1]);
     REQUIRE(tables[0].size() == 2);
     CHECK(tables[0][0] != tables[0][1]);
     CHECK(tables[0][0] != 0);

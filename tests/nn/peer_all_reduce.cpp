@@ -1,18 +1,23 @@
 // peer_all_reduce (nn/peer_all_reduce.hpp): the sizes it takes (host); over two GPUs (four where the machine has
 // them), every rank's x becomes the rank-order float sum of the ranks' x rounded once, bit for bit, in fp16 and bf16,
 // from one word to the whole capacity, eagerly (a thread per rank) and in graphs replayed with new data; ranks that
-// record different sizes are refused before anything runs, as over NCCL.
+// record different sizes are refused before anything runs, as over NCCL. gemv_all_reduce: with one rank, gemv_add's
+// bits in every variant (one GPU); over the ranks, x plus every rank's projection within rounding of a float64
+// reference and the same bits on every rank, eagerly and in graphs of several calls replayed with new data; its
+// refusals of shapes it does not take.
 #include <doctest/doctest.h>
 
 #include <lazygraph/lazygraph.hpp>
 #include <lazygraph/nn.hpp>
 #include <lazygraph/nn/peer_all_reduce.hpp>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
 #include "common/gpu.hpp"
 #include "common/nccl.hpp"
+#include "common/nn.hpp"
 
 namespace lg = lazygraph;
 using lg::bfloat16;
@@ -119,9 +124,194 @@ void sums_over_the_ranks(PeerRanks& p) {
   }
 }
 
+/// The kernels of `library` over T, with or without tensor cores for batches of 2 to 8.
+template <class T>
+lg::nn::BasicKernels<T> kernels_of(const lg::KernelLibrary& library, bool tensor_cores) {
+  return lg::nn::BasicKernels<T>(library, lg::nn::KernelOptions{.tensor_cores = tensor_cores});
+}
+
+/// One shape of a row-parallel projection.
+struct Projection {
+  int rows, cols, batch;
+};
+
+/// What x must hold after gemv_all_reduce, in float64: x + sum over the ranks of W_r a_r, per vector, each call's
+/// result rounded to T before the next (`calls` calls in a row with the same weights and inputs).
+template <class T>
+std::vector<double> projected(const Projection& s, const std::vector<T>& x, const std::vector<std::vector<T>>& w,
+                              const std::vector<std::vector<T>>& a, int calls) {
+  std::vector<double> out(x.size());
+  std::vector<T> now = x;
+  for (int call = 0; call < calls; ++call) {
+    for (int b = 0; b < s.batch; ++b) {
+      for (int row = 0; row < s.rows; ++row) {
+        const auto i = static_cast<std::size_t>(b) * static_cast<std::size_t>(s.rows) + static_cast<std::size_t>(row);
+        double sum = now[i].to_float();
+        for (std::size_t r = 0; r < w.size(); ++r) {
+          for (int c = 0; c < s.cols; ++c) {
+            sum +=
+                static_cast<double>(
+                    w[r][static_cast<std::size_t>(row) * static_cast<std::size_t>(s.cols) + static_cast<std::size_t>(c)]
+                        .to_float()) *
+                a[r][static_cast<std::size_t>(b) * static_cast<std::size_t>(s.cols) + static_cast<std::size_t>(c)]
+                    .to_float();
+          }
+        }
+        out[i] = sum;
+      }
+    }
+    for (std::size_t i = 0; i < out.size(); ++i) now[i] = T::from_float(static_cast<float>(out[i]));
+  }
+  return out;
+}
+
+/// The largest error of `got` against `want`, relative to 1 + |want|.
+template <class T>
+double relative_error(const std::vector<T>& got, const std::vector<double>& want) {
+  double worst = 0.0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    worst = std::max(worst, std::abs(got[i].to_float() - want[i]) / (1.0 + std::abs(want[i])));
+  }
+  return worst;
+}
+
+/// Small random values of T (products of them sum to a few units over a row).
+template <class T>
+std::vector<T> small_values(std::size_t n) {
+  std::vector<T> out;
+  for (const float f : lgtest::random_floats(n)) out.push_back(T::from_float(f * 0.25F));
+  return out;
+}
+
+template <class T>
+void projects_over_the_ranks(PeerRanks& p, bool tensor_cores) {
+  const std::size_t ranks = p.comms.size();
+  std::vector<lg::nn::BasicKernels<T>> kernels;
+  for (const lg::KernelLibrary& l : p.libraries) kernels.push_back(kernels_of<T>(l, tensor_cores));
+  const double bound = std::same_as<T, half> ? 4e-3 : 3e-2;  // a few roundings of the sum to T
+  for (const Projection s : {Projection{256, 512, 1}, Projection{1032, 1024, 3}, Projection{4096, 256, 8}}) {
+    CAPTURE(s.rows);
+    CAPTURE(s.batch);
+    const auto out_size = static_cast<std::size_t>(s.rows) * static_cast<std::size_t>(s.batch);
+    std::vector<std::vector<T>> w(ranks);
+    std::vector<std::vector<T>> a(ranks);
+    std::vector<lg::DeviceBuffer<T>> dw;
+    std::vector<lg::DeviceBuffer<T>> da;
+    std::vector<lg::DeviceBuffer<T>> dx;
+    for (std::size_t r = 0; r < ranks; ++r) {
+      w[r] = small_values<T>(static_cast<std::size_t>(s.rows) * static_cast<std::size_t>(s.cols));
+      a[r] = small_values<T>(static_cast<std::size_t>(s.batch) * static_cast<std::size_t>(s.cols));
+      dw.push_back(lgtest::to_device(p.streams[r], w[r]));
+      da.push_back(lgtest::to_device(p.streams[r], a[r]));
+      dx.emplace_back(p.comms[r].device(), out_size);
+    }
+    const auto project = [&](std::size_t r) {
+      return lg::nn::gemv_all_reduce(kernels[r], p.exchanges[r], dw[r].cview(), da[r].cview(), dx[r].view(), s.rows,
+                                     s.cols, s.batch);
+    };
+    // Eagerly, a thread per rank, two calls (the two slot sets).
+    std::vector<T> x = random_values<T>(out_size);
+    std::vector<std::vector<T>> got(ranks);
+    lgtest::on_rank_threads(ranks, [&](std::size_t r) {
+      lg::copy(dx[r].view(), std::span<const T>(x)).sync_on(p.streams[r]);
+      project(r).sync_on(p.streams[r]);
+      project(r).sync_on(p.streams[r]);
+      got[r] = lgtest::to_host(p.streams[r], dx[r].cview());
+    });
+    CHECK(relative_error(got[0], projected(s, x, w, a, 2)) < bound);
+    for (std::size_t r = 1; r < ranks; ++r) CHECK(differing(got[r], got[0]) == 0);
+    // Three calls in a graph, replayed with new x.
+    lg::MultiDeviceGraph graph = lg::MultiDeviceGraph::capture(p.comms, [&](int rank, lg::Scope& sc) {
+      const auto r = static_cast<std::size_t>(rank);
+      sc.record(project(r) >> project(r) >> project(r));
+    });
+    for (int replay = 0; replay < 3; ++replay) {
+      CAPTURE(replay);
+      x = random_values<T>(out_size);
+      for (std::size_t r = 0; r < ranks; ++r) lg::copy(dx[r].view(), std::span<const T>(x)).sync_on(p.streams[r]);
+      graph.launch();
+      graph.synchronize();
+      for (std::size_t r = 0; r < ranks; ++r) got[r] = lgtest::to_host(p.streams[r], dx[r].cview());
+      CHECK(relative_error(got[0], projected(s, x, w, a, 3)) < bound);
+      for (std::size_t r = 1; r < ranks; ++r) CHECK(differing(got[r], got[0]) == 0);
+    }
+  }
+}
+
+/// gemv_all_reduce launched by hand for a rank of one (a PeerExchange takes 2 ranks or more) against gemv_add, bit
+/// for bit, each call of every variant.
+template <class T>
+void one_rank_adds_as_gemv_add(bool tensor_cores) {
+  const lg::Stream& stream = lgtest::stream();
+  const lg::Device& dev = stream.device();
+  const lg::nn::BasicKernels<T> k = kernels_of<T>(lgtest::nn_kernels(), tensor_cores);
+  // One rank's sums: [2 parities][1 sender][sum_capacity] of 8 bytes.
+  lg::DeviceBuffer<unsigned> sums(dev, 4 * static_cast<std::size_t>(lg::PeerExchange::sum_capacity));
+  lg::DeviceBuffer<unsigned> counters(dev, lg::PeerExchange::counter_words);
+  lg::fill(sums.view(), 0U).sync_on(stream);
+  lg::fill(counters.view(), 0U).sync_on(stream);
+  const std::vector<unsigned long long> address{sums.view().address()};
+  const lg::DeviceBuffer<unsigned long long> table = lgtest::to_device(stream, address);
+  for (const Projection s :
+       {Projection{200, 512, 1}, Projection{1032, 1024, 2}, Projection{512, 2048, 5}, Projection{4096, 256, 8}}) {
+    CAPTURE(s.rows);
+    CAPTURE(s.batch);
+    const auto out_size = static_cast<std::size_t>(s.rows) * static_cast<std::size_t>(s.batch);
+    const lg::DeviceBuffer<T> w =
+        lgtest::to_device(stream, small_values<T>(static_cast<std::size_t>(s.rows) * static_cast<std::size_t>(s.cols)));
+    const lg::DeviceBuffer<T> a = lgtest::to_device(
+        stream, small_values<T>(static_cast<std::size_t>(s.batch) * static_cast<std::size_t>(s.cols)));
+    const std::vector<T> x = random_values<T>(out_size);
+    lg::DeviceBuffer<T> fused = lgtest::to_device(stream, x);
+    lg::DeviceBuffer<T> plain = lgtest::to_device(stream, x);
+    const lg::LaunchConfig config = k.gemv_config(s.rows, s.cols, s.batch);
+    for (int call = 0; call < 3; ++call) {
+      CAPTURE(call);
+      k.gemv_all_reduce(config, w.cview(), a.cview(), fused.view(), table.cview(), counters.view(), 0, 1, s.rows,
+                        s.cols, s.batch)
+          .sync_on(stream);
+      k.gemv_add(config, w.cview(), a.cview(), plain.view(), s.rows, s.cols, s.batch).sync_on(stream);
+      CHECK(differing(lgtest::to_host(stream, fused.cview()), lgtest::to_host(stream, plain.cview())) == 0);
+    }
+  }
+}
+
 }  // namespace
 
 TEST_SUITE("gpu") {
+  TEST_CASE("gemv_all_reduce with one rank adds what gemv_add adds, bit for bit, in every variant") {
+    one_rank_adds_as_gemv_add<half>(false);
+    one_rank_adds_as_gemv_add<half>(true);
+    one_rank_adds_as_gemv_add<bfloat16>(false);
+    one_rank_adds_as_gemv_add<bfloat16>(true);
+  }
+
+  TEST_CASE("gemv_all_reduce refuses shapes it does not take, naming them") {
+    PeerRanks p;
+    if (!peer_ranks(p)) return;
+    const lg::nn::Kernels k(p.libraries[0]);
+    lg::DeviceBuffer<half> big(p.comms[0].device(), 8 * 4104);
+    const auto call = [&](int rows, int cols, int batch) {
+      (void)lg::nn::gemv_all_reduce(k, p.exchanges[0], big.cview(), big.cview(), big.view(), rows, cols, batch);
+    };
+    CHECK_THROWS_WITH_AS(call(4104, 8, 8), doctest::Contains("at most 32768 outputs"), lg::UsageError);
+    CHECK_THROWS_WITH_AS(call(16, 12, 1), doctest::Contains("16 rows x 12 columns"), lg::UsageError);
+    CHECK_THROWS_WITH_AS(call(16, 8, 9), doctest::Contains("batch of 9"), lg::UsageError);
+    CHECK_THROWS_WITH_AS(call(4096, 16, 1), doctest::Contains("the weight holds 32832 elements, 65536 needed"),
+                         lg::UsageError);
+  }
+
+  TEST_CASE(
+      "over two GPUs (four where there are): gemv_all_reduce adds every rank's projection to x, the same bits on "
+      "every rank, fp16 and bf16, fp32 and tensor-core variants") {
+    PeerRanks p;
+    if (!peer_ranks(p)) return;
+    MESSAGE("ranks: " << p.comms.size());
+    projects_over_the_ranks<half>(p, false);
+    projects_over_the_ranks<half>(p, true);
+    projects_over_the_ranks<bfloat16>(p, false);
+  }
+
   TEST_CASE("peer_all_reduce refuses an odd number of bytes and more than the exchange holds, naming the size") {
     PeerRanks p;
     if (!peer_ranks(p)) return;

@@ -120,23 +120,26 @@ TEST_SUITE("gpu") {
     if (!two_gpus(gpus, 4)) return;
     const auto ranks = static_cast<int>(gpus.comms.size());
     MESSAGE("ranks: " << ranks);
-    // (fused, symmetric memory, peer all-reduce): the default, unfused, plain memory over NCCL, NCCL's symmetric
-    // kernels.
+    // (fused, symmetric memory, peer all-reduce, in the projections' kernels): the default, unfused, the peer
+    // all-reduce as a kernel of its own, plain memory over NCCL, NCCL's symmetric kernels.
     struct Variant {
-      bool fused, symmetric, peer;
+      bool fused, symmetric, peer, in_projections;
     };
-    for (const Variant v : {Variant{true, true, true}, Variant{false, true, true}, Variant{true, false, false},
-                            Variant{true, true, false}}) {
+    for (const Variant v :
+         {Variant{true, true, true, true}, Variant{false, true, true, true}, Variant{true, true, true, false},
+          Variant{true, false, false, false}, Variant{true, true, false, false}}) {
       const bool fused = v.fused;
       CAPTURE(fused);
       CAPTURE(v.symmetric);
       CAPTURE(v.peer);
+      CAPTURE(v.in_projections);
       lg::nn::DecoderConfig c = lgtest::small_decoder(ranks, 3);  // a kv head per rank
       c.fused = fused;
       c.prefill_chunk = 0;
       lg::nn::TensorParallelDecoder tp(
           gpus.comms, gpus.pointers, c,
-          lg::nn::TensorParallelOptions{.symmetric_memory = v.symmetric, .peer_all_reduce = v.peer});
+          lg::nn::TensorParallelOptions{
+              .symmetric_memory = v.symmetric, .peer_all_reduce = v.peer, .fused_peer_all_reduce = v.in_projections});
       std::string why;
       CHECK(tp.peer_all_reduce() == (v.peer && lg::PeerExchange::supported(gpus.comms, &why)));
       lg::nn::Decoder one(lgtest::stream(), lgtest::nn_kernels(), c);
@@ -155,7 +158,8 @@ TEST_SUITE("gpu") {
       (void)one.forward_batch(rows);
       for (int r = 0; r < 3; ++r) CHECK(differ(tp.logits(r), one.logits(r)) < 1e-2);
       // A prompt through the step graphs equals the same tokens stepped one at a time, bit for bit with two ranks
-      // (their sums are one addition, in either order the same); more ranks may add in another order.
+      // (their sums are one addition, in either order the same) and through peer memory (which adds in rank order);
+      // NCCL may add more ranks in another order.
       tp.reset();
       const int after_prompt = tp.prefill(tokens);
       const std::vector<half> prompt_logits = tp.logits();
@@ -170,7 +174,7 @@ TEST_SUITE("gpu") {
       }
       CHECK(last == after_prompt);
       const std::vector<half> stepped = tp.logits();
-      if (ranks == 2) {
+      if (ranks == 2 || tp.peer_all_reduce()) {
         for (std::size_t i = 0; i < stepped.size(); ++i) REQUIRE(stepped[i].bits == prompt_logits[i].bits);
       } else {
         CHECK(differ(stepped, prompt_logits) < 1e-2);

@@ -9,8 +9,13 @@
 ///
 ///     if (PeerExchange::supported(comms)) exchanges = PeerExchange::create_all(comms);   // comms in rank order
 ///
-/// The slots' layout is the kernels' (kernels/nn/peer_all_reduce.cu): [2 parities][ranks senders][max_blocks blocks]
-/// [words_per_block words] of 8 bytes, 4 of payload and 4 of the block's epoch; the constants below must match it.
+/// The layouts are the kernels' (kernels/nn/peer_all_reduce.cu), and the constants below must match them:
+///   - slots (peer_all_reduce): [2 parities][ranks senders][max_blocks blocks][words_per_block words] of 8 bytes, 4 of
+///     payload and 4 of the block's epoch;
+///   - sums (gemv_all_reduce): [2 parities][ranks senders][sum_capacity outputs] of 8 bytes, an fp32 value and the
+///     call's epoch;
+///   - counters: max_blocks epochs (one per block of peer_all_reduce), then gemv_all_reduce's epoch, its count of
+///     finished blocks and its count of parts added up.
 
 #include <cstddef>
 #include <cstdint>
@@ -28,9 +33,11 @@ namespace detail {
 /// Every rank's memory of one create_all (PeerExchange's file comment).
 struct PeerExchangeGroup {
   std::vector<Communicator> comms;
-  std::vector<DeviceBuffer<std::uint64_t>> slots;        ///< per rank, its receive slots
-  std::vector<DeviceBuffer<unsigned>> counters;          ///< per rank, one epoch per block
-  std::vector<DeviceBuffer<unsigned long long>> tables;  ///< per rank, every rank's slots address, in rank order
+  std::vector<DeviceBuffer<std::uint64_t>> slots;            ///< per rank, its receive slots
+  std::vector<DeviceBuffer<std::uint64_t>> sums;             ///< per rank, its receive slots for gemv_all_reduce
+  std::vector<DeviceBuffer<unsigned>> counters;              ///< per rank, the kernels' epochs (file comment)
+  std::vector<DeviceBuffer<unsigned long long>> tables;      ///< per rank, every rank's slots address, in rank order
+  std::vector<DeviceBuffer<unsigned long long>> sum_tables;  ///< per rank, every rank's sums address, in rank order
 };
 }  // namespace detail
 
@@ -42,6 +49,10 @@ class PeerExchange {
   static constexpr int words_per_block = 512;  ///< 4-byte words each block moves
   /// The largest message, in bytes: 128 KiB (8 rows of d 8192 in fp16).
   static constexpr std::size_t capacity_bytes = static_cast<std::size_t>(max_blocks) * words_per_block * 4;
+  /// The most outputs (rows times batch) of one gemv_all_reduce: 8 rows of d 4096.
+  static constexpr int sum_capacity = 32768;
+  /// Words of counters(): peer_all_reduce's epochs per block, gemv_all_reduce's epoch and two counts.
+  static constexpr int counter_words = max_blocks + 3;
 
   /// Whether create_all(comms) can work: 2 to max_ranks ranks of one communicator given in rank order, on distinct
   /// devices, every pair of which has peer access (cuDeviceCanAccessPeer); false with the reason in `why` (when not
@@ -60,7 +71,11 @@ class PeerExchange {
   [[nodiscard]] DeviceSpan<const unsigned long long> slot_table() const noexcept {
     return group_->tables[index()].cview();
   }
-  /// This rank's counters (max_blocks epochs), on its device.
+  /// The table of every rank's sums address (gemv_all_reduce's receive slots), in rank order, on this rank's device.
+  [[nodiscard]] DeviceSpan<const unsigned long long> sum_table() const noexcept {
+    return group_->sum_tables[index()].cview();
+  }
+  /// This rank's counters (counter_words, see the file comment), on its device.
   [[nodiscard]] DeviceSpan<unsigned> counters() const noexcept { return group_->counters[index()].view(); }
   /// Keeps every rank's memory alive (for a graph that records a kernel using it).
   [[nodiscard]] std::shared_ptr<const void> owner() const noexcept { return group_; }

@@ -335,27 +335,14 @@ struct BasicDecoderState {
 /// The step memory of an fp16 decoder.
 using DecoderState = BasicDecoderState<half>;
 
-/// x += Wo attention(rope(Wq h), rope(Wk h), Wv h), h = rmsnorm(x) * gain, for `rows` rows, appending each row's
-/// k and v to its sequence's cache in this layer. Fused (DecoderConfig::fused, the default), three kernels: the norm,
-/// the three projections (one stream of weight rows), RoPE and the cache append in one (qkv_rope_append); attention,
-/// each head spread over attention_splits() blocks of positions (attention_split); the output projection with the
-/// residual add. Unfused: the three projections, rope, kv_append, attention with one block per head, ordered as
-/// DecoderConfig::ordering says (by default dataflow: the projections become parallel branches), the output projection.
-/// Every projection reads its weights once for all rows.
-///
-/// With quantized q, k and v (BasicAttentionWeights::quantized_qkv), whatever `fused` and `ordering` say: the norm,
-/// the three projections, RoPE and the cache append in one kernel (quantized_qkv_rope_append, the biases added with
-/// qkv_bias), then attention as the fused path runs it; with a quantized Wo, qgemv_add. Every variant is in the op's
-/// type (choose()), only the weights' runs; the quantized launches of dense weights are empty OptionalLaunches, so `qk`
-/// may be null when nothing is quantized. \throws UsageError when a projection is quantized and `qk` is null, or a
-/// quantized matrix's shape is not the config's (check_quantized).
-///
-/// `residual` false (a tensor-parallel rank other than 0, whose partial sum an all-reduce adds to rank 0's): the output
-/// projection overwrites x instead of adding to it (gemv instead of gemv_add); dense Wo only (UsageError otherwise).
+/// attention_block up to its output projection: the norm, the q, k and v projections, RoPE, the cache append and
+/// attention, into s.attn ([rows][q_dim]); x is read, not written. The variants and the checks of q, k and v are
+/// attention_block's (below). A tensor-parallel rank follows it with an output projection of its own
+/// (decoder_rank.hpp).
 template <Element T>
-auto attention_block(const BasicKernels<T>& k, std::type_identity_t<const BasicQuantizedKernels<T>*> qk,
+auto attention_heads(const BasicKernels<T>& k, std::type_identity_t<const BasicQuantizedKernels<T>*> qk,
                      const BasicAttentionWeights<T>& w, BasicDecoderState<T>& s, DeviceSpan<T> k_cache,
-                     DeviceSpan<T> v_cache, const DecoderConfig& c, int rows, bool residual = true) {
+                     DeviceSpan<T> v_cache, const DecoderConfig& c, int rows) {
   const int d = c.d;
   const float scale = 1.0F / std::sqrt(static_cast<float>(c.head_dim()));
   const LaunchConfig per_split = k.attention_split_config(c.heads, rows, c.context, c.attention_splits(), c.head_dim());
@@ -363,15 +350,10 @@ auto attention_block(const BasicKernels<T>& k, std::type_identity_t<const BasicQ
   const int q_dim = c.q_dim();
   const int qkv_rows = q_dim + 2 * c.kv_dim();
   const bool quantized_qkv = w.quantized_qkv.has_value();
-  const bool quantized_wo = w.quantized_wo != nullptr;
-  if ((quantized_qkv || quantized_wo) && qk == nullptr) {
+  if (quantized_qkv && qk == nullptr) {
     throw UsageError("attention_block: the weights are quantized, but no quantized kernels were given");
   }
   if (quantized_qkv) check_quantized(*w.quantized_qkv->weight, qkv_rows, d, rows);
-  if (quantized_wo) check_quantized(*w.quantized_wo, d, q_dim, rows);
-  if (quantized_wo && !residual) {
-    throw UsageError("attention_block: a quantized Wo always adds to x (qgemv_add); residual false needs a dense one");
-  }
   const DeviceSpan<const float> frequencies = s.rope_frequencies.cview();
   auto attend =
       choose(c.attention_splits() > 1,
@@ -421,6 +403,41 @@ auto attention_block(const BasicKernels<T>& k, std::type_identity_t<const BasicQ
       },
       quantized_qkv ? w.quantized_qkv->weight : nullptr);
   auto quantized = std::move(qkv) >> std::move(attend);
+  return choose(quantized_qkv, std::move(quantized), choose(c.fused, std::move(fused), std::move(unfused)));
+}
+
+/// x += Wo attention(rope(Wq h), rope(Wk h), Wv h), h = rmsnorm(x) * gain, for `rows` rows, appending each row's
+/// k and v to its sequence's cache in this layer. Fused (DecoderConfig::fused, the default), three kernels: the norm,
+/// the three projections (one stream of weight rows), RoPE and the cache append in one (qkv_rope_append); attention,
+/// each head spread over attention_splits() blocks of positions (attention_split); the output projection with the
+/// residual add. Unfused: the three projections, rope, kv_append, attention with one block per head, ordered as
+/// DecoderConfig::ordering says (by default dataflow: the projections become parallel branches), the output projection.
+/// Every projection reads its weights once for all rows.
+///
+/// With quantized q, k and v (BasicAttentionWeights::quantized_qkv), whatever `fused` and `ordering` say: the norm,
+/// the three projections, RoPE and the cache append in one kernel (quantized_qkv_rope_append, the biases added with
+/// qkv_bias), then attention as the fused path runs it; with a quantized Wo, qgemv_add. Every variant is in the op's
+/// type (choose()), only the weights' runs; the quantized launches of dense weights are empty OptionalLaunches, so `qk`
+/// may be null when nothing is quantized. \throws UsageError when a projection is quantized and `qk` is null, or a
+/// quantized matrix's shape is not the config's (check_quantized).
+///
+/// `residual` false (a tensor-parallel rank other than 0, whose partial sum an all-reduce adds to rank 0's): the output
+/// projection overwrites x instead of adding to it (gemv instead of gemv_add); dense Wo only (UsageError otherwise).
+template <Element T>
+auto attention_block(const BasicKernels<T>& k, std::type_identity_t<const BasicQuantizedKernels<T>*> qk,
+                     const BasicAttentionWeights<T>& w, BasicDecoderState<T>& s, DeviceSpan<T> k_cache,
+                     DeviceSpan<T> v_cache, const DecoderConfig& c, int rows, bool residual = true) {
+  const int d = c.d;
+  const int q_dim = c.q_dim();
+  const bool quantized_wo = w.quantized_wo != nullptr;
+  if (quantized_wo && qk == nullptr) {
+    throw UsageError("attention_block: the weights are quantized, but no quantized kernels were given");
+  }
+  if (quantized_wo) check_quantized(*w.quantized_wo, d, q_dim, rows);
+  if (quantized_wo && !residual) {
+    throw UsageError("attention_block: a quantized Wo always adds to x (qgemv_add); residual false needs a dense one");
+  }
+  auto heads = attention_heads(k, qk, w, s, k_cache, v_cache, c, rows);
   auto output =
       choose(quantized_wo,
              optional_launch(
@@ -432,8 +449,7 @@ auto attention_block(const BasicKernels<T>& k, std::type_identity_t<const BasicQ
                  w.quantized_wo),
              (residual ? k.gemv_add : k.gemv)(k.gemv_config(d, q_dim, rows), w.wo.cview(), s.attn.cview(), s.x.view(),
                                               d, q_dim, rows));
-  return choose(quantized_qkv, std::move(quantized), choose(c.fused, std::move(fused), std::move(unfused))) >>
-         std::move(output);
+  return std::move(heads) >> std::move(output);
 }
 
 /// One decoder layer for `rows` rows: attention block, then the SwiGLU MLP block, each on the weights' dense or
@@ -554,13 +570,13 @@ class BasicDecoder {
   /// generate and sampling then run as on one GPU, with every rank returning the same tokens; prompts on tensor cores
   /// where the config and GPU allow (prefill_layer's collectives between the blocks). The first graph of each kind is
   /// captured at the first call that needs it, on every rank at once (the constructor captures the one-row step).
-  /// 	hrows UsageError for a config that does not split (check_tensor_split), the persistent backend, quantized
+  /// \throws UsageError for a config that does not split (check_tensor_split), the persistent backend, quantized
   /// weights, a weight whose size is not its share's (naming its checkpoint tensor name), a stream of another device
   /// than comm's; NcclError.
   /// `options`: the residual stream and the logits in NCCL symmetric memory or not (TensorParallelOptions); every rank
   /// must give the same. `peer`: for ranks of one process, this rank's share of a PeerExchange over every rank's GPU
   /// (PeerExchange::create_all): the step's all-reduces of the residual stream then go through it (peer_all_reduce)
-  /// instead of NCCL; every rank must give one, or none. 	hrows UsageError when `peer` is another communicator's.
+  /// instead of NCCL; every rank must give one, or none. \throws UsageError when `peer` is another communicator's.
   BasicDecoder(const Stream& stream, const KernelLibrary& library, const DecoderConfig& config,
                BasicDecoderWeights<T> weights, const Communicator& comm, const TensorParallelOptions& options = {},
                const PeerExchange* peer = nullptr);

@@ -14,8 +14,10 @@
 /// Its step, for `rows` rows (x replicated on every rank):
 ///
 ///     x = all_reduce_sum(embedding rows of its vocabulary, zeros for other tokens)
-///     per layer: x = all_reduce_sum(rank 0: x + Wo_0 attn_0, rank r: Wo_r attn_r)        (attention_block)
-///                x = all_reduce_sum(rank 0: x + W2_0 act_0,  rank r: W2_r act_r)          (swiglu_block)
+///     per layer: attn = attention_heads(x)
+///                x = all_reduce_sum(rank 0: x + Wo_0 attn_0, rank r: Wo_r attn_r)        (RankProjectionOp)
+///                act = swiglu(W1, W3, rms_norm(x))
+///                x = all_reduce_sum(rank 0: x + W2_0 act_0,  rank r: W2_r act_r)          (RankProjectionOp)
 ///     logits = all_gather(LM head rows of its vocabulary), then the sampler over the whole vocabulary
 ///
 /// Every rank ends with the same logits and draws the same token (the sampler depends on the logits, the seed, the
@@ -83,6 +85,9 @@ struct BasicRankState {
   /// The rank's share of a PeerExchange over every rank's GPU (ranks of one process), or none: the step's all-reduces
   /// of x go through it where they fit (peer_all_reduce), through NCCL where not.
   std::optional<PeerExchange> peer;
+  /// With `peer`: the all-reduces after the output projections (Wo, W2) run inside the projection's kernel
+  /// (gemv_all_reduce) where they fit (TensorParallelOptions::fused_peer_all_reduce).
+  bool fused_projections = true;
 };
 
 /// A rank's in-place all-reduce of x: peer_all_reduce where the rank has a PeerExchange and x fits it, else NCCL's
@@ -115,6 +120,48 @@ class [[nodiscard]] RankAllReduceOp : public OpBase<RankAllReduceOp<T>> {
   Op op_;
 };
 
+/// A rank's row-parallel output projection and the all-reduce after it: x[b] += the sum over the ranks of their
+/// w a[b] (w the rank's [rows x cols] columns of Wo or W2). Through the PeerExchange, one kernel (gemv_all_reduce)
+/// where the rank fuses its projections (BasicRankState::fused_projections) and the shape fits; else the projection
+/// (rank 0 adding x, the others overwriting it) followed by RankAllReduceOp.
+template <Element T>
+class [[nodiscard]] RankProjectionOp : public OpBase<RankProjectionOp<T>> {
+ public:
+  /// No output.
+  using Output = void;
+  /// A GraphNode, as either form.
+  static constexpr bool is_graph_node = true;
+
+  /// The chosen form for a projection of `rows` outputs (d) and `cols` inputs for `batch` vectors, x of every row of
+  /// the state. \throws UsageError as either form.
+  RankProjectionOp(const BasicKernels<T>& k, const BasicRankState<T>& r, DeviceSpan<const T> w, DeviceSpan<const T> a,
+                   DeviceSpan<T> x, int rows, int cols, int batch)
+      : op_(r.peer && r.fused_projections && fits_gemv_all_reduce(rows, batch)
+                ? Op(gemv_all_reduce(k, *r.peer, w, a, x, rows, cols, batch))
+                : Op((r.comm.rank() == 0 ? k.gemv_add : k.gemv)(k.gemv_config(rows, cols, batch), w, a, x, rows, cols,
+                                                                batch) >>
+                     RankAllReduceOp<T>(
+                         k, r, x.subspan(0, static_cast<std::size_t>(rows) * static_cast<std::size_t>(batch))))) {}
+  /// Records (or runs) the chosen form.
+  void execute(ExecContext& ctx) const {
+    std::visit([&](const auto& op) { op.execute(ctx); }, op_);
+  }
+  /// Reads w and a, reads and writes x.
+  void accesses(AccessSet& out) const {
+    std::visit([&](const auto& op) { op.accesses(out); }, op_);
+  }
+
+ private:
+  using Fused = decltype(gemv_all_reduce(std::declval<const BasicKernels<T>&>(), std::declval<const PeerExchange&>(),
+                                         DeviceSpan<const T>{}, DeviceSpan<const T>{}, DeviceSpan<T>{}, 0, 0, 0));
+  using Separate =
+      decltype(std::declval<const BasicKernels<T>&>().gemv(LaunchConfig{}, DeviceSpan<const T>{}, DeviceSpan<const T>{},
+                                                           DeviceSpan<T>{}, 0, 0, 0) >>
+               std::declval<RankAllReduceOp<T>>());
+  using Op = std::variant<Fused, Separate>;
+  Op op_;
+};
+
 /// One step of `rows` rows on the rank of `r` (see the file comment): `c` is shard_config's (vocab: this rank's
 /// rows), `s` a state of the whole vocabulary's logits. \throws UsageError as attention_block and swiglu_block.
 template <Element T>
@@ -136,13 +183,16 @@ auto decoder_rank_step(const BasicKernels<T>& k, const BasicDecoderWeights<T>& w
   const auto layer = [&](int l) {
     const auto at = static_cast<std::size_t>(l);
     const std::string name = "layer " + std::to_string(l);
+    const BasicAttentionWeights<T>& attention = w.attention[at];
+    const BasicSwigluWeights<T>& mlp = w.mlp[at];
     return named(name + " attention",
-                 attention_block(k, nullptr, w.attention[at], s, s.k_cache.view().subspan(at * cache_size, cache_size),
-                                 s.v_cache.view().subspan(at * cache_size, cache_size), c, rows, rank == 0) >>
-                     RankAllReduceOp<T>(k, r, x)) >>
+                 attention_heads(k, nullptr, attention, s, s.k_cache.view().subspan(at * cache_size, cache_size),
+                                 s.v_cache.view().subspan(at * cache_size, cache_size), c, rows) >>
+                     RankProjectionOp<T>(k, r, attention.wo.cview(), s.attn.cview(), s.x.view(), d, c.q_dim(), rows)) >>
            named(name + " mlp",
-                 swiglu_block(k, nullptr, w.mlp[at], s.x.view(), s.act.view(), d, c.ffn, c.eps, rows, rank == 0) >>
-                     RankAllReduceOp<T>(k, r, x));
+                 k.rms_norm_gemv_swiglu(k.gemv_config(c.ffn, d, rows), mlp.w1.cview(), mlp.w3.cview(), s.x.cview(),
+                                        mlp.gain.cview(), s.act.view(), c.ffn, d, c.eps, rows) >>
+                     RankProjectionOp<T>(k, r, mlp.w2.cview(), s.act.cview(), s.x.view(), d, c.ffn, rows));
   };
   std::vector<decltype(layer(0))> layers;
   layers.reserve(static_cast<std::size_t>(c.layers));

@@ -135,6 +135,11 @@ struct BasicKernels {
   /// peer_all_reduce(x, words, slot_table, counters, rank, ranks): x = the sum over the ranks of their x, in place,
   /// through a PeerExchange (kernels/nn/peer_all_reduce.cu; PeerAllReduceOp in nn/peer_all_reduce.hpp runs it).
   Kernel<void(T*, int, const unsigned long long*, unsigned*, int, int)> peer_all_reduce;
+  /// gemv_all_reduce(W, a, x, sum_table, counters, rank, ranks, rows, cols, batch): x[b] += the sum over the ranks of
+  /// their W a[b], a row-parallel projection and its all-reduce in one kernel, through a PeerExchange
+  /// (kernels/nn/peer_all_reduce.cu; nn::gemv_all_reduce in nn/peer_all_reduce.hpp runs it). Launched as gemv.
+  BatchedKernel<void(const T*, const T*, T*, const unsigned long long*, unsigned*, int, int, int, int, int)>
+      gemv_all_reduce;
   /// gemv(W, x, out, rows, cols, batch): out[b] = W x[b] (kernels/nn/gemv.cu, also for the variants below).
   BatchedKernel<void(const T*, const T*, T*, int, int, int)> gemv;
   /// gemv_add(W, x, out, rows, cols, batch): out[b] += W x[b], the residual add fused.

@@ -11,6 +11,12 @@
 ///
 ///     auto ex = PeerExchange::create_all(comms);
 ///     sc.record(gemv_writing_x >> nn::peer_all_reduce(kernels, ex[rank], x));
+///
+/// gemv_all_reduce goes one step further for the all-reduce that follows a row-parallel projection (a rank's Wo and
+/// W2): the projection's kernel pushes each output into every rank's memory as soon as its row is done, and the rank's
+/// last block adds them, so there is no kernel between the projection and what reads x next.
+///
+///     sc.record(nn::gemv_all_reduce(kernels, ex[rank], wo_slice, attn, x, d, q_dim / ranks, rows));
 
 #include <string>
 
@@ -48,6 +54,44 @@ template <Element T>
   return CollectiveCheckOp(comm, "peer_all_reduce", std::move(signature), exchange.owner()) >>
          k.peer_all_reduce(k.step_config({{blocks, 1, 1}, {128, 1, 1}, 0}), x, words, exchange.slot_table(),
                            exchange.counters(), comm.rank(), comm.size());
+}
+
+/// Whether a projection of `rows` outputs for `batch` vectors fits one gemv_all_reduce: at most
+/// PeerExchange::sum_capacity outputs.
+[[nodiscard]] constexpr bool fits_gemv_all_reduce(int rows, int batch) noexcept {
+  return rows >= 1 && batch >= 1 && static_cast<long long>(rows) * batch <= PeerExchange::sum_capacity;
+}
+
+/// x[b] += the sum over the ranks of `exchange` of their w a[b], for b < batch: w is the rank's [rows x cols] slice of
+/// a row-parallel projection, a its [batch][cols] input, x [batch][rows] and the same on every rank (the residual
+/// stream). One kernel (gemv_all_reduce, see the file comment), launched as gemv; the sum is taken in fp32 in rank
+/// order and rounded once, so every rank gets the same bits, and with one rank gemv_add's. The ranks' comparison as
+/// peer_all_reduce's. \throws UsageError when the spans are too short for the shape, cols is not a multiple of 8, batch
+/// is outside 1..8, or rows x batch does not fit (fits_gemv_all_reduce); when executed, as CollectiveCheckOp.
+template <Element T>
+[[nodiscard]] auto gemv_all_reduce(const BasicKernels<T>& k, const PeerExchange& exchange, DeviceSpan<const T> w,
+                                   DeviceSpan<const T> a, DeviceSpan<T> x, int rows, int cols, int batch) {
+  const auto need = [](std::size_t have, long long want, const char* what) {
+    if (want < 0 || have < static_cast<std::size_t>(want)) {
+      throw UsageError(std::string("gemv_all_reduce: ") + what + " holds " + std::to_string(have) + " elements, " +
+                       std::to_string(want) + " needed");
+    }
+  };
+  if (cols < 8 || cols % 8 != 0 || batch < 1 || batch > 8 || !fits_gemv_all_reduce(rows, batch)) {
+    throw UsageError("gemv_all_reduce: " + std::to_string(rows) + " rows x " + std::to_string(cols) +
+                     " columns for a batch of " + std::to_string(batch) +
+                     "; it takes columns in multiples of 8, a batch of 1 to 8 and at most " +
+                     std::to_string(PeerExchange::sum_capacity) + " outputs (rows x batch)");
+  }
+  need(w.size(), static_cast<long long>(rows) * cols, "the weight");
+  need(a.size(), static_cast<long long>(batch) * cols, "the input");
+  need(x.size(), static_cast<long long>(batch) * rows, "x");
+  const Communicator& comm = exchange.communicator();
+  std::string signature = "peer gemv_all_reduce sum of " + std::to_string(rows) + " x " + std::to_string(batch) + " " +
+                          std::string(lazygraph::detail::nccl_type_name(lazygraph::detail::NcclTypeOf<T>::value));
+  return CollectiveCheckOp(comm, "gemv_all_reduce", std::move(signature), exchange.owner()) >>
+         k.gemv_all_reduce(k.gemv_config(rows, cols, batch), w, a, x, exchange.sum_table(), exchange.counters(),
+                           comm.rank(), comm.size(), rows, cols, batch);
 }
 
 }  // namespace lazygraph::nn

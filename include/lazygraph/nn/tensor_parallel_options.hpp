@@ -16,6 +16,11 @@ struct TensorParallelOptions {
   /// ranks' GPUs (nn/peer_all_reduce.hpp) where every pair of them has peer access, instead of NCCL; a decode step's
   /// all-reduces then cost a fraction of NCCL's. Where they lack peer access, NCCL, as with false.
   bool peer_all_reduce = true;
+  /// With peer_all_reduce: the all-reduce after each output projection (Wo, W2) runs inside the projection's kernel
+  /// (gemv_all_reduce, nn/peer_all_reduce.hpp), which sends each output to the peers as soon as it is done, instead of
+  /// in a kernel after it; a step then has no kernel between the projection and the next block. The sum is taken in
+  /// fp32 and rounded once (the separate kernel adds the ranks' fp16 partial sums), so the two differ within rounding.
+  bool fused_peer_all_reduce = true;
 };
 
 }  // namespace lazygraph::nn

@@ -151,7 +151,7 @@ class [[nodiscard]] CollectiveCheckOp : public OpBase<CollectiveCheckOp> {
   /// all_reduce sum of 4096 float16"); `owner` is kept alive with the graph.
   CollectiveCheckOp(Communicator comm, std::string what, std::string signature, std::shared_ptr<const void> owner)
       : comm_(std::move(comm)), what_(std::move(what)), signature_(std::move(signature)), owner_(std::move(owner)) {}
-  /// 	hrows UsageError when the stream is on another device than the communicator, or it was aborted; as the
+  /// \throws UsageError when the stream is on another device than the communicator, or it was aborted; as the
   /// comparison does.
   void execute(ExecContext& ctx) const {
     detail::prepare_collective(ctx, comm_, what_, signature_);

@@ -455,4 +455,35 @@ __device__ __forceinline__ void gemv_rows_mma(const W& w, const X& x, int rows, 
   }
 }
 
+/// The most vectors a body compiled for B takes.
+constexpr int max_batch(int b) { return b == kTensorCores ? 8 : b; }
+
+// ---- One body for both paths ----
+
+/// Prefetch and row loop of the fp32 path for up to B vectors, or of the tensor-core path for B = kTensorCores.
+/// finish(row, b, v) stores vector b's results of `row`, v[m] for weight m; preload(row, b) runs in the thread that
+/// will finish (row, b), right after its wait (gemv_rows).
+template <int B, class W, class X, class Finish, class Preload = NoPreload, class Place = lg::GridPlace>
+__device__ __forceinline__ void rows_of(const W& w, const X& x, int rows, int cols, int batch, float eps, Finish finish,
+                                        Preload preload = {}, Place place = {}) {
+  if constexpr (B == kTensorCores) {
+    prefetch_tile_weights(w, rows, cols, place);
+    gemv_rows_mma<mma_steps(W::count)>(w, x, rows, cols, batch, eps, finish, preload, NoEpilogue{}, place);
+  } else {
+    static_assert(lg::kIsGridPlace<Place>, "tile functions take the tensor-core path");
+    prefetch_weights(w, rows, cols);
+    gemv_rows<B>(
+        w, x, rows, cols, batch, eps,
+        [&](int row, const float(&acc)[W::count][B]) {
+          for (int b = 0; b < batch; ++b) {
+            float v[W::count];
+#pragma unroll
+            for (int m = 0; m < W::count; ++m) v[m] = acc[m][b];
+            finish(row, b, v);
+          }
+        },
+        NoEpilogue{}, preload);
+  }
+}
+
 }  // namespace lg::nn
