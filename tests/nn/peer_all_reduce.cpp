@@ -56,10 +56,11 @@ bool peer_ranks(PeerRanks& out) {
   return true;
 }
 
+/// Random values of T, `scale` times lgtest::random_floats'.
 template <class T>
-std::vector<T> random_values(std::size_t n) {
+std::vector<T> random_values(std::size_t n, float scale = 8.0F) {
   std::vector<T> out;
-  for (const float f : lgtest::random_floats(n)) out.push_back(T::from_float(f * 8.0F));
+  for (const float f : lgtest::random_floats(n)) out.push_back(T::from_float(f * scale));
   return out;
 }
 
@@ -178,9 +179,7 @@ double relative_error(const std::vector<T>& got, const std::vector<double>& want
 /// Small random values of T (products of them sum to a few units over a row).
 template <class T>
 std::vector<T> small_values(std::size_t n) {
-  std::vector<T> out;
-  for (const float f : lgtest::random_floats(n)) out.push_back(T::from_float(f * 0.25F));
-  return out;
+  return random_values<T>(n, 0.25F);
 }
 
 template <class T>

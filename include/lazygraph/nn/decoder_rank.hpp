@@ -90,76 +90,89 @@ struct BasicRankState {
   bool fused_projections = true;
 };
 
-/// A rank's in-place all-reduce of x: peer_all_reduce where the rank has a PeerExchange and x fits it, else NCCL's
-/// all_reduce.
-template <Element T>
-class [[nodiscard]] RankAllReduceOp : public OpBase<RankAllReduceOp<T>> {
+namespace detail {
+/// An op that is one of several forms, chosen when it is made (unlike choose(), which holds every branch, a form here
+/// may not be constructible for the sizes at hand): it records, runs and declares the accesses of the chosen one.
+template <class Derived, class... Forms>
+class OneOfOp : public OpBase<Derived> {
  public:
   /// No output.
   using Output = void;
-  /// A GraphNode, as either form.
+  /// A GraphNode, as every form.
   static constexpr bool is_graph_node = true;
 
-  /// The peer form where `r` has a PeerExchange and x fits it, else NCCL's. \throws UsageError as either form.
-  RankAllReduceOp(const BasicKernels<T>& k, const BasicRankState<T>& r, DeviceSpan<T> x)
-      : op_(r.peer && fits_peer_all_reduce<T>(x.size()) ? Op(peer_all_reduce(k, *r.peer, x))
-                                                        : Op(all_reduce(r.comm, x))) {}
   /// Records (or runs) the chosen form.
   void execute(ExecContext& ctx) const {
     std::visit([&](const auto& op) { op.execute(ctx); }, op_);
   }
-  /// Reads and writes x.
+  /// The chosen form's accesses.
   void accesses(AccessSet& out) const {
     std::visit([&](const auto& op) { op.accesses(out); }, op_);
   }
 
+ protected:
+  /// Holds `op`, one of the forms.
+  explicit OneOfOp(std::variant<Forms...> op) : op_(std::move(op)) {}
+
  private:
-  using Peer = decltype(peer_all_reduce(std::declval<const BasicKernels<T>&>(), std::declval<const PeerExchange&>(),
-                                        std::declval<DeviceSpan<T>>()));
-  using Op = std::variant<CollectiveOp<T>, Peer>;
-  Op op_;
+  std::variant<Forms...> op_;
 };
 
-/// A rank's row-parallel output projection and the all-reduce after it: x[b] += the sum over the ranks of their
-/// w a[b] (w the rank's [rows x cols] columns of Wo or W2). Through the PeerExchange, one kernel (gemv_all_reduce)
-/// where the rank fuses its projections (BasicRankState::fused_projections) and the shape fits; else the projection
-/// (rank 0 adding x, the others overwriting it) followed by RankAllReduceOp.
 template <Element T>
-class [[nodiscard]] RankProjectionOp : public OpBase<RankProjectionOp<T>> {
- public:
-  /// No output.
-  using Output = void;
-  /// A GraphNode, as either form.
-  static constexpr bool is_graph_node = true;
+using PeerAllReduceOp = decltype(peer_all_reduce(std::declval<const BasicKernels<T>&>(),
+                                                 std::declval<const PeerExchange&>(), std::declval<DeviceSpan<T>>()));
+}  // namespace detail
 
+/// A rank's in-place all-reduce of x (reads and writes x): peer_all_reduce where the rank has a PeerExchange and x
+/// fits it, else NCCL's all_reduce.
+template <Element T>
+class [[nodiscard]] RankAllReduceOp
+    : public detail::OneOfOp<RankAllReduceOp<T>, CollectiveOp<T>, detail::PeerAllReduceOp<T>> {
+ public:
+  /// The peer form where `r` has a PeerExchange and x fits it, else NCCL's. \throws UsageError as either form.
+  RankAllReduceOp(const BasicKernels<T>& k, const BasicRankState<T>& r, DeviceSpan<T> x)
+      : RankAllReduceOp::OneOfOp(r.peer && fits_peer_all_reduce<T>(x.size()) ? Form(peer_all_reduce(k, *r.peer, x))
+                                                                             : Form(all_reduce(r.comm, x))) {}
+
+ private:
+  using Form = std::variant<CollectiveOp<T>, detail::PeerAllReduceOp<T>>;
+};
+
+namespace detail {
+template <Element T>
+using GemvAllReduceOp =
+    decltype(gemv_all_reduce(std::declval<const BasicKernels<T>&>(), std::declval<const PeerExchange&>(),
+                             DeviceSpan<const T>{}, DeviceSpan<const T>{}, DeviceSpan<T>{}, 0, 0, 0));
+template <Element T>
+using GemvThenAllReduceOp =
+    decltype(std::declval<const BasicKernels<T>&>().gemv(LaunchConfig{}, DeviceSpan<const T>{}, DeviceSpan<const T>{},
+                                                         DeviceSpan<T>{}, 0, 0, 0) >>
+             std::declval<RankAllReduceOp<T>>());
+}  // namespace detail
+
+/// A rank's row-parallel output projection and the all-reduce after it: x[b] += the sum over the ranks of their
+/// w a[b] (w the rank's [rows x cols] columns of Wo or W2); reads w and a, reads and writes x. Through the
+/// PeerExchange, one kernel (gemv_all_reduce) where the rank fuses its projections (BasicRankState::
+/// fused_projections) and the shape fits; else the projection (rank 0 adding x, the others overwriting it) followed by
+/// RankAllReduceOp.
+template <Element T>
+class [[nodiscard]] RankProjectionOp
+    : public detail::OneOfOp<RankProjectionOp<T>, detail::GemvAllReduceOp<T>, detail::GemvThenAllReduceOp<T>> {
+ public:
   /// The chosen form for a projection of `rows` outputs (d) and `cols` inputs for `batch` vectors, x of every row of
   /// the state. \throws UsageError as either form.
   RankProjectionOp(const BasicKernels<T>& k, const BasicRankState<T>& r, DeviceSpan<const T> w, DeviceSpan<const T> a,
                    DeviceSpan<T> x, int rows, int cols, int batch)
-      : op_(r.peer && r.fused_projections && fits_gemv_all_reduce(rows, batch)
-                ? Op(gemv_all_reduce(k, *r.peer, w, a, x, rows, cols, batch))
-                : Op((r.comm.rank() == 0 ? k.gemv_add : k.gemv)(k.gemv_config(rows, cols, batch), w, a, x, rows, cols,
-                                                                batch) >>
-                     RankAllReduceOp<T>(
-                         k, r, x.subspan(0, static_cast<std::size_t>(rows) * static_cast<std::size_t>(batch))))) {}
-  /// Records (or runs) the chosen form.
-  void execute(ExecContext& ctx) const {
-    std::visit([&](const auto& op) { op.execute(ctx); }, op_);
-  }
-  /// Reads w and a, reads and writes x.
-  void accesses(AccessSet& out) const {
-    std::visit([&](const auto& op) { op.accesses(out); }, op_);
-  }
+      : RankProjectionOp::OneOfOp(
+            r.peer && r.fused_projections && fits_gemv_all_reduce(rows, batch)
+                ? Form(gemv_all_reduce(k, *r.peer, w, a, x, rows, cols, batch))
+                : Form((r.comm.rank() == 0 ? k.gemv_add : k.gemv)(k.gemv_config(rows, cols, batch), w, a, x, rows, cols,
+                                                                  batch) >>
+                       RankAllReduceOp<T>(
+                           k, r, x.subspan(0, static_cast<std::size_t>(rows) * static_cast<std::size_t>(batch))))) {}
 
  private:
-  using Fused = decltype(gemv_all_reduce(std::declval<const BasicKernels<T>&>(), std::declval<const PeerExchange&>(),
-                                         DeviceSpan<const T>{}, DeviceSpan<const T>{}, DeviceSpan<T>{}, 0, 0, 0));
-  using Separate =
-      decltype(std::declval<const BasicKernels<T>&>().gemv(LaunchConfig{}, DeviceSpan<const T>{}, DeviceSpan<const T>{},
-                                                           DeviceSpan<T>{}, 0, 0, 0) >>
-               std::declval<RankAllReduceOp<T>>());
-  using Op = std::variant<Fused, Separate>;
-  Op op_;
+  using Form = std::variant<detail::GemvAllReduceOp<T>, detail::GemvThenAllReduceOp<T>>;
 };
 
 /// One step of `rows` rows on the rank of `r` (see the file comment): `c` is shard_config's (vocab: this rank's
