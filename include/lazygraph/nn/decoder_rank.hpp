@@ -118,6 +118,7 @@ class OneOfOp : public OpBase<Derived> {
   std::variant<Forms...> op_;
 };
 
+/// The op type of peer_all_reduce over T: RankAllReduceOp's peer form.
 template <Element T>
 using PeerAllReduceOp = decltype(peer_all_reduce(std::declval<const BasicKernels<T>&>(),
                                                  std::declval<const PeerExchange&>(), std::declval<DeviceSpan<T>>()));
@@ -139,10 +140,12 @@ class [[nodiscard]] RankAllReduceOp
 };
 
 namespace detail {
+/// The op type of gemv_all_reduce over T: RankProjectionOp's fused form.
 template <Element T>
 using GemvAllReduceOp =
     decltype(gemv_all_reduce(std::declval<const BasicKernels<T>&>(), std::declval<const PeerExchange&>(),
                              DeviceSpan<const T>{}, DeviceSpan<const T>{}, DeviceSpan<T>{}, 0, 0, 0));
+/// A gemv (or gemv_add) followed by RankAllReduceOp: RankProjectionOp's separate form.
 template <Element T>
 using GemvThenAllReduceOp =
     decltype(std::declval<const BasicKernels<T>&>().gemv(LaunchConfig{}, DeviceSpan<const T>{}, DeviceSpan<const T>{},
