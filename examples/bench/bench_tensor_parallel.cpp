@@ -10,7 +10,8 @@
 // decoders four times: NCCL in plain memory (the first decoder only), NCCL in symmetric memory (the logits too), the
 // all-reduces through peer memory (TensorParallelOptions::peer_all_reduce) in kernels of their own, and the default,
 // the peer all-reduces after the projections inside the projections' kernels (fused_peer_all_reduce); the logits in
-// symmetric memory. With one GPU only the TP = 1 rows run.
+// symmetric memory. The Llama-3.2-1B shape also with int8 and int4 weights (its quantized projections, then the peer
+// all-reduce in a kernel of its own). With one GPU only the TP = 1 rows run.
 #include <lazygraph/lazygraph.hpp>
 #include <lazygraph/nn.hpp>
 
@@ -117,6 +118,46 @@ void row(const std::string& model, int n, double seconds, double bytes_per_rank,
               tp1 > 0 ? (std::to_string(seconds / tp1).substr(0, 5) + "x").c_str() : "-", alone.c_str(), share.c_str());
 }
 
+/// The decoder `dec` with weight-only quantized weights (int8; int4 in groups of 128 with an int8 LM head, as issue
+/// 36 times on one GPU) over each rank count of `sizes`: each rank's share of the seeded weights quantized whole on
+/// its GPU (shard_decoder_weights), the all-reduces through peer memory in kernels of their own (the projections'
+/// kernels are the quantized ones), the logits in symmetric memory. Bytes read: the weights less the embedding table.
+void quantized_rows(const std::string& name, const lg::nn::DecoderConfig& dec, const std::vector<int>& sizes,
+                    double ceiling) {
+  const lg::nn::QuantizedFormat int8{.kind = lg::nn::WeightFormat::int8_channel};
+  const lg::nn::QuantizedFormat int4{.kind = lg::nn::WeightFormat::int4_group, .group = 128};
+  struct Variant {
+    const char* label;
+    lg::nn::DecoderQuantization q;
+  };
+  for (const Variant& v :
+       {Variant{"int8", {int8, int8, int8, {}}}, Variant{"int4 g128, LM head int8", {int4, int4, int8, {}}}}) {
+    const double bytes =
+        static_cast<double>(lg::nn::decoder_device_bytes(dec, v.q)) - 2.0 * dec.vocab * static_cast<double>(dec.d);
+    double tp1 = 0;
+    for (const int n : sizes) {
+      Ranks r = make_ranks(n);
+      std::vector<lg::nn::DecoderWeights> shares;
+      for (int i = 0; i < n; ++i) {
+        const lg::Stream s(r.devices[static_cast<std::size_t>(i)]);
+        const lg::KernelLibrary& library = *r.libraries[static_cast<std::size_t>(i)];
+        const lg::nn::DeviceQuantizer quantizer(library);
+        shares.push_back(lg::nn::shard_decoder_weights(
+            s,
+            lg::nn::quantize_decoder_weights(
+                s, quantizer, lg::nn::DecoderWeights::generate(s, lg::nn::Kernels(library), dec), dec, v.q),
+            dec, i, n));
+      }
+      lg::nn::TensorParallelDecoder model(r.comms, r.libraries, dec, std::move(shares),
+                                          lg::nn::TensorParallelOptions{.symmetric_memory = true});
+      for (int p = 0; p < 256; ++p) (void)model.forward({(p * 37) % dec.vocab, p});
+      const double t = decoder_seconds(model);
+      row(name + ", " + v.label, n, t, bytes / n, ceiling, n == 1 ? 0 : tp1, 0);
+      if (n == 1) tp1 = t;
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -216,6 +257,7 @@ int main(int argc, char** argv) {
           if (n == 1) dec_tp1 = t;
         }
       }
+      if (&shape == &shapes[2]) quantized_rows(shape.name, dec, sizes, ceiling);
     }
     if (gpus == 1) std::printf("\none GPU: the TP = %s rows need a machine with more.\n", "N");
     return 0;

@@ -24,6 +24,7 @@
 #include "lazygraph/nn/quantized_checkpoint.hpp"
 #include "lazygraph/nn/quantized_kernels.hpp"
 #include "lazygraph/nn/quantized_save.hpp"
+#include "lazygraph/nn/quantized_slice.hpp"
 #include "lazygraph/nn/random_weights.hpp"
 #include "lazygraph/nn/reference.hpp"
 #include "lazygraph/nn/safetensors.hpp"

@@ -493,20 +493,48 @@ BasicDecoderWeights<T> DecoderCheckpoint::upload(const Stream& stream, const Dev
 }
 
 template <Element T>
-BasicDecoderWeights<T> DecoderCheckpoint::upload_with(const Stream& stream, const DeviceQuantizer* quantizer) const {
-  const DecoderQuantization& quantization = options_.quantization;
+void DecoderCheckpoint::check_quantization_for() const {
   try {
-    check_quantization(config_, quantization, scale_type_of<T>);  // before anything is allocated
+    check_quantization(config_, options_.quantization, scale_type_of<T>);
   } catch (const UsageError& e) {
     if (!quantized_as_saved()) throw;
     throw UsageError(std::string(e.what()) + "; the checkpoint " + weights_.path().string() +
                      " was saved so: load it into a decoder over " +
                      (scale_type_of<T> == ScaleType::f16 ? "bf16 (upload<bfloat16>)" : "fp16 (upload<half>)"));
   }
-  const bool on_device = quantizer != nullptr && !quantized_as_saved();
-  std::size_t widest = 1;  // bytes of the widest row staged: of T, or of a stored type (at most 4 bytes) on the device
-  for (const DecoderTensor& t : tensors_) widest = std::max(widest, static_cast<std::size_t>(t.cols) * 4);
-  Staging buffers(stream, std::max(options_.staging_bytes, widest));
+}
+
+template <Element T>
+DeviceQuantizedWeight<T> DecoderCheckpoint::whole_matrix(const Stream& stream, const DeviceQuantizer* quantizer,
+                                                         std::size_t index, Staging& buffers) const {
+  try {
+    if (quantizer != nullptr && !quantized_as_saved()) {
+      std::vector<MatrixPart> parts;
+      for (const std::size_t p : matrix_parts_[index]) parts.push_back({&tensors_[p], sources_[p]});
+      return quantize_stored<T>(stream, *quantizer, weights_, config_.head_dim(), parts, layouts_[index],
+                                options_.quantization.options, buffers);
+    }
+    return {stream, quantized_weight(index)};
+  } catch (...) {
+    drain(stream);
+    throw;
+  }
+}
+
+namespace {
+/// The widest row an upload stages: of T, or of a stored type (at most 4 bytes) a matrix is quantized from.
+std::size_t widest_staged_row(const std::vector<DecoderTensor>& tensors) {
+  std::size_t widest = 1;
+  for (const DecoderTensor& t : tensors) widest = std::max(widest, static_cast<std::size_t>(t.cols) * 4);
+  return widest;
+}
+}  // namespace
+
+template <Element T>
+BasicDecoderWeights<T> DecoderCheckpoint::upload_with(const Stream& stream, const DeviceQuantizer* quantizer) const {
+  const DecoderQuantization& quantization = options_.quantization;
+  check_quantization_for<T>();  // before anything is allocated
+  Staging buffers(stream, std::max(options_.staging_bytes, widest_staged_row(tensors_)));
   Progress progress(weights_.path().string(), device_bytes_,
                     options_.progress && device_bytes_ >= options_.progress_from_bytes);
   std::size_t index = 0;
@@ -517,21 +545,8 @@ BasicDecoderWeights<T> DecoderCheckpoint::upload_with(const Stream& stream, cons
     const TensorInfo* info = sources_[index++];
     if (!dense(t)) {
       if (t.role != DecoderTensorRole::wq && t.role != DecoderTensorRole::wk) {  // q and k go with v
-        const std::size_t i = matrices.size();
-        try {
-          if (on_device) {
-            std::vector<MatrixPart> parts;
-            for (const std::size_t p : matrix_parts_[i]) parts.push_back({&tensors_[p], sources_[p]});
-            matrices.push_back(quantize_stored<T>(stream, *quantizer, weights_, config_.head_dim(), parts, layouts_[i],
-                                                  quantization.options, buffers));
-          } else {
-            matrices.emplace_back(stream, quantized_weight(i));
-          }
-          progress.advance(matrices.back().bytes());
-        } catch (...) {
-          drain(stream);
-          throw;
-        }
+        matrices.push_back(whole_matrix<T>(stream, quantizer, matrices.size(), buffers));
+        progress.advance(matrices.back().bytes());
       }
       return;  // the weight is held quantized
     }
@@ -554,31 +569,57 @@ void DecoderCheckpoint::check_shard(int rank, int ranks) const {
     throw UsageError("DecoderCheckpoint::upload_shard: rank " + std::to_string(rank) + " is outside [0, " +
                      std::to_string(ranks) + ")");
   }
-  if (quantization().any() || quantized_as_saved()) {
-    throw UsageError(
-        "DecoderCheckpoint::upload_shard: a tensor-parallel rank loads dense weights, but " +
-        (quantized_as_saved()
-             ? "the checkpoint " + weights_.path().string() + " is quantized as " + quantization_name(quantization()) +
-                   " (its config.json's quantization_config): load its unquantized checkpoint"
-             : "LoadOptions::quantization asks for " + quantization_name(quantization()) + ": leave it empty"));
+  try {
+    check_quantized_split(config_, quantization(), ranks);
+  } catch (const UsageError& e) {
+    throw UsageError("DecoderCheckpoint::upload_shard: " + std::string(e.what()) + " (" +
+                     (quantized_as_saved() ? "the checkpoint " + weights_.path().string() + " is saved quantized as "
+                                           : std::string("LoadOptions::quantization asks for ")) +
+                     quantization_name(quantization()) + ")");
   }
 }
 
 template <Element T>
 BasicDecoderWeights<T> DecoderCheckpoint::upload_shard(const Stream& stream, int rank, int ranks) const {
+  return upload_shard_with<T>(stream, nullptr, rank, ranks);
+}
+
+template <Element T>
+BasicDecoderWeights<T> DecoderCheckpoint::upload_shard(const Stream& stream, const DeviceQuantizer& quantizer, int rank,
+                                                       int ranks) const {
+  return upload_shard_with<T>(stream, &quantizer, rank, ranks);
+}
+
+template <Element T>
+BasicDecoderWeights<T> DecoderCheckpoint::upload_shard_with(const Stream& stream, const DeviceQuantizer* quantizer,
+                                                            int rank, int ranks) const {
   check_shard(rank, ranks);  // before anything is allocated
+  check_quantization_for<T>();
+  const DecoderQuantization& quantization = options_.quantization;
   const DecoderConfig shard = shard_config(config_, ranks);
-  std::size_t bytes = 0;
-  for (const DecoderTensor& t : decoder_tensors(shard)) bytes += t.elements() * sizeof(T);
-  std::size_t widest = 1;  // bytes of the widest row staged
-  for (const DecoderTensor& t : tensors_) widest = std::max(widest, static_cast<std::size_t>(t.cols) * sizeof(T));
-  Staging buffers(stream, std::max(options_.staging_bytes, widest));
+  const std::size_t bytes = decoder_device_bytes(shard, quantization);
+  Staging buffers(stream, std::max(options_.staging_bytes, widest_staged_row(tensors_)));
   Progress progress(weights_.path().string() + " rank " + std::to_string(rank) + " of " + std::to_string(ranks), bytes,
                     options_.progress && bytes >= options_.progress_from_bytes);
   std::size_t index = 0;  // assemble_decoder_weights walks the shard's tensors in the order of the whole model's
+  std::vector<DeviceQuantizedWeight<T>> matrices;  // the rank's shares, in quantized_layouts() order
+  const auto dense = [&](const DecoderTensor& t) { return !quantization.format_of(t.role).has_value(); };
   const auto fill = [&](const DecoderTensor&, DeviceSpan<T> into) {
     const std::size_t i = index++;
     const DecoderTensor& t = tensors_[i];
+    if (!dense(t)) {
+      if (t.role != DecoderTensorRole::wk && t.role != DecoderTensorRole::wv) {  // k and v go with q
+        const DeviceQuantizedWeight<T> whole = whole_matrix<T>(stream, quantizer, matrices.size(), buffers);
+        try {
+          matrices.push_back(shard_quantized(stream, whole, t.role, config_, rank, ranks));
+        } catch (...) {
+          drain(stream);
+          throw;
+        }
+        progress.advance(matrices.back().bytes());
+      }
+      return;  // the rank's share is held quantized
+    }
     const TensorShard part = tensor_shard(t, config_, rank, ranks);
     const Block block = part.columns ? Block{0, static_cast<std::size_t>(t.rows), part.first, part.count}
                                      : Block{part.first, part.count, 0, static_cast<std::size_t>(t.cols)};
@@ -589,8 +630,9 @@ BasicDecoderWeights<T> DecoderCheckpoint::upload_shard(const Stream& stream, int
       throw;
     }
   };
-  BasicDecoderWeights<T> w = assemble_decoder_weights<T>(stream.device(), shard, fill);
+  BasicDecoderWeights<T> w = assemble_decoder_weights<T>(stream.device(), shard, dense, fill);
   stream.synchronize();
+  adopt_quantized(stream, w, shard, quantization, std::move(matrices));
   return w;
 }
 
@@ -610,6 +652,12 @@ BasicDecoder<T> load_decoder_rank(const Stream& stream, const KernelLibrary& lib
                                   const std::filesystem::path& directory, const Communicator& comm,
                                   const LoadOptions& options, const TensorParallelOptions& parallel) {
   const DecoderCheckpoint checkpoint = DecoderCheckpoint::open(directory, options);
+  if (checkpoint.quantization().any() && !checkpoint.quantized_as_saved()) {
+    const DeviceQuantizer quantizer(library);
+    return BasicDecoder<T>(stream, library, checkpoint.config(),
+                           checkpoint.template upload_shard<T>(stream, quantizer, comm.rank(), comm.size()), comm,
+                           parallel);
+  }
   return BasicDecoder<T>(stream, library, checkpoint.config(),
                          checkpoint.template upload_shard<T>(stream, comm.rank(), comm.size()), comm, parallel);
 }
@@ -620,6 +668,10 @@ template BasicDecoderWeights<half> DecoderCheckpoint::upload<half>(const Stream&
 template BasicDecoderWeights<bfloat16> DecoderCheckpoint::upload<bfloat16>(const Stream&, const DeviceQuantizer&) const;
 template BasicDecoderWeights<half> DecoderCheckpoint::upload_shard<half>(const Stream&, int, int) const;
 template BasicDecoderWeights<bfloat16> DecoderCheckpoint::upload_shard<bfloat16>(const Stream&, int, int) const;
+template BasicDecoderWeights<half> DecoderCheckpoint::upload_shard<half>(const Stream&, const DeviceQuantizer&, int,
+                                                                         int) const;
+template BasicDecoderWeights<bfloat16> DecoderCheckpoint::upload_shard<bfloat16>(const Stream&, const DeviceQuantizer&,
+                                                                                 int, int) const;
 template BasicDecoder<half> load_decoder<half>(const Stream&, const KernelLibrary&, const std::filesystem::path&,
                                                const LoadOptions&);
 template BasicDecoder<bfloat16> load_decoder<bfloat16>(const Stream&, const KernelLibrary&,

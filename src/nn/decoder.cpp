@@ -353,9 +353,6 @@ BasicDecoder<T>::BasicDecoder(const Stream& stream, const KernelLibrary& library
       io_graphs_(kMaxRows) {
   if (quantized_kernels_) quantized_kernels_->early_launch = config_.early_launch;
   if (comm != nullptr) {
-    if (weights_.quantized()) {
-      throw UsageError("Decoder: a tensor-parallel rank runs dense weights only; these are quantized in part");
-    }
     rank_ = std::make_unique<BasicRankState<T>>(*comm, state_, options);
     if (peer != nullptr) {
       if (peer->communicator() != *comm) {
@@ -454,7 +451,8 @@ CudaGraph<> BasicDecoder<T>::with_step(int rows, Make make) {
   if (rank_) {
     // Ranks in other processes made their graph too: compare the collectives before anything replays them.
     CollectiveLog log(rank_->comm);
-    CudaGraph<> graph = make(decoder_rank_step(kernels_, weights_, state_, *rank_, shard_, rows, sampling_));
+    CudaGraph<> graph = make(decoder_rank_step(kernels_, quantized_kernels_ ? &*quantized_kernels_ : nullptr, weights_,
+                                               state_, *rank_, shard_, rows, sampling_));
     check_same_collectives(rank_->comm, stream_, log, "a graph of steps of " + std::to_string(rows) + " rows");
     return graph;
   }

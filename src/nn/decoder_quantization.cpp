@@ -248,6 +248,50 @@ void adopt_quantized(const Stream& stream, BasicDecoderWeights<T>& weights, cons
   }
 }
 
+template <Element T>
+DecoderQuantization quantization_of(const BasicDecoderWeights<T>& weights) {
+  DecoderQuantization out;
+  // One class's format, checked the same in every layer: `of(l)` is layer l's format, or none.
+  const auto each_layer = [&](std::string_view name, const auto& of) {
+    std::optional<QuantizedFormat> first;
+    for (std::size_t l = 0; l < weights.attention.size(); ++l) {
+      const std::optional<QuantizedFormat> f = of(l);
+      if (l == 0) first = f;
+      if (f.has_value() != first.has_value() || (f && !(*f == *first))) {
+        const auto text = [](const std::optional<QuantizedFormat>& q) { return q ? format_name(*q) : "dense"; };
+        throw UsageError("quantization_of: layer " + std::to_string(l) + "'s " + std::string(name) + " is " + text(f) +
+                         ", layer 0's " + text(first) + ": a class is quantized alike in every layer");
+      }
+    }
+    return first;
+  };
+  const auto format = [](const std::shared_ptr<const DeviceQuantizedWeight<T>>& w) {
+    return w ? std::optional<QuantizedFormat>(w->layout().format()) : std::nullopt;
+  };
+  out.attention = each_layer("attention", [&](std::size_t l) {
+    const BasicAttentionWeights<T>& a = weights.attention[l];
+    const std::optional<QuantizedFormat> qkv = a.quantized_qkv ? format(a.quantized_qkv->weight) : std::nullopt;
+    if (qkv != format(a.quantized_wo)) {
+      throw UsageError("quantization_of: layer " + std::to_string(l) +
+                       "'s q, k and v and its Wo are not quantized alike (one class)");
+    }
+    return qkv;
+  });
+  out.mlp = each_layer("MLP", [&](std::size_t l) {
+    const BasicSwigluWeights<T>& m = weights.mlp[l];
+    const std::optional<QuantizedFormat> w1 = format(m.quantized_w1);
+    if (w1 != format(m.quantized_w3) || w1 != format(m.quantized_w2)) {
+      throw UsageError("quantization_of: layer " + std::to_string(l) +
+                       "'s W1, W3 and W2 are not quantized alike (one class)");
+    }
+    return w1;
+  });
+  out.lm_head = format(weights.quantized_lm_head);
+  return out;
+}
+
+template DecoderQuantization quantization_of(const BasicDecoderWeights<half>&);
+template DecoderQuantization quantization_of(const BasicDecoderWeights<bfloat16>&);
 template BasicDecoderWeights<half> quantize_decoder_weights(const Stream&, BasicDecoderWeights<half>,
                                                             const DecoderConfig&, const DecoderQuantization&);
 template BasicDecoderWeights<bfloat16> quantize_decoder_weights(const Stream&, BasicDecoderWeights<bfloat16>,

@@ -4,6 +4,8 @@
 
 #include "lazygraph/driver/memcpy.hpp"
 #include "lazygraph/driver/symmetric_buffer.hpp"
+#include "lazygraph/nn/decoder_quantization.hpp"
+#include "lazygraph/nn/quantized_slice.hpp"
 
 namespace lazygraph::nn {
 
@@ -72,29 +74,36 @@ TensorShard tensor_shard(const DecoderTensor& t, const DecoderConfig& config, in
 }
 
 namespace {
-/// Tensor `t` of the full weights `w` of `c`.
+/// Dense tensor `t` of the full weights `w` of `c` (the q, k and v biases of quantized attention: their parts of the
+/// stacked bias).
 template <Element T>
 DeviceSpan<const T> full_tensor(const BasicDecoderWeights<T>& w, const DecoderConfig& c, const DecoderTensor& t) {
   const auto l = static_cast<std::size_t>(t.layer < 0 ? 0 : t.layer);
+  const auto q_dim = static_cast<std::size_t>(c.q_dim());
+  const auto kv_dim = static_cast<std::size_t>(c.kv_dim());
+  const BasicAttentionWeights<T>& a = w.attention[l];
+  const auto bias = [&](const DeviceBuffer<T>& dense, std::size_t at, std::size_t size) {
+    return a.quantized_qkv ? a.quantized_qkv->bias.cview().subspan(at, size) : dense.cview();
+  };
   switch (t.role) {
     case DecoderTensorRole::embedding:
       return w.embedding.cview();
     case DecoderTensorRole::attention_gain:
-      return w.attention[l].gain.cview();
+      return a.gain.cview();
     case DecoderTensorRole::wq:
-      return w.attention[l].wq(c);
+      return a.wq(c);
     case DecoderTensorRole::wk:
-      return w.attention[l].wk(c);
+      return a.wk(c);
     case DecoderTensorRole::wv:
-      return w.attention[l].wv(c);
+      return a.wv(c);
     case DecoderTensorRole::wo:
-      return w.attention[l].wo.cview();
+      return a.wo.cview();
     case DecoderTensorRole::bq:
-      return w.attention[l].bq.cview();
+      return bias(a.bq, 0, q_dim);
     case DecoderTensorRole::bk:
-      return w.attention[l].bk.cview();
+      return bias(a.bk, q_dim, kv_dim);
     case DecoderTensorRole::bv:
-      return w.attention[l].bv.cview();
+      return bias(a.bv, q_dim + kv_dim, kv_dim);
     case DecoderTensorRole::mlp_gain:
       return w.mlp[l].gain.cview();
     case DecoderTensorRole::w1:
@@ -112,19 +121,83 @@ DeviceSpan<const T> full_tensor(const BasicDecoderWeights<T>& w, const DecoderCo
 }
 }  // namespace
 
+void check_quantized_split(const DecoderConfig& config, const DecoderQuantization& quantization, int ranks) {
+  const DecoderConfig s = shard_config(config, ranks);
+  (void)quantized_layouts(s, quantization);
+  if (ranks == 1) return;  // one rank takes each matrix whole
+  const auto tiles = [&](const std::optional<QuantizedFormat>& format, const std::string& what, int rows) {
+    if (format && rows % QuantizedLayout::tile_rows != 0) {
+      throw UsageError("a decoder split over " + std::to_string(ranks) + " tensor-parallel ranks with the " + what +
+                       " quantized: each rank's " + std::to_string(rows) + " rows of it are not whole tiles of " +
+                       std::to_string(QuantizedLayout::tile_rows) + " rows, which a share of a quantized matrix is");
+    }
+  };
+  tiles(quantization.attention, "q projection", s.q_dim());
+  tiles(quantization.attention, "k and v projections", s.kv_dim());
+  tiles(quantization.mlp, "gate and up projections", s.ffn);
+  tiles(quantization.lm_head, "LM head", s.vocab);
+}
+
+template <Element T>
+DeviceQuantizedWeight<T> shard_quantized(const Stream& stream, const DeviceQuantizedWeight<T>& whole,
+                                         DecoderTensorRole role, const DecoderConfig& config, int rank, int ranks) {
+  const DecoderConfig s = shard_config(config, ranks);
+  if (rank < 0 || rank >= ranks) {
+    throw UsageError("shard_quantized: rank " + std::to_string(rank) + " is outside [0, " + std::to_string(ranks) +
+                     ")");
+  }
+  if (ranks == 1) {  // the whole matrix (one block ending at its last row: any row count)
+    const std::vector<QuantizedRowBlock> all{{0, whole.layout().rows()}};
+    return quantized_rows(stream, whole, all);
+  }
+  const auto rows = [&](int count, int first_of_whole = 0) {
+    return QuantizedRowBlock{first_of_whole + rank * count, count};
+  };
+  switch (role) {
+    case DecoderTensorRole::wq: {  // the stacked q, k and v: the rank's heads' rows of each
+      check_quantized(whole, config.q_dim() + 2 * config.kv_dim(), config.d, 1);
+      const std::vector<QuantizedRowBlock> blocks{rows(s.q_dim()), rows(s.kv_dim(), config.q_dim()),
+                                                  rows(s.kv_dim(), config.q_dim() + config.kv_dim())};
+      return quantized_rows(stream, whole, blocks);
+    }
+    case DecoderTensorRole::wo:
+      check_quantized(whole, config.d, config.q_dim(), 1);
+      return quantized_columns(stream, whole, rank * s.q_dim(), s.q_dim());
+    case DecoderTensorRole::w2:
+      check_quantized(whole, config.d, config.ffn, 1);
+      return quantized_columns(stream, whole, rank * s.ffn, s.ffn);
+    case DecoderTensorRole::w1:
+    case DecoderTensorRole::w3:
+    case DecoderTensorRole::lm_head: {
+      const bool head = role == DecoderTensorRole::lm_head;
+      check_quantized(whole, head ? config.vocab : config.ffn, config.d, 1);
+      const std::vector<QuantizedRowBlock> blocks{rows(head ? s.vocab : s.ffn)};
+      return quantized_rows(stream, whole, blocks);
+    }
+    default:
+      throw UsageError("shard_quantized: tensor " + whole.layout().name() +
+                       " is given for a role no quantized matrix holds (wq, wo, w1, w3, w2 or lm_head)");
+  }
+}
+
 template <Element T>
 BasicDecoderWeights<T> shard_decoder_weights(const Stream& stream, const BasicDecoderWeights<T>& full,
                                              const DecoderConfig& config, int rank, int ranks) {
-  if (full.quantized()) {
-    throw UsageError(
-        "shard_decoder_weights: the weights are quantized in part; a tensor-parallel rank runs dense ones");
-  }
   const DecoderConfig shard = shard_config(config, ranks);
+  if (rank < 0 || rank >= ranks) {
+    throw UsageError("shard_decoder_weights: rank " + std::to_string(rank) + " is outside [0, " +
+                     std::to_string(ranks) + ")");
+  }
+  const DecoderQuantization quantization = quantization_of(full);
+  check_quantization(config, quantization, scale_type_of<T>);
+  check_quantized_split(config, quantization, ranks);  // before anything is allocated
   const std::vector<DecoderTensor> tensors = decoder_tensors(config);
   std::size_t next = 0;
-  BasicDecoderWeights<T> out =
-      assemble_decoder_weights<T>(stream.device(), shard, [&](const DecoderTensor&, DeviceSpan<T> into) {
+  BasicDecoderWeights<T> out = assemble_decoder_weights<T>(
+      stream.device(), shard, [&](const DecoderTensor& t) { return !quantization.format_of(t.role).has_value(); },
+      [&](const DecoderTensor&, DeviceSpan<T> into) {
         const DecoderTensor& t = tensors[next++];
+        if (into.empty()) return;  // held quantized
         const DeviceSpan<const T> from = full_tensor(full, config, t);
         const TensorShard part = tensor_shard(t, config, rank, ranks);
         const auto cols = static_cast<std::size_t>(t.cols);
@@ -135,7 +208,24 @@ BasicDecoderWeights<T> shard_decoder_weights(const Stream& stream, const BasicDe
           copy_async(stream, into, from.subspan(part.first * cols, part.count * cols));
         }
       });
+  std::vector<DeviceQuantizedWeight<T>> matrices;  // in quantized_layouts' order
+  const auto add = [&](const std::shared_ptr<const DeviceQuantizedWeight<T>>& whole, DecoderTensorRole role) {
+    matrices.push_back(shard_quantized(stream, *whole, role, config, rank, ranks));
+  };
+  for (std::size_t l = 0; l < full.attention.size(); ++l) {
+    if (quantization.attention) {
+      add(full.attention[l].quantized_qkv->weight, DecoderTensorRole::wq);
+      add(full.attention[l].quantized_wo, DecoderTensorRole::wo);
+    }
+    if (quantization.mlp) {
+      add(full.mlp[l].quantized_w1, DecoderTensorRole::w1);
+      add(full.mlp[l].quantized_w3, DecoderTensorRole::w3);
+      add(full.mlp[l].quantized_w2, DecoderTensorRole::w2);
+    }
+  }
+  if (quantization.lm_head) add(full.quantized_lm_head, DecoderTensorRole::lm_head);
   stream.synchronize();
+  adopt_quantized(stream, out, shard, quantization, std::move(matrices));
   return out;
 }
 
@@ -169,6 +259,10 @@ BasicRankState<T>::BasicRankState(const Communicator& comm_in, BasicDecoderState
   }
 }
 
+template DeviceQuantizedWeight<half> shard_quantized(const Stream&, const DeviceQuantizedWeight<half>&,
+                                                     DecoderTensorRole, const DecoderConfig&, int, int);
+template DeviceQuantizedWeight<bfloat16> shard_quantized(const Stream&, const DeviceQuantizedWeight<bfloat16>&,
+                                                         DecoderTensorRole, const DecoderConfig&, int, int);
 template BasicDecoderWeights<half> shard_decoder_weights(const Stream&, const BasicDecoderWeights<half>&,
                                                          const DecoderConfig&, int, int);
 template BasicDecoderWeights<bfloat16> shard_decoder_weights(const Stream&, const BasicDecoderWeights<bfloat16>&,

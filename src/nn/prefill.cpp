@@ -240,20 +240,7 @@ CudaGraph<>& BasicPrefill<T>::head_graph(const BasicPrefillContext<T>& ctx) {
     BasicDecoderState<T>& st = ctx.state;
     const DeviceSpan<const int> io = buffers_.io.cview();
     const auto d = static_cast<std::size_t>(c.d);
-    const auto& quantized_head = ctx.weights.quantized_lm_head;
-    const BasicQuantizedKernels<T>* qk = ctx.quantized;
-    auto head = choose(quantized_head != nullptr,
-                       optional_launch(
-                           quantized_head != nullptr,
-                           [&] {
-                             const QuantizedMatrix m = quantized_head->matrix();
-                             return qk->rms_norm_qgemv(qk->config(m, c.vocab, c.d), m, st.x.cview(),
-                                                       ctx.weights.final_gain.cview(), st.logits.view(), c.vocab, c.d,
-                                                       c.eps, 1);
-                           },
-                           quantized_head),
-                       k.rms_norm_gemv(k.gemv_config(c.vocab, c.d, 1), ctx.weights.lm_head.cview(), st.x.cview(),
-                                       ctx.weights.final_gain.cview(), st.logits.view(), c.vocab, c.d, c.eps, 1));
+    auto head = lm_head_logits(k, ctx.quantized, ctx.weights, st.x.cview(), st.logits.view(), c.vocab, c.d, c.eps, 1);
     auto last_row = k.prefill_last_row(k.step_config(grid_for(d, 256)), buffers_.x.cview(), buffers_.chunk(),
                                        st.x.view().subspan(0, d), c.d, buffers_.rows);
     const auto sample = [&](int vocab) {
@@ -265,7 +252,7 @@ CudaGraph<>& BasicPrefill<T>::head_graph(const BasicPrefillContext<T>& ctx) {
     const auto next_out = ctx.io.copy_out(st.next.cview().subspan(0, 1), DecoderIo::next);
     if (BasicRankState<T>* r = ctx.rank; r != nullptr) {
       // The rank's rows of the LM head, then every rank's logits gathered into the whole vocabulary's row 0, as a
-      // step of one row does (decoder_rank_step). Dense weights only: a rank refuses quantized ones.
+      // step of one row does (decoder_rank_step).
       const auto part = static_cast<std::size_t>(c.vocab);
       const DeviceSpan<const T> mine = r->logits_part.cview().subspan(0, part);
       const int vocab = c.vocab * r->comm.size();
@@ -273,9 +260,8 @@ CudaGraph<>& BasicPrefill<T>::head_graph(const BasicPrefillContext<T>& ctx) {
         return CudaGraph<>::capture(
             ctx.stream,
             named("lm head",
-                  std::move(last_row) >>
-                      k.rms_norm_gemv(k.gemv_config(c.vocab, c.d, 1), ctx.weights.lm_head.cview(), st.x.cview(),
-                                      ctx.weights.final_gain.cview(), r->logits_part.view(), c.vocab, c.d, c.eps, 1) >>
+                  std::move(last_row) >> lm_head_logits(k, ctx.quantized, ctx.weights, st.x.cview(),
+                                                        r->logits_part.view(), c.vocab, c.d, c.eps, 1) >>
                       all_gather<T>(r->comm, mine, st.logits.view().subspan(0, mine.size() * r->comm.size())) >>
                       sample(vocab)) >>
                 next_out);

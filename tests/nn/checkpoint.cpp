@@ -328,18 +328,26 @@ TEST_CASE("check_shard refuses, on the host, a model that does not split, a rank
   CHECK_NOTHROW(mha.check_shard(1, 2));
   CHECK_NOTHROW(mha.check_shard(0, 1));
 
+  // A quantization splits where the ranks' shares lie on its tiles, steps and groups.
   LoadOptions quantizing;
   quantizing.quantization.mlp = QuantizedFormat{WeightFormat::int8_channel, 0, false, ScaleType::f16};
-  const DecoderCheckpoint chosen = DecoderCheckpoint::open(dir, quantizing);
-  CHECK_THROWS_WITH_AS(chosen.check_shard(0, 2), doctest::Contains("a tensor-parallel rank loads dense weights"),
+  CHECK_NOTHROW(DecoderCheckpoint::open(dir, quantizing).check_shard(0, 2));
+  LoadOptions head = quantizing;  // each rank's 257 rows of the LM head are not whole tiles of 16 rows
+  head.quantization.lm_head = QuantizedFormat{WeightFormat::int8_channel, 0, false, ScaleType::f16};
+  const DecoderCheckpoint chosen = DecoderCheckpoint::open(dir, head);
+  CHECK_THROWS_WITH_AS(chosen.check_shard(0, 2), doctest::Contains("257 rows of it are not whole tiles of 16 rows"),
                        UsageError);
   CHECK_THROWS_WITH_AS(chosen.check_shard(0, 2), doctest::Contains("LoadOptions::quantization asks for"), UsageError);
+  CHECK_NOTHROW(chosen.check_shard(0, 1));
+  LoadOptions g128;  // each rank's 64 columns of Wo are not a group of 128
+  g128.quantization.attention = QuantizedFormat{WeightFormat::int4_group, 128, false, ScaleType::f16};
+  CHECK_THROWS_WITH_AS(DecoderCheckpoint::open(dir, g128).check_shard(1, 2),
+                       doctest::Contains("model.layers.0.self_attn.o_proj.weight"), UsageError);
   const auto quantized = lgtest::scratch_directory("ckpt-shard-quantized");
   save_quantized_checkpoint(chosen, quantized);
   const DecoderCheckpoint as_saved = DecoderCheckpoint::open(quantized);
-  CHECK_THROWS_WITH_AS(as_saved.check_shard(1, 2), doctest::Contains("a tensor-parallel rank loads dense weights"),
-                       UsageError);
-  CHECK_THROWS_WITH_AS(as_saved.check_shard(1, 2), doctest::Contains("quantization_config"), UsageError);
+  CHECK_THROWS_WITH_AS(as_saved.check_shard(1, 2), doctest::Contains("is saved quantized as"), UsageError);
+  CHECK_NOTHROW(as_saved.check_shard(0, 1));
 }
 
 namespace {
@@ -469,9 +477,53 @@ void check_shards(const std::filesystem::path& dir, int ranks) {
   }
 }
 
+/// Every rank of `ranks` uploads from `dir`, quantized as `q` (on the device and on the host), the bytes
+/// shard_decoder_weights cuts from the whole quantized upload, allocating its share's bytes and no more; a saved
+/// quantized checkpoint of it gives the same shares.
+template <class T>
+void check_quantized_shards(const std::filesystem::path& dir, int ranks, const DecoderQuantization& q) {
+  Stream& s = lgtest::stream();
+  LoadOptions options;
+  options.staging_bytes = 4096;
+  options.quantization = q;
+  const DecoderCheckpoint ck = DecoderCheckpoint::open(dir, options);
+  const DeviceQuantizer quantizer(lgtest::nn_kernels());
+  const BasicDecoderWeights<T> full = ck.upload<T>(s, quantizer);
+  const auto saved_dir = lgtest::scratch_directory("ckpt-gpu-shard-saved-" + std::string(element_name<T>));
+  save_quantized_checkpoint(ck, saved_dir);
+  const DecoderCheckpoint as_saved = DecoderCheckpoint::open(saved_dir);
+  const std::size_t share = decoder_device_bytes(shard_config(ck.config(), ranks), q);
+  for (int rank = 0; rank < ranks; ++rank) {
+    CAPTURE(rank);
+    const BasicDecoderWeights<T> want = shard_decoder_weights(s, full, ck.config(), rank, ranks);
+    const LiveHandles before = live_handles();
+    const BasicDecoderWeights<T> mine = ck.upload_shard<T>(s, quantizer, rank, ranks);
+    const LiveHandles after = live_handles();
+    CHECK(after.device_bytes - before.device_bytes == share);  // the whole matrices freed
+    CHECK(after.pinned_allocations == before.pinned_allocations);
+    check_same_dense(mine, want);
+    check_same_weights(mine, want);
+    check_same_weights(ck.upload_shard<T>(s, rank, ranks), want);        // quantized on the host
+    check_same_weights(as_saved.upload_shard<T>(s, rank, ranks), want);  // read as saved
+  }
+}
+
 }  // namespace
 
 TEST_SUITE("gpu") {
+  TEST_CASE("every rank's quantized upload_shard is the share of the whole quantized upload, byte for byte") {
+    const DecoderConfig gqa = small_gqa();  // 2 heads and a kv head per rank
+    DecoderQuantization q;
+    q.attention = QuantizedFormat{WeightFormat::int8_channel, 0, false, ScaleType::f16};
+    q.mlp = QuantizedFormat{WeightFormat::int4_group, 32, true, ScaleType::f16};
+    q.lm_head = QuantizedFormat{WeightFormat::int4_group, 64, false, ScaleType::f16};
+    const auto dir = saved("ckpt-gpu-shard-quantized", gqa, DType::bf16);
+    check_quantized_shards<half>(dir, 2, q);
+    DecoderQuantization b = q;
+    for (std::optional<QuantizedFormat>* f : {&b.attention, &b.mlp, &b.lm_head}) (*f)->scale_type = ScaleType::bf16;
+    check_quantized_shards<bfloat16>(dir, 2, b);
+  }
+
   TEST_CASE("a decoder loaded from a saved F16 checkpoint computes the seeded decoder's logits bit for bit") {
     const DecoderConfig c = small_gqa();
     const auto dir = saved("ckpt-gpu-f16");

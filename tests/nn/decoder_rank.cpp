@@ -106,13 +106,32 @@ bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
   return true;
 }
 
-/// The 1-rank tensor-parallel decoder and the Decoder of `c` give the same tokens and logits bits on every path.
+/// The seeded weights of `c`, quantized on the device as `q` says.
 template <class T>
-void check_one_rank_paths(const lg::nn::DecoderConfig& c) {
+lg::nn::BasicDecoderWeights<T> quantized_weights(const lg::nn::DecoderConfig& c, const lg::nn::DecoderQuantization& q) {
+  const lg::nn::DeviceQuantizer quantizer(lgtest::nn_kernels());
+  return lg::nn::quantize_decoder_weights(
+      lgtest::stream(), quantizer,
+      lg::nn::BasicDecoderWeights<T>::generate(lgtest::stream(), lg::nn::BasicKernels<T>(lgtest::nn_kernels()), c), c,
+      q);
+}
+
+/// The 1-rank tensor-parallel decoder and the Decoder of `c` (its seeded weights, quantized as `q` says) give the same
+/// tokens and logits bits on every path.
+template <class T>
+void check_one_rank_paths(const lg::nn::DecoderConfig& c, const lg::nn::DecoderQuantization& q = {}) {
   const std::vector<lg::Communicator> comms = lg::Communicator::create_all(std::vector<lg::Device>{lgtest::device()});
   const std::vector<const lg::KernelLibrary*> libraries{&lgtest::nn_kernels()};
-  lg::nn::BasicTensorParallelDecoder<T> tp(comms, libraries, c);
-  lg::nn::BasicDecoder<T> one(lgtest::stream(), lgtest::nn_kernels(), c);
+  const auto tp_of = [&] {
+    if (!q.any()) return lg::nn::BasicTensorParallelDecoder<T>(comms, libraries, c);
+    std::vector<lg::nn::BasicDecoderWeights<T>> shares;
+    shares.push_back(lg::nn::shard_decoder_weights(lgtest::stream(), quantized_weights<T>(c, q), c, 0, 1));
+    return lg::nn::BasicTensorParallelDecoder<T>(comms, libraries, c, std::move(shares));
+  };
+  lg::nn::BasicTensorParallelDecoder<T> tp = tp_of();
+  lg::nn::BasicDecoder<T> one =
+      q.any() ? lg::nn::BasicDecoder<T>(lgtest::stream(), lgtest::nn_kernels(), c, quantized_weights<T>(c, q))
+              : lg::nn::BasicDecoder<T>(lgtest::stream(), lgtest::nn_kernels(), c);
   REQUIRE(tp.rank(0).communicator() != nullptr);
   CHECK(one.communicator() == nullptr);
   int token = 7;
@@ -225,9 +244,88 @@ TEST_SUITE("gpu") {
       c.fused = false;
       check_one_rank_paths<half>(c);
     }
+    SUBCASE("quantized weights: int8 attention, int4 MLP, int4 LM head with zero points; bf16 int4 g64") {
+      lg::nn::DecoderQuantization q;
+      q.attention = lg::nn::QuantizedFormat{.kind = lg::nn::WeightFormat::int8_channel};
+      q.mlp = lg::nn::QuantizedFormat{.kind = lg::nn::WeightFormat::int4_group, .group = 32};
+      q.lm_head = lg::nn::QuantizedFormat{.kind = lg::nn::WeightFormat::int4_group, .group = 128, .asymmetric = true};
+      check_one_rank_paths<half>(c, q);
+      lg::nn::DecoderQuantization b;
+      b.attention = b.mlp = lg::nn::QuantizedFormat{
+          .kind = lg::nn::WeightFormat::int4_group, .group = 64, .scale_type = lg::nn::ScaleType::bf16};
+      check_one_rank_paths<lg::bfloat16>(c, b);
+    }
   }
 
-  TEST_CASE("a rank refuses quantized weights, a stream of another device and weights of the whole model") {
+  TEST_CASE("the ranks' shares of quantized weights dequantize to the parts of the whole model's") {
+    lg::nn::DecoderConfig c = lgtest::small_decoder(2);
+    c.qkv_bias = true;
+    lg::nn::DecoderQuantization q;
+    q.attention = lg::nn::QuantizedFormat{.kind = lg::nn::WeightFormat::int4_group, .group = 32, .asymmetric = true};
+    q.mlp = lg::nn::QuantizedFormat{.kind = lg::nn::WeightFormat::int8_channel};
+    q.lm_head = lg::nn::QuantizedFormat{.kind = lg::nn::WeightFormat::int8_channel};
+    const lg::nn::DecoderWeights full = quantized_weights<half>(c, q);
+    const lg::nn::DecoderConfig s = lg::nn::shard_config(c, 2);
+    std::vector<lg::nn::DecoderWeights> shares;
+    for (int r = 0; r < 2; ++r) shares.push_back(lg::nn::shard_decoder_weights(lgtest::stream(), full, c, r, 2));
+    const auto host_matrix = [](const std::shared_ptr<const lg::nn::DeviceQuantizedWeight<half>>& w) {
+      REQUIRE(w != nullptr);
+      return w->download(lgtest::stream());
+    };
+    // Element (row, col) of rank r's share is element (to_row(r, row), to_col(r, col)) of the whole.
+    const auto same = [&](const lg::nn::QuantizedWeight& whole, int r, const lg::nn::QuantizedWeight& share,
+                          const auto& to_row, const auto& to_col) {
+      bool equal = true;
+      for (int i = 0; i < share.layout().rows(); ++i) {
+        for (int j = 0; j < share.layout().cols(); ++j) {
+          equal = equal && share.dequantized(i, j) == whole.dequantized(to_row(r, i), to_col(r, j));
+        }
+      }
+      return equal;
+    };
+    const auto same_col = [](int, int j) { return j; };
+    const auto same_row = [](int, int i) { return i; };
+    const int q_dim = c.q_dim();
+    const int kv_dim = c.kv_dim();
+    for (int r = 0; r < 2; ++r) {
+      CAPTURE(r);
+      for (std::size_t l = 0; l < 2; ++l) {
+        CAPTURE(l);
+        const lg::nn::AttentionWeights& a = full.attention[l];
+        const lg::nn::AttentionWeights& ra = shares[static_cast<std::size_t>(r)].attention[l];
+        // q, k and v stacked: the rank's q rows, then its k rows, then its v rows.
+        const auto qkv_row = [&](int rank, int i) {
+          if (i < s.q_dim()) return rank * s.q_dim() + i;
+          if (i < s.q_dim() + s.kv_dim()) return q_dim + rank * s.kv_dim() + (i - s.q_dim());
+          return q_dim + kv_dim + rank * s.kv_dim() + (i - s.q_dim() - s.kv_dim());
+        };
+        CHECK(same(host_matrix(a.quantized_qkv->weight), r, host_matrix(ra.quantized_qkv->weight), qkv_row, same_col));
+        CHECK(same(host_matrix(a.quantized_wo), r, host_matrix(ra.quantized_wo), same_row,
+                   [&](int rank, int j) { return rank * s.q_dim() + j; }));
+        const auto ffn_row = [&](int rank, int i) { return rank * s.ffn + i; };
+        const lg::nn::SwigluWeights& m = full.mlp[l];
+        const lg::nn::SwigluWeights& rm = shares[static_cast<std::size_t>(r)].mlp[l];
+        CHECK(same(host_matrix(m.quantized_w1), r, host_matrix(rm.quantized_w1), ffn_row, same_col));
+        CHECK(same(host_matrix(m.quantized_w3), r, host_matrix(rm.quantized_w3), ffn_row, same_col));
+        CHECK(same(host_matrix(m.quantized_w2), r, host_matrix(rm.quantized_w2), same_row, ffn_row));
+        // The stacked biases: the rank's q, k and v parts.
+        const std::vector<half> bias = host(a.quantized_qkv->bias.cview());
+        const std::vector<half> mine = host(ra.quantized_qkv->bias.cview());
+        REQUIRE(mine.size() == static_cast<std::size_t>(s.q_dim() + 2 * s.kv_dim()));
+        bool biases = true;
+        for (int i = 0; i < static_cast<int>(mine.size()); ++i) {
+          biases =
+              biases && mine[static_cast<std::size_t>(i)].bits == bias[static_cast<std::size_t>(qkv_row(r, i))].bits;
+        }
+        CHECK(biases);
+      }
+      CHECK(same(
+          host_matrix(full.quantized_lm_head), r, host_matrix(shares[static_cast<std::size_t>(r)].quantized_lm_head),
+          [&](int rank, int i) { return rank * s.vocab + i; }, same_col));
+    }
+  }
+
+  TEST_CASE("a rank refuses a quantization that does not split, and weights of the whole model") {
     if (!lgtest::have_nccl()) return;
     const lg::nn::DecoderConfig c = lgtest::small_decoder(2);
     const std::vector<lg::Communicator> comms = lg::Communicator::create_all(std::vector<lg::Device>{lgtest::device()});
@@ -238,15 +336,21 @@ TEST_SUITE("gpu") {
                                          lg::nn::shard_decoder_weights(lgtest::stream(), full, c, 0, 2), comms[0]),
                          doctest::Contains("wqkv (q_proj, k_proj and v_proj stacked) has 16384 elements"),
                          lg::UsageError);
-    lg::nn::DecoderQuantization q;
-    q.mlp = lg::nn::QuantizedFormat{.kind = lg::nn::WeightFormat::int8_channel};
+    // Each rank's 64 columns of Wo are not a group of 128; each rank's 260 rows of the LM head are not whole tiles.
+    lg::nn::DecoderQuantization g128;
+    g128.attention = lg::nn::QuantizedFormat{.kind = lg::nn::WeightFormat::int4_group, .group = 128};
     CHECK_THROWS_WITH_AS(
-        lg::nn::Decoder(
-            lgtest::stream(), lgtest::nn_kernels(), c,
-            lg::nn::quantize_decoder_weights(
-                lgtest::stream(),
-                lg::nn::DecoderWeights::generate(lgtest::stream(), lg::nn::Kernels(lgtest::nn_kernels()), c), c, q),
-            comms[0]),
-        doctest::Contains("dense weights only"), lg::UsageError);
+        (void)lg::nn::shard_decoder_weights(lgtest::stream(), quantized_weights<half>(c, g128), c, 0, 2),
+        doctest::Contains("model.layers.0.self_attn.o_proj.weight"), lg::UsageError);
+    lg::nn::DecoderConfig odd = c;
+    odd.vocab = 520;
+    lg::nn::DecoderQuantization head;
+    head.lm_head = lg::nn::QuantizedFormat{.kind = lg::nn::WeightFormat::int8_channel};
+    CHECK_THROWS_WITH_AS(
+        (void)lg::nn::shard_decoder_weights(lgtest::stream(), quantized_weights<half>(odd, head), odd, 1, 2),
+        doctest::Contains("each rank's 260 rows of it are not whole tiles of 16 rows"), lg::UsageError);
+    CHECK_THROWS_WITH_AS(lg::nn::check_quantized_split(odd, head, 2), doctest::Contains("LM head quantized"),
+                         lg::UsageError);
+    CHECK_NOTHROW(lg::nn::check_quantized_split(odd, head, 1));
   }
 }

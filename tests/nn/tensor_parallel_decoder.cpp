@@ -206,6 +206,67 @@ TEST_SUITE("gpu") {
     }
   }
 
+  TEST_CASE(
+      "a tensor-parallel decoder over two GPUs (four where the machine has them) runs quantized weights within "
+      "rounding "
+      "of the quantized Decoder") {
+    TwoGpus gpus;
+    if (!two_gpus(gpus, 4)) return;
+    const auto ranks = static_cast<int>(gpus.comms.size());
+    MESSAGE("ranks: " << ranks);
+    lg::nn::DecoderConfig c = lgtest::small_decoder(ranks, 3);
+    c.prefill_chunk = 0;
+    // Four ranks hold 32 columns of Wo each: a step of int8, not of int4 (64 columns).
+    lg::nn::DecoderQuantization q;
+    q.attention = lg::nn::QuantizedFormat{.kind = lg::nn::WeightFormat::int8_channel};
+    q.mlp = lg::nn::QuantizedFormat{.kind = lg::nn::WeightFormat::int4_group, .group = 32, .asymmetric = true};
+    q.lm_head = lg::nn::QuantizedFormat{.kind = lg::nn::WeightFormat::int4_group, .group = 64};
+    // Each rank's share of the seeded weights quantized whole on its own GPU, and the whole on GPU 0.
+    const auto quantized = [&](const lg::Stream& s, const lg::KernelLibrary& library) {
+      const lg::nn::DeviceQuantizer quantizer(library);
+      return lg::nn::quantize_decoder_weights(s, quantizer,
+                                              lg::nn::DecoderWeights::generate(s, lg::nn::Kernels(library), c), c, q);
+    };
+    for (const bool peer : {true, false}) {
+      CAPTURE(peer);
+      std::vector<lg::nn::DecoderWeights> shares;
+      for (int r = 0; r < ranks; ++r) {
+        const lg::Stream s(gpus.comms[static_cast<std::size_t>(r)].device());
+        shares.push_back(
+            lg::nn::shard_decoder_weights(s, quantized(s, *gpus.pointers[static_cast<std::size_t>(r)]), c, r, ranks));
+      }
+      lg::nn::TensorParallelDecoder tp(gpus.comms, gpus.pointers, c, std::move(shares),
+                                       lg::nn::TensorParallelOptions{.peer_all_reduce = peer});
+      lg::nn::Decoder one(lgtest::stream(), lgtest::nn_kernels(), c, quantized(lgtest::stream(), lgtest::nn_kernels()));
+      const std::vector<int> tokens{5, 77, 300, 12, 9, 401, 33, 250};
+      for (int position = 0; position < static_cast<int>(tokens.size()); ++position) {
+        CAPTURE(position);
+        (void)tp.forward({tokens[static_cast<std::size_t>(position)], position});
+        (void)one.forward({tokens[static_cast<std::size_t>(position)], position});
+        CHECK(differ(tp.logits(), one.logits()) < 1e-2);
+      }
+      const std::vector<lg::nn::TokenAt> rows{{3, 0}, {40, 1}, {500, 2}};
+      (void)tp.forward_batch(rows);
+      (void)one.forward_batch(rows);
+      for (int r = 0; r < 3; ++r) CHECK(differ(tp.logits(r), one.logits(r)) < 1e-2);
+      // A prompt, then generate: its tokens are forward's, step by step.
+      tp.reset();
+      one.reset();
+      const int last = tp.prefill(tokens);
+      (void)one.prefill(tokens);
+      CHECK(differ(tp.logits(), one.logits()) < 1e-2);
+      const std::vector<int> generated = tp.generate(last, 6, -1, 8);
+      REQUIRE(generated.size() == 6);
+      tp.reset();
+      (void)tp.prefill(tokens);
+      int token = last;
+      for (int i = 0; i < 6; ++i) {
+        token = tp.forward({token, 8 + i});
+        CHECK(token == generated[static_cast<std::size_t>(i)]);
+      }
+    }
+  }
+
   TEST_CASE("a tensor-parallel decoder over two GPUs runs prompts on tensor cores within rounding of the Decoder") {
     TwoGpus gpus;
     if (!two_gpus(gpus)) return;

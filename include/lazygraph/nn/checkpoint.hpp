@@ -25,6 +25,10 @@
 
 namespace lazygraph::nn {
 
+namespace checkpoint_upload {
+class Staging;  // src/nn/checkpoint.cpp: the pinned buffers an upload goes through
+}  // namespace checkpoint_upload
+
 /// How a checkpoint becomes a decoder.
 struct LoadOptions {
   /// Positions the KV cache holds; 0: the model's max_position_embeddings, at most 4096. \throws UsageError
@@ -118,27 +122,48 @@ class DecoderCheckpoint {
   [[nodiscard]] BasicDecoderWeights<T> upload(const Stream& stream, const DeviceQuantizer& quantizer) const;
 
   /// \throws UsageError unless upload_shard(stream, rank, ranks) can load this checkpoint: its model splits over
-  /// `ranks` (check_tensor_split), `rank` is in [0, ranks), and nothing is quantized (LoadOptions::quantization empty,
-  /// the checkpoint not quantized as saved: a tensor-parallel rank loads dense weights). Reads nothing but the config,
-  /// so a launcher can check before it makes streams or communicators.
+  /// `ranks` (check_tensor_split), `rank` is in [0, ranks), and the quantization (LoadOptions::quantization, or the
+  /// checkpoint's as saved) fits the rank's shares (check_quantized_split). Reads nothing but the config, so a launcher
+  /// can check before it makes streams or communicators.
   void check_shard(int rank, int ranks) const;
 
   /// Rank `rank` of `ranks`'s share of the weights (tensor parallelism, decoder_rank.hpp), allocated on `stream`'s
   /// device as T: the bytes shard_decoder_weights(stream, upload<T>(stream), config(), rank, ranks) gives, in the
-  /// shapes of shard_config(config(), ranks), but read straight from the mapped files: only the rank's rows of each
-  /// tensor (whole heads of q and k, reordered as upload reorders them) and, for Wo and W2, its columns of every row,
-  /// through the same pinned staging. The progress bar counts the share's bytes. Waits for the copies.
-  /// \throws UsageError as check_shard, before anything is allocated; CheckpointError as upload when a finite value is
-  ///         not finite in T (the element counted in the whole tensor; nothing stays allocated then); CudaError when
-  ///         the device runs out of memory.
+  /// shapes of shard_config(config(), ranks). Dense tensors are read straight from the mapped files: only the rank's
+  /// rows of each tensor (whole heads of q and k, reordered as upload reorders them) and, for Wo and W2, its columns of
+  /// every row, through the same pinned staging. A quantized matrix is made whole as upload makes it (read as saved,
+  /// or quantized on the host), one at a time, and the rank keeps its share (shard_quantized): every rank reads the
+  /// quantized classes' tensors whole, since an int8 row's scale depends on the whole row. The progress bar counts the
+  /// share's bytes. Waits for the copies.
+  /// \throws UsageError as check_shard and as upload's check_quantization, before anything is allocated;
+  ///         CheckpointError as upload (nothing stays allocated then); CudaError when the device runs out of memory.
   template <Element T = half>
   [[nodiscard]] BasicDecoderWeights<T> upload_shard(const Stream& stream, int rank, int ranks) const;
+
+  /// upload_shard, with each quantized matrix that LoadOptions::quantization chooses quantized whole on the GPU by
+  /// `quantizer` (as upload(stream, quantizer)) before the rank takes its share; the same bytes.
+  /// \throws as upload_shard(stream, rank, ranks) and upload(stream, quantizer).
+  template <Element T = half>
+  [[nodiscard]] BasicDecoderWeights<T> upload_shard(const Stream& stream, const DeviceQuantizer& quantizer, int rank,
+                                                    int ranks) const;
 
  private:
   DecoderCheckpoint(LlamaConfig llama, DecoderConfig config, Checkpoint weights, LoadOptions options);
   /// Both uploads: the chosen matrices quantized by `quantizer`, or on the host when it is null.
   template <Element T>
   [[nodiscard]] BasicDecoderWeights<T> upload_with(const Stream& stream, const DeviceQuantizer* quantizer) const;
+  /// Both upload_shards: as upload_with.
+  template <Element T>
+  [[nodiscard]] BasicDecoderWeights<T> upload_shard_with(const Stream& stream, const DeviceQuantizer* quantizer,
+                                                         int rank, int ranks) const;
+  /// Quantized matrix `index` of quantized_layouts() whole on the device: read as saved, or quantized by `quantizer`
+  /// (on the host when it is null) from the tensors staged through `buffers`. Drains the stream when it throws.
+  template <Element T>
+  [[nodiscard]] DeviceQuantizedWeight<T> whole_matrix(const Stream& stream, const DeviceQuantizer* quantizer,
+                                                      std::size_t index, checkpoint_upload::Staging& buffers) const;
+  /// upload's check_quantization for T, naming what the checkpoint was saved as.
+  template <Element T>
+  void check_quantization_for() const;
   /// Refuses a stored lm_head.weight of a tied model unless it equals the embedding.
   void check_tied_head(const TensorInfo& head) const;
   /// Refuses a stored rotary_emb.inv_freq unless it holds the config's RoPE frequencies.
@@ -168,8 +193,9 @@ BasicDecoder<T> load_decoder(const Stream& stream, const KernelLibrary& library,
 /// the whole model), then BasicDecoder's rank constructor. Every rank calls it at the same time, each from its own
 /// thread or process, with the same directory and options: the constructor captures a graph whose collectives meet
 /// those of the other ranks. `parallel`: the rank's memory for its collectives (TensorParallelOptions), the same on
-/// every rank. \throws as DecoderCheckpoint::open, upload_shard (a model that does not split, any quantization) and
-/// the rank constructor.
+/// every rank. Quantized matrices are quantized on the GPU as load_decoder does (a DeviceQuantizer of `library`).
+/// \throws as DecoderCheckpoint::open, upload_shard (a model or a quantization that does not split) and the rank
+/// constructor.
 template <Element T = half>
 BasicDecoder<T> load_decoder_rank(const Stream& stream, const KernelLibrary& library,
                                   const std::filesystem::path& directory, const Communicator& comm,

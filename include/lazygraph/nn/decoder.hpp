@@ -478,6 +478,32 @@ using BasicDecoderLayerOp = decltype(decoder_layer(
 /// The op type of one fp16 decoder layer.
 using DecoderLayerOp = BasicDecoderLayerOp<half>;
 
+/// The LM head's logits of `rows` rows, [rows][vocab], into `logits`: rms_norm_gemv over the dense head, or
+/// rms_norm_qgemv over the quantized one (`qk` may be null when it is dense); reads x and the final gain.
+/// \throws UsageError when the head is quantized and `qk` is null, or the quantized head is not [vocab x d]
+/// (check_quantized).
+template <Element T>
+auto lm_head_logits(const BasicKernels<T>& k, std::type_identity_t<const BasicQuantizedKernels<T>*> qk,
+                    const BasicDecoderWeights<T>& w, DeviceSpan<const T> x, DeviceSpan<T> logits, int vocab, int d,
+                    float eps, int rows) {
+  const std::shared_ptr<const DeviceQuantizedWeight<T>>& quantized = w.quantized_lm_head;
+  if (quantized != nullptr && qk == nullptr) {
+    throw UsageError("the LM head is quantized, but no quantized kernels were given");
+  }
+  if (quantized != nullptr) check_quantized(*quantized, vocab, d, rows);
+  return choose(
+      quantized != nullptr,
+      optional_launch(
+          quantized != nullptr,
+          [&] {
+            const QuantizedMatrix m = quantized->matrix();
+            return qk->rms_norm_qgemv(qk->config(m, vocab, d), m, x, w.final_gain.cview(), logits, vocab, d, eps, rows);
+          },
+          quantized),
+      k.rms_norm_gemv(k.gemv_config(vocab, d, rows), w.lm_head.cview(), x, w.final_gain.cview(), logits, vocab, d, eps,
+                      rows));
+}
+
 /// One decode step of `rows` rows: reads tokens, positions and slots from s.io, writes each row's logits and next
 /// token (greedy, or drawn as `sampling` says). Each matrix runs on its dense or its quantized kernels (the LM head
 /// quantized: rms_norm_qgemv); `qk` may be null when no weight is quantized. \throws UsageError as decoder_layer, and
@@ -486,26 +512,11 @@ template <Element T>
 auto decoder_step(const BasicKernels<T>& k, std::type_identity_t<const BasicQuantizedKernels<T>*> qk,
                   const BasicDecoderWeights<T>& w, BasicDecoderState<T>& s, const DecoderConfig& c, int rows = 1,
                   const Sampling& sampling = {}) {
-  const bool quantized_head = w.quantized_lm_head != nullptr;
-  if (quantized_head && qk == nullptr) {
-    throw UsageError("decoder_step: the LM head is quantized, but no quantized kernels were given");
-  }
-  if (quantized_head) check_quantized(*w.quantized_lm_head, c.vocab, c.d, rows);
   std::vector<BasicDecoderLayerOp<T>> layers;
   layers.reserve(static_cast<std::size_t>(c.layers));
   for (int l = 0; l < c.layers; ++l) layers.push_back(decoder_layer(k, qk, w, s, l, c, rows));
   const auto count = static_cast<std::size_t>(rows);
-  auto head = choose(quantized_head,
-                     optional_launch(
-                         quantized_head,
-                         [&] {
-                           const QuantizedMatrix m = w.quantized_lm_head->matrix();
-                           return qk->rms_norm_qgemv(qk->config(m, c.vocab, c.d), m, s.x.cview(), w.final_gain.cview(),
-                                                     s.logits.view(), c.vocab, c.d, c.eps, rows);
-                         },
-                         w.quantized_lm_head),
-                     k.rms_norm_gemv(k.gemv_config(c.vocab, c.d, rows), w.lm_head.cview(), s.x.cview(),
-                                     w.final_gain.cview(), s.logits.view(), c.vocab, c.d, c.eps, rows));
+  auto head = lm_head_logits(k, qk, w, s.x.cview(), s.logits.view(), c.vocab, c.d, c.eps, rows);
   return named("embedding", k.embedding(k.step_config(grid_for(count * static_cast<std::size_t>(c.d), 256)),
                                         w.embedding.cview(), s.tokens(), s.x.view(), c.d, rows)) >>
          chain(std::move(layers)) >>

@@ -71,4 +71,11 @@ template <Element T>
 void adopt_quantized(const Stream& stream, BasicDecoderWeights<T>& weights, const DecoderConfig& config,
                      const DecoderQuantization& quantization, std::vector<DeviceQuantizedWeight<T>> matrices);
 
+/// The quantization `weights` are held in: per class (attention, MLP, LM head) the format of its quantized matrices,
+/// or none where the class is dense (the options are the defaults: how the weights were quantized is not recorded).
+/// \throws UsageError naming the layer when a class is quantized in some layers and not in others, or in two formats
+///         (weights adopt_quantized did not make).
+template <Element T>
+[[nodiscard]] DecoderQuantization quantization_of(const BasicDecoderWeights<T>& weights);
+
 }  // namespace lazygraph::nn

@@ -22,9 +22,11 @@
 ///
 /// Every rank ends with the same logits and draws the same token (the sampler depends on the logits, the seed, the
 /// position and the sequence only), so every rank takes the same turns through generate. One rank of one computes
-/// the single-GPU Decoder's bits exactly (an all-reduce and an all-gather of one rank copy). Dense weights, the graph
+/// the single-GPU Decoder's bits exactly (an all-reduce and an all-gather of one rank copy). Dense or weight-only
+/// quantized weights (a rank's quantized matrices are its shares of the whole model's: shard_quantized), the graph
 /// backend; prompts on tensor cores run prefill_layer with the same collectives (nn/prefill.hpp).
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <variant>
@@ -33,6 +35,9 @@
 #include "lazygraph/nn/decoder.hpp"
 #include "lazygraph/nn/decoder_tensors.hpp"
 #include "lazygraph/nn/peer_all_reduce.hpp"
+#include "lazygraph/nn/quantization_config.hpp"
+#include "lazygraph/nn/quantized_kernels.hpp"
+#include "lazygraph/nn/swiglu.hpp"
 #include "lazygraph/nn/tensor_parallel_options.hpp"
 #include "lazygraph/ops/collective.hpp"
 #include "lazygraph/ops/collective_log.hpp"
@@ -60,9 +65,31 @@ struct TensorShard {
 /// \throws UsageError as check_tensor_split, and for a rank outside [0, ranks).
 [[nodiscard]] TensorShard tensor_shard(const DecoderTensor& t, const DecoderConfig& config, int rank, int ranks);
 
-/// Rank `rank` of `ranks`'s weights, copied on `stream` out of the full dense weights `full` of `config` on the same
-/// device (the seeded weights, say); waits for the copies. \throws UsageError as tensor_shard, and for quantized
-/// weights.
+/// \throws UsageError unless `quantization`'s formats fit the shares of `config`'s decoder over `ranks` (1 or more):
+/// check_tensor_split; every quantized matrix of the rank's shapes valid (quantized_layouts of shard_config: an int4
+/// group must divide the rank's columns of Wo and W2); and with more than one rank, the rows each rank takes of a
+/// quantized matrix whole tiles of 16 rows (its q rows and its k and v rows, its rows of W1 and W3, of the LM head);
+/// naming the tensor or the rows.
+void check_quantized_split(const DecoderConfig& config, const DecoderQuantization& quantization, int ranks);
+
+/// Rank `rank` of `ranks`'s share of `whole`, the quantized matrix of `config`'s decoder that holds the tensors of
+/// `role` (wq: the layer's q, k and v stacked, of which the rank takes its heads' rows of each; wo and w2: its columns;
+/// w1, w3 and the LM head: its rows), cut out of the stored bytes by quantized_rows or quantized_columns: the share
+/// dequantizes to exactly the rank's part of the whole matrix's dequantized weights (int8's row scales, chosen over
+/// whole rows, are kept). Waits for the copies. \throws UsageError as tensor_shard; naming the tensor when `whole` is
+/// not of the role's shape, the role is not a quantized matrix's, or the share does not lie on whole tiles of 16 rows
+/// or, for int4, on whole groups (quantized_rows, quantized_columns).
+template <Element T>
+[[nodiscard]] DeviceQuantizedWeight<T> shard_quantized(const Stream& stream, const DeviceQuantizedWeight<T>& whole,
+                                                       DecoderTensorRole role, const DecoderConfig& config, int rank,
+                                                       int ranks);
+
+/// Rank `rank` of `ranks`'s weights, copied on `stream` out of the full weights `full` of `config` on the same device
+/// (the seeded weights, say, or those quantized by quantize_decoder_weights): dense tensors as tensor_shard says,
+/// quantized matrices by shard_quantized, in the same classes and formats (quantization_of). Waits for the copies.
+/// \throws UsageError as tensor_shard, quantization_of and shard_quantized, and as check_quantization for a format that
+/// does not fit the rank's shapes (an int4 group that does not divide the rank's columns of Wo or W2), naming the
+/// tensor.
 template <Element T>
 [[nodiscard]] BasicDecoderWeights<T> shard_decoder_weights(const Stream& stream, const BasicDecoderWeights<T>& full,
                                                            const DecoderConfig& config, int rank, int ranks);
@@ -151,38 +178,67 @@ using GemvThenAllReduceOp =
     decltype(std::declval<const BasicKernels<T>&>().gemv(LaunchConfig{}, DeviceSpan<const T>{}, DeviceSpan<const T>{},
                                                          DeviceSpan<T>{}, 0, 0, 0) >>
              std::declval<RankAllReduceOp<T>>());
+/// A qgemv (or qgemv_add) of a quantized weight, which it keeps alive, followed by RankAllReduceOp: RankProjectionOp's
+/// quantized form.
+template <Element T>
+using QgemvThenAllReduceOp = decltype(std::declval<OptionalLaunch<QuantizedMatrix, const T*, T*, int, int, int>>() >>
+                                      std::declval<RankAllReduceOp<T>>());
 }  // namespace detail
 
 /// A rank's row-parallel output projection and the all-reduce after it: x[b] += the sum over the ranks of their
-/// w a[b] (w the rank's [rows x cols] columns of Wo or W2); reads w and a, reads and writes x. Through the
-/// PeerExchange, one kernel (gemv_all_reduce) where the rank fuses its projections (BasicRankState::
-/// fused_projections) and the shape fits; else the projection (rank 0 adding x, the others overwriting it) followed by
-/// RankAllReduceOp.
+/// w a[b] (w the rank's [rows x cols] columns of Wo or W2); reads w and a, reads and writes x. Dense weights through
+/// the PeerExchange: one kernel (gemv_all_reduce) where the rank fuses its projections (BasicRankState::
+/// fused_projections) and the shape fits. Else the projection (rank 0 adding x, the others overwriting it; qgemv_add
+/// and qgemv for a quantized weight) followed by RankAllReduceOp.
 template <Element T>
 class [[nodiscard]] RankProjectionOp
-    : public detail::OneOfOp<RankProjectionOp<T>, detail::GemvAllReduceOp<T>, detail::GemvThenAllReduceOp<T>> {
+    : public detail::OneOfOp<RankProjectionOp<T>, detail::GemvAllReduceOp<T>, detail::GemvThenAllReduceOp<T>,
+                             detail::QgemvThenAllReduceOp<T>> {
  public:
-  /// The chosen form for a projection of `rows` outputs (d) and `cols` inputs for `batch` vectors, x of every row of
-  /// the state. \throws UsageError as either form.
+  /// The chosen form for a dense projection of `rows` outputs (d) and `cols` inputs for `batch` vectors, x of every
+  /// row of the state. \throws UsageError as either form.
   RankProjectionOp(const BasicKernels<T>& k, const BasicRankState<T>& r, DeviceSpan<const T> w, DeviceSpan<const T> a,
                    DeviceSpan<T> x, int rows, int cols, int batch)
-      : RankProjectionOp::OneOfOp(
-            r.peer && r.fused_projections && fits_gemv_all_reduce(rows, batch)
-                ? Form(gemv_all_reduce(k, *r.peer, w, a, x, rows, cols, batch))
-                : Form((r.comm.rank() == 0 ? k.gemv_add : k.gemv)(k.gemv_config(rows, cols, batch), w, a, x, rows, cols,
-                                                                  batch) >>
-                       RankAllReduceOp<T>(
-                           k, r, x.subspan(0, static_cast<std::size_t>(rows) * static_cast<std::size_t>(batch))))) {}
+      : RankProjectionOp::OneOfOp(r.peer && r.fused_projections && fits_gemv_all_reduce(rows, batch)
+                                      ? Form(gemv_all_reduce(k, *r.peer, w, a, x, rows, cols, batch))
+                                      : Form((r.comm.rank() == 0 ? k.gemv_add : k.gemv)(
+                                                 k.gemv_config(rows, cols, batch), w, a, x, rows, cols, batch) >>
+                                             RankAllReduceOp<T>(k, r, reduced(x, rows, batch)))) {}
+  /// The quantized form for the quantized weight `w` ([rows x cols]), which the op keeps alive, on the quantized
+  /// kernels `qk`. \throws UsageError as check_quantized (a weight of another shape, a batch outside 1..8) and as
+  /// RankAllReduceOp.
+  RankProjectionOp(const BasicKernels<T>& k, const BasicQuantizedKernels<T>& qk, const BasicRankState<T>& r,
+                   const std::shared_ptr<const DeviceQuantizedWeight<T>>& w, DeviceSpan<const T> a, DeviceSpan<T> x,
+                   int rows, int cols, int batch)
+      : RankProjectionOp::OneOfOp(Form(optional_launch(
+                                           true,
+                                           [&] {
+                                             check_quantized(*w, rows, cols, batch);
+                                             const QuantizedMatrix m = w->matrix();
+                                             return (r.comm.rank() == 0 ? qk.qgemv_add : qk.qgemv)(
+                                                 qk.config(m, rows, cols), m, a, x, rows, cols, batch);
+                                           },
+                                           w) >>
+                                       RankAllReduceOp<T>(k, r, reduced(x, rows, batch)))) {}
 
  private:
-  using Form = std::variant<detail::GemvAllReduceOp<T>, detail::GemvThenAllReduceOp<T>>;
+  using Form =
+      std::variant<detail::GemvAllReduceOp<T>, detail::GemvThenAllReduceOp<T>, detail::QgemvThenAllReduceOp<T>>;
+  /// The part of x a projection of `rows` outputs for `batch` vectors writes.
+  static DeviceSpan<T> reduced(DeviceSpan<T> x, int rows, int batch) {
+    return x.subspan(0, static_cast<std::size_t>(rows) * static_cast<std::size_t>(batch));
+  }
 };
 
 /// One step of `rows` rows on the rank of `r` (see the file comment): `c` is shard_config's (vocab: this rank's
-/// rows), `s` a state of the whole vocabulary's logits. \throws UsageError as attention_block and swiglu_block.
+/// rows), `s` a state of the whole vocabulary's logits. Each matrix runs on its dense or its quantized kernels, as
+/// decoder_step's (`qk` may be null when no weight is quantized); a quantized Wo or W2 is a qgemv (rank 0: qgemv_add)
+/// followed by the all-reduce. \throws UsageError as attention_heads, swiglu_gate_up, RankProjectionOp and
+/// lm_head_logits.
 template <Element T>
-auto decoder_rank_step(const BasicKernels<T>& k, const BasicDecoderWeights<T>& w, BasicDecoderState<T>& s,
-                       BasicRankState<T>& r, const DecoderConfig& c, int rows, const Sampling& sampling) {
+auto decoder_rank_step(const BasicKernels<T>& k, std::type_identity_t<const BasicQuantizedKernels<T>*> qk,
+                       const BasicDecoderWeights<T>& w, BasicDecoderState<T>& s, BasicRankState<T>& r,
+                       const DecoderConfig& c, int rows, const Sampling& sampling) {
   const int n = r.comm.size();
   const int rank = r.comm.rank();
   const int d = c.d;
@@ -201,14 +257,22 @@ auto decoder_rank_step(const BasicKernels<T>& k, const BasicDecoderWeights<T>& w
     const std::string name = "layer " + std::to_string(l);
     const BasicAttentionWeights<T>& attention = w.attention[at];
     const BasicSwigluWeights<T>& mlp = w.mlp[at];
+    // Dense, or quantized (on the quantized kernels, which a rank with quantized weights has).
+    const auto project = [&](const DeviceBuffer<T>& dense, const std::shared_ptr<const DeviceQuantizedWeight<T>>& q,
+                             DeviceSpan<const T> a, int cols) {
+      if (q != nullptr && qk == nullptr) {
+        throw UsageError("decoder_rank_step: tensor " + q->layout().name() +
+                         " is quantized, but no quantized kernels were given");
+      }
+      return q != nullptr ? RankProjectionOp<T>(k, *qk, r, q, a, s.x.view(), d, cols, rows)
+                          : RankProjectionOp<T>(k, r, dense.cview(), a, s.x.view(), d, cols, rows);
+    };
     return named(name + " attention",
-                 attention_heads(k, nullptr, attention, s, s.k_cache.view().subspan(at * cache_size, cache_size),
+                 attention_heads(k, qk, attention, s, s.k_cache.view().subspan(at * cache_size, cache_size),
                                  s.v_cache.view().subspan(at * cache_size, cache_size), c, rows) >>
-                     RankProjectionOp<T>(k, r, attention.wo.cview(), s.attn.cview(), s.x.view(), d, c.q_dim(), rows)) >>
-           named(name + " mlp",
-                 k.rms_norm_gemv_swiglu(k.gemv_config(c.ffn, d, rows), mlp.w1.cview(), mlp.w3.cview(), s.x.cview(),
-                                        mlp.gain.cview(), s.act.view(), c.ffn, d, c.eps, rows) >>
-                     RankProjectionOp<T>(k, r, mlp.w2.cview(), s.act.cview(), s.x.view(), d, c.ffn, rows));
+                     project(attention.wo, attention.quantized_wo, s.attn.cview(), c.q_dim())) >>
+           named(name + " mlp", swiglu_gate_up(k, qk, mlp, s.x.cview(), s.act.view(), d, c.ffn, c.eps, rows) >>
+                                    project(mlp.w2, mlp.quantized_w2, s.act.cview(), c.ffn));
   };
   std::vector<decltype(layer(0))> layers;
   layers.reserve(static_cast<std::size_t>(c.layers));
@@ -227,8 +291,7 @@ auto decoder_rank_step(const BasicKernels<T>& k, const BasicDecoderWeights<T>& w
   auto gather = choose(rows == 1, all_gather<T>(r.comm, mine, s.logits.view().subspan(0, all)),
                        all_gather<T>(r.comm, mine, r.gathered.view().subspan(0, all)) >> chain(std::move(spread)));
   return named("embedding", std::move(embedding)) >> chain(std::move(layers)) >>
-         named("lm head", k.rms_norm_gemv(k.gemv_config(part, d, rows), w.lm_head.cview(), s.x.cview(),
-                                          w.final_gain.cview(), r.logits_part.view(), part, d, c.eps, rows) >>
+         named("lm head", lm_head_logits(k, qk, w, s.x.cview(), r.logits_part.view(), part, d, c.eps, rows) >>
                               std::move(gather) >>
                               k.sample(k.step_config({{static_cast<unsigned>(rows), 1, 1}, {1024, 1, 1}, 0}),
                                        s.logits.cview(), s.next.view(), s.positions(), s.slots(), vocab, sampling.top_k,

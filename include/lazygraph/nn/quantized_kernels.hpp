@@ -56,6 +56,14 @@ class DeviceQuantizedWeight {
   [[nodiscard]] QuantizedMatrix matrix() const;
   /// Device bytes a kernel reads: values, scales and zero points.
   [[nodiscard]] std::size_t bytes() const noexcept { return layout_.bytes(); }
+  /// The packed values on the device, in the layout's order.
+  [[nodiscard]] DeviceSpan<const std::uint8_t> values() const noexcept { return values_.cview(); }
+  /// The scales' bits on the device, in the layout's order.
+  [[nodiscard]] DeviceSpan<const std::uint16_t> scales() const noexcept { return scales_.cview(); }
+  /// The zero points on the device, or an empty span when symmetric.
+  [[nodiscard]] DeviceSpan<const std::uint8_t> zeros() const noexcept {
+    return zeros_ ? zeros_->cview() : DeviceSpan<const std::uint8_t>{};
+  }
 
  private:
   QuantizedLayout layout_;

@@ -61,23 +61,20 @@ auto swiglu_block(const BasicKernels<T>& k, const BasicSwigluWeights<T>& w, Devi
          k.gemv_add(k.gemv_config(d, ffn, batch), w.w2.cview(), act.as_const(), x, d, ffn, batch);
 }
 
-/// The block of the overload above on dense or quantized weights, each projection by its own kind: W1 and W3 by
-/// rms_norm_qgemv_swiglu where they are quantized, rms_norm_gemv_swiglu where not; W2 by qgemv_add or gemv_add.
-/// Both kinds are in the op's type (choose()), only the weights' runs. `qk` may be null when no projection is
-/// quantized. \throws UsageError when a projection is quantized and `qk` is null, when only one of W1 and W3 is
-/// quantized or they differ in format, or when a quantized matrix's shape is not [ffn x d] (W1, W3) or [d x ffn] (W2)
-/// or batch is outside 1..8 (check_quantized). `residual` false: W2's product overwrites x instead of adding to it (a
-/// tensor-parallel rank other than 0, whose partial sum an all-reduce adds to rank 0's); a dense W2 only.
+/// The block's first half on dense or quantized W1 and W3: act = silu(W1 h) * (W3 h), h = rmsnorm(x[b]) * gain, by
+/// rms_norm_qgemv_swiglu where they are quantized, rms_norm_gemv_swiglu where not (both in the op's type: choose()).
+/// `qk` may be null when they are dense. \throws UsageError when they are quantized and `qk` is null, when only one
+/// of them is quantized or they differ in format, or when a quantized one is not [ffn x d] or batch is outside 1..8
+/// (check_quantized).
 template <Element T>
-auto swiglu_block(const BasicKernels<T>& k, std::type_identity_t<const BasicQuantizedKernels<T>*> qk,
-                  const BasicSwigluWeights<T>& w, DeviceSpan<T> x, DeviceSpan<T> act, int d, int ffn, float eps,
-                  int batch = 1, bool residual = true) {
+auto swiglu_gate_up(const BasicKernels<T>& k, std::type_identity_t<const BasicQuantizedKernels<T>*> qk,
+                    const BasicSwigluWeights<T>& w, DeviceSpan<const T> x, DeviceSpan<T> act, int d, int ffn, float eps,
+                    int batch = 1) {
   const bool gate_up = w.quantized_w1 != nullptr;
-  const bool down = w.quantized_w2 != nullptr;
   if (gate_up != (w.quantized_w3 != nullptr)) {
     throw UsageError("swiglu_block: W1 and W3 must both be quantized or both dense (one kernel reads the two)");
   }
-  if ((gate_up || down) && qk == nullptr) {
+  if (gate_up && qk == nullptr) {
     throw UsageError("swiglu_block: the weights are quantized, but no quantized kernels were given");
   }
   if (gate_up) {
@@ -88,24 +85,41 @@ auto swiglu_block(const BasicKernels<T>& k, std::type_identity_t<const BasicQuan
                        format_name(w.quantized_w3->layout().format()) + ") must have one format");
     }
   }
+  // What the graphs keep alive of a quantized W1 and W3 (one launch reads both).
+  using Pair =
+      std::pair<std::shared_ptr<const DeviceQuantizedWeight<T>>, std::shared_ptr<const DeviceQuantizedWeight<T>>>;
+  return choose(gate_up,
+                optional_launch(
+                    gate_up,
+                    [&] {
+                      const QuantizedMatrix w1 = w.quantized_w1->matrix();
+                      return qk->rms_norm_qgemv_swiglu(qk->config(w1, ffn, d), w1, w.quantized_w3->matrix(), x,
+                                                       w.gain.cview(), act, ffn, d, eps, batch);
+                    },
+                    gate_up ? std::make_shared<const Pair>(w.quantized_w1, w.quantized_w3) : nullptr),
+                k.rms_norm_gemv_swiglu(k.gemv_config(ffn, d, batch), w.w1.cview(), w.w3.cview(), x, w.gain.cview(), act,
+                                       ffn, d, eps, batch));
+}
+
+/// The block of the overload above on dense or quantized weights, each projection by its own kind: W1 and W3 as
+/// swiglu_gate_up; W2 by qgemv_add or gemv_add. Both kinds are in the op's type (choose()), only the weights' runs.
+/// `qk` may be null when no projection is quantized. \throws UsageError as swiglu_gate_up; when W2 is quantized and
+/// `qk` is null, or it is not [d x ffn] or batch is outside 1..8 (check_quantized). `residual` false: W2's product
+/// overwrites x instead of adding to it (a tensor-parallel rank other than 0, whose partial sum an all-reduce adds to
+/// rank 0's); a dense W2 only.
+template <Element T>
+auto swiglu_block(const BasicKernels<T>& k, std::type_identity_t<const BasicQuantizedKernels<T>*> qk,
+                  const BasicSwigluWeights<T>& w, DeviceSpan<T> x, DeviceSpan<T> act, int d, int ffn, float eps,
+                  int batch = 1, bool residual = true) {
+  auto up = swiglu_gate_up(k, qk, w, x.as_const(), act, d, ffn, eps, batch);
+  const bool down = w.quantized_w2 != nullptr;
+  if (down && qk == nullptr) {
+    throw UsageError("swiglu_block: the weights are quantized, but no quantized kernels were given");
+  }
   if (down) check_quantized(*w.quantized_w2, d, ffn, batch);
   if (down && !residual) {
     throw UsageError("swiglu_block: a quantized W2 always adds to x (qgemv_add); residual false needs a dense one");
   }
-  // What the graphs keep alive of a quantized W1 and W3 (one launch reads both).
-  using Pair =
-      std::pair<std::shared_ptr<const DeviceQuantizedWeight<T>>, std::shared_ptr<const DeviceQuantizedWeight<T>>>;
-  auto up = choose(gate_up,
-                   optional_launch(
-                       gate_up,
-                       [&] {
-                         const QuantizedMatrix w1 = w.quantized_w1->matrix();
-                         return qk->rms_norm_qgemv_swiglu(qk->config(w1, ffn, d), w1, w.quantized_w3->matrix(),
-                                                          x.as_const(), w.gain.cview(), act, ffn, d, eps, batch);
-                       },
-                       gate_up ? std::make_shared<const Pair>(w.quantized_w1, w.quantized_w3) : nullptr),
-                   k.rms_norm_gemv_swiglu(k.gemv_config(ffn, d, batch), w.w1.cview(), w.w3.cview(), x.as_const(),
-                                          w.gain.cview(), act, ffn, d, eps, batch));
   auto add = choose(
       down,
       optional_launch(
