@@ -51,6 +51,23 @@ template <class T>
 double differ(const std::vector<T>& a, const std::vector<T>& b) {
   return lg::nn::relative_error(lg::nn::widen(a), lg::nn::widen(b));
 }
+/// Steps `tokens` (positions 0, 1, ...) through both decoders, then a batch of three sequences: the logits within fp16
+/// rounding of each other every time. The tensor-parallel decoder's greedy tokens.
+std::vector<int> check_steps_and_batch(lg::nn::TensorParallelDecoder& tp, lg::nn::Decoder& one,
+                                       const std::vector<int>& tokens) {
+  std::vector<int> greedy;
+  for (int position = 0; position < static_cast<int>(tokens.size()); ++position) {
+    CAPTURE(position);
+    greedy.push_back(tp.forward({tokens[static_cast<std::size_t>(position)], position}));
+    (void)one.forward({tokens[static_cast<std::size_t>(position)], position});
+    CHECK(differ(tp.logits(), one.logits()) < 1e-2);
+  }
+  const std::vector<lg::nn::TokenAt> rows{{3, 0}, {40, 1}, {500, 2}};
+  (void)tp.forward_batch(rows);
+  (void)one.forward_batch(rows);
+  for (int r = 0; r < 3; ++r) CHECK(differ(tp.logits(r), one.logits(r)) < 1e-2);
+  return greedy;
+}
 }  // namespace
 
 TEST_CASE("rank threads run a call on every rank at once, one call at a time, and rethrow the lowest rank's error") {
@@ -143,20 +160,9 @@ TEST_SUITE("gpu") {
       std::string why;
       CHECK(tp.peer_all_reduce() == (v.peer && lg::PeerExchange::supported(gpus.comms, &why)));
       lg::nn::Decoder one(lgtest::stream(), lgtest::nn_kernels(), c);
-      // Steps: the same inputs for both, the logits within fp16 rounding of the partial sums.
+      // Steps and a batch: the same inputs for both, the logits within fp16 rounding of the partial sums.
       const std::vector<int> tokens{5, 77, 300, 12, 9, 401, 33, 250};
-      std::vector<int> greedy;
-      for (int position = 0; position < static_cast<int>(tokens.size()); ++position) {
-        CAPTURE(position);
-        greedy.push_back(tp.forward({tokens[static_cast<std::size_t>(position)], position}));
-        (void)one.forward({tokens[static_cast<std::size_t>(position)], position});
-        CHECK(differ(tp.logits(), one.logits()) < 1e-2);
-      }
-      // A batch of three sequences.
-      const std::vector<lg::nn::TokenAt> rows{{3, 0}, {40, 1}, {500, 2}};
-      (void)tp.forward_batch(rows);
-      (void)one.forward_batch(rows);
-      for (int r = 0; r < 3; ++r) CHECK(differ(tp.logits(r), one.logits(r)) < 1e-2);
+      const std::vector<int> greedy = check_steps_and_batch(tp, one, tokens);
       // A prompt through the step graphs equals the same tokens stepped one at a time, bit for bit with two ranks
       // (their sums are one addition, in either order the same) and through peer memory (which adds in rank order);
       // NCCL may add more ranks in another order.
@@ -239,16 +245,7 @@ TEST_SUITE("gpu") {
                                        lg::nn::TensorParallelOptions{.peer_all_reduce = peer});
       lg::nn::Decoder one(lgtest::stream(), lgtest::nn_kernels(), c, quantized(lgtest::stream(), lgtest::nn_kernels()));
       const std::vector<int> tokens{5, 77, 300, 12, 9, 401, 33, 250};
-      for (int position = 0; position < static_cast<int>(tokens.size()); ++position) {
-        CAPTURE(position);
-        (void)tp.forward({tokens[static_cast<std::size_t>(position)], position});
-        (void)one.forward({tokens[static_cast<std::size_t>(position)], position});
-        CHECK(differ(tp.logits(), one.logits()) < 1e-2);
-      }
-      const std::vector<lg::nn::TokenAt> rows{{3, 0}, {40, 1}, {500, 2}};
-      (void)tp.forward_batch(rows);
-      (void)one.forward_batch(rows);
-      for (int r = 0; r < 3; ++r) CHECK(differ(tp.logits(r), one.logits(r)) < 1e-2);
+      (void)check_steps_and_batch(tp, one, tokens);
       // A prompt, then generate: its tokens are forward's, step by step.
       tp.reset();
       one.reset();

@@ -25,8 +25,10 @@
 
 namespace lazygraph::nn {
 
+/// What DecoderCheckpoint's uploads use inside (src/nn/checkpoint.cpp); nothing here is for users.
 namespace checkpoint_upload {
-class Staging;  // src/nn/checkpoint.cpp: the pinned buffers an upload goes through
+/// The pinned buffers an upload goes through.
+class Staging;
 }  // namespace checkpoint_upload
 
 /// How a checkpoint becomes a decoder.

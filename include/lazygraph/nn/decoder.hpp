@@ -581,9 +581,10 @@ class BasicDecoder {
   /// generate and sampling then run as on one GPU, with every rank returning the same tokens; prompts on tensor cores
   /// where the config and GPU allow (prefill_layer's collectives between the blocks). The first graph of each kind is
   /// captured at the first call that needs it, on every rank at once (the constructor captures the one-row step).
-  /// \throws UsageError for a config that does not split (check_tensor_split), the persistent backend, quantized
-  /// weights, a weight whose size is not its share's (naming its checkpoint tensor name), a stream of another device
-  /// than comm's; NcclError.
+  /// Quantized weights are the rank's shares of matrices quantized whole (shard_quantized) and run on the quantized
+  /// kernels. \throws UsageError for a config that does not split (check_tensor_split), the persistent backend, a
+  /// weight whose size is not its share's (naming its checkpoint tensor name), a stream of another device than comm's;
+  /// NcclError.
   /// `options`: the residual stream and the logits in NCCL symmetric memory or not (TensorParallelOptions); every rank
   /// must give the same. `peer`: for ranks of one process, this rank's share of a PeerExchange over every rank's GPU
   /// (PeerExchange::create_all): the step's all-reduces of the residual stream then go through it (peer_all_reduce)
