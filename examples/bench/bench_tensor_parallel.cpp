@@ -10,8 +10,8 @@
 // decoders four times: NCCL in plain memory (the first decoder only), NCCL in symmetric memory (the logits too), the
 // all-reduces through peer memory (TensorParallelOptions::peer_all_reduce) in kernels of their own, and the default,
 // the peer all-reduces after the projections inside the projections' kernels (fused_peer_all_reduce); the logits in
-// symmetric memory. The Llama-3.2-1B shape also with int8 and int4 weights (its quantized projections, then the peer
-// all-reduce in a kernel of its own). With one GPU only the TP = 1 rows run.
+// symmetric memory. The Llama-3.2-1B shape also with int8 and int4 weights (the peer all-reduce after the quantized
+// projections, or inside them). With one GPU only the TP = 1 rows run.
 #include <lazygraph/lazygraph.hpp>
 #include <lazygraph/nn.hpp>
 
@@ -120,8 +120,9 @@ void row(const std::string& model, int n, double seconds, double bytes_per_rank,
 
 /// The decoder `dec` with weight-only quantized weights (int8; int4 in groups of 128 with an int8 LM head, as issue
 /// 36 times on one GPU) over each rank count of `sizes`: each rank's share of the seeded weights quantized whole on
-/// its GPU (shard_decoder_weights), the all-reduces through peer memory in kernels of their own (the projections'
-/// kernels are the quantized ones), the logits in symmetric memory. Bytes read: the weights less the embedding table.
+/// its GPU (shard_decoder_weights), the all-reduces through peer memory in kernels of their own and inside the
+/// quantized projections' kernels (qgemv_all_reduce), the logits in symmetric memory. Bytes read: the weights less the
+/// embedding table.
 void quantized_rows(const std::string& name, const lg::nn::DecoderConfig& dec, const std::vector<int>& sizes,
                     double ceiling) {
   const lg::nn::QuantizedFormat int8{.kind = lg::nn::WeightFormat::int8_channel};
@@ -136,24 +137,31 @@ void quantized_rows(const std::string& name, const lg::nn::DecoderConfig& dec, c
         static_cast<double>(lg::nn::decoder_device_bytes(dec, v.q)) - 2.0 * dec.vocab * static_cast<double>(dec.d);
     double tp1 = 0;
     for (const int n : sizes) {
-      Ranks r = make_ranks(n);
-      std::vector<lg::nn::DecoderWeights> shares;
-      for (int i = 0; i < n; ++i) {
-        const lg::Stream s(r.devices[static_cast<std::size_t>(i)]);
-        const lg::KernelLibrary& library = *r.libraries[static_cast<std::size_t>(i)];
-        const lg::nn::DeviceQuantizer quantizer(library);
-        shares.push_back(lg::nn::shard_decoder_weights(
-            s,
-            lg::nn::quantize_decoder_weights(
-                s, quantizer, lg::nn::DecoderWeights::generate(s, lg::nn::Kernels(library), dec), dec, v.q),
-            dec, i, n));
+      for (const bool fused : {false, true}) {
+        if (n == 1 && !fused) continue;  // one rank: no peers
+        Ranks r = make_ranks(n);
+        std::vector<lg::nn::DecoderWeights> shares;
+        for (int i = 0; i < n; ++i) {
+          const lg::Stream s(r.devices[static_cast<std::size_t>(i)]);
+          const lg::KernelLibrary& library = *r.libraries[static_cast<std::size_t>(i)];
+          const lg::nn::DeviceQuantizer quantizer(library);
+          shares.push_back(lg::nn::shard_decoder_weights(
+              s,
+              lg::nn::quantize_decoder_weights(
+                  s, quantizer, lg::nn::DecoderWeights::generate(s, lg::nn::Kernels(library), dec), dec, v.q),
+              dec, i, n));
+        }
+        lg::nn::TensorParallelDecoder model(
+            r.comms, r.libraries, dec, std::move(shares),
+            lg::nn::TensorParallelOptions{.symmetric_memory = true, .fused_peer_all_reduce = fused});
+        for (int p = 0; p < 256; ++p) (void)model.forward({(p * 37) % dec.vocab, p});
+        const double t = decoder_seconds(model);
+        const std::string how = n == 1  ? ""
+                                : fused ? ", peer all-reduce in the projections"
+                                        : ", peer all-reduce kernel";
+        row(name + ", " + v.label + how, n, t, bytes / n, ceiling, n == 1 ? 0 : tp1, 0);
+        if (n == 1) tp1 = t;
       }
-      lg::nn::TensorParallelDecoder model(r.comms, r.libraries, dec, std::move(shares),
-                                          lg::nn::TensorParallelOptions{.symmetric_memory = true});
-      for (int p = 0; p < 256; ++p) (void)model.forward({(p * 37) % dec.vocab, p});
-      const double t = decoder_seconds(model);
-      row(name + ", " + v.label, n, t, bytes / n, ceiling, n == 1 ? 0 : tp1, 0);
-      if (n == 1) tp1 = t;
     }
   }
 }

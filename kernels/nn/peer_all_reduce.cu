@@ -32,9 +32,14 @@
 // per rank (counters[kMaxBlocks]), advanced by the last part to finish, and its parity picks the set, for the reason
 // given above. Every rank must make the same calls (rows and batch alike). Launch: gemv's (Kernels::gemv_config),
 // early launch allowed.
+//
+// qgemv_all_reduce(W, a, x, sum_table, counters, rank, ranks, rows, cols, batch): the same over a quantized W_r
+// (qgemv.cu's qgemv, one kernel per element type and format: qgemv_all_reduce_int8, _bf16_int4z, ...), the rank's
+// share of a matrix quantized whole. Launch: qgemv's (BasicQuantizedKernels::config).
 #include "lazygraph/element.cuh"
 #include "lazygraph/kernel_common.cuh"
 #include "lazygraph/nn/gemv_core.cuh"
+#include "lazygraph/nn/qgemv_core.cuh"
 
 namespace {
 
@@ -122,26 +127,23 @@ __device__ __forceinline__ unsigned next_sum_epoch(const unsigned* counters) {
   return e == 0 ? 2 : e;
 }
 
-template <int B, class T>
-__device__ __forceinline__ void gemv_all_reduce_body(const T* W, const T* a, T* x, const unsigned long long* sum_table,
-                                                     unsigned* counters, int rank, int ranks, int rows, int cols,
-                                                     int batch) {
+/// The all-reduce of gemv_all_reduce and qgemv_all_reduce around the rank's product: `project(finish)` computes the
+/// rank's rows x batch outputs, calling finish(row, b, v) with each one's fp32 value v[0] as soon as it is done (after
+/// its wait for the work before); each goes into every rank's sum slots, and the rank's last blocks add them into x.
+template <class T, class Project>
+__device__ __forceinline__ void project_all_reduce(T* x, const unsigned long long* sum_table, unsigned* counters,
+                                                   int rank, int ranks, int rows, int batch, Project project) {
   const int outputs = rows * batch;
-  if (!shapes_supported(cols, batch, W, a, a) || batch > max_batch(B) || rows < 1 || outputs > kSumCapacity ||
-      ranks < 1 || ranks > 8 || rank < 0 || rank >= ranks) {
-    __trap();
-  }
+  if (rows < 1 || outputs > kSumCapacity || ranks < 1 || ranks > 8 || rank < 0 || rank >= ranks) __trap();
   const auto sender_slots = [&](unsigned epoch, int sender) {
     return (static_cast<unsigned long long>(epoch & 1U) * ranks + sender) * kSumCapacity;
   };
-  unsigned epoch = 0;  // read by each finishing thread after its wait (rows_of finishes after it)
-  const Matrices<1, T> w{{W}, cols};
-  rows_of<B>(w, PlainX<T>{a, cols}, rows, cols, batch, 0.0f, [&](int row, int b, const float* v) {
+  unsigned epoch = 0;  // read by each finishing thread after its wait (the product finishes after it)
+  project([&](int row, int b, const float* v) {
     if (epoch == 0) epoch = next_sum_epoch(counters);
     const unsigned long long at = (sender_slots(epoch, rank) + static_cast<unsigned long long>(b) * rows + row) * 8;
     for (int q = 0; q < ranks; ++q) store_tagged(sum_table[q] + at, __float_as_uint(v[0]), epoch);
   });
-
   __shared__ unsigned call_epoch;
   __shared__ int part;         // which part of x this block adds up, or -1
   lg::wait_for_prior_grids();  // a thread of a group without rows has not waited yet
@@ -200,14 +202,40 @@ __device__ __forceinline__ void gemv_all_reduce_body(const T* W, const T* a, T* 
   }
 }
 
+template <int B, class T>
+__device__ __forceinline__ void gemv_all_reduce_body(const T* W, const T* a, T* x, const unsigned long long* sum_table,
+                                                     unsigned* counters, int rank, int ranks, int rows, int cols,
+                                                     int batch) {
+  if (!shapes_supported(cols, batch, W, a, a) || batch > max_batch(B)) __trap();
+  const Matrices<1, T> w{{W}, cols};
+  project_all_reduce(x, sum_table, counters, rank, ranks, rows, batch, [&](auto finish) {
+    rows_of<B>(w, PlainX<T>{a, cols}, rows, cols, batch, 0.0f, finish);
+  });
+}
+
+template <int F, class T>
+__device__ __forceinline__ void qgemv_all_reduce_body(QuantizedMatrix W, const T* a, T* x,
+                                                      const unsigned long long* sum_table, unsigned* counters, int rank,
+                                                      int ranks, int rows, int cols, int batch) {
+  if (!quantized_supported<F>(W, cols) || batch < 1 || batch > 8 || !lg::is_aligned16(a)) __trap();
+  const QuantizedTiles<1, T> w{{W}, quantized_tile_bytes<F>(cols), cols / W.group};
+  prefetch_quantized<4>(w, rows);
+  project_all_reduce(x, sum_table, counters, rank, ranks, rows, batch, [&](auto finish) {
+    qgemv_tiles<F>(w, PlainX<T>{a, cols}, rows, cols, batch, 0.0f, finish);
+  });
+}
+
 }  // namespace
 
 /* lazygraph:variants
 axis T = lg::half_t | lg::bf16_t _bf16
 axis B = 1 (256, 3) | 2 _b2 (256, 3) | 4 _b4 (256, 2) | 8 _b8 (256, 2) | kTensorCores _mma (256, 2)
+axis F = kInt8 _int8 | kInt4 _int4 | kInt4Zero _int4z
 
 gemv_all_reduce[T][B] = gemv_all_reduce_body<B>(const T* W, const T* a, T* x, const unsigned long long* sum_table,
     unsigned* counters, int rank, int ranks, int rows, int cols, int batch)
+qgemv_all_reduce[T][F] __launch_bounds__(1024, 1) = qgemv_all_reduce_body<F>(QuantizedMatrix W, const T* a, T* x,
+    const unsigned long long* sum_table, unsigned* counters, int rank, int ranks, int rows, int cols, int batch)
 */
 
 extern "C" __global__ void peer_all_reduce(lg::half_t* x, int words, const unsigned long long* slot_table,

@@ -4,7 +4,8 @@
 // record different sizes are refused before anything runs, as over NCCL. gemv_all_reduce: with one rank, gemv_add's
 // bits in every variant (one GPU); over the ranks, x plus every rank's projection within rounding of a float64
 // reference and the same bits on every rank, eagerly and in graphs of several calls replayed with new data; its
-// refusals of shapes it does not take.
+// refusals of shapes it does not take. qgemv_all_reduce, its quantized form: with one rank qgemv_add's bits in every
+// format; over the ranks within rounding of float64 of the dequantized weights, the same bits on every rank.
 #include <doctest/doctest.h>
 
 #include <lazygraph/lazygraph.hpp>
@@ -12,6 +13,7 @@
 #include <lazygraph/nn/peer_all_reduce.hpp>
 
 #include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -138,8 +140,14 @@ struct Projection {
 
 /// What x must hold after gemv_all_reduce, in float64: x + sum over the ranks of W_r a_r, per vector, each call's
 /// result rounded to T before the next (`calls` calls in a row with the same weights and inputs).
+inline double value_of(float v) { return v; }
 template <class T>
-std::vector<double> projected(const Projection& s, const std::vector<T>& x, const std::vector<std::vector<T>>& w,
+double value_of(T v) {
+  return v.to_float();
+}
+
+template <class T, class W>
+std::vector<double> projected(const Projection& s, const std::vector<T>& x, const std::vector<std::vector<W>>& w,
                               const std::vector<std::vector<T>>& a, int calls) {
   std::vector<double> out(x.size());
   std::vector<T> now = x;
@@ -150,12 +158,10 @@ std::vector<double> projected(const Projection& s, const std::vector<T>& x, cons
         double sum = now[i].to_float();
         for (std::size_t r = 0; r < w.size(); ++r) {
           for (int c = 0; c < s.cols; ++c) {
-            sum +=
-                static_cast<double>(
-                    w[r][static_cast<std::size_t>(row) * static_cast<std::size_t>(s.cols) + static_cast<std::size_t>(c)]
-                        .to_float()) *
-                a[r][static_cast<std::size_t>(b) * static_cast<std::size_t>(s.cols) + static_cast<std::size_t>(c)]
-                    .to_float();
+            sum += value_of(w[r][static_cast<std::size_t>(row) * static_cast<std::size_t>(s.cols) +
+                                 static_cast<std::size_t>(c)]) *
+                   a[r][static_cast<std::size_t>(b) * static_cast<std::size_t>(s.cols) + static_cast<std::size_t>(c)]
+                       .to_float();
           }
         }
         out[i] = sum;
@@ -275,9 +281,131 @@ void one_rank_adds_as_gemv_add(bool tensor_cores) {
   }
 }
 
+/// The quantized formats the kernels take, with T's scales.
+template <class T>
+std::vector<lg::nn::QuantizedFormat> formats() {
+  const lg::nn::ScaleType st = lg::nn::scale_type_of<T>;
+  return {{lg::nn::WeightFormat::int8_channel, 0, false, st},
+          {lg::nn::WeightFormat::int4_group, 32, false, st},
+          {lg::nn::WeightFormat::int4_group, 128, true, st}};
+}
+
+/// A rows x cols matrix of small random values, quantized in `f`.
+lg::nn::QuantizedWeight quantized_matrix(const lg::nn::QuantizedFormat& f, int rows, int cols) {
+  const std::vector<float> w = lgtest::random_floats(static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols));
+  std::vector<float> small;
+  for (const float v : w) small.push_back(0.25F * v);
+  return lg::nn::quantize(f, "w", rows, cols, small);
+}
+
+/// qgemv_all_reduce launched by hand for a rank of one against qgemv_add, bit for bit, each call of every format.
+template <class T>
+void one_rank_adds_as_qgemv_add() {
+  const lg::Stream& stream = lgtest::stream();
+  const lg::Device& dev = stream.device();
+  const lg::nn::BasicQuantizedKernels<T> qk(lgtest::nn_kernels());
+  lg::DeviceBuffer<unsigned> sums(dev, 4 * static_cast<std::size_t>(lg::PeerExchange::sum_capacity));
+  lg::DeviceBuffer<unsigned> counters(dev, lg::PeerExchange::counter_words);
+  lg::fill(sums.view(), 0U).sync_on(stream);
+  lg::fill(counters.view(), 0U).sync_on(stream);
+  const std::vector<unsigned long long> address{sums.view().address()};
+  const lg::DeviceBuffer<unsigned long long> table = lgtest::to_device(stream, address);
+  for (const lg::nn::QuantizedFormat& f : formats<T>()) {
+    CAPTURE(lg::nn::format_name(f));
+    for (const Projection s : {Projection{200, 512, 1}, Projection{2048, 1024, 3}, Projection{4096, 256, 8}}) {
+      CAPTURE(s.rows);
+      CAPTURE(s.batch);
+      const lg::nn::DeviceQuantizedWeight<T> w(stream, quantized_matrix(f, s.rows, s.cols));
+      const lg::nn::QuantizedMatrix m = w.matrix();
+      const lg::DeviceBuffer<T> a = lgtest::to_device(
+          stream, small_values<T>(static_cast<std::size_t>(s.batch) * static_cast<std::size_t>(s.cols)));
+      const std::vector<T> x = random_values<T>(static_cast<std::size_t>(s.rows) * static_cast<std::size_t>(s.batch));
+      lg::DeviceBuffer<T> fused = lgtest::to_device(stream, x);
+      lg::DeviceBuffer<T> plain = lgtest::to_device(stream, x);
+      const lg::LaunchConfig config = qk.config(m, s.rows, s.cols);
+      for (int call = 0; call < 3; ++call) {
+        CAPTURE(call);
+        qk.qgemv_all_reduce(config, m, a.cview(), fused.view(), table.cview(), counters.view(), 0, 1, s.rows, s.cols,
+                            s.batch)
+            .sync_on(stream);
+        qk.qgemv_add(config, m, a.cview(), plain.view(), s.rows, s.cols, s.batch).sync_on(stream);
+        CHECK(differing(lgtest::to_host(stream, fused.cview()), lgtest::to_host(stream, plain.cview())) == 0);
+      }
+    }
+  }
+}
+
+/// Over the ranks: x plus every rank's quantized projection, within rounding of float64 of the dequantized weights,
+/// the same bits on every rank, eagerly (two calls) and in a graph of three calls replayed with new x.
+template <class T>
+void quantized_projects_over_the_ranks(PeerRanks& p) {
+  const std::size_t ranks = p.comms.size();
+  std::vector<lg::nn::BasicQuantizedKernels<T>> kernels;
+  for (const lg::KernelLibrary& l : p.libraries) kernels.emplace_back(l);
+  const double bound = std::same_as<T, half> ? 4e-3 : 3e-2;
+  for (const lg::nn::QuantizedFormat& f : formats<T>()) {
+    CAPTURE(lg::nn::format_name(f));
+    const Projection s{2048, 512, 3};
+    const auto out_size = static_cast<std::size_t>(s.rows) * static_cast<std::size_t>(s.batch);
+    std::vector<std::vector<float>> w(ranks);
+    std::vector<std::vector<T>> a(ranks);
+    std::vector<std::shared_ptr<const lg::nn::DeviceQuantizedWeight<T>>> dw;
+    std::vector<lg::DeviceBuffer<T>> da;
+    std::vector<lg::DeviceBuffer<T>> dx;
+    for (std::size_t r = 0; r < ranks; ++r) {
+      const lg::nn::QuantizedWeight q = quantized_matrix(f, s.rows, s.cols);
+      w[r] = q.dequantize();
+      a[r] = small_values<T>(static_cast<std::size_t>(s.batch) * static_cast<std::size_t>(s.cols));
+      dw.push_back(std::make_shared<const lg::nn::DeviceQuantizedWeight<T>>(p.streams[r], q));
+      da.push_back(lgtest::to_device(p.streams[r], a[r]));
+      dx.emplace_back(p.comms[r].device(), out_size);
+    }
+    const auto project = [&](std::size_t r) {
+      return lg::nn::qgemv_all_reduce(kernels[r], p.exchanges[r], dw[r], da[r].cview(), dx[r].view(), s.rows, s.cols,
+                                      s.batch);
+    };
+    std::vector<T> x = random_values<T>(out_size);
+    std::vector<std::vector<T>> got(ranks);
+    lgtest::on_rank_threads(ranks, [&](std::size_t r) {
+      lg::copy(dx[r].view(), std::span<const T>(x)).sync_on(p.streams[r]);
+      project(r).sync_on(p.streams[r]);
+      project(r).sync_on(p.streams[r]);
+      got[r] = lgtest::to_host(p.streams[r], dx[r].cview());
+    });
+    CHECK(relative_error(got[0], projected(s, x, w, a, 2)) < bound);
+    for (std::size_t r = 1; r < ranks; ++r) CHECK(differing(got[r], got[0]) == 0);
+    lg::MultiDeviceGraph graph = lg::MultiDeviceGraph::capture(p.comms, [&](int rank, lg::Scope& sc) {
+      const auto r = static_cast<std::size_t>(rank);
+      sc.record(project(r) >> project(r) >> project(r));
+    });
+    x = random_values<T>(out_size);
+    for (std::size_t r = 0; r < ranks; ++r) lg::copy(dx[r].view(), std::span<const T>(x)).sync_on(p.streams[r]);
+    graph.launch();
+    graph.synchronize();
+    for (std::size_t r = 0; r < ranks; ++r) got[r] = lgtest::to_host(p.streams[r], dx[r].cview());
+    CHECK(relative_error(got[0], projected(s, x, w, a, 3)) < bound);
+    for (std::size_t r = 1; r < ranks; ++r) CHECK(differing(got[r], got[0]) == 0);
+  }
+}
+
 }  // namespace
 
 TEST_SUITE("gpu") {
+  TEST_CASE("qgemv_all_reduce with one rank adds what qgemv_add adds, bit for bit, in every format") {
+    one_rank_adds_as_qgemv_add<half>();
+    one_rank_adds_as_qgemv_add<bfloat16>();
+  }
+
+  TEST_CASE(
+      "over two GPUs (four where there are): qgemv_all_reduce adds every rank's quantized projection to x, the same "
+      "bits on every rank, fp16 and bf16") {
+    PeerRanks p;
+    if (!peer_ranks(p)) return;
+    MESSAGE("ranks: " << p.comms.size());
+    quantized_projects_over_the_ranks<half>(p);
+    quantized_projects_over_the_ranks<bfloat16>(p);
+  }
+
   TEST_CASE("gemv_all_reduce with one rank adds what gemv_add adds, bit for bit, in every variant") {
     one_rank_adds_as_gemv_add<half>(false);
     one_rank_adds_as_gemv_add<half>(true);

@@ -183,17 +183,23 @@ using GemvThenAllReduceOp =
 template <Element T>
 using QgemvThenAllReduceOp = decltype(std::declval<OptionalLaunch<QuantizedMatrix, const T*, T*, int, int, int>>() >>
                                       std::declval<RankAllReduceOp<T>>());
+/// The op type of qgemv_all_reduce over T: RankProjectionOp's fused quantized form.
+template <Element T>
+using QgemvAllReduceOp =
+    decltype(qgemv_all_reduce(std::declval<const BasicQuantizedKernels<T>&>(), std::declval<const PeerExchange&>(),
+                              std::declval<const std::shared_ptr<const DeviceQuantizedWeight<T>>&>(),
+                              DeviceSpan<const T>{}, DeviceSpan<T>{}, 0, 0, 0));
 }  // namespace detail
 
 /// A rank's row-parallel output projection and the all-reduce after it: x[b] += the sum over the ranks of their
 /// w a[b] (w the rank's [rows x cols] columns of Wo or W2); reads w and a, reads and writes x. Dense weights through
-/// the PeerExchange: one kernel (gemv_all_reduce) where the rank fuses its projections (BasicRankState::
-/// fused_projections) and the shape fits. Else the projection (rank 0 adding x, the others overwriting it; qgemv_add
-/// and qgemv for a quantized weight) followed by RankAllReduceOp.
+/// the PeerExchange: one kernel (gemv_all_reduce; qgemv_all_reduce for a quantized weight) where the rank fuses its
+/// projections (BasicRankState::fused_projections) and the shape fits. Else the projection (rank 0 adding x, the others
+/// overwriting it; qgemv_add and qgemv for a quantized weight) followed by RankAllReduceOp.
 template <Element T>
 class [[nodiscard]] RankProjectionOp
     : public detail::OneOfOp<RankProjectionOp<T>, detail::GemvAllReduceOp<T>, detail::GemvThenAllReduceOp<T>,
-                             detail::QgemvThenAllReduceOp<T>> {
+                             detail::QgemvAllReduceOp<T>, detail::QgemvThenAllReduceOp<T>> {
  public:
   /// The chosen form for a dense projection of `rows` outputs (d) and `cols` inputs for `batch` vectors, x of every
   /// row of the state. \throws UsageError as either form.
@@ -204,26 +210,28 @@ class [[nodiscard]] RankProjectionOp
                                       : Form((r.comm.rank() == 0 ? k.gemv_add : k.gemv)(
                                                  k.gemv_config(rows, cols, batch), w, a, x, rows, cols, batch) >>
                                              RankAllReduceOp<T>(k, r, reduced(x, rows, batch)))) {}
-  /// The quantized form for the quantized weight `w` ([rows x cols]), which the op keeps alive, on the quantized
-  /// kernels `qk`. \throws UsageError as check_quantized (a weight of another shape, a batch outside 1..8) and as
-  /// RankAllReduceOp.
+  /// The chosen quantized form for the quantized weight `w` ([rows x cols]), which the op keeps alive, on the
+  /// quantized kernels `qk`. \throws UsageError as check_quantized (a weight of another shape, a batch outside 1..8),
+  /// qgemv_all_reduce and RankAllReduceOp.
   RankProjectionOp(const BasicKernels<T>& k, const BasicQuantizedKernels<T>& qk, const BasicRankState<T>& r,
                    const std::shared_ptr<const DeviceQuantizedWeight<T>>& w, DeviceSpan<const T> a, DeviceSpan<T> x,
                    int rows, int cols, int batch)
-      : RankProjectionOp::OneOfOp(Form(optional_launch(
-                                           true,
-                                           [&] {
-                                             check_quantized(*w, rows, cols, batch);
-                                             const QuantizedMatrix m = w->matrix();
-                                             return (r.comm.rank() == 0 ? qk.qgemv_add : qk.qgemv)(
-                                                 qk.config(m, rows, cols), m, a, x, rows, cols, batch);
-                                           },
-                                           w) >>
-                                       RankAllReduceOp<T>(k, r, reduced(x, rows, batch)))) {}
+      : RankProjectionOp::OneOfOp(r.peer && r.fused_projections && fits_gemv_all_reduce(rows, batch)
+                                      ? Form(qgemv_all_reduce(qk, *r.peer, w, a, x, rows, cols, batch))
+                                      : Form(optional_launch(
+                                                 true,
+                                                 [&] {
+                                                   check_quantized(*w, rows, cols, batch);
+                                                   const QuantizedMatrix m = w->matrix();
+                                                   return (r.comm.rank() == 0 ? qk.qgemv_add : qk.qgemv)(
+                                                       qk.config(m, rows, cols), m, a, x, rows, cols, batch);
+                                                 },
+                                                 w) >>
+                                             RankAllReduceOp<T>(k, r, reduced(x, rows, batch)))) {}
 
  private:
-  using Form =
-      std::variant<detail::GemvAllReduceOp<T>, detail::GemvThenAllReduceOp<T>, detail::QgemvThenAllReduceOp<T>>;
+  using Form = std::variant<detail::GemvAllReduceOp<T>, detail::GemvThenAllReduceOp<T>, detail::QgemvAllReduceOp<T>,
+                            detail::QgemvThenAllReduceOp<T>>;
   /// The part of x a projection of `rows` outputs for `batch` vectors writes.
   static DeviceSpan<T> reduced(DeviceSpan<T> x, int rows, int batch) {
     return x.subspan(0, static_cast<std::size_t>(rows) * static_cast<std::size_t>(batch));

@@ -18,12 +18,15 @@
 ///
 ///     sc.record(nn::gemv_all_reduce(kernels, ex[rank], wo_slice, attn, x, d, q_dim / ranks, rows));
 
+#include <memory>
 #include <string>
 
 #include "lazygraph/driver/error.hpp"
 #include "lazygraph/driver/peer_exchange.hpp"
 #include "lazygraph/kernels/launch_config.hpp"
+#include "lazygraph/kernels/optional_launch.hpp"
 #include "lazygraph/nn/kernels.hpp"
+#include "lazygraph/nn/quantized_kernels.hpp"
 #include "lazygraph/ops/collective.hpp"
 
 namespace lazygraph::nn {
@@ -92,6 +95,39 @@ template <Element T>
   return CollectiveCheckOp(comm, "gemv_all_reduce", std::move(signature), exchange.owner()) >>
          k.gemv_all_reduce(k.gemv_config(rows, cols, batch), w, a, x, exchange.sum_table(), exchange.counters(),
                            comm.rank(), comm.size(), rows, cols, batch);
+}
+
+/// gemv_all_reduce over the rank's share `w` of a quantized row-parallel projection ([rows x cols], its share of a
+/// matrix quantized whole: shard_quantized): one kernel (qgemv_all_reduce, kernels/nn/peer_all_reduce.cu) on the
+/// quantized kernels `qk`, launched as qgemv, which keeps `w` alive. The sum as gemv_all_reduce's: in fp32 in rank
+/// order, rounded once. \throws UsageError as check_quantized (w not [rows x cols], batch outside 1..8), when the spans
+/// are too short or rows x batch does not fit (fits_gemv_all_reduce); when executed, as CollectiveCheckOp.
+template <Element T>
+[[nodiscard]] auto qgemv_all_reduce(const BasicQuantizedKernels<T>& qk, const PeerExchange& exchange,
+                                    const std::shared_ptr<const DeviceQuantizedWeight<T>>& w, DeviceSpan<const T> a,
+                                    DeviceSpan<T> x, int rows, int cols, int batch) {
+  if (w == nullptr) throw UsageError("qgemv_all_reduce: no weight given");
+  check_quantized(*w, rows, cols, batch);
+  if (!fits_gemv_all_reduce(rows, batch)) {
+    throw UsageError("qgemv_all_reduce: " + std::to_string(rows) + " rows for a batch of " + std::to_string(batch) +
+                     "; it takes at most " + std::to_string(PeerExchange::sum_capacity) + " outputs (rows x batch)");
+  }
+  const auto need = [](std::size_t have, long long want, const char* what) {
+    if (have < static_cast<std::size_t>(want)) {
+      throw UsageError(std::string("qgemv_all_reduce: ") + what + " holds " + std::to_string(have) + " elements, " +
+                       std::to_string(want) + " needed");
+    }
+  };
+  need(a.size(), static_cast<long long>(batch) * cols, "the input");
+  need(x.size(), static_cast<long long>(batch) * rows, "x");
+  const Communicator& comm = exchange.communicator();
+  std::string signature = "peer qgemv_all_reduce sum of " + std::to_string(rows) + " x " + std::to_string(batch) + " " +
+                          std::string(lazygraph::detail::nccl_type_name(lazygraph::detail::NcclTypeOf<T>::value));
+  const QuantizedMatrix m = w->matrix();
+  return CollectiveCheckOp(comm, "qgemv_all_reduce", std::move(signature), exchange.owner()) >>
+         OptionalLaunch(qk.qgemv_all_reduce(qk.config(m, rows, cols), m, a, x, exchange.sum_table(),
+                                            exchange.counters(), comm.rank(), comm.size(), rows, cols, batch),
+                        w);
 }
 
 }  // namespace lazygraph::nn

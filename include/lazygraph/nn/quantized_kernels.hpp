@@ -143,6 +143,11 @@ struct BasicQuantizedKernels {
   /// (QuantizedWeight::dequantize's values, rounded): what prompts multiply on tensor cores. Launch with
   /// dequantize_config.
   QuantizedKernel<void(QuantizedMatrix, T*, int, int)> qdequantize;
+  /// qgemv_all_reduce(W, a, x, sum_table, counters, rank, ranks, rows, cols, batch) (kernels/nn/peer_all_reduce.cu):
+  /// x[b] += the sum over the ranks of their W a[b], W the rank's share of a row-parallel projection; call it through
+  /// nn::qgemv_all_reduce (nn/peer_all_reduce.hpp), which passes a PeerExchange's tables. Launch with config.
+  QuantizedKernel<void(QuantizedMatrix, const T*, T*, const unsigned long long*, unsigned*, int, int, int, int, int)>
+      qgemv_all_reduce;
 
   /// Whether launches are early (as BasicKernels::step_config).
   bool early_launch = true;
