@@ -188,6 +188,41 @@ std::vector<T> small_values(std::size_t n) {
   return random_values<T>(n, 0.25F);
 }
 
+/// Runs `project(r)` (x[r] += the ranks' projection of `s`, weights `w` as float64 sees them, inputs `a`) on every rank
+/// of `p`: two calls eagerly (the two slot sets; a thread per rank), then a graph of three calls replayed `replays`
+/// times with new x; each time x within `bound` of float64 (projected) and the same bits on every rank.
+template <class T, class W, class Project>
+void check_over_the_ranks(PeerRanks& p, const Projection& s, const std::vector<std::vector<W>>& w,
+                          const std::vector<std::vector<T>>& a, std::vector<lg::DeviceBuffer<T>>& dx, double bound,
+                          int replays, const Project& project) {
+  const std::size_t ranks = p.comms.size();
+  const auto out_size = static_cast<std::size_t>(s.rows) * static_cast<std::size_t>(s.batch);
+  std::vector<T> x = random_values<T>(out_size);
+  std::vector<std::vector<T>> got(ranks);
+  lgtest::on_rank_threads(ranks, [&](std::size_t r) {
+    lg::copy(dx[r].view(), std::span<const T>(x)).sync_on(p.streams[r]);
+    project(r).sync_on(p.streams[r]);
+    project(r).sync_on(p.streams[r]);
+    got[r] = lgtest::to_host(p.streams[r], dx[r].cview());
+  });
+  CHECK(relative_error(got[0], projected(s, x, w, a, 2)) < bound);
+  for (std::size_t r = 1; r < ranks; ++r) CHECK(differing(got[r], got[0]) == 0);
+  lg::MultiDeviceGraph graph = lg::MultiDeviceGraph::capture(p.comms, [&](int rank, lg::Scope& sc) {
+    const auto r = static_cast<std::size_t>(rank);
+    sc.record(project(r) >> project(r) >> project(r));
+  });
+  for (int replay = 0; replay < replays; ++replay) {
+    CAPTURE(replay);
+    x = random_values<T>(out_size);
+    for (std::size_t r = 0; r < ranks; ++r) lg::copy(dx[r].view(), std::span<const T>(x)).sync_on(p.streams[r]);
+    graph.launch();
+    graph.synchronize();
+    for (std::size_t r = 0; r < ranks; ++r) got[r] = lgtest::to_host(p.streams[r], dx[r].cview());
+    CHECK(relative_error(got[0], projected(s, x, w, a, 3)) < bound);
+    for (std::size_t r = 1; r < ranks; ++r) CHECK(differing(got[r], got[0]) == 0);
+  }
+}
+
 template <class T>
 void projects_over_the_ranks(PeerRanks& p, bool tensor_cores) {
   const std::size_t ranks = p.comms.size();
@@ -214,49 +249,34 @@ void projects_over_the_ranks(PeerRanks& p, bool tensor_cores) {
       return lg::nn::gemv_all_reduce(kernels[r], p.exchanges[r], dw[r].cview(), da[r].cview(), dx[r].view(), s.rows,
                                      s.cols, s.batch);
     };
-    // Eagerly, a thread per rank, two calls (the two slot sets).
-    std::vector<T> x = random_values<T>(out_size);
-    std::vector<std::vector<T>> got(ranks);
-    lgtest::on_rank_threads(ranks, [&](std::size_t r) {
-      lg::copy(dx[r].view(), std::span<const T>(x)).sync_on(p.streams[r]);
-      project(r).sync_on(p.streams[r]);
-      project(r).sync_on(p.streams[r]);
-      got[r] = lgtest::to_host(p.streams[r], dx[r].cview());
-    });
-    CHECK(relative_error(got[0], projected(s, x, w, a, 2)) < bound);
-    for (std::size_t r = 1; r < ranks; ++r) CHECK(differing(got[r], got[0]) == 0);
-    // Three calls in a graph, replayed with new x.
-    lg::MultiDeviceGraph graph = lg::MultiDeviceGraph::capture(p.comms, [&](int rank, lg::Scope& sc) {
-      const auto r = static_cast<std::size_t>(rank);
-      sc.record(project(r) >> project(r) >> project(r));
-    });
-    for (int replay = 0; replay < 3; ++replay) {
-      CAPTURE(replay);
-      x = random_values<T>(out_size);
-      for (std::size_t r = 0; r < ranks; ++r) lg::copy(dx[r].view(), std::span<const T>(x)).sync_on(p.streams[r]);
-      graph.launch();
-      graph.synchronize();
-      for (std::size_t r = 0; r < ranks; ++r) got[r] = lgtest::to_host(p.streams[r], dx[r].cview());
-      CHECK(relative_error(got[0], projected(s, x, w, a, 3)) < bound);
-      for (std::size_t r = 1; r < ranks; ++r) CHECK(differing(got[r], got[0]) == 0);
-    }
+    check_over_the_ranks(p, s, w, a, dx, bound, 3, project);
   }
 }
+
+/// What gemv_all_reduce and qgemv_all_reduce read of a rank of one, launched by hand (a PeerExchange takes 2 ranks or
+/// more): its sums, [2 parities][1 sender][sum_capacity] of 8 bytes, their table and its counters, zeroed.
+struct OneRankSums {
+  explicit OneRankSums(const lg::Stream& stream)
+      : sums(stream.device(), 4 * static_cast<std::size_t>(lg::PeerExchange::sum_capacity)),
+        counters(stream.device(), lg::PeerExchange::counter_words),
+        table(lgtest::to_device(stream, std::vector<unsigned long long>{sums.view().address()})) {
+    lg::fill(sums.view(), 0U).sync_on(stream);
+    lg::fill(counters.view(), 0U).sync_on(stream);
+  }
+  lg::DeviceBuffer<unsigned> sums;             ///< the slots
+  lg::DeviceBuffer<unsigned> counters;         ///< the epochs and the arrival counts
+  lg::DeviceBuffer<unsigned long long> table;  ///< the slots' address, as a PeerExchange's sum table
+};
 
 /// gemv_all_reduce launched by hand for a rank of one (a PeerExchange takes 2 ranks or more) against gemv_add, bit
 /// for bit, each call of every variant.
 template <class T>
 void one_rank_adds_as_gemv_add(bool tensor_cores) {
   const lg::Stream& stream = lgtest::stream();
-  const lg::Device& dev = stream.device();
   const lg::nn::BasicKernels<T> k = kernels_of<T>(lgtest::nn_kernels(), tensor_cores);
-  // One rank's sums: [2 parities][1 sender][sum_capacity] of 8 bytes.
-  lg::DeviceBuffer<unsigned> sums(dev, 4 * static_cast<std::size_t>(lg::PeerExchange::sum_capacity));
-  lg::DeviceBuffer<unsigned> counters(dev, lg::PeerExchange::counter_words);
-  lg::fill(sums.view(), 0U).sync_on(stream);
-  lg::fill(counters.view(), 0U).sync_on(stream);
-  const std::vector<unsigned long long> address{sums.view().address()};
-  const lg::DeviceBuffer<unsigned long long> table = lgtest::to_device(stream, address);
+  OneRankSums one(stream);
+  const lg::DeviceBuffer<unsigned long long>& table = one.table;
+  lg::DeviceBuffer<unsigned>& counters = one.counters;
   for (const Projection s :
        {Projection{200, 512, 1}, Projection{1032, 1024, 2}, Projection{512, 2048, 5}, Projection{4096, 256, 8}}) {
     CAPTURE(s.rows);
@@ -302,14 +322,10 @@ lg::nn::QuantizedWeight quantized_matrix(const lg::nn::QuantizedFormat& f, int r
 template <class T>
 void one_rank_adds_as_qgemv_add() {
   const lg::Stream& stream = lgtest::stream();
-  const lg::Device& dev = stream.device();
   const lg::nn::BasicQuantizedKernels<T> qk(lgtest::nn_kernels());
-  lg::DeviceBuffer<unsigned> sums(dev, 4 * static_cast<std::size_t>(lg::PeerExchange::sum_capacity));
-  lg::DeviceBuffer<unsigned> counters(dev, lg::PeerExchange::counter_words);
-  lg::fill(sums.view(), 0U).sync_on(stream);
-  lg::fill(counters.view(), 0U).sync_on(stream);
-  const std::vector<unsigned long long> address{sums.view().address()};
-  const lg::DeviceBuffer<unsigned long long> table = lgtest::to_device(stream, address);
+  OneRankSums one(stream);
+  const lg::DeviceBuffer<unsigned long long>& table = one.table;
+  lg::DeviceBuffer<unsigned>& counters = one.counters;
   for (const lg::nn::QuantizedFormat& f : formats<T>()) {
     CAPTURE(lg::nn::format_name(f));
     for (const Projection s : {Projection{200, 512, 1}, Projection{2048, 1024, 3}, Projection{4096, 256, 8}}) {
@@ -364,27 +380,7 @@ void quantized_projects_over_the_ranks(PeerRanks& p) {
       return lg::nn::qgemv_all_reduce(kernels[r], p.exchanges[r], dw[r], da[r].cview(), dx[r].view(), s.rows, s.cols,
                                       s.batch);
     };
-    std::vector<T> x = random_values<T>(out_size);
-    std::vector<std::vector<T>> got(ranks);
-    lgtest::on_rank_threads(ranks, [&](std::size_t r) {
-      lg::copy(dx[r].view(), std::span<const T>(x)).sync_on(p.streams[r]);
-      project(r).sync_on(p.streams[r]);
-      project(r).sync_on(p.streams[r]);
-      got[r] = lgtest::to_host(p.streams[r], dx[r].cview());
-    });
-    CHECK(relative_error(got[0], projected(s, x, w, a, 2)) < bound);
-    for (std::size_t r = 1; r < ranks; ++r) CHECK(differing(got[r], got[0]) == 0);
-    lg::MultiDeviceGraph graph = lg::MultiDeviceGraph::capture(p.comms, [&](int rank, lg::Scope& sc) {
-      const auto r = static_cast<std::size_t>(rank);
-      sc.record(project(r) >> project(r) >> project(r));
-    });
-    x = random_values<T>(out_size);
-    for (std::size_t r = 0; r < ranks; ++r) lg::copy(dx[r].view(), std::span<const T>(x)).sync_on(p.streams[r]);
-    graph.launch();
-    graph.synchronize();
-    for (std::size_t r = 0; r < ranks; ++r) got[r] = lgtest::to_host(p.streams[r], dx[r].cview());
-    CHECK(relative_error(got[0], projected(s, x, w, a, 3)) < bound);
-    for (std::size_t r = 1; r < ranks; ++r) CHECK(differing(got[r], got[0]) == 0);
+    check_over_the_ranks(p, s, w, a, dx, bound, 1, project);
   }
 }
 

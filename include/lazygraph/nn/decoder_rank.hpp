@@ -87,9 +87,8 @@ template <Element T>
 /// Rank `rank` of `ranks`'s weights, copied on `stream` out of the full weights `full` of `config` on the same device
 /// (the seeded weights, say, or those quantized by quantize_decoder_weights): dense tensors as tensor_shard says,
 /// quantized matrices by shard_quantized, in the same classes and formats (quantization_of). Waits for the copies.
-/// \throws UsageError as tensor_shard, quantization_of and shard_quantized, and as check_quantization for a format that
-/// does not fit the rank's shapes (an int4 group that does not divide the rank's columns of Wo or W2), naming the
-/// tensor.
+/// \throws UsageError, before anything is allocated, as tensor_shard, quantization_of and check_quantized_split (a
+/// format that does not fit the rank's shares), naming the tensor; as shard_quantized.
 template <Element T>
 [[nodiscard]] BasicDecoderWeights<T> shard_decoder_weights(const Stream& stream, const BasicDecoderWeights<T>& full,
                                                            const DecoderConfig& config, int rank, int ranks);
@@ -192,8 +191,8 @@ using QgemvAllReduceOp =
 }  // namespace detail
 
 /// A rank's row-parallel output projection and the all-reduce after it: x[b] += the sum over the ranks of their
-/// w a[b] (w the rank's [rows x cols] columns of Wo or W2); reads w and a, reads and writes x. Dense weights through
-/// the PeerExchange: one kernel (gemv_all_reduce; qgemv_all_reduce for a quantized weight) where the rank fuses its
+/// w a[b] (w the rank's [rows x cols] columns of Wo or W2); reads w and a, reads and writes x. Through the
+/// PeerExchange, one kernel (gemv_all_reduce, or qgemv_all_reduce for a quantized weight) where the rank fuses its
 /// projections (BasicRankState::fused_projections) and the shape fits. Else the projection (rank 0 adding x, the others
 /// overwriting it; qgemv_add and qgemv for a quantized weight) followed by RankAllReduceOp.
 template <Element T>
@@ -240,8 +239,8 @@ class [[nodiscard]] RankProjectionOp
 
 /// One step of `rows` rows on the rank of `r` (see the file comment): `c` is shard_config's (vocab: this rank's
 /// rows), `s` a state of the whole vocabulary's logits. Each matrix runs on its dense or its quantized kernels, as
-/// decoder_step's (`qk` may be null when no weight is quantized); a quantized Wo or W2 is a qgemv (rank 0: qgemv_add)
-/// followed by the all-reduce. \throws UsageError as attention_heads, swiglu_gate_up, RankProjectionOp and
+/// decoder_step's (`qk` may be null when no weight is quantized); a quantized Wo or W2 takes RankProjectionOp's
+/// quantized forms. \throws UsageError as attention_heads, swiglu_gate_up, RankProjectionOp and
 /// lm_head_logits.
 template <Element T>
 auto decoder_rank_step(const BasicKernels<T>& k, std::type_identity_t<const BasicQuantizedKernels<T>*> qk,
