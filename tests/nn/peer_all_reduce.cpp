@@ -138,35 +138,40 @@ struct Projection {
   int rows, cols, batch;
 };
 
-/// What x must hold after gemv_all_reduce, in float64: x + sum over the ranks of W_r a_r, per vector, each call's
-/// result rounded to T before the next (`calls` calls in a row with the same weights and inputs).
+/// A weight as the float64 reference reads it: a float (a dequantized weight) as it is, an element of T widened.
 inline double value_of(float v) { return v; }
 template <class T>
 double value_of(T v) {
   return v.to_float();
 }
 
+/// The ranks' projections summed in float64: sum over the ranks r of W_r a_r[b], [batch][rows].
 template <class T, class W>
-std::vector<double> projected(const Projection& s, const std::vector<T>& x, const std::vector<std::vector<W>>& w,
-                              const std::vector<std::vector<T>>& a, int calls) {
+std::vector<double> projection_sums(const Projection& s, const std::vector<std::vector<W>>& w,
+                                    const std::vector<std::vector<T>>& a) {
+  std::vector<double> out(static_cast<std::size_t>(s.rows) * static_cast<std::size_t>(s.batch));
+  for (int b = 0; b < s.batch; ++b) {
+    for (int row = 0; row < s.rows; ++row) {
+      double sum = 0.0;
+      for (std::size_t r = 0; r < w.size(); ++r) {
+        const W* w_row = w[r].data() + static_cast<std::size_t>(row) * static_cast<std::size_t>(s.cols);
+        const T* a_row = a[r].data() + static_cast<std::size_t>(b) * static_cast<std::size_t>(s.cols);
+        for (int c = 0; c < s.cols; ++c) sum += value_of(w_row[c]) * a_row[c].to_float();
+      }
+      out[static_cast<std::size_t>(b) * static_cast<std::size_t>(s.rows) + static_cast<std::size_t>(row)] = sum;
+    }
+  }
+  return out;
+}
+
+/// What x must hold after gemv_all_reduce, in float64: x plus the ranks' projections (projection_sums), each call's
+/// result rounded to T before the next (`calls` calls in a row with the same weights and inputs).
+template <class T>
+std::vector<double> projected(const std::vector<T>& x, const std::vector<double>& sums, int calls) {
   std::vector<double> out(x.size());
   std::vector<T> now = x;
   for (int call = 0; call < calls; ++call) {
-    for (int b = 0; b < s.batch; ++b) {
-      for (int row = 0; row < s.rows; ++row) {
-        const auto i = static_cast<std::size_t>(b) * static_cast<std::size_t>(s.rows) + static_cast<std::size_t>(row);
-        double sum = now[i].to_float();
-        for (std::size_t r = 0; r < w.size(); ++r) {
-          for (int c = 0; c < s.cols; ++c) {
-            sum += value_of(w[r][static_cast<std::size_t>(row) * static_cast<std::size_t>(s.cols) +
-                                 static_cast<std::size_t>(c)]) *
-                   a[r][static_cast<std::size_t>(b) * static_cast<std::size_t>(s.cols) + static_cast<std::size_t>(c)]
-                       .to_float();
-          }
-        }
-        out[i] = sum;
-      }
-    }
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = now[i].to_float() + sums[i];
     for (std::size_t i = 0; i < out.size(); ++i) now[i] = T::from_float(static_cast<float>(out[i]));
   }
   return out;
@@ -197,6 +202,7 @@ void check_over_the_ranks(PeerRanks& p, const Projection& s, const std::vector<s
                           int replays, const Project& project) {
   const std::size_t ranks = p.comms.size();
   const auto out_size = static_cast<std::size_t>(s.rows) * static_cast<std::size_t>(s.batch);
+  const std::vector<double> sums = projection_sums(s, w, a);
   std::vector<T> x = random_values<T>(out_size);
   std::vector<std::vector<T>> got(ranks);
   lgtest::on_rank_threads(ranks, [&](std::size_t r) {
@@ -205,7 +211,7 @@ void check_over_the_ranks(PeerRanks& p, const Projection& s, const std::vector<s
     project(r).sync_on(p.streams[r]);
     got[r] = lgtest::to_host(p.streams[r], dx[r].cview());
   });
-  CHECK(relative_error(got[0], projected(s, x, w, a, 2)) < bound);
+  CHECK(relative_error(got[0], projected(x, sums, 2)) < bound);
   for (std::size_t r = 1; r < ranks; ++r) CHECK(differing(got[r], got[0]) == 0);
   lg::MultiDeviceGraph graph = lg::MultiDeviceGraph::capture(p.comms, [&](int rank, lg::Scope& sc) {
     const auto r = static_cast<std::size_t>(rank);
@@ -218,7 +224,7 @@ void check_over_the_ranks(PeerRanks& p, const Projection& s, const std::vector<s
     graph.launch();
     graph.synchronize();
     for (std::size_t r = 0; r < ranks; ++r) got[r] = lgtest::to_host(p.streams[r], dx[r].cview());
-    CHECK(relative_error(got[0], projected(s, x, w, a, 3)) < bound);
+    CHECK(relative_error(got[0], projected(x, sums, 3)) < bound);
     for (std::size_t r = 1; r < ranks; ++r) CHECK(differing(got[r], got[0]) == 0);
   }
 }
