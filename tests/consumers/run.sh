@@ -55,7 +55,10 @@ meson)
   cp "$here/meson_subproject/meson.build" "$here/consumer.cpp" "$work/project/"
   cp "$src/subprojects/lazygraph.wrap.example" "$work/project/subprojects/lazygraph.wrap"
   ln -s "$src" "$work/project/subprojects/lazygraph"
-  setup_args=(--force-fallback-for=lazygraph --wrap-mode=nodownload -Dlazygraph:toolkit_dir="$toolkit")
+  # Without debug information and unity (four files to a compile): the check is that the subproject builds, links
+  # and runs, and this way it compiles in 0.4 of the time (272 s on the 2-core CI machine with neither).
+  setup_args=(--force-fallback-for=lazygraph --wrap-mode=nodownload -Dlazygraph:toolkit_dir="$toolkit"
+    -Ddebug=false -Dunity=subprojects)
   [ -n "$cmake_prefix_path" ] && setup_args+=(--cmake-prefix-path="$cmake_prefix_path")
   step setup meson setup "$work/b" "$work/project" "${setup_args[@]}"
   problems=()
