@@ -12,12 +12,26 @@
 // the peer all-reduces after the projections inside the projections' kernels (fused_peer_all_reduce); the logits in
 // symmetric memory. The Llama-3.2-1B shape also with int8 and int4 weights (the peer all-reduce after the quantized
 // projections, or inside them). With one GPU only the TP = 1 rows run.
+//
+// --processes: the Llama-3.2-1B and 7B-class shapes split over 2 GPUs (and 4 where there are) as deployments run them,
+// one process per GPU (this program started again for each rank: --rank R RANKS DIR, joined through a CommunicatorId
+// file in DIR), each rank's seeded share loaded as a rank Decoder with its all-reduces through NCCL symmetric memory,
+// then through peer memory mapped across the processes (PeerExchange::create, inside the projections); rank 0 times
+// its step graph while every rank replays its own (the same count). Then, in this process for comparison in the same
+// run, the same split over the same GPUs from threads (TensorParallelDecoder, its default: peer memory inside the
+// projections) and one GPU (TP 1).
 #include <lazygraph/lazygraph.hpp>
 #include <lazygraph/nn.hpp>
 
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -166,14 +180,129 @@ void quantized_rows(const std::string& name, const lg::nn::DecoderConfig& dec, c
   }
 }
 
+/// Median seconds per step of a rank's one-row step graph, replayed on its stream (every rank the same count).
+double rank_seconds(lg::nn::Decoder& rank) {
+  lg::CudaGraph<>& g = rank.graph(1);
+  return bench::median_seconds(g.stream(), 10, [&](int) { g.launch_on(g.stream()); });
+}
+
+const std::vector<bench::ModelShape>& process_shapes() {
+  static const std::vector<bench::ModelShape> shapes{
+      {"Llama-3.2-1B shape", bench::llama32_1b().config},
+      {"7B class (4096x32, 11008, 32k vocab)", bench::seven_b_class().config}};
+  return shapes;
+}
+
+lg::nn::DecoderConfig process_config(const bench::ModelShape& shape) {
+  lg::nn::DecoderConfig dec = shape.config;
+  dec.context = 1024;
+  return dec;
+}
+
+/// One rank of --processes (see the file comment): rank 0 prints a row per shape and path.
+int run_rank(int rank, int ranks, const std::filesystem::path& dir, double ceiling) {
+  const lg::Device device = lg::Device::get(rank);
+  if (rank == 0) lg::CommunicatorId::create().write_file(dir / "id");
+  const lg::CommunicatorId id = lg::CommunicatorId::read_file(dir / "id", std::chrono::seconds(60));
+  const lg::Communicator comm(device, rank, ranks, id);
+  const lg::Stream s(device);
+  const lg::KernelLibrary library = lg::nn::kernel_library(device);
+  for (const bench::ModelShape& shape : process_shapes()) {
+    const lg::nn::DecoderConfig dec = process_config(shape);
+    for (const bool peer : {false, true}) {
+      std::string why;
+      std::optional<lg::PeerExchange> exchange;
+      if (peer) exchange = lg::PeerExchange::create(comm, &why);
+      lg::nn::Decoder d(s, library, dec,
+                        lg::nn::shard_decoder_weights(
+                            s, lg::nn::DecoderWeights::generate(s, lg::nn::Kernels(library), dec), dec, rank, ranks),
+                        comm, lg::nn::TensorParallelOptions{.symmetric_memory = true, .peer_all_reduce = peer},
+                        exchange ? &*exchange : nullptr);
+      for (int p = 0; p < 256; ++p) (void)d.forward({(p * 37) % dec.vocab, p});
+      const double t = rank_seconds(d);
+      if (rank != 0) continue;
+      const std::string how = d.peer_all_reduce()    ? ", processes, peer memory across them"
+                              : peer                 ? ", processes, NCCL (no peer memory: " + why + ")"
+                              : d.symmetric_memory() ? ", processes, NCCL symmetric"
+                                                     : ", processes, NCCL";
+      row(shape.name + how, ranks, t, static_cast<double>(dec.weight_bytes()) / ranks, ceiling, 0, 0);
+    }
+  }
+  return 0;
+}
+
+/// --processes: starts this program once per rank, for 2 ranks and for 4 where there are, waits for them, then the
+/// in-process comparison rows.
+int run_processes(int gpus, double ceiling) {
+  std::vector<int> sizes{2};
+  if (gpus >= 4) sizes.push_back(4);
+  for (const int ranks : sizes) {
+    std::string dir_template = (std::filesystem::temp_directory_path() / "bench_tp.XXXXXX").string();
+    if (mkdtemp(dir_template.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    const std::filesystem::path dir = dir_template;
+    std::vector<pid_t> children;
+    for (int r = 0; r < ranks; ++r) {
+      std::vector<std::string> args{"bench_tensor_parallel", "--rank", std::to_string(r), std::to_string(ranks),
+                                    dir.string()};
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      pid_t pid = 0;
+      if (posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), environ) != 0) {
+        throw std::runtime_error("posix_spawn failed");
+      }
+      children.push_back(pid);
+    }
+    int failed = 0;
+    for (const pid_t pid : children) {
+      int status = 0;
+      (void)waitpid(pid, &status, 0);
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failed;
+    }
+    std::filesystem::remove_all(dir);
+    if (failed != 0) throw std::runtime_error(std::to_string(failed) + " rank processes failed (their errors above)");
+  }
+  sizes.insert(sizes.begin(), 1);
+  for (const bench::ModelShape& shape : process_shapes()) {
+    const lg::nn::DecoderConfig dec = process_config(shape);
+    double tp1 = 0;
+    for (const int n : sizes) {
+      Ranks r = make_ranks(n);
+      lg::nn::TensorParallelDecoder model(r.comms, r.libraries, dec, lg::nn::TensorParallelOptions{});
+      for (int p = 0; p < 256; ++p) (void)model.forward({(p * 37) % dec.vocab, p});
+      const double t = decoder_seconds(model);
+      row(shape.name + (n == 1 ? ", one process" : ", one process, threads, peer memory"), n, t,
+          static_cast<double>(dec.weight_bytes()) / n, ceiling, n == 1 ? 0 : tp1, 0);
+      if (n == 1) tp1 = t;
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 5 && std::string(argv[1]) == "--rank") {  // one rank of --processes, started by it
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);
+    try {
+      const int rank = std::stoi(argv[2]);
+      const double ceiling = rank == 0 ? bench::copy_ceiling(lg::Stream(lg::Device::get(0))) : 1.0;
+      return run_rank(rank, std::stoi(argv[3]), argv[4], ceiling);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "bench_tensor_parallel --rank %s: %s\n", argv[2], e.what());
+      return 1;
+    }
+  }
+  const bool processes = argc == 2 && std::string(argv[1]) == "--processes";
+  if (processes) argc = 1;
   constexpr const char* usage =
-      "usage: bench_tensor_parallel\n"
+      "usage: bench_tensor_parallel [--processes]\n"
       "The SwiGLU MLP (4096, 11008, 8) and decoders (d 4096 x 8 layers; TinyLlama and Llama-3.2-1B shapes; a\n"
       "7B-class shape) split over 1 GPU, 2, and every GPU of a machine with more: step time, weight bytes per rank,\n"
       "fraction of the copy ceiling, tokens/s. A benchmark, not a test.\n"
+      "  --processes  the Llama-3.2-1B and 7B-class shapes over 2 GPUs (and 4 where there are), one process per\n"
+      "               GPU, all-reducing through NCCL and through peer memory across the processes; then the same\n"
+      "               split in one process and one GPU, for comparison.\n"
       "Exit status: 0 done, 1 failed, 2 usage error, 77 skipped (no GPU or no NCCL; the reason is printed).\n";
   if (auto code = example::handle_arguments(argc, argv, usage)) return *code;
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each row as it is measured, also into a file
@@ -192,6 +321,13 @@ int main(int argc, char** argv) {
     std::printf(
         "| model | TP | step us | MB per rank | of ceiling | tokens/s | vs TP 1 | collectives alone us | their share "
         "|\n|---|---|---|---|---|---|---|---|---|\n");
+    if (processes) {
+      if (gpus < 2) {
+        std::printf("bench_tensor_parallel --processes: skipped, one process per GPU needs 2 GPUs\n");
+        return example::exit_skipped;
+      }
+      return run_processes(gpus, ceiling);
+    }
     std::vector<int> sizes{1};
     if (gpus > 1) sizes.push_back(2);
     if (gpus > 2) sizes.push_back(gpus);

@@ -54,6 +54,10 @@ Device Device::get(int ordinal) {
   return Device(std::make_shared<const detail::DeviceState>(ordinal, detail::driver::device_get(ordinal)));
 }
 
+bool Device::can_access_peer(const Device& other) const {
+  return ordinal() != other.ordinal() && detail::driver::device_can_access_peer(state_->device, other.state_->device);
+}
+
 std::size_t Device::free_memory() const {
   std::size_t free_bytes = 0;
   std::size_t total_bytes = 0;

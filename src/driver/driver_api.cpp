@@ -41,6 +41,9 @@ namespace {
   X(cuCtxSynchronize)                    \
   X(cuDeviceCanAccessPeer)               \
   X(cuCtxEnablePeerAccess)               \
+  X(cuIpcGetMemHandle)                   \
+  X(cuIpcOpenMemHandle)                  \
+  X(cuIpcCloseMemHandle)                 \
   X(cuMemGetInfo)                        \
   X(cuStreamCreate)                      \
   X(cuStreamDestroy)                     \
@@ -489,6 +492,26 @@ void context_enable_peer_access(CUcontext ctx, CUcontext peer) {
   const CUresult r = a.cuCtxEnablePeerAccess(peer, 0);
   if (r != CUDA_SUCCESS && r != CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED) [[unlikely]]
     throw_error(r, "cuCtxEnablePeerAccess", describe_instance("context", ctx));
+}
+
+CUipcMemHandle ipc_handle(CUcontext ctx, CUdeviceptr address, std::string_view object) {
+  const EntryPoints& a = api();
+  const ContextScope scope(a, ctx);
+  CUipcMemHandle h{};
+  check(a.cuIpcGetMemHandle(&h, address), "cuIpcGetMemHandle", object);
+  return h;
+}
+
+CUdeviceptr ipc_open(CUcontext ctx, const CUipcMemHandle& handle, std::string_view object) {
+  const EntryPoints& a = api();
+  const ContextScope scope(a, ctx);
+  CUdeviceptr p = 0;
+  check(a.cuIpcOpenMemHandle(&p, handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS), "cuIpcOpenMemHandle", object);
+  return p;
+}
+
+void ipc_close_no_throw(CUcontext ctx, CUdeviceptr address) noexcept {
+  (void)with_context_no_throw(ctx, [&](const EntryPoints& a) { (void)a.cuIpcCloseMemHandle(address); });
 }
 
 void memory_info(CUcontext ctx, std::size_t* free_bytes, std::size_t* total_bytes) {

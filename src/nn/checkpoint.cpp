@@ -652,14 +652,22 @@ BasicDecoder<T> load_decoder_rank(const Stream& stream, const KernelLibrary& lib
                                   const std::filesystem::path& directory, const Communicator& comm,
                                   const LoadOptions& options, const TensorParallelOptions& parallel) {
   const DecoderCheckpoint checkpoint = DecoderCheckpoint::open(directory, options);
+  // After the upload, so that a rank whose upload fails does not leave the others in the exchange's collectives.
+  const auto peer = [&]() -> std::optional<PeerExchange> {
+    if (!parallel.peer_all_reduce) return std::nullopt;
+    return PeerExchange::create(comm);
+  };
   if (checkpoint.quantization().any() && !checkpoint.quantized_as_saved()) {
     const DeviceQuantizer quantizer(library);
-    return BasicDecoder<T>(stream, library, checkpoint.config(),
-                           checkpoint.template upload_shard<T>(stream, quantizer, comm.rank(), comm.size()), comm,
-                           parallel);
+    BasicDecoderWeights<T> weights = checkpoint.template upload_shard<T>(stream, quantizer, comm.rank(), comm.size());
+    const std::optional<PeerExchange> exchange = peer();
+    return BasicDecoder<T>(stream, library, checkpoint.config(), std::move(weights), comm, parallel,
+                           exchange ? &*exchange : nullptr);
   }
-  return BasicDecoder<T>(stream, library, checkpoint.config(),
-                         checkpoint.template upload_shard<T>(stream, comm.rank(), comm.size()), comm, parallel);
+  BasicDecoderWeights<T> weights = checkpoint.template upload_shard<T>(stream, comm.rank(), comm.size());
+  const std::optional<PeerExchange> exchange = peer();
+  return BasicDecoder<T>(stream, library, checkpoint.config(), std::move(weights), comm, parallel,
+                         exchange ? &*exchange : nullptr);
 }
 
 template BasicDecoderWeights<half> DecoderCheckpoint::upload<half>(const Stream&) const;

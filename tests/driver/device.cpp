@@ -36,6 +36,17 @@ TEST_SUITE("gpu") {
     CHECK(info.why.empty());
   }
 
+  TEST_CASE("Device::can_access_peer: never itself; between two GPUs, what the driver says, both ways alike") {
+    const Device& d = lgtest::device();
+    CHECK_FALSE(d.can_access_peer(d));
+    CHECK_FALSE(d.can_access_peer(Device::get(d.ordinal())));  // another handle to the same GPU
+    if (Device::count() < 2) return;
+    const Device a = Device::get(0);
+    const Device b = Device::get(1);
+    MESSAGE("devices 0 and 1: " << (a.can_access_peer(b) ? "peer access" : "no peer access"));
+    CHECK(a.can_access_peer(b) == b.can_access_peer(a));  // NVLink and PCIe peer access go both ways
+  }
+
   TEST_CASE("opening a device ordinal that does not exist throws NoDevice") {
     CHECK_THROWS_WITH_AS(Device::get(Device::count()), doctest::Contains("no CUDA device"), NoDevice);
     CHECK_THROWS_AS(Device::get(-1), NoDevice);

@@ -1,11 +1,14 @@
 // PeerExchange (driver/peer_exchange.hpp): ranks it cannot serve refused by name before any GPU memory is touched;
-// with two GPUs, one exchange per rank whose table lists every rank's slots and whose counters start at zero. The
-// kernel that uses it is tested in tests/nn/peer_all_reduce.cpp.
+// with two GPUs, one exchange per rank whose table lists every rank's slots and whose counters start at zero; create
+// (ranks in processes) refusing ranks of one process on every rank alike. The kernel that uses it is tested in
+// tests/nn/peer_all_reduce.cpp; create across processes by tests/nn/processes (tp-processes).
 #include <doctest/doctest.h>
 
 #include <lazygraph/lazygraph.hpp>
 
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/gpu.hpp"
@@ -65,5 +68,40 @@ TEST_SUITE("gpu") {
     REQUIRE(tables[0].size() == 2);
     CHECK(tables[0][0] != tables[0][1]);
     CHECK(tables[0][0] != 0);
+  }
+
+  TEST_CASE("PeerExchange::create refuses one rank, and ranks of one process on every rank alike, with the reason") {
+    if (!lgtest::have_nccl()) return;
+    const std::vector<Communicator> one = Communicator::create_all(std::vector<Device>{lgtest::device()});
+    std::string why;
+    CHECK_FALSE(PeerExchange::create(one[0], &why).has_value());
+    CHECK(why == "1 ranks (an exchange serves 2 to 8)");
+    if (!lgtest::have_two_ranks()) return;
+    // Two threads of this process, as if they were processes: the handles go round, and no rank can open a handle
+    // of its own process, so both refuse with rank 0's reason (its first peer, rank 1, is in its process).
+    const std::vector<Communicator> comms =
+        Communicator::create_all(std::vector<Device>{Device::get(0), Device::get(1)});
+    std::vector<std::optional<PeerExchange>> got(2);
+    std::vector<std::string> reasons(2);
+    std::vector<std::string> errors(2);
+    std::vector<std::thread> threads;
+    for (std::size_t r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r] {
+        try {
+          got[r] = PeerExchange::create(comms[r], &reasons[r]);
+        } catch (const std::exception& e) {
+          errors[r] = e.what();
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (std::size_t r = 0; r < 2; ++r) {
+      INFO("rank " << r);
+      CHECK(errors[r].empty());
+      CHECK_FALSE(got[r].has_value());
+      CHECK(reasons[r] == "rank 0: rank 1 is in this rank's process (ranks of one process: create_all)");
+    }
+    // The communicators still work: create_all over the same ranks.
+    if (PeerExchange::supported(comms)) CHECK(PeerExchange::create_all(comms).size() == 2);
   }
 }

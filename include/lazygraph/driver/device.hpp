@@ -97,6 +97,9 @@ class Device {
   [[nodiscard]] std::size_t total_memory() const noexcept { return state_->total_memory; }
   /// Device memory free now, in bytes (asks the driver).
   [[nodiscard]] std::size_t free_memory() const;
+  /// Whether kernels on this device can read and write `other`'s memory directly (NVLink, or PCIe where the GPUs
+  /// allow it; cuDeviceCanAccessPeer): what PeerExchange needs of every pair of ranks' GPUs. False for itself.
+  [[nodiscard]] bool can_access_peer(const Device& other) const;
   /// The launch limits launches are checked against.
   [[nodiscard]] const DeviceLimits& limits() const noexcept { return state_->limits; }
 

@@ -1,13 +1,20 @@
 #pragma once
 /// \file
-/// PeerExchange: memory through which the GPUs of one process hand each other small messages directly, with peer
+/// PeerExchange: memory through which the GPUs of one machine hand each other small messages directly, with peer
 /// access (NVLink, or PCIe where the GPUs allow it), for kernels that all-reduce without NCCL (nn's peer_all_reduce).
-/// create_all makes one per rank of a communicator whose ranks all live in this process: it enables peer access
-/// between every pair of their GPUs and gives each rank receive slots that the others' kernels write into, a table
-/// of every rank's slots (readable on each GPU) and counters of its own. The memory is shared by the whole group:
-/// any rank's exchange, or a graph that recorded it, keeps every rank's alive.
+/// Each rank has receive slots that the others' kernels write into, a table of every rank's slots (readable on its
+/// GPU) and counters of its own. Two ways to make them:
+///   - create_all, for a communicator whose ranks all live in this process: enables peer access between every pair
+///     of their GPUs. The memory is shared by the whole group: any rank's exchange, or a graph that recorded it, keeps
+///     every rank's alive.
+///   - create, for one rank of a communicator whose ranks are processes of one machine (one process per GPU, as
+///     deployments run): a collective call of every rank. Each maps its peers' slots into its own address space with
+///     CUDA IPC (the handles go round through the communicator), and the ranks agree: either every rank gets an
+///     exchange or none does, each with the same reason. The peers' mappings live as long as this rank's exchange (or
+///     a graph that recorded it); destroy it on every rank once no rank replays a graph that uses it.
 ///
 ///     if (PeerExchange::supported(comms)) exchanges = PeerExchange::create_all(comms);   // comms in rank order
+///     std::optional<PeerExchange> mine = PeerExchange::create(comm, &why);                // every process
 ///
 /// The layouts are the kernels' (kernels/nn/peer_all_reduce.cu), and the constants below must match them:
 ///   - slots (peer_all_reduce): [2 parities][ranks senders][max_blocks blocks][words_per_block words] of 8 bytes, 4 of
@@ -17,9 +24,11 @@
 ///   - counters: max_blocks epochs (one per block of peer_all_reduce), then gemv_all_reduce's epoch, its count of
 ///     finished blocks and its count of parts added up.
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -30,7 +39,20 @@
 namespace lazygraph {
 
 namespace detail {
-/// Every rank's memory of one create_all (PeerExchange's file comment).
+/// A peer's allocation mapped into this process (PeerExchange::create): unmapped when destroyed.
+struct IpcMapping {
+  IpcMapping(const Device& on, unsigned long long at) : device(on), address(at) {}
+  ~IpcMapping();
+  IpcMapping(const IpcMapping&) = delete;
+  IpcMapping& operator=(const IpcMapping&) = delete;
+  IpcMapping(IpcMapping&&) = delete;
+  IpcMapping& operator=(IpcMapping&&) = delete;
+  Device device;
+  unsigned long long address;
+};
+
+/// The memory of one create_all (every rank's, indexed by rank) or of one create (this rank's, at index 0, and its
+/// peers' mappings). PeerExchange's file comment.
 struct PeerExchangeGroup {
   std::vector<Communicator> comms;
   std::vector<DeviceBuffer<std::uint64_t>> slots;            ///< per rank, its receive slots
@@ -38,6 +60,7 @@ struct PeerExchangeGroup {
   std::vector<DeviceBuffer<unsigned>> counters;              ///< per rank, the kernels' epochs (file comment)
   std::vector<DeviceBuffer<unsigned long long>> tables;      ///< per rank, every rank's slots address, in rank order
   std::vector<DeviceBuffer<unsigned long long>> sum_tables;  ///< per rank, every rank's sums address, in rank order
+  std::vector<std::unique_ptr<IpcMapping>> mappings;         ///< create: the peers' slots and sums (unmapped first)
 };
 }  // namespace detail
 
@@ -62,11 +85,20 @@ class PeerExchange {
   /// pair of their GPUs, each rank's slots and counters zeroed. \throws UsageError when supported() says no (with its
   /// reason); CudaError.
   static std::vector<PeerExchange> create_all(std::span<const Communicator> comms);
+  /// This rank's exchange, where the ranks of `comm` are processes of one machine whose GPUs all reach each other's
+  /// memory (see the file comment); std::nullopt on every rank alike, with the reason in `why` (when not null), where
+  /// any rank cannot map every peer's memory (another machine, ranks of one process: create_all, GPUs without peer
+  /// access, a driver that refuses CUDA IPC), or the communicator has fewer than 2 or more than max_ranks ranks. A
+  /// collective call: every rank of `comm` makes it, at the same point of its work; it waits for the others at most
+  /// `timeout` (TimeoutError, and the communicator is aborted, as Communicator::wait). \throws NcclError, CudaError
+  /// (allocating).
+  static std::optional<PeerExchange> create(const Communicator& comm, std::string* why = nullptr,
+                                            std::chrono::milliseconds timeout = std::chrono::seconds(60));
 
   /// This rank's communicator.
   [[nodiscard]] const Communicator& communicator() const noexcept { return group_->comms[index()]; }
   /// The number of ranks.
-  [[nodiscard]] int ranks() const noexcept { return static_cast<int>(group_->comms.size()); }
+  [[nodiscard]] int ranks() const noexcept { return communicator().size(); }
   /// The table of every rank's slots address, in rank order, on this rank's device.
   [[nodiscard]] DeviceSpan<const unsigned long long> slot_table() const noexcept {
     return group_->tables[index()].cview();
@@ -81,11 +113,11 @@ class PeerExchange {
   [[nodiscard]] std::shared_ptr<const void> owner() const noexcept { return group_; }
 
  private:
-  PeerExchange(std::shared_ptr<detail::PeerExchangeGroup> group, int rank) : group_(std::move(group)), rank_(rank) {}
-  [[nodiscard]] std::size_t index() const noexcept { return static_cast<std::size_t>(rank_); }
+  PeerExchange(std::shared_ptr<detail::PeerExchangeGroup> group, int index) : group_(std::move(group)), index_(index) {}
+  [[nodiscard]] std::size_t index() const noexcept { return static_cast<std::size_t>(index_); }
 
   std::shared_ptr<detail::PeerExchangeGroup> group_;
-  int rank_;
+  int index_;  ///< this rank's place in group_'s vectors: its rank (create_all) or 0 (create)
 };
 
 }  // namespace lazygraph

@@ -195,9 +195,12 @@ BasicDecoder<T> load_decoder(const Stream& stream, const KernelLibrary& library,
 /// the whole model), then BasicDecoder's rank constructor. Every rank calls it at the same time, each from its own
 /// thread or process, with the same directory and options: the constructor captures a graph whose collectives meet
 /// those of the other ranks. `parallel`: the rank's memory for its collectives (TensorParallelOptions), the same on
-/// every rank. Quantized matrices are quantized on the GPU as load_decoder does (a DeviceQuantizer of `library`).
-/// \throws as DecoderCheckpoint::open, upload_shard (a model or a quantization that does not split) and the rank
-/// constructor.
+/// every rank. With TensorParallelOptions::peer_all_reduce (the default), the ranks then make a PeerExchange together
+/// (PeerExchange::create: ranks that are processes of one machine whose GPUs reach each other's memory), and the step
+/// all-reduces through it; where any rank cannot, every rank uses NCCL (the decoder's peer_all_reduce() says which).
+/// Quantized matrices are quantized on the GPU as load_decoder does (a DeviceQuantizer of `library`).
+/// \throws as DecoderCheckpoint::open, upload_shard (a model or a quantization that does not split),
+/// PeerExchange::create and the rank constructor.
 template <Element T = half>
 BasicDecoder<T> load_decoder_rank(const Stream& stream, const KernelLibrary& library,
                                   const std::filesystem::path& directory, const Communicator& comm,

@@ -586,9 +586,10 @@ class BasicDecoder {
   /// weight whose size is not its share's (naming its checkpoint tensor name), a stream of another device than comm's;
   /// NcclError.
   /// `options`: the residual stream and the logits in NCCL symmetric memory or not (TensorParallelOptions); every rank
-  /// must give the same. `peer`: for ranks of one process, this rank's share of a PeerExchange over every rank's GPU
-  /// (PeerExchange::create_all): the step's all-reduces of the residual stream then go through it (peer_all_reduce)
-  /// instead of NCCL; every rank must give one, or none. \throws UsageError when `peer` is another communicator's.
+  /// must give the same. `peer`: this rank's share of a PeerExchange over every rank's GPU (PeerExchange::create_all
+  /// for ranks of one process, PeerExchange::create for ranks in processes of one machine): the step's all-reduces of
+  /// the residual stream then go through it (peer_all_reduce) instead of NCCL; every rank must give one, or none.
+  /// \throws UsageError when `peer` is another communicator's.
   BasicDecoder(const Stream& stream, const KernelLibrary& library, const DecoderConfig& config,
                BasicDecoderWeights<T> weights, const Communicator& comm, const TensorParallelOptions& options = {},
                const PeerExchange* peer = nullptr);

@@ -12,9 +12,10 @@ struct TensorParallelOptions {
   /// lowest latency it has for a decode step's small collectives. When it does not (older than 2.27, or registration
   /// refused), plain device memory, as with false; the module's symmetric_memory() says which.
   bool symmetric_memory = true;
-  /// TensorParallelDecoder (ranks of one process): all-reduce the residual stream through a PeerExchange over the
-  /// ranks' GPUs (nn/peer_all_reduce.hpp) where every pair of them has peer access, instead of NCCL; a decode step's
-  /// all-reduces then cost a fraction of NCCL's. Where they lack peer access, NCCL, as with false.
+  /// TensorParallelDecoder (ranks of one process) and load_decoder_rank (ranks in processes of one machine):
+  /// all-reduce the residual stream through a PeerExchange over the ranks' GPUs (nn/peer_all_reduce.hpp) where every
+  /// pair of them has peer access, instead of NCCL; a decode step's all-reduces then cost a fraction of NCCL's. Where
+  /// they lack peer access (or, across processes, cannot map each other's memory), NCCL, as with false.
   bool peer_all_reduce = true;
   /// With peer_all_reduce: the all-reduce after each output projection (Wo, W2) runs inside the projection's kernel
   /// (gemv_all_reduce, nn/peer_all_reduce.hpp), which sends each output to the peers as soon as it is done, instead of

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """One process per GPU (issue 39): starts tp_rank once per GPU and checks what they did.
 
-  1. run: every rank joins through a CommunicatorId file, loads its share of a checkpoint and decodes; all must exit
-     0 within the time limit, write the same tokens, and rank 0 must agree with the one-GPU decoder.
+  1. run, then run-nccl: every rank joins through a CommunicatorId file, loads its share of a checkpoint and decodes;
+     all must exit 0 within the time limit, write the same tokens, and rank 0 must agree with the one-GPU decoder.
+     In run every rank must all-reduce through peer memory where the probe says the GPUs reach each other's (the
+     ranks' PeerExchange::create), in run-nccl through NCCL.
   2. mismatch: rank 1 makes a batch of another size; every rank must fail with check_same_collectives' UsageError
      (exit 3) within the time limit instead of hanging in NCCL.
   3. join: rank 0 of 2 alone, joining within 2 s: it must fail with a TimeoutError (exit 4) within 20 s.
@@ -44,18 +46,25 @@ def main():
     if probe.returncode != 0:
         print(probe.stdout, probe.stderr)
         return 1
-    ranks = 4 if int(probe.stdout.strip()) >= 4 else 2
+    count, access = probe.stdout.split()
+    ranks = 4 if int(count) >= 4 else 2
     failed = False
-    with tempfile.TemporaryDirectory() as folder:
-        t0 = time.monotonic()
-        results = finish([start(binary, folder, r, ranks, "run") for r in range(ranks)], 300)
-        for r, (code, out, err) in enumerate(results):
-            print(f"run, rank {r}: exit {code} {out.strip()} {err.strip()}")
-            failed |= code != 0
-        tokens = [open(os.path.join(folder, f"tokens-{r}.txt")).read() for r in range(ranks) if results[r][0] == 0]
-        same = len(tokens) == ranks and all(t == tokens[0] for t in tokens)
-        print(f"run: {ranks} processes in {time.monotonic() - t0:.1f} s; every rank's tokens the same: {same}")
-        failed |= not same or "agrees with the one-GPU decoder" not in results[0][1]
+    for mode in ["run", "run-nccl"]:
+        expected = "through peer memory" if mode == "run" and access == "peer" else "through NCCL"
+        with tempfile.TemporaryDirectory() as folder:
+            t0 = time.monotonic()
+            results = finish([start(binary, folder, r, ranks, mode) for r in range(ranks)], 300)
+            for r, (code, out, err) in enumerate(results):
+                print(f"{mode}, rank {r}: exit {code} {' '.join(out.split())} {err.strip()}")
+                failed |= code != 0
+                if expected not in out:
+                    print(f"{mode}, rank {r}: UNEXPECTED: it did not all-reduce {expected} (GPUs: {access})")
+                    failed = True
+            tokens = [open(os.path.join(folder, f"tokens-{r}.txt")).read() for r in range(ranks) if results[r][0] == 0]
+            same = len(tokens) == ranks and all(t == tokens[0] for t in tokens)
+            print(f"{mode}: {ranks} processes in {time.monotonic() - t0:.1f} s, all-reducing {expected}; "
+                  f"every rank's tokens the same: {same}")
+            failed |= not same or "agrees with the one-GPU decoder" not in results[0][1]
     with tempfile.TemporaryDirectory() as folder:
         t0 = time.monotonic()
         results = finish([start(binary, folder, r, ranks, "mismatch") for r in range(ranks)], 300)

@@ -1,7 +1,9 @@
 // tp_rank: one process of a tensor-parallel decoder, as a deployment runs one per GPU; tp_processes.py starts one per
 // GPU and checks what they wrote. Not a test by itself.
 //
-//   tp_rank --probe                          exit 0 when this machine has 2+ GPUs and NCCL, else 77 saying why
+//   tp_rank --probe                          exit 0 when this machine has 2+ GPUs and NCCL, printing how many and
+//                                            whether the first RANKS (4 where there are, else 2) all reach each
+//                                            other's memory ("4 peer" or "2 no-peer"); else 77 saying why
 //   tp_rank DIR RANK RANKS MODE [JOIN_MS]
 //
 // Rank 0 saves a seeded checkpoint in DIR/model, then writes a new CommunicatorId to DIR/id; the other ranks wait for
@@ -10,7 +12,10 @@
 //   run       steps 8 tokens, a batch of 3 sequences, a 12-token prompt and generate(10), greedy then sampled; writes
 //             every token it got to DIR/tokens-RANK.txt. Rank 0 also loads the whole model on its GPU (load_decoder)
 //             and checks each step's logits against it (relative error below 1e-2) and the prompt's and generate's
-//             tokens against forward's, printing "rank 0 agrees with the one-GPU decoder".
+//             tokens against forward's, printing "rank 0 agrees with the one-GPU decoder". Every rank prints which
+//             all-reduce it runs: "through peer memory" (the default where the GPUs allow: PeerExchange::create) or
+//             "through NCCL".
+//   run-nccl  run with TensorParallelOptions::peer_all_reduce off: NCCL's all-reduces.
 //   mismatch  like run's batch, but rank 1 steps 2 sequences where the others step 3: each rank must throw the
 //             UsageError of check_same_collectives (exit 3, its message on stderr) instead of hanging in NCCL.
 //   join      the rank joins and stops (the test runs rank 0 of 2 alone: it must fail within JOIN_MS, exit 4).
@@ -94,11 +99,17 @@ int main(int argc, char** argv) {
         std::printf("skipped: one process per GPU needs 2 GPUs; this machine has %d\n", lg::Device::count());
         return 77;
       }
-      std::printf("%d\n", lg::Device::count());
+      const int count = lg::Device::count();
+      const int ranks = count >= 4 ? 4 : 2;
+      bool peer = true;
+      for (int a = 0; a < ranks; ++a) {
+        for (int b = 0; b < ranks; ++b) peer &= a == b || lg::Device::get(a).can_access_peer(lg::Device::get(b));
+      }
+      std::printf("%d %s\n", count, peer ? "peer" : "no-peer");
       return 0;
     }
     if (argc < 5) {
-      std::fprintf(stderr, "usage: tp_rank --probe | tp_rank DIR RANK RANKS run|mismatch|join [JOIN_MS]\n");
+      std::fprintf(stderr, "usage: tp_rank --probe | tp_rank DIR RANK RANKS run|run-nccl|mismatch|join [JOIN_MS]\n");
       return 2;
     }
     const std::filesystem::path dir = argv[1];
@@ -120,7 +131,9 @@ int main(int argc, char** argv) {
     nn::LoadOptions options;
     options.max_batch = 3;
     options.progress = false;
-    nn::Decoder decoder = nn::load_decoder_rank<lg::half>(stream, library, dir / "model", comm, options);
+    const nn::TensorParallelOptions parallel{.peer_all_reduce = mode != "run-nccl"};
+    nn::Decoder decoder = nn::load_decoder_rank<lg::half>(stream, library, dir / "model", comm, options, parallel);
+    std::printf("rank %d all-reduces through %s\n", rank, decoder.peer_all_reduce() ? "peer memory" : "NCCL");
     if (mode == "mismatch") {
       std::vector<nn::TokenAt> rows{{3, 0}, {40, 0}, {500, 0}};
       if (rank == 1) rows.pop_back();

@@ -67,6 +67,14 @@ void context_synchronize(CUcontext ctx);
 bool device_can_access_peer(CUdevice dev, CUdevice peer);
 /// Lets kernels in `ctx` read and write memory of `peer`'s device (cuCtxEnablePeerAccess); enabled already is fine.
 void context_enable_peer_access(CUcontext ctx, CUcontext peer);
+/// The handle another process opens `address` (the start of a cuMemAlloc allocation of `ctx`) with
+/// (cuIpcGetMemHandle); `object` names it in the error.
+CUipcMemHandle ipc_handle(CUcontext ctx, CUdeviceptr address, std::string_view object);
+/// Maps another process's allocation into `ctx`, with peer access to its device (cuIpcOpenMemHandle); `object` names
+/// it in the error. Not for an allocation of this process (the driver refuses it).
+CUdeviceptr ipc_open(CUcontext ctx, const CUipcMemHandle& handle, std::string_view object);
+/// Unmaps what ipc_open mapped (cuIpcCloseMemHandle); errors are ignored.
+void ipc_close_no_throw(CUcontext ctx, CUdeviceptr address) noexcept;
 /// Free and total device memory, in bytes, of the context's device.
 void memory_info(CUcontext ctx, std::size_t* free_bytes, std::size_t* total_bytes);
 
