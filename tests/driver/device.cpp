@@ -1,5 +1,7 @@
 #include <doctest/doctest.h>
 
+#include <string>
+
 #include "common/gpu.hpp"
 
 using namespace lazygraph;
@@ -43,7 +45,7 @@ TEST_SUITE("gpu") {
     if (Device::count() < 2) return;
     const Device a = Device::get(0);
     const Device b = Device::get(1);
-    MESSAGE("devices 0 and 1: " << (a.can_access_peer(b) ? "peer access" : "no peer access"));
+    MESSAGE("devices 0 and 1: " << std::string(a.can_access_peer(b) ? "peer access" : "no peer access"));
     CHECK(a.can_access_peer(b) == b.can_access_peer(a));  // NVLink and PCIe peer access go both ways
   }
 
