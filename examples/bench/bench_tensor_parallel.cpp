@@ -245,6 +245,7 @@ int run_processes(int gpus, double ceiling) {
       std::vector<std::string> args{"bench_tensor_parallel", "--rank", std::to_string(r), std::to_string(ranks),
                                     dir.string()};
       std::vector<char*> argv;
+      argv.reserve(args.size() + 1);
       for (std::string& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
       pid_t pid = 0;

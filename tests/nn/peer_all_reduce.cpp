@@ -179,7 +179,7 @@ std::vector<double> projected(const std::vector<T>& x, const std::vector<double>
 
 /// The largest error of `got` against `want`, relative to 1 + |want|.
 template <class T>
-double relative_error(const std::vector<T>& got, const std::vector<double>& want) {
+double worst_scaled_error(const std::vector<T>& got, const std::vector<double>& want) {
   double worst = 0.0;
   for (std::size_t i = 0; i < got.size(); ++i) {
     worst = std::max(worst, std::abs(got[i].to_float() - want[i]) / (1.0 + std::abs(want[i])));
@@ -211,7 +211,7 @@ void check_over_the_ranks(PeerRanks& p, const Projection& s, const std::vector<s
     project(r).sync_on(p.streams[r]);
     got[r] = lgtest::to_host(p.streams[r], dx[r].cview());
   });
-  CHECK(relative_error(got[0], projected(x, sums, 2)) < bound);
+  CHECK(worst_scaled_error(got[0], projected(x, sums, 2)) < bound);
   for (std::size_t r = 1; r < ranks; ++r) CHECK(differing(got[r], got[0]) == 0);
   lg::MultiDeviceGraph graph = lg::MultiDeviceGraph::capture(p.comms, [&](int rank, lg::Scope& sc) {
     const auto r = static_cast<std::size_t>(rank);
@@ -224,7 +224,7 @@ void check_over_the_ranks(PeerRanks& p, const Projection& s, const std::vector<s
     graph.launch();
     graph.synchronize();
     for (std::size_t r = 0; r < ranks; ++r) got[r] = lgtest::to_host(p.streams[r], dx[r].cview());
-    CHECK(relative_error(got[0], projected(x, sums, 3)) < bound);
+    CHECK(worst_scaled_error(got[0], projected(x, sums, 3)) < bound);
     for (std::size_t r = 1; r < ranks; ++r) CHECK(differing(got[r], got[0]) == 0);
   }
 }

@@ -49,12 +49,12 @@ def main() -> int:
         with open(log, encoding="utf-8") as f:
             for line in f:
                 r = json.loads(line)
-                # Meson 1.0 names a test "PROJECT:SUITE / NAME" (its first suite), newer ones "SUITE - PROJECT:NAME";
-                # a record's own "suite" list, where there is one, says it too.
+                # Meson 1.0 names a test "PROJECT:SUITE / NAME" (its suites joined by "+": the first counts), newer
+                # ones "SUITE - PROJECT:NAME"; a record's own "suite" list, where there is one, says it too.
                 full = r["name"]
                 if " / " in full:
                     suite_part, _, name = full.rpartition(" / ")
-                    suite = suite_part.split(":")[-1]
+                    suite = suite_part.split(":")[-1].split("+")[0]
                 elif " - " in full:
                     suite, _, rest = full.partition(" - ")
                     name = rest.split(":")[-1]

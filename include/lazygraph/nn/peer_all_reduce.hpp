@@ -1,9 +1,10 @@
 #pragma once
 /// \file
 /// peer_all_reduce: a tensor-parallel rank's in-place all-reduce of the residual stream through a PeerExchange
-/// (driver/peer_exchange.hpp), for ranks whose GPUs are in one process and reach each other's memory: one kernel
-/// (kernels/nn/peer_all_reduce.cu) that writes this rank's values straight into the peers' memory and sums theirs,
-/// in rank order, so every rank gets the same bits. For a decode step's messages of a few KiB it costs a fraction
+/// (driver/peer_exchange.hpp), for ranks whose GPUs reach each other's memory (in one process, or in processes of one
+/// machine that mapped each other's slots: PeerExchange::create): one kernel (kernels/nn/peer_all_reduce.cu) that
+/// writes this rank's values straight into the peers' memory and sums theirs, in rank order, so every rank gets the
+/// same bits. For a decode step's messages of a few KiB it costs a fraction
 /// of NCCL's all-reduce inside a graph (2x H100: 0.5 to 3 us after a kernel that streams weights, against 5 to
 /// 6 us; docs/multi_gpu.md). The ranks compare it like NCCL's collectives (CollectiveCheckOp). Every rank must
 /// make the same calls; a rank whose peers never make theirs waits for ever, as in NCCL. A rank's calls must run one
