@@ -263,10 +263,12 @@ CheckpointError cannot_quantize(const std::filesystem::path& file, const Quantiz
                        : "")};
 }
 
-/// One tensor of a quantized matrix: where it goes in the decoder and where it is stored.
+/// One tensor of a quantized matrix: where it goes in the decoder, where it is stored, and which block of it the matrix
+/// takes (the whole tensor, or a rank's rows or columns).
 struct MatrixPart {
   const DecoderTensor* tensor;
   const TensorInfo* info;
+  Block block;
 };
 
 /// Matrix `layout` quantized on the device: its `parts` uploaded as elements of S, rows stacked, through `buffers`,
@@ -282,9 +284,10 @@ DeviceQuantizedWeight<T> quantize_on_device(const Stream& stream, const DeviceQu
   try {
     std::size_t at = 0;
     for (const MatrixPart& p : parts) {
-      upload_rows<S>(weights, head_dim, *p.tensor, *p.info, whole(*p.tensor),
-                     stacked.view().subspan(at, p.tensor->elements()), buffers, nullptr);
-      at += p.tensor->elements();
+      const std::size_t elements = p.block.rows * p.block.cols;
+      upload_rows<S>(weights, head_dim, *p.tensor, *p.info, p.block, stacked.view().subspan(at, elements), buffers,
+                     nullptr);
+      at += elements;
     }
     return quantizer.template quantize<T, S>(stream, layout.format(), layout.name(), layout.rows(), layout.cols(),
                                              stacked.cview(), options);
@@ -510,11 +513,47 @@ DeviceQuantizedWeight<T> DecoderCheckpoint::whole_matrix(const Stream& stream, c
   try {
     if (quantizer != nullptr && !quantized_as_saved()) {
       std::vector<MatrixPart> parts;
-      for (const std::size_t p : matrix_parts_[index]) parts.push_back({&tensors_[p], sources_[p]});
+      for (const std::size_t p : matrix_parts_[index]) parts.push_back({&tensors_[p], sources_[p], whole(tensors_[p])});
       return quantize_stored<T>(stream, *quantizer, weights_, config_.head_dim(), parts, layouts_[index],
                                 options_.quantization.options, buffers);
     }
     return {stream, quantized_weight(index)};
+  } catch (...) {
+    drain(stream);
+    throw;
+  }
+}
+
+template <Element T>
+DeviceQuantizedWeight<T> DecoderCheckpoint::matrix_share(const Stream& stream, const DeviceQuantizer* quantizer,
+                                                         std::size_t index, const DecoderTensor& first,
+                                                         const QuantizedLayout& share, int rank, int ranks,
+                                                         Staging& buffers) const {
+  // Quantizing a share of rows, or of whole int4 groups of columns, gives the bytes of the same share of the matrix
+  // quantized whole (each row's groups are the same); an int8 row's scale needs all of its columns.
+  const bool columns = tensor_shard(first, config_, rank, ranks).columns;
+  const bool own_part =
+      quantizer != nullptr && !quantized_as_saved() && (!columns || share.format().kind == WeightFormat::int4_group);
+  if (!own_part) {
+    const DeviceQuantizedWeight<T> whole_weight = whole_matrix<T>(stream, quantizer, index, buffers);
+    try {
+      return shard_quantized(stream, whole_weight, first.role, config_, rank, ranks);
+    } catch (...) {
+      drain(stream);
+      throw;
+    }
+  }
+  std::vector<MatrixPart> parts;
+  for (const std::size_t p : matrix_parts_[index]) {
+    const DecoderTensor& t = tensors_[p];
+    const TensorShard s = tensor_shard(t, config_, rank, ranks);
+    parts.push_back({&t, sources_[p],
+                     s.columns ? Block{0, static_cast<std::size_t>(t.rows), s.first, s.count}
+                               : Block{s.first, s.count, 0, static_cast<std::size_t>(t.cols)}});
+  }
+  try {
+    return quantize_stored<T>(stream, *quantizer, weights_, config_.head_dim(), parts, share,
+                              options_.quantization.options, buffers);
   } catch (...) {
     drain(stream);
     throw;
@@ -597,6 +636,7 @@ BasicDecoderWeights<T> DecoderCheckpoint::upload_shard_with(const Stream& stream
   check_quantization_for<T>();
   const DecoderQuantization& quantization = options_.quantization;
   const DecoderConfig shard = shard_config(config_, ranks);
+  const std::vector<QuantizedLayout> shares = nn::quantized_layouts(shard, quantization);  // the rank's matrices
   const std::size_t bytes = decoder_device_bytes(shard, quantization);
   Staging buffers(stream, std::max(options_.staging_bytes, widest_staged_row(tensors_)));
   Progress progress(weights_.path().string() + " rank " + std::to_string(rank) + " of " + std::to_string(ranks), bytes,
@@ -609,13 +649,8 @@ BasicDecoderWeights<T> DecoderCheckpoint::upload_shard_with(const Stream& stream
     const DecoderTensor& t = tensors_[i];
     if (!dense(t)) {
       if (t.role != DecoderTensorRole::wk && t.role != DecoderTensorRole::wv) {  // k and v go with q
-        const DeviceQuantizedWeight<T> whole = whole_matrix<T>(stream, quantizer, matrices.size(), buffers);
-        try {
-          matrices.push_back(shard_quantized(stream, whole, t.role, config_, rank, ranks));
-        } catch (...) {
-          drain(stream);
-          throw;
-        }
+        const std::size_t m = matrices.size();
+        matrices.push_back(matrix_share<T>(stream, quantizer, m, t, shares[m], rank, ranks, buffers));
         progress.advance(matrices.back().bytes());
       }
       return;  // the rank's share is held quantized

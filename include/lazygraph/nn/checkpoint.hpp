@@ -142,8 +142,10 @@ class DecoderCheckpoint {
   template <Element T = half>
   [[nodiscard]] BasicDecoderWeights<T> upload_shard(const Stream& stream, int rank, int ranks) const;
 
-  /// upload_shard, with each quantized matrix that LoadOptions::quantization chooses quantized whole on the GPU by
-  /// `quantizer` (as upload(stream, quantizer)) before the rank takes its share; the same bytes.
+  /// upload_shard, with each quantized matrix that LoadOptions::quantization chooses quantized on the GPU by
+  /// `quantizer` (as upload(stream, quantizer)); the same bytes. The rank reads and quantizes only its rows of a
+  /// matrix, or its columns where the format is int4 (whole groups: each row's groups are the same either way); an int8
+  /// Wo or W2 is quantized whole and the rank keeps its columns, as an int8 row's scale depends on the whole row.
   /// \throws as upload_shard(stream, rank, ranks) and upload(stream, quantizer).
   template <Element T = half>
   [[nodiscard]] BasicDecoderWeights<T> upload_shard(const Stream& stream, const DeviceQuantizer& quantizer, int rank,
@@ -163,6 +165,16 @@ class DecoderCheckpoint {
   template <Element T>
   [[nodiscard]] DeviceQuantizedWeight<T> whole_matrix(const Stream& stream, const DeviceQuantizer* quantizer,
                                                       std::size_t index, checkpoint_upload::Staging& buffers) const;
+  /// Rank `rank` of `ranks`'s share (laid out as `share`) of quantized matrix `index`, whose first tensor is `first`.
+  /// Quantized on the device from the rank's rows, or whole int4 groups of its columns, alone: the same bytes as the
+  /// share of the matrix quantized whole. Else (an int8 column share, whose row scales need every column; quantizing
+  /// on the host; a checkpoint saved quantized) the whole matrix, then its share (shard_quantized). Drains the stream
+  /// when it throws.
+  template <Element T>
+  [[nodiscard]] DeviceQuantizedWeight<T> matrix_share(const Stream& stream, const DeviceQuantizer* quantizer,
+                                                      std::size_t index, const DecoderTensor& first,
+                                                      const QuantizedLayout& share, int rank, int ranks,
+                                                      checkpoint_upload::Staging& buffers) const;
   /// upload's check_quantization for T, naming what the checkpoint was saved as.
   template <Element T>
   void check_quantization_for() const;
