@@ -44,7 +44,7 @@ using lg::half;
 namespace {
 
 constexpr const char* usage =
-    "usage: bench_quantized_decoder [--checkpoint DIR --tokens FILE] [--no-speed]\n"
+    "usage: bench_quantized_decoder [--checkpoint DIR --tokens FILE] [--no-speed] [--no-accuracy] [--shape NAME]\n"
     "  Times decoder steps with fp16, int8 and int4 weights (seeded, quantized on the device) on the default,\n"
     "  TinyLlama and Llama-3.2-1B shapes at 1 and 8 rows, and measures each quantized decoder's top-1 agreement with\n"
     "  fp16, its logits' relative error and its per-layer KV error over 256 teacher-forced positions: on the seeded\n"
@@ -52,6 +52,8 @@ constexpr const char* usage =
     "  --checkpoint DIR  a model folder (config.json, safetensors) to measure accuracy on, in fp16\n"
     "  --tokens FILE     the token ids to teacher-force it with, whitespace-separated (at least 257)\n"
     "  --no-speed        only the accuracy tables\n"
+    "  --no-accuracy     only the speed table\n"
+    "  --shape NAME      the speed table of one shape: default, tinyllama or llama32-1b\n"
     "Exit status: 0 done, 1 failed, 2 usage error, 77 skipped (no GPU; the reason is printed).\n";
 
 constexpr int kPositions = 256;
@@ -62,6 +64,8 @@ struct Options {
   std::string checkpoint;
   std::string tokens;
   bool speed = true;
+  bool accuracy = true;
+  std::string shape;  ///< the speed table's only shape, or empty for all
 };
 
 struct Variant {
@@ -100,7 +104,7 @@ double relative_error(const std::vector<half>& a, const std::vector<half>& b, st
 }
 
 void speed_table(lg::Stream& s, const lg::KernelLibrary& library, const nn::Kernels& kernels,
-                 const nn::DeviceQuantizer& quantizer, double copy_bw) {
+                 const nn::DeviceQuantizer& quantizer, double copy_bw, const std::string& only) {
   std::printf(
       "Step time, seeded weights quantized on the device, the step graph replayed at position %d (dense 8-row steps "
       "on tensor cores)\n\n",
@@ -110,6 +114,7 @@ void speed_table(lg::Stream& s, const lg::KernelLibrary& library, const nn::Kern
       "|---|---|---|---|---|---|---|---|---|\n",
       kPromptTokens);
   for (const bench::ModelShape& shape : {bench::ModelShape{"default", {}}, bench::tinyllama(), bench::llama32_1b()}) {
+    if (!only.empty() && shape.name != only) continue;
     nn::DecoderConfig config = shape.config;
     config.context = 256;
     config.max_batch = 8;
@@ -273,7 +278,8 @@ int run(const Options& o) {
   const double copy_bw = bench::copy_ceiling(s);
   std::printf("%s; copy ceiling (1 GiB device-to-device copy, read + write): %.0f GB/s\n\n", device.name().c_str(),
               copy_bw * 1e-9);
-  if (o.speed) speed_table(s, library, kernels, quantizer, copy_bw);
+  if (o.speed) speed_table(s, library, kernels, quantizer, copy_bw, o.shape);
+  if (!o.accuracy) return 0;
 
   nn::DecoderConfig seeded = bench::llama32_1b().config;
   seeded.context = kPositions + 8;
@@ -316,6 +322,13 @@ std::variant<Options, int> parse(int argc, char** argv) {
       o.tokens = value();
     } else if (arg == "--no-speed") {
       o.speed = false;
+    } else if (arg == "--no-accuracy") {
+      o.accuracy = false;
+    } else if (arg == "--shape") {
+      o.shape = value();
+      if (o.shape != "default" && o.shape != "tinyllama" && o.shape != "llama32-1b") {
+        throw lg::UsageError("--shape " + o.shape + ": not one of default, tinyllama, llama32-1b");
+      }
     } else {
       throw lg::UsageError(arg.starts_with("-") ? "unknown option " + arg : "unexpected argument " + arg);
     }

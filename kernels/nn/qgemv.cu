@@ -22,7 +22,7 @@
 // the group 32, 64 or 128 (int4, dividing cols) or cols (int8), W1 and W3 of one group and symmetry, values, x and g
 // 16-byte aligned, batch 1 to 8. Launch: blocks of (32, K, R), K warps per tile of 16 rows and R tiles at a time,
 // K * R <= 32, any grid (qgemv_core.cuh); nn::BasicQuantizedKernels::config picks the fast shape. Early launch as
-// gemv.cu's kernels.
+// gemv.cu's kernels, without their L2 prefetch (start_quantized says why).
 #include "lazygraph/nn/qgemv_core.cuh"
 
 namespace {
@@ -48,7 +48,7 @@ template <int F, class T>
 __device__ __forceinline__ void qgemv_body(QuantizedMatrix W, const T* x, T* out, int rows, int cols, int batch) {
   if (!supported<F>(W, cols, batch, x, x)) __trap();
   const QuantizedTiles<1, T> w = tiles_of<F, T>(W, cols);
-  prefetch_quantized<4>(w, rows);
+  start_quantized();
   qgemv_tiles<F>(w, PlainX<T>{x, cols}, rows, cols, batch, 0.0f,
                  [&](int row, int b, const float* v) { at(out, rows, row, b) = lg::from_float<T>(v[0]); });
 }
@@ -61,7 +61,7 @@ __device__ __forceinline__ void qgemv_add_body(QuantizedMatrix W, const T* x, T*
   float residual = 0.0f;
   int residual_row = -1;
   int residual_vector = -1;
-  prefetch_quantized<4>(w, rows);
+  start_quantized();
   qgemv_tiles<F>(
       w, PlainX<T>{x, cols}, rows, cols, batch, 0.0f,
       [&](int row, int b, const float* v) {
@@ -82,7 +82,7 @@ __device__ __forceinline__ void rms_norm_qgemv_body(QuantizedMatrix W, const T* 
                                                     int cols, float eps, int batch) {
   if (!supported<F>(W, cols, batch, x, g)) __trap();
   const QuantizedTiles<1, T> w = tiles_of<F, T>(W, cols);
-  prefetch_quantized<4>(w, rows);
+  start_quantized();
   // Its sums of x^2 shared out over the block: the LM head's kernel, whose blocks make several passes.
   qgemv_tiles<F, false, true>(w, GainedX<T>{x, g, cols}, rows, cols, batch, eps,
                               [&](int row, int b, const float* v) { at(out, rows, row, b) = lg::from_float<T>(v[0]); });
@@ -118,7 +118,7 @@ __device__ __forceinline__ void quantized_qkv_rope_append_body(QuantizedMatrix W
     where[0][tid] = positions[tid];
     where[1][tid] = slots[tid];
   }
-  prefetch_quantized<4>(w, rows);
+  start_quantized();
   const auto biased = [&](int row, float value) { return bias == nullptr ? value : value + lg::to_float(bias[row]); };
   qgemv_tiles<F, true>(
       w, GainedX<T>{x, g, d}, rows, d, batch, eps, [&](int row, int b, const float* r, const float* other_row) {
@@ -155,7 +155,7 @@ __device__ __forceinline__ void rms_norm_qgemv_swiglu_body(QuantizedMatrix W1, Q
     __trap();
   }
   const QuantizedTiles<2, T> w{{W1, W3}, quantized_tile_bytes<F>(cols), cols / W1.group};
-  prefetch_quantized<2>(w, rows);
+  start_quantized();
   qgemv_tiles<F>(w, GainedX<T>{x, g, cols}, rows, cols, batch, eps,
                  [&](int row, int b, const float* v) { at(out, rows, row, b) = lg::from_float<T>(silu(v[0]) * v[1]); });
 }
