@@ -295,15 +295,17 @@ int main(int argc, char** argv) {
     }
   }
   const bool processes = argc == 2 && std::string(argv[1]) == "--processes";
-  if (processes) argc = 1;
+  const bool quantized_only = argc == 2 && std::string(argv[1]) == "--quantized";
+  if (processes || quantized_only) argc = 1;
   constexpr const char* usage =
-      "usage: bench_tensor_parallel [--processes]\n"
+      "usage: bench_tensor_parallel [--processes | --quantized]\n"
       "The SwiGLU MLP (4096, 11008, 8) and decoders (d 4096 x 8 layers; TinyLlama and Llama-3.2-1B shapes; a\n"
       "7B-class shape) split over 1 GPU, 2, and every GPU of a machine with more: step time, weight bytes per rank,\n"
       "fraction of the copy ceiling, tokens/s. A benchmark, not a test.\n"
       "  --processes  the Llama-3.2-1B and 7B-class shapes over 2 GPUs (and 4 where there are), one process per\n"
       "               GPU, all-reducing through NCCL and through peer memory across the processes; then the same\n"
       "               split in one process and one GPU, for comparison.\n"
+      "  --quantized  only the Llama-3.2-1B shape with int8 and int4 weights (the rows after its dense ones).\n"
       "Exit status: 0 done, 1 failed, 2 usage error, 77 skipped (no GPU or no NCCL; the reason is printed).\n";
   if (auto code = example::handle_arguments(argc, argv, usage)) return *code;
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each row as it is measured, also into a file
@@ -332,6 +334,12 @@ int main(int argc, char** argv) {
     std::vector<int> sizes{1};
     if (gpus > 1) sizes.push_back(2);
     if (gpus > 2) sizes.push_back(gpus);
+    if (quantized_only) {
+      lg::nn::DecoderConfig dec = bench::llama32_1b().config;
+      dec.context = 1024;
+      quantized_rows("Llama-3.2-1B shape", dec, sizes, ceiling);
+      return 0;
+    }
 
     lg::nn::MlpConfig mlp;
     mlp.d = 4096;
