@@ -16,7 +16,12 @@ SKIP_DIRS = {".git", "subprojects", "__pycache__", ".debs", "gpu-logs"}
 
 def sources(root):
     for dirpath, dirs, names in os.walk(root):
-        dirs[:] = [d for d in dirs if d not in SKIP_DIRS and not d.startswith("build")]
+        # Hidden folders other than .ci are a checkout's own (a scratch folder, an editor's): not the tree's.
+        dirs[:] = [
+            d
+            for d in dirs
+            if d not in SKIP_DIRS and not d.startswith("build") and (d == ".ci" or not d.startswith("."))
+        ]
         for name in names:
             yield os.path.join(dirpath, name)
 
