@@ -57,6 +57,7 @@ double replay_seconds(lg::MultiDeviceGraph& graph) {
 double decoder_seconds(lg::nn::TensorParallelDecoder& model) {
   model.replay(1);  // captures every rank's step graph at once (a rank's capture meets the others' in NCCL)
   std::vector<lg::CudaGraph<>*> graphs;
+  graphs.reserve(static_cast<std::size_t>(model.ranks()));
   for (int r = 0; r < model.ranks(); ++r) graphs.push_back(&model.rank(r).graph(1));
   return bench::median_seconds(
       graphs[0]->stream(), 10,
@@ -142,7 +143,7 @@ void quantized_rows(const std::string& name, const lg::nn::DecoderConfig& dec, c
   const lg::nn::QuantizedFormat int8{.kind = lg::nn::WeightFormat::int8_channel};
   const lg::nn::QuantizedFormat int4{.kind = lg::nn::WeightFormat::int4_group, .group = 128};
   struct Variant {
-    const char* label;
+    const char* label = "";
     lg::nn::DecoderQuantization q;
   };
   for (const Variant& v :
@@ -173,7 +174,11 @@ void quantized_rows(const std::string& name, const lg::nn::DecoderConfig& dec, c
         const std::string how = n == 1  ? ""
                                 : fused ? ", peer all-reduce in the projections"
                                         : ", peer all-reduce kernel";
-        row(name + ", " + v.label + how, n, t, bytes / n, ceiling, n == 1 ? 0 : tp1, 0);
+        std::string label = name;
+        label += ", ";
+        label += v.label;
+        label += how;
+        row(label, n, t, bytes / n, ceiling, n == 1 ? 0 : tp1, 0);
         if (n == 1) tp1 = t;
       }
     }
