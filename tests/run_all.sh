@@ -10,11 +10,12 @@
 # debug information (-Doptimization=1 -Ddebug=false): -g costs a third more compile time, -O2 half as much again, and
 # no test depends on either; a default build (-O2 -g, as examples/run_demo.sh and the GPU machine's build-gpu make)
 # runs the same tests. To debug a failure: `meson configure build -Ddebug=true`. The sanitizer build's debug
-# information is -g1 (line tables, no variables): its reports keep their files and lines, and it compiles in 304 s
-# instead of 330 on the 2-core CI machine. Under AddressSanitizer the host suite runs less its 'nvrtc' part (compiling
-# every nn kernel: NVRTC's time, not the library's). Prints a line per phase ("== "), ninja's progress and each test;
-# a failed build prints the compiler's messages and what failed. Then a table of suites with how many test cases ran,
-# the reason of every skip, and the closing line
+# information is -g1 (line tables, no variables): its reports keep their files and lines, and it compiles a little
+# faster than with -g (304 s against 323-334 s on the 2-core CI machine, a gain within that machine's variation from
+# run to run: 292-334 s with -g). Under AddressSanitizer the host suite runs less its 'nvrtc' part (compiling every nn
+# kernel: NVRTC's time, not the library's). Prints a line per phase ("== "), ninja's progress and each test; a failed
+# build prints the compiler's messages and what failed. Then a table of suites with how many test cases ran, the
+# reason of every skip, and the closing line
 #   N passed, N failed, N skipped
 # (tests as Meson counts them; a failed build counts as one failed). Exits non-zero when anything failed.
 set -euo pipefail
