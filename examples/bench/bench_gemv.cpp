@@ -109,15 +109,15 @@ void mlp_sweep(const lg::Stream& s, const lg::nn::Kernels& nn, double copy_bw) {
       return nn.step_config({{(static_cast<unsigned>(rows) + per_block - 1) / per_block, 1, 1}, {32, k, per_block}, 0});
     };
     const auto time = [&](const lg::LaunchConfig& a, const lg::LaunchConfig& b) {
-      std::vector<decltype(nn.rms_norm_gemv_swiglu(a, w[0].w1.cview(), w[0].w3.cview(), x.cview(), w[0].gain.cview(),
+      std::vector<decltype(nn.rms_norm_gemv_swiglu(a, w[0].w1.dense(), w[0].w3.dense(), x.cview(), w[0].gain.cview(),
                                                    act.view(), ffn, d, 1e-5F, 1) >>
-                           nn.gemv_add(b, w[0].w2.cview(), act.cview(), x.view(), d, ffn, 1))>
+                           nn.gemv_add(b, w[0].w2.dense(), act.cview(), x.view(), d, ffn, 1))>
           ops;
       ops.reserve(w.size());
       for (const auto& l : w) {
-        ops.push_back(nn.rms_norm_gemv_swiglu(a, l.w1.cview(), l.w3.cview(), x.cview(), l.gain.cview(), act.view(), ffn,
+        ops.push_back(nn.rms_norm_gemv_swiglu(a, l.w1.dense(), l.w3.dense(), x.cview(), l.gain.cview(), act.view(), ffn,
                                               d, 1e-5F, 1) >>
-                      nn.gemv_add(b, l.w2.cview(), act.cview(), x.view(), d, ffn, 1));
+                      nn.gemv_add(b, l.w2.dense(), act.cview(), x.view(), d, ffn, 1));
       }
       auto graph = lg::CudaGraph<>::capture(s, lg::chain(std::move(ops)));
       const double t = median_seconds(s, 3, [&](int) { graph.launch_on(s); });

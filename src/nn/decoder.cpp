@@ -68,22 +68,6 @@ void DecoderConfig::validate() const {
   }
 }
 
-namespace detail {
-std::pair<std::size_t, std::size_t> stacked_qkv_part(const DecoderConfig& config, std::size_t stacked, int part,
-                                                     const char* what) {
-  if (stacked == 0) return {0, 0};
-  const auto d = static_cast<std::size_t>(config.d);
-  const auto q = static_cast<std::size_t>(config.q_dim()) * d;
-  const auto kv = static_cast<std::size_t>(config.kv_dim()) * d;
-  if (stacked != q + 2 * kv) {
-    throw UsageError("BasicAttentionWeights::" + std::string(what) + ": wqkv holds " + std::to_string(stacked) +
-                     " elements, but the config's stacked q, k and v are (q_dim + 2 kv_dim) x d = " +
-                     std::to_string(q + 2 * kv) + " (or none, when quantized_qkv holds them)");
-  }
-  return part == 0 ? std::pair{std::size_t{0}, q} : part == 1 ? std::pair{q, kv} : std::pair{q + kv, kv};
-}
-}  // namespace detail
-
 std::vector<float> rope_table(const DecoderConfig& config) {
   const std::vector<double> f = rope_frequencies(config.theta, config.rope_scaling, config.head_dim());
   return {f.begin(), f.end()};
@@ -216,92 +200,50 @@ BasicDecoder<T>::BasicDecoder(const Stream& stream, const KernelLibrary& library
                    BasicDecoderWeights<T>::generate(stream, BasicKernels<T>(library, config.early_launch), config)) {}
 
 namespace {
-/// `w`, after checking that every buffer has the size `c` gives its tensor, or is empty where the tensor is quantized,
-/// and that every quantized matrix has its shape.
+/// `w`, after checking that every buffer and matrix has the shape `c` gives its tensor.
 template <Element T>
 BasicDecoderWeights<T> checked(BasicDecoderWeights<T> w, const DecoderConfig& c) {
-  // Each dense buffer in decoder_tensors() order, and whether its tensor is held quantized (the buffer then empty);
-  // but Wq, Wk and Wv, which share a layer's wqkv, checked per layer.
-  std::vector<std::pair<const DeviceBuffer<T>*, bool>> buffers{{&w.embedding, false}};
+  const auto fail = [](const std::string& why) { throw UsageError("Decoder: " + why); };
   if (w.attention.size() != static_cast<std::size_t>(c.layers) || w.mlp.size() != w.attention.size()) {
-    throw UsageError("Decoder: the weights have " + std::to_string(w.attention.size()) + " layers, the config " +
-                     std::to_string(c.layers));
+    fail("the weights have " + std::to_string(w.attention.size()) + " attention and " + std::to_string(w.mlp.size()) +
+         " MLP layers, the config " + std::to_string(c.layers));
   }
+  const auto vector = [&](const DeviceBuffer<T>& b, std::size_t size, const std::string& name) {
+    if (!b.valid() || b.size() != size) {
+      fail("tensor " + name + " has " + std::to_string(b.valid() ? b.size() : 0) + " elements, the config needs " +
+           std::to_string(size));
+    }
+  };
+  const auto matrix = [&](const Weight<T>& m, int rows, int cols, const std::string& name) {
+    if (m.rows() != rows || m.cols() != cols) {
+      fail("weight " + (m.name().empty() ? name : m.name()) + " is " + std::to_string(m.rows()) + " x " +
+           std::to_string(m.cols()) + ", the config needs " + std::to_string(rows) + " x " + std::to_string(cols));
+    }
+  };
+  const auto d = static_cast<std::size_t>(c.d);
   const int qkv_rows = c.q_dim() + 2 * c.kv_dim();
+  vector(w.embedding, static_cast<std::size_t>(c.vocab) * d, "model.embed_tokens.weight");
   for (std::size_t l = 0; l < w.attention.size(); ++l) {
+    const std::string layer = "model.layers." + std::to_string(l) + ".";
     const BasicAttentionWeights<T>& a = w.attention[l];
     const BasicSwigluWeights<T>& m = w.mlp[l];
-    const bool qkv = a.quantized_qkv.has_value();
-    // Wq, Wk and Wv: one stacked buffer, checked here (the loop below skips their three tensors).
-    const std::size_t stacked = qkv ? 0 : static_cast<std::size_t>(qkv_rows) * static_cast<std::size_t>(c.d);
-    if (qkv && !a.wqkv.valid()) {
-      throw UsageError("Decoder: layer " + std::to_string(l) +
-                       "'s q, k and v are quantized, and its dense wqkv was moved from: leave an empty DeviceBuffer "
-                       "there (the step's dense branch, which never runs, still views it)");
-    }
-    if (a.wqkv.size() != stacked) {
-      throw UsageError(
-          "Decoder: layer " + std::to_string(l) + "'s wqkv (q_proj, k_proj and v_proj stacked) has " +
-          std::to_string(a.wqkv.size()) + " elements, the config needs " + std::to_string(stacked) +
-          (qkv ? " (q, k and v are quantized: a weight is one or the other)" : " ((q_dim + 2 kv_dim) x d)"));
-    }
-    buffers.insert(buffers.end(), {{&a.gain, false}, {&a.wo, a.quantized_wo != nullptr}});
+    vector(a.gain, d, layer + "input_layernorm.weight");
+    matrix(a.qkv, qkv_rows, c.d, layer + "self_attn.qkv_proj.weight");
+    matrix(a.wo, c.d, c.q_dim(), layer + "self_attn.o_proj.weight");
     if (c.qkv_bias) {
-      buffers.insert(buffers.end(), {{&a.bq, qkv}, {&a.bk, qkv}, {&a.bv, qkv}});
-    } else if (!a.bq.empty() || !a.bk.empty() || !a.bv.empty() || (qkv && !a.quantized_qkv->bias.empty())) {
-      throw UsageError("Decoder: layer " + std::to_string(l) +
-                       " has q, k or v biases, but the config's qkv_bias is "
-                       "false (they would be added to nothing)");
+      vector(a.bias, static_cast<std::size_t>(qkv_rows), layer + "self_attn.{q,k,v}_proj.bias (stacked)");
+    } else if (!a.bias.empty()) {
+      fail("layer " + std::to_string(l) +
+           " has q, k and v biases, but the config's qkv_bias is false (they would be "
+           "added to nothing)");
     }
-    if (qkv) {
-      if (a.quantized_qkv->weight == nullptr) {
-        throw UsageError("Decoder: layer " + std::to_string(l) + "'s quantized q, k and v hold no weight");
-      }
-      check_quantized(*a.quantized_qkv->weight, qkv_rows, c.d, 1);
-      const std::size_t bias = c.qkv_bias ? static_cast<std::size_t>(qkv_rows) : 0;
-      if (a.quantized_qkv->bias.size() != bias) {
-        throw UsageError("Decoder: layer " + std::to_string(l) + "'s stacked q, k and v biases have " +
-                         std::to_string(a.quantized_qkv->bias.size()) + " elements, the config needs " +
-                         std::to_string(bias));
-      }
-    }
-    if (a.quantized_wo) check_quantized(*a.quantized_wo, c.d, c.q_dim(), 1);
-    if ((m.quantized_w1 != nullptr) != (m.quantized_w3 != nullptr)) {
-      throw UsageError("Decoder: layer " + std::to_string(l) +
-                       "'s W1 and W3 must both be quantized or both dense (one kernel reads the two)");
-    }
-    if (m.quantized_w1) {
-      check_quantized(*m.quantized_w1, c.ffn, c.d, 1);
-      check_quantized(*m.quantized_w3, c.ffn, c.d, 1);
-    }
-    if (m.quantized_w2) check_quantized(*m.quantized_w2, c.d, c.ffn, 1);
-    buffers.insert(buffers.end(), {{&m.gain, false},
-                                   {&m.w1, m.quantized_w1 != nullptr},
-                                   {&m.w3, m.quantized_w3 != nullptr},
-                                   {&m.w2, m.quantized_w2 != nullptr}});
+    vector(m.gain, d, layer + "post_attention_layernorm.weight");
+    matrix(m.w1, c.ffn, c.d, layer + "mlp.gate_proj.weight");
+    matrix(m.w3, c.ffn, c.d, layer + "mlp.up_proj.weight");
+    matrix(m.w2, c.d, c.ffn, layer + "mlp.down_proj.weight");
   }
-  if (w.quantized_lm_head) check_quantized(*w.quantized_lm_head, c.vocab, c.d, 1);
-  buffers.insert(buffers.end(), {{&w.final_gain, false}, {&w.lm_head, w.quantized_lm_head != nullptr}});
-  std::vector<DecoderTensor> tensors = decoder_tensors(c);
-  std::erase_if(tensors, [](const DecoderTensor& t) {  // in wqkv, checked above
-    return t.role == DecoderTensorRole::wq || t.role == DecoderTensorRole::wk || t.role == DecoderTensorRole::wv;
-  });
-  for (std::size_t i = 0; i < tensors.size(); ++i) {
-    const auto [buffer, quantized] = buffers[i];
-    if (quantized && !buffer->valid()) {
-      throw UsageError("Decoder: weight " + tensors[i].name +
-                       " is quantized, and its dense buffer was moved from: leave an empty DeviceBuffer there (the "
-                       "step's dense branch, which never runs, still views it)");
-    }
-    if (quantized && !buffer->empty()) {
-      throw UsageError("Decoder: weight " + tensors[i].name + " is quantized, but its dense buffer holds " +
-                       std::to_string(buffer->size()) + " elements (a weight is one or the other)");
-    }
-    if (!quantized && buffer->size() != tensors[i].elements()) {
-      throw UsageError("Decoder: weight " + tensors[i].name + " has " + std::to_string(buffer->size()) +
-                       " elements, the config needs " + std::to_string(tensors[i].elements()));
-    }
-  }
+  vector(w.final_gain, d, "model.norm.weight");
+  matrix(w.lm_head, c.vocab, c.d, "lm_head.weight");
   return w;
 }
 }  // namespace
@@ -363,10 +305,11 @@ BasicDecoder<T>::BasicDecoder(const Stream& stream, const KernelLibrary& library
     }
   }
   if (config_.backend == DecoderBackend::persistent) {
-    if (weights_.quantized()) {
-      throw UsageError(
-          "Decoder: the weights are quantized, and the persistent backend runs dense weights only; use "
-          "DecoderBackend::graph");
+    for (const Weight<T>* w : weights_.matrices()) {
+      if (!format_traits(w->format()).persistent_tiles) {
+        throw UsageError("Decoder: weight " + w->describe() + " is " + std::string(format_traits(w->format()).name) +
+                         ", which the persistent backend has no tiles for; use DecoderBackend::graph");
+      }
     }
     check_tensor_cores(stream.device().compute_capability());  // its projections are the tensor-core kernels'
     tiles_ = std::make_unique<const BasicDecoderTiles<T>>(library);
@@ -451,8 +394,7 @@ CudaGraph<> BasicDecoder<T>::with_step(int rows, Make make) {
   if (rank_) {
     // Ranks in other processes made their graph too: compare the collectives before anything replays them.
     CollectiveLog log(rank_->comm);
-    CudaGraph<> graph = make(decoder_rank_step(kernels_, quantized_kernels_ ? &*quantized_kernels_ : nullptr, weights_,
-                                               state_, *rank_, shard_, rows, sampling_));
+    CudaGraph<> graph = make(decoder_rank_step(projector(), weights_, state_, *rank_, shard_, rows, sampling_));
     check_same_collectives(rank_->comm, stream_, log, "a graph of steps of " + std::to_string(rows) + " rows");
     return graph;
   }

@@ -74,48 +74,42 @@ TensorShard tensor_shard(const DecoderTensor& t, const DecoderConfig& config, in
 }
 
 namespace {
-/// Dense tensor `t` of the full weights `w` of `c` (the q, k and v biases of quantized attention: their parts of the
-/// stacked bias).
+/// Dense tensor `t` of the full weights `w` of `c` (a bias: its part of the layer's stacked biases).
 template <Element T>
 DeviceSpan<const T> full_tensor(const BasicDecoderWeights<T>& w, const DecoderConfig& c, const DecoderTensor& t) {
   const auto l = static_cast<std::size_t>(t.layer < 0 ? 0 : t.layer);
-  const auto q_dim = static_cast<std::size_t>(c.q_dim());
-  const auto kv_dim = static_cast<std::size_t>(c.kv_dim());
   const BasicAttentionWeights<T>& a = w.attention[l];
-  const auto bias = [&](const DeviceBuffer<T>& dense, std::size_t at, std::size_t size) {
-    return a.quantized_qkv ? a.quantized_qkv->bias.cview().subspan(at, size) : dense.cview();
-  };
   switch (t.role) {
     case DecoderTensorRole::embedding:
       return w.embedding.cview();
     case DecoderTensorRole::attention_gain:
       return a.gain.cview();
     case DecoderTensorRole::wq:
-      return a.wq(c);
+      return a.wq(c).dense();
     case DecoderTensorRole::wk:
-      return a.wk(c);
+      return a.wk(c).dense();
     case DecoderTensorRole::wv:
-      return a.wv(c);
+      return a.wv(c).dense();
     case DecoderTensorRole::wo:
-      return a.wo.cview();
+      return a.wo.dense();
     case DecoderTensorRole::bq:
-      return bias(a.bq, 0, q_dim);
+      return a.bias_part(c, 0);
     case DecoderTensorRole::bk:
-      return bias(a.bk, q_dim, kv_dim);
+      return a.bias_part(c, 1);
     case DecoderTensorRole::bv:
-      return bias(a.bv, q_dim + kv_dim, kv_dim);
+      return a.bias_part(c, 2);
     case DecoderTensorRole::mlp_gain:
       return w.mlp[l].gain.cview();
     case DecoderTensorRole::w1:
-      return w.mlp[l].w1.cview();
+      return w.mlp[l].w1.dense();
     case DecoderTensorRole::w3:
-      return w.mlp[l].w3.cview();
+      return w.mlp[l].w3.dense();
     case DecoderTensorRole::w2:
-      return w.mlp[l].w2.cview();
+      return w.mlp[l].w2.dense();
     case DecoderTensorRole::final_gain:
       return w.final_gain.cview();
     case DecoderTensorRole::lm_head:
-      return w.lm_head.cview();
+      return w.lm_head.dense();
   }
   return {};
 }
@@ -209,21 +203,21 @@ BasicDecoderWeights<T> shard_decoder_weights(const Stream& stream, const BasicDe
         }
       });
   std::vector<DeviceQuantizedWeight<T>> matrices;  // in quantized_layouts' order
-  const auto add = [&](const std::shared_ptr<const DeviceQuantizedWeight<T>>& whole, DecoderTensorRole role) {
-    matrices.push_back(shard_quantized(stream, *whole, role, config, rank, ranks));
+  const auto add = [&](const Weight<T>& whole, DecoderTensorRole role) {
+    matrices.push_back(shard_quantized(stream, whole.quantized(), role, config, rank, ranks));
   };
   for (std::size_t l = 0; l < full.attention.size(); ++l) {
     if (quantization.attention) {
-      add(full.attention[l].quantized_qkv->weight, DecoderTensorRole::wq);
-      add(full.attention[l].quantized_wo, DecoderTensorRole::wo);
+      add(full.attention[l].qkv, DecoderTensorRole::wq);
+      add(full.attention[l].wo, DecoderTensorRole::wo);
     }
     if (quantization.mlp) {
-      add(full.mlp[l].quantized_w1, DecoderTensorRole::w1);
-      add(full.mlp[l].quantized_w3, DecoderTensorRole::w3);
-      add(full.mlp[l].quantized_w2, DecoderTensorRole::w2);
+      add(full.mlp[l].w1, DecoderTensorRole::w1);
+      add(full.mlp[l].w3, DecoderTensorRole::w3);
+      add(full.mlp[l].w2, DecoderTensorRole::w2);
     }
   }
-  if (quantization.lm_head) add(full.quantized_lm_head, DecoderTensorRole::lm_head);
+  if (quantization.lm_head) add(full.lm_head, DecoderTensorRole::lm_head);
   stream.synchronize();
   adopt_quantized(stream, out, shard, quantization, std::move(matrices));
   return out;

@@ -2,6 +2,12 @@
 
 namespace lazygraph::nn {
 
+std::string stacked_qkv_name(const std::string& q_name) {
+  std::string name = q_name;
+  const std::size_t at = name.find("q_proj");
+  return at == std::string::npos ? name + ".qkv" : name.replace(at, 1, "qkv");
+}
+
 std::vector<std::int64_t> DecoderTensor::shape() const {
   if (role == DecoderTensorRole::attention_gain || role == DecoderTensorRole::mlp_gain ||
       role == DecoderTensorRole::final_gain) {

@@ -38,10 +38,12 @@ std::vector<TileCall> decoder_step_tiles(const BasicDecoderTiles<T>& tiles, cons
     throw UsageError("decoder_step_tiles: rows (" + std::to_string(rows) + ") must be 1 to " +
                      std::to_string(kMaxRows));
   }
-  if (w.quantized()) {
-    throw UsageError(
-        "decoder_step_tiles: the weights are quantized, and the persistent backend runs dense weights "
-        "only; use DecoderBackend::graph");
+  for (const Weight<T>* m : w.matrices()) {
+    if (!format_traits(m->format()).persistent_tiles) {
+      throw UsageError("decoder_step_tiles: weight " + m->describe() + " is " +
+                       std::string(format_traits(m->format()).name) +
+                       ", which the persistent backend has no tiles for; use DecoderBackend::graph");
+    }
   }
   if (blocks == 0) throw UsageError("decoder_step_tiles: blocks must be positive");
   // Tiles of persistent_tile_rows rows, or one per block: a tile runs its share of groups of 8 rows (gemv_rows_mma).
@@ -71,19 +73,19 @@ std::vector<TileCall> decoder_step_tiles(const BasicDecoderTiles<T>& tiles, cons
     const std::size_t offset = static_cast<std::size_t>(l) * cache_size;
     const DeviceSpan<T> k_cache = s.k_cache.view().subspan(offset, cache_size);
     const DeviceSpan<T> v_cache = s.v_cache.view().subspan(offset, cache_size);
-    calls.push_back(tiles.qkv_rope_append(tiles_of(qkv_rows), a.wq(c), a.wk(c), a.wv(c), a.bq.cview(), a.bk.cview(),
-                                          a.bv.cview(), s.x.cview(), a.gain.cview(), s.q.view(), k_cache, v_cache,
-                                          s.positions(), s.slots(), d, q_dim, c.kv_head_count(), c.head_dim(),
-                                          c.context, c.max_batch, s.rope_frequencies.cview(), c.eps, rows));
+    calls.push_back(tiles.qkv_rope_append(
+        tiles_of(qkv_rows), a.wq(c).dense(), a.wk(c).dense(), a.wv(c).dense(), a.bias_part(c, 0), a.bias_part(c, 1),
+        a.bias_part(c, 2), s.x.cview(), a.gain.cview(), s.q.view(), k_cache, v_cache, s.positions(), s.slots(), d,
+        q_dim, c.kv_head_count(), c.head_dim(), c.context, c.max_batch, s.rope_frequencies.cview(), c.eps, rows));
     calls.push_back(tiles.attention(per_head, s.q.cview(), k_cache.as_const(), v_cache.as_const(), s.attn.view(),
                                     s.positions(), s.slots(), c.heads, c.kv_head_count(), c.head_dim(), c.context,
                                     c.max_batch, scale));
-    calls.push_back(tiles.gemv_add(tiles_of(d), a.wo.cview(), s.attn.cview(), s.x.view(), d, q_dim, rows));
-    calls.push_back(tiles.rms_norm_gemv_swiglu(tiles_of(c.ffn), m.w1.cview(), m.w3.cview(), s.x.cview(), m.gain.cview(),
+    calls.push_back(tiles.gemv_add(tiles_of(d), a.wo.dense(), s.attn.cview(), s.x.view(), d, q_dim, rows));
+    calls.push_back(tiles.rms_norm_gemv_swiglu(tiles_of(c.ffn), m.w1.dense(), m.w3.dense(), s.x.cview(), m.gain.cview(),
                                                s.act.view(), c.ffn, d, c.eps, rows));
-    calls.push_back(tiles.gemv_add(tiles_of(d), m.w2.cview(), s.act.cview(), s.x.view(), d, c.ffn, rows));
+    calls.push_back(tiles.gemv_add(tiles_of(d), m.w2.dense(), s.act.cview(), s.x.view(), d, c.ffn, rows));
   }
-  calls.push_back(tiles.rms_norm_gemv(tiles_of(c.vocab), w.lm_head.cview(), s.x.cview(), w.final_gain.cview(),
+  calls.push_back(tiles.rms_norm_gemv(tiles_of(c.vocab), w.lm_head.dense(), s.x.cview(), w.final_gain.cview(),
                                       s.logits.view(), c.vocab, d, c.eps, rows));
   if (sampling.temperature > 0) {
     calls.push_back(tiles.sample({{static_cast<unsigned>(rows), 1, 1}}, s.logits.cview(), s.next.view(), s.positions(),

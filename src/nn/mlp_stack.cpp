@@ -71,11 +71,12 @@ BasicMlpStack<T>::BasicMlpStack(const Stream& stream, const BasicKernels<T>& ker
   for (std::size_t l = 0; l < layers.size(); ++l) {
     const BasicSwigluWeights<T>& w = layers[l];
     check(l, "gain", w.gain.size(), dd);
-    check(l, "w1", w.w1.size(), ff * dd);
-    check(l, "w3", w.w3.size(), ff * dd);
-    check(l, "w2", w.w2.size(), dd * ff);
-    host.push_back({w.gain.cview().address(), w.w1.cview().address(), w.w3.cview().address(), w.w2.cview().address()});
-    for (const DeviceBuffer<T>* b : {&w.gain, &w.w1, &w.w3, &w.w2}) weights.push_back(b->cview().owner());
+    check(l, "w1", w.w1.dense().size(), ff * dd);
+    check(l, "w3", w.w3.dense().size(), ff * dd);
+    check(l, "w2", w.w2.dense().size(), dd * ff);
+    host.push_back({w.gain.cview().address(), w.w1.dense().address(), w.w3.dense().address(), w.w2.dense().address()});
+    weights.push_back(w.gain.cview().owner());
+    for (const Weight<T>* m : {&w.w1, &w.w3, &w.w2}) weights.push_back(m->owner());
   }
   int resident_warps = 0;
   for (std::size_t v = 0; v < grid_.size(); ++v) {

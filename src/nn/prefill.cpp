@@ -134,20 +134,10 @@ int largest_bucket(const DecoderConfig& c) {
 template <Element T>
 std::size_t dequantized_elements(const BasicDecoderWeights<T>& w) {
   std::size_t most = 0;
-  const auto take = [&](const DeviceQuantizedWeight<T>* q) {
-    if (q != nullptr) {
-      most =
-          std::max(most, static_cast<std::size_t>(q->layout().rows()) * static_cast<std::size_t>(q->layout().cols()));
-    }
-  };
-  for (std::size_t l = 0; l < w.attention.size(); ++l) {
-    const BasicAttentionWeights<T>& a = w.attention[l];
-    take(a.quantized_qkv ? a.quantized_qkv->weight.get() : nullptr);
-    take(a.quantized_wo.get());
-    const BasicSwigluWeights<T>& m = w.mlp[l];
-    take(m.quantized_w1.get());
-    take(m.quantized_w3.get());
-    take(m.quantized_w2.get());
+  const std::vector<const Weight<T>*> matrices = w.matrices();
+  for (std::size_t i = 0; i + 1 < matrices.size(); ++i) {  // all but the LM head, which prefill runs as a step
+    const Weight<T>& m = *matrices[i];
+    if (!m.is_dense()) most = std::max(most, static_cast<std::size_t>(m.rows()) * static_cast<std::size_t>(m.cols()));
   }
   return most;
 }
@@ -223,8 +213,8 @@ CudaGraph<>& BasicPrefill<T>::chunk_graph(const BasicPrefillContext<T>& ctx, int
           const std::size_t offset = layer * cache_size;
           s.record(named(
               "layer " + std::to_string(l),
-              prefill_layer(k, ctx.quantized, plans, ctx.weights.attention[layer], ctx.weights.mlp[layer], b,
-                            ctx.state.rope_frequencies.cview(), ctx.state.k_cache.view().subspan(offset, cache_size),
+              prefill_layer(Projector<T>{k, ctx.quantized}, plans, ctx.weights.attention[layer], ctx.weights.mlp[layer],
+                            b, ctx.state.rope_frequencies.cview(), ctx.state.k_cache.view().subspan(offset, cache_size),
                             ctx.state.v_cache.view().subspan(offset, cache_size), c, rows, comm)));
         }
       });
@@ -240,7 +230,8 @@ CudaGraph<>& BasicPrefill<T>::head_graph(const BasicPrefillContext<T>& ctx) {
     BasicDecoderState<T>& st = ctx.state;
     const DeviceSpan<const int> io = buffers_.io.cview();
     const auto d = static_cast<std::size_t>(c.d);
-    auto head = lm_head_logits(k, ctx.quantized, ctx.weights, st.x.cview(), st.logits.view(), c.vocab, c.d, c.eps, 1);
+    auto head = lm_head_logits(Projector<T>{k, ctx.quantized}, ctx.weights, st.x.cview(), st.logits.view(), c.vocab,
+                               c.d, c.eps, 1);
     auto last_row = k.prefill_last_row(k.step_config(grid_for(d, 256)), buffers_.x.cview(), buffers_.chunk(),
                                        st.x.view().subspan(0, d), c.d, buffers_.rows);
     const auto sample = [&](int vocab) {
@@ -260,7 +251,7 @@ CudaGraph<>& BasicPrefill<T>::head_graph(const BasicPrefillContext<T>& ctx) {
         return CudaGraph<>::capture(
             ctx.stream,
             named("lm head",
-                  std::move(last_row) >> lm_head_logits(k, ctx.quantized, ctx.weights, st.x.cview(),
+                  std::move(last_row) >> lm_head_logits(Projector<T>{k, ctx.quantized}, ctx.weights, st.x.cview(),
                                                         r->logits_part.view(), c.vocab, c.d, c.eps, 1) >>
                       all_gather<T>(r->comm, mine, st.logits.view().subspan(0, mine.size() * r->comm.size())) >>
                       sample(vocab)) >>

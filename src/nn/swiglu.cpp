@@ -8,10 +8,11 @@ template <Element T>
 BasicSwigluWeights<T> generate_swiglu_weights(const Stream& stream, const BasicKernels<T>& kernels, std::uint32_t seed,
                                               int layer, int d, int ffn) {
   const auto id = [&](std::uint32_t slot) { return 16U * static_cast<std::uint32_t>(layer) + slot; };
-  return {device_tensor(stream, kernels.fill_uniform, seed, gain_spec(id(6), d)),
-          device_tensor(stream, kernels.fill_uniform, seed, matrix_spec(id(7), ffn, d)),
-          device_tensor(stream, kernels.fill_uniform, seed, matrix_spec(id(8), ffn, d)),
-          device_tensor(stream, kernels.fill_uniform, seed, matrix_spec(id(9), d, ffn))};
+  const auto matrix = [&](std::uint32_t slot, int rows, int cols) {
+    return Weight<T>(device_tensor(stream, kernels.fill_uniform, seed, matrix_spec(id(slot), rows, cols)), rows, cols);
+  };
+  return {device_tensor(stream, kernels.fill_uniform, seed, gain_spec(id(6), d)), matrix(7, ffn, d), matrix(8, ffn, d),
+          matrix(9, d, ffn)};
 }
 
 template BasicSwigluWeights<half> generate_swiglu_weights(const Stream&, const BasicKernels<half>&, std::uint32_t, int,

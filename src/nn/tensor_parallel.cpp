@@ -65,9 +65,9 @@ BasicSwigluShard<T> shard_swiglu_weights(const Stream& stream, const BasicSwiglu
   DeviceBuffer<T> gain(stream.device(), cols);
   copy_async(stream, gain.view(), full.gain.cview());
   BasicSwigluShard<T> shard{
-      std::move(gain), detail::copy_rows(stream, full.w1.cview(), cols, first, f),
-      detail::copy_rows(stream, full.w3.cview(), cols, first, f),
-      detail::copy_columns(stream, full.w2.cview(), cols, static_cast<std::size_t>(ffn), first, f),
+      std::move(gain), detail::copy_rows(stream, full.w1.dense(), cols, first, f),
+      detail::copy_rows(stream, full.w3.dense(), cols, first, f),
+      detail::copy_columns(stream, full.w2.dense(), cols, static_cast<std::size_t>(ffn), first, f),
       static_cast<int>(f)};
   stream.synchronize();
   return shard;

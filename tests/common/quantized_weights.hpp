@@ -14,17 +14,9 @@ template <class T>
 std::vector<lazygraph::nn::QuantizedWeight> downloaded(const lazygraph::Stream& s,
                                                        const lazygraph::nn::BasicDecoderWeights<T>& w) {
   std::vector<lazygraph::nn::QuantizedWeight> out;
-  const auto add = [&](const std::shared_ptr<const lazygraph::nn::DeviceQuantizedWeight<T>>& q) {
-    if (q != nullptr) out.push_back(q->download(s));
-  };
-  for (std::size_t l = 0; l < w.attention.size(); ++l) {
-    if (w.attention[l].quantized_qkv) add(w.attention[l].quantized_qkv->weight);
-    add(w.attention[l].quantized_wo);
-    add(w.mlp[l].quantized_w1);
-    add(w.mlp[l].quantized_w3);
-    add(w.mlp[l].quantized_w2);
+  for (const lazygraph::nn::Weight<T>* m : w.matrices()) {
+    if (!m->is_dense()) out.push_back(m->quantized().download(s));
   }
-  add(w.quantized_lm_head);
   return out;
 }
 

@@ -380,10 +380,8 @@ void check_same_weights(const BasicDecoderWeights<T>& a, const BasicDecoderWeigh
   CHECK(dense_bits(a.final_gain) == dense_bits(b.final_gain));
   for (std::size_t l = 0; l < a.attention.size(); ++l) {
     CHECK(dense_bits(a.attention[l].gain) == dense_bits(b.attention[l].gain));
-    REQUIRE(a.attention[l].quantized_qkv.has_value() == b.attention[l].quantized_qkv.has_value());
-    if (a.attention[l].quantized_qkv) {
-      CHECK(dense_bits(a.attention[l].quantized_qkv->bias) == dense_bits(b.attention[l].quantized_qkv->bias));
-    }
+    REQUIRE(a.attention[l].qkv.is_dense() == b.attention[l].qkv.is_dense());
+    CHECK(dense_bits(a.attention[l].bias) == dense_bits(b.attention[l].bias));
   }
   const std::vector<QuantizedWeight> qa = lgtest::downloaded(s, a);
   const std::vector<QuantizedWeight> qb = lgtest::downloaded(s, b);
@@ -416,12 +414,12 @@ void check_device_upload(const std::filesystem::path& dir, const DecoderQuantiza
   check_same_weights(on_device, checkpoint.upload<T>(s));
 }
 
-/// The bits of a device buffer's elements.
+/// The bits of a dense device tensor's elements.
 template <class T>
-std::vector<std::uint16_t> shard_bits(const DeviceBuffer<T>& buffer) {
+std::vector<std::uint16_t> shard_bits(DeviceSpan<const T> buffer) {
   Stream& s = lgtest::stream();
   std::vector<T> host(buffer.size());
-  copy_async(s, std::span<T>(host), buffer.cview());
+  copy_async(s, std::span<T>(host), buffer);
   s.synchronize();
   std::vector<std::uint16_t> bits;
   bits.reserve(host.size());
@@ -432,26 +430,24 @@ std::vector<std::uint16_t> shard_bits(const DeviceBuffer<T>& buffer) {
 /// Every dense buffer of `a` equals `b`'s, size and bits.
 template <class T>
 void check_same_dense(const BasicDecoderWeights<T>& a, const BasicDecoderWeights<T>& b) {
-  CHECK(shard_bits(a.embedding) == shard_bits(b.embedding));
+  CHECK(shard_bits(a.embedding.cview()) == shard_bits(b.embedding.cview()));
   REQUIRE(a.attention.size() == b.attention.size());
   REQUIRE(a.mlp.size() == b.mlp.size());
   for (std::size_t l = 0; l < a.attention.size(); ++l) {
     CAPTURE(l);
     const BasicAttentionWeights<T>& x = a.attention[l];
     const BasicAttentionWeights<T>& y = b.attention[l];
-    CHECK(shard_bits(x.gain) == shard_bits(y.gain));
-    CHECK(shard_bits(x.wqkv) == shard_bits(y.wqkv));
-    CHECK(shard_bits(x.wo) == shard_bits(y.wo));
-    CHECK(shard_bits(x.bq) == shard_bits(y.bq));
-    CHECK(shard_bits(x.bk) == shard_bits(y.bk));
-    CHECK(shard_bits(x.bv) == shard_bits(y.bv));
-    CHECK(shard_bits(a.mlp[l].gain) == shard_bits(b.mlp[l].gain));
-    CHECK(shard_bits(a.mlp[l].w1) == shard_bits(b.mlp[l].w1));
-    CHECK(shard_bits(a.mlp[l].w3) == shard_bits(b.mlp[l].w3));
-    CHECK(shard_bits(a.mlp[l].w2) == shard_bits(b.mlp[l].w2));
+    CHECK(shard_bits(x.gain.cview()) == shard_bits(y.gain.cview()));
+    CHECK(shard_bits(x.qkv.dense()) == shard_bits(y.qkv.dense()));
+    CHECK(shard_bits(x.wo.dense()) == shard_bits(y.wo.dense()));
+    CHECK(shard_bits(x.bias.cview()) == shard_bits(y.bias.cview()));
+    CHECK(shard_bits(a.mlp[l].gain.cview()) == shard_bits(b.mlp[l].gain.cview()));
+    CHECK(shard_bits(a.mlp[l].w1.dense()) == shard_bits(b.mlp[l].w1.dense()));
+    CHECK(shard_bits(a.mlp[l].w3.dense()) == shard_bits(b.mlp[l].w3.dense()));
+    CHECK(shard_bits(a.mlp[l].w2.dense()) == shard_bits(b.mlp[l].w2.dense()));
   }
-  CHECK(shard_bits(a.final_gain) == shard_bits(b.final_gain));
-  CHECK(shard_bits(a.lm_head) == shard_bits(b.lm_head));
+  CHECK(shard_bits(a.final_gain.cview()) == shard_bits(b.final_gain.cview()));
+  CHECK(shard_bits(a.lm_head.dense()) == shard_bits(b.lm_head.dense()));
 }
 
 /// Every rank of `ranks` uploads from `dir` the bytes shard_decoder_weights cuts from the whole upload, allocating
@@ -712,7 +708,7 @@ TEST_SUITE("gpu") {
     check_shards<bfloat16>(dir, 2);
     const DecoderCheckpoint ck = DecoderCheckpoint::open(dir);
     const BasicDecoderWeights<bfloat16> rank1 = ck.upload_shard<bfloat16>(lgtest::stream(), 1, 2);
-    CHECK(shard_bits(rank1.lm_head) == shard_bits(rank1.embedding));
+    CHECK(shard_bits(rank1.lm_head.dense()) == shard_bits(rank1.embedding.cview()));
   }
 
   TEST_CASE("upload_shard refuses before allocating, and a value fp16 cannot hold fails the rank that reads it") {

@@ -495,13 +495,11 @@ TEST_SUITE("gpu") {
     const LiveHandles after = live_handles();
     CHECK(after.device_bytes - before.device_bytes == checkpoint.device_bytes());
     CHECK(loaded_weights.quantized());
-    CHECK(loaded_weights.attention[0].wqkv.empty());
-    CHECK(loaded_weights.attention[0].wq(checkpoint.config()).empty());
-    CHECK(loaded_weights.attention[0].bq.empty());
-    CHECK(loaded_weights.attention[0].quantized_qkv->bias.size() ==
-          static_cast<std::size_t>(c.q_dim() + 2 * c.kv_dim()));
-    CHECK(loaded_weights.mlp[1].w2.empty());
-    CHECK(loaded_weights.lm_head.empty());
+    CHECK_FALSE(loaded_weights.attention[0].qkv.is_dense());
+    CHECK(loaded_weights.attention[0].qkv.rows() == c.q_dim() + 2 * c.kv_dim());
+    CHECK(loaded_weights.attention[0].bias.size() == static_cast<std::size_t>(c.q_dim() + 2 * c.kv_dim()));
+    CHECK_FALSE(loaded_weights.mlp[1].w2.is_dense());
+    CHECK_FALSE(loaded_weights.lm_head.is_dense());
     CHECK_FALSE(loaded_weights.embedding.empty());
     Decoder loaded(lgtest::stream(), lgtest::nn_kernels(), checkpoint.config(), std::move(loaded_weights));
     Decoder on_device(lgtest::stream(), lgtest::nn_kernels(), c,
@@ -645,9 +643,9 @@ TEST_SUITE("gpu") {
     DecoderQuantization q;
     q.attention = q.mlp = q.lm_head = int8();
     BasicDecoderWeights<half> weights = quantized_weights<half>(lgtest::stream(), c, q);
-    const std::weak_ptr<const DeviceQuantizedWeight<half>> qkv = weights.attention[1].quantized_qkv->weight;
-    const std::weak_ptr<const DeviceQuantizedWeight<half>> up = weights.mlp[0].quantized_w3;
-    const std::weak_ptr<const DeviceQuantizedWeight<half>> head = weights.quantized_lm_head;
+    const std::weak_ptr<const DeviceQuantizedWeight<half>> qkv = weights.attention[1].qkv.shared_quantized();
+    const std::weak_ptr<const DeviceQuantizedWeight<half>> up = weights.mlp[0].w3.shared_quantized();
+    const std::weak_ptr<const DeviceQuantizedWeight<half>> head = weights.lm_head.shared_quantized();
     std::optional<CudaGraph<>> graph;
     {
       Decoder decoder(lgtest::stream(), lgtest::nn_kernels(), c, std::move(weights));

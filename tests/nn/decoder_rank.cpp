@@ -185,19 +185,22 @@ TEST_SUITE("gpu") {
       return same_bits(joined, host(whole));
     };
     CHECK(rows(full.embedding.cview(), shares[0].embedding.cview(), shares[1].embedding.cview()));
-    CHECK(rows(full.lm_head.cview(), shares[0].lm_head.cview(), shares[1].lm_head.cview()));
+    CHECK(rows(full.lm_head.dense(), shares[0].lm_head.dense(), shares[1].lm_head.dense()));
     const lg::nn::DecoderConfig s = lg::nn::shard_config(c, 2);
     for (std::size_t l = 0; l < 2; ++l) {
       CAPTURE(l);
-      CHECK(rows(full.attention[l].wq(c), shares[0].attention[l].wq(s), shares[1].attention[l].wq(s)));
-      CHECK(rows(full.attention[l].wk(c), shares[0].attention[l].wk(s), shares[1].attention[l].wk(s)));
-      CHECK(rows(full.attention[l].bv.cview(), shares[0].attention[l].bv.cview(), shares[1].attention[l].bv.cview()));
-      CHECK(rows(full.mlp[l].w3.cview(), shares[0].mlp[l].w3.cview(), shares[1].mlp[l].w3.cview()));
+      CHECK(rows(full.attention[l].wq(c).dense(), shares[0].attention[l].wq(s).dense(),
+                 shares[1].attention[l].wq(s).dense()));
+      CHECK(rows(full.attention[l].wk(c).dense(), shares[0].attention[l].wk(s).dense(),
+                 shares[1].attention[l].wk(s).dense()));
+      CHECK(rows(full.attention[l].bias_part(c, 2), shares[0].attention[l].bias_part(s, 2),
+                 shares[1].attention[l].bias_part(s, 2)));
+      CHECK(rows(full.mlp[l].w3.dense(), shares[0].mlp[l].w3.dense(), shares[1].mlp[l].w3.dense()));
       CHECK(same_bits(host(full.mlp[l].gain.cview()), host(shares[1].mlp[l].gain.cview())));
       // Columns: W2's row i is rank 0's row i, then rank 1's.
-      const std::vector<half> whole = host(full.mlp[l].w2.cview());
-      const std::vector<half> a = host(shares[0].mlp[l].w2.cview());
-      const std::vector<half> b = host(shares[1].mlp[l].w2.cview());
+      const std::vector<half> whole = host(full.mlp[l].w2.dense());
+      const std::vector<half> a = host(shares[0].mlp[l].w2.dense());
+      const std::vector<half> b = host(shares[1].mlp[l].w2.dense());
       const std::size_t f = 128;
       bool columns = true;
       for (std::size_t i = 0; i < d; ++i) {
@@ -268,9 +271,9 @@ TEST_SUITE("gpu") {
     const lg::nn::DecoderConfig s = lg::nn::shard_config(c, 2);
     std::vector<lg::nn::DecoderWeights> shares;
     for (int r = 0; r < 2; ++r) shares.push_back(lg::nn::shard_decoder_weights(lgtest::stream(), full, c, r, 2));
-    const auto host_matrix = [](const std::shared_ptr<const lg::nn::DeviceQuantizedWeight<half>>& w) {
-      REQUIRE(w != nullptr);
-      return w->download(lgtest::stream());
+    const auto host_matrix = [](const lg::nn::Weight<half>& w) {
+      REQUIRE_FALSE(w.is_dense());
+      return w.quantized().download(lgtest::stream());
     };
     // Element (row, col) of rank r's share is element (to_row(r, row), to_col(r, col)) of the whole.
     const auto same = [&](const lg::nn::QuantizedWeight& whole, int r, const lg::nn::QuantizedWeight& share,
@@ -299,18 +302,18 @@ TEST_SUITE("gpu") {
           if (i < s.q_dim() + s.kv_dim()) return q_dim + rank * s.kv_dim() + (i - s.q_dim());
           return q_dim + kv_dim + rank * s.kv_dim() + (i - s.q_dim() - s.kv_dim());
         };
-        CHECK(same(host_matrix(a.quantized_qkv->weight), r, host_matrix(ra.quantized_qkv->weight), qkv_row, same_col));
-        CHECK(same(host_matrix(a.quantized_wo), r, host_matrix(ra.quantized_wo), same_row,
+        CHECK(same(host_matrix(a.qkv), r, host_matrix(ra.qkv), qkv_row, same_col));
+        CHECK(same(host_matrix(a.wo), r, host_matrix(ra.wo), same_row,
                    [&](int rank, int j) { return rank * s.q_dim() + j; }));
         const auto ffn_row = [&](int rank, int i) { return rank * s.ffn + i; };
         const lg::nn::SwigluWeights& m = full.mlp[l];
         const lg::nn::SwigluWeights& rm = shares[static_cast<std::size_t>(r)].mlp[l];
-        CHECK(same(host_matrix(m.quantized_w1), r, host_matrix(rm.quantized_w1), ffn_row, same_col));
-        CHECK(same(host_matrix(m.quantized_w3), r, host_matrix(rm.quantized_w3), ffn_row, same_col));
-        CHECK(same(host_matrix(m.quantized_w2), r, host_matrix(rm.quantized_w2), same_row, ffn_row));
+        CHECK(same(host_matrix(m.w1), r, host_matrix(rm.w1), ffn_row, same_col));
+        CHECK(same(host_matrix(m.w3), r, host_matrix(rm.w3), ffn_row, same_col));
+        CHECK(same(host_matrix(m.w2), r, host_matrix(rm.w2), same_row, ffn_row));
         // The stacked biases: the rank's q, k and v parts.
-        const std::vector<half> bias = host(a.quantized_qkv->bias.cview());
-        const std::vector<half> mine = host(ra.quantized_qkv->bias.cview());
+        const std::vector<half> bias = host(a.bias.cview());
+        const std::vector<half> mine = host(ra.bias.cview());
         REQUIRE(mine.size() == static_cast<std::size_t>(s.q_dim() + 2 * s.kv_dim()));
         bool biases = true;
         for (int i = 0; i < static_cast<int>(mine.size()); ++i) {
@@ -320,7 +323,7 @@ TEST_SUITE("gpu") {
         CHECK(biases);
       }
       CHECK(same(
-          host_matrix(full.quantized_lm_head), r, host_matrix(shares[static_cast<std::size_t>(r)].quantized_lm_head),
+          host_matrix(full.lm_head), r, host_matrix(shares[static_cast<std::size_t>(r)].lm_head),
           [&](int rank, int i) { return rank * s.vocab + i; }, same_col));
     }
   }

@@ -22,14 +22,14 @@
 #include <vector>
 
 #include "lazygraph/driver/peer_exchange.hpp"
-#include "lazygraph/kernels/optional_launch.hpp"
 #include "lazygraph/module.hpp"
+#include "lazygraph/nn/detail/one_of_op.hpp"
 #include "lazygraph/nn/kernels.hpp"
-#include "lazygraph/nn/mlp.hpp"
 #include "lazygraph/nn/prefill_attention.hpp"
-#include "lazygraph/nn/quantized_kernels.hpp"
+#include "lazygraph/nn/projection.hpp"
 #include "lazygraph/nn/rope.hpp"
 #include "lazygraph/nn/sampling.hpp"
+#include "lazygraph/nn/swiglu.hpp"
 #include "lazygraph/nn/tensor_parallel_options.hpp"
 
 namespace lazygraph::nn {
@@ -201,93 +201,68 @@ struct DecoderConfig {
 /// \throws UsageError as rope_frequencies does.
 [[nodiscard]] std::vector<float> rope_table(const DecoderConfig& config);
 
-/// A layer's q, k and v projections as ONE quantized matrix, their rows stacked q, k, v ([q_dim + 2 kv_dim x d]: what
-/// quantized_qkv_rope_append reads), and their biases stacked the same way.
-template <Element T>
-struct BasicQuantizedQkv {
-  std::shared_ptr<const DeviceQuantizedWeight<T>> weight;  ///< Wq, Wk and Wv stacked, quantized (never null)
-  DeviceBuffer<T> bias;  ///< [q_dim + 2 kv_dim]: bq, bk, bv with DecoderConfig::qkv_bias, else empty
-};
-
-namespace detail {
-/// Where part `part` (0 q, 1 k, 2 v) of a stacked q, k and v buffer of `stacked` elements lies for `config`:
-/// {offset, elements}; {0, 0} when `stacked` is 0. \throws UsageError, naming `what`, when `stacked` is neither 0 nor
-/// (q_dim + 2 kv_dim) * d.
-std::pair<std::size_t, std::size_t> stacked_qkv_part(const DecoderConfig& config, std::size_t stacked, int part,
-                                                     const char* what);
-
-/// Part `part` of `stacked` (stacked_qkv_part), read-only.
-template <class T>
-DeviceSpan<const T> stacked_qkv_view(const DeviceBuffer<T>& stacked, const DecoderConfig& config, int part,
-                                     const char* what) {
-  const auto [offset, size] = stacked_qkv_part(config, stacked.size(), part, what);
-  return stacked.cview().subspan(offset, size);
-}
-}  // namespace detail
-
-/// One layer's attention weights: norm gain [d], Wq [q_dim x d], Wk and Wv [kv_dim x d] (stacked in one buffer,
-/// wqkv), Wo [d x q_dim], and with DecoderConfig::qkv_bias the biases of q [q_dim], k and v [kv_dim] (empty buffers
-/// otherwise).
-///
-/// Each projection is dense or quantized, never both. Where quantized_qkv is set, wqkv, bq, bk and bv are empty
-/// (the biases are in quantized_qkv->bias); where quantized_wo is set (not null), wo is empty. A quantized weight is
-/// shared: the graphs that read it keep it alive, as they keep dense buffers.
+/// One layer's attention weights: norm gain [d]; Wq [q_dim x d], Wk and Wv [kv_dim x d] as ONE stacked matrix `qkv`
+/// (rows q, then k, then v: one stream of weight rows for the kernel that projects all three, one GEMM for prompts), in
+/// any format (weight.hpp); Wo [d x q_dim]; with DecoderConfig::qkv_bias the biases of q, k and v stacked the same way.
+/// The rows of q and k (and their biases) are in the decoder's interleaved RoPE order (decoder_tensors.hpp).
 template <Element T>
 struct BasicAttentionWeights {
   DeviceBuffer<T> gain;  ///< input norm gain [d]
-  /// [q_dim + 2 kv_dim x d]: the rows of Wq, then Wk, then Wv, as BasicQuantizedQkv stacks them (so that prefill can
-  /// multiply all three in one GEMM); empty when quantized_qkv is set. wq(), wk() and wv() view the parts.
-  DeviceBuffer<T> wqkv;
-  DeviceBuffer<T> wo;  ///< [d x q_dim]; empty when quantized_wo is set
-  DeviceBuffer<T> bq;  ///< [q_dim] with qkv_bias and dense q, k and v, else empty
-  DeviceBuffer<T> bk;  ///< [kv_dim] with qkv_bias and dense q, k and v, else empty
-  DeviceBuffer<T> bv;  ///< [kv_dim] with qkv_bias and dense q, k and v, else empty
-  std::optional<BasicQuantizedQkv<T>> quantized_qkv = std::nullopt;        ///< Wq, Wk, Wv quantized, or none
-  std::shared_ptr<const DeviceQuantizedWeight<T>> quantized_wo = nullptr;  ///< Wo quantized, or null
+  Weight<T> qkv;         ///< [q_dim + 2 kv_dim x d]: Wq, Wk, Wv stacked; wq(), wk() and wv() view the parts
+  Weight<T> wo;          ///< [d x q_dim]
+  DeviceBuffer<T> bias;  ///< [q_dim + 2 kv_dim]: bq, bk, bv stacked with qkv_bias, else empty
 
-  /// Wq [q_dim x d]: wqkv's first q_dim rows. An empty span when wqkv is empty (quantized q, k and v: the dense
-  /// branches of a step still view it). \throws UsageError when wqkv is neither empty nor `config`'s size, or was
-  /// moved from.
-  [[nodiscard]] DeviceSpan<const T> wq(const DecoderConfig& config) const {
-    return detail::stacked_qkv_view(wqkv, config, 0, "wq");
-  }
-  /// Wk [kv_dim x d]: wqkv's rows from q_dim on; empty or throwing as wq().
-  [[nodiscard]] DeviceSpan<const T> wk(const DecoderConfig& config) const {
-    return detail::stacked_qkv_view(wqkv, config, 1, "wk");
-  }
-  /// Wv [kv_dim x d]: wqkv's last kv_dim rows; empty or throwing as wq().
-  [[nodiscard]] DeviceSpan<const T> wv(const DecoderConfig& config) const {
-    return detail::stacked_qkv_view(wqkv, config, 2, "wv");
+  /// Wq [q_dim x d]: the first q_dim rows of qkv. \throws UsageError as Weight::rows_view.
+  [[nodiscard]] Weight<T> wq(const DecoderConfig& c) const { return qkv.rows_view(0, c.q_dim()); }
+  /// Wk [kv_dim x d]: qkv's rows from q_dim on. \throws UsageError as Weight::rows_view.
+  [[nodiscard]] Weight<T> wk(const DecoderConfig& c) const { return qkv.rows_view(c.q_dim(), c.kv_dim()); }
+  /// Wv [kv_dim x d]: qkv's last kv_dim rows. \throws UsageError as Weight::rows_view.
+  [[nodiscard]] Weight<T> wv(const DecoderConfig& c) const { return qkv.rows_view(c.q_dim() + c.kv_dim(), c.kv_dim()); }
+  /// Part `part` (0 q, 1 k, 2 v) of the stacked biases; empty without biases.
+  [[nodiscard]] DeviceSpan<const T> bias_part(const DecoderConfig& c, int part) const {
+    if (bias.empty()) return {};
+    const auto q = static_cast<std::size_t>(c.q_dim());
+    const auto kv = static_cast<std::size_t>(c.kv_dim());
+    return part == 0 ? bias.cview().subspan(0, q) : bias.cview().subspan(q + (part - 1) * kv, kv);
   }
 
   /// Whether any projection is quantized.
-  [[nodiscard]] bool quantized() const noexcept { return quantized_qkv.has_value() || quantized_wo != nullptr; }
+  [[nodiscard]] bool quantized() const noexcept { return !qkv.is_dense() || !wo.is_dense(); }
 };
 
 /// One layer's fp16 attention weights.
 using AttentionWeights = BasicAttentionWeights<half>;
 
-/// Every weight of a decoder, on the device. The matrices of attention, mlp and the LM head are each dense or
-/// weight-only quantized (their structs say how that is held; decoder_quantization.hpp makes quantized ones); the
-/// embedding and the norm gains are always dense.
+/// Every weight of a decoder, on the device. The matrices of attention, mlp and the LM head are each in any format
+/// the projections read (weight.hpp; decoder_quantization.hpp makes quantized ones); the embedding and the norm gains
+/// are always in T. A tied LM head shares the embedding's memory.
 template <Element T>
 struct BasicDecoderWeights {
   DeviceBuffer<T> embedding;                        ///< [vocab x d]
   std::vector<BasicAttentionWeights<T>> attention;  ///< per layer
   std::vector<BasicSwigluWeights<T>> mlp;           ///< per layer
   DeviceBuffer<T> final_gain;                       ///< [d]
-  DeviceBuffer<T> lm_head;                          ///< [vocab x d]; empty when quantized_lm_head is set
-  std::shared_ptr<const DeviceQuantizedWeight<T>> quantized_lm_head = nullptr;  ///< the LM head quantized, or null
+  Weight<T> lm_head;                                ///< [vocab x d]
 
   /// Generates every tensor on the GPU from config.seed (docs/nn.md's tensor ids), dense.
   static BasicDecoderWeights generate(const Stream& stream, const BasicKernels<T>& kernels,
                                       const DecoderConfig& config);
 
+  /// Every weight matrix, in the order the decoder holds them: per layer qkv, wo, w1, w3, w2; then the LM head.
+  [[nodiscard]] std::vector<const Weight<T>*> matrices() const {
+    std::vector<const Weight<T>*> out;
+    out.reserve(attention.size() * 5 + 1);
+    for (std::size_t l = 0; l < attention.size() && l < mlp.size(); ++l) {
+      out.insert(out.end(), {&attention[l].qkv, &attention[l].wo, &mlp[l].w1, &mlp[l].w3, &mlp[l].w2});
+    }
+    out.push_back(&lm_head);
+    return out;
+  }
+
   /// Whether any matrix is quantized (the decoder then needs the quantized kernels: BasicQuantizedKernels).
-  [[nodiscard]] bool quantized() const noexcept {
-    return quantized_lm_head != nullptr ||
-           std::any_of(attention.begin(), attention.end(), [](const auto& a) { return a.quantized(); }) ||
-           std::any_of(mlp.begin(), mlp.end(), [](const auto& m) { return m.quantized(); });
+  [[nodiscard]] bool quantized() const {
+    const std::vector<const Weight<T>*> all = matrices();
+    return std::any_of(all.begin(), all.end(), [](const Weight<T>* w) { return !w->is_dense(); });
   }
 };
 
@@ -307,7 +282,7 @@ struct BasicDecoderState {
   DeviceBuffer<int> next;       ///< the chosen next token of each row [kMaxRows]
   DeviceBuffer<T> x;            ///< residual streams [kMaxRows][d]
   DeviceBuffer<T> q;            ///< [kMaxRows][q_dim]
-  DeviceBuffer<T> k;            ///< [kMaxRows][kv_dim] (the unfused path and quantized q, k and v only)
+  DeviceBuffer<T> k;            ///< [kMaxRows][kv_dim] (the unfused path only)
   DeviceBuffer<T> v;            ///< [kMaxRows][kv_dim] (likewise)
   DeviceBuffer<T> attn;         ///< attention outputs [kMaxRows][q_dim]
   DeviceBuffer<T> act;          ///< MLP activations [kMaxRows][ffn]
@@ -336,187 +311,129 @@ struct BasicDecoderState {
 using DecoderState = BasicDecoderState<half>;
 
 /// attention_block up to its output projection: the norm, the q, k and v projections, RoPE, the cache append and
-/// attention, into s.attn ([rows][q_dim]); x is read, not written. The variants and the checks of q, k and v are
-/// attention_block's (below). A tensor-parallel rank follows it with an output projection of its own
-/// (decoder_rank.hpp).
+/// attention, into s.attn ([rows][q_dim]); x is read, not written. Fused (DecoderConfig::fused, the default): the norm,
+/// the three projections of the stacked weight, RoPE and the cache append in one kernel (norm_project_qkv_rope_append),
+/// then attention, each head spread over attention_splits() blocks of positions. Unfused: three norm_project of the
+/// stacked weight's parts, rope, kv_append, attention with one block per head, ordered as DecoderConfig::ordering says.
+/// Only the chosen path is built. A tensor-parallel rank follows it with an output projection of its own
+/// (decoder_rank.hpp). \throws UsageError as the projections (projection.hpp).
 template <Element T>
-auto attention_heads(const BasicKernels<T>& k, std::type_identity_t<const BasicQuantizedKernels<T>*> qk,
-                     const BasicAttentionWeights<T>& w, BasicDecoderState<T>& s, DeviceSpan<T> k_cache,
-                     DeviceSpan<T> v_cache, const DecoderConfig& c, int rows) {
+auto attention_heads(const Projector<T>& p, const BasicAttentionWeights<T>& w, BasicDecoderState<T>& s,
+                     DeviceSpan<T> k_cache, DeviceSpan<T> v_cache, const DecoderConfig& c, int rows) {
+  const BasicKernels<T>& k = p.dense;
   const int d = c.d;
   const float scale = 1.0F / std::sqrt(static_cast<float>(c.head_dim()));
-  const LaunchConfig per_split = k.attention_split_config(c.heads, rows, c.context, c.attention_splits(), c.head_dim());
   const LaunchConfig per_head = k.attention_config(c.heads, rows, c.context);
   const int q_dim = c.q_dim();
-  const int qkv_rows = q_dim + 2 * c.kv_dim();
-  const bool quantized_qkv = w.quantized_qkv.has_value();
-  if (quantized_qkv && qk == nullptr) {
-    throw UsageError("attention_block: the weights are quantized, but no quantized kernels were given");
-  }
-  if (quantized_qkv) check_quantized(*w.quantized_qkv->weight, qkv_rows, d, rows);
   const DeviceSpan<const float> frequencies = s.rope_frequencies.cview();
-  auto attend =
-      choose(c.attention_splits() > 1,
-             k.attention_split(per_split, s.q.cview(), k_cache.as_const(), v_cache.as_const(), s.attn.view(),
-                               s.attention_partials.view(), s.attention_counters.view(), s.positions(), s.slots(),
-                               c.heads, c.kv_head_count(), c.head_dim(), c.context, c.max_batch, scale),
-             k.attention(per_head, s.q.cview(), k_cache.as_const(), v_cache.as_const(), s.attn.view(), s.positions(),
-                         s.slots(), c.heads, c.kv_head_count(), c.head_dim(), c.context, c.max_batch, scale));
-  auto fused = k.qkv_rope_append(k.qkv_config(q_dim, c.kv_dim(), d, rows), w.wq(c), w.wk(c), w.wv(c), w.bq.cview(),
-                                 w.bk.cview(), w.bv.cview(), s.x.cview(), w.gain.cview(), s.q.view(), k_cache, v_cache,
-                                 s.positions(), s.slots(), d, q_dim, c.kv_head_count(), c.head_dim(), c.context,
-                                 c.max_batch, frequencies, c.eps, rows) >>
-               attend;
-
-  const auto project = [&](DeviceSpan<const T> weight, DeviceBuffer<T>& out, int out_rows) {
-    return k.rms_norm_gemv(k.gemv_config(out_rows, d, rows), weight, s.x.cview(), w.gain.cview(), out.view(), out_rows,
-                           d, c.eps, rows);
+  const auto fused = [&] {
+    const LaunchConfig per_split =
+        k.attention_split_config(c.heads, rows, c.context, c.attention_splits(), c.head_dim());
+    auto attend =
+        choose(c.attention_splits() > 1,
+               k.attention_split(per_split, s.q.cview(), k_cache.as_const(), v_cache.as_const(), s.attn.view(),
+                                 s.attention_partials.view(), s.attention_counters.view(), s.positions(), s.slots(),
+                                 c.heads, c.kv_head_count(), c.head_dim(), c.context, c.max_batch, scale),
+               k.attention(per_head, s.q.cview(), k_cache.as_const(), v_cache.as_const(), s.attn.view(), s.positions(),
+                           s.slots(), c.heads, c.kv_head_count(), c.head_dim(), c.context, c.max_batch, scale));
+    const QkvRopeAppend<T> args{.x = s.x.cview(),
+                                .gain = w.gain.cview(),
+                                .bias = w.bias.cview(),
+                                .q = s.q.view(),
+                                .k_cache = k_cache,
+                                .v_cache = v_cache,
+                                .positions = s.positions(),
+                                .slots = s.slots(),
+                                .frequencies = frequencies,
+                                .d = d,
+                                .q_rows = q_dim,
+                                .kv_heads = c.kv_head_count(),
+                                .head_dim = c.head_dim(),
+                                .context = c.context,
+                                .slot_count = c.max_batch,
+                                .eps = c.eps,
+                                .batch = rows};
+    return norm_project_qkv_rope_append(p, w.qkv, args) >> std::move(attend);
   };
-  const auto count = static_cast<std::size_t>(rows);
-  auto q = project(w.wq(c), s.q, q_dim);
-  auto kp = project(w.wk(c), s.k, c.kv_dim());
-  auto v = project(w.wv(c), s.v, c.kv_dim());
-  auto rope = k.rope(k.step_config(grid_for(count * static_cast<std::size_t>(q_dim), 256)), s.q.view(), s.k.view(),
-                     s.positions(), c.heads, c.kv_head_count(), c.head_dim(), frequencies, rows);
-  auto append = k.kv_append(k.step_config(grid_for(count * static_cast<std::size_t>(c.kv_dim()), 256)), s.k.cview(),
-                            s.v.cview(), k_cache, v_cache, s.positions(), s.slots(), c.kv_head_count(), c.head_dim(),
-                            c.context, c.max_batch, rows);
-  auto attend_per_head =
-      k.attention(per_head, s.q.cview(), k_cache.as_const(), v_cache.as_const(), s.attn.view(), s.positions(),
-                  s.slots(), c.heads, c.kv_head_count(), c.head_dim(), c.context, c.max_batch, scale);
-  // The same kernels three ways (DecoderOrdering): ordered by their accesses, by a hand-written all, serially.
-  auto unfused =
-      choose(c.ordering == DecoderOrdering::inferred, dataflow(q, kp, v, rope, append, attend_per_head),
-             choose(c.ordering == DecoderOrdering::hand_written, all(q, kp, v) >> rope >> append >> attend_per_head,
-                    q >> kp >> v >> rope >> append >> attend_per_head));
-  // Quantized q, k and v: one kernel as the fused path's (the norm, the projections of the stacked matrix with its
-  // biases, RoPE, the cache append), then attention as the fused path runs it.
-  auto qkv = optional_launch(
-      quantized_qkv,
-      [&] {
-        const QuantizedMatrix m = w.quantized_qkv->weight->matrix();
-        const DeviceBuffer<T>& bias = w.quantized_qkv->bias;
-        return qk->quantized_qkv_rope_append(
-            qk->config(m, qkv_rows, d), m, bias.empty() ? DeviceSpan<const T>{} : bias.cview(), s.x.cview(),
-            w.gain.cview(), s.q.view(), k_cache, v_cache, s.positions(), s.slots(), d, q_dim, c.kv_head_count(),
-            c.head_dim(), c.context, c.max_batch, frequencies, c.eps, rows);
-      },
-      quantized_qkv ? w.quantized_qkv->weight : nullptr);
-  auto quantized = std::move(qkv) >> std::move(attend);
-  return choose(quantized_qkv, std::move(quantized), choose(c.fused, std::move(fused), std::move(unfused)));
+  const auto unfused = [&] {
+    const auto project = [&](const Weight<T>& weight, DeviceBuffer<T>& out, int out_rows) {
+      return norm_project(p, weight, s.x.cview(), w.gain.cview(), out.view(), out_rows, d, c.eps, rows);
+    };
+    const auto count = static_cast<std::size_t>(rows);
+    auto q = project(w.wq(c), s.q, q_dim);
+    auto kp = project(w.wk(c), s.k, c.kv_dim());
+    auto v = project(w.wv(c), s.v, c.kv_dim());
+    auto rope = k.rope(k.step_config(grid_for(count * static_cast<std::size_t>(q_dim), 256)), s.q.view(), s.k.view(),
+                       s.positions(), c.heads, c.kv_head_count(), c.head_dim(), frequencies, rows);
+    auto append = k.kv_append(k.step_config(grid_for(count * static_cast<std::size_t>(c.kv_dim()), 256)), s.k.cview(),
+                              s.v.cview(), k_cache, v_cache, s.positions(), s.slots(), c.kv_head_count(), c.head_dim(),
+                              c.context, c.max_batch, rows);
+    auto attend =
+        k.attention(per_head, s.q.cview(), k_cache.as_const(), v_cache.as_const(), s.attn.view(), s.positions(),
+                    s.slots(), c.heads, c.kv_head_count(), c.head_dim(), c.context, c.max_batch, scale);
+    // The same kernels three ways (DecoderOrdering): ordered by their accesses, by a hand-written all, serially.
+    return choose(c.ordering == DecoderOrdering::inferred, dataflow(q, kp, v, rope, append, attend),
+                  choose(c.ordering == DecoderOrdering::hand_written, all(q, kp, v) >> rope >> append >> attend,
+                         q >> kp >> v >> rope >> append >> attend));
+  };
+  return detail::either(c.fused, fused, unfused);
 }
 
 /// x += Wo attention(rope(Wq h), rope(Wk h), Wv h), h = rmsnorm(x) * gain, for `rows` rows, appending each row's
-/// k and v to its sequence's cache in this layer. Fused (DecoderConfig::fused, the default), three kernels: the norm,
-/// the three projections (one stream of weight rows), RoPE and the cache append in one (qkv_rope_append); attention,
-/// each head spread over attention_splits() blocks of positions (attention_split); the output projection with the
-/// residual add. Unfused: the three projections, rope, kv_append, attention with one block per head, ordered as
-/// DecoderConfig::ordering says (by default dataflow: the projections become parallel branches), the output projection.
-/// Every projection reads its weights once for all rows.
-///
-/// With quantized q, k and v (BasicAttentionWeights::quantized_qkv), whatever `fused` and `ordering` say: the norm,
-/// the three projections, RoPE and the cache append in one kernel (quantized_qkv_rope_append, the biases added with
-/// qkv_bias), then attention as the fused path runs it; with a quantized Wo, qgemv_add. Every variant is in the op's
-/// type (choose()), only the weights' runs; the quantized launches of dense weights are empty OptionalLaunches, so `qk`
-/// may be null when nothing is quantized. \throws UsageError when a projection is quantized and `qk` is null, or a
-/// quantized matrix's shape is not the config's (check_quantized).
-///
+/// k and v to its sequence's cache in this layer: attention_heads, then the output projection with the residual add.
+/// Every projection reads its weights once for all rows, on the kernels of its format (projection.hpp).
 /// `residual` false (a tensor-parallel rank other than 0, whose partial sum an all-reduce adds to rank 0's): the output
-/// projection overwrites x instead of adding to it (gemv instead of gemv_add); dense Wo only (UsageError otherwise).
+/// projection overwrites x instead of adding to it. \throws UsageError as attention_heads and project().
 template <Element T>
-auto attention_block(const BasicKernels<T>& k, std::type_identity_t<const BasicQuantizedKernels<T>*> qk,
-                     const BasicAttentionWeights<T>& w, BasicDecoderState<T>& s, DeviceSpan<T> k_cache,
-                     DeviceSpan<T> v_cache, const DecoderConfig& c, int rows, bool residual = true) {
-  const int d = c.d;
-  const int q_dim = c.q_dim();
-  const bool quantized_wo = w.quantized_wo != nullptr;
-  if (quantized_wo && qk == nullptr) {
-    throw UsageError("attention_block: the weights are quantized, but no quantized kernels were given");
-  }
-  if (quantized_wo) check_quantized(*w.quantized_wo, d, q_dim, rows);
-  if (quantized_wo && !residual) {
-    throw UsageError("attention_block: a quantized Wo always adds to x (qgemv_add); residual false needs a dense one");
-  }
-  auto heads = attention_heads(k, qk, w, s, k_cache, v_cache, c, rows);
-  auto output =
-      choose(quantized_wo,
-             optional_launch(
-                 quantized_wo,
-                 [&] {
-                   const QuantizedMatrix m = w.quantized_wo->matrix();
-                   return qk->qgemv_add(qk->config(m, d, q_dim), m, s.attn.cview(), s.x.view(), d, q_dim, rows);
-                 },
-                 w.quantized_wo),
-             (residual ? k.gemv_add : k.gemv)(k.gemv_config(d, q_dim, rows), w.wo.cview(), s.attn.cview(), s.x.view(),
-                                              d, q_dim, rows));
-  return std::move(heads) >> std::move(output);
+auto attention_block(const Projector<T>& p, const BasicAttentionWeights<T>& w, BasicDecoderState<T>& s,
+                     DeviceSpan<T> k_cache, DeviceSpan<T> v_cache, const DecoderConfig& c, int rows,
+                     bool residual = true) {
+  return attention_heads(p, w, s, k_cache, v_cache, c, rows) >>
+         project(p, w.wo, s.attn.cview(), s.x.view(), c.d, c.q_dim(), rows, residual);
 }
 
-/// One decoder layer for `rows` rows: attention block, then the SwiGLU MLP block, each on the weights' dense or
-/// quantized kernels (`qk` may be null when the layer has no quantized weight). \throws UsageError as
+/// One decoder layer for `rows` rows: attention block, then the SwiGLU MLP block. \throws UsageError as
 /// attention_block and swiglu_block.
 template <Element T>
-auto decoder_layer(const BasicKernels<T>& k, std::type_identity_t<const BasicQuantizedKernels<T>*> qk,
-                   const BasicDecoderWeights<T>& w, BasicDecoderState<T>& s, int layer, const DecoderConfig& c,
-                   int rows) {
+auto decoder_layer(const Projector<T>& p, const BasicDecoderWeights<T>& w, BasicDecoderState<T>& s, int layer,
+                   const DecoderConfig& c, int rows) {
   const std::size_t cache_size = static_cast<std::size_t>(c.max_batch) * static_cast<std::size_t>(c.context) *
                                  static_cast<std::size_t>(c.kv_dim());
   const std::size_t offset = static_cast<std::size_t>(layer) * cache_size;
   const auto l = static_cast<std::size_t>(layer);
   const std::string name = "layer " + std::to_string(layer);
-  return named(name + " attention",
-               attention_block(k, qk, w.attention[l], s, s.k_cache.view().subspan(offset, cache_size),
-                               s.v_cache.view().subspan(offset, cache_size), c, rows)) >>
-         named(name + " mlp", swiglu_block(k, qk, w.mlp[l], s.x.view(), s.act.view(), c.d, c.ffn, c.eps, rows));
+  return named(name + " attention", attention_block(p, w.attention[l], s, s.k_cache.view().subspan(offset, cache_size),
+                                                    s.v_cache.view().subspan(offset, cache_size), c, rows)) >>
+         named(name + " mlp", swiglu_block(p, w.mlp[l], s.x.view(), s.act.view(), c.d, c.ffn, c.eps, rows));
 }
 
 /// The op type of one decoder layer (decoder_layer), for holding layers in a vector.
 template <Element T>
-using BasicDecoderLayerOp = decltype(decoder_layer(
-    std::declval<const BasicKernels<T>&>(), nullptr, std::declval<const BasicDecoderWeights<T>&>(),
-    std::declval<BasicDecoderState<T>&>(), 0, std::declval<const DecoderConfig&>(), 1));
+using BasicDecoderLayerOp =
+    decltype(decoder_layer(std::declval<const Projector<T>&>(), std::declval<const BasicDecoderWeights<T>&>(),
+                           std::declval<BasicDecoderState<T>&>(), 0, std::declval<const DecoderConfig&>(), 1));
 /// The op type of one fp16 decoder layer.
 using DecoderLayerOp = BasicDecoderLayerOp<half>;
 
-/// The LM head's logits of `rows` rows, [rows][vocab], into `logits`: rms_norm_gemv over the dense head, or
-/// rms_norm_qgemv over the quantized one (`qk` may be null when it is dense); reads x and the final gain.
-/// \throws UsageError when the head is quantized and `qk` is null, or the quantized head is not [vocab x d]
-/// (check_quantized).
+/// The LM head's logits of `rows` rows, [rows][vocab], into `logits`: the final norm and the head in one kernel
+/// (norm_project); reads x and the final gain. \throws UsageError as norm_project.
 template <Element T>
-auto lm_head_logits(const BasicKernels<T>& k, std::type_identity_t<const BasicQuantizedKernels<T>*> qk,
-                    const BasicDecoderWeights<T>& w, DeviceSpan<const T> x, DeviceSpan<T> logits, int vocab, int d,
-                    float eps, int rows) {
-  const std::shared_ptr<const DeviceQuantizedWeight<T>>& quantized = w.quantized_lm_head;
-  if (quantized != nullptr && qk == nullptr) {
-    throw UsageError("the LM head is quantized, but no quantized kernels were given");
-  }
-  if (quantized != nullptr) check_quantized(*quantized, vocab, d, rows);
-  return choose(
-      quantized != nullptr,
-      optional_launch(
-          quantized != nullptr,
-          [&] {
-            const QuantizedMatrix m = quantized->matrix();
-            return qk->rms_norm_qgemv(qk->config(m, vocab, d), m, x, w.final_gain.cview(), logits, vocab, d, eps, rows);
-          },
-          quantized),
-      k.rms_norm_gemv(k.gemv_config(vocab, d, rows), w.lm_head.cview(), x, w.final_gain.cview(), logits, vocab, d, eps,
-                      rows));
+auto lm_head_logits(const Projector<T>& p, const BasicDecoderWeights<T>& w, DeviceSpan<const T> x, DeviceSpan<T> logits,
+                    int vocab, int d, float eps, int rows) {
+  return norm_project(p, w.lm_head, x, w.final_gain.cview(), logits, vocab, d, eps, rows);
 }
 
 /// One decode step of `rows` rows: reads tokens, positions and slots from s.io, writes each row's logits and next
-/// token (greedy, or drawn as `sampling` says). Each matrix runs on its dense or its quantized kernels (the LM head
-/// quantized: rms_norm_qgemv); `qk` may be null when no weight is quantized. \throws UsageError as decoder_layer, and
-/// when the LM head is quantized and `qk` is null or its shape is not [vocab x d].
+/// token (greedy, or drawn as `sampling` says). \throws UsageError as decoder_layer and lm_head_logits.
 template <Element T>
-auto decoder_step(const BasicKernels<T>& k, std::type_identity_t<const BasicQuantizedKernels<T>*> qk,
-                  const BasicDecoderWeights<T>& w, BasicDecoderState<T>& s, const DecoderConfig& c, int rows = 1,
-                  const Sampling& sampling = {}) {
+auto decoder_step(const Projector<T>& p, const BasicDecoderWeights<T>& w, BasicDecoderState<T>& s,
+                  const DecoderConfig& c, int rows = 1, const Sampling& sampling = {}) {
+  const BasicKernels<T>& k = p.dense;
   std::vector<BasicDecoderLayerOp<T>> layers;
   layers.reserve(static_cast<std::size_t>(c.layers));
-  for (int l = 0; l < c.layers; ++l) layers.push_back(decoder_layer(k, qk, w, s, l, c, rows));
+  for (int l = 0; l < c.layers; ++l) layers.push_back(decoder_layer(p, w, s, l, c, rows));
   const auto count = static_cast<std::size_t>(rows);
-  auto head = lm_head_logits(k, qk, w, s.x.cview(), s.logits.view(), c.vocab, c.d, c.eps, rows);
+  auto head = lm_head_logits(p, w, s.x.cview(), s.logits.view(), c.vocab, c.d, c.eps, rows);
   return named("embedding", k.embedding(k.step_config(grid_for(count * static_cast<std::size_t>(c.d), 256)),
                                         w.embedding.cview(), s.tokens(), s.x.view(), c.d, rows)) >>
          chain(std::move(layers)) >>
@@ -662,8 +579,7 @@ class BasicDecoder {
   /// \throws UsageError on a tensor-parallel rank (its step's collectives run in its graphs only).
   [[nodiscard]] auto step_op(int rows = 1) {
     if (rank_) throw UsageError("Decoder::step_op: a tensor-parallel rank's step runs in its graphs only");
-    return decoder_step(kernels_, quantized_kernels_ ? &*quantized_kernels_ : nullptr, weights_, state_, config_, rows,
-                        sampling_);
+    return decoder_step(projector(), weights_, state_, config_, rows, sampling_);
   }
 
   /// How later steps pick their tokens: greedy (the default) or drawn (sampling.hpp). A sequence's draws depend on
@@ -694,6 +610,10 @@ class BasicDecoder {
   [[nodiscard]] const PersistentProgram& persistent_program(int rows = 1);
 
  private:
+  /// The kernels the projections run on: the dense ones, and the quantized ones where some weight is quantized.
+  [[nodiscard]] Projector<T> projector() const noexcept {
+    return {kernels_, quantized_kernels_ ? &*quantized_kernels_ : nullptr};
+  }
   /// graph() without the lock (the caller holds it).
   CudaGraph<>& step_graph(int rows);
   /// The graph a step of `rows` rows replays: the io staging copied in, the step's nodes, the next tokens copied

@@ -6,7 +6,7 @@
 /// as it uploads (LoadOptions::quantization); seeded or other device weights are quantized by
 /// quantize_decoder_weights. The embedding, the norm gains and the biases always stay in the decoder's element type.
 ///
-/// As the decoder holds them, a layer's q, k and v projections are ONE quantized matrix, their rows stacked q, k, v
+/// As the decoder holds them, a layer's q, k and v projections are ONE matrix, their rows stacked q, k, v
 /// (q_dim + 2 kv_dim rows: quantized_qkv_rope_append reads them so) and those of q and k in the decoder's interleaved
 /// order (decoder_tensors.hpp), named "model.layers.L.self_attn.qkv_proj.weight" (a quantized checkpoint saves it under
 /// that name); each other quantized matrix is its checkpoint tensor, under its checkpoint name.
@@ -40,8 +40,8 @@ void check_quantization(const DecoderConfig& config, const DecoderQuantization& 
 [[nodiscard]] std::size_t decoder_device_bytes(const DecoderConfig& config, const DecoderQuantization& quantization);
 
 /// `weights`, dense, with the classes `quantization` chooses quantized: each chosen matrix is copied to the host,
-/// quantized there (quantize(), with the options), uploaded as a DeviceQuantizedWeight and its dense buffer freed;
-/// q, k and v together (adopt_quantized says where everything goes). For weights made on the device
+/// quantized there (quantize(), with the options), uploaded as a DeviceQuantizedWeight and its dense memory freed;
+/// q, k and v together (one stacked matrix). For weights made on the device
 /// (BasicDecoderWeights::generate) that a test or a benchmark wants quantized without a checkpoint. Waits for its
 /// copies; needs host memory for the largest chosen matrix in floats. \throws UsageError, before any GPU work, as
 /// check_quantization (with T's scale type), when the weights do not have `config`'s shapes or a chosen matrix is
@@ -61,12 +61,10 @@ template <Element T>
                                                               const DecoderConfig& config,
                                                               const DecoderQuantization& quantization);
 
-/// Moves `matrices` into `weights`' quantized members: the matrices of quantized_layouts(config, quantization), in its
-/// order, uploaded (what DecoderCheckpoint::upload and quantize_decoder_weights make). The dense buffers of the
-/// quantized tensors are left empty (freed, if they held anything), and with quantized attention and qkv_bias the
-/// dense biases bq, bk and bv are copied on the device, stacked, into BasicQuantizedQkv::bias and freed. Waits for its
-/// copies. \throws UsageError naming the first matrix whose shape or format is not its layout's, or when the counts of
-/// matrices or layers differ.
+/// Moves `matrices` into `weights`: the matrices of quantized_layouts(config, quantization), in its order, uploaded
+/// (what DecoderCheckpoint::upload makes), each replacing the Weight it stands for (a dense one's memory is freed
+/// unless another copy shares it). `stream` is unused (kept for the callers). \throws UsageError naming the first
+/// matrix whose shape or format is not its layout's, or when the counts of matrices or layers differ.
 template <Element T>
 void adopt_quantized(const Stream& stream, BasicDecoderWeights<T>& weights, const DecoderConfig& config,
                      const DecoderQuantization& quantization, std::vector<DeviceQuantizedWeight<T>> matrices);

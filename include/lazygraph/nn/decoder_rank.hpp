@@ -34,6 +34,7 @@
 
 #include "lazygraph/nn/decoder.hpp"
 #include "lazygraph/nn/decoder_tensors.hpp"
+#include "lazygraph/nn/detail/one_of_op.hpp"
 #include "lazygraph/nn/peer_all_reduce.hpp"
 #include "lazygraph/nn/quantization_config.hpp"
 #include "lazygraph/nn/quantized_kernels.hpp"
@@ -117,33 +118,6 @@ struct BasicRankState {
 };
 
 namespace detail {
-/// An op that is one of several forms, chosen when it is made (unlike choose(), which holds every branch, a form here
-/// may not be constructible for the sizes at hand): it records, runs and declares the accesses of the chosen one.
-template <class Derived, class... Forms>
-class OneOfOp : public OpBase<Derived> {
- public:
-  /// No output.
-  using Output = void;
-  /// A GraphNode, as every form.
-  static constexpr bool is_graph_node = true;
-
-  /// Records (or runs) the chosen form.
-  void execute(ExecContext& ctx) const {
-    std::visit([&](const auto& op) { op.execute(ctx); }, op_);
-  }
-  /// The chosen form's accesses.
-  void accesses(AccessSet& out) const {
-    std::visit([&](const auto& op) { op.accesses(out); }, op_);
-  }
-
- protected:
-  /// Holds `op`, one of the forms.
-  explicit OneOfOp(std::variant<Forms...> op) : op_(std::move(op)) {}
-
- private:
-  std::variant<Forms...> op_;
-};
-
 /// The op type of peer_all_reduce over T: RankAllReduceOp's peer form.
 template <Element T>
 using PeerAllReduceOp = decltype(peer_all_reduce(std::declval<const BasicKernels<T>&>(),
@@ -166,71 +140,32 @@ class [[nodiscard]] RankAllReduceOp
 };
 
 namespace detail {
-/// The op type of gemv_all_reduce over T: RankProjectionOp's fused form.
+/// A projection followed by RankAllReduceOp: RankProjectionOp's separate form.
 template <Element T>
-using GemvAllReduceOp =
-    decltype(gemv_all_reduce(std::declval<const BasicKernels<T>&>(), std::declval<const PeerExchange&>(),
-                             DeviceSpan<const T>{}, DeviceSpan<const T>{}, DeviceSpan<T>{}, 0, 0, 0));
-/// A gemv (or gemv_add) followed by RankAllReduceOp: RankProjectionOp's separate form.
-template <Element T>
-using GemvThenAllReduceOp =
-    decltype(std::declval<const BasicKernels<T>&>().gemv(LaunchConfig{}, DeviceSpan<const T>{}, DeviceSpan<const T>{},
-                                                         DeviceSpan<T>{}, 0, 0, 0) >>
-             std::declval<RankAllReduceOp<T>>());
-/// A qgemv (or qgemv_add) of a quantized weight, which it keeps alive, followed by RankAllReduceOp: RankProjectionOp's
-/// quantized form.
-template <Element T>
-using QgemvThenAllReduceOp = decltype(std::declval<OptionalLaunch<QuantizedMatrix, const T*, T*, int, int, int>>() >>
-                                      std::declval<RankAllReduceOp<T>>());
-/// The op type of qgemv_all_reduce over T: RankProjectionOp's fused quantized form.
-template <Element T>
-using QgemvAllReduceOp =
-    decltype(qgemv_all_reduce(std::declval<const BasicQuantizedKernels<T>&>(), std::declval<const PeerExchange&>(),
-                              std::declval<const std::shared_ptr<const DeviceQuantizedWeight<T>>&>(),
-                              DeviceSpan<const T>{}, DeviceSpan<T>{}, 0, 0, 0));
+using ProjectThenAllReduceOp = decltype(std::declval<ProjectOp<T>>() >> std::declval<RankAllReduceOp<T>>());
 }  // namespace detail
 
 /// A rank's row-parallel output projection and the all-reduce after it: x[b] += the sum over the ranks of their
-/// w a[b] (w the rank's [rows x cols] columns of Wo or W2); reads w and a, reads and writes x. Through the
-/// PeerExchange, one kernel (gemv_all_reduce, or qgemv_all_reduce for a quantized weight) where the rank fuses its
-/// projections (BasicRankState::fused_projections) and the shape fits. Else the projection (rank 0 adding x, the others
-/// overwriting it; qgemv_add and qgemv for a quantized weight) followed by RankAllReduceOp.
+/// w a[b] (w the rank's [rows x cols] columns of Wo or W2, in any format); reads w and a, reads and writes x. Through
+/// the PeerExchange, one kernel (project_all_reduce) where the rank fuses its projections
+/// (BasicRankState::fused_projections) and the shape fits. Else the projection (rank 0 adding x, the others
+/// overwriting it) followed by RankAllReduceOp.
 template <Element T>
 class [[nodiscard]] RankProjectionOp
-    : public detail::OneOfOp<RankProjectionOp<T>, detail::GemvAllReduceOp<T>, detail::GemvThenAllReduceOp<T>,
-                             detail::QgemvAllReduceOp<T>, detail::QgemvThenAllReduceOp<T>> {
+    : public detail::OneOfOp<RankProjectionOp<T>, ProjectAllReduceOp<T>, detail::ProjectThenAllReduceOp<T>> {
  public:
-  /// The chosen form for a dense projection of `rows` outputs (d) and `cols` inputs for `batch` vectors, x of every
-  /// row of the state. \throws UsageError as either form.
-  RankProjectionOp(const BasicKernels<T>& k, const BasicRankState<T>& r, DeviceSpan<const T> w, DeviceSpan<const T> a,
+  /// The chosen form for a projection of `rows` outputs (d) and `cols` inputs for `batch` vectors, x of every row of
+  /// the state. \throws UsageError as either form.
+  RankProjectionOp(const Projector<T>& p, const BasicRankState<T>& r, const Weight<T>& w, DeviceSpan<const T> a,
                    DeviceSpan<T> x, int rows, int cols, int batch)
-      : RankProjectionOp::OneOfOp(r.peer && r.fused_projections && fits_gemv_all_reduce(rows, batch)
-                                      ? Form(gemv_all_reduce(k, *r.peer, w, a, x, rows, cols, batch))
-                                      : Form((r.comm.rank() == 0 ? k.gemv_add : k.gemv)(
-                                                 k.gemv_config(rows, cols, batch), w, a, x, rows, cols, batch) >>
-                                             RankAllReduceOp<T>(k, r, reduced(x, rows, batch)))) {}
-  /// The chosen quantized form for the quantized weight `w` ([rows x cols]), which the op keeps alive, on the
-  /// quantized kernels `qk`. \throws UsageError as check_quantized (a weight of another shape, a batch outside 1..8),
-  /// qgemv_all_reduce and RankAllReduceOp.
-  RankProjectionOp(const BasicKernels<T>& k, const BasicQuantizedKernels<T>& qk, const BasicRankState<T>& r,
-                   const std::shared_ptr<const DeviceQuantizedWeight<T>>& w, DeviceSpan<const T> a, DeviceSpan<T> x,
-                   int rows, int cols, int batch)
-      : RankProjectionOp::OneOfOp(r.peer && r.fused_projections && fits_gemv_all_reduce(rows, batch)
-                                      ? Form(qgemv_all_reduce(qk, *r.peer, w, a, x, rows, cols, batch))
-                                      : Form(optional_launch(
-                                                 true,
-                                                 [&] {
-                                                   check_quantized(*w, rows, cols, batch);
-                                                   const QuantizedMatrix m = w->matrix();
-                                                   return (r.comm.rank() == 0 ? qk.qgemv_add : qk.qgemv)(
-                                                       qk.config(m, rows, cols), m, a, x, rows, cols, batch);
-                                                 },
-                                                 w) >>
-                                             RankAllReduceOp<T>(k, r, reduced(x, rows, batch)))) {}
+      : RankProjectionOp::OneOfOp(
+            r.peer && r.fused_projections && fits_gemv_all_reduce(rows, batch)
+                ? Form(std::in_place_index<0>, project_all_reduce(p, *r.peer, w, a, x, rows, cols, batch))
+                : Form(std::in_place_index<1>, project(p, w, a, x, rows, cols, batch, r.comm.rank() == 0) >>
+                                                   RankAllReduceOp<T>(p.dense, r, reduced(x, rows, batch)))) {}
 
  private:
-  using Form = std::variant<detail::GemvAllReduceOp<T>, detail::GemvThenAllReduceOp<T>, detail::QgemvAllReduceOp<T>,
-                            detail::QgemvThenAllReduceOp<T>>;
+  using Form = std::variant<ProjectAllReduceOp<T>, detail::ProjectThenAllReduceOp<T>>;
   /// The part of x a projection of `rows` outputs for `batch` vectors writes.
   static DeviceSpan<T> reduced(DeviceSpan<T> x, int rows, int batch) {
     return x.subspan(0, static_cast<std::size_t>(rows) * static_cast<std::size_t>(batch));
@@ -238,14 +173,13 @@ class [[nodiscard]] RankProjectionOp
 };
 
 /// One step of `rows` rows on the rank of `r` (see the file comment): `c` is shard_config's (vocab: this rank's
-/// rows), `s` a state of the whole vocabulary's logits. Each matrix runs on its dense or its quantized kernels, as
-/// decoder_step's (`qk` may be null when no weight is quantized); a quantized Wo or W2 takes RankProjectionOp's
-/// quantized forms. \throws UsageError as attention_heads, swiglu_gate_up, RankProjectionOp and
+/// rows), `s` a state of the whole vocabulary's logits. Each matrix runs on the kernels of its format
+/// (projection.hpp), as decoder_step's. \throws UsageError as attention_heads, swiglu_gate_up, RankProjectionOp and
 /// lm_head_logits.
 template <Element T>
-auto decoder_rank_step(const BasicKernels<T>& k, std::type_identity_t<const BasicQuantizedKernels<T>*> qk,
-                       const BasicDecoderWeights<T>& w, BasicDecoderState<T>& s, BasicRankState<T>& r,
-                       const DecoderConfig& c, int rows, const Sampling& sampling) {
+auto decoder_rank_step(const Projector<T>& p, const BasicDecoderWeights<T>& w, BasicDecoderState<T>& s,
+                       BasicRankState<T>& r, const DecoderConfig& c, int rows, const Sampling& sampling) {
+  const BasicKernels<T>& k = p.dense;
   const int n = r.comm.size();
   const int rank = r.comm.rank();
   const int d = c.d;
@@ -264,22 +198,15 @@ auto decoder_rank_step(const BasicKernels<T>& k, std::type_identity_t<const Basi
     const std::string name = "layer " + std::to_string(l);
     const BasicAttentionWeights<T>& attention = w.attention[at];
     const BasicSwigluWeights<T>& mlp = w.mlp[at];
-    // Dense, or quantized (on the quantized kernels, which a rank with quantized weights has).
-    const auto project = [&](const DeviceBuffer<T>& dense, const std::shared_ptr<const DeviceQuantizedWeight<T>>& q,
-                             DeviceSpan<const T> a, int cols) {
-      if (q != nullptr && qk == nullptr) {
-        throw UsageError("decoder_rank_step: tensor " + q->layout().name() +
-                         " is quantized, but no quantized kernels were given");
-      }
-      return q != nullptr ? RankProjectionOp<T>(k, *qk, r, q, a, s.x.view(), d, cols, rows)
-                          : RankProjectionOp<T>(k, r, dense.cview(), a, s.x.view(), d, cols, rows);
+    const auto project = [&](const Weight<T>& weight, DeviceSpan<const T> a, int cols) {
+      return RankProjectionOp<T>(p, r, weight, a, s.x.view(), d, cols, rows);
     };
     return named(name + " attention",
-                 attention_heads(k, qk, attention, s, s.k_cache.view().subspan(at * cache_size, cache_size),
+                 attention_heads(p, attention, s, s.k_cache.view().subspan(at * cache_size, cache_size),
                                  s.v_cache.view().subspan(at * cache_size, cache_size), c, rows) >>
-                     project(attention.wo, attention.quantized_wo, s.attn.cview(), c.q_dim())) >>
-           named(name + " mlp", swiglu_gate_up(k, qk, mlp, s.x.cview(), s.act.view(), d, c.ffn, c.eps, rows) >>
-                                    project(mlp.w2, mlp.quantized_w2, s.act.cview(), c.ffn));
+                     project(attention.wo, s.attn.cview(), c.q_dim())) >>
+           named(name + " mlp", swiglu_gate_up(p, mlp, s.x.cview(), s.act.view(), d, c.ffn, c.eps, rows) >>
+                                    project(mlp.w2, s.act.cview(), c.ffn));
   };
   std::vector<decltype(layer(0))> layers;
   layers.reserve(static_cast<std::size_t>(c.layers));
@@ -298,7 +225,7 @@ auto decoder_rank_step(const BasicKernels<T>& k, std::type_identity_t<const Basi
   auto gather = choose(rows == 1, all_gather<T>(r.comm, mine, s.logits.view().subspan(0, all)),
                        all_gather<T>(r.comm, mine, r.gathered.view().subspan(0, all)) >> chain(std::move(spread)));
   return named("embedding", std::move(embedding)) >> chain(std::move(layers)) >>
-         named("lm head", lm_head_logits(k, qk, w, s.x.cview(), r.logits_part.view(), part, d, c.eps, rows) >>
+         named("lm head", lm_head_logits(p, w, s.x.cview(), r.logits_part.view(), part, d, c.eps, rows) >>
                               std::move(gather) >>
                               k.sample(k.step_config({{static_cast<unsigned>(rows), 1, 1}, {1024, 1, 1}, 0}),
                                        s.logits.cview(), s.next.view(), s.positions(), s.slots(), vocab, sampling.top_k,

@@ -66,14 +66,19 @@ std::vector<DecoderTensor> decoder_tensors(const DecoderConfig& config);
   return head * head_dim + (r % 2) * (head_dim / 2) + r / 2;
 }
 
+/// The name a layer's stacked q, k and v matrix goes by (BasicAttentionWeights::qkv, and a quantized checkpoint's
+/// tensor): its q_proj's name with q_proj replaced by qkv_proj, "model.layers.L.self_attn.qkv_proj.weight".
+[[nodiscard]] std::string stacked_qkv_name(const std::string& q_name);
+
 /// Builds the weights of `config`'s decoder: allocates each tensor of decoder_tensors(config) that `dense(const
 /// DecoderTensor&) -> bool` says is dense and calls `fill(const DecoderTensor&, DeviceSpan<T> into)` once per tensor,
-/// in that order, to write it into `into`. A layer's Wq, Wk and Wv go into its one stacked buffer
-/// (BasicAttentionWeights::wqkv, allocated at Wq's turn), `into` their rows of it; every other tensor has a buffer of
-/// its own. A tensor that is not dense (held elsewhere, e.g. quantized as it loads) keeps an empty buffer, and `fill`
-/// still gets it, with an empty `into`. The biases a config without qkv_bias lacks are empty buffers on `device`.
+/// in that order, to write it into `into`. A layer's Wq, Wk and Wv go into its one stacked matrix
+/// (BasicAttentionWeights::qkv, allocated at Wq's turn, named stacked_qkv_name), `into` their rows of it, and its
+/// biases into its one stacked bias buffer; every other tensor has a buffer of its own, each matrix a dense Weight
+/// named as the tensor. A matrix that is not dense (held elsewhere, e.g. quantized as it loads) is left an empty
+/// Weight, and `fill` still gets it, with an empty `into`. Gains, the embedding and the biases are always dense.
 /// \throws UsageError, before anything is allocated, when `dense` calls some of a layer's Wq, Wk and Wv dense and
-/// some not (they share one buffer); what `fill` throws, after which the buffers made so far are freed (a `fill` that
+/// some not (they share one matrix); what `fill` throws, after which the buffers made so far are freed (a `fill` that
 /// copies asynchronously waits for its copies before it throws).
 template <Element T, class Dense, class Fill>
 BasicDecoderWeights<T> assemble_decoder_weights(const Device& device, const DecoderConfig& config, Dense&& dense,
@@ -92,28 +97,36 @@ BasicDecoderWeights<T> assemble_decoder_weights(const Device& device, const Deco
         names += (names.empty() ? "" : ", ") + tensors[j].name;
       }
       throw UsageError("assemble_decoder_weights: layer " + std::to_string(tensors[i].layer) +
-                       "'s q, k and v share one buffer (BasicAttentionWeights::wqkv), so they must be all dense or "
+                       "'s q, k and v share one matrix (BasicAttentionWeights::qkv), so they must be all dense or "
                        "none; dense: " +
                        dense_names + "; not dense: " + other_names);
     }
   }
   std::size_t next = 0;
-  // The next tensor in a buffer of its own (empty where not dense), filled.
+  // The next tensor (a gain or the embedding) in a buffer of its own, filled.
   const auto take = [&] {
-    const DecoderTensor& t = tensors[next];
-    DeviceBuffer<T> out(device, is_dense[next++] ? t.elements() : 0);
+    const DecoderTensor& t = tensors[next++];
+    DeviceBuffer<T> out(device, t.elements());
     fill(t, out.view());
     return out;
   };
-  // The next three tensors, Wq, Wk and Wv, stacked in one buffer (empty where not dense), filled.
-  const auto take_stacked = [&] {
+  // The next tensor, a matrix: a dense Weight, or an empty one where not dense.
+  const auto take_matrix = [&] {
+    const bool held = is_dense[next];
+    const DecoderTensor& t = tensors[next++];
+    DeviceBuffer<T> out(device, held ? t.elements() : 0);
+    fill(t, out.view());
+    return held ? Weight<T>(std::move(out), t.rows, t.cols, t.name) : Weight<T>();
+  };
+  // The next `count` tensors stacked in one buffer, filled; `held` false: an empty buffer.
+  const auto take_stacked = [&](std::size_t count, bool held) {
     const std::size_t first = next;
-    const std::size_t size =
-        is_dense[first] ? tensors[first].elements() + tensors[first + 1].elements() + tensors[first + 2].elements() : 0;
+    std::size_t size = 0;
+    for (std::size_t i = first; i < first + count; ++i) size += held ? tensors[i].elements() : 0;
     DeviceBuffer<T> out(device, size);
     std::size_t at = 0;
-    for (; next < first + 3; ++next) {
-      const std::size_t elements = size == 0 ? 0 : tensors[next].elements();
+    for (; next < first + count; ++next) {
+      const std::size_t elements = held ? tensors[next].elements() : 0;
       fill(tensors[next], out.view().subspan(at, elements));
       at += elements;
     }
@@ -122,22 +135,24 @@ BasicDecoderWeights<T> assemble_decoder_weights(const Device& device, const Deco
   DeviceBuffer<T> embedding = take();
   std::vector<BasicAttentionWeights<T>> attention;
   std::vector<BasicSwigluWeights<T>> mlp;
+  const int qkv_rows = config.q_dim() + 2 * config.kv_dim();
   for (int l = 0; l < config.layers; ++l) {
     DeviceBuffer<T> gain = take();
-    DeviceBuffer<T> wqkv = take_stacked();
-    DeviceBuffer<T> wo = take();
-    DeviceBuffer<T> bq = config.qkv_bias ? take() : DeviceBuffer<T>(device, 0);
-    DeviceBuffer<T> bk = config.qkv_bias ? take() : DeviceBuffer<T>(device, 0);
-    DeviceBuffer<T> bv = config.qkv_bias ? take() : DeviceBuffer<T>(device, 0);
-    attention.push_back({std::move(gain), std::move(wqkv), std::move(wo), std::move(bq), std::move(bk), std::move(bv)});
+    const bool qkv_dense = is_dense[next];
+    const std::string qkv_name = stacked_qkv_name(tensors[next].name);
+    DeviceBuffer<T> stacked = take_stacked(3, qkv_dense);
+    Weight<T> qkv = qkv_dense ? Weight<T>(std::move(stacked), qkv_rows, config.d, qkv_name) : Weight<T>();
+    Weight<T> wo = take_matrix();
+    DeviceBuffer<T> bias = config.qkv_bias ? take_stacked(3, true) : DeviceBuffer<T>(device, 0);
+    attention.push_back({std::move(gain), std::move(qkv), std::move(wo), std::move(bias)});
     DeviceBuffer<T> mlp_gain = take();
-    DeviceBuffer<T> w1 = take();
-    DeviceBuffer<T> w3 = take();
-    DeviceBuffer<T> w2 = take();
+    Weight<T> w1 = take_matrix();
+    Weight<T> w3 = take_matrix();
+    Weight<T> w2 = take_matrix();
     mlp.push_back({std::move(mlp_gain), std::move(w1), std::move(w3), std::move(w2)});
   }
   DeviceBuffer<T> final_gain = take();
-  DeviceBuffer<T> lm_head = take();
+  Weight<T> lm_head = take_matrix();
   return {std::move(embedding), std::move(attention), std::move(mlp), std::move(final_gain), std::move(lm_head)};
 }
 

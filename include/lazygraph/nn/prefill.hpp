@@ -41,7 +41,6 @@
 #include <vector>
 
 #include "lazygraph/kernels/gemm.hpp"
-#include "lazygraph/kernels/optional_launch.hpp"
 #include "lazygraph/nn/decoder.hpp"
 #include "lazygraph/nn/decoder_rank.hpp"
 #include "lazygraph/nn/prefill_attention.hpp"
@@ -132,24 +131,23 @@ class BasicPrefillPlans {
 /// [head_dim]) and leaves the layer's output in b.x. Captured (the GEMMs are not buildable).
 /// \throws UsageError when a span does not fit (prefill_attention's and Gemm's checks).
 ///
-/// A quantized matrix (`qk` the quantized kernels, null when none is) is first dequantized into b.weights
-/// (qdequantize: its values rounded once to T), which the GEMMs then read: the products differ from the decode step's
-/// (which scale fp32 sums) by rounding only. Per weight with choose(), as decoder_layer.
+/// A weight reaches its GEMM as gemm_operand (projection.hpp) hands it over: a dense one as it is, a quantized one
+/// first dequantized into b.weights (qdequantize: its values rounded once to T), so that the products differ from the
+/// decode step's (which scale fp32 sums) by rounding only.
 ///
 /// With `comm`, the layer is a tensor-parallel rank's (`c` its shard_config, the weights its share): the output and
 /// down projections of ranks other than 0 write their partial products without the residual, and an all-reduce of
 /// b.x follows each of the two blocks, as in decoder_rank_step.
 template <Element T>
-auto prefill_layer(const BasicKernels<T>& k, std::type_identity_t<const BasicQuantizedKernels<T>*> qk,
-                   const BasicPrefillPlans<T>& p, const BasicAttentionWeights<T>& a, const BasicSwigluWeights<T>& m,
-                   BasicPrefillBuffers<T>& b, DeviceSpan<const float> frequencies, DeviceSpan<T> k_cache,
-                   DeviceSpan<T> v_cache, const DecoderConfig& c, int rows, const Communicator* comm = nullptr) {
+auto prefill_layer(const Projector<T>& p, const BasicPrefillPlans<T>& plans, const BasicAttentionWeights<T>& a,
+                   const BasicSwigluWeights<T>& m, BasicPrefillBuffers<T>& b, DeviceSpan<const float> frequencies,
+                   DeviceSpan<T> k_cache, DeviceSpan<T> v_cache, const DecoderConfig& c, int rows,
+                   const Communicator* comm = nullptr) {
+  const BasicKernels<T>& k = p.dense;
   const auto n = [rows](int width) { return static_cast<std::size_t>(rows) * static_cast<std::size_t>(width); };
   const bool residual = comm == nullptr || comm->rank() == 0;
-  const auto d = static_cast<std::size_t>(c.d);
   const auto q_dim = static_cast<std::size_t>(c.q_dim());
   const auto kv_dim = static_cast<std::size_t>(c.kv_dim());
-  const auto ffn = static_cast<std::size_t>(c.ffn);
   const DeviceSpan<T> x = b.x.view().subspan(0, n(c.d));
   const DeviceSpan<T> h = b.h.view().subspan(0, n(c.d));
   const DeviceSpan<T> qkv_rows = b.qkv.view().subspan(0, n(c.q_dim() + 2 * c.kv_dim()));
@@ -169,44 +167,19 @@ auto prefill_layer(const BasicKernels<T>& k, std::type_identity_t<const BasicQua
                                     .head_dim = c.head_dim(),
                                     .context = c.context,
                                     .slots = c.max_batch};
-  const bool quantized_qkv = a.quantized_qkv.has_value();
-  if ((a.quantized() || m.quantized()) && qk == nullptr) {
-    throw UsageError("prefill_layer: the weights are quantized, but no quantized kernels were given");
-  }
-  // Where a GEMM reads a weight: its dense buffer, or `at` elements into the dequantized one.
-  const DeviceSpan<const T> dequantized = b.weights.cview();
-  const auto weight = [&](bool quantized, const DeviceBuffer<T>& dense, std::size_t at, std::size_t size) {
-    return quantized ? dequantized.subspan(at, size) : dense.cview();
+  // out = in W^T for a weight in any format: its dense values, or its values dequantized into b.weights first.
+  const auto gemm = [&](const Weight<T>& w, DeviceSpan<T> out, DeviceSpan<const T> in) {
+    GemmOperand<T> operand = gemm_operand(p, w, b.weights.view());
+    auto product =
+        plans.plan(static_cast<std::size_t>(w.rows()), static_cast<std::size_t>(w.cols()))(out, in, operand.values);
+    return std::move(operand.prepare) >> std::move(product);
   };
-  // `w` (rows x cols) dequantized into b.weights; empty for a dense weight (choose() then takes the other branch).
-  const auto dequantize = [&](const std::shared_ptr<const DeviceQuantizedWeight<T>>& w, std::size_t w_rows,
-                              std::size_t cols) {
-    return optional_launch(
-        w != nullptr,
-        [&] {
-          const QuantizedMatrix mat = w->matrix();
-          const int r = static_cast<int>(w_rows);
-          const int cc = static_cast<int>(cols);
-          return qk->qdequantize(qk->dequantize_config(mat, r, cc), mat, b.weights.view(), r, cc);
-        },
-        w);
-  };
-  // q, k and v: one GEMM over the stacked matrix, dense or dequantized (and the biases, apart or stacked).
-  const std::size_t qkv_rows_count = q_dim + 2 * kv_dim;
-  const DeviceSpan<const T> qkv_bias =
-      quantized_qkv && !a.quantized_qkv->bias.empty() ? a.quantized_qkv->bias.cview() : DeviceSpan<const T>{};
-  const auto bias = [&](const DeviceBuffer<T>& dense, std::size_t at, std::size_t size) {
-    return quantized_qkv ? (qkv_bias.empty() ? qkv_bias : qkv_bias.subspan(at, size)) : dense.cview();
-  };
-  const auto project = [&] {
-    return p.plan(qkv_rows_count, d)(qkv_rows, h.as_const(), weight(quantized_qkv, a.wqkv, 0, qkv_rows_count * d));
-  };
-  auto qkv =
-      choose(quantized_qkv,
-             dequantize(quantized_qkv ? a.quantized_qkv->weight : nullptr, qkv_rows_count, d) >> project(), project());
   // x += y W^T, or on a rank other than 0, x = y W^T (the all-reduce adds the residual once).
-  const auto project_into_x = [&](const Gemm<T>& plan, DeviceSpan<const T> y, DeviceSpan<const T> w) {
-    return residual ? plan.add(x, y, w, x.as_const()) : plan(x, y, w);
+  const auto project_into_x = [&](const Weight<T>& w, DeviceSpan<const T> y) {
+    GemmOperand<T> operand = gemm_operand(p, w, b.weights.view());
+    const Gemm<T>& plan = plans.plan(static_cast<std::size_t>(w.rows()), static_cast<std::size_t>(w.cols()));
+    return std::move(operand.prepare) >>
+           (residual ? plan.add(x, y, operand.values, x.as_const()) : plan(x, y, operand.values));
   };
   // The all-reduce of x after a block: none without a communicator.
   const auto reduce = [&] {
@@ -214,30 +187,19 @@ auto prefill_layer(const BasicKernels<T>& k, std::type_identity_t<const BasicQua
     if (comm != nullptr) ops.push_back(all_reduce(*comm, x));
     return chain(std::move(ops));
   };
-  const auto output = [&] {
-    return project_into_x(p.plan(d, q_dim), q.as_const(), weight(a.quantized_wo != nullptr, a.wo, 0, d * q_dim));
-  };
-  auto o = choose(a.quantized_wo != nullptr, dequantize(a.quantized_wo, d, q_dim) >> output(), output());
+  const DeviceSpan<const T> bias = a.bias.cview();
+  const auto bias_part = [&](std::size_t at, std::size_t size) { return bias.empty() ? bias : bias.subspan(at, size); };
   auto attention =
-      norm(a.gain) >> std::move(qkv) >>
-      k.prefill_qkv_rope(k.step_config(grid_for(qkv_rows.size() / 8, 256)), qkv_rows.as_const(), bias(a.bq, 0, q_dim),
-                         bias(a.bk, q_dim, kv_dim), bias(a.bv, q_dim + kv_dim, kv_dim), q, key, value, chunk, c.heads,
+      norm(a.gain) >> gemm(a.qkv, qkv_rows, h.as_const()) >>
+      k.prefill_qkv_rope(k.step_config(grid_for(qkv_rows.size() / 8, 256)), qkv_rows.as_const(), bias_part(0, q_dim),
+                         bias_part(q_dim, kv_dim), bias_part(q_dim + kv_dim, kv_dim), q, key, value, chunk, c.heads,
                          c.kv_head_count(), c.head_dim(), frequencies, rows) >>
       prefill_attention(k, {q.as_const(), key.as_const(), value.as_const(), k_cache, v_cache, q, chunk}, shape) >>
-      std::move(o);
-  const auto gemm = [&](const std::shared_ptr<const DeviceQuantizedWeight<T>>& w, const DeviceBuffer<T>& dense,
-                        DeviceSpan<T> out, std::size_t w_rows, std::size_t cols, DeviceSpan<const T> in) {
-    const auto product = p.plan(w_rows, cols)(out, in, weight(w != nullptr, dense, 0, w_rows * cols));
-    return choose(w != nullptr, dequantize(w, w_rows, cols) >> product, product);
-  };
-  const auto down = [&] {
-    return project_into_x(p.plan(d, ffn), gate.as_const(), weight(m.quantized_w2 != nullptr, m.w2, 0, d * ffn));
-  };
-  auto mlp = norm(m.gain) >> gemm(m.quantized_w1, m.w1, gate, ffn, d, h.as_const()) >>
-             gemm(m.quantized_w3, m.w3, up, ffn, d, h.as_const()) >>
+      project_into_x(a.wo, q.as_const());
+  auto mlp = norm(m.gain) >> gemm(m.w1, gate, h.as_const()) >> gemm(m.w3, up, h.as_const()) >>
              k.prefill_silu_mul(k.step_config(grid_for(n(c.ffn) / 8, 256)), gate.as_const(), up.as_const(), gate, chunk,
                                 c.ffn, rows) >>
-             choose(m.quantized_w2 != nullptr, dequantize(m.quantized_w2, d, ffn) >> down(), down());
+             project_into_x(m.w2, gate.as_const());
   return named("attention", std::move(attention) >> reduce()) >> named("mlp", std::move(mlp) >> reduce());
 }
 
