@@ -234,6 +234,17 @@ class LazygraphRun(unittest.TestCase):
             f.write(b"IQ== 0\nIg== 1\n")  # a tiktoken file, as Llama 3 ships under this name
         self.expect(1, self.model, "Once upon a time", stderr_has=("tokenizer.model", "not a SentencePiece model"))
 
+    @unittest.skipUnless(built_with_sentencepiece(), "this build has no SentencePiece")
+    def test_a_tokenizer_model_over_64_mib_is_refused_before_it_is_read(self):
+        model_file = os.path.join(self.model, "tokenizer.model")
+        with open(model_file, "wb") as f:
+            f.truncate((64 << 20) + 1)  # sparse: nothing written, and nothing read if the size is checked first
+        self.expect(1, self.model, "Once upon a time",
+                    stderr_has=(f"{model_file}: 67108865 bytes, more than the 64 MiB a tokenizer.model may have",))
+        os.remove(model_file)
+        os.mkfifo(model_file)  # would block a reader forever
+        self.expect(1, self.model, "Once upon a time", stderr_has=(model_file, "not a regular file"))
+
     @unittest.skipUnless(built_with_sentencepiece() and SPM_TRAIN and os.path.isfile(SPM_TRAIN),
                          "needs a build with SentencePiece and spm_train")
     def test_a_text_prompt_is_tokenized_and_checked_before_the_gpu(self):
