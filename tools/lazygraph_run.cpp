@@ -63,7 +63,7 @@ The prompt is either
                    --no-bos. The generated text is printed without the prompt, decoded as it comes.
   --ids 1,2,3      token ids, used as given (no BOS added); the generated ids are printed, space-separated.
 
-Options (each at most once; --name VALUE or --name=VALUE):
+Options (--name VALUE or --name=VALUE; each at most once):
   --max-tokens N   generate at most N tokens (default 128); generation also stops at an end-of-sequence
                    token (eos_token_id of generation_config.json, else of config.json: one id or a list;
                    not printed) and when the KV cache is full
