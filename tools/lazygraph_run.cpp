@@ -2,15 +2,17 @@
 // folder's SentencePiece tokenizer.model, or token ids), tokens out as they are generated, then how long loading,
 // the first token and each decode step took.
 //
-// Everything that needs no GPU is checked first (the options, the checkpoint's config and tensors, the tokenizer,
-// the prompt), so a mistake is reported the same way on any machine; only then is a GPU required.
+// Everything that needs no GPU is checked first (the options, MODEL_DIR, the checkpoint's config and tensors,
+// generation_config.json, the tokenizer, the prompt), so a mistake is reported the same way on any machine; only
+// then is a GPU required, and --device checked against the GPUs there are.
 #include <algorithm>
-#include <cerrno>
+#include <array>
 #include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <limits>
@@ -21,11 +23,10 @@
 #include <system_error>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include <lazygraph/driver.hpp>
 #include <lazygraph/nn/checkpoint.hpp>
 #include <lazygraph/nn/decoder.hpp>
+#include <lazygraph/nn/generation_config.hpp>
 #include <lazygraph/nn/kernels.hpp>
 #include <lazygraph/nn/sampling.hpp>
 
@@ -51,33 +52,36 @@ constexpr int kDefaultMaxTokens = 128;
 
 constexpr const char* usage_text = R"(Usage: lazygraph-run MODEL_DIR [PROMPT] [options]
 
-Runs a Hugging Face Llama-family checkpoint (MODEL_DIR: config.json and model.safetensors, or shards with
-model.safetensors.index.json) on the first GPU: feeds it the prompt, prints the tokens it generates as they
-come (stdout), then one line on stderr: load time, time to the first token, decode tokens/s, tokens made.
+Runs a Hugging Face Llama-family checkpoint (MODEL_DIR: a folder with config.json and model.safetensors, or
+shards with model.safetensors.index.json) on a GPU: feeds it the prompt, prints the tokens it generates as
+they come (stdout), then one line on stderr: load time, time to the first token, decode tokens/s, tokens made.
 
 The prompt is either
   PROMPT           text, tokenized with MODEL_DIR/tokenizer.model (a SentencePiece model, as Llama 1/2,
-                   TinyLlama and Mistral ship; this build: SENTENCEPIECE_STATE). bos_token_id of
-                   generation_config.json (else config.json) is put in front unless --no-bos. The
-                   generated text is printed without the prompt, decoded as it comes.
+                   TinyLlama and Mistral ship; at most 64 MiB; this build: SENTENCEPIECE_STATE).
+                   bos_token_id of generation_config.json (else config.json) is put in front unless
+                   --no-bos. The generated text is printed without the prompt, decoded as it comes.
   --ids 1,2,3      token ids, used as given (no BOS added); the generated ids are printed, space-separated.
 
-Options:
+Options (--name VALUE or --name=VALUE; each at most once):
   --max-tokens N   generate at most N tokens (default 128); generation also stops at an end-of-sequence
                    token (eos_token_id of generation_config.json, else of config.json: one id or a list;
                    not printed) and when the KV cache is full
   --ignore-eos     do not stop at end-of-sequence tokens
-  --temperature T  sample at temperature T (default 0: greedy, the most probable token each step)
+  --temperature T  sample at temperature T, 0 or from 1.18e-38 to 3.4e38 (default 0: greedy, the most
+                   probable token each step)
   --top-k K        sample among the K most probable tokens (ties kept; default 0: all)
   --top-p P        then among the fewest most probable tokens whose probabilities reach P, in (0, 1]
                    (default 1: all); --top-k and --top-p change nothing at temperature 0
   --seed S         seed of the random draws, 0 to 4294967295 (default 0): the same seed, prompt and
                    options give the same tokens
-  --context N      positions the KV cache holds, prompt included (default: max_position_embeddings, at
-                   most 4096)
+  --context N      positions the KV cache holds, prompt included, 1 to 8192 and at most the model's
+                   max_position_embeddings and sliding_window (default: max_position_embeddings, at
+                   most 4096 and at most sliding_window)
   --dtype fp16|bf16  the element type of weights, activations and KV cache (default: bf16 when the
                    checkpoint's torch_dtype or dtype is bfloat16, else fp16; a quantized checkpoint's
                    is its scales' type)
+  --device N       the GPU to run on, from 0 (default 0; lazygraph-info lists them)
   --no-bos         do not put bos_token_id in front of a text prompt
   --help, -h       print this text
   --version        print the lazygraph version and whether this build reads SentencePiece models
@@ -86,12 +90,17 @@ Options:
 Checkpoints of 256 MB and more show a progress bar on stderr while they load. "load" covers the kernels,
 the weights and capturing the decode step; "first token" the prompt (prefill); tokens/s the steps after it.
 
-Exit status: 0 after generating; 1 for a checkpoint, tokenizer.model or generation_config.json that
-cannot be used, or a GPU error (the message names the file or the problem); 2 for a bad command line
-or prompt (an unknown option, a value out of range, a token id outside the vocabulary, a prompt longer
-than the context, a text prompt where MODEL_DIR has no tokenizer.model or this build no SentencePiece);
-77 when there is no GPU to run on (no CUDA driver or no device: the reason is printed), after
-everything else was checked.
+Exit status:
+  0   after generating
+  1   MODEL_DIR's config.json, weights, generation_config.json or tokenizer.model cannot be used, or the
+      GPU failed (the message names the file and the key or tensor, or the problem)
+  2   a bad command line or prompt: an unknown option, one given twice, a value out of range, a
+      MODEL_DIR that does not exist or is not a folder, a --context beyond the model's, a --device this
+      machine lacks, a token id outside the vocabulary, a prompt longer than the context, a text prompt
+      where MODEL_DIR has no tokenizer.model or this build no SentencePiece (the message names the
+      option or path as given)
+  77  no GPU to run on (no CUDA driver or no device: the reason is printed), after everything else but
+      --device was checked
 
 Environment:
   LAZYGRAPH_CUDA_DRIVER  the driver library to load instead of libcuda.so.1
@@ -116,7 +125,8 @@ struct Options {
   std::optional<std::vector<int>> ids;
   int max_tokens = kDefaultMaxTokens;
   nn::Sampling sampling;
-  int context = 0;
+  int context = 0;           // --context; 0: the model's (plan_run)
+  int device = 0;            // --device
   std::optional<bool> bf16;  // --dtype; unset: the checkpoint's
   bool bos = true;
   bool ignore_eos = false;
@@ -126,24 +136,66 @@ struct Options {
 
 // ---- the command line -------------------------------------------------------------------------------------
 
+/// "FLAG must be WHAT, not 'TEXT'": the one sentence every bad value gets.
+UsageProblem bad_value(std::string_view flag, std::string_view what, std::string_view text) {
+  return UsageProblem(std::string(flag) + " must be " + std::string(what) + ", not '" + std::string(text) + "'");
+}
+
 template <class Int>
-Int parse_integer(std::string_view option, std::string_view text, Int low, Int high) {
+Int parse_integer(std::string_view flag, std::string_view text, Int low, Int high, std::string_view why = {}) {
   Int value{};
   const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (error != std::errc{} || end != text.data() + text.size() || text.empty() || value < low || value > high) {
-    throw UsageProblem(std::string(option) + " '" + std::string(text) + "': expected an integer from " +
-                       std::to_string(low) + " to " + std::to_string(high));
+    throw bad_value(flag, "an integer from " + std::to_string(low) + " to " + std::to_string(high) + std::string(why),
+                    text);
   }
   return value;
 }
 
-float parse_float(std::string_view option, std::string_view text) {
-  float value = 0.0F;
+/// A decimal number as the user wrote it.
+struct Number {
+  double value = 0;        // what it reads as in double (for one too small: 0 or less, of its sign)
+  bool too_small = false;  // not 0, but closer to 0 than double holds
+  float single = 0;        // the text rounded once to float, as a C++ literal 0.9F is; 0 beyond float's range
+};
+
+/// `text` as a number (from_chars' general format: no leading '+' or spaces), or nullopt when it is none, or
+/// infinite, NaN or too large for double.
+std::optional<Number> parse_number(std::string_view text) {
+  double value = 0;
   const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (error != std::errc{} || end != text.data() + text.size() || text.empty() || !std::isfinite(value)) {
-    throw UsageProblem(std::string(option) + " '" + std::string(text) + "': expected a finite number");
+  if (text.empty() || end != text.data() + text.size()) return std::nullopt;
+  if (error == std::errc::result_out_of_range) {
+    // from_chars leaves `value` unset: strtod (same grammar here) says which way it went.
+    const double near = std::strtod(std::string(text).c_str(), nullptr);
+    if (std::isinf(near)) return std::nullopt;
+    return Number{near, true, 0.0F};
   }
-  return value;
+  if (error != std::errc{} || !std::isfinite(value)) return std::nullopt;
+  float single = 0;
+  if (std::from_chars(text.data(), text.data() + text.size(), single).ec != std::errc{}) single = 0;
+  return Number{value, false, single};
+}
+
+/// --temperature: 0 (greedy), or a positive number whose reciprocal float holds (the sampler multiplies by 1 / T).
+float parse_temperature(std::string_view text) {
+  const std::optional<Number> n = parse_number(text);
+  if (n.has_value() && n->value == 0.0 && !n->too_small) return 0.0F;
+  if (!n.has_value() || !(n->value >= std::numeric_limits<float>::min() &&
+                          n->value <= static_cast<double>(std::numeric_limits<float>::max()))) {
+    throw bad_value("--temperature", "0 (greedy) or a number from 1.18e-38 to 3.4e38", text);
+  }
+  return n->single;
+}
+
+/// --top-p: in (0, 1]. A p below float's smallest normal number keeps the most probable token(s) alone, as
+/// that number does, so it becomes that number.
+float parse_top_p(std::string_view text) {
+  const std::optional<Number> n = parse_number(text);
+  if (!n.has_value() || !((n->value > 0.0 || (n->too_small && !std::signbit(n->value))) && n->value <= 1.0)) {
+    throw bad_value("--top-p", "in (0, 1]", text);
+  }
+  return std::max(n->single, std::numeric_limits<float>::min());
 }
 
 std::vector<int> parse_ids(std::string_view text) {
@@ -156,8 +208,8 @@ std::vector<int> parse_ids(std::string_view text) {
     int id = 0;
     const auto [end, error] = std::from_chars(item.data(), item.data() + item.size(), id);
     if (item.empty() || error != std::errc{} || end != item.data() + item.size() || id < 0) {
-      throw UsageProblem("--ids '" + std::string(text) + "': expected token ids (integers from 0) separated by " +
-                         "commas, e.g. --ids 1,15043,3186; '" + std::string(item) + "' is not one");
+      throw UsageProblem("--ids must be token ids (integers from 0) separated by commas, such as 1,15043,3186, not '" +
+                         std::string(text) + "' ('" + std::string(item) + "' is not one)");
     }
     ids.push_back(id);
     if (comma == std::string_view::npos) return ids;
@@ -168,6 +220,7 @@ std::vector<int> parse_ids(std::string_view text) {
 Options parse_options(int argc, char** argv) {
   Options o;
   std::vector<std::string_view> positional;
+  std::vector<std::string_view> given;  // the options with a value seen so far
   bool options_end = false;
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
@@ -202,11 +255,15 @@ Options parse_options(int argc, char** argv) {
       name = arg.substr(0, eq);
       value = arg.substr(eq + 1);
     }
-    constexpr std::string_view valued[] = {"--ids",   "--max-tokens", "--temperature", "--top-k",
-                                           "--top-p", "--seed",       "--context",     "--dtype"};
+    constexpr std::string_view valued[] = {"--ids",  "--max-tokens", "--temperature", "--top-k", "--top-p",
+                                           "--seed", "--context",    "--dtype",       "--device"};
     if (std::find(std::begin(valued), std::end(valued), name) == std::end(valued)) {
       throw UsageProblem("unknown option '" + std::string(arg) + "'");
     }
+    if (std::find(given.begin(), given.end(), name) != given.end()) {
+      throw UsageProblem(std::string(name) + " is given twice: give it once");
+    }
+    given.push_back(name);
     if (!value.has_value()) {
       if (i + 1 >= argc) throw UsageProblem(std::string(name) + " needs a value");
       value = argv[++i];
@@ -216,19 +273,19 @@ Options parse_options(int argc, char** argv) {
     } else if (name == "--max-tokens") {
       o.max_tokens = parse_integer<int>(name, *value, 1, std::numeric_limits<int>::max());
     } else if (name == "--temperature") {
-      o.sampling.temperature = parse_float(name, *value);
+      o.sampling.temperature = parse_temperature(*value);
     } else if (name == "--top-k") {
       o.sampling.top_k = parse_integer<int>(name, *value, 0, std::numeric_limits<int>::max());
     } else if (name == "--top-p") {
-      o.sampling.top_p = parse_float(name, *value);
+      o.sampling.top_p = parse_top_p(*value);
     } else if (name == "--seed") {
       o.sampling.seed = parse_integer<std::uint32_t>(name, *value, 0, std::numeric_limits<std::uint32_t>::max());
     } else if (name == "--context") {
-      o.context = parse_integer<int>(name, *value, 1, std::numeric_limits<int>::max());
+      o.context = parse_integer<int>(name, *value, 1, nn::kMaxContext, " (the most positions a KV cache holds)");
+    } else if (name == "--device") {
+      o.device = parse_integer<int>(name, *value, 0, std::numeric_limits<int>::max());
     } else if (name == "--dtype") {
-      if (*value != "fp16" && *value != "bf16") {
-        throw UsageProblem("--dtype '" + std::string(*value) + "': expected fp16 or bf16");
-      }
+      if (*value != "fp16" && *value != "bf16") throw bad_value("--dtype", "fp16 or bf16", *value);
       o.bf16 = *value == "bf16";
     }
   }
@@ -244,94 +301,7 @@ Options parse_options(int argc, char** argv) {
   if (!o.prompt.has_value() && !o.ids.has_value()) {
     throw UsageProblem("no prompt: give PROMPT (text) or --ids (token ids)");
   }
-  try {
-    o.sampling.validate();
-  } catch (const lazygraph::UsageError& e) {
-    throw UsageProblem(e.what());
-  }
   return o;
-}
-
-// ---- the model folder's other files ------------------------------------------------------------------------
-
-/// The JSON of a small settings file, or nullopt when it does not exist. Bounded: at most 1 MiB, a regular file
-/// (a FIFO would block, /dev/zero never end), nesting at most 64 deep. \throws ModelProblem naming the file.
-std::optional<nlohmann::json> read_settings(const fs::path& file) {
-  std::error_code ec;
-  const fs::file_status status = fs::status(file, ec);
-  if (status.type() == fs::file_type::not_found) return std::nullopt;
-  if (ec) throw ModelProblem(file.string() + ": cannot read: " + ec.message());
-  if (status.type() != fs::file_type::regular) throw ModelProblem(file.string() + ": not a regular file");
-  constexpr std::uintmax_t kMaxBytes = std::uintmax_t{1} << 20U;
-  const std::uintmax_t size = fs::file_size(file, ec);
-  if (ec) throw ModelProblem(file.string() + ": cannot read: " + ec.message());
-  if (size > kMaxBytes) throw ModelProblem(file.string() + ": " + std::to_string(size) + " bytes, more than 1 MiB");
-  std::FILE* f = std::fopen(file.c_str(), "rb");
-  if (f == nullptr)
-    throw ModelProblem(file.string() + ": cannot open: " + std::error_code(errno, std::generic_category()).message());
-  std::string text(static_cast<std::size_t>(size), '\0');
-  const std::size_t got = std::fread(text.data(), 1, text.size(), f);
-  std::fclose(f);
-  text.resize(got);
-  constexpr int kMaxDepth = 64;
-  const auto bounded = [&](int depth, nlohmann::json::parse_event_t /*event*/, nlohmann::json& /*parsed*/) {
-    if (depth > kMaxDepth) throw ModelProblem(file.string() + ": nested more than 64 levels deep");
-    return true;
-  };
-  try {
-    nlohmann::json value = nlohmann::json::parse(text, bounded);
-    if (!value.is_object()) throw ModelProblem(file.string() + ": not a JSON object");
-    return value;
-  } catch (const nlohmann::json::exception& e) {
-    throw ModelProblem(file.string() + ": not valid JSON: " + e.what());
-  }
-}
-
-/// The token ids of `key`: one id, a list of ids, or null (none). \throws ModelProblem naming the file and key.
-std::vector<int> token_ids(const nlohmann::json& value, std::string_view key, const fs::path& file) {
-  const auto one = [&](const nlohmann::json& v) {
-    if (!v.is_number_integer() || v.get<std::int64_t>() < 0 ||
-        v.get<std::int64_t>() > std::numeric_limits<int>::max()) {
-      throw ModelProblem(file.string() + ": " + std::string(key) + " must be a token id, a list of them or null, not " +
-                         v.dump());
-    }
-    return v.get<int>();
-  };
-  std::vector<int> ids;
-  if (value.is_null()) return ids;
-  if (value.is_array()) {
-    for (const nlohmann::json& v : value) ids.push_back(one(v));
-  } else {
-    ids.push_back(one(value));
-  }
-  return ids;
-}
-
-/// The special tokens generation uses: end-of-sequence ids and the beginning-of-sequence id.
-struct SpecialTokens {
-  std::vector<int> eos;
-  std::optional<int> bos;
-};
-
-/// eos_token_id and bos_token_id, each from generation_config.json when it has the key (null included), else from
-/// config.json. \throws ModelProblem for a file or a value that cannot be used.
-SpecialTokens special_tokens(const fs::path& dir) {
-  const fs::path generation_file = dir / "generation_config.json";
-  const fs::path config_file = dir / "config.json";
-  const std::optional<nlohmann::json> generation = read_settings(generation_file);
-  const std::optional<nlohmann::json> config = read_settings(config_file);
-  const auto ids_of = [&](std::string_view key) {
-    if (generation.has_value() && generation->contains(key))
-      return token_ids(generation->at(key), key, generation_file);
-    if (config.has_value() && config->contains(key)) return token_ids(config->at(key), key, config_file);
-    return std::vector<int>{};
-  };
-  SpecialTokens t;
-  t.eos = ids_of("eos_token_id");
-  const std::vector<int> bos = ids_of("bos_token_id");
-  if (bos.size() > 1) throw ModelProblem(dir.string() + ": bos_token_id is a list; one id expected");
-  if (!bos.empty()) t.bos = bos.front();
-  return t;
 }
 
 // ---- generating ---------------------------------------------------------------------------------------------
@@ -342,7 +312,7 @@ struct Plan {
   nn::DecoderConfig config;  // of the checkpoint (context as it will load)
   std::vector<int> prompt;
   std::optional<Tokenizer> tokenizer;  // set for a text prompt: the output is text
-  SpecialTokens special;
+  nn::SpecialTokens special;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -353,7 +323,7 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
 
 template <nn::Element T>
 int generate(const Plan& plan, const lazygraph::Device& device) {
-  const Options& o = plan.options;
+  const Options& o = plan.options;  // its context resolved (plan_run)
   const Clock::time_point start = Clock::now();
   const lazygraph::Stream stream(device);
   const lazygraph::KernelLibrary library = nn::kernel_library(device);
@@ -427,20 +397,51 @@ int generate(const Plan& plan, const lazygraph::Device& device) {
   return 0;
 }
 
-/// Everything that needs no GPU: the checkpoint's config and tensors, the special tokens, the tokenizer and the
-/// prompt. \throws UsageProblem, ModelProblem, TokenizerError, nn::CheckpointError.
+/// MODEL_DIR as the user gave it, checked to be a folder. \throws UsageProblem naming it when it does not exist or
+/// is something else (a file given for its folder). Other failures to look it up are the loader's to report.
+void check_model_dir(const fs::path& dir) {
+  std::error_code ec;
+  const fs::file_type type = fs::status(dir, ec).type();
+  if (type == fs::file_type::not_found) throw UsageProblem("MODEL_DIR '" + dir.string() + "' does not exist");
+  if (!ec && type != fs::file_type::directory) {
+    throw UsageProblem("MODEL_DIR '" + dir.string() +
+                       "' is not a folder: give the checkpoint's folder, which holds config.json and the weights");
+  }
+}
+
+/// The KV cache's positions: --context, checked against the model's config.json, or by default
+/// max_position_embeddings, at most 4096 and at most a sliding window (which must cover the context).
+/// \throws UsageProblem naming --context.
+int context_of(const Options& o, const nn::LlamaConfig& llama) {
+  const std::string source = (o.model_dir / "config.json").string();
+  if (o.context == 0) {
+    return std::min({llama.max_position_embeddings, 4096, llama.sliding_window.value_or(4096)});
+  }
+  if (o.context > llama.max_position_embeddings) {
+    throw UsageProblem("--context " + std::to_string(o.context) + " is more than the model's " +
+                       "max_position_embeddings (" + std::to_string(llama.max_position_embeddings) + " in " + source +
+                       ")");
+  }
+  if (llama.sliding_window.has_value() && o.context > *llama.sliding_window) {
+    throw UsageProblem("--context " + std::to_string(o.context) + " is more than the model's sliding_window (" +
+                       std::to_string(*llama.sliding_window) + " in " + source +
+                       "), and sliding-window attention is not implemented: give --context " +
+                       std::to_string(*llama.sliding_window) + " or less");
+  }
+  return o.context;
+}
+
+/// Everything that needs no GPU: MODEL_DIR, the checkpoint's config and tensors, the special tokens, the tokenizer
+/// and the prompt. \throws UsageProblem, ModelProblem, TokenizerError, nn::CheckpointError.
 Plan plan_run(const Options& o) {
+  check_model_dir(o.model_dir);
   Plan plan;
   plan.options = o;
+  const nn::LlamaConfig llama = nn::LlamaConfig::load(o.model_dir / "config.json");
+  plan.options.context = context_of(o, llama);
   nn::LoadOptions load;
-  load.context = o.context;
-  nn::DecoderCheckpoint checkpoint = [&] {
-    try {
-      return nn::DecoderCheckpoint::open(o.model_dir, load);
-    } catch (const lazygraph::UsageError& e) {  // a context beyond max_position_embeddings
-      throw UsageProblem(e.what());
-    }
-  }();
+  load.context = plan.options.context;
+  const nn::DecoderCheckpoint checkpoint = nn::DecoderCheckpoint::open(o.model_dir, load);
   plan.config = checkpoint.config();
   if (!plan.options.bf16.has_value()) plan.options.bf16 = checkpoint.llama_config().torch_dtype == "bfloat16";
   if (const auto& q = checkpoint.llama_config().quantization; q.has_value()) {
@@ -455,7 +456,7 @@ Plan plan_run(const Options& o) {
                          (bf16_scales ? "bf16" : "fp16") + " decoder reads; leave --dtype out");
     }
   }
-  plan.special = special_tokens(o.model_dir);
+  plan.special = nn::GenerationConfig::load(o.model_dir).special_tokens(checkpoint.llama_config());
 
   if (o.ids.has_value()) {
     plan.prompt = *o.ids;
@@ -496,10 +497,26 @@ Plan plan_run(const Options& o) {
 
 std::string sampling_text(const nn::Sampling& s) {
   if (!(s.temperature > 0.0F)) return "greedy";
-  std::string text = "temperature " + std::to_string(s.temperature);
+  const auto number = [](float x) {
+    std::array<char, 32> text{};
+    std::snprintf(text.data(), text.size(), "%g", static_cast<double>(x));
+    return std::string(text.data());
+  };
+  std::string text = "temperature " + number(s.temperature);
   if (s.top_k > 0) text += ", top-k " + std::to_string(s.top_k);
-  if (s.top_p < 1.0F) text += ", top-p " + std::to_string(s.top_p);
+  if (s.top_p < 1.0F) text += ", top-p " + number(s.top_p);
   return text + ", seed " + std::to_string(s.seed);
+}
+
+/// The GPU --device names. \throws UsageProblem when this machine has no such GPU; DriverUnavailable, NoDevice.
+lazygraph::Device device_of(const Options& o) {
+  const int count = lazygraph::Device::count();
+  if (o.device >= count) {
+    throw UsageProblem("--device " + std::to_string(o.device) + " is not a GPU of this machine, which has " +
+                       std::to_string(count) + " (--device 0" +
+                       (count > 1 ? " to " + std::to_string(count - 1) : std::string()) + ")");
+  }
+  return lazygraph::Device::get(o.device);
 }
 
 int run(const Options& o) {
@@ -509,15 +526,17 @@ int run(const Options& o) {
     std::fprintf(stderr, "lazygraph-run: no GPU to run on: %s\n", why.c_str());
     return kExitNoGpu;
   }
+  const lazygraph::Device device = device_of(o);
   const nn::DecoderConfig& c = plan.config;
-  std::fprintf(
-      stderr, "lazygraph-run: %s: %d layers, d %d, %d heads (%d kv), vocab %d, context %d, %s; %s; prompt %zu tokens\n",
-      o.model_dir.c_str(), c.layers, c.d, c.heads, c.kv_head_count(), c.vocab, c.context,
-      *plan.options.bf16 ? "bf16" : "fp16", sampling_text(o.sampling).c_str(), plan.prompt.size());
+  std::fprintf(stderr,
+               "lazygraph-run: %s on GPU %d (%s): %d layers, d %d, %d heads (%d kv), vocab %d, context %d, %s; %s; "
+               "prompt %zu tokens\n",
+               o.model_dir.c_str(), device.ordinal(), device.name().c_str(), c.layers, c.d, c.heads, c.kv_head_count(),
+               c.vocab, c.context, *plan.options.bf16 ? "bf16" : "fp16", sampling_text(o.sampling).c_str(),
+               plan.prompt.size());
   if (o.sampling.temperature == 0.0F && (o.sampling.top_k != 0 || o.sampling.top_p != 1.0F)) {
     std::fprintf(stderr, "lazygraph-run: note: --top-k and --top-p change nothing at temperature 0 (greedy)\n");
   }
-  const lazygraph::Device device = lazygraph::Device::get(0);
   return *plan.options.bf16 ? generate<lazygraph::bfloat16>(plan, device) : generate<lazygraph::half>(plan, device);
 }
 

@@ -1,6 +1,13 @@
 #include "tokenizer.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstdint>
 #include <system_error>
 
 #ifndef LAZYGRAPH_HAVE_SENTENCEPIECE
@@ -22,6 +29,58 @@ constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
 
 #if LAZYGRAPH_HAVE_SENTENCEPIECE
 
+namespace {
+
+[[nodiscard]] std::string errno_text(int error) { return std::error_code(error, std::generic_category()).message(); }
+
+/// Closes a file descriptor at scope exit.
+class Descriptor {
+ public:
+  explicit Descriptor(int fd) noexcept : fd_(fd) {}
+  Descriptor(const Descriptor&) = delete;
+  Descriptor& operator=(const Descriptor&) = delete;
+  ~Descriptor() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  [[nodiscard]] int get() const noexcept { return fd_; }
+
+ private:
+  int fd_;
+};
+
+/// The bytes of `file`, a regular file of at most Tokenizer::max_file_bytes, read once (SentencePiece then parses
+/// them, so the file cannot change between the checks and the read). \throws TokenizerError naming the file.
+std::string read_model_file(const std::filesystem::path& file) {
+  constexpr std::size_t bytes_per_mib = std::size_t{1} << 20U;
+  const auto too_large = [&](const std::string& size) {  // size: "N bytes, " when fstat told it
+    return TokenizerError(file.string() + ": " + size + "more than the " +
+                          std::to_string(Tokenizer::max_file_bytes / bytes_per_mib) +
+                          " MiB a tokenizer.model may have (real ones are a few MB)");
+  };
+  // Without O_NONBLOCK, opening a FIFO that has no writer would block.
+  const Descriptor fd(::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
+  if (fd.get() < 0) throw TokenizerError(file.string() + ": cannot open: " + errno_text(errno));
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) throw TokenizerError(file.string() + ": cannot read: " + errno_text(errno));
+  if (!S_ISREG(st.st_mode)) throw TokenizerError(file.string() + ": not a regular file");
+  if (static_cast<std::uintmax_t>(st.st_size) > Tokenizer::max_file_bytes) {
+    throw too_large(std::to_string(st.st_size) + " bytes, ");
+  }
+  std::string bytes;
+  bytes.reserve(static_cast<std::size_t>(st.st_size));
+  std::array<char, 65536> buffer{};
+  for (;;) {
+    const ssize_t got = ::read(fd.get(), buffer.data(), buffer.size());
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) throw TokenizerError(file.string() + ": cannot read: " + errno_text(errno));
+    if (got == 0) return bytes;
+    if (static_cast<std::size_t>(got) > Tokenizer::max_file_bytes - bytes.size()) throw too_large("");
+    bytes.append(buffer.data(), static_cast<std::size_t>(got));
+  }
+}
+
+}  // namespace
+
 struct Tokenizer::Model {
   sentencepiece::SentencePieceProcessor processor;
 };
@@ -29,13 +88,9 @@ struct Tokenizer::Model {
 bool Tokenizer::supported() noexcept { return true; }
 
 Tokenizer Tokenizer::load(const std::filesystem::path& model_file) {
-  std::error_code ec;
-  // A FIFO or a device would block or never end; SentencePiece reads the whole file.
-  if (!std::filesystem::is_regular_file(model_file, ec)) {
-    throw TokenizerError(model_file.string() + ": not a regular file");
-  }
+  const std::string bytes = read_model_file(model_file);
   auto model = std::make_shared<Model>();
-  const sentencepiece::util::Status status = model->processor.Load(model_file.string());
+  const sentencepiece::util::Status status = model->processor.LoadFromSerializedProto(bytes);
   if (!status.ok()) {
     throw TokenizerError(model_file.string() + ": not a SentencePiece model (" + status.ToString() +
                          "); Llama 3 and other tiktoken models ship a tokenizer.model SentencePiece cannot read");

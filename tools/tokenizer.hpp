@@ -2,6 +2,7 @@
 // lazygraph-run's text side: a SentencePiece model (a checkpoint folder's tokenizer.model) when lazygraph was built
 // with libsentencepiece (tools/meson.build defines LAZYGRAPH_HAVE_SENTENCEPIECE), and the incremental decoding that
 // prints generated tokens as text while they come.
+#include <cstddef>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -22,11 +23,17 @@ class TokenizerError : public std::runtime_error {
 /// A SentencePiece model. Copies share the loaded model.
 class Tokenizer {
  public:
+  /// The largest model file load() reads: 64 MiB. Real ones are a few MB (Llama 2's 0.5 MB, Gemma's 4 MB);
+  /// protobuf would take twice a file's size in memory and abort on one of 2 GiB.
+  static constexpr std::size_t max_file_bytes = std::size_t{64} << 20U;
+
   /// Whether this build can load SentencePiece models at all.
   [[nodiscard]] static bool supported() noexcept;
 
-  /// Loads `model_file`. \throws TokenizerError naming the file and SentencePiece's reason, or saying that this
-  /// build lacks SentencePiece.
+  /// Loads `model_file`. \throws TokenizerError naming the file and: that it cannot be opened or read (strerror);
+  /// is not a regular file (a FIFO would block, a device never end); is larger than max_file_bytes (checked before
+  /// reading, and again while reading); SentencePiece's reason for refusing it; or that this build lacks
+  /// SentencePiece.
   [[nodiscard]] static Tokenizer load(const std::filesystem::path& model_file);
 
   /// The ids of `text`, as SentencePiece encodes it (no BOS added). \throws TokenizerError when encoding fails.

@@ -14,6 +14,7 @@
 #include "lazygraph/nn/decoder_tensors.hpp"
 #include "lazygraph/nn/decoder_tiles.hpp"
 #include "lazygraph/nn/device_quantizer.hpp"
+#include "lazygraph/nn/generation_config.hpp"
 #include "lazygraph/nn/kernels.hpp"
 #include "lazygraph/nn/llama_config.hpp"
 #include "lazygraph/nn/mlp.hpp"

@@ -53,8 +53,10 @@ void DecoderConfig::validate() const {
            ") must be 0 (one tile per block) or a positive multiple of 8 (the gemv tiles' rows)");
     }
   }
-  if (context > 8192)
-    fail("context (" + std::to_string(context) + ") must be at most 8192 (scores live in shared memory)");
+  if (context > kMaxContext) {
+    fail("context (" + std::to_string(context) + ") must be at most " + std::to_string(kMaxContext) +
+         " (scores live in shared memory)");
+  }
   if (max_batch < 1 || max_batch > kMaxRows) {
     fail("max_batch (" + std::to_string(max_batch) + ") must be 1 to " + std::to_string(kMaxRows));
   }

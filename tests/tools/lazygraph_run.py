@@ -125,11 +125,11 @@ class LazygraphRun(unittest.TestCase):
         r = self.expect(0, "--help")
         self.assertTrue(r.stdout.startswith("Usage: lazygraph-run MODEL_DIR [PROMPT] [options]"), r.stdout)
         for word in ("--ids", "--max-tokens", "--temperature", "--top-k", "--top-p", "--seed", "--context",
-                     "--dtype", "--no-bos", "--ignore-eos", "--help", "--version", "tokenizer.model",
+                     "--dtype", "--device", "--no-bos", "--ignore-eos", "--help", "--version", "tokenizer.model",
                      "generation_config.json", "eos_token_id", "bos_token_id", "LAZYGRAPH_CUDA_DRIVER"):
             self.assertIn(word, r.stdout)
         status = r.stdout[r.stdout.index("Exit status:"):]
-        for code in ("0 after generating", "1 for", "2 for", "77 when there is no GPU"):
+        for code in ("0   after generating", "1   MODEL_DIR's", "2   a bad command line", "77  no GPU to run on"):
             self.assertIn(code, status)
         self.assertIn("supported" if built_with_sentencepiece() else "NOT supported", r.stdout)
         self.assertEqual(run("-h").stdout, r.stdout)
@@ -148,20 +148,29 @@ class LazygraphRun(unittest.TestCase):
             ((missing, "--bogus"), "unknown option '--bogus'"),
             ((missing, "text", "--ids", "1"), "not both"),
             ((missing, "a", "b"), "too many arguments: 'b'"),
-            ((missing, "--ids", "1,,2"), "--ids '1,,2'"),
-            ((missing, "--ids", "1,x"), "'x' is not one"),
-            ((missing, "--ids", "-3"), "--ids '-3'"),
-            ((missing, "--ids", "1", "--max-tokens", "0"), "--max-tokens '0'"),
-            ((missing, "--ids", "1", "--max-tokens=many"), "--max-tokens 'many'"),
-            ((missing, "--ids", "1", "--top-k", "-3"), "--top-k '-3'"),
-            ((missing, "--ids", "1", "--temperature", "-1"), "temperature -1"),
-            ((missing, "--ids", "1", "--temperature", "nan"), "--temperature 'nan'"),
-            ((missing, "--ids", "1", "--top-p", "1.5"), "top_p 1.5"),
-            ((missing, "--ids", "1", "--top-p", "0"), "top_p 0"),
-            ((missing, "--ids", "1", "--seed", "-1"), "--seed '-1'"),
-            ((missing, "--ids", "1", "--seed", "4294967296"), "--seed '4294967296'"),
-            ((missing, "--ids", "1", "--context", "0"), "--context '0'"),
-            ((missing, "--ids", "1", "--dtype", "fp32"), "--dtype 'fp32'"),
+            ((missing, "--ids", "1,,2"), "--ids must be token ids (integers from 0) separated by commas"),
+            ((missing, "--ids", "1,x"), "not '1,x' ('x' is not one)"),
+            ((missing, "--ids", "-3"), "not '-3'"),
+            ((missing, "--ids", "1", "--ids", "2"), "--ids is given twice: give it once"),
+            ((missing, "--ids", "1", "--seed=1", "--seed", "2"), "--seed is given twice"),
+            ((missing, "--ids", "1", "--max-tokens", "0"), "--max-tokens must be an integer from 1 to 2147483647, not '0'"),
+            ((missing, "--ids", "1", "--max-tokens=many"), "--max-tokens must be an integer from 1 to 2147483647, not 'many'"),
+            ((missing, "--ids", "1", "--top-k", "-3"), "--top-k must be an integer from 0 to 2147483647, not '-3'"),
+            ((missing, "--ids", "1", "--temperature", "-1"), "--temperature must be 0 (greedy) or a number from 1.18e-38 to 3.4e38, not '-1'"),
+            ((missing, "--ids", "1", "--temperature", "nan"), "--temperature must be 0 (greedy) or a number"),
+            ((missing, "--ids", "1", "--temperature", "1e-50"), "not '1e-50'"),  # 1 / T is infinite in float
+            ((missing, "--ids", "1", "--temperature", "1e39"), "not '1e39'"),  # beyond float
+            ((missing, "--ids", "1", "--top-p", "1.5"), "--top-p must be in (0, 1], not '1.5'"),
+            ((missing, "--ids", "1", "--top-p", "1.0000001"), "--top-p must be in (0, 1], not '1.0000001'"),
+            ((missing, "--ids", "1", "--top-p", "0"), "--top-p must be in (0, 1], not '0'"),
+            ((missing, "--ids", "1", "--top-p", "-1e-400"), "--top-p must be in (0, 1], not '-1e-400'"),
+            ((missing, "--ids", "1", "--seed", "-1"), "--seed must be an integer from 0 to 4294967295, not '-1'"),
+            ((missing, "--ids", "1", "--seed", "4294967296"), "not '4294967296'"),
+            ((missing, "--ids", "1", "--context", "0"), "--context must be an integer from 1 to 8192"),
+            ((missing, "--ids", "1", "--context", "8193"), "--context must be an integer from 1 to 8192 (the most positions a KV cache holds), not '8193'"),
+            ((missing, "--ids", "1", "--dtype", "fp32"), "--dtype must be fp16 or bf16, not 'fp32'"),
+            ((missing, "--ids", "1", "--device", "-1"), "--device must be an integer from 0 to 2147483647, not '-1'"),
+            ((missing, "--ids", "1", "--device=gpu1"), "not 'gpu1'"),
             ((missing, "--ids", "1", "--seed"), "--seed needs a value"),
         ]
         for args, message in cases:
@@ -171,9 +180,17 @@ class LazygraphRun(unittest.TestCase):
 
     # ---- the checkpoint ------------------------------------------------------------------------------------
 
-    def test_a_model_folder_that_cannot_be_loaded_exits_1_with_the_loaders_message(self):
+    def test_a_model_dir_that_does_not_exist_or_is_a_file_exits_2_naming_it(self):
         missing = self.path("nowhere")
-        self.expect(1, missing, "--ids", "1", stderr_has=(missing,))
+        r = self.expect(2, missing, "--ids", "1", stderr_has=(f"MODEL_DIR '{missing}' does not exist",))
+        self.assertEqual(r.stderr.count("\n"), 1, r.stderr)  # one sentence
+        file = os.path.join(self.model, "config.json")
+        self.expect(2, file, "--ids", "1", stderr_has=(f"MODEL_DIR '{file}' is not a folder",))
+
+    def test_a_model_folder_that_cannot_be_loaded_exits_1_with_the_loaders_message(self):
+        empty = self.path("empty")
+        os.mkdir(empty)
+        self.expect(1, empty, "--ids", "1", stderr_has=(os.path.join(empty, "config.json"), "cannot open"))
         with open(os.path.join(self.model, "config.json"), "w") as f:
             f.write("{not json")
         self.expect(1, self.model, "--ids", "1", stderr_has=("config.json", "not valid JSON"))
@@ -188,12 +205,33 @@ class LazygraphRun(unittest.TestCase):
         bf16 = self.path("bf16")
         write_checkpoint(bf16, dict(CONFIG, torch_dtype="bfloat16"), dtype="BF16")
         self.expect_no_gpu(bf16, "--ids", "299", "--ignore-eos")
+        # Limits' own edges are accepted: a temperature whose reciprocal float holds, a top-p at 1 or too small for
+        # float (it keeps the most probable tokens, as float's smallest does), the most positions a model allows.
+        self.expect_no_gpu(self.model, "--ids", "1", "--temperature", "1.18e-38", "--top-p", "1")
+        self.expect_no_gpu(self.model, "--ids", "1", "--temperature", "3.4e38", "--top-p", "1e-400")
+        self.expect_no_gpu(self.model, "--ids", "1", "--context", "64", "--temperature", "-0")
+
+    def test_a_device_is_checked_against_the_gpus_only_once_there_is_a_driver(self):
+        self.expect_no_gpu(self.model, "--ids", "1", "--device", "5")
 
     def test_a_prompt_outside_the_vocabulary_or_the_context_exits_2_naming_it(self):
         self.expect(2, self.model, "--ids", "1,300", stderr_has=("prompt token 1 (300)", "[0, 300)"))
         self.expect(2, self.model, "--ids", "1,2,3,4,5", "--context", "4",
                     stderr_has=("a prompt of 5 tokens", "context of 4"))
-        self.expect(2, self.model, "--ids", "1", "--context", "65", stderr_has=("max_position_embeddings",))
+        self.expect(2, self.model, "--ids", "1", "--context", "65",
+                    stderr_has=("--context 65 is more than the model's max_position_embeddings (64 in",))
+        self.expect(2, self.path("big"), "--ids", "1", "--context", "9000",  # never read: the flag fails first
+                    stderr_has=("--context must be an integer from 1 to 8192",))
+
+    def test_a_sliding_window_bounds_the_context_and_its_default(self):
+        mistral = self.path("mistral")
+        write_checkpoint(mistral, dict(CONFIG, model_type="mistral", architectures=["MistralForCausalLM"],
+                                       sliding_window=32))
+        self.expect(2, mistral, "--ids", "1", "--context", "33",
+                    stderr_has=("--context 33 is more than the model's sliding_window (32 in", "--context 32 or less"))
+        self.expect_no_gpu(mistral, "--ids", "1", "--context", "32")
+        self.expect_no_gpu(mistral, "--ids", "1")  # the default context: 32, not max_position_embeddings (64)
+        self.expect(2, mistral, "--ids", ",".join(["1"] * 33), stderr_has=("context of 32",))
 
     # ---- generation_config.json ------------------------------------------------------------------------------
 
@@ -214,11 +252,24 @@ class LazygraphRun(unittest.TestCase):
         self.expect(1, self.model, "--ids", "1", stderr_has=("generation_config.json", "eos_token_id", '"two"'))
         self.write_generation_config('{"eos_token_id": [2, -1]}')
         self.expect(1, self.model, "--ids", "1", stderr_has=("eos_token_id",))
+        self.write_generation_config('{"eos_token_id": 2, "eos_token_id": 3}')
+        self.expect(1, self.model, "--ids", "1", stderr_has=("generation_config.json", "'eos_token_id' twice"))
+        self.write_generation_config('{"bos_token_id": 300}')  # the vocabulary is 300
+        self.expect(1, self.model, "--ids", "1",
+                    stderr_has=("generation_config.json", "key 'bos_token_id' names token 300, outside"))
         self.write_generation_config('{"a": ' * 5000 + "1" + "}" * 5000)  # deep nesting: refused, no stack overflow
-        self.expect(1, self.model, "--ids", "1", stderr_has=("generation_config.json", "nested"))
+        self.expect(1, self.model, "--ids", "1", stderr_has=("generation_config.json", "nests deeper than 64"))
         os.remove(os.path.join(self.model, "generation_config.json"))
         os.mkfifo(os.path.join(self.model, "generation_config.json"))  # would block a reader forever
         self.expect(1, self.model, "--ids", "1", stderr_has=("generation_config.json", "not a regular file"))
+
+    def test_a_large_generation_config_is_read_in_one_pass(self):
+        # 1 MiB of keys: a reader that rescans its object per key took minutes on this (the subprocess timeout is
+        # 60 s); the library's takes milliseconds.
+        keys = ", ".join(f'"key_{i:06}": {i}' for i in range(60000))
+        self.write_generation_config('{"eos_token_id": [2, 7], ' + keys + "}")
+        self.assertGreater(os.path.getsize(os.path.join(self.model, "generation_config.json")), 1 << 20)
+        self.expect_no_gpu(self.model, "--ids", "1")
 
     # ---- text prompts ----------------------------------------------------------------------------------------
 
@@ -233,6 +284,17 @@ class LazygraphRun(unittest.TestCase):
         with open(os.path.join(self.model, "tokenizer.model"), "wb") as f:
             f.write(b"IQ== 0\nIg== 1\n")  # a tiktoken file, as Llama 3 ships under this name
         self.expect(1, self.model, "Once upon a time", stderr_has=("tokenizer.model", "not a SentencePiece model"))
+
+    @unittest.skipUnless(built_with_sentencepiece(), "this build has no SentencePiece")
+    def test_a_tokenizer_model_over_64_mib_is_refused_before_it_is_read(self):
+        model_file = os.path.join(self.model, "tokenizer.model")
+        with open(model_file, "wb") as f:
+            f.truncate((64 << 20) + 1)  # sparse: nothing written, and nothing read if the size is checked first
+        self.expect(1, self.model, "Once upon a time",
+                    stderr_has=(f"{model_file}: 67108865 bytes, more than the 64 MiB a tokenizer.model may have",))
+        os.remove(model_file)
+        os.mkfifo(model_file)  # would block a reader forever
+        self.expect(1, self.model, "Once upon a time", stderr_has=(model_file, "not a regular file"))
 
     @unittest.skipUnless(built_with_sentencepiece() and SPM_TRAIN and os.path.isfile(SPM_TRAIN),
                          "needs a build with SentencePiece and spm_train")

@@ -276,6 +276,27 @@ TEST_CASE("lazygraph-run stops when the context is full") {
   CHECK(why == "context full");
 }
 
+TEST_CASE("lazygraph-run runs on the GPU --device names, and refuses one past the last naming how many there are") {
+  const lgtest::TempDir scratch("run-device");
+  const auto dir = scratch / "model";
+  save_seeded_checkpoint(dir, small_config(), DType::f16);
+  const int count = Device::count();
+  REQUIRE(count > 0);
+  const std::string last = std::to_string(count - 1);
+  const Run r = run_tool({dir.string(), "--ids", ids_text(kPrompt), "--max-tokens", "6", "--device", last}, scratch);
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  CHECK(r.err.find(" on GPU " + last + " (" + Device::get(count - 1).name() + "): ") != std::string::npos);
+  // The same kind of GPU as the first (machines here hold one kind) decodes the same tokens.
+  if (Device::get(count - 1).name() == Device::get(0).name()) CHECK(ids_of(r.out) == expected_tokens(dir, kPrompt, 6));
+
+  const Run past = run_tool({dir.string(), "--ids", ids_text(kPrompt), "--device", std::to_string(count)}, scratch);
+  CHECK(past.status == 2);
+  CHECK(past.out.empty());
+  CHECK(past.err == "lazygraph-run: --device " + std::to_string(count) + " is not a GPU of this machine, which has " +
+                        std::to_string(count) + " (--device 0" + (count > 1 ? " to " + last : std::string()) + ")\n");
+}
+
 TEST_CASE("lazygraph-run tokenizes a text prompt with tokenizer.model and prints the generated text") {
   const lgtest::TempDir scratch("run-text");
   const Run version = run_tool({"--version"}, scratch);

@@ -103,9 +103,9 @@ class NcclError : public ApiError {
   using ApiError::ApiError;
 };
 
-/// cuBLASLt (libcublasLt.so.13, which Gemm plans use) could not be loaded: not installed, not found where lazygraph
-/// looked, or not the major version lazygraph was built against. The message says where it looked and how to point
-/// lazygraph at a copy (LAZYGRAPH_CUBLASLT_LIBRARY, set_cublaslt_library).
+/// cuBLASLt (libcublasLt.so.N, N the cuBLAS major version lazygraph was built against: 13 for CUDA 13) did not load
+/// when a Gemm plan needed it: not installed, not found where lazygraph looked, or another major version. The message
+/// says where it looked and how to point lazygraph at a copy (LAZYGRAPH_CUBLASLT_LIBRARY, set_cublaslt_library).
 class CublasUnavailable : public Error {
  public:
   using Error::Error;

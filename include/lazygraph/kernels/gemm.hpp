@@ -190,8 +190,8 @@ class Gemm {
   GemmOptions options_;
 };
 
-/// True when cuBLASLt loads (libcublasLt.so.13, or LAZYGRAPH_CUBLASLT_LIBRARY / set_cublaslt_library); otherwise false
-/// with the reason in `why` (when given). Needs no GPU. Never throws.
+/// True when cuBLASLt loads (libcublasLt.so.N of the cuBLAS major version built against, .so.13 for CUDA 13, or
+/// LAZYGRAPH_CUBLASLT_LIBRARY / set_cublaslt_library); else false with the reason in `why`. Needs no GPU; never throws.
 bool cublaslt_available(std::string* why = nullptr) noexcept;
 /// The cuBLASLt version, e.g. "13.1.0". \throws CublasUnavailable.
 std::string cublaslt_version();

@@ -36,6 +36,9 @@ namespace lazygraph::nn {
 
 /// Rows one step processes at most: sequences of a batch, or tokens of a prompt chunk (prefill).
 inline constexpr int kMaxRows = 8;
+/// The most positions a decoder's KV cache holds (DecoderConfig::context): attention keeps a row's scores in shared
+/// memory.
+inline constexpr int kMaxContext = 8192;
 /// Chunks of the vocabulary the persistent backend's greedy choice splits each row's logits into, at most.
 inline constexpr int kArgmaxChunks = 64;
 
@@ -183,7 +186,7 @@ struct DecoderConfig {
   [[nodiscard]] int kv_dim() const noexcept { return kv_head_count() * head_dim(); }
   /// \throws UsageError for shapes the kernels cannot run: d and ffn multiples of 8, d divisible by
   /// heads when head_width is 0, head_dim a multiple of 8 and at most 256, heads a multiple of kv_heads, context at
-  /// most 8192, max_batch at most 8 (kMaxRows), every count positive, a finite positive theta, an invalid
+  /// most 8192 (kMaxContext), max_batch at most 8 (kMaxRows), every count positive, a finite positive theta, an invalid
   /// rope_scaling, a prefill_chunk that is neither 0 nor a power of two from 16 to 8192; with the persistent backend,
   /// an unfused attention block, attention over more than one block per head, persistent.threads outside 32..256, or a
   /// persistent_tile_rows that is neither 0 nor a positive multiple of 8.
