@@ -28,10 +28,6 @@ DecoderConfig decoder_config(const LlamaConfig& l, int context, const std::files
   const auto refuse = [&](const std::string& why) {
     throw CheckpointError(file, "", "lazygraph's decoder cannot run this model: " + why);
   };
-  if (l.attention_bias && l.model_type != "qwen2") {
-    refuse("attention_bias is true, which in a " + l.model_type +
-           " model also gives o_proj a bias, and that is not implemented (q, k and v biases are, as Qwen2 has them)");
-  }
   if (context > l.max_position_embeddings) {
     throw UsageError("LoadOptions::context (" + std::to_string(context) + ") is beyond the model's " +
                      "max_position_embeddings (" + std::to_string(l.max_position_embeddings) + ") in " + file.string());
@@ -55,6 +51,7 @@ DecoderConfig decoder_config(const LlamaConfig& l, int context, const std::files
   c.rope_scaling = l.rope_scaling;
   c.eps = static_cast<float>(l.rms_norm_eps);
   c.qkv_bias = l.attention_bias;
+  c.qk_norm = l.qk_norm;
   c.max_batch = options.max_batch;
   c.early_launch = options.early_launch;
   c.tensor_cores = options.tensor_cores;
@@ -771,9 +768,16 @@ void save_seeded_checkpoint(const std::filesystem::path& directory, const Decode
   llama.max_position_embeddings = config.context;
   llama.rope_theta = config.theta;
   llama.rope_scaling = config.rope_scaling;
+  if (config.qkv_bias && config.qk_norm) {
+    throw UsageError("save_seeded_checkpoint: no architecture has both q, k and v biases and q/k norms");
+  }
   if (config.qkv_bias) {  // Qwen2 is the architecture with q, k and v biases alone
     llama.model_type = "qwen2";
     llama.attention_bias = true;
+  }
+  if (config.qk_norm) {  // Qwen3 is the one with q/k norms
+    llama.model_type = "qwen3";
+    llama.qk_norm = true;
   }
   if (config.head_width != 0) llama.head_dim = config.head_width;
   llama.rms_norm_eps = config.eps;

@@ -37,9 +37,10 @@ void DecoderConfig::validate() const {
   } catch (const UsageError& e) {
     fail(e.what());
   }
-  if (qkv_bias && !fused) fail("qkv_bias needs fused (the unfused kernels add no biases)");
+  if (qkv_bias && !fused && !qk_norm) fail("qkv_bias needs fused (the unfused kernels add no biases)");
   if (backend == DecoderBackend::persistent) {
     if (!fused) fail("the persistent backend runs the fused attention block (set fused)");
+    if (qk_norm) fail("the persistent backend has no tiles for q/k norms (qk_norm: Qwen3); use DecoderBackend::graph");
     if (attention_splits() != 1) {
       fail("the persistent backend runs attention as one tile per head (set attention_blocks to 1, not " +
            std::to_string(attention_blocks) + ")");
@@ -79,8 +80,8 @@ std::size_t DecoderConfig::weight_bytes() const {
   const auto dd = static_cast<std::size_t>(d);
   const auto kv = static_cast<std::size_t>(kv_dim());
   const auto qd = static_cast<std::size_t>(q_dim());
-  const std::size_t per_layer =
-      2 * qd * dd + 2 * kv * dd + 3 * dd * static_cast<std::size_t>(ffn) + 2 * dd + (qkv_bias ? qd + 2 * kv : 0);
+  const std::size_t per_layer = 2 * qd * dd + 2 * kv * dd + 3 * dd * static_cast<std::size_t>(ffn) + 2 * dd +
+                                (qkv_bias ? qd + 2 * kv : 0) + (qk_norm ? 2 * static_cast<std::size_t>(head_dim()) : 0);
   return (per_layer * static_cast<std::size_t>(layers) + static_cast<std::size_t>(vocab) * dd + 2 * dd) * sizeof(half);
 }
 
@@ -101,6 +102,7 @@ BasicDecoderState<T>::BasicDecoderState(const Device& device, const DecoderConfi
       q(DeviceBuffer<T>(device, kMaxRows * static_cast<std::size_t>(c.q_dim()))),
       k(DeviceBuffer<T>(device, kMaxRows * static_cast<std::size_t>(c.kv_dim()))),
       v(DeviceBuffer<T>(device, kMaxRows * static_cast<std::size_t>(c.kv_dim()))),
+      qkv(DeviceBuffer<T>(device, c.qk_norm ? kMaxRows * static_cast<std::size_t>(c.q_dim() + 2 * c.kv_dim()) : 0)),
       attn(DeviceBuffer<T>(device, kMaxRows * static_cast<std::size_t>(c.q_dim()))),
       act(DeviceBuffer<T>(device, kMaxRows * static_cast<std::size_t>(c.ffn))),
       logits(DeviceBuffer<T>(device, kMaxRows * static_cast<std::size_t>(c.vocab))),
@@ -239,6 +241,9 @@ BasicDecoderWeights<T> checked(BasicDecoderWeights<T> w, const DecoderConfig& c)
            " has q, k and v biases, but the config's qkv_bias is false (they would be "
            "added to nothing)");
     }
+    const auto head_dim = static_cast<std::size_t>(c.qk_norm ? c.head_dim() : 0);
+    vector(a.q_norm, head_dim, layer + "self_attn.q_norm.weight");
+    vector(a.k_norm, head_dim, layer + "self_attn.k_norm.weight");
     vector(m.gain, d, layer + "post_attention_layernorm.weight");
     matrix(m.w1, c.ffn, c.d, layer + "mlp.gate_proj.weight");
     matrix(m.w3, c.ffn, c.d, layer + "mlp.up_proj.weight");

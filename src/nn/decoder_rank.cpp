@@ -66,6 +66,8 @@ TensorShard tensor_shard(const DecoderTensor& t, const DecoderConfig& config, in
     case DecoderTensorRole::w2:
       return {true, r * static_cast<std::size_t>(shard.ffn), static_cast<std::size_t>(shard.ffn)};
     case DecoderTensorRole::attention_gain:
+    case DecoderTensorRole::q_norm:  // a head's gain, the same for every head: whole on every rank
+    case DecoderTensorRole::k_norm:
     case DecoderTensorRole::mlp_gain:
     case DecoderTensorRole::final_gain:
       break;
@@ -98,6 +100,10 @@ DeviceSpan<const T> full_tensor(const BasicDecoderWeights<T>& w, const DecoderCo
       return a.bias_part(c, 1);
     case DecoderTensorRole::bv:
       return a.bias_part(c, 2);
+    case DecoderTensorRole::q_norm:
+      return a.q_norm.cview();
+    case DecoderTensorRole::k_norm:
+      return a.k_norm.cview();
     case DecoderTensorRole::mlp_gain:
       return w.mlp[l].gain.cview();
     case DecoderTensorRole::w1:

@@ -13,7 +13,10 @@ std::vector<std::int64_t> DecoderTensor::shape() const {
       role == DecoderTensorRole::final_gain) {
     return {cols};
   }
-  if (role == DecoderTensorRole::bq || role == DecoderTensorRole::bk || role == DecoderTensorRole::bv) return {rows};
+  if (role == DecoderTensorRole::bq || role == DecoderTensorRole::bk || role == DecoderTensorRole::bv ||
+      role == DecoderTensorRole::q_norm || role == DecoderTensorRole::k_norm) {
+    return {rows};
+  }
   return {rows, cols};
 }
 
@@ -48,6 +51,13 @@ std::vector<DecoderTensor> decoder_tensors(const DecoderConfig& c) {
       bias(p + "self_attn.q_proj.bias", Role::bq, c.q_dim(), 10);
       bias(p + "self_attn.k_proj.bias", Role::bk, c.kv_dim(), 11);
       bias(p + "self_attn.v_proj.bias", Role::bv, c.kv_dim(), 12);
+    }
+    if (c.qk_norm) {  // a gain per element of a head, in the heads' interleaved RoPE order (rope_rows)
+      const auto head_gain = [&](std::string name, Role role, std::uint32_t slot) {
+        out.push_back({std::move(name), role, l, c.head_dim(), 1, gain_spec(id(slot), c.head_dim()), true});
+      };
+      head_gain(p + "self_attn.q_norm.weight", Role::q_norm, 13);
+      head_gain(p + "self_attn.k_norm.weight", Role::k_norm, 14);
     }
     gain(p + "post_attention_layernorm.weight", Role::mlp_gain, l, id(6));
     matrix(p + "mlp.gate_proj.weight", Role::w1, l, c.ffn, c.d, id(7));

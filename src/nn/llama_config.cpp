@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "architectures/architecture.hpp"
+#include "detail/config_reader.hpp"
 #include "json_util.hpp"
 
 namespace lazygraph::nn {
@@ -17,111 +19,10 @@ namespace {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
+using detail::ConfigReader;
 constexpr int kMaxHeads = 4096;
 constexpr int kMaxLayers = 1024;
-constexpr int kMaxVocab = 1 << 24;
-
-/// Reads keys of one config.json object, naming the file and the key in every error.
-class ConfigReader {
- public:
-  ConfigReader(const json& root, const fs::path& source) : root_(root), source_(source) {}
-
-  /// Throws "file <source>: <problem>".
-  [[noreturn]] void fail(std::string_view problem) const { throw CheckpointError(source_, "", problem); }
-
-  /// Throws "file <source>: key '<key>' <problem>".
-  [[noreturn]] void fail(std::string_view key, std::string_view problem) const {
-    fail("key '" + std::string(key) + "' " + std::string(problem));
-  }
-
-  /// The value of `key`, or nullptr when it is absent or null.
-  [[nodiscard]] const json* get(std::string_view key) const {
-    const auto it = root_.find(key);
-    return it == root_.end() || it->is_null() ? nullptr : &*it;
-  }
-
-  [[nodiscard]] int positive_int(std::string_view key, int most) const {
-    const json* value = get(key);
-    if (value == nullptr) fail(key, "is missing");
-    return positive_int_value(key, *value, most);
-  }
-
-  [[nodiscard]] std::optional<int> optional_positive_int(std::string_view key, int most) const {
-    const json* value = get(key);
-    if (value == nullptr) return std::nullopt;
-    return positive_int_value(key, *value, most);
-  }
-
-  /// A positive number that float holds as a normal finite value (the kernels compute in float).
-  [[nodiscard]] double float_number(std::string_view key, double fallback) const {
-    const json* value = get(key);
-    if (value == nullptr) return fallback;
-    return float_value(key, *value);
-  }
-
-  [[nodiscard]] double float_value(std::string_view key, const json& value) const {
-    if (!value.is_number() || !(value.get<double>() > 0)) {
-      fail(key, "must be a positive number, found " + detail::describe_json(value));
-    }
-    const double x = value.get<double>();
-    if (!(x >= std::numeric_limits<float>::min() && x <= std::numeric_limits<float>::max())) {
-      fail(key, "(" + detail::describe_json(value) + ") is outside the range of float (the kernels compute in float)");
-    }
-    return x;
-  }
-
-  [[nodiscard]] std::string string(std::string_view key, std::string fallback) const {
-    const json* value = get(key);
-    if (value == nullptr) return fallback;
-    if (!value->is_string()) fail(key, "must be a string, found " + detail::describe_json(*value));
-    return value->get<std::string>();
-  }
-
-  [[nodiscard]] bool boolean(std::string_view key, bool fallback) const {
-    const json* value = get(key);
-    if (value == nullptr) return fallback;
-    if (!value->is_boolean()) fail(key, "must be true or false, found " + detail::describe_json(*value));
-    return value->get<bool>();
-  }
-
-  /// A token id, or a list of them (eos_token_id may be either); empty when absent.
-  [[nodiscard]] std::vector<int> token_ids(std::string_view key) const {
-    const json* value = get(key);
-    if (value == nullptr) return {};
-    std::vector<int> ids;
-    const auto one = [&](const json& id) {
-      if (!id.is_number_unsigned() || id.get<std::uint64_t>() > static_cast<std::uint64_t>(kMaxVocab)) {
-        fail(key, "must be a token id or a list of them, found " + detail::describe_json(*value));
-      }
-      ids.push_back(static_cast<int>(id.get<std::uint64_t>()));
-    };
-    if (value->is_array()) {
-      if (value->size() > 1024) fail(key, "lists more than 1024 tokens");
-      for (const json& id : *value) one(id);
-    } else {
-      one(*value);
-    }
-    return ids;
-  }
-
-  [[nodiscard]] const json& root() const noexcept { return root_; }
-
- private:
-  [[nodiscard]] int positive_int_value(std::string_view key, const json& value, int most) const {
-    if (value.is_number_unsigned() && value.get<std::uint64_t>() > 0 &&
-        value.get<std::uint64_t>() <= static_cast<std::uint64_t>(most)) {
-      return static_cast<int>(value.get<std::uint64_t>());
-    }
-    if (value.is_number_unsigned() && value.get<std::uint64_t>() > 0) {
-      fail(key, "(" + detail::describe_json(value) + ") is larger than lazygraph reads (at most " +
-                    std::to_string(most) + ")");
-    }
-    fail(key, "must be a positive integer, found " + detail::describe_json(value));
-  }
-
-  const json& root_;
-  const fs::path& source_;
-};
+using detail::kMaxVocab;
 
 /// Keys that do not change what inference computes: bookkeeping, training-only settings, token ids read elsewhere,
 /// and generation defaults (a caller picks its own sampling).
@@ -191,7 +92,6 @@ constexpr std::string_view kHarmlessKeys[] = {
 /// Keys this reader reads (and checks).
 constexpr std::string_view kReadKeys[] = {
     "architectures",
-    "attention_bias",
     "bos_token_id",
     "dtype",
     "eos_token_id",
@@ -199,7 +99,6 @@ constexpr std::string_view kReadKeys[] = {
     "hidden_act",
     "hidden_size",
     "intermediate_size",
-    "layer_types",
     "max_position_embeddings",
     "mlp_bias",
     "model_type",
@@ -211,40 +110,26 @@ constexpr std::string_view kReadKeys[] = {
     "rope_parameters",
     "rope_scaling",
     "rope_theta",
-    "sliding_window",
     "tie_word_embeddings",
     "torch_dtype",
-    "use_sliding_window",
     "vocab_size",
 };
-
-struct Architecture {
-  std::string_view model_type;
-  std::string_view class_name;
-};
-constexpr Architecture kArchitectures[] = {
-    {"llama", "LlamaForCausalLM"}, {"mistral", "MistralForCausalLM"}, {"qwen2", "Qwen2ForCausalLM"}};
 
 template <std::size_t N>
 bool listed(const std::string_view (&list)[N], std::string_view key) {
   return std::find(std::begin(list), std::end(list), key) != std::end(list);
 }
 
-void check_keys(const ConfigReader& reader) {
-  for (const auto& [key, value] : reader.root().items()) {
-    if (listed(kReadKeys, key) || listed(kHarmlessKeys, key)) continue;
-    reader.fail(key,
-                "is not one lazygraph knows, and it may change what the model computes, so the model is "
-                "refused rather than run without it (remove it from config.json if it does not)");
-  }
-}
-
-void read_architecture(LlamaConfig& config, const ConfigReader& reader) {
+/// model_type and architectures: the architecture's file (src/nn/architectures/), whose keys are read too.
+const detail::Architecture& read_architecture(LlamaConfig& config, const ConfigReader& reader) {
   config.model_type = reader.string("model_type", "llama");
-  const auto known = std::find_if(std::begin(kArchitectures), std::end(kArchitectures),
-                                  [&](const Architecture& a) { return a.model_type == config.model_type; });
-  if (known == std::end(kArchitectures)) {
-    reader.fail("model_type", "'" + config.model_type + "' is not supported (lazygraph runs llama, mistral, qwen2)");
+  const detail::Architecture* known = detail::find_architecture(config.model_type);
+  if (known == nullptr) {
+    std::string names;
+    for (const detail::Architecture* a : detail::architectures()) {
+      names += (names.empty() ? "" : ", ") + std::string(a->model_type);
+    }
+    reader.fail("model_type", "'" + config.model_type + "' is not supported (lazygraph runs " + names + ")");
   }
   if (const json* classes = reader.get("architectures"); classes != nullptr) {
     if (!classes->is_array()) reader.fail("architectures", "must be a list, found " + detail::describe_json(*classes));
@@ -254,6 +139,17 @@ void read_architecture(LlamaConfig& config, const ConfigReader& reader) {
                                          config.model_type + "' as " + std::string(known->class_name) + " only");
       }
     }
+  }
+  return *known;
+}
+
+void check_keys(const ConfigReader& reader, const detail::Architecture& architecture) {
+  for (const auto& [key, value] : reader.root().items()) {
+    if (listed(kReadKeys, key) || listed(kHarmlessKeys, key)) continue;
+    if (std::find(architecture.keys.begin(), architecture.keys.end(), key) != architecture.keys.end()) continue;
+    reader.fail(key,
+                "is not one lazygraph knows, and it may change what the model computes, so the model is "
+                "refused rather than run without it (remove it from config.json if it does not)");
   }
 }
 
@@ -344,30 +240,6 @@ void read_rope(LlamaConfig& config, const ConfigReader& reader) {
   } else if (scaling != nullptr) {
     config.rope_scaling = read_object(*scaling, "rope_scaling", false);
   }
-}
-
-/// The attention window: Mistral's sliding_window, Qwen2's when use_sliding_window is true, or any model's whose
-/// layer_types name sliding_attention; nullopt when attention sees every earlier position.
-void read_window(LlamaConfig& config, const ConfigReader& reader) {
-  const std::optional<int> window = reader.optional_positive_int("sliding_window", std::numeric_limits<int>::max());
-  bool applies = config.model_type == "mistral" || reader.boolean("use_sliding_window", false);
-  if (const json* types = reader.get("layer_types"); types != nullptr) {
-    if (!types->is_array()) reader.fail("layer_types", "must be a list, found " + detail::describe_json(*types));
-    for (const json& t : *types) {
-      if (t == "sliding_attention") {
-        applies = true;
-      } else if (t != "full_attention") {
-        reader.fail("layer_types", "holds " + detail::describe_json(t) +
-                                       " (lazygraph implements full_attention and, with a window at least the "
-                                       "context, sliding_attention)");
-      }
-    }
-    if (types->size() != static_cast<std::size_t>(config.num_hidden_layers)) {
-      reader.fail("layer_types", "lists " + std::to_string(types->size()) + " layers, not num_hidden_layers (" +
-                                     std::to_string(config.num_hidden_layers) + ")");
-    }
-  }
-  if (applies && window.has_value()) config.sliding_window = window;
 }
 
 /// One class's format in quantization_config, e.g. {"kind": "int4", "group": 128, "asymmetric": false, "scale_type":
@@ -516,9 +388,9 @@ LlamaConfig LlamaConfig::parse(std::string_view json_text, const std::filesystem
     throw CheckpointError(source, "", "the config must be a JSON object, found " + detail::describe_json(root));
   }
   const ConfigReader reader(root, source);
-  check_keys(reader);
   LlamaConfig config;
-  read_architecture(config, reader);
+  const detail::Architecture& architecture = read_architecture(config, reader);
+  check_keys(reader, architecture);
   constexpr int kMaxWidth = 1 << 20;
   config.hidden_size = reader.positive_int("hidden_size", kMaxWidth);
   config.num_attention_heads = reader.positive_int("num_attention_heads", kMaxHeads);
@@ -541,10 +413,6 @@ LlamaConfig LlamaConfig::parse(std::string_view json_text, const std::filesystem
   config.tie_word_embeddings = reader.boolean("tie_word_embeddings", config.tie_word_embeddings);
   config.hidden_act = reader.string("hidden_act", config.hidden_act);
   config.head_dim = reader.optional_positive_int("head_dim", 1024);
-  config.attention_bias = reader.boolean("attention_bias", config.model_type == "qwen2");
-  if (config.model_type == "qwen2" && !config.attention_bias) {
-    reader.fail("attention_bias", "is false, but Qwen2 always has q, k and v biases");
-  }
   if (reader.boolean("mlp_bias", false)) {
     reader.fail("mlp_bias", "is true: MLP biases are not implemented");
   }
@@ -554,7 +422,7 @@ LlamaConfig LlamaConfig::parse(std::string_view json_text, const std::filesystem
     config.bos_token_id = bos.front();
   }
   config.eos_token_ids = reader.token_ids("eos_token_id");
-  read_window(config, reader);
+  architecture.read(reader, config);
   read_quantization(config, reader);
   check_shapes(config, reader);
   return config;
@@ -567,8 +435,7 @@ LlamaConfig LlamaConfig::load(const std::filesystem::path& file_or_dir) {
 }
 
 std::string LlamaConfig::to_json() const {
-  const auto architecture = std::find_if(std::begin(kArchitectures), std::end(kArchitectures),
-                                         [&](const Architecture& a) { return a.model_type == model_type; });
+  const detail::Architecture* architecture = detail::find_architecture(model_type);
   json rope = {{"rope_type", rope_type_name(rope_scaling.type)}, {"rope_theta", rope_theta}};
   if (rope_scaling.type != RopeType::standard) rope["factor"] = rope_scaling.factor;
   if (rope_scaling.type == RopeType::llama3) {
@@ -591,7 +458,7 @@ std::string LlamaConfig::to_json() const {
       {"hidden_act", hidden_act},
       {"attention_bias", attention_bias},
   };
-  if (architecture != std::end(kArchitectures)) {
+  if (architecture != nullptr) {
     root["architectures"] = json::array({std::string(architecture->class_name)});
   }
   if (!torch_dtype.empty()) root["torch_dtype"] = torch_dtype;

@@ -49,6 +49,15 @@ void swiglu_block(std::vector<double>& x, const std::vector<double>& gain, const
 std::uint32_t layer_id(int layer, std::uint32_t slot) { return 16U * static_cast<std::uint32_t>(layer) + slot; }
 
 /// Rotates the pairs (2i, 2i+1) of every head by position * frequencies[i].
+/// Each head of `t` ([heads][head_dim]) RMS-normed with `gain` [head_dim] (a q or k norm).
+void head_norm(std::vector<double>& t, int heads, int head_dim, const std::vector<double>& gain, double eps) {
+  const auto hd = static_cast<std::size_t>(head_dim);
+  for (std::size_t h = 0; h < static_cast<std::size_t>(heads); ++h) {
+    const std::vector<double> normed = rms_norm(std::span<const double>(t).subspan(h * hd, hd), gain, eps);
+    std::copy(normed.begin(), normed.end(), t.begin() + static_cast<std::ptrdiff_t>(h * hd));
+  }
+}
+
 void rope(std::vector<double>& t, int heads, int head_dim, int position, const std::vector<double>& frequencies) {
   for (int h = 0; h < heads; ++h) {
     for (int i = 0; i < head_dim / 2; ++i) {
@@ -116,6 +125,9 @@ DecoderReference::DecoderReference(const DecoderConfig& config, DType weights) :
     if (c.qkv_bias) {
       for (std::vector<double>* w : {&layer.bq, &layer.bk, &layer.bv}) *w = take();
     }
+    if (c.qk_norm) {
+      for (std::vector<double>* w : {&layer.q_norm, &layer.k_norm}) *w = take();
+    }
     for (std::vector<double>* w : {&layer.mlp_gain, &layer.w1, &layer.w3, &layer.w2}) *w = take();
   }
   final_gain_ = take();
@@ -147,6 +159,10 @@ std::vector<double> DecoderReference::step(int token, int position) {
     add(q, w.bq);  // empty without qkv_bias
     add(k, w.bk);
     add(v, w.bv);
+    if (c.qk_norm) {
+      head_norm(q, c.heads, c.head_dim(), w.q_norm, c.eps);
+      head_norm(k, c.kv_head_count(), c.head_dim(), w.k_norm, c.eps);
+    }
     rope(q, c.heads, c.head_dim(), position, frequencies_);
     rope(k, c.kv_head_count(), c.head_dim(), position, frequencies_);
     std::vector<double> o(static_cast<std::size_t>(c.q_dim()));

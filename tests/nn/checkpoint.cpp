@@ -255,22 +255,23 @@ TEST_CASE("head_dim independent of hidden_size / heads and llama3 RoPE scaling s
 TEST_CASE("Llama's attention_bias and a sliding window shorter than the context are refused, saying what to do") {
   const auto dir = saved("ckpt-bias");
   rewrite_config(dir, [](LlamaConfig& c) { c.attention_bias = true; });
-  CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(dir),
-                       doctest::Contains("attention_bias is true, which in a llama model also gives o_proj a bias"),
-                       CheckpointError);
-  rewrite_config(dir, [](LlamaConfig& c) {
-    c.attention_bias = false;
+  CHECK_THROWS_WITH_AS(
+      (void)DecoderCheckpoint::open(dir),
+      doctest::Contains("key 'attention_bias' is true, which in a llama model also gives o_proj a bias"),
+      CheckpointError);
+  const auto window = saved("ckpt-window");
+  rewrite_config(window, [](LlamaConfig& c) {
     c.model_type = "mistral";
     c.sliding_window = 32;
   });
-  CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(dir),
+  CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(window),
                        doctest::Contains("sliding_window 32 is shorter than the context of 64 positions"),
                        CheckpointError);
-  CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(dir), doctest::Contains("LoadOptions::context at most 32"),
+  CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(window), doctest::Contains("LoadOptions::context at most 32"),
                        CheckpointError);
   LoadOptions options;
   options.context = 32;
-  CHECK(DecoderCheckpoint::open(dir, options).config().context == 32);
+  CHECK(DecoderCheckpoint::open(window, options).config().context == 32);
 }
 
 TEST_CASE("a decoder with q, k and v biases is saved as Qwen2 and opens with them, rows in rotate-half order") {
@@ -303,6 +304,41 @@ TEST_CASE("a decoder with q, k and v biases is saved as Qwen2 and opens with the
   });
   CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(dir),
                        doctest::Contains("tensor model.layers.0.self_attn.v_proj.bias"), CheckpointError);
+}
+
+TEST_CASE("a decoder with q/k norms is saved as Qwen3 and opens with their gains, in rotate-half order") {
+  DecoderConfig c = small_gqa();
+  c.qk_norm = true;
+  const auto dir = saved("ckpt-qwen3", c);
+  const DecoderCheckpoint ck = DecoderCheckpoint::open(dir);
+  CHECK(ck.llama_config().model_type == "qwen3");
+  CHECK(ck.config().qk_norm);
+  CHECK(ck.sources().size() == decoder_tensors(c).size());
+  const SafetensorsFile file = SafetensorsFile::open(dir / "model.safetensors");
+  const auto hd = static_cast<std::int64_t>(c.head_dim());
+  CHECK(file.tensor("model.layers.1.self_attn.q_norm.weight").shape == std::vector<std::int64_t>{hd});
+  CHECK(file.tensor("model.layers.1.self_attn.k_norm.weight").shape == std::vector<std::int64_t>{hd});
+  const std::vector<DecoderTensor> tensors = decoder_tensors(c);
+  const auto found = std::find_if(tensors.begin(), tensors.end(), [](const DecoderTensor& t) {
+    return t.name == "model.layers.1.self_attn.k_norm.weight";
+  });
+  REQUIRE(found != tensors.end());
+  CHECK(found->rope_rows);
+  const std::vector<half> want = host_tensor(c.seed, found->seeded);
+  const auto bytes = file.data(file.tensor(found->name));
+  for (int row = 0; row < found->rows; ++row) {
+    std::uint16_t bits = 0;
+    std::memcpy(&bits, bytes.data() + 2 * static_cast<std::size_t>(rotate_half_row(row, c.head_dim())), 2);
+    CHECK(bits == want[static_cast<std::size_t>(row)].bits);
+  }
+  c.qkv_bias = true;
+  CHECK_THROWS_WITH_AS(save_seeded_checkpoint(lgtest::scratch_directory("ckpt-qwen3-bias"), c),
+                       doctest::Contains("no architecture has both"), UsageError);
+  rewrite(dir, [](std::vector<OwnedTensor>& t) {
+    std::erase_if(t, [](const OwnedTensor& x) { return x.name == "model.layers.0.self_attn.q_norm.weight"; });
+  });
+  CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(dir),
+                       doctest::Contains("tensor model.layers.0.self_attn.q_norm.weight"), CheckpointError);
 }
 
 TEST_CASE("save_seeded_checkpoint refuses a dtype the loader does not read") {

@@ -339,6 +339,26 @@ TEST_CASE("the attention window of Mistral and Qwen2 is read where it applies") 
             .sliding_window == 512);
 }
 
+TEST_CASE("Qwen3's file reads its keys and gives its block q/k norms; its attention_bias would bias o_proj too") {
+  const LlamaConfig qwen3 =
+      LlamaConfig::parse(minimal_with(R"("model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "head_dim": 128,
+                      "attention_bias": false, "use_sliding_window": false, "sliding_window": null,
+                      "max_window_layers": 28, "layer_types": ["full_attention", "full_attention"])"),
+                         "c");
+  CHECK(qwen3.model_type == "qwen3");
+  CHECK(qwen3.qk_norm);
+  CHECK_FALSE(qwen3.attention_bias);
+  CHECK(qwen3.head_dimension() == 128);
+  CHECK(LlamaConfig::parse(qwen3.to_json(), "c") == qwen3);
+  CHECK_FALSE(LlamaConfig::parse(kMinimal, "c").qk_norm);
+  check_refused(minimal_with(R"("model_type": "qwen3", "attention_bias": true)"),
+                "key 'attention_bias' is true, which in a qwen3 model also gives o_proj a bias");
+  check_refused(minimal_with(R"("model_type": "qwen3", "architectures": ["Qwen2ForCausalLM"])"),
+                "but lazygraph runs model_type 'qwen3' as Qwen3ForCausalLM only");
+  check_refused(minimal_with(R"("model_type": "gemma3_text")"),
+                "key 'model_type' 'gemma3_text' is not supported (lazygraph runs llama, mistral, qwen2, qwen3)");
+}
+
 TEST_CASE("token ids: bos, and eos as one id or a list") {
   const LlamaConfig one = LlamaConfig::parse(minimal_with(R"("bos_token_id": 1, "eos_token_id": 2)"), "c");
   CHECK(one.bos_token_id == 1);

@@ -330,6 +330,18 @@ TEST_SUITE("gpu") {
       config.qkv_bias = true;
       config.theta = 1e6F;
     }
+    SUBCASE("q/k norms (Qwen3's), grouped-query, head_dim 64 over a width of 128, theta 1e6") {
+      kv_heads = 2;
+      config.qk_norm = true;
+      config.head_width = 64;
+      config.theta = 1e6F;
+    }
+    SUBCASE("q/k norms with q, k and v biases, attention split over 4 blocks of positions") {
+      kv_heads = 1;
+      config.qk_norm = true;
+      config.qkv_bias = true;
+      config.attention_blocks = 4;
+    }
     SUBCASE("the kernels before fusion with head_dim 16 (q 64 wide) and linear RoPE scaling") {
       kv_heads = 2;
       config.fused = false;
@@ -341,6 +353,7 @@ TEST_SUITE("gpu") {
     CAPTURE(config.head_dim());
     CAPTURE(config.attention_blocks);
     CAPTURE(config.fused);
+    CAPTURE(config.qk_norm);
     lazygraph::nn::Decoder decoder(lgtest::stream(), lgtest::nn_kernels(), config);
     lazygraph::nn::DecoderReference reference(config);
     std::vector<int> tokens;
@@ -533,6 +546,8 @@ TEST_SUITE("gpu") {
     lazygraph::nn::DecoderConfig config = small_decoder();
     config.kv_heads = 1;
     config.max_batch = 2;
+    SUBCASE("Llama's block") {}
+    SUBCASE("q/k norms") { config.qk_norm = true; }
     lazygraph::nn::Decoder a(lgtest::stream(), lgtest::nn_kernels(), config);
     lazygraph::nn::Decoder b(lgtest::stream(), lgtest::nn_kernels(), config);
     const std::vector<int> prompt{9, 400, 12, 12, 7, 300, 1, 2, 3, 4, 5, 6, 250};  // 13: a chunk of 8, one of 5
@@ -565,6 +580,8 @@ TEST_SUITE("gpu") {
       "generate runs many steps in one replay and gives the tokens of the forward loop, stopping at the stop token") {
     lazygraph::nn::DecoderConfig config = small_decoder();
     config.kv_heads = 2;
+    SUBCASE("Llama's block") {}
+    SUBCASE("q/k norms") { config.qk_norm = true; }
     lazygraph::nn::Decoder decoder(lgtest::stream(), lgtest::nn_kernels(), config);
     std::vector<int> want;
     int t = 7;

@@ -372,7 +372,7 @@ TEST_SUITE("gpu") {
 
   TEST_CASE_TEMPLATE(
       "prefill on tensor cores matches the float64 reference: GQA with head_dim 64, and head_dim 128 with q wider than "
-      "the model, q, k and v biases and llama3 RoPE scaling",
+      "the model, q, k and v biases and llama3 RoPE scaling, and q/k norms",
       T, half, bfloat16) {
     nn::DecoderConfig config = lgtest::small_decoder(2);  // d 128, context 64
     config.heads = 2;                                     // head_dim 64
@@ -388,7 +388,18 @@ TEST_SUITE("gpu") {
                              .high_freq_factor = 4,
                              .original_max_position_embeddings = 16};
     }
+    SUBCASE("q/k norms (Qwen3's), head_dim 64, theta 1e6") {
+      config.qk_norm = true;
+      config.theta = 1e6F;
+    }
+    SUBCASE("q/k norms with head_dim 128 and q, k and v biases") {
+      config.heads = 4;
+      config.head_width = 128;
+      config.qk_norm = true;
+      config.qkv_bias = true;
+    }
     CAPTURE(config.head_dim());
+    CAPTURE(config.qk_norm);
     nn::BasicDecoder<T> decoder(lgtest::stream(), lgtest::nn_kernels(), config);
     if (const std::string why = decoder.prefill_fallback_reason(); !why.empty()) {
       MESSAGE("skipped: prefill does not run on tensor cores here: " << why);

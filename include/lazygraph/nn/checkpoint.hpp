@@ -219,12 +219,13 @@ BasicDecoder<T> load_decoder_rank(const Stream& stream, const KernelLibrary& lib
                                   const LoadOptions& options = {}, const TensorParallelOptions& parallel = {});
 
 /// Writes the seeded weights of `config` (docs/nn.md) as a checkpoint folder in Hugging Face's layout (model_type
-/// llama, or qwen2 for a config with qkv_bias):
+/// llama, qwen2 for a config with qkv_bias, qwen3 for one with qk_norm):
 /// config.json and model.safetensors, tensors in `dtype`, q and k rows in rotate-half order: F16 and F32 hold the
 /// seeded fp16 values (host_tensor<half>), BF16 the seeded bf16 values (host_tensor<bfloat16>), so an F16 checkpoint
 /// loads into the seeded Decoder and a BF16 one into the seeded DecoderBf16 bit for bit. Runs on the host; the
 /// folder is created.
-/// \throws UsageError for an invalid config or another dtype; CheckpointError when writing fails.
+/// \throws UsageError for an invalid config, another dtype, or both qkv_bias and qk_norm (no architecture has both);
+/// CheckpointError when writing fails.
 void save_seeded_checkpoint(const std::filesystem::path& directory, const DecoderConfig& config,
                             DType dtype = DType::f16);
 

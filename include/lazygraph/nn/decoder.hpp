@@ -138,9 +138,14 @@ struct DecoderConfig {
   /// prefill, but a row's logits then differ from what it gets alone within rounding (its token may too, at a
   /// near tie). Off: every row gets exactly the bits of one row at a time.
   bool tensor_cores = false;
-  /// The q, k and v projections add biases (Qwen2's): BasicAttentionWeights::bq, bk and bv hold them. Needs `fused`
-  /// (the unfused kernels have none).
+  /// The q, k and v projections add biases (Qwen2's): BasicAttentionWeights::bias holds them. Needs `fused` (the
+  /// unfused kernels have none).
   bool qkv_bias = false;
+  /// Each head of q and of k is RMS-normed with a gain of its own ([head_dim], shared by the heads) before RoPE
+  /// (Qwen3's q_norm and k_norm): BasicAttentionWeights::q_norm and k_norm hold the gains. The step then projects the
+  /// stacked q, k and v (norm_project) and norms, rotates and appends them in a second kernel (qk_norm_rope_append),
+  /// whatever `fused` says; the persistent backend does not run it.
+  bool qk_norm = false;
   /// The attention block's input side as one kernel (norm, Q/K/V projections, RoPE and the cache append:
   /// qkv_rope_append) and attention split over positions (attention_split). False: the kernels these replaced
   /// (three rms_norm_gemv in parallel, rope, kv_append, attention with one block per head), to compare.
@@ -210,10 +215,12 @@ struct DecoderConfig {
 /// The rows of q and k (and their biases) are in the decoder's interleaved RoPE order (decoder_tensors.hpp).
 template <Element T>
 struct BasicAttentionWeights {
-  DeviceBuffer<T> gain;  ///< input norm gain [d]
-  Weight<T> qkv;         ///< [q_dim + 2 kv_dim x d]: Wq, Wk, Wv stacked; wq(), wk() and wv() view the parts
-  Weight<T> wo;          ///< [d x q_dim]
-  DeviceBuffer<T> bias;  ///< [q_dim + 2 kv_dim]: bq, bk, bv stacked with qkv_bias, else empty
+  DeviceBuffer<T> gain;    ///< input norm gain [d]
+  Weight<T> qkv;           ///< [q_dim + 2 kv_dim x d]: Wq, Wk, Wv stacked; wq(), wk() and wv() view the parts
+  Weight<T> wo;            ///< [d x q_dim]
+  DeviceBuffer<T> bias;    ///< [q_dim + 2 kv_dim]: bq, bk, bv stacked with qkv_bias, else empty
+  DeviceBuffer<T> q_norm;  ///< q's per-head RMSNorm gain [head_dim] with DecoderConfig::qk_norm, else empty
+  DeviceBuffer<T> k_norm;  ///< k's per-head RMSNorm gain [head_dim] with DecoderConfig::qk_norm, else empty
 
   /// Wq [q_dim x d]: the first q_dim rows of qkv. \throws UsageError as Weight::rows_view.
   [[nodiscard]] Weight<T> wq(const DecoderConfig& c) const { return qkv.rows_view(0, c.q_dim()); }
@@ -287,6 +294,7 @@ struct BasicDecoderState {
   DeviceBuffer<T> q;            ///< [kMaxRows][q_dim]
   DeviceBuffer<T> k;            ///< [kMaxRows][kv_dim] (the unfused path only)
   DeviceBuffer<T> v;            ///< [kMaxRows][kv_dim] (likewise)
+  DeviceBuffer<T> qkv;          ///< the stacked q, k and v projections [kMaxRows][q_dim + 2 kv_dim] (qk_norm only)
   DeviceBuffer<T> attn;         ///< attention outputs [kMaxRows][q_dim]
   DeviceBuffer<T> act;          ///< MLP activations [kMaxRows][ffn]
   DeviceBuffer<T> logits;       ///< [kMaxRows][vocab]
@@ -316,10 +324,12 @@ using DecoderState = BasicDecoderState<half>;
 /// attention_block up to its output projection: the norm, the q, k and v projections, RoPE, the cache append and
 /// attention, into s.attn ([rows][q_dim]); x is read, not written. Fused (DecoderConfig::fused, the default): the norm,
 /// the three projections of the stacked weight, RoPE and the cache append in one kernel (norm_project_qkv_rope_append),
-/// then attention, each head spread over attention_splits() blocks of positions. Unfused: three norm_project of the
-/// stacked weight's parts, rope, kv_append, attention with one block per head, ordered as DecoderConfig::ordering says.
-/// Only the chosen path is built. A tensor-parallel rank follows it with an output projection of its own
-/// (decoder_rank.hpp). \throws UsageError as the projections (projection.hpp).
+/// then attention, each head spread over attention_splits() blocks of positions. With q/k norms
+/// (DecoderConfig::qk_norm, whatever `fused` says): the norm and the stacked projection into s.qkv (norm_project), then
+/// the heads' norms, RoPE and the cache append (qk_norm_rope_append), then attention as the fused path runs it.
+/// Unfused: three norm_project of the stacked weight's parts, rope, kv_append, attention with one block per head,
+/// ordered as DecoderConfig::ordering says. Only the chosen path is built. A tensor-parallel rank follows it with an
+/// output projection of its own (decoder_rank.hpp). \throws UsageError as the projections (projection.hpp).
 template <Element T>
 auto attention_heads(const Projector<T>& p, const BasicAttentionWeights<T>& w, BasicDecoderState<T>& s,
                      DeviceSpan<T> k_cache, DeviceSpan<T> v_cache, const DecoderConfig& c, int rows) {
@@ -329,16 +339,31 @@ auto attention_heads(const Projector<T>& p, const BasicAttentionWeights<T>& w, B
   const LaunchConfig per_head = k.attention_config(c.heads, rows, c.context);
   const int q_dim = c.q_dim();
   const DeviceSpan<const float> frequencies = s.rope_frequencies.cview();
-  const auto fused = [&] {
+  // Attention over the cache, each head over attention_splits() blocks of positions (the fused paths').
+  const auto attend = [&] {
     const LaunchConfig per_split =
         k.attention_split_config(c.heads, rows, c.context, c.attention_splits(), c.head_dim());
-    auto attend =
-        choose(c.attention_splits() > 1,
-               k.attention_split(per_split, s.q.cview(), k_cache.as_const(), v_cache.as_const(), s.attn.view(),
-                                 s.attention_partials.view(), s.attention_counters.view(), s.positions(), s.slots(),
-                                 c.heads, c.kv_head_count(), c.head_dim(), c.context, c.max_batch, scale),
-               k.attention(per_head, s.q.cview(), k_cache.as_const(), v_cache.as_const(), s.attn.view(), s.positions(),
-                           s.slots(), c.heads, c.kv_head_count(), c.head_dim(), c.context, c.max_batch, scale));
+    return choose(
+        c.attention_splits() > 1,
+        k.attention_split(per_split, s.q.cview(), k_cache.as_const(), v_cache.as_const(), s.attn.view(),
+                          s.attention_partials.view(), s.attention_counters.view(), s.positions(), s.slots(), c.heads,
+                          c.kv_head_count(), c.head_dim(), c.context, c.max_batch, scale),
+        k.attention(per_head, s.q.cview(), k_cache.as_const(), v_cache.as_const(), s.attn.view(), s.positions(),
+                    s.slots(), c.heads, c.kv_head_count(), c.head_dim(), c.context, c.max_batch, scale));
+  };
+  const auto normed = [&] {
+    const int qkv_rows = q_dim + 2 * c.kv_dim();
+    const auto count = static_cast<std::size_t>(rows);
+    return norm_project(p, w.qkv, s.x.cview(), w.gain.cview(),
+                        s.qkv.view().subspan(0, count * static_cast<std::size_t>(qkv_rows)), qkv_rows, d, c.eps,
+                        rows) >>
+           k.qk_norm_rope_append(k.qk_norm_config(c.heads, c.kv_head_count(), c.head_dim(), rows), s.qkv.cview(),
+                                 w.bias.cview(), w.q_norm.cview(), w.k_norm.cview(), s.q.view(), k_cache, v_cache,
+                                 s.positions(), s.slots(), c.heads, c.kv_head_count(), c.head_dim(), c.context,
+                                 c.max_batch, frequencies, c.eps, rows) >>
+           attend();
+  };
+  const auto fused = [&] {
     const QkvRopeAppend<T> args{.x = s.x.cview(),
                                 .gain = w.gain.cview(),
                                 .bias = w.bias.cview(),
@@ -356,7 +381,7 @@ auto attention_heads(const Projector<T>& p, const BasicAttentionWeights<T>& w, B
                                 .slot_count = c.max_batch,
                                 .eps = c.eps,
                                 .batch = rows};
-    return norm_project_qkv_rope_append(p, w.qkv, args) >> std::move(attend);
+    return norm_project_qkv_rope_append(p, w.qkv, args) >> attend();
   };
   const auto unfused = [&] {
     const auto project = [&](const Weight<T>& weight, DeviceBuffer<T>& out, int out_rows) {
@@ -379,7 +404,7 @@ auto attention_heads(const Projector<T>& p, const BasicAttentionWeights<T>& w, B
                   choose(c.ordering == DecoderOrdering::hand_written, all(q, kp, v) >> rope >> append >> attend,
                          q >> kp >> v >> rope >> append >> attend));
   };
-  return detail::either(c.fused, fused, unfused);
+  return detail::either(c.qk_norm, normed, [&] { return detail::either(c.fused, fused, unfused); });
 }
 
 /// x += Wo attention(rope(Wq h), rope(Wk h), Wv h), h = rmsnorm(x) * gain, for `rows` rows, appending each row's

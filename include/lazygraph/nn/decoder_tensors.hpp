@@ -25,6 +25,8 @@ enum class DecoderTensorRole {
   bq,              ///< q bias [q_dim] (DecoderConfig::qkv_bias)
   bk,              ///< k bias [kv_dim]
   bv,              ///< v bias [kv_dim]
+  q_norm,          ///< q's per-head RMSNorm gain [head_dim] (DecoderConfig::qk_norm)
+  k_norm,          ///< k's per-head RMSNorm gain [head_dim]
   mlp_gain,        ///< a layer's post-attention norm gain [d]
   w1,              ///< gate projection [ffn x d]
   w3,              ///< up projection [ffn x d]
@@ -54,8 +56,9 @@ struct DecoderTensor {
 };
 
 /// Every weight of `config`'s decoder, in the order DecoderWeights holds them: embedding, then per layer the
-/// attention gain, Wq, Wk, Wv, Wo, (with qkv_bias) bq, bk, bv, the MLP gain, W1, W3, W2, then the final gain and the
-/// LM head. The q and k biases are rope_rows: their elements are reordered as the rows of Wq and Wk.
+/// attention gain, Wq, Wk, Wv, Wo, (with qkv_bias) bq, bk, bv, (with qk_norm) the q and k norms' gains, the MLP gain,
+/// W1, W3, W2, then the final gain and the LM head. The q and k biases and the q and k norms' gains are rope_rows:
+/// their elements are reordered as the rows of Wq and Wk (a norm's gain as the rows of one head).
 /// \throws UsageError for an invalid config.
 std::vector<DecoderTensor> decoder_tensors(const DecoderConfig& config);
 
@@ -144,7 +147,10 @@ BasicDecoderWeights<T> assemble_decoder_weights(const Device& device, const Deco
     Weight<T> qkv = qkv_dense ? Weight<T>(std::move(stacked), qkv_rows, config.d, qkv_name) : Weight<T>();
     Weight<T> wo = take_matrix();
     DeviceBuffer<T> bias = config.qkv_bias ? take_stacked(3, true) : DeviceBuffer<T>(device, 0);
-    attention.push_back({std::move(gain), std::move(qkv), std::move(wo), std::move(bias)});
+    DeviceBuffer<T> q_norm = config.qk_norm ? take() : DeviceBuffer<T>(device, 0);
+    DeviceBuffer<T> k_norm = config.qk_norm ? take() : DeviceBuffer<T>(device, 0);
+    attention.push_back(
+        {std::move(gain), std::move(qkv), std::move(wo), std::move(bias), std::move(q_norm), std::move(k_norm)});
     DeviceBuffer<T> mlp_gain = take();
     Weight<T> w1 = take_matrix();
     Weight<T> w3 = take_matrix();

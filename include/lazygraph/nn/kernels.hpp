@@ -161,6 +161,18 @@ struct BasicKernels {
   BatchedKernel<void(const T*, const T*, const T*, const T*, const T*, const T*, const T*, const T*, T*, T*, T*,
                      const int*, const int*, int, int, int, int, int, int, const float*, float, int)>
       qkv_rope_append;
+  /// qk_norm_rope_append(qkv, bias, q_gain, k_gain, q, k_cache, v_cache, positions, slots, heads, kv_heads, head_dim,
+  /// context, slot_count, frequencies, eps, batch): a block with q/k norms' input side after the stacked projection
+  /// (kernels/nn/qk_norm.cu): each q and k head RMS-normed with its gain [head_dim], RoPE, q written out, k and v
+  /// appended to the caches. Launched as qk_norm_config.
+  Kernel<void(const T*, const T*, const T*, const T*, T*, T*, T*, const int*, const int*, int, int, int, int, int,
+              const float*, float, int)>
+      qk_norm_rope_append;
+  /// prefill_qk_norm_rope(qkv, bias, q_gain, k_gain, q, k, v, chunk, heads, kv_heads, head_dim, frequencies, eps,
+  /// max_rows): qk_norm_rope_append for a prefill chunk's rows (kernels/nn/qk_norm.cu), into q, k and v; launched as
+  /// qk_norm_config for max_rows rows.
+  Kernel<void(const T*, const T*, const T*, const T*, T*, T*, T*, const int*, int, int, int, const float*, float, int)>
+      prefill_qk_norm_rope;
   /// rms_norm(x, g, out, d, eps): out = rmsnorm(x) * g per vector, one block each (kernels/nn/rms_norm.cu).
   Kernel<void(const T*, const T*, T*, int, float)> rms_norm;
   /// rope(q, k, positions, heads, kv_heads, head_dim, frequencies, batch): rotary embedding in place
@@ -314,6 +326,13 @@ struct BasicKernels {
     return step_config({{static_cast<unsigned>(heads), (static_cast<unsigned>(rows) + tile - 1) / tile, 1},
                         {128, 1, 1},
                         (tile + 4U * 64U) * static_cast<unsigned>(head_dim + 8) * static_cast<unsigned>(sizeof(T))});
+  }
+  /// Launch shape of qk_norm_rope_append and prefill_qk_norm_rope: a block per (head of q, k and v, row), a thread
+  /// per pair of the head (32 * ceil(head_dim / 64) threads).
+  [[nodiscard]] LaunchConfig qk_norm_config(int heads, int kv_heads, int head_dim, int rows) const {
+    return step_config({{static_cast<unsigned>(heads + 2 * kv_heads), static_cast<unsigned>(rows), 1},
+                        {32U * ((static_cast<unsigned>(head_dim) + 63U) / 64U), 1, 1},
+                        0});
   }
   /// Launch shape of qkv_rope_append for q_rows, kv_dim, width d and `batch` vectors: that of the tensor-core
   /// variant (tensor_core_gemv_config of its q_rows + 2 kv_dim rows) when it runs the batch, else

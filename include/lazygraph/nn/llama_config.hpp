@@ -1,7 +1,8 @@
 #pragma once
 /// \file
-/// The hyperparameters of a Hugging Face Llama-family model (Llama, Mistral, Qwen2), read from its config.json, for
-/// the lazygraph::nn layer. This is the one place checkpoint config keys are read.
+/// The hyperparameters of a Hugging Face Llama-family model (Llama, Mistral, Qwen2, Qwen3), read from its config.json,
+/// for the lazygraph::nn layer. The keys every architecture shares are read here (src/nn/llama_config.cpp); each
+/// architecture's own keys, and the features of its block, in its file (src/nn/architectures/<model_type>.cpp).
 ///
 /// The rule: a model that loads computes what its authors' implementation computes. So every key is either read
 /// (and checked), known not to change the arithmetic of inference (token ids, dropout, initialisation, generation
@@ -26,7 +27,7 @@ namespace lazygraph::nn {
 
 /// The config.json of a Llama-family model. Every count is positive once parse() or load() returned it.
 struct LlamaConfig {
-  std::string model_type = "llama";    ///< "llama", "mistral" or "qwen2"; "llama" when absent
+  std::string model_type = "llama";    ///< "llama", "mistral", "qwen2" or "qwen3"; "llama" when absent
   int hidden_size = 0;                 ///< width of the residual stream (required key)
   int num_attention_heads = 0;         ///< query heads (required key)
   int num_key_value_heads = 0;         ///< key/value heads; num_attention_heads when the key is absent
@@ -42,6 +43,8 @@ struct LlamaConfig {
   std::string hidden_act = "silu";   ///< the MLP activation; only "silu" is accepted
   std::optional<int> head_dim;       ///< per-head width when given; else hidden_size / num_attention_heads
   bool attention_bias = false;       ///< q, k and v projections with biases (Qwen2 always has them)
+  /// A per-head RMSNorm of q and of k before RoPE (q_norm and k_norm): set by the architecture (Qwen3), not a key.
+  bool qk_norm = false;
   std::optional<int> sliding_window;  ///< Mistral/Qwen2: attention window in positions; nullopt: none (or unused)
   std::optional<int> bos_token_id;    ///< the first token of a prompt, when given
   std::vector<int> eos_token_ids;     ///< the tokens that end a generation (eos_token_id: one id or a list)
@@ -61,7 +64,8 @@ struct LlamaConfig {
   /// bound (hidden_size, intermediate_size at most 2^20, heads at most 4096, head_dim at most 1024, layers at most
   /// 1024, vocab_size at most 2^24, max_position_embeddings at most 2^24); rope_theta or rms_norm_eps is not a
   /// positive number that float holds as a normal finite value; a string or boolean key has another type;
-  /// model_type is not llama, mistral or qwen2, or architectures names another class; hidden_act is not "silu";
+  /// model_type is not llama, mistral, qwen2 or qwen3, or architectures names another class; hidden_act is not "silu";
+  /// attention_bias is true where it also biases o_proj (all but qwen2) or false for qwen2;
   /// mlp_bias is true; a RoPE type other than default, linear or llama3, a RoPE parameter it does not use, or
   /// rope_parameters and the top-level keys disagreeing; num_attention_heads is not a multiple of
   /// num_key_value_heads, or (without head_dim) hidden_size not a multiple of num_attention_heads; a

@@ -7,7 +7,8 @@
 ///
 ///   h = rmsnorm(x) * g_attn                      prefill_rms_norm, one block per row
 ///   qkv = h Wqkv^T                               one GEMM over Wq, Wk and Wv stacked (BasicAttentionWeights::wqkv)
-///   q, k, v = qkv + biases; rotate q and k       prefill_qkv_rope, at positions start .. start + M - 1
+///   q, k, v = qkv + biases; rotate q and k       prefill_qkv_rope, at positions start .. start + M - 1 (with q/k
+///                                                norms, prefill_qk_norm_rope: each q and k head normed first)
 ///   q = attention(q, cache, k, v); cache <- k, v  flash attention, in place on q
 ///   x += q Wo^T                                  GEMM, the residual added by cuBLASLt (C = D = x)
 ///   h = rmsnorm(x) * g_mlp
@@ -43,6 +44,7 @@
 #include "lazygraph/kernels/gemm.hpp"
 #include "lazygraph/nn/decoder.hpp"
 #include "lazygraph/nn/decoder_rank.hpp"
+#include "lazygraph/nn/detail/one_of_op.hpp"
 #include "lazygraph/nn/prefill_attention.hpp"
 
 namespace lazygraph::nn {
@@ -189,11 +191,22 @@ auto prefill_layer(const Projector<T>& p, const BasicPrefillPlans<T>& plans, con
   };
   const DeviceSpan<const T> bias = a.bias.cview();
   const auto bias_part = [&](std::size_t at, std::size_t size) { return bias.empty() ? bias : bias.subspan(at, size); };
+  // The stacked product split into q, k and v with the biases and RoPE; with q/k norms, each head of q and k normed
+  // first (prefill_qk_norm_rope, the step's qk_norm_rope_append for a chunk).
+  auto split = detail::either(
+      c.qk_norm,
+      [&] {
+        return k.prefill_qk_norm_rope(k.qk_norm_config(c.heads, c.kv_head_count(), c.head_dim(), rows),
+                                      qkv_rows.as_const(), bias, a.q_norm.cview(), a.k_norm.cview(), q, key, value,
+                                      chunk, c.heads, c.kv_head_count(), c.head_dim(), frequencies, c.eps, rows);
+      },
+      [&] {
+        return k.prefill_qkv_rope(k.step_config(grid_for(qkv_rows.size() / 8, 256)), qkv_rows.as_const(),
+                                  bias_part(0, q_dim), bias_part(q_dim, kv_dim), bias_part(q_dim + kv_dim, kv_dim), q,
+                                  key, value, chunk, c.heads, c.kv_head_count(), c.head_dim(), frequencies, rows);
+      });
   auto attention =
-      norm(a.gain) >> gemm(a.qkv, qkv_rows, h.as_const()) >>
-      k.prefill_qkv_rope(k.step_config(grid_for(qkv_rows.size() / 8, 256)), qkv_rows.as_const(), bias_part(0, q_dim),
-                         bias_part(q_dim, kv_dim), bias_part(q_dim + kv_dim, kv_dim), q, key, value, chunk, c.heads,
-                         c.kv_head_count(), c.head_dim(), frequencies, rows) >>
+      norm(a.gain) >> gemm(a.qkv, qkv_rows, h.as_const()) >> std::move(split) >>
       prefill_attention(k, {q.as_const(), key.as_const(), value.as_const(), k_cache, v_cache, q, chunk}, shape) >>
       project_into_x(a.wo, q.as_const());
   auto mlp = norm(m.gain) >> gemm(m.w1, gate, h.as_const()) >> gemm(m.w3, up, h.as_const()) >>

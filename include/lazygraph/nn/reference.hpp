@@ -33,7 +33,8 @@ class DecoderReference {
 
  private:
   struct Layer {
-    std::vector<double> attn_gain, wq, wk, wv, wo, bq, bk, bv, mlp_gain, w1, w3, w2;  // biases empty without qkv_bias
+    // biases empty without qkv_bias, q_norm and k_norm without qk_norm
+    std::vector<double> attn_gain, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm, mlp_gain, w1, w3, w2;
   };
   DecoderConfig config_;
   std::vector<double> embedding_;

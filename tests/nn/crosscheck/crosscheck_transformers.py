@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Cross-check of lazygraph's decoder against Hugging Face transformers (issue 38, item 3).
 
-For each row of a matrix of small model configurations (Llama, Mistral, Qwen2; fp16 and bf16; tied and untied
+For each row of a matrix of small model configurations (Llama, Mistral, Qwen2, Qwen3; fp16 and bf16; tied and untied
 embeddings; grouped-query ratios; head_dim 64 and 128, also set apart from hidden / heads; rope_theta 1e4, 5e5, 1e6;
 RoPE scaling llama3 and linear; sharded weights; the older top-level rope_theta / rope_scaling layout), this script
 builds a random model with transformers itself, casts its weights to the row's dtype and writes the checkpoint with
@@ -77,6 +77,7 @@ MODES = {
     "batch": ("batch", []),
     "batch-tc": ("batch", ["--tensor-cores"]),
     "generate": ("generate", []),
+    "persistent": ("step", ["--persistent"]),
 }
 ALL_PATHS = ("step", "prefill", "prefill-tc", "batch", "batch-tc", "generate")
 
@@ -86,7 +87,7 @@ class Row:
     """One configuration of the matrix."""
 
     name: str
-    arch: str  # "llama", "mistral" or "qwen2"
+    arch: str  # "llama", "mistral", "qwen2" or "qwen3"
     dtype: str  # "f16" or "bf16"
     config: dict  # keyword arguments of the transformers config class
     expect: str = "match"  # "match", "refuse" or "refuse-or-match"
@@ -126,7 +127,7 @@ LLAMA3 = dict(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_ma
 def matrix():
     """The rows, in the order they run."""
     rows = [
-        Row("llama-mha", "llama", "f16", model_config(), paths=ALL_PATHS),
+        Row("llama-mha", "llama", "f16", model_config(), paths=ALL_PATHS + ("persistent",)),
         Row("llama-mha", "llama", "bf16", model_config(rms_norm_eps=1e-6)),
         Row("llama-tied", "llama", "f16", model_config(tie_word_embeddings=True, vocab_size=2048)),
         Row("llama-tied", "llama", "bf16", model_config(tie_word_embeddings=True, vocab_size=512)),
@@ -177,6 +178,17 @@ def matrix():
         Row("qwen2", "qwen2", "bf16",
             model_config(num_key_value_heads=2, tie_word_embeddings=True, rope_parameters=rope(1e6),
                          rms_norm_eps=1e-6), note="q/k/v biases", paths=ALL_PATHS),
+        Row("qwen3", "qwen3", "f16",
+            model_config(head_dim=128, num_key_value_heads=2, rope_parameters=rope(1e6), rms_norm_eps=1e-6),
+            note="q/k norms, 8 heads of 128", paths=ALL_PATHS),
+        Row("qwen3-tied", "qwen3", "bf16",
+            model_config(head_dim=64, num_key_value_heads=4, tie_word_embeddings=True, rope_parameters=rope(1e6),
+                         rms_norm_eps=1e-6),
+            note="q/k norms, tied", paths=ALL_PATHS),
+        Row("qwen3-persistent", "qwen3", "f16", model_config(head_dim=64, num_key_value_heads=2), expect="refuse",
+            names=("q/k norms",), paths=("persistent",), note="no persistent tiles for q/k norms"),
+        Row("qwen3-attention-bias", "qwen3", "f16", model_config(attention_bias=True), expect="refuse",
+            names=("attention_bias", "proj.bias")),
         Row("llama-attention-bias", "llama", "f16", model_config(attention_bias=True), expect="refuse",
             names=("attention_bias", "proj.bias")),
         Row("llama-mlp-bias", "llama", "f16", model_config(mlp_bias=True), expect="refuse",
@@ -230,6 +242,7 @@ class Harness:
             "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
             "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM),
             "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
+            "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM),
         }
 
     # ---- the model and its checkpoint ----

@@ -31,7 +31,7 @@ constexpr int exit_skipped = 77;
 
 constexpr const char* usage_text =
     "usage: decoder_logits DIR --mode step|prefill|batch|generate --ids I,I,... [--ids I,I,...] --out FILE\n"
-    "                      [--dtype f16|bf16] [--context N] [--tensor-cores] [--lengths L,L,...]\n"
+    "                      [--dtype f16|bf16] [--context N] [--tensor-cores] [--persistent] [--lengths L,L,...]\n"
     "                      [--prompt P] [--tokens N]\n"
     "       decoder_logits --probe\n"
     "Loads the checkpoint folder DIR (config.json and safetensors weights) into lazygraph's decoder in fp16 (the\n"
@@ -46,7 +46,8 @@ constexpr const char* usage_text =
     "  generate  t = prefill(ids[0 .. P)) (P from --prompt, default 8), then generate(t, N) (N from --tokens,\n"
     "            default 32) greedily from position P: N+1 int32, t then the generated tokens (positions P .. P+N).\n"
     "--context N sets the KV cache positions (LoadOptions::context; default: the checkpoint's); --tensor-cores runs\n"
-    "steps of 2 to 8 rows on tensor cores (LoadOptions::tensor_cores).\n"
+    "steps of 2 to 8 rows on tensor cores (LoadOptions::tensor_cores); --persistent runs the steps on the persistent\n"
+    "backend (DecoderConfig::backend).\n"
     "--probe prints the GPU the decoder would run on (exit 0) or why there is none (exit 77), and loads nothing.\n"
     "Exit status: 0 written; 1 failed, the last line on stderr being\n"
     "  'decoder_logits: load failed: <ErrorType>: <message>' or 'decoder_logits: run failed: <ErrorType>: <message>';\n"
@@ -58,6 +59,7 @@ struct Options {
   std::filesystem::path out;
   std::string mode;
   bool bf16 = false;
+  bool persistent = false;  ///< run the steps on the persistent backend
   int context = 0;
   bool tensor_cores = false;
   bool probe = false;
@@ -121,6 +123,8 @@ std::optional<Options> parse_arguments(int argc, char** argv) {
       o.context = parse_int(value(), "--context");
     } else if (arg == "--tensor-cores") {
       o.tensor_cores = true;
+    } else if (arg == "--persistent") {
+      o.persistent = true;
     } else if (arg == "--lengths") {
       o.lengths = parse_list(value(), "--lengths");
     } else if (arg == "--prompt") {
@@ -216,7 +220,11 @@ nn::BasicDecoder<T> load(const lg::Stream& stream, const lg::KernelLibrary& libr
   options.tensor_cores = o.tensor_cores;
   options.progress = false;
   options.max_batch = o.mode == "batch" ? static_cast<int>(o.ids.size()) : 1;
-  return nn::load_decoder<T>(stream, library, o.dir, options);
+  if (!o.persistent) return nn::load_decoder<T>(stream, library, o.dir, options);
+  const nn::DecoderCheckpoint checkpoint = nn::DecoderCheckpoint::open(o.dir, options);
+  nn::DecoderConfig config = checkpoint.config();
+  config.backend = nn::DecoderBackend::persistent;
+  return nn::BasicDecoder<T>(stream, library, config, checkpoint.template upload<T>(stream));
 }
 
 template <nn::Element T>
