@@ -463,7 +463,13 @@ std::vector<std::uint16_t> shard_bits(DeviceSpan<const T> buffer) {
   return bits;
 }
 
-/// Every dense buffer of `a` equals `b`'s, size and bits.
+/// The bits of a weight's dense values; none for a quantized weight (its bytes are compared apart).
+template <class T>
+std::vector<std::uint16_t> dense_bits_of(const Weight<T>& w) {
+  return w.is_dense() ? shard_bits(w.dense()) : std::vector<std::uint16_t>{};
+}
+
+/// Every dense buffer of `a` equals `b`'s, size and bits, and their matrices are dense alike.
 template <class T>
 void check_same_dense(const BasicDecoderWeights<T>& a, const BasicDecoderWeights<T>& b) {
   CHECK(shard_bits(a.embedding.cview()) == shard_bits(b.embedding.cview()));
@@ -474,16 +480,19 @@ void check_same_dense(const BasicDecoderWeights<T>& a, const BasicDecoderWeights
     const BasicAttentionWeights<T>& x = a.attention[l];
     const BasicAttentionWeights<T>& y = b.attention[l];
     CHECK(shard_bits(x.gain.cview()) == shard_bits(y.gain.cview()));
-    CHECK(shard_bits(x.qkv.dense()) == shard_bits(y.qkv.dense()));
-    CHECK(shard_bits(x.wo.dense()) == shard_bits(y.wo.dense()));
+    CHECK(x.qkv.is_dense() == y.qkv.is_dense());
+    CHECK(dense_bits_of(x.qkv) == dense_bits_of(y.qkv));
+    CHECK(dense_bits_of(x.wo) == dense_bits_of(y.wo));
     CHECK(shard_bits(x.bias.cview()) == shard_bits(y.bias.cview()));
     CHECK(shard_bits(a.mlp[l].gain.cview()) == shard_bits(b.mlp[l].gain.cview()));
-    CHECK(shard_bits(a.mlp[l].w1.dense()) == shard_bits(b.mlp[l].w1.dense()));
-    CHECK(shard_bits(a.mlp[l].w3.dense()) == shard_bits(b.mlp[l].w3.dense()));
-    CHECK(shard_bits(a.mlp[l].w2.dense()) == shard_bits(b.mlp[l].w2.dense()));
+    CHECK(a.mlp[l].w1.is_dense() == b.mlp[l].w1.is_dense());
+    CHECK(dense_bits_of(a.mlp[l].w1) == dense_bits_of(b.mlp[l].w1));
+    CHECK(dense_bits_of(a.mlp[l].w3) == dense_bits_of(b.mlp[l].w3));
+    CHECK(dense_bits_of(a.mlp[l].w2) == dense_bits_of(b.mlp[l].w2));
   }
   CHECK(shard_bits(a.final_gain.cview()) == shard_bits(b.final_gain.cview()));
-  CHECK(shard_bits(a.lm_head.dense()) == shard_bits(b.lm_head.dense()));
+  CHECK(a.lm_head.is_dense() == b.lm_head.is_dense());
+  CHECK(dense_bits_of(a.lm_head) == dense_bits_of(b.lm_head));
 }
 
 /// Every rank of `ranks` uploads from `dir` the bytes shard_decoder_weights cuts from the whole upload, allocating

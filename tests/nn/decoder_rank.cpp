@@ -335,10 +335,11 @@ TEST_SUITE("gpu") {
     // A rank of one holds the whole model: weights of a two-way share are the wrong size for it.
     const lg::nn::DecoderWeights full =
         lg::nn::DecoderWeights::generate(lgtest::stream(), lg::nn::Kernels(lgtest::nn_kernels()), c);
-    CHECK_THROWS_WITH_AS(lg::nn::Decoder(lgtest::stream(), lgtest::nn_kernels(), c,
-                                         lg::nn::shard_decoder_weights(lgtest::stream(), full, c, 0, 2), comms[0]),
-                         doctest::Contains("wqkv (q_proj, k_proj and v_proj stacked) has 16384 elements"),
-                         lg::UsageError);
+    CHECK_THROWS_WITH_AS(
+        lg::nn::Decoder(lgtest::stream(), lgtest::nn_kernels(), c,
+                        lg::nn::shard_decoder_weights(lgtest::stream(), full, c, 0, 2), comms[0]),
+        doctest::Contains("tensor model.embed_tokens.weight has 32768 elements, the config needs 65536"),
+        lg::UsageError);
     // Each rank's 64 columns of Wo are not a group of 128; each rank's 260 rows of the LM head are not whole tiles.
     lg::nn::DecoderQuantization g128;
     g128.attention = lg::nn::QuantizedFormat{.kind = lg::nn::WeightFormat::int4_group, .group = 128};

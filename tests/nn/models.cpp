@@ -188,7 +188,7 @@ TEST_SUITE("gpu") {
             lgtest::stream().device(), c,
             [](const nn::DecoderTensor& t) { return t.layer != 1 || t.role != nn::DecoderTensorRole::wk; },
             [&](const nn::DecoderTensor&, lg::DeviceSpan<half>) { ++calls; }),
-        doctest::Contains("layer 1's q, k and v share one buffer (BasicAttentionWeights::wqkv), so they must be all "
+        doctest::Contains("layer 1's q, k and v share one matrix (BasicAttentionWeights::qkv), so they must be all "
                           "dense or none; dense: model.layers.1.self_attn.q_proj.weight, "
                           "model.layers.1.self_attn.v_proj.weight; not dense: model.layers.1.self_attn.k_proj.weight"),
         lg::UsageError);
