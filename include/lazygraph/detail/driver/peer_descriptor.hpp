@@ -48,7 +48,7 @@ struct PeerDescriptor {
   std::int32_t words_per_block = 0;
   std::int32_t sum_capacity = 0;
   std::int32_t counter_words = 0;
-  std::uint64_t slot_bytes = 0;     ///< what the sender allocated for its receive slots
+  std::uint64_t slot_bytes = 0;     ///< what the sender says it allocated for its receive slots
   std::uint64_t sum_bytes = 0;      ///< ... for its sum slots
   std::uint64_t counter_bytes = 0;  ///< ... for its counters
   std::uint64_t machine = 0;        ///< a digest of the host's name and boot id
