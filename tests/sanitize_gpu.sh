@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # Runs the gpu test suite of both test programs (lazygraph_tests, the core layers; lazygraph_nn_tests, the nn layer)
 # under each compute-sanitizer tool (memcheck with leak check, racecheck, synccheck, initcheck) on a GPU machine,
-# after tests/gpu_machine.sh has built build-gpu/. Each test case runs in its own process, SANITIZE_JOBS (default 8)
-# at a time: under racecheck a serial run of the nn suite takes over 20 minutes. SANITIZE_PROGRAMS names the
-# programs to check (default both). The tool `asan` instead builds build-gpu-asan/ with AddressSanitizer +
-# UndefinedBehaviorSanitizer and runs the gpu and reliability suites of the programs there (host-side memory errors
-# on the GPU path: use-after-scope, use-after-free, overflows, leaks).
-# Prints one line per tool and program with its error count and exits non-zero when any tool reported an error.
-# Logs go to $OUT (or ./gpu-logs): sanitize-TOOL.log for lazygraph_tests, sanitize-TOOL-nn.log for lazygraph_nn_tests.
+# after tests/gpu_machine.sh has built build-gpu/. Every pass of every tool runs each test case in its own process,
+# SANITIZE_JOBS (default 8) at a time, and those that create NCCL communicators SANITIZE_NCCL_JOBS (default 1) at a
+# time: under racecheck a serial run of the nn suite takes over 20 minutes, and initcheck's serial run of the core
+# suite never finished. A case still running after SANITIZE_CASE_TIMEOUT seconds (default 900) is stopped and named
+# as timed out, so that a run always finishes. SANITIZE_PROGRAMS names the programs to check (default both);
+# SANITIZE_SHARD=K/N runs only the K-th of N shares of every pass's cases (case i when (i - 1) % N == K - 1), so that
+# a run can be split over commands of limited length. The tool `asan` instead builds build-gpu-asan/ with
+# AddressSanitizer + UndefinedBehaviorSanitizer and runs the gpu and reliability suites of the programs there
+# (host-side memory errors on the GPU path: use-after-scope, use-after-free, overflows, leaks).
+# Prints one line per tool, program and pass with its error count, then one line per failed case (its number and
+# name), and exits non-zero when any tool reported an error or any case failed or timed out.
+# Logs go to $OUT (or ./gpu-logs): sanitize-TOOL.log for lazygraph_tests, sanitize-TOOL-nn.log for lazygraph_nn_tests,
+# and beside each, .expected-api-errors and .nccl for the second pass and .loop for racecheck's third.
 #   usage: tests/sanitize_gpu.sh [tool ...]        (default: memcheck racecheck synccheck initcheck)
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -40,50 +46,104 @@ synccheck_excluded="*generate*,*8 threads calling one MLP and one decoder*,*deco
 # - the tests of cuBLASLt GEMMs (kernels/gemm.cpp, and the nn prefill that runs on them). racecheck reports hazards
 #   inside cuBLASLt's own Hopper kernels (nvjet_sm90_*), which order their shared memory through asynchronous barriers
 #   the tool does not follow, and none in ours; memcheck and synccheck run these tests.
-# - the tests that run the decoder's generate (a WHILE node whose body is a whole decode step). racecheck 2025.3
-#   corrupts its own heap there: glibc aborts ("malloc_consolidate(): invalid chunk size", "unaligned fastbin chunk")
-#   in a free() called on a thread of the tool's libsanitizer-collection.so, after 0 hazards, in every such test and
-#   in examples/07_generate even at 8 tokens; memcheck is clean on the same runs (0 errors), and 05_decode, the same
-#   step graph replayed 64 times without the WHILE node, is clean under racecheck. The step's kernels are checked
-#   there; generate_advance, the one kernel only the loop runs, uses no shared memory.
+# - in the first pass, the tests that run the decoder's generate (a WHILE node whose body is a whole decode step).
+#   racecheck 2025.3 corrupts its own heap there: glibc aborts ("malloc_consolidate(): invalid chunk size", "unaligned
+#   fastbin chunk") in a free() called on a thread of the tool's libsanitizer-collection.so, after 0 hazards, in every
+#   such test and in examples/07_generate even at 8 tokens; memcheck is clean on the same runs (0 errors), and
+#   05_decode, the same step graph replayed 64 times without the WHILE node, is clean under racecheck. A third pass
+#   runs generate's loop kept small instead (racecheck_loop): the tests named "... (generate's loop, small enough for
+#   racecheck)" in tests/nn/models.cpp, on the small decoder (2 layers, d 128), shortest first: the step's kernels
+#   alone as a WHILE body of 2 iterations, then generate of 2 tokens, then of 8. Each runs in its own process, so the
+#   log shows how far the tool gets; a case the tool aborts in fails with the abort in its log.
 racecheck_excluded_sources="*gemm.cpp,*nn/prefill.cpp"
 racecheck_excluded="*generate*,*8 threads calling one MLP and one decoder*"
-nccl_sources="*collective.cpp,*communicator.cpp,*multi_device_graph.cpp,*symmetric_buffer.cpp,*tensor_parallel.cpp,*tensor_parallel_decoder.cpp"
+racecheck_loop="*small enough for racecheck*"
+nccl_sources="*collective.cpp,*collective_log.cpp,*communicator.cpp,*multi_device_graph.cpp,*symmetric_buffer.cpp,*peer_exchange.cpp,*tensor_parallel.cpp,*tensor_parallel_decoder.cpp,*decoder_rank.cpp,*peer_all_reduce.cpp"
 parallel="${SANITIZE_JOBS:-8}"
-# each_case TOOL TESTS LOG [TOOL OPTION ...] -- DOCTEST FILTER ...: runs each test case the filters pass in its own
-# process under the tool, $parallel at a time, and writes their logs in order to LOG, ending with one line: the
-# cases, how many failed (by number, 1-based in doctest's file order), and the tool's error count over all.
+nccl_jobs="${SANITIZE_NCCL_JOBS:-1}"  # 1: some NCCL tests time how long a join takes to fail
+case_timeout="${SANITIZE_CASE_TIMEOUT:-900}"
+shard="${SANITIZE_SHARD:-1/1}"
+shard_index="${shard%/*}"
+shard_count="${shard#*/}"
+if ! [[ "$shard_index" =~ ^[0-9]+$ && "$shard_count" =~ ^[0-9]+$ ]] || [ "$shard_index" -lt 1 ] ||
+  [ "$shard_index" -gt "$shard_count" ]; then
+  echo "SANITIZE_SHARD=$shard: give K/N with 1 <= K <= N" >&2
+  exit 2
+fi
+
+# case_names TESTS DOCTEST FILTER ...: the names of the test cases the filters pass, one a line, in the order doctest
+# runs them (the order --first and --last count in).
+case_names() {
+  local tests=$1
+  shift
+  "$tests" "$@" --list-test-cases --no-colors=true 2>/dev/null | awk '
+    /^\[doctest\] listing all test case names/ { listing = 1; next }
+    listing && /^=+$/ { if (names) exit; names = 1; next }
+    names { print }'
+}
+
+# each_case TOOL TESTS LOG JOBS [TOOL OPTION ...] -- DOCTEST FILTER ...: runs each test case the filters pass (those of
+# this shard) in its own process under the tool, JOBS at a time, each stopped after $case_timeout seconds, and writes
+# their logs in order to LOG, each after a line naming the case. LOG ends with a line per failed case ("FAILED case I:
+# NAME (exit C)", "(timed out ...)") and one line: the cases, the failed ones' numbers and the tool's error count over
+# all. Returns non-zero when any case failed.
 each_case() {
-  local tool=$1 tests=$2 log=$3
-  shift 3
-  local -a options=() filters=()
+  local tool=$1 tests=$2 log=$3 jobs=$4
+  shift 4
+  local -a options=() filters=() names=()
   while [ $# -gt 0 ] && [ "$1" != -- ]; do options+=("$1"); shift; done
   shift
   filters=("$@")
-  local n dir i failed="" errors=0
-  n=$("$tests" "${filters[@]}" --count 2>/dev/null | sed -n 's/.*passing the current filters: \([0-9]*\).*/\1/p')
-  [ -n "$n" ] || { echo "$tests --count printed no count" >"$log"; return 2; }
+  mapfile -t names < <(case_names "$tests" "${filters[@]}")
+  local n=${#names[@]} counted dir i rc ran=0 failed="" errors=0
+  counted=$("$tests" "${filters[@]}" --count 2>/dev/null | sed -n 's/.*passing the current filters: \([0-9]*\).*/\1/p')
+  if [ "$counted" != "$n" ]; then
+    echo "$tests listed $n cases where --count says ${counted:-nothing}" >"$log"
+    return 2
+  fi
   dir=$(mktemp -d)
   for ((i = 1; i <= n; i++)); do
-    while [ "$(jobs -rp | wc -l)" -ge "$parallel" ]; do wait -n; done
+    [ $(((i - 1) % shard_count)) -eq $((shard_index - 1)) ] || continue
+    ran=$((ran + 1))
+    while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
     (
-      "$sanitizer" --tool "$tool" "${options[@]}" --error-exitcode 99 --print-limit 200 "$tests" "${filters[@]}" \
-        --first="$i" --last="$i" --duration=true --no-colors=true >"$dir/$i.log" 2>&1
+      # timeout signals its whole process group: the tool and the test program under it.
+      timeout -k 30 "$case_timeout" "$sanitizer" --tool "$tool" "${options[@]}" --error-exitcode 99 --print-limit 200 \
+        "$tests" "${filters[@]}" --first="$i" --last="$i" --duration=true --no-colors=true >"$dir/$i.log" 2>&1
       echo $? >"$dir/$i.rc"
     ) &
   done
   wait
   : >"$log"
+  local summary=""
   for ((i = 1; i <= n; i++)); do
+    [ -f "$dir/$i.rc" ] || continue
+    rc=$(cat "$dir/$i.rc")
+    echo "==== case $i: ${names[i - 1]} (exit $rc)" >>"$log"
     cat "$dir/$i.log" >>"$log"
-    [ "$(cat "$dir/$i.rc")" = 0 ] || failed="$failed $i"
+    case "$rc" in
+      0) ;;
+      124 | 137)
+        failed="$failed $i"
+        summary+="FAILED case $i: ${names[i - 1]} (timed out after $case_timeout s)"$'\n' ;;
+      *)
+        failed="$failed $i"
+        summary+="FAILED case $i: ${names[i - 1]} (exit $rc)"$'\n' ;;
+    esac
     # memcheck, synccheck and initcheck: "ERROR SUMMARY: N errors"; racecheck: "(N errors, M warnings)".
     errors=$((errors + $(sed -n -e 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p' \
       -e 's/.*RACECHECK SUMMARY: .*(\([0-9]*\) errors.*/\1/p' "$dir/$i.log" | awk '{s += $1} END {print s + 0}')))
   done
   rm -rf "$dir"
-  echo "$n cases, each in its own process; failed:${failed:- none}; $errors errors reported" >>"$log"
+  printf '%s' "$summary" >>"$log"
+  echo "$ran of $n cases (shard $shard), each in its own process; failed:${failed:- none}; $errors errors reported" >>"$log"
   [ -z "$failed" ]
+}
+
+# report LABEL RC LOG START: the pass's line, then its failed cases.
+report() {
+  echo "$1: exit $2; $(tail -1 "$3"); $(($(date +%s) - $4)) s"
+  grep -E "^FAILED case [0-9]+: " "$3" | sed 's/^/  /'
 }
 
 status=0
@@ -119,29 +179,46 @@ for tool in "${tools[@]}"; do
   [ "$tool" = racecheck ] && excluded=",$racecheck_excluded"
   excluded_sources=""
   [ "$tool" = racecheck ] && excluded_sources=",$racecheck_excluded_sources"
+  # The same exclusions as doctest arguments, for the passes that select by other filters (none when empty).
+  excludes=()
+  [ -n "$excluded" ] && excludes+=(--test-case-exclude="${excluded#,}")
+  source_excludes=()
+  [ -n "$excluded_sources" ] && source_excludes+=(--source-file-exclude="${excluded_sources#,}")
   for program in "${programs[@]}"; do
     tests="$root/build-gpu/tests/$program"
     log="$logs/sanitize-$tool.log"
     [ "$program" = lazygraph_nn_tests ] && log="$logs/sanitize-$tool-nn.log"
-    start=$(date +%s)
     # Pass 1: every test but those below, with every failed driver call reported as an error.
-    each_case "$tool" "$tests" "$log" "${extra[@]}" -- --test-suite=gpu \
+    start=$(date +%s)
+    each_case "$tool" "$tests" "$log" "$parallel" "${extra[@]}" -- --test-suite=gpu \
       --test-case-exclude="$expected_api_errors$excluded" --source-file-exclude="$nccl_sources$excluded_sources"
     rc=$?
-    echo "$tool ($program): exit $rc; $(tail -1 "$log"); $(($(date +%s) - start)) s"
+    report "$tool ($program)" $rc "$log" "$start"
     [ $rc -eq 0 ] || status=1
-    # Pass 2: the tests whose point is a failing driver call (out of memory), and those that create NCCL
-    # communicators, with API errors not reported: memory, race, sync and init errors still are.
-    "$sanitizer" --tool "$tool" "${extra[@]}" --report-api-errors no --error-exitcode 99 --print-limit 200 \
-      "$tests" --test-suite=gpu --no-colors=true --test-case="$expected_api_errors" >"$log.expected-api-errors" 2>&1
+    # Pass 2: with API errors not reported (memory, race, sync and init errors still are), the tests whose point is a
+    # failing driver call, one at a time (some take all the device's memory), then those that create NCCL
+    # communicators.
+    start=$(date +%s)
+    each_case "$tool" "$tests" "$log.expected-api-errors" 1 "${extra[@]}" --report-api-errors no -- \
+      --test-suite=gpu --test-case="$expected_api_errors" "${excludes[@]}" \
+      --source-file-exclude="$nccl_sources$excluded_sources"
     rc=$?
-    "$sanitizer" --tool "$tool" "${extra[@]}" --report-api-errors no --error-exitcode 99 --print-limit 200 \
-      "$tests" --test-suite=gpu --no-colors=true --source-file="$nccl_sources" >>"$log.expected-api-errors" 2>&1
-    [ $? -eq 0 ] || rc=1
-    summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log.expected-api-errors" | tr '\n' ' ')
-    cases=$(grep -E "^\[doctest\] test cases" "$log.expected-api-errors" | tr '\n' ' ')
-    echo "$tool ($program, expected API errors): exit $rc; ${summary:-no summary}; ${cases:-no doctest summary}"
+    report "$tool ($program, expected API errors)" $rc "$log.expected-api-errors" "$start"
     [ $rc -eq 0 ] || status=1
+    start=$(date +%s)
+    each_case "$tool" "$tests" "$log.nccl" "$nccl_jobs" "${extra[@]}" --report-api-errors no -- \
+      --test-suite=gpu --source-file="$nccl_sources" "${excludes[@]}" "${source_excludes[@]}"
+    rc=$?
+    report "$tool ($program, NCCL, API errors not reported)" $rc "$log.nccl" "$start"
+    [ $rc -eq 0 ] || status=1
+    # Pass 3 (racecheck): generate's loop kept small (see racecheck_loop above), where the program has such tests.
+    if [ "$tool" = racecheck ] && [ -n "$(case_names "$tests" --test-suite=gpu --test-case="$racecheck_loop")" ]; then
+      start=$(date +%s)
+      each_case "$tool" "$tests" "$log.loop" "$parallel" -- --test-suite=gpu --test-case="$racecheck_loop"
+      rc=$?
+      report "$tool ($program, generate's loop kept small)" $rc "$log.loop" "$start"
+      [ $rc -eq 0 ] || status=1
+    fi
   done
 done
 exit $status

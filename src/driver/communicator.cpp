@@ -1,11 +1,17 @@
 #include "lazygraph/driver/communicator.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstring>
-#include <fstream>
+#include <random>
 #include <set>
 #include <thread>
 #include <utility>
 
+#include "lazygraph/detail/driver/communicator_id_file.hpp"
 #include "lazygraph/detail/driver/driver_api.hpp"
 #include "lazygraph/driver/error.hpp"
 #include "lazygraph/driver/stream.hpp"
@@ -60,37 +66,118 @@ std::span<const std::byte> CommunicatorId::bytes() const noexcept {
   return std::as_bytes(std::span<const char>(id_.internal));
 }
 
-void CommunicatorId::write_file(const std::filesystem::path& path) const {
-  std::filesystem::path temporary = path;
-  temporary += ".partial";
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    out.write(id_.internal.data(), static_cast<std::streamsize>(id_.internal.size()));
-    out.close();
-    if (!out) throw Error("CommunicatorId::write_file: cannot write " + temporary.string());
+namespace {
+
+/// `what` failed on `path`: an Error naming both and the system's reason (errno `error`).
+[[noreturn]] void throw_file_error(const std::string& what, const std::filesystem::path& path, int error) {
+  throw Error("CommunicatorId::" + what + " " + path.string() + ": " + std::strerror(error));
+}
+
+/// A file descriptor, closed when it goes; the file it created is removed then too, unless kept.
+class OpenFile {
+ public:
+  OpenFile(int fd, std::filesystem::path created) : fd_(fd), created_(std::move(created)) {}
+  OpenFile(const OpenFile&) = delete;
+  OpenFile& operator=(const OpenFile&) = delete;
+  OpenFile(OpenFile&&) = delete;
+  OpenFile& operator=(OpenFile&&) = delete;
+  ~OpenFile() {
+    if (fd_ >= 0) (void)::close(fd_);
+    if (!created_.empty()) (void)::unlink(created_.c_str());
   }
-  std::error_code ec;
-  std::filesystem::rename(temporary, path, ec);
-  if (ec)
-    throw Error("CommunicatorId::write_file: cannot rename " + temporary.string() + " to " + path.string() + ": " +
-                ec.message());
+  [[nodiscard]] int get() const noexcept { return fd_; }
+  /// The file it created (empty when it opened one).
+  [[nodiscard]] const std::filesystem::path& created() const noexcept { return created_; }
+  /// Closes it now. \returns the errno of a failed close, or 0.
+  int close() noexcept {
+    const int r = ::close(fd_);
+    fd_ = -1;
+    return r == 0 ? 0 : errno;
+  }
+  /// Keeps the file it created (renamed into place).
+  void keep() noexcept { created_.clear(); }
+
+ private:
+  int fd_;
+  std::filesystem::path created_;
+};
+
+/// Opens a new file beside `path`, under a name no file has (path.<pid>-<random>.partial), with mode 0600, O_EXCL and
+/// O_NOFOLLOW: nothing already there (a file, a symbolic link someone planted) is followed or reused.
+std::unique_ptr<OpenFile> create_beside(const std::filesystem::path& path) {
+  std::random_device random;
+  for (int attempt = 0;; ++attempt) {
+    std::filesystem::path temporary = path;
+    temporary += "." + std::to_string(::getpid()) + "-" + std::to_string(random()) + ".partial";
+    const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd >= 0) return std::make_unique<OpenFile>(fd, std::move(temporary));
+    if (errno != EEXIST || attempt == 16) throw_file_error("write_file: cannot create", temporary, errno);
+  }
+}
+
+}  // namespace
+
+void CommunicatorId::write_file(const std::filesystem::path& path) const {
+  const std::unique_ptr<OpenFile> file = create_beside(path);
+  // The umask may have taken bits of 0600 away; the file is for its owner to read and write, and no one else.
+  if (::fchmod(file->get(), 0600) != 0) throw_file_error("write_file: cannot set the mode of", file->created(), errno);
+  const char* at = id_.internal.data();
+  std::size_t left = id_.internal.size();
+  while (left > 0) {
+    const ssize_t wrote = ::write(file->get(), at, left);
+    if (wrote < 0 && errno == EINTR) continue;
+    if (wrote <= 0) throw_file_error("write_file: cannot write", file->created(), wrote < 0 ? errno : EIO);
+    at += wrote;
+    left -= static_cast<std::size_t>(wrote);
+  }
+  // On disk before it takes its name, so that a reader (on another machine of a shared file system too) finds it whole.
+  if (::fsync(file->get()) != 0) throw_file_error("write_file: cannot flush", file->created(), errno);
+  if (const int error = file->close(); error != 0) throw_file_error("write_file: cannot close", file->created(), error);
+  // rename replaces what was at `path` (a symbolic link itself, never its target) in one step.
+  if (::rename(file->created().c_str(), path.c_str()) != 0) {
+    const int error = errno;
+    throw Error("CommunicatorId::write_file: cannot rename " + file->created().string() + " to " + path.string() +
+                ": " + std::strerror(error));
+  }
+  file->keep();
 }
 
 CommunicatorId CommunicatorId::read_file(const std::filesystem::path& path, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   CommunicatorId id;
+  const std::size_t size = id.id_.internal.size();
   for (;;) {
-    std::error_code ec;
-    if (std::filesystem::exists(path, ec)) {
-      const auto size = std::filesystem::file_size(path, ec);
-      if (!ec && size != id.id_.internal.size()) {
-        throw UsageError("CommunicatorId::read_file: " + path.string() + " has " + std::to_string(size) +
-                         " bytes, not the " + std::to_string(id.id_.internal.size()) + " of an id");
+    // O_NOFOLLOW: a symbolic link at `path` is refused (ELOOP); O_NONBLOCK: a FIFO there does not block the open.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd >= 0) {
+      const OpenFile file(fd, {});
+      struct stat st {};
+      if (::fstat(fd, &st) != 0) throw_file_error("read_file: cannot inspect", path, errno);
+      const detail::IdFileFacts facts{S_ISREG(st.st_mode), static_cast<std::uint32_t>(st.st_mode & 07777U),
+                                      static_cast<std::uint32_t>(st.st_uid), static_cast<std::uint64_t>(st.st_size)};
+      if (std::string why = detail::id_file_refusal(facts, static_cast<std::uint32_t>(::geteuid()), size);
+          !why.empty()) {
+        throw UsageError("CommunicatorId::read_file: " + path.string() + " " + why);
       }
-      std::ifstream in(path, std::ios::binary);
-      in.read(id.id_.internal.data(), static_cast<std::streamsize>(id.id_.internal.size()));
-      if (in.gcount() == static_cast<std::streamsize>(id.id_.internal.size())) return id;
+      std::size_t got = 0;
+      while (got < size) {
+        const ssize_t r = ::read(fd, id.id_.internal.data() + got, size - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) throw_file_error("read_file: cannot read", path, errno);
+        if (r == 0) break;
+        got += static_cast<std::size_t>(r);
+      }
+      if (got != size) {
+        throw UsageError("CommunicatorId::read_file: " + path.string() + " ended after " + std::to_string(got) +
+                         " of its " + std::to_string(size) + " bytes (changed while it was read?)");
+      }
+      return id;
     }
+    if (errno == ELOOP) {
+      throw UsageError("CommunicatorId::read_file: " + path.string() +
+                       " is a symbolic link; an id is read from a regular file only (give the file's own path)");
+    }
+    if (errno != ENOENT) throw_file_error("read_file: cannot open", path, errno);
     if (std::chrono::steady_clock::now() >= deadline) {
       throw TimeoutError("CommunicatorId::read_file: no id appeared at " + path.string() + " within " +
                          std::to_string(timeout.count()) + " ms (has rank 0 written it with write_file?)");
@@ -98,6 +185,28 @@ CommunicatorId CommunicatorId::read_file(const std::filesystem::path& path, std:
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
 }
+
+namespace detail {
+
+std::string id_file_refusal(const IdFileFacts& facts, std::uint32_t reader, std::uint64_t id_bytes) {
+  if (!facts.regular) return "is not a regular file (a directory, FIFO, socket or device)";
+  if (facts.owner != reader && facts.owner != 0) {
+    return "belongs to user " + std::to_string(facts.owner) + ", not to this process's user " + std::to_string(reader) +
+           " (or root): an id of another user would join this rank to their communicator";
+  }
+  if ((facts.mode & 022U) != 0) {
+    std::string mode = "0000";
+    for (std::size_t k = 0; k < 4; ++k) mode[3 - k] = static_cast<char>('0' + ((facts.mode >> (3 * k)) & 7U));
+    return "has mode " + mode +
+           ": others than its owner may write it, so the id may not be rank 0's (write_file makes it 0600)";
+  }
+  if (facts.bytes != id_bytes) {
+    return "has " + std::to_string(facts.bytes) + " bytes, not the " + std::to_string(id_bytes) + " of an id";
+  }
+  return {};
+}
+
+}  // namespace detail
 
 // ---- Clique ----
 

@@ -45,6 +45,7 @@ namespace {
   X(cuIpcOpenMemHandle)                  \
   X(cuIpcCloseMemHandle)                 \
   X(cuMemGetInfo)                        \
+  X(cuMemGetAddressRange)                \
   X(cuStreamCreate)                      \
   X(cuStreamDestroy)                     \
   X(cuStreamSynchronize)                 \
@@ -512,6 +513,15 @@ CUdeviceptr ipc_open(CUcontext ctx, const CUipcMemHandle& handle, std::string_vi
 
 void ipc_close_no_throw(CUcontext ctx, CUdeviceptr address) noexcept {
   (void)with_context_no_throw(ctx, [&](const EntryPoints& a) { (void)a.cuIpcCloseMemHandle(address); });
+}
+
+std::size_t bytes_to_allocation_end(CUcontext ctx, CUdeviceptr address, std::string_view object) {
+  const EntryPoints& a = api();
+  const ContextScope scope(a, ctx);
+  CUdeviceptr base = 0;
+  std::size_t size = 0;
+  check(a.cuMemGetAddressRange(&base, &size, address), "cuMemGetAddressRange", object);
+  return address >= base && address - base <= size ? size - (address - base) : 0;
 }
 
 void memory_info(CUcontext ctx, std::size_t* free_bytes, std::size_t* total_bytes) {

@@ -2,12 +2,15 @@
 // (Clique), and on the GPU real NCCL communicators: of one rank, and with two GPUs of two ranks made as two
 // processes would make them (one rank per thread here, from an id passed through a file).
 #include <doctest/doctest.h>
+#include <sys/stat.h>
 
+#include <lazygraph/detail/driver/communicator_id_file.hpp>
 #include <lazygraph/lazygraph.hpp>
 
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <span>
 #include <string>
@@ -50,7 +53,31 @@ TEST_CASE("a CommunicatorId written to a file is read back whole; a reader waits
   const CommunicatorId read = CommunicatorId::read_file(path, 10s);
   writer.join();
   CHECK(std::equal(read.bytes().begin(), read.bytes().end(), id.bytes().begin()));
-  CHECK_FALSE(std::filesystem::exists(dir.path() / "id.partial"));
+  // Only its owner may read or write it, and the temporary file is gone (renamed into place).
+  CHECK(std::filesystem::status(path).permissions() ==
+        (std::filesystem::perms::owner_read | std::filesystem::perms::owner_write));
+  CHECK(std::distance(std::filesystem::directory_iterator(dir.path()), std::filesystem::directory_iterator()) == 1);
+  // A second write replaces the first whole.
+  const std::vector<std::byte> shifted = some_bytes(129);
+  const CommunicatorId other = CommunicatorId::from_bytes(std::span(shifted).subspan(1));
+  other.write_file(path);
+  const CommunicatorId again = CommunicatorId::read_file(path, 1s);
+  CHECK(std::equal(again.bytes().begin(), again.bytes().end(), other.bytes().begin()));
+}
+
+TEST_CASE("writing a CommunicatorId replaces a symbolic link at the path, never the file it points to") {
+  const lgtest::TempDir dir("communicator-id-link");
+  const auto target = dir.path() / "someone-elses-file";
+  std::ofstream(target) << "keep me";
+  std::filesystem::create_symlink(target, dir.path() / "id");
+  const CommunicatorId id = CommunicatorId::from_bytes(some_bytes(128));
+  id.write_file(dir.path() / "id");
+  CHECK(std::filesystem::is_regular_file(std::filesystem::symlink_status(dir.path() / "id")));
+  CHECK(std::filesystem::file_size(target) == 7);  // untouched
+  const CommunicatorId read = CommunicatorId::read_file(dir.path() / "id", 1s);
+  CHECK(std::equal(read.bytes().begin(), read.bytes().end(), id.bytes().begin()));
+  CHECK_THROWS_WITH_AS(id.write_file(dir.path() / "no-such-folder" / "id"),
+                       doctest::Contains("CommunicatorId::write_file: cannot create"), Error);
 }
 
 TEST_CASE("reading a CommunicatorId times out with the path, and refuses a file of another size") {
@@ -58,8 +85,57 @@ TEST_CASE("reading a CommunicatorId times out with the path, and refuses a file 
   CHECK_THROWS_WITH_AS(CommunicatorId::read_file(dir.path() / "missing", 30ms), doctest::Contains("no id appeared at"),
                        TimeoutError);
   std::ofstream(dir.path() / "short") << "not an id";
+  std::filesystem::permissions(dir.path() / "short", std::filesystem::perms::owner_read);
   CHECK_THROWS_WITH_AS(CommunicatorId::read_file(dir.path() / "short", 1s), doctest::Contains("has 9 bytes"),
                        UsageError);
+}
+
+TEST_CASE("reading a CommunicatorId refuses what write_file never makes: a link, a folder, a FIFO, a shared file") {
+  const lgtest::TempDir dir("communicator-id-untrusted");
+  const CommunicatorId id = CommunicatorId::from_bytes(some_bytes(128));
+  id.write_file(dir.path() / "id");
+  std::filesystem::create_symlink(dir.path() / "id", dir.path() / "link");
+  CHECK_THROWS_WITH_AS(CommunicatorId::read_file(dir.path() / "link", 1s),
+                       doctest::Contains("link is a symbolic link; an id is read from a regular file only"),
+                       UsageError);
+  std::filesystem::create_directory(dir.path() / "folder");
+  CHECK_THROWS_WITH_AS(CommunicatorId::read_file(dir.path() / "folder", 1s),
+                       doctest::Contains("folder is not a regular file"), UsageError);
+  REQUIRE(::mkfifo((dir.path() / "fifo").c_str(), 0600) == 0);
+  CHECK_THROWS_WITH_AS(CommunicatorId::read_file(dir.path() / "fifo", 1s),
+                       doctest::Contains("fifo is not a regular file"), UsageError);  // and the open did not block
+  std::filesystem::permissions(dir.path() / "id", std::filesystem::perms::group_write,
+                               std::filesystem::perm_options::add);
+  CHECK_THROWS_WITH_AS(CommunicatorId::read_file(dir.path() / "id", 1s),
+                       doctest::Contains("id has mode 0620: others than its owner may write it"), UsageError);
+}
+
+TEST_CASE("the rule for an id file: regular, of this user or root, written by its owner alone, of 128 bytes") {
+  const detail::IdFileFacts good{.regular = true, .mode = 0600, .owner = 1000, .bytes = 128};
+  CHECK(detail::id_file_refusal(good, 1000, 128).empty());
+  auto f = good;
+  f.mode = 0644;  // others may read it: the writer's choice, not a reason to distrust it
+  CHECK(detail::id_file_refusal(f, 1000, 128).empty());
+  f.owner = 0;  // root's: root could have written anything anyway
+  CHECK(detail::id_file_refusal(f, 1000, 128).empty());
+  f = good;
+  f.owner = 1001;
+  CHECK(detail::id_file_refusal(f, 1000, 128) ==
+        "belongs to user 1001, not to this process's user 1000 (or root): an id of another user would join this rank "
+        "to their communicator");
+  CHECK(detail::id_file_refusal(good, 0, 128).find("belongs to user 1000") == 0);  // root reads root's files only
+  f = good;
+  f.mode = 0602;
+  CHECK(detail::id_file_refusal(f, 1000, 128) ==
+        "has mode 0602: others than its owner may write it, so the id may not be rank 0's (write_file makes it 0600)");
+  f.mode = 04620;
+  CHECK(detail::id_file_refusal(f, 1000, 128).find("has mode 4620") == 0);
+  f = good;
+  f.regular = false;
+  CHECK(detail::id_file_refusal(f, 1000, 128) == "is not a regular file (a directory, FIFO, socket or device)");
+  f = good;
+  f.bytes = 0;
+  CHECK(detail::id_file_refusal(f, 1000, 128) == "has 0 bytes, not the 128 of an id");
 }
 
 TEST_CASE("ranks that record different collectives are named, with both collectives, before NCCL sees them") {

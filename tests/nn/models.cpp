@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include <lazygraph/graph.hpp>
 #include <lazygraph/nn/decoder.hpp>
 #include <lazygraph/nn/decoder_tensors.hpp>
 #include <lazygraph/nn/mlp.hpp>
@@ -608,6 +609,48 @@ TEST_SUITE("gpu") {
     t = 3;
     for (int p = 0; p < 24; ++p) sampled.push_back(t = decoder.forward({t, p}));
     CHECK(decoder.generate(3, 24) == sampled);
+  }
+
+  // generate's loop, small enough for racecheck: tests/sanitize_gpu.sh runs the cases whose names end so under
+  // racecheck apart from the others (each in its own process), because racecheck corrupts its own heap in the longer
+  // loops of the test above and of examples/07_generate. From the step's kernels alone under a WHILE node to generate
+  // itself, shortest first, so that a run shows how far the tool gets.
+  TEST_CASE(
+      "a decode step as a WHILE body runs bound-many times, each as forward (generate's loop, small enough for "
+      "racecheck)") {
+    lazygraph::nn::Decoder decoder(lgtest::stream(), lgtest::nn_kernels(), small_decoder());
+    (void)decoder.forward({5, 0});  // the io buffer now holds token 5 at position 0, which every iteration steps
+    const std::vector<half> want = decoder.logits();
+    const lg::LoopBound bound(lgtest::nn_kernels(), 2);
+    lg::CudaGraph<> loop = lg::CudaGraph<>::scope(lgtest::stream(), [&](lg::Scope& sc) {
+      const lg::Condition more = sc.condition(1);
+      sc.record(lg::while_(more, decoder.step_op(), bound));  // the body never clears it: the bound stops the loop
+    });
+    loop.launch();
+    CHECK(bound.iterations(lgtest::stream()) == 2);
+    const std::vector<half> got = decoder.logits();  // the second iteration's: the same cache slot, the same logits
+    REQUIRE(got.size() == want.size());
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) differ += got[i].bits != want[i].bits ? 1 : 0;
+    CHECK(differ == 0);
+  }
+
+  TEST_CASE("generate of 2 tokens gives the forward loop's tokens (generate's loop, small enough for racecheck)") {
+    lazygraph::nn::Decoder decoder(lgtest::stream(), lgtest::nn_kernels(), small_decoder());
+    std::vector<int> want;
+    int t = 7;
+    for (int p = 0; p < 2; ++p) want.push_back(t = decoder.forward({t, p}));
+    decoder.reset();
+    CHECK(decoder.generate(7, 2) == want);
+  }
+
+  TEST_CASE("generate of 8 tokens gives the forward loop's tokens (generate's loop, small enough for racecheck)") {
+    lazygraph::nn::Decoder decoder(lgtest::stream(), lgtest::nn_kernels(), small_decoder());
+    std::vector<int> want;
+    int t = 7;
+    for (int p = 0; p < 8; ++p) want.push_back(t = decoder.forward({t, p}));
+    decoder.reset();
+    CHECK(decoder.generate(7, 8) == want);
   }
 
   TEST_CASE("8 threads calling one MLP and one decoder at once each get the result of a call alone") {

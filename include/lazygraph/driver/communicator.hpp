@@ -78,11 +78,17 @@ class CommunicatorId {
   /// The id's bytes, to send to the other ranks.
   [[nodiscard]] std::span<const std::byte> bytes() const noexcept;
 
-  /// Writes the id to `path` atomically (a temporary file renamed into place), so a reader never sees half of it.
-  /// \throws Error when the file cannot be written.
+  /// Writes the id to `path` atomically, so a reader never sees half of it: into a new file beside it under a unique
+  /// name (made with O_EXCL and O_NOFOLLOW, mode 0600: nothing already there is followed or reused), flushed to disk,
+  /// then renamed to `path` (replacing what was there, a symbolic link itself rather than its target). Whoever can
+  /// read the id can join the communicator: keep it in a folder that only the ranks' user can write.
+  /// \throws Error naming the file and the system's reason when it cannot be written.
   void write_file(const std::filesystem::path& path) const;
-  /// Reads the id from `path`, waiting until the file appears (rank 0 writes it), at most `timeout`.
-  /// \throws TimeoutError when no complete id appeared in time; UsageError for a file of another size.
+  /// Reads the id from `path`, waiting until the file appears (rank 0 writes it), at most `timeout`. It trusts only
+  /// what write_file makes (detail::id_file_refusal): a regular file, not a symbolic link, owned by this process's user
+  /// or root, that no one else may write, of exactly 128 bytes; it checks the file it opened (fstat), not the path.
+  /// \throws TimeoutError when no file appeared in time; UsageError for a file it does not trust, saying why;
+  ///         Error when the file cannot be opened or read (permissions).
   static CommunicatorId read_file(const std::filesystem::path& path, std::chrono::milliseconds timeout);
 
   /// The raw id NCCL takes.

@@ -13,6 +13,14 @@
 ///     exchange or none does, each with the same reason. The peers' mappings live as long as this rank's exchange (or
 ///     a graph that recorded it); destroy it on every rank once no rank replays a graph that uses it.
 ///
+/// create trusts nothing a peer sends. Before any handle goes round, the ranks all-gather a fixed-size descriptor each
+/// (layout version, the constants below, the bytes of each of its buffers, machine and process; detail/driver/
+/// peer_descriptor.hpp), and every rank computes the same verdict from all of them: ranks of another layout version or
+/// constants, buffers smaller or larger than the layout needs, another machine, two ranks of one process are
+/// refused on every rank with the same reason, before anything is mapped. After mapping, each rank checks the size of
+/// every mapping against the layout (cuMemGetAddressRange), and the ranks all-gather their verdicts (each read within
+/// its buffer) so that all accept or all refuse, again with the same reason.
+///
 ///     if (PeerExchange::supported(comms)) exchanges = PeerExchange::create_all(comms);   // comms in rank order
 ///     std::optional<PeerExchange> mine = PeerExchange::create(comm, &why);                // every process
 ///
@@ -39,6 +47,8 @@
 namespace lazygraph {
 
 namespace detail {
+struct PeerExchangeMaker;
+
 /// A peer's allocation mapped into this process (PeerExchange::create): unmapped when destroyed.
 struct IpcMapping {
   IpcMapping(const Device& on, unsigned long long at) : device(on), address(at) {}
@@ -76,6 +86,9 @@ class PeerExchange {
   static constexpr int sum_capacity = 32768;
   /// Words of counters(): peer_all_reduce's epochs per block, gemv_all_reduce's epoch and two counts.
   static constexpr int counter_words = max_blocks + 3;
+  /// The version of the layout above (the file comment), which create's ranks compare: one more whenever the kernels
+  /// write a layout that another build's would not read alike.
+  static constexpr std::uint32_t layout_version = 1;
 
   /// Whether create_all(comms) can work: 2 to max_ranks ranks of one communicator given in rank order, on distinct
   /// devices, every pair of which has peer access (cuDeviceCanAccessPeer); false with the reason in `why` (when not
@@ -87,8 +100,9 @@ class PeerExchange {
   static std::vector<PeerExchange> create_all(std::span<const Communicator> comms);
   /// This rank's exchange, where the ranks of `comm` are processes of one machine whose GPUs all reach each other's
   /// memory (see the file comment); std::nullopt on every rank alike, with the reason in `why` (when not null), where
-  /// any rank cannot map every peer's memory (another machine, ranks of one process: create_all, GPUs without peer
-  /// access, a driver that refuses CUDA IPC), or the communicator has fewer than 2 or more than max_ranks ranks. A
+  /// the ranks' descriptors disagree (another layout version or size, another machine, ranks of one process:
+  /// create_all), any rank cannot map every peer's memory whole (GPUs without peer access, a driver that refuses CUDA
+  /// IPC, a mapping smaller than the layout), or the communicator has fewer than 2 or more than max_ranks ranks. A
   /// collective call: every rank of `comm` makes it, at the same point of its work; it waits for the others at most
   /// `timeout` (TimeoutError, and the communicator is aborted, as Communicator::wait). \throws NcclError, CudaError
   /// (allocating).
@@ -113,6 +127,7 @@ class PeerExchange {
   [[nodiscard]] std::shared_ptr<const void> owner() const noexcept { return group_; }
 
  private:
+  friend struct detail::PeerExchangeMaker;
   PeerExchange(std::shared_ptr<detail::PeerExchangeGroup> group, int index) : group_(std::move(group)), index_(index) {}
   [[nodiscard]] std::size_t index() const noexcept { return static_cast<std::size_t>(index_); }
 

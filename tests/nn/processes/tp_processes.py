@@ -8,6 +8,9 @@
   2. mismatch: rank 1 makes a batch of another size; every rank must fail with check_same_collectives' UsageError
      (exit 3) within the time limit instead of hanging in NCCL.
   3. join: rank 0 of 2 alone, joining within 2 s: it must fail with a TimeoutError (exit 4) within 20 s.
+  4. peer-layout, peer-short: the ranks make a PeerExchange, rank 1 of another layout, or allocating less than it
+     says; every rank must refuse (exit 0) with the same reason: the layout's, or (where the GPUs reach each other's
+     memory) the too-small mapping's.
 Skipped (77) without two GPUs or NCCL. usage: tp_processes.py TP_RANK
 """
 import os
@@ -81,6 +84,26 @@ def main():
         print(f"join alone: exit {code} after {took:.1f} s: {'timed out as expected' if ok else 'UNEXPECTED'}; "
               f"{err.strip()}")
         failed |= not ok
+    expected_reasons = {
+        "peer-layout": "rank 1's PeerExchange sum_capacity is 4096, rank 0's 32768",
+        "peer-short": "rank 0: rank 1's PeerExchange sum slots map ",
+    }
+    for mode, expected in expected_reasons.items():
+        with tempfile.TemporaryDirectory() as folder:
+            t0 = time.monotonic()
+            results = finish([start(binary, folder, r, ranks, mode) for r in range(ranks)], 120)
+            reasons = set()
+            for r, (code, out, err) in enumerate(results):
+                said = out.strip().split(" refused: ", 1)
+                reasons.add(said[1] if code == 0 and len(said) == 2 else None)
+                print(f"{mode}, rank {r}: exit {code} {out.strip()} {err.strip()}")
+                failed |= code != 0
+            reason = reasons.pop() if len(reasons) == 1 else None
+            # Without peer access the mapping may fail for that reason first: the same reason on every rank is enough.
+            ok = reason is not None and (expected in reason or (mode == "peer-short" and access != "peer"))
+            print(f"{mode}: {time.monotonic() - t0:.1f} s, "
+                  f"{'every rank refused alike' if ok else 'UNEXPECTED: the ranks did not refuse alike as expected'}")
+            failed |= not ok
     print("FAILED" if failed else "passed")
     return 1 if failed else 0
 

@@ -19,7 +19,13 @@
 //   mismatch  like run's batch, but rank 1 steps 2 sequences where the others step 3: each rank must throw the
 //             UsageError of check_same_collectives (exit 3, its message on stderr) instead of hanging in NCCL.
 //   join      the rank joins and stops (the test runs rank 0 of 2 alone: it must fail within JOIN_MS, exit 4).
+//   peer-layout  no model: the ranks make a PeerExchange (PeerExchange::create's path), rank 1 as a rank of another
+//             build whose sum slots are an eighth of this build's; every rank must refuse with the same reason,
+//             printing "rank R refused: REASON" (exit 0; exit 1 when it made an exchange).
+//   peer-short  the same, rank 1 describing itself as this build but allocating sum slots of 16 outputs: the others
+//             must find the mapping too small, and every rank refuse with the same reason.
 // Exit: 0 done; 1 failed (message on stderr); 2 bad arguments; 3 a UsageError; 4 a TimeoutError; 77 skipped.
+#include <lazygraph/detail/driver/peer_descriptor.hpp>
 #include <lazygraph/lazygraph.hpp>
 #include <lazygraph/nn.hpp>
 
@@ -109,7 +115,9 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (argc < 5) {
-      std::fprintf(stderr, "usage: tp_rank --probe | tp_rank DIR RANK RANKS run|run-nccl|mismatch|join [JOIN_MS]\n");
+      std::fprintf(stderr,
+                   "usage: tp_rank --probe | tp_rank DIR RANK RANKS run|run-nccl|mismatch|join|peer-layout|peer-short "
+                   "[JOIN_MS]\n");
       return 2;
     }
     const std::filesystem::path dir = argv[1];
@@ -118,14 +126,33 @@ int main(int argc, char** argv) {
     const std::string mode = argv[4];
     const std::chrono::milliseconds join(argc > 5 ? std::stoi(argv[5]) : 60000);
     const nn::DecoderConfig config = model();
+    const bool peer_mode = mode == "peer-layout" || mode == "peer-short";
     if (rank == 0) {
-      nn::save_seeded_checkpoint(dir / "model", config);
+      if (!peer_mode) nn::save_seeded_checkpoint(dir / "model", config);
       lg::CommunicatorId::create().write_file(dir / "id");
     }
     const lg::CommunicatorId id = lg::CommunicatorId::read_file(dir / "id", std::chrono::seconds(60));
     const lg::Device device = lg::Device::get(rank);
     const lg::Communicator comm(device, rank, ranks, id, join);
     if (mode == "join") return 0;
+    if (peer_mode) {
+      lg::detail::PeerLayout advertised;
+      lg::detail::PeerLayout allocated;
+      if (rank == 1 && mode == "peer-layout") {
+        advertised.sum_capacity /= 8;
+        allocated = advertised;
+      }
+      if (rank == 1 && mode == "peer-short") allocated.sum_capacity = 16;
+      std::string reason;
+      const std::optional<lg::PeerExchange> exchange =
+          lg::detail::PeerExchangeMaker::create(comm, advertised, allocated, &reason, std::chrono::seconds(60));
+      if (exchange) {
+        std::fprintf(stderr, "tp_rank %d: made an exchange with a rank of another layout\n", rank);
+        return 1;
+      }
+      std::printf("rank %d refused: %s\n", rank, reason.c_str());
+      return 0;
+    }
     const lg::Stream stream(device);
     const lg::KernelLibrary library = nn::kernel_library(device);
     nn::LoadOptions options;

@@ -75,6 +75,9 @@ CUipcMemHandle ipc_handle(CUcontext ctx, CUdeviceptr address, std::string_view o
 CUdeviceptr ipc_open(CUcontext ctx, const CUipcMemHandle& handle, std::string_view object);
 /// Unmaps what ipc_open mapped (cuIpcCloseMemHandle); errors are ignored.
 void ipc_close_no_throw(CUcontext ctx, CUdeviceptr address) noexcept;
+/// The bytes from `address` to the end of the allocation that holds it, in `ctx`'s address space (cuMemGetAddressRange:
+/// also of a mapping ipc_open made); `object` names it in the error.
+std::size_t bytes_to_allocation_end(CUcontext ctx, CUdeviceptr address, std::string_view object);
 /// Free and total device memory, in bytes, of the context's device.
 void memory_info(CUcontext ctx, std::size_t* free_bytes, std::size_t* total_bytes);
 
