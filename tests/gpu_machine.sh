@@ -17,7 +17,9 @@ if [ ! -f build-gpu/build.ninja ]; then
     { tail -30 "$logs/setup.log"; exit 1; }
 fi
 ninja -C build-gpu >"$logs/build.log" 2>&1 || { grep -E "error|FAILED" -A5 "$logs/build.log" | head -60; exit 1; }
-meson test -C build-gpu --no-rebuild --print-errorlogs >"$logs/tests.log" 2>&1
+# The gpu suite's parts (tests/meson.build: gpu_parts) run side by side, 8 processes on the one GPU.
+start=$SECONDS
+meson test -C build-gpu --no-rebuild --print-errorlogs --num-processes 8 >"$logs/tests.log" 2>&1
 status=$?
 grep -E "^ *[0-9]+/[0-9]+ " "$logs/tests.log"
 # The gpu suites' own doctest summaries (cases and assertions), from Meson's log rather than a second run.
@@ -25,10 +27,11 @@ python3 - build-gpu/meson-logs/testlog.json <<'EOF' | tee "$logs/gpu-suite.txt"
 import json, re, sys
 for line in open(sys.argv[1], encoding="utf-8"):
     r = json.loads(line)
-    if re.split(r" / |:", r["name"])[-1] in ("gpu", "nn-gpu"):  # Meson 1.0 and newer names
+    if re.split(r" / |:", r["name"])[-1].startswith(("gpu-", "nn-gpu-")):  # Meson 1.0 and newer names
         said = [l for l in (r.get("stdout") or "").splitlines() if l.startswith(("[doctest] test cases", "[doctest] assertions"))]
         print(r["name"], *said, sep="\n  ")
 EOF
+echo "every suite in $((SECONDS - start)) s" | tee "$logs/time.txt"
 python3 tests/scripts/summarize.py build-gpu | tee "$logs/summary.txt"
 if [ $status -ne 0 ]; then grep -B2 -A40 -E "FAIL|ERROR" "$logs/tests.log" | head -120; fi
 if [ $# -gt 0 ]; then "$@"; fi

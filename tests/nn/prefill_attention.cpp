@@ -6,7 +6,6 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -530,7 +529,8 @@ TEST_SUITE("gpu") {
     struct Heads {
       int heads, kv_heads, head_dim;
     };
-    for (const Heads h : {Heads{32, 4, 64}, Heads{8, 8, 128}}) {
+    // Few heads: the long prompt and its chunks are what this proves; more heads only multiply the float64 reference.
+    for (const Heads h : {Heads{8, 2, 64}, Heads{4, 4, 128}}) {
       CAPTURE(h.heads);
       CAPTURE(h.head_dim);
       const int total = 1112;
@@ -573,48 +573,5 @@ TEST_SUITE("gpu") {
       CHECK(cache_mismatches("v_cache", p, p.v_cache, p.v, lgtest::to_host(s, v_cache.cview())) == 0);
     }
   }
-
-  TEST_CASE("prefill_attention of a 512-token prompt, 22 layers in a graph: time per layer") {
-    // Not a pass/fail bound: prints what the 22 layers' attention of a TinyLlama-shaped prompt (32 heads over 4 kv
-    // heads, head_dim 64, fp16) costs, replayed as one graph of 22 launches.
-    if (lgtest::device().compute_capability().major < 8) {
-      MESSAGE("skipped: the flash-attention kernels need compute capability 8.0 or newer");
-      return;
-    }
-    const nn::Kernels kernels(lgtest::nn_kernels());
-    const nn::PrefillAttentionShape shape{
-        .rows = 512, .heads = 32, .kv_heads = 4, .head_dim = 64, .context = 1024, .slots = 1};
-    const int layers = 22;
-    Stream& s = lgtest::stream();
-    const auto q = lgtest::to_device(s, random_elements<half>(static_cast<std::size_t>(512) * 32 * 64));
-    const auto k = lgtest::to_device(s, random_elements<half>(static_cast<std::size_t>(512) * 4 * 64));
-    const auto v = lgtest::to_device(s, random_elements<half>(k.size()));
-    const auto chunk = chunk_on_device({.start = 0, .rows = 512, .slot = 0});
-    std::vector<DeviceBuffer<half>> caches;
-    std::vector<DeviceBuffer<half>> outs;
-    for (int l = 0; l < 2 * layers; ++l) caches.push_back(lgtest::to_device(s, std::vector<half>(1024 * 4 * 64)));
-    for (int l = 0; l < layers; ++l) outs.push_back(lgtest::to_device(s, std::vector<half>(q.size())));
-    // Once eagerly first: the first launch raises the kernel's dynamic shared memory limit, outside the capture.
-    nn::prefill_attention(
-        kernels, {q.cview(), k.cview(), v.cview(), caches[0].view(), caches[1].view(), outs[0].view(), chunk.cview()},
-        shape)
-        .sync_on(s);
-    auto graph = CudaGraph<>::scope(s, [&](Scope& scope) {
-      for (int l = 0; l < layers; ++l) {
-        scope.record(nn::prefill_attention(kernels,
-                                           {q.cview(), k.cview(), v.cview(), caches[2 * l].view(),
-                                            caches[2 * l + 1].view(), outs[l].view(), chunk.cview()},
-                                           shape));
-      }
-    });
-    graph.launch();  // warm up
-    const int replays = 20;
-    const auto begin = std::chrono::steady_clock::now();
-    for (int i = 0; i < replays; ++i) graph.launch();
-    const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - begin).count();
-    MESSAGE("prefill_attention, 512 rows, 32/4 heads, head_dim 64, fp16: " << us / replays << " us per 22 layers, "
-                                                                           << us / replays / layers << " us per layer");
-    const auto o = lgtest::to_host(s, outs[layers - 1].cview());
-    CHECK(std::all_of(o.begin(), o.end(), [](half x) { return std::isfinite(x.to_float()); }));
-  }
 }
+
