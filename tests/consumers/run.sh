@@ -6,7 +6,10 @@
 #               lazygraph test is registered in the consumer, no lazygraph example or test target), imposes no
 #               -Werror, and that the consumer's tests pass; then, with -Dlazygraph:tests=enabled, that a
 #               lazygraph compile-fail test passes inside the consumer's build too.
-#   pkg-config  `meson install --destdir` of BUILD_ROOT, then g++ with `pkg-config --cflags --libs lazygraph`.
+#   pkg-config  `meson install --destdir` of BUILD_ROOT, then g++ with `pkg-config --cflags --libs lazygraph`. Then the
+#               installed tree's programs and the consumer run with the loader cache bypassed (ld.so --inhibit-cache,
+#               the staged libdir given as --library-path): they find the toolkit's libraries through their RPATH, as
+#               the build tree's copies do.
 #   cmake       the same install, then a CMake project with find_package(lazygraph) and lazygraph::lazygraph.
 # TOOLKIT_DIR and CMAKE_PREFIX_PATH are BUILD_ROOT's options toolkit_dir and cmake_prefix_path (comma-separated:
 # where range-v3 and doctest come from on the GPU machine), for the subproject build.
@@ -40,6 +43,12 @@ check_output() {  # the consumer program's output, from any of the three builds
     fail "the consumer printed something unexpected: $1"
   echo "$1"
 }
+run_consumer() {  # run_consumer COMMAND...: runs the consumer program, which must exit 0, and checks its output
+  local out rc=0
+  out="$("$@" 2>&1)" || rc=$?
+  [ $rc = 0 ] || fail "the consumer exited $rc: $out"
+  check_output "$out"
+}
 install_lazygraph() {
   step install meson install -C "$build" --no-rebuild --destdir "$work/root"
   pc="$(find "$work/root" -name lazygraph.pc | head -1)"
@@ -47,6 +56,23 @@ install_lazygraph() {
   prefix="$(sed -n 's/^prefix=//p' "$pc")"
   staged="$work/root$prefix"
   libdir="$(dirname "$(find "$staged" -name 'liblazygraph.so*' -o -name liblazygraph.a | head -1)")"
+}
+# The loader without its cache (/etc/ld.so.cache, where these machines list the toolkit's lib folder too), finding
+# lazygraph's libraries in the staged libdir: what a program finds beyond that, it finds through its RPATH.
+run_uncached() {  # run_uncached PROGRAM [ARGS...]
+  local loader
+  loader="$(readelf -l "$1" | sed -n 's/.*Requesting program interpreter: \(.*\)]$/\1/p')"
+  [ -n "$loader" ] || fail "readelf names no program interpreter for $1"
+  "$loader" --inhibit-cache --library-path "$libdir" "$@"
+}
+check_rpath() {  # check_rpath FILE DIR...: FILE's old-style RPATH (which a library's dlopen also serves) has each DIR
+  local file="$1" rpath
+  shift
+  rpath="$(readelf -d "$file" | sed -n 's/.*(RPATH) *Library rpath: \[\(.*\)\]$/\1/p')"
+  for dir in "$@"; do
+    grep -qx -- "$dir" <<<"$(tr ':' '\n' <<<"$rpath")" ||
+      fail "installed $(basename "$file") has RPATH [$rpath] (readelf -d), without $dir"
+  done
 }
 
 case "$kind" in
@@ -93,7 +119,24 @@ pkg-config)
   echo "pkg-config --cflags --libs lazygraph: $flags"
   # shellcheck disable=SC2086  # the flags are words
   step compile g++ -std=c++20 "$here/consumer.cpp" -o "$work/consumer" $flags
-  check_output "$(LD_LIBRARY_PATH="$libdir" "$work/consumer")"
+  run_consumer run_uncached "$work/consumer"
+  # The installed programs and libraries: the toolkit's lib folder in their RPATH, and they run without the cache.
+  cuda_libdir="$toolkit/lib64"
+  if [ -e "$libdir/liblazygraph.so" ]; then  # not with -Ddefault_library=static
+    check_rpath "$(readlink -f "$libdir/liblazygraph.so")" "$cuda_libdir"
+  fi
+  for program in "$staged"/bin/lazygraph-*; do
+    check_rpath "$program" "$prefix/$(realpath --relative-to="$staged" "$libdir")" "$cuda_libdir"
+  done
+  [ -x "$staged/bin/lazygraph-info" ] || fail "meson install put no bin/lazygraph-info under the destdir"
+  info="$(LAZYGRAPH_CACHE_DIR="$work/cache" run_uncached "$staged/bin/lazygraph-info" 2>&1)" ||
+    { echo "$info"; fail "the installed lazygraph-info failed with the loader cache bypassed"; }
+  grep -q '^  version: *[0-9]' <<<"$info" || fail "the installed lazygraph-info printed no NVRTC version: $info"
+  echo "installed: lazygraph-info ran with the loader cache bypassed (NVRTC $(sed -n 's/^  version: *//p' <<<"$info"))"
+  if [ -x "$staged/bin/lazygraph-run" ]; then
+    step lazygraph-run run_uncached "$staged/bin/lazygraph-run" --version
+    echo "installed: lazygraph-run --version ran with the loader cache bypassed"
+  fi
   ;;
 cmake)
   command -v cmake >/dev/null || { echo "skipped: cmake is not installed"; exit 77; }
@@ -104,7 +147,7 @@ cmake)
   command -v ninja >/dev/null && generator=(-G Ninja)
   step cmake-configure cmake -S "$here/cmake" -B "$work/cb" "${generator[@]}" -DCMAKE_PREFIX_PATH="$staged"
   step cmake-build cmake --build "$work/cb"
-  check_output "$("$work/cb/consumer")"  # CMake's build RPATH finds the staged liblazygraph
+  run_consumer "$work/cb/consumer"  # CMake's build RPATH finds the staged liblazygraph
   ;;
 *)
   fail "unknown consumer kind (meson, pkg-config or cmake)"
