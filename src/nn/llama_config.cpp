@@ -511,7 +511,7 @@ json format_json(const std::optional<QuantizedFormat>& format) {
 }  // namespace
 
 LlamaConfig LlamaConfig::parse(std::string_view json_text, const std::filesystem::path& source) {
-  const json root = detail::parse_json_strict(json_text, source, "the config", false);
+  const json root = detail::parse_json_strict(json_text, source, "the config", false, detail::kMaxConfigValues);
   if (!root.is_object()) {
     throw CheckpointError(source, "", "the config must be a JSON object, found " + detail::describe_json(root));
   }

@@ -30,6 +30,11 @@ constexpr std::size_t kLengthBytes = 8;               // the u64 header length b
 constexpr std::uint64_t kMaxHeaderBytes = 100000000;  // 100 MB, as the reference implementation allows
 constexpr std::string_view kMetadataKey = "__metadata__";
 constexpr std::size_t kMaxIndexBytes = std::size_t{64} << 20U;  // 64 MiB; the largest real indexes are a few MB
+// JSON values in one entry of a header (a tensor's takes 8 and one per dim; "__metadata__" one and one per key), and
+// in an index (one per tensor, and a few): far above real files, low enough that a hostile text of a huge flat array
+// or object is refused before it is built.
+constexpr std::size_t kMaxEntryValues = std::size_t{1} << 16U;
+constexpr std::size_t kMaxIndexValues = std::size_t{1} << 20U;
 
 struct DTypeEntry {
   DType dtype;
@@ -316,18 +321,19 @@ void SafetensorsFile::parse_header() {
                               std::to_string(size_ - kLengthBytes) + " follow (the file is truncated)");
   }
   const std::string_view text(reinterpret_cast<const char*>(map_ + kLengthBytes), header_bytes);
-  const json header = detail::parse_json_strict(text, path_, "the header", true);
-  if (!header.is_object()) {
-    throw CheckpointError(path_, "", "the header must be a JSON object, found " + detail::describe_json(header));
-  }
   const HeaderContext ctx{path_, kLengthBytes + header_bytes, size_ - kLengthBytes - header_bytes};
   std::vector<TensorInfo> tensors;
-  for (const auto& [name, entry] : header.items()) {
-    if (name == kMetadataKey) {
-      metadata_ = parse_metadata(entry, path_);
-    } else {
-      tensors.push_back(parse_entry(name, entry, ctx));
-    }
+  // Entry by entry: only the tensors' TensorInfo and one entry's JSON are ever held.
+  const json top = detail::parse_json_members(text, path_, "the header", true, kMaxEntryValues,
+                                              [&](const std::string& name, const json& entry) {
+                                                if (name == kMetadataKey) {
+                                                  metadata_ = parse_metadata(entry, path_);
+                                                } else {
+                                                  tensors.push_back(parse_entry(name, entry, ctx));
+                                                }
+                                              });
+  if (!top.is_object()) {
+    throw CheckpointError(path_, "", "the header must be a JSON object, found " + detail::describe_json(top));
   }
   sort_and_check_overlaps(tensors, path_, ctx.data_start);
   tensors_ = std::move(tensors);
@@ -464,7 +470,8 @@ bool is_plain_file_name(std::string_view name) {
 
 /// The index's weight_map as shard file name -> tensor names, checked.
 std::map<std::string, std::vector<std::string>> read_weight_map(const fs::path& index) {
-  const json root = detail::parse_json_strict(detail::read_text_file(index, kMaxIndexBytes), index, "the index", false);
+  const json root = detail::parse_json_strict(detail::read_text_file(index, kMaxIndexBytes), index, "the index", false,
+                                              kMaxIndexValues);
   if (!root.is_object()) {
     throw CheckpointError(index, "", "the index must be a JSON object, found " + detail::describe_json(root));
   }

@@ -351,6 +351,15 @@ TEST_CASE("token ids: bos, and eos as one id or a list") {
   check_refused(minimal_with(R"("eos_token_id": [1, -2])"), "key 'eos_token_id' must be a token id or a list");
 }
 
+TEST_CASE("a config of more than 65536 JSON values is refused while it is parsed, before they are built") {
+  std::string ids = "[0";
+  for (int i = 0; i < 70000; ++i) ids += ",0";
+  check_refused(minimal_with(R"("suppress_tokens": )" + ids + "]"), "the config holds more than 65536 JSON values");
+  ids = "[0";
+  for (int i = 0; i < 60000; ++i) ids += ",0";
+  CHECK_NOTHROW((void)LlamaConfig::parse(minimal_with(R"("suppress_tokens": )" + ids + "]"), "c"));
+}
+
 TEST_CASE("head counts that do not divide are refused") {
   check_refused(minimal_with(R"("num_key_value_heads": 3)"),
                 "key 'num_key_value_heads' (3) must divide num_attention_heads (4)");

@@ -67,8 +67,9 @@ struct LlamaConfig {
   /// num_key_value_heads, or (without head_dim) hidden_size not a multiple of num_attention_heads; a
   /// quantization_config whose quant_method is not "lazygraph" (the message names it), whose layout_version is not
   /// quantized_layout_version, that quantizes nothing, or that holds a format lazygraph does not store (kind int8 or
-  /// int4; int4 groups of 32, 64 or 128; scale_type float16 or bfloat16) or a key it does not know; or any key this
-  /// reader does not know (the message says to remove it if it does not change the arithmetic).
+  /// int4; int4 groups of 32, 64 or 128; scale_type float16 or bfloat16) or a key it does not know; any key this
+  /// reader does not know (the message says to remove it if it does not change the arithmetic); or a text of more
+  /// than 65536 JSON values (refused while parsing, before they are built).
   [[nodiscard]] static LlamaConfig parse(std::string_view json_text, const std::filesystem::path& source);
 
   /// Reads and parses `file_or_dir` (a folder means its config.json). Throws CheckpointError when the file cannot

@@ -13,9 +13,11 @@
 /// checkpoint file is refused at once, never waited on or read without end), the index is read up to 64 MiB,
 /// every JSON text (header, index) is parsed in one pass, O(n log n) in its number of keys, and JSON nested deeper
 /// than 64 levels of arrays and objects is refused while parsing (real files nest fewer than 5), as is a NUL byte
-/// anywhere in the text. Time and memory stay within a small multiple of the size of the text read, which is
-/// bounded: 100 MB for a header, 64 MiB for an index (LlamaConfig::load reads config.json the same way, up to
-/// 16 MiB).
+/// anywhere in the text. A header is read entry by entry, never held whole as JSON, and an entry of more than 65536
+/// JSON values is refused as it is read (a tensor's entry holds 8 and one per dim), as is an index of more than
+/// 2^20 values (LlamaConfig::load reads config.json the same way, up to 65536 values). Time and memory stay within
+/// a small multiple of the size of the text read, which is bounded: 100 MB for a header, 64 MiB for an index,
+/// 16 MiB for a config.json.
 
 #include <cstddef>
 #include <cstdint>
@@ -112,7 +114,8 @@ class SafetensorsFile {
   /// (the message holds strerror), is not a regular file ("is not a regular file (a FIFO)"; a FIFO is not waited
   /// on), or is not a well-formed safetensors file: shorter than 8 bytes, header length over 100 MB or past the
   /// end of the file, header not valid JSON (a NUL byte or a number out of a double's range included), nested
-  /// deeper than 64 levels of arrays and objects ("the header nests deeper than 64 levels"), not a JSON object,
+  /// deeper than 64 levels of arrays and objects ("the header nests deeper than 64 levels"), an entry of more than
+  /// 65536 JSON values (refused as it is read, naming the tensor), not a JSON object,
   /// duplicate keys in any object, an entry without a string "dtype", an integer "shape" or a two-integer
   /// "data_offsets", an unknown dtype, a negative or non-integer dim, a shape whose byte size overflows,
   /// begin > end, an end past the file, a byte size other than product(shape) * dtype size, overlapping tensors,
@@ -173,7 +176,8 @@ class Checkpoint {
   /// file name in the same folder. Throws CheckpointError when the path does not exist, the folder has neither
   /// file, the index or a shard is not a regular file (a FIFO, a device, a folder), the index is larger than
   /// 64 MiB, is not JSON (with the same limits as a header: duplicate keys, a NUL byte or nesting deeper than 64
-  /// levels are refused) or has no "weight_map" object of strings, a shard name is not a plain file name (empty,
+  /// levels are refused), holds more than 2^20 JSON values (a million tensors) or has no "weight_map" object of
+  /// strings, a shard name is not a plain file name (empty,
   /// "." or "..", holding a '/' or a control character such as NUL), a shard is missing or malformed (see
   /// SafetensorsFile::open), a tensor of the index is absent from its shard, or a shard holds a tensor that the
   /// index does not map to it. Every shard is mapped as a SafetensorsFile, with its precondition.
