@@ -413,9 +413,9 @@ std::optional<QuantizedFormat> read_format(const json& config, std::string_view 
   }
   format.scale_type = *scales == "float16" ? ScaleType::f16 : ScaleType::bf16;
   for (const auto& [key, value] : it->items()) {
-    if (key == "kind" || key == "scale_type" || value.is_null()) continue;
+    if (key == "kind" || key == "scale_type") continue;
     const bool int4_key = key == "group" || key == "asymmetric";
-    if (int4 && int4_key) continue;
+    if ((int4 && int4_key) || (int4_key && value.is_null())) continue;  // null: absent, as field() reads it
     std::string path = where;
     path += '.';
     path += key;
@@ -480,6 +480,20 @@ void read_quantization(LlamaConfig& config, const ConfigReader& reader) {
     reader.fail("quantization_config", "quantizes nothing (attention, mlp and lm_head are all null)");
   }
   config.quantization = quantization;
+}
+
+/// bos_token_id and each eos_token_id must be a row of the embedding: an id at or past vocab_size could never be
+/// sampled (an eos that never ends a generation) or embedded (a bos that fails every prompt).
+void check_token_ids(const LlamaConfig& config, const ConfigReader& reader) {
+  const auto check = [&](std::string_view key, int id) {
+    if (id >= config.vocab_size) {
+      reader.fail(key, "(" + std::to_string(id) + ") is not a token of the vocabulary: vocab_size is " +
+                           std::to_string(config.vocab_size) + ", so token ids are 0 to " +
+                           std::to_string(config.vocab_size - 1));
+    }
+  };
+  if (config.bos_token_id.has_value()) check("bos_token_id", *config.bos_token_id);
+  for (const int id : config.eos_token_ids) check("eos_token_id", id);
 }
 
 void check_shapes(const LlamaConfig& config, const ConfigReader& reader) {
@@ -554,6 +568,7 @@ LlamaConfig LlamaConfig::parse(std::string_view json_text, const std::filesystem
     config.bos_token_id = bos.front();
   }
   config.eos_token_ids = reader.token_ids("eos_token_id");
+  check_token_ids(config, reader);
   read_window(config, reader);
   read_quantization(config, reader);
   check_shapes(config, reader);

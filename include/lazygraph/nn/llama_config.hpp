@@ -43,8 +43,9 @@ struct LlamaConfig {
   std::optional<int> head_dim;       ///< per-head width when given; else hidden_size / num_attention_heads
   bool attention_bias = false;       ///< q, k and v projections with biases (Qwen2 always has them)
   std::optional<int> sliding_window;  ///< Mistral/Qwen2: attention window in positions; nullopt: none (or unused)
-  std::optional<int> bos_token_id;    ///< the first token of a prompt, when given
-  std::vector<int> eos_token_ids;     ///< the tokens that end a generation (eos_token_id: one id or a list)
+  std::optional<int> bos_token_id;    ///< the first token of a prompt, when given; below vocab_size
+  std::vector<int> eos_token_ids;     ///< the tokens that end a generation (eos_token_id: one id or a list); each
+                                      ///< below vocab_size
   /// quantization_config: the formats the checkpoint stores its quantized weights in (quant_method "lazygraph",
   /// layout_version quantized_layout_version, at least one class quantized); nullopt when absent (dense weights).
   std::optional<DecoderQuantization> quantization;
@@ -62,12 +63,14 @@ struct LlamaConfig {
   /// 1024, vocab_size at most 2^24, max_position_embeddings at most 2^24); rope_theta or rms_norm_eps is not a
   /// positive number that float holds as a normal finite value; a string or boolean key has another type;
   /// model_type is not llama, mistral or qwen2, or architectures names another class; hidden_act is not "silu";
-  /// mlp_bias is true; a RoPE type other than default, linear or llama3, a RoPE parameter it does not use, or
+  /// mlp_bias is true; bos_token_id or an eos_token_id is not below vocab_size (naming the key and the id); a RoPE
+  /// type other than default, linear or llama3, a RoPE parameter it does not use, or
   /// rope_parameters and the top-level keys disagreeing; num_attention_heads is not a multiple of
   /// num_key_value_heads, or (without head_dim) hidden_size not a multiple of num_attention_heads; a
   /// quantization_config whose quant_method is not "lazygraph" (the message names it), whose layout_version is not
   /// quantized_layout_version, that quantizes nothing, or that holds a format lazygraph does not store (kind int8 or
-  /// int4; int4 groups of 32, 64 or 128; scale_type float16 or bfloat16) or a key it does not know; any key this
+  /// int4; int4 groups of 32, 64 or 128; scale_type float16 or bfloat16) or a key it does not know (even with a null
+  /// value); any key this
   /// reader does not know (the message says to remove it if it does not change the arithmetic); or a text of more
   /// than 65536 JSON values (refused while parsing, before they are built).
   [[nodiscard]] static LlamaConfig parse(std::string_view json_text, const std::filesystem::path& source);
