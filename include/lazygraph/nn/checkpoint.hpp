@@ -66,9 +66,11 @@ class DecoderCheckpoint {
   /// equal it). A quantized checkpoint (config.json's quantization_config, which becomes quantization()) holds each
   /// quantized matrix of quantized_layouts() as the tensors of quantized_checkpoint.hpp instead of the dense ones,
   /// checked as require_quantized checks them. Every other tensor is refused by name, except rotary_emb.inv_freq
-  /// buffers that hold the config's RoPE frequencies. \throws CheckpointError naming the file, the tensor and what was
-  /// expected (a quantized weight's saved description that is not its format in config.json, a missing part, a
-  /// dense tensor of a class the checkpoint stores quantized...); UsageError for options.context beyond the model's
+  /// buffers that hold the config's RoPE frequencies. A quantized matrix's bytes are checked against its format's
+  /// rules too (require_quantized: scales, zero points, int8 values), on the host, so that no upload fails on them.
+  /// \throws CheckpointError naming the file, the tensor and what was expected (a quantized weight's saved description
+  /// that is not its format in config.json, a missing part, bytes its format does not allow, a dense tensor of a class
+  /// the checkpoint stores quantized...); UsageError for options.context beyond the model's
   /// max_position_embeddings; UsageError naming the tensor when a format of options.quantization cannot apply to it
   /// (quantized_layouts); UsageError when the checkpoint is quantized and options.quantization asks for anything
   /// else, naming both.
@@ -93,8 +95,9 @@ class DecoderCheckpoint {
   /// (read_quantized) from a quantized checkpoint; else its tensors (q, k and v of a layer together, rows stacked, q
   /// and k rows reordered as upload reorders them) read as floats and quantized with quantize() and
   /// quantization().options. \throws UsageError for an index out of range; CheckpointError naming the file and the
-  /// matrix when a weight cannot be quantized (not finite, or a group beyond the scale type's range) or saved bytes
-  /// break their format's rules (a scale that is not finite, a zero point above 15, an int8 byte 0).
+  /// matrix when a weight cannot be quantized (not finite, or a group beyond the scale type's range), or naming the
+  /// part when saved bytes break their format's rules (a scale that is not finite, a zero point above 15, an int8
+  /// byte 0): open() checked them, so only a file changed in place since can hold such bytes.
   [[nodiscard]] QuantizedWeight quantized_weight(std::size_t index) const;
   /// Bytes the uploaded weights hold on the device: 2 per element of a dense tensor (fp16 and bf16 alike), each
   /// quantized matrix's bytes (decoder_device_bytes). The progress bar counts the same bytes.
