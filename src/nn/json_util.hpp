@@ -1,6 +1,6 @@
 #pragma once
 /// \file
-/// Private helpers of src/nn: reading and writing a small text file and parsing JSON strictly (syntax errors, duplicate
+/// Private helpers of src/nn: reading a small text file and parsing JSON strictly (syntax errors, duplicate
 /// keys, NUL bytes and nesting deeper than a small limit become CheckpointError naming the file). Not installed; only
 /// src/nn/*.cpp include it.
 ///
@@ -124,17 +124,6 @@ inline std::string read_text_file(const std::filesystem::path& path, std::size_t
     text.append(buffer, static_cast<std::size_t>(got));
   }
   return text;
-}
-
-/// Writes `text` as the file `path` (replacing it). Throws CheckpointError naming the file, with strerror, when it
-/// cannot be written.
-inline void write_text_file(const std::filesystem::path& path, std::string_view text) {
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (f == nullptr) throw CheckpointError(path, "", "cannot write: " + errno_text(errno));
-  const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  const int write_error = errno;
-  if (std::fclose(f) != 0) throw CheckpointError(path, "", "cannot write: " + errno_text(errno));
-  if (!written) throw CheckpointError(path, "", "cannot write: " + errno_text(write_error));
 }
 
 /// `text` as messages show it: each control character (below 0x20, and 0x7f) written as \xNN.

@@ -200,6 +200,7 @@ constexpr std::string_view kReadKeys[] = {
     "hidden_size",
     "intermediate_size",
     "layer_types",
+    "lazygraph_save_id",
     "max_position_embeddings",
     "mlp_bias",
     "model_type",
@@ -569,6 +570,7 @@ LlamaConfig LlamaConfig::parse(std::string_view json_text, const std::filesystem
   }
   config.eos_token_ids = reader.token_ids("eos_token_id");
   check_token_ids(config, reader);
+  config.save_id = reader.string("lazygraph_save_id", "");
   read_window(config, reader);
   read_quantization(config, reader);
   check_shapes(config, reader);
@@ -618,6 +620,7 @@ std::string LlamaConfig::to_json() const {
   if (bos_token_id.has_value()) root["bos_token_id"] = *bos_token_id;
   if (eos_token_ids.size() == 1) root["eos_token_id"] = eos_token_ids[0];
   if (eos_token_ids.size() > 1) root["eos_token_id"] = eos_token_ids;
+  if (!save_id.empty()) root["lazygraph_save_id"] = save_id;
   if (quantization.has_value()) {
     root["quantization_config"] = {
         {"quant_method", "lazygraph"},

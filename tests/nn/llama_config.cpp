@@ -362,6 +362,15 @@ TEST_CASE("a bos or eos token id at or past vocab_size is refused, naming the ke
   CHECK(LlamaConfig::parse(kLlama3, "c").eos_token_ids == std::vector<int>{128001});
 }
 
+TEST_CASE("lazygraph_save_id is read as the config's save id and written back") {
+  const LlamaConfig saved = LlamaConfig::parse(minimal_with(R"("lazygraph_save_id": "0123456789abcdef")"), "c");
+  CHECK(saved.save_id == "0123456789abcdef");
+  CHECK(LlamaConfig::parse(saved.to_json(), "c") == saved);
+  CHECK(LlamaConfig::parse(kMinimal, "c").save_id.empty());
+  CHECK(LlamaConfig::parse(kMinimal, "c").to_json().find("lazygraph_save_id") == std::string::npos);
+  check_refused(minimal_with(R"("lazygraph_save_id": 7)"), "key 'lazygraph_save_id' must be a string");
+}
+
 TEST_CASE("a config of more than 65536 JSON values is refused while it is parsed, before they are built") {
   std::string ids = "[0";
   for (int i = 0; i < 70000; ++i) ids += ",0";

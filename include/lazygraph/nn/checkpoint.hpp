@@ -70,7 +70,9 @@ class DecoderCheckpoint {
   /// rules too (require_quantized: scales, zero points, int8 values), on the host, so that no upload fails on them.
   /// \throws CheckpointError naming the file, the tensor and what was expected (a quantized weight's saved description
   /// that is not its format in config.json, a missing part, bytes its format does not allow, a dense tensor of a class
-  /// the checkpoint stores quantized...); UsageError for options.context beyond the model's
+  /// the checkpoint stores quantized...); CheckpointError naming config.json when it and the weights record different
+  /// save ids (LlamaConfig::save_id, Checkpoint::save_id: a save into the folder was interrupted between the two);
+  /// UsageError for options.context beyond the model's
   /// max_position_embeddings; UsageError naming the tensor when a format of options.quantization cannot apply to it
   /// (quantized_layouts); UsageError when the checkpoint is quantized and options.quantization asks for anything
   /// else, naming both.
@@ -226,8 +228,11 @@ BasicDecoder<T> load_decoder_rank(const Stream& stream, const KernelLibrary& lib
 /// config.json and model.safetensors, tensors in `dtype`, q and k rows in rotate-half order: F16 and F32 hold the
 /// seeded fp16 values (host_tensor<half>), BF16 the seeded bf16 values (host_tensor<bfloat16>), so an F16 checkpoint
 /// loads into the seeded Decoder and a BF16 one into the seeded DecoderBf16 bit for bit. Runs on the host; the
-/// folder is created.
-/// \throws UsageError for an invalid config or another dtype; CheckpointError when writing fails.
+/// folder is created. The files of an earlier save there are replaced as write_safetensors_folder replaces them
+/// (config.json last, every file recording the save's id: no failure or crash leaves a folder that loads mixed;
+/// symbolic links there are replaced, never written through).
+/// \throws UsageError for an invalid config or another dtype; CheckpointError when writing fails (the folder is then
+///         as it was).
 void save_seeded_checkpoint(const std::filesystem::path& directory, const DecoderConfig& config,
                             DType dtype = DType::f16);
 

@@ -49,6 +49,10 @@ struct LlamaConfig {
   /// quantization_config: the formats the checkpoint stores its quantized weights in (quant_method "lazygraph",
   /// layout_version quantized_layout_version, at least one class quantized); nullopt when absent (dense weights).
   std::optional<DecoderQuantization> quantization;
+  /// lazygraph_save_id (kSaveIdKey): the identifier of the lazygraph save that wrote this config.json with its weights
+  /// (save_quantized_checkpoint, save_seeded_checkpoint); empty when absent. DecoderCheckpoint::open refuses a folder
+  /// whose weights record another one: its config.json and weights come from different saves.
+  std::string save_id;
 
   /// The per-head width: head_dim when set, else hidden_size / num_attention_heads. Precondition: the config
   /// is valid (num_attention_heads > 0), as parse() and load() return it.
@@ -70,9 +74,8 @@ struct LlamaConfig {
   /// quantization_config whose quant_method is not "lazygraph" (the message names it), whose layout_version is not
   /// quantized_layout_version, that quantizes nothing, or that holds a format lazygraph does not store (kind int8 or
   /// int4; int4 groups of 32, 64 or 128; scale_type float16 or bfloat16) or a key it does not know (even with a null
-  /// value); any key this
-  /// reader does not know (the message says to remove it if it does not change the arithmetic); or a text of more
-  /// than 65536 JSON values (refused while parsing, before they are built).
+  /// value); any key this reader does not know (the message says to remove it if it does not change the
+  /// arithmetic); or a text of more than 65536 JSON values (refused while parsing, before they are built).
   [[nodiscard]] static LlamaConfig parse(std::string_view json_text, const std::filesystem::path& source);
 
   /// Reads and parses `file_or_dir` (a folder means its config.json). Throws CheckpointError when the file cannot
