@@ -43,7 +43,7 @@ std::map<std::string, std::string> snapshot(const fs::path& dir) {
 }
 
 /// `size` random bytes.
-std::vector<std::byte> random_bytes(std::mt19937& rng, std::size_t size) {
+std::vector<std::byte> random_data(std::mt19937& rng, std::size_t size) {
   std::uniform_int_distribution<int> byte(0, 255);
   std::vector<std::byte> bytes(size);
   for (std::byte& b : bytes) b = static_cast<std::byte>(byte(rng));
@@ -56,7 +56,7 @@ struct Tensors {
   std::vector<TensorToWrite> views;
 
   Tensors(std::mt19937& rng, const std::vector<std::size_t>& sizes) {
-    for (const std::size_t size : sizes) bytes.push_back(random_bytes(rng, size));
+    for (const std::size_t size : sizes) bytes.push_back(random_data(rng, size));
     for (std::size_t i = 0; i < sizes.size(); ++i) {
       views.push_back({"t" + std::to_string(i), DType::u8, {static_cast<std::int64_t>(sizes[i])}, bytes[i]});
     }
@@ -87,7 +87,7 @@ std::string checkpoint_error(Action&& action) {
   return {};
 }
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 /// Copies `name` from folder `from` into folder `to`, over what is there: what a rename in a save does to `to`.
 void copy_in(const fs::path& from, const std::string& name, const fs::path& to) {
@@ -133,8 +133,8 @@ TEST_CASE("a sharded save that fails part way on a full disk leaves the earlier 
   const std::map<std::string, std::string> before = snapshot(dir.path());
   const std::string outcome =
       lgtest::with_file_size_limit(4096, [&] { write_safetensors_folder(dir.path(), later.views, 2000); });
-  CHECK(contains(outcome, "threw: file " + dir.path().string() + "/model-00003-of-00003-"));
-  CHECK(contains(outcome, "(to be renamed over this file): File too large"));
+  CHECK(has(outcome, "threw: file " + dir.path().string() + "/model-00003-of-00003-"));
+  CHECK(has(outcome, "(to be renamed over this file): File too large"));
   CHECK(snapshot(dir.path()) == before);  // nothing renamed, removed or left behind
   CHECK(holds(dir.path(), earlier));
 
@@ -151,8 +151,8 @@ TEST_CASE("a checkpoint saved over another on a full disk leaves the earlier one
   const std::string outcome = lgtest::with_file_size_limit(64 << 10, [&] {
     save_seeded_checkpoint(dir / "model", seeded(2), DType::f32);  // its embedding alone is past 64 KiB
   });
-  CHECK(contains(outcome, "threw: file " + (dir / "model" / "model.safetensors").string() + ": cannot write"));
-  CHECK(contains(outcome, "File too large"));
+  CHECK(has(outcome, "threw: file " + (dir / "model" / "model.safetensors").string() + ": cannot write"));
+  CHECK(has(outcome, "File too large"));
   CHECK(snapshot(dir / "model") == before);
   CHECK(DecoderCheckpoint::open(dir / "model").llama_config().torch_dtype == "float16");
 
@@ -163,7 +163,7 @@ TEST_CASE("a checkpoint saved over another on a full disk leaves the earlier one
   REQUIRE(quantized.size() > 4);
   const std::string failed =
       lgtest::with_file_size_limit(16 << 10, [&] { save_quantized_checkpoint(source, dir / "quantized", 100000); });
-  CHECK(contains(failed, "File too large"));
+  CHECK(has(failed, "File too large"));
   CHECK(snapshot(dir / "quantized") == quantized);
   CHECK_NOTHROW((void)DecoderCheckpoint::open(dir / "quantized"));
 }
@@ -193,10 +193,9 @@ TEST_CASE("every state a crash can leave between the steps of a save opens as on
     CHECK(first_matrix(x) == a_bytes);
     copy_in(b, "model.safetensors.index.json", x);  // 2. the index: the new weights beside the earlier config.json
     const std::string refused = checkpoint_error([&] { (void)DecoderCheckpoint::open(x); });
-    CHECK(contains(refused, "file " + (x / "config.json").string() + ": it is of save " + LlamaConfig::load(a).save_id +
-                                " (its lazygraph_save_id) but the weights " +
-                                (x / "model.safetensors.index.json").string() + " are of save " +
-                                LlamaConfig::load(b).save_id + ": they come from different saves"));
+    CHECK(has(refused, "file " + (x / "config.json").string() + ": it is of save " + LlamaConfig::load(a).save_id +
+                           " (its lazygraph_save_id) but the weights " + (x / "model.safetensors.index.json").string() +
+                           " are of save " + LlamaConfig::load(b).save_id + ": they come from different saves"));
     copy_in(b, "config.json", x);  // 3. config.json
     CHECK(first_matrix(x) == b_bytes);
     for (const std::string& shard : shard_names(a)) fs::remove(x / shard);  // 4. the earlier files go
@@ -208,8 +207,7 @@ TEST_CASE("every state a crash can leave between the steps of a save opens as on
     REQUIRE(fs::exists(one / "model.safetensors"));
     fs::copy(one, dir / "y");
     copy_in(b, "config.json", dir / "y");  // a new config.json beside the earlier model.safetensors
-    CHECK(contains(checkpoint_error([&] { (void)DecoderCheckpoint::open(dir / "y"); }),
-                   "they come from different saves"));
+    CHECK(has(checkpoint_error([&] { (void)DecoderCheckpoint::open(dir / "y"); }), "they come from different saves"));
 
     const fs::path z = dir / "z";
     fs::copy(one, z);
@@ -217,7 +215,7 @@ TEST_CASE("every state a crash can leave between the steps of a save opens as on
     copy_in(b, "model.safetensors.index.json", z);  // model.safetensors still shadows the index
     CHECK(first_matrix(z) == a_bytes);
     copy_in(b, "config.json", z);
-    CHECK(contains(checkpoint_error([&] { (void)DecoderCheckpoint::open(z); }), "they come from different saves"));
+    CHECK(has(checkpoint_error([&] { (void)DecoderCheckpoint::open(z); }), "they come from different saves"));
     fs::remove(z / "model.safetensors");
     CHECK(first_matrix(z) == b_bytes);
   }
@@ -227,11 +225,10 @@ TEST_CASE("every state a crash can leave between the steps of a save opens as on
     const std::vector<std::string> a_shards = shard_names(a);
     fs::copy_file(b / b_shards[1], w / a_shards[1], fs::copy_options::overwrite_existing);
     const std::string refused = checkpoint_error([&] { (void)Checkpoint::open(w); });
-    CHECK(contains(refused, "file " + (w / a_shards[1]).string() + ": the shard is of save " +
-                                LlamaConfig::load(b).save_id +
-                                " (its __metadata__'s lazygraph_save_id) but the index " +
-                                (w / "model.safetensors.index.json").string() + " is of save " +
-                                LlamaConfig::load(a).save_id + ": the files come from different saves"));
+    CHECK(has(refused, "file " + (w / a_shards[1]).string() + ": the shard is of save " + LlamaConfig::load(b).save_id +
+                           " (its __metadata__'s lazygraph_save_id) but the index " +
+                           (w / "model.safetensors.index.json").string() + " is of save " +
+                           LlamaConfig::load(a).save_id + ": the files come from different saves"));
   }
 }
 
@@ -320,8 +317,8 @@ TEST_CASE("a header larger than the reader accepts is refused before anything is
   metadata.emplace("notes", std::string(100'000'000, 'x'));
   const std::vector<TensorToWrite> none;
   const std::string refused = checkpoint_error([&] { write_safetensors(dir / "big.safetensors", none, metadata); });
-  CHECK(contains(refused, "file " + (dir / "big.safetensors").string() +
-                              ": the header would be at least 100000012 "
-                              "bytes, more than the 100000000 that safetensors readers (this one included) accept"));
+  CHECK(has(refused, "file " + (dir / "big.safetensors").string() +
+                         ": the header would be at least 100000012 "
+                         "bytes, more than the 100000000 that safetensors readers (this one included) accept"));
   CHECK(fs::is_empty(dir.path()));
 }
