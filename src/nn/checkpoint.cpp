@@ -15,6 +15,7 @@
 #include "json_util.hpp"
 #include "lazygraph/nn/decoder_rank.hpp"
 #include "lazygraph/nn/quantized_checkpoint.hpp"
+#include "model_folder.hpp"
 
 namespace lazygraph::nn {
 
@@ -451,7 +452,17 @@ DecoderCheckpoint DecoderCheckpoint::open(const std::filesystem::path& directory
     }
     chosen.quantization = *llama.quantization;
   }
-  return DecoderCheckpoint(std::move(llama), config, Checkpoint::open(directory), chosen);
+  Checkpoint weights = Checkpoint::open(directory);
+  if (!llama.save_id.empty() && !weights.save_id().empty() && llama.save_id != weights.save_id()) {
+    throw CheckpointError(directory / "config.json", "",
+                          "it is of save " + detail::printable(llama.save_id) + " (its " + std::string(kSaveIdKey) +
+                              ") but the weights " + weights.description_file().string() + " are of save " +
+                              detail::printable(weights.save_id()) +
+                              ": they come from different saves (a save into this folder was interrupted between "
+                              "the two, or the weights were written again without it); save the checkpoint again, "
+                              "or remove the key from config.json if the two belong together");
+  }
+  return DecoderCheckpoint(std::move(llama), config, std::move(weights), chosen);
 }
 
 QuantizedWeight DecoderCheckpoint::quantized_weight(std::size_t index) const {
@@ -757,7 +768,6 @@ void save_seeded_checkpoint(const std::filesystem::path& directory, const Decode
     }
     out.push_back({t.name, dtype, t.shape(), b});
   }
-  write_safetensors_folder(directory, out, kDefaultShardBytes, {{"format", "pt"}});
   LlamaConfig llama;
   llama.hidden_size = config.d;
   llama.num_attention_heads = config.heads;
@@ -782,7 +792,8 @@ void save_seeded_checkpoint(const std::filesystem::path& directory, const Decode
   if (config.head_width != 0) llama.head_dim = config.head_width;
   llama.rms_norm_eps = config.eps;
   llama.torch_dtype = dtype == DType::f16 ? "float16" : dtype == DType::bf16 ? "bfloat16" : "float32";
-  detail::write_text_file(directory / "config.json", llama.to_json());
+  llama.save_id = detail::new_save_id();
+  detail::save_model_folder(directory, out, kDefaultShardBytes, {{"format", "pt"}}, llama.save_id, llama.to_json());
 }
 
 }  // namespace lazygraph::nn

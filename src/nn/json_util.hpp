@@ -1,13 +1,16 @@
 #pragma once
 /// \file
-/// Private helpers of src/nn: reading and writing a small text file and parsing JSON strictly (syntax errors, duplicate
+/// Private helpers of src/nn: reading a small text file and parsing JSON strictly (syntax errors, duplicate
 /// keys, NUL bytes and nesting deeper than a small limit become CheckpointError naming the file). Not installed; only
 /// src/nn/*.cpp include it.
 ///
 /// Hostile input is the case these helpers are written for: reading refuses anything but a regular file (a FIFO
 /// would block, a device would never end) and stops at a size limit; parsing is one pass over the text, O(n log n)
-/// in the number of keys, and never builds a value nested deeper than the limit, so that nothing recursive in
-/// nlohmann (dump(), comparisons, copies) can overflow the stack on a value this parser returned.
+/// in the number of keys, never builds a value nested deeper than the limit, so that nothing recursive in nlohmann
+/// (dump(), comparisons, copies) can overflow the stack on a value this parser returned, and stops at a count of
+/// values, so that a text of one huge flat array cannot make it build gigabytes (a value of the DOM costs 16 bytes
+/// and more where the text spends 2). A safetensors header is read member by member (parse_json_members): only one
+/// tensor's entry is ever held as JSON.
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -18,7 +21,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -40,6 +45,10 @@ inline constexpr std::size_t kMaxConfigBytes = std::size_t{16} << 20U;
 /// The deepest nesting of arrays and objects parse_json_strict accepts by default (real checkpoint files nest
 /// fewer than 5 levels).
 inline constexpr std::size_t kMaxJsonDepth = 64;
+
+/// The most JSON values a config.json may hold: 65536 (real ones hold a few hundred; each value costs up to about 100
+/// bytes once parsed, so this bounds what a hostile file of 16 MiB can make the parser build).
+inline constexpr std::size_t kMaxConfigValues = std::size_t{1} << 16U;
 
 /// The text of errno's current value, e.g. "No such file or directory" (thread-safe, unlike strerror).
 inline std::string errno_text(int error) { return std::error_code(error, std::generic_category()).message(); }
@@ -117,17 +126,6 @@ inline std::string read_text_file(const std::filesystem::path& path, std::size_t
   return text;
 }
 
-/// Writes `text` as the file `path` (replacing it). Throws CheckpointError naming the file, with strerror, when it
-/// cannot be written.
-inline void write_text_file(const std::filesystem::path& path, std::string_view text) {
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (f == nullptr) throw CheckpointError(path, "", "cannot write: " + errno_text(errno));
-  const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  const int write_error = errno;
-  if (std::fclose(f) != 0) throw CheckpointError(path, "", "cannot write: " + errno_text(errno));
-  if (!written) throw CheckpointError(path, "", "cannot write: " + errno_text(write_error));
-}
-
 /// `text` as messages show it: each control character (below 0x20, and 0x7f) written as \xNN.
 inline std::string printable(std::string_view text) {
   std::string out;
@@ -192,7 +190,13 @@ inline void describe_into(const nlohmann::json& value, std::string& out, std::si
 }
 
 /// A SAX handler for nlohmann::json::sax_parse that builds the value itself, refusing (by stopping the parse) a
-/// duplicate key, nesting deeper than `max_depth` and syntax errors, and recording which of them it was.
+/// duplicate key, nesting deeper than `max_depth`, more than `max_values` values (each array, object, string, number,
+/// boolean and null counts one) and syntax errors, and recording which of them it was.
+///
+/// With `on_member` given and an object at the top, the members of that object are not kept: each member's value is
+/// built alone, handed to on_member(key, value) as soon as it is complete, and dropped, and `max_values` bounds each
+/// member's value instead of the whole text. Only the member being read is ever held, so a caller that keeps a small
+/// summary of each member uses memory bounded by that summary and one member, however large the text.
 class StrictBuilder {
  public:
   using json = nlohmann::json;
@@ -201,8 +205,10 @@ class StrictBuilder {
   using number_float_t = json::number_float_t;
   using string_t = json::string_t;
   using binary_t = json::binary_t;
+  using MemberHandler = std::function<void(const std::string& key, json& value)>;
 
-  explicit StrictBuilder(std::size_t max_depth) : max_depth_(max_depth) {}
+  StrictBuilder(std::size_t max_depth, std::size_t max_values, MemberHandler on_member = {})
+      : max_depth_(max_depth), max_values_(max_values), on_member_(std::move(on_member)) {}
 
   bool null() { return put(nullptr); }
   bool boolean(bool value) { return put(value); }
@@ -217,13 +223,17 @@ class StrictBuilder {
   bool end_array() { return close(); }
 
   bool key(string_t& name) {
+    if (at_member_level()) {
+      if (!member_keys_.insert(name).second) return found_duplicate(name);
+      member_key_ = std::move(name);
+      member_ = json();
+      slot_ = &member_;
+      values_ = 0;  // the budget is each member's
+      return true;
+    }
     auto& object = open_.back()->get_ref<json::object_t&>();
     const auto [it, inserted] = object.try_emplace(std::move(name));  // std::map: O(log n), no rescan
-    if (!inserted) {
-      duplicate = it->first;
-      duplicate_at_top = open_.size() == 1;
-      return false;
-    }
+    if (!inserted) return found_duplicate(it->first);
     slot_ = &it->second;
     return true;
   }
@@ -233,13 +243,33 @@ class StrictBuilder {
     return false;
   }
 
-  json root;                                // the value, once sax_parse returned true
+  json root;  // the value, once sax_parse returned true (with on_member, an empty object when the top is an object)
   std::optional<std::string> syntax_error;  // nlohmann's message
   std::optional<std::string> duplicate;     // the first key found twice in one object
   bool duplicate_at_top = false;            // whether that object is the top-level one
   bool too_deep = false;                    // nesting went past max_depth
+  bool too_many = false;                    // more than max_values values (in one member, with on_member)
+  std::optional<std::string> member;        // with on_member: the member being read when the parse stopped
+  std::exception_ptr member_error;          // what on_member threw; the parse stopped there
 
  private:
+  /// Whether the next key names a member of the top-level object that on_member receives.
+  [[nodiscard]] bool at_member_level() const noexcept { return members_ && open_.size() == 1; }
+
+  bool found_duplicate(const std::string& name) {
+    duplicate = name;
+    duplicate_at_top = open_.size() == 1;
+    return false;
+  }
+
+  /// Counts one more value against the budget.
+  bool count() {
+    if (++values_ <= max_values_) return true;
+    too_many = true;
+    if (members_) member = member_key_;
+    return false;
+  }
+
   /// Where the next value goes: the root, a new element of the innermost array, or the slot of the last key.
   json* place() {
     if (open_.empty()) return &root;
@@ -254,8 +284,9 @@ class StrictBuilder {
 
   template <class Value>
   bool put(Value&& value) {
+    if (!count()) return false;
     *place() = json(std::forward<Value>(value));
-    return true;
+    return !at_member_level() || deliver();
   }
 
   bool open(json::value_t type) {
@@ -263,6 +294,8 @@ class StrictBuilder {
       too_deep = true;
       return false;
     }
+    if (!count()) return false;
+    if (open_.empty()) members_ = on_member_ && type == json::value_t::object;
     json* container = place();
     *container = json(type);
     open_.push_back(container);  // stable: later values only go into this container or deeper ones
@@ -271,13 +304,79 @@ class StrictBuilder {
 
   bool close() {
     open_.pop_back();
+    return !at_member_level() || deliver();
+  }
+
+  /// Hands the member just completed to on_member, then drops it.
+  bool deliver() {
+    try {
+      on_member_(member_key_, member_);
+    } catch (...) {
+      member_error = std::current_exception();
+      member = member_key_;
+      return false;
+    }
+    member_ = json();
     return true;
   }
 
   std::size_t max_depth_;
-  std::vector<json*> open_;  // the arrays and objects not yet closed, outermost first
-  json* slot_ = nullptr;     // the value of the last key of the innermost object
+  std::size_t max_values_;
+  MemberHandler on_member_;
+  std::vector<json*> open_;                         // the arrays and objects not yet closed, outermost first
+  json* slot_ = nullptr;                            // the value of the last key of the innermost object
+  std::size_t values_ = 0;                          // counted against max_values_
+  bool members_ = false;                            // whether the top-level object's members go to on_member_
+  std::set<std::string, std::less<>> member_keys_;  // the members seen so far
+  std::string member_key_;                          // the member being read
+  json member_;                                     // its value
 };
+
+/// Runs `builder` over `text` and throws the first problem it recorded, as parse_json_strict describes.
+inline void run_strict(StrictBuilder& builder, std::string_view text, const std::filesystem::path& file,
+                       std::string_view what, bool keys_are_tensors, std::size_t max_depth, std::size_t max_values) {
+  if (const std::size_t nul = text.find('\0'); nul != std::string_view::npos) {
+    throw CheckpointError(
+        file, "", std::string(what) + " is not valid JSON: it holds a NUL byte at offset " + std::to_string(nul));
+  }
+  bool parsed = false;
+  try {
+    parsed = nlohmann::json::sax_parse(text.begin(), text.end(), &builder);
+  } catch (const nlohmann::json::exception& e) {  // not expected: the handler reports errors; kept for safety
+    throw CheckpointError(file, "", std::string(what) + " is not valid JSON: " + e.what());
+  }
+  if (builder.member_error) std::rethrow_exception(builder.member_error);
+  if (builder.too_deep) {
+    throw CheckpointError(
+        file, "",
+        std::string(what) + " nests deeper than " + std::to_string(max_depth) + " levels of arrays and objects");
+  }
+  if (builder.duplicate.has_value()) {
+    if (builder.duplicate_at_top && keys_are_tensors) {
+      throw CheckpointError(file, *builder.duplicate, "the name appears twice in " + std::string(what));
+    }
+    throw CheckpointError(
+        file, "", std::string(what) + " has the key '" + printable(*builder.duplicate) + "' twice in one object");
+  }
+  if (builder.too_many) {
+    const std::string limit = std::to_string(max_values) + " JSON values";
+    if (!builder.member.has_value()) {
+      throw CheckpointError(file, "",
+                            std::string(what) + " holds more than " + limit +
+                                " (each array, object, string, number, true, false and null counts one)");
+    }
+    if (keys_are_tensors) {
+      throw CheckpointError(file, *builder.member, "its entry in " + std::string(what) + " holds more than " + limit);
+    }
+    throw CheckpointError(
+        file, "", std::string(what) + "'s member '" + printable(*builder.member) + "' holds more than " + limit);
+  }
+  if (!parsed || builder.syntax_error.has_value()) {
+    throw CheckpointError(file, "",
+                          std::string(what) + " is not valid JSON: " +
+                              builder.syntax_error.value_or("the parser stopped without a reason"));
+  }
+}
 
 }  // namespace json_detail
 
@@ -293,38 +392,34 @@ inline std::string describe_json(const nlohmann::json& value) {
 /// The JSON value of `text`, parsed in one pass (O(n log n) in the number of keys). Throws CheckpointError naming
 /// `file` when `text` is not JSON (nlohmann's message included), holds a NUL byte (nlohmann would stop reading
 /// there and accept what follows), nests arrays and objects deeper than `max_depth` levels (the top-level value
-/// is level 1; checked while parsing, so no deeper value is ever built), or an object repeats a key (naming the
-/// key; for a key of the top-level object, it is also reported as the tensor when `keys_are_tensors`). `what`
-/// names the text in messages, e.g. "the header".
+/// is level 1; checked while parsing, so no deeper value is ever built), holds more than `max_values` values (each
+/// array, object, string, number, boolean and null counts one; checked while parsing, so memory stays within about
+/// 100 bytes a value), or an object repeats a key (naming the key; for a key of the top-level object, it is also
+/// reported as the tensor when `keys_are_tensors`). `what` names the text in messages, e.g. "the index".
 inline nlohmann::json parse_json_strict(std::string_view text, const std::filesystem::path& file, std::string_view what,
-                                        bool keys_are_tensors, std::size_t max_depth = kMaxJsonDepth) {
-  if (const std::size_t nul = text.find('\0'); nul != std::string_view::npos) {
-    throw CheckpointError(
-        file, "", std::string(what) + " is not valid JSON: it holds a NUL byte at offset " + std::to_string(nul));
-  }
-  json_detail::StrictBuilder builder(max_depth);
-  bool parsed = false;
+                                        bool keys_are_tensors, std::size_t max_values,
+                                        std::size_t max_depth = kMaxJsonDepth) {
+  json_detail::StrictBuilder builder(max_depth, max_values);
+  json_detail::run_strict(builder, text, file, what, keys_are_tensors, max_depth, max_values);
+  return std::move(builder.root);
+}
+
+/// parse_json_strict for a text whose top-level value is an object of many members (a safetensors header): each
+/// member's value is built alone, handed to on_member(key, value) as soon as it is complete and dropped, so that
+/// memory is what on_member keeps plus one member, and `max_member_values` bounds each member's values (the one
+/// over it is named: as the tensor when `keys_are_tensors`). What on_member throws stops the parse and propagates.
+/// Returns an empty object when the top-level value is an object; else that value (at most max_member_values values,
+/// or the first max_member_values of them when there are more: enough to describe it), which the caller refuses.
+inline nlohmann::json parse_json_members(std::string_view text, const std::filesystem::path& file,
+                                         std::string_view what, bool keys_are_tensors, std::size_t max_member_values,
+                                         const json_detail::StrictBuilder::MemberHandler& on_member,
+                                         std::size_t max_depth = kMaxJsonDepth) {
+  json_detail::StrictBuilder builder(max_depth, max_member_values, on_member);
   try {
-    parsed = nlohmann::json::sax_parse(text.begin(), text.end(), &builder);
-  } catch (const nlohmann::json::exception& e) {  // not expected: the handler reports errors; kept for safety
-    throw CheckpointError(file, "", std::string(what) + " is not valid JSON: " + e.what());
-  }
-  if (builder.too_deep) {
-    throw CheckpointError(
-        file, "",
-        std::string(what) + " nests deeper than " + std::to_string(max_depth) + " levels of arrays and objects");
-  }
-  if (builder.duplicate.has_value()) {
-    if (builder.duplicate_at_top && keys_are_tensors) {
-      throw CheckpointError(file, *builder.duplicate, "the name appears twice in " + std::string(what));
-    }
-    throw CheckpointError(
-        file, "", std::string(what) + " has the key '" + printable(*builder.duplicate) + "' twice in one object");
-  }
-  if (!parsed || builder.syntax_error.has_value()) {
-    throw CheckpointError(file, "",
-                          std::string(what) + " is not valid JSON: " +
-                              builder.syntax_error.value_or("the parser stopped without a reason"));
+    json_detail::run_strict(builder, text, file, what, keys_are_tensors, max_depth, max_member_values);
+  } catch (const CheckpointError&) {
+    if (!builder.too_many || builder.member.has_value()) throw;
+    return std::move(builder.root);  // not an object, and large: the caller describes its beginning
   }
   return std::move(builder.root);
 }

@@ -99,6 +99,7 @@ constexpr std::string_view kReadKeys[] = {
     "hidden_act",
     "hidden_size",
     "intermediate_size",
+    "lazygraph_save_id",
     "max_position_embeddings",
     "mlp_bias",
     "model_type",
@@ -285,9 +286,9 @@ std::optional<QuantizedFormat> read_format(const json& config, std::string_view 
   }
   format.scale_type = *scales == "float16" ? ScaleType::f16 : ScaleType::bf16;
   for (const auto& [key, value] : it->items()) {
-    if (key == "kind" || key == "scale_type" || value.is_null()) continue;
+    if (key == "kind" || key == "scale_type") continue;
     const bool int4_key = key == "group" || key == "asymmetric";
-    if (int4 && int4_key) continue;
+    if ((int4 && int4_key) || (int4_key && value.is_null())) continue;  // null: absent, as field() reads it
     std::string path = where;
     path += '.';
     path += key;
@@ -354,6 +355,20 @@ void read_quantization(LlamaConfig& config, const ConfigReader& reader) {
   config.quantization = quantization;
 }
 
+/// bos_token_id and each eos_token_id must be a row of the embedding: an id at or past vocab_size could never be
+/// sampled (an eos that never ends a generation) or embedded (a bos that fails every prompt).
+void check_token_ids(const LlamaConfig& config, const ConfigReader& reader) {
+  const auto check = [&](std::string_view key, int id) {
+    if (id >= config.vocab_size) {
+      reader.fail(key, "(" + std::to_string(id) + ") is not a token of the vocabulary: vocab_size is " +
+                           std::to_string(config.vocab_size) + ", so token ids are 0 to " +
+                           std::to_string(config.vocab_size - 1));
+    }
+  };
+  if (config.bos_token_id.has_value()) check("bos_token_id", *config.bos_token_id);
+  for (const int id : config.eos_token_ids) check("eos_token_id", id);
+}
+
 void check_shapes(const LlamaConfig& config, const ConfigReader& reader) {
   if (config.num_attention_heads % config.num_key_value_heads != 0) {
     reader.fail("num_key_value_heads", "(" + std::to_string(config.num_key_value_heads) +
@@ -383,7 +398,7 @@ json format_json(const std::optional<QuantizedFormat>& format) {
 }  // namespace
 
 LlamaConfig LlamaConfig::parse(std::string_view json_text, const std::filesystem::path& source) {
-  const json root = detail::parse_json_strict(json_text, source, "the config", false);
+  const json root = detail::parse_json_strict(json_text, source, "the config", false, detail::kMaxConfigValues);
   if (!root.is_object()) {
     throw CheckpointError(source, "", "the config must be a JSON object, found " + detail::describe_json(root));
   }
@@ -422,6 +437,8 @@ LlamaConfig LlamaConfig::parse(std::string_view json_text, const std::filesystem
     config.bos_token_id = bos.front();
   }
   config.eos_token_ids = reader.token_ids("eos_token_id");
+  check_token_ids(config, reader);
+  config.save_id = reader.string("lazygraph_save_id", "");
   architecture.read(reader, config);
   read_quantization(config, reader);
   check_shapes(config, reader);
@@ -470,6 +487,7 @@ std::string LlamaConfig::to_json() const {
   if (bos_token_id.has_value()) root["bos_token_id"] = *bos_token_id;
   if (eos_token_ids.size() == 1) root["eos_token_id"] = eos_token_ids[0];
   if (eos_token_ids.size() > 1) root["eos_token_id"] = eos_token_ids;
+  if (!save_id.empty()) root["lazygraph_save_id"] = save_id;
   if (quantization.has_value()) {
     root["quantization_config"] = {
         {"quant_method", "lazygraph"},

@@ -1,6 +1,11 @@
 #include "lazygraph/nn/quantized_checkpoint.hpp"
 
+#include <lazygraph/driver/bfloat16.hpp>
+#include <lazygraph/driver/half.hpp>
+
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstring>
 #include <span>
 
@@ -38,6 +43,54 @@ std::string described(std::span<const std::int32_t> d) {
          (known ? format_name(format)
                 : "an unknown format (" + std::to_string(d[2]) + ", " + std::to_string(d[4]) + ", " +
                       std::to_string(d[5]) + ")");
+}
+
+/// Throws CheckpointError naming the part at fault when the saved bytes break the rules that QuantizedWeight's
+/// constructor enforces (quantized.hpp): a scale that is negative or not finite, a padding row's scale that is not 0,
+/// a zero point above 15, an int8 byte 0 (-128). Reads the bytes where the file is mapped and copies none.
+void check_saved_bytes(const Checkpoint& checkpoint, const QuantizedLayout& layout, const QuantizedTensorInfo& found) {
+  const auto refuse = [&](const TensorInfo& part, const std::string& why) {
+    throw CheckpointError(checkpoint.file_of(part).path(), part.name,
+                          "holds bytes its format (" + format_name(layout.format()) + ") does not allow: " + why +
+                              " (the file was changed after it was saved, or written by something else)");
+  };
+  const ScaleType type = layout.format().scale_type;
+  const std::span<const std::byte> scales = checkpoint.data(*found.scales);
+  const auto scale = [&](std::size_t i) {
+    std::uint16_t bits = 0;
+    std::memcpy(&bits, scales.data() + 2 * i, 2);  // little-endian, as the file and this host are
+    return type == ScaleType::f16 ? half{bits}.to_float() : bfloat16{bits}.to_float();
+  };
+  for (std::size_t i = 0; i < layout.scale_count(); ++i) {
+    if (const float s = scale(i); !(std::isfinite(s) && s >= 0)) {
+      refuse(*found.scales, "scale " + std::to_string(i) + " is " + std::to_string(s) + ", not a finite number >= 0");
+    }
+  }
+  for (int row = layout.rows(); row < layout.tiles() * QuantizedLayout::tile_rows; ++row) {
+    for (int k = 0; k < layout.groups_per_row(); ++k) {
+      const std::size_t i = layout.scale_index(row, k * layout.group());
+      if (scale(i) != 0) {
+        refuse(*found.scales, "scale " + std::to_string(i) + " belongs to padding row " + std::to_string(row) +
+                                  " of the last tile and must be 0");
+      }
+    }
+  }
+  if (found.zeros != nullptr) {
+    const std::span<const std::byte> zeros = checkpoint.data(*found.zeros);
+    const auto it = std::find_if(zeros.begin(), zeros.end(), [](std::byte z) { return z > std::byte{15}; });
+    if (it != zeros.end()) {
+      refuse(*found.zeros, "zero point " + std::to_string(it - zeros.begin()) + " is " +
+                               std::to_string(std::to_integer<int>(*it)) + ", above 15");
+    }
+  }
+  if (layout.format().kind == WeightFormat::int8_channel) {
+    const std::span<const std::byte> values = checkpoint.data(*found.values);
+    if (const void* zero = std::memchr(values.data(), 0, values.size()); zero != nullptr) {
+      refuse(*found.values, "int8 value at byte " +
+                                std::to_string(static_cast<const std::byte*>(zero) - values.data()) +
+                                " is 0, offset binary for -128, outside [-127, 127]");
+    }
+  }
 }
 
 template <class T>
@@ -83,6 +136,7 @@ QuantizedTensorInfo require_quantized(const Checkpoint& checkpoint, const Quanti
     throw CheckpointError(checkpoint.file_of(*stray).path(), zeros_name,
                           "zero points for a symmetric format (" + format_name(layout.format()) + ")");
   }
+  check_saved_bytes(checkpoint, layout, found);
   return found;
 }
 

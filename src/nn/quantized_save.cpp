@@ -4,8 +4,8 @@
 #include <system_error>
 #include <vector>
 
-#include "json_util.hpp"
 #include "lazygraph/nn/quantized_checkpoint.hpp"
+#include "model_folder.hpp"
 
 namespace lazygraph::nn {
 
@@ -44,10 +44,10 @@ void save_quantized_checkpoint(const DecoderCheckpoint& source, const std::files
     if (info.name != t.name) continue;  // a tied LM head: config.json says to read the embedding
     out.push_back({t.name, info.dtype, info.shape, source.weights().data(info)});
   }
-  write_safetensors_folder(directory, out, max_shard_bytes, {{"format", "pt"}});
   LlamaConfig config = source.llama_config();
   config.quantization = quantization;
-  detail::write_text_file(directory / "config.json", config.to_json());
+  config.save_id = detail::new_save_id();
+  detail::save_model_folder(directory, out, max_shard_bytes, {{"format", "pt"}}, config.save_id, config.to_json());
 }
 
 }  // namespace lazygraph::nn

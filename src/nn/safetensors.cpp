@@ -1,15 +1,12 @@
 #include <lazygraph/nn/safetensors.hpp>
 
-#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstdint>
-#include <cstdio>
 #include <limits>
 #include <set>
 #include <tuple>
@@ -18,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "json_util.hpp"
+#include "model_folder.hpp"
 
 namespace lazygraph::nn {
 
@@ -30,6 +28,11 @@ constexpr std::size_t kLengthBytes = 8;               // the u64 header length b
 constexpr std::uint64_t kMaxHeaderBytes = 100000000;  // 100 MB, as the reference implementation allows
 constexpr std::string_view kMetadataKey = "__metadata__";
 constexpr std::size_t kMaxIndexBytes = std::size_t{64} << 20U;  // 64 MiB; the largest real indexes are a few MB
+// JSON values in one entry of a header (a tensor's takes 8 and one per dim; "__metadata__" one and one per key), and
+// in an index (one per tensor, and a few): far above real files, low enough that a hostile text of a huge flat array
+// or object is refused before it is built.
+constexpr std::size_t kMaxEntryValues = std::size_t{1} << 16U;
+constexpr std::size_t kMaxIndexValues = std::size_t{1} << 20U;
 
 struct DTypeEntry {
   DType dtype;
@@ -231,8 +234,6 @@ void sort_and_check_overlaps(std::vector<TensorInfo>& tensors, const fs::path& f
   }
 }
 
-using detail::FdGuard;
-
 }  // namespace
 
 std::size_t dtype_size(DType dtype) noexcept { return entry_of(dtype).size; }
@@ -316,18 +317,19 @@ void SafetensorsFile::parse_header() {
                               std::to_string(size_ - kLengthBytes) + " follow (the file is truncated)");
   }
   const std::string_view text(reinterpret_cast<const char*>(map_ + kLengthBytes), header_bytes);
-  const json header = detail::parse_json_strict(text, path_, "the header", true);
-  if (!header.is_object()) {
-    throw CheckpointError(path_, "", "the header must be a JSON object, found " + detail::describe_json(header));
-  }
   const HeaderContext ctx{path_, kLengthBytes + header_bytes, size_ - kLengthBytes - header_bytes};
   std::vector<TensorInfo> tensors;
-  for (const auto& [name, entry] : header.items()) {
-    if (name == kMetadataKey) {
-      metadata_ = parse_metadata(entry, path_);
-    } else {
-      tensors.push_back(parse_entry(name, entry, ctx));
-    }
+  // Entry by entry: only the tensors' TensorInfo and one entry's JSON are ever held.
+  const json top = detail::parse_json_members(text, path_, "the header", true, kMaxEntryValues,
+                                              [&](const std::string& name, const json& entry) {
+                                                if (name == kMetadataKey) {
+                                                  metadata_ = parse_metadata(entry, path_);
+                                                } else {
+                                                  tensors.push_back(parse_entry(name, entry, ctx));
+                                                }
+                                              });
+  if (!top.is_object()) {
+    throw CheckpointError(path_, "", "the header must be a JSON object, found " + detail::describe_json(top));
   }
   sort_and_check_overlaps(tensors, path_, ctx.data_start);
   tensors_ = std::move(tensors);
@@ -439,11 +441,22 @@ Checkpoint Checkpoint::open(const std::filesystem::path& dir_or_file) {
   throw CheckpointError(dir_or_file, "", "the folder holds neither model.safetensors nor model.safetensors.index.json");
 }
 
+namespace {
+
+/// The save identifier a safetensors file's metadata holds; empty when it holds none.
+std::string save_id_of(const SafetensorsFile& file) {
+  const auto it = file.metadata().find(std::string(kSaveIdKey));
+  return it == file.metadata().end() ? std::string() : it->second;
+}
+
+}  // namespace
+
 Checkpoint Checkpoint::open_single(const std::filesystem::path& file, const std::filesystem::path& given) {
   Checkpoint checkpoint;
   checkpoint.path_ = given;
   checkpoint.description_file_ = file;
   checkpoint.files_.push_back(SafetensorsFile::open(file));
+  checkpoint.save_id_ = save_id_of(checkpoint.files_.front());
   for (const TensorInfo& info : checkpoint.files_.front().tensors()) {
     checkpoint.tensors_.emplace(info.name, Location{0, &info});
   }
@@ -462,9 +475,30 @@ bool is_plain_file_name(std::string_view name) {
   });
 }
 
-/// The index's weight_map as shard file name -> tensor names, checked.
-std::map<std::string, std::vector<std::string>> read_weight_map(const fs::path& index) {
-  const json root = detail::parse_json_strict(detail::read_text_file(index, kMaxIndexBytes), index, "the index", false);
+/// What an index says: shard file name -> tensor names, checked, and the save identifier of its metadata.
+struct Index {
+  std::map<std::string, std::vector<std::string>> shards;
+  std::string save_id;  // empty when the index has none
+};
+
+/// The save identifier of the index's "metadata", when it holds one (checked to be a non-empty string).
+std::string read_index_save_id(const json& root, const fs::path& index) {
+  const auto metadata = root.find("metadata");
+  if (metadata == root.end() || !metadata->is_object()) return {};
+  const auto id = metadata->find(kSaveIdKey);
+  if (id == metadata->end()) return {};
+  if (!id->is_string() || id->get_ref<const std::string&>().empty()) {
+    throw CheckpointError(index, "",
+                          "the index's metadata." + std::string(kSaveIdKey) + " must be a non-empty string, found " +
+                              detail::describe_json(*id));
+  }
+  return id->get<std::string>();
+}
+
+/// The index's weight_map and save identifier, checked.
+Index read_index(const fs::path& index) {
+  const json root = detail::parse_json_strict(detail::read_text_file(index, kMaxIndexBytes), index, "the index", false,
+                                              kMaxIndexValues);
   if (!root.is_object()) {
     throw CheckpointError(index, "", "the index must be a JSON object, found " + detail::describe_json(root));
   }
@@ -475,7 +509,8 @@ std::map<std::string, std::vector<std::string>> read_weight_map(const fs::path& 
                               (it == root.end() ? std::string("none") : detail::describe_json(*it)));
   }
   if (it->empty()) throw CheckpointError(index, "", "the index's \"weight_map\" is empty");
-  std::map<std::string, std::vector<std::string>> shards;
+  Index read{{}, read_index_save_id(root, index)};
+  std::map<std::string, std::vector<std::string>>& shards = read.shards;
   for (const auto& [name, shard] : it->items()) {
     if (!shard.is_string()) {
       throw CheckpointError(index, name,
@@ -489,12 +524,25 @@ std::map<std::string, std::vector<std::string>> read_weight_map(const fs::path& 
     }
     shards[shard_name].push_back(name);
   }
-  return shards;
+  return read;
 }
 
-/// Throws when `file` lacks a tensor that the index maps to it, or holds one that the index maps elsewhere.
-void check_shard(const fs::path& index, const std::string& shard, const SafetensorsFile& file,
-                 const std::vector<std::string>& names) {
+/// "of save 3f9a...", or "of no lazygraph save" for an empty identifier.
+std::string save_text(const std::string& id) {
+  return id.empty() ? std::string("of no lazygraph save") : "of save " + detail::printable(id);
+}
+
+/// Throws when `file` lacks a tensor that the index maps to it, holds one that the index maps elsewhere, or carries
+/// another save identifier than the index (when both carry one).
+void check_shard(const fs::path& index, const std::string& index_save_id, const std::string& shard,
+                 const SafetensorsFile& file, const std::vector<std::string>& names) {
+  if (const std::string id = save_id_of(file); !id.empty() && !index_save_id.empty() && id != index_save_id) {
+    throw CheckpointError(file.path(), "",
+                          "the shard is " + save_text(id) + " (its __metadata__'s " + std::string(kSaveIdKey) +
+                              ") but the index " + index.string() + " is " + save_text(index_save_id) +
+                              ": the files come from different saves (a save into this folder was interrupted, or "
+                              "files were copied between folders); save the checkpoint again");
+  }
   for (const std::string& name : names) {
     if (file.find(name) == nullptr) {
       throw CheckpointError(index, name, "the index maps it to shard '" + shard + "', which has no such tensor");
@@ -515,10 +563,12 @@ void check_shard(const fs::path& index, const std::string& shard, const Safetens
 }  // namespace
 
 Checkpoint Checkpoint::open_sharded(const std::filesystem::path& index, const std::filesystem::path& given) {
-  const std::map<std::string, std::vector<std::string>> shards = read_weight_map(index);
+  const Index read = read_index(index);
+  const std::map<std::string, std::vector<std::string>>& shards = read.shards;
   Checkpoint checkpoint;
   checkpoint.path_ = given;
   checkpoint.description_file_ = index;
+  checkpoint.save_id_ = read.save_id;
   checkpoint.files_.reserve(shards.size());
   for (const auto& [shard, names] : shards) {
     const fs::path shard_path = index.parent_path() / shard;
@@ -528,7 +578,7 @@ Checkpoint Checkpoint::open_sharded(const std::filesystem::path& index, const st
                             "the shard '" + shard + "' is missing: " + shard_path.string() + " does not exist");
     }
     SafetensorsFile file = SafetensorsFile::open(shard_path);
-    check_shard(index, shard, file, names);
+    check_shard(index, read.save_id, shard, file, names);
     checkpoint.files_.push_back(std::move(file));
   }
   for (std::size_t i = 0; i < checkpoint.files_.size(); ++i) {
@@ -584,9 +634,24 @@ std::span<const std::byte> Checkpoint::data(const TensorInfo& info) const { retu
 
 namespace {
 
+/// Throws the CheckpointError for a header of `bytes` (`at_least`: or more) that readers refuse.
+[[noreturn]] void header_too_large(const fs::path& path, std::size_t bytes, bool at_least) {
+  throw CheckpointError(path, "",
+                        "the header would be " + std::string(at_least ? "at least " : "") + std::to_string(bytes) +
+                            " bytes, more than the " + std::to_string(kMaxHeaderBytes) +
+                            " that safetensors readers (this one included) accept: write fewer tensors, shorter "
+                            "names or less metadata per file");
+}
+
 /// The header JSON for `tensors` laid out contiguously in order, padded with spaces to a multiple of 8 bytes.
+/// \throws CheckpointError when it would be larger than kMaxHeaderBytes (before building it, when the names and
+///         metadata alone are: each holds its strings and a few bytes more).
 std::string build_header(const fs::path& path, std::span<const TensorToWrite> tensors,
                          const std::map<std::string, std::string>& metadata) {
+  std::size_t least = 2;                                                             // {}
+  for (const auto& [key, value] : metadata) least += key.size() + value.size() + 5;  // "key":"value"
+  for (const TensorToWrite& tensor : tensors) least += tensor.name.size() + 40;      // "name":{"dtype":"U8",...}
+  if (least > kMaxHeaderBytes) header_too_large(path, least, true);
   json header = json::object();
   if (!metadata.empty()) header[std::string(kMetadataKey)] = metadata;
   std::set<std::string_view> seen;
@@ -617,59 +682,30 @@ std::string build_header(const fs::path& path, std::span<const TensorToWrite> te
     throw CheckpointError(path, "", std::string("a tensor name or metadata string is not valid UTF-8: ") + e.what());
   }
   text.append((kLengthBytes - text.size() % kLengthBytes) % kLengthBytes, ' ');
+  if (text.size() > kMaxHeaderBytes) header_too_large(path, text.size(), false);
   return text;
 }
 
-void write_all(int fd, const char* bytes, std::size_t size, const fs::path& path) {
-  while (size > 0) {
-    const ssize_t written = ::write(fd, bytes, size);
-    if (written < 0) {
-      if (errno == EINTR) continue;
-      throw CheckpointError(path, "", "cannot write: " + detail::errno_text(errno));
-    }
-    bytes += written;
-    size -= static_cast<std::size_t>(written);
-  }
-}
-
-/// Removes a temporary file unless dismissed.
-class RemoveOnFailure {
- public:
-  explicit RemoveOnFailure(fs::path path) : path_(std::move(path)) {}
-  RemoveOnFailure(const RemoveOnFailure&) = delete;
-  RemoveOnFailure& operator=(const RemoveOnFailure&) = delete;
-  ~RemoveOnFailure() {
-    if (armed_) ::unlink(path_.c_str());
-  }
-  void dismiss() noexcept { armed_ = false; }
-
- private:
-  fs::path path_;
-  bool armed_ = true;
-};
-
 }  // namespace
+
+detail::PendingFile detail::write_pending_safetensors(const std::filesystem::path& path,
+                                                      std::span<const TensorToWrite> tensors,
+                                                      const std::map<std::string, std::string>& metadata) {
+  const std::string header = build_header(path, tensors, metadata);
+  PendingFile file(path);
+  const std::array<char, kLengthBytes> length = le_u64_bytes(header.size());
+  file.write(std::string_view(length.data(), length.size()));
+  file.write(header);
+  for (const TensorToWrite& tensor : tensors) file.write(tensor.data);
+  file.finish();
+  return file;
+}
 
 void write_safetensors(const std::filesystem::path& path, std::span<const TensorToWrite> tensors,
                        const std::map<std::string, std::string>& metadata) {
-  const std::string header = build_header(path, tensors, metadata);
-  fs::path temporary = path;
-  temporary += ".tmp";
-  FdGuard fd(::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (fd.get() < 0) throw CheckpointError(temporary, "", "cannot create: " + detail::errno_text(errno));
-  RemoveOnFailure cleanup(temporary);
-  const std::array<char, kLengthBytes> length = le_u64_bytes(header.size());
-  write_all(fd.get(), length.data(), length.size(), temporary);
-  write_all(fd.get(), header.data(), header.size(), temporary);
-  for (const TensorToWrite& tensor : tensors) {
-    write_all(fd.get(), reinterpret_cast<const char*>(tensor.data.data()), tensor.data.size(), temporary);
-  }
-  if (::fsync(fd.get()) != 0) throw CheckpointError(temporary, "", "cannot flush: " + detail::errno_text(errno));
-  if (fd.close() != 0) throw CheckpointError(temporary, "", "cannot close: " + detail::errno_text(errno));
-  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-    throw CheckpointError(path, "", "cannot rename " + temporary.string() + " to it: " + detail::errno_text(errno));
-  }
-  cleanup.dismiss();
+  detail::PendingFile file = detail::write_pending_safetensors(path, tensors, metadata);
+  file.commit();
+  detail::sync_folder(detail::folder_of(path));
 }
 
 }  // namespace lazygraph::nn

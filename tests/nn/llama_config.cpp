@@ -363,12 +363,41 @@ TEST_CASE("token ids: bos, and eos as one id or a list") {
   const LlamaConfig one = LlamaConfig::parse(minimal_with(R"("bos_token_id": 1, "eos_token_id": 2)"), "c");
   CHECK(one.bos_token_id == 1);
   CHECK(one.eos_token_ids == std::vector<int>{2});
-  const LlamaConfig list =
-      LlamaConfig::parse(minimal_with(R"("bos_token_id": 0, "eos_token_id": [128001, 128008, 128009])"), "c");
+  const LlamaConfig list = LlamaConfig::parse(minimal_with(R"("bos_token_id": 0, "eos_token_id": [97, 98, 99])"), "c");
   CHECK(list.bos_token_id == 0);
-  CHECK(list.eos_token_ids == std::vector<int>{128001, 128008, 128009});
+  CHECK(list.eos_token_ids == std::vector<int>{97, 98, 99});
   CHECK(LlamaConfig::parse(list.to_json(), "c") == list);
   check_refused(minimal_with(R"("eos_token_id": [1, -2])"), "key 'eos_token_id' must be a token id or a list");
+}
+
+TEST_CASE("a bos or eos token id at or past vocab_size is refused, naming the key and the id") {
+  // kMinimal's vocab_size is 100: ids 0 to 99.
+  check_refused(minimal_with(R"("eos_token_id": 100)"),
+                "key 'eos_token_id' (100) is not a token of the vocabulary: vocab_size is 100, so token ids are 0 "
+                "to 99");
+  check_refused(minimal_with(R"("eos_token_id": [2, 128001])"), "key 'eos_token_id' (128001) is not a token");
+  check_refused(minimal_with(R"("bos_token_id": 100, "eos_token_id": 2)"), "key 'bos_token_id' (100) is not a token");
+  CHECK(LlamaConfig::parse(minimal_with(R"("bos_token_id": 99, "eos_token_id": [99])"), "c").bos_token_id == 99);
+  // Llama 3's ids, with its vocabulary.
+  CHECK(LlamaConfig::parse(kLlama3, "c").eos_token_ids == std::vector<int>{128001});
+}
+
+TEST_CASE("lazygraph_save_id is read as the config's save id and written back") {
+  const LlamaConfig saved = LlamaConfig::parse(minimal_with(R"("lazygraph_save_id": "0123456789abcdef")"), "c");
+  CHECK(saved.save_id == "0123456789abcdef");
+  CHECK(LlamaConfig::parse(saved.to_json(), "c") == saved);
+  CHECK(LlamaConfig::parse(kMinimal, "c").save_id.empty());
+  CHECK(LlamaConfig::parse(kMinimal, "c").to_json().find("lazygraph_save_id") == std::string::npos);
+  check_refused(minimal_with(R"("lazygraph_save_id": 7)"), "key 'lazygraph_save_id' must be a string");
+}
+
+TEST_CASE("a config of more than 65536 JSON values is refused while it is parsed, before they are built") {
+  std::string ids = "[0";
+  for (int i = 0; i < 70000; ++i) ids += ",0";
+  check_refused(minimal_with(R"("suppress_tokens": )" + ids + "]"), "the config holds more than 65536 JSON values");
+  ids = "[0";
+  for (int i = 0; i < 60000; ++i) ids += ",0";
+  CHECK_NOTHROW((void)LlamaConfig::parse(minimal_with(R"("suppress_tokens": )" + ids + "]"), "c"));
 }
 
 TEST_CASE("head counts that do not divide are refused") {
@@ -469,6 +498,14 @@ TEST_CASE("a quantization_config of another method, layout version or format is 
                  "key 'quantization_config.mlp.group' is not used by int8");
   refused_format(R"({"kind": "int4", "group": 64, "scale_type": "float16", "bits": 4})",
                  "key 'quantization_config.mlp.bits' is not a key of a quantized format");
+  refused_format(R"({"kind": "int4", "group": 64, "scale_type": "float16", "bits": null})",
+                 "key 'quantization_config.mlp.bits' is not a key of a quantized format");
+  refused_format(R"({"kind": "int8", "scale_type": "float16", "zero_point": null})",
+                 "key 'quantization_config.mlp.zero_point' is not a key of a quantized format");
+  // A known key with null stands for its absence.
+  CHECK(LlamaConfig::parse(
+            quantized_with(kLazygraph + R"("mlp": {"kind": "int8", "group": null, "scale_type": "float16"})"), "c")
+            .quantization->mlp.has_value());
   refused_format(R"("int4")", "key 'quantization_config.mlp' must be a format object or null");
   check_refused(quantized_with(kLazygraph + R"("mlp": {"kind": "int8", "scale_type": "float16"}, "desc_act": true)"),
                 "key 'quantization_config.desc_act' is not a key lazygraph writes");

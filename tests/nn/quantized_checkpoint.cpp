@@ -1,10 +1,14 @@
 // Quantized weights in safetensors files (nn/quantized_checkpoint.hpp): every format saved and read back bit for
-// bit, several weights in one file, and a layout that does not match the file refused by file and tensor name.
+// bit, several weights in one file, and a layout that does not match the file, or bytes that break the format,
+// refused by file and tensor name.
 #include <doctest/doctest.h>
 
 #include <lazygraph/nn/quantized_checkpoint.hpp>
 
+#include <cstdint>
+#include <functional>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -99,4 +103,37 @@ TEST_CASE("zero points saved beside a symmetric weight are refused") {
   const Checkpoint checkpoint = Checkpoint::open(dir.path());
   CHECK_THROWS_WITH_AS((void)read_quantized(checkpoint, sym.layout()),
                        doctest::Contains("tensor w.qzeros: zero points for a symmetric format"), CheckpointError);
+}
+
+TEST_CASE("saved bytes that break their format are refused by require_quantized, naming the part and the element") {
+  const lgtest::TempDir dir("nn-qckpt");
+  // 37 rows: the last tile's rows 37 to 47 are padding, whose scales must be 0.
+  const QuantizedWeight w =
+      quantize({WeightFormat::int4_group, 64, false, ScaleType::bf16}, "w", 37, 128, seeded_weights(37 * 128, 7));
+  const QuantizedTensors parts(w);
+  const auto refused = [&](std::size_t scale, std::uint16_t bits, const std::string& fragment) {
+    CAPTURE(fragment);
+    std::vector<std::uint16_t> scales(w.scale_bits().begin(), w.scale_bits().end());
+    scales.at(scale) = bits;
+    std::vector<TensorToWrite> tensors = parts.tensors();
+    tensors.at(2).data = std::as_bytes(std::span<const std::uint16_t>(scales));  // w.qscales
+    write_safetensors(dir / "model.safetensors", tensors);
+    const Checkpoint checkpoint = Checkpoint::open(dir.path());
+    for (const auto& read : {std::function<void()>([&] { (void)require_quantized(checkpoint, w.layout()); }),
+                             std::function<void()>([&] { (void)read_quantized(checkpoint, w.layout()); })}) {
+      const std::string expected =
+          "tensor w.qscales: holds bytes its format (int4 g64, bf16 scales) does not allow: " + fragment;
+      CHECK_THROWS_WITH_AS(read(), doctest::Contains(expected.c_str()), CheckpointError);
+    }
+  };
+  const std::size_t padding = w.layout().scale_index(40, 64);
+  refused(padding, 0x3f80,
+          "scale " + std::to_string(padding) +
+              " belongs to padding row 40 of the last tile and must "
+              "be 0");                    // bf16 1.0
+  refused(3, 0x7fc0, "scale 3 is nan");   // bf16 NaN
+  refused(4, 0xbf80, "scale 4 is -1.0");  // bf16 -1
+  // And the bytes as saved read back.
+  write_safetensors(dir / "model.safetensors", parts.tensors());
+  CHECK(same(read_quantized(Checkpoint::open(dir.path()), w.layout()), w));
 }

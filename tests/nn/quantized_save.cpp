@@ -1,9 +1,9 @@
 // Quantized decoder checkpoints (nn/quantized_save.hpp): a seeded checkpoint saved quantized and opened again reads
 // back, on the host, the bytes that quantizing on load makes and that quantize() makes of the seeded weights, bit for
 // bit; config.json records the formats; another quantization method, another layout version, a config.json that does
-// not describe the tensors, a missing part and a leftover dense tensor are refused by DecoderCheckpoint::open by name,
-// before anything is allocated. On a GPU: uploading a saved folder gives the weights and the logits of quantizing on
-// load, bit for bit.
+// not describe the tensors, a missing part, a leftover dense tensor and quantized bytes that break their format are
+// refused by DecoderCheckpoint::open by name, before anything is allocated. On a GPU: uploading a saved folder gives
+// the weights and the logits of quantizing on load, bit for bit.
 #include <doctest/doctest.h>
 
 #include <lazygraph/nn/checkpoint.hpp>
@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <set>
 #include <string>
@@ -214,7 +215,12 @@ TEST_CASE("the saved folder holds the dense tensors, each quantized matrix's par
   LlamaConfig expected = LlamaConfig::load(dir / "source");
   CHECK_FALSE(expected.quantization.has_value());
   expected.quantization = q;
-  CHECK(LlamaConfig::load(saved) == expected);
+  const LlamaConfig back = LlamaConfig::load(saved);
+  CHECK(back.save_id.size() == 16);  // its own save's, which every file of the save records
+  CHECK(back.save_id != expected.save_id);
+  CHECK(file.metadata().at("lazygraph_save_id") == back.save_id);
+  expected.save_id = back.save_id;
+  CHECK(back == expected);
   const std::string text = lgtest::read_file(saved / "config.json");
   CHECK(text.find(R"("quant_method": "lazygraph")") != std::string::npos);
   CHECK(text.find(R"("layout_version": 1)") != std::string::npos);
@@ -245,12 +251,31 @@ TEST_CASE("a tied model saves its quantized LM head, quantized from the embeddin
   CHECK(mlp.sources().back()->name == "model.embed_tokens.weight");
 }
 
-TEST_CASE("a quantized checkpoint saved again is the same folder, byte for byte") {
+namespace {
+
+/// The text of `dir`/`name` with the folder's save id (config.json's) written as 16 '#'.
+std::string without_save_id(const fs::path& dir, const std::string& name) {
+  const std::string id = LlamaConfig::load(dir).save_id;
+  REQUIRE(id.size() == 16);
+  std::string text = lgtest::read_file(dir / name);
+  int found = 0;
+  for (std::size_t at = text.find(id); at != std::string::npos; at = text.find(id, at)) {
+    text.replace(at, id.size(), std::string(id.size(), '#'));
+    ++found;
+  }
+  CHECK(found == 1);
+  return text;
+}
+
+}  // namespace
+
+TEST_CASE("a quantized checkpoint saved again is the same folder, byte for byte but for its save id") {
   const lgtest::TempDir dir("nn-qsave");
   const fs::path saved = saved_quantized(dir, small_qwen2(), mixed());
   save_quantized_checkpoint(DecoderCheckpoint::open(saved), dir / "again");
-  CHECK(lgtest::read_file(dir / "again" / "model.safetensors") == lgtest::read_file(saved / "model.safetensors"));
-  CHECK(lgtest::read_file(dir / "again" / "config.json") == lgtest::read_file(saved / "config.json"));
+  CHECK(LlamaConfig::load(dir / "again").save_id != LlamaConfig::load(saved).save_id);
+  CHECK(without_save_id(dir / "again", "model.safetensors") == without_save_id(saved, "model.safetensors"));
+  CHECK(without_save_id(dir / "again", "config.json") == without_save_id(saved, "config.json"));
 }
 
 TEST_CASE("a quantized checkpoint saved in shards reads back the same matrices and tensors, and saved whole again") {
@@ -278,9 +303,8 @@ TEST_CASE("a quantized checkpoint saved in shards reads back the same matrices a
   }
   // Saved whole into that folder: one file again, and neither the index nor a shard is left to shadow it.
   save_quantized_checkpoint(whole, dir / "shards");
-  CHECK(lgtest::read_file(dir / "shards" / "model.safetensors") == lgtest::read_file(saved / "model.safetensors"));
+  CHECK(without_save_id(dir / "shards", "model.safetensors") == without_save_id(saved, "model.safetensors"));
   CHECK_FALSE(fs::exists(dir / "shards" / "model.safetensors.index.json"));
-  CHECK_FALSE(fs::exists(dir / "shards" / "model-00001-of-00002.safetensors"));
   CHECK(std::distance(fs::directory_iterator(dir / "shards"), fs::directory_iterator{}) == 2);  // + config.json
   CHECK_THROWS_AS(save_quantized_checkpoint(whole, dir / "zero", 0), UsageError);
 }
@@ -435,22 +459,54 @@ TEST_CASE("a quantized checkpoint opens with LoadOptions::quantization empty or 
   CHECK_THROWS_AS((void)DecoderCheckpoint::open(saved, quantizing(other)), UsageError);
 }
 
-TEST_CASE("saved bytes that break their format are refused when read, naming the matrix") {
+namespace {
+
+/// Writes `bytes` over the tensor `name` of `dir`/model.safetensors from its byte `at`, in place (same size).
+void overwrite(const fs::path& dir, const std::string& name, std::size_t at, const std::vector<std::uint8_t>& bytes) {
+  const std::size_t offset = SafetensorsFile::open(dir / "model.safetensors").tensor(name).offset + at;
+  std::fstream file(dir / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+  file.seekp(static_cast<std::streamoff>(offset));
+  file.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  REQUIRE(file.good());
+}
+
+}  // namespace
+
+TEST_CASE("saved bytes that break their format are refused by open, on the host, naming the tensor and the element") {
   const lgtest::TempDir dir("nn-qsave");
   const fs::path saved = saved_quantized(dir, small_qwen2(), mixed());
-  rewrite(saved, [](std::vector<OwnedTensor>& t) {
-    for (OwnedTensor& x : t) {
-      if (x.name != "model.layers.1.mlp.up_proj.weight.qscales") continue;
-      const std::uint16_t nan = 0x7e00;  // fp16 NaN
-      std::memcpy(x.bytes.data() + 2 * 5, &nan, 2);
-    }
-  });
-  const DecoderCheckpoint back = DecoderCheckpoint::open(saved);  // open reads descriptions, not every byte
-  REQUIRE(back.quantized_layouts()[8].name() == "model.layers.1.mlp.up_proj.weight");  // 5 a layer: qkv o gate up down
-  CHECK_THROWS_WITH_AS((void)back.quantized_weight(8),
-                       doctest::Contains("tensor model.layers.1.mlp.up_proj.weight: holds bytes its format does not "
-                                         "allow"),
-                       CheckpointError);
+  REQUIRE_NOTHROW((void)DecoderCheckpoint::open(saved));
+  struct Case {
+    std::string tensor;  // the part changed
+    std::size_t at;      // its byte
+    std::vector<std::uint8_t> bytes;
+    std::string fragment;
+  };
+  const std::string up = "model.layers.1.mlp.up_proj.weight";          // int8, fp16 scales
+  const std::string qkv = "model.layers.0.self_attn.qkv_proj.weight";  // int4 g64 asymmetric
+  const std::vector<Case> cases = {
+      {up + ".qscales", 2 * 5, {0x00, 0x7e}, "scale 5 is nan, not a finite number >= 0"},
+      {up + ".qscales", 2 * 7, {0x00, 0x7c}, "scale 7 is inf, not a finite number >= 0"},
+      {up + ".qscales", 2 * 3, {0x00, 0xbc}, "scale 3 is -1.000000, not a finite number >= 0"},
+      {qkv + ".qzeros", 9, {16}, "zero point 9 is 16, above 15"},
+      {up + ".qvalues", 40, {0}, "int8 value at byte 40 is 0, offset binary for -128"},
+  };
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    CAPTURE(c.fragment);
+    const fs::path broken = dir / ("broken" + std::to_string(i));
+    fs::copy(saved, broken);
+    overwrite(broken, c.tensor, c.at, c.bytes);
+    const std::string message = open_error(broken);
+    CHECK(message.find("file " + (broken / "model.safetensors").string() + ": tensor " + c.tensor +
+                       ": holds bytes its format") != std::string::npos);
+    CHECK(message.find(c.fragment) != std::string::npos);
+  }
+  // Changed in place after open (the mapping shows the new bytes): reading the matrix refuses them.
+  const DecoderCheckpoint back = DecoderCheckpoint::open(saved);
+  REQUIRE(back.quantized_layouts()[8].name() == up);  // 5 a layer: qkv o gate up down
+  overwrite(saved, up + ".qscales", 2 * 7, {0x00, 0x7c});
+  CHECK_THROWS_WITH_AS((void)back.quantized_weight(8), doctest::Contains("scale 7 is inf"), CheckpointError);
   CHECK_NOTHROW((void)back.quantized_weight(7));
 }
 
@@ -510,21 +566,15 @@ TEST_SUITE("gpu") {
     CHECK(after.pinned_allocations == before.pinned_allocations);
   }
 
-  TEST_CASE("saved bytes that break their format fail the upload naming the matrix, and nothing stays allocated") {
+  TEST_CASE("bytes that break their format after open fail the upload naming the matrix, and nothing stays allocated") {
     const lgtest::TempDir dir("nn-qsave-gpu");
     const fs::path saved = saved_quantized(dir, small_qwen2(), mixed());
-    rewrite(saved, [](std::vector<OwnedTensor>& t) {
-      for (OwnedTensor& x : t) {
-        if (x.name != "model.layers.1.mlp.up_proj.weight.qscales") continue;
-        const std::uint16_t infinity = 0x7c00;  // fp16 +inf
-        std::memcpy(x.bytes.data() + 2 * 7, &infinity, 2);
-      }
-    });
-    const DecoderCheckpoint back = DecoderCheckpoint::open(saved);
+    const DecoderCheckpoint back = DecoderCheckpoint::open(saved);                       // checks every byte
+    overwrite(saved, "model.layers.1.mlp.up_proj.weight.qscales", 2 * 7, {0x00, 0x7c});  // fp16 +inf, in the mapping
     const LiveHandles before = live_handles();
     CHECK_THROWS_WITH_AS((void)back.upload<half>(lgtest::stream()),
-                         doctest::Contains("tensor model.layers.1.mlp.up_proj.weight: holds bytes its format does not "
-                                           "allow"),
+                         doctest::Contains("tensor model.layers.1.mlp.up_proj.weight.qscales: holds bytes its format "
+                                           "(int8 per channel, fp16 scales) does not allow: scale 7 is inf"),
                          CheckpointError);
     const LiveHandles after = live_handles();
     CHECK(after.device_allocations == before.device_allocations);

@@ -231,23 +231,27 @@ TEST_CASE("write_safetensors_folder shards tensors as Hugging Face does, and a l
   };
   write_safetensors_folder(dir.path(), tensors, 200, {{"format", "pt"}});
   CHECK_FALSE(fs::exists(dir.path() / "model.safetensors"));
-  for (const char* shard :
-       {"model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors", "model-00003-of-00003.safetensors"}) {
-    CHECK(fs::exists(dir.path() / shard));
-  }
+  const std::string id = Checkpoint::open(dir.path()).save_id();
+  REQUIRE(id.size() == 16);
+  const auto shard = [&](int i, int n) {
+    return "model-0000" + std::to_string(i) + "-of-0000" + std::to_string(n) + "-" + id + ".safetensors";
+  };
+  for (int i = 1; i <= 3; ++i) CHECK(fs::exists(dir.path() / shard(i, 3)));
   const std::string index = read_file(dir.path() / "model.safetensors.index.json");
-  for (const char* entry :
-       {R"("total_size": 600)", R"("b": "model-00001-of-00003.safetensors")",
-        R"("c": "model-00002-of-00003.safetensors")", R"("e": "model-00003-of-00003.safetensors")"}) {
+  for (const std::string& entry :
+       {std::string(R"("total_size": 600)"), R"("lazygraph_save_id": ")" + id + '"', R"("b": ")" + shard(1, 3) + '"',
+        R"("c": ")" + shard(2, 3) + '"', R"("e": ")" + shard(3, 3) + '"'}) {
     CAPTURE(entry);
     CHECK(index.find(entry) != std::string::npos);
   }
   check_reads_back(3);
-  CHECK(SafetensorsFile::open(dir.path() / "model-00002-of-00003.safetensors").metadata().at("format") == "pt");
+  const SafetensorsFile second = SafetensorsFile::open(dir.path() / shard(2, 3));
+  CHECK(second.metadata() == std::map<std::string, std::string>{{"format", "pt"}, {"lazygraph_save_id", id}});
 
-  write_safetensors_folder(dir.path(), tensors, 400);  // two shards: the third is stale and goes
-  CHECK_FALSE(fs::exists(dir.path() / "model-00001-of-00003.safetensors"));
-  CHECK_FALSE(fs::exists(dir.path() / "model-00003-of-00003.safetensors"));
+  write_safetensors_folder(dir.path(), tensors, 400);  // two shards: the earlier three are stale and go
+  CHECK(Checkpoint::open(dir.path()).save_id() != id);
+  for (int i = 1; i <= 3; ++i) CHECK_FALSE(fs::exists(dir.path() / shard(i, 3)));
+  CHECK(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator{}) == 3);
   check_reads_back(2);
   write_safetensors_folder(dir.path(), tensors);  // one file: the index and the shards go
   CHECK(fs::exists(dir.path() / "model.safetensors"));
@@ -263,6 +267,9 @@ TEST_CASE("write_safetensors_folder shards tensors as Hugging Face does, and a l
                        CheckpointError);
   CHECK_FALSE(fs::exists(dir.path() / "dup"));
   CHECK_THROWS_AS(write_safetensors_folder(dir.path(), tensors, 0), lazygraph::UsageError);
+  CHECK_THROWS_WITH_AS(write_safetensors_folder(dir.path(), tensors, 100, {{"lazygraph_save_id", "mine"}}),
+                       doctest::Contains("the metadata holds \"lazygraph_save_id\", which the save writes itself"),
+                       lazygraph::UsageError);
 }
 
 TEST_CASE("a hand-written file is read byte-exactly") {
@@ -496,8 +503,7 @@ TEST_CASE("write_safetensors refuses bad tensors and leaves no file behind") {
   const std::vector<std::byte> eight = random_bytes(rng, 8);
   const auto refused = [&](std::vector<TensorToWrite> tensors, const std::string& tensor, std::string_view fragment) {
     check_error(checkpoint_error_of([&] { write_safetensors(path, tensors); }), path, tensor, fragment);
-    CHECK_FALSE(fs::exists(path));
-    CHECK_FALSE(fs::exists(dir / "out.safetensors.tmp"));
+    CHECK(fs::is_empty(dir.path()));  // neither the file nor a temporary one
   };
   refused({{"a", DType::f32, {3}, eight}}, "a", "expected 12 bytes of data for F32 [3], found 8");
   refused({{"a", DType::f32, {2}, eight}, {"a", DType::u8, {8}, eight}}, "a", "the name appears twice");
@@ -506,11 +512,11 @@ TEST_CASE("write_safetensors refuses bad tensors and leaves no file behind") {
   refused({{"bad\xff", DType::u8, {8}, eight}}, "", "not valid UTF-8");
 
   const fs::path nowhere = dir / "no_such_folder" / "x.safetensors";
-  fs::path nowhere_tmp = nowhere;
-  nowhere_tmp += ".tmp";
   const std::vector<TensorToWrite> ok = {{"a", DType::u8, {8}, eight}};
-  check_error(checkpoint_error_of([&] { write_safetensors(nowhere, ok); }), nowhere_tmp, "",
-              "cannot create: No such file or directory");
+  check_error(checkpoint_error_of([&] { write_safetensors(nowhere, ok); }), nowhere, "",
+              "cannot create the temporary file " + (dir / "no_such_folder").string() + "/.x.safetensors.");
+  check_error(checkpoint_error_of([&] { write_safetensors(nowhere, ok); }), nowhere, "",
+              ".tmp (to be renamed over this file): No such file or directory");
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -790,6 +796,45 @@ TEST_CASE("a header of 60000 tensors opens in linear time") {
   CHECK(config_seconds < 20.0);
 }
 
+TEST_CASE("a header or an index of one huge flat array is refused while it is read, before it is built") {
+  // 100 MB of "0," once built a 2 GB DOM in 13 s; a header is now read entry by entry, each entry and the index
+  // within a count of values.
+  std::string zeros = "[0";
+  for (int i = 0; i < 1'100'000; ++i) zeros += ",0";
+  zeros += "]";
+  const SafetensorsDir dir;
+  const fs::path entry = dir / "entry.safetensors";
+  write_file(entry, raw_safetensors(one_entry("a", zeros), 0));
+  const fs::path top = dir / "top.safetensors";
+  write_file(top, raw_safetensors(zeros, 0));
+  const double seconds = seconds_of([&] {
+    check_error(checkpoint_error_of([&] { (void)SafetensorsFile::open(entry); }), entry, "a",
+                "its entry in the header holds more than 65536 JSON values");
+    check_error(checkpoint_error_of([&] { (void)SafetensorsFile::open(top); }), top, "",
+                "the header must be a JSON object, found [0,0,0,");
+    write_file(dir / "model.safetensors.index.json",
+               R"({"weight_map":{"a":"model-1.safetensors"},"metadata":{"zeros":)" + zeros + "}}");
+    check_error(checkpoint_error_of([&] { (void)Checkpoint::open(dir.path()); }), dir / "model.safetensors.index.json",
+                "", "the index holds more than 1048576 JSON values");
+  });
+  CHECK(seconds < 5.0);  // a fraction of a second: the text is read once, and at most 2^20 values are built
+
+  // Under the limits: an entry of 60000 dims, metadata of 60000 keys.
+  std::string dims = "[1";
+  std::string keys = R"({"k0":"v")";
+  for (int i = 1; i < 60000; ++i) {
+    dims += ",1";
+    keys += ",\"k" + std::to_string(i) + "\":\"v\"";
+  }
+  const fs::path wide = dir / "wide.safetensors";
+  write_file(wide, raw_safetensors(R"({"__metadata__":)" + keys + R"(},"a":{"dtype":"U8","shape":)" + dims +
+                                       R"(],"data_offsets":[0,1]}})",
+                                   1));
+  const SafetensorsFile file = SafetensorsFile::open(wide);
+  CHECK(file.tensor("a").shape.size() == 60000);
+  CHECK(file.metadata().size() == 60000);
+}
+
 TEST_CASE("a FIFO in place of a checkpoint file is refused at once without blocking") {
   const SafetensorsDir dir;
   const auto make_fifo = [](const fs::path& path) { REQUIRE(::mkfifo(path.c_str(), 0600) == 0); };
@@ -931,7 +976,9 @@ TEST_CASE("a file shorter than its header claims is refused at open naming the t
 
 TEST_CASE("messages show a huge JSON value cut short") {
   std::string shape = R"("shape":{)";
-  for (int i = 0; i < 100000; ++i) shape += (i == 0 ? "\"k" : ",\"k") + std::to_string(i) + "\":0";
+  for (int i = 0; i < 50000; ++i) {  // under 65536 values
+    shape += (i == 0 ? "\"k" : ",\"k") + std::to_string(i) + "\":0";
+  }
   const SafetensorsDir dir;
   const fs::path object_path = dir / "object.safetensors";
   write_file(object_path,

@@ -66,9 +66,13 @@ class DecoderCheckpoint {
   /// equal it). A quantized checkpoint (config.json's quantization_config, which becomes quantization()) holds each
   /// quantized matrix of quantized_layouts() as the tensors of quantized_checkpoint.hpp instead of the dense ones,
   /// checked as require_quantized checks them. Every other tensor is refused by name, except rotary_emb.inv_freq
-  /// buffers that hold the config's RoPE frequencies. \throws CheckpointError naming the file, the tensor and what was
-  /// expected (a quantized weight's saved description that is not its format in config.json, a missing part, a
-  /// dense tensor of a class the checkpoint stores quantized...); UsageError for options.context beyond the model's
+  /// buffers that hold the config's RoPE frequencies. A quantized matrix's bytes are checked against its format's
+  /// rules too (require_quantized: scales, zero points, int8 values), on the host, so that no upload fails on them.
+  /// \throws CheckpointError naming the file, the tensor and what was expected (a quantized weight's saved description
+  /// that is not its format in config.json, a missing part, bytes its format does not allow, a dense tensor of a class
+  /// the checkpoint stores quantized...); CheckpointError naming config.json when it and the weights record different
+  /// save ids (LlamaConfig::save_id, Checkpoint::save_id: a save into the folder was interrupted between the two);
+  /// UsageError for options.context beyond the model's
   /// max_position_embeddings; UsageError naming the tensor when a format of options.quantization cannot apply to it
   /// (quantized_layouts); UsageError when the checkpoint is quantized and options.quantization asks for anything
   /// else, naming both.
@@ -93,8 +97,9 @@ class DecoderCheckpoint {
   /// (read_quantized) from a quantized checkpoint; else its tensors (q, k and v of a layer together, rows stacked, q
   /// and k rows reordered as upload reorders them) read as floats and quantized with quantize() and
   /// quantization().options. \throws UsageError for an index out of range; CheckpointError naming the file and the
-  /// matrix when a weight cannot be quantized (not finite, or a group beyond the scale type's range) or saved bytes
-  /// break their format's rules (a scale that is not finite, a zero point above 15, an int8 byte 0).
+  /// matrix when a weight cannot be quantized (not finite, or a group beyond the scale type's range), or naming the
+  /// part when saved bytes break their format's rules (a scale that is not finite, a zero point above 15, an int8
+  /// byte 0): open() checked them, so only a file changed in place since can hold such bytes.
   [[nodiscard]] QuantizedWeight quantized_weight(std::size_t index) const;
   /// Bytes the uploaded weights hold on the device: 2 per element of a dense tensor (fp16 and bf16 alike), each
   /// quantized matrix's bytes (decoder_device_bytes). The progress bar counts the same bytes.
@@ -223,9 +228,11 @@ BasicDecoder<T> load_decoder_rank(const Stream& stream, const KernelLibrary& lib
 /// config.json and model.safetensors, tensors in `dtype`, q and k rows in rotate-half order: F16 and F32 hold the
 /// seeded fp16 values (host_tensor<half>), BF16 the seeded bf16 values (host_tensor<bfloat16>), so an F16 checkpoint
 /// loads into the seeded Decoder and a BF16 one into the seeded DecoderBf16 bit for bit. Runs on the host; the
-/// folder is created.
+/// folder is created. The files of an earlier save there are replaced as write_safetensors_folder replaces them
+/// (config.json last, every file recording the save's id: no failure or crash leaves a folder that loads mixed;
+/// symbolic links there are replaced, never written through).
 /// \throws UsageError for an invalid config, another dtype, or both qkv_bias and qk_norm (no architecture has both);
-/// CheckpointError when writing fails.
+///         CheckpointError when writing fails (the folder is then as it was).
 void save_seeded_checkpoint(const std::filesystem::path& directory, const DecoderConfig& config,
                             DType dtype = DType::f16);
 

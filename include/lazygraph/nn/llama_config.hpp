@@ -46,11 +46,16 @@ struct LlamaConfig {
   /// A per-head RMSNorm of q and of k before RoPE (q_norm and k_norm): set by the architecture (Qwen3), not a key.
   bool qk_norm = false;
   std::optional<int> sliding_window;  ///< Mistral/Qwen2: attention window in positions; nullopt: none (or unused)
-  std::optional<int> bos_token_id;    ///< the first token of a prompt, when given
-  std::vector<int> eos_token_ids;     ///< the tokens that end a generation (eos_token_id: one id or a list)
+  std::optional<int> bos_token_id;    ///< the first token of a prompt, when given; below vocab_size
+  std::vector<int> eos_token_ids;     ///< the tokens that end a generation (eos_token_id: one id or a list); each
+                                      ///< below vocab_size
   /// quantization_config: the formats the checkpoint stores its quantized weights in (quant_method "lazygraph",
   /// layout_version quantized_layout_version, at least one class quantized); nullopt when absent (dense weights).
   std::optional<DecoderQuantization> quantization;
+  /// lazygraph_save_id (kSaveIdKey): the identifier of the lazygraph save that wrote this config.json with its weights
+  /// (save_quantized_checkpoint, save_seeded_checkpoint); empty when absent. DecoderCheckpoint::open refuses a folder
+  /// whose weights record another one: its config.json and weights come from different saves.
+  std::string save_id;
 
   /// The per-head width: head_dim when set, else hidden_size / num_attention_heads. Precondition: the config
   /// is valid (num_attention_heads > 0), as parse() and load() return it.
@@ -66,13 +71,15 @@ struct LlamaConfig {
   /// positive number that float holds as a normal finite value; a string or boolean key has another type;
   /// model_type is not llama, mistral, qwen2 or qwen3, or architectures names another class; hidden_act is not "silu";
   /// attention_bias is true where it also biases o_proj (all but qwen2) or false for qwen2;
-  /// mlp_bias is true; a RoPE type other than default, linear or llama3, a RoPE parameter it does not use, or
+  /// mlp_bias is true; bos_token_id or an eos_token_id is not below vocab_size (naming the key and the id); a RoPE
+  /// type other than default, linear or llama3, a RoPE parameter it does not use, or
   /// rope_parameters and the top-level keys disagreeing; num_attention_heads is not a multiple of
   /// num_key_value_heads, or (without head_dim) hidden_size not a multiple of num_attention_heads; a
   /// quantization_config whose quant_method is not "lazygraph" (the message names it), whose layout_version is not
   /// quantized_layout_version, that quantizes nothing, or that holds a format lazygraph does not store (kind int8 or
-  /// int4; int4 groups of 32, 64 or 128; scale_type float16 or bfloat16) or a key it does not know; or any key this
-  /// reader does not know (the message says to remove it if it does not change the arithmetic).
+  /// int4; int4 groups of 32, 64 or 128; scale_type float16 or bfloat16) or a key it does not know (even with a null
+  /// value); any key this reader does not know (the message says to remove it if it does not change the
+  /// arithmetic); or a text of more than 65536 JSON values (refused while parsing, before they are built).
   [[nodiscard]] static LlamaConfig parse(std::string_view json_text, const std::filesystem::path& source);
 
   /// Reads and parses `file_or_dir` (a folder means its config.json). Throws CheckpointError when the file cannot

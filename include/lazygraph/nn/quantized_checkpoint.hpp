@@ -57,19 +57,22 @@ struct QuantizedTensorInfo {
   const TensorInfo* zeros = nullptr;   ///< N.qzeros; nullptr for a symmetric format
 };
 
-/// The tensors of the weight `layout` describes, named as its layout, checked as read_quantized checks them but for
-/// what their bytes hold beyond the description: present, of the layout's dtypes and sizes, described as `layout`,
-/// no zero points for a symmetric format. Reads the description's 24 bytes and copies nothing else, so that a
-/// checkpoint is checked whole before anything is allocated. \throws CheckpointError as read_quantized.
+/// The tensors of the weight `layout` describes, named as its layout, checked as read_quantized checks them: present,
+/// of the layout's dtypes and sizes, described as `layout`, no zero points for a symmetric format, and bytes that
+/// keep the format's rules (QuantizedWeight's constructor: every scale finite and >= 0, a padding row's scales 0,
+/// zero points at most 15, no int8 byte 0). Reads the bytes where the file is mapped and copies none, so that a
+/// checkpoint is checked whole, on the host, before anything is allocated on a device: the scales and zero points
+/// (a sixty-fourth of an int4 matrix's bytes for groups of 128), and an int8 matrix's values. \throws CheckpointError
+/// as read_quantized.
 [[nodiscard]] QuantizedTensorInfo require_quantized(const Checkpoint& checkpoint, const QuantizedLayout& layout);
 
 /// Reads back the weight `layout` describes, named as its layout, from `checkpoint`: its tensors' bytes as they are.
 /// \throws CheckpointError naming the file and the tensor when a part is missing, when the saved description is not
 ///         `layout`'s (a config.json whose format or shape does not match the tensors, say; the message gives both),
-///         when a part has another dtype or size than the layout's, or when zero points are present for a symmetric
-///         format; UsageError as
-///         QuantizedWeight's constructor for bytes that break the format's rules (a scale that is not finite, a zero
-///         point above 15, an int8 byte 0). Nothing is kept then.
+///         when a part has another dtype or size than the layout's, when zero points are present for a symmetric
+///         format, or naming the part (N.qscales, N.qzeros, N.qvalues) and the element when its bytes break the
+///         format's rules (a scale that is negative or not finite, a padding row's scale that is not 0, a zero point
+///         above 15, an int8 byte 0). Nothing is kept then.
 [[nodiscard]] QuantizedWeight read_quantized(const Checkpoint& checkpoint, const QuantizedLayout& layout);
 
 }  // namespace lazygraph::nn

@@ -24,7 +24,9 @@
 namespace lazygraph::nn {
 
 /// Writes `source` quantized as source.quantization() says, as the folder `directory` (created; a config.json and the
-/// safetensors of an earlier save there are replaced) that DecoderCheckpoint::open reads back, in shards of at most
+/// safetensors of an earlier save there are replaced as write_safetensors_folder replaces them: config.json last,
+/// every file recording the save's id, so that no failure or crash leaves a folder that loads mixed, and symbolic
+/// links replaced, never written through) that DecoderCheckpoint::open reads back, in shards of at most
 /// `max_shard_bytes` of tensor data when they do not fit one file (write_safetensors_folder): each quantized matrix is
 /// source.quantized_weight(i), the bytes upload would put on the device (quantized on the host with quantize()'s
 /// threads, or copied from a quantized source), and a decoder loaded from the folder computes what one uploaded from
@@ -32,7 +34,7 @@ namespace lazygraph::nn {
 /// memory until the file is written (about a quarter of the dense fp16 bytes for int4).
 /// \throws UsageError, before anything is written, when source.quantization() quantizes nothing, `directory` is the
 ///         source's folder, or max_shard_bytes is 0; CheckpointError as DecoderCheckpoint::quantized_weight, and naming
-///         the file when writing fails.
+///         the file when writing fails (the folder is then as it was).
 void save_quantized_checkpoint(const DecoderCheckpoint& source, const std::filesystem::path& directory,
                                std::size_t max_shard_bytes = kDefaultShardBytes);
 

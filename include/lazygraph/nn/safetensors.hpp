@@ -13,9 +13,16 @@
 /// checkpoint file is refused at once, never waited on or read without end), the index is read up to 64 MiB,
 /// every JSON text (header, index) is parsed in one pass, O(n log n) in its number of keys, and JSON nested deeper
 /// than 64 levels of arrays and objects is refused while parsing (real files nest fewer than 5), as is a NUL byte
-/// anywhere in the text. Time and memory stay within a small multiple of the size of the text read, which is
-/// bounded: 100 MB for a header, 64 MiB for an index (LlamaConfig::load reads config.json the same way, up to
-/// 16 MiB).
+/// anywhere in the text. A header is read entry by entry, never held whole as JSON, and an entry of more than 65536
+/// JSON values is refused as it is read (a tensor's entry holds 8 and one per dim), as is an index of more than
+/// 2^20 values (LlamaConfig::load reads config.json the same way, up to 65536 values). Time and memory stay within
+/// a small multiple of the size of the text read, which is bounded: 100 MB for a header, 64 MiB for an index,
+/// 16 MiB for a config.json.
+///
+/// The writers never leave a file half written and never write through a symbolic link: each file is written under
+/// a new temporary name (created with O_EXCL | O_NOFOLLOW), flushed to disk and renamed over its name.
+/// write_safetensors_folder (and the saves built on it) make a model folder of several files whose mixes are
+/// refused: see there.
 
 #include <cstddef>
 #include <cstdint>
@@ -112,7 +119,8 @@ class SafetensorsFile {
   /// (the message holds strerror), is not a regular file ("is not a regular file (a FIFO)"; a FIFO is not waited
   /// on), or is not a well-formed safetensors file: shorter than 8 bytes, header length over 100 MB or past the
   /// end of the file, header not valid JSON (a NUL byte or a number out of a double's range included), nested
-  /// deeper than 64 levels of arrays and objects ("the header nests deeper than 64 levels"), not a JSON object,
+  /// deeper than 64 levels of arrays and objects ("the header nests deeper than 64 levels"), an entry of more than
+  /// 65536 JSON values (refused as it is read, naming the tensor), not a JSON object,
   /// duplicate keys in any object, an entry without a string "dtype", an integer "shape" or a two-integer
   /// "data_offsets", an unknown dtype, a negative or non-integer dim, a shape whose byte size overflows,
   /// begin > end, an end past the file, a byte size other than product(shape) * dtype size, overlapping tensors,
@@ -164,6 +172,11 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
+/// The key under which lazygraph's saves record a save identifier, the same in every file one save writes: in each
+/// safetensors file's "__metadata__", in the index's "metadata" and in config.json (LlamaConfig::save_id). Files of
+/// one folder that carry different identifiers come from different saves, and the readers refuse them together.
+inline constexpr std::string_view kSaveIdKey = "lazygraph_save_id";
+
 /// A model's weights: one safetensors file, or a folder holding "model.safetensors", or a folder split into shards
 /// listed by "model.safetensors.index.json". Lookups work across shards. Move-only.
 class Checkpoint {
@@ -173,10 +186,14 @@ class Checkpoint {
   /// file name in the same folder. Throws CheckpointError when the path does not exist, the folder has neither
   /// file, the index or a shard is not a regular file (a FIFO, a device, a folder), the index is larger than
   /// 64 MiB, is not JSON (with the same limits as a header: duplicate keys, a NUL byte or nesting deeper than 64
-  /// levels are refused) or has no "weight_map" object of strings, a shard name is not a plain file name (empty,
+  /// levels are refused), holds more than 2^20 JSON values (a million tensors) or has no "weight_map" object of
+  /// strings, a shard name is not a plain file name (empty,
   /// "." or "..", holding a '/' or a control character such as NUL), a shard is missing or malformed (see
   /// SafetensorsFile::open), a tensor of the index is absent from its shard, or a shard holds a tensor that the
-  /// index does not map to it. Every shard is mapped as a SafetensorsFile, with its precondition.
+  /// index does not map to it, the index's metadata holds a kSaveIdKey that is not a non-empty string, or a shard's
+  /// "__metadata__" and the index's "metadata" both hold a kSaveIdKey and they differ (the files come from different
+  /// saves: the message names the shard, the index and both identifiers). Every shard is mapped as a
+  /// SafetensorsFile, with its precondition.
   [[nodiscard]] static Checkpoint open(const std::filesystem::path& dir_or_file);
 
   /// Takes the other's files; every TensorInfo keeps its address.
@@ -193,6 +210,9 @@ class Checkpoint {
   [[nodiscard]] const std::filesystem::path& description_file() const noexcept { return description_file_; }
   /// The safetensors files, one per shard, in the order of their names.
   [[nodiscard]] const std::vector<SafetensorsFile>& files() const noexcept { return files_; }
+  /// The identifier of the lazygraph save that wrote the weights (kSaveIdKey in the index's "metadata", or in the
+  /// single file's "__metadata__"); empty when there is none (files that transformers wrote, say).
+  [[nodiscard]] const std::string& save_id() const noexcept { return save_id_; }
   /// The names of every tensor, sorted.
   [[nodiscard]] std::vector<std::string_view> names() const;
   /// The tensor named `name`, or nullptr when no shard has it.
@@ -219,6 +239,7 @@ class Checkpoint {
 
   std::filesystem::path path_;
   std::filesystem::path description_file_;
+  std::string save_id_;
   std::vector<SafetensorsFile> files_;
   std::map<std::string, Location, std::less<>> tensors_;
 };
@@ -234,25 +255,44 @@ struct TensorToWrite {
 /// Writes `tensors` and `metadata` as the safetensors file `path`. The header JSON is padded with spaces to a
 /// multiple of 8 bytes, so the data buffer starts 8-byte aligned; the tensors follow contiguously in the given order
 /// (no padding between them, so a tensor is aligned only as far as the sizes before it make it). The file is
-/// written to "<path>.tmp", flushed to disk and renamed over `path`, so a crash never leaves a half-written `path`.
-/// Throws CheckpointError (naming `path` and the tensor) when a name repeats or is "__metadata__", a dim is
-/// negative, a data size differs from product(shape) * dtype size, a name or metadata string is not valid UTF-8, or
-/// writing or renaming fails (with strerror); the temporary file is removed then.
+/// written under a new temporary name beside `path` ('.', its name, '.', 16 random hex digits, ".tmp"; created with
+/// O_EXCL | O_NOFOLLOW, so that nothing planted under a name can redirect the write), flushed to disk, renamed over
+/// `path` and the folder flushed, so a crash never leaves a half-written `path`. A symbolic link at `path` is replaced
+/// by the new file; its target is left as it was. Throws CheckpointError (naming `path` and the tensor) when a name
+/// repeats or is "__metadata__", a dim is negative, a data size differs from product(shape) * dtype size, a name or
+/// metadata string is not valid UTF-8, the header would exceed the 100 MB that SafetensorsFile::open reads (before
+/// anything is written), or creating, writing (a full disk: "No space left on device"), flushing or renaming fails
+/// (with strerror); the temporary file is removed then and `path` is as it was.
 void write_safetensors(const std::filesystem::path& path, std::span<const TensorToWrite> tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
 /// The most tensor bytes a shard of write_safetensors_folder holds by default: Hugging Face's "5GB".
 inline constexpr std::size_t kDefaultShardBytes = 5'000'000'000;
 
-/// Writes `tensors` as a model folder that Checkpoint::open reads back, as Hugging Face's save_pretrained lays one out:
-/// "model.safetensors" when their bytes fit `max_shard_bytes`, else shards "model-00001-of-0000N.safetensors", ...,
-/// each of consecutive tensors of at most max_shard_bytes of data (a larger tensor alone), and
-/// "model.safetensors.index.json" mapping every tensor to its shard (with "metadata": {"total_size"}). Each file is
-/// written as write_safetensors writes one (with `metadata`). The files of an earlier save that would change what
-/// Checkpoint::open reads (model.safetensors beside an index, an index beside a single file, shards named
-/// model-NNNNN-of-NNNNN.safetensors that this save did not write) are removed after the new ones are in place.
-/// \throws UsageError for a max_shard_bytes of 0; CheckpointError for a tensor name that repeats (before anything is
-///         written), as write_safetensors does, and naming a file that cannot be written, renamed or removed.
+/// Writes `tensors` as a model folder that Checkpoint::open (and Hugging Face's transformers) reads back, laid out as
+/// save_pretrained lays one out: "model.safetensors" when their bytes fit `max_shard_bytes`, else shards, each of
+/// consecutive tensors of at most max_shard_bytes of data (a larger tensor alone), and "model.safetensors.index.json"
+/// mapping every tensor to its shard (with "metadata": {"total_size", kSaveIdKey}). A shard's name is unique to
+/// the save: "model-00001-of-0000N-ID.safetensors", ID being the save id, 16 random hex digits that every file of the
+/// save also records under kSaveIdKey (with `metadata`, in each file's "__metadata__").
+///
+/// No failure or crash at any point leaves a folder that loads silently mixed. Every file is first written under a
+/// temporary name and flushed (write_safetensors); a failure there (a full disk) removes them all and leaves the
+/// folder as it was. Then the shards are renamed to their new names, which no earlier file has, so the earlier
+/// index and its shards stay whole; the folder is flushed; then the index is renamed over the earlier one: the one
+/// step at which the folder's weights change from the earlier save's to this one's (for one file, renaming
+/// model.safetensors over the earlier one is that step; where an earlier model.safetensors shadows the new index,
+/// removing it below is). A config.json saved with the weights (save_quantized_checkpoint, save_seeded_checkpoint)
+/// is renamed last, and the folder flushed: a crash between the two leaves weights and config.json of different
+/// saves, which DecoderCheckpoint::open refuses by their save ids. Only then are the earlier save's files that would
+/// change what Checkpoint::open reads removed (model.safetensors beside an index, an index beside a single file,
+/// shards named model-NNNNN-of-NNNNN.safetensors or model-NNNNN-of-NNNNN-ID.safetensors that this save did not
+/// write; a link is removed, never its target), with the temporary files that an interrupted save left (such a name
+/// or config.json, with a '.' before it and ".HHHHHHHHHHHHHHHH.tmp" after it). Two saves into one folder at the same
+/// time are not supported.
+/// \throws UsageError for a max_shard_bytes of 0 or a `metadata` holding kSaveIdKey; CheckpointError for a tensor
+///         name that repeats (before anything is written), as write_safetensors does, and naming a file that cannot
+///         be written, renamed or removed.
 void write_safetensors_folder(const std::filesystem::path& directory, std::span<const TensorToWrite> tensors,
                               std::size_t max_shard_bytes = kDefaultShardBytes,
                               const std::map<std::string, std::string>& metadata = {});
