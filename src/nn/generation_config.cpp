@@ -61,7 +61,8 @@ void check_in_vocabulary(std::span<const int> ids, const fs::path& source, std::
 }  // namespace
 
 GenerationConfig GenerationConfig::parse(std::string_view json_text, const std::filesystem::path& source) {
-  const json root = detail::parse_json_strict(json_text, source, "the generation config", false);
+  const json root =
+      detail::parse_json_strict(json_text, source, "the generation config", false, detail::kMaxConfigValues);
   if (!root.is_object()) {
     throw CheckpointError(source, "",
                           "the generation config must be a JSON object, found " + detail::describe_json(root));
