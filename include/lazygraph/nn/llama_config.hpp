@@ -2,7 +2,7 @@
 /// \file
 /// The hyperparameters of a Hugging Face Llama-family model (Llama, Mistral, Qwen2, Qwen3), read from its config.json,
 /// for the lazygraph::nn layer. The keys every architecture shares are read here (src/nn/llama_config.cpp); each
-/// architecture's own keys, and the features of its block, in its file (src/nn/architectures/<model_type>.cpp).
+/// architecture's own keys, and the features of its block, in its file (src/nn/architectures/, a file per model_type).
 ///
 /// The rule: a model that loads computes what its authors' implementation computes. So every key is either read
 /// (and checked), known not to change the arithmetic of inference (token ids, dropout, initialisation, generation
