@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "lazygraph/detail/driver/driver_api.hpp"
+#include "lazygraph/detail/driver/nccl_api.hpp"
 #include "lazygraph/driver/error.hpp"
 #include "lazygraph/driver/stream.hpp"
 

@@ -3,6 +3,7 @@
 // processes would make them (one rank per thread here, from an id passed through a file).
 #include <doctest/doctest.h>
 
+#include <lazygraph/detail/driver/nccl_api.hpp>
 #include <lazygraph/lazygraph.hpp>
 
 #include <chrono>

@@ -15,7 +15,6 @@
 #include <tuple>
 #include <utility>
 
-#include "lazygraph/detail/driver/driver_api.hpp"
 #include "lazygraph/detail/kernels/kernel_arguments.hpp"
 #include "lazygraph/detail/kernels/kernel_info.hpp"
 #include "lazygraph/driver/device.hpp"
@@ -85,8 +84,7 @@ class Kernel<void(Params...)> {
   /// Times Device::sm_count(), the grid a persistent kernel needs to fill the GPU.
   /// \throws CudaError when the driver refuses the shape (naming the kernel).
   [[nodiscard]] int max_active_blocks_per_sm(unsigned block_threads, unsigned dynamic_shared = 0) const {
-    return detail::driver::max_active_blocks_per_sm(info_->device.context(), info_->function,
-                                                    static_cast<int>(block_threads), dynamic_shared, info_->name);
+    return detail::max_active_blocks_per_sm(*info_, block_threads, dynamic_shared);
   }
   /// The state every handle to this kernel shares (function, module, limits).
   [[nodiscard]] const std::shared_ptr<detail::KernelInfo>& info() const noexcept { return info_; }

@@ -16,7 +16,6 @@
 #include <vector>
 
 #include "lazygraph/detail/driver/deferred_release.hpp"
-#include "lazygraph/detail/driver/driver_api.hpp"
 #include "lazygraph/detail/driver/graph_handle.hpp"
 #include "lazygraph/detail/graph/graph_build.hpp"
 #include "lazygraph/detail/graph/graph_recording.hpp"
@@ -177,7 +176,7 @@ class GraphState {
         if (std::optional<UpdateResult> why = plan_mismatch(*plan_, plan)) {
           // Conditions and scratch memory belong to the graph they were made for: a new graph needs new ones, and
           // kernels that take them new arguments, so the op is recorded again for it.
-          driver::Graph graph(driver::graph_create());
+          driver::Graph graph = driver::Graph::create();
           NodePlan fresh;
           ExecContext again(stream_, fresh, host_errors_);
           GraphRecording again_recording(again);
