@@ -32,6 +32,7 @@
 #include "lazygraph/detail/graph/graph_state.hpp"
 #include "lazygraph/graph/device_scalar.hpp"
 #include "lazygraph/graph/graph_options.hpp"
+#include "lazygraph/graph/node_kind.hpp"
 #include "lazygraph/graph/scope.hpp"
 #include "lazygraph/ops/concepts.hpp"
 

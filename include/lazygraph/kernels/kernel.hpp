@@ -15,11 +15,11 @@
 #include <tuple>
 #include <utility>
 
-#include "lazygraph/detail/kernels/kernel_arguments.hpp"
 #include "lazygraph/detail/kernels/kernel_info.hpp"
 #include "lazygraph/driver/device.hpp"
 #include "lazygraph/driver/kernel_module.hpp"
 #include "lazygraph/driver/stream.hpp"
+#include "lazygraph/kernels/kernel_arguments.hpp"
 #include "lazygraph/kernels/launch_config.hpp"
 #include "lazygraph/kernels/launch_op.hpp"
 
