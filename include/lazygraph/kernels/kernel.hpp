@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
 #include "lazygraph/detail/kernels/kernel_info.hpp"
@@ -24,6 +25,12 @@
 #include "lazygraph/kernels/launch_op.hpp"
 
 namespace lazygraph {
+
+namespace detail {
+/// What a kernel call takes first (after the stream, for launch): a LaunchConfig, or what converts to one.
+template <class T>
+concept IsLaunchConfig = std::is_convertible_v<const T&, const LaunchConfig&>;
+}  // namespace detail
 
 /// A typed handle to a compiled kernel. Only `Kernel<void(Params...)>` is defined: kernels return void.
 template <class Signature>
@@ -73,6 +80,28 @@ class Kernel<void(Params...)> {
     return LaunchOp<Params...>(info_, config, pack(std::index_sequence_for<Params...>{}, args...),
                                {detail::owner_of(args)...}, (std::size_t{0} + ... + detail::span_bytes_of(args)),
                                typename LaunchOp<Params...>::Ranges{detail::argument_range<Params>(args)...});
+  }
+
+  // ---------------------------------------------------------------------------------------------------------
+  // READ THIS IF YOUR COMPILE BREAKS HERE: a kernel call starts with its launch configuration, e.g.
+  // `axpy(lg::grid_for(n, 256), 2.0F, x.cview(), y.view(), n)`; the static_assert below says so.
+  // ---------------------------------------------------------------------------------------------------------
+  /// A call whose first argument is not a LaunchConfig: never compiles; the static_assert names the fix.
+  template <class First, class... Args>
+  requires(!detail::IsLaunchConfig<First>) void operator()(const First& /*first*/, const Args&... /*args*/) const {
+    constexpr bool first_argument_is_a_launch_config = detail::IsLaunchConfig<First>;
+    static_assert(first_argument_is_a_launch_config,
+                  "Kernel call: the first argument must be the launch configuration (a LaunchConfig); write "
+                  "kernel(lg::grid_for(n, 256), args...), or kernel(LaunchConfig{grid, block, shared_bytes}, args...)");
+  }
+  /// A launch whose second argument is not a LaunchConfig: never compiles; the static_assert names the fix.
+  template <class Second, class... Args>
+  requires(!detail::IsLaunchConfig<Second>) void launch(const Stream& /*stream*/, const Second& /*second*/,
+                                                        const Args&... /*args*/) const {
+    constexpr bool second_argument_is_a_launch_config = detail::IsLaunchConfig<Second>;
+    static_assert(second_argument_is_a_launch_config,
+                  "Kernel::launch: the second argument must be the launch configuration (a LaunchConfig), after "
+                  "the stream; write kernel.launch(stream, lg::grid_for(n, 256), args...)");
   }
 
   /// The kernel's (unmangled) name, e.g. "axpy".
