@@ -48,7 +48,7 @@ def main() -> int:
         print(f"public-includes: the preprocessor failed: {' '.join(command)}\n{proc.stdout}{proc.stderr}")
         return 1
     reached = proc.stdout.replace("\\\n", " ").split(":", 1)[-1].split()
-    if not any(p.endswith("lazygraph/detail/driver/live_handles.hpp") for p in reached):
+    if not any(p.endswith("lazygraph/graph/cuda_graph.hpp") for p in reached):
         print(f"public-includes: the dependency list lacks headers lazygraph.hpp includes:\n{proc.stdout}")
         return 1
     bad = sorted({os.path.normpath(p) for p in reached if FORBIDDEN.search(p)})
