@@ -7,6 +7,7 @@
 // symmetric kernels there), "-" where this NCCL has none. Bus bandwidth as nccl-tests defines it: bytes * 2 (ranks - 1)
 // / ranks / time; with one rank NCCL copies (no bus), so the table gives the copy's bytes (read + written) per second
 // instead. The device-to-device copy ceiling of rank 0 is measured in the same run.
+#include <lazygraph/detail/driver/nccl_api.hpp>  // group_start/group_end: eager all-reduces of every rank at once
 #include <lazygraph/lazygraph.hpp>
 
 #include <algorithm>

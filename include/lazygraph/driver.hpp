@@ -7,7 +7,6 @@
 
 #include <string>
 
-#include "lazygraph/detail/driver/live_handles.hpp"
 #include "lazygraph/driver/bfloat16.hpp"
 #include "lazygraph/driver/communicator.hpp"
 #include "lazygraph/driver/device.hpp"
@@ -16,6 +15,7 @@
 #include "lazygraph/driver/error.hpp"
 #include "lazygraph/driver/half.hpp"
 #include "lazygraph/driver/kernel_module.hpp"
+#include "lazygraph/driver/live_handles.hpp"
 #include "lazygraph/driver/memcpy.hpp"
 #include "lazygraph/driver/peer_exchange.hpp"
 #include "lazygraph/driver/pinned_buffer.hpp"
@@ -28,11 +28,5 @@ namespace lazygraph {
 /// True when the CUDA driver loads and reports at least one device; otherwise false with the reason in
 /// `why` (when given), such as "cannot load CUDA driver (libcuda.so.1): ...". Never throws.
 bool gpu_available(std::string* why = nullptr) noexcept;
-
-/// Counts of the driver objects (allocations and their bytes, streams, events, modules, graphs) lazygraph holds
-/// right now. For leak checks: after work that ends where it began, the counts are back where they were.
-using LiveHandles = detail::driver::LiveHandles;
-/// The counts now, each read on its own: cheap, but not one consistent snapshot while other threads work.
-[[nodiscard]] inline LiveHandles live_handles() noexcept { return detail::driver::live_handles(); }
 
 }  // namespace lazygraph

@@ -14,6 +14,7 @@
 #include "lazygraph/graph/graph_pool.hpp"
 #include "lazygraph/graph/graphed_callable.hpp"
 #include "lazygraph/graph/multi_device_graph.hpp"
+#include "lazygraph/graph/node_kind.hpp"
 #include "lazygraph/graph/scope.hpp"
 #include "lazygraph/kernels.hpp"
 #include "lazygraph/ops.hpp"

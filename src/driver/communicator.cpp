@@ -13,6 +13,7 @@
 
 #include "lazygraph/detail/driver/communicator_id_file.hpp"
 #include "lazygraph/detail/driver/driver_api.hpp"
+#include "lazygraph/detail/driver/nccl_api.hpp"
 #include "lazygraph/driver/error.hpp"
 #include "lazygraph/driver/stream.hpp"
 

@@ -16,6 +16,7 @@
 #include <type_traits>
 
 #include "lazygraph/driver/error.hpp"
+#include "lazygraph/driver/live_handles.hpp"
 
 namespace lazygraph::detail::driver {
 
@@ -377,19 +378,6 @@ void throw_error(CUresult code, std::string_view api_name, std::string_view obje
   const char* str = nullptr;
   if (d.usable && d.api.cuGetErrorString(code, &str) == CUDA_SUCCESS && str != nullptr) text = str;
   throw CudaError(std::string(api_name), static_cast<int>(code), result_name(code), text, std::string(object));
-}
-
-LiveHandles live_handles() noexcept {
-  const auto get = [](const std::atomic<long long>& c) { return c.load(std::memory_order_relaxed); };
-  return {get(counters.device_allocations),
-          get(counters.device_bytes),
-          get(counters.pinned_allocations),
-          get(counters.pinned_bytes),
-          get(counters.streams),
-          get(counters.events),
-          get(counters.modules),
-          get(counters.graphs),
-          get(counters.graph_execs)};
 }
 
 int driver_version() {
@@ -1214,3 +1202,20 @@ InjectedFault::InjectedFault(std::string_view api_name, CUresult code) : index_(
 InjectedFault::~InjectedFault() { (void)slots[static_cast<std::size_t>(index_)].swap(instance().api, saved_); }
 
 }  // namespace lazygraph::detail::driver
+
+namespace lazygraph {
+
+LiveHandles live_handles() noexcept {
+  const auto get = [](const std::atomic<long long>& c) { return c.load(std::memory_order_relaxed); };
+  return {get(detail::driver::counters.device_allocations),
+          get(detail::driver::counters.device_bytes),
+          get(detail::driver::counters.pinned_allocations),
+          get(detail::driver::counters.pinned_bytes),
+          get(detail::driver::counters.streams),
+          get(detail::driver::counters.events),
+          get(detail::driver::counters.modules),
+          get(detail::driver::counters.graphs),
+          get(detail::driver::counters.graph_execs)};
+}
+
+}  // namespace lazygraph

@@ -148,4 +148,15 @@ float Event::elapsed_ms(const Event& start, const Event& end) {
   return drv::event_elapsed_ms(start.device_.context(), start.get(), end.get());
 }
 
+CaptureStatus capture_status(const Stream& stream) {
+  switch (drv::capture_status(stream.device().context(), stream.get())) {
+    case CU_STREAM_CAPTURE_STATUS_ACTIVE:
+      return CaptureStatus::active;
+    case CU_STREAM_CAPTURE_STATUS_INVALIDATED:
+      return CaptureStatus::invalidated;
+    default:
+      return CaptureStatus::none;
+  }
+}
+
 }  // namespace lazygraph

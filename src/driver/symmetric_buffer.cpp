@@ -4,6 +4,8 @@
 #include <mutex>
 #include <string>
 
+#include "lazygraph/detail/driver/nccl_api.hpp"
+
 namespace lazygraph::detail {
 
 namespace {
@@ -11,6 +13,8 @@ namespace {
 void* as_pointer(CUdeviceptr p) noexcept { return reinterpret_cast<void*>(p); }  // NOLINT(performance-no-int-to-ptr)
 
 }  // namespace
+
+bool symmetric_supported(std::string* why) noexcept { return nccl::symmetric_supported(why); }
 
 SymmetricAllocation::SymmetricAllocation(std::shared_ptr<CommunicatorState> comm_in, CUdeviceptr address_in,
                                          std::size_t bytes_in)

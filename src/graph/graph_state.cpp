@@ -25,41 +25,6 @@ struct NvtxRange {
 };
 }  // namespace
 
-CaptureStatus capture_status(const Stream& stream) {
-  switch (drv::capture_status(stream.device().context(), stream.get())) {
-    case CU_STREAM_CAPTURE_STATUS_ACTIVE:
-      return CaptureStatus::active;
-    case CU_STREAM_CAPTURE_STATUS_INVALIDATED:
-      return CaptureStatus::invalidated;
-    default:
-      return CaptureStatus::none;
-  }
-}
-
-const char* to_string(NodeKind kind) noexcept {
-  switch (kind) {
-    case NodeKind::kernel:
-      return "kernel";
-    case NodeKind::memcpy:
-      return "memcpy";
-    case NodeKind::memset:
-      return "memset";
-    case NodeKind::host:
-      return "host";
-    case NodeKind::child_graph:
-      return "child_graph";
-    case NodeKind::empty:
-      return "empty";
-    case NodeKind::wait_event:
-      return "wait_event";
-    case NodeKind::event_record:
-      return "event_record";
-    case NodeKind::other:
-      return "other";
-  }
-  return "other";
-}
-
 namespace detail {
 
 namespace {

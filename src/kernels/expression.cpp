@@ -11,12 +11,12 @@
 
 #include "lazygraph/detail/driver/capture.hpp"
 #include "lazygraph/detail/driver/driver_api.hpp"
-#include "lazygraph/detail/kernels/nvrtc.hpp"
 #include "lazygraph/driver/error.hpp"
 #include "lazygraph/driver/kernel_module.hpp"
 #include "lazygraph/kernels/assign_op.hpp"
 #include "lazygraph/kernels/kernel_cache.hpp"
 #include "lazygraph/kernels/kernel_set.hpp"
+#include "lazygraph/kernels/nvrtc.hpp"
 
 namespace lazygraph {
 

@@ -1,4 +1,4 @@
-#include "lazygraph/detail/kernels/kernel_declaration.hpp"
+#include "lazygraph/kernels/kernel_declaration.hpp"
 
 #include <algorithm>
 #include <array>

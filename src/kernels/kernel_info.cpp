@@ -35,6 +35,11 @@ std::string dims(const Dim3& d) {
 
 }  // namespace
 
+int max_active_blocks_per_sm(const KernelInfo& kernel, unsigned block_threads, unsigned dynamic_shared) {
+  return driver::max_active_blocks_per_sm(kernel.device.context(), kernel.function, static_cast<int>(block_threads),
+                                          dynamic_shared, kernel.name);
+}
+
 void validate_launch(const KernelInfo& k, const LaunchConfig& c) {
   const DeviceLimits& lim = k.device.limits();
   if (c.block.x == 0 || c.block.y == 0 || c.block.z == 0) reject(k, c, "a block dimension is zero");

@@ -1,4 +1,4 @@
-#include "lazygraph/detail/kernels/nvrtc.hpp"
+#include "lazygraph/kernels/nvrtc.hpp"
 
 #include <nvrtc.h>
 

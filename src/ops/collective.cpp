@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <mutex>
 
+#include "lazygraph/detail/driver/nccl_api.hpp"
 #include "lazygraph/driver/error.hpp"
 #include "lazygraph/ops/collective_log.hpp"
 

@@ -5,7 +5,9 @@ usage: check.py BUILD_DIR SNIPPET
 The snippet names its expected diagnostic on a line `// expect-error: REGEX` (several such lines: each must
 match, e.g. the message and the instantiation context naming an argument, which GCC prints before the error and
 Clang after it); optional lines
-`// reject: REGEX` (a diagnostic that must NOT appear, e.g. a second, wrong suggestion) and
+`// reject: REGEX` (a diagnostic that must NOT appear, e.g. a second, wrong suggestion),
+`// first-error: REGEX` (the first line that says "error:" must match: the sentence a user reads first, not an
+overload list it would otherwise end) and
 `// extra-flags: FLAGS` (appended to the command, e.g. -Werror=unused-result so that a warning the
 library relies on is tested whatever the build's warning flags). Its exact compile command comes from
 BUILD_DIR/compile_commands.json (the snippets are a build_by_default: false target, so Meson records
@@ -70,6 +72,7 @@ def main() -> int:
         print(f"{snippet}: no '// expect-error: REGEX' line")
         return 1
     rejected = [r.strip() for r in re.findall(r"//\s*reject:\s*(.+)", text)]
+    first = [r.strip() for r in re.findall(r"//\s*first-error:\s*(.+)", text)]
     extra = [f for line in re.findall(r"//\s*extra-flags:\s*(.+)", text) for f in shlex.split(line)]
     with open(os.path.join(build_dir, "compile_commands.json"), encoding="utf-8") as f:
         entries = json.load(f)
@@ -102,6 +105,11 @@ def main() -> int:
     for e in expected:
         if not re.search(e, output):
             print(f"{os.path.basename(snippet)}: failed to compile, but no diagnostic matches /{e}/:\n{output}")
+            return 1
+    first_error = next((line for line in output.splitlines() if "error:" in line), "")
+    for e in first:
+        if not re.search(e, first_error):
+            print(f"{os.path.basename(snippet)}: the first error does not match /{e}/: {first_error}\n{output}")
             return 1
     for r in rejected:
         if re.search(r, output):

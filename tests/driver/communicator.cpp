@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <lazygraph/detail/driver/communicator_id_file.hpp>
+#include <lazygraph/detail/driver/nccl_api.hpp>
 #include <lazygraph/lazygraph.hpp>
 
 #include <chrono>

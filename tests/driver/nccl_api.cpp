@@ -2,6 +2,7 @@
 // without NCCL (suite no-nccl: LAZYGRAPH_NCCL_LIBRARY names a missing file).
 #include <doctest/doctest.h>
 
+#include <lazygraph/detail/driver/nccl_api.hpp>
 #include <lazygraph/lazygraph.hpp>
 
 #include <string>

@@ -57,4 +57,13 @@ TEST_SUITE("gpu") {
     std::vector<float> once_f(once.begin(), once.end());
     CHECK(lgtest::relative_error(lgtest::to_host(s, dy.cview()), lgtest::axpy_reference(a[1], x, once_f, 1)) < 1e-6);
   }
+
+  TEST_CASE("a multiprocessor holds at least one block of a kernel, and no more of 1024 threads than of 256") {
+    const auto k = lgtest::kernels().get<AxpySignature>("axpy");
+    const int of_256 = k.max_active_blocks_per_sm(256);
+    const int of_1024 = k.max_active_blocks_per_sm(1024);
+    CHECK(of_256 >= 1);
+    CHECK(of_1024 >= 1);  // axpy uses few registers: a block of the most threads fits
+    CHECK(of_1024 <= of_256);
+  }
 }

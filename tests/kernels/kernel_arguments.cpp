@@ -1,4 +1,4 @@
-// The compile-time rules matching launch arguments to kernel parameters (detail/kernels/kernel_arguments.hpp):
+// The compile-time rules matching launch arguments to kernel parameters (kernels/kernel_arguments.hpp):
 // spans become device pointers, scalars pass unchanged, and KernelArgumentTraits admits a user's own types.
 // What does not compile is in tests/compile_fail/ (read_only_span_for_writable_parameter, wrong_scalar_type, ...).
 #include <doctest/doctest.h>

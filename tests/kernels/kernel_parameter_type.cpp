@@ -1,4 +1,4 @@
-// The canonical spelling of host kernel parameter types (detail/kernels/kernel_parameter_type.hpp), compared at
+// The canonical spelling of host kernel parameter types (kernels/kernel_parameter_type.hpp), compared at
 // lookup with the spelling read from the kernel's source: no GPU needed.
 #include <doctest/doctest.h>
 

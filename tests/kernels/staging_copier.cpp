@@ -1,4 +1,4 @@
-// KernelStagingCopier (detail/kernels/staging_copier.hpp): staging copies by kernel where the bytes are whole words,
+// KernelStagingCopier (kernels/staging_copier.hpp): staging copies by kernel where the bytes are whole words,
 // by memcpy elsewhere, the same bytes either way, counted as host transfers either way.
 #include <doctest/doctest.h>
 

@@ -33,7 +33,7 @@
 #include <string_view>
 #include <vector>
 
-#include "lazygraph/detail/driver/nccl_api.hpp"
+#include "lazygraph/detail/driver/nccl_types.hpp"
 #include "lazygraph/driver/device.hpp"
 #include "lazygraph/driver/device_buffer.hpp"
 

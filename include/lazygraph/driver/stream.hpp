@@ -101,4 +101,17 @@ class Event {
   CUevent handle_ = nullptr;
 };
 
+/// Where a stream stands with respect to capture.
+enum class CaptureStatus { none, active, invalidated };
+/// \var CaptureStatus::none
+/// Not capturing.
+/// \var CaptureStatus::active
+/// Capturing: work submitted to the stream is recorded, not run.
+/// \var CaptureStatus::invalidated
+/// Capturing, but an illegal call broke the capture: ending it will fail.
+
+/// Where `stream` stands now (asks the driver): Stream::is_capturing() tells apart
+/// only none from the others. \throws UsageError on a moved-from Stream.
+[[nodiscard]] CaptureStatus capture_status(const Stream& stream);
+
 }  // namespace lazygraph

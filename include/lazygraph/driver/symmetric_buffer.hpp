@@ -18,7 +18,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "lazygraph/detail/driver/nccl_api.hpp"
+#include "lazygraph/detail/driver/nccl_types.hpp"
 #include "lazygraph/driver/communicator.hpp"
 #include "lazygraph/driver/device_span.hpp"
 
@@ -49,6 +49,8 @@ std::vector<std::shared_ptr<SymmetricAllocation>> allocate_symmetric(std::span<c
 /// `bytes` of symmetric memory for this rank of `comm` alone, registered in a window with its peers, which make theirs
 /// at the same time (each from its own thread or process). \throws as allocate_symmetric.
 std::shared_ptr<SymmetricAllocation> allocate_symmetric_rank(const Communicator& comm, std::size_t bytes);
+/// Whether NCCL loads and has symmetric memory (2.27 or newer); false with the reason in `why` (when not null).
+bool symmetric_supported(std::string* why) noexcept;
 
 }  // namespace detail
 
@@ -76,7 +78,7 @@ class SymmetricBuffer {
     return SymmetricBuffer(detail::allocate_symmetric_rank(comm, count * sizeof(T)), count);
   }
   /// Whether the NCCL here has symmetric memory (2.27 or newer); false with the reason in `why` (when not null).
-  static bool supported(std::string* why = nullptr) noexcept { return detail::nccl::symmetric_supported(why); }
+  static bool supported(std::string* why = nullptr) noexcept { return detail::symmetric_supported(why); }
 
   /// The whole buffer, writable; the span keeps the memory alive.
   [[nodiscard]] DeviceSpan<T> view() const noexcept { return {a_->address, count_, a_}; }

@@ -28,11 +28,11 @@
 #include <variant>
 #include <vector>
 
-#include "lazygraph/detail/driver/driver_api.hpp"
 #include "lazygraph/detail/graph/graph_build.hpp"
 #include "lazygraph/detail/graph/graph_state.hpp"
 #include "lazygraph/graph/device_scalar.hpp"
 #include "lazygraph/graph/graph_options.hpp"
+#include "lazygraph/graph/node_kind.hpp"
 #include "lazygraph/graph/scope.hpp"
 #include "lazygraph/ops/concepts.hpp"
 
@@ -130,7 +130,7 @@ class CudaGraph {
     if (build) {
       recorded.plan.emplace();
       // Made first: conditions (Scope::condition) belong to it.
-      detail::driver::Graph graph(detail::driver::graph_create());
+      detail::driver::Graph graph = detail::driver::Graph::create();
       ExecContext ctx(stream, *recorded.plan, host_errors);
       detail::GraphRecording recording(ctx);
       recording.make_conditions_in(graph.native_handle());

@@ -33,10 +33,10 @@
 #include <utility>
 #include <vector>
 
-#include "lazygraph/detail/kernels/kernel_arguments.hpp"  // detail::is_device_span_v
 #include "lazygraph/driver/bfloat16.hpp"
 #include "lazygraph/driver/device_span.hpp"
 #include "lazygraph/driver/half.hpp"
+#include "lazygraph/kernels/kernel_arguments.hpp"  // detail::is_device_span_v
 
 namespace lazygraph {
 

@@ -13,18 +13,24 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
-#include "lazygraph/detail/driver/driver_api.hpp"
-#include "lazygraph/detail/kernels/kernel_arguments.hpp"
 #include "lazygraph/detail/kernels/kernel_info.hpp"
 #include "lazygraph/driver/device.hpp"
 #include "lazygraph/driver/kernel_module.hpp"
 #include "lazygraph/driver/stream.hpp"
+#include "lazygraph/kernels/kernel_arguments.hpp"
 #include "lazygraph/kernels/launch_config.hpp"
 #include "lazygraph/kernels/launch_op.hpp"
 
 namespace lazygraph {
+
+namespace detail {
+/// What a kernel call takes first (after the stream, for launch): a LaunchConfig, or what converts to one.
+template <class T>
+concept IsLaunchConfig = std::is_convertible_v<const T&, const LaunchConfig&>;
+}  // namespace detail
 
 /// A typed handle to a compiled kernel. Only `Kernel<void(Params...)>` is defined: kernels return void.
 template <class Signature>
@@ -76,6 +82,28 @@ class Kernel<void(Params...)> {
                                typename LaunchOp<Params...>::Ranges{detail::argument_range<Params>(args)...});
   }
 
+  // ---------------------------------------------------------------------------------------------------------
+  // READ THIS IF YOUR COMPILE BREAKS HERE: a kernel call starts with its launch configuration, e.g.
+  // `axpy(lg::grid_for(n, 256), 2.0F, x.cview(), y.view(), n)`; the static_assert below says so.
+  // ---------------------------------------------------------------------------------------------------------
+  /// A call whose first argument is not a LaunchConfig: never compiles; the static_assert names the fix.
+  template <class First, class... Args>
+  requires(!detail::IsLaunchConfig<First>) void operator()(const First& /*first*/, const Args&... /*args*/) const {
+    constexpr bool first_argument_is_a_launch_config = detail::IsLaunchConfig<First>;
+    static_assert(first_argument_is_a_launch_config,
+                  "Kernel call: the first argument must be the launch configuration (a LaunchConfig); write "
+                  "kernel(lg::grid_for(n, 256), args...), or kernel(LaunchConfig{grid, block, shared_bytes}, args...)");
+  }
+  /// A launch whose second argument is not a LaunchConfig: never compiles; the static_assert names the fix.
+  template <class Second, class... Args>
+  requires(!detail::IsLaunchConfig<Second>) void launch(const Stream& /*stream*/, const Second& /*second*/,
+                                                        const Args&... /*args*/) const {
+    constexpr bool second_argument_is_a_launch_config = detail::IsLaunchConfig<Second>;
+    static_assert(second_argument_is_a_launch_config,
+                  "Kernel::launch: the second argument must be the launch configuration (a LaunchConfig), after "
+                  "the stream; write kernel.launch(stream, lg::grid_for(n, 256), args...)");
+  }
+
   /// The kernel's (unmangled) name, e.g. "axpy".
   [[nodiscard]] const std::string& name() const noexcept { return info_->name; }
   /// The device the kernel is loaded on.
@@ -85,8 +113,7 @@ class Kernel<void(Params...)> {
   /// Times Device::sm_count(), the grid a persistent kernel needs to fill the GPU.
   /// \throws CudaError when the driver refuses the shape (naming the kernel).
   [[nodiscard]] int max_active_blocks_per_sm(unsigned block_threads, unsigned dynamic_shared = 0) const {
-    return detail::driver::max_active_blocks_per_sm(info_->device.context(), info_->function,
-                                                    static_cast<int>(block_threads), dynamic_shared, info_->name);
+    return detail::max_active_blocks_per_sm(*info_, block_threads, dynamic_shared);
   }
   /// The state every handle to this kernel shares (function, module, limits).
   [[nodiscard]] const std::shared_ptr<detail::KernelInfo>& info() const noexcept { return info_; }

@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "lazygraph/detail/kernels/nvrtc.hpp"
+#include "lazygraph/kernels/nvrtc.hpp"
 
 namespace lazygraph {
 

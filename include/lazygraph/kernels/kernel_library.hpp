@@ -27,12 +27,12 @@
 #include <vector>
 
 #include "lazygraph/detail/driver/type_name.hpp"
-#include "lazygraph/detail/kernels/kernel_declaration.hpp"
-#include "lazygraph/detail/kernels/kernel_parameter_type.hpp"
-#include "lazygraph/detail/kernels/nvrtc.hpp"
 #include "lazygraph/driver/device.hpp"
 #include "lazygraph/kernels/kernel.hpp"
+#include "lazygraph/kernels/kernel_declaration.hpp"
+#include "lazygraph/kernels/kernel_parameter_type.hpp"
 #include "lazygraph/kernels/kernel_set.hpp"
+#include "lazygraph/kernels/nvrtc.hpp"
 #include "lazygraph/kernels/tile_function.hpp"
 
 namespace lazygraph {

@@ -19,9 +19,9 @@
 #include <utility>
 #include <vector>
 
-#include "lazygraph/detail/kernels/kernel_arguments.hpp"
 #include "lazygraph/detail/kernels/kernel_info.hpp"
 #include "lazygraph/detail/kernels/tile_info.hpp"
+#include "lazygraph/kernels/kernel_arguments.hpp"
 #include "lazygraph/kernels/launch_config.hpp"
 #include "lazygraph/ops/access.hpp"
 

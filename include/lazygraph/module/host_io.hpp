@@ -19,12 +19,12 @@
 #include <span>
 #include <utility>
 
-#include "lazygraph/detail/kernels/staging_copier.hpp"
 #include "lazygraph/driver/device.hpp"
 #include "lazygraph/driver/device_span.hpp"
 #include "lazygraph/driver/staging_buffer.hpp"
 #include "lazygraph/graph/cuda_graph.hpp"
 #include "lazygraph/kernels/kernel_library.hpp"
+#include "lazygraph/kernels/staging_copier.hpp"
 #include "lazygraph/ops/copy.hpp"
 
 namespace lazygraph {

@@ -9,7 +9,6 @@
 #include <utility>
 #include <vector>
 
-#include "lazygraph/detail/driver/driver_api.hpp"
 #include "lazygraph/driver/device_buffer.hpp"
 #include "lazygraph/driver/half.hpp"
 #include "lazygraph/driver/memcpy.hpp"
@@ -44,7 +43,7 @@ class [[nodiscard]] AllocateOp : public OpBase<AllocateOp<T, Init>> {
   /// \throws UsageError or CudaError as DeviceBuffer's constructor does.
   DeviceBuffer<T> execute(ExecContext& ctx) const {
     DeviceBuffer<T> buffer(ctx.stream().device(), n_);
-    init_(ctx.stream(), buffer);
+    init_(ctx, buffer);
     return buffer;
   }
 
@@ -59,32 +58,34 @@ namespace detail {
 template <class T>
 struct FillWith {
   T value;
-  void operator()(const Stream& s, DeviceBuffer<T>& b) const {
+  void operator()(ExecContext& ctx, DeviceBuffer<T>& b) const {
     if (b.empty()) return;
     if constexpr (sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4) {
-      driver::fill(s.device().context(), b.view().address(), bit_pattern(value), sizeof(T), b.size(), s.get());
+      ctx.fill(b.view().address(), bit_pattern(value), sizeof(T), b.size());
     } else {
       const std::vector<T> host(b.size(), value);
-      copy_async(s, b.view(), std::span<const T>(host));  // pageable: staged before the call returns
+      copy_async(ctx.stream(), b.view(), std::span<const T>(host));  // pageable: staged before the call returns
     }
   }
 };
 
 struct LeaveUninitialised {
   template <class T>
-  void operator()(const Stream& /*s*/, DeviceBuffer<T>& /*b*/) const {}
+  void operator()(ExecContext& /*ctx*/, DeviceBuffer<T>& /*b*/) const {}
 };
 
 template <class T>
 struct CopyFromDevice {
   DeviceSpan<const T> src;
-  void operator()(const Stream& s, DeviceBuffer<T>& b) const { copy_async(s, b.view(), src); }
+  void operator()(ExecContext& ctx, DeviceBuffer<T>& b) const { copy_async(ctx.stream(), b.view(), src); }
 };
 
 template <class T>
 struct CopyFromHost {
   std::vector<T> host;  // owned: the op can be built from a temporary and executed later
-  void operator()(const Stream& s, DeviceBuffer<T>& b) const { copy_async(s, b.view(), std::span<const T>(host)); }
+  void operator()(ExecContext& ctx, DeviceBuffer<T>& b) const {
+    copy_async(ctx.stream(), b.view(), std::span<const T>(host));
+  }
 };
 
 }  // namespace detail

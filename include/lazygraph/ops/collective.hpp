@@ -20,6 +20,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "lazygraph/detail/driver/nccl_types.hpp"
 #include "lazygraph/driver/bfloat16.hpp"
 #include "lazygraph/driver/communicator.hpp"
 #include "lazygraph/driver/device_span.hpp"

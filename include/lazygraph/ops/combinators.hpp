@@ -62,6 +62,19 @@ struct CompositeTraits {
   static constexpr bool builds_without_capture = all_buildable<Ops...>;
   static constexpr bool runs_host_code = any_host_code<Ops...>;
 };
+
+/// A host function (a lambda, function object, function or function pointer): what `>>` is given by mistake for a
+/// DeviceOp, which host_call makes of it. Only the explanation below uses it.
+template <class F>
+concept HostFunction =
+    std::is_function_v<std::remove_pointer_t<std::remove_cvref_t<F>>> || std::is_invocable_v<F&> || requires {
+  &std::remove_cvref_t<F>::operator();
+};
+/// One side of `a >> b` a DeviceOp, the other a host function.
+template <class A, class B>
+concept OpAndHostFunction = (DeviceOp<std::remove_cvref_t<A>> && !DeviceOp<std::remove_cvref_t<B>> &&
+                             HostFunction<B>) ||
+                            (DeviceOp<std::remove_cvref_t<B>> && !DeviceOp<std::remove_cvref_t<A>> && HostFunction<A>);
 }  // namespace detail
 
 /// `a >> b`: b runs after a on the same stream (in a graph, b's nodes depend on a's). A GraphNode when both are.
@@ -94,6 +107,21 @@ template <class A, class B>
 requires DeviceOp<std::remove_cvref_t<A>> && DeviceOp<std::remove_cvref_t<B>>
     SequenceOp<std::remove_cvref_t<A>, std::remove_cvref_t<B>>
 operator>>(A&& a, B&& b) { return {std::forward<A>(a), std::forward<B>(b)}; }
+
+// ---------------------------------------------------------------------------------------------------------
+// READ THIS IF YOUR COMPILE BREAKS HERE: `>>` sequences DeviceOps; host code joins a sequence as an op,
+// host_call("name", f). The static_assert below says so.
+// ---------------------------------------------------------------------------------------------------------
+/// `op >> f` or `f >> op` with a host function f (a lambda, function object or function): never compiles; the
+/// static_assert says to wrap f in host_call.
+template <class A, class B>
+requires detail::OpAndHostFunction<A, B>
+void operator>>(A&& /*a*/, B&& /*b*/) {
+  constexpr bool both_sides_are_device_ops = DeviceOp<std::remove_cvref_t<A>> && DeviceOp<std::remove_cvref_t<B>>;
+  static_assert(both_sides_are_device_ops,
+                "`op >> f`: f is a host function, not a DeviceOp, and `>>` sequences DeviceOps; wrap it in "
+                "host_call: op >> host_call(\"name\", f) runs f on a driver thread when the stream reaches it");
+}
 
 /// `all(ops...)`: independent ops that may run concurrently (the first on the current stream, the others on side
 /// streams; parallel branches when recorded), joined before anything after them. They must not write memory

@@ -16,10 +16,12 @@
 
 #include <cuda.h>
 
+#include <array>
 #include <cstddef>
 #include <memory>
 #include <span>
 #include <type_traits>
+#include <vector>
 
 #include "lazygraph/driver/memcpy.hpp"
 #include "lazygraph/driver/staging_buffer.hpp"
@@ -321,6 +323,54 @@ template <class T>
   static_assert(!std::is_const_v<T>,
                 "copy: the destination is a read-only PinnedSpan<const T>; pass a writable view (staging.view())");
   return {std::move(dst), std::move(src)};
+}
+
+namespace detail {
+/// The element type (without const) of what copy takes as a destination or source: a DeviceSpan, PinnedSpan,
+/// std::span, std::vector or std::array; void for anything else.
+template <class X>
+struct CopyElement {
+  using type = void;
+};
+template <class T>
+struct CopyElement<DeviceSpan<T>> {
+  using type = std::remove_const_t<T>;
+};
+template <class T>
+struct CopyElement<PinnedSpan<T>> {
+  using type = std::remove_const_t<T>;
+};
+template <class T, std::size_t N>
+struct CopyElement<std::span<T, N>> {
+  using type = std::remove_const_t<T>;
+};
+template <class T, class A>
+struct CopyElement<std::vector<T, A>> {
+  using type = T;
+};
+template <class T, std::size_t N>
+struct CopyElement<std::array<T, N>> {
+  using type = T;
+};
+template <class X>
+using copy_element_t = typename CopyElement<std::remove_cvref_t<X>>::type;
+}  // namespace detail
+
+// ---------------------------------------------------------------------------------------------------------
+// READ THIS IF YOUR COMPILE BREAKS HERE: copy moves bytes between memory of one element type; it never
+// converts. The static_assert below names the fix.
+// ---------------------------------------------------------------------------------------------------------
+/// `copy(dst, src)` between spans (or host containers) of different element types: never compiles; the
+/// static_assert says to convert with a fused expression instead.
+template <class Dst, class Src>
+requires(!std::is_void_v<detail::copy_element_t<Dst>> && !std::is_void_v<detail::copy_element_t<Src>> &&
+         !std::is_same_v<detail::copy_element_t<Dst>, detail::copy_element_t<Src>>) void copy(const Dst& /*dst*/,
+                                                                                              const Src& /*src*/) {
+  constexpr bool element_types_match = std::is_same_v<detail::copy_element_t<Dst>, detail::copy_element_t<Src>>;
+  static_assert(element_types_match,
+                "copy: the source's element type differs from the destination's, and copy never converts between "
+                "element types; copy between spans of one element type, or convert on the device with a fused "
+                "expression: assign(dst, cast<T>(src)) (lazygraph/kernels/expression.hpp)");
 }
 
 }  // namespace lazygraph

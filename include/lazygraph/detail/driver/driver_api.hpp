@@ -22,7 +22,6 @@
 #include <vector>
 
 #include "lazygraph/detail/driver/launch_shape.hpp"
-#include "lazygraph/detail/driver/live_handles.hpp"
 
 namespace lazygraph::detail::driver {
 
@@ -49,7 +48,7 @@ inline void check(CUresult code, std::string_view api, std::string_view object) 
     throw_error(code, api, object);
 }
 
-// LiveHandles and live_handles(): live_handles.hpp (the counts are kept in src/driver/driver_api.cpp).
+// LiveHandles and live_handles(): lazygraph/driver/live_handles.hpp (the counts are kept in driver_api.cpp).
 
 int driver_version();
 int device_count();

@@ -11,20 +11,22 @@
 #include <string_view>
 #include <utility>
 
-#include "lazygraph/detail/driver/driver_api.hpp"
-
 namespace lazygraph::detail::driver {
 
+/// Destroying and instantiating are out of line (src/driver/graph_handle.cpp), so that including this header does not
+/// reach the driver's entry points (driver_api.hpp): none of them is on a replay's path.
 class Graph {
  public:
   Graph() = default;
   /// Takes ownership of `graph` (which may be null).
   explicit Graph(CUgraph graph) noexcept : handle_(graph) {}
-  ~Graph() { graph_destroy_no_throw(handle_); }
+  /// A new empty graph, to add nodes to (cuGraphCreate). \throws CudaError.
+  [[nodiscard]] static Graph create();
+  ~Graph() { reset(); }
   Graph(Graph&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
   Graph& operator=(Graph&& other) noexcept {
     if (this != &other) {
-      graph_destroy_no_throw(handle_);
+      reset();
       handle_ = std::exchange(other.handle_, nullptr);
     }
     return *this;
@@ -34,7 +36,7 @@ class Graph {
 
   [[nodiscard]] CUgraph native_handle() const noexcept { return handle_; }
   [[nodiscard]] CUgraph release() noexcept { return std::exchange(handle_, nullptr); }
-  void reset() noexcept { graph_destroy_no_throw(std::exchange(handle_, nullptr)); }
+  void reset() noexcept;
   explicit operator bool() const noexcept { return handle_ != nullptr; }
 
  private:
@@ -46,17 +48,15 @@ class GraphExec {
   /// Instantiates `graph` in context `ctx` with CUDA_GRAPH_INSTANTIATE_FLAG_* `flags`. `object` names the graph
   /// in errors. \throws CudaError when instantiation fails (nothing is leaked).
   [[nodiscard]] static GraphExec instantiate(const Graph& graph, CUcontext ctx, std::string_view object,
-                                             unsigned long long flags = 0) {
-    return GraphExec(graph_instantiate(ctx, graph.native_handle(), flags, object), ctx);
-  }
+                                             unsigned long long flags = 0);
 
   GraphExec() = default;
-  ~GraphExec() { graph_exec_destroy_no_throw(context_, handle_); }
+  ~GraphExec() { reset(); }
   GraphExec(GraphExec&& other) noexcept
       : handle_(std::exchange(other.handle_, nullptr)), context_(std::exchange(other.context_, nullptr)) {}
   GraphExec& operator=(GraphExec&& other) noexcept {
     if (this != &other) {
-      graph_exec_destroy_no_throw(context_, handle_);
+      reset();
       handle_ = std::exchange(other.handle_, nullptr);
       context_ = std::exchange(other.context_, nullptr);
     }
@@ -67,10 +67,8 @@ class GraphExec {
 
   [[nodiscard]] CUgraphExec native_handle() const noexcept { return handle_; }
   [[nodiscard]] CUcontext context() const noexcept { return context_; }
-  void reset() noexcept {
-    graph_exec_destroy_no_throw(context_, std::exchange(handle_, nullptr));
-    context_ = nullptr;  // as after a move
-  }
+  /// Destroys the executable graph (if any); null afterwards, as after a move.
+  void reset() noexcept;
   explicit operator bool() const noexcept { return handle_ != nullptr; }
 
  private:

@@ -12,11 +12,11 @@
 /// PATH entry ending in /bin, such as a virtual environment's). An explicit path (the first two)
 /// is used alone: when it does not load, nothing else is tried.
 ///
-/// The types below are nccl.h's ABI (NCCL 2.x), declared here so that building lazygraph needs no nccl.h.
+/// The types of nccl.h's ABI that these functions take (NCCL 2.x) are in nccl_types.hpp, so that building lazygraph
+/// needs no nccl.h and public headers can name a communicator without reaching these functions.
 
 #include <cuda.h>
 
-#include <array>
 #include <chrono>
 #include <cstddef>
 #include <span>
@@ -24,50 +24,9 @@
 #include <string_view>
 #include <vector>
 
+#include "lazygraph/detail/driver/nccl_types.hpp"
+
 namespace lazygraph::detail::nccl {
-
-/// ncclComm_t: an opaque communicator.
-struct CommObject;
-using Comm = CommObject*;
-/// ncclWindow_t: an opaque registration of memory with a communicator (NCCL 2.27+).
-struct WindowObject;
-using Window = WindowObject*;
-/// NCCL_WIN_COLL_SYMMETRIC: every rank registers a buffer at the same offset, for NCCL's symmetric kernels.
-constexpr int window_symmetric = 0x01;
-
-/// ncclResult_t's values.
-enum Result : int {
-  success = 0,
-  unhandled_cuda_error = 1,
-  system_error = 2,
-  internal_error = 3,
-  invalid_argument = 4,
-  invalid_usage = 5,
-  remote_error = 6,
-  in_progress = 7,
-};
-
-/// ncclDataType_t's values for the element types lazygraph sends.
-enum class DataType : int {
-  int8 = 0,
-  uint8 = 1,
-  int32 = 2,
-  uint32 = 3,
-  int64 = 4,
-  uint64 = 5,
-  float16 = 6,
-  float32 = 7,
-  float64 = 8,
-  bfloat16 = 9
-};
-
-/// ncclRedOp_t's built-in operations.
-enum class RedOp : int { sum = 0, prod = 1, max = 2, min = 3, avg = 4 };
-
-/// ncclUniqueId: 128 opaque bytes that every rank of one communicator must be given.
-struct UniqueId {
-  std::array<char, 128> internal{};
-};
 
 /// Uses the NCCL library at `path` instead of searching. \throws UsageError once NCCL has been loaded (from
 /// another path).
@@ -129,13 +88,7 @@ void reduce_scatter(CUcontext ctx, const void* send, void* recv, std::size_t rec
 void all_gather(CUcontext ctx, const void* send, void* recv, std::size_t send_count, DataType type, Comm comm,
                 CUstream stream, std::string_view object);
 /// One group (ncclGroupStart/End) of sends and receives: `sends[i]` goes to `peers_to[i]`, `recvs[j]` comes from
-/// `peers_from[j]`.
-struct PointToPoint {
-  const void* send = nullptr;  ///< null for a receive
-  void* recv = nullptr;        ///< null for a send
-  std::size_t count = 0;
-  int peer = 0;
-};
+/// `peers_from[j]` (PointToPoint, nccl_types.hpp).
 void send_recv(CUcontext ctx, std::span<const PointToPoint> transfers, DataType type, Comm comm, CUstream stream,
                std::string_view object);
 /// Whether this NCCL has symmetric memory (ncclMemAlloc and ncclCommWindowRegister, NCCL 2.27+); false with the

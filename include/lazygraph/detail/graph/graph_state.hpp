@@ -16,61 +16,16 @@
 #include <vector>
 
 #include "lazygraph/detail/driver/deferred_release.hpp"
-#include "lazygraph/detail/driver/driver_api.hpp"
 #include "lazygraph/detail/driver/graph_handle.hpp"
 #include "lazygraph/detail/graph/graph_build.hpp"
 #include "lazygraph/detail/graph/graph_recording.hpp"
 #include "lazygraph/detail/ops/node_plan.hpp"
 #include "lazygraph/driver/stream.hpp"
 #include "lazygraph/graph/graph_options.hpp"
+#include "lazygraph/graph/node_kind.hpp"
 #include "lazygraph/ops/exec_context.hpp"
 
 namespace lazygraph {
-
-/// Where a stream stands with respect to capture.
-enum class CaptureStatus { none, active, invalidated };
-/// \var CaptureStatus::none
-/// Not capturing.
-/// \var CaptureStatus::active
-/// Capturing: work submitted to the stream is recorded, not run.
-/// \var CaptureStatus::invalidated
-/// Capturing, but an illegal call broke the capture: ending it will fail.
-
-/// The kind of one node of a captured graph.
-enum class NodeKind { kernel, memcpy, memset, host, child_graph, empty, wait_event, event_record, other };
-/// \var NodeKind::kernel
-/// A kernel launch.
-/// \var NodeKind::memcpy
-/// A copy (`copy`, device to device).
-/// \var NodeKind::memset
-/// A fill (`fill`).
-/// \var NodeKind::host
-/// A host function call (`allow_in_graph(host_call(...))`).
-/// \var NodeKind::child_graph
-/// A graph nested as one node.
-/// \var NodeKind::empty
-/// A node without work, used to join dependencies.
-/// \var NodeKind::wait_event
-/// A wait for an event recorded outside the graph.
-/// \var NodeKind::event_record
-/// An event record.
-/// \var NodeKind::other
-/// Any other kind (conditional nodes, memory nodes, ...).
-
-/// The dependencies of a captured graph: `programmatic` of them let the downstream kernel start before the
-/// upstream one completes (kernels launched with LaunchConfig::early_launch), the rest are full dependencies.
-struct EdgeCounts {
-  /// The downstream node starts after the upstream one has completed.
-  std::size_t full = 0;
-  /// The downstream kernel may start while the upstream one finishes.
-  std::size_t programmatic = 0;
-};
-
-/// Where `stream` stands now (asks the driver). \throws UsageError on a moved-from Stream.
-[[nodiscard]] CaptureStatus capture_status(const Stream& stream);
-/// The enumerator's name, e.g. "child_graph"; never null.
-[[nodiscard]] const char* to_string(NodeKind kind) noexcept;
-
 namespace detail {
 
 /// Begins capturing on construction; `finish` returns the graph, `abort` (or the destructor) ends the capture
@@ -177,7 +132,7 @@ class GraphState {
         if (std::optional<UpdateResult> why = plan_mismatch(*plan_, plan)) {
           // Conditions and scratch memory belong to the graph they were made for: a new graph needs new ones, and
           // kernels that take them new arguments, so the op is recorded again for it.
-          driver::Graph graph(driver::graph_create());
+          driver::Graph graph = driver::Graph::create();
           NodePlan fresh;
           ExecContext again(stream_, fresh, host_errors_);
           GraphRecording again_recording(again);

@@ -15,7 +15,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "lazygraph/detail/driver/driver_api.hpp"
+#include "lazygraph/detail/driver/launch_shape.hpp"
 #include "lazygraph/driver/device.hpp"
 #include "lazygraph/driver/device_span.hpp"
 #include "lazygraph/driver/kernel_module.hpp"
@@ -100,6 +100,10 @@ ArgumentRange argument_range(const Arg& arg) {
 /// Adds to `out` what arguments of `ranges` let the kernel or tile function `name` touch: a write for a writable
 /// pointer, a read for a read-only one, and opaque for a pointer given something other than a span.
 void add_argument_accesses(std::span<const ArgumentRange> ranges, std::string_view name, AccessSet& out);
+
+/// How many blocks of `block_threads` threads (and `dynamic_shared` bytes) of `kernel` one multiprocessor holds at
+/// once (Kernel::max_active_blocks_per_sm). \throws CudaError naming the kernel when the driver refuses the shape.
+int max_active_blocks_per_sm(const KernelInfo& kernel, unsigned block_threads, unsigned dynamic_shared);
 
 /// \throws UsageError when `config` is outside the kernel's or the device's limits, naming which.
 void validate_launch(const KernelInfo& kernel, const LaunchConfig& config);

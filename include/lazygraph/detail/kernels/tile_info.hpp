@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "lazygraph/detail/kernels/kernel_declaration.hpp"
-#include "lazygraph/detail/kernels/nvrtc.hpp"
 #include "lazygraph/driver/device.hpp"
+#include "lazygraph/kernels/kernel_declaration.hpp"
+#include "lazygraph/kernels/nvrtc.hpp"
 
 namespace lazygraph::detail {
 

@@ -35,8 +35,8 @@
 #include <vector>
 
 #include "lazygraph/detail/driver/type_name.hpp"
-#include "lazygraph/detail/kernels/kernel_parameter_type.hpp"
-#include "lazygraph/detail/kernels/nvrtc.hpp"
+#include "lazygraph/kernels/kernel_parameter_type.hpp"
+#include "lazygraph/kernels/nvrtc.hpp"
 
 namespace lazygraph {
 
