@@ -76,8 +76,7 @@ Options (--name VALUE or --name=VALUE; each at most once):
   --seed S         seed of the random draws, 0 to 4294967295 (default 0): the same seed, prompt and
                    options give the same tokens
   --context N      positions the KV cache holds, prompt included, 1 to 8192 and at most the model's
-                   max_position_embeddings and sliding_window (default: max_position_embeddings, at
-                   most 4096 and at most sliding_window)
+                   max_position_embeddings (default: max_position_embeddings, at most 4096)
   --dtype fp16|bf16  the element type of weights, activations and KV cache (default: bf16 when the
                    checkpoint's torch_dtype or dtype is bfloat16, else fp16; a quantized checkpoint's
                    is its scales' type)
@@ -410,23 +409,17 @@ void check_model_dir(const fs::path& dir) {
 }
 
 /// The KV cache's positions: --context, checked against the model's config.json, or by default
-/// max_position_embeddings, at most 4096 and at most a sliding window (which must cover the context).
+/// max_position_embeddings, at most 4096 (a sliding window bounds what a layer attends, not the context).
 /// \throws UsageProblem naming --context.
 int context_of(const Options& o, const nn::LlamaConfig& llama) {
   const std::string source = (o.model_dir / "config.json").string();
   if (o.context == 0) {
-    return std::min({llama.max_position_embeddings, 4096, llama.sliding_window.value_or(4096)});
+    return std::min(llama.max_position_embeddings, 4096);
   }
   if (o.context > llama.max_position_embeddings) {
     throw UsageProblem("--context " + std::to_string(o.context) + " is more than the model's " +
                        "max_position_embeddings (" + std::to_string(llama.max_position_embeddings) + " in " + source +
                        ")");
-  }
-  if (llama.sliding_window.has_value() && o.context > *llama.sliding_window) {
-    throw UsageProblem("--context " + std::to_string(o.context) + " is more than the model's sliding_window (" +
-                       std::to_string(*llama.sliding_window) + " in " + source +
-                       "), and sliding-window attention is not implemented: give --context " +
-                       std::to_string(*llama.sliding_window) + " or less");
   }
   return o.context;
 }

@@ -14,9 +14,12 @@
 //     writes row b's k and v at position positions[b] of slot slots[b], every kv head.
 //     Launch: 1-D over batch * n_kv_heads * head_dim, any grid and block (grid-stride).
 //
-//   attention(q, k_cache, v_cache, out, positions, slots, n_heads, n_kv_heads, head_dim, max_ctx, n_slots, scale)
+//   attention(q, k_cache, v_cache, out, positions, slots, n_heads, n_kv_heads, head_dim, max_ctx, n_slots, scale,
+//             window)
 //     per row b and head h, with g = h / (n_heads / n_kv_heads), p = positions[b], c = slot slots[b]:
-//     s_j = scale * q_bh . k_cg[j] for j = 0..p, w = softmax(s) (max subtracted), out_bh = sum_j w_j v_cg[j].
+//     s_j = scale * q_bh . k_cg[j] for j = f..p, w = softmax(s) (max subtracted), out_bh = sum_j w_j v_cg[j], where
+//     f = 0, or with a window of `window` positions (window > 0: a sliding-window layer, the row's own position
+//     included), max(0, p - window + 1).
 //     n_heads must be a multiple of n_kv_heads. Rows must be appended (kv_append) before any row attends.
 //     Launch: grid (n_heads, batch), block 32 * k threads (k = 1..32; 1024 puts the most of the cache in flight,
 //     since there are only n_heads blocks per row: nn::Kernels::attention_config), dynamic shared memory
@@ -29,9 +32,9 @@
 //     newly appended positions are read after the wait.
 //
 //   attention_split(q, k_cache, v_cache, out, partials, counters, positions, slots, n_heads, n_kv_heads, head_dim,
-//                   max_ctx, n_slots, scale)
+//                   max_ctx, n_slots, scale, window)
 //     the same result, with each (row, head) spread over gridDim.z blocks (split-K over positions, as in
-//     flash-decoding): block z attends positions [z * len, (z + 1) * len) of 0..p, len = ceil(max_ctx / gridDim.z),
+//     flash-decoding): block z attends positions [z * len, (z + 1) * len) of f..p, len = ceil(max_ctx / gridDim.z),
 //     writes its partial maximum, sum and weighted values to partials [batch][n_heads][gridDim.z][head_dim + 2]
 //     (floats), and the last block of the (row, head), found by an atomic count in counters [batch][n_heads] (zero at
 //     launch; that block sets it back to zero), combines the partials in split order (deterministic). A decode step
@@ -254,10 +257,14 @@ __device__ __forceinline__ void attend_range(const HeadView<T>& h, int head_dim,
   __syncthreads();
 }
 
+/// The first position a row at position p attends: 0, or with a window of `window` positions (the row's own
+/// included; 0: none), p - window + 1 when that is more.
+__device__ __forceinline__ int window_start(int p, int window) { return window > 0 ? max(0, p - window + 1) : 0; }
+
 template <class T>
 __device__ __forceinline__ void attention_body(const T* q, const T* k_cache, const T* v_cache, T* out,
                                                const int* positions, const int* slots, int n_heads, int n_kv_heads,
-                                               int head_dim, int max_ctx, int n_slots, float scale) {
+                                               int head_dim, int max_ctx, int n_slots, float scale, int window) {
   lg::allow_dependent_launch();      // may be launched early: attend_range waits once the settled cache is in flight
   extern __shared__ float scores[];  // [max_ctx]
   __shared__ float o[kMaxHeadDim];
@@ -266,7 +273,7 @@ __device__ __forceinline__ void attention_body(const T* q, const T* k_cache, con
                                   n_slots, static_cast<int>(blockIdx.x), static_cast<int>(blockIdx.y));
   float m;
   float l;
-  attend_range<kAttentionWarps>(h, head_dim, scale, 0, h.p + 1,
+  attend_range<kAttentionWarps>(h, head_dim, scale, window_start(h.p, window), h.p + 1,
                                 settled_positions(positions, slots, static_cast<int>(gridDim.y), h.sequence, h.p),
                                 scores, o, m, l);
   const float inv_sum = 1.0f / l;
@@ -281,7 +288,7 @@ template <class T>
 __device__ __forceinline__ void attention_split_body(const T* q, const T* k_cache, const T* v_cache, T* out,
                                                      float* partials, unsigned* counters, const int* positions,
                                                      const int* slots, int n_heads, int n_kv_heads, int head_dim,
-                                                     int max_ctx, int n_slots, float scale) {
+                                                     int max_ctx, int n_slots, float scale, int window) {
   lg::allow_dependent_launch();      // may be launched early: attend_range waits once the settled cache is in flight
   extern __shared__ float scores[];  // [max(len, splits * (head_dim + 2))]: scores, then the staged partials
   __shared__ float o[kMaxHeadDim];
@@ -291,8 +298,9 @@ __device__ __forceinline__ void attention_split_body(const T* q, const T* k_cach
                                   n_slots, static_cast<int>(blockIdx.x), static_cast<int>(blockIdx.y));
   const int splits = gridDim.z;
   const int len = (max_ctx + splits - 1) / splits;
-  const int begin = min(static_cast<int>(blockIdx.z) * len, h.p + 1);
-  const int end = min(begin + len, h.p + 1);
+  const int first = window_start(h.p, window);  // the window's first position: blocks before it attend none
+  const int begin = min(max(static_cast<int>(blockIdx.z) * len, first), h.p + 1);
+  const int end = min(max((static_cast<int>(blockIdx.z) + 1) * len, begin), h.p + 1);
   float m;
   float l;
   attend_range<kSplitWarps>(h, head_dim, scale, begin, end,
@@ -362,10 +370,11 @@ kv_append[T] = kv_append_body(const T* k, const T* v, T* k_cache, T* v_cache, co
                               int n_kv_heads, int head_dim, int max_ctx, int n_slots, int batch)
 attention[T] __launch_bounds__(1024) =
     attention_body(const T* q, const T* k_cache, const T* v_cache, T* out, const int* positions, const int* slots,
-                   int n_heads, int n_kv_heads, int head_dim, int max_ctx, int n_slots, float scale)
+                   int n_heads, int n_kv_heads, int head_dim, int max_ctx, int n_slots, float scale, int window)
 attention_split[T] = attention_split_body(const T* q, const T* k_cache, const T* v_cache, T* out, float* partials,
                                           unsigned* counters, const int* positions, const int* slots, int n_heads,
-                                          int n_kv_heads, int head_dim, int max_ctx, int n_slots, float scale)
+                                          int n_kv_heads, int head_dim, int max_ctx, int n_slots, float scale,
+                                          int window)
 */
 
 // Tile functions (kernels/include/lazygraph/tile.cuh) for persistent programs: attention_tile(_bf16) is attention with

@@ -3,7 +3,7 @@
 // grouped-query attention (query head h reads kv head h / (n_heads / n_kv_heads)).
 //
 //   flash_attention_dD(q, k, v, k_cache, v_cache, out, chunk, max_rows, n_heads, n_kv_heads, max_ctx, n_slots,
-//                      scale), D = head_dim: flash_attention_d64, flash_attention_d128 and their _bf16 twins
+//                      scale, window), D = head_dim: flash_attention_d64, flash_attention_d128 and their _bf16 twins
 //                      (flash_attention_d64_bf16, flash_attention_d128_bf16).
 //     `chunk` is three ints in device memory, [start, rows, slot] (nn::PrefillChunkLayout), read when the kernel runs,
 //     so that one captured graph serves every chunk of up to max_rows rows: the chunk is `rows` query rows of sequence
@@ -11,7 +11,9 @@
 //     keys and values (RoPE already applied to k), [max_rows][n_kv_heads][D], of which the first `rows` rows are read;
 //     k_cache and v_cache [n_slots][n_kv_heads][max_ctx][D], as kernels/nn/attention.cu lays them out. Row r < rows
 //     (position p = start + r) of head h, with g = h / (n_heads / n_kv_heads), gets
-//       out[r][h] = sum_{j <= p} softmax_j(scale * q[r][h] . K_g[j]) V_g[j],
+//       out[r][h] = sum_{f <= j <= p} softmax_j(scale * q[r][h] . K_g[j]) V_g[j],
+//     f = 0, or with a window of `window` positions (window > 0: a sliding-window layer, the row's own position
+//     included) max(0, p - window + 1): key tiles wholly before every row's window are not read,
 //     where K_g[j], V_g[j] are the cache's entries for j < start (written by earlier chunks or decode steps) and the
 //     chunk's own k and v for j >= start. The kernel also writes the chunk's k and v into the caches at positions
 //     start .. start + rows - 1 of slot `slot`, every kv head, and writes no other cache entry; rows of q, k, v and
@@ -127,7 +129,7 @@ __device__ __forceinline__ float exp2_approx(float x) {
 template <class T, int D, int kM>
 __device__ __forceinline__ void flash_attention_body(const T* q, const T* k, const T* v, T* k_cache, T* v_cache, T* out,
                                                      const int* chunk, int max_rows, int n_heads, int n_kv_heads,
-                                                     int max_ctx, int n_slots, float scale) {
+                                                     int max_ctx, int n_slots, float scale, int window) {
   lg::early_launch_prologue();  // may be launched early: everything it reads may be the previous kernel's output
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   static_assert(D % 16 == 0 && D <= 256, "head_dim must be a multiple of 16");
@@ -199,7 +201,9 @@ __device__ __forceinline__ void flash_attention_body(const T* q, const T* k, con
       copy16_async(sv + r * S + 8 * c, from_v + 8 * c, j <= q_last);
     }
   };
-  load_keys(0, 0);
+  // With a window, the first key tile any row of this tile attends: earlier tiles are never loaded.
+  const int n_first = window > 0 ? max(0, q_first - window + 1) / kTile : 0;
+  load_keys(n_first, n_first & 1);
   commit_async();
 
   // 2. The cache write: the first query head of each kv head's group copies the tile's rows of k and v.
@@ -224,11 +228,16 @@ __device__ __forceinline__ void flash_attention_body(const T* q, const T* k, con
   const int warp_first = min(q_first + warp_row0, q_last);               // the smallest last key of its rows
   const int warp_last = min(q_first + warp_row0 + 16 * kM - 1, q_last);  // the largest
   int limit[kM][2];  // the last key row g (and g + 8) of row tile mi attends
+  int low[kM][2];    // the first (0, or with a window the row's position - window + 1)
 #pragma unroll
   for (int mi = 0; mi < kM; ++mi) {
     limit[mi][0] = min(q_first + warp_row0 + 16 * mi + g, q_last);
     limit[mi][1] = min(q_first + warp_row0 + 16 * mi + g + 8, q_last);
+    low[mi][0] = window > 0 ? limit[mi][0] - window + 1 : 0;
+    low[mi][1] = window > 0 ? limit[mi][1] - window + 1 : 0;
   }
+  const int warp_low = window > 0 ? warp_first - window + 1 : 0;      // the smallest first key of the warp's rows
+  const int warp_high_low = window > 0 ? warp_last - window + 1 : 0;  // the largest
   // Scores stay unscaled; the softmax works in base 2 with scale * log2(e) folded into each exponent's one fma.
   const float score_scale = scale * kLog2e;
   const float none = -__int_as_float(0x7f800000);  // -inf
@@ -246,7 +255,7 @@ __device__ __forceinline__ void flash_attention_body(const T* q, const T* k, con
   }
 
   const int n_tiles = q_last / kTile + 1;
-  for (int n = 0; n < n_tiles; ++n) {  // uniform over the block
+  for (int n = n_first; n < n_tiles; ++n) {  // uniform over the block
     if (n + 1 < n_tiles) {
       load_keys(n + 1, (n + 1) & 1);  // into the stage tile n - 1 used: every warp left it at the last barrier
       commit_async();
@@ -255,7 +264,7 @@ __device__ __forceinline__ void flash_attention_body(const T* q, const T* k, con
       wait_async<0>();
     }
     __syncthreads();
-    if (n == 0) {
+    if (n == n_first) {
       // Matrices: rows 0-7 / 8-15 of a row tile, dims 0-7 / 8-15 of the 16: a[0] (0-7, 0-7), a[1] (8-15, 0-7),
       // a[2] (0-7, 8-15), a[3] (8-15, 8-15).
 #pragma unroll
@@ -266,7 +275,8 @@ __device__ __forceinline__ void flash_attention_body(const T* q, const T* k, con
       }
     }
     const int key0 = n * kTile;
-    if (key0 <= warp_last) {  // uniform over the warp; a tile wholly past its rows adds nothing
+    // Uniform over the warp: a tile wholly past its rows, or wholly before their windows, adds nothing.
+    if (key0 <= warp_last && key0 + kTile - 1 >= warp_low) {
       const T* const sk = keys(n & 1);
       const T* const sv = values(n & 1);
       // Scores: s[mi][nt] is the C tile of row tile mi and keys key0 + 8 nt .. + 7.
@@ -293,8 +303,9 @@ __device__ __forceinline__ void flash_attention_body(const T* q, const T* k, con
           }
         }
       }
-      // Mask keys past each row's position: only in tiles that reach past the warp's first row (the diagonal).
-      if (key0 + kTile - 1 > warp_first) {
+      // Mask keys past each row's position (only in tiles that reach past the warp's first row: the diagonal) and,
+      // with a window, before its first key (only in tiles that start before the warp's last row's window).
+      if (key0 + kTile - 1 > warp_first || key0 < warp_high_low) {
 #pragma unroll
         for (int mi = 0; mi < kM; ++mi) {
 #pragma unroll
@@ -302,7 +313,7 @@ __device__ __forceinline__ void flash_attention_body(const T* q, const T* k, con
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
               const int j = key0 + 8 * nt + 2 * t + (e & 1);
-              if (j > limit[mi][e / 2]) s[mi][nt][e] = none;
+              if (j > limit[mi][e / 2] || j < low[mi][e / 2]) s[mi][nt][e] = none;
             }
           }
         }
@@ -430,8 +441,10 @@ axis T = lg::half_t | lg::bf16_t _bf16
 
 flash_attention[D][T] __launch_bounds__(128) =
     flash_attention_body<T, D, warp_tiles(D)>(const T* q, const T* k, const T* v, T* k_cache, T* v_cache, T* out,
-        const int* chunk, int max_rows, int n_heads, int n_kv_heads, int max_ctx, int n_slots, float scale)
+        const int* chunk, int max_rows, int n_heads, int n_kv_heads, int max_ctx, int n_slots, float scale,
+        int window)
 flash_attention_rows64[D: 64][T] __launch_bounds__(128) =
     flash_attention_body<T, D, 1>(const T* q, const T* k, const T* v, T* k_cache, T* v_cache, T* out,
-        const int* chunk, int max_rows, int n_heads, int n_kv_heads, int max_ctx, int n_slots, float scale)
+        const int* chunk, int max_rows, int n_heads, int n_kv_heads, int max_ctx, int n_slots, float scale,
+        int window)
 */

@@ -11,6 +11,7 @@
 //   gemv_swiglu(W1, W3, x, out, rows, cols, batch)             out = silu(W1 x) * (W3 x)   (SwiGLU's first half)
 //   rms_norm_gemv(W, x, g, out, rows, cols, eps, batch)        out = W (x / rms(x) * g)
 //   rms_norm_gemv_swiglu(W1, W3, x, g, out, rows, cols, eps, batch)   out = silu(W1 h) * (W3 h), h = x / rms(x) * g
+//   rms_norm_gemv_geglu(W1, W3, x, g, out, rows, cols, eps, batch)    out = gelu_tanh(W1 h) * (W3 h), the same h
 // where rms(x) = sqrt(mean(x^2) + eps), per vector. On the fp32 path (below) each vector's result is bit-for-bit
 // what a batch of 1 gives for it (the same loads, in the same order, feed the same fp32 chains), so a prompt
 // processed 8 tokens at a time and one token at a time agree exactly.
@@ -142,14 +143,14 @@ __device__ __forceinline__ void rms_norm_gemv_body(const T* W, const T* x, const
       [&](int row, int b, const float* v) { at(out, rows, row, b) = lg::from_float<T>(v[0]); }, NoPreload{}, place);
 }
 
-template <int B, class T, class Place = lg::GridPlace>
+template <int B, bool Gelu, class T, class Place = lg::GridPlace>
 __device__ __forceinline__ void rms_norm_gemv_swiglu_body(const T* W1, const T* W3, const T* x, const T* g, T* out,
                                                           int rows, int cols, float eps, int batch, Place place = {}) {
   if (!shapes_supported(cols, batch, W1, W3, x) || !lg::is_aligned16(g) || batch > max_batch(B)) __trap();
   const Matrices<2, T> w{{W1, W3}, cols};
   rows_of<B>(
       w, GainedX<T>{x, g, cols}, rows, cols, batch, eps,
-      [&](int row, int b, const float* v) { at(out, rows, row, b) = lg::from_float<T>(silu(v[0]) * v[1]); },
+      [&](int row, int b, const float* v) { at(out, rows, row, b) = lg::from_float<T>(gate<Gelu>(v[0]) * v[1]); },
       NoPreload{}, place);
 }
 
@@ -173,8 +174,10 @@ gemv_swiglu[T: lg::half_t][B] =
     gemv_swiglu_body<B>(const T* W1, const T* W3, const T* x, T* out, int rows, int cols, int batch)
 rms_norm_gemv[T][B] __launch_bounds__(256, 2) =
     rms_norm_gemv_body<B>(const T* W, const T* x, const T* g, T* out, int rows, int cols, float eps, int batch)
-rms_norm_gemv_swiglu[T][B] = rms_norm_gemv_swiglu_body<B>(const T* W1, const T* W3, const T* x, const T* g, T* out,
-    int rows, int cols, float eps, int batch)
+rms_norm_gemv_swiglu[T][B] = rms_norm_gemv_swiglu_body<B, false>(const T* W1, const T* W3, const T* x, const T* g,
+    T* out, int rows, int cols, float eps, int batch)
+rms_norm_gemv_geglu[T][B] = rms_norm_gemv_swiglu_body<B, true>(const T* W1, const T* W3, const T* x, const T* g,
+    T* out, int rows, int cols, float eps, int batch)
 */
 
 // Tile functions (kernels/include/lazygraph/tile.cuh) of the tensor-core variants, fp16, for persistent programs
@@ -198,7 +201,7 @@ extern "C" __device__ void rms_norm_gemv_mma_tile(lg::Tile tile, const lg::half_
 extern "C" __device__ void rms_norm_gemv_swiglu_mma_tile(lg::Tile tile, const lg::half_t* W1, const lg::half_t* W3,
                                                          const lg::half_t* x, const lg::half_t* g, lg::half_t* out,
                                                          int rows, int cols, float eps, int batch) {
-  rms_norm_gemv_swiglu_body<kTensorCores>(W1, W3, x, g, out, rows, cols, eps, batch, lg::TilePlace{tile});
+  rms_norm_gemv_swiglu_body<kTensorCores, false>(W1, W3, x, g, out, rows, cols, eps, batch, lg::TilePlace{tile});
 }
 extern "C" __device__ void gemv_mma_tile_prefetch(lg::Tile tile, const lg::half_t* W, const lg::half_t* /*x*/,
                                                   lg::half_t* /*out*/, int rows, int cols, int /*batch*/) {
@@ -237,5 +240,5 @@ extern "C" __device__ void rms_norm_gemv_mma_tile_bf16(lg::Tile tile, const lg::
 extern "C" __device__ void rms_norm_gemv_swiglu_mma_tile_bf16(lg::Tile tile, const lg::bf16_t* W1, const lg::bf16_t* W3,
                                                               const lg::bf16_t* x, const lg::bf16_t* g, lg::bf16_t* out,
                                                               int rows, int cols, float eps, int batch) {
-  rms_norm_gemv_swiglu_body<kTensorCores>(W1, W3, x, g, out, rows, cols, eps, batch, lg::TilePlace{tile});
+  rms_norm_gemv_swiglu_body<kTensorCores, false>(W1, W3, x, g, out, rows, cols, eps, batch, lg::TilePlace{tile});
 }

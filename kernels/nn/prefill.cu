@@ -28,6 +28,13 @@
 //     writes it). width a multiple of 8 and the buffers 16-byte aligned (traps otherwise): 16-byte loads. Launch: 1-D,
 //     any grid and block (grid-stride over eighths), e.g. grid_for(max_rows * width / 8, 256).
 //
+//   prefill_gelu_mul(gate, up, out, chunk, width, max_rows)
+//     prefill_silu_mul with gelu_tanh (a / 2 (1 + tanh(sqrt(2 / pi) (a + 0.044715 a^3)))) for silu: GeGLU's.
+//
+//   prefill_rms_norm_add(in, gain, x, chunk, d, eps, max_rows)
+//     x[r] += rmsnorm(in[r]) * gain for r < rows, the normed row rounded to T before the add (a post-norm, Gemma 3's:
+//     the residual stream takes the block's output normed); launched as prefill_rms_norm.
+//
 //   prefill_last_row(x, chunk, out, d, max_rows)
 //     out[i] = x[rows - 1][i], i < d: the chunk's last row, for the LM head (x [max_rows][d], out [d]; rows clamped to
 //     [1, max_rows]). Launch: 1-D, any grid and block, e.g. grid_for(d, 256).
@@ -134,7 +141,7 @@ __device__ __forceinline__ void prefill_qkv_rope_body(const T* qkv, const T* bq,
   }
 }
 
-template <class T>
+template <bool Gelu, class T>
 __device__ __forceinline__ void prefill_silu_mul_body(const T* gate, const T* up, T* out, const int* chunk, int width,
                                                       int max_rows) {
   lg::early_launch_prologue();
@@ -146,8 +153,44 @@ __device__ __forceinline__ void prefill_silu_mul_body(const T* gate, const T* up
     lg::load_float8(gate + 8 * e, a);
     lg::load_float8(up + 8 * e, b);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) a[j] = a[j] / (1.0f + expf(-a[j])) * b[j];
+    for (int j = 0; j < 8; ++j) {
+      a[j] = (Gelu ? 0.5f * a[j] * (1.0f + tanhf(0.7978845608028654f * (a[j] + 0.044715f * a[j] * a[j] * a[j])))
+                   : a[j] / (1.0f + expf(-a[j]))) *
+             b[j];
+    }
     lg::store8(out + 8 * e, lg::pack8<T>(a));
+  }
+}
+
+template <class T>
+__device__ __forceinline__ void prefill_rms_norm_add_body(const T* in, const T* gain, T* x, const int* chunk, int d,
+                                                          float eps, int max_rows) {
+  lg::early_launch_prologue();
+  if (d % 8 != 0 || !lg::is_aligned16(in) || !lg::is_aligned16(gain) || !lg::is_aligned16(x)) __trap();
+  const int rows = chunk_rows(chunk, max_rows);
+  const int eighths = d / 8;
+  for (int r = blockIdx.x; r < rows; r += gridDim.x) {  // uniform over the block: block_sum's barriers are safe
+    const T* row = in + static_cast<long long>(r) * d;
+    T* to = x + static_cast<long long>(r) * d;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < eighths; i += blockDim.x) {
+      float a[8];
+      lg::load_float8(row + 8 * i, a);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) ss += a[j] * a[j];
+    }
+    const float inv_rms = 1.0f / sqrtf(lg::block_sum(ss) / static_cast<float>(d) + eps);
+    for (int i = threadIdx.x; i < eighths; i += blockDim.x) {
+      float a[8];
+      float g[8];
+      float y[8];
+      lg::load_float8(row + 8 * i, a);
+      lg::load_float8(gain + 8 * i, g);
+      lg::load_float8(to + 8 * i, y);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) y[j] += lg::to_float(lg::from_float<T>(a[j] * inv_rms * g[j]));
+      lg::store8(to + 8 * i, lg::pack8<T>(y));
+    }
   }
 }
 
@@ -168,7 +211,11 @@ prefill_rms_norm[T] = prefill_rms_norm_body<T>(const T* x, const T* gain, T* out
     int max_rows)
 prefill_qkv_rope[T] = prefill_qkv_rope_body<T>(const T* qkv, const T* bq, const T* bk, const T* bv, T* q, T* k, T* v,
     const int* chunk, int n_heads, int n_kv_heads, int head_dim, const float* frequencies, int max_rows)
-prefill_silu_mul[T] = prefill_silu_mul_body<T>(const T* gate, const T* up, T* out, const int* chunk, int width,
-    int max_rows)
+prefill_silu_mul[T] = prefill_silu_mul_body<false, T>(const T* gate, const T* up, T* out, const int* chunk,
+    int width, int max_rows)
+prefill_gelu_mul[T] = prefill_silu_mul_body<true, T>(const T* gate, const T* up, T* out, const int* chunk,
+    int width, int max_rows)
+prefill_rms_norm_add[T] = prefill_rms_norm_add_body<T>(const T* in, const T* gain, T* x, const int* chunk, int d,
+    float eps, int max_rows)
 prefill_last_row[T] = prefill_last_row_body<T>(const T* x, const int* chunk, T* out, int d, int max_rows)
 */

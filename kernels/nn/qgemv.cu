@@ -4,6 +4,7 @@
 //   qgemv_add(W, x, out, rows, cols, batch)                      out += W x
 //   rms_norm_qgemv(W, x, g, out, rows, cols, eps, batch)         out = W (x / rms(x) * g)
 //   rms_norm_qgemv_swiglu(W1, W3, x, g, out, rows, cols, eps, batch)   out = silu(W1 h) * (W3 h), h = x / rms(x) * g
+//   rms_norm_qgemv_geglu(W1, W3, x, g, out, rows, cols, eps, batch)    out = gelu_tanh(W1 h) * (W3 h)
 //   qdequantize(W, out, rows, cols)                              out = W, dequantized to the element type
 //   quantized_qkv_rope_append(W, bias, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim,
 //                             max_ctx, n_slots, frequencies, eps, batch)
@@ -147,7 +148,7 @@ __device__ __forceinline__ void quantized_qkv_rope_append_body(QuantizedMatrix W
       });
 }
 
-template <int F, class T>
+template <int F, bool Gelu, class T>
 __device__ __forceinline__ void rms_norm_qgemv_swiglu_body(QuantizedMatrix W1, QuantizedMatrix W3, const T* x,
                                                            const T* g, T* out, int rows, int cols, float eps,
                                                            int batch) {
@@ -156,8 +157,9 @@ __device__ __forceinline__ void rms_norm_qgemv_swiglu_body(QuantizedMatrix W1, Q
   }
   const QuantizedTiles<2, T> w{{W1, W3}, quantized_tile_bytes<F>(cols), cols / W1.group};
   start_quantized();
-  qgemv_tiles<F>(w, GainedX<T>{x, g, cols}, rows, cols, batch, eps,
-                 [&](int row, int b, const float* v) { at(out, rows, row, b) = lg::from_float<T>(silu(v[0]) * v[1]); });
+  qgemv_tiles<F>(w, GainedX<T>{x, g, cols}, rows, cols, batch, eps, [&](int row, int b, const float* v) {
+    at(out, rows, row, b) = lg::from_float<T>(gate<Gelu>(v[0]) * v[1]);
+  });
 }
 
 /// out = W dequantized, [rows][cols] of T: each element (q - zero) * scale, the product in fp32 rounded once. What
@@ -241,6 +243,8 @@ qdequantize[T][F] __launch_bounds__(256) = qdequantize_body<F>(QuantizedMatrix W
 quantized_qkv_rope_append[T][F] __launch_bounds__(1024, 1) = quantized_qkv_rope_append_body<F>(QuantizedMatrix W,
     const T* bias, const T* x, const T* g, T* q, T* k_cache, T* v_cache, const int* positions, const int* slots, int d,
     int q_rows, int n_kv_heads, int head_dim, int max_ctx, int n_slots, const float* frequencies, float eps, int batch)
-rms_norm_qgemv_swiglu[T][F] __launch_bounds__(1024, 1) = rms_norm_qgemv_swiglu_body<F>(QuantizedMatrix W1,
+rms_norm_qgemv_swiglu[T][F] __launch_bounds__(1024, 1) = rms_norm_qgemv_swiglu_body<F, false>(QuantizedMatrix W1,
+    QuantizedMatrix W3, const T* x, const T* g, T* out, int rows, int cols, float eps, int batch)
+rms_norm_qgemv_geglu[T][F] __launch_bounds__(1024, 1) = rms_norm_qgemv_swiglu_body<F, true>(QuantizedMatrix W1,
     QuantizedMatrix W3, const T* x, const T* g, T* out, int rows, int cols, float eps, int batch)
 */

@@ -42,17 +42,24 @@ DecoderConfig decoder_config(const LlamaConfig& l, int context, const std::files
   c.ffn = l.intermediate_size;
   c.vocab = l.vocab_size;
   c.context = context > 0 ? context : std::min(l.max_position_embeddings, 4096);
-  if (l.sliding_window.has_value() && *l.sliding_window < c.context) {
-    refuse("sliding_window " + std::to_string(*l.sliding_window) + " is shorter than the context of " +
-           std::to_string(c.context) + " positions, and sliding-window attention is not implemented (load with " +
-           "LoadOptions::context at most " + std::to_string(*l.sliding_window) + ")");
-  }
   c.head_width = l.head_dimension();
   c.theta = static_cast<float>(l.rope_theta);
   c.rope_scaling = l.rope_scaling;
   c.eps = static_cast<float>(l.rms_norm_eps);
   c.qkv_bias = l.attention_bias;
   c.qk_norm = l.qk_norm;
+  // The block's features its architecture read (src/nn/architectures/).
+  c.activation = l.activation;
+  c.post_norms = l.post_norms;
+  c.embedding_scale = static_cast<float>(l.embedding_scale);
+  c.attention_scale = l.query_pre_attn_scalar ? static_cast<float>(1.0 / std::sqrt(*l.query_pre_attn_scalar)) : 0.0F;
+  c.logit_softcap = l.final_logit_softcapping ? static_cast<float>(*l.final_logit_softcapping) : 0.0F;
+  c.gain_offset = static_cast<float>(l.gain_offset);
+  if (l.sliding_window.has_value()) {  // a window at least the context masks nothing, but marks the layers' RoPE
+    c.window = std::min(*l.sliding_window, kMaxContext);
+    c.sliding = l.sliding_layers;
+    if (l.local_rope_theta) c.local_theta = static_cast<float>(*l.local_rope_theta);
+  }
   c.max_batch = options.max_batch;
   c.early_launch = options.early_launch;
   c.tensor_cores = options.tensor_cores;
@@ -216,12 +223,12 @@ void upload_rows(const Checkpoint& weights, int head_dim, const DecoderTensor& t
       const auto from = static_cast<std::size_t>(t.rope_rows ? rotate_half_row(row, head_dim) : row);
       const std::size_t at = from * cols + b.first_col;  // the block row's first element in the whole tensor
       E* dst = buffer.data() + r * b.cols;
-      if (info.dtype == dtype_of<E>) {
+      if (info.dtype == dtype_of<E> && t.offset == 0) {
         std::memcpy(dst, data + at * sizeof(E), b.cols * sizeof(E));
         continue;
       }
       for (std::size_t c = 0; c < b.cols; ++c) {
-        const float f = element(data, info.dtype, at + c);
+        const float f = element(data, info.dtype, at + c) + t.offset;  // a gain stored as w meaning offset + w
         if constexpr (std::same_as<E, float>) {
           dst[c] = f;
         } else {
@@ -780,6 +787,18 @@ void save_seeded_checkpoint(const std::filesystem::path& directory, const Decode
   llama.rope_scaling = config.rope_scaling;
   if (config.qkv_bias && config.qk_norm) {
     throw UsageError("save_seeded_checkpoint: no architecture has both q, k and v biases and q/k norms");
+  }
+  if (config.activation != GateActivation::silu || config.post_norms || config.embedding_scale != 1.0F ||
+      config.attention_scale != 0 || config.local_theta != 0 || config.logit_softcap != 0 || config.gain_offset != 0 ||
+      (config.window > 0 && (!config.sliding.empty() || config.qkv_bias || config.qk_norm))) {
+    throw UsageError(
+        "save_seeded_checkpoint writes Llama, Mistral (a window on every layer), Qwen2 (q, k and v biases) and Qwen3 "
+        "(q/k norms) checkpoints; Gemma 3's features (GeGLU, post-norms, scales, soft-capping, per-layer windows) it "
+        "does not write");
+  }
+  if (config.window > 0) {  // Mistral: the window on every layer
+    llama.model_type = "mistral";
+    llama.sliding_window = config.window;
   }
   if (config.qkv_bias) {  // Qwen2 is the architecture with q, k and v biases alone
     llama.model_type = "qwen2";

@@ -38,9 +38,33 @@ void DecoderConfig::validate() const {
     fail(e.what());
   }
   if (qkv_bias && !fused && !qk_norm) fail("qkv_bias needs fused (the unfused kernels add no biases)");
+  if (window < 0) fail("window (" + std::to_string(window) + ") must be 0 (none) or positive");
+  if (!sliding.empty() && sliding.size() != static_cast<std::size_t>(layers)) {
+    fail("sliding lists " + std::to_string(sliding.size()) + " layers, not layers (" + std::to_string(layers) +
+         "); empty for every layer");
+  }
+  const auto finite_at_least = [&](float v, float least, const char* name) {
+    if (!std::isfinite(v) || v < least) fail(std::string(name) + " (" + std::to_string(v) + ") is out of its range");
+  };
+  finite_at_least(attention_scale, 0, "attention_scale");
+  finite_at_least(local_theta, 0, "local_theta");
+  finite_at_least(logit_softcap, 0, "logit_softcap");
+  finite_at_least(gain_offset, -1e30F, "gain_offset");
+  if (!std::isfinite(embedding_scale) || !(embedding_scale > 0)) {
+    fail("embedding_scale (" + std::to_string(embedding_scale) + ") must be finite and positive");
+  }
   if (backend == DecoderBackend::persistent) {
     if (!fused) fail("the persistent backend runs the fused attention block (set fused)");
     if (qk_norm) fail("the persistent backend has no tiles for q/k norms (qk_norm: Qwen3); use DecoderBackend::graph");
+    const auto refuse = [&](bool uses, const char* what) {
+      if (uses) fail(std::string("the persistent backend has no tiles for ") + what + "; use DecoderBackend::graph");
+    };
+    refuse(activation != GateActivation::silu, "a GeGLU MLP (activation gelu_tanh: Gemma 3)");
+    refuse(post_norms, "post-norms (Gemma 3)");
+    refuse(embedding_scale != 1.0F, "a scaled embedding (Gemma 3)");
+    refuse(window > 0, "sliding-window attention (window)");
+    refuse(local_theta > 0, "a sliding layers' RoPE (local_theta)");
+    refuse(logit_softcap > 0, "logit soft-capping (logit_softcap)");
     if (attention_splits() != 1) {
       fail("the persistent backend runs attention as one tile per head (set attention_blocks to 1, not " +
            std::to_string(attention_blocks) + ")");
@@ -81,7 +105,8 @@ std::size_t DecoderConfig::weight_bytes() const {
   const auto kv = static_cast<std::size_t>(kv_dim());
   const auto qd = static_cast<std::size_t>(q_dim());
   const std::size_t per_layer = 2 * qd * dd + 2 * kv * dd + 3 * dd * static_cast<std::size_t>(ffn) + 2 * dd +
-                                (qkv_bias ? qd + 2 * kv : 0) + (qk_norm ? 2 * static_cast<std::size_t>(head_dim()) : 0);
+                                (qkv_bias ? qd + 2 * kv : 0) +
+                                (qk_norm ? 2 * static_cast<std::size_t>(head_dim()) : 0) + (post_norms ? 2 * dd : 0);
   return (per_layer * static_cast<std::size_t>(layers) + static_cast<std::size_t>(vocab) * dd + 2 * dd) * sizeof(half);
 }
 
@@ -103,6 +128,7 @@ BasicDecoderState<T>::BasicDecoderState(const Device& device, const DecoderConfi
       k(DeviceBuffer<T>(device, kMaxRows * static_cast<std::size_t>(c.kv_dim()))),
       v(DeviceBuffer<T>(device, kMaxRows * static_cast<std::size_t>(c.kv_dim()))),
       qkv(DeviceBuffer<T>(device, c.qk_norm ? kMaxRows * static_cast<std::size_t>(c.q_dim() + 2 * c.kv_dim()) : 0)),
+      block_out(DeviceBuffer<T>(device, c.post_norms ? kMaxRows * static_cast<std::size_t>(c.d) : 0)),
       attn(DeviceBuffer<T>(device, kMaxRows * static_cast<std::size_t>(c.q_dim()))),
       act(DeviceBuffer<T>(device, kMaxRows * static_cast<std::size_t>(c.ffn))),
       logits(DeviceBuffer<T>(device, kMaxRows * static_cast<std::size_t>(c.vocab))),
@@ -114,6 +140,7 @@ BasicDecoderState<T>::BasicDecoderState(const Device& device, const DecoderConfi
                                      static_cast<std::size_t>(c.head_dim() + 2)),
       attention_counters(device, static_cast<std::size_t>(kMaxRows) * static_cast<std::size_t>(c.heads)),
       rope_frequencies(device, static_cast<std::size_t>(c.head_dim() / 2)),
+      local_rope_frequencies(device, c.local_theta > 0 ? static_cast<std::size_t>(c.head_dim() / 2) : 0),
       argmax_values(device, static_cast<std::size_t>(kMaxRows) * kArgmaxChunks),
       argmax_indices(device, static_cast<std::size_t>(kMaxRows) * kArgmaxChunks) {
   const Stream stream(device);
@@ -124,6 +151,11 @@ BasicDecoderState<T>::BasicDecoderState(const Device& device, const DecoderConfi
   fill(generated.view(), 0).sync_on(stream);
   const std::vector<float> table = rope_table(c);
   copy(rope_frequencies.view(), std::span<const float>(table)).sync_on(stream);
+  if (c.local_theta > 0) {
+    const std::vector<double> local = nn::rope_frequencies(c.local_theta, {}, c.head_dim());
+    const std::vector<float> local_table(local.begin(), local.end());
+    copy(local_rope_frequencies.view(), std::span<const float>(local_table)).sync_on(stream);
+  }
 }
 
 namespace {
@@ -244,7 +276,10 @@ BasicDecoderWeights<T> checked(BasicDecoderWeights<T> w, const DecoderConfig& c)
     const auto head_dim = static_cast<std::size_t>(c.qk_norm ? c.head_dim() : 0);
     vector(a.q_norm, head_dim, layer + "self_attn.q_norm.weight");
     vector(a.k_norm, head_dim, layer + "self_attn.k_norm.weight");
-    vector(m.gain, d, layer + "post_attention_layernorm.weight");
+    const std::size_t post = c.post_norms ? d : 0;
+    vector(a.post_gain, post, layer + "post_attention_layernorm.weight (post-norm)");
+    vector(m.post_gain, post, layer + "post_feedforward_layernorm.weight");
+    vector(m.gain, d, layer + (c.post_norms ? "pre_feedforward_layernorm.weight" : "post_attention_layernorm.weight"));
     matrix(m.w1, c.ffn, c.d, layer + "mlp.gate_proj.weight");
     matrix(m.w3, c.ffn, c.d, layer + "mlp.up_proj.weight");
     matrix(m.w2, c.d, c.ffn, layer + "mlp.down_proj.weight");

@@ -68,6 +68,8 @@ TensorShard tensor_shard(const DecoderTensor& t, const DecoderConfig& config, in
     case DecoderTensorRole::attention_gain:
     case DecoderTensorRole::q_norm:  // a head's gain, the same for every head: whole on every rank
     case DecoderTensorRole::k_norm:
+    case DecoderTensorRole::attention_post_gain:
+    case DecoderTensorRole::mlp_post_gain:
     case DecoderTensorRole::mlp_gain:
     case DecoderTensorRole::final_gain:
       break;
@@ -104,6 +106,10 @@ DeviceSpan<const T> full_tensor(const BasicDecoderWeights<T>& w, const DecoderCo
       return a.q_norm.cview();
     case DecoderTensorRole::k_norm:
       return a.k_norm.cview();
+    case DecoderTensorRole::attention_post_gain:
+      return a.post_gain.cview();
+    case DecoderTensorRole::mlp_post_gain:
+      return w.mlp[l].post_gain.cview();
     case DecoderTensorRole::mlp_gain:
       return w.mlp[l].gain.cview();
     case DecoderTensorRole::w1:

@@ -10,7 +10,8 @@ std::string stacked_qkv_name(const std::string& q_name) {
 
 std::vector<std::int64_t> DecoderTensor::shape() const {
   if (role == DecoderTensorRole::attention_gain || role == DecoderTensorRole::mlp_gain ||
-      role == DecoderTensorRole::final_gain) {
+      role == DecoderTensorRole::final_gain || role == DecoderTensorRole::attention_post_gain ||
+      role == DecoderTensorRole::mlp_post_gain) {
     return {cols};
   }
   if (role == DecoderTensorRole::bq || role == DecoderTensorRole::bk || role == DecoderTensorRole::bv ||
@@ -29,7 +30,7 @@ std::vector<DecoderTensor> decoder_tensors(const DecoderConfig& c) {
         {std::move(name), role, layer, rows, cols, matrix_spec(id, rows, cols), role == Role::wq || role == Role::wk});
   };
   const auto gain = [&](std::string name, Role role, int layer, std::uint32_t id) {
-    out.push_back({std::move(name), role, layer, 1, c.d, gain_spec(id, c.d), false});
+    out.push_back({std::move(name), role, layer, 1, c.d, gain_spec(id, c.d), false, c.gain_offset});
   };
   out.push_back({"model.embed_tokens.weight", Role::embedding, -1, c.vocab, c.d,
                  TensorSpec{1000000, static_cast<std::size_t>(c.vocab) * static_cast<std::size_t>(c.d), 1.0F, 0.0F},
@@ -54,15 +55,19 @@ std::vector<DecoderTensor> decoder_tensors(const DecoderConfig& c) {
     }
     if (c.qk_norm) {  // a gain per element of a head, in the heads' interleaved RoPE order (rope_rows)
       const auto head_gain = [&](std::string name, Role role, std::uint32_t slot) {
-        out.push_back({std::move(name), role, l, c.head_dim(), 1, gain_spec(id(slot), c.head_dim()), true});
+        out.push_back(
+            {std::move(name), role, l, c.head_dim(), 1, gain_spec(id(slot), c.head_dim()), true, c.gain_offset});
       };
       head_gain(p + "self_attn.q_norm.weight", Role::q_norm, 13);
       head_gain(p + "self_attn.k_norm.weight", Role::k_norm, 14);
     }
-    gain(p + "post_attention_layernorm.weight", Role::mlp_gain, l, id(6));
+    if (c.post_norms) gain(p + "post_attention_layernorm.weight", Role::attention_post_gain, l, id(15));
+    gain(p + (c.post_norms ? "pre_feedforward_layernorm.weight" : "post_attention_layernorm.weight"), Role::mlp_gain, l,
+         id(6));
     matrix(p + "mlp.gate_proj.weight", Role::w1, l, c.ffn, c.d, id(7));
     matrix(p + "mlp.up_proj.weight", Role::w3, l, c.ffn, c.d, id(8));
     matrix(p + "mlp.down_proj.weight", Role::w2, l, c.d, c.ffn, id(9));
+    if (c.post_norms) gain(p + "post_feedforward_layernorm.weight", Role::mlp_post_gain, l, id(0));
   }
   gain("model.norm.weight", Role::final_gain, -1, 1000001);
   matrix("lm_head.weight", Role::lm_head, -1, c.vocab, c.d, 1000002);

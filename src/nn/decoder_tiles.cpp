@@ -58,7 +58,7 @@ std::vector<TileCall> decoder_step_tiles(const BasicDecoderTiles<T>& tiles, cons
   const int d = c.d;
   const int q_dim = c.q_dim();
   const int qkv_rows = q_dim + 2 * c.kv_dim();
-  const float scale = 1.0F / std::sqrt(static_cast<float>(c.head_dim()));
+  const float scale = c.score_scale();
   const std::size_t cache_size = static_cast<std::size_t>(c.max_batch) * static_cast<std::size_t>(c.context) *
                                  static_cast<std::size_t>(c.kv_dim());
   const TileConfig per_head{{static_cast<unsigned>(c.heads), static_cast<unsigned>(rows), 1},

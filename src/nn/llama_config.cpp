@@ -54,7 +54,6 @@ constexpr std::string_view kHarmlessKeys[] = {
     "label2id",
     "length_penalty",
     "max_length",
-    "max_window_layers",
     "min_length",
     "no_repeat_ngram_size",
     "num_beam_groups",
@@ -162,67 +161,7 @@ void read_rope(LlamaConfig& config, const ConfigReader& reader) {
   const bool has_top_theta = reader.get("rope_theta") != nullptr;
   const double top_theta = reader.float_number("rope_theta", config.rope_theta);
   const auto read_object = [&](const json& object, std::string_view key, bool holds_theta) {
-    if (!object.is_object()) reader.fail(key, "must be an object, found " + detail::describe_json(object));
-    const auto field = [&](std::string_view name) -> const json* {
-      const auto it = object.find(name);
-      return it == object.end() || it->is_null() ? nullptr : &*it;
-    };
-    const std::string where = std::string(key) + ".";
-    std::string type = "default";
-    for (const char* name : {"rope_type", "type"}) {
-      if (const json* t = field(name); t != nullptr) {
-        if (!t->is_string()) reader.fail(where + name, "must be a string, found " + detail::describe_json(*t));
-        if (type != "default" && t->get<std::string>() != type) reader.fail(where + name, "disagrees with rope_type");
-        type = t->get<std::string>();
-      }
-    }
-    RopeScaling rope;
-    if (type == "linear") {
-      rope.type = RopeType::linear;
-    } else if (type == "llama3") {
-      rope.type = RopeType::llama3;
-    } else if (type != "default") {
-      reader.fail(where + "rope_type",
-                  "'" + type + "' is not implemented (lazygraph implements default, linear and " +
-                      "llama3; yarn, dynamic, longrope and others change the arithmetic otherwise)");
-    }
-    const auto number = [&](const char* name) {
-      const json* v = field(name);
-      if (v == nullptr) reader.fail(where + name, "is missing (rope_type " + type + " needs it)");
-      return reader.float_value(where + name, *v);
-    };
-    std::vector<std::string> used = {"rope_type", "type"};
-    if (holds_theta) used.emplace_back("rope_theta");
-    if (rope.type != RopeType::standard) {
-      rope.factor = number("factor");
-      used.emplace_back("factor");
-    }
-    if (rope.type == RopeType::llama3) {
-      rope.low_freq_factor = number("low_freq_factor");
-      rope.high_freq_factor = number("high_freq_factor");
-      const json* original = field("original_max_position_embeddings");
-      if (original == nullptr || !original->is_number_unsigned() || original->get<std::uint64_t>() == 0 ||
-          original->get<std::uint64_t>() > (1U << 24U)) {
-        reader.fail(where + "original_max_position_embeddings",
-                    "must be a positive integer (at most 2^24) for rope_type llama3");
-      }
-      rope.original_max_position_embeddings = static_cast<int>(original->get<std::uint64_t>());
-      used.insert(used.end(), {"low_freq_factor", "high_freq_factor", "original_max_position_embeddings"});
-    }
-    for (const auto& [name, value] : object.items()) {
-      if (std::find(used.begin(), used.end(), name) != used.end() || value.is_null()) continue;
-      // transformers writes partial_rotary_factor 1.0 for models that rotate every pair: the same arithmetic.
-      if (name == "partial_rotary_factor" && value.is_number() && value.get<double>() == 1.0) continue;
-      reader.fail(where + name, "is not used by rope_type " + type +
-                                    " as lazygraph implements it, and may change "
-                                    "what the model computes");
-    }
-    try {
-      rope.validate();
-    } catch (const UsageError& e) {
-      reader.fail(key, e.what());
-    }
-    return rope;
+    return detail::read_rope_object(reader, object, key, holds_theta);
   };
   config.rope_theta = top_theta;
   if (parameters != nullptr) {
@@ -397,6 +336,74 @@ json format_json(const std::optional<QuantizedFormat>& format) {
 
 }  // namespace
 
+namespace detail {
+RopeScaling read_rope_object(const ConfigReader& reader, const nlohmann::json& object, std::string_view key,
+                             bool holds_theta) {
+  using nlohmann::json;
+  if (!object.is_object()) reader.fail(key, "must be an object, found " + describe_json(object));
+  const auto field = [&](std::string_view name) -> const json* {
+    const auto it = object.find(name);
+    return it == object.end() || it->is_null() ? nullptr : &*it;
+  };
+  const std::string where = std::string(key) + ".";
+  std::string type = "default";
+  for (const char* name : {"rope_type", "type"}) {
+    if (const json* t = field(name); t != nullptr) {
+      if (!t->is_string()) reader.fail(where + name, "must be a string, found " + describe_json(*t));
+      if (type != "default" && t->get<std::string>() != type) reader.fail(where + name, "disagrees with rope_type");
+      type = t->get<std::string>();
+    }
+  }
+  RopeScaling rope;
+  if (type == "linear") {
+    rope.type = RopeType::linear;
+  } else if (type == "llama3") {
+    rope.type = RopeType::llama3;
+  } else if (type != "default") {
+    reader.fail(where + "rope_type", "'" + type + "' is not implemented (lazygraph implements default, linear and " +
+                                         "llama3; yarn, dynamic, longrope and others change the arithmetic otherwise)");
+  }
+  const auto number = [&](const char* name) {
+    const json* v = field(name);
+    if (v == nullptr) reader.fail(where + name, "is missing (rope_type " + type + " needs it)");
+    return reader.float_value(where + name, *v);
+  };
+  std::vector<std::string> used = {"rope_type", "type"};
+  if (holds_theta) used.emplace_back("rope_theta");
+  if (rope.type != RopeType::standard) {
+    rope.factor = number("factor");
+    used.emplace_back("factor");
+  }
+  if (rope.type == RopeType::llama3) {
+    rope.low_freq_factor = number("low_freq_factor");
+    rope.high_freq_factor = number("high_freq_factor");
+    const json* original = field("original_max_position_embeddings");
+    if (original == nullptr || !original->is_number_unsigned() || original->get<std::uint64_t>() == 0 ||
+        original->get<std::uint64_t>() > (1U << 24U)) {
+      reader.fail(where + "original_max_position_embeddings",
+                  "must be a positive integer (at most 2^24) for rope_type llama3");
+    }
+    rope.original_max_position_embeddings = static_cast<int>(original->get<std::uint64_t>());
+    used.insert(used.end(), {"low_freq_factor", "high_freq_factor", "original_max_position_embeddings"});
+  }
+  for (const auto& [name, value] : object.items()) {
+    if (std::find(used.begin(), used.end(), name) != used.end() || value.is_null()) continue;
+    // transformers writes partial_rotary_factor 1.0 for models that rotate every pair: the same arithmetic.
+    if (name == "partial_rotary_factor" && value.is_number() && value.get<double>() == 1.0) continue;
+    reader.fail(where + name, "is not used by rope_type " + type +
+                                  " as lazygraph implements it, and may change "
+                                  "what the model computes");
+  }
+  try {
+    rope.validate();
+  } catch (const UsageError& e) {
+    reader.fail(key, e.what());
+  }
+  return rope;
+}
+
+}  // namespace detail
+
 LlamaConfig LlamaConfig::parse(std::string_view json_text, const std::filesystem::path& source) {
   const json root = detail::parse_json_strict(json_text, source, "the config", false, detail::kMaxConfigValues);
   if (!root.is_object()) {
@@ -416,7 +423,7 @@ LlamaConfig LlamaConfig::parse(std::string_view json_text, const std::filesystem
   config.vocab_size = reader.positive_int("vocab_size", kMaxVocab);
   config.max_position_embeddings =
       reader.optional_positive_int("max_position_embeddings", 1 << 24).value_or(config.max_position_embeddings);
-  read_rope(config, reader);
+  if (!architecture.reads_rope) read_rope(config, reader);
   config.rms_norm_eps = reader.float_number("rms_norm_eps", config.rms_norm_eps);
   config.torch_dtype = reader.string("torch_dtype", "");
   if (const std::string dtype = reader.string("dtype", ""); !dtype.empty()) {
@@ -483,6 +490,11 @@ std::string LlamaConfig::to_json() const {
   if (sliding_window.has_value()) {
     root["sliding_window"] = *sliding_window;
     if (model_type != "mistral") root["use_sliding_window"] = true;
+    if (!sliding_layers.empty()) {
+      json types = json::array();
+      for (const bool s : sliding_layers) types.push_back(s ? "sliding_attention" : "full_attention");
+      root["layer_types"] = types;
+    }
   }
   if (bos_token_id.has_value()) root["bos_token_id"] = *bos_token_id;
   if (eos_token_ids.size() == 1) root["eos_token_id"] = eos_token_ids[0];
@@ -498,6 +510,7 @@ std::string LlamaConfig::to_json() const {
         {"clip_search", quantization->options.clip_search},
     };
   }
+  if (architecture != nullptr && architecture->write != nullptr) architecture->write(*this, root);
   return root.dump(2) + "\n";
 }
 

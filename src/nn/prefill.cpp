@@ -199,6 +199,11 @@ CudaGraph<>& BasicPrefill<T>::chunk_graph(const BasicPrefillContext<T>& ctx, int
         const DeviceSpan<T> x = b.x.view().subspan(0, count * static_cast<std::size_t>(c.d));
         const LaunchConfig per_element = k.step_config(grid_for(x.size(), 256));
         s.record(ctx.io.copy_in(io, DecoderIo::prefill));
+        std::vector<decltype(k.scale(per_element, x, 0LL, 0.0F))> scaled;  // the embedding's scale, where not 1
+        if (c.embedding_scale != 1.0F) {
+          scaled.push_back(
+              k.scale(per_element, x, static_cast<long long>(x.size()), T::from_float(c.embedding_scale).to_float()));
+        }
         if (comm == nullptr) {
           s.record(named("embedding", k.embedding(per_element, ctx.weights.embedding.cview(), tokens, x, c.d, rows)));
         } else {
@@ -208,14 +213,17 @@ CudaGraph<>& BasicPrefill<T>::chunk_graph(const BasicPrefillContext<T>& ctx, int
                                                        first, c.vocab) >>
                                           all_reduce(*comm, x)));
         }
+        s.record(chain(std::move(scaled)));
         for (int l = 0; l < c.layers; ++l) {
           const auto layer = static_cast<std::size_t>(l);
           const std::size_t offset = layer * cache_size;
-          s.record(named(
-              "layer " + std::to_string(l),
-              prefill_layer(Projector<T>{k, ctx.quantized}, plans, ctx.weights.attention[layer], ctx.weights.mlp[layer],
-                            b, ctx.state.rope_frequencies.cview(), ctx.state.k_cache.view().subspan(offset, cache_size),
-                            ctx.state.v_cache.view().subspan(offset, cache_size), c, rows, comm)));
+          s.record(
+              named("layer " + std::to_string(l),
+                    prefill_layer(
+                        Projector<T>{k, ctx.quantized}, plans, ctx.weights.attention[layer], ctx.weights.mlp[layer], b,
+                        c.local_rope(l) ? ctx.state.local_rope_frequencies.cview() : ctx.state.rope_frequencies.cview(),
+                        ctx.state.k_cache.view().subspan(offset, cache_size),
+                        ctx.state.v_cache.view().subspan(offset, cache_size), c, rows, comm, l)));
         }
       });
     });
@@ -231,7 +239,7 @@ CudaGraph<>& BasicPrefill<T>::head_graph(const BasicPrefillContext<T>& ctx) {
     const DeviceSpan<const int> io = buffers_.io.cview();
     const auto d = static_cast<std::size_t>(c.d);
     auto head = lm_head_logits(Projector<T>{k, ctx.quantized}, ctx.weights, st.x.cview(), st.logits.view(), c.vocab,
-                               c.d, c.eps, 1);
+                               c.d, c.eps, 1, c.logit_softcap);
     auto last_row = k.prefill_last_row(k.step_config(grid_for(d, 256)), buffers_.x.cview(), buffers_.chunk(),
                                        st.x.view().subspan(0, d), c.d, buffers_.rows);
     const auto sample = [&](int vocab) {
@@ -251,8 +259,9 @@ CudaGraph<>& BasicPrefill<T>::head_graph(const BasicPrefillContext<T>& ctx) {
         return CudaGraph<>::capture(
             ctx.stream,
             named("lm head",
-                  std::move(last_row) >> lm_head_logits(Projector<T>{k, ctx.quantized}, ctx.weights, st.x.cview(),
-                                                        r->logits_part.view(), c.vocab, c.d, c.eps, 1) >>
+                  std::move(last_row) >>
+                      lm_head_logits(Projector<T>{k, ctx.quantized}, ctx.weights, st.x.cview(), r->logits_part.view(),
+                                     c.vocab, c.d, c.eps, 1, c.logit_softcap) >>
                       all_gather<T>(r->comm, mine, st.logits.view().subspan(0, mine.size() * r->comm.size())) >>
                       sample(vocab)) >>
                 next_out);

@@ -40,6 +40,8 @@ void check_shape(const PrefillAttentionShape& s) {
     refuse("heads " + str(s.heads) + " is not a multiple of kv_heads " + str(s.kv_heads) +
            " (grouped-query attention shares each kv head among heads / kv_heads query heads)");
   }
+  if (s.window < 0) refuse("window is " + str(s.window) + "; 0 (none) or the positions a row attends");
+  if (!std::isfinite(s.scale) || s.scale < 0) refuse("scale must be 0 (1 / sqrt(head_dim)) or positive and finite");
 }
 
 template <class U>
@@ -113,10 +115,11 @@ PrefillAttentionOp<T> prefill_attention(const BasicKernels<T>& kernels, const Pr
                                         const PrefillAttentionShape& shape) {
   check_prefill_attention(spans, shape);
   const auto& kernel = kernels.flash_attention(shape.rows, shape.head_dim);
-  const auto scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(shape.head_dim)));
+  const auto scale =
+      shape.scale > 0 ? shape.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(shape.head_dim)));
   return kernel(kernels.flash_attention_config(shape.rows, shape.heads, shape.head_dim), spans.q, spans.k, spans.v,
                 spans.k_cache, spans.v_cache, spans.out, spans.chunk, shape.rows, shape.heads, shape.kv_heads,
-                shape.context, shape.slots, scale);
+                shape.context, shape.slots, scale, shape.window);
 }
 
 template void check_prefill_attention<half>(const PrefillAttentionSpans<half>&, const PrefillAttentionShape&);

@@ -87,6 +87,7 @@ BasicQuantizedKernels<T>::BasicQuantizedKernels(const KernelLibrary& library)
       qgemv_add(library, "qgemv_add" + std::string(kernel_suffix<T>)),
       rms_norm_qgemv(library, "rms_norm_qgemv" + std::string(kernel_suffix<T>)),
       rms_norm_qgemv_swiglu(library, "rms_norm_qgemv_swiglu" + std::string(kernel_suffix<T>)),
+      rms_norm_qgemv_geglu(library, "rms_norm_qgemv_geglu" + std::string(kernel_suffix<T>)),
       quantized_qkv_rope_append(library, "quantized_qkv_rope_append" + std::string(kernel_suffix<T>)),
       qdequantize(library, "qdequantize" + std::string(kernel_suffix<T>)),
       qgemv_all_reduce(library, "qgemv_all_reduce" + std::string(kernel_suffix<T>)),

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numbers>
 #include <stdexcept>
 
 #include "lazygraph/nn/decoder_tensors.hpp"
@@ -33,6 +34,11 @@ std::vector<double> rms_norm(std::span<const double> x, const std::vector<double
 }
 
 double silu(double a) { return a / (1.0 + std::exp(-a)); }
+
+/// GELU's tanh form: a / 2 (1 + tanh(sqrt(2 / pi) (a + 0.044715 a^3))).
+double gelu_tanh(double a) {
+  return 0.5 * a * (1.0 + std::tanh(std::sqrt(2.0 / std::numbers::pi) * (a + 0.044715 * a * a * a)));
+}
 
 /// x += W2 (silu(W1 h) * (W3 h)), h = rmsnorm(x) * gain.
 void swiglu_block(std::vector<double>& x, const std::vector<double>& gain, const std::vector<double>& w1,
@@ -128,11 +134,17 @@ DecoderReference::DecoderReference(const DecoderConfig& config, DType weights) :
     if (c.qk_norm) {
       for (std::vector<double>* w : {&layer.q_norm, &layer.k_norm}) *w = take();
     }
+    if (c.post_norms) layer.attn_post_gain = take();
     for (std::vector<double>* w : {&layer.mlp_gain, &layer.w1, &layer.w3, &layer.w2}) *w = take();
+    if (c.post_norms) layer.mlp_post_gain = take();
   }
   final_gain_ = take();
   lm_head_ = take();
   frequencies_ = rope_frequencies(c.theta, c.rope_scaling, c.head_dim());
+  if (c.local_theta > 0) local_frequencies_ = rope_frequencies(c.local_theta, {}, c.head_dim());
+  // The embedding's scale as the GPU model multiplies by it: rounded to the weights' type.
+  embedding_scale_ = weights == DType::bf16 ? bfloat16::from_float(c.embedding_scale).to_float()
+                                            : half::from_float(c.embedding_scale).to_float();
   const std::size_t cache = static_cast<std::size_t>(c.context) * static_cast<std::size_t>(c.kv_dim());
   k_cache_.assign(static_cast<std::size_t>(c.layers), std::vector<double>(cache));
   v_cache_.assign(static_cast<std::size_t>(c.layers), std::vector<double>(cache));
@@ -147,8 +159,17 @@ std::vector<double> DecoderReference::step(int token, int position) {
   const auto d = static_cast<std::size_t>(c.d);
   std::vector<double> x(embedding_.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(token) * d),
                         embedding_.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(token + 1) * d));
+  for (double& e : x) e *= embedding_scale_;
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     const Layer& w = layers_[l];
+    const int layer = static_cast<int>(l);
+    const std::vector<double>& frequencies = c.local_rope(layer) ? local_frequencies_ : frequencies_;
+    const int window = c.layer_window(layer);
+    // A block's output into the residual stream: added, or with post-norms its RMSNorm added.
+    const auto add_output = [&](const std::vector<double>& out, const std::vector<double>& post_gain) {
+      const std::vector<double> y = c.post_norms ? rms_norm(out, post_gain, c.eps) : out;
+      for (std::size_t i = 0; i < d; ++i) x[i] += y[i];
+    };
     const std::vector<double> h = rms_norm(x, w.attn_gain, c.eps);
     std::vector<double> q = matvec(w.wq, h, c.q_dim(), c.d);
     std::vector<double> k = matvec(w.wk, h, c.kv_dim(), c.d);
@@ -163,8 +184,8 @@ std::vector<double> DecoderReference::step(int token, int position) {
       head_norm(q, c.heads, c.head_dim(), w.q_norm, c.eps);
       head_norm(k, c.kv_head_count(), c.head_dim(), w.k_norm, c.eps);
     }
-    rope(q, c.heads, c.head_dim(), position, frequencies_);
-    rope(k, c.kv_head_count(), c.head_dim(), position, frequencies_);
+    rope(q, c.heads, c.head_dim(), position, frequencies);
+    rope(k, c.kv_head_count(), c.head_dim(), position, frequencies);
     std::vector<double> o(static_cast<std::size_t>(c.q_dim()));
     const auto pos = static_cast<std::size_t>(position);
     const auto cache_base = [&](std::size_t kv_head) { return kv_head * static_cast<std::size_t>(c.context) * hd; };
@@ -178,25 +199,39 @@ std::vector<double> DecoderReference::step(int token, int position) {
     for (std::size_t head = 0; head < static_cast<std::size_t>(c.heads); ++head) {
       const std::size_t first = head * hd;  // this head's slice of q and o
       const auto at = [&](std::size_t j) { return cache_base(head / group) + j * hd; };
-      std::vector<double> scores(pos + 1);
-      for (std::size_t j = 0; j <= pos; ++j) {
+      const std::size_t lo = window > 0 && pos + 1 > static_cast<std::size_t>(window) ? pos + 1 - window : 0;
+      const double scale =
+          c.attention_scale > 0 ? static_cast<double>(c.attention_scale) : 1.0 / std::sqrt(static_cast<double>(hd));
+      std::vector<double> scores(pos + 1 - lo);
+      for (std::size_t j = lo; j <= pos; ++j) {
         double s = 0.0;
         for (std::size_t i = 0; i < hd; ++i) s += q[first + i] * k_cache_[l][at(j) + i];
-        scores[j] = s / std::sqrt(static_cast<double>(hd));
+        scores[j - lo] = s * scale;
       }
       const double top = *std::max_element(scores.begin(), scores.end());
       double total = 0.0;
       for (double& s : scores) total += (s = std::exp(s - top));
-      for (std::size_t j = 0; j <= pos; ++j) {
-        const double weight = scores[j] / total;
+      for (std::size_t j = lo; j <= pos; ++j) {
+        const double weight = scores[j - lo] / total;
         for (std::size_t i = 0; i < hd; ++i) o[first + i] += weight * v_cache_[l][at(j) + i];
       }
     }
-    const std::vector<double> attn = matvec(w.wo, o, c.d, c.q_dim());
-    for (std::size_t i = 0; i < d; ++i) x[i] += attn[i];
-    swiglu_block(x, w.mlp_gain, w.w1, w.w3, w.w2, c.d, c.ffn, c.eps);
+    add_output(matvec(w.wo, o, c.d, c.q_dim()), w.attn_post_gain);
+    const std::vector<double> h2 = rms_norm(x, w.mlp_gain, c.eps);
+    const std::vector<double> a = matvec(w.w1, h2, c.ffn, c.d);
+    const std::vector<double> b = matvec(w.w3, h2, c.ffn, c.d);
+    std::vector<double> act(a.size());
+    for (std::size_t i = 0; i < act.size(); ++i) {
+      act[i] = (c.activation == GateActivation::gelu_tanh ? gelu_tanh(a[i]) : silu(a[i])) * b[i];
+    }
+    add_output(matvec(w.w2, act, c.d, c.ffn), w.mlp_post_gain);
   }
-  return matvec(lm_head_, rms_norm(x, final_gain_, c.eps), c.vocab, c.d);
+  std::vector<double> logits = matvec(lm_head_, rms_norm(x, final_gain_, c.eps), c.vocab, c.d);
+  if (c.logit_softcap > 0) {
+    const double cap = c.logit_softcap;
+    for (double& v : logits) v = std::tanh(v / cap) * cap;
+  }
+  return logits;
 }
 
 double relative_error(std::span<const double> got, std::span<const double> want) {

@@ -12,7 +12,7 @@ BasicSwigluWeights<T> generate_swiglu_weights(const Stream& stream, const BasicK
     return Weight<T>(device_tensor(stream, kernels.fill_uniform, seed, matrix_spec(id(slot), rows, cols)), rows, cols);
   };
   return {device_tensor(stream, kernels.fill_uniform, seed, gain_spec(id(6), d)), matrix(7, ffn, d), matrix(8, ffn, d),
-          matrix(9, d, ffn)};
+          matrix(9, d, ffn), DeviceBuffer<T>(stream.device(), 0)};
 }
 
 template BasicSwigluWeights<half> generate_swiglu_weights(const Stream&, const BasicKernels<half>&, std::uint32_t, int,

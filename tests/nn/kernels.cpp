@@ -576,7 +576,7 @@ TEST_SUITE("gpu") {
 
   TEST_CASE(
       "attention (one block or split over positions) is the softmax-weighted sum of the cached values up to the "
-      "position, also grouped-query") {
+      "position, also grouped-query, and over a sliding window of positions") {
     Stream& s = lgtest::stream();
     const auto attention = nn::Kernels(lgtest::nn_kernels()).attention;
     const auto attention_split = nn::Kernels(lgtest::nn_kernels()).attention_split;
@@ -593,15 +593,20 @@ TEST_SUITE("gpu") {
       const auto q = random_halves(static_cast<std::size_t>(n_heads) * head_dim);
       for (half& h : k_host) h = half::from_float(4.0F * h.to_float());
       const float scale = 1.0F / std::sqrt(static_cast<float>(head_dim));
-      for (const int position : {0, 1, 37, 500, max_ctx - 1}) {
+      // (position, window): the window (0 none) attends positions position - window + 1 .. position.
+      for (const auto& [position, window] : {std::pair{0, 0}, std::pair{1, 0}, std::pair{37, 0}, std::pair{500, 0},
+                                             std::pair{max_ctx - 1, 0}, std::pair{500, 50}}) {
         CAPTURE(n_heads);
         CAPTURE(n_kv_heads);
         CAPTURE(head_dim);
         CAPTURE(position);
+        CAPTURE(window);
+        const int first = window > 0 ? std::max(0, position - window + 1) : 0;
         auto k_poisoned = k_host;
         auto v_poisoned = v_host;
         for (int h = 0; h < n_kv_heads; ++h) {
-          for (int p = position + 1; p < max_ctx; ++p) {
+          for (int p = 0; p < max_ctx; ++p) {
+            if (p >= first && p <= position) continue;  // only what the row attends is left unpoisoned
             for (int d = 0; d < head_dim; ++d) {
               const std::size_t at = (static_cast<std::size_t>(h) * max_ctx + p) * head_dim + d;
               k_poisoned[at] = half::from_float(1000.0F);
@@ -618,20 +623,20 @@ TEST_SUITE("gpu") {
         std::vector<double> ref(static_cast<std::size_t>(n_heads) * head_dim, 0.0);
         for (int h = 0; h < n_heads; ++h) {
           const auto g = static_cast<std::size_t>(h / group);  // the kv head query head h reads
-          std::vector<double> score(position + 1);
-          for (int j = 0; j <= position; ++j) {
+          std::vector<double> score(position + 1 - first);
+          for (int j = first; j <= position; ++j) {
             double dot = 0;
             for (int d = 0; d < head_dim; ++d) {
               dot += double(q[h * head_dim + d].to_float()) * k_host[(g * max_ctx + j) * head_dim + d].to_float();
             }
-            score[j] = scale * dot;
+            score[j - first] = scale * dot;
           }
           const double m = *std::max_element(score.begin(), score.end());
           double sum = 0;
           for (double& sc : score) sum += (sc = std::exp(sc - m));
-          for (int j = 0; j <= position; ++j) {
+          for (int j = first; j <= position; ++j) {
             for (int d = 0; d < head_dim; ++d) {
-              ref[h * head_dim + d] += score[j] / sum * v_host[(g * max_ctx + j) * head_dim + d].to_float();
+              ref[h * head_dim + d] += score[j - first] / sum * v_host[(g * max_ctx + j) * head_dim + d].to_float();
             }
           }
         }
@@ -641,7 +646,7 @@ TEST_SUITE("gpu") {
           auto out = poisoned(static_cast<std::size_t>(n_heads) * head_dim);
           attention.launch(s, {{static_cast<unsigned>(n_heads), 1, 1}, {block, 1, 1}, max_ctx * 4U}, dq.cview(),
                            dk.cview(), dv.cview(), out.view(), dpos.cview(), dslot.cview(), n_heads, n_kv_heads,
-                           head_dim, max_ctx, 1, scale);
+                           head_dim, max_ctx, 1, scale, window);
           check_close(on_host(out), ref);
         }
         // Split over positions: any number of blocks per head gives the same result, and the counts go back to 0.
@@ -655,7 +660,7 @@ TEST_SUITE("gpu") {
           for (int launch = 0; launch < 2; ++launch) {
             attention_split.launch(s, {{static_cast<unsigned>(n_heads), 1, splits}, {128, 1, 1}, len * 4U}, dq.cview(),
                                    dk.cview(), dv.cview(), out.view(), partials.view(), counters.view(), dpos.cview(),
-                                   dslot.cview(), n_heads, n_kv_heads, head_dim, max_ctx, 1, scale);
+                                   dslot.cview(), n_heads, n_kv_heads, head_dim, max_ctx, 1, scale, window);
             check_close(on_host(out), ref);
           }
           const auto left = lgtest::to_host(s, counters.cview());
@@ -797,6 +802,7 @@ TEST_CASE("the variant tables of kernels/nn/ write out every variant, declared a
       {"nn/gemv.cu", "gemv_swiglu[T: lg::half_t][B]", fp16, tensor_cores},
       {"nn/gemv.cu", "rms_norm_gemv[T][B]", both, tensor_cores},
       {"nn/gemv.cu", "rms_norm_gemv_swiglu[T][B]", both, tensor_cores},
+      {"nn/gemv.cu", "rms_norm_gemv_geglu[T][B]", both, tensor_cores},
       {"nn/qkv.cu", "qkv_rope_append[T][B]", both, tensor_cores},
       {"nn/mlp_stack.cu", "mlp_stack[T][B]", both, fp32_only},
       {"nn/attention.cu", "kv_append[T]", both, {""}},
@@ -808,6 +814,8 @@ TEST_CASE("the variant tables of kernels/nn/ write out every variant, declared a
       {"nn/prefill.cu", "prefill_rms_norm[T]", both, {""}},
       {"nn/prefill.cu", "prefill_qkv_rope[T]", both, {""}},
       {"nn/prefill.cu", "prefill_silu_mul[T]", both, {""}},
+      {"nn/prefill.cu", "prefill_gelu_mul[T]", both, {""}},
+      {"nn/prefill.cu", "prefill_rms_norm_add[T]", both, {""}},
       {"nn/prefill.cu", "prefill_last_row[T]", both, {""}},
   };
   const auto& sources = nn::kernel_set().sources;
@@ -837,8 +845,9 @@ TEST_CASE("the variant tables of kernels/nn/ write out every variant, declared a
       }
     }
   }
-  CHECK(written == 88);  // the hand-written entry points these tables replaced: gemv.cu 50, qkv.cu 10, mlp_stack.cu 8,
-                         // attention.cu 6; and flash_attention.cu's 6, prefill.cu's 8
+  CHECK(written == 102);  // the hand-written entry points these tables replaced: gemv.cu 50, qkv.cu 10, mlp_stack.cu
+                          // 8, attention.cu 6; flash_attention.cu's 6, prefill.cu's 8; GeGLU's gemv.cu 10, prefill.cu
+                          // 2; the post-norm's prefill.cu 2
   // The fp16-only kernels the tests look up as BatchedKernels.
   for (const char* suffix : {"", "_b2", "_b4", "_b8", "_mma"}) {
     CAPTURE(suffix);
@@ -1176,7 +1185,8 @@ TEST_SUITE("gpu") {
       k.kv_append.launch(s, grid_for(un * kv, 256), kk.cview(), vv.cview(), kc.view(), vc.view(), dpos.cview(),
                          dslot.cview(), kv_heads, hd, ctx, slots, n);
       k.attention.launch(s, {{heads, static_cast<unsigned>(n), 1}, {256, 1, 1}, ctx * 4U}, q.cview(), kc.cview(),
-                         vc.cview(), out.view(), dpos.cview(), dslot.cview(), heads, kv_heads, hd, ctx, slots, scale);
+                         vc.cview(), out.view(), dpos.cview(), dslot.cview(), heads, kv_heads, hd, ctx, slots, scale,
+                         0);
       return Result{on_host(x), on_host(q), on_host(kk), {}, {}, on_host(out)};
     };
     auto kc_all = on_device(cache_init);

@@ -355,8 +355,73 @@ TEST_CASE("Qwen3's file reads its keys and gives its block q/k norms; its attent
                 "key 'attention_bias' is true, which in a qwen3 model also gives o_proj a bias");
   check_refused(minimal_with(R"("model_type": "qwen3", "architectures": ["Qwen2ForCausalLM"])"),
                 "but lazygraph runs model_type 'qwen3' as Qwen3ForCausalLM only");
-  check_refused(minimal_with(R"("model_type": "gemma3_text")"),
-                "key 'model_type' 'gemma3_text' is not supported (lazygraph runs llama, mistral, qwen2, qwen3)");
+  check_refused(minimal_with(R"("model_type": "gemma2")"),
+                "key 'model_type' 'gemma2' is not supported (lazygraph runs llama, mistral, qwen2, qwen3, gemma3_text)");
+}
+
+TEST_CASE("Gemma 3's file reads its block: GeGLU, post-norms, gains of 1 + w, scales, windows and local RoPE") {
+  // What transformers 5.17 writes for Gemma3ForCausalLM(Gemma3TextConfig(...)) (hidden 256, 6 layers, window 16).
+  const std::string written = R"({
+  "_sliding_window_pattern": 6, "architectures": ["Gemma3ForCausalLM"], "attention_bias": false,
+  "attention_dropout": 0.0, "attn_logit_softcapping": null, "bos_token_id": 2, "dtype": "float32",
+  "eos_token_id": 1, "final_logit_softcapping": null, "head_dim": 64, "hidden_activation": "gelu_pytorch_tanh",
+  "hidden_size": 256, "initializer_range": 0.02, "intermediate_size": 512,
+  "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention", "sliding_attention",
+                  "sliding_attention", "full_attention"],
+  "max_position_embeddings": 256, "model_type": "gemma3_text", "num_attention_heads": 4, "num_hidden_layers": 6,
+  "num_key_value_heads": 2, "pad_token_id": 0, "query_pre_attn_scalar": 256, "rms_norm_eps": 1e-06,
+  "rope_parameters": {"full_attention": {"rope_theta": 1000000.0, "rope_type": "default"},
+                      "sliding_attention": {"rope_theta": 10000.0, "rope_type": "default"}},
+  "sliding_window": 16, "tie_word_embeddings": true, "transformers_version": "5.17.0",
+  "use_bidirectional_attention": false, "use_cache": true, "vocab_size": 512})";
+  const LlamaConfig g = LlamaConfig::parse(written, "gemma3.json");
+  CHECK(g.model_type == "gemma3_text");
+  CHECK(g.activation == GateActivation::gelu_tanh);
+  CHECK(g.post_norms);
+  CHECK(g.qk_norm);
+  CHECK(g.gain_offset == 1.0);
+  CHECK(g.embedding_scale == doctest::Approx(16.0));
+  CHECK(g.query_pre_attn_scalar == 256.0);
+  CHECK_FALSE(g.final_logit_softcapping.has_value());
+  CHECK(g.rope_theta == 1e6);
+  CHECK(g.local_rope_theta == 1e4);
+  CHECK(g.sliding_window == 16);
+  CHECK(g.sliding_layers == std::vector<bool>{true, true, true, true, true, false});
+  CHECK(g.tie_word_embeddings);
+  CHECK(LlamaConfig::parse(g.to_json(), "c") == g);
+  const auto with = [&](const std::string& from, const std::string& to) {
+    std::string text = written;
+    const std::size_t at = text.find(from);
+    REQUIRE(at != std::string::npos);
+    return text.replace(at, from.size(), to);
+  };
+  check_refused(with(R"("attn_logit_softcapping": null)", R"("attn_logit_softcapping": 50.0)"),
+                "key 'attn_logit_softcapping' is set");
+  check_refused(with(R"("hidden_activation": "gelu_pytorch_tanh")", R"("hidden_activation": "gelu")"),
+                "key 'hidden_activation' 'gelu' is not implemented");
+  check_refused(with(R"("use_bidirectional_attention": false)", R"("use_bidirectional_attention": true)"),
+                "key 'use_bidirectional_attention' is true");
+  check_refused(with(R"("sliding_attention": {"rope_theta": 10000.0, "rope_type": "default"})",
+                     R"("sliding_attention": {"rope_theta": 10000.0, "rope_type": "linear", "factor": 2.0})"),
+                "key 'rope_parameters.sliding_attention.rope_type' is not default");
+  check_refused(with(R"("final_logit_softcapping": null)", R"("final_logit_softcapping": -1)"),
+                "key 'final_logit_softcapping' must be a positive number");
+  const LlamaConfig capped =
+      LlamaConfig::parse(with(R"("final_logit_softcapping": null)", R"("final_logit_softcapping": 30.0)"), "c");
+  CHECK(capped.final_logit_softcapping == 30.0);
+}
+
+TEST_CASE("windows: Mistral's on every layer, Qwen's by layer_types or from max_window_layers on") {
+  const LlamaConfig mistral = LlamaConfig::parse(minimal_with(R"("model_type": "mistral", "sliding_window": 64)"), "c");
+  CHECK(mistral.sliding_window == 64);
+  CHECK(mistral.sliding_layers.empty());  // every layer
+  const LlamaConfig qwen = LlamaConfig::parse(
+      minimal_with(
+          R"("model_type": "qwen2", "sliding_window": 64, "use_sliding_window": true, "max_window_layers": 1)"),
+      "c");
+  CHECK(qwen.sliding_window == 64);
+  CHECK(qwen.sliding_layers == std::vector<bool>{false, true});  // the minimal config has 2 layers
+  CHECK(LlamaConfig::parse(qwen.to_json(), "c") == qwen);
 }
 
 TEST_CASE("token ids: bos, and eos as one id or a list") {

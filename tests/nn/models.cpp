@@ -343,6 +343,27 @@ TEST_SUITE("gpu") {
       config.qkv_bias = true;
       config.attention_blocks = 4;
     }
+    SUBCASE("Gemma 3's block: GeGLU, post-norms, q/k norms, a scaled embedding and scores, soft-capped logits") {
+      kv_heads = 2;
+      config.qk_norm = true;
+      config.activation = lazygraph::nn::GateActivation::gelu_tanh;
+      config.post_norms = true;
+      config.embedding_scale = std::sqrt(128.0F);
+      config.attention_scale = 0.0625F;  // query_pre_attn_scalar 256
+      config.logit_softcap = 2.0F;       // tight enough that the cap bends the logits
+    }
+    SUBCASE("sliding windows of 5 positions on layer 0 only, with its own RoPE base (Gemma 3's local layers)") {
+      kv_heads = 2;
+      config.window = 5;
+      config.sliding = {true, false};
+      config.local_theta = 100.0F;
+      config.theta = 1e6F;
+    }
+    SUBCASE("a window of 4 positions on every layer, attention split over 4 blocks of positions (Mistral's)") {
+      kv_heads = 2;
+      config.window = 4;
+      config.attention_blocks = 4;
+    }
     SUBCASE("the kernels before fusion with head_dim 16 (q 64 wide) and linear RoPE scaling") {
       kv_heads = 2;
       config.fused = false;
@@ -355,6 +376,7 @@ TEST_SUITE("gpu") {
     CAPTURE(config.attention_blocks);
     CAPTURE(config.fused);
     CAPTURE(config.qk_norm);
+    CAPTURE(config.window);
     lazygraph::nn::Decoder decoder(lgtest::stream(), lgtest::nn_kernels(), config);
     lazygraph::nn::DecoderReference reference(config);
     std::vector<int> tokens;
@@ -549,6 +571,14 @@ TEST_SUITE("gpu") {
     config.max_batch = 2;
     SUBCASE("Llama's block") {}
     SUBCASE("q/k norms") { config.qk_norm = true; }
+    SUBCASE("Gemma 3's block with a window of 6 on layer 1") {
+      config.qk_norm = config.post_norms = true;
+      config.activation = lazygraph::nn::GateActivation::gelu_tanh;
+      config.embedding_scale = 4;
+      config.window = 6;
+      config.sliding = {false, true};
+      config.local_theta = 1000;
+    }
     lazygraph::nn::Decoder a(lgtest::stream(), lgtest::nn_kernels(), config);
     lazygraph::nn::Decoder b(lgtest::stream(), lgtest::nn_kernels(), config);
     const std::vector<int> prompt{9, 400, 12, 12, 7, 300, 1, 2, 3, 4, 5, 6, 250};  // 13: a chunk of 8, one of 5
@@ -583,6 +613,12 @@ TEST_SUITE("gpu") {
     config.kv_heads = 2;
     SUBCASE("Llama's block") {}
     SUBCASE("q/k norms") { config.qk_norm = true; }
+    SUBCASE("Gemma 3's block with a window of 6 on every layer") {
+      config.qk_norm = config.post_norms = true;
+      config.activation = lazygraph::nn::GateActivation::gelu_tanh;
+      config.window = 6;
+      config.logit_softcap = 5;
+    }
     lazygraph::nn::Decoder decoder(lgtest::stream(), lgtest::nn_kernels(), config);
     std::vector<int> want;
     int t = 7;

@@ -392,6 +392,16 @@ TEST_SUITE("gpu") {
       config.qk_norm = true;
       config.theta = 1e6F;
     }
+    SUBCASE("Gemma 3's block on tensor cores: GeGLU, post-norms, q/k norms, scales, a window of 20 on layer 0") {
+      config.qk_norm = config.post_norms = true;
+      config.activation = nn::GateActivation::gelu_tanh;
+      config.embedding_scale = 11.3125F;
+      config.attention_scale = 0.1F;
+      config.logit_softcap = 3.0F;
+      config.window = 20;
+      config.sliding = {true, false};
+      config.local_theta = 500.0F;
+    }
     SUBCASE("q/k norms with head_dim 128 and q, k and v biases") {
       config.heads = 4;
       config.head_width = 128;

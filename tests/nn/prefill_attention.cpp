@@ -203,7 +203,7 @@ TEST_CASE("prefill_attention refuses a span that is not 16-byte aligned or overl
 TEST_CASE_TEMPLATE("the flash-attention handles of nn::BasicKernels match their kernels' declarations", T, half,
                    bfloat16) {
   using K = nn::BasicKernels<T>;
-  using Signature = void(const T*, const T*, const T*, T*, T*, T*, const int*, int, int, int, int, int, float);
+  using Signature = void(const T*, const T*, const T*, T*, T*, T*, const int*, int, int, int, int, int, float, int);
   static_assert(std::is_same_v<typename K::FlashAttention, Kernel<Signature>>);
   const KernelDeclarations d(nn::kernel_set().sources);
   for (const char* base : {"flash_attention_d64", "flash_attention_d128", "flash_attention_rows64_d64"}) {
@@ -296,11 +296,12 @@ std::vector<double> reference(const Problem<T>& p) {
   };
   for (int r = 0; r < c.rows; ++r) {
     const int position = c.start + r;
+    const int first = s.window > 0 ? std::max(0, position - s.window + 1) : 0;  // a sliding window's first key
     for (int h = 0; h < s.heads; ++h) {
       const int g = h / group;
       const T* q = &p.q[(static_cast<std::size_t>(r) * s.heads + h) * s.head_dim];
       double top = -std::numeric_limits<double>::infinity();
-      for (int j = 0; j <= position; ++j) {
+      for (int j = first; j <= position; ++j) {
         const T* kj = key(g, j);
         double dot = 0;
         for (int d = 0; d < s.head_dim; ++d) dot += wide(q[d]) * wide(kj[d]);
@@ -308,12 +309,12 @@ std::vector<double> reference(const Problem<T>& p) {
         top = std::max(top, w[j]);
       }
       double sum = 0;
-      for (int j = 0; j <= position; ++j) {
+      for (int j = first; j <= position; ++j) {
         w[j] = std::exp(w[j] - top);
         sum += w[j];
       }
       double* o = &out[(static_cast<std::size_t>(r) * s.heads + h) * s.head_dim];
-      for (int j = 0; j <= position; ++j) {
+      for (int j = first; j <= position; ++j) {
         const T* vj = value(g, j);
         for (int d = 0; d < s.head_dim; ++d) o[d] += w[j] / sum * wide(vj[d]);
       }
@@ -414,7 +415,7 @@ Result<T> run(const nn::BasicKernels<T>& kernels, const Problem<T>& p, int tile 
                                            : kernels.flash_attention_rows64_d64;
     kernel(kernels.flash_attention_config(h.rows, h.heads, h.head_dim, tile), q.cview(), k.cview(), v.cview(),
            k_cache.view(), v_cache.view(), out.view(), chunk.cview(), h.rows, h.heads, h.kv_heads, h.context, h.slots,
-           static_cast<float>(1 / std::sqrt(static_cast<double>(h.head_dim))))
+           static_cast<float>(1 / std::sqrt(static_cast<double>(h.head_dim))), h.window)
         .sync_on(s);
   }
   return {lgtest::to_host(s, out.cview()), lgtest::to_host(s, k_cache.cview()), lgtest::to_host(s, v_cache.cview())};
@@ -425,7 +426,8 @@ Result<T> run(const nn::BasicKernels<T>& kernels, const Problem<T>& p, int tile 
 TEST_SUITE("gpu") {
   TEST_CASE_TEMPLATE(
       "prefill_attention matches float64 causal GQA attention for odd chunk lengths, start 0 and 37, head_dim 64 (in "
-      "tiles of 64 and of 128 rows) and 128, and writes exactly the chunk's rows of the cache",
+      "tiles of 64 and of 128 rows) and 128, also over a sliding window, and writes exactly the chunk's rows of the "
+      "cache",
       T, half, bfloat16) {
     if (lgtest::device().compute_capability().major < 8) {
       MESSAGE("skipped: the flash-attention kernels need compute capability 8.0 or newer");
@@ -437,16 +439,26 @@ TEST_SUITE("gpu") {
     };
     for (const Kind kind : {Kind{64, 64}, Kind{64, 128}, Kind{128, 64}}) {
       const int head_dim = kind.head_dim;
-      for (const int start : {0, 37}) {
-        for (const int rows : {1, 17, 100, 129}) {
+      // (start, rows, window): windows of 40 and 70 positions cut across the key tiles of 64 and the cache's part.
+      for (const auto& [start, rows, window] :
+           {std::tuple{0, 1, 0}, std::tuple{0, 17, 0}, std::tuple{0, 100, 0}, std::tuple{0, 129, 0},
+            std::tuple{37, 1, 0}, std::tuple{37, 17, 0}, std::tuple{37, 100, 0}, std::tuple{37, 129, 0},
+            std::tuple{37, 129, 40}, std::tuple{90, 100, 70}}) {
+        {
           CAPTURE(head_dim);
           CAPTURE(kind.tile);
           CAPTURE(start);
           CAPTURE(rows);
+          CAPTURE(window);
           // 6 query heads over 2 kv heads (groups of 3); slot 1 of 2, so slot 0 must stay untouched too.
-          const Problem<T> p(
-              {.rows = rows, .heads = 6, .kv_heads = 2, .head_dim = head_dim, .context = 256, .slots = 2},
-              {.start = start, .rows = rows, .slot = 1});
+          const Problem<T> p({.rows = rows,
+                              .heads = 6,
+                              .kv_heads = 2,
+                              .head_dim = head_dim,
+                              .context = 256,
+                              .slots = 2,
+                              .window = window},
+                             {.start = start, .rows = rows, .slot = 1});
           const Result<T> got = run(kernels, p, kind.tile);
           const double err = relative_error(got.out, reference(p));
           CAPTURE(err);
@@ -574,4 +586,3 @@ TEST_SUITE("gpu") {
     }
   }
 }
-

@@ -146,7 +146,27 @@ struct DecoderConfig {
   /// stacked q, k and v (norm_project) and norms, rotates and appends them in a second kernel (qk_norm_rope_append),
   /// whatever `fused` says; the persistent backend does not run it.
   bool qk_norm = false;
-  /// The attention block's input side as one kernel (norm, Q/K/V projections, RoPE and the cache append:
+  /// The MLP's gate: silu (SwiGLU) or gelu_tanh (GeGLU, Gemma 3's).
+  GateActivation activation = GateActivation::silu;
+  /// Gemma 3's four norms a layer: the attention block's and the MLP's outputs are RMS-normed again (their gains:
+  /// BasicAttentionWeights::post_gain, BasicSwigluWeights::post_gain) before their residual adds.
+  bool post_norms = false;
+  /// The embedded rows are multiplied by this, rounded to the element type first (Gemma 3: sqrt(d)); 1: not.
+  float embedding_scale = 1;
+  /// The attention scores' scale; 0: 1 / sqrt(head_dim) (Gemma 3: query_pre_attn_scalar^-1/2).
+  float attention_scale = 0;
+  /// The attention window of the sliding layers: a row attends the `window` positions up to its own; 0: none.
+  int window = 0;
+  /// Per layer, whether it is a sliding layer (the window; local_theta's RoPE); empty: every layer.
+  std::vector<bool> sliding;
+  /// The RoPE base of the sliding layers (the plain rule, unscaled); 0: theta and rope_scaling, as the other layers.
+  float local_theta = 0;
+  /// Final logit soft-capping, logits = tanh(logits / cap) * cap; 0: none.
+  float logit_softcap = 0;
+  /// The offset a checkpoint's norm weights are stored with: they mean gain_offset + w (Gemma 3: 1). Only loading and
+  /// saving use it; the decoder's gains are the sums.
+  float gain_offset =
+      0;  /// The attention block's input side as one kernel (norm, Q/K/V projections, RoPE and the cache append:
   /// qkv_rope_append) and attention split over positions (attention_split). False: the kernels these replaced
   /// (three rms_norm_gemv in parallel, rope, kv_append, attention with one block per head), to compare.
   bool fused = true;
@@ -181,6 +201,18 @@ struct DecoderConfig {
   /// kernel's blocks do, and waits once per projection); a positive multiple of 8, that many rows per tile.
   int persistent_tile_rows = 0;
 
+  /// Whether layer `layer` is a sliding layer (see `sliding`).
+  [[nodiscard]] bool sliding_layer(int layer) const noexcept {
+    return sliding.empty() ? true : sliding[static_cast<std::size_t>(layer)];
+  }
+  /// The attention window of layer `layer`: `window` on a sliding layer, else 0 (none).
+  [[nodiscard]] int layer_window(int layer) const noexcept { return sliding_layer(layer) ? window : 0; }
+  /// Whether layer `layer` takes local_theta's RoPE table.
+  [[nodiscard]] bool local_rope(int layer) const noexcept { return local_theta > 0 && sliding_layer(layer); }
+  /// The scores' scale: attention_scale, or 1 / sqrt(head_dim) when that is 0.
+  [[nodiscard]] float score_scale() const noexcept {
+    return attention_scale > 0 ? attention_scale : 1.0F / std::sqrt(static_cast<float>(head_dim()));
+  }
   /// head_width, or d / heads when that is 0.
   [[nodiscard]] int head_dim() const noexcept { return head_width > 0 ? head_width : (heads > 0 ? d / heads : 0); }
   /// Width of q and of the attention output: heads * head_dim() (d unless head_width says otherwise).
@@ -215,12 +247,13 @@ struct DecoderConfig {
 /// The rows of q and k (and their biases) are in the decoder's interleaved RoPE order (decoder_tensors.hpp).
 template <Element T>
 struct BasicAttentionWeights {
-  DeviceBuffer<T> gain;    ///< input norm gain [d]
-  Weight<T> qkv;           ///< [q_dim + 2 kv_dim x d]: Wq, Wk, Wv stacked; wq(), wk() and wv() view the parts
-  Weight<T> wo;            ///< [d x q_dim]
-  DeviceBuffer<T> bias;    ///< [q_dim + 2 kv_dim]: bq, bk, bv stacked with qkv_bias, else empty
-  DeviceBuffer<T> q_norm;  ///< q's per-head RMSNorm gain [head_dim] with DecoderConfig::qk_norm, else empty
-  DeviceBuffer<T> k_norm;  ///< k's per-head RMSNorm gain [head_dim] with DecoderConfig::qk_norm, else empty
+  DeviceBuffer<T> gain;       ///< input norm gain [d]
+  Weight<T> qkv;              ///< [q_dim + 2 kv_dim x d]: Wq, Wk, Wv stacked; wq(), wk() and wv() view the parts
+  Weight<T> wo;               ///< [d x q_dim]
+  DeviceBuffer<T> bias;       ///< [q_dim + 2 kv_dim]: bq, bk, bv stacked with qkv_bias, else empty
+  DeviceBuffer<T> q_norm;     ///< q's per-head RMSNorm gain [head_dim] with DecoderConfig::qk_norm, else empty
+  DeviceBuffer<T> k_norm;     ///< k's per-head RMSNorm gain [head_dim] with DecoderConfig::qk_norm, else empty
+  DeviceBuffer<T> post_gain;  ///< the output's RMSNorm gain [d] with DecoderConfig::post_norms, else empty
 
   /// Wq [q_dim x d]: the first q_dim rows of qkv. \throws UsageError as Weight::rows_view.
   [[nodiscard]] Weight<T> wq(const DecoderConfig& c) const { return qkv.rows_view(0, c.q_dim()); }
@@ -295,14 +328,16 @@ struct BasicDecoderState {
   DeviceBuffer<T> k;            ///< [kMaxRows][kv_dim] (the unfused path only)
   DeviceBuffer<T> v;            ///< [kMaxRows][kv_dim] (likewise)
   DeviceBuffer<T> qkv;          ///< the stacked q, k and v projections [kMaxRows][q_dim + 2 kv_dim] (qk_norm only)
+  DeviceBuffer<T> block_out;    ///< a block's output before its post-norm [kMaxRows][d] (post_norms only)
   DeviceBuffer<T> attn;         ///< attention outputs [kMaxRows][q_dim]
   DeviceBuffer<T> act;          ///< MLP activations [kMaxRows][ffn]
   DeviceBuffer<T> logits;       ///< [kMaxRows][vocab]
   DeviceBuffer<T> k_cache;      ///< [layers][max_batch][kv_heads][context][head_dim]
   DeviceBuffer<T> v_cache;      ///< like k_cache
-  DeviceBuffer<float> attention_partials;     ///< attention_split's [kMaxRows][heads][splits][head_dim + 2]
-  DeviceBuffer<unsigned> attention_counters;  ///< attention_split's [kMaxRows][heads], zero between steps
-  DeviceBuffer<float> rope_frequencies;       ///< RoPE's inverse frequency per pair of a head [head_dim / 2]
+  DeviceBuffer<float> attention_partials;      ///< attention_split's [kMaxRows][heads][splits][head_dim + 2]
+  DeviceBuffer<unsigned> attention_counters;   ///< attention_split's [kMaxRows][heads], zero between steps
+  DeviceBuffer<float> rope_frequencies;        ///< RoPE's inverse frequency per pair of a head [head_dim / 2]
+  DeviceBuffer<float> local_rope_frequencies;  ///< the sliding layers' (DecoderConfig::local_theta), else empty
   /// The persistent backend's greedy choice: each row's best logit and its index per chunk of the vocabulary
   /// [kMaxRows][kArgmaxChunks] (decoder_tiles.hpp).
   DeviceBuffer<float> argmax_values;
@@ -329,16 +364,19 @@ using DecoderState = BasicDecoderState<half>;
 /// the heads' norms, RoPE and the cache append (qk_norm_rope_append), then attention as the fused path runs it.
 /// Unfused: three norm_project of the stacked weight's parts, rope, kv_append, attention with one block per head,
 /// ordered as DecoderConfig::ordering says. Only the chosen path is built. A tensor-parallel rank follows it with an
-/// output projection of its own (decoder_rank.hpp). \throws UsageError as the projections (projection.hpp).
+/// output projection of its own (decoder_rank.hpp). Layer `layer`'s window and RoPE table (DecoderConfig::sliding)
+/// and the config's score scale. \throws UsageError as the projections (projection.hpp).
 template <Element T>
 auto attention_heads(const Projector<T>& p, const BasicAttentionWeights<T>& w, BasicDecoderState<T>& s,
-                     DeviceSpan<T> k_cache, DeviceSpan<T> v_cache, const DecoderConfig& c, int rows) {
+                     DeviceSpan<T> k_cache, DeviceSpan<T> v_cache, const DecoderConfig& c, int rows, int layer = 0) {
   const BasicKernels<T>& k = p.dense;
   const int d = c.d;
-  const float scale = 1.0F / std::sqrt(static_cast<float>(c.head_dim()));
+  const float scale = c.score_scale();
+  const int window = c.layer_window(layer);
   const LaunchConfig per_head = k.attention_config(c.heads, rows, c.context);
   const int q_dim = c.q_dim();
-  const DeviceSpan<const float> frequencies = s.rope_frequencies.cview();
+  const DeviceSpan<const float> frequencies =
+      c.local_rope(layer) ? s.local_rope_frequencies.cview() : s.rope_frequencies.cview();
   // Attention over the cache, each head over attention_splits() blocks of positions (the fused paths').
   const auto attend = [&] {
     const LaunchConfig per_split =
@@ -347,9 +385,9 @@ auto attention_heads(const Projector<T>& p, const BasicAttentionWeights<T>& w, B
         c.attention_splits() > 1,
         k.attention_split(per_split, s.q.cview(), k_cache.as_const(), v_cache.as_const(), s.attn.view(),
                           s.attention_partials.view(), s.attention_counters.view(), s.positions(), s.slots(), c.heads,
-                          c.kv_head_count(), c.head_dim(), c.context, c.max_batch, scale),
+                          c.kv_head_count(), c.head_dim(), c.context, c.max_batch, scale, window),
         k.attention(per_head, s.q.cview(), k_cache.as_const(), v_cache.as_const(), s.attn.view(), s.positions(),
-                    s.slots(), c.heads, c.kv_head_count(), c.head_dim(), c.context, c.max_batch, scale));
+                    s.slots(), c.heads, c.kv_head_count(), c.head_dim(), c.context, c.max_batch, scale, window));
   };
   const auto normed = [&] {
     const int qkv_rows = q_dim + 2 * c.kv_dim();
@@ -398,7 +436,7 @@ auto attention_heads(const Projector<T>& p, const BasicAttentionWeights<T>& w, B
                               c.context, c.max_batch, rows);
     auto attend =
         k.attention(per_head, s.q.cview(), k_cache.as_const(), v_cache.as_const(), s.attn.view(), s.positions(),
-                    s.slots(), c.heads, c.kv_head_count(), c.head_dim(), c.context, c.max_batch, scale);
+                    s.slots(), c.heads, c.kv_head_count(), c.head_dim(), c.context, c.max_batch, scale, window);
     // The same kernels three ways (DecoderOrdering): ordered by their accesses, by a hand-written all, serially.
     return choose(c.ordering == DecoderOrdering::inferred, dataflow(q, kp, v, rope, append, attend),
                   choose(c.ordering == DecoderOrdering::hand_written, all(q, kp, v) >> rope >> append >> attend,
@@ -407,21 +445,54 @@ auto attention_heads(const Projector<T>& p, const BasicAttentionWeights<T>& w, B
   return detail::either(c.qk_norm, normed, [&] { return detail::either(c.fused, fused, unfused); });
 }
 
+/// A block's output into the residual stream, for `rows` rows of `d`: without post-norms (DecoderConfig::post_norms)
+/// `project` writes it there itself (x += W a); with them it writes into s.block_out, and rms_norm_add adds its
+/// RMSNorm with `post_gain` to x (Gemma 3's post-attention and post-feedforward norms). `project(out, add)` makes the
+/// projection into `out`, adding to it when `add`.
+template <Element T, class Project>
+auto block_output(const BasicKernels<T>& k, BasicDecoderState<T>& s, const DecoderConfig& c,
+                  const DeviceBuffer<T>& post_gain, int rows, Project project) {
+  const auto n = static_cast<std::size_t>(rows) * static_cast<std::size_t>(c.d);
+  return detail::either(
+      c.post_norms,
+      [&] {
+        return project(s.block_out.view().subspan(0, n), false) >>
+               k.rms_norm_add(k.step_config({{static_cast<unsigned>(rows), 1, 1}, {256, 1, 1}, 0}), s.block_out.cview(),
+                              post_gain.cview(), s.x.view(), c.d, c.eps);
+      },
+      [&] { return project(s.x.view(), true); });
+}
+
 /// x += Wo attention(rope(Wq h), rope(Wk h), Wv h), h = rmsnorm(x) * gain, for `rows` rows, appending each row's
-/// k and v to its sequence's cache in this layer: attention_heads, then the output projection with the residual add.
-/// Every projection reads its weights once for all rows, on the kernels of its format (projection.hpp).
-/// `residual` false (a tensor-parallel rank other than 0, whose partial sum an all-reduce adds to rank 0's): the output
-/// projection overwrites x instead of adding to it. \throws UsageError as attention_heads and project().
+/// k and v to its sequence's cache in this layer: attention_heads, then the output projection with the residual add
+/// (with post-norms, block_output's). Every projection reads its weights once for all rows, on the kernels of its
+/// format (projection.hpp). `residual` false (a tensor-parallel rank other than 0, whose partial sum an all-reduce adds
+/// to rank 0's): the output projection overwrites x instead of adding to it. \throws UsageError as attention_heads and
+/// project().
 template <Element T>
 auto attention_block(const Projector<T>& p, const BasicAttentionWeights<T>& w, BasicDecoderState<T>& s,
                      DeviceSpan<T> k_cache, DeviceSpan<T> v_cache, const DecoderConfig& c, int rows,
-                     bool residual = true) {
-  return attention_heads(p, w, s, k_cache, v_cache, c, rows) >>
-         project(p, w.wo, s.attn.cview(), s.x.view(), c.d, c.q_dim(), rows, residual);
+                     bool residual = true, int layer = 0) {
+  return attention_heads(p, w, s, k_cache, v_cache, c, rows, layer) >>
+         block_output(p.dense, s, c, w.post_gain, rows, [&](DeviceSpan<T> out, bool add) {
+           return project(p, w.wo, s.attn.cview(), out, c.d, c.q_dim(), rows, add && residual);
+         });
 }
 
-/// One decoder layer for `rows` rows: attention block, then the SwiGLU MLP block. \throws UsageError as
-/// attention_block and swiglu_block.
+/// The MLP block of a decoder layer: swiglu_gate_up with the config's gate (SwiGLU or GeGLU), then the down
+/// projection into the residual stream (with post-norms, block_output's). \throws UsageError as swiglu_gate_up and
+/// project().
+template <Element T>
+auto mlp_block(const Projector<T>& p, const BasicSwigluWeights<T>& w, BasicDecoderState<T>& s, const DecoderConfig& c,
+               int rows) {
+  return swiglu_gate_up(p, w, s.x.cview(), s.act.view(), c.d, c.ffn, c.eps, rows, c.activation) >>
+         block_output(p.dense, s, c, w.post_gain, rows, [&](DeviceSpan<T> out, bool add) {
+           return project(p, w.w2, s.act.cview(), out, c.d, c.ffn, rows, add);
+         });
+}
+
+/// One decoder layer for `rows` rows: attention block, then the MLP block. \throws UsageError as attention_block and
+/// mlp_block.
 template <Element T>
 auto decoder_layer(const Projector<T>& p, const BasicDecoderWeights<T>& w, BasicDecoderState<T>& s, int layer,
                    const DecoderConfig& c, int rows) {
@@ -430,9 +501,10 @@ auto decoder_layer(const Projector<T>& p, const BasicDecoderWeights<T>& w, Basic
   const std::size_t offset = static_cast<std::size_t>(layer) * cache_size;
   const auto l = static_cast<std::size_t>(layer);
   const std::string name = "layer " + std::to_string(layer);
-  return named(name + " attention", attention_block(p, w.attention[l], s, s.k_cache.view().subspan(offset, cache_size),
-                                                    s.v_cache.view().subspan(offset, cache_size), c, rows)) >>
-         named(name + " mlp", swiglu_block(p, w.mlp[l], s.x.view(), s.act.view(), c.d, c.ffn, c.eps, rows));
+  return named(name + " attention",
+               attention_block(p, w.attention[l], s, s.k_cache.view().subspan(offset, cache_size),
+                               s.v_cache.view().subspan(offset, cache_size), c, rows, true, layer)) >>
+         named(name + " mlp", mlp_block(p, w.mlp[l], s, c, rows));
 }
 
 /// The op type of one decoder layer (decoder_layer), for holding layers in a vector.
@@ -444,11 +516,32 @@ using BasicDecoderLayerOp =
 using DecoderLayerOp = BasicDecoderLayerOp<half>;
 
 /// The LM head's logits of `rows` rows, [rows][vocab], into `logits`: the final norm and the head in one kernel
-/// (norm_project); reads x and the final gain. \throws UsageError as norm_project.
+/// (norm_project); reads x and the final gain. With `softcap` (DecoderConfig::logit_softcap) above 0, each logit is
+/// then soft-capped, tanh(logit / softcap) * softcap. \throws UsageError as norm_project.
 template <Element T>
 auto lm_head_logits(const Projector<T>& p, const BasicDecoderWeights<T>& w, DeviceSpan<const T> x, DeviceSpan<T> logits,
-                    int vocab, int d, float eps, int rows) {
-  return norm_project(p, w.lm_head, x, w.final_gain.cview(), logits, vocab, d, eps, rows);
+                    int vocab, int d, float eps, int rows, float softcap = 0) {
+  const auto n = static_cast<long long>(rows) * vocab;
+  const BasicKernels<T>& k = p.dense;
+  std::vector<decltype(k.softcap(LaunchConfig{}, logits, n, softcap))> capped;
+  if (softcap > 0)
+    capped.push_back(k.softcap(k.step_config(grid_for(static_cast<std::size_t>(n), 256)), logits, n, softcap));
+  return norm_project(p, w.lm_head, x, w.final_gain.cview(), logits, vocab, d, eps, rows) >> chain(std::move(capped));
+}
+
+/// The embedding of a step's `rows` rows into x (s.tokens' rows of the table), scaled by DecoderConfig::
+/// embedding_scale (rounded to T first) where it is not 1.
+template <Element T>
+auto embed(const BasicKernels<T>& k, const BasicDecoderWeights<T>& w, BasicDecoderState<T>& s, const DecoderConfig& c,
+           int rows) {
+  const auto n = static_cast<std::size_t>(rows) * static_cast<std::size_t>(c.d);
+  std::vector<decltype(k.scale(LaunchConfig{}, s.x.view(), 0LL, 0.0F))> scaled;
+  if (c.embedding_scale != 1.0F) {
+    scaled.push_back(k.scale(k.step_config(grid_for(n, 256)), s.x.view(), static_cast<long long>(n),
+                             T::from_float(c.embedding_scale).to_float()));
+  }
+  return k.embedding(k.step_config(grid_for(n, 256)), w.embedding.cview(), s.tokens(), s.x.view(), c.d, rows) >>
+         chain(std::move(scaled));
 }
 
 /// One decode step of `rows` rows: reads tokens, positions and slots from s.io, writes each row's logits and next
@@ -460,11 +553,8 @@ auto decoder_step(const Projector<T>& p, const BasicDecoderWeights<T>& w, BasicD
   std::vector<BasicDecoderLayerOp<T>> layers;
   layers.reserve(static_cast<std::size_t>(c.layers));
   for (int l = 0; l < c.layers; ++l) layers.push_back(decoder_layer(p, w, s, l, c, rows));
-  const auto count = static_cast<std::size_t>(rows);
-  auto head = lm_head_logits(p, w, s.x.cview(), s.logits.view(), c.vocab, c.d, c.eps, rows);
-  return named("embedding", k.embedding(k.step_config(grid_for(count * static_cast<std::size_t>(c.d), 256)),
-                                        w.embedding.cview(), s.tokens(), s.x.view(), c.d, rows)) >>
-         chain(std::move(layers)) >>
+  auto head = lm_head_logits(p, w, s.x.cview(), s.logits.view(), c.vocab, c.d, c.eps, rows, c.logit_softcap);
+  return named("embedding", embed(k, w, s, c, rows)) >> chain(std::move(layers)) >>
          named("lm head",
                std::move(head) >> k.sample(k.step_config({{static_cast<unsigned>(rows), 1, 1}, {1024, 1, 1}, 0}),
                                            s.logits.cview(), s.next.view(), s.positions(), s.slots(), c.vocab,

@@ -188,9 +188,14 @@ auto decoder_rank_step(const Projector<T>& p, const BasicDecoderWeights<T>& w, B
   const auto count = static_cast<std::size_t>(rows);
   const auto parts = static_cast<std::size_t>(part);
   const DeviceSpan<T> x = s.x.view().subspan(0, count * static_cast<std::size_t>(d));
+  std::vector<decltype(k.scale(LaunchConfig{}, x, 0LL, 0.0F))> scaled;  // the embedding's scale, where not 1
+  if (c.embedding_scale != 1.0F) {
+    scaled.push_back(k.scale(k.step_config(grid_for(x.size(), 256)), x, static_cast<long long>(x.size()),
+                             T::from_float(c.embedding_scale).to_float()));
+  }
   auto embedding = k.embedding_rows(k.step_config(grid_for(count * static_cast<std::size_t>(d), 256)),
                                     w.embedding.cview(), s.tokens(), s.x.view(), d, rows, rank * part, part) >>
-                   RankAllReduceOp<T>(k, r, x);
+                   RankAllReduceOp<T>(k, r, x) >> chain(std::move(scaled));
   const std::size_t cache_size = static_cast<std::size_t>(c.max_batch) * static_cast<std::size_t>(c.context) *
                                  static_cast<std::size_t>(c.kv_dim());
   const auto layer = [&](int l) {
@@ -198,15 +203,27 @@ auto decoder_rank_step(const Projector<T>& p, const BasicDecoderWeights<T>& w, B
     const std::string name = "layer " + std::to_string(l);
     const BasicAttentionWeights<T>& attention = w.attention[at];
     const BasicSwigluWeights<T>& mlp = w.mlp[at];
-    const auto project = [&](const Weight<T>& weight, DeviceSpan<const T> a, int cols) {
-      return RankProjectionOp<T>(p, r, weight, a, s.x.view(), d, cols, rows);
+    // A row-parallel projection into x: its all-reduce inside or after it (RankProjectionOp); with post-norms, into
+    // the block's output, all-reduced, then normed into x (the norm needs the whole sum).
+    const auto project = [&](const Weight<T>& weight, DeviceSpan<const T> a, int cols,
+                             const DeviceBuffer<T>& post_gain) {
+      return detail::either(
+          c.post_norms,
+          [&] {
+            const DeviceSpan<T> out = s.block_out.view().subspan(0, x.size());
+            return nn::project(p, weight, a, out, d, cols, rows, false) >> RankAllReduceOp<T>(k, r, out) >>
+                   k.rms_norm_add(k.step_config({{static_cast<unsigned>(rows), 1, 1}, {256, 1, 1}, 0}),
+                                  s.block_out.cview(), post_gain.cview(), s.x.view(), d, c.eps);
+          },
+          [&] { return RankProjectionOp<T>(p, r, weight, a, s.x.view(), d, cols, rows); });
     };
     return named(name + " attention",
                  attention_heads(p, attention, s, s.k_cache.view().subspan(at * cache_size, cache_size),
-                                 s.v_cache.view().subspan(at * cache_size, cache_size), c, rows) >>
-                     project(attention.wo, s.attn.cview(), c.q_dim())) >>
-           named(name + " mlp", swiglu_gate_up(p, mlp, s.x.cview(), s.act.view(), d, c.ffn, c.eps, rows) >>
-                                    project(mlp.w2, s.act.cview(), c.ffn));
+                                 s.v_cache.view().subspan(at * cache_size, cache_size), c, rows, l) >>
+                     project(attention.wo, s.attn.cview(), c.q_dim(), attention.post_gain)) >>
+           named(name + " mlp",
+                 swiglu_gate_up(p, mlp, s.x.cview(), s.act.view(), d, c.ffn, c.eps, rows, c.activation) >>
+                     project(mlp.w2, s.act.cview(), c.ffn, mlp.post_gain));
   };
   std::vector<decltype(layer(0))> layers;
   layers.reserve(static_cast<std::size_t>(c.layers));
@@ -225,11 +242,12 @@ auto decoder_rank_step(const Projector<T>& p, const BasicDecoderWeights<T>& w, B
   auto gather = choose(rows == 1, all_gather<T>(r.comm, mine, s.logits.view().subspan(0, all)),
                        all_gather<T>(r.comm, mine, r.gathered.view().subspan(0, all)) >> chain(std::move(spread)));
   return named("embedding", std::move(embedding)) >> chain(std::move(layers)) >>
-         named("lm head", lm_head_logits(p, w, s.x.cview(), r.logits_part.view(), part, d, c.eps, rows) >>
-                              std::move(gather) >>
-                              k.sample(k.step_config({{static_cast<unsigned>(rows), 1, 1}, {1024, 1, 1}, 0}),
-                                       s.logits.cview(), s.next.view(), s.positions(), s.slots(), vocab, sampling.top_k,
-                                       sampling.temperature, static_cast<unsigned>(sampling.seed), sampling.top_p));
+         named("lm head",
+               lm_head_logits(p, w, s.x.cview(), r.logits_part.view(), part, d, c.eps, rows, c.logit_softcap) >>
+                   std::move(gather) >>
+                   k.sample(k.step_config({{static_cast<unsigned>(rows), 1, 1}, {1024, 1, 1}, 0}), s.logits.cview(),
+                            s.next.view(), s.positions(), s.slots(), vocab, sampling.top_k, sampling.temperature,
+                            static_cast<unsigned>(sampling.seed), sampling.top_p));
 }
 
 extern template struct BasicRankState<half>;

@@ -16,23 +16,25 @@ namespace lazygraph::nn {
 
 /// What a tensor is in the decoder.
 enum class DecoderTensorRole {
-  embedding,       ///< token embedding [vocab x d]
-  attention_gain,  ///< a layer's input norm gain [d]
-  wq,              ///< [q_dim x d]
-  wk,              ///< [kv_dim x d]
-  wv,              ///< [kv_dim x d]
-  wo,              ///< [d x q_dim]
-  bq,              ///< q bias [q_dim] (DecoderConfig::qkv_bias)
-  bk,              ///< k bias [kv_dim]
-  bv,              ///< v bias [kv_dim]
-  q_norm,          ///< q's per-head RMSNorm gain [head_dim] (DecoderConfig::qk_norm)
-  k_norm,          ///< k's per-head RMSNorm gain [head_dim]
-  mlp_gain,        ///< a layer's post-attention norm gain [d]
-  w1,              ///< gate projection [ffn x d]
-  w3,              ///< up projection [ffn x d]
-  w2,              ///< down projection [d x ffn]
-  final_gain,      ///< final norm gain [d]
-  lm_head,         ///< [vocab x d]
+  embedding,            ///< token embedding [vocab x d]
+  attention_gain,       ///< a layer's input norm gain [d]
+  wq,                   ///< [q_dim x d]
+  wk,                   ///< [kv_dim x d]
+  wv,                   ///< [kv_dim x d]
+  wo,                   ///< [d x q_dim]
+  bq,                   ///< q bias [q_dim] (DecoderConfig::qkv_bias)
+  bk,                   ///< k bias [kv_dim]
+  bv,                   ///< v bias [kv_dim]
+  q_norm,               ///< q's per-head RMSNorm gain [head_dim] (DecoderConfig::qk_norm)
+  k_norm,               ///< k's per-head RMSNorm gain [head_dim]
+  attention_post_gain,  ///< the attention output's RMSNorm gain [d] (DecoderConfig::post_norms)
+  mlp_gain,             ///< a layer's post-attention norm gain [d]
+  w1,                   ///< gate projection [ffn x d]
+  w3,                   ///< up projection [ffn x d]
+  w2,                   ///< down projection [d x ffn]
+  mlp_post_gain,        ///< the MLP output's RMSNorm gain [d] (DecoderConfig::post_norms)
+  final_gain,           ///< final norm gain [d]
+  lm_head,              ///< [vocab x d]
 };
 
 /// One weight tensor of a decoder.
@@ -46,6 +48,9 @@ struct DecoderTensor {
   /// Whether a checkpoint stores its rows in Hugging Face's rotate-half order (q_proj and k_proj): within each
   /// head, row j * head_dim/2 + i there is row 2i + j here, the interleaved pairs the rope kernel rotates.
   bool rope_rows = false;
+  /// What a checkpoint's values are offset by: a norm gain is stored as w meaning offset + w (DecoderConfig::
+  /// gain_offset, Gemma 3's 1); the loader adds it, the seeded saver subtracts it. 0 for every other tensor.
+  float offset = 0;
 
   /// The checkpoint shape: {rows, cols} for a matrix, {cols} for a gain, {rows} for a bias.
   [[nodiscard]] std::vector<std::int64_t> shape() const;
@@ -56,10 +61,12 @@ struct DecoderTensor {
 };
 
 /// Every weight of `config`'s decoder, in the order DecoderWeights holds them: embedding, then per layer the
-/// attention gain, Wq, Wk, Wv, Wo, (with qkv_bias) bq, bk, bv, (with qk_norm) the q and k norms' gains, the MLP gain,
-/// W1, W3, W2, then the final gain and the LM head. The q and k biases and the q and k norms' gains are rope_rows:
-/// their elements are reordered as the rows of Wq and Wk (a norm's gain as the rows of one head).
-/// \throws UsageError for an invalid config.
+/// attention gain, Wq, Wk, Wv, Wo, (with qkv_bias) bq, bk, bv, (with qk_norm) the q and k norms' gains, (with
+/// post_norms) the attention output's norm gain, the MLP gain, W1, W3, W2, (with post_norms) the MLP output's norm
+/// gain, then the final gain and the LM head. With post_norms (Gemma 3) the norms take Gemma's names: the MLP's input
+/// norm is pre_feedforward_layernorm, the attention output's post_attention_layernorm. The q and k biases and the q and
+/// k norms' gains are rope_rows: their elements are reordered as the rows of Wq and Wk (a norm's gain as the rows of
+/// one head). \throws UsageError for an invalid config.
 std::vector<DecoderTensor> decoder_tensors(const DecoderConfig& config);
 
 /// The row of a rope_rows matrix in checkpoint (rotate-half) order that holds row `row` of the interleaved order.
@@ -149,13 +156,15 @@ BasicDecoderWeights<T> assemble_decoder_weights(const Device& device, const Deco
     DeviceBuffer<T> bias = config.qkv_bias ? take_stacked(3, true) : DeviceBuffer<T>(device, 0);
     DeviceBuffer<T> q_norm = config.qk_norm ? take() : DeviceBuffer<T>(device, 0);
     DeviceBuffer<T> k_norm = config.qk_norm ? take() : DeviceBuffer<T>(device, 0);
-    attention.push_back(
-        {std::move(gain), std::move(qkv), std::move(wo), std::move(bias), std::move(q_norm), std::move(k_norm)});
+    DeviceBuffer<T> attention_post = config.post_norms ? take() : DeviceBuffer<T>(device, 0);
+    attention.push_back({std::move(gain), std::move(qkv), std::move(wo), std::move(bias), std::move(q_norm),
+                         std::move(k_norm), std::move(attention_post)});
     DeviceBuffer<T> mlp_gain = take();
     Weight<T> w1 = take_matrix();
     Weight<T> w3 = take_matrix();
     Weight<T> w2 = take_matrix();
-    mlp.push_back({std::move(mlp_gain), std::move(w1), std::move(w3), std::move(w2)});
+    DeviceBuffer<T> mlp_post = config.post_norms ? take() : DeviceBuffer<T>(device, 0);
+    mlp.push_back({std::move(mlp_gain), std::move(w1), std::move(w3), std::move(w2), std::move(mlp_post)});
   }
   DeviceBuffer<T> final_gain = take();
   Weight<T> lm_head = take_matrix();

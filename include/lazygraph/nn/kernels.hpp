@@ -7,6 +7,7 @@
 #include <lazygraph/lazygraph.hpp>
 
 #include "lazygraph/nn/element.hpp"
+#include "lazygraph/nn/gate_activation.hpp"
 
 #include <algorithm>
 #include <array>
@@ -149,6 +150,8 @@ struct BasicKernels {
   /// rms_norm_gemv_swiglu(W1, W3, x, g, out, rows, cols, eps, batch): out[b] = silu(W1 h) * (W3 h),
   /// h = rmsnorm(x[b]) * g.
   BatchedKernel<void(const T*, const T*, const T*, const T*, T*, int, int, float, int)> rms_norm_gemv_swiglu;
+  /// rms_norm_gemv_geglu(W1, W3, x, g, out, rows, cols, eps, batch): out[b] = gelu_tanh(W1 h) * (W3 h), h as above.
+  BatchedKernel<void(const T*, const T*, const T*, const T*, T*, int, int, float, int)> rms_norm_gemv_geglu;
   /// mlp_stack(layers, x, act, sync, layer_count, d, ffn, eps, split_a, split_b, batch): every SwiGLU block of a
   /// stack in one persistent launch (kernels/nn/mlp_stack.cu; nn::BasicMlpStack makes its arguments).
   BatchedKernel<void(const MlpLayer*, T*, T*, unsigned*, int, int, int, float, int, int, int)> mlp_stack;
@@ -175,19 +178,27 @@ struct BasicKernels {
       prefill_qk_norm_rope;
   /// rms_norm(x, g, out, d, eps): out = rmsnorm(x) * g per vector, one block each (kernels/nn/rms_norm.cu).
   Kernel<void(const T*, const T*, T*, int, float)> rms_norm;
+  /// rms_norm_add(in, g, x, d, eps): x += rmsnorm(in) * g per vector, the normed vector rounded first (a post-norm),
+  /// one block each (kernels/nn/rms_norm.cu).
+  Kernel<void(const T*, const T*, T*, int, float)> rms_norm_add;
+  /// scale(x, n, factor): x *= factor in place (kernels/nn/scale.cu; the embedding's scale).
+  Kernel<void(T*, long long, float)> scale;
+  /// softcap(x, n, cap): x = tanh(x / cap) * cap in place (kernels/nn/scale.cu; final logit soft-capping).
+  Kernel<void(T*, long long, float)> softcap;
   /// rope(q, k, positions, heads, kv_heads, head_dim, frequencies, batch): rotary embedding in place
   /// (kernels/nn/rope.cu); frequencies as qkv_rope_append's.
   Kernel<void(T*, T*, const int*, int, int, int, const float*, int)> rope;
   /// kv_append(k, v, k_cache, v_cache, positions, slots, kv_heads, head_dim, context, slot_count, batch)
   /// (kernels/nn/attention.cu).
   Kernel<void(const T*, const T*, T*, T*, const int*, const int*, int, int, int, int, int)> kv_append;
-  /// attention(q, k_cache, v_cache, out, positions, slots, heads, kv_heads, head_dim, context, slot_count, scale).
-  Kernel<void(const T*, const T*, const T*, T*, const int*, const int*, int, int, int, int, int, float)> attention;
+  /// attention(q, k_cache, v_cache, out, positions, slots, heads, kv_heads, head_dim, context, slot_count, scale,
+  /// window): window 0 attends every position up to the row's, else the `window` positions up to it.
+  Kernel<void(const T*, const T*, const T*, T*, const int*, const int*, int, int, int, int, int, float, int)> attention;
   /// attention_split(q, k_cache, v_cache, out, partials, counters, positions, slots, heads, kv_heads, head_dim,
-  /// context, slot_count, scale): attention with each (row, head) spread over grid.z blocks of positions, combined by
-  /// the last of them (kernels/nn/attention.cu).
+  /// context, slot_count, scale, window): attention with each (row, head) spread over grid.z blocks of positions,
+  /// combined by the last of them (kernels/nn/attention.cu).
   Kernel<void(const T*, const T*, const T*, T*, float*, unsigned*, const int*, const int*, int, int, int, int, int,
-              float)>
+              float, int)>
       attention_split;
   /// flash_attention_d64 / flash_attention_d128(q, k, v, k_cache, v_cache, out, chunk, max_rows, heads, kv_heads,
   /// context, slot_count, scale): causal attention of a prompt chunk over a slot's cache, on tensor cores, writing the
@@ -196,7 +207,7 @@ struct BasicKernels {
   /// as flash_attention_config. nn::prefill_attention (prefill_attention.hpp) checks the arguments on the host and
   /// picks the kernel.
   using FlashAttention =
-      Kernel<void(const T*, const T*, const T*, T*, T*, T*, const int*, int, int, int, int, int, float)>;
+      Kernel<void(const T*, const T*, const T*, T*, T*, T*, const int*, int, int, int, int, int, float, int)>;
   /// See FlashAttention.
   FlashAttention flash_attention_d64;
   /// See FlashAttention.
@@ -215,6 +226,11 @@ struct BasicKernels {
   /// prefill_silu_mul(gate, up, out, chunk, width, max_rows): out = silu(gate) * up over the chunk's rows of `width`
   /// elements (kernels/nn/prefill.cu); out may be gate.
   Kernel<void(const T*, const T*, T*, const int*, int, int)> prefill_silu_mul;
+  /// prefill_gelu_mul(gate, up, out, chunk, width, max_rows): prefill_silu_mul with gelu_tanh (GeGLU's).
+  Kernel<void(const T*, const T*, T*, const int*, int, int)> prefill_gelu_mul;
+  /// prefill_rms_norm_add(in, gain, x, chunk, d, eps, max_rows): x += rmsnorm(in) * gain over the chunk's rows, the
+  /// normed row rounded first (a post-norm); launched as prefill_rms_norm (kernels/nn/prefill.cu).
+  Kernel<void(const T*, const T*, T*, const int*, int, float, int)> prefill_rms_norm_add;
   /// prefill_last_row(x, chunk, out, d, max_rows): out = the chunk's last row of x (kernels/nn/prefill.cu).
   Kernel<void(const T*, const int*, T*, int, int)> prefill_last_row;
   /// argmax(logits, out, n): per row (one block each), the index of the largest logit, the lowest among ties

@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include <lazygraph/nn/gate_activation.hpp>
 #include <lazygraph/nn/quantization_config.hpp>
 #include <lazygraph/nn/rope.hpp>
 #include <lazygraph/nn/safetensors.hpp>
@@ -45,10 +46,23 @@ struct LlamaConfig {
   bool attention_bias = false;       ///< q, k and v projections with biases (Qwen2 always has them)
   /// A per-head RMSNorm of q and of k before RoPE (q_norm and k_norm): set by the architecture (Qwen3), not a key.
   bool qk_norm = false;
-  std::optional<int> sliding_window;  ///< Mistral/Qwen2: attention window in positions; nullopt: none (or unused)
-  std::optional<int> bos_token_id;    ///< the first token of a prompt, when given; below vocab_size
-  std::vector<int> eos_token_ids;     ///< the tokens that end a generation (eos_token_id: one id or a list); each
-                                      ///< below vocab_size
+  std::optional<int> sliding_window;  ///< the attention window in positions where it applies; nullopt: none
+  /// Per layer, whether it attends through sliding_window (layer_types, or Qwen's max_window_layers rule); empty: every
+  /// layer, where sliding_window applies at all.
+  std::vector<bool> sliding_layers;
+  /// The RoPE base of the sliding layers where it is not rope_theta (Gemma 3's local RoPE: the default rule, no
+  /// scaling); nullopt: every layer has rope_theta and rope_scaling.
+  std::optional<double> local_rope_theta;
+  // The block's features its architecture sets (src/nn/architectures/), from the keys it reads:
+  GateActivation activation = GateActivation::silu;  ///< the MLP's gate (Gemma 3: GeGLU, hidden_activation)
+  bool post_norms = false;     ///< Gemma 3's norms of the attention and MLP outputs before the residual adds
+  double embedding_scale = 1;  ///< the embedded rows' factor (Gemma 3: sqrt(hidden_size))
+  std::optional<double> query_pre_attn_scalar;    ///< the scores' scale is its -1/2 power where set (Gemma 3)
+  std::optional<double> final_logit_softcapping;  ///< logits = tanh(logits / cap) * cap where set
+  double gain_offset = 0;                         ///< norm weights are stored as w meaning gain_offset + w (Gemma 3: 1)
+  std::optional<int> bos_token_id;                ///< the first token of a prompt, when given; below vocab_size
+  std::vector<int> eos_token_ids;  ///< the tokens that end a generation (eos_token_id: one id or a list); each
+                                   ///< below vocab_size
   /// quantization_config: the formats the checkpoint stores its quantized weights in (quant_method "lazygraph",
   /// layout_version quantized_layout_version, at least one class quantized); nullopt when absent (dense weights).
   std::optional<DecoderQuantization> quantization;

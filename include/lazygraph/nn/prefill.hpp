@@ -139,12 +139,14 @@ class BasicPrefillPlans {
 ///
 /// With `comm`, the layer is a tensor-parallel rank's (`c` its shard_config, the weights its share): the output and
 /// down projections of ranks other than 0 write their partial products without the residual, and an all-reduce of
-/// b.x follows each of the two blocks, as in decoder_rank_step.
+/// b.x follows each of the two blocks, as in decoder_rank_step. With post-norms (DecoderConfig::post_norms) a block's
+/// output goes into b.h (all-reduced on a rank), whose RMSNorm prefill_rms_norm_add adds to b.x. `layer` is the
+/// layer's index, for its window (DecoderConfig::sliding); `frequencies` its RoPE table.
 template <Element T>
 auto prefill_layer(const Projector<T>& p, const BasicPrefillPlans<T>& plans, const BasicAttentionWeights<T>& a,
                    const BasicSwigluWeights<T>& m, BasicPrefillBuffers<T>& b, DeviceSpan<const float> frequencies,
                    DeviceSpan<T> k_cache, DeviceSpan<T> v_cache, const DecoderConfig& c, int rows,
-                   const Communicator* comm = nullptr) {
+                   const Communicator* comm = nullptr, int layer = 0) {
   const BasicKernels<T>& k = p.dense;
   const auto n = [rows](int width) { return static_cast<std::size_t>(rows) * static_cast<std::size_t>(width); };
   const bool residual = comm == nullptr || comm->rank() == 0;
@@ -168,7 +170,9 @@ auto prefill_layer(const Projector<T>& p, const BasicPrefillPlans<T>& plans, con
                                     .kv_heads = c.kv_head_count(),
                                     .head_dim = c.head_dim(),
                                     .context = c.context,
-                                    .slots = c.max_batch};
+                                    .slots = c.max_batch,
+                                    .scale = c.attention_scale,
+                                    .window = c.layer_window(layer)};
   // out = in W^T for a weight in any format: its dense values, or its values dequantized into b.weights first.
   const auto gemm = [&](const Weight<T>& w, DeviceSpan<T> out, DeviceSpan<const T> in) {
     GemmOperand<T> operand = gemm_operand(p, w, b.weights.view());
@@ -183,11 +187,22 @@ auto prefill_layer(const Projector<T>& p, const BasicPrefillPlans<T>& plans, con
     return std::move(operand.prepare) >>
            (residual ? plan.add(x, y, operand.values, x.as_const()) : plan(x, y, operand.values));
   };
-  // The all-reduce of x after a block: none without a communicator.
-  const auto reduce = [&] {
-    std::vector<decltype(all_reduce(*comm, x))> ops;
-    if (comm != nullptr) ops.push_back(all_reduce(*comm, x));
+  // The all-reduce of `y` (x after a block, or a post-normed block's output): none without a communicator.
+  const auto reduce = [&](DeviceSpan<T> y) {
+    std::vector<decltype(all_reduce(*comm, y))> ops;
+    if (comm != nullptr) ops.push_back(all_reduce(*comm, y));
     return chain(std::move(ops));
+  };
+  // A block's output y W^T into x: project_into_x then the all-reduce of x; with post-norms, into h, all-reduced, and
+  // its RMSNorm with `post_gain` added to x.
+  const auto block_output = [&](const Weight<T>& w, DeviceSpan<const T> y, const DeviceBuffer<T>& post_gain) {
+    return detail::either(
+        c.post_norms,
+        [&] {
+          return gemm(w, h, y) >> reduce(h) >>
+                 k.prefill_rms_norm_add(per_row, h.as_const(), post_gain.cview(), x, chunk, c.d, c.eps, rows);
+        },
+        [&] { return project_into_x(w, y) >> reduce(x); });
   };
   const DeviceSpan<const T> bias = a.bias.cview();
   const auto bias_part = [&](std::size_t at, std::size_t size) { return bias.empty() ? bias : bias.subspan(at, size); };
@@ -208,12 +223,13 @@ auto prefill_layer(const Projector<T>& p, const BasicPrefillPlans<T>& plans, con
   auto attention =
       norm(a.gain) >> gemm(a.qkv, qkv_rows, h.as_const()) >> std::move(split) >>
       prefill_attention(k, {q.as_const(), key.as_const(), value.as_const(), k_cache, v_cache, q, chunk}, shape) >>
-      project_into_x(a.wo, q.as_const());
-  auto mlp = norm(m.gain) >> gemm(m.w1, gate, h.as_const()) >> gemm(m.w3, up, h.as_const()) >>
-             k.prefill_silu_mul(k.step_config(grid_for(n(c.ffn) / 8, 256)), gate.as_const(), up.as_const(), gate, chunk,
-                                c.ffn, rows) >>
-             project_into_x(m.w2, gate.as_const());
-  return named("attention", std::move(attention) >> reduce()) >> named("mlp", std::move(mlp) >> reduce());
+      block_output(a.wo, q.as_const(), a.post_gain);
+  auto mlp =
+      norm(m.gain) >> gemm(m.w1, gate, h.as_const()) >> gemm(m.w3, up, h.as_const()) >>
+      (c.activation == GateActivation::gelu_tanh ? k.prefill_gelu_mul : k.prefill_silu_mul)(
+          k.step_config(grid_for(n(c.ffn) / 8, 256)), gate.as_const(), up.as_const(), gate, chunk, c.ffn, rows) >>
+      block_output(m.w2, gate.as_const(), m.post_gain);
+  return named("attention", std::move(attention)) >> named("mlp", std::move(mlp));
 }
 
 /// What a decoder's prefill reads and writes besides its own buffers: the decoder's config, kernels, weights and step

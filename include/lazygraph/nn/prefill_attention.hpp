@@ -42,6 +42,10 @@ struct PrefillAttentionShape {
   int head_dim = 0;  ///< 64 or 128 (the kernels are compiled for these)
   int context = 0;   ///< positions the cache holds per slot; start + rows must not exceed it
   int slots = 1;     ///< slots the cache holds
+  /// The scores' scale: 0 means 1 / sqrt(head_dim); a model may set its own (Gemma 3: query_pre_attn_scalar^-1/2).
+  float scale = 0;
+  /// The attention window: a row attends the `window` positions up to its own (a sliding-window layer); 0 none.
+  int window = 0;
 };
 
 /// The memory of one prefill attention launch, in the layouts of kernels/nn/flash_attention.cu. Every span must be
@@ -60,7 +64,7 @@ struct PrefillAttentionSpans {
 /// The launch op prefill_attention returns: a GraphNode (a kernel launch).
 template <Element T>
 using PrefillAttentionOp =
-    LaunchOp<const T*, const T*, const T*, T*, T*, T*, const int*, int, int, int, int, int, float>;
+    LaunchOp<const T*, const T*, const T*, T*, T*, T*, const int*, int, int, int, int, int, float, int>;
 
 /// Checks a prefill attention launch without a GPU: the shape, then every span's size, alignment and overlaps.
 /// \throws UsageError naming the first thing wrong and the values involved: a head_dim other than 64 or 128, rows

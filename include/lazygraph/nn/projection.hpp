@@ -141,13 +141,15 @@ using GateUpOp =
     detail::WeightOp<LaunchOp<const T*, const T*, const T*, const T*, T*, int, int, float, int>,
                      OptionalLaunch<QuantizedMatrix, QuantizedMatrix, const T*, const T*, T*, int, int, float, int>>;
 
-/// act[b] = silu(W1 h) * (W3 h), h = rmsnorm(x[b]) * gain, for b < batch: W1 and W3 [rows x cols], both read by one
-/// kernel (rms_norm_gemv_swiglu or rms_norm_qgemv_swiglu). \throws UsageError as project(), and when W1 and W3 are not
-/// in one format.
+/// act[b] = gate(W1 h) * (W3 h), h = rmsnorm(x[b]) * gain, for b < batch: W1 and W3 [rows x cols], both read by one
+/// kernel (rms_norm_gemv_swiglu or rms_norm_qgemv_swiglu for silu; the _geglu kernels for gelu_tanh).
+/// \throws UsageError as project(), and when W1 and W3 are not in one format.
 template <Element T>
 [[nodiscard]] GateUpOp<T> norm_project_gate_up(const Projector<T>& p, const Weight<T>& w1, const Weight<T>& w3,
                                                DeviceSpan<const T> x, DeviceSpan<const T> gain, DeviceSpan<T> act,
-                                               int rows, int cols, float eps, int batch) {
+                                               int rows, int cols, float eps, int batch,
+                                               GateActivation gate = GateActivation::silu) {
+  const bool gelu = gate == GateActivation::gelu_tanh;
   detail::check_projection("norm_project_gate_up", w1.describe(), w1.rows(), w1.cols(), rows, cols, batch);
   detail::check_projection("norm_project_gate_up", w3.describe(), w3.rows(), w3.cols(), rows, cols, batch);
   const bool same = w1.format() == w3.format() &&
@@ -159,14 +161,15 @@ template <Element T>
   if (format_traits(w1.format()).quantized) {
     const BasicQuantizedKernels<T>& q = p.quantized_for(w1);
     const QuantizedMatrix m1 = w1.matrix();
-    return GateUpOp<T>(OptionalLaunch(
-        q.rms_norm_qgemv_swiglu(q.config(m1, rows, cols), m1, w3.matrix(), x, gain, act, rows, cols, eps, batch),
-        std::make_shared<const std::pair<std::shared_ptr<const void>, std::shared_ptr<const void>>>(w1.owner(),
-                                                                                                    w3.owner())));
+    return GateUpOp<T>(
+        OptionalLaunch((gelu ? q.rms_norm_qgemv_geglu : q.rms_norm_qgemv_swiglu)(
+                           q.config(m1, rows, cols), m1, w3.matrix(), x, gain, act, rows, cols, eps, batch),
+                       std::make_shared<const std::pair<std::shared_ptr<const void>, std::shared_ptr<const void>>>(
+                           w1.owner(), w3.owner())));
   }
   const BasicKernels<T>& k = p.dense;
-  return GateUpOp<T>(k.rms_norm_gemv_swiglu(k.gemv_config(rows, cols, batch), w1.dense(), w3.dense(), x, gain, act,
-                                            rows, cols, eps, batch));
+  return GateUpOp<T>((gelu ? k.rms_norm_gemv_geglu : k.rms_norm_gemv_swiglu)(
+      k.gemv_config(rows, cols, batch), w1.dense(), w3.dense(), x, gain, act, rows, cols, eps, batch));
 }
 
 /// What norm_project_qkv_rope_append reads and writes besides the stacked weight.

@@ -131,6 +131,9 @@ struct BasicQuantizedKernels {
   /// h = rmsnorm(x[b]) * g; W1 and W3 of one format.
   QuantizedKernel<void(QuantizedMatrix, QuantizedMatrix, const T*, const T*, T*, int, int, float, int)>
       rms_norm_qgemv_swiglu;
+  /// rms_norm_qgemv_geglu(W1, W3, x, g, out, rows, cols, eps, batch): rms_norm_qgemv_swiglu with gelu_tanh (GeGLU).
+  QuantizedKernel<void(QuantizedMatrix, QuantizedMatrix, const T*, const T*, T*, int, int, float, int)>
+      rms_norm_qgemv_geglu;
   /// quantized_qkv_rope_append(W, bias, x, g, q, k_cache, v_cache, positions, slots, d, q_rows, n_kv_heads, head_dim,
   /// max_ctx, n_slots, frequencies, eps, batch): BasicKernels::qkv_rope_append over one quantized matrix of the q, k
   /// and v projections' rows stacked (q_rows + 2 n_kv_heads head_dim rows of d), h = rmsnorm(x[b]) * g,

@@ -34,7 +34,9 @@ class DecoderReference {
  private:
   struct Layer {
     // biases empty without qkv_bias, q_norm and k_norm without qk_norm
-    std::vector<double> attn_gain, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm, mlp_gain, w1, w3, w2;
+    // attn_post_gain and mlp_post_gain empty without post_norms
+    std::vector<double> attn_gain, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm, attn_post_gain, mlp_gain, w1, w3, w2,
+        mlp_post_gain;
   };
   DecoderConfig config_;
   std::vector<double> embedding_;
@@ -42,6 +44,8 @@ class DecoderReference {
   std::vector<double> final_gain_;
   std::vector<double> lm_head_;
   std::vector<double> frequencies_;           ///< RoPE's inverse frequency per pair, in double (rope_frequencies)
+  std::vector<double> local_frequencies_;     ///< the sliding layers' (DecoderConfig::local_theta), else empty
+  double embedding_scale_ = 1;                ///< DecoderConfig::embedding_scale rounded to the weights' type
   std::vector<std::vector<double>> k_cache_;  ///< per layer, [heads][context][head_dim]
   std::vector<std::vector<double>> v_cache_;
 };

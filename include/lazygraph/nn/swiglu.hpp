@@ -15,10 +15,11 @@ namespace lazygraph::nn {
 /// are read by one kernel, so they share a format.
 template <Element T>
 struct BasicSwigluWeights {
-  DeviceBuffer<T> gain;  ///< norm gain [d]
-  Weight<T> w1;          ///< gate projection [ffn x d]
-  Weight<T> w3;          ///< up projection [ffn x d]
-  Weight<T> w2;          ///< down projection [d x ffn]
+  DeviceBuffer<T> gain;       ///< norm gain [d]
+  Weight<T> w1;               ///< gate projection [ffn x d]
+  Weight<T> w3;               ///< up projection [ffn x d]
+  Weight<T> w2;               ///< down projection [d x ffn]
+  DeviceBuffer<T> post_gain;  ///< the output's RMSNorm gain [d] in a model with post-norms (Gemma 3's), else empty
 
   /// Whether any projection is quantized.
   [[nodiscard]] bool quantized() const noexcept { return !w1.is_dense() || !w3.is_dense() || !w2.is_dense(); }
@@ -32,13 +33,13 @@ template <Element T>
 BasicSwigluWeights<T> generate_swiglu_weights(const Stream& stream, const BasicKernels<T>& kernels, std::uint32_t seed,
                                               int layer, int d, int ffn);
 
-/// The block's first half: act[b] = silu(W1 h) * (W3 h), h = rmsnorm(x[b]) * gain, for b < batch
-/// (norm_project_gate_up). \throws UsageError as norm_project_gate_up (a weight of another shape, W1 and W3 in two
-/// formats, a quantized weight without quantized kernels, a batch outside 1..8).
+/// The block's first half: act[b] = gate(W1 h) * (W3 h), h = rmsnorm(x[b]) * gain, for b < batch, gate silu (SwiGLU)
+/// or gelu_tanh (GeGLU) (norm_project_gate_up). \throws UsageError as norm_project_gate_up (a weight of another shape,
+/// W1 and W3 in two formats, a quantized weight without quantized kernels, a batch outside 1..8).
 template <Element T>
 auto swiglu_gate_up(const Projector<T>& p, const BasicSwigluWeights<T>& w, DeviceSpan<const T> x, DeviceSpan<T> act,
-                    int d, int ffn, float eps, int batch = 1) {
-  return norm_project_gate_up(p, w.w1, w.w3, x, w.gain.cview(), act, ffn, d, eps, batch);
+                    int d, int ffn, float eps, int batch = 1, GateActivation gate = GateActivation::silu) {
+  return norm_project_gate_up(p, w.w1, w.w3, x, w.gain.cview(), act, ffn, d, eps, batch, gate);
 }
 
 /// x += W2 (silu(W1 h) * (W3 h)), h = rmsnorm(x) * gain, in place on the residual streams `x` [batch][d], using

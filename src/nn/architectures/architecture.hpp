@@ -7,8 +7,10 @@
 /// reads is refused by name (the model might compute something else without it). docs/adding.md has the checklist
 /// for a new architecture.
 
+#include <optional>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include <lazygraph/nn/llama_config.hpp>
 
@@ -18,12 +20,18 @@ namespace lazygraph::nn::detail {
 
 /// What one architecture's file declares.
 struct Architecture {
-  std::string_view model_type;              ///< config.json's model_type
-  std::string_view class_name;              ///< the transformers class its `architectures` list names
-  std::span<const std::string_view> keys;   ///< the config keys `read` reads, beyond the shared ones
+  std::string_view model_type;             ///< config.json's model_type
+  std::string_view class_name;             ///< the transformers class its `architectures` list names
+  std::span<const std::string_view> keys;  ///< the config keys `read` reads, beyond the shared ones
   /// Reads those keys into `config`, which holds the shared ones already, and sets the block's features; refuses
   /// (reader.fail, naming the key) a value whose arithmetic lazygraph does not implement.
   void (*read)(const ConfigReader& reader, LlamaConfig& config);
+  /// Whether `read` reads the RoPE keys itself (rope_parameters of another form: Gemma 3's per layer type) instead
+  /// of the shared reader.
+  bool reads_rope = false;
+  /// Writes what `read` reads back into config.json's `root` (LlamaConfig::to_json), or null when the shared keys
+  /// say it all.
+  void (*write)(const LlamaConfig& config, nlohmann::json& root) = nullptr;
 };
 
 /// Every architecture lazygraph runs, in the order messages list them.
@@ -32,10 +40,21 @@ struct Architecture {
 /// The architecture of `model_type`, or null.
 [[nodiscard]] const Architecture* find_architecture(std::string_view model_type) noexcept;
 
-/// The attention window of the files that have one: `sliding_window` when it applies (`always`, as Mistral's does;
-/// else when `use_sliding_window` is true or `layer_types` names sliding_attention), checking layer_types; nullopt
-/// otherwise. Reads sliding_window, use_sliding_window and layer_types.
+/// layer_types: per layer, whether it is sliding_attention (else full_attention; any other type refused by name);
+/// nullopt when absent. \throws CheckpointError naming the key for a list of another length than the layers.
+[[nodiscard]] std::optional<std::vector<bool>> read_layer_types(const ConfigReader& reader, const LlamaConfig& config);
+
+/// The attention window of the files that have one: sliding_window on the layers layer_types marks sliding_attention,
+/// or where it is absent on every layer (`always`, Mistral's), or with use_sliding_window on the layers from
+/// max_window_layers on (Qwen's rule); none where no layer slides. Reads sliding_window, use_sliding_window,
+/// max_window_layers and layer_types.
 void read_window(const ConfigReader& reader, LlamaConfig& config, bool always);
+
+/// One RoPE object of config.json, `object` at `key` (rope_parameters, rope_scaling, or a part of Gemma 3's
+/// rope_parameters): its rope_type (default, linear or llama3) and parameters, each checked and any other refused by
+/// name; rope_theta is one of its keys where `holds_theta` (read it apart).
+[[nodiscard]] RopeScaling read_rope_object(const ConfigReader& reader, const nlohmann::json& object,
+                                           std::string_view key, bool holds_theta);
 
 /// Refuses attention_bias true: in this architecture it also gives o_proj a bias, which lazygraph does not implement.
 void refuse_output_bias(const ConfigReader& reader, const LlamaConfig& config);

@@ -1,4 +1,6 @@
 #include <algorithm>
+#include <cstdint>
+#include <utility>
 
 #include "architecture.hpp"
 
@@ -8,10 +10,11 @@ extern const Architecture llama_architecture;
 extern const Architecture mistral_architecture;
 extern const Architecture qwen2_architecture;
 extern const Architecture qwen3_architecture;
+extern const Architecture gemma3_architecture;
 
 std::span<const Architecture* const> architectures() noexcept {
   static const Architecture* const all[] = {&llama_architecture, &mistral_architecture, &qwen2_architecture,
-                                            &qwen3_architecture};
+                                            &qwen3_architecture, &gemma3_architecture};
   return all;
 }
 
@@ -22,26 +25,48 @@ const Architecture* find_architecture(std::string_view model_type) noexcept {
   return found == all.end() ? nullptr : *found;
 }
 
+std::optional<std::vector<bool>> read_layer_types(const ConfigReader& reader, const LlamaConfig& config) {
+  const nlohmann::json* types = reader.get("layer_types");
+  if (types == nullptr) return std::nullopt;
+  if (!types->is_array()) reader.fail("layer_types", "must be a list, found " + describe_json(*types));
+  if (types->size() != static_cast<std::size_t>(config.num_hidden_layers)) {
+    reader.fail("layer_types", "lists " + std::to_string(types->size()) + " layers, not num_hidden_layers (" +
+                                   std::to_string(config.num_hidden_layers) + ")");
+  }
+  std::vector<bool> sliding;
+  for (const nlohmann::json& t : *types) {
+    if (t != "sliding_attention" && t != "full_attention") {
+      reader.fail("layer_types",
+                  "holds " + describe_json(t) + " (lazygraph implements full_attention and sliding_attention)");
+    }
+    sliding.push_back(t == "sliding_attention");
+  }
+  return sliding;
+}
+
 void read_window(const ConfigReader& reader, LlamaConfig& config, bool always) {
   const std::optional<int> window = reader.optional_positive_int("sliding_window", std::numeric_limits<int>::max());
-  bool applies = always || reader.boolean("use_sliding_window", false);
-  if (const nlohmann::json* types = reader.get("layer_types"); types != nullptr) {
-    if (!types->is_array()) reader.fail("layer_types", "must be a list, found " + describe_json(*types));
-    for (const nlohmann::json& t : *types) {
-      if (t == "sliding_attention") {
-        applies = true;
-      } else if (t != "full_attention") {
-        reader.fail("layer_types", "holds " + describe_json(t) +
-                                       " (lazygraph implements full_attention and, with a window at least the "
-                                       "context, sliding_attention)");
-      }
+  const bool use = reader.boolean("use_sliding_window", false);
+  int first_sliding = 0;  // max_window_layers: a count of layers, 0 allowed
+  if (const nlohmann::json* m = reader.get("max_window_layers"); m != nullptr) {
+    if (!m->is_number_unsigned()) {
+      reader.fail("max_window_layers", "must be a count of layers, found " + describe_json(*m));
     }
-    if (types->size() != static_cast<std::size_t>(config.num_hidden_layers)) {
-      reader.fail("layer_types", "lists " + std::to_string(types->size()) + " layers, not num_hidden_layers (" +
-                                     std::to_string(config.num_hidden_layers) + ")");
-    }
+    first_sliding = static_cast<int>(std::min<std::uint64_t>(m->get<std::uint64_t>(), 1U << 20U));
   }
-  if (applies && window.has_value()) config.sliding_window = window;
+  std::vector<bool> sliding;
+  if (std::optional<std::vector<bool>> types = read_layer_types(reader, config)) {
+    sliding = std::move(*types);
+  } else if (!always && use) {  // Qwen's rule where layer_types is absent: the layers from max_window_layers on
+    for (int l = 0; l < config.num_hidden_layers; ++l) sliding.push_back(l >= first_sliding);
+  } else if (always) {
+    sliding.assign(static_cast<std::size_t>(config.num_hidden_layers), true);
+  }
+  if (!window.has_value() || std::none_of(sliding.begin(), sliding.end(), [](bool s) { return s; })) return;
+  config.sliding_window = window;
+  // Every layer sliding: the empty list says so (as a config without layer_types reads back).
+  if (std::all_of(sliding.begin(), sliding.end(), [](bool s) { return s; })) sliding.clear();
+  config.sliding_layers = std::move(sliding);
 }
 
 void refuse_output_bias(const ConfigReader& reader, const LlamaConfig& config) {

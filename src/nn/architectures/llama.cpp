@@ -6,7 +6,8 @@ namespace lazygraph::nn::detail {
 
 namespace {
 // The window keys as every architecture had them before each had its file (a Llama config never sets them).
-constexpr std::string_view kLlamaKeys[] = {"attention_bias", "sliding_window", "use_sliding_window", "layer_types"};
+constexpr std::string_view kLlamaKeys[] = {"attention_bias", "sliding_window", "use_sliding_window", "layer_types",
+                                           "max_window_layers"};
 
 void read_llama(const ConfigReader& reader, LlamaConfig& config) {
   refuse_output_bias(reader, config);

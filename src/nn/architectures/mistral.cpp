@@ -4,7 +4,8 @@
 namespace lazygraph::nn::detail {
 
 namespace {
-constexpr std::string_view kMistralKeys[] = {"attention_bias", "sliding_window", "use_sliding_window", "layer_types"};
+constexpr std::string_view kMistralKeys[] = {"attention_bias", "sliding_window", "use_sliding_window", "layer_types",
+                                             "max_window_layers"};
 
 void read_mistral(const ConfigReader& reader, LlamaConfig& config) {
   refuse_output_bias(reader, config);

@@ -5,7 +5,8 @@
 namespace lazygraph::nn::detail {
 
 namespace {
-constexpr std::string_view kQwen2Keys[] = {"attention_bias", "sliding_window", "use_sliding_window", "layer_types"};
+constexpr std::string_view kQwen2Keys[] = {"attention_bias", "sliding_window", "use_sliding_window", "layer_types",
+                                           "max_window_layers"};
 
 void read_qwen2(const ConfigReader& reader, LlamaConfig& config) {
   config.attention_bias = reader.boolean("attention_bias", true);

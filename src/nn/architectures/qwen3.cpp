@@ -6,7 +6,8 @@
 namespace lazygraph::nn::detail {
 
 namespace {
-constexpr std::string_view kQwen3Keys[] = {"attention_bias", "sliding_window", "use_sliding_window", "layer_types"};
+constexpr std::string_view kQwen3Keys[] = {"attention_bias", "sliding_window", "use_sliding_window", "layer_types",
+                                           "max_window_layers"};
 
 void read_qwen3(const ConfigReader& reader, LlamaConfig& config) {
   refuse_output_bias(reader, config);

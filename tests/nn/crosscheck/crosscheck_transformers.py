@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Cross-check of lazygraph's decoder against Hugging Face transformers (issue 38, item 3).
 
-For each row of a matrix of small model configurations (Llama, Mistral, Qwen2, Qwen3; fp16 and bf16; tied and untied
+For each row of a matrix of small model configurations (Llama, Mistral, Qwen2, Qwen3, Gemma 3; fp16 and bf16; tied and untied
 embeddings; grouped-query ratios; head_dim 64 and 128, also set apart from hidden / heads; rope_theta 1e4, 5e5, 1e6;
 RoPE scaling llama3 and linear; sharded weights; the older top-level rope_theta / rope_scaling layout), this script
 builds a random model with transformers itself, casts its weights to the row's dtype and writes the checkpoint with
@@ -18,8 +18,8 @@ the folder with `lazygraph::nn::load_decoder` and writes what the decoder comput
 
 Some rows must be refused by the loader with a message naming the key (or the tensor) it does not implement
 (attention_bias, mlp_bias, rope_type yarn): such a row passes when `decoder_logits` fails to load with a
-CheckpointError or UsageError whose message names it, and fails when the model loads. A Mistral row with a
-sliding window shorter than the sequence may be refused (naming sliding_window) or computed right.
+CheckpointError or UsageError whose message names it, and fails when the model loads. Sliding windows shorter than
+the sequence (Mistral, Qwen2, Gemma 3) are computed.
 
 Besides teacher-forced single steps (`forward`), some rows also run the other paths: `prefill` for prompt lengths
 crossing the 8-row chunks followed by single steps, `forward_batch` of three sequences, both also on tensor cores,
@@ -87,7 +87,7 @@ class Row:
     """One configuration of the matrix."""
 
     name: str
-    arch: str  # "llama", "mistral", "qwen2" or "qwen3"
+    arch: str  # "llama", "mistral", "qwen2", "qwen3" or "gemma3"
     dtype: str  # "f16" or "bf16"
     config: dict  # keyword arguments of the transformers config class
     expect: str = "match"  # "match", "refuse" or "refuse-or-match"
@@ -116,6 +116,28 @@ def model_config(**overrides):
         rms_norm_eps=1e-5,
         tie_word_embeddings=False,
         rope_parameters=rope(10000),
+    )
+    c.update(overrides)
+    return c
+
+
+def gemma3_config(**overrides):
+    """A small Gemma 3 text config: 6 layers, the first 5 sliding (window 16) with RoPE base 1e4, the last full with
+    1e6; hidden 512, 8 heads of 64 over 2 kv heads, tied embeddings (Gemma's default)."""
+    c = dict(
+        vocab_size=1024,
+        hidden_size=512,
+        intermediate_size=1024,
+        num_hidden_layers=6,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        head_dim=64,
+        max_position_embeddings=MAX_POSITIONS,
+        rms_norm_eps=1e-6,
+        sliding_window=16,
+        layer_types=["sliding_attention"] * 5 + ["full_attention"],
+        rope_parameters={"full_attention": rope(1e6), "sliding_attention": rope(1e4)},
+        query_pre_attn_scalar=64,
     )
     c.update(overrides)
     return c
@@ -171,7 +193,10 @@ def matrix():
         Row("mistral-window-4096", "mistral", "bf16", model_config(num_key_value_heads=2, sliding_window=4096),
             note="window >= context"),
         Row("mistral-window-16", "mistral", "f16", model_config(num_key_value_heads=2, sliding_window=16),
-            expect="refuse-or-match", names=("sliding_window",), note="window < sequence"),
+            note="window < sequence", paths=ALL_PATHS),
+        Row("qwen2-window-24", "qwen2", "bf16",
+            model_config(num_key_value_heads=2, use_sliding_window=True, sliding_window=24, max_window_layers=1),
+            note="window on layer 1", paths=("step", "prefill", "prefill-tc")),
         Row("qwen2", "qwen2", "f16",
             model_config(num_key_value_heads=2, tie_word_embeddings=True, rope_parameters=rope(1e6),
                          rms_norm_eps=1e-6), note="q/k/v biases"),
@@ -189,6 +214,14 @@ def matrix():
             names=("q/k norms",), paths=("persistent",), note="no persistent tiles for q/k norms"),
         Row("qwen3-attention-bias", "qwen3", "f16", model_config(attention_bias=True), expect="refuse",
             names=("attention_bias", "proj.bias")),
+        Row("gemma3", "gemma3", "f16", gemma3_config(), note="5 of 6 layers a window of 16", paths=ALL_PATHS),
+        Row("gemma3-tied-softcap", "gemma3", "bf16",
+            gemma3_config(head_dim=128, sliding_window=32, final_logit_softcapping=30.0, query_pre_attn_scalar=100),
+            note="head_dim 128, window 32, soft cap 30", paths=ALL_PATHS),
+        Row("gemma3-persistent", "gemma3", "f16", gemma3_config(), expect="refuse", names=("persistent backend",),
+            paths=("persistent",), note="no persistent tiles for its block"),
+        Row("gemma3-attn-softcap", "gemma3", "f16", gemma3_config(attn_logit_softcapping=50.0), expect="refuse",
+            names=("attn_logit_softcapping",)),
         Row("llama-attention-bias", "llama", "f16", model_config(attention_bias=True), expect="refuse",
             names=("attention_bias", "proj.bias")),
         Row("llama-mlp-bias", "llama", "f16", model_config(mlp_bias=True), expect="refuse",
@@ -243,6 +276,7 @@ class Harness:
             "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM),
             "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
             "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM),
+            "gemma3": (transformers.Gemma3TextConfig, transformers.Gemma3ForCausalLM),
         }
 
     # ---- the model and its checkpoint ----

@@ -79,6 +79,22 @@ struct GainedX {
 
 __device__ __forceinline__ float silu(float a) { return a / (1.0f + expf(-a)); }
 
+/// GELU in its tanh form (PyTorch's gelu(approximate="tanh"), transformers' gelu_pytorch_tanh):
+/// a / 2 (1 + tanh(sqrt(2 / pi) (a + 0.044715 a^3))).
+__device__ __forceinline__ float gelu_tanh(float a) {
+  return 0.5f * a * (1.0f + tanhf(0.7978845608028654f * (a + 0.044715f * a * a * a)));
+}
+
+/// The gate of a gated MLP: silu (SwiGLU) or, with `Gelu`, gelu_tanh (GeGLU).
+template <bool Gelu>
+__device__ __forceinline__ float gate(float a) {
+  if constexpr (Gelu) {
+    return gelu_tanh(a);
+  } else {
+    return silu(a);
+  }
+}
+
 __device__ __forceinline__ bool shapes_supported(int cols, int batch, const void* a, const void* b, const void* c) {
   return cols % 8 == 0 && batch >= 1 && batch <= 8 && lg::is_aligned16(a) && lg::is_aligned16(b) && lg::is_aligned16(c);
 }
