@@ -30,7 +30,8 @@ logits whose top-two margins are mostly tiny, so most positions would not be jud
 would hide a loader that drops them. Here every matrix of shape [out, in] (the embedding too, as [vocab, hidden])
 is normal with std 1/sqrt(in), so each projection keeps its input's scale: attention scores have a standard
 deviation near 1 (RoPE errors move them visibly) and the logits about 1 (margins well above the bounds). Norm
-gains are uniform in [0.5, 1.5] and biases normal with std 0.5.
+gains are uniform in [0.5, 1.5] (Gemma 3's stored weights in [-0.5, 0.5], which it reads as 1 + w) and biases normal
+with std 0.5.
 
 Exit status: 0 every row passed, 1 a row failed, 2 bad arguments, 77 skipped (torch or transformers not
 installed, or no GPU; the reason is printed). The table also goes to $OUT/crosscheck.txt when OUT is set.
@@ -294,7 +295,8 @@ class Harness:
         with torch.no_grad():
             for name, p in model.named_parameters():
                 if name.endswith("norm.weight"):
-                    values = torch.rand(p.shape, generator=generator) + 0.5
+                    # Gains uniform in [0.5, 1.5]: Gemma 3 stores a norm's gain as w meaning 1 + w.
+                    values = torch.rand(p.shape, generator=generator) + (-0.5 if row.arch == "gemma3" else 0.5)
                 elif name.endswith(".bias"):
                     values = torch.randn(p.shape, generator=generator) * 0.5
                 elif p.dim() == 2:
