@@ -67,7 +67,7 @@ std::string refusal(Action action, const fs::path& source) {
 }
 
 /// Checks that parsing `text` is refused with a message naming the file and holding `fragment`.
-void check_refused(const std::string& text, const std::string& fragment) {
+void check_generation_refused(const std::string& text, const std::string& fragment) {
   const fs::path source = "/models/tiny/generation_config.json";
   const std::string what = refusal([&] { return GenerationConfig::parse(text, source); }, source);
   INFO("message: " << what);
@@ -132,28 +132,28 @@ TEST_CASE("a generation_config.json that is not a small regular file is refused 
 }
 
 TEST_CASE("generation_config.json text that is not a JSON object, repeats a key or nests too deep is refused") {
-  check_refused("{\"eos_token_id\": ", "the generation config is not valid JSON");
-  check_refused("[1, 2]", "the generation config must be a JSON object, found [1,2]");
-  check_refused(R"({"eos_token_id": 2, "eos_token_id": 3})",
+  check_generation_refused("{\"eos_token_id\": ", "the generation config is not valid JSON");
+  check_generation_refused("[1, 2]", "the generation config must be a JSON object, found [1,2]");
+  check_generation_refused(R"({"eos_token_id": 2, "eos_token_id": 3})",
                 "the generation config has the key 'eos_token_id' twice in one object");
-  check_refused(R"({"bos_token_id": 1, "x": {"a": 1, "a": 2}})", "has the key 'a' twice in one object");
-  check_refused(std::string(R"({"x": )") + std::string(100, '[') + std::string(100, ']') + "}",
+  check_generation_refused(R"({"bos_token_id": 1, "x": {"a": 1, "a": 2}})", "has the key 'a' twice in one object");
+  check_generation_refused(std::string(R"({"x": )") + std::string(100, '[') + std::string(100, ']') + "}",
                 "nests deeper than 64 levels");
-  check_refused(std::string("{\"bos_token_id\": 1}\0 ", 20), "NUL byte");
+  check_generation_refused(std::string("{\"bos_token_id\": 1}\0 ", 20), "NUL byte");
 }
 
 TEST_CASE("token ids of generation_config.json that are not ids are refused naming the key and the value") {
-  check_refused(R"({"eos_token_id": "two"})",
+  check_generation_refused(R"({"eos_token_id": "two"})",
                 R"(key 'eos_token_id' must be a token id or a list of them, found "two")");
-  check_refused(R"({"eos_token_id": [2, -1]})",
+  check_generation_refused(R"({"eos_token_id": [2, -1]})",
                 "key 'eos_token_id' must be a token id or a list of them, found [2,-1]");
-  check_refused(R"({"eos_token_id": 16777217})", "key 'eos_token_id' must be a token id");
-  check_refused(R"({"eos_token_id": 2.0})", "key 'eos_token_id' must be a token id");
-  check_refused(R"({"bos_token_id": [1]})", "key 'bos_token_id' must be one token id, found [1]");
-  check_refused(R"({"bos_token_id": true})", "key 'bos_token_id' must be one token id, found true");
+  check_generation_refused(R"({"eos_token_id": 16777217})", "key 'eos_token_id' must be a token id");
+  check_generation_refused(R"({"eos_token_id": 2.0})", "key 'eos_token_id' must be a token id");
+  check_generation_refused(R"({"bos_token_id": [1]})", "key 'bos_token_id' must be one token id, found [1]");
+  check_generation_refused(R"({"bos_token_id": true})", "key 'bos_token_id' must be one token id, found true");
   std::string many = R"({"eos_token_id": [0)";
   for (int i = 1; i <= 1024; ++i) many += "," + std::to_string(i);
-  check_refused(many + "]}", "key 'eos_token_id' lists more than 1024 tokens");
+  check_generation_refused(many + "]}", "key 'eos_token_id' lists more than 1024 tokens");
 }
 
 TEST_CASE("special_tokens refuses an id of generation_config.json outside the model's vocabulary, naming the file") {
