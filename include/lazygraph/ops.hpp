@@ -7,6 +7,7 @@
 
 #include "lazygraph/ops/access.hpp"
 #include "lazygraph/ops/allocate.hpp"
+#include "lazygraph/ops/any_op.hpp"
 #include "lazygraph/ops/collective.hpp"
 #include "lazygraph/ops/collective_log.hpp"
 #include "lazygraph/ops/combinators.hpp"

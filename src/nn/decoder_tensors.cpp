@@ -74,4 +74,16 @@ std::vector<DecoderTensor> decoder_tensors(const DecoderConfig& c) {
   return out;
 }
 
+// BasicDecoderWeights::generate lives here, beside the tensor list it fills: decoder_weights.hpp is below it.
+template <Element T>
+BasicDecoderWeights<T> BasicDecoderWeights<T>::generate(const Stream& stream, const BasicKernels<T>& kernels,
+                                                        const DecoderConfig& c) {
+  return assemble_decoder_weights<T>(stream.device(), c, [&](const DecoderTensor& t, DeviceSpan<T> into) {
+    fill_tensor(stream, kernels.fill_uniform, c.seed, t.seeded, into);
+  });
+}
+
+template struct BasicDecoderWeights<half>;
+template struct BasicDecoderWeights<bfloat16>;
+
 }  // namespace lazygraph::nn

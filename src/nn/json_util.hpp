@@ -35,7 +35,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include <lazygraph/nn/safetensors.hpp>
+#include <lazygraph/nn/checkpoint_error.hpp>
+
+#include "printable.hpp"
 
 namespace lazygraph::nn::detail {
 
@@ -124,24 +126,6 @@ inline std::string read_text_file(const std::filesystem::path& path, std::size_t
     text.append(buffer, static_cast<std::size_t>(got));
   }
   return text;
-}
-
-/// `text` as messages show it: each control character (below 0x20, and 0x7f) written as \xNN.
-inline std::string printable(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (const char c : text) {
-    const auto byte = static_cast<unsigned char>(c);
-    if (byte < 0x20U || byte == 0x7fU) {
-      constexpr std::string_view kHex = "0123456789abcdef";
-      out += "\\x";
-      out += kHex[byte >> 4U];
-      out += kHex[byte & 0xfU];
-    } else {
-      out += c;
-    }
-  }
-  return out;
 }
 
 namespace json_detail {

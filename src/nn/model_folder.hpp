@@ -13,14 +13,9 @@
 #include <lazygraph/nn/safetensors.hpp>
 
 #include "pending_file.hpp"
+#include "pending_safetensors.hpp"
 
 namespace lazygraph::nn::detail {
-
-/// The file write_safetensors writes as `path`, written under a temporary name and flushed to disk, not yet renamed
-/// over `path`. \throws CheckpointError as write_safetensors does.
-[[nodiscard]] PendingFile write_pending_safetensors(const std::filesystem::path& path,
-                                                    std::span<const TensorToWrite> tensors,
-                                                    const std::map<std::string, std::string>& metadata);
 
 /// A new save identifier: 16 random lowercase hex digits.
 [[nodiscard]] std::string new_save_id();

@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "json_util.hpp"
-#include "model_folder.hpp"
+#include "pending_safetensors.hpp"
 
 namespace lazygraph::nn {
 
@@ -255,18 +255,6 @@ DType parse_dtype(std::string_view name, const std::filesystem::path& file, cons
   }
   return *dtype;
 }
-
-namespace {
-std::string checkpoint_message(const fs::path& file, const std::string& tensor, std::string_view problem) {
-  std::string message = "file " + file.string() + ": ";
-  if (!tensor.empty()) message += "tensor " + detail::printable(tensor) + ": ";  // what() ends at a NUL
-  message += problem;
-  return message;
-}
-}  // namespace
-
-CheckpointError::CheckpointError(std::filesystem::path file, std::string tensor, std::string_view problem)
-    : Error(checkpoint_message(file, tensor, problem)), file_(std::move(file)), tensor_(std::move(tensor)) {}
 
 std::size_t TensorInfo::element_count() const noexcept {
   std::size_t count = 1;

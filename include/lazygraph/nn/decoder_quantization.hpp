@@ -15,8 +15,8 @@
 #include <optional>
 #include <vector>
 
-#include "lazygraph/nn/decoder.hpp"
 #include "lazygraph/nn/decoder_tensors.hpp"
+#include "lazygraph/nn/decoder_weights.hpp"
 #include "lazygraph/nn/device_quantizer.hpp"
 #include "lazygraph/nn/quantization_config.hpp"
 #include "lazygraph/nn/quantized.hpp"

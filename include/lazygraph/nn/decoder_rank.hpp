@@ -32,9 +32,10 @@
 #include <variant>
 #include <vector>
 
-#include "lazygraph/nn/decoder.hpp"
+#include "lazygraph/nn/decoder_step.hpp"
 #include "lazygraph/nn/decoder_tensors.hpp"
 #include "lazygraph/nn/detail/one_of_op.hpp"
+#include "lazygraph/nn/detail/rank_ops.hpp"
 #include "lazygraph/nn/peer_all_reduce.hpp"
 #include "lazygraph/nn/quantization_config.hpp"
 #include "lazygraph/nn/quantized_kernels.hpp"
@@ -117,13 +118,6 @@ struct BasicRankState {
   bool fused_projections = true;
 };
 
-namespace detail {
-/// The op type of peer_all_reduce over T: RankAllReduceOp's peer form.
-template <Element T>
-using PeerAllReduceOp = decltype(peer_all_reduce(std::declval<const BasicKernels<T>&>(),
-                                                 std::declval<const PeerExchange&>(), std::declval<DeviceSpan<T>>()));
-}  // namespace detail
-
 /// A rank's in-place all-reduce of x (reads and writes x): peer_all_reduce where the rank has a PeerExchange and x
 /// fits it, else NCCL's all_reduce.
 template <Element T>
@@ -139,20 +133,14 @@ class [[nodiscard]] RankAllReduceOp
   using Form = std::variant<CollectiveOp<T>, detail::PeerAllReduceOp<T>>;
 };
 
-namespace detail {
-/// A projection followed by RankAllReduceOp: RankProjectionOp's separate form.
-template <Element T>
-using ProjectThenAllReduceOp = decltype(std::declval<ProjectOp<T>>() >> std::declval<RankAllReduceOp<T>>());
-}  // namespace detail
-
 /// A rank's row-parallel output projection and the all-reduce after it: x[b] += the sum over the ranks of their
 /// w a[b] (w the rank's [rows x cols] columns of Wo or W2, in any format); reads w and a, reads and writes x. Through
 /// the PeerExchange, one kernel (project_all_reduce) where the rank fuses its projections
 /// (BasicRankState::fused_projections) and the shape fits. Else the projection (rank 0 adding x, the others
 /// overwriting it) followed by RankAllReduceOp.
 template <Element T>
-class [[nodiscard]] RankProjectionOp
-    : public detail::OneOfOp<RankProjectionOp<T>, ProjectAllReduceOp<T>, detail::ProjectThenAllReduceOp<T>> {
+class [[nodiscard]] RankProjectionOp : public detail::OneOfOp<RankProjectionOp<T>, ProjectAllReduceOp<T>,
+                                                              detail::SequenceOp<ProjectOp<T>, RankAllReduceOp<T>>> {
  public:
   /// The chosen form for a projection of `rows` outputs (d) and `cols` inputs for `batch` vectors, x of every row of
   /// the state. \throws UsageError as either form.
@@ -165,7 +153,7 @@ class [[nodiscard]] RankProjectionOp
                                                    RankAllReduceOp<T>(p.dense, r, reduced(x, rows, batch)))) {}
 
  private:
-  using Form = std::variant<ProjectAllReduceOp<T>, detail::ProjectThenAllReduceOp<T>>;
+  using Form = std::variant<ProjectAllReduceOp<T>, detail::SequenceOp<ProjectOp<T>, RankAllReduceOp<T>>>;
   /// The part of x a projection of `rows` outputs for `batch` vectors writes.
   static DeviceSpan<T> reduced(DeviceSpan<T> x, int rows, int batch) {
     return x.subspan(0, static_cast<std::size_t>(rows) * static_cast<std::size_t>(batch));

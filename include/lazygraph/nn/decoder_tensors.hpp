@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "lazygraph/nn/decoder.hpp"
+#include "lazygraph/nn/decoder_weights.hpp"
 #include "lazygraph/nn/random_weights.hpp"
 
 namespace lazygraph::nn {

@@ -14,7 +14,11 @@
 /// graph_op() (the same tiles as kernels) give the same bits.
 #include <vector>
 
-#include "lazygraph/nn/decoder.hpp"
+#include "lazygraph/kernels/persistent_program.hpp"
+#include "lazygraph/kernels/tile_function.hpp"
+#include "lazygraph/nn/decoder_state.hpp"
+#include "lazygraph/nn/decoder_weights.hpp"
+#include "lazygraph/nn/sampling.hpp"
 
 namespace lazygraph::nn {
 

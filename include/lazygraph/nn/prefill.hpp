@@ -42,8 +42,9 @@
 #include <vector>
 
 #include "lazygraph/kernels/gemm.hpp"
-#include "lazygraph/nn/decoder.hpp"
+#include "lazygraph/module.hpp"
 #include "lazygraph/nn/decoder_rank.hpp"
+#include "lazygraph/nn/decoder_step.hpp"
 #include "lazygraph/nn/detail/one_of_op.hpp"
 #include "lazygraph/nn/prefill_attention.hpp"
 

@@ -20,6 +20,7 @@
 
 #include "lazygraph/kernels/optional_launch.hpp"
 #include "lazygraph/nn/detail/one_of_op.hpp"
+#include "lazygraph/nn/detail/weight_op.hpp"
 #include "lazygraph/nn/kernels.hpp"
 #include "lazygraph/nn/peer_all_reduce.hpp"
 #include "lazygraph/nn/quantized_kernels.hpp"
@@ -65,30 +66,6 @@ struct Projector {
     return *quantized;
   }
 };
-
-namespace detail {
-/// A projection: the dense family's launch, or the quantized family's (with its weight as owner).
-template <class Dense, class Quantized>
-class WeightOp : public OneOfOp<WeightOp<Dense, Quantized>, Dense, Quantized> {
- public:
-  /// Holds the chosen launch.
-  explicit WeightOp(std::variant<Dense, Quantized> op) : WeightOp::OneOfOp(std::move(op)) {}
-};
-
-/// The launch op of a kernel of signature void(Params...), and its quantized kin's with an owner.
-template <class Signature>
-struct LaunchOf;
-/// See the primary template.
-template <class... Params>
-struct LaunchOf<void(Params...)> {
-  using Launch = LaunchOp<Params...>;       ///< the launch
-  using Owned = OptionalLaunch<Params...>;  ///< the launch with an owner kept alive
-};
-
-/// \throws UsageError naming `what` and the weight when `w` is not [rows x cols], or batch is outside 1..8.
-void check_projection(const char* what, const std::string& weight, int weight_rows, int weight_cols, int rows, int cols,
-                      int batch);
-}  // namespace detail
 
 /// The op type of project().
 template <Element T>

@@ -9,7 +9,7 @@
 #include <span>
 #include <vector>
 
-#include "lazygraph/nn/decoder.hpp"
+#include "lazygraph/nn/decoder_config.hpp"
 #include "lazygraph/nn/mlp.hpp"
 #include "lazygraph/nn/safetensors.hpp"
 

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "lazygraph/graph.hpp"
+#include "lazygraph/nn/detail/rank_buffers.hpp"
 #include "lazygraph/nn/kernels.hpp"
 #include "lazygraph/nn/mlp.hpp"
 #include "lazygraph/nn/swiglu.hpp"
@@ -38,27 +39,6 @@ struct BasicSwigluShard {
 /// \throws UsageError unless `config` is valid and ffn splits into `ranks` shards of a multiple of 8 (the gemv
 /// kernels read rows in 8-element chunks), naming the numbers.
 void check_tensor_parallel(const MlpConfig& config, int ranks);
-
-/// The tensor-parallel modules' own helpers (not API).
-namespace detail {
-/// Every rank's buffer of `count` elements to all-reduce, in rank order: SymmetricBuffers when `symmetric` and
-/// NCCL has symmetric memory and registers it, else DeviceBuffers (`*symmetric_out` says which). Each span keeps its
-/// memory alive.
-template <Element T>
-std::vector<DeviceSpan<T>> reduction_buffers(std::span<const Communicator> comms, std::size_t count, bool symmetric,
-                                             bool* symmetric_out);
-/// \throws UsageError unless there is one kernel library per rank, naming `module`.
-void check_libraries(std::string_view module, std::size_t libraries, std::size_t ranks);
-/// Rows [first, first + count) of the row-major matrix `full` of `cols` columns, copied on `stream`.
-template <Element T>
-DeviceBuffer<T> copy_rows(const Stream& stream, DeviceSpan<const T> full, std::size_t cols, std::size_t first,
-                          std::size_t count);
-/// Columns [first, first + count) of every one of the `rows` rows of the row-major matrix `full` of `cols` columns,
-/// copied on `stream` (one 2-D copy).
-template <Element T>
-DeviceBuffer<T> copy_columns(const Stream& stream, DeviceSpan<const T> full, std::size_t rows, std::size_t cols,
-                             std::size_t first, std::size_t count);
-}  // namespace detail
 
 /// Rank `rank` of `ranks`'s shard of `full` (on the same device, copied on `stream`, which is then waited for).
 template <Element T>

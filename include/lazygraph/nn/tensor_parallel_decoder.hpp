@@ -17,30 +17,10 @@
 
 #include "lazygraph/nn/decoder.hpp"
 #include "lazygraph/nn/decoder_rank.hpp"
+#include "lazygraph/nn/detail/rank_threads.hpp"
 #include "lazygraph/nn/tensor_parallel.hpp"
 
 namespace lazygraph::nn {
-
-namespace detail {
-/// One thread per rank, kept for the decoder's life: run(f) calls f(rank) on every rank's thread at once and waits for
-/// all of them.
-class RankThreads {
- public:
-  /// Starts `ranks` threads, each waiting for run().
-  explicit RankThreads(int ranks);
-  /// Stops and joins the threads (after the run in progress, if any).
-  ~RankThreads();
-  RankThreads(const RankThreads&) = delete;
-  RankThreads& operator=(const RankThreads&) = delete;
-  /// Calls f(r) on thread r for every rank, waits for all, and rethrows the first rank's exception (by rank order)
-  /// when any threw. Calls from several threads run one after another.
-  void run(const std::function<void(int)>& f);
-
- private:
-  struct State;
-  std::unique_ptr<State> state_;
-};
-}  // namespace detail
 
 /// The decoder split over the ranks of `comms` (Communicator::create_all: every GPU of this process, rank r on
 /// comms[r]'s device). Each call runs on every rank at once and returns what rank 0 returns (every rank returns the

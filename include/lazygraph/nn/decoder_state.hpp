@@ -1,0 +1,58 @@
+#pragma once
+/// \file
+/// The device memory a decoder's step reads and writes besides its weights: the io, the activations of up to
+/// kMaxRows rows, the KV caches and the RoPE tables.
+
+#include <cstddef>
+
+#include "lazygraph/driver/device_buffer.hpp"
+#include "lazygraph/nn/decoder_config.hpp"
+#include "lazygraph/nn/element.hpp"
+
+namespace lazygraph::nn {
+
+/// The device memory one step reads and writes besides the weights. A step processes `rows` rows (1 to kMaxRows):
+/// row r is token tokens[r] of sequence slots[r] at position positions[r]. Activations hold kMaxRows rows.
+template <Element T>
+struct BasicDecoderState {
+  /// Allocates every buffer for `config`, uninitialised but for rope_frequencies (rope_frequencies() of the config)
+  /// and attention_counters (zero), which it writes and waits for.
+  BasicDecoderState(const Device& device, const DecoderConfig& config);
+
+  DeviceBuffer<int> io;         ///< [tokens | positions | slots | control] (DecoderIo): copied in before each replay
+  DeviceBuffer<int> generated;  ///< the tokens Decoder::generate's loop appends [context]
+  DeviceBuffer<int> next;       ///< the chosen next token of each row [kMaxRows]
+  DeviceBuffer<T> x;            ///< residual streams [kMaxRows][d]
+  DeviceBuffer<T> q;            ///< [kMaxRows][q_dim]
+  DeviceBuffer<T> k;            ///< [kMaxRows][kv_dim] (the unfused path only)
+  DeviceBuffer<T> v;            ///< [kMaxRows][kv_dim] (likewise)
+  DeviceBuffer<T> qkv;          ///< the stacked q, k and v projections [kMaxRows][q_dim + 2 kv_dim] (qk_norm only)
+  DeviceBuffer<T> block_out;    ///< a block's output before its post-norm [kMaxRows][d] (post_norms only)
+  DeviceBuffer<T> attn;         ///< attention outputs [kMaxRows][q_dim]
+  DeviceBuffer<T> act;          ///< MLP activations [kMaxRows][ffn]
+  DeviceBuffer<T> logits;       ///< [kMaxRows][vocab]
+  DeviceBuffer<T> k_cache;      ///< [layers][max_batch][kv_heads][context][head_dim]
+  DeviceBuffer<T> v_cache;      ///< like k_cache
+  DeviceBuffer<float> attention_partials;      ///< attention_split's [kMaxRows][heads][splits][head_dim + 2]
+  DeviceBuffer<unsigned> attention_counters;   ///< attention_split's [kMaxRows][heads], zero between steps
+  DeviceBuffer<float> rope_frequencies;        ///< RoPE's inverse frequency per pair of a head [head_dim / 2]
+  DeviceBuffer<float> local_rope_frequencies;  ///< the sliding layers' (DecoderConfig::local_theta), else empty
+  /// The persistent backend's greedy choice: each row's best logit and its index per chunk of the vocabulary
+  /// [kMaxRows][kArgmaxChunks] (decoder_tiles.hpp).
+  DeviceBuffer<float> argmax_values;
+  DeviceBuffer<int> argmax_indices;  ///< see argmax_values
+
+  /// The rows' tokens, as the graph reads them.
+  [[nodiscard]] DeviceSpan<const int> tokens() const { return io.cview().subspan(DecoderIo::tokens, kMaxRows); }
+  /// The rows' positions.
+  [[nodiscard]] DeviceSpan<const int> positions() const { return io.cview().subspan(DecoderIo::positions, kMaxRows); }
+  /// The rows' sequence slots (which KV cache each row reads and appends to).
+  [[nodiscard]] DeviceSpan<const int> slots() const { return io.cview().subspan(DecoderIo::slots, kMaxRows); }
+  /// generate's control: [n, stop_token, count].
+  [[nodiscard]] DeviceSpan<int> control() { return io.view().subspan(DecoderIo::control, DecoderIo::control_size); }
+};
+
+/// The step memory of an fp16 decoder.
+using DecoderState = BasicDecoderState<half>;
+
+}  // namespace lazygraph::nn

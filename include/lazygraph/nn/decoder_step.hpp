@@ -1,0 +1,229 @@
+#pragma once
+/// \file
+/// The decoder's step as op expressions (docs/nn.md gives the math): a layer's attention block and MLP block, the
+/// embedding, the LM head and the choice of the next token, for `rows` rows. The graph backend captures
+/// decoder_step; the tensor-parallel rank's step (decoder_rank.hpp) and prefill (prefill.hpp) reuse its parts.
+
+#include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "lazygraph/nn/decoder_state.hpp"
+#include "lazygraph/nn/decoder_weights.hpp"
+#include "lazygraph/nn/detail/one_of_op.hpp"
+#include "lazygraph/nn/kernels.hpp"
+#include "lazygraph/nn/projection.hpp"
+#include "lazygraph/nn/sampling.hpp"
+#include "lazygraph/nn/swiglu.hpp"
+#include "lazygraph/ops.hpp"
+
+namespace lazygraph::nn {
+
+/// attention_block up to its output projection: the norm, the q, k and v projections, RoPE, the cache append and
+/// attention, into s.attn ([rows][q_dim]); x is read, not written. Fused (DecoderConfig::fused, the default): the norm,
+/// the three projections of the stacked weight, RoPE and the cache append in one kernel (norm_project_qkv_rope_append),
+/// then attention, each head spread over attention_splits() blocks of positions. With q/k norms
+/// (DecoderConfig::qk_norm, whatever `fused` says): the norm and the stacked projection into s.qkv (norm_project), then
+/// the heads' norms, RoPE and the cache append (qk_norm_rope_append), then attention as the fused path runs it.
+/// Unfused: three norm_project of the stacked weight's parts, rope, kv_append, attention with one block per head,
+/// ordered as DecoderConfig::ordering says. Only the chosen path is built. A tensor-parallel rank follows it with an
+/// output projection of its own (decoder_rank.hpp). Layer `layer`'s window and RoPE table (DecoderConfig::sliding)
+/// and the config's score scale. \throws UsageError as the projections (projection.hpp).
+template <Element T>
+auto attention_heads(const Projector<T>& p, const BasicAttentionWeights<T>& w, BasicDecoderState<T>& s,
+                     DeviceSpan<T> k_cache, DeviceSpan<T> v_cache, const DecoderConfig& c, int rows, int layer = 0) {
+  const BasicKernels<T>& k = p.dense;
+  const int d = c.d;
+  const float scale = c.score_scale();
+  const int window = c.layer_window(layer);
+  const LaunchConfig per_head = k.attention_config(c.heads, rows, c.context);
+  const int q_dim = c.q_dim();
+  const DeviceSpan<const float> frequencies =
+      c.local_rope(layer) ? s.local_rope_frequencies.cview() : s.rope_frequencies.cview();
+  // Attention over the cache, each head over attention_splits() blocks of positions (the fused paths').
+  const auto attend = [&] {
+    const LaunchConfig per_split =
+        k.attention_split_config(c.heads, rows, c.context, c.attention_splits(), c.head_dim());
+    return choose(
+        c.attention_splits() > 1,
+        k.attention_split(per_split, s.q.cview(), k_cache.as_const(), v_cache.as_const(), s.attn.view(),
+                          s.attention_partials.view(), s.attention_counters.view(), s.positions(), s.slots(), c.heads,
+                          c.kv_head_count(), c.head_dim(), c.context, c.max_batch, scale, window),
+        k.attention(per_head, s.q.cview(), k_cache.as_const(), v_cache.as_const(), s.attn.view(), s.positions(),
+                    s.slots(), c.heads, c.kv_head_count(), c.head_dim(), c.context, c.max_batch, scale, window));
+  };
+  const auto normed = [&] {
+    const int qkv_rows = q_dim + 2 * c.kv_dim();
+    const auto count = static_cast<std::size_t>(rows);
+    return norm_project(p, w.qkv, s.x.cview(), w.gain.cview(),
+                        s.qkv.view().subspan(0, count * static_cast<std::size_t>(qkv_rows)), qkv_rows, d, c.eps,
+                        rows) >>
+           k.qk_norm_rope_append(k.qk_norm_config(c.heads, c.kv_head_count(), c.head_dim(), rows), s.qkv.cview(),
+                                 w.bias.cview(), w.q_norm.cview(), w.k_norm.cview(), s.q.view(), k_cache, v_cache,
+                                 s.positions(), s.slots(), c.heads, c.kv_head_count(), c.head_dim(), c.context,
+                                 c.max_batch, frequencies, c.eps, rows) >>
+           attend();
+  };
+  const auto fused = [&] {
+    const QkvRopeAppend<T> args{.x = s.x.cview(),
+                                .gain = w.gain.cview(),
+                                .bias = w.bias.cview(),
+                                .q = s.q.view(),
+                                .k_cache = k_cache,
+                                .v_cache = v_cache,
+                                .positions = s.positions(),
+                                .slots = s.slots(),
+                                .frequencies = frequencies,
+                                .d = d,
+                                .q_rows = q_dim,
+                                .kv_heads = c.kv_head_count(),
+                                .head_dim = c.head_dim(),
+                                .context = c.context,
+                                .slot_count = c.max_batch,
+                                .eps = c.eps,
+                                .batch = rows};
+    return norm_project_qkv_rope_append(p, w.qkv, args) >> attend();
+  };
+  const auto unfused = [&] {
+    const auto project = [&](const Weight<T>& weight, DeviceBuffer<T>& out, int out_rows) {
+      return norm_project(p, weight, s.x.cview(), w.gain.cview(), out.view(), out_rows, d, c.eps, rows);
+    };
+    const auto count = static_cast<std::size_t>(rows);
+    auto q = project(w.wq(c), s.q, q_dim);
+    auto kp = project(w.wk(c), s.k, c.kv_dim());
+    auto v = project(w.wv(c), s.v, c.kv_dim());
+    auto rope = k.rope(k.step_config(grid_for(count * static_cast<std::size_t>(q_dim), 256)), s.q.view(), s.k.view(),
+                       s.positions(), c.heads, c.kv_head_count(), c.head_dim(), frequencies, rows);
+    auto append = k.kv_append(k.step_config(grid_for(count * static_cast<std::size_t>(c.kv_dim()), 256)), s.k.cview(),
+                              s.v.cview(), k_cache, v_cache, s.positions(), s.slots(), c.kv_head_count(), c.head_dim(),
+                              c.context, c.max_batch, rows);
+    auto attend =
+        k.attention(per_head, s.q.cview(), k_cache.as_const(), v_cache.as_const(), s.attn.view(), s.positions(),
+                    s.slots(), c.heads, c.kv_head_count(), c.head_dim(), c.context, c.max_batch, scale, window);
+    // The same kernels three ways (DecoderOrdering): ordered by their accesses, by a hand-written all, serially.
+    return choose(c.ordering == DecoderOrdering::inferred, dataflow(q, kp, v, rope, append, attend),
+                  choose(c.ordering == DecoderOrdering::hand_written, all(q, kp, v) >> rope >> append >> attend,
+                         q >> kp >> v >> rope >> append >> attend));
+  };
+  return detail::either(c.qk_norm, normed, [&] { return detail::either(c.fused, fused, unfused); });
+}
+
+/// A block's output into the residual stream, for `rows` rows of `d`: without post-norms (DecoderConfig::post_norms)
+/// `project` writes it there itself (x += W a); with them it writes into s.block_out, and rms_norm_add adds its
+/// RMSNorm with `post_gain` to x (Gemma 3's post-attention and post-feedforward norms). `project(out, add)` makes the
+/// projection into `out`, adding to it when `add`.
+template <Element T, class Project>
+auto block_output(const BasicKernels<T>& k, BasicDecoderState<T>& s, const DecoderConfig& c,
+                  const DeviceBuffer<T>& post_gain, int rows, Project project) {
+  const auto n = static_cast<std::size_t>(rows) * static_cast<std::size_t>(c.d);
+  return detail::either(
+      c.post_norms,
+      [&] {
+        return project(s.block_out.view().subspan(0, n), false) >>
+               k.rms_norm_add(k.step_config({{static_cast<unsigned>(rows), 1, 1}, {256, 1, 1}, 0}), s.block_out.cview(),
+                              post_gain.cview(), s.x.view(), c.d, c.eps);
+      },
+      [&] { return project(s.x.view(), true); });
+}
+
+/// x += Wo attention(rope(Wq h), rope(Wk h), Wv h), h = rmsnorm(x) * gain, for `rows` rows, appending each row's
+/// k and v to its sequence's cache in this layer: attention_heads, then the output projection with the residual add
+/// (with post-norms, block_output's). Every projection reads its weights once for all rows, on the kernels of its
+/// format (projection.hpp). `residual` false (a tensor-parallel rank other than 0, whose partial sum an all-reduce adds
+/// to rank 0's): the output projection overwrites x instead of adding to it. \throws UsageError as attention_heads and
+/// project().
+template <Element T>
+auto attention_block(const Projector<T>& p, const BasicAttentionWeights<T>& w, BasicDecoderState<T>& s,
+                     DeviceSpan<T> k_cache, DeviceSpan<T> v_cache, const DecoderConfig& c, int rows,
+                     bool residual = true, int layer = 0) {
+  return attention_heads(p, w, s, k_cache, v_cache, c, rows, layer) >>
+         block_output(p.dense, s, c, w.post_gain, rows, [&](DeviceSpan<T> out, bool add) {
+           return project(p, w.wo, s.attn.cview(), out, c.d, c.q_dim(), rows, add && residual);
+         });
+}
+
+/// The MLP block of a decoder layer: swiglu_gate_up with the config's gate (SwiGLU or GeGLU), then the down
+/// projection into the residual stream (with post-norms, block_output's). \throws UsageError as swiglu_gate_up and
+/// project().
+template <Element T>
+auto mlp_block(const Projector<T>& p, const BasicSwigluWeights<T>& w, BasicDecoderState<T>& s, const DecoderConfig& c,
+               int rows) {
+  return swiglu_gate_up(p, w, s.x.cview(), s.act.view(), c.d, c.ffn, c.eps, rows, c.activation) >>
+         block_output(p.dense, s, c, w.post_gain, rows, [&](DeviceSpan<T> out, bool add) {
+           return project(p, w.w2, s.act.cview(), out, c.d, c.ffn, rows, add);
+         });
+}
+
+/// One decoder layer for `rows` rows: attention block, then the MLP block. \throws UsageError as attention_block and
+/// mlp_block.
+template <Element T>
+auto decoder_layer(const Projector<T>& p, const BasicDecoderWeights<T>& w, BasicDecoderState<T>& s, int layer,
+                   const DecoderConfig& c, int rows) {
+  const std::size_t cache_size = static_cast<std::size_t>(c.max_batch) * static_cast<std::size_t>(c.context) *
+                                 static_cast<std::size_t>(c.kv_dim());
+  const std::size_t offset = static_cast<std::size_t>(layer) * cache_size;
+  const auto l = static_cast<std::size_t>(layer);
+  const std::string name = "layer " + std::to_string(layer);
+  return named(name + " attention",
+               attention_block(p, w.attention[l], s, s.k_cache.view().subspan(offset, cache_size),
+                               s.v_cache.view().subspan(offset, cache_size), c, rows, true, layer)) >>
+         named(name + " mlp", mlp_block(p, w.mlp[l], s, c, rows));
+}
+
+/// The op type of one decoder layer (decoder_layer), for holding layers in a vector.
+template <Element T>
+using BasicDecoderLayerOp =
+    decltype(decoder_layer(std::declval<const Projector<T>&>(), std::declval<const BasicDecoderWeights<T>&>(),
+                           std::declval<BasicDecoderState<T>&>(), 0, std::declval<const DecoderConfig&>(), 1));
+/// The op type of one fp16 decoder layer.
+using DecoderLayerOp = BasicDecoderLayerOp<half>;
+
+/// The LM head's logits of `rows` rows, [rows][vocab], into `logits`: the final norm and the head in one kernel
+/// (norm_project); reads x and the final gain. With `softcap` (DecoderConfig::logit_softcap) above 0, each logit is
+/// then soft-capped, tanh(logit / softcap) * softcap. \throws UsageError as norm_project.
+template <Element T>
+auto lm_head_logits(const Projector<T>& p, const BasicDecoderWeights<T>& w, DeviceSpan<const T> x, DeviceSpan<T> logits,
+                    int vocab, int d, float eps, int rows, float softcap = 0) {
+  const auto n = static_cast<long long>(rows) * vocab;
+  const BasicKernels<T>& k = p.dense;
+  std::vector<decltype(k.softcap(LaunchConfig{}, logits, n, softcap))> capped;
+  if (softcap > 0)
+    capped.push_back(k.softcap(k.step_config(grid_for(static_cast<std::size_t>(n), 256)), logits, n, softcap));
+  return norm_project(p, w.lm_head, x, w.final_gain.cview(), logits, vocab, d, eps, rows) >> chain(std::move(capped));
+}
+
+/// The embedding of a step's `rows` rows into x (s.tokens' rows of the table), scaled by DecoderConfig::
+/// embedding_scale (rounded to T first) where it is not 1.
+template <Element T>
+auto embed(const BasicKernels<T>& k, const BasicDecoderWeights<T>& w, BasicDecoderState<T>& s, const DecoderConfig& c,
+           int rows) {
+  const auto n = static_cast<std::size_t>(rows) * static_cast<std::size_t>(c.d);
+  std::vector<decltype(k.scale(LaunchConfig{}, s.x.view(), 0LL, 0.0F))> scaled;
+  if (c.embedding_scale != 1.0F) {
+    scaled.push_back(k.scale(k.step_config(grid_for(n, 256)), s.x.view(), static_cast<long long>(n),
+                             T::from_float(c.embedding_scale).to_float()));
+  }
+  return k.embedding(k.step_config(grid_for(n, 256)), w.embedding.cview(), s.tokens(), s.x.view(), c.d, rows) >>
+         chain(std::move(scaled));
+}
+
+/// One decode step of `rows` rows: reads tokens, positions and slots from s.io, writes each row's logits and next
+/// token (greedy, or drawn as `sampling` says). \throws UsageError as decoder_layer and lm_head_logits.
+template <Element T>
+auto decoder_step(const Projector<T>& p, const BasicDecoderWeights<T>& w, BasicDecoderState<T>& s,
+                  const DecoderConfig& c, int rows = 1, const Sampling& sampling = {}) {
+  const BasicKernels<T>& k = p.dense;
+  std::vector<BasicDecoderLayerOp<T>> layers;
+  layers.reserve(static_cast<std::size_t>(c.layers));
+  for (int l = 0; l < c.layers; ++l) layers.push_back(decoder_layer(p, w, s, l, c, rows));
+  auto head = lm_head_logits(p, w, s.x.cview(), s.logits.view(), c.vocab, c.d, c.eps, rows, c.logit_softcap);
+  return named("embedding", embed(k, w, s, c, rows)) >> chain(std::move(layers)) >>
+         named("lm head",
+               std::move(head) >> k.sample(k.step_config({{static_cast<unsigned>(rows), 1, 1}, {1024, 1, 1}, 0}),
+                                           s.logits.cview(), s.next.view(), s.positions(), s.slots(), c.vocab,
+                                           sampling.top_k, sampling.temperature, static_cast<unsigned>(sampling.seed),
+                                           sampling.top_p));
+}
+
+}  // namespace lazygraph::nn

@@ -1,0 +1,168 @@
+#include "lazygraph/nn/decoder_config.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "lazygraph/driver/error.hpp"
+#include "lazygraph/driver/half.hpp"
+
+namespace lazygraph::nn {
+
+void DecoderConfig::validate() const {
+  const auto fail = [](const std::string& why) { throw UsageError("DecoderConfig: " + why); };
+  if (d <= 0 || heads <= 0 || layers <= 0 || ffn <= 0 || vocab <= 0 || context <= 0)
+    fail("every size must be positive");
+  if (d % 8 != 0 || ffn % 8 != 0) fail("d and ffn must be multiples of 8 (the gemv kernels load 8 halves at a time)");
+  if (head_width < 0) fail("head_width (" + std::to_string(head_width) + ") must be 0 (d / heads) or positive");
+  if (head_width == 0 && d % heads != 0) {
+    fail("d (" + std::to_string(d) + ") must be divisible by heads (" + std::to_string(heads) +
+         ") when head_width is 0");
+  }
+  if (kv_heads < 0 || heads % kv_head_count() != 0) {
+    fail("heads (" + std::to_string(heads) + ") must be a multiple of kv_heads (" + std::to_string(kv_heads) + ")");
+  }
+  if (head_dim() % 8 != 0 || head_dim() > 256) {
+    fail("head_dim (" + std::to_string(head_dim()) +
+         ") must be a multiple of 8 and at most 256 (the attention kernel)");
+  }
+  if (!std::isfinite(theta) || !(theta > 0)) fail("theta (" + std::to_string(theta) + ") must be finite and positive");
+  if (!std::isfinite(eps) || !(eps > 0)) fail("eps (" + std::to_string(eps) + ") must be finite and positive");
+  try {
+    rope_scaling.validate();
+  } catch (const UsageError& e) {
+    fail(e.what());
+  }
+  if (qkv_bias && !fused && !qk_norm) fail("qkv_bias needs fused (the unfused kernels add no biases)");
+  if (window < 0) fail("window (" + std::to_string(window) + ") must be 0 (none) or positive");
+  if (!sliding.empty() && sliding.size() != static_cast<std::size_t>(layers)) {
+    fail("sliding lists " + std::to_string(sliding.size()) + " layers, not layers (" + std::to_string(layers) +
+         "); empty for every layer");
+  }
+  const auto finite_at_least = [&](float v, float least, const char* name) {
+    if (!std::isfinite(v) || v < least) fail(std::string(name) + " (" + std::to_string(v) + ") is out of its range");
+  };
+  finite_at_least(attention_scale, 0, "attention_scale");
+  finite_at_least(local_theta, 0, "local_theta");
+  finite_at_least(logit_softcap, 0, "logit_softcap");
+  finite_at_least(gain_offset, -1e30F, "gain_offset");
+  if (!std::isfinite(embedding_scale) || !(embedding_scale > 0)) {
+    fail("embedding_scale (" + std::to_string(embedding_scale) + ") must be finite and positive");
+  }
+  if (backend == DecoderBackend::persistent) {
+    if (!fused) fail("the persistent backend runs the fused attention block (set fused)");
+    if (qk_norm) fail("the persistent backend has no tiles for q/k norms (qk_norm: Qwen3); use DecoderBackend::graph");
+    const auto refuse = [&](bool uses, const char* what) {
+      if (uses) fail(std::string("the persistent backend has no tiles for ") + what + "; use DecoderBackend::graph");
+    };
+    refuse(activation != GateActivation::silu, "a GeGLU MLP (activation gelu_tanh: Gemma 3)");
+    refuse(post_norms, "post-norms (Gemma 3)");
+    refuse(embedding_scale != 1.0F, "a scaled embedding (Gemma 3)");
+    refuse(window > 0, "sliding-window attention (window)");
+    refuse(local_theta > 0, "a sliding layers' RoPE (local_theta)");
+    refuse(logit_softcap > 0, "logit soft-capping (logit_softcap)");
+    if (attention_splits() != 1) {
+      fail("the persistent backend runs attention as one tile per head (set attention_blocks to 1, not " +
+           std::to_string(attention_blocks) + ")");
+    }
+    if (persistent.threads < 32 || persistent.threads > 256 || persistent.threads % 32 != 0) {
+      fail("persistent.threads (" + std::to_string(persistent.threads) +
+           ") must be a multiple of 32 from 32 to 256 (the attention and gemv tiles take at most 8 warps)");
+    }
+    if (persistent_tile_rows < 0 || persistent_tile_rows % 8 != 0) {
+      fail("persistent_tile_rows (" + std::to_string(persistent_tile_rows) +
+           ") must be 0 (one tile per block) or a positive multiple of 8 (the gemv tiles' rows)");
+    }
+  }
+  if (context > kMaxContext) {
+    fail("context (" + std::to_string(context) + ") must be at most " + std::to_string(kMaxContext) +
+         " (scores live in shared memory)");
+  }
+  if (max_batch < 1 || max_batch > kMaxRows) {
+    fail("max_batch (" + std::to_string(max_batch) + ") must be 1 to " + std::to_string(kMaxRows));
+  }
+  if (attention_blocks < 0 || attention_blocks > 64) {
+    fail("attention_blocks (" + std::to_string(attention_blocks) + ") must be 0 (by context) to 64");
+  }
+  if (prefill_chunk != 0 &&
+      (prefill_chunk < 16 || prefill_chunk > 8192 || (prefill_chunk & (prefill_chunk - 1)) != 0)) {
+    fail("prefill_chunk (" + std::to_string(prefill_chunk) +
+         ") must be 0 (prefill on the decode step's graphs) or a power of two from 16 to 8192");
+  }
+}
+
+std::vector<float> rope_table(const ModelShape& config) {
+  const std::vector<double> f = rope_frequencies(config.theta, config.rope_scaling, config.head_dim());
+  return {f.begin(), f.end()};
+}
+
+std::size_t ModelShape::weight_bytes() const {
+  const auto dd = static_cast<std::size_t>(d);
+  const auto kv = static_cast<std::size_t>(kv_dim());
+  const auto qd = static_cast<std::size_t>(q_dim());
+  const std::size_t per_layer = 2 * qd * dd + 2 * kv * dd + 3 * dd * static_cast<std::size_t>(ffn) + 2 * dd +
+                                (qkv_bias ? qd + 2 * kv : 0) +
+                                (qk_norm ? 2 * static_cast<std::size_t>(head_dim()) : 0) + (post_norms ? 2 * dd : 0);
+  return (per_layer * static_cast<std::size_t>(layers) + static_cast<std::size_t>(vocab) * dd + 2 * dd) * sizeof(half);
+}
+
+namespace {
+void check_token_at(const DecoderConfig& c, int token, int position, const std::string& what) {
+  if (token < 0 || token >= c.vocab) {
+    throw UsageError(what + ": token " + std::to_string(token) + " is outside the vocabulary [0, " +
+                     std::to_string(c.vocab) + ")");
+  }
+  if (position < 0 || position >= c.context) {
+    throw UsageError(what + ": position " + std::to_string(position) + " is outside the context [0, " +
+                     std::to_string(c.context) + ")");
+  }
+}
+}  // namespace
+
+void check_step(const DecoderConfig& c, TokenAt step) {
+  check_token_at(c, step.token, step.position, "Decoder::forward");
+}
+
+void check_batch(const DecoderConfig& c, std::span<const TokenAt> steps) {
+  if (steps.empty() || steps.size() > static_cast<std::size_t>(c.max_batch)) {
+    throw UsageError("Decoder::forward_batch: " + std::to_string(steps.size()) + " steps; give 1 to max_batch (" +
+                     std::to_string(c.max_batch) + ")");
+  }
+  for (std::size_t r = 0; r < steps.size(); ++r) {
+    check_token_at(c, steps[r].token, steps[r].position, "Decoder::forward_batch: sequence " + std::to_string(r));
+  }
+}
+
+void check_generate(const DecoderConfig& c, int token, int n, int stop_token, int start) {
+  const std::string what = "Decoder::generate";
+  check_token_at(c, token, start, what);
+  if (n < 1 || n > c.context - start) {
+    throw UsageError(what + ": n (" + std::to_string(n) + ") must be 1 to the " + std::to_string(c.context - start) +
+                     " positions the context has left from position " + std::to_string(start));
+  }
+  if (stop_token < -1 || stop_token >= c.vocab) {
+    throw UsageError(what + ": stop token " + std::to_string(stop_token) + " is outside the vocabulary [0, " +
+                     std::to_string(c.vocab) + ") (-1: none)");
+  }
+}
+
+void check_prompt(const DecoderConfig& c, std::span<const int> prompt, int start, int slot) {
+  const std::string what = "Decoder::prefill";
+  if (prompt.empty()) throw UsageError(what + ": the prompt is empty");
+  if (slot < 0 || slot >= c.max_batch) {
+    throw UsageError(what + ": slot " + std::to_string(slot) +
+                     " is outside [0, max_batch = " + std::to_string(c.max_batch) + ")");
+  }
+  if (start < 0 || static_cast<std::size_t>(c.context - std::min(start, c.context)) < prompt.size()) {
+    throw UsageError(what + ": a prompt of " + std::to_string(prompt.size()) + " tokens from position " +
+                     std::to_string(start) + " does not fit the context of " + std::to_string(c.context));
+  }
+  for (std::size_t i = 0; i < prompt.size(); ++i) {
+    if (prompt[i] < 0 || prompt[i] >= c.vocab) {
+      throw UsageError(what + ": prompt token " + std::to_string(i) + " (" + std::to_string(prompt[i]) +
+                       ") is outside the vocabulary [0, " + std::to_string(c.vocab) + ")");
+    }
+  }
+}
+
+}  // namespace lazygraph::nn
