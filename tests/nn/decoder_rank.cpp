@@ -8,6 +8,7 @@
 #include <lazygraph/nn.hpp>
 #include <lazygraph/nn/prefill.hpp>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -246,6 +247,31 @@ TEST_SUITE("gpu") {
     SUBCASE("unfused attention") {
       c.fused = false;
       check_one_rank_paths<half>(c);
+    }
+    SUBCASE("Qwen3's q/k norms, a window of 8 on the second layer") {
+      c.qk_norm = true;
+      c.window = 8;
+      c.sliding = {false, true};
+      check_one_rank_paths<half>(c);
+      check_one_rank_paths<lg::bfloat16>(c);
+    }
+    SUBCASE("Gemma 3's block: GeGLU, post-norms, scaled embedding and scores, soft-capping, local RoPE") {
+      c.qk_norm = true;
+      c.activation = lg::nn::GateActivation::gelu_tanh;
+      c.post_norms = true;
+      c.embedding_scale = std::sqrt(static_cast<float>(c.d));
+      c.attention_scale = 0.125F;
+      c.logit_softcap = 30.0F;
+      c.window = 8;
+      c.sliding = {true, false};
+      c.local_theta = 10000.0F;
+      c.theta = 1e6F;
+      check_one_rank_paths<half>(c);
+      check_one_rank_paths<lg::bfloat16>(c);
+      c.heads = 2;  // head_dim 64: prompts on tensor cores, where the GPU has them
+      c.kv_heads = 1;
+      c.prefill_chunk = 16;
+      if (lg::nn::prefill_on_tensor_cores(c, lgtest::device().compute_capability())) check_one_rank_paths<half>(c);
     }
     SUBCASE("quantized weights: int8 attention, int4 MLP, int4 LM head with zero points; bf16 int4 g64") {
       lg::nn::DecoderQuantization q;
