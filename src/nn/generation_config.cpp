@@ -17,7 +17,7 @@ namespace {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-/// The largest token id a file may name: config.json's largest vocab_size (llama_config.cpp).
+/// The largest token id a file may name: config.json's largest vocab_size (config_json.cpp).
 constexpr std::uint64_t kMaxTokenId = std::uint64_t{1} << 24U;
 /// The most ids eos_token_id may list, as in config.json.
 constexpr std::size_t kMaxTokenList = 1024;

@@ -1,7 +1,7 @@
 #pragma once
 /// \file
 /// The hyperparameters of a Hugging Face Llama-family model (Llama, Mistral, Qwen2, Qwen3), read from its config.json,
-/// for the lazygraph::nn layer. The keys every architecture shares are read here (src/nn/llama_config.cpp); each
+/// for the lazygraph::nn layer. The keys every architecture shares are read here (src/nn/config_json.cpp); each
 /// architecture's own keys, and the features of its block, in its file (src/nn/architectures/, a file per model_type).
 ///
 /// The rule: a model that loads computes what its authors' implementation computes. So every key is either read

@@ -2,7 +2,7 @@
 /// \file
 /// Private to src/nn: the architecture seam. Each architecture lazygraph runs is one file here, named after its
 /// model_type (llama.cpp, mistral.cpp, qwen2.cpp, qwen3.cpp), that declares what its config.json holds beyond the keys
-/// every architecture shares (which llama_config.cpp reads): those keys, read and checked, and the block's features
+/// every architecture shares (which config_json.cpp reads): those keys, read and checked, and the block's features
 /// they set in LlamaConfig (q, k and v biases, q/k norms, the attention window). A key no file and no shared list
 /// reads is refused by name (the model might compute something else without it). docs/adding.md has the checklist
 /// for a new architecture.

@@ -1,7 +1,7 @@
 #pragma once
 /// \file
 /// Private to src/nn: reading the keys of a config.json object with the file and the key named in every error. The
-/// config reader (llama_config.cpp) reads the keys every architecture shares with it; each architecture's file
+/// config reader (config_json.cpp) reads the keys every architecture shares with it; each architecture's file
 /// (src/nn/architectures/) reads its own with it.
 
 #include <cstdint>
