@@ -23,7 +23,9 @@ the sequence (Mistral, Qwen2, Gemma 3) are computed.
 
 Besides teacher-forced single steps (`forward`), some rows also run the other paths: `prefill` for prompt lengths
 crossing the 8-row chunks followed by single steps, `forward_batch` of three sequences, both also on tensor cores,
-and `generate` after a prefill, whose tokens are checked against transformers' argmax over the same sequence.
+and `generate` after a prefill, whose tokens are checked against transformers' argmax over the same sequence. The
+`tp2-` paths run those modes split over two GPUs (`decoder_logits --ranks 2`: a TensorParallelDecoder whose ranks
+each read their share of the files); on a machine with one GPU they are skipped, and the last line counts them.
 
 Weights. transformers' default init (normal, std 0.02, norm gains 1, biases 0) gives near-uniform attention and
 logits whose top-two margins are mostly tiny, so most positions would not be judged, and zero biases or unit gains
@@ -79,8 +81,15 @@ MODES = {
     "batch-tc": ("batch", ["--tensor-cores"]),
     "generate": ("generate", []),
     "persistent": ("step", ["--persistent"]),
+    # Tensor parallelism: the model split over GPUs 0 and 1 (skipped on a machine with one GPU).
+    "tp2-step": ("step", ["--ranks", "2"]),
+    "tp2-prefill": ("prefill", ["--ranks", "2"]),
+    "tp2-prefill-tc": ("prefill", ["--ranks", "2", "--tensor-cores"]),
+    "tp2-batch": ("batch", ["--ranks", "2"]),
+    "tp2-generate": ("generate", ["--ranks", "2"]),
 }
 ALL_PATHS = ("step", "prefill", "prefill-tc", "batch", "batch-tc", "generate")
+TP_PATHS = ("tp2-step", "tp2-prefill", "tp2-prefill-tc", "tp2-batch", "tp2-generate")
 
 
 @dataclass
@@ -151,7 +160,7 @@ LLAMA3 = dict(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_ma
 def matrix():
     """The rows, in the order they run."""
     rows = [
-        Row("llama-mha", "llama", "f16", model_config(), paths=ALL_PATHS + ("persistent",)),
+        Row("llama-mha", "llama", "f16", model_config(), paths=ALL_PATHS + ("persistent",) + TP_PATHS),
         Row("llama-mha", "llama", "bf16", model_config(rms_norm_eps=1e-6)),
         Row("llama-tied", "llama", "f16", model_config(tie_word_embeddings=True, vocab_size=2048)),
         Row("llama-tied", "llama", "bf16", model_config(tie_word_embeddings=True, vocab_size=512)),
@@ -195,7 +204,7 @@ def matrix():
         Row("mistral-window-4096", "mistral", "bf16", model_config(num_key_value_heads=2, sliding_window=4096),
             note="window >= context"),
         Row("mistral-window-16", "mistral", "f16", model_config(num_key_value_heads=2, sliding_window=16),
-            note="window < sequence", paths=ALL_PATHS),
+            note="window < sequence", paths=ALL_PATHS + TP_PATHS),
         Row("qwen2-window-24", "qwen2", "bf16",
             model_config(num_key_value_heads=2, use_sliding_window=True, sliding_window=24, max_window_layers=1),
             note="window on layer 1", paths=("step", "prefill", "prefill-tc")),
@@ -204,22 +213,22 @@ def matrix():
                          rms_norm_eps=1e-6), note="q/k/v biases"),
         Row("qwen2", "qwen2", "bf16",
             model_config(num_key_value_heads=2, tie_word_embeddings=True, rope_parameters=rope(1e6),
-                         rms_norm_eps=1e-6), note="q/k/v biases", paths=ALL_PATHS),
+                         rms_norm_eps=1e-6), note="q/k/v biases", paths=ALL_PATHS + TP_PATHS),
         Row("qwen3", "qwen3", "f16",
             model_config(head_dim=128, num_key_value_heads=2, rope_parameters=rope(1e6), rms_norm_eps=1e-6),
-            note="q/k norms, 8 heads of 128", paths=ALL_PATHS),
+            note="q/k norms, 8 heads of 128", paths=ALL_PATHS + TP_PATHS),
         Row("qwen3-tied", "qwen3", "bf16",
             model_config(head_dim=64, num_key_value_heads=4, tie_word_embeddings=True, rope_parameters=rope(1e6),
                          rms_norm_eps=1e-6),
-            note="q/k norms, tied", paths=ALL_PATHS),
+            note="q/k norms, tied", paths=ALL_PATHS + TP_PATHS),
         Row("qwen3-persistent", "qwen3", "f16", model_config(head_dim=64, num_key_value_heads=2), expect="refuse",
             names=("q/k norms",), paths=("persistent",), note="no persistent tiles for q/k norms"),
         Row("qwen3-attention-bias", "qwen3", "f16", model_config(attention_bias=True), expect="refuse",
             names=("attention_bias", "proj.bias")),
-        Row("gemma3", "gemma3", "f16", gemma3_config(), note="5 of 6 layers a window of 16", paths=ALL_PATHS),
+        Row("gemma3", "gemma3", "f16", gemma3_config(), note="5 of 6 layers a window of 16", paths=ALL_PATHS + TP_PATHS),
         Row("gemma3-softcap", "gemma3", "bf16",
             gemma3_config(head_dim=128, sliding_window=32, final_logit_softcapping=30.0, query_pre_attn_scalar=100),
-            note="head_dim 128, window 32, soft cap 30", paths=ALL_PATHS),
+            note="head_dim 128, window 32, soft cap 30", paths=ALL_PATHS + TP_PATHS),
         Row("gemma3-persistent", "gemma3", "f16", gemma3_config(), expect="refuse", names=("persistent backend",),
             paths=("persistent",), note="no persistent tiles for its block"),
         Row("gemma3-attn-softcap", "gemma3", "f16", gemma3_config(attn_logit_softcapping=50.0), expect="refuse",
@@ -258,6 +267,7 @@ class Result:
     status: str = "FAIL"
     detail: str = ""
     passed: bool = False
+    skipped: bool = False  # counted apart from the passed in the last line
     extra: list = field(default_factory=list)
 
 
@@ -467,6 +477,11 @@ class Harness:
             results.append(r)
             if self.verbose and process is not None:
                 print("\n".join(f"    | {line}" for line in (process.stdout + process.stderr).splitlines()))
+            if process is not None and process.returncode == SKIPPED:
+                # decoder_logits says "decoder_logits: skipped, WHY" (--ranks on a machine with fewer GPUs).
+                r.status, r.passed, r.skipped = "SKIPPED", True, True
+                r.detail = process.stdout.strip().removeprefix("decoder_logits: skipped, ")
+                continue
             if failure:
                 refused = failure.startswith("decoder_logits: load failed: CheckpointError:") or failure.startswith(
                     "decoder_logits: load failed: UsageError:")
@@ -616,7 +631,9 @@ def main():
         lines = header + table(results)
         failed = [r for r in results if not r.passed]
         lines.append("")
-        lines.append(f"{len(results) - len(failed)} passed, {len(failed)} failed "
+        skipped = [r for r in results if r.skipped]
+        lines.append(f"{len(results) - len(failed) - len(skipped)} passed, {len(failed)} failed, "
+                     f"{len(skipped)} skipped "
                      f"({len(rows)} rows, {time.monotonic() - start:.0f} s)")
     print()
     print("\n".join(lines[len(header):]))

@@ -4,6 +4,7 @@
 #include <lazygraph/lazygraph.hpp>
 #include <lazygraph/nn/checkpoint.hpp>
 #include <lazygraph/nn/decoder.hpp>
+#include <lazygraph/nn/tensor_parallel_decoder.hpp>
 
 #include <algorithm>
 #include <charconv>
@@ -12,6 +13,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <span>
 #include <stdexcept>
@@ -32,7 +34,7 @@ constexpr int exit_skipped = 77;
 constexpr const char* usage_text =
     "usage: decoder_logits DIR --mode step|prefill|batch|generate --ids I,I,... [--ids I,I,...] --out FILE\n"
     "                      [--dtype f16|bf16] [--context N] [--tensor-cores] [--persistent] [--lengths L,L,...]\n"
-    "                      [--prompt P] [--tokens N]\n"
+    "                      [--prompt P] [--tokens N] [--ranks R]\n"
     "       decoder_logits --probe\n"
     "Loads the checkpoint folder DIR (config.json and safetensors weights) into lazygraph's decoder in fp16 (the\n"
     "default) or bf16 and writes what it computes for the token ids to FILE, little-endian:\n"
@@ -47,7 +49,9 @@ constexpr const char* usage_text =
     "            default 32) greedily from position P: N+1 int32, t then the generated tokens (positions P .. P+N).\n"
     "--context N sets the KV cache positions (LoadOptions::context; default: the checkpoint's); --tensor-cores runs\n"
     "steps of 2 to 8 rows on tensor cores (LoadOptions::tensor_cores); --persistent runs the steps on the persistent\n"
-    "backend (DecoderConfig::backend).\n"
+    "backend (DecoderConfig::backend); --ranks R splits the model over GPUs 0 .. R-1 (TensorParallelDecoder, each "
+    "rank\n"
+    "loading its share with DecoderCheckpoint::upload_shard) and writes rank 0's gathered logits.\n"
     "--probe prints the GPU the decoder would run on (exit 0) or why there is none (exit 77), and loads nothing.\n"
     "Exit status: 0 written; 1 failed, the last line on stderr being\n"
     "  'decoder_logits: load failed: <ErrorType>: <message>' or 'decoder_logits: run failed: <ErrorType>: <message>';\n"
@@ -63,6 +67,7 @@ struct Options {
   int context = 0;
   bool tensor_cores = false;
   bool probe = false;
+  int ranks = 1;  ///< more than 1: a TensorParallelDecoder over GPUs 0 .. ranks-1
   std::vector<std::vector<int>> ids;
   std::vector<int> lengths;
   int prompt = 8;
@@ -131,6 +136,9 @@ std::optional<Options> parse_arguments(int argc, char** argv) {
       o.prompt = parse_int(value(), "--prompt");
     } else if (arg == "--tokens") {
       o.tokens = parse_int(value(), "--tokens");
+    } else if (arg == "--ranks") {
+      o.ranks = parse_int(value(), "--ranks");
+      if (o.ranks < 1) throw ArgumentError("--ranks must be at least 1");
     } else if (arg.starts_with("-")) {
       throw ArgumentError("unknown option " + std::string(arg));
     } else if (have_dir) {
@@ -150,6 +158,7 @@ std::optional<Options> parse_arguments(int argc, char** argv) {
     throw ArgumentError("--mode: '" + o.mode + "' is not step, prefill, batch or generate");
   }
   if (o.ids.empty()) throw ArgumentError("no --ids given");
+  if (o.ranks > 1 && o.persistent) throw ArgumentError("--ranks and --persistent: ranks run the graph backend");
   if (o.mode == "batch") {
     if (o.ids.size() < 2 || o.ids.size() > static_cast<std::size_t>(nn::kMaxRows)) {
       throw ArgumentError("batch needs 2 to " + std::to_string(nn::kMaxRows) + " --ids sequences, not " +
@@ -227,8 +236,9 @@ nn::BasicDecoder<T> load(const lg::Stream& stream, const lg::KernelLibrary& libr
   return nn::BasicDecoder<T>(stream, library, config, checkpoint.template upload<T>(stream));
 }
 
-template <nn::Element T>
-void run(nn::BasicDecoder<T>& decoder, const Options& o, Output& out) {
+/// Runs the mode on a BasicDecoder or a BasicTensorParallelDecoder (the same calls).
+template <class D>
+void run(D& decoder, const Options& o, Output& out) {
   const std::vector<int>& ids = o.ids[0];
   const int n = static_cast<int>(ids.size());
   if (o.mode == "step") {
@@ -286,14 +296,20 @@ std::string describe_current_exception() {
   return text;
 }
 
-template <nn::Element T>
-int load_and_run(const Options& o) {
-  lg::Device gpu = lg::Device::first();
-  lg::Stream stream = gpu.create_stream();
-  const lg::KernelLibrary library = nn::kernel_library(gpu);
-  std::optional<nn::BasicDecoder<T>> decoder;
+/// Prints what ran, as load_and_run's last line.
+void print_written(const Options& o, const nn::DecoderConfig& c) {
+  std::printf(
+      "decoder_logits: %s, %s, d %d, heads %d/%d, head_dim %d, layers %d, vocab %d, context %d, ranks %d: %s written\n",
+      o.dir.string().c_str(), o.bf16 ? "bf16" : "fp16", c.d, c.heads, c.kv_head_count(), c.head_dim(), c.layers,
+      c.vocab, c.context, o.ranks, o.out.string().c_str());
+}
+
+/// Loads with `make` (a decoder, or a load failure), runs the mode and writes the file.
+template <class Make>
+int load_and_run_with(const Options& o, Make make) {
+  decltype(make()) decoder;
   try {
-    decoder.emplace(load<T>(stream, library, o));
+    decoder = make();
   } catch (...) {
     std::fprintf(stderr, "decoder_logits: load failed: %s\n", describe_current_exception().c_str());
     return exit_failed;
@@ -306,11 +322,53 @@ int load_and_run(const Options& o) {
     std::fprintf(stderr, "decoder_logits: run failed: %s\n", describe_current_exception().c_str());
     return exit_failed;
   }
-  const nn::DecoderConfig& c = decoder->config();
-  std::printf("decoder_logits: %s, %s, d %d, heads %d/%d, head_dim %d, layers %d, vocab %d, context %d: %s written\n",
-              o.dir.string().c_str(), o.bf16 ? "bf16" : "fp16", c.d, c.heads, c.kv_head_count(), c.head_dim(), c.layers,
-              c.vocab, c.context, o.out.string().c_str());
+  print_written(o, decoder->config());
   return 0;
+}
+
+template <nn::Element T>
+int load_and_run(const Options& o) {
+  lg::Device gpu = lg::Device::first();
+  lg::Stream stream = gpu.create_stream();
+  const lg::KernelLibrary library = nn::kernel_library(gpu);
+  return load_and_run_with(o, [&] { return std::make_unique<nn::BasicDecoder<T>>(load<T>(stream, library, o)); });
+}
+
+/// The checkpoint split over GPUs 0 .. o.ranks-1, each rank reading its share of the files.
+template <nn::Element T>
+int load_and_run_ranks(const Options& o) {
+  if (lg::Device::count() < o.ranks) {
+    std::printf("decoder_logits: skipped, --ranks %d needs %d GPUs and this machine has %d\n", o.ranks, o.ranks,
+                lg::Device::count());
+    return exit_skipped;
+  }
+  std::vector<lg::Device> devices;
+  for (int r = 0; r < o.ranks; ++r) devices.push_back(lg::Device::get(r));
+  const std::vector<lg::Communicator> comms = lg::Communicator::create_all(devices);
+  std::vector<lg::KernelLibrary> libraries;
+  for (const lg::Device& d : devices) libraries.push_back(nn::kernel_library(d));
+  std::vector<const lg::KernelLibrary*> pointers;
+  for (const lg::KernelLibrary& l : libraries) pointers.push_back(&l);
+  return load_and_run_with(o, [&] {
+    nn::LoadOptions options;
+    options.context = o.context;
+    options.tensor_cores = o.tensor_cores;
+    options.progress = false;
+    options.max_batch = o.mode == "batch" ? static_cast<int>(o.ids.size()) : 1;
+    const nn::DecoderCheckpoint checkpoint = nn::DecoderCheckpoint::open(o.dir, options);
+    std::vector<nn::BasicDecoderWeights<T>> shares;
+    for (int r = 0; r < o.ranks; ++r) {
+      const lg::Stream s(devices[static_cast<std::size_t>(r)]);
+      shares.push_back(checkpoint.template upload_shard<T>(s, r, o.ranks));
+      s.synchronize();
+    }
+    return std::make_unique<nn::BasicTensorParallelDecoder<T>>(comms, pointers, checkpoint.config(), std::move(shares));
+  });
+}
+
+template <nn::Element T>
+int load_and_run_any(const Options& o) {
+  return o.ranks > 1 ? load_and_run_ranks<T>(o) : load_and_run<T>(o);
 }
 
 }  // namespace
@@ -343,7 +401,7 @@ int main(int argc, char** argv) {
     }
   }
   try {
-    return options->bf16 ? load_and_run<lg::bfloat16>(*options) : load_and_run<lg::half>(*options);
+    return options->bf16 ? load_and_run_any<lg::bfloat16>(*options) : load_and_run_any<lg::half>(*options);
   } catch (...) {
     // The device, its stream or the kernel library could not be set up.
     std::fprintf(stderr, "decoder_logits: setup failed: %s\n", describe_current_exception().c_str());
