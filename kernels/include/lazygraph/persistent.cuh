@@ -54,7 +54,8 @@ __device__ __forceinline__ void run_persistent(const PersistentProgram& program,
     dispatch(c.function, Tile::of_program(&program, c, call, tile, position, &state, shared), program.args + c.args);
     __syncthreads();  // every thread's stores of the tile, and the state, before the count
     if (state.abort != 0u) return;
-    // waited only grows (thread 0 may already be in the next tile's wait), so "at least this tile's" is the test.
+    // The state was written in this tile's wait, after its barrier (the next tile's wait writes it only after every
+    // thread has passed that wait's barrier, so after these reads): a tile that did not wait left waited behind.
     if (state.waited < position + 1) {
       if (threadIdx.x == 0) detail::report(program.status, kStatusNoWait, call, tile, call, 0, 0);
       return;

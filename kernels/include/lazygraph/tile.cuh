@@ -174,18 +174,25 @@ class Tile {
     unsigned long long* stamps =
         program_->timeline == nullptr ? nullptr : program_->timeline + 4ull * (call_->tiles_begin + index_);
     if (threadIdx.x == 0 && stamps != nullptr) stamps[1] = detail::global_time_ns();
-    if (threadIdx.x < 32) wait_for_dependencies();
+    bool stop = false;
+    if (threadIdx.x < 32) stop = wait_for_dependencies();
     __syncthreads();
-    if (threadIdx.x == 0 && stamps != nullptr) stamps[2] = detail::global_time_ns();
+    // The block's state is written after the barrier: the block's other threads may still be reading the previous
+    // tile's (run_persistent's checks after its barrier) until every thread has reached this one.
+    if (threadIdx.x == 0) {
+      state_->waited = position_ + 1;
+      if (stop) state_->abort = 1;
+      if (stamps != nullptr) stamps[2] = detail::global_time_ns();
+    }
   }
 
  private:
   // Warp 0 waits: for a whole call, lane 0 polls its counter; for some of its tiles, the lanes poll their flags
   // together. Polls are device-scope acquire loads; the block barrier after the wait hands the ordering to every
-  // thread (their ordinary loads then see the producers' stores, as in mlp_stack.cu).
-  __device__ void wait_for_dependencies() const {
+  // thread (their ordinary loads then see the producers' stores, as in mlp_stack.cu). Returns, in every lane, whether
+  // the block must stop (an error here or elsewhere).
+  __device__ bool wait_for_dependencies() const {
     const unsigned lane = threadIdx.x;
-    if (lane == 0) state_->waited = position_ + 1;
     const unsigned t = call_->tiles_begin + index_;
     const unsigned begin = program_->tile_waits[2 * t];
     const unsigned count = program_->tile_waits[2 * t + 1];
@@ -224,13 +231,11 @@ class Tile {
             }
           }
         }
-        if (__shfl_sync(0xffffffffu, stop, 0) != 0) {
-          if (lane == 0) state_->abort = 1;
-          return;
-        }
+        if (__shfl_sync(0xffffffffu, stop, 0) != 0) return true;
         if (program_->pause_ns != 0u) __nanosleep(program_->pause_ns);
       }
     }
+    return false;
   }
 
   unsigned index_ = 0;
