@@ -58,8 +58,12 @@ std::string nvrtc_version() {
 }
 
 std::vector<std::string> nvrtc_options(int arch, bool cubin) {
-  return {cubin ? "-arch=sm_" + std::to_string(arch) : "--gpu-architecture=compute_" + std::to_string(arch),
-          "--std=c++20", "-default-device"};
+  std::vector<std::string> options{
+      cubin ? "-arch=sm_" + std::to_string(arch) : "--gpu-architecture=compute_" + std::to_string(arch), "--std=c++20",
+      "-default-device"};
+  const char* lineinfo = std::getenv("LAZYGRAPH_NVRTC_LINEINFO");
+  if (lineinfo != nullptr && *lineinfo != '\0' && std::string_view(lineinfo) != "0") options.emplace_back("-lineinfo");
+  return options;
 }
 
 CompileResult nvrtc_compile(const KernelSource& source, std::span<const KernelSource> headers,

@@ -2,7 +2,10 @@
 
 #include <lazygraph/kernels.hpp>
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 using namespace lazygraph;
 
@@ -33,6 +36,35 @@ TEST_CASE("NVRTC compiles a kernel to CUBIN for sm_90") {
                     "\x7f"
                     "ELF",
                     4) == 0);  // a CUBIN is an ELF image
+}
+
+TEST_CASE("LAZYGRAPH_NVRTC_LINEINFO adds source lines to the code, for compute-sanitizer's reports") {
+  const char* before = std::getenv("LAZYGRAPH_NVRTC_LINEINFO");
+  const std::string saved = before != nullptr ? before : "";
+  const auto has_lineinfo = [] {
+    const auto opts = nvrtc_options(90, false);
+    return std::find(opts.begin(), opts.end(), "-lineinfo") != opts.end();
+  };
+  ::unsetenv("LAZYGRAPH_NVRTC_LINEINFO");
+  CHECK_FALSE(has_lineinfo());
+  const CompileResult plain = nvrtc_compile(good, {}, nvrtc_options(90, false), false);
+  REQUIRE(plain.succeeded());
+  CHECK(std::string(plain.image().data()).find(".loc") == std::string::npos);
+  ::setenv("LAZYGRAPH_NVRTC_LINEINFO", "0", 1);
+  CHECK_FALSE(has_lineinfo());
+  ::setenv("LAZYGRAPH_NVRTC_LINEINFO", "1", 1);
+  CHECK(has_lineinfo());
+  // The PTX then carries the source file and its lines.
+  const CompileResult r = nvrtc_compile(good, {}, nvrtc_options(90, false), false);
+  REQUIRE(r.succeeded());
+  const std::string ptx(r.image().data());
+  CHECK(ptx.find(".file") != std::string::npos);
+  CHECK(ptx.find(".loc") != std::string::npos);
+  if (before != nullptr) {
+    ::setenv("LAZYGRAPH_NVRTC_LINEINFO", saved.c_str(), 1);
+  } else {
+    ::unsetenv("LAZYGRAPH_NVRTC_LINEINFO");
+  }
 }
 
 TEST_CASE("a source that does not compile is a failed result with the log, and its image throws CompileError") {

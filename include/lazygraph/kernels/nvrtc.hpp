@@ -58,8 +58,10 @@ int nvrtc_target_architecture(int cc);
 /// "13.0": the version of the NVRTC library loaded.
 std::string nvrtc_version();
 
-/// The fixed compile options for `arch` (documented in README): C++17, the architecture, and
-/// `-default-device`. `cubin` selects `-arch=sm_XX` (CUBIN) over `--gpu-architecture=compute_XX` (PTX).
+/// The compile options for `arch`: C++20, the architecture, and `-default-device`. `cubin` selects `-arch=sm_XX`
+/// (CUBIN) over `--gpu-architecture=compute_XX` (PTX). With the environment variable LAZYGRAPH_NVRTC_LINEINFO set
+/// to anything but empty or "0", also `-lineinfo`: source lines in the code, so that compute-sanitizer and Nsight
+/// name the kernel source line of a report (the options are part of the kernel cache's key).
 std::vector<std::string> nvrtc_options(int arch, bool cubin);
 
 /// Compiles `source` with `headers` available to `#include "name"`.
