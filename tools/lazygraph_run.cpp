@@ -29,8 +29,8 @@
 #include <lazygraph/nn/generation_config.hpp>
 #include <lazygraph/nn/kernels.hpp>
 #include <lazygraph/nn/sampling.hpp>
-
-#include "tokenizer.hpp"
+#include <lazygraph/nn/text_stream.hpp>
+#include <lazygraph/nn/tokenizer.hpp>
 
 #ifndef LAZYGRAPH_VERSION
 #error "build with -DLAZYGRAPH_VERSION=\"x.y.z\" (tools/meson.build passes the Meson project version)"
@@ -40,9 +40,9 @@ namespace {
 
 namespace fs = std::filesystem;
 namespace nn = lazygraph::nn;
-using lazygraph_run::TextStream;
-using lazygraph_run::Tokenizer;
-using lazygraph_run::TokenizerError;
+using nn::TextStream;
+using nn::Tokenizer;
+using nn::TokenizerError;
 
 constexpr int kExitRuntime = 1;
 constexpr int kExitUsage = 2;
@@ -454,7 +454,7 @@ Plan plan_run(const Options& o) {
   if (o.ids.has_value()) {
     plan.prompt = *o.ids;
   } else {
-    if (!Tokenizer::supported()) {
+    if (!Tokenizer::sentencepiece_supported()) {
       throw UsageProblem(
           "this lazygraph-run was built without SentencePiece, so it cannot tokenize a text prompt: pass the prompt "
           "as token ids with --ids 1,2,3 (or rebuild lazygraph with libsentencepiece-dev installed)");
@@ -466,13 +466,13 @@ Plan plan_run(const Options& o) {
                          " has no tokenizer.model (a SentencePiece model) to tokenize a text prompt with: pass the "
                          "prompt as token ids with --ids 1,2,3");
     }
-    plan.tokenizer = Tokenizer::load(model_file);
+    plan.tokenizer = Tokenizer::from_sentencepiece(model_file);
     if (plan.tokenizer->size() > plan.config.vocab) {
       throw ModelProblem(model_file.string() + ": " + std::to_string(plan.tokenizer->size()) +
                          " pieces, more than the model's vocabulary of " + std::to_string(plan.config.vocab));
     }
     if (o.bos && plan.special.bos.has_value()) plan.prompt.push_back(*plan.special.bos);
-    const std::vector<int> text_ids = plan.tokenizer->encode(*o.prompt);
+    const std::vector<int> text_ids = plan.tokenizer->encode(*o.prompt, {.add_special_tokens = false});
     plan.prompt.insert(plan.prompt.end(), text_ids.begin(), text_ids.end());
     if (plan.prompt.empty()) {
       throw UsageProblem("the prompt is empty and there is no bos_token_id to start from: give some text");
@@ -547,13 +547,13 @@ int main(int argc, char** argv) {
     std::string text = usage_text;
     const std::string marker = "SENTENCEPIECE_STATE";
     text.replace(text.find(marker), marker.size(),
-                 Tokenizer::supported() ? "supported" : "NOT supported, so use --ids");
+                 Tokenizer::sentencepiece_supported() ? "supported" : "NOT supported, so use --ids");
     std::fputs(text.c_str(), stdout);
     return 0;
   }
   if (options.version) {
     std::printf("lazygraph-run (lazygraph %s), SentencePiece tokenizer: %s\n", LAZYGRAPH_VERSION,
-                Tokenizer::supported() ? "yes" : "no");
+                Tokenizer::sentencepiece_supported() ? "yes" : "no");
     return 0;
   }
   try {
