@@ -8,11 +8,14 @@
 
 #include <lazygraph/nn/tokenizer.hpp>
 
+#include <nlohmann/json.hpp>
+
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -361,4 +364,31 @@ TEST_CASE("copies of a tokenizer share one model and encode alike") {
     copy = *tok;
   }
   CHECK(copy->encode("hello world") == Ids{11, 12, 3, 6, 2, 7});
+}
+
+TEST_CASE("tokenizers trained by the tokenizers library encode and decode their cases exactly as it does") {
+  // tests/nn/data/tokenizers/<name>/: tokenizer.json and cases.jsonl, written by tests/nn/crosscheck/
+  // make_tokenizer_fixtures.py with tokenizers 0.23 (ids with and without special tokens, decoded with and without).
+  const fs::path data = LAZYGRAPH_TOKENIZER_DATA;
+  for (const char* name :
+       {"byte_level_llama3", "byte_level_qwen2", "sentencepiece_bpe_legacy", "sentencepiece_bpe_metaspace"}) {
+    CAPTURE(name);
+    const Tokenizer tok = Tokenizer::load(data / name);
+    std::ifstream cases(data / name / "cases.jsonl");
+    REQUIRE(cases.good());
+    std::string line;
+    int count = 0;
+    while (std::getline(cases, line)) {
+      const nlohmann::json c = nlohmann::json::parse(line);
+      const std::string text = c.at("text").get<std::string>();
+      CAPTURE(text);
+      const Ids ids = c.at("ids").get<Ids>();
+      CHECK(tok.encode(text) == ids);
+      CHECK(tok.encode(text, {.add_special_tokens = false}) == c.at("ids_no_special").get<Ids>());
+      CHECK(tok.decode(ids) == c.at("decoded").get<std::string>());
+      CHECK(tok.decode(ids, true) == c.at("decoded_skip").get<std::string>());
+      ++count;
+    }
+    CHECK(count >= 100);
+  }
 }
