@@ -212,12 +212,16 @@ TEST_CASE("Split cuts by a regex with each behavior, and invert swaps what match
 }
 
 TEST_CASE("Llama 3's split regex through PCRE2 cuts contractions, letters, three digits at a time and spaces") {
-  const std::vector<std::string> vocab{"I", "'M", " fine", "123", "4", " ", "\n\n", "  ", "!!", " 42", "!!\n\n"};
+  const std::vector<std::string> vocab{"I",    "'M", " fine", "123", "4",      " ",
+                                       "\n\n", "  ", "!!",    " 42", "!!\n\n", "!\xE1\xA0\x8E!"};
   Parts p = pieces(vocab, kLlama3Split);
   const Loaded tok(json_of(p));
   CHECK(tok->encode("I'M fine1234") == Ids{0, 1, 2, 3, 4});
   CHECK(tok->encode("!!\n\n   fine") == Ids{10, 7, 2});  // punctuation takes the newlines after it
-  CHECK(tok->encode("\n\n 42") == Ids{6, 5, 4});         // never " 42": digits go alone ("2" is not in the vocabulary)
+  CHECK(tok->encode("\n\n 42") == Ids{6, 5, 4});  // never " 42": digits go alone ("2" is not in the vocabulary)
+  // U+180E is not White_Space (since Unicode 6.3) and not \s to Oniguruma, tokenizers' engine, though it is to
+  // PCRE2: "[^\s\p{L}\p{N}]+" takes it with the punctuation around it.
+  CHECK(tok->encode("!\xE1\xA0\x8E!") == Ids{11});
 }
 
 TEST_CASE("Digits cuts numbers into single digits or runs, and a Sequence of pre-tokenizers applies each in order") {
