@@ -38,9 +38,14 @@ int char_byte(char32_t c) noexcept { return c < 512U ? tables().bytes[c] : -1; }
 
 std::string to_byte_chars(std::string_view text) {
   const auto& chars = tables().chars;
-  std::string out;
-  out.reserve(text.size() + text.size() / 2);
-  for (const char ch : text) out += chars[static_cast<unsigned char>(ch)];
+  std::string out(2 * text.size(), '\0');  // each character is one or two bytes of UTF-8
+  std::size_t length = 0;
+  for (const char ch : text) {
+    const std::string& c = chars[static_cast<unsigned char>(ch)];
+    out[length++] = c[0];
+    if (c.size() > 1) out[length++] = c[1];
+  }
+  out.resize(length);
   return out;
 }
 
