@@ -32,3 +32,5 @@
 #include "lazygraph/nn/sampling.hpp"
 #include "lazygraph/nn/tensor_parallel.hpp"
 #include "lazygraph/nn/tensor_parallel_decoder.hpp"
+#include "lazygraph/nn/text_stream.hpp"
+#include "lazygraph/nn/tokenizer.hpp"

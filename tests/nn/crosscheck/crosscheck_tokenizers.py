@@ -33,7 +33,8 @@ import sys
 import tempfile
 import time
 
-os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one core, for the speed measured below
+# One core for the tokenizers library, for the speed measured below (set for it, not read here).
+os.environ.update(TOKENIZERS_PARALLELISM="false")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", "..", ".."))
