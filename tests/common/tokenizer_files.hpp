@@ -99,6 +99,25 @@ inline Parts hello_world() {
   return p;
 }
 
+/// GPT-2's byte-level alphabet: the character (UTF-8) each byte 0..255 is written as.
+inline std::vector<std::string> byte_level_chars() {
+  std::vector<std::string> chars;
+  int next = 256;
+  for (int b = 0; b < 256; ++b) {
+    const bool kept = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+    const int c = kept ? b : next++;
+    std::string utf8;
+    if (c < 0x80) {
+      utf8 += static_cast<char>(c);
+    } else {
+      utf8 += static_cast<char>(0xC0 | (c >> 6));
+      utf8 += static_cast<char>(0x80 | (c & 0x3F));
+    }
+    chars.push_back(utf8);
+  }
+  return chars;
+}
+
 /// "<0x00>" .. "<0xFF>".
 inline std::vector<std::string> byte_tokens() {
   std::vector<std::string> tokens;
