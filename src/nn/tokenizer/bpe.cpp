@@ -73,6 +73,15 @@ Bpe::Bpe(const JsonAt& json) : file_(json.file()) {
     byte_ids_[b] = id_of(name).value_or(-1);
   }
 
+  if (prefix_.empty() && suffix_.empty()) {
+    char_ids_.assign(0x800, -1);
+    for (char32_t ch = 0; ch < 0x800; ++ch) {
+      std::string text;
+      append_utf8(text, ch);
+      char_ids_[ch] = id_of(text).value_or(-1);
+    }
+  }
+
   const JsonAt merges = json.at("merges");
   const std::size_t count = merges.array_size();
   merges_.reserve(count);
@@ -173,6 +182,18 @@ void Bpe::merge_word(std::string_view word, std::vector<int>& ids) const {
     at += utf8_length(static_cast<unsigned char>(word[at]));
     std::string_view symbol = word.substr(start, at - start);
     const std::size_t byte_len = symbol.size();
+    if (byte_len <= 2 && !char_ids_.empty()) {
+      std::size_t next = start;
+      const int id = char_ids_[next_code_point(word, next)];
+      if (id >= 0) {
+        if (unk.has_value()) {
+          add(unk->first, unk->second);
+          unk.reset();
+        }
+        add(id, byte_len);
+        continue;
+      }
+    }
     if ((start > 0 && !prefix_.empty()) || (at >= word.size() && !suffix_.empty())) {
       with_affixes.assign(start > 0 ? prefix_ : std::string());
       with_affixes += symbol;

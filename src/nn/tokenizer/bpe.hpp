@@ -79,6 +79,10 @@ class Bpe {
   std::string prefix_;               ///< continuing_subword_prefix
   std::string suffix_;               ///< end_of_word_suffix
   std::array<int, 256> byte_ids_{};  ///< the ids of "<0x00>".."<0xFF>", -1 where missing
+  /// The ids of the characters below U+0800 (one or two bytes: every character of the byte-level alphabet), -1
+  /// where the vocabulary lacks one; empty when affixes change how characters are spelled. Saves a search of the
+  /// vocabulary (a cache miss in a large one) per character.
+  std::vector<int> char_ids_;
 
   mutable std::mutex cache_mutex_;
   mutable std::unordered_map<std::string, std::vector<int>, StringHash, std::equal_to<>> cache_;
