@@ -54,7 +54,7 @@ Bpe::Bpe(const JsonAt& json) : file_(json.file()) {
     vocab_.emplace(token, static_cast<int>(id));
     largest = std::max(largest, static_cast<int>(id));
   }
-  tokens_.resize(static_cast<std::size_t>(largest + 1));
+  tokens_.resize(static_cast<std::size_t>(largest) + 1);  // largest + 1 tokens; 0 for an empty vocabulary
   known_.assign(tokens_.size(), false);
   for (const auto& [token, id] : vocab_) {
     tokens_[static_cast<std::size_t>(id)] = token;

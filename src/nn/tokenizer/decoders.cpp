@@ -115,7 +115,8 @@ class Fuse final : public Decoder {
   void decode_chain(std::vector<std::string>& tokens) const override {
     std::string joined;
     for (const std::string& token : tokens) joined += token;
-    tokens.assign(1, std::move(joined));
+    tokens.clear();
+    tokens.push_back(std::move(joined));
   }
 };
 
