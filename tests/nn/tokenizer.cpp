@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -218,7 +219,7 @@ TEST_CASE("Llama 3's split regex through PCRE2 cuts contractions, letters, three
   const Loaded tok(json_of(p));
   CHECK(tok->encode("I'M fine1234") == Ids{0, 1, 2, 3, 4});
   CHECK(tok->encode("!!\n\n   fine") == Ids{10, 7, 2});  // punctuation takes the newlines after it
-  CHECK(tok->encode("\n\n 42") == Ids{6, 5, 4});  // never " 42": digits go alone ("2" is not in the vocabulary)
+  CHECK(tok->encode("\n\n 42") == Ids{6, 5, 4});         // never " 42": digits go alone ("2" is not in the vocabulary)
   // U+180E is not White_Space (since Unicode 6.3) and not \s to Oniguruma, tokenizers' engine, though it is to
   // PCRE2: "[^\s\p{L}\p{N}]+" takes it with the punctuation around it.
   CHECK(tok->encode("!\xE1\xA0\x8E!") == Ids{11});
@@ -395,4 +396,108 @@ TEST_CASE("tokenizers trained by the tokenizers library encode and decode their 
     }
     CHECK(count >= 100);
   }
+}
+
+TEST_CASE("a vocabulary id far past the vocabulary's size is refused, so that a small file cannot cost gigabytes") {
+  Parts p;
+  p.model = R"({"type":"BPE","vocab":{"a":0,"b":1000000000},"merges":[]})";
+  CHECK(load_error(json_of(p)).find("model.vocab: the id 1000000000 is far past the vocabulary's 2 tokens") !=
+        std::string::npos);
+  p.model = R"({"type":"BPE","vocab":{"a":0,"b":1025},"merges":[]})";  // holes are fine within a bound
+  CHECK(Loaded(json_of(p))->encode("ab") == Ids{0, 1025});
+  p.model = R"({"type":"BPE","vocab":{},"merges":[]})";
+  CHECK(Loaded(json_of(p))->encode("ab").empty());
+}
+
+TEST_CASE("byte-level tokenizers decode what they encoded back to the very text, for random Unicode") {
+  // Byte-level BPE without a normalizer is lossless: a property that needs no oracle, over text of every plane.
+  const Tokenizer tok = Tokenizer::load(fs::path(LAZYGRAPH_TOKENIZER_DATA) / "byte_level_llama3");
+  std::uint32_t state = 12345;
+  const auto next = [&] {
+    state = state * 1664525U + 1013904223U;
+    return state >> 8U;
+  };
+  for (int n = 0; n < 300; ++n) {
+    std::string text;
+    const int length = static_cast<int>(next() % 24);
+    for (int i = 0; i < length; ++i) {
+      char32_t c = 0;
+      switch (next() % 4) {
+        case 0:
+          c = U'a' + next() % 26;
+          break;
+        case 1:
+          c = U" \n\t'.,0123456789"[next() % 16];
+          break;
+        case 2:
+          c = 0x80 + next() % 0x2F80;
+          break;
+        default:
+          c = 0x3000 + next() % 0x10C000;
+          break;
+      }
+      if (c >= 0xD800 && c <= 0xDFFF) c = U'?';
+      if (c > 0x10FFFF) c = U'!';
+      if (c < 0x80) {
+        text += static_cast<char>(c);
+      } else if (c < 0x800) {
+        text += static_cast<char>(0xC0 | (c >> 6));
+        text += static_cast<char>(0x80 | (c & 0x3F));
+      } else if (c < 0x10000) {
+        text += static_cast<char>(0xE0 | (c >> 12));
+        text += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+        text += static_cast<char>(0x80 | (c & 0x3F));
+      } else {
+        text += static_cast<char>(0xF0 | (c >> 18));
+        text += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
+        text += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+        text += static_cast<char>(0x80 | (c & 0x3F));
+      }
+    }
+    CAPTURE(text);
+    REQUIRE(tok.decode(tok.encode(text, {.add_special_tokens = false})) == text);
+  }
+}
+
+TEST_CASE("a damaged tokenizer.json is loaded or refused with a TokenizerError, never anything else") {
+  // Each of 300 copies of a small tokenizer.json with bytes changed, cut or repeated: loading (and encoding with
+  // what loads) must end in a TokenizerError or succeed, without a crash or another exception.
+  const std::string original = json_of(metaspace());
+  std::uint32_t state = 7;
+  const auto next = [&] {
+    state = state * 1664525U + 1013904223U;
+    return state >> 8U;
+  };
+  const lgtest::TempDir dir("tokenizer-damaged");
+  int refused = 0;
+  for (int n = 0; n < 300; ++n) {
+    std::string text = original;
+    const int changes = 1 + static_cast<int>(next() % 3);
+    for (int k = 0; k < changes; ++k) {
+      const std::size_t at = next() % text.size();
+      switch (next() % 4) {
+        case 0:
+          text[at] = "{}[]\",:0123456789-etnul \\"[next() % 26];
+          break;
+        case 1:
+          text.erase(at, 1 + next() % 8);
+          break;
+        case 2:
+          text.insert(at, text.substr(at, 1 + next() % 40));
+          break;
+        default:
+          text.resize(at);
+          break;
+      }
+    }
+    lgtest::write_file(dir / "tokenizer.json", text);
+    try {
+      const Tokenizer tok = Tokenizer::from_json(dir / "tokenizer.json");
+      (void)tok.decode(tok.encode("ab a \xC3\xA9 </s>"));
+    } catch (const TokenizerError& e) {
+      CHECK(std::string(e.what()).starts_with((dir / "tokenizer.json").string() + ": "));
+      ++refused;
+    }
+  }
+  CHECK(refused > 100);  // most damage is noticed
 }

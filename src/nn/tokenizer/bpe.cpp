@@ -54,6 +54,11 @@ Bpe::Bpe(const JsonAt& json) : file_(json.file()) {
     vocab_.emplace(token, static_cast<int>(id));
     largest = std::max(largest, static_cast<int>(id));
   }
+  // Ids index a table: one far past the vocabulary's size would make a file of a few bytes cost gigabytes.
+  if (largest >= 0 && static_cast<std::size_t>(largest) >= 2 * vocab_.size() + 1024) {
+    throw vocab.error("the id " + std::to_string(largest) + " is far past the vocabulary's " +
+                      std::to_string(vocab_.size()) + " tokens (ids are 0 to about its size)");
+  }
   tokens_.resize(static_cast<std::size_t>(largest) + 1);  // largest + 1 tokens; 0 for an empty vocabulary
   known_.assign(tokens_.size(), false);
   for (const auto& [token, id] : vocab_) {

@@ -13,6 +13,7 @@
 #include "normalizers.hpp"
 #include "post_processor.hpp"
 #include "pre_tokenizers.hpp"
+#include "regex.hpp"
 
 namespace lazygraph::nn::tokenizer {
 
@@ -40,6 +41,14 @@ class JsonTokenizer final : public Tokenizer::Impl {
   }
 
   std::vector<int> encode(std::string_view text, EncodeOptions options) const override {
+    try {
+      return encode_pieces(text, options);
+    } catch (const RegexError& e) {
+      throw TokenizerError(file(), std::string("cannot encode the text: ") + e.what());
+    }
+  }
+
+  std::vector<int> encode_pieces(std::string_view text, EncodeOptions options) const {
     std::vector<int> ids;
     ids.reserve(text.size() / 3 + 4);
     std::vector<Piece> pieces;

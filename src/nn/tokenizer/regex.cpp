@@ -119,7 +119,8 @@ std::vector<std::pair<std::size_t, std::size_t>> Regex::find_all(std::string_vie
     if (rc < 0) {
       PCRE2_UCHAR message[256];
       pcre2_get_error_message(rc, message, sizeof message);
-      throw std::runtime_error(std::string("PCRE2 failed to match: ") + reinterpret_cast<const char*>(message));
+      throw RegexError("PCRE2 gave up matching at byte " + std::to_string(at) + ": " +
+                       reinterpret_cast<const char*>(message));
     }
     const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match.data);
     const std::size_t start = ovector[0];
