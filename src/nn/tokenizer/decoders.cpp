@@ -12,7 +12,7 @@ constexpr std::string_view kReplacementCharacter = "\xEF\xBF\xBD";
 
 /// Each token's characters back to their bytes (a token with a character outside the alphabet keeps its own
 /// bytes), all joined, then read as UTF-8 with U+FFFD for what is not.
-class ByteLevel final : public Decoder {
+class ByteLevelDecoder final : public Decoder {
  public:
   void decode_chain(std::vector<std::string>& tokens) const override {
     std::string bytes;
@@ -36,9 +36,9 @@ class ByteLevel final : public Decoder {
 };
 
 /// The replacement character as spaces; in the first token, dropped instead (unless prepend_scheme is never).
-class Metaspace final : public Decoder {
+class MetaspaceDecoder final : public Decoder {
  public:
-  Metaspace(std::string replacement, bool strip_first)
+  MetaspaceDecoder(std::string replacement, bool strip_first)
       : replacement_(std::move(replacement)), strip_first_(strip_first) {}
   void decode_chain(std::vector<std::string>& tokens) const override {
     for (std::size_t i = 0; i < tokens.size(); ++i) {
@@ -64,7 +64,7 @@ class Metaspace final : public Decoder {
 };
 
 /// "<0xAB>" tokens to their bytes: each run of them as UTF-8, or U+FFFD for each byte when the run is not UTF-8.
-class ByteFallback final : public Decoder {
+class ByteFallbackDecoder final : public Decoder {
  public:
   void decode_chain(std::vector<std::string>& tokens) const override {
     std::vector<std::string> out;
@@ -110,7 +110,7 @@ class ByteFallback final : public Decoder {
   }
 };
 
-class Fuse final : public Decoder {
+class FuseDecoder final : public Decoder {
  public:
   void decode_chain(std::vector<std::string>& tokens) const override {
     std::string joined;
@@ -121,9 +121,9 @@ class Fuse final : public Decoder {
 };
 
 /// Removes up to `start` leading and `stop` trailing copies of one character from each token.
-class Strip final : public Decoder {
+class StripDecoder final : public Decoder {
  public:
-  Strip(std::string content, std::size_t start, std::size_t stop)
+  StripDecoder(std::string content, std::size_t start, std::size_t stop)
       : content_(std::move(content)), start_(start), stop_(stop) {}
   void decode_chain(std::vector<std::string>& tokens) const override {
     for (std::string& token : tokens) {
@@ -156,9 +156,9 @@ class Strip final : public Decoder {
   std::size_t stop_;
 };
 
-class Replace final : public Decoder {
+class ReplaceDecoder final : public Decoder {
  public:
-  Replace(Pattern pattern, std::string content) : pattern_(std::move(pattern)), content_(std::move(content)) {}
+  ReplaceDecoder(Pattern pattern, std::string content) : pattern_(std::move(pattern)), content_(std::move(content)) {}
   void decode_chain(std::vector<std::string>& tokens) const override {
     for (std::string& token : tokens) token = pattern_.replace(token, content_);
   }
@@ -168,9 +168,9 @@ class Replace final : public Decoder {
   std::string content_;
 };
 
-class Sequence final : public Decoder {
+class DecoderSequence final : public Decoder {
  public:
-  explicit Sequence(std::vector<std::unique_ptr<const Decoder>> parts) : parts_(std::move(parts)) {}
+  explicit DecoderSequence(std::vector<std::unique_ptr<const Decoder>> parts) : parts_(std::move(parts)) {}
   void decode_chain(std::vector<std::string>& tokens) const override {
     for (const auto& part : parts_) part->decode_chain(tokens);
   }
@@ -190,29 +190,30 @@ std::size_t count_of(const JsonAt& json, std::string_view key) {
 
 std::unique_ptr<const Decoder> make_decoder(const JsonAt& json) {
   const std::string& type = json.type();
-  if (type == "ByteLevel") return std::make_unique<ByteLevel>();
+  if (type == "ByteLevel") return std::make_unique<ByteLevelDecoder>();
   if (type == "Metaspace") {
     const std::string& replacement = json.at("replacement").string();
     bool strip_first = json.boolean("add_prefix_space", true);
     if (const std::optional<std::string> scheme = json.string("prepend_scheme")) strip_first = *scheme != "never";
-    return std::make_unique<Metaspace>(replacement, strip_first);
+    return std::make_unique<MetaspaceDecoder>(replacement, strip_first);
   }
-  if (type == "ByteFallback") return std::make_unique<ByteFallback>();
-  if (type == "Fuse") return std::make_unique<Fuse>();
+  if (type == "ByteFallback") return std::make_unique<ByteFallbackDecoder>();
+  if (type == "Fuse") return std::make_unique<FuseDecoder>();
   if (type == "Strip") {
     const JsonAt content = json.at("content");
     const std::string& text = content.string();
     if (text.empty() || utf8_length(static_cast<unsigned char>(text[0])) != text.size()) {
       throw content.error("is not one character");
     }
-    return std::make_unique<Strip>(text, count_of(json, "start"), count_of(json, "stop"));
+    return std::make_unique<StripDecoder>(text, count_of(json, "start"), count_of(json, "stop"));
   }
-  if (type == "Replace") return std::make_unique<Replace>(Pattern(json.at("pattern")), json.at("content").string());
+  if (type == "Replace")
+    return std::make_unique<ReplaceDecoder>(Pattern(json.at("pattern")), json.at("content").string());
   if (type == "Sequence") {
     const JsonAt list = json.at("decoders");
     std::vector<std::unique_ptr<const Decoder>> parts;
     for (std::size_t i = 0; i < list.array_size(); ++i) parts.push_back(make_decoder(list.at(i)));
-    return std::make_unique<Sequence>(std::move(parts));
+    return std::make_unique<DecoderSequence>(std::move(parts));
   }
   throw json.at("type").error("the decoder '" + type +
                               "' is not implemented (ByteLevel, Metaspace, ByteFallback, Fuse, Strip, Replace and "

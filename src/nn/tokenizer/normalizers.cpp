@@ -9,24 +9,24 @@ namespace lazygraph::nn::tokenizer {
 
 namespace {
 
-class UnicodeForm final : public Normalizer {
+class UnicodeFormNormalizer final : public Normalizer {
  public:
-  explicit UnicodeForm(NormalForm form) : form_(form) {}
+  explicit UnicodeFormNormalizer(NormalForm form) : form_(form) {}
   void normalize(std::string& text) const override { text = tokenizer::normalize(text, form_); }
 
  private:
   NormalForm form_;
 };
 
-class Lowercase final : public Normalizer {
+class LowercaseNormalizer final : public Normalizer {
  public:
   void normalize(std::string& text) const override { text = lowercase(text); }
 };
 
 /// Removes whitespace (White_Space) at the left and/or right.
-class Strip final : public Normalizer {
+class StripNormalizer final : public Normalizer {
  public:
-  Strip(bool left, bool right) : left_(left), right_(right) {}
+  StripNormalizer(bool left, bool right) : left_(left), right_(right) {}
   void normalize(std::string& text) const override {
     std::size_t begin = 0;
     std::size_t end = text.size();
@@ -55,9 +55,9 @@ class Strip final : public Normalizer {
 };
 
 /// Puts a string in front of a text that is not empty.
-class Prepend final : public Normalizer {
+class PrependNormalizer final : public Normalizer {
  public:
-  explicit Prepend(std::string prefix) : prefix_(std::move(prefix)) {}
+  explicit PrependNormalizer(std::string prefix) : prefix_(std::move(prefix)) {}
   void normalize(std::string& text) const override {
     if (!text.empty()) text.insert(0, prefix_);
   }
@@ -66,9 +66,10 @@ class Prepend final : public Normalizer {
   std::string prefix_;
 };
 
-class Replace final : public Normalizer {
+class ReplaceNormalizer final : public Normalizer {
  public:
-  Replace(Pattern pattern, std::string content) : pattern_(std::move(pattern)), content_(std::move(content)) {}
+  ReplaceNormalizer(Pattern pattern, std::string content)
+      : pattern_(std::move(pattern)), content_(std::move(content)) {}
   void normalize(std::string& text) const override { text = pattern_.replace(text, content_); }
 
  private:
@@ -76,9 +77,9 @@ class Replace final : public Normalizer {
   std::string content_;
 };
 
-class Sequence final : public Normalizer {
+class NormalizerSequence final : public Normalizer {
  public:
-  explicit Sequence(std::vector<std::unique_ptr<const Normalizer>> parts) : parts_(std::move(parts)) {}
+  explicit NormalizerSequence(std::vector<std::unique_ptr<const Normalizer>> parts) : parts_(std::move(parts)) {}
   void normalize(std::string& text) const override {
     for (const auto& part : parts_) part->normalize(text);
   }
@@ -91,21 +92,22 @@ class Sequence final : public Normalizer {
 
 std::unique_ptr<const Normalizer> make_normalizer(const JsonAt& json) {
   const std::string& type = json.type();
-  if (type == "NFC") return std::make_unique<UnicodeForm>(NormalForm::nfc);
-  if (type == "NFD") return std::make_unique<UnicodeForm>(NormalForm::nfd);
-  if (type == "NFKC") return std::make_unique<UnicodeForm>(NormalForm::nfkc);
-  if (type == "NFKD") return std::make_unique<UnicodeForm>(NormalForm::nfkd);
-  if (type == "Lowercase") return std::make_unique<Lowercase>();
+  if (type == "NFC") return std::make_unique<UnicodeFormNormalizer>(NormalForm::nfc);
+  if (type == "NFD") return std::make_unique<UnicodeFormNormalizer>(NormalForm::nfd);
+  if (type == "NFKC") return std::make_unique<UnicodeFormNormalizer>(NormalForm::nfkc);
+  if (type == "NFKD") return std::make_unique<UnicodeFormNormalizer>(NormalForm::nfkd);
+  if (type == "Lowercase") return std::make_unique<LowercaseNormalizer>();
   if (type == "Strip") {
-    return std::make_unique<Strip>(json.boolean("strip_left", true), json.boolean("strip_right", true));
+    return std::make_unique<StripNormalizer>(json.boolean("strip_left", true), json.boolean("strip_right", true));
   }
-  if (type == "Prepend") return std::make_unique<Prepend>(json.at("prepend").string());
-  if (type == "Replace") return std::make_unique<Replace>(Pattern(json.at("pattern")), json.at("content").string());
+  if (type == "Prepend") return std::make_unique<PrependNormalizer>(json.at("prepend").string());
+  if (type == "Replace")
+    return std::make_unique<ReplaceNormalizer>(Pattern(json.at("pattern")), json.at("content").string());
   if (type == "Sequence") {
     const JsonAt list = json.at("normalizers");
     std::vector<std::unique_ptr<const Normalizer>> parts;
     for (std::size_t i = 0; i < list.array_size(); ++i) parts.push_back(make_normalizer(list.at(i)));
-    return std::make_unique<Sequence>(std::move(parts));
+    return std::make_unique<NormalizerSequence>(std::move(parts));
   }
   throw json.at("type").error("the normalizer '" + type +
                               "' is not implemented (NFC, NFD, NFKC, NFKD, Lowercase, Strip, Prepend, Replace and "

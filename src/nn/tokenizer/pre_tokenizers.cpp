@@ -27,9 +27,9 @@ std::vector<std::pair<std::size_t, std::size_t>> char_matches(const std::string&
   return found;
 }
 
-class ByteLevel final : public PreTokenizer {
+class ByteLevelPreTokenizer final : public PreTokenizer {
  public:
-  ByteLevel(bool add_prefix_space, bool use_regex) : add_prefix_space_(add_prefix_space) {
+  ByteLevelPreTokenizer(bool add_prefix_space, bool use_regex) : add_prefix_space_(add_prefix_space) {
     if (use_regex) regex_.emplace(kGpt2Pattern);
   }
   void pre_tokenize(std::vector<Piece>& pieces) const override {
@@ -53,9 +53,9 @@ class ByteLevel final : public PreTokenizer {
   std::optional<Regex> regex_;
 };
 
-class Split final : public PreTokenizer {
+class SplitPreTokenizer final : public PreTokenizer {
  public:
-  Split(Pattern pattern, SplitBehavior behavior, bool invert)
+  SplitPreTokenizer(Pattern pattern, SplitBehavior behavior, bool invert)
       : pattern_(std::move(pattern)), behavior_(behavior), invert_(invert) {}
   void pre_tokenize(std::vector<Piece>& pieces) const override {
     std::vector<Piece> out;
@@ -78,9 +78,9 @@ class Split final : public PreTokenizer {
 
 enum class PrependScheme { first, always, never };
 
-class Metaspace final : public PreTokenizer {
+class MetaspacePreTokenizer final : public PreTokenizer {
  public:
-  Metaspace(std::string replacement, PrependScheme scheme, bool split)
+  MetaspacePreTokenizer(std::string replacement, PrependScheme scheme, bool split)
       : replacement_(std::move(replacement)), scheme_(scheme), split_(split) {}
   void pre_tokenize(std::vector<Piece>& pieces) const override {
     std::vector<Piece> out;
@@ -118,9 +118,9 @@ class Metaspace final : public PreTokenizer {
   bool split_;
 };
 
-class Digits final : public PreTokenizer {
+class DigitsPreTokenizer final : public PreTokenizer {
  public:
-  explicit Digits(bool individual) : individual_(individual) {}
+  explicit DigitsPreTokenizer(bool individual) : individual_(individual) {}
   void pre_tokenize(std::vector<Piece>& pieces) const override {
     std::vector<Piece> out;
     out.reserve(pieces.size() * 2);
@@ -135,9 +135,9 @@ class Digits final : public PreTokenizer {
   bool individual_;
 };
 
-class Sequence final : public PreTokenizer {
+class PreTokenizerSequence final : public PreTokenizer {
  public:
-  explicit Sequence(std::vector<std::unique_ptr<const PreTokenizer>> parts) : parts_(std::move(parts)) {}
+  explicit PreTokenizerSequence(std::vector<std::unique_ptr<const PreTokenizer>> parts) : parts_(std::move(parts)) {}
   void pre_tokenize(std::vector<Piece>& pieces) const override {
     for (const auto& part : parts_) part->pre_tokenize(pieces);
   }
@@ -172,11 +172,12 @@ const std::string& one_character(const JsonAt& json) {
 std::unique_ptr<const PreTokenizer> make_pre_tokenizer(const JsonAt& json) {
   const std::string& type = json.type();
   if (type == "ByteLevel") {
-    return std::make_unique<ByteLevel>(json.boolean("add_prefix_space", true), json.boolean("use_regex", true));
+    return std::make_unique<ByteLevelPreTokenizer>(json.boolean("add_prefix_space", true),
+                                                   json.boolean("use_regex", true));
   }
   if (type == "Split") {
-    return std::make_unique<Split>(Pattern(json.at("pattern")), behavior_of(json.at("behavior")),
-                                   json.boolean("invert", false));
+    return std::make_unique<SplitPreTokenizer>(Pattern(json.at("pattern")), behavior_of(json.at("behavior")),
+                                               json.boolean("invert", false));
   }
   if (type == "Metaspace") {
     std::string replacement = one_character(json.at("replacement"));
@@ -193,14 +194,14 @@ std::unique_ptr<const PreTokenizer> make_pre_tokenizer(const JsonAt& json) {
         throw named->error("unknown prepend_scheme '" + name + "' (first, always and never are known)");
       }
     }
-    return std::make_unique<Metaspace>(std::move(replacement), scheme, json.boolean("split", true));
+    return std::make_unique<MetaspacePreTokenizer>(std::move(replacement), scheme, json.boolean("split", true));
   }
-  if (type == "Digits") return std::make_unique<Digits>(json.boolean("individual_digits", false));
+  if (type == "Digits") return std::make_unique<DigitsPreTokenizer>(json.boolean("individual_digits", false));
   if (type == "Sequence") {
     const JsonAt list = json.at("pretokenizers");
     std::vector<std::unique_ptr<const PreTokenizer>> parts;
     for (std::size_t i = 0; i < list.array_size(); ++i) parts.push_back(make_pre_tokenizer(list.at(i)));
-    return std::make_unique<Sequence>(std::move(parts));
+    return std::make_unique<PreTokenizerSequence>(std::move(parts));
   }
   throw json.at("type").error("the pre-tokenizer '" + type +
                               "' is not implemented (ByteLevel, Split, Metaspace, Digits and Sequence are)");
