@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace lazygraph::nn;
@@ -500,4 +501,30 @@ TEST_CASE("a damaged tokenizer.json is loaded or refused with a TokenizerError, 
     }
   }
   CHECK(refused > 100);  // most damage is noticed
+}
+
+TEST_CASE("a tokenizer encodes on several threads at once as on one") {
+  const Tokenizer tok = Tokenizer::load(fs::path(LAZYGRAPH_TOKENIZER_DATA) / "byte_level_qwen2");
+  std::vector<std::string> texts;
+  for (int i = 0; i < 64; ++i) {
+    texts.push_back("line " + std::to_string(i) + ": the quick brown fox, 日本語 and 😀 x" + std::to_string(i * 7919));
+  }
+  std::vector<Ids> expected;
+  for (const std::string& text : texts) expected.push_back(tok.encode(text));
+  std::vector<std::vector<Ids>> got(4);
+  {
+    std::vector<std::thread> threads;
+    for (std::size_t t = 0; t < got.size(); ++t) {
+      threads.emplace_back([&, t] {
+        for (int round = 0; round < 4; ++round) {
+          for (const std::string& text : texts) got[t].push_back(tok.encode(text));
+        }
+      });
+    }
+    for (std::thread& thread : threads) thread.join();
+  }
+  for (const std::vector<Ids>& results : got) {
+    REQUIRE(results.size() == 4 * texts.size());
+    for (std::size_t i = 0; i < results.size(); ++i) CHECK(results[i] == expected[i % texts.size()]);
+  }
 }

@@ -152,7 +152,6 @@ bool is_word(char32_t c) noexcept {
     case UTF8PROC_CATEGORY_ME:
     case UTF8PROC_CATEGORY_ND:
     case UTF8PROC_CATEGORY_NL:
-    case UTF8PROC_CATEGORY_NO:
     case UTF8PROC_CATEGORY_PC:
       return true;
     default:

@@ -36,7 +36,9 @@ void append_utf8(std::string& out, char32_t c);
 [[nodiscard]] bool is_whitespace(char32_t c) noexcept;
 /// General category N* (Nd, Nl, No), as Rust's char::is_numeric.
 [[nodiscard]] bool is_numeric(char32_t c) noexcept;
-/// A word character as the regex crate's `\w` (letters, marks, numbers, connector punctuation, joiners).
+/// A word character as the regex crate's `\w` (what `tokenizers` tests single_word tokens with): letters, marks,
+/// decimal and letter numbers, connector punctuation, the two joiners. (Its Alphabetic property also takes a few
+/// dozen symbols, such as circled letters, which are left out.)
 [[nodiscard]] bool is_word(char32_t c) noexcept;
 
 /// A normalization form of utf8proc.
