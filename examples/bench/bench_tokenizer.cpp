@@ -3,12 +3,15 @@
 // cache starts empty on the first pass and is warm on the others, as in a program that tokenizes many prompts.
 #include <lazygraph/nn/tokenizer.hpp>
 
+#include "cli.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <exception>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -29,9 +32,10 @@ Exit status: 0 done, 1 failed (the files cannot be used), 2 usage error.
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (const std::optional<int> code = example::handle_arguments(argc, argv, usage, 2)) return *code;
   if (argc != 3) {
-    std::fputs(usage, stderr);
-    return 2;
+    std::fprintf(stderr, "bench_tokenizer: give TOKENIZER and TEXT_FILE\n%s", usage);
+    return example::exit_usage;
   }
   try {
     const nn::Tokenizer tokenizer = nn::Tokenizer::load(argv[1]);
