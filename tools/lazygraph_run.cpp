@@ -69,7 +69,7 @@ The prompt is either
                    character once complete.
   --ids 1,2,3      token ids, used as given (no BOS added); the generated ids are printed, space-separated.
 
-Options (--name VALUE or --name=VALUE; each at most once):
+Options (--name VALUE or --name=VALUE; each at most once but --stop):
   --max-tokens N   generate at most N tokens (default 128); generation also stops at an end-of-sequence
                    token (eos_token_id of generation_config.json, else of config.json: one id or a list;
                    not printed) and when the KV cache is full
@@ -78,8 +78,9 @@ Options (--name VALUE or --name=VALUE; each at most once):
                    may be given several times: the first to appear stops)
   --json           print no text while generating; at the end, one JSON object on stdout: "prompt" (its
                    ids), "tokens" (the generated ids, the end-of-sequence one left out), "text" (for a text
-                   PROMPT: what would have been printed), "stop" ("eos", "max_tokens", "context", "stop" and
-                   "stop_string"), "timings" ("load_s", "first_token_ms", "decode_tokens_per_s" or null)
+                   PROMPT: what would have been printed), "stop" ("eos", "max_tokens", "context", or "stop"
+                   with "stop_string" naming it), "timings" ("load_s", "first_token_ms",
+                   "decode_tokens_per_s", null after one token)
   --temperature T  sample at temperature T, 0 or from 1.18e-38 to 3.4e38 (default 0: greedy, the most
                    probable token each step)
   --top-k K        sample among the K most probable tokens (ties kept; default 0: all)
