@@ -8,9 +8,10 @@
 # Exits with a message naming the packages when they are missing and it cannot install them.
 
 lg_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-# nlohmann-json3-dev, libsentencepiece-dev and sentencepiece serve only the models library (liblazygraph_nn, built
-# unless -Dnn=false) and lazygraph-run; both commands configure it, so that `ninja -C build` builds everything.
-lg_packages=(g++ meson ninja-build pkg-config cmake python3 librange-v3-dev doctest-dev doxygen nlohmann-json3-dev libsentencepiece-dev sentencepiece)
+# nlohmann-json3-dev, libpcre2-dev, libutf8proc-dev, libsentencepiece-dev and sentencepiece serve only the models
+# library (liblazygraph_nn, built unless -Dnn=false: its tokenizer's regexes, Unicode normalization and
+# tokenizer.model files) and lazygraph-run; both commands configure it, so that `ninja -C build` builds everything.
+lg_packages=(g++ meson ninja-build pkg-config cmake python3 librange-v3-dev doctest-dev doxygen nlohmann-json3-dev libpcre2-dev libutf8proc-dev libsentencepiece-dev sentencepiece)
 
 lg_missing=()
 for p in "${lg_packages[@]}"; do

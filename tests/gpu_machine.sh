@@ -11,6 +11,22 @@ prefix="$root/.debs/prefix"
 if [ ! -d "$prefix/usr" ]; then
   for f in .debs/*.deb; do dpkg -x "$f" "$prefix"; done
 fi
+# The tokenizer's PCRE2 and utf8proc, when this machine lacks them, from the carried packages: copies of their .pc
+# files pointing at the prefix (the originals name /usr), and their shared libraries alone on LD_LIBRARY_PATH (not
+# the whole prefix, whose other libraries would replace the system's in every program).
+fallback="$prefix/fallback"
+mkdir -p "$fallback/pkgconfig" "$fallback/lib"
+for pkg in libpcre2-8:libpcre2-8.so libutf8proc:libutf8proc.so; do
+  if ! pkg-config --exists "${pkg%%:*}"; then
+    for pc in "$prefix"/usr/lib/*/pkgconfig/"${pkg%%:*}".pc; do
+      [ -f "$pc" ] || continue
+      sed "s|^prefix=/usr\$|prefix=$prefix/usr|" "$pc" >"$fallback/pkgconfig/${pkg%%:*}.pc"
+      ln -sf "$(dirname "$(dirname "$pc")")/${pkg#*:}"* "$fallback/lib/"
+    done
+  fi
+done
+export PKG_CONFIG_PATH="$fallback/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+export LD_LIBRARY_PATH="$fallback/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$logs/gpu.txt"
 if [ ! -f build-gpu/build.ninja ]; then
   meson setup build-gpu --cmake-prefix-path="$prefix/usr" --wrap-mode=nodownload >"$logs/setup.log" 2>&1 ||

@@ -1,6 +1,6 @@
 // lazygraph-run: runs a Hugging Face Llama-family checkpoint folder on the GPU — a prompt in (text through the
-// folder's SentencePiece tokenizer.model, or token ids), tokens out as they are generated, then how long loading,
-// the first token and each decode step took.
+// folder's tokenizer.json or SentencePiece tokenizer.model, or token ids), tokens or text out as they are generated
+// (or one JSON object at the end, --json), then how long loading, the first token and each decode step took.
 //
 // Everything that needs no GPU is checked first (the options, MODEL_DIR, the checkpoint's config and tensors,
 // generation_config.json, the tokenizer, the prompt), so a mistake is reported the same way on any machine; only
@@ -29,8 +29,11 @@
 #include <lazygraph/nn/generation_config.hpp>
 #include <lazygraph/nn/kernels.hpp>
 #include <lazygraph/nn/sampling.hpp>
+#include <lazygraph/nn/stop_strings.hpp>
+#include <lazygraph/nn/text_stream.hpp>
+#include <lazygraph/nn/tokenizer.hpp>
 
-#include "tokenizer.hpp"
+#include <nlohmann/json.hpp>
 
 #ifndef LAZYGRAPH_VERSION
 #error "build with -DLAZYGRAPH_VERSION=\"x.y.z\" (tools/meson.build passes the Meson project version)"
@@ -40,9 +43,9 @@ namespace {
 
 namespace fs = std::filesystem;
 namespace nn = lazygraph::nn;
-using lazygraph_run::TextStream;
-using lazygraph_run::Tokenizer;
-using lazygraph_run::TokenizerError;
+using nn::TextStream;
+using nn::Tokenizer;
+using nn::TokenizerError;
 
 constexpr int kExitRuntime = 1;
 constexpr int kExitUsage = 2;
@@ -57,17 +60,27 @@ shards with model.safetensors.index.json) on a GPU: feeds it the prompt, prints 
 they come (stdout), then one line on stderr: load time, time to the first token, decode tokens/s, tokens made.
 
 The prompt is either
-  PROMPT           text, tokenized with MODEL_DIR/tokenizer.model (a SentencePiece model, as Llama 1/2,
-                   TinyLlama and Mistral ship; at most 64 MiB; this build: SENTENCEPIECE_STATE).
-                   bos_token_id of generation_config.json (else config.json) is put in front unless
-                   --no-bos. The generated text is printed without the prompt, decoded as it comes.
+  PROMPT           text, tokenized with MODEL_DIR/tokenizer.json (Hugging Face tokenizers, as Llama 3,
+                   Qwen2/3, Gemma 3, Mistral and Phi-4 ship; its post-processor adds what the model expects
+                   in front, such as Llama 3's <|begin_of_text|>, unless --no-bos), else with
+                   MODEL_DIR/tokenizer.model (SentencePiece, as Llama 1/2 ship; at most 64 MiB; this build:
+                   SENTENCEPIECE_STATE; bos_token_id of generation_config.json, else config.json, is put in
+                   front unless --no-bos). The generated text is printed without the prompt as it comes, each
+                   character once complete.
   --ids 1,2,3      token ids, used as given (no BOS added); the generated ids are printed, space-separated.
 
-Options (--name VALUE or --name=VALUE; each at most once):
+Options (--name VALUE or --name=VALUE; each at most once but --stop):
   --max-tokens N   generate at most N tokens (default 128); generation also stops at an end-of-sequence
                    token (eos_token_id of generation_config.json, else of config.json: one id or a list;
                    not printed) and when the KV cache is full
   --ignore-eos     do not stop at end-of-sequence tokens
+  --stop STRING    stop when the generated text contains STRING, which is not printed (a text PROMPT only;
+                   may be given several times: the first to appear stops)
+  --json           print no text while generating; at the end, one JSON object on stdout: "prompt" (its
+                   ids), "tokens" (the generated ids, the end-of-sequence one left out), "text" (for a text
+                   PROMPT: what would have been printed), "stop" ("eos", "max_tokens", "context", or "stop"
+                   with "stop_string" naming it), "timings" ("load_s", "first_token_ms",
+                   "decode_tokens_per_s", null after one token)
   --temperature T  sample at temperature T, 0 or from 1.18e-38 to 3.4e38 (default 0: greedy, the most
                    probable token each step)
   --top-k K        sample among the K most probable tokens (ties kept; default 0: all)
@@ -91,13 +104,13 @@ the weights and capturing the decode step; "first token" the prompt (prefill); t
 
 Exit status:
   0   after generating
-  1   MODEL_DIR's config.json, weights, generation_config.json or tokenizer.model cannot be used, or the
-      GPU failed (the message names the file and the key or tensor, or the problem)
+  1   MODEL_DIR's config.json, weights, generation_config.json, tokenizer.json or tokenizer.model cannot be
+      used, or the GPU failed (the message names the file and the key or tensor, or the problem)
   2   a bad command line or prompt: an unknown option, one given twice, a value out of range, a
       MODEL_DIR that does not exist or is not a folder, a --context beyond the model's, a --device this
-      machine lacks, a token id outside the vocabulary, a prompt longer than the context, a text prompt
-      where MODEL_DIR has no tokenizer.model or this build no SentencePiece (the message names the
-      option or path as given)
+      machine lacks, a token id outside the vocabulary, a prompt longer than the context or not UTF-8,
+      a text prompt where MODEL_DIR has no tokenizer.json and no tokenizer.model this build reads, --stop
+      with --ids (the message names the option or path as given)
   77  no GPU to run on (no CUDA driver or no device: the reason is printed), after everything else but
       --device was checked
 
@@ -129,6 +142,8 @@ struct Options {
   std::optional<bool> bf16;  // --dtype; unset: the checkpoint's
   bool bos = true;
   bool ignore_eos = false;
+  std::vector<std::string> stops;  // --stop, in order
+  bool json = false;               // --json
   bool help = false;
   bool version = false;
 };
@@ -247,6 +262,10 @@ Options parse_options(int argc, char** argv) {
       o.ignore_eos = true;
       continue;
     }
+    if (arg == "--json") {
+      o.json = true;
+      continue;
+    }
     // Options with a value: "--name VALUE" or "--name=VALUE".
     std::string_view name = arg;
     std::optional<std::string_view> value;
@@ -254,12 +273,12 @@ Options parse_options(int argc, char** argv) {
       name = arg.substr(0, eq);
       value = arg.substr(eq + 1);
     }
-    constexpr std::string_view valued[] = {"--ids",  "--max-tokens", "--temperature", "--top-k", "--top-p",
-                                           "--seed", "--context",    "--dtype",       "--device"};
+    constexpr std::string_view valued[] = {"--ids",  "--max-tokens", "--temperature", "--top-k",  "--top-p",
+                                           "--seed", "--context",    "--dtype",       "--device", "--stop"};
     if (std::find(std::begin(valued), std::end(valued), name) == std::end(valued)) {
       throw UsageProblem("unknown option '" + std::string(arg) + "'");
     }
-    if (std::find(given.begin(), given.end(), name) != given.end()) {
+    if (name != "--stop" && std::find(given.begin(), given.end(), name) != given.end()) {
       throw UsageProblem(std::string(name) + " is given twice: give it once");
     }
     given.push_back(name);
@@ -283,6 +302,9 @@ Options parse_options(int argc, char** argv) {
       o.context = parse_integer<int>(name, *value, 1, nn::kMaxContext, " (the most positions a KV cache holds)");
     } else if (name == "--device") {
       o.device = parse_integer<int>(name, *value, 0, std::numeric_limits<int>::max());
+    } else if (name == "--stop") {
+      if (value->empty()) throw bad_value("--stop", "a string of at least one character", *value);
+      o.stops.emplace_back(*value);
     } else if (name == "--dtype") {
       if (*value != "fp16" && *value != "bf16") throw bad_value("--dtype", "fp16 or bf16", *value);
       o.bf16 = *value == "bf16";
@@ -297,6 +319,9 @@ Options parse_options(int argc, char** argv) {
   o.model_dir = fs::path(positional[0]);
   if (positional.size() == 2) o.prompt = std::string(positional[1]);
   if (o.prompt.has_value() && o.ids.has_value()) throw UsageProblem("give a PROMPT or --ids, not both");
+  if (o.ids.has_value() && !o.stops.empty()) {
+    throw UsageProblem("--stop needs a text PROMPT: with --ids the output is token ids, not text");
+  }
   if (!o.prompt.has_value() && !o.ids.has_value()) {
     throw UsageProblem("no prompt: give PROMPT (text) or --ids (token ids)");
   }
@@ -320,6 +345,60 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
+/// Where the generated tokens go: printed as they come (ids, or text through a TextStream and the stop strings), or
+/// kept for the JSON object printed at the end (--json).
+class Output {
+ public:
+  explicit Output(const Plan& plan) : json_(plan.options.json) {
+    if (!plan.tokenizer.has_value()) return;
+    text_.emplace(*plan.tokenizer, plan.prompt);
+    stops_.emplace(plan.options.stops);
+  }
+  /// Takes one generated token (not an end-of-sequence one).
+  void push(int token) {
+    tokens_.push_back(token);
+    if (text_.has_value()) {
+      write(stops_->push(text_->push(token)));
+    } else if (!json_) {
+      std::printf(tokens_.size() == 1 ? "%d" : " %d", token);
+      std::fflush(stdout);
+    }
+  }
+  /// Whether a stop string appeared: generation ends.
+  [[nodiscard]] bool stopped() const { return stops_.has_value() && stops_->stopped(); }
+  /// Prints what is held back, and the newline that ends the output.
+  void finish() {
+    if (text_.has_value() && !stopped()) {
+      write(stops_->push(text_->finish()));
+      if (!stopped()) write(stops_->finish());
+    }
+    if (!json_ && (!tokens_.empty() || text_.has_value())) std::fputc('\n', stdout);
+    std::fflush(stdout);
+  }
+  [[nodiscard]] const std::vector<int>& tokens() const { return tokens_; }
+  /// The stop string that ended generation (stopped() only).
+  [[nodiscard]] const std::string& stop_string() const { return stops_->which(); }
+  /// The text printed (or, with --json, that would have been), when the prompt was text.
+  [[nodiscard]] std::optional<std::string> text() const {
+    if (!text_.has_value()) return std::nullopt;
+    return text_written_;
+  }
+
+ private:
+  void write(const std::string& piece) {
+    text_written_ += piece;
+    if (json_ || piece.empty()) return;
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::fflush(stdout);
+  }
+
+  bool json_;
+  std::optional<TextStream> text_;
+  std::optional<nn::StopStrings> stops_;
+  std::vector<int> tokens_;
+  std::string text_written_;
+};
+
 template <nn::Element T>
 int generate(const Plan& plan, const lazygraph::Device& device) {
   const Options& o = plan.options;  // its context resolved (plan_run)
@@ -341,58 +420,67 @@ int generate(const Plan& plan, const lazygraph::Device& device) {
     return !o.ignore_eos &&
            std::find(plan.special.eos.begin(), plan.special.eos.end(), token) != plan.special.eos.end();
   };
-  std::optional<TextStream> text;
-  if (plan.tokenizer.has_value()) text.emplace(*plan.tokenizer, plan.prompt);
-  int printed = 0;
-  const auto print = [&](int token) {
-    if (text.has_value()) {
-      const std::string piece = text->push(token);
-      std::fwrite(piece.data(), 1, piece.size(), stdout);
-    } else {
-      std::printf(printed == 0 ? "%d" : " %d", token);
-    }
-    ++printed;
-    std::fflush(stdout);
-  };
-
+  Output output(plan);
   int token = decoder.prefill(plan.prompt);
   const Clock::time_point first = Clock::now();
   int made = 1;
   int position = static_cast<int>(plan.prompt.size());
-  const char* why = nullptr;
+  const char* why = nullptr;   // for people
+  const char* stop = nullptr;  // for --json
   while (true) {
     if (is_eos(token)) {
       why = "end of sequence";
+      stop = "eos";
       break;
     }
-    print(token);
+    output.push(token);
+    if (output.stopped()) {
+      why = "--stop";
+      stop = "stop";
+      break;
+    }
     if (made >= o.max_tokens) {
       why = "--max-tokens";
+      stop = "max_tokens";
       break;
     }
     if (position >= context) {
       why = "context full";
+      stop = "context";
       break;
     }
     token = decoder.forward({token, position++});
     ++made;
   }
   const Clock::time_point end = Clock::now();
-  if (text.has_value()) {
-    const std::string rest = text->finish();
-    std::fwrite(rest.data(), 1, rest.size(), stdout);
-  }
-  if (printed > 0 || text.has_value()) std::fputc('\n', stdout);
-  std::fflush(stdout);
+  output.finish();
 
-  std::string rate;
-  if (made > 1) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, ", %.1f tokens/s", (made - 1) / seconds_between(first, end));
-    rate = buf;
+  const double load_s = seconds_between(start, loaded);
+  const double first_ms = 1000.0 * seconds_between(loaded, first);
+  const std::optional<double> rate =
+      made > 1 ? std::optional<double>((made - 1) / seconds_between(first, end)) : std::nullopt;
+  if (o.json) {
+    nlohmann::json result = {{"prompt", plan.prompt},
+                             {"tokens", output.tokens()},
+                             {"stop", stop},
+                             {"timings",
+                              {{"load_s", load_s},
+                               {"first_token_ms", first_ms},
+                               {"decode_tokens_per_s", rate.has_value() ? nlohmann::json(*rate) : nlohmann::json()}}}};
+    if (const std::optional<std::string> text = output.text()) result["text"] = *text;
+    if (output.stopped()) result["stop_string"] = output.stop_string();
+    const std::string line = result.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+    std::fwrite(line.data(), 1, line.size(), stdout);
+    std::fflush(stdout);
   }
-  std::fprintf(stderr, "load %.2f s, first token %.1f ms%s (%d token%s, %s)\n", seconds_between(start, loaded),
-               1000.0 * seconds_between(loaded, first), rate.c_str(), made, made == 1 ? "" : "s", why);
+  std::string rate_text;
+  if (rate.has_value()) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, ", %.1f tokens/s", *rate);
+    rate_text = buf;
+  }
+  std::fprintf(stderr, "load %.2f s, first token %.1f ms%s (%d token%s, %s)\n", load_s, first_ms, rate_text.c_str(),
+               made, made == 1 ? "" : "s", why);
   return 0;
 }
 
@@ -422,6 +510,26 @@ int context_of(const Options& o, const nn::LlamaConfig& llama) {
                        ")");
   }
   return o.context;
+}
+
+/// MODEL_DIR's tokenizer.json, else its tokenizer.model. \throws UsageProblem when it has neither, or only a
+/// tokenizer.model this build cannot read; TokenizerError when the file cannot be used.
+Tokenizer load_tokenizer(const fs::path& model_dir) {
+  std::error_code ec;
+  if (const fs::path json = model_dir / "tokenizer.json"; fs::exists(json, ec)) return Tokenizer::from_json(json);
+  const fs::path model = model_dir / "tokenizer.model";
+  if (!fs::exists(model, ec)) {
+    throw UsageProblem(model_dir.string() +
+                       " has neither tokenizer.json nor tokenizer.model to tokenize a text prompt with: pass the "
+                       "prompt as token ids with --ids 1,2,3");
+  }
+  if (!Tokenizer::sentencepiece_supported()) {
+    throw UsageProblem(model.string() +
+                       " is a SentencePiece model, and this lazygraph-run was built without SentencePiece: pass the "
+                       "prompt as token ids with --ids 1,2,3 (or rebuild lazygraph with libsentencepiece-dev "
+                       "installed)");
+  }
+  return Tokenizer::from_sentencepiece(model);
 }
 
 /// Everything that needs no GPU: MODEL_DIR, the checkpoint's config and tensors, the special tokens, the tokenizer
@@ -454,25 +562,25 @@ Plan plan_run(const Options& o) {
   if (o.ids.has_value()) {
     plan.prompt = *o.ids;
   } else {
-    if (!Tokenizer::supported()) {
-      throw UsageProblem(
-          "this lazygraph-run was built without SentencePiece, so it cannot tokenize a text prompt: pass the prompt "
-          "as token ids with --ids 1,2,3 (or rebuild lazygraph with libsentencepiece-dev installed)");
-    }
-    const fs::path model_file = o.model_dir / "tokenizer.model";
-    std::error_code ec;
-    if (!fs::exists(model_file, ec)) {
-      throw UsageProblem(o.model_dir.string() +
-                         " has no tokenizer.model (a SentencePiece model) to tokenize a text prompt with: pass the "
-                         "prompt as token ids with --ids 1,2,3");
-    }
-    plan.tokenizer = Tokenizer::load(model_file);
+    plan.tokenizer = load_tokenizer(o.model_dir);
+    const fs::path& file = plan.tokenizer->file();
     if (plan.tokenizer->size() > plan.config.vocab) {
-      throw ModelProblem(model_file.string() + ": " + std::to_string(plan.tokenizer->size()) +
-                         " pieces, more than the model's vocabulary of " + std::to_string(plan.config.vocab));
+      throw ModelProblem(file.string() + ": " + std::to_string(plan.tokenizer->size()) +
+                         " tokens, more than the model's vocabulary of " + std::to_string(plan.config.vocab));
     }
-    if (o.bos && plan.special.bos.has_value()) plan.prompt.push_back(*plan.special.bos);
-    const std::vector<int> text_ids = plan.tokenizer->encode(*o.prompt);
+    // tokenizer.json: its post-processor adds what the model expects (BOS or nothing), as transformers does.
+    // tokenizer.model: bos_token_id, as Llama tokenizers do.
+    const bool json = file.extension() != ".model";
+    if (!json && o.bos && plan.special.bos.has_value()) plan.prompt.push_back(*plan.special.bos);
+    std::vector<int> text_ids;
+    try {
+      text_ids = plan.tokenizer->encode(*o.prompt, {.add_special_tokens = json && o.bos});
+    } catch (const TokenizerError& e) {
+      // Text that is not UTF-8 is the prompt's problem; the message's file is the tokenizer's.
+      std::string_view why = e.what();
+      if (const std::string prefix = file.string() + ": "; why.starts_with(prefix)) why.remove_prefix(prefix.size());
+      throw UsageProblem("PROMPT: " + std::string(why));
+    }
     plan.prompt.insert(plan.prompt.end(), text_ids.begin(), text_ids.end());
     if (plan.prompt.empty()) {
       throw UsageProblem("the prompt is empty and there is no bos_token_id to start from: give some text");
@@ -547,13 +655,13 @@ int main(int argc, char** argv) {
     std::string text = usage_text;
     const std::string marker = "SENTENCEPIECE_STATE";
     text.replace(text.find(marker), marker.size(),
-                 Tokenizer::supported() ? "supported" : "NOT supported, so use --ids");
+                 Tokenizer::sentencepiece_supported() ? "supported" : "NOT supported, so use --ids");
     std::fputs(text.c_str(), stdout);
     return 0;
   }
   if (options.version) {
     std::printf("lazygraph-run (lazygraph %s), SentencePiece tokenizer: %s\n", LAZYGRAPH_VERSION,
-                Tokenizer::supported() ? "yes" : "no");
+                Tokenizer::sentencepiece_supported() ? "yes" : "no");
     return 0;
   }
   try {

@@ -30,5 +30,8 @@
 #include "lazygraph/nn/reference.hpp"
 #include "lazygraph/nn/safetensors.hpp"
 #include "lazygraph/nn/sampling.hpp"
+#include "lazygraph/nn/stop_strings.hpp"
 #include "lazygraph/nn/tensor_parallel.hpp"
 #include "lazygraph/nn/tensor_parallel_decoder.hpp"
+#include "lazygraph/nn/text_stream.hpp"
+#include "lazygraph/nn/tokenizer.hpp"

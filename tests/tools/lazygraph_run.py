@@ -83,6 +83,36 @@ def write_checkpoint(directory, config=None, dtype="F16", leave_out=()):
         f.write(struct.pack("<Q", len(text)) + text + bytes(offset))
 
 
+def byte_level_tokenizer(vocab_size=256, bos=True):
+    """A tokenizer.json (as text) of GPT-2's byte-level alphabet: one token per byte, ids 0-255 in byte order, then
+    <|begin_of_text|>, which its template puts in front when `bos`; `vocab_size` - 257 more tokens pad it."""
+    kept = list(range(0x21, 0x7F)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    extra = iter(range(256, 512))
+    chars = {b: chr(b) if b in kept else chr(next(extra)) for b in range(256)}
+    vocab = {chars[b]: b for b in range(256)}
+    for i in range(vocab_size - 257):
+        vocab[f"pad{i}"] = 257 + i
+    bos_id = vocab_size - 1
+    post = None
+    if bos:
+        post = {"type": "TemplateProcessing",
+                "single": [{"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}},
+                           {"Sequence": {"id": "A", "type_id": 0}}], "pair": [],
+                "special_tokens": {"<|begin_of_text|>": {"id": "<|begin_of_text|>", "ids": [bos_id],
+                                                         "tokens": ["<|begin_of_text|>"]}}}
+    return json.dumps({
+        "version": "1.0", "truncation": None, "padding": None,
+        "added_tokens": [{"id": bos_id, "content": "<|begin_of_text|>", "single_word": False, "lstrip": False,
+                          "rstrip": False, "normalized": False, "special": True}],
+        "normalizer": None,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+        "post_processor": post,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                  "vocab": vocab, "merges": []}})
+
+
 def run(*args, env_changes=None):
     env = dict(os.environ, LAZYGRAPH_CUDA_DRIVER=MISSING_DRIVER)
     env.update(env_changes or {})
@@ -125,7 +155,8 @@ class LazygraphRun(unittest.TestCase):
         r = self.expect(0, "--help")
         self.assertTrue(r.stdout.startswith("Usage: lazygraph-run MODEL_DIR [PROMPT] [options]"), r.stdout)
         for word in ("--ids", "--max-tokens", "--temperature", "--top-k", "--top-p", "--seed", "--context",
-                     "--dtype", "--device", "--no-bos", "--ignore-eos", "--help", "--version", "tokenizer.model",
+                     "--dtype", "--device", "--no-bos", "--ignore-eos", "--stop", "--json", "--help", "--version",
+                     "tokenizer.json", "tokenizer.model",
                      "generation_config.json", "eos_token_id", "bos_token_id", "LAZYGRAPH_CUDA_DRIVER"):
             self.assertIn(word, r.stdout)
         status = r.stdout[r.stdout.index("Exit status:"):]
@@ -272,12 +303,15 @@ class LazygraphRun(unittest.TestCase):
 
     @unittest.skipIf(built_with_sentencepiece(), "this build reads SentencePiece models")
     def test_without_sentencepiece_a_text_prompt_is_refused_pointing_to_ids(self):
+        with open(os.path.join(self.model, "tokenizer.model"), "wb") as f:
+            f.write(b"not read")
         r = self.expect(2, self.model, "Once upon a time", stderr_has=("without SentencePiece", "--ids"))
         self.assertEqual(r.stdout, "")
 
     @unittest.skipUnless(built_with_sentencepiece(), "this build has no SentencePiece")
     def test_a_text_prompt_needs_a_tokenizer_model_that_sentencepiece_reads(self):
-        self.expect(2, self.model, "Once upon a time", stderr_has=("has no tokenizer.model", "--ids"))
+        self.expect(2, self.model, "Once upon a time",
+                    stderr_has=("has neither tokenizer.json nor tokenizer.model", "--ids"))
         with open(os.path.join(self.model, "tokenizer.model"), "wb") as f:
             f.write(b"IQ== 0\nIg== 1\n")  # a tiktoken file, as Llama 3 ships under this name
         self.expect(1, self.model, "Once upon a time", stderr_has=("tokenizer.model", "not a SentencePiece model"))
@@ -309,6 +343,42 @@ class LazygraphRun(unittest.TestCase):
         self.expect(2, self.model, "Once upon a time " * 20, stderr_has=("does not fit the context of 64",
                                                                         "as tokenized"))
         self.expect(2, self.model, "", "--no-bos", stderr_has=("the prompt is empty",))
+
+    def write_tokenizer_json(self, text):
+        with open(os.path.join(self.model, "tokenizer.json"), "w", encoding="utf-8") as f:
+            f.write(text)
+
+    def test_a_text_prompt_is_tokenized_with_tokenizer_json_first_and_checked_before_the_gpu(self):
+        self.write_tokenizer_json(byte_level_tokenizer())
+        with open(os.path.join(self.model, "tokenizer.model"), "wb") as f:
+            f.write(b"not a SentencePiece model: tokenizer.json comes first")
+        self.expect_no_gpu(self.model, "Once upon a time")
+        self.expect_no_gpu(self.model, "Once upon a time", "--no-bos", "--stop", "</s>", "--stop", "\n\n", "--json")
+        # One token a byte, and <|begin_of_text|> from the template: 63 bytes fit the context of 64, 64 do not.
+        self.expect_no_gpu(self.model, "x" * 63)
+        self.expect(2, self.model, "x" * 64, stderr_has=("does not fit the context of 64", "as tokenized"))
+        self.expect_no_gpu(self.model, "x" * 64, "--no-bos")
+        r = self.expect(2, self.model, b"caf\xc3\xa9 \xff", stderr_has=(
+            "PROMPT: the text to encode is not UTF-8: byte 6 (of 7)",))
+        self.assertNotIn("tokenizer.json", r.stderr)
+
+    def test_a_tokenizer_json_that_cannot_be_used_is_refused_naming_the_file_and_key(self):
+        tokenizer = os.path.join(self.model, "tokenizer.json")
+        self.write_tokenizer_json('{"model": {"type": "WordPiece", "vocab": {}}}')
+        self.expect(1, self.model, "hello", stderr_has=(
+            f"{tokenizer}: model.type: the model 'WordPiece' is not implemented",))
+        self.write_tokenizer_json('{"model": ')
+        self.expect(1, self.model, "hello", stderr_has=(f"{tokenizer}: the tokenizer is not valid JSON",))
+        self.write_tokenizer_json(byte_level_tokenizer(vocab_size=301))
+        self.expect(1, self.model, "hello", stderr_has=(
+            f"{tokenizer}: 301 tokens, more than the model's vocabulary of 300",))
+
+    def test_stop_strings_need_a_text_prompt_and_a_character(self):
+        self.expect(2, self.model, "--ids", "1", "--stop", "x",
+                    stderr_has=("--stop needs a text PROMPT: with --ids the output is token ids",))
+        self.expect(2, self.model, "hello", "--stop", "",
+                    stderr_has=("--stop must be a string of at least one character, not ''",))
+        self.expect_no_gpu(self.model, "--ids", "1", "--json")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,10 @@
 #include <lazygraph/nn/decoder.hpp>
 #include <lazygraph/nn/kernels.hpp>
 #include <lazygraph/nn/quantized_save.hpp>
+#include <lazygraph/nn/text_stream.hpp>
+#include <lazygraph/nn/tokenizer.hpp>
+
+#include <nlohmann/json.hpp>
 
 #include <sys/wait.h>
 
@@ -28,6 +32,7 @@
 #include <vector>
 
 #include "common/temp_dir.hpp"
+#include "common/tokenizer_files.hpp"
 
 using namespace lazygraph;
 using namespace lazygraph::nn;
@@ -364,6 +369,85 @@ TEST_CASE("lazygraph-run tokenizes a text prompt with tokenizer.model and prints
   const Run no_bos = run_tool({dir.string(), prompt, "--max-tokens", "3", "--no-bos"}, scratch);
   CHECK(no_bos.status == 0);
   CHECK(no_bos.err.find("prompt " + std::to_string(ids.size() - 1) + " tokens") != std::string::npos);
+}
+
+TEST_CASE("lazygraph-run reads tokenizer.json, prints the text as it comes, stops at --stop and writes --json") {
+  const lgtest::TempDir scratch("run-json");
+  const auto dir = scratch / "model";
+  save_seeded_checkpoint(dir, small_config(), DType::f16);
+  // A byte-level tokenizer over the model's 512 ids: the 256 bytes, padding tokens, <|begin_of_text|> (511) put in
+  // front by its template.
+  std::vector<std::string> vocab = lgtest::byte_level_chars();
+  for (int i = 256; i < 511; ++i) vocab.push_back("pad" + std::to_string(i));
+  vocab.emplace_back("<|begin_of_text|>");
+  lgtest::Parts parts;
+  parts.model = lgtest::bpe(vocab, {});
+  parts.pre_tokenizer = lgtest::kByteLevel;
+  parts.decoder = R"({"type":"ByteLevel","add_prefix_space":true,"trim_offsets":true,"use_regex":true})";
+  parts.post_processor =
+      R"({"type":"TemplateProcessing","single":[{"SpecialToken":{"id":"<|begin_of_text|>","type_id":0}},)"
+      R"({"Sequence":{"id":"A","type_id":0}}],"pair":[],"special_tokens":{"<|begin_of_text|>":)"
+      R"({"id":"<|begin_of_text|>","ids":[511],"tokens":["<|begin_of_text|>"]}}})";
+  parts.added_tokens = R"([{"id":511,"content":"<|begin_of_text|>","single_word":false,"lstrip":false,"rstrip":false,)"
+                       R"("normalized":false,"special":true}])";
+  std::ofstream(dir / "tokenizer.json") << lgtest::json_of(parts);
+  std::ofstream(dir / "generation_config.json") << R"({"bos_token_id": 511, "eos_token_id": null})";
+
+  const std::string prompt_text = "Once upon a time";
+  const Tokenizer tokenizer = Tokenizer::load(dir);
+  const std::vector<int> prompt = tokenizer.encode(prompt_text);
+  REQUIRE(prompt.front() == 511);
+  const std::vector<int> generated = expected_tokens(dir, prompt, 24);
+  TextStream stream(tokenizer, prompt);  // what the tool prints, as tests/nn/text_stream.cpp checks it
+  std::string text;
+  for (const int token : generated) text += stream.push(token);
+  text += stream.finish();
+
+  const Run r = run_tool({dir.string(), prompt_text, "--max-tokens", "24"}, scratch);
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  CHECK(r.out == text + "\n");
+
+  const Run j = run_tool({dir.string(), prompt_text, "--max-tokens", "24", "--json"}, scratch);
+  INFO(j.err);
+  REQUIRE(j.status == 0);
+  const nlohmann::json result = nlohmann::json::parse(j.out);
+  CHECK(result.at("prompt").get<std::vector<int>>() == prompt);
+  CHECK(result.at("tokens").get<std::vector<int>>() == generated);
+  CHECK(result.at("text").get<std::string>() == text);
+  CHECK(result.at("stop") == "max_tokens");
+  CHECK(result.at("timings").at("load_s").get<double>() > 0.0);
+  CHECK(result.at("timings").at("first_token_ms").get<double>() > 0.0);
+  CHECK(result.at("timings").at("decode_tokens_per_s").get<double>() > 0.0);
+
+  // A stop string from the middle of the text (two whole characters): the text before its first appearance is
+  // printed, and generation ends at the token that completed it.
+  std::size_t from = text.size() / 2;
+  while (from > 0 && (static_cast<unsigned char>(text[from]) & 0xC0U) == 0x80U) --from;
+  std::size_t to = from;
+  for (int chars = 0; chars < 2 && to < text.size(); ++chars) {
+    ++to;
+    while (to < text.size() && (static_cast<unsigned char>(text[to]) & 0xC0U) == 0x80U) ++to;
+  }
+  const std::string stop = text.substr(from, to - from);
+  REQUIRE(!stop.empty());
+  const std::size_t first = text.find(stop);
+  const Run s = run_tool(
+      {dir.string(), prompt_text, "--max-tokens", "24", "--stop", "never in the text", "--stop", stop, "--json"},
+      scratch);
+  INFO(s.err);
+  REQUIRE(s.status == 0);
+  const nlohmann::json stopped = nlohmann::json::parse(s.out);
+  CHECK(stopped.at("text").get<std::string>() == text.substr(0, first));
+  CHECK(stopped.at("stop") == "stop");
+  CHECK(stopped.at("stop_string").get<std::string>() == stop);
+  const auto tokens = stopped.at("tokens").get<std::vector<int>>();
+  REQUIRE(tokens.size() <= generated.size());
+  CHECK(std::equal(tokens.begin(), tokens.end(), generated.begin()));
+  const Run printed = run_tool({dir.string(), prompt_text, "--max-tokens", "24", "--stop", stop}, scratch);
+  REQUIRE(printed.status == 0);
+  CHECK(printed.out == text.substr(0, first) + "\n");
+  CHECK(closing_line(printed.err).second == "--stop");
 }
 
 int main(int argc, char** argv) {
