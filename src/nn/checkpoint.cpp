@@ -548,8 +548,7 @@ DeviceQuantizedWeight<T> DecoderCheckpoint::matrix_share(const Stream& stream, c
   // Quantizing a share of rows, or of whole groups of columns, gives the bytes of the same share of the matrix
   // quantized whole (each row's groups are the same); a format with one scale per row (int8) needs all of its columns.
   const bool columns = tensor_shard(first, config_, rank, ranks).columns;
-  const bool own_part = quantizer != nullptr && !quantized_as_saved() &&
-                        (!columns || !detail::storage_format(share.format().kind).scale_per_row());
+  const bool own_part = quantizer != nullptr && !quantized_as_saved() && (!columns || !share.storage().scale_per_row());
   if (!own_part) {
     const DeviceQuantizedWeight<T> whole_weight = whole_matrix<T>(stream, quantizer, index, buffers);
     try {

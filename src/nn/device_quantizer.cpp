@@ -115,8 +115,8 @@ DeviceQuantizedWeight<T> DeviceQuantizer::quantize(const Stream& stream, const Q
   std::optional<DeviceBuffer<std::uint8_t>> zeros;
   if (format.asymmetric) zeros.emplace(device, layout.zero_bytes());
   const auto formats = detail::storage_formats();
-  const auto& pack = pack_[static_cast<std::size_t>(
-      std::find(formats.begin(), formats.end(), &detail::storage_format(format.kind)) - formats.begin())];
+  const auto& pack =
+      pack_[static_cast<std::size_t>(std::find(formats.begin(), formats.end(), &layout.storage()) - formats.begin())];
   pack.launch(stream, threads_for(layout.value_bytes() / 4), q.cview(), rows, cols, values.view());
   pack_scales_.launch(stream, threads_for(layout.scale_count()), scales_rm.cview(), zeros_rm.cview(), rows, groups,
                       scales.view(), zeros ? zeros->view() : DeviceSpan<std::uint8_t>{});

@@ -112,7 +112,7 @@ unsigned value_mask(const detail::StorageFormat& storage, const QuantizedLayout:
 }
 
 void store_value(std::vector<std::uint8_t>& values, const QuantizedLayout& layout, int row, int col, int q) {
-  const detail::StorageFormat& storage = detail::storage_format(layout.format().kind);
+  const detail::StorageFormat& storage = layout.storage();
   const QuantizedLayout::ValuePosition at = layout.value_position(row, col);
   std::uint8_t& byte = values[at.byte];
   const unsigned bits = storage.encode(q) << (at.high_nibble ? 4U : 0U);
@@ -156,6 +156,8 @@ QuantizedLayout::QuantizedLayout(std::string name, QuantizedFormat format, int r
   if (format.kind == WeightFormat::dense) fail(name_, "format 'dense' is not a quantized format");
   const detail::StorageFormat* storage = detail::find_storage_format(format.kind);
   if (storage == nullptr) fail(name_, "unknown weight format");
+  storage_ = storage;
+  group_ = storage->scale_per_row() ? cols : format.group;
   const std::string kind(storage->name);
   if (format.asymmetric && !storage->allows_asymmetric) {
     fail(name_, kind + " is symmetric only (no zero points); asymmetric " + kind + " was asked for");
@@ -176,25 +178,19 @@ QuantizedLayout::QuantizedLayout(std::string name, QuantizedFormat format, int r
   }
 }
 
-int QuantizedLayout::group() const noexcept {
-  return detail::storage_format(format_.kind).scale_per_row() ? cols_ : format_.group;
-}
-
 std::array<int, 2> QuantizedLayout::q_range() const noexcept {
-  const detail::StorageFormat& storage = detail::storage_format(format_.kind);
-  return format_.asymmetric ? storage.asymmetric_q_range : storage.q_range;
+  return format_.asymmetric ? storage_->asymmetric_q_range : storage_->q_range;
 }
 
 std::size_t QuantizedLayout::row_value_bytes() const noexcept {
-  return static_cast<std::size_t>(cols_) * static_cast<std::size_t>(detail::storage_format(format_.kind).value_bits) /
-         8;
+  return static_cast<std::size_t>(cols_) * static_cast<std::size_t>(storage_->value_bits) / 8;
 }
 
 QuantizedLayout::ValuePosition QuantizedLayout::value_position(int row, int col) const noexcept {
   const int g = row % 8;       // the lane's row pair within the tile
   const int h = row % 16 / 8;  // 0: row g of the tile, 1: row g + 8
   const auto tile = static_cast<std::size_t>(row / tile_rows);
-  const detail::StorageFormat& storage = detail::storage_format(format_.kind);
+  const detail::StorageFormat& storage = *storage_;
   const int s = col / storage.step_columns;  // the step along K
   const int c_step = col % storage.step_columns;
   const int t = c_step % 32 / 8;  // the lane's place in its row group
@@ -247,7 +243,7 @@ QuantizedWeight::QuantizedWeight(QuantizedLayout layout, std::vector<std::uint8_
     if (zeros_[i] > 15)
       fail(name, "zero point " + std::to_string(i) + " (" + std::to_string(zeros_[i]) + ") is above 15");
   }
-  if (std::string why = forbidden_value(detail::storage_format(layout_.format().kind), values_); !why.empty()) {
+  if (std::string why = forbidden_value(layout_.storage(), values_); !why.empty()) {
     fail(name, why);
   }
 }
@@ -262,7 +258,7 @@ void QuantizedWeight::check_element(int row, int col) const {
 int QuantizedWeight::value(int row, int col) const {
   check_element(row, col);
   const QuantizedLayout::ValuePosition at = layout_.value_position(row, col);
-  const detail::StorageFormat& storage = detail::storage_format(layout_.format().kind);
+  const detail::StorageFormat& storage = layout_.storage();
   const unsigned bits = (values_[at.byte] & value_mask(storage, at)) >> (at.high_nibble ? 4U : 0U);
   return storage.decode(bits, layout_.format().asymmetric);
 }
@@ -306,7 +302,7 @@ QuantizedWeight quantize(const QuantizedFormat& format, std::string_view name, i
     }
   }
   // Padding rows are zero weights: q 0 (int8: offset binary 128) with scale 0.
-  std::vector<std::uint8_t> values(layout.value_bytes(), zero_byte(detail::storage_format(format.kind)));
+  std::vector<std::uint8_t> values(layout.value_bytes(), zero_byte(layout.storage()));
   std::vector<std::uint16_t> scale_bits(layout.scale_count());
   std::vector<std::uint8_t> zeros(layout.zero_bytes());
   const auto group = static_cast<std::size_t>(layout.group());

@@ -86,8 +86,7 @@ void check_saved_bytes(const Checkpoint& checkpoint, const QuantizedLayout& layo
                                std::to_string(std::to_integer<int>(*it)) + ", above 15");
     }
   }
-  if (const detail::StorageFormat& storage = detail::storage_format(layout.format().kind);
-      storage.forbidden_byte >= 0) {
+  if (const detail::StorageFormat& storage = layout.storage(); storage.forbidden_byte >= 0) {
     const std::span<const std::byte> values = checkpoint.data(*found.values);
     if (const void* at = std::memchr(values.data(), storage.forbidden_byte, values.size()); at != nullptr) {
       refuse(*found.values, detail::forbidden_value_at(

@@ -80,7 +80,7 @@ DeviceQuantizedWeight<T> quantized_columns(const Stream& stream, const DeviceQua
   const QuantizedLayout& l = w.layout();
   const std::string which = "columns " + range(first, count);
   if (count < 1 || first < 0 || first > l.cols() - count) refuse(l, which + " are empty or outside its columns");
-  const detail::StorageFormat& storage = detail::storage_format(l.format().kind);
+  const detail::StorageFormat& storage = l.storage();
   const int step = storage.step_columns;
   if (first % step != 0 || count % step != 0) {
     refuse(l, which + " do not start and end on a step of " + std::to_string(step) + " columns");

@@ -45,6 +45,7 @@
 #include <string_view>
 #include <vector>
 
+#include "lazygraph/nn/detail/storage_row.hpp"
 #include "lazygraph/nn/weight_format.hpp"
 
 namespace lazygraph::nn {
@@ -76,7 +77,7 @@ class QuantizedLayout {
   /// P = ceil(N / 16), the tiles of 16 rows; the last one is padded with zero weights.
   [[nodiscard]] int tiles() const noexcept { return (rows_ + tile_rows - 1) / tile_rows; }
   /// Elements per scale along K: the format's group for int4, cols for int8.
-  [[nodiscard]] int group() const noexcept;
+  [[nodiscard]] int group() const noexcept { return group_; }
   /// G = cols / group(): scales (and zero points) per row.
   [[nodiscard]] int groups_per_row() const noexcept { return cols_ / group(); }
   /// The smallest and largest q stored: -8 and 7 (symmetric int4), 0 and 15 (asymmetric int4), -127 and 127 (int8).
@@ -106,6 +107,9 @@ class QuantizedLayout {
   /// The index among the scales (and zero points) of the group holding (row, col). Unchecked, as value_position.
   [[nodiscard]] std::size_t scale_index(int row, int col) const noexcept;
 
+  /// The format's row of the storage table, for the library's own files (its definition is theirs).
+  [[nodiscard]] const detail::StorageFormat& storage() const noexcept { return *storage_; }
+
  private:
   [[nodiscard]] std::size_t padded_rows() const noexcept {
     return static_cast<std::size_t>(tiles()) * static_cast<std::size_t>(tile_rows);
@@ -115,6 +119,8 @@ class QuantizedLayout {
   QuantizedFormat format_;
   int rows_;
   int cols_;
+  const detail::StorageFormat* storage_ = nullptr;  // the format's row, looked up once
+  int group_ = 0;
 };
 
 /// The clip ratios the clipping search tries, in order: each group's range times the ratio.

@@ -4,8 +4,8 @@
 /// (int8_channel.cpp, int4_group.cpp), that defines its row of the storage table: everything that differs between
 /// formats in how a weight matrix is stored (quantized.hpp describes the tiled layout they share), checked, named in
 /// config.json and in messages, quantized on the device, cut into tensor-parallel shares and projected. Every other
-/// file asks the table (storage_format) and never compares WeightFormats; the `layers` check fails where one does.
-/// docs/adding.md has the checklist for a new format.
+/// file asks the table (find_storage_format, or a layout's QuantizedLayout::storage()) and never compares
+/// WeightFormats; the `layers` check fails where one does. docs/adding.md has the checklist for a new format.
 
 #include <array>
 #include <cstdint>
@@ -61,7 +61,8 @@ struct StorageFormat {
 /// Every quantized format, in the order of their kinds (and of messages listing them).
 [[nodiscard]] std::span<const StorageFormat* const> storage_formats() noexcept;
 
-/// The row of `kind`, or null for dense and for a kind no row has.
+/// The row of `kind`, or null for dense and for a kind no row has. A QuantizedLayout holds its format's row
+/// (QuantizedLayout::storage()).
 [[nodiscard]] const StorageFormat* find_storage_format(WeightFormat kind) noexcept;
 
 /// `numbers` as a message lists them: "32, 64 or 128".
@@ -73,8 +74,5 @@ struct StorageFormat {
 /// The message refusing the forbidden byte found at byte `at` of a matrix's values: "int8 value at byte 40 is 0,
 /// offset binary for -128, outside [-127, 127]".
 [[nodiscard]] std::string forbidden_value_at(const StorageFormat& format, std::size_t at);
-
-/// The row of `kind`, a quantized format (a QuantizedLayout's: its constructor checked it). Unchecked.
-[[nodiscard]] const StorageFormat& storage_format(WeightFormat kind) noexcept;
 
 }  // namespace lazygraph::nn::detail

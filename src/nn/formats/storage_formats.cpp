@@ -49,6 +49,4 @@ std::string forbidden_value_at(const StorageFormat& format, std::size_t at) {
          std::to_string(format.forbidden_byte) + ", " + std::string(format.forbidden_why);
 }
 
-const StorageFormat& storage_format(WeightFormat kind) noexcept { return *find_storage_format(kind); }
-
 }  // namespace lazygraph::nn::detail
