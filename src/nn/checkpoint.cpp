@@ -12,6 +12,7 @@
 
 #include <unistd.h>
 
+#include "formats/storage_format.hpp"
 #include "json_util.hpp"
 #include "lazygraph/nn/decoder_rank.hpp"
 #include "lazygraph/nn/quantized_checkpoint.hpp"
@@ -544,11 +545,10 @@ DeviceQuantizedWeight<T> DecoderCheckpoint::matrix_share(const Stream& stream, c
                                                          std::size_t index, const DecoderTensor& first,
                                                          const QuantizedLayout& share, int rank, int ranks,
                                                          Staging& buffers) const {
-  // Quantizing a share of rows, or of whole int4 groups of columns, gives the bytes of the same share of the matrix
-  // quantized whole (each row's groups are the same); an int8 row's scale needs all of its columns.
+  // Quantizing a share of rows, or of whole groups of columns, gives the bytes of the same share of the matrix
+  // quantized whole (each row's groups are the same); a format with one scale per row (int8) needs all of its columns.
   const bool columns = tensor_shard(first, config_, rank, ranks).columns;
-  const bool own_part =
-      quantizer != nullptr && !quantized_as_saved() && (!columns || share.format().kind == WeightFormat::int4_group);
+  const bool own_part = quantizer != nullptr && !quantized_as_saved() && (!columns || !share.storage().scale_per_row());
   if (!own_part) {
     const DeviceQuantizedWeight<T> whole_weight = whole_matrix<T>(stream, quantizer, index, buffers);
     try {

@@ -12,6 +12,7 @@
 
 #include "architectures/architecture.hpp"
 #include "detail/config_reader.hpp"
+#include "formats/storage_format.hpp"
 #include "json_util.hpp"
 
 namespace lazygraph::nn {
@@ -197,22 +198,30 @@ std::optional<QuantizedFormat> read_format(const json& config, std::string_view 
   };
   QuantizedFormat format;
   const json* kind = field("kind");
-  if (kind == nullptr || !kind->is_string() || (*kind != "int8" && *kind != "int4")) {
-    reader.fail(where + ".kind",
-                "must be \"int8\" or \"int4\", found " + (kind == nullptr ? "nothing" : detail::describe_json(*kind)));
+  const auto formats = detail::storage_formats();
+  const auto named = std::find_if(formats.begin(), formats.end(), [&](const detail::StorageFormat* f) {
+    return kind != nullptr && kind->is_string() && kind->get_ref<const std::string&>() == f->name;
+  });
+  if (named == formats.end()) {
+    reader.fail(where + ".kind", "must be " + detail::listed_names() + ", found " +
+                                     (kind == nullptr ? "nothing" : detail::describe_json(*kind)));
   }
-  const bool int4 = *kind == "int4";
-  format.kind = int4 ? WeightFormat::int4_group : WeightFormat::int8_channel;
-  format.group = 0;  // int8 has one scale per row
-  if (int4) {
+  const detail::StorageFormat& storage = **named;
+  format.kind = storage.kind;
+  format.group = 0;  // one scale per row, unless the format has groups
+  if (!storage.scale_per_row()) {
     const json* group = field("group");
-    if (group == nullptr || !group->is_number_unsigned() ||
-        (group->get<std::uint64_t>() != 32 && group->get<std::uint64_t>() != 64 &&
-         group->get<std::uint64_t>() != 128)) {
-      reader.fail(where + ".group", "must be 32, 64 or 128 for int4 (elements per scale along the input), found " +
+    const std::span<const int> groups = storage.groups;
+    if (group == nullptr || !group->is_number_unsigned() || std::none_of(groups.begin(), groups.end(), [&](int g) {
+          return group->get<std::uint64_t>() == static_cast<std::uint64_t>(g);
+        })) {
+      reader.fail(where + ".group", "must be " + detail::listed(groups) + " for " + std::string(storage.name) +
+                                        " (elements per scale along the input), found " +
                                         (group == nullptr ? "nothing" : detail::describe_json(*group)));
     }
     format.group = static_cast<int>(group->get<std::uint64_t>());
+  }
+  if (storage.allows_asymmetric) {
     if (const json* asymmetric = field("asymmetric"); asymmetric != nullptr) {
       if (!asymmetric->is_boolean()) {
         reader.fail(where + ".asymmetric", "must be true or false, found " + detail::describe_json(*asymmetric));
@@ -228,13 +237,16 @@ std::optional<QuantizedFormat> read_format(const json& config, std::string_view 
   format.scale_type = *scales == "float16" ? ScaleType::f16 : ScaleType::bf16;
   for (const auto& [key, value] : it->items()) {
     if (key == "kind" || key == "scale_type") continue;
-    const bool int4_key = key == "group" || key == "asymmetric";
-    if ((int4 && int4_key) || (int4_key && value.is_null())) continue;  // null: absent, as field() reads it
+    // group and asymmetric are keys of the formats with groups and with zero points
+    const bool format_key = key == "group" || key == "asymmetric";
+    const bool used =
+        (key == "group" && !storage.scale_per_row()) || (key == "asymmetric" && storage.allows_asymmetric);
+    if (used || (format_key && value.is_null())) continue;  // null: absent, as field() reads it
     std::string path = where;
     path += '.';
     path += key;
-    reader.fail(path, int4_key ? "is not used by int8, which has one scale per row and no zero points"
-                               : "is not a key of a quantized format (kind, group, asymmetric, scale_type)");
+    reader.fail(path, format_key ? "is not used by " + std::string(storage.name) + ", " + std::string(storage.lacks)
+                                 : "is not a key of a quantized format (kind, group, asymmetric, scale_type)");
   }
   return format;
 }
@@ -326,12 +338,10 @@ void check_shapes(const LlamaConfig& config, const ConfigReader& reader) {
 /// A quantized format as read_format reads it; null for a dense class.
 json format_json(const std::optional<QuantizedFormat>& format) {
   if (!format) return nullptr;
-  const bool int4 = format->kind == WeightFormat::int4_group;
-  json out = {{"kind", int4 ? "int4" : format->kind == WeightFormat::int8_channel ? "int8" : "dense"}};
-  if (int4) {
-    out["group"] = format->group;
-    out["asymmetric"] = format->asymmetric;
-  }
+  const detail::StorageFormat* storage = detail::find_storage_format(format->kind);
+  json out = {{"kind", storage != nullptr ? std::string(storage->name) : std::string("dense")}};
+  if (storage != nullptr && !storage->scale_per_row()) out["group"] = format->group;
+  if (storage != nullptr && storage->allows_asymmetric) out["asymmetric"] = format->asymmetric;
   out["scale_type"] = format->scale_type == ScaleType::bf16 ? "bfloat16" : "float16";
   return out;
 }

@@ -1,16 +1,28 @@
 #include "lazygraph/nn/device_quantizer.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <limits>
 #include <span>
 #include <string>
 
+#include "formats/storage_format.hpp"
+
 namespace lazygraph::nn {
 
 namespace {
 
 constexpr unsigned block_threads = 256;
+
+/// Every quantized format's packing kernel, in the storage table's order.
+std::vector<Kernel<void(const std::int8_t*, int, int, std::uint8_t*)>> pack_kernels(const KernelLibrary& library) {
+  std::vector<Kernel<void(const std::int8_t*, int, int, std::uint8_t*)>> out;
+  for (const detail::StorageFormat* f : detail::storage_formats()) {
+    out.push_back(library.get<void(const std::int8_t*, int, int, std::uint8_t*)>(std::string(f->pack_kernel)));
+  }
+  return out;
+}
 
 LaunchConfig threads_for(std::size_t n) { return grid_for(n, block_threads); }
 
@@ -32,8 +44,7 @@ DeviceQuantizer::DeviceQuantizer(const KernelLibrary& library)
                                    std::uint8_t*, unsigned long long*)>("quantize_groups_f16")),
       groups_bf16_(library.get<void(const bfloat16*, int, int, int, int, int, int, int, int, std::int8_t*,
                                     std::uint16_t*, std::uint8_t*, unsigned long long*)>("quantize_groups_bf16")),
-      pack_int4_(library.get<void(const std::int8_t*, int, int, std::uint8_t*)>("pack_int4")),
-      pack_int8_(library.get<void(const std::int8_t*, int, int, std::uint8_t*)>("pack_int8")),
+      pack_(pack_kernels(library)),
       pack_scales_(
           library.get<void(const std::uint16_t*, const std::uint8_t*, int, int, std::uint16_t*, std::uint8_t*)>(
               "pack_scales")) {}
@@ -103,7 +114,9 @@ DeviceQuantizedWeight<T> DeviceQuantizer::quantize(const Stream& stream, const Q
   DeviceBuffer<std::uint16_t> scales(device, layout.scale_count());
   std::optional<DeviceBuffer<std::uint8_t>> zeros;
   if (format.asymmetric) zeros.emplace(device, layout.zero_bytes());
-  const auto& pack = format.kind == WeightFormat::int4_group ? pack_int4_ : pack_int8_;
+  const auto formats = detail::storage_formats();
+  const auto& pack =
+      pack_[static_cast<std::size_t>(std::find(formats.begin(), formats.end(), &layout.storage()) - formats.begin())];
   pack.launch(stream, threads_for(layout.value_bytes() / 4), q.cview(), rows, cols, values.view());
   pack_scales_.launch(stream, threads_for(layout.scale_count()), scales_rm.cview(), zeros_rm.cview(), rows, groups,
                       scales.view(), zeros ? zeros->view() : DeviceSpan<std::uint8_t>{});

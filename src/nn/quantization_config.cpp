@@ -2,6 +2,8 @@
 
 #include "lazygraph/nn/decoder_tensors.hpp"
 
+#include "formats/storage_format.hpp"
+
 namespace lazygraph::nn {
 
 QuantizationClass quantization_class(DecoderTensorRole role) noexcept {
@@ -38,11 +40,12 @@ std::optional<QuantizedFormat> DecoderQuantization::format_of(DecoderTensorRole 
 
 namespace {
 
-/// Whether `a` and `b` store weights alike: int8 ignores the group.
+/// Whether `a` and `b` store weights alike: a format with one scale per row (int8) ignores the group.
 bool same_storage(const std::optional<QuantizedFormat>& a, const std::optional<QuantizedFormat>& b) noexcept {
   if (!a || !b) return a.has_value() == b.has_value();
+  const detail::StorageFormat* storage = detail::find_storage_format(a->kind);
   return a->kind == b->kind && a->asymmetric == b->asymmetric && a->scale_type == b->scale_type &&
-         (a->kind == WeightFormat::int8_channel || a->group == b->group);
+         ((storage != nullptr && storage->scale_per_row()) || a->group == b->group);
 }
 
 }  // namespace

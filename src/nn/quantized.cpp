@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "formats/storage_format.hpp"
+
 namespace lazygraph::nn {
 
 namespace {
@@ -104,30 +106,43 @@ bool quantize_group(std::span<const float> w, const QuantizedLayout& layout, dou
   return true;
 }
 
+/// The bits of the value at `at` (the whole byte for 8-bit values).
+unsigned value_mask(const detail::StorageFormat& storage, const QuantizedLayout::ValuePosition& at) {
+  return ((1U << static_cast<unsigned>(storage.value_bits)) - 1U) << (at.high_nibble ? 4U : 0U);
+}
+
 void store_value(std::vector<std::uint8_t>& values, const QuantizedLayout& layout, int row, int col, int q) {
+  const detail::StorageFormat& storage = layout.storage();
   const QuantizedLayout::ValuePosition at = layout.value_position(row, col);
   std::uint8_t& byte = values[at.byte];
-  if (layout.format().kind == WeightFormat::int8_channel) {
-    byte = static_cast<std::uint8_t>(q + 128);  // offset binary
-    return;
-  }
-  const auto nibble = static_cast<std::uint8_t>(static_cast<unsigned>(q) & 0xFU);
-  byte = static_cast<std::uint8_t>(at.high_nibble ? ((byte & 0x0FU) | (nibble << 4U)) : ((byte & 0xF0U) | nibble));
+  const unsigned bits = storage.encode(q) << (at.high_nibble ? 4U : 0U);
+  byte = static_cast<std::uint8_t>((byte & ~value_mask(storage, at)) | bits);
+}
+
+/// The byte of values that are all q = 0: what padding rows hold.
+std::uint8_t zero_byte(const detail::StorageFormat& storage) {
+  unsigned byte = 0;
+  for (int shift = 0; shift < 8; shift += storage.value_bits) byte |= storage.encode(0) << static_cast<unsigned>(shift);
+  return static_cast<std::uint8_t>(byte);
+}
+
+/// "<name> value at byte <i> is <byte>, <why>" for the first value byte the format forbids, or empty.
+std::string forbidden_value(const detail::StorageFormat& storage, std::span<const std::uint8_t> values) {
+  if (storage.forbidden_byte < 0) return {};
+  const auto it = std::find(values.begin(), values.end(), static_cast<std::uint8_t>(storage.forbidden_byte));
+  if (it == values.end()) return {};
+  return detail::forbidden_value_at(storage, static_cast<std::size_t>(it - values.begin()));
 }
 
 }  // namespace
 
 std::string format_name(const QuantizedFormat& format) {
-  std::string out;
-  switch (format.kind) {
-    case WeightFormat::dense:
-      return "dense (not quantized)";
-    case WeightFormat::int8_channel:
-      out = "int8 per channel";
-      break;
-    case WeightFormat::int4_group:
-      out = "int4 g" + std::to_string(format.group);
-      break;
+  if (format.kind == WeightFormat::dense) return "dense (not quantized)";
+  const detail::StorageFormat* storage = detail::find_storage_format(format.kind);
+  std::string out;  // an unknown kind: nothing, as before the table
+  if (storage != nullptr) {
+    out = storage->scale_per_row() ? std::string(storage->family)
+                                   : std::string(storage->name) + " g" + std::to_string(format.group);
   }
   if (format.asymmetric) out += " asymmetric";
   return out + ", " + std::string(scale_type_name(format.scale_type)) + " scales";
@@ -138,64 +153,52 @@ QuantizedLayout::QuantizedLayout(std::string name, QuantizedFormat format, int r
   const std::string shape = std::to_string(rows) + " x " + std::to_string(cols);
   if (rows < 1 || cols < 1) fail(name_, "a quantized weight needs at least one row and column, found " + shape);
   if (format.scale_type != ScaleType::f16 && format.scale_type != ScaleType::bf16) fail(name_, "unknown scale type");
-  switch (format.kind) {
-    case WeightFormat::dense:
-      fail(name_, "format 'dense' is not a quantized format");
-    case WeightFormat::int8_channel:
-      if (format.asymmetric) fail(name_, "int8 is symmetric only (no zero points); asymmetric int8 was asked for");
-      if (cols % 32 != 0) {
-        fail(name_, "int8 needs the input dimension (" + std::to_string(cols) +
-                        ") to be a multiple of 32, the columns of one step of its kernels");
-      }
-      return;
-    case WeightFormat::int4_group:
-      if (format.group != 32 && format.group != 64 && format.group != 128) {
-        fail(name_, "int4 group size " + std::to_string(format.group) + " is not 32, 64 or 128");
-      }
-      if (cols % format.group != 0) {
-        fail(name_, "int4 group size " + std::to_string(format.group) + " does not divide the input dimension (" +
-                        std::to_string(cols) + ")");
-      }
-      if (cols % 64 != 0) {
-        fail(name_, "int4 needs the input dimension (" + std::to_string(cols) +
-                        ") to be a multiple of 64, the columns of one step of its kernels");
-      }
-      return;
+  if (format.kind == WeightFormat::dense) fail(name_, "format 'dense' is not a quantized format");
+  const detail::StorageFormat* storage = detail::find_storage_format(format.kind);
+  if (storage == nullptr) fail(name_, "unknown weight format");
+  storage_ = storage;
+  group_ = storage->scale_per_row() ? cols : format.group;
+  const std::string kind(storage->name);
+  if (format.asymmetric && !storage->allows_asymmetric) {
+    fail(name_, kind + " is symmetric only (no zero points); asymmetric " + kind + " was asked for");
   }
-  fail(name_, "unknown weight format");
+  if (!storage->scale_per_row()) {
+    const std::span<const int> groups = storage->groups;
+    if (std::find(groups.begin(), groups.end(), format.group) == groups.end()) {
+      fail(name_, kind + " group size " + std::to_string(format.group) + " is not " + detail::listed(groups));
+    }
+    if (cols % format.group != 0) {
+      fail(name_, kind + " group size " + std::to_string(format.group) + " does not divide the input dimension (" +
+                      std::to_string(cols) + ")");
+    }
+  }
+  if (cols % storage->step_columns != 0) {
+    fail(name_, kind + " needs the input dimension (" + std::to_string(cols) + ") to be a multiple of " +
+                    std::to_string(storage->step_columns) + ", the columns of one step of its kernels");
+  }
 }
 
 std::array<int, 2> QuantizedLayout::q_range() const noexcept {
-  if (format_.kind == WeightFormat::int8_channel) return {-127, 127};
-  return format_.asymmetric ? std::array<int, 2>{0, 15} : std::array<int, 2>{-8, 7};
+  return format_.asymmetric ? storage_->asymmetric_q_range : storage_->q_range;
 }
 
 std::size_t QuantizedLayout::row_value_bytes() const noexcept {
-  const auto k = static_cast<std::size_t>(cols_);
-  return format_.kind == WeightFormat::int8_channel ? k : k / 2;
+  return static_cast<std::size_t>(cols_) * static_cast<std::size_t>(storage_->value_bits) / 8;
 }
 
 QuantizedLayout::ValuePosition QuantizedLayout::value_position(int row, int col) const noexcept {
   const int g = row % 8;       // the lane's row pair within the tile
   const int h = row % 16 / 8;  // 0: row g of the tile, 1: row g + 8
   const auto tile = static_cast<std::size_t>(row / tile_rows);
-  const bool int4 = format_.kind == WeightFormat::int4_group;
-  const int step_cols = int4 ? 64 : 32;
-  const int s = col / step_cols;  // the step along K
-  const int c_step = col % step_cols;
+  const detail::StorageFormat& storage = *storage_;
+  const int s = col / storage.step_columns;  // the step along K
+  const int c_step = col % storage.step_columns;
   const int t = c_step % 32 / 8;  // the lane's place in its row group
   const int lane = 4 * g + t;
-  std::size_t byte =
+  const std::size_t byte =
       tile * tile_rows * row_value_bytes() + 512 * static_cast<std::size_t>(s) + 16 * static_cast<std::size_t>(lane);
-  if (int4) {
-    const int j = 2 * (c_step / 32) + c_step % 8 / 4;  // the word, and the mma it feeds
-    const int c = c_step % 4;                          // the column among the mma's four of this lane
-    const int n = 4 * (c % 2) + 2 * (c / 2) + h;       // the nibble in the word
-    return {byte + 4 * static_cast<std::size_t>(j) + static_cast<std::size_t>(n / 2), n % 2 == 1};
-  }
-  const int j = c_step % 8 / 4;
-  const int c = c_step % 4;
-  return {byte + 4 * static_cast<std::size_t>(2 * j + h) + static_cast<std::size_t>(c), false};
+  const detail::LanePlace place = storage.place(c_step, h);  // the format's order inside the lane's 16 bytes
+  return {byte + static_cast<std::size_t>(place.byte), place.high_nibble};
 }
 
 std::size_t QuantizedLayout::scale_index(int row, int col) const noexcept {
@@ -240,12 +243,8 @@ QuantizedWeight::QuantizedWeight(QuantizedLayout layout, std::vector<std::uint8_
     if (zeros_[i] > 15)
       fail(name, "zero point " + std::to_string(i) + " (" + std::to_string(zeros_[i]) + ") is above 15");
   }
-  if (layout_.format().kind == WeightFormat::int8_channel) {
-    const auto it = std::find(values_.begin(), values_.end(), std::uint8_t{0});
-    if (it != values_.end()) {
-      fail(name, "int8 value at byte " + std::to_string(it - values_.begin()) +
-                     " is 0, offset binary for -128, outside [-127, 127]");
-    }
+  if (std::string why = forbidden_value(layout_.storage(), values_); !why.empty()) {
+    fail(name, why);
   }
 }
 
@@ -259,10 +258,9 @@ void QuantizedWeight::check_element(int row, int col) const {
 int QuantizedWeight::value(int row, int col) const {
   check_element(row, col);
   const QuantizedLayout::ValuePosition at = layout_.value_position(row, col);
-  const std::uint8_t byte = values_[at.byte];
-  if (layout_.format().kind == WeightFormat::int8_channel) return static_cast<int>(byte) - 128;
-  const int nibble = static_cast<int>((at.high_nibble ? byte >> 4U : byte) & 0xFU);
-  return layout_.format().asymmetric ? nibble : (nibble ^ 8) - 8;  // sign-extends the two's-complement nibble
+  const detail::StorageFormat& storage = layout_.storage();
+  const unsigned bits = (values_[at.byte] & value_mask(storage, at)) >> (at.high_nibble ? 4U : 0U);
+  return storage.decode(bits, layout_.format().asymmetric);
 }
 
 float QuantizedWeight::scale(int row, int col) const {
@@ -304,7 +302,7 @@ QuantizedWeight quantize(const QuantizedFormat& format, std::string_view name, i
     }
   }
   // Padding rows are zero weights: q 0 (int8: offset binary 128) with scale 0.
-  std::vector<std::uint8_t> values(layout.value_bytes(), format.kind == WeightFormat::int8_channel ? 128 : 0);
+  std::vector<std::uint8_t> values(layout.value_bytes(), zero_byte(layout.storage()));
   std::vector<std::uint16_t> scale_bits(layout.scale_count());
   std::vector<std::uint8_t> zeros(layout.zero_bytes());
   const auto group = static_cast<std::size_t>(layout.group());

@@ -9,6 +9,8 @@
 #include <cstring>
 #include <span>
 
+#include "formats/storage_format.hpp"
+
 namespace lazygraph::nn {
 
 namespace {
@@ -38,7 +40,8 @@ std::string described(std::span<const std::int32_t> d) {
   format.group = d[3];
   format.asymmetric = d[4] != 0;
   format.scale_type = d[5] == 0 ? ScaleType::f16 : ScaleType::bf16;
-  const bool known = (d[2] == 1 || d[2] == 2) && (d[4] == 0 || d[4] == 1) && (d[5] == 0 || d[5] == 1);
+  const bool known =
+      detail::find_storage_format(format.kind) != nullptr && (d[4] == 0 || d[4] == 1) && (d[5] == 0 || d[5] == 1);
   return std::to_string(d[0]) + " x " + std::to_string(d[1]) + ", " +
          (known ? format_name(format)
                 : "an unknown format (" + std::to_string(d[2]) + ", " + std::to_string(d[4]) + ", " +
@@ -83,12 +86,11 @@ void check_saved_bytes(const Checkpoint& checkpoint, const QuantizedLayout& layo
                                std::to_string(std::to_integer<int>(*it)) + ", above 15");
     }
   }
-  if (layout.format().kind == WeightFormat::int8_channel) {
+  if (const detail::StorageFormat& storage = layout.storage(); storage.forbidden_byte >= 0) {
     const std::span<const std::byte> values = checkpoint.data(*found.values);
-    if (const void* zero = std::memchr(values.data(), 0, values.size()); zero != nullptr) {
-      refuse(*found.values, "int8 value at byte " +
-                                std::to_string(static_cast<const std::byte*>(zero) - values.data()) +
-                                " is 0, offset binary for -128, outside [-127, 127]");
+    if (const void* at = std::memchr(values.data(), storage.forbidden_byte, values.size()); at != nullptr) {
+      refuse(*found.values, detail::forbidden_value_at(
+                                storage, static_cast<std::size_t>(static_cast<const std::byte*>(at) - values.data())));
     }
   }
 }

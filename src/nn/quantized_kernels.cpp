@@ -5,7 +5,48 @@
 #include <utility>
 #include <vector>
 
+#include "formats/storage_format.hpp"
+
 namespace lazygraph::nn {
+
+namespace detail {
+
+std::vector<std::string> quantized_kernel_suffixes() {
+  std::vector<std::string> out;
+  for (const StorageFormat* f : storage_formats()) {
+    out.emplace_back(f->kernel_suffix);
+    if (!f->asymmetric_kernel_suffix.empty()) out.emplace_back(f->asymmetric_kernel_suffix);
+  }
+  return out;
+}
+
+namespace {
+/// The row of `kind`; throws naming `what` and every quantized format when no row has it.
+const StorageFormat& quantized_row(std::string_view what, int kind) {
+  if (const StorageFormat* f = find_storage_format(static_cast<WeightFormat>(kind)); f != nullptr) return *f;
+  std::string formats;
+  const auto all = storage_formats();
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    formats += i == 0 ? "neither " : i + 1 == all.size() ? " nor " : ", ";
+    formats += std::string(all[i]->family) + " (" + std::to_string(static_cast<int>(all[i]->kind)) + ")";
+  }
+  throw UsageError(std::string(what) + ": weight format " + std::to_string(kind) + " is " + formats);
+}
+}  // namespace
+
+std::size_t quantized_kernel_variant(std::string_view kernel, int kind, bool zeros) {
+  const StorageFormat& row = quantized_row("quantized kernel " + std::string(kernel), kind);
+  std::size_t index = 0;
+  for (const StorageFormat* f : storage_formats()) {
+    if (f == &row) return index + (zeros && !f->asymmetric_kernel_suffix.empty() ? 1 : 0);
+    index += f->asymmetric_kernel_suffix.empty() ? 1 : 2;
+  }
+  return index;  // not reached: the row is one of them
+}
+
+int quantized_step_columns(int kind) { return quantized_row("quantized kernels' launch shape", kind).step_columns; }
+
+}  // namespace detail
 
 namespace {
 template <Element T>

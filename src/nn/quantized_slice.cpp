@@ -3,6 +3,7 @@
 #include <optional>
 #include <string>
 
+#include "formats/storage_format.hpp"
 #include "lazygraph/driver/memcpy.hpp"
 
 namespace lazygraph::nn {
@@ -79,12 +80,13 @@ DeviceQuantizedWeight<T> quantized_columns(const Stream& stream, const DeviceQua
   const QuantizedLayout& l = w.layout();
   const std::string which = "columns " + range(first, count);
   if (count < 1 || first < 0 || first > l.cols() - count) refuse(l, which + " are empty or outside its columns");
-  const bool int4 = l.format().kind == WeightFormat::int4_group;
-  const int step = int4 ? 64 : 32;
+  const detail::StorageFormat& storage = l.storage();
+  const int step = storage.step_columns;
   if (first % step != 0 || count % step != 0) {
     refuse(l, which + " do not start and end on a step of " + std::to_string(step) + " columns");
   }
-  if (int4 && (first % l.group() != 0 || count % l.group() != 0)) {
+  const bool groups = !storage.scale_per_row();
+  if (groups && (first % l.group() != 0 || count % l.group() != 0)) {
     refuse(l, which + " do not start and end on a group of " + std::to_string(l.group()) + " columns");
   }
   QuantizedLayout part(l.name(), l.format(), l.rows(), count);
@@ -97,16 +99,16 @@ DeviceQuantizedWeight<T> quantized_columns(const Stream& stream, const DeviceQua
   const auto tiles = static_cast<std::size_t>(l.tiles());
   // A tile's values are its steps along the columns, 16 rows' bytes of each in turn: the part's are one run per tile.
   const auto tile_value_bytes = [&](int columns) {
-    return tile * static_cast<std::size_t>(int4 ? columns / 2 : columns);
+    return tile * static_cast<std::size_t>(columns) * static_cast<std::size_t>(storage.value_bits) / 8;
   };
   copy_tile_columns(stream, values.view(), w.values(), tile * l.row_value_bytes(), tile_value_bytes(first),
                     tile_value_bytes(count), tiles);
-  if (int4) {  // a tile's scales (and zero points) are its groups in turn, 16 rows' each
+  if (groups) {  // a tile's scales (and zero points) are its groups in turn, 16 rows' each
     const auto per_group = tile;
-    const auto groups = [&](int columns) { return per_group * static_cast<std::size_t>(columns / l.group()); };
-    const std::size_t pitch = groups(l.cols());
-    copy_tile_columns(stream, scales.view(), w.scales(), pitch, groups(first), groups(count), tiles);
-    if (zeros) copy_tile_columns(stream, zeros->view(), w.zeros(), pitch, groups(first), groups(count), tiles);
+    const auto scales_of = [&](int columns) { return per_group * static_cast<std::size_t>(columns / l.group()); };
+    const std::size_t pitch = scales_of(l.cols());
+    copy_tile_columns(stream, scales.view(), w.scales(), pitch, scales_of(first), scales_of(count), tiles);
+    if (zeros) copy_tile_columns(stream, zeros->view(), w.zeros(), pitch, scales_of(first), scales_of(count), tiles);
   } else {  // one scale per row, chosen over the whole row: kept
     copy_async(stream, scales.view(), w.scales());
   }

@@ -3,13 +3,16 @@
 
 usage: check_layers.py SOURCE_ROOT
 
-Three rules, each failure named with the file and the include or line that breaks it:
+Four rules, each failure named with the file and the include or line that breaks it:
   1. A header of layer L (include/lazygraph/L/, detail/L/, or the umbrella L.hpp) includes only headers of L or of
      the layers below it: driver, ops, kernels, graph, module, nn (docs/design.md's layers); lazygraph.hpp counts
      as module's.
   2. The nn wing has no include cycle between its rooms. A room is a file's stem, its header and its source together
-     (decoder.hpp with decoder.cpp); src/nn/architectures/ is one room.
+     (decoder.hpp with decoder.cpp); src/nn/architectures/ is one room, and so is src/nn/formats/.
   3. nn's private parts live in include/lazygraph/nn/detail/: no other nn header opens `namespace detail`.
+  4. The weight seam: a quantized WeightFormat (`WeightFormat::` followed by anything but `dense`) is named only in
+     its format's file (src/nn/formats/), in the header that declares the enum and in projection.hpp's table; the
+     library's other files (include/, src/, tools/) ask the tables, so a new format is a row and never a branch.
 """
 import os
 import re
@@ -60,7 +63,10 @@ def room(root, path):
     for base in (os.path.join(root, "include", "lazygraph", "nn"), os.path.join(root, "src", "nn")):
         if path.startswith(base + os.sep):
             rel = os.path.splitext(os.path.relpath(path, base))[0]
-            return "architectures" if rel.startswith("architectures" + os.sep) else rel
+            for seam in ("architectures", "formats"):
+                if rel.startswith(seam + os.sep):
+                    return seam
+            return rel
     return None
 
 
@@ -126,6 +132,33 @@ def check_nn_detail(root):
     return errors
 
 
+QUANTIZED_FORMAT = re.compile(r"\bWeightFormat::(?!dense\b)\w+")
+# Where a quantized WeightFormat may be named: each format's file, the enum's header, the projections' table.
+FORMAT_PLACES = [os.path.join("src", "nn", "formats") + os.sep,
+                 os.path.join("include", "lazygraph", "nn", "weight_format.hpp"),
+                 os.path.join("include", "lazygraph", "nn", "projection.hpp")]
+
+
+def check_format_seam(root):
+    errors = []
+    for top in ("include", "src", "tools"):
+        for folder, _, files in os.walk(os.path.join(root, top)):
+            for name in sorted(files):
+                if not name.endswith((".hpp", ".cpp", ".cu", ".cuh", ".h")):
+                    continue
+                path = os.path.join(folder, name)
+                rel = os.path.relpath(path, root)
+                if any(rel == place or rel.startswith(place) for place in FORMAT_PLACES):
+                    continue
+                with open(path, encoding="utf-8") as f:
+                    for number, line in enumerate(f, 1):
+                        found = QUANTIZED_FORMAT.search(line)
+                        if found:
+                            errors.append(f"{rel}:{number} names {found.group(0)}; ask the format's row of the "
+                                          "storage table (src/nn/formats/storage_format.hpp) instead")
+    return errors
+
+
 def main() -> int:
     root = os.path.abspath(sys.argv[1])
     errors = check_layers(os.path.join(root, "include"))
@@ -138,11 +171,12 @@ def main() -> int:
         errors.append("the nn rooms include each other in a cycle: " + "; ".join(steps))
     if os.path.isdir(os.path.join(root, "include", "lazygraph", "nn")):
         errors += check_nn_detail(root)
+        errors += check_format_seam(root)
     for e in errors:
         print(f"layers: {e}")
     if not errors:
         print(f"layers: every header includes only its layer and those below; {len(edges)} nn rooms, no cycle; "
-              "nn's private parts in nn/detail/")
+              "nn's private parts in nn/detail/; quantized formats named only in their rows")
     return 1 if errors else 0
 
 

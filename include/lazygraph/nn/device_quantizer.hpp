@@ -5,6 +5,7 @@
 /// be quantized while it is uploaded instead of on one host core.
 
 #include <string_view>
+#include <vector>
 
 #include "lazygraph/nn/quantized.hpp"
 #include "lazygraph/nn/quantized_kernels.hpp"
@@ -41,8 +42,8 @@ class DeviceQuantizer {
   GroupsKernel<float> groups_f32_;
   GroupsKernel<half> groups_f16_;
   GroupsKernel<bfloat16> groups_bf16_;
-  Kernel<void(const std::int8_t*, int, int, std::uint8_t*)> pack_int4_;
-  Kernel<void(const std::int8_t*, int, int, std::uint8_t*)> pack_int8_;
+  /// Each quantized format's packing kernel, in the order of the storage table (src/nn/formats/).
+  std::vector<Kernel<void(const std::int8_t*, int, int, std::uint8_t*)>> pack_;
   Kernel<void(const std::uint16_t*, const std::uint8_t*, int, int, std::uint16_t*, std::uint8_t*)> pack_scales_;
 };
 

@@ -45,31 +45,10 @@
 #include <string_view>
 #include <vector>
 
+#include "lazygraph/nn/detail/storage_row.hpp"
+#include "lazygraph/nn/weight_format.hpp"
+
 namespace lazygraph::nn {
-
-/// How the values of a weight matrix are stored.
-enum class WeightFormat {
-  dense,         ///< the decoder's element type (fp16 or bf16), not quantized: no QuantizedLayout describes it
-  int8_channel,  ///< 8-bit integers, one scale per output channel (row), symmetric
-  int4_group,    ///< 4-bit integers, one scale (and zero point, if asymmetric) per group of 32, 64 or 128 along K
-};
-
-/// The element type scales are stored in.
-enum class ScaleType {
-  f16,   ///< IEEE binary16 (`half`): 11 significant bits, finite up to 65504
-  bf16,  ///< bfloat16: 8 significant bits, float's range
-};
-
-/// A quantized format: what LoadOptions will choose per tensor class.
-struct QuantizedFormat {
-  WeightFormat kind = WeightFormat::int4_group;  ///< int8_channel or int4_group (dense is refused by QuantizedLayout)
-  int group = 128;          ///< int4_group: elements per group along K, 32, 64 or 128; ignored for int8_channel
-  bool asymmetric = false;  ///< int4_group only: q in [0, 15] with a zero point per group
-  ScaleType scale_type = ScaleType::f16;  ///< the element type of the scales
-
-  /// Whether every field is equal.
-  friend bool operator==(const QuantizedFormat&, const QuantizedFormat&) = default;
-};
 
 /// `format` in messages, e.g. "int4 g128 asymmetric, fp16 scales" or "int8 per channel, bf16 scales".
 [[nodiscard]] std::string format_name(const QuantizedFormat& format);
@@ -98,9 +77,7 @@ class QuantizedLayout {
   /// P = ceil(N / 16), the tiles of 16 rows; the last one is padded with zero weights.
   [[nodiscard]] int tiles() const noexcept { return (rows_ + tile_rows - 1) / tile_rows; }
   /// Elements per scale along K: the format's group for int4, cols for int8.
-  [[nodiscard]] int group() const noexcept {
-    return format_.kind == WeightFormat::int8_channel ? cols_ : format_.group;
-  }
+  [[nodiscard]] int group() const noexcept { return group_; }
   /// G = cols / group(): scales (and zero points) per row.
   [[nodiscard]] int groups_per_row() const noexcept { return cols_ / group(); }
   /// The smallest and largest q stored: -8 and 7 (symmetric int4), 0 and 15 (asymmetric int4), -127 and 127 (int8).
@@ -130,6 +107,9 @@ class QuantizedLayout {
   /// The index among the scales (and zero points) of the group holding (row, col). Unchecked, as value_position.
   [[nodiscard]] std::size_t scale_index(int row, int col) const noexcept;
 
+  /// The format's row of the storage table, for the library's own files (its definition is theirs).
+  [[nodiscard]] const detail::StorageFormat& storage() const noexcept { return *storage_; }
+
  private:
   [[nodiscard]] std::size_t padded_rows() const noexcept {
     return static_cast<std::size_t>(tiles()) * static_cast<std::size_t>(tile_rows);
@@ -139,6 +119,8 @@ class QuantizedLayout {
   QuantizedFormat format_;
   int rows_;
   int cols_;
+  const detail::StorageFormat* storage_ = nullptr;  // the format's row, looked up once
+  int group_ = 0;
 };
 
 /// The clip ratios the clipping search tries, in order: each group's range times the ratio.

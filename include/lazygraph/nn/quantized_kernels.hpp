@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "lazygraph/nn/detail/quantized_variant.hpp"
 #include "lazygraph/nn/kernels.hpp"
 #include "lazygraph/nn/quantized.hpp"
 
@@ -24,13 +25,11 @@ struct QuantizedMatrix {
   CUdeviceptr values = 0;  ///< the packed values in tiles (quantized.hpp), 16-byte aligned
   CUdeviceptr scales = 0;  ///< the scales of the element type in tiles, 4-byte aligned
   CUdeviceptr zeros = 0;   ///< the zero points at the scales' indices, or 0 when symmetric
-  int kind = 0;            ///< a WeightFormat: int8_channel or int4_group
-  int group = 0;           ///< columns per scale: cols for int8
+  int kind = 0;   ///< a quantized WeightFormat (each format's file in src/nn/formats/ checks the kernels agree)
+  int group = 0;  ///< columns per scale: cols for int8
 };
 static_assert(sizeof(QuantizedMatrix) == 32 && std::is_trivially_copyable_v<QuantizedMatrix>,
               "QuantizedMatrix is a kernel parameter, read by the kernels' struct of the same layout");
-static_assert(static_cast<int>(WeightFormat::int8_channel) == 1 && static_cast<int>(WeightFormat::int4_group) == 2,
-              "the kernels' kInt8 and kInt4 are these values");
 
 /// A quantized weight on the device, its parts uploaded as they are (each its own allocation, so 16-byte aligned).
 /// Its scales must be of the kernels' element type T: fp16 scales for fp16 activations, bf16 for bf16.
@@ -76,8 +75,9 @@ class DeviceQuantizedWeight {
 template <Element T>
 inline constexpr ScaleType scale_type_of = std::same_as<T, half> ? ScaleType::f16 : ScaleType::bf16;
 
-/// The three kernels of one quantized operation, NAME_int8, NAME_int4 (symmetric) and NAME_int4z (with zero points),
-/// called like one Kernel whose first parameter is the QuantizedMatrix: the call picks the kernel of its format.
+/// The kernels of one quantized operation, one per format of the storage table and per zero points (NAME_int8,
+/// NAME_int4 symmetric and NAME_int4z with zero points), called like one Kernel whose first parameter is the
+/// QuantizedMatrix: the call picks the kernel of its format.
 template <class Signature>
 class QuantizedKernel;
 
@@ -85,18 +85,16 @@ class QuantizedKernel;
 template <class... Rest>
 class QuantizedKernel<void(QuantizedMatrix, Rest...)> {
  public:
-  /// Looks up the three kernels. \throws UsageError as KernelLibrary::get does.
-  QuantizedKernel(const KernelLibrary& library, const std::string& name)
-      : int8_(library.get<void(QuantizedMatrix, Rest...)>(name + "_int8")),
-        int4_(library.get<void(QuantizedMatrix, Rest...)>(name + "_int4")),
-        int4_zero_(library.get<void(QuantizedMatrix, Rest...)>(name + "_int4z")) {}
+  /// Looks up the kernels. \throws UsageError as KernelLibrary::get does.
+  QuantizedKernel(const KernelLibrary& library, const std::string& name) {
+    for (const std::string& suffix : detail::quantized_kernel_suffixes()) {
+      kernels_.push_back(library.get<void(QuantizedMatrix, Rest...)>(name + suffix));
+    }
+  }
 
-  /// The kernel for `w`'s format. \throws UsageError for a kind other than int8_channel or int4_group.
+  /// The kernel for `w`'s format. \throws UsageError for a kind that is no quantized format.
   [[nodiscard]] const Kernel<void(QuantizedMatrix, Rest...)>& variant(const QuantizedMatrix& w) const {
-    if (w.kind == static_cast<int>(WeightFormat::int8_channel)) return int8_;
-    if (w.kind == static_cast<int>(WeightFormat::int4_group)) return w.zeros == 0 ? int4_ : int4_zero_;
-    throw UsageError("quantized kernel " + int8_.name() + ": weight format " + std::to_string(w.kind) +
-                     " is neither int8 per channel (1) nor int4 in groups (2)");
+    return kernels_[detail::quantized_kernel_variant(kernels_.front().name(), w.kind, w.zeros != 0)];
   }
 
   /// The launch op of the kernel for `w`'s format.
@@ -107,9 +105,7 @@ class QuantizedKernel<void(QuantizedMatrix, Rest...)> {
   }
 
  private:
-  Kernel<void(QuantizedMatrix, Rest...)> int8_;
-  Kernel<void(QuantizedMatrix, Rest...)> int4_;
-  Kernel<void(QuantizedMatrix, Rest...)> int4_zero_;
+  std::vector<Kernel<void(QuantizedMatrix, Rest...)>> kernels_;  // in quantized_kernel_suffixes()' order
 };
 
 /// Typed handles to the quantized kernels over activations of T (kernels/nn/qgemv.cu; bf16: the _bf16 kernels).
@@ -160,8 +156,8 @@ struct BasicQuantizedKernels {
   /// Launch shape of qdequantize for `rows` x `cols` weights of `w`'s format: a thread per 16 bytes of values, up to
   /// 8 blocks of 256 per multiprocessor (the rest grid-stride), launched early.
   [[nodiscard]] LaunchConfig dequantize_config(const QuantizedMatrix& w, int rows, int cols) const {
-    const long long chunks = static_cast<long long>((rows + 15) / 16) *
-                             (cols / (w.kind == static_cast<int>(WeightFormat::int4_group) ? 64 : 32)) * 32;
+    const long long chunks =
+        static_cast<long long>((rows + 15) / 16) * (cols / detail::quantized_step_columns(w.kind)) * 32;
     const long long blocks = std::clamp<long long>((chunks + 255) / 256, 1, 8LL * std::max(1, multiprocessors));
     LaunchConfig c{{static_cast<unsigned>(blocks), 1, 1}, {256, 1, 1}, 0};
     c.early_launch = early_launch;
@@ -175,7 +171,7 @@ struct BasicQuantizedKernels {
   /// that the one with blocks of 16 warps and the most tiles at a time (more steps per warp, fewer tile ends, whose
   /// sums go through shared memory). Blocks of 32 warps serve matrices of fewer tiles than multiprocessors.
   [[nodiscard]] LaunchConfig config(const QuantizedMatrix& w, int rows, int cols) const {
-    const int steps = cols / (w.kind == static_cast<int>(WeightFormat::int4_group) ? 64 : 32);
+    const int steps = cols / detail::quantized_step_columns(w.kind);
     const int tiles = (rows + 15) / 16;
     const int sms = std::max(1, multiprocessors);
     struct Shape {

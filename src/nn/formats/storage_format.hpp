@@ -1,0 +1,78 @@
+#pragma once
+/// \file
+/// Private to src/nn: the storage seam. Each quantized format is one file here, named after its WeightFormat
+/// (int8_channel.cpp, int4_group.cpp), that defines its row of the storage table: everything that differs between
+/// formats in how a weight matrix is stored (quantized.hpp describes the tiled layout they share), checked, named in
+/// config.json and in messages, quantized on the device, cut into tensor-parallel shares and projected. Every other
+/// file asks the table (find_storage_format, or a layout's QuantizedLayout::storage()) and never compares
+/// WeightFormats; the `layers` check fails where one does. docs/adding.md has the checklist for a new format.
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include <lazygraph/nn/weight_format.hpp>
+
+namespace lazygraph::nn::detail {
+
+/// Where an element's value lies in the 16-byte vector of its lane in a step of the tiled layout.
+struct LanePlace {
+  int byte;          ///< the byte of the vector, 0..15
+  bool high_nibble;  ///< whether the value is the byte's bits 4..7 (4-bit values only)
+};
+
+/// One quantized format's row of the storage table.
+struct StorageFormat {
+  WeightFormat kind;  ///< the format; its value is the kernels' (qgemv_core.cuh) and a saved layout's kind
+  /// Its name in config.json's quantization_config ("kind") and first in messages: "int8", "int4".
+  std::string_view name;
+  /// Its family in messages: "int8 per channel", "int4 in groups" (projection.hpp's kWeightFormats names it so).
+  std::string_view family;
+  /// The group sizes allowed along K, in the order messages list them; empty for one scale per row over all of its
+  /// columns (QuantizedLayout::group() is then cols, and a share of columns keeps its rows' scales).
+  std::span<const int> groups;
+  bool allows_asymmetric;  ///< whether zero points may be stored (q in asymmetric_q_range)
+  /// What a config.json object of this kind lacks of the other kinds' keys, for the message refusing one.
+  std::string_view lacks;
+  std::array<int, 2> q_range;             ///< the smallest and largest q stored, symmetric
+  std::array<int, 2> asymmetric_q_range;  ///< the same with zero points
+  int value_bits;                         ///< bits of one stored value: 8 or 4
+  int step_columns;                       ///< columns of one 512-byte step of a tile along K (qgemv_core.cuh)
+  /// Where the element of column `column` of a step (0 .. step_columns - 1) lies in its lane's vector, for row g of
+  /// the lane's pair (h 0) or g + 8 (h 1).
+  LanePlace (*place)(int column, int h);
+  /// The value_bits bits that store q (in the format's q range).
+  unsigned (*encode)(int q);
+  /// The q that `bits` (value_bits of them) store.
+  int (*decode)(unsigned bits, bool asymmetric);
+  /// A byte no stored value may hold (-1: none), and why, for the message refusing one.
+  int forbidden_byte;
+  std::string_view forbidden_why;  ///< e.g. "offset binary for -128, outside [-127, 127]"
+  std::string_view pack_kernel;    ///< the device quantizer's kernel that packs q into tiles (kernels/nn/quantize.cu)
+  std::string_view kernel_suffix;  ///< of the quantized kernels that read it (kernels/nn/qgemv.cu), e.g. "_int8"
+  std::string_view asymmetric_kernel_suffix;  ///< the same with zero points (empty without)
+
+  /// Whether one scale covers a whole row (no groups).
+  [[nodiscard]] constexpr bool scale_per_row() const noexcept { return groups.empty(); }
+};
+
+/// Every quantized format, in the order of their kinds (and of messages listing them).
+[[nodiscard]] std::span<const StorageFormat* const> storage_formats() noexcept;
+
+/// The row of `kind`, or null for dense and for a kind no row has. A QuantizedLayout holds its format's row
+/// (QuantizedLayout::storage()).
+[[nodiscard]] const StorageFormat* find_storage_format(WeightFormat kind) noexcept;
+
+/// `numbers` as a message lists them: "32, 64 or 128".
+[[nodiscard]] std::string listed(std::span<const int> numbers);
+
+/// Every format's name quoted, as a message lists them: "\"int8\" or \"int4\"".
+[[nodiscard]] std::string listed_names();
+
+/// The message refusing the forbidden byte found at byte `at` of a matrix's values: "int8 value at byte 40 is 0,
+/// offset binary for -128, outside [-127, 127]".
+[[nodiscard]] std::string forbidden_value_at(const StorageFormat& format, std::size_t at);
+
+}  // namespace lazygraph::nn::detail
