@@ -181,7 +181,7 @@ std::string ChatTemplate::render(std::string_view messages_json, const RenderOpt
     throw ChatTemplateError(t.file, t.key, 0, 0, error.what());
   }
   try {
-    return jinja::render(t.program, std::move(variables), options.max_steps);
+    return jinja::render(t.program, variables, options.max_steps);
   } catch (const jinja::RaisedError& error) {
     t.fail(error, true);
   } catch (const jinja::JinjaError& error) {

@@ -255,10 +255,12 @@ class Evaluator {
         return !truthy(eval(*e.args[0]));
       case Expr::Kind::negate:
       case Expr::Kind::plus: {
-        const Value operand = eval(*e.args[0]);
+        Value operand = eval(*e.args[0]);
         if (operand.is_undefined()) fail_undefined(operand);
-        if (operand.is<bool>())
-          return std::int64_t{(operand.as<bool>() ? 1 : 0) * (e.kind == Expr::Kind::negate ? -1 : 1)};
+        if (operand.is<bool>()) {
+          const std::int64_t one = e.kind == Expr::Kind::negate ? -1 : 1;
+          return operand.as<bool>() ? one : std::int64_t{0};
+        }
         if (e.kind == Expr::Kind::plus && operand.is_number()) return operand;
         if (operand.is<double>()) return -operand.as<double>();
         if (operand.is<std::int64_t>() && operand.as<std::int64_t>() != INT64_MIN) return -operand.as<std::int64_t>();
@@ -355,13 +357,13 @@ class Evaluator {
 
 }  // namespace
 
-std::string render(const Program& program, std::vector<std::pair<std::string, Value>> variables,
+std::string render(const Program& program, const std::vector<std::pair<std::string, Value>>& variables,
                    std::size_t max_steps) {
   Frame globals;
   for (const char* name : {"raise_exception", "strftime_now", "namespace", "range", "dict"}) {
     globals[name] = Callable{nullptr, name};
   }
-  for (auto& [name, value] : variables) globals[name] = std::move(value);
+  for (const auto& [name, value] : variables) globals.insert_or_assign(name, value);  // lists are shared, not copied
   return Evaluator(program, std::move(globals), max_steps).run(program.body);
 }
 

@@ -26,7 +26,7 @@ inline constexpr std::size_t kMaxCallDepth = 64;
 /// The text of `program` with the variables `variables` (name and value; the environment's global functions are
 /// added), taking at most `max_steps` loop iterations and macro calls. Throws JinjaError at the place of the
 /// failure, RaisedError for raise_exception.
-[[nodiscard]] std::string render(const Program& program, std::vector<std::pair<std::string, Value>> variables,
+[[nodiscard]] std::string render(const Program& program, const std::vector<std::pair<std::string, Value>>& variables,
                                  std::size_t max_steps);
 
 }  // namespace lazygraph::nn::jinja

@@ -82,7 +82,8 @@ Value map(const Value& seq, const Args& args) {
     const Value fallback = args.get(99, "default", Undefined{}, "map");
     for (const Value& item : iterate(seq)) {
       Value v = lookup_path(item, path);
-      out.push_back(v.is_undefined() && !fallback.is_undefined() ? fallback : std::move(v));
+      if (v.is_undefined() && !fallback.is_undefined()) v = fallback;
+      out.push_back(std::move(v));
     }
     return out;
   }
@@ -316,7 +317,7 @@ Value apply_filter(std::string_view name, const Value& value, const Args& args) 
   }
   if (name == "float") {
     args.expect(1, {"default"}, name);
-    const Value fallback = args.get(0, "default", 0.0, name);
+    Value fallback = args.get(0, "default", 0.0, name);
     if (value.is<double>()) return value;
     if (value.is<std::int64_t>()) return static_cast<double>(value.as<std::int64_t>());
     if (value.is<bool>()) return value.as<bool>() ? 1.0 : 0.0;

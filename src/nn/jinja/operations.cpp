@@ -135,7 +135,8 @@ Value Args::get(std::size_t index, std::string_view name, Value fallback, std::s
     }
     found = &value;
   }
-  return found != nullptr ? *found : std::move(fallback);
+  if (found != nullptr) return *found;
+  return fallback;
 }
 
 void Args::expect(std::size_t count, std::initializer_list<std::string_view> names, std::string_view callee) const {

@@ -653,9 +653,8 @@ class Parser {
         const bool negated = skip_name("not");
         const std::size_t at = peek().offset;
         std::string name;
-        if (peek().kind == Token::Kind::name) {
-          name = next().text;  // none, true and false are test names here, not literals
-        } else if (at_op("==") || at_op("!=")) {
+        // A name (none, true and false are test names here, not literals), or == and !=.
+        if (peek().kind == Token::Kind::name || at_op("==") || at_op("!=")) {
           name = next().text;
         } else {
           fail(at, "expected a test name, found " + describe(peek()));
@@ -702,7 +701,7 @@ class Parser {
 
 }  // namespace
 
-Program parse(std::string source) {
+Program parse(std::string_view source) {
   Program program;
   program.source = normalize_newlines(source);
   const SourceMap map(program.source);

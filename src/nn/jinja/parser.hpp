@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <string>
+#include <string_view>
 
 #include "ast.hpp"
 
@@ -17,6 +18,6 @@ inline constexpr std::size_t kMaxNesting = 100;
 /// The Program of template `source` (as read from the file). Throws JinjaError at the place of a syntax error, a
 /// construct outside the subset (naming it: "the 'include' tag", "the filter 'wordwrap'"), a block not closed, or
 /// nesting deeper than kMaxNesting.
-[[nodiscard]] Program parse(std::string source);
+[[nodiscard]] Program parse(std::string_view source);
 
 }  // namespace lazygraph::nn::jinja

@@ -48,7 +48,7 @@ bool is_test(std::string_view name) noexcept {
 bool apply_test(std::string_view name, const Value& value, const Args& args) {
   const auto arg = [&](std::string_view param) {
     args.expect(1, {param}, name);
-    const Value other = args.get(0, param, Undefined{}, name);
+    Value other = args.get(0, param, Undefined{}, name);
     if (args.positional.empty() && args.keyword.empty()) {
       throw JinjaError({}, "the test '" + std::string(name) + "' needs an argument");
     }

@@ -41,7 +41,7 @@ std::string_view type_name(const Value& value) noexcept {
   return kNames.at(value.v.index());
 }
 
-bool truthy(const Value& value) noexcept {
+bool truthy(const Value& value) {
   return std::visit(
       [](const auto& x) -> bool {
         using T = std::decay_t<decltype(x)>;

@@ -94,7 +94,7 @@ struct Value {
 [[nodiscard]] std::string_view type_name(const Value& value) noexcept;
 
 /// Python's truth value: empty strings, lists and dicts, 0, 0.0, None, False and undefined are false.
-[[nodiscard]] bool truthy(const Value& value) noexcept;
+[[nodiscard]] bool truthy(const Value& value);
 
 /// Python's ==: 1 == 1.0 and True == 1, lists and dicts item by item, undefined equal only to undefined. Recursion
 /// depth is the values' nesting (bounded by the JSON parser and the template's literals).
