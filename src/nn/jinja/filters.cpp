@@ -12,6 +12,7 @@
 #include "builtins.hpp"
 #include "error.hpp"
 #include "json.hpp"
+#include "text_case.hpp"
 
 namespace lazygraph::nn::jinja {
 
@@ -21,9 +22,6 @@ constexpr std::array<std::string_view, 31> kFilters = {
     "trim",  "length", "count", "tojson",  "string",   "upper", "lower",      "capitalize", "title",  "default", "d",
     "first", "last",   "join",  "replace", "items",    "list",  "selectattr", "rejectattr", "select", "reject",  "map",
     "int",   "float",  "safe",  "indent",  "dictsort", "abs",   "reverse",    "sort",       "unique"};
-
-char upper(char c) { return c >= 'a' && c <= 'z' ? static_cast<char>(c - 'a' + 'A') : c; }
-char lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
 
 /// Jinja's make_attrgetter: "a.b.0" looks up a, then b, then item 0.
 Value lookup_path(const Value& item, const std::string& path) {
@@ -62,6 +60,7 @@ Value select(const Value& seq, const Args& args, bool by_attribute, bool keep) {
   test_args.positional.assign(args.positional.begin() + static_cast<std::ptrdiff_t>(next), args.positional.end());
   test_args.keyword = args.keyword;
   std::vector<Value> out;
+  if (!truthy(seq)) return out;  // Jinja's `if seq:` before iterating: a false non-sequence gives nothing
   for (const Value& item : iterate(seq)) {
     const Value subject = by_attribute ? lookup_path(item, attribute) : item;
     const bool passed = test.empty() ? truthy(subject) : apply_test(test, subject, test_args);
@@ -72,6 +71,7 @@ Value select(const Value& seq, const Args& args, bool by_attribute, bool keep) {
 
 Value map(const Value& seq, const Args& args) {
   std::vector<Value> out;
+  if (!truthy(seq)) return out;  // as select
   for (const auto& [key, value] : args.keyword) {
     if (key != "attribute" && key != "default")
       throw JinjaError({}, "map() got an unexpected keyword argument '" + key + "'");
@@ -161,7 +161,11 @@ Value indent(const Value& value, const Args& args) {
   } else {
     throw JinjaError({}, "indent's width must be an int or a str");
   }
-  const std::string text = to_str(value) + "\n";
+  if (!value.is_string()) {  // Jinja's indent appends "\n" to its operand
+    if (value.is_undefined()) fail_undefined(value);
+    throw JinjaError({}, "indent needs a str, not " + std::string(type_name(value)));
+  }
+  const std::string text = value.as<std::string>() + "\n";
   std::vector<std::string> lines;  // str.splitlines() on "\n", "\r\n" and "\r"
   std::size_t start = 0;
   for (std::size_t i = 0; i < text.size(); ++i) {
@@ -186,9 +190,7 @@ Value indent(const Value& value, const Args& args) {
 /// A sort key for dictsort and sort: lower-cased strs unless case-sensitive.
 Value sort_key(const Value& v, bool case_sensitive) {
   if (case_sensitive || !v.is_string()) return v;
-  std::string s = v.as<std::string>();
-  for (char& c : s) c = lower(c);
-  return s;
+  return to_lower(v.as<std::string>());
 }
 
 Value sorted(std::vector<Value> items, const std::function<Value(const Value&)>& key, bool reverse) {
@@ -247,23 +249,12 @@ Value apply_filter(std::string_view name, const Value& value, const Args& args) 
   }
   if (name == "upper" || name == "lower" || name == "capitalize") {
     args.expect(0, {}, name);
-    std::string s = to_str(value);
-    for (std::size_t i = 0; i < s.size(); ++i) {
-      s[i] = name == "upper" || (name == "capitalize" && i == 0) ? upper(s[i]) : lower(s[i]);
-    }
-    return s;
+    const std::string s = to_str(value);
+    return name == "upper" ? to_upper(s) : name == "lower" ? to_lower(s) : capitalize(s);
   }
-  if (name == "title") {  // Jinja's: words begin after whitespace, '-', '(', '{', '[' or '<'
+  if (name == "title") {
     args.expect(0, {}, name);
-    std::string s = to_str(value);
-    bool begins = true;
-    for (char& c : s) {
-      const bool separator = c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v' || c == '-' ||
-                             c == '(' || c == '{' || c == '[' || c == '<';
-      c = begins ? upper(c) : lower(c);
-      begins = separator;
-    }
-    return s;
+    return jinja_title(to_str(value));
   }
   if (name == "default" || name == "d") {
     args.expect(2, {"default_value", "boolean"}, name);
@@ -300,17 +291,21 @@ Value apply_filter(std::string_view name, const Value& value, const Args& args) 
   }
   if (name == "items") {
     args.expect(0, {}, name);
-    if (value.is_undefined()) return std::vector<Value>{};
+    if (value.is_undefined()) return make_iterator({});
     if (!value.is_dict()) throw JinjaError({}, "Can only get item pairs from a mapping.");
-    return call_method(value, "items", Args{});
+    return make_iterator(call_method(value, "items", Args{}).list());
   }
   if (name == "list") {
     args.expect(0, {}, name);
     return iterate(value);
   }
-  if (name == "selectattr" || name == "rejectattr") return select(value, args, true, name == "selectattr");
-  if (name == "select" || name == "reject") return select(value, args, false, name == "select");
-  if (name == "map") return map(value, args);
+  // Jinja returns these as generators: true even when empty.
+  if (name == "selectattr" || name == "rejectattr") {
+    return make_iterator(select(value, args, true, name == "selectattr").list());
+  }
+  if (name == "select" || name == "reject") return make_iterator(select(value, args, false, name == "select").list());
+  if (name == "map") return make_iterator(map(value, args).list());
+  if ((name == "int" || name == "float") && value.is_undefined()) fail_undefined(value);  // int(Undefined) raises
   if (name == "int") {
     args.expect(2, {"default", "base"}, name);
     return to_int(value, args.get(0, "default", std::int64_t{0}, name));
@@ -348,7 +343,7 @@ Value apply_filter(std::string_view name, const Value& value, const Args& args) 
     }
     std::vector<Value> items = iterate(value);
     std::reverse(items.begin(), items.end());
-    return items;
+    return make_iterator(std::move(items));
   }
   if (name == "indent") return indent(value, args);
   if (name == "dictsort") {
@@ -386,7 +381,7 @@ Value apply_filter(std::string_view name, const Value& value, const Args& args) 
       for (const Value& o : out) seen = seen || equal(sort_key(o, false), key);
       if (!seen) out.push_back(item);
     }
-    return out;
+    return make_iterator(std::move(out));
   }
   throw JinjaError({}, "no filter named '" + std::string(name) + "'");
 }

@@ -6,6 +6,7 @@
 
 #include "builtins.hpp"
 #include "error.hpp"
+#include "text_case.hpp"
 
 namespace lazygraph::nn::jinja {
 
@@ -110,8 +111,6 @@ Value split(const std::string& text, const Value& sep, std::int64_t maxsplit, bo
   return parts;
 }
 
-char ascii_upper(char c) { return c >= 'a' && c <= 'z' ? static_cast<char>(c - 'a' + 'A') : c; }
-char ascii_lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
 bool ascii_alpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
 
 bool affix(const std::string& text, const Value& candidates, bool start) {
@@ -145,22 +144,12 @@ Value string_method(const std::string& text, std::string_view name, const Args& 
     if (args.positional.empty()) throw JinjaError({}, std::string(name) + "() takes at least 1 argument (0 given)");
     return affix(text, args.positional[0], name == "startswith");
   }
-  if (name == "upper" || name == "lower") {
+  if (name == "upper" || name == "lower" || name == "title" || name == "capitalize") {
     args.expect(0, {}, name);
-    std::string out = text;
-    for (char& c : out) c = name == "upper" ? ascii_upper(c) : ascii_lower(c);
-    return out;
-  }
-  if (name == "title" || name == "capitalize") {
-    args.expect(0, {}, name);
-    std::string out = text;
-    bool previous_cased = false;
-    for (std::size_t i = 0; i < out.size(); ++i) {
-      const bool first = name == "title" ? !previous_cased : i == 0;
-      previous_cased = ascii_alpha(out[i]);
-      out[i] = first ? ascii_upper(out[i]) : ascii_lower(out[i]);
-    }
-    return out;
+    return name == "upper"   ? to_upper(text)
+           : name == "lower" ? to_lower(text)
+           : name == "title" ? py_title(text)
+                             : capitalize(text);
   }
   if (name == "replace") {
     args.expect(3, {}, name);
@@ -242,6 +231,7 @@ Value string_method(const std::string& text, std::string_view name, const Args& 
     return lines;
   }
   args.expect(0, {}, name);
+  if (name == "islower" || name == "isupper") return all_cased(text, name == "islower");
   bool any = false;
   for (const char c : text) {
     any = true;
@@ -249,8 +239,7 @@ Value string_method(const std::string& text, std::string_view name, const Args& 
     const bool ok = name == "isdigit"   ? (c >= '0' && c <= '9')
                     : name == "isalpha" ? ascii_alpha(c)
                     : name == "isspace" ? is_py_space(byte)
-                    : name == "islower" ? !(c >= 'A' && c <= 'Z')
-                                        : !(c >= 'a' && c <= 'z');
+                                        : true;
     if (!ok) return false;
   }
   return any;

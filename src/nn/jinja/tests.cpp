@@ -5,6 +5,7 @@
 
 #include "builtins.hpp"
 #include "error.hpp"
+#include "text_case.hpp"
 
 namespace lazygraph::nn::jinja {
 
@@ -20,20 +21,6 @@ std::int64_t integer_operand(const Value& value, std::string_view test) {
   if (value.is<bool>()) return value.as<bool>() ? 1 : 0;
   if (value.is_undefined()) fail_undefined(value);
   throw JinjaError({}, "the test '" + std::string(test) + "' needs an integer, not " + std::string(type_name(value)));
-}
-
-bool all_cased(const std::string& text, bool lower) {
-  bool cased = false;
-  for (const char c : text) {
-    if (c >= 'a' && c <= 'z') {
-      if (!lower) return false;
-      cased = true;
-    } else if (c >= 'A' && c <= 'Z') {
-      if (lower) return false;
-      cased = true;
-    }
-  }
-  return cased;
 }
 
 }  // namespace
@@ -81,8 +68,13 @@ bool apply_test(std::string_view name, const Value& value, const Args& args) {
   if (name == "lt") return binary_op("<", value, arg("other")).as<bool>();
   if (name == "ge") return binary_op(">=", value, arg("other")).as<bool>();
   if (name == "le") return binary_op("<=", value, arg("other")).as<bool>();
-  if (name == "odd") return integer_operand(value, name) % 2 != 0;
-  if (name == "even") return integer_operand(value, name) % 2 == 0;
+  if (name == "odd" || name == "even") {  // value % 2 == 1 (or == 0), floats included
+    if (value.is_undefined()) fail_undefined(value);
+    if (!value.is_number() && !value.is<bool>()) {
+      throw JinjaError({}, "the test '" + std::string(name) + "' needs a number, not " + std::string(type_name(value)));
+    }
+    return equal(binary_op("%", value, std::int64_t{2}), std::int64_t{name == "odd" ? 1 : 0});
+  }
   if (name == "divisibleby") {
     const std::int64_t divisor = integer_operand(arg("num"), name);
     if (divisor == 0) throw JinjaError({}, "integer division or modulo by zero");

@@ -18,6 +18,12 @@ Value make_tuple(std::vector<Value> items) {
   return value;
 }
 
+Value make_iterator(std::vector<Value> items) {
+  Value value(std::move(items));
+  value.iterator = true;
+  return value;
+}
+
 const Value* DictData::find(std::string_view key) const {
   for (const auto& [k, value] : items) {
     if (k == key) return &value;
@@ -43,7 +49,7 @@ std::string_view type_name(const Value& value) noexcept {
 
 bool truthy(const Value& value) {
   return std::visit(
-      [](const auto& x) -> bool {
+      [&value](const auto& x) -> bool {
         using T = std::decay_t<decltype(x)>;
         if constexpr (std::is_same_v<T, Undefined> || std::is_same_v<T, None>) {
           return false;
@@ -54,7 +60,7 @@ bool truthy(const Value& value) {
         } else if constexpr (std::is_same_v<T, std::string>) {
           return !x.empty();
         } else if constexpr (std::is_same_v<T, ListPtr>) {
-          return !x->empty();
+          return value.iterator || !x->empty();
         } else if constexpr (std::is_same_v<T, DictPtr>) {
           return !x->items.empty();
         } else {
@@ -269,6 +275,7 @@ std::string string_repr(std::string_view text) {
 
 std::string to_repr(const Value& value) {
   if (value.is_string()) return string_repr(value.as<std::string>());
+  if (value.is_undefined()) return "Undefined";  // repr(jinja2.Undefined())
   return to_str(value);
 }
 

@@ -54,6 +54,9 @@ struct Value {
   std::variant<Undefined, None, bool, std::int64_t, double, std::string, ListPtr, DictPtr, NamespacePtr, Callable> v;
   /// For a list: whether Python would hold it as a tuple (a dict's items, `(a, b)`), which prints as "(a, b)".
   bool tuple = false;
+  /// For a list: whether Jinja would hold it as an iterator (what select, map, items, unique and reverse return),
+  /// which is true however empty.
+  bool iterator = false;
 
   Value() = default;
   Value(Undefined u) : v(std::move(u)) {}       // NOLINT(google-explicit-constructor)
@@ -90,10 +93,14 @@ struct Value {
 /// A tuple of `items` (a list that prints as "(a, b)").
 [[nodiscard]] Value make_tuple(std::vector<Value> items);
 
+/// An iterator over `items` (a list that is always true).
+[[nodiscard]] Value make_iterator(std::vector<Value> items);
+
 /// The name of the value's Python type, for messages: "str", "int", "list", "dict", "undefined", ...
 [[nodiscard]] std::string_view type_name(const Value& value) noexcept;
 
-/// Python's truth value: empty strings, lists and dicts, 0, 0.0, None, False and undefined are false.
+/// Python's truth value: empty strings, lists and dicts, 0, 0.0, None, False and undefined are false; an iterator
+/// is true.
 [[nodiscard]] bool truthy(const Value& value);
 
 /// Python's ==: 1 == 1.0 and True == 1, lists and dicts item by item, undefined equal only to undefined. Recursion
@@ -104,7 +111,7 @@ struct Value {
 /// does ("None", "True", "1.0", "['a', 1]").
 [[nodiscard]] std::string to_str(const Value& value);
 
-/// Python's repr(): strings quoted as Python quotes them, the rest as to_str.
+/// Python's repr(): strings quoted as Python quotes them, undefined as "Undefined", the rest as to_str.
 [[nodiscard]] std::string to_repr(const Value& value);
 
 /// Python's repr() of a float: the shortest text that reads back as the same double, "1.0", "1e+16", "1.5e-05",

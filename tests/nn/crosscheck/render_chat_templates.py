@@ -186,8 +186,103 @@ SNIPPETS = [
     ("{{ '%s'|length }} {{ 'a\nb'|indent(2) }}|{{ 'a\n\nb\n'|indent(2, true) }}|{{ 'a\n\nb'|indent(2, blank=true) }}",
      {}),
     ("{{ 3 / 0 }}", {}),
+    ("{{ 'grüße émile ÇA'|upper }} {{ 'ÉCOLE Ωμέγα'|lower }} {{ 'élan vital'|title }} {{ 'émile'|capitalize }}"
+     " {{ 'ça va'.upper() }} {{ 'ÇA'.lower() }} {{ 'éa-b'.title() }} {{ 'é' is lower }} {{ 'É'.isupper() }}", {}),
+    ("{% if []|select %}iterators are true{% endif %} {% if [] %}lists are not{% endif %} {{ 2.5 is odd }}"
+     " {{ 3.0 is odd }} {{ -4 is even }}", {}),
+    ("{{ u|int }}", {}),
+    ("{{ 5|indent }}", {}),
     ("{{ l.0 }} {{ l.1 }} {{ d.a.b }}", {"l": ["x", "y"], "d": {"a": {"b": "deep"}}}),
 ]
+
+
+# Random templates (a fixed seed) over the subset: expressions of every operator, filter and test on values of every
+# type, nested in if / for / set with whitespace control. Built only from what both engines hold the same way: the
+# filters that Jinja returns as generators (select, map, items, unique, reverse) are followed by |list, and `%`
+# (Python's string formatting) and printing a range or a dict view are left out.
+FUZZ_SEED = 62
+FUZZ_COUNT = 600
+FUZZ_VARIABLES = {"s": "Héllo World ", "t": "a,b,,c", "n": 7, "m": -3, "f": 2.5, "z": 0, "b": True, "no": None,
+                  "l": [3, 1, 2], "e": [], "d": {"k": "v", "a": 1, "z": [1, 2]}, "ed": {},
+                  "ms": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": " yo "}]}
+
+
+def fuzz_templates():
+    import random
+
+    rng = random.Random(FUZZ_SEED)
+    atoms = ["s", "t", "n", "m", "f", "z", "b", "no", "l", "e", "d", "ms", "ed", "u", "1", "0", "-2", "2.0", "0.5",
+             "'x'", "''", "'a b'", "none", "true", "false", "[1, 'a']", "{'q': 1}", "(1, 2)", "v", "d.k", "d['a']",
+             "ms[0]", "ms[-1].content", "l[1:]", "s[::-1]", "l[0]", "d.zz", "s.strip()", "t.split(',')",
+             "d.items()|list", "d.get('k')", "s.upper()", "s.startswith('H')", "ms|length", "l|join('-')",
+             "range(3)|list", "t.rsplit(',', 1)", "s.find('o')", "s.replace('l', 'L')"]
+    operators = ["+", "-", "*", "/", "//", "~", "==", "!=", "<", ">", "<=", ">=", "and", "or", "in", "not in"]
+    filters = ["trim", "length", "tojson", "string", "upper", "lower", "title", "capitalize", "first", "last", "list",
+               "int", "float", "abs", "reverse|list", "sort", "unique|list", "items|list", "default('D')",
+               "join(',')", "replace('l', 'L')", "tojson(indent=2)", "selectattr('role', 'equalto', 'user')|list",
+               "map(attribute='role')|list", "dictsort", "indent(2)", "count", "select|list", "reject|list",
+               "tojson(sort_keys=true)", "d(none, true)"]
+    tests = ["defined", "undefined", "none", "string", "mapping", "iterable", "sequence", "number", "integer",
+             "float", "boolean", "true", "false", "odd", "even", "equalto 1", "in [1, 2]", "lower", "upper"]
+    spaces = ["", " ", "\n", "  \n", "\n  ", "\t"]
+
+    def expr(depth=0):
+        k = rng.random()
+        if depth > 2 or k < 0.3:
+            return rng.choice(atoms)
+        if k < 0.5:
+            return f"({expr(depth + 1)} {rng.choice(operators)} {expr(depth + 1)})"
+        if k < 0.7:
+            return f"{expr(depth + 1)}|{rng.choice(filters)}"
+        if k < 0.8:
+            return f"({expr(depth + 1)} is {rng.choice(['', 'not '])}{rng.choice(tests)})"
+        if k < 0.9:
+            return f"({expr(depth + 1)} if {expr(depth + 1)} else {expr(depth + 1)})"
+        return f"(not {expr(depth + 1)})"
+
+    def control():
+        return rng.choice(["", "-", "+"]) if rng.random() < 0.3 else ""
+
+    def statement(depth=0):
+        k = rng.random()
+        before, after, space = control(), control(), rng.choice(spaces)
+        if depth > 2 or k < 0.35:
+            left, right = rng.choice(["", "-"]), rng.choice(["", "-"])
+            return f"{space}{{{{{left} {expr()} {right}}}}}{rng.choice(spaces)}"
+        if k < 0.45:
+            return space + rng.choice(["text", " a ", "x\n", "  y  "]) + rng.choice(spaces)
+        if k < 0.6:
+            return (f"{space}{{%{before} if {expr()} {after}%}}{body(depth)}{rng.choice(spaces)}{{% else %}}"
+                    f"{body(depth)}{{% endif %}}{rng.choice(spaces)}")
+        if k < 0.75:
+            sequence = rng.choice(["l", "ms", "s", "d", "e", "u", "range(4)", "l|reverse", "d|items"])
+            return (f"{space}{{%{before} for x in {sequence} {after}%}}{body(depth)}{{{{ loop.index }}}}"
+                    f"{{% if loop.last %}}L{{% endif %}}{{% endfor %}}{rng.choice(spaces)}")
+        if k < 0.85:
+            return f"{space}{{%{before} set v = {expr()} {after}%}}{rng.choice(spaces)}"
+        if k < 0.92:
+            return f"{space}{{#{before} c {after}#}}{rng.choice(spaces)}"
+        return (f"{space}{{% set ns = namespace(v=0) %}}{{% for i in l %}}{{% set ns.v = ns.v + i %}}{{% endfor %}}"
+                f"{{{{ ns.v }}}}")
+
+    def body(depth):
+        return "".join(statement(depth + 1) for _ in range(rng.randint(0, 3)))
+
+    return ["".join(statement() for _ in range(rng.randint(1, 4))) for _ in range(FUZZ_COUNT)]
+
+
+def generated_renders(env):
+    """FUZZ_COUNT random templates rendered; of those that fail (a type error, an undefined value), only every
+    fourth is kept, so that most of them test what a render writes."""
+    rows, failures = [], 0
+    for source in fuzz_templates():
+        row = {"source": source, **render_snippet(env, source, FUZZ_VARIABLES)}
+        if "error" in row:
+            failures += 1
+            if failures % 4 != 0:
+                continue
+        rows.append(row)
+    return rows
 
 
 def jinja_environment():
@@ -248,10 +343,11 @@ def render_jinja(env, sources, case):
 
 
 def render_snippet(env, source, variables):
+    import copy
     import jinja2
 
-    try:
-        return {"output": env.from_string(source).render(**variables)}
+    try:  # a copy: jinja2's indent filter appends to a list given to it in place
+        return {"output": env.from_string(source).render(**copy.deepcopy(variables))}
     except Exception as e:  # noqa: BLE001
         return {"error": f"{type(e).__name__}: {e}", "raised": type(e) is jinja2.exceptions.TemplateError}
 
@@ -284,11 +380,14 @@ def main():
         rows = [{**case, **render_jinja(env, sources, case)} for case in cases()]
         snippets = [{"source": source, "variables": variables, **render_snippet(env, source, variables)}
                     for source, variables in SNIPPETS]
+        generated = generated_renders(env)
         (DATA / "renders.json").write_text(
-            json.dumps({"templates": rows, "snippets": snippets}, ensure_ascii=False, indent=1) + "\n",
+            json.dumps({"templates": rows, "snippets": snippets, "generated_variables": FUZZ_VARIABLES,
+                        "generated": generated}, ensure_ascii=False, indent=1) + "\n",
             encoding="utf-8")
-        print(f"wrote {len(rows)} renders ({sum('error' in r for r in rows)} errors) and {len(snippets)} snippets "
-              f"({sum('error' in r for r in snippets)} errors) to {DATA / 'renders.json'}")
+        print(f"wrote {len(rows)} renders ({sum('error' in r for r in rows)} errors), {len(snippets)} snippets "
+              f"({sum('error' in r for r in snippets)} errors) and {len(generated)} generated templates "
+              f"({sum('error' in r for r in generated)} errors) to {DATA / 'renders.json'}")
         return 0
     try:
         import transformers
