@@ -364,6 +364,8 @@ def render_transformers(sources, case):
     try:
         text = tokenizer.apply_chat_template(case["messages"], tools=case["tools"], tokenize=False,
                                              add_generation_prompt=case["add_generation_prompt"], **case["variables"])
+        if not isinstance(text, str):
+            return {"error": f"apply_chat_template returned a {type(text).__name__}, not the text", "raised": False}
         return {"output": text}
     except Exception as e:  # noqa: BLE001
         return {"error": f"{type(e).__name__}: {e}", "raised": type(e) is jinja2.exceptions.TemplateError}
