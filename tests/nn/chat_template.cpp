@@ -321,5 +321,12 @@ TEST_SUITE("host") {
     CHECK(output.find("line 1, column 36: the render's output would exceed 67108864 bytes") != std::string::npos);
     CHECK(render_failure("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}")
               .find("macro calls nest deeper than 64 levels") != std::string::npos);
+    // A macro whose body nests 90 blocks deep, calling itself: the recursion as a whole is bounded.
+    std::string deep = "{% macro f(n) %}";
+    for (int i = 0; i < 90; ++i) deep += "{% if true %}";
+    deep += "{{ f(n + 1) }}";
+    for (int i = 0; i < 90; ++i) deep += "{% endif %}";
+    CHECK(render_failure(deep + "{% endmacro %}{{ f(0) }}").find("the render nests deeper than 1000 levels") !=
+          std::string::npos);
   }
 }

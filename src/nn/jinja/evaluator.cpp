@@ -67,8 +67,27 @@ class Evaluator {
     for (std::size_t i = 0; i < targets.size(); ++i) frames_.back()[targets[i]] = items[i];
   }
 
+  /// Counts one level of the render's recursion while alive: bodies and expressions nest at most kMaxNesting deep
+  /// each (the parser's limit), but macros calling macros multiply that; this bounds the stack whatever the mix.
+  class Nest {
+   public:
+    Nest(Evaluator& e, std::size_t offset) : e_(e) {
+      if (++e_.nesting_ > kMaxRenderNesting) {
+        e_.fail(offset, "the render nests deeper than " + std::to_string(kMaxRenderNesting) +
+                            " levels of blocks, expressions and macro calls");
+      }
+    }
+    Nest(const Nest&) = delete;
+    Nest& operator=(const Nest&) = delete;
+    ~Nest() { --e_.nesting_; }
+
+   private:
+    Evaluator& e_;
+  };
+
   // ---- statements
   Flow render_body(const Body& body) {
+    const Nest nest(*this, body.empty() ? 0 : body.front()->offset);
     for (const auto& node : body) {
       const Flow flow = render_node(*node);
       if (flow != Flow::normal) return flow;
@@ -184,6 +203,7 @@ class Evaluator {
 
   // ---- expressions
   Value eval(const Expr& e) {
+    const Nest nest(*this, e.offset);
     try {
       return eval_inner(e);
     } catch (const RaisedError& error) {
@@ -353,6 +373,7 @@ class Evaluator {
   std::string out_;
   std::size_t steps_ = 0;
   std::size_t call_depth_ = 0;
+  std::size_t nesting_ = 0;
 };
 
 }  // namespace

@@ -5,8 +5,8 @@
 /// undefined values, and Python's printing of values. Private to src/nn.
 ///
 /// Bounded: the output stops at kMaxOutputBytes, loop iterations and macro calls together at the caller's
-/// `max_steps`, macro calls nest at most kMaxCallDepth deep; each bound throws JinjaError at the place it was
-/// reached.
+/// `max_steps`, macro calls nest at most kMaxCallDepth deep and the whole recursion kMaxRenderNesting deep; each
+/// bound throws JinjaError at the place it was reached.
 
 #include <cstddef>
 #include <string>
@@ -22,6 +22,8 @@ namespace lazygraph::nn::jinja {
 inline constexpr std::size_t kMaxOutputBytes = std::size_t{64} << 20U;
 /// The deepest nesting of macro calls.
 inline constexpr std::size_t kMaxCallDepth = 64;
+/// The deepest recursion of a render (bodies, expressions and macro calls together), which bounds its stack.
+inline constexpr std::size_t kMaxRenderNesting = 1000;
 
 /// The text of `program` with the variables `variables` (name and value; the environment's global functions are
 /// added), taking at most `max_steps` loop iterations and macro calls. Throws JinjaError at the place of the
