@@ -217,7 +217,10 @@ Value get_slice(const Value& object, const Value* start, const Value* stop, cons
     end = stop == nullptr || stop->is_none() ? -1 : clamp(bound(stop, 0), -1, size - 1);
   }
   std::vector<std::size_t> picks;
-  for (std::int64_t i = begin; s > 0 ? i < end : i > end; i += s) picks.push_back(static_cast<std::size_t>(i));
+  for (std::int64_t i = begin; s > 0 ? i < end : i > end;) {
+    picks.push_back(static_cast<std::size_t>(i));
+    if (__builtin_add_overflow(i, s, &i)) break;  // a step near 2^63 leaves the sequence at once
+  }
   if (object.is_list()) {
     std::vector<Value> out;
     out.reserve(picks.size());
@@ -327,8 +330,10 @@ Value binary_op(std::string_view op, const Value& a, const Value& b) {
     }
   } else if (op == "%") {
     if (ints) {
-      const std::int64_t q = floor_div(ia, ib);
-      return ia - q * ib;
+      if (ib == 0) throw JinjaError({}, "integer division or modulo by zero");
+      if (ib == -1) return std::int64_t{0};  // INT64_MIN % -1 would overflow in C++
+      const std::int64_t r = ia % ib;        // Python's sign: the divisor's
+      return r != 0 && ((r < 0) != (ib < 0)) ? r + ib : r;
     }
     if (numbers) {
       if (db == 0) throw JinjaError({}, "float modulo");
