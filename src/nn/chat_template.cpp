@@ -103,13 +103,7 @@ ChatTemplate ChatTemplate::load(const std::filesystem::path& folder, std::string
   std::string bos = special_token(config, "bos_token", config_path);
   std::string eos = special_token(config, "eos_token", config_path);
   if (has_jinja) {
-    std::string source;
-    try {
-      source = detail::read_text_file(jinja_path);
-    } catch (const CheckpointError& e) {
-      throw ChatTemplateError(jinja_path, "", 0, 0, e.what());
-    }
-    return compile(std::move(source), jinja_path, "", std::move(bos), std::move(eos));
+    return compile(detail::read_text_file(jinja_path), jinja_path, "", std::move(bos), std::move(eos));
   }
   const auto it = config.find("chat_template");
   if (!has_config || it == config.end() || it->is_null()) {

@@ -207,6 +207,14 @@ TEST_SUITE("host") {
                          ChatTemplateError);
     lgtest::write_file(dir.path() / "tokenizer_config.json", R"({"chat_template": "x", "chat_template": "y"})");
     CHECK_THROWS_AS((void)ChatTemplate::load(dir.path()), CheckpointError);
+    lgtest::write_file(dir.path() / "tokenizer_config.json", R"({"chat_template": "x", "bos_token": 1})");
+    CHECK_THROWS_WITH_AS((void)ChatTemplate::load(dir.path()), doctest::Contains("the key bos_token is not a string"),
+                         CheckpointError);
+    lgtest::write_file(dir.path() / "tokenizer_config.json", R"({"chat_template": "x"})");
+    fs::create_directory(dir.path() / "chat_template.jinja");
+    CHECK_THROWS_WITH_AS((void)ChatTemplate::load(dir.path()), doctest::Contains("is not a regular file (a folder)"),
+                         CheckpointError);
+    fs::remove(dir.path() / "chat_template.jinja");
     lgtest::write_file(dir.path() / "tokenizer_config.json", R"({"chat_template": "{% include 'x' %}"})");
     CHECK_THROWS_WITH_AS((void)ChatTemplate::load(dir.path()),
                          doctest::Contains("tokenizer_config.json: key chat_template: line 1, column 1: the 'include' "

@@ -7,8 +7,9 @@
 /// environment (trim_blocks, lstrip_blocks, loop controls, its tojson, raise_exception and strftime_now). Anything
 /// outside the subset is refused when the template is loaded, by name and place, never while rendering.
 ///
-/// Bounded on hostile input: the template is read with config.json's limits (16 MiB, a regular file), nests at most
-/// 100 levels; a render stops at 64 MiB of output or at RenderOptions::max_steps loop iterations and macro calls.
+/// Bounded on hostile input: the template is read with config.json's limits (16 MiB, a regular file) and nests at
+/// most 100 levels; a render stops at 64 MiB of output, at RenderOptions::max_steps loop iterations and macro calls,
+/// or 1000 levels of recursion (macros calling macros).
 ///
 /// Thread safety: a ChatTemplate is immutable once loaded; render() may be called from several threads at once.
 
@@ -17,14 +18,15 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "lazygraph/driver/error.hpp"
 
 namespace lazygraph::nn {
 
-/// A chat template that cannot be read, is outside the supported subset, or failed to render (the template called
-/// raise_exception, or used an undefined value where Jinja refuses one). The message names the file, the line and
+/// A chat template that is missing, outside the supported subset, or failed to render (the template called
+/// raise_exception, or used an undefined value where Jinja refuses one). The message names the file and the JSON
 /// key it was read from, the line and column in the template when the problem has a place there, and what is wrong:
 /// "file x/tokenizer_config.json: key chat_template: line 3, column 12: the filter 'wordwrap' is not supported".
 class ChatTemplateError : public Error {
@@ -81,8 +83,10 @@ class ChatTemplate {
   /// `chat_template` (a string, or a list of {"name", "template"} from which `name` is taken: "default" unless
   /// asked otherwise). The special tokens bos_token and eos_token come from tokenizer_config.json (a string, or an
   /// object with "content") when it has them, as transformers passes them to the template. Throws CheckpointError
-  /// when tokenizer_config.json is unreadable or not JSON (config.json's limits), and ChatTemplateError naming the
-  /// file when there is no template, no template of that name, or the template is outside the supported subset.
+  /// naming the file when chat_template.jinja or tokenizer_config.json cannot be read with config.json's limits (a
+  /// regular file of at most 16 MiB), or tokenizer_config.json is not a JSON object (at most 2^20 values, no key
+  /// twice) or has a bos_token / eos_token of another type; ChatTemplateError naming the file when there is no
+  /// template, no template of that name, or the template is outside the supported subset.
   [[nodiscard]] static ChatTemplate load(const std::filesystem::path& folder, std::string_view name = "default");
 
   /// A template from its text, rendered with `bos_token` and `eos_token`; `file` names it in errors. Throws
@@ -95,7 +99,7 @@ class ChatTemplate {
   /// the template reads besides: tool_calls, tool_call_id, reasoning_content, ...), with the variables transformers
   /// passes: messages, tools, documents (None), add_generation_prompt, bos_token and eos_token (each left undefined
   /// when empty: the model has none), and `options`' variables. Throws ChatTemplateError when messages_json is not a
-  /// JSON array (of at most 64 levels and 2^22 values; no key twice in an object), tools_json not an array,
+  /// JSON array in UTF-8 (of at most 64 levels and 2^22 values; no key twice in an object), tools_json not an array,
   /// variables_json not an object, or the render fails (raise_exception: raised() is true and what() holds the
   /// template's message).
   [[nodiscard]] std::string render(std::string_view messages_json, const RenderOptions& options = {}) const;
