@@ -215,6 +215,11 @@ TEST_SUITE("host") {
     CHECK_THROWS_WITH_AS((void)ChatTemplate::load(dir.path()), doctest::Contains("is not a regular file (a folder)"),
                          CheckpointError);
     fs::remove(dir.path() / "chat_template.jinja");
+    lgtest::write_file(dir.path() / "chat_template.jinja", "x");
+    fs::resize_file(dir.path() / "chat_template.jinja", std::uintmax_t{1} << 30U);  // 1 GiB, sparse: refused unread
+    CHECK_THROWS_WITH_AS((void)ChatTemplate::load(dir.path()), doctest::Contains("is larger than the 16777216 bytes"),
+                         CheckpointError);
+    fs::remove(dir.path() / "chat_template.jinja");
     lgtest::write_file(dir.path() / "tokenizer_config.json", R"({"chat_template": "{% include 'x' %}"})");
     CHECK_THROWS_WITH_AS((void)ChatTemplate::load(dir.path()),
                          doctest::Contains("tokenizer_config.json: key chat_template: line 1, column 1: the 'include' "
