@@ -283,7 +283,12 @@ class Evaluator {
         }
         if (e.kind == Expr::Kind::plus && operand.is_number()) return operand;
         if (operand.is<double>()) return -operand.as<double>();
-        if (operand.is<std::int64_t>() && operand.as<std::int64_t>() != INT64_MIN) return -operand.as<std::int64_t>();
+        if (operand.is<std::int64_t>()) {
+          if (operand.as<std::int64_t>() == INT64_MIN) {
+            throw JinjaError({}, "an integer result does not fit in 64 bits");
+          }
+          return -operand.as<std::int64_t>();
+        }
         throw JinjaError({}, "bad operand type for unary " + std::string(e.kind == Expr::Kind::negate ? "-" : "+") +
                                  ": '" + std::string(type_name(operand)) + "'");
       }
