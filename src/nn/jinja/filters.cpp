@@ -18,10 +18,10 @@ namespace lazygraph::nn::jinja {
 
 namespace {
 
-constexpr std::array<std::string_view, 31> kFilters = {
+constexpr std::array<std::string_view, 33> kFilters = {
     "trim",  "length", "count", "tojson",  "string",   "upper", "lower",      "capitalize", "title",  "default", "d",
     "first", "last",   "join",  "replace", "items",    "list",  "selectattr", "rejectattr", "select", "reject",  "map",
-    "int",   "float",  "safe",  "indent",  "dictsort", "abs",   "reverse",    "sort",       "unique"};
+    "int",   "float",  "safe",  "indent",  "dictsort", "abs",   "reverse",    "sort",       "unique", "escape",  "e"};
 
 /// Jinja's make_attrgetter: "a.b.0" looks up a, then b, then item 0.
 Value lookup_path(const Value& item, const std::string& path) {
@@ -243,9 +243,17 @@ Value apply_filter(std::string_view name, const Value& value, const Args& args) 
     if (value.is_undefined()) return std::int64_t{0};
     throw JinjaError({}, "object of type '" + std::string(type_name(value)) + "' has no len()");
   }
+  if (name == "escape" || name == "e") {
+    args.expect(0, {}, name);
+    Value escaped(value.is_string() && value.markup ? value.as<std::string>() : html_escape(to_str(value)));
+    escaped.markup = true;
+    return escaped;
+  }
   if (name == "string" || name == "safe") {
     args.expect(0, {}, name);
-    return name == "safe" ? value : Value(to_str(value));
+    Value text(to_str(value));
+    text.markup = name == "safe" || (value.is_string() && value.markup);  // Markup(x); str(Markup) stays Markup
+    return text;
   }
   if (name == "upper" || name == "lower" || name == "capitalize") {
     args.expect(0, {}, name);

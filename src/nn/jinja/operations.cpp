@@ -279,6 +279,13 @@ Value binary_op(std::string_view op, const Value& a, const Value& b) {
     if (numbers) return da + db;
     if (a.is_string() && b.is_string()) {
       if (a.as<std::string>().size() + b.as<std::string>().size() > kMaxBuiltSize) repeat_count(2, kMaxBuiltSize);
+      if (a.markup || b.markup) {  // Markup + str escapes the str, as markupsafe does
+        Value sum(a.markup == b.markup ? a.as<std::string>() + b.as<std::string>()
+                  : a.markup           ? a.as<std::string>() + html_escape(b.as<std::string>())
+                                       : html_escape(a.as<std::string>()) + b.as<std::string>());
+        sum.markup = true;
+        return sum;
+      }
       return a.as<std::string>() + b.as<std::string>();
     }
     if (a.is_list() && b.is_list()) {

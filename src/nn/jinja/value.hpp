@@ -54,6 +54,9 @@ struct Value {
   std::variant<Undefined, None, bool, std::int64_t, double, std::string, ListPtr, DictPtr, NamespacePtr, Callable> v;
   /// For a list: whether Python would hold it as a tuple (a dict's items, `(a, b)`), which prints as "(a, b)".
   bool tuple = false;
+  /// For a str: whether Jinja holds it as Markup (what `safe` and `escape` return): `+` with a str that is not
+  /// escapes that one's HTML characters, as markupsafe's Markup does even where autoescaping is off.
+  bool markup = false;
   /// For a list: whether Jinja would hold it as an iterator (what select, map, items, unique and reverse return),
   /// which is true however empty.
   bool iterator = false;
@@ -95,6 +98,9 @@ struct Value {
 
 /// An iterator over `items` (a list that is always true).
 [[nodiscard]] Value make_iterator(std::vector<Value> items);
+
+/// `text` with markupsafe's escapes: & < > " ' as &amp; &lt; &gt; &#34; &#39;.
+[[nodiscard]] std::string html_escape(std::string_view text);
 
 /// The name of the value's Python type, for messages: "str", "int", "list", "dict", "undefined", ...
 [[nodiscard]] std::string_view type_name(const Value& value) noexcept;

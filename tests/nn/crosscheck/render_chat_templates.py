@@ -191,6 +191,8 @@ SNIPPETS = [
     ("{% if []|select %}iterators are true{% endif %} {% if [] %}lists are not{% endif %} {{ 2.5 is odd }}"
      " {{ 3.0 is odd }} {{ -4 is even }}", {}),
     ("{{ u|int }}", {}),
+    ("{{ \"it's \"|safe + '<b> & \"q\"' + 'x'|safe }} {{ 'a' + '<'|e }} {{ ('<' ~ '>')|e }} {{ 'x'|safe ~ '<' }}"
+     " {{ '<'|e|e }} {{ ('<'|safe + '>')|string + '&' }}", {}),
     ("{{ 5|indent }}", {}),
     ("{{ l.0 }} {{ l.1 }} {{ d.a.b }}", {"l": ["x", "y"], "d": {"a": {"b": "deep"}}}),
 ]
