@@ -9,6 +9,7 @@
 /// (the evaluator adds the place).
 
 #include <cstddef>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -21,12 +22,15 @@ namespace lazygraph::nn::jinja {
 /// The largest string or list a template may build: 64 MiB (or 64 Mi items), so that `'a' * 10**12` fails at once.
 inline constexpr std::size_t kMaxBuiltSize = std::size_t{64} << 20U;
 
+/// The index Args::get takes for an argument that can only be given by name.
+inline constexpr std::size_t kKeywordOnly = static_cast<std::size_t>(-1);
+
 /// A call's arguments, evaluated.
 struct Args {
   std::vector<Value> positional;
   std::vector<std::pair<std::string, Value>> keyword;
 
-  /// The argument at `index` or named `name`, else `fallback`. Throws when both are given.
+  /// The argument at `index` (kKeywordOnly: none) or named `name`, else `fallback`. Throws when both are given.
   [[nodiscard]] Value get(std::size_t index, std::string_view name, Value fallback, std::string_view callee) const;
   /// Throws naming `callee` when there are more than `count` positional arguments or a keyword not in `names`.
   void expect(std::size_t count, std::initializer_list<std::string_view> names, std::string_view callee) const;

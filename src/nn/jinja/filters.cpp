@@ -76,10 +76,10 @@ Value map(const Value& seq, const Args& args) {
     if (key != "attribute" && key != "default")
       throw JinjaError({}, "map() got an unexpected keyword argument '" + key + "'");
   }
-  const Value attribute = args.get(99, "attribute", Undefined{}, "map");
+  const Value attribute = args.get(kKeywordOnly, "attribute", Undefined{}, "map");
   if (!attribute.is_undefined()) {
     const std::string path = attribute_name(attribute);
-    const Value fallback = args.get(99, "default", Undefined{}, "map");
+    const Value fallback = args.get(kKeywordOnly, "default", Undefined{}, "map");
     for (const Value& item : iterate(seq)) {
       Value v = lookup_path(item, path);
       if (v.is_undefined() && !fallback.is_undefined()) v = fallback;
