@@ -8,6 +8,7 @@
 /// \namespace lazygraph::nn
 /// Model building blocks and models over lazygraph's graphs: see docs/nn.md for the exact math.
 
+#include "lazygraph/nn/chat_template.hpp"
 #include "lazygraph/nn/checkpoint.hpp"
 #include "lazygraph/nn/decoder.hpp"
 #include "lazygraph/nn/decoder_quantization.hpp"
