@@ -1,6 +1,7 @@
 // lazygraph-run: runs a Hugging Face Llama-family checkpoint folder on the GPU — a prompt in (text through the
-// folder's tokenizer.json or SentencePiece tokenizer.model, or token ids), tokens or text out as they are generated
-// (or one JSON object at the end, --json), then how long loading, the first token and each decode step took.
+// folder's tokenizer.json or SentencePiece tokenizer.model, a conversation through the folder's chat template, or
+// token ids), tokens or text out as they are generated (or one JSON object at the end, --json), then how long
+// loading, the first token and each decode step took.
 //
 // Everything that needs no GPU is checked first (the options, MODEL_DIR, the checkpoint's config and tensors,
 // generation_config.json, the tokenizer, the prompt), so a mistake is reported the same way on any machine; only
@@ -15,6 +16,8 @@
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <optional>
 #include <stdexcept>
@@ -24,6 +27,7 @@
 #include <vector>
 
 #include <lazygraph/driver.hpp>
+#include <lazygraph/nn/chat_template.hpp>
 #include <lazygraph/nn/checkpoint.hpp>
 #include <lazygraph/nn/decoder.hpp>
 #include <lazygraph/nn/generation_config.hpp>
@@ -67,6 +71,12 @@ The prompt is either
                    SENTENCEPIECE_STATE; bos_token_id of generation_config.json, else config.json, is put in
                    front unless --no-bos). The generated text is printed without the prompt as it comes, each
                    character once complete.
+  --chat           with PROMPT: PROMPT is a user's message, rendered with the model's chat template
+                   (MODEL_DIR/chat_template.jinja, else tokenizer_config.json's chat_template, as transformers'
+                   apply_chat_template with add_generation_prompt) and tokenized with tokenizer.json, the
+                   template writing the special tokens itself; --system TEXT puts a system message first
+  --messages FILE  a conversation instead of PROMPT: a JSON array of messages ({"role": ..., "content": ...},
+                   and what the template reads besides), rendered and tokenized as --chat does
   --ids 1,2,3      token ids, used as given (no BOS added); the generated ids are printed, space-separated.
 
 Options (--name VALUE or --name=VALUE; each at most once but --stop):
@@ -74,8 +84,10 @@ Options (--name VALUE or --name=VALUE; each at most once but --stop):
                    token (eos_token_id of generation_config.json, else of config.json: one id or a list;
                    not printed) and when the KV cache is full
   --ignore-eos     do not stop at end-of-sequence tokens
-  --stop STRING    stop when the generated text contains STRING, which is not printed (a text PROMPT only;
+  --stop STRING    stop when the generated text contains STRING, which is not printed (a text prompt only;
                    may be given several times: the first to appear stops)
+  --chat-vars JSON further variables of the chat template, a JSON object, e.g. '{"enable_thinking": false}'
+                   for Qwen3 (with --chat or --messages)
   --json           print no text while generating; at the end, one JSON object on stdout: "prompt" (its
                    ids), "tokens" (the generated ids, the end-of-sequence one left out), "text" (for a text
                    PROMPT: what would have been printed), "stop" ("eos", "max_tokens", "context", or "stop"
@@ -104,13 +116,15 @@ the weights and capturing the decode step; "first token" the prompt (prefill); t
 
 Exit status:
   0   after generating
-  1   MODEL_DIR's config.json, weights, generation_config.json, tokenizer.json or tokenizer.model cannot be
-      used, or the GPU failed (the message names the file and the key or tensor, or the problem)
+  1   MODEL_DIR's config.json, weights, generation_config.json, tokenizer.json, tokenizer.model or chat
+      template cannot be used, or the GPU failed (the message names the file and the key or tensor, or the
+      problem)
   2   a bad command line or prompt: an unknown option, one given twice, a value out of range, a
       MODEL_DIR that does not exist or is not a folder, a --context beyond the model's, a --device this
       machine lacks, a token id outside the vocabulary, a prompt longer than the context or not UTF-8,
       a text prompt where MODEL_DIR has no tokenizer.json and no tokenizer.model this build reads, --stop
-      with --ids (the message names the option or path as given)
+      with --ids, a --messages file that is not a JSON array of messages, a conversation the chat template
+      refuses (its own message) (the message names the option or path as given)
   77  no GPU to run on (no CUDA driver or no device: the reason is printed), after everything else but
       --device was checked
 
@@ -142,8 +156,12 @@ struct Options {
   std::optional<bool> bf16;  // --dtype; unset: the checkpoint's
   bool bos = true;
   bool ignore_eos = false;
-  std::vector<std::string> stops;  // --stop, in order
-  bool json = false;               // --json
+  std::vector<std::string> stops;        // --stop, in order
+  bool json = false;                     // --json
+  bool chat = false;                     // --chat: the prompt is a user's message
+  std::optional<std::string> system;     // --system
+  std::optional<fs::path> messages;      // --messages
+  std::optional<std::string> chat_vars;  // --chat-vars
   bool help = false;
   bool version = false;
 };
@@ -266,6 +284,10 @@ Options parse_options(int argc, char** argv) {
       o.json = true;
       continue;
     }
+    if (arg == "--chat") {
+      o.chat = true;
+      continue;
+    }
     // Options with a value: "--name VALUE" or "--name=VALUE".
     std::string_view name = arg;
     std::optional<std::string_view> value;
@@ -273,8 +295,9 @@ Options parse_options(int argc, char** argv) {
       name = arg.substr(0, eq);
       value = arg.substr(eq + 1);
     }
-    constexpr std::string_view valued[] = {"--ids",  "--max-tokens", "--temperature", "--top-k",  "--top-p",
-                                           "--seed", "--context",    "--dtype",       "--device", "--stop"};
+    constexpr std::string_view valued[] = {"--ids",    "--max-tokens", "--temperature", "--top-k",  "--top-p",
+                                           "--seed",   "--context",    "--dtype",       "--device", "--stop",
+                                           "--system", "--messages",   "--chat-vars"};
     if (std::find(std::begin(valued), std::end(valued), name) == std::end(valued)) {
       throw UsageProblem("unknown option '" + std::string(arg) + "'");
     }
@@ -305,6 +328,13 @@ Options parse_options(int argc, char** argv) {
     } else if (name == "--stop") {
       if (value->empty()) throw bad_value("--stop", "a string of at least one character", *value);
       o.stops.emplace_back(*value);
+    } else if (name == "--system") {
+      o.system = std::string(*value);
+    } else if (name == "--messages") {
+      if (value->empty()) throw bad_value("--messages", "a file", *value);
+      o.messages = fs::path(*value);
+    } else if (name == "--chat-vars") {
+      o.chat_vars = std::string(*value);
     } else if (name == "--dtype") {
       if (*value != "fp16" && *value != "bf16") throw bad_value("--dtype", "fp16 or bf16", *value);
       o.bf16 = *value == "bf16";
@@ -319,11 +349,20 @@ Options parse_options(int argc, char** argv) {
   o.model_dir = fs::path(positional[0]);
   if (positional.size() == 2) o.prompt = std::string(positional[1]);
   if (o.prompt.has_value() && o.ids.has_value()) throw UsageProblem("give a PROMPT or --ids, not both");
-  if (o.ids.has_value() && !o.stops.empty()) {
-    throw UsageProblem("--stop needs a text PROMPT: with --ids the output is token ids, not text");
+  if (o.messages.has_value() && (o.prompt.has_value() || o.ids.has_value())) {
+    throw UsageProblem("give --messages or a prompt (PROMPT or --ids), not both");
   }
-  if (!o.prompt.has_value() && !o.ids.has_value()) {
-    throw UsageProblem("no prompt: give PROMPT (text) or --ids (token ids)");
+  if (o.messages.has_value() && o.chat) throw UsageProblem("give --messages or --chat, not both");
+  if (o.chat && !o.prompt.has_value()) throw UsageProblem("--chat needs a PROMPT, the user's message");
+  if (o.system.has_value() && !o.chat) throw UsageProblem("--system needs --chat (and a PROMPT)");
+  if (o.chat_vars.has_value() && !o.chat && !o.messages.has_value()) {
+    throw UsageProblem("--chat-vars needs --chat or --messages");
+  }
+  if (o.ids.has_value() && !o.stops.empty()) {
+    throw UsageProblem("--stop needs a text prompt: with --ids the output is token ids, not text");
+  }
+  if (!o.prompt.has_value() && !o.ids.has_value() && !o.messages.has_value()) {
+    throw UsageProblem("no prompt: give PROMPT (text), --messages FILE (a conversation) or --ids (token ids)");
   }
   return o;
 }
@@ -532,6 +571,59 @@ Tokenizer load_tokenizer(const fs::path& model_dir) {
   return Tokenizer::from_sentencepiece(model);
 }
 
+/// The largest --messages file read: 16 MiB, as a config.json (a conversation of a whole context is far less).
+constexpr std::uintmax_t kMaxMessagesBytes = std::uintmax_t{16} << 20U;
+
+/// The conversation as a JSON array: --messages FILE's text, or --system and the PROMPT as messages.
+/// \throws UsageProblem naming --messages when the file cannot be read or is too large; the template checks the JSON.
+std::string conversation_json(const Options& o) {
+  if (!o.messages.has_value()) {
+    nlohmann::json messages = nlohmann::json::array();
+    if (o.system.has_value()) messages.push_back({{"role", "system"}, {"content", *o.system}});
+    messages.push_back({{"role", "user"}, {"content", *o.prompt}});
+    return messages.dump(-1, ' ', false, nlohmann::json::error_handler_t::strict);
+  }
+  const fs::path& file = *o.messages;
+  std::error_code ec;
+  const fs::file_status status = fs::status(file, ec);
+  if (ec || !fs::is_regular_file(status)) {
+    throw UsageProblem("--messages '" + file.string() + "' is not a file that can be read" +
+                       (ec ? " (" + ec.message() + ")" : ""));
+  }
+  if (fs::file_size(file, ec) > kMaxMessagesBytes || ec) {
+    throw UsageProblem("--messages '" + file.string() + "' is larger than 16 MiB");
+  }
+  std::ifstream in(file, std::ios::binary);
+  std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  if (!in && !in.eof()) throw UsageProblem("--messages '" + file.string() + "' could not be read");
+  return text;
+}
+
+/// The prompt text the model's chat template makes of the conversation, ending with the assistant's header.
+/// \throws UsageProblem when the conversation or --chat-vars is refused (naming the option), ModelProblem when the
+/// template is missing or outside what lazygraph runs, CheckpointError for tokenizer_config.json.
+std::string render_conversation(const Options& o) {
+  const std::string messages = conversation_json(o);
+  nn::ChatTemplate chat_template = [&] {
+    try {
+      return nn::ChatTemplate::load(o.model_dir);
+    } catch (const nn::ChatTemplateError& e) {
+      throw ModelProblem(e.what());
+    }
+  }();
+  nn::RenderOptions options;
+  options.add_generation_prompt = true;
+  if (o.chat_vars.has_value()) options.variables_json = *o.chat_vars;
+  try {
+    return chat_template.render(messages, options);
+  } catch (const nn::ChatTemplateError& e) {
+    // The conversation's problems are the user's (the template refusing it, a malformed --messages or --chat-vars),
+    // as are those of a render that fails on this conversation.
+    const std::string source = o.messages.has_value() ? "--messages '" + o.messages->string() + "'" : "--chat";
+    throw UsageProblem(source + ": " + e.what());
+  }
+}
+
 /// Everything that needs no GPU: MODEL_DIR, the checkpoint's config and tensors, the special tokens, the tokenizer
 /// and the prompt. \throws UsageProblem, ModelProblem, TokenizerError, nn::CheckpointError.
 Plan plan_run(const Options& o) {
@@ -564,6 +656,12 @@ Plan plan_run(const Options& o) {
   } else {
     plan.tokenizer = load_tokenizer(o.model_dir);
     const fs::path& file = plan.tokenizer->file();
+    const bool chat = o.chat || o.messages.has_value();
+    if (chat && file.extension() == ".model") {
+      throw UsageProblem((o.chat ? std::string("--chat") : std::string("--messages")) + " needs " +
+                         (o.model_dir / "tokenizer.json").string() +
+                         ": a chat template writes special tokens as text, which a SentencePiece model reads as text");
+    }
     if (plan.tokenizer->size() > plan.config.vocab) {
       throw ModelProblem(file.string() + ": " + std::to_string(plan.tokenizer->size()) +
                          " tokens, more than the model's vocabulary of " + std::to_string(plan.config.vocab));
@@ -572,14 +670,17 @@ Plan plan_run(const Options& o) {
     // tokenizer.model: bos_token_id, as Llama tokenizers do.
     const bool json = file.extension() != ".model";
     if (!json && o.bos && plan.special.bos.has_value()) plan.prompt.push_back(*plan.special.bos);
+    // A conversation: the template's text, whose special tokens (BOS among them, where the model wants it) the
+    // template writes, tokenized without adding any, as apply_chat_template does.
+    const std::string text = chat ? render_conversation(o) : *o.prompt;
     std::vector<int> text_ids;
     try {
-      text_ids = plan.tokenizer->encode(*o.prompt, {.add_special_tokens = json && o.bos});
+      text_ids = plan.tokenizer->encode(text, {.add_special_tokens = json && o.bos && !chat});
     } catch (const TokenizerError& e) {
       // Text that is not UTF-8 is the prompt's problem; the message's file is the tokenizer's.
       std::string_view why = e.what();
       if (const std::string prefix = file.string() + ": "; why.starts_with(prefix)) why.remove_prefix(prefix.size());
-      throw UsageProblem("PROMPT: " + std::string(why));
+      throw UsageProblem((chat ? "the conversation as rendered: " : "PROMPT: ") + std::string(why));
     }
     plan.prompt.insert(plan.prompt.end(), text_ids.begin(), text_ids.end());
     if (plan.prompt.empty()) {

@@ -156,6 +156,7 @@ class LazygraphRun(unittest.TestCase):
         self.assertTrue(r.stdout.startswith("Usage: lazygraph-run MODEL_DIR [PROMPT] [options]"), r.stdout)
         for word in ("--ids", "--max-tokens", "--temperature", "--top-k", "--top-p", "--seed", "--context",
                      "--dtype", "--device", "--no-bos", "--ignore-eos", "--stop", "--json", "--help", "--version",
+                     "--chat", "--system", "--messages", "--chat-vars", "chat_template",
                      "tokenizer.json", "tokenizer.model",
                      "generation_config.json", "eos_token_id", "bos_token_id", "LAZYGRAPH_CUDA_DRIVER"):
             self.assertIn(word, r.stdout)
@@ -375,10 +376,66 @@ class LazygraphRun(unittest.TestCase):
 
     def test_stop_strings_need_a_text_prompt_and_a_character(self):
         self.expect(2, self.model, "--ids", "1", "--stop", "x",
-                    stderr_has=("--stop needs a text PROMPT: with --ids the output is token ids",))
+                    stderr_has=("--stop needs a text prompt: with --ids the output is token ids",))
         self.expect(2, self.model, "hello", "--stop", "",
                     stderr_has=("--stop must be a string of at least one character, not ''",))
         self.expect_no_gpu(self.model, "--ids", "1", "--json")
+
+    # ---- conversations -------------------------------------------------------------------------------------
+
+    def write_chat_template(self, template, bos="<|begin_of_text|>"):
+        with open(os.path.join(self.model, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+            json.dump({"bos_token": bos, "eos_token": None, "chat_template": template}, f)
+
+    # One token a byte, <|begin_of_text|> one token: "<|begin_of_text|><user>" + message + "<assistant>" is
+    # 1 + 6 + len(message) + 11 tokens.
+    TEMPLATE = ("{{ bos_token }}{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
+                "{% if add_generation_prompt %}<assistant>{% endif %}")
+
+    def test_a_conversation_is_rendered_with_the_chat_template_then_tokenized_and_checked_before_the_gpu(self):
+        self.write_tokenizer_json(byte_level_tokenizer())
+        self.write_chat_template(self.TEMPLATE)
+        self.expect_no_gpu(self.model, "--chat", "hi")
+        self.expect_no_gpu(self.model, "--chat", "x" * 46, "--json", "--stop", "<user>")
+        # 47 bytes fit the context of 64 as a plain prompt, not as a rendered user's message (65 tokens).
+        self.expect_no_gpu(self.model, "x" * 47)
+        self.expect(2, self.model, "--chat", "x" * 47, stderr_has=("does not fit the context of 64",))
+        # --system puts a message in front: "<system>" and its text count too.
+        self.expect(2, self.model, "--chat", "x" * 20, "--system", "y" * 20,
+                    stderr_has=("does not fit the context of 64",))
+        messages = self.path("messages.json")
+        with open(messages, "w", encoding="utf-8") as f:
+            json.dump([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yes"},
+                       {"role": "user", "content": "caf\u00e9"}], f)
+        self.expect_no_gpu(self.model, "--messages", messages, "--chat-vars", '{"enable_thinking": false}')
+
+    def test_a_conversation_that_cannot_be_rendered_is_refused_naming_why(self):
+        self.write_tokenizer_json(byte_level_tokenizer())
+        config = os.path.join(self.model, "tokenizer_config.json")
+        self.expect(1, self.model, "--chat", "hi", stderr_has=("chat template",))  # the folder has none
+        self.write_chat_template("{% include 'other.jinja' %}")
+        self.expect(1, self.model, "--chat", "hi", stderr_has=(config, "include"))
+        self.write_chat_template("{% if messages[0].role != 'system' %}{{ raise_exception('a system message "
+                                 "must come first') }}{% endif %}" + self.TEMPLATE)
+        self.expect(2, self.model, "--chat", "hi", stderr_has=("--chat: ", "a system message must come first"))
+        self.expect_no_gpu(self.model, "--chat", "hi", "--system", "be brief")
+        messages = self.path("messages.json")
+        for text, why in (('{"role": "user"}', "array"), ("[", "JSON")):
+            with open(messages, "w", encoding="utf-8") as f:
+                f.write(text)
+            self.expect(2, self.model, "--messages", messages, stderr_has=(f"--messages '{messages}'", why))
+        self.expect(2, self.model, "--messages", self.path("none.json"),
+                    stderr_has=(f"--messages '{self.path('none.json')}' is not a file",))
+        self.write_chat_template(self.TEMPLATE)
+        self.expect(2, self.model, "--chat", "hi", "--chat-vars", "[1]", stderr_has=("--chat: ", "object"))
+
+    def test_conversation_options_go_together_as_documented(self):
+        self.expect(2, self.model, "--chat", stderr_has=("--chat needs a PROMPT",))
+        self.expect(2, self.model, "hi", "--system", "s", stderr_has=("--system needs --chat",))
+        self.expect(2, self.model, "hi", "--messages", "m.json", stderr_has=("give --messages or a prompt",))
+        self.expect(2, self.model, "--chat", "hi", "--messages", "m.json", stderr_has=("give --messages or a prompt",))
+        self.expect(2, self.model, "hi", "--chat-vars", "{}", stderr_has=("--chat-vars needs --chat or --messages",))
+        self.expect(2, self.model, "--messages", "", stderr_has=("--messages must be a file",))
 
 
 if __name__ == "__main__":
