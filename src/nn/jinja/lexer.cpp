@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cstdlib>
 
+#include "../utf8.hpp"
 #include "value.hpp"
 
 namespace lazygraph::nn::jinja {
@@ -53,25 +54,6 @@ bool all_space(std::string_view text) {
     i += length;
   }
   return true;
-}
-
-/// Appends code point `cp` as UTF-8.
-void append_utf8(std::string& out, std::uint32_t cp) {
-  if (cp < 0x80U) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800U) {
-    out += static_cast<char>(0xc0U | (cp >> 6U));
-    out += static_cast<char>(0x80U | (cp & 0x3fU));
-  } else if (cp < 0x10000U) {
-    out += static_cast<char>(0xe0U | (cp >> 12U));
-    out += static_cast<char>(0x80U | ((cp >> 6U) & 0x3fU));
-    out += static_cast<char>(0x80U | (cp & 0x3fU));
-  } else {
-    out += static_cast<char>(0xf0U | (cp >> 18U));
-    out += static_cast<char>(0x80U | ((cp >> 12U) & 0x3fU));
-    out += static_cast<char>(0x80U | ((cp >> 6U) & 0x3fU));
-    out += static_cast<char>(0x80U | (cp & 0x3fU));
-  }
 }
 
 class Lexer {

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cwctype>
 
+#include "../utf8.hpp"
 #include "value.hpp"
 
 namespace lazygraph::nn::jinja {
@@ -38,24 +39,6 @@ bool is_lower(std::uint32_t cp) {
   if (cp == 0xffffffffU) return false;
   if (const locale_t locale = utf8_locale(); locale != nullptr) return iswlower_l(static_cast<wint_t>(cp), locale) != 0;
   return cp >= 'a' && cp <= 'z';
-}
-
-void append_utf8(std::string& out, std::uint32_t cp) {
-  if (cp < 0x80U) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800U) {
-    out += static_cast<char>(0xc0U | (cp >> 6U));
-    out += static_cast<char>(0x80U | (cp & 0x3fU));
-  } else if (cp < 0x10000U) {
-    out += static_cast<char>(0xe0U | (cp >> 12U));
-    out += static_cast<char>(0x80U | ((cp >> 6U) & 0x3fU));
-    out += static_cast<char>(0x80U | (cp & 0x3fU));
-  } else {
-    out += static_cast<char>(0xf0U | (cp >> 18U));
-    out += static_cast<char>(0x80U | ((cp >> 12U) & 0x3fU));
-    out += static_cast<char>(0x80U | ((cp >> 6U) & 0x3fU));
-    out += static_cast<char>(0x80U | (cp & 0x3fU));
-  }
 }
 
 /// `text` with each code point upper-cased where upper(index, cp, previous) says so and lower-cased elsewhere;

@@ -1,5 +1,5 @@
 // A SentencePiece tokenizer.model behind nn::Tokenizer, through libsentencepiece when this build has it
-// (src/nn/meson.build defines LAZYGRAPH_HAVE_SENTENCEPIECE).
+// (src/nn/meson.build writes LAZYGRAPH_HAVE_SENTENCEPIECE into sentencepiece_config.hpp).
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -11,9 +11,10 @@
 #include <system_error>
 
 #include "impl.hpp"
+#include "sentencepiece_config.hpp"
 
 #ifndef LAZYGRAPH_HAVE_SENTENCEPIECE
-#error "build with -DLAZYGRAPH_HAVE_SENTENCEPIECE=0 or 1 (src/nn/meson.build passes whether SentencePiece was found)"
+#error "sentencepiece_config.hpp must define LAZYGRAPH_HAVE_SENTENCEPIECE as 0 or 1 (src/nn/meson.build writes it)"
 #endif
 
 #if LAZYGRAPH_HAVE_SENTENCEPIECE

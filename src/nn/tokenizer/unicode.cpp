@@ -96,24 +96,6 @@ char32_t next_code_point(std::string_view text, std::size_t& at) noexcept {
   return c;
 }
 
-void append_utf8(std::string& out, char32_t c) {
-  if (c < 0x80U) {
-    out += static_cast<char>(c);
-  } else if (c < 0x800U) {
-    out += static_cast<char>(0xC0U | (c >> 6U));
-    out += static_cast<char>(0x80U | (c & 0x3FU));
-  } else if (c < 0x10000U) {
-    out += static_cast<char>(0xE0U | (c >> 12U));
-    out += static_cast<char>(0x80U | ((c >> 6U) & 0x3FU));
-    out += static_cast<char>(0x80U | (c & 0x3FU));
-  } else {
-    out += static_cast<char>(0xF0U | (c >> 18U));
-    out += static_cast<char>(0x80U | ((c >> 12U) & 0x3FU));
-    out += static_cast<char>(0x80U | ((c >> 6U) & 0x3FU));
-    out += static_cast<char>(0x80U | (c & 0x3FU));
-  }
-}
-
 bool is_whitespace(char32_t c) noexcept {
   // The White_Space property is these 25 code points (PropList.txt); utf8proc has no property for it.
   if (c <= 0x20U) return c == 0x20U || (c >= 0x09U && c <= 0x0DU);

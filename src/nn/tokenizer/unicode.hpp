@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include "../utf8.hpp"
 
 namespace lazygraph::nn::tokenizer {
 
@@ -25,8 +26,8 @@ namespace lazygraph::nn::tokenizer {
 
 /// The code point that starts at text[at] (well-formed UTF-8), advancing `at` past it.
 [[nodiscard]] char32_t next_code_point(std::string_view text, std::size_t& at) noexcept;
-/// Appends `c` in UTF-8.
-void append_utf8(std::string& out, char32_t c);
+/// Appends `c` in UTF-8 (shared with the chat-template engine).
+using nn::append_utf8;
 /// The bytes of the UTF-8 character starting with `lead`.
 [[nodiscard]] constexpr std::size_t utf8_length(unsigned char lead) noexcept {
   return lead < 0x80U ? 1 : lead < 0xE0U ? 2 : lead < 0xF0U ? 3 : 4;
