@@ -6,11 +6,21 @@
 #include <string>
 #include <string_view>
 
+#include "formats/storage_format.hpp"
 #include "packed_int4.hpp"
 
 namespace lazygraph::nn {
 
 std::string packed_method_name(PackedMethod method) { return method == PackedMethod::awq ? "AWQ" : "GPTQ"; }
+
+QuantizedFormat PackedQuantization::format() const {
+  // the storage table's 4-bit row with zero points: both packings store 4-bit q in [0, 15] with a zero point a group
+  const auto rows = detail::storage_formats();
+  const auto int4 = std::find_if(rows.begin(), rows.end(), [](const detail::StorageFormat* f) {
+    return f->value_bits == 4 && f->allows_asymmetric;
+  });
+  return {.kind = (*int4)->kind, .group = group, .asymmetric = true, .scale_type = ScaleType::f16};
+}
 
 namespace detail {
 
@@ -108,11 +118,11 @@ class Keys {
   }
   /// Refuses any key that is neither `read` nor `harmless`.
   void only(std::span<const std::string_view> read, std::span<const std::string_view> harmless) const {
+    const auto in = [](std::span<const std::string_view> keys, const std::string& key) {
+      return std::find(keys.begin(), keys.end(), key) != keys.end();
+    };
     for (const auto& [key, value] : q_.items()) {
-      const auto in = [&](std::span<const std::string_view> keys) {
-        return std::find(keys.begin(), keys.end(), key) != keys.end();
-      };
-      if (in(read) || in(harmless)) continue;
+      if (in(read, key) || in(harmless, key)) continue;
       fail(key, "is not a key lazygraph knows for " + method_ +
                     " checkpoints, and it may change what the weights mean, so the checkpoint is refused rather than "
                     "read without it");

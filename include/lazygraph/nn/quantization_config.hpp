@@ -68,10 +68,9 @@ struct PackedQuantization {
   bool desc_act = false;   ///< gptq's desc_act (read only where g_idx is the plain grouping k / group_size)
   std::vector<std::string> modules_to_not_convert;  ///< awq's: modules named so must not be packed
 
-  /// The format the packed matrices are repacked into: int4 in groups of `group`, asymmetric, fp16 scales.
-  [[nodiscard]] QuantizedFormat format() const noexcept {
-    return {.kind = WeightFormat::int4_group, .group = group, .asymmetric = true, .scale_type = ScaleType::f16};
-  }
+  /// The format the packed matrices are repacked into: the 4-bit format with zero points (int4 in groups), in groups
+  /// of `group`, asymmetric, fp16 scales.
+  [[nodiscard]] QuantizedFormat format() const;
 
   /// Whether every field is equal.
   friend bool operator==(const PackedQuantization&, const PackedQuantization&) = default;
