@@ -131,6 +131,19 @@ QuantizedWeight repack(const Checkpoint& checkpoint, const PackedQuantization& p
   std::vector<std::uint16_t> scales(layout.scale_count());
   std::vector<std::uint8_t> zeros(layout.zero_bytes());
   const int group = packed.group;
+  // Where element (r, k) of a tile lies in the tile's bytes, r in 0..15, as 2 * byte + high nibble: the same for
+  // every tile, which starts 16 * row_value_bytes after the one before.
+  const int cols = layout.cols();
+  std::vector<std::uint32_t> place(static_cast<std::size_t>(QuantizedLayout::tile_rows) *
+                                   static_cast<std::size_t>(cols));
+  for (int r = 0; r < QuantizedLayout::tile_rows; ++r) {
+    for (int k = 0; k < cols; ++k) {
+      const QuantizedLayout::ValuePosition at = layout.value_position(r, k);
+      place[static_cast<std::size_t>(r) * static_cast<std::size_t>(cols) + static_cast<std::size_t>(k)] =
+          static_cast<std::uint32_t>(2 * at.byte + (at.high_nibble ? 1 : 0));
+    }
+  }
+  const std::size_t tile_bytes = QuantizedLayout::tile_rows * layout.row_value_bytes();
   int first_row = 0;  // of the part in the matrix
   for (const PackedPart& part : parts) {
     const PackedTensors& t = part.tensors;
@@ -141,8 +154,10 @@ QuantizedWeight repack(const Checkpoint& checkpoint, const PackedQuantization& p
       row_of[static_cast<std::size_t>(part.rope_rows ? rotate_half_row(r, head_dim) : r)] = first_row + r;
     }
     const auto put = [&](int n, int k, unsigned q) {
-      const QuantizedLayout::ValuePosition at = layout.value_position(row_of[static_cast<std::size_t>(n)], k);
-      values[at.byte] |= static_cast<std::uint8_t>(at.high_nibble ? q << 4U : q);
+      const auto row = static_cast<std::size_t>(row_of[static_cast<std::size_t>(n)]);
+      const std::uint32_t at =
+          place[(row % QuantizedLayout::tile_rows) * static_cast<std::size_t>(cols) + static_cast<std::size_t>(k)];
+      values[row / QuantizedLayout::tile_rows * tile_bytes + at / 2] |= static_cast<std::uint8_t>(q << (4 * (at % 2)));
     };
     const std::span<const std::byte> qweight = checkpoint.data(*t.qweight);
     const auto words_per_row = static_cast<std::size_t>(packed.method == PackedMethod::awq ? n_out / 8 : n_out);
