@@ -107,6 +107,9 @@ PackedTensors require_packed(const Checkpoint& checkpoint, const PackedQuantizat
         }
       }
     }
+    if (packed.desc_act && checkpoint.find(module + ".g_idx") == nullptr) {
+      refuse(*first, "has no " + module + ".g_idx: with desc_act true, g_idx must say each input's group");
+    }
     if (checkpoint.find(module + ".g_idx") != nullptr) {
       t.g_idx = &checkpoint.require(module + ".g_idx", kI32, std::array<std::int64_t, 1>{k});
       const std::span<const std::byte> g_idx = checkpoint.data(*t.g_idx);

@@ -58,7 +58,8 @@ struct PackedTensors {
 
 /// The tensors of `module`, an `outputs` x `inputs` matrix packed as `packed` says, checked on the host where the file
 /// is mapped: their dtypes and shapes (the file comment's), every scale finite and >= 0, GPTQ's zero points at most 15
-/// (a stored 15 means 16), g_idx the grouping k / g. \throws CheckpointError naming the tensor and what is wrong.
+/// (a stored 15 means 16), g_idx the grouping k / g (present when desc_act is true). \throws CheckpointError naming the
+/// tensor and what is wrong.
 [[nodiscard]] PackedTensors require_packed(const Checkpoint& checkpoint, const PackedQuantization& packed,
                                            const std::string& module, int outputs, int inputs);
 

@@ -327,6 +327,15 @@ TEST_CASE("GPTQ's desc_act is read where g_idx is the plain grouping, and refuse
   edit_quantization(dir.path(), [](json& q) { q["desc_act"] = false; });
   error = open_error(dir.path());
   CHECK(error.find("with desc_act false g_idx must be that grouping") != std::string::npos);
+  // without g_idx: the plain grouping, unless desc_act says the inputs were reordered
+  lgtest::rewrite(dir.path(), [&](std::vector<lgtest::OwnedTensor>& tensors) {
+    std::erase_if(tensors, [&](const lgtest::OwnedTensor& t) { return t.name == g_idx; });
+  });
+  check_repacked(DecoderCheckpoint::open(dir.path()), matrices);
+  edit_quantization(dir.path(), [](json& q) { q["desc_act"] = true; });
+  error = open_error(dir.path());
+  CHECK(error.find("tensor model.layers.1.mlp.down_proj.qweight: has no " + g_idx +
+                   ": with desc_act true, g_idx must say each input's group") != std::string::npos);
 }
 
 TEST_CASE("an AWQ or GPTQ quantization_config that lazygraph cannot read is refused naming the key and the value") {
