@@ -17,6 +17,7 @@
 #include "lazygraph/nn/decoder_rank.hpp"
 #include "lazygraph/nn/quantized_checkpoint.hpp"
 #include "model_folder.hpp"
+#include "packed_int4.hpp"
 
 namespace lazygraph::nn {
 
@@ -91,6 +92,54 @@ float element(const std::byte* data, DType dtype, std::size_t i) {
       return f;
     }
   }
+}
+
+/// The classes of an AWQ or GPTQ checkpoint's matrices (attention, MLP, LM head) that it holds packed (a
+/// `.qweight`), in the packing's format; the others dense. \throws CheckpointError naming a tensor when a class mixes
+/// packed and dense matrices, or a packed one is named in modules_to_not_convert; naming config.json when nothing is
+/// packed.
+DecoderQuantization packed_classes(const LlamaConfig& llama, const DecoderConfig& config, const Checkpoint& weights) {
+  const PackedQuantization& packed = *llama.packed;
+  const std::string method = packed_method_name(packed.method);
+  DecoderQuantization out;
+  const std::vector<DecoderTensor> tensors = decoder_tensors(config);
+  for (const QuantizationClass c : {QuantizationClass::attention, QuantizationClass::mlp, QuantizationClass::lm_head}) {
+    const DecoderTensor* packed_one = nullptr;
+    const DecoderTensor* dense_one = nullptr;
+    for (const DecoderTensor& t : tensors) {
+      if (quantization_class(t.role) != c) continue;
+      const bool tied = t.role == DecoderTensorRole::lm_head && llama.tie_word_embeddings;
+      const std::string module = detail::module_of(t.name);
+      if (tied || !detail::holds_packed(weights, module)) {
+        if (dense_one == nullptr) dense_one = &t;
+        continue;
+      }
+      if (packed_one == nullptr) packed_one = &t;
+      for (const std::string& skip : packed.modules_to_not_convert) {
+        if (module.find(skip) == std::string::npos) continue;
+        const TensorInfo& q = *weights.find(module + ".qweight");
+        throw CheckpointError(weights.file_of(q).path(), q.name,
+                              "is packed, but quantization_config.modules_to_not_convert names it (\"" + skip + "\")");
+      }
+    }
+    if (packed_one != nullptr && dense_one != nullptr) {
+      const TensorInfo& q = *weights.find(detail::module_of(packed_one->name) + ".qweight");
+      throw CheckpointError(weights.file_of(q).path(), dense_one->name,
+                            "is not packed (no " + detail::module_of(dense_one->name) + ".qweight) while " + q.name +
+                                " is: lazygraph stores a class of matrices (attention's q, k, v and o; the MLP's "
+                                "gate, up and down; the LM head) in one format, so a checkpoint mixing " +
+                                method + " and dense matrices in one class is refused");
+    }
+    if (packed_one == nullptr) continue;
+    (c == QuantizationClass::attention ? out.attention
+     : c == QuantizationClass::mlp     ? out.mlp
+                                       : out.lm_head) = packed.format();
+  }
+  if (!out.any()) {
+    throw CheckpointError(weights.path() / "config.json", "",
+                          "quantization_config says " + method + ", but no matrix is packed (no tensor `.qweight`)");
+  }
+  return out;
 }
 
 }  // namespace
@@ -360,21 +409,32 @@ DecoderCheckpoint::DecoderCheckpoint(LlamaConfig llama, DecoderConfig config, Ch
     const DecoderTensor& t = tensors_[i];
     const bool quantized = quantization.format_of(t.role).has_value();
     if (quantized && as_saved) {
-      sources_.push_back(nullptr);  // read quantized, below
-      continue;
+      sources_.push_back(nullptr);               // read quantized, below
+      if (!llama_.packed.has_value()) continue;  // lazygraph's own tensors hold the matrix whole
+    } else {
+      const std::vector<std::int64_t> shape = t.shape();
+      const bool tied = t.role == DecoderTensorRole::lm_head && llama_.tie_word_embeddings;
+      sources_.push_back(&weights_.require(tied ? "model.embed_tokens.weight" : t.name, kLoadable, shape));
+      used.insert(sources_.back()->name);
+      if (!quantized) continue;
     }
-    const std::vector<std::int64_t> shape = t.shape();
-    const bool tied = t.role == DecoderTensorRole::lm_head && llama_.tie_word_embeddings;
-    sources_.push_back(&weights_.require(tied ? "model.embed_tokens.weight" : t.name, kLoadable, shape));
-    used.insert(sources_.back()->name);
-    if (!quantized) continue;
     parts.push_back(i);
     if (t.role != DecoderTensorRole::wq && t.role != DecoderTensorRole::wk) {
       matrix_parts_.push_back(std::move(parts));
       parts.clear();
     }
   }
-  if (as_saved) {
+  if (llama_.packed.has_value()) {
+    for (const std::vector<std::size_t>& matrix : matrix_parts_) {
+      for (const std::size_t p : matrix) {
+        const detail::PackedTensors found = detail::require_packed(
+            weights_, *llama_.packed, detail::module_of(tensors_[p].name), tensors_[p].rows, tensors_[p].cols);
+        for (const TensorInfo* part : {found.qweight, found.qzeros, found.scales, found.g_idx}) {
+          if (part != nullptr) used.insert(part->name);
+        }
+      }
+    }
+  } else if (as_saved) {
     for (const QuantizedLayout& layout : layouts_) {
       const QuantizedTensorInfo found = require_quantized(weights_, layout);
       for (const TensorInfo* part : {found.format, found.values, found.scales, found.zeros}) {
@@ -450,6 +510,8 @@ DecoderCheckpoint DecoderCheckpoint::open(const std::filesystem::path& directory
   LlamaConfig llama = LlamaConfig::load(directory);
   DecoderConfig config = decoder_config(llama, options.context, directory / "config.json", options);
   LoadOptions chosen = options;
+  Checkpoint weights = Checkpoint::open(directory);
+  if (llama.packed.has_value()) llama.quantization = packed_classes(llama, config, weights);
   if (llama.quantization.has_value()) {
     if (options.quantization.any() && !(options.quantization == *llama.quantization)) {
       throw UsageError("LoadOptions::quantization asks for " + quantization_name(options.quantization) +
@@ -460,7 +522,6 @@ DecoderCheckpoint DecoderCheckpoint::open(const std::filesystem::path& directory
     }
     chosen.quantization = *llama.quantization;
   }
-  Checkpoint weights = Checkpoint::open(directory);
   if (!llama.save_id.empty() && !weights.save_id().empty() && llama.save_id != weights.save_id()) {
     throw CheckpointError(directory / "config.json", "",
                           "it is of save " + detail::printable(llama.save_id) + " (its " + std::string(kSaveIdKey) +
@@ -479,6 +540,15 @@ QuantizedWeight DecoderCheckpoint::quantized_weight(std::size_t index) const {
                      std::to_string(layouts_.size()) + " quantized matrices");
   }
   const QuantizedLayout& l = layouts_[index];
+  if (llama_.packed.has_value()) {  // open() checked the tensors: repacking them cannot fail
+    std::vector<detail::PackedPart> parts;
+    for (const std::size_t p : matrix_parts_[index]) {
+      const DecoderTensor& t = tensors_[p];
+      parts.push_back(
+          {detail::require_packed(weights_, *llama_.packed, detail::module_of(t.name), t.rows, t.cols), t.rope_rows});
+    }
+    return detail::repack(weights_, *llama_.packed, l, parts, config_.head_dim());
+  }
   if (quantized_as_saved()) {
     try {
       return read_quantized(weights_, l);

@@ -14,6 +14,7 @@
 #include "detail/config_reader.hpp"
 #include "formats/storage_format.hpp"
 #include "json_util.hpp"
+#include "packed_int4.hpp"
 
 namespace lazygraph::nn {
 
@@ -252,7 +253,8 @@ std::optional<QuantizedFormat> read_format(const json& config, std::string_view 
 }
 
 /// quantization_config, as save_quantized_checkpoint writes it: {"quant_method": "lazygraph", "layout_version": 1,
-/// "attention": FORMAT or null, "mlp": ..., "lm_head": ..., "clip_search": false}.
+/// "attention": FORMAT or null, "mlp": ..., "lm_head": ..., "clip_search": false}; or AWQ's or GPTQ's, which
+/// packed_config.cpp reads.
 void read_quantization(LlamaConfig& config, const ConfigReader& reader) {
   const json* q = reader.get("quantization_config");
   if (q == nullptr) return;
@@ -261,14 +263,20 @@ void read_quantization(LlamaConfig& config, const ConfigReader& reader) {
     const auto found = q->find(key);
     return found == q->end() || found->is_null() ? nullptr : &*found;
   };
-  const std::string own = "lazygraph reads only the quantized checkpoints it writes itself (quant_method \"lazygraph\"";
+  const std::string own =
+      "lazygraph reads the quantized checkpoints it writes itself (quant_method \"lazygraph\", "
+      "nn::save_quantized_checkpoint) and 4-bit AWQ (\"awq\") and GPTQ (\"gptq\") ones";
   const json* method = field("quant_method");
-  if (method == nullptr) reader.fail("quantization_config.quant_method", "is missing: " + own + ")");
+  if (method == nullptr) reader.fail("quantization_config.quant_method", "is missing: " + own);
+  if (method->is_string() && (*method == "awq" || *method == "gptq")) {
+    detail::read_packed_config(config, *q, *method == "awq" ? PackedMethod::awq : PackedMethod::gptq, reader);
+    return;
+  }
   if (!method->is_string() || method->get<std::string>() != "lazygraph") {
     reader.fail("quantization_config.quant_method",
                 "is " + detail::describe_json(*method) + ": " + own +
-                    ", nn::save_quantized_checkpoint), whose byte layout no other method shares; load the model's "
-                    "unquantized checkpoint with LoadOptions::quantization to quantize it as it loads");
+                    ", whose byte layouts no other method shares; load the model's unquantized checkpoint with "
+                    "LoadOptions::quantization to quantize it as it loads");
   }
   const json* version = field("layout_version");
   if (version == nullptr || !version->is_number_unsigned()) {
@@ -444,7 +452,9 @@ std::string LlamaConfig::to_json() const {
   if (eos_token_ids.size() == 1) root["eos_token_id"] = eos_token_ids[0];
   if (eos_token_ids.size() > 1) root["eos_token_id"] = eos_token_ids;
   if (!save_id.empty()) root["lazygraph_save_id"] = save_id;
-  if (quantization.has_value()) {
+  if (packed.has_value()) {
+    root["quantization_config"] = detail::packed_config_json(*packed);
+  } else if (quantization.has_value()) {
     root["quantization_config"] = {
         {"quant_method", "lazygraph"},
         {"layout_version", quantized_layout_version},

@@ -327,12 +327,12 @@ TEST_CASE("save_quantized_checkpoint refuses a source that quantizes nothing, an
 TEST_CASE("a quantized checkpoint of another method or layout version is refused, naming config.json and the key") {
   const lgtest::TempDir dir("nn-qsave");
   const fs::path saved = saved_quantized(dir, small_qwen2(), mixed());
-  replace_in_config(saved, R"("quant_method": "lazygraph")", R"("quant_method": "gptq")");
+  replace_in_config(saved, R"("quant_method": "lazygraph")", R"("quant_method": "bitsandbytes")");
   std::string error = open_error(saved);
   CHECK(error.find((saved / "config.json").string()) != std::string::npos);
-  CHECK(error.find("key 'quantization_config.quant_method' is \"gptq\": lazygraph reads only the quantized "
+  CHECK(error.find("key 'quantization_config.quant_method' is \"bitsandbytes\": lazygraph reads the quantized "
                    "checkpoints it writes itself") != std::string::npos);
-  replace_in_config(saved, R"("quant_method": "gptq")", R"("quant_method": "lazygraph")");
+  replace_in_config(saved, R"("quant_method": "bitsandbytes")", R"("quant_method": "lazygraph")");
   CHECK_NOTHROW((void)DecoderCheckpoint::open(saved));
   replace_in_config(saved, R"("layout_version": 1)", R"("layout_version": 2)");
   error = open_error(saved);

@@ -8,9 +8,10 @@
 /// the classes of tensors LoadOptions::quantization chooses (decoder_quantization.hpp) on the host or, given a
 /// DeviceQuantizer (load_decoder gives one), on the GPU as they arrive. A quantized checkpoint
 /// (save_quantized_checkpoint, quantized_save.hpp) holds those classes quantized already, its formats in
-/// config.json's quantization_config, and uploads them as saved. A tensor-parallel rank uploads only its share of each
-/// tensor (upload_shard, load_decoder_rank). Seeded weights can be written in the same layout,
-/// so the loader is tested round trip and against PyTorch.
+/// config.json's quantization_config, and uploads them as saved; so does a 4-bit AWQ or GPTQ checkpoint, whose packed
+/// matrices are repacked on load into int4 with zero points (docs/models.md, "AWQ and GPTQ checkpoints"). A
+/// tensor-parallel rank uploads only its share of each tensor (upload_shard, load_decoder_rank). Seeded weights can be
+/// written in the same layout, so the loader is tested round trip and against PyTorch.
 
 #include <cstddef>
 #include <filesystem>
@@ -65,12 +66,19 @@ class DecoderCheckpoint {
   /// F16, BF16 or F32 and its shape. A tied model reads its LM head from the embedding (a stored lm_head.weight must
   /// equal it). A quantized checkpoint (config.json's quantization_config, which becomes quantization()) holds each
   /// quantized matrix of quantized_layouts() as the tensors of quantized_checkpoint.hpp instead of the dense ones,
-  /// checked as require_quantized checks them. Every other tensor is refused by name, except rotary_emb.inv_freq
+  /// checked as require_quantized checks them. An AWQ or GPTQ checkpoint (LlamaConfig::packed) holds a class's
+  /// matrices packed where their modules have `.qweight` (`.qzeros`, `.scales`, GPTQ's `.g_idx`), dense where they
+  /// have `.weight`; quantization() (and llama_config().quantization) keeps the packed classes, in
+  /// PackedQuantization::format(), and every packed tensor is checked (dtype I32 or F16, shape, every scale finite
+  /// and >= 0, GPTQ's zero points at most 15, g_idx the grouping input / group_size). Every other tensor is refused
+  /// by name, except rotary_emb.inv_freq
   /// buffers that hold the config's RoPE frequencies. A quantized matrix's bytes are checked against its format's
   /// rules too (require_quantized: scales, zero points, int8 values), on the host, so that no upload fails on them.
   /// \throws CheckpointError naming the file, the tensor and what was expected (a quantized weight's saved description
   /// that is not its format in config.json, a missing part, bytes its format does not allow, a dense tensor of a class
-  /// the checkpoint stores quantized...); CheckpointError naming config.json when it and the weights record different
+  /// the checkpoint stores quantized, a class mixing packed and dense matrices, a packed module that AWQ's
+  /// modules_to_not_convert names...); CheckpointError naming config.json when an AWQ or GPTQ checkpoint packs
+  /// nothing, or when it and the weights record different
   /// save ids (LlamaConfig::save_id, Checkpoint::save_id: a save into the folder was interrupted between the two);
   /// UsageError for options.context beyond the model's
   /// max_position_embeddings; UsageError naming the tensor when a format of options.quantization cannot apply to it
@@ -94,12 +102,13 @@ class DecoderCheckpoint {
   /// The quantized matrices, quantized_layouts(config(), quantization()).
   [[nodiscard]] const std::vector<QuantizedLayout>& quantized_layouts() const noexcept { return layouts_; }
   /// Quantized matrix `index` of quantized_layouts() on the host, what upload puts on the device: read as saved
-  /// (read_quantized) from a quantized checkpoint; else its tensors (q, k and v of a layer together, rows stacked, q
-  /// and k rows reordered as upload reorders them) read as floats and quantized with quantize() and
-  /// quantization().options. \throws UsageError for an index out of range; CheckpointError naming the file and the
-  /// matrix when a weight cannot be quantized (not finite, or a group beyond the scale type's range), or naming the
-  /// part when saved bytes break their format's rules (a scale that is not finite, a zero point above 15, an int8
-  /// byte 0): open() checked them, so only a file changed in place since can hold such bytes.
+  /// (read_quantized) from a quantized checkpoint; repacked from an AWQ or GPTQ checkpoint's packed tensors (q, k and
+  /// v stacked, q and k rows reordered, each weight's (q - zero) * scale as stored); else its tensors (q, k and v of a
+  /// layer together, rows stacked, q and k rows reordered as upload reorders them) read as floats and quantized with
+  /// quantize() and quantization().options. \throws UsageError for an index out of range; CheckpointError naming the
+  /// file and the matrix when a weight cannot be quantized (not finite, or a group beyond the scale type's range), or
+  /// naming the part when saved bytes break their format's rules (a scale that is not finite, a zero point above 15, an
+  /// int8 byte 0): open() checked them, so only a file changed in place since can hold such bytes.
   [[nodiscard]] QuantizedWeight quantized_weight(std::size_t index) const;
   /// Bytes the uploaded weights hold on the device: 2 per element of a dense tensor (fp16 and bf16 alike), each
   /// quantized matrix's bytes (decoder_device_bytes). The progress bar counts the same bytes.
@@ -140,9 +149,9 @@ class DecoderCheckpoint {
   /// rows of each tensor (whole heads of q and k, reordered as upload reorders them) and, for Wo and W2, its columns of
   /// every row, through the same pinned staging. A quantized matrix is made whole as upload makes it (read as saved,
   /// or quantized on the host), one at a time, and the rank keeps its share (shard_quantized): every rank reads the
-  /// quantized classes' tensors whole, since an int8 row's scale depends on the whole row. The progress bar counts the
-  /// share's bytes. Waits for the copies.
-  /// \throws UsageError as check_shard and as upload's check_quantization, before anything is allocated;
+  /// quantized classes' tensors whole, since an int8 row's scale depends on the whole row (an AWQ or GPTQ
+  /// checkpoint's packed matrices are repacked whole too). The progress bar counts the share's bytes. Waits for the
+  /// copies. \throws UsageError as check_shard and as upload's check_quantization, before anything is allocated;
   ///         CheckpointError as upload (nothing stays allocated then); CudaError when the device runs out of memory.
   template <Element T = half>
   [[nodiscard]] BasicDecoderWeights<T> upload_shard(const Stream& stream, int rank, int ranks) const;

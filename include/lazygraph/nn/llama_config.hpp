@@ -9,9 +9,11 @@
 /// defaults, bookkeeping), or refused by name: an unknown key might change what the model computes, and is never
 /// ignored. RoPE settings are read from transformers 5's `rope_parameters` object or the older top-level
 /// `rope_theta` / `rope_scaling`; the rules lazygraph implements are "default", "linear" and "llama3" (rope.hpp).
-/// A `quantization_config` is read only as lazygraph writes it (quant_method "lazygraph", save_quantized_checkpoint):
-/// the formats a quantized checkpoint stores its weights in. Other methods (GPTQ, AWQ, bitsandbytes...) store other
-/// layouts and are refused by name.
+/// A `quantization_config` is read as lazygraph writes it (quant_method "lazygraph", save_quantized_checkpoint): the
+/// formats a quantized checkpoint stores its weights in; or as AutoAWQ (quant_method "awq": bits 4, version "gemm",
+/// zero_point true) and AutoGPTQ / GPTQModel (quant_method "gptq": bits 4, checkpoint_format "gptq") write it, whose
+/// 4-bit matrices DecoderCheckpoint repacks on load (PackedQuantization). Other methods (bitsandbytes, FP8...) and
+/// other settings of these (bits 3 or 8, other packings) are refused by name.
 
 #include <filesystem>
 #include <optional>
@@ -65,7 +67,11 @@ struct LlamaConfig {
                                    ///< below vocab_size
   /// quantization_config: the formats the checkpoint stores its quantized weights in (quant_method "lazygraph",
   /// layout_version quantized_layout_version, at least one class quantized); nullopt when absent (dense weights).
+  /// For an AWQ or GPTQ checkpoint: the formats its packed matrices are repacked into, every class at first
+  /// (PackedQuantization::format()); DecoderCheckpoint::open keeps the classes whose tensors are packed.
   std::optional<DecoderQuantization> quantization;
+  /// An AWQ or GPTQ checkpoint's quantization_config (quantization is then set too); nullopt otherwise.
+  std::optional<PackedQuantization> packed;
   /// lazygraph_save_id (kSaveIdKey): the identifier of the lazygraph save that wrote this config.json with its weights
   /// (save_quantized_checkpoint, save_seeded_checkpoint); empty when absent. DecoderCheckpoint::open refuses a folder
   /// whose weights record another one: its config.json and weights come from different saves.
@@ -89,7 +95,10 @@ struct LlamaConfig {
   /// type other than default, linear or llama3, a RoPE parameter it does not use, or
   /// rope_parameters and the top-level keys disagreeing; num_attention_heads is not a multiple of
   /// num_key_value_heads, or (without head_dim) hidden_size not a multiple of num_attention_heads; a
-  /// quantization_config whose quant_method is not "lazygraph" (the message names it), whose layout_version is not
+  /// quantization_config whose quant_method is not "lazygraph", "awq" or "gptq" (the message names it); an awq or gptq
+  /// one with bits other than 4, a group_size other than 32, 64 or 128, another packing (awq's version or backend,
+  /// gptq's checkpoint_format, pack_dtype, dynamic), zero_point false, or a key it does not know; a lazygraph one
+  /// whose layout_version is not
   /// quantized_layout_version, that quantizes nothing, or that holds a format lazygraph does not store (kind int8 or
   /// int4; int4 groups of 32, 64 or 128; scale_type float16 or bfloat16) or a key it does not know (even with a null
   /// value); any key this reader does not know (the message says to remove it if it does not change the

@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "lazygraph/nn/quantized.hpp"
 
@@ -50,6 +51,33 @@ struct DecoderQuantization {
   /// (an int8 format's group, which int8 does not use, is not compared), and the same options.
   friend bool operator==(const DecoderQuantization& a, const DecoderQuantization& b) noexcept;
 };
+
+/// The tools whose 4-bit checkpoints lazygraph reads as they are, repacking their int32-packed matrices on load into
+/// the int4 layout with zero points (quantized.hpp) that the kernels read.
+enum class PackedMethod {
+  awq,   ///< AutoAWQ's GEMM packing (quant_method "awq", version "gemm")
+  gptq,  ///< AutoGPTQ's / GPTQModel's packing (quant_method "gptq", checkpoint_format "gptq": zero points stored - 1)
+};
+
+/// A Hugging Face quantization_config of another tool's 4-bit checkpoint, as read (config_json.cpp checks it). Which
+/// matrices the checkpoint holds packed is not here: DecoderCheckpoint::open looks their tensors up (`.qweight`).
+struct PackedQuantization {
+  PackedMethod method = PackedMethod::awq;  ///< quant_method
+  int group = 128;                          ///< group_size: 32, 64 or 128 inputs per scale and zero point
+  bool symmetric = false;  ///< gptq's sym (its zero points are still stored, 8 each, and kept as they are)
+  bool desc_act = false;   ///< gptq's desc_act (read only where g_idx is the plain grouping k / group_size)
+  std::vector<std::string> modules_to_not_convert;  ///< awq's: modules named so must not be packed
+
+  /// The format the packed matrices are repacked into: the 4-bit format with zero points (int4 in groups), in groups
+  /// of `group`, asymmetric, fp16 scales.
+  [[nodiscard]] QuantizedFormat format() const;
+
+  /// Whether every field is equal.
+  friend bool operator==(const PackedQuantization&, const PackedQuantization&) = default;
+};
+
+/// "AWQ" or "GPTQ", for messages.
+[[nodiscard]] std::string packed_method_name(PackedMethod method);
 
 /// `quantization` in messages, e.g. "attention int8 per channel, fp16 scales; MLP int4 g128, fp16 scales; LM head
 /// dense" (", with the clipping search" appended when it is on), or "nothing quantized".

@@ -1,0 +1,222 @@
+#!/usr/bin/env python3
+"""Cross-check of AWQ and GPTQ checkpoints loaded as they are (issue 64, item 5) against transformers.
+
+For each row (a small Llama, Qwen2 or Qwen3 of crosscheck_transformers.py's matrix, fp16) and each packing (AWQ GEMM,
+GPTQ asymmetric, GPTQ symmetric; groups of 32, 64 or 128), this script builds the random model with transformers as
+crosscheck_transformers.py does, quantizes every q/k/v/o/gate/up/down projection to 4 bits with a zero point per
+group of inputs (round to nearest over the group's range with 0; symmetric: zero 8, scale absmax / 7), puts the
+dequantized weights, (q - zero) * scale (exact in float32), back into the model, and writes the checkpoint: the
+model's other tensors as save_pretrained writes them, each projection packed by a packer written here from the
+formats' public descriptions (not from lazygraph's loader):
+
+- AWQ (AutoAWQ's GEMM): `qweight` int32 [K, N / 8], output 8c + order[i] of word c in bits 4i..4i+3, order
+  0, 2, 4, 6, 1, 3, 5, 7; `qzeros` int32 [K / g, N / 8] the zero points alike; `scales` fp16 [K / g, N];
+  quantization_config {"quant_method": "awq", "bits": 4, "group_size": g, "zero_point": true, "version": "gemm"}.
+- GPTQ (AutoGPTQ, checkpoint_format "gptq"): `qweight` int32 [K / 8, N], input 8r + i of word r in bits 4i..4i+3;
+  `qzeros` int32 [K / g, N / 8], output 8c + i's zero point minus 1 in bits 4i..4i+3; `scales` fp16 [K / g, N];
+  `g_idx` int32 [K] = k // g; quantization_config {"quant_method": "gptq", "bits": 4, "group_size": g, "sym": ...,
+  "desc_act": false}.
+
+The reference is transformers' float32 forward over the dequantized weights; `decoder_logits` loads the packed folder
+(lazygraph repacks it into int4 with zero points) and the comparison, bounds and paths are crosscheck_transformers.py's
+(its Harness): fp16 relative error within 1e-2, argmax equal wherever the margin is clear; step, prefill (also on
+tensor cores), batch, generate, and two tensor-parallel ranks where the machine has two GPUs (the persistent
+backend has no quantized tiles, so no row runs it).
+
+Exit status: 0 every row passed, 1 a row failed, 2 bad arguments, 77 skipped (torch, transformers or safetensors not
+installed, or no GPU). By hand on the GPU machine:
+
+    python3 tests/nn/crosscheck/quantized_checkpoints.py build-gpu/tests/decoder_logits [--only awq] [--keep DIR]
+
+Meson runs it as the test `crosscheck-quantized-checkpoints` (suite gpu).
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import crosscheck_transformers as ct  # noqa: E402  (the harness this script reuses)
+
+AWQ_ORDER = [0, 2, 4, 6, 1, 3, 5, 7]  # AutoAWQ's: nibble i of a word holds output 8c + AWQ_ORDER[i]
+PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def packings():
+    """(name, method, group, symmetric)."""
+    return [("awq-g128", "awq", 128, False), ("awq-g32", "awq", 32, False), ("gptq-g64", "gptq", 64, False),
+            ("gptq-sym-g128", "gptq", 128, True)]
+
+
+def rows():
+    paths = ct.ALL_PATHS + ct.TP_PATHS
+    return [
+        ct.Row("llama-gqa8-kv2", "llama", "f16", ct.model_config(num_key_value_heads=2), paths=paths),
+        ct.Row("llama-tied", "llama", "f16", ct.model_config(tie_word_embeddings=True, vocab_size=2048)),
+        ct.Row("qwen2", "qwen2", "f16", ct.model_config(num_key_value_heads=2, attention_bias=True)),
+        ct.Row("qwen3", "qwen3", "f16", ct.model_config(head_dim=64, num_key_value_heads=2)),
+    ]
+
+
+class PackedHarness(ct.Harness):
+    """crosscheck_transformers' harness whose checkpoints hold the projections packed as AWQ or GPTQ."""
+
+    def __init__(self, *args, method, group, symmetric, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.method = method
+        self.group = group
+        self.symmetric = symmetric
+        self.packed = {}
+
+    def quantize(self, w):
+        """w [N, K] float32 -> q [N, K], zero [N, G], scale [N, G] fp16, each group over its inputs."""
+        torch = self.torch
+        n, k = w.shape
+        groups = w.reshape(n, k // self.group, self.group)
+        if self.symmetric:
+            scale = (groups.abs().amax(dim=2) / 7).clamp(min=1e-4).half()
+            zero = torch.full(scale.shape, 8, dtype=torch.int64)
+        else:
+            lo = groups.amin(dim=2).clamp(max=0)
+            hi = groups.amax(dim=2).clamp(min=0)
+            scale = ((hi - lo) / 15).clamp(min=1e-4).half()
+            lowest = 0 if self.method == "awq" else 1  # GPTQ stores zero - 1 in 4 bits
+            zero = torch.round(-lo / scale.float()).long().clamp(lowest, 15)
+        q = (torch.round(groups / scale.float()[..., None]).long() + zero[..., None]).clamp(0, 15).reshape(n, k)
+        return q, zero, scale
+
+    def dequantized(self, q, zero, scale):
+        n, k = q.shape
+        groups = (q.reshape(n, k // self.group, self.group) - zero[..., None]).float() * scale.float()[..., None]
+        return groups.reshape(n, k)
+
+    def build(self, row, seed):
+        model, storage = super().build(row, seed)
+        self.packed = {}
+        with self.torch.no_grad():
+            for name, module in model.named_modules():
+                if name.split(".")[-1] in PROJECTIONS:
+                    q, zero, scale = self.quantize(module.weight.detach().float())
+                    module.weight.copy_(self.dequantized(q, zero, scale))
+                    self.packed[name] = (q, zero, scale)
+        return model, storage
+
+    def words(self, nibbles):
+        """[..., 8] values 0..15 -> [...] int32, nibble i in bits 4i..4i+3."""
+        torch = self.torch
+        packed = torch.zeros(nibbles.shape[:-1], dtype=torch.int64)
+        for i in range(8):
+            packed |= (nibbles[..., i] & 0xF) << (4 * i)
+        return torch.where(packed >= 2**31, packed - 2**32, packed).to(torch.int32)
+
+    def pack(self, q, zero, scale):
+        torch = self.torch
+        n, k = q.shape
+        out = {"scales": scale.t().contiguous()}  # [G, N]
+        if self.method == "awq":
+            order = torch.tensor(AWQ_ORDER)
+            out["qweight"] = self.words(q.t().reshape(k, n // 8, 8)[..., order])
+            out["qzeros"] = self.words(zero.t().reshape(-1, n // 8, 8)[..., order])
+        else:
+            out["qweight"] = self.words(q.t().reshape(k // 8, 8, n).transpose(1, 2))
+            out["qzeros"] = self.words((zero - 1).t().reshape(-1, n // 8, 8))
+            out["g_idx"] = (torch.arange(k) // self.group).to(torch.int32)
+        return out
+
+    def save(self, row, model, storage, directory):
+        from safetensors.torch import load_file, save_file
+        files = super().save(row, model, storage, directory)
+        for file in files:
+            path = os.path.join(directory, file)
+            tensors = load_file(path)
+            for name, (q, zero, scale) in self.packed.items():
+                if tensors.pop(name + ".weight", None) is None:
+                    continue
+                for part, t in self.pack(q, zero, scale).items():
+                    tensors[f"{name}.{part}"] = t
+            save_file(tensors, path, metadata={"format": "pt"})
+        config_path = os.path.join(directory, "config.json")
+        with open(config_path) as f:
+            config = json.load(f)
+        if self.method == "awq":
+            config["quantization_config"] = {"quant_method": "awq", "bits": 4, "group_size": self.group,
+                                             "zero_point": True, "version": "gemm", "modules_to_not_convert": None}
+        else:
+            config["quantization_config"] = {"quant_method": "gptq", "bits": 4, "group_size": self.group,
+                                             "sym": self.symmetric, "desc_act": False, "damp_percent": 0.01,
+                                             "true_sequential": True, "checkpoint_format": "gptq"}
+        with open(config_path, "w") as f:
+            json.dump(config, f, indent=2)
+        return files
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("decoder_logits", help="the decoder_logits program")
+    parser.add_argument("--only", action="append", default=[], help="run only rows whose name contains this")
+    parser.add_argument("--keep", metavar="DIR", help="write the checkpoints and outputs into DIR and keep them")
+    parser.add_argument("--verbose", action="store_true", help="show what decoder_logits prints")
+    args = parser.parse_args()
+    program = os.path.abspath(args.decoder_logits)
+    if not os.access(program, os.X_OK):
+        parser.error(f"{args.decoder_logits} is not an executable program")
+    os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    try:
+        import torch
+        import transformers
+        import safetensors  # noqa: F401
+    except ImportError as e:
+        print(f"crosscheck-quantized-checkpoints: skipped: {e}")
+        return ct.SKIPPED
+    probe = subprocess.run([program, "--probe"], capture_output=True, text=True)
+    if probe.returncode == ct.SKIPPED:
+        print(f"crosscheck-quantized-checkpoints: skipped: {probe.stdout.strip()}")
+        return ct.SKIPPED
+    if probe.returncode != 0:
+        print(f"crosscheck-quantized-checkpoints: decoder_logits --probe failed: {probe.stderr.strip()}",
+              file=sys.stderr)
+        return 1
+    transformers.logging.set_verbosity_error()
+    torch.set_num_threads(max(1, min(8, os.cpu_count() or 1)))
+    results = []
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="crosscheck-packed-") as tmp:
+        work_dir = os.path.abspath(args.keep) if args.keep else tmp
+        os.makedirs(work_dir, exist_ok=True)
+        for packing, method, group, symmetric in packings():
+            harness = PackedHarness(torch, transformers, program, os.path.join(work_dir, packing), ct.POSITIONS,
+                                    bool(args.keep), args.verbose, method=method, group=group, symmetric=symmetric)
+            os.makedirs(harness.work_dir, exist_ok=True)
+            for row in rows():
+                row = ct.Row(f"{row.name}-{packing}", row.arch, row.dtype, row.config, paths=row.paths)
+                if args.only and not any(o in row.name for o in args.only):
+                    continue
+                t0 = time.monotonic()
+                row_results = harness.run_row(row)
+                results += row_results
+                for r in row_results:
+                    print(f"  {row.name:34} {r.path:14} {r.status:8} err {r.error:9} argmax {r.argmax:16} {r.detail}",
+                          flush=True)
+                print(f"    ({time.monotonic() - t0:.1f} s)", flush=True)
+    lines = ct.table(results)
+    failed = [r for r in results if not r.passed]
+    skipped = [r for r in results if r.skipped]
+    lines.append("")
+    lines.append(f"{len(results) - len(failed) - len(skipped)} passed, {len(failed)} failed, {len(skipped)} skipped "
+                 f"({time.monotonic() - start:.0f} s)")
+    print("\n".join(lines))
+    out_dir = os.environ.get("OUT")
+    if out_dir:
+        os.makedirs(out_dir, exist_ok=True)
+        with open(os.path.join(out_dir, "crosscheck-quantized.txt"), "w") as f:
+            f.write("\n".join(lines) + "\n")
+    return 1 if failed or not results else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
