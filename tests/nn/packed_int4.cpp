@@ -250,7 +250,7 @@ void check_repacked(const DecoderCheckpoint& checkpoint, const std::map<std::str
   CHECK(checked > 0);
 }
 
-std::string open_error(const fs::path& dir) {
+std::string packed_open_error(const fs::path& dir) {
   try {
     (void)DecoderCheckpoint::open(dir);
   } catch (const CheckpointError& e) {
@@ -320,12 +320,12 @@ TEST_CASE("GPTQ's desc_act is read where g_idx is the plain grouping, and refuse
       if (t.name == g_idx) std::swap(t.bytes[4 * 3], t.bytes[4 * 70]);  // input 3 in group 1, input 70 in group 0
     }
   });
-  std::string error = open_error(dir.path());
+  std::string error = packed_open_error(dir.path());
   CHECK(error.find("tensor " + g_idx +
                    ": puts input 3 in group 1, not 0 (input / group_size): desc_act's reordering "
                    "of the inputs would need the activations permuted") != std::string::npos);
   edit_quantization(dir.path(), [](json& q) { q["desc_act"] = false; });
-  error = open_error(dir.path());
+  error = packed_open_error(dir.path());
   CHECK(error.find("with desc_act false g_idx must be that grouping") != std::string::npos);
   // without g_idx: the plain grouping, unless desc_act says the inputs were reordered
   lgtest::rewrite(dir.path(), [&](std::vector<lgtest::OwnedTensor>& tensors) {
@@ -333,7 +333,7 @@ TEST_CASE("GPTQ's desc_act is read where g_idx is the plain grouping, and refuse
   });
   check_repacked(DecoderCheckpoint::open(dir.path()), matrices);
   edit_quantization(dir.path(), [](json& q) { q["desc_act"] = true; });
-  error = open_error(dir.path());
+  error = packed_open_error(dir.path());
   CHECK(error.find("tensor model.layers.1.mlp.down_proj.qweight: has no " + g_idx +
                    ": with desc_act true, g_idx must say each input's group") != std::string::npos);
 }
@@ -389,7 +389,7 @@ TEST_CASE("an AWQ or GPTQ quantization_config that lazygraph cannot read is refu
     const fs::path folder = c.method == Method::awq ? awq : gptq;
     lgtest::write_file(folder / "config.json", c.method == Method::awq ? awq_config : gptq_config);
     edit_quantization(folder, c.edit);
-    const std::string error = open_error(folder);
+    const std::string error = packed_open_error(folder);
     CHECK(error.find((folder / "config.json").string()) != std::string::npos);
     CHECK(error.find(c.message) != std::string::npos);
   }
@@ -451,7 +451,7 @@ TEST_CASE("packed tensors of the wrong dtype, shape or bytes are refused by open
     const fs::path folder = dir.path() / std::to_string(i);
     (void)write_packed(folder, lgtest::small_decoder(), {c.method, 128, false});
     lgtest::rewrite(folder, c.edit);
-    const std::string error = open_error(folder);
+    const std::string error = packed_open_error(folder);
     CHECK(error.find("tensor " + c.tensor) != std::string::npos);
     CHECK(error.find(c.message) != std::string::npos);
   }
@@ -470,7 +470,7 @@ TEST_CASE(
     ts.push_back(
         {o + ".weight", DType::f16, {c.d, c.d}, std::vector<std::byte>(static_cast<std::size_t>(c.d * c.d) * 2)});
   });
-  std::string error = open_error(dir.path());
+  std::string error = packed_open_error(dir.path());
   CHECK(error.find("tensor " + o + ".weight: is not packed (no " + o +
                    ".qweight) while "
                    "model.layers.0.self_attn.q_proj.qweight is") != std::string::npos);
@@ -479,7 +479,7 @@ TEST_CASE(
   const lgtest::TempDir skip("nn-packed-skip");
   (void)write_packed(skip.path(), c, {Method::awq, 64, false});
   edit_quantization(skip.path(), [](json& q) { q["modules_to_not_convert"] = json::array({"lm_head", "mlp.up"}); });
-  error = open_error(skip.path());
+  error = packed_open_error(skip.path());
   CHECK(error.find("tensor model.layers.0.mlp.up_proj.qweight: is packed, but "
                    "quantization_config.modules_to_not_convert names it (\"mlp.up\")") != std::string::npos);
 
@@ -488,7 +488,7 @@ TEST_CASE(
   json config = json::parse(lgtest::read_file(dense.path() / "config.json"));
   config["quantization_config"] = {{"quant_method", "gptq"}, {"bits", 4}, {"group_size", 128}};
   lgtest::write_file(dense.path() / "config.json", config.dump());
-  error = open_error(dense.path());
+  error = packed_open_error(dense.path());
   CHECK(error.find("quantization_config says GPTQ, but no matrix is packed") != std::string::npos);
 }
 
