@@ -29,9 +29,10 @@ TEST_SUITE("gpu") {
   TEST_CASE("a collective log notes a captured graph's collectives in order; one rank agrees with itself") {
     if (!lgtest::have_nccl()) return;
     const std::vector<Communicator> comms = Communicator::create_all(std::vector<Device>{lgtest::device()});
-    DeviceBuffer<half> x(lgtest::device(), 64);
-    DeviceBuffer<half> gathered(lgtest::device(), 64);
     const Stream stream(lgtest::device());
+    // Set before the graph reads it: the collectives read x (initcheck reported an uninitialized read without this).
+    DeviceBuffer<half> x = lgtest::to_device(stream, std::vector<half>(64, half::from_float(1.0F)));
+    DeviceBuffer<half> gathered(lgtest::device(), 64);
     CollectiveLog log(comms[0]);
     CHECK(CollectiveLog::active() == &log);
     CHECK_THROWS_AS((void)CollectiveLog(comms[0]), UsageError);  // one per thread
