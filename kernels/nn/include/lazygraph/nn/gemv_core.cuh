@@ -398,7 +398,11 @@ __device__ __forceinline__ void gemv_rows_mma(const W& w, const X& x, int rows, 
     for (int m = 0; m < M; ++m) c[m][0] = c[m][1] = c[m][2] = c[m][3] = 0.0f;
     float sq = 0.0f;
 
-    for (int s0 = warp; s0 < steps; s0 += warps * U) {  // uniform over the warp, as mma.sync requires
+    // Every warp runs the first pass, a warp without steps on the row's last chunk (its products are zeros, as
+    // below), so that every warp calls wait() at this one place: in a persistent program it holds a __syncthreads,
+    // which the whole block must reach at the same barrier (synccheck: "divergent threads in block" when warps
+    // without steps waited after the loop).
+    for (int s0 = warp; s0 < steps || s0 == warp; s0 += warps * U) {  // uniform over the warp, as mma.sync requires
       lg::Pack8<T> wv[M][U];
 #pragma unroll
       for (int u = 0; u < U; ++u) {
@@ -429,7 +433,6 @@ __device__ __forceinline__ void gemv_rows_mma(const W& w, const X& x, int rows, 
         }
       }
     }
-    if (!waited) wait(tile);  // a warp without steps still waits before the block's results are written
 
     // c[m][0], c[m][1]: vector g, rows 2t and 2t + 1 of the tile (c[m][2], c[m][3] belong to the unused vectors
     // 8-15). The sum of squares of vector g: add the 4 lanes.
