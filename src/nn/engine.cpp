@@ -169,7 +169,7 @@ bool Engine::idle() const {
 void Engine::wait_for_work(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mutex_);
   work_.wait_for(lock, timeout,
-                 [&] { return !queue_.empty() || !running_.empty() || !cancels_.empty() || cancel_all_ || closed_; });
+                 [&] { return !queue_.empty() || !running_.empty() || !cancels_.empty() || cancel_all_; });
 }
 
 EngineStats Engine::stats() const {
