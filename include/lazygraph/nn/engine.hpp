@@ -44,7 +44,7 @@ using RequestId = std::uint64_t;
 
 /// What a request's callback receives: after each token, and once at the end (finished set), possibly both at once.
 struct GenerationEvent {
-  RequestId id = 0;
+  RequestId id = 0;                      ///< the request's, as submit returned it
   std::optional<int> token;              ///< the token made this step (none for a stop token, or an end alone)
   std::string text;                      ///< text that can be shown now (with a tokenizer; may be empty)
   std::optional<FinishReason> finished;  ///< set on the request's last event

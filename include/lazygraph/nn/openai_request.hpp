@@ -29,8 +29,8 @@ struct OpenAiLimits {
 
 /// A checked request body.
 struct OpenAiRequest {
-  OpenAiEndpoint endpoint = OpenAiEndpoint::completions;
-  std::string model;                           ///< one of OpenAiLimits::models
+  OpenAiEndpoint endpoint = OpenAiEndpoint::completions;  ///< where the body was sent
+  std::string model;                                      ///< one of OpenAiLimits::models
   std::string prompt;                          ///< completions: the prompt text (empty when prompt_ids holds it)
   std::optional<std::vector<int>> prompt_ids;  ///< completions: a prompt given as token ids (not yet checked
                                                ///< against the vocabulary)

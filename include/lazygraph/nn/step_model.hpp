@@ -23,6 +23,7 @@ struct StepRow {
 /// positions follow the slot's earlier ones (the engine feeds each sequence in order, from 0 when it enters a slot).
 class StepModel {
  public:
+  /// A model; the derived class sets it up.
   StepModel() = default;
   StepModel(const StepModel&) = delete;
   StepModel& operator=(const StepModel&) = delete;
