@@ -6,6 +6,8 @@
 // tokenizer, the chat template, generation_config.json), so a mistake is reported the same way on any machine.
 // Without a GPU the server still starts: /health answers 503 with the reason, and generation requests 503.
 #include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
 #include <algorithm>
 #include <atomic>
 #include <charconv>
@@ -281,7 +283,19 @@ struct GpuEngineOf final : GpuEngine {
   nn::Engine engine_;
 };
 
+/// SIGTERM and SIGINT, blocked in every thread from the start (the driver's threads included, which would otherwise
+/// take them and end the process) and taken by one thread through sigwait.
+sigset_t stop_signals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  return signals;
+}
+
 int serve(const Options& o) {
+  const sigset_t signals = stop_signals();
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   Plan plan = plan_serving(o);
   std::string unavailable;
   std::unique_ptr<GpuEngine> gpu;
@@ -326,18 +340,15 @@ int serve(const Options& o) {
     return kExitRuntime;
   }
 
-  // SIGTERM and SIGINT reach one thread, through sigwait: it drains and stops the server.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // SIGTERM and SIGINT reach this thread, through sigwait: it drains and stops the server.
   std::atomic<bool> stop_engine = false;
+  std::atomic<bool> signalled = false;
   std::thread stepper;
   if (engine != nullptr) stepper = std::thread([&] { step_until(*engine, stop_engine); });
   std::thread waiter([&] {
     int got = 0;
     sigwait(&signals, &got);
+    signalled = true;
     std::fprintf(stderr, "lazygraph-serve: %s: draining\n", got == SIGTERM ? "SIGTERM" : "SIGINT");
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(o.drain_timeout);
     const auto drained = [&] { return (engine == nullptr || engine->idle()) && routes.active() == 0; };
@@ -362,6 +373,7 @@ int serve(const Options& o) {
   std::printf("listening on %s:%d\n", o.host.c_str(), port);
   std::fflush(stdout);
   const bool listened = server.listen_after_bind();
+  if (!signalled) kill(getpid(), SIGTERM);  // listening failed: wake the waiter, which finds nothing to drain
   waiter.join();
   stop_engine = true;
   if (stepper.joinable()) stepper.join();

@@ -11,6 +11,7 @@ import http.client
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -67,6 +68,13 @@ class Options(unittest.TestCase):
         self.expect(2, os.path.join(self.model, "config.json"), stderr_has=["is not a folder"])
         self.expect(2, self.model, "--context", "65", stderr_has=["--context 65 is more than the model's "
                                                                   "max_position_embeddings (64"])
+
+    def test_an_address_in_use_exits_1_naming_it(self):
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            port = taken.getsockname()[1]
+            self.expect(1, self.model, "--port", str(port), stderr_has=[f"cannot listen on 127.0.0.1:{port}"])
 
     def test_a_model_folder_that_cannot_be_used_exits_1_naming_the_file(self):
         os.remove(os.path.join(self.model, "config.json"))
