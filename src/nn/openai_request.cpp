@@ -15,7 +15,7 @@ using nlohmann::json;
 
 /// `text` with every byte outside printable ASCII written as \xNN, so that a message quoting a client's bytes stays
 /// ASCII (and valid JSON when the server returns it).
-std::string printable(std::string_view text) {
+std::string ascii_escaped(std::string_view text) {
   std::string out;
   for (const char c : text) {
     const auto byte = static_cast<unsigned char>(c);
@@ -69,7 +69,7 @@ class PathTracker final : public nlohmann::json_sax<json> {
       if (f.array) {
         out += "[" + std::to_string(f.index) + "]";
       } else if (!f.key.empty()) {
-        out += (out.empty() ? "" : ".") + printable(f.key);
+        out += (out.empty() ? "" : ".") + ascii_escaped(f.key);
       }
     }
     return out;
@@ -98,7 +98,7 @@ class PathTracker final : public nlohmann::json_sax<json> {
 };
 
 /// The body as JSON. \throws RequestError naming "body", or the field whose string is not UTF-8.
-json parse_body(std::string_view body) {
+json parse_json_body(std::string_view body) {
   try {
     return json::parse(body);
   } catch (const json::parse_error&) {
@@ -112,7 +112,7 @@ json parse_body(std::string_view body) {
     std::string why = tracker.what();
     if (const std::size_t dash = why.find(" - "); dash != std::string::npos) why.erase(0, dash + 3);
     throw RequestError("body", "malformed JSON at byte " + std::to_string(tracker.position()) +
-                                   (path.empty() ? "" : " (in " + path + ")") + ": " + printable(why));
+                                   (path.empty() ? "" : " (in " + path + ")") + ": " + ascii_escaped(why));
   }
 }
 
@@ -147,7 +147,7 @@ std::int64_t integer_in(const json& v, const std::string& field, std::int64_t lo
 }
 
 /// A number field. \throws RequestError naming it when it is not a finite number.
-double number(const json& v, const std::string& field) {
+double finite_number(const json& v, const std::string& field) {
   if (!v.is_number()) throw RequestError(field, "must be a number, not " + type_of(v) + " " + shown(v));
   const auto x = v.get<double>();
   if (!std::isfinite(x)) throw RequestError(field, "must be finite, not " + shown(v));
@@ -232,7 +232,7 @@ void read_stop(const json& body, OpenAiRequest& r) {
 
 void read_sampling(const json& body, OpenAiRequest& r) {
   if (const auto it = body.find("temperature"); it != body.end() && !it->is_null()) {
-    const double t = number(*it, "temperature");
+    const double t = finite_number(*it, "temperature");
     if (t < 0.0 || t > std::numeric_limits<float>::max()) {
       throw RequestError("temperature", "must be 0 (greedy) or more, not " + shown(*it));
     }
@@ -242,7 +242,7 @@ void read_sampling(const json& body, OpenAiRequest& r) {
     }
   }
   if (const auto it = body.find("top_p"); it != body.end() && !it->is_null()) {
-    const double p = number(*it, "top_p");
+    const double p = finite_number(*it, "top_p");
     if (!(p > 0.0 && p <= 1.0)) throw RequestError("top_p", "must be in (0, 1], not " + shown(*it));
     r.sampling.top_p = std::max(static_cast<float>(p), std::numeric_limits<float>::min());
   }
@@ -306,7 +306,7 @@ OpenAiRequest parse_openai_request(std::string_view body, OpenAiEndpoint endpoin
     throw RequestError("body", "is " + std::to_string(body.size()) + " bytes, more than the limit of " +
                                    std::to_string(limits.max_body_bytes));
   }
-  const json j = parse_body(body);
+  const json j = parse_json_body(body);
   if (!j.is_object()) throw RequestError("body", "must be a JSON object, not " + type_of(j));
   OpenAiRequest r;
   r.endpoint = endpoint;
@@ -323,7 +323,7 @@ OpenAiRequest parse_openai_request(std::string_view body, OpenAiEndpoint endpoin
     served += (served.empty() ? "'" : ", '") + name + "'";
   }
   if (!known) {
-    throw RequestError("model", "unknown model '" + printable(r.model) + "'; this server serves " +
+    throw RequestError("model", "unknown model '" + ascii_escaped(r.model) + "'; this server serves " +
                                     (served.empty() ? "none" : served));
   }
   refuse_unsupported(j);
