@@ -225,6 +225,7 @@ void Engine::finish(Sequence& s, FinishReason reason, std::vector<Pending>& even
   release(s);
   s.finished = true;
   ++counters_.finished;
+  if (reason == FinishReason::cancelled) ++counters_.cancelled;
 }
 
 void Engine::admit() {

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -351,6 +352,27 @@ TEST_CASE("cancelling ends a queued or running request at the next step and retu
   CHECK(c[b].finished == FinishReason::cancelled);
   CHECK(engine.idle());
   CHECK(engine.pool().used_blocks() == 0);
+  CHECK(engine.stats().cancelled == 4);
+}
+
+TEST_CASE("an engine with nothing to do waits for work, also once closed, and wakes for a submission") {
+  HostModel model(1, 64);
+  Engine engine(model, {});
+  engine.close();
+  const auto start = std::chrono::steady_clock::now();
+  engine.wait_for_work(std::chrono::milliseconds(30));
+  CHECK(std::chrono::steady_clock::now() - start >= std::chrono::milliseconds(25));
+
+  Engine open(model, {});
+  std::thread submitter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    static_cast<void>(open.submit(req({1}, 1)));
+  });
+  const auto before = std::chrono::steady_clock::now();
+  open.wait_for_work(std::chrono::seconds(10));
+  CHECK(std::chrono::steady_clock::now() - before < std::chrono::seconds(5));
+  submitter.join();
+  CHECK(open.step());
 }
 
 TEST_CASE("a callback that throws cancels its own request only") {

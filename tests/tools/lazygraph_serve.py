@@ -144,6 +144,7 @@ class NoGpuServer(unittest.TestCase):
         text = text.decode()
         for name in ("lazygraph_up 0", "lazygraph_queue_depth 0", "lazygraph_kv_blocks_used 0",
                      "lazygraph_tokens_per_second 0", "lazygraph_time_to_first_token_seconds_count 0",
+                     "lazygraph_requests_cancelled_total 0",
                      "# TYPE lazygraph_generated_tokens_total counter"):
             self.assertIn(name, text)
 

@@ -164,6 +164,7 @@ def main():
         for failure in failures[:20]:
             print("FAIL:", failure)
         print(f"{len(results)} streams compared; finished {metrics.get('lazygraph_requests_finished_total')}, "
+              f"cancelled {metrics.get('lazygraph_requests_cancelled_total')}, "
               f"tokens/s {metrics.get('lazygraph_tokens_per_second')}")
         return 1 if failures else 0
     finally:

@@ -149,6 +149,8 @@ std::string OpenAiServer::metrics() const {
   metric("lazygraph_prompt_tokens_total", "counter", "Prompt tokens fed (recomputed ones included).", s.prompt_tokens);
   metric("lazygraph_requests_submitted_total", "counter", "Requests accepted.", s.submitted);
   metric("lazygraph_requests_finished_total", "counter", "Requests ended, for any reason.", s.finished);
+  metric("lazygraph_requests_cancelled_total", "counter",
+         "Requests cancelled: their client went away, or the drain at shutdown timed out.", s.cancelled);
   metric("lazygraph_requests_rejected_total", "counter", "Requests refused with 429 (queue full) or 503 (draining).",
          s.rejected);
   metric("lazygraph_preemptions_total", "counter", "Sequences preempted when the KV pool ran out.", s.preemptions);

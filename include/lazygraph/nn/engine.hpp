@@ -78,6 +78,7 @@ struct EngineStats {
   int kv_blocks_total = 0;               ///< pool blocks
   std::uint64_t submitted = 0;           ///< requests accepted
   std::uint64_t finished = 0;            ///< requests ended (any reason)
+  std::uint64_t cancelled = 0;           ///< of those, ended by cancel or cancel_all
   std::uint64_t rejected = 0;            ///< submissions refused because the queue was full or the engine closed
   std::uint64_t preemptions = 0;         ///< sequences preempted
   std::uint64_t steps = 0;               ///< model steps
