@@ -452,3 +452,54 @@ TEST_CASE("requests submitted from several threads while another steps all compl
   CHECK(engine.stats().finished == 80);
   CHECK(engine.pool().used_blocks() == 0);
 }
+
+namespace {
+
+/// A host model whose step can be made to throw, or to return a token outside the vocabulary.
+class FailingModel final : public StepModel {
+ public:
+  [[nodiscard]] int slots() const override { return inner.slots(); }
+  [[nodiscard]] int context() const override { return inner.context(); }
+  [[nodiscard]] int vocab() const override { return inner.vocab(); }
+  void step(std::span<const StepRow> rows, std::span<int> next) override {
+    if (fail) throw std::runtime_error("device lost");
+    inner.step(rows, next);
+    if (bad_token) next[0] = inner.vocab();
+  }
+  HostModel inner{2, 64};
+  bool fail = false;
+  bool bad_token = false;
+};
+
+}  // namespace
+
+TEST_CASE("a model step that throws ends that step's requests with its message, and the engine goes on") {
+  FailingModel model;
+  Engine engine(model, {});
+  Collector c;
+  std::string error;
+  const RequestId a = *engine.submit(req({1, 2}, 0, c.callback()));
+  const RequestId b = *engine.submit(req({3}, 0, [&](const GenerationEvent& e) {
+    if (e.finished == FinishReason::error) error = e.error;
+  }));
+  CHECK(engine.step());
+  model.fail = true;
+  CHECK(engine.step());
+  CHECK(c[a].finished == FinishReason::error);
+  CHECK(c[a].tokens.size() == 1);
+  CHECK(error == "device lost");
+  static_cast<void>(b);
+  CHECK(engine.idle());
+  CHECK(engine.pool().used_blocks() == 0);
+
+  model.fail = false;
+  model.bad_token = true;
+  const RequestId d = *engine.submit(req({4}, 0, c.callback()));
+  CHECK(engine.step());
+  CHECK(c[d].finished == FinishReason::error);
+  CHECK(c[d].tokens.empty());
+  model.bad_token = false;
+  const RequestId e = *engine.submit(req({5}, 3, c.callback()));
+  run_until_idle(engine);
+  CHECK(c[e].tokens.size() == 3);
+}
