@@ -11,7 +11,8 @@ lg_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # nlohmann-json3-dev, libpcre2-dev, libutf8proc-dev, libsentencepiece-dev and sentencepiece serve only the models
 # library (liblazygraph_nn, built unless -Dnn=false: its tokenizer's regexes, Unicode normalization and
 # tokenizer.model files) and lazygraph-run; both commands configure it, so that `ninja -C build` builds everything.
-lg_packages=(g++ meson ninja-build pkg-config cmake python3 librange-v3-dev doctest-dev doxygen nlohmann-json3-dev libpcre2-dev libutf8proc-dev libsentencepiece-dev sentencepiece)
+# libcpp-httplib-dev is lazygraph-serve's HTTP server (without it that command alone is not built).
+lg_packages=(g++ meson ninja-build pkg-config cmake python3 librange-v3-dev doctest-dev doxygen nlohmann-json3-dev libpcre2-dev libutf8proc-dev libsentencepiece-dev sentencepiece libcpp-httplib-dev)
 
 lg_missing=()
 for p in "${lg_packages[@]}"; do

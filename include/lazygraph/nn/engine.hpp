@@ -1,0 +1,176 @@
+#pragma once
+/// \file
+/// nn::Engine: schedules many generation requests over one StepModel and a KvBlockPool (continuous batching):
+/// requests wait in a bounded queue, enter a free slot when the pool has blocks for them, step together, each with its
+/// own sampling, stop tokens, stop strings and limit, stream their tokens and text through a callback as they come,
+/// and leave between steps. When the pool runs out, the youngest running sequence is preempted: its blocks are freed
+/// and it waits again at the head of the queue, to be recomputed (its prompt and the tokens it made) when it returns.
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lazygraph/nn/kv_block_pool.hpp"
+#include "lazygraph/nn/request_error.hpp"
+#include "lazygraph/nn/sampling.hpp"
+#include "lazygraph/nn/step_model.hpp"
+#include "lazygraph/nn/tokenizer.hpp"
+
+namespace lazygraph::nn {
+
+/// Why a request ended.
+enum class FinishReason {
+  stop_token,   ///< the model made one of its stop tokens (not passed on)
+  stop_string,  ///< its text reached one of its stop strings (not passed on)
+  max_tokens,   ///< it made max_tokens tokens
+  context,      ///< its sequence filled the model's context
+  cancelled,    ///< Engine::cancel, or the engine shut down
+  kv_pool,      ///< alone in the engine, it needs more KV blocks than the whole pool holds
+  error,        ///< the model failed (GenerationEvent::error says how)
+};
+/// The reason's name as OpenAI's finish_reason spells it where there is one ("stop", "length"), else its own
+/// ("cancelled", "kv_pool", "error").
+[[nodiscard]] const char* finish_reason_name(FinishReason reason) noexcept;
+
+/// A request's handle, unique per engine.
+using RequestId = std::uint64_t;
+
+/// What a request's callback receives: after each token, and once at the end (finished set), possibly both at once.
+struct GenerationEvent {
+  RequestId id = 0;                      ///< the request's, as submit returned it
+  std::optional<int> token;              ///< the token made this step (none for a stop token, or an end alone)
+  std::string text;                      ///< text that can be shown now (with a tokenizer; may be empty)
+  std::optional<FinishReason> finished;  ///< set on the request's last event
+  std::string error;                     ///< FinishReason::error: the model's message
+  int prompt_tokens = 0;                 ///< the prompt's length
+  int completion_tokens = 0;             ///< tokens made so far (a stop token not counted)
+};
+
+/// A generation request.
+struct GenerationRequest {
+  std::vector<int> prompt;                ///< token ids, 1 to the context of them
+  int max_tokens = 0;                     ///< tokens to make at most; 0: until a stop or a full context
+  Sampling sampling;                      ///< greedy by default
+  std::vector<int> stop_tokens;           ///< end-of-sequence ids (the one made is not passed on)
+  std::vector<std::string> stop_strings;  ///< the text stops before the first of these (needs a tokenizer)
+  std::function<void(const GenerationEvent&)> on_event;  ///< called on the stepping thread, without the engine's lock
+};
+
+/// How an engine is sized.
+struct EngineOptions {
+  int kv_blocks = 0;    ///< blocks in the pool; 0: enough for every slot's whole context
+  int block_size = 16;  ///< positions per block (16 or 32)
+  int max_queue = 64;   ///< requests waiting at most; submit refuses more
+};
+
+/// A snapshot of an engine's state and counters.
+struct EngineStats {
+  int queued = 0;                        ///< requests waiting (preempted ones included)
+  int running = 0;                       ///< requests in a slot
+  int kv_blocks_used = 0;                ///< pool blocks held
+  int kv_blocks_total = 0;               ///< pool blocks
+  std::uint64_t submitted = 0;           ///< requests accepted
+  std::uint64_t finished = 0;            ///< requests ended (any reason)
+  std::uint64_t cancelled = 0;           ///< of those, ended by cancel or cancel_all
+  std::uint64_t rejected = 0;            ///< submissions refused because the queue was full or the engine closed
+  std::uint64_t preemptions = 0;         ///< sequences preempted
+  std::uint64_t steps = 0;               ///< model steps
+  std::uint64_t prompt_tokens = 0;       ///< prompt tokens fed (recomputed ones too)
+  std::uint64_t generated_tokens = 0;    ///< tokens made
+  double tokens_per_second = 0.0;        ///< tokens made per second over the last 10 s
+  double first_token_seconds_sum = 0.0;  ///< time to first token (submission to first event), summed
+  std::uint64_t first_token_count = 0;   ///< requests that had their first token
+};
+
+/// Schedules generation requests over a StepModel (continuous batching over a paged KV pool).
+///
+/// One thread steps (step, or serve); any thread may submit, cancel, close or read stats. The KV pool accounts for
+/// the model's cache: a sequence holds ceil(positions / block_size) blocks. (On the GPU the decoder's cache is still
+/// contiguous per slot: DecoderStepModel; the pool decides admission and preemption.)
+///
+/// Exception safety: submit checks everything before queueing (RequestError, naming the field); a model step that
+/// throws ends the requests of that step with FinishReason::error and the engine goes on.
+class Engine {
+ public:
+  /// An engine over `model` (which must outlive it); `tokenizer` makes text (GenerationEvent::text) and stop
+  /// strings possible. \throws UsageError for invalid options (KvBlockPool's, a max_queue below 1).
+  explicit Engine(StepModel& model, EngineOptions options = {}, std::optional<Tokenizer> tokenizer = std::nullopt);
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+  Engine(Engine&&) = delete;
+  Engine& operator=(Engine&&) = delete;
+  ~Engine();
+
+  /// Queues `request`; returns its id, or nullopt when the queue is full or the engine is closed (closed() says
+  /// which). Thread-safe. \throws RequestError naming the field: an empty prompt or one longer than the context, a
+  /// token outside the vocabulary ("prompt[i]"), a negative max_tokens, an invalid sampling, stop strings without a
+  /// tokenizer or empty, a prompt that needs more blocks than the pool holds.
+  [[nodiscard]] std::optional<RequestId> submit(GenerationRequest request);
+
+  /// Ends request `id` at the next step (FinishReason::cancelled), queued or running; nothing for an id that has
+  /// ended or is unknown. Thread-safe.
+  void cancel(RequestId id);
+
+  /// Runs one round: ends cancelled requests, admits queued ones while slots and blocks allow, grows each running
+  /// sequence by its next position (preempting the youngest when the pool runs out), runs one model step and passes
+  /// each request its events. Returns false, doing nothing, when no request is queued or running. Call from one
+  /// thread at a time.
+  bool step();
+
+  /// Blocks until a request is queued or running, something was cancelled, or `timeout` passes.
+  void wait_for_work(std::chrono::milliseconds timeout);
+
+  /// Refuses further submissions (submit returns nullopt); queued and running requests go on. Thread-safe.
+  void close();
+  /// Ends every queued and running request (FinishReason::cancelled) at the next step. Thread-safe.
+  void cancel_all();
+  /// Whether close() was called.
+  [[nodiscard]] bool closed() const;
+  /// Whether no request is queued or running.
+  [[nodiscard]] bool idle() const;
+  /// The state and counters now. Thread-safe.
+  [[nodiscard]] EngineStats stats() const;
+  /// The pool, for inspection by the stepping thread (e.g. that it is empty once idle).
+  [[nodiscard]] const KvBlockPool& pool() const noexcept { return pool_; }
+
+ private:
+  struct Sequence;  // a request and its progress (src/nn/engine.cpp)
+  struct Pending;   // an event and the callback it goes to
+  using SequencePtr = std::unique_ptr<Sequence>;
+
+  /// Ends `s` with `reason` (its slot and blocks freed) and queues its last event. Lock held.
+  void finish(Sequence& s, FinishReason reason, std::vector<Pending>& events, std::string error = {});
+  /// Frees s's slot and blocks. Lock held.
+  void release(Sequence& s);
+  /// Admits queued sequences while a slot and the blocks are free. Lock held.
+  void admit();
+  /// Gives each running sequence the position its step writes, preempting as needed. Lock held.
+  void reserve(std::vector<Pending>& events);
+  /// Takes the step's next token for `s`, queueing its event. Lock held.
+  void advance(Sequence& s, int token, std::vector<Pending>& events);
+
+  StepModel& model_;
+  std::optional<Tokenizer> tokenizer_;
+  int max_queue_;
+  mutable std::mutex mutex_;
+  std::condition_variable work_;
+  KvBlockPool pool_;
+  std::deque<SequencePtr> queue_;
+  std::vector<SequencePtr> running_;  ///< in admission order
+  std::vector<bool> slot_used_;
+  std::vector<RequestId> cancels_;
+  bool cancel_all_ = false;
+  bool closed_ = false;
+  RequestId next_id_ = 1;
+  EngineStats counters_;
+  std::deque<std::pair<std::chrono::steady_clock::time_point, int>> recent_;  ///< tokens made per step, last 10 s
+};
+
+}  // namespace lazygraph::nn

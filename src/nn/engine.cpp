@@ -1,0 +1,382 @@
+#include "lazygraph/nn/engine.hpp"
+
+#include <algorithm>
+#include <exception>
+#include <string>
+#include <utility>
+
+#include "lazygraph/driver/error.hpp"
+#include "lazygraph/nn/stop_strings.hpp"
+#include "lazygraph/nn/text_stream.hpp"
+
+namespace lazygraph::nn {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Callback = std::function<void(const GenerationEvent&)>;
+
+/// The window EngineStats::tokens_per_second averages over.
+constexpr auto kRateWindow = std::chrono::seconds(10);
+
+}  // namespace
+
+const char* finish_reason_name(FinishReason reason) noexcept {
+  switch (reason) {
+    case FinishReason::stop_token:
+    case FinishReason::stop_string:
+      return "stop";
+    case FinishReason::max_tokens:
+    case FinishReason::context:
+      return "length";
+    case FinishReason::cancelled:
+      return "cancelled";
+    case FinishReason::kv_pool:
+      return "kv_pool";
+    case FinishReason::error:
+      return "error";
+  }
+  return "error";
+}
+
+struct Engine::Sequence {
+  RequestId id = 0;
+  std::vector<int> tokens;  ///< the prompt, then the tokens made
+  int prompt_size = 0;
+  int max_tokens = 0;
+  Sampling sampling;
+  std::vector<int> stop_tokens;
+  std::shared_ptr<const Callback> on_event;
+  std::optional<TextStream> text;
+  std::optional<StopStrings> stops;
+  Clock::time_point submitted;
+  int made = 0;
+  int fed = 0;    ///< tokens in the model's cache (0 while queued: a preempted sequence is recomputed whole)
+  int slot = -1;  ///< -1 while queued
+  std::optional<KvBlockPool::SequenceId> kv;
+  bool first_token = false;
+  bool finished = false;
+};
+
+struct Engine::Pending {
+  std::shared_ptr<const Callback> on_event;
+  GenerationEvent event;
+};
+
+Engine::Engine(StepModel& model, EngineOptions options, std::optional<Tokenizer> tokenizer)
+    : model_(model),
+      tokenizer_(std::move(tokenizer)),
+      max_queue_(options.max_queue),
+      pool_(options.kv_blocks > 0
+                ? options.kv_blocks
+                : model.slots() * ((model.context() + options.block_size - 1) / std::max(options.block_size, 1)),
+            options.block_size),
+      slot_used_(static_cast<std::size_t>(std::max(model.slots(), 0)), false) {
+  if (options.max_queue < 1) {
+    throw UsageError("Engine: max_queue must be at least 1, not " + std::to_string(options.max_queue));
+  }
+  if (model.slots() < 1) throw UsageError("Engine: the model has no slot to run a sequence in");
+  counters_.kv_blocks_total = pool_.total_blocks();
+}
+
+Engine::~Engine() = default;
+
+std::optional<RequestId> Engine::submit(GenerationRequest request) {
+  const int context = model_.context();
+  if (request.prompt.empty()) throw RequestError("prompt", "must hold at least one token");
+  if (static_cast<int>(request.prompt.size()) > context) {
+    throw RequestError("prompt", std::to_string(request.prompt.size()) + " tokens, more than the context of " +
+                                     std::to_string(context) + " positions");
+  }
+  for (std::size_t i = 0; i < request.prompt.size(); ++i) {
+    if (request.prompt[i] < 0 || request.prompt[i] >= model_.vocab()) {
+      throw RequestError("prompt[" + std::to_string(i) + "]", "token " + std::to_string(request.prompt[i]) +
+                                                                  " is outside the vocabulary of " +
+                                                                  std::to_string(model_.vocab()));
+    }
+  }
+  if (request.max_tokens < 0) {
+    throw RequestError("max_tokens", "must be 0 (no limit) or more, not " + std::to_string(request.max_tokens));
+  }
+  try {
+    request.sampling.validate();
+  } catch (const UsageError& e) {
+    throw RequestError("sampling", e.what());
+  }
+  if (!request.stop_strings.empty() && !tokenizer_.has_value()) {
+    throw RequestError("stop", "stop strings need the engine to have a tokenizer, and this one has none");
+  }
+  for (const std::string& stop : request.stop_strings) {
+    if (stop.empty()) throw RequestError("stop", "a stop string must not be empty");
+  }
+  const int blocks = pool_.blocks_for(static_cast<int>(request.prompt.size()));
+  if (blocks > pool_.total_blocks()) {
+    throw RequestError("prompt", std::to_string(request.prompt.size()) + " tokens need " + std::to_string(blocks) +
+                                     " KV blocks, more than the pool's " + std::to_string(pool_.total_blocks()));
+  }
+
+  auto s = std::make_unique<Sequence>();
+  s->prompt_size = static_cast<int>(request.prompt.size());
+  s->max_tokens = request.max_tokens;
+  s->sampling = request.sampling;
+  s->stop_tokens = std::move(request.stop_tokens);
+  if (request.on_event) s->on_event = std::make_shared<const Callback>(std::move(request.on_event));
+  if (tokenizer_.has_value()) s->text.emplace(*tokenizer_, request.prompt);
+  if (!request.stop_strings.empty()) s->stops.emplace(std::move(request.stop_strings));
+  s->tokens = std::move(request.prompt);
+  s->submitted = Clock::now();
+
+  const std::lock_guard<std::mutex> lock(mutex_);
+  if (closed_ || static_cast<int>(queue_.size()) >= max_queue_) {
+    ++counters_.rejected;
+    return std::nullopt;
+  }
+  s->id = next_id_++;
+  const RequestId id = s->id;
+  queue_.push_back(std::move(s));
+  ++counters_.submitted;
+  work_.notify_all();
+  return id;
+}
+
+void Engine::cancel(RequestId id) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  cancels_.push_back(id);
+  work_.notify_all();
+}
+
+void Engine::cancel_all() {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  cancel_all_ = true;
+  work_.notify_all();
+}
+
+void Engine::close() {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  closed_ = true;
+  work_.notify_all();
+}
+
+bool Engine::closed() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return closed_;
+}
+
+bool Engine::idle() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return queue_.empty() && running_.empty();
+}
+
+void Engine::wait_for_work(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  work_.wait_for(lock, timeout,
+                 [&] { return !queue_.empty() || !running_.empty() || !cancels_.empty() || cancel_all_; });
+}
+
+EngineStats Engine::stats() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  EngineStats s = counters_;
+  s.queued = static_cast<int>(queue_.size());
+  s.running = static_cast<int>(running_.size());
+  s.kv_blocks_used = pool_.used_blocks();
+  s.kv_blocks_total = pool_.total_blocks();
+  const Clock::time_point now = Clock::now();
+  int tokens = 0;
+  for (const auto& [when, count] : recent_) {
+    if (now - when <= kRateWindow) tokens += count;
+  }
+  if (!recent_.empty()) {
+    const double span = std::chrono::duration<double>(now - std::max(recent_.front().first, now - kRateWindow)).count();
+    s.tokens_per_second = span > 0.0 ? tokens / std::max(span, 1.0) : 0.0;
+  }
+  return s;
+}
+
+void Engine::release(Sequence& s) {
+  if (s.kv.has_value()) pool_.release(*s.kv);
+  s.kv.reset();
+  if (s.slot >= 0) slot_used_[static_cast<std::size_t>(s.slot)] = false;
+  s.slot = -1;
+  s.fed = 0;
+}
+
+void Engine::finish(Sequence& s, FinishReason reason, std::vector<Pending>& events, std::string error) {
+  // The text still held back (an incomplete character, a possible beginning of a stop string) is passed on, but
+  // when the request was cancelled or failed, or its text stopped.
+  std::string rest;
+  if (reason != FinishReason::cancelled && reason != FinishReason::error && reason != FinishReason::stop_string) {
+    if (s.text.has_value()) rest = s.text->finish();
+    if (s.stops.has_value()) {
+      rest = s.stops->push(rest);
+      if (!s.stops->stopped()) rest += s.stops->finish();
+    }
+  }
+  if (events.empty() || events.back().event.id != s.id || events.back().event.finished.has_value()) {
+    Pending p;
+    p.on_event = s.on_event;
+    p.event.id = s.id;
+    p.event.prompt_tokens = s.prompt_size;
+    events.push_back(std::move(p));
+  }
+  GenerationEvent& e = events.back().event;
+  e.text += rest;
+  e.finished = reason;
+  e.error = std::move(error);
+  e.completion_tokens = s.made;
+  release(s);
+  s.finished = true;
+  ++counters_.finished;
+  if (reason == FinishReason::cancelled) ++counters_.cancelled;
+}
+
+void Engine::admit() {
+  while (!queue_.empty()) {
+    const auto slot = std::find(slot_used_.begin(), slot_used_.end(), false);
+    if (slot == slot_used_.end()) return;
+    Sequence& s = *queue_.front();
+    const std::optional<KvBlockPool::SequenceId> kv = pool_.allocate(static_cast<int>(s.tokens.size()));
+    if (!kv.has_value()) return;  // first come, first served: the head waits for blocks
+    s.kv = kv;
+    s.slot = static_cast<int>(slot - slot_used_.begin());
+    *slot = true;
+    s.fed = 0;
+    running_.push_back(std::move(queue_.front()));
+    queue_.pop_front();
+  }
+}
+
+void Engine::reserve(std::vector<Pending>& events) {
+  for (std::size_t i = 0; i < running_.size(); ++i) {
+    Sequence& s = *running_[i];
+    if (s.fed == 0) continue;  // admitted now: its blocks hold everything it feeds
+    while (!pool_.append(*s.kv, 1)) {
+      Sequence& youngest = *running_.back();
+      if (&youngest == &s && running_.size() == 1) {
+        finish(s, FinishReason::kv_pool, events);
+        running_.pop_back();
+        return;
+      }
+      // Preempt the youngest (s itself when it is): its blocks back to the pool, itself to the head of the queue,
+      // to be recomputed from its tokens when it returns.
+      release(youngest);
+      ++counters_.preemptions;
+      queue_.push_front(std::move(running_.back()));
+      running_.pop_back();
+      if (&youngest == &s) return;  // s was the last: nothing after it to reserve for
+    }
+  }
+}
+
+void Engine::advance(Sequence& s, int token, std::vector<Pending>& events) {
+  if (token < 0 || token >= model_.vocab()) {
+    finish(s, FinishReason::error, events,
+           "the model returned token " + std::to_string(token) + ", outside the vocabulary of " +
+               std::to_string(model_.vocab()));
+    return;
+  }
+  if (!s.first_token) {
+    s.first_token = true;
+    counters_.first_token_seconds_sum += std::chrono::duration<double>(Clock::now() - s.submitted).count();
+    ++counters_.first_token_count;
+  }
+  if (std::find(s.stop_tokens.begin(), s.stop_tokens.end(), token) != s.stop_tokens.end()) {
+    finish(s, FinishReason::stop_token, events);
+    return;
+  }
+  s.tokens.push_back(token);
+  ++s.made;
+  ++counters_.generated_tokens;
+  GenerationEvent e;
+  e.id = s.id;
+  e.token = token;
+  e.prompt_tokens = s.prompt_size;
+  e.completion_tokens = s.made;
+  if (s.text.has_value()) e.text = s.text->push(token);
+  if (s.stops.has_value()) e.text = s.stops->push(e.text);
+  events.push_back({.on_event = s.on_event, .event = std::move(e)});
+  if (s.stops.has_value() && s.stops->stopped()) {
+    finish(s, FinishReason::stop_string, events);
+  } else if (s.max_tokens > 0 && s.made >= s.max_tokens) {
+    finish(s, FinishReason::max_tokens, events);
+  } else if (static_cast<int>(s.tokens.size()) > model_.context()) {  // its last token has no position to go to
+    finish(s, FinishReason::context, events);
+  }
+}
+
+bool Engine::step() {
+  std::vector<Pending> events;
+  std::vector<StepRow> rows;
+  std::vector<Sequence*> stepped;
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (queue_.empty() && running_.empty()) {
+      cancels_.clear();
+      cancel_all_ = false;
+      return false;
+    }
+    const auto cancelled = [&](const Sequence& s) {
+      return cancel_all_ || std::find(cancels_.begin(), cancels_.end(), s.id) != cancels_.end();
+    };
+    for (const SequencePtr& s : queue_) {
+      if (cancelled(*s)) finish(*s, FinishReason::cancelled, events);
+    }
+    for (const SequencePtr& s : running_) {
+      if (cancelled(*s)) finish(*s, FinishReason::cancelled, events);
+    }
+    cancels_.clear();
+    cancel_all_ = false;
+    std::erase_if(queue_, [](const SequencePtr& s) { return s->finished; });
+    std::erase_if(running_, [](const SequencePtr& s) { return s->finished; });
+
+    admit();
+    reserve(events);
+    for (const SequencePtr& s : running_) {
+      const std::size_t first = static_cast<std::size_t>(s->fed);
+      rows.push_back({.slot = s->slot,
+                      .position = s->fed,
+                      .tokens = std::span<const int>(s->tokens).subspan(first),
+                      .sampling = s->sampling});
+      stepped.push_back(s.get());
+    }
+  }
+
+  if (!rows.empty()) {
+    std::vector<int> next(rows.size(), -1);
+    std::string failure;
+    try {
+      model_.step(rows, next);
+    } catch (const std::exception& e) {
+      failure = e.what();
+      if (failure.empty()) failure = "the model's step failed";
+    }
+    const std::lock_guard<std::mutex> lock(mutex_);
+    ++counters_.steps;
+    const std::uint64_t made_before = counters_.generated_tokens;
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+      Sequence& s = *stepped[r];
+      if (!failure.empty()) {
+        finish(s, FinishReason::error, events, failure);
+        continue;
+      }
+      if (rows[r].tokens.size() > 1 || s.fed == 0) counters_.prompt_tokens += rows[r].tokens.size();
+      s.fed += static_cast<int>(rows[r].tokens.size());
+      advance(s, next[r], events);
+    }
+    std::erase_if(running_, [](const SequencePtr& s) { return s->finished; });
+    const Clock::time_point now = Clock::now();
+    recent_.emplace_back(now, static_cast<int>(counters_.generated_tokens - made_before));
+    while (!recent_.empty() && now - recent_.front().first > kRateWindow) recent_.pop_front();
+  }
+
+  // The callbacks run without the lock, so that they may submit or cancel. One that throws cancels its request.
+  for (const Pending& p : events) {
+    if (!p.on_event) continue;
+    try {
+      (*p.on_event)(p.event);
+    } catch (...) {
+      if (!p.event.finished.has_value()) cancel(p.event.id);
+    }
+  }
+  return true;
+}
+
+}  // namespace lazygraph::nn

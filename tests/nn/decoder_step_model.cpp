@@ -1,0 +1,94 @@
+// Tests of lazygraph::nn::DecoderStepModel: requests through nn::Engine over a decoder's batch steps give each the
+// tokens its prompt makes alone through prefill and generate (gpu suite); misuse refused (gpu suite, as it needs a
+// decoder).
+#include <doctest/doctest.h>
+
+#include <lazygraph/driver/error.hpp>
+#include <lazygraph/nn/decoder_step_model.hpp>
+#include <lazygraph/nn/engine.hpp>
+
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "common/gpu.hpp"
+#include "common/nn.hpp"
+#include "common/small_decoder.hpp"
+
+namespace nn = lazygraph::nn;
+
+TEST_SUITE("gpu") {
+  TEST_CASE("requests through the engine over a decoder's batch steps make the tokens of each prompt alone") {
+    // 4 slots, 11 requests of prompts of 1 to 15 tokens (below the 16 rows of the tensor-core prefill, so both runs
+    // take the step path) and different limits: requests enter and leave slots between steps.
+    const nn::DecoderConfig c = lgtest::small_decoder(2, 4, 77);
+    nn::Decoder decoder(lgtest::stream(), lgtest::nn_kernels(), c);
+    std::map<nn::RequestId, std::vector<int>> made;
+    std::map<nn::RequestId, nn::FinishReason> why;
+    std::vector<std::pair<nn::RequestId, nn::GenerationRequest>> sent;
+    {
+      nn::DecoderStepModel model(decoder);
+      nn::Engine engine(model, {});
+      for (int i = 0; i < 11; ++i) {
+        nn::GenerationRequest r;
+        for (int t = 0; t <= (i * 5) % 15; ++t) r.prompt.push_back((i * 97 + t * 31) % c.vocab);
+        r.max_tokens = 3 + (i * 7) % 20;
+        r.on_event = [&](const nn::GenerationEvent& e) {
+          if (e.token.has_value()) made[e.id].push_back(*e.token);
+          if (e.finished.has_value()) why[e.id] = *e.finished;
+        };
+        const nn::GenerationRequest copy = r;
+        const std::optional<nn::RequestId> id = engine.submit(std::move(r));
+        REQUIRE(id.has_value());
+        sent.emplace_back(*id, copy);
+      }
+      while (engine.step()) {
+      }
+      CHECK(engine.pool().used_blocks() == 0);
+      CHECK(engine.stats().preemptions == 0);
+    }
+    for (const auto& [id, r] : sent) {
+      CAPTURE(id);
+      const int first = decoder.prefill(r.prompt, 0, 0);
+      std::vector<int> alone = {first};
+      if (r.max_tokens > 1) {
+        const std::vector<int> rest = decoder.generate(first, r.max_tokens - 1, -1, static_cast<int>(r.prompt.size()));
+        alone.insert(alone.end(), rest.begin(), rest.end());
+      }
+      CHECK(made[id] == alone);
+      CHECK(why[id] == nn::FinishReason::max_tokens);
+    }
+  }
+
+  TEST_CASE("a decoder step model samples each row with its own rule, as pick_token on the row's logits") {
+    const nn::DecoderConfig c = lgtest::small_decoder(2, 2, 78);
+    nn::Decoder decoder(lgtest::stream(), lgtest::nn_kernels(), c);
+    nn::DecoderStepModel model(decoder);
+    const std::vector<int> prompt = {5, 6, 7};
+    nn::Sampling hot;
+    hot.temperature = 1.0F;
+    hot.seed = 3;
+    std::vector<nn::StepRow> rows = {{.slot = 1, .position = 0, .tokens = prompt, .sampling = hot}};
+    std::vector<int> next(1);
+    model.step(rows, next);
+    std::vector<float> logits;
+    for (const lazygraph::half x : decoder.logits(0)) logits.push_back(x.to_float());
+    CHECK(next[0] == nn::pick_token(logits, hot, 2));
+    // Then one token in slot 1 beside a greedy row in slot 0: a batch of two.
+    const std::vector<int> one = {next[0]};
+    const std::vector<int> first = {9};
+    rows = {{.slot = 1, .position = 3, .tokens = one, .sampling = hot},
+            {.slot = 0, .position = 0, .tokens = first, .sampling = {}}};
+    next.assign(2, -1);
+    model.step(rows, next);
+    logits.clear();
+    for (const lazygraph::half x : decoder.logits(1)) logits.push_back(x.to_float());
+    CHECK(next[0] == nn::pick_token(logits, hot, 3));
+    logits.clear();
+    for (const lazygraph::half x : decoder.logits(0)) logits.push_back(x.to_float());
+    CHECK(next[1] == nn::pick_token(logits, {}, 0));
+    rows = {{.slot = 2, .position = 0, .tokens = first, .sampling = {}}};
+    next.assign(1, -1);
+    CHECK_THROWS_WITH_AS(model.step(rows, next), doctest::Contains("slot 2 is outside [0, 2)"), lazygraph::UsageError);
+  }
+}

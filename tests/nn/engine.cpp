@@ -1,0 +1,505 @@
+// Host tests of lazygraph::nn::Engine over a deterministic host model: many requests at once give each the tokens
+// its prompt makes alone, also when the KV pool runs out and sequences are preempted and recomputed; the bounded
+// queue, cancellation, stop tokens and strings, limits, submissions from several threads, and refusals by field.
+#include <doctest/doctest.h>
+
+#include <lazygraph/driver/error.hpp>
+#include <lazygraph/nn/engine.hpp>
+#include <lazygraph/nn/step_model.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/tokenizer_files.hpp"
+
+using lazygraph::nn::Engine;
+using lazygraph::nn::EngineOptions;
+using lazygraph::nn::FinishReason;
+using lazygraph::nn::GenerationEvent;
+using lazygraph::nn::GenerationRequest;
+using lazygraph::nn::RequestError;
+using lazygraph::nn::RequestId;
+using lazygraph::nn::Sampling;
+using lazygraph::nn::StepModel;
+using lazygraph::nn::StepRow;
+
+namespace {
+
+/// A model on the host whose logits are a hash of the whole sequence so far: each slot keeps the tokens at its
+/// positions (its "cache"), and a row must continue its slot's positions or start over at 0, as the engine promises.
+/// Tokens `low` to `high` only get logits above the rest, so that its text (bytes) is plain letters.
+class HostModel final : public StepModel {
+ public:
+  HostModel(int slots, int context, int vocab = 256, int low = 'a', int high = 'z')
+      : slots_(slots),
+        context_(context),
+        vocab_(vocab),
+        low_(low),
+        high_(high),
+        caches_(static_cast<std::size_t>(slots)) {}
+  [[nodiscard]] int slots() const override { return slots_; }
+  [[nodiscard]] int context() const override { return context_; }
+  [[nodiscard]] int vocab() const override { return vocab_; }
+  void step(std::span<const StepRow> rows, std::span<int> next) override {
+    REQUIRE(next.size() == rows.size());
+    REQUIRE(!rows.empty());
+    REQUIRE(static_cast<int>(rows.size()) <= slots_);
+    ++steps;
+    most_rows = std::max(most_rows, static_cast<int>(rows.size()));
+    std::set<int> seen;
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+      const StepRow& row = rows[r];
+      REQUIRE(seen.insert(row.slot).second);  // one row per slot
+      REQUIRE(row.slot >= 0);
+      REQUIRE(row.slot < slots_);
+      std::vector<int>& cache = caches_[static_cast<std::size_t>(row.slot)];
+      REQUIRE((row.position == 0 || row.position == static_cast<int>(cache.size())));
+      REQUIRE(!row.tokens.empty());
+      cache.resize(static_cast<std::size_t>(row.position));
+      cache.insert(cache.end(), row.tokens.begin(), row.tokens.end());
+      REQUIRE(static_cast<int>(cache.size()) <= context_);
+      next[r] = lazygraph::nn::pick_token(logits(cache), row.sampling, static_cast<int>(cache.size()) - 1);
+    }
+  }
+  /// The logits after `history`.
+  [[nodiscard]] std::vector<float> logits(std::span<const int> history) const {
+    std::uint64_t h = 1469598103934665603ULL;
+    for (const int t : history) h = (h ^ static_cast<std::uint64_t>(t)) * 1099511628211ULL;
+    std::vector<float> out(static_cast<std::size_t>(vocab_));
+    for (int v = 0; v < vocab_; ++v) {
+      const std::uint64_t x = (h ^ (static_cast<std::uint64_t>(v) * 0x9E3779B97F4A7C15ULL)) * 0xBF58476D1CE4E5B9ULL;
+      out[static_cast<std::size_t>(v)] =
+          static_cast<float>((x >> 40U) % 1000U) / 100.0F + (v >= low_ && v <= high_ ? 20.0F : 0.0F);
+    }
+    return out;
+  }
+  /// The tokens a request makes alone: its prompt stepped one token at a time, as the engine's rules say.
+  [[nodiscard]] std::vector<int> alone(const GenerationRequest& r) const {
+    std::vector<int> history = r.prompt;
+    std::vector<int> made;
+    while (true) {
+      const int t = lazygraph::nn::pick_token(logits(history), r.sampling, static_cast<int>(history.size()) - 1);
+      if (std::find(r.stop_tokens.begin(), r.stop_tokens.end(), t) != r.stop_tokens.end()) break;
+      made.push_back(t);
+      history.push_back(t);
+      if (r.max_tokens > 0 && static_cast<int>(made.size()) == r.max_tokens) break;
+      if (static_cast<int>(history.size()) > context_) break;
+    }
+    return made;
+  }
+
+  int steps = 0;
+  int most_rows = 0;
+
+ private:
+  int slots_, context_, vocab_, low_, high_;
+  std::vector<std::vector<int>> caches_;
+};
+
+/// What a request received through its callback.
+struct Received {
+  std::vector<int> tokens;
+  std::string text;
+  std::optional<FinishReason> finished;
+  int events_after_finish = 0;
+  int completion_tokens = 0;
+};
+
+/// Collects every request's events (thread-safe).
+class Collector {
+ public:
+  [[nodiscard]] std::function<void(const GenerationEvent&)> callback() {
+    return [this](const GenerationEvent& e) {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      Received& r = by_id_[e.id];
+      if (r.finished.has_value()) ++r.events_after_finish;
+      if (e.token.has_value()) r.tokens.push_back(*e.token);
+      r.text += e.text;
+      r.completion_tokens = e.completion_tokens;
+      if (e.finished.has_value()) r.finished = e.finished;
+    };
+  }
+  [[nodiscard]] Received operator[](RequestId id) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return by_id_[id];
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<RequestId, Received> by_id_;
+};
+
+/// A request for `prompt` (designated initializers would leave fields out, which -Wextra flags).
+GenerationRequest req(std::vector<int> prompt, int max_tokens = 0,
+                      std::function<void(const GenerationEvent&)> on_event = {}) {
+  GenerationRequest r;
+  r.prompt = std::move(prompt);
+  r.max_tokens = max_tokens;
+  r.on_event = std::move(on_event);
+  return r;
+}
+
+EngineOptions opts(int kv_blocks, int block_size = 16, int max_queue = 64) {
+  EngineOptions o;
+  o.kv_blocks = kv_blocks;
+  o.block_size = block_size;
+  o.max_queue = max_queue;
+  return o;
+}
+
+Sampling sampled(float temperature, int top_k, std::uint32_t seed, float top_p) {
+  Sampling s;
+  s.temperature = temperature;
+  s.top_k = top_k;
+  s.seed = seed;
+  s.top_p = top_p;
+  return s;
+}
+
+/// A request for prompt i of a family of prompts of different lengths.
+GenerationRequest request_for(int i, Collector& c) {
+  GenerationRequest r;
+  for (int t = 0; t < 3 + (i * 7) % 29; ++t) r.prompt.push_back((i * 31 + t * 17) % 256);
+  r.max_tokens = 5 + (i * 13) % 40;
+  if (i % 3 == 1) r.sampling = sampled(0.8F, 20, static_cast<std::uint32_t>(i), 1.0F);
+  if (i % 5 == 2) r.sampling = sampled(1.5F, 0, 99, 0.7F);
+  if (i % 4 == 3) r.stop_tokens = {'e', 'q'};
+  r.on_event = c.callback();
+  return r;
+}
+
+void run_until_idle(Engine& engine) {
+  for (int guard = 0; engine.step(); ++guard) REQUIRE(guard < 100000);
+}
+
+}  // namespace
+
+TEST_CASE("an engine running many requests at once gives each the tokens its prompt makes alone") {
+  HostModel model(4, 128);
+  Engine engine(model, opts(0));
+  Collector c;
+  std::vector<std::pair<RequestId, GenerationRequest>> sent;
+  for (int i = 0; i < 30; ++i) {
+    GenerationRequest r = request_for(i, c);
+    const GenerationRequest copy = r;
+    const std::optional<RequestId> id = engine.submit(std::move(r));
+    REQUIRE(id.has_value());
+    sent.emplace_back(*id, copy);
+  }
+  run_until_idle(engine);
+  CHECK(model.most_rows == 4);
+  for (const auto& [id, r] : sent) {
+    const Received got = c[id];
+    CAPTURE(id);
+    CHECK(got.tokens == model.alone(r));
+    CHECK(got.completion_tokens == static_cast<int>(got.tokens.size()));
+    REQUIRE(got.finished.has_value());
+    CHECK(got.events_after_finish == 0);
+    const bool stopped = got.tokens.size() < static_cast<std::size_t>(r.max_tokens);
+    CHECK(*got.finished == (stopped ? FinishReason::stop_token : FinishReason::max_tokens));
+  }
+  const lazygraph::nn::EngineStats s = engine.stats();
+  CHECK(s.finished == 30);
+  CHECK(s.running == 0);
+  CHECK(s.queued == 0);
+  CHECK(s.kv_blocks_used == 0);
+  CHECK(s.first_token_count == 30);
+  CHECK(engine.pool().sequences() == 0);
+  CHECK(s.preemptions == 0);  // 4 slots of 128 positions: the default pool holds them whole
+}
+
+TEST_CASE("an engine whose KV pool runs out preempts the youngest sequence and recomputes it to the same tokens") {
+  HostModel model(4, 128);
+  Engine engine(model, opts(7));  // 112 positions for 4 sequences that grow to ~70
+  Collector c;
+  std::vector<std::pair<RequestId, GenerationRequest>> sent;
+  for (int i = 0; i < 12; ++i) {
+    GenerationRequest r = request_for(i, c);
+    r.max_tokens = 40;
+    r.stop_tokens.clear();
+    const GenerationRequest copy = r;
+    sent.emplace_back(*engine.submit(std::move(r)), copy);
+  }
+  run_until_idle(engine);
+  const lazygraph::nn::EngineStats s = engine.stats();
+  CHECK(s.preemptions > 0);
+  for (const auto& [id, r] : sent) {
+    const Received got = c[id];
+    CAPTURE(id);
+    CHECK(got.tokens == model.alone(r));
+    CHECK(got.finished == FinishReason::max_tokens);
+  }
+  CHECK(s.kv_blocks_used == 0);
+  CHECK(engine.pool().free_blocks() == 7);
+}
+
+TEST_CASE(
+    "a sequence alone that outgrows the whole pool ends with kv_pool, and one that fills the context with "
+    "context") {
+  HostModel model(2, 64);
+  Engine engine(model, opts(2));
+  Collector c;
+  GenerationRequest r;
+  r.prompt.assign(20, 'a');
+  r.on_event = c.callback();
+  const RequestId id = *engine.submit(r);
+  run_until_idle(engine);
+  // Positions 0..31 fit two blocks: the prompt's 20, then 12 more fed; position 32 needs a third block.
+  CHECK(c[id].tokens.size() == 13);
+  CHECK(c[id].finished == FinishReason::kv_pool);
+
+  HostModel small(1, 24);
+  Engine full(small, {});
+  Collector c2;  // ids start at 1 in each engine
+  r.prompt.assign(20, 'b');
+  r.on_event = c2.callback();
+  const RequestId fills = *full.submit(r);
+  run_until_idle(full);
+  CHECK(c2[fills].tokens.size() == 5);  // a prompt of 20 in a context of 24 leaves room for 24 - 20 + 1
+  CHECK(c2[fills].finished == FinishReason::context);
+  CHECK(c2[fills].tokens == small.alone(r));
+}
+
+TEST_CASE("an engine's bounded queue refuses submissions when full, and all once closed") {
+  HostModel model(1, 64);
+  Engine engine(model, opts(0, 16, 2));
+  const GenerationRequest r = req({1, 2, 3}, 2);
+  CHECK(engine.submit(r).has_value());
+  CHECK(engine.submit(r).has_value());
+  CHECK_FALSE(engine.submit(r).has_value());
+  CHECK(engine.stats().rejected == 1);
+  CHECK(engine.stats().queued == 2);
+  CHECK(engine.step());  // one enters the slot: room in the queue again
+  CHECK(engine.submit(r).has_value());
+  engine.close();
+  CHECK(engine.closed());
+  CHECK_FALSE(engine.submit(r).has_value());
+  run_until_idle(engine);  // what was accepted still runs
+  CHECK(engine.stats().finished == 3);
+  CHECK(engine.idle());
+}
+
+TEST_CASE("an engine refuses a request it cannot serve, naming the field") {
+  HostModel model(1, 64, 100);
+  Engine engine(model, opts(3));
+  const auto refusal = [&](GenerationRequest r) -> std::string {
+    try {
+      static_cast<void>(engine.submit(std::move(r)));
+    } catch (const RequestError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  CHECK(refusal(req({})) == "prompt: must hold at least one token");
+  CHECK(refusal(req(std::vector<int>(65, 1))) == "prompt: 65 tokens, more than the context of 64 positions");
+  CHECK(refusal(req(std::vector<int>(49, 1))) == "prompt: 49 tokens need 4 KV blocks, more than the pool's 3");
+  CHECK(refusal(req({1, 100})) == "prompt[1]: token 100 is outside the vocabulary of 100");
+  CHECK(refusal(req({1, -1})) == "prompt[1]: token -1 is outside the vocabulary of 100");
+  CHECK(refusal(req({1}, -1)) == "max_tokens: must be 0 (no limit) or more, not -1");
+  CHECK(refusal([] {
+          GenerationRequest r = req({1});
+          r.sampling.temperature = -1.0F;
+          return r;
+        }())
+            .starts_with("sampling: "));
+  CHECK(refusal([] {
+          GenerationRequest r = req({1});
+          r.stop_strings = {"x"};
+          return r;
+        }())
+            .starts_with("stop: stop strings need the engine to have a "
+                         "tokenizer"));
+  CHECK(engine.stats().submitted == 0);
+  CHECK_THROWS_AS(Engine(model, opts(0, 16, 0)), lazygraph::UsageError);
+}
+
+TEST_CASE("cancelling ends a queued or running request at the next step and returns its blocks") {
+  HostModel model(1, 256);
+  Engine engine(model, {});
+  Collector c;
+  const RequestId running = *engine.submit(req({5, 6, 7}, 0, c.callback()));
+  const RequestId queued = *engine.submit(req({8}, 0, c.callback()));
+  CHECK(engine.step());
+  CHECK(engine.step());
+  CHECK(c[running].tokens.size() == 2);
+  engine.cancel(running);
+  engine.cancel(queued);
+  engine.cancel(12345);  // unknown: nothing
+  CHECK(engine.step());
+  CHECK(c[running].finished == FinishReason::cancelled);
+  CHECK(c[running].tokens.size() == 2);
+  CHECK(c[queued].finished == FinishReason::cancelled);
+  CHECK(c[queued].tokens.empty());
+  CHECK(engine.stats().kv_blocks_used == 0);
+  CHECK_FALSE(engine.step());
+
+  const RequestId a = *engine.submit(req({1}, 0, c.callback()));
+  const RequestId b = *engine.submit(req({2}, 0, c.callback()));
+  CHECK(engine.step());
+  engine.cancel_all();
+  CHECK(engine.step());
+  CHECK(c[a].finished == FinishReason::cancelled);
+  CHECK(c[b].finished == FinishReason::cancelled);
+  CHECK(engine.idle());
+  CHECK(engine.pool().used_blocks() == 0);
+  CHECK(engine.stats().cancelled == 4);
+}
+
+TEST_CASE("an engine with nothing to do waits for work, also once closed, and wakes for a submission") {
+  HostModel model(1, 64);
+  Engine engine(model, {});
+  engine.close();
+  const auto start = std::chrono::steady_clock::now();
+  engine.wait_for_work(std::chrono::milliseconds(30));
+  CHECK(std::chrono::steady_clock::now() - start >= std::chrono::milliseconds(25));
+
+  Engine open(model, {});
+  std::thread submitter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    static_cast<void>(open.submit(req({1}, 1)));
+  });
+  const auto before = std::chrono::steady_clock::now();
+  open.wait_for_work(std::chrono::seconds(10));
+  CHECK(std::chrono::steady_clock::now() - before < std::chrono::seconds(5));
+  submitter.join();
+  CHECK(open.step());
+}
+
+TEST_CASE("a callback that throws cancels its own request only") {
+  HostModel model(2, 64);
+  Engine engine(model, {});
+  Collector c;
+  int calls = 0;
+  const RequestId bad = *engine.submit(req({1}, 0, [&](const GenerationEvent& e) {
+    ++calls;
+    if (!e.finished.has_value()) throw std::runtime_error("client gone");
+  }));
+  const RequestId good = *engine.submit(req({2}, 4, c.callback()));
+  run_until_idle(engine);
+  CHECK(calls == 2);  // its first token, then its end
+  CHECK(c[good].tokens.size() == 4);
+  static_cast<void>(bad);
+}
+
+TEST_CASE("an engine's text stops before a stop string, as the text of the same tokens made alone") {
+  lgtest::Parts parts;
+  parts.model = lgtest::bpe(lgtest::byte_level_chars(), {});
+  parts.pre_tokenizer = lgtest::kByteLevel;
+  parts.decoder = lgtest::kByteLevel;
+  const lgtest::Loaded tokenizer(lgtest::json_of(parts));
+  HostModel model(2, 128);
+  Engine engine(model, {}, *tokenizer);
+  Collector c;
+  GenerationRequest r = req({'h', 'i'}, 30);
+  const std::vector<int> alone = model.alone(r);
+  const std::string text = tokenizer->decode(alone);
+  REQUIRE(text.size() == 30);
+  const std::string stop = text.substr(12, 3);
+  const std::string before = text.substr(0, text.find(stop));
+  r.stop_strings = {stop};
+  r.on_event = c.callback();
+  const RequestId stopped = *engine.submit(r);
+  const RequestId plain = *engine.submit(req({'h', 'i'}, 30, c.callback()));
+  run_until_idle(engine);
+  CHECK(c[stopped].text == before);
+  CHECK(c[stopped].finished == FinishReason::stop_string);
+  CHECK(c[plain].text == text);
+  CHECK(c[plain].finished == FinishReason::max_tokens);
+}
+
+TEST_CASE("requests submitted from several threads while another steps all complete as alone") {
+  HostModel model(4, 96);
+  Engine engine(model, opts(12, 16, 200));
+  Collector c;
+  std::mutex sent_mutex;
+  std::vector<std::pair<RequestId, GenerationRequest>> sent;
+  std::atomic<int> submitting = 4;
+  std::thread stepper([&] {
+    while (submitting > 0 || !engine.idle()) {
+      if (!engine.step()) engine.wait_for_work(std::chrono::milliseconds(5));
+    }
+  });
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 4; ++t) {
+    clients.emplace_back([&, t] {
+      for (int i = 0; i < 20; ++i) {
+        GenerationRequest r = request_for(t * 20 + i, c);
+        const GenerationRequest copy = r;
+        const std::optional<RequestId> id = engine.submit(std::move(r));
+        const std::lock_guard<std::mutex> lock(sent_mutex);
+        if (id.has_value()) sent.emplace_back(*id, copy);
+      }
+      --submitting;
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  stepper.join();
+  CHECK(sent.size() == 80);
+  for (const auto& [id, r] : sent) {
+    CAPTURE(id);
+    CHECK(c[id].tokens == model.alone(r));
+  }
+  CHECK(engine.stats().finished == 80);
+  CHECK(engine.pool().used_blocks() == 0);
+}
+
+namespace {
+
+/// A host model whose step can be made to throw, or to return a token outside the vocabulary.
+class FailingModel final : public StepModel {
+ public:
+  [[nodiscard]] int slots() const override { return inner.slots(); }
+  [[nodiscard]] int context() const override { return inner.context(); }
+  [[nodiscard]] int vocab() const override { return inner.vocab(); }
+  void step(std::span<const StepRow> rows, std::span<int> next) override {
+    if (fail) throw std::runtime_error("device lost");
+    inner.step(rows, next);
+    if (bad_token) next[0] = inner.vocab();
+  }
+  HostModel inner{2, 64};
+  bool fail = false;
+  bool bad_token = false;
+};
+
+}  // namespace
+
+TEST_CASE("a model step that throws ends that step's requests with its message, and the engine goes on") {
+  FailingModel model;
+  Engine engine(model, {});
+  Collector c;
+  std::string error;
+  const RequestId a = *engine.submit(req({1, 2}, 0, c.callback()));
+  const RequestId b = *engine.submit(req({3}, 0, [&](const GenerationEvent& e) {
+    if (e.finished == FinishReason::error) error = e.error;
+  }));
+  CHECK(engine.step());
+  model.fail = true;
+  CHECK(engine.step());
+  CHECK(c[a].finished == FinishReason::error);
+  CHECK(c[a].tokens.size() == 1);
+  CHECK(error == "device lost");
+  static_cast<void>(b);
+  CHECK(engine.idle());
+  CHECK(engine.pool().used_blocks() == 0);
+
+  model.fail = false;
+  model.bad_token = true;
+  const RequestId d = *engine.submit(req({4}, 0, c.callback()));
+  CHECK(engine.step());
+  CHECK(c[d].finished == FinishReason::error);
+  CHECK(c[d].tokens.empty());
+  model.bad_token = false;
+  const RequestId e = *engine.submit(req({5}, 3, c.callback()));
+  run_until_idle(engine);
+  CHECK(c[e].tokens.size() == 3);
+}

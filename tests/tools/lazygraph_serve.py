@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""Host tests of lazygraph-serve: its options, and the server on the no-GPU path.
+
+Usage: lazygraph_serve.py TOOL VERSION
+Every run points LAZYGRAPH_CUDA_DRIVER at a missing file, so the server always starts without a GPU, whatever
+machine this runs on: it answers /health with the reason it cannot serve, /v1/models and /metrics, and refuses bad
+requests with 400 naming the field (every check made before generation), then drains on SIGTERM and exits 0.
+The checkpoint is written here (zero weights: nothing is computed). A few seconds in all.
+"""
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import unittest
+
+TOOL, VERSION = os.path.abspath(sys.argv[1]), sys.argv[2]
+MISSING_DRIVER = "/nonexistent/libcuda.so.1"
+
+from model_files import byte_level_tokenizer, write_checkpoint  # noqa: E402  (beside this file)
+
+
+def environment():
+    return dict(os.environ, LAZYGRAPH_CUDA_DRIVER=MISSING_DRIVER)
+
+
+def run(*args):
+    return subprocess.run([TOOL, *args], env=environment(), capture_output=True, text=True, timeout=60)
+
+
+class Options(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.model = os.path.join(self.tmp.name, "tiny")
+        write_checkpoint(self.model)
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def expect(self, code, *args, stderr_has=()):
+        r = run(*args)
+        self.assertEqual(r.returncode, code, r.stderr)
+        for text in stderr_has:
+            self.assertIn(text, r.stderr)
+        return r
+
+    def test_help_documents_every_option_route_and_exit_status(self):
+        r = self.expect(0, "--help")
+        for text in ("--host", "--port", "--model-name", "--context", "--max-batch", "--kv-blocks", "--max-queue",
+                     "--max-body", "--threads", "--drain-timeout", "--device", "/v1/completions",
+                     "/v1/chat/completions", "/v1/models", "/health", "/metrics", "Exit status", "SIGTERM"):
+            self.assertIn(text, r.stdout)
+        self.assertIn(VERSION, self.expect(0, "--version").stdout)
+
+    def test_a_bad_command_line_exits_2_naming_what_is_wrong(self):
+        self.expect(2, stderr_has=["MODEL_DIR is missing"])
+        self.expect(2, self.model, "--bogus", stderr_has=["unknown option '--bogus'"])
+        self.expect(2, self.model, "--port", "70000", stderr_has=["--port must be an integer from 0 to 65535, "
+                                                                  "not '70000'"])
+        self.expect(2, self.model, "--port=1", "--port=2", stderr_has=["--port is given twice"])
+        self.expect(2, self.model, "--max-batch", "9", stderr_has=["--max-batch must be an integer from 1 to 8"])
+        self.expect(2, self.model, "--max-queue", "0", stderr_has=["--max-queue must be an integer from 1"])
+        self.expect(2, self.model, "--host", stderr_has=["--host needs a value"])
+        self.expect(2, os.path.join(self.tmp.name, "nowhere"), stderr_has=["does not exist"])
+        self.expect(2, os.path.join(self.model, "config.json"), stderr_has=["is not a folder"])
+        self.expect(2, self.model, "--context", "65", stderr_has=["--context 65 is more than the model's "
+                                                                  "max_position_embeddings (64"])
+
+    def test_an_address_in_use_exits_1_naming_it(self):
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            port = taken.getsockname()[1]
+            self.expect(1, self.model, "--port", str(port), stderr_has=[f"cannot listen on 127.0.0.1:{port}"])
+
+    def test_a_model_folder_that_cannot_be_used_exits_1_naming_the_file(self):
+        os.remove(os.path.join(self.model, "config.json"))
+        self.expect(1, self.model, stderr_has=["config.json"])
+
+
+class NoGpuServer(unittest.TestCase):
+    """One server for the whole class: started once (a fraction of a second), stopped with SIGTERM at the end."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.model = os.path.join(cls.tmp.name, "tiny-llama")
+        write_checkpoint(cls.model)
+        with open(os.path.join(cls.model, "tokenizer.json"), "w") as f:
+            f.write(byte_level_tokenizer(300))
+        cls.server = subprocess.Popen([TOOL, cls.model, "--port", "0", "--max-body", "4000"], env=environment(),
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = cls.server.stdout.readline()
+        if not line.startswith("listening on "):
+            cls.server.kill()
+            raise RuntimeError("the server did not start: " + line + cls.server.stderr.read())
+        cls.port = int(line.rsplit(":", 1)[1])
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.server.poll() is None:
+            cls.server.kill()
+            cls.server.wait()
+        cls.tmp.cleanup()
+
+    def request(self, method, path, body=None):
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        try:
+            headers = {"Content-Type": "application/json"} if body is not None else {}
+            connection.request(method, path, body=body, headers=headers)
+            response = connection.getresponse()
+            return response.status, response.read()
+        finally:
+            connection.close()
+
+    def refused(self, path, body, status=400):
+        """The error message of a request refused with `status`."""
+        got, text = self.request("POST", path, body if isinstance(body, bytes) else json.dumps(body).encode())
+        self.assertEqual(got, status, text)
+        error = json.loads(text)["error"]
+        return error["message"], error["param"]
+
+    def test_health_says_why_it_cannot_serve(self):
+        status, text = self.request("GET", "/health")
+        self.assertEqual(status, 503)
+        health = json.loads(text)
+        self.assertEqual(health["status"], "unavailable")
+        self.assertIn("no GPU to run on", health["reason"])
+        self.assertIn("libcuda", health["reason"])
+
+    def test_models_lists_the_folder_name(self):
+        status, text = self.request("GET", "/v1/models")
+        self.assertEqual(status, 200)
+        models = json.loads(text)
+        self.assertEqual([m["id"] for m in models["data"]], ["tiny-llama"])
+        self.assertEqual(models["data"][0]["max_model_len"], 64)
+
+    def test_metrics_are_prometheus_text(self):
+        status, text = self.request("GET", "/metrics")
+        self.assertEqual(status, 200)
+        text = text.decode()
+        for name in ("lazygraph_up 0", "lazygraph_queue_depth 0", "lazygraph_kv_blocks_used 0",
+                     "lazygraph_tokens_per_second 0", "lazygraph_time_to_first_token_seconds_count 0",
+                     "lazygraph_requests_cancelled_total 0",
+                     "# TYPE lazygraph_generated_tokens_total counter"):
+            self.assertIn(name, text)
+
+    def test_bad_requests_are_refused_with_400_naming_the_field(self):
+        completions = "/v1/completions"
+        good = {"model": "tiny-llama", "prompt": "hello"}
+        cases = [
+            (b'{"model": "tiny-llama", "prompt": ', "body", "malformed JSON"),
+            (b'{"model": "tiny-llama", "prompt": "ab\xff"}', "prompt", "not valid UTF-8"),
+            (dict(good, max_tokens=0), "max_tokens", "must be at least 1, not 0"),
+            (dict(good, max_tokens=-5), "max_tokens", "must be at least 1, not -5"),
+            (dict(good, max_tokens=65), "max_tokens", "65 is more than the context of 64"),
+            (dict(good, model="gpt-4"), "model", "unknown model 'gpt-4'; this server serves 'tiny-llama'"),
+            (dict(good, n=2), "n", "only 1 completion per request"),
+            (dict(good, temperature=-1), "temperature", "must be 0 (greedy) or more"),
+            (dict(good, stop=[""]), "stop[0]", "must not be empty"),
+            (dict(good, prompt="x" * 100), "prompt", "101 tokens, more than the context of 64"),
+            (dict(good, prompt=[1, 2, 3], stream="yes"), "stream", "must be true or false"),
+        ]
+        for body, field, message in cases:
+            with self.subTest(field=field, message=message):
+                got, param = self.refused(completions, body)
+                self.assertEqual(param, field)
+                self.assertTrue(got.startswith(field + ": "), got)
+                self.assertIn(message, got)
+        # No chat template in the folder: a chat is refused naming the messages, and why.
+        got, param = self.refused("/v1/chat/completions",
+                                  {"model": "tiny-llama", "messages": [{"role": "user", "content": "hi"}]})
+        self.assertEqual(param, "messages")
+        self.assertIn("no chat template", got)
+        got, param = self.refused("/v1/chat/completions", {"model": "tiny-llama", "messages": []})
+        self.assertEqual(param, "messages")
+
+    def test_a_body_over_the_limit_is_refused_naming_the_body(self):
+        got, param = self.refused("/v1/completions", b"{" + b" " * 5000 + b"}", status=413)
+        self.assertEqual(param, "body")
+        self.assertIn("more than the limit of 4000 bytes", got)
+
+    def test_a_valid_request_without_a_gpu_is_answered_503_with_the_reason(self):
+        got, _ = self.refused("/v1/completions", {"model": "tiny-llama", "prompt": "hello", "stream": True},
+                              status=503)
+        self.assertIn("no GPU to run on", got)
+
+    def test_zz_sigterm_stops_the_server_cleanly(self):  # last: the other tests need the server
+        self.server.send_signal(signal.SIGTERM)
+        self.assertEqual(self.server.wait(timeout=20), 0)
+        self.assertIn("draining", self.server.stderr.read())
+
+
+if __name__ == "__main__":
+    unittest.main(argv=[sys.argv[0], "-v"])
