@@ -1,7 +1,8 @@
 // The quantized kernels (kernels/nn/qgemv.cu) against float64 products of the dequantized weights
 // (QuantizedWeight::dequantize, the host reference of the layout) and the same fp16- or bf16-rounded activations, for
 // every format, both element types, batches of 1 to 8 and shapes whose rows are not a multiple of a tile; qdequantize
-// against those values rounded to the element type, bit for bit.
+// against those values rounded to the element type, bit for bit. fp8, which lazygraph reads from checkpoints and does
+// not quantize into, is random e4m3 bytes over the whole range with random scales.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -25,11 +26,9 @@ namespace {
 template <class T>
 std::vector<nn::QuantizedFormat> kernel_formats() {
   const nn::ScaleType s = nn::scale_type_of<T>;
-  return {{nn::WeightFormat::int8_channel, 0, false, s},
-          {nn::WeightFormat::int4_group, 32, false, s},
-          {nn::WeightFormat::int4_group, 64, true, s},
-          {nn::WeightFormat::int4_group, 128, false, s},
-          {nn::WeightFormat::int4_group, 128, true, s}};
+  return {{nn::WeightFormat::int8_channel, 0, false, s}, {nn::WeightFormat::int4_group, 32, false, s},
+          {nn::WeightFormat::int4_group, 64, true, s},   {nn::WeightFormat::int4_group, 128, false, s},
+          {nn::WeightFormat::int4_group, 128, true, s},  {nn::WeightFormat::fp8_block, 128, false, s}};
 }
 
 std::vector<float> random_values(std::size_t n, unsigned seed, float scale) {
@@ -38,6 +37,38 @@ std::vector<float> random_values(std::size_t n, unsigned seed, float scale) {
   std::vector<float> out(n);
   for (float& v : out) v = dist(rng);
   return out;
+}
+
+/// A rows x cols fp8 matrix (which lazygraph reads from checkpoints, and does not quantize into): random e4m3 bytes,
+/// NaNs excepted, over the whole range (subnormals, zeros of both signs and 448 among them), and random scales of
+/// every group, stored times 2^8 as the format keeps them (about 2^-12 to 2^-10 each).
+nn::QuantizedWeight random_fp8(const nn::QuantizedFormat& format, const char* name, int rows, int cols, unsigned seed) {
+  const nn::QuantizedLayout layout(name, format, rows, cols);
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(0.25F, 1.0F);  // times 2^-10, then times 2^8
+  std::vector<std::uint8_t> values(layout.value_bytes());
+  std::vector<std::uint16_t> scales(layout.scale_count());
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < cols; ++c) {
+      int b = byte(rng);
+      if ((b & 0x7F) == 0x7F) b &= 0xFE;  // 0x7E or 0xFE, +-448, instead of a NaN
+      values[layout.value_position(r, c).byte] = static_cast<std::uint8_t>(b);
+    }
+    for (int k = 0; k < layout.groups_per_row(); ++k) {
+      const float s = scale(rng) / 4.0F;
+      scales[layout.scale_index(r, k * layout.group())] =
+          format.scale_type == nn::ScaleType::f16 ? half::from_float(s).bits : bfloat16::from_float(s).bits;
+    }
+  }
+  return {layout, std::move(values), std::move(scales), {}};
+}
+
+/// The weight of a case: quantized from random values, or, for fp8, random bytes and scales.
+nn::QuantizedWeight case_weight(const nn::QuantizedFormat& format, const char* name, int rows, int cols,
+                                unsigned seed) {
+  if (format.kind == nn::WeightFormat::fp8_block) return random_fp8(format, name, rows, cols, seed);
+  return nn::quantize(format, name, rows, cols, random_values(std::size_t(rows) * std::size_t(cols), seed, 0.05F));
 }
 
 template <class T>
@@ -76,9 +107,8 @@ struct Case {
       : rows(rows),
         cols(cols),
         batch(batch),
-        q1(nn::quantize(format, "w1", rows, cols, random_values(std::size_t(rows) * std::size_t(cols), seed, 0.05F))),
-        q3(nn::quantize(format, "w3", rows, cols,
-                        random_values(std::size_t(rows) * std::size_t(cols), seed + 1, 0.05F))),
+        q1(case_weight(format, "w1", rows, cols, seed)),
+        q3(case_weight(format, "w3", rows, cols, seed + 1)),
         w1(q1.dequantize()),
         w3(q3.dequantize()),
         x(rounded<T>(random_values(std::size_t(batch) * std::size_t(cols), seed + 2, 1.0F))),
@@ -290,7 +320,7 @@ void check_every_kernel(const nn::BasicQuantizedKernels<T>& k, double tolerance)
 
 TEST_CASE("every quantized kernel handle matches its kernel's declared parameters, for both element types") {
   const KernelDeclarations d(nn::kernel_set().sources);
-  for (const char* format : {"_int8", "_int4", "_int4z"}) {
+  for (const char* format : {"_int8", "_int4", "_int4z", "_fp8"}) {
     CAPTURE(format);
     for (const std::string element : {"", "_bf16"}) {
       const auto name = [&](const char* stem) { return stem + element + format; };
