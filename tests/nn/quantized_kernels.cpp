@@ -15,6 +15,7 @@
 
 #include "common/gpu.hpp"
 #include "common/nn.hpp"
+#include "common/quantized_formats.hpp"
 
 #include <lazygraph/nn/quantized_kernels.hpp>
 
@@ -39,35 +40,10 @@ std::vector<float> random_values(std::size_t n, unsigned seed, float scale) {
   return out;
 }
 
-/// A rows x cols fp8 matrix (which lazygraph reads from checkpoints, and does not quantize into): random e4m3 bytes,
-/// NaNs excepted, over the whole range (subnormals, zeros of both signs and 448 among them), and random scales of
-/// every group, stored times 2^8 as the format keeps them (about 2^-12 to 2^-10 each).
-nn::QuantizedWeight random_fp8(const nn::QuantizedFormat& format, const char* name, int rows, int cols, unsigned seed) {
-  const nn::QuantizedLayout layout(name, format, rows, cols);
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> byte(0, 255);
-  std::uniform_real_distribution<float> scale(0.25F, 1.0F);  // times 2^-10, then times 2^8
-  std::vector<std::uint8_t> values(layout.value_bytes());
-  std::vector<std::uint16_t> scales(layout.scale_count());
-  for (int r = 0; r < rows; ++r) {
-    for (int c = 0; c < cols; ++c) {
-      int b = byte(rng);
-      if ((b & 0x7F) == 0x7F) b &= 0xFE;  // 0x7E or 0xFE, +-448, instead of a NaN
-      values[layout.value_position(r, c).byte] = static_cast<std::uint8_t>(b);
-    }
-    for (int k = 0; k < layout.groups_per_row(); ++k) {
-      const float s = scale(rng) / 4.0F;
-      scales[layout.scale_index(r, k * layout.group())] =
-          format.scale_type == nn::ScaleType::f16 ? half::from_float(s).bits : bfloat16::from_float(s).bits;
-    }
-  }
-  return {layout, std::move(values), std::move(scales), {}};
-}
-
 /// The weight of a case: quantized from random values, or, for fp8, random bytes and scales.
 nn::QuantizedWeight case_weight(const nn::QuantizedFormat& format, const char* name, int rows, int cols,
                                 unsigned seed) {
-  if (format.kind == nn::WeightFormat::fp8_block) return random_fp8(format, name, rows, cols, seed);
+  if (format.kind == nn::WeightFormat::fp8_block) return lgtest::random_fp8(format, name, rows, cols, seed);
   return nn::quantize(format, name, rows, cols, random_values(std::size_t(rows) * std::size_t(cols), seed, 0.05F));
 }
 
