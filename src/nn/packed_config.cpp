@@ -302,12 +302,13 @@ PackedQuantization read_compressed_tensors(const Keys& keys) {
   // Any other key of the group or of its weights may change what the weights mean: refused rather than passed over.
   const auto only = [&](const json& object, const std::string& at, std::initializer_list<std::string_view> known) {
     for (const auto& [key, value] : object.items()) {
-      if (std::find(known.begin(), known.end(), key) == known.end()) {
-        keys.fail(at + "." + key,
-                  "is not a key lazygraph knows for compressed-tensors FP8 checkpoints, and it may "
-                  "change what the weights mean, so the checkpoint is refused rather than read "
-                  "without it");
-      }
+      if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+      std::string path = at;
+      path += '.';
+      path += key;
+      keys.fail(path,
+                "is not a key lazygraph knows for compressed-tensors FP8 checkpoints, and it may change what the "
+                "weights mean, so the checkpoint is refused rather than read without it");
     }
   };
   only(scheme, group, {"targets", "weights", "input_activations", "output_activations", "format"});

@@ -81,15 +81,16 @@ PackedTensors require_fp8(const Checkpoint& checkpoint, const PackedQuantization
   const std::span<const std::byte> scales = checkpoint.data(*t.scales);
   const auto count = static_cast<std::size_t>(scale_shape[0] * scale_shape[1]);
   const ScaleType type = packed.scale_type;
-  const std::string type_name = type == ScaleType::f16 ? "fp16" : "bf16";
+  const std::string outside = std::string(" times 2^8 (how lazygraph stores it) is outside ") +
+                              (type == ScaleType::f16 ? "fp16" : "bf16") +
+                              "'s normal range, the model's element type (torch_dtype)";
   for (std::size_t i = 0; i < count; ++i) {
     const float s = scale_at(scales, t.scales->dtype, i);
     const std::string which = "scale " + std::to_string(i) + " (" + std::to_string(s) + ")";
     if (!(std::isfinite(s) && s > 0)) refuse(*t.scales, which + " is not a finite number > 0");
     const float stored = stored_scale(stored_scale_bits(s, type), type);
     if (!std::isfinite(stored) || stored < smallest_normal(type)) {
-      refuse(*t.scales, which + " times 2^8 (how lazygraph stores it) is outside " + type_name +
-                            "'s normal range, the model's element type (torch_dtype)");
+      refuse(*t.scales, which + outside);
     }
   }
   const std::span<const std::byte> values = checkpoint.data(*t.qweight);
