@@ -80,10 +80,10 @@ std::uint8_t to_e4m3(double x) {
   return static_cast<std::uint8_t>(sign | b);
 }
 
-enum class Method { fp8, channel, block };  // transformers' fp8; compressed-tensors per channel or in blocks
+enum class Fp8Method { fp8, channel, block };  // transformers' fp8; compressed-tensors per channel or in blocks
 
-struct PackOptions {
-  Method method = Method::fp8;
+struct Fp8Options {
+  Fp8Method method = Fp8Method::fp8;
   bool head = false;  ///< the LM head in FP8 too
   DType scale_dtype = DType::f32;
   bool power_of_two = false;  ///< scales rounded up to powers of two (the dequantized weights are then fp16 values)
@@ -109,13 +109,13 @@ struct Fp8 {
   }
 };
 
-float rounded_to(float x, DType dtype) {
+float rounded_to_dtype(float x, DType dtype) {
   if (dtype == DType::bf16) return bfloat16::from_float(x).to_float();
   if (dtype == DType::f16) return half::from_float(x).to_float();
   return x;
 }
 
-std::vector<std::byte> scale_bytes(const std::vector<float>& scales, DType dtype) {
+std::vector<std::byte> fp8_scale_bytes(const std::vector<float>& scales, DType dtype) {
   std::vector<std::byte> out(scales.size() * dtype_size(dtype));
   for (std::size_t i = 0; i < scales.size(); ++i) {
     if (dtype == DType::f32) {
@@ -131,11 +131,11 @@ std::vector<std::byte> scale_bytes(const std::vector<float>& scales, DType dtype
 
 /// Quantizes `w` [outputs][inputs] as the method says: a scale of amax / 448 per block or row, each weight w / scale
 /// rounded to e4m3.
-Fp8 quantize_fp8(const std::vector<float>& w, int outputs, int inputs, const PackOptions& o) {
+Fp8 quantize_fp8(const std::vector<float>& w, int outputs, int inputs, const Fp8Options& o) {
   Fp8 m;
   m.outputs = outputs;
   m.inputs = inputs;
-  m.per_channel = o.method == Method::channel;
+  m.per_channel = o.method == Fp8Method::channel;
   const int block_rows = m.per_channel ? 1 : 128;
   const int block_cols = m.per_channel ? inputs : 128;
   const int rows = (outputs + block_rows - 1) / block_rows;
@@ -151,7 +151,7 @@ Fp8 quantize_fp8(const std::vector<float>& w, int outputs, int inputs, const Pac
       }
       double s = std::max(amax, 1e-6) / 448.0;
       if (o.power_of_two) s = std::ldexp(1.0, static_cast<int>(std::ceil(std::log2(s))));
-      m.scales[static_cast<std::size_t>(br) * cols + bc] = rounded_to(static_cast<float>(s), o.scale_dtype);
+      m.scales[static_cast<std::size_t>(br) * cols + bc] = rounded_to_dtype(static_cast<float>(s), o.scale_dtype);
     }
   }
   m.bytes.resize(w.size());
@@ -164,17 +164,19 @@ Fp8 quantize_fp8(const std::vector<float>& w, int outputs, int inputs, const Pac
   return m;
 }
 
-std::string scale_suffix(Method method) { return method == Method::fp8 ? ".weight_scale_inv" : ".weight_scale"; }
+std::string fp8_scale_suffix(Fp8Method method) {
+  return method == Fp8Method::fp8 ? ".weight_scale_inv" : ".weight_scale";
+}
 
-json quantization_config(Method method) {
-  if (method == Method::fp8) {
+json fp8_quantization_config(Fp8Method method) {
+  if (method == Fp8Method::fp8) {
     return {
         {"quant_method", "fp8"}, {"fmt", "e4m3"}, {"activation_scheme", "dynamic"}, {"weight_block_size", {128, 128}}};
   }
   json weights = {{"num_bits", 8},         {"type", "float"},      {"symmetric", true},  {"dynamic", false},
                   {"group_size", nullptr}, {"observer", "minmax"}, {"actorder", nullptr}};
-  weights["strategy"] = method == Method::channel ? "channel" : "block";
-  if (method == Method::block) weights["block_structure"] = {128, 128};
+  weights["strategy"] = method == Fp8Method::channel ? "channel" : "block";
+  if (method == Fp8Method::block) weights["block_structure"] = {128, 128};
   return {{"quant_method", "compressed-tensors"},
           {"format", "float-quantized"},
           {"quantization_status", "compressed"},
@@ -194,7 +196,7 @@ json quantization_config(Method method) {
 
 /// A seeded fp16 checkpoint of `c` whose projections (and LM head, if asked) are FP8 as `o` says, with its
 /// quantization_config and torch_dtype `torch_dtype`; the packer's matrices by module name.
-std::map<std::string, Fp8> write_fp8(const fs::path& dir, const DecoderConfig& c, const PackOptions& o,
+std::map<std::string, Fp8> write_fp8(const fs::path& dir, const DecoderConfig& c, const Fp8Options& o,
                                      const std::string& torch_dtype = "bfloat16") {
   save_seeded_checkpoint(dir, c, DType::f16);
   std::map<std::string, Fp8> matrices;
@@ -221,30 +223,30 @@ std::map<std::string, Fp8> write_fp8(const fs::path& dir, const DecoderConfig& c
       out.push_back({t.name, DType::f8_e4m3, t.shape, bytes});
       const std::int64_t scale_rows = m.per_channel ? outputs : (outputs + 127) / 128;
       const std::int64_t scale_cols = m.per_channel ? 1 : (inputs + 127) / 128;
-      out.push_back({module + scale_suffix(o.method),
+      out.push_back({module + fp8_scale_suffix(o.method),
                      o.scale_dtype,
                      {scale_rows, scale_cols},
-                     scale_bytes(m.scales, o.scale_dtype)});
+                     fp8_scale_bytes(m.scales, o.scale_dtype)});
       matrices.emplace(module, std::move(m));
     }
     tensors = std::move(out);
   });
   json config = json::parse(lgtest::read_file(dir / "config.json"));
-  config["quantization_config"] = quantization_config(o.method);
-  if (o.head && o.method != Method::fp8) config["quantization_config"]["ignore"] = json::array();
+  config["quantization_config"] = fp8_quantization_config(o.method);
+  if (o.head && o.method != Fp8Method::fp8) config["quantization_config"]["ignore"] = json::array();
   config["torch_dtype"] = torch_dtype;
   lgtest::write_file(dir / "config.json", config.dump(2));
   return matrices;
 }
 
-void edit_quantization(const fs::path& dir, const std::function<void(json&)>& edit) {
+void edit_fp8_quantization(const fs::path& dir, const std::function<void(json&)>& edit) {
   json config = json::parse(lgtest::read_file(dir / "config.json"));
   edit(config["quantization_config"]);
   lgtest::write_file(dir / "config.json", config.dump(2));
 }
 
 /// The modules a quantized matrix stacks, and whether their rows are reordered (q and k).
-std::vector<std::pair<std::string, bool>> parts_of(const std::string& name) {
+std::vector<std::pair<std::string, bool>> fp8_parts_of(const std::string& name) {
   const std::string module = name.substr(0, name.size() - std::string(".weight").size());
   const std::size_t at = module.find("qkv_proj");
   if (at == std::string::npos) return {{module, false}};
@@ -266,7 +268,7 @@ void check_placed(const DecoderCheckpoint& checkpoint, const std::map<std::strin
     CHECK(w.layout().format().scale_type == type);
     int row = 0;
     std::size_t differ = 0;
-    for (const auto& [module, rope] : parts_of(w.layout().name())) {
+    for (const auto& [module, rope] : fp8_parts_of(w.layout().name())) {
       const Fp8& m = matrices.at(module);
       REQUIRE(w.layout().cols() == m.inputs);
       for (int r = 0; r < m.outputs; ++r, ++row) {
@@ -301,7 +303,7 @@ std::string fp8_open_error(const fs::path& dir) {
   return "(opened)";
 }
 
-DecoderConfig gqa_decoder() { return lgtest::small_decoder(2); }  // k and v of 64 rows: a block of 128 rows in part
+DecoderConfig fp8_gqa_decoder() { return lgtest::small_decoder(2); }  // k and v of 64 rows: a block of 128 rows in part
 
 }  // namespace
 
@@ -370,7 +372,7 @@ TEST_CASE("an FP8 checkpoint's matrices are placed byte for byte, each block's s
       CAPTURE(dtype_name(scale_dtype));
       CAPTURE(torch_dtype);
       const lgtest::TempDir dir("nn-fp8");
-      const auto matrices = write_fp8(dir.path(), gqa_decoder(), {Method::fp8, false, scale_dtype}, torch_dtype);
+      const auto matrices = write_fp8(dir.path(), fp8_gqa_decoder(), {Fp8Method::fp8, false, scale_dtype}, torch_dtype);
       const DecoderCheckpoint checkpoint = DecoderCheckpoint::open(dir.path());
       REQUIRE(checkpoint.llama_config().packed.has_value());
       CHECK(checkpoint.llama_config().packed->method == PackedMethod::fp8);
@@ -389,16 +391,16 @@ TEST_CASE("an FP8 checkpoint's matrices are placed byte for byte, each block's s
 }
 
 TEST_CASE("a compressed-tensors FP8 checkpoint is read per channel and in blocks, its LM head too when packed") {
-  for (const auto& [method, head] :
-       {std::pair{Method::channel, false}, std::pair{Method::channel, true}, std::pair{Method::block, false}}) {
+  for (const auto& [method, head] : {std::pair{Fp8Method::channel, false}, std::pair{Fp8Method::channel, true},
+                                     std::pair{Fp8Method::block, false}}) {
     {
-      CAPTURE(method == Method::channel);
+      CAPTURE(method == Fp8Method::channel);
       CAPTURE(head);
       const lgtest::TempDir dir("nn-fp8-ct");
       const auto matrices = write_fp8(dir.path(), lgtest::small_decoder(), {method, head, DType::bf16});
       const DecoderCheckpoint checkpoint = DecoderCheckpoint::open(dir.path());
       CHECK(checkpoint.llama_config().packed->method == PackedMethod::compressed_tensors);
-      CHECK(checkpoint.llama_config().packed->per_channel == (method == Method::channel));
+      CHECK(checkpoint.llama_config().packed->per_channel == (method == Fp8Method::channel));
       CHECK(checkpoint.quantization().lm_head.has_value() == head);
       check_placed(checkpoint, matrices, ScaleType::bf16);
       // the config written back reads back equal
@@ -410,7 +412,7 @@ TEST_CASE("a compressed-tensors FP8 checkpoint is read per channel and in blocks
 
 TEST_CASE("an FP8 checkpoint saved in lazygraph's own format reads back with the same fp8 bytes") {
   const lgtest::TempDir dir("nn-fp8-save");
-  (void)write_fp8(dir.path() / "fp8", gqa_decoder(), {Method::fp8, true});
+  (void)write_fp8(dir.path() / "fp8", fp8_gqa_decoder(), {Fp8Method::fp8, true});
   const DecoderCheckpoint fp8 = DecoderCheckpoint::open(dir.path() / "fp8");
   save_quantized_checkpoint(fp8, dir.path() / "saved");
   const DecoderCheckpoint saved = DecoderCheckpoint::open(dir.path() / "saved");
@@ -425,80 +427,80 @@ TEST_CASE("an FP8 checkpoint saved in lazygraph's own format reads back with the
 
 TEST_CASE("an FP8 quantization_config that lazygraph cannot read is refused naming the key and the value") {
   struct Case {
-    Method method;
+    Fp8Method method;
     std::function<void(json&)> edit;
     std::string message;
   };
   const std::vector<Case> cases = {
-      {Method::fp8, [](json& q) { q["fmt"] = "e5m2"; }, "key 'quantization_config.fmt' is \"e5m2\""},
-      {Method::fp8, [](json& q) { q["activation_scheme"] = "static"; },
+      {Fp8Method::fp8, [](json& q) { q["fmt"] = "e5m2"; }, "key 'quantization_config.fmt' is \"e5m2\""},
+      {Fp8Method::fp8, [](json& q) { q["activation_scheme"] = "static"; },
        "key 'quantization_config.activation_scheme' is \"static\": lazygraph reads FP8 weights only"},
-      {Method::fp8,
+      {Fp8Method::fp8,
        [](json& q) {
          q["weight_block_size"] = {64, 64};
        },
        "key 'quantization_config.weight_block_size' is [64,64]: lazygraph reads FP8 blocks of [128, 128] only"},
-      {Method::fp8, [](json& q) { q.erase("weight_block_size"); },
+      {Fp8Method::fp8, [](json& q) { q.erase("weight_block_size"); },
        "key 'quantization_config.weight_block_size' is nothing"},
-      {Method::fp8, [](json& q) { q["modules_to_not_convert"] = "lm_head"; },
+      {Fp8Method::fp8, [](json& q) { q["modules_to_not_convert"] = "lm_head"; },
        "key 'quantization_config.modules_to_not_convert' must be a list of module names or null"},
-      {Method::fp8, [](json& q) { q["dequantize"] = true; },
+      {Fp8Method::fp8, [](json& q) { q["dequantize"] = true; },
        "key 'quantization_config.dequantize' is not a key lazygraph knows for FP8 checkpoints"},
-      {Method::channel, [](json& q) { q["format"] = "pack-quantized"; },
+      {Fp8Method::channel, [](json& q) { q["format"] = "pack-quantized"; },
        "key 'quantization_config.format' is \"pack-quantized\""},
-      {Method::channel, [](json& q) { q["config_groups"]["group_0"]["weights"]["num_bits"] = 4; },
+      {Fp8Method::channel, [](json& q) { q["config_groups"]["group_0"]["weights"]["num_bits"] = 4; },
        "key 'quantization_config.config_groups.group_0.weights.num_bits' is 4"},
-      {Method::channel, [](json& q) { q["config_groups"]["group_0"]["weights"]["type"] = "int"; },
+      {Fp8Method::channel, [](json& q) { q["config_groups"]["group_0"]["weights"]["type"] = "int"; },
        "key 'quantization_config.config_groups.group_0.weights.type' is \"int\""},
-      {Method::channel, [](json& q) { q["config_groups"]["group_0"]["weights"]["symmetric"] = false; },
+      {Fp8Method::channel, [](json& q) { q["config_groups"]["group_0"]["weights"]["symmetric"] = false; },
        "key 'quantization_config.config_groups.group_0.weights.symmetric' is false"},
-      {Method::channel, [](json& q) { q["config_groups"]["group_0"]["weights"]["strategy"] = "tensor"; },
+      {Fp8Method::channel, [](json& q) { q["config_groups"]["group_0"]["weights"]["strategy"] = "tensor"; },
        "key 'quantization_config.config_groups.group_0.weights.strategy' is \"tensor\""},
-      {Method::block,
+      {Fp8Method::block,
        [](json& q) {
          q["config_groups"]["group_0"]["weights"]["block_structure"] = {128, 64};
        },
        "key 'quantization_config.config_groups.group_0.weights.block_structure' is [128,64]"},
-      {Method::channel, [](json& q) { q["config_groups"]["group_0"]["input_activations"]["dynamic"] = false; },
+      {Fp8Method::channel, [](json& q) { q["config_groups"]["group_0"]["input_activations"]["dynamic"] = false; },
        "key 'quantization_config.config_groups.group_0.input_activations.dynamic' is false: static input scales are "
        "not read"},
-      {Method::channel,
+      {Fp8Method::channel,
        [](json& q) {
          q["config_groups"]["group_0"]["output_activations"] = {{"num_bits", 8}, {"type", "float"}};
        },
        "key 'quantization_config.config_groups.group_0.output_activations' is {"},
-      {Method::channel, [](json& q) { q["config_groups"]["group_0"]["targets"] = {"Attention"}; },
+      {Fp8Method::channel, [](json& q) { q["config_groups"]["group_0"]["targets"] = {"Attention"}; },
        "key 'quantization_config.config_groups.group_0.targets' is [\"Attention\"]"},
-      {Method::channel, [](json& q) { q["config_groups"]["group_1"] = q["config_groups"]["group_0"]; },
+      {Fp8Method::channel, [](json& q) { q["config_groups"]["group_1"] = q["config_groups"]["group_0"]; },
        "key 'quantization_config.config_groups' is {"},
-      {Method::channel,
+      {Fp8Method::channel,
        [](json& q) {
          q["kv_cache_scheme"] = {{"num_bits", 8}};
        },
        "key 'quantization_config.kv_cache_scheme' is {"},
-      {Method::channel, [](json& q) { q["ignore"] = {"re:.*lm_head"}; },
+      {Fp8Method::channel, [](json& q) { q["ignore"] = {"re:.*lm_head"}; },
        "key 'quantization_config.ignore' names \"re:.*lm_head\": lazygraph reads plain module names only"},
-      {Method::channel, [](json& q) { q["quantization_status"] = "frozen"; },
+      {Fp8Method::channel, [](json& q) { q["quantization_status"] = "frozen"; },
        "key 'quantization_config.quantization_status' is \"frozen\""},
-      {Method::channel, [](json& q) { q["config_groups"]["group_0"]["weights"]["hadamard"] = true; },
+      {Fp8Method::channel, [](json& q) { q["config_groups"]["group_0"]["weights"]["hadamard"] = true; },
        "key 'quantization_config.config_groups.group_0.weights.hadamard' is not a key lazygraph knows"},
-      {Method::channel, [](json& q) { q["config_groups"]["group_0"]["format"] = "int-quantized"; },
+      {Fp8Method::channel, [](json& q) { q["config_groups"]["group_0"]["format"] = "int-quantized"; },
        "key 'quantization_config.config_groups.group_0.format' is \"int-quantized\""},
-      {Method::channel, [](json& q) { q["rotation"] = "hadamard"; },
+      {Fp8Method::channel, [](json& q) { q["rotation"] = "hadamard"; },
        "key 'quantization_config.rotation' is not a key lazygraph knows for compressed-tensors FP8 checkpoints"},
   };
   const lgtest::TempDir dir("nn-fp8-config");
   const fs::path fp8 = dir.path() / "fp8";
   const fs::path channel = dir.path() / "channel";
   const fs::path block = dir.path() / "block";
-  (void)write_fp8(fp8, lgtest::small_decoder(), {Method::fp8});
-  (void)write_fp8(channel, lgtest::small_decoder(), {Method::channel});
-  (void)write_fp8(block, lgtest::small_decoder(), {Method::block});
+  (void)write_fp8(fp8, lgtest::small_decoder(), {Fp8Method::fp8});
+  (void)write_fp8(channel, lgtest::small_decoder(), {Fp8Method::channel});
+  (void)write_fp8(block, lgtest::small_decoder(), {Fp8Method::block});
   for (const Case& c : cases) {
     CAPTURE(c.message);
-    const fs::path& at = c.method == Method::fp8 ? fp8 : c.method == Method::channel ? channel : block;
+    const fs::path& at = c.method == Fp8Method::fp8 ? fp8 : c.method == Fp8Method::channel ? channel : block;
     const std::string original = lgtest::read_file(at / "config.json");
-    edit_quantization(at, c.edit);
+    edit_fp8_quantization(at, c.edit);
     const std::string error = fp8_open_error(at);
     CAPTURE(error);
     CHECK(error.find((at / "config.json").string()) != std::string::npos);
@@ -559,7 +561,7 @@ TEST_CASE("FP8 tensors without a scale, of the wrong dtype, shape or bytes, or w
        down + ".weight", "expected F8_E4M3 [128, 256], found F8_E4M3 [256, 128]"},
   };
   const lgtest::TempDir base("nn-fp8-base");
-  (void)write_fp8(base.path(), lgtest::small_decoder(), {Method::fp8});
+  (void)write_fp8(base.path(), lgtest::small_decoder(), {Fp8Method::fp8});
   for (const Case& c : cases) {
     CAPTURE(c.message);
     const lgtest::TempDir dir("nn-fp8-tensors");
@@ -595,12 +597,12 @@ TEST_SUITE("gpu") {
       "rounding, stepping and through a prompt") {
     // Scales of powers of two make every dequantized weight an fp16 value, so the dense twin holds exactly the
     // weights the fp8 kernels multiply; only the order of the fp32 sums differs.
-    for (const Method method : {Method::fp8, Method::channel}) {
-      CAPTURE(method == Method::fp8);
+    for (const Fp8Method method : {Fp8Method::fp8, Fp8Method::channel}) {
+      CAPTURE(method == Fp8Method::fp8);
       const lgtest::TempDir dir("nn-fp8-gpu");
       const fs::path packed = dir.path() / "packed";
       const fs::path twin = dir.path() / "twin";
-      const auto matrices = write_fp8(packed, gqa_decoder(), {method, true, DType::f32, true}, "float16");
+      const auto matrices = write_fp8(packed, fp8_gqa_decoder(), {method, true, DType::f32, true}, "float16");
       fs::create_directories(twin);
       fs::copy(packed / "config.json", twin / "config.json");
       fs::copy(packed / "model.safetensors", twin / "model.safetensors");
@@ -658,7 +660,7 @@ TEST_SUITE("gpu") {
       }
       // a prompt of 40 tokens: on tensor cores, each fp8 matrix dequantized for the GEMMs (qdequantize)
       std::vector<int> prompt;
-      for (int i = 0; i < 40; ++i) prompt.push_back((11 * i + 3) % gqa_decoder().vocab);
+      for (int i = 0; i < 40; ++i) prompt.push_back((11 * i + 3) % fp8_gqa_decoder().vocab);
       (void)a.prefill(prompt, 0, 0);
       (void)b.prefill(prompt, 0, 0);
       check_logits("prefill");
