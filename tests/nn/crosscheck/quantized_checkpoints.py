@@ -24,7 +24,9 @@ formats' public descriptions (not from lazygraph's loader):
 - compressed-tensors FP8 per channel: the same rounding with one scale per output, `weight_scale` float16 [N, 1];
   quantization_config {"quant_method": "compressed-tensors", "format": "float-quantized", one config group of
   8-bit float weights, strategy "channel", dynamic input activations, ignore ["lm_head"]}.
-  Where torch has float8_e4m3fn, the packer's bytes are also checked against torch's own rounding.
+  Where torch has float8_e4m3fn, the packer's bytes are also checked against torch's own rounding. The fp8 rows
+  also compare lazygraph's step logits with transformers loading the FP8 checkpoint itself (FineGrainedFP8, which
+  rounds activations to e4m3 too: within 0.1 relative), skipped where this transformers or GPU cannot.
 
 The reference is transformers' float32 forward over the dequantized weights; `decoder_logits` loads the packed folder
 (lazygraph repacks it into int4 with zero points) and the comparison, bounds and paths are crosscheck_transformers.py's
@@ -43,14 +45,19 @@ Meson runs it as the test `crosscheck-quantized-checkpoints` (suite gpu).
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
+import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import crosscheck_transformers as ct  # noqa: E402  (the harness this script reuses)
 
+# transformers' own FP8 path (FineGrainedFP8) rounds each token's activations to e4m3 per group of 128 too, which
+# lazygraph does not: the comparison against it allows the error of that rounding (e4m3 keeps 4 significant bits).
+HF_FP8_BOUND = 0.1
 AWQ_ORDER = [0, 2, 4, 6, 1, 3, 5, 7]  # AutoAWQ's: nibble i of a word holds output 8c + AWQ_ORDER[i]
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -198,6 +205,66 @@ class PackedHarness(ct.Harness):
             out["qzeros"] = self.words((zero - 1).t().reshape(-1, n // 8, 8))
             out["g_idx"] = (torch.arange(k) // self.group).to(torch.int32)
         return out
+
+    def run_row(self, row):
+        """The harness's paths; for FP8 blocks, then lazygraph's step logits against transformers' own FP8 path."""
+        if self.method != "fp8" or "step" not in row.paths:
+            return super().run_row(row)
+        keep = self.keep
+        self.keep = True  # the folder and the step path's logits stay for the comparison below
+        try:
+            results = super().run_row(row)
+        finally:
+            self.keep = keep
+        directory = os.path.join(self.work_dir, ct.row_id(row).replace("/", "-"))
+        results.append(self.transformers_fp8(row, directory))
+        if not keep:
+            shutil.rmtree(directory, ignore_errors=True)
+        return results
+
+    def transformers_fp8(self, row, directory):
+        """Optional: the step path's logits against transformers loading the FP8 checkpoint itself (FineGrainedFP8,
+        on a GPU of compute capability 8.9 or newer), within HF_FP8_BOUND; skipped where it cannot load it."""
+        torch = self.torch
+        r = ct.Result(row.name, row.arch, row.dtype, "hf-fp8")
+
+        def skipped(why):
+            r.status, r.passed, r.skipped, r.detail = "SKIPPED", True, True, why
+            return r
+
+        ours_path = os.path.join(directory, "ours-step.bin")
+        if not os.path.exists(ours_path):
+            return skipped("the step path wrote no logits")
+        if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (8, 9):
+            return skipped("transformers' FP8 kernels need a GPU of compute capability 8.9 or newer")
+        dtype = torch.float16 if row.dtype == "f16" else torch.bfloat16
+        try:
+            model = self.transformers.AutoModelForCausalLM.from_pretrained(directory, torch_dtype=dtype,
+                                                                           device_map="cuda")
+        except Exception as e:  # no accelerate, no FP8 support in this transformers, ...
+            return skipped(f"transformers cannot load it: {type(e).__name__}: {str(e)[:160]}")
+        try:
+            vocab = model.config.vocab_size
+            # run_row's first sequence: the same generator, seeded the same, its first draw
+            generator = torch.Generator().manual_seed(zlib.crc32(ct.row_id(row).encode()) + 1)
+            ids = torch.randint(0, vocab, (self.positions,), generator=generator).tolist()
+            with torch.no_grad():
+                out = model(input_ids=torch.tensor([ids], dtype=torch.long, device="cuda"), use_cache=False)
+            theirs = out.logits[0].float().cpu()
+            ours = self.read_floats(ours_path, self.positions, vocab)
+            problems = self.compare_logits(r, ours, theirs, HF_FP8_BOUND, lambda i: f"position {i}")
+        except Exception as e:
+            r.status, r.detail = "ERROR", f"transformers' FP8 forward: {type(e).__name__}: {str(e)[:160]}"
+            return r
+        finally:
+            del model
+            torch.cuda.empty_cache()
+        if problems:
+            r.status, r.detail = "FAIL", "; ".join(problems)
+        else:
+            r.status, r.passed = "PASS", True
+            r.detail = "against transformers' own FP8 path (FP8 activations)"
+        return r
 
     def save(self, row, model, storage, directory):
         from safetensors.torch import load_file, save_file
