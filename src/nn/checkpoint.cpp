@@ -406,6 +406,13 @@ DecoderCheckpoint::DecoderCheckpoint(LlamaConfig llama, DecoderConfig config, Ch
     throw CheckpointError(weights_.path() / "config.json", "",
                           std::string("quantization_config cannot apply to this model: ") + e.what());
   }
+  for (const QuantizedLayout& l : layouts_) {  // refused before anything is read, rather than at the first upload
+    if (!as_saved && !l.storage().quantizable) {
+      throw UsageError("tensor " + l.name() + ": LoadOptions::quantization asks for " + format_name(l.format()) +
+                       ", which is read from checkpoints that store it (" + std::string(l.storage().family) +
+                       "); lazygraph does not quantize weights into it");
+    }
+  }
   std::set<std::string_view> used;
   std::vector<std::size_t> parts;  // of the next quantized matrix (q and k wait for v)
   for (std::size_t i = 0; i < tensors_.size(); ++i) {

@@ -365,6 +365,18 @@ TEST_CASE("lazygraph does not quantize into fp8, and the fp8 layout needs whole 
   CHECK(format_name(format) == "fp8 g128, bf16 scales");
 }
 
+TEST_CASE("a dense checkpoint is not quantized into fp8 on load: refused by open, naming the tensor") {
+  const lgtest::TempDir dir("nn-fp8-dense");
+  save_seeded_checkpoint(dir.path(), lgtest::small_decoder(), DType::f16);
+  LoadOptions options;
+  options.quantization.mlp = QuantizedFormat{WeightFormat::fp8_block, 128, false, ScaleType::f16};
+  CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(dir.path(), options),
+                       doctest::Contains("LoadOptions::quantization asks for fp8 g128, fp16 scales, which is read from "
+                                         "checkpoints that store it (fp8 e4m3 in groups); lazygraph does not quantize "
+                                         "weights into it"),
+                       UsageError);
+}
+
 TEST_CASE("an FP8 checkpoint's matrices are placed byte for byte, each block's scale in each of its groups") {
   for (const auto& [scale_dtype, torch_dtype] :
        {std::pair{DType::f32, "bfloat16"}, std::pair{DType::bf16, "bfloat16"}, std::pair{DType::f32, "float16"}}) {
