@@ -6,7 +6,7 @@
 // scale rounded once (times 2^8) to the scale type, q and k rows reordered as the loader reorders dense ones. The
 // e4m3 decoding of all 256 bytes is checked against a float64 formula, every refusal of the config and of the tensors
 // by name. The gpu suite checks that a decoder loaded from an FP8 checkpoint computes the logits of the same weights
-// stored dense in fp16, within rounding.
+// stored dense in fp16 and in bf16, within rounding.
 #include <doctest/doctest.h>
 
 #include <lazygraph/driver/bfloat16.hpp>
@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <concepts>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -603,79 +604,95 @@ TEST_CASE("FP8 tensors without a scale, of the wrong dtype, shape or bytes, or w
         std::string::npos);
 }
 
+namespace {
+
+/// A decoder of T loaded from an FP8 checkpoint (`method`, LM head included) against one loaded from its twin, the
+/// same weights stored dense in T: scales of powers of two make every dequantized weight a value of T, so both hold
+/// exactly the weights the fp8 kernels multiply, and only the order of the fp32 sums differs. Six steps, then a
+/// prompt of 40 tokens (on tensor cores each fp8 matrix is dequantized for the GEMMs, qdequantize): the logits within
+/// `bound` of the largest (the rounding of activations to T through 2 layers, summed in other orders).
+template <class T>
+void check_fp8_decoder(Fp8Method method, double bound) {
+  CAPTURE(method == Fp8Method::fp8);
+  constexpr bool fp16 = std::same_as<T, half>;
+  const lgtest::TempDir dir("nn-fp8-gpu");
+  const fs::path packed = dir.path() / "packed";
+  const fs::path twin = dir.path() / "twin";
+  const auto matrices =
+      write_fp8(packed, fp8_gqa_decoder(), {method, true, DType::f32, true}, fp16 ? "float16" : "bfloat16");
+  fs::create_directories(twin);
+  fs::copy(packed / "config.json", twin / "config.json");
+  fs::copy(packed / "model.safetensors", twin / "model.safetensors");
+  lgtest::rewrite(twin, [&](std::vector<lgtest::OwnedTensor>& ts) {
+    std::vector<lgtest::OwnedTensor> out;
+    for (lgtest::OwnedTensor& t : ts) {
+      if (t.name.ends_with(".weight_scale_inv") || t.name.ends_with(".weight_scale")) continue;
+      if (t.dtype == DType::f8_e4m3) {
+        const Fp8& m = matrices.at(t.name.substr(0, t.name.size() - std::string(".weight").size()));
+        std::vector<std::byte> bytes(t.bytes.size() * 2);
+        for (int n = 0; n < m.outputs; ++n) {
+          for (int k = 0; k < m.inputs; ++k) {
+            const double w = e4m3_value(m.byte(n, k)) * m.scale(n, k);
+            const T v = T::from_float(static_cast<float>(w));
+            REQUIRE(static_cast<double>(v.to_float()) == w);
+            std::memcpy(bytes.data() + 2 * (static_cast<std::size_t>(n) * m.inputs + k), &v.bits, 2);
+          }
+        }
+        t.dtype = fp16 ? DType::f16 : DType::bf16;
+        t.bytes = std::move(bytes);
+      }
+      out.push_back(std::move(t));
+    }
+    ts = std::move(out);
+  });
+  json config = json::parse(lgtest::read_file(twin / "config.json"));
+  config.erase("quantization_config");
+  lgtest::write_file(twin / "config.json", config.dump(2));
+  Stream& s = lgtest::stream();
+  const DecoderCheckpoint a_checkpoint = DecoderCheckpoint::open(packed);
+  const DecoderCheckpoint b_checkpoint = DecoderCheckpoint::open(twin);
+  REQUIRE(a_checkpoint.quantization().lm_head.has_value());
+  BasicDecoder<T> a(s, lgtest::nn_kernels(), a_checkpoint.config(), a_checkpoint.upload<T>(s));
+  BasicDecoder<T> b(s, lgtest::nn_kernels(), b_checkpoint.config(), b_checkpoint.upload<T>(s));
+  const auto check_logits = [&](const char* where) {
+    CAPTURE(where);
+    const std::vector<T> la = a.logits();
+    const std::vector<T> lb = b.logits();
+    REQUIRE(la.size() == lb.size());
+    double largest = 0;
+    double worst = 0;
+    for (std::size_t i = 0; i < la.size(); ++i) {
+      largest = std::max(largest, std::abs(static_cast<double>(lb[i].to_float())));
+      worst = std::max(worst, std::abs(static_cast<double>(la[i].to_float()) - lb[i].to_float()));
+    }
+    CHECK(largest > 0);
+    CHECK(worst <= bound * largest);
+  };
+  int token = 7;
+  for (int p = 0; p < 6; ++p) {
+    CAPTURE(p);
+    const int next = a.forward({token, p});
+    (void)b.forward({token, p});
+    check_logits("step");
+    token = next;
+  }
+  std::vector<int> prompt;
+  for (int i = 0; i < 40; ++i) prompt.push_back((11 * i + 3) % fp8_gqa_decoder().vocab);
+  (void)a.prefill(prompt, 0, 0);
+  (void)b.prefill(prompt, 0, 0);
+  check_logits("prefill");
+}
+
+}  // namespace
+
 TEST_SUITE("gpu") {
   TEST_CASE(
-      "a decoder loaded from an FP8 checkpoint computes the logits of the same weights stored dense in fp16, within "
-      "rounding, stepping and through a prompt") {
-    // Scales of powers of two make every dequantized weight an fp16 value, so the dense twin holds exactly the
-    // weights the fp8 kernels multiply; only the order of the fp32 sums differs.
+      "a decoder loaded from an FP8 checkpoint computes the logits of the same weights stored dense, within rounding, "
+      "stepping and through a prompt, in fp16 and bf16") {
+    // the bounds of tests/nn/decoder_quantization.cpp's quantized-against-dense comparisons
     for (const Fp8Method method : {Fp8Method::fp8, Fp8Method::channel}) {
-      CAPTURE(method == Fp8Method::fp8);
-      const lgtest::TempDir dir("nn-fp8-gpu");
-      const fs::path packed = dir.path() / "packed";
-      const fs::path twin = dir.path() / "twin";
-      const auto matrices = write_fp8(packed, fp8_gqa_decoder(), {method, true, DType::f32, true}, "float16");
-      fs::create_directories(twin);
-      fs::copy(packed / "config.json", twin / "config.json");
-      fs::copy(packed / "model.safetensors", twin / "model.safetensors");
-      lgtest::rewrite(twin, [&](std::vector<lgtest::OwnedTensor>& ts) {
-        std::vector<lgtest::OwnedTensor> out;
-        for (lgtest::OwnedTensor& t : ts) {
-          if (t.name.ends_with(".weight_scale_inv") || t.name.ends_with(".weight_scale")) continue;
-          if (t.dtype == DType::f8_e4m3) {
-            const Fp8& m = matrices.at(t.name.substr(0, t.name.size() - std::string(".weight").size()));
-            std::vector<std::byte> bytes(t.bytes.size() * 2);
-            for (int n = 0; n < m.outputs; ++n) {
-              for (int k = 0; k < m.inputs; ++k) {
-                const half h = half::from_float(static_cast<float>(e4m3_value(m.byte(n, k)) * m.scale(n, k)));
-                REQUIRE(static_cast<double>(h.to_float()) == e4m3_value(m.byte(n, k)) * m.scale(n, k));
-                std::memcpy(bytes.data() + 2 * (static_cast<std::size_t>(n) * m.inputs + k), &h.bits, 2);
-              }
-            }
-            t.dtype = DType::f16;
-            t.bytes = std::move(bytes);
-          }
-          out.push_back(std::move(t));
-        }
-        ts = std::move(out);
-      });
-      json config = json::parse(lgtest::read_file(twin / "config.json"));
-      config.erase("quantization_config");
-      lgtest::write_file(twin / "config.json", config.dump(2));
-      Stream& s = lgtest::stream();
-      const DecoderCheckpoint a_checkpoint = DecoderCheckpoint::open(packed);
-      const DecoderCheckpoint b_checkpoint = DecoderCheckpoint::open(twin);
-      REQUIRE(a_checkpoint.quantization().lm_head.has_value());
-      Decoder a(s, lgtest::nn_kernels(), a_checkpoint.config(), a_checkpoint.upload<half>(s));
-      Decoder b(s, lgtest::nn_kernels(), b_checkpoint.config(), b_checkpoint.upload<half>(s));
-      const auto check_logits = [&](const char* where) {
-        CAPTURE(where);
-        const std::vector<half> la = a.logits();
-        const std::vector<half> lb = b.logits();
-        REQUIRE(la.size() == lb.size());
-        double largest = 0;
-        double worst = 0;
-        for (std::size_t i = 0; i < la.size(); ++i) {
-          largest = std::max(largest, std::abs(static_cast<double>(lb[i].to_float())));
-          worst = std::max(worst, std::abs(static_cast<double>(la[i].to_float()) - lb[i].to_float()));
-        }
-        CHECK(largest > 0);
-        CHECK(worst <= 1e-2 * largest);  // fp16 rounding of activations through 2 layers, summed in other orders
-      };
-      int token = 7;
-      for (int p = 0; p < 6; ++p) {
-        CAPTURE(p);
-        const int next = a.forward({token, p});
-        (void)b.forward({token, p});
-        check_logits("step");
-        token = next;
-      }
-      // a prompt of 40 tokens: on tensor cores, each fp8 matrix dequantized for the GEMMs (qdequantize)
-      std::vector<int> prompt;
-      for (int i = 0; i < 40; ++i) prompt.push_back((11 * i + 3) % fp8_gqa_decoder().vocab);
-      (void)a.prefill(prompt, 0, 0);
-      (void)b.prefill(prompt, 0, 0);
-      check_logits("prefill");
+      check_fp8_decoder<half>(method, 1e-2);
+      check_fp8_decoder<bfloat16>(method, 4e-2);
     }
   }
 }
