@@ -443,8 +443,8 @@ TEST_CASE("a byte size other than product(shape) * dtype size is refused") {
   check_refused(raw_safetensors(one_entry("t", R"({"dtype":"BF16","shape":[2,2],"data_offsets":[0,16]})"), 16), "t",
                 "expected 8 bytes for BF16 [2, 2]");
   // FP8 checkpoints' weights: one byte an element
-  check_refused(raw_safetensors(one_entry("t", R"({"dtype":"F8_E4M3","shape":[4,8],"data_offsets":[0,64]})"), 64),
-                "t", "expected 32 bytes for F8_E4M3 [4, 8], found data_offsets [0, 64] = 64 bytes");
+  check_refused(raw_safetensors(one_entry("t", R"({"dtype":"F8_E4M3","shape":[4,8],"data_offsets":[0,64]})"), 64), "t",
+                "expected 32 bytes for F8_E4M3 [4, 8], found data_offsets [0, 64] = 64 bytes");
 }
 
 TEST_CASE("begin past end, and offsets past the end of the file, are refused") {
