@@ -230,7 +230,7 @@ __device__ __forceinline__ void qgemv_all_reduce_body(QuantizedMatrix W, const T
 /* lazygraph:variants
 axis T = lg::half_t | lg::bf16_t _bf16
 axis B = 1 (256, 3) | 2 _b2 (256, 3) | 4 _b4 (256, 2) | 8 _b8 (256, 2) | kTensorCores _mma (256, 2)
-axis F = kInt8 _int8 | kInt4 _int4 | kInt4Zero _int4z
+axis F = kInt8 _int8 | kInt4 _int4 | kInt4Zero _int4z | kFp8 _fp8
 
 gemv_all_reduce[T][B] = gemv_all_reduce_body<B>(const T* W, const T* a, T* x, const unsigned long long* sum_table,
     unsigned* counters, int rank, int ranks, int rows, int cols, int batch)

@@ -1,4 +1,5 @@
-// gemv.cu's kernels over weight-only quantized matrices (int8 per channel, int4 in groups; quantized.hpp's layout),
+// gemv.cu's kernels over weight-only quantized matrices (int8 per channel, int4 in groups, fp8 e4m3 in groups of 128;
+// quantized.hpp's layout),
 // for 1 to 8 fp16 or bf16 vectors, on tensor cores (qgemv_core.cuh explains the dequantizing):
 //   qgemv(W, x, out, rows, cols, batch)                          out = W x
 //   qgemv_add(W, x, out, rows, cols, batch)                      out += W x
@@ -15,15 +16,15 @@
 //       output: the rotation is applied to the fp32 sums.
 // W is a QuantizedMatrix (by value) of rows x cols, x [batch][cols], out [batch][rows]. Each kernel comes per element
 // type (NAME, NAME_bf16: x, g, out and the scales in it) and format (NAME_int8, NAME_int4 symmetric, NAME_int4z with
-// zero points: qgemv_int8, qgemv_bf16_int4z, ...); the host picks the format from W (nn::QuantizedKernel). One rounding
-// per output, as gemv.cu's tensor-core variants: x * g is rounded to the element type before the mma (the weights are
-// exact integers there); the scales multiply the fp32 sums.
+// zero points, NAME_fp8: qgemv_int8, qgemv_bf16_int4z, ...); the host picks the format from W (nn::QuantizedKernel).
+// One rounding per output, as gemv.cu's tensor-core variants: x * g is rounded to the element type before the mma (the
+// weights are exact integers there); the scales multiply the fp32 sums.
 //
-// Requirements (a trap otherwise): the kernel's format and element type, cols a multiple of 64 (int4) or 32 (int8),
-// the group 32, 64 or 128 (int4, dividing cols) or cols (int8), W1 and W3 of one group and symmetry, values, x and g
-// 16-byte aligned, batch 1 to 8. Launch: blocks of (32, K, R), K warps per tile of 16 rows and R tiles at a time,
-// K * R <= 32, any grid (qgemv_core.cuh); nn::BasicQuantizedKernels::config picks the fast shape. Early launch as
-// gemv.cu's kernels, without their L2 prefetch (start_quantized says why).
+// Requirements (a trap otherwise): the kernel's format and element type, cols a multiple of 64 (int4), 32 (int8) or
+// 128 (fp8), the group 32, 64 or 128 (int4, dividing cols), cols (int8) or 128 (fp8), W1 and W3 of one group and
+// symmetry, values, x and g 16-byte aligned, batch 1 to 8. Launch: blocks of (32, K, R), K warps per tile of 16 rows
+// and R tiles at a time, K * R <= 32, any grid (qgemv_core.cuh); nn::BasicQuantizedKernels::config picks the fast
+// shape. Early launch as gemv.cu's kernels, without their L2 prefetch (start_quantized says why).
 #include "lazygraph/nn/qgemv_core.cuh"
 
 namespace {
@@ -209,14 +210,22 @@ __device__ __forceinline__ void qdequantize_body(QuantizedMatrix W, T* out, int 
           *reinterpret_cast<uint4*>(out_row + first) = lg::pack8<T>(f).raw;
         }
       } else {
-        // Words h and 2 + h hold this row's columns 32 s + 8 t .. + 7, a byte each.
-        const unsigned pair = w.scale_pair(0, tile, 0, g);
+        // Words h and 2 + h hold this row's columns 32 s + 8 t .. + 7, a byte each; fp8's in group s / 4.
+        const unsigned pair = w.scale_pair(0, tile, F == kFp8 ? s >> 2 : 0, g);
         const float scale = h == 0 ? lg::unpack2(T{}, pair).x : lg::unpack2(T{}, pair).y;
         float f[8];
 #pragma unroll
-        for (int c = 0; c < 8; ++c) {
-          const int q = static_cast<int>(words[2 * (c / 4) + h] >> (8 * (c % 4)) & 0xFFU) - 128;
-          f[c] = static_cast<float>(q) * scale;
+        for (int c = 0; c < 8; c += 2) {
+          const unsigned word = words[2 * (c / 4) + h];
+          if constexpr (F == kFp8) {  // the e4m3 values times 2^-8, times the scale stored times 2^8
+            const uint2 pairs = dequantize_fp8(lg::half_t{}, word);
+            const float2 v = lg::unpack2(lg::half_t{}, c % 4 == 0 ? pairs.x : pairs.y);
+            f[c] = v.x * scale;
+            f[c + 1] = v.y * scale;
+          } else {
+            f[c] = static_cast<float>(static_cast<int>(word >> (8 * (c % 4)) & 0xFFU) - 128) * scale;
+            f[c + 1] = static_cast<float>(static_cast<int>(word >> (8 * (c % 4 + 1)) & 0xFFU) - 128) * scale;
+          }
         }
         *reinterpret_cast<uint4*>(out_row + 32 * s + 8 * t) = lg::pack8<T>(f).raw;
       }
@@ -227,11 +236,11 @@ __device__ __forceinline__ void qdequantize_body(QuantizedMatrix W, T* out, int 
 
 }  // namespace
 
-// The entry points, one per element type and format (qgemv_int8, qgemv_int4, qgemv_bf16_int8, ...), 32 warps a block
-// at most, 64 registers a thread (one block of 32 warps or two of 16 per multiprocessor).
+// The entry points, one per element type and format (qgemv_int8, qgemv_int4, qgemv_bf16_int8, qgemv_fp8, ...), 32 warps
+// a block at most, 64 registers a thread (one block of 32 warps or two of 16 per multiprocessor).
 /* lazygraph:variants
 axis T = lg::half_t | lg::bf16_t _bf16
-axis F = kInt8 _int8 | kInt4 _int4 | kInt4Zero _int4z
+axis F = kInt8 _int8 | kInt4 _int4 | kInt4Zero _int4z | kFp8 _fp8
 
 qgemv[T][F] __launch_bounds__(1024, 1) =
     qgemv_body<F>(QuantizedMatrix W, const T* x, T* out, int rows, int cols, int batch)

@@ -17,6 +17,7 @@
 #include "lazygraph/nn/decoder_rank.hpp"
 #include "lazygraph/nn/quantized_checkpoint.hpp"
 #include "model_folder.hpp"
+#include "packed_fp8.hpp"
 #include "packed_int4.hpp"
 
 namespace lazygraph::nn {
@@ -110,22 +111,23 @@ DecoderQuantization packed_classes(const LlamaConfig& llama, const DecoderConfig
       if (quantization_class(t.role) != c) continue;
       const bool tied = t.role == DecoderTensorRole::lm_head && llama.tie_word_embeddings;
       const std::string module = detail::module_of(t.name);
-      if (tied || !detail::holds_packed(weights, module)) {
+      if (tied || !detail::holds_packed(weights, packed, module)) {
         if (dense_one == nullptr) dense_one = &t;
         continue;
       }
       if (packed_one == nullptr) packed_one = &t;
       for (const std::string& skip : packed.modules_to_not_convert) {
         if (module.find(skip) == std::string::npos) continue;
-        const TensorInfo& q = *weights.find(module + ".qweight");
+        const TensorInfo& q = *weights.find(detail::packed_name(packed, module));
         throw CheckpointError(weights.file_of(q).path(), q.name,
                               "is packed, but quantization_config.modules_to_not_convert names it (\"" + skip + "\")");
       }
     }
     if (packed_one != nullptr && dense_one != nullptr) {
-      const TensorInfo& q = *weights.find(detail::module_of(packed_one->name) + ".qweight");
+      const TensorInfo& q = *weights.find(detail::packed_name(packed, detail::module_of(packed_one->name)));
       throw CheckpointError(weights.file_of(q).path(), dense_one->name,
-                            "is not packed (no " + detail::module_of(dense_one->name) + ".qweight) while " + q.name +
+                            "is not packed (no " + detail::packed_name(packed, detail::module_of(dense_one->name)) +
+                                (packed.fp8() ? " of dtype F8_E4M3" : "") + ") while " + q.name +
                                 " is: lazygraph stores a class of matrices (attention's q, k, v and o; the MLP's "
                                 "gate, up and down; the LM head) in one format, so a checkpoint mixing " +
                                 method + " and dense matrices in one class is refused");
@@ -137,7 +139,8 @@ DecoderQuantization packed_classes(const LlamaConfig& llama, const DecoderConfig
   }
   if (!out.any()) {
     throw CheckpointError(weights.path() / "config.json", "",
-                          "quantization_config says " + method + ", but no matrix is packed (no tensor `.qweight`)");
+                          "quantization_config says " + method + ", but no matrix is packed (no tensor `" +
+                              (packed.fp8() ? ".weight` of dtype F8_E4M3" : ".qweight`") + ")");
   }
   return out;
 }
@@ -403,6 +406,13 @@ DecoderCheckpoint::DecoderCheckpoint(LlamaConfig llama, DecoderConfig config, Ch
     throw CheckpointError(weights_.path() / "config.json", "",
                           std::string("quantization_config cannot apply to this model: ") + e.what());
   }
+  for (const QuantizedLayout& l : layouts_) {  // refused before anything is read, rather than at the first upload
+    if (!as_saved && !l.storage().quantizable) {
+      throw UsageError("tensor " + l.name() + ": LoadOptions::quantization asks for " + format_name(l.format()) +
+                       ", which is read from checkpoints that store it (" + std::string(l.storage().family) +
+                       "); lazygraph does not quantize weights into it");
+    }
+  }
   std::set<std::string_view> used;
   std::vector<std::size_t> parts;  // of the next quantized matrix (q and k wait for v)
   for (std::size_t i = 0; i < tensors_.size(); ++i) {
@@ -427,7 +437,7 @@ DecoderCheckpoint::DecoderCheckpoint(LlamaConfig llama, DecoderConfig config, Ch
   if (llama_.packed.has_value()) {
     for (const std::vector<std::size_t>& matrix : matrix_parts_) {
       for (const std::size_t p : matrix) {
-        const detail::PackedTensors found = detail::require_packed(
+        const detail::PackedTensors found = (llama_.packed->fp8() ? detail::require_fp8 : detail::require_packed)(
             weights_, *llama_.packed, detail::module_of(tensors_[p].name), tensors_[p].rows, tensors_[p].cols);
         for (const TensorInfo* part : {found.qweight, found.qzeros, found.scales, found.g_idx}) {
           if (part != nullptr) used.insert(part->name);
@@ -544,10 +554,12 @@ QuantizedWeight DecoderCheckpoint::quantized_weight(std::size_t index) const {
     std::vector<detail::PackedPart> parts;
     for (const std::size_t p : matrix_parts_[index]) {
       const DecoderTensor& t = tensors_[p];
-      parts.push_back(
-          {detail::require_packed(weights_, *llama_.packed, detail::module_of(t.name), t.rows, t.cols), t.rope_rows});
+      parts.push_back({(llama_.packed->fp8() ? detail::require_fp8 : detail::require_packed)(
+                           weights_, *llama_.packed, detail::module_of(t.name), t.rows, t.cols),
+                       t.rope_rows});
     }
-    return detail::repack(weights_, *llama_.packed, l, parts, config_.head_dim());
+    return (llama_.packed->fp8() ? detail::repack_fp8 : detail::repack)(weights_, *llama_.packed, l, parts,
+                                                                        config_.head_dim());
   }
   if (quantized_as_saved()) {
     try {

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <iterator>
 #include <limits>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -265,12 +267,20 @@ void read_quantization(LlamaConfig& config, const ConfigReader& reader) {
   };
   const std::string own =
       "lazygraph reads the quantized checkpoints it writes itself (quant_method \"lazygraph\", "
-      "nn::save_quantized_checkpoint) and 4-bit AWQ (\"awq\") and GPTQ (\"gptq\") ones";
+      "nn::save_quantized_checkpoint), 4-bit AWQ (\"awq\") and GPTQ (\"gptq\") ones and FP8 e4m3 ones (\"fp8\", "
+      "\"compressed-tensors\")";
   const json* method = field("quant_method");
   if (method == nullptr) reader.fail("quantization_config.quant_method", "is missing: " + own);
-  if (method->is_string() && (*method == "awq" || *method == "gptq")) {
-    detail::read_packed_config(config, *q, *method == "awq" ? PackedMethod::awq : PackedMethod::gptq, reader);
-    return;
+  constexpr std::pair<std::string_view, PackedMethod> kPacked[] = {
+      {"awq", PackedMethod::awq},
+      {"gptq", PackedMethod::gptq},
+      {"fp8", PackedMethod::fp8},
+      {"compressed-tensors", PackedMethod::compressed_tensors}};
+  for (const auto& [name, packed] : kPacked) {
+    if (method->is_string() && method->get<std::string>() == name) {
+      detail::read_packed_config(config, *q, packed, reader);
+      return;
+    }
   }
   if (!method->is_string() || method->get<std::string>() != "lazygraph") {
     reader.fail("quantization_config.quant_method",

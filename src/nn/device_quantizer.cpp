@@ -15,10 +15,11 @@ namespace {
 
 constexpr unsigned block_threads = 256;
 
-/// Every quantized format's packing kernel, in the storage table's order.
+/// The packing kernel of every format lazygraph quantizes into, in the storage table's order.
 std::vector<Kernel<void(const std::int8_t*, int, int, std::uint8_t*)>> pack_kernels(const KernelLibrary& library) {
   std::vector<Kernel<void(const std::int8_t*, int, int, std::uint8_t*)>> out;
   for (const detail::StorageFormat* f : detail::storage_formats()) {
+    if (!f->quantizable) continue;
     out.push_back(library.get<void(const std::int8_t*, int, int, std::uint8_t*)>(std::string(f->pack_kernel)));
   }
   return out;
@@ -55,6 +56,10 @@ DeviceQuantizedWeight<T> DeviceQuantizer::quantize(const Stream& stream, const Q
                                                    DeviceSpan<const S> weights, const QuantizeOptions& options) const {
   QuantizedLayout layout(std::string(name), format, rows, cols);
   const auto fail = [&](const std::string& problem) { throw UsageError("tensor " + layout.name() + ": " + problem); };
+  if (!layout.storage().quantizable) {
+    fail(std::string(layout.storage().family) +
+         " is read from checkpoints that store it; lazygraph does not quantize weights into it");
+  }
   const std::size_t count = static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols);
   if (weights.size() != count) {
     fail(std::to_string(weights.size()) + " weights given for a " + std::to_string(rows) + " x " +
@@ -115,8 +120,9 @@ DeviceQuantizedWeight<T> DeviceQuantizer::quantize(const Stream& stream, const Q
   std::optional<DeviceBuffer<std::uint8_t>> zeros;
   if (format.asymmetric) zeros.emplace(device, layout.zero_bytes());
   const auto formats = detail::storage_formats();
-  const auto& pack =
-      pack_[static_cast<std::size_t>(std::find(formats.begin(), formats.end(), &layout.storage()) - formats.begin())];
+  const auto& pack = pack_[static_cast<std::size_t>(
+      std::count_if(formats.begin(), std::find(formats.begin(), formats.end(), &layout.storage()),
+                    [](const detail::StorageFormat* f) { return f->quantizable; }))];
   pack.launch(stream, threads_for(layout.value_bytes() / 4), q.cview(), rows, cols, values.view());
   pack_scales_.launch(stream, threads_for(layout.scale_count()), scales_rm.cview(), zeros_rm.cview(), rows, groups,
                       scales.view(), zeros ? zeros->view() : DeviceSpan<std::uint8_t>{});

@@ -50,8 +50,13 @@ std::string module_of(std::string_view weight_name) {
   return std::string(weight_name);
 }
 
-bool holds_packed(const Checkpoint& checkpoint, const std::string& module) {
-  return checkpoint.find(module + ".qweight") != nullptr;
+std::string packed_name(const PackedQuantization& packed, const std::string& module) {
+  return module + (packed.fp8() ? ".weight" : ".qweight");
+}
+
+bool holds_packed(const Checkpoint& checkpoint, const PackedQuantization& packed, const std::string& module) {
+  const TensorInfo* found = checkpoint.find(packed_name(packed, module));
+  return found != nullptr && (!packed.fp8() || found->dtype == DType::f8_e4m3);
 }
 
 PackedTensors require_packed(const Checkpoint& checkpoint, const PackedQuantization& packed, const std::string& module,

@@ -1,5 +1,6 @@
 #pragma once
-// Private to src/nn: the 4-bit checkpoints of AutoAWQ and AutoGPTQ / GPTQModel, read as they are. Their matrices
+// Private to src/nn: the 4-bit checkpoints of AutoAWQ and AutoGPTQ / GPTQModel, read as they are (packed_fp8.hpp reads
+// the FP8 ones into the same PackedTensors). Their matrices
 // (`<module>.qweight`, `.qzeros`, `.scales`, GPTQ's `.g_idx`) pack eight 4-bit values into each int32 and are
 // repacked on load into the int4 layout with zero points of quantized.hpp, which the kernels read; the weight an
 // element stands for, (q - zero) * scale, is unchanged. packed_config.cpp reads their quantization_config,
@@ -43,8 +44,12 @@ void read_packed_config(LlamaConfig& config, const nlohmann::json& q, PackedMeth
 /// "model.layers.0.self_attn.q_proj" of "model.layers.0.self_attn.q_proj.weight".
 [[nodiscard]] std::string module_of(std::string_view weight_name);
 
-/// Whether `checkpoint` holds `module` packed (a `<module>.qweight`).
-[[nodiscard]] bool holds_packed(const Checkpoint& checkpoint, const std::string& module);
+/// The tensor that says `module` is packed: `<module>.qweight`, or for FP8 `<module>.weight`.
+[[nodiscard]] std::string packed_name(const PackedQuantization& packed, const std::string& module);
+
+/// Whether `checkpoint` holds `module` packed (a `<module>.qweight`; FP8: a `<module>.weight` of dtype F8_E4M3).
+[[nodiscard]] bool holds_packed(const Checkpoint& checkpoint, const PackedQuantization& packed,
+                                const std::string& module);
 
 /// One packed matrix's tensors, checked by require_packed.
 struct PackedTensors {
@@ -58,8 +63,8 @@ struct PackedTensors {
 
 /// The tensors of `module`, an `outputs` x `inputs` matrix packed as `packed` says, checked on the host where the file
 /// is mapped: their dtypes and shapes (the file comment's), every scale finite and >= 0, GPTQ's zero points at most 15
-/// (a stored 15 means 16), g_idx the grouping k / g (present when desc_act is true). \throws CheckpointError naming the
-/// tensor and what is wrong.
+/// (a stored 15 means 16), g_idx the grouping k / g (present when desc_act is true). AWQ and GPTQ only. \throws
+/// CheckpointError naming the tensor and what is wrong.
 [[nodiscard]] PackedTensors require_packed(const Checkpoint& checkpoint, const PackedQuantization& packed,
                                            const std::string& module, int outputs, int inputs);
 

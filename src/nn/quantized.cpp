@@ -129,9 +129,10 @@ std::uint8_t zero_byte(const detail::StorageFormat& storage) {
 /// "<name> value at byte <i> is <byte>, <why>" for the first value byte the format forbids, or empty.
 std::string forbidden_value(const detail::StorageFormat& storage, std::span<const std::uint8_t> values) {
   if (storage.forbidden_byte < 0) return {};
-  const auto it = std::find(values.begin(), values.end(), static_cast<std::uint8_t>(storage.forbidden_byte));
+  const auto it =
+      std::find_if(values.begin(), values.end(), [&](std::uint8_t b) { return detail::forbidden(storage, b); });
   if (it == values.end()) return {};
-  return detail::forbidden_value_at(storage, static_cast<std::size_t>(it - values.begin()));
+  return detail::forbidden_value_at(storage, static_cast<std::size_t>(it - values.begin()), *it);
 }
 
 }  // namespace
@@ -274,7 +275,8 @@ int QuantizedWeight::zero(int row, int col) const {
 }
 
 float QuantizedWeight::dequantized(int row, int col) const {
-  return static_cast<float>(value(row, col) - zero(row, col)) * scale(row, col);
+  const auto unit = static_cast<float>(layout_.storage().value_unit);  // a power of two: the product stays exact
+  return static_cast<float>(value(row, col) - zero(row, col)) * unit * scale(row, col);
 }
 
 std::vector<float> QuantizedWeight::dequantize() const {
@@ -289,6 +291,10 @@ std::vector<float> QuantizedWeight::dequantize() const {
 QuantizedWeight quantize(const QuantizedFormat& format, std::string_view name, int rows, int cols,
                          std::span<const float> weights, const QuantizeOptions& options) {
   QuantizedLayout layout(std::string(name), format, rows, cols);
+  if (!layout.storage().quantizable) {
+    fail(name, std::string(layout.storage().family) +
+                   " is read from checkpoints that store it; lazygraph does not quantize weights into it");
+  }
   const auto k = static_cast<std::size_t>(cols);
   const std::size_t count = static_cast<std::size_t>(rows) * k;
   if (weights.size() != count) {

@@ -88,9 +88,12 @@ void check_saved_bytes(const Checkpoint& checkpoint, const QuantizedLayout& layo
   }
   if (const detail::StorageFormat& storage = layout.storage(); storage.forbidden_byte >= 0) {
     const std::span<const std::byte> values = checkpoint.data(*found.values);
-    if (const void* at = std::memchr(values.data(), storage.forbidden_byte, values.size()); at != nullptr) {
-      refuse(*found.values, detail::forbidden_value_at(
-                                storage, static_cast<std::size_t>(static_cast<const std::byte*>(at) - values.data())));
+    const auto at = std::find_if(values.begin(), values.end(), [&](std::byte b) {
+      return detail::forbidden(storage, std::to_integer<std::uint8_t>(b));
+    });
+    if (at != values.end()) {
+      refuse(*found.values, detail::forbidden_value_at(storage, static_cast<std::size_t>(at - values.begin()),
+                                                       std::to_integer<std::uint8_t>(*at)));
     }
   }
 }

@@ -46,6 +46,7 @@ void save_quantized_checkpoint(const DecoderCheckpoint& source, const std::files
   }
   LlamaConfig config = source.llama_config();
   config.quantization = quantization;
+  config.packed.reset();  // an AWQ, GPTQ or FP8 source's matrices are saved in lazygraph's own format
   config.save_id = detail::new_save_id();
   detail::save_model_folder(directory, out, max_shard_bytes, {{"format", "pt"}}, config.save_id, config.to_json());
 }

@@ -40,7 +40,7 @@ struct DTypeEntry {
   std::size_t size;
 };
 
-constexpr std::array<DTypeEntry, 10> kDTypes = {{
+constexpr std::array<DTypeEntry, 11> kDTypes = {{
     {DType::f16, "F16", 2},
     {DType::bf16, "BF16", 2},
     {DType::f32, "F32", 4},
@@ -51,6 +51,7 @@ constexpr std::array<DTypeEntry, 10> kDTypes = {{
     {DType::i64, "I64", 8},
     {DType::u8, "U8", 1},
     {DType::boolean, "BOOL", 1},
+    {DType::f8_e4m3, "F8_E4M3", 1},
 }};
 
 const DTypeEntry& entry_of(DType dtype) noexcept {

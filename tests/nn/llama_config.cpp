@@ -534,7 +534,7 @@ TEST_CASE("a lazygraph quantization_config is read with its formats and round-tr
 }
 
 TEST_CASE("a quantization_config of another method, layout version or format is refused by name") {
-  for (const std::string method : {"bitsandbytes", "fp8", "compressed-tensors", "GPTQ"}) {
+  for (const std::string method : {"bitsandbytes", "fbgemm_fp8", "GPTQ"}) {
     CAPTURE(method);
     check_refused(quantized_with(R"("quant_method": ")" + method + R"(", "bits": 4, "group_size": 128)"),
                   "key 'quantization_config.quant_method' is \"" + method +
@@ -552,7 +552,7 @@ TEST_CASE("a quantization_config of another method, layout version or format is 
     check_refused(quantized_with(kLazygraph + R"("mlp": )" + format), fragment);
   };
   refused_format(R"({"kind": "int2", "scale_type": "float16"})",
-                 "key 'quantization_config.mlp.kind' must be \"int8\" or \"int4\", found \"int2\"");
+                 "key 'quantization_config.mlp.kind' must be \"int8\", \"int4\" or \"fp8\", found \"int2\"");
   refused_format(R"({"kind": "int4", "group": 96, "scale_type": "float16"})",
                  "key 'quantization_config.mlp.group' must be 32, 64 or 128 for int4");
   refused_format(R"({"kind": "int4", "scale_type": "float16"})",

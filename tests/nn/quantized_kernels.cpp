@@ -1,7 +1,8 @@
 // The quantized kernels (kernels/nn/qgemv.cu) against float64 products of the dequantized weights
 // (QuantizedWeight::dequantize, the host reference of the layout) and the same fp16- or bf16-rounded activations, for
 // every format, both element types, batches of 1 to 8 and shapes whose rows are not a multiple of a tile; qdequantize
-// against those values rounded to the element type, bit for bit.
+// against those values rounded to the element type, bit for bit. fp8, which lazygraph reads from checkpoints and does
+// not quantize into, is random e4m3 bytes over the whole range with random scales.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 
 #include "common/gpu.hpp"
 #include "common/nn.hpp"
+#include "common/quantized_formats.hpp"
 
 #include <lazygraph/nn/quantized_kernels.hpp>
 
@@ -25,11 +27,9 @@ namespace {
 template <class T>
 std::vector<nn::QuantizedFormat> kernel_formats() {
   const nn::ScaleType s = nn::scale_type_of<T>;
-  return {{nn::WeightFormat::int8_channel, 0, false, s},
-          {nn::WeightFormat::int4_group, 32, false, s},
-          {nn::WeightFormat::int4_group, 64, true, s},
-          {nn::WeightFormat::int4_group, 128, false, s},
-          {nn::WeightFormat::int4_group, 128, true, s}};
+  return {{nn::WeightFormat::int8_channel, 0, false, s}, {nn::WeightFormat::int4_group, 32, false, s},
+          {nn::WeightFormat::int4_group, 64, true, s},   {nn::WeightFormat::int4_group, 128, false, s},
+          {nn::WeightFormat::int4_group, 128, true, s},  {nn::WeightFormat::fp8_block, 128, false, s}};
 }
 
 std::vector<float> random_values(std::size_t n, unsigned seed, float scale) {
@@ -38,6 +38,13 @@ std::vector<float> random_values(std::size_t n, unsigned seed, float scale) {
   std::vector<float> out(n);
   for (float& v : out) v = dist(rng);
   return out;
+}
+
+/// The weight of a case: quantized from random values, or, for fp8, random bytes and scales.
+nn::QuantizedWeight case_weight(const nn::QuantizedFormat& format, const char* name, int rows, int cols,
+                                unsigned seed) {
+  if (format.kind == nn::WeightFormat::fp8_block) return lgtest::random_fp8(format, name, rows, cols, seed);
+  return nn::quantize(format, name, rows, cols, random_values(std::size_t(rows) * std::size_t(cols), seed, 0.05F));
 }
 
 template <class T>
@@ -76,9 +83,8 @@ struct Case {
       : rows(rows),
         cols(cols),
         batch(batch),
-        q1(nn::quantize(format, "w1", rows, cols, random_values(std::size_t(rows) * std::size_t(cols), seed, 0.05F))),
-        q3(nn::quantize(format, "w3", rows, cols,
-                        random_values(std::size_t(rows) * std::size_t(cols), seed + 1, 0.05F))),
+        q1(case_weight(format, "w1", rows, cols, seed)),
+        q3(case_weight(format, "w3", rows, cols, seed + 1)),
         w1(q1.dequantize()),
         w3(q3.dequantize()),
         x(rounded<T>(random_values(std::size_t(batch) * std::size_t(cols), seed + 2, 1.0F))),
@@ -290,7 +296,7 @@ void check_every_kernel(const nn::BasicQuantizedKernels<T>& k, double tolerance)
 
 TEST_CASE("every quantized kernel handle matches its kernel's declared parameters, for both element types") {
   const KernelDeclarations d(nn::kernel_set().sources);
-  for (const char* format : {"_int8", "_int4", "_int4z"}) {
+  for (const char* format : {"_int8", "_int4", "_int4z", "_fp8"}) {
     CAPTURE(format);
     for (const std::string element : {"", "_bf16"}) {
       const auto name = [&](const char* stem) { return stem + element + format; };

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/gpu.hpp"
+#include "common/quantized_formats.hpp"
 #include "common/quantized_weights.hpp"
 
 #include <lazygraph/nn/quantized_slice.hpp>
@@ -97,6 +98,37 @@ TEST_SUITE("gpu") {
          {nn::QuantizedFormat{nn::WeightFormat::int8_channel, 0, false, nn::ScaleType::bf16},
           nn::QuantizedFormat{nn::WeightFormat::int4_group, 128, true, nn::ScaleType::bf16}}) {
       check_format<bfloat16>(f);
+    }
+  }
+
+  TEST_CASE("a part of an fp8 matrix cut out on the device dequantizes to the same part of the whole") {
+    // fp8 is read from checkpoints, not quantized: random bytes and scales, as a tensor-parallel rank cuts them.
+    const Stream& s = lgtest::stream();
+    for (const nn::ScaleType type : {nn::ScaleType::f16, nn::ScaleType::bf16}) {
+      constexpr int rows = 72;
+      constexpr int cols = 512;
+      const nn::QuantizedWeight host =
+          lgtest::random_fp8({nn::WeightFormat::fp8_block, 128, false, type}, "w", rows, cols, 5);
+      const auto check = [&](const nn::QuantizedWeight& got, int r0, int c0) {
+        bool equal = true;
+        for (int r = 0; r < got.layout().rows(); ++r) {
+          const int from = r0 < 0 ? (r < 32 ? 16 + r : 64 + (r - 32)) : r0 + r;
+          for (int c = 0; c < got.layout().cols(); ++c) {
+            equal = equal && got.dequantized(r, c) == host.dequantized(from, c0 + c);
+          }
+        }
+        CHECK(equal);
+      };
+      if (type == nn::ScaleType::f16) {
+        const nn::DeviceQuantizedWeight<half> whole(s, host);
+        check(nn::quantized_rows(s, whole, std::vector<nn::QuantizedRowBlock>{{16, 32}, {64, 8}}).download(s), -1, 0);
+        check(nn::quantized_columns(s, whole, 256, 128).download(s), 0, 256);
+        CHECK_THROWS_AS((void)nn::quantized_columns(s, whole, 32, 128), UsageError);  // off its groups of 128
+      } else {
+        const nn::DeviceQuantizedWeight<bfloat16> whole(s, host);
+        check(nn::quantized_rows(s, whole, std::vector<nn::QuantizedRowBlock>{{16, 32}, {64, 8}}).download(s), -1, 0);
+        check(nn::quantized_columns(s, whole, 128, 256).download(s), 0, 128);
+      }
     }
   }
 

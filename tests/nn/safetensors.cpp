@@ -128,8 +128,8 @@ void check_same(const SafetensorsFile& file, const OwnedTensor& expected) {
   CHECK(std::equal(data.begin(), data.end(), expected.bytes.begin(), expected.bytes.end()));
 }
 
-const std::vector<DType> kAllDTypes = {DType::f16, DType::bf16, DType::f32, DType::f64, DType::i8,
-                                       DType::i16, DType::i32,  DType::i64, DType::u8,  DType::boolean};
+const std::vector<DType> kAllDTypes = {DType::f16, DType::bf16, DType::f32, DType::f64,     DType::i8,     DType::i16,
+                                       DType::i32, DType::i64,  DType::u8,  DType::boolean, DType::f8_e4m3};
 
 }  // namespace
 
@@ -143,7 +143,9 @@ TEST_CASE("dtype names and sizes match the safetensors format, and names parse b
   CHECK(dtype_size(DType::f64) == 8);
   CHECK(dtype_size(DType::boolean) == 1);
   for (const DType dtype : kAllDTypes) CHECK(dtype_from_name(dtype_name(dtype)) == dtype);
-  CHECK_FALSE(dtype_from_name("F8_E4M3").has_value());
+  CHECK(dtype_from_name("F8_E4M3") == DType::f8_e4m3);
+  CHECK(dtype_size(DType::f8_e4m3) == 1);
+  CHECK_FALSE(dtype_from_name("F8_E5M2").has_value());
   CHECK_FALSE(dtype_from_name("f32").has_value());
   CHECK(parse_dtype("I16") == DType::i16);
   check_error(checkpoint_error_of([] { (void)parse_dtype("F8_E5M2", "m.safetensors", "w"); }), "m.safetensors", "w",
@@ -440,6 +442,9 @@ TEST_CASE("a byte size other than product(shape) * dtype size is refused") {
                 "expected 12 bytes for F32 [3], found data_offsets [0, 8] = 8 bytes");
   check_refused(raw_safetensors(one_entry("t", R"({"dtype":"BF16","shape":[2,2],"data_offsets":[0,16]})"), 16), "t",
                 "expected 8 bytes for BF16 [2, 2]");
+  // FP8 checkpoints' weights: one byte an element
+  check_refused(raw_safetensors(one_entry("t", R"({"dtype":"F8_E4M3","shape":[4,8],"data_offsets":[0,64]})"), 64), "t",
+                "expected 32 bytes for F8_E4M3 [4, 8], found data_offsets [0, 64] = 64 bytes");
 }
 
 TEST_CASE("begin past end, and offsets past the end of the file, are refused") {
@@ -473,8 +478,9 @@ TEST_CASE("overlapping tensors are refused, naming both; empty tensors overlap n
 }
 
 TEST_CASE("an unknown dtype is refused, listing the known ones") {
-  check_refused(raw_safetensors(one_entry("t", R"({"dtype":"F8_E4M3","shape":[1],"data_offsets":[0,1]})"), 1), "t",
-                "unknown dtype \"F8_E4M3\" (expected one of F16, BF16, F32, F64, I8, I16, I32, I64, U8, BOOL)");
+  check_refused(
+      raw_safetensors(one_entry("t", R"({"dtype":"F8_E5M2","shape":[1],"data_offsets":[0,1]})"), 1), "t",
+      "unknown dtype \"F8_E5M2\" (expected one of F16, BF16, F32, F64, I8, I16, I32, I64, U8, BOOL, F8_E4M3)");
 }
 
 TEST_CASE("duplicate tensor names and duplicate keys in an entry are refused") {

@@ -38,7 +38,7 @@ TEST_CASE("every quantized format of the projections' table has a storage row, a
     CHECK(name.ends_with(", bf16 scales"));
     CHECK(name.size() > std::string(", bf16 scales").size());
   }
-  CHECK(quantized == 2);
+  CHECK(quantized == 3);
 }
 
 TEST_CASE("a weight format the tables do not know is refused by the layout, naming the tensor") {

@@ -9,7 +9,8 @@
 /// DeviceQuantizer (load_decoder gives one), on the GPU as they arrive. A quantized checkpoint
 /// (save_quantized_checkpoint, quantized_save.hpp) holds those classes quantized already, its formats in
 /// config.json's quantization_config, and uploads them as saved; so does a 4-bit AWQ or GPTQ checkpoint, whose packed
-/// matrices are repacked on load into int4 with zero points (docs/models.md, "AWQ and GPTQ checkpoints"). A
+/// matrices are repacked on load into int4 with zero points (docs/models.md, "AWQ and GPTQ checkpoints"), and an FP8
+/// one, whose e4m3 matrices are read as they are into the fp8 format ("FP8 checkpoints"). A
 /// tensor-parallel rank uploads only its share of each tensor (upload_shard, load_decoder_rank). Seeded weights can be
 /// written in the same layout, so the loader is tested round trip and against PyTorch.
 
@@ -70,7 +71,10 @@ class DecoderCheckpoint {
   /// matrices packed where their modules have `.qweight` (`.qzeros`, `.scales`, GPTQ's `.g_idx`), dense where they
   /// have `.weight`; quantization() (and llama_config().quantization) keeps the packed classes, in
   /// PackedQuantization::format(), and every packed tensor is checked (dtype I32 or F16, shape, every scale finite
-  /// and >= 0, GPTQ's zero points at most 15, g_idx the grouping input / group_size). Every other tensor is refused
+  /// and >= 0, GPTQ's zero points at most 15, g_idx the grouping input / group_size). An FP8 one's packed matrices
+  /// are the modules whose `.weight` is F8_E4M3, each with its `.weight_scale_inv` (fp8) or `.weight_scale`
+  /// (compressed-tensors), checked likewise (shapes, scales finite, > 0 and within the scale type times 2^8, no e4m3
+  /// NaN byte). Every other tensor is refused
   /// by name, except rotary_emb.inv_freq
   /// buffers that hold the config's RoPE frequencies. A quantized matrix's bytes are checked against its format's
   /// rules too (require_quantized: scales, zero points, int8 values), on the host, so that no upload fails on them.
@@ -82,8 +86,8 @@ class DecoderCheckpoint {
   /// save ids (LlamaConfig::save_id, Checkpoint::save_id: a save into the folder was interrupted between the two);
   /// UsageError for options.context beyond the model's
   /// max_position_embeddings; UsageError naming the tensor when a format of options.quantization cannot apply to it
-  /// (quantized_layouts); UsageError when the checkpoint is quantized and options.quantization asks for anything
-  /// else, naming both.
+  /// (quantized_layouts) or asks a dense checkpoint for a format lazygraph does not quantize into (fp8); UsageError
+  /// when the checkpoint is quantized and options.quantization asks for anything else, naming both.
   [[nodiscard]] static DecoderCheckpoint open(const std::filesystem::path& directory, const LoadOptions& options = {});
 
   /// The decoder the checkpoint describes (seed unused).

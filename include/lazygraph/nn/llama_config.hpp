@@ -12,8 +12,10 @@
 /// A `quantization_config` is read as lazygraph writes it (quant_method "lazygraph", save_quantized_checkpoint): the
 /// formats a quantized checkpoint stores its weights in; or as AutoAWQ (quant_method "awq": bits 4, version "gemm",
 /// zero_point true) and AutoGPTQ / GPTQModel (quant_method "gptq": bits 4, checkpoint_format "gptq") write it, whose
-/// 4-bit matrices DecoderCheckpoint repacks on load (PackedQuantization). Other methods (bitsandbytes, FP8...) and
-/// other settings of these (bits 3 or 8, other packings) are refused by name.
+/// 4-bit matrices DecoderCheckpoint repacks on load (PackedQuantization); or as FP8 checkpoints write it (quant_method
+/// "fp8": fmt e4m3, weight_block_size [128, 128]; "compressed-tensors": float-quantized 8-bit float weights per channel
+/// or in blocks of 128), whose e4m3 matrices DecoderCheckpoint reads as they are. Other methods (bitsandbytes...) and
+/// other settings of these (bits 3 or 8, other packings, e5m2, static activation scales) are refused by name.
 
 #include <filesystem>
 #include <optional>
@@ -95,7 +97,8 @@ struct LlamaConfig {
   /// type other than default, linear or llama3, a RoPE parameter it does not use, or
   /// rope_parameters and the top-level keys disagreeing; num_attention_heads is not a multiple of
   /// num_key_value_heads, or (without head_dim) hidden_size not a multiple of num_attention_heads; a
-  /// quantization_config whose quant_method is not "lazygraph", "awq" or "gptq" (the message names it); an awq or gptq
+  /// quantization_config whose quant_method is not "lazygraph", "awq", "gptq", "fp8" or "compressed-tensors" (the
+  /// message names it); an fp8 or compressed-tensors one other than docs/models.md's "FP8 checkpoints"; an awq or gptq
   /// one with bits other than 4, a group_size other than 32, 64 or 128, another packing (awq's version or backend,
   /// gptq's checkpoint_format, pack_dtype, dynamic), zero_point false, or a key it does not know; a lazygraph one
   /// whose layout_version is not

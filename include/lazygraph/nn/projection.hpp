@@ -37,17 +37,18 @@ struct WeightFormatTraits {
 };
 
 /// The format table: one row per WeightFormat, in the enum's order.
-inline constexpr std::array<WeightFormatTraits, 3> kWeightFormats{{
+inline constexpr std::array<WeightFormatTraits, 4> kWeightFormats{{
     {WeightFormat::dense, "dense", false, true},
     {WeightFormat::int8_channel, "int8 per channel", true, false},
     {WeightFormat::int4_group, "int4 in groups", true, false},
+    {WeightFormat::fp8_block, "fp8 e4m3 in groups", true, false},
 }};
 
 /// The table's row of `format`.
 [[nodiscard]] constexpr const WeightFormatTraits& format_traits(WeightFormat format) noexcept {
   return kWeightFormats[static_cast<std::size_t>(format)];
 }
-static_assert(format_traits(WeightFormat::int4_group).format == WeightFormat::int4_group,
+static_assert(format_traits(WeightFormat::fp8_block).format == WeightFormat::fp8_block,
               "kWeightFormats lists the formats in the enum's order");
 
 /// The kernels a model's projections run on: the dense family always; the quantized one where some weight is

@@ -52,31 +52,49 @@ struct DecoderQuantization {
   friend bool operator==(const DecoderQuantization& a, const DecoderQuantization& b) noexcept;
 };
 
-/// The tools whose 4-bit checkpoints lazygraph reads as they are, repacking their int32-packed matrices on load into
-/// the int4 layout with zero points (quantized.hpp) that the kernels read.
+/// The tools whose quantized checkpoints lazygraph reads as they are: their 4-bit int32-packed matrices repacked on
+/// load into the int4 layout with zero points (quantized.hpp) that the kernels read, their FP8 e4m3 matrices placed
+/// byte for byte into the fp8 layout.
 enum class PackedMethod {
   awq,   ///< AutoAWQ's GEMM packing (quant_method "awq", version "gemm")
   gptq,  ///< AutoGPTQ's / GPTQModel's packing (quant_method "gptq", checkpoint_format "gptq": zero points stored - 1)
+  /// transformers' FineGrainedFP8 (quant_method "fp8", fmt "e4m3", weight_block_size [128, 128]): `<module>.weight`
+  /// F8_E4M3 [N, K] and `<module>.weight_scale_inv` F32 or BF16 [ceil(N / 128), ceil(K / 128)], w = fp8 * scale
+  fp8,
+  /// compressed-tensors' "float-quantized" 8-bit float weights (llm-compressor's FP8), strategy "channel"
+  /// (`<module>.weight_scale` [N, 1]) or "block" [128, 128] (as fp8's, named weight_scale), w = fp8 * scale
+  compressed_tensors,
 };
 
-/// A Hugging Face quantization_config of another tool's 4-bit checkpoint, as read (config_json.cpp checks it). Which
-/// matrices the checkpoint holds packed is not here: DecoderCheckpoint::open looks their tensors up (`.qweight`).
+/// A Hugging Face quantization_config of another tool's quantized checkpoint, as read (config_json.cpp checks it).
+/// Which matrices the checkpoint holds packed is not here: DecoderCheckpoint::open looks their tensors up
+/// (`.qweight`; FP8: a `.weight` of dtype F8_E4M3).
 struct PackedQuantization {
   PackedMethod method = PackedMethod::awq;  ///< quant_method
   int group = 128;                          ///< group_size: 32, 64 or 128 inputs per scale and zero point
   bool symmetric = false;  ///< gptq's sym (its zero points are still stored, 8 each, and kept as they are)
   bool desc_act = false;   ///< gptq's desc_act (read only where g_idx is the plain grouping k / group_size)
-  std::vector<std::string> modules_to_not_convert;  ///< awq's: modules named so must not be packed
+  std::vector<std::string> modules_to_not_convert;  ///< awq's and fp8's, compressed-tensors' ignore: not packed
+  bool per_channel = false;  ///< compressed_tensors' strategy "channel": one scale per output (else blocks of 128)
+  /// fp8 and compressed_tensors: the scale type their matrices are stored with, the model's (config.json's
+  /// torch_dtype float16: fp16; otherwise bf16), so that a decoder of the model's element type reads them
+  ScaleType scale_type = ScaleType::f16;
 
-  /// The format the packed matrices are repacked into: the 4-bit format with zero points (int4 in groups), in groups
-  /// of `group`, asymmetric, fp16 scales.
+  /// The format the packed matrices are repacked into: for AWQ and GPTQ the 4-bit format with zero points (int4 in
+  /// groups), in groups of `group`, asymmetric, fp16 scales; for the FP8 methods the fp8 format in groups of 128, of
+  /// scale_type.
   [[nodiscard]] QuantizedFormat format() const;
+
+  /// Whether the method stores FP8 e4m3 matrices (fp8, compressed_tensors).
+  [[nodiscard]] bool fp8() const noexcept {
+    return method == PackedMethod::fp8 || method == PackedMethod::compressed_tensors;
+  }
 
   /// Whether every field is equal.
   friend bool operator==(const PackedQuantization&, const PackedQuantization&) = default;
 };
 
-/// "AWQ" or "GPTQ", for messages.
+/// "AWQ", "GPTQ", "FP8" or "compressed-tensors FP8", for messages.
 [[nodiscard]] std::string packed_method_name(PackedMethod method);
 
 /// `quantization` in messages, e.g. "attention int8 per channel, fp16 scales; MLP int4 g128, fp16 scales; LM head

@@ -12,7 +12,7 @@
 /// 0..7, t in 0..3) holding rows g and g + 8 of the tile. With P = ceil(N / 16) tiles and G = K / group groups per
 /// row (G = 1 for int8):
 ///
-/// - **values**, P * 16 * R bytes, R = K / 2 (int4) or K (int8), tile i at byte 16 R i, step s of a tile at 512 s,
+/// - **values**, P * 16 * R bytes, R = K / 2 (int4) or K (int8, fp8), tile i at byte 16 R i, step s of a tile at 512 s,
 ///   lane 4g + t's vector at 16 (4g + t), in it four 32-bit little-endian words, word j feeding mma j of the step.
 ///   - int4 (64 columns a step, K a multiple of 64): mma j covers columns 64s + 32 (j / 2) + 8t + 4 (j % 2) + c,
 ///     c in 0..3, of rows g and g + 8, and the element of row g + 8h (h in 0..1) at c lies in bits 4n..4n + 3 of
@@ -22,6 +22,8 @@
 ///   - int8 (32 columns a step, K a multiple of 32): word 2j + h holds row g + 8h, columns 32s + 8t + 4j + c, c in
 ///     0..3 in byte c, each as **offset binary**, the byte q + 128 (in 1..255), so that one byte permute puts it
 ///     under a floating-point exponent.
+///   - fp8 (32 columns a step, K a multiple of 128): placed as int8, each byte the e4m3 value an FP8 checkpoint
+///     stores (1 sign, 4 exponent bits of bias 7, 3 mantissa bits; 0x7F and 0xFF, its NaNs, are never stored).
 /// - **scales**, P * 16 * G 2-byte elements of the scale type (fp16 or bf16): the scale of row 16i + g + 8h, group
 ///   k at index ((i * G + k) * 8 + g) * 2 + h, so that lane 4g + t reads both of its rows' scales in one 4-byte
 ///   load. Group k covers columns k * group .. (k + 1) * group - 1. Padding rows have scale 0.
@@ -32,7 +34,11 @@
 /// (never -128: the range is symmetric, so w and -w quantize to q and -q with one scale of absmax / 127). The weight
 /// an element stands for is `q * scale` (symmetric) or `(q - zero) * scale` (asymmetric), computed in float: that
 /// product is exact (q - zero has at most 8 significant bits, the scale at most 11), so a kernel that scales fp32
-/// sums of exact integer products gets dequantize()'s values up to the order of the additions. Each part starts on
+/// sums of exact integer products gets dequantize()'s values up to the order of the additions. fp8's q is 512 times
+/// the byte's e4m3 value (an integer, in [-229376, 229376]) and stands for 2^-8 times that value, its scale being
+/// stored times 2^8 (what the kernels' exact bit-operation conversion of e4m3 into fp16 gives, and what keeps
+/// ordinary block scales, about 1e-4, normal fp16 numbers): the weight is `e4m3 value * checkpoint scale`, the
+/// scale as rounded once to the scale type, again an exact product (4 significant bits times 11). Each part starts on
 /// its own 16-byte aligned address on the device (the upload's job, not described here).
 
 #include <lazygraph/driver/error.hpp>
@@ -61,9 +67,9 @@ class QuantizedLayout {
   static constexpr int tile_rows = 16;
 
   /// A `rows` x `cols` matrix named `name` (the checkpoint tensor, used in every message) in `format`.
-  /// \throws UsageError naming the tensor when rows or cols is below 1; the kind is dense; an int8 format is
-  ///         asymmetric; an int4 group is not 32, 64 or 128, or does not divide cols; or cols is not whole steps (a
-  ///         multiple of 64 for int4, of 32 for int8).
+  /// \throws UsageError naming the tensor when rows or cols is below 1; the kind is dense; an int8 or fp8 format is
+  ///         asymmetric; an int4 group is not 32, 64 or 128, an fp8 group not 128, or the group does not divide
+  ///         cols; or cols is not whole steps (a multiple of 64 for int4, of 32 for int8).
   QuantizedLayout(std::string name, QuantizedFormat format, int rows, int cols);
 
   /// The tensor's name.
@@ -80,9 +86,10 @@ class QuantizedLayout {
   [[nodiscard]] int group() const noexcept { return group_; }
   /// G = cols / group(): scales (and zero points) per row.
   [[nodiscard]] int groups_per_row() const noexcept { return cols_ / group(); }
-  /// The smallest and largest q stored: -8 and 7 (symmetric int4), 0 and 15 (asymmetric int4), -127 and 127 (int8).
+  /// The smallest and largest q stored: -8 and 7 (symmetric int4), 0 and 15 (asymmetric int4), -127 and 127 (int8),
+  /// -229376 and 229376 (fp8, 512 times +-448).
   [[nodiscard]] std::array<int, 2> q_range() const noexcept;
-  /// Bytes of one row's values, R: K / 2 for int4, K for int8.
+  /// Bytes of one row's values, R: K / 2 for int4, K for int8 and fp8.
   [[nodiscard]] std::size_t row_value_bytes() const noexcept;
   /// Bytes of all values, padding rows included: 16 * P * R.
   [[nodiscard]] std::size_t value_bytes() const noexcept { return padded_rows() * row_value_bytes(); }
@@ -142,7 +149,7 @@ class QuantizedWeight {
  public:
   /// A matrix from its parts (e.g. read from a quantized checkpoint), in the layout's order. \throws UsageError
   /// naming the tensor when a part's size is not the layout's, a scale is negative or not finite, a padding row's
-  /// scale is not 0, a zero point is above 15, or an int8 value is -128 (byte 0).
+  /// scale is not 0, a zero point is above 15, an int8 value is -128 (byte 0) or an fp8 value an e4m3 NaN.
   QuantizedWeight(QuantizedLayout layout, std::vector<std::uint8_t> values, std::vector<std::uint16_t> scale_bits,
                   std::vector<std::uint8_t> zeros);
 
@@ -163,7 +170,7 @@ class QuantizedWeight {
   [[nodiscard]] float scale(int row, int col) const;
   /// The zero point of the group holding element (row, col); 0 when symmetric. \throws UsageError outside the matrix.
   [[nodiscard]] int zero(int row, int col) const;
-  /// The weight element (row, col) stands for: (value - zero) * scale, exact in float.
+  /// The weight element (row, col) stands for: (value - zero) * scale (fp8: value * 2^-17 * scale), exact in float.
   /// \throws UsageError outside the matrix.
   [[nodiscard]] float dequantized(int row, int col) const;
   /// Every element dequantized, `[N][K]` row-major.
@@ -187,9 +194,10 @@ class QuantizedWeight {
 /// value is taken instead. An all-zero group gets scale 0 and q 0 (zero point 0), which dequantize to zeros. A matrix
 /// of more than 2^20 weights is shared out by tiles among up to std::thread::hardware_concurrency() threads, with the
 /// same bytes as one thread makes.
-/// \throws UsageError naming the tensor as QuantizedLayout does; when weights.size() is not rows * cols; at the
-///         first weight that is not finite, with its row and column; or when a group needs a scale beyond the
-///         scale type's range (fp16 scales cover groups up to about 458000 in magnitude), with its row and group.
+/// \throws UsageError naming the tensor as QuantizedLayout does; for a format read from checkpoints only (fp8); when
+///         weights.size() is not rows * cols; at the first weight that is not finite, with its row and column; or
+///         when a group needs a scale beyond the scale type's range (fp16 scales cover groups up to about 458000 in
+///         magnitude), with its row and group.
 [[nodiscard]] QuantizedWeight quantize(const QuantizedFormat& format, std::string_view name, int rows, int cols,
                                        std::span<const float> weights, const QuantizeOptions& options = {});
 

@@ -43,22 +43,24 @@ namespace lazygraph::nn {
 
 /// The element types of the safetensors format that lazygraph reads and writes.
 enum class DType {
-  f16,     ///< "F16": IEEE binary16
-  bf16,    ///< "BF16": bfloat16
-  f32,     ///< "F32"
-  f64,     ///< "F64"
-  i8,      ///< "I8"
-  i16,     ///< "I16"
-  i32,     ///< "I32"
-  i64,     ///< "I64"
-  u8,      ///< "U8"
-  boolean  ///< "BOOL", one byte
+  f16,      ///< "F16": IEEE binary16
+  bf16,     ///< "BF16": bfloat16
+  f32,      ///< "F32"
+  f64,      ///< "F64"
+  i8,       ///< "I8"
+  i16,      ///< "I16"
+  i32,      ///< "I32"
+  i64,      ///< "I64"
+  u8,       ///< "U8"
+  boolean,  ///< "BOOL", one byte
+  f8_e4m3   ///< "F8_E4M3": FP8, 1 sign, 4 exponent bits of bias 7, 3 mantissa bits (FP8 checkpoints' weights)
 };
 
 /// The size in bytes of one element of `dtype` (a boolean is one byte).
 [[nodiscard]] std::size_t dtype_size(DType dtype) noexcept;
 
-/// The name of `dtype` in safetensors headers: "F16", "BF16", "F32", "F64", "I8", "I16", "I32", "I64", "U8", "BOOL".
+/// The name of `dtype` in safetensors headers: "F16", "BF16", "F32", "F64", "I8", "I16", "I32", "I64", "U8", "BOOL",
+/// "F8_E4M3".
 [[nodiscard]] std::string_view dtype_name(DType dtype) noexcept;
 
 /// The DType named `name` (exactly as dtype_name spells it), or nullopt for any other name.

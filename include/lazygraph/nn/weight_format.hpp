@@ -11,6 +11,9 @@ enum class WeightFormat {
   dense,         ///< the decoder's element type (fp16 or bf16), not quantized: no QuantizedLayout describes it
   int8_channel,  ///< 8-bit integers, one scale per output channel (row), symmetric
   int4_group,    ///< 4-bit integers, one scale (and zero point, if asymmetric) per group of 32, 64 or 128 along K
+  /// FP8 e4m3 values as a checkpoint stores them, one scale per group of 128 along K, symmetric; read from FP8
+  /// checkpoints only (lazygraph does not quantize into it)
+  fp8_block,
 };
 
 /// The element type scales are stored in.
@@ -21,9 +24,9 @@ enum class ScaleType {
 
 /// A quantized format: what LoadOptions will choose per tensor class.
 struct QuantizedFormat {
-  WeightFormat kind = WeightFormat::int4_group;  ///< int8_channel or int4_group (dense is refused by QuantizedLayout)
-  int group = 128;          ///< int4_group: elements per group along K, 32, 64 or 128; ignored for int8_channel
-  bool asymmetric = false;  ///< int4_group only: q in [0, 15] with a zero point per group
+  WeightFormat kind = WeightFormat::int4_group;  ///< a quantized format (dense is refused by QuantizedLayout)
+  int group = 128;  ///< elements per group along K: int4_group 32, 64 or 128, fp8_block 128; ignored for int8_channel
+  bool asymmetric = false;                ///< int4_group only: q in [0, 15] with a zero point per group
   ScaleType scale_type = ScaleType::f16;  ///< the element type of the scales
 
   /// Whether every field is equal.

@@ -47,12 +47,22 @@ struct StorageFormat {
   unsigned (*encode)(int q);
   /// The q that `bits` (value_bits of them) store.
   int (*decode)(unsigned bits, bool asymmetric);
-  /// A byte no stored value may hold (-1: none), and why, for the message refusing one.
+  /// A byte no stored value may hold (-1: none), and why, for the message refusing one. With forbidden_mask, the
+  /// bytes b with (b & forbidden_mask) == forbidden_byte (fp8: 0x7F and 0xFF, e4m3's NaNs).
   int forbidden_byte;
   std::string_view forbidden_why;  ///< e.g. "offset binary for -128, outside [-127, 127]"
   std::string_view pack_kernel;    ///< the device quantizer's kernel that packs q into tiles (kernels/nn/quantize.cu)
   std::string_view kernel_suffix;  ///< of the quantized kernels that read it (kernels/nn/qgemv.cu), e.g. "_int8"
   std::string_view asymmetric_kernel_suffix;  ///< the same with zero points (empty without)
+  /// The bits of a byte that forbidden_byte compares (0xFF: the whole byte).
+  unsigned forbidden_mask = 0xFFU;
+  /// What q stands for before scaling: the weight is (q - zero) * value_unit * scale. 1 for the integer formats;
+  /// fp8 stores q = 512 * its e4m3 value (an integer: the smallest e4m3 step is 2^-9) and stands for 2^-8 times that
+  /// value, its scale being stored times 2^8 (fp8_block.cpp says why).
+  double value_unit = 1.0;
+  /// Whether lazygraph quantizes weights into it (quantize(), DeviceQuantizer); false for a format read from other
+  /// tools' checkpoints only (pack_kernel is then empty).
+  bool quantizable = true;
 
   /// Whether one scale covers a whole row (no groups).
   [[nodiscard]] constexpr bool scale_per_row() const noexcept { return groups.empty(); }
@@ -71,8 +81,11 @@ struct StorageFormat {
 /// Every format's name quoted, as a message lists them: "\"int8\" or \"int4\"".
 [[nodiscard]] std::string listed_names();
 
-/// The message refusing the forbidden byte found at byte `at` of a matrix's values: "int8 value at byte 40 is 0,
+/// Whether `byte` is one the format forbids (forbidden_byte under forbidden_mask).
+[[nodiscard]] bool forbidden(const StorageFormat& format, std::uint8_t byte) noexcept;
+
+/// The message refusing the forbidden `byte` found at byte `at` of a matrix's values: "int8 value at byte 40 is 0,
 /// offset binary for -128, outside [-127, 127]".
-[[nodiscard]] std::string forbidden_value_at(const StorageFormat& format, std::size_t at);
+[[nodiscard]] std::string forbidden_value_at(const StorageFormat& format, std::size_t at, std::uint8_t byte);
 
 }  // namespace lazygraph::nn::detail

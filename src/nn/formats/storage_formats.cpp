@@ -8,9 +8,10 @@ namespace lazygraph::nn::detail {
 
 extern const StorageFormat int8_channel_format;
 extern const StorageFormat int4_group_format;
+extern const StorageFormat fp8_block_format;
 
 std::span<const StorageFormat* const> storage_formats() noexcept {
-  static const StorageFormat* const all[] = {&int8_channel_format, &int4_group_format};
+  static const StorageFormat* const all[] = {&int8_channel_format, &int4_group_format, &fp8_block_format};
   return all;
 }
 
@@ -44,9 +45,13 @@ std::string listed_names() {
   return one_of(items);
 }
 
-std::string forbidden_value_at(const StorageFormat& format, std::size_t at) {
-  return std::string(format.name) + " value at byte " + std::to_string(at) + " is " +
-         std::to_string(format.forbidden_byte) + ", " + std::string(format.forbidden_why);
+bool forbidden(const StorageFormat& format, std::uint8_t byte) noexcept {
+  return format.forbidden_byte >= 0 && (byte & format.forbidden_mask) == static_cast<unsigned>(format.forbidden_byte);
+}
+
+std::string forbidden_value_at(const StorageFormat& format, std::size_t at, std::uint8_t byte) {
+  return std::string(format.name) + " value at byte " + std::to_string(at) + " is " + std::to_string(byte) + ", " +
+         std::string(format.forbidden_why);
 }
 
 }  // namespace lazygraph::nn::detail

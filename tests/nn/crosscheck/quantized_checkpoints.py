@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Cross-check of AWQ and GPTQ checkpoints loaded as they are (issue 64, item 5) against transformers.
+"""Cross-check of AWQ, GPTQ and FP8 checkpoints loaded as they are (issue 64, item 5) against transformers.
 
 For each row (a small Llama, Qwen2 or Qwen3 of crosscheck_transformers.py's matrix, fp16) and each packing (AWQ GEMM,
 GPTQ asymmetric, GPTQ symmetric; groups of 32, 64 or 128), this script builds the random model with transformers as
@@ -16,6 +16,17 @@ formats' public descriptions (not from lazygraph's loader):
   `qzeros` int32 [K / g, N / 8], output 8c + i's zero point minus 1 in bits 4i..4i+3; `scales` fp16 [K / g, N];
   `g_idx` int32 [K] = k // g; quantization_config {"quant_method": "gptq", "bits": 4, "group_size": g, "sym": ...,
   "desc_act": false}.
+- FP8 (transformers' FineGrainedFP8): each projection's `weight` F8_E4M3 [N, K], w / scale rounded to the nearest
+  e4m3 value (1 sign, 4 exponent bits of bias 7, 3 mantissa bits, ties to even, |x| <= 448), scale = the block's
+  largest magnitude / 448 per block of 128 outputs x 128 inputs, stored as `weight_scale_inv` float32
+  [ceil(N / 128), ceil(K / 128)]; quantization_config {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme":
+  "dynamic", "weight_block_size": [128, 128]}.
+- compressed-tensors FP8 per channel: the same rounding with one scale per output, `weight_scale` float16 [N, 1];
+  quantization_config {"quant_method": "compressed-tensors", "format": "float-quantized", one config group of
+  8-bit float weights, strategy "channel", dynamic input activations, ignore ["lm_head"]}.
+  Where torch has float8_e4m3fn, the packer's bytes are also checked against torch's own rounding. The fp8 rows
+  also compare lazygraph's step logits with transformers loading the FP8 checkpoint itself (FineGrainedFP8, which
+  rounds activations to e4m3 too: within 0.1 relative), skipped where this transformers or GPU cannot.
 
 The reference is transformers' float32 forward over the dequantized weights; `decoder_logits` loads the packed folder
 (lazygraph repacks it into int4 with zero points) and the comparison, bounds and paths are crosscheck_transformers.py's
@@ -34,14 +45,19 @@ Meson runs it as the test `crosscheck-quantized-checkpoints` (suite gpu).
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
+import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import crosscheck_transformers as ct  # noqa: E402  (the harness this script reuses)
 
+# transformers' own FP8 path (FineGrainedFP8) rounds each token's activations to e4m3 per group of 128 too, which
+# lazygraph does not: the comparison against it allows the error of that rounding (e4m3 keeps 4 significant bits).
+HF_FP8_BOUND = 0.1
 AWQ_ORDER = [0, 2, 4, 6, 1, 3, 5, 7]  # AutoAWQ's: nibble i of a word holds output 8c + AWQ_ORDER[i]
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -49,7 +65,8 @@ PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "
 def packings():
     """(name, method, group, symmetric)."""
     return [("awq-g128", "awq", 128, False), ("awq-g32", "awq", 32, False), ("gptq-g64", "gptq", 64, False),
-            ("gptq-sym-g128", "gptq", 128, True)]
+            ("gptq-sym-g128", "gptq", 128, True), ("fp8-block", "fp8", 128, True),
+            ("fp8-channel", "compressed-tensors", 128, True)]
 
 
 def rows():
@@ -71,6 +88,57 @@ class PackedHarness(ct.Harness):
         self.group = group
         self.symmetric = symmetric
         self.packed = {}
+
+    def e4m3_values(self):
+        """The 127 non-negative finite e4m3 values, byte 0 to 0x7E, increasing (float64)."""
+        values = []
+        for b in range(0x7F):
+            e, m = b >> 3, b & 7
+            values.append(m / 8 * 2.0**-6 if e == 0 else (1 + m / 8) * 2.0**(e - 7))
+        return self.torch.tensor(values, dtype=self.torch.float64)
+
+    def to_e4m3(self, x):
+        """x (float64) -> e4m3 bytes (uint8): the nearest value, ties to the even byte, |x| saturating at 448."""
+        torch = self.torch
+        values = self.e4m3_values()
+        a = x.abs().clamp(max=448.0)
+        above = torch.bucketize(a, values).clamp(max=0x7E)  # the first value >= a
+        below = (above - 1).clamp(min=0)
+        up = values[above] - a
+        down = a - values[below]
+        take_below = (above > 0) & ((down < up) | ((down == up) & (below % 2 == 0)))
+        byte = torch.where(take_below, below, above)
+        return (byte | torch.where(torch.signbit(x), 0x80, 0)).to(torch.uint8)
+
+    def from_e4m3(self, byte):
+        """e4m3 bytes (uint8) -> their values (float64)."""
+        b = byte.long()
+        magnitude = self.e4m3_values()[b & 0x7F]
+        return self.torch.where((b & 0x80) != 0, -magnitude, magnitude)
+
+    def quantize_fp8(self, w):
+        """w [N, K] float32 -> e4m3 bytes [N, K], scales as stored, and each weight's scale [N, K] (float64)."""
+        torch = self.torch
+        n, k = w.shape
+        w64 = w.double()
+        if self.method == "fp8":
+            rows, cols = -(-n // 128), -(-k // 128)
+            padded = torch.zeros(rows * 128, cols * 128, dtype=torch.float64)
+            padded[:n, :k] = w64.abs()
+            amax = padded.reshape(rows, 128, cols, 128).amax(dim=(1, 3))
+            scale = (amax / 448).clamp(min=1e-12).float()  # weight_scale_inv, float32
+            full = scale.double().repeat_interleave(128, 0).repeat_interleave(128, 1)[:n, :k]
+        else:
+            scale = (w64.abs().amax(dim=1, keepdim=True) / 448).clamp(min=1e-6).half()  # weight_scale, float16
+            full = scale.double().expand(n, k)
+        ratio = (w64 / full).float()  # what both roundings below round: float32 values
+        byte = self.to_e4m3(ratio.double())
+        if hasattr(torch, "float8_e4m3fn"):  # an independent rounding of the same values
+            theirs = ratio.clamp(-448, 448).to(torch.float8_e4m3fn).view(torch.uint8)
+            mismatch = (theirs != byte) & ~((theirs & 0x7F == 0) & (byte & 0x7F == 0))  # +0 and -0 alike
+            if bool(mismatch.any()):
+                raise AssertionError(f"the packer's e4m3 rounding differs from torch's at {int(mismatch.sum())} values")
+        return byte, scale, full
 
     def quantize(self, w):
         """w [N, K] float32 -> q [N, K], zero [N, G], scale [N, G] fp16, each group over its inputs."""
@@ -99,10 +167,16 @@ class PackedHarness(ct.Harness):
         self.packed = {}
         with self.torch.no_grad():
             for name, module in model.named_modules():
-                if name.split(".")[-1] in PROJECTIONS:
-                    q, zero, scale = self.quantize(module.weight.detach().float())
-                    module.weight.copy_(self.dequantized(q, zero, scale))
-                    self.packed[name] = (q, zero, scale)
+                if name.split(".")[-1] not in PROJECTIONS:
+                    continue
+                if self.method in ("fp8", "compressed-tensors"):
+                    byte, scale, full = self.quantize_fp8(module.weight.detach().float())
+                    module.weight.copy_((self.from_e4m3(byte) * full).to(module.weight.dtype))
+                    self.packed[name] = (byte, scale)
+                    continue
+                q, zero, scale = self.quantize(module.weight.detach().float())
+                module.weight.copy_(self.dequantized(q, zero, scale))
+                self.packed[name] = (q, zero, scale)
         return model, storage
 
     def words(self, nibbles):
@@ -113,7 +187,12 @@ class PackedHarness(ct.Harness):
             packed |= (nibbles[..., i] & 0xF) << (4 * i)
         return torch.where(packed >= 2**31, packed - 2**32, packed).to(torch.int32)
 
-    def pack(self, q, zero, scale):
+    def pack(self, *parts):
+        if self.method in ("fp8", "compressed-tensors"):
+            byte, scale = parts
+            suffix = "weight_scale_inv" if self.method == "fp8" else "weight_scale"
+            return {"weight": byte.view(self.torch.float8_e4m3fn), suffix: scale}
+        q, zero, scale = parts
         torch = self.torch
         n, k = q.shape
         out = {"scales": scale.t().contiguous()}  # [G, N]
@@ -127,22 +206,94 @@ class PackedHarness(ct.Harness):
             out["g_idx"] = (torch.arange(k) // self.group).to(torch.int32)
         return out
 
+    def run_row(self, row):
+        """The harness's paths; for FP8 blocks, then lazygraph's step logits against transformers' own FP8 path."""
+        if self.method != "fp8" or "step" not in row.paths:
+            return super().run_row(row)
+        keep = self.keep
+        self.keep = True  # the folder and the step path's logits stay for the comparison below
+        try:
+            results = super().run_row(row)
+        finally:
+            self.keep = keep
+        directory = os.path.join(self.work_dir, ct.row_id(row).replace("/", "-"))
+        results.append(self.transformers_fp8(row, directory))
+        if not keep:
+            shutil.rmtree(directory, ignore_errors=True)
+        return results
+
+    def transformers_fp8(self, row, directory):
+        """Optional: the step path's logits against transformers loading the FP8 checkpoint itself (FineGrainedFP8,
+        on a GPU of compute capability 8.9 or newer), within HF_FP8_BOUND; skipped where it cannot load it."""
+        torch = self.torch
+        r = ct.Result(row.name, row.arch, row.dtype, "hf-fp8")
+
+        def skipped(why):
+            r.status, r.passed, r.skipped, r.detail = "SKIPPED", True, True, why
+            return r
+
+        ours_path = os.path.join(directory, "ours-step.bin")
+        if not os.path.exists(ours_path):
+            return skipped("the step path wrote no logits")
+        if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (8, 9):
+            return skipped("transformers' FP8 kernels need a GPU of compute capability 8.9 or newer")
+        dtype = torch.float16 if row.dtype == "f16" else torch.bfloat16
+        try:
+            model = self.transformers.AutoModelForCausalLM.from_pretrained(directory, torch_dtype=dtype,
+                                                                           device_map="cuda")
+        except Exception as e:  # no accelerate, no FP8 support in this transformers, ...
+            return skipped(f"transformers cannot load it: {type(e).__name__}: {str(e)[:160]}")
+        try:
+            vocab = model.config.vocab_size
+            # run_row's first sequence: the same generator, seeded the same, its first draw
+            generator = torch.Generator().manual_seed(zlib.crc32(ct.row_id(row).encode()) + 1)
+            ids = torch.randint(0, vocab, (self.positions,), generator=generator).tolist()
+            with torch.no_grad():
+                out = model(input_ids=torch.tensor([ids], dtype=torch.long, device="cuda"), use_cache=False)
+            theirs = out.logits[0].float().cpu()
+            ours = self.read_floats(ours_path, self.positions, vocab)
+            problems = self.compare_logits(r, ours, theirs, HF_FP8_BOUND, lambda i: f"position {i}")
+        except Exception as e:
+            r.status, r.detail = "ERROR", f"transformers' FP8 forward: {type(e).__name__}: {str(e)[:160]}"
+            return r
+        finally:
+            del model
+            torch.cuda.empty_cache()
+        if problems:
+            r.status, r.detail = "FAIL", "; ".join(problems)
+        else:
+            r.status, r.passed = "PASS", True
+            r.detail = "against transformers' own FP8 path (FP8 activations)"
+        return r
+
     def save(self, row, model, storage, directory):
         from safetensors.torch import load_file, save_file
         files = super().save(row, model, storage, directory)
         for file in files:
             path = os.path.join(directory, file)
             tensors = load_file(path)
-            for name, (q, zero, scale) in self.packed.items():
+            for name, parts in self.packed.items():
                 if tensors.pop(name + ".weight", None) is None:
                     continue
-                for part, t in self.pack(q, zero, scale).items():
+                for part, t in self.pack(*parts).items():
                     tensors[f"{name}.{part}"] = t
             save_file(tensors, path, metadata={"format": "pt"})
         config_path = os.path.join(directory, "config.json")
         with open(config_path) as f:
             config = json.load(f)
-        if self.method == "awq":
+        if self.method == "fp8":
+            config["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                                             "weight_block_size": [128, 128]}
+        elif self.method == "compressed-tensors":
+            weights = {"num_bits": 8, "type": "float", "symmetric": True, "dynamic": False, "strategy": "channel",
+                       "group_size": None, "observer": "minmax", "actorder": None}
+            inputs = {"num_bits": 8, "type": "float", "symmetric": True, "dynamic": True, "strategy": "token"}
+            config["quantization_config"] = {
+                "quant_method": "compressed-tensors", "format": "float-quantized", "quantization_status": "compressed",
+                "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights, "input_activations": inputs,
+                                              "output_activations": None}},
+                "ignore": ["lm_head"], "kv_cache_scheme": None, "sparsity_config": {}}
+        elif self.method == "awq":
             config["quantization_config"] = {"quant_method": "awq", "bits": 4, "group_size": self.group,
                                              "zero_point": True, "version": "gemm", "modules_to_not_convert": None}
         else:
@@ -189,6 +340,9 @@ def main():
         work_dir = os.path.abspath(args.keep) if args.keep else tmp
         os.makedirs(work_dir, exist_ok=True)
         for packing, method, group, symmetric in packings():
+            if method in ("fp8", "compressed-tensors") and not hasattr(torch, "float8_e4m3fn"):
+                print(f"  {packing}: skipped: this torch has no float8_e4m3fn to write F8_E4M3 tensors with")
+                continue
             harness = PackedHarness(torch, transformers, program, os.path.join(work_dir, packing), ct.POSITIONS,
                                     bool(args.keep), args.verbose, method=method, group=group, symmetric=symmetric)
             os.makedirs(harness.work_dir, exist_ok=True)

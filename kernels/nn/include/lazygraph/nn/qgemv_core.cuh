@@ -1,5 +1,6 @@
-// The core of the quantized matrix-vector kernels (kernels/nn/qgemv.cu): weights of int8 (one scale per row) or int4
-// (one scale, and for the asymmetric variant one zero point, per group of 32, 64 or 128 columns), in the tiled byte
+// The core of the quantized matrix-vector kernels (kernels/nn/qgemv.cu): weights of int8 (one scale per row), int4
+// (one scale, and for the asymmetric variant one zero point, per group of 32, 64 or 128 columns) or fp8 e4m3 (one
+// scale per group of 128 columns), in the tiled byte
 // layout include/lazygraph/nn/quantized.hpp describes, multiplied with 1 to 8 fp16 or bf16 vectors on tensor cores.
 //
 // The weights are the mma's A operand (m16n8k16: 16 rows of a tile times 16 columns), the vectors its B operand (the
@@ -17,10 +18,14 @@
 // no room for 16 u, so it shifts. One fma per pair subtracts magic + zero (8 when symmetric): q - zero, exact.
 // int8, stored offset binary (q + 128): fp16 puts each byte under 0x64 with a byte permute (1024 + u) and one fma
 // subtracts 1152; bf16 cannot hold 128 + u past 256, so bytes go through fp32 (2^23 + u) and pairs are rounded to
-// bf16, exactly since |q| <= 127.
+// bf16, exactly since |q| <= 127. fp8 e4m3, placed as int8: a byte permute puts each byte in the high half of a
+// 16-bit lane and one shift and lop3 move its exponent and mantissa down a bit under its sign, which makes the fp16
+// of the e4m3 value times 2^-8 (subnormals included; quantized.hpp stores the scale times 2^8); bf16 goes through
+// fp32, exactly (4 significant bits, within both ranges).
 //
-// Scales multiply fp32 sums: int4 each group's partial sum (each mma's columns lie in one group), int8 the row's
-// whole dot product once, so products q * x are exact and only their sums round.
+// Scales multiply fp32 sums: int4 each group's partial sum (each mma's columns lie in one group), fp8 each step's
+// (a step's 32 columns lie in one group of 128), int8 the row's whole dot product once, so products q * x are exact
+// and only their sums round.
 #pragma once
 
 #include "lazygraph/nn/gemv_core.cuh"
@@ -32,19 +37,20 @@ struct QuantizedMatrix {
   const unsigned char* values;  ///< tiles of 16 rows (quantized.hpp's layout), 16-byte aligned
   const void* scales;           ///< tiles of scale pairs of the element type, 4-byte aligned
   const unsigned char* zeros;   ///< zero points 0..15 at the scales' indices; null when symmetric
-  int kind;                     ///< nn::WeightFormat: 1 int8 per channel, 2 int4 in groups
-  int group;                    ///< columns per scale: cols for int8; 32, 64 or 128 for int4
+  int kind;                     ///< nn::WeightFormat: 1 int8 per channel, 2 int4 in groups, 3 fp8 in groups
+  int group;                    ///< columns per scale: cols for int8; 32, 64 or 128 for int4; 128 for fp8
 };
 
-/// The format template argument of the kernels: int8 per channel, symmetric int4, int4 with zero points.
+/// The format template argument of the kernels: int8 per channel, symmetric int4, int4 with zero points, fp8 e4m3.
 constexpr int kInt8 = 1;
 constexpr int kInt4 = 2;
 constexpr int kInt4Zero = 3;
+constexpr int kFp8 = 4;
 
 /// Whether format F is 4-bit.
-constexpr bool is_int4(int format) { return format != kInt8; }
-/// nn::WeightFormat's value for format F (QuantizedMatrix::kind): 1 int8 per channel, 2 int4 in groups.
-constexpr int weight_kind(int format) { return format == kInt8 ? 1 : 2; }
+constexpr bool is_int4(int format) { return format == kInt4 || format == kInt4Zero; }
+/// nn::WeightFormat's value for format F (QuantizedMatrix::kind): 1 int8 per channel, 2 int4 in groups, 3 fp8.
+constexpr int weight_kind(int format) { return format == kInt8 ? 1 : format == kFp8 ? 3 : 2; }
 
 /// Rows of a tile: the mma's M.
 constexpr int kTileRows = 16;
@@ -63,6 +69,7 @@ __device__ __forceinline__ bool quantized_supported(const QuantizedMatrix& w, in
     return false;
   }
   if (F == kInt8) return w.group == cols && cols % 32 == 0 && w.zeros == nullptr;
+  if (F == kFp8) return w.group == 128 && cols % 128 == 0 && w.zeros == nullptr;
   return (w.group == 32 || w.group == 64 || w.group == 128) && cols % 64 == 0 && cols % w.group == 0 &&
          (w.zeros != nullptr) == (F == kInt4Zero) && reinterpret_cast<unsigned long long>(w.zeros) % 2 == 0;
 }
@@ -183,6 +190,22 @@ __device__ __forceinline__ uint2 dequantize_int8(lg::bf16_t, unsigned word) {
   return make_uint2(lg::pack2(lg::bf16_t{}, f[0], f[1]), lg::pack2(lg::bf16_t{}, f[2], f[3]));
 }
 
+/// The pair of fp16 of two e4m3 bytes, each the byte's value times 2^-8, from `y`, the bytes in bits 8..15 and
+/// 24..31: each lane's sign stays in place, the other 7 bits move down one, under an exponent 8 below e4m3's bias.
+__device__ __forceinline__ unsigned fp8_pair_bits(unsigned y) { return ((y >> 1) & 0x3F803F80U) | (y & 0x80008000U); }
+
+/// The two pairs of T of one fp8 word (4 e4m3 bytes of one row), each value times 2^-8, exactly: columns 0-1, then
+/// 2-3.
+__device__ __forceinline__ uint2 dequantize_fp8(lg::half_t, unsigned word) {
+  return make_uint2(fp8_pair_bits(__byte_perm(word, 0U, 0x1404)), fp8_pair_bits(__byte_perm(word, 0U, 0x3424)));
+}
+__device__ __forceinline__ uint2 dequantize_fp8(lg::bf16_t, unsigned word) {
+  const uint2 h = dequantize_fp8(lg::half_t{}, word);
+  const float2 a = lg::unpack2(lg::half_t{}, h.x);
+  const float2 b = lg::unpack2(lg::half_t{}, h.y);
+  return make_uint2(lg::pack2(lg::bf16_t{}, a.x, a.y), lg::pack2(lg::bf16_t{}, b.x, b.y));
+}
+
 /// The 16-byte load of a quantized tile: read once, not kept in L1 (as load8_streaming).
 __device__ __forceinline__ uint4 load16_streaming(const unsigned char* p) {
   uint4 v;
@@ -224,7 +247,8 @@ __device__ __forceinline__ float x_squares(const typename X::Raw& r) {
 __device__ __forceinline__ void start_quantized() { lg::allow_dependent_launch(); }
 
 /// What one lane loads for a step of one matrix in format F: its 16 bytes of weights and, for int4, the scale (and
-/// zero point) pairs of the step's two halves (one group for groups of 64 and 128, so the same pair twice). Only
+/// zero point) pairs of the step's two halves (one group for groups of 64 and 128, so the same pair twice), for fp8
+/// the scale pair of the step's group. Only
 /// what the format reads, so that no register holds a field nobody uses.
 template <int F>
 struct StepLoad;
@@ -236,6 +260,11 @@ template <>
 struct StepLoad<kInt4> {
   uint4 values;
   unsigned scale[2];
+};
+template <>
+struct StepLoad<kFp8> {
+  uint4 values;
+  unsigned scale;
 };
 template <>
 struct StepLoad<kInt4Zero> {
@@ -257,6 +286,7 @@ __device__ __forceinline__ void load_steps(const W& w, int tile, int s0, int war
 #pragma unroll
     for (int m = 0; m < W::count; ++m) {
       out[m][u].values = load16_streaming(w.values(m, tile) + (512 * s + 16 * lane));
+      if constexpr (F == kFp8) out[m][u].scale = w.scale_pair(m, tile, s >> 2, g);  // 4 steps of 32 a group of 128
       if constexpr (is_int4(F)) {
         const int k0 = (64 * s) >> group_shift;
         out[m][u].scale[0] = w.scale_pair(m, tile, k0, g);
@@ -286,12 +316,12 @@ __device__ __forceinline__ void add_scaled(float (&c)[4], const float (&d)[4], u
   c[3] = fmaf(d[3], s.y, c[3]);
 }
 
-/// The row loop of the quantized kernels, over tiles of 16 rows of format F (kInt8, kInt4 or kInt4Zero): finish(row, b,
-/// v) once per row and vector b < batch, v[m] the scaled result of matrix m, each from its own thread; with kPairs,
-/// finish(row, b, v, p), p[m] the result of row ^ 1, the other row of its pair (RoPE's pairs; rows must then be even,
-/// so that the other row exists). A thread's b is always its index in the block's tile warps modulo 8, so it may read
-/// per-vector data before the loop. preload(row, b) as gemv_rows_mma's. All matrices share the format, the group and
-/// the symmetry (the kernels check it).
+/// The row loop of the quantized kernels, over tiles of 16 rows of format F (kInt8, kInt4, kInt4Zero or kFp8):
+/// finish(row, b, v) once per row and vector b < batch, v[m] the scaled result of matrix m, each from its own thread;
+/// with kPairs, finish(row, b, v, p), p[m] the result of row ^ 1, the other row of its pair (RoPE's pairs; rows must
+/// then be even, so that the other row exists). A thread's b is always its index in the block's tile warps modulo 8, so
+/// it may read per-vector data before the loop. preload(row, b) as gemv_rows_mma's. All matrices share the format, the
+/// group and the symmetry (the kernels check it).
 ///
 /// Block (32, K, R): R tiles at a time, K warps per tile sharing out its steps (K * R <= 32; any grid);
 /// BasicQuantizedKernels::config picks the shape: 32 warps per multiprocessor, as one block or two. Each warp loads
@@ -432,14 +462,28 @@ __device__ __forceinline__ void qgemv_tiles(const W& w, const X& x, int rows, in
 #pragma unroll
           for (int m = 0; m < M; ++m) {
             const uint4 v = cur[m][u].values;
-            const uint2 r0 = dequantize_int8(T{}, v.x);
-            const uint2 r1 = dequantize_int8(T{}, v.y);
-            const uint2 r2 = dequantize_int8(T{}, v.z);
-            const uint2 r3 = dequantize_int8(T{}, v.w);
+            const auto decode = [](unsigned word) {
+              if constexpr (F == kFp8) {
+                return dequantize_fp8(T{}, word);
+              } else {
+                return dequantize_int8(T{}, word);
+              }
+            };
+            const uint2 r0 = decode(v.x);
+            const uint2 r1 = decode(v.y);
+            const uint2 r2 = decode(v.z);
+            const uint2 r3 = decode(v.w);
             const unsigned a0[4] = {r0.x, r1.x, r0.y, r1.y};
             const unsigned a1[4] = {r2.x, r3.x, r2.y, r3.y};
-            mma_16816(c[m], a0, b.x, b.y, T{});
-            mma_16816(c[m], a1, b.z, b.w, T{});
+            if constexpr (F == kFp8) {  // the step's group's scales multiply its sums
+              float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+              mma_16816(d, a0, b.x, b.y, T{});
+              mma_16816(d, a1, b.z, b.w, T{});
+              add_scaled<T>(c[m], d, cur[m][u].scale);
+            } else {
+              mma_16816(c[m], a0, b.x, b.y, T{});
+              mma_16816(c[m], a1, b.z, b.w, T{});
+            }
           }
         }
       }
