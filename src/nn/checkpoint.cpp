@@ -36,6 +36,12 @@ DecoderConfig decoder_config(const LlamaConfig& l, int context, const std::files
                      "max_position_embeddings (" + std::to_string(l.max_position_embeddings) + ") in " + file.string());
   }
   if (context < 0) throw UsageError("LoadOptions::context (" + std::to_string(context) + ") is negative");
+  if (l.moe) {
+    refuse("its layers are mixtures of experts (model_type " + l.model_type + ", " + std::to_string(l.moe->experts) +
+           " experts, top " + std::to_string(l.moe->experts_per_token) +
+           "), which config.json reads but the decoder does not run yet");
+  }
+  if (l.qk_norm_whole) refuse("q_norm and k_norm over the whole projection (" + l.model_type + ") are not implemented");
   DecoderConfig c;
   c.d = l.hidden_size;
   c.heads = l.num_attention_heads;

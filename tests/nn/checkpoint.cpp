@@ -154,6 +154,26 @@ TEST_CASE("a config the kernels cannot run is an error naming config.json and th
   CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(dir), doctest::Contains("num_attention_heads"), CheckpointError);
 }
 
+TEST_CASE("a mixture of experts' checkpoint is refused by name before anything is read or allocated") {
+  const auto dir = saved("ckpt-moe");
+  rewrite_config(dir, [](LlamaConfig& c) {
+    c.model_type = "qwen3_moe";
+    c.qk_norm = true;
+    c.moe = MoeShape{8, 2, 64, true};
+  });
+  CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(dir), doctest::Contains("config.json"), CheckpointError);
+  CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(dir),
+                       doctest::Contains("mixtures of experts (model_type qwen3_moe, 8 experts, top 2)"),
+                       CheckpointError);
+  rewrite_config(dir, [](LlamaConfig& c) {
+    c.model_type = "olmoe";
+    c.qk_norm_whole = true;
+    c.moe = MoeShape{8, 2, c.intermediate_size, false};
+  });
+  CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(dir), doctest::Contains("model_type olmoe, 8 experts, top 2"),
+                       CheckpointError);
+}
+
 TEST_CASE("a context beyond the model's max_position_embeddings is a UsageError naming both") {
   const auto dir = saved("ckpt-context");
   LoadOptions options;
