@@ -70,19 +70,21 @@ std::vector<DecoderTensor> decoder_tensors(const DecoderConfig& c) {
       const auto moe_id = [&](std::uint32_t slot) {
         return 3000000U + static_cast<std::uint32_t>(l) * (3U * experts + 1U) + slot;
       };
-      matrix(p + "mlp.gate.weight", Role::moe_router, l, c.moe.experts, c.d, moe_id(0));
+      const bool mixtral = c.moe.names == MoeTensorNames::block_sparse_moe;
+      const std::string block = p + (mixtral ? "block_sparse_moe." : "mlp.");
+      const auto expert = [&](std::uint32_t e, const char* qwen, const char* mistral) {
+        return block + "experts." + std::to_string(e) + "." + (mixtral ? mistral : qwen) + ".weight";
+      };
+      matrix(block + "gate.weight", Role::moe_router, l, c.moe.experts, c.d, moe_id(0));
       const int width = c.moe.expert_width;
       for (std::uint32_t e = 0; e < experts; ++e) {
-        matrix(p + "mlp.experts." + std::to_string(e) + ".gate_proj.weight", Role::moe_w1, l, width, c.d,
-               moe_id(1 + e));
+        matrix(expert(e, "gate_proj", "w1"), Role::moe_w1, l, width, c.d, moe_id(1 + e));
       }
       for (std::uint32_t e = 0; e < experts; ++e) {
-        matrix(p + "mlp.experts." + std::to_string(e) + ".up_proj.weight", Role::moe_w3, l, width, c.d,
-               moe_id(1 + experts + e));
+        matrix(expert(e, "up_proj", "w3"), Role::moe_w3, l, width, c.d, moe_id(1 + experts + e));
       }
       for (std::uint32_t e = 0; e < experts; ++e) {
-        matrix(p + "mlp.experts." + std::to_string(e) + ".down_proj.weight", Role::moe_w2, l, c.d, width,
-               moe_id(1 + 2 * experts + e));
+        matrix(expert(e, "down_proj", "w2"), Role::moe_w2, l, c.d, width, moe_id(1 + 2 * experts + e));
       }
     } else {
       matrix(p + "mlp.gate_proj.weight", Role::w1, l, c.ffn, c.d, id(7));

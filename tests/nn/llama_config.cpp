@@ -459,7 +459,7 @@ TEST_CASE("Mixtral's file reads num_local_experts and always renormalizes the ch
                                            "mixtral.json");
   CHECK(m.model_type == "mixtral");
   CHECK_FALSE(m.qk_norm);
-  CHECK(m.moe == MoeShape{8, 2, 14336, true});
+  CHECK(m.moe == MoeShape{8, 2, 14336, true, MoeTensorNames::block_sparse_moe});
   CHECK_FALSE(m.sliding_window.has_value());
   CHECK(LlamaConfig::parse(m.to_json(), "c") == m);
   const LlamaConfig windowed = LlamaConfig::parse(

@@ -69,8 +69,9 @@ struct DecoderTensor {
 /// post_norms) the attention output's norm gain, the MLP gain, W1, W3, W2, (with post_norms) the MLP output's norm
 /// gain, then the final gain and the LM head. A mixture of experts (DecoderConfig::moe) has in place of W1, W3 and W2
 /// its router, then every expert's W1, every expert's W3 and every expert's W2 (each kind in expert order, so that
-/// assemble_decoder_weights stacks them as they come), named as Qwen3-MoE and OLMoE name them
-/// (model.layers.L.mlp.gate.weight, model.layers.L.mlp.experts.E.gate_proj.weight, up_proj, down_proj). With post_norms
+/// assemble_decoder_weights stacks them as they come), named as MoeShape::names says (Qwen3-MoE's and OLMoE's
+/// model.layers.L.mlp.gate.weight, model.layers.L.mlp.experts.E.gate_proj.weight, up_proj, down_proj; or Mixtral's
+/// block_sparse_moe.gate and block_sparse_moe.experts.E.w1, w3, w2). With post_norms
 /// (Gemma 3) the norms take Gemma's names: the MLP's input norm is pre_feedforward_layernorm, the attention output's
 /// post_attention_layernorm. The q and k biases and the q and k norms' gains are rope_rows: their elements are
 /// reordered as the rows of Wq and Wk (a norm's gain as the rows of one head). \throws UsageError for an invalid

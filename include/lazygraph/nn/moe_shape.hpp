@@ -8,6 +8,16 @@
 
 namespace lazygraph::nn {
 
+/// How a checkpoint names a layer's router and experts (decoder_tensors.hpp).
+enum class MoeTensorNames {
+  /// Qwen3-MoE's and OLMoE's: model.layers.L.mlp.gate.weight, model.layers.L.mlp.experts.E.gate_proj.weight,
+  /// up_proj, down_proj.
+  mlp_experts,
+  /// Mixtral's: model.layers.L.block_sparse_moe.gate.weight, model.layers.L.block_sparse_moe.experts.E.w1.weight
+  /// (gate), w3 (up), w2 (down).
+  block_sparse_moe,
+};
+
 /// A mixture of experts' shape, as its architecture's config.json gives it.
 struct MoeShape {
   int experts = 0;            ///< experts per layer: num_experts (Mixtral: num_local_experts)
@@ -17,6 +27,8 @@ struct MoeShape {
   /// The chosen experts' probabilities divided by their sum (norm_topk_prob; Mixtral always), else used as the
   /// softmax over all experts gives them.
   bool normalize = false;
+  /// The experts' tensor names (set by the architecture: Mixtral's are its own).
+  MoeTensorNames names = MoeTensorNames::mlp_experts;
 
   /// Whether every field is equal.
   friend bool operator==(const MoeShape&, const MoeShape&) = default;

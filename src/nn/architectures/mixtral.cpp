@@ -16,6 +16,7 @@ void read_mixtral(const ConfigReader& reader, LlamaConfig& config) {
   read_window(reader, config, true);
   read_moe(reader, config, config.intermediate_size);
   config.moe->normalize = true;
+  config.moe->names = MoeTensorNames::block_sparse_moe;
 }
 
 void write_mixtral(const LlamaConfig& config, nlohmann::json& root) {
