@@ -10,7 +10,7 @@ namespace lazygraph::nn::detail {
 namespace {
 constexpr std::string_view kMixtralKeys[] = {"sliding_window",      "num_local_experts",    "num_experts",
                                              "num_experts_per_tok", "output_router_logits", "router_aux_loss_coef",
-                                             "router_jitter_noise"};
+                                             "router_jitter_noise", "layer_types"};
 
 void read_mixtral(const ConfigReader& reader, LlamaConfig& config) {
   read_window(reader, config, true);
