@@ -58,6 +58,8 @@ void DecoderConfig::validate() const {
     if (moe.expert_width <= 0 || moe.expert_width % 8 != 0) {
       fail("moe.expert_width (" + std::to_string(moe.expert_width) + ") must be a positive multiple of 8");
     }
+    if (activation != GateActivation::silu) fail("a mixture of experts' experts are SwiGLU (activation silu)");
+    if (post_norms) fail("a mixture of experts has no post-norm of its output (post_norms)");
   } else if (moe.experts < 0) {
     fail("moe.experts (" + std::to_string(moe.experts) + ") must be 0 (a dense MLP) or positive");
   }

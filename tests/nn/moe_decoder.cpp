@@ -45,6 +45,12 @@ TEST_CASE("a mixture of experts' decoder config is refused by name where its ker
   check_invalid(moe_decoder({2048, 2, 64, true}), "moe.experts (2048) must be at most 1024");
   check_invalid(moe_decoder({8, 2, 60, true}), "moe.expert_width (60) must be a positive multiple of 8");
   check_invalid(moe_decoder({-1, 2, 64, true}), "moe.experts (-1) must be 0 (a dense MLP) or positive");
+  DecoderConfig geglu = moe_decoder({8, 2, 64, true});
+  geglu.activation = GateActivation::gelu_tanh;
+  check_invalid(geglu, "a mixture of experts' experts are SwiGLU");
+  DecoderConfig post = moe_decoder({8, 2, 64, true});
+  post.post_norms = true;
+  check_invalid(post, "a mixture of experts has no post-norm");
   DecoderConfig persistent = moe_decoder({8, 2, 64, true});
   persistent.backend = DecoderBackend::persistent;
   check_invalid(persistent, "the persistent backend has no tiles for a mixture of experts");

@@ -174,7 +174,8 @@ struct DecoderConfig : ModelShape, DecoderOptions {
   /// an unfused attention block, attention over more than one block per head, persistent.threads outside 32..256, a
   /// persistent_tile_rows that is neither 0 nor a positive multiple of 8, or a block feature it has no tiles for
   /// (naming it); a mixture of experts (moe) with more than 1024 experts, a top k of 0, above 16 or above the experts,
-  /// an expert_width that is not a positive multiple of 8, or on the persistent backend.
+  /// an expert_width that is not a positive multiple of 8, with a GeGLU activation or post-norms, or on the persistent
+  /// backend.
   void validate() const;
 };
 
