@@ -252,13 +252,14 @@ TEST_SUITE("gpu") {
           logits.push_back(T::from_float(static_cast<float>(l)).to_float());
         }
         const std::vector<ExpertChoice> want = route_token(logits, shape.top_k, shape.normalize);
-        // The choice is compared where no chosen logit is within rounding of an unchosen one (fp32 sums may round
-        // the other way there).
+        // The choice is compared where the last chosen logit and the best unchosen one are more than two rounding
+        // units of T apart: the kernel's fp32 sum rounds to the T value float64's does, or (rarely, at a rounding
+        // boundary) to its neighbour, so only closer logits may swap places.
         std::vector<double> sorted = logits;
         std::sort(sorted.begin(), sorted.end(), std::greater<>());
         const double kth = sorted[static_cast<std::size_t>(shape.top_k) - 1];
         const bool clear = shape.top_k == shape.experts ||
-                           kth - sorted[static_cast<std::size_t>(shape.top_k)] > 4 * unit<T> * std::abs(kth);
+                           kth - sorted[static_cast<std::size_t>(shape.top_k)] > 2 * unit<T> * std::abs(kth);
         if (!clear) continue;
         ++checked;
         std::vector<int> want_set;
@@ -286,7 +287,8 @@ TEST_SUITE("gpu") {
         }
       }
     }
-    CHECK(checked * 2 >= rows);  // most rows have a clear margin: the test compares, not skips
+    // Most rows have a clear margin (about 2 in 3 in bf16, more in fp16): the test compares, it does not skip.
+    CHECK(checked * 3 >= rows);
   }
 
   TEST_CASE_TEMPLATE("moe_route breaks exact ties by the lower expert index and renormalizes the chosen ones", T, half,
