@@ -37,6 +37,10 @@ DecoderConfig decoder_config(const LlamaConfig& l, int context, const std::files
                      "max_position_embeddings (" + std::to_string(l.max_position_embeddings) + ") in " + file.string());
   }
   if (context < 0) throw UsageError("LoadOptions::context (" + std::to_string(context) + ") is negative");
+  if (l.qk_norm_whole) {
+    refuse("q_norm and k_norm over the whole q and k projections (" + l.model_type +
+           "'s, not per head) are not implemented");
+  }
   DecoderConfig c;
   c.d = l.hidden_size;
   c.heads = l.num_attention_heads;
@@ -58,6 +62,7 @@ DecoderConfig decoder_config(const LlamaConfig& l, int context, const std::files
   c.attention_scale = l.query_pre_attn_scalar ? static_cast<float>(1.0 / std::sqrt(*l.query_pre_attn_scalar)) : 0.0F;
   c.logit_softcap = l.final_logit_softcapping ? static_cast<float>(*l.final_logit_softcapping) : 0.0F;
   c.gain_offset = static_cast<float>(l.gain_offset);
+  if (l.moe) c.moe = *l.moe;
   if (l.sliding_window.has_value()) {  // a window at least the context masks nothing, but marks the layers' RoPE
     c.window = std::min(*l.sliding_window, kMaxContext);
     c.sliding = l.sliding_layers;
@@ -889,6 +894,18 @@ void save_seeded_checkpoint(const std::filesystem::path& directory, const Decode
   if (config.qk_norm) {  // Qwen3 is the one with q/k norms
     llama.model_type = "qwen3";
     llama.qk_norm = true;
+  }
+  if (config.mixture_of_experts()) {  // Qwen3-MoE has q/k norms; Mixtral not, and always renormalizes
+    const bool qwen = config.qk_norm;
+    const MoeTensorNames names = qwen ? MoeTensorNames::mlp_experts : MoeTensorNames::block_sparse_moe;
+    if (config.qkv_bias || config.moe.names != names || (!qwen && !config.moe.normalize)) {
+      throw UsageError(
+          "save_seeded_checkpoint writes a mixture of experts as Qwen3-MoE (q/k norms, MoeTensorNames::mlp_experts) "
+          "or Mixtral (no q/k norms, normalize, MoeTensorNames::block_sparse_moe); this config is neither");
+    }
+    llama.model_type = qwen ? "qwen3_moe" : "mixtral";
+    llama.moe = config.moe;
+    if (!qwen) llama.intermediate_size = config.moe.expert_width;  // Mixtral's expert width
   }
   if (config.head_width != 0) llama.head_dim = config.head_width;
   llama.rms_norm_eps = config.eps;

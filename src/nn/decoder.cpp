@@ -72,9 +72,26 @@ BasicDecoderWeights<T> checked(BasicDecoderWeights<T> w, const DecoderConfig& c)
     vector(a.post_gain, post, layer + "post_attention_layernorm.weight (post-norm)");
     vector(m.post_gain, post, layer + "post_feedforward_layernorm.weight");
     vector(m.gain, d, layer + (c.post_norms ? "pre_feedforward_layernorm.weight" : "post_attention_layernorm.weight"));
+    if (c.mixture_of_experts()) {  // the router and the experts' stacked matrices (decoder_tensors' names)
+      if (w.moe.size() != w.attention.size()) {
+        fail("the weights have " + std::to_string(w.moe.size()) + " mixtures of experts, the config " +
+             std::to_string(c.layers) + " layers of them");
+      }
+      const BasicMoeWeights<T>& e = w.moe[l];
+      const auto experts = static_cast<std::size_t>(c.moe.experts);
+      const std::size_t expert = static_cast<std::size_t>(c.moe.expert_width) * d;
+      vector(e.router, experts * d, layer + "mlp.gate.weight");
+      vector(e.w1, experts * expert, layer + "mlp.experts.*.gate_proj.weight (stacked)");
+      vector(e.w3, experts * expert, layer + "mlp.experts.*.up_proj.weight (stacked)");
+      vector(e.w2, experts * expert, layer + "mlp.experts.*.down_proj.weight (stacked)");
+      continue;
+    }
     matrix(m.w1, c.ffn, c.d, layer + "mlp.gate_proj.weight");
     matrix(m.w3, c.ffn, c.d, layer + "mlp.up_proj.weight");
     matrix(m.w2, c.d, c.ffn, layer + "mlp.down_proj.weight");
+  }
+  if (!c.mixture_of_experts() && !w.moe.empty()) {
+    fail("the weights hold mixtures of experts, but the config has none (DecoderConfig::moe)");
   }
   vector(w.final_gain, d, "model.norm.weight");
   matrix(w.lm_head, c.vocab, c.d, "lm_head.weight");

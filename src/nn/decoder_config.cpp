@@ -49,7 +49,23 @@ void DecoderConfig::validate() const {
   if (!std::isfinite(embedding_scale) || !(embedding_scale > 0)) {
     fail("embedding_scale (" + std::to_string(embedding_scale) + ") must be finite and positive");
   }
+  if (mixture_of_experts()) {
+    if (moe.experts > 1024) fail("moe.experts (" + std::to_string(moe.experts) + ") must be at most 1024");
+    if (moe.experts_per_token < 1 || moe.experts_per_token > 16 || moe.experts_per_token > moe.experts) {
+      fail("moe.experts_per_token (" + std::to_string(moe.experts_per_token) + ") must be 1 to 16 and at most the " +
+           std::to_string(moe.experts) + " experts (kernels/nn/moe.cu)");
+    }
+    if (moe.expert_width <= 0 || moe.expert_width % 8 != 0) {
+      fail("moe.expert_width (" + std::to_string(moe.expert_width) + ") must be a positive multiple of 8");
+    }
+    if (activation != GateActivation::silu) fail("a mixture of experts' experts are SwiGLU (activation silu)");
+    if (post_norms) fail("a mixture of experts has no post-norm of its output (post_norms)");
+  } else if (moe.experts < 0) {
+    fail("moe.experts (" + std::to_string(moe.experts) + ") must be 0 (a dense MLP) or positive");
+  }
   if (backend == DecoderBackend::persistent) {
+    if (mixture_of_experts())
+      fail("the persistent backend has no tiles for a mixture of experts; use DecoderBackend::graph");
     if (!fused) fail("the persistent backend runs the fused attention block (set fused)");
     if (qk_norm) fail("the persistent backend has no tiles for q/k norms (qk_norm: Qwen3); use DecoderBackend::graph");
     const auto refuse = [&](bool uses, const char* what) {
@@ -103,7 +119,15 @@ std::size_t ModelShape::weight_bytes() const {
   const std::size_t per_layer = 2 * qd * dd + 2 * kv * dd + 3 * dd * static_cast<std::size_t>(ffn) + 2 * dd +
                                 (qkv_bias ? qd + 2 * kv : 0) +
                                 (qk_norm ? 2 * static_cast<std::size_t>(head_dim()) : 0) + (post_norms ? 2 * dd : 0);
-  return (per_layer * static_cast<std::size_t>(layers) + static_cast<std::size_t>(vocab) * dd + 2 * dd) * sizeof(half);
+  // A mixture of experts: the router and every expert's three matrices in place of the MLP's (all stored; a step
+  // reads the chosen experts' only).
+  const std::size_t moe_layer = mixture_of_experts() ? static_cast<std::size_t>(moe.experts) * dd *
+                                                           (1 + 3 * static_cast<std::size_t>(moe.expert_width))
+                                                     : 0;
+  const std::size_t layer_bytes =
+      mixture_of_experts() ? per_layer - 3 * dd * static_cast<std::size_t>(ffn) + moe_layer : per_layer;
+  return (layer_bytes * static_cast<std::size_t>(layers) + static_cast<std::size_t>(vocab) * dd + 2 * dd) *
+         sizeof(half);
 }
 
 namespace {

@@ -28,6 +28,15 @@ void check_each(const std::vector<DecoderTensor>& tensors, const DecoderQuantiza
   }
 }
 
+/// A mixture of experts keeps its experts dense: its mlp class has no matrices to quantize.
+void refuse_quantized_experts(const DecoderConfig& config, const DecoderQuantization& quantization) {
+  if (config.mixture_of_experts() && quantization.mlp) {
+    throw UsageError("quantization: the mlp class is " + format_name(*quantization.mlp) +
+                     ", but this decoder's layers are mixtures of experts (DecoderConfig::moe), whose experts are "
+                     "not quantized yet; quantize attention and lm_head only");
+  }
+}
+
 std::vector<QuantizedLayout> layouts_of(const DecoderConfig& config, const std::vector<DecoderTensor>& tensors,
                                         const DecoderQuantization& quantization) {
   std::vector<QuantizedLayout> out;
@@ -47,12 +56,14 @@ std::vector<QuantizedLayout> layouts_of(const DecoderConfig& config, const std::
 }  // namespace
 
 std::vector<QuantizedLayout> quantized_layouts(const DecoderConfig& config, const DecoderQuantization& quantization) {
+  refuse_quantized_experts(config, quantization);
   const std::vector<DecoderTensor> tensors = decoder_tensors(config);
   check_each(tensors, quantization, std::nullopt);
   return layouts_of(config, tensors, quantization);
 }
 
 void check_quantization(const DecoderConfig& config, const DecoderQuantization& quantization, ScaleType scales) {
+  refuse_quantized_experts(config, quantization);
   check_each(decoder_tensors(config), quantization, scales);
 }
 

@@ -15,6 +15,7 @@ void check_tensor_split(const DecoderConfig& config, int ranks) {
     throw UsageError("a decoder split over " + std::to_string(ranks) + " tensor-parallel ranks: " + why);
   };
   if (ranks < 1) fail("at least one rank");
+  if (config.mixture_of_experts()) fail("tensor parallelism does not split a mixture of experts (DecoderConfig::moe)");
   if (config.heads % ranks != 0) fail("heads " + std::to_string(config.heads) + " do not divide among the ranks");
   if (config.kv_head_count() % ranks != 0) {
     fail("kv heads " + std::to_string(config.kv_head_count()) + " do not divide among the ranks");
@@ -73,6 +74,11 @@ TensorShard tensor_shard(const DecoderTensor& t, const DecoderConfig& config, in
     case DecoderTensorRole::mlp_gain:
     case DecoderTensorRole::final_gain:
       break;
+    case DecoderTensorRole::moe_router:  // never reached: shard_config refuses a mixture of experts
+    case DecoderTensorRole::moe_w1:
+    case DecoderTensorRole::moe_w3:
+    case DecoderTensorRole::moe_w2:
+      break;
   }
   return {false, 0, static_cast<std::size_t>(t.rows)};
 }
@@ -122,6 +128,11 @@ DeviceSpan<const T> full_tensor(const BasicDecoderWeights<T>& w, const DecoderCo
       return w.final_gain.cview();
     case DecoderTensorRole::lm_head:
       return w.lm_head.dense();
+    case DecoderTensorRole::moe_router:  // a rank holds no mixture of experts (check_tensor_split refuses it)
+    case DecoderTensorRole::moe_w1:
+    case DecoderTensorRole::moe_w3:
+    case DecoderTensorRole::moe_w2:
+      break;
   }
   return {};
 }

@@ -19,7 +19,11 @@ BasicDecoderState<T>::BasicDecoderState(const Device& device, const DecoderConfi
       qkv(DeviceBuffer<T>(device, c.qk_norm ? kMaxRows * static_cast<std::size_t>(c.q_dim() + 2 * c.kv_dim()) : 0)),
       block_out(DeviceBuffer<T>(device, c.post_norms ? kMaxRows * static_cast<std::size_t>(c.d) : 0)),
       attn(DeviceBuffer<T>(device, kMaxRows * static_cast<std::size_t>(c.q_dim()))),
-      act(DeviceBuffer<T>(device, kMaxRows * static_cast<std::size_t>(c.ffn))),
+      act(DeviceBuffer<T>(device, c.mixture_of_experts() ? 0 : kMaxRows * static_cast<std::size_t>(c.ffn))),
+      moe_h(device, c.mixture_of_experts() ? kMaxRows * static_cast<std::size_t>(c.d) : 0),
+      expert_ids(device, c.mixture_of_experts() ? kMaxRows * static_cast<std::size_t>(c.moe.experts_per_token) : 0),
+      expert_weights(device, expert_ids.size()),
+      moe_act(device, expert_ids.size() * static_cast<std::size_t>(c.moe.expert_width)),
       logits(DeviceBuffer<T>(device, kMaxRows * static_cast<std::size_t>(c.vocab))),
       k_cache(DeviceBuffer<T>(device, static_cast<std::size_t>(c.layers) * static_cast<std::size_t>(c.max_batch) *
                                           static_cast<std::size_t>(c.context) * static_cast<std::size_t>(c.kv_dim()))),

@@ -64,9 +64,33 @@ std::vector<DecoderTensor> decoder_tensors(const DecoderConfig& c) {
     if (c.post_norms) gain(p + "post_attention_layernorm.weight", Role::attention_post_gain, l, id(15));
     gain(p + (c.post_norms ? "pre_feedforward_layernorm.weight" : "post_attention_layernorm.weight"), Role::mlp_gain, l,
          id(6));
-    matrix(p + "mlp.gate_proj.weight", Role::w1, l, c.ffn, c.d, id(7));
-    matrix(p + "mlp.up_proj.weight", Role::w3, l, c.ffn, c.d, id(8));
-    matrix(p + "mlp.down_proj.weight", Role::w2, l, c.d, c.ffn, id(9));
+    if (c.mixture_of_experts()) {
+      // Seeded ids apart from the others (docs/nn.md): 3 * experts + 1 per layer from 3000000.
+      const auto experts = static_cast<std::uint32_t>(c.moe.experts);
+      const auto moe_id = [&](std::uint32_t slot) {
+        return 3000000U + static_cast<std::uint32_t>(l) * (3U * experts + 1U) + slot;
+      };
+      const bool mixtral = c.moe.names == MoeTensorNames::block_sparse_moe;
+      const std::string block = p + (mixtral ? "block_sparse_moe." : "mlp.");
+      const auto expert = [&](std::uint32_t e, const char* qwen, const char* mistral) {
+        return block + "experts." + std::to_string(e) + "." + (mixtral ? mistral : qwen) + ".weight";
+      };
+      matrix(block + "gate.weight", Role::moe_router, l, c.moe.experts, c.d, moe_id(0));
+      const int width = c.moe.expert_width;
+      for (std::uint32_t e = 0; e < experts; ++e) {
+        matrix(expert(e, "gate_proj", "w1"), Role::moe_w1, l, width, c.d, moe_id(1 + e));
+      }
+      for (std::uint32_t e = 0; e < experts; ++e) {
+        matrix(expert(e, "up_proj", "w3"), Role::moe_w3, l, width, c.d, moe_id(1 + experts + e));
+      }
+      for (std::uint32_t e = 0; e < experts; ++e) {
+        matrix(expert(e, "down_proj", "w2"), Role::moe_w2, l, c.d, width, moe_id(1 + 2 * experts + e));
+      }
+    } else {
+      matrix(p + "mlp.gate_proj.weight", Role::w1, l, c.ffn, c.d, id(7));
+      matrix(p + "mlp.up_proj.weight", Role::w3, l, c.ffn, c.d, id(8));
+      matrix(p + "mlp.down_proj.weight", Role::w2, l, c.d, c.ffn, id(9));
+    }
     if (c.post_norms) gain(p + "post_feedforward_layernorm.weight", Role::mlp_post_gain, l, id(0));
   }
   gain("model.norm.weight", Role::final_gain, -1, 1000001);

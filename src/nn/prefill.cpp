@@ -45,6 +45,8 @@ bool prefill_on_tensor_cores(const DecoderConfig& c, ComputeCapability cc, std::
   };
   try {
     if (c.prefill_chunk == 0) return no("DecoderConfig::prefill_chunk is 0");
+    if (c.mixture_of_experts())
+      return no("prefill on tensor cores has no mixture of experts' layer (DecoderConfig::moe)");
     if (c.context < kPrefillMinRows) {
       return no("the context (" + std::to_string(c.context) + ") holds no chunk of " + std::to_string(kPrefillMinRows) +
                 " rows");

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numbers>
 #include <stdexcept>
 
 #include "lazygraph/nn/decoder_tensors.hpp"
+#include "lazygraph/nn/moe_routing.hpp"
 #include "lazygraph/nn/random_weights.hpp"
 
 namespace lazygraph::nn {
@@ -135,7 +137,15 @@ DecoderReference::DecoderReference(const DecoderConfig& config, DType weights) :
       for (std::vector<double>* w : {&layer.q_norm, &layer.k_norm}) *w = take();
     }
     if (c.post_norms) layer.attn_post_gain = take();
-    for (std::vector<double>* w : {&layer.mlp_gain, &layer.w1, &layer.w3, &layer.w2}) *w = take();
+    if (c.mixture_of_experts()) {  // the router, then each kind of expert matrix in expert order
+      layer.mlp_gain = take();
+      layer.router = take();
+      for (std::vector<std::vector<double>>* kind : {&layer.expert_w1, &layer.expert_w3, &layer.expert_w2}) {
+        for (int e = 0; e < c.moe.experts; ++e) kind->push_back(take());
+      }
+    } else {
+      for (std::vector<double>* w : {&layer.mlp_gain, &layer.w1, &layer.w3, &layer.w2}) *w = take();
+    }
     if (c.post_norms) layer.mlp_post_gain = take();
   }
   final_gain_ = take();
@@ -218,6 +228,29 @@ std::vector<double> DecoderReference::step(int token, int position) {
     }
     add_output(matvec(w.wo, o, c.d, c.q_dim()), w.attn_post_gain);
     const std::vector<double> h2 = rms_norm(x, w.mlp_gain, c.eps);
+    if (c.mixture_of_experts()) {  // the router's top k experts, each's SwiGLU weighted into the residual
+      const int width = c.moe.expert_width;
+      std::vector<double> sum(d);
+      const std::vector<double> logits = matvec(w.router, h2, c.moe.experts, c.d);
+      const std::vector<ExpertChoice> route = route_token(logits, c.moe.experts_per_token, c.moe.normalize);
+      if (c.moe.experts_per_token < c.moe.experts) {
+        std::vector<double> sorted = logits;
+        std::sort(sorted.begin(), sorted.end(), std::greater<>());
+        const auto k = static_cast<std::size_t>(c.moe.experts_per_token);
+        route_margin_ = std::min(route_margin_, sorted[k - 1] - sorted[k]);
+      }
+      for (const ExpertChoice& chosen : route) {
+        const auto e = static_cast<std::size_t>(chosen.expert);
+        const std::vector<double> a = matvec(w.expert_w1[e], h2, width, c.d);
+        const std::vector<double> b = matvec(w.expert_w3[e], h2, width, c.d);
+        std::vector<double> act(a.size());
+        for (std::size_t i = 0; i < act.size(); ++i) act[i] = silu(a[i]) * b[i];
+        const std::vector<double> down = matvec(w.expert_w2[e], act, c.d, width);
+        for (std::size_t i = 0; i < d; ++i) sum[i] += chosen.weight * down[i];
+      }
+      add_output(sum, w.mlp_post_gain);
+      continue;
+    }
     const std::vector<double> a = matvec(w.w1, h2, c.ffn, c.d);
     const std::vector<double> b = matvec(w.w3, h2, c.ffn, c.d);
     std::vector<double> act(a.size());

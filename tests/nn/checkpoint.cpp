@@ -154,6 +154,74 @@ TEST_CASE("a config the kernels cannot run is an error naming config.json and th
   CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(dir), doctest::Contains("num_attention_heads"), CheckpointError);
 }
 
+/// The small decoder with `experts` experts, top 2, width 64, in every layer: Qwen3-MoE's (q/k norms) or Mixtral's.
+DecoderConfig small_moe(bool qwen, int experts = 4) {
+  DecoderConfig c = small_gqa();
+  c.moe = MoeShape{experts, 2, 64, true, qwen ? MoeTensorNames::mlp_experts : MoeTensorNames::block_sparse_moe};
+  c.qk_norm = qwen;
+  return c;
+}
+
+TEST_CASE("a seeded mixture-of-experts checkpoint opens as its decoder, under Qwen3-MoE's and Mixtral's names") {
+  for (const bool qwen : {true, false}) {
+    CAPTURE(qwen);
+    const DecoderConfig c = small_moe(qwen);
+    const auto dir = saved(qwen ? "ckpt-qwen3-moe" : "ckpt-mixtral", c);
+    const DecoderCheckpoint ck = DecoderCheckpoint::open(dir);
+    CHECK(ck.llama_config().model_type == (qwen ? "qwen3_moe" : "mixtral"));
+    CHECK(ck.config().moe == c.moe);
+    CHECK(ck.config().qk_norm == qwen);
+    CHECK(ck.sources().size() == decoder_tensors(c).size());
+    const std::string router = qwen ? "model.layers.1.mlp.gate.weight" : "model.layers.1.block_sparse_moe.gate.weight";
+    const std::string expert =
+        qwen ? "model.layers.0.mlp.experts.3.down_proj.weight" : "model.layers.0.block_sparse_moe.experts.3.w2.weight";
+    const auto sources = ck.sources();
+    CHECK(std::any_of(sources.begin(), sources.end(), [&](const TensorInfo* s) { return s->name == router; }));
+    CHECK(std::any_of(sources.begin(), sources.end(), [&](const TensorInfo* s) { return s->name == expert; }));
+    CHECK(ck.device_bytes() == c.weight_bytes() + (static_cast<std::size_t>(c.vocab) - 1) * c.d * sizeof(half));
+  }
+  // Neither architecture: no q/k norms and the chosen weights used as the softmax gives them (OLMoE's routing).
+  DecoderConfig olmoe = small_moe(false);
+  olmoe.moe.normalize = false;
+  CHECK_THROWS_WITH_AS(save_seeded_checkpoint(lgtest::scratch_directory("ckpt-moe-neither"), olmoe, DType::f16),
+                       doctest::Contains("this config is neither"), UsageError);
+}
+
+TEST_CASE("a mixture of experts' missing expert or misshaped router is refused naming it, before anything is read") {
+  const auto dir = saved("ckpt-moe-broken", small_moe(true));
+  rewrite(dir, [](std::vector<OwnedTensor>& t) {
+    std::erase_if(t, [](const OwnedTensor& x) { return x.name == "model.layers.1.mlp.experts.2.up_proj.weight"; });
+  });
+  CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(dir),
+                       doctest::Contains("tensor model.layers.1.mlp.experts.2.up_proj.weight"), CheckpointError);
+  const auto dir2 = saved("ckpt-moe-router", small_moe(true));
+  rewrite(dir2, [](std::vector<OwnedTensor>& t) {
+    for (OwnedTensor& x : t) {
+      if (x.name == "model.layers.0.mlp.gate.weight") x.shape = {8, 64};  // 4 x 128 claimed otherwise
+    }
+  });
+  CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(dir2), doctest::Contains("model.layers.0.mlp.gate.weight"),
+                       CheckpointError);
+  CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(dir2), doctest::Contains("[4, 128]"), CheckpointError);
+  // config.json saying 5 experts for weights of 4: the fifth expert's tensors are missing.
+  rewrite_config(dir, [](LlamaConfig& c) { c.moe->experts = 5; });
+  CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(dir), doctest::Contains("model.layers.0.mlp.gate.weight"),
+                       CheckpointError);
+}
+
+TEST_CASE("an OLMoE checkpoint is refused by name: its q/k norms span the whole projection") {
+  const auto dir = saved("ckpt-olmoe", small_moe(true));
+  rewrite_config(dir, [](LlamaConfig& c) {
+    c.model_type = "olmoe";
+    c.qk_norm_whole = true;
+    c.moe->expert_width = c.intermediate_size;
+  });
+  CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(dir), doctest::Contains("config.json"), CheckpointError);
+  CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(dir),
+                       doctest::Contains("q_norm and k_norm over the whole q and k projections (olmoe's"),
+                       CheckpointError);
+}
+
 TEST_CASE("a context beyond the model's max_position_embeddings is a UsageError naming both") {
   const auto dir = saved("ckpt-context");
   LoadOptions options;
@@ -585,6 +653,28 @@ TEST_SUITE("gpu") {
       for (std::size_t i = 0; i < la.size(); ++i) differ += la[i].bits != lb[i].bits ? 1 : 0;
       CHECK(differ == 0);
       REQUIRE(a == b);
+    }
+  }
+
+  TEST_CASE("a seeded Qwen3-MoE and Mixtral checkpoint load into the decoders they were written from, bit for bit") {
+    for (const bool qwen : {true, false}) {
+      CAPTURE(qwen);
+      const DecoderConfig c = small_moe(qwen, 8);
+      const auto dir = saved(qwen ? "ckpt-gpu-qwen3-moe" : "ckpt-gpu-mixtral", c, DType::bf16);
+      DecoderBf16 loaded = load_decoder<bfloat16>(lgtest::stream(), lgtest::nn_kernels(), dir);
+      DecoderBf16 seeded(lgtest::stream(), lgtest::nn_kernels(), c);
+      int a = 11;
+      int b = 11;
+      for (int p = 0; p < 4; ++p) {
+        a = loaded.forward({a, p});
+        b = seeded.forward({b, p});
+        const std::vector<bfloat16> la = loaded.logits();
+        const std::vector<bfloat16> lb = seeded.logits();
+        std::size_t differ = 0;
+        for (std::size_t i = 0; i < la.size(); ++i) differ += la[i].bits != lb[i].bits ? 1 : 0;
+        CHECK(differ == 0);
+        REQUIRE(a == b);
+      }
     }
   }
 

@@ -355,9 +355,120 @@ TEST_CASE("Qwen3's file reads its keys and gives its block q/k norms; its attent
                 "key 'attention_bias' is true, which in a qwen3 model also gives o_proj a bias");
   check_refused(minimal_with(R"("model_type": "qwen3", "architectures": ["Qwen2ForCausalLM"])"),
                 "but lazygraph runs model_type 'qwen3' as Qwen3ForCausalLM only");
-  check_refused(
-      minimal_with(R"("model_type": "gemma2")"),
-      "key 'model_type' 'gemma2' is not supported (lazygraph runs llama, mistral, qwen2, qwen3, gemma3_text)");
+  check_refused(minimal_with(R"("model_type": "gemma2")"),
+                "key 'model_type' 'gemma2' is not supported (lazygraph runs llama, mistral, qwen2, qwen3, gemma3_text, "
+                "qwen3_moe, olmoe, mixtral)");
+}
+
+// The config.json of Qwen3-30B-A3B, as published.
+const std::string kQwen3Moe = R"({
+  "architectures": ["Qwen3MoeForCausalLM"], "attention_bias": false, "attention_dropout": 0.0, "bos_token_id": 151643,
+  "decoder_sparse_step": 1, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu", "hidden_size": 2048,
+  "initializer_range": 0.02, "intermediate_size": 6144, "max_position_embeddings": 40960, "max_window_layers": 48,
+  "mlp_only_layers": [], "model_type": "qwen3_moe", "moe_intermediate_size": 768, "norm_topk_prob": true,
+  "num_attention_heads": 32, "num_experts": 128, "num_experts_per_tok": 8, "num_hidden_layers": 48,
+  "num_key_value_heads": 4, "output_router_logits": false, "rms_norm_eps": 1e-06, "rope_scaling": null,
+  "rope_theta": 1000000.0, "router_aux_loss_coef": 0.001, "sliding_window": null, "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16", "transformers_version": "4.51.0", "use_cache": true, "use_sliding_window": false,
+  "vocab_size": 151936})";
+
+TEST_CASE("Qwen3-MoE's file reads its experts, top k and expert width beside Qwen3's attention") {
+  const LlamaConfig q = LlamaConfig::parse(kQwen3Moe, "qwen3_moe.json");
+  CHECK(q.model_type == "qwen3_moe");
+  CHECK(q.qk_norm);
+  CHECK_FALSE(q.qk_norm_whole);
+  CHECK_FALSE(q.sliding_window.has_value());
+  REQUIRE(q.moe.has_value());
+  CHECK(q.moe->experts == 128);
+  CHECK(q.moe->experts_per_token == 8);
+  CHECK(q.moe->expert_width == 768);
+  CHECK(q.moe->normalize);
+  CHECK(q.intermediate_size == 6144);  // the dense MLP's, which no layer has
+  CHECK(LlamaConfig::parse(q.to_json(), "c") == q);
+  CHECK_FALSE(LlamaConfig::parse(kMinimal, "c").moe.has_value());
+
+  // norm_topk_prob is false where absent (Qwen3MoeConfig's default); transformers may write num_local_experts.
+  const std::string moe = R"("model_type": "qwen3_moe", "moe_intermediate_size": 32, "num_experts_per_tok": 2)";
+  const LlamaConfig plain = LlamaConfig::parse(minimal_with(moe + R"(, "num_local_experts": 8)"), "c");
+  CHECK(plain.moe == MoeShape{8, 2, 32, false});
+  CHECK(LlamaConfig::parse(plain.to_json(), "c") == plain);
+  CHECK(LlamaConfig::parse(minimal_with(moe + R"(, "num_experts": 8, "num_local_experts": 8)"), "c") == plain);
+}
+
+TEST_CASE("a mixture of experts' config is refused by the key it cannot run") {
+  const std::string moe = R"("model_type": "qwen3_moe", "moe_intermediate_size": 32)";
+  check_refused(minimal_with(moe + R"(, "num_experts": 4, "num_experts_per_tok": 5)"),
+                "key 'num_experts_per_tok' (5) is more than the experts a layer has (4)");
+  check_refused(minimal_with(moe + R"(, "num_experts_per_tok": 2)"), "key 'num_experts' is missing");
+  check_refused(minimal_with(moe + R"(, "num_experts": 4)"), "key 'num_experts_per_tok' is missing");
+  check_refused(minimal_with(moe + R"(, "num_experts": 8, "num_local_experts": 4, "num_experts_per_tok": 2)"),
+                "key 'num_local_experts' (4) disagrees with num_experts (8)");
+  check_refused(minimal_with(moe + R"(, "num_experts": 0, "num_experts_per_tok": 2)"),
+                "key 'num_experts' must be a positive integer");
+  check_refused(minimal_with(moe + R"(, "num_experts": 4096, "num_experts_per_tok": 2)"),
+                "key 'num_experts' (4096) is larger than lazygraph reads (at most 1024)");
+  check_refused(minimal_with(R"("model_type": "qwen3_moe", "num_experts": 4, "num_experts_per_tok": 2)"),
+                "key 'moe_intermediate_size' is missing");
+  const std::string counts = moe + R"(, "num_experts": 4, "num_experts_per_tok": 2)";
+  check_refused(minimal_with(counts + R"(, "decoder_sparse_step": 2)"),
+                "key 'decoder_sparse_step' is 2: a dense MLP in the layers between the mixtures of experts");
+  check_refused(minimal_with(counts + R"(, "mlp_only_layers": [0])"),
+                "key 'mlp_only_layers' lists [0]: a dense MLP in place of a layer's mixture of experts");
+  check_refused(minimal_with(counts + R"(, "norm_topk_prob": 1)"), "key 'norm_topk_prob' must be true or false");
+  check_refused(minimal_with(counts + R"(, "shared_expert_intermediate_size": 64)"),
+                "key 'shared_expert_intermediate_size' is not one lazygraph knows");
+  check_refused(minimal_with(counts + R"(, "attention_bias": true)"),
+                "key 'attention_bias' is true, which in a qwen3_moe model also gives o_proj a bias");
+  check_refused(minimal_with(R"("model_type": "olmoe", "num_experts": 4, "num_experts_per_tok": 2, "clip_qkv": 8)"),
+                "key 'clip_qkv' is 8: clipping q, k and v is not implemented");
+  check_refused(minimal_with(R"("model_type": "olmoe", "num_experts": 4, "num_experts_per_tok": 2, "head_dim": 8)"),
+                "key 'head_dim' (8) times num_attention_heads is not hidden_size");
+  check_refused(minimal_with(R"("model_type": "mixtral", "num_local_experts": 4, "num_experts_per_tok": 2,
+                                "norm_topk_prob": false)"),
+                "key 'norm_topk_prob' is not one lazygraph knows");
+}
+
+TEST_CASE("OLMoE's file gives its block q/k norms over the whole projection and its experts") {
+  // The config.json of OLMoE-1B-7B-0924, as published.
+  const LlamaConfig o = LlamaConfig::parse(R"({
+  "architectures": ["OlmoeForCausalLM"], "attention_bias": false, "attention_dropout": 0.0, "clip_qkv": null,
+  "eos_token_id": 50279, "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02,
+  "intermediate_size": 1024, "max_position_embeddings": 4096, "model_type": "olmoe", "norm_topk_prob": false,
+  "num_attention_heads": 16, "num_experts": 64, "num_experts_per_tok": 8, "num_hidden_layers": 16,
+  "num_key_value_heads": 16, "output_router_logits": false, "pad_token_id": 1, "rms_norm_eps": 1e-05,
+  "rope_scaling": null, "rope_theta": 10000.0, "router_aux_loss_coef": 0.01, "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16", "transformers_version": "4.43.0.dev0", "use_cache": true, "vocab_size": 50304})",
+                                           "olmoe.json");
+  CHECK(o.model_type == "olmoe");
+  CHECK(o.qk_norm);
+  CHECK(o.qk_norm_whole);
+  CHECK(o.moe == MoeShape{64, 8, 1024, false});
+  CHECK(LlamaConfig::parse(o.to_json(), "c") == o);
+}
+
+TEST_CASE("Mixtral's file reads num_local_experts and always renormalizes the chosen experts") {
+  // The config.json of Mixtral-8x7B-v0.1, as published.
+  const LlamaConfig m = LlamaConfig::parse(R"({
+  "architectures": ["MixtralForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 1, "eos_token_id": 2,
+  "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 14336,
+  "max_position_embeddings": 32768, "model_type": "mixtral", "num_attention_heads": 32, "num_experts_per_tok": 2,
+  "num_hidden_layers": 32, "num_key_value_heads": 8, "num_local_experts": 8, "output_router_logits": false,
+  "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "router_aux_loss_coef": 0.02, "router_jitter_noise": 0.0,
+  "sliding_window": null, "tie_word_embeddings": false, "torch_dtype": "bfloat16", "transformers_version": "4.36.0.dev0",
+  "use_cache": true, "vocab_size": 32000})",
+                                           "mixtral.json");
+  CHECK(m.model_type == "mixtral");
+  CHECK_FALSE(m.qk_norm);
+  CHECK(m.moe == MoeShape{8, 2, 14336, true, MoeTensorNames::block_sparse_moe});
+  CHECK_FALSE(m.sliding_window.has_value());
+  CHECK(LlamaConfig::parse(m.to_json(), "c") == m);
+  const LlamaConfig windowed = LlamaConfig::parse(
+      minimal_with(
+          R"("model_type": "mixtral", "num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 64)"),
+      "c");
+  CHECK(windowed.sliding_window == 64);
+  CHECK(windowed.sliding_layers.empty());  // every layer
+  CHECK(LlamaConfig::parse(windowed.to_json(), "c") == windowed);
 }
 
 TEST_CASE("Gemma 3's file reads its block: GeGLU, post-norms, gains of 1 + w, scales, windows and local RoPE") {

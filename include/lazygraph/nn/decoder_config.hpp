@@ -14,6 +14,7 @@
 #include "lazygraph/kernels/persistent_program.hpp"
 #include "lazygraph/nn/decoder_io.hpp"
 #include "lazygraph/nn/gate_activation.hpp"
+#include "lazygraph/nn/moe_shape.hpp"
 #include "lazygraph/nn/rope.hpp"
 
 namespace lazygraph::nn {
@@ -77,6 +78,15 @@ struct ModelShape {
   /// The offset a checkpoint's norm weights are stored with: they mean gain_offset + w (Gemma 3: 1). Only loading and
   /// saving use it; the decoder's gains are the sums.
   float gain_offset = 0;
+  /// A mixture of experts in every layer in place of the MLP (Qwen3-MoE, OLMoE, Mixtral): `experts` 0 (the default)
+  /// for the dense MLP of `ffn`. Each layer then has a router [experts x d] and per expert W1, W3 [expert_width x d]
+  /// and W2 [d x expert_width] (BasicMoeWeights), run by kernels/nn/moe.cu; `ffn` is unused. The graph backend's step
+  /// (and generate, and prefill through the step's graphs) runs it; the persistent backend, prefill on tensor cores,
+  /// tensor parallelism and quantized weights do not.
+  MoeShape moe;
+
+  /// Whether the layers are mixtures of experts (moe.experts > 0).
+  [[nodiscard]] bool mixture_of_experts() const noexcept { return moe.experts > 0; }
 
   /// Whether layer `layer` is a sliding layer (see `sliding`).
   [[nodiscard]] bool sliding_layer(int layer) const noexcept {
@@ -98,7 +108,7 @@ struct ModelShape {
   [[nodiscard]] int kv_head_count() const noexcept { return kv_heads > 0 ? kv_heads : heads; }
   /// Width of k and v: kv_head_count() * head_dim().
   [[nodiscard]] int kv_dim() const noexcept { return kv_head_count() * head_dim(); }
-  /// Bytes of weights one step reads in fp16 or bf16 (all matrices and gains, plus one embedding row).
+  /// Bytes of weights in fp16 or bf16 (all matrices and gains, every expert of a mixture, plus one embedding row).
   [[nodiscard]] std::size_t weight_bytes() const;
 };
 
@@ -163,7 +173,9 @@ struct DecoderConfig : ModelShape, DecoderOptions {
   /// rope_scaling, a prefill_chunk that is neither 0 nor a power of two from 16 to 8192; with the persistent backend,
   /// an unfused attention block, attention over more than one block per head, persistent.threads outside 32..256, a
   /// persistent_tile_rows that is neither 0 nor a positive multiple of 8, or a block feature it has no tiles for
-  /// (naming it).
+  /// (naming it); a mixture of experts (moe) with more than 1024 experts, a top k of 0, above 16 or above the experts,
+  /// an expert_width that is not a positive multiple of 8, with a GeGLU activation or post-norms, or on the persistent
+  /// backend.
   void validate() const;
 };
 

@@ -26,7 +26,8 @@ namespace lazygraph::nn {
 /// The layout of every quantized matrix of `config`'s decoder under `quantization`, in the order the decoder holds
 /// them: per layer the stacked q, k and v (q_dim + 2 kv_dim x d), Wo, W1, W3, W2 (those of quantized classes), then
 /// the LM head. \throws UsageError naming the first tensor (in decoder_tensors() order, checked one by one under its
-/// checkpoint name) whose format cannot apply, and why (QuantizedLayout's checks); for an invalid config.
+/// checkpoint name) whose format cannot apply, and why (QuantizedLayout's checks); for an invalid config; for a
+/// quantized mlp class in a decoder of mixtures of experts (DecoderConfig::moe), whose experts stay dense.
 [[nodiscard]] std::vector<QuantizedLayout> quantized_layouts(const DecoderConfig& config,
                                                              const DecoderQuantization& quantization);
 

@@ -29,10 +29,16 @@ struct BasicDecoderState {
   DeviceBuffer<T> qkv;          ///< the stacked q, k and v projections [kMaxRows][q_dim + 2 kv_dim] (qk_norm only)
   DeviceBuffer<T> block_out;    ///< a block's output before its post-norm [kMaxRows][d] (post_norms only)
   DeviceBuffer<T> attn;         ///< attention outputs [kMaxRows][q_dim]
-  DeviceBuffer<T> act;          ///< MLP activations [kMaxRows][ffn]
-  DeviceBuffer<T> logits;       ///< [kMaxRows][vocab]
-  DeviceBuffer<T> k_cache;      ///< [layers][max_batch][kv_heads][context][head_dim]
-  DeviceBuffer<T> v_cache;      ///< like k_cache
+  DeviceBuffer<T> act;          ///< MLP activations [kMaxRows][ffn] (empty with DecoderConfig::moe)
+  /// A mixture of experts' (DecoderConfig::moe; else all four empty): the normed rows [kMaxRows][d], each row's
+  /// chosen experts [kMaxRows][top k] and their weights, and the chosen experts' activations [kMaxRows][top k][width].
+  DeviceBuffer<T> moe_h;
+  DeviceBuffer<int> expert_ids;                ///< see moe_h
+  DeviceBuffer<float> expert_weights;          ///< see moe_h
+  DeviceBuffer<T> moe_act;                     ///< see moe_h
+  DeviceBuffer<T> logits;                      ///< [kMaxRows][vocab]
+  DeviceBuffer<T> k_cache;                     ///< [layers][max_batch][kv_heads][context][head_dim]
+  DeviceBuffer<T> v_cache;                     ///< like k_cache
   DeviceBuffer<float> attention_partials;      ///< attention_split's [kMaxRows][heads][splits][head_dim + 2]
   DeviceBuffer<unsigned> attention_counters;   ///< attention_split's [kMaxRows][heads], zero between steps
   DeviceBuffer<float> rope_frequencies;        ///< RoPE's inverse frequency per pair of a head [head_dim / 2]

@@ -155,8 +155,34 @@ auto mlp_block(const Projector<T>& p, const BasicSwigluWeights<T>& w, BasicDecod
          });
 }
 
-/// One decoder layer for `rows` rows: attention block, then the MLP block. \throws UsageError as attention_block and
-/// mlp_block.
+/// A layer's mixture of experts (DecoderConfig::moe) for `rows` rows: x += sum over each row's top k experts of
+/// weight * W2_e (silu(W1_e h) * (W3_e h)), h = rmsnorm(x) * gain, the experts chosen by the router on the device
+/// (kernels/nn/moe.cu): rms_norm into s.moe_h, moe_route into s.expert_ids and s.expert_weights, moe_gate_up into
+/// s.moe_act, moe_down into x. Only the chosen experts' weights are read, once for all rows that chose them.
+template <Element T>
+auto moe_block(const BasicKernels<T>& k, const BasicSwigluWeights<T>& norm, const BasicMoeWeights<T>& w,
+               BasicDecoderState<T>& s, const DecoderConfig& c, int rows) {
+  const MoeShape& m = c.moe;
+  const auto per_row = [&](unsigned blocks_y, unsigned threads, unsigned warps) {
+    return k.step_config({{static_cast<unsigned>(rows), blocks_y, 1}, {threads, warps, 1}, 0});
+  };
+  constexpr unsigned kWarps = 8;  // rows of an expert's matrix per block
+  const auto blocks = [&](int n) { return (static_cast<unsigned>(n) + kWarps - 1) / kWarps; };
+  return k.rms_norm(per_row(1, 256, 1), s.x.cview(), norm.gain.cview(), s.moe_h.view(), c.d, c.eps) >>
+         k.moe_route(per_row(1, 256, 1), w.router.cview(), s.moe_h.cview(), s.expert_ids.view(),
+                     s.expert_weights.view(), m.experts, c.d, m.experts_per_token, m.normalize ? 1 : 0, rows) >>
+         k.moe_gate_up(
+             k.step_config(
+                 {{blocks(m.expert_width), static_cast<unsigned>(rows * m.experts_per_token), 1}, {32, kWarps, 1}, 0}),
+             w.w1.cview(), w.w3.cview(), s.moe_h.cview(), s.expert_ids.cview(), s.moe_act.view(), m.experts,
+             m.expert_width, c.d, m.experts_per_token, rows) >>
+         k.moe_down(k.step_config({{blocks(c.d), 1, 1}, {32, kWarps, 1}, 0}), w.w2.cview(), s.moe_act.cview(),
+                    s.expert_ids.cview(), s.expert_weights.cview(), s.x.view(), m.experts, m.expert_width, c.d,
+                    m.experts_per_token, rows);
+}
+
+/// One decoder layer for `rows` rows: attention block, then the MLP block (moe_block with DecoderConfig::moe).
+/// \throws UsageError as attention_block and mlp_block.
 template <Element T>
 auto decoder_layer(const Projector<T>& p, const BasicDecoderWeights<T>& w, BasicDecoderState<T>& s, int layer,
                    const DecoderConfig& c, int rows) {
@@ -168,7 +194,10 @@ auto decoder_layer(const Projector<T>& p, const BasicDecoderWeights<T>& w, Basic
   return named(name + " attention",
                attention_block(p, w.attention[l], s, s.k_cache.view().subspan(offset, cache_size),
                                s.v_cache.view().subspan(offset, cache_size), c, rows, true, layer)) >>
-         named(name + " mlp", mlp_block(p, w.mlp[l], s, c, rows));
+         named(name + " mlp",
+               detail::either(
+                   c.mixture_of_experts(), [&] { return moe_block(p.dense, w.mlp[l], w.moe.at(l), s, c, rows); },
+                   [&] { return mlp_block(p, w.mlp[l], s, c, rows); }));
 }
 
 /// The op type of one decoder layer (decoder_layer), for holding layers in a vector.

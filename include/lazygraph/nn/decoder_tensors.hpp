@@ -33,6 +33,10 @@ enum class DecoderTensorRole {
   w3,                   ///< up projection [ffn x d]
   w2,                   ///< down projection [d x ffn]
   mlp_post_gain,        ///< the MLP output's RMSNorm gain [d] (DecoderConfig::post_norms)
+  moe_router,           ///< a mixture of experts' router [experts x d] (DecoderConfig::moe)
+  moe_w1,               ///< an expert's gate projection [expert_width x d]
+  moe_w3,               ///< an expert's up projection [expert_width x d]
+  moe_w2,               ///< an expert's down projection [d x expert_width]
   final_gain,           ///< final norm gain [d]
   lm_head,              ///< [vocab x d]
 };
@@ -63,10 +67,15 @@ struct DecoderTensor {
 /// Every weight of `config`'s decoder, in the order DecoderWeights holds them: embedding, then per layer the
 /// attention gain, Wq, Wk, Wv, Wo, (with qkv_bias) bq, bk, bv, (with qk_norm) the q and k norms' gains, (with
 /// post_norms) the attention output's norm gain, the MLP gain, W1, W3, W2, (with post_norms) the MLP output's norm
-/// gain, then the final gain and the LM head. With post_norms (Gemma 3) the norms take Gemma's names: the MLP's input
-/// norm is pre_feedforward_layernorm, the attention output's post_attention_layernorm. The q and k biases and the q and
-/// k norms' gains are rope_rows: their elements are reordered as the rows of Wq and Wk (a norm's gain as the rows of
-/// one head). \throws UsageError for an invalid config.
+/// gain, then the final gain and the LM head. A mixture of experts (DecoderConfig::moe) has in place of W1, W3 and W2
+/// its router, then every expert's W1, every expert's W3 and every expert's W2 (each kind in expert order, so that
+/// assemble_decoder_weights stacks them as they come), named as MoeShape::names says (Qwen3-MoE's and OLMoE's
+/// model.layers.L.mlp.gate.weight, model.layers.L.mlp.experts.E.gate_proj.weight, up_proj, down_proj; or Mixtral's
+/// block_sparse_moe.gate and block_sparse_moe.experts.E.w1, w3, w2). With post_norms
+/// (Gemma 3) the norms take Gemma's names: the MLP's input norm is pre_feedforward_layernorm, the attention output's
+/// post_attention_layernorm. The q and k biases and the q and k norms' gains are rope_rows: their elements are
+/// reordered as the rows of Wq and Wk (a norm's gain as the rows of one head). \throws UsageError for an invalid
+/// config.
 std::vector<DecoderTensor> decoder_tensors(const DecoderConfig& config);
 
 /// The row of a rope_rows matrix in checkpoint (rotate-half) order that holds row `row` of the interleaved order.
@@ -145,6 +154,7 @@ BasicDecoderWeights<T> assemble_decoder_weights(const Device& device, const Deco
   DeviceBuffer<T> embedding = take();
   std::vector<BasicAttentionWeights<T>> attention;
   std::vector<BasicSwigluWeights<T>> mlp;
+  std::vector<BasicMoeWeights<T>> moe;
   const int qkv_rows = config.q_dim() + 2 * config.kv_dim();
   for (int l = 0; l < config.layers; ++l) {
     DeviceBuffer<T> gain = take();
@@ -160,15 +170,24 @@ BasicDecoderWeights<T> assemble_decoder_weights(const Device& device, const Deco
     attention.push_back({std::move(gain), std::move(qkv), std::move(wo), std::move(bias), std::move(q_norm),
                          std::move(k_norm), std::move(attention_post)});
     DeviceBuffer<T> mlp_gain = take();
-    Weight<T> w1 = take_matrix();
-    Weight<T> w3 = take_matrix();
-    Weight<T> w2 = take_matrix();
+    if (config.mixture_of_experts()) {  // the router, then each kind of expert matrix stacked in expert order
+      const auto experts = static_cast<std::size_t>(config.moe.experts);
+      DeviceBuffer<T> router = take();
+      DeviceBuffer<T> e1 = take_stacked(experts, true);
+      DeviceBuffer<T> e3 = take_stacked(experts, true);
+      DeviceBuffer<T> e2 = take_stacked(experts, true);
+      moe.push_back({std::move(router), std::move(e1), std::move(e3), std::move(e2)});
+    }
+    Weight<T> w1 = config.mixture_of_experts() ? Weight<T>() : take_matrix();
+    Weight<T> w3 = config.mixture_of_experts() ? Weight<T>() : take_matrix();
+    Weight<T> w2 = config.mixture_of_experts() ? Weight<T>() : take_matrix();
     DeviceBuffer<T> mlp_post = config.post_norms ? take() : DeviceBuffer<T>(device, 0);
     mlp.push_back({std::move(mlp_gain), std::move(w1), std::move(w3), std::move(w2), std::move(mlp_post)});
   }
   DeviceBuffer<T> final_gain = take();
   Weight<T> lm_head = take_matrix();
-  return {std::move(embedding), std::move(attention), std::move(mlp), std::move(final_gain), std::move(lm_head)};
+  return {std::move(embedding),  std::move(attention), std::move(mlp),
+          std::move(final_gain), std::move(lm_head),   std::move(moe)};
 }
 
 /// assemble_decoder_weights with every tensor dense.

@@ -50,6 +50,16 @@ struct BasicAttentionWeights {
 /// One layer's fp16 attention weights.
 using AttentionWeights = BasicAttentionWeights<half>;
 
+/// One layer's mixture of experts (DecoderConfig::moe), dense in T, each kind of expert matrix stacked in expert order
+/// as kernels/nn/moe.cu reads them. The norm before it is the layer's BasicSwigluWeights::gain.
+template <Element T>
+struct BasicMoeWeights {
+  DeviceBuffer<T> router;  ///< [experts x d]
+  DeviceBuffer<T> w1;      ///< the experts' gate projections [experts][expert_width x d]
+  DeviceBuffer<T> w3;      ///< the experts' up projections [experts][expert_width x d]
+  DeviceBuffer<T> w2;      ///< the experts' down projections [experts][d x expert_width]
+};
+
 /// Every weight of a decoder, on the device. The matrices of attention, mlp and the LM head are each in any format
 /// the projections read (weight.hpp; decoder_quantization.hpp makes quantized ones); the embedding and the norm gains
 /// are always in T. A tied LM head shares the embedding's memory.
@@ -60,6 +70,9 @@ struct BasicDecoderWeights {
   std::vector<BasicSwigluWeights<T>> mlp;           ///< per layer
   DeviceBuffer<T> final_gain;                       ///< [d]
   Weight<T> lm_head;                                ///< [vocab x d]
+  /// Per layer with a mixture of experts (DecoderConfig::moe), else empty; mlp then holds only the layers' norm gains
+  /// (and post-norm gains), its matrices empty.
+  std::vector<BasicMoeWeights<T>> moe;
 
   /// Generates every tensor on the GPU from config.seed (docs/nn.md's tensor ids), dense.
   static BasicDecoderWeights generate(const Stream& stream, const BasicKernels<T>& kernels,

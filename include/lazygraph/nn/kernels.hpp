@@ -181,6 +181,15 @@ struct BasicKernels {
   /// rms_norm_add(in, g, x, d, eps): x += rmsnorm(in) * g per vector, the normed vector rounded first (a post-norm),
   /// one block each (kernels/nn/rms_norm.cu).
   Kernel<void(const T*, const T*, T*, int, float)> rms_norm_add;
+  /// moe_route(router, h, ids, weights, experts, d, top_k, normalize, batch): a mixture of experts' router per row
+  /// of h, its top_k experts and their weights written to ids and weights (kernels/nn/moe.cu); one block per row.
+  Kernel<void(const T*, const T*, int*, float*, int, int, int, int, int)> moe_route;
+  /// moe_gate_up(w1, w3, h, ids, act, experts, width, d, top_k, batch): act = silu(W1_e h) * (W3_e h) for each
+  /// row's chosen experts, from the stacked [experts][width][d] weights (kernels/nn/moe.cu).
+  Kernel<void(const T*, const T*, const T*, const int*, T*, int, int, int, int, int)> moe_gate_up;
+  /// moe_down(w2, act, ids, weights, x, experts, width, d, top_k, batch): x += sum of weight * W2_e act over each
+  /// row's chosen experts, from the stacked [experts][d][width] weights (kernels/nn/moe.cu).
+  Kernel<void(const T*, const T*, const int*, const float*, T*, int, int, int, int, int)> moe_down;
   /// scale(x, n, factor): x *= factor in place (kernels/nn/scale.cu; the embedding's scale).
   Kernel<void(T*, long long, float)> scale;
   /// softcap(x, n, cap): x = tanh(x / cap) * cap in place (kernels/nn/scale.cu; final logit soft-capping).

@@ -1,6 +1,7 @@
 #pragma once
 /// \file
-/// The hyperparameters of a Hugging Face Llama-family model (Llama, Mistral, Qwen2, Qwen3), read from its config.json,
+/// The hyperparameters of a Hugging Face Llama-family model (Llama, Mistral, Qwen2, Qwen3, Gemma 3 and the mixtures of
+/// experts Qwen3-MoE, OLMoE and Mixtral), read from its config.json,
 /// for the lazygraph::nn layer. The keys every architecture shares are read here (src/nn/config_json.cpp); each
 /// architecture's own keys, and the features of its block, in its file (src/nn/architectures/, a file per model_type).
 ///
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include <lazygraph/nn/gate_activation.hpp>
+#include <lazygraph/nn/moe_shape.hpp>
 #include <lazygraph/nn/quantization_config.hpp>
 #include <lazygraph/nn/rope.hpp>
 #include <lazygraph/nn/safetensors.hpp>
@@ -32,7 +34,7 @@ namespace lazygraph::nn {
 
 /// The config.json of a Llama-family model. Every count is positive once parse() or load() returned it.
 struct LlamaConfig {
-  std::string model_type = "llama";    ///< "llama", "mistral", "qwen2" or "qwen3"; "llama" when absent
+  std::string model_type = "llama";    ///< an architecture's model_type (docs/nn.md lists them); "llama" when absent
   int hidden_size = 0;                 ///< width of the residual stream (required key)
   int num_attention_heads = 0;         ///< query heads (required key)
   int num_key_value_heads = 0;         ///< key/value heads; num_attention_heads when the key is absent
@@ -50,6 +52,12 @@ struct LlamaConfig {
   bool attention_bias = false;       ///< q, k and v projections with biases (Qwen2 always has them)
   /// A per-head RMSNorm of q and of k before RoPE (q_norm and k_norm): set by the architecture (Qwen3), not a key.
   bool qk_norm = false;
+  /// With qk_norm: q_norm and k_norm RMS-norm the whole q and k projections (gains [q_dim] and [kv_dim]) rather than
+  /// each head (OLMoE's); set by the architecture, not a key.
+  bool qk_norm_whole = false;
+  /// A mixture of experts in every layer in place of the MLP (Qwen3-MoE, OLMoE, Mixtral): set by the architecture from
+  /// its keys; nullopt for a dense model.
+  std::optional<MoeShape> moe;
   std::optional<int> sliding_window;  ///< the attention window in positions where it applies; nullopt: none
   /// Per layer, whether it attends through sliding_window (layer_types, or Qwen's max_window_layers rule); empty: every
   /// layer, where sliding_window applies at all.
@@ -91,7 +99,9 @@ struct LlamaConfig {
   /// bound (hidden_size, intermediate_size at most 2^20, heads at most 4096, head_dim at most 1024, layers at most
   /// 1024, vocab_size at most 2^24, max_position_embeddings at most 2^24); rope_theta or rms_norm_eps is not a
   /// positive number that float holds as a normal finite value; a string or boolean key has another type;
-  /// model_type is not llama, mistral, qwen2 or qwen3, or architectures names another class; hidden_act is not "silu";
+  /// model_type is not one of the architectures' (docs/nn.md), or architectures names another class; hidden_act is
+  /// not "silu"; a mixture of experts' key out of bounds or naming arithmetic lazygraph lacks (num_experts_per_tok
+  /// above the experts, decoder_sparse_step other than 1, mlp_only_layers, OLMoE's clip_qkv);
   /// attention_bias is true where it also biases o_proj (all but qwen2) or false for qwen2;
   /// mlp_bias is true; bos_token_id or an eos_token_id is not below vocab_size (naming the key and the id); a RoPE
   /// type other than default, linear or llama3, a RoPE parameter it does not use, or

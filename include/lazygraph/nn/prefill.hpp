@@ -76,9 +76,9 @@ inline constexpr int kPrefillSplitRows = 256;
 [[nodiscard]] std::vector<int> prefill_chunk_rows(std::size_t prompt_rows, const std::vector<int>& buckets);
 
 /// Whether `config`'s decoder runs prompt chunks on tensor cores on a GPU of capability `cc` with cuBLASLt loadable:
-/// prefill_chunk > 0, head_dim 64 or 128 (the flash-attention kernels), compute capability 8.0 or newer and cuBLASLt
-/// available. False with the reason in `why` (when given) otherwise; prefill then runs through the decode step's
-/// graphs, as before. Never throws.
+/// prefill_chunk > 0, dense MLPs (no DecoderConfig::moe), head_dim 64 or 128 (the flash-attention kernels), compute
+/// capability 8.0 or newer and cuBLASLt available. False with the reason in `why` (when given) otherwise; prefill then
+/// runs through the decode step's graphs, as before. Never throws.
 [[nodiscard]] bool prefill_on_tensor_cores(const DecoderConfig& config, ComputeCapability cc,
                                            std::string* why = nullptr) noexcept;
 

@@ -6,6 +6,7 @@
 /// arithmetic. They are slow (seconds for the
 /// default decoder) and meant for checking the first steps, not for running models.
 
+#include <limits>
 #include <span>
 #include <vector>
 
@@ -28,8 +29,14 @@ class DecoderReference {
   /// in double. \throws UsageError for an invalid config or another dtype.
   explicit DecoderReference(const DecoderConfig& config, DType weights = DType::f16);
 
-  /// One step at `position` (steps must come at 0, 1, 2, ...): returns the logits (vocab values).
+  /// One step at `position` (steps must come at 0, 1, 2, ...): returns the logits (vocab values). A mixture of experts
+  /// (DecoderConfig::moe) routes by route_token on the router's float64 logits.
   std::vector<double> step(int token, int position);
+
+  /// With a mixture of experts: the least gap, over every layer of every step so far, between the router logits of a
+  /// token's last chosen expert and of its best unchosen one (infinity before the first step, or with every expert
+  /// chosen, or without experts). A GPU, which rounds the logits, may choose otherwise where this is within rounding.
+  [[nodiscard]] double route_margin() const noexcept { return route_margin_; }
 
  private:
   struct Layer {
@@ -37,6 +44,9 @@ class DecoderReference {
     // attn_post_gain and mlp_post_gain empty without post_norms
     std::vector<double> attn_gain, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm, attn_post_gain, mlp_gain, w1, w3, w2,
         mlp_post_gain;
+    // a mixture of experts' (DecoderConfig::moe; w1, w3, w2 then empty): its router and each expert's matrices
+    std::vector<double> router;
+    std::vector<std::vector<double>> expert_w1, expert_w3, expert_w2;
   };
   DecoderConfig config_;
   std::vector<double> embedding_;
@@ -48,6 +58,7 @@ class DecoderReference {
   double embedding_scale_ = 1;                ///< DecoderConfig::embedding_scale rounded to the weights' type
   std::vector<std::vector<double>> k_cache_;  ///< per layer, [heads][context][head_dim]
   std::vector<std::vector<double>> v_cache_;
+  double route_margin_ = std::numeric_limits<double>::infinity();  ///< route_margin()
 };
 
 /// ||got - want||_2 / ||want||_2.

@@ -1,11 +1,11 @@
 #pragma once
 /// \file
 /// Private to src/nn: the architecture seam. Each architecture lazygraph runs is one file here, named after its
-/// model_type (llama.cpp, mistral.cpp, qwen2.cpp, qwen3.cpp), that declares what its config.json holds beyond the keys
-/// every architecture shares (which config_json.cpp reads): those keys, read and checked, and the block's features
-/// they set in LlamaConfig (q, k and v biases, q/k norms, the attention window). A key no file and no shared list
-/// reads is refused by name (the model might compute something else without it). docs/adding.md has the checklist
-/// for a new architecture.
+/// model_type (llama.cpp, mistral.cpp, qwen2.cpp, qwen3.cpp, qwen3_moe.cpp...), that declares what its config.json
+/// holds beyond the keys every architecture shares (which config_json.cpp reads): those keys, read and checked, and the
+/// block's features they set in LlamaConfig (q, k and v biases, q/k norms, the attention window). A key no file and no
+/// shared list reads is refused by name (the model might compute something else without it). docs/adding.md has the
+/// checklist for a new architecture.
 
 #include <optional>
 #include <span>
@@ -58,5 +58,16 @@ void read_window(const ConfigReader& reader, LlamaConfig& config, bool always);
 
 /// Refuses attention_bias true: in this architecture it also gives o_proj a bias, which lazygraph does not implement.
 void refuse_output_bias(const ConfigReader& reader, const LlamaConfig& config);
+
+/// The most experts a mixture of experts' layer may have (num_experts).
+inline constexpr int kMaxExperts = 1024;
+
+/// The keys every mixture of experts' file reads: the expert count, num_experts or num_local_experts (transformers
+/// writes either name for either class; both given must agree), and num_experts_per_tok (at most the experts), into
+/// config.moe with `expert_width`; the file sets `normalize`. \throws CheckpointError naming the key.
+void read_moe(const ConfigReader& reader, LlamaConfig& config, int expert_width);
+
+/// Writes config.moe's counts back as read_moe reads them (num_experts, num_experts_per_tok), for `write`.
+void write_moe(const LlamaConfig& config, nlohmann::json& root);
 
 }  // namespace lazygraph::nn::detail

@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <utility>
 
 #include "architecture.hpp"
@@ -11,10 +12,14 @@ extern const Architecture mistral_architecture;
 extern const Architecture qwen2_architecture;
 extern const Architecture qwen3_architecture;
 extern const Architecture gemma3_architecture;
+extern const Architecture qwen3_moe_architecture;
+extern const Architecture olmoe_architecture;
+extern const Architecture mixtral_architecture;
 
 std::span<const Architecture* const> architectures() noexcept {
   static const Architecture* const all[] = {&llama_architecture, &mistral_architecture, &qwen2_architecture,
-                                            &qwen3_architecture, &gemma3_architecture};
+                                            &qwen3_architecture, &gemma3_architecture,  &qwen3_moe_architecture,
+                                            &olmoe_architecture, &mixtral_architecture};
   return all;
 }
 
@@ -75,6 +80,32 @@ void refuse_output_bias(const ConfigReader& reader, const LlamaConfig& config) {
                                       " model also gives o_proj a bias, and that is not implemented (q, k and v "
                                       "biases are, as Qwen2 has them)");
   }
+}
+
+void read_moe(const ConfigReader& reader, LlamaConfig& config, int expert_width) {
+  const std::optional<int> experts = reader.optional_positive_int("num_experts", kMaxExperts);
+  const std::optional<int> local = reader.optional_positive_int("num_local_experts", kMaxExperts);
+  if (experts && local && *experts != *local) {
+    reader.fail("num_local_experts", "(" + std::to_string(*local) + ") disagrees with num_experts (" +
+                                         std::to_string(*experts) + "): they name the same count");
+  }
+  if (!experts && !local) reader.fail("num_experts", "is missing (nor is num_local_experts given)");
+  MoeShape moe;
+  moe.experts = experts.value_or(local.value_or(0));
+  moe.experts_per_token = reader.positive_int("num_experts_per_tok", kMaxExperts);
+  if (moe.experts_per_token > moe.experts) {
+    reader.fail("num_experts_per_tok", "(" + std::to_string(moe.experts_per_token) +
+                                           ") is more than the experts a layer has (" + std::to_string(moe.experts) +
+                                           ")");
+  }
+  moe.expert_width = expert_width;
+  config.moe = moe;
+}
+
+void write_moe(const LlamaConfig& config, nlohmann::json& root) {
+  if (!config.moe) return;
+  root["num_experts"] = config.moe->experts;
+  root["num_experts_per_tok"] = config.moe->experts_per_token;
 }
 
 }  // namespace lazygraph::nn::detail

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Cross-check of lazygraph's decoder against Hugging Face transformers (issue 38, item 3).
 
-For each row of a matrix of small model configurations (Llama, Mistral, Qwen2, Qwen3, Gemma 3; fp16 and bf16; tied and untied
-embeddings; grouped-query ratios; head_dim 64 and 128, also set apart from hidden / heads; rope_theta 1e4, 5e5, 1e6;
-RoPE scaling llama3 and linear; sharded weights; the older top-level rope_theta / rope_scaling layout), this script
+For each row of a matrix of small model configurations (Llama, Mistral, Qwen2, Qwen3, Gemma 3, Qwen3-MoE, Mixtral;
+fp16 and bf16; tied and untied embeddings; grouped-query ratios; head_dim 64 and 128, also set apart from
+hidden / heads; rope_theta 1e4, 5e5, 1e6; RoPE scaling llama3 and linear; sharded weights; the older top-level rope_theta / rope_scaling layout), this script
 builds a random model with transformers itself, casts its weights to the row's dtype and writes the checkpoint with
 `save_pretrained`. The reference is transformers' own forward pass in float32 on the CPU over the SAME rounded
 weights, teacher-forced over a random token sequence. The program `decoder_logits` (built next to the tests) loads
@@ -15,6 +15,15 @@ the folder with `lazygraph::nn::load_decoder` and writes what the decoder comput
   reference's. A margin is clear when  top1 - top2 > 5 * bound * rms(ref logits at that position),  `bound` being
   the row's relative-error bound: an error within the bound, spread over the vocabulary, moves a logit by about
   bound * rms, so a clear margin is five such errors wide. Positions with a smaller margin are counted, not judged.
+
+Mixtures of experts (Qwen3-MoE, Mixtral; OLMoE must be refused): the router's choice is a discontinuity, so a
+position is judged only where every layer's routing is clear in the reference. transformers' routers are hooked
+(the modules named `...gate` of the sparse blocks) to read each position's router logits; a layer's routing is clear
+when the logit of its last chosen expert exceeds the best unchosen one's by more than CLEAR_FACTOR * bound * rms of
+the position's centered router logits (an error within the bound moves a logit by about bound * rms). Positions
+whose routing is not clear are counted ("routes clear" in the detail) and left out of the error bound and the
+argmax judgement. Expert matrices (3-D in transformers 5: [experts, out, in]) get the same init as the others, std
+1/sqrt(in).
 
 Some rows must be refused by the loader with a message naming the key (or the tensor) it does not implement
 (attention_bias, mlp_bias, rope_type yarn): such a row passes when `decoder_logits` fails to load with a
@@ -97,7 +106,7 @@ class Row:
     """One configuration of the matrix."""
 
     name: str
-    arch: str  # "llama", "mistral", "qwen2", "qwen3" or "gemma3"
+    arch: str  # "llama", "mistral", "qwen2", "qwen3", "gemma3", "qwen3_moe", "mixtral" or "olmoe"
     dtype: str  # "f16" or "bf16"
     config: dict  # keyword arguments of the transformers config class
     expect: str = "match"  # "match", "refuse" or "refuse-or-match"
@@ -152,6 +161,17 @@ def gemma3_config(**overrides):
     )
     c.update(overrides)
     return c
+
+
+def moe_config(experts, top_k, width, **overrides):
+    """model_config with a mixture of `experts` experts of width `width`, the top `top_k` chosen, in every layer
+    (Qwen3-MoE's and OLMoE's keys; Mixtral's rows rename them)."""
+    return model_config(num_experts=experts, num_experts_per_tok=top_k, moe_intermediate_size=width, **overrides)
+
+
+def mixtral_config(experts, top_k, width, **overrides):
+    """model_config with Mixtral's mixture of experts: its expert width is intermediate_size."""
+    return model_config(num_local_experts=experts, num_experts_per_tok=top_k, intermediate_size=width, **overrides)
 
 
 LLAMA3 = dict(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=32)
@@ -233,6 +253,28 @@ def matrix():
             paths=("persistent",), note="no persistent tiles for its block"),
         Row("gemma3-attn-softcap", "gemma3", "f16", gemma3_config(attn_logit_softcapping=50.0), expect="refuse",
             names=("attn_logit_softcapping",)),
+        Row("qwen3-moe", "qwen3_moe", "f16",
+            moe_config(8, 2, 256, num_key_value_heads=2, norm_topk_prob=True, rope_parameters=rope(1e6),
+                       rms_norm_eps=1e-6),
+            note="8 experts of 256, top 2 renormalized, q/k norms", paths=ALL_PATHS),
+        Row("qwen3-moe-top4", "qwen3_moe", "bf16",
+            moe_config(16, 4, 128, num_key_value_heads=4, norm_topk_prob=False, tie_word_embeddings=True,
+                       rope_parameters=rope(1e6), rms_norm_eps=1e-6),
+            note="16 experts of 128, top 4 as the softmax gives them, tied", paths=ALL_PATHS),
+        Row("qwen3-moe-persistent", "qwen3_moe", "f16", moe_config(8, 2, 256, num_key_value_heads=2),
+            expect="refuse", names=("mixture of experts",), paths=("persistent",),
+            note="no persistent tiles for a mixture of experts"),
+        Row("qwen3-moe-tp2", "qwen3_moe", "f16", moe_config(8, 2, 256, num_key_value_heads=2), expect="refuse",
+            names=("mixture of experts",), paths=("tp2-step",), note="no tensor-parallel experts"),
+        Row("mixtral", "mixtral", "f16", mixtral_config(8, 2, 256, num_key_value_heads=2, sliding_window=None),
+            note="8 experts of 256, top 2", paths=ALL_PATHS),
+        Row("mixtral-window-16", "mixtral", "bf16",
+            mixtral_config(8, 2, 256, num_key_value_heads=2, sliding_window=16, rope_parameters=rope(1e6)),
+            note="window < sequence", paths=("step", "prefill", "batch")),
+        Row("olmoe", "olmoe", "f16",
+            model_config(num_experts=8, num_experts_per_tok=2, intermediate_size=256, norm_topk_prob=False),
+            expect="refuse", names=("q_norm and k_norm over the whole",),
+            note="q/k norms over the whole projection: not implemented"),
         Row("llama-attention-bias", "llama", "f16", model_config(attention_bias=True), expect="refuse",
             names=("attention_bias", "proj.bias")),
         Row("llama-mlp-bias", "llama", "f16", model_config(mlp_bias=True), expect="refuse",
@@ -289,7 +331,11 @@ class Harness:
             "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
             "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM),
             "gemma3": (transformers.Gemma3TextConfig, transformers.Gemma3ForCausalLM),
+            "qwen3_moe": (transformers.Qwen3MoeConfig, transformers.Qwen3MoeForCausalLM),
+            "mixtral": (transformers.MixtralConfig, transformers.MixtralForCausalLM),
+            "olmoe": (transformers.OlmoeConfig, transformers.OlmoeForCausalLM),
         }
+        self.routes = {}  # per reference sequence: whether every layer's routing is clear at each position
 
     # ---- the model and its checkpoint ----
 
@@ -309,8 +355,8 @@ class Harness:
                     values = torch.rand(p.shape, generator=generator) + (-0.5 if row.arch == "gemma3" else 0.5)
                 elif name.endswith(".bias"):
                     values = torch.randn(p.shape, generator=generator) * 0.5
-                elif p.dim() == 2:
-                    values = torch.randn(p.shape, generator=generator) / math.sqrt(p.shape[1])
+                elif p.dim() in (2, 3):  # [out, in], or a mixture's stacked experts [experts, out, in]
+                    values = torch.randn(p.shape, generator=generator) / math.sqrt(p.shape[-1])
                 else:
                     raise RuntimeError(f"no init rule for parameter {name} of shape {tuple(p.shape)}")
                 p.copy_(values.to(storage).float())
@@ -342,12 +388,47 @@ class Harness:
                 json.dump(config, f, indent=2)
         return files
 
-    def reference(self, model, ids):
-        """transformers' float32 logits for the sequence `ids`, teacher-forced: [len(ids), vocab]."""
+    def reference(self, model, ids, bound=None):
+        """transformers' float32 logits for the sequence `ids`, teacher-forced: [len(ids), vocab]. With a mixture of
+        experts and a `bound`, also whether each position's routing is clear in every layer (route_clear)."""
         torch = self.torch
-        with torch.no_grad():
-            out = model(input_ids=torch.tensor([ids], dtype=torch.long), use_cache=False)
+        logits = []  # each sparse block's router logits (or probabilities), [len(ids), experts]
+        hooks = []
+        top_k = getattr(model.config, "num_experts_per_tok", 0)
+        if bound is not None and top_k:
+            for name, module in model.named_modules():
+                if name.endswith(".gate") and ("mlp" in name or "block_sparse_moe" in name):
+                    hooks.append(module.register_forward_hook(
+                        lambda _m, _i, out: logits.append((out[0] if isinstance(out, tuple) else out).detach())))
+            if not hooks:
+                raise RuntimeError("no router found to hook (modules named ...mlp.gate or ...block_sparse_moe.gate)")
+        try:
+            with torch.no_grad():
+                out = model(input_ids=torch.tensor([ids], dtype=torch.long), use_cache=False)
+        finally:
+            for h in hooks:
+                h.remove()
+        if hooks:
+            self.routes[tuple(ids)] = self.route_clear(logits, len(ids), top_k, bound)
         return out.logits[0].float()
+
+    def route_clear(self, routers, positions, top_k, bound):
+        """Whether, at each of `positions`, every router's routing is clear (the module's docstring)."""
+        torch = self.torch
+        clear = torch.ones(positions, dtype=torch.bool)
+        for r in routers:
+            r = r.float().reshape(positions, -1)
+            if top_k >= r.shape[1]:
+                continue  # every expert chosen: nothing to flip
+            # Logits, or probabilities (a router that returns its softmax): their logs differ from the logits by a
+            # constant per position, which neither the gaps nor the centered rms see.
+            is_probability = bool((r >= 0).all()) and bool(torch.allclose(r.sum(dim=1), torch.ones(positions)))
+            lp = torch.log(r.clamp_min(1e-30)) if is_probability else r
+            top = torch.topk(lp, top_k + 1, dim=1).values
+            centered = lp - lp.mean(dim=1, keepdim=True)
+            rms = centered.norm(dim=1) / math.sqrt(lp.shape[1])
+            clear &= (top[:, top_k - 1] - top[:, top_k]) > CLEAR_FACTOR * bound * rms
+        return clear
 
     # ---- running decoder_logits ----
 
@@ -397,14 +478,21 @@ class Harness:
         rms = ref.norm(dim=1) / math.sqrt(ref.shape[1])
         return (top[:, 0] - top[:, 1]) > CLEAR_FACTOR * bound * rms
 
-    def compare_logits(self, result, ours, ref, bound, where):
-        """Fills in `result`'s error and argmax columns; returns the problems found. where(i) names row i."""
+    def compare_logits(self, result, ours, ref, bound, where, judged=None):
+        """Fills in `result`'s error and argmax columns; returns the problems found. where(i) names row i. `judged`
+        (a mixture of experts' clear routes): the rows whose error and argmax are judged; all when None."""
         torch = self.torch
         finite = bool(torch.isfinite(ours).all())
-        errors = (ours - ref).norm(dim=1) / ref.norm(dim=1)
+        if judged is None:
+            judged = torch.ones(ref.shape[0], dtype=torch.bool)
+        else:
+            result.extra.append(f"routes clear at {int(judged.sum())}/{len(judged)}")
+            if int(judged.sum()) * 2 < len(judged):
+                return [f"routes clear at only {int(judged.sum())} of {len(judged)} rows: too few to judge"]
+        errors = torch.where(judged, (ours - ref).norm(dim=1) / ref.norm(dim=1), torch.zeros(ref.shape[0]))
         worst = float(errors.max()) if finite else math.inf
         same = ours.argmax(dim=1) == ref.argmax(dim=1)
-        clear = self.clear_margins(ref, bound)
+        clear = self.clear_margins(ref, bound) & judged
         clear_equal = int((same & clear).sum())
         result.error = f"{worst:.2e}" if finite else "non-finite"
         result.argmax = f"{clear_equal}/{int(clear.sum())} ({int(same.sum())}/{len(same)})"
@@ -423,12 +511,17 @@ class Harness:
         sequence (the prompt, then our tokens), wherever the reference margin is clear."""
         torch = self.torch
         sequence = ids[:GENERATE_PROMPT] + tokens[:-1]
-        ref = self.reference(model, sequence)[GENERATE_PROMPT - 1:]
+        ref = self.reference(model, sequence, bound)[GENERATE_PROMPT - 1:]
         vocab = ref.shape[1]
         if any(t < 0 or t >= vocab for t in tokens):
             return [f"a generated token is outside the vocabulary: {tokens}"]
         same = torch.tensor(tokens) == ref.argmax(dim=1)
         clear = self.clear_margins(ref, bound)
+        routes = self.routes.get(tuple(sequence))
+        if routes is not None:  # a mixture of experts: judged where every route so far is clear
+            judged = torch.cumprod(routes.int(), dim=0).bool()[GENERATE_PROMPT - 1:]
+            result.extra.append(f"routes clear up to {int(judged.sum())}/{len(judged)}")
+            clear &= judged
         clear_equal = int((same & clear).sum())
         result.argmax = f"{clear_equal}/{int(clear.sum())} ({int(same.sum())}/{len(tokens)})"
         if clear_equal != int(clear.sum()):
@@ -462,8 +555,13 @@ class Harness:
 
         def ref_of(s):
             if s not in refs:
-                refs[s] = self.reference(model, sequences[s])
+                refs[s] = self.reference(model, sequences[s], bound)
             return refs[s]
+
+        def routes_of(s):
+            """Sequence s's clear routes (ref_of(s) first), or None without a mixture of experts."""
+            ref_of(s)
+            return self.routes.get(tuple(sequences[s]))
 
         results = []
         for path in row.paths:
@@ -501,20 +599,25 @@ class Harness:
             try:
                 if mode == "step":
                     ours = self.read_floats(out, self.positions, vocab)
-                    problems = self.compare_logits(r, ours, ref_of(0), bound, lambda i: f"position {i}")
+                    problems = self.compare_logits(r, ours, ref_of(0), bound, lambda i: f"position {i}",
+                                                   routes_of(0))
                 elif mode == "prefill":
                     lengths = self.prefill_lengths
                     labels = [f"position {p} after a prompt of {n}"
                               for n in lengths for p in range(n - 1, self.positions)]
                     ref = torch.cat([ref_of(0)[n - 1:] for n in lengths])
+                    routes = routes_of(0)
+                    judged = None if routes is None else torch.cat([routes[n - 1:] for n in lengths])
                     ours = self.read_floats(out, len(labels), vocab)
-                    problems = self.compare_logits(r, ours, ref, bound, lambda i: labels[i])
+                    problems = self.compare_logits(r, ours, ref, bound, lambda i: labels[i], judged)
                 elif mode == "batch":
                     ours = self.read_floats(out, self.positions * BATCH_SEQUENCES, vocab)
                     ref = torch.stack([ref_of(s) for s in range(BATCH_SEQUENCES)], dim=1).reshape(-1, vocab)
+                    routes = [routes_of(s) for s in range(BATCH_SEQUENCES)]
+                    judged = None if routes[0] is None else torch.stack(routes, dim=1).reshape(-1)
                     problems = self.compare_logits(
                         r, ours, ref, bound,
-                        lambda i: f"position {i // BATCH_SEQUENCES} of sequence {i % BATCH_SEQUENCES}")
+                        lambda i: f"position {i // BATCH_SEQUENCES} of sequence {i % BATCH_SEQUENCES}", judged)
                 else:
                     tokens = self.read_ints(out, GENERATE_TOKENS + 1)
                     problems = self.compare_generate(r, tokens, model, sequences[0], bound)
