@@ -58,6 +58,21 @@ synccheck_excluded="*generate*,*8 threads calling one MLP and one decoder*,*deco
 #   alone as a WHILE body of 2 iterations, then generate of 2 tokens, then of 8. Each runs in its own process, so the
 #   log shows how far the tool gets; a case the tool aborts in fails with the abort in its log.
 racecheck_excluded_sources="*gemm.cpp,*nn/prefill.cpp"
+# memcheck and initcheck: the tests that launch a graph with conditional nodes (WHILE, IF) right behind other work
+# on its stream (the uploads of its inputs, a re-instantiation). Under these two tools such a launch fails with
+# CUDA_ERROR_ILLEGAL_ADDRESS and no access reported, and the context is lost; without a tool they pass, and under the
+# tool they pass when their kernels were compiled in the same process (which leaves the stream idle by the time of
+# the launch) or when the test waits for its stream before it captures (H200, compute-sanitizer 2025.3.1: the same
+# three tests, with the cache warm, fail as they are and pass with a stream.synchronize() before each capture).
+# NVIDIA/warp#1406 reports the same failure for a WHILE graph captured after recent allocations, without lazygraph.
+# racecheck and synccheck run these tests.
+conditional_excluded="*while_ runs its body exactly*,*a while_ body may hold a kernel that synchronizes*,*the bound stops a loop*,*conditional ops nest*,*a captured graph with conditions is never updated*,*a built graph with conditions updates kernels*,*LoopBound's while_guard runs*"
+# initcheck only:
+# - tests whose stream waits on a host function the test itself opens later (tests/common/gate.hpp): under initcheck
+#   the test's next driver call does not return while that host function waits, so they hang (memcheck, racecheck
+#   and synccheck run them);
+# - a test that times how long a failed NCCL join takes: initcheck makes NCCL's setup 3x slower than its bound.
+initcheck_excluded="*fork_join runs each branch on its own stream*,*a stream that waits for an event runs its later work*,*a rank whose peer never comes gets a TimeoutError*"
 racecheck_excluded="*generate*,*8 threads calling one MLP and one decoder*"
 racecheck_loop="*small enough for racecheck*"
 nccl_sources="*collective.cpp,*collective_log.cpp,*communicator.cpp,*multi_device_graph.cpp,*symmetric_buffer.cpp,*peer_exchange.cpp,*tensor_parallel.cpp,*tensor_parallel_decoder.cpp,*decoder_rank.cpp,*peer_all_reduce.cpp"
@@ -179,6 +194,8 @@ for tool in "${tools[@]}"; do
   excluded=""
   [ "$tool" = synccheck ] && excluded=",$synccheck_excluded"
   [ "$tool" = racecheck ] && excluded=",$racecheck_excluded"
+  [ "$tool" = memcheck ] && excluded=",$conditional_excluded"
+  [ "$tool" = initcheck ] && excluded=",$conditional_excluded,$initcheck_excluded"
   excluded_sources=""
   [ "$tool" = racecheck ] && excluded_sources=",$racecheck_excluded_sources"
   # The same exclusions as doctest arguments, for the passes that select by other filters (none when empty).

@@ -19,8 +19,9 @@ the folder with `lazygraph::nn::load_decoder` and writes what the decoder comput
 Mixtures of experts (Qwen3-MoE, Mixtral; OLMoE must be refused): the router's choice is a discontinuity, so a
 position is judged only where every layer's routing is clear in the reference. transformers' routers are hooked
 (the modules named `...gate` of the sparse blocks) to read each position's router logits; a layer's routing is clear
-when the logit of its last chosen expert exceeds the best unchosen one's by more than CLEAR_FACTOR * bound * rms of
-the position's centered router logits (an error within the bound moves a logit by about bound * rms). Positions
+when the logit of its last chosen expert exceeds the best unchosen one's by more than ROUTE_CLEAR_FACTOR * bound *
+rms of the position's centered router logits (an error within the bound moves a logit by about bound * rms; the
+factor is twice the logits' because a router's input carries the error of every layer before it). Positions
 whose routing is not clear are counted ("routes clear" in the detail) and left out of the error bound and the
 argmax judgement. Expert matrices (3-D in transformers 5: [experts, out, in]) get the same init as the others, std
 1/sqrt(in).
@@ -72,6 +73,10 @@ from dataclasses import dataclass, field
 SKIPPED = 77
 BOUNDS = {"f16": 1e-2, "bf16": 3e-2}
 CLEAR_FACTOR = 5.0
+# Routing: a router's logits come from a hidden state whose error has grown through every layer before it, so a
+# route is judged clear only at twice the logits' factor (at 5, one position of a Qwen3-MoE row, clear by that rule,
+# flipped an expert on the H200: error 6.3e-2 there, 2.6e-3 elsewhere).
+ROUTE_CLEAR_FACTOR = 10.0
 POSITIONS = 96  # teacher-forced positions per sequence (issue 38 asks for at least 64)
 CONTEXT = 128  # KV cache positions the decoder is loaded with (LoadOptions::context)
 MAX_POSITIONS = 256  # max_position_embeddings of every model
@@ -257,7 +262,7 @@ def matrix():
             moe_config(8, 2, 256, num_key_value_heads=2, norm_topk_prob=True, rope_parameters=rope(1e6),
                        rms_norm_eps=1e-6),
             note="8 experts of 256, top 2 renormalized, q/k norms", paths=ALL_PATHS),
-        Row("qwen3-moe-top4", "qwen3_moe", "bf16",
+        Row("qwen3-moe-top4", "qwen3_moe", "f16",
             moe_config(16, 4, 128, num_key_value_heads=4, norm_topk_prob=False, tie_word_embeddings=True,
                        rope_parameters=rope(1e6), rms_norm_eps=1e-6),
             note="16 experts of 128, top 4 as the softmax gives them, tied", paths=ALL_PATHS),
@@ -272,7 +277,8 @@ def matrix():
             mixtral_config(8, 2, 256, num_key_value_heads=2, sliding_window=16, rope_parameters=rope(1e6)),
             note="window < sequence", paths=("step", "prefill", "batch")),
         Row("olmoe", "olmoe", "f16",
-            model_config(num_experts=8, num_experts_per_tok=2, intermediate_size=256, norm_topk_prob=False),
+            model_config(num_experts=8, num_experts_per_tok=2, intermediate_size=256, norm_topk_prob=False,
+                         eos_token_id=2),  # OlmoeConfig's default eos (50279) is past the small vocabulary
             expect="refuse", names=("q_norm and k_norm over the whole",),
             note="q/k norms over the whole projection: not implemented"),
         Row("llama-attention-bias", "llama", "f16", model_config(attention_bias=True), expect="refuse",
@@ -427,7 +433,7 @@ class Harness:
             top = torch.topk(lp, top_k + 1, dim=1).values
             centered = lp - lp.mean(dim=1, keepdim=True)
             rms = centered.norm(dim=1) / math.sqrt(lp.shape[1])
-            clear &= (top[:, top_k - 1] - top[:, top_k]) > CLEAR_FACTOR * bound * rms
+            clear &= (top[:, top_k - 1] - top[:, top_k]) > ROUTE_CLEAR_FACTOR * bound * rms
         return clear
 
     # ---- running decoder_logits ----
