@@ -38,7 +38,7 @@ struct Shape {
 };
 
 /// Fills `into` with seeded uniform values in [-scale, scale) (never zeros), on the device.
-void fill(const lg::Stream& s, const nn::Kernels& k, lg::DeviceSpan<half> into, unsigned key, float scale) {
+void fill(const lg::Stream& s, const nn::Kernels& k, const lg::DeviceSpan<half>& into, unsigned key, float scale) {
   const long long n = static_cast<long long>(into.size());
   const unsigned blocks = static_cast<unsigned>(std::min<long long>((n + 255) / 256, 8192));
   k.fill_uniform.launch(s, {{blocks, 1, 1}, {256, 1, 1}, 0}, into, n, key, scale, 0.0F);
@@ -56,7 +56,7 @@ struct Times {
 
 /// Whether the unsplit kernel's scores and table fit its shared memory (nn::PagedAttention::attend).
 bool unsplit_fits(const nn::PagedAttentionShape& shape) {
-  return (shape.capacity() + shape.table_width) * 4 <= nn::kPagedUnsplitSharedLimit;
+  return (shape.capacity() + shape.table_width) * 4 <= nn::paged_unsplit_shared_limit;
 }
 
 std::string cell(const std::optional<double>& t) {
@@ -149,7 +149,7 @@ Times run_case(const lg::Stream& s, const lg::Device& gpu, const nn::Kernels& k,
     std::iota(sl.begin(), sl.end(), c * rows);
     d_slots.push_back(lg::from_host(sl).sync_on(s));
   }
-  if (static_cast<long long>(context) * 4 <= nn::kPagedUnsplitSharedLimit) {
+  if (static_cast<long long>(context) * 4 <= nn::paged_unsplit_shared_limit) {
     const auto config = k.attention_config(sh.heads, rows, context);
     t.contiguous = median_seconds(s, reps,
                                   [&](int i) {

@@ -13,7 +13,7 @@ namespace {
 std::string str(long long v) { return std::to_string(v); }
 
 /// attend_split's most dynamic shared memory: sm_90's opt-in limit less its static 9.3 KiB, rounded down to a KiB.
-constexpr long long kSplitSharedLimit = 232448 - 10 * 1024;
+constexpr long long split_shared_limit = 232448 - 10 * 1024;
 
 template <class U>
 void check_span(const char* name, const DeviceSpan<U>& span, long long expected, const char* layout, bool aligned) {
@@ -111,8 +111,8 @@ int paged_attention_splits(long long capacity, int pairs, int multiprocessors) {
            str(multiprocessors) + " must all be at least 1");
   }
   const long long wanted = (4LL * multiprocessors + pairs - 1) / pairs;  // about four blocks per SM
-  const long long most = std::max(1LL, capacity / kPagedMinSplitPositions);
-  return static_cast<int>(std::clamp(wanted, 1LL, std::min<long long>(most, kPagedMaxSplits)));
+  const long long most = std::max(1LL, capacity / paged_min_split_positions);
+  return static_cast<int>(std::clamp(wanted, 1LL, std::min<long long>(most, paged_max_splits)));
 }
 
 template <Element T>
@@ -132,9 +132,9 @@ template <Element T>
 void check_paged_attend(const PagedAttentionShape& s, DeviceSpan<const T> q, DeviceSpan<T> out,
                         const PagedKvCache<T>& c) {
   check_query(s, c, q, out);
-  if (unsplit_shared_bytes(s) > kPagedUnsplitSharedLimit) {
+  if (unsplit_shared_bytes(s) > paged_unsplit_shared_limit) {
     refuse("the scores of table_width x block_size = " + str(s.capacity()) + " positions need " +
-           str(unsplit_shared_bytes(s)) + " bytes of shared memory, beyond " + str(kPagedUnsplitSharedLimit) +
+           str(unsplit_shared_bytes(s)) + " bytes of shared memory, beyond " + str(paged_unsplit_shared_limit) +
            "; use attend_split");
   }
 }
@@ -154,9 +154,9 @@ void check_paged_attend_split(const PagedAttentionShape& s, DeviceSpan<const T> 
   check_apart("partials", partials, "counters", counters);
   check_apart("out", out, "partials", partials);
   check_apart("out", out, "counters", counters);
-  if (split_shared_bytes(s, splits) > kSplitSharedLimit) {
+  if (split_shared_bytes(s, splits) > split_shared_limit) {
     refuse("splits " + str(splits) + " over " + str(s.capacity()) + " positions need " +
-           str(split_shared_bytes(s, splits)) + " bytes of shared memory per block, beyond " + str(kSplitSharedLimit) +
+           str(split_shared_bytes(s, splits)) + " bytes of shared memory per block, beyond " + str(split_shared_limit) +
            "; choose more splits (or fewer, for the partials' share)");
   }
 }

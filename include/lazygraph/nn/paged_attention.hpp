@@ -52,17 +52,17 @@ void check_paged_attention_shape(const PagedAttentionShape& shape);
 /// The splits of attention_paged_split for rows whose positions reach up to `capacity` (the longest position the
 /// launch will serve, plus one; usually the tables' capacity), over `pairs` (row, head) pairs, on a GPU of
 /// `multiprocessors` SMs: enough that the grid has about four blocks per SM, each split at least
-/// kPagedMinSplitPositions positions, at most kPagedMaxSplits. 1 means the unsplit kernel would do as well.
+/// paged_min_split_positions positions, at most paged_max_splits. 1 means the unsplit kernel would do as well.
 /// \throws UsageError for a capacity, pairs or multiprocessors below 1.
 [[nodiscard]] int paged_attention_splits(long long capacity, int pairs, int multiprocessors);
 
 /// The fewest positions a split of attention_paged_split attends (paged_attention_splits).
-inline constexpr int kPagedMinSplitPositions = 256;
+inline constexpr int paged_min_split_positions = 256;
 /// The most splits paged_attention_splits chooses (the combining block stages splits * (head_dim + 2) floats).
-inline constexpr int kPagedMaxSplits = 64;
+inline constexpr int paged_max_splits = 64;
 /// The most dynamic shared memory attention_paged may ask for: sm_90's opt-in limit per block (227 KiB) less
 /// the kernel's static shared memory (33.25 KiB), rounded down to a KiB.
-inline constexpr long long kPagedUnsplitSharedLimit = 232448 - 34 * 1024;
+inline constexpr long long paged_unsplit_shared_limit = 232448 - 34 * 1024;
 
 /// Checks an append (PagedAttention::append) without a GPU. \throws UsageError naming the span or field that does
 /// not fit `shape`: check_paged_attention_shape's refusals; k or v not of rows * kv_heads * head_dim elements; a pool
@@ -75,7 +75,7 @@ void check_paged_append(const PagedAttentionShape& shape, DeviceSpan<const T> k,
 /// Checks an attention launch (PagedAttention::attend) without a GPU. \throws UsageError as check_paged_append for
 /// the cache; q or out not of rows * heads * head_dim elements or not 16-byte aligned; out overlapping q, a pool,
 /// positions or tables; the scores of capacity() positions and the table needing more than
-/// kPagedUnsplitSharedLimit bytes of shared memory (use the split kernel).
+/// paged_unsplit_shared_limit bytes of shared memory (use the split kernel).
 template <Element T>
 void check_paged_attend(const PagedAttentionShape& shape, DeviceSpan<const T> q, DeviceSpan<T> out,
                         const PagedKvCache<T>& cache);
@@ -135,7 +135,7 @@ class PagedAttention {
   /// Gives the bits nn::Kernels::attention gives (at attention_config's 1024 threads) for the same keys and values.
   /// Rows must be appended before they attend. \throws UsageError as append (q and out of rows * heads * head_dim,
   /// 16-byte aligned; out overlapping a pool), and when the scores of capacity() positions and the table would need
-  /// more than kPagedUnsplitSharedLimit bytes of shared memory (use attend_split).
+  /// more than paged_unsplit_shared_limit bytes of shared memory (use attend_split).
   [[nodiscard]] AttentionOp attend(const PagedAttentionShape& shape, DeviceSpan<const T> q, DeviceSpan<T> out,
                                    const PagedKvCache<T>& cache) const;
 
@@ -144,7 +144,7 @@ class PagedAttention {
   /// partials: split_partials(shape, splits) floats of scratch; counters: rows * heads unsigned, zero before the
   /// first launch (each launch leaves them zero). Launches sharing counters must not run at once.
   /// \throws UsageError as attend, for splits outside 1..capacity(), for partials or counters of another size, and
-  /// when a block's shared memory would exceed kPagedUnsplitSharedLimit.
+  /// when a block's shared memory would exceed paged_unsplit_shared_limit.
   [[nodiscard]] SplitOp attend_split(const PagedAttentionShape& shape, DeviceSpan<const T> q, DeviceSpan<T> out,
                                      DeviceSpan<float> partials, DeviceSpan<unsigned> counters,
                                      const PagedKvCache<T>& cache, int splits) const;
