@@ -110,7 +110,8 @@ int paged_attention_splits(long long capacity, int pairs, int multiprocessors) {
     refuse("paged_attention_splits: capacity " + str(capacity) + ", pairs " + str(pairs) + " and multiprocessors " +
            str(multiprocessors) + " must all be at least 1");
   }
-  const long long wanted = (4LL * multiprocessors + pairs - 1) / pairs;  // about four blocks per SM
+  const long long fill = (4LL * multiprocessors + pairs - 1) / pairs;  // about four blocks per SM
+  const long long wanted = std::max(fill, (capacity + paged_max_split_positions - 1) / paged_max_split_positions);
   const long long most = std::max(1LL, capacity / paged_min_split_positions);
   return static_cast<int>(std::clamp(wanted, 1LL, std::min<long long>(most, paged_max_splits)));
 }

@@ -170,13 +170,15 @@ TEST_CASE_TEMPLATE("the paged handles match their kernels' declarations in kerne
 }
 
 TEST_CASE("paged_attention_splits fills the GPU from the longest position, within its bounds") {
-  // 132 SMs, about four blocks each: 528 blocks.
+  // 132 SMs, about four blocks each: 528 blocks; at most 4096 positions a split while splits are left.
   CHECK(nn::paged_attention_splits(32768, 32, 132) == 17);      // 32 heads of one row: ceil(528 / 32)
-  CHECK(nn::paged_attention_splits(32768, 32 * 64, 132) == 1);  // 64 rows fill the GPU alone
-  CHECK(nn::paged_attention_splits(1024, 32, 132) == 4);        // at least 256 positions a split
+  CHECK(nn::paged_attention_splits(32768, 32 * 64, 132) == 8);  // 64 rows fill the GPU, but 32768 / 4096 = 8
+  CHECK(nn::paged_attention_splits(4096, 32 * 64, 132) == 1);
+  CHECK(nn::paged_attention_splits(1024, 32, 132) == 4);  // at least 256 positions a split
   CHECK(nn::paged_attention_splits(100, 32, 132) == 1);
   CHECK(nn::paged_attention_splits(131072, 1, 132) == nn::paged_max_splits);
-  CHECK(nn::paged_attention_splits(131072, 256, 132) == 3);
+  CHECK(nn::paged_attention_splits(131072, 256, 132) == 32);
+  CHECK(nn::paged_attention_splits(1 << 20, 32, 132) == nn::paged_max_splits);
   CHECK_THROWS_WITH_AS((void)nn::paged_attention_splits(0, 32, 132), doctest::Contains("capacity 0"), UsageError);
   CHECK_THROWS_AS((void)nn::paged_attention_splits(1024, 0, 132), UsageError);
 }

@@ -51,13 +51,16 @@ void check_paged_attention_shape(const PagedAttentionShape& shape);
 
 /// The splits of attention_paged_split for rows whose positions reach up to `capacity` (the longest position the
 /// launch will serve, plus one; usually the tables' capacity), over `pairs` (row, head) pairs, on a GPU of
-/// `multiprocessors` SMs: enough that the grid has about four blocks per SM, each split at least
-/// paged_min_split_positions positions, at most paged_max_splits. 1 means the unsplit kernel would do as well.
+/// `multiprocessors` SMs: enough that the grid has about four blocks per SM, and that no split holds more than
+/// paged_max_split_positions positions (a split's scores live in shared memory: long ones leave room for one block
+/// per SM); but each split at least paged_min_split_positions positions, and at most paged_max_splits splits.
 /// \throws UsageError for a capacity, pairs or multiprocessors below 1.
 [[nodiscard]] int paged_attention_splits(long long capacity, int pairs, int multiprocessors);
 
 /// The fewest positions a split of attention_paged_split attends (paged_attention_splits).
 inline constexpr int paged_min_split_positions = 256;
+/// The most positions paged_attention_splits gives a split while it may choose more splits (16 KiB of scores).
+inline constexpr int paged_max_split_positions = 4096;
 /// The most splits paged_attention_splits chooses (the combining block stages splits * (head_dim + 2) floats).
 inline constexpr int paged_max_splits = 64;
 /// The most dynamic shared memory attention_paged may ask for: sm_90's opt-in limit per block (227 KiB) less
