@@ -532,17 +532,21 @@ TEST_SUITE("gpu") {
     }
   }
 
-  TEST_CASE("a captured paged attention graph replays with the tables and positions last copied in") {
+  TEST_CASE(
+      "a captured paged append and attention graph, launched early, replays with the tables, positions, keys and "
+      "values "
+      "last copied in") {
     Stream& s = lgtest::stream();
     std::random_device device;
     const unsigned seed = device();
     CAPTURE(seed);
     std::mt19937 rng(seed);
-    const nn::PagedAttention<half> paged(lgtest::nn_kernels());
+    const nn::PagedAttention<half> paged(lgtest::nn_kernels());  // early launches: programmatic edges in the graph
     // Two batches of the same shape over one pool: b's sequences in blocks [0, n), c's in [n, 2n) (c's tables
-    // shifted), so that the pool holds both and only the tables and positions choose.
-    auto b = make_batch<half>(8, 2, 64, 16, {{0, 300}, {1, 17}}, rng);
-    auto c = make_batch<half>(8, 2, 64, 16, {{0, 299}, {1, 16}}, rng);
+    // shifted), so that the pool holds both and only what is copied in chooses. Rows 1 and 2 are one sequence, the
+    // second attending the key the first appends in the same replay.
+    auto b = make_batch<half>(8, 2, 64, 16, {{0, 300}, {1, 17}, {1, 18}}, rng);
+    auto c = make_batch<half>(8, 2, 64, 16, {{0, 299}, {1, 16}, {1, 17}}, rng);
     REQUIRE(b.shape.blocks == c.shape.blocks);
     REQUIRE(b.shape.table_width == c.shape.table_width);
     c.q = b.q;
@@ -554,27 +558,12 @@ TEST_SUITE("gpu") {
     k_pool.insert(k_pool.end(), c.k_pool.begin(), c.k_pool.end());
     v_pool.insert(v_pool.end(), c.v_pool.begin(), c.v_pool.end());
     for (auto& id : c.tables) id = id < 0 ? id : id + n;
-    // The rows' own positions are written beforehand here (no append in the graph).
-    const auto write_rows = [&](const PagedBatch<half>& x) {
-      for (int r = 0; r < x.shape.rows; ++r) {
-        const int p = x.positions[r];
-        const auto block =
-            static_cast<std::size_t>(x.tables[static_cast<std::size_t>(r * x.shape.table_width + p / 16)]);
-        for (int h = 0; h < 2; ++h) {
-          for (int d = 0; d < 64; ++d) {
-            const std::size_t at = ((block * 2 + h) * 16 + static_cast<std::size_t>(p % 16)) * 64 + d;
-            k_pool[at] = x.k_new[(static_cast<std::size_t>(r) * 2 + h) * 64 + d];
-            v_pool[at] = x.v_new[(static_cast<std::size_t>(r) * 2 + h) * 64 + d];
-          }
-        }
-      }
-    };
-    write_rows(b);
-    write_rows(c);
     auto dk = lgtest::to_device(s, k_pool);
     auto dv = lgtest::to_device(s, v_pool);
     auto positions = lgtest::to_device(s, b.positions);
     auto tables = lgtest::to_device(s, b.tables);
+    auto k_new = lgtest::to_device(s, b.k_new);
+    auto v_new = lgtest::to_device(s, b.v_new);
     const auto q = lgtest::to_device(s, b.q);
     auto out = lgtest::to_device(s, std::vector<half>(b.q.size(), half::from_float(NAN)));
     auto split_out = lgtest::to_device(s, std::vector<half>(b.q.size(), half::from_float(NAN)));
@@ -583,6 +572,7 @@ TEST_SUITE("gpu") {
     auto counters = lgtest::to_device(s, std::vector<unsigned>(static_cast<std::size_t>(shape.rows) * shape.heads, 0U));
     const nn::PagedKvCache<half> cache{dk.view(), dv.view(), positions.cview(), tables.cview()};
     auto graph = CudaGraph<>::scope(s, [&](Scope& scope) {
+      scope.record(paged.append(shape, k_new.cview(), v_new.cview(), cache));
       scope.record(paged.attend(shape, q.cview(), out.view(), cache));
       scope.record(
           paged.attend_split(shape, q.cview(), split_out.view(), partials.view(), counters.view(), cache, splits));
@@ -592,6 +582,8 @@ TEST_SUITE("gpu") {
     CHECK(max_relative_error(lgtest::to_host(s, split_out.cview()), reference(b), 64) < tolerance<half>);
     copy(tables.view(), std::span<const int>(c.tables)).sync_on(s);
     copy(positions.view(), std::span<const int>(c.positions)).sync_on(s);
+    copy(k_new.view(), std::span<const half>(c.k_new)).sync_on(s);
+    copy(v_new.view(), std::span<const half>(c.v_new)).sync_on(s);
     graph.launch();
     CHECK(max_relative_error(lgtest::to_host(s, out.cview()), reference(c), 64) < tolerance<half>);
     CHECK(max_relative_error(lgtest::to_host(s, split_out.cview()), reference(c), 64) < tolerance<half>);
