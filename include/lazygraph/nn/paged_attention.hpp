@@ -126,7 +126,10 @@ class PagedAttention {
   explicit PagedAttention(const KernelLibrary& library, bool early_launch = true);
 
   /// Writes each row's k and v ([rows][kv_heads][head_dim]) at its position through its table, as a lazy op. A
-  /// position outside the table's capacity or a block id outside the pool traps the launch (a sticky error).
+  /// position outside the table's capacity or a block id outside the pool traps the launch (a sticky error). Every
+  /// row writes: a row that only pads a batch must point at a block no sequence reads; and a block a row writes may be
+  /// read by the launch's other rows only at the same table index (rows of its own sequence), as the attention
+  /// kernels' early reads assume (KvBlockPool's copy-on-write never writes a shared block).
   /// \throws UsageError naming the span or field that does not fit `shape` (check_paged_attention_shape; k and v of
   /// rows * kv_heads * head_dim elements; the pools of blocks * kv_heads * block_size * head_dim, 16-byte aligned;
   /// positions of rows ints; tables of rows * table_width ints).
