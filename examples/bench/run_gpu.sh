@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine, after tests/gpu_machine.sh has built build-gpu/: runs the benchmarks, tables to stdout.
-#   usage: examples/bench/run_gpu.sh [all|graph|gemv|persistent|quantized|expr|nccl|compile|models|shapes|batch|prefill]   (default all)
+#   usage: examples/bench/run_gpu.sh [all|graph|gemv|persistent|quantized|expr|nccl|compile|models|shapes|batch|prefill|paged]   (default all)
 #          examples/bench/run_gpu.sh prefill [bench_prefill options...]   (e.g. --shape tinyllama --tokens 512)
 # The models benchmarks write their results to $OUT/models, $OUT/shapes, $OUT/batch8, $OUT/prefill (or under
 # ./bench-results) and need python3 with PyTorch; prefill also with Hugging Face transformers.
@@ -43,6 +43,7 @@ if [ "$which" = all ] || [ "$which" = nccl ]; then
   echo
 fi
 if [ "$which" = all ] || [ "$which" = compile ]; then ./build-gpu/examples/bench_compile; echo; fi
+if [ "$which" = all ] || [ "$which" = paged ]; then ./build-gpu/examples/bench_paged_attention; echo; fi
 if [ "$which" = all ] || [ "$which" = models ]; then
   results="${OUT:-$PWD/bench-results}/models"
   mkdir -p "$results"

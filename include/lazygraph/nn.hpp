@@ -23,6 +23,7 @@
 #include "lazygraph/nn/llama_config.hpp"
 #include "lazygraph/nn/mlp.hpp"
 #include "lazygraph/nn/openai_request.hpp"
+#include "lazygraph/nn/paged_attention.hpp"
 #include "lazygraph/nn/peer_all_reduce.hpp"
 #include "lazygraph/nn/prefill_attention.hpp"
 #include "lazygraph/nn/quantization_config.hpp"

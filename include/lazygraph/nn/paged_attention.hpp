@@ -1,0 +1,185 @@
+#pragma once
+/// \file
+/// Decode attention over a paged KV cache (kernels/nn/paged_attention.cu), the device side of nn::KvBlockPool:
+/// appending a row's key and value through its block table, and attention through the table, in one block per
+/// (row, head) or split over positions (flash-decoding). Every launch is a lazy op whose arguments are checked on
+/// the host when it is built, before any GPU work. The positions and block tables are device inputs: a captured
+/// graph replays with whatever was last copied there, so new tables never need a new capture.
+///
+/// The pool is [blocks][kv_heads][block_size][head_dim] for K and for V; row b's table is `table_width` int32 block
+/// ids (KvBlockPool::table's layout, padded with anything: only the entries up to the row's position are read), and
+/// its position p lives in block tables[b][p / block_size] at offset p % block_size. Defined for T = half and
+/// bfloat16 in src/nn/paged_attention.cpp.
+
+#include <cstddef>
+
+#include "lazygraph/nn/kernels.hpp"
+
+namespace lazygraph::nn {
+
+/// The shape of a paged attention launch: the batch, the heads and the pool.
+struct PagedAttentionShape {
+  int rows = 0;         ///< rows of the batch (one per sequence when decoding), at least 1
+  int heads = 0;        ///< query heads
+  int kv_heads = 0;     ///< key/value heads; heads must be a multiple of them (grouped-query attention)
+  int head_dim = 0;     ///< a multiple of 8, at most 256
+  int block_size = 16;  ///< positions per block: 16 or 32
+  int blocks = 0;       ///< blocks in the pool
+  int table_width = 0;  ///< block ids per row's table: a row reaches positions below table_width * block_size
+  /// The scores' scale: 0 means 1 / sqrt(head_dim).
+  float scale = 0;
+  /// The attention window: a row attends the `window` positions up to its own (a sliding-window layer); 0 none.
+  int window = 0;
+
+  /// The positions a row's table reaches: table_width * block_size.
+  [[nodiscard]] long long capacity() const noexcept { return static_cast<long long>(table_width) * block_size; }
+};
+
+/// The cache and the per-row inputs every paged launch reads.
+template <Element T>
+struct PagedKvCache {
+  DeviceSpan<T> k_pool;             ///< keys [blocks][kv_heads][block_size][head_dim], 16-byte aligned
+  DeviceSpan<T> v_pool;             ///< values, like k_pool
+  DeviceSpan<const int> positions;  ///< [rows]: each row's position (the one appended, the last attended)
+  DeviceSpan<const int> tables;     ///< [rows][table_width] block ids
+};
+
+/// Checks a shape without a GPU. \throws UsageError naming the field and its value: rows, heads, kv_heads or blocks
+/// below 1, heads not a multiple of kv_heads, head_dim not a positive multiple of 8 or above 256, block_size not 16
+/// or 32, table_width below 1 or capacity() beyond 2^30, a negative window, a negative or non-finite scale.
+void check_paged_attention_shape(const PagedAttentionShape& shape);
+
+/// The splits of attention_paged_split for rows whose positions reach up to `capacity` (the longest position the
+/// launch will serve, plus one; usually the tables' capacity), over `pairs` (row, head) pairs, on a GPU of
+/// `multiprocessors` SMs: enough that the grid has about four blocks per SM, and that no split holds more than
+/// paged_max_split_positions positions (a split's scores live in shared memory: long ones leave room for one block
+/// per SM); but each split at least paged_min_split_positions positions, and at most paged_max_splits splits.
+/// \throws UsageError for a capacity, pairs or multiprocessors below 1.
+[[nodiscard]] int paged_attention_splits(long long capacity, int pairs, int multiprocessors);
+
+/// The fewest positions a split of attention_paged_split attends (paged_attention_splits).
+inline constexpr int paged_min_split_positions = 256;
+/// The most positions paged_attention_splits gives a split while it may choose more splits (16 KiB of scores).
+inline constexpr int paged_max_split_positions = 4096;
+/// The most splits paged_attention_splits chooses (the combining block stages splits * (head_dim + 2) floats).
+inline constexpr int paged_max_splits = 64;
+/// The most dynamic shared memory attention_paged may ask for: sm_90's opt-in limit per block (227 KiB) less
+/// the kernel's static shared memory (33.25 KiB), rounded down to a KiB.
+inline constexpr long long paged_unsplit_shared_limit = 232448 - 34 * 1024;
+
+/// Checks an append (PagedAttention::append) without a GPU. \throws UsageError naming the span or field that does
+/// not fit `shape`: check_paged_attention_shape's refusals; k or v not of rows * kv_heads * head_dim elements; a pool
+/// not of blocks * kv_heads * block_size * head_dim elements or not 16-byte aligned; positions not of rows ints;
+/// tables not of rows * table_width ints; a pool overlapping another span.
+template <Element T>
+void check_paged_append(const PagedAttentionShape& shape, DeviceSpan<const T> k, DeviceSpan<const T> v,
+                        const PagedKvCache<T>& cache);
+
+/// Checks an attention launch (PagedAttention::attend) without a GPU. \throws UsageError as check_paged_append for
+/// the cache; q or out not of rows * heads * head_dim elements or not 16-byte aligned; out overlapping q, a pool,
+/// positions or tables; the scores of capacity() positions and the table needing more than
+/// paged_unsplit_shared_limit bytes of shared memory (use the split kernel).
+template <Element T>
+void check_paged_attend(const PagedAttentionShape& shape, DeviceSpan<const T> q, DeviceSpan<T> out,
+                        const PagedKvCache<T>& cache);
+
+/// Checks a split attention launch (PagedAttention::attend_split) without a GPU. \throws UsageError as
+/// check_paged_attend but for the unsplit shared memory; splits outside 1 .. min(65535, capacity()); partials not of
+/// split_partials floats, counters not of rows * heads; out, partials and counters overlapping; a block's shared
+/// memory beyond sm_90's limit.
+template <Element T>
+void check_paged_attend_split(const PagedAttentionShape& shape, DeviceSpan<const T> q, DeviceSpan<T> out,
+                              DeviceSpan<float> partials, DeviceSpan<unsigned> counters, const PagedKvCache<T>& cache,
+                              int splits);
+
+/// Typed handles to the paged kernels over elements of T (kv_append_paged, attention_paged, attention_paged_split;
+/// _bf16 for bfloat16), with launch ops that check their arguments.
+///
+/// Thread safety: const members may be called from any thread. Exception safety: a refused call throws before
+/// anything runs and changes nothing.
+template <Element T>
+class PagedAttention {
+ public:
+  /// kv_append_paged(k, v, k_pool, v_pool, positions, tables, kv_heads, head_dim, block_size, blocks, table_width,
+  /// rows).
+  using AppendKernel = Kernel<void(const T*, const T*, T*, T*, const int*, const int*, int, int, int, int, int, int)>;
+  /// attention_paged(q, k_pool, v_pool, out, positions, tables, heads, kv_heads, head_dim, block_size, blocks,
+  /// table_width, scale, window).
+  using AttentionKernel =
+      Kernel<void(const T*, const T*, const T*, T*, const int*, const int*, int, int, int, int, int, int, float, int)>;
+  /// attention_paged_split(q, k_pool, v_pool, out, partials, counters, positions, tables, heads, kv_heads, head_dim,
+  /// block_size, blocks, table_width, scale, window).
+  using SplitKernel = Kernel<void(const T*, const T*, const T*, T*, float*, unsigned*, const int*, const int*, int, int,
+                                  int, int, int, int, float, int)>;
+  /// The ops the calls return (GraphNodes: kernel launches).
+  using AppendOp = LaunchOp<const T*, const T*, T*, T*, const int*, const int*, int, int, int, int, int, int>;
+  /// See AppendOp.
+  using AttentionOp =
+      LaunchOp<const T*, const T*, const T*, T*, const int*, const int*, int, int, int, int, int, int, float, int>;
+  /// See AppendOp.
+  using SplitOp = LaunchOp<const T*, const T*, const T*, T*, float*, unsigned*, const int*, const int*, int, int, int,
+                           int, int, int, float, int>;
+
+  /// Looks the kernels up in `library` (which must hold nn::kernel_set()). `early_launch`: the ops launch early
+  /// (LaunchConfig::early_launch; see kernels/nn/paged_attention.cu for what is read before the wait).
+  /// \throws UsageError as KernelLibrary::get does.
+  explicit PagedAttention(const KernelLibrary& library, bool early_launch = true);
+
+  /// Writes each row's k and v ([rows][kv_heads][head_dim]) at its position through its table, as a lazy op. A
+  /// position outside the table's capacity or a block id outside the pool traps the launch (a sticky error). Every
+  /// row writes: a row that only pads a batch must point at a block no sequence reads; and a block a row writes may be
+  /// read by the launch's other rows only at the same table index (rows of its own sequence), as the attention
+  /// kernels' early reads assume (KvBlockPool's copy-on-write never writes a shared block).
+  /// \throws UsageError naming the span or field that does not fit `shape` (check_paged_attention_shape; k and v of
+  /// rows * kv_heads * head_dim elements; the pools of blocks * kv_heads * block_size * head_dim, 16-byte aligned;
+  /// positions of rows ints; tables of rows * table_width ints).
+  [[nodiscard]] AppendOp append(const PagedAttentionShape& shape, DeviceSpan<const T> k, DeviceSpan<const T> v,
+                                const PagedKvCache<T>& cache) const;
+
+  /// Attention of q ([rows][heads][head_dim]) through the tables into out, one block of 1024 threads per (row, head),
+  /// as a lazy op: row b attends its positions f..p (f = 0, or p - window + 1) with softmax(scale q . k) v, fp32.
+  /// Gives the bits nn::Kernels::attention gives (at attention_config's 1024 threads) for the same keys and values.
+  /// Rows must be appended before they attend. \throws UsageError as append (q and out of rows * heads * head_dim,
+  /// 16-byte aligned; out overlapping a pool), and when the scores of capacity() positions and the table would need
+  /// more than paged_unsplit_shared_limit bytes of shared memory (use attend_split).
+  [[nodiscard]] AttentionOp attend(const PagedAttentionShape& shape, DeviceSpan<const T> q, DeviceSpan<T> out,
+                                   const PagedKvCache<T>& cache) const;
+
+  /// attend over `splits` blocks per (row, head), each of ceil(capacity() / splits) positions, combined in split
+  /// order by the last of them (deterministic; the same bits for the same splits whatever order blocks finish in).
+  /// partials: split_partials(shape, splits) floats of scratch; counters: rows * heads unsigned, zero before the
+  /// first launch (each launch leaves them zero). Launches sharing counters must not run at once.
+  /// \throws UsageError as attend, for splits outside 1..capacity(), for partials or counters of another size, and
+  /// when a block's shared memory would exceed paged_unsplit_shared_limit.
+  [[nodiscard]] SplitOp attend_split(const PagedAttentionShape& shape, DeviceSpan<const T> q, DeviceSpan<T> out,
+                                     DeviceSpan<float> partials, DeviceSpan<unsigned> counters,
+                                     const PagedKvCache<T>& cache, int splits) const;
+
+  /// Floats of attend_split's partials: rows * heads * splits * (head_dim + 2).
+  [[nodiscard]] static std::size_t split_partials(const PagedAttentionShape& shape, int splits) noexcept;
+  /// attend's launch: grid (heads, rows), 1024 threads, (capacity() + table_width) * 4 bytes of shared memory.
+  [[nodiscard]] LaunchConfig attention_config(const PagedAttentionShape& shape) const;
+  /// attend_split's launch: grid (heads, rows, splits), 128 threads, (max(len, splits * (head_dim + 2)) +
+  /// len / block_size + 2) * 4 bytes of shared memory, len = ceil(capacity() / splits).
+  [[nodiscard]] LaunchConfig split_config(const PagedAttentionShape& shape, int splits) const;
+  /// append's launch: 256 threads per block over rows * kv_heads * head_dim elements.
+  [[nodiscard]] LaunchConfig append_config(const PagedAttentionShape& shape) const;
+
+  /// The raw kernel handles (for tests and benchmarks; the calls above check what these do not).
+  [[nodiscard]] const AppendKernel& append_kernel() const noexcept { return append_; }
+  /// See append_kernel.
+  [[nodiscard]] const AttentionKernel& attention_kernel() const noexcept { return attention_; }
+  /// See append_kernel.
+  [[nodiscard]] const SplitKernel& split_kernel() const noexcept { return split_; }
+
+ private:
+  AppendKernel append_;
+  AttentionKernel attention_;
+  SplitKernel split_;
+  bool early_launch_;
+};
+
+extern template class PagedAttention<half>;
+extern template class PagedAttention<bfloat16>;
+
+}  // namespace lazygraph::nn

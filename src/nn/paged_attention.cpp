@@ -1,0 +1,245 @@
+#include "lazygraph/nn/paged_attention.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+namespace lazygraph::nn {
+
+namespace {
+
+[[noreturn]] void refuse(const std::string& what) { throw UsageError("paged attention: " + what); }
+
+std::string str(long long v) { return std::to_string(v); }
+
+/// attend_split's most dynamic shared memory: sm_90's opt-in limit less its static 9.3 KiB, rounded down to a KiB.
+constexpr long long split_shared_limit = 232448 - 10 * 1024;
+
+template <class U>
+void check_span(const char* name, const DeviceSpan<U>& span, long long expected, const char* layout, bool aligned) {
+  if (static_cast<long long>(span.size()) != expected) {
+    refuse(std::string(name) + " has " + str(static_cast<long long>(span.size())) + " elements; " + layout + " = " +
+           str(expected) + " are expected");
+  }
+  if (aligned && span.address() % 16 != 0) {
+    refuse(std::string(name) + " is not 16-byte aligned (its address ends in " + str(span.address() % 16) +
+           "); the kernels read 16 bytes at a time");
+  }
+}
+
+template <class A, class B>
+void check_apart(const char* a_name, const DeviceSpan<A>& a, const char* b_name, const DeviceSpan<B>& b) {
+  if (a.size() == 0 || b.size() == 0) return;
+  if (a.address() < b.address() + b.size_bytes() && b.address() < a.address() + a.size_bytes()) {
+    refuse(std::string(a_name) + " overlaps " + b_name + "; the kernel writes " + a_name);
+  }
+}
+
+template <Element T>
+void check_cache(const PagedAttentionShape& s, const PagedKvCache<T>& c) {
+  check_paged_attention_shape(s);
+  const long long pool = static_cast<long long>(s.blocks) * s.kv_heads * s.block_size * s.head_dim;
+  check_span("k_pool", c.k_pool, pool, "blocks x kv_heads x block_size x head_dim", true);
+  check_span("v_pool", c.v_pool, pool, "blocks x kv_heads x block_size x head_dim", true);
+  check_span("positions", c.positions, s.rows, "rows", false);
+  check_span("tables", c.tables, static_cast<long long>(s.rows) * s.table_width, "rows x table_width", false);
+  check_apart("k_pool", c.k_pool, "v_pool", c.v_pool);
+  check_apart("k_pool", c.k_pool, "tables", c.tables);
+  check_apart("k_pool", c.k_pool, "positions", c.positions);
+  check_apart("v_pool", c.v_pool, "tables", c.tables);
+  check_apart("v_pool", c.v_pool, "positions", c.positions);
+}
+
+template <Element T>
+void check_query(const PagedAttentionShape& s, const PagedKvCache<T>& c, const DeviceSpan<const T>& q,
+                 const DeviceSpan<T>& out) {
+  check_cache(s, c);
+  const long long size = static_cast<long long>(s.rows) * s.heads * s.head_dim;
+  check_span("q", q, size, "rows x heads x head_dim", true);
+  check_span("out", out, size, "rows x heads x head_dim", true);
+  check_apart("out", out, "q", q);
+  check_apart("out", out, "k_pool", c.k_pool);
+  check_apart("out", out, "v_pool", c.v_pool);
+  check_apart("out", out, "tables", c.tables);
+  check_apart("out", out, "positions", c.positions);
+}
+
+float scale_of(const PagedAttentionShape& s) {
+  return s.scale > 0 ? s.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)));
+}
+
+long long split_len(const PagedAttentionShape& s, int splits) { return (s.capacity() + splits - 1) / splits; }
+
+long long split_shared_bytes(const PagedAttentionShape& s, int splits) {
+  const long long len = split_len(s, splits);
+  return (std::max(len, static_cast<long long>(splits) * (s.head_dim + 2)) + len / s.block_size + 2) * 4;
+}
+
+long long unsplit_shared_bytes(const PagedAttentionShape& s) { return (s.capacity() + s.table_width) * 4; }
+
+}  // namespace
+
+void check_paged_attention_shape(const PagedAttentionShape& s) {
+  if (s.rows < 1) refuse("rows is " + str(s.rows) + "; a launch has at least one row");
+  if (s.heads < 1 || s.kv_heads < 1) {
+    refuse("heads " + str(s.heads) + " and kv_heads " + str(s.kv_heads) + " must both be at least 1");
+  }
+  if (s.heads % s.kv_heads != 0) {
+    refuse("heads " + str(s.heads) + " is not a multiple of kv_heads " + str(s.kv_heads) +
+           " (grouped-query attention shares each kv head among heads / kv_heads query heads)");
+  }
+  if (s.head_dim < 8 || s.head_dim % 8 != 0 || s.head_dim > 256) {
+    refuse("head_dim " + str(s.head_dim) +
+           " is not a multiple of 8 from 8 to 256 (the kernels read 16 bytes at a time)");
+  }
+  if (s.block_size != 16 && s.block_size != 32) {
+    refuse("block_size " + str(s.block_size) + " is not 16 or 32 (the pool's blocks hold 16 or 32 positions)");
+  }
+  if (s.blocks < 1) refuse("blocks is " + str(s.blocks) + "; the pool holds at least one block");
+  if (s.table_width < 1) refuse("table_width is " + str(s.table_width) + "; a row's table holds at least one block");
+  if (s.capacity() > (1LL << 30)) {
+    refuse("table_width " + str(s.table_width) + " x block_size " + str(s.block_size) + " = " + str(s.capacity()) +
+           " positions is beyond 2^30");
+  }
+  if (s.window < 0) refuse("window is " + str(s.window) + "; 0 (none) or the positions a row attends");
+  if (!std::isfinite(s.scale) || s.scale < 0) refuse("scale must be 0 (1 / sqrt(head_dim)) or positive and finite");
+}
+
+int paged_attention_splits(long long capacity, int pairs, int multiprocessors) {
+  if (capacity < 1 || pairs < 1 || multiprocessors < 1) {
+    refuse("paged_attention_splits: capacity " + str(capacity) + ", pairs " + str(pairs) + " and multiprocessors " +
+           str(multiprocessors) + " must all be at least 1");
+  }
+  const long long fill = (4LL * multiprocessors + pairs - 1) / pairs;  // about four blocks per SM
+  const long long wanted = std::max(fill, (capacity + paged_max_split_positions - 1) / paged_max_split_positions);
+  const long long most = std::max(1LL, capacity / paged_min_split_positions);
+  return static_cast<int>(std::clamp(wanted, 1LL, std::min<long long>(most, paged_max_splits)));
+}
+
+template <Element T>
+void check_paged_append(const PagedAttentionShape& s, DeviceSpan<const T> k, DeviceSpan<const T> v,
+                        const PagedKvCache<T>& c) {
+  check_cache(s, c);
+  const long long size = static_cast<long long>(s.rows) * s.kv_heads * s.head_dim;
+  check_span("k", k, size, "rows x kv_heads x head_dim", false);
+  check_span("v", v, size, "rows x kv_heads x head_dim", false);
+  check_apart("k_pool", c.k_pool, "k", k);
+  check_apart("k_pool", c.k_pool, "v", v);
+  check_apart("v_pool", c.v_pool, "k", k);
+  check_apart("v_pool", c.v_pool, "v", v);
+}
+
+template <Element T>
+void check_paged_attend(const PagedAttentionShape& s, DeviceSpan<const T> q, DeviceSpan<T> out,
+                        const PagedKvCache<T>& c) {
+  check_query(s, c, q, out);
+  if (unsplit_shared_bytes(s) > paged_unsplit_shared_limit) {
+    refuse("the scores of table_width x block_size = " + str(s.capacity()) + " positions need " +
+           str(unsplit_shared_bytes(s)) + " bytes of shared memory, beyond " + str(paged_unsplit_shared_limit) +
+           "; use attend_split");
+  }
+}
+
+template <Element T>
+void check_paged_attend_split(const PagedAttentionShape& s, DeviceSpan<const T> q, DeviceSpan<T> out,
+                              DeviceSpan<float> partials, DeviceSpan<unsigned> counters, const PagedKvCache<T>& c,
+                              int splits) {
+  check_query(s, c, q, out);
+  if (splits < 1 || splits > s.capacity() || splits > 65535) {
+    refuse("splits " + str(splits) + " is outside 1 .. min(65535, table_width x block_size = " + str(s.capacity()) +
+           ")");
+  }
+  check_span("partials", partials, static_cast<long long>(PagedAttention<T>::split_partials(s, splits)),
+             "rows x heads x splits x (head_dim + 2)", false);
+  check_span("counters", counters, static_cast<long long>(s.rows) * s.heads, "rows x heads", false);
+  check_apart("partials", partials, "counters", counters);
+  check_apart("out", out, "partials", partials);
+  check_apart("out", out, "counters", counters);
+  if (split_shared_bytes(s, splits) > split_shared_limit) {
+    refuse("splits " + str(splits) + " over " + str(s.capacity()) + " positions need " +
+           str(split_shared_bytes(s, splits)) + " bytes of shared memory per block, beyond " + str(split_shared_limit) +
+           "; choose more splits (or fewer, for the partials' share)");
+  }
+}
+
+#define LAZYGRAPH_PAGED_CHECKS(T)                                                                           \
+  template void check_paged_append<T>(const PagedAttentionShape&, DeviceSpan<const T>, DeviceSpan<const T>, \
+                                      const PagedKvCache<T>&);                                              \
+  template void check_paged_attend<T>(const PagedAttentionShape&, DeviceSpan<const T>, DeviceSpan<T>,       \
+                                      const PagedKvCache<T>&);                                              \
+  template void check_paged_attend_split<T>(const PagedAttentionShape&, DeviceSpan<const T>, DeviceSpan<T>, \
+                                            DeviceSpan<float>, DeviceSpan<unsigned>, const PagedKvCache<T>&, int);
+LAZYGRAPH_PAGED_CHECKS(half)
+LAZYGRAPH_PAGED_CHECKS(bfloat16)
+#undef LAZYGRAPH_PAGED_CHECKS
+
+template <Element T>
+PagedAttention<T>::PagedAttention(const KernelLibrary& library, bool early_launch)
+    : append_(library.get<void(const T*, const T*, T*, T*, const int*, const int*, int, int, int, int, int, int)>(
+          "kv_append_paged" + std::string(kernel_suffix<T>))),
+      attention_(library.get<void(const T*, const T*, const T*, T*, const int*, const int*, int, int, int, int, int,
+                                  int, float, int)>("attention_paged" + std::string(kernel_suffix<T>))),
+      split_(
+          library.get<void(const T*, const T*, const T*, T*, float*, unsigned*, const int*, const int*, int, int, int,
+                           int, int, int, float, int)>("attention_paged_split" + std::string(kernel_suffix<T>))),
+      early_launch_(early_launch) {}
+
+template <Element T>
+std::size_t PagedAttention<T>::split_partials(const PagedAttentionShape& s, int splits) noexcept {
+  return static_cast<std::size_t>(s.rows) * static_cast<std::size_t>(s.heads) * static_cast<std::size_t>(splits) *
+         static_cast<std::size_t>(s.head_dim + 2);
+}
+
+template <Element T>
+LaunchConfig PagedAttention<T>::attention_config(const PagedAttentionShape& s) const {
+  return {{static_cast<unsigned>(s.heads), static_cast<unsigned>(s.rows), 1},
+          {1024, 1, 1},
+          static_cast<unsigned>(unsplit_shared_bytes(s)),
+          early_launch_};
+}
+
+template <Element T>
+LaunchConfig PagedAttention<T>::split_config(const PagedAttentionShape& s, int splits) const {
+  return {{static_cast<unsigned>(s.heads), static_cast<unsigned>(s.rows), static_cast<unsigned>(splits)},
+          {128, 1, 1},
+          static_cast<unsigned>(split_shared_bytes(s, splits)),
+          early_launch_};
+}
+
+template <Element T>
+LaunchConfig PagedAttention<T>::append_config(const PagedAttentionShape& s) const {
+  const long long elements = static_cast<long long>(s.rows) * s.kv_heads * s.head_dim;
+  return {{static_cast<unsigned>((elements + 255) / 256), 1, 1}, {256, 1, 1}, 0, early_launch_};
+}
+
+template <Element T>
+typename PagedAttention<T>::AppendOp PagedAttention<T>::append(const PagedAttentionShape& s, DeviceSpan<const T> k,
+                                                               DeviceSpan<const T> v, const PagedKvCache<T>& c) const {
+  check_paged_append(s, k, v, c);
+  return append_(append_config(s), k, v, c.k_pool, c.v_pool, c.positions, c.tables, s.kv_heads, s.head_dim,
+                 s.block_size, s.blocks, s.table_width, s.rows);
+}
+
+template <Element T>
+typename PagedAttention<T>::AttentionOp PagedAttention<T>::attend(const PagedAttentionShape& s, DeviceSpan<const T> q,
+                                                                  DeviceSpan<T> out, const PagedKvCache<T>& c) const {
+  check_paged_attend(s, q, out, c);
+  return attention_(attention_config(s), q, c.k_pool.as_const(), c.v_pool.as_const(), out, c.positions, c.tables,
+                    s.heads, s.kv_heads, s.head_dim, s.block_size, s.blocks, s.table_width, scale_of(s), s.window);
+}
+
+template <Element T>
+typename PagedAttention<T>::SplitOp PagedAttention<T>::attend_split(const PagedAttentionShape& s, DeviceSpan<const T> q,
+                                                                    DeviceSpan<T> out, DeviceSpan<float> partials,
+                                                                    DeviceSpan<unsigned> counters,
+                                                                    const PagedKvCache<T>& c, int splits) const {
+  check_paged_attend_split(s, q, out, partials, counters, c, splits);
+  return split_(split_config(s, splits), q, c.k_pool.as_const(), c.v_pool.as_const(), out, partials, counters,
+                c.positions, c.tables, s.heads, s.kv_heads, s.head_dim, s.block_size, s.blocks, s.table_width,
+                scale_of(s), s.window);
+}
+
+template class PagedAttention<half>;
+template class PagedAttention<bfloat16>;
+
+}  // namespace lazygraph::nn
