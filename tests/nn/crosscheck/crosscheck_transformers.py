@@ -19,12 +19,18 @@ the folder with `lazygraph::nn::load_decoder` and writes what the decoder comput
 Mixtures of experts (Qwen3-MoE, Mixtral; OLMoE must be refused): the router's choice is a discontinuity, so a
 position is judged only where every layer's routing is clear in the reference. transformers' routers are hooked
 (the modules named `...gate` of the sparse blocks) to read each position's router logits; a layer's routing is clear
-when the logit of its last chosen expert exceeds the best unchosen one's by more than ROUTE_CLEAR_FACTOR * bound *
-rms of the position's centered router logits (an error within the bound moves a logit by about bound * rms; the
-factor is twice the logits' because a router's input carries the error of every layer before it). Positions
+when the logit of its last chosen expert exceeds the best unchosen one's by more than CLEAR_FACTOR * bound * rms of
+the position's centered router logits (an error within the bound moves a logit by about bound * rms). Positions
 whose routing is not clear are counted ("routes clear" in the detail) and left out of the error bound and the
-argmax judgement. Expert matrices (3-D in transformers 5: [experts, out, in]) get the same init as the others, std
-1/sqrt(in).
+argmax judgement. A route that flips at such a position changes what it writes to the KV cache, which every later
+position of the sequence reads, so a later position, clear itself, may then differ by more than the bound: such a
+position is counted as explained (in the detail) instead of failing when an earlier position of its sequence had an
+unclear route, in one sequence of a path at most (a replay of a prompt counts as a sequence); generated tokens so, for
+at most EXPLAINED_SHARE of them. On the H200 the Qwen3-MoE row's batch path (whose rows are bit for bit those of
+stepping each sequence alone: a GPU test) parted so from transformers in its second sequence from position 42 on, by
+up to 6.3e-2, and stayed within 2.7e-3 on tensor cores; comparing lazygraph's own routes with the reference's is the
+better judge, not built yet. Expert matrices (3-D in transformers 5: [experts, out, in]) get the same init as the
+others, std 1/sqrt(in).
 
 Some rows must be refused by the loader with a message naming the key (or the tensor) it does not implement
 (attention_bias, mlp_bias, rope_type yarn): such a row passes when `decoder_logits` fails to load with a
@@ -73,10 +79,9 @@ from dataclasses import dataclass, field
 SKIPPED = 77
 BOUNDS = {"f16": 1e-2, "bf16": 3e-2}
 CLEAR_FACTOR = 5.0
-# Routing: a router's logits come from a hidden state whose error has grown through every layer before it, so a
-# route is judged clear only at twice the logits' factor (at 5, one position of a Qwen3-MoE row, clear by that rule,
-# flipped an expert on the H200: error 6.3e-2 there, 2.6e-3 elsewhere).
-ROUTE_CLEAR_FACTOR = 10.0
+# A mixture of experts' generate: at most this share of the judged tokens may differ, each only where an earlier
+# position had a route that is not clear (the module's docstring).
+EXPLAINED_SHARE = 0.05
 POSITIONS = 96  # teacher-forced positions per sequence (issue 38 asks for at least 64)
 CONTEXT = 128  # KV cache positions the decoder is loaded with (LoadOptions::context)
 MAX_POSITIONS = 256  # max_position_embeddings of every model
@@ -433,7 +438,7 @@ class Harness:
             top = torch.topk(lp, top_k + 1, dim=1).values
             centered = lp - lp.mean(dim=1, keepdim=True)
             rms = centered.norm(dim=1) / math.sqrt(lp.shape[1])
-            clear &= (top[:, top_k - 1] - top[:, top_k]) > ROUTE_CLEAR_FACTOR * bound * rms
+            clear &= (top[:, top_k - 1] - top[:, top_k]) > CLEAR_FACTOR * bound * rms
         return clear
 
     # ---- running decoder_logits ----
@@ -484,9 +489,11 @@ class Harness:
         rms = ref.norm(dim=1) / math.sqrt(ref.shape[1])
         return (top[:, 0] - top[:, 1]) > CLEAR_FACTOR * bound * rms
 
-    def compare_logits(self, result, ours, ref, bound, where, judged=None):
+    def compare_logits(self, result, ours, ref, bound, where, judged=None, upstream=None, sequence_of=None):
         """Fills in `result`'s error and argmax columns; returns the problems found. where(i) names row i. `judged`
-        (a mixture of experts' clear routes): the rows whose error and argmax are judged; all when None."""
+        (a mixture of experts' clear routes): the rows whose error and argmax are judged; all when None. `upstream`
+        (with judged): the rows after an unclear route of their sequence, whose excess is explained in one sequence at
+        most (the module's docstring); sequence_of(i) names row i's sequence (all one when None)."""
         torch = self.torch
         finite = bool(torch.isfinite(ours).all())
         if judged is None:
@@ -496,13 +503,25 @@ class Harness:
             if int(judged.sum()) * 2 < len(judged):
                 return [f"routes clear at only {int(judged.sum())} of {len(judged)} rows: too few to judge"]
         errors = torch.where(judged, (ours - ref).norm(dim=1) / ref.norm(dim=1), torch.zeros(ref.shape[0]))
+        problems = []
+        if upstream is not None and finite:
+            explained = (errors > bound) & upstream
+            parted = sorted({sequence_of(int(i)) if sequence_of else 0 for i in torch.nonzero(explained).flatten()})
+            if len(parted) > 1:
+                problems.append(f"{len(parted)} sequences part from the reference after an unclear route "
+                                f"({', '.join(str(p) for p in parted)}): more than one")
+            if int(explained.sum()):
+                worst_explained = float(errors[explained].max())
+                result.extra.append(f"{int(explained.sum())} explained by an earlier unclear route (up to "
+                                    f"{worst_explained:.1e}, from {where(int(torch.nonzero(explained)[0]))})")
+            judged = judged & ~explained
+            errors = torch.where(explained, torch.zeros(ref.shape[0]), errors)
         worst = float(errors.max()) if finite else math.inf
         same = ours.argmax(dim=1) == ref.argmax(dim=1)
         clear = self.clear_margins(ref, bound) & judged
         clear_equal = int((same & clear).sum())
         result.error = f"{worst:.2e}" if finite else "non-finite"
         result.argmax = f"{clear_equal}/{int(clear.sum())} ({int(same.sum())}/{len(same)})"
-        problems = []
         if not finite:
             problems.append("non-finite logits")
         elif worst > bound:
@@ -524,16 +543,25 @@ class Harness:
         same = torch.tensor(tokens) == ref.argmax(dim=1)
         clear = self.clear_margins(ref, bound)
         routes = self.routes.get(tuple(sequence))
-        if routes is not None:  # a mixture of experts: judged where every route so far is clear
-            judged = torch.cumprod(routes.int(), dim=0).bool()[GENERATE_PROMPT - 1:]
-            result.extra.append(f"routes clear up to {int(judged.sum())}/{len(judged)}")
-            clear &= judged
+        problems = []
+        if routes is not None:  # a mixture of experts: judged where the route is clear, explained after an unclear one
+            judged = routes[GENERATE_PROMPT - 1:]
+            upstream = torch.cat([torch.zeros(1, dtype=torch.bool), torch.cumsum((~routes).int(), 0)[:-1] > 0])
+            explained = clear & judged & ~same & upstream[GENERATE_PROMPT - 1:]
+            result.extra.append(f"routes clear at {int(judged.sum())}/{len(judged)}")
+            if int(explained.sum()):
+                result.extra.append(f"{int(explained.sum())} explained by an earlier unclear route")
+            if int(explained.sum()) > EXPLAINED_SHARE * int(judged.sum()):
+                problems.append(f"{int(explained.sum())} tokens differ after an unclear route: more than "
+                                f"{EXPLAINED_SHARE:g} of the {int(judged.sum())} judged")
+            clear &= judged & ~explained
         clear_equal = int((same & clear).sum())
         result.argmax = f"{clear_equal}/{int(clear.sum())} ({int(same.sum())}/{len(tokens)})"
         if clear_equal != int(clear.sum()):
             wrong = [f"position {GENERATE_PROMPT - 1 + int(i)}" for i in torch.nonzero(clear & ~same).flatten()[:4]]
-            return [f"a generated token is not transformers' argmax where the margin is clear: {', '.join(wrong)}"]
-        return []
+            problems.append(f"a generated token is not transformers' argmax where the margin is clear: "
+                            f"{', '.join(wrong)}")
+        return problems
 
     # ---- one row ----
 
@@ -563,6 +591,11 @@ class Harness:
             if s not in refs:
                 refs[s] = self.reference(model, sequences[s], bound)
             return refs[s]
+
+        def after_unclear(routes):
+            """Per position: whether an earlier position of the sequence had a route that is not clear."""
+            seen = torch.cumsum((~routes).int(), dim=0)
+            return torch.cat([torch.zeros(1, dtype=torch.bool), seen[:-1] > 0])
 
         def routes_of(s):
             """Sequence s's clear routes (ref_of(s) first), or None without a mixture of experts."""
@@ -605,8 +638,9 @@ class Harness:
             try:
                 if mode == "step":
                     ours = self.read_floats(out, self.positions, vocab)
-                    problems = self.compare_logits(r, ours, ref_of(0), bound, lambda i: f"position {i}",
-                                                   routes_of(0))
+                    routes = routes_of(0)
+                    problems = self.compare_logits(r, ours, ref_of(0), bound, lambda i: f"position {i}", routes,
+                                                   None if routes is None else after_unclear(routes))
                 elif mode == "prefill":
                     lengths = self.prefill_lengths
                     labels = [f"position {p} after a prompt of {n}"
@@ -614,16 +648,22 @@ class Harness:
                     ref = torch.cat([ref_of(0)[n - 1:] for n in lengths])
                     routes = routes_of(0)
                     judged = None if routes is None else torch.cat([routes[n - 1:] for n in lengths])
+                    upstream = None if routes is None else torch.cat([after_unclear(routes)[n - 1:] for n in lengths])
                     ours = self.read_floats(out, len(labels), vocab)
-                    problems = self.compare_logits(r, ours, ref, bound, lambda i: labels[i], judged)
+                    runs = [n for n in lengths for _ in range(n - 1, self.positions)]
+                    problems = self.compare_logits(r, ours, ref, bound, lambda i: labels[i], judged, upstream,
+                                                   lambda i: runs[i])
                 elif mode == "batch":
                     ours = self.read_floats(out, self.positions * BATCH_SEQUENCES, vocab)
                     ref = torch.stack([ref_of(s) for s in range(BATCH_SEQUENCES)], dim=1).reshape(-1, vocab)
                     routes = [routes_of(s) for s in range(BATCH_SEQUENCES)]
                     judged = None if routes[0] is None else torch.stack(routes, dim=1).reshape(-1)
+                    upstream = None if routes[0] is None else torch.stack(
+                        [after_unclear(x) for x in routes], dim=1).reshape(-1)
                     problems = self.compare_logits(
                         r, ours, ref, bound,
-                        lambda i: f"position {i // BATCH_SEQUENCES} of sequence {i % BATCH_SEQUENCES}", judged)
+                        lambda i: f"position {i // BATCH_SEQUENCES} of sequence {i % BATCH_SEQUENCES}", judged,
+                        upstream, lambda i: i % BATCH_SEQUENCES)
                 else:
                     tokens = self.read_ints(out, GENERATE_TOKENS + 1)
                     problems = self.compare_generate(r, tokens, model, sequences[0], bound)
