@@ -8,22 +8,23 @@ namespace lazygraph::nn {
 
 namespace {
 
-[[noreturn]] void refuse(const std::string& what) { throw UsageError("paged attention: " + what); }
+[[noreturn]] void refuse_paged(const std::string& what) { throw UsageError("paged attention: " + what); }
 
-std::string str(long long v) { return std::to_string(v); }
+std::string paged_str(long long v) { return std::to_string(v); }
 
 /// attend_split's most dynamic shared memory: sm_90's opt-in limit less its static 9.3 KiB, rounded down to a KiB.
 constexpr long long split_shared_limit = 232448 - 10 * 1024;
 
 template <class U>
-void check_span(const char* name, const DeviceSpan<U>& span, long long expected, const char* layout, bool aligned) {
+void check_paged_span(const char* name, const DeviceSpan<U>& span, long long expected, const char* layout,
+                      bool aligned) {
   if (static_cast<long long>(span.size()) != expected) {
-    refuse(std::string(name) + " has " + str(static_cast<long long>(span.size())) + " elements; " + layout + " = " +
-           str(expected) + " are expected");
+    refuse_paged(std::string(name) + " has " + paged_str(static_cast<long long>(span.size())) + " elements; " + layout +
+                 " = " + paged_str(expected) + " are expected");
   }
   if (aligned && span.address() % 16 != 0) {
-    refuse(std::string(name) + " is not 16-byte aligned (its address ends in " + str(span.address() % 16) +
-           "); the kernels read 16 bytes at a time");
+    refuse_paged(std::string(name) + " is not 16-byte aligned (its address ends in " + paged_str(span.address() % 16) +
+                 "); the kernels read 16 bytes at a time");
   }
 }
 
@@ -31,7 +32,7 @@ template <class A, class B>
 void check_apart(const char* a_name, const DeviceSpan<A>& a, const char* b_name, const DeviceSpan<B>& b) {
   if (a.size() == 0 || b.size() == 0) return;
   if (a.address() < b.address() + b.size_bytes() && b.address() < a.address() + a.size_bytes()) {
-    refuse(std::string(a_name) + " overlaps " + b_name + "; the kernel writes " + a_name);
+    refuse_paged(std::string(a_name) + " overlaps " + b_name + "; the kernel writes " + a_name);
   }
 }
 
@@ -39,10 +40,10 @@ template <Element T>
 void check_cache(const PagedAttentionShape& s, const PagedKvCache<T>& c) {
   check_paged_attention_shape(s);
   const long long pool = static_cast<long long>(s.blocks) * s.kv_heads * s.block_size * s.head_dim;
-  check_span("k_pool", c.k_pool, pool, "blocks x kv_heads x block_size x head_dim", true);
-  check_span("v_pool", c.v_pool, pool, "blocks x kv_heads x block_size x head_dim", true);
-  check_span("positions", c.positions, s.rows, "rows", false);
-  check_span("tables", c.tables, static_cast<long long>(s.rows) * s.table_width, "rows x table_width", false);
+  check_paged_span("k_pool", c.k_pool, pool, "blocks x kv_heads x block_size x head_dim", true);
+  check_paged_span("v_pool", c.v_pool, pool, "blocks x kv_heads x block_size x head_dim", true);
+  check_paged_span("positions", c.positions, s.rows, "rows", false);
+  check_paged_span("tables", c.tables, static_cast<long long>(s.rows) * s.table_width, "rows x table_width", false);
   check_apart("k_pool", c.k_pool, "v_pool", c.v_pool);
   check_apart("k_pool", c.k_pool, "tables", c.tables);
   check_apart("k_pool", c.k_pool, "positions", c.positions);
@@ -55,8 +56,8 @@ void check_query(const PagedAttentionShape& s, const PagedKvCache<T>& c, const D
                  const DeviceSpan<T>& out) {
   check_cache(s, c);
   const long long size = static_cast<long long>(s.rows) * s.heads * s.head_dim;
-  check_span("q", q, size, "rows x heads x head_dim", true);
-  check_span("out", out, size, "rows x heads x head_dim", true);
+  check_paged_span("q", q, size, "rows x heads x head_dim", true);
+  check_paged_span("out", out, size, "rows x heads x head_dim", true);
   check_apart("out", out, "q", q);
   check_apart("out", out, "k_pool", c.k_pool);
   check_apart("out", out, "v_pool", c.v_pool);
@@ -80,35 +81,38 @@ long long unsplit_shared_bytes(const PagedAttentionShape& s) { return (s.capacit
 }  // namespace
 
 void check_paged_attention_shape(const PagedAttentionShape& s) {
-  if (s.rows < 1) refuse("rows is " + str(s.rows) + "; a launch has at least one row");
+  if (s.rows < 1) refuse_paged("rows is " + paged_str(s.rows) + "; a launch has at least one row");
   if (s.heads < 1 || s.kv_heads < 1) {
-    refuse("heads " + str(s.heads) + " and kv_heads " + str(s.kv_heads) + " must both be at least 1");
+    refuse_paged("heads " + paged_str(s.heads) + " and kv_heads " + paged_str(s.kv_heads) + " must both be at least 1");
   }
   if (s.heads % s.kv_heads != 0) {
-    refuse("heads " + str(s.heads) + " is not a multiple of kv_heads " + str(s.kv_heads) +
-           " (grouped-query attention shares each kv head among heads / kv_heads query heads)");
+    refuse_paged("heads " + paged_str(s.heads) + " is not a multiple of kv_heads " + paged_str(s.kv_heads) +
+                 " (grouped-query attention shares each kv head among heads / kv_heads query heads)");
   }
   if (s.head_dim < 8 || s.head_dim % 8 != 0 || s.head_dim > 256) {
-    refuse("head_dim " + str(s.head_dim) +
-           " is not a multiple of 8 from 8 to 256 (the kernels read 16 bytes at a time)");
+    refuse_paged("head_dim " + paged_str(s.head_dim) +
+                 " is not a multiple of 8 from 8 to 256 (the kernels read 16 bytes at a time)");
   }
   if (s.block_size != 16 && s.block_size != 32) {
-    refuse("block_size " + str(s.block_size) + " is not 16 or 32 (the pool's blocks hold 16 or 32 positions)");
+    refuse_paged("block_size " + paged_str(s.block_size) +
+                 " is not 16 or 32 (the pool's blocks hold 16 or 32 positions)");
   }
-  if (s.blocks < 1) refuse("blocks is " + str(s.blocks) + "; the pool holds at least one block");
-  if (s.table_width < 1) refuse("table_width is " + str(s.table_width) + "; a row's table holds at least one block");
+  if (s.blocks < 1) refuse_paged("blocks is " + paged_str(s.blocks) + "; the pool holds at least one block");
+  if (s.table_width < 1)
+    refuse_paged("table_width is " + paged_str(s.table_width) + "; a row's table holds at least one block");
   if (s.capacity() > (1LL << 30)) {
-    refuse("table_width " + str(s.table_width) + " x block_size " + str(s.block_size) + " = " + str(s.capacity()) +
-           " positions is beyond 2^30");
+    refuse_paged("table_width " + paged_str(s.table_width) + " x block_size " + paged_str(s.block_size) + " = " +
+                 paged_str(s.capacity()) + " positions is beyond 2^30");
   }
-  if (s.window < 0) refuse("window is " + str(s.window) + "; 0 (none) or the positions a row attends");
-  if (!std::isfinite(s.scale) || s.scale < 0) refuse("scale must be 0 (1 / sqrt(head_dim)) or positive and finite");
+  if (s.window < 0) refuse_paged("window is " + paged_str(s.window) + "; 0 (none) or the positions a row attends");
+  if (!std::isfinite(s.scale) || s.scale < 0)
+    refuse_paged("scale must be 0 (1 / sqrt(head_dim)) or positive and finite");
 }
 
 int paged_attention_splits(long long capacity, int pairs, int multiprocessors) {
   if (capacity < 1 || pairs < 1 || multiprocessors < 1) {
-    refuse("paged_attention_splits: capacity " + str(capacity) + ", pairs " + str(pairs) + " and multiprocessors " +
-           str(multiprocessors) + " must all be at least 1");
+    refuse_paged("paged_attention_splits: capacity " + paged_str(capacity) + ", pairs " + paged_str(pairs) +
+                 " and multiprocessors " + paged_str(multiprocessors) + " must all be at least 1");
   }
   const long long fill = (4LL * multiprocessors + pairs - 1) / pairs;  // about four blocks per SM
   const long long wanted = std::max(fill, (capacity + paged_max_split_positions - 1) / paged_max_split_positions);
@@ -121,8 +125,8 @@ void check_paged_append(const PagedAttentionShape& s, DeviceSpan<const T> k, Dev
                         const PagedKvCache<T>& c) {
   check_cache(s, c);
   const long long size = static_cast<long long>(s.rows) * s.kv_heads * s.head_dim;
-  check_span("k", k, size, "rows x kv_heads x head_dim", false);
-  check_span("v", v, size, "rows x kv_heads x head_dim", false);
+  check_paged_span("k", k, size, "rows x kv_heads x head_dim", false);
+  check_paged_span("v", v, size, "rows x kv_heads x head_dim", false);
   check_apart("k_pool", c.k_pool, "k", k);
   check_apart("k_pool", c.k_pool, "v", v);
   check_apart("v_pool", c.v_pool, "k", k);
@@ -134,9 +138,9 @@ void check_paged_attend(const PagedAttentionShape& s, DeviceSpan<const T> q, Dev
                         const PagedKvCache<T>& c) {
   check_query(s, c, q, out);
   if (unsplit_shared_bytes(s) > paged_unsplit_shared_limit) {
-    refuse("the scores of table_width x block_size = " + str(s.capacity()) + " positions need " +
-           str(unsplit_shared_bytes(s)) + " bytes of shared memory, beyond " + str(paged_unsplit_shared_limit) +
-           "; use attend_split");
+    refuse_paged("the scores of table_width x block_size = " + paged_str(s.capacity()) + " positions need " +
+                 paged_str(unsplit_shared_bytes(s)) + " bytes of shared memory, beyond " +
+                 paged_str(paged_unsplit_shared_limit) + "; use attend_split");
   }
 }
 
@@ -146,19 +150,19 @@ void check_paged_attend_split(const PagedAttentionShape& s, DeviceSpan<const T> 
                               int splits) {
   check_query(s, c, q, out);
   if (splits < 1 || splits > s.capacity() || splits > 65535) {
-    refuse("splits " + str(splits) + " is outside 1 .. min(65535, table_width x block_size = " + str(s.capacity()) +
-           ")");
+    refuse_paged("splits " + paged_str(splits) +
+                 " is outside 1 .. min(65535, table_width x block_size = " + paged_str(s.capacity()) + ")");
   }
-  check_span("partials", partials, static_cast<long long>(PagedAttention<T>::split_partials(s, splits)),
-             "rows x heads x splits x (head_dim + 2)", false);
-  check_span("counters", counters, static_cast<long long>(s.rows) * s.heads, "rows x heads", false);
+  check_paged_span("partials", partials, static_cast<long long>(PagedAttention<T>::split_partials(s, splits)),
+                   "rows x heads x splits x (head_dim + 2)", false);
+  check_paged_span("counters", counters, static_cast<long long>(s.rows) * s.heads, "rows x heads", false);
   check_apart("partials", partials, "counters", counters);
   check_apart("out", out, "partials", partials);
   check_apart("out", out, "counters", counters);
   if (split_shared_bytes(s, splits) > split_shared_limit) {
-    refuse("splits " + str(splits) + " over " + str(s.capacity()) + " positions need " +
-           str(split_shared_bytes(s, splits)) + " bytes of shared memory per block, beyond " + str(split_shared_limit) +
-           "; choose more splits (or fewer, for the partials' share)");
+    refuse_paged("splits " + paged_str(splits) + " over " + paged_str(s.capacity()) + " positions need " +
+                 paged_str(split_shared_bytes(s, splits)) + " bytes of shared memory per block, beyond " +
+                 paged_str(split_shared_limit) + "; choose more splits (or fewer, for the partials' share)");
   }
 }
 
