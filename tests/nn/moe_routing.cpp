@@ -99,7 +99,7 @@ std::vector<T> uniform(std::size_t n, float scale, std::uint32_t seed) {
 
 /// A quiet NaN of T, the poison written where a kernel must write.
 template <class T>
-T poison() {
+T moe_poison() {
   return T::from_float(std::nanf(""));
 }
 
@@ -198,7 +198,7 @@ std::pair<std::vector<T>, std::vector<T>> run_experts(const Experts<T>& m, const
   const BasicKernels<T> k(lgtest::nn_kernels());
   const auto dids = lgtest::to_device(s, ids);
   const auto dweights = lgtest::to_device(s, weights);
-  auto act = lgtest::to_device(s, std::vector<T>(static_cast<std::size_t>(m.batch) * top_k * m.width, poison<T>()));
+  auto act = lgtest::to_device(s, std::vector<T>(static_cast<std::size_t>(m.batch) * top_k * m.width, moe_poison<T>()));
   auto dxs = lgtest::to_device(s, x);
   const auto pairs = static_cast<unsigned>(m.batch * top_k);
   const unsigned up_blocks = gx > 0 ? gx : static_cast<unsigned>((m.width + warps - 1) / warps);
