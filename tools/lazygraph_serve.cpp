@@ -7,6 +7,7 @@
 // Without a GPU the server still starts: /health answers 503 with the reason, and generation requests 503.
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 #include <algorithm>
 #include <atomic>
@@ -74,7 +75,7 @@ Options (--name VALUE or --name=VALUE, each at most once):
   --kv-blocks N      KV blocks of 16 positions in the pool (default 0: every sequence's whole context)
   --max-queue N      requests waiting at most, from 1 (default 64); more are answered 429
   --max-body BYTES   the largest request body, from 1 (default 1048576); larger ones are answered 413
-  --threads N        HTTP worker threads, 1 to 4096 (default 64; each streaming answer holds one)
+  --threads N        HTTP worker threads, 1 to 4096 (default 512; each streaming answer holds one)
   --drain-timeout S  seconds SIGTERM waits for requests in flight, 0 to 3600 (default 30)
   --device N         the GPU to run on, from 0 (default 0)
   --help, -h         print this text
@@ -104,7 +105,7 @@ struct Options {
   int kv_blocks = 0;
   int max_queue = 64;
   long long max_body = 1 << 20;
-  int threads = 64;
+  int threads = 512;
   int drain_timeout = 30;
   int device = 0;
   bool help = false;
@@ -324,7 +325,12 @@ int serve(const Options& o) {
   server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   server.set_read_timeout(5);
   server.set_write_timeout(5);
-  server.set_keep_alive_timeout(2);
+  server.set_keep_alive_timeout(1);
+  socket_t listening = -1;  // the socket httplib binds: the last it sets options on
+  server.set_socket_options([&listening](socket_t sock) {
+    httplib::default_socket_options(sock);
+    listening = sock;
+  });
   routes.install(server);
   int port = o.port;
   if (o.port == 0) {
@@ -332,6 +338,10 @@ int serve(const Options& o) {
   } else if (!server.bind_to_port(o.host, o.port)) {
     port = -1;
   }
+  // httplib listens with a backlog of 5 connections (CPPHTTPLIB_LISTEN_BACKLOG, fixed when Debian built it), so
+  // clients connecting by the thousand waited for the kernel to retry their SYNs (seconds): listening again on the
+  // bound socket raises the backlog.
+  if (port >= 0 && listening >= 0) ::listen(listening, SOMAXCONN);
   if (port < 0) {
     std::fprintf(stderr,
                  "lazygraph-serve: cannot listen on %s:%d (address in use, or not an address of this "

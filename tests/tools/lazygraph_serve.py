@@ -10,11 +10,13 @@ The checkpoint is written here (zero weights: nothing is computed). A few second
 import http.client
 import json
 import os
+import resource
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 TOOL, VERSION = os.path.abspath(sys.argv[1]), sys.argv[2]
@@ -130,6 +132,28 @@ class NoGpuServer(unittest.TestCase):
         self.assertEqual(health["status"], "unavailable")
         self.assertIn("no GPU to run on", health["reason"])
         self.assertIn("libcuda", health["reason"])
+
+    def test_thousands_of_idle_connections_do_not_hold_up_other_clients(self):
+        # Each connection holds a worker thread (512) until its first request or the 1 s idle limit, so /health waits
+        # about count / 512 seconds (1 s for 1000). With 64 workers, a 2 s limit and httplib's listen backlog of 5 it
+        # waited 27 s behind 2000 idle connections (86 s behind 5000), and connecting took seconds.
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = 1100
+        if soft < want and (hard == resource.RLIM_INFINITY or hard >= want):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+        count = min(1000, resource.getrlimit(resource.RLIMIT_NOFILE)[0] - 100)
+        idle = []
+        try:
+            for _ in range(count):
+                idle.append(socket.create_connection(("127.0.0.1", self.port), timeout=10))
+            start = time.monotonic()
+            status, _ = self.request("GET", "/health")
+            waited = time.monotonic() - start
+        finally:
+            for s in idle:
+                s.close()
+        self.assertEqual(status, 503)
+        self.assertLess(waited, 5.0, f"/health took {waited:.1f} s behind {count} idle connections")
 
     def test_models_lists_the_folder_name(self):
         status, text = self.request("GET", "/v1/models")
