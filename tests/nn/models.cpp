@@ -647,10 +647,8 @@ TEST_SUITE("gpu") {
     CHECK(decoder.generate(3, 24) == sampled);
   }
 
-  // generate's loop, small enough for racecheck: tests/sanitize_gpu.sh runs the cases whose names end so under
-  // racecheck apart from the others (each in its own process), because racecheck corrupts its own heap in the longer
-  // loops of the test above and of examples/07_generate. From the step's kernels alone under a WHILE node to generate
-  // itself, shortest first, so that a run shows how far the tool gets.
+  // generate's loop, small enough to bisect racecheck's crash in it (tests/sanitize_gpu.sh, racecheck_options): from
+  // the step's kernels alone under a WHILE node to generate itself, shortest first.
   TEST_CASE(
       "a decode step as a WHILE body runs bound-many times, each as forward (generate's loop, small enough for "
       "racecheck)") {
@@ -665,6 +663,29 @@ TEST_SUITE("gpu") {
     loop.launch();
     CHECK(bound.iterations(lgtest::stream()) == 2);
     const std::vector<half> got = decoder.logits();  // the second iteration's: the same cache slot, the same logits
+    REQUIRE(got.size() == want.size());
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) differ += got[i].bits != want[i].bits ? 1 : 0;
+    CHECK(differ == 0);
+  }
+
+  TEST_CASE(
+      "a decode step of ordinary launches as a WHILE body runs bound-many times (generate's loop, small enough for "
+      "racecheck)") {
+    // The case above with every kernel launched after the previous one ends: no programmatic edges in the body.
+    lazygraph::nn::DecoderConfig config = small_decoder();
+    config.early_launch = false;
+    lazygraph::nn::Decoder decoder(lgtest::stream(), lgtest::nn_kernels(), config);
+    (void)decoder.forward({5, 0});
+    const std::vector<half> want = decoder.logits();
+    const lg::LoopBound bound(lgtest::nn_kernels(), 2);
+    lg::CudaGraph<> loop = lg::CudaGraph<>::scope(lgtest::stream(), [&](lg::Scope& sc) {
+      const lg::Condition more = sc.condition(1);
+      sc.record(lg::while_(more, decoder.step_op(), bound));
+    });
+    loop.launch();
+    CHECK(bound.iterations(lgtest::stream()) == 2);
+    const std::vector<half> got = decoder.logits();
     REQUIRE(got.size() == want.size());
     std::size_t differ = 0;
     for (std::size_t i = 0; i < got.size(); ++i) differ += got[i].bits != want[i].bits ? 1 : 0;
