@@ -1,7 +1,7 @@
 // The fp16 kernels of a batch-1 LLM decode step (kernels/nn/: embedding.cu, rms_norm.cu, gemv.cu, rope.cu,
-// attention.cu, argmax.cu; and the core kernels/elementwise.cu) against float64 references computed from the same
-// fp16-rounded inputs. Outputs are poisoned with a NaN pattern before each launch, so an element a kernel fails to
-// write fails the comparison.
+// attention.cu, qk_norm.cu, argmax.cu; and the core kernels/elementwise.cu) against float64 references computed from
+// the same fp16-rounded inputs. Outputs are poisoned with a NaN pattern before each launch, so an element a kernel
+// fails to write fails the comparison.
 #include <doctest/doctest.h>
 
 #include <algorithm>
