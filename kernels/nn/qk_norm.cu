@@ -1,21 +1,25 @@
-// The attention input side of a block with q/k norms (Qwen3's q_norm and k_norm): after the stacked q/k/v projection,
-// each q head and each k head is normalised on its own, then rotated; v is passed on. For each row r and head:
+// The attention input side of a block with q/k norms (Qwen3's q_norm and k_norm, or OLMoE's over the whole
+// projection): after the stacked q/k/v projection, each q head and each k head is normalised, then rotated; v is
+// passed on. For each row r and head:
 //   y = x + bias                                 (bias the stacked [q_dim + 2 kv_dim], null for none), rounded to T
-//   q and k heads: y = T(y / sqrt(mean(y^2) + eps)) * gain,  rounded to T (gain [head_dim], q_gain or k_gain: as
-//                  transformers' Qwen3RMSNorm rounds, the normed value to T before the gain multiplies it); then each
-//                  pair (2i, 2i+1) rotated by angle = position * frequencies[i] in fp32 and rounded once
+//   q and k heads: y = T(y / sqrt(mean(y^2) + eps)) * gain,  rounded to T (as transformers' Qwen3RMSNorm and
+//                  OlmoeRMSNorm round: the normed value to T before the gain multiplies it), where
+//                  whole 0: the mean is over the head, gain [head_dim] (q_gain or k_gain) the same for every head;
+//                  whole 1: the mean is over the row's whole q [q_dim] or whole k [kv_dim] (every head's block sums
+//                           all of it), gain [q_dim] or [kv_dim], the head's part of it;
+//                  then each pair (2i, 2i+1) rotated by angle = position * frequencies[i] in fp32 and rounded once
 //                  (kernels/nn/rope.cu's rule)
 //   v heads:       y as it is
-// The rows of q and k (and their gains) are in the decoder's interleaved RoPE order (nn::decoder_tensors): a head's
-// norm does not depend on the order of its elements.
+// The rows of q and k (and their gains) are in the decoder's interleaved RoPE order (nn::decoder_tensors): a norm's
+// mean does not depend on the order of its elements.
 //
 //   qk_norm_rope_append(qkv, bias, q_gain, k_gain, q, k_cache, v_cache, positions, slots, n_heads, n_kv_heads,
-//                       head_dim, max_ctx, n_slots, frequencies, eps, batch)
+//                       head_dim, max_ctx, n_slots, frequencies, eps, whole, batch)
 //     the decode step's: qkv [batch][q_dim + 2 kv_dim] (what norm_project of the stacked weight wrote), q out
 //     [batch][q_dim], k and v appended to the caches [n_slots][n_kv_heads][max_ctx][head_dim] at (slots[r],
 //     positions[r]), as kernels/nn/attention.cu's kv_append lays them out.
 //   prefill_qk_norm_rope(qkv, bias, q_gain, k_gain, q, k, v, chunk, n_heads, n_kv_heads, head_dim, frequencies, eps,
-//                        max_rows)
+//                        whole, max_rows)
 //     a prefill chunk's (kernels/nn/prefill.cu's chunk = [start, rows, slot]): row r < rows at position start + r into
 //     q [max_rows][q_dim], k and v [max_rows][kv_dim]; flash attention appends k and v to the cache.
 //
@@ -28,12 +32,20 @@
 
 namespace {
 
-/// Head blockIdx.x of stacked row `row` (q heads, then k heads, then v heads) normed, rotated at `position` and
-/// written to `dest(part, head)` (part 0 q, 1 k, 2 v), head_dim elements from there.
+/// Element `at` of stacked row `row` with its bias (when there is one), rounded to T as a biased Linear rounds it.
+template <class T>
+__device__ __forceinline__ float biased(const T* row, const T* bias, int at) {
+  const float x = lg::to_float(row[at]);
+  return bias == nullptr ? x : lg::to_float(lg::from_float<T>(x + lg::to_float(bias[at])));
+}
+
+/// Head blockIdx.x of stacked row `row` (q heads, then k heads, then v heads) normed (over the head, or with `whole`
+/// over the row's whole q or k), rotated at `position` and written to `dest(part, head)` (part 0 q, 1 k, 2 v),
+/// head_dim elements from there.
 template <class T, class Dest>
 __device__ __forceinline__ void qk_norm_rope_head(const T* row, const T* bias, const T* q_gain, const T* k_gain,
                                                   int n_heads, int n_kv_heads, int head_dim, const float* frequencies,
-                                                  float eps, float position, Dest dest) {
+                                                  float eps, int whole, float position, Dest dest) {
   const int q_dim = n_heads * head_dim;
   const int kv_dim = n_kv_heads * head_dim;
   const int h = static_cast<int>(blockIdx.x);
@@ -44,13 +56,9 @@ __device__ __forceinline__ void qk_norm_rope_head(const T* row, const T* bias, c
   const bool mine = 2 * i < head_dim;
   float x0 = 0.0f;
   float x1 = 0.0f;
-  if (mine) {
-    x0 = lg::to_float(row[col + 2 * i]);
-    x1 = lg::to_float(row[col + 2 * i + 1]);
-    if (bias != nullptr) {  // the projection's output with its bias, as a biased Linear rounds it
-      x0 = lg::to_float(lg::from_float<T>(x0 + lg::to_float(bias[col + 2 * i])));
-      x1 = lg::to_float(lg::from_float<T>(x1 + lg::to_float(bias[col + 2 * i + 1])));
-    }
+  if (mine) {  // the projection's output with its bias
+    x0 = biased(row, bias, col + 2 * i);
+    x1 = biased(row, bias, col + 2 * i + 1);
   }
   T* out = dest(part, head);
   if (part == 2) {  // uniform over the block: no barrier follows for v heads
@@ -60,9 +68,22 @@ __device__ __forceinline__ void qk_norm_rope_head(const T* row, const T* bias, c
     }
     return;
   }
-  const float inv_rms = 1.0f / sqrtf(lg::block_sum(x0 * x0 + x1 * x1) / static_cast<float>(head_dim) + eps);
+  // The sum of squares the mean divides: this head's pairs, or (whole) every element of the row's q or k, each thread
+  // striding over it (every block of the row's q or k heads sums the same elements, in the same order).
+  const int width = whole != 0 ? (part == 0 ? q_dim : kv_dim) : head_dim;
+  float squares = x0 * x0 + x1 * x1;
+  if (whole != 0) {
+    const int first = part == 0 ? 0 : q_dim;
+    squares = 0.0f;
+    for (int j = static_cast<int>(threadIdx.x); j < width; j += static_cast<int>(blockDim.x)) {
+      const float x = biased(row, bias, first + j);
+      squares += x * x;
+    }
+  }
+  const float inv_rms = 1.0f / sqrtf(lg::block_sum(squares) / static_cast<float>(width) + eps);
   if (!mine) return;
-  const T* gain = part == 0 ? q_gain : k_gain;
+  // The gain: a head's, shared by every head, or (whole) this head's part of the whole q's or k's.
+  const T* gain = (part == 0 ? q_gain : k_gain) + (whole != 0 ? head * head_dim : 0);
   const float y0 = lg::to_float(lg::from_float<T>(lg::to_float(lg::from_float<T>(x0 * inv_rms)) *
                                                   lg::to_float(gain[2 * i])));
   const float y1 = lg::to_float(lg::from_float<T>(lg::to_float(lg::from_float<T>(x1 * inv_rms)) *
@@ -85,7 +106,7 @@ __device__ __forceinline__ void qk_norm_rope_append_body(const T* qkv, const T* 
                                                          T* q, T* k_cache, T* v_cache, const int* positions,
                                                          const int* slots, int n_heads, int n_kv_heads, int head_dim,
                                                          int max_ctx, int n_slots, const float* frequencies, float eps,
-                                                         int batch) {
+                                                         int whole, int batch) {
   lg::early_launch_prologue();
   const int r = static_cast<int>(blockIdx.y);
   if (!launch_fits(n_heads, n_kv_heads, head_dim) || r >= batch) __trap();
@@ -95,7 +116,7 @@ __device__ __forceinline__ void qk_norm_rope_append_body(const T* qkv, const T* 
   const int q_dim = n_heads * head_dim;
   const int kv_dim = n_kv_heads * head_dim;
   const T* row = qkv + static_cast<long long>(r) * (q_dim + 2 * kv_dim);
-  qk_norm_rope_head(row, bias, q_gain, k_gain, n_heads, n_kv_heads, head_dim, frequencies, eps,
+  qk_norm_rope_head(row, bias, q_gain, k_gain, n_heads, n_kv_heads, head_dim, frequencies, eps, whole,
                     static_cast<float>(position), [&](int part, int head) -> T* {
                       if (part == 0) return q + static_cast<long long>(r) * q_dim + head * head_dim;
                       T* cache = part == 1 ? k_cache : v_cache;
@@ -108,7 +129,8 @@ template <class T>
 __device__ __forceinline__ void prefill_qk_norm_rope_body(const T* qkv, const T* bias, const T* q_gain,
                                                           const T* k_gain, T* q, T* k, T* v, const int* chunk,
                                                           int n_heads, int n_kv_heads, int head_dim,
-                                                          const float* frequencies, float eps, int max_rows) {
+                                                          const float* frequencies, float eps, int whole,
+                                                          int max_rows) {
   lg::early_launch_prologue();
   if (!launch_fits(n_heads, n_kv_heads, head_dim)) __trap();
   const int r = static_cast<int>(blockIdx.y);
@@ -116,7 +138,7 @@ __device__ __forceinline__ void prefill_qk_norm_rope_body(const T* qkv, const T*
   const int q_dim = n_heads * head_dim;
   const int kv_dim = n_kv_heads * head_dim;
   const T* row = qkv + static_cast<long long>(r) * (q_dim + 2 * kv_dim);
-  qk_norm_rope_head(row, bias, q_gain, k_gain, n_heads, n_kv_heads, head_dim, frequencies, eps,
+  qk_norm_rope_head(row, bias, q_gain, k_gain, n_heads, n_kv_heads, head_dim, frequencies, eps, whole,
                     static_cast<float>(chunk[0] + r), [&](int part, int head) -> T* {
                       if (part == 0) return q + static_cast<long long>(r) * q_dim + head * head_dim;
                       return (part == 1 ? k : v) + static_cast<long long>(r) * kv_dim + head * head_dim;
@@ -130,8 +152,8 @@ axis T = lg::half_t | lg::bf16_t _bf16
 
 qk_norm_rope_append[T] = qk_norm_rope_append_body<T>(const T* qkv, const T* bias, const T* q_gain, const T* k_gain,
     T* q, T* k_cache, T* v_cache, const int* positions, const int* slots, int n_heads, int n_kv_heads, int head_dim,
-    int max_ctx, int n_slots, const float* frequencies, float eps, int batch)
+    int max_ctx, int n_slots, const float* frequencies, float eps, int whole, int batch)
 prefill_qk_norm_rope[T] = prefill_qk_norm_rope_body<T>(const T* qkv, const T* bias, const T* q_gain,
     const T* k_gain, T* q, T* k, T* v, const int* chunk, int n_heads, int n_kv_heads, int head_dim,
-    const float* frequencies, float eps, int max_rows)
+    const float* frequencies, float eps, int whole, int max_rows)
 */

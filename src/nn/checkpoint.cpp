@@ -37,10 +37,6 @@ DecoderConfig decoder_config(const LlamaConfig& l, int context, const std::files
                      "max_position_embeddings (" + std::to_string(l.max_position_embeddings) + ") in " + file.string());
   }
   if (context < 0) throw UsageError("LoadOptions::context (" + std::to_string(context) + ") is negative");
-  if (l.qk_norm_whole) {
-    refuse("q_norm and k_norm over the whole q and k projections (" + l.model_type +
-           "'s, not per head) are not implemented");
-  }
   DecoderConfig c;
   c.d = l.hidden_size;
   c.heads = l.num_attention_heads;
@@ -55,6 +51,7 @@ DecoderConfig decoder_config(const LlamaConfig& l, int context, const std::files
   c.eps = static_cast<float>(l.rms_norm_eps);
   c.qkv_bias = l.attention_bias;
   c.qk_norm = l.qk_norm;
+  c.qk_norm_whole = l.qk_norm_whole;
   // The block's features its architecture read (src/nn/architectures/).
   c.activation = l.activation;
   c.post_norms = l.post_norms;
@@ -895,17 +892,27 @@ void save_seeded_checkpoint(const std::filesystem::path& directory, const Decode
     llama.model_type = "qwen3";
     llama.qk_norm = true;
   }
-  if (config.mixture_of_experts()) {  // Qwen3-MoE has q/k norms; Mixtral not, and always renormalizes
-    const bool qwen = config.qk_norm;
-    const MoeTensorNames names = qwen ? MoeTensorNames::mlp_experts : MoeTensorNames::block_sparse_moe;
-    if (config.qkv_bias || config.moe.names != names || (!qwen && !config.moe.normalize)) {
+  if (config.qk_norm_whole && (!config.mixture_of_experts() || config.q_dim() != config.d)) {
+    throw UsageError(
+        "save_seeded_checkpoint writes q/k norms over the whole projection (qk_norm_whole) as OLMoE's, which has a "
+        "mixture of experts and q as wide as d (q_dim " +
+        std::to_string(config.q_dim()) + ", d " + std::to_string(config.d) + ")");
+  }
+  if (config.mixture_of_experts()) {
+    // Qwen3-MoE has per-head q/k norms, OLMoE whole-projection ones; Mixtral none, and always renormalizes.
+    const bool qwen = config.qk_norm && !config.qk_norm_whole;
+    const bool olmoe = config.qk_norm_whole;
+    const MoeTensorNames names = config.qk_norm ? MoeTensorNames::mlp_experts : MoeTensorNames::block_sparse_moe;
+    if (config.qkv_bias || config.moe.names != names || (!config.qk_norm && !config.moe.normalize)) {
       throw UsageError(
-          "save_seeded_checkpoint writes a mixture of experts as Qwen3-MoE (q/k norms, MoeTensorNames::mlp_experts) "
-          "or Mixtral (no q/k norms, normalize, MoeTensorNames::block_sparse_moe); this config is neither");
+          "save_seeded_checkpoint writes a mixture of experts as Qwen3-MoE (q/k norms, MoeTensorNames::mlp_experts), "
+          "OLMoE (q/k norms over the whole projection, MoeTensorNames::mlp_experts) or Mixtral (no q/k norms, "
+          "normalize, MoeTensorNames::block_sparse_moe); this config is none of them");
     }
-    llama.model_type = qwen ? "qwen3_moe" : "mixtral";
+    llama.model_type = qwen ? "qwen3_moe" : (olmoe ? "olmoe" : "mixtral");
+    llama.qk_norm_whole = olmoe;
     llama.moe = config.moe;
-    if (!qwen) llama.intermediate_size = config.moe.expert_width;  // Mixtral's expert width
+    if (!qwen) llama.intermediate_size = config.moe.expert_width;  // OLMoE's and Mixtral's expert width
   }
   if (config.head_width != 0) llama.head_dim = config.head_width;
   llama.rms_norm_eps = config.eps;

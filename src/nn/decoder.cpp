@@ -65,9 +65,12 @@ BasicDecoderWeights<T> checked(BasicDecoderWeights<T> w, const DecoderConfig& c)
            " has q, k and v biases, but the config's qkv_bias is false (they would be "
            "added to nothing)");
     }
-    const auto head_dim = static_cast<std::size_t>(c.qk_norm ? c.head_dim() : 0);
-    vector(a.q_norm, head_dim, layer + "self_attn.q_norm.weight");
-    vector(a.k_norm, head_dim, layer + "self_attn.k_norm.weight");
+    // q/k norms' gains: a head's, or (qk_norm_whole) the whole q's and k's.
+    const auto norm_size = [&](int whole) {
+      return static_cast<std::size_t>(!c.qk_norm ? 0 : (c.qk_norm_whole ? whole : c.head_dim()));
+    };
+    vector(a.q_norm, norm_size(c.q_dim()), layer + "self_attn.q_norm.weight");
+    vector(a.k_norm, norm_size(c.kv_dim()), layer + "self_attn.k_norm.weight");
     const std::size_t post = c.post_norms ? d : 0;
     vector(a.post_gain, post, layer + "post_attention_layernorm.weight (post-norm)");
     vector(m.post_gain, post, layer + "post_feedforward_layernorm.weight");

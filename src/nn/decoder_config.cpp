@@ -34,6 +34,7 @@ void DecoderConfig::validate() const {
     fail(e.what());
   }
   if (qkv_bias && !fused && !qk_norm) fail("qkv_bias needs fused (the unfused kernels add no biases)");
+  if (qk_norm_whole && !qk_norm) fail("qk_norm_whole (q/k norms over the whole projection) needs qk_norm");
   if (window < 0) fail("window (" + std::to_string(window) + ") must be 0 (none) or positive");
   if (!sliding.empty() && sliding.size() != static_cast<std::size_t>(layers)) {
     fail("sliding lists " + std::to_string(sliding.size()) + " layers, not layers (" + std::to_string(layers) +
@@ -67,6 +68,11 @@ void DecoderConfig::validate() const {
     if (mixture_of_experts())
       fail("the persistent backend has no tiles for a mixture of experts; use DecoderBackend::graph");
     if (!fused) fail("the persistent backend runs the fused attention block (set fused)");
+    if (qk_norm_whole) {
+      fail(
+          "the persistent backend has no tiles for q/k norms over the whole projection (qk_norm_whole: OLMoE); use "
+          "DecoderBackend::graph");
+    }
     if (qk_norm) fail("the persistent backend has no tiles for q/k norms (qk_norm: Qwen3); use DecoderBackend::graph");
     const auto refuse = [&](bool uses, const char* what) {
       if (uses) fail(std::string("the persistent backend has no tiles for ") + what + "; use DecoderBackend::graph");
@@ -116,9 +122,10 @@ std::size_t ModelShape::weight_bytes() const {
   const auto dd = static_cast<std::size_t>(d);
   const auto kv = static_cast<std::size_t>(kv_dim());
   const auto qd = static_cast<std::size_t>(q_dim());
+  // q/k norms' gains: a head's each, or (qk_norm_whole) the whole q's and k's.
+  const std::size_t qk_gains = !qk_norm ? 0 : (qk_norm_whole ? qd + kv : 2 * static_cast<std::size_t>(head_dim()));
   const std::size_t per_layer = 2 * qd * dd + 2 * kv * dd + 3 * dd * static_cast<std::size_t>(ffn) + 2 * dd +
-                                (qkv_bias ? qd + 2 * kv : 0) +
-                                (qk_norm ? 2 * static_cast<std::size_t>(head_dim()) : 0) + (post_norms ? 2 * dd : 0);
+                                (qkv_bias ? qd + 2 * kv : 0) + qk_gains + (post_norms ? 2 * dd : 0);
   // A mixture of experts: the router and every expert's three matrices in place of the MLP's (all stored; a step
   // reads the chosen experts' only).
   const std::size_t moe_layer = mixture_of_experts() ? static_cast<std::size_t>(moe.experts) * dd *

@@ -16,6 +16,11 @@ void check_tensor_split(const DecoderConfig& config, int ranks) {
   };
   if (ranks < 1) fail("at least one rank");
   if (config.mixture_of_experts()) fail("tensor parallelism does not split a mixture of experts (DecoderConfig::moe)");
+  if (config.qk_norm_whole) {
+    fail(
+        "tensor parallelism does not split q/k norms over the whole projection (qk_norm_whole: OLMoE's), whose "
+        "mean spans every rank's heads");
+  }
   if (config.heads % ranks != 0) fail("heads " + std::to_string(config.heads) + " do not divide among the ranks");
   if (config.kv_head_count() % ranks != 0) {
     fail("kv heads " + std::to_string(config.kv_head_count()) + " do not divide among the ranks");

@@ -53,13 +53,14 @@ std::vector<DecoderTensor> decoder_tensors(const DecoderConfig& c) {
       bias(p + "self_attn.k_proj.bias", Role::bk, c.kv_dim(), 11);
       bias(p + "self_attn.v_proj.bias", Role::bv, c.kv_dim(), 12);
     }
-    if (c.qk_norm) {  // a gain per element of a head, in the heads' interleaved RoPE order (rope_rows)
-      const auto head_gain = [&](std::string name, Role role, std::uint32_t slot) {
-        out.push_back(
-            {std::move(name), role, l, c.head_dim(), 1, gain_spec(id(slot), c.head_dim()), true, c.gain_offset});
+    if (c.qk_norm) {
+      // A gain per element of a head, or (qk_norm_whole) of the whole q or k, in the heads' interleaved RoPE order
+      // (rope_rows).
+      const auto norm_gain = [&](std::string name, Role role, int size, std::uint32_t slot) {
+        out.push_back({std::move(name), role, l, size, 1, gain_spec(id(slot), size), true, c.gain_offset});
       };
-      head_gain(p + "self_attn.q_norm.weight", Role::q_norm, 13);
-      head_gain(p + "self_attn.k_norm.weight", Role::k_norm, 14);
+      norm_gain(p + "self_attn.q_norm.weight", Role::q_norm, c.qk_norm_whole ? c.q_dim() : c.head_dim(), 13);
+      norm_gain(p + "self_attn.k_norm.weight", Role::k_norm, c.qk_norm_whole ? c.kv_dim() : c.head_dim(), 14);
     }
     if (c.post_norms) gain(p + "post_attention_layernorm.weight", Role::attention_post_gain, l, id(15));
     gain(p + (c.post_norms ? "pre_feedforward_layernorm.weight" : "post_attention_layernorm.weight"), Role::mlp_gain, l,

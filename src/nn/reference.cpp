@@ -190,7 +190,10 @@ std::vector<double> DecoderReference::step(int token, int position) {
     add(q, w.bq);  // empty without qkv_bias
     add(k, w.bk);
     add(v, w.bv);
-    if (c.qk_norm) {
+    if (c.qk_norm_whole) {  // one norm over the whole q and one over the whole k (OLMoE's)
+      q = rms_norm(q, w.q_norm, c.eps);
+      k = rms_norm(k, w.k_norm, c.eps);
+    } else if (c.qk_norm) {
       head_norm(q, c.heads, c.head_dim(), w.q_norm, c.eps);
       head_norm(k, c.kv_head_count(), c.head_dim(), w.k_norm, c.eps);
     }

@@ -184,7 +184,7 @@ TEST_CASE("a seeded mixture-of-experts checkpoint opens as its decoder, under Qw
   DecoderConfig olmoe = small_moe(false);
   olmoe.moe.normalize = false;
   CHECK_THROWS_WITH_AS(save_seeded_checkpoint(lgtest::scratch_directory("ckpt-moe-neither"), olmoe, DType::f16),
-                       doctest::Contains("this config is neither"), UsageError);
+                       doctest::Contains("this config is none of them"), UsageError);
 }
 
 TEST_CASE("a mixture of experts' missing expert or misshaped router is refused naming it, before anything is read") {
@@ -209,17 +209,60 @@ TEST_CASE("a mixture of experts' missing expert or misshaped router is refused n
                        CheckpointError);
 }
 
-TEST_CASE("an OLMoE checkpoint is refused by name: its q/k norms span the whole projection") {
-  const auto dir = saved("ckpt-olmoe", small_moe(true));
-  rewrite_config(dir, [](LlamaConfig& c) {
-    c.model_type = "olmoe";
-    c.qk_norm_whole = true;
-    c.moe->expert_width = c.intermediate_size;
+TEST_CASE(
+    "a seeded OLMoE checkpoint opens with q/k norms over the whole projection, their gains in rotate-half order") {
+  DecoderConfig c = small_moe(true);  // d 128: 4 heads of 32 over 2 kv heads
+  c.qk_norm_whole = true;
+  c.moe.normalize = false;  // OLMoE's default
+  const auto dir = saved("ckpt-olmoe", c);
+  const DecoderCheckpoint ck = DecoderCheckpoint::open(dir);
+  CHECK(ck.llama_config().model_type == "olmoe");
+  CHECK(ck.llama_config().intermediate_size == c.moe.expert_width);  // OLMoE's expert width
+  CHECK(ck.config().qk_norm);
+  CHECK(ck.config().qk_norm_whole);
+  CHECK(ck.config().moe == c.moe);
+  CHECK(ck.sources().size() == decoder_tensors(c).size());
+  CHECK(ck.device_bytes() == c.weight_bytes() + (static_cast<std::size_t>(c.vocab) - 1) * c.d * sizeof(half));
+  const SafetensorsFile file = SafetensorsFile::open(dir / "model.safetensors");
+  CHECK(file.tensor("model.layers.1.self_attn.q_norm.weight").shape == std::vector<std::int64_t>{c.d});
+  CHECK(file.tensor("model.layers.1.self_attn.k_norm.weight").shape == std::vector<std::int64_t>{c.kv_dim()});
+  const std::vector<DecoderTensor> tensors = decoder_tensors(c);
+  const auto found = std::find_if(tensors.begin(), tensors.end(), [](const DecoderTensor& t) {
+    return t.name == "model.layers.1.self_attn.q_norm.weight";
   });
-  CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(dir), doctest::Contains("config.json"), CheckpointError);
-  CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(dir),
-                       doctest::Contains("q_norm and k_norm over the whole q and k projections (olmoe's"),
+  REQUIRE(found != tensors.end());
+  CHECK(found->rope_rows);
+  CHECK(found->rows == c.q_dim());
+  const std::vector<half> want = host_tensor(c.seed, found->seeded);
+  const auto bytes = file.data(file.tensor(found->name));
+  int differ = 0;
+  for (int row = 0; row < found->rows; ++row) {  // every head's part reordered as that head's rows of Wq
+    std::uint16_t bits = 0;
+    std::memcpy(&bits, bytes.data() + 2 * static_cast<std::size_t>(rotate_half_row(row, c.head_dim())), 2);
+    differ += bits != want[static_cast<std::size_t>(row)].bits ? 1 : 0;
+  }
+  CHECK(differ == 0);
+  // A checkpoint whose k_norm has a head's gains only (Qwen3's shape) is refused naming the tensor and its shape.
+  rewrite(dir, [&](std::vector<OwnedTensor>& t) {
+    for (OwnedTensor& x : t) {
+      if (x.name == "model.layers.0.self_attn.k_norm.weight") {
+        x.shape = {c.head_dim()};
+        x.bytes.resize(2 * static_cast<std::size_t>(c.head_dim()));
+      }
+    }
+  });
+  CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(dir), doctest::Contains("model.layers.0.self_attn.k_norm.weight"),
                        CheckpointError);
+  CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(dir), doctest::Contains("[64]"), CheckpointError);
+  // OLMoE's is the one architecture with these norms: a dense decoder, or one whose q is not d wide, has none.
+  DecoderConfig dense = small_gqa();
+  dense.qk_norm = dense.qk_norm_whole = true;
+  CHECK_THROWS_WITH_AS(save_seeded_checkpoint(lgtest::scratch_directory("ckpt-olmoe-dense"), dense),
+                       doctest::Contains("as OLMoE's, which has a mixture of experts"), UsageError);
+  DecoderConfig wide = c;
+  wide.head_width = 64;
+  CHECK_THROWS_WITH_AS(save_seeded_checkpoint(lgtest::scratch_directory("ckpt-olmoe-wide"), wide),
+                       doctest::Contains("q_dim 256, d 128"), UsageError);
 }
 
 TEST_CASE("a context beyond the model's max_position_embeddings is a UsageError naming both") {

@@ -1,7 +1,7 @@
 // The fp16 kernels of a batch-1 LLM decode step (kernels/nn/: embedding.cu, rms_norm.cu, gemv.cu, rope.cu,
-// attention.cu, argmax.cu; and the core kernels/elementwise.cu) against float64 references computed from the same
-// fp16-rounded inputs. Outputs are poisoned with a NaN pattern before each launch, so an element a kernel fails to
-// write fails the comparison.
+// attention.cu, qk_norm.cu, argmax.cu; and the core kernels/elementwise.cu) against float64 references computed from
+// the same fp16-rounded inputs. Outputs are poisoned with a NaN pattern before each launch, so an element a kernel
+// fails to write fails the comparison.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -665,6 +665,157 @@ TEST_SUITE("gpu") {
           }
           const auto left = lgtest::to_host(s, counters.cview());
           CHECK(std::count(left.begin(), left.end(), 0U) == n_heads);
+        }
+      }
+    }
+  }
+
+  TEST_CASE(
+      "qk_norm_rope_append and prefill_qk_norm_rope norm each head, or the whole q and the whole k of a row (OLMoE's), "
+      "then rotate, and write q, k and v where they go") {
+    Stream& s = lgtest::stream();
+    const nn::Kernels kernels(lgtest::nn_kernels());
+    const float theta = 10000.0F;
+    const float eps = 1e-6F;
+    const int batch = 3;
+    const int max_ctx = 64;
+    const int n_slots = 4;
+    const std::vector<int> positions{0, 5, 63};
+    const std::vector<int> slots{2, 0, 3};
+    for (const auto& [n_heads, n_kv_heads, head_dim] :
+         {std::tuple{4, 2, 64}, std::tuple{8, 8, 128}, std::tuple{2, 1, 256}}) {
+      for (const int whole : {0, 1}) {
+        for (const bool with_bias : {false, true}) {
+          CAPTURE(n_heads);
+          CAPTURE(n_kv_heads);
+          CAPTURE(head_dim);
+          CAPTURE(whole);
+          CAPTURE(with_bias);
+          const int q_dim = n_heads * head_dim;
+          const int kv_dim = n_kv_heads * head_dim;
+          const auto stride = static_cast<std::size_t>(q_dim + 2 * kv_dim);
+          // Each row's q and k scaled apart (1, 4, 1/4 ...), so that a norm over the wrong span shows.
+          std::vector<half> qkv = random_halves(batch * stride);
+          for (std::size_t i = 0; i < qkv.size(); ++i) {
+            const double scale =
+                std::ldexp(1.0, 2 * static_cast<int>((i % stride) / static_cast<std::size_t>(head_dim) % 3) - 2);
+            qkv[i] = half::from_float(static_cast<float>(qkv[i].to_float() * scale));
+          }
+          const std::vector<half> bias = with_bias ? random_halves(stride) : std::vector<half>{};
+          // Gains in [0.5, 1.5): a head's [head_dim], or the whole q's [q_dim] and k's [kv_dim].
+          const auto gains = [](int n) {
+            std::vector<half> g = random_halves(static_cast<std::size_t>(n));
+            for (half& h : g) h = half::from_float(1.0F + h.to_float() / 2);
+            return g;
+          };
+          const std::vector<half> q_gain = gains(whole != 0 ? q_dim : head_dim);
+          const std::vector<half> k_gain = gains(whole != 0 ? kv_dim : head_dim);
+          // The float64 result of row r's part (0 q, 1 k, 2 v) at `position`, from the fp16-rounded biased inputs.
+          const auto reference = [&](int r, int part, int position) {
+            const int first = part == 0 ? 0 : (part == 1 ? q_dim : q_dim + kv_dim);
+            const int width = part == 0 ? q_dim : kv_dim;
+            std::vector<double> y(static_cast<std::size_t>(width));
+            for (int j = 0; j < width; ++j) {
+              const auto at = static_cast<std::size_t>(first + j);
+              const float x = qkv[static_cast<std::size_t>(r) * stride + at].to_float();
+              y[static_cast<std::size_t>(j)] =
+                  with_bias ? half::from_float(x + bias[at].to_float()).to_float() : static_cast<double>(x);
+            }
+            if (part == 2) return y;
+            const std::vector<half>& gain = part == 0 ? q_gain : k_gain;
+            const int span = whole != 0 ? width : head_dim;  // the elements one mean is over
+            for (int from = 0; from < width; from += span) {
+              double squares = 0;
+              for (int j = from; j < from + span; ++j) squares += y[j] * y[j];
+              const double inv = 1.0 / std::sqrt(squares / span + eps);
+              for (int j = from; j < from + span; ++j) {
+                y[j] *= inv * gain[static_cast<std::size_t>(whole != 0 ? j : j % head_dim)].to_float();
+              }
+            }
+            for (int h = 0; h < width / head_dim; ++h) {
+              for (int i = 0; i < head_dim / 2; ++i) {
+                const double angle = position * std::pow(double(theta), -2.0 * i / head_dim);
+                const std::size_t at = static_cast<std::size_t>(h * head_dim + 2 * i);
+                const double a = y[at];
+                const double b = y[at + 1];
+                y[at] = a * std::cos(angle) - b * std::sin(angle);
+                y[at + 1] = a * std::sin(angle) + b * std::cos(angle);
+              }
+            }
+            return y;
+          };
+          const auto dqkv = on_device(qkv);
+          const auto dbias = on_device(bias);
+          const auto dq_gain = on_device(q_gain);
+          const auto dk_gain = on_device(k_gain);
+          const auto dfreq = lgtest::to_device(s, plain_rope_table(theta, head_dim));
+          const LaunchConfig config = kernels.qk_norm_config(n_heads, n_kv_heads, head_dim, batch);
+
+          // The decode step's: q out, k and v into the caches at (slot, position).
+          auto q = poisoned(static_cast<std::size_t>(batch) * q_dim);
+          const std::size_t cache_size = static_cast<std::size_t>(n_slots) * n_kv_heads * max_ctx * head_dim;
+          auto k_cache = poisoned(cache_size);
+          auto v_cache = poisoned(cache_size);
+          const auto dpos = lgtest::to_device(s, positions);
+          const auto dslots = lgtest::to_device(s, slots);
+          kernels.qk_norm_rope_append.launch(s, config, dqkv.cview(), dbias.cview(), dq_gain.cview(), dk_gain.cview(),
+                                             q.view(), k_cache.view(), v_cache.view(), dpos.cview(), dslots.cview(),
+                                             n_heads, n_kv_heads, head_dim, max_ctx, n_slots, dfreq.cview(), eps, whole,
+                                             batch);
+          const std::vector<half> got_q = on_host(q);
+          const std::vector<half> got_k = on_host(k_cache);
+          const std::vector<half> got_v = on_host(v_cache);
+          // Row r's k or v as the cache holds it: each head at (slot, head, position).
+          const auto cached = [&](const std::vector<half>& cache, int r) {
+            std::vector<half> out;
+            for (int h = 0; h < n_kv_heads; ++h) {
+              const std::size_t at =
+                  ((static_cast<std::size_t>(slots[r]) * n_kv_heads + h) * max_ctx + positions[r]) * head_dim;
+              out.insert(out.end(), cache.begin() + static_cast<std::ptrdiff_t>(at),
+                         cache.begin() + static_cast<std::ptrdiff_t>(at + head_dim));
+            }
+            return out;
+          };
+          for (int r = 0; r < batch; ++r) {
+            CAPTURE(r);
+            check_close(std::vector<half>(got_q.begin() + static_cast<std::ptrdiff_t>(r) * q_dim,
+                                          got_q.begin() + static_cast<std::ptrdiff_t>(r + 1) * q_dim),
+                        reference(r, 0, positions[r]));
+            check_close(cached(got_k, r), reference(r, 1, positions[r]));
+            check_close(cached(got_v, r), reference(r, 2, positions[r]));
+          }
+          const auto written = [&](const std::vector<half>& cache) {
+            return static_cast<std::size_t>(
+                std::count_if(cache.begin(), cache.end(), [](half h) { return h.bits != poison; }));
+          };
+          CHECK(written(got_k) == static_cast<std::size_t>(batch) * kv_dim);  // nowhere else
+          CHECK(written(got_v) == static_cast<std::size_t>(batch) * kv_dim);
+
+          // Prefill's: a chunk of 2 rows from position 5 of a launch of `batch` rows, into q, k and v; the rest
+          // untouched.
+          const std::vector<int> chunk{5, 2, 0};
+          const auto dchunk = lgtest::to_device(s, chunk);
+          auto pq = poisoned(static_cast<std::size_t>(batch) * q_dim);
+          auto pk = poisoned(static_cast<std::size_t>(batch) * kv_dim);
+          auto pv = poisoned(static_cast<std::size_t>(batch) * kv_dim);
+          kernels.prefill_qk_norm_rope.launch(s, config, dqkv.cview(), dbias.cview(), dq_gain.cview(), dk_gain.cview(),
+                                              pq.view(), pk.view(), pv.view(), dchunk.cview(), n_heads, n_kv_heads,
+                                              head_dim, dfreq.cview(), eps, whole, batch);
+          const std::vector<half> prefill_q = on_host(pq);
+          const std::vector<half> prefill_k = on_host(pk);
+          const std::vector<half> prefill_v = on_host(pv);
+          const auto part_of = [](const std::vector<half>& all, int r, int width) {
+            return std::vector<half>(all.begin() + static_cast<std::ptrdiff_t>(r) * width,
+                                     all.begin() + static_cast<std::ptrdiff_t>(r + 1) * width);
+          };
+          for (int r = 0; r < 2; ++r) {
+            CAPTURE(r);  // at position 5 + r
+            check_close(part_of(prefill_q, r, q_dim), reference(r, 0, 5 + r));
+            check_close(part_of(prefill_k, r, kv_dim), reference(r, 1, 5 + r));
+            check_close(part_of(prefill_v, r, kv_dim), reference(r, 2, 5 + r));
+          }
+          const std::vector<half> padding = part_of(prefill_q, 2, q_dim);
+          CHECK(std::all_of(padding.begin(), padding.end(), [](half h) { return h.bits == poison; }));
         }
       }
     }

@@ -337,6 +337,11 @@ TEST_SUITE("gpu") {
       config.head_width = 64;
       config.theta = 1e6F;
     }
+    SUBCASE("q/k norms over the whole projection (OLMoE's), grouped-query, theta 1e6") {
+      kv_heads = 2;
+      config.qk_norm = config.qk_norm_whole = true;
+      config.theta = 1e6F;
+    }
     SUBCASE("q/k norms with q, k and v biases, attention split over 4 blocks of positions") {
       kv_heads = 1;
       config.qk_norm = true;
@@ -376,6 +381,7 @@ TEST_SUITE("gpu") {
     CAPTURE(config.attention_blocks);
     CAPTURE(config.fused);
     CAPTURE(config.qk_norm);
+    CAPTURE(config.qk_norm_whole);
     CAPTURE(config.window);
     lazygraph::nn::Decoder decoder(lgtest::stream(), lgtest::nn_kernels(), config);
     lazygraph::nn::DecoderReference reference(config);
@@ -571,6 +577,7 @@ TEST_SUITE("gpu") {
     config.max_batch = 2;
     SUBCASE("Llama's block") {}
     SUBCASE("q/k norms") { config.qk_norm = true; }
+    SUBCASE("q/k norms over the whole projection") { config.qk_norm = config.qk_norm_whole = true; }
     SUBCASE("Gemma 3's block with a window of 6 on layer 1") {
       config.qk_norm = config.post_norms = true;
       config.activation = lazygraph::nn::GateActivation::gelu_tanh;
@@ -613,6 +620,7 @@ TEST_SUITE("gpu") {
     config.kv_heads = 2;
     SUBCASE("Llama's block") {}
     SUBCASE("q/k norms") { config.qk_norm = true; }
+    SUBCASE("q/k norms over the whole projection") { config.qk_norm = config.qk_norm_whole = true; }
     SUBCASE("Gemma 3's block with a window of 6 on every layer") {
       config.qk_norm = config.post_norms = true;
       config.activation = lazygraph::nn::GateActivation::gelu_tanh;

@@ -1,6 +1,7 @@
 // A decoder whose layers are mixtures of experts (DecoderConfig::moe): its config's refusals and its tensors on the
-// host; on the GPU, its step against the float64 reference (Qwen3-MoE's, OLMoE's and Mixtral's routing), and its
-// batches, prefill and generate against one sequence at a time, bit for bit.
+// host (and those of OLMoE's q/k norms over the whole projection); on the GPU, its step against the float64 reference
+// (Qwen3-MoE's, OLMoE's and Mixtral's routing and blocks), and its batches, prefill and generate against one sequence
+// at a time, bit for bit.
 #include <doctest/doctest.h>
 
 #include <cstddef>
@@ -70,6 +71,43 @@ TEST_CASE("a mixture of experts' decoder config is refused by name where its ker
   CHECK(why.find("no mixture of experts") != std::string::npos);
 }
 
+TEST_CASE(
+    "q/k norms over the whole projection (OLMoE's) have gains as wide as q and k, and are refused by name on the "
+    "persistent backend and over tensor-parallel ranks") {
+  DecoderConfig c = moe_decoder({8, 2, 64, false});  // d 128: 4 heads of 32, kv heads 4
+  c.kv_heads = 2;
+  c.qk_norm = c.qk_norm_whole = true;
+  CHECK_NOTHROW(c.validate());
+  std::size_t elements = 0;
+  int gains = 0;
+  for (const DecoderTensor& t : decoder_tensors(c)) {
+    if (t.role != DecoderTensorRole::embedding) elements += t.elements();
+    if (t.role == DecoderTensorRole::q_norm) CHECK(t.shape() == std::vector<std::int64_t>{128});
+    if (t.role == DecoderTensorRole::k_norm) CHECK(t.shape() == std::vector<std::int64_t>{64});
+    if (t.role == DecoderTensorRole::q_norm || t.role == DecoderTensorRole::k_norm) {
+      CHECK(t.rope_rows);
+      ++gains;
+    }
+  }
+  CHECK(gains == 2 * c.layers);
+  CHECK(c.weight_bytes() == (elements + static_cast<std::size_t>(c.d)) * 2);
+
+  DecoderConfig alone = c;
+  alone.qk_norm = false;
+  check_invalid(alone, "qk_norm_whole (q/k norms over the whole projection) needs qk_norm");
+  DecoderConfig dense = lgtest::small_decoder(2);  // no mixture of experts, which both refuse first
+  dense.qk_norm = dense.qk_norm_whole = true;
+  CHECK_NOTHROW(dense.validate());
+  DecoderConfig persistent = dense;
+  persistent.backend = DecoderBackend::persistent;
+  check_invalid(persistent, "the persistent backend has no tiles for q/k norms over the whole projection");
+  CHECK_THROWS_WITH_AS(check_tensor_split(dense, 2),
+                       doctest::Contains("tensor parallelism does not split q/k norms over the whole projection"),
+                       UsageError);
+  dense.qk_norm_whole = false;
+  CHECK_NOTHROW(check_tensor_split(dense, 2));  // per-head norms split with their heads
+}
+
 TEST_CASE("a mixture of experts' tensors are its router and every expert's three matrices, named as Qwen3-MoE's") {
   const DecoderConfig c = moe_decoder({4, 2, 32, true});
   const std::vector<DecoderTensor> tensors = decoder_tensors(c);
@@ -111,15 +149,21 @@ TEST_SUITE("gpu") {
   TEST_CASE_TEMPLATE("a mixture-of-experts decoder matches float64 step by step, for each architecture's routing", T,
                      half, bfloat16) {
     // Each seed gives routes whose top k stand clear of the rest in float64 (route_margin over these 10 steps from
-    // token 7: 0.07, 0.14 and 0.05 in both element types, checked below) by far more than the GPU's rounding moves a
-    // logit (about 1e-3 in fp16, 5e-3 in bf16): near a tie the GPU may choose another expert, and float64 is no
-    // oracle there. Random seeds give margins under 0.01 in about every other sequence.
+    // token 7: 0.07, 0.14, 0.05 and, for OLMoE's block, 0.34 in both element types, checked below) by far more than the
+    // GPU's rounding moves a logit (about 1e-3 in fp16, 5e-3 in bf16): near a tie the GPU may choose another expert,
+    // and float64 is no oracle there. Random seeds give margins under 0.01 in about every other sequence.
     DecoderConfig config;
     SUBCASE("Qwen3-MoE's: 8 experts, top 2 renormalized, q/k norms") {
       config = moe_decoder({8, 2, 64, true}, 41);
       config.qk_norm = true;
     }
-    SUBCASE("OLMoE's: 16 experts, top 4 as the softmax gives them") { config = moe_decoder({16, 4, 32, false}, 1124); }
+    SUBCASE("OLMoE's routing: 16 experts, top 4 as the softmax gives them") {
+      config = moe_decoder({16, 4, 32, false}, 1124);
+    }
+    SUBCASE("OLMoE's block: q/k norms over the whole projection, 8 experts, top 3 as the softmax gives them") {
+      config = moe_decoder({8, 3, 64, false}, 183);
+      config.qk_norm = config.qk_norm_whole = true;
+    }
     SUBCASE("Mixtral's: 8 experts, top 2 renormalized, a window of 4 positions") {
       config = moe_decoder({8, 2, 128, true}, 46);
       config.window = 4;
@@ -149,9 +193,16 @@ TEST_SUITE("gpu") {
   TEST_CASE_TEMPLATE(
       "a mixture-of-experts decoder's batches, prefill and generate give the bits of one sequence at a time", T, half,
       bfloat16) {
-    const MoeShape shape{8, 2, 64, true};
-    BasicDecoder<T> batched(lgtest::stream(), lgtest::nn_kernels(), moe_decoder(shape, 1234, 8));
-    BasicDecoder<T> single(lgtest::stream(), lgtest::nn_kernels(), moe_decoder(shape, 1234, 1));
+    DecoderConfig config = moe_decoder({8, 2, 64, true}, 1234, 8);
+    SUBCASE("8 experts, top 2 renormalized") {}
+    SUBCASE("OLMoE's block: q/k norms over the whole projection, 8 experts, top 4 as the softmax gives them") {
+      config.moe = {8, 4, 64, false};
+      config.qk_norm = config.qk_norm_whole = true;
+    }
+    CAPTURE(config.qk_norm_whole);
+    BasicDecoder<T> batched(lgtest::stream(), lgtest::nn_kernels(), config);
+    config.max_batch = 1;
+    BasicDecoder<T> single(lgtest::stream(), lgtest::nn_kernels(), config);
     const auto same_bits = [](const std::vector<T>& a, const std::vector<T>& b) {
       std::size_t differ = a.size() == b.size() ? 0 : 1;
       for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) differ += a[i].bits != b[i].bits ? 1 : 0;

@@ -392,6 +392,9 @@ TEST_SUITE("gpu") {
       config.qk_norm = true;
       config.theta = 1e6F;
     }
+    SUBCASE("q/k norms over the whole projection (OLMoE's), head_dim 64") {
+      config.qk_norm = config.qk_norm_whole = true;
+    }
     SUBCASE("Gemma 3's block on tensor cores: GeGLU, post-norms, q/k norms, scales, a window of 20 on layer 0") {
       config.qk_norm = config.post_norms = true;
       config.activation = nn::GateActivation::gelu_tanh;
@@ -410,6 +413,7 @@ TEST_SUITE("gpu") {
     }
     CAPTURE(config.head_dim());
     CAPTURE(config.qk_norm);
+    CAPTURE(config.qk_norm_whole);
     nn::BasicDecoder<T> decoder(lgtest::stream(), lgtest::nn_kernels(), config);
     if (const std::string why = decoder.prefill_fallback_reason(); !why.empty()) {
       MESSAGE("skipped: prefill does not run on tensor cores here: " << why);

@@ -238,15 +238,17 @@ BasicDecoder<T> load_decoder_rank(const Stream& stream, const KernelLibrary& lib
 
 /// Writes the seeded weights of `config` (docs/nn.md) as a checkpoint folder in Hugging Face's layout (model_type
 /// llama, qwen2 for a config with qkv_bias, qwen3 for one with qk_norm; with a mixture of experts qwen3_moe for one
-/// with qk_norm, mixtral for one without, whose MoeShape::names must be that architecture's):
+/// with qk_norm, olmoe for one with qk_norm_whole, mixtral for one without, whose MoeShape::names must be that
+/// architecture's):
 /// config.json and model.safetensors, tensors in `dtype`, q and k rows in rotate-half order: F16 and F32 hold the
 /// seeded fp16 values (host_tensor<half>), BF16 the seeded bf16 values (host_tensor<bfloat16>), so an F16 checkpoint
 /// loads into the seeded Decoder and a BF16 one into the seeded DecoderBf16 bit for bit. Runs on the host; the
 /// folder is created. The files of an earlier save there are replaced as write_safetensors_folder replaces them
 /// (config.json last, every file recording the save's id: no failure or crash leaves a folder that loads mixed;
 /// symbolic links there are replaced, never written through).
-/// \throws UsageError for an invalid config, another dtype, both qkv_bias and qk_norm (no architecture has both), or
-///         a mixture of experts neither Qwen3-MoE's nor Mixtral's (as above; Mixtral's renormalizes);
+/// \throws UsageError for an invalid config, another dtype, both qkv_bias and qk_norm (no architecture has both), a
+///         mixture of experts none of Qwen3-MoE's, OLMoE's and Mixtral's (as above; Mixtral's renormalizes), or
+///         qk_norm_whole without a mixture of experts or with q_dim other than d (OLMoE's);
 ///         CheckpointError when writing fails (the folder is then as it was).
 void save_seeded_checkpoint(const std::filesystem::path& directory, const DecoderConfig& config,
                             DType dtype = DType::f16);

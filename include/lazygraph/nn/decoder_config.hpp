@@ -58,6 +58,10 @@ struct ModelShape {
   /// stacked q, k and v (norm_project) and norms, rotates and appends them in a second kernel (qk_norm_rope_append),
   /// whatever `fused` says; the persistent backend does not run it.
   bool qk_norm = false;
+  /// With qk_norm: q_norm and k_norm RMS-norm the whole q projection and the whole k projection (OLMoE's), not each
+  /// head, with gains of [q_dim] and [kv_dim]. The same two kernels run it (qk_norm_rope_append's `whole`); the
+  /// persistent backend and tensor parallelism (whose ranks hold only some of the heads) do not.
+  bool qk_norm_whole = false;
   /// The MLP's gate: silu (SwiGLU) or gelu_tanh (GeGLU, Gemma 3's).
   GateActivation activation = GateActivation::silu;
   /// Gemma 3's four norms a layer: the attention block's and the MLP's outputs are RMS-normed again (their gains:
@@ -175,7 +179,7 @@ struct DecoderConfig : ModelShape, DecoderOptions {
   /// persistent_tile_rows that is neither 0 nor a positive multiple of 8, or a block feature it has no tiles for
   /// (naming it); a mixture of experts (moe) with more than 1024 experts, a top k of 0, above 16 or above the experts,
   /// an expert_width that is not a positive multiple of 8, with a GeGLU activation or post-norms, or on the persistent
-  /// backend.
+  /// backend; qk_norm_whole without qk_norm, or on the persistent backend.
   void validate() const;
 };
 

@@ -48,7 +48,8 @@
 namespace lazygraph::nn {
 
 /// \throws UsageError unless `config` is valid (DecoderConfig::validate) and splits over `ranks` (1 or more): heads,
-/// kv heads and vocab divisible by it, ffn into shards of a multiple of 8, the graph backend; naming the numbers.
+/// kv heads and vocab divisible by it, ffn into shards of a multiple of 8, the graph backend, no mixture of experts and
+/// no q/k norms over the whole projection (DecoderConfig::qk_norm_whole); naming the numbers or the feature.
 void check_tensor_split(const DecoderConfig& config, int ranks);
 
 /// The shapes of one rank's weights (see the file comment): heads / ranks, kv_heads / ranks (head_width written out),

@@ -25,7 +25,8 @@ namespace lazygraph::nn {
 /// the three projections of the stacked weight, RoPE and the cache append in one kernel (norm_project_qkv_rope_append),
 /// then attention, each head spread over attention_splits() blocks of positions. With q/k norms
 /// (DecoderConfig::qk_norm, whatever `fused` says): the norm and the stacked projection into s.qkv (norm_project), then
-/// the heads' norms, RoPE and the cache append (qk_norm_rope_append), then attention as the fused path runs it.
+/// the heads' norms (or with qk_norm_whole the whole q's and k's), RoPE and the cache append (qk_norm_rope_append),
+/// then attention as the fused path runs it.
 /// Unfused: three norm_project of the stacked weight's parts, rope, kv_append, attention with one block per head,
 /// ordered as DecoderConfig::ordering says. Only the chosen path is built. A tensor-parallel rank follows it with an
 /// output projection of its own (decoder_rank.hpp). Layer `layer`'s window and RoPE table (DecoderConfig::sliding)
@@ -62,7 +63,7 @@ auto attention_heads(const Projector<T>& p, const BasicAttentionWeights<T>& w, B
            k.qk_norm_rope_append(k.qk_norm_config(c.heads, c.kv_head_count(), c.head_dim(), rows), s.qkv.cview(),
                                  w.bias.cview(), w.q_norm.cview(), w.k_norm.cview(), s.q.view(), k_cache, v_cache,
                                  s.positions(), s.slots(), c.heads, c.kv_head_count(), c.head_dim(), c.context,
-                                 c.max_batch, frequencies, c.eps, rows) >>
+                                 c.max_batch, frequencies, c.eps, c.qk_norm_whole ? 1 : 0, rows) >>
            attend();
   };
   const auto fused = [&] {

@@ -25,8 +25,8 @@ enum class DecoderTensorRole {
   bq,                   ///< q bias [q_dim] (DecoderConfig::qkv_bias)
   bk,                   ///< k bias [kv_dim]
   bv,                   ///< v bias [kv_dim]
-  q_norm,               ///< q's per-head RMSNorm gain [head_dim] (DecoderConfig::qk_norm)
-  k_norm,               ///< k's per-head RMSNorm gain [head_dim]
+  q_norm,               ///< q's per-head RMSNorm gain [head_dim] (DecoderConfig::qk_norm), [q_dim] with qk_norm_whole
+  k_norm,               ///< k's per-head RMSNorm gain [head_dim], [kv_dim] with qk_norm_whole
   attention_post_gain,  ///< the attention output's RMSNorm gain [d] (DecoderConfig::post_norms)
   mlp_gain,             ///< a layer's post-attention norm gain [d]
   w1,                   ///< gate projection [ffn x d]
@@ -74,8 +74,8 @@ struct DecoderTensor {
 /// block_sparse_moe.gate and block_sparse_moe.experts.E.w1, w3, w2). With post_norms
 /// (Gemma 3) the norms take Gemma's names: the MLP's input norm is pre_feedforward_layernorm, the attention output's
 /// post_attention_layernorm. The q and k biases and the q and k norms' gains are rope_rows: their elements are
-/// reordered as the rows of Wq and Wk (a norm's gain as the rows of one head). \throws UsageError for an invalid
-/// config.
+/// reordered as the rows of Wq and Wk (a per-head norm's gain as the rows of one head). \throws UsageError for an
+/// invalid config.
 std::vector<DecoderTensor> decoder_tensors(const DecoderConfig& config);
 
 /// The row of a rope_rows matrix in checkpoint (rotate-half) order that holds row `row` of the interleaved order.

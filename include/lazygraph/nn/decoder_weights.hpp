@@ -25,8 +25,8 @@ struct BasicAttentionWeights {
   Weight<T> qkv;              ///< [q_dim + 2 kv_dim x d]: Wq, Wk, Wv stacked; wq(), wk() and wv() view the parts
   Weight<T> wo;               ///< [d x q_dim]
   DeviceBuffer<T> bias;       ///< [q_dim + 2 kv_dim]: bq, bk, bv stacked with qkv_bias, else empty
-  DeviceBuffer<T> q_norm;     ///< q's per-head RMSNorm gain [head_dim] with DecoderConfig::qk_norm, else empty
-  DeviceBuffer<T> k_norm;     ///< k's per-head RMSNorm gain [head_dim] with DecoderConfig::qk_norm, else empty
+  DeviceBuffer<T> q_norm;     ///< q's RMSNorm gain with DecoderConfig::qk_norm ([head_dim]; qk_norm_whole: [q_dim])
+  DeviceBuffer<T> k_norm;     ///< k's RMSNorm gain with DecoderConfig::qk_norm ([head_dim]; qk_norm_whole: [kv_dim])
   DeviceBuffer<T> post_gain;  ///< the output's RMSNorm gain [d] with DecoderConfig::post_norms, else empty
 
   /// Wq [q_dim x d]: the first q_dim rows of qkv. \throws UsageError as Weight::rows_view.

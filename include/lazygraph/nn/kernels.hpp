@@ -165,16 +165,18 @@ struct BasicKernels {
                      const int*, const int*, int, int, int, int, int, int, const float*, float, int)>
       qkv_rope_append;
   /// qk_norm_rope_append(qkv, bias, q_gain, k_gain, q, k_cache, v_cache, positions, slots, heads, kv_heads, head_dim,
-  /// context, slot_count, frequencies, eps, batch): a block with q/k norms' input side after the stacked projection
-  /// (kernels/nn/qk_norm.cu): each q and k head RMS-normed with its gain [head_dim], RoPE, q written out, k and v
-  /// appended to the caches. Launched as qk_norm_config.
+  /// context, slot_count, frequencies, eps, whole, batch): a block with q/k norms' input side after the stacked
+  /// projection (kernels/nn/qk_norm.cu): each q and k head RMS-normed with its gain [head_dim] (whole 0), or the row's
+  /// whole q and whole k with gains [q_dim] and [kv_dim] (whole 1: DecoderConfig::qk_norm_whole), RoPE, q written
+  /// out, k and v appended to the caches. Launched as qk_norm_config.
   Kernel<void(const T*, const T*, const T*, const T*, T*, T*, T*, const int*, const int*, int, int, int, int, int,
-              const float*, float, int)>
+              const float*, float, int, int)>
       qk_norm_rope_append;
   /// prefill_qk_norm_rope(qkv, bias, q_gain, k_gain, q, k, v, chunk, heads, kv_heads, head_dim, frequencies, eps,
-  /// max_rows): qk_norm_rope_append for a prefill chunk's rows (kernels/nn/qk_norm.cu), into q, k and v; launched as
-  /// qk_norm_config for max_rows rows.
-  Kernel<void(const T*, const T*, const T*, const T*, T*, T*, T*, const int*, int, int, int, const float*, float, int)>
+  /// whole, max_rows): qk_norm_rope_append for a prefill chunk's rows (kernels/nn/qk_norm.cu), into q, k and v;
+  /// launched as qk_norm_config for max_rows rows.
+  Kernel<void(const T*, const T*, const T*, const T*, T*, T*, T*, const int*, int, int, int, const float*, float, int,
+              int)>
       prefill_qk_norm_rope;
   /// rms_norm(x, g, out, d, eps): out = rmsnorm(x) * g per vector, one block each (kernels/nn/rms_norm.cu).
   Kernel<void(const T*, const T*, T*, int, float)> rms_norm;

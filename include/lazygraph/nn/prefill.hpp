@@ -8,7 +8,8 @@
 ///   h = rmsnorm(x) * g_attn                      prefill_rms_norm, one block per row
 ///   qkv = h Wqkv^T                               one GEMM over Wq, Wk and Wv stacked (BasicAttentionWeights::wqkv)
 ///   q, k, v = qkv + biases; rotate q and k       prefill_qkv_rope, at positions start .. start + M - 1 (with q/k
-///                                                norms, prefill_qk_norm_rope: each q and k head normed first)
+///                                                norms, prefill_qk_norm_rope: each q and k head, or the whole q
+///                                                and k, normed first)
 ///   q = attention(q, cache, k, v); cache <- k, v  flash attention, in place on q
 ///   x += q Wo^T                                  GEMM, the residual added by cuBLASLt (C = D = x)
 ///   h = rmsnorm(x) * g_mlp
@@ -207,14 +208,15 @@ auto prefill_layer(const Projector<T>& p, const BasicPrefillPlans<T>& plans, con
   };
   const DeviceSpan<const T> bias = a.bias.cview();
   const auto bias_part = [&](std::size_t at, std::size_t size) { return bias.empty() ? bias : bias.subspan(at, size); };
-  // The stacked product split into q, k and v with the biases and RoPE; with q/k norms, each head of q and k normed
-  // first (prefill_qk_norm_rope, the step's qk_norm_rope_append for a chunk).
+  // The stacked product split into q, k and v with the biases and RoPE; with q/k norms, each head of q and k (or with
+  // qk_norm_whole the whole q and k) normed first (prefill_qk_norm_rope, the step's qk_norm_rope_append for a chunk).
   auto split = detail::either(
       c.qk_norm,
       [&] {
         return k.prefill_qk_norm_rope(k.qk_norm_config(c.heads, c.kv_head_count(), c.head_dim(), rows),
                                       qkv_rows.as_const(), bias, a.q_norm.cview(), a.k_norm.cview(), q, key, value,
-                                      chunk, c.heads, c.kv_head_count(), c.head_dim(), frequencies, c.eps, rows);
+                                      chunk, c.heads, c.kv_head_count(), c.head_dim(), frequencies, c.eps,
+                                      c.qk_norm_whole ? 1 : 0, rows);
       },
       [&] {
         return k.prefill_qkv_rope(k.step_config(grid_for(qkv_rows.size() / 8, 256)), qkv_rows.as_const(),

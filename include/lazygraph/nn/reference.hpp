@@ -40,7 +40,7 @@ class DecoderReference {
 
  private:
   struct Layer {
-    // biases empty without qkv_bias, q_norm and k_norm without qk_norm
+    // biases empty without qkv_bias, q_norm and k_norm without qk_norm ([head_dim]; qk_norm_whole: [q_dim], [kv_dim])
     // attn_post_gain and mlp_post_gain empty without post_norms
     std::vector<double> attn_gain, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm, attn_post_gain, mlp_gain, w1, w3, w2,
         mlp_post_gain;

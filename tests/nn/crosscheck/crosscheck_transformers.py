@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Cross-check of lazygraph's decoder against Hugging Face transformers (issue 38, item 3).
 
-For each row of a matrix of small model configurations (Llama, Mistral, Qwen2, Qwen3, Gemma 3, Qwen3-MoE, Mixtral;
-fp16 and bf16; tied and untied embeddings; grouped-query ratios; head_dim 64 and 128, also set apart from
+For each row of a matrix of small model configurations (Llama, Mistral, Qwen2, Qwen3, Gemma 3, Qwen3-MoE, Mixtral,
+OLMoE; fp16 and bf16; tied and untied embeddings; grouped-query ratios; head_dim 64 and 128, also set apart from
 hidden / heads; rope_theta 1e4, 5e5, 1e6; RoPE scaling llama3 and linear; sharded weights; the older top-level rope_theta / rope_scaling layout), this script
 builds a random model with transformers itself, casts its weights to the row's dtype and writes the checkpoint with
 `save_pretrained`. The reference is transformers' own forward pass in float32 on the CPU over the SAME rounded
@@ -16,7 +16,7 @@ the folder with `lazygraph::nn::load_decoder` and writes what the decoder comput
   the row's relative-error bound: an error within the bound, spread over the vocabulary, moves a logit by about
   bound * rms, so a clear margin is five such errors wide. Positions with a smaller margin are counted, not judged.
 
-Mixtures of experts (Qwen3-MoE, Mixtral; OLMoE must be refused): the router's choice is a discontinuity, so a
+Mixtures of experts (Qwen3-MoE, Mixtral, OLMoE): the router's choice is a discontinuity, so a
 position is judged only where every layer's routing is clear in the reference. transformers' routers are hooked
 (the modules named `...gate` of the sparse blocks) to read each position's router logits; a layer's routing is clear
 when the logit of its last chosen expert exceeds the best unchosen one's by more than CLEAR_FACTOR * bound * rms of
@@ -281,11 +281,20 @@ def matrix():
         Row("mixtral-window-16", "mixtral", "bf16",
             mixtral_config(8, 2, 256, num_key_value_heads=2, sliding_window=16, rope_parameters=rope(1e6)),
             note="window < sequence", paths=("step", "prefill", "batch")),
+        # OlmoeConfig's default eos (50279) is past the small vocabulary: eos_token_id=2.
         Row("olmoe", "olmoe", "f16",
             model_config(num_experts=8, num_experts_per_tok=2, intermediate_size=256, norm_topk_prob=False,
-                         eos_token_id=2),  # OlmoeConfig's default eos (50279) is past the small vocabulary
-            expect="refuse", names=("q_norm and k_norm over the whole",),
-            note="q/k norms over the whole projection: not implemented"),
+                         eos_token_id=2),
+            note="8 experts of 256, top 2 as the softmax gives them, q/k norms over the whole projection",
+            paths=ALL_PATHS),
+        Row("olmoe-gqa-top4", "olmoe", "bf16",
+            model_config(num_experts=16, num_experts_per_tok=4, intermediate_size=128, norm_topk_prob=True,
+                         num_key_value_heads=2, rope_parameters=rope(1e6), rms_norm_eps=1e-6, eos_token_id=2),
+            note="16 experts of 128, top 4 renormalized, k_norm over 2 kv heads", paths=ALL_PATHS),
+        Row("olmoe-tp2", "olmoe", "f16",
+            model_config(num_experts=8, num_experts_per_tok=2, intermediate_size=256, eos_token_id=2),
+            expect="refuse", names=("mixture of experts", "q/k norms over the whole projection"), paths=("tp2-step",),
+            note="no tensor-parallel experts nor whole-projection q/k norms"),
         Row("llama-attention-bias", "llama", "f16", model_config(attention_bias=True), expect="refuse",
             names=("attention_bias", "proj.bias")),
         Row("llama-mlp-bias", "llama", "f16", model_config(mlp_bias=True), expect="refuse",
