@@ -171,8 +171,8 @@ std::vector<Row> bench_shape(lg::Stream& s, const lg::KernelLibrary& library, co
   }
   std::vector<Row> out;
   for (const int rows : {1, 8}) {
-    std::vector<nn::TokenAt> steps;
-    for (int r = 0; r < rows; ++r) steps.push_back({(13 * r + 1) % c.vocab, o.position});
+    std::vector<nn::TokenAt> steps(static_cast<std::size_t>(rows));
+    for (int r = 0; r < rows; ++r) steps[static_cast<std::size_t>(r)] = {(13 * r + 1) % c.vocab, o.position};
     (void)decoder.forward_batch(steps);  // sets the rows the graph replays; every replay recomputes this step
     const nn::MoeRoutes routes = decoder.last_routes();
     lg::CudaGraph<>& graph = decoder.graph(rows);

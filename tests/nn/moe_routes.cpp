@@ -103,9 +103,9 @@ TEST_SUITE("gpu") {
   TEST_CASE_TEMPLATE("a decoder's recorded routes are route_token's float64 choices wherever their margin is clear", T,
                      half, bfloat16) {
     // The seeds of moe_decoder.cpp's float64 test, whose routes stand clear of the rest over these steps (margin at
-    // least 0.05); a layer's route is compared only where its own margin exceeds kClear, far above the GPU's rounding
-    // of a router logit (about 1e-3 in fp16, 5e-3 in bf16).
-    constexpr double kClear = 0.02;
+    // least 0.05); a layer's route is compared only where its own margin exceeds clear_margin, far above the GPU's
+    // rounding of a router logit (about 1e-3 in fp16, 5e-3 in bf16).
+    constexpr double clear_margin = 0.02;
     DecoderConfig config;
     SUBCASE("Qwen3-MoE's: 8 experts, top 2 renormalized, q/k norms") {
       config = recording({8, 2, 64, true}, 41);
@@ -139,7 +139,7 @@ TEST_SUITE("gpu") {
       for (int l = 0; l < config.layers; ++l) {
         CAPTURE(l);
         const auto layer = static_cast<std::size_t>(l);
-        if (reference.last_route_margins()[layer] <= kClear) continue;
+        if (reference.last_route_margins()[layer] <= clear_margin) continue;
         ++compared;
         std::vector<ExpertChoice> want = reference.last_routes()[layer];
         std::vector<ExpertChoice> got;
