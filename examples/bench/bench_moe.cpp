@@ -10,6 +10,7 @@
 #include <lazygraph/nn/decoder.hpp>
 #include <lazygraph/nn/moe_routes.hpp>
 
+#include <sys/wait.h>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -210,9 +211,11 @@ void run_torch(const Options& o, const Shape& shape, int layers, const std::stri
   const int status = std::system(command.c_str());
   std::ifstream in(file);
   if (!in) {
-    for (Row& r : rows) {
-      r.torch_note = "torch_moe.py wrote nothing (exit status " + std::to_string(status) + ")";
-    }
+    const std::string why = status == -1        ? "could not start python3"
+                            : WIFEXITED(status) ? "exit status " + std::to_string(WEXITSTATUS(status)) +
+                                                      (WEXITSTATUS(status) == example::exit_skipped ? ": skipped" : "")
+                                                : "ended by a signal";
+    for (Row& r : rows) r.torch_note = "torch_moe.py wrote nothing (" + why + "; its output is above)";
     return;
   }
   // Lines "batch B eager_us X graph_us Y|- note WORDS...": torch_moe.py's result format.

@@ -124,6 +124,17 @@ def eager_step_us(model, batch, position, reps):
     return event_median_us(step, reps), note
 
 
+def set_experts(model, implementation):
+    """model.set_experts_implementation(implementation), where `implementation` is a name or what
+    get_experts_implementation returned (a dict by sub-config; its one entry's name where the dict is refused)."""
+    try:
+        model.set_experts_implementation(implementation)
+    except (TypeError, ValueError, KeyError):
+        if not (isinstance(implementation, dict) and len(implementation) == 1):
+            raise
+        model.set_experts_implementation(next(iter(implementation.values())))
+
+
 def static_cache(model, batch, length):
     """A StaticCache for `batch` rows of `length` positions (transformers 5's signature, else 4's)."""
     try:
@@ -143,7 +154,7 @@ def static_step(model, batch, position, experts=None):
     model(input_ids=prompt_ids(batch, position, vocab), past_key_values=cache,
           cache_position=torch.arange(position, device="cuda"), use_cache=True)
     if experts is not None:
-        model.set_experts_implementation(experts)
+        set_experts(model, experts)
     ids = step_ids(batch, vocab)
     where = torch.tensor([position], device="cuda")
     return lambda: model(input_ids=ids, past_key_values=cache, cache_position=where, use_cache=True).logits
@@ -196,7 +207,7 @@ def graph_step_us(model, batch, position, reps):
         except Exception as e:
             tried.append(f"batched_mm: {first_line(e)}")
         finally:
-            model.set_experts_implementation(default)
+            set_experts(model, default)
         if not settle():
             return None, "did not capture: " + "; ".join(tried) + " (and the CUDA context did not recover)"
     try:
