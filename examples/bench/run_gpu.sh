@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine, after tests/gpu_machine.sh has built build-gpu/: runs the benchmarks, tables to stdout.
-#   usage: examples/bench/run_gpu.sh [all|graph|gemv|persistent|quantized|expr|nccl|compile|models|shapes|batch|prefill|paged]   (default all)
+#   usage: examples/bench/run_gpu.sh [all|graph|gemv|persistent|quantized|expr|nccl|compile|models|shapes|batch|prefill|paged|moe]   (default all)
 #          examples/bench/run_gpu.sh prefill [bench_prefill options...]   (e.g. --shape tinyllama --tokens 512)
+#          examples/bench/run_gpu.sh moe [bench_moe options...]           (e.g. --shape olmoe-1b-7b --layers 4)
 # The models benchmarks write their results to $OUT/models, $OUT/shapes, $OUT/batch8, $OUT/prefill (or under
 # ./bench-results) and need python3 with PyTorch; prefill also with Hugging Face transformers.
 set -euo pipefail
@@ -77,4 +78,16 @@ if [ "$which" = all ] || [ "$which" = prefill ]; then
   ./build-gpu/examples/bench_prefill --out "$results" "$@"
   echo
   python3 examples/bench/torch_prefill.py "$results"
+fi
+if [ "$which" = all ] || [ "$which" = moe ]; then
+  # Mixture-of-experts decode steps of the Qwen3-30B-A3B and OLMoE-1B-7B shapes (61 and 14 GB in bf16, seeded on the
+  # device) against the bytes they read and against transformers (eager and CUDA graph: torch_moe.py, which bench_moe
+  # runs on each shape after freeing its own decoder of it).
+  results="${OUT:-$PWD/bench-results}/moe"
+  mkdir -p "$results"
+  if [ "$which" = moe ] && [ $# -gt 0 ]; then
+    ./build-gpu/examples/bench_moe --torch --out "$results" "$@"
+  else
+    ./build-gpu/examples/bench_moe --torch --out "$results"
+  fi
 fi

@@ -68,6 +68,7 @@ DecoderConfig decoder_config(const LlamaConfig& l, int context, const std::files
   c.max_batch = options.max_batch;
   c.early_launch = options.early_launch;
   c.tensor_cores = options.tensor_cores;
+  c.record_routes = options.record_routes;
   try {
     c.validate();
   } catch (const UsageError& e) {

@@ -261,6 +261,7 @@ std::span<const int> BasicDecoder<T>::run(int rows) {
   backend_->check(step_context(), rows);
   last_rows_ = rows;
   logits_first_ = 0;
+  route_rows_ = rows;
   return io_.output().subspan(DecoderIo::next, static_cast<std::size_t>(rows));
 }
 
@@ -371,6 +372,7 @@ std::vector<int> BasicDecoder<T>::generate(int token, int n, int stop_token, int
   backend_->check(step_context(), 1);
   last_rows_ = 1;
   logits_first_ = 0;
+  route_rows_ = 1;
   const std::span<const int> out = io_.output();
   const auto count = static_cast<std::size_t>(std::clamp(out[DecoderIo::generate_control + DecoderIo::count], 0, n));
   const std::span<const int> generated = out.subspan(DecoderIo::generated, count);
@@ -390,6 +392,18 @@ std::vector<T> BasicDecoder<T>::logits(int row) const {
   copy_async(stream_, std::span<T>(out), state_.logits.cview().subspan(at * n, n));
   stream_.synchronize();
   return out;
+}
+
+template <Element T>
+MoeRoutes BasicDecoder<T>::last_routes() const {
+  const std::lock_guard<std::mutex> lock(*mutex_);
+  check_last_routes(config_, route_rows_);
+  std::vector<int> ids(state_.expert_ids.size());
+  std::vector<float> weights(state_.expert_weights.size());
+  copy_async(stream_, std::span<int>(ids), state_.expert_ids.cview());
+  copy_async(stream_, std::span<float>(weights), state_.expert_weights.cview());
+  stream_.synchronize();
+  return gather_routes(config_, route_rows_, ids, weights);
 }
 
 template class BasicDecoder<half>;

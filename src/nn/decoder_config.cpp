@@ -63,6 +63,8 @@ void DecoderConfig::validate() const {
     if (post_norms) fail("a mixture of experts has no post-norm of its output (post_norms)");
   } else if (moe.experts < 0) {
     fail("moe.experts (" + std::to_string(moe.experts) + ") must be 0 (a dense MLP) or positive");
+  } else if (record_routes) {
+    fail("record_routes keeps a mixture of experts' routes, but moe.experts is 0 (a dense MLP)");
   }
   if (backend == DecoderBackend::persistent) {
     if (mixture_of_experts())

@@ -3,6 +3,7 @@
 #include <span>
 #include <vector>
 
+#include "lazygraph/nn/moe_routes.hpp"
 #include "lazygraph/ops.hpp"
 
 namespace lazygraph::nn {
@@ -21,9 +22,11 @@ BasicDecoderState<T>::BasicDecoderState(const Device& device, const DecoderConfi
       attn(DeviceBuffer<T>(device, kMaxRows * static_cast<std::size_t>(c.q_dim()))),
       act(DeviceBuffer<T>(device, c.mixture_of_experts() ? 0 : kMaxRows * static_cast<std::size_t>(c.ffn))),
       moe_h(device, c.mixture_of_experts() ? kMaxRows * static_cast<std::size_t>(c.d) : 0),
-      expert_ids(device, c.mixture_of_experts() ? kMaxRows * static_cast<std::size_t>(c.moe.experts_per_token) : 0),
+      expert_ids(device, route_buffer_size(c)),
       expert_weights(device, expert_ids.size()),
-      moe_act(device, expert_ids.size() * static_cast<std::size_t>(c.moe.expert_width)),
+      moe_act(device, c.mixture_of_experts() ? kMaxRows * static_cast<std::size_t>(c.moe.experts_per_token) *
+                                                   static_cast<std::size_t>(c.moe.expert_width)
+                                             : 0),
       logits(DeviceBuffer<T>(device, kMaxRows * static_cast<std::size_t>(c.vocab))),
       k_cache(DeviceBuffer<T>(device, static_cast<std::size_t>(c.layers) * static_cast<std::size_t>(c.max_batch) *
                                           static_cast<std::size_t>(c.context) * static_cast<std::size_t>(c.kv_dim()))),

@@ -170,6 +170,8 @@ std::vector<double> DecoderReference::step(int token, int position) {
   std::vector<double> x(embedding_.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(token) * d),
                         embedding_.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(token + 1) * d));
   for (double& e : x) e *= embedding_scale_;
+  last_routes_.clear();
+  last_route_margins_.clear();
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     const Layer& w = layers_[l];
     const int layer = static_cast<int>(l);
@@ -236,12 +238,16 @@ std::vector<double> DecoderReference::step(int token, int position) {
       std::vector<double> sum(d);
       const std::vector<double> logits = matvec(w.router, h2, c.moe.experts, c.d);
       const std::vector<ExpertChoice> route = route_token(logits, c.moe.experts_per_token, c.moe.normalize);
+      double margin = std::numeric_limits<double>::infinity();
       if (c.moe.experts_per_token < c.moe.experts) {
         std::vector<double> sorted = logits;
         std::sort(sorted.begin(), sorted.end(), std::greater<>());
         const auto k = static_cast<std::size_t>(c.moe.experts_per_token);
-        route_margin_ = std::min(route_margin_, sorted[k - 1] - sorted[k]);
+        margin = sorted[k - 1] - sorted[k];
+        route_margin_ = std::min(route_margin_, margin);
       }
+      last_routes_.push_back(route);
+      last_route_margins_.push_back(margin);
       for (const ExpertChoice& chosen : route) {
         const auto e = static_cast<std::size_t>(chosen.expert);
         const std::vector<double> a = matvec(w.expert_w1[e], h2, width, c.d);

@@ -50,6 +50,9 @@ struct LoadOptions {
   bool early_launch = true;
   /// Run steps of 2 to 8 rows on tensor cores (DecoderConfig::tensor_cores).
   bool tensor_cores = false;
+  /// Keep every layer's routes of a mixture of experts for Decoder::last_routes (DecoderConfig::record_routes);
+  /// refused (CheckpointError) for a model without one.
+  bool record_routes = false;
   /// Which classes of tensors to quantize as they are uploaded, and how (none by default). Checked by
   /// DecoderCheckpoint::open against the model's shapes, and by upload against its element type's scale type, both
   /// before anything is allocated. A quantized checkpoint (its config.json has a

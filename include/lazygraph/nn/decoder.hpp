@@ -25,6 +25,7 @@
 #include "lazygraph/nn/decoder_state.hpp"
 #include "lazygraph/nn/decoder_step.hpp"
 #include "lazygraph/nn/decoder_weights.hpp"
+#include "lazygraph/nn/moe_routes.hpp"
 #include "lazygraph/nn/quantized_kernels.hpp"
 #include "lazygraph/nn/sampling.hpp"
 #include "lazygraph/nn/step_backend.hpp"
@@ -128,6 +129,14 @@ class BasicDecoder {
   /// last call did not have.
   [[nodiscard]] std::vector<T> logits(int row = 0) const;
 
+  /// Every layer's routes of a mixture of experts from the last step of the last call (DecoderConfig::record_routes
+  /// on): the rows of forward_batch's steps, row 0 of forward and of generate's last step, and after prefill the
+  /// rows of its last step (a prompt runs through the step's graphs, kMaxRows rows at a time: the last up to 8
+  /// tokens). Copies layers * rows * top k ids and weights to the host and waits for them.
+  /// \throws UsageError (check_last_routes) without a mixture of experts, with record_routes off, or before the first
+  /// step.
+  [[nodiscard]] MoeRoutes last_routes() const;
+
   /// The key cache, [layers][max_batch][kv_heads][context][head_dim] (BasicDecoderState::k_cache): to inspect it, or
   /// to fill it (a saved prefix). Not guarded by the execution lock: use it while no other thread runs the decoder.
   [[nodiscard]] DeviceSpan<T> k_cache() noexcept { return state_.k_cache.view(); }
@@ -224,6 +233,7 @@ class BasicDecoder {
   std::unique_ptr<StepBackend<T>> backend_;   ///< what runs the step (step_backend.hpp)
   int last_rows_ = 1;                         ///< rows logits() may read
   int logits_first_ = 0;                      ///< the state's logits row that logits(0) reads
+  int route_rows_ = 0;                        ///< rows of the last step, whose routes last_routes reads; 0: none yet
 };
 
 /// The fp16 decoder.

@@ -161,6 +161,12 @@ struct DecoderOptions {
   /// one tile per block (a tile then prefetches all of its rows into L2 before its wait, as an early-launched
   /// kernel's blocks do, and waits once per projection); a positive multiple of 8, that many rows per tile.
   int persistent_tile_rows = 0;
+  /// Keep every layer's routes of a mixture of experts (DecoderConfig::moe): each layer's router writes its experts
+  /// and weights to a slice of its own of BasicDecoderState::expert_ids and expert_weights ([layers][kMaxRows][top
+  /// k], moe_routes.hpp) instead of the one slice every layer overwrites, so that BasicDecoder::last_routes can read
+  /// all of them after a call. The step runs the same kernels (no copy is added); the buffers grow to layers times
+  /// their size. Off, last_routes refuses. Needs a mixture of experts.
+  bool record_routes = false;
 
   /// Blocks each (row, head) of attention is spread over: attention_blocks, or when that is 0 one per 32 positions of
   /// the context, 1 to 64. 1 runs the kernel of one block per head (attention), more attention_split.
@@ -179,7 +185,8 @@ struct DecoderConfig : ModelShape, DecoderOptions {
   /// persistent_tile_rows that is neither 0 nor a positive multiple of 8, or a block feature it has no tiles for
   /// (naming it); a mixture of experts (moe) with more than 1024 experts, a top k of 0, above 16 or above the experts,
   /// an expert_width that is not a positive multiple of 8, with a GeGLU activation or post-norms, or on the persistent
-  /// backend; qk_norm_whole without qk_norm, or on the persistent backend.
+  /// backend; qk_norm_whole without qk_norm, or on the persistent backend; record_routes without a mixture of
+  /// experts.
   void validate() const;
 };
 

@@ -31,7 +31,8 @@ struct BasicDecoderState {
   DeviceBuffer<T> attn;         ///< attention outputs [kMaxRows][q_dim]
   DeviceBuffer<T> act;          ///< MLP activations [kMaxRows][ffn] (empty with DecoderConfig::moe)
   /// A mixture of experts' (DecoderConfig::moe; else all four empty): the normed rows [kMaxRows][d], each row's
-  /// chosen experts [kMaxRows][top k] and their weights, and the chosen experts' activations [kMaxRows][top k][width].
+  /// chosen experts [kMaxRows][top k] and their weights (with DecoderConfig::record_routes every layer's,
+  /// [layers][kMaxRows][top k]: moe_routes.hpp), and the chosen experts' activations [kMaxRows][top k][width].
   DeviceBuffer<T> moe_h;
   DeviceBuffer<int> expert_ids;                ///< see moe_h
   DeviceBuffer<float> expert_weights;          ///< see moe_h

@@ -13,6 +13,7 @@
 #include "lazygraph/nn/decoder_weights.hpp"
 #include "lazygraph/nn/detail/one_of_op.hpp"
 #include "lazygraph/nn/kernels.hpp"
+#include "lazygraph/nn/moe_routes.hpp"
 #include "lazygraph/nn/projection.hpp"
 #include "lazygraph/nn/sampling.hpp"
 #include "lazygraph/nn/swiglu.hpp"
@@ -156,30 +157,34 @@ auto mlp_block(const Projector<T>& p, const BasicSwigluWeights<T>& w, BasicDecod
          });
 }
 
-/// A layer's mixture of experts (DecoderConfig::moe) for `rows` rows: x += sum over each row's top k experts of
+/// Layer `layer`'s mixture of experts (DecoderConfig::moe) for `rows` rows: x += sum over each row's top k experts of
 /// weight * W2_e (silu(W1_e h) * (W3_e h)), h = rmsnorm(x) * gain, the experts chosen by the router on the device
-/// (kernels/nn/moe.cu): rms_norm into s.moe_h, moe_route into s.expert_ids and s.expert_weights, moe_gate_up into
-/// s.moe_act, moe_down into x. Only the chosen experts' weights are read, once for all rows that chose them.
+/// (kernels/nn/moe.cu): rms_norm into s.moe_h, moe_route into the layer's slice of s.expert_ids and s.expert_weights
+/// (route_offset: its own with DecoderConfig::record_routes), moe_gate_up into s.moe_act, moe_down into x. Only the
+/// chosen experts' weights are read, once for all rows that chose them.
 template <Element T>
 auto moe_block(const BasicKernels<T>& k, const BasicSwigluWeights<T>& norm, const BasicMoeWeights<T>& w,
-               BasicDecoderState<T>& s, const DecoderConfig& c, int rows) {
+               BasicDecoderState<T>& s, const DecoderConfig& c, int rows, int layer) {
   const MoeShape& m = c.moe;
+  const std::size_t route_size = kMaxRows * static_cast<std::size_t>(m.experts_per_token);
+  const DeviceSpan<int> ids = s.expert_ids.view().subspan(route_offset(c, layer), route_size);
+  const DeviceSpan<float> weights = s.expert_weights.view().subspan(route_offset(c, layer), route_size);
   const auto per_row = [&](unsigned blocks_y, unsigned threads, unsigned warps) {
     return k.step_config({{static_cast<unsigned>(rows), blocks_y, 1}, {threads, warps, 1}, 0});
   };
   constexpr unsigned kWarps = 8;  // rows of an expert's matrix per block
   const auto blocks = [&](int n) { return (static_cast<unsigned>(n) + kWarps - 1) / kWarps; };
   return k.rms_norm(per_row(1, 256, 1), s.x.cview(), norm.gain.cview(), s.moe_h.view(), c.d, c.eps) >>
-         k.moe_route(per_row(1, 256, 1), w.router.cview(), s.moe_h.cview(), s.expert_ids.view(),
-                     s.expert_weights.view(), m.experts, c.d, m.experts_per_token, m.normalize ? 1 : 0, rows) >>
+         k.moe_route(per_row(1, 256, 1), w.router.cview(), s.moe_h.cview(), ids, weights, m.experts, c.d,
+                     m.experts_per_token, m.normalize ? 1 : 0, rows) >>
          k.moe_gate_up(
              k.step_config(
                  {{blocks(m.expert_width), static_cast<unsigned>(rows * m.experts_per_token), 1}, {32, kWarps, 1}, 0}),
-             w.w1.cview(), w.w3.cview(), s.moe_h.cview(), s.expert_ids.cview(), s.moe_act.view(), m.experts,
-             m.expert_width, c.d, m.experts_per_token, rows) >>
+             w.w1.cview(), w.w3.cview(), s.moe_h.cview(), ids.as_const(), s.moe_act.view(), m.experts, m.expert_width,
+             c.d, m.experts_per_token, rows) >>
          k.moe_down(k.step_config({{blocks(c.d), 1, 1}, {32, kWarps, 1}, 0}), w.w2.cview(), s.moe_act.cview(),
-                    s.expert_ids.cview(), s.expert_weights.cview(), s.x.view(), m.experts, m.expert_width, c.d,
-                    m.experts_per_token, rows);
+                    ids.as_const(), weights.as_const(), s.x.view(), m.experts, m.expert_width, c.d, m.experts_per_token,
+                    rows);
 }
 
 /// One decoder layer for `rows` rows: attention block, then the MLP block (moe_block with DecoderConfig::moe).
@@ -197,7 +202,7 @@ auto decoder_layer(const Projector<T>& p, const BasicDecoderWeights<T>& w, Basic
                                s.v_cache.view().subspan(offset, cache_size), c, rows, true, layer)) >>
          named(name + " mlp",
                detail::either(
-                   c.mixture_of_experts(), [&] { return moe_block(p.dense, w.mlp[l], w.moe.at(l), s, c, rows); },
+                   c.mixture_of_experts(), [&] { return moe_block(p.dense, w.mlp[l], w.moe.at(l), s, c, rows, layer); },
                    [&] { return mlp_block(p, w.mlp[l], s, c, rows); }));
 }
 

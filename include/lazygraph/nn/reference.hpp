@@ -12,6 +12,7 @@
 
 #include "lazygraph/nn/decoder_config.hpp"
 #include "lazygraph/nn/mlp.hpp"
+#include "lazygraph/nn/moe_routing.hpp"
 #include "lazygraph/nn/safetensors.hpp"
 
 namespace lazygraph::nn {
@@ -37,6 +38,11 @@ class DecoderReference {
   /// token's last chosen expert and of its best unchosen one (infinity before the first step, or with every expert
   /// chosen, or without experts). A GPU, which rounds the logits, may choose otherwise where this is within rounding.
   [[nodiscard]] double route_margin() const noexcept { return route_margin_; }
+  /// With a mixture of experts: each layer's route of the last step (route_token's choices on the float64 router
+  /// logits), to compare with BasicDecoder::last_routes; empty before the first step or without experts.
+  [[nodiscard]] const std::vector<std::vector<ExpertChoice>>& last_routes() const noexcept { return last_routes_; }
+  /// Each layer's margin of the last step's route, as route_margin measures it (infinity with every expert chosen).
+  [[nodiscard]] const std::vector<double>& last_route_margins() const noexcept { return last_route_margins_; }
 
  private:
   struct Layer {
@@ -59,6 +65,8 @@ class DecoderReference {
   std::vector<std::vector<double>> k_cache_;  ///< per layer, [heads][context][head_dim]
   std::vector<std::vector<double>> v_cache_;
   double route_margin_ = std::numeric_limits<double>::infinity();  ///< route_margin()
+  std::vector<std::vector<ExpertChoice>> last_routes_;             ///< last_routes()
+  std::vector<double> last_route_margins_;                         ///< last_route_margins()
 };
 
 /// ||got - want||_2 / ||want||_2.

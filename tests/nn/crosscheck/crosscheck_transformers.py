@@ -28,8 +28,11 @@ position is counted as explained (in the detail) instead of failing when an earl
 unclear route, in one sequence of a path at most (a replay of a prompt counts as a sequence); generated tokens so, for
 at most EXPLAINED_SHARE of them. On the H200 the Qwen3-MoE row's batch path (whose rows are bit for bit those of
 stepping each sequence alone: a GPU test) parted so from transformers in its second sequence from position 42 on, by
-up to 6.3e-2, and stayed within 2.7e-3 on tensor cores; comparing lazygraph's own routes with the reference's is the
-better judge, not built yet. Expert matrices (3-D in transformers 5: [experts, out, in]) get the same init as the
+up to 6.3e-2, and stayed within 2.7e-3 on tensor cores. The step path also compares lazygraph's own routes with the
+reference's (`decoder_logits --routes`, which records them: DecoderConfig::record_routes): at every position and
+layer whose routing is clear in the reference, with every earlier layer of the position and every earlier position
+of the sequence clear too (else our input to that router may rightly differ), the set of experts the decoder chose
+must be transformers' top k ("routes equal" in the detail counts them). Expert matrices (3-D in transformers 5: [experts, out, in]) get the same init as the
 others, std 1/sqrt(in).
 
 Some rows must be refused by the loader with a message naming the key (or the tensor) it does not implement
@@ -356,6 +359,9 @@ class Harness:
             "olmoe": (transformers.OlmoeConfig, transformers.OlmoeForCausalLM),
         }
         self.routes = {}  # per reference sequence: whether every layer's routing is clear at each position
+        # per reference sequence: each layer's top k experts at each position, sorted [layers, positions, top_k], and
+        # whether that layer's routing is clear there [layers, positions]
+        self.choices = {}
 
     # ---- the model and its checkpoint ----
 
@@ -430,7 +436,20 @@ class Harness:
                 h.remove()
         if hooks:
             self.routes[tuple(ids)] = self.route_clear(logits, len(ids), top_k, bound)
+            self.choices[tuple(ids)] = self.route_choices(logits, len(ids), top_k, bound)
         return out.logits[0].float()
+
+    def route_choices(self, routers, positions, top_k, bound):
+        """Each router's top k experts per position, sorted ([layers, positions, top_k]), whether each layer's
+        routing is clear at each position ([layers, positions]; route_clear's rule, layer by layer), and the count of
+        experts."""
+        torch = self.torch
+        chosen, clear = [], []
+        for r in routers:
+            r = r.float().reshape(positions, -1)
+            chosen.append(torch.topk(r, top_k, dim=1).indices.sort(dim=1).values)
+            clear.append(self.route_clear([r], positions, top_k, bound))
+        return torch.stack(chosen), torch.stack(clear), routers[0].reshape(positions, -1).shape[1]
 
     def route_clear(self, routers, positions, top_k, bound):
         """Whether, at each of `positions`, every router's routing is clear (the module's docstring)."""
@@ -572,6 +591,33 @@ class Harness:
                             f"{', '.join(wrong)}")
         return problems
 
+    def compare_routes(self, result, path, ids):
+        """The experts lazygraph's step chose (decoder_logits --routes: [positions, layers, top_k] int32 at `path`)
+        against transformers' top k, wherever the reference routing is clear and nothing before it was unclear (the
+        module's docstring); returns the problems found."""
+        torch = self.torch
+        chosen, clear, experts = self.choices[tuple(ids)]
+        layers, positions, top_k = chosen.shape
+        ours = torch.tensor(self.read_ints(path, positions * layers * top_k)).reshape(positions, layers, top_k)
+        ours = ours.sort(dim=2).values.permute(1, 0, 2)  # [layers, positions, top_k], as chosen
+        if bool(((ours < 0) | (ours >= experts)).any()):
+            return [f"a recorded route names no expert of the {experts}: {ours.unique().tolist()[:8]}"]
+        earlier_layer = torch.cat([torch.zeros(1, positions, dtype=torch.bool),
+                                   torch.cumsum((~clear).int(), dim=0)[:-1] > 0])
+        everywhere = clear.all(dim=0)
+        earlier_position = torch.cat([torch.zeros(1, dtype=torch.bool),
+                                      torch.cumsum((~everywhere).int(), dim=0)[:-1] > 0])
+        judged = clear & ~earlier_layer & ~earlier_position.unsqueeze(0)
+        same = (ours == chosen.long()).all(dim=2)
+        result.extra.append(f"routes equal at {int((same & judged).sum())}/{int(judged.sum())} clear "
+                            f"(position, layer) ({int(same.sum())}/{same.numel()} in all)")
+        differ = torch.nonzero(judged & ~same)
+        if len(differ) == 0:
+            return []
+        shown = [f"position {int(p)} layer {int(l)}: ours {ours[l, p].tolist()}, transformers' {chosen[l, p].tolist()}"
+                 for l, p in differ[:3].tolist()]
+        return [f"routes differ where clear at {len(differ)} (position, layer): {'; '.join(shown)}"]
+
     # ---- one row ----
 
     def run_row(self, row):
@@ -619,6 +665,10 @@ class Harness:
                 r.extra.append(f"{len(files)} files")
             out = os.path.join(directory, f"ours-{path}.bin")
             used = sequences[:BATCH_SEQUENCES] if mode == "batch" else sequences[:1]
+            routes_out = None
+            if path == "step" and getattr(model.config, "num_experts_per_tok", 0) and row.expect == "match":
+                routes_out = os.path.join(directory, f"ours-{path}-routes.bin")
+                extra = extra + ["--routes", routes_out]
             process, failure = self.run_program(directory, row.dtype, mode, extra, used, out)
             results.append(r)
             if self.verbose and process is not None:
@@ -650,6 +700,8 @@ class Harness:
                     routes = routes_of(0)
                     problems = self.compare_logits(r, ours, ref_of(0), bound, lambda i: f"position {i}", routes,
                                                    None if routes is None else after_unclear(routes))
+                    if routes_out is not None:
+                        problems += self.compare_routes(r, routes_out, sequences[0])
                 elif mode == "prefill":
                     lengths = self.prefill_lengths
                     labels = [f"position {p} after a prompt of {n}"

@@ -34,7 +34,7 @@ constexpr int exit_skipped = 77;
 constexpr const char* usage_text =
     "usage: decoder_logits DIR --mode step|prefill|batch|generate --ids I,I,... [--ids I,I,...] --out FILE\n"
     "                      [--dtype f16|bf16] [--context N] [--tensor-cores] [--persistent] [--lengths L,L,...]\n"
-    "                      [--prompt P] [--tokens N] [--ranks R]\n"
+    "                      [--prompt P] [--tokens N] [--ranks R] [--routes FILE]\n"
     "       decoder_logits --probe\n"
     "Loads the checkpoint folder DIR (config.json and safetensors weights) into lazygraph's decoder in fp16 (the\n"
     "default) or bf16 and writes what it computes for the token ids to FILE, little-endian:\n"
@@ -52,6 +52,9 @@ constexpr const char* usage_text =
     "backend (DecoderConfig::backend); --ranks R splits the model over GPUs 0 .. R-1 (TensorParallelDecoder, each "
     "rank\n"
     "loading its share with DecoderCheckpoint::upload_shard) and writes rank 0's gathered logits.\n"
+    "--routes FILE (step mode, a mixture of experts) also writes the experts each layer chose at each position\n"
+    "(LoadOptions::record_routes, Decoder::last_routes): n x layers x top_k int32, position-major, each layer's in\n"
+    "the router's order (best first).\n"
     "--probe prints the GPU the decoder would run on (exit 0) or why there is none (exit 77), and loads nothing.\n"
     "Exit status: 0 written; 1 failed, the last line on stderr being\n"
     "  'decoder_logits: load failed: <ErrorType>: <message>' or 'decoder_logits: run failed: <ErrorType>: <message>';\n"
@@ -61,6 +64,7 @@ constexpr const char* usage_text =
 struct Options {
   std::filesystem::path dir;
   std::filesystem::path out;
+  std::filesystem::path routes;  ///< --routes: where the step mode writes each position's routes, or empty
   std::string mode;
   bool bf16 = false;
   bool persistent = false;  ///< run the steps on the persistent backend
@@ -136,6 +140,8 @@ std::optional<Options> parse_arguments(int argc, char** argv) {
       o.prompt = parse_int(value(), "--prompt");
     } else if (arg == "--tokens") {
       o.tokens = parse_int(value(), "--tokens");
+    } else if (arg == "--routes") {
+      o.routes = value();
     } else if (arg == "--ranks") {
       o.ranks = parse_int(value(), "--ranks");
       if (o.ranks < 1) throw ArgumentError("--ranks must be at least 1");
@@ -159,6 +165,10 @@ std::optional<Options> parse_arguments(int argc, char** argv) {
   }
   if (o.ids.empty()) throw ArgumentError("no --ids given");
   if (o.ranks > 1 && o.persistent) throw ArgumentError("--ranks and --persistent: ranks run the graph backend");
+  if (!o.routes.empty() && (o.mode != "step" || o.ranks > 1)) {
+    throw ArgumentError("--routes: the step mode on one GPU only, not --mode " + o.mode +
+                        (o.ranks > 1 ? " with --ranks" : ""));
+  }
   if (o.mode == "batch") {
     if (o.ids.size() < 2 || o.ids.size() > static_cast<std::size_t>(nn::kMaxRows)) {
       throw ArgumentError("batch needs 2 to " + std::to_string(nn::kMaxRows) + " --ids sequences, not " +
@@ -229,6 +239,7 @@ nn::BasicDecoder<T> load(const lg::Stream& stream, const lg::KernelLibrary& libr
   options.tensor_cores = o.tensor_cores;
   options.progress = false;
   options.max_batch = o.mode == "batch" ? static_cast<int>(o.ids.size()) : 1;
+  options.record_routes = !o.routes.empty();
   if (!o.persistent) return nn::load_decoder<T>(stream, library, o.dir, options);
   const nn::DecoderCheckpoint checkpoint = nn::DecoderCheckpoint::open(o.dir, options);
   nn::DecoderConfig config = checkpoint.config();
@@ -236,15 +247,19 @@ nn::BasicDecoder<T> load(const lg::Stream& stream, const lg::KernelLibrary& libr
   return nn::BasicDecoder<T>(stream, library, config, checkpoint.template upload<T>(stream));
 }
 
-/// Runs the mode on a BasicDecoder or a BasicTensorParallelDecoder (the same calls).
+/// Runs the mode on a BasicDecoder or a BasicTensorParallelDecoder (the same calls); `routes`, where given (--routes,
+/// a BasicDecoder's step mode), gets each position's routes.
 template <class D>
-void run(D& decoder, const Options& o, Output& out) {
+void run(D& decoder, const Options& o, Output& out, Output* routes) {
   const std::vector<int>& ids = o.ids[0];
   const int n = static_cast<int>(ids.size());
   if (o.mode == "step") {
     for (int p = 0; p < n; ++p) {
       (void)decoder.forward({ids[static_cast<std::size_t>(p)], p});
       out.logits(decoder.logits(0));
+      if constexpr (requires { decoder.last_routes(); }) {
+        if (routes != nullptr) routes->ints(decoder.last_routes().experts);  // one row: [layers][top_k]
+      }
     }
   } else if (o.mode == "prefill") {
     for (const int length : o.lengths) {
@@ -316,8 +331,11 @@ int load_and_run_with(const Options& o, Make make) {
   }
   try {
     Output out(o.out);
-    run(*decoder, o, out);
+    std::optional<Output> routes;
+    if (!o.routes.empty()) routes.emplace(o.routes);
+    run(*decoder, o, out, routes ? &*routes : nullptr);
     out.close();
+    if (routes) routes->close();
   } catch (...) {
     std::fprintf(stderr, "decoder_logits: run failed: %s\n", describe_current_exception().c_str());
     return exit_failed;

@@ -1,0 +1,413 @@
+// The mixture-of-experts benchmark (issue 65, item 6): decode steps of the Qwen3-30B-A3B and OLMoE-1B-7B shapes with
+// seeded weights generated on the device, at 1 and 8 rows. For each: the step's time (its graph replayed alone,
+// medians of 31 samples of N replays, CUDA events), tokens/s, the bytes the step actually read (attention weights,
+// norms, routers, the KV cache up to the step's position, the LM head, the embedding rows, and the weights of the
+// distinct experts each layer chose, from the routes the decoder recorded: DecoderConfig::record_routes) and that over
+// the time as a fraction of the copy ceiling measured in the same run; batch 8 over batch 1. With --torch, runs
+// examples/bench/torch_moe.py on each shape (transformers' Qwen3MoeForCausalLM / OlmoeForCausalLM of the same shape,
+// eager and as a CUDA graph) and adds its times and the ratios. One table at the end. `--help` for the options.
+#include <lazygraph/lazygraph.hpp>
+#include <lazygraph/nn/decoder.hpp>
+#include <lazygraph/nn/moe_routes.hpp>
+
+#include <sys/wait.h>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "ceiling.hpp"
+#include "cli.hpp"
+#include "median.hpp"
+
+namespace lg = lazygraph;
+namespace nn = lazygraph::nn;
+
+namespace {
+
+constexpr const char* usage =
+    "usage: bench_moe [--shape qwen3-30b-a3b|olmoe-1b-7b] [--layers N] [--dtype bf16|f16|both] [--max-gib N]\n"
+    "                 [--position P] [--replays N] [--torch] [--torch-script PATH] [--out DIR]\n"
+    "Times decode steps of mixture-of-experts decoders with seeded weights generated on the device (Qwen3-MoE-style\n"
+    "blocks: per-head q/k norms, a router and SwiGLU experts in every layer) at 1 and 8 rows, after a prompt of P\n"
+    "tokens in every row's sequence: the step graph replayed alone (medians of 31 samples of N replays, CUDA events),\n"
+    "tokens/s, the bytes the step read (attention weights, norms, routers, KV cache, LM head, and the distinct\n"
+    "experts each layer chose, counted from the recorded routes) and their fraction of the copy ceiling (a 1 GiB\n"
+    "device-to-device copy measured in the same run), and 8 rows over 1. Prints one table at the end.\n"
+    "  --shape NAME        one shape: qwen3-30b-a3b (d 2048, 48 layers, 32/4 heads of 128, 128 experts, top 8 of\n"
+    "                      width 768, vocab 151936: 61 GB in bf16) or olmoe-1b-7b (d 2048, 16 layers, 16 heads of\n"
+    "                      128, 64 experts, top 8 of width 1024, vocab 50304: 13.8 GB); default both\n"
+    "  --layers N          run only the first N layers of each shape (a quick run; the bytes follow)\n"
+    "  --dtype T           bf16 (default), f16 or both\n"
+    "  --max-gib N         skip a shape whose decoder needs more than N GiB of device memory (default: what is free)\n"
+    "  --position P        the prompt length, so the step's position (default 128)\n"
+    "  --replays N         replays per sample (default 10)\n"
+    "  --torch             also run the torch companion (needs python3 with torch and transformers) on each shape,\n"
+    "                      after our decoder of it is freed, and print its times and theirs over ours\n"
+    "  --torch-script P    the companion (default examples/bench/torch_moe.py, from the repository's root)\n"
+    "  --out DIR           where the companion writes its results (default bench-results/moe)\n"
+    "Exit status: 0 done, 1 failed, 2 usage error, 77 skipped (no GPU; the reason is printed).\n";
+
+struct Options {
+  std::vector<std::string> shapes{"qwen3-30b-a3b", "olmoe-1b-7b"};
+  int layers = 0;  ///< 0: every layer of the shape
+  std::vector<std::string> dtypes{"bf16"};
+  double max_gib = 0;  ///< 0: no limit beyond the free memory
+  int position = 128;
+  int replays = 10;
+  bool torch = false;
+  std::string torch_script = "examples/bench/torch_moe.py";
+  std::string out = "bench-results/moe";
+};
+
+/// A shape of the benchmark: its name and its seeded decoder's config (all layers).
+struct Shape {
+  std::string name;
+  nn::DecoderConfig config;
+};
+
+/// Qwen3-30B-A3B's shape (its config.json): d 2048, 48 layers, 32 heads over 4 kv heads of 128, q/k norms, 128
+/// experts of width 768, top 8 renormalized (norm_topk_prob), vocab 151936, theta 1e6, eps 1e-6.
+Shape qwen3_30b_a3b() {
+  nn::DecoderConfig c;
+  c.d = 2048;
+  c.heads = 32;
+  c.kv_heads = 4;
+  c.head_width = 128;
+  c.layers = 48;
+  c.vocab = 151936;
+  c.theta = 1e6F;
+  c.eps = 1e-6F;
+  c.qk_norm = true;
+  c.moe = {128, 8, 768, true};
+  return {"qwen3-30b-a3b", c};
+}
+
+/// OLMoE-1B-7B's shape (allenai/OLMoE-1B-7B-0924's config.json): d 2048, 16 layers, 16 heads of 128 (no grouping),
+/// 64 experts of width 1024, top 8 as the softmax gives them (norm_topk_prob false), vocab 50304, theta 10000, eps
+/// 1e-5. OLMoE norms q and k over their whole width; this block norms them per head (Qwen3-MoE's), which reads
+/// 2 x 128 gains a layer where OLMoE reads 2 x 2048: the same step but for 8 KB a layer.
+Shape olmoe_1b_7b() {
+  nn::DecoderConfig c;
+  c.d = 2048;
+  c.heads = 16;
+  c.kv_heads = 16;
+  c.head_width = 128;
+  c.layers = 16;
+  c.vocab = 50304;
+  c.theta = 10000.0F;
+  c.eps = 1e-5F;
+  c.qk_norm = true;
+  c.moe = {64, 8, 1024, false};
+  return {"olmoe-1b-7b", c};
+}
+
+/// The device memory a decoder of `c` holds, roughly: every weight (the whole embedding), the KV caches and the
+/// step's activations and logits of kMaxRows rows.
+double decoder_bytes(const nn::DecoderConfig& c) {
+  const double elem = 2;
+  const double kv = 2.0 * c.layers * c.max_batch * c.context * c.kv_dim() * elem;
+  const double activations = nn::kMaxRows * elem *
+                             (4.0 * c.d + 2.0 * c.q_dim() + 2.0 * c.kv_dim() + c.vocab +
+                              static_cast<double>(c.moe.experts_per_token) * c.moe.expert_width);
+  return static_cast<double>(c.weight_bytes()) + static_cast<double>(c.vocab) * c.d * elem + kv + activations;
+}
+
+/// The bytes a step of `rows` rows at `position` read at the least: each weight it uses once (the experts each layer
+/// chose, counted once however many rows chose them), each row's KV cache up to its position, its embedding row.
+/// Returns the bytes and the mean count of distinct experts a layer.
+std::pair<double, double> step_bytes(const nn::DecoderConfig& c, const nn::MoeRoutes& routes, int rows, int position) {
+  const double elem = 2;
+  const double d = c.d;
+  const double attention = d + static_cast<double>(c.q_dim() + 2 * c.kv_dim()) * d +
+                           static_cast<double>(c.q_dim()) * d + (c.qk_norm ? 2.0 * c.head_dim() : 0.0);
+  const double kv = 2.0 * rows * (position + 1.0) * c.kv_dim();
+  const double expert = 3.0 * c.moe.expert_width * d;
+  double elements = static_cast<double>(rows) * d + d + static_cast<double>(c.vocab) * d;  // embedding, final, head
+  double distinct = 0;
+  for (int l = 0; l < c.layers; ++l) {
+    const auto chosen = static_cast<double>(routes.distinct_experts(l).size());
+    distinct += chosen;
+    elements += attention + kv + d + static_cast<double>(c.moe.experts) * d + chosen * expert;
+  }
+  return {elements * elem, distinct / c.layers};
+}
+
+/// One row of the table.
+struct Row {
+  std::string shape;
+  int layers = 0;
+  std::string dtype;
+  int rows = 0;
+  double seconds = 0;
+  double bytes = 0;
+  double distinct = 0;  ///< mean distinct experts a layer
+  double ceiling_fraction = 0;
+  double over_one_row = 0;  ///< this step's time over the 1-row step's
+  std::string skipped;      ///< why this shape was not run, or empty
+  std::optional<double> torch_eager_us;
+  std::optional<double> torch_graph_us;
+  std::string torch_note;  ///< why a torch time is missing
+};
+
+template <class T>
+std::vector<Row> bench_shape(lg::Stream& s, const lg::KernelLibrary& library, const Shape& shape,
+                             const std::string& dtype, const Options& o, double ceiling) {
+  nn::DecoderConfig c = shape.config;
+  c.context = o.position + 16;
+  c.max_batch = 8;
+  c.record_routes = true;
+  nn::BasicDecoder<T> decoder(s, library, c);  // weights generated on the device from c.seed
+  // Every row's sequence first gets a prompt of `position` tokens, so that the step attends over real keys.
+  for (int slot = 0; slot < c.max_batch; ++slot) {
+    std::vector<int> prompt(static_cast<std::size_t>(o.position));
+    for (int i = 0; i < o.position; ++i) prompt[static_cast<std::size_t>(i)] = (7 * i + 3 + 101 * slot) % c.vocab;
+    (void)decoder.prefill(prompt, 0, slot);
+  }
+  std::vector<Row> out;
+  for (const int rows : {1, 8}) {
+    std::vector<nn::TokenAt> steps(static_cast<std::size_t>(rows));
+    for (int r = 0; r < rows; ++r) steps[static_cast<std::size_t>(r)] = {(13 * r + 1) % c.vocab, o.position};
+    (void)decoder.forward_batch(steps);  // sets the rows the graph replays; every replay recomputes this step
+    const nn::MoeRoutes routes = decoder.last_routes();
+    lg::CudaGraph<>& graph = decoder.graph(rows);
+    const double seconds = bench::median_seconds(s, o.replays, [&](int) { graph.launch_on(s); });
+    const auto [bytes, distinct] = step_bytes(c, routes, rows, o.position);
+    Row row;
+    row.shape = shape.name;
+    row.layers = c.layers;
+    row.dtype = dtype;
+    row.rows = rows;
+    row.seconds = seconds;
+    row.bytes = bytes;
+    row.distinct = distinct;
+    row.ceiling_fraction = bytes / seconds / ceiling;
+    row.over_one_row = out.empty() ? 1.0 : seconds / out.front().seconds;
+    out.push_back(row);
+    std::printf("  %s %s, %d layers, %d rows: %.1f us, %.0f MB read, %.1f distinct experts a layer\n",
+                shape.name.c_str(), dtype.c_str(), c.layers, rows, seconds * 1e6, bytes * 1e-6, distinct);
+    std::fflush(stdout);
+  }
+  return out;
+}
+
+/// Runs the torch companion on `shape` and reads its results into `rows` (the same shape's). A failure is a note in
+/// the table, not an error of this program.
+void run_torch(const Options& o, const Shape& shape, int layers, const std::string& dtype, std::vector<Row>& rows) {
+  std::filesystem::create_directories(o.out);
+  const std::string file = o.out + "/torch_" + shape.name + "_" + dtype + ".txt";
+  std::filesystem::remove(file);
+  const std::string command = "python3 '" + o.torch_script + "' --shape " + shape.name + " --layers " +
+                              std::to_string(layers) + " --dtype " + dtype + " --position " +
+                              std::to_string(o.position) + " --batch 1,8 --out '" + file + "'";
+  std::printf("  running: %s\n", command.c_str());
+  std::fflush(stdout);
+  const int status = std::system(command.c_str());
+  std::ifstream in(file);
+  if (!in) {
+    const std::string why = status == -1        ? "could not start python3"
+                            : WIFEXITED(status) ? "exit status " + std::to_string(WEXITSTATUS(status)) +
+                                                      (WEXITSTATUS(status) == example::exit_skipped ? ": skipped" : "")
+                                                : "ended by a signal";
+    for (Row& r : rows) r.torch_note = "torch_moe.py wrote nothing (" + why + "; its output is above)";
+    return;
+  }
+  // Lines "batch B eager_us X graph_us Y|- note WORDS...": torch_moe.py's result format.
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream words(line);
+    std::string key;
+    int batch = 0;
+    std::string eager;
+    std::string graph;
+    std::string eager_key;
+    std::string graph_key;
+    if (!(words >> key >> batch >> eager_key >> eager >> graph_key >> graph) || key != "batch") continue;
+    std::string note;
+    std::getline(words, note);
+    for (Row& r : rows) {
+      if (r.rows != batch) continue;
+      if (eager != "-") r.torch_eager_us = std::stod(eager);
+      if (graph != "-") r.torch_graph_us = std::stod(graph);
+      r.torch_note = note.empty() ? "" : note.substr(note.find_first_not_of(' '));
+    }
+  }
+}
+
+std::string us_or_dash(const std::optional<double>& us) {
+  if (!us) return "-";
+  char text[32];
+  std::snprintf(text, sizeof text, "%.0f", *us);
+  return text;
+}
+
+std::string ratio_or_dash(const std::optional<double>& theirs_us, double ours_s) {
+  if (!theirs_us) return "-";
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1fx", *theirs_us * 1e-6 / ours_s);
+  return text;
+}
+
+int run(const Options& o) {
+  lg::Device device = lg::Device::first();
+  lg::Stream s = device.create_stream();
+  const lg::KernelLibrary library = nn::kernel_library(device);
+  const double ceiling = bench::copy_ceiling(s);
+  std::printf("%s; copy ceiling (1 GiB device-to-device copy, read + write): %.0f GB/s; %.1f of %.1f GiB free\n\n",
+              device.name().c_str(), ceiling * 1e-9, static_cast<double>(device.free_memory()) / (1ULL << 30U),
+              static_cast<double>(device.total_memory()) / (1ULL << 30U));
+  std::vector<Row> table;
+  for (const std::string& name : o.shapes) {
+    Shape shape = name == "qwen3-30b-a3b" ? qwen3_30b_a3b() : olmoe_1b_7b();
+    if (o.layers > 0 && o.layers < shape.config.layers) shape.config.layers = o.layers;
+    for (const std::string& dtype : o.dtypes) {
+      nn::DecoderConfig sized = shape.config;
+      sized.context = o.position + 16;
+      sized.max_batch = 8;
+      const double need = decoder_bytes(sized);
+      const double free = static_cast<double>(device.free_memory());
+      std::string skipped;
+      if (o.max_gib > 0 && need > o.max_gib * (1ULL << 30U)) {
+        skipped = "needs " + std::to_string(static_cast<int>(need / (1ULL << 30U))) + " GiB, over --max-gib";
+      } else if (need + (1ULL << 30U) > free) {  // a GiB of room for the graphs, the kernels and the ceiling's copy
+        skipped = "needs " + std::to_string(static_cast<int>(need / (1ULL << 30U))) + " GiB, " +
+                  std::to_string(static_cast<int>(free / (1ULL << 30U))) + " GiB free";
+      }
+      std::printf("%s %s, %d layers: %.1f GiB on the device%s\n", shape.name.c_str(), dtype.c_str(),
+                  shape.config.layers, need / (1ULL << 30U), skipped.empty() ? "" : (": skipped, " + skipped).c_str());
+      std::fflush(stdout);
+      if (!skipped.empty()) {
+        Row row;
+        row.shape = shape.name;
+        row.layers = shape.config.layers;
+        row.dtype = dtype;
+        row.skipped = skipped;
+        table.push_back(row);
+        continue;
+      }
+      std::vector<Row> rows = dtype == "bf16" ? bench_shape<lg::bfloat16>(s, library, shape, dtype, o, ceiling)
+                                              : bench_shape<lg::half>(s, library, shape, dtype, o, ceiling);
+      s.synchronize();  // the decoder is gone: its memory is free for the companion
+      if (o.torch) run_torch(o, shape, shape.config.layers, dtype, rows);
+      table.insert(table.end(), rows.begin(), rows.end());
+    }
+  }
+
+  std::printf(
+      "\nMixture-of-experts decode steps on %s, seeded weights, step graph replayed at position %d (medians of 31 "
+      "samples of %d replays, CUDA events); bytes read: attention, norms, routers, KV cache, LM head, embedding "
+      "rows and the distinct chosen experts' weights; copy ceiling %.0f GB/s\n\n",
+      device.name().c_str(), o.position, o.replays, ceiling * 1e-9);
+  std::printf(
+      "| shape | layers | dtype | rows | step us | tokens/s | MB read | experts read a layer | of ceiling | rows / 1 "
+      "row |%s\n|---|---|---|---|---|---|---|---|---|---|%s\n",
+      o.torch ? " torch eager us | torch graph us | eager / ours | graph / ours | torch note |" : "",
+      o.torch ? "---|---|---|---|---|" : "");
+  for (const Row& r : table) {
+    if (!r.skipped.empty()) {
+      std::printf("| %s | %d | %s | | skipped: %s | | | | | |%s\n", r.shape.c_str(), r.layers, r.dtype.c_str(),
+                  r.skipped.c_str(), o.torch ? " | | | | |" : "");
+      continue;
+    }
+    std::printf("| %s | %d | %s | %d | %.1f | %.0f | %.1f | %.1f | %.3f | %.2f |", r.shape.c_str(), r.layers,
+                r.dtype.c_str(), r.rows, r.seconds * 1e6, r.rows / r.seconds, r.bytes * 1e-6, r.distinct,
+                r.ceiling_fraction, r.over_one_row);
+    if (o.torch) {
+      std::printf(" %s | %s | %s | %s | %s |", us_or_dash(r.torch_eager_us).c_str(),
+                  us_or_dash(r.torch_graph_us).c_str(), ratio_or_dash(r.torch_eager_us, r.seconds).c_str(),
+                  ratio_or_dash(r.torch_graph_us, r.seconds).c_str(), r.torch_note.c_str());
+    }
+    std::printf("\n");
+  }
+  std::printf(
+      "\n(of ceiling: bytes read / step time / copy ceiling; rows / 1 row: the step's time over the 1-row step's; "
+      "eager / ours and graph / ours: transformers' step time over ours)\n");
+  return 0;
+}
+
+/// The options, or the exit code to stop with (0 after --help).
+std::variant<Options, int> parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw lg::UsageError(arg + " needs a value");
+      return argv[++i];
+    };
+    if (arg == "--help" || arg == "-h") {
+      std::printf("%s", usage);
+      return 0;
+    }
+    if (arg == "--shape") {
+      const std::string shape = value();
+      if (shape != "qwen3-30b-a3b" && shape != "olmoe-1b-7b") {
+        throw lg::UsageError("--shape " + shape + ": not one of qwen3-30b-a3b, olmoe-1b-7b");
+      }
+      o.shapes = {shape};
+    } else if (arg == "--layers") {
+      o.layers = example::integers(value(), "--layers", 1).at(0);
+    } else if (arg == "--dtype") {
+      const std::string dtype = value();
+      if (dtype == "both") {
+        o.dtypes = {"bf16", "f16"};
+      } else if (dtype == "bf16" || dtype == "f16") {
+        o.dtypes = {dtype};
+      } else {
+        throw lg::UsageError("--dtype " + dtype + ": not one of bf16, f16, both");
+      }
+    } else if (arg == "--max-gib") {
+      const std::string text = value();
+      char* end = nullptr;
+      o.max_gib = std::strtod(text.c_str(), &end);
+      if (end == text.c_str() || *end != '\0' || !(o.max_gib > 0)) {
+        throw lg::UsageError("--max-gib " + text + ": not a positive number");
+      }
+    } else if (arg == "--position") {
+      o.position = example::integers(value(), "--position", 1).at(0);
+      if (o.position + 16 > nn::kMaxContext) {
+        throw lg::UsageError("--position " + std::to_string(o.position) + ": at most " +
+                             std::to_string(nn::kMaxContext - 16));
+      }
+    } else if (arg == "--replays") {
+      o.replays = example::integers(value(), "--replays", 1).at(0);
+    } else if (arg == "--torch") {
+      o.torch = true;
+    } else if (arg == "--torch-script") {
+      o.torch_script = value();
+    } else if (arg == "--out") {
+      o.out = value();
+    } else {
+      throw lg::UsageError(arg.starts_with("-") ? "unknown option " + arg : "unexpected argument " + arg);
+    }
+  }
+  if (o.torch && !std::filesystem::exists(o.torch_script)) {
+    throw lg::UsageError("--torch: no " + o.torch_script + " (run from the repository's root, or give --torch-script)");
+  }
+  return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::variant<Options, int> parsed;
+  try {
+    parsed = parse(argc, argv);
+  } catch (const lg::UsageError& e) {
+    std::fprintf(stderr, "bench_moe: %s\n%s", e.what(), usage);
+    return example::exit_usage;
+  }
+  if (const int* code = std::get_if<int>(&parsed)) return *code;
+  if (example::skip_without_gpu("bench_moe")) return example::exit_skipped;
+  try {
+    return run(std::get<Options>(parsed));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_moe: %s\n", e.what());
+    return 1;
+  }
+}
