@@ -210,8 +210,8 @@ int run() {
                                        {"int8", nn::WeightFormat::int8_channel, 0},
                                        {"int4", nn::WeightFormat::int4_group, 128},
                                        {"fp8", nn::WeightFormat::fp8_block, 128}};
-  constexpr std::size_t kInt8 = 1;  // the format the int4 step reads its LM head in
-  constexpr std::size_t kInt4 = 2;
+  constexpr std::size_t int8_column = 1;  // the format the int4 step reads its LM head in
+  constexpr std::size_t int4_column = 2;
   const std::size_t count = formats.size();
   std::printf("%s; copy ceiling (1 GiB device-to-device copy, read + write): %.0f GB/s\n", device.name().c_str(),
               copy_bw * 1e-9);
@@ -240,7 +240,7 @@ int run() {
       }
       for (std::size_t i = 0; i < count; ++i) {
         // The int4 step reads its LM head in 8 bits (the model: 4-bit layers, an 8-bit LM head).
-        const std::size_t in_step = shape.lm_head && i == kInt4 ? kInt8 : i;
+        const std::size_t in_step = shape.lm_head && i == int4_column ? int8_column : i;
         step[i] += t[in_step] * shape.per_step;
         step_bytes[i] += bytes[in_step] * shape.per_step;
       }

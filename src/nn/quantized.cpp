@@ -335,13 +335,17 @@ QuantizedWeight quantize(const QuantizedFormat& format, std::string_view name, i
                                              : std::span<const double>(clip_ratios).first(1);
   // A format of blocks of rows takes each group's scale from its block's range, found first in one pass.
   std::vector<Range> block_ranges;
+  const auto block_of = [&](int r, int g) {  // the index of the block holding row r's group g
+    return static_cast<std::size_t>(r / block_rows) * static_cast<std::size_t>(groups) + static_cast<std::size_t>(g);
+  };
   if (block_rows > 1) {
     block_ranges.resize(static_cast<std::size_t>((rows + block_rows - 1) / block_rows) *
                         static_cast<std::size_t>(groups));
     for (int r = 0; r < rows; ++r) {
       for (int g = 0; g < groups; ++g) {
-        const Range row_range = range_of(weights.subspan(static_cast<std::size_t>(r) * k + g * group, group));
-        Range& block = block_ranges[static_cast<std::size_t>(r / block_rows * groups + g)];
+        const Range row_range =
+            range_of(weights.subspan(static_cast<std::size_t>(r) * k + static_cast<std::size_t>(g) * group, group));
+        Range& block = block_ranges[block_of(r, g)];
         block.low = std::min(block.low, row_range.low);
         block.high = std::max(block.high, row_range.high);
       }
@@ -356,8 +360,7 @@ QuantizedWeight quantize(const QuantizedFormat& format, std::string_view name, i
       for (int g = 0; g < groups; ++g) {
         const std::size_t first_col = static_cast<std::size_t>(g) * group;
         const std::span<const float> w = weights.subspan(static_cast<std::size_t>(r) * k + first_col, group);
-        const Range range =
-            block_rows == 1 ? range_of(w) : block_ranges[static_cast<std::size_t>(r / block_rows * groups + g)];
+        const Range range = block_rows == 1 ? range_of(w) : block_ranges[block_of(r, g)];
         GroupChoice best;
         bool have_best = false;
         for (const double ratio : ratios) {
