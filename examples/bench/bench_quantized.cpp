@@ -28,7 +28,8 @@ namespace {
 
 constexpr const char* usage =
     "usage: bench_quantized\n"
-    "  Times the quantized matrix-vector kernels (int8 per channel, int4 in groups of 128) against the fp16 gemv\n"
+    "  Times the quantized matrix-vector kernels (int8 per channel, int4 in groups of 128, fp8 e4m3 in groups of\n"
+    "  128) against the fp16 gemv\n"
     "  family on the weight shapes of a Llama-3.2-1B decode step, batch 1 and 8, and prints a table: time per\n"
     "  launch and the fraction of the copy ceiling measured in the same run. A benchmark, not a test.\n"
     "Exit status: 0 done, 1 failed, 2 usage error, 77 skipped (no GPU; the reason is printed).\n";
@@ -64,7 +65,7 @@ Weights make_weights(const lg::Stream& s, const Shape& shape, nn::WeightFormat f
     const std::size_t bytes = format == nn::WeightFormat::int4_group ? n / 2 : n;
     const std::size_t scale_count = n / static_cast<std::size_t>(group);
     w.values.push_back(lg::DeviceBuffer<std::uint8_t>(s.device(), bytes));
-    lg::fill(w.values.back().view(), std::uint8_t{0x5A}).sync_on(s);
+    lg::fill(w.values.back().view(), std::uint8_t{0x5A}).sync_on(s);  // int8 -38, int4 5 and -6, e4m3 20
     w.scales.push_back(lg::DeviceBuffer<half>(s.device(), scale_count));
     lg::fill(w.scales.back().view(), half::from_float(0.001F)).sync_on(s);
     w.matrices.push_back(
@@ -207,39 +208,55 @@ int run() {
   };
   const std::vector<Format> formats = {{"fp16", nn::WeightFormat::dense, 1},
                                        {"int8", nn::WeightFormat::int8_channel, 0},
-                                       {"int4 g128", nn::WeightFormat::int4_group, 128}};
+                                       {"int4", nn::WeightFormat::int4_group, 128},
+                                       {"fp8", nn::WeightFormat::fp8_block, 128}};
+  constexpr std::size_t int8_column = 1;  // the format the int4 step reads its LM head in
+  constexpr std::size_t int4_column = 2;
+  const std::size_t count = formats.size();
   std::printf("%s; copy ceiling (1 GiB device-to-device copy, read + write): %.0f GB/s\n", device.name().c_str(),
               copy_bw * 1e-9);
-  std::printf("Llama-3.2-1B step weight shapes; us per launch, fraction of the copy ceiling for the bytes read\n\n");
   std::printf(
-      "| weights | rows x cols | batch | fp16 us | int8 us | int4 us | fp16 of ceiling | int8 of ceiling | "
-      "int4 of ceiling | int8 / fp16 | int4 / fp16 |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "Llama-3.2-1B step weight shapes; us per launch, fraction of the copy ceiling for the bytes read (int4 in groups "
+      "of 128, fp8 e4m3 in groups of 128)\n\n");
+  std::printf("| weights | rows x cols | batch |");
+  for (const Format& f : formats) std::printf(" %s us |", f.name);
+  for (const Format& f : formats) std::printf(" %s of ceiling |", f.name);
+  for (std::size_t i = 1; i < count; ++i) std::printf(" %s / fp16 |", formats[i].name);
+  std::printf("\n|---|---|---|");
+  for (std::size_t i = 0; i < 3 * count - 1; ++i) std::printf("---|");
+  std::printf("\n");
   for (const int batch : {1, 8}) {
-    double step[3] = {0, 0, 0};
-    double step_bytes[3] = {0, 0, 0};
+    std::vector<double> step(count, 0.0);
+    std::vector<double> step_bytes(count, 0.0);
     for (const Shape& shape : shapes) {
-      double t[3];
-      double f[3];
-      for (std::size_t i = 0; i < formats.size(); ++i) {
+      std::vector<double> t(count);
+      std::vector<double> f(count);
+      std::vector<double> bytes(count);
+      for (std::size_t i = 0; i < count; ++i) {
         const int group = formats[i].kind == nn::WeightFormat::int8_channel ? shape.cols : formats[i].group;
         t[i] = b.time(shape, formats[i].kind, group, batch);
-        const double bytes = static_cast<double>(bytes_of(shape, formats[i].kind, group));
-        f[i] = bytes / t[i] / copy_bw;
-        // The int4 step reads its LM head in 8 bits (the model: 4-bit layers, an 8-bit LM head).
-        const std::size_t in_step = shape.lm_head && i == 2 ? 1 : i;
-        step[i] += (in_step == i ? t[i] : t[in_step]) * shape.per_step;
-        step_bytes[i] +=
-            (in_step == i ? bytes : static_cast<double>(bytes_of(shape, formats[1].kind, shape.cols))) * shape.per_step;
+        bytes[i] = static_cast<double>(bytes_of(shape, formats[i].kind, group));
+        f[i] = bytes[i] / t[i] / copy_bw;
       }
-      std::printf("| %s | %d x %d%s | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", shape.name,
-                  shape.rows, shape.cols, shape.matrices == 2 ? " (x2)" : "", batch, t[0] * 1e6, t[1] * 1e6, t[2] * 1e6,
-                  f[0], f[1], f[2], t[1] / t[0], t[2] / t[0]);
+      for (std::size_t i = 0; i < count; ++i) {
+        // The int4 step reads its LM head in 8 bits (the model: 4-bit layers, an 8-bit LM head).
+        const std::size_t in_step = shape.lm_head && i == int4_column ? int8_column : i;
+        step[i] += t[in_step] * shape.per_step;
+        step_bytes[i] += bytes[in_step] * shape.per_step;
+      }
+      std::printf("| %s | %d x %d%s | %d |", shape.name, shape.rows, shape.cols, shape.matrices == 2 ? " (x2)" : "",
+                  batch);
+      for (std::size_t i = 0; i < count; ++i) std::printf(" %.2f |", t[i] * 1e6);
+      for (std::size_t i = 0; i < count; ++i) std::printf(" %.2f |", f[i]);
+      for (std::size_t i = 1; i < count; ++i) std::printf(" %.2f |", t[i] / t[0]);
+      std::printf("\n");
     }
-    std::printf(
-        "| **step's weight kernels** (sum; int4: LM head int8) | | %d | %.1f | %.1f | %.1f | %.2f | %.2f | %.2f | %.2f "
-        "| %.2f |\n",
-        batch, step[0] * 1e6, step[1] * 1e6, step[2] * 1e6, step_bytes[0] / step[0] / copy_bw,
-        step_bytes[1] / step[1] / copy_bw, step_bytes[2] / step[2] / copy_bw, step[1] / step[0], step[2] / step[0]);
+    std::printf("| **step's weight kernels** (sum; int4: LM head int8) | | %d |", batch);
+    for (std::size_t i = 0; i < count; ++i) std::printf(" %.1f |", step[i] * 1e6);
+    for (std::size_t i = 0; i < count; ++i) std::printf(" %.2f |", step_bytes[i] / step[i] / copy_bw);
+    for (std::size_t i = 1; i < count; ++i) std::printf(" %.2f |", step[i] / step[0]);
+    std::printf("\n");
+    std::fflush(stdout);
   }
   return 0;
 }

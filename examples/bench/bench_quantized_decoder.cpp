@@ -45,7 +45,7 @@ namespace {
 
 constexpr const char* usage =
     "usage: bench_quantized_decoder [--checkpoint DIR --tokens FILE] [--no-speed] [--no-accuracy] [--shape NAME]\n"
-    "  Times decoder steps with fp16, int8 and int4 weights (seeded, quantized on the device) on the default,\n"
+    "  Times decoder steps with fp16, int8, fp8 and int4 weights (seeded, quantized on the device) on the default,\n"
     "  TinyLlama and Llama-3.2-1B shapes at 1 and 8 rows, and measures each quantized decoder's top-1 agreement with\n"
     "  fp16, its logits' relative error and its per-layer KV error over 256 teacher-forced positions: on the seeded\n"
     "  Llama-3.2-1B shape, and on a checkpoint when given. Prints tables. A benchmark, not a test.\n"
@@ -79,9 +79,11 @@ std::vector<Variant> variants(bool all) {
   const nn::QuantizedFormat g128{nn::WeightFormat::int4_group, 128, false, nn::ScaleType::f16};
   const nn::QuantizedFormat g128z{nn::WeightFormat::int4_group, 128, true, nn::ScaleType::f16};
   const nn::QuantizedFormat g32{nn::WeightFormat::int4_group, 32, false, nn::ScaleType::f16};
+  const nn::QuantizedFormat fp8{nn::WeightFormat::fp8_block, 128, false, nn::ScaleType::f16};
   std::vector<Variant> out;
   out.push_back({"fp16", {}});
   out.push_back({"int8", {int8, int8, int8, {}}});
+  out.push_back({"fp8 (128 x 128 blocks)", {fp8, fp8, fp8, {}}});
   out.push_back({"int4 g128, LM head int8", {g128, g128, int8, {}}});
   if (!all) return out;
   out.push_back({"int4 g128 clip search, LM head int8", {g128, g128, int8, {.clip_search = true}}});

@@ -409,13 +409,6 @@ DecoderCheckpoint::DecoderCheckpoint(LlamaConfig llama, DecoderConfig config, Ch
     throw CheckpointError(weights_.path() / "config.json", "",
                           std::string("quantization_config cannot apply to this model: ") + e.what());
   }
-  for (const QuantizedLayout& l : layouts_) {  // refused before anything is read, rather than at the first upload
-    if (!as_saved && !l.storage().quantizable) {
-      throw UsageError("tensor " + l.name() + ": LoadOptions::quantization asks for " + format_name(l.format()) +
-                       ", which is read from checkpoints that store it (" + std::string(l.storage().family) +
-                       "); lazygraph does not quantize weights into it");
-    }
-  }
   std::set<std::string_view> used;
   std::vector<std::size_t> parts;  // of the next quantized matrix (q and k wait for v)
   for (std::size_t i = 0; i < tensors_.size(); ++i) {
@@ -631,9 +624,11 @@ DeviceQuantizedWeight<T> DecoderCheckpoint::matrix_share(const Stream& stream, c
                                                          const QuantizedLayout& share, int rank, int ranks,
                                                          Staging& buffers) const {
   // Quantizing a share of rows, or of whole groups of columns, gives the bytes of the same share of the matrix
-  // quantized whole (each row's groups are the same); a format with one scale per row (int8) needs all of its columns.
+  // quantized whole (each row's groups are the same); a format with one scale per row (int8) needs all of its columns,
+  // and one with a scale per block of rows (fp8) all of its rows: a share of them need not start a block.
   const bool columns = tensor_shard(first, config_, rank, ranks).columns;
-  const bool own_part = quantizer != nullptr && !quantized_as_saved() && (!columns || !share.storage().scale_per_row());
+  const bool own_part = quantizer != nullptr && !quantized_as_saved() &&
+                        (columns ? !share.storage().scale_per_row() : share.storage().quantize_rows == 1);
   if (!own_part) {
     const DeviceQuantizedWeight<T> whole_weight = whole_matrix<T>(stream, quantizer, index, buffers);
     try {

@@ -15,11 +15,10 @@ namespace {
 
 constexpr unsigned block_threads = 256;
 
-/// The packing kernel of every format lazygraph quantizes into, in the storage table's order.
+/// The packing kernel of every format, in the storage table's order.
 std::vector<Kernel<void(const std::int8_t*, int, int, std::uint8_t*)>> pack_kernels(const KernelLibrary& library) {
   std::vector<Kernel<void(const std::int8_t*, int, int, std::uint8_t*)>> out;
   for (const detail::StorageFormat* f : detail::storage_formats()) {
-    if (!f->quantizable) continue;
     out.push_back(library.get<void(const std::int8_t*, int, int, std::uint8_t*)>(std::string(f->pack_kernel)));
   }
   return out;
@@ -45,6 +44,12 @@ DeviceQuantizer::DeviceQuantizer(const KernelLibrary& library)
                                    std::uint8_t*, unsigned long long*)>("quantize_groups_f16")),
       groups_bf16_(library.get<void(const bfloat16*, int, int, int, int, int, int, int, int, std::int8_t*,
                                     std::uint16_t*, std::uint8_t*, unsigned long long*)>("quantize_groups_bf16")),
+      blocks_f32_(library.get<void(const float*, int, int, int, std::int8_t*, std::uint16_t*, unsigned long long*)>(
+          "quantize_blocks_fp8_f32")),
+      blocks_f16_(library.get<void(const half*, int, int, int, std::int8_t*, std::uint16_t*, unsigned long long*)>(
+          "quantize_blocks_fp8_f16")),
+      blocks_bf16_(library.get<void(const bfloat16*, int, int, int, std::int8_t*, std::uint16_t*, unsigned long long*)>(
+          "quantize_blocks_fp8_bf16")),
       pack_(pack_kernels(library)),
       pack_scales_(
           library.get<void(const std::uint16_t*, const std::uint8_t*, int, int, std::uint16_t*, std::uint8_t*)>(
@@ -56,10 +61,6 @@ DeviceQuantizedWeight<T> DeviceQuantizer::quantize(const Stream& stream, const Q
                                                    DeviceSpan<const S> weights, const QuantizeOptions& options) const {
   QuantizedLayout layout(std::string(name), format, rows, cols);
   const auto fail = [&](const std::string& problem) { throw UsageError("tensor " + layout.name() + ": " + problem); };
-  if (!layout.storage().quantizable) {
-    fail(std::string(layout.storage().family) +
-         " is read from checkpoints that store it; lazygraph does not quantize weights into it");
-  }
   const std::size_t count = static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols);
   if (weights.size() != count) {
     fail(std::to_string(weights.size()) + " weights given for a " + std::to_string(rows) + " x " +
@@ -84,18 +85,34 @@ DeviceQuantizedWeight<T> DeviceQuantizer::quantize(const Stream& stream, const Q
   const int q_min = q_range[0];
   const int q_max = q_range[1];
   const int ratios = options.clip_search ? static_cast<int>(clip_ratios.size()) : 1;
-  const LaunchConfig per_group = threads_for(group_count * 32);  // a warp per group
-  const auto launch_groups = [&](const auto& kernel) {
-    kernel.launch(stream, per_group, weights, rows, cols, layout.group(), q_min, q_max, format.asymmetric ? 1 : 0,
-                  format.scale_type == ScaleType::bf16 ? 1 : 0, ratios, q.view(), scales_rm.view(), zeros_rm.view(),
-                  problems.view());
-  };
-  if constexpr (std::same_as<S, float>) {
-    launch_groups(groups_f32_);
-  } else if constexpr (std::same_as<S, half>) {
-    launch_groups(groups_f16_);
-  } else {
-    launch_groups(groups_bf16_);
+  const int bf16_scales = format.scale_type == ScaleType::bf16 ? 1 : 0;
+  const int block_rows = layout.storage().quantize_rows;
+  if (block_rows == 1) {
+    const LaunchConfig per_group = threads_for(group_count * 32);  // a warp per group
+    const auto launch_groups = [&](const auto& kernel) {
+      kernel.launch(stream, per_group, weights, rows, cols, layout.group(), q_min, q_max, format.asymmetric ? 1 : 0,
+                    bf16_scales, ratios, q.view(), scales_rm.view(), zeros_rm.view(), problems.view());
+    };
+    if constexpr (std::same_as<S, float>) {
+      launch_groups(groups_f32_);
+    } else if constexpr (std::same_as<S, half>) {
+      launch_groups(groups_f16_);
+    } else {
+      launch_groups(groups_bf16_);
+    }
+  } else {  // fp8: a block of threads per block of rows x group, which rounds to nearest (no clip ratios)
+    const auto blocks = static_cast<unsigned>((rows + block_rows - 1) / block_rows * groups);
+    const LaunchConfig per_block{.grid = {blocks, 1, 1}, .block = {block_threads, 1, 1}};
+    const auto launch_blocks = [&](const auto& kernel) {
+      kernel.launch(stream, per_block, weights, rows, cols, bf16_scales, q.view(), scales_rm.view(), problems.view());
+    };
+    if constexpr (std::same_as<S, float>) {
+      launch_blocks(blocks_f32_);
+    } else if constexpr (std::same_as<S, half>) {
+      launch_blocks(blocks_f16_);
+    } else {
+      launch_blocks(blocks_bf16_);
+    }
   }
   std::array<unsigned long long, 2> found{};
   copy_async(stream, std::span<unsigned long long>(found), problems.cview());
@@ -120,9 +137,8 @@ DeviceQuantizedWeight<T> DeviceQuantizer::quantize(const Stream& stream, const Q
   std::optional<DeviceBuffer<std::uint8_t>> zeros;
   if (format.asymmetric) zeros.emplace(device, layout.zero_bytes());
   const auto formats = detail::storage_formats();
-  const auto& pack = pack_[static_cast<std::size_t>(
-      std::count_if(formats.begin(), std::find(formats.begin(), formats.end(), &layout.storage()),
-                    [](const detail::StorageFormat* f) { return f->quantizable; }))];
+  const auto& pack =
+      pack_[static_cast<std::size_t>(std::find(formats.begin(), formats.end(), &layout.storage()) - formats.begin())];
   pack.launch(stream, threads_for(layout.value_bytes() / 4), q.cview(), rows, cols, values.view());
   pack_scales_.launch(stream, threads_for(layout.scale_count()), scales_rm.cview(), zeros_rm.cview(), rows, groups,
                       scales.view(), zeros ? zeros->view() : DeviceSpan<std::uint8_t>{});

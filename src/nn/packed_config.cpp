@@ -30,8 +30,8 @@ std::string packed_method_name(PackedMethod method) {
 QuantizedFormat PackedQuantization::format() const {
   if (fp8()) {  // the storage table's row read from checkpoints as they are, 8 bits a value: e4m3 bytes
     const auto rows = detail::storage_formats();
-    const auto fp8_row = std::find_if(
-        rows.begin(), rows.end(), [](const detail::StorageFormat* f) { return f->value_bits == 8 && !f->quantizable; });
+    const auto fp8_row =
+        std::find_if(rows.begin(), rows.end(), [](const detail::StorageFormat* f) { return f->e4m3_values; });
     return {.kind = (*fp8_row)->kind, .group = 128, .asymmetric = false, .scale_type = scale_type};
   }
   // the storage table's 4-bit row with zero points: both packings store 4-bit q in [0, 15] with a zero point a group

@@ -54,18 +54,37 @@ struct GroupChoice {
   double squared_error = 0;
 };
 
-/// Quantizes the group `w` with its range clipped to `ratio`, writing q into `q` and the rest into `choice`. Returns
-/// false for a scale beyond the scale type's range (the caller names the group).
-bool quantize_group(std::span<const float> w, const QuantizedLayout& layout, double ratio, std::span<int> q,
-                    GroupChoice& choice) {
-  const QuantizedFormat& format = layout.format();
-  const auto [q_min, q_max] = layout.q_range();
+/// The smallest and largest weight of a group (or of a block of groups), each taken with 0.
+struct Range {
   double low = 0;
   double high = 0;
+};
+
+/// The range of `w`.
+Range range_of(std::span<const float> w) {
+  Range r;
   for (const float x : w) {
-    low = std::min(low, static_cast<double>(x));
-    high = std::max(high, static_cast<double>(x));
+    r.low = std::min(r.low, static_cast<double>(x));
+    r.high = std::max(r.high, static_cast<double>(x));
   }
+  return r;
+}
+
+/// The nearest q the format stores to x (in q's units), ties to even: the format's rounding, or the nearest integer.
+double nearest_q(const detail::StorageFormat& storage, double x) {
+  return storage.nearest != nullptr ? storage.nearest(x) : static_cast<double>(round_even(x));
+}
+
+/// Quantizes the group `w`, whose range (or its block's) is `range`, clipped to `ratio`, writing q into `q` and the
+/// rest into `choice`. Returns false for a scale beyond the scale type's range (the caller names the group).
+bool quantize_group(std::span<const float> w, const QuantizedLayout& layout, Range range, double ratio,
+                    std::span<int> q, GroupChoice& choice) {
+  const QuantizedFormat& format = layout.format();
+  const detail::StorageFormat& storage = layout.storage();
+  const auto [q_min, q_max] = layout.q_range();
+  const double unit = storage.value_unit;  // a power of two: scale * unit is exact
+  double low = range.low;
+  double high = range.high;
   double exact = 0;
   if (format.asymmetric) {
     low *= ratio;
@@ -74,7 +93,7 @@ bool quantize_group(std::span<const float> w, const QuantizedLayout& layout, dou
   } else {
     high = std::max(-low, high) * ratio;
     low = -high;
-    exact = high / q_max;
+    exact = high / (q_max * unit);
   }
   choice = {};
   if (exact == 0) {  // an all-zero group: scale 0, q 0, zero point 0 dequantize to exact zeros
@@ -85,21 +104,22 @@ bool quantize_group(std::span<const float> w, const QuantizedLayout& layout, dou
   if (scale_value(bits, format.scale_type) == 0) bits = 1;  // the smallest positive value (fp16 and bf16 alike)
   // q is monotonic in w, so the ends of the range decide whether anything inside it saturates; a scale rounded down
   // may make them do so, and then the next larger scale value is taken (at most a few steps).
-  double scale = 0;
+  double step = 0;  // scale * unit: what one unit of q stands for
   int zero = 0;
   for (;; ++bits) {
-    scale = scale_value(bits, format.scale_type);
+    const double scale = scale_value(bits, format.scale_type);
     if (!std::isfinite(scale)) return false;
-    zero = format.asymmetric ? static_cast<int>(std::clamp<long long>(round_even(-low / scale), q_min, q_max)) : 0;
-    if (round_even(low / scale) + zero >= q_min && round_even(high / scale) + zero <= q_max) break;
+    step = scale * unit;
+    zero = format.asymmetric ? static_cast<int>(std::clamp<long long>(round_even(-low / step), q_min, q_max)) : 0;
+    if (nearest_q(storage, low / step) + zero >= q_min && nearest_q(storage, high / step) + zero <= q_max) break;
   }
   choice.scale_bits = bits;
   choice.zero = zero;
   std::array<double, 32> partial{};
   for (std::size_t i = 0; i < w.size(); ++i) {
-    const auto stored = std::clamp<long long>(round_even(static_cast<double>(w[i]) / scale) + zero, q_min, q_max);
+    const double stored = std::clamp<double>(nearest_q(storage, static_cast<double>(w[i]) / step) + zero, q_min, q_max);
     q[i] = static_cast<int>(stored);
-    const double error = static_cast<double>(w[i]) - static_cast<double>(static_cast<float>(q[i] - zero)) * scale;
+    const double error = static_cast<double>(w[i]) - static_cast<double>(static_cast<float>(q[i] - zero)) * step;
     partial[i % 32] += error * error;
   }
   choice.squared_error = warp_order_sum(partial);
@@ -291,10 +311,6 @@ std::vector<float> QuantizedWeight::dequantize() const {
 QuantizedWeight quantize(const QuantizedFormat& format, std::string_view name, int rows, int cols,
                          std::span<const float> weights, const QuantizeOptions& options) {
   QuantizedLayout layout(std::string(name), format, rows, cols);
-  if (!layout.storage().quantizable) {
-    fail(name, std::string(layout.storage().family) +
-                   " is read from checkpoints that store it; lazygraph does not quantize weights into it");
-  }
   const auto k = static_cast<std::size_t>(cols);
   const std::size_t count = static_cast<std::size_t>(rows) * k;
   if (weights.size() != count) {
@@ -312,22 +328,45 @@ QuantizedWeight quantize(const QuantizedFormat& format, std::string_view name, i
   std::vector<std::uint16_t> scale_bits(layout.scale_count());
   std::vector<std::uint8_t> zeros(layout.zero_bytes());
   const auto group = static_cast<std::size_t>(layout.group());
-  const std::span<const double> ratios =
-      options.clip_search ? std::span<const double>(clip_ratios) : std::span<const double>(clip_ratios).first(1);
+  const int groups = layout.groups_per_row();
+  const int block_rows = layout.storage().quantize_rows;  // rows sharing a scale: 1, or fp8's blocks of 128
+  const std::span<const double> ratios = options.clip_search && block_rows == 1
+                                             ? std::span<const double>(clip_ratios)
+                                             : std::span<const double>(clip_ratios).first(1);
+  // A format of blocks of rows takes each group's scale from its block's range, found first in one pass.
+  std::vector<Range> block_ranges;
+  const auto block_of = [&](int r, int g) {  // the index of the block holding row r's group g
+    return static_cast<std::size_t>(r / block_rows) * static_cast<std::size_t>(groups) + static_cast<std::size_t>(g);
+  };
+  if (block_rows > 1) {
+    block_ranges.resize(static_cast<std::size_t>((rows + block_rows - 1) / block_rows) *
+                        static_cast<std::size_t>(groups));
+    for (int r = 0; r < rows; ++r) {
+      for (int g = 0; g < groups; ++g) {
+        const Range row_range =
+            range_of(weights.subspan(static_cast<std::size_t>(r) * k + static_cast<std::size_t>(g) * group, group));
+        Range& block = block_ranges[block_of(r, g)];
+        block.low = std::min(block.low, row_range.low);
+        block.high = std::max(block.high, row_range.high);
+      }
+    }
+  }
   // Tiles [first, last) of rows, groups in order; the first (row, group) whose scale overflows, or none. A tile's
   // bytes are its own (rows g and g + 8 share bytes, tiles never do), so tiles can go to threads of their own.
   const auto quantize_tiles = [&](int first, int last) -> std::optional<std::pair<int, int>> {
     std::vector<int> q(group);
     std::vector<int> best_q(group);
     for (int r = first * QuantizedLayout::tile_rows; r < std::min(rows, last * QuantizedLayout::tile_rows); ++r) {
-      for (int g = 0; g < layout.groups_per_row(); ++g) {
+      for (int g = 0; g < groups; ++g) {
         const std::size_t first_col = static_cast<std::size_t>(g) * group;
         const std::span<const float> w = weights.subspan(static_cast<std::size_t>(r) * k + first_col, group);
+        const Range range = block_rows == 1 ? range_of(w) : block_ranges[block_of(r, g)];
         GroupChoice best;
         bool have_best = false;
         for (const double ratio : ratios) {
           GroupChoice choice;
-          if (!quantize_group(w, layout, ratio, q, choice)) return std::pair{r, g};  // ratio 1 comes first
+          // ratio 1 comes first; a block's scale fails in its first row
+          if (!quantize_group(w, layout, range, ratio, q, choice)) return std::pair{r, g};
           if (!have_best || choice.squared_error < best.squared_error) {
             best = choice;
             best_q.swap(q);

@@ -5,6 +5,8 @@
 #include <lazygraph/driver/half.hpp>
 #include <lazygraph/nn/quantized.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <utility>
@@ -38,7 +40,48 @@ inline std::vector<lazygraph::nn::QuantizedFormat> every_quantized_format() {
   return out;
 }
 
-/// A rows x cols matrix in `format` (fp8, which lazygraph reads from checkpoints and does not quantize into) of random
+/// fp8 in groups of 128, the format FP8 checkpoints are read into and lazygraph quantizes into in blocks of 128 x 128.
+constexpr lazygraph::nn::QuantizedFormat fp8(lazygraph::nn::ScaleType s = lazygraph::nn::ScaleType::f16) {
+  return {lazygraph::nn::WeightFormat::fp8_block, 128, false, s};
+}
+
+/// The value of e4m3 byte `b` by the format's definition, in float64 (NaN for 0x7F and 0xFF).
+inline double e4m3_value(unsigned b) {
+  const unsigned e = b >> 3U & 0xFU;
+  const unsigned m = b & 7U;
+  if (e == 15 && m == 7) return std::nan("");
+  const double magnitude =
+      e == 0 ? m / 8.0 * std::ldexp(1.0, -6) : (1 + m / 8.0) * std::ldexp(1.0, static_cast<int>(e) - 7);
+  return (b & 0x80U) != 0 ? -magnitude : magnitude;
+}
+
+/// Every e4m3 byte's value (e4m3_value), computed once.
+inline const std::vector<double>& e4m3_values() {
+  static const std::vector<double> values = [] {
+    std::vector<double> v(256);
+    for (unsigned b = 0; b < 256; ++b) v[b] = e4m3_value(b);
+    return v;
+  }();
+  return values;
+}
+
+/// `x` rounded to the nearest e4m3 value (ties to the even byte), saturating at 448, by a search of the values (not
+/// the library's bit arithmetic). The positive bytes 0..0x7E are in the order of their values.
+inline std::uint8_t to_e4m3(double x) {
+  const std::vector<double>& values = e4m3_values();
+  const unsigned sign = std::signbit(x) ? 0x80U : 0U;
+  const double a = std::min(std::abs(x), 448.0);
+  const auto above = std::lower_bound(values.begin(), values.begin() + 0x7F, a);  // the first value >= a
+  auto b = static_cast<unsigned>(above - values.begin());
+  if (b > 0) {
+    const double up = values[b] - a;
+    const double down = a - values[b - 1];
+    if (down < up || (down == up && (b - 1) % 2 == 0)) --b;
+  }
+  return static_cast<std::uint8_t>(sign | b);
+}
+
+/// A rows x cols matrix in `format` (fp8, as FP8 checkpoints store it) of random
 /// e4m3 bytes, NaNs excepted (0x7F and 0xFF become 0x7E and 0xFE, +-448), over the whole range (subnormals and zeros
 /// of both signs among them), and random scales of every group, stored times 2^8 as the format keeps them (0.0625 to
 /// 0.25: a checkpoint scale of about 2^-12 to 2^-10).

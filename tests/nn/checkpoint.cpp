@@ -500,14 +500,15 @@ TEST_CASE("check_shard refuses, on the host, a model that does not split, a rank
 namespace {
 
 /// Every class quantized, each its own way: int4 with zero points for q, k, v and o, int8 for the MLP, int4 g128 for
-/// the LM head, with the clipping search; or int4 g32 symmetric everywhere, round to nearest.
+/// the LM head, with the clipping search; or int4 g32 symmetric everywhere, round to nearest; or fp8 everywhere.
 std::vector<DecoderQuantization> quantizations(ScaleType s) {
-  std::vector<DecoderQuantization> out(2);
+  std::vector<DecoderQuantization> out(3);
   out[0].attention = QuantizedFormat{WeightFormat::int4_group, 64, true, s};
   out[0].mlp = QuantizedFormat{WeightFormat::int8_channel, 0, false, s};
   out[0].lm_head = QuantizedFormat{WeightFormat::int4_group, 128, false, s};
   out[0].options.clip_search = true;
   out[1].attention = out[1].mlp = out[1].lm_head = QuantizedFormat{WeightFormat::int4_group, 32, false, s};
+  out[2].attention = out[2].mlp = out[2].lm_head = QuantizedFormat{WeightFormat::fp8_block, 128, false, s};
   return out;
 }
 
@@ -674,6 +675,11 @@ TEST_SUITE("gpu") {
     DecoderQuantization b = q;
     for (std::optional<QuantizedFormat>* f : {&b.attention, &b.mlp, &b.lm_head}) (*f)->scale_type = ScaleType::bf16;
     check_quantized_shards<bfloat16>(dir, 2, b);
+    // fp8, whose scales cover blocks of 128 rows: each matrix quantized whole, then cut (o_proj's share of 64
+    // columns is not a whole group of 128, so attention stays int8)
+    DecoderQuantization f = q;
+    f.mlp = f.lm_head = QuantizedFormat{WeightFormat::fp8_block, 128, false, ScaleType::f16};
+    check_quantized_shards<half>(dir, 2, f);
   }
 
   TEST_CASE("a decoder loaded from a saved F16 checkpoint computes the seeded decoder's logits bit for bit") {

@@ -326,7 +326,7 @@ struct Variant {
 template <class T>
 std::vector<Variant> variants() {
   const ScaleType s = scale_type_of<T>;
-  std::vector<Variant> out(4);
+  std::vector<Variant> out(6);
   out[0].name = "int8 everywhere";
   out[0].quantization.attention = out[0].quantization.mlp = out[0].quantization.lm_head = int8(s);
   out[1].name = "int4 g128 everywhere";
@@ -337,6 +337,12 @@ std::vector<Variant> variants() {
   out[3].name = "attention int8 and the LM head int4 g32";
   out[3].quantization.attention = int8(s);
   out[3].quantization.lm_head = int4(32, false, s);
+  out[4].name = "fp8 everywhere, in blocks of 128 x 128";
+  out[4].quantization.attention = out[4].quantization.mlp = out[4].quantization.lm_head = lgtest::fp8(s);
+  out[5].name = "the MLP fp8 beside int8 attention, with the clipping search (which fp8 does not use)";
+  out[5].quantization.attention = int8(s);
+  out[5].quantization.mlp = lgtest::fp8(s);
+  out[5].quantization.options.clip_search = true;
   return out;
 }
 
@@ -505,6 +511,23 @@ TEST_SUITE("gpu") {
     Decoder on_device(lgtest::stream(), lgtest::nn_kernels(), c,
                       quantized_weights<half>(lgtest::stream(), c, options.quantization));
     lgtest::check_same_decoding(loaded, on_device, 5);
+  }
+
+  TEST_CASE(
+      "a checkpoint quantized into fp8 as it loads on the GPU decodes as its seeded weights quantized on the host") {
+    DecoderConfig c = lgtest::small_decoder(2);
+    c.qkv_bias = true;
+    LoadOptions options;
+    options.quantization.attention = options.quantization.mlp = options.quantization.lm_head = lgtest::fp8();
+    const auto dir = saved_decoder("quantized-load-fp8", c);
+    const DecoderCheckpoint checkpoint = DecoderCheckpoint::open(dir, options);
+    BasicDecoderWeights<half> weights =
+        checkpoint.upload<half>(lgtest::stream(), DeviceQuantizer(lgtest::nn_kernels()));  // load_decoder's route
+    CHECK(quantization_of(weights) == options.quantization);
+    Decoder loaded(lgtest::stream(), lgtest::nn_kernels(), checkpoint.config(), std::move(weights));
+    Decoder on_host(lgtest::stream(), lgtest::nn_kernels(), c,
+                    quantized_weights<half>(lgtest::stream(), c, options.quantization));
+    lgtest::check_same_decoding(loaded, on_host, 5);
   }
 
   TEST_CASE("a bf16 decoder loads a checkpoint quantized with bf16 scales; fp16 scales are refused before allocating") {

@@ -19,13 +19,14 @@ using namespace lazygraph;
 
 namespace {
 
-/// Every format whose scales are of T.
+/// Every format whose scales are of T, fp8 (in blocks of 128 x 128) among them.
 template <class T>
 std::vector<nn::QuantizedFormat> formats_of() {
   std::vector<nn::QuantizedFormat> out;
   for (const nn::QuantizedFormat& f : lgtest::every_quantized_format()) {
     if (f.scale_type == nn::scale_type_of<T>) out.push_back(f);
   }
+  out.push_back(lgtest::fp8(nn::scale_type_of<T>));
   return out;
 }
 
@@ -69,7 +70,9 @@ void check_matches_host(const nn::DeviceQuantizer& quantizer) {
   Stream& s = lgtest::stream();
   unsigned seed = 7;
   for (const nn::QuantizedFormat& format : formats_of<T>()) {
-    for (const auto& [rows, cols] : {std::pair{37, 256}, std::pair{16, 384}, std::pair{50, 1024}}) {
+    // fp8: blocks of 37, 16, 50 and 128 + 72 rows
+    for (const auto& [rows, cols] :
+         {std::pair{37, 256}, std::pair{16, 384}, std::pair{50, 1024}, std::pair{200, 256}}) {
       for (const bool clip : {false, true}) {
         CAPTURE(nn::format_name(format));
         CAPTURE(rows);
@@ -103,6 +106,13 @@ TEST_CASE("every device quantizer handle matches its kernel's declared parameter
                              std::uint8_t*, unsigned long long*)>("quantize_groups_bf16"));
   CHECK_NOTHROW(d.check<void(const std::int8_t*, int, int, std::uint8_t*)>("pack_int4"));
   CHECK_NOTHROW(d.check<void(const std::int8_t*, int, int, std::uint8_t*)>("pack_int8"));
+  CHECK_NOTHROW(d.check<void(const std::int8_t*, int, int, std::uint8_t*)>("pack_fp8"));
+  CHECK_NOTHROW(d.check<void(const float*, int, int, int, std::int8_t*, std::uint16_t*, unsigned long long*)>(
+      "quantize_blocks_fp8_f32"));
+  CHECK_NOTHROW(d.check<void(const half*, int, int, int, std::int8_t*, std::uint16_t*, unsigned long long*)>(
+      "quantize_blocks_fp8_f16"));
+  CHECK_NOTHROW(d.check<void(const bfloat16*, int, int, int, std::int8_t*, std::uint16_t*, unsigned long long*)>(
+      "quantize_blocks_fp8_bf16"));
   CHECK_NOTHROW(
       d.check<void(const std::uint16_t*, const std::uint8_t*, int, int, std::uint16_t*, std::uint8_t*)>("pack_scales"));
 }
@@ -142,5 +152,28 @@ TEST_SUITE("gpu") {
                          UsageError);
     CHECK_THROWS_WITH_AS((void)(quantizer.quantize<half, float>(s, g128, "mlp.up_proj", 20, 192, device_w.cview())),
                          doctest::Contains("does not divide the input dimension (192)"), UsageError);
+  }
+
+  TEST_CASE("the device quantizer refuses fp8 weights as the host quantizer does, naming the element or the block") {
+    Stream& s = lgtest::stream();
+    const nn::DeviceQuantizer quantizer(lgtest::nn_kernels());
+    std::vector<float> w = test_weights<float>(256, 256, 4);
+    w[130 * 256 + 200] = -std::numeric_limits<float>::infinity();
+    w[140 * 256 + 3] = std::numeric_limits<float>::quiet_NaN();
+    auto device_w = lgtest::to_device(s, w);
+    CHECK_THROWS_WITH_AS(
+        (void)(quantizer.quantize<half, float>(s, lgtest::fp8(), "mlp.down_proj", 256, 256, device_w.cview())),
+        "tensor mlp.down_proj: weight at row 130, column 200 is -inf, not finite", UsageError);
+    // 2e5 needs a scale of 2e5 / 448 * 2^8, beyond fp16's 65504: the block of rows 128-255, columns 128-255.
+    w[130 * 256 + 200] = 0.5F;
+    w[140 * 256 + 3] = 0.5F;
+    w[150 * 256 + 200] = 2.0e5F;
+    device_w = lgtest::to_device(s, w);
+    const char* beyond =
+        "tensor mlp.down_proj: row 128, group 1 needs a scale beyond the range of fp16 (use bf16 scales)";
+    CHECK_THROWS_WITH_AS(
+        (void)(quantizer.quantize<half, float>(s, lgtest::fp8(), "mlp.down_proj", 256, 256, device_w.cview())), beyond,
+        UsageError);
+    CHECK_THROWS_WITH_AS((void)nn::quantize(lgtest::fp8(), "mlp.down_proj", 256, 256, w), beyond, UsageError);
   }
 }

@@ -18,6 +18,7 @@
 #include <lazygraph/nn/quantized_save.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <concepts>
 #include <cstdint>
@@ -33,6 +34,7 @@
 #include "common/files.hpp"
 #include "common/gpu.hpp"
 #include "common/nn.hpp"
+#include "common/quantized_formats.hpp"
 #include "common/quantized_weights.hpp"
 #include "common/rewrite_safetensors.hpp"
 #include "common/small_decoder.hpp"
@@ -45,41 +47,9 @@ using nlohmann::json;
 
 namespace {
 
-/// The value of e4m3 byte `b` by the format's definition, in float64 (NaN for 0x7F and 0xFF).
-double e4m3_value(unsigned b) {
-  const unsigned e = b >> 3U & 0xFU;
-  const unsigned m = b & 7U;
-  if (e == 15 && m == 7) return std::nan("");
-  const double magnitude =
-      e == 0 ? m / 8.0 * std::ldexp(1.0, -6) : (1 + m / 8.0) * std::ldexp(1.0, static_cast<int>(e) - 7);
-  return (b & 0x80U) != 0 ? -magnitude : magnitude;
-}
-
-/// Every e4m3 byte's value (e4m3_value), computed once.
-const std::vector<double>& e4m3_values() {
-  static const std::vector<double> values = [] {
-    std::vector<double> v(256);
-    for (unsigned b = 0; b < 256; ++b) v[b] = e4m3_value(b);
-    return v;
-  }();
-  return values;
-}
-
-/// `x` rounded to the nearest e4m3 value (ties to the even byte), saturating at 448. The positive bytes 0..0x7E are
-/// in the order of their values.
-std::uint8_t to_e4m3(double x) {
-  const std::vector<double>& values = e4m3_values();
-  const unsigned sign = std::signbit(x) ? 0x80U : 0U;
-  const double a = std::min(std::abs(x), 448.0);
-  const auto above = std::lower_bound(values.begin(), values.begin() + 0x7F, a);  // the first value >= a
-  auto b = static_cast<unsigned>(above - values.begin());
-  if (b > 0) {
-    const double up = values[b] - a;
-    const double down = a - values[b - 1];
-    if (down < up || (down == up && (b - 1) % 2 == 0)) --b;
-  }
-  return static_cast<std::uint8_t>(sign | b);
-}
+using lgtest::e4m3_value;
+using lgtest::e4m3_values;
+using lgtest::to_e4m3;
 
 enum class Fp8Method { fp8, channel, block };  // transformers' fp8; compressed-tensors per channel or in blocks
 
@@ -352,12 +322,8 @@ TEST_CASE("every e4m3 byte is read as its value, against a float64 formula, and 
   }
 }
 
-TEST_CASE("lazygraph does not quantize into fp8, and the fp8 layout needs whole groups of 128 inputs") {
+TEST_CASE("the fp8 layout needs whole groups of 128 inputs") {
   const QuantizedFormat format{WeightFormat::fp8_block, 128, false, ScaleType::bf16};
-  CHECK_THROWS_WITH_AS((void)quantize(format, "blk.w", 16, 128, std::vector<float>(16 * 128, 0.5F)),
-                       "tensor blk.w: fp8 e4m3 in groups is read from checkpoints that store it; lazygraph does not "
-                       "quantize weights into it",
-                       UsageError);
   CHECK_THROWS_WITH_AS((void)QuantizedLayout("blk.w", format, 16, 96),
                        doctest::Contains("tensor blk.w: fp8 group size 128 does not divide the input dimension (96)"),
                        UsageError);
@@ -366,16 +332,32 @@ TEST_CASE("lazygraph does not quantize into fp8, and the fp8 layout needs whole 
   CHECK(format_name(format) == "fp8 g128, bf16 scales");
 }
 
-TEST_CASE("a dense checkpoint is not quantized into fp8 on load: refused by open, naming the tensor") {
+TEST_CASE("a dense checkpoint quantized into fp8 on load has the bytes of its tensors quantized on the host") {
   const lgtest::TempDir dir("nn-fp8-dense");
-  save_seeded_checkpoint(dir.path(), lgtest::small_decoder(), DType::f16);
+  const DecoderConfig c = fp8_gqa_decoder();
+  save_seeded_checkpoint(dir.path(), c, DType::f16);
   LoadOptions options;
   options.quantization.mlp = QuantizedFormat{WeightFormat::fp8_block, 128, false, ScaleType::f16};
-  CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(dir.path(), options),
-                       doctest::Contains("LoadOptions::quantization asks for fp8 g128, fp16 scales, which is read from "
-                                         "checkpoints that store it (fp8 e4m3 in groups); lazygraph does not quantize "
-                                         "weights into it"),
-                       UsageError);
+  const DecoderCheckpoint checkpoint = DecoderCheckpoint::open(dir.path(), options);
+  const std::vector<QuantizedLayout>& layouts = checkpoint.quantized_layouts();
+  REQUIRE(layouts.size() == 3 * static_cast<std::size_t>(c.layers));
+  // the layer-1 down projection, read back from the file as floats and quantized here
+  const std::size_t down = 3 * 1 + 2;
+  REQUIRE(layouts[down].name() == "model.layers.1.mlp.down_proj.weight");
+  const QuantizedWeight got = checkpoint.quantized_weight(down);
+  const Checkpoint file = Checkpoint::open(dir.path());
+  const TensorInfo& info =
+      file.require(layouts[down].name(), std::array<DType, 1>{DType::f16}, std::array<std::int64_t, 2>{c.d, c.ffn});
+  std::vector<float> w;
+  const std::span<const std::byte> bytes = file.data(info);
+  for (std::size_t i = 0; i < bytes.size(); i += 2) {
+    std::uint16_t bits = 0;
+    std::memcpy(&bits, bytes.data() + i, 2);
+    w.push_back(half{bits}.to_float());
+  }
+  const QuantizedWeight want = quantize(layouts[down].format(), layouts[down].name(), c.d, c.ffn, w);
+  CHECK(std::ranges::equal(got.values(), want.values()));
+  CHECK(std::ranges::equal(got.scale_bits(), want.scale_bits()));
 }
 
 TEST_CASE("an FP8 checkpoint's matrices are placed byte for byte, each block's scale in each of its groups") {

@@ -461,3 +461,129 @@ TEST_CASE("format_name says what a format is, for messages") {
   CHECK(format_name({WeightFormat::int4_group, 32, false, ScaleType::f16}) == "int4 g32, fp16 scales");
   CHECK(format_name({WeightFormat::int8_channel, 0, false, ScaleType::f16}) == "int8 per channel, fp16 scales");
 }
+
+namespace {
+
+/// The fp16 or bf16 value nearest to x, as a scale of `type` is stored.
+double scale_rounded(double x, ScaleType type) {
+  const auto f = static_cast<float>(x);
+  return type == ScaleType::f16 ? half::from_float(f).to_float() : bfloat16::from_float(f).to_float();
+}
+
+}  // namespace
+
+TEST_CASE("fp8 rounds w / scale to the nearest e4m3 value, ties to even, subnormals included") {
+  // One 128 x 128 block whose largest magnitude is 448: its scale is 1 (stored times 2^8, 256), exactly, so each
+  // weight becomes the e4m3 value nearest to itself.
+  constexpr int n = 128;
+  std::vector<float> w(std::size_t{n} * n, 0.0F);
+  const std::vector<std::pair<float, double>> cases = {
+      {448.0F, 448.0},           // the largest finite e4m3 value
+      {1.0625F, 1.0},            // a tie between 1 (mantissa 0) and 1.125 (1): the even one
+      {1.1875F, 1.25},           // a tie between 1.125 (1) and 1.25 (2)
+      {-1.0625F, -1.0},          // the same below zero
+      {0x1p-10F, 0.0},           // half the smallest subnormal 2^-9: a tie with 0
+      {3 * 0x1p-10F, 0x1p-8},    // 1.5 * 2^-9, a tie between subnormals 1 and 2 (of 2^-9)
+      {15 * 0x1p-10F, 0x1p-6},   // 7.5 * 2^-9, a tie between the last subnormal and the first normal
+      {0.8F * 0x1p-9F, 0x1p-9},  // nearer the smallest subnormal than 0
+      {440.0F, 448.0},           // steps of 32 from 256 to 448
+      {432.0F, 448.0},           // a tie between 416 (mantissa 5) and 448 (6)
+      {400.0F, 384.0},           // a tie between 384 (4) and 416 (5)
+      {-0.0F, 0.0},              // stored as +0
+  };
+  for (std::size_t i = 0; i < cases.size(); ++i) w[i * 3] = cases[i].first;  // row 0, spread out
+  const QuantizedWeight q = quantize(lgtest::fp8(), "w", n, n, w);
+  CHECK(q.scale(0, 0) == 256.0F);
+  CHECK(q.scale(127, 127) == 256.0F);  // every row of the block
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    CAPTURE(cases[i].first);
+    const int col = static_cast<int>(i * 3);
+    CHECK(static_cast<double>(q.dequantized(0, col)) == cases[i].second);
+    CHECK(q.value(0, col) == static_cast<int>(cases[i].second * 512));  // q is 512 times the e4m3 value
+  }
+  CHECK(q.values()[q.layout().value_position(0, 33).byte] == 0);  // -0.0 (case 11, column 33) is byte 0
+  CHECK(q.dequantized(5, 7) == 0.0F);
+}
+
+TEST_CASE(
+    "fp8's largest magnitude stays at 448 where its scale rounded down, and a subnormal scale too small is raised") {
+  // bf16: 448.875 / 448 = 1.002 rounds to a scale of 1 (256 stored): 448.875 and -448.875 saturate to +-448.
+  std::vector<float> w(16 * 128, 0.25F);
+  w[0] = 448.875F;
+  w[1] = -448.875F;
+  const QuantizedWeight b = quantize(lgtest::fp8(ScaleType::bf16), "w", 16, 128, w);
+  CHECK(b.scale(0, 0) == 256.0F);
+  CHECK(b.dequantized(0, 0) == 448.0F);
+  CHECK(b.dequantized(0, 1) == -448.0F);
+  CHECK(b.dequantized(3, 9) == 0.25F);
+  // fp16: a block whose scale (stored times 2^8) is 1.4 * 2^-24 rounds to fp16's smallest subnormal, 2^-24, too
+  // small: the largest weight would be 1.4 * 448. The next scale, 2^-23, is taken: 0.7 * 448 = 313.6 -> 320.
+  const float largest = static_cast<float>(1.4 * 1.75 * 0x1p-24);
+  std::vector<float> tiny(16 * 128, 0.0F);
+  tiny[5] = largest;
+  const QuantizedWeight t = quantize(lgtest::fp8(), "tiny", 16, 128, tiny);
+  CHECK(t.scale(0, 0) == 0x1p-23F);
+  CHECK(static_cast<double>(t.dequantized(0, 5)) == 320.0 * 0x1p-31);
+}
+
+TEST_CASE("fp8 takes one scale per block of 128 x 128, each weight the e4m3 value nearest to w / scale") {
+  // 200 x 256: blocks of rows 0-127 and 128-199; block (1, 0) ten times larger, block (0, 1) all zero.
+  constexpr int rows = 200;
+  constexpr int cols = 256;
+  std::vector<float> w = random_weights(std::size_t{rows} * cols, 0.05F);
+  for (int r = 128; r < rows; ++r) {
+    for (int c = 0; c < 128; ++c) w[static_cast<std::size_t>(r * cols + c)] *= 10.0F;
+  }
+  for (int r = 0; r < 128; ++r) {
+    for (int c = 128; c < 256; ++c) w[static_cast<std::size_t>(r * cols + c)] = r % 3 == 0 ? -0.0F : 0.0F;
+  }
+  for (const ScaleType type : {ScaleType::f16, ScaleType::bf16}) {
+    CAPTURE(type == ScaleType::f16 ? "fp16" : "bf16");
+    const QuantizedWeight q = quantize(lgtest::fp8(type), "w", rows, cols, w);
+    for (int br = 0; br < 2; ++br) {
+      for (int bc = 0; bc < 2; ++bc) {
+        CAPTURE(br);
+        CAPTURE(bc);
+        double amax = 0;
+        for (int r = 128 * br; r < std::min(rows, 128 * (br + 1)); ++r) {
+          for (int c = 128 * bc; c < 128 * (bc + 1); ++c) {
+            amax = std::max(amax, std::abs(static_cast<double>(w[static_cast<std::size_t>(r * cols + c)])));
+          }
+        }
+        const double stored = scale_rounded(amax / 448 * 256, type);  // the scale times 2^8, as packed_fp8 stores it
+        CHECK((amax == 0) == (bc == 1 && br == 0));
+        for (int r = 128 * br; r < std::min(rows, 128 * (br + 1)); ++r) {
+          for (int c = 128 * bc; c < 128 * (bc + 1); ++c) {
+            REQUIRE(static_cast<double>(q.scale(r, c)) == stored);
+            const double x = w[static_cast<std::size_t>(r * cols + c)];
+            const double want =
+                stored == 0 ? 0.0 : lgtest::e4m3_value(lgtest::to_e4m3(x / (stored / 256))) * stored / 256;
+            REQUIRE(static_cast<double>(q.dequantized(r, c)) == want);
+            if (stored == 0) REQUIRE(q.values()[q.layout().value_position(r, c).byte] == 0);
+          }
+        }
+      }
+    }
+    // the clipping search does not apply to fp8: the same bytes
+    const QuantizedWeight clipped = quantize(lgtest::fp8(type), "w", rows, cols, w, {.clip_search = true});
+    CHECK(std::ranges::equal(clipped.values(), q.values()));
+    CHECK(std::ranges::equal(clipped.scale_bits(), q.scale_bits()));
+  }
+}
+
+TEST_CASE("fp8 refuses weights that are not finite and blocks beyond its scale type, naming the element or block") {
+  constexpr int n = 256;
+  std::vector<float> w = random_weights(std::size_t{n} * n, 1.0F);
+  w[130 * n + 200] = std::numeric_limits<float>::quiet_NaN();
+  CHECK_THROWS_WITH_AS((void)quantize(lgtest::fp8(), "mlp.down", n, n, w),
+                       doctest::Contains("tensor mlp.down: weight at row 130, column 200 is"), UsageError);
+  // 2e5 needs a scale of 2e5 / 448 * 2^8, about 114000, beyond fp16's 65504: its block starts at row 128, group 1.
+  w[130 * n + 200] = 0.5F;
+  w[150 * n + 200] = 2.0e5F;
+  CHECK_THROWS_WITH_AS((void)quantize(lgtest::fp8(), "mlp.down", n, n, w),
+                       "tensor mlp.down: row 128, group 1 needs a scale beyond the range of fp16 (use bf16 scales)",
+                       UsageError);
+  const QuantizedWeight q = quantize(lgtest::fp8(ScaleType::bf16), "mlp.down", n, n, w);
+  CHECK(std::abs(q.dequantized(150, 200) - 2.0e5F) <= 2.0e5F / 16);  // within e4m3's relative step
+  CHECK(q.value(150, 200) == 229376);
+}

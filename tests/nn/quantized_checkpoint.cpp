@@ -40,7 +40,10 @@ TEST_CASE("quantized weights of every format round-trip through one safetensors 
   const lgtest::TempDir dir("nn-qckpt");
   std::vector<QuantizedWeight> weights;
   unsigned seed = 1;
-  for (const QuantizedFormat& format : lgtest::every_quantized_format()) {
+  std::vector<QuantizedFormat> formats = lgtest::every_quantized_format();
+  formats.push_back(lgtest::fp8(ScaleType::f16));
+  formats.push_back(lgtest::fp8(ScaleType::bf16));
+  for (const QuantizedFormat& format : formats) {
     const std::string name = "model.layers." + std::to_string(weights.size()) + ".mlp.down_proj.weight";
     weights.push_back(quantize(format, name, 37, 256, seeded_weights(37 * 256, seed++)));
   }
@@ -51,7 +54,7 @@ TEST_CASE("quantized weights of every format round-trip through one safetensors 
   write_safetensors(dir / "model.safetensors", tensors);
   const Checkpoint checkpoint = Checkpoint::open(dir.path());
   CHECK(checkpoint.names().size() == tensors.size());
-  CHECK(tensors.size() == 4 * weights.size() - 8);  // the 8 symmetric formats have no zero points
+  CHECK(tensors.size() == 4 * weights.size() - 10);  // the 10 symmetric formats have no zero points
   for (const QuantizedWeight& w : weights) {
     CAPTURE(format_name(w.layout().format()));
     CHECK(same(read_quantized(checkpoint, w.layout()), w));

@@ -89,7 +89,7 @@ class DecoderCheckpoint {
   /// save ids (LlamaConfig::save_id, Checkpoint::save_id: a save into the folder was interrupted between the two);
   /// UsageError for options.context beyond the model's
   /// max_position_embeddings; UsageError naming the tensor when a format of options.quantization cannot apply to it
-  /// (quantized_layouts) or asks a dense checkpoint for a format lazygraph does not quantize into (fp8); UsageError
+  /// (quantized_layouts); UsageError
   /// when the checkpoint is quantized and options.quantization asks for anything else, naming both.
   [[nodiscard]] static DecoderCheckpoint open(const std::filesystem::path& directory, const LoadOptions& options = {});
 

@@ -24,7 +24,8 @@ class DeviceQuantizer {
 
   /// Quantizes the `rows` x `cols` row-major `weights` of tensor `name` into `format` on `stream` and waits for it:
   /// the same bytes as `quantize(format, name, rows, cols, weights, options)` on the host, for kernels over
-  /// activations of T. Temporary device memory: one byte per weight, plus the scales.
+  /// activations of T (fp8: one block of threads per 128 x 128 block of weights). Temporary device memory: one byte
+  /// per weight, plus the scales.
   /// \throws UsageError naming the tensor, before anything is allocated, as QuantizedLayout does, when weights.size()
   ///         is not rows * cols, or when the format's scale type is not T's; after the kernels ran (nothing stays
   ///         allocated then), at the first weight that is not finite, with its row, column and value, or at the
@@ -42,6 +43,12 @@ class DeviceQuantizer {
   GroupsKernel<float> groups_f32_;
   GroupsKernel<half> groups_f16_;
   GroupsKernel<bfloat16> groups_bf16_;
+  /// fp8's kernels, one scale per block of 128 x 128 (quantize_blocks_fp8 in kernels/nn/quantize.cu).
+  template <class S>
+  using BlocksKernel = Kernel<void(const S*, int, int, int, std::int8_t*, std::uint16_t*, unsigned long long*)>;
+  BlocksKernel<float> blocks_f32_;
+  BlocksKernel<half> blocks_f16_;
+  BlocksKernel<bfloat16> blocks_bf16_;
   /// Each quantized format's packing kernel, in the order of the storage table (src/nn/formats/).
   std::vector<Kernel<void(const std::int8_t*, int, int, std::uint8_t*)>> pack_;
   Kernel<void(const std::uint16_t*, const std::uint8_t*, int, int, std::uint16_t*, std::uint8_t*)> pack_scales_;

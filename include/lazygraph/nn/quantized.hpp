@@ -137,7 +137,8 @@ inline constexpr std::array<double, 6> clip_ratios = {1.00, 0.95, 0.90, 0.85, 0.
 struct QuantizeOptions {
   /// Off: round to nearest over the group's whole range. On: also try the group's range times each of clip_ratios
   /// (values beyond it saturate) and keep the one with the least squared error of the dequantized group, the
-  /// earliest on a tie, so never worse than round to nearest.
+  /// earliest on a tie, so never worse than round to nearest. fp8, whose e4m3 steps grow with the value and whose
+  /// scales cover blocks of 128 rows, always rounds to nearest: the search does not apply to it.
   bool clip_search = false;
 
   /// Whether every field is equal.
@@ -190,14 +191,17 @@ class QuantizedWeight {
 /// to nearest: scale = the group's largest magnitude / the largest q (symmetric), or (max(w, 0) - min(w, 0)) / 15
 /// with zero = round(-min(w, 0) / scale) (asymmetric), rounded to the scale type first, then q = round(w / scale)
 /// + zero with that stored scale, so every element is within half a step (scale / 2) of what dequantize() gives.
-/// Where the rounded scale came out too small for the range to fit without saturating, the next larger scale
-/// value is taken instead. An all-zero group gets scale 0 and q 0 (zero point 0), which dequantize to zeros. A matrix
-/// of more than 2^20 weights is shared out by tiles among up to std::thread::hardware_concurrency() threads, with the
-/// same bytes as one thread makes.
-/// \throws UsageError naming the tensor as QuantizedLayout does; for a format read from checkpoints only (fp8); when
-///         weights.size() is not rows * cols; at the first weight that is not finite, with its row and column; or
-///         when a group needs a scale beyond the scale type's range (fp16 scales cover groups up to about 458000 in
-///         magnitude), with its row and group.
+/// fp8 takes its scales per block of 128 rows x 128 columns (an FP8 checkpoint's `weight_scale_inv` blocks; the last
+/// block of rows may be shorter): scale = the block's largest magnitude / 448, stored times 2^8 (the file comment),
+/// and each weight becomes the e4m3 value nearest to w / scale, ties to even mantissa, saturating at +-448; the
+/// clipping search does not apply to it. Where the rounded scale came out too small for the range to fit without
+/// saturating, the next larger scale value is taken instead. An all-zero group (fp8: block) gets scale 0 and q 0
+/// (zero point 0), which dequantize to zeros. A matrix of more than 2^20 weights is shared out by tiles among up to
+/// std::thread::hardware_concurrency() threads, with the same bytes as one thread makes.
+/// \throws UsageError naming the tensor as QuantizedLayout does; when weights.size() is not rows * cols; at the first
+///         weight that is not finite, with its row and column; or when a group needs a scale beyond the scale type's
+///         range (fp16 scales cover int8 groups up to about 8.3e6 in magnitude, int4 up to 458000, fp8 up to 114000),
+///         with its row and group (fp8: the first row of the block).
 [[nodiscard]] QuantizedWeight quantize(const QuantizedFormat& format, std::string_view name, int rows, int cols,
                                        std::span<const float> weights, const QuantizeOptions& options = {});
 

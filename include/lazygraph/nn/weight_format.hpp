@@ -11,8 +11,8 @@ enum class WeightFormat {
   dense,         ///< the decoder's element type (fp16 or bf16), not quantized: no QuantizedLayout describes it
   int8_channel,  ///< 8-bit integers, one scale per output channel (row), symmetric
   int4_group,    ///< 4-bit integers, one scale (and zero point, if asymmetric) per group of 32, 64 or 128 along K
-  /// FP8 e4m3 values as a checkpoint stores them, one scale per group of 128 along K, symmetric; read from FP8
-  /// checkpoints only (lazygraph does not quantize into it)
+  /// FP8 e4m3 values as a checkpoint stores them, one scale per group of 128 along K, symmetric: read from FP8
+  /// checkpoints, or quantized by lazygraph with one scale per block of 128 x 128, as those checkpoints are made
   fp8_block,
 };
 

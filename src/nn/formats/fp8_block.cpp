@@ -8,6 +8,13 @@
 // stored as q is 512 times the e4m3 value (an integer), standing for 2^-8 times that value (value_unit 2^-17), and
 // the scale is stored times 2^8: the weight, q * value_unit * scale, is the checkpoint's e4m3 value times its scale.
 // Storing the scale times 2^8 also keeps the scales of ordinary blocks (amax / 448, about 1e-4) normal fp16 numbers.
+//
+// lazygraph quantizes into it as FP8 checkpoints are made: per 128 x 128 block (the last ones of fewer rows), scale =
+// the block's largest magnitude / 448 (e4m3's largest finite value), stored times 2^8 and rounded once to the scale
+// type, and each weight w becomes the e4m3 value nearest to w / scale (the stored scale), ties to even, saturating at
+// +-448. A weight quantized so and one read from a checkpoint are the same bytes, read by the same kernels.
+#include <cmath>
+
 #include "storage_format.hpp"
 
 namespace lazygraph::nn::detail {
@@ -43,6 +50,20 @@ unsigned encode_fp8(int q) {
   const unsigned mantissa = (a >> static_cast<unsigned>(exponent - 1)) - 8U;
   return sign | static_cast<unsigned>(exponent) << 3U | mantissa;
 }
+/// The q (512 times an e4m3 value) nearest to x, ties to even mantissa: within a binade [2^e, 2^(e+1)) of q, e >= 4,
+/// e4m3's 3 mantissa bits step by 2^(e-3); below 16 (subnormals and the first binade) by 1. Past q's range it goes
+/// on as if e4m3 had more exponents (the quantizer saturates); x is capped first so that the result stays exact.
+double nearest_fp8(double x) {
+  const double a = std::fmin(std::fabs(x), 0x1p40);
+  double step = 1;
+  if (a >= 16) {
+    int e = 0;
+    (void)std::frexp(a, &e);  // a = f * 2^e, f in [0.5, 1): the binade starts at 2^(e - 1)
+    step = std::ldexp(1.0, e - 4);
+  }
+  const double r = std::rint(a / step) * step;
+  return x < 0 ? -r : r;
+}
 }  // namespace
 
 extern const StorageFormat fp8_block_format{
@@ -61,12 +82,14 @@ extern const StorageFormat fp8_block_format{
     .decode = decode_fp8,
     .forbidden_byte = 0x7F,
     .forbidden_why = "an e4m3 NaN (0x7F or 0xFF)",
-    .pack_kernel = "",
+    .pack_kernel = "pack_fp8",
     .kernel_suffix = "_fp8",
     .asymmetric_kernel_suffix = "",
     .forbidden_mask = 0x7FU,
     .value_unit = 1.0 / 131072,  // 2^-17: q / 512 is the e4m3 value, times 2^-8
-    .quantizable = false,
+    .nearest = nearest_fp8,
+    .quantize_rows = 128,
+    .e4m3_values = true,
 };
 
 }  // namespace lazygraph::nn::detail

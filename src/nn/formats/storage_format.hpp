@@ -51,7 +51,8 @@ struct StorageFormat {
   /// bytes b with (b & forbidden_mask) == forbidden_byte (fp8: 0x7F and 0xFF, e4m3's NaNs).
   int forbidden_byte;
   std::string_view forbidden_why;  ///< e.g. "offset binary for -128, outside [-127, 127]"
-  std::string_view pack_kernel;    ///< the device quantizer's kernel that packs q into tiles (kernels/nn/quantize.cu)
+  /// The device quantizer's kernel that packs q into tiles (kernels/nn/quantize.cu); fp8's packs the e4m3 bytes.
+  std::string_view pack_kernel;
   std::string_view kernel_suffix;  ///< of the quantized kernels that read it (kernels/nn/qgemv.cu), e.g. "_int8"
   std::string_view asymmetric_kernel_suffix;  ///< the same with zero points (empty without)
   /// The bits of a byte that forbidden_byte compares (0xFF: the whole byte).
@@ -60,9 +61,17 @@ struct StorageFormat {
   /// fp8 stores q = 512 * its e4m3 value (an integer: the smallest e4m3 step is 2^-9) and stands for 2^-8 times that
   /// value, its scale being stored times 2^8 (fp8_block.cpp says why).
   double value_unit = 1.0;
-  /// Whether lazygraph quantizes weights into it (quantize(), DeviceQuantizer); false for a format read from other
-  /// tools' checkpoints only (pack_kernel is then empty).
-  bool quantizable = true;
+  /// The nearest q the format stores to x (x in q's units: the weight over value_unit * scale), ties to even, x's
+  /// sign kept; beyond q_range it may lie past the ends (the quantizer saturates). Null: the nearest integer (llrint),
+  /// for the integer formats. The device quantizer (kernels/nn/quantize.cu) rounds the same way.
+  double (*nearest)(double x) = nullptr;
+  /// Rows that share one scale when lazygraph quantizes (quantize(), DeviceQuantizer): 1, each row's groups their
+  /// own; fp8 128, a checkpoint's 128 x 128 blocks, each block's scale stored in each of its rows' groups (the stored
+  /// layout is the same either way). A format of several rows rounds to nearest: QuantizeOptions::clip_search does
+  /// not apply to it, and a tensor-parallel share of rows is quantized whole and then cut.
+  int quantize_rows = 1;
+  /// Whether the stored bytes are e4m3 floating-point values, as FP8 checkpoints store them (read byte for byte).
+  bool e4m3_values = false;
 
   /// Whether one scale covers a whole row (no groups).
   [[nodiscard]] constexpr bool scale_per_row() const noexcept { return groups.empty(); }
