@@ -356,6 +356,7 @@ int BasicDecoder<T>::prefill_steps(std::span<const int> prompt, std::size_t firs
 
 template <Element T>
 std::string BasicDecoder<T>::prefill_fallback_reason() const {
+  if (config_.paged()) return "the KV cache is paged (DecoderConfig::kv_block_size): prompts run through its step";
   std::string why;
   return prefill_on_tensor_cores(config_, stream_.device().compute_capability(), &why) ? std::string() : why;
 }

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <lazygraph/nn.hpp>
@@ -134,6 +135,7 @@ TEST_SUITE("gpu") {
     c.kv_block_size = 16;
     c.kv_blocks = 4;
     Decoder decoder(lgtest::stream(), lgtest::nn_kernels(), c);
+    CHECK(decoder.prefill_fallback_reason().find("the KV cache is paged") != std::string::npos);
     CHECK_THROWS_WITH_AS((void)decoder.forward({1, 0}),
                          doctest::Contains("Decoder::forward: the decoder's KV cache is paged"), UsageError);
     const std::vector<TokenAt> steps{{.token = 1, .position = 0}};
