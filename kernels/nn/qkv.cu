@@ -22,8 +22,15 @@
 // x, the caches and q are touched after the wait. From them and the frequencies (constant for the decoder's life) it
 // also works out, before the wait, its first rows' RoPE angles (sincosf) and destinations, which do not depend on x.
 //
+// qkv_rope_append_paged (and _bf16, _b2, ..., _mma) appends through block tables instead (a paged KV cache, the
+// layout of kernels/nn/paged_attention.cu): its parameters after positions are (tables, d, q_rows, n_kv_heads,
+// head_dim, block_size, blocks, table_width, frequencies, eps, batch), the caches are pools
+// [blocks][n_kv_heads][block_size][head_dim], and row b's position p goes to block tables[b * table_width +
+// p / block_size] at offset p % block_size. Its table entry is read before the wait, as a slot is.
+//
 // Requirements (a trap otherwise): as gemv.cu's, plus head_dim even and dividing q_rows, a position in [0, max_ctx) and
-// a slot in [0, n_slots) for every row, and (fp32 variants) an even number of rows per block (blockDim.z), so that both
+// a slot in [0, n_slots) for every row (paged: a position in [0, block_size * table_width) and its block in
+// [0, blocks)), and (fp32 variants) an even number of rows per block (blockDim.z), so that both
 // rows of a RoPE pair are in one block: launch as gemv with at most 4 warps per row (nn::Kernels::qkv_config).
 #include "lazygraph/nn/gemv_core.cuh"
 
@@ -52,12 +59,46 @@ struct QkvRows {
 
 constexpr int kMaxRowsPerBlock = 8;
 
-template <int B, class T, class Place = lg::GridPlace>
-__device__ __forceinline__ void qkv_body(const T* Wq, const T* Wk, const T* Wv, const T* bq, const T* bk, const T* bv,
-                                         const T* x, const T* g, T* q, T* k_cache, T* v_cache, const int* positions,
-                                         const int* slots, int d, int q_rows, int n_kv_heads, int head_dim, int max_ctx,
-                                         int n_slots, const float* frequencies, float eps, int batch,
-                                         Place place = {}) {
+/// Where a row's k and v go in a cache of slots ([n_slots][n_kv_heads][max_ctx][head_dim]): its `home` is its slot.
+struct SlotCache {
+  const int* slots;
+  int max_ctx;
+  int n_slots;
+  __device__ __forceinline__ int home(int b, int /*position*/) const { return slots[b]; }
+  __device__ __forceinline__ bool holds(int position, int home) const {
+    return position >= 0 && position < max_ctx && home >= 0 && home < n_slots;
+  }
+  /// The offset of (home, head, position)'s first element.
+  __device__ __forceinline__ long long at(int home, int head, int position, int n_kv_heads, int head_dim) const {
+    return ((static_cast<long long>(home) * n_kv_heads + head) * max_ctx + position) * head_dim;
+  }
+};
+
+/// Where a row's k and v go in a paged pool ([blocks][n_kv_heads][block_size][head_dim]): its `home` is the block
+/// its table gives its position (-1 for a position outside the table, which holds() refuses).
+struct PagedCache {
+  const int* tables;
+  int block_size;
+  int blocks;
+  int table_width;
+  __device__ __forceinline__ int home(int b, int position) const {
+    if (position < 0 || position / block_size >= table_width) return -1;
+    return tables[static_cast<long long>(b) * table_width + position / block_size];
+  }
+  __device__ __forceinline__ bool holds(int position, int home) const {
+    return position >= 0 && position / block_size < table_width && home >= 0 && home < blocks;
+  }
+  __device__ __forceinline__ long long at(int home, int head, int position, int n_kv_heads, int head_dim) const {
+    return ((static_cast<long long>(home) * n_kv_heads + head) * block_size + position % block_size) * head_dim;
+  }
+};
+
+template <int B, class T, class Cache, class Place = lg::GridPlace>
+__device__ __forceinline__ void qkv_cache_body(const T* Wq, const T* Wk, const T* Wv, const T* bq, const T* bk,
+                                               const T* bv, const T* x, const T* g, T* q, T* k_cache, T* v_cache,
+                                               const int* positions, Cache cache, int d, int q_rows, int n_kv_heads,
+                                               int head_dim, const float* frequencies, float eps, int batch,
+                                               Place place = {}) {
   constexpr bool tensor_cores = B == kTensorCores;
   static_assert(tensor_cores || lg::kIsGridPlace<Place>, "tile functions take the tensor-core path");
   constexpr int kBatch = tensor_cores ? 8 : B;  // the most vectors this variant takes
@@ -73,14 +114,14 @@ __device__ __forceinline__ void qkv_body(const T* Wq, const T* Wk, const T* Wv, 
   // every RoPE pair lie (head_dim and q_rows are even). Thread tid < per_pass * batch rotates and appends row
   // tid % per_pass of vector tid / per_pass.
   const int per_pass = tensor_cores ? kMmaRows : static_cast<int>(blockDim.z);
-  // That vector's position and slot, read before the wait, so that their latency is not added after the dot
-  // products: a decode step writes them before its first kernel.
+  // That vector's position and slot (paged: its block), read before the wait, so that their latency is not added
+  // after the dot products: a decode step writes them (and the tables) before its first kernel.
   const int tid = (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
   int position = 0;
   int slot = 0;
   if (tid < per_pass * batch) {
     position = positions[tid / per_pass];
-    slot = slots[tid / per_pass];
+    slot = cache.home(tid / per_pass, position);
   }
   __shared__ float dots[kMaxRowsPerBlock][kBatch];  // [row in the pass][vector]: the scaled dot products
   // Where this thread's element of a pass goes and how RoPE turns it: they depend on the position and the row only,
@@ -110,9 +151,7 @@ __device__ __forceinline__ void qkv_body(const T* Wq, const T* Wk, const T* Wv, 
     } else {
       const bool is_k = row < q_rows + kv_dim;
       const int local = is_k ? row - q_rows : row - q_rows - kv_dim;
-      const long long at =
-          ((static_cast<long long>(slot) * n_kv_heads + local / head_dim) * max_ctx + position) * head_dim +
-          local % head_dim;
+      const long long at = cache.at(slot, local / head_dim, position, n_kv_heads, head_dim) + local % head_dim;
       t.at = (is_k ? k_cache : v_cache) + at;
     }
     return t;
@@ -131,7 +170,7 @@ __device__ __forceinline__ void qkv_body(const T* Wq, const T* Wk, const T* Wv, 
     const int group = tid % per_pass;
     const int b = tid / per_pass;
     if (first_row + group >= rows) return;
-    if (position < 0 || position >= max_ctx || slot < 0 || slot >= n_slots) __trap();
+    if (!cache.holds(position, slot)) __trap();
     const Target t = first_row == first_pass ? first_target : target_of(first_row);
     float v = dots[group][b] + bias_of(first_row + group);
     if (t.turn != 0) {
@@ -157,6 +196,28 @@ __device__ __forceinline__ void qkv_body(const T* Wq, const T* Wk, const T* Wv, 
   }
 }
 
+template <int B, class T, class Place = lg::GridPlace>
+__device__ __forceinline__ void qkv_body(const T* Wq, const T* Wk, const T* Wv, const T* bq, const T* bk, const T* bv,
+                                         const T* x, const T* g, T* q, T* k_cache, T* v_cache, const int* positions,
+                                         const int* slots, int d, int q_rows, int n_kv_heads, int head_dim, int max_ctx,
+                                         int n_slots, const float* frequencies, float eps, int batch,
+                                         Place place = {}) {
+  qkv_cache_body<B>(Wq, Wk, Wv, bq, bk, bv, x, g, q, k_cache, v_cache, positions, SlotCache{slots, max_ctx, n_slots}, d,
+                    q_rows, n_kv_heads, head_dim, frequencies, eps, batch, place);
+}
+
+template <int B, class T>
+__device__ __forceinline__ void qkv_paged_body(const T* Wq, const T* Wk, const T* Wv, const T* bq, const T* bk,
+                                               const T* bv, const T* x, const T* g, T* q, T* k_pool, T* v_pool,
+                                               const int* positions, const int* tables, int d, int q_rows,
+                                               int n_kv_heads, int head_dim, int block_size, int blocks,
+                                               int table_width, const float* frequencies, float eps, int batch) {
+  if (block_size <= 0 || table_width <= 0) __trap();
+  qkv_cache_body<B>(Wq, Wk, Wv, bq, bk, bv, x, g, q, k_pool, v_pool, positions,
+                    PagedCache{tables, block_size, blocks, table_width}, d, q_rows, n_kv_heads, head_dim, frequencies,
+                    eps, batch);
+}
+
 }  // namespace
 
 // The entry points, written out as in gemv.cu (qkv_rope_append, _b2, _b4, _b8, _mma, qkv_rope_append_bf16, ...);
@@ -169,6 +230,11 @@ qkv_rope_append[T][B] __launch_bounds__(256, 2) =
     qkv_body<B>(const T* Wq, const T* Wk, const T* Wv, const T* bq, const T* bk, const T* bv, const T* x, const T* g,
                 T* q, T* k_cache, T* v_cache, const int* positions, const int* slots, int d, int q_rows, int n_kv_heads,
                 int head_dim, int max_ctx, int n_slots, const float* frequencies, float eps, int batch)
+qkv_rope_append_paged[T][B] __launch_bounds__(256, 2) =
+    qkv_paged_body<B>(const T* Wq, const T* Wk, const T* Wv, const T* bq, const T* bk, const T* bv, const T* x,
+                      const T* g, T* q, T* k_pool, T* v_pool, const int* positions, const int* tables, int d,
+                      int q_rows, int n_kv_heads, int head_dim, int block_size, int blocks, int table_width,
+                      const float* frequencies, float eps, int batch)
 */
 
 // Tile functions (kernels/include/lazygraph/tile.cuh) of the tensor-core variants for persistent programs:

@@ -20,6 +20,18 @@ std::size_t staging_input_size(const DecoderConfig& c) {
   const std::vector<int> buckets = prefill_buckets(c);
   return DecoderIo::prefill + (buckets.empty() ? 0 : PrefillIo::input_size(buckets.back()));
 }
+
+/// Ints of the input staging with a paged cache's tables after it ([kMaxRows][kv_table_width]).
+std::size_t staging_with_tables(const DecoderConfig& c) {
+  return staging_input_size(c) + static_cast<std::size_t>(kMaxRows) * static_cast<std::size_t>(c.kv_table_width());
+}
+
+/// Refuses a call that a paged decoder takes with block tables only.
+void refuse_paged(const DecoderConfig& c, const std::string& what, const std::string& instead) {
+  if (c.paged()) {
+    throw UsageError(what + ": the decoder's KV cache is paged (DecoderConfig::kv_block_size); " + instead);
+  }
+}
 }  // namespace
 
 template <Element T>
@@ -48,6 +60,14 @@ BasicDecoderWeights<T> checked(BasicDecoderWeights<T> w, const DecoderConfig& c)
            std::to_string(m.cols()) + ", the config needs " + std::to_string(rows) + " x " + std::to_string(cols));
     }
   };
+  if (c.paged()) {  // the paged append kernel reads dense q, k and v weights
+    for (const BasicAttentionWeights<T>& a : w.attention) {
+      if (!a.qkv.is_dense()) {
+        fail("weight " + a.qkv.describe() +
+             " is quantized; the paged KV cache (kv_block_size) appends through the dense q/k/v kernel only");
+      }
+    }
+  }
   const auto d = static_cast<std::size_t>(c.d);
   const int qkv_rows = c.q_dim() + 2 * c.kv_dim();
   vector(w.embedding, static_cast<std::size_t>(c.vocab) * d, "model.embed_tokens.weight");
@@ -106,6 +126,9 @@ namespace {
 /// The shapes a decoder's step runs: `c`'s, or with `comm` its rank's share (shard_config), checked first.
 DecoderConfig step_shape(const DecoderConfig& c, const Communicator* comm, const Stream& stream) {
   if (comm == nullptr) return c;
+  if (c.paged()) {
+    throw UsageError("Decoder: the paged KV cache (kv_block_size) does not run on a tensor-parallel rank");
+  }
   if (comm->device().ordinal() != stream.device().ordinal()) {
     throw UsageError("Decoder: the stream is on device " + std::to_string(stream.device().ordinal()) +
                      ", the communicator's rank on device " + std::to_string(comm->device().ordinal()));
@@ -143,7 +166,10 @@ BasicDecoder<T>::BasicDecoder(const Stream& stream, const KernelLibrary& library
       quantized_kernels_(weights_.quantized() ? std::optional<BasicQuantizedKernels<T>>(std::in_place, library)
                                               : std::nullopt),
       state_(stream.device(), state_shape(shard_, config_)),
-      io_(library, staging_input_size(config_), DecoderIo::output_size(config_.context)),
+      paged_(config_.paged() ? std::optional<PagedAttention<T>>(std::in_place, library, config_.early_launch)
+                             : std::nullopt),
+      io_(library, staging_with_tables(config_), DecoderIo::output_size(config_.context)),
+      tables_at_(staging_input_size(config_)),
       stream_(stream.device()),
       graphs_(kMaxRows),
       io_graphs_(kMaxRows) {
@@ -233,8 +259,14 @@ CudaGraph<>& BasicDecoder<T>::io_graph(int rows) {
   // edges to each other exactly as captured).
   return io_graphs_.get(rows, [this](int r) {
     return backend_->capture(step_context(), r, [&](AnyOp step) {
+      // A paged cache's tables of the r rows, copied in with the io (the step reads them).
+      std::vector<StagedUploadOp<int>> tables;
+      if (config_.paged()) {
+        const std::size_t n = static_cast<std::size_t>(r) * static_cast<std::size_t>(config_.kv_table_width());
+        tables.push_back(io_.copy_in(state_.tables.view().subspan(0, n), tables_at_));
+      }
       return CudaGraph<>::capture(
-          stream_, io_.copy_in(state_.io.view()) >> std::move(step) >>
+          stream_, io_.copy_in(state_.io.view()) >> chain(std::move(tables)) >> std::move(step) >>
                        io_.copy_out(state_.next.cview().subspan(0, static_cast<std::size_t>(r)), DecoderIo::next));
     });
   });
@@ -256,6 +288,13 @@ void BasicDecoder<T>::set_row(int row, int token, int position, int slot) {
 }
 
 template <Element T>
+void BasicDecoder<T>::set_table(int row, std::span<const int> table) {
+  const std::span<int> in =
+      io_.input().subspan(tables_at_ + static_cast<std::size_t>(row) * table.size(), table.size());
+  std::copy(table.begin(), table.end(), in.begin());
+}
+
+template <Element T>
 std::span<const int> BasicDecoder<T>::run(int rows) {
   HostIo<int, int>::run(io_graph(rows));
   backend_->check(step_context(), rows);
@@ -268,6 +307,7 @@ std::span<const int> BasicDecoder<T>::run(int rows) {
 template <Element T>
 typename BasicDecoder<T>::Output BasicDecoder<T>::forward(Input in) {
   check_step(config_, in);
+  refuse_paged(config_, "Decoder::forward", "give each row's block table to forward_batch");
   const std::lock_guard<std::mutex> lock(*mutex_);
   set_row(0, in.token, in.position, 0);
   return run(1)[0];
@@ -276,6 +316,7 @@ typename BasicDecoder<T>::Output BasicDecoder<T>::forward(Input in) {
 template <Element T>
 std::vector<int> BasicDecoder<T>::forward_batch(std::span<const TokenAt> steps) {
   check_batch(config_, steps);
+  refuse_paged(config_, "Decoder::forward_batch", "give each row's block table (forward_batch(steps, tables))");
   const std::lock_guard<std::mutex> lock(*mutex_);
   for (std::size_t r = 0; r < steps.size(); ++r) {
     set_row(static_cast<int>(r), steps[r].token, steps[r].position, static_cast<int>(r));
@@ -285,8 +326,25 @@ std::vector<int> BasicDecoder<T>::forward_batch(std::span<const TokenAt> steps) 
 }
 
 template <Element T>
-int BasicDecoder<T>::prefill_steps(std::span<const int> prompt, std::size_t first, int start, int slot) {
+std::vector<int> BasicDecoder<T>::forward_batch(std::span<const TokenAt> steps, std::span<const int> tables) {
+  check_paged_batch(config_, steps, tables);
+  const std::lock_guard<std::mutex> lock(*mutex_);
+  const auto width = static_cast<std::size_t>(config_.kv_table_width());
+  for (std::size_t r = 0; r < steps.size(); ++r) {
+    set_row(static_cast<int>(r), steps[r].token, steps[r].position, static_cast<int>(r));
+    set_table(static_cast<int>(r), tables.subspan(r * width, width));
+  }
+  const std::span<const int> next = run(static_cast<int>(steps.size()));
+  return {next.begin(), next.end()};
+}
+
+template <Element T>
+int BasicDecoder<T>::prefill_steps(std::span<const int> prompt, std::size_t first, int start, int slot,
+                                   std::span<const int> table) {
   int next = -1;
+  if (!table.empty()) {  // every row of a chunk is the prompt's sequence: the same table (set once)
+    for (int r = 0; r < kMaxRows; ++r) set_table(r, table);
+  }
   for (; first < prompt.size(); first += kMaxRows) {
     const int rows = static_cast<int>(std::min<std::size_t>(kMaxRows, prompt.size() - first));
     for (int r = 0; r < rows; ++r) {
@@ -302,6 +360,7 @@ int BasicDecoder<T>::prefill_steps(std::span<const int> prompt, std::size_t firs
 
 template <Element T>
 std::string BasicDecoder<T>::prefill_fallback_reason() const {
+  if (config_.paged()) return "the KV cache is paged (DecoderConfig::kv_block_size): prompts run through its step";
   std::string why;
   return prefill_on_tensor_cores(config_, stream_.device().compute_capability(), &why) ? std::string() : why;
 }
@@ -309,6 +368,7 @@ std::string BasicDecoder<T>::prefill_fallback_reason() const {
 template <Element T>
 int BasicDecoder<T>::prefill(std::span<const int> prompt, int start, int slot) {
   check_prompt(config_, prompt, start, slot);
+  refuse_paged(config_, "Decoder::prefill", "give the sequence's block table (prefill(prompt, start, table))");
   const std::lock_guard<std::mutex> lock(*mutex_);
   const auto min_rows = static_cast<std::size_t>(kPrefillMinRows);
   std::size_t first = 0;
@@ -343,8 +403,16 @@ int BasicDecoder<T>::prefill(std::span<const int> prompt, int start, int slot) {
 }
 
 template <Element T>
+int BasicDecoder<T>::prefill(std::span<const int> prompt, int start, std::span<const int> table, int slot) {
+  check_paged_prompt(config_, prompt, start, table, slot);
+  const std::lock_guard<std::mutex> lock(*mutex_);
+  return prefill_steps(prompt, 0, start, slot, table);
+}
+
+template <Element T>
 std::vector<int> BasicDecoder<T>::generate(int token, int n, int stop_token, int start) {
   check_generate(config_, token, n, stop_token, start);
+  refuse_paged(config_, "Decoder::generate", "step the sequence with forward_batch and its block table");
   const std::lock_guard<std::mutex> lock(*mutex_);
   if (!kernels_.loop) throw UsageError("Decoder::generate: " + kernels_.loop_unavailable);
   if (!bound_) bound_.emplace(kernels_.loop->while_guard, stream_.device(), static_cast<unsigned>(config_.context));

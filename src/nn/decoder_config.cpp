@@ -6,8 +6,37 @@
 
 #include "lazygraph/driver/error.hpp"
 #include "lazygraph/driver/half.hpp"
+#include "lazygraph/nn/paged_attention.hpp"
 
 namespace lazygraph::nn {
+
+namespace {
+/// DecoderConfig::validate's paged-cache part.
+void validate_paged(const DecoderConfig& c) {
+  const auto fail = [](const std::string& why) { throw UsageError("DecoderConfig: " + why); };
+  if (c.kv_block_size != 16 && c.kv_block_size != 32) {
+    fail("kv_block_size (" + std::to_string(c.kv_block_size) + ") must be 16 or 32 (0: the contiguous cache)");
+  }
+  if (c.kv_blocks < 1) fail("kv_blocks (" + std::to_string(c.kv_blocks) + ") must be at least 1 with kv_block_size");
+  if (c.context > kMaxPagedContext) {
+    fail("context (" + std::to_string(c.context) + ") must be at most " + std::to_string(kMaxPagedContext) +
+         " with a paged cache (kv_block_size)");
+  }
+  const auto refuse = [&](bool uses, const char* what) {
+    if (uses) fail(std::string("the paged KV cache (kv_block_size) does not run ") + what);
+  };
+  refuse(c.backend == DecoderBackend::persistent, "on the persistent backend; use DecoderBackend::graph");
+  refuse(!c.fused, "the unfused attention block (fused false); set fused");
+  refuse(c.qk_norm, "q/k norms (qk_norm: Qwen3)");
+  // attend's scores and table in one block's shared memory (PagedAttention::attention_config).
+  const long long unsplit = (static_cast<long long>(c.kv_table_width()) * (c.kv_block_size + 1)) * 4;
+  if (c.attention_blocks == 1 && unsplit > paged_unsplit_shared_limit) {
+    fail("attention_blocks 1 cannot hold the scores of a context of " + std::to_string(c.context) +
+         " positions in one block's shared memory; set attention_blocks to 0 (split by positions) or more");
+  }
+}
+
+}  // namespace
 
 void DecoderConfig::validate() const {
   const auto fail = [](const std::string& why) { throw UsageError("DecoderConfig: " + why); };
@@ -98,9 +127,14 @@ void DecoderConfig::validate() const {
            ") must be 0 (one tile per block) or a positive multiple of 8 (the gemv tiles' rows)");
     }
   }
-  if (context > kMaxContext) {
+  if (kv_block_size != 0) {
+    validate_paged(*this);
+  } else if (kv_blocks != 0) {
+    fail("kv_blocks (" + std::to_string(kv_blocks) + ") needs a paged cache (kv_block_size 16 or 32); 0 without one");
+  } else if (context > kMaxContext) {
     fail("context (" + std::to_string(context) + ") must be at most " + std::to_string(kMaxContext) +
-         " (scores live in shared memory)");
+         " (scores live in shared memory; a paged cache, kv_block_size, reaches " + std::to_string(kMaxPagedContext) +
+         ")");
   }
   if (max_batch < 1 || max_batch > kMaxRows) {
     fail("max_batch (" + std::to_string(max_batch) + ") must be 1 to " + std::to_string(kMaxRows));
@@ -151,6 +185,59 @@ void check_token_at(const DecoderConfig& c, int token, int position, const std::
   }
 }
 }  // namespace
+
+namespace {
+/// Refuses a table entry of `what` (its index `i`, of `whose` table) outside the pool.
+void check_block(const DecoderConfig& c, int block, std::size_t i, const std::string& whose) {
+  if (block < 0 || block >= c.kv_blocks) {
+    throw UsageError(whose + " table entry " + std::to_string(i) + " (" + std::to_string(block) +
+                     ") is outside the pool [0, kv_blocks = " + std::to_string(c.kv_blocks) + ")");
+  }
+}
+}  // namespace
+
+void check_paged_prompt(const DecoderConfig& c, std::span<const int> prompt, int start, std::span<const int> table,
+                        int slot) {
+  const std::string what = "Decoder::prefill";
+  if (!c.paged()) throw UsageError(what + ": a block table is for a paged cache (DecoderConfig::kv_block_size)");
+  check_prompt(c, prompt, start, slot);
+  if (table.size() != static_cast<std::size_t>(c.kv_table_width())) {
+    throw UsageError(what + ": the table holds " + std::to_string(table.size()) + " ints, not kv_table_width (" +
+                     std::to_string(c.kv_table_width()) + ")");
+  }
+  const auto last = static_cast<std::size_t>((start + static_cast<int>(prompt.size()) - 1) / c.kv_block_size);
+  for (std::size_t i = 0; i <= last; ++i) check_block(c, table[i], i, what + ": the");
+}
+
+void check_paged_batch(const DecoderConfig& c, std::span<const TokenAt> steps, std::span<const int> tables) {
+  const std::string what = "Decoder::forward_batch";
+  if (!c.paged()) throw UsageError(what + ": block tables are for a paged cache (DecoderConfig::kv_block_size)");
+  check_batch(c, steps);
+  const auto width = static_cast<std::size_t>(c.kv_table_width());
+  if (tables.size() != steps.size() * width) {
+    throw UsageError(what + ": tables hold " + std::to_string(tables.size()) + " ints, not " +
+                     std::to_string(steps.size()) + " rows x " + std::to_string(width) + " (kv_table_width)");
+  }
+  const auto last = [&](std::size_t r) { return static_cast<std::size_t>(steps[r].position / c.kv_block_size); };
+  const auto entry = [&](std::size_t r, std::size_t i) { return tables[r * width + i]; };
+  for (std::size_t r = 0; r < steps.size(); ++r) {
+    for (std::size_t i = 0; i <= last(r); ++i)
+      check_block(c, entry(r, i), i, what + ": sequence " + std::to_string(r) + "'s");
+  }
+  // The block a row writes is read by no other row at another index (the paged kernels' early reads).
+  for (std::size_t r = 0; r < steps.size(); ++r) {
+    const int written = entry(r, last(r));
+    for (std::size_t o = 0; o < steps.size(); ++o) {
+      for (std::size_t i = 0; o != r && i <= last(o); ++i) {
+        if (entry(o, i) == written && i != last(r)) {
+          throw UsageError(what + ": sequence " + std::to_string(r) + " writes block " + std::to_string(written) +
+                           ", which sequence " + std::to_string(o) + "'s table holds at entry " + std::to_string(i) +
+                           " (a block a row writes is its own, or shared at the same entry)");
+        }
+      }
+    }
+  }
+}
 
 void check_step(const DecoderConfig& c, TokenAt step) {
   check_token_at(c, step.token, step.position, "Decoder::forward");

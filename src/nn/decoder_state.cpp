@@ -4,9 +4,33 @@
 #include <vector>
 
 #include "lazygraph/nn/moe_routes.hpp"
+#include "lazygraph/nn/paged_attention.hpp"
 #include "lazygraph/ops.hpp"
 
 namespace lazygraph::nn {
+
+namespace {
+/// Elements of one of the caches: max_batch x context positions per layer, or the paged pool's blocks.
+std::size_t cache_elements(const DecoderConfig& c) {
+  const std::size_t per_layer = c.paged()
+                                    ? static_cast<std::size_t>(c.kv_blocks) * static_cast<std::size_t>(c.kv_block_size)
+                                    : static_cast<std::size_t>(c.max_batch) * static_cast<std::size_t>(c.context);
+  return static_cast<std::size_t>(c.layers) * per_layer * static_cast<std::size_t>(c.kv_dim());
+}
+
+/// Attention splits the partials must hold: attention_splits(), or paged with attention_blocks 0 the most
+/// paged_attention_splits gives.
+int most_splits(const DecoderConfig& c) {
+  return c.paged() && c.attention_blocks == 0 ? paged_max_splits : c.attention_splits();
+}
+}  // namespace
+
+template <Element T>
+int BasicDecoderState<T>::paged_splits(const DecoderConfig& c, int rows) const {
+  if (c.attention_blocks > 0) return c.attention_blocks;
+  const long long capacity = static_cast<long long>(c.kv_table_width()) * c.kv_block_size;
+  return paged_attention_splits(capacity, rows * c.heads, multiprocessors);
+}
 
 template <Element T>
 BasicDecoderState<T>::BasicDecoderState(const Device& device, const DecoderConfig& c)
@@ -28,23 +52,26 @@ BasicDecoderState<T>::BasicDecoderState(const Device& device, const DecoderConfi
                                                    static_cast<std::size_t>(c.moe.expert_width)
                                              : 0),
       logits(DeviceBuffer<T>(device, kMaxRows * static_cast<std::size_t>(c.vocab))),
-      k_cache(DeviceBuffer<T>(device, static_cast<std::size_t>(c.layers) * static_cast<std::size_t>(c.max_batch) *
-                                          static_cast<std::size_t>(c.context) * static_cast<std::size_t>(c.kv_dim()))),
+      k_cache(DeviceBuffer<T>(device, cache_elements(c))),
       v_cache(DeviceBuffer<T>(device, k_cache.size())),
+      tables(device, static_cast<std::size_t>(kMaxRows) * static_cast<std::size_t>(c.kv_table_width())),
       attention_partials(device, static_cast<std::size_t>(kMaxRows) * static_cast<std::size_t>(c.heads) *
-                                     static_cast<std::size_t>(c.attention_splits()) *
+                                     static_cast<std::size_t>(most_splits(c)) *
                                      static_cast<std::size_t>(c.head_dim() + 2)),
       attention_counters(device, static_cast<std::size_t>(kMaxRows) * static_cast<std::size_t>(c.heads)),
       rope_frequencies(device, static_cast<std::size_t>(c.head_dim() / 2)),
       local_rope_frequencies(device, c.local_theta > 0 ? static_cast<std::size_t>(c.head_dim() / 2) : 0),
       argmax_values(device, static_cast<std::size_t>(kMaxRows) * kArgmaxChunks),
-      argmax_indices(device, static_cast<std::size_t>(kMaxRows) * kArgmaxChunks) {
+      argmax_indices(device, static_cast<std::size_t>(kMaxRows) * kArgmaxChunks),
+      multiprocessors(device.sm_count()) {
   const Stream stream(device);
   // attention_split counts each (row, head)'s blocks here and leaves the counts at zero; they start there.
   fill(attention_counters.view(), 0U).sync_on(stream);
   // generate copies all of `generated` out and the host reads only the first count: zeros keep that copy from
   // reading memory nothing wrote (which compute-sanitizer's initcheck reports).
   fill(generated.view(), 0).sync_on(stream);
+  // A replay copies the tables in whole: block 0 for the rows a call leaves unset (never read past their positions).
+  if (tables.size() > 0) fill(tables.view(), 0).sync_on(stream);
   const std::vector<float> table = rope_table(c);
   copy(rope_frequencies.view(), std::span<const float>(table)).sync_on(stream);
   if (c.local_theta > 0) {

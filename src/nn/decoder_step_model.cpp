@@ -1,5 +1,6 @@
 #include "lazygraph/nn/decoder_step_model.hpp"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,10 @@ void BasicDecoderStepModel<T>::step(std::span<const StepRow> rows, std::span<int
     seen[static_cast<std::size_t>(slot)] = true;
     if (rows[r].tokens.size() == 1) batch = std::max(batch, slot + 1);
   }
+  if (decoder_->config().paged()) {
+    step_paged(rows, next);
+    return;
+  }
   // Prompts (and sequences recomputed after a preemption) first, each through prefill in its slot.
   for (std::size_t r = 0; r < rows.size(); ++r) {
     const StepRow& row = rows[r];
@@ -66,6 +71,56 @@ void BasicDecoderStepModel<T>::step(std::span<const StepRow> rows, std::span<int
     if (row.tokens.size() != 1) continue;
     next[r] = row.sampling.temperature > 0.0F ? sampled(row.slot, row.sampling, row.position)
                                               : out[static_cast<std::size_t>(row.slot)];
+  }
+}
+
+template <Element T>
+std::vector<int> BasicDecoderStepModel<T>::table_of(const StepRow& row, std::size_t r) const {
+  const auto width = static_cast<std::size_t>(decoder_->table_width());
+  const int block_size = decoder_->config().kv_block_size;
+  const auto last = static_cast<std::size_t>(row.position + static_cast<int>(row.tokens.size()) - 1);
+  if (row.blocks.size() > width || row.blocks.size() <= last / static_cast<std::size_t>(block_size)) {
+    throw UsageError("DecoderStepModel::step: row " + std::to_string(r) + " holds " +
+                     std::to_string(row.blocks.size()) + " blocks; its positions up to " + std::to_string(last) +
+                     " need " + std::to_string(last / static_cast<std::size_t>(block_size) + 1) +
+                     " and the table holds " + std::to_string(width));
+  }
+  std::vector<int> table(width, -1);
+  std::copy(row.blocks.begin(), row.blocks.end(), table.begin());
+  return table;
+}
+
+template <Element T>
+void BasicDecoderStepModel<T>::step_paged(std::span<const StepRow> rows, std::span<int> next) {
+  std::vector<std::vector<int>> tables;
+  tables.reserve(rows.size());
+  for (std::size_t r = 0; r < rows.size(); ++r) tables.push_back(table_of(rows[r], r));
+  // Prompts (and sequences recomputed after a preemption) first, each through prefill with its blocks.
+  std::vector<std::size_t> single;
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    const StepRow& row = rows[r];
+    if (row.tokens.size() == 1) {
+      single.push_back(r);
+      continue;
+    }
+    next[r] = decoder_->prefill(row.tokens, row.position, tables[r], row.slot);
+    if (row.sampling.temperature > 0.0F) {
+      next[r] = sampled(0, row.sampling, row.position + static_cast<int>(row.tokens.size()) - 1);
+    }
+  }
+  if (single.empty()) return;
+  // The rows of one token, in one batch step of exactly those rows.
+  std::vector<TokenAt> steps;
+  std::vector<int> table_rows;
+  for (const std::size_t r : single) {
+    steps.push_back({.token = rows[r].tokens[0], .position = rows[r].position});
+    table_rows.insert(table_rows.end(), tables[r].begin(), tables[r].end());
+  }
+  const std::vector<int> out = decoder_->forward_batch(steps, table_rows);
+  for (std::size_t i = 0; i < single.size(); ++i) {
+    const StepRow& row = rows[single[i]];
+    next[single[i]] =
+        row.sampling.temperature > 0.0F ? sampled(static_cast<int>(i), row.sampling, row.position) : out[i];
   }
 }
 

@@ -62,14 +62,34 @@ struct Engine::Pending {
   GenerationEvent event;
 };
 
+namespace {
+/// The engine's pool: `options`' (kv_blocks 0: every slot's whole context), or a paged model's own
+/// (StepModel::kv_block_size). \throws UsageError when options and a paged model disagree; as KvBlockPool's.
+KvBlockPool engine_pool(const StepModel& model, const EngineOptions& options) {
+  if (model.kv_block_size() > 0) {
+    const auto shape = [&](int blocks, int size) {
+      return std::to_string(blocks) + " blocks of " + std::to_string(size) + " positions";
+    };
+    if ((options.kv_blocks != 0 && options.kv_blocks != model.kv_blocks()) ||
+        options.block_size != model.kv_block_size()) {
+      throw UsageError("Engine: the model's paged KV cache holds " + shape(model.kv_blocks(), model.kv_block_size()) +
+                       "; EngineOptions asks for " + shape(options.kv_blocks, options.block_size) +
+                       " (kv_blocks 0 takes the model's; block_size must be its own)");
+    }
+    return KvBlockPool(model.kv_blocks(), model.kv_block_size());
+  }
+  return KvBlockPool(options.kv_blocks > 0 ? options.kv_blocks
+                                           : model.slots() * ((model.context() + options.block_size - 1) /
+                                                              std::max(options.block_size, 1)),
+                     options.block_size);
+}
+}  // namespace
+
 Engine::Engine(StepModel& model, EngineOptions options, std::optional<Tokenizer> tokenizer)
     : model_(model),
       tokenizer_(std::move(tokenizer)),
       max_queue_(options.max_queue),
-      pool_(options.kv_blocks > 0
-                ? options.kv_blocks
-                : model.slots() * ((model.context() + options.block_size - 1) / std::max(options.block_size, 1)),
-            options.block_size),
+      pool_(engine_pool(model, options)),
       slot_used_(static_cast<std::size_t>(std::max(model.slots(), 0)), false) {
   if (options.max_queue < 1) {
     throw UsageError("Engine: max_queue must be at least 1, not " + std::to_string(options.max_queue));
@@ -329,12 +349,15 @@ bool Engine::step() {
 
     admit();
     reserve(events);
+    const bool paged = model_.kv_block_size() > 0;
     for (const SequencePtr& s : running_) {
       const std::size_t first = static_cast<std::size_t>(s->fed);
+      // A paged model's rows carry their blocks: the pool's own tables, which change only on this thread.
       rows.push_back({.slot = s->slot,
                       .position = s->fed,
                       .tokens = std::span<const int>(s->tokens).subspan(first),
-                      .sampling = s->sampling});
+                      .sampling = s->sampling,
+                      .blocks = paged ? pool_.blocks(*s->kv) : std::span<const int>()});
       stepped.push_back(s.get());
     }
   }

@@ -66,6 +66,8 @@ BasicKernels<T>::BasicKernels(const KernelLibrary& library, KernelOptions option
           lookup<decltype(rms_norm_gemv_geglu)>(library, named<T>("rms_norm_gemv_geglu"), options.tensor_cores)),
       mlp_stack(lookup<decltype(mlp_stack)>(library, named<T>("mlp_stack"))),
       qkv_rope_append(lookup<decltype(qkv_rope_append)>(library, named<T>("qkv_rope_append"), options.tensor_cores)),
+      qkv_rope_append_paged(
+          lookup<decltype(qkv_rope_append_paged)>(library, named<T>("qkv_rope_append_paged"), options.tensor_cores)),
       qk_norm_rope_append(lookup<decltype(qk_norm_rope_append)>(library, named<T>("qk_norm_rope_append"))),
       prefill_qk_norm_rope(lookup<decltype(prefill_qk_norm_rope)>(library, named<T>("prefill_qk_norm_rope"))),
       rms_norm(lookup<decltype(rms_norm)>(library, named<T>("rms_norm"))),

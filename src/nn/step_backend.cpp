@@ -21,7 +21,8 @@ template <Element T>
 class GraphBackend final : public StepBackend<T> {
  public:
   CudaGraph<> capture(const StepContext<T>& ctx, int rows, const StepCapture& capture) override {
-    return capture(AnyOp(decoder_step(ctx.projector, ctx.weights, ctx.state, ctx.shape, rows, ctx.sampling)));
+    return capture(
+        AnyOp(decoder_step(ctx.projector, ctx.weights, ctx.state, ctx.shape, rows, ctx.sampling, ctx.paged)));
   }
 };
 }  // namespace

@@ -7,6 +7,7 @@
 #include <lazygraph/nn/decoder_step_model.hpp>
 #include <lazygraph/nn/engine.hpp>
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <vector>
@@ -68,7 +69,7 @@ TEST_SUITE("gpu") {
     nn::Sampling hot;
     hot.temperature = 1.0F;
     hot.seed = 3;
-    std::vector<nn::StepRow> rows = {{.slot = 1, .position = 0, .tokens = prompt, .sampling = hot}};
+    std::vector<nn::StepRow> rows = {{.slot = 1, .position = 0, .tokens = prompt, .sampling = hot, .blocks = {}}};
     std::vector<int> next(1);
     model.step(rows, next);
     std::vector<float> logits;
@@ -77,8 +78,8 @@ TEST_SUITE("gpu") {
     // Then one token in slot 1 beside a greedy row in slot 0: a batch of two.
     const std::vector<int> one = {next[0]};
     const std::vector<int> first = {9};
-    rows = {{.slot = 1, .position = 3, .tokens = one, .sampling = hot},
-            {.slot = 0, .position = 0, .tokens = first, .sampling = {}}};
+    rows = {{.slot = 1, .position = 3, .tokens = one, .sampling = hot, .blocks = {}},
+            {.slot = 0, .position = 0, .tokens = first, .sampling = {}, .blocks = {}}};
     next.assign(2, -1);
     model.step(rows, next);
     logits.clear();
@@ -87,8 +88,57 @@ TEST_SUITE("gpu") {
     logits.clear();
     for (const lazygraph::half x : decoder.logits(0)) logits.push_back(x.to_float());
     CHECK(next[1] == nn::pick_token(logits, {}, 0));
-    rows = {{.slot = 2, .position = 0, .tokens = first, .sampling = {}}};
+    rows = {{.slot = 2, .position = 0, .tokens = first, .sampling = {}, .blocks = {}}};
     next.assign(1, -1);
     CHECK_THROWS_WITH_AS(model.step(rows, next), doctest::Contains("slot 2 is outside [0, 2)"), lazygraph::UsageError);
+  }
+
+  TEST_CASE_TEMPLATE(
+      "requests through the engine over a paged decoder make each prompt's tokens and return every block", T,
+      lazygraph::half, lazygraph::bfloat16) {
+    // The engine's pool is the decoder's: 10 blocks of 16 for 4 slots of sequences that grow to 31 to 53 positions, so
+    // sequences are preempted and recomputed through prefill into new blocks. The reference: the contiguous decoder
+    // of the same weights, each prompt alone (prefill, then generate).
+    nn::DecoderConfig c = lgtest::small_decoder(2, 4, 79);
+    c.prefill_chunk = 0;
+    nn::DecoderConfig pc = c;
+    pc.kv_block_size = 16;
+    pc.kv_blocks = 10;
+    nn::BasicDecoder<T> reference(lgtest::stream(), lgtest::nn_kernels(), c);
+    nn::BasicDecoder<T> paged(lgtest::stream(), lgtest::nn_kernels(), pc);
+    std::map<nn::RequestId, std::vector<int>> made;
+    std::vector<std::pair<nn::RequestId, nn::GenerationRequest>> sent;
+    std::uint64_t preemptions = 0;
+    {
+      nn::BasicDecoderStepModel<T> model(paged);
+      nn::Engine engine(model, {});
+      CHECK(engine.pool().total_blocks() == 10);
+      for (int i = 0; i < 9; ++i) {
+        nn::GenerationRequest r;
+        for (int t = 0; t <= (i * 5) % 15; ++t) r.prompt.push_back((i * 89 + t * 37) % c.vocab);
+        r.max_tokens = 30 + (i * 7) % 9;
+        r.on_event = [&](const nn::GenerationEvent& e) {
+          if (e.token.has_value()) made[e.id].push_back(*e.token);
+        };
+        const nn::GenerationRequest copy = r;
+        const std::optional<nn::RequestId> id = engine.submit(std::move(r));
+        REQUIRE(id.has_value());
+        sent.emplace_back(*id, copy);
+      }
+      while (engine.step()) {
+      }
+      CHECK(engine.pool().used_blocks() == 0);
+      CHECK(engine.pool().sequences() == 0);
+      preemptions = engine.stats().preemptions;
+    }
+    CHECK(preemptions > 0);
+    for (const auto& [id, r] : sent) {
+      CAPTURE(id);
+      const int first = reference.prefill(r.prompt, 0, 0);
+      std::vector<int> alone = {first};
+      const std::vector<int> rest = reference.generate(first, r.max_tokens - 1, -1, static_cast<int>(r.prompt.size()));
+      alone.insert(alone.end(), rest.begin(), rest.end());
+      CHECK(made[id] == alone);
+    }
   }
 }

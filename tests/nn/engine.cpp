@@ -106,6 +106,54 @@ class HostModel final : public StepModel {
   std::vector<std::vector<int>> caches_;
 };
 
+/// A model with a paged cache on the host (StepModel::kv_block_size): each row's tokens go to its positions in the
+/// blocks its row carries, and its history is read back through them, its logits HostModel's of that history; so a
+/// wrong, short or stale table makes other tokens than the prompt alone makes.
+class PagedHostModel final : public StepModel {
+ public:
+  PagedHostModel(int slots, int context, int blocks, int block_size)
+      : reference_(slots, context),
+        slots_(slots),
+        context_(context),
+        blocks_(blocks),
+        block_size_(block_size),
+        pool_(static_cast<std::size_t>(blocks) * static_cast<std::size_t>(block_size), -1) {}
+  [[nodiscard]] int slots() const override { return slots_; }
+  [[nodiscard]] int context() const override { return context_; }
+  [[nodiscard]] int vocab() const override { return reference_.vocab(); }
+  [[nodiscard]] int kv_block_size() const override { return block_size_; }
+  [[nodiscard]] int kv_blocks() const override { return blocks_; }
+  void step(std::span<const StepRow> rows, std::span<int> next) override {
+    std::set<int> written;
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+      const StepRow& row = rows[r];
+      const int last = row.position + static_cast<int>(row.tokens.size()) - 1;
+      REQUIRE(static_cast<int>(row.blocks.size()) > last / block_size_);  // the blocks cover what it feeds
+      const auto at = [&](int p) {
+        const int block = row.blocks[static_cast<std::size_t>(p / block_size_)];
+        REQUIRE(block >= 0);
+        REQUIRE(block < blocks_);
+        return static_cast<std::size_t>(block * block_size_ + p % block_size_);
+      };
+      for (std::size_t i = 0; i < row.tokens.size(); ++i) {
+        const std::size_t where = at(row.position + static_cast<int>(i));
+        REQUIRE(written.insert(static_cast<int>(where)).second);  // no two rows write one place
+        pool_[where] = row.tokens[i];
+      }
+      std::vector<int> history;
+      for (int p = 0; p <= last; ++p) history.push_back(pool_[at(p)]);
+      next[r] = lazygraph::nn::pick_token(reference_.logits(history), row.sampling, last);
+    }
+  }
+  /// The tokens a request makes alone (HostModel::alone).
+  [[nodiscard]] std::vector<int> alone(const GenerationRequest& r) const { return reference_.alone(r); }
+
+ private:
+  HostModel reference_;
+  int slots_, context_, blocks_, block_size_;
+  std::vector<int> pool_;  ///< the tokens at each block's positions
+};
+
 /// What a request received through its callback.
 struct Received {
   std::vector<int> tokens;
@@ -241,6 +289,40 @@ TEST_CASE("an engine whose KV pool runs out preempts the youngest sequence and r
   }
   CHECK(s.kv_blocks_used == 0);
   CHECK(engine.pool().free_blocks() == 7);
+}
+
+TEST_CASE("an engine over a paged model feeds each sequence through the pool's blocks and returns every block") {
+  PagedHostModel model(4, 128, 7, 16);  // 112 positions for 4 sequences that grow to ~70: preemptions
+  Engine engine(model, opts(0));
+  CHECK(engine.pool().total_blocks() == 7);
+  Collector c;
+  std::vector<std::pair<RequestId, GenerationRequest>> sent;
+  for (int i = 0; i < 12; ++i) {
+    GenerationRequest r = request_for(i, c);
+    r.max_tokens = 40;
+    r.stop_tokens.clear();
+    const GenerationRequest copy = r;
+    sent.emplace_back(*engine.submit(std::move(r)), copy);
+  }
+  run_until_idle(engine);
+  CHECK(engine.stats().preemptions > 0);
+  for (const auto& [id, r] : sent) {
+    CAPTURE(id);
+    CHECK(c[id].tokens == model.alone(r));
+  }
+  CHECK(engine.pool().free_blocks() == 7);
+  CHECK(engine.pool().sequences() == 0);
+}
+
+TEST_CASE("an engine over a paged model refuses a pool of another size or block size, naming both") {
+  PagedHostModel model(2, 64, 9, 16);
+  CHECK_THROWS_WITH_AS(Engine(model, opts(8)),
+                       doctest::Contains("the model's paged KV cache holds 9 blocks of 16 positions; EngineOptions "
+                                         "asks for 8 blocks of 16 positions"),
+                       lazygraph::UsageError);
+  CHECK_THROWS_WITH_AS(Engine(model, opts(0, 32)), doctest::Contains("asks for 0 blocks of 32 positions"),
+                       lazygraph::UsageError);
+  CHECK_NOTHROW(Engine(model, opts(9)));
 }
 
 TEST_CASE(

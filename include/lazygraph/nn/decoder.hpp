@@ -86,13 +86,22 @@ class BasicDecoder {
   ~BasicDecoder();
 
   /// Runs one step of sequence 0. \throws UsageError for a token outside [0, vocab) or a position outside
-  /// [0, context).
+  /// [0, context); on a paged decoder (it takes block tables: forward_batch with tables).
   Output forward(Input in);
 
   /// One step of sequences 0 .. steps.size() - 1 at once (sequence r takes steps[r]): returns each one's
   /// next token. \throws UsageError for no step or more than max_batch, or a token or position out of range
-  /// (naming the row).
+  /// (naming the row); on a paged decoder (give the tables).
   std::vector<int> forward_batch(std::span<const TokenAt> steps);
+
+  /// forward_batch on a paged cache (DecoderConfig::kv_block_size): row r takes steps[r], appending its k and v and
+  /// attending through its block table, tables[r * table_width() .. (r + 1) * table_width()) (KvBlockPool::table's
+  /// layout; entries past the row's position's block are padding, never read). The tables are staged and copied in
+  /// with the tokens: new tables never recapture. A row's sampled draws depend on (seed, position, r), as
+  /// forward_batch's. Returns each row's next token; logits(r) holds row r's logits.
+  /// \throws UsageError (check_paged_batch) before any GPU work: a bad step, a table of the wrong size, a block outside
+  /// the pool, a written block another row holds elsewhere; for a contiguous decoder.
+  std::vector<int> forward_batch(std::span<const TokenAt> steps, std::span<const int> tables);
 
   /// Runs a prompt through sequence `slot`, filling its KV cache at positions start .. start + prompt.size() - 1, and
   /// returns the token that follows the prompt (greedy, or drawn as set_sampling says, at position start +
@@ -111,6 +120,13 @@ class BasicDecoder {
   /// [0, max_batch); as Gemm's constructor and CudaGraph's capture when a bucket is first used.
   int prefill(std::span<const int> prompt, int start = 0, int slot = 0);
 
+  /// prefill on a paged cache: the prompt's k and v go into the blocks of `table` (table_width() block ids, those up to
+  /// position start + prompt.size() - 1 in the pool), through the decode step's graphs, kMaxRows rows per step: the
+  /// cache, logits and token of forwarding the prompt one token at a time. `slot` numbers the sequence for sampled
+  /// draws only (in [0, max_batch)). \throws UsageError (check_paged_prompt) before any GPU work; for a contiguous
+  /// decoder.
+  int prefill(std::span<const int> prompt, int start, std::span<const int> table, int slot = 0);
+
   /// Generates up to `n` tokens of sequence 0 from `token` at position `start` in ONE graph replay: a WHILE loop on
   /// the device runs the decode step, appends its token, advances the position and stops after n tokens or after
   /// `stop_token` (which is returned too; -1: none). The same tokens as n calls of forward (greedy or sampled), with
@@ -118,7 +134,8 @@ class BasicDecoder {
   /// On a tensor-parallel rank the loop's body holds the step's collectives; every rank draws the same tokens, so
   /// every rank's loop runs as many times.
   /// \throws UsageError (check_generate) before any GPU work; UsageError saying why when the kernel library lacks
-  /// the loop's kernels (BasicKernels::loop).
+  /// the loop's kernels (BasicKernels::loop); on a paged decoder (its loop would need the table of a growing
+  /// sequence: step it with forward_batch).
   std::vector<int> generate(int token, int n, int stop_token = -1, int start = 0);
 
   /// Clears the KV caches (not needed to start over at position 0; it makes stale entries impossible to read).
@@ -137,14 +154,18 @@ class BasicDecoder {
   /// step.
   [[nodiscard]] MoeRoutes last_routes() const;
 
-  /// The key cache, [layers][max_batch][kv_heads][context][head_dim] (BasicDecoderState::k_cache): to inspect it, or
-  /// to fill it (a saved prefix). Not guarded by the execution lock: use it while no other thread runs the decoder.
+  /// The key cache, [layers][max_batch][kv_heads][context][head_dim] (BasicDecoderState::k_cache), or a paged cache's
+  /// pools [layers][kv_blocks][kv_heads][kv_block_size][head_dim]: to inspect it, or to fill it (a saved prefix). Not
+  /// guarded by the execution lock: use it while no other thread runs the decoder.
   [[nodiscard]] DeviceSpan<T> k_cache() noexcept { return state_.k_cache.view(); }
   /// The value cache, laid out as k_cache.
   [[nodiscard]] DeviceSpan<T> v_cache() noexcept { return state_.v_cache.view(); }
 
-  /// Why prefill runs every prompt through the decode step's graphs (prefill_on_tensor_cores said no), or empty when it
-  /// runs chunks of 16 rows or more on tensor cores. Asking may load cuBLASLt.
+  /// Block ids per row's table of a paged cache (DecoderConfig::kv_table_width); 0 for the contiguous cache.
+  [[nodiscard]] int table_width() const noexcept { return config_.kv_table_width(); }
+
+  /// Why prefill runs every prompt through the decode step's graphs (a paged cache, or prefill_on_tensor_cores said
+  /// no), or empty when it runs chunks of 16 rows or more on tensor cores. Asking may load cuBLASLt.
   [[nodiscard]] std::string prefill_fallback_reason() const;
 
   /// The step of `rows` rows as an op, for running it without the graph (the benchmark's eager variant); reads
@@ -155,7 +176,7 @@ class BasicDecoder {
     if (backend_->rank() != nullptr) {
       throw UsageError("Decoder::step_op: a tensor-parallel rank's step runs in its graphs only");
     }
-    return decoder_step(projector(), weights_, state_, config_, rows, sampling_);
+    return decoder_step(projector(), weights_, state_, config_, rows, sampling_, paged_ ? &*paged_ : nullptr);
   }
 
   /// How later steps pick their tokens: greedy (the default) or drawn (sampling.hpp). A sequence's draws depend on
@@ -197,13 +218,17 @@ class BasicDecoder {
   CudaGraph<>& io_graph(int rows);
   /// Sets row `row` of the io staging (no allocation per step).
   void set_row(int row, int token, int position, int slot);
+  /// Sets row `row`'s block table in the staging (a paged cache).
+  void set_table(int row, std::span<const int> table);
   /// Replays the io graph of `rows` rows (one replay, one wait) and returns the rows' next tokens.
   std::span<const int> run(int rows);
   /// Runs prompt[first..] through the step graphs, kMaxRows rows per step; returns the last row's next token.
-  int prefill_steps(std::span<const int> prompt, std::size_t first, int start, int slot);
+  /// `table`: a paged cache's table for every row (empty for the contiguous cache).
+  int prefill_steps(std::span<const int> prompt, std::size_t first, int start, int slot,
+                    std::span<const int> table = {});
   /// What the backend builds a step from, now.
   [[nodiscard]] StepContext<T> step_context() noexcept {
-    return {shard_, config_, projector(), weights_, state_, sampling_, stream_};
+    return {shard_, config_, projector(), weights_, state_, sampling_, stream_, paged_ ? &*paged_ : nullptr};
   }
 
   /// The constructors' common part: `comm` null for one GPU.
@@ -220,7 +245,11 @@ class BasicDecoder {
   /// The quantized kernels, loaded only when some weight is quantized (a dense decoder runs on any GPU, as before).
   std::optional<BasicQuantizedKernels<T>> quantized_kernels_;
   BasicDecoderState<T> state_;
-  HostIo<int, int> io_;  ///< the staging of every graph: in and out as DecoderIo lays them out
+  /// A paged cache's attention kernels (DecoderConfig::kv_block_size), else empty.
+  std::optional<PagedAttention<T>> paged_;
+  /// The staging of every graph: in and out as DecoderIo lays them out; a paged cache's tables after the input.
+  HostIo<int, int> io_;
+  std::size_t tables_at_ = 0;  ///< where the input staging holds the tables ([kMaxRows][table_width])
   Stream stream_;
   Sampling sampling_;
   GraphCache<int> graphs_;          ///< by rows, captured on first use (room for every row count: none is dropped)

@@ -167,6 +167,22 @@ struct DecoderOptions {
   /// all of them after a call. The step runs the same kernels (no copy is added); the buffers grow to layers times
   /// their size. Off, last_routes refuses. Needs a mixture of experts.
   bool record_routes = false;
+  /// Positions per block of a paged KV cache: 16 or 32, or 0 (the default) for the contiguous cache of max_batch x
+  /// context positions. Paged, the cache is one pool of kv_blocks blocks per layer (BasicDecoderState::k_cache), each
+  /// row of a step appends and attends through its block table (a device input staged like the tokens: new tables
+  /// never recapture), and the memory is bounded by the pool; `context` is then the most positions one sequence's
+  /// table reaches (up to kMaxPagedContext). The graph backend on one GPU, dense weights, the fused attention block
+  /// without q/k norms; prompts run through the decode step's graphs (docs/serving.md).
+  int kv_block_size = 0;
+  /// Blocks of the paged cache's pool, per layer (kv_block_size): at least 1; 0 with the contiguous cache.
+  int kv_blocks = 0;
+
+  /// Whether the KV cache is paged (kv_block_size above 0).
+  [[nodiscard]] bool paged() const noexcept { return kv_block_size > 0; }
+  /// Block ids per row's table of a paged cache: ceil(context / kv_block_size); 0 for the contiguous cache.
+  [[nodiscard]] int kv_table_width() const noexcept {
+    return paged() ? (context + kv_block_size - 1) / kv_block_size : 0;
+  }
 
   /// Blocks each (row, head) of attention is spread over: attention_blocks, or when that is 0 one per 32 positions of
   /// the context, 1 to 64. 1 runs the kernel of one block per head (attention), more attention_split.
@@ -186,7 +202,10 @@ struct DecoderConfig : ModelShape, DecoderOptions {
   /// (naming it); a mixture of experts (moe) with more than 1024 experts, a top k of 0, above 16 or above the experts,
   /// an expert_width that is not a positive multiple of 8, with a GeGLU activation or post-norms, or on the persistent
   /// backend; qk_norm_whole without qk_norm, or on the persistent backend; record_routes without a mixture of
-  /// experts.
+  /// experts. With a paged cache (kv_block_size): a kv_block_size other than 16 or 32, kv_blocks below 1, a context
+  /// above kMaxPagedContext (above kMaxContext otherwise), attention_blocks 1 with a context whose scores do not fit
+  /// the unsplit kernel's shared memory, and what it does not run, named: the persistent backend, the unfused
+  /// attention block (fused false), q/k norms (qk_norm). kv_blocks without kv_block_size is refused too.
   void validate() const;
 };
 
@@ -199,6 +218,19 @@ struct TokenAt {
   int token = 0;     ///< in [0, vocab)
   int position = 0;  ///< in [0, context)
 };
+
+/// What Decoder::forward_batch with block tables checks on a paged decoder, before any GPU work: check_batch's
+/// refusals, `tables` of steps.size() * kv_table_width() ints, each row's block ids up to its position's in
+/// [0, kv_blocks) (the rest is padding, not read), and no block a row writes (its position's) in another row's table at
+/// another index up to that row's position (two sequences sharing a block may read it, never write it).
+/// \throws UsageError naming the row, the table index and the value; for a contiguous decoder.
+void check_paged_batch(const DecoderConfig& config, std::span<const TokenAt> steps, std::span<const int> tables);
+
+/// What Decoder::prefill with a block table checks on a paged decoder, before any GPU work: check_prompt's refusals,
+/// a table of kv_table_width() ints whose entries up to the last position's block (start + prompt.size() - 1) lie in
+/// [0, kv_blocks). \throws UsageError naming the table index and the value; for a contiguous decoder.
+void check_paged_prompt(const DecoderConfig& config, std::span<const int> prompt, int start, std::span<const int> table,
+                        int slot);
 
 /// What Decoder::forward checks before any GPU work. \throws UsageError for a token outside [0, vocab) or a
 /// position outside [0, context), naming the value.

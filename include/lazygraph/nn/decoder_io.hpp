@@ -14,6 +14,9 @@ inline constexpr int kMaxRows = 8;
 /// The most positions a decoder's KV cache holds (DecoderConfig::context): attention keeps a row's scores in shared
 /// memory.
 inline constexpr int kMaxContext = 8192;
+/// The most positions a sequence of a paged KV cache reaches (DecoderConfig::kv_block_size): attention then splits
+/// over positions (flash-decoding) where one block's shared memory cannot hold a row's scores.
+inline constexpr int kMaxPagedContext = 131072;
 /// Chunks of the vocabulary the persistent backend's greedy choice splits each row's logits into, at most.
 inline constexpr int kArgmaxChunks = 64;
 

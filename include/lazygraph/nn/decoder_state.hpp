@@ -34,13 +34,19 @@ struct BasicDecoderState {
   /// chosen experts [kMaxRows][top k] and their weights (with DecoderConfig::record_routes every layer's,
   /// [layers][kMaxRows][top k]: moe_routes.hpp), and the chosen experts' activations [kMaxRows][top k][width].
   DeviceBuffer<T> moe_h;
-  DeviceBuffer<int> expert_ids;                ///< see moe_h
-  DeviceBuffer<float> expert_weights;          ///< see moe_h
-  DeviceBuffer<T> moe_act;                     ///< see moe_h
-  DeviceBuffer<T> logits;                      ///< [kMaxRows][vocab]
-  DeviceBuffer<T> k_cache;                     ///< [layers][max_batch][kv_heads][context][head_dim]
-  DeviceBuffer<T> v_cache;                     ///< like k_cache
-  DeviceBuffer<float> attention_partials;      ///< attention_split's [kMaxRows][heads][splits][head_dim + 2]
+  DeviceBuffer<int> expert_ids;        ///< see moe_h
+  DeviceBuffer<float> expert_weights;  ///< see moe_h
+  DeviceBuffer<T> moe_act;             ///< see moe_h
+  DeviceBuffer<T> logits;              ///< [kMaxRows][vocab]
+  /// [layers][max_batch][kv_heads][context][head_dim]; with a paged cache (DecoderConfig::kv_block_size) the pools,
+  /// [layers][kv_blocks][kv_heads][kv_block_size][head_dim] (PagedAttention's layout per layer).
+  DeviceBuffer<T> k_cache;
+  DeviceBuffer<T> v_cache;  ///< like k_cache
+  /// A paged cache's block tables [kMaxRows][kv_table_width] (row r's of a step at r), copied in before each replay
+  /// like the io; empty for the contiguous cache.
+  DeviceBuffer<int> tables;
+  /// attention_split's [kMaxRows][heads][splits][head_dim + 2] (paged: of the most splits paged_splits gives)
+  DeviceBuffer<float> attention_partials;
   DeviceBuffer<unsigned> attention_counters;   ///< attention_split's [kMaxRows][heads], zero between steps
   DeviceBuffer<float> rope_frequencies;        ///< RoPE's inverse frequency per pair of a head [head_dim / 2]
   DeviceBuffer<float> local_rope_frequencies;  ///< the sliding layers' (DecoderConfig::local_theta), else empty
@@ -48,6 +54,11 @@ struct BasicDecoderState {
   /// [kMaxRows][kArgmaxChunks] (decoder_tiles.hpp).
   DeviceBuffer<float> argmax_values;
   DeviceBuffer<int> argmax_indices;  ///< see argmax_values
+  int multiprocessors = 0;           ///< the device's, for paged_splits
+
+  /// A paged cache's attention splits for steps of `rows` rows: attention_blocks, or when that is 0 what
+  /// paged_attention_splits gives for the tables' capacity on this device (1: the unsplit kernel).
+  [[nodiscard]] int paged_splits(const DecoderConfig& config, int rows) const;
 
   /// The rows' tokens, as the graph reads them.
   [[nodiscard]] DeviceSpan<const int> tokens() const { return io.cview().subspan(DecoderIo::tokens, kMaxRows); }

@@ -14,6 +14,7 @@
 #include "lazygraph/nn/detail/one_of_op.hpp"
 #include "lazygraph/nn/kernels.hpp"
 #include "lazygraph/nn/moe_routes.hpp"
+#include "lazygraph/nn/paged_attention.hpp"
 #include "lazygraph/nn/projection.hpp"
 #include "lazygraph/nn/sampling.hpp"
 #include "lazygraph/nn/swiglu.hpp"
@@ -31,10 +32,14 @@ namespace lazygraph::nn {
 /// Unfused: three norm_project of the stacked weight's parts, rope, kv_append, attention with one block per head,
 /// ordered as DecoderConfig::ordering says. Only the chosen path is built. A tensor-parallel rank follows it with an
 /// output projection of its own (decoder_rank.hpp). Layer `layer`'s window and RoPE table (DecoderConfig::sliding)
-/// and the config's score scale. \throws UsageError as the projections (projection.hpp).
+/// and the config's score scale. With a paged cache (DecoderConfig::paged), k_cache and v_cache are the layer's pools:
+/// the fused kernel appends through s.tables (qkv_rope_append_paged) and `paged`'s kernels attend through them, split
+/// as s.paged_splits says; their bits are the contiguous cache's for the same splits. \throws UsageError as the
+/// projections (projection.hpp) and PagedAttention's calls; for a paged config without `paged`.
 template <Element T>
 auto attention_heads(const Projector<T>& p, const BasicAttentionWeights<T>& w, BasicDecoderState<T>& s,
-                     DeviceSpan<T> k_cache, DeviceSpan<T> v_cache, const DecoderConfig& c, int rows, int layer = 0) {
+                     DeviceSpan<T> k_cache, DeviceSpan<T> v_cache, const DecoderConfig& c, int rows, int layer = 0,
+                     const PagedAttention<T>* paged = nullptr) {
   const BasicKernels<T>& k = p.dense;
   const int d = c.d;
   const float scale = c.score_scale();
@@ -108,7 +113,53 @@ auto attention_heads(const Projector<T>& p, const BasicAttentionWeights<T>& w, B
                   choose(c.ordering == DecoderOrdering::hand_written, all(q, kp, v) >> rope >> append >> attend,
                          q >> kp >> v >> rope >> append >> attend));
   };
-  return detail::either(c.qk_norm, normed, [&] { return detail::either(c.fused, fused, unfused); });
+  // The fused path through block tables (validate refuses qk_norm and unfused with a paged cache).
+  const auto paged_fused = [&] {
+    if (paged == nullptr) throw UsageError("attention_heads: a paged cache (kv_block_size) needs PagedAttention");
+    const int kv_dim = c.kv_dim();
+    const int width = c.kv_table_width();
+    const auto count = static_cast<std::size_t>(rows);
+    const PagedAttentionShape shape{.rows = rows,
+                                    .heads = c.heads,
+                                    .kv_heads = c.kv_head_count(),
+                                    .head_dim = c.head_dim(),
+                                    .block_size = c.kv_block_size,
+                                    .blocks = c.kv_blocks,
+                                    .table_width = width,
+                                    .scale = scale,
+                                    .window = window};
+    const PagedKvCache<T> cache{k_cache, v_cache, s.positions().subspan(0, count),
+                                s.tables.cview().subspan(0, count * static_cast<std::size_t>(width))};
+    const DeviceSpan<const T> all = w.qkv.dense();
+    const auto dd = static_cast<std::size_t>(d);
+    const auto q_size = static_cast<std::size_t>(q_dim);
+    const auto kv_size = static_cast<std::size_t>(kv_dim);
+    const auto bias = [&](std::size_t at, std::size_t size) {
+      return w.bias.empty() ? DeviceSpan<const T>{} : w.bias.cview().subspan(at, size);
+    };
+    auto append = k.qkv_rope_append_paged(
+        k.qkv_config(q_dim, kv_dim, d, rows), all.subspan(0, q_size * dd), all.subspan(q_size * dd, kv_size * dd),
+        all.subspan((q_size + kv_size) * dd, kv_size * dd), bias(0, q_size), bias(q_size, kv_size),
+        bias(q_size + kv_size, kv_size), s.x.cview(), w.gain.cview(), s.q.view(), k_cache, v_cache, s.positions(),
+        s.tables.cview(), d, q_dim, c.kv_head_count(), c.head_dim(), c.kv_block_size, c.kv_blocks, width, frequencies,
+        c.eps, rows);
+    const DeviceSpan<const T> q = s.q.cview().subspan(0, count * q_size);
+    const DeviceSpan<T> out = s.attn.view().subspan(0, count * q_size);
+    const int splits = s.paged_splits(c, rows);
+    return std::move(append) >>
+           detail::either(
+               splits > 1,
+               [&] {
+                 return paged->attend_split(
+                     shape, q, out,
+                     s.attention_partials.view().subspan(0, PagedAttention<T>::split_partials(shape, splits)),
+                     s.attention_counters.view().subspan(0, count * static_cast<std::size_t>(c.heads)), cache, splits);
+               },
+               [&] { return paged->attend(shape, q, out, cache); });
+  };
+  return detail::either(c.paged(), paged_fused, [&] {
+    return detail::either(c.qk_norm, normed, [&] { return detail::either(c.fused, fused, unfused); });
+  });
 }
 
 /// A block's output into the residual stream, for `rows` rows of `d`: without post-norms (DecoderConfig::post_norms)
@@ -133,13 +184,13 @@ auto block_output(const BasicKernels<T>& k, BasicDecoderState<T>& s, const Decod
 /// k and v to its sequence's cache in this layer: attention_heads, then the output projection with the residual add
 /// (with post-norms, block_output's). Every projection reads its weights once for all rows, on the kernels of its
 /// format (projection.hpp). `residual` false (a tensor-parallel rank other than 0, whose partial sum an all-reduce adds
-/// to rank 0's): the output projection overwrites x instead of adding to it. \throws UsageError as attention_heads and
-/// project().
+/// to rank 0's): the output projection overwrites x instead of adding to it. `paged`: a paged cache's kernels
+/// (attention_heads). \throws UsageError as attention_heads and project().
 template <Element T>
 auto attention_block(const Projector<T>& p, const BasicAttentionWeights<T>& w, BasicDecoderState<T>& s,
                      DeviceSpan<T> k_cache, DeviceSpan<T> v_cache, const DecoderConfig& c, int rows,
-                     bool residual = true, int layer = 0) {
-  return attention_heads(p, w, s, k_cache, v_cache, c, rows, layer) >>
+                     bool residual = true, int layer = 0, const PagedAttention<T>* paged = nullptr) {
+  return attention_heads(p, w, s, k_cache, v_cache, c, rows, layer, paged) >>
          block_output(p.dense, s, c, w.post_gain, rows, [&](DeviceSpan<T> out, bool add) {
            return project(p, w.wo, s.attn.cview(), out, c.d, c.q_dim(), rows, add && residual);
          });
@@ -187,19 +238,22 @@ auto moe_block(const BasicKernels<T>& k, const BasicSwigluWeights<T>& norm, cons
                     rows);
 }
 
-/// One decoder layer for `rows` rows: attention block, then the MLP block (moe_block with DecoderConfig::moe).
-/// \throws UsageError as attention_block and mlp_block.
+/// One decoder layer for `rows` rows: attention block, then the MLP block (moe_block with DecoderConfig::moe). The
+/// layer's part of the caches: max_batch x context positions, or with a paged cache its kv_blocks blocks, appended and
+/// attended through `paged`. \throws UsageError as attention_block and mlp_block.
 template <Element T>
 auto decoder_layer(const Projector<T>& p, const BasicDecoderWeights<T>& w, BasicDecoderState<T>& s, int layer,
-                   const DecoderConfig& c, int rows) {
-  const std::size_t cache_size = static_cast<std::size_t>(c.max_batch) * static_cast<std::size_t>(c.context) *
-                                 static_cast<std::size_t>(c.kv_dim());
+                   const DecoderConfig& c, int rows, const PagedAttention<T>* paged = nullptr) {
+  const std::size_t positions = c.paged()
+                                    ? static_cast<std::size_t>(c.kv_blocks) * static_cast<std::size_t>(c.kv_block_size)
+                                    : static_cast<std::size_t>(c.max_batch) * static_cast<std::size_t>(c.context);
+  const std::size_t cache_size = positions * static_cast<std::size_t>(c.kv_dim());
   const std::size_t offset = static_cast<std::size_t>(layer) * cache_size;
   const auto l = static_cast<std::size_t>(layer);
   const std::string name = "layer " + std::to_string(layer);
   return named(name + " attention",
                attention_block(p, w.attention[l], s, s.k_cache.view().subspan(offset, cache_size),
-                               s.v_cache.view().subspan(offset, cache_size), c, rows, true, layer)) >>
+                               s.v_cache.view().subspan(offset, cache_size), c, rows, true, layer, paged)) >>
          named(name + " mlp",
                detail::either(
                    c.mixture_of_experts(), [&] { return moe_block(p.dense, w.mlp[l], w.moe.at(l), s, c, rows, layer); },
@@ -210,7 +264,8 @@ auto decoder_layer(const Projector<T>& p, const BasicDecoderWeights<T>& w, Basic
 template <Element T>
 using BasicDecoderLayerOp =
     decltype(decoder_layer(std::declval<const Projector<T>&>(), std::declval<const BasicDecoderWeights<T>&>(),
-                           std::declval<BasicDecoderState<T>&>(), 0, std::declval<const DecoderConfig&>(), 1));
+                           std::declval<BasicDecoderState<T>&>(), 0, std::declval<const DecoderConfig&>(), 1,
+                           static_cast<const PagedAttention<T>*>(nullptr)));
 /// The op type of one fp16 decoder layer.
 using DecoderLayerOp = BasicDecoderLayerOp<half>;
 
@@ -244,14 +299,16 @@ auto embed(const BasicKernels<T>& k, const BasicDecoderWeights<T>& w, BasicDecod
 }
 
 /// One decode step of `rows` rows: reads tokens, positions and slots from s.io, writes each row's logits and next
-/// token (greedy, or drawn as `sampling` says). \throws UsageError as decoder_layer and lm_head_logits.
+/// token (greedy, or drawn as `sampling` says). A paged cache (DecoderConfig::kv_block_size) also reads s.tables and
+/// runs `paged`'s kernels. \throws UsageError as decoder_layer and lm_head_logits.
 template <Element T>
 auto decoder_step(const Projector<T>& p, const BasicDecoderWeights<T>& w, BasicDecoderState<T>& s,
-                  const DecoderConfig& c, int rows = 1, const Sampling& sampling = {}) {
+                  const DecoderConfig& c, int rows = 1, const Sampling& sampling = {},
+                  const PagedAttention<T>* paged = nullptr) {
   const BasicKernels<T>& k = p.dense;
   std::vector<BasicDecoderLayerOp<T>> layers;
   layers.reserve(static_cast<std::size_t>(c.layers));
-  for (int l = 0; l < c.layers; ++l) layers.push_back(decoder_layer(p, w, s, l, c, rows));
+  for (int l = 0; l < c.layers; ++l) layers.push_back(decoder_layer(p, w, s, l, c, rows, paged));
   auto head = lm_head_logits(p, w, s.x.cview(), s.logits.view(), c.vocab, c.d, c.eps, rows, c.logit_softcap);
   return named("embedding", embed(k, w, s, c, rows)) >> chain(std::move(layers)) >>
          named("lm head",

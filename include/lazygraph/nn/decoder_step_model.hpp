@@ -1,10 +1,11 @@
 #pragma once
 /// \file
 /// nn::DecoderStepModel: a decoder (decoder.hpp) as the StepModel nn::Engine drives, through its batch steps and its
-/// slots: max_batch sequences, each with the contiguous KV cache of its slot. The paged cache's kernels come later;
-/// until then the engine's KvBlockPool accounts for positions of these caches.
+/// slots: max_batch sequences, each with the contiguous KV cache of its slot, or with a paged decoder
+/// (DecoderConfig::kv_block_size) in the blocks the engine's KvBlockPool gives it (StepRow::blocks).
 
 #include <span>
+#include <vector>
 
 #include "lazygraph/nn/decoder.hpp"
 #include "lazygraph/nn/step_model.hpp"
@@ -19,6 +20,10 @@ namespace lazygraph::nn {
 /// decoder's device argmax; sampled rows pick_token from the row's logits on the host (the decoder itself stays
 /// greedy).
 ///
+/// With a paged decoder the engine's pool is the decoder's (kv_block_size, kv_blocks): a prompt row runs through
+/// prefill with its blocks as its table, and the rows of one token through one forward_batch of exactly those rows,
+/// each with its blocks as its table (no filler rows: a row writes only its own blocks).
+///
 /// Thread safety: as the decoder; the engine calls step from one thread. The decoder must outlive the model.
 template <Element T>
 class BasicDecoderStepModel final : public StepModel {
@@ -32,11 +37,21 @@ class BasicDecoderStepModel final : public StepModel {
   [[nodiscard]] int context() const override { return decoder_->config().context; }
   /// The decoder's vocabulary.
   [[nodiscard]] int vocab() const override { return decoder_->config().vocab; }
+  /// The decoder's kv_block_size (0: a contiguous cache).
+  [[nodiscard]] int kv_block_size() const override { return decoder_->config().kv_block_size; }
+  /// The decoder's kv_blocks.
+  [[nodiscard]] int kv_blocks() const override { return decoder_->config().kv_blocks; }
   /// Runs the rows as above. \throws UsageError for two rows of one slot, a slot outside [0, max_batch), or a row
-  /// the decoder refuses (naming it); the decoder's errors.
+  /// the decoder refuses (naming it); with a paged decoder, a row whose blocks do not cover its positions or exceed
+  /// the decoder's table_width; the decoder's errors.
   void step(std::span<const StepRow> rows, std::span<int> next) override;
 
  private:
+  /// step with a paged decoder (the slots checked).
+  void step_paged(std::span<const StepRow> rows, std::span<int> next);
+  /// Row r's blocks padded with -1 to the decoder's table_width. \throws UsageError as step.
+  [[nodiscard]] std::vector<int> table_of(const StepRow& row, std::size_t r) const;
+
   /// The token row `row` of the last decoder call makes, as `sampling` picks it at `position`.
   [[nodiscard]] int sampled(int row, const Sampling& sampling, int position) const;
 

@@ -65,8 +65,9 @@ struct GenerationRequest {
 
 /// How an engine is sized.
 struct EngineOptions {
-  int kv_blocks = 0;    ///< blocks in the pool; 0: enough for every slot's whole context
-  int block_size = 16;  ///< positions per block (16 or 32)
+  /// Blocks in the pool; 0: enough for every slot's whole context, or a paged model's own (StepModel::kv_blocks).
+  int kv_blocks = 0;
+  int block_size = 16;  ///< positions per block (16 or 32); a paged model's must be its own
   int max_queue = 64;   ///< requests waiting at most; submit refuses more
 };
 
@@ -92,15 +93,18 @@ struct EngineStats {
 /// Schedules generation requests over a StepModel (continuous batching over a paged KV pool).
 ///
 /// One thread steps (step, or serve); any thread may submit, cancel, close or read stats. The KV pool accounts for
-/// the model's cache: a sequence holds ceil(positions / block_size) blocks. (On the GPU the decoder's cache is still
-/// contiguous per slot: DecoderStepModel; the pool decides admission and preemption.)
+/// the model's cache: a sequence holds ceil(positions / block_size) blocks. A model with a paged cache
+/// (StepModel::kv_block_size: DecoderStepModel over a paged decoder) stores each sequence in the blocks the pool gave
+/// it (StepRow::blocks), so the pool is the cache; for a model with a contiguous cache per slot the pool decides
+/// admission and preemption only.
 ///
 /// Exception safety: submit checks everything before queueing (RequestError, naming the field); a model step that
 /// throws ends the requests of that step with FinishReason::error and the engine goes on.
 class Engine {
  public:
   /// An engine over `model` (which must outlive it); `tokenizer` makes text (GenerationEvent::text) and stop
-  /// strings possible. \throws UsageError for invalid options (KvBlockPool's, a max_queue below 1).
+  /// strings possible. \throws UsageError for invalid options (KvBlockPool's, a max_queue below 1; for a paged model,
+  /// a kv_blocks or block_size other than its own).
   explicit Engine(StepModel& model, EngineOptions options = {}, std::optional<Tokenizer> tokenizer = std::nullopt);
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;

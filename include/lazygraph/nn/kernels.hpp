@@ -164,6 +164,13 @@ struct BasicKernels {
   BatchedKernel<void(const T*, const T*, const T*, const T*, const T*, const T*, const T*, const T*, T*, T*, T*,
                      const int*, const int*, int, int, int, int, int, int, const float*, float, int)>
       qkv_rope_append;
+  /// qkv_rope_append_paged(Wq, Wk, Wv, bq, bk, bv, x, g, q, k_pool, v_pool, positions, tables, d, q_rows, kv_heads,
+  /// head_dim, block_size, blocks, table_width, frequencies, eps, batch): qkv_rope_append appending k and v through
+  /// each row's block table into pools [blocks][kv_heads][block_size][head_dim] (a paged KV cache, the layout of
+  /// PagedAttention; kernels/nn/qkv.cu). Launched as qkv_config.
+  BatchedKernel<void(const T*, const T*, const T*, const T*, const T*, const T*, const T*, const T*, T*, T*, T*,
+                     const int*, const int*, int, int, int, int, int, int, int, const float*, float, int)>
+      qkv_rope_append_paged;
   /// qk_norm_rope_append(qkv, bias, q_gain, k_gain, q, k_cache, v_cache, positions, slots, heads, kv_heads, head_dim,
   /// context, slot_count, frequencies, eps, whole, batch): a block with q/k norms' input side after the stacked
   /// projection (kernels/nn/qk_norm.cu): each q and k head RMS-normed with its gain [head_dim] (whole 0), or the row's

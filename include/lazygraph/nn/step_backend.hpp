@@ -19,6 +19,7 @@
 #include "lazygraph/nn/decoder_config.hpp"
 #include "lazygraph/nn/decoder_state.hpp"
 #include "lazygraph/nn/decoder_weights.hpp"
+#include "lazygraph/nn/paged_attention.hpp"
 #include "lazygraph/nn/projection.hpp"
 #include "lazygraph/nn/sampling.hpp"
 #include "lazygraph/nn/tensor_parallel_options.hpp"
@@ -40,6 +41,7 @@ struct StepContext {
   BasicDecoderState<T>& state;            ///< the step's memory
   const Sampling& sampling;               ///< how the step picks its tokens
   const Stream& stream;                   ///< the decoder's stream
+  const PagedAttention<T>* paged;         ///< a paged cache's kernels (DecoderConfig::kv_block_size), else null
 };
 
 /// What a backend hands the op of a step to: a capture of a graph that holds it (with the staging copies, a loop

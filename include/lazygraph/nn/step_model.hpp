@@ -17,6 +17,9 @@ struct StepRow {
   int position = 0;             ///< the position of tokens[0]
   std::span<const int> tokens;  ///< one token (a decode step) or several (a prompt, or a sequence recomputed)
   Sampling sampling;            ///< how the next token is picked
+  /// The sequence's KV blocks in position order (the engine's KvBlockPool::blocks), covering every position the row
+  /// feeds: what a model with a paged cache (StepModel::kv_block_size) appends and attends through; empty otherwise.
+  std::span<const int> blocks;
 };
 
 /// A model that steps several sequences at once, each in a slot whose KV cache it keeps between steps. A row's
@@ -37,6 +40,11 @@ class StepModel {
   [[nodiscard]] virtual int context() const = 0;
   /// Token ids are in [0, vocab).
   [[nodiscard]] virtual int vocab() const = 0;
+  /// Positions per block of the model's paged KV cache, or 0 (the default) when its cache is not paged: the engine's
+  /// pool is then the model's (kv_blocks blocks of this size) and each row carries its sequence's blocks.
+  [[nodiscard]] virtual int kv_block_size() const { return 0; }
+  /// Blocks of the model's paged KV cache (kv_block_size), or 0.
+  [[nodiscard]] virtual int kv_blocks() const { return 0; }
   /// Runs `rows` (each a different slot) and writes row r's next token to next[r] (next.size() == rows.size()).
   virtual void step(std::span<const StepRow> rows, std::span<int> next) = 0;
 };

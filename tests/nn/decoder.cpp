@@ -1,0 +1,172 @@
+// The decoder with a paged KV cache (DecoderConfig::kv_block_size, nn/decoder.hpp) against the contiguous one: the
+// same seeded weights, the same steps, and the paged kernels' bits are the contiguous kernels', so every logit must
+// be equal bit for bit. GPU only.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <lazygraph/nn.hpp>
+
+#include "common/gpu.hpp"
+#include "common/nn.hpp"
+
+using namespace lazygraph;
+using namespace lazygraph::nn;
+
+namespace {
+/// The contiguous reference: 8 slots of 64 positions, grouped-query heads, prompts through the step graphs.
+DecoderConfig contiguous_reference_config(int attention_blocks) {
+  DecoderConfig c;
+  c.d = 128;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.layers = 2;
+  c.ffn = 256;
+  c.vocab = 512;
+  c.context = 64;
+  c.max_batch = kMaxRows;
+  c.prefill_chunk = 0;
+  c.attention_blocks = attention_blocks;
+  return c;
+}
+
+/// Whether two rows of logits hold the same bits.
+template <class T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+/// The tables of `sequences` sequences of `width` blocks each, from the ids 0 .. pool - 1 shuffled (row after row).
+std::vector<int> shuffled_tables(int sequences, int width, int pool, unsigned seed) {
+  std::vector<int> ids(static_cast<std::size_t>(pool));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::mt19937 rng(seed);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  ids.resize(static_cast<std::size_t>(sequences) * static_cast<std::size_t>(width));
+  return ids;
+}
+}  // namespace
+
+TEST_SUITE("gpu") {
+  TEST_CASE_TEMPLATE("a paged decoder's prompts and batch steps give the contiguous decoder's logits bit for bit", T,
+                     half, bfloat16) {
+    // Unsplit attention on blocks of 16, and attention split in 4 on blocks of 32 (the same positions per split).
+    for (const auto& [blocks, block_size] : {std::pair{1, 16}, std::pair{4, 32}}) {
+      CAPTURE(blocks);
+      CAPTURE(block_size);
+      const DecoderConfig c = contiguous_reference_config(blocks);
+      DecoderConfig pc = c;
+      pc.kv_block_size = block_size;
+      pc.kv_blocks = kMaxRows * (c.context / block_size) + 5;  // room to spare: the tables skip some blocks
+      BasicDecoder<T> reference(lgtest::stream(), lgtest::nn_kernels(), c);
+      BasicDecoder<T> paged(lgtest::stream(), lgtest::nn_kernels(), pc);
+      const int width = paged.table_width();
+      REQUIRE(width == c.context / block_size);
+      const std::vector<int> tables =
+          shuffled_tables(kMaxRows, width, pc.kv_blocks, 7U + static_cast<unsigned>(blocks));
+      const auto table_of = [&](int s) {
+        return std::span<const int>(tables).subspan(static_cast<std::size_t>(s * width),
+                                                    static_cast<std::size_t>(width));
+      };
+      // Each sequence's prompt, of a length of its own (1 to 22 tokens), so that the steps' positions differ.
+      std::vector<int> position(kMaxRows);
+      std::vector<int> token(kMaxRows);
+      for (int s = 0; s < kMaxRows; ++s) {
+        CAPTURE(s);
+        std::vector<int> prompt(static_cast<std::size_t>(1 + 3 * s));
+        for (std::size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int>((37 * i + 11 * s) % 512);
+        const int want = reference.prefill(prompt, 0, s);
+        const int got = paged.prefill(prompt, 0, table_of(s), s);
+        CHECK(got == want);
+        CHECK(same_bits(paged.logits(0), reference.logits(0)));
+        position[static_cast<std::size_t>(s)] = static_cast<int>(prompt.size());
+        token[static_cast<std::size_t>(s)] = want;
+      }
+      // Batches of 1 to 8 rows: row r is sequence r at its own next position (slot r of the reference).
+      for (int step = 0; step < 16; ++step) {
+        const int rows = 1 + (step * 5) % kMaxRows;
+        CAPTURE(step);
+        CAPTURE(rows);
+        std::vector<TokenAt> steps;
+        for (int r = 0; r < rows; ++r) {
+          steps.push_back(
+              {.token = token[static_cast<std::size_t>(r)], .position = position[static_cast<std::size_t>(r)]});
+        }
+        const std::vector<int> want = reference.forward_batch(steps);
+        const std::vector<int> got =
+            paged.forward_batch(steps, std::span<const int>(tables).first(static_cast<std::size_t>(rows * width)));
+        CHECK(got == want);
+        for (int r = 0; r < rows; ++r) {
+          CAPTURE(r);
+          CHECK(same_bits(paged.logits(r), reference.logits(r)));
+          token[static_cast<std::size_t>(r)] = want[static_cast<std::size_t>(r)];
+          ++position[static_cast<std::size_t>(r)];
+        }
+      }
+    }
+  }
+
+  TEST_CASE_TEMPLATE("a paged decoder of a context beyond 8192 gives the contiguous decoder's logits for a prompt", T,
+                     half, bfloat16) {
+    // Unsplit attention reads only positions 0 .. p, whatever the table reaches: the same bits as a short cache.
+    const DecoderConfig c = contiguous_reference_config(1);
+    DecoderConfig pc = c;
+    pc.context = 16384;
+    pc.kv_block_size = 16;
+    pc.kv_blocks = 9;
+    BasicDecoder<T> reference(lgtest::stream(), lgtest::nn_kernels(), c);
+    BasicDecoder<T> paged(lgtest::stream(), lgtest::nn_kernels(), pc);
+    std::vector<int> table(static_cast<std::size_t>(paged.table_width()), -1);
+    table[0] = 8;
+    table[1] = 3;
+    std::vector<int> prompt(29);
+    for (std::size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int>((53 * i + 5) % 512);
+    CHECK(paged.prefill(prompt, 0, table, 1) == reference.prefill(prompt, 0, 1));
+    CHECK(same_bits(paged.logits(0), reference.logits(0)));
+    // attention_blocks 0: split as paged_attention_splits says for a capacity of 16384 (each split over positions of
+    // its own, most of them past the prompt's): the same logits within rounding (fp32 sums in another order).
+    pc.attention_blocks = 0;
+    BasicDecoder<T> split(lgtest::stream(), lgtest::nn_kernels(), pc);
+    (void)split.prefill(prompt, 0, table, 1);
+    const std::vector<T> got = split.logits(0);
+    const std::vector<T> want = reference.logits(0);
+    REQUIRE(got.size() == want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      CAPTURE(i);
+      const float w = want[i].to_float();
+      CHECK(std::abs(got[i].to_float() - w) <= 0.05F + 0.02F * std::abs(w));
+    }
+  }
+
+  TEST_CASE("a paged decoder refuses the calls that take no block table and tables it cannot use, by name") {
+    DecoderConfig c = contiguous_reference_config(1);
+    c.kv_block_size = 16;
+    c.kv_blocks = 4;
+    Decoder decoder(lgtest::stream(), lgtest::nn_kernels(), c);
+    CHECK(decoder.prefill_fallback_reason().find("the KV cache is paged") != std::string::npos);
+    CHECK_THROWS_WITH_AS((void)decoder.forward({1, 0}),
+                         doctest::Contains("Decoder::forward: the decoder's KV cache is paged"), UsageError);
+    const std::vector<TokenAt> steps{{.token = 1, .position = 0}};
+    CHECK_THROWS_WITH_AS((void)decoder.forward_batch(steps), doctest::Contains("give each row's block table"),
+                         UsageError);
+    const std::vector<int> prompt{1, 2, 3};
+    CHECK_THROWS_WITH_AS((void)decoder.prefill(prompt, 0, 0), doctest::Contains("give the sequence's block table"),
+                         UsageError);
+    CHECK_THROWS_WITH_AS((void)decoder.generate(1, 4), doctest::Contains("Decoder::generate: the decoder's KV cache"),
+                         UsageError);
+    const std::vector<int> table{4, -1, -1, -1};
+    CHECK_THROWS_WITH_AS((void)decoder.forward_batch(steps, table),
+                         doctest::Contains("table entry 0 (4) is outside the pool [0, kv_blocks = 4)"), UsageError);
+    const std::vector<int> good{2, -1, -1, -1};
+    const std::vector<int> next = decoder.forward_batch(steps, good);
+    REQUIRE(next.size() == 1);
+    CHECK(next[0] >= 0);
+    CHECK(next[0] < c.vocab);
+  }
+}
