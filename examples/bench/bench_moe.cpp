@@ -34,8 +34,8 @@ namespace {
 constexpr const char* usage =
     "usage: bench_moe [--shape qwen3-30b-a3b|olmoe-1b-7b] [--layers N] [--dtype bf16|f16|both] [--max-gib N]\n"
     "                 [--position P] [--replays N] [--torch] [--torch-script PATH] [--out DIR]\n"
-    "Times decode steps of mixture-of-experts decoders with seeded weights generated on the device (Qwen3-MoE-style\n"
-    "blocks: per-head q/k norms, a router and SwiGLU experts in every layer) at 1 and 8 rows, after a prompt of P\n"
+    "Times decode steps of mixture-of-experts decoders with seeded weights generated on the device (q/k norms, a\n"
+    "router and SwiGLU experts in every layer, as Qwen3-MoE and OLMoE have them) at 1 and 8 rows, after a prompt of P\n"
     "tokens in every row's sequence: the step graph replayed alone (medians of 31 samples of N replays, CUDA events),\n"
     "tokens/s, the bytes the step read (attention weights, norms, routers, KV cache, LM head, and the distinct\n"
     "experts each layer chose, counted from the recorded routes) and their fraction of the copy ceiling (a 1 GiB\n"
@@ -91,8 +91,7 @@ Shape qwen3_30b_a3b() {
 
 /// OLMoE-1B-7B's shape (allenai/OLMoE-1B-7B-0924's config.json): d 2048, 16 layers, 16 heads of 128 (no grouping),
 /// 64 experts of width 1024, top 8 as the softmax gives them (norm_topk_prob false), vocab 50304, theta 10000, eps
-/// 1e-5. OLMoE norms q and k over their whole width; this block norms them per head (Qwen3-MoE's), which reads
-/// 2 x 128 gains a layer where OLMoE reads 2 x 2048: the same step but for 8 KB a layer.
+/// 1e-5, q and k normed over their whole width (qk_norm_whole: gains of 2048 each).
 Shape olmoe_1b_7b() {
   nn::DecoderConfig c;
   c.d = 2048;
@@ -104,6 +103,7 @@ Shape olmoe_1b_7b() {
   c.theta = 10000.0F;
   c.eps = 1e-5F;
   c.qk_norm = true;
+  c.qk_norm_whole = true;
   c.moe = {64, 8, 1024, false};
   return {"olmoe-1b-7b", c};
 }
@@ -126,7 +126,10 @@ std::pair<double, double> step_bytes(const nn::DecoderConfig& c, const nn::MoeRo
   const double elem = 2;
   const double d = c.d;
   const double attention = d + static_cast<double>(c.q_dim() + 2 * c.kv_dim()) * d +
-                           static_cast<double>(c.q_dim()) * d + (c.qk_norm ? 2.0 * c.head_dim() : 0.0);
+                           static_cast<double>(c.q_dim()) * d +
+                           (c.qk_norm_whole ? static_cast<double>(c.q_dim() + c.kv_dim())
+                            : c.qk_norm     ? 2.0 * c.head_dim()
+                                            : 0.0);
   const double kv = 2.0 * rows * (position + 1.0) * c.kv_dim();
   const double expert = 3.0 * c.moe.expert_width * d;
   double elements = static_cast<double>(rows) * d + d + static_cast<double>(c.vocab) * d;  // embedding, final, head

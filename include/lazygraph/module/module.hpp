@@ -20,6 +20,7 @@
 #include "lazygraph/driver/device_buffer.hpp"
 #include "lazygraph/graph/cuda_graph.hpp"
 #include "lazygraph/module/host_io.hpp"
+#include "lazygraph/ops/allocate.hpp"
 #include "lazygraph/ops/copy.hpp"
 
 namespace lazygraph {
@@ -63,8 +64,11 @@ class GraphModule {
   /// costs a replay less than memcpy nodes (host_io.hpp). Its sizes are the module's.
   template <class Build>
   GraphModule(const Stream& stream, HostIo<In, Out> io, Build&& build, const GraphOptions& options = {})
-      : input_(stream.device(), io.input().size()),
-        output_(stream.device(), io.output().size()),
+      // Zeroed, not left uninitialised: compute-sanitizer's initcheck checks a graph's memcpy nodes against memory as
+      // it was when the graph was launched, not as the graph's earlier kernel nodes (the staging kernel's copy in)
+      // leave it, so it would report a build(input, output) that starts with a copy of `input` on the first replay.
+      : input_(zeros<In>(io.input().size()).sync_on(stream)),
+        output_(zeros<Out>(io.output().size()).sync_on(stream)),
         io_(std::move(io)),
         graph_(CudaGraph<>::scope(
             stream,
