@@ -253,14 +253,25 @@ def main():
               f"{torch.cuda.memory_allocated() / 2**30:.1f} GiB allocated")
         default = experts_implementation(model)
         print(f"  experts implementation: {default}")
-        rows = []
+        # Every batch eager first: a capture that fails on the device (a device-side assert) can leave the CUDA
+        # context unusable for anything after it.
+        eager = {}
         for batch in batches:
-            eager_us, note = eager_step_us(model, batch, args.position, args.reps)
-            graph_us, graph_note = graph_step_us(model, batch, args.position, 5 * args.reps)
+            eager[batch] = eager_step_us(model, batch, args.position, args.reps)
+            print(f"  batch {batch}: eager {eager[batch][0]:.0f} us", flush=True)
+        rows = []
+        dead = None
+        for batch in batches:
+            eager_us, note = eager[batch]
+            if dead is None:
+                graph_us, graph_note = graph_step_us(model, batch, args.position, 5 * args.reps)
+                if "did not recover" in graph_note:
+                    dead = f"not tried: the capture at batch {batch} left the CUDA context unusable"
+            else:
+                graph_us, graph_note = None, dead
             notes = "; ".join(n for n in (note, graph_note) if n)
             rows.append((batch, eager_us, graph_us, notes))
-            print(f"  batch {batch}: eager {eager_us:.0f} us, graph "
-                  f"{'-' if graph_us is None else f'{graph_us:.0f} us'} ({notes})", flush=True)
+            print(f"  batch {batch}: graph {'-' if graph_us is None else f'{graph_us:.0f} us'} ({notes})", flush=True)
     print("\n| shape | layers | dtype | batch | eager us | graph us | note |\n|---|---|---|---|---|---|---|")
     for batch, eager_us, graph_us, notes in rows:
         print(f"| {args.shape} | {model.config.num_hidden_layers} | {args.dtype} | {batch} | {eager_us:.0f} | "

@@ -468,8 +468,15 @@ MoeRoutes BasicDecoder<T>::last_routes() const {
   check_last_routes(config_, route_rows_);
   std::vector<int> ids(state_.expert_ids.size());
   std::vector<float> weights(state_.expert_weights.size());
-  copy_async(stream_, std::span<int>(ids), state_.expert_ids.cview());
-  copy_async(stream_, std::span<float>(weights), state_.expert_weights.cview());
+  // Only the rows the last step routed, layer by layer: the others were never written (gather_routes reads these).
+  const std::size_t routed =
+      static_cast<std::size_t>(route_rows_) * static_cast<std::size_t>(config_.moe.experts_per_token);
+  for (int l = 0; l < config_.layers; ++l) {
+    const std::size_t at = route_offset(config_, l);
+    copy_async(stream_, std::span<int>(ids).subspan(at, routed), state_.expert_ids.cview().subspan(at, routed));
+    copy_async(stream_, std::span<float>(weights).subspan(at, routed),
+               state_.expert_weights.cview().subspan(at, routed));
+  }
   stream_.synchronize();
   return gather_routes(config_, route_rows_, ids, weights);
 }
