@@ -378,7 +378,7 @@ int BasicDecoder<T>::prefill(std::span<const int> prompt, int start, int slot) {
     }
     if (*prefill_gemm_) {
       if (!prefill_) {
-        prefill_ = std::make_unique<BasicPrefill<T>>(stream_.device(), shard_, dequantized_elements(weights_));
+        prefill_ = std::make_unique<BasicPrefill<T>>(stream_, shard_, dequantized_elements(weights_));
       }
       // A rank's chunks run its share (shard_: config_ itself on one GPU) with the collectives between the blocks.
       const BasicPrefillContext<T> ctx{

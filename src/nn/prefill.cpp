@@ -72,19 +72,21 @@ std::size_t elements(int rows, int width) { return static_cast<std::size_t>(rows
 }  // namespace
 
 template <Element T>
-BasicPrefillBuffers<T>::BasicPrefillBuffers(const Device& device, const DecoderConfig& c, int max_rows,
+BasicPrefillBuffers<T>::BasicPrefillBuffers(const Stream& stream, const DecoderConfig& c, int max_rows,
                                             std::size_t weight_elements)
     : rows(max_rows),
-      io(device, PrefillIo::input_size(max_rows)),
-      x(device, elements(max_rows, c.d)),
-      h(device, elements(max_rows, c.d)),
-      qkv(device, elements(max_rows, c.q_dim() + 2 * c.kv_dim())),
-      q(device, elements(max_rows, c.q_dim())),
-      k(device, elements(max_rows, c.kv_dim())),
-      v(device, elements(max_rows, c.kv_dim())),
-      gate(device, elements(max_rows, c.ffn)),
-      up(device, elements(max_rows, c.ffn)),
-      weights(device, weight_elements) {}
+      io(stream.device(), PrefillIo::input_size(max_rows)),
+      x(stream.device(), elements(max_rows, c.d)),
+      h(stream.device(), elements(max_rows, c.d)),
+      qkv(stream.device(), elements(max_rows, c.q_dim() + 2 * c.kv_dim())),
+      q(stream.device(), elements(max_rows, c.q_dim())),
+      k(stream.device(), elements(max_rows, c.kv_dim())),
+      v(stream.device(), elements(max_rows, c.kv_dim())),
+      gate(stream.device(), elements(max_rows, c.ffn)),
+      up(stream.device(), elements(max_rows, c.ffn)),
+      weights(stream.device(), weight_elements) {
+  for (DeviceBuffer<T>* b : {&x, &h, &qkv, &q, &k, &v, &gate, &up}) fill(b->view(), T{}).sync_on(stream);
+}
 
 template <Element T>
 std::size_t BasicPrefillBuffers<T>::bytes(const DecoderConfig& c, int rows) {
@@ -160,9 +162,9 @@ CudaGraph<> capture_checked(const BasicPrefillContext<T>& ctx, const std::string
 }  // namespace
 
 template <Element T>
-BasicPrefill<T>::BasicPrefill(const Device& device, const DecoderConfig& config, std::size_t weight_elements)
+BasicPrefill<T>::BasicPrefill(const Stream& stream, const DecoderConfig& config, std::size_t weight_elements)
     : buckets_(prefill_buckets(config)),
-      buffers_(device, config, largest_bucket(config), weight_elements),
+      buffers_(stream, config, largest_bucket(config), weight_elements),
       graphs_(std::max<std::size_t>(buckets_.size(), 1)) {}
 
 template <Element T>

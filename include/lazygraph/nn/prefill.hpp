@@ -86,9 +86,11 @@ inline constexpr int kPrefillSplitRows = 256;
 /// The device memory a prefill chunk works in, for chunks of up to `rows` rows (all [rows][width], row-major).
 template <Element T>
 struct BasicPrefillBuffers {
-  /// Allocates every buffer (uninitialised), `weight_elements` of them for `weights`. \throws CudaError when the
-  /// device is out of memory.
-  BasicPrefillBuffers(const Device& device, const DecoderConfig& config, int rows, std::size_t weight_elements = 0);
+  /// Allocates every buffer on `stream`'s device, `weight_elements` of them for `weights`, and zeroes the activations
+  /// (x to up) on `stream`, waiting for it: cuBLASLt's GEMMs store their outputs (qkv, gate, up) in ways
+  /// compute-sanitizer's initcheck does not see, so the kernels that read them would be reported on memory the GEMM
+  /// wrote; zeroed, what they read is defined either way. \throws CudaError when the device is out of memory.
+  BasicPrefillBuffers(const Stream& stream, const DecoderConfig& config, int rows, std::size_t weight_elements = 0);
 
   int rows = 0;          ///< the most rows of a chunk (the largest bucket)
   DeviceBuffer<int> io;  ///< the chunk's io, PrefillIo::input_size(rows) ints: copied in first by each chunk graph
@@ -264,10 +266,11 @@ template <Element T>
 template <Element T>
 class BasicPrefill {
  public:
-  /// Allocates the buffers for chunks of up to prefill_buckets(config).back() rows, and `weight_elements` for the
-  /// quantized matrices dequantized (dequantized_elements). \throws UsageError when the config has no buckets;
-  /// CudaError when the device is out of memory.
-  BasicPrefill(const Device& device, const DecoderConfig& config, std::size_t weight_elements = 0);
+  /// Allocates the buffers for chunks of up to prefill_buckets(config).back() rows on `stream`'s device (zeroing
+  /// them on `stream`: BasicPrefillBuffers), and `weight_elements` for the quantized matrices dequantized
+  /// (dequantized_elements). \throws UsageError when the config has no buckets; CudaError when the device is out of
+  /// memory.
+  BasicPrefill(const Stream& stream, const DecoderConfig& config, std::size_t weight_elements = 0);
 
   /// The most rows of a chunk.
   [[nodiscard]] int max_rows() const noexcept { return buffers_.rows; }
