@@ -107,13 +107,13 @@ LaunchConfig launch(unsigned gx, unsigned gy, unsigned bx, unsigned by) { return
 
 /// The relative bound of T's kernels against float64 of the same rounded inputs (a rounding to T at the end).
 template <class T>
-constexpr double tolerance = std::same_as<T, half> ? 5e-3 : 2e-2;
+constexpr double route_tolerance = std::same_as<T, half> ? 5e-3 : 2e-2;
 
 /// T's relative rounding unit, 2^-(significand bits - 1): two values closer than a few of it may round either way.
 template <class T>
 constexpr double unit = std::same_as<T, half> ? 1.0 / 1024 : 1.0 / 128;
 
-/// ||got - ref|| / ||ref|| and max |got - ref| / max |ref| both within tolerance<T>; a NaN (an unwritten poison)
+/// ||got - ref|| / ||ref|| and max |got - ref| / max |ref| both within route_tolerance<T>; a NaN (an unwritten poison)
 /// fails.
 template <class T>
 void check_close(const std::vector<T>& got, const std::vector<double>& ref) {
@@ -130,8 +130,8 @@ void check_close(const std::vector<T>& got, const std::vector<double>& ref) {
     worst = std::max(worst, std::abs(g - ref[i]));
     largest = std::max(largest, std::abs(ref[i]));
   }
-  CHECK(std::sqrt(err / norm) < tolerance<T>);
-  CHECK(worst / largest < tolerance<T>);
+  CHECK(std::sqrt(err / norm) < route_tolerance<T>);
+  CHECK(worst / largest < route_tolerance<T>);
 }
 
 /// row . x in float64, `cols` elements each.
@@ -279,7 +279,7 @@ TEST_SUITE("gpu") {
           const auto it = std::find_if(want.begin(), want.end(), [&](const ExpertChoice& c) { return c.expert == e; });
           if (it == want.end()) continue;
           CHECK(got_weights[static_cast<std::size_t>(b * shape.top_k + j)] ==
-                doctest::Approx(it->weight).epsilon(2 * tolerance<T>));
+                doctest::Approx(it->weight).epsilon(2 * route_tolerance<T>));
           if (j > 0) {  // descending probabilities
             CHECK(got_weights[static_cast<std::size_t>(b * shape.top_k + j)] <=
                   got_weights[static_cast<std::size_t>(b * shape.top_k + j - 1)]);
@@ -312,7 +312,7 @@ TEST_SUITE("gpu") {
     std::vector<double> logits;
     for (const float v : c) logits.push_back(16.0 * v);
     const std::vector<ExpertChoice> want = route_token(logits, 3, true);
-    for (std::size_t j = 0; j < 3; ++j) CHECK(got[j] == doctest::Approx(want[j].weight).epsilon(2 * tolerance<T>));
+    for (std::size_t j = 0; j < 3; ++j) CHECK(got[j] == doctest::Approx(want[j].weight).epsilon(2 * route_tolerance<T>));
     CHECK(got[0] == got[1]);
   }
 
