@@ -86,6 +86,14 @@ std::int64_t now_seconds() { return static_cast<std::int64_t>(std::time(nullptr)
 
 }  // namespace
 
+std::string ServedModel::kv_cache_summary() const {
+  if (kv_cache != "paged") return "contiguous KV cache: " + kv_cache_reason;
+  const std::size_t bytes =
+      static_cast<std::size_t>(kv_blocks) * static_cast<std::size_t>(kv_block_size) * kv_bytes_per_position;
+  return "paged KV cache of " + std::to_string(kv_blocks) + " blocks of " + std::to_string(kv_block_size) +
+         " positions, " + std::to_string((bytes + (std::size_t{1} << 20U) - 1) >> 20U) + " MiB";
+}
+
 OpenAiServer::OpenAiServer(ServedModel model, nn::Engine* engine, std::string unavailable, std::size_t max_body_bytes)
     : model_(std::move(model)), engine_(engine), unavailable_(std::move(unavailable)) {
   limits_.max_body_bytes = max_body_bytes;
@@ -142,7 +150,13 @@ std::string OpenAiServer::metrics() const {
   metric("lazygraph_queue_depth", "gauge", "Requests waiting for a slot (preempted ones included).", s.queued);
   metric("lazygraph_running_requests", "gauge", "Requests in a slot.", s.running);
   metric("lazygraph_kv_blocks_used", "gauge", "KV-cache blocks held by sequences.", s.kv_blocks_used);
-  metric("lazygraph_kv_blocks_total", "gauge", "KV-cache blocks in the pool.", s.kv_blocks_total);
+  metric("lazygraph_kv_blocks_total", "gauge", "KV-cache blocks in the pool.",
+         engine_ != nullptr ? s.kv_blocks_total : model_.kv_blocks);
+  out << "# HELP lazygraph_kv_cache_info How the KV cache is kept: paged (the pool is the cache) or contiguous "
+         "(the pool accounts max_batch x context positions; /health says why).\n"
+         "# TYPE lazygraph_kv_cache_info gauge\n"
+      << "lazygraph_kv_cache_info{kv_cache=\"" << model_.kv_cache << "\",block_size=\"" << model_.kv_block_size
+      << "\"} 1\n";
   metric("lazygraph_tokens_per_second", "gauge", "Tokens generated per second over the last 10 seconds.",
          s.tokens_per_second);
   metric("lazygraph_generated_tokens_total", "counter", "Tokens generated.", s.generated_tokens);
@@ -177,15 +191,21 @@ void OpenAiServer::install(httplib::Server& server) {
   }));
 
   server.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    json health;
     if (engine_ == nullptr) {
       res.status = 503;
-      res.set_content(dump({{"status", "unavailable"}, {"reason", unavailable_}}), "application/json");
+      health = {{"status", "unavailable"}, {"reason", unavailable_}};
     } else if (engine_->closed()) {
       res.status = 503;
-      res.set_content(dump({{"status", "draining"}, {"reason", "the server is shutting down"}}), "application/json");
+      health = {{"status", "draining"}, {"reason", "the server is shutting down"}};
     } else {
-      res.set_content(dump({{"status", "ok"}, {"model", model_.name}}), "application/json");
+      health = {{"status", "ok"}, {"model", model_.name}};
     }
+    health["kv_cache"] = model_.kv_cache;
+    if (!model_.kv_cache_reason.empty()) health["kv_cache_reason"] = model_.kv_cache_reason;
+    health["kv_blocks"] = model_.kv_blocks;
+    health["kv_block_size"] = model_.kv_block_size;
+    res.set_content(dump(health), "application/json");
   });
   server.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     const json data = json::array({{{"id", model_.name},
