@@ -38,6 +38,7 @@
 #include <lazygraph/nn/kernels.hpp>
 #include <lazygraph/nn/tokenizer.hpp>
 
+#include "serve/http_server.hpp"
 #include "serve/openai_server.hpp"
 
 #ifndef LAZYGRAPH_VERSION
@@ -395,7 +396,7 @@ int serve(const Options& o) {
   nn::Engine* engine = gpu != nullptr ? &gpu->engine() : nullptr;
   lgserve::OpenAiServer routes(plan.served, engine, unavailable, static_cast<std::size_t>(o.max_body));
 
-  httplib::Server server;
+  lgserve::HttpServer server;
   const auto threads = static_cast<std::size_t>(o.threads);
   server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   server.set_read_timeout(5);

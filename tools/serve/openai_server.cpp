@@ -1,5 +1,7 @@
 #include "serve/openai_server.hpp"
 
+#include "serve/http_server.hpp"
+
 #include <chrono>
 #include <condition_variable>
 #include <ctime>
@@ -267,7 +269,11 @@ void OpenAiServer::install(httplib::Server& server) {
       const std::string name = model_.name;
 
       if (!r.stream) {
+        // The answer is written at the end; meanwhile the connection is checked between events (every 200 ms at
+        // most), and a client that went away cancels its request, which frees its slot and blocks at the next step.
         const ActiveGuard guard(active_);
+        const socket_t connection = current_connection();
+        bool gone = false;
         std::string text;
         std::vector<int> tokens;
         nn::GenerationEvent last;
@@ -277,7 +283,12 @@ void OpenAiServer::install(httplib::Server& server) {
             if (e.token.has_value()) tokens.push_back(*e.token);
             last = std::move(e);
           }
+          if (!gone && !last.finished.has_value() && connection >= 0 && peer_closed(connection)) {
+            gone = true;
+            engine_->cancel(*id);
+          }
         }
+        if (gone) return;  // nobody to answer
         if (failed(*last.finished)) {
           send_error(res, *last.finished == nn::FinishReason::error ? 500 : 503,
                      *last.finished == nn::FinishReason::error
@@ -306,7 +317,8 @@ void OpenAiServer::install(httplib::Server& server) {
       }
 
       // Server-sent events: a chunk per event, then [DONE]. A client that goes away (a write fails, or its socket is
-      // no longer writable) cancels its request; so does a server stopping before the end.
+      // no longer writable: HttpServer's check sees a closed connection) cancels its request; so does a server
+      // stopping before the end.
       ++active_;
       auto first = std::make_shared<bool>(true);
       res.set_header("Cache-Control", "no-cache");
