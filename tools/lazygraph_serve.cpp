@@ -1,6 +1,7 @@
 // lazygraph-serve: serves a Hugging Face Llama-family checkpoint folder over OpenAI's HTTP API (cpp-httplib):
 // /v1/completions and /v1/chat/completions (whole answers or server-sent events), /v1/models, /health and
 // Prometheus /metrics, with the requests scheduled by nn::Engine over the decoder's batch steps (docs/serving.md).
+// The decoder keeps its KV cache paged (the engine's pool is the cache) where the model allows it, else contiguous.
 //
 // Everything that needs no GPU is read first (the options, MODEL_DIR, the checkpoint's config and tensors, the
 // tokenizer, the chat template, generation_config.json), so a mistake is reported the same way on any machine.
@@ -37,6 +38,7 @@
 #include <lazygraph/nn/kernels.hpp>
 #include <lazygraph/nn/tokenizer.hpp>
 
+#include "serve/http_server.hpp"
 #include "serve/openai_server.hpp"
 
 #ifndef LAZYGRAPH_VERSION
@@ -69,10 +71,16 @@ Options (--name VALUE or --name=VALUE, each at most once):
   --host HOST        the address to listen on (default 127.0.0.1)
   --port N           the port, 0 to 65535 (default 8000; 0: any free port, printed at start)
   --model-name NAME  the name clients send as "model" (default: MODEL_DIR's folder name)
-  --context N        positions per sequence, prompt included, 1 to 8192 and at most the model's
-                     max_position_embeddings (default: max_position_embeddings, at most 4096)
+  --context N        positions per sequence, prompt included, 1 to 131072 with the paged KV cache (8192 with the
+                     contiguous one) and at most the model's max_position_embeddings (default:
+                     max_position_embeddings, at most 4096)
   --max-batch N      sequences decoded at once, 1 to 8 (default 8)
-  --kv-blocks N      KV blocks of 16 positions in the pool (default 0: every sequence's whole context)
+  --kv-cache MODE    auto (default): paged where the model allows it (dense q/k/v weights, no q/k norms), else
+                     contiguous; paged: refuse a model it cannot run; contiguous: max-batch x context positions
+  --kv-blocks N      KV blocks in the pool, from 1 (default: max-batch x ceil(context / block size), what the
+                     contiguous cache holds); paged, the pool is the cache and bounds the positions of all
+                     sequences together; contiguous, it only accounts them
+  --kv-block-size N  positions per KV block, 16 or 32 (default 16)
   --max-queue N      requests waiting at most, from 1 (default 64); more are answered 429
   --max-body BYTES   the largest request body, from 1 (default 1048576); larger ones are answered 413
   --threads N        HTTP worker threads, 1 to 4096 (default 512; each streaming answer holds one)
@@ -86,7 +94,8 @@ Exit status:
   1   MODEL_DIR's config.json, weights, generation_config.json, tokenizer or chat template cannot be used (the
       message names the file), the address cannot be listened on, or the GPU failed
   2   a bad command line: an unknown option, one given twice, a value out of range, a MODEL_DIR that does not
-      exist or is not a folder, a --context beyond the model's, a --device this machine lacks
+      exist or is not a folder, a --context beyond the model's or beyond 8192 on the contiguous KV cache,
+      --kv-cache paged for a model it cannot run, a --device this machine lacks
 )";
 
 /// A mistake on the command line: exit 2.
@@ -102,7 +111,9 @@ struct Options {
   std::string model_name;
   int context = 0;
   int max_batch = nn::kMaxRows;
-  int kv_blocks = 0;
+  std::string kv_cache = "auto";  ///< auto, paged or contiguous
+  int kv_blocks = 0;              ///< 0: max_batch whole contexts
+  int kv_block_size = 16;
   int max_queue = 64;
   long long max_body = 1 << 20;
   int threads = 512;
@@ -148,9 +159,9 @@ Options parse_options(int argc, char** argv) {
       arg.resize(eq);
       has_value = true;
     }
-    static const std::vector<std::string> known = {"--host",      "--port",          "--model-name", "--context",
-                                                   "--max-batch", "--kv-blocks",     "--max-queue",  "--max-body",
-                                                   "--threads",   "--drain-timeout", "--device"};
+    static const std::vector<std::string> known = {
+        "--host",          "--port",      "--model-name", "--context", "--max-batch",     "--kv-cache", "--kv-blocks",
+        "--kv-block-size", "--max-queue", "--max-body",   "--threads", "--drain-timeout", "--device"};
     if (std::find(known.begin(), known.end(), arg) == known.end()) throw UsageProblem("unknown option '" + arg + "'");
     if (std::find(seen.begin(), seen.end(), arg) != seen.end()) throw UsageProblem(arg + " is given twice");
     seen.push_back(arg);
@@ -167,11 +178,19 @@ Options parse_options(int argc, char** argv) {
       if (value.empty()) throw UsageProblem("--model-name must not be empty");
       o.model_name = value;
     } else if (arg == "--context") {
-      o.context = static_cast<int>(integer_option(arg, value, 1, nn::kMaxContext));
+      o.context = static_cast<int>(integer_option(arg, value, 1, nn::kMaxPagedContext));
     } else if (arg == "--max-batch") {
       o.max_batch = static_cast<int>(integer_option(arg, value, 1, nn::kMaxRows));
+    } else if (arg == "--kv-cache") {
+      if (value != "auto" && value != "paged" && value != "contiguous") {
+        throw UsageProblem("--kv-cache must be auto, paged or contiguous, not '" + value + "'");
+      }
+      o.kv_cache = value;
     } else if (arg == "--kv-blocks") {
-      o.kv_blocks = static_cast<int>(integer_option(arg, value, 0, 1 << 24));
+      o.kv_blocks = static_cast<int>(integer_option(arg, value, 1, 1 << 24));
+    } else if (arg == "--kv-block-size") {
+      if (value != "16" && value != "32") throw UsageProblem("--kv-block-size must be 16 or 32, not '" + value + "'");
+      o.kv_block_size = value == "16" ? 16 : 32;
     } else if (arg == "--max-queue") {
       o.max_queue = static_cast<int>(integer_option(arg, value, 1, 1 << 20));
     } else if (arg == "--max-body") {
@@ -207,7 +226,58 @@ struct Plan {
   lgserve::ServedModel served;
   nn::LoadOptions load;
   bool bf16 = false;
+  int engine_kv_blocks = 0;  ///< EngineOptions::kv_blocks (0 with a paged cache: the decoder's pool)
 };
+
+/// Why the paged KV cache cannot serve `llama` as `o` asks, or empty when it can. What the decoder refuses on a
+/// paged cache and config.json shows: q/k norms, quantized q/k/v weights (DecoderConfig::validate's other refusals,
+/// the persistent backend and the unfused block, are not what this server runs; open() finds anything else).
+std::string paged_refusal(const Options& o, const nn::LlamaConfig& llama) {
+  if (o.kv_cache == "contiguous") return "--kv-cache contiguous";
+  if (llama.qk_norm) return "the model norms q and k (q_norm, k_norm), which the paged KV cache does not run";
+  if (llama.quantization.has_value() && llama.quantization->attention.has_value()) {
+    return "the model's q, k and v weights are quantized, and the paged KV cache appends through dense ones only";
+  }
+  return {};
+}
+
+/// The checkpoint opened for a paged decoder, or, where the paged cache cannot serve it and --kv-cache is auto, for
+/// a contiguous one (plan.served says which, and why). \throws UsageProblem for --kv-cache paged on a model it
+/// cannot run, and for a --context beyond kMaxContext on the contiguous cache.
+nn::DecoderCheckpoint open_checkpoint(const Options& o, const nn::LlamaConfig& llama, Plan& plan) {
+  const int context = plan.load.context;
+  const auto blocks_for = [&](int block_size) { return o.max_batch * ((context + block_size - 1) / block_size); };
+  std::string refusal = paged_refusal(o, llama);
+  if (refusal.empty()) {
+    nn::LoadOptions paged = plan.load;
+    paged.kv_block_size = o.kv_block_size;
+    paged.kv_blocks = o.kv_blocks > 0 ? o.kv_blocks : blocks_for(o.kv_block_size);
+    paged.attention_blocks = 0;  // split over positions as paged_attention_splits picks: long contexts need it
+    try {
+      nn::DecoderCheckpoint checkpoint = nn::DecoderCheckpoint::open(o.model_dir, paged);
+      plan.load = paged;
+      plan.served.kv_cache = "paged";
+      plan.served.kv_blocks = paged.kv_blocks;
+      return checkpoint;
+    } catch (const nn::CheckpointError& e) {
+      refusal = e.what();  // what the paged cache refuses, or a file that cannot be used (opened again below)
+    }
+  }
+  if (o.kv_cache == "paged" || context > nn::kMaxContext) {
+    nn::LoadOptions contiguous = plan.load;
+    contiguous.context = std::min(context, nn::kMaxContext);
+    (void)nn::DecoderCheckpoint::open(o.model_dir, contiguous);  // a file that cannot be used: exit 1 naming it
+    if (o.kv_cache == "paged") throw UsageProblem("--kv-cache paged: " + refusal);
+    throw UsageProblem("--context " + std::to_string(context) + " is more than " + std::to_string(nn::kMaxContext) +
+                       ", the most the contiguous KV cache holds (it is contiguous because " + refusal + ")");
+  }
+  nn::DecoderCheckpoint checkpoint = nn::DecoderCheckpoint::open(o.model_dir, plan.load);
+  plan.served.kv_cache = "contiguous";
+  plan.served.kv_cache_reason = refusal;
+  plan.served.kv_blocks = o.kv_blocks > 0 ? o.kv_blocks : blocks_for(o.kv_block_size);
+  plan.engine_kv_blocks = plan.served.kv_blocks;
+  return checkpoint;
+}
 
 Plan plan_serving(const Options& o) {
   Plan plan;
@@ -220,7 +290,11 @@ Plan plan_serving(const Options& o) {
   plan.load.context = o.context > 0 ? o.context : std::min(llama.max_position_embeddings, 4096);
   plan.load.max_batch = o.max_batch;
   plan.load.progress = true;
-  const nn::DecoderCheckpoint checkpoint = nn::DecoderCheckpoint::open(o.model_dir, plan.load);
+  plan.served.kv_block_size = o.kv_block_size;
+  const nn::DecoderCheckpoint checkpoint = open_checkpoint(o, llama, plan);
+  // K and V of every layer, in fp16 or bf16 (2 bytes).
+  plan.served.kv_bytes_per_position = std::size_t{2} * 2 * static_cast<std::size_t>(checkpoint.config().layers) *
+                                      static_cast<std::size_t>(checkpoint.config().kv_dim());
   plan.bf16 = checkpoint.llama_config().torch_dtype == "bfloat16";
   if (const auto& q = checkpoint.llama_config().quantization; q.has_value()) {
     const std::optional<nn::QuantizedFormat> format = q->attention ? q->attention : q->mlp ? q->mlp : q->lm_head;
@@ -273,7 +347,9 @@ struct GpuEngineOf final : GpuEngine {
         library(nn::kernel_library(device)),
         decoder(nn::load_decoder<T>(stream, library, o.model_dir, plan.load)),
         model(decoder),
-        engine_(model, nn::EngineOptions{.kv_blocks = o.kv_blocks, .block_size = 16, .max_queue = o.max_queue},
+        engine_(model,
+                nn::EngineOptions{
+                    .kv_blocks = plan.engine_kv_blocks, .block_size = o.kv_block_size, .max_queue = o.max_queue},
                 plan.served.tokenizer) {}
   nn::Engine& engine() override { return engine_; }
 
@@ -320,7 +396,7 @@ int serve(const Options& o) {
   nn::Engine* engine = gpu != nullptr ? &gpu->engine() : nullptr;
   lgserve::OpenAiServer routes(plan.served, engine, unavailable, static_cast<std::size_t>(o.max_body));
 
-  httplib::Server server;
+  lgserve::HttpServer server;
   const auto threads = static_cast<std::size_t>(o.threads);
   server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   server.set_read_timeout(5);
@@ -377,8 +453,8 @@ int serve(const Options& o) {
     server.stop();
   });
 
-  std::fprintf(stderr, "lazygraph-serve: serving '%s' (context %d) on http://%s:%d/%s\n", plan.served.name.c_str(),
-               plan.served.context, o.host.c_str(), port,
+  std::fprintf(stderr, "lazygraph-serve: serving '%s' (context %d; %s) on http://%s:%d/%s\n", plan.served.name.c_str(),
+               plan.served.context, plan.served.kv_cache_summary().c_str(), o.host.c_str(), port,
                engine != nullptr ? "" : (" -- cannot generate: " + unavailable).c_str());
   std::printf("listening on %s:%d\n", o.host.c_str(), port);
   std::fflush(stdout);

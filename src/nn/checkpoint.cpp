@@ -60,8 +60,11 @@ DecoderConfig decoder_config(const LlamaConfig& l, int context, const std::files
   c.logit_softcap = l.final_logit_softcapping ? static_cast<float>(*l.final_logit_softcapping) : 0.0F;
   c.gain_offset = static_cast<float>(l.gain_offset);
   if (l.moe) c.moe = *l.moe;
+  c.kv_block_size = options.kv_block_size;
+  c.kv_blocks = options.kv_blocks;
+  c.attention_blocks = options.attention_blocks;
   if (l.sliding_window.has_value()) {  // a window at least the context masks nothing, but marks the layers' RoPE
-    c.window = std::min(*l.sliding_window, kMaxContext);
+    c.window = std::min(*l.sliding_window, c.paged() ? kMaxPagedContext : kMaxContext);
     c.sliding = l.sliding_layers;
     if (l.local_rope_theta) c.local_theta = static_cast<float>(*l.local_rope_theta);
   }

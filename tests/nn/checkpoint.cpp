@@ -276,6 +276,41 @@ TEST_CASE("a context beyond the model's max_position_embeddings is a UsageError 
   CHECK(DecoderCheckpoint::open(dir, options).config().context == 16);
 }
 
+TEST_CASE("LoadOptions' paged cache opens a paged decoder beyond kMaxContext, and a model it cannot run is refused") {
+  const auto dir = saved("ckpt-paged");
+  rewrite_config(dir, [](LlamaConfig& c) {
+    c.model_type = "mistral";
+    c.max_position_embeddings = 3 * kMaxContext;
+    c.sliding_window = 2 * kMaxContext;  // capped at kMaxPagedContext when paged, not at kMaxContext
+  });
+  LoadOptions options;
+  options.context = 2 * kMaxContext;
+  CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(dir, options), doctest::Contains("must be at most 8192"),
+                       CheckpointError);
+  options.kv_block_size = 32;
+  options.kv_blocks = 100;
+  options.attention_blocks = 0;
+  const DecoderConfig paged = DecoderCheckpoint::open(dir, options).config();
+  CHECK(paged.paged());
+  CHECK(paged.kv_block_size == 32);
+  CHECK(paged.kv_blocks == 100);
+  CHECK(paged.attention_blocks == 0);
+  CHECK(paged.context == 2 * kMaxContext);
+  CHECK(paged.window == 2 * kMaxContext);
+  options.kv_blocks = 0;
+  CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(dir, options),
+                       doctest::Contains("kv_blocks (0) must be at least 1 with kv_block_size"), CheckpointError);
+
+  DecoderConfig c = small_gqa();
+  c.qk_norm = true;
+  const auto qwen3 = saved("ckpt-paged-qwen3", c);
+  LoadOptions qwen3_paged;
+  qwen3_paged.kv_block_size = 16;
+  qwen3_paged.kv_blocks = 8;
+  CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(qwen3, qwen3_paged), doctest::Contains("does not run q/k norms"),
+                       CheckpointError);
+}
+
 TEST_CASE("with tied embeddings a checkpoint without lm_head reads the LM head from the embedding") {
   const auto dir = saved("ckpt-tied");
   rewrite(dir, [](std::vector<OwnedTensor>& t) {

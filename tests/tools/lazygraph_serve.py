@@ -22,7 +22,7 @@ import unittest
 TOOL, VERSION = os.path.abspath(sys.argv[1]), sys.argv[2]
 MISSING_DRIVER = "/nonexistent/libcuda.so.1"
 
-from model_files import byte_level_tokenizer, write_checkpoint  # noqa: E402  (beside this file)
+from model_files import CONFIG, byte_level_tokenizer, write_checkpoint  # noqa: E402  (beside this file)
 
 
 def environment():
@@ -51,8 +51,8 @@ class Options(unittest.TestCase):
 
     def test_help_documents_every_option_route_and_exit_status(self):
         r = self.expect(0, "--help")
-        for text in ("--host", "--port", "--model-name", "--context", "--max-batch", "--kv-blocks", "--max-queue",
-                     "--max-body", "--threads", "--drain-timeout", "--device", "/v1/completions",
+        for text in ("--host", "--port", "--model-name", "--context", "--max-batch", "--kv-cache", "--kv-blocks",
+                     "--kv-block-size", "--max-queue", "--max-body", "--threads", "--drain-timeout", "--device", "/v1/completions",
                      "/v1/chat/completions", "/v1/models", "/health", "/metrics", "Exit status", "SIGTERM"):
             self.assertIn(text, r.stdout)
         self.assertIn(VERSION, self.expect(0, "--version").stdout)
@@ -70,6 +70,24 @@ class Options(unittest.TestCase):
         self.expect(2, os.path.join(self.model, "config.json"), stderr_has=["is not a folder"])
         self.expect(2, self.model, "--context", "65", stderr_has=["--context 65 is more than the model's "
                                                                   "max_position_embeddings (64"])
+        self.expect(2, self.model, "--context", "131073", stderr_has=["--context must be an integer from 1 to "
+                                                                      "131072"])
+        self.expect(2, self.model, "--kv-cache", "pages", stderr_has=["--kv-cache must be auto, paged or "
+                                                                      "contiguous, not 'pages'"])
+        self.expect(2, self.model, "--kv-block-size", "24", stderr_has=["--kv-block-size must be 16 or 32, not '24'"])
+        self.expect(2, self.model, "--kv-blocks", "0", stderr_has=["--kv-blocks must be an integer from 1"])
+
+    def test_a_context_beyond_8192_needs_the_paged_cache_which_a_model_with_q_k_norms_cannot_have(self):
+        long = os.path.join(self.tmp.name, "long")
+        write_checkpoint(long, dict(CONFIG, max_position_embeddings=20000))
+        self.expect(2, long, "--kv-cache", "contiguous", "--context", "8193",
+                    stderr_has=["--context 8193 is more than 8192, the most the contiguous KV cache holds (it is "
+                                "contiguous because --kv-cache contiguous)"])
+        qwen3 = os.path.join(self.tmp.name, "qwen3")
+        write_checkpoint(qwen3, dict(CONFIG, model_type="qwen3", architectures=["Qwen3ForCausalLM"],
+                                     max_position_embeddings=20000))
+        self.expect(2, qwen3, "--context", "9000", stderr_has=["--context 9000 is more than 8192", "q_norm, k_norm"])
+        self.expect(2, qwen3, "--kv-cache", "paged", stderr_has=["--kv-cache paged: the model norms q and k"])
 
     def test_an_address_in_use_exits_1_naming_it(self):
         with socket.socket() as taken:
@@ -100,6 +118,9 @@ class NoGpuServer(unittest.TestCase):
             cls.server.kill()
             raise RuntimeError("the server did not start: " + line + cls.server.stderr.read())
         cls.port = int(line.rsplit(":", 1)[1])
+        cls.startup = "-"
+        while cls.startup and "serving" not in cls.startup:  # the startup line: on stderr before "listening on"
+            cls.startup = cls.server.stderr.readline()
 
     @classmethod
     def tearDownClass(cls):
@@ -132,6 +153,16 @@ class NoGpuServer(unittest.TestCase):
         self.assertEqual(health["status"], "unavailable")
         self.assertIn("no GPU to run on", health["reason"])
         self.assertIn("libcuda", health["reason"])
+
+    def test_a_llama_is_served_on_the_paged_cache_of_max_batch_whole_contexts(self):
+        health = json.loads(self.request("GET", "/health")[1])
+        self.assertEqual(health["kv_cache"], "paged")
+        self.assertNotIn("kv_cache_reason", health)
+        self.assertEqual((health["kv_blocks"], health["kv_block_size"]), (8 * 4, 16))  # 8 sequences of 64 positions
+        metrics = self.request("GET", "/metrics")[1].decode()
+        self.assertIn("lazygraph_kv_blocks_total 32\n", metrics)
+        self.assertIn('lazygraph_kv_cache_info{kv_cache="paged",block_size="16"} 1', metrics)
+        self.assertIn("paged KV cache of 32 blocks of 16 positions", self.startup)
 
     def test_thousands_of_idle_connections_do_not_hold_up_other_clients(self):
         # Each connection holds a worker thread (512) until its first request or the 1 s idle limit, so /health waits
@@ -216,6 +247,62 @@ class NoGpuServer(unittest.TestCase):
         self.server.send_signal(signal.SIGTERM)
         self.assertEqual(self.server.wait(timeout=20), 0)
         self.assertIn("draining", self.server.stderr.read())
+
+
+class KvCacheChoice(unittest.TestCase):
+    """What /health, /v1/models and /metrics say of the KV cache each model and option gives (no GPU needed)."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def served(self, config, *args):
+        """/health, /v1/models' model and /metrics of a server of `config`'s zero checkpoint started with `args`."""
+        model = os.path.join(self.tmp.name, "m")
+        write_checkpoint(model, config)
+        with subprocess.Popen([TOOL, model, "--port", "0", *args], env=environment(), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) as server:
+            return self.answers(server)
+
+    def answers(self, server):
+        try:
+            line = server.stdout.readline()
+            if not line.startswith("listening on "):
+                server.kill()
+                self.fail("the server did not start: " + line + server.stderr.read())
+            port = int(line.rsplit(":", 1)[1])
+            answers = []
+            for path in ("/health", "/v1/models", "/metrics"):
+                connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+                connection.request("GET", path)
+                answers.append(connection.getresponse().read())
+                connection.close()
+            server.send_signal(signal.SIGTERM)
+            self.assertEqual(server.wait(timeout=20), 0)
+            return json.loads(answers[0]), json.loads(answers[1])["data"][0], answers[2].decode()
+        finally:
+            if server.poll() is None:
+                server.kill()
+                server.wait()
+
+    def test_a_paged_context_reaches_beyond_8192_with_a_pool_of_the_blocks_asked_for(self):
+        health, model, metrics = self.served(dict(CONFIG, max_position_embeddings=20000), "--context", "16384",
+                                             "--kv-block-size", "32", "--kv-blocks", "700", "--max-batch", "2")
+        self.assertEqual((health["kv_cache"], health["kv_blocks"], health["kv_block_size"]), ("paged", 700, 32))
+        self.assertEqual(model["max_model_len"], 16384)
+        self.assertIn("lazygraph_kv_blocks_total 700\n", metrics)
+
+    def test_a_model_with_q_k_norms_is_served_contiguous_saying_why(self):
+        qwen3 = dict(CONFIG, model_type="qwen3", architectures=["Qwen3ForCausalLM"])
+        health, model, metrics = self.served(qwen3, "--max-batch", "2")
+        self.assertEqual(health["kv_cache"], "contiguous")
+        self.assertIn("q_norm, k_norm", health["kv_cache_reason"])
+        self.assertEqual(health["kv_blocks"], 2 * 4)  # accounts 2 contexts of 64 positions
+        self.assertIn('lazygraph_kv_cache_info{kv_cache="contiguous",block_size="16"} 1', metrics)
+        health, _, _ = self.served(dict(CONFIG), "--kv-cache", "contiguous")
+        self.assertEqual((health["kv_cache"], health["kv_cache_reason"]), ("contiguous", "--kv-cache contiguous"))
 
 
 if __name__ == "__main__":

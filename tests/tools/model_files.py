@@ -44,6 +44,8 @@ def tensor_shapes(config):
             p + "mlp.up_proj.weight": [ffn, d],
             p + "mlp.down_proj.weight": [d, ffn],
         })
+        if config.get("model_type") == "qwen3":  # q/k norms: a gain of head_dim each
+            shapes.update({p + "self_attn.q_norm.weight": [head_dim], p + "self_attn.k_norm.weight": [head_dim]})
     return shapes
 
 

@@ -1,5 +1,7 @@
 #include "serve/openai_server.hpp"
 
+#include "serve/http_server.hpp"
+
 #include <chrono>
 #include <condition_variable>
 #include <ctime>
@@ -86,6 +88,14 @@ std::int64_t now_seconds() { return static_cast<std::int64_t>(std::time(nullptr)
 
 }  // namespace
 
+std::string ServedModel::kv_cache_summary() const {
+  if (kv_cache != "paged") return "contiguous KV cache: " + kv_cache_reason;
+  const std::size_t bytes =
+      static_cast<std::size_t>(kv_blocks) * static_cast<std::size_t>(kv_block_size) * kv_bytes_per_position;
+  return "paged KV cache of " + std::to_string(kv_blocks) + " blocks of " + std::to_string(kv_block_size) +
+         " positions, " + std::to_string((bytes + (std::size_t{1} << 20U) - 1) >> 20U) + " MiB";
+}
+
 OpenAiServer::OpenAiServer(ServedModel model, nn::Engine* engine, std::string unavailable, std::size_t max_body_bytes)
     : model_(std::move(model)), engine_(engine), unavailable_(std::move(unavailable)) {
   limits_.max_body_bytes = max_body_bytes;
@@ -142,7 +152,13 @@ std::string OpenAiServer::metrics() const {
   metric("lazygraph_queue_depth", "gauge", "Requests waiting for a slot (preempted ones included).", s.queued);
   metric("lazygraph_running_requests", "gauge", "Requests in a slot.", s.running);
   metric("lazygraph_kv_blocks_used", "gauge", "KV-cache blocks held by sequences.", s.kv_blocks_used);
-  metric("lazygraph_kv_blocks_total", "gauge", "KV-cache blocks in the pool.", s.kv_blocks_total);
+  metric("lazygraph_kv_blocks_total", "gauge", "KV-cache blocks in the pool.",
+         engine_ != nullptr ? s.kv_blocks_total : model_.kv_blocks);
+  out << "# HELP lazygraph_kv_cache_info How the KV cache is kept: paged (the pool is the cache) or contiguous "
+         "(the pool accounts max_batch x context positions; /health says why).\n"
+         "# TYPE lazygraph_kv_cache_info gauge\n"
+      << "lazygraph_kv_cache_info{kv_cache=\"" << model_.kv_cache << "\",block_size=\"" << model_.kv_block_size
+      << "\"} 1\n";
   metric("lazygraph_tokens_per_second", "gauge", "Tokens generated per second over the last 10 seconds.",
          s.tokens_per_second);
   metric("lazygraph_generated_tokens_total", "counter", "Tokens generated.", s.generated_tokens);
@@ -177,15 +193,21 @@ void OpenAiServer::install(httplib::Server& server) {
   }));
 
   server.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    json health;
     if (engine_ == nullptr) {
       res.status = 503;
-      res.set_content(dump({{"status", "unavailable"}, {"reason", unavailable_}}), "application/json");
+      health = {{"status", "unavailable"}, {"reason", unavailable_}};
     } else if (engine_->closed()) {
       res.status = 503;
-      res.set_content(dump({{"status", "draining"}, {"reason", "the server is shutting down"}}), "application/json");
+      health = {{"status", "draining"}, {"reason", "the server is shutting down"}};
     } else {
-      res.set_content(dump({{"status", "ok"}, {"model", model_.name}}), "application/json");
+      health = {{"status", "ok"}, {"model", model_.name}};
     }
+    health["kv_cache"] = model_.kv_cache;
+    if (!model_.kv_cache_reason.empty()) health["kv_cache_reason"] = model_.kv_cache_reason;
+    health["kv_blocks"] = model_.kv_blocks;
+    health["kv_block_size"] = model_.kv_block_size;
+    res.set_content(dump(health), "application/json");
   });
   server.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     const json data = json::array({{{"id", model_.name},
@@ -247,7 +269,11 @@ void OpenAiServer::install(httplib::Server& server) {
       const std::string name = model_.name;
 
       if (!r.stream) {
+        // The answer is written at the end; meanwhile the connection is checked between events (every 200 ms at
+        // most), and a client that went away cancels its request, which frees its slot and blocks at the next step.
         const ActiveGuard guard(active_);
+        const socket_t connection = current_connection();
+        bool gone = false;
         std::string text;
         std::vector<int> tokens;
         nn::GenerationEvent last;
@@ -257,7 +283,12 @@ void OpenAiServer::install(httplib::Server& server) {
             if (e.token.has_value()) tokens.push_back(*e.token);
             last = std::move(e);
           }
+          if (!gone && !last.finished.has_value() && connection >= 0 && peer_closed(connection)) {
+            gone = true;
+            engine_->cancel(*id);
+          }
         }
+        if (gone) return;  // nobody to answer
         if (failed(*last.finished)) {
           send_error(res, *last.finished == nn::FinishReason::error ? 500 : 503,
                      *last.finished == nn::FinishReason::error
@@ -286,7 +317,8 @@ void OpenAiServer::install(httplib::Server& server) {
       }
 
       // Server-sent events: a chunk per event, then [DONE]. A client that goes away (a write fails, or its socket is
-      // no longer writable) cancels its request; so does a server stopping before the end.
+      // no longer writable: HttpServer's check sees a closed connection) cancels its request; so does a server
+      // stopping before the end.
       ++active_;
       auto first = std::make_shared<bool>(true);
       res.set_header("Cache-Control", "no-cache");

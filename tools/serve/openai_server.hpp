@@ -4,6 +4,7 @@
 // is no GPU: every route but /v1/completions' work then answers, and /health says why it cannot serve).
 
 #include <atomic>
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,6 +29,14 @@ struct ServedModel {
   std::optional<lazygraph::nn::ChatTemplate> chat;    ///< the chat template, when MODEL_DIR has a usable one
   std::string no_chat;                                ///< why there is none (what /v1/chat/completions answers)
   std::vector<int> eos;                               ///< the end-of-sequence ids that stop a request
+  std::string kv_cache;                               ///< "paged" (the pool is the cache) or "contiguous"
+  std::string kv_cache_reason;                        ///< why the cache is contiguous (empty when paged)
+  int kv_blocks = 0;                                  ///< blocks in the pool
+  int kv_block_size = 16;                             ///< positions per block
+  std::size_t kv_bytes_per_position = 0;              ///< K and V of every layer
+
+  /// One line on the KV cache: paged with its pool's blocks and bytes, or contiguous and why.
+  [[nodiscard]] std::string kv_cache_summary() const;
 };
 
 /// The routes, over an engine that a thread of the caller steps.

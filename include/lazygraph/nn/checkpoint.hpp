@@ -35,8 +35,9 @@ class Staging;
 
 /// How a checkpoint becomes a decoder.
 struct LoadOptions {
-  /// Positions the KV cache holds; 0: the model's max_position_embeddings, at most 4096. \throws UsageError
-  /// (from DecoderCheckpoint::open) beyond max_position_embeddings.
+  /// Positions the KV cache holds per sequence (with a paged cache, the most one sequence's table reaches); 0: the
+  /// model's max_position_embeddings, at most 4096. \throws UsageError (from DecoderCheckpoint::open) beyond
+  /// max_position_embeddings.
   int context = 0;
   /// Sequences decoded at once (DecoderConfig::max_batch, 1 to 8): the KV cache holds this many.
   int max_batch = 1;
@@ -50,6 +51,16 @@ struct LoadOptions {
   bool early_launch = true;
   /// Run steps of 2 to 8 rows on tensor cores (DecoderConfig::tensor_cores).
   bool tensor_cores = false;
+  /// Positions per block of a paged KV cache (DecoderConfig::kv_block_size: 16 or 32), or 0 (the default) for the
+  /// contiguous cache of max_batch x context positions. Paged, `context` may reach kMaxPagedContext (and the model's
+  /// max_position_embeddings), and a model the paged cache does not run (q/k norms) is refused (CheckpointError
+  /// naming config.json); a sliding window is then capped at kMaxPagedContext, not kMaxContext.
+  int kv_block_size = 0;
+  /// Blocks of the paged cache's pool (DecoderConfig::kv_blocks): at least 1 with kv_block_size, else 0.
+  int kv_blocks = 0;
+  /// Blocks per (row, head) of attention (DecoderConfig::attention_blocks): 1 by default; 0 splits by the context
+  /// (paged: paged_attention_splits), which a paged context beyond about 46k positions needs.
+  int attention_blocks = 1;
   /// Keep every layer's routes of a mixture of experts for Decoder::last_routes (DecoderConfig::record_routes);
   /// refused (CheckpointError) for a model without one.
   bool record_routes = false;
