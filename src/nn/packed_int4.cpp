@@ -4,11 +4,13 @@
 
 #include <lazygraph/driver/half.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
+#include "formats/storage_format.hpp"
 #include "lazygraph/nn/checkpoint_error.hpp"
 #include "lazygraph/nn/decoder_tensors.hpp"
 
@@ -44,19 +46,12 @@ int zero_point(const PackedQuantization& packed, std::span<const std::byte> qzer
 
 }  // namespace
 
-std::string module_of(std::string_view weight_name) {
-  constexpr std::string_view suffix = ".weight";
-  if (weight_name.ends_with(suffix)) weight_name.remove_suffix(suffix.size());
-  return std::string(weight_name);
-}
-
-std::string packed_name(const PackedQuantization& packed, const std::string& module) {
-  return module + (packed.fp8() ? ".weight" : ".qweight");
-}
-
-bool holds_packed(const Checkpoint& checkpoint, const PackedQuantization& packed, const std::string& module) {
-  const TensorInfo* found = checkpoint.find(packed_name(packed, module));
-  return found != nullptr && (!packed.fp8() || found->dtype == DType::f8_e4m3);
+QuantizedFormat int4_with_zeros(const PackedQuantization& packed) {
+  // the storage table's 4-bit row with zero points: both packings store 4-bit q in [0, 15] with a zero point a group
+  const auto rows = storage_formats();
+  const auto int4 = std::find_if(rows.begin(), rows.end(),
+                                 [](const StorageFormat* f) { return f->value_bits == 4 && f->allows_asymmetric; });
+  return {.kind = (*int4)->kind, .group = packed.group, .asymmetric = true, .scale_type = ScaleType::f16};
 }
 
 PackedTensors require_packed(const Checkpoint& checkpoint, const PackedQuantization& packed, const std::string& module,

@@ -3,8 +3,8 @@
 // the FP8 ones into the same PackedTensors). Their matrices
 // (`<module>.qweight`, `.qzeros`, `.scales`, GPTQ's `.g_idx`) pack eight 4-bit values into each int32 and are
 // repacked on load into the int4 layout with zero points of quantized.hpp, which the kernels read; the weight an
-// element stands for, (q - zero) * scale, is unchanged. packed_config.cpp reads their quantization_config,
-// packed_int4.cpp their tensors.
+// element stands for, (q - zero) * scale, is unchanged. methods/awq.cpp and methods/gptq.cpp read their
+// quantization_config (their rows of the methods' table, methods/packed_method.hpp), packed_int4.cpp their tensors.
 //
 // For a matrix of N outputs and K inputs, groups of g inputs (G = K / g), nibble i of a word being its bits 4i..4i+3:
 // - AWQ (GEMM): qweight I32 [K, N / 8], word (k, c) holding outputs 8c + j in nibble awq_nibble(j) (AutoAWQ's order
@@ -19,9 +19,6 @@
 #include <string>
 #include <string_view>
 
-#include <nlohmann/json.hpp>
-
-#include "detail/config_reader.hpp"
 #include "lazygraph/nn/llama_config.hpp"
 #include "lazygraph/nn/quantized.hpp"
 #include "lazygraph/nn/safetensors.hpp"
@@ -34,22 +31,9 @@ namespace lazygraph::nn::detail {
   return nibble[j];
 }
 
-/// Reads quantization_config `q` of quant_method `method` (awq or gptq) into config.packed, and config.quantization
-/// with every class in its format. \throws CheckpointError through `reader` naming the key and the value it refuses.
-void read_packed_config(LlamaConfig& config, const nlohmann::json& q, PackedMethod method, const ConfigReader& reader);
-
-/// `packed` as quantization_config, which read_packed_config reads back equal.
-[[nodiscard]] nlohmann::json packed_config_json(const PackedQuantization& packed);
-
-/// "model.layers.0.self_attn.q_proj" of "model.layers.0.self_attn.q_proj.weight".
-[[nodiscard]] std::string module_of(std::string_view weight_name);
-
-/// The tensor that says `module` is packed: `<module>.qweight`, or for FP8 `<module>.weight`.
-[[nodiscard]] std::string packed_name(const PackedQuantization& packed, const std::string& module);
-
-/// Whether `checkpoint` holds `module` packed (a `<module>.qweight`; FP8: a `<module>.weight` of dtype F8_E4M3).
-[[nodiscard]] bool holds_packed(const Checkpoint& checkpoint, const PackedQuantization& packed,
-                                const std::string& module);
+/// The format AWQ and GPTQ matrices are repacked into: the storage table's 4-bit format with zero points (int4 in
+/// groups), in groups of packed.group, asymmetric, fp16 scales.
+[[nodiscard]] QuantizedFormat int4_with_zeros(const PackedQuantization& packed);
 
 /// One packed matrix's tensors, checked by require_packed.
 struct PackedTensors {

@@ -6,9 +6,11 @@ usage: format_files.py SOURCE_ROOT            prints the table
        format_files.py SOURCE_ROOT --lines    prints each file's lines that count, to audit a pattern
 
 A library file (include/, src/, kernels/ of the nn wing: not tests, tools or docs) knows a format when its code, comments left out,
-names it (its WeightFormat or PackedMethod enumerator, its name in config.json, its kernels' suffix, its own file or
-helpers) or branches on it (a test that tells it from the other formats, such as PackedQuantization::fp8(), which
-tells the FP8 methods from AWQ and GPTQ). Adding a format touches at least these files; issue 64's target is 6.
+names it (its WeightFormat or PackedMethod enumerator, its name in config.json, its kernels' suffix, its own file, row
+or helpers) or branches on it (a test that tells it from the other formats, such as PackedQuantization::fp8(), which
+tells the FP8 methods from AWQ and GPTQ, or a comparison of PackedMethods). A file that reads the format's row of a
+table (the storage formats', src/nn/formats/; the checkpoint methods', src/nn/methods/) and names no format does not
+count: the readers the methods share (packed_int4.cpp, packed_fp8.cpp) count only where they tell methods apart. Adding a format touches at least these files; issue 64's target is 6.
 """
 import os
 import re
@@ -21,13 +23,16 @@ FORMATS = {
                    r"int4 in groups", r"value_bits == 4 && \w+->allows_asymmetric"],
     "fp8_block": [r"\bfp8_block", r'_fp8"', r"\bkFp8", r"_fp8_(body|f32|f16|bf16)\b", r"\bquantize_blocks_fp8",
                   r"\bpack_fp8\b", r"\bdequantize_fp8\b", r"\be4m3_values\b", r"fp8 e4m3 in groups"],
-    "AWQ": [r"PackedMethod::awq", r'"awq"', r"\bawq\w*\(", r"\bkAwq", r"\.fp8\(\)"],
-    "GPTQ": [r"PackedMethod::gptq", r'"gptq"', r"\bgptq\w*\(", r"\bkGptq", r"PackedMethod::awq", r"\.fp8\(\)"],
-    "FP8": [r"PackedMethod::fp8", r'(?<!name = )"fp8"', r"\bread_fp8\b", r"\.fp8\(\)", r"\b(require|repack)_fp8\b",
-            r"\bfp8_scale_name\b", r"weight_scale_inv"],
-    "compressed-tensors": [r"PackedMethod::compressed_tensors", r'"compressed-tensors"', r"\bcompressed_tensors\b",
-                           r"float-quantized", r"\.fp8\(\)", r"\b(require|repack)_fp8\b", r"\bfp8_scale_name\b",
-                           r"PackedMethod::fp8"],
+    # A checkpoint method is also known where its family's other method is compared with (`method == awq`: the else is
+    # GPTQ's), and where PackedQuantization::fp8() tells the families apart.
+    "AWQ": [r"^\s*awq,\s*$", r"PackedMethod::awq\b", r'"awq"', r"\bawq\w*\(", r"\bkAwq", r"\bawq_method\b", r"methods/awq\.cpp",
+            r"[=!]=\s*PackedMethod::gptq\b", r"\.fp8\(\)"],
+    "GPTQ": [r"^\s*gptq,\s*$", r"PackedMethod::gptq\b", r'"gptq"', r"\bgptq\w*\(", r"\bkGptq", r"\bgptq_method\b", r"methods/gptq\.cpp",
+             r"[=!]=\s*PackedMethod::awq\b", r"\.fp8\(\)"],
+    "FP8": [r"^\s*fp8,\s*$", r"PackedMethod::fp8\b", r'(?<!name = )"fp8"', r"\bread_fp8\b", r"\bfp8_method\b", r"methods/fp8\.cpp",
+            r"weight_scale_inv", r"[=!]=\s*PackedMethod::compressed_tensors\b", r"\.fp8\(\)"],
+    "compressed-tensors": [r"^\s*compressed_tensors,\s*$", r"PackedMethod::compressed_tensors\b", r'"compressed-tensors"', r"\bcompressed_tensors",
+                           r"float-quantized", r"[=!]=\s*PackedMethod::fp8\b", r"\.fp8\(\)"],
 }
 STORAGE = ["int8_channel", "int4_group", "fp8_block"]
 SOURCES = (".hpp", ".cpp", ".cu", ".cuh", ".h", "meson.build")
