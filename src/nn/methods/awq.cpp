@@ -56,6 +56,21 @@ json write_awq(const PackedQuantization& packed) {
   return out;
 }
 
+/// AutoAWQ's GEMM packing: qweight I32 [K, N / 8], word (k, c) holding outputs 8c + j in nibble nibble[j] (AutoAWQ's
+/// order 0, 2, 4, 6, 1, 3, 5, 7 of outputs along the nibbles); qzeros packed alike, zero points stored as they are.
+constexpr Int4Packing kAwqPacking{
+    .words_hold_outputs = true, .nibble = {0, 4, 1, 5, 2, 6, 3, 7}, .zero_offset = 0, .g_idx = false};
+
+PackedTensors require_awq(const Checkpoint& checkpoint, const PackedQuantization& packed, const std::string& module,
+                          int outputs, int inputs) {
+  return require_packed(checkpoint, packed, module, outputs, inputs, kAwqPacking);
+}
+
+QuantizedWeight repack_awq(const Checkpoint& checkpoint, const PackedQuantization& packed,
+                           const QuantizedLayout& layout, std::span<const PackedPart> parts, int head_dim) {
+  return repack(checkpoint, packed, layout, parts, head_dim, kAwqPacking);
+}
+
 }  // namespace
 
 extern const PackedMethodRow awq_method{
@@ -67,8 +82,8 @@ extern const PackedMethodRow awq_method{
     .format = int4_with_zeros,
     .packed_suffix = ".qweight",
     .packed_dtype = std::nullopt,
-    .require = require_packed,
-    .repack = repack,
+    .require = require_awq,
+    .repack = repack_awq,
 };
 
 }  // namespace lazygraph::nn::detail

@@ -79,6 +79,21 @@ json write_gptq(const PackedQuantization& packed) {
   return out;
 }
 
+/// GPTQ's packing (checkpoint_format "gptq"): qweight I32 [K / 8, N], word (r, n) holding inputs 8r + i in nibble i;
+/// qzeros word (gi, c) holding outputs 8c + i in nibble i as zero - 1; g_idx I32 [K], each input's group.
+constexpr Int4Packing kGptqPacking{
+    .words_hold_outputs = false, .nibble = {0, 1, 2, 3, 4, 5, 6, 7}, .zero_offset = 1, .g_idx = true};
+
+PackedTensors require_gptq(const Checkpoint& checkpoint, const PackedQuantization& packed, const std::string& module,
+                           int outputs, int inputs) {
+  return require_packed(checkpoint, packed, module, outputs, inputs, kGptqPacking);
+}
+
+QuantizedWeight repack_gptq(const Checkpoint& checkpoint, const PackedQuantization& packed,
+                            const QuantizedLayout& layout, std::span<const PackedPart> parts, int head_dim) {
+  return repack(checkpoint, packed, layout, parts, head_dim, kGptqPacking);
+}
+
 }  // namespace
 
 extern const PackedMethodRow gptq_method{
@@ -90,8 +105,8 @@ extern const PackedMethodRow gptq_method{
     .format = int4_with_zeros,
     .packed_suffix = ".qweight",
     .packed_dtype = std::nullopt,
-    .require = require_packed,
-    .repack = repack,
+    .require = require_gptq,
+    .repack = repack_gptq,
 };
 
 }  // namespace lazygraph::nn::detail
