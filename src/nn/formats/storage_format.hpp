@@ -28,7 +28,7 @@ struct StorageFormat {
   WeightFormat kind;  ///< the format; its value is the kernels' (qgemv_core.cuh) and a saved layout's kind
   /// Its name in config.json's quantization_config ("kind") and first in messages: "int8", "int4".
   std::string_view name;
-  /// Its family in messages: "int8 per channel", "int4 in groups" (projection.hpp's kWeightFormats names it so).
+  /// Its family in messages: "int8 per channel", "int4 in groups" (weight_format.hpp's kWeightFormatNames names it so).
   std::string_view family;
   /// The group sizes allowed along K, in the order messages list them; empty for one scale per row over all of its
   /// columns (QuantizedLayout::group() is then cols, and a share of columns keeps its rows' scales).
