@@ -2,7 +2,6 @@
 // and their row of the methods' table. packed_int4.hpp reads their tensors (AWQ's word order) into int4 with zero
 // points.
 #include <algorithm>
-#include <initializer_list>
 #include <string>
 #include <string_view>
 

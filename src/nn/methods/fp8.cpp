@@ -1,8 +1,6 @@
 // transformers' FineGrainedFP8 checkpoints (quant_method "fp8": e4m3 weights, weight_block_size [128, 128], each
 // matrix's scale `<module>.weight_scale_inv`): their quantization_config, read and written back, and their row of the
 // methods' table. packed_fp8.hpp reads their tensors into the fp8 format.
-#include <algorithm>
-#include <initializer_list>
 #include <string>
 #include <string_view>
 
