@@ -16,9 +16,8 @@
 #include "json_util.hpp"
 #include "lazygraph/nn/decoder_rank.hpp"
 #include "lazygraph/nn/quantized_checkpoint.hpp"
+#include "methods/packed_method.hpp"
 #include "model_folder.hpp"
-#include "packed_fp8.hpp"
-#include "packed_int4.hpp"
 
 namespace lazygraph::nn {
 
@@ -133,7 +132,7 @@ DecoderQuantization packed_classes(const LlamaConfig& llama, const DecoderConfig
       const TensorInfo& q = *weights.find(detail::packed_name(packed, detail::module_of(packed_one->name)));
       throw CheckpointError(weights.file_of(q).path(), dense_one->name,
                             "is not packed (no " + detail::packed_name(packed, detail::module_of(dense_one->name)) +
-                                (packed.fp8() ? " of dtype F8_E4M3" : "") + ") while " + q.name +
+                                detail::packed_dtype_note(packed) + ") while " + q.name +
                                 " is: lazygraph stores a class of matrices (attention's q, k, v and o; the MLP's "
                                 "gate, up and down; the LM head) in one format, so a checkpoint mixing " +
                                 method + " and dense matrices in one class is refused");
@@ -146,7 +145,8 @@ DecoderQuantization packed_classes(const LlamaConfig& llama, const DecoderConfig
   if (!out.any()) {
     throw CheckpointError(weights.path() / "config.json", "",
                           "quantization_config says " + method + ", but no matrix is packed (no tensor `" +
-                              (packed.fp8() ? ".weight` of dtype F8_E4M3" : ".qweight`") + ")");
+                              std::string(detail::find_packed_method(packed.method).packed_suffix) + "`" +
+                              detail::packed_dtype_note(packed) + ")");
   }
   return out;
 }
@@ -436,8 +436,9 @@ DecoderCheckpoint::DecoderCheckpoint(LlamaConfig llama, DecoderConfig config, Ch
   if (llama_.packed.has_value()) {
     for (const std::vector<std::size_t>& matrix : matrix_parts_) {
       for (const std::size_t p : matrix) {
-        const detail::PackedTensors found = (llama_.packed->fp8() ? detail::require_fp8 : detail::require_packed)(
-            weights_, *llama_.packed, detail::module_of(tensors_[p].name), tensors_[p].rows, tensors_[p].cols);
+        const detail::PackedTensors found = detail::find_packed_method(llama_.packed->method)
+                                                .require(weights_, *llama_.packed, detail::module_of(tensors_[p].name),
+                                                         tensors_[p].rows, tensors_[p].cols);
         for (const TensorInfo* part : {found.qweight, found.qzeros, found.scales, found.g_idx}) {
           if (part != nullptr) used.insert(part->name);
         }
@@ -550,15 +551,14 @@ QuantizedWeight DecoderCheckpoint::quantized_weight(std::size_t index) const {
   }
   const QuantizedLayout& l = layouts_[index];
   if (llama_.packed.has_value()) {  // open() checked the tensors: repacking them cannot fail
+    const detail::PackedMethodRow& method = detail::find_packed_method(llama_.packed->method);
     std::vector<detail::PackedPart> parts;
     for (const std::size_t p : matrix_parts_[index]) {
       const DecoderTensor& t = tensors_[p];
-      parts.push_back({(llama_.packed->fp8() ? detail::require_fp8 : detail::require_packed)(
-                           weights_, *llama_.packed, detail::module_of(t.name), t.rows, t.cols),
-                       t.rope_rows});
+      parts.push_back(
+          {method.require(weights_, *llama_.packed, detail::module_of(t.name), t.rows, t.cols), t.rope_rows});
     }
-    return (llama_.packed->fp8() ? detail::repack_fp8 : detail::repack)(weights_, *llama_.packed, l, parts,
-                                                                        config_.head_dim());
+    return method.repack(weights_, *llama_.packed, l, parts, config_.head_dim());
   }
   if (quantized_as_saved()) {
     try {

@@ -16,7 +16,7 @@
 #include "detail/config_reader.hpp"
 #include "formats/storage_format.hpp"
 #include "json_util.hpp"
-#include "packed_int4.hpp"
+#include "methods/packed_method.hpp"
 
 namespace lazygraph::nn {
 
@@ -255,8 +255,8 @@ std::optional<QuantizedFormat> read_format(const json& config, std::string_view 
 }
 
 /// quantization_config, as save_quantized_checkpoint writes it: {"quant_method": "lazygraph", "layout_version": 1,
-/// "attention": FORMAT or null, "mlp": ..., "lm_head": ..., "clip_search": false}; or AWQ's or GPTQ's, which
-/// packed_config.cpp reads.
+/// "attention": FORMAT or null, "mlp": ..., "lm_head": ..., "clip_search": false}; or another tool's, which its row
+/// of the methods' table reads (methods/packed_method.hpp).
 void read_quantization(LlamaConfig& config, const ConfigReader& reader) {
   const json* q = reader.get("quantization_config");
   if (q == nullptr) return;
@@ -267,18 +267,13 @@ void read_quantization(LlamaConfig& config, const ConfigReader& reader) {
   };
   const std::string own =
       "lazygraph reads the quantized checkpoints it writes itself (quant_method \"lazygraph\", "
-      "nn::save_quantized_checkpoint), 4-bit AWQ (\"awq\") and GPTQ (\"gptq\") ones and FP8 e4m3 ones (\"fp8\", "
-      "\"compressed-tensors\")";
+      "nn::save_quantized_checkpoint), " +
+      std::string(detail::packed_methods_read());
   const json* method = field("quant_method");
   if (method == nullptr) reader.fail("quantization_config.quant_method", "is missing: " + own);
-  constexpr std::pair<std::string_view, PackedMethod> kPacked[] = {
-      {"awq", PackedMethod::awq},
-      {"gptq", PackedMethod::gptq},
-      {"fp8", PackedMethod::fp8},
-      {"compressed-tensors", PackedMethod::compressed_tensors}};
-  for (const auto& [name, packed] : kPacked) {
-    if (method->is_string() && method->get<std::string>() == name) {
-      detail::read_packed_config(config, *q, packed, reader);
+  if (method->is_string()) {
+    if (const detail::PackedMethodRow* packed = detail::find_packed_method(method->get<std::string>())) {
+      detail::read_packed_config(config, *q, *packed, reader);
       return;
     }
   }

@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -44,16 +45,27 @@ DeviceQuantizer::DeviceQuantizer(const KernelLibrary& library)
                                    std::uint8_t*, unsigned long long*)>("quantize_groups_f16")),
       groups_bf16_(library.get<void(const bfloat16*, int, int, int, int, int, int, int, int, std::int8_t*,
                                     std::uint16_t*, std::uint8_t*, unsigned long long*)>("quantize_groups_bf16")),
-      blocks_f32_(library.get<void(const float*, int, int, int, std::int8_t*, std::uint16_t*, unsigned long long*)>(
-          "quantize_blocks_fp8_f32")),
-      blocks_f16_(library.get<void(const half*, int, int, int, std::int8_t*, std::uint16_t*, unsigned long long*)>(
-          "quantize_blocks_fp8_f16")),
-      blocks_bf16_(library.get<void(const bfloat16*, int, int, int, std::int8_t*, std::uint16_t*, unsigned long long*)>(
-          "quantize_blocks_fp8_bf16")),
       pack_(pack_kernels(library)),
       pack_scales_(
           library.get<void(const std::uint16_t*, const std::uint8_t*, int, int, std::uint16_t*, std::uint8_t*)>(
-              "pack_scales")) {}
+              "pack_scales")) {
+  for (const detail::StorageFormat* f : detail::storage_formats()) {
+    if (f->block_quantize_kernel.empty()) {
+      blocks_.emplace_back();
+      continue;
+    }
+    const std::string name(f->block_quantize_kernel);
+    const std::string f32 = name + "_f32";
+    const std::string f16 = name + "_f16";
+    const std::string bf16 = name + "_bf16";
+    blocks_.push_back(BlocksKernels{
+        .f32 = library.get<void(const float*, int, int, int, std::int8_t*, std::uint16_t*, unsigned long long*)>(f32),
+        .f16 = library.get<void(const half*, int, int, int, std::int8_t*, std::uint16_t*, unsigned long long*)>(f16),
+        .bf16 =
+            library.get<void(const bfloat16*, int, int, int, std::int8_t*, std::uint16_t*, unsigned long long*)>(bf16),
+    });
+  }
+}
 
 template <Element T, QuantizerSource S>
 DeviceQuantizedWeight<T> DeviceQuantizer::quantize(const Stream& stream, const QuantizedFormat& format,
@@ -86,8 +98,11 @@ DeviceQuantizedWeight<T> DeviceQuantizer::quantize(const Stream& stream, const Q
   const int q_max = q_range[1];
   const int ratios = options.clip_search ? static_cast<int>(clip_ratios.size()) : 1;
   const int bf16_scales = format.scale_type == ScaleType::bf16 ? 1 : 0;
-  const int block_rows = layout.storage().quantize_rows;
-  if (block_rows == 1) {
+  const auto formats = detail::storage_formats();  // the format's index in the kernel vectors
+  const auto row =
+      static_cast<std::size_t>(std::find(formats.begin(), formats.end(), &layout.storage()) - formats.begin());
+  const std::optional<BlocksKernels>& block_kernels = blocks_[row];
+  if (!block_kernels) {                                            // one scale per row's group
     const LaunchConfig per_group = threads_for(group_count * 32);  // a warp per group
     const auto launch_groups = [&](const auto& kernel) {
       kernel.launch(stream, per_group, weights, rows, cols, layout.group(), q_min, q_max, format.asymmetric ? 1 : 0,
@@ -100,18 +115,19 @@ DeviceQuantizedWeight<T> DeviceQuantizer::quantize(const Stream& stream, const Q
     } else {
       launch_groups(groups_bf16_);
     }
-  } else {  // fp8: a block of threads per block of rows x group, which rounds to nearest (no clip ratios)
+  } else {  // a block of threads per block of rows x group, which rounds to nearest (no clip ratios)
+    const int block_rows = layout.storage().quantize_rows;
     const auto blocks = static_cast<unsigned>((rows + block_rows - 1) / block_rows * groups);
     const LaunchConfig per_block{.grid = {blocks, 1, 1}, .block = {block_threads, 1, 1}};
     const auto launch_blocks = [&](const auto& kernel) {
       kernel.launch(stream, per_block, weights, rows, cols, bf16_scales, q.view(), scales_rm.view(), problems.view());
     };
     if constexpr (std::same_as<S, float>) {
-      launch_blocks(blocks_f32_);
+      launch_blocks(block_kernels->f32);
     } else if constexpr (std::same_as<S, half>) {
-      launch_blocks(blocks_f16_);
+      launch_blocks(block_kernels->f16);
     } else {
-      launch_blocks(blocks_bf16_);
+      launch_blocks(block_kernels->bf16);
     }
   }
   std::array<unsigned long long, 2> found{};
@@ -136,9 +152,7 @@ DeviceQuantizedWeight<T> DeviceQuantizer::quantize(const Stream& stream, const Q
   DeviceBuffer<std::uint16_t> scales(device, layout.scale_count());
   std::optional<DeviceBuffer<std::uint8_t>> zeros;
   if (format.asymmetric) zeros.emplace(device, layout.zero_bytes());
-  const auto formats = detail::storage_formats();
-  const auto& pack =
-      pack_[static_cast<std::size_t>(std::find(formats.begin(), formats.end(), &layout.storage()) - formats.begin())];
+  const auto& pack = pack_[row];
   pack.launch(stream, threads_for(layout.value_bytes() / 4), q.cview(), rows, cols, values.view());
   pack_scales_.launch(stream, threads_for(layout.scale_count()), scales_rm.cview(), zeros_rm.cview(), rows, groups,
                       scales.view(), zeros ? zeros->view() : DeviceSpan<std::uint8_t>{});

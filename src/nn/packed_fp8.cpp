@@ -5,11 +5,13 @@
 #include <lazygraph/driver/bfloat16.hpp>
 #include <lazygraph/driver/half.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
+#include "formats/storage_format.hpp"
 #include "lazygraph/nn/checkpoint_error.hpp"
 #include "lazygraph/nn/decoder_tensors.hpp"
 
@@ -51,12 +53,19 @@ int blocks_of(int n) { return (n + kBlock - 1) / kBlock; }
 
 }  // namespace
 
-std::string fp8_scale_name(const PackedQuantization& packed, const std::string& module) {
-  return module + (packed.method == PackedMethod::fp8 ? ".weight_scale_inv" : ".weight_scale");
+ScaleType fp8_scale_type(const LlamaConfig& config) {
+  return config.torch_dtype == "float16" ? ScaleType::f16 : ScaleType::bf16;
 }
 
-PackedTensors require_fp8(const Checkpoint& checkpoint, const PackedQuantization& packed, const std::string& module,
-                          int outputs, int inputs) {
+QuantizedFormat fp8_format(const PackedQuantization& packed) {
+  // the storage table's row read from checkpoints as they are, 8 bits a value: e4m3 bytes
+  const auto rows = storage_formats();
+  const auto fp8_row = std::find_if(rows.begin(), rows.end(), [](const StorageFormat* f) { return f->e4m3_values; });
+  return {.kind = (*fp8_row)->kind, .group = 128, .asymmetric = false, .scale_type = packed.scale_type};
+}
+
+PackedTensors require_fp8_tensors(const Checkpoint& checkpoint, const PackedQuantization& packed,
+                                  const std::string& module, int outputs, int inputs, std::string_view scale_suffix) {
   const auto refuse = [&](const TensorInfo& t, const std::string& why) {
     throw CheckpointError(checkpoint.file_of(t).path(), t.name, why);
   };
@@ -70,7 +79,7 @@ PackedTensors require_fp8(const Checkpoint& checkpoint, const PackedQuantization
     refuse(*t.qweight, "has " + std::to_string(inputs) +
                            " inputs, not whole groups of 128: lazygraph's fp8 layout keeps one scale per 128 inputs");
   }
-  const std::string scale_name = fp8_scale_name(packed, module);
+  const std::string scale_name = module + std::string(scale_suffix);
   if (checkpoint.find(scale_name) == nullptr) {
     refuse(*t.qweight, "is FP8 (F8_E4M3) but the checkpoint has no " + scale_name + ", its scale");
   }

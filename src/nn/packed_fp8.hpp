@@ -10,6 +10,7 @@
 // that type, else within half a unit in its last place, the rounding a dense checkpoint of those weights would have.
 
 #include <string>
+#include <string_view>
 
 #include "lazygraph/nn/quantized.hpp"
 #include "lazygraph/nn/safetensors.hpp"
@@ -17,18 +18,24 @@
 
 namespace lazygraph::nn::detail {
 
-/// The name of `module`'s scale in an FP8 checkpoint of `packed`'s method.
-[[nodiscard]] std::string fp8_scale_name(const PackedQuantization& packed, const std::string& module);
+/// The scale type FP8 matrices are stored with: the model's element type (bf16 unless torch_dtype is float16).
+[[nodiscard]] ScaleType fp8_scale_type(const LlamaConfig& config);
+
+/// The format FP8 matrices are placed into: the storage table's format of e4m3 values, in groups of 128, symmetric,
+/// of packed.scale_type.
+[[nodiscard]] QuantizedFormat fp8_format(const PackedQuantization& packed);
 
 /// The tensors of `module`, an `outputs` x `inputs` FP8 matrix (PackedTensors::qweight its weight, ::scales its
-/// scale), checked on the host where the file is mapped: dtypes and shapes (the file comment's), inputs whole groups
-/// of 128, every scale finite and positive and within the scale type's normal range times 2^8, no NaN byte in the
-/// weight. \throws CheckpointError naming the tensor and what is wrong.
-[[nodiscard]] PackedTensors require_fp8(const Checkpoint& checkpoint, const PackedQuantization& packed,
-                                        const std::string& module, int outputs, int inputs);
+/// scale `<module>` + `scale_suffix`: the method's, ".weight_scale_inv" or ".weight_scale"), checked on the host where
+/// the file is mapped: dtypes and shapes (the file comment's), inputs whole groups of 128, every scale finite and
+/// positive and within the scale type's normal range times 2^8, no NaN byte in the weight. \throws CheckpointError
+/// naming the tensor and what is wrong.
+[[nodiscard]] PackedTensors require_fp8_tensors(const Checkpoint& checkpoint, const PackedQuantization& packed,
+                                                const std::string& module, int outputs, int inputs,
+                                                std::string_view scale_suffix);
 
 /// The matrix `layout` describes (fp8 in groups of 128) from its `parts`, their bytes placed as they are and their
-/// scales expanded to its groups. Preconditions: require_fp8 checked every part, whose outputs add up to
+/// scales expanded to its groups. Preconditions: require_fp8_tensors checked every part, whose outputs add up to
 /// layout.rows() and whose inputs are layout.cols().
 [[nodiscard]] QuantizedWeight repack_fp8(const Checkpoint& checkpoint, const PackedQuantization& packed,
                                          const QuantizedLayout& layout, std::span<const PackedPart> parts,

@@ -4,11 +4,13 @@
 
 #include <lazygraph/driver/half.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
+#include "formats/storage_format.hpp"
 #include "lazygraph/nn/checkpoint_error.hpp"
 #include "lazygraph/nn/decoder_tensors.hpp"
 
@@ -34,33 +36,25 @@ std::uint16_t half_bits(std::span<const std::byte> bytes, std::size_t i) {
 
 unsigned nibble(std::uint32_t w, int i) { return (w >> (4 * i)) & 0xFU; }
 
-/// The zero point of output n, group gi, as stored (GPTQ's stored value is zero - 1).
-int zero_point(const PackedQuantization& packed, std::span<const std::byte> qzeros, int outputs, int gi, int n) {
+/// The zero point of output n, group gi: the stored nibble plus the packing's zero_offset.
+int zero_point(const Int4Packing& packing, std::span<const std::byte> qzeros, int outputs, int gi, int n) {
   const std::uint32_t w = word(
       qzeros, static_cast<std::size_t>(gi) * static_cast<std::size_t>(outputs / 8) + static_cast<std::size_t>(n / 8));
-  if (packed.method == PackedMethod::awq) return static_cast<int>(nibble(w, awq_nibble(n % 8)));
-  return static_cast<int>(nibble(w, n % 8)) + 1;
+  return static_cast<int>(nibble(w, packing.nibble[static_cast<std::size_t>(n % 8)])) + packing.zero_offset;
 }
 
 }  // namespace
 
-std::string module_of(std::string_view weight_name) {
-  constexpr std::string_view suffix = ".weight";
-  if (weight_name.ends_with(suffix)) weight_name.remove_suffix(suffix.size());
-  return std::string(weight_name);
-}
-
-std::string packed_name(const PackedQuantization& packed, const std::string& module) {
-  return module + (packed.fp8() ? ".weight" : ".qweight");
-}
-
-bool holds_packed(const Checkpoint& checkpoint, const PackedQuantization& packed, const std::string& module) {
-  const TensorInfo* found = checkpoint.find(packed_name(packed, module));
-  return found != nullptr && (!packed.fp8() || found->dtype == DType::f8_e4m3);
+QuantizedFormat int4_with_zeros(const PackedQuantization& packed) {
+  // the storage table's 4-bit row with zero points: both packings store 4-bit q in [0, 15] with a zero point a group
+  const auto rows = storage_formats();
+  const auto int4 = std::find_if(rows.begin(), rows.end(),
+                                 [](const StorageFormat* f) { return f->value_bits == 4 && f->allows_asymmetric; });
+  return {.kind = (*int4)->kind, .group = packed.group, .asymmetric = true, .scale_type = ScaleType::f16};
 }
 
 PackedTensors require_packed(const Checkpoint& checkpoint, const PackedQuantization& packed, const std::string& module,
-                             int outputs, int inputs) {
+                             int outputs, int inputs, const Int4Packing& packing) {
   const std::string method = packed_method_name(packed.method);
   const auto refuse = [&](const TensorInfo& t, const std::string& why) {
     throw CheckpointError(checkpoint.file_of(t).path(), t.name, why);
@@ -84,11 +78,11 @@ PackedTensors require_packed(const Checkpoint& checkpoint, const PackedQuantizat
   PackedTensors t;
   t.outputs = outputs;
   t.inputs = inputs;
-  if (packed.method == PackedMethod::awq) {
+  if (packing.words_hold_outputs) {
     t.qweight = &checkpoint.require(module + ".qweight", kI32, std::array<std::int64_t, 2>{k, n / 8});
   } else {
     if (inputs % 8 != 0) {
-      refuse(*first, "has " + std::to_string(inputs) + " inputs, which GPTQ cannot pack: 8 inputs a word");
+      refuse(*first, "has " + std::to_string(inputs) + " inputs, which " + method + " cannot pack: 8 inputs a word");
     }
     t.qweight = &checkpoint.require(module + ".qweight", kI32, std::array<std::int64_t, 2>{k / 8, n});
   }
@@ -102,16 +96,20 @@ PackedTensors require_packed(const Checkpoint& checkpoint, const PackedQuantizat
                             std::to_string(s) + ", not a finite number >= 0");
     }
   }
-  if (packed.method == PackedMethod::gptq) {
+  if (packing.zero_offset != 0) {
     const std::span<const std::byte> qzeros = checkpoint.data(*t.qzeros);
     for (int gi = 0; gi < groups; ++gi) {
       for (int o = 0; o < outputs; ++o) {
-        if (zero_point(packed, qzeros, outputs, gi, o) > 15) {
+        if (const int zero = zero_point(packing, qzeros, outputs, gi, o); zero > 15) {
           refuse(*t.qzeros, "zero point of group " + std::to_string(gi) + ", output " + std::to_string(o) +
-                                " is stored as 15, meaning 16 (GPTQ stores zero - 1), outside [0, 15]");
+                                " is stored as " + std::to_string(zero - packing.zero_offset) + ", meaning " +
+                                std::to_string(zero) + " (" + method + " stores zero - " +
+                                std::to_string(packing.zero_offset) + "), outside [0, 15]");
         }
       }
     }
+  }
+  if (packing.g_idx) {
     if (packed.desc_act && checkpoint.find(module + ".g_idx") == nullptr) {
       refuse(*first, "has no " + module + ".g_idx: with desc_act true, g_idx must say each input's group");
     }
@@ -134,7 +132,7 @@ PackedTensors require_packed(const Checkpoint& checkpoint, const PackedQuantizat
 }
 
 QuantizedWeight repack(const Checkpoint& checkpoint, const PackedQuantization& packed, const QuantizedLayout& layout,
-                       std::span<const PackedPart> parts, int head_dim) {
+                       std::span<const PackedPart> parts, int head_dim, const Int4Packing& packing) {
   std::vector<std::uint8_t> values(layout.value_bytes());
   std::vector<std::uint16_t> scales(layout.scale_count());
   std::vector<std::uint8_t> zeros(layout.zero_bytes());
@@ -168,13 +166,13 @@ QuantizedWeight repack(const Checkpoint& checkpoint, const PackedQuantization& p
       values[row / QuantizedLayout::tile_rows * tile_bytes + at / 2] |= static_cast<std::uint8_t>(q << (4 * (at % 2)));
     };
     const std::span<const std::byte> qweight = checkpoint.data(*t.qweight);
-    const auto words_per_row = static_cast<std::size_t>(packed.method == PackedMethod::awq ? n_out / 8 : n_out);
-    if (packed.method == PackedMethod::awq) {  // word (k, c): outputs 8c + j
+    const auto words_per_row = static_cast<std::size_t>(packing.words_hold_outputs ? n_out / 8 : n_out);
+    if (packing.words_hold_outputs) {  // word (k, c): outputs 8c + j
       for (int k = 0; k < k_in; ++k) {
         for (int c = 0; c < n_out / 8; ++c) {
           const std::uint32_t w =
               word(qweight, static_cast<std::size_t>(k) * words_per_row + static_cast<std::size_t>(c));
-          for (int j = 0; j < 8; ++j) put(8 * c + j, k, nibble(w, awq_nibble(j)));
+          for (int j = 0; j < 8; ++j) put(8 * c + j, k, nibble(w, packing.nibble[static_cast<std::size_t>(j)]));
         }
       }
     } else {  // word (r, n): inputs 8r + i
@@ -182,7 +180,7 @@ QuantizedWeight repack(const Checkpoint& checkpoint, const PackedQuantization& p
         for (int n = 0; n < n_out; ++n) {
           const std::uint32_t w =
               word(qweight, static_cast<std::size_t>(r) * words_per_row + static_cast<std::size_t>(n));
-          for (int i = 0; i < 8; ++i) put(n, 8 * r + i, nibble(w, i));
+          for (int i = 0; i < 8; ++i) put(n, 8 * r + i, nibble(w, packing.nibble[static_cast<std::size_t>(i)]));
         }
       }
     }
@@ -193,7 +191,7 @@ QuantizedWeight repack(const Checkpoint& checkpoint, const PackedQuantization& p
         const std::size_t at = layout.scale_index(row_of[static_cast<std::size_t>(n)], gi * group);
         scales[at] = half_bits(
             scale_bytes, static_cast<std::size_t>(gi) * static_cast<std::size_t>(n_out) + static_cast<std::size_t>(n));
-        zeros[at] = static_cast<std::uint8_t>(zero_point(packed, qzeros, n_out, gi, n));
+        zeros[at] = static_cast<std::uint8_t>(zero_point(packing, qzeros, n_out, gi, n));
       }
     }
     first_row += n_out;

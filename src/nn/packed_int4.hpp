@@ -1,55 +1,40 @@
 #pragma once
-// Private to src/nn: the 4-bit checkpoints of AutoAWQ and AutoGPTQ / GPTQModel, read as they are (packed_fp8.hpp reads
-// the FP8 ones into the same PackedTensors). Their matrices
-// (`<module>.qweight`, `.qzeros`, `.scales`, GPTQ's `.g_idx`) pack eight 4-bit values into each int32 and are
-// repacked on load into the int4 layout with zero points of quantized.hpp, which the kernels read; the weight an
-// element stands for, (q - zero) * scale, is unchanged. packed_config.cpp reads their quantization_config,
-// packed_int4.cpp their tensors.
+// Private to src/nn: the 4-bit checkpoints whose matrices pack eight 4-bit values into each int32 (AutoAWQ's and
+// AutoGPTQ's / GPTQModel's), read as they are (packed_fp8.hpp reads the FP8 ones into the same PackedTensors). A matrix
+// (`<module>.qweight`, `.qzeros`, `.scales`, and `.g_idx` where the method stores it) is repacked on load into the int4
+// layout with zero points of quantized.hpp, which the kernels read; the weight an element stands for,
+// (q - zero) * scale, is unchanged. What differs between the methods' packings is an Int4Packing, given by each
+// method's row of the methods' table (methods/awq.cpp, methods/gptq.cpp say how they pack), which also reads their
+// quantization_config; packed_int4.cpp reads their tensors.
 //
 // For a matrix of N outputs and K inputs, groups of g inputs (G = K / g), nibble i of a word being its bits 4i..4i+3:
-// - AWQ (GEMM): qweight I32 [K, N / 8], word (k, c) holding outputs 8c + j in nibble awq_nibble(j) (AutoAWQ's order
-//   0, 2, 4, 6, 1, 3, 5, 7 of outputs along the nibbles); qzeros I32 [G, N / 8] the zero points packed alike; scales
-//   F16 [G, N].
-// - GPTQ: qweight I32 [K / 8, N], word (r, n) holding inputs 8r + i in nibble i; qzeros I32 [G, N / 8], word (gi, c)
-//   holding outputs 8c + i in nibble i as zero - 1 (checkpoint_format "gptq"); scales F16 [G, N]; g_idx I32 [K], the
-//   group of each input, which must be k / g.
+// qweight I32 [K, N / 8] (word (k, c) holding outputs 8c + j, words_hold_outputs) or [K / 8, N] (word (r, n) holding
+// inputs 8r + j), the j-th in nibble nibble[j]; qzeros I32 [G, N / 8], word (gi, c) holding outputs 8c + j in nibble
+// nibble[j] as zero - zero_offset; scales F16 [G, N]; g_idx I32 [K], the group of each input, which must be k / g.
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
 
-#include <nlohmann/json.hpp>
-
-#include "detail/config_reader.hpp"
 #include "lazygraph/nn/llama_config.hpp"
 #include "lazygraph/nn/quantized.hpp"
 #include "lazygraph/nn/safetensors.hpp"
 
 namespace lazygraph::nn::detail {
 
-/// The nibble of an AWQ word that holds output 8c + j.
-[[nodiscard]] constexpr int awq_nibble(int j) noexcept {
-  constexpr int nibble[] = {0, 4, 1, 5, 2, 6, 3, 7};
-  return nibble[j];
-}
+/// How a method packs 4-bit values into int32 words (the file comment's layout).
+struct Int4Packing {
+  bool words_hold_outputs;    ///< qweight [K, N / 8], a word holding 8 outputs of one input (else [K / 8, N])
+  std::array<int, 8> nibble;  ///< the nibble of a word (qweight's and qzeros') that holds its j-th value
+  int zero_offset;            ///< what is added to a stored zero point (a stored 15 + zero_offset above 15 is refused)
+  bool g_idx;                 ///< whether `.g_idx` may be stored (required when desc_act is true)
+};
 
-/// Reads quantization_config `q` of quant_method `method` (awq or gptq) into config.packed, and config.quantization
-/// with every class in its format. \throws CheckpointError through `reader` naming the key and the value it refuses.
-void read_packed_config(LlamaConfig& config, const nlohmann::json& q, PackedMethod method, const ConfigReader& reader);
-
-/// `packed` as quantization_config, which read_packed_config reads back equal.
-[[nodiscard]] nlohmann::json packed_config_json(const PackedQuantization& packed);
-
-/// "model.layers.0.self_attn.q_proj" of "model.layers.0.self_attn.q_proj.weight".
-[[nodiscard]] std::string module_of(std::string_view weight_name);
-
-/// The tensor that says `module` is packed: `<module>.qweight`, or for FP8 `<module>.weight`.
-[[nodiscard]] std::string packed_name(const PackedQuantization& packed, const std::string& module);
-
-/// Whether `checkpoint` holds `module` packed (a `<module>.qweight`; FP8: a `<module>.weight` of dtype F8_E4M3).
-[[nodiscard]] bool holds_packed(const Checkpoint& checkpoint, const PackedQuantization& packed,
-                                const std::string& module);
+/// The format AWQ and GPTQ matrices are repacked into: the storage table's 4-bit format with zero points (int4 in
+/// groups), in groups of packed.group, asymmetric, fp16 scales.
+[[nodiscard]] QuantizedFormat int4_with_zeros(const PackedQuantization& packed);
 
 /// One packed matrix's tensors, checked by require_packed.
 struct PackedTensors {
@@ -62,11 +47,12 @@ struct PackedTensors {
 };
 
 /// The tensors of `module`, an `outputs` x `inputs` matrix packed as `packed` says, checked on the host where the file
-/// is mapped: their dtypes and shapes (the file comment's), every scale finite and >= 0, GPTQ's zero points at most 15
-/// (a stored 15 means 16), g_idx the grouping k / g (present when desc_act is true). AWQ and GPTQ only. \throws
+/// is mapped: their dtypes and shapes (the file comment's, as `packing` packs them), every scale finite and >= 0, zero
+/// points at most 15 (with zero_offset), g_idx the grouping k / g (present when desc_act is true). \throws
 /// CheckpointError naming the tensor and what is wrong.
 [[nodiscard]] PackedTensors require_packed(const Checkpoint& checkpoint, const PackedQuantization& packed,
-                                           const std::string& module, int outputs, int inputs);
+                                           const std::string& module, int outputs, int inputs,
+                                           const Int4Packing& packing);
 
 /// One packed tensor of a matrix, its outputs stacked after the previous parts' in the matrix's rows.
 struct PackedPart {
@@ -78,6 +64,7 @@ struct PackedPart {
 /// without a copy in floats: values, scales and zero points taken as they are. Preconditions: require_packed
 /// checked every part, whose outputs add up to layout.rows() and whose inputs are layout.cols().
 [[nodiscard]] QuantizedWeight repack(const Checkpoint& checkpoint, const PackedQuantization& packed,
-                                     const QuantizedLayout& layout, std::span<const PackedPart> parts, int head_dim);
+                                     const QuantizedLayout& layout, std::span<const PackedPart> parts, int head_dim,
+                                     const Int4Packing& packing);
 
 }  // namespace lazygraph::nn::detail

@@ -1,12 +1,12 @@
-// FP8 checkpoints read as they are (src/nn/packed_fp8.hpp, packed_config.cpp): a packer written here from the formats'
-// public description (e4m3: 1 sign bit, 4 exponent bits of bias 7, 3 mantissa bits, 0x7F and 0xFF NaN, no infinity;
-// transformers' "fp8" stores w / scale rounded to e4m3 with scale = amax / 448 per block of 128 x 128 as
-// `weight_scale_inv`, compressed-tensors per output channel as `weight_scale`) writes small checkpoints from seeded
-// weights; DecoderCheckpoint places them on the host, and every weight must be the packer's e4m3 value times its
-// scale rounded once (times 2^8) to the scale type, q and k rows reordered as the loader reorders dense ones. The
-// e4m3 decoding of all 256 bytes is checked against a float64 formula, every refusal of the config and of the tensors
-// by name. The gpu suite checks that a decoder loaded from an FP8 checkpoint computes the logits of the same weights
-// stored dense in fp16 and in bf16, within rounding.
+// FP8 checkpoints read as they are (src/nn/packed_fp8.hpp, methods/fp8.cpp, methods/compressed_tensors.cpp): a packer
+// written here from the formats' public description (e4m3: 1 sign bit, 4 exponent bits of bias 7, 3 mantissa bits, 0x7F
+// and 0xFF NaN, no infinity; transformers' "fp8" stores w / scale rounded to e4m3 with scale = amax / 448 per block of
+// 128 x 128 as `weight_scale_inv`, compressed-tensors per output channel as `weight_scale`) writes small checkpoints
+// from seeded weights; DecoderCheckpoint places them on the host, and every weight must be the packer's e4m3 value
+// times its scale rounded once (times 2^8) to the scale type, q and k rows reordered as the loader reorders dense ones.
+// The e4m3 decoding of all 256 bytes is checked against a float64 formula, every refusal of the config and of the
+// tensors by name. The gpu suite checks that a decoder loaded from an FP8 checkpoint computes the logits of the same
+// weights stored dense in fp16 and in bf16, within rounding.
 #include <doctest/doctest.h>
 
 #include <lazygraph/driver/bfloat16.hpp>

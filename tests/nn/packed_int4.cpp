@@ -1,10 +1,10 @@
-// AWQ and GPTQ checkpoints read as they are (src/nn/packed_int4.hpp, packed_config.cpp): a packer written here from
-// the formats' public descriptions (AutoAWQ's GEMM packing: eight outputs a word in the order 0, 2, 4, 6, 1, 3, 5, 7;
-// AutoGPTQ's: eight inputs a word, low bits first, zero points stored minus 1) packs seeded weights quantized to 4
-// bits with zero points into small checkpoints; DecoderCheckpoint repacks them on the host, and every weight must be
-// the packer's (q - zero) * scale exactly, q and k rows reordered as the loader reorders dense ones. Every refusal of
-// the config and of the tensors is checked by name. The gpu suite checks that the uploaded decoder computes the logits
-// of the same matrices saved in lazygraph's own int4 format, bit for bit.
+// AWQ and GPTQ checkpoints read as they are (src/nn/packed_int4.hpp, methods/awq.cpp, methods/gptq.cpp): a packer
+// written here from the formats' public descriptions (AutoAWQ's GEMM packing: eight outputs a word in the order 0, 2,
+// 4, 6, 1, 3, 5, 7; AutoGPTQ's: eight inputs a word, low bits first, zero points stored minus 1) packs seeded weights
+// quantized to 4 bits with zero points into small checkpoints; DecoderCheckpoint repacks them on the host, and every
+// weight must be the packer's (q - zero) * scale exactly, q and k rows reordered as the loader reorders dense ones.
+// Every refusal of the config and of the tensors is checked by name. The gpu suite checks that the uploaded decoder
+// computes the logits of the same matrices saved in lazygraph's own int4 format, bit for bit.
 #include <doctest/doctest.h>
 
 #include <lazygraph/nn/checkpoint.hpp>

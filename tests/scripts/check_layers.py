@@ -8,7 +8,8 @@ Four rules, each failure named with the file and the include or line that breaks
      the layers below it: driver, ops, kernels, graph, module, nn (docs/design.md's layers); lazygraph.hpp counts
      as module's.
   2. The nn wing has no include cycle between its rooms. A room is a file's stem, its header and its source together
-     (decoder.hpp with decoder.cpp); src/nn/architectures/ is one room, and so is src/nn/formats/.
+     (decoder.hpp with decoder.cpp); src/nn/architectures/ is one room, and so are src/nn/formats/ and
+     src/nn/methods/.
   3. nn's private parts live in include/lazygraph/nn/detail/: no other nn header opens `namespace detail`.
   4. The weight seam: a quantized WeightFormat (`WeightFormat::` followed by anything but `dense`) is named only in
      its format's file (src/nn/formats/), in the header that declares the enum and in projection.hpp's table; the
@@ -63,7 +64,7 @@ def room(root, path):
     for base in (os.path.join(root, "include", "lazygraph", "nn"), os.path.join(root, "src", "nn")):
         if path.startswith(base + os.sep):
             rel = os.path.splitext(os.path.relpath(path, base))[0]
-            for seam in ("architectures", "formats"):
+            for seam in ("architectures", "formats", "methods"):
                 if rel.startswith(seam + os.sep):
                     return seam
             return rel

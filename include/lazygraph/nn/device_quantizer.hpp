@@ -4,6 +4,7 @@
 /// (quantized.hpp's `quantize`) computes, bit for bit, from weights already on the device, so that a checkpoint can
 /// be quantized while it is uploaded instead of on one host core.
 
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -43,12 +44,18 @@ class DeviceQuantizer {
   GroupsKernel<float> groups_f32_;
   GroupsKernel<half> groups_f16_;
   GroupsKernel<bfloat16> groups_bf16_;
-  /// fp8's kernels, one scale per block of 128 x 128 (quantize_blocks_fp8 in kernels/nn/quantize.cu).
   template <class S>
   using BlocksKernel = Kernel<void(const S*, int, int, int, std::int8_t*, std::uint16_t*, unsigned long long*)>;
-  BlocksKernel<float> blocks_f32_;
-  BlocksKernel<half> blocks_f16_;
-  BlocksKernel<bfloat16> blocks_bf16_;
+  /// A format's kernels that choose one scale per block of rows, over weights of each type.
+  struct BlocksKernels {
+    BlocksKernel<float> f32;
+    BlocksKernel<half> f16;
+    BlocksKernel<bfloat16> bf16;
+  };
+  /// The kernels of each format that chooses one scale per block of rows (its block_quantize_kernel: fp8's
+  /// quantize_blocks_fp8 in kernels/nn/quantize.cu), in the order of the storage table (src/nn/formats/); nullopt for
+  /// the formats that quantize_groups quantizes.
+  std::vector<std::optional<BlocksKernels>> blocks_;
   /// Each quantized format's packing kernel, in the order of the storage table (src/nn/formats/).
   std::vector<Kernel<void(const std::int8_t*, int, int, std::uint8_t*)>> pack_;
   Kernel<void(const std::uint16_t*, const std::uint8_t*, int, int, std::uint16_t*, std::uint8_t*)> pack_scales_;

@@ -5,7 +5,8 @@
 /// dense family (BasicKernels: gemv, gemv_add, rms_norm_gemv, rms_norm_gemv_swiglu, qkv_rope_append, gemv_all_reduce)
 /// or the quantized one (BasicQuantizedKernels: the same operations over a QuantizedMatrix, one kernel per quantized
 /// format). Blocks, backends and the tensor-parallel rank call these and never ask what format a weight is in; this
-/// file and the table below are the only places that do (docs/adding.md: "A weight format").
+/// file and the table below are the only places that do (docs/adding.md: "A weight format"). The table names no
+/// quantized format: each row is built from weight_format.hpp's list of formats.
 ///
 /// Each projection is an op of one type whatever the format (a OneOfOp of the families' launches, only the chosen one
 /// built), so a model's op types do not depend on its weights. Dense launches keep their weight alive through its span;
@@ -36,20 +37,23 @@ struct WeightFormatTraits {
   bool persistent_tiles;  ///< the persistent backend has tile functions that read it
 };
 
-/// The format table: one row per WeightFormat, in the enum's order.
-inline constexpr std::array<WeightFormatTraits, 4> kWeightFormats{{
-    {WeightFormat::dense, "dense", false, true},
-    {WeightFormat::int8_channel, "int8 per channel", true, false},
-    {WeightFormat::int4_group, "int4 in groups", true, false},
-    {WeightFormat::fp8_block, "fp8 e4m3 in groups", true, false},
-}};
+/// The format table: one row per WeightFormat, in the enum's order (kWeightFormatNames'). Dense weights are projected
+/// by the dense kernels, and are the only ones the persistent backend has tile functions for; every quantized format
+/// by the quantized kernels, which read its storage row (src/nn/formats/). A quantized format the persistent backend
+/// reads would need persistent_tiles in weight_format.hpp's list.
+inline constexpr std::array<WeightFormatTraits, kWeightFormatNames.size()> kWeightFormats = [] {
+  std::array<WeightFormatTraits, kWeightFormatNames.size()> rows{};
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const bool dense = kWeightFormatNames[i].format == WeightFormat::dense;
+    rows[i] = {kWeightFormatNames[i].format, kWeightFormatNames[i].name, !dense, dense};
+  }
+  return rows;
+}();
 
 /// The table's row of `format`.
 [[nodiscard]] constexpr const WeightFormatTraits& format_traits(WeightFormat format) noexcept {
   return kWeightFormats[static_cast<std::size_t>(format)];
 }
-static_assert(format_traits(WeightFormat::fp8_block).format == WeightFormat::fp8_block,
-              "kWeightFormats lists the formats in the enum's order");
 
 /// The kernels a model's projections run on: the dense family always; the quantized one where some weight is
 /// quantized (null otherwise: a dense model runs on GPUs the quantized kernels need more of).

@@ -4,6 +4,10 @@
 /// (its bytes, its checks, its kernels, its config.json object) is its row of the storage table, one file per format
 /// in src/nn/formats/ (docs/adding.md: "A weight format"); quantized.hpp describes the layout they share.
 
+#include <array>
+#include <cstddef>
+#include <string_view>
+
 namespace lazygraph::nn {
 
 /// How the values of a weight matrix are stored.
@@ -15,6 +19,28 @@ enum class WeightFormat {
   /// checkpoints, or quantized by lazygraph with one scale per block of 128 x 128, as those checkpoints are made
   fp8_block,
 };
+
+/// A WeightFormat and its name in messages.
+struct WeightFormatName {
+  WeightFormat format;    ///< the format
+  std::string_view name;  ///< its name in messages: "dense", "int8 per channel"
+};
+
+/// Every WeightFormat, in the enum's order, with its name: the projections' table (projection.hpp) is built from it.
+inline constexpr std::array<WeightFormatName, 4> kWeightFormatNames{{
+    {WeightFormat::dense, "dense"},
+    {WeightFormat::int8_channel, "int8 per channel"},
+    {WeightFormat::int4_group, "int4 in groups"},
+    {WeightFormat::fp8_block, "fp8 e4m3 in groups"},
+}};
+static_assert(
+    [] {
+      for (std::size_t i = 0; i < kWeightFormatNames.size(); ++i) {
+        if (static_cast<std::size_t>(kWeightFormatNames[i].format) != i) return false;
+      }
+      return true;
+    }(),
+    "kWeightFormatNames lists every format in the enum's order");
 
 /// The element type scales are stored in.
 enum class ScaleType {

@@ -89,6 +89,7 @@ extern const StorageFormat fp8_block_format{
     .value_unit = 1.0 / 131072,  // 2^-17: q / 512 is the e4m3 value, times 2^-8
     .nearest = nearest_fp8,
     .quantize_rows = 128,
+    .block_quantize_kernel = "quantize_blocks_fp8",
     .e4m3_values = true,
 };
 

@@ -28,7 +28,7 @@ struct StorageFormat {
   WeightFormat kind;  ///< the format; its value is the kernels' (qgemv_core.cuh) and a saved layout's kind
   /// Its name in config.json's quantization_config ("kind") and first in messages: "int8", "int4".
   std::string_view name;
-  /// Its family in messages: "int8 per channel", "int4 in groups" (projection.hpp's kWeightFormats names it so).
+  /// Its family in messages: "int8 per channel", "int4 in groups" (weight_format.hpp's kWeightFormatNames names it so).
   std::string_view family;
   /// The group sizes allowed along K, in the order messages list them; empty for one scale per row over all of its
   /// columns (QuantizedLayout::group() is then cols, and a share of columns keeps its rows' scales).
@@ -70,6 +70,10 @@ struct StorageFormat {
   /// layout is the same either way). A format of several rows rounds to nearest: QuantizeOptions::clip_search does
   /// not apply to it, and a tensor-parallel share of rows is quantized whole and then cut.
   int quantize_rows = 1;
+  /// For a format of several quantize_rows: the device quantizer's kernels that choose a scale per block of rows
+  /// (kernels/nn/quantize.cu; the name before _f32, _f16 and _bf16, the weights' type). Empty for one row, which
+  /// quantize_groups quantizes (clipping search included). Set exactly when quantize_rows > 1.
+  std::string_view block_quantize_kernel = "";
   /// Whether the stored bytes are e4m3 floating-point values, as FP8 checkpoints store them (read byte for byte).
   bool e4m3_values = false;
 
