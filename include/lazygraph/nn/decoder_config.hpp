@@ -144,10 +144,11 @@ struct DecoderOptions {
   /// than in four of 512). Used only where head_dim is 64 or 128, the GPU is sm_80 or newer and cuBLASLt loads
   /// (prefill_on_tensor_cores); elsewhere prefill takes the decode step's graphs.
   int prefill_chunk = 2048;
-  /// Blocks per (row, head) of the fused path's attention, at most 64; 0 picks by context (attention_splits). The
-  /// default is one: on the H100 at position 255 of a 1024 context, spreading the 8 heads of the default decoder
-  /// over 32 blocks each made the step slower (192 vs 170 us), the combine of the partials costing more than the
-  /// positions it shares out.
+  /// Blocks per (row, head) of the fused path's attention, at most 64; 0 picks by context (attention_splits), or
+  /// with a paged cache by the step's rows and the GPU's multiprocessors (paged_attention_splits). The default is
+  /// one: on the H100 at position 255 of a 1024 context, spreading the 8 heads of the default decoder over 32 blocks
+  /// each made the step slower (192 vs 170 us), the combine of the partials costing more than the positions it
+  /// shares out.
   int attention_blocks = 1;
   /// What runs a step: a CUDA graph of kernels, or one persistent kernel (DecoderBackend). Prefill on tensor cores
   /// (prefill_chunk) is the same for both; the rest of a prompt runs on the step's backend.

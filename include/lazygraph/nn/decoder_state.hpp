@@ -16,7 +16,7 @@ namespace lazygraph::nn {
 template <Element T>
 struct BasicDecoderState {
   /// Allocates every buffer for `config`, uninitialised but for rope_frequencies (rope_frequencies() of the config)
-  /// and attention_counters (zero), which it writes and waits for.
+  /// and attention_counters, generated and a paged cache's tables (zero), which it writes and waits for.
   BasicDecoderState(const Device& device, const DecoderConfig& config);
 
   DeviceBuffer<int> io;         ///< [tokens | positions | slots | control] (DecoderIo): copied in before each replay
