@@ -5,8 +5,8 @@
 /// step is an op expression (decoder_step.hpp) that the decoder's backend (step_backend.hpp) hands to a capture once;
 /// the token and the position reach it through device memory, so every step replays the same graph. Weights come from a
 /// seed (DecoderWeights::generate) or from a checkpoint (checkpoint.hpp). Weights and activations are fp16 (`Decoder`)
-/// or bf16 (`BasicDecoder<bfloat16>`), element.hpp; the matrices may be weight-only quantized instead (int8 or int4
-/// with scales of the element type: decoder_quantization.hpp), each run on its own kind of kernels.
+/// or bf16 (`BasicDecoder<bfloat16>`), element.hpp; the matrices may be weight-only quantized instead (int8, int4 or
+/// fp8 e4m3 with scales of the element type: decoder_quantization.hpp), each run on its own kind of kernels.
 ///
 /// The parts, a header each: decoder_io.hpp (limits, io layout), decoder_config.hpp (shape and options, argument
 /// checks), decoder_weights.hpp, decoder_state.hpp, decoder_step.hpp (the step's ops), step_backend.hpp (what runs it).
