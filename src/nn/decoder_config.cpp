@@ -27,7 +27,7 @@ void validate_paged(const DecoderConfig& c) {
   };
   refuse(c.backend == DecoderBackend::persistent, "on the persistent backend; use DecoderBackend::graph");
   refuse(!c.fused, "the unfused attention block (fused false); set fused");
-  refuse(c.qk_norm, "q/k norms (qk_norm: Qwen3)");
+  refuse(c.qk_norm, "q/k norms (qk_norm: Qwen3, Gemma 3, OLMoE)");
   // attend's scores and table in one block's shared memory (PagedAttention::attention_config).
   const long long unsplit = (static_cast<long long>(c.kv_table_width()) * (c.kv_block_size + 1)) * 4;
   if (c.attention_blocks == 1 && unsplit > paged_unsplit_shared_limit) {
@@ -104,7 +104,10 @@ void DecoderConfig::validate() const {
           "the persistent backend has no tiles for q/k norms over the whole projection (qk_norm_whole: OLMoE); use "
           "DecoderBackend::graph");
     }
-    if (qk_norm) fail("the persistent backend has no tiles for q/k norms (qk_norm: Qwen3); use DecoderBackend::graph");
+    if (qk_norm)
+      fail(
+          "the persistent backend has no tiles for q/k norms (qk_norm: Qwen3, Gemma 3, OLMoE); use "
+          "DecoderBackend::graph");
     const auto refuse = [&](bool uses, const char* what) {
       if (uses) fail(std::string("the persistent backend has no tiles for ") + what + "; use DecoderBackend::graph");
     };
