@@ -4,6 +4,7 @@
 #include <mutex>
 #include <string>
 
+#include "lazygraph/detail/driver/driver_api.hpp"
 #include "lazygraph/detail/driver/nccl_api.hpp"
 
 namespace lazygraph::detail {
@@ -45,7 +46,12 @@ std::vector<std::shared_ptr<SymmetricAllocation>> allocate_and_register(std::spa
     out.push_back(std::make_shared<SymmetricAllocation>(c.state(), reinterpret_cast<std::uintptr_t>(p), bytes));
     handles.push_back(c.get());
     addresses.push_back(p);
+    // Zeroed (the header promises it), also so that compute-sanitizer's initcheck, which does not
+    // see the stores NCCL's kernels make through the window's own mappings, does not report every later read.
+    driver::fill(c.device().context(), static_cast<CUdeviceptr>(reinterpret_cast<std::uintptr_t>(p)), 0, 1, bytes,
+                 nullptr);
   }
+  for (const Communicator& c : comms) driver::context_synchronize(c.device().context());
   // NCCL calls on one communicator must not overlap: hold every rank's lock (in rank order, as no one else takes two).
   std::vector<std::unique_lock<std::mutex>> locks;
   for (const Communicator& c : comms) locks.emplace_back(c.state()->mutex);

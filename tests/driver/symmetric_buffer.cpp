@@ -42,7 +42,7 @@ bool have_symmetric() {
 }  // namespace
 
 TEST_SUITE("gpu") {
-  TEST_CASE("one rank's SymmetricBuffer is device memory that copies, kernels and a captured all_reduce use") {
+  TEST_CASE("one rank's SymmetricBuffer is zeroed device memory that copies, kernels and a captured all_reduce use") {
     if (!have_symmetric()) return;
     const std::vector<Communicator> comms = Communicator::create_all(std::vector<Device>{lgtest::device()});
     const Stream& s = lgtest::stream();
@@ -53,6 +53,7 @@ TEST_SUITE("gpu") {
     REQUIRE(y.size() == 1);
     CHECK(y[0].size() == n);
     CHECK(y[0].device().ordinal() == lgtest::device().ordinal());
+    CHECK(lgtest::to_host(s, y[0].cview()) == std::vector<float>(n, 0.0F));  // zeroed when created
     const DeviceBuffer<float> x = lgtest::to_device(s, x0);
     DeviceBuffer<float> out(s.device(), n);
     copy_async(s, y[0].view(), std::span<const float>(y0));
@@ -85,8 +86,9 @@ TEST_SUITE("gpu") {
     CHECK_THROWS_WITH_AS(SymmetricBuffer<float>::create(comms[0], 0), doctest::Contains("count 0"), UsageError);
     const SymmetricBuffer<float> b = SymmetricBuffer<float>::create(comms[0], 1000);
     CHECK(b.size() == 1000);
-    const auto values = lgtest::random_floats(1000);
     const Stream stream(lgtest::device());
+    CHECK(lgtest::to_host(stream, b.cview()) == std::vector<float>(1000, 0.0F));  // zeroed when created
+    const auto values = lgtest::random_floats(1000);
     copy(b.view(), std::span<const float>(values)).sync_on(stream);
     all_reduce(comms[0], b.view()).sync_on(stream);  // one rank: the sum is the buffer itself
     CHECK(lgtest::to_host(stream, b.cview()) == values);

@@ -6,7 +6,8 @@
 /// all-gather or reduce-scatter whose send and recv lie in such buffers, at the same offset on every rank, runs
 /// kernels that read and write the peers' memory directly instead of staging through NCCL's own buffers. For small
 /// messages, the all-reduces of a decode step, that is NCCL's lowest latency; for large ones its bandwidth is
-/// NCCL's usual. Ordinary device memory otherwise: kernels and copies read and write it like a DeviceBuffer's.
+/// NCCL's usual. Zeroed when created; ordinary device memory otherwise: kernels and copies read and write it like a
+/// DeviceBuffer's.
 ///
 ///     auto x = SymmetricBuffer<half>::create_all(comms, d);       // one per rank, registered together
 ///     s.record(gemv(..., x[rank].view()) >> all_reduce(comms[rank], x[rank].view()));
