@@ -7,7 +7,8 @@
 # suite never finished. A case still running after SANITIZE_CASE_TIMEOUT seconds (default 900) is stopped and named
 # as timed out, so that a run always finishes. SANITIZE_PROGRAMS names the programs to check (default both);
 # SANITIZE_SHARD=K/N runs only the K-th of N shares of every pass's cases (case i when (i - 1) % N == K - 1), so that
-# a run can be split over commands of limited length. The tool `asan` instead builds build-gpu-asan/ with
+# a run can be split over commands of limited length; SANITIZE_PASSES names the passes to run (default "main api nccl":
+# every test but those below; the tests of failing driver calls; the tests that create NCCL communicators). The tool `asan` instead builds build-gpu-asan/ with
 # AddressSanitizer + UndefinedBehaviorSanitizer and runs the gpu and reliability suites of the programs there
 # (host-side memory errors on the GPU path: use-after-scope, use-after-free, overflows, leaks).
 # Prints one line per tool, program and pass with its error count, then one line per failed case (its number and
@@ -42,8 +43,10 @@ expected_api_errors="*larger than the device's memory*,*that the driver rejects*
 # limitation of the tool with conditional bodies: after its first report it kills the context, so every later test
 # would fail. The persistent kernel as a WHILE body (tests/kernels/persistent_program.cpp) gets the same report at its
 # first __syncthreads, with every thread of the block present (2x H200, compute-sanitizer 2025.3.1). memcheck and
-# racecheck run these tests.
-synccheck_excluded="*generate*,*8 threads calling one MLP and one decoder*,*decode after prefill on tensor cores*,*a while_ body may hold a kernel that synchronizes*,*a persistent program is the body of a while_ loop*"
+# racecheck run these tests. Besides the tests named for generate, those that call it: the engine's tests (its step
+# model's generate), the recorded routes' test and the rank of one that runs every path (2025.3.1, H200, this pass:
+# the same report at qkv_rope_append and qk_norm_rope_append inside generate's loop, then a lost context).
+synccheck_excluded="*generate*,*requests through the engine over a*,*recorded routes are route_token*,*a rank of one runs every path of the Decoder*,*8 threads calling one MLP and one decoder*,*decode after prefill on tensor cores*,*a while_ body may hold a kernel that synchronizes*,*a persistent program is the body of a while_ loop*"
 # racecheck only:
 # - the tests of cuBLASLt GEMMs (kernels/gemm.cpp, and the nn prefill that runs on them). racecheck reports hazards
 #   inside cuBLASLt's own Hopper kernels (nvjet_sm90_*), which order their shared memory through asynchronous barriers
@@ -67,8 +70,10 @@ racecheck_excluded_sources="*gemm.cpp,*nn/prefill.cpp"
 # the launch) or when the test waits for its stream before it captures (H200, compute-sanitizer 2025.3.1: the same
 # three tests, with the cache warm, fail as they are and pass with a stream.synchronize() before each capture).
 # NVIDIA/warp#1406 reports the same failure for a WHILE graph captured after recent allocations, without lazygraph.
-# racecheck and synccheck run these tests.
-conditional_excluded="*while_ runs its body exactly*,*a while_ body may hold a kernel that synchronizes*,*the bound stops a loop*,*conditional ops nest*,*a captured graph with conditions is never updated*,*a built graph with conditions updates kernels*,*LoopBound's while_guard runs*"
+# The persistent program as a WHILE body failed the same way under memcheck (39 reports, every one a driver call
+# after the launch returning CUDA_ERROR_ILLEGAL_ADDRESS, no access named; it passes without the tool).
+# racecheck runs these tests (synccheck leaves out the persistent one, above).
+conditional_excluded="*while_ runs its body exactly*,*a persistent program is the body of a while_ loop*,*a while_ body may hold a kernel that synchronizes*,*the bound stops a loop*,*conditional ops nest*,*a captured graph with conditions is never updated*,*a built graph with conditions updates kernels*,*LoopBound's while_guard runs*"
 # initcheck only:
 # - tests whose stream waits on a host function the test itself opens later (tests/common/gate.hpp): under initcheck
 #   the test's next driver call does not return while that host function waits, so they hang (memcheck, racecheck
@@ -79,6 +84,11 @@ nccl_sources="*collective.cpp,*collective_log.cpp,*communicator.cpp,*multi_devic
 parallel="${SANITIZE_JOBS:-8}"
 nccl_jobs="${SANITIZE_NCCL_JOBS:-1}"  # 1: some NCCL tests time how long a join takes to fail
 case_timeout="${SANITIZE_CASE_TIMEOUT:-900}"
+read -r -a passes <<<"${SANITIZE_PASSES:-main api nccl}"
+for pass in "${passes[@]}"; do
+  case "$pass" in main | api | nccl) ;; *) echo "SANITIZE_PASSES: unknown pass $pass (main, api, nccl)" >&2; exit 2 ;; esac
+done
+runs_pass() { [[ " ${passes[*]} " == *" $1 "* ]]; }
 shard="${SANITIZE_SHARD:-1/1}"
 shard_index="${shard%/*}"
 shard_count="${shard#*/}"
@@ -208,28 +218,34 @@ for tool in "${tools[@]}"; do
     log="$logs/sanitize-$tool.log"
     [ "$program" = lazygraph_nn_tests ] && log="$logs/sanitize-$tool-nn.log"
     # Pass 1: every test but those below, with every failed driver call reported as an error.
-    start=$(date +%s)
-    each_case "$tool" "$tests" "$log" "$parallel" "${extra[@]}" -- --test-suite=gpu \
-      --test-case-exclude="$expected_api_errors$excluded" --source-file-exclude="$nccl_sources$excluded_sources"
-    rc=$?
-    report "$tool ($program)" $rc "$log" "$start"
-    [ $rc -eq 0 ] || status=1
+    if runs_pass main; then
+      start=$(date +%s)
+      each_case "$tool" "$tests" "$log" "$parallel" "${extra[@]}" -- --test-suite=gpu \
+        --test-case-exclude="$expected_api_errors$excluded" --source-file-exclude="$nccl_sources$excluded_sources"
+      rc=$?
+      report "$tool ($program)" $rc "$log" "$start"
+      [ $rc -eq 0 ] || status=1
+    fi
     # Pass 2: with API errors not reported (memory, race, sync and init errors still are), the tests whose point is a
     # failing driver call, one at a time (some take all the device's memory), then those that create NCCL
     # communicators.
-    start=$(date +%s)
-    each_case "$tool" "$tests" "$log.expected-api-errors" 1 "${extra[@]}" --report-api-errors no -- \
-      --test-suite=gpu --test-case="$expected_api_errors" "${excludes[@]}" \
-      --source-file-exclude="$nccl_sources$excluded_sources"
-    rc=$?
-    report "$tool ($program, expected API errors)" $rc "$log.expected-api-errors" "$start"
-    [ $rc -eq 0 ] || status=1
-    start=$(date +%s)
-    each_case "$tool" "$tests" "$log.nccl" "$nccl_jobs" "${extra[@]}" --report-api-errors no -- \
-      --test-suite=gpu --source-file="$nccl_sources" "${excludes[@]}" "${source_excludes[@]}"
-    rc=$?
-    report "$tool ($program, NCCL, API errors not reported)" $rc "$log.nccl" "$start"
-    [ $rc -eq 0 ] || status=1
+    if runs_pass api; then
+      start=$(date +%s)
+      each_case "$tool" "$tests" "$log.expected-api-errors" 1 "${extra[@]}" --report-api-errors no -- \
+        --test-suite=gpu --test-case="$expected_api_errors" "${excludes[@]}" \
+        --source-file-exclude="$nccl_sources$excluded_sources"
+      rc=$?
+      report "$tool ($program, expected API errors)" $rc "$log.expected-api-errors" "$start"
+      [ $rc -eq 0 ] || status=1
+    fi
+    if runs_pass nccl; then
+      start=$(date +%s)
+      each_case "$tool" "$tests" "$log.nccl" "$nccl_jobs" "${extra[@]}" --report-api-errors no -- \
+        --test-suite=gpu --source-file="$nccl_sources" "${excludes[@]}" "${source_excludes[@]}"
+      rc=$?
+      report "$tool ($program, NCCL, API errors not reported)" $rc "$log.nccl" "$start"
+      [ $rc -eq 0 ] || status=1
+    fi
   done
 done
 exit $status
