@@ -29,7 +29,7 @@ TEST_SUITE("gpu") {
       CHECK(k.name == "axpy");
       CHECK(k.span_bytes == 2 * static_cast<std::size_t>(n) * sizeof(float));  // the spans' sizes, not the n passed
       CHECK(k.microseconds > 0.0);
-      CHECK(k.microseconds < 1e5);
+      CHECK(k.microseconds < 1e7);  // a time, not garbage: under racecheck this kernel takes up to 0.2 s
     }
     CHECK_THROWS_AS(profile_kernels(s, op, 0), UsageError);
   }
