@@ -21,29 +21,32 @@
 //       distinct experts (y-stride; blocks with y >= n return, so size it for the most there can be,
 //       min(batch * top_k, experts)), grid.x over the expert's rows. Launch: as gemv's variant of the same suffix
 //       for `width` rows of d columns (nn::BasicKernels::moe_config).
-//   moe_down(w2, act, plan, partial, experts, width, d, top_k, batch)
-//       w2 [experts][d][width]: the experts' down_proj, stacked. For each distinct expert u (e) and pair j = (b, s)
-//       that chose it: partial[j][r] = w2[e][r] . act[j] in fp32, not rounded ([batch * top_k][d]). A one-matrix
-//       gemv of d rows per expert, each row of the batch multiplied with its own act row; launched as moe_gate_up
-//       for d rows of `width` columns.
-//   moe_combine(partial, weights, x, d, top_k, batch)
-//       x[b][r] += sum over s of weights[b][s] * partial[b * top_k + s][r], summed in fp32 in slot order and rounded
-//       once into x. Launch: any grid and block (elements grid-stride).
+//   moe_down(w2, act, plan, weights, partial, counters, x, experts, width, d, top_k, batch)
+//       w2 [experts][d][width]: the experts' down_proj, stacked. x[b][r] += sum over s of weights[b][s] *
+//       (w2[ids[b][s]][r] . act[b * top_k + s]), summed in fp32 in slot order and rounded once into x. Each distinct
+//       expert u (e) is a one-matrix gemv of d rows, each row of the batch multiplied with the act of its own pair
+//       (launched as moe_gate_up, for d rows of `width` columns); a pair's product stays in fp32, in
+//       partial[j][r] ([batch * top_k][d]). The blocks of one grid column (blockIdx.x) hold the same rows of d for
+//       every expert; each counts itself in counters[blockIdx.x] when its products are written, and the last of them
+//       adds the column's rows into x and sets its count back to zero. counters: gridDim.x (at most d) entries, zero
+//       before the launch, zero after it.
 //
 // moe_gate_up and moe_down come in the gemv family's variants (NAME, NAME_b2, NAME_b4, NAME_b8: the fp32 row loop
 // for up to 1, 2, 4, 8 rows; NAME_mma: the tensor-core loop for 1 to 8; nn::BatchedKernel picks). Each vector's
 // results are the same bits whatever else its batch holds and whichever rows share its experts' reads: each product
-// is the row loop's own chain for the vector (gemv.cu), each partial sum stays in fp32 until moe_combine adds the
-// row's slots in order; no float atomics, so the bits repeat run to run. The fp32 variants also give a batch of one's
-// bits; the _mma ones differ from those within rounding (gemv.cu).
+// is the row loop's own chain for the vector (gemv.cu), each expert's down product stays in fp32 until the row's
+// slots are added in order; no float atomics (the one integer count only picks which block adds), so the bits
+// repeat run to run. The fp32 variants also give a batch of one's bits; the _mma ones differ from those within
+// rounding (gemv.cu).
 //
 // Requirements (a kernel traps on a violation, which the next synchronisation reports as a launch failure): d and
 // width multiples of 8; w1, w2, w3, h, act 16-byte aligned; batch 1 to 8 (and at most the variant's); experts 1 to
 // kMaxExperts; top_k 1 to kMaxTopK and at most experts; a plan as moe_route writes it for the same experts, top_k and
-// batch (its experts in [0, experts), its pairs in [-1, batch * top_k)). x, act, partial, ids, weights and plan must
-// not alias the weights, logits or h. Early launch: each kernel lets the next launch early at once and then waits for
-// the kernel before it. The expert kernels' weight rows depend on the plan, so unlike gemv's they cannot prefetch
-// before that wait; from it on, the row loop keeps 8 independent 16-byte weight loads in flight per lane.
+// batch (its experts in [0, experts), its pairs in [-1, batch * top_k)); moe_down's grid.x at most d. x, act, partial,
+// counters, ids, weights and plan must not alias the weights, logits or h. Early launch: each kernel lets the next
+// launch early at once and then waits for the kernel before it. The expert kernels' weight rows depend on the plan,
+// so unlike gemv's they cannot prefetch before that wait; from it on, the row loop keeps 8 independent 16-byte
+// weight loads in flight per lane.
 #include "lazygraph/element.cuh"
 #include "lazygraph/kernel_common.cuh"
 #include "lazygraph/nn/gemv_core.cuh"
@@ -257,13 +260,22 @@ __device__ __forceinline__ void moe_gate_up_body(const T* w1, const T* w3, const
   }
 }
 
+/// Rows of d per block column of an expert kernel's grid (grid.x): what gemv_rows (a group's row per pass, blockDim.z
+/// groups) or gemv_rows_mma (a tile of kMmaRows) gives a block per pass, passes grid-stride.
+template <int B>
+__device__ __forceinline__ int rows_per_pass() {
+  return B == kTensorCores ? kMmaRows : static_cast<int>(blockDim.z);
+}
+
 template <int B, class T>
-__device__ __forceinline__ void moe_down_body(const T* w2, const T* act, const int* plan, float* partial, int experts,
-                                              int width, int d, int top_k, int batch) {
+__device__ __forceinline__ void moe_down_body(const T* w2, const T* act, const int* plan, const float* weights,
+                                              float* partial, unsigned* counters, T* x, int experts, int width, int d,
+                                              int top_k, int batch) {
   __shared__ int pair_of[kMaxBatch];
+  __shared__ bool last_block;
   lg::early_launch_prologue();
   if (!counts_supported(experts, top_k, batch) || batch > max_batch(B) || width <= 0 || width % 8 != 0 || d <= 0 ||
-      d % 8 != 0 || !lg::is_aligned16(w2) || !lg::is_aligned16(act)) {
+      d % 8 != 0 || static_cast<int>(gridDim.x) > d || !lg::is_aligned16(w2) || !lg::is_aligned16(act)) {
     __trap();
   }
   const int n = planned_experts(plan, experts, top_k, batch);
@@ -276,23 +288,33 @@ __device__ __forceinline__ void moe_down_body(const T* w2, const T* act, const i
     });
     __syncthreads();  // pair_of is read before the next expert's
   }
-}
 
-template <class T>
-__device__ __forceinline__ void moe_combine_body(const float* partial, const float* weights, T* x, int d, int top_k,
-                                                 int batch) {
-  lg::early_launch_prologue();
-  if (d <= 0 || top_k < 1 || top_k > kMaxTopK || batch < 1 || batch > kMaxBatch) __trap();
-  const long long n = static_cast<long long>(batch) * d;
-  const long long step = static_cast<long long>(gridDim.x) * blockDim.x;
-  for (long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
-    const int b = static_cast<int>(i / d);
-    const long long r = i % d;
-    float sum = 0.0f;
-    for (int s = 0; s < top_k; ++s)
-      sum += weights[b * top_k + s] * partial[(b * top_k + s) * static_cast<long long>(d) + r];
-    x[i] = lg::from_float<T>(lg::to_float(x[i]) + sum);
+  // The last block of this grid column to finish (every block of it counts, with experts or none) adds the column's
+  // rows of every pair into x: all their partials are written by then, whichever blocks wrote them.
+  const int tid = static_cast<int>((threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x);
+  const int threads = static_cast<int>(blockDim.x * blockDim.y * blockDim.z);
+  __threadfence();  // this block's partials are visible before its count
+  __syncthreads();
+  if (tid == 0) last_block = atomicAdd(counters + blockIdx.x, 1U) == gridDim.y - 1;
+  __syncthreads();
+  if (!last_block) return;
+  __threadfence();  // the other blocks' partials, counted before ours, are visible from here
+  const int unit = rows_per_pass<B>();
+  for (int base = static_cast<int>(blockIdx.x) * unit; base < d; base += static_cast<int>(gridDim.x) * unit) {
+    for (int i = tid; i < unit * batch; i += threads) {
+      const int r = base + i % unit;
+      const int b = i / unit;
+      if (r >= d) continue;
+      float sum = 0.0f;
+      for (int s = 0; s < top_k; ++s) {
+        const int j = b * top_k + s;
+        sum += weights[j] * __ldcg(partial + static_cast<long long>(j) * d + r);
+      }
+      T& out = x[static_cast<long long>(b) * d + r];
+      out = lg::from_float<T>(lg::to_float(out) + sum);
+    }
   }
+  if (tid == 0) counters[blockIdx.x] = 0;  // the next launch counts from zero
 }
 
 }  // namespace
@@ -307,7 +329,6 @@ moe_route[T] = moe_route_body<T>(const T* logits, int* ids, float* weights, int*
     int normalize, int batch)
 moe_gate_up[T][B] = moe_gate_up_body<B>(const T* w1, const T* w3, const T* h, const int* plan, T* act, int experts,
     int width, int d, int top_k, int batch)
-moe_down[T][B] = moe_down_body<B>(const T* w2, const T* act, const int* plan, float* partial, int experts, int width,
-    int d, int top_k, int batch)
-moe_combine[T] = moe_combine_body<T>(const float* partial, const float* weights, T* x, int d, int top_k, int batch)
+moe_down[T][B] = moe_down_body<B>(const T* w2, const T* act, const int* plan, const float* weights, float* partial,
+    unsigned* counters, T* x, int experts, int width, int d, int top_k, int batch)
 */

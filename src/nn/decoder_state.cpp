@@ -57,6 +57,7 @@ BasicDecoderState<T>::BasicDecoderState(const Device& device, const DecoderConfi
       moe_partial(device, c.mixture_of_experts() ? kMaxRows * static_cast<std::size_t>(c.moe.experts_per_token) *
                                                        static_cast<std::size_t>(c.d)
                                                  : 0),
+      moe_counters(device, c.mixture_of_experts() ? static_cast<std::size_t>(c.d) : 0),
       logits(DeviceBuffer<T>(device, kMaxRows * static_cast<std::size_t>(c.vocab))),
       k_cache(DeviceBuffer<T>(device, cache_elements(c))),
       v_cache(DeviceBuffer<T>(device, k_cache.size())),
@@ -73,6 +74,8 @@ BasicDecoderState<T>::BasicDecoderState(const Device& device, const DecoderConfi
   const Stream stream(device);
   // attention_split counts each (row, head)'s blocks here and leaves the counts at zero; they start there.
   fill(attention_counters.view(), 0U).sync_on(stream);
+  // moe_down counts each grid column's blocks here and leaves the counts at zero; they start there too.
+  if (!moe_counters.empty()) fill(moe_counters.view(), 0U).sync_on(stream);
   // generate copies all of `generated` out and the host reads only the first count: zeros keep that copy from
   // reading memory nothing wrote (which compute-sanitizer's initcheck reports).
   fill(generated.view(), 0).sync_on(stream);

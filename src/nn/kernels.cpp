@@ -75,7 +75,6 @@ BasicKernels<T>::BasicKernels(const KernelLibrary& library, KernelOptions option
       moe_route(lookup<decltype(moe_route)>(library, named<T>("moe_route"))),
       moe_gate_up(lookup<decltype(moe_gate_up)>(library, named<T>("moe_gate_up"), options.tensor_cores)),
       moe_down(lookup<decltype(moe_down)>(library, named<T>("moe_down"), options.tensor_cores)),
-      moe_combine(lookup<decltype(moe_combine)>(library, named<T>("moe_combine"))),
       scale(lookup<decltype(scale)>(library, named<T>("scale"))),
       softcap(lookup<decltype(softcap)>(library, named<T>("softcap"))),
       rope(lookup<decltype(rope)>(library, named<T>("rope"))),

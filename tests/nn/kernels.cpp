@@ -917,7 +917,6 @@ TEST_CASE_TEMPLATE("every handle of nn::BasicKernels matches its kernel's declar
   check_model_kernel(d, "moe_route", &K::moe_route);
   check_model_kernel(d, "moe_gate_up", &K::moe_gate_up);
   check_model_kernel(d, "moe_down", &K::moe_down);
-  check_model_kernel(d, "moe_combine", &K::moe_combine);
   check_model_kernel(d, "mlp_stack", &K::mlp_stack);
   check_model_kernel(d, "qkv_rope_append", &K::qkv_rope_append);
   check_model_kernel(d, "qkv_rope_append_paged", &K::qkv_rope_append_paged);

@@ -213,7 +213,7 @@ auto mlp_block(const Projector<T>& p, const BasicSwigluWeights<T>& w, BasicDecod
 /// weight * W2_e (silu(W1_e h) * (W3_e h)), h = rmsnorm(x) * gain, the experts chosen by the router on the device
 /// (kernels/nn/moe.cu): rms_norm into s.moe_h, the router's gemv into s.moe_logits, moe_route into the layer's slice of
 /// s.expert_ids and s.expert_weights (route_offset: its own with DecoderConfig::record_routes) and s.moe_plan,
-/// moe_gate_up into s.moe_act, moe_down into s.moe_partial, moe_combine into x. Only the chosen experts' weights are
+/// moe_gate_up into s.moe_act, moe_down through s.moe_partial into x. Only the chosen experts' weights are
 /// read, once for all rows that chose them; the expert kernels run on the gemv family's row loops (tensor cores for
 /// 2 to 8 rows where KernelOptions::tensor_cores says).
 template <Element T>
@@ -225,7 +225,6 @@ auto moe_block(const BasicKernels<T>& k, const BasicSwigluWeights<T>& norm, cons
   const DeviceSpan<float> weights = s.expert_weights.view().subspan(route_offset(c, layer), route_size);
   const int distinct = std::min(rows * m.experts_per_token, m.experts);  // the most the rows can choose
   const auto one_block = [&](unsigned threads) { return k.step_config({{1, 1, 1}, {threads, 1, 1}, 0}); };
-  const std::size_t elements = static_cast<std::size_t>(rows) * static_cast<std::size_t>(c.d);
   return k.rms_norm(k.step_config({{static_cast<unsigned>(rows), 1, 1}, {256, 1, 1}, 0}), s.x.cview(),
                     norm.gain.cview(), s.moe_h.view(), c.d, c.eps) >>
          k.gemv(k.gemv_config(m.experts, c.d, rows), w.router.cview(), s.moe_h.cview(), s.moe_logits.view(), m.experts,
@@ -236,10 +235,8 @@ auto moe_block(const BasicKernels<T>& k, const BasicSwigluWeights<T>& norm, cons
                        s.moe_plan.cview(), s.moe_act.view(), m.experts, m.expert_width, c.d, m.experts_per_token,
                        rows) >>
          k.moe_down(k.moe_config(c.d, m.expert_width, rows, distinct), w.w2.cview(), s.moe_act.cview(),
-                    s.moe_plan.cview(), s.moe_partial.view(), m.experts, m.expert_width, c.d, m.experts_per_token,
-                    rows) >>
-         k.moe_combine(k.step_config(grid_for(elements, 256)), s.moe_partial.cview(), weights.as_const(), s.x.view(),
-                       c.d, m.experts_per_token, rows);
+                    s.moe_plan.cview(), weights.as_const(), s.moe_partial.view(), s.moe_counters.view(), s.x.view(),
+                    m.experts, m.expert_width, c.d, m.experts_per_token, rows);
 }
 
 /// One decoder layer for `rows` rows: attention block, then the MLP block (moe_block with DecoderConfig::moe). The

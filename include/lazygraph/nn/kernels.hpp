@@ -205,12 +205,13 @@ struct BasicKernels {
   /// each pair j by which row b chose expert e, from the stacked [experts][width][d] weights, each chosen expert's
   /// rows read once for the batch (kernels/nn/moe.cu); launched as moe_config(width, d, ...).
   BatchedKernel<void(const T*, const T*, const T*, const int*, T*, int, int, int, int, int)> moe_gate_up;
-  /// moe_down(w2, act, plan, partial, experts, width, d, top_k, batch): partial[j] = W2_e act[j] in fp32 for each
-  /// pair j, from the stacked [experts][d][width] weights (kernels/nn/moe.cu); launched as moe_config(d, width, ...).
-  BatchedKernel<void(const T*, const T*, const int*, float*, int, int, int, int, int)> moe_down;
-  /// moe_combine(partial, weights, x, d, top_k, batch): x[b] += sum over the row's slots s, in order, of
-  /// weights[b][s] * partial[b * top_k + s], rounded once (kernels/nn/moe.cu); any launch shape.
-  Kernel<void(const float*, const float*, T*, int, int, int)> moe_combine;
+  /// moe_down(w2, act, plan, weights, partial, counters, x, experts, width, d, top_k, batch): x[b] += the sum over
+  /// row b's slots s, in order, of weights[b][s] * W2_e act[b * top_k + s], rounded once, from the stacked
+  /// [experts][d][width] weights; each pair's product in fp32 in partial [batch * top_k][d], the last block of each
+  /// grid column (counted in counters, zero before and after) adding its rows into x (kernels/nn/moe.cu); launched
+  /// as moe_config(d, width, ...).
+  BatchedKernel<void(const T*, const T*, const int*, const float*, float*, unsigned*, T*, int, int, int, int, int)>
+      moe_down;
   /// scale(x, n, factor): x *= factor in place (kernels/nn/scale.cu; the embedding's scale).
   Kernel<void(T*, long long, float)> scale;
   /// softcap(x, n, cap): x = tanh(x / cap) * cap in place (kernels/nn/scale.cu; final logit soft-capping).
