@@ -33,7 +33,7 @@ namespace {
 
 constexpr const char* usage =
     "usage: bench_moe [--shape qwen3-30b-a3b|olmoe-1b-7b] [--layers N] [--dtype bf16|f16|both] [--max-gib N]\n"
-    "                 [--position P] [--replays N] [--torch] [--torch-script PATH] [--out DIR]\n"
+    "                 [--position P] [--replays N] [--tensor-cores] [--torch] [--torch-script PATH] [--out DIR]\n"
     "Times decode steps of mixture-of-experts decoders with seeded weights generated on the device (q/k norms, a\n"
     "router and SwiGLU experts in every layer, as Qwen3-MoE and OLMoE have them) at 1 and 8 rows, after a prompt of P\n"
     "tokens in every row's sequence: the step graph replayed alone (medians of 31 samples of N replays, CUDA events),\n"
@@ -48,6 +48,8 @@ constexpr const char* usage =
     "  --max-gib N         skip a shape whose decoder needs more than N GiB of device memory (default: what is free)\n"
     "  --position P        the prompt length, so the step's position (default 128)\n"
     "  --replays N         replays per sample (default 10)\n"
+    "  --tensor-cores      run the projections and experts of the 8-row step on tensor cores\n"
+    "                      (DecoderConfig::tensor_cores; the 1-row step is the same either way)\n"
     "  --torch             also run the torch companion (needs python3 with torch and transformers) on each shape,\n"
     "                      after our decoder of it is freed, and print its times and theirs over ours\n"
     "  --torch-script P    the companion (default examples/bench/torch_moe.py, from the repository's root)\n"
@@ -61,6 +63,7 @@ struct Options {
   double max_gib = 0;  ///< 0: no limit beyond the free memory
   int position = 128;
   int replays = 10;
+  bool tensor_cores = false;  ///< DecoderConfig::tensor_cores
   bool torch = false;
   std::string torch_script = "examples/bench/torch_moe.py";
   std::string out = "bench-results/moe";
@@ -166,6 +169,7 @@ std::vector<Row> bench_shape(lg::Stream& s, const lg::KernelLibrary& library, co
   c.context = o.position + 16;
   c.max_batch = 8;
   c.record_routes = true;
+  c.tensor_cores = o.tensor_cores;
   nn::BasicDecoder<T> decoder(s, library, c);  // weights generated on the device from c.seed
   // Every row's sequence first gets a prompt of `position` tokens, so that the step attends over real keys.
   for (int slot = 0; slot < c.max_batch; ++slot) {
@@ -304,9 +308,9 @@ int run(const Options& o) {
 
   std::printf(
       "\nMixture-of-experts decode steps on %s, seeded weights, step graph replayed at position %d (medians of 31 "
-      "samples of %d replays, CUDA events); bytes read: attention, norms, routers, KV cache, LM head, embedding "
+      "samples of %d replays, CUDA events)%s; bytes read: attention, norms, routers, KV cache, LM head, embedding "
       "rows and the distinct chosen experts' weights; copy ceiling %.0f GB/s\n\n",
-      device.name().c_str(), o.position, o.replays, ceiling * 1e-9);
+      device.name().c_str(), o.position, o.replays, o.tensor_cores ? ", 8 rows on tensor cores" : "", ceiling * 1e-9);
   std::printf(
       "| shape | layers | dtype | rows | step us | tokens/s | MB read | experts read a layer | of ceiling | rows / 1 "
       "row |%s\n|---|---|---|---|---|---|---|---|---|---|%s\n",
@@ -379,6 +383,8 @@ std::variant<Options, int> parse(int argc, char** argv) {
       }
     } else if (arg == "--replays") {
       o.replays = example::integers(value(), "--replays", 1).at(0);
+    } else if (arg == "--tensor-cores") {
+      o.tensor_cores = true;
     } else if (arg == "--torch") {
       o.torch = true;
     } else if (arg == "--torch-script") {

@@ -1,291 +1,334 @@
 // A mixture of experts' layer in the decode step (fp16 `NAME`, bf16 `NAME_bf16`; arithmetic in fp32), after an
-// rms_norm of the residual x into h ([batch][d], rounded to T as transformers rounds its normed states). The experts'
-// choice never leaves the device: the router writes it, the expert kernels read it.
+// rms_norm of the residual x into h ([batch][d], rounded to T as transformers rounds its normed states) and the
+// router's logits = W_r h through gemv ([batch][experts], each rounded to T as transformers' gate Linear returns
+// them). The experts' choice never leaves the device: moe_route writes it, the expert kernels read it.
 //
-//   moe_route(router, h, ids, weights, experts, d, top_k, normalize, batch)
-//       router [experts][d]. Per row b: the logits l_e = router[e] . h[b], each rounded to T (transformers' gate
-//       Linear returns the element type); p = softmax(l) in fp32; the top_k largest p in descending order, ties to
-//       the lower expert index; where `normalize` (nonzero) their p divided by their sum; each weight rounded to T
-//       (transformers casts the routing weights to the element type) and stored as float. Writes ids [batch][top_k]
-//       (expert indices) and weights [batch][top_k]. Launch: any grid (rows block-stride; grid (batch) gives each
-//       row a block), a block of 32 to 1024 threads, a multiple of 32.
-//   moe_gate_up(w1, w3, h, ids, act, experts, width, d, top_k, batch)
-//       w1, w3 [experts][width][d]: the experts' gate_proj and up_proj, stacked. For each pair j = b * top_k + s,
-//       e = ids[j]: act[j][i] = silu(w1[e][i] . h[b]) * (w3[e][i] . h[b]), rounded once to T; act is
-//       [batch * top_k][width]. The pairs naming one expert (rows of the batch that chose it) are computed together
-//       by the block of the first of them, reading the expert's weights once; the other pairs' blocks return.
-//       Launch: grid (ceil(width / R), batch * top_k), block (32, R) with R <= 8: the R warps take an expert's rows
-//       grid-stride along x, pairs go grid-stride along y.
-//   moe_down(w2, act, ids, weights, x, experts, width, d, top_k, batch)
+//   moe_route(logits, ids, weights, plan, experts, top_k, normalize, batch)
+//       Per row b: p = softmax(logits[b]) in fp32; the top_k largest p in descending order, ties to the lower expert
+//       index; where `normalize` (nonzero) their p divided by their sum; each weight rounded to T (transformers casts
+//       the routing weights to the element type) and stored as float. Writes ids [batch][top_k] (expert indices),
+//       weights [batch][top_k], and the step's plan for the expert kernels (kPlanInts ints, nn::kMoePlanInts):
+//       plan[0] = n, the distinct experts the rows chose; plan[1 + u], u < n, the u-th of them in the order of
+//       their first pair (pair j = b * top_k + s is row b's slot s); plan[1 + kMaxPairs + u * 8 + b], b < batch:
+//       the pair by which row b chose expert u, or -1. Launch: a grid of one block (the block builds the plan from
+//       every row's choice), 32 to 1024 threads, a multiple of 32; warp w routes rows w, w + warps, ...
+//   moe_gate_up(w1, w3, h, plan, act, experts, width, d, top_k, batch)
+//       w1, w3 [experts][width][d]: the experts' gate_proj and up_proj, stacked. For each distinct expert u of the
+//       plan (e its index) and row b that chose it by pair j: act[j][i] = silu(w1[e][i] . h[b]) * (w3[e][i] . h[b]),
+//       rounded once to T; act is [batch * top_k][width]. Expert u is an ordinary two-matrix gemv of `width` rows
+//       over every row of h (gemv_core.cuh: the weights are read once for the whole batch; the products of rows
+//       that did not choose u are dropped), so a block takes a tile of rows of one expert: grid.y goes over the
+//       distinct experts (y-stride; blocks with y >= n return, so size it for the most there can be,
+//       min(batch * top_k, experts)), grid.x over the expert's rows. Launch: as gemv's variant of the same suffix
+//       for `width` rows of d columns (nn::BasicKernels::moe_config).
+//   moe_down(w2, act, plan, weights, partial, counters, x, experts, width, d, top_k, batch)
 //       w2 [experts][d][width]: the experts' down_proj, stacked. x[b][r] += sum over s of weights[b][s] *
-//       (w2[ids[b][s]][r] . act[b * top_k + s]), summed in fp32 in slot order and rounded once into x. A warp takes
-//       an output row r and reads the row r of every distinct chosen expert once, for all the pairs naming it.
-//       Launch: grid (ceil(d / R)), block (32, R) with R <= 8, rows grid-stride.
+//       (w2[ids[b][s]][r] . act[b * top_k + s]), summed in fp32 in slot order and rounded once into x. Each distinct
+//       expert u (e) is a one-matrix gemv of d rows, each row of the batch multiplied with the act of its own pair
+//       (launched as moe_gate_up, for d rows of `width` columns); a pair's product stays in fp32, in
+//       partial[j][r] ([batch * top_k][d]). The blocks of one grid column (blockIdx.x) hold the same rows of d for
+//       every expert; each counts itself in counters[blockIdx.x] when its products are written, and the last of them
+//       adds the column's rows into x and sets its count back to zero. counters: gridDim.x (at most d) entries, zero
+//       before the launch, zero after it.
 //
-// Each vector's results are the same bits whatever else its batch holds: every dot product is one lane's chunks in
-// order, then a warp sum, whichever pairs share the weights' read. Requirements (a kernel traps on a violation,
-// which the next synchronisation reports as a launch failure): d and width multiples of 8; router, w1, w2, w3, h,
-// act 16-byte aligned; batch 1 to 8; experts 1 to kMaxExperts; top_k 1 to kMaxTopK and at most experts; ids in
-// [0, experts), a row's ids distinct (moe_route writes them so). x, act, ids and weights must not alias the weights
-// or h. May be launched early: each waits for the kernel before it first (the weights they read depend on ids, so
-// there is nothing to prefetch before).
+// moe_gate_up and moe_down come in the gemv family's variants (NAME, NAME_b2, NAME_b4, NAME_b8: the fp32 row loop
+// for up to 1, 2, 4, 8 rows; NAME_mma: the tensor-core loop for 1 to 8; nn::BatchedKernel picks). Each vector's
+// results are the same bits whatever else its batch holds and whichever rows share its experts' reads: each product
+// is the row loop's own chain for the vector (gemv.cu), each expert's down product stays in fp32 until the row's
+// slots are added in order; no float atomics (the one integer count only picks which block adds), so the bits
+// repeat run to run. The fp32 variants also give a batch of one's bits; the _mma ones differ from those within
+// rounding (gemv.cu).
+//
+// Requirements (a kernel traps on a violation, which the next synchronisation reports as a launch failure): d and
+// width multiples of 8; w1, w2, w3, h, act 16-byte aligned; batch 1 to 8 (and at most the variant's); experts 1 to
+// kMaxExperts; top_k 1 to kMaxTopK and at most experts; a plan as moe_route writes it for the same experts, top_k and
+// batch (its experts in [0, experts), its pairs in [-1, batch * top_k)); moe_down's grid.x at most d. x, act, partial,
+// counters, ids, weights and plan must not alias the weights, logits or h. Early launch: each kernel lets the next
+// launch early at once and then waits for the kernel before it. The expert kernels' weight rows depend on the plan,
+// so unlike gemv's they cannot prefetch before that wait; from it on, the row loop keeps 8 independent 16-byte
+// weight loads in flight per lane.
 #include "lazygraph/element.cuh"
 #include "lazygraph/kernel_common.cuh"
 #include "lazygraph/nn/gemv_core.cuh"
 
 namespace {
 
+using namespace lg::nn;
+
 constexpr int kMaxExperts = 1024;                // the router's shared probabilities
 constexpr int kMaxTopK = 16;                     // experts a row may choose
 constexpr int kMaxBatch = 8;                     // rows of a decode step
-constexpr int kMaxPairs = kMaxBatch * kMaxTopK;  // (row, slot) pairs of a step
-constexpr int kMaxWarps = 8;                     // warps of an expert kernel's block (moe_down's shared dots)
+constexpr int kMaxPairs = kMaxBatch * kMaxTopK;  // (row, slot) pairs of a step, so also distinct experts
+// The plan's layout (moe_route): the count, the distinct experts, then [kMaxPairs][kMaxBatch] pairs.
+constexpr int kPlanDistinct = 1;
+constexpr int kPlanPairs = kPlanDistinct + kMaxPairs;
+constexpr int kPlanInts = kPlanPairs + kMaxPairs * kMaxBatch;
+static_assert(kPlanInts == 1153, "nn::kMoePlanInts (include/lazygraph/nn/kernels.hpp) sizes the plan's buffer");
 
-__device__ __forceinline__ bool counts_supported(int experts, int d, int top_k, int batch) {
-  return d > 0 && d % 8 == 0 && experts >= 1 && experts <= kMaxExperts && top_k >= 1 && top_k <= kMaxTopK &&
-         top_k <= experts && batch >= 1 && batch <= kMaxBatch;
-}
-
-/// Sum of 8 products in fp32, in index order.
-__device__ __forceinline__ float dot8(const float (&a)[8], const float (&b)[8], float acc) {
-#pragma unroll
-  for (int k = 0; k < 8; ++k) acc += a[k] * b[k];
-  return acc;
+__device__ __forceinline__ bool counts_supported(int experts, int top_k, int batch) {
+  return experts >= 1 && experts <= kMaxExperts && top_k >= 1 && top_k <= kMaxTopK && top_k <= experts && batch >= 1 &&
+         batch <= kMaxBatch;
 }
 
 template <class T>
-__device__ __forceinline__ void moe_route_body(const T* router, const T* h, int* ids, float* weights, int experts,
-                                               int d, int top_k, int normalize, int batch) {
-  __shared__ float p[kMaxExperts];
-  __shared__ int chosen[kMaxTopK];
-  __shared__ float chosen_p[kMaxTopK];
+__device__ __forceinline__ void moe_route_body(const T* logits, int* ids, float* weights, int* plan, int experts,
+                                               int top_k, int normalize, int batch) {
+  __shared__ float p[kMaxBatch][kMaxExperts];
+  __shared__ int chosen[kMaxPairs];
+  __shared__ float chosen_p[kMaxPairs];
+  __shared__ int first_pair[kMaxExperts];  // the first pair choosing each expert (kMaxPairs: none)
+  __shared__ unsigned leads[kMaxPairs / 32];
+  __shared__ int distinct[kMaxPairs];
   lg::early_launch_prologue();
-  if (!counts_supported(experts, d, top_k, batch) || blockDim.x % 32 != 0 || !lg::is_aligned16(router) ||
-      !lg::is_aligned16(h)) {
+  if (!counts_supported(experts, top_k, batch) || gridDim.x * gridDim.y * gridDim.z != 1 || blockDim.x % 32 != 0 ||
+      blockDim.y != 1 || blockDim.z != 1) {
     __trap();
   }
-  const int lane = static_cast<int>(threadIdx.x % 32);
-  const int warp = static_cast<int>(threadIdx.x / 32);
-  const int warps = static_cast<int>(blockDim.x / 32);
-  const int chunks = d / 8;
-  for (int b = blockIdx.x; b < batch; b += gridDim.x) {  // uniform over the block: its barriers are too
-    const T* x = h + static_cast<long long>(b) * d;
-    for (int e = warp; e < experts; e += warps) {
-      const T* row = router + static_cast<long long>(e) * d;
-      float acc = 0.0f;
-      for (int c = lane; c < chunks; c += 32) {
-        float w[8];
-        float v[8];
-        lg::unpack8(lg::load8_streaming(row + 8LL * c), w);
-        lg::load_float8(x + 8LL * c, v);
-        acc = dot8(w, v, acc);
-      }
-      acc = lg::warp_sum(acc);
-      if (lane == 0) p[e] = lg::to_float(lg::from_float<T>(acc));
-    }
-    __syncthreads();
-    if (warp == 0) {
-      // Softmax in fp32 over every expert, as torch's: exp(l - max) / sum.
-      float m = -__int_as_float(0x7f800000);
-      for (int e = lane; e < experts; e += 32) m = fmaxf(m, p[e]);
-#pragma unroll
-      for (int offset = 16; offset > 0; offset >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, offset));
-      float sum = 0.0f;
-      for (int e = lane; e < experts; e += 32) {
-        const float q = expf(p[e] - m);
-        p[e] = q;
-        sum += q;
-      }
-      sum = lg::warp_sum(sum);
-      for (int e = lane; e < experts; e += 32) p[e] /= sum;
-      __syncwarp();
-      // Top k: k rounds of the largest remaining probability, the lower index on a tie; a chosen one is marked -1
-      // (below every probability).
-      for (int s = 0; s < top_k; ++s) {
-        float best = -1.0f;
-        int best_e = kMaxExperts;
-        for (int e = lane; e < experts; e += 32) {  // ascending: a tie keeps the lower index
-          if (p[e] > best) {
-            best = p[e];
-            best_e = e;
-          }
-        }
-#pragma unroll
-        for (int offset = 16; offset > 0; offset >>= 1) {
-          const float other = __shfl_xor_sync(0xffffffffu, best, offset);
-          const int other_e = __shfl_xor_sync(0xffffffffu, best_e, offset);
-          if (other > best || (other == best && other_e < best_e)) {
-            best = other;
-            best_e = other_e;
-          }
-        }
-        if (best_e >= experts) __trap();  // only a NaN probability leaves no expert chosen
-        if (lane == 0) {
-          chosen[s] = best_e;
-          chosen_p[s] = best;
-          p[best_e] = -1.0f;
-        }
-        __syncwarp();
-      }
-      if (lane == 0) {
-        float total = 0.0f;
-        for (int s = 0; s < top_k; ++s) total += chosen_p[s];
-        for (int s = 0; s < top_k; ++s) {
-          const float w = normalize != 0 ? chosen_p[s] / total : chosen_p[s];
-          ids[b * top_k + s] = chosen[s];
-          weights[b * top_k + s] = lg::to_float(lg::from_float<T>(w));
-        }
-      }
-    }
-    __syncthreads();  // p and chosen are the next row's
-  }
-}
+  const int tid = static_cast<int>(threadIdx.x);
+  const int threads = static_cast<int>(blockDim.x);
+  const int lane = tid % 32;
+  const int warp = tid / 32;
+  const int warps = threads / 32;
+  for (int e = tid; e < experts; e += threads) first_pair[e] = kMaxPairs;
 
-/// For the `pairs` (row, slot) pairs of ids: next[j] is the next pair naming pair j's expert (-1: none), and first[j]
-/// whether pair j is the first naming it. Called by every thread of the block; synchronises it. Traps on an id
-/// outside [0, experts).
-__device__ __forceinline__ void link_pairs(const int* ids, int pairs, int experts, int* next, bool* first) {
-  const int thread = static_cast<int>(threadIdx.y * blockDim.x + threadIdx.x);
-  const int threads = static_cast<int>(blockDim.x * blockDim.y);
-  for (int j = thread; j < pairs; j += threads) {
-    const int e = ids[j];
-    if (e < 0 || e >= experts) __trap();
-    int after = -1;
-    for (int i = j + 1; i < pairs && after < 0; ++i) after = ids[i] == e ? i : -1;
-    bool leads = true;
-    for (int i = 0; i < j && leads; ++i) leads = ids[i] != e;
-    next[j] = after;
-    first[j] = leads;
+  for (int b = warp; b < batch; b += warps) {  // uniform over the warp
+    float* q = p[b];
+    const T* row = logits + static_cast<long long>(b) * experts;
+    // Softmax in fp32 over every expert, as torch's: exp(l - max) / sum. Lane l owns the experts l, l + 32, ...
+    float m = -__int_as_float(0x7f800000);
+    for (int e = lane; e < experts; e += 32) {
+      q[e] = lg::to_float(row[e]);
+      m = fmaxf(m, q[e]);
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, offset));
+    float sum = 0.0f;
+    for (int e = lane; e < experts; e += 32) {
+      const float v = expf(q[e] - m);
+      q[e] = v;
+      sum += v;
+    }
+    sum = lg::warp_sum(sum);
+    for (int e = lane; e < experts; e += 32) q[e] /= sum;
+    __syncwarp();
+    // Top k: k rounds of the largest remaining probability, the lower index on a tie; a chosen one is marked -1
+    // (below every probability).
+    for (int s = 0; s < top_k; ++s) {
+      float best = -1.0f;
+      int best_e = kMaxExperts;
+      for (int e = lane; e < experts; e += 32) {  // ascending: a tie keeps the lower index
+        if (q[e] > best) {
+          best = q[e];
+          best_e = e;
+        }
+      }
+#pragma unroll
+      for (int offset = 16; offset > 0; offset >>= 1) {
+        const float other = __shfl_xor_sync(0xffffffffu, best, offset);
+        const int other_e = __shfl_xor_sync(0xffffffffu, best_e, offset);
+        if (other > best || (other == best && other_e < best_e)) {
+          best = other;
+          best_e = other_e;
+        }
+      }
+      if (best_e >= experts) __trap();  // only a NaN probability leaves no expert chosen
+      if (lane == 0) {
+        chosen[b * top_k + s] = best_e;
+        chosen_p[b * top_k + s] = best;
+        q[best_e] = -1.0f;
+      }
+      __syncwarp();
+    }
+    if (lane == 0) {
+      float total = 0.0f;
+      for (int s = 0; s < top_k; ++s) total += chosen_p[b * top_k + s];
+      for (int s = 0; s < top_k; ++s) {
+        const int j = b * top_k + s;
+        const float w = normalize != 0 ? chosen_p[j] / total : chosen_p[j];
+        ids[j] = chosen[j];
+        weights[j] = lg::to_float(lg::from_float<T>(w));
+      }
+    }
+  }
+  __syncthreads();  // every row's choice (and first_pair's start) for the plan
+
+  // The plan: an expert's first pair (an integer minimum: the same whichever thread comes first), the leading pairs
+  // as bits, an expert's place u among the distinct ones = the leading pairs before its first.
+  const int pairs = batch * top_k;
+  for (int j = tid; j < pairs; j += threads) atomicMin(&first_pair[chosen[j]], j);
+  __syncthreads();
+  for (int j0 = warp * 32; j0 < pairs; j0 += warps * 32) {  // uniform over the warp
+    const int j = j0 + lane;
+    const unsigned mask = __ballot_sync(0xffffffffu, j < pairs && first_pair[chosen[j]] == j);
+    if (lane == 0) leads[j0 / 32] = mask;
   }
   __syncthreads();
+  int n = 0;
+  for (int w = 0; w < (pairs + 31) / 32; ++w) n += __popc(leads[w]);
+  for (int j = tid; j < pairs; j += threads) {
+    if (first_pair[chosen[j]] != j) continue;
+    int u = __popc(leads[j / 32] & ((1U << (j % 32)) - 1U));
+    for (int w = 0; w < j / 32; ++w) u += __popc(leads[w]);
+    distinct[u] = chosen[j];
+    plan[kPlanDistinct + u] = chosen[j];
+  }
+  if (tid == 0) plan[0] = n;
+  __syncthreads();
+  for (int i = tid; i < n * batch; i += threads) {
+    const int u = i / batch;
+    const int b = i % batch;
+    int pair = -1;
+    for (int s = 0; s < top_k; ++s) pair = chosen[b * top_k + s] == distinct[u] ? b * top_k + s : pair;
+    plan[kPlanPairs + u * kMaxBatch + b] = pair;
+  }
 }
 
+/// The plan's count of distinct experts, checked against the most the rows can have chosen.
+__device__ __forceinline__ int planned_experts(const int* plan, int experts, int top_k, int batch) {
+  const int n = plan[0];
+  if (n < 1 || n > min(batch * top_k, experts)) __trap();
+  return n;
+}
+
+/// Reads the plan's expert u into the block: its index (returned) and, in pair_of[b], the pair by which row b chose
+/// it or -1. Every thread of the block calls it; synchronises the block.
+__device__ __forceinline__ int planned_expert(const int* plan, int u, int experts, int top_k, int batch, int* pair_of) {
+  const int e = plan[kPlanDistinct + u];
+  if (e < 0 || e >= experts) __trap();
+  const int tid = static_cast<int>((threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x);
+  if (tid < batch) {
+    const int j = plan[kPlanPairs + u * kMaxBatch + tid];
+    if (j < -1 || j >= batch * top_k) __trap();
+    pair_of[tid] = j;
+  }
+  __syncthreads();
+  return e;
+}
+
+/// x for moe_down: vector b is the act row of the pair by which row b chose the block's expert (row 0's act, whose
+/// products are dropped, where it did not).
 template <class T>
-__device__ __forceinline__ void moe_gate_up_body(const T* w1, const T* w3, const T* h, const int* ids, T* act,
+struct PairX {
+  static constexpr bool sum_squares = false;
+  using Raw = typename PlainX<T>::Raw;
+  const T* act;
+  const int* pair_of;  // the block's shared pairs
+  int width;
+  __device__ __forceinline__ Raw load(int b, int chunk) const {
+    return {lg::load8(act + static_cast<long long>(max(pair_of[b], 0)) * width + 8LL * chunk)};
+  }
+  __device__ __forceinline__ static void expand(const Raw& r, float (&f)[8], float& sq) { PlainX<T>::expand(r, f, sq); }
+  __device__ __forceinline__ static uint4 fragment(const Raw& r, float& sq) { return PlainX<T>::fragment(r, sq); }
+};
+
+/// The row loop of a variant: the fp32 one for up to B vectors, or the tensor-core one (B = kTensorCores), both
+/// after the wait for earlier work (the weights' rows depend on the plan). finish(row, b, v) as rows_of's.
+template <int B, class W, class X, class Finish>
+__device__ __forceinline__ void expert_rows(const W& w, const X& x, int rows, int cols, int batch, Finish finish) {
+  if constexpr (B == kTensorCores) {
+    gemv_rows_mma<mma_steps(W::count)>(w, x, rows, cols, batch, 0.0f, finish);
+  } else {
+    gemv_rows<B>(w, x, rows, cols, batch, 0.0f, [&](int row, const float(&acc)[W::count][B]) {
+      for (int b = 0; b < batch; ++b) {
+        float v[W::count];
+#pragma unroll
+        for (int m = 0; m < W::count; ++m) v[m] = acc[m][b];
+        finish(row, b, v);
+      }
+    });
+  }
+}
+
+template <int B, class T>
+__device__ __forceinline__ void moe_gate_up_body(const T* w1, const T* w3, const T* h, const int* plan, T* act,
                                                  int experts, int width, int d, int top_k, int batch) {
-  __shared__ int next[kMaxPairs];
-  __shared__ bool first[kMaxPairs];
+  __shared__ int pair_of[kMaxBatch];
   lg::early_launch_prologue();
-  if (!counts_supported(experts, d, top_k, batch) || width <= 0 || width % 8 != 0 || blockDim.x != 32 ||
-      blockDim.y > kMaxWarps || !lg::is_aligned16(w1) || !lg::is_aligned16(w3) || !lg::is_aligned16(h) ||
-      !lg::is_aligned16(act)) {
+  if (!counts_supported(experts, top_k, batch) || batch > max_batch(B) || width <= 0 || width % 8 != 0 || d <= 0 ||
+      d % 8 != 0 || !lg::is_aligned16(w1) || !lg::is_aligned16(w3) || !lg::is_aligned16(h) || !lg::is_aligned16(act)) {
     __trap();
   }
-  const int pairs = batch * top_k;
-  link_pairs(ids, pairs, experts, next, first);
-  const int lane = static_cast<int>(threadIdx.x);
-  const int chunks = d / 8;
-  for (int j = blockIdx.y; j < pairs; j += gridDim.y) {
-    if (!first[j]) continue;  // the block of the expert's first pair computes this one
-    // The pairs naming this expert: at most one per row, as a row's experts are distinct.
-    int member[kMaxBatch];
-    int count = 0;
-    for (int i = j; i >= 0; i = next[i]) {
-      if (count == kMaxBatch) __trap();
-      member[count++] = i;
-    }
-    const long long e = ids[j];
-    for (int i = blockIdx.x * blockDim.y + threadIdx.y; i < width; i += gridDim.x * blockDim.y) {
-      const T* g_row = w1 + (e * width + i) * d;
-      const T* u_row = w3 + (e * width + i) * d;
-      float g[kMaxBatch] = {};
-      float u[kMaxBatch] = {};
-      for (int c = lane; c < chunks; c += 32) {
-        float wg[8];
-        float wu[8];
-        lg::unpack8(lg::load8_streaming(g_row + 8LL * c), wg);
-        lg::unpack8(lg::load8_streaming(u_row + 8LL * c), wu);
-#pragma unroll
-        for (int m = 0; m < kMaxBatch; ++m) {
-          if (m < count) {
-            float v[8];
-            lg::load_float8(h + static_cast<long long>(member[m] / top_k) * d + 8LL * c, v);
-            g[m] = dot8(wg, v, g[m]);
-            u[m] = dot8(wu, v, u[m]);
-          }
-        }
-      }
-#pragma unroll
-      for (int m = 0; m < kMaxBatch; ++m) {
-        if (m < count) {  // count is the same in every lane: the warp sums are whole-warp
-          const float gate = lg::warp_sum(g[m]);
-          const float up = lg::warp_sum(u[m]);
-          if (lane == 0) {
-            act[static_cast<long long>(member[m]) * width + i] = lg::from_float<T>(lg::nn::silu(gate) * up);
-          }
-        }
-      }
-    }
+  const int n = planned_experts(plan, experts, top_k, batch);
+  for (int u = static_cast<int>(blockIdx.y); u < n; u += static_cast<int>(gridDim.y)) {  // uniform over the block
+    const long long e = planned_expert(plan, u, experts, top_k, batch, pair_of);
+    const Matrices<2, T> w{{w1 + e * width * d, w3 + e * width * d}, d};
+    expert_rows<B>(w, PlainX<T>{h, d}, width, d, batch, [&](int row, int b, const float* v) {
+      const int j = pair_of[b];
+      if (j >= 0) act[static_cast<long long>(j) * width + row] = lg::from_float<T>(silu(v[0]) * v[1]);
+    });
+    __syncthreads();  // pair_of is read before the next expert's
   }
 }
 
-template <class T>
-__device__ __forceinline__ void moe_down_body(const T* w2, const T* act, const int* ids, const float* weights, T* x,
-                                              int experts, int width, int d, int top_k, int batch) {
-  __shared__ int next[kMaxPairs];
-  __shared__ bool first[kMaxPairs];
-  __shared__ float dots[kMaxWarps][kMaxPairs];
+/// Rows of d per block column of an expert kernel's grid (grid.x): what gemv_rows (a group's row per pass, blockDim.z
+/// groups) or gemv_rows_mma (a tile of kMmaRows) gives a block per pass, passes grid-stride.
+template <int B>
+__device__ __forceinline__ int rows_per_pass() {
+  return B == kTensorCores ? kMmaRows : static_cast<int>(blockDim.z);
+}
+
+template <int B, class T>
+__device__ __forceinline__ void moe_down_body(const T* w2, const T* act, const int* plan, const float* weights,
+                                              float* partial, unsigned* counters, T* x, int experts, int width, int d,
+                                              int top_k, int batch) {
+  __shared__ int pair_of[kMaxBatch];
+  __shared__ bool last_block;
   lg::early_launch_prologue();
-  if (!counts_supported(experts, d, top_k, batch) || width <= 0 || width % 8 != 0 || blockDim.x != 32 ||
-      blockDim.y > kMaxWarps || !lg::is_aligned16(w2) || !lg::is_aligned16(act)) {
+  if (!counts_supported(experts, top_k, batch) || batch > max_batch(B) || width <= 0 || width % 8 != 0 || d <= 0 ||
+      d % 8 != 0 || static_cast<int>(gridDim.x) > d || !lg::is_aligned16(w2) || !lg::is_aligned16(act)) {
     __trap();
   }
-  const int pairs = batch * top_k;
-  link_pairs(ids, pairs, experts, next, first);
-  const int lane = static_cast<int>(threadIdx.x);
-  const int warp = static_cast<int>(threadIdx.y);
-  const int chunks = width / 8;
-  for (int r = blockIdx.x * blockDim.y + warp; r < d; r += gridDim.x * blockDim.y) {
-    for (int j = 0; j < pairs; ++j) {
-      if (!first[j]) continue;
-      int member[kMaxBatch];
-      int count = 0;
-      for (int i = j; i >= 0; i = next[i]) {
-        if (count == kMaxBatch) __trap();
-        member[count++] = i;
-      }
-      const T* row = w2 + (static_cast<long long>(ids[j]) * d + r) * width;
-      float acc[kMaxBatch] = {};
-      for (int c = lane; c < chunks; c += 32) {
-        float w[8];
-        lg::unpack8(lg::load8_streaming(row + 8LL * c), w);
-#pragma unroll
-        for (int m = 0; m < kMaxBatch; ++m) {
-          if (m < count) {
-            float v[8];
-            lg::load_float8(act + static_cast<long long>(member[m]) * width + 8LL * c, v);
-            acc[m] = dot8(w, v, acc[m]);
-          }
-        }
-      }
-#pragma unroll
-      for (int m = 0; m < kMaxBatch; ++m) {
-        if (m < count) {
-          const float sum = lg::warp_sum(acc[m]);
-          if (lane == 0) dots[warp][member[m]] = sum;
-        }
-      }
-    }
-    __syncwarp();  // lane 0's dots, for every lane
-    if (lane < batch) {
+  const int n = planned_experts(plan, experts, top_k, batch);
+  for (int u = static_cast<int>(blockIdx.y); u < n; u += static_cast<int>(gridDim.y)) {  // uniform over the block
+    const long long e = planned_expert(plan, u, experts, top_k, batch, pair_of);
+    const Matrices<1, T> w{{w2 + e * d * width}, width};
+    expert_rows<B>(w, PairX<T>{act, pair_of, width}, d, width, batch, [&](int row, int b, const float* v) {
+      const int j = pair_of[b];
+      if (j >= 0) partial[static_cast<long long>(j) * d + row] = v[0];
+    });
+    __syncthreads();  // pair_of is read before the next expert's
+  }
+
+  // The last block of this grid column to finish (every block of it counts, with experts or none) adds the column's
+  // rows of every pair into x: all their partials are written by then, whichever blocks wrote them.
+  const int tid = static_cast<int>((threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x);
+  const int threads = static_cast<int>(blockDim.x * blockDim.y * blockDim.z);
+  __threadfence();  // this block's partials are visible before its count
+  __syncthreads();
+  if (tid == 0) last_block = atomicAdd(counters + blockIdx.x, 1U) == gridDim.y - 1;
+  __syncthreads();
+  if (!last_block) return;
+  __threadfence();  // the other blocks' partials, counted before ours, are visible from here
+  const int unit = rows_per_pass<B>();
+  for (int base = static_cast<int>(blockIdx.x) * unit; base < d; base += static_cast<int>(gridDim.x) * unit) {
+    for (int i = tid; i < unit * batch; i += threads) {
+      const int r = base + i % unit;
+      const int b = i / unit;
+      if (r >= d) continue;
       float sum = 0.0f;
-      for (int s = 0; s < top_k; ++s) sum += weights[lane * top_k + s] * dots[warp][lane * top_k + s];
-      T& out = x[static_cast<long long>(lane) * d + r];
+      for (int s = 0; s < top_k; ++s) {
+        const int j = b * top_k + s;
+        sum += weights[j] * __ldcg(partial + static_cast<long long>(j) * d + r);
+      }
+      T& out = x[static_cast<long long>(b) * d + r];
       out = lg::from_float<T>(lg::to_float(out) + sum);
     }
-    __syncwarp();  // the dots are read before the next row writes them
   }
+  if (tid == 0) counters[blockIdx.x] = 0;  // the next launch counts from zero
 }
 
 }  // namespace
 
+// The entry points (src/kernel_variants.py writes them out): the expert kernels in gemv.cu's batch variants and
+// launch bounds.
 /* lazygraph:variants
 axis T = lg::half_t | lg::bf16_t _bf16
+axis B = 1 (256, 3) | 2 _b2 (256, 3) | 4 _b4 (256, 2) | 8 _b8 (256, 2) | kTensorCores _mma (256, 2)
 
-moe_route[T] = moe_route_body<T>(const T* router, const T* h, int* ids, float* weights, int experts, int d,
-    int top_k, int normalize, int batch)
-moe_gate_up[T] = moe_gate_up_body<T>(const T* w1, const T* w3, const T* h, const int* ids, T* act, int experts,
+moe_route[T] = moe_route_body<T>(const T* logits, int* ids, float* weights, int* plan, int experts, int top_k,
+    int normalize, int batch)
+moe_gate_up[T][B] = moe_gate_up_body<B>(const T* w1, const T* w3, const T* h, const int* plan, T* act, int experts,
     int width, int d, int top_k, int batch)
-moe_down[T] = moe_down_body<T>(const T* w2, const T* act, const int* ids, const float* weights, T* x, int experts,
-    int width, int d, int top_k, int batch)
+moe_down[T][B] = moe_down_body<B>(const T* w2, const T* act, const int* plan, const float* weights, float* partial,
+    unsigned* counters, T* x, int experts, int width, int d, int top_k, int batch)
 */

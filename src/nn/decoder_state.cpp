@@ -3,6 +3,7 @@
 #include <span>
 #include <vector>
 
+#include "lazygraph/nn/kernels.hpp"
 #include "lazygraph/nn/moe_routes.hpp"
 #include "lazygraph/nn/paged_attention.hpp"
 #include "lazygraph/ops.hpp"
@@ -46,11 +47,17 @@ BasicDecoderState<T>::BasicDecoderState(const Device& device, const DecoderConfi
       attn(DeviceBuffer<T>(device, kMaxRows * static_cast<std::size_t>(c.q_dim()))),
       act(DeviceBuffer<T>(device, c.mixture_of_experts() ? 0 : kMaxRows * static_cast<std::size_t>(c.ffn))),
       moe_h(device, c.mixture_of_experts() ? kMaxRows * static_cast<std::size_t>(c.d) : 0),
+      moe_logits(device, c.mixture_of_experts() ? kMaxRows * static_cast<std::size_t>(c.moe.experts) : 0),
       expert_ids(device, route_buffer_size(c)),
       expert_weights(device, expert_ids.size()),
+      moe_plan(device, c.mixture_of_experts() ? kMoePlanInts : 0),
       moe_act(device, c.mixture_of_experts() ? kMaxRows * static_cast<std::size_t>(c.moe.experts_per_token) *
                                                    static_cast<std::size_t>(c.moe.expert_width)
                                              : 0),
+      moe_partial(device, c.mixture_of_experts() ? kMaxRows * static_cast<std::size_t>(c.moe.experts_per_token) *
+                                                       static_cast<std::size_t>(c.d)
+                                                 : 0),
+      moe_counters(device, c.mixture_of_experts() ? static_cast<std::size_t>(c.d) : 0),
       logits(DeviceBuffer<T>(device, kMaxRows * static_cast<std::size_t>(c.vocab))),
       k_cache(DeviceBuffer<T>(device, cache_elements(c))),
       v_cache(DeviceBuffer<T>(device, k_cache.size())),
@@ -67,6 +74,8 @@ BasicDecoderState<T>::BasicDecoderState(const Device& device, const DecoderConfi
   const Stream stream(device);
   // attention_split counts each (row, head)'s blocks here and leaves the counts at zero; they start there.
   fill(attention_counters.view(), 0U).sync_on(stream);
+  // moe_down counts each grid column's blocks here and leaves the counts at zero; they start there too.
+  if (!moe_counters.empty()) fill(moe_counters.view(), 0U).sync_on(stream);
   // generate copies all of `generated` out and the host reads only the first count: zeros keep that copy from
   // reading memory nothing wrote (which compute-sanitizer's initcheck reports).
   fill(generated.view(), 0).sync_on(stream);

@@ -17,7 +17,7 @@ struct SignatureOf<BatchedKernel<Signature>> {
   using type = Signature;
 };
 
-/// `tensor_cores`: for a BatchedKernel with a tensor-core variant (kernels/nn/gemv.cu), use it.
+/// `tensor_cores`: for a BatchedKernel with a tensor-core variant (kernels/nn/gemv.cu, moe.cu), use it.
 template <class Handle>
 Handle lookup(const KernelLibrary& library, std::string_view name, bool tensor_cores = false) {
   if constexpr (std::is_same_v<Handle, Kernel<typename SignatureOf<Handle>::type>>) {
@@ -73,8 +73,8 @@ BasicKernels<T>::BasicKernels(const KernelLibrary& library, KernelOptions option
       rms_norm(lookup<decltype(rms_norm)>(library, named<T>("rms_norm"))),
       rms_norm_add(lookup<decltype(rms_norm_add)>(library, named<T>("rms_norm_add"))),
       moe_route(lookup<decltype(moe_route)>(library, named<T>("moe_route"))),
-      moe_gate_up(lookup<decltype(moe_gate_up)>(library, named<T>("moe_gate_up"))),
-      moe_down(lookup<decltype(moe_down)>(library, named<T>("moe_down"))),
+      moe_gate_up(lookup<decltype(moe_gate_up)>(library, named<T>("moe_gate_up"), options.tensor_cores)),
+      moe_down(lookup<decltype(moe_down)>(library, named<T>("moe_down"), options.tensor_cores)),
       scale(lookup<decltype(scale)>(library, named<T>("scale"))),
       softcap(lookup<decltype(softcap)>(library, named<T>("softcap"))),
       rope(lookup<decltype(rope)>(library, named<T>("rope"))),

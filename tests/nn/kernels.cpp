@@ -894,7 +894,7 @@ template <class Signature, class T>
 void check_model_kernel(const KernelDeclarations& d, std::string_view name,
                         nn::BatchedKernel<Signature> nn::BasicKernels<T>::* /*member*/) {
   const bool tensor_core =  // not mlp_stack
-      name.find("gemv") != std::string_view::npos || name.starts_with("qkv_rope_append");
+      name.find("gemv") != std::string_view::npos || name.starts_with("qkv_rope_append") || name.starts_with("moe_");
   for (const char* suffix : {"", "_b2", "_b4", "_b8", "_mma"}) {
     if (std::string_view(suffix) == "_mma" && !tensor_core) continue;
     const std::string variant = std::string(name) + std::string(nn::kernel_suffix<T>) + suffix;
@@ -914,6 +914,9 @@ TEST_CASE_TEMPLATE("every handle of nn::BasicKernels matches its kernel's declar
   check_model_kernel(d, "rms_norm_gemv", &K::rms_norm_gemv);
   check_model_kernel(d, "rms_norm", &K::rms_norm);
   check_model_kernel(d, "rms_norm_gemv_swiglu", &K::rms_norm_gemv_swiglu);
+  check_model_kernel(d, "moe_route", &K::moe_route);
+  check_model_kernel(d, "moe_gate_up", &K::moe_gate_up);
+  check_model_kernel(d, "moe_down", &K::moe_down);
   check_model_kernel(d, "mlp_stack", &K::mlp_stack);
   check_model_kernel(d, "qkv_rope_append", &K::qkv_rope_append);
   check_model_kernel(d, "qkv_rope_append_paged", &K::qkv_rope_append_paged);
@@ -958,6 +961,8 @@ TEST_CASE("the variant tables of kernels/nn/ write out every variant, declared a
       {"nn/qkv.cu", "qkv_rope_append[T][B]", both, tensor_cores},
       {"nn/qkv.cu", "qkv_rope_append_paged[T][B]", both, tensor_cores},
       {"nn/mlp_stack.cu", "mlp_stack[T][B]", both, fp32_only},
+      {"nn/moe.cu", "moe_gate_up[T][B]", both, tensor_cores},
+      {"nn/moe.cu", "moe_down[T][B]", both, tensor_cores},
       {"nn/attention.cu", "kv_append[T]", both, {""}},
       {"nn/attention.cu", "attention[T]", both, {""}},
       {"nn/attention.cu", "attention_split[T]", both, {""}},
@@ -998,9 +1003,9 @@ TEST_CASE("the variant tables of kernels/nn/ write out every variant, declared a
       }
     }
   }
-  CHECK(written == 112);  // the hand-written entry points these tables replaced: gemv.cu 50, qkv.cu 10, mlp_stack.cu
+  CHECK(written == 132);  // the hand-written entry points these tables replaced: gemv.cu 50, qkv.cu 10, mlp_stack.cu
                           // 8, attention.cu 6; flash_attention.cu's 6, prefill.cu's 8; GeGLU's gemv.cu 10, prefill.cu
-                          // 2; the post-norm's prefill.cu 2; the paged qkv.cu 10
+                          // 2; the post-norm's prefill.cu 2; the paged qkv.cu 10; then moe.cu's expert kernels 20
   // The fp16-only kernels the tests look up as BatchedKernels.
   for (const char* suffix : {"", "_b2", "_b4", "_b8", "_mma"}) {
     CAPTURE(suffix);

@@ -4,6 +4,7 @@
 // at a time, bit for bit.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -188,6 +189,41 @@ TEST_SUITE("gpu") {
       token = next;
     }
     CHECK(reference.route_margin() > 0.02);  // else the comparison above may fail for want of a clear route
+  }
+
+  TEST_CASE_TEMPLATE("a mixture-of-experts decoder's 8-row steps on tensor cores match float64 in every row", T, half,
+                     bfloat16) {
+    // The Qwen3-MoE sequence of the test above (seed 41 from token 7: clear routes) in all 8 rows at once, with
+    // DecoderConfig::tensor_cores: the router's gemv and the expert kernels run their _mma variants (every row
+    // choosing the same experts), and each row must still match float64 and get the bits of the others.
+    DecoderConfig config = moe_decoder({8, 2, 64, true}, 41, 8);
+    config.qk_norm = true;
+    config.tensor_cores = true;
+    const DType dtype = std::same_as<T, half> ? DType::f16 : DType::bf16;
+    const double bound = std::same_as<T, half> ? 1e-2 : 4e-2;
+    BasicDecoder<T> decoder(lgtest::stream(), lgtest::nn_kernels(), config);
+    DecoderReference reference(config, dtype);
+    int token = 7;
+    for (int p = 0; p < 10; ++p) {
+      CAPTURE(p);
+      const std::vector<TokenAt> steps(8, TokenAt{token, p});
+      const std::vector<int> next = decoder.forward_batch(steps);
+      const std::vector<double> want = reference.step(token, p);
+      const std::vector<T> first = decoder.logits(0);
+      for (int r = 0; r < 8; ++r) {
+        CAPTURE(r);
+        const std::vector<T> row = decoder.logits(r);
+        CHECK(relative_error(widen(row), want) < bound);
+        CHECK(
+            std::equal(row.begin(), row.end(), first.begin(), first.end(), [](T a, T b) { return a.bits == b.bits; }));
+        CHECK(next[static_cast<std::size_t>(r)] == next[0]);
+      }
+      const int best = argmax(want);
+      CHECK(
+          (next[0] == best || want[static_cast<std::size_t>(best)] - want[static_cast<std::size_t>(next[0])] < bound));
+      token = next[0];
+    }
+    CHECK(reference.route_margin() > 0.02);
   }
 
   TEST_CASE_TEMPLATE(

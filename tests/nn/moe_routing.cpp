@@ -1,7 +1,8 @@
 // A mixture of experts' routing (nn/moe_routing.hpp): the float64 reference on hand-made logits (host), and the MoE
 // kernels of kernels/nn/moe.cu against float64 computed from the same rounded inputs, in fp16 and bf16 (gpu suite):
-// moe_route against route_token, moe_gate_up and moe_down against the experts' SwiGLU sums, every row of a batch
-// giving the bits it gets alone.
+// moe_route against route_token (and its plan against the distinct experts of the choice), moe_gate_up and moe_down
+// against the experts' SwiGLU sums on the fp32 and the tensor-core variants, every row of a batch giving the bits it
+// gets alone.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -103,15 +104,13 @@ T moe_poison() {
   return T::from_float(std::nanf(""));
 }
 
-LaunchConfig launch(unsigned gx, unsigned gy, unsigned bx, unsigned by) { return {{gx, gy, 1}, {bx, by, 1}, 0}; }
+LaunchConfig launch(unsigned gx, unsigned gy, unsigned bx, unsigned by, unsigned bz = 1) {
+  return {{gx, gy, 1}, {bx, by, bz}, 0};
+}
 
 /// The relative bound of T's kernels against float64 of the same rounded inputs (a rounding to T at the end).
 template <class T>
 constexpr double route_tolerance = std::same_as<T, half> ? 5e-3 : 2e-2;
-
-/// T's relative rounding unit, 2^-(significand bits - 1): two values closer than a few of it may round either way.
-template <class T>
-constexpr double unit = std::same_as<T, half> ? 1.0 / 1024 : 1.0 / 128;
 
 /// ||got - ref|| / ||ref|| and max |got - ref| / max |ref| both within route_tolerance<T>; a NaN (an unwritten poison)
 /// fails.
@@ -143,6 +142,64 @@ double dot(const std::vector<T>& m, std::size_t row, const std::vector<T>& x, st
            x[at + static_cast<std::size_t>(c)].to_float();
   }
   return acc;
+}
+
+/// The plan's layout (kernels/nn/moe.cu): [0] the count n, [1 + u] the distinct experts, then [u][8] pairs.
+constexpr std::size_t kPlanPairs = 1 + 128;
+
+/// What moe_route wrote for a step: each row's experts and weights, and the plan.
+struct Routes {
+  DeviceBuffer<int> ids;
+  DeviceBuffer<float> weights;
+  DeviceBuffer<int> plan;
+};
+
+/// moe_route of `logits` ([batch][experts]) on one block of `threads`, into poisoned buffers.
+template <class T>
+Routes route(const BasicKernels<T>& k, const std::vector<T>& logits, int experts, int top_k, bool normalize, int batch,
+             unsigned threads) {
+  Stream& s = lgtest::stream();
+  const auto dlogits = lgtest::to_device(s, logits);
+  const auto n = static_cast<std::size_t>(batch) * static_cast<std::size_t>(top_k);
+  Routes r{lgtest::to_device(s, std::vector<int>(n, -7)), lgtest::to_device(s, std::vector<float>(n, std::nanf(""))),
+           lgtest::to_device(s, std::vector<int>(kMoePlanInts, -7))};
+  k.moe_route.launch(s, launch(1, 1, threads, 1), dlogits.cview(), r.ids.view(), r.weights.view(), r.plan.view(),
+                     experts, top_k, normalize ? 1 : 0, batch);
+  return r;
+}
+
+/// The plan moe_route must write for `ids` ([batch][top_k]): the distinct experts in the order of their first pair,
+/// and for each and each row the pair that chose it or -1 (the entries a plan of `batch` rows defines).
+std::vector<int> expected_plan(const std::vector<int>& ids, int top_k, int batch) {
+  std::vector<int> distinct;
+  for (const int e : ids) {
+    if (std::find(distinct.begin(), distinct.end(), e) == distinct.end()) distinct.push_back(e);
+  }
+  std::vector<int> plan(kMoePlanInts, -7);
+  plan[0] = static_cast<int>(distinct.size());
+  for (std::size_t u = 0; u < distinct.size(); ++u) {
+    plan[1 + u] = distinct[u];
+    for (int b = 0; b < batch; ++b) {
+      int pair = -1;
+      for (int slot = 0; slot < top_k; ++slot) {
+        if (ids[static_cast<std::size_t>(b * top_k + slot)] == distinct[u]) pair = b * top_k + slot;
+      }
+      plan[kPlanPairs + u * 8 + static_cast<std::size_t>(b)] = pair;
+    }
+  }
+  return plan;
+}
+
+/// The defined entries of `plan` (what expected_plan writes; the rest is left as it was).
+std::vector<int> defined_part(std::vector<int> plan, int batch) {
+  const auto n = static_cast<std::size_t>(plan[0]);
+  for (std::size_t i = 1; i < plan.size(); ++i) {
+    const bool expert = i < 1 + n;
+    const bool pair =
+        i >= kPlanPairs && (i - kPlanPairs) / 8 < n && (i - kPlanPairs) % 8 < static_cast<std::size_t>(batch);
+    if (!expert && !pair) plan[i] = -7;
+  }
+  return plan;
 }
 
 /// A mixture of experts' layer: stacked random weights and a batch of normed rows, on the host and the device.
@@ -187,197 +244,213 @@ struct Experts {
   }
 };
 
-/// Runs moe_gate_up then moe_down for `ids` and `weights` ([batch][top_k]) on residual `x`; returns act and the new
-/// x. Launch shapes: R warps a block, grids of gx (gate_up: gx x pairs) and dx blocks; 0 means one row per warp.
+/// Router logits that choose `ids` ([batch][top_k]) in slot order by clear margins: 3 - s / 4 for slot s's expert,
+/// -3 for the others.
 template <class T>
-std::pair<std::vector<T>, std::vector<T>> run_experts(const Experts<T>& m, const std::vector<int>& ids,
-                                                      const std::vector<float>& weights, int top_k,
-                                                      const std::vector<T>& x, unsigned warps, unsigned gx,
-                                                      unsigned dx) {
+std::vector<T> logits_choosing(const std::vector<int>& ids, int experts, int top_k) {
+  const int batch = static_cast<int>(ids.size()) / top_k;
+  std::vector<T> logits(static_cast<std::size_t>(batch) * experts, T::from_float(-3.0F));
+  for (int b = 0; b < batch; ++b) {
+    for (int slot = 0; slot < top_k; ++slot) {
+      const auto at = static_cast<std::size_t>(b) * experts + ids[static_cast<std::size_t>(b * top_k + slot)];
+      logits[at] = T::from_float(3.0F - 0.25F * static_cast<float>(slot));
+    }
+  }
+  return logits;
+}
+
+/// How run_experts launches the expert kernels.
+struct ExpertLaunch {
+  bool tensor_cores = false;  ///< the _mma variants (for every batch, 1 included), else the fp32 one for the batch
+  /// Blocks (32, K, R) of the fp32 variants or (32, warps) of the _mma ones and their grids' x and y; 0: moe_config's.
+  unsigned warps_k = 0;
+  unsigned groups_r = 1;
+  unsigned gx = 0;
+  unsigned gy = 0;
+};
+
+/// What a layer's experts gave: the route's weights, act, the new x, and moe_down's counters after it.
+template <class T>
+struct ExpertsOut {
+  std::vector<float> weights;
+  std::vector<T> act;
+  std::vector<T> x;
+  std::vector<unsigned> counters;
+};
+
+/// Routes logits choosing `ids` ([batch][top_k]), then runs moe_gate_up and moe_down on residual `x`.
+template <class T>
+ExpertsOut<T> run_experts(const Experts<T>& m, const std::vector<int>& ids, int top_k, const std::vector<T>& x,
+                          const ExpertLaunch& how) {
   Stream& s = lgtest::stream();
-  const BasicKernels<T> k(lgtest::nn_kernels());
-  const auto dids = lgtest::to_device(s, ids);
-  const auto dweights = lgtest::to_device(s, weights);
-  auto act = lgtest::to_device(s, std::vector<T>(static_cast<std::size_t>(m.batch) * top_k * m.width, moe_poison<T>()));
+  const BasicKernels<T> k(lgtest::nn_kernels(), KernelOptions{.tensor_cores = how.tensor_cores});
+  const Routes r = route(k, logits_choosing<T>(ids, m.experts, top_k), m.experts, top_k, true, m.batch, 256);
+  REQUIRE(lgtest::to_host(s, r.ids.cview()) == ids);
+  const auto pairs = static_cast<std::size_t>(m.batch) * static_cast<std::size_t>(top_k);
+  auto act = lgtest::to_device(s, std::vector<T>(pairs * static_cast<std::size_t>(m.width), moe_poison<T>()));
+  auto partial = lgtest::to_device(s, std::vector<float>(pairs * static_cast<std::size_t>(m.d), std::nanf("")));
+  auto counters = lgtest::to_device(s, std::vector<unsigned>(static_cast<std::size_t>(m.d), 0U));
   auto dxs = lgtest::to_device(s, x);
-  const auto pairs = static_cast<unsigned>(m.batch * top_k);
-  const unsigned up_blocks = gx > 0 ? gx : static_cast<unsigned>((m.width + warps - 1) / warps);
-  const unsigned down_blocks = dx > 0 ? dx : static_cast<unsigned>((m.d + warps - 1) / warps);
-  k.moe_gate_up.launch(s, launch(up_blocks, pairs, 32, warps), m.dw1.cview(), m.dw3.cview(), m.dh.cview(), dids.cview(),
-                       act.view(), m.experts, m.width, m.d, top_k, m.batch);
-  k.moe_down.launch(s, launch(down_blocks, 1, 32, warps), m.dw2.cview(), act.cview(), dids.cview(), dweights.cview(),
-                    dxs.view(), m.experts, m.width, m.d, top_k, m.batch);
-  return {lgtest::to_host(s, act.cview()), lgtest::to_host(s, dxs.cview())};
+  const int distinct = std::min(m.batch * top_k, m.experts);
+  const auto config = [&](int rows, int cols) {
+    if (how.warps_k == 0) return k.moe_config(rows, cols, m.batch, distinct);
+    return how.tensor_cores ? launch(how.gx, how.gy, 32, how.warps_k)
+                            : launch(how.gx, how.gy, 32, how.warps_k, how.groups_r);
+  };
+  // The tensor-core variant for every batch (variant(2) is NAME_mma), else the fp32 variant of the batch.
+  const int variant = how.tensor_cores ? 2 : m.batch;
+  k.moe_gate_up.variant(variant).launch(s, config(m.width, m.d), m.dw1.cview(), m.dw3.cview(), m.dh.cview(),
+                                        r.plan.cview(), act.view(), m.experts, m.width, m.d, top_k, m.batch);
+  k.moe_down.variant(variant).launch(s, config(m.d, m.width), m.dw2.cview(), act.cview(), r.plan.cview(),
+                                     r.weights.cview(), partial.view(), counters.view(), dxs.view(), m.experts, m.width,
+                                     m.d, top_k, m.batch);
+  return {lgtest::to_host(s, r.weights.cview()), lgtest::to_host(s, act.cview()), lgtest::to_host(s, dxs.cview()),
+          lgtest::to_host(s, counters.cview())};
 }
 
 }  // namespace
 
 TEST_SUITE("gpu") {
-  TEST_CASE_TEMPLATE("moe_route chooses and weighs each row's experts as route_token does on its rounded logits", T,
-                     half, bfloat16) {
-    Stream& s = lgtest::stream();
+  TEST_CASE_TEMPLATE(
+      "moe_route chooses and weighs each row's experts as route_token does on the same logits, and plans their reads",
+      T, half, bfloat16) {
     const BasicKernels<T> k(lgtest::nn_kernels());
     struct Shape {
-      int experts, d, top_k, batch;
+      int experts, top_k, batch;
       bool normalize;
       unsigned block;
+      float scale;  // of the logits: small ones round to ties often, large ones make the softmax peaked
     };
-    int checked = 0;
-    int rows = 0;
     for (const Shape& shape :
-         {Shape{8, 256, 2, 1, true, 256}, Shape{128, 2048, 8, 8, true, 256}, Shape{64, 512, 8, 3, false, 128},
-          Shape{60, 256, 4, 5, true, 1024}, Shape{1024, 64, 16, 2, false, 256}}) {
+         {Shape{8, 2, 1, true, 256, 2.0F}, Shape{128, 8, 8, true, 256, 2.0F}, Shape{64, 8, 3, false, 128, 4.0F},
+          Shape{60, 4, 5, true, 1024, 1.0F}, Shape{1024, 16, 2, false, 256, 3.0F}, Shape{8, 4, 8, true, 32, 2.0F},
+          Shape{16, 16, 8, false, 64, 0.05F}}) {
       CAPTURE(shape.experts);
       CAPTURE(shape.top_k);
       CAPTURE(shape.batch);
-      const auto router = uniform<T>(static_cast<std::size_t>(shape.experts) * shape.d,
-                                     2.0F / std::sqrt(float(shape.d)), 11U + static_cast<unsigned>(shape.experts));
-      const auto h = uniform<T>(static_cast<std::size_t>(shape.batch) * shape.d, 1.0F, 7U);
-      const auto drouter = lgtest::to_device(s, router);
-      const auto dh = lgtest::to_device(s, h);
-      const std::size_t n = static_cast<std::size_t>(shape.batch) * shape.top_k;
-      auto ids = lgtest::to_device(s, std::vector<int>(n, -1));
-      auto weights = lgtest::to_device(s, std::vector<float>(n, std::nanf("")));
-      k.moe_route.launch(s, launch(static_cast<unsigned>(shape.batch), 1, shape.block, 1), drouter.cview(), dh.cview(),
-                         ids.view(), weights.view(), shape.experts, shape.d, shape.top_k, shape.normalize ? 1 : 0,
-                         shape.batch);
-      const auto got_ids = lgtest::to_host(s, ids.cview());
-      const auto got_weights = lgtest::to_host(s, weights.cview());
+      CAPTURE(shape.block);
+      const auto logits = uniform<T>(static_cast<std::size_t>(shape.batch) * shape.experts, shape.scale,
+                                     11U + static_cast<unsigned>(shape.experts));
+      const Routes r = route(k, logits, shape.experts, shape.top_k, shape.normalize, shape.batch, shape.block);
+      const auto got_ids = lgtest::to_host(lgtest::stream(), r.ids.cview());
+      const auto got_weights = lgtest::to_host(lgtest::stream(), r.weights.cview());
       for (int b = 0; b < shape.batch; ++b) {
         CAPTURE(b);
-        ++rows;
-        std::vector<double> logits;
-        for (int e = 0; e < shape.experts; ++e) {  // rounded to T, as the router's Linear returns it
-          const double l = dot(router, static_cast<std::size_t>(e), h, static_cast<std::size_t>(b) * shape.d, shape.d);
-          logits.push_back(T::from_float(static_cast<float>(l)).to_float());
-        }
-        const std::vector<ExpertChoice> want = route_token(logits, shape.top_k, shape.normalize);
-        // The choice is compared where the last chosen logit and the best unchosen one are more than two rounding
-        // units of T apart: the kernel's fp32 sum rounds to the T value float64's does, or (rarely, at a rounding
-        // boundary) to its neighbour, so only closer logits may swap places.
-        std::vector<double> sorted = logits;
-        std::sort(sorted.begin(), sorted.end(), std::greater<>());
-        const double kth = sorted[static_cast<std::size_t>(shape.top_k) - 1];
-        const bool clear = shape.top_k == shape.experts ||
-                           kth - sorted[static_cast<std::size_t>(shape.top_k)] > 2 * unit<T> * std::abs(kth);
-        if (!clear) continue;
-        ++checked;
-        std::vector<int> want_set;
-        std::vector<int> got_set;
+        std::vector<double> row;
+        for (int e = 0; e < shape.experts; ++e)
+          row.push_back(logits[static_cast<std::size_t>(b * shape.experts + e)].to_float());
+        // Distinct logits of T are far apart for fp32's softmax, so its order is float64's exactly, ties included.
+        const std::vector<ExpertChoice> want = route_token(row, shape.top_k, shape.normalize);
         for (int j = 0; j < shape.top_k; ++j) {
-          want_set.push_back(want[static_cast<std::size_t>(j)].expert);
-          got_set.push_back(got_ids[static_cast<std::size_t>(b * shape.top_k + j)]);
-        }
-        // In descending order: the same sequence, but chosen ones of (nearly) equal logits may swap.
-        std::vector<int> want_sorted = want_set;
-        std::vector<int> got_sorted = got_set;
-        std::sort(want_sorted.begin(), want_sorted.end());
-        std::sort(got_sorted.begin(), got_sorted.end());
-        CHECK(want_sorted == got_sorted);
-        for (int j = 0; j < shape.top_k; ++j) {
-          const int e = got_set[static_cast<std::size_t>(j)];
-          const auto it = std::find_if(want.begin(), want.end(), [&](const ExpertChoice& c) { return c.expert == e; });
-          if (it == want.end()) continue;
-          CHECK(got_weights[static_cast<std::size_t>(b * shape.top_k + j)] ==
-                doctest::Approx(it->weight).epsilon(2 * route_tolerance<T>));
-          if (j > 0) {  // descending probabilities
-            CHECK(got_weights[static_cast<std::size_t>(b * shape.top_k + j)] <=
-                  got_weights[static_cast<std::size_t>(b * shape.top_k + j - 1)]);
-          }
+          const auto at = static_cast<std::size_t>(b * shape.top_k + j);
+          CHECK(got_ids[at] == want[static_cast<std::size_t>(j)].expert);
+          // Each weight rounded to T: within a rounding of float64's.
+          CHECK(got_weights[at] ==
+                doctest::Approx(want[static_cast<std::size_t>(j)].weight).epsilon(route_tolerance<T>));
+          CHECK(static_cast<float>(T::from_float(got_weights[at]).to_float()) == got_weights[at]);
         }
       }
+      const auto plan = lgtest::to_host(lgtest::stream(), r.plan.cview());
+      CHECK(defined_part(plan, shape.batch) == expected_plan(got_ids, shape.top_k, shape.batch));
     }
-    // Most rows have a clear margin (about 2 in 3 in bf16, more in fp16): the test compares, it does not skip.
-    CHECK(checked * 3 >= rows);
   }
 
   TEST_CASE_TEMPLATE("moe_route breaks exact ties by the lower expert index and renormalizes the chosen ones", T, half,
                      bfloat16) {
-    Stream& s = lgtest::stream();
     const BasicKernels<T> k(lgtest::nn_kernels());
-    const int experts = 6;
-    const int d = 256;
-    // h all 1/16 and each router row a constant c_e: logit_e = 16 c_e exactly. Experts 1 and 3 tie at the top.
-    const std::vector<float> c{0.125F, 0.25F, -0.125F, 0.25F, 0.1875F, 0.0625F};
-    std::vector<T> router;
-    for (int e = 0; e < experts; ++e) router.insert(router.end(), d, T::from_float(c[static_cast<std::size_t>(e)]));
-    const auto drouter = lgtest::to_device(s, router);
-    const auto dh = lgtest::to_device(s, std::vector<T>(d, T::from_float(0.0625F)));
-    auto ids = lgtest::to_device(s, std::vector<int>(3, -1));
-    auto weights = lgtest::to_device(s, std::vector<float>(3, 0.0F));
-    k.moe_route.launch(s, launch(1, 1, 64, 1), drouter.cview(), dh.cview(), ids.view(), weights.view(), experts, d, 3,
-                       1, 1);
-    CHECK(lgtest::to_host(s, ids.cview()) == std::vector<int>{1, 3, 4});
-    const auto got = lgtest::to_host(s, weights.cview());
-    std::vector<double> logits;
-    for (const float v : c) logits.push_back(16.0 * v);
-    const std::vector<ExpertChoice> want = route_token(logits, 3, true);
-    for (std::size_t j = 0; j < 3; ++j) CHECK(got[j] == doctest::Approx(want[j].weight).epsilon(2 * route_tolerance<T>));
+    // Experts 1 and 3 tie at the top.
+    const std::vector<float> values{2.0F, 4.0F, -2.0F, 4.0F, 3.0F, 1.0F};
+    std::vector<T> logits;
+    for (const float v : values) logits.push_back(T::from_float(v));
+    const Routes r = route(k, logits, 6, 3, true, 1, 64);
+    CHECK(lgtest::to_host(lgtest::stream(), r.ids.cview()) == std::vector<int>{1, 3, 4});
+    const auto got = lgtest::to_host(lgtest::stream(), r.weights.cview());
+    const std::vector<ExpertChoice> want = route_token(std::vector<double>(values.begin(), values.end()), 3, true);
+    for (std::size_t j = 0; j < 3; ++j) CHECK(got[j] == doctest::Approx(want[j].weight).epsilon(route_tolerance<T>));
     CHECK(got[0] == got[1]);
+    const auto plan = lgtest::to_host(lgtest::stream(), r.plan.cview());
+    CHECK(plan[0] == 3);
+    CHECK(std::vector<int>(plan.begin() + 1, plan.begin() + 4) == std::vector<int>{1, 3, 4});
+    CHECK(std::vector<int>{plan[kPlanPairs], plan[kPlanPairs + 8], plan[kPlanPairs + 16]} == std::vector<int>{0, 1, 2});
   }
 
-  TEST_CASE_TEMPLATE("moe_gate_up and moe_down add each row's weighted expert SwiGLUs to the residual as float64 does",
-                     T, half, bfloat16) {
+  TEST_CASE_TEMPLATE(
+      "moe_gate_up and moe_down add each row's weighted expert SwiGLUs to the residual as float64 does, on both row "
+      "loops",
+      T, half, bfloat16) {
     struct Shape {
       int experts, width, d, top_k;
-      unsigned warps, gx, dx;
-      std::vector<int> ids;  // [batch][top_k]; rows share experts
+      std::vector<int> ids;  // [batch][top_k]; rows share experts or not
     };
-    for (const Shape& shape : {Shape{8, 256, 256, 2, 8, 0, 0, {3, 5}},
-                               Shape{8, 200, 512, 2, 8, 0, 0, {3, 5, 5, 0, 1, 3, 7, 6, 3, 2, 4, 5, 0, 7, 5, 3}},
-                               Shape{16, 96, 1032, 4, 4, 3, 5, {15, 0, 8, 2, 2, 8, 0, 15, 1, 9, 4, 3}},
-                               Shape{4, 64, 128, 4, 1, 1, 2, {0, 1, 2, 3, 3, 2, 1, 0}}}) {
+    const std::vector<ExpertLaunch> launches{{false, 0, 1, 0, 0},  // fp32, moe_config's shape
+                                             {true, 0, 1, 0, 0},   // tensor cores, moe_config's shape
+                                             {false, 2, 2, 3, 2},  // fp32, 2 warps a row, grids smaller than the work
+                                             {true, 4, 1, 3, 1}};  // tensor cores, 4 warps, small grids
+    for (const Shape& shape :
+         {Shape{8, 256, 256, 2, {3, 5}}, Shape{8, 200, 512, 2, {3, 5, 5, 0, 1, 3, 7, 6, 3, 2, 4, 5, 0, 7, 5, 3}},
+          Shape{16, 96, 1032, 4, {15, 0, 8, 2, 2, 8, 0, 15, 1, 9, 4, 3}},
+          Shape{4, 64, 128, 4, {0, 1, 2, 3, 3, 2, 1, 0}}, Shape{64, 128, 256, 8, {}}}) {
+      std::vector<int> ids = shape.ids;
+      if (ids.empty()) {  // 8 rows of 8 distinct experts each, 64 pairs over the 64 experts: few shared
+        std::mt19937 gen(3);
+        for (int b = 0; b < 8; ++b) {
+          std::vector<int> all(static_cast<std::size_t>(shape.experts));
+          for (int e = 0; e < shape.experts; ++e) all[static_cast<std::size_t>(e)] = e;
+          std::shuffle(all.begin(), all.end(), gen);
+          ids.insert(ids.end(), all.begin(), all.begin() + shape.top_k);
+        }
+      }
       const int top_k = shape.top_k;
-      const int batch = static_cast<int>(shape.ids.size()) / top_k;
+      const int batch = static_cast<int>(ids.size()) / top_k;
       CAPTURE(batch);
       CAPTURE(shape.width);
       CAPTURE(shape.d);
       const Experts<T> m(shape.experts, shape.width, shape.d, batch, 100U + static_cast<unsigned>(shape.width));
-      std::mt19937 gen(5);
-      std::uniform_real_distribution<float> share(0.05F, 1.0F);
-      std::vector<float> weights;
-      for (std::size_t j = 0; j < shape.ids.size(); ++j) weights.push_back(share(gen));
       const std::vector<T> x = uniform<T>(static_cast<std::size_t>(batch) * shape.d, 1.0F, 9U);
-      const auto [act, out] = run_experts(m, shape.ids, weights, top_k, x, shape.warps, shape.gx, shape.dx);
-
       std::vector<double> act_ref;
       for (int j = 0; j < batch * top_k; ++j) {
-        const std::vector<double> a = m.act(j / top_k, shape.ids[static_cast<std::size_t>(j)]);
+        const std::vector<double> a = m.act(j / top_k, ids[static_cast<std::size_t>(j)]);
         act_ref.insert(act_ref.end(), a.begin(), a.end());
       }
-      check_close(act, act_ref);
-      // moe_down from the act it was given: x + sum of weight * W2_e act.
-      std::vector<double> out_ref;
-      for (int b = 0; b < batch; ++b) {
-        for (int r = 0; r < shape.d; ++r) {
-          double sum = x[static_cast<std::size_t>(b) * shape.d + r].to_float();
-          for (int s = 0; s < top_k; ++s) {
-            const auto j = static_cast<std::size_t>(b * top_k + s);
-            const std::size_t row = static_cast<std::size_t>(shape.ids[j]) * shape.d + r;
-            sum += weights[j] * dot(m.w2, row, act, j * shape.width, shape.width);
+      for (const ExpertLaunch& how : launches) {
+        CAPTURE(how.tensor_cores);
+        CAPTURE(how.warps_k);
+        const ExpertsOut<T> got = run_experts(m, ids, top_k, x, how);
+        check_close(got.act, act_ref);
+        // moe_down from the act it was given: x + sum of weight * W2_e act; its counters back at zero.
+        CHECK(std::all_of(got.counters.begin(), got.counters.end(), [](unsigned c) { return c == 0; }));
+        std::vector<double> out_ref;
+        for (int b = 0; b < batch; ++b) {
+          for (int r = 0; r < shape.d; ++r) {
+            double sum = x[static_cast<std::size_t>(b) * shape.d + r].to_float();
+            for (int slot = 0; slot < top_k; ++slot) {
+              const auto j = static_cast<std::size_t>(b * top_k + slot);
+              const std::size_t row = static_cast<std::size_t>(ids[j]) * shape.d + r;
+              sum += got.weights[j] * dot(m.w2, row, got.act, j * shape.width, shape.width);
+            }
+            out_ref.push_back(sum);
           }
-          out_ref.push_back(sum);
         }
-      }
-      check_close(out, out_ref);
+        check_close(got.x, out_ref);
 
-      // Each row alone gets the bits it got in the batch, whichever rows shared its experts' reads.
-      for (int b = 0; b < batch; ++b) {
-        CAPTURE(b);
-        Experts<T> alone(shape.experts, shape.width, shape.d, 1, 100U + static_cast<unsigned>(shape.width));
-        alone.h.assign(m.h.begin() + static_cast<std::ptrdiff_t>(b) * shape.d,
-                       m.h.begin() + static_cast<std::ptrdiff_t>(b + 1) * shape.d);
-        alone.dh = lgtest::to_device(lgtest::stream(), alone.h);
-        const auto first = static_cast<std::ptrdiff_t>(b * top_k);
-        const std::vector<int> row_ids(shape.ids.begin() + first, shape.ids.begin() + first + top_k);
-        const std::vector<float> row_weights(weights.begin() + first, weights.begin() + first + top_k);
-        const std::vector<T> row_x(x.begin() + static_cast<std::ptrdiff_t>(b) * shape.d,
-                                   x.begin() + static_cast<std::ptrdiff_t>(b + 1) * shape.d);
-        const auto [act1, out1] = run_experts(alone, row_ids, row_weights, top_k, row_x, shape.warps, 0, 0);
-        CHECK(std::equal(out1.begin(), out1.end(), out.begin() + static_cast<std::ptrdiff_t>(b) * shape.d,
-                         [](T a, T c) { return a.bits == c.bits; }));
-        CHECK(std::equal(act1.begin(), act1.end(), act.begin() + first * shape.width,
-                         [](T a, T c) { return a.bits == c.bits; }));
+        // Each row alone, on the same variant family, gets the bits it got in the batch, whichever rows shared its
+        // experts' reads.
+        for (int b = 0; b < batch; ++b) {
+          CAPTURE(b);
+          Experts<T> alone(shape.experts, shape.width, shape.d, 1, 100U + static_cast<unsigned>(shape.width));
+          alone.h.assign(m.h.begin() + static_cast<std::ptrdiff_t>(b) * shape.d,
+                         m.h.begin() + static_cast<std::ptrdiff_t>(b + 1) * shape.d);
+          alone.dh = lgtest::to_device(lgtest::stream(), alone.h);
+          const auto first = static_cast<std::ptrdiff_t>(b * top_k);
+          const std::vector<int> row_ids(ids.begin() + first, ids.begin() + first + top_k);
+          const std::vector<T> row_x(x.begin() + static_cast<std::ptrdiff_t>(b) * shape.d,
+                                     x.begin() + static_cast<std::ptrdiff_t>(b + 1) * shape.d);
+          const ExpertsOut<T> one = run_experts(alone, row_ids, top_k, row_x, how);
+          CHECK(std::equal(one.x.begin(), one.x.end(), got.x.begin() + static_cast<std::ptrdiff_t>(b) * shape.d,
+                           [](T a, T c) { return a.bits == c.bits; }));
+          CHECK(std::equal(one.act.begin(), one.act.end(), got.act.begin() + first * shape.width,
+                           [](T a, T c) { return a.bits == c.bits; }));
+        }
       }
     }
   }

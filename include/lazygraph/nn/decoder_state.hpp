@@ -30,14 +30,21 @@ struct BasicDecoderState {
   DeviceBuffer<T> block_out;    ///< a block's output before its post-norm [kMaxRows][d] (post_norms only)
   DeviceBuffer<T> attn;         ///< attention outputs [kMaxRows][q_dim]
   DeviceBuffer<T> act;          ///< MLP activations [kMaxRows][ffn] (empty with DecoderConfig::moe)
-  /// A mixture of experts' (DecoderConfig::moe; else all four empty): the normed rows [kMaxRows][d], each row's
-  /// chosen experts [kMaxRows][top k] and their weights (with DecoderConfig::record_routes every layer's,
-  /// [layers][kMaxRows][top k]: moe_routes.hpp), and the chosen experts' activations [kMaxRows][top k][width].
+  /// A mixture of experts' (DecoderConfig::moe; else all empty): the normed rows [kMaxRows][d], the router's logits
+  /// [kMaxRows][experts], each row's chosen experts [kMaxRows][top k] and their weights (with
+  /// DecoderConfig::record_routes every layer's, [layers][kMaxRows][top k]: moe_routes.hpp), the step's plan for the
+  /// expert kernels [kMoePlanInts] (kernels/nn/moe.cu), the chosen experts' activations [kMaxRows][top k][width],
+  /// their down projections in fp32 [kMaxRows][top k][d] and moe_down's counts of finished blocks per grid column [d]
+  /// (zero between steps).
   DeviceBuffer<T> moe_h;
-  DeviceBuffer<int> expert_ids;        ///< see moe_h
-  DeviceBuffer<float> expert_weights;  ///< see moe_h
-  DeviceBuffer<T> moe_act;             ///< see moe_h
-  DeviceBuffer<T> logits;              ///< [kMaxRows][vocab]
+  DeviceBuffer<T> moe_logits;           ///< see moe_h
+  DeviceBuffer<int> expert_ids;         ///< see moe_h
+  DeviceBuffer<float> expert_weights;   ///< see moe_h
+  DeviceBuffer<int> moe_plan;           ///< see moe_h
+  DeviceBuffer<T> moe_act;              ///< see moe_h
+  DeviceBuffer<float> moe_partial;      ///< see moe_h
+  DeviceBuffer<unsigned> moe_counters;  ///< see moe_h
+  DeviceBuffer<T> logits;               ///< [kMaxRows][vocab]
   /// [layers][max_batch][kv_heads][context][head_dim]; with a paged cache (DecoderConfig::kv_block_size) the pools,
   /// [layers][kv_blocks][kv_heads][kv_block_size][head_dim] (PagedAttention's layout per layer).
   DeviceBuffer<T> k_cache;

@@ -4,6 +4,7 @@
 /// embedding, the LM head and the choice of the next token, for `rows` rows. The graph backend captures
 /// decoder_step; the tensor-parallel rank's step (decoder_rank.hpp) and prefill (prefill.hpp) reuse its parts.
 
+#include <algorithm>
 #include <cstddef>
 #include <string>
 #include <utility>
@@ -210,9 +211,11 @@ auto mlp_block(const Projector<T>& p, const BasicSwigluWeights<T>& w, BasicDecod
 
 /// Layer `layer`'s mixture of experts (DecoderConfig::moe) for `rows` rows: x += sum over each row's top k experts of
 /// weight * W2_e (silu(W1_e h) * (W3_e h)), h = rmsnorm(x) * gain, the experts chosen by the router on the device
-/// (kernels/nn/moe.cu): rms_norm into s.moe_h, moe_route into the layer's slice of s.expert_ids and s.expert_weights
-/// (route_offset: its own with DecoderConfig::record_routes), moe_gate_up into s.moe_act, moe_down into x. Only the
-/// chosen experts' weights are read, once for all rows that chose them.
+/// (kernels/nn/moe.cu): rms_norm into s.moe_h, the router's gemv into s.moe_logits, moe_route into the layer's slice of
+/// s.expert_ids and s.expert_weights (route_offset: its own with DecoderConfig::record_routes) and s.moe_plan,
+/// moe_gate_up into s.moe_act, moe_down through s.moe_partial into x. Only the chosen experts' weights are
+/// read, once for all rows that chose them; the expert kernels run on the gemv family's row loops (tensor cores for
+/// 2 to 8 rows where KernelOptions::tensor_cores says).
 template <Element T>
 auto moe_block(const BasicKernels<T>& k, const BasicSwigluWeights<T>& norm, const BasicMoeWeights<T>& w,
                BasicDecoderState<T>& s, const DecoderConfig& c, int rows, int layer) {
@@ -220,22 +223,20 @@ auto moe_block(const BasicKernels<T>& k, const BasicSwigluWeights<T>& norm, cons
   const std::size_t route_size = kMaxRows * static_cast<std::size_t>(m.experts_per_token);
   const DeviceSpan<int> ids = s.expert_ids.view().subspan(route_offset(c, layer), route_size);
   const DeviceSpan<float> weights = s.expert_weights.view().subspan(route_offset(c, layer), route_size);
-  const auto per_row = [&](unsigned blocks_y, unsigned threads, unsigned warps) {
-    return k.step_config({{static_cast<unsigned>(rows), blocks_y, 1}, {threads, warps, 1}, 0});
-  };
-  constexpr unsigned kWarps = 8;  // rows of an expert's matrix per block
-  const auto blocks = [&](int n) { return (static_cast<unsigned>(n) + kWarps - 1) / kWarps; };
-  return k.rms_norm(per_row(1, 256, 1), s.x.cview(), norm.gain.cview(), s.moe_h.view(), c.d, c.eps) >>
-         k.moe_route(per_row(1, 256, 1), w.router.cview(), s.moe_h.cview(), ids, weights, m.experts, c.d,
+  const int distinct = std::min(rows * m.experts_per_token, m.experts);  // the most the rows can choose
+  const auto one_block = [&](unsigned threads) { return k.step_config({{1, 1, 1}, {threads, 1, 1}, 0}); };
+  return k.rms_norm(k.step_config({{static_cast<unsigned>(rows), 1, 1}, {256, 1, 1}, 0}), s.x.cview(),
+                    norm.gain.cview(), s.moe_h.view(), c.d, c.eps) >>
+         k.gemv(k.gemv_config(m.experts, c.d, rows), w.router.cview(), s.moe_h.cview(), s.moe_logits.view(), m.experts,
+                c.d, rows) >>
+         k.moe_route(one_block(256), s.moe_logits.cview(), ids, weights, s.moe_plan.view(), m.experts,
                      m.experts_per_token, m.normalize ? 1 : 0, rows) >>
-         k.moe_gate_up(
-             k.step_config(
-                 {{blocks(m.expert_width), static_cast<unsigned>(rows * m.experts_per_token), 1}, {32, kWarps, 1}, 0}),
-             w.w1.cview(), w.w3.cview(), s.moe_h.cview(), ids.as_const(), s.moe_act.view(), m.experts, m.expert_width,
-             c.d, m.experts_per_token, rows) >>
-         k.moe_down(k.step_config({{blocks(c.d), 1, 1}, {32, kWarps, 1}, 0}), w.w2.cview(), s.moe_act.cview(),
-                    ids.as_const(), weights.as_const(), s.x.view(), m.experts, m.expert_width, c.d, m.experts_per_token,
-                    rows);
+         k.moe_gate_up(k.moe_config(m.expert_width, c.d, rows, distinct), w.w1.cview(), w.w3.cview(), s.moe_h.cview(),
+                       s.moe_plan.cview(), s.moe_act.view(), m.experts, m.expert_width, c.d, m.experts_per_token,
+                       rows) >>
+         k.moe_down(k.moe_config(c.d, m.expert_width, rows, distinct), w.w2.cview(), s.moe_act.cview(),
+                    s.moe_plan.cview(), weights.as_const(), s.moe_partial.view(), s.moe_counters.view(), s.x.view(),
+                    m.experts, m.expert_width, c.d, m.experts_per_token, rows);
 }
 
 /// One decoder layer for `rows` rows: attention block, then the MLP block (moe_block with DecoderConfig::moe). The

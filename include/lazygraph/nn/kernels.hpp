@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -39,8 +40,9 @@ static_assert(sizeof(MlpLayer) == 32 && std::is_trivially_copyable_v<MlpLayer>, 
 /// The variants of a gemv-family kernel, called like one Kernel whose last parameter is the batch: the call picks
 /// the variant for it. Every such kernel has four fp32 variants, NAME, NAME_b2, NAME_b4 and NAME_b8 (compiled for
 /// batches of up to 1, 2, 4 and 8 vectors; the smallest that holds the batch runs it); the kernels of
-/// kernels/nn/gemv.cu also have NAME_mma, on tensor cores, for 1 to 8 vectors. Asked for tensor cores, the call
-/// runs batches of 2 to 8 on NAME_mma and a batch of one on NAME. A batch outside 1..8 is a UsageError.
+/// kernels/nn/gemv.cu (and moe.cu's expert kernels) also have NAME_mma, on tensor cores, for 1 to 8 vectors. Asked for
+/// tensor cores, the call runs batches of 2 to 8 on NAME_mma and a batch of one on NAME. A batch outside 1..8 is a
+/// UsageError.
 ///
 /// Which path runs decides the bits: the fp32 variants give each vector of a batch exactly what a batch of one
 /// gives it; NAME_mma gives each vector the same bits whatever else the batch holds, but sums each group of 16
@@ -107,6 +109,10 @@ struct KernelOptions {
   /// and prefill stay bit-identical to one row at a time.
   bool tensor_cores = false;
 };
+
+/// Ints of the plan moe_route writes for the expert kernels (kernels/nn/moe.cu's kPlanInts): the count of distinct
+/// experts a step chose, the experts (up to 8 rows x 16 slots), and for each and each of 8 rows the pair that chose it.
+inline constexpr std::size_t kMoePlanInts = 1153;
 
 /// Chunks of more rows than this run flash attention of head_dim 64 in tiles of 128 query rows
 /// (BasicKernels::flash_attention_tile_rows); shorter ones in tiles of 64, which give them twice the blocks.
@@ -190,15 +196,22 @@ struct BasicKernels {
   /// rms_norm_add(in, g, x, d, eps): x += rmsnorm(in) * g per vector, the normed vector rounded first (a post-norm),
   /// one block each (kernels/nn/rms_norm.cu).
   Kernel<void(const T*, const T*, T*, int, float)> rms_norm_add;
-  /// moe_route(router, h, ids, weights, experts, d, top_k, normalize, batch): a mixture of experts' router per row
-  /// of h, its top_k experts and their weights written to ids and weights (kernels/nn/moe.cu); one block per row.
-  Kernel<void(const T*, const T*, int*, float*, int, int, int, int, int)> moe_route;
-  /// moe_gate_up(w1, w3, h, ids, act, experts, width, d, top_k, batch): act = silu(W1_e h) * (W3_e h) for each
-  /// row's chosen experts, from the stacked [experts][width][d] weights (kernels/nn/moe.cu).
-  Kernel<void(const T*, const T*, const T*, const int*, T*, int, int, int, int, int)> moe_gate_up;
-  /// moe_down(w2, act, ids, weights, x, experts, width, d, top_k, batch): x += sum of weight * W2_e act over each
-  /// row's chosen experts, from the stacked [experts][d][width] weights (kernels/nn/moe.cu).
-  Kernel<void(const T*, const T*, const int*, const float*, T*, int, int, int, int, int)> moe_down;
+  /// moe_route(logits, ids, weights, plan, experts, top_k, normalize, batch): a mixture of experts' routing of the
+  /// router's logits [batch][experts] (gemv's): each row's top_k experts and their weights written to ids and
+  /// weights, and the step's plan (kMoePlanInts: the distinct experts chosen and which row's pair chose each) for the
+  /// expert kernels (kernels/nn/moe.cu); a grid of one block.
+  Kernel<void(const T*, int*, float*, int*, int, int, int, int)> moe_route;
+  /// moe_gate_up(w1, w3, h, plan, act, experts, width, d, top_k, batch): act[j] = silu(W1_e h[b]) * (W3_e h[b]) for
+  /// each pair j by which row b chose expert e, from the stacked [experts][width][d] weights, each chosen expert's
+  /// rows read once for the batch (kernels/nn/moe.cu); launched as moe_config(width, d, ...).
+  BatchedKernel<void(const T*, const T*, const T*, const int*, T*, int, int, int, int, int)> moe_gate_up;
+  /// moe_down(w2, act, plan, weights, partial, counters, x, experts, width, d, top_k, batch): x[b] += the sum over
+  /// row b's slots s, in order, of weights[b][s] * W2_e act[b * top_k + s], rounded once, from the stacked
+  /// [experts][d][width] weights; each pair's product in fp32 in partial [batch * top_k][d], the last block of each
+  /// grid column (counted in counters, zero before and after) adding its rows into x (kernels/nn/moe.cu); launched
+  /// as moe_config(d, width, ...).
+  BatchedKernel<void(const T*, const T*, const int*, const float*, float*, unsigned*, T*, int, int, int, int, int)>
+      moe_down;
   /// scale(x, n, factor): x *= factor in place (kernels/nn/scale.cu; the embedding's scale).
   Kernel<void(T*, long long, float)> scale;
   /// softcap(x, n, cap): x = tanh(x / cap) * cap in place (kernels/nn/scale.cu; final logit soft-capping).
@@ -374,6 +387,14 @@ struct BasicKernels {
   [[nodiscard]] LaunchConfig qkv_config(int q_rows, int kv_dim, int d, int batch = 1) const {
     if (tensor_cores && batch >= 2) return tensor_core_gemv_config(q_rows + 2 * kv_dim);
     return fp32_gemv_config(q_rows + 2 * kv_dim, d, 4);
+  }
+  /// Launch shape of moe_gate_up and moe_down for experts of `rows` x `cols` weights and `batch` vectors: gemv_config's
+  /// for one expert in x, and in y `distinct` experts, the most a step's rows can choose (min(batch * top k,
+  /// experts)); blocks past the count the router chose return.
+  [[nodiscard]] LaunchConfig moe_config(int rows, int cols, int batch, int distinct) const {
+    LaunchConfig config = gemv_config(rows, cols, batch);
+    config.grid.y = static_cast<unsigned>(distinct);
+    return config;
   }
 };
 
