@@ -122,7 +122,7 @@ void check_prefill_attention(const PrefillAttentionSpans<T>& spans, const Prefil
 }
 
 template <Element T>
-void check_paged_prefill_attention(const PrefillAttentionSpans<T>& spans, DeviceSpan<const int> table,
+void check_paged_prefill_attention(const PrefillAttentionSpans<T>& spans, const DeviceSpan<const int>& table,
                                    const PrefillAttentionShape& shape, const PagedPrefillLayout& layout) {
   check_shape(shape);
   if (layout.block_size != 16 && layout.block_size != 32) {
@@ -180,10 +180,11 @@ template PrefillAttentionOp<bfloat16> prefill_attention<bfloat16>(const BasicKer
                                                                   const PrefillAttentionSpans<bfloat16>&,
                                                                   const PrefillAttentionShape&);
 
-template void check_paged_prefill_attention<half>(const PrefillAttentionSpans<half>&, DeviceSpan<const int>,
+template void check_paged_prefill_attention<half>(const PrefillAttentionSpans<half>&, const DeviceSpan<const int>&,
                                                   const PrefillAttentionShape&, const PagedPrefillLayout&);
-template void check_paged_prefill_attention<bfloat16>(const PrefillAttentionSpans<bfloat16>&, DeviceSpan<const int>,
-                                                      const PrefillAttentionShape&, const PagedPrefillLayout&);
+template void check_paged_prefill_attention<bfloat16>(const PrefillAttentionSpans<bfloat16>&,
+                                                      const DeviceSpan<const int>&, const PrefillAttentionShape&,
+                                                      const PagedPrefillLayout&);
 template PagedPrefillAttentionOp<half> paged_prefill_attention<half>(const BasicKernels<half>&,
                                                                      const PrefillAttentionSpans<half>&,
                                                                      DeviceSpan<const int>,

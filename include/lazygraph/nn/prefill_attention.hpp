@@ -114,9 +114,9 @@ using PagedPrefillAttentionOp = LaunchOp<const T*, const T*, const T*, T*, T*, T
 /// Checks a paged prefill attention launch without a GPU: check_prefill_attention's refusals with the caches of
 /// blocks * kv_heads * block_size * head_dim elements (`shape.slots` is not used), a block_size other than 16 or 32,
 /// blocks below 1, a table whose width times block_size does not reach shape.context, `table` not of table_width
-/// ints, out or a pool overlapping `table`. 	hrows UsageError naming the first thing wrong and the values involved.
+/// ints, out or a pool overlapping `table`. \throws UsageError naming the first thing wrong and the values involved.
 template <Element T>
-void check_paged_prefill_attention(const PrefillAttentionSpans<T>& spans, DeviceSpan<const int> table,
+void check_paged_prefill_attention(const PrefillAttentionSpans<T>& spans, const DeviceSpan<const int>& table,
                                    const PrefillAttentionShape& shape, const PagedPrefillLayout& layout);
 
 /// prefill_attention over a paged KV cache, as a lazy launch op: the same attention, arithmetic and bits (the kernels
@@ -126,7 +126,7 @@ void check_paged_prefill_attention(const PrefillAttentionSpans<T>& spans, Device
 /// [0, blocks) (the kernel traps on one outside before anything is written: check_paged_prompt checks them where the
 /// host knows them) and be distinct (a block the chunk writes read at another index would be a race); the entries
 /// past them are not read. The op is launched as `kernels.flash_attention_config` gives.
-/// 	hrows UsageError as check_paged_prefill_attention, before any GPU work.
+/// \throws UsageError as check_paged_prefill_attention, before any GPU work.
 /// \post The op keeps every span's buffer alive while it, or a graph that recorded it, lives.
 template <Element T>
 [[nodiscard]] PagedPrefillAttentionOp<T> paged_prefill_attention(const BasicKernels<T>& kernels,
