@@ -10,7 +10,7 @@
 ///   q, k, v = qkv + biases; rotate q and k       prefill_qkv_rope, at positions start .. start + M - 1 (with q/k
 ///                                                norms, prefill_qk_norm_rope: each q and k head, or the whole q
 ///                                                and k, normed first)
-///   q = attention(q, cache, k, v); cache <- k, v  flash attention, in place on q
+///   q = attention(q, cache, k, v); cache <- k, v  flash attention, in place on q (paged: through the table)
 ///   x += q Wo^T                                  GEMM, the residual added by cuBLASLt (C = D = x)
 ///   h = rmsnorm(x) * g_mlp
 ///   gate = h W1^T, up = h W3^T                   two GEMMs
@@ -22,7 +22,10 @@
 ///
 /// One graph per bucket of rows (prefill_buckets: 16, 32, 64, ... up to the largest chunk), captured on first use; the
 /// host writes the chunk (PrefillIo: start, rows, slot, tokens) to the decoder's input staging, and the graph copies it
-/// to device memory first, so one graph serves every chunk that fits its bucket, at any start and slot. Rows past the
+/// to device memory first, so one graph serves every chunk that fits its bucket, at any start and slot. With a paged
+/// KV cache (DecoderConfig::kv_block_size) the graph also copies the sequence's block table (staged at
+/// BasicPrefillContext::table_at) to row 0 of the state's tables, and flash attention reads and writes the pool
+/// through it (paged_prefill_attention): one graph serves every table too. Rows past the
 /// chunk (the bucket's padding: token 0) run through the row-wise kernels and the GEMMs like any row, but flash
 /// attention neither reads nor writes them, so they never touch the KV cache nor any real row.
 ///
