@@ -164,8 +164,8 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE_TEMPLATE(
-      "a paged decoder's prompts on tensor cores give the contiguous decoder's logits and cache bit for bit, and the "
-      "decode steps after them",
+      "a paged decoder's prompts on tensor cores give the contiguous decoder's logits and cache bit for bit and so do "
+      "the decode steps after them",
       T, half, bfloat16) {
     // Both decoders cut each prompt into the same chunks (prefill_chunk 64 or 32): a first prompt of 150 to 171
     // tokens (two or four full chunks, then a rest padded up to its bucket), then a continuation at its end, mid-block

@@ -234,7 +234,7 @@ std::string paged_refusal(const PagedFakes& f, const nn::PrefillAttentionShape& 
 
 }  // namespace
 
-TEST_CASE("paged_prefill_attention accepts pools and a table of the layout's sizes, and refuses others by name") {
+TEST_CASE("paged_prefill_attention accepts pools and a table of the layout's sizes and refuses others by name") {
   const auto s = good_shape();
   const auto l = good_layout();
   const PagedFakes good = paged_fakes(s, l);
