@@ -29,11 +29,24 @@
 //     the cache or out. May be launched early (LaunchConfig::early_launch): it waits for the kernel before it first,
 //     and reads `chunk` only after that wait.
 //
+//   flash_attention_paged_dD(q, k, v, k_pool, v_pool, out, chunk, table, max_rows, n_heads, n_kv_heads, max_ctx,
+//                            block_size, n_blocks, table_width, scale, window): flash_attention_paged_d64,
+//                            flash_attention_paged_d128, flash_attention_paged_rows64_d64 and their _bf16 twins.
+//     flash_attention_dD over a paged cache (kernels/nn/paged_attention.cu's layout): k_pool and v_pool are
+//     [n_blocks][n_kv_heads][block_size][D], block_size 16 or 32, and the chunk's sequence's position j lives in block
+//     table[j / block_size] at offset j % block_size, `table` being table_width ints in device memory (read when the
+//     kernel runs, after its wait, as the chunk is: one captured graph serves every table). The chunk's slot is not
+//     read. The same arithmetic step for step (one body, only the addresses differ), so it gives flash_attention_dD's
+//     bits for the same keys and values. Besides flash_attention_dD's conditions (slot aside) it requires block_size
+//     16 or 32, max_ctx <= table_width * block_size, and the table's entries 0 .. (start + rows - 1) / block_size in
+//     [0, n_blocks) and distinct (a block the chunk writes is read at no other index); every block checks all of them
+//     but distinctness before anything is written, and traps on a bad one.
+//
 // The cache write. The chunk's keys and values are read from k and v, never from the cache, so no block reads a cache
-// entry that any block writes: the write needs no ordering against the reads, hence no second launch and no grid-wide
-// barrier. Block (tile t, head h) with h % (n_heads / n_kv_heads) == 0 copies rows R t .. R t + R - 1 (those
-// below rows) of kv head g from k and v into the caches (each row of each kv head exactly once, 16-byte loads and
-// stores).
+// entry that any block writes (paged: as long as the table's entries are distinct): the write needs no ordering
+// against the reads, hence no second launch and no grid-wide barrier. Block (tile t, head h) with
+// h % (n_heads / n_kv_heads) == 0 copies rows R t .. R t + R - 1 (those below rows) of kv head g from k and v into the
+// caches (each row of each kv head exactly once, 16-byte loads and stores).
 //
 // Mapping. Block (h, y) takes query tile t = gridDim.y - 1 - y of head h (blocks start in x-then-y order, so the
 // longest tiles, latest in the prompt, of every head start first and the short ones fill in behind them): R rows, R / 4
@@ -126,11 +139,42 @@ __device__ __forceinline__ float exp2_approx(float x) {
 
 #endif  // __CUDA_ARCH__ >= 800
 
-template <class T, int D, int kM>
-__device__ __forceinline__ void flash_attention_body(const T* q, const T* k, const T* v, T* k_cache, T* v_cache, T* out,
-                                                     const int* chunk, int max_rows, int n_heads, int n_kv_heads,
-                                                     int max_ctx, int n_slots, float scale, int window) {
-  lg::early_launch_prologue();  // may be launched early: everything it reads may be the previous kernel's output
+/// Where the contiguous kernels' cache, [n_slots][n_kv_heads][max_ctx][D], holds position p of kv head g of the
+/// chunk's slot.
+template <int D>
+struct SlotCache {
+  int slot;
+  int n_kv_heads;
+  int max_ctx;
+  /// The element offset of (g, p) in k_cache and v_cache.
+  __device__ __forceinline__ long long at(int g, int p) const {
+    return ((static_cast<long long>(slot) * n_kv_heads + g) * max_ctx + p) * D;
+  }
+};
+
+/// Where the paged kernels' pool, [n_blocks][n_kv_heads][block_size][D], holds position p of kv head g: block
+/// table[p / block_size] at offset p % block_size (block_size = 2^shift).
+template <int D>
+struct BlockCache {
+  const int* table;
+  int n_kv_heads;
+  int shift;
+  /// The element offset of (g, p) in k_pool and v_pool.
+  __device__ __forceinline__ long long at(int g, int p) const {
+    const long long block = table[p >> shift];
+    return (((block * n_kv_heads + g) << shift) + (p & ((1 << shift) - 1))) * D;
+  }
+};
+
+/// The kernels' one body, for a chunk of `rows` rows at `start` (read from device memory by the caller, after its
+/// wait), the cache's entries found through `cache` (SlotCache or BlockCache: only the addresses differ, never the
+/// arithmetic). `valid`: what the caller checked of its own arguments (the same in every block); false, or any of the
+/// shared conditions broken, traps before anything is written.
+template <class T, int D, int kM, class Cache>
+__device__ __forceinline__ void flash_attention_core(const T* q, const T* k, const T* v, T* k_cache, T* v_cache, T* out,
+                                                     const Cache& cache, int start, int rows, bool valid, int max_rows,
+                                                     int n_heads, int n_kv_heads, int max_ctx, float scale,
+                                                     int window) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   static_assert(D % 16 == 0 && D <= 256, "head_dim must be a multiple of 16");
   constexpr int kRows = kWarpsPerBlock * 16 * kM;  // query rows per block (kM mma row tiles per warp)
@@ -142,16 +186,12 @@ __device__ __forceinline__ void flash_attention_body(const T* q, const T* k, con
   const auto keys = [&](int stage) { return sk0 + stage * 2 * kTile * S; };
   const auto values = [&](int stage) { return sk0 + (stage * 2 + 1) * kTile * S; };
 
-  // The chunk, from device memory (after the wait: the work before may have written it). Every block checks the same
-  // values before anything is written, so a bad one traps the launch with nothing written.
-  const int start = chunk[0];
-  const int rows = chunk[1];
-  const int slot = chunk[2];
-  if (blockDim.x != kThreads || start < 0 || rows < 1 || rows > max_rows ||
-      static_cast<long long>(start) + rows > max_ctx || slot < 0 || slot >= n_slots || n_kv_heads <= 0 ||
-      n_heads % n_kv_heads != 0 || static_cast<long long>(gridDim.y) * kRows < max_rows || !lg::is_aligned16(q) ||
-      !lg::is_aligned16(k) || !lg::is_aligned16(v) || !lg::is_aligned16(k_cache) || !lg::is_aligned16(v_cache) ||
-      !lg::is_aligned16(out)) {
+  // Every block checks the same values before anything is written, so a bad one traps the launch with nothing
+  // written.
+  if (!valid || blockDim.x != kThreads || start < 0 || rows < 1 || rows > max_rows ||
+      static_cast<long long>(start) + rows > max_ctx || n_kv_heads <= 0 || n_heads % n_kv_heads != 0 ||
+      static_cast<long long>(gridDim.y) * kRows < max_rows || !lg::is_aligned16(q) || !lg::is_aligned16(k) ||
+      !lg::is_aligned16(v) || !lg::is_aligned16(k_cache) || !lg::is_aligned16(v_cache) || !lg::is_aligned16(out)) {
     __trap();
   }
   const int head = blockIdx.x;
@@ -166,10 +206,7 @@ __device__ __forceinline__ void flash_attention_body(const T* q, const T* k, con
   const int q_last = q_first + tile_rows - 1;                      // its last: no row of the tile attends a later key
   const long long q_stride = static_cast<long long>(n_heads) * D;  // between rows of q and out
   const long long kv_stride = static_cast<long long>(n_kv_heads) * D;  // between rows of k and v
-  const long long cache_base = (static_cast<long long>(slot) * n_kv_heads + kv_head) * max_ctx * D;
-  T* const cache_k = k_cache + cache_base;  // this kv head's cache: [max_ctx][D]
-  T* const cache_v = v_cache + cache_base;
-  const T* const chunk_k = k + kv_head * D;  // this kv head's chunk rows, kv_stride apart
+  const T* const chunk_k = k + kv_head * D;                            // this kv head's chunk rows, kv_stride apart
   const T* const chunk_v = v + kv_head * D;
 
   // 1. The query tile (rows past the chunk as zeros) and the first key tile, in one group of copies.
@@ -191,8 +228,9 @@ __device__ __forceinline__ void flash_attention_body(const T* q, const T* k, con
       const T* from_k;
       const T* from_v;
       if (at < start) {
-        from_k = cache_k + static_cast<long long>(at) * D;
-        from_v = cache_v + static_cast<long long>(at) * D;
+        const long long entry = cache.at(kv_head, at);
+        from_k = k_cache + entry;
+        from_v = v_cache + entry;
       } else {
         from_k = chunk_k + static_cast<long long>(at - start) * kv_stride;
         from_v = chunk_v + static_cast<long long>(at - start) * kv_stride;
@@ -212,9 +250,9 @@ __device__ __forceinline__ void flash_attention_body(const T* q, const T* k, con
       const int r = i / kChunks;
       const int c = i % kChunks;
       const long long from = static_cast<long long>(row0 + r) * kv_stride + 8 * c;
-      const long long to = static_cast<long long>(q_first + r) * D + 8 * c;
-      lg::store8(cache_k + to, lg::load8(chunk_k + from));
-      lg::store8(cache_v + to, lg::load8(chunk_v + from));
+      const long long to = cache.at(kv_head, q_first + r) + 8 * c;
+      lg::store8(k_cache + to, lg::load8(chunk_k + from));
+      lg::store8(v_cache + to, lg::load8(chunk_v + from));
     }
   }
 
@@ -430,6 +468,45 @@ __device__ __forceinline__ void flash_attention_body(const T* q, const T* k, con
 #endif
 }
 
+/// flash_attention_dD: the chunk's slot of the contiguous cache.
+template <class T, int D, int kM>
+__device__ __forceinline__ void flash_attention_body(const T* q, const T* k, const T* v, T* k_cache, T* v_cache, T* out,
+                                                     const int* chunk, int max_rows, int n_heads, int n_kv_heads,
+                                                     int max_ctx, int n_slots, float scale, int window) {
+  lg::early_launch_prologue();  // may be launched early: everything it reads may be the previous kernel's output
+  // The chunk, from device memory (after the wait: the work before may have written it).
+  const int slot = chunk[2];
+  flash_attention_core<T, D, kM>(q, k, v, k_cache, v_cache, out, SlotCache<D>{slot, n_kv_heads, max_ctx}, chunk[0],
+                                 chunk[1], slot >= 0 && slot < n_slots, max_rows, n_heads, n_kv_heads, max_ctx, scale,
+                                 window);
+}
+
+/// flash_attention_paged_dD: the pool through the chunk's block table.
+template <class T, int D, int kM>
+__device__ __forceinline__ void flash_attention_paged_body(const T* q, const T* k, const T* v, T* k_pool, T* v_pool,
+                                                           T* out, const int* chunk, const int* table, int max_rows,
+                                                           int n_heads, int n_kv_heads, int max_ctx, int block_size,
+                                                           int n_blocks, int table_width, float scale, int window) {
+  lg::early_launch_prologue();  // the chunk and the table too are read after the wait
+  const int start = chunk[0];
+  const int rows = chunk[1];
+  const int shift = block_size == 32 ? 5 : 4;
+  // The table's entries the chunk reads or writes (0 .. its last position's), checked by every block (all of them,
+  // not only its own) before any block writes: a bad entry traps the launch with nothing written.
+  bool valid = (block_size == 16 || block_size == 32) && n_blocks > 0 && table_width > 0 &&
+               static_cast<long long>(max_ctx) <= (static_cast<long long>(table_width) << shift) && start >= 0 &&
+               rows >= 1 && static_cast<long long>(start) + rows <= max_ctx;
+  if (valid) {
+    const int last = (start + rows - 1) >> shift;
+    for (int i = threadIdx.x; i <= last; i += blockDim.x) {
+      if (table[i] < 0 || table[i] >= n_blocks) valid = false;
+    }
+  }
+  valid = __syncthreads_and(valid) != 0;
+  flash_attention_core<T, D, kM>(q, k, v, k_pool, v_pool, out, BlockCache<D>{table, n_kv_heads, shift}, start, rows,
+                                 valid, max_rows, n_heads, n_kv_heads, max_ctx, scale, window);
+}
+
 }  // namespace
 
 // The entry points: flash_attention_d64, flash_attention_d64_bf16, flash_attention_d128, flash_attention_d128_bf16,
@@ -447,4 +524,12 @@ flash_attention_rows64[D: 64][T] __launch_bounds__(128) =
     flash_attention_body<T, D, 1>(const T* q, const T* k, const T* v, T* k_cache, T* v_cache, T* out,
         const int* chunk, int max_rows, int n_heads, int n_kv_heads, int max_ctx, int n_slots, float scale,
         int window)
+flash_attention_paged[D][T] __launch_bounds__(128) =
+    flash_attention_paged_body<T, D, warp_tiles(D)>(const T* q, const T* k, const T* v, T* k_pool, T* v_pool,
+        T* out, const int* chunk, const int* table, int max_rows, int n_heads, int n_kv_heads, int max_ctx,
+        int block_size, int n_blocks, int table_width, float scale, int window)
+flash_attention_paged_rows64[D: 64][T] __launch_bounds__(128) =
+    flash_attention_paged_body<T, D, 1>(const T* q, const T* k, const T* v, T* k_pool, T* v_pool, T* out,
+        const int* chunk, const int* table, int max_rows, int n_heads, int n_kv_heads, int max_ctx, int block_size,
+        int n_blocks, int table_width, float scale, int window)
 */

@@ -360,7 +360,6 @@ int BasicDecoder<T>::prefill_steps(std::span<const int> prompt, std::size_t firs
 
 template <Element T>
 std::string BasicDecoder<T>::prefill_fallback_reason() const {
-  if (config_.paged()) return "the KV cache is paged (DecoderConfig::kv_block_size): prompts run through its step";
   std::string why;
   return prefill_on_tensor_cores(config_, stream_.device().compute_capability(), &why) ? std::string() : why;
 }
@@ -370,6 +369,11 @@ int BasicDecoder<T>::prefill(std::span<const int> prompt, int start, int slot) {
   check_prompt(config_, prompt, start, slot);
   refuse_paged(config_, "Decoder::prefill", "give the sequence's block table (prefill(prompt, start, table))");
   const std::lock_guard<std::mutex> lock(*mutex_);
+  return prefill_chunks(prompt, start, slot, {});
+}
+
+template <Element T>
+int BasicDecoder<T>::prefill_chunks(std::span<const int> prompt, int start, int slot, std::span<const int> table) {
   const auto min_rows = static_cast<std::size_t>(kPrefillMinRows);
   std::size_t first = 0;
   if (prompt.size() >= min_rows) {
@@ -382,9 +386,10 @@ int BasicDecoder<T>::prefill(std::span<const int> prompt, int start, int slot) {
       }
       // A rank's chunks run its share (shard_: config_ itself on one GPU) with the collectives between the blocks.
       const BasicPrefillContext<T> ctx{
-          shard_,          kernels_, weights_,  state_,
-          stream_,         io_,      sampling_, quantized_kernels_ ? &*quantized_kernels_ : nullptr,
-          backend_->rank()};
+          shard_,           kernels_,  weights_,  state_,
+          stream_,          io_,       sampling_, quantized_kernels_ ? &*quantized_kernels_ : nullptr,
+          backend_->rank(), tables_at_};
+      if (!table.empty()) set_table(0, table);  // the chunk graphs copy row 0's table in with the chunk
       int next = -1;
       for (const int chunk : prefill_chunk_rows(prompt.size(), prefill_buckets(config_))) {
         const auto rows = static_cast<std::size_t>(chunk);
@@ -399,14 +404,14 @@ int BasicDecoder<T>::prefill(std::span<const int> prompt, int start, int slot) {
       }
     }
   }
-  return prefill_steps(prompt, first, start, slot);
+  return prefill_steps(prompt, first, start, slot, table);
 }
 
 template <Element T>
 int BasicDecoder<T>::prefill(std::span<const int> prompt, int start, std::span<const int> table, int slot) {
   check_paged_prompt(config_, prompt, start, table, slot);
   const std::lock_guard<std::mutex> lock(*mutex_);
-  return prefill_steps(prompt, 0, start, slot, table);
+  return prefill_chunks(prompt, start, slot, table);
 }
 
 template <Element T>

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "lazygraph/driver/error.hpp"
 #include "lazygraph/driver/half.hpp"
@@ -210,6 +211,16 @@ void check_paged_prompt(const DecoderConfig& c, std::span<const int> prompt, int
   }
   const auto last = static_cast<std::size_t>((start + static_cast<int>(prompt.size()) - 1) / c.kv_block_size);
   for (std::size_t i = 0; i <= last; ++i) check_block(c, table[i], i, what + ": the");
+  // Distinct blocks: the prompt's chunks read earlier positions while they write theirs (flash attention's cache).
+  std::vector<int> seen(static_cast<std::size_t>(c.kv_blocks), -1);  // the entry each block was first seen at
+  for (std::size_t i = 0; i <= last; ++i) {
+    int& first = seen[static_cast<std::size_t>(table[i])];
+    if (first >= 0) {
+      throw UsageError(what + ": the table holds block " + std::to_string(table[i]) + " at entries " +
+                       std::to_string(first) + " and " + std::to_string(i) + " (a sequence's blocks are distinct)");
+    }
+    first = static_cast<int>(i);
+  }
 }
 
 void check_paged_batch(const DecoderConfig& c, std::span<const TokenAt> steps, std::span<const int> tables) {

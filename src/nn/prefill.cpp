@@ -192,8 +192,15 @@ CudaGraph<>& BasicPrefill<T>::chunk_graph(const BasicPrefillContext<T>& ctx, int
     const DecoderConfig& c = ctx.config;
     const BasicKernels<T>& k = ctx.kernels;
     BasicPrefillBuffers<T>& b = buffers_;
-    const std::size_t cache_size = static_cast<std::size_t>(c.max_batch) * static_cast<std::size_t>(c.context) *
-                                   static_cast<std::size_t>(c.kv_dim());
+    // A layer's cache: max_batch x context positions, or a paged cache's pool of kv_blocks blocks.
+    const std::size_t cache_size =
+        (c.paged() ? static_cast<std::size_t>(c.kv_blocks) * static_cast<std::size_t>(c.kv_block_size)
+                   : static_cast<std::size_t>(c.max_batch) * static_cast<std::size_t>(c.context)) *
+        static_cast<std::size_t>(c.kv_dim());
+    // A paged cache's table of the chunk's sequence: row 0 of the state's tables, copied in with the chunk.
+    const DeviceSpan<int> table = c.paged()
+                                      ? ctx.state.tables.view().subspan(0, static_cast<std::size_t>(c.kv_table_width()))
+                                      : DeviceSpan<int>{};
     const Communicator* comm = ctx.rank != nullptr ? &ctx.rank->comm : nullptr;
     return capture_checked(ctx, "a prefill graph of " + std::to_string(rows) + " rows", [&] {
       return CudaGraph<>::scope(ctx.stream, [&](Scope& s) {
@@ -203,6 +210,7 @@ CudaGraph<>& BasicPrefill<T>::chunk_graph(const BasicPrefillContext<T>& ctx, int
         const DeviceSpan<T> x = b.x.view().subspan(0, count * static_cast<std::size_t>(c.d));
         const LaunchConfig per_element = k.step_config(grid_for(x.size(), 256));
         s.record(ctx.io.copy_in(io, DecoderIo::prefill));
+        if (c.paged()) s.record(ctx.io.copy_in(table, ctx.table_at));
         std::vector<decltype(k.scale(per_element, x, 0LL, 0.0F))> scaled;  // the embedding's scale, where not 1
         if (c.embedding_scale != 1.0F) {
           scaled.push_back(
@@ -227,7 +235,7 @@ CudaGraph<>& BasicPrefill<T>::chunk_graph(const BasicPrefillContext<T>& ctx, int
                         Projector<T>{k, ctx.quantized}, plans, ctx.weights.attention[layer], ctx.weights.mlp[layer], b,
                         c.local_rope(l) ? ctx.state.local_rope_frequencies.cview() : ctx.state.rope_frequencies.cview(),
                         ctx.state.k_cache.view().subspan(offset, cache_size),
-                        ctx.state.v_cache.view().subspan(offset, cache_size), c, rows, comm, l)));
+                        ctx.state.v_cache.view().subspan(offset, cache_size), c, rows, comm, l, table.as_const())));
         }
       });
     });

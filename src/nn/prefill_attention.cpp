@@ -75,18 +75,20 @@ void check_prefill_chunk(const PrefillAttentionShape& shape, const PrefillChunk&
   }
 }
 
+namespace {
+
+/// The checks both launches share, the caches being of `cache_size` elements (`cache_layout` says how many).
 template <Element T>
-void check_prefill_attention(const PrefillAttentionSpans<T>& spans, const PrefillAttentionShape& shape) {
-  check_shape(shape);
+void check_spans(const PrefillAttentionSpans<T>& spans, const PrefillAttentionShape& shape, long long cache_size,
+                 const char* cache_layout) {
   const long long rows = shape.rows;
   const long long q_size = rows * shape.heads * shape.head_dim;
   const long long kv_size = rows * shape.kv_heads * shape.head_dim;
-  const long long cache_size = static_cast<long long>(shape.slots) * shape.kv_heads * shape.context * shape.head_dim;
   check_span("q", spans.q, q_size, "rows x heads x head_dim");
   check_span("k", spans.k, kv_size, "rows x kv_heads x head_dim");
   check_span("v", spans.v, kv_size, "rows x kv_heads x head_dim");
-  check_span("k_cache", spans.k_cache, cache_size, "slots x kv_heads x context x head_dim");
-  check_span("v_cache", spans.v_cache, cache_size, "slots x kv_heads x context x head_dim");
+  check_span("k_cache", spans.k_cache, cache_size, cache_layout);
+  check_span("v_cache", spans.v_cache, cache_size, cache_layout);
   check_span("out", spans.out, q_size, "rows x heads x head_dim");
   check_span("chunk", spans.chunk, static_cast<long long>(PrefillChunkLayout::size), "[start, rows, slot]", false);
 
@@ -110,6 +112,40 @@ void check_prefill_attention(const PrefillAttentionSpans<T>& spans, const Prefil
   }
 }
 
+}  // namespace
+
+template <Element T>
+void check_prefill_attention(const PrefillAttentionSpans<T>& spans, const PrefillAttentionShape& shape) {
+  check_shape(shape);
+  check_spans(spans, shape, static_cast<long long>(shape.slots) * shape.kv_heads * shape.context * shape.head_dim,
+              "slots x kv_heads x context x head_dim");
+}
+
+template <Element T>
+void check_paged_prefill_attention(const PrefillAttentionSpans<T>& spans, const DeviceSpan<const int>& table,
+                                   const PrefillAttentionShape& shape, const PagedPrefillLayout& layout) {
+  check_shape(shape);
+  if (layout.block_size != 16 && layout.block_size != 32) {
+    refuse("block_size " + str(layout.block_size) + " is not 16 or 32 (the pool's blocks hold 16 or 32 positions)");
+  }
+  if (layout.blocks < 1) refuse("blocks is " + str(layout.blocks) + "; the pool holds at least one block");
+  const long long capacity = static_cast<long long>(layout.table_width) * layout.block_size;
+  if (layout.table_width < 1 || capacity < shape.context) {
+    refuse("table_width " + str(layout.table_width) + " x block_size " + str(layout.block_size) + " = " +
+           str(capacity) + " positions do not reach the context of " + str(shape.context));
+  }
+  check_spans(spans, shape, static_cast<long long>(layout.blocks) * shape.kv_heads * layout.block_size * shape.head_dim,
+              "blocks x kv_heads x block_size x head_dim");
+  check_span("table", table, layout.table_width, "table_width", false);
+  const Extent t = extent("table", table);
+  for (const Extent& written :
+       {extent("out", spans.out), extent("k_cache", spans.k_cache), extent("v_cache", spans.v_cache)}) {
+    if (overlap(written, t)) {
+      refuse(std::string(written.name) + " overlaps table; the kernel writes " + written.name);
+    }
+  }
+}
+
 template <Element T>
 PrefillAttentionOp<T> prefill_attention(const BasicKernels<T>& kernels, const PrefillAttentionSpans<T>& spans,
                                         const PrefillAttentionShape& shape) {
@@ -122,6 +158,20 @@ PrefillAttentionOp<T> prefill_attention(const BasicKernels<T>& kernels, const Pr
                 shape.context, shape.slots, scale, shape.window);
 }
 
+template <Element T>
+PagedPrefillAttentionOp<T> paged_prefill_attention(const BasicKernels<T>& kernels,
+                                                   const PrefillAttentionSpans<T>& spans, DeviceSpan<const int> table,
+                                                   const PrefillAttentionShape& shape,
+                                                   const PagedPrefillLayout& layout) {
+  check_paged_prefill_attention(spans, table, shape, layout);
+  const auto& kernel = kernels.flash_attention_paged(shape.rows, shape.head_dim);
+  const auto scale =
+      shape.scale > 0 ? shape.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(shape.head_dim)));
+  return kernel(kernels.flash_attention_config(shape.rows, shape.heads, shape.head_dim), spans.q, spans.k, spans.v,
+                spans.k_cache, spans.v_cache, spans.out, spans.chunk, table, shape.rows, shape.heads, shape.kv_heads,
+                shape.context, layout.block_size, layout.blocks, layout.table_width, scale, shape.window);
+}
+
 template void check_prefill_attention<half>(const PrefillAttentionSpans<half>&, const PrefillAttentionShape&);
 template void check_prefill_attention<bfloat16>(const PrefillAttentionSpans<bfloat16>&, const PrefillAttentionShape&);
 template PrefillAttentionOp<half> prefill_attention<half>(const BasicKernels<half>&, const PrefillAttentionSpans<half>&,
@@ -129,5 +179,21 @@ template PrefillAttentionOp<half> prefill_attention<half>(const BasicKernels<hal
 template PrefillAttentionOp<bfloat16> prefill_attention<bfloat16>(const BasicKernels<bfloat16>&,
                                                                   const PrefillAttentionSpans<bfloat16>&,
                                                                   const PrefillAttentionShape&);
+
+template void check_paged_prefill_attention<half>(const PrefillAttentionSpans<half>&, const DeviceSpan<const int>&,
+                                                  const PrefillAttentionShape&, const PagedPrefillLayout&);
+template void check_paged_prefill_attention<bfloat16>(const PrefillAttentionSpans<bfloat16>&,
+                                                      const DeviceSpan<const int>&, const PrefillAttentionShape&,
+                                                      const PagedPrefillLayout&);
+template PagedPrefillAttentionOp<half> paged_prefill_attention<half>(const BasicKernels<half>&,
+                                                                     const PrefillAttentionSpans<half>&,
+                                                                     DeviceSpan<const int>,
+                                                                     const PrefillAttentionShape&,
+                                                                     const PagedPrefillLayout&);
+template PagedPrefillAttentionOp<bfloat16> paged_prefill_attention<bfloat16>(const BasicKernels<bfloat16>&,
+                                                                             const PrefillAttentionSpans<bfloat16>&,
+                                                                             DeviceSpan<const int>,
+                                                                             const PrefillAttentionShape&,
+                                                                             const PagedPrefillLayout&);
 
 }  // namespace lazygraph::nn

@@ -1,6 +1,7 @@
 // The decoder with a paged KV cache (DecoderConfig::kv_block_size, nn/decoder.hpp) against the contiguous one: the
 // same seeded weights, the same steps, and the paged kernels' bits are the contiguous kernels', so every logit must
-// be equal bit for bit. GPU only.
+// be equal bit for bit; prompts on tensor cores too (prefill_chunk: the paged flash-attention kernel's bits are the
+// contiguous one's). GPU only.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <lazygraph/nn.hpp>
@@ -33,6 +35,23 @@ DecoderConfig contiguous_reference_config(int attention_blocks) {
   c.max_batch = kMaxRows;
   c.prefill_chunk = 0;
   c.attention_blocks = attention_blocks;
+  return c;
+}
+
+/// A contiguous reference whose prompts run on tensor cores: head_dim 64 or 128 (the flash-attention kernels'), chunks
+/// of up to `chunk` rows, 4 slots of 512 positions, unsplit attention.
+DecoderConfig tensor_core_reference_config(int head_dim, int chunk) {
+  DecoderConfig c;
+  c.d = 256;
+  c.heads = c.d / head_dim;
+  c.kv_heads = c.heads / 2;
+  c.layers = 2;
+  c.ffn = 512;
+  c.vocab = 512;
+  c.context = 512;
+  c.max_batch = 4;
+  c.prefill_chunk = chunk;
+  c.attention_blocks = 1;
   return c;
 }
 
@@ -144,12 +163,106 @@ TEST_SUITE("gpu") {
     }
   }
 
+  TEST_CASE_TEMPLATE(
+      "a paged decoder's prompts on tensor cores give the contiguous decoder's logits and cache bit for bit and so do "
+      "the decode steps after them",
+      T, half, bfloat16) {
+    // Both decoders cut each prompt into the same chunks (prefill_chunk 64 or 32): a first prompt of 150 to 171
+    // tokens (two or four full chunks, then a rest padded up to its bucket), then a continuation at its end, mid-block
+    // (a full chunk and a rest of 6 to 21 rows: through the step graphs or a bucket of 16); each sequence in blocks of
+    // a shuffled table. Then 8 batch steps of every sequence, and the keys and values both caches hold.
+    if (lgtest::device().compute_capability().major < 8) {
+      MESSAGE("skipped: prefill on tensor cores needs compute capability 8.0 or newer");
+      return;
+    }
+    for (const auto& [head_dim, block_size, chunk] : {std::tuple{64, 16, 64}, std::tuple{128, 32, 32}}) {
+      CAPTURE(head_dim);
+      CAPTURE(block_size);
+      const DecoderConfig c = tensor_core_reference_config(head_dim, chunk);
+      DecoderConfig pc = c;
+      pc.kv_block_size = block_size;
+      pc.kv_blocks = c.max_batch * (c.context / block_size) + 5;
+      BasicDecoder<T> reference(lgtest::stream(), lgtest::nn_kernels(), c);
+      BasicDecoder<T> paged(lgtest::stream(), lgtest::nn_kernels(), pc);
+      REQUIRE_MESSAGE(paged.prefill_fallback_reason().empty(), paged.prefill_fallback_reason());
+      const int width = paged.table_width();
+      const std::vector<int> tables =
+          shuffled_tables(c.max_batch, width, pc.kv_blocks, 11U + static_cast<unsigned>(chunk));
+      const auto table_of = [&](int s) {
+        return std::span<const int>(tables).subspan(static_cast<std::size_t>(s * width),
+                                                    static_cast<std::size_t>(width));
+      };
+      std::vector<int> position(static_cast<std::size_t>(c.max_batch));
+      std::vector<int> token(static_cast<std::size_t>(c.max_batch));
+      for (int s = 0; s < c.max_batch; ++s) {
+        int start = 0;
+        for (const int length : {150 + 7 * s, 70 + 5 * s}) {
+          CAPTURE(s);
+          CAPTURE(start);
+          CAPTURE(length);
+          std::vector<int> prompt(static_cast<std::size_t>(length));
+          for (std::size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int>((41 * i + 13 * s + start) % 512);
+          const int want = reference.prefill(prompt, start, s);
+          const int got = paged.prefill(prompt, start, table_of(s), s);
+          CHECK(got == want);
+          CHECK(same_bits(paged.logits(0), reference.logits(0)));
+          start += length;
+          token[static_cast<std::size_t>(s)] = want;
+        }
+        position[static_cast<std::size_t>(s)] = start;
+      }
+      for (int step = 0; step < 8; ++step) {
+        CAPTURE(step);
+        std::vector<TokenAt> steps;
+        for (int r = 0; r < c.max_batch; ++r) {
+          steps.push_back(
+              {.token = token[static_cast<std::size_t>(r)], .position = position[static_cast<std::size_t>(r)]});
+        }
+        const std::vector<int> want = reference.forward_batch(steps);
+        const std::vector<int> got = paged.forward_batch(steps, tables);
+        CHECK(got == want);
+        for (int r = 0; r < c.max_batch; ++r) {
+          CAPTURE(r);
+          CHECK(same_bits(paged.logits(r), reference.logits(r)));
+          token[static_cast<std::size_t>(r)] = want[static_cast<std::size_t>(r)];
+          ++position[static_cast<std::size_t>(r)];
+        }
+      }
+      // Every position each sequence wrote, every layer and kv head: the pool through the table holds the contiguous
+      // cache's bits.
+      const std::vector<T> k_want = lgtest::to_host(lgtest::stream(), reference.k_cache().as_const());
+      const std::vector<T> v_want = lgtest::to_host(lgtest::stream(), reference.v_cache().as_const());
+      const std::vector<T> k_got = lgtest::to_host(lgtest::stream(), paged.k_cache().as_const());
+      const std::vector<T> v_got = lgtest::to_host(lgtest::stream(), paged.v_cache().as_const());
+      const auto kv_heads = static_cast<std::size_t>(c.kv_head_count());
+      const auto dim = static_cast<std::size_t>(c.head_dim());
+      const auto bs = static_cast<std::size_t>(block_size);
+      int differ = 0;
+      for (std::size_t l = 0; l < static_cast<std::size_t>(c.layers); ++l) {
+        for (std::size_t s = 0; s < static_cast<std::size_t>(c.max_batch); ++s) {
+          for (std::size_t g = 0; g < kv_heads; ++g) {
+            for (std::size_t p = 0; p < static_cast<std::size_t>(position[s]); ++p) {
+              const std::size_t want_at =
+                  (((l * c.max_batch + s) * kv_heads + g) * static_cast<std::size_t>(c.context) + p) * dim;
+              const auto block = static_cast<std::size_t>(table_of(static_cast<int>(s))[p / bs]);
+              const std::size_t got_at =
+                  (((l * static_cast<std::size_t>(pc.kv_blocks) + block) * kv_heads + g) * bs + p % bs) * dim;
+              differ += std::memcmp(&k_want[want_at], &k_got[got_at], dim * sizeof(T)) != 0 ? 1 : 0;
+              differ += std::memcmp(&v_want[want_at], &v_got[got_at], dim * sizeof(T)) != 0 ? 1 : 0;
+            }
+          }
+        }
+      }
+      CHECK(differ == 0);
+    }
+  }
+
   TEST_CASE("a paged decoder refuses the calls that take no block table and tables it cannot use, by name") {
     DecoderConfig c = contiguous_reference_config(1);
     c.kv_block_size = 16;
     c.kv_blocks = 4;
     Decoder decoder(lgtest::stream(), lgtest::nn_kernels(), c);
-    CHECK(decoder.prefill_fallback_reason().find("the KV cache is paged") != std::string::npos);
+    CHECK(decoder.prefill_fallback_reason() == "DecoderConfig::prefill_chunk is 0");
     CHECK_THROWS_WITH_AS((void)decoder.forward({1, 0}),
                          doctest::Contains("Decoder::forward: the decoder's KV cache is paged"), UsageError);
     const std::vector<TokenAt> steps{{.token = 1, .position = 0}};
@@ -160,6 +273,10 @@ TEST_SUITE("gpu") {
                          UsageError);
     CHECK_THROWS_WITH_AS((void)decoder.generate(1, 4), doctest::Contains("Decoder::generate: the decoder's KV cache"),
                          UsageError);
+    const std::vector<int> twice{1, 1, -1, -1};  // a block at two entries of the prompt's table
+    const std::vector<int> prompt20(20, 3);
+    CHECK_THROWS_WITH_AS((void)decoder.prefill(prompt20, 0, twice),
+                         doctest::Contains("the table holds block 1 at entries 0 and 1"), UsageError);
     const std::vector<int> table{4, -1, -1, -1};
     CHECK_THROWS_WITH_AS((void)decoder.forward_batch(steps, table),
                          doctest::Contains("table entry 0 (4) is outside the pool [0, kv_blocks = 4)"), UsageError);

@@ -120,4 +120,11 @@ TEST_CASE("a paged prompt's table is checked up to the prompt's last position") 
   CHECK_THROWS_WITH_AS(check_paged_prompt(c, prompt, 50, table, 0),
                        doctest::Contains("a prompt of 20 tokens from position 50 does not fit the context of 64"),
                        UsageError);
+  // A block at two entries the prompt reaches (its chunks would read a block they write); past them, anything.
+  const std::vector<int> twice{3, 3, -1, 99};
+  CHECK_THROWS_WITH_AS(
+      check_paged_prompt(c, prompt, 10, twice, 0),
+      doctest::Contains("the table holds block 3 at entries 0 and 1 (a sequence's blocks are distinct)"), UsageError);
+  const std::vector<int> later{3, 4, 4, 3};
+  CHECK_NOTHROW(check_paged_prompt(c, prompt, 10, later, 0));
 }

@@ -1,6 +1,6 @@
 // Tests of lazygraph::nn::DecoderStepModel: requests through nn::Engine over a decoder's batch steps give each the
 // tokens its prompt makes alone through prefill and generate (gpu suite); misuse refused (gpu suite, as it needs a
-// decoder).
+// decoder); over a paged decoder, with prompts through the step graphs and on tensor cores.
 #include <doctest/doctest.h>
 
 #include <lazygraph/driver/error.hpp>
@@ -139,6 +139,74 @@ TEST_SUITE("gpu") {
       const std::vector<int> rest = reference.generate(first, r.max_tokens - 1, -1, static_cast<int>(r.prompt.size()));
       alone.insert(alone.end(), rest.begin(), rest.end());
       CHECK(made[id] == alone);
+    }
+  }
+
+  TEST_CASE_TEMPLATE(
+      "requests through the engine over a paged decoder with prompts on tensor cores make each prompt's tokens and "
+      "return every block",
+      T, lazygraph::half, lazygraph::bfloat16) {
+    // head_dim 64 and prefill_chunk 32: prompts of 16 to 45 tokens run on tensor cores through the sequences' blocks.
+    // A pool that holds every sequence: each request's tokens are the contiguous decoder's of the same prefill_chunk,
+    // the prompt alone (prefill, then generate). A pool of 10 blocks: sequences are preempted and recomputed on tensor
+    // cores (other roundings than the steps that made their tokens, so only the counts are compared), and every block
+    // comes back.
+    if (lgtest::device().compute_capability().major < 8) {
+      MESSAGE("skipped: prefill on tensor cores needs compute capability 8.0 or newer");
+      return;
+    }
+    nn::DecoderConfig c = lgtest::small_decoder(2, 4, 83);
+    c.d = 256;  // 4 heads of 64
+    c.context = 128;
+    c.prefill_chunk = 32;
+    nn::BasicDecoder<T> reference(lgtest::stream(), lgtest::nn_kernels(), c);
+    for (const int blocks : {32, 10}) {
+      CAPTURE(blocks);
+      nn::DecoderConfig pc = c;
+      pc.kv_block_size = 16;
+      pc.kv_blocks = blocks;
+      nn::BasicDecoder<T> paged(lgtest::stream(), lgtest::nn_kernels(), pc);
+      REQUIRE_MESSAGE(paged.prefill_fallback_reason().empty(), paged.prefill_fallback_reason());
+      std::map<nn::RequestId, std::vector<int>> made;
+      std::vector<std::pair<nn::RequestId, nn::GenerationRequest>> sent;
+      std::uint64_t preemptions = 0;
+      {
+        nn::BasicDecoderStepModel<T> model(paged);
+        nn::Engine engine(model, {});
+        for (int i = 0; i < 7; ++i) {
+          nn::GenerationRequest r;
+          for (int t = 0; t < 16 + (i * 11) % 30; ++t) r.prompt.push_back((i * 97 + t * 31) % c.vocab);
+          r.max_tokens = 12 + (i * 5) % 9;
+          r.on_event = [&](const nn::GenerationEvent& e) {
+            if (e.token.has_value()) made[e.id].push_back(*e.token);
+          };
+          const nn::GenerationRequest copy = r;
+          const std::optional<nn::RequestId> id = engine.submit(std::move(r));
+          REQUIRE(id.has_value());
+          sent.emplace_back(*id, copy);
+        }
+        while (engine.step()) {
+        }
+        CHECK(engine.pool().used_blocks() == 0);
+        CHECK(engine.pool().sequences() == 0);
+        preemptions = engine.stats().preemptions;
+      }
+      if (blocks == 32) {
+        CHECK(preemptions == 0);
+      } else {
+        CHECK(preemptions > 0);
+      }
+      for (const auto& [id, r] : sent) {
+        CAPTURE(id);
+        REQUIRE(made[id].size() == static_cast<std::size_t>(r.max_tokens));
+        if (preemptions > 0) continue;
+        const int first = reference.prefill(r.prompt, 0, 0);
+        std::vector<int> alone = {first};
+        const std::vector<int> rest =
+            reference.generate(first, r.max_tokens - 1, -1, static_cast<int>(r.prompt.size()));
+        alone.insert(alone.end(), rest.begin(), rest.end());
+        CHECK(made[id] == alone);
+      }
     }
   }
 }

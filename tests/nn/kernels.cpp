@@ -927,6 +927,9 @@ TEST_CASE_TEMPLATE("every handle of nn::BasicKernels matches its kernel's declar
   check_model_kernel(d, "flash_attention_d64", &K::flash_attention_d64);
   check_model_kernel(d, "flash_attention_d128", &K::flash_attention_d128);
   check_model_kernel(d, "flash_attention_rows64_d64", &K::flash_attention_rows64_d64);
+  check_model_kernel(d, "flash_attention_paged_d64", &K::flash_attention_paged_d64);
+  check_model_kernel(d, "flash_attention_paged_d128", &K::flash_attention_paged_d128);
+  check_model_kernel(d, "flash_attention_paged_rows64_d64", &K::flash_attention_paged_rows64_d64);
   check_model_kernel(d, "prefill_rms_norm", &K::prefill_rms_norm);
   check_model_kernel(d, "prefill_qkv_rope", &K::prefill_qkv_rope);
   check_model_kernel(d, "prefill_silu_mul", &K::prefill_silu_mul);
@@ -969,6 +972,8 @@ TEST_CASE("the variant tables of kernels/nn/ write out every variant, declared a
       // Axes D then T: flash_attention_d64, flash_attention_d64_bf16, ... (the element's suffix last).
       {"nn/flash_attention.cu", "flash_attention[D][T]", {"_d64", "_d128"}, both},
       {"nn/flash_attention.cu", "flash_attention_rows64[D: 64][T]", {"_d64"}, both},
+      {"nn/flash_attention.cu", "flash_attention_paged[D][T]", {"_d64", "_d128"}, both},
+      {"nn/flash_attention.cu", "flash_attention_paged_rows64[D: 64][T]", {"_d64"}, both},
       {"nn/prefill.cu", "prefill_rms_norm[T]", both, {""}},
       {"nn/prefill.cu", "prefill_qkv_rope[T]", both, {""}},
       {"nn/prefill.cu", "prefill_silu_mul[T]", both, {""}},
@@ -1003,9 +1008,10 @@ TEST_CASE("the variant tables of kernels/nn/ write out every variant, declared a
       }
     }
   }
-  CHECK(written == 132);  // the hand-written entry points these tables replaced: gemv.cu 50, qkv.cu 10, mlp_stack.cu
+  CHECK(written == 138);  // the hand-written entry points these tables replaced: gemv.cu 50, qkv.cu 10, mlp_stack.cu
                           // 8, attention.cu 6; flash_attention.cu's 6, prefill.cu's 8; GeGLU's gemv.cu 10, prefill.cu
-                          // 2; the post-norm's prefill.cu 2; the paged qkv.cu 10; then moe.cu's expert kernels 20
+                          // 2; the post-norm's prefill.cu 2; the paged qkv.cu 10; moe.cu's expert kernels 20; the
+                          // paged flash_attention.cu 6
   // The fp16-only kernels the tests look up as BatchedKernels.
   for (const char* suffix : {"", "_b2", "_b4", "_b8", "_mma"}) {
     CAPTURE(suffix);

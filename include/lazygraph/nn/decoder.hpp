@@ -121,10 +121,13 @@ class BasicDecoder {
   int prefill(std::span<const int> prompt, int start = 0, int slot = 0);
 
   /// prefill on a paged cache: the prompt's k and v go into the blocks of `table` (table_width() block ids, those up to
-  /// position start + prompt.size() - 1 in the pool), through the decode step's graphs, kMaxRows rows per step: the
-  /// cache, logits and token of forwarding the prompt one token at a time. `slot` numbers the sequence for sampled
-  /// draws only (in [0, max_batch)). \throws UsageError (check_paged_prompt) before any GPU work; for a contiguous
-  /// decoder.
+  /// position start + prompt.size() - 1 in the pool and distinct), by the same paths as prefill(prompt, start, slot):
+  /// chunks on tensor cores where prefill_on_tensor_cores holds (flash attention reading and writing the cache through
+  /// the table, which each chunk graph copies in with the chunk: new tables never recapture), the rest through the
+  /// decode step's graphs. Either way the logits, token and keys and values are the contiguous decoder's for the same
+  /// prompt, start and prefill_chunk, bit for bit. `slot` numbers the sequence for sampled draws only (in
+  /// [0, max_batch)). \throws UsageError (check_paged_prompt) before any GPU work; for a contiguous decoder; as
+  /// prefill(prompt, start, slot) when a bucket is first used.
   int prefill(std::span<const int> prompt, int start, std::span<const int> table, int slot = 0);
 
   /// Generates up to `n` tokens of sequence 0 from `token` at position `start` in ONE graph replay: a WHILE loop on
@@ -164,8 +167,8 @@ class BasicDecoder {
   /// Block ids per row's table of a paged cache (DecoderConfig::kv_table_width); 0 for the contiguous cache.
   [[nodiscard]] int table_width() const noexcept { return config_.kv_table_width(); }
 
-  /// Why prefill runs every prompt through the decode step's graphs (a paged cache, or prefill_on_tensor_cores said
-  /// no), or empty when it runs chunks of 16 rows or more on tensor cores. Asking may load cuBLASLt.
+  /// Why prefill runs every prompt through the decode step's graphs (prefill_on_tensor_cores said no), or empty when it
+  /// runs chunks of 16 rows or more on tensor cores (with a contiguous or a paged cache). Asking may load cuBLASLt.
   [[nodiscard]] std::string prefill_fallback_reason() const;
 
   /// The step of `rows` rows as an op, for running it without the graph (the benchmark's eager variant); reads
@@ -226,6 +229,9 @@ class BasicDecoder {
   /// `table`: a paged cache's table for every row (empty for the contiguous cache).
   int prefill_steps(std::span<const int> prompt, std::size_t first, int start, int slot,
                     std::span<const int> table = {});
+  /// Both prefills' body, under the lock: chunks on tensor cores where they run, the rest through prefill_steps.
+  /// `table`: a paged cache's table of the sequence (empty for the contiguous cache).
+  int prefill_chunks(std::span<const int> prompt, int start, int slot, std::span<const int> table);
   /// What the backend builds a step from, now.
   [[nodiscard]] StepContext<T> step_context() noexcept {
     return {shard_, config_, projector(), weights_, state_, sampling_, stream_, paged_ ? &*paged_ : nullptr};

@@ -172,8 +172,9 @@ struct DecoderOptions {
   /// context positions. Paged, the cache is one pool of kv_blocks blocks per layer (BasicDecoderState::k_cache), each
   /// row of a step appends and attends through its block table (a device input staged like the tokens: new tables
   /// never recapture), and the memory is bounded by the pool; `context` is then the most positions one sequence's
-  /// table reaches (up to kMaxPagedContext). The graph backend on one GPU, dense weights, the fused attention block
-  /// without q/k norms; prompts run through the decode step's graphs (docs/serving.md).
+  /// table reaches (up to kMaxPagedContext). The graph backend on one GPU, dense q/k/v weights, the fused attention
+  /// block without q/k norms; prompts run as on the contiguous cache, on tensor cores (prefill_chunk) where they may,
+  /// flash attention reading and writing through the table (docs/serving.md).
   int kv_block_size = 0;
   /// Blocks of the paged cache's pool, per layer (kv_block_size): at least 1; 0 with the contiguous cache.
   int kv_blocks = 0;
@@ -229,7 +230,9 @@ void check_paged_batch(const DecoderConfig& config, std::span<const TokenAt> ste
 
 /// What Decoder::prefill with a block table checks on a paged decoder, before any GPU work: check_prompt's refusals,
 /// a table of kv_table_width() ints whose entries up to the last position's block (start + prompt.size() - 1) lie in
-/// [0, kv_blocks). \throws UsageError naming the table index and the value; for a contiguous decoder.
+/// [0, kv_blocks) and are distinct (a prompt's chunks read a sequence's earlier blocks while they write its later
+/// ones). \throws UsageError naming the table index and the value (both indices of a repeated block); for a
+/// contiguous decoder.
 void check_paged_prompt(const DecoderConfig& config, std::span<const int> prompt, int start, std::span<const int> table,
                         int slot);
 

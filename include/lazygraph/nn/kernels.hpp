@@ -246,6 +246,19 @@ struct BasicKernels {
   /// flash_attention_d64 in tiles of 64 query rows instead of 128 (one mma row tile per warp instead of two): twice the
   /// blocks, for chunks too short to fill the GPU with 128-row tiles (flash_attention_tile_rows picks).
   FlashAttention flash_attention_rows64_d64;
+  /// flash_attention_paged_d64 / _d128 / _rows64_d64(q, k, v, k_pool, v_pool, out, chunk, table, max_rows, heads,
+  /// kv_heads, context, block_size, blocks, table_width, scale, window): FlashAttention over a paged KV cache, the pool
+  /// [blocks][kv_heads][block_size][head_dim] read and written through the chunk's block table (`table_width` ints in
+  /// device memory), with FlashAttention's arithmetic and bits (kernels/nn/flash_attention.cu); launched as
+  /// flash_attention_config. nn::paged_prefill_attention checks the arguments on the host and picks the kernel.
+  using FlashAttentionPaged = Kernel<void(const T*, const T*, const T*, T*, T*, T*, const int*, const int*, int, int,
+                                          int, int, int, int, int, float, int)>;
+  /// See FlashAttentionPaged.
+  FlashAttentionPaged flash_attention_paged_d64;
+  /// See FlashAttentionPaged.
+  FlashAttentionPaged flash_attention_paged_d128;
+  /// flash_attention_paged_d64 in tiles of 64 query rows (flash_attention_rows64_d64's tiles).
+  FlashAttentionPaged flash_attention_paged_rows64_d64;
   /// prefill_rms_norm(x, gain, out, chunk, d, eps, max_rows): RMSNorm of the chunk's rows (kernels/nn/prefill.cu; chunk
   /// as flash_attention's), 16-byte loads; out may be x.
   Kernel<void(const T*, const T*, T*, const int*, int, float, int)> prefill_rms_norm;
@@ -362,6 +375,12 @@ struct BasicKernels {
   [[nodiscard]] const FlashAttention& flash_attention(int rows, int head_dim) const noexcept {
     if (head_dim > 64) return flash_attention_d128;
     return flash_attention_tile_rows(rows, head_dim) == 128 ? flash_attention_d64 : flash_attention_rows64_d64;
+  }
+  /// The paged flash-attention kernel for chunks of up to `rows` rows: flash_attention(rows, head_dim)'s tiles.
+  [[nodiscard]] const FlashAttentionPaged& flash_attention_paged(int rows, int head_dim) const noexcept {
+    if (head_dim > 64) return flash_attention_paged_d128;
+    return flash_attention_tile_rows(rows, head_dim) == 128 ? flash_attention_paged_d64
+                                                            : flash_attention_paged_rows64_d64;
   }
   /// Launch shape of flash_attention_d64 / _d128 for up to `rows` query rows (max_rows) of `heads` heads: grid (heads,
   /// tiles), a block of 4 warps per tile of R rows and head (R = 128 for head_dim 64, 64 for 128), the query tile and

@@ -10,7 +10,7 @@
 ///   q, k, v = qkv + biases; rotate q and k       prefill_qkv_rope, at positions start .. start + M - 1 (with q/k
 ///                                                norms, prefill_qk_norm_rope: each q and k head, or the whole q
 ///                                                and k, normed first)
-///   q = attention(q, cache, k, v); cache <- k, v  flash attention, in place on q
+///   q = attention(q, cache, k, v); cache <- k, v  flash attention, in place on q (paged: through the table)
 ///   x += q Wo^T                                  GEMM, the residual added by cuBLASLt (C = D = x)
 ///   h = rmsnorm(x) * g_mlp
 ///   gate = h W1^T, up = h W3^T                   two GEMMs
@@ -22,7 +22,10 @@
 ///
 /// One graph per bucket of rows (prefill_buckets: 16, 32, 64, ... up to the largest chunk), captured on first use; the
 /// host writes the chunk (PrefillIo: start, rows, slot, tokens) to the decoder's input staging, and the graph copies it
-/// to device memory first, so one graph serves every chunk that fits its bucket, at any start and slot. Rows past the
+/// to device memory first, so one graph serves every chunk that fits its bucket, at any start and slot. With a paged
+/// KV cache (DecoderConfig::kv_block_size) the graph also copies the sequence's block table (staged at
+/// BasicPrefillContext::table_at) to row 0 of the state's tables, and flash attention reads and writes the pool
+/// through it (paged_prefill_attention): one graph serves every table too. Rows past the
 /// chunk (the bucket's padding: token 0) run through the row-wise kernels and the GEMMs like any row, but flash
 /// attention neither reads nor writes them, so they never touch the KV cache nor any real row.
 ///
@@ -134,7 +137,10 @@ class BasicPrefillPlans {
 
 /// One decoder layer over the `rows` rows of a bucket (see the file comment), as an op: reads the chunk from
 /// `b.chunk()`, appends its keys and values to `k_cache` / `v_cache` (this layer's, [max_batch][kv_heads][context]
-/// [head_dim]) and leaves the layer's output in b.x. Captured (the GEMMs are not buildable).
+/// [head_dim]) and leaves the layer's output in b.x. Captured (the GEMMs are not buildable). With a paged cache
+/// (c.paged()) `k_cache` / `v_cache` are this layer's pools ([kv_blocks][kv_heads][kv_block_size][head_dim]) and the
+/// keys and values go through `table` (the chunk's sequence's kv_table_width() block ids in device memory) by
+/// paged_prefill_attention: the same arithmetic, other addresses.
 /// \throws UsageError when a span does not fit (prefill_attention's and Gemm's checks).
 ///
 /// A weight reaches its GEMM as gemm_operand (projection.hpp) hands it over: a dense one as it is, a quantized one
@@ -150,7 +156,7 @@ template <Element T>
 auto prefill_layer(const Projector<T>& p, const BasicPrefillPlans<T>& plans, const BasicAttentionWeights<T>& a,
                    const BasicSwigluWeights<T>& m, BasicPrefillBuffers<T>& b, DeviceSpan<const float> frequencies,
                    DeviceSpan<T> k_cache, DeviceSpan<T> v_cache, const DecoderConfig& c, int rows,
-                   const Communicator* comm = nullptr, int layer = 0) {
+                   const Communicator* comm = nullptr, int layer = 0, DeviceSpan<const int> table = {}) {
   const BasicKernels<T>& k = p.dense;
   const auto n = [rows](int width) { return static_cast<std::size_t>(rows) * static_cast<std::size_t>(width); };
   const bool residual = comm == nullptr || comm->rank() == 0;
@@ -225,10 +231,17 @@ auto prefill_layer(const Projector<T>& p, const BasicPrefillPlans<T>& plans, con
                                   bias_part(0, q_dim), bias_part(q_dim, kv_dim), bias_part(q_dim + kv_dim, kv_dim), q,
                                   key, value, chunk, c.heads, c.kv_head_count(), c.head_dim(), frequencies, rows);
       });
-  auto attention =
-      norm(a.gain) >> gemm(a.qkv, qkv_rows, h.as_const()) >> std::move(split) >>
-      prefill_attention(k, {q.as_const(), key.as_const(), value.as_const(), k_cache, v_cache, q, chunk}, shape) >>
-      block_output(a.wo, q.as_const(), a.post_gain);
+  const PrefillAttentionSpans<T> spans{q.as_const(), key.as_const(), value.as_const(), k_cache, v_cache, q, chunk};
+  auto attend = detail::either(
+      c.paged(),
+      [&] {
+        return paged_prefill_attention(
+            k, spans, table, shape,
+            {.block_size = c.kv_block_size, .blocks = c.kv_blocks, .table_width = c.kv_table_width()});
+      },
+      [&] { return prefill_attention(k, spans, shape); });
+  auto attention = norm(a.gain) >> gemm(a.qkv, qkv_rows, h.as_const()) >> std::move(split) >> std::move(attend) >>
+                   block_output(a.wo, q.as_const(), a.post_gain);
   auto mlp =
       norm(m.gain) >> gemm(m.w1, gate, h.as_const()) >> gemm(m.w3, up, h.as_const()) >>
       (c.activation == GateActivation::gelu_tanh ? k.prefill_gelu_mul : k.prefill_silu_mul)(
@@ -252,6 +265,9 @@ struct BasicPrefillContext {
   const BasicQuantizedKernels<T>* quantized = nullptr;  ///< its quantized kernels; null when no weight is quantized
   /// On a tensor-parallel rank (`config` then its shard_config), its communicator and logits buffers; else null.
   BasicRankState<T>* rank = nullptr;
+  /// With a paged cache (config.paged()): where the input staging holds the chunk's block table (kv_table_width()
+  /// ints), which each chunk graph copies to row 0 of the state's tables before its layers read it there.
+  std::size_t table_at = 0;
 };
 
 /// Elements of the buffer prefill dequantizes one quantized matrix of a layer into (BasicPrefillBuffers::weights):

@@ -2,8 +2,9 @@
 /// \file
 /// Causal attention of a prompt chunk over a sequence's KV cache (prefill) as one lazy launch op: the
 /// flash-attention kernels of kernels/nn/flash_attention.cu (tensor cores, an fp32 online softmax over tiles of 64
-/// keys, grouped-query attention), which also write the chunk's keys and values into the cache. Every argument is
-/// checked on the host when the op is built, before any GPU work.
+/// keys, grouped-query attention), which also write the chunk's keys and values into the cache: a contiguous cache
+/// (prefill_attention) or a paged one, through the sequence's block table (paged_prefill_attention). Every argument
+/// is checked on the host when the op is built, before any GPU work.
 ///
 /// The chunk's start, rows and slot are read from device memory when the kernel runs, so that Decoder::prefill
 /// (nn/prefill.hpp) captures one graph per chunk-size bucket and replays it for every chunk; check_prefill_chunk checks
@@ -95,5 +96,43 @@ template <Element T>
 [[nodiscard]] PrefillAttentionOp<T> prefill_attention(const BasicKernels<T>& kernels,
                                                       const PrefillAttentionSpans<T>& spans,
                                                       const PrefillAttentionShape& shape);
+
+/// The pool of a paged prefill attention launch (paged_prefill_attention): PrefillAttentionSpans' k_cache and v_cache
+/// then hold the pools [blocks][kv_heads][block_size][head_dim] (nn::PagedAttention's layout, one layer's), and the
+/// chunk's sequence's position p lives in block table[p / block_size] at offset p % block_size.
+struct PagedPrefillLayout {
+  int block_size = 16;  ///< positions per block: 16 or 32
+  int blocks = 0;       ///< blocks in the pool, at least 1
+  int table_width = 0;  ///< block ids in the table: table_width * block_size must reach PrefillAttentionShape::context
+};
+
+/// The launch op paged_prefill_attention returns: a GraphNode (a kernel launch).
+template <Element T>
+using PagedPrefillAttentionOp = LaunchOp<const T*, const T*, const T*, T*, T*, T*, const int*, const int*, int, int,
+                                         int, int, int, int, int, float, int>;
+
+/// Checks a paged prefill attention launch without a GPU: check_prefill_attention's refusals with the caches of
+/// blocks * kv_heads * block_size * head_dim elements (`shape.slots` is not used), a block_size other than 16 or 32,
+/// blocks below 1, a table whose width times block_size does not reach shape.context, `table` not of table_width
+/// ints, out or a pool overlapping `table`. \throws UsageError naming the first thing wrong and the values involved.
+template <Element T>
+void check_paged_prefill_attention(const PrefillAttentionSpans<T>& spans, const DeviceSpan<const int>& table,
+                                   const PrefillAttentionShape& shape, const PagedPrefillLayout& layout);
+
+/// prefill_attention over a paged KV cache, as a lazy launch op: the same attention, arithmetic and bits (the kernels
+/// share one body), with the cache's entries for j < start read from, and the chunk's k and v written to, the pools'
+/// blocks that `table` (layout.table_width block ids in device memory, read when the kernel runs, like the chunk)
+/// names. The chunk's slot is not read. The table's entries 0 .. (start + rows - 1) / block_size must lie in
+/// [0, blocks) (the kernel traps on one outside before anything is written: check_paged_prompt checks them where the
+/// host knows them) and be distinct (a block the chunk writes read at another index would be a race); the entries
+/// past them are not read. The op is launched as `kernels.flash_attention_config` gives.
+/// \throws UsageError as check_paged_prefill_attention, before any GPU work.
+/// \post The op keeps every span's buffer alive while it, or a graph that recorded it, lives.
+template <Element T>
+[[nodiscard]] PagedPrefillAttentionOp<T> paged_prefill_attention(const BasicKernels<T>& kernels,
+                                                                 const PrefillAttentionSpans<T>& spans,
+                                                                 DeviceSpan<const int> table,
+                                                                 const PrefillAttentionShape& shape,
+                                                                 const PagedPrefillLayout& layout);
 
 }  // namespace lazygraph::nn
