@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine, after tests/gpu_machine.sh has built build-gpu/: runs the benchmarks, tables to stdout.
-#   usage: examples/bench/run_gpu.sh [all|graph|gemv|persistent|quantized|expr|nccl|compile|models|shapes|batch|prefill|paged|moe]   (default all)
+#   usage: examples/bench/run_gpu.sh [all|graph|gemv|persistent|quantized|expr|nccl|compile|models|shapes|batch|prefill|paged|serving|moe]   (default all)
 #          examples/bench/run_gpu.sh prefill [bench_prefill options...]   (e.g. --shape tinyllama --tokens 512)
 #          examples/bench/run_gpu.sh moe [bench_moe options...]           (e.g. --shape olmoe-1b-7b --layers 4)
 # The models benchmarks write their results to $OUT/models, $OUT/shapes, $OUT/batch8, $OUT/prefill (or under
@@ -45,6 +45,7 @@ if [ "$which" = all ] || [ "$which" = nccl ]; then
 fi
 if [ "$which" = all ] || [ "$which" = compile ]; then ./build-gpu/examples/bench_compile; echo; fi
 if [ "$which" = all ] || [ "$which" = paged ]; then ./build-gpu/examples/bench_paged_attention; echo; fi
+if [ "$which" = all ] || [ "$which" = serving ]; then ./build-gpu/examples/bench_serving; echo; fi
 if [ "$which" = all ] || [ "$which" = models ]; then
   results="${OUT:-$PWD/bench-results}/models"
   mkdir -p "$results"

@@ -1,0 +1,267 @@
+// The serving benchmark (issue 66, item 6): nn::Engine over a paged decoder of the Llama-3.2-1B or TinyLlama shape
+// (seeded weights generated on the device), at several counts of concurrent requests, each a prompt of seeded tokens
+// and a fixed number of new tokens (greedy, no stop). For each count: the wall time from submitting every request to
+// the last token (engine steps on this thread, as lazygraph-serve runs them, so its host work counts), tokens made per
+// second, the time to first token (p50, p99) from submission, and the decode phase, while every admitted sequence
+// decodes (from the last first token of the first wave to the first finish): its mean step time against the step's
+// floor, the bytes it must read (the weights once, plus each row's KV cache up to its position) over the copy ceiling
+// measured in the same run. One table at the end. `--help` for the options.
+#include <lazygraph/lazygraph.hpp>
+#include <lazygraph/nn/decoder.hpp>
+#include <lazygraph/nn/decoder_step_model.hpp>
+#include <lazygraph/nn/engine.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "ceiling.hpp"
+#include "cli.hpp"
+#include "model_shapes.hpp"
+
+namespace lg = lazygraph;
+namespace nn = lazygraph::nn;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr const char* usage =
+    "usage: bench_serving [--shape llama32-1b|tinyllama] [--dtype f16|bf16] [--concurrency N,N,...] [--prompt P]\n"
+    "                     [--new N] [--block-size 16|32] [--prefill-chunk C]\n"
+    "Serves N concurrent requests through nn::Engine over a paged decoder with seeded weights: each a prompt of P\n"
+    "seeded tokens and N new tokens (greedy, no stop token), submitted at once, the engine stepped on this thread.\n"
+    "Prints, for each N: wall time, tokens made per second, time to first token (p50, p99), and the decode phase's\n"
+    "step time against its floor (weights plus KV bytes read, over the copy ceiling measured in the same run).\n"
+    "  --shape NAME        llama32-1b (default; d 2048, 16 layers, 8 kv heads, vocab 128256) or tinyllama\n"
+    "  --dtype T           f16 (default) or bf16\n"
+    "  --concurrency LIST  request counts (default 1,2,4,8,32); at most max_batch (8) sequences step together, the\n"
+    "                      others wait in the engine's queue\n"
+    "  --prompt P          prompt tokens per request (default 512)\n"
+    "  --new N             tokens each request makes (default 256)\n"
+    "  --block-size B      KV block size, 16 (default) or 32\n"
+    "  --prefill-chunk C   DecoderConfig::prefill_chunk (default: the config's)\n"
+    "Exit status: 0 done, 1 failed, 2 usage error, 77 skipped (no GPU; the reason is printed).\n";
+
+struct Options {
+  std::string shape = "llama32-1b";
+  std::string dtype = "f16";
+  std::vector<int> concurrency{1, 2, 4, 8, 32};
+  int prompt = 512;
+  int fresh = 256;
+  int block_size = 16;
+  int prefill_chunk = -1;  ///< -1: the config's default
+};
+
+struct Row {
+  int requests = 0;
+  double wall_s = 0;
+  double tokens_per_s = 0;
+  double ttft_p50_s = 0;
+  double ttft_p99_s = 0;
+  int decode_rows = 0;       ///< sequences stepping together in the decode phase
+  double decode_step_s = 0;  ///< its mean step time
+  double floor_s = 0;        ///< its step's bytes over the ceiling
+  std::uint64_t preemptions = 0;
+};
+
+/// The q-quantile of `v` (nearest rank).
+double quantile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  const auto rank = static_cast<std::size_t>(std::ceil(q * static_cast<double>(v.size())));
+  return v[std::min(v.size() - 1, rank == 0 ? 0 : rank - 1)];
+}
+
+/// What one request saw.
+struct Seen {
+  Clock::time_point first;
+  Clock::time_point last;
+  int tokens = 0;
+  bool done = false;
+};
+
+template <class T>
+Row serve(lg::Stream& s, const lg::KernelLibrary& library, nn::DecoderConfig c, const Options& o, int requests,
+          double ceiling) {
+  nn::BasicDecoder<T> decoder(s, library, c);  // weights generated on the device from c.seed
+  nn::BasicDecoderStepModel<T> model(decoder);
+  nn::Engine engine(model, {.kv_blocks = c.kv_blocks, .block_size = c.kv_block_size, .max_queue = requests});
+  std::map<nn::RequestId, Seen> seen;  // written by the events, which come on this thread (it steps the engine)
+  const Clock::time_point start = Clock::now();
+  for (int i = 0; i < requests; ++i) {
+    nn::GenerationRequest r;
+    for (int t = 0; t < o.prompt; ++t) r.prompt.push_back((i * 7919 + t * 104729 + 13) % c.vocab);
+    r.max_tokens = o.fresh;
+    r.on_event = [&](const nn::GenerationEvent& e) {
+      Seen& x = seen[e.id];
+      const Clock::time_point now = Clock::now();
+      if (e.token.has_value()) {
+        if (x.tokens == 0) x.first = now;
+        ++x.tokens;
+        x.last = now;
+      }
+      if (e.finished.has_value()) x.done = true;
+    };
+    if (!engine.submit(std::move(r)).has_value()) throw lg::UsageError("the engine refused a request");
+  }
+  // Step until idle, noting each step's time and how many sequences ran in it.
+  std::vector<std::pair<Clock::time_point, int>> steps;  // the step's end, sequences running in it
+  while (true) {
+    const int running = engine.stats().running;
+    if (!engine.step()) break;
+    steps.emplace_back(Clock::now(), std::max(running, engine.stats().running));
+  }
+  const Clock::time_point end = Clock::now();
+  Row row;
+  row.requests = requests;
+  row.wall_s = std::chrono::duration<double>(end - start).count();
+  std::vector<double> ttft;
+  Clock::time_point first_finish = end;
+  int made = 0;
+  for (const auto& [id, x] : seen) {
+    if (!x.done || x.tokens != o.fresh)
+      throw lg::UsageError("request " + std::to_string(id) + " made " + std::to_string(x.tokens) +
+                           " tokens, not all of them");
+    ttft.push_back(std::chrono::duration<double>(x.first - start).count());
+    first_finish = std::min(first_finish, x.last);
+    made += x.tokens;
+  }
+  row.tokens_per_s = made / row.wall_s;
+  row.ttft_p50_s = quantile(ttft, 0.5);
+  row.ttft_p99_s = quantile(ttft, 0.99);
+  row.preemptions = engine.stats().preemptions;
+  // The decode phase: the first wave's sequences (min(requests, slots)) all decoding, from the last of their first
+  // tokens to the first finish.
+  const int wave = std::min(requests, c.max_batch);
+  std::vector<double> firsts;
+  for (const auto& [id, x] : seen) firsts.push_back(std::chrono::duration<double>(x.first - start).count());
+  std::sort(firsts.begin(), firsts.end());
+  const Clock::time_point from = start + std::chrono::duration_cast<Clock::duration>(
+                                             std::chrono::duration<double>(firsts[static_cast<std::size_t>(wave - 1)]));
+  int decode_steps = 0;
+  for (const auto& [at, running] : steps) decode_steps += at > from && at <= first_finish && running == wave ? 1 : 0;
+  const double phase = std::chrono::duration<double>(first_finish - from).count();
+  row.decode_rows = wave;
+  row.decode_step_s = decode_steps > 0 ? phase / decode_steps : 0.0;
+  // The floor of such a step: the weights once (matrices, gains, the LM head) and each row's keys and values up to
+  // its mean position in the phase.
+  const double elem = 2;
+  const double position = o.prompt + o.fresh / 2.0;
+  const double kv = 2.0 * wave * c.layers * (position + 1.0) * c.kv_dim() * elem;
+  const double bytes = static_cast<double>(c.weight_bytes()) + static_cast<double>(c.vocab) * c.d * elem + kv;
+  row.floor_s = bytes / ceiling;
+  s.synchronize();
+  return row;
+}
+
+int run(const Options& o) {
+  lg::Device device = lg::Device::first();
+  lg::Stream s = device.create_stream();
+  const lg::KernelLibrary library = nn::kernel_library(device);
+  const double ceiling = bench::copy_ceiling(s);
+  bench::ModelShape shape = o.shape == "tinyllama" ? bench::tinyllama() : bench::llama32_1b();
+  nn::DecoderConfig c = shape.config;
+  c.max_batch = nn::kMaxRows;
+  c.kv_block_size = o.block_size;
+  const int per_sequence = (o.prompt + o.fresh + o.block_size) / o.block_size + 1;
+  c.context = per_sequence * o.block_size;
+  c.kv_blocks = c.max_batch * per_sequence;  // every slot's whole sequence: no preemption
+  if (o.prefill_chunk >= 0) c.prefill_chunk = o.prefill_chunk;
+  std::printf("%s; copy ceiling (1 GiB device-to-device copy, read + write): %.0f GB/s\n", device.name().c_str(),
+              ceiling * 1e-9);
+  std::printf(
+      "%s %s, paged KV cache of %d blocks of %d, prompts of %d tokens, %d new tokens each, prefill_chunk %d\n\n",
+      shape.name.c_str(), o.dtype.c_str(), c.kv_blocks, c.kv_block_size, o.prompt, o.fresh, c.prefill_chunk);
+  std::fflush(stdout);
+  std::vector<Row> rows;
+  for (const int n : o.concurrency) {
+    rows.push_back(o.dtype == "bf16" ? serve<lg::bfloat16>(s, library, c, o, n, ceiling)
+                                     : serve<lg::half>(s, library, c, o, n, ceiling));
+    const Row& r = rows.back();
+    std::printf("  %d requests: %.2f s, %.0f tokens/s, first token p50 %.0f ms\n", n, r.wall_s, r.tokens_per_s,
+                r.ttft_p50_s * 1e3);
+    std::fflush(stdout);
+  }
+  std::printf(
+      "\nServing through nn::Engine on %s: %s %s, seeded weights, prompts of %d tokens, %d new tokens each, "
+      "greedy; wall-clock times (the engine's host work included); copy ceiling %.0f GB/s\n\n",
+      device.name().c_str(), shape.name.c_str(), o.dtype.c_str(), o.prompt, o.fresh, ceiling * 1e-9);
+  std::printf(
+      "| requests | wall s | tokens/s | vs 1 request | first token p50 ms | p99 ms | decode rows | decode step us | "
+      "floor us | of floor | preemptions |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const Row& r : rows) {
+    std::printf("| %d | %.2f | %.0f | %.2fx | %.0f | %.0f | %d | %.0f | %.0f | %.2f | %llu |\n", r.requests, r.wall_s,
+                r.tokens_per_s, r.tokens_per_s / rows.front().tokens_per_s, r.ttft_p50_s * 1e3, r.ttft_p99_s * 1e3,
+                r.decode_rows, r.decode_step_s * 1e6, r.floor_s * 1e6,
+                r.decode_step_s > 0 ? r.floor_s / r.decode_step_s : 0.0,
+                static_cast<unsigned long long>(r.preemptions));
+  }
+  std::printf(
+      "\n(vs 1 request: tokens/s over the first row's; decode step: the mean step while the first wave's sequences "
+      "all decode; floor: the weights plus those rows' KV bytes at their mean position, over the copy ceiling; of "
+      "floor: floor / step)\n");
+  return 0;
+}
+
+std::variant<Options, int> parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw lg::UsageError(arg + " needs a value");
+      return argv[++i];
+    };
+    if (arg == "--help" || arg == "-h") {
+      std::printf("%s", usage);
+      return 0;
+    }
+    if (arg == "--shape") {
+      o.shape = value();
+      if (o.shape != "llama32-1b" && o.shape != "tinyllama") throw lg::UsageError("--shape " + o.shape + ": unknown");
+    } else if (arg == "--dtype") {
+      o.dtype = value();
+      if (o.dtype != "f16" && o.dtype != "bf16") throw lg::UsageError("--dtype " + o.dtype + ": f16 or bf16");
+    } else if (arg == "--concurrency") {
+      o.concurrency = example::integers(value(), "--concurrency", 1);
+    } else if (arg == "--prompt") {
+      o.prompt = example::integers(value(), "--prompt", 1).at(0);
+    } else if (arg == "--new") {
+      o.fresh = example::integers(value(), "--new", 1).at(0);
+    } else if (arg == "--block-size") {
+      o.block_size = example::integers(value(), "--block-size", 1).at(0);
+      if (o.block_size != 16 && o.block_size != 32) throw lg::UsageError("--block-size: 16 or 32");
+    } else if (arg == "--prefill-chunk") {
+      o.prefill_chunk = example::integers(value(), "--prefill-chunk", 0).at(0);
+    } else {
+      throw lg::UsageError(arg.starts_with("-") ? "unknown option " + arg : "unexpected argument " + arg);
+    }
+  }
+  if (o.prompt + o.fresh + 2 * o.block_size > nn::kMaxPagedContext) {
+    throw lg::UsageError("--prompt plus --new: at most " + std::to_string(nn::kMaxPagedContext - 2 * o.block_size));
+  }
+  return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::variant<Options, int> parsed;
+  try {
+    parsed = parse(argc, argv);
+  } catch (const lg::UsageError& e) {
+    std::fprintf(stderr, "bench_serving: %s\n%s", e.what(), usage);
+    return example::exit_usage;
+  }
+  if (const int* code = std::get_if<int>(&parsed)) return *code;
+  if (example::skip_without_gpu("bench_serving")) return example::exit_skipped;
+  try {
+    return run(std::get<Options>(parsed));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_serving: %s\n", e.what());
+    return 1;
+  }
+}
