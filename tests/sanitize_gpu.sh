@@ -63,6 +63,11 @@ synccheck_excluded="*generate*,*requests through the engine over a*,*recorded ro
 #   (--kernel-name-exclude) and checks everything else, generate's whole loop included.
 racecheck_options=(--kernel-name-exclude kns=while_guard --kernel-name-exclude kns=generate_advance)
 racecheck_excluded_sources="*gemm.cpp,*nn/prefill.cpp"
+# and by name the paged decoder's prompts on tensor cores (tests/nn/decoder.cpp, decoder_step_model.cpp), whose
+# GEMMs are cuBLASLt's: with nvjet left uninstrumented the tool stopped on "Internal Sanitizer Error: The Sanitizer
+# failed to handle a hardware exception", and with everything instrumented the first case ran past 100 s (H200,
+# 2025.3.1). Their own kernel, the paged flash attention, is racechecked in tests/nn/prefill_attention.cpp: 0 hazards.
+racecheck_excluded="*prompts on tensor cores*"
 # memcheck and initcheck: the tests that launch a graph with conditional nodes (WHILE, IF) right behind other work
 # on its stream (the uploads of its inputs, a re-instantiation). Under these two tools such a launch fails with
 # CUDA_ERROR_ILLEGAL_ADDRESS and no access reported, and the context is lost; without a tool they pass, and under the
@@ -207,6 +212,7 @@ for tool in "${tools[@]}"; do
   [ "$tool" = racecheck ] && extra=("${racecheck_options[@]}")
   excluded=""
   [ "$tool" = synccheck ] && excluded=",$synccheck_excluded"
+  [ "$tool" = racecheck ] && excluded=",$racecheck_excluded"
   [ "$tool" = memcheck ] && excluded=",$conditional_excluded"
   [ "$tool" = initcheck ] && excluded=",$conditional_excluded,$initcheck_excluded"
   excluded_sources=""
