@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -35,7 +36,11 @@ std::vector<std::function<void()>> g_teardown;
 
 void at_teardown(std::function<void()> release) { g_teardown.push_back(std::move(release)); }
 
-lazygraph::Device& device() { return *g_device; }
+lazygraph::Device& device() {
+  // main sets the device up only for --test-suite=gpu (or reliability): a gpu case picked by name alone has none.
+  if (!g_device) throw std::logic_error("this test needs the gpu suite's device: run it with --test-suite=gpu");
+  return *g_device;
+}
 
 lazygraph::KernelLibrary& kernels() {
   if (!g_kernels) g_kernels = std::make_unique<lazygraph::KernelLibrary>(device());
