@@ -145,6 +145,36 @@ TEST_CASE("paged attention refuses spans of the wrong size, alignment or overlap
                        doctest::Contains("k has"), UsageError);
 }
 
+TEST_CASE("paged rope_append accepts the stacked projection of the shape's rows and refuses a span that does not fit") {
+  const nn::PagedAttentionShape s = good_shape();
+  const std::size_t width = static_cast<std::size_t>(s.heads + 2 * s.kv_heads) * s.head_dim;
+  const auto qkv = fake_span<const half>(5 * gib, static_cast<std::size_t>(s.rows) * width);
+  const auto q = fake_span<half>(6 * gib, q_size(s));
+  const auto count = fake_span<const int>(7 * gib, 1);
+  const auto frequencies = fake_span<const float>(8 * gib, static_cast<std::size_t>(s.head_dim / 2));
+  const auto bias = fake_span<const half>(9 * gib, width);
+  const auto refusal = [&](DeviceSpan<const half> qkv_, DeviceSpan<const half> bias_, DeviceSpan<half> q_,
+                           DeviceSpan<const int> count_, DeviceSpan<const float> frequencies_) -> std::string {
+    try {
+      nn::check_paged_rope_append(s, qkv_, bias_, q_, fake_cache(s), count_, frequencies_);
+    } catch (const UsageError& e) {
+      return e.what();
+    }
+    return "(accepted)";
+  };
+  CHECK(refusal(qkv, {}, q, count, frequencies) == "(accepted)");
+  CHECK(refusal(qkv, bias, q, count, frequencies) == "(accepted)");
+  CHECK(refusal(qkv.subspan(0, qkv.size() - 8), {}, q, count, frequencies).find("qkv has") != std::string::npos);
+  CHECK(refusal(qkv, bias.subspan(0, 8), q, count, frequencies).find("bias has 8 elements") != std::string::npos);
+  CHECK(refusal(qkv, {}, q.subspan(0, 64), count, frequencies).find("q has 64 elements") != std::string::npos);
+  CHECK(refusal(qkv, {}, q, fake_span<const int>(7 * gib, 2), frequencies).find("count has 2 elements") !=
+        std::string::npos);
+  CHECK(refusal(qkv, {}, q, count, frequencies.subspan(0, 31)).find("frequencies has 31 elements") !=
+        std::string::npos);
+  CHECK(refusal(qkv, {}, fake_span<half>(5 * gib, q_size(s)), count, frequencies).find("q overlaps qkv") !=
+        std::string::npos);
+}
+
 TEST_CASE("paged attention sends long tables to the split kernel and refuses splits it cannot run") {
   auto s = good_shape();
   s.table_width = 4096;  // 65536 positions: 256 KiB of scores
@@ -164,6 +194,7 @@ TEST_CASE_TEMPLATE("the paged handles match their kernels' declarations in kerne
   CHECK_NOTHROW(d.check<SignatureOf<typename P::AppendKernel>>("kv_append_paged" + suffix));
   CHECK_NOTHROW(d.check<SignatureOf<typename P::AttentionKernel>>("attention_paged" + suffix));
   CHECK_NOTHROW(d.check<SignatureOf<typename P::SplitKernel>>("attention_paged_split" + suffix));
+  CHECK_NOTHROW(d.check<SignatureOf<typename P::RopeAppendKernel>>("rope_append_paged" + suffix));
   // The wrong element type is refused: the check can fail.
   CHECK_THROWS(d.check<SignatureOf<typename P::AttentionKernel>>(std::string("attention_paged") +
                                                                  (suffix.empty() ? "_bf16" : "")));
