@@ -227,7 +227,6 @@ CudaGraph<>& BasicWideStep<T>::graph(const BasicWideContext<T>& ctx, int rows) {
   return graphs_.get(rows, [&](int bucket) {
     const Device& device = ctx.stream.device();
     const auto start = std::chrono::steady_clock::now();
-    const std::size_t free_before = device.free_memory();
     // The plans first, outside the capture (planning may load cuBLASLt, ask its heuristic and allocate); kept when the
     // capture fails, and when set_sampling drops the graphs.
     auto found = std::find_if(plans_.begin(), plans_.end(), [&](const auto& p) { return p.first == bucket; });
@@ -235,12 +234,14 @@ CudaGraph<>& BasicWideStep<T>::graph(const BasicWideContext<T>& ctx, int rows) {
       plans_.emplace_back(bucket, std::make_unique<BasicPrefillPlans<T>>(device, ctx.config, bucket, true));
       found = std::prev(plans_.end());
     }
+    const std::size_t free_before = device.free_memory();
     CudaGraph<> made = capture(ctx, bucket, *found->second);
     const std::size_t free_after = device.free_memory();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     report_.push_back({.rows = bucket,
                        .capture_seconds = seconds,
-                       .graph_bytes = free_before > free_after ? free_before - free_after : 0});
+                       .graph_bytes = free_before > free_after ? free_before - free_after : 0,
+                       .gemm_workspace_bytes = found->second->workspace_bytes()});
     return made;
   });
 }

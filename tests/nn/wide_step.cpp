@@ -291,8 +291,8 @@ TEST_SUITE("gpu") {
     for (const WideBucketReport& b : report) {
       CAPTURE(b.rows);
       CHECK(b.capture_seconds > 0);
-      MESSAGE("bucket " << b.rows << ": captured in " << b.capture_seconds * 1e3 << " ms, " << b.graph_bytes
-                        << " bytes");
+      MESSAGE("bucket " << b.rows << ": captured in " << b.capture_seconds * 1e3 << " ms, graph " << b.graph_bytes
+                        << " bytes, GEMM workspaces " << b.gemm_workspace_bytes << " bytes");
     }
   }
 

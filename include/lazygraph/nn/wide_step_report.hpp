@@ -12,9 +12,12 @@ namespace lazygraph::nn {
 struct WideBucketReport {
   int rows = 0;                ///< the bucket
   double capture_seconds = 0;  ///< planning its GEMMs, capturing, instantiating and uploading its graph
-  /// Device memory the capture took: the device's free memory before less after (the graph's own memory and its GEMM
-  /// plans' workspaces; other work on the device at the same time would count too).
+  /// Device memory the capture, instantiation and upload of its graph took: the device's free memory before less after
+  /// (other work on the device at the same time would count too). Its buffers are the step's, shared by every bucket.
   std::size_t graph_bytes = 0;
+  /// The workspaces of the bucket's GEMM plans (cuBLASLt's algorithms for its row count; at most
+  /// 8 MiB, kPrefillGemmWorkspace, per distinct shape), which the bucket owns beside its graph.
+  std::size_t gemm_workspace_bytes = 0;
 };
 
 }  // namespace lazygraph::nn
