@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <concepts>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <numeric>
@@ -350,8 +351,8 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE_TEMPLATE(
-      "the engine steps 48 requests at once over a paged decoder of max_batch 64 giving each all its tokens and "
-      "returning every block",
+      "the engine steps 48 requests at once over a paged decoder of max_batch 64 greedy and sampled giving each all "
+      "its tokens and returning every block",
       T, half, bfloat16) {
     std::string why;
     if (!wide_step_available(lgtest::device().compute_capability(), &why)) {
@@ -370,6 +371,9 @@ TEST_SUITE("gpu") {
         GenerationRequest r;
         for (int t = 0; t <= (i * 3) % 11; ++t) r.prompt.push_back((i * 89 + t * 37) % c.vocab);
         r.max_tokens = 20 + i % 7;
+        if (i % 3 == 1) {  // drawn on the host from the row's logits of the wide step (DecoderStepModel::sampled)
+          r.sampling = {.temperature = 0.8F, .top_k = 20, .seed = static_cast<std::uint32_t>(i)};
+        }
         r.on_event = [&](const GenerationEvent& e) {
           if (e.token.has_value()) made[e.id].push_back(*e.token);
         };
