@@ -42,8 +42,8 @@ constexpr const char* usage =
     "step time against its floor (weights plus KV bytes read, over the copy ceiling measured in the same run).\n"
     "  --shape NAME        llama32-1b (default; d 2048, 16 layers, 8 kv heads, vocab 128256) or tinyllama\n"
     "  --dtype T           f16 (default) or bf16\n"
-    "  --concurrency LIST  request counts (default 1,2,4,8,32); at most --max-batch sequences step together, the\n"
-    "                      others wait in the engine's queue; steps of more than 8 rows run the wide step\n"
+    "  --concurrency LIST  request counts (default 1,8,32,64,256); at most --max-batch sequences step together,\n"
+    "                      the others wait in the engine's queue; steps of more than 8 rows run the wide step\n"
     "  --prompt P          prompt tokens per request (default 512)\n"
     "  --new N             tokens each request makes (default 256)\n"
     "  --block-size B      KV block size, 16 (default) or 32\n"
@@ -56,7 +56,7 @@ constexpr const char* usage =
 struct Options {
   std::string shape = "llama32-1b";
   std::string dtype = "f16";
-  std::vector<int> concurrency{1, 2, 4, 8, 32};
+  std::vector<int> concurrency{1, 8, 32, 64, 256};
   int prompt = 512;
   int fresh = 256;
   int block_size = 16;
