@@ -273,12 +273,18 @@ std::span<const int> BasicWideStep<T>::run(const BasicWideContext<T>& ctx, std::
   in[WideIo::chunk + PrefillChunkLayout::slot] = 0;
   const std::size_t positions = WideIo::positions(max_rows_);
   const std::span<int> staged_tables = in.subspan(WideIo::tables(max_rows_));
-  for (std::size_t r = 0; r < static_cast<std::size_t>(bucket); ++r) {
-    const std::size_t from = r < n ? r : 0;  // the padding repeats row 0
-    in[WideIo::tokens + r] = steps[from].token;
-    in[positions + r] = steps[from].position;
-    std::copy_n(tables.begin() + static_cast<std::ptrdiff_t>(from * width), width,
+  for (std::size_t r = 0; r < n; ++r) {
+    in[WideIo::tokens + r] = steps[r].token;
+    in[positions + r] = steps[r].position;
+    std::copy_n(tables.begin() + static_cast<std::ptrdiff_t>(r * width), width,
                 staged_tables.begin() + static_cast<std::ptrdiff_t>(r * width));
+  }
+  // The padding: row 0's token at position 0 through row 0's first block (its other entries are never read), so that
+  // its attention reads one position whatever row 0's length.
+  for (auto r = n; r < static_cast<std::size_t>(bucket); ++r) {
+    in[WideIo::tokens + r] = steps[0].token;
+    in[positions + r] = 0;
+    staged_tables[r * width] = tables[0];
   }
   HostIo<int, int>::run(g);
   return io_.output().subspan(0, n);

@@ -16,9 +16,10 @@
 /// next token by the step's sampler (greedy, or drawn from (seed, position, row) as forward_batch's).
 ///
 /// Buckets of 16, 32, 64, 128 and 256 rows (wide_buckets: up to the smallest that holds max_batch): N rows run in the
-/// graph of the smallest bucket that holds them. The rows past N (the bucket's padding) repeat row 0's token, position
-/// and table: rope_append writes nothing for them (it reads N from the device io), and the row-wise kernels leave
-/// them alone; the GEMMs and attention compute them (each row on its own: nothing of theirs reaches a real row). The
+/// graph of the smallest bucket that holds them. The rows past N (the bucket's padding) take row 0's token at position
+/// 0 through row 0's first block: rope_append writes nothing for them (it reads N from the device io), and the row-wise
+/// kernels leave them alone; the GEMMs and attention compute them (each row on its own: nothing of theirs reaches a
+/// real row), attention over that one position whatever row 0's length. The
 /// tokens, positions and tables are staged on the host and copied in by the graph's first nodes: new values never
 /// recapture. Graphs are captured on first use (or all at once, capture_all) into one GraphPool; the buffers for the
 /// largest bucket are allocated once, when the step is made.
