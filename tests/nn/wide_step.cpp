@@ -180,6 +180,109 @@ std::vector<T> random_values(std::size_t n, unsigned seed) {
   return out;
 }
 
+/// Pools of random keys and values (every position of every block: each row's history) in `decoder`, put back before
+/// each comparison.
+template <class T>
+struct RandomHistory {
+  explicit RandomHistory(BasicDecoder<T>& decoder)
+      : k(random_values<T>(decoder.k_cache().size(), 5U)), v(random_values<T>(decoder.v_cache().size(), 6U)) {}
+  void restore(BasicDecoder<T>& decoder) const {
+    copy_async(lgtest::stream(), decoder.k_cache(), std::span<const T>(k));
+    copy_async(lgtest::stream(), decoder.v_cache(), std::span<const T>(v));
+    lgtest::stream().synchronize();
+  }
+  std::vector<T> k;
+  std::vector<T> v;
+};
+
+/// The wide step of `n` rows (positions differing, tables shuffled over the pool) over `history`, then the pool put
+/// back and each row stepped alone on the 1-row graph of the same decoder: logits within the GEMMs' rounding, the same
+/// token where the top-two margin is clear (counted in `judged` and `clear`); the keys and values at each row's
+/// position within rounding; every other element of the pools unchanged, bit for bit (the bucket's padding rows write
+/// nothing).
+template <class T>
+void check_wide_against_alone(BasicDecoder<T>& decoder, const RandomHistory<T>& history, int n, int& judged,
+                              int& clear) {
+  CAPTURE(n);
+  const DecoderConfig& c = decoder.config();
+  const int width = decoder.table_width();
+  const std::vector<T>& k0 = history.k;
+  const std::vector<T>& v0 = history.v;
+  const auto kv_heads = static_cast<std::size_t>(c.kv_head_count());
+  const auto dim = static_cast<std::size_t>(c.head_dim());
+  const auto bs = static_cast<std::size_t>(c.kv_block_size);
+  const auto restore = [&] { history.restore(decoder); };
+  std::vector<TokenAt> steps;
+  for (int r = 0; r < n; ++r) steps.push_back({.token = (7 * r + 3 * n) % c.vocab, .position = (53 * r + n) % 128});
+  const std::vector<int> tables = shuffled_tables(n, width, c.kv_blocks, 17U + static_cast<unsigned>(n));
+  const auto table_of = [&](int r) {
+    return std::span<const int>(tables).subspan(static_cast<std::size_t>(r * width), static_cast<std::size_t>(width));
+  };
+  restore();
+  const std::vector<int> wide = decoder.forward_batch(steps, tables);
+  REQUIRE(wide.size() == static_cast<std::size_t>(n));
+  std::vector<std::vector<double>> wide_logits;
+  for (int r = 0; r < n; ++r) wide_logits.push_back(lgtest::widened(decoder.logits(r)));
+  const std::vector<T> k1 = lgtest::to_host(lgtest::stream(), decoder.k_cache().as_const());
+  const std::vector<T> v1 = lgtest::to_host(lgtest::stream(), decoder.v_cache().as_const());
+  restore();
+  for (int r = 0; r < n; ++r) {
+    CAPTURE(r);
+    const std::vector<int> alone =
+        decoder.forward_batch(std::span<const TokenAt>(steps).subspan(static_cast<std::size_t>(r), 1), table_of(r));
+    const std::vector<double> want = lgtest::widened(decoder.logits(0));
+    const double err = relative_error(wide_logits[static_cast<std::size_t>(r)], want);
+    CAPTURE(err);
+    CHECK(err < tolerance<T>);
+    ++judged;
+    if (clear_margin(want, tolerance<T>)) {
+      ++clear;
+      CHECK(wide[static_cast<std::size_t>(r)] == alone[0]);
+    }
+  }
+  const std::vector<T> k2 = lgtest::to_host(lgtest::stream(), decoder.k_cache().as_const());
+  const std::vector<T> v2 = lgtest::to_host(lgtest::stream(), decoder.v_cache().as_const());
+  // Each row's appended vectors (every layer and kv head): the wide step's against the 1-row step's.
+  std::vector<bool> appended(k0.size(), false);
+  double worst = 0;
+  for (std::size_t l = 0; l < static_cast<std::size_t>(c.layers); ++l) {
+    for (int r = 0; r < n; ++r) {
+      const auto p = static_cast<std::size_t>(steps[static_cast<std::size_t>(r)].position);
+      const auto block = static_cast<std::size_t>(table_of(r)[p / bs]);
+      for (std::size_t g = 0; g < kv_heads; ++g) {
+        const std::size_t at =
+            (((l * static_cast<std::size_t>(c.kv_blocks) + block) * kv_heads + g) * bs + p % bs) * dim;
+        std::vector<double> kw;
+        std::vector<double> kg;
+        std::vector<double> vw;
+        std::vector<double> vg;
+        for (std::size_t i = 0; i < dim; ++i) {
+          appended[at + i] = true;
+          kw.push_back(k2[at + i].to_float());
+          kg.push_back(k1[at + i].to_float());
+          vw.push_back(v2[at + i].to_float());
+          vg.push_back(v1[at + i].to_float());
+        }
+        worst = std::max({worst, relative_error(kg, kw), relative_error(vg, vw)});
+      }
+    }
+  }
+  CAPTURE(worst);
+  CHECK(worst < tolerance<T>);
+  std::size_t touched = 0;
+  std::size_t missed = 0;
+  for (std::size_t i = 0; i < k0.size(); ++i) {
+    if (appended[i]) {
+      missed += k1[i].bits == k0[i].bits && v1[i].bits == v0[i].bits ? 1 : 0;  // random history: never equal
+    } else {
+      touched += k1[i].bits != k0[i].bits || v1[i].bits != v0[i].bits ? 1 : 0;
+      touched += k2[i].bits != k0[i].bits || v2[i].bits != v0[i].bits ? 1 : 0;
+    }
+  }
+  CHECK(touched == 0);
+  CHECK(missed < dim);  // an appended value equal to the random one it replaced is rare; a row not written is not
+}
+
 }  // namespace
 
 TEST_SUITE("gpu") {
@@ -187,104 +290,17 @@ TEST_SUITE("gpu") {
       "a wide step of 9 16 33 100 and 256 rows gives each row the logits and the appended keys and values of the row "
       "stepped alone within rounding",
       T, half, bfloat16) {
-    // One decoder of max_batch 256 and one pool of random keys and values (every position of every block: each row's
-    // history). For each N: the wide step of N rows (positions differing, tables shuffled over the pool), then the
-    // pool put back and each row stepped alone on the 1-row graph. Logits within the GEMMs' rounding, the same token
-    // where the top-two margin is clear; the keys and values at each row's position within rounding; every other
-    // element of the pools unchanged, bit for bit (the bucket's padding rows write nothing).
+    // One decoder of max_batch 256 and one pool of random history; for each N, check_wide_against_alone.
     std::string why;
     if (!wide_step_available(lgtest::device().compute_capability(), &why)) {
       MESSAGE("skipped: " << why);
       return;
     }
-    const DecoderConfig c = wide_config(256);
-    BasicDecoder<T> decoder(lgtest::stream(), lgtest::nn_kernels(), c);
-    const int width = decoder.table_width();
-    const std::vector<T> k0 = random_values<T>(decoder.k_cache().size(), 5U);
-    const std::vector<T> v0 = random_values<T>(decoder.v_cache().size(), 6U);
-    const auto restore = [&] {
-      copy_async(lgtest::stream(), decoder.k_cache(), std::span<const T>(k0));
-      copy_async(lgtest::stream(), decoder.v_cache(), std::span<const T>(v0));
-      lgtest::stream().synchronize();
-    };
-    const auto kv_heads = static_cast<std::size_t>(c.kv_head_count());
-    const auto dim = static_cast<std::size_t>(c.head_dim());
-    const auto bs = static_cast<std::size_t>(c.kv_block_size);
+    BasicDecoder<T> decoder(lgtest::stream(), lgtest::nn_kernels(), wide_config(256));
+    const RandomHistory<T> history(decoder);
     int judged = 0;
     int clear = 0;
-    for (const int n : {9, 16, 33, 100, 256}) {
-      CAPTURE(n);
-      std::vector<TokenAt> steps;
-      for (int r = 0; r < n; ++r) steps.push_back({.token = (7 * r + 3 * n) % c.vocab, .position = (53 * r + n) % 128});
-      const std::vector<int> tables = shuffled_tables(n, width, c.kv_blocks, 17U + static_cast<unsigned>(n));
-      const auto table_of = [&](int r) {
-        return std::span<const int>(tables).subspan(static_cast<std::size_t>(r * width),
-                                                    static_cast<std::size_t>(width));
-      };
-      restore();
-      const std::vector<int> wide = decoder.forward_batch(steps, tables);
-      REQUIRE(wide.size() == static_cast<std::size_t>(n));
-      std::vector<std::vector<double>> wide_logits;
-      for (int r = 0; r < n; ++r) wide_logits.push_back(lgtest::widened(decoder.logits(r)));
-      const std::vector<T> k1 = lgtest::to_host(lgtest::stream(), decoder.k_cache().as_const());
-      const std::vector<T> v1 = lgtest::to_host(lgtest::stream(), decoder.v_cache().as_const());
-      restore();
-      for (int r = 0; r < n; ++r) {
-        CAPTURE(r);
-        const std::vector<int> alone =
-            decoder.forward_batch(std::span<const TokenAt>(steps).subspan(static_cast<std::size_t>(r), 1), table_of(r));
-        const std::vector<double> want = lgtest::widened(decoder.logits(0));
-        const double err = relative_error(wide_logits[static_cast<std::size_t>(r)], want);
-        CAPTURE(err);
-        CHECK(err < tolerance<T>);
-        ++judged;
-        if (clear_margin(want, tolerance<T>)) {
-          ++clear;
-          CHECK(wide[static_cast<std::size_t>(r)] == alone[0]);
-        }
-      }
-      const std::vector<T> k2 = lgtest::to_host(lgtest::stream(), decoder.k_cache().as_const());
-      const std::vector<T> v2 = lgtest::to_host(lgtest::stream(), decoder.v_cache().as_const());
-      // Each row's appended vectors (every layer and kv head): the wide step's against the 1-row step's.
-      std::vector<bool> appended(k0.size(), false);
-      double worst = 0;
-      for (std::size_t l = 0; l < static_cast<std::size_t>(c.layers); ++l) {
-        for (int r = 0; r < n; ++r) {
-          const auto p = static_cast<std::size_t>(steps[static_cast<std::size_t>(r)].position);
-          const auto block = static_cast<std::size_t>(table_of(r)[p / bs]);
-          for (std::size_t g = 0; g < kv_heads; ++g) {
-            const std::size_t at =
-                (((l * static_cast<std::size_t>(c.kv_blocks) + block) * kv_heads + g) * bs + p % bs) * dim;
-            std::vector<double> kw;
-            std::vector<double> kg;
-            std::vector<double> vw;
-            std::vector<double> vg;
-            for (std::size_t i = 0; i < dim; ++i) {
-              appended[at + i] = true;
-              kw.push_back(k2[at + i].to_float());
-              kg.push_back(k1[at + i].to_float());
-              vw.push_back(v2[at + i].to_float());
-              vg.push_back(v1[at + i].to_float());
-            }
-            worst = std::max({worst, relative_error(kg, kw), relative_error(vg, vw)});
-          }
-        }
-      }
-      CAPTURE(worst);
-      CHECK(worst < tolerance<T>);
-      std::size_t touched = 0;
-      std::size_t missed = 0;
-      for (std::size_t i = 0; i < k0.size(); ++i) {
-        if (appended[i]) {
-          missed += k1[i].bits == k0[i].bits && v1[i].bits == v0[i].bits ? 1 : 0;  // random history: never equal
-        } else {
-          touched += k1[i].bits != k0[i].bits || v1[i].bits != v0[i].bits ? 1 : 0;
-          touched += k2[i].bits != k0[i].bits || v2[i].bits != v0[i].bits ? 1 : 0;
-        }
-      }
-      CHECK(touched == 0);
-      CHECK(missed < dim);  // an appended value equal to the random one it replaced is rare; a row not written is not
-    }
+    for (const int n : {9, 16, 33, 100, 256}) check_wide_against_alone(decoder, history, n, judged, clear);
     MESSAGE(clear << " of " << judged << " rows had a clear top-two margin (their next tokens compared)");
     // Every bucket was captured once (N = 9 and 16 share 16), and each says what its capture took.
     const std::vector<WideBucketReport> report = decoder.wide_step_report();
@@ -295,6 +311,36 @@ TEST_SUITE("gpu") {
       MESSAGE("bucket " << b.rows << ": captured in " << b.capture_seconds * 1e3 << " ms, graph " << b.graph_bytes
                         << " bytes, GEMM workspaces " << b.gemm_workspace_bytes << " bytes");
     }
+  }
+
+  TEST_CASE_TEMPLATE(
+      "a wide step of a block with biases post-norms GeGLU soft-capping a scaled embedding and sliding layers gives "
+      "each row what it gets stepped alone within rounding",
+      T, half, bfloat16) {
+    // Gemma 3's block features and Qwen2's biases, as the wide step's kernels and gemm_layer run them: layer 0 sliding
+    // (a window of 40, its own RoPE table), layer 1 global; 20 and 64 rows.
+    std::string why;
+    if (!wide_step_available(lgtest::device().compute_capability(), &why)) {
+      MESSAGE("skipped: " << why);
+      return;
+    }
+    DecoderConfig c = wide_config(64);
+    c.qkv_bias = true;
+    c.post_norms = true;
+    c.activation = GateActivation::gelu_tanh;
+    c.logit_softcap = 30.0F;
+    c.embedding_scale = 16.0F;
+    c.attention_scale = 0.1F;
+    c.window = 40;
+    c.sliding = {true, false};
+    c.local_theta = 10000.0F;
+    c.theta = 1000000.0F;
+    BasicDecoder<T> decoder(lgtest::stream(), lgtest::nn_kernels(), c);
+    const RandomHistory<T> history(decoder);
+    int judged = 0;
+    int clear = 0;
+    for (const int n : {20, 64}) check_wide_against_alone(decoder, history, n, judged, clear);
+    MESSAGE(clear << " of " << judged << " rows had a clear top-two margin (their next tokens compared)");
   }
 
   TEST_CASE_TEMPLATE("a wide step's graph replays new tokens positions and tables without a capture", T, half,
