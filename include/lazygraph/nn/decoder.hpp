@@ -44,7 +44,8 @@ struct BasicWideContext;  // nn/wide_step.hpp
 /// set_sampling says otherwise). Steps of a
 /// sequence must come at positions 0, 1, 2, ... (each attends over the k and v of the earlier ones), or a prompt
 /// first through `prefill`; `forward_batch` steps up to max_batch sequences at once, reading the weights once for
-/// all of them. Each row count has its own graph, captured on first use. Thread safety: every member function may
+/// all of them. Each row count has its own graph, captured on first use (a paged decoder's steps of more than kMaxRows
+/// rows: each bucket of 16 to 256 rows, the wide step's, nn/wide_step.hpp). Thread safety: every member function may
 /// be called from several threads; an execution lock runs one call at a time (a sequence's steps must still come
 /// in order, which only the caller can ensure).
 template <Element T>
