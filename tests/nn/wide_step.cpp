@@ -59,7 +59,7 @@ std::string refusal(const DecoderConfig& c) {
 
 }  // namespace
 
-TEST_CASE("max_batch above 8 is accepted with a paged cache up to 256 and refused otherwise, naming the limit") {
+TEST_CASE("max_batch above 8 is accepted with a paged cache up to 256 and refused otherwise naming the limit") {
   DecoderConfig c = wide_config(256);
   CHECK(refusal(c) == "(accepted)");
   c.max_batch = 257;
