@@ -314,11 +314,13 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE_TEMPLATE(
-      "a wide step of a block with biases post-norms GeGLU soft-capping a scaled embedding and sliding layers gives "
-      "each row what it gets stepped alone within rounding",
+      "a wide step of a block with biases post-norms GeGLU soft-capping a scaled embedding sliding layers and split "
+      "attention gives each row what it gets stepped alone within rounding",
       T, half, bfloat16) {
     // Gemma 3's block features and Qwen2's biases, as the wide step's kernels and gemm_layer run them: layer 0 sliding
-    // (a window of 40, its own RoPE table), layer 1 global; 20 and 64 rows.
+    // (a window of 40, its own RoPE table), layer 1 global; 20 and 64 rows. Attention split in 4 (attend_split, which
+    // the wide step takes where paged_attention_splits splits, e.g. 16 rows of the 1B shape at 4096 positions): its
+    // partials and counters sized for the buckets, the counters back at zero for the next layer and the next replay.
     std::string why;
     if (!wide_step_available(lgtest::device().compute_capability(), &why)) {
       MESSAGE("skipped: " << why);
@@ -335,6 +337,7 @@ TEST_SUITE("gpu") {
     c.sliding = {true, false};
     c.local_theta = 10000.0F;
     c.theta = 1000000.0F;
+    c.attention_blocks = 4;  // 32 positions a split: rows up to position 127 use all four
     BasicDecoder<T> decoder(lgtest::stream(), lgtest::nn_kernels(), c);
     const RandomHistory<T> history(decoder);
     int judged = 0;
