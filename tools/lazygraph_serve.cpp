@@ -74,7 +74,8 @@ Options (--name VALUE or --name=VALUE, each at most once):
   --context N        positions per sequence, prompt included, 1 to 131072 with the paged KV cache (8192 with the
                      contiguous one) and at most the model's max_position_embeddings (default:
                      max_position_embeddings, at most 4096)
-  --max-batch N      sequences decoded at once, 1 to 8 (default 8)
+  --max-batch N      sequences decoded at once, 1 to 256 (default 8); above 8 needs the paged KV cache, whose steps
+                     of more than 8 rows run on tensor cores (dense weights, no mixture of experts, sm_80 or newer)
   --kv-cache MODE    auto (default): paged where the model allows it (dense q/k/v weights, no q/k norms), else
                      contiguous; paged: refuse a model it cannot run; contiguous: max-batch x context positions
   --kv-blocks N      KV blocks in the pool, from 1 (default: max-batch x ceil(context / block size), what the
@@ -94,8 +95,9 @@ Exit status:
   1   MODEL_DIR's config.json, weights, generation_config.json, tokenizer or chat template cannot be used (the
       message names the file), the address cannot be listened on, or the GPU failed
   2   a bad command line: an unknown option, one given twice, a value out of range, a MODEL_DIR that does not
-      exist or is not a folder, a --context beyond the model's or beyond 8192 on the contiguous KV cache,
-      --kv-cache paged for a model it cannot run, a --device this machine lacks
+      exist or is not a folder, a --context beyond the model's or beyond 8192 on the contiguous KV cache, a
+      --max-batch above 8 on the contiguous KV cache, --kv-cache paged for a model it cannot run, a --device
+      this machine lacks
 )";
 
 /// A mistake on the command line: exit 2.
@@ -180,7 +182,7 @@ Options parse_options(int argc, char** argv) {
     } else if (arg == "--context") {
       o.context = static_cast<int>(integer_option(arg, value, 1, nn::kMaxPagedContext));
     } else if (arg == "--max-batch") {
-      o.max_batch = static_cast<int>(integer_option(arg, value, 1, nn::kMaxRows));
+      o.max_batch = static_cast<int>(integer_option(arg, value, 1, nn::kMaxWideRows));
     } else if (arg == "--kv-cache") {
       if (value != "auto" && value != "paged" && value != "contiguous") {
         throw UsageProblem("--kv-cache must be auto, paged or contiguous, not '" + value + "'");
@@ -238,6 +240,10 @@ std::string paged_refusal(const Options& o, const nn::LlamaConfig& llama) {
   if (llama.quantization.has_value() && llama.quantization->attention.has_value()) {
     return "the model's q, k and v weights are quantized, and the paged KV cache appends through dense ones only";
   }
+  if (o.max_batch > nn::kMaxRows && llama.quantization.has_value()) {
+    return "the model's weights are quantized, and steps of more than " + std::to_string(nn::kMaxRows) +
+           " rows (--max-batch " + std::to_string(o.max_batch) + ") run on dense ones only";
+  }
   return {};
 }
 
@@ -263,11 +269,17 @@ nn::DecoderCheckpoint open_checkpoint(const Options& o, const nn::LlamaConfig& l
       refusal = e.what();  // what the paged cache refuses, or a file that cannot be used (opened again below)
     }
   }
-  if (o.kv_cache == "paged" || context > nn::kMaxContext) {
+  if (o.kv_cache == "paged" || context > nn::kMaxContext || o.max_batch > nn::kMaxRows) {
     nn::LoadOptions contiguous = plan.load;
     contiguous.context = std::min(context, nn::kMaxContext);
+    contiguous.max_batch = std::min(o.max_batch, nn::kMaxRows);
     (void)nn::DecoderCheckpoint::open(o.model_dir, contiguous);  // a file that cannot be used: exit 1 naming it
     if (o.kv_cache == "paged") throw UsageProblem("--kv-cache paged: " + refusal);
+    if (o.max_batch > nn::kMaxRows) {
+      throw UsageProblem("--max-batch " + std::to_string(o.max_batch) + " is more than " +
+                         std::to_string(nn::kMaxRows) + ", which needs the paged KV cache (it is contiguous because " +
+                         refusal + ")");
+    }
     throw UsageProblem("--context " + std::to_string(context) + " is more than " + std::to_string(nn::kMaxContext) +
                        ", the most the contiguous KV cache holds (it is contiguous because " + refusal + ")");
   }

@@ -5,11 +5,14 @@
 // second, the time to first token (p50, p99) from submission, and the decode phase, while every admitted sequence
 // decodes (from the last first token of the first wave to the first finish): its mean step time against the step's
 // floor, the bytes it must read (the weights once, plus each row's KV cache up to its position) over the copy ceiling
-// measured in the same run. One table at the end. `--help` for the options.
+// measured in the same run. At most max_batch sequences step together (default: the largest count, at least 8): with
+// more than 8 the steps of more than 8 rows run the wide step (nn/wide_step.hpp), every bucket of which is captured
+// before the requests and reported (capture time, memory). One table at the end. `--help` for the options.
 #include <lazygraph/lazygraph.hpp>
 #include <lazygraph/nn/decoder.hpp>
 #include <lazygraph/nn/decoder_step_model.hpp>
 #include <lazygraph/nn/engine.hpp>
+#include <lazygraph/nn/wide_step_report.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -32,29 +35,33 @@ namespace {
 
 constexpr const char* usage =
     "usage: bench_serving [--shape llama32-1b|tinyllama] [--dtype f16|bf16] [--concurrency N,N,...] [--prompt P]\n"
-    "                     [--new N] [--block-size 16|32] [--prefill-chunk C]\n"
+    "                     [--new N] [--block-size 16|32] [--prefill-chunk C] [--max-batch M]\n"
     "Serves N concurrent requests through nn::Engine over a paged decoder with seeded weights: each a prompt of P\n"
     "seeded tokens and N new tokens (greedy, no stop token), submitted at once, the engine stepped on this thread.\n"
     "Prints, for each N: wall time, tokens made per second, time to first token (p50, p99), and the decode phase's\n"
     "step time against its floor (weights plus KV bytes read, over the copy ceiling measured in the same run).\n"
     "  --shape NAME        llama32-1b (default; d 2048, 16 layers, 8 kv heads, vocab 128256) or tinyllama\n"
     "  --dtype T           f16 (default) or bf16\n"
-    "  --concurrency LIST  request counts (default 1,2,4,8,32); at most max_batch (8) sequences step together, the\n"
-    "                      others wait in the engine's queue\n"
+    "  --concurrency LIST  request counts (default 1,8,32,64,256); at most --max-batch sequences step together,\n"
+    "                      the others wait in the engine's queue; steps of more than 8 rows run the wide step\n"
     "  --prompt P          prompt tokens per request (default 512)\n"
     "  --new N             tokens each request makes (default 256)\n"
     "  --block-size B      KV block size, 16 (default) or 32\n"
     "  --prefill-chunk C   DecoderConfig::prefill_chunk (default: the config's)\n"
+    "  --max-batch M       DecoderConfig::max_batch, 1 to 256 (default: the largest count, at least 8); above 8 every\n"
+    "                      bucket of the wide step is captured before the requests and its capture time and memory\n"
+    "                      printed\n"
     "Exit status: 0 done, 1 failed, 2 usage error, 77 skipped (no GPU; the reason is printed).\n";
 
 struct Options {
   std::string shape = "llama32-1b";
   std::string dtype = "f16";
-  std::vector<int> concurrency{1, 2, 4, 8, 32};
+  std::vector<int> concurrency{1, 8, 32, 64, 256};
   int prompt = 512;
   int fresh = 256;
   int block_size = 16;
   int prefill_chunk = -1;  ///< -1: the config's default
+  int max_batch = 0;       ///< 0: the largest concurrency, at least kMaxRows, at most kMaxWideRows
 };
 
 struct Row {
@@ -67,6 +74,7 @@ struct Row {
   double decode_step_s = 0;  ///< its mean step time
   double floor_s = 0;        ///< its step's bytes over the ceiling
   std::uint64_t preemptions = 0;
+  std::vector<nn::WideBucketReport> wide;  ///< the wide step's buckets, captured before the requests
 };
 
 /// The q-quantile of `v` (nearest rank).
@@ -88,6 +96,11 @@ template <class T>
 Row serve(lg::Stream& s, const lg::KernelLibrary& library, nn::DecoderConfig c, const Options& o, int requests,
           double ceiling) {
   nn::BasicDecoder<T> decoder(s, library, c);  // weights generated on the device from c.seed
+  std::vector<nn::WideBucketReport> wide;
+  if (c.max_batch > nn::kMaxRows) {
+    decoder.capture_wide_steps();  // every bucket now: the timed run below captures nothing
+    wide = decoder.wide_step_report();
+  }
   nn::BasicDecoderStepModel<T> model(decoder);
   nn::Engine engine(model, {.kv_blocks = c.kv_blocks, .block_size = c.kv_block_size, .max_queue = requests});
   std::map<nn::RequestId, Seen> seen;  // written by the events, which come on this thread (it steps the engine)
@@ -134,6 +147,7 @@ Row serve(lg::Stream& s, const lg::KernelLibrary& library, nn::DecoderConfig c, 
   row.ttft_p50_s = quantile(ttft, 0.5);
   row.ttft_p99_s = quantile(ttft, 0.99);
   row.preemptions = engine.stats().preemptions;
+  row.wide = std::move(wide);
   // The decode phase: the first wave's sequences (min(requests, slots)) all decoding, from the last of their first
   // tokens to the first finish.
   const int wave = std::min(requests, c.max_batch);
@@ -158,6 +172,37 @@ Row serve(lg::Stream& s, const lg::KernelLibrary& library, nn::DecoderConfig c, 
   return row;
 }
 
+/// The wide step's buckets: capture time and memory each, and the targets (every bucket captured in at most
+/// 2 s; the graphs' memory at most 1.2x the largest bucket's).
+void print_wide_report(const std::vector<nn::WideBucketReport>& wide) {
+  if (wide.empty()) return;
+  std::printf(
+      "\nThe wide step's buckets (captured before the requests; its buffers, for the largest bucket, are shared):\n\n"
+      "| rows | capture ms | graph MiB | GEMM workspaces MiB |\n|---|---|---|---|\n");
+  double seconds = 0;
+  std::size_t graphs = 0;
+  std::size_t workspaces = 0;
+  const nn::WideBucketReport* largest = &wide.front();
+  for (const nn::WideBucketReport& b : wide) {
+    std::printf("| %d | %.1f | %.2f | %.2f |\n", b.rows, b.capture_seconds * 1e3,
+                static_cast<double>(b.graph_bytes) / (1 << 20),
+                static_cast<double>(b.gemm_workspace_bytes) / (1 << 20));
+    seconds += b.capture_seconds;
+    graphs += b.graph_bytes;
+    workspaces += b.gemm_workspace_bytes;
+    if (b.rows > largest->rows) largest = &b;
+  }
+  const auto ratio = [](std::size_t all, std::size_t one) {
+    return one > 0 ? static_cast<double>(all) / static_cast<double>(one) : 0.0;
+  };
+  std::printf(
+      "\nall buckets: captured in %.2f s (target: at most 2 s); graphs %.2f MiB, %.2fx the largest bucket's; with the "
+      "GEMM workspaces %.2f MiB, %.2fx (target: at most 1.2x)\n",
+      seconds, static_cast<double>(graphs) / (1 << 20), ratio(graphs, largest->graph_bytes),
+      static_cast<double>(graphs + workspaces) / (1 << 20),
+      ratio(graphs + workspaces, largest->graph_bytes + largest->gemm_workspace_bytes));
+}
+
 int run(const Options& o) {
   lg::Device device = lg::Device::first();
   lg::Stream s = device.create_stream();
@@ -165,7 +210,9 @@ int run(const Options& o) {
   const double ceiling = bench::copy_ceiling(s);
   bench::ModelShape shape = o.shape == "tinyllama" ? bench::tinyllama() : bench::llama32_1b();
   nn::DecoderConfig c = shape.config;
-  c.max_batch = nn::kMaxRows;
+  c.max_batch = o.max_batch > 0 ? o.max_batch
+                                : std::clamp(*std::max_element(o.concurrency.begin(), o.concurrency.end()),
+                                             nn::kMaxRows, nn::kMaxWideRows);
   c.kv_block_size = o.block_size;
   const int per_sequence = (o.prompt + o.fresh + o.block_size) / o.block_size + 1;
   c.context = per_sequence * o.block_size;
@@ -174,8 +221,10 @@ int run(const Options& o) {
   std::printf("%s; copy ceiling (1 GiB device-to-device copy, read + write): %.0f GB/s\n", device.name().c_str(),
               ceiling * 1e-9);
   std::printf(
-      "%s %s, paged KV cache of %d blocks of %d, prompts of %d tokens, %d new tokens each, prefill_chunk %d\n\n",
-      shape.name.c_str(), o.dtype.c_str(), c.kv_blocks, c.kv_block_size, o.prompt, o.fresh, c.prefill_chunk);
+      "%s %s, paged KV cache of %d blocks of %d, max_batch %d, prompts of %d tokens, %d new tokens each, "
+      "prefill_chunk %d\n\n",
+      shape.name.c_str(), o.dtype.c_str(), c.kv_blocks, c.kv_block_size, c.max_batch, o.prompt, o.fresh,
+      c.prefill_chunk);
   std::fflush(stdout);
   std::vector<Row> rows;
   for (const int n : o.concurrency) {
@@ -204,6 +253,7 @@ int run(const Options& o) {
       "\n(vs 1 request: tokens/s over the first row's; decode step: the mean step while the first wave's sequences "
       "all decode; floor: the weights plus those rows' KV bytes at their mean position, over the copy ceiling; of "
       "floor: floor / step)\n");
+  print_wide_report(rows.back().wide);
   return 0;
 }
 
@@ -236,6 +286,9 @@ std::variant<Options, int> parse(int argc, char** argv) {
       if (o.block_size != 16 && o.block_size != 32) throw lg::UsageError("--block-size: 16 or 32");
     } else if (arg == "--prefill-chunk") {
       o.prefill_chunk = example::integers(value(), "--prefill-chunk", 0).at(0);
+    } else if (arg == "--max-batch") {
+      o.max_batch = example::integers(value(), "--max-batch", 1).at(0);
+      if (o.max_batch > nn::kMaxWideRows) throw lg::UsageError("--max-batch: 1 to " + std::to_string(nn::kMaxWideRows));
     } else {
       throw lg::UsageError(arg.starts_with("-") ? "unknown option " + arg : "unexpected argument " + arg);
     }

@@ -43,3 +43,4 @@
 #include "lazygraph/nn/tensor_parallel_decoder.hpp"
 #include "lazygraph/nn/text_stream.hpp"
 #include "lazygraph/nn/tokenizer.hpp"
+#include "lazygraph/nn/wide_step_report.hpp"

@@ -14,6 +14,19 @@
 //     writes row b's k and v at position positions[b] through its table, every kv head.
 //     Launch: 1-D over batch * n_kv_heads * head_dim, any grid and block (grid-stride).
 //
+//   rope_append_paged(qkv, bq, bk, bv, q, k_pool, v_pool, positions, tables, count, n_heads, n_kv_heads, head_dim,
+//                     block_size, n_blocks, table_width, frequencies, max_rows)
+//     the wide decode step's (nn/wide_step.hpp) split of the stacked q/k/v GEMM's output: qkv is
+//     [max_rows][q_dim + 2 kv_dim] (no bias; q_dim = n_heads * head_dim, kv_dim = n_kv_heads * head_dim). For each row
+//     b below count[0] (clamped to [0, max_rows]; the rows past it, a bucket's padding, are neither read nor
+//     written) at position p = positions[b]: the biases are added (bq [q_dim], bk and bv [kv_dim]; all three null for
+//     none), each pair (2i, 2i+1) of every q and k head is rotated by angle p * frequencies[i] (kernels/nn/rope.cu's
+//     rule, prefill_qkv_rope's arithmetic), in fp32 and rounded once; q goes to q [max_rows][q_dim], k and v into the
+//     pools at position p through row b's table. head_dim a multiple of 8, qkv, q, the pools and the biases 16-byte
+//     aligned (traps otherwise): each thread moves 8 elements with 16-byte loads and stores.
+//     Launch: 1-D, any grid and block (grid-stride over eighths of rows), e.g. grid_for(max_rows * (q_dim + 2 kv_dim)
+//     / 8, 256).
+//
 //   attention_paged(q, k_pool, v_pool, out, positions, tables, n_heads, n_kv_heads, head_dim, block_size, n_blocks,
 //                   table_width, scale, window)
 //     attention.cu's `attention` through the table: per row b and head h, positions f..p (f = 0, or
@@ -43,7 +56,7 @@
 // there (rows of one sequence; a block that sequences share is never written: nn::KvBlockPool copies it first). So
 // positions, tables and those positions of the pool must have been written by earlier work than the kernel before
 // -- as a decode step's are (its input copies and block copies, and earlier steps). q, the newly appended positions,
-// partials and counters are read after the wait. kv_append_paged reads nothing before it waits.
+// partials and counters are read after the wait. kv_append_paged and rope_append_paged read nothing before they wait.
 #include "lazygraph/block_reduce.cuh"
 #include "lazygraph/element.cuh"
 #include "lazygraph/kernel_common.cuh"
@@ -88,6 +101,75 @@ __device__ __forceinline__ void kv_append_paged_body(const T* k, const T* v, T* 
         ((static_cast<long long>(block) * n_kv_heads + h) * block_size + (p & (block_size - 1))) * head_dim + d;
     k_pool[at] = k[e];
     v_pool[at] = v[e];
+  }
+}
+
+template <class T>
+__device__ __forceinline__ void rope_append_paged_body(const T* qkv, const T* bq, const T* bk, const T* bv, T* q,
+                                                       T* k_pool, T* v_pool, const int* positions, const int* tables,
+                                                       const int* count, int n_heads, int n_kv_heads, int head_dim,
+                                                       int block_size, int n_blocks, int table_width,
+                                                       const float* frequencies, int max_rows) {
+  lg::early_launch_prologue();  // may be launched early (LaunchConfig::early_launch); reads nothing before
+  if (head_dim % 8 != 0 || !lg::is_aligned16(qkv) || !lg::is_aligned16(q) || !lg::is_aligned16(k_pool) ||
+      !lg::is_aligned16(v_pool) || (bq != nullptr && !lg::is_aligned16(bq)) ||
+      (bk != nullptr && !lg::is_aligned16(bk)) || (bv != nullptr && !lg::is_aligned16(bv))) {
+    __trap();
+  }
+  const int shift = block_shift(block_size);
+  const long long capacity = static_cast<long long>(table_width) << shift;
+  const int rows = min(max(count[0], 0), max_rows);
+  const int q_dim = n_heads * head_dim;
+  const int kv_dim = n_kv_heads * head_dim;
+  const int row_eighths = (q_dim + 2 * kv_dim) / 8;
+  const long long total = static_cast<long long>(rows) * row_eighths;
+  for (long long e = lg::global_index(); e < total; e += lg::grid_stride()) {
+    const int r = static_cast<int>(e / row_eighths);
+    int col = 8 * static_cast<int>(e - static_cast<long long>(r) * row_eighths);  // within the stacked row
+    const int p = positions[r];
+    if (p < 0 || p >= capacity) __trap();
+    float a[8];
+    lg::load_float8(qkv + e * 8, a);
+    const T* bias;
+    T* to;
+    bool rotate = true;
+    if (col < q_dim) {
+      to = q + static_cast<long long>(r) * q_dim + col;
+      bias = bq;
+    } else {
+      const bool is_k = col < q_dim + kv_dim;
+      col -= is_k ? q_dim : q_dim + kv_dim;
+      bias = is_k ? bk : bv;
+      rotate = is_k;
+      const int block = tables[static_cast<long long>(r) * table_width + (p >> shift)];
+      if (block < 0 || block >= n_blocks) __trap();
+      const int h = col / head_dim;
+      const long long at =
+          ((static_cast<long long>(block) * n_kv_heads + h) * block_size + (p & (block_size - 1))) * head_dim +
+          col % head_dim;
+      to = (is_k ? k_pool : v_pool) + at;
+    }
+    if (bias != nullptr) {
+      float b[8];
+      lg::load_float8(bias + col, b);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) a[j] += b[j];
+    }
+    if (rotate) {
+      const float position = static_cast<float>(p);
+      const int pair0 = (col % head_dim) / 2;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        float s;
+        float c;
+        sincosf(position * frequencies[pair0 + j], &s, &c);
+        const float x0 = a[2 * j];
+        const float x1 = a[2 * j + 1];
+        a[2 * j] = x0 * c - x1 * s;
+        a[2 * j + 1] = x0 * s + x1 * c;
+      }
+    }
+    lg::store8(to, lg::pack8<T>(a));
   }
 }
 
@@ -415,13 +497,17 @@ __device__ __forceinline__ void attention_paged_split_body(const T* q, const T* 
 
 }  // namespace
 
-// The entry points: kv_append_paged, kv_append_paged_bf16, attention_paged, attention_paged_bf16, ...
+// The entry points: kv_append_paged, kv_append_paged_bf16, rope_append_paged, ..., attention_paged_split_bf16.
 /* lazygraph:variants
 axis T = lg::half_t | lg::bf16_t _bf16
 
 kv_append_paged[T] = kv_append_paged_body(const T* k, const T* v, T* k_pool, T* v_pool, const int* positions,
                                           const int* tables, int n_kv_heads, int head_dim, int block_size,
                                           int n_blocks, int table_width, int batch)
+rope_append_paged[T] = rope_append_paged_body(const T* qkv, const T* bq, const T* bk, const T* bv, T* q, T* k_pool,
+                                              T* v_pool, const int* positions, const int* tables, const int* count,
+                                              int n_heads, int n_kv_heads, int head_dim, int block_size, int n_blocks,
+                                              int table_width, const float* frequencies, int max_rows)
 attention_paged[T] __launch_bounds__(1024) =
     attention_paged_body(const T* q, const T* k_pool, const T* v_pool, T* out, const int* positions,
                          const int* tables, int n_heads, int n_kv_heads, int head_dim, int block_size, int n_blocks,

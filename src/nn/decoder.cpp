@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "lazygraph/nn/prefill.hpp"
+#include "lazygraph/nn/wide_step.hpp"
 
 namespace lazygraph::nn {
 
@@ -60,6 +61,14 @@ BasicDecoderWeights<T> checked(BasicDecoderWeights<T> w, const DecoderConfig& c)
            std::to_string(m.cols()) + ", the config needs " + std::to_string(rows) + " x " + std::to_string(cols));
     }
   };
+  if (c.max_batch > kMaxRows) {  // the wide step's GEMMs read dense weights
+    for (const Weight<T>* m : w.matrices()) {
+      if (!m->is_dense()) {
+        fail("weight " + m->describe() + " is quantized; steps of more than " + std::to_string(kMaxRows) +
+             " rows (max_batch " + std::to_string(c.max_batch) + ") run the wide step, on dense weights only");
+      }
+    }
+  }
   if (c.paged()) {  // the paged append kernel reads dense q, k and v weights
     for (const BasicAttentionWeights<T>& a : w.attention) {
       if (!a.qkv.is_dense()) {
@@ -181,6 +190,14 @@ BasicDecoder<T>::BasicDecoder(const Stream& stream, const KernelLibrary& library
   } else {
     backend_ = make_graph_backend<T>();
   }
+  if (config_.max_batch > kMaxRows) {
+    std::string why;
+    if (!wide_step_available(stream.device().compute_capability(), &why)) {
+      throw UsageError("Decoder: max_batch " + std::to_string(config_.max_batch) + " runs steps of more than " +
+                       std::to_string(kMaxRows) + " rows as the wide step, which does not run here: " + why);
+    }
+    wide_ = std::make_unique<BasicWideStep<T>>(stream_, library, config_);
+  }
   (void)io_graph(1);  // a decoder that cannot capture its step fails here, not at the first forward
   reset();
 }
@@ -218,6 +235,7 @@ void BasicDecoder<T>::set_sampling(const Sampling& sampling) {
   io_graphs_.clear();  // a finished replay is all they may still run: run() waits for each
   graphs_.clear();
   generate_graph_.reset();
+  if (wide_) wide_->forget_graphs();
   backend_->forget_sampling();
   if (prefill_) prefill_->forget_head();
 }
@@ -301,6 +319,7 @@ std::span<const int> BasicDecoder<T>::run(int rows) {
   last_rows_ = rows;
   logits_first_ = 0;
   route_rows_ = rows;
+  wide_last_ = false;
   return io_.output().subspan(DecoderIo::next, static_cast<std::size_t>(rows));
 }
 
@@ -329,6 +348,14 @@ template <Element T>
 std::vector<int> BasicDecoder<T>::forward_batch(std::span<const TokenAt> steps, std::span<const int> tables) {
   check_paged_batch(config_, steps, tables);
   const std::lock_guard<std::mutex> lock(*mutex_);
+  if (steps.size() > static_cast<std::size_t>(kMaxRows)) {
+    const std::span<const int> next = wide_->run(wide_context(), steps, tables);
+    last_rows_ = static_cast<int>(steps.size());
+    logits_first_ = 0;
+    route_rows_ = 0;
+    wide_last_ = true;
+    return {next.begin(), next.end()};
+  }
   const auto width = static_cast<std::size_t>(config_.kv_table_width());
   for (std::size_t r = 0; r < steps.size(); ++r) {
     set_row(static_cast<int>(r), steps[r].token, steps[r].position, static_cast<int>(r));
@@ -400,6 +427,7 @@ int BasicDecoder<T>::prefill_chunks(std::span<const int> prompt, int start, int 
       if (first == prompt.size()) {
         logits_first_ = 0;  // the head wrote the last row's logits to row 0
         last_rows_ = 1;
+        wide_last_ = false;
         return next;
       }
     }
@@ -446,6 +474,7 @@ std::vector<int> BasicDecoder<T>::generate(int token, int n, int stop_token, int
   last_rows_ = 1;
   logits_first_ = 0;
   route_rows_ = 1;
+  wide_last_ = false;
   const std::span<const int> out = io_.output();
   const auto count = static_cast<std::size_t>(std::clamp(out[DecoderIo::generate_control + DecoderIo::count], 0, n));
   const std::span<const int> generated = out.subspan(DecoderIo::generated, count);
@@ -462,9 +491,30 @@ std::vector<T> BasicDecoder<T>::logits(int row) const {
   const auto n = static_cast<std::size_t>(config_.vocab);
   const auto at = static_cast<std::size_t>(logits_first_ + row);
   std::vector<T> out(n);
-  copy_async(stream_, std::span<T>(out), state_.logits.cview().subspan(at * n, n));
+  copy_async(stream_, std::span<T>(out), wide_last_ ? wide_->logits(row) : state_.logits.cview().subspan(at * n, n));
   stream_.synchronize();
   return out;
+}
+
+template <Element T>
+BasicWideContext<T> BasicDecoder<T>::wide_context() noexcept {
+  return {config_, kernels_, weights_, state_, *paged_, stream_, sampling_};
+}
+
+template <Element T>
+void BasicDecoder<T>::capture_wide_steps() {
+  const std::lock_guard<std::mutex> lock(*mutex_);
+  if (!wide_) {
+    throw UsageError("Decoder::capture_wide_steps: max_batch (" + std::to_string(config_.max_batch) + ") is at most " +
+                     std::to_string(kMaxRows) + ": every step runs on the narrow graphs");
+  }
+  wide_->capture_all(wide_context());
+}
+
+template <Element T>
+std::vector<WideBucketReport> BasicDecoder<T>::wide_step_report() const {
+  const std::lock_guard<std::mutex> lock(*mutex_);
+  return wide_ ? wide_->report() : std::vector<WideBucketReport>{};
 }
 
 template <Element T>

@@ -140,8 +140,13 @@ void DecoderConfig::validate() const {
          " (scores live in shared memory; a paged cache, kv_block_size, reaches " + std::to_string(kMaxPagedContext) +
          ")");
   }
-  if (max_batch < 1 || max_batch > kMaxRows) {
-    fail("max_batch (" + std::to_string(max_batch) + ") must be 1 to " + std::to_string(kMaxRows));
+  if (max_batch < 1 || max_batch > (paged() ? kMaxWideRows : kMaxRows)) {
+    fail("max_batch (" + std::to_string(max_batch) + ") must be 1 to " + std::to_string(kMaxRows) +
+         ", or with a paged cache (kv_block_size) 1 to " + std::to_string(kMaxWideRows));
+  }
+  if (max_batch > kMaxRows && mixture_of_experts()) {
+    fail("max_batch (" + std::to_string(max_batch) + ") above " + std::to_string(kMaxRows) +
+         " runs the wide step, which has no mixture of experts' layer (moe); at most " + std::to_string(kMaxRows));
   }
   if (attention_blocks < 0 || attention_blocks > 64) {
     fail("attention_blocks (" + std::to_string(attention_blocks) + ") must be 0 (by context) to 64");
@@ -238,16 +243,43 @@ void check_paged_batch(const DecoderConfig& c, std::span<const TokenAt> steps, s
     for (std::size_t i = 0; i <= last(r); ++i)
       check_block(c, entry(r, i), i, what + ": sequence " + std::to_string(r) + "'s");
   }
-  // The block a row writes is read by no other row at another index (the paged kernels' early reads).
+  // The block a row writes is read by no other row at another index (the paged kernels' early reads): each written
+  // block's first writer (row and entry), sorted by block, then every row's entries looked up among them: no vector of
+  // the pool's size per step, time about the tables' used entries times log(rows).
+  struct Writer {
+    int block = 0;
+    std::size_t row = 0;    // the first row that writes the block
+    std::size_t other = 0;  // another row that writes it at the same entry (rows of one sequence)
+    std::size_t entry = 0;  // the entry the first row writes it at
+    bool shared = false;
+  };
+  std::vector<Writer> writers;  // by block, one per block written (a writer at another entry is found by its own)
+  writers.reserve(steps.size());
   for (std::size_t r = 0; r < steps.size(); ++r) {
-    const int written = entry(r, last(r));
-    for (std::size_t o = 0; o < steps.size(); ++o) {
-      for (std::size_t i = 0; o != r && i <= last(o); ++i) {
-        if (entry(o, i) == written && i != last(r)) {
-          throw UsageError(what + ": sequence " + std::to_string(r) + " writes block " + std::to_string(written) +
-                           ", which sequence " + std::to_string(o) + "'s table holds at entry " + std::to_string(i) +
-                           " (a block a row writes is its own, or shared at the same entry)");
-        }
+    writers.push_back({.block = entry(r, last(r)), .row = r, .other = r, .entry = last(r), .shared = false});
+  }
+  std::stable_sort(writers.begin(), writers.end(), [](const Writer& a, const Writer& b) { return a.block < b.block; });
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < writers.size(); ++i) {
+    if (kept > 0 && writers[kept - 1].block == writers[i].block) {
+      if (writers[kept - 1].entry == writers[i].entry) {
+        writers[kept - 1].other = writers[i].row;
+        writers[kept - 1].shared = true;
+      }
+      continue;
+    }
+    writers[kept++] = writers[i];
+  }
+  writers.resize(kept);
+  for (std::size_t o = 0; o < steps.size(); ++o) {
+    for (std::size_t i = 0; i <= last(o); ++i) {
+      const int block = entry(o, i);
+      const auto w =
+          std::lower_bound(writers.begin(), writers.end(), block, [](const Writer& a, int b) { return a.block < b; });
+      if (w != writers.end() && w->block == block && w->entry != i && (w->row != o || w->shared)) {
+        throw UsageError(what + ": sequence " + std::to_string(w->row != o ? w->row : w->other) + " writes block " +
+                         std::to_string(block) + ", which sequence " + std::to_string(o) + "'s table holds at entry " +
+                         std::to_string(i) + " (a block a row writes is its own, or shared at the same entry)");
       }
     }
   }

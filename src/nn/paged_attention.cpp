@@ -134,6 +134,24 @@ void check_paged_append(const PagedAttentionShape& s, DeviceSpan<const T> k, Dev
 }
 
 template <Element T>
+void check_paged_rope_append(const PagedAttentionShape& s, DeviceSpan<const T> qkv, DeviceSpan<const T> bias,
+                             DeviceSpan<T> q, const PagedKvCache<T>& c, DeviceSpan<const int> count,
+                             DeviceSpan<const float> frequencies) {
+  check_cache(s, c);
+  const long long width = static_cast<long long>(s.heads + 2 * s.kv_heads) * s.head_dim;
+  check_paged_span("qkv", qkv, s.rows * width, "rows x (heads + 2 kv_heads) x head_dim", true);
+  check_paged_span("q", q, static_cast<long long>(s.rows) * s.heads * s.head_dim, "rows x heads x head_dim", true);
+  if (!bias.empty()) check_paged_span("bias", bias, width, "(heads + 2 kv_heads) x head_dim", true);
+  check_paged_span("count", count, 1, "one int", false);
+  check_paged_span("frequencies", frequencies, s.head_dim / 2, "head_dim / 2", false);
+  check_apart("q", q, "qkv", qkv);
+  check_apart("q", q, "k_pool", c.k_pool);
+  check_apart("q", q, "v_pool", c.v_pool);
+  check_apart("k_pool", c.k_pool, "qkv", qkv);
+  check_apart("v_pool", c.v_pool, "qkv", qkv);
+}
+
+template <Element T>
 void check_paged_attend(const PagedAttentionShape& s, DeviceSpan<const T> q, DeviceSpan<T> out,
                         const PagedKvCache<T>& c) {
   check_query(s, c, q, out);
@@ -166,12 +184,15 @@ void check_paged_attend_split(const PagedAttentionShape& s, DeviceSpan<const T> 
   }
 }
 
-#define LAZYGRAPH_PAGED_CHECKS(T)                                                                           \
-  template void check_paged_append<T>(const PagedAttentionShape&, DeviceSpan<const T>, DeviceSpan<const T>, \
-                                      const PagedKvCache<T>&);                                              \
-  template void check_paged_attend<T>(const PagedAttentionShape&, DeviceSpan<const T>, DeviceSpan<T>,       \
-                                      const PagedKvCache<T>&);                                              \
-  template void check_paged_attend_split<T>(const PagedAttentionShape&, DeviceSpan<const T>, DeviceSpan<T>, \
+#define LAZYGRAPH_PAGED_CHECKS(T)                                                                                \
+  template void check_paged_append<T>(const PagedAttentionShape&, DeviceSpan<const T>, DeviceSpan<const T>,      \
+                                      const PagedKvCache<T>&);                                                   \
+  template void check_paged_attend<T>(const PagedAttentionShape&, DeviceSpan<const T>, DeviceSpan<T>,            \
+                                      const PagedKvCache<T>&);                                                   \
+  template void check_paged_rope_append<T>(const PagedAttentionShape&, DeviceSpan<const T>, DeviceSpan<const T>, \
+                                           DeviceSpan<T>, const PagedKvCache<T>&, DeviceSpan<const int>,         \
+                                           DeviceSpan<const float>);                                             \
+  template void check_paged_attend_split<T>(const PagedAttentionShape&, DeviceSpan<const T>, DeviceSpan<T>,      \
                                             DeviceSpan<float>, DeviceSpan<unsigned>, const PagedKvCache<T>&, int);
 LAZYGRAPH_PAGED_CHECKS(half)
 LAZYGRAPH_PAGED_CHECKS(bfloat16)
@@ -181,6 +202,9 @@ template <Element T>
 PagedAttention<T>::PagedAttention(const KernelLibrary& library, bool early_launch)
     : append_(library.get<void(const T*, const T*, T*, T*, const int*, const int*, int, int, int, int, int, int)>(
           "kv_append_paged" + std::string(kernel_suffix<T>))),
+      rope_append_(library.get<void(const T*, const T*, const T*, const T*, T*, T*, T*, const int*, const int*,
+                                    const int*, int, int, int, int, int, int, const float*, int)>(
+          "rope_append_paged" + std::string(kernel_suffix<T>))),
       attention_(library.get<void(const T*, const T*, const T*, T*, const int*, const int*, int, int, int, int, int,
                                   int, float, int)>("attention_paged" + std::string(kernel_suffix<T>))),
       split_(
@@ -222,6 +246,27 @@ typename PagedAttention<T>::AppendOp PagedAttention<T>::append(const PagedAttent
   check_paged_append(s, k, v, c);
   return append_(append_config(s), k, v, c.k_pool, c.v_pool, c.positions, c.tables, s.kv_heads, s.head_dim,
                  s.block_size, s.blocks, s.table_width, s.rows);
+}
+
+template <Element T>
+LaunchConfig PagedAttention<T>::rope_append_config(const PagedAttentionShape& s) const {
+  const long long eighths = static_cast<long long>(s.rows) * (s.heads + 2 * s.kv_heads) * s.head_dim / 8;
+  return {{static_cast<unsigned>((eighths + 255) / 256), 1, 1}, {256, 1, 1}, 0, early_launch_};
+}
+
+template <Element T>
+typename PagedAttention<T>::RopeAppendOp PagedAttention<T>::rope_append(
+    const PagedAttentionShape& s, DeviceSpan<const T> qkv, DeviceSpan<const T> bias, DeviceSpan<T> q,
+    const PagedKvCache<T>& c, DeviceSpan<const int> count, DeviceSpan<const float> frequencies) const {
+  check_paged_rope_append(s, qkv, bias, q, c, count, frequencies);
+  const auto q_size = static_cast<std::size_t>(s.heads) * static_cast<std::size_t>(s.head_dim);
+  const auto kv_size = static_cast<std::size_t>(s.kv_heads) * static_cast<std::size_t>(s.head_dim);
+  const auto part = [&](std::size_t at, std::size_t size) {
+    return bias.empty() ? DeviceSpan<const T>{} : bias.subspan(at, size);
+  };
+  return rope_append_(rope_append_config(s), qkv, part(0, q_size), part(q_size, kv_size),
+                      part(q_size + kv_size, kv_size), q, c.k_pool, c.v_pool, c.positions, c.tables, count, s.heads,
+                      s.kv_heads, s.head_dim, s.block_size, s.blocks, s.table_width, frequencies, s.rows);
 }
 
 template <Element T>

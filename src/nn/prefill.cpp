@@ -95,15 +95,16 @@ std::size_t BasicPrefillBuffers<T>::bytes(const DecoderConfig& c, int rows) {
 }
 
 template <Element T>
-BasicPrefillPlans<T>::BasicPrefillPlans(const Device& device, const DecoderConfig& c, int rows) {
+BasicPrefillPlans<T>::BasicPrefillPlans(const Device& device, const DecoderConfig& c, int rows, bool lm_head) {
   const auto m = static_cast<std::size_t>(rows);
   const auto d = static_cast<std::size_t>(c.d);
   const auto q_dim = static_cast<std::size_t>(c.q_dim());
   const auto kv_dim = static_cast<std::size_t>(c.kv_dim());
   const auto ffn = static_cast<std::size_t>(c.ffn);
   const GemmOptions options{.alignment = 16, .max_workspace_bytes = kPrefillGemmWorkspace};
-  for (const GemmShape shape :
-       {GemmShape{m, q_dim + 2 * kv_dim, d}, GemmShape{m, d, q_dim}, GemmShape{m, ffn, d}, GemmShape{m, d, ffn}}) {
+  std::vector<GemmShape> shapes{{m, q_dim + 2 * kv_dim, d}, {m, d, q_dim}, {m, ffn, d}, {m, d, ffn}};
+  if (lm_head) shapes.push_back({m, static_cast<std::size_t>(c.vocab), d});
+  for (const GemmShape shape : shapes) {
     const bool known = std::any_of(plans_.begin(), plans_.end(), [&](const Gemm<T>& g) { return g.shape() == shape; });
     if (!known) plans_.emplace_back(device, shape, options);
   }

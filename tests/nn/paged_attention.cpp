@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <concepts>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -145,6 +146,36 @@ TEST_CASE("paged attention refuses spans of the wrong size, alignment or overlap
                        doctest::Contains("k has"), UsageError);
 }
 
+TEST_CASE("paged rope_append accepts the stacked projection of the shape's rows and refuses a span that does not fit") {
+  const nn::PagedAttentionShape s = good_shape();
+  const std::size_t width = static_cast<std::size_t>(s.heads + 2 * s.kv_heads) * s.head_dim;
+  const auto qkv = fake_span<const half>(5 * gib, static_cast<std::size_t>(s.rows) * width);
+  const auto q = fake_span<half>(6 * gib, q_size(s));
+  const auto count = fake_span<const int>(7 * gib, 1);
+  const auto frequencies = fake_span<const float>(8 * gib, static_cast<std::size_t>(s.head_dim / 2));
+  const auto bias = fake_span<const half>(9 * gib, width);
+  const auto refusal = [&](DeviceSpan<const half> qkv_, DeviceSpan<const half> bias_, DeviceSpan<half> q_,
+                           DeviceSpan<const int> count_, DeviceSpan<const float> frequencies_) -> std::string {
+    try {
+      nn::check_paged_rope_append(s, qkv_, bias_, q_, fake_cache(s), count_, frequencies_);
+    } catch (const UsageError& e) {
+      return e.what();
+    }
+    return "(accepted)";
+  };
+  CHECK(refusal(qkv, {}, q, count, frequencies) == "(accepted)");
+  CHECK(refusal(qkv, bias, q, count, frequencies) == "(accepted)");
+  CHECK(refusal(qkv.subspan(0, qkv.size() - 8), {}, q, count, frequencies).find("qkv has") != std::string::npos);
+  CHECK(refusal(qkv, bias.subspan(0, 8), q, count, frequencies).find("bias has 8 elements") != std::string::npos);
+  CHECK(refusal(qkv, {}, q.subspan(0, 64), count, frequencies).find("q has 64 elements") != std::string::npos);
+  CHECK(refusal(qkv, {}, q, fake_span<const int>(7 * gib, 2), frequencies).find("count has 2 elements") !=
+        std::string::npos);
+  CHECK(refusal(qkv, {}, q, count, frequencies.subspan(0, 31)).find("frequencies has 31 elements") !=
+        std::string::npos);
+  CHECK(refusal(qkv, {}, fake_span<half>(5 * gib, q_size(s)), count, frequencies).find("q overlaps qkv") !=
+        std::string::npos);
+}
+
 TEST_CASE("paged attention sends long tables to the split kernel and refuses splits it cannot run") {
   auto s = good_shape();
   s.table_width = 4096;  // 65536 positions: 256 KiB of scores
@@ -164,6 +195,7 @@ TEST_CASE_TEMPLATE("the paged handles match their kernels' declarations in kerne
   CHECK_NOTHROW(d.check<SignatureOf<typename P::AppendKernel>>("kv_append_paged" + suffix));
   CHECK_NOTHROW(d.check<SignatureOf<typename P::AttentionKernel>>("attention_paged" + suffix));
   CHECK_NOTHROW(d.check<SignatureOf<typename P::SplitKernel>>("attention_paged_split" + suffix));
+  CHECK_NOTHROW(d.check<SignatureOf<typename P::RopeAppendKernel>>("rope_append_paged" + suffix));
   // The wrong element type is refused: the check can fail.
   CHECK_THROWS(d.check<SignatureOf<typename P::AttentionKernel>>(std::string("attention_paged") +
                                                                  (suffix.empty() ? "_bf16" : "")));
@@ -437,6 +469,104 @@ void check_against_float64(PagedBatch<T>& b) {
 }  // namespace
 
 TEST_SUITE("gpu") {
+  TEST_CASE_TEMPLATE(
+      "paged rope_append writes each counted row's rotated q and its k and v through its table and nothing for the "
+      "rows past the count",
+      T, half, bfloat16) {
+    // 8 rows of a bucket, 5 counted (the rest padding, at valid positions through valid tables), at positions 0, 15,
+    // 16, 127 and 77 through shuffled tables; biases on. Against float64 from the same rounded inputs: q, k rotated at
+    // each row's position (theta^(-2i / head_dim) per pair, as the kernel reads the table in float) plus its bias, v
+    // plus its bias. q and the pools start poisoned: every element but the counted rows' must keep its poison.
+    Stream& s = lgtest::stream();
+    const nn::PagedAttention<T> paged(lgtest::nn_kernels());
+    const nn::PagedAttentionShape sh{
+        .rows = 8, .heads = 4, .kv_heads = 2, .head_dim = 64, .block_size = 16, .blocks = 70, .table_width = 8};
+    const int count = 5;
+    const std::vector<int> positions{0, 15, 16, 127, 77, 3, 40, 100};
+    const auto q_dim = static_cast<std::size_t>(sh.heads * sh.head_dim);
+    const auto kv_dim = static_cast<std::size_t>(sh.kv_heads * sh.head_dim);
+    const std::size_t width = q_dim + 2 * kv_dim;
+    const auto rows = static_cast<std::size_t>(sh.rows);
+    const std::vector<T> qkv = random_elements<T>(rows * width, 2.0F);
+    const std::vector<T> bias = random_elements<T>(width, 0.5F);
+    std::vector<int> tables(static_cast<std::size_t>(sh.blocks));
+    std::iota(tables.begin(), tables.end(), 0);
+    std::mt19937 rng(29U);
+    std::shuffle(tables.begin(), tables.end(), rng);
+    tables.resize(rows * static_cast<std::size_t>(sh.table_width));
+    std::vector<float> frequencies(static_cast<std::size_t>(sh.head_dim / 2));
+    for (std::size_t i = 0; i < frequencies.size(); ++i) {
+      frequencies[i] = static_cast<float>(std::pow(10000.0, -2.0 * static_cast<double>(i) / sh.head_dim));
+    }
+    const T poison = T::from_float(1000.0F);
+    const std::size_t pool = static_cast<std::size_t>(sh.blocks) * kv_dim * static_cast<std::size_t>(sh.block_size);
+    auto d_qkv = lgtest::to_device(s, qkv);
+    auto d_bias = lgtest::to_device(s, bias);
+    auto d_q = lgtest::to_device(s, std::vector<T>(rows * q_dim, poison));
+    auto d_k = lgtest::to_device(s, std::vector<T>(pool, poison));
+    auto d_v = lgtest::to_device(s, std::vector<T>(pool, poison));
+    const auto d_positions = lgtest::to_device(s, positions);
+    const auto d_tables = lgtest::to_device(s, tables);
+    const auto d_count = lgtest::to_device(s, std::vector<int>{count});
+    const auto d_frequencies = lgtest::to_device(s, frequencies);
+    const nn::PagedKvCache<T> cache{d_k.view(), d_v.view(), d_positions.cview(), d_tables.cview()};
+    paged.rope_append(sh, d_qkv.cview(), d_bias.cview(), d_q.view(), cache, d_count.cview(), d_frequencies.cview())
+        .sync_on(s);
+    const std::vector<T> q = lgtest::to_host(s, d_q.cview());
+    const std::vector<T> k = lgtest::to_host(s, d_k.cview());
+    const std::vector<T> v = lgtest::to_host(s, d_v.cview());
+    const double bound = std::same_as<T, half> ? 2e-3 : 1e-2;
+    // The counted rows' values: row r's stacked element `col` (biased, and rotated in q and k).
+    const auto want = [&](std::size_t r, std::size_t col) {
+      const auto value = [&](std::size_t c) {
+        return static_cast<double>(qkv[r * width + c].to_float()) + static_cast<double>(bias[c].to_float());
+      };
+      const std::size_t in_part = col < q_dim ? col : (col - q_dim) % kv_dim;
+      if (col >= q_dim + kv_dim) return value(col);  // v
+      const std::size_t pair = (in_part % static_cast<std::size_t>(sh.head_dim)) / 2;
+      const double angle =
+          static_cast<double>(static_cast<float>(positions[r]) * frequencies[pair]);  // as the kernel, in float
+      const std::size_t even = col - col % 2;
+      const double x0 = value(even);
+      const double x1 = value(even + 1);
+      return col % 2 == 0 ? x0 * std::cos(angle) - x1 * std::sin(angle) : x0 * std::sin(angle) + x1 * std::cos(angle);
+    };
+    std::vector<bool> written(pool, false);
+    int wrong = 0;
+    for (std::size_t r = 0; r < rows; ++r) {
+      for (std::size_t col = 0; col < q_dim; ++col) {
+        const T got = q[r * q_dim + col];
+        if (r >= static_cast<std::size_t>(count)) {
+          wrong += got.bits != poison.bits ? 1 : 0;
+        } else {
+          const double w = want(r, col);
+          wrong += std::abs(got.to_float() - w) > bound * (1.0 + std::abs(w)) ? 1 : 0;
+        }
+      }
+      if (r >= static_cast<std::size_t>(count)) continue;
+      const auto p = static_cast<std::size_t>(positions[r]);
+      const auto bs = static_cast<std::size_t>(sh.block_size);
+      const auto block = static_cast<std::size_t>(tables[r * static_cast<std::size_t>(sh.table_width) + p / bs]);
+      for (std::size_t c = 0; c < kv_dim; ++c) {
+        const std::size_t h = c / static_cast<std::size_t>(sh.head_dim);
+        const std::size_t at = ((block * static_cast<std::size_t>(sh.kv_heads) + h) * bs + p % bs) *
+                                   static_cast<std::size_t>(sh.head_dim) +
+                               c % static_cast<std::size_t>(sh.head_dim);
+        written[at] = true;
+        const double wk = want(r, q_dim + c);
+        const double wv = want(r, q_dim + kv_dim + c);
+        wrong += std::abs(k[at].to_float() - wk) > bound * (1.0 + std::abs(wk)) ? 1 : 0;
+        wrong += std::abs(v[at].to_float() - wv) > bound * (1.0 + std::abs(wv)) ? 1 : 0;
+      }
+    }
+    CHECK(wrong == 0);
+    std::size_t touched = 0;
+    for (std::size_t i = 0; i < pool; ++i) {
+      if (!written[i]) touched += (k[i].bits != poison.bits ? 1 : 0) + (v[i].bits != poison.bits ? 1 : 0);
+    }
+    CHECK(touched == 0);
+  }
+
   TEST_CASE_TEMPLATE(
       "paged attention through shuffled block tables matches float64, at position 0, a block boundary and 5000", T,
       half, bfloat16) {

@@ -63,7 +63,10 @@ class Options(unittest.TestCase):
         self.expect(2, self.model, "--port", "70000", stderr_has=["--port must be an integer from 0 to 65535, "
                                                                   "not '70000'"])
         self.expect(2, self.model, "--port=1", "--port=2", stderr_has=["--port is given twice"])
-        self.expect(2, self.model, "--max-batch", "9", stderr_has=["--max-batch must be an integer from 1 to 8"])
+        self.expect(2, self.model, "--max-batch", "257", stderr_has=["--max-batch must be an integer from 1 to 256"])
+        self.expect(2, self.model, "--max-batch", "9", "--kv-cache", "contiguous",
+                    stderr_has=["--max-batch 9 is more than 8, which needs the paged KV cache (it is contiguous "
+                                "because --kv-cache contiguous)"])
         self.expect(2, self.model, "--max-queue", "0", stderr_has=["--max-queue must be an integer from 1"])
         self.expect(2, self.model, "--host", stderr_has=["--host needs a value"])
         self.expect(2, os.path.join(self.tmp.name, "nowhere"), stderr_has=["does not exist"])

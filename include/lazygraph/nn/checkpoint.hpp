@@ -39,7 +39,8 @@ struct LoadOptions {
   /// model's max_position_embeddings, at most 4096. \throws UsageError (from DecoderCheckpoint::open) beyond
   /// max_position_embeddings.
   int context = 0;
-  /// Sequences decoded at once (DecoderConfig::max_batch, 1 to 8): the KV cache holds this many.
+  /// Sequences decoded at once (DecoderConfig::max_batch, 1 to 8; with a paged cache up to 256, the steps of more than
+  /// 8 rows then running as the wide step): the contiguous KV cache holds this many.
   int max_batch = 1;
   /// Print a progress bar on stderr while uploading checkpoints of at least `progress_from_bytes`.
   bool progress = true;

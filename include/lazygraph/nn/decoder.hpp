@@ -30,16 +30,22 @@
 #include "lazygraph/nn/sampling.hpp"
 #include "lazygraph/nn/step_backend.hpp"
 #include "lazygraph/nn/tensor_parallel_options.hpp"
+#include "lazygraph/nn/wide_step_report.hpp"
 
 namespace lazygraph::nn {
 template <Element T>
 class BasicPrefill;  // nn/prefill.hpp
+template <Element T>
+class BasicWideStep;  // nn/wide_step.hpp
+template <Element T>
+struct BasicWideContext;  // nn/wide_step.hpp
 
 /// The decoder as a Module: `forward({token, position})` returns the next token of sequence 0 (greedy unless
 /// set_sampling says otherwise). Steps of a
 /// sequence must come at positions 0, 1, 2, ... (each attends over the k and v of the earlier ones), or a prompt
 /// first through `prefill`; `forward_batch` steps up to max_batch sequences at once, reading the weights once for
-/// all of them. Each row count has its own graph, captured on first use. Thread safety: every member function may
+/// all of them. Each row count has its own graph, captured on first use (a paged decoder's steps of more than kMaxRows
+/// rows: each bucket of 16 to 256 rows, the wide step's, nn/wide_step.hpp). Thread safety: every member function may
 /// be called from several threads; an execution lock runs one call at a time (a sequence's steps must still come
 /// in order, which only the caller can ensure).
 template <Element T>
@@ -99,8 +105,12 @@ class BasicDecoder {
   /// layout; entries past the row's position's block are padding, never read). The tables are staged and copied in
   /// with the tokens: new tables never recapture. A row's sampled draws depend on (seed, position, r), as
   /// forward_batch's. Returns each row's next token; logits(r) holds row r's logits.
+  /// Up to kMaxRows rows run on the step's graphs (one per row count); more (max_batch above kMaxRows) as the wide
+  /// step on tensor cores (nn/wide_step.hpp: GEMMs, a graph per bucket of 16, 32, ... 256 rows, captured on first use),
+  /// whose logits differ from a row's alone within the GEMMs' rounding (its token may too, at a near tie).
   /// \throws UsageError (check_paged_batch) before any GPU work: a bad step, a table of the wrong size, a block outside
-  /// the pool, a written block another row holds elsewhere; for a contiguous decoder.
+  /// the pool, a written block another row holds elsewhere; for a contiguous decoder; as Gemm's constructor and
+  /// CudaGraph's capture when a wide bucket is first used.
   std::vector<int> forward_batch(std::span<const TokenAt> steps, std::span<const int> tables);
 
   /// Runs a prompt through sequence `slot`, filling its KV cache at positions start .. start + prompt.size() - 1, and
@@ -140,6 +150,13 @@ class BasicDecoder {
   /// the loop's kernels (BasicKernels::loop); on a paged decoder (its loop would need the table of a growing
   /// sequence: step it with forward_batch).
   std::vector<int> generate(int token, int n, int stop_token = -1, int start = 0);
+
+  /// Captures every bucket of the wide step (max_batch above kMaxRows) not yet captured, as the first forward_batch of
+  /// each would. \throws UsageError when max_batch is at most kMaxRows; as forward_batch.
+  void capture_wide_steps();
+  /// Each captured bucket of the wide step (in the order captured): its rows, capture time and the device memory its
+  /// capture took (graph and GEMM plans). Empty when none is captured or max_batch is at most kMaxRows.
+  [[nodiscard]] std::vector<WideBucketReport> wide_step_report() const;
 
   /// Clears the KV caches (not needed to start over at position 0; it makes stale entries impossible to read).
   void reset();
@@ -237,6 +254,9 @@ class BasicDecoder {
     return {shard_, config_, projector(), weights_, state_, sampling_, stream_, paged_ ? &*paged_ : nullptr};
   }
 
+  /// What the wide step reads (wide_ made: a paged decoder).
+  [[nodiscard]] BasicWideContext<T> wide_context() noexcept;
+
   /// The constructors' common part: `comm` null for one GPU.
   BasicDecoder(const Stream& stream, const KernelLibrary& library, const DecoderConfig& config,
                BasicDecoderWeights<T> weights, const Communicator* comm, const TensorParallelOptions& options,
@@ -266,9 +286,12 @@ class BasicDecoder {
   std::unique_ptr<BasicPrefill<T>> prefill_;  ///< prefill's tensor-core path, made at the first prefill that takes it
   std::optional<bool> prefill_gemm_;          ///< whether chunks run on tensor cores, decided at the first prefill
   std::unique_ptr<StepBackend<T>> backend_;   ///< what runs the step (step_backend.hpp)
-  int last_rows_ = 1;                         ///< rows logits() may read
-  int logits_first_ = 0;                      ///< the state's logits row that logits(0) reads
-  int route_rows_ = 0;                        ///< rows of the last step, whose routes last_routes reads; 0: none yet
+  /// The wide step (max_batch above kMaxRows), made with the decoder; else null.
+  std::unique_ptr<BasicWideStep<T>> wide_;
+  bool wide_last_ = false;  ///< whether the last call was a wide step (logits() reads its buffer)
+  int last_rows_ = 1;       ///< rows logits() may read
+  int logits_first_ = 0;    ///< the state's logits row that logits(0) reads
+  int route_rows_ = 0;      ///< rows of the last step, whose routes last_routes reads; 0: none yet
 };
 
 /// The fp16 decoder.

@@ -119,8 +119,13 @@ struct ModelShape {
 /// How a decoder runs its model: the KV cache's capacity, the backend and the kernels' variants. None of it changes
 /// what the model computes beyond rounding (tensor_cores and prefill_chunk say where it may).
 struct DecoderOptions {
-  int context = 1024;         ///< positions the KV cache holds per sequence
-  int max_batch = 1;          ///< sequences decoded at once (1 to 8); the KV cache holds this many
+  int context = 1024;  ///< positions the KV cache holds per sequence
+  /// Sequences decoded at once: 1 to 8 (kMaxRows), the contiguous KV cache holding this many; with a paged cache
+  /// (kv_block_size) up to 256 (kMaxWideRows), steps of more than 8 rows then running as the wide step on tensor cores
+  /// (nn/wide_step.hpp: no mixture of experts, dense weights only, a GPU of compute capability 8.0 or newer with
+  /// cuBLASLt; its buffers, for the smallest bucket of 16, 32, ... 256 rows that holds max_batch, allocated with the
+  /// decoder).
+  int max_batch = 1;
   std::uint32_t seed = 1234;  ///< seed of the generated weights (DecoderWeights::generate)
   bool early_launch = true;   ///< launch the kernels early (Kernels::step_config); false to compare
   /// Run the projections of steps of 2 to 8 rows on tensor cores (KernelOptions::tensor_cores): faster batches and
@@ -197,7 +202,8 @@ struct DecoderOptions {
 struct DecoderConfig : ModelShape, DecoderOptions {
   /// \throws UsageError for shapes the kernels cannot run: d and ffn multiples of 8, d divisible by
   /// heads when head_width is 0, head_dim a multiple of 8 and at most 256, heads a multiple of kv_heads, context at
-  /// most 8192 (kMaxContext), max_batch at most 8 (kMaxRows), every count positive, a finite positive theta, an invalid
+  /// most 8192 (kMaxContext), max_batch at most 8 (kMaxRows; with a paged cache 256, kMaxWideRows, and above 8 no
+  /// mixture of experts), every count positive, a finite positive theta, an invalid
   /// rope_scaling, a prefill_chunk that is neither 0 nor a power of two from 16 to 8192; with the persistent backend,
   /// an unfused attention block, attention over more than one block per head, persistent.threads outside 32..256, a
   /// persistent_tile_rows that is neither 0 nor a positive multiple of 8, or a block feature it has no tiles for

@@ -11,6 +11,9 @@ namespace lazygraph::nn {
 
 /// Rows one step processes at most: sequences of a batch, or tokens of a prompt chunk (prefill).
 inline constexpr int kMaxRows = 8;
+/// Rows one step of a paged decoder processes at most (DecoderConfig::max_batch up to this): steps of more than
+/// kMaxRows rows run as the wide step on tensor cores (nn/wide_step.hpp).
+inline constexpr int kMaxWideRows = 256;
 /// The most positions a decoder's KV cache holds (DecoderConfig::context): attention keeps a row's scores in shared
 /// memory.
 inline constexpr int kMaxContext = 8192;

@@ -22,7 +22,8 @@ namespace lazygraph::nn {
 ///
 /// With a paged decoder the engine's pool is the decoder's (kv_block_size, kv_blocks): a prompt row runs through
 /// prefill with its blocks as its table, and the rows of one token through one forward_batch of exactly those rows,
-/// each with its blocks as its table (no filler rows: a row writes only its own blocks).
+/// each with its blocks as its table (no filler rows: a row writes only its own blocks); up to max_batch (256) of
+/// them, more than 8 running as the decoder's wide step on tensor cores (nn/wide_step.hpp).
 ///
 /// Thread safety: as the decoder; the engine calls step from one thread. The decoder must outlive the model.
 template <Element T>

@@ -75,6 +75,16 @@ template <Element T>
 void check_paged_append(const PagedAttentionShape& shape, DeviceSpan<const T> k, DeviceSpan<const T> v,
                         const PagedKvCache<T>& cache);
 
+/// Checks a split of the stacked projection (PagedAttention::rope_append) without a GPU. \throws UsageError as
+/// check_paged_append for the cache; qkv not of rows * (heads + 2 kv_heads) * head_dim elements or not 16-byte aligned;
+/// q not of rows * heads * head_dim elements or not 16-byte aligned; a bias neither empty nor of (heads + 2 kv_heads) *
+/// head_dim elements, 16-byte aligned; count not of one int; frequencies not of head_dim / 2 floats; q or a pool
+/// overlapping qkv, or q overlapping a pool.
+template <Element T>
+void check_paged_rope_append(const PagedAttentionShape& shape, DeviceSpan<const T> qkv, DeviceSpan<const T> bias,
+                             DeviceSpan<T> q, const PagedKvCache<T>& cache, DeviceSpan<const int> count,
+                             DeviceSpan<const float> frequencies);
+
 /// Checks an attention launch (PagedAttention::attend) without a GPU. \throws UsageError as check_paged_append for
 /// the cache; q or out not of rows * heads * head_dim elements or not 16-byte aligned; out overlapping q, a pool,
 /// positions or tables; the scores of capacity() positions and the table needing more than
@@ -92,7 +102,8 @@ void check_paged_attend_split(const PagedAttentionShape& shape, DeviceSpan<const
                               DeviceSpan<float> partials, DeviceSpan<unsigned> counters, const PagedKvCache<T>& cache,
                               int splits);
 
-/// Typed handles to the paged kernels over elements of T (kv_append_paged, attention_paged, attention_paged_split;
+/// Typed handles to the paged kernels over elements of T (kv_append_paged, rope_append_paged, attention_paged,
+/// attention_paged_split;
 /// _bf16 for bfloat16), with launch ops that check their arguments.
 ///
 /// Thread safety: const members may be called from any thread. Exception safety: a refused call throws before
@@ -103,6 +114,10 @@ class PagedAttention {
   /// kv_append_paged(k, v, k_pool, v_pool, positions, tables, kv_heads, head_dim, block_size, blocks, table_width,
   /// rows).
   using AppendKernel = Kernel<void(const T*, const T*, T*, T*, const int*, const int*, int, int, int, int, int, int)>;
+  /// rope_append_paged(qkv, bq, bk, bv, q, k_pool, v_pool, positions, tables, count, heads, kv_heads, head_dim,
+  /// block_size, blocks, table_width, frequencies, max_rows).
+  using RopeAppendKernel = Kernel<void(const T*, const T*, const T*, const T*, T*, T*, T*, const int*, const int*,
+                                       const int*, int, int, int, int, int, int, const float*, int)>;
   /// attention_paged(q, k_pool, v_pool, out, positions, tables, heads, kv_heads, head_dim, block_size, blocks,
   /// table_width, scale, window).
   using AttentionKernel =
@@ -113,6 +128,9 @@ class PagedAttention {
                                   int, int, int, int, float, int)>;
   /// The ops the calls return (GraphNodes: kernel launches).
   using AppendOp = LaunchOp<const T*, const T*, T*, T*, const int*, const int*, int, int, int, int, int, int>;
+  /// See AppendOp.
+  using RopeAppendOp = LaunchOp<const T*, const T*, const T*, const T*, T*, T*, T*, const int*, const int*, const int*,
+                                int, int, int, int, int, int, const float*, int>;
   /// See AppendOp.
   using AttentionOp =
       LaunchOp<const T*, const T*, const T*, T*, const int*, const int*, int, int, int, int, int, int, float, int>;
@@ -135,6 +153,17 @@ class PagedAttention {
   /// positions of rows ints; tables of rows * table_width ints).
   [[nodiscard]] AppendOp append(const PagedAttentionShape& shape, DeviceSpan<const T> k, DeviceSpan<const T> v,
                                 const PagedKvCache<T>& cache) const;
+
+  /// The stacked q/k/v projection of up to shape.rows rows (qkv, [rows][(heads + 2 kv_heads) * head_dim], as one GEMM
+  /// writes it) split as a lazy op: each row b below count[0] (read on the device, clamped to [0, rows]) gets the
+  /// biases (`bias`: q's, k's and v's stacked, or empty), RoPE at its position (`frequencies`: the RoPE table, head_dim
+  /// / 2 floats) on its q and k heads, its q into q ([rows][heads][head_dim]) and its k and v into the pools at its
+  /// position through its table. The rows from count[0] on (a bucket's padding) write nothing, so their positions
+  /// and tables need only be valid for attend. A position outside the table's capacity or a block id outside the
+  /// pool traps the launch. \throws UsageError (check_paged_rope_append) naming the span or field that does not fit.
+  [[nodiscard]] RopeAppendOp rope_append(const PagedAttentionShape& shape, DeviceSpan<const T> qkv,
+                                         DeviceSpan<const T> bias, DeviceSpan<T> q, const PagedKvCache<T>& cache,
+                                         DeviceSpan<const int> count, DeviceSpan<const float> frequencies) const;
 
   /// Attention of q ([rows][heads][head_dim]) through the tables into out, one block of 1024 threads per (row, head),
   /// as a lazy op: row b attends its positions f..p (f = 0, or p - window + 1) with softmax(scale q . k) v, fp32.
@@ -164,9 +193,13 @@ class PagedAttention {
   [[nodiscard]] LaunchConfig split_config(const PagedAttentionShape& shape, int splits) const;
   /// append's launch: 256 threads per block over rows * kv_heads * head_dim elements.
   [[nodiscard]] LaunchConfig append_config(const PagedAttentionShape& shape) const;
+  /// rope_append's launch: 256 threads per block over rows * (heads + 2 kv_heads) * head_dim / 8 eighths.
+  [[nodiscard]] LaunchConfig rope_append_config(const PagedAttentionShape& shape) const;
 
   /// The raw kernel handles (for tests and benchmarks; the calls above check what these do not).
   [[nodiscard]] const AppendKernel& append_kernel() const noexcept { return append_; }
+  /// See append_kernel.
+  [[nodiscard]] const RopeAppendKernel& rope_append_kernel() const noexcept { return rope_append_; }
   /// See append_kernel.
   [[nodiscard]] const AttentionKernel& attention_kernel() const noexcept { return attention_; }
   /// See append_kernel.
@@ -174,6 +207,7 @@ class PagedAttention {
 
  private:
   AppendKernel append_;
+  RopeAppendKernel rope_append_;
   AttentionKernel attention_;
   SplitKernel split_;
   bool early_launch_;

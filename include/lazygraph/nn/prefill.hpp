@@ -119,12 +119,12 @@ struct BasicPrefillBuffers {
 
 /// The GEMM plans of one bucket of `rows` rows: one per distinct shape among q (q_dim x d), k and v (kv_dim x d), o
 /// (d x q_dim), gate and up (ffn x d), down (d x ffn); every layer's products of a shape share its plan (they run one
-/// after another). Made outside any capture.
+/// after another); with `lm_head`, also the LM head's (vocab x d: the wide decode step's). Made outside any capture.
 template <Element T>
 class BasicPrefillPlans {
  public:
   /// \throws as Gemm's constructor (CublasUnavailable, CublasError, CudaError, CaptureError inside a capture).
-  BasicPrefillPlans(const Device& device, const DecoderConfig& config, int rows);
+  BasicPrefillPlans(const Device& device, const DecoderConfig& config, int rows, bool lm_head = false);
 
   /// The plan of D[rows, n] = X[rows, k] W[n, k]^T. \throws UsageError for a shape it has none of.
   [[nodiscard]] const Gemm<T>& plan(std::size_t n, std::size_t k) const;
@@ -135,54 +135,30 @@ class BasicPrefillPlans {
   std::vector<Gemm<T>> plans_;
 };
 
-/// One decoder layer over the `rows` rows of a bucket (see the file comment), as an op: reads the chunk from
-/// `b.chunk()`, appends its keys and values to `k_cache` / `v_cache` (this layer's, [max_batch][kv_heads][context]
-/// [head_dim]) and leaves the layer's output in b.x. Captured (the GEMMs are not buildable). With a paged cache
-/// (c.paged()) `k_cache` / `v_cache` are this layer's pools ([kv_blocks][kv_heads][kv_block_size][head_dim]) and the
-/// keys and values go through `table` (the chunk's sequence's kv_table_width() block ids in device memory) by
-/// paged_prefill_attention: the same arithmetic, other addresses.
-/// \throws UsageError when a span does not fit (prefill_attention's and Gemm's checks).
-///
-/// A weight reaches its GEMM as gemm_operand (projection.hpp) hands it over: a dense one as it is, a quantized one
-/// first dequantized into b.weights (qdequantize: its values rounded once to T), so that the products differ from the
-/// decode step's (which scale fp32 sums) by rounding only.
-///
-/// With `comm`, the layer is a tensor-parallel rank's (`c` its shard_config, the weights its share): the output and
-/// down projections of ranks other than 0 write their partial products without the residual, and an all-reduce of
-/// b.x follows each of the two blocks, as in decoder_rank_step. With post-norms (DecoderConfig::post_norms) a block's
-/// output goes into b.h (all-reduced on a rank), whose RMSNorm prefill_rms_norm_add adds to b.x. `layer` is the
-/// layer's index, for its window (DecoderConfig::sliding); `frequencies` its RoPE table.
-template <Element T>
-auto prefill_layer(const Projector<T>& p, const BasicPrefillPlans<T>& plans, const BasicAttentionWeights<T>& a,
-                   const BasicSwigluWeights<T>& m, BasicPrefillBuffers<T>& b, DeviceSpan<const float> frequencies,
-                   DeviceSpan<T> k_cache, DeviceSpan<T> v_cache, const DecoderConfig& c, int rows,
-                   const Communicator* comm = nullptr, int layer = 0, DeviceSpan<const int> table = {}) {
+/// A decoder layer on tensor cores over the `rows` rows of a bucket but for its attention core (see the file comment):
+/// the norm, the stacked q/k/v GEMM into b.qkv, then `core` (an op that turns b.qkv's rows into the attention output
+/// in `attended`, writing the keys and values into the cache its own way), the output projection with the residual,
+/// and the MLP as GEMMs with the fused activation; the layer's output is left in b.x. The row-wise kernels read the
+/// real rows from `chunk` ([start, rows, slot], PrefillChunkLayout) and leave the rows past them alone. Its two uses:
+/// prefill_layer (a prompt chunk, flash attention) and the wide decode step (wide_step.hpp: a row per sequence, paged
+/// decode attention). `comm`, quantized weights and post-norms as prefill_layer says.
+template <Element T, class Core>
+auto gemm_layer(const Projector<T>& p, const BasicPrefillPlans<T>& plans, const BasicAttentionWeights<T>& a,
+                const BasicSwigluWeights<T>& m, BasicPrefillBuffers<T>& b, DeviceSpan<const int> chunk,
+                const DecoderConfig& c, int rows, Core core, DeviceSpan<const T> attended,
+                const Communicator* comm = nullptr) {
   const BasicKernels<T>& k = p.dense;
   const auto n = [rows](int width) { return static_cast<std::size_t>(rows) * static_cast<std::size_t>(width); };
   const bool residual = comm == nullptr || comm->rank() == 0;
-  const auto q_dim = static_cast<std::size_t>(c.q_dim());
-  const auto kv_dim = static_cast<std::size_t>(c.kv_dim());
   const DeviceSpan<T> x = b.x.view().subspan(0, n(c.d));
   const DeviceSpan<T> h = b.h.view().subspan(0, n(c.d));
   const DeviceSpan<T> qkv_rows = b.qkv.view().subspan(0, n(c.q_dim() + 2 * c.kv_dim()));
-  const DeviceSpan<T> q = b.q.view().subspan(0, n(c.q_dim()));
-  const DeviceSpan<T> key = b.k.view().subspan(0, n(c.kv_dim()));
-  const DeviceSpan<T> value = b.v.view().subspan(0, n(c.kv_dim()));
   const DeviceSpan<T> gate = b.gate.view().subspan(0, n(c.ffn));
   const DeviceSpan<T> up = b.up.view().subspan(0, n(c.ffn));
-  const DeviceSpan<const int> chunk = b.chunk();
   const LaunchConfig per_row = k.step_config({{static_cast<unsigned>(rows), 1, 1}, {256, 1, 1}, 0});
   const auto norm = [&](const DeviceBuffer<T>& gain) {
     return k.prefill_rms_norm(per_row, x.as_const(), gain.cview(), h, chunk, c.d, c.eps, rows);
   };
-  const PrefillAttentionShape shape{.rows = rows,
-                                    .heads = c.heads,
-                                    .kv_heads = c.kv_head_count(),
-                                    .head_dim = c.head_dim(),
-                                    .context = c.context,
-                                    .slots = c.max_batch,
-                                    .scale = c.attention_scale,
-                                    .window = c.layer_window(layer)};
   // out = in W^T for a weight in any format: its dense values, or its values dequantized into b.weights first.
   const auto gemm = [&](const Weight<T>& w, DeviceSpan<T> out, DeviceSpan<const T> in) {
     GemmOperand<T> operand = gemm_operand(p, w, b.weights.view());
@@ -214,6 +190,55 @@ auto prefill_layer(const Projector<T>& p, const BasicPrefillPlans<T>& plans, con
         },
         [&] { return project_into_x(w, y) >> reduce(x); });
   };
+  auto attention = norm(a.gain) >> gemm(a.qkv, qkv_rows, h.as_const()) >> std::move(core) >>
+                   block_output(a.wo, attended, a.post_gain);
+  auto mlp =
+      norm(m.gain) >> gemm(m.w1, gate, h.as_const()) >> gemm(m.w3, up, h.as_const()) >>
+      (c.activation == GateActivation::gelu_tanh ? k.prefill_gelu_mul : k.prefill_silu_mul)(
+          k.step_config(grid_for(n(c.ffn) / 8, 256)), gate.as_const(), up.as_const(), gate, chunk, c.ffn, rows) >>
+      block_output(m.w2, gate.as_const(), m.post_gain);
+  return named("attention", std::move(attention)) >> named("mlp", std::move(mlp));
+}
+
+/// One decoder layer over the `rows` rows of a bucket (see the file comment), as an op: reads the chunk from
+/// `b.chunk()`, appends its keys and values to `k_cache` / `v_cache` (this layer's, [max_batch][kv_heads][context]
+/// [head_dim]) and leaves the layer's output in b.x. Captured (the GEMMs are not buildable). With a paged cache
+/// (c.paged()) `k_cache` / `v_cache` are this layer's pools ([kv_blocks][kv_heads][kv_block_size][head_dim]) and the
+/// keys and values go through `table` (the chunk's sequence's kv_table_width() block ids in device memory) by
+/// paged_prefill_attention: the same arithmetic, other addresses.
+/// \throws UsageError when a span does not fit (prefill_attention's and Gemm's checks).
+///
+/// A weight reaches its GEMM as gemm_operand (projection.hpp) hands it over: a dense one as it is, a quantized one
+/// first dequantized into b.weights (qdequantize: its values rounded once to T), so that the products differ from the
+/// decode step's (which scale fp32 sums) by rounding only.
+///
+/// With `comm`, the layer is a tensor-parallel rank's (`c` its shard_config, the weights its share): the output and
+/// down projections of ranks other than 0 write their partial products without the residual, and an all-reduce of
+/// b.x follows each of the two blocks, as in decoder_rank_step. With post-norms (DecoderConfig::post_norms) a block's
+/// output goes into b.h (all-reduced on a rank), whose RMSNorm prefill_rms_norm_add adds to b.x. `layer` is the
+/// layer's index, for its window (DecoderConfig::sliding); `frequencies` its RoPE table.
+template <Element T>
+auto prefill_layer(const Projector<T>& p, const BasicPrefillPlans<T>& plans, const BasicAttentionWeights<T>& a,
+                   const BasicSwigluWeights<T>& m, BasicPrefillBuffers<T>& b, DeviceSpan<const float> frequencies,
+                   DeviceSpan<T> k_cache, DeviceSpan<T> v_cache, const DecoderConfig& c, int rows,
+                   const Communicator* comm = nullptr, int layer = 0, DeviceSpan<const int> table = {}) {
+  const BasicKernels<T>& k = p.dense;
+  const auto n = [rows](int width) { return static_cast<std::size_t>(rows) * static_cast<std::size_t>(width); };
+  const auto q_dim = static_cast<std::size_t>(c.q_dim());
+  const auto kv_dim = static_cast<std::size_t>(c.kv_dim());
+  const DeviceSpan<T> qkv_rows = b.qkv.view().subspan(0, n(c.q_dim() + 2 * c.kv_dim()));
+  const DeviceSpan<T> q = b.q.view().subspan(0, n(c.q_dim()));
+  const DeviceSpan<T> key = b.k.view().subspan(0, n(c.kv_dim()));
+  const DeviceSpan<T> value = b.v.view().subspan(0, n(c.kv_dim()));
+  const DeviceSpan<const int> chunk = b.chunk();
+  const PrefillAttentionShape shape{.rows = rows,
+                                    .heads = c.heads,
+                                    .kv_heads = c.kv_head_count(),
+                                    .head_dim = c.head_dim(),
+                                    .context = c.context,
+                                    .slots = c.max_batch,
+                                    .scale = c.attention_scale,
+                                    .window = c.layer_window(layer)};
   const DeviceSpan<const T> bias = a.bias.cview();
   const auto bias_part = [&](std::size_t at, std::size_t size) { return bias.empty() ? bias : bias.subspan(at, size); };
   // The stacked product split into q, k and v with the biases and RoPE; with q/k norms, each head of q and k (or with
@@ -240,14 +265,7 @@ auto prefill_layer(const Projector<T>& p, const BasicPrefillPlans<T>& plans, con
             {.block_size = c.kv_block_size, .blocks = c.kv_blocks, .table_width = c.kv_table_width()});
       },
       [&] { return prefill_attention(k, spans, shape); });
-  auto attention = norm(a.gain) >> gemm(a.qkv, qkv_rows, h.as_const()) >> std::move(split) >> std::move(attend) >>
-                   block_output(a.wo, q.as_const(), a.post_gain);
-  auto mlp =
-      norm(m.gain) >> gemm(m.w1, gate, h.as_const()) >> gemm(m.w3, up, h.as_const()) >>
-      (c.activation == GateActivation::gelu_tanh ? k.prefill_gelu_mul : k.prefill_silu_mul)(
-          k.step_config(grid_for(n(c.ffn) / 8, 256)), gate.as_const(), up.as_const(), gate, chunk, c.ffn, rows) >>
-      block_output(m.w2, gate.as_const(), m.post_gain);
-  return named("attention", std::move(attention)) >> named("mlp", std::move(mlp));
+  return gemm_layer(p, plans, a, m, b, chunk, c, rows, std::move(split) >> std::move(attend), q.as_const(), comm);
 }
 
 /// What a decoder's prefill reads and writes besides its own buffers: the decoder's config, kernels, weights and step
