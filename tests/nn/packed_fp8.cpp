@@ -434,6 +434,25 @@ TEST_CASE("an FP8 mixture of experts' experts are placed byte for byte as one st
   }
 }
 
+TEST_CASE("an FP8 mixture of experts saved in lazygraph's own format reads back with the same stacks' bytes") {
+  const lgtest::TempDir dir("nn-fp8-moe-save");
+  (void)write_fp8(dir.path() / "fp8", fp8_moe_decoder(), {Fp8Method::fp8});
+  const DecoderCheckpoint fp8 = DecoderCheckpoint::open(dir.path() / "fp8");
+  save_quantized_checkpoint(fp8, dir.path() / "saved");
+  const DecoderCheckpoint saved = DecoderCheckpoint::open(dir.path() / "saved");
+  CHECK_FALSE(saved.llama_config().packed.has_value());
+  CHECK(saved.quantization() == fp8.quantization());
+  REQUIRE(saved.quantized_layouts().size() == fp8.quantized_layouts().size());
+  std::size_t stacks = 0;
+  for (std::size_t i = 0; i < saved.quantized_layouts().size(); ++i) {
+    CAPTURE(saved.quantized_layouts()[i].name());
+    CHECK(saved.quantized_layouts()[i].name() == fp8.quantized_layouts()[i].name());
+    CHECK(lgtest::same_bytes(saved.quantized_weight(i), fp8.quantized_weight(i)));
+    stacks += saved.quantized_layouts()[i].name().find(".experts.*.") != std::string::npos ? 1 : 0;
+  }
+  CHECK(stacks == 6);
+}
+
 TEST_CASE(
     "an FP8 mixture of experts' tensors are checked by open, a refusal naming the expert's tensor or the router") {
   const std::string up1 = "model.layers.0.mlp.experts.1.up_proj";
