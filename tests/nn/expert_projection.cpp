@@ -227,7 +227,7 @@ void check_experts(const QuantizedFormat& format, const Shape& shape, double tol
 
 }  // namespace
 
-TEST_CASE("an expert projection names the stacked shape it needs, and quantized experts of whole tiles only") {
+TEST_CASE("an expert projection names the stacked shape it needs and takes quantized experts of whole tiles only") {
   // Checked before anything is launched: 4 experts of 40 x 128 are one weight of 160 x 128.
   CHECK_THROWS_WITH_AS(nn::detail::check_experts("expert_gate_up", "w1", 0, 0, false, 4, 40, 128, 1),
                        "expert_gate_up: weight w1 is 0 x 0, where 160 x 128 is needed", UsageError);
@@ -249,7 +249,7 @@ TEST_CASE("an expert projection names the stacked shape it needs, and quantized 
 
 TEST_SUITE("gpu") {
   TEST_CASE_TEMPLATE(
-      "quantized experts' gate-up and down projections match float64 of the dequantized weights in every format, for "
+      "quantized experts' gate-up and down projections match float64 of the dequantized weights in every format for "
       "batches of 1 to 8 rows sharing experts or not",
       T, half, bfloat16) {
     const double tolerance = std::same_as<T, half> ? 5e-3 : 2e-2;  // tests/nn/quantized_kernels.cpp's bounds

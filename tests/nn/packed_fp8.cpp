@@ -406,7 +406,7 @@ TEST_CASE("an FP8 checkpoint's matrices are placed byte for byte, each block's s
   }
 }
 
-TEST_CASE("an FP8 mixture of experts' experts are placed byte for byte as one stack per kind, its router dense") {
+TEST_CASE("an FP8 mixture of experts' experts are placed byte for byte as one stack per kind with the router dense") {
   for (const Fp8Method method : {Fp8Method::fp8, Fp8Method::channel}) {
     CAPTURE(method == Fp8Method::fp8);
     const lgtest::TempDir dir("nn-fp8-moe");
@@ -454,7 +454,7 @@ TEST_CASE("an FP8 mixture of experts saved in lazygraph's own format reads back 
 }
 
 TEST_CASE(
-    "an FP8 mixture of experts' tensors are checked by open, a refusal naming the expert's tensor or the router") {
+    "an FP8 mixture of experts' tensors are checked by open and each refusal names the expert's tensor or the router") {
   const std::string up1 = "model.layers.0.mlp.experts.1.up_proj";
   const std::string down2 = "model.layers.1.mlp.experts.2.down_proj";
   const std::string router = "model.layers.1.mlp.gate.weight";
@@ -847,7 +847,7 @@ TEST_SUITE("gpu") {
 
   TEST_CASE(
       "a mixture-of-experts decoder loaded from an FP8 checkpoint with FP8 experts computes the logits of the same "
-      "weights stored dense, within rounding, in fp16 and bf16") {
+      "weights stored dense within rounding in fp16 and bf16") {
     // Qwen3-30B-A3B-FP8's form at a small shape: attention, experts and LM head FP8 in blocks, the router dense.
     check_fp8_decoder<half>(Fp8Method::fp8, 1e-2, fp8_moe_decoder());
     check_fp8_decoder<bfloat16>(Fp8Method::fp8, 4e-2, fp8_moe_decoder());
