@@ -1,7 +1,9 @@
 // A decoder whose layers are mixtures of experts (DecoderConfig::moe): its config's refusals and its tensors on the
 // host (and those of OLMoE's q/k norms over the whole projection); on the GPU, its step against the float64 reference
 // (Qwen3-MoE's, OLMoE's and Mixtral's routing and blocks), and its batches, prefill and generate against one sequence
-// at a time, bit for bit.
+// at a time, bit for bit. Quantized experts (the mlp class): their stacks' layouts on the host; on the GPU, a decoder
+// with int8 or fp8 experts against the same decoder on its dequantized experts, and the device quantizer's stacks
+// against the host's, byte for byte.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -20,6 +22,7 @@
 
 #include "common/gpu.hpp"
 #include "common/nn.hpp"
+#include "common/quantized_weights.hpp"
 #include "common/small_decoder.hpp"
 
 using namespace lazygraph;
@@ -398,6 +401,33 @@ TEST_SUITE("gpu") {
         }
       }
       CHECK(same_routes >= 6);  // of 8 steps: the experts' kernels rarely move a route
+    }
+  }
+
+  TEST_CASE_TEMPLATE("a mixture of experts' expert stacks quantized on the device are the bytes the host route makes",
+                     T, half, bfloat16) {
+    const DecoderConfig c = moe_decoder({8, 2, 128, true}, 41);
+    Stream& s = lgtest::stream();
+    const BasicKernels<T> k(lgtest::nn_kernels());
+    const DeviceQuantizer quantizer(lgtest::nn_kernels());
+    const ScaleType scales = scale_type_of<T>;
+    for (const QuantizedFormat& format : {QuantizedFormat{WeightFormat::int8_channel, 0, false, scales},
+                                          QuantizedFormat{WeightFormat::int4_group, 64, true, scales},
+                                          QuantizedFormat{WeightFormat::fp8_block, 128, false, scales}}) {
+      CAPTURE(format_name(format));
+      DecoderQuantization q;
+      q.mlp = format;
+      const auto host =
+          lgtest::downloaded(s, quantize_decoder_weights(s, BasicDecoderWeights<T>::generate(s, k, c), c, q));
+      const auto device = lgtest::downloaded(
+          s, quantize_decoder_weights(s, quantizer, BasicDecoderWeights<T>::generate(s, k, c), c, q));
+      REQUIRE(host.size() == 6);  // 2 layers of gate, up and down stacks
+      REQUIRE(device.size() == host.size());
+      for (std::size_t i = 0; i < host.size(); ++i) {
+        CAPTURE(host[i].layout().name());
+        CHECK(host[i].layout().rows() == 8 * 128);
+        CHECK(lgtest::same_bytes(device[i], host[i]));
+      }
     }
   }
 }
