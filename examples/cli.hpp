@@ -11,6 +11,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 namespace example {
@@ -89,6 +90,30 @@ template <class Run>
   if (lazygraph::gpu_available(&why)) return false;
   std::printf("%s: skipped, no GPU to run on: %s\n", program, why.c_str());
   return true;
+}
+
+/// The main of a program whose options `parse(argc, argv)` reads into a std::variant<Options, int> (an int: exit with
+/// it now, as after --help): a UsageError from parse is printed with `usage` and gives exit_usage; without a GPU,
+/// where `needs_gpu`, skip_without_gpu and exit_skipped; else run(options), or 1 after printing "NAME: what failed"
+/// when it throws.
+template <class Options, class Parse, class Run>
+[[nodiscard]] int main_of_options(int argc, char** argv, const char* name, const char* usage, bool needs_gpu,
+                                  Parse&& parse, Run&& run) {
+  std::variant<Options, int> parsed;
+  try {
+    parsed = parse(argc, argv);
+  } catch (const lazygraph::UsageError& e) {
+    std::fprintf(stderr, "%s: %s\n%s", name, e.what(), usage);
+    return exit_usage;
+  }
+  if (const int* code = std::get_if<int>(&parsed)) return *code;
+  if (needs_gpu && skip_without_gpu(name)) return exit_skipped;
+  try {
+    return run(std::get<Options>(parsed));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", name, e.what());
+    return 1;
+  }
 }
 
 }  // namespace example

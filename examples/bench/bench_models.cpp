@@ -840,18 +840,6 @@ constexpr const char* usage =
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::variant<Options, int> parsed;
-  try {
-    parsed = parse(argc, argv, usage);
-  } catch (const lg::UsageError& e) {
-    std::fprintf(stderr, "bench_models: %s\n%s", e.what(), usage);
-    return example::exit_usage;
-  }
-  if (const int* code = std::get_if<int>(&parsed)) return *code;
-  try {
-    return run(std::get<Options>(parsed));
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_models: %s\n", e.what());
-    return 1;
-  }
+  return example::main_of_options<Options>(
+      argc, argv, "bench_models", usage, false, [](int c, char** v) { return parse(c, v, usage); }, run);
 }

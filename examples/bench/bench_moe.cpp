@@ -442,19 +442,5 @@ std::variant<Options, int> parse(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::variant<Options, int> parsed;
-  try {
-    parsed = parse(argc, argv);
-  } catch (const lg::UsageError& e) {
-    std::fprintf(stderr, "bench_moe: %s\n%s", e.what(), usage);
-    return example::exit_usage;
-  }
-  if (const int* code = std::get_if<int>(&parsed)) return *code;
-  if (example::skip_without_gpu("bench_moe")) return example::exit_skipped;
-  try {
-    return run(std::get<Options>(parsed));
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_moe: %s\n", e.what());
-    return 1;
-  }
+  return example::main_of_options<Options>(argc, argv, "bench_moe", usage, true, parse, run);
 }
