@@ -342,14 +342,22 @@ void drain(const Stream& stream) noexcept {
   }
 }
 
-/// The CheckpointError for matrix `layout` that `e` says cannot be quantized; `stacked` for q, k and v.
+/// The CheckpointError for matrix `layout` that `e` says cannot be quantized, `parts` tensors stacked from `first` on:
+/// a layer's q, k and v, or its experts of one kind; the message says how the rows are made (a row `e` names is the
+/// stack's).
 CheckpointError cannot_quantize(const std::filesystem::path& file, const QuantizedLayout& layout, const UsageError& e,
-                                bool stacked) {
-  return {file, layout.name(),
-          std::string("cannot be quantized: ") + e.what() +
-              (stacked ? " (its rows are q_proj's, k_proj's and v_proj's, stacked, those of q and k reordered from "
-                         "rotate-half to interleaved pairs)"
-                       : "")};
+                                const DecoderTensor& first, std::size_t parts) {
+  std::string rows;
+  if (parts > 1 && first.role == DecoderTensorRole::wq) {
+    rows =
+        " (its rows are q_proj's, k_proj's and v_proj's, stacked, those of q and k reordered from rotate-half to "
+        "interleaved pairs)";
+  } else if (parts > 1) {
+    const std::string each = std::to_string(first.rows);
+    rows = " (its rows are the layer's " + std::to_string(parts) + " experts', " + each +
+           " each, stacked in expert order: row R is row R % " + each + " of expert R / " + each + ")";
+  }
+  return {file, layout.name(), std::string("cannot be quantized: ") + e.what() + rows};
 }
 
 /// One tensor of a quantized matrix: where it goes in the decoder, where it is stored, and which block of it the matrix
@@ -382,7 +390,7 @@ DeviceQuantizedWeight<T> quantize_on_device(const Stream& stream, const DeviceQu
                                              stacked.cview(), options);
   } catch (const UsageError& e) {
     drain(stream);
-    throw cannot_quantize(weights.file_of(*parts.back().info).path(), layout, e, parts.size() > 1);
+    throw cannot_quantize(weights.file_of(*parts.back().info).path(), layout, e, *parts.front().tensor, parts.size());
   } catch (...) {
     drain(stream);
     throw;
@@ -603,7 +611,7 @@ QuantizedWeight DecoderCheckpoint::quantized_weight(std::size_t index) const {
     return quantize(l.format(), l.name(), l.rows(), l.cols(), floats, options_.quantization.options);
   } catch (const UsageError& e) {
     throw cannot_quantize(weights_.file_of(*sources_[matrix_parts_[index].back()]).path(), l, e,
-                          matrix_parts_[index].size() > 1);
+                          tensors_[matrix_parts_[index].front()], matrix_parts_[index].size());
   }
 }
 
