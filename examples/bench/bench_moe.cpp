@@ -5,9 +5,12 @@
 // distinct experts each layer chose, from the routes the decoder recorded: DecoderConfig::record_routes) and that over
 // the time as a fraction of the copy ceiling measured in the same run; batch 8 over batch 1. With --torch, runs
 // examples/bench/torch_moe.py on each shape (transformers' Qwen3MoeForCausalLM / OlmoeForCausalLM of the same shape,
-// eager and as a CUDA graph) and adds its times and the ratios. One table at the end. `--help` for the options.
+// eager and as a CUDA graph) and adds its times and the ratios. With --format int8|fp8, the experts are quantized on
+// the device after they are generated (the mlp class of a DecoderQuantization: the router and attention stay dense)
+// and their bytes are counted in that format. One table at the end. `--help` for the options.
 #include <lazygraph/lazygraph.hpp>
 #include <lazygraph/nn/decoder.hpp>
+#include <lazygraph/nn/decoder_quantization.hpp>
 #include <lazygraph/nn/moe_routes.hpp>
 
 #include <sys/wait.h>
@@ -33,7 +36,8 @@ namespace {
 
 constexpr const char* usage =
     "usage: bench_moe [--shape qwen3-30b-a3b|olmoe-1b-7b] [--layers N] [--dtype bf16|f16|both] [--max-gib N]\n"
-    "                 [--position P] [--replays N] [--tensor-cores] [--torch] [--torch-script PATH] [--out DIR]\n"
+    "                 [--position P] [--replays N] [--tensor-cores] [--format dense|int8|fp8] [--torch]\n"
+    "                 [--torch-script PATH] [--out DIR]\n"
     "Times decode steps of mixture-of-experts decoders with seeded weights generated on the device (q/k norms, a\n"
     "router and SwiGLU experts in every layer, as Qwen3-MoE and OLMoE have them) at 1 and 8 rows, after a prompt of P\n"
     "tokens in every row's sequence: the step graph replayed alone (medians of 31 samples of N replays, CUDA events),\n"
@@ -50,6 +54,9 @@ constexpr const char* usage =
     "  --replays N         replays per sample (default 10)\n"
     "  --tensor-cores      run the projections and experts of the 8-row step on tensor cores\n"
     "                      (DecoderConfig::tensor_cores; the 1-row step is the same either way)\n"
+    "  --format F          the experts' format: dense (default), int8 (per channel) or fp8 (e4m3 in blocks of\n"
+    "                      128 x 128, as Qwen3-30B-A3B-FP8's), quantized on the device after generating them\n"
+    "                      (--torch's companion still runs its experts dense)\n"
     "  --torch             also run the torch companion (needs python3 with torch and transformers) on each shape,\n"
     "                      after our decoder of it is freed, and print its times and theirs over ours\n"
     "  --torch-script P    the companion (default examples/bench/torch_moe.py, from the repository's root)\n"
@@ -63,7 +70,8 @@ struct Options {
   double max_gib = 0;  ///< 0: no limit beyond the free memory
   int position = 128;
   int replays = 10;
-  bool tensor_cores = false;  ///< DecoderConfig::tensor_cores
+  bool tensor_cores = false;     ///< DecoderConfig::tensor_cores
+  std::string format = "dense";  ///< the experts' format: dense, int8 or fp8
   bool torch = false;
   std::string torch_script = "examples/bench/torch_moe.py";
   std::string out = "bench-results/moe";
@@ -122,10 +130,29 @@ double decoder_bytes(const nn::DecoderConfig& c) {
   return static_cast<double>(c.weight_bytes()) + static_cast<double>(c.vocab) * c.d * elem + kv + activations;
 }
 
+/// The experts' quantization for --format `format` with T's scales (none for dense).
+template <class T>
+nn::DecoderQuantization experts_quantization(const std::string& format) {
+  nn::DecoderQuantization q;
+  const nn::ScaleType scales = nn::scale_type_of<T>;
+  if (format == "int8") q.mlp = nn::QuantizedFormat{nn::WeightFormat::int8_channel, 0, false, scales};
+  if (format == "fp8") q.mlp = nn::QuantizedFormat{nn::WeightFormat::fp8_block, 128, false, scales};
+  return q;
+}
+
+/// Bytes of one expert's three matrices as the decoder holds them: 2 a weight dense, else the quantized layouts'
+/// (values, scales).
+double expert_bytes(const nn::DecoderConfig& c, const nn::DecoderQuantization& q) {
+  if (!q.mlp) return 3.0 * c.moe.expert_width * c.d * 2.0;
+  return 2.0 * static_cast<double>(nn::QuantizedLayout("gate", *q.mlp, c.moe.expert_width, c.d).bytes()) +
+         static_cast<double>(nn::QuantizedLayout("down", *q.mlp, c.d, c.moe.expert_width).bytes());
+}
+
 /// The bytes a step of `rows` rows at `position` read at the least: each weight it uses once (the experts each layer
-/// chose, counted once however many rows chose them), each row's KV cache up to its position, its embedding row.
-/// Returns the bytes and the mean count of distinct experts a layer.
-std::pair<double, double> step_bytes(const nn::DecoderConfig& c, const nn::MoeRoutes& routes, int rows, int position) {
+/// chose, counted once however many rows chose them, each `expert` bytes), each row's KV cache up to its position, its
+/// embedding row. Returns the bytes and the mean count of distinct experts a layer.
+std::pair<double, double> step_bytes(const nn::DecoderConfig& c, const nn::MoeRoutes& routes, int rows, int position,
+                                     double expert) {
   const double elem = 2;
   const double d = c.d;
   const double attention = d + static_cast<double>(c.q_dim() + 2 * c.kv_dim()) * d +
@@ -134,15 +161,16 @@ std::pair<double, double> step_bytes(const nn::DecoderConfig& c, const nn::MoeRo
                             : c.qk_norm     ? 2.0 * c.head_dim()
                                             : 0.0);
   const double kv = 2.0 * rows * (position + 1.0) * c.kv_dim();
-  const double expert = 3.0 * c.moe.expert_width * d;
   double elements = static_cast<double>(rows) * d + d + static_cast<double>(c.vocab) * d;  // embedding, final, head
   double distinct = 0;
+  double expert_total = 0;  // bytes
   for (int l = 0; l < c.layers; ++l) {
     const auto chosen = static_cast<double>(routes.distinct_experts(l).size());
     distinct += chosen;
-    elements += attention + kv + d + static_cast<double>(c.moe.experts) * d + chosen * expert;
+    elements += attention + kv + d + static_cast<double>(c.moe.experts) * d;
+    expert_total += chosen * expert;
   }
-  return {elements * elem, distinct / c.layers};
+  return {elements * elem + expert_total, distinct / c.layers};
 }
 
 /// One row of the table.
@@ -170,7 +198,11 @@ std::vector<Row> bench_shape(lg::Stream& s, const lg::KernelLibrary& library, co
   c.max_batch = 8;
   c.record_routes = true;
   c.tensor_cores = o.tensor_cores;
-  nn::BasicDecoder<T> decoder(s, library, c);  // weights generated on the device from c.seed
+  const nn::DecoderQuantization q = experts_quantization<T>(o.format);
+  // Weights generated on the device from c.seed; the experts then quantized there, each stack freed as it goes.
+  nn::BasicDecoderWeights<T> weights = nn::BasicDecoderWeights<T>::generate(s, nn::BasicKernels<T>(library), c);
+  if (q.any()) weights = nn::quantize_decoder_weights(s, nn::DeviceQuantizer(library), std::move(weights), c, q);
+  nn::BasicDecoder<T> decoder(s, library, c, std::move(weights));
   // Every row's sequence first gets a prompt of `position` tokens, so that the step attends over real keys.
   for (int slot = 0; slot < c.max_batch; ++slot) {
     std::vector<int> prompt(static_cast<std::size_t>(o.position));
@@ -185,7 +217,7 @@ std::vector<Row> bench_shape(lg::Stream& s, const lg::KernelLibrary& library, co
     const nn::MoeRoutes routes = decoder.last_routes();
     lg::CudaGraph<>& graph = decoder.graph(rows);
     const double seconds = bench::median_seconds(s, o.replays, [&](int) { graph.launch_on(s); });
-    const auto [bytes, distinct] = step_bytes(c, routes, rows, o.position);
+    const auto [bytes, distinct] = step_bytes(c, routes, rows, o.position, expert_bytes(c, q));
     Row row;
     row.shape = shape.name;
     row.layers = c.layers;
@@ -307,10 +339,11 @@ int run(const Options& o) {
   }
 
   std::printf(
-      "\nMixture-of-experts decode steps on %s, seeded weights, step graph replayed at position %d (medians of 31 "
-      "samples of %d replays, CUDA events)%s; bytes read: attention, norms, routers, KV cache, LM head, embedding "
-      "rows and the distinct chosen experts' weights; copy ceiling %.0f GB/s\n\n",
-      device.name().c_str(), o.position, o.replays, o.tensor_cores ? ", 8 rows on tensor cores" : "", ceiling * 1e-9);
+      "\nMixture-of-experts decode steps on %s, seeded weights, %s experts, step graph replayed at position %d "
+      "(medians of 31 samples of %d replays, CUDA events)%s; bytes read: attention, norms, routers, KV cache, LM head, "
+      "embedding rows and the distinct chosen experts' weights; copy ceiling %.0f GB/s\n\n",
+      device.name().c_str(), o.format.c_str(), o.position, o.replays, o.tensor_cores ? ", 8 rows on tensor cores" : "",
+      ceiling * 1e-9);
   std::printf(
       "| shape | layers | dtype | rows | step us | tokens/s | MB read | experts read a layer | of ceiling | rows / 1 "
       "row |%s\n|---|---|---|---|---|---|---|---|---|---|%s\n",
@@ -385,6 +418,11 @@ std::variant<Options, int> parse(int argc, char** argv) {
       o.replays = example::integers(value(), "--replays", 1).at(0);
     } else if (arg == "--tensor-cores") {
       o.tensor_cores = true;
+    } else if (arg == "--format") {
+      o.format = value();
+      if (o.format != "dense" && o.format != "int8" && o.format != "fp8") {
+        throw lg::UsageError("--format " + o.format + ": not one of dense, int8, fp8");
+      }
     } else if (arg == "--torch") {
       o.torch = true;
     } else if (arg == "--torch-script") {

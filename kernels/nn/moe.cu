@@ -50,25 +50,12 @@
 #include "lazygraph/element.cuh"
 #include "lazygraph/kernel_common.cuh"
 #include "lazygraph/nn/gemv_core.cuh"
+#include "lazygraph/nn/moe_core.cuh"
 
 namespace {
 
 using namespace lg::nn;
-
-constexpr int kMaxExperts = 1024;                // the router's shared probabilities
-constexpr int kMaxTopK = 16;                     // experts a row may choose
-constexpr int kMaxBatch = 8;                     // rows of a decode step
-constexpr int kMaxPairs = kMaxBatch * kMaxTopK;  // (row, slot) pairs of a step, so also distinct experts
-// The plan's layout (moe_route): the count, the distinct experts, then [kMaxPairs][kMaxBatch] pairs.
-constexpr int kPlanDistinct = 1;
-constexpr int kPlanPairs = kPlanDistinct + kMaxPairs;
-constexpr int kPlanInts = kPlanPairs + kMaxPairs * kMaxBatch;
-static_assert(kPlanInts == 1153, "nn::kMoePlanInts (include/lazygraph/nn/kernels.hpp) sizes the plan's buffer");
-
-__device__ __forceinline__ bool counts_supported(int experts, int top_k, int batch) {
-  return experts >= 1 && experts <= kMaxExperts && top_k >= 1 && top_k <= kMaxTopK && top_k <= experts && batch >= 1 &&
-         batch <= kMaxBatch;
-}
+using namespace lg::nn::moe;
 
 template <class T>
 __device__ __forceinline__ void moe_route_body(const T* logits, int* ids, float* weights, int* plan, int experts,
@@ -183,44 +170,6 @@ __device__ __forceinline__ void moe_route_body(const T* logits, int* ids, float*
   }
 }
 
-/// The plan's count of distinct experts, checked against the most the rows can have chosen.
-__device__ __forceinline__ int planned_experts(const int* plan, int experts, int top_k, int batch) {
-  const int n = plan[0];
-  if (n < 1 || n > min(batch * top_k, experts)) __trap();
-  return n;
-}
-
-/// Reads the plan's expert u into the block: its index (returned) and, in pair_of[b], the pair by which row b chose
-/// it or -1. Every thread of the block calls it; synchronises the block.
-__device__ __forceinline__ int planned_expert(const int* plan, int u, int experts, int top_k, int batch, int* pair_of) {
-  const int e = plan[kPlanDistinct + u];
-  if (e < 0 || e >= experts) __trap();
-  const int tid = static_cast<int>((threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x);
-  if (tid < batch) {
-    const int j = plan[kPlanPairs + u * kMaxBatch + tid];
-    if (j < -1 || j >= batch * top_k) __trap();
-    pair_of[tid] = j;
-  }
-  __syncthreads();
-  return e;
-}
-
-/// x for moe_down: vector b is the act row of the pair by which row b chose the block's expert (row 0's act, whose
-/// products are dropped, where it did not).
-template <class T>
-struct PairX {
-  static constexpr bool sum_squares = false;
-  using Raw = typename PlainX<T>::Raw;
-  const T* act;
-  const int* pair_of;  // the block's shared pairs
-  int width;
-  __device__ __forceinline__ Raw load(int b, int chunk) const {
-    return {lg::load8(act + static_cast<long long>(max(pair_of[b], 0)) * width + 8LL * chunk)};
-  }
-  __device__ __forceinline__ static void expand(const Raw& r, float (&f)[8], float& sq) { PlainX<T>::expand(r, f, sq); }
-  __device__ __forceinline__ static uint4 fragment(const Raw& r, float& sq) { return PlainX<T>::fragment(r, sq); }
-};
-
 /// The row loop of a variant: the fp32 one for up to B vectors, or the tensor-core one (B = kTensorCores), both
 /// after the wait for earlier work (the weights' rows depend on the plan). finish(row, b, v) as rows_of's.
 template <int B, class W, class X, class Finish>
@@ -272,7 +221,6 @@ __device__ __forceinline__ void moe_down_body(const T* w2, const T* act, const i
                                               float* partial, unsigned* counters, T* x, int experts, int width, int d,
                                               int top_k, int batch) {
   __shared__ int pair_of[kMaxBatch];
-  __shared__ bool last_block;
   lg::early_launch_prologue();
   if (!counts_supported(experts, top_k, batch) || batch > max_batch(B) || width <= 0 || width % 8 != 0 || d <= 0 ||
       d % 8 != 0 || static_cast<int>(gridDim.x) > d || !lg::is_aligned16(w2) || !lg::is_aligned16(act)) {
@@ -289,32 +237,7 @@ __device__ __forceinline__ void moe_down_body(const T* w2, const T* act, const i
     __syncthreads();  // pair_of is read before the next expert's
   }
 
-  // The last block of this grid column to finish (every block of it counts, with experts or none) adds the column's
-  // rows of every pair into x: all their partials are written by then, whichever blocks wrote them.
-  const int tid = static_cast<int>((threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x);
-  const int threads = static_cast<int>(blockDim.x * blockDim.y * blockDim.z);
-  __threadfence();  // this block's partials are visible before its count
-  __syncthreads();
-  if (tid == 0) last_block = atomicAdd(counters + blockIdx.x, 1U) == gridDim.y - 1;
-  __syncthreads();
-  if (!last_block) return;
-  __threadfence();  // the other blocks' partials, counted before ours, are visible from here
-  const int unit = rows_per_pass<B>();
-  for (int base = static_cast<int>(blockIdx.x) * unit; base < d; base += static_cast<int>(gridDim.x) * unit) {
-    for (int i = tid; i < unit * batch; i += threads) {
-      const int r = base + i % unit;
-      const int b = i / unit;
-      if (r >= d) continue;
-      float sum = 0.0f;
-      for (int s = 0; s < top_k; ++s) {
-        const int j = b * top_k + s;
-        sum += weights[j] * __ldcg(partial + static_cast<long long>(j) * d + r);
-      }
-      T& out = x[static_cast<long long>(b) * d + r];
-      out = lg::from_float<T>(lg::to_float(out) + sum);
-    }
-  }
-  if (tid == 0) counters[blockIdx.x] = 0;  // the next launch counts from zero
+  add_expert_sums(weights, partial, counters, x, d, top_k, batch, rows_per_pass<B>());
 }
 
 }  // namespace

@@ -130,17 +130,42 @@ DecoderQuantization packed_classes(const LlamaConfig& llama, const DecoderConfig
     }
     if (packed_one != nullptr && dense_one != nullptr) {
       const TensorInfo& q = *weights.find(detail::packed_name(packed, detail::module_of(packed_one->name)));
-      throw CheckpointError(weights.file_of(q).path(), dense_one->name,
-                            "is not packed (no " + detail::packed_name(packed, detail::module_of(dense_one->name)) +
-                                detail::packed_dtype_note(packed) + ") while " + q.name +
-                                " is: lazygraph stores a class of matrices (attention's q, k, v and o; the MLP's "
-                                "gate, up and down; the LM head) in one format, so a checkpoint mixing " +
-                                method + " and dense matrices in one class is refused");
+      throw CheckpointError(
+          weights.file_of(q).path(), dense_one->name,
+          "is not packed (no " + detail::packed_name(packed, detail::module_of(dense_one->name)) +
+              detail::packed_dtype_note(packed) + ") while " + q.name +
+              " is: lazygraph stores a class of matrices (attention's q, k, v and o; the MLP's "
+              "gate, up and down, or every expert's; the LM head) in one format, so a checkpoint mixing " +
+              method + " and dense matrices in one class is refused");
     }
     if (packed_one == nullptr) continue;
+    const bool expert = packed_one->role == DecoderTensorRole::moe_w1 ||
+                        packed_one->role == DecoderTensorRole::moe_w3 || packed_one->role == DecoderTensorRole::moe_w2;
+    if (expert && !detail::find_packed_method(packed.method).experts) {
+      std::string readers;  // the methods whose experts are read
+      for (const detail::PackedMethodRow* row : detail::packed_methods()) {
+        if (row->experts) readers += (readers.empty() ? "" : ", ") + std::string(row->name);
+      }
+      const TensorInfo& q = *weights.find(detail::packed_name(packed, detail::module_of(packed_one->name)));
+      throw CheckpointError(weights.file_of(q).path(), q.name,
+                            "is a mixture of experts' expert packed by " + method +
+                                ": lazygraph reads quantized experts from checkpoints of " + readers +
+                                " only; load an unquantized checkpoint with LoadOptions::quantization to quantize "
+                                "the experts as they load");
+    }
     (c == QuantizationClass::attention ? out.attention
      : c == QuantizationClass::mlp     ? out.mlp
                                        : out.lm_head) = packed.format();
+  }
+  for (const DecoderTensor& t : tensors) {  // a router is read dense, whatever the checkpoint's method
+    if (t.role != DecoderTensorRole::moe_router || !detail::holds_packed(weights, packed, detail::module_of(t.name))) {
+      continue;
+    }
+    const TensorInfo& q = *weights.find(detail::packed_name(packed, detail::module_of(t.name)));
+    throw CheckpointError(weights.file_of(q).path(), q.name,
+                          "is a mixture of experts' router stored " + method +
+                              "; lazygraph reads a router dense (fp16, bf16 or fp32), as the quantized checkpoints "
+                              "of mixtures of experts keep it (quantization_config.modules_to_not_convert names it)");
   }
   if (!out.any()) {
     throw CheckpointError(weights.path() / "config.json", "",
@@ -317,14 +342,22 @@ void drain(const Stream& stream) noexcept {
   }
 }
 
-/// The CheckpointError for matrix `layout` that `e` says cannot be quantized; `stacked` for q, k and v.
+/// The CheckpointError for matrix `layout` that `e` says cannot be quantized, `parts` tensors stacked from `first` on:
+/// a layer's q, k and v, or its experts of one kind; the message says how the rows are made (a row `e` names is the
+/// stack's).
 CheckpointError cannot_quantize(const std::filesystem::path& file, const QuantizedLayout& layout, const UsageError& e,
-                                bool stacked) {
-  return {file, layout.name(),
-          std::string("cannot be quantized: ") + e.what() +
-              (stacked ? " (its rows are q_proj's, k_proj's and v_proj's, stacked, those of q and k reordered from "
-                         "rotate-half to interleaved pairs)"
-                       : "")};
+                                const DecoderTensor& first, std::size_t parts) {
+  std::string rows;
+  if (parts > 1 && first.role == DecoderTensorRole::wq) {
+    rows =
+        " (its rows are q_proj's, k_proj's and v_proj's, stacked, those of q and k reordered from rotate-half to "
+        "interleaved pairs)";
+  } else if (parts > 1) {
+    const std::string each = std::to_string(first.rows);
+    rows = " (its rows are the layer's " + std::to_string(parts) + " experts', " + each +
+           " each, stacked in expert order: row R is row R % " + each + " of expert R / " + each + ")";
+  }
+  return {file, layout.name(), std::string("cannot be quantized: ") + e.what() + rows};
 }
 
 /// One tensor of a quantized matrix: where it goes in the decoder, where it is stored, and which block of it the matrix
@@ -357,7 +390,7 @@ DeviceQuantizedWeight<T> quantize_on_device(const Stream& stream, const DeviceQu
                                              stacked.cview(), options);
   } catch (const UsageError& e) {
     drain(stream);
-    throw cannot_quantize(weights.file_of(*parts.back().info).path(), layout, e, parts.size() > 1);
+    throw cannot_quantize(weights.file_of(*parts.back().info).path(), layout, e, *parts.front().tensor, parts.size());
   } catch (...) {
     drain(stream);
     throw;
@@ -428,7 +461,7 @@ DecoderCheckpoint::DecoderCheckpoint(LlamaConfig llama, DecoderConfig config, Ch
       if (!quantized) continue;
     }
     parts.push_back(i);
-    if (t.role != DecoderTensorRole::wq && t.role != DecoderTensorRole::wk) {
+    if (!stacked_with_next(tensors_, i)) {  // the matrix's last part: v after q and k, a layer's last expert of a kind
       matrix_parts_.push_back(std::move(parts));
       parts.clear();
     }
@@ -578,7 +611,7 @@ QuantizedWeight DecoderCheckpoint::quantized_weight(std::size_t index) const {
     return quantize(l.format(), l.name(), l.rows(), l.cols(), floats, options_.quantization.options);
   } catch (const UsageError& e) {
     throw cannot_quantize(weights_.file_of(*sources_[matrix_parts_[index].back()]).path(), l, e,
-                          matrix_parts_[index].size() > 1);
+                          tensors_[matrix_parts_[index].front()], matrix_parts_[index].size());
   }
 }
 
@@ -679,9 +712,10 @@ BasicDecoderWeights<T> DecoderCheckpoint::upload_with(const Stream& stream, cons
   // A tensor quantized as it loads has no dense buffer (a layer's q, k and v all or none: one format_of for all three).
   const auto dense = [&](const DecoderTensor& t) { return !quantization.format_of(t.role).has_value(); };
   const auto fill = [&](const DecoderTensor& t, DeviceSpan<T> into) {
-    const TensorInfo* info = sources_[index++];
+    const std::size_t at = index++;
+    const TensorInfo* info = sources_[at];
     if (!dense(t)) {
-      if (t.role != DecoderTensorRole::wq && t.role != DecoderTensorRole::wk) {  // q and k go with v
+      if (!stacked_with_next(tensors_, at)) {  // q and k go with v, a layer's experts of a kind with their last
         matrices.push_back(whole_matrix<T>(stream, quantizer, matrices.size(), buffers));
         progress.advance(matrices.back().bytes());
       }

@@ -111,11 +111,11 @@ BasicDecoderWeights<T> checked(BasicDecoderWeights<T> w, const DecoderConfig& c)
       }
       const BasicMoeWeights<T>& e = w.moe[l];
       const auto experts = static_cast<std::size_t>(c.moe.experts);
-      const std::size_t expert = static_cast<std::size_t>(c.moe.expert_width) * d;
+      const int stacked = c.moe.experts * c.moe.expert_width;
       vector(e.router, experts * d, layer + "mlp.gate.weight");
-      vector(e.w1, experts * expert, layer + "mlp.experts.*.gate_proj.weight (stacked)");
-      vector(e.w3, experts * expert, layer + "mlp.experts.*.up_proj.weight (stacked)");
-      vector(e.w2, experts * expert, layer + "mlp.experts.*.down_proj.weight (stacked)");
+      matrix(e.w1, stacked, c.d, layer + "mlp.experts.*.gate_proj.weight");
+      matrix(e.w3, stacked, c.d, layer + "mlp.experts.*.up_proj.weight");
+      matrix(e.w2, c.moe.experts * c.d, c.moe.expert_width, layer + "mlp.experts.*.down_proj.weight");
       continue;
     }
     matrix(m.w1, c.ffn, c.d, layer + "mlp.gate_proj.weight");

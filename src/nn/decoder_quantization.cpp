@@ -28,27 +28,31 @@ void check_each(const std::vector<DecoderTensor>& tensors, const DecoderQuantiza
   }
 }
 
-/// A mixture of experts keeps its experts dense: its mlp class has no matrices to quantize.
-void refuse_quantized_experts(const DecoderConfig& config, const DecoderQuantization& quantization) {
-  if (config.mixture_of_experts() && quantization.mlp) {
-    throw UsageError("quantization: the mlp class is " + format_name(*quantization.mlp) +
-                     ", but this decoder's layers are mixtures of experts (DecoderConfig::moe), whose experts are "
-                     "not quantized yet; quantize attention and lm_head only");
-  }
-}
-
-std::vector<QuantizedLayout> layouts_of(const DecoderConfig& config, const std::vector<DecoderTensor>& tensors,
+/// The layouts of the quantized matrices, one per stack of tensors (stacked_with_next): the stacked q, k and v, a
+/// layer's experts of one kind, or a tensor alone, each named as the decoder holds it. A stacked expert is whole tiles
+/// of 16 rows, as the expert kernels need, whenever check_each passed: its rows (expert_width, or d for the down
+/// projection) are the input dimension of another expert matrix, which every format needs to be a multiple of 32.
+std::vector<QuantizedLayout> layouts_of(const std::vector<DecoderTensor>& tensors,
                                         const DecoderQuantization& quantization) {
   std::vector<QuantizedLayout> out;
-  const int qkv_rows = config.q_dim() + 2 * config.kv_dim();
-  for (const DecoderTensor& t : tensors) {
+  int rows = 0;
+  const DecoderTensor* first = nullptr;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const DecoderTensor& t = tensors[i];
     const std::optional<QuantizedFormat> format = quantization.format_of(t.role);
-    if (!format || t.role == DecoderTensorRole::wk || t.role == DecoderTensorRole::wv) continue;
-    if (t.role == DecoderTensorRole::wq) {
-      out.emplace_back(stacked_qkv_name(t.name), *format, qkv_rows, t.cols);
-    } else {
-      out.emplace_back(t.name, *format, t.rows, t.cols);
-    }
+    if (!format) continue;
+    if (first == nullptr) first = &t;
+    rows += t.rows;
+    if (stacked_with_next(tensors, i)) continue;
+    const DecoderTensorRole role = first->role;
+    const bool experts =
+        role == DecoderTensorRole::moe_w1 || role == DecoderTensorRole::moe_w3 || role == DecoderTensorRole::moe_w2;
+    const std::string name = role == DecoderTensorRole::wq ? stacked_qkv_name(first->name)
+                             : experts                     ? stacked_experts_name(first->name)
+                                                           : first->name;
+    out.emplace_back(name, *format, rows, t.cols);
+    rows = 0;
+    first = nullptr;
   }
   return out;
 }
@@ -56,15 +60,14 @@ std::vector<QuantizedLayout> layouts_of(const DecoderConfig& config, const std::
 }  // namespace
 
 std::vector<QuantizedLayout> quantized_layouts(const DecoderConfig& config, const DecoderQuantization& quantization) {
-  refuse_quantized_experts(config, quantization);
   const std::vector<DecoderTensor> tensors = decoder_tensors(config);
   check_each(tensors, quantization, std::nullopt);
-  return layouts_of(config, tensors, quantization);
+  return layouts_of(tensors, quantization);
 }
 
 void check_quantization(const DecoderConfig& config, const DecoderQuantization& quantization, ScaleType scales) {
-  refuse_quantized_experts(config, quantization);
-  check_each(decoder_tensors(config), quantization, scales);
+  const std::vector<DecoderTensor> tensors = decoder_tensors(config);
+  check_each(tensors, quantization, scales);
 }
 
 std::size_t decoder_device_bytes(const DecoderConfig& config, const DecoderQuantization& quantization) {
@@ -74,7 +77,7 @@ std::size_t decoder_device_bytes(const DecoderConfig& config, const DecoderQuant
   for (const DecoderTensor& t : tensors) {
     if (!quantization.format_of(t.role)) bytes += t.elements() * 2;  // fp16 and bf16 alike
   }
-  for (const QuantizedLayout& l : layouts_of(config, tensors, quantization)) bytes += l.bytes();
+  for (const QuantizedLayout& l : layouts_of(tensors, quantization)) bytes += l.bytes();
   return bytes;
 }
 
@@ -93,13 +96,17 @@ void check_dense(const Weight<T>& w, int rows, int cols, const std::string& name
 }
 
 /// The matrices of `weights` that `quantization` quantizes, in quantized_layouts() order: per layer the stacked q, k
-/// and v and Wo (attention), W1, W3 and W2 (MLP), then the LM head.
+/// and v and Wo (attention), W1, W3 and W2 (MLP; a mixture of experts' stacked experts' instead), then the LM head.
 template <Element T>
 std::vector<Weight<T>*> chosen_matrices(BasicDecoderWeights<T>& weights, const DecoderQuantization& quantization) {
   std::vector<Weight<T>*> out;
   for (std::size_t l = 0; l < weights.attention.size() && l < weights.mlp.size(); ++l) {
     if (quantization.attention) out.insert(out.end(), {&weights.attention[l].qkv, &weights.attention[l].wo});
-    if (quantization.mlp) out.insert(out.end(), {&weights.mlp[l].w1, &weights.mlp[l].w3, &weights.mlp[l].w2});
+    if (quantization.mlp && l < weights.moe.size()) {
+      out.insert(out.end(), {&weights.moe[l].w1, &weights.moe[l].w3, &weights.moe[l].w2});
+    } else if (quantization.mlp) {
+      out.insert(out.end(), {&weights.mlp[l].w1, &weights.mlp[l].w3, &weights.mlp[l].w2});
+    }
   }
   if (quantization.lm_head) out.push_back(&weights.lm_head);
   return out;
@@ -118,7 +125,7 @@ BasicDecoderWeights<T> quantize_weights(const Stream& stream, const DeviceQuanti
                      " layers, the config " + std::to_string(config.layers));
   }
   // Every chosen matrix must be dense and of its shape before any GPU work.
-  const std::vector<QuantizedLayout> layouts = layouts_of(config, tensors, quantization);
+  const std::vector<QuantizedLayout> layouts = layouts_of(tensors, quantization);
   const std::vector<Weight<T>*> chosen = chosen_matrices(weights, quantization);
   for (std::size_t i = 0; i < chosen.size(); ++i) {
     check_dense(*chosen[i], layouts[i].rows(), layouts[i].cols(), layouts[i].name());
@@ -215,9 +222,12 @@ DecoderQuantization quantization_of(const BasicDecoderWeights<T>& weights) {
     return qkv;
   });
   out.mlp = each_layer("MLP", [&](std::size_t l) {
-    const BasicSwigluWeights<T>& m = weights.mlp[l];
-    const std::optional<QuantizedFormat> w1 = format(m.w1);
-    if (w1 != format(m.w3) || w1 != format(m.w2)) {
+    const bool experts = l < weights.moe.size();
+    const Weight<T>& m1 = experts ? weights.moe[l].w1 : weights.mlp[l].w1;
+    const Weight<T>& m3 = experts ? weights.moe[l].w3 : weights.mlp[l].w3;
+    const Weight<T>& m2 = experts ? weights.moe[l].w2 : weights.mlp[l].w2;
+    const std::optional<QuantizedFormat> w1 = format(m1);
+    if (w1 != format(m3) || w1 != format(m2)) {
       throw UsageError("quantization_of: layer " + std::to_string(l) +
                        "'s W1, W3 and W2 are not quantized alike (one class)");
     }

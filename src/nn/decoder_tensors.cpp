@@ -1,11 +1,30 @@
 #include "lazygraph/nn/decoder_tensors.hpp"
 
+#include <string_view>
+
 namespace lazygraph::nn {
 
 std::string stacked_qkv_name(const std::string& q_name) {
   std::string name = q_name;
   const std::size_t at = name.find("q_proj");
   return at == std::string::npos ? name + ".qkv" : name.replace(at, 1, "qkv");
+}
+
+std::string stacked_experts_name(const std::string& first_expert_name) {
+  std::string name = first_expert_name;
+  const std::size_t at = name.find(".experts.");
+  if (at == std::string::npos) return name + ".experts";
+  const std::size_t index = at + std::string_view(".experts.").size();
+  const std::size_t end = name.find('.', index);
+  return name.replace(index, end == std::string::npos ? std::string::npos : end - index, "*");
+}
+
+bool stacked_with_next(const std::vector<DecoderTensor>& tensors, std::size_t i) {
+  using Role = DecoderTensorRole;
+  const Role role = tensors.at(i).role;
+  if (role == Role::wq || role == Role::wk) return true;
+  const bool expert = role == Role::moe_w1 || role == Role::moe_w3 || role == Role::moe_w2;
+  return expert && i + 1 < tensors.size() && tensors[i + 1].role == role && tensors[i + 1].layer == tensors[i].layer;
 }
 
 std::vector<std::int64_t> DecoderTensor::shape() const {

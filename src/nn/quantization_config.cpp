@@ -17,6 +17,9 @@ QuantizationClass quantization_class(DecoderTensorRole role) noexcept {
     case Role::w1:
     case Role::w3:
     case Role::w2:
+    case Role::moe_w1:
+    case Role::moe_w3:
+    case Role::moe_w2:
       return QuantizationClass::mlp;
     case Role::lm_head:
       return QuantizationClass::lm_head;

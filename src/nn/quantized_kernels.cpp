@@ -132,6 +132,8 @@ BasicQuantizedKernels<T>::BasicQuantizedKernels(const KernelLibrary& library)
       quantized_qkv_rope_append(library, "quantized_qkv_rope_append" + std::string(kernel_suffix<T>)),
       qdequantize(library, "qdequantize" + std::string(kernel_suffix<T>)),
       qgemv_all_reduce(library, "qgemv_all_reduce" + std::string(kernel_suffix<T>)),
+      moe_qgate_up(library, "moe_qgate_up" + std::string(kernel_suffix<T>)),
+      moe_qdown(library, "moe_qdown" + std::string(kernel_suffix<T>)),
       multiprocessors(library.device().sm_count()) {}
 
 template class DeviceQuantizedWeight<half>;

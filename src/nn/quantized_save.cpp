@@ -29,12 +29,13 @@ void save_quantized_checkpoint(const DecoderCheckpoint& source, const std::files
   std::vector<QuantizedTensors> parts;
   parts.reserve(layouts.size());
   std::vector<TensorToWrite> out;
-  // In decoder_tensors() order, each quantized matrix where its last tensor is (q and k go with v).
+  // In decoder_tensors() order, each quantized matrix where its last tensor is (q and k go with v, a layer's experts
+  // of one kind with their last).
   const std::vector<DecoderTensor> tensors = decoder_tensors(source.config());
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const DecoderTensor& t = tensors[i];
     if (quantization.format_of(t.role)) {
-      if (t.role == DecoderTensorRole::wq || t.role == DecoderTensorRole::wk) continue;
+      if (stacked_with_next(tensors, i)) continue;
       weights.push_back(source.quantized_weight(weights.size()));
       const std::vector<TensorToWrite>& saved = parts.emplace_back(weights.back()).tensors();
       out.insert(out.end(), saved.begin(), saved.end());

@@ -4,6 +4,7 @@
 #include <lazygraph/nn/decoder.hpp>
 
 #include <algorithm>
+#include <cstddef>
 #include <memory>
 #include <vector>
 
@@ -14,9 +15,18 @@ template <class T>
 std::vector<lazygraph::nn::QuantizedWeight> downloaded(const lazygraph::Stream& s,
                                                        const lazygraph::nn::BasicDecoderWeights<T>& w) {
   std::vector<lazygraph::nn::QuantizedWeight> out;
-  for (const lazygraph::nn::Weight<T>* m : w.matrices()) {
-    if (!m->is_dense()) out.push_back(m->quantized().download(s));
+  const auto add = [&](const lazygraph::nn::Weight<T>& m) {
+    if (!m.is_dense()) out.push_back(m.quantized().download(s));
+  };
+  for (std::size_t l = 0; l < w.attention.size(); ++l) {  // a layer's experts in place of its MLP's matrices
+    add(w.attention[l].qkv);
+    add(w.attention[l].wo);
+    const bool experts = l < w.moe.size();
+    add(experts ? w.moe[l].w1 : w.mlp[l].w1);
+    add(experts ? w.moe[l].w3 : w.mlp[l].w3);
+    add(experts ? w.moe[l].w2 : w.mlp[l].w2);
   }
+  add(w.lm_head);
   return out;
 }
 

@@ -265,6 +265,33 @@ TEST_CASE(
                        doctest::Contains("q_dim 256, d 128"), UsageError);
 }
 
+TEST_CASE("a mixture of experts' stack that cannot be quantized is refused naming it and how its rows are made") {
+  const auto dir = saved("ckpt-moe-nan", small_moe(true), DType::f32);
+  rewrite(dir, [](std::vector<OwnedTensor>& t) {
+    for (OwnedTensor& x : t) {
+      if (x.name != "model.layers.1.mlp.experts.2.up_proj.weight") continue;
+      const float nan = NAN;
+      std::memcpy(x.bytes.data() + 4 * (3 * 128 + 5), &nan, 4);  // expert 2's row 3, column 5 (64 x 128)
+    }
+  });
+  LoadOptions options;
+  options.quantization.mlp = QuantizedFormat{WeightFormat::int8_channel, 0, false, ScaleType::f16};
+  const DecoderCheckpoint ck = DecoderCheckpoint::open(dir, options);  // open cannot see values
+  const std::vector<QuantizedLayout>& layouts = ck.quantized_layouts();
+  const auto up = std::find_if(layouts.begin(), layouts.end(), [](const QuantizedLayout& l) {
+    return l.name() == "model.layers.1.mlp.experts.*.up_proj.weight";
+  });
+  REQUIRE(up != layouts.end());
+  const auto index = static_cast<std::size_t>(up - layouts.begin());
+  CHECK_NOTHROW((void)ck.quantized_weight(index - 1));  // the gate stack before it
+  for (const char* part :
+       {"tensor model.layers.1.mlp.experts.*.up_proj.weight: cannot be quantized", "weight at row 131, column 5 is nan",
+        "(its rows are the layer's 4 experts', 64 each, stacked in expert order: row R is row R % "
+        "64 of expert R / 64)"}) {
+    CHECK_THROWS_WITH_AS((void)ck.quantized_weight(index), doctest::Contains(part), CheckpointError);
+  }
+}
+
 TEST_CASE("a context beyond the model's max_position_embeddings is a UsageError naming both") {
   const auto dir = saved("ckpt-context");
   LoadOptions options;

@@ -1046,7 +1046,7 @@ TEST_CASE("every nn kernel in kernels/nn/ compiles for sm_90 with the core and t
   REQUIRE(sources.size() >= 8);
   std::vector<KernelSource> headers(core_kernel_headers().begin(), core_kernel_headers().end());
   headers.insert(headers.end(), nn::kernel_set().headers.begin(), nn::kernel_set().headers.end());
-  CHECK(nn::kernel_set().headers.size() == 4);  // argmax.cuh, gemv_core.cuh, hash.cuh, qgemv_core.cuh
+  CHECK(nn::kernel_set().headers.size() == 5);  // argmax.cuh, gemv_core.cuh, hash.cuh, moe_core.cuh, qgemv_core.cuh
   const auto opts = nvrtc_options(90, true);
   // Compiled at once, each in its own thread (NVRTC compiles separate programs concurrently; this test is most of
   // the nn host suite's time), and checked here, as doctest's assertions are for one thread.

@@ -1,10 +1,14 @@
 // A decoder whose layers are mixtures of experts (DecoderConfig::moe): its config's refusals and its tensors on the
 // host (and those of OLMoE's q/k norms over the whole projection); on the GPU, its step against the float64 reference
 // (Qwen3-MoE's, OLMoE's and Mixtral's routing and blocks), and its batches, prefill and generate against one sequence
-// at a time, bit for bit.
+// at a time, bit for bit. Quantized experts (the mlp class): their stacks' layouts on the host; on the GPU, a decoder
+// with int8 or fp8 experts against the same decoder on its dequantized experts, and the device quantizer's stacks
+// against the host's, byte for byte.
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <concepts>
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -18,6 +22,7 @@
 
 #include "common/gpu.hpp"
 #include "common/nn.hpp"
+#include "common/quantized_weights.hpp"
 #include "common/small_decoder.hpp"
 
 using namespace lazygraph;
@@ -58,15 +63,6 @@ TEST_CASE("a mixture of experts' decoder config is refused by name where its ker
   check_invalid(persistent, "the persistent backend has no tiles for a mixture of experts");
   CHECK_THROWS_WITH_AS(check_tensor_split(moe_decoder({8, 2, 64, true}), 2),
                        doctest::Contains("tensor parallelism does not split a mixture of experts"), UsageError);
-  QuantizedFormat int8;
-  int8.kind = WeightFormat::int8_channel;
-  DecoderQuantization experts;
-  experts.mlp = int8;
-  CHECK_THROWS_WITH_AS(check_quantization(moe_decoder({8, 2, 64, true}), experts, ScaleType::f16),
-                       doctest::Contains("whose experts are not quantized yet"), UsageError);
-  DecoderQuantization attention;
-  attention.attention = int8;
-  CHECK_NOTHROW(check_quantization(moe_decoder({8, 2, 64, true}), attention, ScaleType::f16));
   std::string why;
   CHECK_FALSE(prefill_on_tensor_cores(moe_decoder({8, 2, 64, true}), {9, 0}, &why));
   CHECK(why.find("no mixture of experts") != std::string::npos);
@@ -144,6 +140,53 @@ TEST_CASE("a mixture of experts' tensors are its router and every expert's three
     if (t.role != DecoderTensorRole::embedding) dense_elements += t.elements();
   }
   CHECK(dense.weight_bytes() == (dense_elements + static_cast<std::size_t>(dense.d)) * 2);
+}
+
+TEST_CASE("a mixture of experts' experts are the mlp class: each layer's experts of a kind one quantized stack") {
+  const DecoderConfig c = moe_decoder({4, 2, 128, true});  // d 128
+  QuantizedFormat int8;
+  int8.kind = WeightFormat::int8_channel;
+  DecoderQuantization experts;
+  experts.mlp = int8;
+  CHECK(experts.format_of(DecoderTensorRole::moe_w2) == int8);
+  CHECK_FALSE(experts.format_of(DecoderTensorRole::moe_router).has_value());  // the router stays dense
+  CHECK_NOTHROW(check_quantization(c, experts, ScaleType::f16));
+  const std::vector<QuantizedLayout> layouts = quantized_layouts(c, experts);
+  REQUIRE(layouts.size() == 6);  // 2 layers of gate, up and down stacks
+  CHECK(layouts[0].name() == "model.layers.0.mlp.experts.*.gate_proj.weight");
+  CHECK(layouts[1].name() == "model.layers.0.mlp.experts.*.up_proj.weight");
+  CHECK(layouts[5].name() == "model.layers.1.mlp.experts.*.down_proj.weight");
+  CHECK((layouts[0].rows() == 4 * 128 && layouts[0].cols() == 128));
+  CHECK((layouts[2].rows() == 4 * 128 && layouts[2].cols() == 128));  // down: 4 experts of d rows, width columns
+  // Device bytes: the stacks' layouts in place of the experts' 2 bytes an element, the router still dense.
+  std::size_t dense = 0;
+  for (const DecoderTensor& t : decoder_tensors(c)) {
+    if (!experts.format_of(t.role)) dense += t.elements() * 2;
+  }
+  std::size_t stacks = 0;
+  for (const QuantizedLayout& l : layouts) stacks += l.bytes();
+  CHECK(decoder_device_bytes(c, experts) == dense + stacks);
+  CHECK(stacks == 6 * (4 * 128 * 128 + 2 * 4 * 128));  // int8 values and one fp16 scale per row
+
+  // A format that cannot apply to an expert names the expert's own tensor.
+  DecoderQuantization fp8;
+  fp8.mlp = QuantizedFormat{WeightFormat::fp8_block, 128, false, ScaleType::f16};
+  CHECK_THROWS_WITH_AS(check_quantization(moe_decoder({4, 2, 64, true}), fp8, ScaleType::f16),
+                       doctest::Contains("tensor model.layers.0.mlp.experts.0.down_proj.weight: fp8 group size 128 "
+                                         "does not divide the input dimension (64)"),
+                       UsageError);
+  CHECK_NOTHROW(check_quantization(c, fp8, ScaleType::f16));
+  CHECK(stacked_experts_name("model.layers.3.block_sparse_moe.experts.0.w2.weight") ==
+        "model.layers.3.block_sparse_moe.experts.*.w2.weight");
+
+  // assemble_decoder_weights stacks a layer's experts of a kind all dense or none.
+  const std::vector<DecoderTensor> tensors = decoder_tensors(c);
+  std::size_t first_expert = 0;
+  while (tensors[first_expert].role != DecoderTensorRole::moe_w1) ++first_expert;
+  CHECK(stacked_with_next(tensors, first_expert));
+  CHECK_FALSE(stacked_with_next(tensors, first_expert + 3));  // the last gate_proj; up_proj follows
+  CHECK(stacked_with_next(tensors, first_expert + 4));
+  CHECK_FALSE(stacked_with_next(tensors, first_expert - 1));  // the router
 }
 
 TEST_SUITE("gpu") {
@@ -285,5 +328,106 @@ TEST_SUITE("gpu") {
     for (int p = 0; p < 6; ++p) want.push_back(t = single.forward({t, p}));
     single.reset();
     CHECK(single.generate(7, 6) == want);
+  }
+
+  TEST_CASE_TEMPLATE(
+      "a mixture-of-experts decoder with int8 or fp8 experts computes what the same decoder on its dequantized "
+      "experts does for one row and three",
+      T, half, bfloat16) {
+    constexpr bool fp16 = std::same_as<T, half>;
+    const double bound = fp16 ? 1e-2 : 4e-2;  // tests/nn/decoder_quantization.cpp's quantized-against-dense bounds
+    DecoderConfig c = moe_decoder({8, 2, 128, true}, 41, 3);
+    c.qk_norm = true;
+    c.record_routes = true;
+    QuantizedFormat format{WeightFormat::int8_channel, 0, false, scale_type_of<T>};
+    SUBCASE("int8 per channel") {}
+    SUBCASE("fp8 in blocks of 128 x 128") { format = {WeightFormat::fp8_block, 128, false, scale_type_of<T>}; }
+    CAPTURE(format_name(format));
+    DecoderQuantization q;
+    q.mlp = format;
+    Stream& s = lgtest::stream();
+    const BasicKernels<T> k(lgtest::nn_kernels());
+    BasicDecoderWeights<T> quantized = quantize_decoder_weights(s, BasicDecoderWeights<T>::generate(s, k, c), c, q);
+    REQUIRE(quantized.quantized());
+    // The twin: the same seeded weights, each expert stack replaced by the quantized one's values dequantized and
+    // rounded to T.
+    BasicDecoderWeights<T> twin = BasicDecoderWeights<T>::generate(s, k, c);
+    for (std::size_t l = 0; l < twin.moe.size(); ++l) {
+      const auto dequantized = [&](const Weight<T>& from) {
+        const std::vector<float> f = from.quantized().download(s).dequantize();
+        std::vector<T> v;
+        v.reserve(f.size());
+        for (const float x : f) v.push_back(T::from_float(x));
+        return Weight<T>(lgtest::to_device(s, v), from.rows(), from.cols(), from.name());
+      };
+      twin.moe[l].w1 = dequantized(quantized.moe[l].w1);
+      twin.moe[l].w3 = dequantized(quantized.moe[l].w3);
+      twin.moe[l].w2 = dequantized(quantized.moe[l].w2);
+    }
+    BasicDecoder<T> a(s, lgtest::nn_kernels(), c, std::move(quantized));
+    BasicDecoder<T> b(s, lgtest::nn_kernels(), c, std::move(twin));
+    for (const int rows : {1, 3}) {
+      CAPTURE(rows);
+      a.reset();
+      b.reset();
+      std::vector<int> tokens{7, 300, 42};
+      tokens.resize(static_cast<std::size_t>(rows));
+      int same_routes = 0;
+      for (int p = 0; p < 8; ++p) {
+        CAPTURE(p);
+        std::vector<TokenAt> steps;
+        for (const int t : tokens) steps.push_back({t, p});
+        (void)a.forward_batch(steps);
+        tokens = b.forward_batch(steps);  // both teacher-forced on the twin's tokens
+        // Where a router near a tie chose otherwise (its logits differ by the kernels' rounding), the logits may
+        // differ by more than rounding: those steps are counted, not compared.
+        const MoeRoutes ra = a.last_routes();
+        const MoeRoutes rb = b.last_routes();
+        if (ra.experts != rb.experts) continue;
+        ++same_routes;
+        for (int r = 0; r < rows; ++r) {
+          CAPTURE(r);
+          const std::vector<T> la = a.logits(r);
+          const std::vector<T> lb = b.logits(r);
+          double largest = 0;
+          double difference = 0;
+          for (std::size_t i = 0; i < lb.size(); ++i) {
+            largest = std::max(largest, std::abs(static_cast<double>(lb[i].to_float())));
+            difference = std::max(difference, std::abs(static_cast<double>(la[i].to_float()) - lb[i].to_float()));
+          }
+          REQUIRE(std::isfinite(difference));
+          CHECK(largest > 0);
+          CHECK(difference <= bound * largest);
+        }
+      }
+      CHECK(same_routes >= 6);  // of 8 steps: the experts' kernels rarely move a route
+    }
+  }
+
+  TEST_CASE_TEMPLATE("a mixture of experts' expert stacks quantized on the device are the bytes the host route makes",
+                     T, half, bfloat16) {
+    const DecoderConfig c = moe_decoder({8, 2, 128, true}, 41);
+    Stream& s = lgtest::stream();
+    const BasicKernels<T> k(lgtest::nn_kernels());
+    const DeviceQuantizer quantizer(lgtest::nn_kernels());
+    const ScaleType scales = scale_type_of<T>;
+    for (const QuantizedFormat& format : {QuantizedFormat{WeightFormat::int8_channel, 0, false, scales},
+                                          QuantizedFormat{WeightFormat::int4_group, 64, true, scales},
+                                          QuantizedFormat{WeightFormat::fp8_block, 128, false, scales}}) {
+      CAPTURE(format_name(format));
+      DecoderQuantization q;
+      q.mlp = format;
+      const auto host =
+          lgtest::downloaded(s, quantize_decoder_weights(s, BasicDecoderWeights<T>::generate(s, k, c), c, q));
+      const auto device = lgtest::downloaded(
+          s, quantize_decoder_weights(s, quantizer, BasicDecoderWeights<T>::generate(s, k, c), c, q));
+      REQUIRE(host.size() == 6);  // 2 layers of gate, up and down stacks
+      REQUIRE(device.size() == host.size());
+      for (std::size_t i = 0; i < host.size(); ++i) {
+        CAPTURE(host[i].layout().name());
+        CHECK(host[i].layout().rows() == 8 * 128);
+        CHECK(lgtest::same_bytes(device[i], host[i]));
+      }
+    }
   }
 }

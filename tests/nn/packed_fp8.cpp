@@ -216,9 +216,21 @@ void edit_fp8_quantization(const fs::path& dir, const std::function<void(json&)>
   lgtest::write_file(dir / "config.json", config.dump(2));
 }
 
-/// The modules a quantized matrix stacks, and whether their rows are reordered (q and k).
-std::vector<std::pair<std::string, bool>> fp8_parts_of(const std::string& name) {
+/// The modules a quantized matrix stacks, and whether their rows are reordered (q and k): q, k and v, a layer's experts
+/// of one kind (named with `*` for the index, each expert the packer wrote), or a module alone.
+std::vector<std::pair<std::string, bool>> fp8_parts_of(const std::string& name,
+                                                       const std::map<std::string, Fp8>& matrices) {
   const std::string module = name.substr(0, name.size() - std::string(".weight").size());
+  if (const std::size_t star = module.find('*'); star != std::string::npos) {
+    std::vector<std::pair<std::string, bool>> experts;
+    for (int e = 0;; ++e) {
+      std::string expert = module;
+      expert.replace(star, 1, std::to_string(e));
+      if (!matrices.contains(expert)) break;
+      experts.emplace_back(expert, false);
+    }
+    return experts;
+  }
   const std::size_t at = module.find("qkv_proj");
   if (at == std::string::npos) return {{module, false}};
   const auto with = [&](const char* proj) { return module.substr(0, at) + proj; };
@@ -239,7 +251,7 @@ void check_placed(const DecoderCheckpoint& checkpoint, const std::map<std::strin
     CHECK(w.layout().format().scale_type == type);
     int row = 0;
     std::size_t differ = 0;
-    for (const auto& [module, rope] : fp8_parts_of(w.layout().name())) {
+    for (const auto& [module, rope] : fp8_parts_of(w.layout().name(), matrices)) {
       const Fp8& m = matrices.at(module);
       REQUIRE(w.layout().cols() == m.inputs);
       for (int r = 0; r < m.outputs; ++r, ++row) {
@@ -275,6 +287,15 @@ std::string fp8_open_error(const fs::path& dir) {
 }
 
 DecoderConfig fp8_gqa_decoder() { return lgtest::small_decoder(2); }  // k and v of 64 rows: a block of 128 rows in part
+
+/// Qwen3-MoE's block (q/k norms) over the small decoder: 4 experts of width 128 (whole groups of 128 for the down
+/// projection's inputs), top 2 renormalized.
+DecoderConfig fp8_moe_decoder() {
+  DecoderConfig c = lgtest::small_decoder(2, 1, 41);
+  c.moe = {4, 2, 128, true};
+  c.qk_norm = true;
+  return c;
+}
 
 }  // namespace
 
@@ -383,6 +404,138 @@ TEST_CASE("an FP8 checkpoint's matrices are placed byte for byte, each block's s
                       UsageError);
     }
   }
+}
+
+TEST_CASE("an FP8 mixture of experts' experts are placed byte for byte as one stack per kind with the router dense") {
+  for (const Fp8Method method : {Fp8Method::fp8, Fp8Method::channel}) {
+    CAPTURE(method == Fp8Method::fp8);
+    const lgtest::TempDir dir("nn-fp8-moe");
+    const DecoderConfig c = fp8_moe_decoder();
+    const auto matrices = write_fp8(dir.path(), c, {method, false, DType::bf16});
+    REQUIRE(matrices.contains("model.layers.1.mlp.experts.3.down_proj"));
+    REQUIRE_FALSE(matrices.contains("model.layers.1.mlp.gate"));  // the packer leaves the router dense
+    const DecoderCheckpoint checkpoint = DecoderCheckpoint::open(dir.path());
+    CHECK(checkpoint.config().moe == c.moe);
+    REQUIRE(checkpoint.quantization().mlp.has_value());
+    CHECK(checkpoint.quantization().mlp->kind == WeightFormat::fp8_block);
+    std::vector<std::string> stacks;
+    for (const QuantizedLayout& l : checkpoint.quantized_layouts()) {
+      if (l.name().find(".experts.*.") == std::string::npos) continue;
+      stacks.push_back(l.name());
+      CHECK(l.rows() == c.moe.experts * (l.name().find("down_proj") != std::string::npos ? c.d : c.moe.expert_width));
+    }
+    CHECK(stacks == std::vector<std::string>{
+                        "model.layers.0.mlp.experts.*.gate_proj.weight", "model.layers.0.mlp.experts.*.up_proj.weight",
+                        "model.layers.0.mlp.experts.*.down_proj.weight",
+                        "model.layers.1.mlp.experts.*.gate_proj.weight", "model.layers.1.mlp.experts.*.up_proj.weight",
+                        "model.layers.1.mlp.experts.*.down_proj.weight"});
+    check_placed(checkpoint, matrices, ScaleType::bf16);  // every expert of every stack, each in its own rows
+    CHECK_NOTHROW(check_quantization(checkpoint.config(), checkpoint.quantization(), ScaleType::bf16));
+  }
+}
+
+TEST_CASE("an FP8 mixture of experts saved in lazygraph's own format reads back with the same stacks' bytes") {
+  const lgtest::TempDir dir("nn-fp8-moe-save");
+  (void)write_fp8(dir.path() / "fp8", fp8_moe_decoder(), {Fp8Method::fp8});
+  const DecoderCheckpoint fp8 = DecoderCheckpoint::open(dir.path() / "fp8");
+  save_quantized_checkpoint(fp8, dir.path() / "saved");
+  const DecoderCheckpoint saved = DecoderCheckpoint::open(dir.path() / "saved");
+  CHECK_FALSE(saved.llama_config().packed.has_value());
+  CHECK(saved.quantization() == fp8.quantization());
+  REQUIRE(saved.quantized_layouts().size() == fp8.quantized_layouts().size());
+  std::size_t stacks = 0;
+  for (std::size_t i = 0; i < saved.quantized_layouts().size(); ++i) {
+    CAPTURE(saved.quantized_layouts()[i].name());
+    CHECK(saved.quantized_layouts()[i].name() == fp8.quantized_layouts()[i].name());
+    CHECK(lgtest::same_bytes(saved.quantized_weight(i), fp8.quantized_weight(i)));
+    stacks += saved.quantized_layouts()[i].name().find(".experts.*.") != std::string::npos ? 1 : 0;
+  }
+  CHECK(stacks == 6);
+}
+
+TEST_CASE(
+    "an FP8 mixture of experts' tensors are checked by open and each refusal names the expert's tensor or the router") {
+  const std::string up1 = "model.layers.0.mlp.experts.1.up_proj";
+  const std::string down2 = "model.layers.1.mlp.experts.2.down_proj";
+  const std::string router = "model.layers.1.mlp.gate.weight";
+  const auto find = [](std::vector<lgtest::OwnedTensor>& ts, const std::string& name) -> lgtest::OwnedTensor& {
+    const auto at = std::find_if(ts.begin(), ts.end(), [&](const lgtest::OwnedTensor& t) { return t.name == name; });
+    REQUIRE(at != ts.end());
+    return *at;
+  };
+  const auto set_scale = [&](std::vector<lgtest::OwnedTensor>& ts, float value) {
+    std::memcpy(find(ts, up1 + ".weight_scale_inv").bytes.data(), &value, 4);  // the expert's one block
+  };
+  struct Case {
+    std::function<void(std::vector<lgtest::OwnedTensor>&)> edit;
+    std::string tensor;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {[&](auto& ts) { set_scale(ts, std::nanf("")); }, up1 + ".weight_scale_inv",
+       "scale 0 (nan) is not a finite number > 0"},
+      {[&](auto& ts) { set_scale(ts, -INFINITY); }, up1 + ".weight_scale_inv",
+       "scale 0 (-inf) is not a finite number > 0"},
+      {[&](auto& ts) { set_scale(ts, -0.5F); }, up1 + ".weight_scale_inv",
+       "scale 0 (-0.500000) is not a finite number > 0"},
+      {[&](auto& ts) {
+         lgtest::OwnedTensor& t = find(ts, up1 + ".weight_scale_inv");
+         t.shape = {1, 2};
+         t.bytes.resize(8);
+       },
+       up1 + ".weight_scale_inv", "expected F32 or BF16 or F16 [1, 1], found F32 [1, 2]"},
+      {[&](auto& ts) {
+         ts.erase(
+             std::find_if(ts.begin(), ts.end(), [&](const auto& t) { return t.name == down2 + ".weight_scale_inv"; }));
+       },
+       down2 + ".weight", "is FP8 (F8_E4M3) but the checkpoint has no " + down2 + ".weight_scale_inv, its scale"},
+      {[&](auto& ts) { find(ts, down2 + ".weight").bytes[128 * 3 + 5] = std::byte{0x7F}; }, down2 + ".weight",
+       "value at row 3, column 5 is byte 127, an e4m3 NaN"},
+      {[&](auto& ts) { find(ts, down2 + ".weight").dtype = DType::u8; }, down2 + ".weight",
+       "is not packed (no " + down2 + ".weight of dtype F8_E4M3)"},
+      {[&](auto& ts) {
+         lgtest::OwnedTensor& t = find(ts, router);
+         t.dtype = DType::f8_e4m3;
+         t.bytes.resize(t.bytes.size() / 2);
+       },
+       router, "is a mixture of experts' router stored FP8; lazygraph reads a router dense"},
+  };
+  const lgtest::TempDir base("nn-fp8-moe-base");
+  (void)write_fp8(base.path(), fp8_moe_decoder(), {Fp8Method::fp8});
+  for (const Case& c : cases) {
+    CAPTURE(c.message);
+    const lgtest::TempDir dir("nn-fp8-moe-tensors");
+    fs::copy(base.path(), dir.path(), fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+    lgtest::rewrite(dir.path(), c.edit);
+    const std::string error = fp8_open_error(dir.path());
+    CAPTURE(error);
+    CHECK(error.find(c.tensor) != std::string::npos);
+    CHECK(error.find(c.message) != std::string::npos);
+  }
+
+  // AWQ experts (each expert's `.qweight`, attention dense): refused naming the first, before any tensor is read.
+  const lgtest::TempDir awq("nn-awq-moe");
+  save_seeded_checkpoint(awq.path(), fp8_moe_decoder(), DType::f16);
+  lgtest::rewrite(awq.path(), [](std::vector<lgtest::OwnedTensor>& ts) {
+    for (lgtest::OwnedTensor& t : ts) {
+      if (t.name.find(".experts.") == std::string::npos) continue;
+      const std::int64_t n = t.shape[0];
+      const std::int64_t k = t.shape[1];
+      t.name = t.name.substr(0, t.name.size() - std::string("weight").size()) + "qweight";
+      t.dtype = DType::i32;
+      t.shape = {k, n / 8};
+      t.bytes.assign(static_cast<std::size_t>(k * n / 2), std::byte{0});
+    }
+  });
+  json config = json::parse(lgtest::read_file(awq.path() / "config.json"));
+  config["quantization_config"] = {{"quant_method", "awq"}, {"bits", 4},         {"group_size", 128},
+                                   {"zero_point", true},    {"version", "gemm"}, {"modules_to_not_convert", nullptr}};
+  lgtest::write_file(awq.path() / "config.json", config.dump(2));
+  const std::string error = fp8_open_error(awq.path());
+  CAPTURE(error);
+  CHECK(error.find("model.layers.0.mlp.experts.0.gate_proj.qweight") != std::string::npos);
+  CHECK(error.find("is a mixture of experts' expert packed by AWQ: lazygraph reads quantized experts from "
+                   "checkpoints of FP8, compressed-tensors FP8 only") != std::string::npos);
 }
 
 TEST_CASE("a compressed-tensors FP8 checkpoint is read per channel and in blocks, its LM head too when packed") {
@@ -593,15 +746,18 @@ namespace {
 /// exactly the weights the fp8 kernels multiply, and only the order of the fp32 sums differs. Six steps, then a
 /// prompt of 40 tokens (on tensor cores each fp8 matrix is dequantized for the GEMMs, qdequantize): the logits within
 /// `bound` of the largest (the rounding of activations to T through 2 layers, summed in other orders).
+/// With a mixture of experts (`model`), its experts FP8 too: both decoders record their routes, and a step whose
+/// routes differ (a router near a tie, moved by the kernels' rounding) is counted, not compared; at most 2 of the 6
+/// steps may.
 template <class T>
-void check_fp8_decoder(Fp8Method method, double bound) {
+void check_fp8_decoder(Fp8Method method, double bound, const DecoderConfig& model = fp8_gqa_decoder()) {
   CAPTURE(method == Fp8Method::fp8);
+  CAPTURE(model.mixture_of_experts());
   constexpr bool fp16 = std::same_as<T, half>;
   const lgtest::TempDir dir("nn-fp8-gpu");
   const fs::path packed = dir.path() / "packed";
   const fs::path twin = dir.path() / "twin";
-  const auto matrices =
-      write_fp8(packed, fp8_gqa_decoder(), {method, true, DType::f32, true}, fp16 ? "float16" : "bfloat16");
+  const auto matrices = write_fp8(packed, model, {method, true, DType::f32, true}, fp16 ? "float16" : "bfloat16");
   fs::create_directories(twin);
   fs::copy(packed / "config.json", twin / "config.json");
   fs::copy(packed / "model.safetensors", twin / "model.safetensors");
@@ -634,10 +790,20 @@ void check_fp8_decoder(Fp8Method method, double bound) {
   const DecoderCheckpoint a_checkpoint = DecoderCheckpoint::open(packed);
   const DecoderCheckpoint b_checkpoint = DecoderCheckpoint::open(twin);
   REQUIRE(a_checkpoint.quantization().lm_head.has_value());
-  BasicDecoder<T> a(s, lgtest::nn_kernels(), a_checkpoint.config(), a_checkpoint.upload<T>(s));
-  BasicDecoder<T> b(s, lgtest::nn_kernels(), b_checkpoint.config(), b_checkpoint.upload<T>(s));
+  REQUIRE(a_checkpoint.quantization().mlp.has_value());  // the experts too, in a mixture of experts
+  const bool moe = model.mixture_of_experts();
+  DecoderConfig a_config = a_checkpoint.config();
+  DecoderConfig b_config = b_checkpoint.config();
+  a_config.record_routes = b_config.record_routes = moe;
+  BasicDecoder<T> a(s, lgtest::nn_kernels(), a_config, a_checkpoint.upload<T>(s));
+  BasicDecoder<T> b(s, lgtest::nn_kernels(), b_config, b_checkpoint.upload<T>(s));
+  int other_routes = 0;
   const auto check_logits = [&](const char* where) {
     CAPTURE(where);
+    if (moe && a.last_routes().experts != b.last_routes().experts) {
+      ++other_routes;
+      return;
+    }
     const std::vector<T> la = a.logits();
     const std::vector<T> lb = b.logits();
     REQUIRE(la.size() == lb.size());
@@ -658,8 +824,9 @@ void check_fp8_decoder(Fp8Method method, double bound) {
     check_logits("step");
     token = next;
   }
+  CHECK(other_routes <= 2);
   std::vector<int> prompt;
-  for (int i = 0; i < 40; ++i) prompt.push_back((11 * i + 3) % fp8_gqa_decoder().vocab);
+  for (int i = 0; i < 40; ++i) prompt.push_back((11 * i + 3) % model.vocab);
   (void)a.prefill(prompt, 0, 0);
   (void)b.prefill(prompt, 0, 0);
   check_logits("prefill");
@@ -676,5 +843,13 @@ TEST_SUITE("gpu") {
       check_fp8_decoder<half>(method, 1e-2);
       check_fp8_decoder<bfloat16>(method, 4e-2);
     }
+  }
+
+  TEST_CASE(
+      "a mixture-of-experts decoder loaded from an FP8 checkpoint with FP8 experts computes the logits of the same "
+      "weights stored dense within rounding in fp16 and bf16") {
+    // Qwen3-30B-A3B-FP8's form at a small shape: attention, experts and LM head FP8 in blocks, the router dense.
+    check_fp8_decoder<half>(Fp8Method::fp8, 1e-2, fp8_moe_decoder());
+    check_fp8_decoder<bfloat16>(Fp8Method::fp8, 4e-2, fp8_moe_decoder());
   }
 }

@@ -323,10 +323,18 @@ TEST_CASE("every quantized kernel handle matches its kernel's declared parameter
                                    const int*, const int*, int, int, int, int, int, int, const float*, float, int)>(
             name("quantized_qkv_rope_append")));
         CHECK_NOTHROW(d.check<void(nn::QuantizedMatrix, half*, int, int)>(name("qdequantize")));
+        CHECK_NOTHROW(d.check<void(nn::QuantizedMatrix, nn::QuantizedMatrix, const half*, const int*, half*, int, int,
+                                   int, int, int)>(name("moe_qgate_up")));
+        CHECK_NOTHROW(d.check<void(nn::QuantizedMatrix, const half*, const int*, const float*, float*, unsigned*, half*,
+                                   int, int, int, int, int)>(name("moe_qdown")));
       } else {
         CHECK_NOTHROW(d.check<void(nn::QuantizedMatrix, const bfloat16*, bfloat16*, int, int, int)>(name("qgemv")));
         CHECK_NOTHROW(d.check<void(nn::QuantizedMatrix, nn::QuantizedMatrix, const bfloat16*, const bfloat16*,
                                    bfloat16*, int, int, float, int)>(name("rms_norm_qgemv_swiglu")));
+        CHECK_NOTHROW(d.check<void(nn::QuantizedMatrix, nn::QuantizedMatrix, const bfloat16*, const int*, bfloat16*,
+                                   int, int, int, int, int)>(name("moe_qgate_up")));
+        CHECK_NOTHROW(d.check<void(nn::QuantizedMatrix, const bfloat16*, const int*, const float*, float*, unsigned*,
+                                   bfloat16*, int, int, int, int, int)>(name("moe_qdown")));
       }
     }
   }

@@ -6,6 +6,12 @@
 /// as it uploads (LoadOptions::quantization); seeded or other device weights are quantized by
 /// quantize_decoder_weights. The embedding, the norm gains and the biases always stay in the decoder's element type.
 ///
+/// A mixture of experts' experts are the mlp class (its router always stays dense): a layer's experts of one kind are
+/// ONE quantized matrix, the experts' rows stacked in expert order (BasicMoeWeights), quantized as one matrix: int8
+/// and int4 scales are per row, so each expert's bytes are what quantizing it alone gives; fp8's blocks of 128 rows run
+/// over the stack, the same as each expert's own blocks where its rows are a multiple of 128 (Qwen3-30B-A3B's 768 and
+/// 2048).
+///
 /// As the decoder holds them, a layer's q, k and v projections are ONE matrix, their rows stacked q, k, v
 /// (q_dim + 2 kv_dim rows: quantized_qkv_rope_append reads them so) and those of q and k in the decoder's interleaved
 /// order (decoder_tensors.hpp), named "model.layers.L.self_attn.qkv_proj.weight" (a quantized checkpoint saves it under
@@ -24,10 +30,10 @@
 namespace lazygraph::nn {
 
 /// The layout of every quantized matrix of `config`'s decoder under `quantization`, in the order the decoder holds
-/// them: per layer the stacked q, k and v (q_dim + 2 kv_dim x d), Wo, W1, W3, W2 (those of quantized classes), then
-/// the LM head. \throws UsageError naming the first tensor (in decoder_tensors() order, checked one by one under its
-/// checkpoint name) whose format cannot apply, and why (QuantizedLayout's checks); for an invalid config; for a
-/// quantized mlp class in a decoder of mixtures of experts (DecoderConfig::moe), whose experts stay dense.
+/// them: per layer the stacked q, k and v (q_dim + 2 kv_dim x d), Wo, W1, W3, W2 (those of quantized classes; in a
+/// mixture of experts the experts' stacks instead, each kind one matrix of experts * rows, named stacked_experts_name),
+/// then the LM head. \throws UsageError naming the first tensor (in decoder_tensors() order, checked one by one under
+/// its checkpoint name) whose format cannot apply, and why (QuantizedLayout's checks); for an invalid config.
 [[nodiscard]] std::vector<QuantizedLayout> quantized_layouts(const DecoderConfig& config,
                                                              const DecoderQuantization& quantization);
 

@@ -13,6 +13,7 @@
 #include "lazygraph/nn/decoder_state.hpp"
 #include "lazygraph/nn/decoder_weights.hpp"
 #include "lazygraph/nn/detail/one_of_op.hpp"
+#include "lazygraph/nn/expert_projection.hpp"
 #include "lazygraph/nn/kernels.hpp"
 #include "lazygraph/nn/moe_routes.hpp"
 #include "lazygraph/nn/paged_attention.hpp"
@@ -212,18 +213,19 @@ auto mlp_block(const Projector<T>& p, const BasicSwigluWeights<T>& w, BasicDecod
 /// Layer `layer`'s mixture of experts (DecoderConfig::moe) for `rows` rows: x += sum over each row's top k experts of
 /// weight * W2_e (silu(W1_e h) * (W3_e h)), h = rmsnorm(x) * gain, the experts chosen by the router on the device
 /// (kernels/nn/moe.cu): rms_norm into s.moe_h, the router's gemv into s.moe_logits, moe_route into the layer's slice of
-/// s.expert_ids and s.expert_weights (route_offset: its own with DecoderConfig::record_routes) and s.moe_plan,
-/// moe_gate_up into s.moe_act, moe_down through s.moe_partial into x. Only the chosen experts' weights are
-/// read, once for all rows that chose them; the expert kernels run on the gemv family's row loops (tensor cores for
-/// 2 to 8 rows where KernelOptions::tensor_cores says).
+/// s.expert_ids and s.expert_weights (route_offset: its own with DecoderConfig::record_routes) and s.moe_plan, the
+/// experts' gate/up projection into s.moe_act and their down projection through s.moe_partial into x
+/// (expert_projection.hpp: dense experts on the gemv family's row loops, tensor cores for 2 to 8 rows where
+/// KernelOptions::tensor_cores says; quantized ones on the quantized kernels' tiles). Only the chosen experts' weights
+/// are read, once for all rows that chose them. \throws UsageError as expert_gate_up and expert_down.
 template <Element T>
-auto moe_block(const BasicKernels<T>& k, const BasicSwigluWeights<T>& norm, const BasicMoeWeights<T>& w,
+auto moe_block(const Projector<T>& p, const BasicSwigluWeights<T>& norm, const BasicMoeWeights<T>& w,
                BasicDecoderState<T>& s, const DecoderConfig& c, int rows, int layer) {
+  const BasicKernels<T>& k = p.dense;
   const MoeShape& m = c.moe;
   const std::size_t route_size = kMaxRows * static_cast<std::size_t>(m.experts_per_token);
   const DeviceSpan<int> ids = s.expert_ids.view().subspan(route_offset(c, layer), route_size);
   const DeviceSpan<float> weights = s.expert_weights.view().subspan(route_offset(c, layer), route_size);
-  const int distinct = std::min(rows * m.experts_per_token, m.experts);  // the most the rows can choose
   const auto one_block = [&](unsigned threads) { return k.step_config({{1, 1, 1}, {threads, 1, 1}, 0}); };
   return k.rms_norm(k.step_config({{static_cast<unsigned>(rows), 1, 1}, {256, 1, 1}, 0}), s.x.cview(),
                     norm.gain.cview(), s.moe_h.view(), c.d, c.eps) >>
@@ -231,12 +233,9 @@ auto moe_block(const BasicKernels<T>& k, const BasicSwigluWeights<T>& norm, cons
                 c.d, rows) >>
          k.moe_route(one_block(256), s.moe_logits.cview(), ids, weights, s.moe_plan.view(), m.experts,
                      m.experts_per_token, m.normalize ? 1 : 0, rows) >>
-         k.moe_gate_up(k.moe_config(m.expert_width, c.d, rows, distinct), w.w1.cview(), w.w3.cview(), s.moe_h.cview(),
-                       s.moe_plan.cview(), s.moe_act.view(), m.experts, m.expert_width, c.d, m.experts_per_token,
-                       rows) >>
-         k.moe_down(k.moe_config(c.d, m.expert_width, rows, distinct), w.w2.cview(), s.moe_act.cview(),
-                    s.moe_plan.cview(), weights.as_const(), s.moe_partial.view(), s.moe_counters.view(), s.x.view(),
-                    m.experts, m.expert_width, c.d, m.experts_per_token, rows);
+         expert_gate_up(p, w.w1, w.w3, s.moe_h.cview(), s.moe_plan.cview(), s.moe_act.view(), m, c.d, rows) >>
+         expert_down(p, w.w2, s.moe_act.cview(), s.moe_plan.cview(), weights.as_const(),
+                     {s.moe_partial.view(), s.moe_counters.view()}, s.x.view(), m, c.d, rows);
 }
 
 /// One decoder layer for `rows` rows: attention block, then the MLP block (moe_block with DecoderConfig::moe). The
@@ -257,7 +256,7 @@ auto decoder_layer(const Projector<T>& p, const BasicDecoderWeights<T>& w, Basic
                                s.v_cache.view().subspan(offset, cache_size), c, rows, true, layer, paged)) >>
          named(name + " mlp",
                detail::either(
-                   c.mixture_of_experts(), [&] { return moe_block(p.dense, w.mlp[l], w.moe.at(l), s, c, rows, layer); },
+                   c.mixture_of_experts(), [&] { return moe_block(p, w.mlp[l], w.moe.at(l), s, c, rows, layer); },
                    [&] { return mlp_block(p, w.mlp[l], s, c, rows); }));
 }
 

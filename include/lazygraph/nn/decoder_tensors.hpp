@@ -89,16 +89,26 @@ std::vector<DecoderTensor> decoder_tensors(const DecoderConfig& config);
 /// tensor): its q_proj's name with q_proj replaced by qkv_proj, "model.layers.L.self_attn.qkv_proj.weight".
 [[nodiscard]] std::string stacked_qkv_name(const std::string& q_name);
 
+/// Whether tensors[i] is stacked with tensors[i + 1] into one matrix as the decoder holds them: a layer's Wq and Wk
+/// (with Wv after them, BasicAttentionWeights::qkv), and a layer's experts of one kind but the last (BasicMoeWeights).
+[[nodiscard]] bool stacked_with_next(const std::vector<DecoderTensor>& tensors, std::size_t i);
+
+/// The name a layer's stacked experts of one kind go by (BasicMoeWeights' w1, w3, w2): the first expert's tensor name
+/// with its index replaced by `*`, "model.layers.L.mlp.experts.*.gate_proj.weight".
+[[nodiscard]] std::string stacked_experts_name(const std::string& first_expert_name);
+
 /// Builds the weights of `config`'s decoder: allocates each tensor of decoder_tensors(config) that `dense(const
 /// DecoderTensor&) -> bool` says is dense and calls `fill(const DecoderTensor&, DeviceSpan<T> into)` once per tensor,
 /// in that order, to write it into `into`. A layer's Wq, Wk and Wv go into its one stacked matrix
 /// (BasicAttentionWeights::qkv, allocated at Wq's turn, named stacked_qkv_name), `into` their rows of it, and its
 /// biases into its one stacked bias buffer; every other tensor has a buffer of its own, each matrix a dense Weight
-/// named as the tensor. A matrix that is not dense (held elsewhere, e.g. quantized as it loads) is left an empty
-/// Weight, and `fill` still gets it, with an empty `into`. Gains, the embedding and the biases are always dense.
-/// \throws UsageError, before anything is allocated, when `dense` calls some of a layer's Wq, Wk and Wv dense and
-/// some not (they share one matrix); what `fill` throws, after which the buffers made so far are freed (a `fill` that
-/// copies asynchronously waits for its copies before it throws).
+/// named as the tensor; a layer's experts of one kind go into one stacked matrix (BasicMoeWeights, allocated at the
+/// first expert's turn, named stacked_experts_name), `into` each expert's rows of it. A matrix that is not dense (held
+/// elsewhere, e.g. quantized as it loads) is left an empty Weight, and `fill` still gets it, with an empty `into`.
+/// Gains, the embedding and the biases are always dense. \throws UsageError, before anything is allocated, when `dense`
+/// calls some of a layer's Wq, Wk and Wv dense and some not (they share one matrix), or some of a layer's experts of
+/// one kind; what `fill` throws, after which the buffers made so far are freed (a `fill` that copies asynchronously
+/// waits for its copies before it throws).
 template <Element T, class Dense, class Fill>
 BasicDecoderWeights<T> assemble_decoder_weights(const Device& device, const DecoderConfig& config, Dense&& dense,
                                                 Fill&& fill) {
@@ -119,6 +129,16 @@ BasicDecoderWeights<T> assemble_decoder_weights(const Device& device, const Deco
                        "'s q, k and v share one matrix (BasicAttentionWeights::qkv), so they must be all dense or "
                        "none; dense: " +
                        dense_names + "; not dense: " + other_names);
+    }
+  }
+  for (std::size_t i = 1; i < tensors.size(); ++i) {  // a layer's experts of one kind share one stacked matrix
+    const DecoderTensorRole role = tensors[i].role;
+    const bool expert =
+        role == DecoderTensorRole::moe_w1 || role == DecoderTensorRole::moe_w3 || role == DecoderTensorRole::moe_w2;
+    if (expert && tensors[i - 1].role == role && is_dense[i] != is_dense[i - 1]) {
+      throw UsageError("assemble_decoder_weights: " + tensors[i - 1].name + " and " + tensors[i].name +
+                       " share one stacked matrix (BasicMoeWeights), so a layer's experts of one kind must be all "
+                       "dense or none");
     }
   }
   std::size_t next = 0;
@@ -172,10 +192,18 @@ BasicDecoderWeights<T> assemble_decoder_weights(const Device& device, const Deco
     DeviceBuffer<T> mlp_gain = take();
     if (config.mixture_of_experts()) {  // the router, then each kind of expert matrix stacked in expert order
       const auto experts = static_cast<std::size_t>(config.moe.experts);
+      const int stacked_rows = config.moe.experts * config.moe.expert_width;
       DeviceBuffer<T> router = take();
-      DeviceBuffer<T> e1 = take_stacked(experts, true);
-      DeviceBuffer<T> e3 = take_stacked(experts, true);
-      DeviceBuffer<T> e2 = take_stacked(experts, true);
+      // A kind is dense or not as its first expert is (decoder_quantization.cpp quantizes experts by kind).
+      const auto take_experts = [&](int rows, int cols) {
+        const bool held = is_dense[next];
+        const std::string name = stacked_experts_name(tensors[next].name);
+        DeviceBuffer<T> stacked = take_stacked(experts, held);
+        return held ? Weight<T>(std::move(stacked), rows, cols, name) : Weight<T>();
+      };
+      Weight<T> e1 = take_experts(stacked_rows, config.d);
+      Weight<T> e3 = take_experts(stacked_rows, config.d);
+      Weight<T> e2 = take_experts(config.moe.experts * config.d, config.moe.expert_width);
       moe.push_back({std::move(router), std::move(e1), std::move(e3), std::move(e2)});
     }
     Weight<T> w1 = config.mixture_of_experts() ? Weight<T>() : take_matrix();

@@ -50,14 +50,20 @@ struct BasicAttentionWeights {
 /// One layer's fp16 attention weights.
 using AttentionWeights = BasicAttentionWeights<half>;
 
-/// One layer's mixture of experts (DecoderConfig::moe), dense in T, each kind of expert matrix stacked in expert order
-/// as kernels/nn/moe.cu reads them. The norm before it is the layer's BasicSwigluWeights::gain.
+/// One layer's mixture of experts (DecoderConfig::moe): the router, dense in T, and each kind of expert matrix stacked
+/// in expert order as ONE Weight (any format the expert projections read, expert_projection.hpp), as kernels/nn/moe.cu
+/// and qmoe.cu read them: expert e's rows are rows e * rows_per_expert .. of it. A quantized stack is the experts' own
+/// quantized matrices' bytes one after another, each expert whole tiles of 16 rows. The norm before it is the layer's
+/// BasicSwigluWeights::gain.
 template <Element T>
 struct BasicMoeWeights {
   DeviceBuffer<T> router;  ///< [experts x d]
-  DeviceBuffer<T> w1;      ///< the experts' gate projections [experts][expert_width x d]
-  DeviceBuffer<T> w3;      ///< the experts' up projections [experts][expert_width x d]
-  DeviceBuffer<T> w2;      ///< the experts' down projections [experts][d x expert_width]
+  Weight<T> w1;            ///< the experts' gate projections [experts * expert_width x d]
+  Weight<T> w3;            ///< the experts' up projections [experts * expert_width x d]
+  Weight<T> w2;            ///< the experts' down projections [experts * d x expert_width]
+
+  /// Whether the experts are quantized.
+  [[nodiscard]] bool quantized() const noexcept { return !w1.is_dense() || !w3.is_dense() || !w2.is_dense(); }
 };
 
 /// Every weight of a decoder, on the device. The matrices of attention, mlp and the LM head are each in any format
@@ -78,7 +84,8 @@ struct BasicDecoderWeights {
   static BasicDecoderWeights generate(const Stream& stream, const BasicKernels<T>& kernels,
                                       const DecoderConfig& config);
 
-  /// Every weight matrix, in the order the decoder holds them: per layer qkv, wo, w1, w3, w2; then the LM head.
+  /// Every weight matrix of the dense projections, in the order the decoder holds them: per layer qkv, wo, w1, w3, w2
+  /// (empty Weights in a layer of experts); then the LM head. The experts' stacks are expert_matrices().
   [[nodiscard]] std::vector<const Weight<T>*> matrices() const {
     std::vector<const Weight<T>*> out;
     out.reserve(attention.size() * 5 + 1);
@@ -89,10 +96,22 @@ struct BasicDecoderWeights {
     return out;
   }
 
-  /// Whether any matrix is quantized (the decoder then needs the quantized kernels: BasicQuantizedKernels).
+  /// Every layer's stacked expert matrices (a mixture of experts'), per layer w1, w3, w2; empty without experts.
+  [[nodiscard]] std::vector<const Weight<T>*> expert_matrices() const {
+    std::vector<const Weight<T>*> out;
+    out.reserve(moe.size() * 3);
+    for (const BasicMoeWeights<T>& m : moe) out.insert(out.end(), {&m.w1, &m.w3, &m.w2});
+    return out;
+  }
+
+  /// Whether any matrix, or any expert, is quantized (the decoder then needs the quantized kernels:
+  /// BasicQuantizedKernels).
   [[nodiscard]] bool quantized() const {
+    const auto is_quantized = [](const Weight<T>* w) { return !w->is_dense(); };
     const std::vector<const Weight<T>*> all = matrices();
-    return std::any_of(all.begin(), all.end(), [](const Weight<T>* w) { return !w->is_dense(); });
+    const std::vector<const Weight<T>*> experts = expert_matrices();
+    return std::any_of(all.begin(), all.end(), is_quantized) ||
+           std::any_of(experts.begin(), experts.end(), is_quantized);
   }
 };
 

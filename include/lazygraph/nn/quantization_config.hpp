@@ -24,7 +24,7 @@ inline constexpr int quantized_layout_version = 1;
 enum class QuantizationClass {
   none,       ///< never quantized: the embedding, the norm gains, the q, k and v biases
   attention,  ///< Wq, Wk, Wv and Wo
-  mlp,        ///< W1 (gate), W3 (up) and W2 (down)
+  mlp,        ///< W1 (gate), W3 (up) and W2 (down); in a mixture of experts every expert's (never the router)
   lm_head,    ///< the LM head
 };
 
@@ -34,11 +34,11 @@ enum class QuantizationClass {
 /// A format per class of decoder tensors (std::nullopt: that class stays dense, the decoder's element type), and
 /// how quantize() picks the scales. The default quantizes nothing. A format's scale type must be the decoder's
 /// element type's (ScaleType::f16 for an fp16 decoder, bf16 for bf16: scale_type_of), its group must divide the
-/// tensor's input dimension (d; q_dim for Wo; ffn for W2), and that dimension must be a multiple of 64 for int4, of
-/// 32 for int8 (QuantizedLayout says why).
+/// tensor's input dimension (d; q_dim for Wo; ffn for W2; expert_width for an expert's W2), and that dimension must be
+/// a multiple of 64 for int4, of 32 for int8, of 128 for fp8 (QuantizedLayout says why).
 struct DecoderQuantization {
   std::optional<QuantizedFormat> attention;  ///< Wq, Wk, Wv (stacked into one matrix) and Wo
-  std::optional<QuantizedFormat> mlp;        ///< W1, W3 and W2
+  std::optional<QuantizedFormat> mlp;        ///< W1, W3 and W2, or a mixture of experts' experts (not its router)
   std::optional<QuantizedFormat> lm_head;    ///< the LM head (never the embedding, even when tied to it)
   QuantizeOptions options;                   ///< clipping search or round to nearest, for every class
 

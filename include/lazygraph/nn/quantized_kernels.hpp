@@ -147,6 +147,18 @@ struct BasicQuantizedKernels {
   /// nn::qgemv_all_reduce (nn/peer_all_reduce.hpp), which passes a PeerExchange's tables. Launch with config.
   QuantizedKernel<void(QuantizedMatrix, const T*, T*, const unsigned long long*, unsigned*, int, int, int, int, int)>
       qgemv_all_reduce;
+  /// moe_qgate_up(W1, W3, h, plan, act, experts, width, d, top_k, batch) (kernels/nn/qmoe.cu): BasicKernels::
+  /// moe_gate_up over quantized experts, W1 and W3 each the experts' matrices stacked as one of experts * width rows
+  /// of d (width a multiple of 16: each expert whole tiles); only the plan's experts' bytes are read. Launch with
+  /// moe_config(W1, width, d, distinct).
+  QuantizedKernel<void(QuantizedMatrix, QuantizedMatrix, const T*, const int*, T*, int, int, int, int, int)>
+      moe_qgate_up;
+  /// moe_qdown(W2, act, plan, weights, partial, counters, x, experts, width, d, top_k, batch) (kernels/nn/qmoe.cu):
+  /// BasicKernels::moe_down over quantized experts, W2 the experts' matrices stacked as one of experts * d rows of
+  /// width (d a multiple of 16). Launch with moe_config(W2, d, width, distinct).
+  QuantizedKernel<void(QuantizedMatrix, const T*, const int*, const float*, float*, unsigned*, T*, int, int, int, int,
+                       int)>
+      moe_qdown;
 
   /// Whether launches are early (as BasicKernels::step_config).
   bool early_launch = true;
@@ -204,6 +216,21 @@ struct BasicQuantizedKernels {
                    {32, static_cast<unsigned>(k), static_cast<unsigned>(best->per_block)},
                    0};
     c.early_launch = early_launch;
+    return c;
+  }
+
+  /// Launch shape of moe_qgate_up and moe_qdown for experts of `rows` x `cols` weights of `w`'s format, up to
+  /// `distinct` of them chosen (min(batch * top k, experts)): config()'s block shape for the chosen experts' rows
+  /// together, its blocks shared out over the experts (grid.y, one expert each; grid.x at least one, at most what one
+  /// expert's tiles fill), so that a step of many small experts still fills the multiprocessors once.
+  [[nodiscard]] LaunchConfig moe_config(const QuantizedMatrix& w, int rows, int cols, int distinct) const {
+    const int experts = std::max(1, distinct);
+    LaunchConfig c = config(w, rows * experts, cols);
+    const auto tiles = static_cast<unsigned>((rows + 15) / 16);
+    const unsigned fill = (tiles + c.block.z - 1) / c.block.z;  // blocks one expert's tiles give work to
+    const unsigned share = (c.grid.x + static_cast<unsigned>(experts) - 1) / static_cast<unsigned>(experts);
+    c.grid.x = std::clamp(share, 1U, std::max(1U, fill));
+    c.grid.y = static_cast<unsigned>(experts);
     return c;
   }
 };

@@ -155,6 +155,7 @@ extern const PackedMethodRow compressed_tensors_method{
     .packed_dtype = DType::f8_e4m3,
     .require = require_compressed_tensors,
     .repack = repack_fp8,
+    .experts = true,
 };
 
 }  // namespace lazygraph::nn::detail

@@ -65,6 +65,7 @@ extern const PackedMethodRow fp8_method{
     .packed_dtype = DType::f8_e4m3,
     .require = require_fp8,
     .repack = repack_fp8,
+    .experts = true,
 };
 
 }  // namespace lazygraph::nn::detail

@@ -48,6 +48,9 @@ struct PackedMethodRow {
   /// Repacks a matrix from its parts, which `require` checked (repack, repack_fp8).
   QuantizedWeight (*repack)(const Checkpoint& checkpoint, const PackedQuantization& packed,
                             const QuantizedLayout& layout, std::span<const PackedPart> parts, int head_dim);
+  /// Whether a mixture of experts' experts are read packed by it (each layer's experts of a kind repacked as one
+  /// stack, `repack`'s parts); a checkpoint of another method that packs them is refused naming the first.
+  bool experts = false;
 };
 
 /// Every checkpoint method, in the order of their PackedMethods.

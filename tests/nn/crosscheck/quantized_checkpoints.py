@@ -24,7 +24,12 @@ formats' public descriptions (not from lazygraph's loader):
 - compressed-tensors FP8 per channel: the same rounding with one scale per output, `weight_scale` float16 [N, 1];
   quantization_config {"quant_method": "compressed-tensors", "format": "float-quantized", one config group of
   8-bit float weights, strategy "channel", dynamic input activations, ignore ["lm_head"]}.
-  Where torch has float8_e4m3fn, the packer's bytes are also checked against torch's own rounding. The fp8 rows
+  Where torch has float8_e4m3fn, the packer's bytes are also checked against torch's own rounding. The fp8 packing
+  also has a Qwen3-MoE row (Qwen3-30B-A3B-FP8's form at a small shape): every expert's gate/up/down projection FP8 in
+  blocks (transformers 4's per-expert Linear modules, or transformers 5's stacked [experts, out, in] parameters, each
+  expert quantized alone; the per-expert tensors save_pretrained writes are then packed from their stored values, and
+  must dequantize back to them), the router `mlp.gate` and the LM head dense, named in modules_to_not_convert as
+  that checkpoint names them. The fp8 rows
   also compare lazygraph's step logits with transformers loading the FP8 checkpoint itself (FineGrainedFP8, which
   rounds activations to e4m3 too: within 0.1 relative), skipped where this transformers or GPU cannot.
 
@@ -45,6 +50,7 @@ Meson runs it as the test `crosscheck-quantized-checkpoints` (suite gpu).
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -60,6 +66,7 @@ import crosscheck_transformers as ct  # noqa: E402  (the harness this script reu
 HF_FP8_BOUND = 0.1
 AWQ_ORDER = [0, 2, 4, 6, 1, 3, 5, 7]  # AutoAWQ's: nibble i of a word holds output 8c + AWQ_ORDER[i]
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+EXPERT_TENSOR = re.compile(r"\.mlp\.experts\.\d+\.(gate|up|down)_proj\.weight$")  # one expert's, as saved
 
 
 def packings():
@@ -67,6 +74,16 @@ def packings():
     return [("awq-g128", "awq", 128, False), ("awq-g32", "awq", 32, False), ("gptq-g64", "gptq", 64, False),
             ("gptq-sym-g128", "gptq", 128, True), ("fp8-block", "fp8", 128, True),
             ("fp8-channel", "compressed-tensors", 128, True)]
+
+
+def moe_rows():
+    """Mixtures of experts, for the FP8 packing only (lazygraph reads quantized experts from FP8 checkpoints only)."""
+    return [
+        ct.Row("qwen3-moe", "qwen3_moe", "f16",
+               ct.moe_config(8, 2, 256, num_key_value_heads=2, norm_topk_prob=True, rope_parameters=ct.rope(1e6),
+                             rms_norm_eps=1e-6),
+               paths=ct.ALL_PATHS),
+    ]
 
 
 def rows():
@@ -177,7 +194,34 @@ class PackedHarness(ct.Harness):
                 q, zero, scale = self.quantize(module.weight.detach().float())
                 module.weight.copy_(self.dequantized(q, zero, scale))
                 self.packed[name] = (q, zero, scale)
+            if self.method in ("fp8", "compressed-tensors"):
+                # transformers 5 stacks a mixture's experts, [experts, out, in] (gate_up_proj: gate's rows, then up's):
+                # each expert's matrix FP8 alone, its blocks of 128 rows inside gate's or up's when the width is a
+                # multiple of 128. save() packs the per-expert tensors save_pretrained writes from their values.
+                for name, p in model.named_parameters():
+                    if p.dim() != 3:
+                        continue
+                    for e in range(p.shape[0]):
+                        byte, _, full = self.quantize_fp8(p[e].detach().float())
+                        p[e].copy_((self.from_e4m3(byte) * full).to(p.dtype))
         return model, storage
+
+    def pack_saved_experts(self, tensors):
+        """The per-expert tensors of `tensors` still dense (transformers 5's, stacked in the model), packed as FP8 from
+        their stored values: build() made each a matrix of e4m3 values times its blocks' scales, which quantize_fp8
+        finds again, so the packed bytes must dequantize back to the stored values (within their rounding to the
+        storage type); anything else means the experts were not quantized as stored, and is an error."""
+        torch = self.torch
+        for name in [n for n, t in tensors.items() if EXPERT_TENSOR.search(n) and t.dtype != torch.float8_e4m3fn]:
+            stored = tensors.pop(name).double()
+            byte, scale, full = self.quantize_fp8(stored.float())
+            back = self.from_e4m3(byte) * full
+            error = float((back - stored).abs().max() / stored.abs().max().clamp(min=1e-30))
+            if error > 2.0**-8:
+                raise AssertionError(f"{name}: its FP8 packing dequantizes to within {error:.2e} of the stored values, "
+                                     "not their rounding: the experts were not quantized as save_pretrained wrote them")
+            for part, t in self.pack(byte, scale).items():
+                tensors[f"{name[:-len('.weight')]}.{part}"] = t
 
     def words(self, nibbles):
         """[..., 8] values 0..15 -> [...] int32, nibble i in bits 4i..4i+3."""
@@ -207,8 +251,10 @@ class PackedHarness(ct.Harness):
         return out
 
     def run_row(self, row):
-        """The harness's paths; for FP8 blocks, then lazygraph's step logits against transformers' own FP8 path."""
-        if self.method != "fp8" or "step" not in row.paths:
+        """The harness's paths; for FP8 blocks, then lazygraph's step logits against transformers' own FP8 path (not
+        for a mixture of experts: FP8 activations move the router's logits by more than many routes' margins, and that
+        comparison judges every position, clear route or not)."""
+        if self.method != "fp8" or "step" not in row.paths or "num_experts" in row.config:
             return super().run_row(row)
         keep = self.keep
         self.keep = True  # the folder and the step path's logits stay for the comparison below
@@ -279,6 +325,8 @@ class PackedHarness(ct.Harness):
                     continue
                 for part, t in self.pack(*parts).items():
                     tensors[f"{name}.{part}"] = t
+            if self.method in ("fp8", "compressed-tensors"):
+                self.pack_saved_experts(tensors)
             save_file(tensors, path, metadata={"format": "pt"})
         config_path = os.path.join(directory, "config.json")
         with open(config_path) as f:
@@ -286,6 +334,10 @@ class PackedHarness(ct.Harness):
         if self.method == "fp8":
             config["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
                                              "weight_block_size": [128, 128]}
+            if "num_experts" in row.config:  # as Qwen3-30B-A3B-FP8 names them: the routers and the LM head dense
+                layers = config["num_hidden_layers"]
+                config["quantization_config"]["modules_to_not_convert"] = (
+                    ["lm_head"] + [f"model.layers.{layer}.mlp.gate" for layer in range(layers)])
         elif self.method == "compressed-tensors":
             weights = {"num_bits": 8, "type": "float", "symmetric": True, "dynamic": False, "strategy": "channel",
                        "group_size": None, "observer": "minmax", "actorder": None}
@@ -348,7 +400,7 @@ def main():
             harness = PackedHarness(torch, transformers, program, os.path.join(work_dir, packing), ct.POSITIONS,
                                     bool(args.keep), args.verbose, method=method, group=group, symmetric=symmetric)
             os.makedirs(harness.work_dir, exist_ok=True)
-            for row in rows():
+            for row in rows() + (moe_rows() if method == "fp8" else []):
                 row = ct.Row(f"{row.name}-{packing}", row.arch, row.dtype, row.config, paths=row.paths)
                 if args.only and not any(o in row.name for o in args.only):
                     continue

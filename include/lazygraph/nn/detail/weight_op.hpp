@@ -35,4 +35,10 @@ struct LaunchOf<void(Params...)> {
 void check_projection(const char* what, const std::string& weight, int weight_rows, int weight_cols, int rows, int cols,
                       int batch);
 
+/// check_projection for `experts` stacked matrices of rows x cols (expert_projection.hpp), and, for a `quantized`
+/// weight, that an expert's rows are whole tiles of 16 (each expert must start on one). \throws UsageError naming
+/// `what` and the weight.
+void check_experts(const char* what, const std::string& weight, int weight_rows, int weight_cols, bool quantized,
+                   int experts, int rows, int cols, int batch);
+
 }  // namespace lazygraph::nn::detail

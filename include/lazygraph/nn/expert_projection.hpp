@@ -1,0 +1,105 @@
+#pragma once
+/// \file
+/// Layer 6, nn: the format table's part for a mixture of experts (projection.hpp is the rest): the experts' gate/up
+/// and down projections of a decode step over a layer's stacked expert matrices (BasicMoeWeights), in any format, each
+/// picking the kernels that read it: moe_gate_up / moe_down over dense experts (kernels/nn/moe.cu), moe_qgate_up /
+/// moe_qdown over quantized ones (kernels/nn/qmoe.cu). Both read only the experts the router chose (the plan that
+/// moe_route wrote on the device); moe_block (decoder_step.hpp) calls them and never asks the format.
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "lazygraph/nn/moe_shape.hpp"
+#include "lazygraph/nn/projection.hpp"
+
+namespace lazygraph::nn {
+
+/// The most distinct experts `batch` rows can choose: min(batch * top k, experts), what the expert kernels' grids
+/// are sized for.
+[[nodiscard]] inline int most_distinct_experts(const MoeShape& m, int batch) {
+  return std::min(batch * m.experts_per_token, m.experts);
+}
+
+/// The op type of expert_gate_up().
+template <Element T>
+using ExpertGateUpOp = detail::WeightOp<
+    LaunchOp<const T*, const T*, const T*, const int*, T*, int, int, int, int, int>,
+    OptionalLaunch<QuantizedMatrix, QuantizedMatrix, const T*, const int*, T*, int, int, int, int, int>>;
+
+/// act[j] = silu(W1_e h[b]) * (W3_e h[b]) for each pair j = (row b, slot s) of the plan, e the expert row b chose in
+/// slot s: w1 and w3 [experts * width x d] (expert e's rows from e * width), h [batch][d], act [batch * top k][width].
+/// moe_gate_up or moe_qgate_up. \throws UsageError naming the weights when their shapes are not the experts', when they
+/// are not in one format, when a quantized expert's rows are not whole tiles of 16 (each expert must start on one),
+/// or when they are
+/// quantized and `p` has no quantized kernels.
+template <Element T>
+[[nodiscard]] ExpertGateUpOp<T> expert_gate_up(const Projector<T>& p, const Weight<T>& w1, const Weight<T>& w3,
+                                               DeviceSpan<const T> h, DeviceSpan<const int> plan, DeviceSpan<T> act,
+                                               const MoeShape& m, int d, int batch) {
+  detail::check_experts("expert_gate_up", w1.describe(), w1.rows(), w1.cols(), !w1.is_dense(), m.experts,
+                        m.expert_width, d, batch);
+  detail::check_experts("expert_gate_up", w3.describe(), w3.rows(), w3.cols(), !w3.is_dense(), m.experts,
+                        m.expert_width, d, batch);
+  const bool same = w1.format() == w3.format() &&
+                    (w1.is_dense() || w1.quantized().layout().format() == w3.quantized().layout().format());
+  if (!same) {
+    throw UsageError("weights " + w1.describe() + " and " + w3.describe() +
+                     " must be in one format (one kernel reads the two)");
+  }
+  const int distinct = most_distinct_experts(m, batch);
+  if (format_traits(w1.format()).quantized) {
+    const BasicQuantizedKernels<T>& q = p.quantized_for(w1);
+    const QuantizedMatrix m1 = w1.matrix();
+    return ExpertGateUpOp<T>(
+        OptionalLaunch(q.moe_qgate_up(q.moe_config(m1, m.expert_width, d, distinct), m1, w3.matrix(), h, plan, act,
+                                      m.experts, m.expert_width, d, m.experts_per_token, batch),
+                       std::make_shared<const std::pair<std::shared_ptr<const void>, std::shared_ptr<const void>>>(
+                           w1.owner(), w3.owner())));
+  }
+  const BasicKernels<T>& k = p.dense;
+  return ExpertGateUpOp<T>(k.moe_gate_up(k.moe_config(m.expert_width, d, batch, distinct), w1.dense(), w3.dense(), h,
+                                         plan, act, m.experts, m.expert_width, d, m.experts_per_token, batch));
+}
+
+/// What expert_down writes besides x: the experts' fp32 products and the grid columns' counts (BasicDecoderState's
+/// moe_partial and moe_counters).
+struct ExpertDownScratch {
+  DeviceSpan<float> partial;      ///< [batch * top k][d]
+  DeviceSpan<unsigned> counters;  ///< [d], zero before and after each launch
+};
+
+/// The op type of expert_down().
+template <Element T>
+using ExpertDownOp = detail::WeightOp<
+    LaunchOp<const T*, const T*, const int*, const float*, float*, unsigned*, T*, int, int, int, int, int>,
+    OptionalLaunch<QuantizedMatrix, const T*, const int*, const float*, float*, unsigned*, T*, int, int, int, int,
+                   int>>;
+
+/// x[b] += the sum over row b's slots s of weights[b][s] * W2_e act[b * top k + s], e the expert of the slot, summed
+/// in fp32 in slot order and rounded once: w2 [experts * d x width] (expert e's rows from e * d). moe_down or
+/// moe_qdown. \throws UsageError as expert_gate_up.
+template <Element T>
+[[nodiscard]] ExpertDownOp<T> expert_down(const Projector<T>& p, const Weight<T>& w2, DeviceSpan<const T> act,
+                                          DeviceSpan<const int> plan, DeviceSpan<const float> weights,
+                                          const ExpertDownScratch& scratch, DeviceSpan<T> x, const MoeShape& m, int d,
+                                          int batch) {
+  detail::check_experts("expert_down", w2.describe(), w2.rows(), w2.cols(), !w2.is_dense(), m.experts, d,
+                        m.expert_width, batch);
+  const int distinct = most_distinct_experts(m, batch);
+  if (format_traits(w2.format()).quantized) {
+    const BasicQuantizedKernels<T>& q = p.quantized_for(w2);
+    const QuantizedMatrix m2 = w2.matrix();
+    return ExpertDownOp<T>(OptionalLaunch(
+        q.moe_qdown(q.moe_config(m2, d, m.expert_width, distinct), m2, act, plan, weights, scratch.partial,
+                    scratch.counters, x, m.experts, m.expert_width, d, m.experts_per_token, batch),
+        w2.owner()));
+  }
+  const BasicKernels<T>& k = p.dense;
+  return ExpertDownOp<T>(k.moe_down(k.moe_config(d, m.expert_width, batch, distinct), w2.dense(), act, plan, weights,
+                                    scratch.partial, scratch.counters, x, m.experts, m.expert_width, d,
+                                    m.experts_per_token, batch));
+}
+
+}  // namespace lazygraph::nn

@@ -1,0 +1,102 @@
+// What the expert kernels of a mixture of experts share (kernels/nn/moe.cu over dense experts, kernels/nn/qmoe.cu over
+// quantized ones): the limits, the layout of the plan moe_route writes, reading an expert of it into a block, the x of
+// the down projection (each row's own pair's activations), and the end of a down kernel that adds the experts' fp32
+// products into the residual. moe.cu's comment describes the plan and the kernels. Include as
+// "lazygraph/nn/moe_core.cuh".
+#pragma once
+
+#include "lazygraph/element.cuh"
+#include "lazygraph/kernel_common.cuh"
+#include "lazygraph/nn/gemv_core.cuh"
+
+namespace lg::nn::moe {
+
+constexpr int kMaxExperts = 1024;                // the router's shared probabilities
+constexpr int kMaxTopK = 16;                     // experts a row may choose
+constexpr int kMaxBatch = 8;                     // rows of a decode step
+constexpr int kMaxPairs = kMaxBatch * kMaxTopK;  // (row, slot) pairs of a step, so also distinct experts
+// The plan's layout (moe_route): the count, the distinct experts, then [kMaxPairs][kMaxBatch] pairs.
+constexpr int kPlanDistinct = 1;
+constexpr int kPlanPairs = kPlanDistinct + kMaxPairs;
+constexpr int kPlanInts = kPlanPairs + kMaxPairs * kMaxBatch;
+static_assert(kPlanInts == 1153, "nn::kMoePlanInts (include/lazygraph/nn/kernels.hpp) sizes the plan's buffer");
+
+__device__ __forceinline__ bool counts_supported(int experts, int top_k, int batch) {
+  return experts >= 1 && experts <= kMaxExperts && top_k >= 1 && top_k <= kMaxTopK && top_k <= experts && batch >= 1 &&
+         batch <= kMaxBatch;
+}
+
+/// The plan's count of distinct experts, checked against the most the rows can have chosen.
+__device__ __forceinline__ int planned_experts(const int* plan, int experts, int top_k, int batch) {
+  const int n = plan[0];
+  if (n < 1 || n > min(batch * top_k, experts)) __trap();
+  return n;
+}
+
+/// Reads the plan's expert u into the block: its index (returned) and, in pair_of[b], the pair by which row b chose
+/// it or -1. Every thread of the block calls it; synchronises the block.
+__device__ __forceinline__ int planned_expert(const int* plan, int u, int experts, int top_k, int batch, int* pair_of) {
+  const int e = plan[kPlanDistinct + u];
+  if (e < 0 || e >= experts) __trap();
+  const int tid = static_cast<int>((threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x);
+  if (tid < batch) {
+    const int j = plan[kPlanPairs + u * kMaxBatch + tid];
+    if (j < -1 || j >= batch * top_k) __trap();
+    pair_of[tid] = j;
+  }
+  __syncthreads();
+  return e;
+}
+
+/// x for moe_down: vector b is the act row of the pair by which row b chose the block's expert (row 0's act, whose
+/// products are dropped, where it did not).
+template <class T>
+struct PairX {
+  static constexpr bool sum_squares = false;
+  using Raw = typename PlainX<T>::Raw;
+  const T* act;
+  const int* pair_of;  // the block's shared pairs
+  int width;
+  __device__ __forceinline__ Raw load(int b, int chunk) const {
+    return {lg::load8(act + static_cast<long long>(max(pair_of[b], 0)) * width + 8LL * chunk)};
+  }
+  __device__ __forceinline__ static void expand(const Raw& r, float (&f)[8], float& sq) { PlainX<T>::expand(r, f, sq); }
+  __device__ __forceinline__ static uint4 fragment(const Raw& r, float& sq) { return PlainX<T>::fragment(r, sq); }
+};
+
+/// The end of a down kernel: the last block of this grid column (blockIdx.x) to finish adds the column's rows of every
+/// pair into x, x[b][r] += sum over s of weights[b][s] * partial[b * top_k + s][r] in slot order, rounded once. A grid
+/// column's blocks (every blockIdx.y, with experts or none) hold the same rows: `unit` rows from blockIdx.x * unit,
+/// then every gridDim.x * unit. Every block counts itself in counters[blockIdx.x] once its partials are written, so
+/// the last one's adds see them all, whichever blocks wrote them; that one sets the count back to zero for the next
+/// launch. Every thread of the block calls it, after the block's partials are written.
+template <class T>
+__device__ __forceinline__ void add_expert_sums(const float* weights, const float* partial, unsigned* counters, T* x,
+                                                int d, int top_k, int batch, int unit) {
+  __shared__ bool last_block;
+  const int tid = static_cast<int>((threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x);
+  const int threads = static_cast<int>(blockDim.x * blockDim.y * blockDim.z);
+  __threadfence();  // this block's partials are visible before its count
+  __syncthreads();
+  if (tid == 0) last_block = atomicAdd(counters + blockIdx.x, 1U) == gridDim.y - 1;
+  __syncthreads();
+  if (!last_block) return;
+  __threadfence();  // the other blocks' partials, counted before ours, are visible from here
+  for (int base = static_cast<int>(blockIdx.x) * unit; base < d; base += static_cast<int>(gridDim.x) * unit) {
+    for (int i = tid; i < unit * batch; i += threads) {
+      const int r = base + i % unit;
+      const int b = i / unit;
+      if (r >= d) continue;
+      float sum = 0.0f;
+      for (int s = 0; s < top_k; ++s) {
+        const int j = b * top_k + s;
+        sum += weights[j] * __ldcg(partial + static_cast<long long>(j) * d + r);
+      }
+      T& out = x[static_cast<long long>(b) * d + r];
+      out = lg::from_float<T>(lg::to_float(out) + sum);
+    }
+  }
+  if (tid == 0) counters[blockIdx.x] = 0;  // the next launch counts from zero
+}
+
+}  // namespace lg::nn::moe

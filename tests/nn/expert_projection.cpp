@@ -1,0 +1,267 @@
+// The experts' projections of a mixture of experts (nn/expert_projection.hpp) over quantized experts (kernels/nn/
+// qmoe.cu): on the GPU, moe_qgate_up and moe_qdown in every format, fp16 and bf16, batches 1 to 8 whose rows share
+// experts or not, against float64 of the dequantized weights (QuantizedWeight::dequantize, the host reference of the
+// layout) and the same rounded activations; moe_qdown from the act the GPU wrote, with the route's weights, and its
+// counters back at zero. fp8, as in tests/nn/quantized_kernels.cpp, is random e4m3 bytes with random scales. On the
+// host: the stacked shape a projection needs, and quantized experts of whole tiles only, refused by name otherwise.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <concepts>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/gpu.hpp"
+#include "common/nn.hpp"
+#include "common/quantized_formats.hpp"
+
+#include <lazygraph/nn/expert_projection.hpp>
+
+using namespace lazygraph;
+using namespace lazygraph::nn;
+
+namespace {
+
+/// The formats the expert kernels read, with T's scale type: int8, int4 symmetric in groups of 32 and 128, int4 with
+/// zero points in groups of 64, fp8.
+template <class T>
+std::vector<QuantizedFormat> expert_formats() {
+  const ScaleType s = scale_type_of<T>;
+  return {{WeightFormat::int8_channel, 0, false, s},
+          {WeightFormat::int4_group, 32, false, s},
+          {WeightFormat::int4_group, 64, true, s},
+          {WeightFormat::int4_group, 128, false, s},
+          {WeightFormat::fp8_block, 128, false, s}};
+}
+
+/// `n` uniform values in [-scale, scale).
+std::vector<float> uniform(std::size_t n, float scale, std::uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-scale, scale);
+  std::vector<float> out(n);
+  for (float& v : out) v = dist(gen);
+  return out;
+}
+
+template <class T>
+std::vector<T> rounded(const std::vector<float>& f) {
+  std::vector<T> out;
+  out.reserve(f.size());
+  for (const float v : f) out.push_back(T::from_float(v));
+  return out;
+}
+
+/// A stacked quantized expert matrix of `experts` x rows x cols: quantized from random values, or random fp8.
+QuantizedWeight stacked(const QuantizedFormat& format, const char* name, int experts, int rows, int cols,
+                        std::uint32_t seed) {
+  const int all = experts * rows;
+  if (format.kind == WeightFormat::fp8_block) return lgtest::random_fp8(format, name, all, cols, seed);
+  const float scale = 1.0F / std::sqrt(static_cast<float>(cols));
+  return quantize(format, name, all, cols, uniform(static_cast<std::size_t>(all) * cols, scale, seed));
+}
+
+/// row `row` of `m` ([*][cols]) . x[at ..], in float64.
+double dot(const std::vector<float>& m, std::size_t row, const std::vector<double>& x, std::size_t at, int cols) {
+  double acc = 0;
+  for (int c = 0; c < cols; ++c) {
+    acc += static_cast<double>(m[row * static_cast<std::size_t>(cols) + static_cast<std::size_t>(c)]) *
+           x[at + static_cast<std::size_t>(c)];
+  }
+  return acc;
+}
+
+template <class T>
+std::vector<double> widened(const std::vector<T>& v) {
+  std::vector<double> out;
+  out.reserve(v.size());
+  for (const T x : v) out.push_back(x.to_float());
+  return out;
+}
+
+/// ||got - ref|| / ||ref|| and max |got - ref| / max |ref| both within `tolerance`; a NaN (an unwritten poison) fails.
+void check_close(const std::vector<double>& got, const std::vector<double>& ref, double tolerance) {
+  REQUIRE(got.size() == ref.size());
+  double err = 0;
+  double norm = 0;
+  double worst = 0;
+  double largest = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    const double g = got[i];
+    REQUIRE_MESSAGE(std::isfinite(g), "element " << i << " is not finite (unwritten?)");
+    err += (g - ref[i]) * (g - ref[i]);
+    norm += ref[i] * ref[i];
+    worst = std::max(worst, std::abs(g - ref[i]));
+    largest = std::max(largest, std::abs(ref[i]));
+  }
+  CHECK(largest > 0);
+  CHECK(std::sqrt(err / norm) < tolerance);
+  CHECK(worst / largest < tolerance);
+}
+
+/// Router logits that choose `ids` ([batch][top_k]) in slot order by clear margins: 3 - s / 4 for slot s's expert,
+/// -3 for the others.
+template <class T>
+std::vector<T> logits_choosing(const std::vector<int>& ids, int experts, int top_k) {
+  const int batch = static_cast<int>(ids.size()) / top_k;
+  std::vector<T> logits(static_cast<std::size_t>(batch) * experts, T::from_float(-3.0F));
+  for (int b = 0; b < batch; ++b) {
+    for (int slot = 0; slot < top_k; ++slot) {
+      const auto at = static_cast<std::size_t>(b) * experts + ids[static_cast<std::size_t>(b * top_k + slot)];
+      logits[at] = T::from_float(3.0F - 0.25F * static_cast<float>(slot));
+    }
+  }
+  return logits;
+}
+
+struct Shape {
+  int experts, width, d, top_k;
+  std::vector<int> ids;  // [batch][top_k]; empty: 8 rows of random distinct experts
+};
+
+/// The shapes: a row alone; 8 rows sharing experts; 3 rows of 4 of 16 experts; 8 rows of 8 of 64 (few shared).
+std::vector<Shape> shapes() {
+  std::vector<Shape> out{{8, 128, 256, 2, {3, 5}},
+                         {8, 256, 128, 2, {3, 5, 5, 0, 1, 3, 7, 6, 3, 2, 4, 5, 0, 7, 5, 3}},
+                         {16, 128, 384, 4, {15, 0, 8, 2, 2, 8, 0, 15, 1, 9, 4, 3}},
+                         {64, 128, 256, 8, {}}};
+  std::mt19937 gen(3);
+  for (Shape& s : out) {
+    if (!s.ids.empty()) continue;
+    for (int b = 0; b < 8; ++b) {
+      std::vector<int> all(static_cast<std::size_t>(s.experts));
+      for (int e = 0; e < s.experts; ++e) all[static_cast<std::size_t>(e)] = e;
+      std::shuffle(all.begin(), all.end(), gen);
+      s.ids.insert(s.ids.end(), all.begin(), all.begin() + s.top_k);
+    }
+  }
+  return out;
+}
+
+/// One shape in one format: routes by logits_choosing, runs expert_gate_up and expert_down through the projections
+/// over quantized Weights, and checks act and x against float64.
+template <class T>
+void check_experts(const QuantizedFormat& format, const Shape& shape, double tolerance) {
+  Stream& s = lgtest::stream();
+  const BasicKernels<T> k(lgtest::nn_kernels());
+  const BasicQuantizedKernels<T> q(lgtest::nn_kernels());
+  const Projector<T> p{k, &q};
+  const int top_k = shape.top_k;
+  const int batch = static_cast<int>(shape.ids.size()) / top_k;
+  const MoeShape m{shape.experts, top_k, shape.width, true};
+  const auto seed = static_cast<std::uint32_t>(shape.width + shape.d + shape.experts);
+  const QuantizedWeight w1 = stacked(format, "experts.*.gate_proj", m.experts, m.expert_width, shape.d, seed);
+  const QuantizedWeight w3 = stacked(format, "experts.*.up_proj", m.experts, m.expert_width, shape.d, seed + 1);
+  const QuantizedWeight w2 = stacked(format, "experts.*.down_proj", m.experts, shape.d, m.expert_width, seed + 2);
+  const Weight<T> dw1(DeviceQuantizedWeight<T>(s, w1));
+  const Weight<T> dw3(DeviceQuantizedWeight<T>(s, w3));
+  const Weight<T> dw2(DeviceQuantizedWeight<T>(s, w2));
+  const std::vector<T> h = rounded<T>(uniform(static_cast<std::size_t>(batch) * shape.d, 1.0F, seed + 3));
+  // The residual of the size of the experts' sum (its rms 0.01 to 0.15 here), so that rounding x + sum to T once, which
+  // no kernel avoids, stays far inside the bounds: with x in [-1, 1] that rounding alone was up to 8% of a bf16 sum and
+  // 0.95% of an fp16 one (the int formats' sums, emulated on the host), at or past them.
+  const std::vector<T> x = rounded<T>(uniform(static_cast<std::size_t>(batch) * shape.d, 0.0625F, seed + 4));
+
+  const auto pairs = static_cast<std::size_t>(batch) * static_cast<std::size_t>(top_k);
+  const auto logits = lgtest::to_device(s, logits_choosing<T>(shape.ids, m.experts, top_k));
+  auto ids = lgtest::to_device(s, std::vector<int>(pairs, -7));
+  auto weights = lgtest::to_device(s, std::vector<float>(pairs, std::nanf("")));
+  auto plan = lgtest::to_device(s, std::vector<int>(kMoePlanInts, -7));
+  auto dh = lgtest::to_device(s, h);
+  auto act = lgtest::to_device(
+      s, std::vector<T>(pairs * static_cast<std::size_t>(m.expert_width), T::from_float(std::nanf(""))));
+  auto partial = lgtest::to_device(s, std::vector<float>(pairs * static_cast<std::size_t>(shape.d), std::nanf("")));
+  auto counters = lgtest::to_device(s, std::vector<unsigned>(static_cast<std::size_t>(shape.d), 0U));
+  auto dx = lgtest::to_device(s, x);
+  k.moe_route.launch(s, {{1, 1, 1}, {256, 1, 1}, 0}, logits.cview(), ids.view(), weights.view(), plan.view(), m.experts,
+                     top_k, 1, batch);
+  REQUIRE(lgtest::to_host(s, ids.cview()) == shape.ids);
+  (expert_gate_up(p, dw1, dw3, dh.cview(), plan.cview(), act.view(), m, shape.d, batch) >>
+   expert_down(p, dw2, act.cview(), plan.cview(), weights.cview(), {partial.view(), counters.view()}, dx.view(), m,
+               shape.d, batch))
+      .sync_on(s);
+
+  // act[j] = silu(W1_e h_b) * (W3_e h_b), the weights dequantized, in float64.
+  const std::vector<float> f1 = w1.dequantize();
+  const std::vector<float> f3 = w3.dequantize();
+  const std::vector<float> f2 = w2.dequantize();
+  const std::vector<double> hd = widened(h);
+  std::vector<double> act_ref;
+  for (std::size_t j = 0; j < pairs; ++j) {
+    const auto e = static_cast<std::size_t>(shape.ids[j]);
+    const std::size_t at = j / static_cast<std::size_t>(top_k) * static_cast<std::size_t>(shape.d);
+    for (int i = 0; i < m.expert_width; ++i) {
+      const std::size_t row = e * static_cast<std::size_t>(m.expert_width) + static_cast<std::size_t>(i);
+      act_ref.push_back(lgtest::silu(dot(f1, row, hd, at, shape.d)) * dot(f3, row, hd, at, shape.d));
+    }
+  }
+  const std::vector<T> got_act = lgtest::to_host(s, act.cview());
+  check_close(widened(got_act), act_ref, tolerance);
+
+  // x + sum over the row's slots of weight * W2_e act, from the act and the weights the GPU wrote.
+  const std::vector<double> act_got = widened(got_act);
+  const std::vector<float> w = lgtest::to_host(s, weights.cview());
+  std::vector<double> x_ref = widened(x);
+  for (std::size_t j = 0; j < pairs; ++j) {
+    const auto e = static_cast<std::size_t>(shape.ids[j]);
+    const std::size_t b = j / static_cast<std::size_t>(top_k);
+    for (int r = 0; r < shape.d; ++r) {
+      const std::size_t row = e * static_cast<std::size_t>(shape.d) + static_cast<std::size_t>(r);
+      x_ref[b * static_cast<std::size_t>(shape.d) + static_cast<std::size_t>(r)] +=
+          static_cast<double>(w[j]) *
+          dot(f2, row, act_got, j * static_cast<std::size_t>(m.expert_width), m.expert_width);
+    }
+  }
+  // x's change (not x itself, whose size would hide errors of the experts' sum).
+  std::vector<double> change_ref;
+  std::vector<double> change_got;
+  const std::vector<T> got_x = lgtest::to_host(s, dx.cview());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    change_ref.push_back(x_ref[i] - x[i].to_float());
+    change_got.push_back(static_cast<double>(got_x[i].to_float()) - x[i].to_float());
+  }
+  check_close(change_got, change_ref, 2 * tolerance);
+  const std::vector<unsigned> after = lgtest::to_host(s, counters.cview());
+  CHECK(std::all_of(after.begin(), after.end(), [](unsigned c) { return c == 0; }));
+}
+
+}  // namespace
+
+TEST_CASE("an expert projection names the stacked shape it needs and takes quantized experts of whole tiles only") {
+  // Checked before anything is launched: 4 experts of 40 x 128 are one weight of 160 x 128.
+  CHECK_THROWS_WITH_AS(nn::detail::check_experts("expert_gate_up", "w1", 0, 0, false, 4, 40, 128, 1),
+                       "expert_gate_up: weight w1 is 0 x 0, where 160 x 128 is needed", UsageError);
+  CHECK_THROWS_WITH_AS(nn::detail::check_experts("expert_down", "w2", 160, 128, false, 4, 128, 40, 1),
+                       "expert_down: weight w2 is 160 x 128, where 512 x 40 is needed", UsageError);
+  CHECK_NOTHROW(nn::detail::check_experts("expert_gate_up", "w1", 160, 128, false, 4, 40, 128, 8));
+  CHECK_THROWS_WITH_AS(nn::detail::check_experts("expert_gate_up", "w1", 160, 128, false, 4, 40, 128, 9),
+                       "expert_gate_up: weight w1: a batch of 9 rows is outside 1..8", UsageError);
+  // Dense experts of any rows; quantized ones start each on a tile of 16 rows.
+  CHECK_THROWS_WITH_AS(nn::detail::check_experts("expert_gate_up", "w1", 160, 128, true, 4, 40, 128, 1),
+                       "expert_gate_up: weight w1 stacks 4 quantized experts of 40 rows; a quantized expert is whole "
+                       "tiles of 16 rows (quantized.hpp), so its rows must be a multiple of 16",
+                       UsageError);
+  CHECK_NOTHROW(nn::detail::check_experts("expert_gate_up", "w1", 192, 128, true, 4, 48, 128, 1));
+  const MoeShape m{4, 2, 40, true};
+  CHECK(most_distinct_experts(m, 1) == 2);
+  CHECK(most_distinct_experts(m, 8) == 4);  // 16 pairs over 4 experts
+}
+
+TEST_SUITE("gpu") {
+  TEST_CASE_TEMPLATE(
+      "quantized experts' gate-up and down projections match float64 of the dequantized weights in every format for "
+      "batches of 1 to 8 rows sharing experts or not",
+      T, half, bfloat16) {
+    const double tolerance = std::same_as<T, half> ? 5e-3 : 2e-2;  // tests/nn/quantized_kernels.cpp's bounds
+    for (const QuantizedFormat& format : expert_formats<T>()) {
+      CAPTURE(format_name(format));
+      for (const Shape& shape : shapes()) {
+        CAPTURE(shape.experts);
+        CAPTURE(shape.ids.size() / static_cast<std::size_t>(shape.top_k));
+        check_experts<T>(format, shape, tolerance);
+      }
+    }
+  }
+}
