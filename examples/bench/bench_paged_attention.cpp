@@ -1,6 +1,7 @@
-// Paged decode attention (nn::PagedAttention, kernels/nn/paged_attention.cu) against the floor of the KV bytes it
-// reads and against the contiguous cache's kernels (nn::Kernels::attention, attention_split), for the attention
-// shapes of Llama-3.2-1B (32 heads, 8 kv heads, head_dim 64) and Llama-3.1-8B (32 / 8, 128), 1, 8 and 64 rows, every
+// Paged decode attention (nn::PagedAttention, kernels/nn/paged_attention.cu and paged_attention_grouped.cu: unsplit,
+// split and grouped, the wide step's) against the floor of the KV bytes it reads and against the contiguous cache's
+// kernels (nn::Kernels::attention, attention_split), for the attention shapes of Llama-3.2-1B (32 heads, 8 kv heads,
+// head_dim 64) and Llama-3.1-8B (32 / 8, 128), 1, 8, 64 and 256 rows, every
 // row at the same position. Each launch is timed alone (ordinary launches, not early ones) with CUDA events, the
 // median of many; the floor is the KV bytes read at the device-to-device copy bandwidth measured in the same run
 // (examples/bench/ceiling.hpp). Caches smaller than 1 GiB are held twice and launches alternate between the copies, so
@@ -51,7 +52,9 @@ struct Times {
   std::optional<double> split;
   std::optional<double> contiguous;
   std::optional<double> contiguous_split;
+  std::optional<double> grouped;
   int splits = 1;
+  int grouped_splits = 1;
 };
 
 /// Whether the unsplit kernel's scores and table fit its shared memory (nn::PagedAttention::attend).
@@ -93,7 +96,11 @@ Times run_case(const lg::Stream& s, const lg::Device& gpu, const nn::Kernels& k,
   fill(s, k, q.view(), 3U, 1.0F);
   auto out = lg::empty<half>(q_size).sync_on(s);
   t.splits = nn::paged_attention_splits(positions, rows * sh.heads, gpu.sm_count());
-  auto partials = lg::empty<float>(nn::PagedAttention<half>::split_partials(shape, t.splits)).sync_on(s);
+  t.grouped_splits = nn::paged_grouped_splits(rows, sh.heads, sh.kv_heads, gpu.sm_count());
+  auto partials =
+      lg::empty<float>(nn::PagedAttention<half>::split_partials(shape, std::max(t.splits, t.grouped_splits)))
+          .sync_on(s);
+  const auto count = lg::from_host(std::vector<int>{rows}).sync_on(s);
   auto counters = lg::zeros<unsigned>(static_cast<std::size_t>(rows) * sh.heads).sync_on(s);
   const float scale = 1.0F / std::sqrt(static_cast<float>(sh.head_dim));
   constexpr int reps = 20;
@@ -113,7 +120,9 @@ Times run_case(const lg::Stream& s, const lg::Device& gpu, const nn::Kernels& k,
     }
     const nn::PagedKvCache<half> cache{k_pool.view(), v_pool.view(), d_positions.cview(), tables[0].cview()};
     // The checked calls refuse what the raw launches below would get wrong; the launches alternate the tables.
-    (void)paged.attend_split(shape, q.cview(), out.view(), partials.view(), counters.view(), cache, t.splits);
+    (void)paged.attend_split(shape, q.cview(), out.view(),
+                             partials.view().subspan(0, nn::PagedAttention<half>::split_partials(shape, t.splits)),
+                             counters.view(), cache, t.splits);
     if (unsplit_fits(shape)) {
       (void)paged.attend(shape, q.cview(), out.view(), cache);
       const auto config = paged.attention_config(shape);
@@ -126,6 +135,21 @@ Times run_case(const lg::Stream& s, const lg::Device& gpu, const nn::Kernels& k,
                                  }) *
                   1e6;
     }
+    (void)paged.attend_grouped(
+        shape, q.cview(), out.view(),
+        partials.view().subspan(0, nn::PagedAttention<half>::split_partials(shape, t.grouped_splits)), counters.view(),
+        cache, count.cview(), t.grouped_splits);
+    const auto grouped_config = paged.grouped_config(shape, t.grouped_splits);
+    const auto& grouped_kernel = paged.grouped_kernel(sh.heads / sh.kv_heads > 4);
+    t.grouped =
+        median_seconds(s, reps,
+                       [&](int i) {
+                         grouped_kernel.launch(s, grouped_config, q.cview(), k_pool.cview(), v_pool.cview(), out.view(),
+                                               partials.view(), counters.view(), d_positions.cview(),
+                                               tables[i % copies].cview(), count.cview(), sh.heads, sh.kv_heads,
+                                               sh.head_dim, block_size, blocks, width, scale, 0);
+                       }) *
+        1e6;
     const auto config = paged.split_config(shape, t.splits);
     t.split = median_seconds(s, reps,
                              [&](int i) {
@@ -176,8 +200,9 @@ Times run_case(const lg::Stream& s, const lg::Device& gpu, const nn::Kernels& k,
 
 const char* usage =
     "usage: bench_paged_attention [--max-gib N]\n"
-    "Prints a markdown table: paged decode attention (unsplit and split over positions) and the contiguous cache's\n"
-    "kernels, for the Llama-3.2-1B and Llama-3.1-8B attention shapes, 1, 8 and 64 rows at positions 1k, 8k, 32k and\n"
+    "Prints a markdown table: paged decode attention (unsplit, split over positions, and grouped: one block per kv\n"
+    "head) and the contiguous cache's kernels, for the Llama-3.2-1B and Llama-3.1-8B attention shapes, 1, 8, 64 and\n"
+    "256 rows at positions 1k, 8k, 32k and\n"
     "128k, each against the floor of the KV bytes it reads at the device-to-device copy bandwidth measured in the\n"
     "same run. Target (issue 66): at position 32768 the best paged kernel within 1.5x the floor. A benchmark, not a\n"
     "test.\n"
@@ -196,24 +221,24 @@ int run(double max_gib) {
       "paged decode attention on %s (%d SMs), fp16, block_size 16; copy ceiling %.2f TB/s; median us per launch\n\n",
       gpu.name().c_str(), gpu.sm_count(), ceiling * 1e-12);
   std::printf(
-      "| shape | rows | position | KV MiB | floor us | paged us | paged split us (splits) | contiguous us | "
-      "contiguous split us | best paged / floor |\n|---|---|---|---|---|---|---|---|---|---|\n");
+      "| shape | rows | position | KV MiB | floor us | paged us | paged split us (splits) | paged grouped us (splits) "
+      "| contiguous us | contiguous split us | best paged / floor |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
   bool target_met = true;
   for (const Shape& sh : {Shape{"1B", 32, 8, 64}, Shape{"8B", 32, 8, 128}}) {
-    for (const int rows : {1, 8, 64}) {
+    for (const int rows : {1, 8, 64, 256}) {
       for (const int positions : {1024, 8192, 32768, 131072}) {
         const Times t = run_case(s, gpu, k, paged, sh, rows, positions, ceiling, max_gib * (1ULL << 30));
         const double kv_mib = 2.0 * rows * sh.kv_heads * positions * sh.head_dim * sizeof(half) / (1 << 20);
         if (!t.split) {
-          std::printf("| %s | %d | %d | %.0f | %.1f | skipped: over --max-gib | | | | |\n", sh.name, rows, positions,
+          std::printf("| %s | %d | %d | %.0f | %.1f | skipped: over --max-gib | | | | | |\n", sh.name, rows, positions,
                       kv_mib, t.floor_us);
           continue;
         }
-        const double best = std::min(*t.split, t.unsplit.value_or(*t.split));
+        const double best = std::min({*t.split, t.unsplit.value_or(*t.split), t.grouped.value_or(*t.split)});
         if (positions == 32768 && best > 1.5 * t.floor_us) target_met = false;
-        std::printf("| %s | %d | %d | %.0f | %.1f | %s | %.1f (%d) | %s | %s | %.2f |\n", sh.name, rows, positions,
-                    kv_mib, t.floor_us, cell(t.unsplit).c_str(), *t.split, t.splits, cell(t.contiguous).c_str(),
-                    cell(t.contiguous_split).c_str(), best / t.floor_us);
+        std::printf("| %s | %d | %d | %.0f | %.1f | %s | %.1f (%d) | %s (%d) | %s | %s | %.2f |\n", sh.name, rows,
+                    positions, kv_mib, t.floor_us, cell(t.unsplit).c_str(), *t.split, t.splits, cell(t.grouped).c_str(),
+                    t.grouped_splits, cell(t.contiguous).c_str(), cell(t.contiguous_split).c_str(), best / t.floor_us);
       }
     }
   }

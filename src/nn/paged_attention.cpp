@@ -78,6 +78,13 @@ long long split_shared_bytes(const PagedAttentionShape& s, int splits) {
 
 long long unsplit_shared_bytes(const PagedAttentionShape& s) { return (s.capacity() + s.table_width) * 4; }
 
+/// attention_paged_grouped's query heads per block: the _h4 kernel's 4 up to a group of 4, else the _h8 kernel's 8.
+int grouped_heads(const PagedAttentionShape& s) { return s.heads / s.kv_heads <= 4 ? 4 : 8; }
+
+long long grouped_shared_bytes(const PagedAttentionShape& s) {
+  return 4LL * std::min(s.heads / s.kv_heads, grouped_heads(s)) * (s.head_dim + 2) * 4;
+}
+
 }  // namespace
 
 void check_paged_attention_shape(const PagedAttentionShape& s) {
@@ -184,16 +191,48 @@ void check_paged_attend_split(const PagedAttentionShape& s, DeviceSpan<const T> 
   }
 }
 
-#define LAZYGRAPH_PAGED_CHECKS(T)                                                                                \
-  template void check_paged_append<T>(const PagedAttentionShape&, DeviceSpan<const T>, DeviceSpan<const T>,      \
-                                      const PagedKvCache<T>&);                                                   \
-  template void check_paged_attend<T>(const PagedAttentionShape&, DeviceSpan<const T>, DeviceSpan<T>,            \
-                                      const PagedKvCache<T>&);                                                   \
-  template void check_paged_rope_append<T>(const PagedAttentionShape&, DeviceSpan<const T>, DeviceSpan<const T>, \
-                                           DeviceSpan<T>, const PagedKvCache<T>&, DeviceSpan<const int>,         \
-                                           DeviceSpan<const float>);                                             \
-  template void check_paged_attend_split<T>(const PagedAttentionShape&, DeviceSpan<const T>, DeviceSpan<T>,      \
-                                            DeviceSpan<float>, DeviceSpan<unsigned>, const PagedKvCache<T>&, int);
+template <Element T>
+void check_paged_attend_grouped(const PagedAttentionShape& s, DeviceSpan<const T> q, DeviceSpan<T> out,
+                                DeviceSpan<float> partials, DeviceSpan<unsigned> counters, const PagedKvCache<T>& c,
+                                DeviceSpan<const int> count, int splits) {
+  check_query(s, c, q, out);
+  if (splits < 1 || splits > 65535) refuse_paged("splits " + paged_str(splits) + " is outside 1 .. 65535");
+  check_paged_span("partials", partials, static_cast<long long>(PagedAttention<T>::split_partials(s, splits)),
+                   "rows x heads x splits x (head_dim + 2)", false);
+  check_paged_span("counters", counters, static_cast<long long>(s.rows) * s.heads, "rows x heads", false);
+  check_paged_span("count", count, 1, "one int", false);
+  check_apart("partials", partials, "counters", counters);
+  check_apart("out", out, "partials", partials);
+  check_apart("out", out, "counters", counters);
+  check_apart("out", out, "count", count);
+}
+
+int paged_grouped_splits(int rows, int heads, int kv_heads, int multiprocessors) {
+  if (rows < 1 || heads < 1 || kv_heads < 1 || multiprocessors < 1 || heads % kv_heads != 0) {
+    refuse_paged("paged_grouped_splits: rows " + paged_str(rows) + ", heads " + paged_str(heads) + ", kv_heads " +
+                 paged_str(kv_heads) + " and multiprocessors " + paged_str(multiprocessors) +
+                 " must all be at least 1, heads a multiple of kv_heads");
+  }
+  const int group = heads / kv_heads;
+  const int per_block = group <= 4 ? 4 : 8;
+  const long long blocks = static_cast<long long>(rows) * kv_heads * ((group + per_block - 1) / per_block);
+  const long long wanted = (8LL * multiprocessors + blocks - 1) / blocks;  // about eight blocks per SM
+  return static_cast<int>(std::clamp(wanted, 1LL, static_cast<long long>(paged_max_splits)));
+}
+
+#define LAZYGRAPH_PAGED_CHECKS(T)                                                                                  \
+  template void check_paged_append<T>(const PagedAttentionShape&, DeviceSpan<const T>, DeviceSpan<const T>,        \
+                                      const PagedKvCache<T>&);                                                     \
+  template void check_paged_attend<T>(const PagedAttentionShape&, DeviceSpan<const T>, DeviceSpan<T>,              \
+                                      const PagedKvCache<T>&);                                                     \
+  template void check_paged_rope_append<T>(const PagedAttentionShape&, DeviceSpan<const T>, DeviceSpan<const T>,   \
+                                           DeviceSpan<T>, const PagedKvCache<T>&, DeviceSpan<const int>,           \
+                                           DeviceSpan<const float>);                                               \
+  template void check_paged_attend_split<T>(const PagedAttentionShape&, DeviceSpan<const T>, DeviceSpan<T>,        \
+                                            DeviceSpan<float>, DeviceSpan<unsigned>, const PagedKvCache<T>&, int); \
+  template void check_paged_attend_grouped<T>(const PagedAttentionShape&, DeviceSpan<const T>, DeviceSpan<T>,      \
+                                              DeviceSpan<float>, DeviceSpan<unsigned>, const PagedKvCache<T>&,     \
+                                              DeviceSpan<const int>, int);
 LAZYGRAPH_PAGED_CHECKS(half)
 LAZYGRAPH_PAGED_CHECKS(bfloat16)
 #undef LAZYGRAPH_PAGED_CHECKS
@@ -210,6 +249,12 @@ PagedAttention<T>::PagedAttention(const KernelLibrary& library, bool early_launc
       split_(
           library.get<void(const T*, const T*, const T*, T*, float*, unsigned*, const int*, const int*, int, int, int,
                            int, int, int, float, int)>("attention_paged_split" + std::string(kernel_suffix<T>))),
+      grouped4_(library.get<void(const T*, const T*, const T*, T*, float*, unsigned*, const int*, const int*,
+                                 const int*, int, int, int, int, int, int, float, int)>(
+          "attention_paged_grouped" + std::string(kernel_suffix<T>) + "_h4")),
+      grouped8_(library.get<void(const T*, const T*, const T*, T*, float*, unsigned*, const int*, const int*,
+                                 const int*, int, int, int, int, int, int, float, int)>(
+          "attention_paged_grouped" + std::string(kernel_suffix<T>) + "_h8")),
       early_launch_(early_launch) {}
 
 template <Element T>
@@ -231,6 +276,17 @@ LaunchConfig PagedAttention<T>::split_config(const PagedAttentionShape& s, int s
   return {{static_cast<unsigned>(s.heads), static_cast<unsigned>(s.rows), static_cast<unsigned>(splits)},
           {128, 1, 1},
           static_cast<unsigned>(split_shared_bytes(s, splits)),
+          early_launch_};
+}
+
+template <Element T>
+LaunchConfig PagedAttention<T>::grouped_config(const PagedAttentionShape& s, int splits) const {
+  const int group = s.heads / s.kv_heads;
+  const int per_block = grouped_heads(s);
+  return {{static_cast<unsigned>(s.kv_heads * ((group + per_block - 1) / per_block)), static_cast<unsigned>(s.rows),
+           static_cast<unsigned>(splits)},
+          {128, 1, 1},
+          static_cast<unsigned>(grouped_shared_bytes(s)),
           early_launch_};
 }
 
@@ -286,6 +342,16 @@ typename PagedAttention<T>::SplitOp PagedAttention<T>::attend_split(const PagedA
   return split_(split_config(s, splits), q, c.k_pool.as_const(), c.v_pool.as_const(), out, partials, counters,
                 c.positions, c.tables, s.heads, s.kv_heads, s.head_dim, s.block_size, s.blocks, s.table_width,
                 scale_of(s), s.window);
+}
+
+template <Element T>
+typename PagedAttention<T>::GroupedOp PagedAttention<T>::attend_grouped(
+    const PagedAttentionShape& s, DeviceSpan<const T> q, DeviceSpan<T> out, DeviceSpan<float> partials,
+    DeviceSpan<unsigned> counters, const PagedKvCache<T>& c, DeviceSpan<const int> count, int splits) const {
+  check_paged_attend_grouped(s, q, out, partials, counters, c, count, splits);
+  return grouped_kernel(grouped_heads(s) == 8)(
+      grouped_config(s, splits), q, c.k_pool.as_const(), c.v_pool.as_const(), out, partials, counters, c.positions,
+      c.tables, count, s.heads, s.kv_heads, s.head_dim, s.block_size, s.blocks, s.table_width, scale_of(s), s.window);
 }
 
 template class PagedAttention<half>;

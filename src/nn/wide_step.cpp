@@ -54,20 +54,19 @@ PagedAttentionShape wide_shape(const DecoderConfig& c, int rows, int layer) {
           .window = c.layer_window(layer)};
 }
 
-/// The attention splits of a bucket of `rows` rows (as the narrow step chooses them: BasicDecoderState::paged_splits).
-template <Element T>
-int splits_of(const BasicDecoderState<T>& state, const DecoderConfig& c, int rows) {
-  return state.paged_splits(c, rows);
+/// The attention splits of a bucket of `rows` rows: DecoderConfig::attention_blocks when set, else
+/// paged_grouped_splits's.
+int splits_of(const DecoderConfig& c, int rows, int multiprocessors) {
+  return c.attention_blocks > 0 ? c.attention_blocks
+                                : paged_grouped_splits(rows, c.heads, c.kv_head_count(), multiprocessors);
 }
 
-/// Floats of the partials the bucket that needs the most needs (0 when none splits).
+/// Floats of the partials the bucket that needs the most needs.
 std::size_t most_partials(const DecoderConfig& c, const std::vector<int>& buckets, int multiprocessors) {
   std::size_t most = 0;
   for (const int rows : buckets) {
-    const long long capacity = static_cast<long long>(c.kv_table_width()) * c.kv_block_size;
-    const int splits =
-        c.attention_blocks > 0 ? c.attention_blocks : paged_attention_splits(capacity, rows * c.heads, multiprocessors);
-    if (splits > 1) most = std::max(most, PagedAttention<half>::split_partials(wide_shape(c, rows, 0), splits));
+    most = std::max(most,
+                    PagedAttention<half>::split_partials(wide_shape(c, rows, 0), splits_of(c, rows, multiprocessors)));
   }
   return most;
 }
@@ -161,7 +160,7 @@ CudaGraph<> BasicWideStep<T>::capture(const BasicWideContext<T>& ctx, int rows, 
   const DeviceSpan<int> next = buffers_.next.view().subspan(0, count);
   // A layer's pools: kv_blocks blocks of kv_block_size positions.
   const std::size_t pool = elements(c.kv_blocks, c.kv_block_size) * static_cast<std::size_t>(c.kv_dim());
-  const int splits = splits_of(ctx.state, c, rows);
+  const int splits = splits_of(c, rows, ctx.stream.device().sm_count());
   const LaunchConfig per_row = k.step_config({{static_cast<unsigned>(rows), 1, 1}, {256, 1, 1}, 0});
   const LaunchConfig per_element = k.step_config(grid_for(x.size(), 256));
 
@@ -188,15 +187,11 @@ CudaGraph<> BasicWideStep<T>::capture(const BasicWideContext<T>& ctx, int rows, 
           auto append = ctx.paged.rope_append(
               shape, qkv.as_const(), a.bias.cview(), q, cache, chunk.subspan(PrefillChunkLayout::rows, 1),
               c.local_rope(l) ? ctx.state.local_rope_frequencies.cview() : ctx.state.rope_frequencies.cview());
-          auto attend = detail::either(
-              splits > 1,
-              [&] {
-                return ctx.paged.attend_split(
-                    shape, q.as_const(), attn,
-                    buffers_.partials.view().subspan(0, PagedAttention<T>::split_partials(shape, splits)),
-                    buffers_.counters.view().subspan(0, elements(rows, c.heads)), cache, splits);
-              },
-              [&] { return ctx.paged.attend(shape, q.as_const(), attn, cache); });
+          auto attend = ctx.paged.attend_grouped(
+              shape, q.as_const(), attn,
+              buffers_.partials.view().subspan(0, PagedAttention<T>::split_partials(shape, splits)),
+              buffers_.counters.view().subspan(0, elements(rows, c.heads)), cache,
+              chunk.subspan(PrefillChunkLayout::rows, 1), splits);
           s.record(named("layer " + std::to_string(l),
                          gemm_layer(Projector<T>{k, nullptr}, plans, a, w.mlp[layer], b, chunk, c, rows,
                                     std::move(append) >> std::move(attend), attn.as_const())));
@@ -279,8 +274,8 @@ std::span<const int> BasicWideStep<T>::run(const BasicWideContext<T>& ctx, std::
     std::copy_n(tables.begin() + static_cast<std::ptrdiff_t>(r * width), width,
                 staged_tables.begin() + static_cast<std::ptrdiff_t>(r * width));
   }
-  // The padding: row 0's token at position 0 through row 0's first block (its other entries are never read), so that
-  // its attention reads one position whatever row 0's length.
+  // The padding: row 0's token at position 0 through row 0's first block (its other entries are never read); its
+  // attention reads nothing and gives zeros (attend_grouped reads N from the device io).
   for (auto r = n; r < static_cast<std::size_t>(bucket); ++r) {
     in[WideIo::tokens + r] = steps[0].token;
     in[positions + r] = 0;

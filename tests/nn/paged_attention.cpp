@@ -1,7 +1,9 @@
-// nn::PagedAttention (kernels/nn/paged_attention.cu): the host checks and the choice of splits without a GPU; on a
-// GPU, attention through shuffled block tables against float64 (rows at position 0, at a block boundary and near
-// 5000, rows of one sequence appending in the same launch), the bits of the contiguous cache's kernels for the same
-// keys and values, the split kernel against the unsplit one, and a captured graph replayed after its tables changed.
+// nn::PagedAttention (kernels/nn/paged_attention.cu, paged_attention_grouped.cu): the host checks and the choice of
+// splits without a GPU; on a GPU, attention through shuffled block tables against float64 (rows at position 0, at a
+// block boundary and near 5000, rows of one sequence appending in the same launch), the bits of the contiguous cache's
+// kernels for the same keys and values, the split kernel against the unsplit one, the grouped kernel (the wide step's:
+// splits of each row's own positions, padding rows) against float64, and a captured graph replayed after its tables
+// changed.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -196,6 +198,8 @@ TEST_CASE_TEMPLATE("the paged handles match their kernels' declarations in kerne
   CHECK_NOTHROW(d.check<SignatureOf<typename P::AttentionKernel>>("attention_paged" + suffix));
   CHECK_NOTHROW(d.check<SignatureOf<typename P::SplitKernel>>("attention_paged_split" + suffix));
   CHECK_NOTHROW(d.check<SignatureOf<typename P::RopeAppendKernel>>("rope_append_paged" + suffix));
+  CHECK_NOTHROW(d.check<SignatureOf<typename P::GroupedKernel>>("attention_paged_grouped" + suffix + "_h4"));
+  CHECK_NOTHROW(d.check<SignatureOf<typename P::GroupedKernel>>("attention_paged_grouped" + suffix + "_h8"));
   // The wrong element type is refused: the check can fail.
   CHECK_THROWS(d.check<SignatureOf<typename P::AttentionKernel>>(std::string("attention_paged") +
                                                                  (suffix.empty() ? "_bf16" : "")));
@@ -213,6 +217,49 @@ TEST_CASE("paged_attention_splits fills the GPU from the longest position, withi
   CHECK(nn::paged_attention_splits(1 << 20, 32, 132) == nn::paged_max_splits);
   CHECK_THROWS_WITH_AS((void)nn::paged_attention_splits(0, 32, 132), doctest::Contains("capacity 0"), UsageError);
   CHECK_THROWS_AS((void)nn::paged_attention_splits(1024, 0, 132), UsageError);
+}
+
+TEST_CASE("paged_grouped_splits gives about eight blocks per SM over the rows' kv heads, within its bounds") {
+  // 132 SMs: 1056 blocks wanted. Llama-3.2-1B's 32 heads over 8 kv heads: one block per (row, kv head).
+  CHECK(nn::paged_grouped_splits(16, 32, 8, 132) == 9);   // 128 blocks a split
+  CHECK(nn::paged_grouped_splits(64, 32, 8, 132) == 3);   // 512
+  CHECK(nn::paged_grouped_splits(256, 32, 8, 132) == 1);  // 2048: the grid fills the GPU unsplit
+  CHECK(nn::paged_grouped_splits(16, 16, 1, 132) == 33);  // a group of 16 takes two blocks of 8 heads: 32 a split
+  CHECK(nn::paged_grouped_splits(1, 8, 8, 132) == nn::paged_max_splits);
+  CHECK_THROWS_WITH_AS((void)nn::paged_grouped_splits(0, 32, 8, 132), doctest::Contains("rows 0"), UsageError);
+  CHECK_THROWS_AS((void)nn::paged_grouped_splits(16, 30, 8, 132), UsageError);
+  CHECK_THROWS_AS((void)nn::paged_grouped_splits(16, 32, 8, 0), UsageError);
+}
+
+TEST_CASE("paged attend_grouped checks its spans on the host, naming the one that does not fit") {
+  const auto s = good_shape();
+  const auto cache = fake_cache(s);
+  const auto refusal = [&](int splits, std::size_t partials, std::size_t counters, std::size_t count,
+                           std::uint64_t out_at = 6 * gib) {
+    try {
+      nn::check_paged_attend_grouped(s, fake_span<const half>(5 * gib, q_size(s)), fake_span<half>(out_at, q_size(s)),
+                                     fake_span<float>(7 * gib, partials), fake_span<unsigned>(8 * gib, counters), cache,
+                                     fake_span<const int>(9 * gib, count), splits);
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  const std::size_t counters = static_cast<std::size_t>(s.rows) * s.heads;
+  for (const int splits : {1, 3, 64}) {
+    CAPTURE(splits);
+    CHECK(refusal(splits, nn::PagedAttention<half>::split_partials(s, splits), counters, 1) == "(accepted)");
+  }
+  CHECK(refusal(0, 1, counters, 1).find("splits 0 is outside 1 .. 65535") != std::string::npos);
+  CHECK(refusal(3, nn::PagedAttention<half>::split_partials(s, 2), counters, 1).find("partials has") !=
+        std::string::npos);
+  CHECK(refusal(1, nn::PagedAttention<half>::split_partials(s, 1), counters - 1, 1).find("counters has") !=
+        std::string::npos);
+  CHECK(refusal(1, nn::PagedAttention<half>::split_partials(s, 1), counters, 2).find("count has 2 elements") !=
+        std::string::npos);
+  CHECK(
+      refusal(1, nn::PagedAttention<half>::split_partials(s, 1), counters, 1, 7 * gib).find("out overlaps partials") !=
+      std::string::npos);
 }
 
 namespace {
@@ -464,6 +511,38 @@ void check_against_float64(PagedBatch<T>& b) {
     const auto left = lgtest::to_host(s, counters.cview());
     CHECK(std::count(left.begin(), left.end(), 0U) == static_cast<long>(left.size()));
   }
+  // The wide step's kernel: each row's own positions in 1, 3, 7 and the chosen number of ranges; again with the last
+  // two rows as padding (count = rows - 2), which get zeros while the others keep their bits.
+  const int rows = b.shape.rows;
+  for (const int splits : {1, 3, 7, nn::paged_grouped_splits(rows, b.shape.heads, b.shape.kv_heads, 132)}) {
+    CAPTURE(splits);
+    DeviceBuffer<float> partials(lgtest::device(), nn::PagedAttention<T>::split_partials(b.shape, splits));
+    auto counters = lgtest::to_device(s, std::vector<unsigned>(static_cast<std::size_t>(rows) * b.shape.heads, 0U));
+    auto grouped_out = lgtest::to_device(s, std::vector<T>(b.q.size(), T::from_float(NAN)));
+    std::vector<T> first;
+    for (const int count : {rows, rows, rows - 2}) {  // twice whole: the counters go back to zero
+      CAPTURE(count);
+      const auto count_on_device = lgtest::to_device(s, std::vector<int>{count});
+      paged
+          .attend_grouped(b.shape, d.q.cview(), grouped_out.view(), partials.view(), counters.view(), d.cache(),
+                          count_on_device.cview(), splits)
+          .sync_on(s);
+      const auto grouped = lgtest::to_host(s, grouped_out.cview());
+      const std::size_t real = static_cast<std::size_t>(count) * b.shape.heads * b.shape.head_dim;
+      CHECK(max_relative_error(std::vector<T>(grouped.begin(), grouped.begin() + static_cast<std::ptrdiff_t>(real)),
+                               std::vector<double>(ref.begin(), ref.begin() + static_cast<std::ptrdiff_t>(real)),
+                               b.shape.head_dim) < tolerance<T>);
+      if (first.empty()) {
+        first = grouped;
+      } else {
+        CHECK(std::memcmp(grouped.data(), first.data(), real * sizeof(T)) == 0);  // deterministic
+      }
+      CHECK(std::all_of(grouped.begin() + static_cast<std::ptrdiff_t>(real), grouped.end(),
+                        [](T x) { return x.to_float() == 0.0F; }));
+    }
+    const auto left = lgtest::to_host(s, counters.cview());
+    CHECK(std::count(left.begin(), left.end(), 0U) == static_cast<long>(left.size()));
+  }
 }
 
 }  // namespace
@@ -576,7 +655,7 @@ TEST_SUITE("gpu") {
     std::mt19937 rng(seed);
     for (const auto& [heads, kv_heads, head_dim, block_size] :
          {std::tuple{32, 8, 64, 16}, std::tuple{32, 8, 128, 32}, std::tuple{8, 8, 96, 16}, std::tuple{4, 1, 256, 32},
-          std::tuple{8, 2, 200, 16}}) {
+          std::tuple{8, 2, 200, 16}, std::tuple{28, 2, 128, 16}}) {
       CAPTURE(heads);
       CAPTURE(kv_heads);
       CAPTURE(head_dim);

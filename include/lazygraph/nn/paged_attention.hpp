@@ -102,8 +102,21 @@ void check_paged_attend_split(const PagedAttentionShape& shape, DeviceSpan<const
                               DeviceSpan<float> partials, DeviceSpan<unsigned> counters, const PagedKvCache<T>& cache,
                               int splits);
 
+/// Checks a grouped attention launch (PagedAttention::attend_grouped) without a GPU. \throws UsageError as
+/// check_paged_attend but for the shared memory; splits outside 1 .. 65535; partials not of split_partials floats,
+/// counters not of rows * heads; count not of one int; out, partials and counters overlapping.
+template <Element T>
+void check_paged_attend_grouped(const PagedAttentionShape& shape, DeviceSpan<const T> q, DeviceSpan<T> out,
+                                DeviceSpan<float> partials, DeviceSpan<unsigned> counters, const PagedKvCache<T>& cache,
+                                DeviceSpan<const int> count, int splits);
+/// The splits of attention_paged_grouped for `rows` rows of `heads` query heads over `kv_heads`, on a GPU of
+/// `multiprocessors` SMs: enough that the grid has about eight blocks per SM (a block serves up to 8 query heads of
+/// one kv head), at most paged_max_splits. The kernel cuts each row's own positions, not the table's capacity, so
+/// every split works whatever the row's length (but none attends fewer than 64 positions).
+/// \throws UsageError for rows, heads, kv_heads or multiprocessors below 1, or heads not a multiple of kv_heads.
+[[nodiscard]] int paged_grouped_splits(int rows, int heads, int kv_heads, int multiprocessors);
 /// Typed handles to the paged kernels over elements of T (kv_append_paged, rope_append_paged, attention_paged,
-/// attention_paged_split;
+/// attention_paged_split, attention_paged_grouped_h4 and _h8;
 /// _bf16 for bfloat16), with launch ops that check their arguments.
 ///
 /// Thread safety: const members may be called from any thread. Exception safety: a refused call throws before
@@ -137,6 +150,13 @@ class PagedAttention {
   /// See AppendOp.
   using SplitOp = LaunchOp<const T*, const T*, const T*, T*, float*, unsigned*, const int*, const int*, int, int, int,
                            int, int, int, float, int>;
+  /// attention_paged_grouped_h4 / _h8(q, k_pool, v_pool, out, partials, counters, positions, tables, count, heads,
+  /// kv_heads, head_dim, block_size, blocks, table_width, scale, window).
+  using GroupedKernel = Kernel<void(const T*, const T*, const T*, T*, float*, unsigned*, const int*, const int*,
+                                    const int*, int, int, int, int, int, int, float, int)>;
+  /// See AppendOp.
+  using GroupedOp = LaunchOp<const T*, const T*, const T*, T*, float*, unsigned*, const int*, const int*, const int*,
+                             int, int, int, int, int, int, float, int>;
 
   /// Looks the kernels up in `library` (which must hold nn::kernel_set()). `early_launch`: the ops launch early
   /// (LaunchConfig::early_launch; see kernels/nn/paged_attention.cu for what is read before the wait).
@@ -184,6 +204,17 @@ class PagedAttention {
                                      DeviceSpan<float> partials, DeviceSpan<unsigned> counters,
                                      const PagedKvCache<T>& cache, int splits) const;
 
+  /// Attention of the first count[0] rows of q (count read on the device, clamped to [0, rows]) through the tables
+  /// into out, for steps of many rows (the wide decode step): one block per (row, kv head, up to 8 of its query
+  /// heads, split), so each key and value is read once for the query heads that share it, with an online softmax;
+  /// each row's own positions f..p cut into `splits` ranges of at least 64 (kernels/nn/paged_attention_grouped.cu).
+  /// Within rounding of attend (fp32 sums in another order), deterministic for the same positions and splits. The
+  /// rows from count[0] on get zeros. partials: split_partials(shape, splits) floats of scratch; counters: rows *
+  /// heads unsigned, zero before the first launch (each launch leaves them zero); launches sharing counters must not
+  /// run at once. \throws UsageError as check_paged_attend_grouped.
+  [[nodiscard]] GroupedOp attend_grouped(const PagedAttentionShape& shape, DeviceSpan<const T> q, DeviceSpan<T> out,
+                                         DeviceSpan<float> partials, DeviceSpan<unsigned> counters,
+                                         const PagedKvCache<T>& cache, DeviceSpan<const int> count, int splits) const;
   /// Floats of attend_split's partials: rows * heads * splits * (head_dim + 2).
   [[nodiscard]] static std::size_t split_partials(const PagedAttentionShape& shape, int splits) noexcept;
   /// attend's launch: grid (heads, rows), 1024 threads, (capacity() + table_width) * 4 bytes of shared memory.
@@ -191,6 +222,10 @@ class PagedAttention {
   /// attend_split's launch: grid (heads, rows, splits), 128 threads, (max(len, splits * (head_dim + 2)) +
   /// len / block_size + 2) * 4 bytes of shared memory, len = ceil(capacity() / splits).
   [[nodiscard]] LaunchConfig split_config(const PagedAttentionShape& shape, int splits) const;
+  /// attend_grouped's launch: grid (kv_heads * ceil(group / h), rows, splits) for the kernel of h = 4 heads a block
+  /// (group = heads / kv_heads up to 4) or 8, 128 threads, 4 * min(group, h) * (head_dim + 2) * 4 bytes of shared
+  /// memory.
+  [[nodiscard]] LaunchConfig grouped_config(const PagedAttentionShape& shape, int splits) const;
   /// append's launch: 256 threads per block over rows * kv_heads * head_dim elements.
   [[nodiscard]] LaunchConfig append_config(const PagedAttentionShape& shape) const;
   /// rope_append's launch: 256 threads per block over rows * (heads + 2 kv_heads) * head_dim / 8 eighths.
@@ -204,12 +239,16 @@ class PagedAttention {
   [[nodiscard]] const AttentionKernel& attention_kernel() const noexcept { return attention_; }
   /// See append_kernel.
   [[nodiscard]] const SplitKernel& split_kernel() const noexcept { return split_; }
+  /// See append_kernel: attention_paged_grouped_h4 (`eight` false) or _h8.
+  [[nodiscard]] const GroupedKernel& grouped_kernel(bool eight) const noexcept { return eight ? grouped8_ : grouped4_; }
 
  private:
   AppendKernel append_;
   RopeAppendKernel rope_append_;
   AttentionKernel attention_;
   SplitKernel split_;
+  GroupedKernel grouped4_;
+  GroupedKernel grouped8_;
   bool early_launch_;
 };
 

@@ -8,7 +8,9 @@
 ///   qkv = h Wqkv^T                                one cuBLASLt GEMM over the stacked weight
 ///   q, k, v = qkv + biases; rotate q and k;       PagedAttention::rope_append: each row at its own position, its k
 ///   cache <- k, v                                 and v into the pool through its own table
-///   a = attention(q, cache)                       PagedAttention::attend (or attend_split, as the narrow step splits)
+///   a = attention(q, cache)                       PagedAttention::attend_grouped: each key and value read once for
+///                                                 the query heads that share it, each row's positions split
+///                                                 (paged_grouped_splits, or DecoderConfig::attention_blocks)
 ///   x += a Wo^T                                   GEMM with the residual (cuBLASLt: C = D = x)
 ///   h = rmsnorm(x) * g_mlp; gate, up = GEMMs; gate = act(gate) * up; x += gate W2^T
 ///
@@ -18,11 +20,10 @@
 /// Buckets of 16, 32, 64, 128 and 256 rows (wide_buckets: up to the smallest that holds max_batch): N rows run in the
 /// graph of the smallest bucket that holds them. The rows past N (the bucket's padding) take row 0's token at position
 /// 0 through row 0's first block: rope_append writes nothing for them (it reads N from the device io), and the row-wise
-/// kernels leave them alone; the GEMMs and attention compute them (each row on its own: nothing of theirs reaches a
-/// real row), attention over that one position whatever row 0's length. The
-/// tokens, positions and tables are staged on the host and copied in by the graph's first nodes: new values never
-/// recapture. Graphs are captured on first use (or all at once, capture_all) into one GraphPool; the buffers for the
-/// largest bucket are allocated once, when the step is made.
+/// kernels leave them alone; the GEMMs compute them (each row on its own: nothing of theirs reaches a real row), and
+/// attention gives them zeros without reading the cache. The tokens, positions and tables are staged on the host and
+/// copied in by the graph's first nodes: new values never recapture. Graphs are captured on first use (or all at once,
+/// capture_all) into one GraphPool; the buffers for the largest bucket are allocated once, when the step is made.
 ///
 /// What it does not run (DecoderConfig::validate and the decoder refuse them, naming them): a mixture of experts,
 /// quantized weights; and what the paged cache does not run (q/k norms, the persistent backend, tensor-parallel ranks).
@@ -130,7 +131,7 @@ class BasicWideStep {
 
  private:
   /// The device memory of the largest bucket: prefill's layer buffers (x, h, qkv, q, gate, up; k and v unused), the
-  /// attention output, the logits, the next tokens, the io, and the split attention's partials and counters.
+  /// attention output, the logits, the next tokens, the io, and the grouped attention's partials and counters.
   struct Buffers {
     Buffers(const Stream& stream, const DecoderConfig& config, int rows, std::size_t partials);
     BasicPrefillBuffers<T> layer;
@@ -138,8 +139,8 @@ class BasicWideStep {
     DeviceBuffer<T> logits;           ///< [rows][vocab]
     DeviceBuffer<int> next;           ///< [rows]
     DeviceBuffer<int> io;             ///< WideIo's layout
-    DeviceBuffer<float> partials;     ///< attend_split's, for the bucket that needs the most
-    DeviceBuffer<unsigned> counters;  ///< attend_split's [rows][heads], zero between launches
+    DeviceBuffer<float> partials;     ///< attend_grouped's, for the bucket that needs the most
+    DeviceBuffer<unsigned> counters;  ///< attend_grouped's [rows][heads], zero between launches
   };
 
   /// The op of a step of bucket `rows` (everything between the io copies).

@@ -1,0 +1,303 @@
+// Grouped-query decode attention over a paged KV cache for steps of many rows (the wide decode step,
+// nn/wide_step.hpp): one block per (row, kv head, up to kHeads of the query heads that share it, split), so that
+// every key and value is read once for all of those heads, with an online softmax (no scores in shared memory: a
+// split may be as long as the row's context). fp16 or bf16 storage (the kernels named *_bf16 take bf16), fp32
+// arithmetic. Layout as kernels/nn/paged_attention.cu: the pools [n_blocks][n_kv_heads][block_size][head_dim], row b's
+// table tables[b][0 .. table_width), q and out [rows][n_heads][head_dim]; query head h reads kv head
+// h / (n_heads / n_kv_heads).
+//
+//   attention_paged_grouped_h4 / _h8(q, k_pool, v_pool, out, partials, counters, positions, tables, count, n_heads,
+//                                    n_kv_heads, head_dim, block_size, n_blocks, table_width, scale, window)
+//     Launch: grid (n_kv_heads * parts, rows, splits), parts = ceil(group / kHeads), group = n_heads / n_kv_heads
+//     (block x serves kv head x / parts and its query heads from (x % parts) * kHeads on); 128 threads; dynamic shared
+//     memory 4 * min(group, kHeads) * (head_dim + 2) * 4 bytes. Rows b below count[0] (clamped to [0, rows]) at
+//     position p attend positions f..p (f = 0, or max(0, p - window + 1) for window > 0): their n = p - f + 1
+//     positions are cut into ranges of len = max(64, ceil(n / splits)) positions, one per block z; the blocks whose
+//     range starts past p return at once. When one range holds them all, its block writes out; otherwise each of the
+//     u = ceil(n / len) blocks writes its partial maximum, sum and weighted values to partials
+//     [rows][n_heads][splits][head_dim + 2] (floats), and the last of them, found by an atomic count in
+//     counters[b * gridDim.x + x] (zero at launch; that block sets it back to zero), combines the u partials in
+//     split order. The result's bits depend on n and splits, never on the order blocks run in. Rows from count[0]
+//     on (a bucket's padding) read nothing: their out is zeroed (by the blocks of z = 0).
+//     Requires head_dim a multiple of 8 and at most 256, n_heads a multiple of n_kv_heads, block_size 16 or 32, q,
+//     the pools and out 16-byte aligned, the dynamic shared memory above; traps otherwise, and on a position outside
+//     [0, table_width * block_size) or a table entry it uses outside [0, n_blocks).
+//     May be launched early (LaunchConfig::early_launch): it reads nothing before it waits for the kernel before it.
+#include "lazygraph/element.cuh"
+#include "lazygraph/kernel_common.cuh"
+
+namespace {
+
+constexpr int kGroupedThreads = 128;
+constexpr int kGroupedWarps = kGroupedThreads / 32;
+constexpr int kGroupedMaxHeadDim = 256;
+constexpr int kGroupedMinSplit = 64;  // the fewest positions a split attends
+constexpr int kGroupedInFlight = 2;   // positions a lane group loads before it uses any
+
+__device__ __forceinline__ float minus_infinity() { return -__int_as_float(0x7f800000); }
+
+/// e^(m - top), or 0 for an empty set (m = -inf), so that two empty sets merge into an empty one.
+__device__ __forceinline__ float rescale(float m, float top) { return m == minus_infinity() ? 0.0f : expf(m - top); }
+
+/// The dynamic shared memory this launch was given, in bytes.
+__device__ __forceinline__ unsigned grouped_shared_bytes() {
+  unsigned bytes;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(bytes));
+  return bytes;
+}
+
+template <int kHeads, class T>
+__device__ __forceinline__ void attention_paged_grouped_body(const T* q, const T* k_pool, const T* v_pool, T* out,
+                                                             float* partials, unsigned* counters, const int* positions,
+                                                             const int* tables, const int* count, int n_heads,
+                                                             int n_kv_heads, int head_dim, int block_size, int n_blocks,
+                                                             int table_width, float scale, int window) {
+  lg::early_launch_prologue();       // may be launched early; reads nothing before its wait
+  extern __shared__ float shared[];  // per warp, per head: m, l, then head_dim weighted values
+  __shared__ bool last_block;
+  if (blockDim.x != kGroupedThreads || head_dim % 8 != 0 || head_dim <= 0 || head_dim > kGroupedMaxHeadDim ||
+      n_kv_heads <= 0 || n_heads % n_kv_heads != 0 || (block_size != 16 && block_size != 32) || !lg::is_aligned16(q) ||
+      !lg::is_aligned16(k_pool) || !lg::is_aligned16(v_pool) || !lg::is_aligned16(out)) {
+    __trap();
+  }
+  const int group = n_heads / n_kv_heads;
+  const int parts = (group + kHeads - 1) / kHeads;
+  const int kv_head = static_cast<int>(blockIdx.x) / parts;
+  if (kv_head >= n_kv_heads) return;
+  const int head0 = kv_head * group + (static_cast<int>(blockIdx.x) % parts) * kHeads;  // this block's first head
+  const int heads = min(kHeads, kv_head * group + group - head0);                       // and how many
+  const int stride = head_dim + 2;  // floats per (warp, head) in shared memory, and per partial
+  if (grouped_shared_bytes() < static_cast<unsigned>(kGroupedWarps * min(group, kHeads) * stride) * 4U) __trap();
+  const int row = static_cast<int>(blockIdx.y);
+  const long long out_at = (static_cast<long long>(row) * n_heads + head0) * head_dim;  // this block's first head
+  if (row >= min(max(count[0], 0), static_cast<int>(gridDim.y))) {                      // padding: zeros, once
+    if (blockIdx.z == 0) {
+      for (int e = threadIdx.x; e < heads * head_dim; e += blockDim.x) out[out_at + e] = lg::from_float<T>(0.0f);
+    }
+    return;
+  }
+  const int shift = block_size == 32 ? 5 : 4;
+  const int p = positions[row];
+  if (p < 0 || static_cast<long long>(p) >= (static_cast<long long>(table_width) << shift)) __trap();
+  const int first = window > 0 ? max(0, p - window + 1) : 0;
+  const int n = p - first + 1;
+  const int splits = static_cast<int>(gridDim.z);
+  const int len = max(kGroupedMinSplit, (n + splits - 1) / splits);
+  const int used = (n + len - 1) / len;
+  const int z = static_cast<int>(blockIdx.z);
+  if (z >= used) return;
+  const int begin = first + z * len;
+  const int end = min(begin + len, p + 1);
+
+  // Lanes: `lanes` of them (a power of two) share one position, each holding 8 elements of its head_dim.
+  const int chunks = head_dim / 8;
+  int lanes = 1;
+  while (lanes < chunks) lanes <<= 1;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int sub = lane % lanes;
+  const bool has_chunk = sub < chunks;
+  const int col = 8 * (has_chunk ? sub : 0);
+  const int per_warp = 32 / lanes;                  // positions a warp covers at once
+  const int mine = warp * per_warp + lane / lanes;  // this lane group's position within a step
+  const int across = kGroupedWarps * per_warp;      // positions the block covers at once
+  const int step = across * kGroupedInFlight;       // positions per step of the loop
+
+  float qf[kHeads][8];
+  float m[kHeads];
+  float l[kHeads];
+  float acc[kHeads][8];
+#pragma unroll
+  for (int g = 0; g < kHeads; ++g) {
+    float x[8] = {};
+    if (g < heads) lg::load_float8(q + out_at + static_cast<long long>(g) * head_dim + col, x);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      qf[g][i] = has_chunk ? x[i] * scale : 0.0f;
+      acc[g][i] = 0.0f;
+    }
+    m[g] = minus_infinity();
+    l[g] = 0.0f;
+  }
+
+  const int* table = tables + static_cast<long long>(row) * table_width;
+  const long long block_stride = static_cast<long long>(n_kv_heads) * block_size * head_dim;
+  const long long head_base = static_cast<long long>(kv_head) * block_size * head_dim + col;
+  const int mask = block_size - 1;
+  // The block ids of a step's positions (a position past the range stands for the first: no branch around a load),
+  // read one step ahead so that the table's latency hides behind the cache's.
+  const auto block_ids = [&](int j0, int(&ids)[kGroupedInFlight]) {
+#pragma unroll
+    for (int u = 0; u < kGroupedInFlight; ++u) {
+      const int j = j0 + u * across + mine;
+      ids[u] = table[(j < end ? j : begin) >> shift];
+    }
+  };
+  int ids[kGroupedInFlight];
+  block_ids(begin, ids);
+  for (int j0 = begin; j0 < end; j0 += step) {
+    lg::Pack8<T> kk[kGroupedInFlight];
+    lg::Pack8<T> vv[kGroupedInFlight];
+    bool ok[kGroupedInFlight];
+#pragma unroll
+    for (int u = 0; u < kGroupedInFlight; ++u) {
+      const int j = j0 + u * across + mine;
+      ok[u] = j < end;
+      if (ids[u] < 0 || ids[u] >= n_blocks) __trap();
+      const long long offset = static_cast<long long>(ids[u]) * block_stride + head_base +
+                               static_cast<long long>((ok[u] ? j : begin) & mask) * head_dim;
+      kk[u] = lg::load8(k_pool + offset);
+      vv[u] = lg::load8(v_pool + offset);
+    }
+    block_ids(j0 + step, ids);
+    // Scores, then each head's new maximum and weights (e), then the weighted values.
+    float e[kHeads][kGroupedInFlight];
+#pragma unroll
+    for (int u = 0; u < kGroupedInFlight; ++u) {
+      float kf[8];
+      lg::unpack8(kk[u], kf);
+#pragma unroll
+      for (int g = 0; g < kHeads; ++g) {
+        if (g >= heads) continue;  // uniform over the block
+        float dot = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) dot = fmaf(qf[g][i], kf[i], dot);
+        for (int offset = lanes / 2; offset > 0; offset >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
+        e[g][u] = ok[u] ? dot : minus_infinity();
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < kHeads; ++g) {
+      if (g >= heads) continue;
+      float top = m[g];
+#pragma unroll
+      for (int u = 0; u < kGroupedInFlight; ++u) top = fmaxf(top, e[g][u]);
+      if (top == minus_infinity()) {  // no position yet (uniform over the lane group)
+#pragma unroll
+        for (int u = 0; u < kGroupedInFlight; ++u) e[g][u] = 0.0f;
+        continue;
+      }
+      const float c = rescale(m[g], top);
+      l[g] *= c;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[g][i] *= c;
+#pragma unroll
+      for (int u = 0; u < kGroupedInFlight; ++u) {
+        e[g][u] = ok[u] ? expf(e[g][u] - top) : 0.0f;
+        l[g] += e[g][u];
+      }
+      m[g] = top;
+    }
+#pragma unroll
+    for (int u = 0; u < kGroupedInFlight; ++u) {
+      float vf[8];
+      lg::unpack8(vv[u], vf);
+#pragma unroll
+      for (int g = 0; g < kHeads; ++g) {
+        if (g >= heads) continue;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[g][i] = fmaf(e[g][u], vf[i], acc[g][i]);
+      }
+    }
+  }
+
+  // The warp's lane groups merged (each lane with the lanes of its chunk), then the warps in shared memory.
+  for (int offset = lanes; offset < 32; offset <<= 1) {
+#pragma unroll
+    for (int g = 0; g < kHeads; ++g) {
+      const float m2 = __shfl_xor_sync(0xffffffffu, m[g], offset);
+      const float l2 = __shfl_xor_sync(0xffffffffu, l[g], offset);
+      const float top = fmaxf(m[g], m2);
+      const float c1 = rescale(m[g], top);
+      const float c2 = rescale(m2, top);
+      l[g] = l[g] * c1 + l2 * c2;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const float a2 = __shfl_xor_sync(0xffffffffu, acc[g][i], offset);
+        acc[g][i] = acc[g][i] * c1 + a2 * c2;
+      }
+      m[g] = top;
+    }
+  }
+  const int block_heads = min(group, kHeads);
+  float* warp_state = shared + warp * block_heads * stride;
+  if (lane < lanes && has_chunk) {
+#pragma unroll
+    for (int g = 0; g < kHeads; ++g) {
+      if (g >= heads) continue;
+      if (sub == 0) {
+        warp_state[g * stride] = m[g];
+        warp_state[g * stride + 1] = l[g];
+      }
+#pragma unroll
+      for (int i = 0; i < 8; ++i) warp_state[g * stride + 2 + col + i] = acc[g][i];
+    }
+  }
+  __syncthreads();
+  const int total = heads * head_dim;
+  const long long pair0 = static_cast<long long>(row) * n_heads + head0;  // this block's first (row, head)
+  for (int e = threadIdx.x; e < total; e += blockDim.x) {
+    const int g = e / head_dim;
+    const int d = e % head_dim;
+    float top = minus_infinity();
+    for (int w = 0; w < kGroupedWarps; ++w) top = fmaxf(top, shared[(w * block_heads + g) * stride]);
+    float sum = 0.0f;
+    float value = 0.0f;
+    for (int w = 0; w < kGroupedWarps; ++w) {
+      const float* ws = shared + (w * block_heads + g) * stride;
+      const float c = rescale(ws[0], top);
+      sum += ws[1] * c;
+      value += ws[2 + d] * c;
+    }
+    if (used == 1) {
+      out[out_at + e] = lg::from_float<T>(value / sum);
+    } else {
+      float* partial = partials + ((pair0 + g) * splits + z) * stride;
+      if (d == 0) {
+        partial[0] = top;
+        partial[1] = sum;
+      }
+      partial[2 + d] = value;
+    }
+  }
+  if (used == 1) return;
+
+  // The last of the row's used blocks combines their partials in split order.
+  __syncthreads();
+  const long long counter = static_cast<long long>(row) * gridDim.x + blockIdx.x;
+  if (threadIdx.x == 0) {
+    __threadfence();  // this block's partials are visible before its count
+    last_block = atomicAdd(counters + counter, 1u) == static_cast<unsigned>(used - 1);
+  }
+  __syncthreads();
+  if (!last_block) return;
+  __threadfence();  // the other blocks' partials, counted before ours, are visible from here
+  for (int e = threadIdx.x; e < total; e += blockDim.x) {
+    const int g = e / head_dim;
+    const int d = e % head_dim;
+    const float* all = partials + (pair0 + g) * splits * stride;
+    float top = minus_infinity();
+    for (int s = 0; s < used; ++s) top = fmaxf(top, __ldcg(all + s * stride));
+    float sum = 0.0f;
+    float value = 0.0f;
+    for (int s = 0; s < used; ++s) {
+      const float c = expf(__ldcg(all + s * stride) - top);
+      sum += __ldcg(all + s * stride + 1) * c;
+      value += __ldcg(all + s * stride + 2 + d) * c;
+    }
+    out[out_at + e] = lg::from_float<T>(value / sum);
+  }
+  if (threadIdx.x == 0) counters[counter] = 0;  // the next launch counts from zero
+}
+
+}  // namespace
+
+// The entry points: attention_paged_grouped_h4, attention_paged_grouped_h8, and the _bf16 ones.
+/* lazygraph:variants
+axis T = lg::half_t | lg::bf16_t _bf16
+axis H = 4 _h4 (128, 4) | 8 _h8 (128, 2)
+
+attention_paged_grouped[T][H] = attention_paged_grouped_body<H>(const T* q, const T* k_pool, const T* v_pool, T* out,
+    float* partials, unsigned* counters, const int* positions, const int* tables, const int* count, int n_heads,
+    int n_kv_heads, int head_dim, int block_size, int n_blocks, int table_width, float scale, int window)
+*/
