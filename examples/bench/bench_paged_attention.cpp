@@ -140,7 +140,7 @@ Times run_case(const lg::Stream& s, const lg::Device& gpu, const nn::Kernels& k,
         partials.view().subspan(0, nn::PagedAttention<half>::split_partials(shape, t.grouped_splits)), counters.view(),
         cache, count.cview(), t.grouped_splits);
     const auto grouped_config = paged.grouped_config(shape, t.grouped_splits);
-    const auto& grouped_kernel = paged.grouped_kernel(sh.heads / sh.kv_heads > 4);
+    const auto& grouped_kernel = paged.grouped_kernel(shape);
     t.grouped =
         median_seconds(s, reps,
                        [&](int i) {

@@ -62,6 +62,7 @@
 // past its rows. At the end, out = acc / l, staged through shared memory for 16-byte stores. Rows past the chunk (the
 // last tile's) are computed on zeros and never stored. Shared rows are padded to D + 8 elements, so the 8 row addresses
 // of an ldmatrix fall on distinct banks.
+#include "lazygraph/async_copy.cuh"
 #include "lazygraph/element.cuh"
 #include "lazygraph/kernel_common.cuh"
 
@@ -78,22 +79,10 @@ constexpr int warp_tiles(int head_dim) { return head_dim <= 64 ? 2 : 1; }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800  // (before sm_80 the kernels only trap)
 constexpr float kLog2e = 1.4426950408889634f;
 
-__device__ __forceinline__ unsigned shared_address(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-
-/// Copies 16 bytes from global `from` to shared `to` asynchronously; `fill` false writes 16 zero bytes instead (and
-/// reads nothing).
-__device__ __forceinline__ void copy16_async(void* to, const void* from, bool fill) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(shared_address(to)), "l"(from), "r"(fill ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void commit_async() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-/// Waits until at most N of this thread's committed groups of copies are still in flight.
-template <int N>
-__device__ __forceinline__ void wait_async() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
+using lg::commit_async;
+using lg::copy16_async;
+using lg::shared_address;
+using lg::wait_async;
 
 /// Four 8 x 8 matrices of 16-bit elements from shared memory: lane 8 i + r gives the address of row r of matrix i;
 /// lane l receives in m[i] the elements (l / 4, 2 (l % 4)) and (l / 4, 2 (l % 4) + 1) of matrix i.

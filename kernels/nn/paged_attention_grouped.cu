@@ -6,16 +6,22 @@
 // table tables[b][0 .. table_width), q and out [rows][n_heads][head_dim]; query head h reads kv head
 // h / (n_heads / n_kv_heads).
 //
-//   attention_paged_grouped_h4 / _h8(q, k_pool, v_pool, out, partials, counters, positions, tables, count, n_heads,
-//                                    n_kv_heads, head_dim, block_size, n_blocks, table_width, scale, window)
+//   attention_paged_grouped_h4 / _h8 [_d64 / _d128](q, k_pool, v_pool, out, partials, counters, positions, tables,
+//                                    count, n_heads, n_kv_heads, head_dim, block_size, n_blocks, table_width, scale,
+//                                    window)
+//     (_d64 and _d128: for that head_dim only, which they trap on otherwise: their loops unrolled and their index
+//     arithmetic constant; without: any head_dim.)
 //     Launch: grid (n_kv_heads * parts, rows, splits), parts = ceil(group / kHeads), group = n_heads / n_kv_heads
 //     (block x serves kv head x / parts and its query heads from (x % parts) * kHeads on); 128 threads; dynamic shared
-//     memory 4 * min(group, kHeads) * (head_dim + 2) * 4 bytes. Rows b below count[0] (clamped to [0, rows]) at
-//     position p attend positions f..p (f = 0, or max(0, p - window + 1) for window > 0): their n = p - f + 1
-//     positions are cut into ranges of len = max(64, ceil(n / splits)) positions, one per block z; the blocks whose
-//     range starts past p return at once. When one range holds them all, its block writes out; otherwise each of the
-//     u = ceil(n / len) blocks writes its partial maximum, sum and weighted values to partials
-//     [rows][n_heads][splits][head_dim + 2] (floats), and the last of them, found by an atomic count in
+//     memory 4 * min(group, kHeads) * (head_dim + 2) * 4 + 4 * 2 * tile * head_dim * 2 bytes: the warps' results, then
+//     four stages of a tile of keys and one of values, tile = 256 / lanes positions, lanes the power of two at or
+//     above head_dim / 8 (32 positions for head_dim 64). The cache reaches shared memory tile by tile through cp.async
+//     (sm_80 and newer; the kernels trap on older GPUs), three tiles in flight while the block works on a fourth. Rows
+//     b below count[0] (clamped to [0, rows]) at position p attend positions f..p (f = 0, or max(0, p - window + 1) for
+//     window > 0): their n = p - f + 1 positions are cut into ranges of len = max(64, ceil(n / splits)) positions, one
+//     per block z; the blocks whose range starts past p return at once. When one range holds them all, its block writes
+//     out; otherwise each of the u = ceil(n / len) blocks writes its partial maximum, sum and weighted values to
+//     partials [rows][n_heads][splits][head_dim + 2] (floats), and the last of them, found by an atomic count in
 //     counters[b * gridDim.x + x] (zero at launch; that block sets it back to zero), combines the u partials in
 //     split order. The result's bits depend on n and splits, never on the order blocks run in. Rows from count[0]
 //     on (a bucket's padding) read nothing: their out is zeroed (by the blocks of z = 0).
@@ -23,6 +29,7 @@
 //     the pools and out 16-byte aligned, the dynamic shared memory above; traps otherwise, and on a position outside
 //     [0, table_width * block_size) or a table entry it uses outside [0, n_blocks).
 //     May be launched early (LaunchConfig::early_launch): it reads nothing before it waits for the kernel before it.
+#include "lazygraph/async_copy.cuh"
 #include "lazygraph/element.cuh"
 #include "lazygraph/kernel_common.cuh"
 
@@ -32,7 +39,8 @@ constexpr int kGroupedThreads = 128;
 constexpr int kGroupedWarps = kGroupedThreads / 32;
 constexpr int kGroupedMaxHeadDim = 256;
 constexpr int kGroupedMinSplit = 64;  // the fewest positions a split attends
-constexpr int kGroupedInFlight = 2;   // positions a lane group loads before it uses any
+constexpr int kGroupedInFlight = 2;   // positions a lane group takes from a tile at once (a tile: 2 per lane group)
+constexpr int kGroupedStages = 4;     // tiles in flight in shared memory
 
 __device__ __forceinline__ float minus_infinity() { return -__int_as_float(0x7f800000); }
 
@@ -46,14 +54,20 @@ __device__ __forceinline__ unsigned grouped_shared_bytes() {
   return bytes;
 }
 
-template <int kHeads, class T>
+template <int kHeads, int kHeadDim, class T>
 __device__ __forceinline__ void attention_paged_grouped_body(const T* q, const T* k_pool, const T* v_pool, T* out,
                                                              float* partials, unsigned* counters, const int* positions,
                                                              const int* tables, const int* count, int n_heads,
-                                                             int n_kv_heads, int head_dim, int block_size, int n_blocks,
-                                                             int table_width, float scale, int window) {
+                                                             int n_kv_heads, int head_dim_given, int block_size,
+                                                             int n_blocks, int table_width, float scale, int window) {
+#if __CUDA_ARCH__ < 800
+  __trap();  // cp.async needs sm_80 (as the wide step does)
+#else
   lg::early_launch_prologue();       // may be launched early; reads nothing before its wait
   extern __shared__ float shared[];  // per warp, per head: m, l, then head_dim weighted values
+  // kHeadDim > 0: the kernel for that head_dim alone, its loops unrolled and its divisions shifts; 0: any.
+  const int head_dim = kHeadDim > 0 ? kHeadDim : head_dim_given;
+  if (kHeadDim > 0 && head_dim_given != kHeadDim) __trap();
   __shared__ bool last_block;
   if (blockDim.x != kGroupedThreads || head_dim % 8 != 0 || head_dim <= 0 || head_dim > kGroupedMaxHeadDim ||
       n_kv_heads <= 0 || n_heads % n_kv_heads != 0 || (block_size != 16 && block_size != 32) || !lg::is_aligned16(q) ||
@@ -67,7 +81,6 @@ __device__ __forceinline__ void attention_paged_grouped_body(const T* q, const T
   const int head0 = kv_head * group + (static_cast<int>(blockIdx.x) % parts) * kHeads;  // this block's first head
   const int heads = min(kHeads, kv_head * group + group - head0);                       // and how many
   const int stride = head_dim + 2;  // floats per (warp, head) in shared memory, and per partial
-  if (grouped_shared_bytes() < static_cast<unsigned>(kGroupedWarps * min(group, kHeads) * stride) * 4U) __trap();
   const int row = static_cast<int>(blockIdx.y);
   const long long out_at = (static_cast<long long>(row) * n_heads + head0) * head_dim;  // this block's first head
   if (row >= min(max(count[0], 0), static_cast<int>(gridDim.y))) {                      // padding: zeros, once
@@ -101,7 +114,12 @@ __device__ __forceinline__ void attention_paged_grouped_body(const T* q, const T
   const int per_warp = 32 / lanes;                  // positions a warp covers at once
   const int mine = warp * per_warp + lane / lanes;  // this lane group's position within a step
   const int across = kGroupedWarps * per_warp;      // positions the block covers at once
-  const int step = across * kGroupedInFlight;       // positions per step of the loop
+  const int tile = across * kGroupedInFlight;       // positions per tile of the cache in shared memory
+  if (grouped_shared_bytes() <
+      static_cast<unsigned>(kGroupedWarps * min(group, kHeads) * stride * 4 +
+                            kGroupedStages * 2 * tile * head_dim * static_cast<int>(sizeof(T)))) {
+    __trap();
+  }
 
   float qf[kHeads][8];
   float m[kHeads];
@@ -120,42 +138,54 @@ __device__ __forceinline__ void attention_paged_grouped_body(const T* q, const T
     l[g] = 0.0f;
   }
 
+  // The cache, tile by tile through shared memory: kGroupedStages tiles of `tile` positions (keys, then values) in
+  // flight as cp.async copies while the block works on the oldest, so that far more bytes are in flight than
+  // registers could hold. Positions past the range are zero-filled and never used.
   const int* table = tables + static_cast<long long>(row) * table_width;
   const long long block_stride = static_cast<long long>(n_kv_heads) * block_size * head_dim;
-  const long long head_base = static_cast<long long>(kv_head) * block_size * head_dim + col;
+  const long long head_base = static_cast<long long>(kv_head) * block_size * head_dim;
   const int mask = block_size - 1;
-  // The block ids of a step's positions (a position past the range stands for the first: no branch around a load),
-  // read one step ahead so that the table's latency hides behind the cache's.
-  const auto block_ids = [&](int j0, int(&ids)[kGroupedInFlight]) {
-#pragma unroll
-    for (int u = 0; u < kGroupedInFlight; ++u) {
-      const int j = j0 + u * across + mine;
-      ids[u] = table[(j < end ? j : begin) >> shift];
+  const int tile_elements = tile * head_dim;
+  T* tiles = reinterpret_cast<T*>(shared + kGroupedWarps * min(group, kHeads) * stride);  // [stage][k, v][tile]
+  const int count_tiles = (end - begin + tile - 1) / tile;
+  const auto fetch = [&](int t) {  // tile t into its stage, then one commit (always: the group count stays uniform)
+    if (t < count_tiles) {
+      T* k_to = tiles + static_cast<long long>(t % kGroupedStages) * 2 * tile_elements;
+      T* v_to = k_to + tile_elements;
+      for (int c = threadIdx.x; c < tile * chunks; c += kGroupedThreads) {
+        const int r = c / chunks;
+        const int j = begin + t * tile + r;
+        const bool real = j < end;
+        long long from = 0;
+        if (real) {
+          const int id = table[j >> shift];
+          if (id < 0 || id >= n_blocks) __trap();
+          from = static_cast<long long>(id) * block_stride + head_base + static_cast<long long>(j & mask) * head_dim +
+                 8 * (c % chunks);
+        }
+        const int to = r * head_dim + 8 * (c % chunks);
+        lg::copy16_async(k_to + to, k_pool + from, real);
+        lg::copy16_async(v_to + to, v_pool + from, real);
+      }
     }
+    lg::commit_async();
   };
-  int ids[kGroupedInFlight];
-  block_ids(begin, ids);
-  for (int j0 = begin; j0 < end; j0 += step) {
-    lg::Pack8<T> kk[kGroupedInFlight];
-    lg::Pack8<T> vv[kGroupedInFlight];
-    bool ok[kGroupedInFlight];
 #pragma unroll
-    for (int u = 0; u < kGroupedInFlight; ++u) {
-      const int j = j0 + u * across + mine;
-      ok[u] = j < end;
-      if (ids[u] < 0 || ids[u] >= n_blocks) __trap();
-      const long long offset = static_cast<long long>(ids[u]) * block_stride + head_base +
-                               static_cast<long long>((ok[u] ? j : begin) & mask) * head_dim;
-      kk[u] = lg::load8(k_pool + offset);
-      vv[u] = lg::load8(v_pool + offset);
-    }
-    block_ids(j0 + step, ids);
+  for (int t = 0; t < kGroupedStages - 1; ++t) fetch(t);
+  for (int t = 0; t < count_tiles; ++t) {
+    fetch(t + kGroupedStages - 1);
+    lg::wait_async<kGroupedStages - 1>();  // this thread's copies of tile t have landed
+    __syncthreads();                       // and every thread's
+    const T* k_tile = tiles + static_cast<long long>(t % kGroupedStages) * 2 * tile_elements;
+    const T* v_tile = k_tile + tile_elements;
+    const int held = min(tile, end - begin - t * tile);  // positions of this tile in the range
     // Scores, then each head's new maximum and weights (e), then the weighted values.
     float e[kHeads][kGroupedInFlight];
 #pragma unroll
     for (int u = 0; u < kGroupedInFlight; ++u) {
+      const int r = u * across + mine;
       float kf[8];
-      lg::unpack8(kk[u], kf);
+      lg::unpack8(lg::load8(k_tile + r * head_dim + col), kf);
 #pragma unroll
       for (int g = 0; g < kHeads; ++g) {
         if (g >= heads) continue;  // uniform over the block
@@ -163,7 +193,7 @@ __device__ __forceinline__ void attention_paged_grouped_body(const T* q, const T
 #pragma unroll
         for (int i = 0; i < 8; ++i) dot = fmaf(qf[g][i], kf[i], dot);
         for (int offset = lanes / 2; offset > 0; offset >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
-        e[g][u] = ok[u] ? dot : minus_infinity();
+        e[g][u] = r < held ? dot : minus_infinity();
       }
     }
 #pragma unroll
@@ -183,7 +213,7 @@ __device__ __forceinline__ void attention_paged_grouped_body(const T* q, const T
       for (int i = 0; i < 8; ++i) acc[g][i] *= c;
 #pragma unroll
       for (int u = 0; u < kGroupedInFlight; ++u) {
-        e[g][u] = ok[u] ? expf(e[g][u] - top) : 0.0f;
+        e[g][u] = u * across + mine < held ? expf(e[g][u] - top) : 0.0f;
         l[g] += e[g][u];
       }
       m[g] = top;
@@ -191,7 +221,7 @@ __device__ __forceinline__ void attention_paged_grouped_body(const T* q, const T
 #pragma unroll
     for (int u = 0; u < kGroupedInFlight; ++u) {
       float vf[8];
-      lg::unpack8(vv[u], vf);
+      lg::unpack8(lg::load8(v_tile + (u * across + mine) * head_dim + col), vf);
 #pragma unroll
       for (int g = 0; g < kHeads; ++g) {
         if (g >= heads) continue;
@@ -199,7 +229,9 @@ __device__ __forceinline__ void attention_paged_grouped_body(const T* q, const T
         for (int i = 0; i < 8; ++i) acc[g][i] = fmaf(e[g][u], vf[i], acc[g][i]);
       }
     }
+    __syncthreads();  // every thread is done with this stage before a later fetch overwrites it
   }
+  lg::wait_async<0>();  // no copy outlives the block (the last fetches were empty commits)
 
   // The warp's lane groups merged (each lane with the lanes of its chunk), then the warps in shared memory.
   for (int offset = lanes; offset < 32; offset <<= 1) {
@@ -288,16 +320,19 @@ __device__ __forceinline__ void attention_paged_grouped_body(const T* q, const T
     out[out_at + e] = lg::from_float<T>(value / sum);
   }
   if (threadIdx.x == 0) counters[counter] = 0;  // the next launch counts from zero
+#endif
 }
 
 }  // namespace
 
-// The entry points: attention_paged_grouped_h4, attention_paged_grouped_h8, and the _bf16 ones.
+// The entry points: attention_paged_grouped_h4, _h4_d64, _h4_d128, _h8, _h8_d64, _h8_d128, and the _bf16 ones.
 /* lazygraph:variants
 axis T = lg::half_t | lg::bf16_t _bf16
 axis H = 4 _h4 (128, 4) | 8 _h8 (128, 2)
+axis D = 0 | 64 _d64 | 128 _d128
 
-attention_paged_grouped[T][H] = attention_paged_grouped_body<H>(const T* q, const T* k_pool, const T* v_pool, T* out,
-    float* partials, unsigned* counters, const int* positions, const int* tables, const int* count, int n_heads,
-    int n_kv_heads, int head_dim, int block_size, int n_blocks, int table_width, float scale, int window)
+attention_paged_grouped[T][H][D] = attention_paged_grouped_body<H, D>(const T* q, const T* k_pool,
+    const T* v_pool, T* out, float* partials, unsigned* counters, const int* positions, const int* tables,
+    const int* count, int n_heads, int n_kv_heads, int head_dim, int block_size, int n_blocks, int table_width,
+    float scale, int window)
 */

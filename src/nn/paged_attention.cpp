@@ -1,6 +1,7 @@
 #include "lazygraph/nn/paged_attention.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <string>
 
@@ -81,8 +82,13 @@ long long unsplit_shared_bytes(const PagedAttentionShape& s) { return (s.capacit
 /// attention_paged_grouped's query heads per block: the _h4 kernel's 4 up to a group of 4, else the _h8 kernel's 8.
 int grouped_heads(const PagedAttentionShape& s) { return s.heads / s.kv_heads <= 4 ? 4 : 8; }
 
+/// attention_paged_grouped's shared memory: its 4 warps' results per head, then 4 stages of a tile of keys and one of
+/// values, a tile 256 / lanes positions (lanes: the power of two at or above head_dim / 8).
 long long grouped_shared_bytes(const PagedAttentionShape& s) {
-  return 4LL * std::min(s.heads / s.kv_heads, grouped_heads(s)) * (s.head_dim + 2) * 4;
+  int lanes = 1;
+  while (lanes < s.head_dim / 8) lanes <<= 1;
+  const long long tile = 256 / lanes;
+  return 4LL * std::min(s.heads / s.kv_heads, grouped_heads(s)) * (s.head_dim + 2) * 4 + 4 * 2 * tile * s.head_dim * 2;
 }
 
 }  // namespace
@@ -249,13 +255,27 @@ PagedAttention<T>::PagedAttention(const KernelLibrary& library, bool early_launc
       split_(
           library.get<void(const T*, const T*, const T*, T*, float*, unsigned*, const int*, const int*, int, int, int,
                            int, int, int, float, int)>("attention_paged_split" + std::string(kernel_suffix<T>))),
-      grouped4_(library.get<void(const T*, const T*, const T*, T*, float*, unsigned*, const int*, const int*,
-                                 const int*, int, int, int, int, int, int, float, int)>(
-          "attention_paged_grouped" + std::string(kernel_suffix<T>) + "_h4")),
-      grouped8_(library.get<void(const T*, const T*, const T*, T*, float*, unsigned*, const int*, const int*,
-                                 const int*, int, int, int, int, int, int, float, int)>(
-          "attention_paged_grouped" + std::string(kernel_suffix<T>) + "_h8")),
+      grouped_(grouped_kernels(library)),
       early_launch_(early_launch) {}
+
+template <Element T>
+std::array<typename PagedAttention<T>::GroupedKernel, 6> PagedAttention<T>::grouped_kernels(
+    const KernelLibrary& library) {
+  const auto get = [&](const char* heads, const char* dim) {
+    return library.get<void(const T*, const T*, const T*, T*, float*, unsigned*, const int*, const int*, const int*,
+                            int, int, int, int, int, int, float, int)>("attention_paged_grouped" +
+                                                                       std::string(kernel_suffix<T>) + heads + dim);
+  };
+  return {get("_h4", ""), get("_h4", "_d64"), get("_h4", "_d128"),
+          get("_h8", ""), get("_h8", "_d64"), get("_h8", "_d128")};
+}
+
+template <Element T>
+const typename PagedAttention<T>::GroupedKernel& PagedAttention<T>::grouped_kernel(
+    const PagedAttentionShape& s) const noexcept {
+  const std::size_t dim = s.head_dim == 64 ? 1 : s.head_dim == 128 ? 2 : 0;
+  return grouped_[(grouped_heads(s) == 8 ? 3 : 0) + dim];
+}
 
 template <Element T>
 std::size_t PagedAttention<T>::split_partials(const PagedAttentionShape& s, int splits) noexcept {
@@ -349,9 +369,9 @@ typename PagedAttention<T>::GroupedOp PagedAttention<T>::attend_grouped(
     const PagedAttentionShape& s, DeviceSpan<const T> q, DeviceSpan<T> out, DeviceSpan<float> partials,
     DeviceSpan<unsigned> counters, const PagedKvCache<T>& c, DeviceSpan<const int> count, int splits) const {
   check_paged_attend_grouped(s, q, out, partials, counters, c, count, splits);
-  return grouped_kernel(grouped_heads(s) == 8)(
-      grouped_config(s, splits), q, c.k_pool.as_const(), c.v_pool.as_const(), out, partials, counters, c.positions,
-      c.tables, count, s.heads, s.kv_heads, s.head_dim, s.block_size, s.blocks, s.table_width, scale_of(s), s.window);
+  return grouped_kernel(s)(grouped_config(s, splits), q, c.k_pool.as_const(), c.v_pool.as_const(), out, partials,
+                           counters, c.positions, c.tables, count, s.heads, s.kv_heads, s.head_dim, s.block_size,
+                           s.blocks, s.table_width, scale_of(s), s.window);
 }
 
 template class PagedAttention<half>;

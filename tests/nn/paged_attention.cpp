@@ -198,8 +198,11 @@ TEST_CASE_TEMPLATE("the paged handles match their kernels' declarations in kerne
   CHECK_NOTHROW(d.check<SignatureOf<typename P::AttentionKernel>>("attention_paged" + suffix));
   CHECK_NOTHROW(d.check<SignatureOf<typename P::SplitKernel>>("attention_paged_split" + suffix));
   CHECK_NOTHROW(d.check<SignatureOf<typename P::RopeAppendKernel>>("rope_append_paged" + suffix));
-  CHECK_NOTHROW(d.check<SignatureOf<typename P::GroupedKernel>>("attention_paged_grouped" + suffix + "_h4"));
-  CHECK_NOTHROW(d.check<SignatureOf<typename P::GroupedKernel>>("attention_paged_grouped" + suffix + "_h8"));
+  for (const char* heads : {"_h4", "_h8"}) {
+    for (const char* dim : {"", "_d64", "_d128"}) {
+      CHECK_NOTHROW(d.check<SignatureOf<typename P::GroupedKernel>>("attention_paged_grouped" + suffix + heads + dim));
+    }
+  }
   // The wrong element type is refused: the check can fail.
   CHECK_THROWS(d.check<SignatureOf<typename P::AttentionKernel>>(std::string("attention_paged") +
                                                                  (suffix.empty() ? "_bf16" : "")));
@@ -655,7 +658,7 @@ TEST_SUITE("gpu") {
     std::mt19937 rng(seed);
     for (const auto& [heads, kv_heads, head_dim, block_size] :
          {std::tuple{32, 8, 64, 16}, std::tuple{32, 8, 128, 32}, std::tuple{8, 8, 96, 16}, std::tuple{4, 1, 256, 32},
-          std::tuple{8, 2, 200, 16}, std::tuple{28, 2, 128, 16}}) {
+          std::tuple{8, 2, 200, 16}, std::tuple{28, 2, 128, 16}, std::tuple{16, 2, 64, 32}}) {
       CAPTURE(heads);
       CAPTURE(kv_heads);
       CAPTURE(head_dim);

@@ -11,6 +11,7 @@
 /// its position p lives in block tables[b][p / block_size] at offset p % block_size. Defined for T = half and
 /// bfloat16 in src/nn/paged_attention.cpp.
 
+#include <array>
 #include <cstddef>
 
 #include "lazygraph/nn/kernels.hpp"
@@ -150,8 +151,8 @@ class PagedAttention {
   /// See AppendOp.
   using SplitOp = LaunchOp<const T*, const T*, const T*, T*, float*, unsigned*, const int*, const int*, int, int, int,
                            int, int, int, float, int>;
-  /// attention_paged_grouped_h4 / _h8(q, k_pool, v_pool, out, partials, counters, positions, tables, count, heads,
-  /// kv_heads, head_dim, block_size, blocks, table_width, scale, window).
+  /// attention_paged_grouped_h4 / _h8 [_d64 / _d128](q, k_pool, v_pool, out, partials, counters, positions, tables,
+  /// count, heads, kv_heads, head_dim, block_size, blocks, table_width, scale, window).
   using GroupedKernel = Kernel<void(const T*, const T*, const T*, T*, float*, unsigned*, const int*, const int*,
                                     const int*, int, int, int, int, int, int, float, int)>;
   /// See AppendOp.
@@ -207,7 +208,8 @@ class PagedAttention {
   /// Attention of the first count[0] rows of q (count read on the device, clamped to [0, rows]) through the tables
   /// into out, for steps of many rows (the wide decode step): one block per (row, kv head, up to 8 of its query
   /// heads, split), so each key and value is read once for the query heads that share it, with an online softmax;
-  /// each row's own positions f..p cut into `splits` ranges of at least 64 (kernels/nn/paged_attention_grouped.cu).
+  /// each row's own positions f..p cut into `splits` ranges of at least 64, the cache staged through shared memory
+  /// by cp.async (kernels/nn/paged_attention_grouped.cu: sm_80 or newer, as the wide step; it traps on older GPUs).
   /// Within rounding of attend (fp32 sums in another order), deterministic for the same positions and splits. The
   /// rows from count[0] on get zeros. partials: split_partials(shape, splits) floats of scratch; counters: rows *
   /// heads unsigned, zero before the first launch (each launch leaves them zero); launches sharing counters must not
@@ -224,7 +226,7 @@ class PagedAttention {
   [[nodiscard]] LaunchConfig split_config(const PagedAttentionShape& shape, int splits) const;
   /// attend_grouped's launch: grid (kv_heads * ceil(group / h), rows, splits) for the kernel of h = 4 heads a block
   /// (group = heads / kv_heads up to 4) or 8, 128 threads, 4 * min(group, h) * (head_dim + 2) * 4 bytes of shared
-  /// memory.
+  /// memory plus four stages of keys and values (32 KiB at head_dim 64 or 128): at most 65 KiB.
   [[nodiscard]] LaunchConfig grouped_config(const PagedAttentionShape& shape, int splits) const;
   /// append's launch: 256 threads per block over rows * kv_heads * head_dim elements.
   [[nodiscard]] LaunchConfig append_config(const PagedAttentionShape& shape) const;
@@ -239,16 +241,19 @@ class PagedAttention {
   [[nodiscard]] const AttentionKernel& attention_kernel() const noexcept { return attention_; }
   /// See append_kernel.
   [[nodiscard]] const SplitKernel& split_kernel() const noexcept { return split_; }
-  /// See append_kernel: attention_paged_grouped_h4 (`eight` false) or _h8.
-  [[nodiscard]] const GroupedKernel& grouped_kernel(bool eight) const noexcept { return eight ? grouped8_ : grouped4_; }
+  /// See append_kernel: the attention_paged_grouped kernel attend_grouped launches for `shape`: _h4 for a group of up
+  /// to 4 query heads per kv head, else _h8; _d64 or _d128 for those head_dims (loops unrolled, index arithmetic
+  /// constant), else the one for any head_dim.
+  [[nodiscard]] const GroupedKernel& grouped_kernel(const PagedAttentionShape& shape) const noexcept;
 
  private:
   AppendKernel append_;
   RopeAppendKernel rope_append_;
   AttentionKernel attention_;
   SplitKernel split_;
-  GroupedKernel grouped4_;
-  GroupedKernel grouped8_;
+  /// The grouped kernels: _h4, _h4_d64, _h4_d128, _h8, _h8_d64, _h8_d128.
+  static std::array<GroupedKernel, 6> grouped_kernels(const KernelLibrary& library);
+  std::array<GroupedKernel, 6> grouped_;
   bool early_launch_;
 };
 
