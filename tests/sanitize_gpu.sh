@@ -88,6 +88,11 @@ conditional_excluded="*while_ runs its body exactly*,*a persistent program is th
 #   and synccheck run them);
 # - a test that times how long a failed NCCL join takes: initcheck makes NCCL's setup 3x slower than its bound.
 initcheck_excluded="*fork_join runs each branch on its own stream*,*a stream that waits for an event runs its later work*,*a rank whose peer never comes gets a TimeoutError*"
+# memcheck only: the test that times how long a failed NCCL join takes. memcheck makes NCCL's setup slower than the
+# test's bound (the 500 ms join took over 5.5 s, H200, compute-sanitizer 2025.3.1), and reports as a leak the 4 bytes
+# of pinned host memory NCCL allocates (cuMemHostAlloc within ncclCommInitRankConfig) for the communicator that the
+# join abandons: NCCL's own, not ours. synccheck and racecheck run it.
+memcheck_excluded="*a rank whose peer never comes gets a TimeoutError*"
 nccl_sources="*collective.cpp,*collective_log.cpp,*communicator.cpp,*multi_device_graph.cpp,*symmetric_buffer.cpp,*peer_exchange.cpp,*tensor_parallel.cpp,*tensor_parallel_decoder.cpp,*decoder_rank.cpp,*peer_all_reduce.cpp"
 parallel="${SANITIZE_JOBS:-8}"
 nccl_jobs="${SANITIZE_NCCL_JOBS:-4}"
@@ -216,7 +221,7 @@ for tool in "${tools[@]}"; do
   excluded=""
   [ "$tool" = synccheck ] && excluded=",$synccheck_excluded"
   [ "$tool" = racecheck ] && excluded=",$racecheck_excluded"
-  [ "$tool" = memcheck ] && excluded=",$conditional_excluded"
+  [ "$tool" = memcheck ] && excluded=",$conditional_excluded,$memcheck_excluded"
   [ "$tool" = initcheck ] && excluded=",$conditional_excluded,$initcheck_excluded"
   excluded_sources=""
   [ "$tool" = racecheck ] && excluded_sources=",$racecheck_excluded_sources"
