@@ -134,6 +134,7 @@ DeviceSpan<const T> BasicWideStep<T>::logits(int row) const {
 template <Element T>
 void BasicWideStep<T>::forget_graphs() noexcept {
   graphs_.clear();
+  report_.clear();  // the report is of the graphs held: recaptures report afresh
 }
 
 template <Element T>

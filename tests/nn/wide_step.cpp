@@ -383,6 +383,8 @@ TEST_SUITE("gpu") {
     CHECK(decoder.wide_step_report().size() == 1);
     decoder.capture_wide_steps();  // the rest at once: 16 and 32 rows
     CHECK(decoder.wide_step_report().size() == 2);
+    decoder.set_sampling(decoder.sampling());  // drops the graphs, and so their report
+    CHECK(decoder.wide_step_report().empty());
   }
 
   TEST_CASE("a wide decoder refuses quantized weights and a GPU without the wide step by name") {

@@ -155,7 +155,8 @@ class BasicDecoder {
   /// each would. \throws UsageError when max_batch is at most kMaxRows; as forward_batch.
   void capture_wide_steps();
   /// Each captured bucket of the wide step (in the order captured): its rows, capture time and the device memory its
-  /// capture took (graph and GEMM plans). Empty when none is captured or max_batch is at most kMaxRows.
+  /// capture took (graph and GEMM plans). Empty when none is captured or max_batch is at most kMaxRows; set_sampling
+  /// drops the graphs and so the report (the buckets are captured again on their next use).
   [[nodiscard]] std::vector<WideBucketReport> wide_step_report() const;
 
   /// Clears the KV caches (not needed to start over at position 0; it makes stale entries impossible to read).

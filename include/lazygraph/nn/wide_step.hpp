@@ -120,13 +120,15 @@ class BasicWideStep {
 
   /// The rows of each bucket, ascending.
   [[nodiscard]] const std::vector<int>& buckets() const noexcept { return buckets_; }
-  /// Each captured bucket's capture time and memory, in the order they were captured.
+  /// Each bucket captured since the step was made or last forgot its graphs: capture time and memory, in the order
+  /// they were captured.
   [[nodiscard]] const std::vector<WideBucketReport>& report() const noexcept { return report_; }
   /// Bytes of device memory the buffers take (without the graphs and the plans: report()).
   [[nodiscard]] std::size_t buffer_bytes() const noexcept;
   /// Row `row`'s logits of the last run (vocab values on the device).
   [[nodiscard]] DeviceSpan<const T> logits(int row) const;
-  /// Drops every graph (captured with the sampling rule): the decoder's set_sampling calls it. The plans stay.
+  /// Drops every graph (captured with the sampling rule) and the report of their captures: the decoder's set_sampling
+  /// calls it. The plans stay.
   void forget_graphs() noexcept;
 
  private:
