@@ -53,6 +53,7 @@ struct Times {
   std::optional<double> contiguous;
   std::optional<double> contiguous_split;
   std::optional<double> grouped;
+  std::optional<double> grouped_cuda_cores;
   int splits = 1;
   int grouped_splits = 1;
 };
@@ -96,7 +97,7 @@ Times run_case(const lg::Stream& s, const lg::Device& gpu, const nn::Kernels& k,
   fill(s, k, q.view(), 3U, 1.0F);
   auto out = lg::empty<half>(q_size).sync_on(s);
   t.splits = nn::paged_attention_splits(positions, rows * sh.heads, gpu.sm_count());
-  t.grouped_splits = nn::paged_grouped_splits(rows, sh.heads, sh.kv_heads, gpu.sm_count());
+  t.grouped_splits = nn::paged_grouped_splits(rows, sh.heads, sh.kv_heads, sh.head_dim, gpu.sm_count());
   auto partials =
       lg::empty<float>(nn::PagedAttention<half>::split_partials(shape, std::max(t.splits, t.grouped_splits)))
           .sync_on(s);
@@ -139,17 +140,20 @@ Times run_case(const lg::Stream& s, const lg::Device& gpu, const nn::Kernels& k,
         shape, q.cview(), out.view(),
         partials.view().subspan(0, nn::PagedAttention<half>::split_partials(shape, t.grouped_splits)), counters.view(),
         cache, count.cview(), t.grouped_splits);
-    const auto grouped_config = paged.grouped_config(shape, t.grouped_splits);
-    const auto& grouped_kernel = paged.grouped_kernel(shape);
-    t.grouped =
-        median_seconds(s, reps,
-                       [&](int i) {
-                         grouped_kernel.launch(s, grouped_config, q.cview(), k_pool.cview(), v_pool.cview(), out.view(),
-                                               partials.view(), counters.view(), d_positions.cview(),
-                                               tables[i % copies].cview(), count.cview(), sh.heads, sh.kv_heads,
-                                               sh.head_dim, block_size, blocks, width, scale, 0);
-                       }) *
-        1e6;
+    // The grouped kernel attend_grouped launches (tensor cores at head_dim 64 and 128), then its CUDA-core twin.
+    for (const bool tensor_cores : {true, false}) {
+      const auto grouped_config = paged.grouped_config(shape, t.grouped_splits, tensor_cores);
+      const auto& grouped_kernel = paged.grouped_kernel(shape, tensor_cores);
+      (tensor_cores ? t.grouped : t.grouped_cuda_cores) =
+          median_seconds(s, reps,
+                         [&](int i) {
+                           grouped_kernel.launch(s, grouped_config, q.cview(), k_pool.cview(), v_pool.cview(),
+                                                 out.view(), partials.view(), counters.view(), d_positions.cview(),
+                                                 tables[i % copies].cview(), count.cview(), sh.heads, sh.kv_heads,
+                                                 sh.head_dim, block_size, blocks, width, scale, 0);
+                         }) *
+          1e6;
+    }
     const auto config = paged.split_config(shape, t.splits);
     t.split = median_seconds(s, reps,
                              [&](int i) {
@@ -222,7 +226,9 @@ int run(double max_gib) {
       gpu.name().c_str(), gpu.sm_count(), ceiling * 1e-12);
   std::printf(
       "| shape | rows | position | KV MiB | floor us | paged us | paged split us (splits) | paged grouped us (splits) "
-      "| contiguous us | contiguous split us | best paged / floor |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "| grouped on CUDA cores us "
+      "| contiguous us | contiguous split us | best paged / floor "
+      "|\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   bool target_met = true;
   for (const Shape& sh : {Shape{"1B", 32, 8, 64}, Shape{"8B", 32, 8, 128}}) {
     for (const int rows : {1, 8, 64, 256}) {
@@ -230,15 +236,16 @@ int run(double max_gib) {
         const Times t = run_case(s, gpu, k, paged, sh, rows, positions, ceiling, max_gib * (1ULL << 30));
         const double kv_mib = 2.0 * rows * sh.kv_heads * positions * sh.head_dim * sizeof(half) / (1 << 20);
         if (!t.split) {
-          std::printf("| %s | %d | %d | %.0f | %.1f | skipped: over --max-gib | | | | | |\n", sh.name, rows, positions,
-                      kv_mib, t.floor_us);
+          std::printf("| %s | %d | %d | %.0f | %.1f | skipped: over --max-gib | | | | | | |\n", sh.name, rows,
+                      positions, kv_mib, t.floor_us);
           continue;
         }
         const double best = std::min({*t.split, t.unsplit.value_or(*t.split), t.grouped.value_or(*t.split)});
         if (positions == 32768 && best > 1.5 * t.floor_us) target_met = false;
-        std::printf("| %s | %d | %d | %.0f | %.1f | %s | %.1f (%d) | %s (%d) | %s | %s | %.2f |\n", sh.name, rows,
+        std::printf("| %s | %d | %d | %.0f | %.1f | %s | %.1f (%d) | %s (%d) | %s | %s | %s | %.2f |\n", sh.name, rows,
                     positions, kv_mib, t.floor_us, cell(t.unsplit).c_str(), *t.split, t.splits, cell(t.grouped).c_str(),
-                    t.grouped_splits, cell(t.contiguous).c_str(), cell(t.contiguous_split).c_str(), best / t.floor_us);
+                    t.grouped_splits, cell(t.grouped_cuda_cores).c_str(), cell(t.contiguous).c_str(),
+                    cell(t.contiguous_split).c_str(), best / t.floor_us);
       }
     }
   }

@@ -6,17 +6,24 @@
 // table tables[b][0 .. table_width), q and out [rows][n_heads][head_dim]; query head h reads kv head
 // h / (n_heads / n_kv_heads).
 //
-//   attention_paged_grouped_h4 / _h8 [_d64 / _d128](q, k_pool, v_pool, out, partials, counters, positions, tables,
-//                                    count, n_heads, n_kv_heads, head_dim, block_size, n_blocks, table_width, scale,
-//                                    window)
-//     (_d64 and _d128: for that head_dim only, which they trap on otherwise: their loops unrolled and their index
-//     arithmetic constant; without: any head_dim.)
-//     Launch: grid (n_kv_heads * parts, rows, splits), parts = ceil(group / kHeads), group = n_heads / n_kv_heads
-//     (block x serves kv head x / parts and its query heads from (x % parts) * kHeads on); 128 threads; dynamic shared
-//     memory 4 * min(group, kHeads) * (head_dim + 2) * 4 + 4 * 2 * tile * head_dim * 2 bytes: the warps' results, then
-//     four stages of a tile of keys and one of values, tile = 256 / lanes positions, lanes the power of two at or
-//     above head_dim / 8 (32 positions for head_dim 64). The cache reaches shared memory tile by tile through cp.async
-//     (sm_80 and newer; the kernels trap on older GPUs), three tiles in flight while the block works on a fourth. Rows
+//   attention_paged_grouped_h4 / _h8(q, k_pool, v_pool, out, partials, counters, positions, tables, count, n_heads,
+//                                    n_kv_heads, head_dim, block_size, n_blocks, table_width, scale, window)
+//     On CUDA cores, any head_dim. Launch: grid (n_kv_heads * parts, rows, splits), parts = ceil(group / kHeads),
+//     kHeads 4 (_h4) or 8 (_h8), group = n_heads / n_kv_heads (block x serves kv head x / parts and its query heads
+//     from (x % parts) * kHeads on); 128 threads; dynamic shared memory 4 * min(group, kHeads) * (head_dim + 2) * 4 +
+//     4 * 2 * tile * head_dim * 2 bytes: the warps' results, then four stages of a tile of keys and one of values,
+//     tile = 256 / lanes positions, lanes the power of two at or above head_dim / 8 (32 positions for head_dim 64).
+//     Each lane group of `lanes` lanes takes a position, each lane 8 of its elements, and keeps every head's running
+//     maximum, sum and weighted values in registers.
+//
+//   attention_paged_grouped_mma_d64 / _d128(the same parameters; head_dim 64 or 128, which they trap on otherwise)
+//     On tensor cores: kHeads 16 (the rows of an mma tile; past the group's heads they are zero); per tile of 64
+//     positions each warp takes 16 (attention_paged_grouped_mma_body). Launch as above with kHeads 16, dynamic shared
+//     memory 4 * min(group, 16) * (head_dim + 2) * 4 + stages * 2 * 64 * (head_dim + 8) * 2 bytes, stages 3 for
+//     head_dim 64 and 2 for 128.
+//
+//     Both: the cache reaches shared memory tile by tile through cp.async (sm_80 and newer; the kernels trap on older
+//     GPUs), the later tiles in flight while the block works on the first. Rows
 //     b below count[0] (clamped to [0, rows]) at position p attend positions f..p (f = 0, or max(0, p - window + 1) for
 //     window > 0): their n = p - f + 1 positions are cut into ranges of len = max(64, ceil(n / splits)) positions, one
 //     per block z; the blocks whose range starts past p return at once. When one range holds them all, its block writes
@@ -32,6 +39,7 @@
 #include "lazygraph/async_copy.cuh"
 #include "lazygraph/element.cuh"
 #include "lazygraph/kernel_common.cuh"
+#include "lazygraph/mma.cuh"
 
 namespace {
 
@@ -41,6 +49,7 @@ constexpr int kGroupedMaxHeadDim = 256;
 constexpr int kGroupedMinSplit = 64;  // the fewest positions a split attends
 constexpr int kGroupedInFlight = 2;   // positions a lane group takes from a tile at once (a tile: 2 per lane group)
 constexpr int kGroupedStages = 4;     // tiles in flight in shared memory
+constexpr int kGroupedMmaHeads = 16;  // query heads a block of the tensor-core kernels serves (the rows of an mma tile)
 
 __device__ __forceinline__ float minus_infinity() { return -__int_as_float(0x7f800000); }
 
@@ -54,40 +63,41 @@ __device__ __forceinline__ unsigned grouped_shared_bytes() {
   return bytes;
 }
 
-template <int kHeads, int kHeadDim, class T>
-__device__ __forceinline__ void attention_paged_grouped_body(const T* q, const T* k_pool, const T* v_pool, T* out,
-                                                             float* partials, unsigned* counters, const int* positions,
-                                                             const int* tables, const int* count, int n_heads,
-                                                             int n_kv_heads, int head_dim_given, int block_size,
-                                                             int n_blocks, int table_width, float scale, int window) {
-#if __CUDA_ARCH__ < 800
-  __trap();  // cp.async needs sm_80 (as the wide step does)
-#else
-  lg::early_launch_prologue();       // may be launched early; reads nothing before its wait
-  extern __shared__ float shared[];  // per warp, per head: m, l, then head_dim weighted values
-  // kHeadDim > 0: the kernel for that head_dim alone, its loops unrolled and its divisions shifts; 0: any.
-  const int head_dim = kHeadDim > 0 ? kHeadDim : head_dim_given;
-  if (kHeadDim > 0 && head_dim_given != kHeadDim) __trap();
-  __shared__ bool last_block;
-  if (blockDim.x != kGroupedThreads || head_dim % 8 != 0 || head_dim <= 0 || head_dim > kGroupedMaxHeadDim ||
-      n_kv_heads <= 0 || n_heads % n_kv_heads != 0 || (block_size != 16 && block_size != 32) || !lg::is_aligned16(q) ||
-      !lg::is_aligned16(k_pool) || !lg::is_aligned16(v_pool) || !lg::is_aligned16(out)) {
-    __trap();
-  }
+/// What one block of a grouped launch attends: the kv head, its query heads and the row it serves, and its range of
+/// the row's positions.
+struct GroupedWork {
+  int group;         ///< query heads per kv head
+  int kv_head;       ///< the block's kv head
+  int head0;         ///< its first query head
+  int heads;         ///< and how many (at most the kernel's kHeads)
+  int row;           ///< the row (sequence) it serves
+  long long out_at;  ///< out's offset of (row, head0)
+  int begin;         ///< its positions: [begin, end)
+  int end;
+  int used;    ///< the blocks of the row that attend any position (the splits in use)
+  int z;       ///< this block's split
+  int splits;  ///< gridDim.z
+};
+
+/// The block's work (see the file comment); false when it has none: past the kv heads, a split past the row's
+/// positions, or a padding row, whose out the blocks of split 0 zero here. Traps on a position outside the table.
+template <int kHeads, class T>
+__device__ __forceinline__ bool grouped_work(GroupedWork& w, T* out, const int* positions, const int* count,
+                                             int n_heads, int n_kv_heads, int head_dim, int block_size, int table_width,
+                                             int window) {
   const int group = n_heads / n_kv_heads;
   const int parts = (group + kHeads - 1) / kHeads;
   const int kv_head = static_cast<int>(blockIdx.x) / parts;
-  if (kv_head >= n_kv_heads) return;
-  const int head0 = kv_head * group + (static_cast<int>(blockIdx.x) % parts) * kHeads;  // this block's first head
-  const int heads = min(kHeads, kv_head * group + group - head0);                       // and how many
-  const int stride = head_dim + 2;  // floats per (warp, head) in shared memory, and per partial
+  if (kv_head >= n_kv_heads) return false;
+  const int head0 = kv_head * group + (static_cast<int>(blockIdx.x) % parts) * kHeads;
+  const int heads = min(kHeads, kv_head * group + group - head0);
   const int row = static_cast<int>(blockIdx.y);
-  const long long out_at = (static_cast<long long>(row) * n_heads + head0) * head_dim;  // this block's first head
-  if (row >= min(max(count[0], 0), static_cast<int>(gridDim.y))) {                      // padding: zeros, once
+  const long long out_at = (static_cast<long long>(row) * n_heads + head0) * head_dim;
+  if (row >= min(max(count[0], 0), static_cast<int>(gridDim.y))) {  // padding: zeros, once
     if (blockIdx.z == 0) {
       for (int e = threadIdx.x; e < heads * head_dim; e += blockDim.x) out[out_at + e] = lg::from_float<T>(0.0f);
     }
-    return;
+    return false;
   }
   const int shift = block_size == 32 ? 5 : 4;
   const int p = positions[row];
@@ -98,9 +108,106 @@ __device__ __forceinline__ void attention_paged_grouped_body(const T* q, const T
   const int len = max(kGroupedMinSplit, (n + splits - 1) / splits);
   const int used = (n + len - 1) / len;
   const int z = static_cast<int>(blockIdx.z);
-  if (z >= used) return;
+  if (z >= used) return false;
   const int begin = first + z * len;
-  const int end = min(begin + len, p + 1);
+  w = {group, kv_head, head0, heads, row, out_at, begin, min(begin + len, p + 1), used, z, splits};
+  return true;
+}
+
+/// The block's end, once each warp has left in `shared` ([kGroupedWarps][block_heads][head_dim + 2] floats) its
+/// maximum m (natural units, -inf for no position), its sum l of e^(s - m) and its weighted values, for each of the
+/// block's heads: the warps combined, then out (one split in use) or this split's partial, and the last of the row's
+/// splits combines the partials in split order. Every thread of the block calls it.
+template <class T>
+__device__ __forceinline__ void grouped_finish(const GroupedWork& w, const float* shared, int block_heads, int head_dim,
+                                               int n_heads, T* out, float* partials, unsigned* counters) {
+  __shared__ bool last_block;
+  const int stride = head_dim + 2;
+  const int total = w.heads * head_dim;
+  const long long pair0 = static_cast<long long>(w.row) * n_heads + w.head0;  // this block's first (row, head)
+  for (int e = threadIdx.x; e < total; e += blockDim.x) {
+    const int g = e / head_dim;
+    const int d = e % head_dim;
+    float top = minus_infinity();
+    for (int k = 0; k < kGroupedWarps; ++k) top = fmaxf(top, shared[(k * block_heads + g) * stride]);
+    float sum = 0.0f;
+    float value = 0.0f;
+    for (int k = 0; k < kGroupedWarps; ++k) {
+      const float* ws = shared + (k * block_heads + g) * stride;
+      const float c = rescale(ws[0], top);
+      sum += ws[1] * c;
+      value += ws[2 + d] * c;
+    }
+    if (w.used == 1) {
+      out[w.out_at + e] = lg::from_float<T>(value / sum);
+    } else {
+      float* partial = partials + ((pair0 + g) * w.splits + w.z) * stride;
+      if (d == 0) {
+        partial[0] = top;
+        partial[1] = sum;
+      }
+      partial[2 + d] = value;
+    }
+  }
+  if (w.used == 1) return;
+
+  // The last of the row's used blocks combines their partials in split order.
+  __syncthreads();
+  const long long counter = static_cast<long long>(w.row) * gridDim.x + blockIdx.x;
+  if (threadIdx.x == 0) {
+    __threadfence();  // this block's partials are visible before its count
+    last_block = atomicAdd(counters + counter, 1u) == static_cast<unsigned>(w.used - 1);
+  }
+  __syncthreads();
+  if (!last_block) return;
+  __threadfence();  // the other blocks' partials, counted before ours, are visible from here
+  for (int e = threadIdx.x; e < total; e += blockDim.x) {
+    const int g = e / head_dim;
+    const int d = e % head_dim;
+    const float* all = partials + (pair0 + g) * w.splits * stride;
+    float top = minus_infinity();
+    for (int s = 0; s < w.used; ++s) top = fmaxf(top, __ldcg(all + s * stride));
+    float sum = 0.0f;
+    float value = 0.0f;
+    for (int s = 0; s < w.used; ++s) {
+      const float c = expf(__ldcg(all + s * stride) - top);
+      sum += __ldcg(all + s * stride + 1) * c;
+      value += __ldcg(all + s * stride + 2 + d) * c;
+    }
+    out[w.out_at + e] = lg::from_float<T>(value / sum);
+  }
+  if (threadIdx.x == 0) counters[counter] = 0;  // the next launch counts from zero
+}
+
+template <int kHeads, class T>
+__device__ __forceinline__ void attention_paged_grouped_body(const T* q, const T* k_pool, const T* v_pool, T* out,
+                                                             float* partials, unsigned* counters, const int* positions,
+                                                             const int* tables, const int* count, int n_heads,
+                                                             int n_kv_heads, int head_dim, int block_size, int n_blocks,
+                                                             int table_width, float scale, int window) {
+#if __CUDA_ARCH__ < 800
+  __trap();  // cp.async needs sm_80 (as the wide step does)
+#else
+  lg::early_launch_prologue();       // may be launched early; reads nothing before its wait
+  extern __shared__ float shared[];  // per warp, per head: m, l, then head_dim weighted values
+  if (blockDim.x != kGroupedThreads || head_dim % 8 != 0 || head_dim <= 0 || head_dim > kGroupedMaxHeadDim ||
+      n_kv_heads <= 0 || n_heads % n_kv_heads != 0 || (block_size != 16 && block_size != 32) || !lg::is_aligned16(q) ||
+      !lg::is_aligned16(k_pool) || !lg::is_aligned16(v_pool) || !lg::is_aligned16(out)) {
+    __trap();
+  }
+  GroupedWork w;
+  if (!grouped_work<kHeads>(w, out, positions, count, n_heads, n_kv_heads, head_dim, block_size, table_width, window)) {
+    return;
+  }
+  const int group = w.group;
+  const int kv_head = w.kv_head;
+  const int heads = w.heads;
+  const int row = w.row;
+  const long long out_at = w.out_at;
+  const int begin = w.begin;
+  const int end = w.end;
+  const int stride = head_dim + 2;  // floats per (warp, head) in shared memory, and per partial
+  const int shift = block_size == 32 ? 5 : 4;
 
   // Lanes: `lanes` of them (a power of two) share one position, each holding 8 elements of its head_dim.
   const int chunks = head_dim / 8;
@@ -266,73 +373,217 @@ __device__ __forceinline__ void attention_paged_grouped_body(const T* q, const T
     }
   }
   __syncthreads();
-  const int total = heads * head_dim;
-  const long long pair0 = static_cast<long long>(row) * n_heads + head0;  // this block's first (row, head)
-  for (int e = threadIdx.x; e < total; e += blockDim.x) {
-    const int g = e / head_dim;
-    const int d = e % head_dim;
-    float top = minus_infinity();
-    for (int w = 0; w < kGroupedWarps; ++w) top = fmaxf(top, shared[(w * block_heads + g) * stride]);
-    float sum = 0.0f;
-    float value = 0.0f;
-    for (int w = 0; w < kGroupedWarps; ++w) {
-      const float* ws = shared + (w * block_heads + g) * stride;
-      const float c = rescale(ws[0], top);
-      sum += ws[1] * c;
-      value += ws[2 + d] * c;
-    }
-    if (used == 1) {
-      out[out_at + e] = lg::from_float<T>(value / sum);
-    } else {
-      float* partial = partials + ((pair0 + g) * splits + z) * stride;
-      if (d == 0) {
-        partial[0] = top;
-        partial[1] = sum;
-      }
-      partial[2 + d] = value;
-    }
-  }
-  if (used == 1) return;
+  grouped_finish(w, shared, block_heads, head_dim, n_heads, out, partials, counters);
+#endif
+}
 
-  // The last of the row's used blocks combines their partials in split order.
-  __syncthreads();
-  const long long counter = static_cast<long long>(row) * gridDim.x + blockIdx.x;
-  if (threadIdx.x == 0) {
-    __threadfence();  // this block's partials are visible before its count
-    last_block = atomicAdd(counters + counter, 1u) == static_cast<unsigned>(used - 1);
+/// attention_paged_grouped_mma_dD: the grouped attention on tensor cores, head_dim D (64 or 128) and up to 16 query
+/// heads a block (kGroupedMmaHeads). The block's query heads are the 16 rows of mma tiles (rows past them zero); each
+/// warp takes 16 positions of every tile of 64: its scores S = Q K^T (16 x 16, fp32, K through ldmatrix from the
+/// staged tile), their online softmax per head in base 2 (scale * log2(e) folded into the exponent), then O += P V
+/// (P rounded to T straight from the score registers as the A fragment, V through ldmatrix.trans). Rows of shared
+/// memory are padded to D + 8 elements, so that an ldmatrix's 8 row addresses fall on distinct banks. The warps' maxima
+/// leave in natural units for grouped_finish.
+template <int D, class T>
+__device__ __forceinline__ void attention_paged_grouped_mma_body(const T* q, const T* k_pool, const T* v_pool, T* out,
+                                                                 float* partials, unsigned* counters,
+                                                                 const int* positions, const int* tables,
+                                                                 const int* count, int n_heads, int n_kv_heads,
+                                                                 int head_dim, int block_size, int n_blocks,
+                                                                 int table_width, float scale, int window) {
+#if __CUDA_ARCH__ < 800
+  __trap();  // mma.sync, ldmatrix and cp.async need sm_80 (as the wide step does)
+#else
+  constexpr int kTile = 64;                 // positions per tile, 16 per warp
+  constexpr int kStages = D == 64 ? 3 : 2;  // tiles in flight (shared memory: 27 KiB a stage at D = 64, 34 at 128)
+  constexpr int kRow = D + 8;               // a position's padded row in shared memory, in elements
+  constexpr int kChunks = D / 8;            // 16-byte chunks of a position's row
+  lg::early_launch_prologue();              // may be launched early; reads nothing before its wait
+  extern __shared__ float shared[];         // [warps][block_heads][D + 2] results, then [stage][k, v][kTile][kRow] of T
+  if (blockDim.x != kGroupedThreads || head_dim != D || n_kv_heads <= 0 || n_heads % n_kv_heads != 0 ||
+      (block_size != 16 && block_size != 32) || !lg::is_aligned16(q) || !lg::is_aligned16(k_pool) ||
+      !lg::is_aligned16(v_pool) || !lg::is_aligned16(out)) {
+    __trap();
   }
-  __syncthreads();
-  if (!last_block) return;
-  __threadfence();  // the other blocks' partials, counted before ours, are visible from here
-  for (int e = threadIdx.x; e < total; e += blockDim.x) {
-    const int g = e / head_dim;
-    const int d = e % head_dim;
-    const float* all = partials + (pair0 + g) * splits * stride;
-    float top = minus_infinity();
-    for (int s = 0; s < used; ++s) top = fmaxf(top, __ldcg(all + s * stride));
-    float sum = 0.0f;
-    float value = 0.0f;
-    for (int s = 0; s < used; ++s) {
-      const float c = expf(__ldcg(all + s * stride) - top);
-      sum += __ldcg(all + s * stride + 1) * c;
-      value += __ldcg(all + s * stride + 2 + d) * c;
+  GroupedWork w;
+  if (!grouped_work<kGroupedMmaHeads>(w, out, positions, count, n_heads, n_kv_heads, D, block_size, table_width,
+                                      window)) {
+    return;
+  }
+  const int block_heads = min(w.group, kGroupedMmaHeads);
+  const int stride = D + 2;
+  if (grouped_shared_bytes() < static_cast<unsigned>(kGroupedWarps * block_heads * stride * 4 +
+                                                     kStages * 2 * kTile * kRow * static_cast<int>(sizeof(T)))) {
+    __trap();
+  }
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int g = lane / 4;  // the mma fragments' row group and thread in group
+  const int t = lane % 4;
+
+  // Q as A fragments, one per 16 dims: rows g and g + 8 of the block's heads (zero past them).
+  unsigned qa[D / 16][4];
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int r = g + 8 * (i % 2);
+      const int d = 16 * ks + 2 * t + 8 * (i / 2);
+      qa[ks][i] =
+          r < w.heads ? *reinterpret_cast<const unsigned*>(q + w.out_at + static_cast<long long>(r) * D + d) : 0U;
     }
-    out[out_at + e] = lg::from_float<T>(value / sum);
   }
-  if (threadIdx.x == 0) counters[counter] = 0;  // the next launch counts from zero
+  const float scale_log2 = scale * 1.4426950408889634f;
+  float o[D / 8][4];  // O's fragments: rows g, g + 8; dims 8 j + 2 t, + 1
+#pragma unroll
+  for (int j = 0; j < D / 8; ++j) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) o[j][i] = 0.0f;
+  }
+  float m[2] = {minus_infinity(), minus_infinity()};  // rows g, g + 8: maxima of the scaled scores, base 2
+  float l[2] = {0.0f, 0.0f};                          // this lane's share of their sums
+
+  const int shift = block_size == 32 ? 5 : 4;
+  const int mask = block_size - 1;
+  const int* table = tables + static_cast<long long>(w.row) * table_width;
+  const long long block_stride = static_cast<long long>(n_kv_heads) * block_size * D;
+  const long long head_base = static_cast<long long>(w.kv_head) * block_size * D;
+  T* tiles = reinterpret_cast<T*>(shared + kGroupedWarps * block_heads * stride);
+  const int count_tiles = (w.end - w.begin + kTile - 1) / kTile;
+  const auto fetch = [&](int tile) {  // tile into its stage, then one commit (always: the group count stays uniform)
+    if (tile < count_tiles) {
+      T* k_to = tiles + (tile % kStages) * 2 * kTile * kRow;
+      T* v_to = k_to + kTile * kRow;
+#pragma unroll
+      for (int c = threadIdx.x; c < kTile * kChunks; c += kGroupedThreads) {
+        const int r = c / kChunks;
+        const int j = w.begin + tile * kTile + r;
+        const bool real = j < w.end;
+        long long from = 0;
+        if (real) {
+          const int id = table[j >> shift];
+          if (id < 0 || id >= n_blocks) __trap();
+          from = static_cast<long long>(id) * block_stride + head_base + static_cast<long long>(j & mask) * D +
+                 8 * (c % kChunks);
+        }
+        const int to = r * kRow + 8 * (c % kChunks);
+        lg::copy16_async(k_to + to, k_pool + from, real);
+        lg::copy16_async(v_to + to, v_pool + from, real);
+      }
+    }
+    lg::commit_async();
+  };
+#pragma unroll
+  for (int tile = 0; tile < kStages - 1; ++tile) fetch(tile);
+  for (int tile = 0; tile < count_tiles; ++tile) {
+    fetch(tile + kStages - 1);
+    lg::wait_async<kStages - 1>();  // this thread's copies of the tile have landed
+    __syncthreads();                // and every thread's
+    const T* k_tile = tiles + (tile % kStages) * 2 * kTile * kRow;
+    const T* v_tile = k_tile + kTile * kRow;
+    const int held = min(kTile, w.end - w.begin - tile * kTile);  // positions of this tile in the range
+    const int p0 = 16 * warp;                                     // this warp's first position of the tile
+    if (p0 < held) {                                              // uniform over the warp
+      // S = Q K^T over positions p0 .. p0 + 15: two n tiles of 8; an ldmatrix.x4 gives 8 positions x 32 dims.
+      float s[2][4] = {};
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+        for (int ks = 0; ks < D / 16; ks += 2) {
+          unsigned b[4];
+          lg::load_matrices(b, k_tile + (p0 + 8 * nt + lane % 8) * kRow + 16 * ks + 8 * (lane / 8));
+          lg::mma(s[nt], qa[ks], b[0], b[1], T{});
+          lg::mma(s[nt], qa[ks + 1], b[2], b[3], T{});
+        }
+      }
+      // Scaled to base 2, masked past the range; each row's maximum over the warp's 16 positions.
+      float top[2] = {m[0], m[1]};
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int position = p0 + 8 * nt + 2 * t + i % 2;
+          s[nt][i] = position < held ? s[nt][i] * scale_log2 : minus_infinity();
+          top[i / 2] = fmaxf(top[i / 2], s[nt][i]);
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        top[r] = fmaxf(top[r], __shfl_xor_sync(0xffffffffu, top[r], 1));
+        top[r] = fmaxf(top[r], __shfl_xor_sync(0xffffffffu, top[r], 2));
+        // top is finite: position p0 is in the range. The old maximum's weights shrink by 2^(m - top).
+        const float c = m[r] == minus_infinity() ? 0.0f : lg::exp2_approx(m[r] - top[r]);
+        l[r] *= c;
+#pragma unroll
+        for (int j = 0; j < D / 8; ++j) {
+          o[j][2 * r] *= c;
+          o[j][2 * r + 1] *= c;
+        }
+        m[r] = top[r];
+      }
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          s[nt][i] = lg::exp2_approx(s[nt][i] - m[i / 2]);  // 0 past the range
+          l[i / 2] += s[nt][i];
+        }
+      }
+      // P as the A fragment of 16 positions (the C layout of two 16 x 8 tiles is the A layout of one 16 x 16).
+      const unsigned pa[4] = {lg::pack2(T{}, s[0][0], s[0][1]), lg::pack2(T{}, s[0][2], s[0][3]),
+                              lg::pack2(T{}, s[1][0], s[1][1]), lg::pack2(T{}, s[1][2], s[1][3])};
+      // O += P V: an ldmatrix.x4.trans gives 16 positions x 16 dims, the B fragments of two n tiles of 8 dims.
+#pragma unroll
+      for (int nd = 0; nd < D / 16; ++nd) {
+        unsigned b[4];
+        lg::load_matrices_transposed(
+            b, v_tile + (p0 + lane % 8 + 8 * ((lane / 8) % 2)) * kRow + 16 * nd + 8 * (lane / 16));
+        lg::mma(o[2 * nd], pa, b[0], b[1], T{});
+        lg::mma(o[2 * nd + 1], pa, b[2], b[3], T{});
+      }
+    }
+    __syncthreads();  // every warp is done with this stage before a later fetch overwrites it
+  }
+  lg::wait_async<0>();  // no copy outlives the block (the last fetches were empty commits)
+
+  // The warp's results per head row into shared memory: m in natural units, l summed over the row's 4 lanes.
+  float* warp_state = shared + warp * block_heads * stride;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    const int head = g + 8 * r;
+    if (head >= w.heads) continue;
+    float* ws = warp_state + head * stride;
+    if (t == 0) {
+      ws[0] = m[r] == minus_infinity() ? m[r] : m[r] * 0.6931471805599453f;
+      ws[1] = l[r];
+    }
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      ws[2 + 8 * j + 2 * t] = o[j][2 * r];
+      ws[2 + 8 * j + 2 * t + 1] = o[j][2 * r + 1];
+    }
+  }
+  __syncthreads();
+  grouped_finish(w, shared, block_heads, D, n_heads, out, partials, counters);
 #endif
 }
 
 }  // namespace
 
-// The entry points: attention_paged_grouped_h4, _h4_d64, _h4_d128, _h8, _h8_d64, _h8_d128, and the _bf16 ones.
+// The entry points: attention_paged_grouped_h4, _h8, attention_paged_grouped_mma_d64, _d128, and the _bf16 ones.
 /* lazygraph:variants
 axis T = lg::half_t | lg::bf16_t _bf16
 axis H = 4 _h4 (128, 4) | 8 _h8 (128, 2)
-axis D = 0 | 64 _d64 | 128 _d128
+axis M = 64 _d64 | 128 _d128
 
-attention_paged_grouped[T][H][D] = attention_paged_grouped_body<H, D>(const T* q, const T* k_pool,
+attention_paged_grouped[T][H] = attention_paged_grouped_body<H>(const T* q, const T* k_pool,
     const T* v_pool, T* out, float* partials, unsigned* counters, const int* positions, const int* tables,
     const int* count, int n_heads, int n_kv_heads, int head_dim, int block_size, int n_blocks, int table_width,
     float scale, int window)
+attention_paged_grouped_mma[T][M] __launch_bounds__(128, 3) = attention_paged_grouped_mma_body<M>(const T* q,
+    const T* k_pool, const T* v_pool, T* out, float* partials, unsigned* counters, const int* positions,
+    const int* tables, const int* count, int n_heads, int n_kv_heads, int head_dim, int block_size, int n_blocks,
+    int table_width, float scale, int window)
 */

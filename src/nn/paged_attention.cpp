@@ -79,16 +79,28 @@ long long split_shared_bytes(const PagedAttentionShape& s, int splits) {
 
 long long unsplit_shared_bytes(const PagedAttentionShape& s) { return (s.capacity() + s.table_width) * 4; }
 
-/// attention_paged_grouped's query heads per block: the _h4 kernel's 4 up to a group of 4, else the _h8 kernel's 8.
-int grouped_heads(const PagedAttentionShape& s) { return s.heads / s.kv_heads <= 4 ? 4 : 8; }
+/// Whether attend_grouped runs on tensor cores for `s` (attention_paged_grouped_mma_d64 / _d128) when allowed.
+bool grouped_mma(const PagedAttentionShape& s, bool tensor_cores) {
+  return tensor_cores && (s.head_dim == 64 || s.head_dim == 128);
+}
 
-/// attention_paged_grouped's shared memory: its 4 warps' results per head, then 4 stages of a tile of keys and one of
-/// values, a tile 256 / lanes positions (lanes: the power of two at or above head_dim / 8).
-long long grouped_shared_bytes(const PagedAttentionShape& s) {
+/// The grouped kernel's query heads per block: 16 on tensor cores; on CUDA cores the _h4 kernel's 4 up to a group of
+/// 4, else the _h8 kernel's 8.
+int grouped_heads(const PagedAttentionShape& s, bool mma) {
+  if (mma) return 16;
+  return s.heads / s.kv_heads <= 4 ? 4 : 8;
+}
+
+/// The grouped kernel's shared memory (kernels/nn/paged_attention_grouped.cu): its 4 warps' results per head, then
+/// the stages of the cache's tiles. On CUDA cores 4 stages of 256 / lanes positions (lanes: the power of two at or
+/// above head_dim / 8); on tensor cores 3 (head_dim 64) or 2 stages of 64 positions in rows padded to head_dim + 8.
+long long grouped_shared_bytes(const PagedAttentionShape& s, bool mma) {
+  const long long results = 4LL * std::min(s.heads / s.kv_heads, grouped_heads(s, mma)) * (s.head_dim + 2) * 4;
+  if (mma) return results + (s.head_dim == 64 ? 3 : 2) * 2 * 64LL * (s.head_dim + 8) * 2;
   int lanes = 1;
   while (lanes < s.head_dim / 8) lanes <<= 1;
   const long long tile = 256 / lanes;
-  return 4LL * std::min(s.heads / s.kv_heads, grouped_heads(s)) * (s.head_dim + 2) * 4 + 4 * 2 * tile * s.head_dim * 2;
+  return results + 4 * 2 * tile * s.head_dim * 2;
 }
 
 }  // namespace
@@ -213,14 +225,15 @@ void check_paged_attend_grouped(const PagedAttentionShape& s, DeviceSpan<const T
   check_apart("out", out, "count", count);
 }
 
-int paged_grouped_splits(int rows, int heads, int kv_heads, int multiprocessors) {
+int paged_grouped_splits(int rows, int heads, int kv_heads, int head_dim, int multiprocessors) {
   if (rows < 1 || heads < 1 || kv_heads < 1 || multiprocessors < 1 || heads % kv_heads != 0) {
     refuse_paged("paged_grouped_splits: rows " + paged_str(rows) + ", heads " + paged_str(heads) + ", kv_heads " +
                  paged_str(kv_heads) + " and multiprocessors " + paged_str(multiprocessors) +
                  " must all be at least 1, heads a multiple of kv_heads");
   }
+  const PagedAttentionShape shape{.rows = rows, .heads = heads, .kv_heads = kv_heads, .head_dim = head_dim};
   const int group = heads / kv_heads;
-  const int per_block = group <= 4 ? 4 : 8;
+  const int per_block = grouped_heads(shape, grouped_mma(shape, true));
   const long long blocks = static_cast<long long>(rows) * kv_heads * ((group + per_block - 1) / per_block);
   const long long wanted = (8LL * multiprocessors + blocks - 1) / blocks;  // about eight blocks per SM
   return static_cast<int>(std::clamp(wanted, 1LL, static_cast<long long>(paged_max_splits)));
@@ -259,22 +272,22 @@ PagedAttention<T>::PagedAttention(const KernelLibrary& library, bool early_launc
       early_launch_(early_launch) {}
 
 template <Element T>
-std::array<typename PagedAttention<T>::GroupedKernel, 6> PagedAttention<T>::grouped_kernels(
+std::array<typename PagedAttention<T>::GroupedKernel, 4> PagedAttention<T>::grouped_kernels(
     const KernelLibrary& library) {
-  const auto get = [&](const char* heads, const char* dim) {
+  const auto get = [&](const std::string& name) {
     return library.get<void(const T*, const T*, const T*, T*, float*, unsigned*, const int*, const int*, const int*,
-                            int, int, int, int, int, int, float, int)>("attention_paged_grouped" +
-                                                                       std::string(kernel_suffix<T>) + heads + dim);
+                            int, int, int, int, int, int, float, int)>(name);
   };
-  return {get("_h4", ""), get("_h4", "_d64"), get("_h4", "_d128"),
-          get("_h8", ""), get("_h8", "_d64"), get("_h8", "_d128")};
+  const std::string suffix(kernel_suffix<T>);
+  return {get("attention_paged_grouped" + suffix + "_h4"), get("attention_paged_grouped" + suffix + "_h8"),
+          get("attention_paged_grouped_mma" + suffix + "_d64"), get("attention_paged_grouped_mma" + suffix + "_d128")};
 }
 
 template <Element T>
-const typename PagedAttention<T>::GroupedKernel& PagedAttention<T>::grouped_kernel(
-    const PagedAttentionShape& s) const noexcept {
-  const std::size_t dim = s.head_dim == 64 ? 1 : s.head_dim == 128 ? 2 : 0;
-  return grouped_[(grouped_heads(s) == 8 ? 3 : 0) + dim];
+const typename PagedAttention<T>::GroupedKernel& PagedAttention<T>::grouped_kernel(const PagedAttentionShape& s,
+                                                                                   bool tensor_cores) const noexcept {
+  if (grouped_mma(s, tensor_cores)) return grouped_[s.head_dim == 64 ? 2 : 3];
+  return grouped_[grouped_heads(s, false) == 8 ? 1 : 0];
 }
 
 template <Element T>
@@ -300,13 +313,14 @@ LaunchConfig PagedAttention<T>::split_config(const PagedAttentionShape& s, int s
 }
 
 template <Element T>
-LaunchConfig PagedAttention<T>::grouped_config(const PagedAttentionShape& s, int splits) const {
+LaunchConfig PagedAttention<T>::grouped_config(const PagedAttentionShape& s, int splits, bool tensor_cores) const {
+  const bool mma = grouped_mma(s, tensor_cores);
   const int group = s.heads / s.kv_heads;
-  const int per_block = grouped_heads(s);
+  const int per_block = grouped_heads(s, mma);
   return {{static_cast<unsigned>(s.kv_heads * ((group + per_block - 1) / per_block)), static_cast<unsigned>(s.rows),
            static_cast<unsigned>(splits)},
           {128, 1, 1},
-          static_cast<unsigned>(grouped_shared_bytes(s)),
+          static_cast<unsigned>(grouped_shared_bytes(s, mma)),
           early_launch_};
 }
 

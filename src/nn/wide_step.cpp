@@ -58,7 +58,7 @@ PagedAttentionShape wide_shape(const DecoderConfig& c, int rows, int layer) {
 /// paged_grouped_splits's.
 int splits_of(const DecoderConfig& c, int rows, int multiprocessors) {
   return c.attention_blocks > 0 ? c.attention_blocks
-                                : paged_grouped_splits(rows, c.heads, c.kv_head_count(), multiprocessors);
+                                : paged_grouped_splits(rows, c.heads, c.kv_head_count(), c.head_dim(), multiprocessors);
 }
 
 /// Floats of the partials the bucket that needs the most needs.

@@ -199,9 +199,10 @@ TEST_CASE_TEMPLATE("the paged handles match their kernels' declarations in kerne
   CHECK_NOTHROW(d.check<SignatureOf<typename P::SplitKernel>>("attention_paged_split" + suffix));
   CHECK_NOTHROW(d.check<SignatureOf<typename P::RopeAppendKernel>>("rope_append_paged" + suffix));
   for (const char* heads : {"_h4", "_h8"}) {
-    for (const char* dim : {"", "_d64", "_d128"}) {
-      CHECK_NOTHROW(d.check<SignatureOf<typename P::GroupedKernel>>("attention_paged_grouped" + suffix + heads + dim));
-    }
+    CHECK_NOTHROW(d.check<SignatureOf<typename P::GroupedKernel>>("attention_paged_grouped" + suffix + heads));
+  }
+  for (const char* dim : {"_d64", "_d128"}) {
+    CHECK_NOTHROW(d.check<SignatureOf<typename P::GroupedKernel>>("attention_paged_grouped_mma" + suffix + dim));
   }
   // The wrong element type is refused: the check can fail.
   CHECK_THROWS(d.check<SignatureOf<typename P::AttentionKernel>>(std::string("attention_paged") +
@@ -224,14 +225,18 @@ TEST_CASE("paged_attention_splits fills the GPU from the longest position, withi
 
 TEST_CASE("paged_grouped_splits gives about eight blocks per SM over the rows' kv heads, within its bounds") {
   // 132 SMs: 1056 blocks wanted. Llama-3.2-1B's 32 heads over 8 kv heads: one block per (row, kv head).
-  CHECK(nn::paged_grouped_splits(16, 32, 8, 132) == 9);   // 128 blocks a split
-  CHECK(nn::paged_grouped_splits(64, 32, 8, 132) == 3);   // 512
-  CHECK(nn::paged_grouped_splits(256, 32, 8, 132) == 1);  // 2048: the grid fills the GPU unsplit
-  CHECK(nn::paged_grouped_splits(16, 16, 1, 132) == 33);  // a group of 16 takes two blocks of 8 heads: 32 a split
-  CHECK(nn::paged_grouped_splits(1, 8, 8, 132) == nn::paged_max_splits);
-  CHECK_THROWS_WITH_AS((void)nn::paged_grouped_splits(0, 32, 8, 132), doctest::Contains("rows 0"), UsageError);
-  CHECK_THROWS_AS((void)nn::paged_grouped_splits(16, 30, 8, 132), UsageError);
-  CHECK_THROWS_AS((void)nn::paged_grouped_splits(16, 32, 8, 0), UsageError);
+  CHECK(nn::paged_grouped_splits(16, 32, 8, 64, 132) == 9);   // 128 blocks a split
+  CHECK(nn::paged_grouped_splits(64, 32, 8, 64, 132) == 3);   // 512
+  CHECK(nn::paged_grouped_splits(256, 32, 8, 64, 132) == 1);  // 2048: the grid fills the GPU unsplit
+  // A group of 16: one block of 16 heads on tensor cores (head_dim 64 or 128), two of 8 on CUDA cores.
+  CHECK(nn::paged_grouped_splits(32, 16, 1, 128, 132) == 33);  // 32 blocks a split
+  CHECK(nn::paged_grouped_splits(32, 16, 1, 96, 132) == 17);   // 64
+  // A group of 32 (32 heads over 1) takes two blocks of 16 on tensor cores.
+  CHECK(nn::paged_grouped_splits(16, 32, 1, 64, 132) == 33);
+  CHECK(nn::paged_grouped_splits(1, 8, 8, 64, 132) == nn::paged_max_splits);
+  CHECK_THROWS_WITH_AS((void)nn::paged_grouped_splits(0, 32, 8, 64, 132), doctest::Contains("rows 0"), UsageError);
+  CHECK_THROWS_AS((void)nn::paged_grouped_splits(16, 30, 8, 64, 132), UsageError);
+  CHECK_THROWS_AS((void)nn::paged_grouped_splits(16, 32, 8, 64, 0), UsageError);
 }
 
 TEST_CASE("paged attend_grouped checks its spans on the host, naming the one that does not fit") {
@@ -517,7 +522,8 @@ void check_against_float64(PagedBatch<T>& b) {
   // The wide step's kernel: each row's own positions in 1, 3, 7 and the chosen number of ranges; again with the last
   // two rows as padding (count = rows - 2), which get zeros while the others keep their bits.
   const int rows = b.shape.rows;
-  for (const int splits : {1, 3, 7, nn::paged_grouped_splits(rows, b.shape.heads, b.shape.kv_heads, 132)}) {
+  for (const int splits :
+       {1, 3, 7, nn::paged_grouped_splits(rows, b.shape.heads, b.shape.kv_heads, b.shape.head_dim, 132)}) {
     CAPTURE(splits);
     DeviceBuffer<float> partials(lgtest::device(), nn::PagedAttention<T>::split_partials(b.shape, splits));
     auto counters = lgtest::to_device(s, std::vector<unsigned>(static_cast<std::size_t>(rows) * b.shape.heads, 0U));

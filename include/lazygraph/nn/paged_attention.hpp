@@ -110,14 +110,15 @@ template <Element T>
 void check_paged_attend_grouped(const PagedAttentionShape& shape, DeviceSpan<const T> q, DeviceSpan<T> out,
                                 DeviceSpan<float> partials, DeviceSpan<unsigned> counters, const PagedKvCache<T>& cache,
                                 DeviceSpan<const int> count, int splits);
-/// The splits of attention_paged_grouped for `rows` rows of `heads` query heads over `kv_heads`, on a GPU of
-/// `multiprocessors` SMs: enough that the grid has about eight blocks per SM (a block serves up to 8 query heads of
-/// one kv head), at most paged_max_splits. The kernel cuts each row's own positions, not the table's capacity, so
-/// every split works whatever the row's length (but none attends fewer than 64 positions).
-/// \throws UsageError for rows, heads, kv_heads or multiprocessors below 1, or heads not a multiple of kv_heads.
-[[nodiscard]] int paged_grouped_splits(int rows, int heads, int kv_heads, int multiprocessors);
+/// The splits of attend_grouped for `rows` rows of `heads` query heads over `kv_heads` of `head_dim`, on a GPU of
+/// `multiprocessors` SMs: enough that the grid has about eight blocks per SM (a block serves up to 16 query heads of
+/// one kv head on tensor cores, head_dim 64 or 128, else up to 4 or 8), at most paged_max_splits. The kernels cut each
+/// row's own positions, not the table's capacity, so every split works whatever the row's length (but none attends
+/// fewer than 64 positions). \throws UsageError for rows, heads, kv_heads or multiprocessors below 1, or heads not a
+/// multiple of kv_heads.
+[[nodiscard]] int paged_grouped_splits(int rows, int heads, int kv_heads, int head_dim, int multiprocessors);
 /// Typed handles to the paged kernels over elements of T (kv_append_paged, rope_append_paged, attention_paged,
-/// attention_paged_split, attention_paged_grouped_h4 and _h8;
+/// attention_paged_split, attention_paged_grouped_h4, _h8, attention_paged_grouped_mma_d64 and _d128;
 /// _bf16 for bfloat16), with launch ops that check their arguments.
 ///
 /// Thread safety: const members may be called from any thread. Exception safety: a refused call throws before
@@ -151,8 +152,8 @@ class PagedAttention {
   /// See AppendOp.
   using SplitOp = LaunchOp<const T*, const T*, const T*, T*, float*, unsigned*, const int*, const int*, int, int, int,
                            int, int, int, float, int>;
-  /// attention_paged_grouped_h4 / _h8 [_d64 / _d128](q, k_pool, v_pool, out, partials, counters, positions, tables,
-  /// count, heads, kv_heads, head_dim, block_size, blocks, table_width, scale, window).
+  /// attention_paged_grouped_h4 / _h8 and attention_paged_grouped_mma_d64 / _d128(q, k_pool, v_pool, out, partials,
+  /// counters, positions, tables, count, heads, kv_heads, head_dim, block_size, blocks, table_width, scale, window).
   using GroupedKernel = Kernel<void(const T*, const T*, const T*, T*, float*, unsigned*, const int*, const int*,
                                     const int*, int, int, int, int, int, int, float, int)>;
   /// See AppendOp.
@@ -206,14 +207,16 @@ class PagedAttention {
                                      const PagedKvCache<T>& cache, int splits) const;
 
   /// Attention of the first count[0] rows of q (count read on the device, clamped to [0, rows]) through the tables
-  /// into out, for steps of many rows (the wide decode step): one block per (row, kv head, up to 8 of its query
-  /// heads, split), so each key and value is read once for the query heads that share it, with an online softmax;
+  /// into out, for steps of many rows (the wide decode step): one block per (row, kv head, its query heads or up to 16
+  /// of them, split), so each key and value is read once for the query heads that share it, with an online softmax;
   /// each row's own positions f..p cut into `splits` ranges of at least 64, the cache staged through shared memory
-  /// by cp.async (kernels/nn/paged_attention_grouped.cu: sm_80 or newer, as the wide step; it traps on older GPUs).
-  /// Within rounding of attend (fp32 sums in another order), deterministic for the same positions and splits. The
-  /// rows from count[0] on get zeros. partials: split_partials(shape, splits) floats of scratch; counters: rows *
-  /// heads unsigned, zero before the first launch (each launch leaves them zero); launches sharing counters must not
-  /// run at once. \throws UsageError as check_paged_attend_grouped.
+  /// by cp.async (kernels/nn/paged_attention_grouped.cu). head_dim 64 or 128 runs on tensor cores (the heads the rows
+  /// of mma tiles: scores and probabilities rounded to T for the products, as flash attention rounds them), any other
+  /// on CUDA cores. sm_80 or newer, as the wide step; the kernels trap on older GPUs. Within rounding of attend (fp32
+  /// sums in another order), deterministic for the same positions and splits. The rows from count[0] on get zeros.
+  /// partials: split_partials(shape, splits) floats of scratch; counters: rows * heads unsigned, zero before the first
+  /// launch (each launch leaves them zero); launches sharing counters must not run at once.
+  /// \throws UsageError as check_paged_attend_grouped.
   [[nodiscard]] GroupedOp attend_grouped(const PagedAttentionShape& shape, DeviceSpan<const T> q, DeviceSpan<T> out,
                                          DeviceSpan<float> partials, DeviceSpan<unsigned> counters,
                                          const PagedKvCache<T>& cache, DeviceSpan<const int> count, int splits) const;
@@ -224,10 +227,12 @@ class PagedAttention {
   /// attend_split's launch: grid (heads, rows, splits), 128 threads, (max(len, splits * (head_dim + 2)) +
   /// len / block_size + 2) * 4 bytes of shared memory, len = ceil(capacity() / splits).
   [[nodiscard]] LaunchConfig split_config(const PagedAttentionShape& shape, int splits) const;
-  /// attend_grouped's launch: grid (kv_heads * ceil(group / h), rows, splits) for the kernel of h = 4 heads a block
-  /// (group = heads / kv_heads up to 4) or 8, 128 threads, 4 * min(group, h) * (head_dim + 2) * 4 bytes of shared
-  /// memory plus four stages of keys and values (32 KiB at head_dim 64 or 128): at most 65 KiB.
-  [[nodiscard]] LaunchConfig grouped_config(const PagedAttentionShape& shape, int splits) const;
+  /// attend_grouped's launch: grid (kv_heads * ceil(group / h), rows, splits), h the kernel's heads a block (16 on
+  /// tensor cores; 4 up to a group of 4, else 8 on CUDA cores), 128 threads, the kernel's shared memory (the warps'
+  /// results and the cache's stages: at most 113 KiB). `tensor_cores` false: the CUDA-core kernel whatever head_dim
+  /// (for benchmarks).
+  [[nodiscard]] LaunchConfig grouped_config(const PagedAttentionShape& shape, int splits,
+                                            bool tensor_cores = true) const;
   /// append's launch: 256 threads per block over rows * kv_heads * head_dim elements.
   [[nodiscard]] LaunchConfig append_config(const PagedAttentionShape& shape) const;
   /// rope_append's launch: 256 threads per block over rows * (heads + 2 kv_heads) * head_dim / 8 eighths.
@@ -241,19 +246,21 @@ class PagedAttention {
   [[nodiscard]] const AttentionKernel& attention_kernel() const noexcept { return attention_; }
   /// See append_kernel.
   [[nodiscard]] const SplitKernel& split_kernel() const noexcept { return split_; }
-  /// See append_kernel: the attention_paged_grouped kernel attend_grouped launches for `shape`: _h4 for a group of up
-  /// to 4 query heads per kv head, else _h8; _d64 or _d128 for those head_dims (loops unrolled, index arithmetic
-  /// constant), else the one for any head_dim.
-  [[nodiscard]] const GroupedKernel& grouped_kernel(const PagedAttentionShape& shape) const noexcept;
+  /// See append_kernel: the grouped kernel attend_grouped launches for `shape`: attention_paged_grouped_mma_d64 or
+  /// _d128 for those head_dims, else attention_paged_grouped_h4 for a group of up to 4 query heads per kv head, else
+  /// _h8. `tensor_cores` false: the CUDA-core kernel whatever head_dim (for benchmarks; launch it with
+  /// grouped_config(shape, splits, false)).
+  [[nodiscard]] const GroupedKernel& grouped_kernel(const PagedAttentionShape& shape,
+                                                    bool tensor_cores = true) const noexcept;
 
  private:
   AppendKernel append_;
   RopeAppendKernel rope_append_;
   AttentionKernel attention_;
   SplitKernel split_;
-  /// The grouped kernels: _h4, _h4_d64, _h4_d128, _h8, _h8_d64, _h8_d128.
-  static std::array<GroupedKernel, 6> grouped_kernels(const KernelLibrary& library);
-  std::array<GroupedKernel, 6> grouped_;
+  /// The grouped kernels: _h4, _h8, _mma_d64, _mma_d128.
+  static std::array<GroupedKernel, 4> grouped_kernels(const KernelLibrary& library);
+  std::array<GroupedKernel, 4> grouped_;
   bool early_launch_;
 };
 
