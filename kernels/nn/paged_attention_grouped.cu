@@ -395,7 +395,7 @@ __device__ __forceinline__ void attention_paged_grouped_mma_body(const T* q, con
   __trap();  // mma.sync, ldmatrix and cp.async need sm_80 (as the wide step does)
 #else
   constexpr int kTile = 64;                 // positions per tile, 16 per warp
-  constexpr int kStages = D == 64 ? 3 : 2;  // tiles in flight (shared memory: 27 KiB a stage at D = 64, 34 at 128)
+  constexpr int kStages = D == 64 ? 3 : 2;  // tiles in flight (shared memory: 18 KiB a stage at D = 64, 34 at 128)
   constexpr int kRow = D + 8;               // a position's padded row in shared memory, in elements
   constexpr int kChunks = D / 8;            // 16-byte chunks of a position's row
   lg::early_launch_prologue();              // may be launched early; reads nothing before its wait

@@ -211,7 +211,7 @@ class PagedAttention {
   /// of them, split), so each key and value is read once for the query heads that share it, with an online softmax;
   /// each row's own positions f..p cut into `splits` ranges of at least 64, the cache staged through shared memory
   /// by cp.async (kernels/nn/paged_attention_grouped.cu). head_dim 64 or 128 runs on tensor cores (the heads the rows
-  /// of mma tiles: scores and probabilities rounded to T for the products, as flash attention rounds them), any other
+  /// of mma tiles, scores in fp32, the probabilities rounded to T for P V as flash attention rounds them), any other
   /// on CUDA cores. sm_80 or newer, as the wide step; the kernels trap on older GPUs. Within rounding of attend (fp32
   /// sums in another order), deterministic for the same positions and splits. The rows from count[0] on get zeros.
   /// partials: split_partials(shape, splits) floats of scratch; counters: rows * heads unsigned, zero before the first
@@ -229,8 +229,8 @@ class PagedAttention {
   [[nodiscard]] LaunchConfig split_config(const PagedAttentionShape& shape, int splits) const;
   /// attend_grouped's launch: grid (kv_heads * ceil(group / h), rows, splits), h the kernel's heads a block (16 on
   /// tensor cores; 4 up to a group of 4, else 8 on CUDA cores), 128 threads, the kernel's shared memory (the warps'
-  /// results and the cache's stages: at most 113 KiB). `tensor_cores` false: the CUDA-core kernel whatever head_dim
-  /// (for benchmarks).
+  /// results and the cache's stages: at most 100.5 KiB, at head_dim 128 with 16 heads a block). `tensor_cores` false:
+  /// the CUDA-core kernel whatever head_dim (for benchmarks).
   [[nodiscard]] LaunchConfig grouped_config(const PagedAttentionShape& shape, int splits,
                                             bool tensor_cores = true) const;
   /// append's launch: 256 threads per block over rows * kv_heads * head_dim elements.
