@@ -662,9 +662,13 @@ TEST_SUITE("gpu") {
     const unsigned seed = device();
     CAPTURE(seed);
     std::mt19937 rng(seed);
+    // attend_grouped's kernels: mma_d64 for (32, 8, 64), (16, 2, 64) and (40, 2, 64) (a group of 20: blocks of 16 and
+    // 4 heads), mma_d128 for (32, 8, 128), (28, 2, 128) and (32, 2, 128) (16 heads, the most shared memory), _h4 for
+    // head_dim 96, 256 and 200, _h8 for (24, 2, 80) (a group of 12: blocks of 8 and 4 heads).
     for (const auto& [heads, kv_heads, head_dim, block_size] :
          {std::tuple{32, 8, 64, 16}, std::tuple{32, 8, 128, 32}, std::tuple{8, 8, 96, 16}, std::tuple{4, 1, 256, 32},
-          std::tuple{8, 2, 200, 16}, std::tuple{28, 2, 128, 16}, std::tuple{16, 2, 64, 32}}) {
+          std::tuple{8, 2, 200, 16}, std::tuple{28, 2, 128, 16}, std::tuple{16, 2, 64, 32}, std::tuple{40, 2, 64, 16},
+          std::tuple{32, 2, 128, 32}, std::tuple{24, 2, 80, 32}}) {
       CAPTURE(heads);
       CAPTURE(kv_heads);
       CAPTURE(head_dim);
