@@ -162,7 +162,8 @@ struct GemmState {
   LayoutPtr x_layout;  // B: X, K x M column-major
   LayoutPtr d_layout;  // C and D: N x M column-major
   cublasLtMatmulAlgo_t algorithm{};
-  std::optional<DeviceBuffer<std::byte>> workspace;
+  std::optional<DeviceBuffer<std::byte>> workspace;       // its own, when the algorithm needs one and none is shared
+  std::shared_ptr<const SharedGemmWorkspace> shared;  // or the one it shares
   std::string name;  // "gemm (M=.., N=.., K=..) of half on device 0", for errors
 
   [[nodiscard]] lt::MatmulDescriptors descriptors() const noexcept {
@@ -228,8 +229,11 @@ void check_gemm_operands(const GemmShape& shape, std::size_t alignment, std::siz
   }
 }
 
-std::shared_ptr<const GemmState> make_gemm_state(const Device& device, const GemmShape& shape,
-                                                 const GemmOptions& options, GemmElementType type) {
+namespace {
+
+/// A state with its descriptors and algorithm, without a workspace, and the bytes that algorithm needs.
+std::pair<std::shared_ptr<GemmState>, std::size_t> plan_state(const Device& device, const GemmShape& shape,
+                                                              const GemmOptions& options, GemmElementType type) {
   check_gemm_shape(shape, options, 2);
   auto state = std::make_shared<GemmState>();
   state->name = describe(shape) + " of " + type_text(type) + " on device " + std::to_string(device.ordinal());
@@ -287,13 +291,45 @@ std::shared_ptr<const GemmState> make_gemm_state(const Device& device, const Gem
     }
   }
   state->algorithm = choice.algorithm;
-  if (choice.workspace_bytes > 0) state->workspace.emplace(device, choice.workspace_bytes);
+  return {std::move(state), choice.workspace_bytes};
+}
+
+}  // namespace
+
+std::shared_ptr<const GemmState> make_gemm_state(const Device& device, const GemmShape& shape,
+                                                 const GemmOptions& options, GemmElementType type,
+                                                 std::shared_ptr<const SharedGemmWorkspace> shared) {
+  auto [state, needed] = plan_state(device, shape, options, type);
+  if (shared) {
+    if (shared->device_ordinal() != device.ordinal()) {
+      throw UsageError(state->name + ": the shared workspace is on device " + std::to_string(shared->device_ordinal()) +
+                       "; a plan's workspace is on its own device");
+    }
+    if (shared->bytes() < needed) {
+      throw UsageError(state->name + ": its algorithm needs " + std::to_string(needed) +
+                       " bytes of workspace, and the shared workspace has " + std::to_string(shared->bytes()) +
+                       " (size it with Gemm::workspace_needed over every shape that shares it)");
+    }
+    state->shared = std::move(shared);
+  } else if (needed > 0) {
+    state->workspace.emplace(device, needed);
+  }
   return state;
 }
 
+std::size_t gemm_workspace_needed(const Device& device, const GemmShape& shape, const GemmOptions& options,
+                                  GemmElementType type) {
+  return plan_state(device, shape, options, type).second;
+}
+
 GemmWorkspace gemm_workspace(const GemmState& state) noexcept {
+  if (state.shared) return {state.shared->span().address(), state.shared->bytes()};
   if (!state.workspace || !state.workspace->valid()) return {};
   return {state.workspace->cview().address(), state.workspace->size()};
+}
+
+std::size_t gemm_owned_workspace_bytes(const GemmState& state) noexcept {
+  return state.workspace && state.workspace->valid() ? state.workspace->size() : 0;
 }
 
 void submit_gemm(ExecContext& ctx, const GemmState& state, const GemmCall& call) {

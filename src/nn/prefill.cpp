@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <memory>
+#include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace lazygraph::nn {
 
@@ -94,20 +97,52 @@ std::size_t BasicPrefillBuffers<T>::bytes(const DecoderConfig& c, int rows) {
          elements(rows, 2 * c.d + 2 * c.q_dim() + 4 * c.kv_dim() + 2 * c.ffn) * sizeof(T);
 }
 
+namespace {
+// The heuristic's workspace cap for every prefill and wide-step plan.
+constexpr GemmOptions kPrefillGemmOptions{.alignment = 16, .max_workspace_bytes = kPrefillGemmWorkspace};
+}  // namespace
+
 template <Element T>
-BasicPrefillPlans<T>::BasicPrefillPlans(const Device& device, const DecoderConfig& c, int rows, bool lm_head) {
+std::vector<GemmShape> BasicPrefillPlans<T>::shapes(const DecoderConfig& c, int rows, bool lm_head) {
   const auto m = static_cast<std::size_t>(rows);
   const auto d = static_cast<std::size_t>(c.d);
   const auto q_dim = static_cast<std::size_t>(c.q_dim());
   const auto kv_dim = static_cast<std::size_t>(c.kv_dim());
   const auto ffn = static_cast<std::size_t>(c.ffn);
-  const GemmOptions options{.alignment = 16, .max_workspace_bytes = kPrefillGemmWorkspace};
-  std::vector<GemmShape> shapes{{m, q_dim + 2 * kv_dim, d}, {m, d, q_dim}, {m, ffn, d}, {m, d, ffn}};
-  if (lm_head) shapes.push_back({m, static_cast<std::size_t>(c.vocab), d});
-  for (const GemmShape shape : shapes) {
-    const bool known = std::any_of(plans_.begin(), plans_.end(), [&](const Gemm<T>& g) { return g.shape() == shape; });
-    if (!known) plans_.emplace_back(device, shape, options);
+  std::vector<GemmShape> all{{m, q_dim + 2 * kv_dim, d}, {m, d, q_dim}, {m, ffn, d}, {m, d, ffn}};
+  if (lm_head) all.push_back({m, static_cast<std::size_t>(c.vocab), d});
+  std::vector<GemmShape> distinct;
+  for (const GemmShape& shape : all) {
+    if (std::find(distinct.begin(), distinct.end(), shape) == distinct.end()) distinct.push_back(shape);
   }
+  return distinct;
+}
+
+template <Element T>
+BasicPrefillPlans<T>::BasicPrefillPlans(const Device& device, const DecoderConfig& c, int rows, bool lm_head,
+                                        const std::shared_ptr<const SharedGemmWorkspace>& workspace) {
+  for (const GemmShape& shape : shapes(c, rows, lm_head)) {
+    if (workspace) {
+      plans_.emplace_back(device, shape, kPrefillGemmOptions, workspace);
+    } else {
+      plans_.emplace_back(device, shape, kPrefillGemmOptions);
+    }
+    needed_ = std::max(needed_, Gemm<T>::workspace_needed(device, shape, kPrefillGemmOptions));
+  }
+}
+
+template <Element T>
+std::shared_ptr<const SharedGemmWorkspace> BasicPrefillPlans<T>::shared_workspace(const Device& device,
+                                                                                  const DecoderConfig& c,
+                                                                                  std::span<const int> buckets,
+                                                                                  bool lm_head) {
+  std::size_t most = 0;
+  for (const int rows : buckets) {
+    for (const GemmShape& shape : shapes(c, rows, lm_head)) {
+      most = std::max(most, Gemm<T>::workspace_needed(device, shape, kPrefillGemmOptions));
+    }
+  }
+  return most > 0 ? std::make_shared<const SharedGemmWorkspace>(device, most) : nullptr;
 }
 
 template <Element T>
@@ -176,6 +211,7 @@ std::size_t BasicPrefill<T>::device_bytes() const noexcept {
     total += b->size() * sizeof(T);
   }
   for (const auto& [rows, plans] : plans_) total += plans->workspace_bytes();
+  if (workspace_) total += workspace_->bytes();
   return total;
 }
 
@@ -186,7 +222,11 @@ CudaGraph<>& BasicPrefill<T>::chunk_graph(const BasicPrefillContext<T>& ctx, int
     // capture fails, for the next try.
     auto found = std::find_if(plans_.begin(), plans_.end(), [&](const auto& p) { return p.first == rows; });
     if (found == plans_.end()) {
-      plans_.emplace_back(rows, std::make_unique<BasicPrefillPlans<T>>(ctx.stream.device(), ctx.config, rows));
+      if (plans_.empty()) {
+        workspace_ = BasicPrefillPlans<T>::shared_workspace(ctx.stream.device(), ctx.config, buckets_, false);
+      }
+      plans_.emplace_back(rows,
+                          std::make_unique<BasicPrefillPlans<T>>(ctx.stream.device(), ctx.config, rows, false, workspace_));
       found = std::prev(plans_.end());
     }
     const BasicPrefillPlans<T>& plans = *found->second;

@@ -227,7 +227,8 @@ CudaGraph<>& BasicWideStep<T>::graph(const BasicWideContext<T>& ctx, int rows) {
     // capture fails, and when set_sampling drops the graphs.
     auto found = std::find_if(plans_.begin(), plans_.end(), [&](const auto& p) { return p.first == bucket; });
     if (found == plans_.end()) {
-      plans_.emplace_back(bucket, std::make_unique<BasicPrefillPlans<T>>(device, ctx.config, bucket, true));
+      if (plans_.empty()) workspace_ = BasicPrefillPlans<T>::shared_workspace(device, ctx.config, buckets_, true);
+      plans_.emplace_back(bucket, std::make_unique<BasicPrefillPlans<T>>(device, ctx.config, bucket, true, workspace_));
       found = std::prev(plans_.end());
     }
     const std::size_t free_before = device.free_memory();
@@ -237,7 +238,7 @@ CudaGraph<>& BasicWideStep<T>::graph(const BasicWideContext<T>& ctx, int rows) {
     report_.push_back({.rows = bucket,
                        .capture_seconds = seconds,
                        .graph_bytes = free_before > free_after ? free_before - free_after : 0,
-                       .gemm_workspace_bytes = found->second->workspace_bytes()});
+                       .gemm_workspace_bytes = found->second->workspace_needed()});
     return made;
   });
 }

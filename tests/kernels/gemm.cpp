@@ -2,12 +2,13 @@
 // and overlap (made before any GPU work) and cublaslt_available (the loader's messages: tests/driver/cublaslt_api.cpp);
 // on a GPU, products in half and bfloat16 at odd shapes against a float64 reference, with and without a residual, in
 // place, eagerly and captured (replayed with new inputs, updated to other buffers, kept alive after the plan), ordered
-// by dataflow and refused side by side by all(), and the heuristic asked once per shape.
+// by dataflow and refused side by side by all(), the heuristic asked once per shape, and plans sharing one workspace.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -428,6 +429,73 @@ TEST_SUITE("gpu") {
     CHECK(Gemm<bfloat16>::heuristic_queries() == before + 3);
     const Gemm<half> fifth(lgtest::device(), s, {.alignment = 8});
     CHECK(Gemm<half>::heuristic_queries() == before + 3);
+  }
+
+  TEST_CASE("plans sharing a workspace write all of it: dataflow orders their products, all() refuses them together") {
+    const GemmShape a{17, 1000, 2048};
+    const GemmShape b{17, 2048, 1000};
+    const std::size_t needed =
+        std::max(Gemm<half>::workspace_needed(lgtest::device(), a), Gemm<half>::workspace_needed(lgtest::device(), b));
+    MESSAGE("workspace needed by gemm (17, 1000, 2048) and (17, 2048, 1000) in half: " << needed << " bytes");
+    if (needed == 0) {
+      MESSAGE("skipped: cuBLASLt's algorithms for these shapes need no workspace on this GPU");
+      return;
+    }
+    const auto shared = std::make_shared<const SharedGemmWorkspace>(lgtest::device(), needed);
+    const Gemm<half> one(lgtest::device(), a, {}, shared);
+    const Gemm<half> two(lgtest::device(), b, {}, shared);
+    CHECK(one.workspace_bytes() == 0);  // neither owns one
+    CHECK(two.workspace_bytes() == 0);
+    const HostMatrix<half> x1(a.m * a.k);
+    const HostMatrix<half> w1(a.n * a.k);
+    const HostMatrix<half> x2(b.m * b.k);
+    const HostMatrix<half> w2(b.n * b.k);
+    auto dx1 = lgtest::to_device(lgtest::stream(), x1.values);
+    auto dw1 = lgtest::to_device(lgtest::stream(), w1.values);
+    auto dx2 = lgtest::to_device(lgtest::stream(), x2.values);
+    auto dw2 = lgtest::to_device(lgtest::stream(), w2.values);
+    auto dy1 = lgtest::to_device(lgtest::stream(), nans<half>(a.m * a.n));
+    auto dy2 = lgtest::to_device(lgtest::stream(), nans<half>(b.m * b.n));
+    // Each product writes the whole shared workspace.
+    for (const AccessSet& set : {accesses_of(one(dy1.view(), dx1.cview(), dw1.cview())),
+                                 accesses_of(two(dy2.view(), dx2.cview(), dw2.cview()))}) {
+      const auto written = std::find_if(set.entries().begin(), set.entries().end(),
+                                        [](const MemoryAccess& e) { return e.op == "gemm workspace"; });
+      REQUIRE(written != set.entries().end());
+      CHECK(written->writes);
+      CHECK(written->begin == shared->span().address());
+      CHECK(written->end() == shared->span().address() + needed);
+    }
+    // Products with nothing else in common: the workspace alone orders them, or refuses them side by side.
+    CHECK_THROWS_WITH_AS((void)all(one(dy1.view(), dx1.cview(), dw1.cview()), two(dy2.view(), dx2.cview(), dw2.cview())),
+                         doctest::Contains("gemm workspace"), UsageError);
+    auto both = dataflow(one(dy1.view(), dx1.cview(), dw1.cview()), two(dy2.view(), dx2.cview(), dw2.cview()));
+    REQUIRE(both.dependencies().size() == 2);
+    CHECK(both.dependencies()[1] == std::vector<std::uint32_t>{0});
+    auto graph = CudaGraph<>::capture(lgtest::stream(), both);
+    graph.launch();
+    CHECK(error_of(dy1, product(a, x1.exact, w1.exact)) <= tolerance<half>);
+    CHECK(error_of(dy2, product(b, x2.exact, w2.exact)) <= tolerance<half>);
+  }
+
+  TEST_CASE("a shared workspace of 0 bytes, or smaller than a plan's algorithm needs, is refused naming the sizes") {
+    CHECK_THROWS_WITH_AS(SharedGemmWorkspace(lgtest::device(), 0), doctest::Contains("of 0 bytes"), UsageError);
+    CHECK_THROWS_WITH_AS(Gemm<half>(lgtest::device(), {17, 1000, 2048}, {}, nullptr),
+                         doctest::Contains("the shared workspace is null"), UsageError);
+    const GemmShape s{17, 1000, 2048};
+    const std::size_t needed = Gemm<half>::workspace_needed(lgtest::device(), s);
+    if (needed < 2) {
+      MESSAGE("skipped the small workspace: cuBLASLt's algorithm for gemm (17, 1000, 2048) needs " << needed
+                                                                                                    << " bytes");
+      return;
+    }
+    const auto small = std::make_shared<const SharedGemmWorkspace>(lgtest::device(), needed / 2);
+    CHECK_THROWS_WITH_AS(Gemm<half>(lgtest::device(), s, {}, small),
+                         doctest::Contains(("its algorithm needs " + std::to_string(needed) +
+                                            " bytes of workspace, and the shared workspace has " +
+                                            std::to_string(needed / 2))
+                                               .c_str()),
+                         UsageError);
   }
 
   TEST_CASE(

@@ -18,6 +18,9 @@
 /// Its accesses are what it reads (x, w, c) and writes (d, and the plan's workspace), so `dataflow` orders it, and
 /// `all` refuses two products of one plan side by side: they would share the workspace (make a second plan of the
 /// same shape for that; it reuses the algorithm and gets a workspace of its own).
+///
+/// Plans whose products never run at the same time (a model's layers, its batch-size buckets, on one stream) may share
+/// one SharedGemmWorkspace instead of owning one each: its size is the most any of them needs (workspace_needed).
 
 #include <cuda.h>
 
@@ -31,7 +34,9 @@
 #include "lazygraph/detail/kernels/gemm_plan.hpp"
 #include "lazygraph/driver/bfloat16.hpp"
 #include "lazygraph/driver/device.hpp"
+#include "lazygraph/driver/device_buffer.hpp"
 #include "lazygraph/driver/device_span.hpp"
+#include "lazygraph/driver/error.hpp"
 #include "lazygraph/driver/half.hpp"
 #include "lazygraph/ops/access.hpp"
 #include "lazygraph/ops/concepts.hpp"
@@ -62,6 +67,29 @@ struct GemmOptions {
   /// The most workspace cuBLASLt's algorithm may use (32 MiB, what NVIDIA suggests for Hopper); the plan allocates
   /// only what the chosen one needs.
   std::size_t max_workspace_bytes = std::size_t{32} << 20U;
+};
+
+/// Device memory that Gemm plans made with it use as their workspace instead of one each. Every product of such a plan
+/// writes all of it, so `dataflow` orders the products of all its plans and `all` refuses two of them side by side;
+/// across streams, or graphs replayed at the same time, they must not run concurrently (give those their own).
+/// Plans and the graphs that recorded their products keep it alive.
+class SharedGemmWorkspace {
+ public:
+  /// Allocates `bytes` on `device`: the most that the plans to share it need (Gemm<T>::workspace_needed).
+  /// \throws UsageError for 0 bytes (plans whose algorithms need none need no workspace); CudaError when the device is
+  ///         out of memory.
+  SharedGemmWorkspace(const Device& device, std::size_t bytes);
+
+  /// Its size.
+  [[nodiscard]] std::size_t bytes() const noexcept { return buffer_.size(); }
+  /// The ordinal of its device.
+  [[nodiscard]] int device_ordinal() const noexcept { return ordinal_; }
+  /// Its memory.
+  [[nodiscard]] DeviceSpan<const std::byte> span() const { return buffer_.cview(); }
+
+ private:
+  int ordinal_;
+  DeviceBuffer<std::byte> buffer_;
 };
 
 /// One product D = alpha * X * W^T (+ beta * C) of a Gemm plan, made by `gemm(d, x, w)` or `gemm.add(d, x, w, c)`: a
@@ -155,7 +183,22 @@ class Gemm {
   ///         without cuBLASLt; CublasError when it has no algorithm for the shape; CudaError when the workspace
   ///         cannot be allocated.
   Gemm(const Device& device, GemmShape shape, GemmOptions options = {})
-      : state_(detail::make_gemm_state(device, shape, options, type)), shape_(shape), options_(options) {}
+      : state_(detail::make_gemm_state(device, shape, options, type, nullptr)), shape_(shape), options_(options) {}
+
+  /// Plans the shape as above, with `workspace` as its workspace instead of one of its own (see SharedGemmWorkspace).
+  /// \throws as above; UsageError when `workspace` is null, of another device, or smaller than the chosen algorithm
+  ///         needs (size it with workspace_needed).
+  Gemm(const Device& device, GemmShape shape, GemmOptions options, std::shared_ptr<const SharedGemmWorkspace> workspace)
+      : state_(detail::make_gemm_state(device, shape, options, type, checked(std::move(workspace)))),
+        shape_(shape),
+        options_(options) {}
+
+  /// The bytes of workspace a plan of (device, shape, options) needs: what cuBLASLt's chosen algorithm asks for (0 for
+  /// none). Asks the heuristic when no plan of that key has, and remembers its answer; allocates nothing.
+  /// \throws as the constructor, but for the allocation.
+  [[nodiscard]] static std::size_t workspace_needed(const Device& device, GemmShape shape, GemmOptions options = {}) {
+    return detail::gemm_workspace_needed(device, shape, options, type);
+  }
 
   /// The op d = alpha * x * w^T (d: M*N elements, x: M*K, w: N*K, row-major).
   /// \throws UsageError when a span does not fit the shape, is misaligned, or d overlaps x or w.
@@ -176,8 +219,9 @@ class Gemm {
   [[nodiscard]] const GemmShape& shape() const noexcept { return shape_; }
   /// The options planned with.
   [[nodiscard]] const GemmOptions& options() const noexcept { return options_; }
-  /// The bytes of workspace the chosen algorithm needs, which this plan owns (0 for none).
-  [[nodiscard]] std::size_t workspace_bytes() const noexcept { return detail::gemm_workspace(*state_).bytes; }
+  /// The bytes of workspace this plan owns: what the chosen algorithm needs, or 0 when it needs none or the plan uses a
+  /// SharedGemmWorkspace.
+  [[nodiscard]] std::size_t workspace_bytes() const noexcept { return detail::gemm_owned_workspace_bytes(*state_); }
   /// How many times this process has asked cuBLASLt's heuristic for an algorithm, for every element type: a plan
   /// whose device, shape, type and options an earlier plan had asks nothing.
   [[nodiscard]] static std::size_t heuristic_queries() noexcept { return detail::gemm_heuristic_queries(); }
@@ -185,6 +229,10 @@ class Gemm {
  private:
   static constexpr detail::GemmElementType type =
       std::same_as<T, half> ? detail::GemmElementType::f16 : detail::GemmElementType::bf16;
+  static std::shared_ptr<const SharedGemmWorkspace> checked(std::shared_ptr<const SharedGemmWorkspace> workspace) {
+    if (!workspace) throw UsageError("Gemm: the shared workspace is null; use the constructor without one");
+    return workspace;
+  }
   std::shared_ptr<const detail::GemmState> state_;
   GemmShape shape_;
   GemmOptions options_;

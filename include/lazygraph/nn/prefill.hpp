@@ -120,19 +120,36 @@ struct BasicPrefillBuffers {
 /// The GEMM plans of one bucket of `rows` rows: one per distinct shape among q (q_dim x d), k and v (kv_dim x d), o
 /// (d x q_dim), gate and up (ffn x d), down (d x ffn); every layer's products of a shape share its plan (they run one
 /// after another); with `lm_head`, also the LM head's (vocab x d: the wide decode step's). Made outside any capture.
+/// The buckets of one prefill or wide step run one at a time on one stream, so all their plans share one workspace
+/// (shared_workspace), of the most any of them needs, instead of one each.
 template <Element T>
 class BasicPrefillPlans {
  public:
-  /// \throws as Gemm's constructor (CublasUnavailable, CublasError, CudaError, CaptureError inside a capture).
-  BasicPrefillPlans(const Device& device, const DecoderConfig& config, int rows, bool lm_head = false);
+  /// \throws as Gemm's constructor (CublasUnavailable, CublasError, CudaError, CaptureError inside a capture; UsageError
+  ///         when `workspace` is smaller than a plan needs).
+  BasicPrefillPlans(const Device& device, const DecoderConfig& config, int rows, bool lm_head = false,
+                    const std::shared_ptr<const SharedGemmWorkspace>& workspace = nullptr);
+
+  /// A workspace for the plans of every bucket in `buckets`: the most any of their algorithms needs (asking cuBLASLt's
+  /// heuristic, which is remembered for the plans), or null when none needs any. \throws as the constructor.
+  [[nodiscard]] static std::shared_ptr<const SharedGemmWorkspace> shared_workspace(const Device& device,
+                                                                                   const DecoderConfig& config,
+                                                                                   std::span<const int> buckets,
+                                                                                   bool lm_head);
 
   /// The plan of D[rows, n] = X[rows, k] W[n, k]^T. \throws UsageError for a shape it has none of.
   [[nodiscard]] const Gemm<T>& plan(std::size_t n, std::size_t k) const;
-  /// The bytes of workspace its plans own.
+  /// The bytes of workspace its plans own (0 when they share one).
   [[nodiscard]] std::size_t workspace_bytes() const noexcept;
+  /// The most workspace one of its plans needs: what the bucket would take alone.
+  [[nodiscard]] std::size_t workspace_needed() const noexcept { return needed_; }
 
  private:
+  /// The distinct shapes of a bucket's products.
+  static std::vector<GemmShape> shapes(const DecoderConfig& config, int rows, bool lm_head);
+
   std::vector<Gemm<T>> plans_;
+  std::size_t needed_ = 0;
 };
 
 /// A decoder layer on tensor cores over the `rows` rows of a bucket but for its attention core (see the file comment):
@@ -322,7 +339,7 @@ class BasicPrefill {
 
   /// Buckets whose graph is captured, from most to least recently used.
   [[nodiscard]] std::vector<int> captured_buckets() const { return graphs_.keys(); }
-  /// Bytes of device memory the buffers and every plan made so far take.
+  /// Bytes of device memory the buffers and the plans' workspace (shared by every bucket, made with the first) take.
   [[nodiscard]] std::size_t device_bytes() const noexcept;
 
  private:
@@ -331,6 +348,7 @@ class BasicPrefill {
 
   std::vector<int> buckets_;
   BasicPrefillBuffers<T> buffers_;
+  std::shared_ptr<const SharedGemmWorkspace> workspace_;  ///< every bucket's plans', made with the first (null: none)
   std::vector<std::pair<int, std::unique_ptr<BasicPrefillPlans<T>>>> plans_;  ///< by bucket, made on first use
   GraphCache<int> graphs_;                                                    ///< by bucket, captured on first use
   std::optional<CudaGraph<>> head_;                                           ///< the LM head of the last row

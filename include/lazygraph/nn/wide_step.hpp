@@ -155,6 +155,7 @@ class BasicWideStep {
   Buffers buffers_;
   HostIo<int, int> io_;
   GraphPool pool_;
+  std::shared_ptr<const SharedGemmWorkspace> workspace_;  ///< every bucket's plans', made with the first (null: none)
   std::vector<std::pair<int, std::unique_ptr<BasicPrefillPlans<T>>>> plans_;  ///< by bucket, made on first use
   GraphCache<int> graphs_;                                                    ///< by bucket, captured on first use
   std::vector<WideBucketReport> report_;

@@ -15,8 +15,9 @@ struct WideBucketReport {
   /// Device memory the capture, instantiation and upload of its graph took: the device's free memory before less after
   /// (other work on the device at the same time would count too). Its buffers are the step's, shared by every bucket.
   std::size_t graph_bytes = 0;
-  /// The workspaces of the bucket's GEMM plans (cuBLASLt's algorithms for its row count; at most
-  /// 8 MiB, kPrefillGemmWorkspace, per distinct shape), which the bucket owns beside its graph.
+  /// The GEMM workspace the bucket would take alone: the most one of its plans needs (cuBLASLt's algorithm for the
+  /// shape; at most kPrefillGemmWorkspace, 8 MiB). Every bucket's plans share one workspace of the most any bucket
+  /// needs, made with the first bucket: the buckets together take the largest of these figures, not their sum.
   std::size_t gemm_workspace_bytes = 0;
 };
 

@@ -14,6 +14,7 @@ namespace lazygraph {
 
 class Device;
 class ExecContext;
+class SharedGemmWorkspace;
 struct GemmShape;
 struct GemmOptions;
 
@@ -43,19 +44,28 @@ void check_gemm_operands(const GemmShape& shape, std::size_t alignment, std::siz
                          const GemmOperand& x, const GemmOperand& w, const GemmOperand* c);
 
 /// Makes a plan's state on `device`: the device's cuBLASLt handle (made on first use), the descriptors, the algorithm
-/// (asked of cuBLASLt's heuristic once per device, shape, type and options in the process) and its workspace.
-/// \throws UsageError (check_gemm_shape), CaptureError while a capture forbids it, CublasUnavailable, CublasError,
+/// (asked of cuBLASLt's heuristic once per device, shape, type and options in the process) and its workspace: its own,
+/// or `shared` when not null. \throws UsageError (check_gemm_shape; a shared workspace of another device or smaller
+///         than the algorithm needs), CaptureError while a capture forbids it, CublasUnavailable, CublasError,
 ///         CudaError when the workspace cannot be allocated.
 std::shared_ptr<const GemmState> make_gemm_state(const Device& device, const GemmShape& shape,
-                                                 const GemmOptions& options, GemmElementType type);
+                                                 const GemmOptions& options, GemmElementType type,
+                                                 std::shared_ptr<const SharedGemmWorkspace> shared);
+
+/// The bytes of workspace the algorithm chosen for (device, shape, options, type) needs, asking the heuristic if no
+/// plan has yet (no allocation). \throws as make_gemm_state, but for the workspace.
+std::size_t gemm_workspace_needed(const Device& device, const GemmShape& shape, const GemmOptions& options,
+                                  GemmElementType type);
 
 /// The device memory a plan's workspace occupies (0 bytes when its algorithm needs none).
 struct GemmWorkspace {
   CUdeviceptr address = 0;
   std::size_t bytes = 0;
 };
-/// `state`'s workspace.
+/// `state`'s workspace: its own, or the whole of the shared one it was made with.
 GemmWorkspace gemm_workspace(const GemmState& state) noexcept;
+/// The bytes of workspace `state` owns (0 when it needs none or shares one).
+std::size_t gemm_owned_workspace_bytes(const GemmState& state) noexcept;
 
 /// The addresses and scalars of one product D = alpha X W^T + beta C (C is D when beta is 0 and there is none).
 struct GemmCall {
