@@ -1,5 +1,6 @@
 // The public face of cuBLASLt's loading (kernels/gemm.hpp): whether it loads, which version, from where; and the
-// shared workspace. The plan itself is src/kernels/gemm_plan.cpp; the calls into cuBLASLt are src/driver/cublaslt_api.cpp.
+// shared workspace. The plan itself is src/kernels/gemm_plan.cpp; the calls into cuBLASLt are
+// src/driver/cublaslt_api.cpp.
 
 #include "lazygraph/kernels/gemm.hpp"
 
@@ -20,7 +21,8 @@ std::size_t nonzero(std::size_t bytes) {
 }
 }  // namespace
 
-SharedGemmWorkspace::SharedGemmWorkspace(const Device& device, std::size_t bytes) : ordinal_(device.ordinal()), buffer_(device, nonzero(bytes)) {}
+SharedGemmWorkspace::SharedGemmWorkspace(const Device& device, std::size_t bytes)
+    : ordinal_(device.ordinal()), buffer_(device, nonzero(bytes)) {}
 
 bool cublaslt_available(std::string* why) noexcept { return detail::cublaslt::try_load(why); }
 

@@ -162,9 +162,9 @@ struct GemmState {
   LayoutPtr x_layout;  // B: X, K x M column-major
   LayoutPtr d_layout;  // C and D: N x M column-major
   cublasLtMatmulAlgo_t algorithm{};
-  std::optional<DeviceBuffer<std::byte>> workspace;       // its own, when the algorithm needs one and none is shared
+  std::optional<DeviceBuffer<std::byte>> workspace;   // its own, when the algorithm needs one and none is shared
   std::shared_ptr<const SharedGemmWorkspace> shared;  // or the one it shares
-  std::string name;  // "gemm (M=.., N=.., K=..) of half on device 0", for errors
+  std::string name;                                   // "gemm (M=.., N=.., K=..) of half on device 0", for errors
 
   [[nodiscard]] lt::MatmulDescriptors descriptors() const noexcept {
     return {operation.get(), w_layout.get(), x_layout.get(), d_layout.get(), d_layout.get()};

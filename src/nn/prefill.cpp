@@ -225,8 +225,8 @@ CudaGraph<>& BasicPrefill<T>::chunk_graph(const BasicPrefillContext<T>& ctx, int
       if (plans_.empty()) {
         workspace_ = BasicPrefillPlans<T>::shared_workspace(ctx.stream.device(), ctx.config, buckets_, false);
       }
-      plans_.emplace_back(rows,
-                          std::make_unique<BasicPrefillPlans<T>>(ctx.stream.device(), ctx.config, rows, false, workspace_));
+      plans_.emplace_back(
+          rows, std::make_unique<BasicPrefillPlans<T>>(ctx.stream.device(), ctx.config, rows, false, workspace_));
       found = std::prev(plans_.end());
     }
     const BasicPrefillPlans<T>& plans = *found->second;

@@ -467,8 +467,9 @@ TEST_SUITE("gpu") {
       CHECK(written->end() == shared->span().address() + needed);
     }
     // Products with nothing else in common: the workspace alone orders them, or refuses them side by side.
-    CHECK_THROWS_WITH_AS((void)all(one(dy1.view(), dx1.cview(), dw1.cview()), two(dy2.view(), dx2.cview(), dw2.cview())),
-                         doctest::Contains("gemm workspace"), UsageError);
+    CHECK_THROWS_WITH_AS(
+        (void)all(one(dy1.view(), dx1.cview(), dw1.cview()), two(dy2.view(), dx2.cview(), dw2.cview())),
+        doctest::Contains("gemm workspace"), UsageError);
     auto both = dataflow(one(dy1.view(), dx1.cview(), dw1.cview()), two(dy2.view(), dx2.cview(), dw2.cview()));
     REQUIRE(both.dependencies().size() == 2);
     CHECK(both.dependencies()[1] == std::vector<std::uint32_t>{0});
@@ -486,16 +487,16 @@ TEST_SUITE("gpu") {
     const std::size_t needed = Gemm<half>::workspace_needed(lgtest::device(), s);
     if (needed < 2) {
       MESSAGE("skipped the small workspace: cuBLASLt's algorithm for gemm (17, 1000, 2048) needs " << needed
-                                                                                                    << " bytes");
+                                                                                                   << " bytes");
       return;
     }
     const auto small = std::make_shared<const SharedGemmWorkspace>(lgtest::device(), needed / 2);
-    CHECK_THROWS_WITH_AS(Gemm<half>(lgtest::device(), s, {}, small),
-                         doctest::Contains(("its algorithm needs " + std::to_string(needed) +
-                                            " bytes of workspace, and the shared workspace has " +
-                                            std::to_string(needed / 2))
-                                               .c_str()),
-                         UsageError);
+    CHECK_THROWS_WITH_AS(
+        Gemm<half>(lgtest::device(), s, {}, small),
+        doctest::Contains(("its algorithm needs " + std::to_string(needed) +
+                           " bytes of workspace, and the shared workspace has " + std::to_string(needed / 2))
+                              .c_str()),
+        UsageError);
   }
 
   TEST_CASE(

@@ -125,8 +125,8 @@ struct BasicPrefillBuffers {
 template <Element T>
 class BasicPrefillPlans {
  public:
-  /// \throws as Gemm's constructor (CublasUnavailable, CublasError, CudaError, CaptureError inside a capture; UsageError
-  ///         when `workspace` is smaller than a plan needs).
+  /// \throws as Gemm's constructor (CublasUnavailable, CublasError, CudaError, CaptureError inside a capture;
+  ///         UsageError when `workspace` is smaller than a plan needs).
   BasicPrefillPlans(const Device& device, const DecoderConfig& config, int rows, bool lm_head = false,
                     const std::shared_ptr<const SharedGemmWorkspace>& workspace = nullptr);
 
