@@ -15,6 +15,7 @@
 #include <charconv>
 #include <chrono>
 #include <csignal>
+#include <cstddef>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
@@ -36,6 +37,7 @@
 #include <lazygraph/nn/engine.hpp>
 #include <lazygraph/nn/generation_config.hpp>
 #include <lazygraph/nn/kernels.hpp>
+#include <lazygraph/nn/kv_block_pool.hpp>
 #include <lazygraph/nn/tokenizer.hpp>
 
 #include "serve/http_server.hpp"
@@ -79,8 +81,9 @@ Options (--name VALUE or --name=VALUE, each at most once):
   --kv-cache MODE    auto (default): paged where the model allows it (dense q/k/v weights, no q/k norms), else
                      contiguous; paged: refuse a model it cannot run; contiguous: max-batch x context positions
   --kv-blocks N      KV blocks in the pool, from 1 (default: max-batch x ceil(context / block size), what the
-                     contiguous cache holds); paged, the pool is the cache and bounds the positions of all
-                     sequences together; contiguous, it only accounts them
+                     contiguous cache holds, or, paged, as many as fit in 90% of the GPU's memory beside the
+                     weights if fewer); paged, the pool is the cache and bounds the positions of all sequences
+                     together; contiguous, it only accounts them
   --kv-block-size N  positions per KV block, 16 or 32 (default 16)
   --max-queue N      requests waiting at most, from 1 (default 64); more are answered 429
   --max-body BYTES   the largest request body, from 1 (default 1048576); larger ones are answered 413
@@ -93,7 +96,8 @@ Options (--name VALUE or --name=VALUE, each at most once):
 Exit status:
   0   after SIGTERM or SIGINT, once drained
   1   MODEL_DIR's config.json, weights, generation_config.json, tokenizer or chat template cannot be used (the
-      message names the file), the address cannot be listened on, or the GPU failed
+      message names the file), the address cannot be listened on, the GPU failed, or the GPU cannot hold one
+      sequence's KV blocks beside the weights
   2   a bad command line: an unknown option, one given twice, a value out of range, a MODEL_DIR that does not
       exist or is not a folder, a --context beyond the model's or beyond 8192 on the contiguous KV cache, a
       --max-batch above 8 on the contiguous KV cache, --kv-cache paged for a model it cannot run, a --device
@@ -228,7 +232,8 @@ struct Plan {
   lgserve::ServedModel served;
   nn::LoadOptions load;
   bool bf16 = false;
-  int engine_kv_blocks = 0;  ///< EngineOptions::kv_blocks (0 with a paged cache: the decoder's pool)
+  int engine_kv_blocks = 0;      ///< EngineOptions::kv_blocks (0 with a paged cache: the decoder's pool)
+  std::size_t weight_bytes = 0;  ///< the weights' device memory
 };
 
 /// Why the paged KV cache cannot serve `llama` as `o` asks, or empty when it can. What the decoder refuses on a
@@ -304,6 +309,7 @@ Plan plan_serving(const Options& o) {
   plan.load.progress = true;
   plan.served.kv_block_size = o.kv_block_size;
   const nn::DecoderCheckpoint checkpoint = open_checkpoint(o, llama, plan);
+  plan.weight_bytes = checkpoint.device_bytes();
   // K and V of every layer, in fp16 or bf16 (2 bytes).
   plan.served.kv_bytes_per_position = std::size_t{2} * 2 * static_cast<std::size_t>(checkpoint.config().layers) *
                                       static_cast<std::size_t>(checkpoint.config().kv_dim());
@@ -382,6 +388,33 @@ sigset_t stop_signals() {
   return signals;
 }
 
+/// A paged pool of the default size shrunk to what fits `device` beside the weights (kv_blocks_that_fit: 90 % of its
+/// memory, counting what is in use already). \throws std::runtime_error (exit 1) when not even one sequence of the
+/// whole context fits.
+void fit_kv_pool(const lazygraph::Device& device, const Options& o, Plan& plan) {
+  const std::size_t block_bytes = static_cast<std::size_t>(o.kv_block_size) * plan.served.kv_bytes_per_position;
+  const int fit = nn::kv_blocks_that_fit({.total_bytes = device.total_memory(),
+                                          .free_bytes = device.free_memory(),
+                                          .weight_bytes = plan.weight_bytes,
+                                          .block_bytes = block_bytes});
+  if (fit >= plan.load.kv_blocks) return;
+  const int one_sequence = (plan.served.context + o.kv_block_size - 1) / o.kv_block_size;
+  const auto gib = [](std::size_t bytes) { return std::to_string(bytes >> 30U) + " GiB"; };
+  if (fit < one_sequence) {
+    throw std::runtime_error("GPU " + std::to_string(o.device) + " (" + gib(device.total_memory()) + ", " +
+                             gib(device.free_memory()) + " free) holds " + std::to_string(fit) +
+                             " KV blocks beside the weights (" + gib(plan.weight_bytes) + "), fewer than the " +
+                             std::to_string(one_sequence) + " one sequence of --context " +
+                             std::to_string(plan.served.context) + " needs: lower --context");
+  }
+  std::fprintf(stderr,
+               "lazygraph-serve: %d KV blocks fit GPU %d beside the weights (90%% of its memory), fewer than the %d "
+               "of --max-batch x context: the pool holds %d\n",
+               fit, o.device, plan.load.kv_blocks, fit);
+  plan.load.kv_blocks = fit;
+  plan.served.kv_blocks = fit;
+}
+
 int serve(const Options& o) {
   const sigset_t signals = stop_signals();
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
@@ -397,6 +430,7 @@ int serve(const Options& o) {
                          std::to_string(count));
     }
     const lazygraph::Device device = lazygraph::Device::get(o.device);
+    if (o.kv_blocks == 0 && plan.served.kv_cache == "paged") fit_kv_pool(device, o, plan);
     std::fprintf(stderr, "lazygraph-serve: loading %s onto GPU %d (%s)\n", o.model_dir.c_str(), o.device,
                  device.name().c_str());
     if (plan.bf16) {

@@ -1,5 +1,7 @@
 #include "lazygraph/nn/kv_block_pool.hpp"
 
+#include <cmath>
+#include <limits>
 #include <string>
 
 #include "lazygraph/driver/error.hpp"
@@ -150,6 +152,23 @@ std::vector<KvBlockCopy> KvBlockPool::take_copies() {
   std::vector<KvBlockCopy> out;
   out.swap(copies_);
   return out;
+}
+
+int kv_blocks_that_fit(const KvPoolBudget& b) {
+  if (b.block_bytes == 0) throw UsageError("kv_blocks_that_fit: block_bytes is 0");
+  if (b.free_bytes > b.total_bytes) {
+    throw UsageError("kv_blocks_that_fit: free_bytes (" + std::to_string(b.free_bytes) +
+                     ") is more than total_bytes (" + std::to_string(b.total_bytes) + ")");
+  }
+  if (!(b.utilization > 0.0 && b.utilization <= 1.0)) {
+    throw UsageError("kv_blocks_that_fit: utilization " + std::to_string(b.utilization) + " is outside (0, 1]");
+  }
+  const double allowed = std::floor(b.utilization * static_cast<double>(b.total_bytes));
+  const double taken = static_cast<double>(b.total_bytes - b.free_bytes) + static_cast<double>(b.weight_bytes);
+  if (allowed <= taken) return 0;
+  const double blocks = std::floor((allowed - taken) / static_cast<double>(b.block_bytes));
+  return blocks >= static_cast<double>(std::numeric_limits<int>::max()) ? std::numeric_limits<int>::max()
+                                                                        : static_cast<int>(blocks);
 }
 
 }  // namespace lazygraph::nn

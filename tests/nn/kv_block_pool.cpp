@@ -1,18 +1,23 @@
 // Host tests of lazygraph::nn::KvBlockPool: block accounting as sequences grow and end, exhaustion that changes
 // nothing, the pool empty again after every sequence ends, prefix sharing with copy-on-write, and the block table the
-// device reads.
+// device reads; and how many blocks fit a device beside the weights.
 #include <doctest/doctest.h>
 
 #include <lazygraph/driver/error.hpp>
 #include <lazygraph/nn/kv_block_pool.hpp>
 
+#include <cmath>
+#include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <random>
 #include <vector>
 
 using lazygraph::UsageError;
+using lazygraph::nn::kv_blocks_that_fit;
 using lazygraph::nn::KvBlockPool;
+using lazygraph::nn::KvPoolBudget;
 
 TEST_CASE("a block pool hands out one block per block_size positions and takes them back when a sequence ends") {
   KvBlockPool pool(8, 16);
@@ -188,4 +193,46 @@ TEST_CASE("a block pool returns to empty after random allocations, forks, append
   for (const int id : live) pool.release(id);
   CHECK(pool.free_blocks() == 64);
   CHECK(pool.sequences() == 0);
+}
+
+TEST_CASE("the blocks that fit a device are its memory's allowed share less what is in use and the weights") {
+  constexpr std::size_t gib = std::size_t{1} << 30U;
+  // An 80 GiB GPU with 1 GiB in use, 16 GiB of weights, blocks of 2 MiB: 0.9 x 80 - 1 - 16 = 55 GiB, 28160 blocks.
+  const KvPoolBudget h100{
+      .total_bytes = 80 * gib, .free_bytes = 79 * gib, .weight_bytes = 16 * gib, .block_bytes = std::size_t{2} << 20U};
+  CHECK(kv_blocks_that_fit(h100) == 28160);
+  // A partial block does not count.
+  KvPoolBudget odd = h100;
+  odd.block_bytes = 3 * (std::size_t{1} << 20U);
+  CHECK(kv_blocks_that_fit(odd) == 55 * 1024 / 3);
+  // Other processes' memory counts against the share; weights that leave nothing give 0.
+  KvPoolBudget crowded = h100;
+  crowded.free_bytes = 20 * gib;
+  CHECK(kv_blocks_that_fit(crowded) == 0);
+  KvPoolBudget heavy = h100;
+  heavy.weight_bytes = 71 * gib;
+  CHECK(kv_blocks_that_fit(heavy) == 0);
+  // All of the memory when asked, and never more blocks than an int holds.
+  KvPoolBudget all = h100;
+  all.utilization = 1.0;
+  all.weight_bytes = 0;
+  CHECK(kv_blocks_that_fit(all) == 79 * 512);
+  all.block_bytes = 1;
+  CHECK(kv_blocks_that_fit(all) == std::numeric_limits<int>::max());
+}
+
+TEST_CASE("the blocks that fit refuses a zero block, more free memory than there is and a share outside (0, 1]") {
+  const KvPoolBudget ok{.total_bytes = 1000, .free_bytes = 900, .weight_bytes = 0, .block_bytes = 10};
+  KvPoolBudget b = ok;
+  b.block_bytes = 0;
+  CHECK_THROWS_WITH_AS((void)kv_blocks_that_fit(b), doctest::Contains("block_bytes is 0"), UsageError);
+  b = ok;
+  b.free_bytes = 1001;
+  CHECK_THROWS_WITH_AS((void)kv_blocks_that_fit(b), doctest::Contains("is more than total_bytes"), UsageError);
+  for (const double share : {0.0, -0.5, 1.5, std::nan("")}) {
+    b = ok;
+    b.utilization = share;
+    CHECK_THROWS_WITH_AS((void)kv_blocks_that_fit(b), doctest::Contains("is outside (0, 1]"), UsageError);
+  }
+  CHECK(kv_blocks_that_fit(ok) == 80);  // 900 allowed - 100 in use
 }

@@ -6,6 +6,7 @@
 /// block two sequences hold is never written; the first append into it gives the writer a block of its own, and the
 /// copy the device must make before the next step is queued (copy-on-write).
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -111,5 +112,21 @@ class KvBlockPool {
   std::vector<KvBlockCopy> copies_;
   int live_ = 0;
 };
+
+/// What sizes a paged KV cache's pool to a device before the model loads (kv_blocks_that_fit).
+struct KvPoolBudget {
+  std::size_t total_bytes = 0;   ///< the device's memory (Device::total_memory)
+  std::size_t free_bytes = 0;    ///< what is free now, before the model loads (Device::free_memory)
+  std::size_t weight_bytes = 0;  ///< the weights about to be loaded (DecoderCheckpoint::device_bytes)
+  std::size_t block_bytes = 0;   ///< one block: its positions' keys and values in every layer
+  /// The share of the device's memory this process may fill, counting what is in use already (other processes',
+  /// the context's): the rest is left for the decoder's buffers, graphs and GEMM workspaces.
+  double utilization = 0.9;
+};
+
+/// The KV blocks that fit: utilization x total_bytes, less what is in use (total_bytes - free_bytes) and the
+/// weights, in blocks of block_bytes (at most INT_MAX); 0 when nothing is left.
+/// \throws UsageError for block_bytes 0, free_bytes above total_bytes, or a utilization outside (0, 1].
+[[nodiscard]] int kv_blocks_that_fit(const KvPoolBudget& budget);
 
 }  // namespace lazygraph::nn
