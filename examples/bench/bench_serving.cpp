@@ -7,18 +7,27 @@
 // floor, the bytes it must read (the weights once, plus each row's KV cache up to its position) over the copy ceiling
 // measured in the same run. At most max_batch sequences step together (default: the largest count, at least 8): with
 // more than 8 the steps of more than 8 rows run the wide step (nn/wide_step.hpp), every bucket of which is captured
-// before the requests and reported (capture time, memory). One table at the end. `--help` for the options.
+// before the requests and reported (capture time, memory). With --torch, runs examples/bench/torch_serving.py
+// (transformers' continuous batching, generate_batch, over LlamaForCausalLM of the same shape and the same prompts)
+// and adds its tokens/s and ours over it to each row. One table at the end. `--help` for the options.
 #include <lazygraph/lazygraph.hpp>
 #include <lazygraph/nn/decoder.hpp>
 #include <lazygraph/nn/decoder_step_model.hpp>
 #include <lazygraph/nn/engine.hpp>
 #include <lazygraph/nn/wide_step_report.hpp>
 
+#include <sys/wait.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <map>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <variant>
 #include <vector>
@@ -35,7 +44,8 @@ namespace {
 
 constexpr const char* usage =
     "usage: bench_serving [--shape llama32-1b|tinyllama] [--dtype f16|bf16] [--concurrency N,N,...] [--prompt P]\n"
-    "                     [--new N] [--block-size 16|32] [--prefill-chunk C] [--max-batch M]\n"
+    "                     [--new N] [--block-size 16|32] [--prefill-chunk C] [--max-batch M] [--torch]\n"
+    "                     [--torch-script PATH] [--out DIR]\n"
     "Serves N concurrent requests through nn::Engine over a paged decoder with seeded weights: each a prompt of P\n"
     "seeded tokens and N new tokens (greedy, no stop token), submitted at once, the engine stepped on this thread.\n"
     "Prints, for each N: wall time, tokens made per second, time to first token (p50, p99), and the decode phase's\n"
@@ -51,6 +61,10 @@ constexpr const char* usage =
     "  --max-batch M       DecoderConfig::max_batch, 1 to 256 (default: the largest count, at least 8); above 8 every\n"
     "                      bucket of the wide step is captured before the requests and its capture time and memory\n"
     "                      printed\n"
+    "  --torch             also serve the same requests with transformers' continuous batching (generate_batch;\n"
+    "                      needs python3 with torch and transformers) and print its tokens/s beside ours\n"
+    "  --torch-script P    the companion (default examples/bench/torch_serving.py, from the repository's root)\n"
+    "  --out DIR           where the companion writes its results (default bench-out)\n"
     "Exit status: 0 done, 1 failed, 2 usage error, 77 skipped (no GPU; the reason is printed).\n";
 
 struct Options {
@@ -62,6 +76,9 @@ struct Options {
   int block_size = 16;
   int prefill_chunk = -1;  ///< -1: the config's default
   int max_batch = 0;       ///< 0: the largest concurrency, at least kMaxRows, at most kMaxWideRows
+  bool torch = false;
+  std::string torch_script = "examples/bench/torch_serving.py";
+  std::string out = "bench-out";
 };
 
 struct Row {
@@ -74,7 +91,9 @@ struct Row {
   double decode_step_s = 0;  ///< its mean step time
   double floor_s = 0;        ///< its step's bytes over the ceiling
   std::uint64_t preemptions = 0;
-  std::vector<nn::WideBucketReport> wide;  ///< the wide step's buckets, captured before the requests
+  std::vector<nn::WideBucketReport> wide;    ///< the wide step's buckets, captured before the requests
+  std::optional<double> torch_tokens_per_s;  ///< transformers' continuous batching on the same requests
+  std::string torch_note;                    ///< how it ran, or why it has no figure
 };
 
 /// The q-quantile of `v` (nearest rank).
@@ -203,6 +222,50 @@ void print_wide_report(const std::vector<nn::WideBucketReport>& wide) {
       ratio(graphs + workspace, largest->graph_bytes + largest->gemm_workspace_bytes));
 }
 
+/// Runs the torch companion on the same shape, dtype, prompts and counts, and reads its results into `rows`. A failure
+/// is a note in the table, not an error of this program.
+void run_torch(const Options& o, const std::string& shape, std::vector<Row>& rows) {
+  std::filesystem::create_directories(o.out);
+  const std::string file = o.out + "/torch_serving_" + shape + "_" + o.dtype + ".txt";
+  std::filesystem::remove(file);
+  std::string counts;
+  for (const Row& r : rows) counts += (counts.empty() ? "" : ",") + std::to_string(r.requests);
+  const std::string command = "python3 '" + o.torch_script + "' --shape " + shape + " --dtype " + o.dtype +
+                              " --concurrency " + counts + " --prompt " + std::to_string(o.prompt) + " --new " +
+                              std::to_string(o.fresh) + " --out '" + file + "'";
+  std::printf("  running: %s\n", command.c_str());
+  std::fflush(stdout);
+  const int status = std::system(command.c_str());
+  std::ifstream in(file);
+  if (!in) {
+    const std::string why = status == -1        ? "could not start python3"
+                            : WIFEXITED(status) ? "exit status " + std::to_string(WEXITSTATUS(status)) +
+                                                      (WEXITSTATUS(status) == example::exit_skipped ? ": skipped" : "")
+                                                : "ended by a signal";
+    for (Row& r : rows) r.torch_note = "torch_serving.py wrote nothing (" + why + "; its output is above)";
+    return;
+  }
+  // Lines "requests N tokens_per_s X|- wall_s Y|- NOTE...": torch_serving.py's result format.
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream words(line);
+    std::string key;
+    int requests = 0;
+    std::string rate_key;
+    std::string rate;
+    std::string wall_key;
+    std::string wall;
+    if (!(words >> key >> requests >> rate_key >> rate >> wall_key >> wall) || key != "requests") continue;
+    std::string note;
+    std::getline(words, note);
+    for (Row& r : rows) {
+      if (r.requests != requests) continue;
+      if (rate != "-") r.torch_tokens_per_s = std::stod(rate);
+      r.torch_note = note.empty() ? "" : note.substr(note.find_first_not_of(' '));
+    }
+  }
+}
+
 int run(const Options& o) {
   lg::Device device = lg::Device::first();
   lg::Stream s = device.create_stream();
@@ -235,19 +298,31 @@ int run(const Options& o) {
                 r.ttft_p50_s * 1e3);
     std::fflush(stdout);
   }
+  if (o.torch) run_torch(o, shape.name, rows);
   std::printf(
       "\nServing through nn::Engine on %s: %s %s, seeded weights, prompts of %d tokens, %d new tokens each, "
       "greedy; wall-clock times (the engine's host work included); copy ceiling %.0f GB/s\n\n",
       device.name().c_str(), shape.name.c_str(), o.dtype.c_str(), o.prompt, o.fresh, ceiling * 1e-9);
   std::printf(
       "| requests | wall s | tokens/s | vs 1 request | first token p50 ms | p99 ms | decode rows | decode step us | "
-      "floor us | of floor | preemptions |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "floor us | of floor | preemptions |%s\n|---|---|---|---|---|---|---|---|---|---|---|%s\n",
+      o.torch ? " transformers tokens/s | ours / transformers | transformers note |" : "",
+      o.torch ? "---|---|---|" : "");
   for (const Row& r : rows) {
-    std::printf("| %d | %.2f | %.0f | %.2fx | %.0f | %.0f | %d | %.0f | %.0f | %.2f | %llu |\n", r.requests, r.wall_s,
+    std::printf("| %d | %.2f | %.0f | %.2fx | %.0f | %.0f | %d | %.0f | %.0f | %.2f | %llu |", r.requests, r.wall_s,
                 r.tokens_per_s, r.tokens_per_s / rows.front().tokens_per_s, r.ttft_p50_s * 1e3, r.ttft_p99_s * 1e3,
                 r.decode_rows, r.decode_step_s * 1e6, r.floor_s * 1e6,
                 r.decode_step_s > 0 ? r.floor_s / r.decode_step_s : 0.0,
                 static_cast<unsigned long long>(r.preemptions));
+    if (o.torch) {
+      if (r.torch_tokens_per_s) {
+        std::printf(" %.0f | %.2fx | %s |", *r.torch_tokens_per_s, r.tokens_per_s / *r.torch_tokens_per_s,
+                    r.torch_note.c_str());
+      } else {
+        std::printf(" - | - | %s |", r.torch_note.c_str());
+      }
+    }
+    std::printf("\n");
   }
   std::printf(
       "\n(vs 1 request: tokens/s over the first row's; decode step: the mean step while the first wave's sequences "
@@ -289,9 +364,18 @@ std::variant<Options, int> parse(int argc, char** argv) {
     } else if (arg == "--max-batch") {
       o.max_batch = example::integers(value(), "--max-batch", 1).at(0);
       if (o.max_batch > nn::kMaxWideRows) throw lg::UsageError("--max-batch: 1 to " + std::to_string(nn::kMaxWideRows));
+    } else if (arg == "--torch") {
+      o.torch = true;
+    } else if (arg == "--torch-script") {
+      o.torch_script = value();
+    } else if (arg == "--out") {
+      o.out = value();
     } else {
       throw lg::UsageError(arg.starts_with("-") ? "unknown option " + arg : "unexpected argument " + arg);
     }
+  }
+  if (o.torch && !std::filesystem::exists(o.torch_script)) {
+    throw lg::UsageError("--torch: no " + o.torch_script + " (run from the repository's root, or give --torch-script)");
   }
   if (o.prompt + o.fresh + 2 * o.block_size > nn::kMaxPagedContext) {
     throw lg::UsageError("--prompt plus --new: at most " + std::to_string(nn::kMaxPagedContext - 2 * o.block_size));

@@ -45,7 +45,11 @@ if [ "$which" = all ] || [ "$which" = nccl ]; then
 fi
 if [ "$which" = all ] || [ "$which" = compile ]; then ./build-gpu/examples/bench_compile; echo; fi
 if [ "$which" = all ] || [ "$which" = paged ]; then ./build-gpu/examples/bench_paged_attention; echo; fi
-if [ "$which" = all ] || [ "$which" = serving ]; then ./build-gpu/examples/bench_serving; echo; fi
+if [ "$which" = all ] || [ "$which" = serving ]; then
+  # With transformers' continuous batching beside it (torch_serving.py, which bench_serving runs with --torch).
+  ./build-gpu/examples/bench_serving --torch --out "${OUT:-$PWD/bench-results}/serving"
+  echo
+fi
 if [ "$which" = all ] || [ "$which" = models ]; then
   results="${OUT:-$PWD/bench-results}/models"
   mkdir -p "$results"
