@@ -89,10 +89,15 @@ Engine::Engine(StepModel& model, EngineOptions options, std::optional<Tokenizer>
     : model_(model),
       tokenizer_(std::move(tokenizer)),
       max_queue_(options.max_queue),
+      max_prompt_tokens_(options.max_prompt_tokens),
       pool_(engine_pool(model, options)),
       slot_used_(static_cast<std::size_t>(std::max(model.slots(), 0)), false) {
   if (options.max_queue < 1) {
     throw UsageError("Engine: max_queue must be at least 1, not " + std::to_string(options.max_queue));
+  }
+  if (options.max_prompt_tokens < 0) {
+    throw UsageError("Engine: max_prompt_tokens must be 0 (no limit) or more, not " +
+                     std::to_string(options.max_prompt_tokens));
   }
   if (model.slots() < 1) throw UsageError("Engine: the model has no slot to run a sequence in");
   counters_.kv_blocks_total = pool_.total_blocks();
@@ -350,8 +355,14 @@ bool Engine::step() {
     admit();
     reserve(events);
     const bool paged = model_.kv_block_size() > 0;
+    long long prompt_tokens = 0;  // fed by this step's prompts so far
     for (const SequencePtr& s : running_) {
       const std::size_t first = static_cast<std::size_t>(s->fed);
+      if (s->fed == 0) {  // a prompt (or a preempted history): within the budget, or the step's first
+        const auto size = static_cast<long long>(s->tokens.size());
+        if (max_prompt_tokens_ > 0 && prompt_tokens > 0 && prompt_tokens + size > max_prompt_tokens_) continue;
+        prompt_tokens += size;
+      }
       // A paged model's rows carry their blocks: the pool's own tables, which change only on this thread.
       rows.push_back({.slot = s->slot,
                       .position = s->fed,

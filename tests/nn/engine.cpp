@@ -56,6 +56,9 @@ class HostModel final : public StepModel {
     REQUIRE(static_cast<int>(rows.size()) <= slots_);
     ++steps;
     most_rows = std::max(most_rows, static_cast<int>(rows.size()));
+    int prompt_tokens = 0;
+    for (const StepRow& row : rows) prompt_tokens += row.position == 0 ? static_cast<int>(row.tokens.size()) : 0;
+    prompt_tokens_per_step.push_back(prompt_tokens);
     std::set<int> seen;
     for (std::size_t r = 0; r < rows.size(); ++r) {
       const StepRow& row = rows[r];
@@ -100,6 +103,7 @@ class HostModel final : public StepModel {
 
   int steps = 0;
   int most_rows = 0;
+  std::vector<int> prompt_tokens_per_step;  ///< the tokens of rows at position 0, each step
 
  private:
   int slots_, context_, vocab_, low_, high_;
@@ -264,6 +268,56 @@ TEST_CASE("an engine running many requests at once gives each the tokens its pro
   CHECK(s.first_token_count == 30);
   CHECK(engine.pool().sequences() == 0);
   CHECK(s.preemptions == 0);  // 4 slots of 128 positions: the default pool holds them whole
+}
+
+TEST_CASE(
+    "an engine feeds at most max_prompt_tokens of prompts a step, a longer prompt alone, and first tokens early") {
+  HostModel model(10, 256);  // a slot for each request: all are admitted at the first step
+  EngineOptions o = opts(0);
+  o.max_prompt_tokens = 40;
+  Engine engine(model, o);
+  Collector c;
+  std::vector<std::pair<RequestId, GenerationRequest>> sent;
+  std::map<RequestId, int> first_step;  // the step after which each request had its first token
+  int stepped = 0;
+  // Eight prompts of 15 tokens, then one of 60 (past the budget by itself).
+  for (int i = 0; i < 9; ++i) {
+    GenerationRequest r;
+    const int length = i < 8 ? 15 : 60;
+    for (int t = 0; t < length; ++t) r.prompt.push_back((i * 31 + t * 17) % 256);
+    r.max_tokens = 6;
+    r.on_event = [collect = c.callback(), &first_step, &stepped](const GenerationEvent& e) {
+      collect(e);
+      if (e.token.has_value()) first_step.emplace(e.id, stepped);
+    };
+    const GenerationRequest copy = r;
+    const std::optional<RequestId> id = engine.submit(std::move(r));
+    REQUIRE(id.has_value());
+    sent.emplace_back(*id, copy);
+  }
+  for (int guard = 0; engine.step(); ++guard) {
+    REQUIRE(guard < 10000);
+    ++stepped;
+  }
+  for (const auto& [id, r] : sent) {
+    CAPTURE(id);
+    CHECK(c[id].tokens == model.alone(r));
+  }
+  // 15 + 15 fit 40, a third does not: two prompts a step, then the long one alone.
+  REQUIRE(model.prompt_tokens_per_step.size() >= 5);
+  CHECK(std::vector<int>(model.prompt_tokens_per_step.begin(), model.prompt_tokens_per_step.begin() + 5) ==
+        std::vector<int>{30, 30, 30, 30, 60});
+  CHECK(*std::max_element(model.prompt_tokens_per_step.begin(), model.prompt_tokens_per_step.end()) == 60);
+  // First tokens come out as their prompts are fed: the first two after the first step, the last two after the fourth.
+  CHECK(first_step[sent[0].first] == 0);
+  CHECK(first_step[sent[1].first] == 0);
+  CHECK(first_step[sent[7].first] == 3);
+  CHECK(first_step[sent[8].first] == 4);
+
+  EngineOptions bad = opts(0);
+  bad.max_prompt_tokens = -1;
+  CHECK_THROWS_WITH_AS(Engine(model, bad), doctest::Contains("max_prompt_tokens must be 0 (no limit) or more, not -1"),
+                       lazygraph::UsageError);
 }
 
 TEST_CASE("an engine whose KV pool runs out preempts the youngest sequence and recomputes it to the same tokens") {

@@ -69,6 +69,12 @@ struct EngineOptions {
   int kv_blocks = 0;
   int block_size = 16;  ///< positions per block (16 or 32); a paged model's must be its own
   int max_queue = 64;   ///< requests waiting at most; submit refuses more
+  /// Prompt tokens one step feeds at most, 0 for no limit (the default, 8192, is about 20 ms of prompts for a 1B model
+  /// on an H200). A sequence whose prompt (or recomputed history) would pass it waits in its slot for a later step,
+  /// where the oldest waiting goes first, so that a burst of requests neither holds every running sequence's next token
+  /// for all of their prompts nor every first token until the last prompt is done. The first prompt of a step is fed
+  /// whole, whatever its length.
+  int max_prompt_tokens = 8192;
 };
 
 /// A snapshot of an engine's state and counters.
@@ -163,6 +169,7 @@ class Engine {
   StepModel& model_;
   std::optional<Tokenizer> tokenizer_;
   int max_queue_;
+  int max_prompt_tokens_;
   mutable std::mutex mutex_;
   std::condition_variable work_;
   KvBlockPool pool_;
