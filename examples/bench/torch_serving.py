@@ -12,8 +12,9 @@ prompt of P tokens (the same tokens bench_serving submits) and N new tokens, gre
 time of the call (after one warm-up call of the same count), the tokens made and tokens/s; with --out, one line per
 count that bench_serving --torch reads:
   requests N tokens_per_s X|- wall_s Y|- NOTE...
-The attention implementations tried, in order: "paged|flash_attention_2", "sdpa_paged", "paged|sdpa"; the first
-that loads and generates is used and named in the note.
+The attention implementations tried, in order: "paged|flash_attention_2", "paged|sdpa", "paged|eager"; the first
+that loads and generates is used and named in the note (the GPU machine's transformers 5.17 has no flash-attn
+package: "paged|sdpa").
 Exit status: 0 done, 1 failed, 2 usage error, 77 skipped (no torch, no transformers or no CUDA GPU; the reason is
 printed).
 """
@@ -42,7 +43,7 @@ SHAPES = {
                       intermediate_size=5632, vocab_size=32000,
                       rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
 }
-IMPLEMENTATIONS = ["paged|flash_attention_2", "sdpa_paged", "paged|sdpa"]
+IMPLEMENTATIONS = ["paged|flash_attention_2", "paged|sdpa", "paged|eager"]
 
 
 def prompt_of(request, length, vocab):
@@ -51,7 +52,8 @@ def prompt_of(request, length, vocab):
 
 
 def build(shape, dtype, implementation, positions):
-    config = LlamaConfig(**SHAPES[shape], max_position_embeddings=max(positions, 8192), tie_word_embeddings=False,
+    # Above llama3 RoPE's original_max_position_embeddings (8192), as the real model's 131072 is.
+    config = LlamaConfig(**SHAPES[shape], max_position_embeddings=max(positions, 131072), tie_word_embeddings=False,
                          rms_norm_eps=1e-5, attn_implementation=implementation)
     with torch.device("cuda"):
         model = LlamaForCausalLM(config).to(dtype)
@@ -63,7 +65,8 @@ def serve(model, requests, prompt, fresh, vocab):
     inputs = [prompt_of(i, prompt, vocab) for i in range(requests)]
     config = GenerationConfig(max_new_tokens=fresh, min_new_tokens=fresh, do_sample=False, eos_token_id=None,
                               pad_token_id=0)
-    with torch.inference_mode():
+    # Not inference_mode: generate_batch's own thread updates tensors made here in place, which that mode forbids.
+    with torch.no_grad():
         model.generate_batch(inputs=inputs, generation_config=config, progress_bar=False)  # warm-up
         torch.cuda.synchronize()
         start = time.perf_counter()
