@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -296,18 +297,25 @@ void preference_destroy_no_throw(cublasLtMatmulPreference_t preference) noexcept
   (void)loaded->api.cublasLtMatmulPreferenceDestroy(preference);
 }
 
-bool heuristic(CUcontext ctx, cublasLtHandle_t handle, const MatmulDescriptors& descriptors,
-               cublasLtMatmulPreference_t preference, cublasLtMatmulHeuristicResult_t* result,
+int heuristics(CUcontext ctx, cublasLtHandle_t handle, const MatmulDescriptors& descriptors,
+               cublasLtMatmulPreference_t preference, std::span<cublasLtMatmulHeuristicResult_t> results,
                std::string_view object) {
+  if (results.empty()) return 0;
   const EntryPoints& a = api();
   const driver::CurrentContext current(ctx);
   int count = 0;
-  const cublasStatus_t status =
-      a.cublasLtMatmulAlgoGetHeuristic(handle, descriptors.operation, descriptors.a, descriptors.b, descriptors.c,
-                                       descriptors.d, preference, 1, result, &count);
-  if (status == CUBLAS_STATUS_NOT_SUPPORTED) return false;  // no heuristic for this configuration
+  const cublasStatus_t status = a.cublasLtMatmulAlgoGetHeuristic(
+      handle, descriptors.operation, descriptors.a, descriptors.b, descriptors.c, descriptors.d, preference,
+      static_cast<int>(results.size()), results.data(), &count);
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED) return 0;  // no heuristic for this configuration
   check(status, "cublasLtMatmulAlgoGetHeuristic", object);
-  return count > 0 && result->state == CUBLAS_STATUS_SUCCESS;
+  int good = 0;  // keep those cuBLASLt says it can run, in its order
+  for (int i = 0; i < count && i < static_cast<int>(results.size()); ++i) {
+    if (results[static_cast<std::size_t>(i)].state == CUBLAS_STATUS_SUCCESS) {
+      results[static_cast<std::size_t>(good++)] = results[static_cast<std::size_t>(i)];
+    }
+  }
+  return good;
 }
 
 void matmul(CUcontext ctx, cublasLtHandle_t handle, const MatmulDescriptors& descriptors,

@@ -8,6 +8,7 @@
 
 #include "lazygraph/detail/kernels/gemm_plan.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <bit>
 #include <cstddef>
@@ -18,10 +19,12 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "lazygraph/detail/driver/byte_count.hpp"
 #include "lazygraph/detail/driver/capture.hpp"
@@ -29,8 +32,10 @@
 #include "lazygraph/detail/driver/driver_api.hpp"
 #include "lazygraph/driver/device_buffer.hpp"
 #include "lazygraph/driver/error.hpp"
+#include "lazygraph/driver/stream.hpp"
 #include "lazygraph/kernels/gemm.hpp"
 #include "lazygraph/ops/exec_context.hpp"
+#include "lazygraph/ops/fill.hpp"
 
 namespace lazygraph::detail {
 
@@ -112,9 +117,10 @@ struct AlgorithmKey {
   GemmElementType type = GemmElementType::f16;
   std::size_t alignment = 0;
   std::size_t max_workspace = 0;
+  int candidates = 1;
   friend bool operator<(const AlgorithmKey& a, const AlgorithmKey& b) {
-    return std::tie(a.device, a.m, a.n, a.k, a.type, a.alignment, a.max_workspace) <
-           std::tie(b.device, b.m, b.n, b.k, b.type, b.alignment, b.max_workspace);
+    return std::tie(a.device, a.m, a.n, a.k, a.type, a.alignment, a.max_workspace, a.candidates) <
+           std::tie(b.device, b.m, b.n, b.k, b.type, b.alignment, b.max_workspace, b.candidates);
   }
 };
 
@@ -188,6 +194,10 @@ void check_gemm_shape(const GemmShape& shape, const GemmOptions& options, std::s
                      " bytes; it must be a power of two from the element's size (" + std::to_string(element_size) +
                      " bytes) to 256");
   }
+  if (options.candidates < 1 || options.candidates > 64) {
+    throw UsageError(what + ": GemmOptions::candidates is " + std::to_string(options.candidates) +
+                     "; it must be 1 (the heuristic's first) to 64");
+  }
 }
 
 void check_gemm_operands(const GemmShape& shape, std::size_t alignment, std::size_t element_size, const GemmOperand& d,
@@ -231,6 +241,73 @@ void check_gemm_operands(const GemmShape& shape, std::size_t alignment, std::siz
 
 namespace {
 
+/// Of the heuristic's `candidates` (at least two), the one whose product of `shape` runs fastest on `device`: each
+/// timed with events over 10 runs after 2 warm-ups, on a stream of its own, on operands of the shape filled with
+/// 1/16 (the values do not change which is fastest). A candidate cuBLASLt refuses to run is passed over; nullopt
+/// when none ran, or when the operands cannot be allocated (the caller keeps the heuristic's first).
+std::optional<AlgorithmChoice> fastest(const Device& device, const GemmState& state, const GemmShape& shape,
+                                       std::span<const cublasLtMatmulHeuristicResult_t> candidates) {
+  constexpr int warm_ups = 2;
+  constexpr int runs = 10;
+  constexpr std::uint16_t sixteenth = 0x2C00;  // 1/16 in half; in bfloat16 about 7e-10, as harmless
+  try {
+    const Stream stream = device.create_stream();
+    DeviceBuffer<std::uint16_t> x(device, shape.m * shape.k);
+    DeviceBuffer<std::uint16_t> w(device, shape.n * shape.k);
+    DeviceBuffer<std::uint16_t> d(device, shape.m * shape.n);
+    for (DeviceBuffer<std::uint16_t>* b : {&x, &w, &d}) fill(b->view(), sixteenth).sync_on(stream);
+    std::size_t most = 0;
+    for (const cublasLtMatmulHeuristicResult_t& c : candidates) most = std::max(most, c.workspaceSize);
+    std::optional<DeviceBuffer<std::byte>> workspace;
+    if (most > 0) workspace.emplace(device, most);
+    const Event start(device);
+    const Event end(device);
+    const float alpha = 1.0F;
+    const float beta = 0.0F;
+    const auto pointer = [](CUdeviceptr address) {
+      return reinterpret_cast<void*>(address);  // NOLINT(performance-no-int-to-ptr): a device address, by design
+    };
+    lt::MatmulOperands operands;
+    operands.alpha = &alpha;
+    operands.beta = &beta;
+    operands.a = pointer(w.cview().address());
+    operands.b = pointer(x.cview().address());
+    operands.c = pointer(d.cview().address());
+    operands.d = pointer(d.cview().address());
+    operands.workspace = workspace ? pointer(workspace->cview().address()) : nullptr;
+    operands.workspace_bytes = most;
+    std::optional<AlgorithmChoice> best;
+    float best_ms = 0;
+    for (const cublasLtMatmulHeuristicResult_t& c : candidates) {
+      try {
+        for (int i = 0; i < warm_ups; ++i) {
+          lt::matmul(state.device->context, state.handle, state.descriptors(), operands, &c.algo, stream.get(),
+                     state.name);
+        }
+        start.record(stream);
+        for (int i = 0; i < runs; ++i) {
+          lt::matmul(state.device->context, state.handle, state.descriptors(), operands, &c.algo, stream.get(),
+                     state.name);
+        }
+        end.record(stream);
+        end.synchronize();
+      } catch (const CublasError&) {
+        stream.synchronize();
+        continue;  // cuBLASLt would not run this one: the others may
+      }
+      const float ms = Event::elapsed_ms(start, end);
+      if (!best || ms < best_ms) {
+        best = AlgorithmChoice{c.algo, c.workspaceSize};
+        best_ms = ms;
+      }
+    }
+    stream.synchronize();
+    return best;
+  } catch (const CudaError&) {
+    return std::nullopt;  // no memory for the trial operands: untimed
+  }
+}
+
 /// A state with its descriptors and algorithm, without a workspace, and the bytes that algorithm needs.
 std::pair<std::shared_ptr<GemmState>, std::size_t> plan_state(const Device& device, const GemmShape& shape,
                                                               const GemmOptions& options, GemmElementType type) {
@@ -258,8 +335,9 @@ std::pair<std::shared_ptr<GemmState>, std::size_t> plan_state(const Device& devi
   state->x_layout.reset(lt::layout_create(data, shape.k, shape.m, ld(shape.k), object));
   state->d_layout.reset(lt::layout_create(data, shape.n, shape.m, ld(shape.n), object));
 
-  const AlgorithmKey key{device.ordinal(),           shape.m, shape.n, shape.k, type, options.alignment,
-                         options.max_workspace_bytes};
+  const AlgorithmKey key{
+      device.ordinal(),  shape.m, shape.n, shape.k, type, options.alignment, options.max_workspace_bytes,
+      options.candidates};
   AlgorithmChoice choice;
   {
     AlgorithmCache& cache = algorithm_cache();
@@ -277,16 +355,21 @@ std::pair<std::shared_ptr<GemmState>, std::size_t> plan_state(const Device& devi
             CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
         lt::preference_set(preference.get(), attribute, &alignment, sizeof alignment, object);
       }
-      cublasLtMatmulHeuristicResult_t result{};
+      std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<std::size_t>(options.candidates));
       heuristic_query_count.fetch_add(1, std::memory_order_relaxed);
-      if (!lt::heuristic(state->device->context, state->handle, state->descriptors(), preference.get(), &result,
-                         object)) {
+      const int found = lt::heuristics(state->device->context, state->handle, state->descriptors(), preference.get(),
+                                       results, object);
+      if (found == 0) {
         lt::throw_error(CUBLAS_STATUS_NOT_SUPPORTED, "cublasLtMatmulAlgoGetHeuristic",
                         object + ": no algorithm for this shape and type with operands aligned to " +
                             std::to_string(options.alignment) + " bytes and at most " +
                             std::to_string(options.max_workspace_bytes) + " bytes of workspace");
       }
-      choice = {result.algo, result.workspaceSize};
+      choice = {results.front().algo, results.front().workspaceSize};
+      if (found > 1) {
+        choice =
+            fastest(device, *state, shape, std::span(results).first(static_cast<std::size_t>(found))).value_or(choice);
+      }
       cache.chosen.emplace(key, choice);
     }
   }

@@ -98,8 +98,10 @@ std::size_t BasicPrefillBuffers<T>::bytes(const DecoderConfig& c, int rows) {
 }
 
 namespace {
-// The heuristic's workspace cap for every prefill and wide-step plan.
-constexpr GemmOptions kPrefillGemmOptions{.alignment = 16, .max_workspace_bytes = kPrefillGemmWorkspace};
+// Every prefill and wide-step plan: the heuristic's workspace cap, and its best 8 algorithms timed (for the few rows of
+// a wide step its first is often not the fastest).
+constexpr GemmOptions kPrefillGemmOptions{
+    .alignment = 16, .max_workspace_bytes = kPrefillGemmWorkspace, .candidates = kPrefillGemmCandidates};
 }  // namespace
 
 template <Element T>

@@ -50,6 +50,10 @@ TEST_CASE("a gemm plan refuses a zero dimension and an alignment outside [elemen
   CHECK_THROWS_AS(detail::check_gemm_shape({3, 64, 64}, {.alignment = 1}, 2), UsageError);
   CHECK_THROWS_AS(detail::check_gemm_shape({3, 64, 64}, {.alignment = 512}, 2), UsageError);
   CHECK_THROWS_AS(detail::check_gemm_shape({std::size_t{1} << 40U, std::size_t{1} << 40U, 64}, {}, 2), UsageError);
+  CHECK_THROWS_WITH_AS(detail::check_gemm_shape({3, 64, 64}, {.candidates = 0}, 2),
+                       doctest::Contains("GemmOptions::candidates is 0; it must be 1"), UsageError);
+  CHECK_THROWS_AS(detail::check_gemm_shape({3, 64, 64}, {.candidates = 65}, 2), UsageError);
+  CHECK_NOTHROW(detail::check_gemm_shape({3, 64, 64}, {.candidates = 64}, 2));
   CHECK_NOTHROW(detail::check_gemm_shape({1, 1000, 2048}, {}, 2));
   CHECK_NOTHROW(detail::check_gemm_shape({17, 64, 63}, {.alignment = 2}, 2));
 }
@@ -429,6 +433,30 @@ TEST_SUITE("gpu") {
     CHECK(Gemm<bfloat16>::heuristic_queries() == before + 3);
     const Gemm<half> fifth(lgtest::device(), s, {.alignment = 8});
     CHECK(Gemm<half>::heuristic_queries() == before + 3);
+  }
+
+  TEST_CASE("a plan that times the heuristic's candidates asks it once, and its products match float64") {
+    // Shapes no other test plans, at a decode step's few rows.
+    for (const GemmShape s : {GemmShape{64, 1016, 520}, GemmShape{9, 200, 1048}}) {
+      CAPTURE(s.m);
+      const std::size_t before = Gemm<half>::heuristic_queries();
+      const Gemm<half> timed(lgtest::device(), s, {.candidates = 8});
+      CHECK(Gemm<half>::heuristic_queries() == before + 1);
+      const Gemm<half> again(lgtest::device(), s, {.candidates = 8});  // the choice is remembered
+      CHECK(Gemm<half>::heuristic_queries() == before + 1);
+      CHECK(again.workspace_bytes() == timed.workspace_bytes());
+      const HostMatrix<half> x(s.m * s.k);
+      const HostMatrix<half> w(s.n * s.k);
+      const HostMatrix<half> c(s.m * s.n);
+      auto dx = lgtest::to_device(lgtest::stream(), x.values);
+      auto dw = lgtest::to_device(lgtest::stream(), w.values);
+      auto dc = lgtest::to_device(lgtest::stream(), c.values);
+      auto dy = lgtest::to_device(lgtest::stream(), nans<half>(s.m * s.n));
+      auto graph =
+          CudaGraph<>::capture(lgtest::stream(), timed.add(dy.view(), dx.cview(), dw.cview(), dc.cview(), 0.5F, 2.0F));
+      graph.launch();
+      CHECK(error_of(dy, combine(product(s, x.exact, w.exact), 0.5F, &c.exact, 2.0F)) <= tolerance<half>);
+    }
   }
 
   TEST_CASE("plans sharing a workspace write all of it: dataflow orders their products, all() refuses them together") {

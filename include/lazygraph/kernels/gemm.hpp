@@ -67,6 +67,12 @@ struct GemmOptions {
   /// The most workspace cuBLASLt's algorithm may use (32 MiB, what NVIDIA suggests for Hopper); the plan allocates
   /// only what the chosen one needs.
   std::size_t max_workspace_bytes = std::size_t{32} << 20U;
+  /// How many of cuBLASLt's heuristic's algorithms to time on the device, keeping the fastest, 1 to 64: 1 (the
+  /// default) takes the heuristic's first untimed. More times each on operands of the shape (allocated for it: X, W
+  /// and D, and the most workspace a candidate asks) over 10 runs, once per plan key in the process; its heuristic's
+  /// first is often not the fastest for few rows (a decode step's). Timing on a GPU busy with other work may choose
+  /// worse.
+  int candidates = 1;
 };
 
 /// Device memory that Gemm plans made with it use as their workspace instead of one each. Every product of such a plan

@@ -61,6 +61,9 @@ inline constexpr int kPrefillMinRows = 16;
 /// The most workspace each of prefill's GEMM plans may have (GemmOptions::max_workspace_bytes): 8 MiB. A plan owns
 /// only what the algorithm cuBLASLt chose needs.
 inline constexpr std::size_t kPrefillGemmWorkspace = std::size_t{8} << 20U;
+/// The algorithms of cuBLASLt's heuristic a prefill or wide-step GEMM plan times, keeping the fastest
+/// (GemmOptions::candidates): once per shape in the process, when its first bucket is planned.
+inline constexpr int kPrefillGemmCandidates = 8;
 
 /// The row counts prefill captures a graph for: kPrefillMinRows, twice that, ... up to the smallest that holds
 /// min(prefill_chunk, context). Empty when prefill_chunk is 0 (prefill runs on the decode step's graphs).

@@ -23,6 +23,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -90,11 +91,12 @@ struct MatmulDescriptors {
   cublasLtMatrixLayout_t d = nullptr;
 };
 
-/// cublasLtMatmulAlgoGetHeuristic with `ctx` current, asking for one algorithm: true with it in `result` (whose
-/// `state` is CUBLAS_STATUS_SUCCESS), false when cuBLASLt has none for these descriptors and preferences.
-/// \throws CublasError when the query itself fails.
-bool heuristic(CUcontext ctx, cublasLtHandle_t handle, const MatmulDescriptors& descriptors,
-               cublasLtMatmulPreference_t preference, cublasLtMatmulHeuristicResult_t* result, std::string_view object);
+/// cublasLtMatmulAlgoGetHeuristic with `ctx` current, asking for up to results.size() algorithms, best first: how
+/// many it gave whose `state` is CUBLAS_STATUS_SUCCESS (those come first in `results`), 0 when cuBLASLt has none for
+/// these descriptors and preferences. \throws CublasError when the query itself fails.
+int heuristics(CUcontext ctx, cublasLtHandle_t handle, const MatmulDescriptors& descriptors,
+               cublasLtMatmulPreference_t preference, std::span<cublasLtMatmulHeuristicResult_t> results,
+               std::string_view object);
 
 /// The pointers of one cublasLtMatmul: D = alpha op(A) op(B) + beta C, alpha and beta in host memory (read during
 /// the call), the workspace in device memory.

@@ -34,7 +34,7 @@ struct GemmOperand {
 
 /// The checks a plan makes before it touches the GPU: every dimension at least 1, each matrix's element count and
 /// bytes within std::size_t and cuBLASLt's int64 leading dimensions, `options.alignment` a power of two from
-/// `element_size` to 256 bytes. \throws UsageError naming the dimension or option.
+/// `element_size` to 256 bytes, `options.candidates` 1 to 64. \throws UsageError naming the dimension or option.
 void check_gemm_shape(const GemmShape& shape, const GemmOptions& options, std::size_t element_size);
 
 /// The checks a gemm op makes when it is built, before any GPU work: `d` must have M*N elements, `x` M*K, `w` N*K and
