@@ -98,8 +98,7 @@ std::size_t BasicPrefillBuffers<T>::bytes(const DecoderConfig& c, int rows) {
 }
 
 namespace {
-// Every prefill and wide-step plan: the heuristic's workspace cap, and its best 8 algorithms timed (for the few rows of
-// a wide step its first is often not the fastest).
+// Every prefill and wide-step plan: the heuristic's workspace cap, and how many of its algorithms to time.
 constexpr GemmOptions kPrefillGemmOptions{
     .alignment = 16, .max_workspace_bytes = kPrefillGemmWorkspace, .candidates = kPrefillGemmCandidates};
 }  // namespace

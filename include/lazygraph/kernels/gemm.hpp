@@ -69,9 +69,10 @@ struct GemmOptions {
   std::size_t max_workspace_bytes = std::size_t{32} << 20U;
   /// How many of cuBLASLt's heuristic's algorithms to time on the device, keeping the fastest, 1 to 64: 1 (the
   /// default) takes the heuristic's first untimed. More times each on operands of the shape (allocated for it: X, W
-  /// and D, and the most workspace a candidate asks) over 10 runs, once per plan key in the process; its heuristic's
-  /// first is often not the fastest for few rows (a decode step's). Timing on a GPU busy with other work may choose
-  /// worse.
+  /// and D, and the most workspace a candidate asks) over 10 runs, once per plan key in the process. The runs re-read
+  /// the same W, which stays in L2 when it fits (50 MB on an H100): for a product that streams its weights
+  /// from memory (a few rows) the fastest there need not be the fastest in a model's graph, and timing on a GPU busy
+  /// with other work may choose worse.
   int candidates = 1;
 };
 
