@@ -86,6 +86,10 @@ Options (--name VALUE or --name=VALUE, each at most once):
                      together; contiguous, it only accounts them
   --kv-block-size N  positions per KV block, 16 or 32 (default 16)
   --max-queue N      requests waiting at most, from 1 (default 64); more are answered 429
+  --max-prompt-tokens N
+                     prompt tokens one step feeds at most, 0 (no limit) or more (default 8192); a prompt past it
+                     waits for the next step, so that a burst of requests does not hold the running ones' tokens
+                     (the first prompt of a step is fed whole)
   --max-body BYTES   the largest request body, from 1 (default 1048576); larger ones are answered 413
   --threads N        HTTP worker threads, 1 to 4096 (default 512; each streaming answer holds one)
   --drain-timeout S  seconds SIGTERM waits for requests in flight, 0 to 3600 (default 30)
@@ -121,6 +125,7 @@ struct Options {
   int kv_blocks = 0;              ///< 0: max_batch whole contexts
   int kv_block_size = 16;
   int max_queue = 64;
+  int max_prompt_tokens = 8192;  ///< nn::EngineOptions::max_prompt_tokens
   long long max_body = 1 << 20;
   int threads = 512;
   int drain_timeout = 30;
@@ -166,8 +171,9 @@ Options parse_options(int argc, char** argv) {
       has_value = true;
     }
     static const std::vector<std::string> known = {
-        "--host",          "--port",      "--model-name", "--context", "--max-batch",     "--kv-cache", "--kv-blocks",
-        "--kv-block-size", "--max-queue", "--max-body",   "--threads", "--drain-timeout", "--device"};
+        "--host",     "--port",      "--model-name",    "--context",   "--max-batch",
+        "--kv-cache", "--kv-blocks", "--kv-block-size", "--max-queue", "--max-prompt-tokens",
+        "--max-body", "--threads",   "--drain-timeout", "--device"};
     if (std::find(known.begin(), known.end(), arg) == known.end()) throw UsageProblem("unknown option '" + arg + "'");
     if (std::find(seen.begin(), seen.end(), arg) != seen.end()) throw UsageProblem(arg + " is given twice");
     seen.push_back(arg);
@@ -199,6 +205,8 @@ Options parse_options(int argc, char** argv) {
       o.kv_block_size = value == "16" ? 16 : 32;
     } else if (arg == "--max-queue") {
       o.max_queue = static_cast<int>(integer_option(arg, value, 1, 1 << 20));
+    } else if (arg == "--max-prompt-tokens") {
+      o.max_prompt_tokens = static_cast<int>(integer_option(arg, value, 0, 1 << 30));
     } else if (arg == "--max-body") {
       o.max_body = integer_option(arg, value, 1, 1LL << 32);
     } else if (arg == "--threads") {
@@ -366,8 +374,10 @@ struct GpuEngineOf final : GpuEngine {
         decoder(nn::load_decoder<T>(stream, library, o.model_dir, plan.load)),
         model(decoder),
         engine_(model,
-                nn::EngineOptions{
-                    .kv_blocks = plan.engine_kv_blocks, .block_size = o.kv_block_size, .max_queue = o.max_queue},
+                nn::EngineOptions{.kv_blocks = plan.engine_kv_blocks,
+                                  .block_size = o.kv_block_size,
+                                  .max_queue = o.max_queue,
+                                  .max_prompt_tokens = o.max_prompt_tokens},
                 plan.served.tokenizer) {}
   nn::Engine& engine() override { return engine_; }
 

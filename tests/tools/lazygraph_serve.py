@@ -52,7 +52,8 @@ class Options(unittest.TestCase):
     def test_help_documents_every_option_route_and_exit_status(self):
         r = self.expect(0, "--help")
         for text in ("--host", "--port", "--model-name", "--context", "--max-batch", "--kv-cache", "--kv-blocks",
-                     "--kv-block-size", "--max-queue", "--max-body", "--threads", "--drain-timeout", "--device", "/v1/completions",
+                     "--kv-block-size", "--max-queue", "--max-prompt-tokens", "--max-body", "--threads", "--drain-timeout",
+                     "--device", "/v1/completions",
                      "/v1/chat/completions", "/v1/models", "/health", "/metrics", "Exit status", "SIGTERM"):
             self.assertIn(text, r.stdout)
         self.assertIn(VERSION, self.expect(0, "--version").stdout)
@@ -68,6 +69,8 @@ class Options(unittest.TestCase):
                     stderr_has=["--max-batch 9 is more than 8, which needs the paged KV cache (it is contiguous "
                                 "because --kv-cache contiguous)"])
         self.expect(2, self.model, "--max-queue", "0", stderr_has=["--max-queue must be an integer from 1"])
+        self.expect(2, self.model, "--max-prompt-tokens", "-1",
+                    stderr_has=["--max-prompt-tokens must be an integer from 0"])
         self.expect(2, self.model, "--host", stderr_has=["--host needs a value"])
         self.expect(2, os.path.join(self.tmp.name, "nowhere"), stderr_has=["does not exist"])
         self.expect(2, os.path.join(self.model, "config.json"), stderr_has=["is not a folder"])
