@@ -13,20 +13,18 @@
 #include <lazygraph/nn/decoder_quantization.hpp>
 #include <lazygraph/nn/moe_routes.hpp>
 
-#include <sys/wait.h>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <variant>
 #include <vector>
 
 #include "ceiling.hpp"
 #include "cli.hpp"
+#include "companion.hpp"
 #include "median.hpp"
 
 namespace lg = lazygraph;
@@ -239,42 +237,25 @@ std::vector<Row> bench_shape(lg::Stream& s, const lg::KernelLibrary& library, co
 /// Runs the torch companion on `shape` and reads its results into `rows` (the same shape's). A failure is a note in
 /// the table, not an error of this program.
 void run_torch(const Options& o, const Shape& shape, int layers, const std::string& dtype, std::vector<Row>& rows) {
-  std::filesystem::create_directories(o.out);
-  const std::string file = o.out + "/torch_" + shape.name + "_" + dtype + ".txt";
-  std::filesystem::remove(file);
-  const std::string command = "python3 '" + o.torch_script + "' --shape " + shape.name + " --layers " +
-                              std::to_string(layers) + " --dtype " + dtype + " --position " +
-                              std::to_string(o.position) + " --batch 1,8 --out '" + file + "'";
-  std::printf("  running: %s\n", command.c_str());
-  std::fflush(stdout);
-  const int status = std::system(command.c_str());
-  std::ifstream in(file);
-  if (!in) {
-    const std::string why = status == -1        ? "could not start python3"
-                            : WIFEXITED(status) ? "exit status " + std::to_string(WEXITSTATUS(status)) +
-                                                      (WEXITSTATUS(status) == example::exit_skipped ? ": skipped" : "")
-                                                : "ended by a signal";
-    for (Row& r : rows) r.torch_note = "torch_moe.py wrote nothing (" + why + "; its output is above)";
+  const std::filesystem::path file = std::filesystem::path(o.out) / ("torch_" + shape.name + "_" + dtype + ".txt");
+  const bench::CompanionResult result = bench::run_companion(
+      "torch_moe.py",
+      "python3 '" + o.torch_script + "' --shape " + shape.name + " --layers " + std::to_string(layers) + " --dtype " +
+          dtype + " --position " + std::to_string(o.position) + " --batch 1,8 --out '" + file.string() + "'",
+      file);
+  if (!result.failure.empty()) {
+    for (Row& r : rows) r.torch_note = result.failure;
     return;
   }
   // Lines "batch B eager_us X graph_us Y|- note WORDS...": torch_moe.py's result format.
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream words(line);
-    std::string key;
-    int batch = 0;
-    std::string eager;
-    std::string graph;
-    std::string eager_key;
-    std::string graph_key;
-    if (!(words >> key >> batch >> eager_key >> eager >> graph_key >> graph) || key != "batch") continue;
-    std::string note;
-    std::getline(words, note);
+  for (const std::string& line : result.lines) {
+    const std::optional<bench::CompanionLine> got = bench::parse_companion_line(line, "batch");
+    if (!got) continue;
     for (Row& r : rows) {
-      if (r.rows != batch) continue;
-      if (eager != "-") r.torch_eager_us = std::stod(eager);
-      if (graph != "-") r.torch_graph_us = std::stod(graph);
-      r.torch_note = note.empty() ? "" : note.substr(note.find_first_not_of(' '));
+      if (r.rows != got->count) continue;
+      r.torch_eager_us = got->first;
+      r.torch_graph_us = got->second;
+      r.torch_note = got->note;
     }
   }
 }

@@ -16,24 +16,20 @@
 #include <lazygraph/nn/engine.hpp>
 #include <lazygraph/nn/wide_step_report.hpp>
 
-#include <sys/wait.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <variant>
 #include <vector>
 
 #include "ceiling.hpp"
 #include "cli.hpp"
+#include "companion.hpp"
 #include "model_shapes.hpp"
 
 namespace lg = lazygraph;
@@ -225,43 +221,27 @@ void print_wide_report(const std::vector<nn::WideBucketReport>& wide) {
 /// Runs the torch companion on the same shape, dtype, prompts and counts, and reads its results into `rows`. A failure
 /// is a note in the table, not an error of this program.
 void run_torch(const Options& o, const std::string& shape, std::vector<Row>& rows) {
-  std::filesystem::create_directories(o.out);
-  const std::string file = o.out + "/torch_serving_" + shape + "_" + o.dtype + ".txt";
-  std::filesystem::remove(file);
+  const std::filesystem::path file = std::filesystem::path(o.out) / ("torch_serving_" + shape + "_" + o.dtype + ".txt");
   std::string counts;
   for (const Row& r : rows) counts += (counts.empty() ? "" : ",") + std::to_string(r.requests);
-  const std::string command = "python3 '" + o.torch_script + "' --shape " + shape + " --dtype " + o.dtype +
-                              " --concurrency " + counts + " --prompt " + std::to_string(o.prompt) + " --new " +
-                              std::to_string(o.fresh) + " --out '" + file + "'";
-  std::printf("  running: %s\n", command.c_str());
-  std::fflush(stdout);
-  const int status = std::system(command.c_str());
-  std::ifstream in(file);
-  if (!in) {
-    const std::string why = status == -1        ? "could not start python3"
-                            : WIFEXITED(status) ? "exit status " + std::to_string(WEXITSTATUS(status)) +
-                                                      (WEXITSTATUS(status) == example::exit_skipped ? ": skipped" : "")
-                                                : "ended by a signal";
-    for (Row& r : rows) r.torch_note = "torch_serving.py wrote nothing (" + why + "; its output is above)";
+  const bench::CompanionResult result =
+      bench::run_companion("torch_serving.py",
+                           "python3 '" + o.torch_script + "' --shape " + shape + " --dtype " + o.dtype +
+                               " --concurrency " + counts + " --prompt " + std::to_string(o.prompt) + " --new " +
+                               std::to_string(o.fresh) + " --out '" + file.string() + "'",
+                           file);
+  if (!result.failure.empty()) {
+    for (Row& r : rows) r.torch_note = result.failure;
     return;
   }
   // Lines "requests N tokens_per_s X|- wall_s Y|- NOTE...": torch_serving.py's result format.
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream words(line);
-    std::string key;
-    int requests = 0;
-    std::string rate_key;
-    std::string rate;
-    std::string wall_key;
-    std::string wall;
-    if (!(words >> key >> requests >> rate_key >> rate >> wall_key >> wall) || key != "requests") continue;
-    std::string note;
-    std::getline(words, note);
+  for (const std::string& line : result.lines) {
+    const std::optional<bench::CompanionLine> got = bench::parse_companion_line(line, "requests");
+    if (!got) continue;
     for (Row& r : rows) {
-      if (r.requests != requests) continue;
-      if (rate != "-") r.torch_tokens_per_s = std::stod(rate);
-      r.torch_note = note.empty() ? "" : note.substr(note.find_first_not_of(' '));
+      if (r.requests != got->count) continue;
+      r.torch_tokens_per_s = got->first;
+      r.torch_note = got->note;
     }
   }
 }
