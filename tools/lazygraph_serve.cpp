@@ -90,6 +90,9 @@ Options (--name VALUE or --name=VALUE, each at most once):
                      prompt tokens one step feeds at most, 0 (no limit) or more (default 8192); a prompt past it
                      waits for the next step, so that a burst of requests does not hold the running ones' tokens
                      (the first prompt of a step is fed whole)
+  --prefix-cache on|off
+                     keep the whole KV blocks of prompts fed so that later prompts that begin with the same
+                     tokens share them and feed only the rest (default off; the paged KV cache only)
   --max-body BYTES   the largest request body, from 1 (default 1048576); larger ones are answered 413
   --threads N        HTTP worker threads, 1 to 4096 (default 512; each streaming answer holds one)
   --drain-timeout S  seconds SIGTERM waits for requests in flight, 0 to 3600 (default 30)
@@ -126,6 +129,7 @@ struct Options {
   int kv_block_size = 16;
   int max_queue = 64;
   int max_prompt_tokens = 8192;  ///< nn::EngineOptions::max_prompt_tokens
+  bool prefix_cache = false;     ///< nn::EngineOptions::cache_prefixes
   long long max_body = 1 << 20;
   int threads = 512;
   int drain_timeout = 30;
@@ -171,9 +175,9 @@ Options parse_options(int argc, char** argv) {
       has_value = true;
     }
     static const std::vector<std::string> known = {
-        "--host",     "--port",      "--model-name",    "--context",   "--max-batch",
-        "--kv-cache", "--kv-blocks", "--kv-block-size", "--max-queue", "--max-prompt-tokens",
-        "--max-body", "--threads",   "--drain-timeout", "--device"};
+        "--host",         "--port",      "--model-name",    "--context",       "--max-batch",
+        "--kv-cache",     "--kv-blocks", "--kv-block-size", "--max-queue",     "--max-prompt-tokens",
+        "--prefix-cache", "--max-body",  "--threads",       "--drain-timeout", "--device"};
     if (std::find(known.begin(), known.end(), arg) == known.end()) throw UsageProblem("unknown option '" + arg + "'");
     if (std::find(seen.begin(), seen.end(), arg) != seen.end()) throw UsageProblem(arg + " is given twice");
     seen.push_back(arg);
@@ -207,6 +211,9 @@ Options parse_options(int argc, char** argv) {
       o.max_queue = static_cast<int>(integer_option(arg, value, 1, 1 << 20));
     } else if (arg == "--max-prompt-tokens") {
       o.max_prompt_tokens = static_cast<int>(integer_option(arg, value, 0, 1 << 30));
+    } else if (arg == "--prefix-cache") {
+      if (value != "on" && value != "off") throw UsageProblem("--prefix-cache must be on or off, not '" + value + "'");
+      o.prefix_cache = value == "on";
     } else if (arg == "--max-body") {
       o.max_body = integer_option(arg, value, 1, 1LL << 32);
     } else if (arg == "--threads") {
@@ -377,7 +384,8 @@ struct GpuEngineOf final : GpuEngine {
                 nn::EngineOptions{.kv_blocks = plan.engine_kv_blocks,
                                   .block_size = o.kv_block_size,
                                   .max_queue = o.max_queue,
-                                  .max_prompt_tokens = o.max_prompt_tokens},
+                                  .max_prompt_tokens = o.max_prompt_tokens,
+                                  .cache_prefixes = o.prefix_cache},
                 plan.served.tokenizer) {}
   nn::Engine& engine() override { return engine_; }
 

@@ -1,9 +1,15 @@
 #include "lazygraph/nn/engine.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <exception>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "lazygraph/driver/error.hpp"
 #include "lazygraph/nn/stop_strings.hpp"
@@ -52,6 +58,9 @@ struct Engine::Sequence {
   int made = 0;
   int fed = 0;    ///< tokens in the model's cache (0 while queued: a preempted sequence is recomputed whole)
   int slot = -1;  ///< -1 while queued
+  /// From admission to its first step: its blocks already hold every position it feeds (from `fed` on: a cached
+  /// prefix's are shared).
+  bool admitted_now = false;
   std::optional<KvBlockPool::SequenceId> kv;
   bool first_token = false;
   bool finished = false;
@@ -60,6 +69,12 @@ struct Engine::Sequence {
 struct Engine::Pending {
   std::shared_ptr<const Callback> on_event;
   GenerationEvent event;
+};
+
+struct Engine::CachedPrefix {
+  KvBlockPool::SequenceId kv = 0;  ///< a pool sequence holding the blocks
+  std::vector<int> tokens;         ///< the tokens they hold: whole blocks
+  std::uint64_t used = 0;          ///< prefix_clock_ when last cached or shared
 };
 
 namespace {
@@ -90,6 +105,7 @@ Engine::Engine(StepModel& model, EngineOptions options, std::optional<Tokenizer>
       tokenizer_(std::move(tokenizer)),
       max_queue_(options.max_queue),
       max_prompt_tokens_(options.max_prompt_tokens),
+      cache_prefixes_(options.cache_prefixes && model.kv_block_size() > 0),
       pool_(engine_pool(model, options)),
       slot_used_(static_cast<std::size_t>(std::max(model.slots(), 0)), false) {
   if (options.max_queue < 1) {
@@ -202,7 +218,15 @@ EngineStats Engine::stats() const {
   EngineStats s = counters_;
   s.queued = static_cast<int>(queue_.size());
   s.running = static_cast<int>(running_.size());
-  s.kv_blocks_used = pool_.used_blocks();
+  // Blocks that only cached prefixes hold: each held by as many sequences as there are prefixes holding it.
+  std::map<int, int> cached;
+  for (const CachedPrefix& p : prefixes_) {
+    for (const int block : pool_.blocks(p.kv)) ++cached[block];
+  }
+  int cache_only = 0;
+  for (const auto& [block, holders] : cached) cache_only += pool_.references(block) == holders ? 1 : 0;
+  s.kv_blocks_cached = cache_only;
+  s.kv_blocks_used = pool_.used_blocks() - cache_only;
   s.kv_blocks_total = pool_.total_blocks();
   const Clock::time_point now = Clock::now();
   int tokens = 0;
@@ -258,12 +282,24 @@ void Engine::admit() {
     const auto slot = std::find(slot_used_.begin(), slot_used_.end(), false);
     if (slot == slot_used_.end()) return;
     Sequence& s = *queue_.front();
-    const std::optional<KvBlockPool::SequenceId> kv = pool_.allocate(static_cast<int>(s.tokens.size()));
+    std::optional<KvBlockPool::SequenceId> kv;
+    int shared = 0;
+    while (true) {
+      if (const auto hit = from_cache(s); hit.has_value()) {
+        kv = hit->first;
+        shared = hit->second;
+      } else {
+        kv = pool_.allocate(static_cast<int>(s.tokens.size()));
+      }
+      if (kv.has_value() || !evict_prefix()) break;  // cached blocks go back before a request waits for them
+    }
     if (!kv.has_value()) return;  // first come, first served: the head waits for blocks
     s.kv = kv;
     s.slot = static_cast<int>(slot - slot_used_.begin());
     *slot = true;
-    s.fed = 0;
+    s.fed = shared;
+    s.admitted_now = true;
+    counters_.cached_prompt_tokens += static_cast<std::uint64_t>(shared);
     running_.push_back(std::move(queue_.front()));
     queue_.pop_front();
   }
@@ -272,8 +308,9 @@ void Engine::admit() {
 void Engine::reserve(std::vector<Pending>& events) {
   for (std::size_t i = 0; i < running_.size(); ++i) {
     Sequence& s = *running_[i];
-    if (s.fed == 0) continue;  // admitted now: its blocks hold everything it feeds
+    if (s.admitted_now) continue;  // its blocks hold everything it feeds
     while (!pool_.append(*s.kv, 1)) {
+      if (evict_prefix()) continue;  // cached blocks go back before a sequence is preempted
       Sequence& youngest = *running_.back();
       if (&youngest == &s && running_.size() == 1) {
         finish(s, FinishReason::kv_pool, events);
@@ -327,6 +364,67 @@ void Engine::advance(Sequence& s, int token, std::vector<Pending>& events) {
   }
 }
 
+std::optional<std::pair<KvBlockPool::SequenceId, int>> Engine::from_cache(const Sequence& s) {
+  const int block = pool_.block_size();
+  // At most all but the last token: the model must feed at least that one to give the next token.
+  const int most = (static_cast<int>(s.tokens.size()) - 1) / block * block;
+  CachedPrefix* best = nullptr;
+  int best_shared = 0;
+  for (CachedPrefix& p : prefixes_) {
+    const int limit = std::min(most, static_cast<int>(p.tokens.size()));
+    int same = 0;
+    while (same < limit && p.tokens[static_cast<std::size_t>(same)] == s.tokens[static_cast<std::size_t>(same)]) ++same;
+    const int shared = same / block * block;
+    if (shared > best_shared) {
+      best = &p;
+      best_shared = shared;
+    }
+  }
+  if (best == nullptr) return std::nullopt;
+  const KvBlockPool::SequenceId kv = pool_.fork(best->kv, best_shared);
+  if (!pool_.append(kv, static_cast<int>(s.tokens.size()) - best_shared)) {
+    pool_.release(kv);
+    return std::nullopt;
+  }
+  best->used = ++prefix_clock_;
+  return std::pair{kv, best_shared};
+}
+
+void Engine::remember_prefix(const Sequence& s) {
+  if (!cache_prefixes_ || !s.kv.has_value()) return;
+  const int whole = s.fed / pool_.block_size() * pool_.block_size();
+  if (whole == 0) return;
+  const auto prefix = std::span<const int>(s.tokens).first(static_cast<std::size_t>(whole));
+  const auto begins_with = [](std::span<const int> longer, std::span<const int> shorter) {
+    return longer.size() >= shorter.size() && std::equal(shorter.begin(), shorter.end(), longer.begin());
+  };
+  for (CachedPrefix& p : prefixes_) {
+    if (begins_with(p.tokens, prefix)) {  // cached already, or a longer one holds it
+      p.used = ++prefix_clock_;
+      return;
+    }
+  }
+  // Prefixes this one extends are dropped: it holds their blocks.
+  std::erase_if(prefixes_, [&](const CachedPrefix& p) {
+    if (!begins_with(prefix, p.tokens)) return false;
+    pool_.release(p.kv);
+    return true;
+  });
+  if (static_cast<int>(prefixes_.size()) >= kMaxCachedPrefixes) (void)evict_prefix();
+  prefixes_.push_back({.kv = pool_.fork(*s.kv, whole),
+                       .tokens = std::vector<int>(prefix.begin(), prefix.end()),
+                       .used = ++prefix_clock_});
+}
+
+bool Engine::evict_prefix() {
+  if (prefixes_.empty()) return false;
+  const auto oldest = std::min_element(prefixes_.begin(), prefixes_.end(),
+                                       [](const CachedPrefix& a, const CachedPrefix& b) { return a.used < b.used; });
+  pool_.release(oldest->kv);
+  prefixes_.erase(oldest);
+  return true;
+}
+
 bool Engine::step() {
   std::vector<Pending> events;
   std::vector<StepRow> rows;
@@ -358,8 +456,8 @@ bool Engine::step() {
     long long prompt_tokens = 0;  // fed by this step's prompts so far
     for (const SequencePtr& s : running_) {
       const std::size_t first = static_cast<std::size_t>(s->fed);
-      if (s->fed == 0) {  // a prompt (or a preempted history): within the budget, or the step's first
-        const auto size = static_cast<long long>(s->tokens.size());
+      if (s->admitted_now) {  // a prompt (or a preempted history): within the budget, or the step's first
+        const auto size = static_cast<long long>(s->tokens.size()) - s->fed;
         if (max_prompt_tokens_ > 0 && prompt_tokens > 0 && prompt_tokens + size > max_prompt_tokens_) continue;
         prompt_tokens += size;
       }
@@ -391,8 +489,12 @@ bool Engine::step() {
         finish(s, FinishReason::error, events, failure);
         continue;
       }
-      if (rows[r].tokens.size() > 1 || s.fed == 0) counters_.prompt_tokens += rows[r].tokens.size();
+      if (s.admitted_now) counters_.prompt_tokens += rows[r].tokens.size();
       s.fed += static_cast<int>(rows[r].tokens.size());
+      if (s.admitted_now) {
+        s.admitted_now = false;
+        remember_prefix(s);
+      }
       advance(s, next[r], events);
     }
     std::erase_if(running_, [](const SequencePtr& s) { return s->finished; });

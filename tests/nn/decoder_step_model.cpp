@@ -1,6 +1,6 @@
 // Tests of lazygraph::nn::DecoderStepModel: requests through nn::Engine over a decoder's batch steps give each the
 // tokens its prompt makes alone through prefill and generate (gpu suite); misuse refused (gpu suite, as it needs a
-// decoder); over a paged decoder, with prompts through the step graphs and on tensor cores.
+// decoder); over a paged decoder, with prompts through the step graphs and on tensor cores, and with prefixes cached.
 #include <doctest/doctest.h>
 
 #include <lazygraph/driver/error.hpp>
@@ -132,6 +132,67 @@ TEST_SUITE("gpu") {
       preemptions = engine.stats().preemptions;
     }
     CHECK(preemptions > 0);
+    for (const auto& [id, r] : sent) {
+      CAPTURE(id);
+      const int first = reference.prefill(r.prompt, 0, 0);
+      std::vector<int> alone = {first};
+      const std::vector<int> rest = reference.generate(first, r.max_tokens - 1, -1, static_cast<int>(r.prompt.size()));
+      alone.insert(alone.end(), rest.begin(), rest.end());
+      CHECK(made[id] == alone);
+    }
+  }
+
+  TEST_CASE_TEMPLATE(
+      "requests through the engine over a paged decoder that caches prefixes share whole blocks and make each "
+      "prompt's tokens alone",
+      T, lazygraph::half, lazygraph::bfloat16) {
+    // A first prompt of 40 tokens leaves its two whole blocks cached; five later prompts begin with its first 36
+    // tokens (one is the same prompt) and are admitted with those blocks shared, their first row at position 32 (16
+    // for the one of 20 tokens). The reference: the contiguous decoder of the same weights, each prompt alone.
+    nn::DecoderConfig c = lgtest::small_decoder(2, 4, 89);
+    c.prefill_chunk = 0;
+    nn::DecoderConfig pc = c;
+    pc.kv_block_size = 16;
+    pc.kv_blocks = 40;
+    nn::BasicDecoder<T> reference(lgtest::stream(), lgtest::nn_kernels(), c);
+    nn::BasicDecoder<T> paged(lgtest::stream(), lgtest::nn_kernels(), pc);
+    const auto prompt = [&](int length, int tail) {
+      std::vector<int> p;
+      for (int t = 0; t < length; ++t) p.push_back(t < 36 ? (t * 37 + 11) % c.vocab : (t * 53 + tail) % c.vocab);
+      return p;
+    };
+    std::map<nn::RequestId, std::vector<int>> made;
+    std::vector<std::pair<nn::RequestId, nn::GenerationRequest>> sent;
+    nn::EngineStats stats;
+    {
+      nn::BasicDecoderStepModel<T> model(paged);
+      nn::Engine engine(model, {.cache_prefixes = true});
+      const auto send = [&](std::vector<int> tokens) {
+        nn::GenerationRequest r;
+        r.prompt = std::move(tokens);
+        r.max_tokens = 9;
+        r.on_event = [&](const nn::GenerationEvent& e) {
+          if (e.token.has_value()) made[e.id].push_back(*e.token);
+        };
+        const nn::GenerationRequest copy = r;
+        const std::optional<nn::RequestId> id = engine.submit(std::move(r));
+        REQUIRE(id.has_value());
+        sent.emplace_back(*id, copy);
+      };
+      send(prompt(40, 1));
+      while (engine.step()) {
+      }
+      for (const auto& [length, tail] :
+           {std::pair{50, 2}, std::pair{33, 1}, std::pair{40, 1}, std::pair{20, 1}, std::pair{47, 3}}) {
+        send(prompt(length, tail));
+      }
+      while (engine.step()) {
+      }
+      stats = engine.stats();
+    }
+    CHECK(stats.cached_prompt_tokens == 32 + 32 + 32 + 16 + 32);
+    CHECK(stats.kv_blocks_used == 0);
+    CHECK(stats.kv_blocks_cached > 0);
     for (const auto& [id, r] : sent) {
       CAPTURE(id);
       const int first = reference.prefill(r.prompt, 0, 0);

@@ -368,6 +368,81 @@ TEST_CASE("an engine over a paged model feeds each sequence through the pool's b
   CHECK(engine.pool().sequences() == 0);
 }
 
+TEST_CASE("an engine that caches prefixes shares a fed prompt's whole blocks with later prompts that begin with it") {
+  PagedHostModel model(4, 128, 40, 16);
+  EngineOptions o = opts(0);
+  o.cache_prefixes = true;
+  Engine engine(model, o);
+  Collector c;
+  const auto prompt = [](int length, int tail) {
+    std::vector<int> p;
+    for (int t = 0; t < length; ++t) p.push_back(t < 36 ? (t * 17 + 5) % 256 : (t * 7 + tail) % 256);
+    return p;
+  };
+  std::vector<std::pair<RequestId, GenerationRequest>> sent;
+  const auto send = [&](std::vector<int> tokens) {
+    GenerationRequest r = req(std::move(tokens), 6, c.callback());
+    const GenerationRequest copy = r;
+    sent.emplace_back(*engine.submit(std::move(r)), copy);
+  };
+  send(prompt(40, 1));  // blocks 0 and 1 whole, 8 positions of block 2
+  run_until_idle(engine);
+  CHECK(engine.stats().cached_prompt_tokens == 0);
+  CHECK(engine.stats().kv_blocks_cached == 2);  // the prompt's two whole blocks stay
+  CHECK(engine.stats().kv_blocks_used == 0);
+  send(prompt(50, 2));  // the first 36 tokens the same: shares two blocks, feeds 18
+  send(prompt(33, 1));  // 32 the same and one more: shares two blocks, feeds 1
+  send(prompt(40, 1));  // the same prompt: shares two blocks (never the last token's), feeds 8
+  send(prompt(20, 1));  // shorter than two blocks: shares one, feeds 4
+  run_until_idle(engine);
+  for (const auto& [id, r] : sent) {
+    CAPTURE(id);
+    CHECK(c[id].tokens == model.alone(r));
+  }
+  const lazygraph::nn::EngineStats stats = engine.stats();
+  CHECK(stats.cached_prompt_tokens == 32 + 32 + 32 + 16);
+  CHECK(stats.prompt_tokens == 40 + 18 + 1 + 8 + 4);
+  CHECK(stats.kv_blocks_used == 0);
+  CHECK(stats.kv_blocks_cached > 0);
+  CHECK(stats.kv_blocks_cached + engine.pool().free_blocks() == 40);
+}
+
+TEST_CASE("an engine's cached prefixes give their blocks back before a request waits or a sequence is preempted") {
+  PagedHostModel model(2, 128, 8, 16);  // 128 positions in all
+  EngineOptions o = opts(0);
+  o.cache_prefixes = true;
+  Engine engine(model, o);
+  Collector c;
+  std::vector<std::pair<RequestId, GenerationRequest>> sent;
+  for (int i = 0; i < 6; ++i) {  // six different prompts of 33 tokens, one at a time
+    std::vector<int> tokens;
+    for (int t = 0; t < 33; ++t) tokens.push_back((i * 31 + t * 13) % 256);
+    GenerationRequest r = req(std::move(tokens), 3, c.callback());
+    const GenerationRequest copy = r;
+    sent.emplace_back(*engine.submit(std::move(r)), copy);
+    run_until_idle(engine);
+  }
+  // Each leaves its two whole blocks cached; from the fourth on, admitting one (three blocks) drops the oldest prefix:
+  // three prefixes stay, six blocks, and two are free.
+  CHECK(engine.stats().kv_blocks_cached == 6);
+  CHECK(engine.pool().free_blocks() == 2);
+  // Two sequences that need the whole pool between them: the cache gives way, and nobody is preempted.
+  for (int i = 0; i < 2; ++i) {
+    std::vector<int> tokens(40, 'a' + i);
+    GenerationRequest r = req(std::move(tokens), 20, c.callback());
+    const GenerationRequest copy = r;
+    sent.emplace_back(*engine.submit(std::move(r)), copy);
+  }
+  run_until_idle(engine);
+  for (const auto& [id, r] : sent) {
+    CAPTURE(id);
+    CHECK(c[id].tokens == model.alone(r));
+  }
+  CHECK(engine.stats().preemptions == 0);
+  CHECK(engine.stats().kv_blocks_used == 0);
+  CHECK(engine.stats().kv_blocks_cached + engine.pool().free_blocks() == 8);
+}
+
 TEST_CASE("an engine over a paged model refuses a pool of another size or block size, naming both") {
   PagedHostModel model(2, 64, 9, 16);
   CHECK_THROWS_WITH_AS(Engine(model, opts(8)),

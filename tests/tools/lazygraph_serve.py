@@ -52,9 +52,8 @@ class Options(unittest.TestCase):
     def test_help_documents_every_option_route_and_exit_status(self):
         r = self.expect(0, "--help")
         for text in ("--host", "--port", "--model-name", "--context", "--max-batch", "--kv-cache", "--kv-blocks",
-                     "--kv-block-size", "--max-queue", "--max-prompt-tokens", "--max-body", "--threads", "--drain-timeout",
-                     "--device", "/v1/completions",
-                     "/v1/chat/completions", "/v1/models", "/health", "/metrics", "Exit status", "SIGTERM"):
+                     "--kv-block-size", "--max-queue", "--max-prompt-tokens", "--prefix-cache", "--max-body",
+                     "--threads", "--drain-timeout", "--device", "/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics", "Exit status", "SIGTERM"):
             self.assertIn(text, r.stdout)
         self.assertIn(VERSION, self.expect(0, "--version").stdout)
 
@@ -71,6 +70,7 @@ class Options(unittest.TestCase):
         self.expect(2, self.model, "--max-queue", "0", stderr_has=["--max-queue must be an integer from 1"])
         self.expect(2, self.model, "--max-prompt-tokens", "-1",
                     stderr_has=["--max-prompt-tokens must be an integer from 0"])
+        self.expect(2, self.model, "--prefix-cache", "yes", stderr_has=["--prefix-cache must be on or off, not 'yes'"])
         self.expect(2, self.model, "--host", stderr_has=["--host needs a value"])
         self.expect(2, os.path.join(self.tmp.name, "nowhere"), stderr_has=["does not exist"])
         self.expect(2, os.path.join(self.model, "config.json"), stderr_has=["is not a folder"])
@@ -204,6 +204,7 @@ class NoGpuServer(unittest.TestCase):
         self.assertEqual(status, 200)
         text = text.decode()
         for name in ("lazygraph_up 0", "lazygraph_queue_depth 0", "lazygraph_kv_blocks_used 0",
+                     "lazygraph_kv_blocks_cached 0", "lazygraph_cached_prompt_tokens_total 0",
                      "lazygraph_tokens_per_second 0", "lazygraph_time_to_first_token_seconds_count 0",
                      "lazygraph_requests_cancelled_total 0",
                      "# TYPE lazygraph_generated_tokens_total counter"):

@@ -152,6 +152,8 @@ std::string OpenAiServer::metrics() const {
   metric("lazygraph_queue_depth", "gauge", "Requests waiting for a slot (preempted ones included).", s.queued);
   metric("lazygraph_running_requests", "gauge", "Requests in a slot.", s.running);
   metric("lazygraph_kv_blocks_used", "gauge", "KV-cache blocks held by sequences.", s.kv_blocks_used);
+  metric("lazygraph_kv_blocks_cached", "gauge", "KV-cache blocks only cached prompt prefixes hold (--prefix-cache).",
+         s.kv_blocks_cached);
   metric("lazygraph_kv_blocks_total", "gauge", "KV-cache blocks in the pool.",
          engine_ != nullptr ? s.kv_blocks_total : model_.kv_blocks);
   out << "# HELP lazygraph_kv_cache_info How the KV cache is kept: paged (the pool is the cache) or contiguous "
@@ -163,6 +165,8 @@ std::string OpenAiServer::metrics() const {
          s.tokens_per_second);
   metric("lazygraph_generated_tokens_total", "counter", "Tokens generated.", s.generated_tokens);
   metric("lazygraph_prompt_tokens_total", "counter", "Prompt tokens fed (recomputed ones included).", s.prompt_tokens);
+  metric("lazygraph_cached_prompt_tokens_total", "counter", "Prompt tokens not fed: shared from a cached prefix.",
+         s.cached_prompt_tokens);
   metric("lazygraph_requests_submitted_total", "counter", "Requests accepted.", s.submitted);
   metric("lazygraph_requests_finished_total", "counter", "Requests ended, for any reason.", s.finished);
   metric("lazygraph_requests_cancelled_total", "counter",

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "lazygraph/nn/kv_block_pool.hpp"
@@ -75,25 +76,36 @@ struct EngineOptions {
   /// for all of their prompts nor every first token until the last prompt is done. The first prompt of a step is fed
   /// whole, whatever its length.
   int max_prompt_tokens = 8192;
+  /// Keeps the whole blocks of each prompt fed (of each history recomputed) in the pool, for up to kMaxCachedPrefixes
+  /// prompts, so that a later request that begins with the same tokens shares those blocks and feeds only the rest
+  /// (its first row starts at the shared positions). Cached blocks go back to the pool, least recently used first,
+  /// whenever admission or a step lacks blocks. A paged model only (StepModel::kv_block_size), ignored otherwise; off
+  /// by default.
+  bool cache_prefixes = false;
 };
+
+/// The most prompts an engine keeps the blocks of (EngineOptions::cache_prefixes).
+inline constexpr int kMaxCachedPrefixes = 64;
 
 /// A snapshot of an engine's state and counters.
 struct EngineStats {
-  int queued = 0;                        ///< requests waiting (preempted ones included)
-  int running = 0;                       ///< requests in a slot
-  int kv_blocks_used = 0;                ///< pool blocks held
-  int kv_blocks_total = 0;               ///< pool blocks
-  std::uint64_t submitted = 0;           ///< requests accepted
-  std::uint64_t finished = 0;            ///< requests ended (any reason)
-  std::uint64_t cancelled = 0;           ///< of those, ended by cancel or cancel_all
-  std::uint64_t rejected = 0;            ///< submissions refused because the queue was full or the engine closed
-  std::uint64_t preemptions = 0;         ///< sequences preempted
-  std::uint64_t steps = 0;               ///< model steps
-  std::uint64_t prompt_tokens = 0;       ///< prompt tokens fed (recomputed ones too)
-  std::uint64_t generated_tokens = 0;    ///< tokens made
-  double tokens_per_second = 0.0;        ///< tokens made per second over the last 10 s
-  double first_token_seconds_sum = 0.0;  ///< time to first token (submission to first event), summed
-  std::uint64_t first_token_count = 0;   ///< requests that had their first token
+  int queued = 0;                          ///< requests waiting (preempted ones included)
+  int running = 0;                         ///< requests in a slot
+  int kv_blocks_used = 0;                  ///< pool blocks held by queued or running requests
+  int kv_blocks_cached = 0;                ///< pool blocks only cached prefixes hold (EngineOptions::cache_prefixes)
+  int kv_blocks_total = 0;                 ///< pool blocks
+  std::uint64_t submitted = 0;             ///< requests accepted
+  std::uint64_t finished = 0;              ///< requests ended (any reason)
+  std::uint64_t cancelled = 0;             ///< of those, ended by cancel or cancel_all
+  std::uint64_t rejected = 0;              ///< submissions refused because the queue was full or the engine closed
+  std::uint64_t preemptions = 0;           ///< sequences preempted
+  std::uint64_t steps = 0;                 ///< model steps
+  std::uint64_t prompt_tokens = 0;         ///< prompt tokens fed (recomputed ones too)
+  std::uint64_t cached_prompt_tokens = 0;  ///< prompt tokens not fed: shared from a cached prefix
+  std::uint64_t generated_tokens = 0;      ///< tokens made
+  double tokens_per_second = 0.0;          ///< tokens made per second over the last 10 s
+  double first_token_seconds_sum = 0.0;    ///< time to first token (submission to first event), summed
+  std::uint64_t first_token_count = 0;     ///< requests that had their first token
 };
 
 /// Schedules generation requests over a StepModel (continuous batching over a paged KV pool).
@@ -151,8 +163,9 @@ class Engine {
   [[nodiscard]] const KvBlockPool& pool() const noexcept { return pool_; }
 
  private:
-  struct Sequence;  // a request and its progress (src/nn/engine.cpp)
-  struct Pending;   // an event and the callback it goes to
+  struct Sequence;      // a request and its progress (src/nn/engine.cpp)
+  struct Pending;       // an event and the callback it goes to
+  struct CachedPrefix;  // the blocks of a prompt fed before (EngineOptions::cache_prefixes)
   using SequencePtr = std::unique_ptr<Sequence>;
 
   /// Ends `s` with `reason` (its slot and blocks freed) and queues its last event. Lock held.
@@ -165,11 +178,20 @@ class Engine {
   void reserve(std::vector<Pending>& events);
   /// Takes the step's next token for `s`, queueing its event. Lock held.
   void advance(Sequence& s, int token, std::vector<Pending>& events);
+  /// A sequence of s's tokens' whole blocks that shares a cached prefix's, and how many positions it shares (at
+  /// least one block, at most all but s's last token), or nullopt when none is cached or the pool lacks the rest.
+  /// Lock held.
+  std::optional<std::pair<KvBlockPool::SequenceId, int>> from_cache(const Sequence& s);
+  /// Caches the whole blocks of what `s` has fed. Lock held.
+  void remember_prefix(const Sequence& s);
+  /// Drops the least recently used cached prefix; false when none is. Lock held.
+  bool evict_prefix();
 
   StepModel& model_;
   std::optional<Tokenizer> tokenizer_;
   int max_queue_;
   int max_prompt_tokens_;
+  bool cache_prefixes_;
   mutable std::mutex mutex_;
   std::condition_variable work_;
   KvBlockPool pool_;
@@ -182,6 +204,8 @@ class Engine {
   RequestId next_id_ = 1;
   EngineStats counters_;
   std::deque<std::pair<std::chrono::steady_clock::time_point, int>> recent_;  ///< tokens made per step, last 10 s
+  std::vector<CachedPrefix> prefixes_;
+  std::uint64_t prefix_clock_ = 0;  ///< counts uses of cached prefixes, for least-recently-used eviction
 };
 
 }  // namespace lazygraph::nn
