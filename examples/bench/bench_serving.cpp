@@ -41,7 +41,7 @@ namespace {
 constexpr const char* usage =
     "usage: bench_serving [--shape llama32-1b|tinyllama] [--dtype f16|bf16] [--concurrency N,N,...] [--prompt P]\n"
     "                     [--new N] [--block-size 16|32] [--prefill-chunk C] [--max-batch M] [--torch]\n"
-    "                     [--torch-script PATH] [--out DIR]\n"
+    "                     [--torch-script PATH] [--out DIR] [--shared-prefix S] [--prefix-cache]\n"
     "Serves N concurrent requests through nn::Engine over a paged decoder with seeded weights: each a prompt of P\n"
     "seeded tokens and N new tokens (greedy, no stop token), submitted at once, the engine stepped on this thread.\n"
     "Prints, for each N: wall time, tokens made per second, time to first token (p50, p99), and the decode phase's\n"
@@ -61,6 +61,8 @@ constexpr const char* usage =
     "                      needs python3 with torch and transformers) and print its tokens/s beside ours\n"
     "  --torch-script P    the companion (default examples/bench/torch_serving.py, from the repository's root)\n"
     "  --out DIR           where the companion writes its results (default bench-out)\n"
+    "  --shared-prefix S   the first S tokens of every prompt are the same (a system prompt; default 0)\n"
+    "  --prefix-cache      the engine shares cached prompt prefixes (EngineOptions::cache_prefixes)\n"
     "Exit status: 0 done, 1 failed, 2 usage error, 77 skipped (no GPU; the reason is printed).\n";
 
 struct Options {
@@ -75,6 +77,8 @@ struct Options {
   bool torch = false;
   std::string torch_script = "examples/bench/torch_serving.py";
   std::string out = "bench-out";
+  int shared_prefix = 0;      ///< tokens every prompt begins with
+  bool prefix_cache = false;  ///< EngineOptions::cache_prefixes
 };
 
 struct Row {
@@ -87,6 +91,7 @@ struct Row {
   double decode_step_s = 0;  ///< its mean step time
   double floor_s = 0;        ///< its step's bytes over the ceiling
   std::uint64_t preemptions = 0;
+  std::uint64_t cached_prompt_tokens = 0;    ///< prompt tokens shared from cached prefixes, not fed
   std::vector<nn::WideBucketReport> wide;    ///< the wide step's buckets, captured before the requests
   std::optional<double> torch_tokens_per_s;  ///< transformers' continuous batching on the same requests
   std::string torch_note;                    ///< how it ran, or why it has no figure
@@ -117,12 +122,18 @@ Row serve(lg::Stream& s, const lg::KernelLibrary& library, nn::DecoderConfig c, 
     wide = decoder.wide_step_report();
   }
   nn::BasicDecoderStepModel<T> model(decoder);
-  nn::Engine engine(model, {.kv_blocks = c.kv_blocks, .block_size = c.kv_block_size, .max_queue = requests});
+  nn::Engine engine(model, {.kv_blocks = c.kv_blocks,
+                            .block_size = c.kv_block_size,
+                            .max_queue = requests,
+                            .cache_prefixes = o.prefix_cache});
   std::map<nn::RequestId, Seen> seen;  // written by the events, which come on this thread (it steps the engine)
   const Clock::time_point start = Clock::now();
   for (int i = 0; i < requests; ++i) {
     nn::GenerationRequest r;
-    for (int t = 0; t < o.prompt; ++t) r.prompt.push_back((i * 7919 + t * 104729 + 13) % c.vocab);
+    for (int t = 0; t < o.prompt; ++t) {
+      const int which = t < o.shared_prefix ? 0 : i;  // the shared beginning is request 0's
+      r.prompt.push_back((which * 7919 + t * 104729 + 13) % c.vocab);
+    }
     r.max_tokens = o.fresh;
     r.on_event = [&](const nn::GenerationEvent& e) {
       Seen& x = seen[e.id];
@@ -162,6 +173,7 @@ Row serve(lg::Stream& s, const lg::KernelLibrary& library, nn::DecoderConfig c, 
   row.ttft_p50_s = quantile(ttft, 0.5);
   row.ttft_p99_s = quantile(ttft, 0.99);
   row.preemptions = engine.stats().preemptions;
+  row.cached_prompt_tokens = engine.stats().cached_prompt_tokens;
   row.wide = std::move(wide);
   // The decode phase: the first wave's sequences (min(requests, slots)) all decoding, from the last of their first
   // tokens to the first finish.
@@ -264,18 +276,18 @@ int run(const Options& o) {
   std::printf("%s; copy ceiling (1 GiB device-to-device copy, read + write): %.0f GB/s\n", device.name().c_str(),
               ceiling * 1e-9);
   std::printf(
-      "%s %s, paged KV cache of %d blocks of %d, max_batch %d, prompts of %d tokens, %d new tokens each, "
-      "prefill_chunk %d\n\n",
-      shape.name.c_str(), o.dtype.c_str(), c.kv_blocks, c.kv_block_size, c.max_batch, o.prompt, o.fresh,
-      c.prefill_chunk);
+      "%s %s, paged KV cache of %d blocks of %d, max_batch %d, prompts of %d tokens (the first %d the same), %d new "
+      "tokens each, prefill_chunk %d, prefix cache %s\n\n",
+      shape.name.c_str(), o.dtype.c_str(), c.kv_blocks, c.kv_block_size, c.max_batch, o.prompt, o.shared_prefix,
+      o.fresh, c.prefill_chunk, o.prefix_cache ? "on" : "off");
   std::fflush(stdout);
   std::vector<Row> rows;
   for (const int n : o.concurrency) {
     rows.push_back(o.dtype == "bf16" ? serve<lg::bfloat16>(s, library, c, o, n, ceiling)
                                      : serve<lg::half>(s, library, c, o, n, ceiling));
     const Row& r = rows.back();
-    std::printf("  %d requests: %.2f s, %.0f tokens/s, first token p50 %.0f ms\n", n, r.wall_s, r.tokens_per_s,
-                r.ttft_p50_s * 1e3);
+    std::printf("  %d requests: %.2f s, %.0f tokens/s, first token p50 %.0f ms, prompt tokens shared %llu\n", n,
+                r.wall_s, r.tokens_per_s, r.ttft_p50_s * 1e3, static_cast<unsigned long long>(r.cached_prompt_tokens));
     std::fflush(stdout);
   }
   if (o.torch) run_torch(o, shape.name, rows);
@@ -350,9 +362,20 @@ std::variant<Options, int> parse(int argc, char** argv) {
       o.torch_script = value();
     } else if (arg == "--out") {
       o.out = value();
+    } else if (arg == "--shared-prefix") {
+      o.shared_prefix = example::integers(value(), "--shared-prefix", 0).at(0);
+    } else if (arg == "--prefix-cache") {
+      o.prefix_cache = true;
     } else {
       throw lg::UsageError(arg.starts_with("-") ? "unknown option " + arg : "unexpected argument " + arg);
     }
+  }
+  if (o.shared_prefix > o.prompt) {
+    throw lg::UsageError("--shared-prefix " + std::to_string(o.shared_prefix) + " is longer than --prompt " +
+                         std::to_string(o.prompt));
+  }
+  if (o.torch && o.shared_prefix > 0) {
+    throw lg::UsageError("--torch serves the companion's own prompts: leave --shared-prefix out");
   }
   if (o.torch && !std::filesystem::exists(o.torch_script)) {
     throw lg::UsageError("--torch: no " + o.torch_script + " (run from the repository's root, or give --torch-script)");

@@ -278,6 +278,13 @@ void Engine::finish(Sequence& s, FinishReason reason, std::vector<Pending>& even
 }
 
 void Engine::admit() {
+  // Prompt tokens the sequences admitted but not yet fed will feed: admission stops at the step's budget, so that a
+  // burst's later prompts wait in the queue (not in a slot, holding blocks) and may share the prefixes the earlier
+  // ones leave cached.
+  long long pending = 0;
+  for (const SequencePtr& r : running_) {
+    if (r->admitted_now) pending += static_cast<long long>(r->tokens.size()) - r->fed;
+  }
   while (!queue_.empty()) {
     const auto slot = std::find(slot_used_.begin(), slot_used_.end(), false);
     if (slot == slot_used_.end()) return;
@@ -294,6 +301,12 @@ void Engine::admit() {
       if (kv.has_value() || !evict_prefix()) break;  // cached blocks go back before a request waits for them
     }
     if (!kv.has_value()) return;  // first come, first served: the head waits for blocks
+    const long long feeds = static_cast<long long>(s.tokens.size()) - shared;
+    if (max_prompt_tokens_ > 0 && pending > 0 && pending + feeds > max_prompt_tokens_) {
+      pool_.release(*kv);  // the next step's
+      return;
+    }
+    pending += feeds;
     s.kv = kv;
     s.slot = static_cast<int>(slot - slot_used_.begin());
     *slot = true;
@@ -453,14 +466,8 @@ bool Engine::step() {
     admit();
     reserve(events);
     const bool paged = model_.kv_block_size() > 0;
-    long long prompt_tokens = 0;  // fed by this step's prompts so far
-    for (const SequencePtr& s : running_) {
+    for (const SequencePtr& s : running_) {  // admit() kept the prompts within max_prompt_tokens
       const std::size_t first = static_cast<std::size_t>(s->fed);
-      if (s->admitted_now) {  // a prompt (or a preempted history): within the budget, or the step's first
-        const auto size = static_cast<long long>(s->tokens.size()) - s->fed;
-        if (max_prompt_tokens_ > 0 && prompt_tokens > 0 && prompt_tokens + size > max_prompt_tokens_) continue;
-        prompt_tokens += size;
-      }
       // A paged model's rows carry their blocks: the pool's own tables, which change only on this thread.
       rows.push_back({.slot = s->slot,
                       .position = s->fed,

@@ -129,6 +129,9 @@ class PagedHostModel final : public StepModel {
   [[nodiscard]] int kv_blocks() const override { return blocks_; }
   void step(std::span<const StepRow> rows, std::span<int> next) override {
     std::set<int> written;
+    int fed = 0;
+    for (const StepRow& row : rows) fed += row.tokens.size() > 1 ? static_cast<int>(row.tokens.size()) : 0;
+    prompt_tokens_fed.push_back(fed);
     for (std::size_t r = 0; r < rows.size(); ++r) {
       const StepRow& row = rows[r];
       const int last = row.position + static_cast<int>(row.tokens.size()) - 1;
@@ -151,6 +154,8 @@ class PagedHostModel final : public StepModel {
   }
   /// The tokens a request makes alone (HostModel::alone).
   [[nodiscard]] std::vector<int> alone(const GenerationRequest& r) const { return reference_.alone(r); }
+
+  std::vector<int> prompt_tokens_fed;  ///< per step, the tokens of rows of more than one
 
  private:
   HostModel reference_;
@@ -405,6 +410,35 @@ TEST_CASE("an engine that caches prefixes shares a fed prompt's whole blocks wit
   CHECK(stats.kv_blocks_used == 0);
   CHECK(stats.kv_blocks_cached > 0);
   CHECK(stats.kv_blocks_cached + engine.pool().free_blocks() == 40);
+}
+
+TEST_CASE("a burst of prompts with a common beginning shares it: the budget admits the first alone, the rest after") {
+  PagedHostModel model(8, 128, 40, 16);
+  EngineOptions o = opts(0);
+  o.max_prompt_tokens = 40;
+  o.cache_prefixes = true;
+  Engine engine(model, o);
+  Collector c;
+  std::vector<std::pair<RequestId, GenerationRequest>> sent;
+  for (int i = 0; i < 6; ++i) {  // 40 tokens each, the first 32 the same
+    std::vector<int> tokens;
+    for (int t = 0; t < 40; ++t) tokens.push_back(t < 32 ? (t * 19 + 3) % 256 : (t * 5 + i * 41) % 256);
+    GenerationRequest r = req(std::move(tokens), 5, c.callback());
+    const GenerationRequest copy = r;
+    sent.emplace_back(*engine.submit(std::move(r)), copy);
+  }
+  run_until_idle(engine);
+  for (const auto& [id, r] : sent) {
+    CAPTURE(id);
+    CHECK(c[id].tokens == model.alone(r));
+  }
+  // The first step feeds the first prompt whole (40 tokens, the budget); the second admits the other five with its
+  // two blocks shared, 8 tokens each.
+  CHECK(engine.stats().cached_prompt_tokens == 5 * 32);
+  CHECK(engine.stats().prompt_tokens == 40 + 5 * 8);
+  REQUIRE(model.prompt_tokens_fed.size() >= 2);
+  CHECK(model.prompt_tokens_fed[0] == 40);
+  CHECK(model.prompt_tokens_fed[1] == 40);
 }
 
 TEST_CASE("an engine's cached prefixes give their blocks back before a request waits or a sequence is preempted") {

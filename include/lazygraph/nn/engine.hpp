@@ -70,11 +70,11 @@ struct EngineOptions {
   int kv_blocks = 0;
   int block_size = 16;  ///< positions per block (16 or 32); a paged model's must be its own
   int max_queue = 64;   ///< requests waiting at most; submit refuses more
-  /// Prompt tokens one step feeds at most, 0 for no limit (the default, 8192, is about 20 ms of prompts for a 1B model
-  /// on an H200). A sequence whose prompt (or recomputed history) would pass it waits in its slot for a later step,
-  /// where the oldest waiting goes first, so that a burst of requests neither holds every running sequence's next token
-  /// for all of their prompts nor every first token until the last prompt is done. The first prompt of a step is fed
-  /// whole, whatever its length.
+  /// Prompt tokens one step feeds at most, 0 for no limit (the default, 8192, is about 40 ms of prompts for a 1B model
+  /// on an H200). A request whose prompt (or recomputed history) would pass it stays queued for a later step, so that a
+  /// burst of requests neither holds every running sequence's next token for all of their prompts nor every first
+  /// token until the last prompt is done (and, with cache_prefixes, its later prompts find the earlier ones' blocks).
+  /// The first prompt of a step is fed whole, whatever its length.
   int max_prompt_tokens = 8192;
   /// Keeps the whole blocks of each prompt fed (of each history recomputed) in the pool, for up to kMaxCachedPrefixes
   /// prompts, so that a later request that begins with the same tokens shares those blocks and feeds only the rest
