@@ -244,12 +244,14 @@ namespace {
 /// Of the heuristic's `candidates` (at least two), the one whose product of `shape` runs fastest on `device`: each
 /// timed with events over 10 runs after 2 warm-ups, on a stream of its own, on operands of the shape filled with
 /// 1/16 (the values do not change which is fastest). A candidate cuBLASLt refuses to run is passed over; nullopt
-/// when none ran, or when the operands cannot be allocated (the caller keeps the heuristic's first).
+/// when none ran, or when the device has no memory for the operands (the caller keeps the heuristic's first).
+/// \throws CudaError for any other driver failure (a candidate's kernel that faulted leaves the context unusable: the
+///         error must reach the caller, not turn into an untimed choice that the cache keeps).
 std::optional<AlgorithmChoice> fastest(const Device& device, const GemmState& state, const GemmShape& shape,
                                        std::span<const cublasLtMatmulHeuristicResult_t> candidates) {
   constexpr int warm_ups = 2;
   constexpr int runs = 10;
-  constexpr std::uint16_t sixteenth = 0x2C00;  // 1/16 in half; in bfloat16 about 7e-10, as harmless
+  constexpr std::uint16_t sixteenth = 0x2C00;  // 1/16 in half; in bfloat16 2^-39 (about 1.8e-12), as harmless
   try {
     const Stream stream = device.create_stream();
     DeviceBuffer<std::uint16_t> x(device, shape.m * shape.k);
@@ -303,7 +305,8 @@ std::optional<AlgorithmChoice> fastest(const Device& device, const GemmState& st
     }
     stream.synchronize();
     return best;
-  } catch (const CudaError&) {
+  } catch (const CudaError& e) {
+    if (e.code() != CUDA_ERROR_OUT_OF_MEMORY) throw;
     return std::nullopt;  // no memory for the trial operands: untimed
   }
 }

@@ -72,7 +72,8 @@ struct GemmOptions {
   /// and D, and the most workspace a candidate asks) over 10 runs, once per plan key in the process. The runs re-read
   /// the same W, which stays in L2 when it fits (50 MB on an H100): for a product that streams its weights
   /// from memory (a few rows) the fastest there need not be the fastest in a model's graph, and timing on a GPU busy
-  /// with other work may choose worse.
+  /// with other work may choose worse. A device without the memory for those operands keeps the heuristic's first
+  /// untimed; any other driver failure while timing is a CudaError from the plan's constructor.
   int candidates = 1;
 };
 
@@ -201,8 +202,9 @@ class Gemm {
         options_(options) {}
 
   /// The bytes of workspace a plan of (device, shape, options) needs: what cuBLASLt's chosen algorithm asks for (0 for
-  /// none). Asks the heuristic when no plan of that key has, and remembers its answer; allocates nothing.
-  /// \throws as the constructor, but for the allocation.
+  /// none). Asks the heuristic when no plan of that key has, and remembers its answer; allocates no workspace. With
+  /// `options.candidates` above 1 that first answer is timed as the constructor times it, on trial operands it
+  /// allocates and frees. \throws as the constructor, but for the workspace's allocation.
   [[nodiscard]] static std::size_t workspace_needed(const Device& device, GemmShape shape, GemmOptions options = {}) {
     return detail::gemm_workspace_needed(device, shape, options, type);
   }

@@ -53,7 +53,8 @@ std::shared_ptr<const GemmState> make_gemm_state(const Device& device, const Gem
                                                  std::shared_ptr<const SharedGemmWorkspace> shared);
 
 /// The bytes of workspace the algorithm chosen for (device, shape, options, type) needs, asking the heuristic if no
-/// plan has yet (no allocation). \throws as make_gemm_state, but for the workspace.
+/// plan has yet (no workspace allocated; with options.candidates above 1, the timing's trial operands are).
+/// \throws as make_gemm_state, but for the workspace.
 std::size_t gemm_workspace_needed(const Device& device, const GemmShape& shape, const GemmOptions& options,
                                   GemmElementType type);
 
