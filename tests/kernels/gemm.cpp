@@ -2,7 +2,8 @@
 // and overlap (made before any GPU work) and cublaslt_available (the loader's messages: tests/driver/cublaslt_api.cpp);
 // on a GPU, products in half and bfloat16 at odd shapes against a float64 reference, with and without a residual, in
 // place, eagerly and captured (replayed with new inputs, updated to other buffers, kept alive after the plan), ordered
-// by dataflow and refused side by side by all(), the heuristic asked once per shape, and plans sharing one workspace.
+// by dataflow and refused side by side by all(), the heuristic asked once per shape, and plans sharing one workspace
+// (which a graph that recorded one of their products keeps alive).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -525,6 +526,32 @@ TEST_SUITE("gpu") {
                            " bytes of workspace, and the shared workspace has " + std::to_string(needed / 2))
                               .c_str()),
         UsageError);
+  }
+
+  TEST_CASE("a graph keeps a shared workspace alive after its plan and every other owner go, and frees it with it") {
+    const GemmShape s{17, 1000, 2048};
+    const HostMatrix<half> x(s.m * s.k);
+    const HostMatrix<half> w(s.n * s.k);
+    DeviceBuffer<half> dy(lgtest::device(), s.m * s.n);
+    std::weak_ptr<const SharedGemmWorkspace> watched;
+    std::optional<CudaGraph<>> graph;
+    {
+      // At least 256 bytes: a workspace larger than the algorithm needs (or one it does not need) serves it too.
+      const std::size_t bytes = std::max<std::size_t>(Gemm<half>::workspace_needed(lgtest::device(), s), 256);
+      auto shared = std::make_shared<const SharedGemmWorkspace>(lgtest::device(), bytes);
+      watched = shared;
+      const Gemm<half> gemm(lgtest::device(), s, {}, std::move(shared));
+      auto dx = lgtest::to_device(lgtest::stream(), x.values);
+      auto dw = lgtest::to_device(lgtest::stream(), w.values);
+      graph.emplace(CudaGraph<>::capture(lgtest::stream(), gemm(dy.view(), dx.cview(), dw.cview())));
+    }
+    CHECK_FALSE(watched.expired());  // the plan, its op and the caller's pointer are gone: the graph holds it
+    upload(dy, nans<half>(s.m * s.n));
+    graph->launch();
+    graph->launch();
+    CHECK(error_of(dy, product(s, x.exact, w.exact)) <= tolerance<half>);
+    graph.reset();
+    CHECK(watched.expired());
   }
 
   TEST_CASE(
