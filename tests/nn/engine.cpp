@@ -325,6 +325,59 @@ TEST_CASE(
                        lazygraph::UsageError);
 }
 
+TEST_CASE(
+    "prompts past max_prompt_tokens wait in the queue, not in slots, may be cancelled there, and with a paged pool "
+    "that runs out every request still gets the tokens it makes alone") {
+  // Four prompts of 15 tokens with a budget of 20: one is admitted and fed a step, the other three stay queued.
+  HostModel model(4, 256);
+  EngineOptions o = opts(0);
+  o.max_prompt_tokens = 20;
+  Engine engine(model, o);
+  Collector c;
+  std::vector<RequestId> ids;
+  for (int i = 0; i < 4; ++i) {
+    GenerationRequest r;
+    r.prompt.assign(15, 'a' + i);
+    r.max_tokens = 3;
+    r.on_event = c.callback();
+    ids.push_back(*engine.submit(std::move(r)));
+  }
+  REQUIRE(engine.step());
+  CHECK(model.prompt_tokens_per_step == std::vector<int>{15});
+  CHECK(engine.stats().running == 1);
+  CHECK(engine.stats().queued == 3);
+  CHECK(engine.stats().kv_blocks_used == 1);  // the waiting prompts hold no blocks
+  engine.cancel(ids[3]);
+  REQUIRE(engine.step());
+  CHECK(c[ids[3]].finished == FinishReason::cancelled);
+  CHECK(c[ids[3]].tokens.empty());
+  run_until_idle(engine);
+  for (int i = 0; i < 3; ++i) CHECK(c[ids[static_cast<std::size_t>(i)]].finished == FinishReason::max_tokens);
+  CHECK(engine.stats().kv_blocks_used == 0);
+
+  // A paged model whose pool runs out while prompts wait for the budget: preempted histories queue behind it too.
+  PagedHostModel paged(4, 128, 7, 16);
+  EngineOptions po = opts(0);
+  po.max_prompt_tokens = 20;
+  Engine tight(paged, po);
+  Collector pc;
+  std::vector<std::pair<RequestId, GenerationRequest>> sent;
+  for (int i = 0; i < 12; ++i) {
+    GenerationRequest r = request_for(i, pc);
+    r.max_tokens = 40;
+    r.stop_tokens.clear();
+    const GenerationRequest copy = r;
+    sent.emplace_back(*tight.submit(std::move(r)), copy);
+  }
+  run_until_idle(tight);
+  CHECK(tight.stats().preemptions > 0);
+  for (const auto& [id, r] : sent) {
+    CAPTURE(id);
+    CHECK(pc[id].tokens == paged.alone(r));
+  }
+  CHECK(tight.pool().free_blocks() == 7);
+}
+
 TEST_CASE("an engine whose KV pool runs out preempts the youngest sequence and recomputes it to the same tokens") {
   HostModel model(4, 128);
   Engine engine(model, opts(7));  // 112 positions for 4 sequences that grow to ~70

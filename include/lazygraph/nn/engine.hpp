@@ -121,8 +121,8 @@ struct EngineStats {
 class Engine {
  public:
   /// An engine over `model` (which must outlive it); `tokenizer` makes text (GenerationEvent::text) and stop
-  /// strings possible. \throws UsageError for invalid options (KvBlockPool's, a max_queue below 1; for a paged model,
-  /// a kv_blocks or block_size other than its own).
+  /// strings possible. \throws UsageError for invalid options (KvBlockPool's, a max_queue below 1, a max_prompt_tokens
+  /// below 0; for a paged model, a kv_blocks or block_size other than its own).
   explicit Engine(StepModel& model, EngineOptions options = {}, std::optional<Tokenizer> tokenizer = std::nullopt);
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
