@@ -6,6 +6,7 @@
 
 #include <sys/wait.h>
 
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -13,6 +14,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "cli.hpp"
@@ -57,7 +59,18 @@ struct CompanionLine {
   std::string note;
 };
 
-/// `line` read as a CompanionLine, or nullopt when it is not one or its key is not `key`.
+/// `text` as a figure: nullopt for "-"; false when it is neither "-" nor a whole number (a companion's malformed line).
+inline bool parse_companion_figure(const std::string& text, std::optional<double>& out) {
+  if (text == "-") return true;
+  double value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size()) return false;
+  out = value;
+  return true;
+}
+
+/// `line` read as a CompanionLine, or nullopt when it is not one (a figure that is not a number included: a companion's
+/// malformed line is left out of the table, not an error of the benchmark) or its key is not `key`.
 inline std::optional<CompanionLine> parse_companion_line(const std::string& line, const std::string& key) {
   std::istringstream words(line);
   std::string got;
@@ -67,8 +80,7 @@ inline std::optional<CompanionLine> parse_companion_line(const std::string& line
   std::string second_name;
   std::string second;
   if (!(words >> got >> out.count >> first_name >> first >> second_name >> second) || got != key) return std::nullopt;
-  if (first != "-") out.first = std::stod(first);
-  if (second != "-") out.second = std::stod(second);
+  if (!parse_companion_figure(first, out.first) || !parse_companion_figure(second, out.second)) return std::nullopt;
   std::getline(words, out.note);
   const std::size_t start = out.note.find_first_not_of(' ');
   out.note = start == std::string::npos ? "" : out.note.substr(start);
