@@ -411,19 +411,29 @@ sigset_t stop_signals() {
 /// whole context fits.
 void fit_kv_pool(const lazygraph::Device& device, const Options& o, Plan& plan) {
   const std::size_t block_bytes = static_cast<std::size_t>(o.kv_block_size) * plan.served.kv_bytes_per_position;
+  const std::size_t free_bytes = device.free_memory();
   const int fit = nn::kv_blocks_that_fit({.total_bytes = device.total_memory(),
-                                          .free_bytes = device.free_memory(),
+                                          .free_bytes = free_bytes,
                                           .weight_bytes = plan.weight_bytes,
                                           .block_bytes = block_bytes});
   if (fit >= plan.load.kv_blocks) return;
   const int one_sequence = (plan.served.context + o.kv_block_size - 1) / o.kv_block_size;
-  const auto gib = [](std::size_t bytes) { return std::to_string(bytes >> 30U) + " GiB"; };
+  const auto gib = [](std::size_t bytes) {
+    char text[32] = {};
+    std::snprintf(text, sizeof text, "%.1f GiB", static_cast<double>(bytes) / static_cast<double>(1U << 30U));
+    return std::string(text);
+  };
+  const std::string gpu =
+      "GPU " + std::to_string(o.device) + " (" + gib(device.total_memory()) + ", " + gib(free_bytes) + " free)";
+  if (fit == 0) {  // the weights and what is in use leave nothing: no --context helps
+    throw std::runtime_error(gpu + " has no room for one KV block beside the weights (" + gib(plan.weight_bytes) +
+                             ") within 90% of its memory: free the GPU, or serve a smaller or quantized model");
+  }
   if (fit < one_sequence) {
-    throw std::runtime_error("GPU " + std::to_string(o.device) + " (" + gib(device.total_memory()) + ", " +
-                             gib(device.free_memory()) + " free) holds " + std::to_string(fit) +
-                             " KV blocks beside the weights (" + gib(plan.weight_bytes) + "), fewer than the " +
-                             std::to_string(one_sequence) + " one sequence of --context " +
-                             std::to_string(plan.served.context) + " needs: lower --context");
+    throw std::runtime_error(gpu + " holds " + std::to_string(fit) + " KV blocks beside the weights (" +
+                             gib(plan.weight_bytes) + "), fewer than the " + std::to_string(one_sequence) +
+                             " one sequence of --context " + std::to_string(plan.served.context) +
+                             " needs: lower --context");
   }
   std::fprintf(stderr,
                "lazygraph-serve: %d KV blocks fit GPU %d beside the weights (90%% of its memory), fewer than the %d "
