@@ -312,7 +312,6 @@ void Engine::admit() {
     *slot = true;
     s.fed = shared;
     s.admitted_now = true;
-    counters_.cached_prompt_tokens += static_cast<std::uint64_t>(shared);
     running_.push_back(std::move(queue_.front()));
     queue_.pop_front();
   }
@@ -496,7 +495,10 @@ bool Engine::step() {
         finish(s, FinishReason::error, events, failure);
         continue;
       }
-      if (s.admitted_now) counters_.prompt_tokens += rows[r].tokens.size();
+      if (s.admitted_now) {  // counted once fed: a sequence preempted before its first step is admitted again
+        counters_.prompt_tokens += rows[r].tokens.size();
+        counters_.cached_prompt_tokens += static_cast<std::uint64_t>(rows[r].position);  // shared from the cache
+      }
       s.fed += static_cast<int>(rows[r].tokens.size());
       if (s.admitted_now) {
         s.admitted_now = false;

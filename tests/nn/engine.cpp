@@ -488,6 +488,33 @@ TEST_CASE("an engine's cached prefixes give their blocks back before a request w
   CHECK(engine.stats().kv_blocks_cached + engine.pool().free_blocks() == 8);
 }
 
+TEST_CASE("an engine counts the prompt tokens a cached prefix shares when they are, not when a request is admitted") {
+  // A's 32 tokens leave two whole blocks cached; B shares the first and is admitted into the last free block, which
+  // A's next position needs at once: B is preempted before it is fed, and shares (or feeds) its prompt later.
+  PagedHostModel model(2, 128, 3, 16);
+  EngineOptions o = opts(0);
+  o.cache_prefixes = true;
+  Engine engine(model, o);
+  Collector c;
+  std::vector<int> tokens;
+  for (int t = 0; t < 32; ++t) tokens.push_back((t * 19 + 7) % 256);
+  GenerationRequest a = req(tokens, 4, c.callback());
+  tokens.resize(16);
+  for (int t = 0; t < 10; ++t) tokens.push_back((t * 23 + 100) % 256);
+  GenerationRequest b = req(tokens, 2, c.callback());
+  const RequestId ida = *engine.submit(a);
+  CHECK(engine.step());
+  const RequestId idb = *engine.submit(b);
+  CHECK(engine.step());
+  CHECK(engine.stats().preemptions == 1);
+  run_until_idle(engine);
+  CHECK(c[ida].tokens == model.alone(a));
+  CHECK(c[idb].tokens == model.alone(b));
+  // Each prompt token is either fed or shared, once.
+  const lazygraph::nn::EngineStats st = engine.stats();
+  CHECK(st.prompt_tokens + st.cached_prompt_tokens == 32 + 26);
+}
+
 TEST_CASE(
     "an engine that caches prefixes under random prompts with common beginnings, cancellations, failing steps, a "
     "small pool and a prompt budget gives every request its tokens alone and never writes a shared block") {
