@@ -515,6 +515,60 @@ TEST_CASE("an engine counts the prompt tokens a cached prefix shares when they a
   CHECK(st.prompt_tokens + st.cached_prompt_tokens == 32 + 26);
 }
 
+TEST_CASE("an engine drops no cached prefix that would give no block back, nor any when that could not make room") {
+  const auto prompt = [](int length, int seed) {
+    std::vector<int> p;
+    for (int t = 0; t < length; ++t) p.push_back((t * 19 + seed * 41 + 7) % 256);
+    return p;
+  };
+  Collector c;
+  SUBCASE("a sequence preempted for a block while the cache's every block is held by sequences") {
+    PagedHostModel model(2, 128, 3, 16);  // A's 32 tokens cached; B shares their first block and takes the last free
+    EngineOptions o = opts(0);
+    o.cache_prefixes = true;
+    Engine engine(model, o);
+    const GenerationRequest a = req(prompt(32, 0), 4, c.callback());
+    std::vector<int> tokens = prompt(16, 0);
+    for (int t = 0; t < 10; ++t) tokens.push_back((t * 23 + 100) % 256);
+    const GenerationRequest b = req(tokens, 2, c.callback());
+    const RequestId ida = *engine.submit(a);
+    CHECK(engine.step());
+    const RequestId idb = *engine.submit(b);
+    CHECK(engine.step());  // A's next position preempts B; the cached prefix, whose blocks A holds, stays
+    CHECK(engine.stats().preemptions == 1);
+    CHECK(engine.pool().sequences() == 2);  // A and the cached prefix
+    run_until_idle(engine);
+    CHECK(c[ida].tokens == model.alone(a));
+    CHECK(c[idb].tokens == model.alone(b));
+    CHECK(engine.stats().cached_prompt_tokens == 16);  // B shares its first block when it returns
+  }
+  SUBCASE("a request that waits for blocks the cache could not give") {
+    PagedHostModel model(2, 128, 4, 16);
+    EngineOptions o = opts(0);
+    o.cache_prefixes = true;
+    Engine engine(model, o);
+    const GenerationRequest x = req(prompt(20, 1), 1, c.callback());  // leaves one block cached, only there
+    const GenerationRequest a = req(prompt(32, 2), 6, c.callback());  // two blocks cached, held by A, and a third
+    const GenerationRequest w = req(prompt(40, 3), 1, c.callback());  // three blocks: waits for A
+    const RequestId idx = *engine.submit(x);
+    CHECK(engine.step());
+    const RequestId ida = *engine.submit(a);
+    CHECK(engine.step());
+    CHECK(engine.step());
+    CHECK(engine.pool().free_blocks() == 0);
+    const RequestId idw = *engine.submit(w);
+    CHECK(engine.step());  // W needs three blocks; one is free with the cache's: both prefixes stay
+    CHECK(engine.stats().queued == 1);
+    CHECK(engine.pool().sequences() == 3);
+    CHECK(engine.stats().kv_blocks_cached == 1);
+    run_until_idle(engine);
+    CHECK(c[idx].tokens == model.alone(x));
+    CHECK(c[ida].tokens == model.alone(a));
+    CHECK(c[idw].tokens == model.alone(w));
+    CHECK(engine.stats().kv_blocks_used == 0);
+  }
+}
+
 TEST_CASE(
     "an engine that caches prefixes under random prompts with common beginnings, cancellations, failing steps, a "
     "small pool and a prompt budget gives every request its tokens alone and never writes a shared block") {
