@@ -576,16 +576,17 @@ TEST_CASE(
     CAPTURE(seed);
     std::mt19937 rng(seed);
     const auto pick = [&](int low, int high) { return std::uniform_int_distribution<int>(low, high)(rng); };
-    // 10 to 14 blocks of 16 for 4 slots of sequences of up to 96 positions (6 blocks): the cache gives way and
-    // sequences are preempted, but one alone always fits (so none ends kv_pool).
-    const int blocks = pick(10, 14);
-    PagedHostModel model(4, 96, blocks, 16);
+    // 160 to 224 positions in blocks of 16 or 32 for 4 slots of sequences of up to 96 positions: the cache gives way
+    // and sequences are preempted, but one alone always fits (so none ends kv_pool).
+    const int block_size = seed % 2 == 1 ? 16 : 32;
+    const int blocks = pick(10, 14) * 16 / block_size;
+    PagedHostModel model(4, 96, blocks, block_size);
     for (int s = 0; s < 400; ++s) {
       if (pick(0, 24) == 0) model.failing_steps.insert(s);
     }
-    EngineOptions o = opts(0);
+    EngineOptions o = opts(0, block_size);
     o.cache_prefixes = true;
-    o.max_prompt_tokens = seed % 4 == 0 ? 0 : pick(1, 60);
+    o.max_prompt_tokens = seed % 3 == 0 ? 0 : pick(1, 60);
     Engine engine(model, o);
     model.pool = &engine.pool();
     Collector c;
