@@ -426,7 +426,8 @@ void Engine::remember_prefix(const Sequence& s) {
       return;
     }
   }
-  // Prefixes this one extends are dropped: it holds their blocks.
+  // Prefixes this one extends are dropped: it covers their tokens (and holds their blocks when it was admitted with
+  // them; else its own copies).
   std::erase_if(prefixes_, [&](const CachedPrefix& p) {
     if (!begins_with(prefix, p.tokens)) return false;
     pool_.release(p.kv);
