@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <exception>
-#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -218,13 +217,7 @@ EngineStats Engine::stats() const {
   EngineStats s = counters_;
   s.queued = static_cast<int>(queue_.size());
   s.running = static_cast<int>(running_.size());
-  // Blocks that only cached prefixes hold: each held by as many sequences as there are prefixes holding it.
-  std::map<int, int> cached;
-  for (const CachedPrefix& p : prefixes_) {
-    for (const int block : pool_.blocks(p.kv)) ++cached[block];
-  }
-  int cache_only = 0;
-  for (const auto& [block, holders] : cached) cache_only += pool_.references(block) == holders ? 1 : 0;
+  const int cache_only = cache_only_blocks();
   s.kv_blocks_cached = cache_only;
   s.kv_blocks_used = pool_.used_blocks() - cache_only;
   s.kv_blocks_total = pool_.total_blocks();
@@ -285,10 +278,20 @@ void Engine::admit() {
   for (const SequencePtr& r : running_) {
     if (r->admitted_now) pending += static_cast<long long>(r->tokens.size()) - r->fed;
   }
+  const auto over_budget = [&](long long feeds) {
+    return max_prompt_tokens_ > 0 && pending > 0 && pending + feeds > max_prompt_tokens_;
+  };
   while (!queue_.empty()) {
     const auto slot = std::find(slot_used_.begin(), slot_used_.end(), false);
     if (slot == slot_used_.end()) return;
     Sequence& s = *queue_.front();
+    const int size = static_cast<int>(s.tokens.size());
+    // A request that waits (for the budget, or for blocks that dropping every cached prefix could not give) takes and
+    // drops nothing: both are judged by what the cache would share now.
+    const int could_share = longest_prefix(s).second;
+    if (over_budget(size - could_share)) return;
+    const int need = pool_.blocks_for(size) - could_share / pool_.block_size();
+    if (need > pool_.free_blocks() && need > pool_.free_blocks() + cache_only_blocks()) return;
     std::optional<KvBlockPool::SequenceId> kv;
     int shared = 0;
     while (true) {
@@ -296,14 +299,14 @@ void Engine::admit() {
         kv = hit->first;
         shared = hit->second;
       } else {
-        kv = pool_.allocate(static_cast<int>(s.tokens.size()));
+        kv = pool_.allocate(size);
       }
       if (kv.has_value() || !evict_prefix()) break;  // cached blocks go back before a request waits for them
     }
     if (!kv.has_value()) return;  // first come, first served: the head waits for blocks
-    const long long feeds = static_cast<long long>(s.tokens.size()) - shared;
-    if (max_prompt_tokens_ > 0 && pending > 0 && pending + feeds > max_prompt_tokens_) {
-      pool_.release(*kv);  // the next step's
+    const long long feeds = static_cast<long long>(size) - shared;
+    if (over_budget(feeds)) {  // the prefixes dropped for its blocks shared less
+      pool_.release(*kv);
       return;
     }
     pending += feeds;
@@ -312,7 +315,6 @@ void Engine::admit() {
     *slot = true;
     s.fed = shared;
     s.admitted_now = true;
-    counters_.cached_prompt_tokens += static_cast<std::uint64_t>(shared);
     running_.push_back(std::move(queue_.front()));
     queue_.pop_front();
   }
@@ -377,30 +379,37 @@ void Engine::advance(Sequence& s, int token, std::vector<Pending>& events) {
   }
 }
 
-std::optional<std::pair<KvBlockPool::SequenceId, int>> Engine::from_cache(const Sequence& s) {
+std::pair<int, int> Engine::longest_prefix(const Sequence& s) const {
   const int block = pool_.block_size();
   // At most all but the last token: the model must feed at least that one to give the next token.
   const int most = (static_cast<int>(s.tokens.size()) - 1) / block * block;
-  CachedPrefix* best = nullptr;
+  int best = -1;
   int best_shared = 0;
-  for (CachedPrefix& p : prefixes_) {
+  for (std::size_t i = 0; i < prefixes_.size(); ++i) {
+    const CachedPrefix& p = prefixes_[i];
     const int limit = std::min(most, static_cast<int>(p.tokens.size()));
     int same = 0;
     while (same < limit && p.tokens[static_cast<std::size_t>(same)] == s.tokens[static_cast<std::size_t>(same)]) ++same;
     const int shared = same / block * block;
     if (shared > best_shared) {
-      best = &p;
+      best = static_cast<int>(i);
       best_shared = shared;
     }
   }
-  if (best == nullptr) return std::nullopt;
-  const KvBlockPool::SequenceId kv = pool_.fork(best->kv, best_shared);
-  if (!pool_.append(kv, static_cast<int>(s.tokens.size()) - best_shared)) {
+  return {best, best_shared};
+}
+
+std::optional<std::pair<KvBlockPool::SequenceId, int>> Engine::from_cache(const Sequence& s) {
+  const auto [best, shared] = longest_prefix(s);
+  if (best < 0) return std::nullopt;
+  CachedPrefix& p = prefixes_[static_cast<std::size_t>(best)];
+  const KvBlockPool::SequenceId kv = pool_.fork(p.kv, shared);
+  if (!pool_.append(kv, static_cast<int>(s.tokens.size()) - shared)) {
     pool_.release(kv);
     return std::nullopt;
   }
-  best->used = ++prefix_clock_;
-  return std::pair{kv, best_shared};
+  p.used = ++prefix_clock_;
+  return std::pair{kv, shared};
 }
 
 void Engine::remember_prefix(const Sequence& s) {
@@ -417,25 +426,56 @@ void Engine::remember_prefix(const Sequence& s) {
       return;
     }
   }
-  // Prefixes this one extends are dropped: it holds their blocks.
+  // Prefixes this one extends are dropped: it covers their tokens (and holds their blocks when it was admitted with
+  // them; else its own copies).
   std::erase_if(prefixes_, [&](const CachedPrefix& p) {
     if (!begins_with(prefix, p.tokens)) return false;
     pool_.release(p.kv);
     return true;
   });
-  if (static_cast<int>(prefixes_.size()) >= kMaxCachedPrefixes) (void)evict_prefix();
+  if (static_cast<int>(prefixes_.size()) >= kMaxCachedPrefixes) {  // the least recently used makes room
+    const auto oldest = std::min_element(prefixes_.begin(), prefixes_.end(),
+                                         [](const CachedPrefix& a, const CachedPrefix& b) { return a.used < b.used; });
+    pool_.release(oldest->kv);
+    prefixes_.erase(oldest);
+  }
   prefixes_.push_back({.kv = pool_.fork(*s.kv, whole),
                        .tokens = std::vector<int>(prefix.begin(), prefix.end()),
                        .used = ++prefix_clock_});
 }
 
 bool Engine::evict_prefix() {
-  if (prefixes_.empty()) return false;
-  const auto oldest = std::min_element(prefixes_.begin(), prefixes_.end(),
-                                       [](const CachedPrefix& a, const CachedPrefix& b) { return a.used < b.used; });
+  // Only a prefix that holds a block alone gives one back; one whose blocks sequences hold too costs nothing to keep.
+  // Whenever some block only prefixes hold, some prefix holds one alone: its last (prefixes never share their last
+  // block: one that did would begin another, and remember_prefix keeps no prefix of another).
+  auto oldest = prefixes_.end();
+  for (auto p = prefixes_.begin(); p != prefixes_.end(); ++p) {
+    const std::span<const int> blocks = pool_.blocks(p->kv);
+    const bool gives = std::any_of(blocks.begin(), blocks.end(), [&](int b) { return pool_.references(b) == 1; });
+    if (gives && (oldest == prefixes_.end() || p->used < oldest->used)) oldest = p;
+  }
+  if (oldest == prefixes_.end()) return false;
   pool_.release(oldest->kv);
   prefixes_.erase(oldest);
   return true;
+}
+
+int Engine::cache_only_blocks() const {
+  // A block only prefixes hold has as many holders in the pool as prefixes that hold it.
+  std::vector<int> held;
+  for (const CachedPrefix& p : prefixes_) {
+    const std::span<const int> blocks = pool_.blocks(p.kv);
+    held.insert(held.end(), blocks.begin(), blocks.end());
+  }
+  std::sort(held.begin(), held.end());
+  int only = 0;
+  for (std::size_t i = 0; i < held.size();) {
+    std::size_t j = i;
+    while (j < held.size() && held[j] == held[i]) ++j;
+    only += pool_.references(held[i]) == static_cast<int>(j - i) ? 1 : 0;
+    i = j;
+  }
+  return only;
 }
 
 bool Engine::step() {
@@ -496,7 +536,10 @@ bool Engine::step() {
         finish(s, FinishReason::error, events, failure);
         continue;
       }
-      if (s.admitted_now) counters_.prompt_tokens += rows[r].tokens.size();
+      if (s.admitted_now) {  // counted once fed: a sequence preempted before its first step is admitted again
+        counters_.prompt_tokens += rows[r].tokens.size();
+        counters_.cached_prompt_tokens += static_cast<std::uint64_t>(rows[r].position);  // shared from the cache
+      }
       s.fed += static_cast<int>(rows[r].tokens.size());
       if (s.admitted_now) {
         s.admitted_now = false;

@@ -14,6 +14,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -143,23 +144,33 @@ class PagedHostModel final : public StepModel {
         return static_cast<std::size_t>(block * block_size_ + p % block_size_);
       };
       for (std::size_t i = 0; i < row.tokens.size(); ++i) {
-        const std::size_t where = at(row.position + static_cast<int>(i));
+        const int position = row.position + static_cast<int>(i);
+        const std::size_t where = at(position);
         REQUIRE(written.insert(static_cast<int>(where)).second);  // no two rows write one place
+        if (pool != nullptr) {  // nobody else holds a block written (the engine makes no copy-on-write copies)
+          REQUIRE(pool->references(row.blocks[static_cast<std::size_t>(position / block_size_)]) == 1);
+        }
         pool_[where] = row.tokens[i];
       }
       std::vector<int> history;
       for (int p = 0; p <= last; ++p) history.push_back(pool_[at(p)]);
       next[r] = lazygraph::nn::pick_token(reference_.logits(history), row.sampling, last);
     }
+    if (failing_steps.contains(steps_++)) throw std::runtime_error("device lost");  // after writing, as a device might
   }
   /// The tokens a request makes alone (HostModel::alone).
   [[nodiscard]] std::vector<int> alone(const GenerationRequest& r) const { return reference_.alone(r); }
 
   std::vector<int> prompt_tokens_fed;  ///< per step, the tokens of rows of more than one
+  /// When set, the engine's pool: a block a row writes must be held by that row's sequence alone, as whole-block
+  /// sharing promises (a token model rewrites a shared prefix with the same tokens, so only this shows it).
+  const lazygraph::nn::KvBlockPool* pool = nullptr;
+  std::set<int> failing_steps;  ///< steps (from 0) that throw once they have written their rows
 
  private:
   HostModel reference_;
   int slots_, context_, blocks_, block_size_;
+  int steps_ = 0;
   std::vector<int> pool_;  ///< the tokens at each block's positions
 };
 
@@ -528,6 +539,157 @@ TEST_CASE("an engine's cached prefixes give their blocks back before a request w
   CHECK(engine.stats().preemptions == 0);
   CHECK(engine.stats().kv_blocks_used == 0);
   CHECK(engine.stats().kv_blocks_cached + engine.pool().free_blocks() == 8);
+}
+
+TEST_CASE("an engine counts the prompt tokens a cached prefix shares when they are, not when a request is admitted") {
+  // A's 32 tokens leave two whole blocks cached; B shares the first and is admitted into the last free block, which
+  // A's next position needs at once: B is preempted before it is fed, and shares (or feeds) its prompt later.
+  PagedHostModel model(2, 128, 3, 16);
+  EngineOptions o = opts(0);
+  o.cache_prefixes = true;
+  Engine engine(model, o);
+  Collector c;
+  std::vector<int> tokens;
+  for (int t = 0; t < 32; ++t) tokens.push_back((t * 19 + 7) % 256);
+  GenerationRequest a = req(tokens, 4, c.callback());
+  tokens.resize(16);
+  for (int t = 0; t < 10; ++t) tokens.push_back((t * 23 + 100) % 256);
+  GenerationRequest b = req(tokens, 2, c.callback());
+  const RequestId ida = *engine.submit(a);
+  CHECK(engine.step());
+  const RequestId idb = *engine.submit(b);
+  CHECK(engine.step());
+  CHECK(engine.stats().preemptions == 1);
+  run_until_idle(engine);
+  CHECK(c[ida].tokens == model.alone(a));
+  CHECK(c[idb].tokens == model.alone(b));
+  // Each prompt token is either fed or shared, once.
+  const lazygraph::nn::EngineStats st = engine.stats();
+  CHECK(st.prompt_tokens + st.cached_prompt_tokens == 32 + 26);
+}
+
+TEST_CASE("an engine drops no cached prefix that would give no block back, nor any when that could not make room") {
+  const auto prompt = [](int length, int seed) {
+    std::vector<int> p;
+    for (int t = 0; t < length; ++t) p.push_back((t * 19 + seed * 41 + 7) % 256);
+    return p;
+  };
+  Collector c;
+  SUBCASE("a sequence preempted for a block while the cache's every block is held by sequences") {
+    PagedHostModel model(2, 128, 3, 16);  // A's 32 tokens cached; B shares their first block and takes the last free
+    EngineOptions o = opts(0);
+    o.cache_prefixes = true;
+    Engine engine(model, o);
+    const GenerationRequest a = req(prompt(32, 0), 4, c.callback());
+    std::vector<int> tokens = prompt(16, 0);
+    for (int t = 0; t < 10; ++t) tokens.push_back((t * 23 + 100) % 256);
+    const GenerationRequest b = req(tokens, 2, c.callback());
+    const RequestId ida = *engine.submit(a);
+    CHECK(engine.step());
+    const RequestId idb = *engine.submit(b);
+    CHECK(engine.step());  // A's next position preempts B; the cached prefix, whose blocks A holds, stays
+    CHECK(engine.stats().preemptions == 1);
+    CHECK(engine.pool().sequences() == 2);  // A and the cached prefix
+    run_until_idle(engine);
+    CHECK(c[ida].tokens == model.alone(a));
+    CHECK(c[idb].tokens == model.alone(b));
+    CHECK(engine.stats().cached_prompt_tokens == 16);  // B shares its first block when it returns
+  }
+  SUBCASE("a request that waits for blocks the cache could not give") {
+    PagedHostModel model(2, 128, 4, 16);
+    EngineOptions o = opts(0);
+    o.cache_prefixes = true;
+    Engine engine(model, o);
+    const GenerationRequest x = req(prompt(20, 1), 1, c.callback());  // leaves one block cached, only there
+    const GenerationRequest a = req(prompt(32, 2), 6, c.callback());  // two blocks cached, held by A, and a third
+    const GenerationRequest w = req(prompt(40, 3), 1, c.callback());  // three blocks: waits for A
+    const RequestId idx = *engine.submit(x);
+    CHECK(engine.step());
+    const RequestId ida = *engine.submit(a);
+    CHECK(engine.step());
+    CHECK(engine.step());
+    CHECK(engine.pool().free_blocks() == 0);
+    const RequestId idw = *engine.submit(w);
+    CHECK(engine.step());  // W needs three blocks; one is free with the cache's: both prefixes stay
+    CHECK(engine.stats().queued == 1);
+    CHECK(engine.pool().sequences() == 3);
+    CHECK(engine.stats().kv_blocks_cached == 1);
+    run_until_idle(engine);
+    CHECK(c[idx].tokens == model.alone(x));
+    CHECK(c[ida].tokens == model.alone(a));
+    CHECK(c[idw].tokens == model.alone(w));
+    CHECK(engine.stats().kv_blocks_used == 0);
+  }
+}
+
+TEST_CASE(
+    "an engine that caches prefixes under random prompts with common beginnings, cancellations, failing steps, a "
+    "small pool and a prompt budget gives every request its tokens alone and never writes a shared block") {
+  for (std::uint32_t seed = 1; seed <= 16; ++seed) {
+    CAPTURE(seed);
+    std::mt19937 rng(seed);
+    const auto pick = [&](int low, int high) { return std::uniform_int_distribution<int>(low, high)(rng); };
+    // 160 to 224 positions in blocks of 16 or 32 for 4 slots of sequences of up to 96 positions: the cache gives way
+    // and sequences are preempted, but one alone always fits (so none ends kv_pool).
+    const int block_size = seed % 2 == 1 ? 16 : 32;
+    const int blocks = pick(10, 14) * 16 / block_size;
+    PagedHostModel model(4, 96, blocks, block_size);
+    for (int s = 0; s < 400; ++s) {
+      if (pick(0, 24) == 0) model.failing_steps.insert(s);
+    }
+    EngineOptions o = opts(0, block_size);
+    o.cache_prefixes = true;
+    o.max_prompt_tokens = seed % 3 == 0 ? 0 : pick(1, 60);
+    Engine engine(model, o);
+    model.pool = &engine.pool();
+    Collector c;
+    std::vector<std::vector<int>> beginnings(3);
+    for (std::vector<int>& b : beginnings) {
+      for (int t = 0; t < 64; ++t) b.push_back(pick(0, 255));
+    }
+    std::vector<std::pair<RequestId, GenerationRequest>> sent;
+    for (int round = 0; round < 2000 && (sent.size() < 40 || !engine.idle()); ++round) {
+      for (int n = pick(0, 3); n > 0 && sent.size() < 40; --n) {
+        const std::vector<int>& b = beginnings[static_cast<std::size_t>(pick(0, 2))];
+        std::vector<int> tokens(b.begin(), b.begin() + pick(0, 64));
+        for (int t = pick(1, 24); t > 0; --t) tokens.push_back(pick(0, 255));
+        GenerationRequest r = req(std::move(tokens), pick(1, 12), c.callback());
+        if (pick(0, 3) == 0) r.sampling = sampled(0.9F, 30, static_cast<std::uint32_t>(pick(0, 1000)), 1.0F);
+        const GenerationRequest copy = r;
+        const std::optional<RequestId> id = engine.submit(std::move(r));
+        REQUIRE(id.has_value());
+        sent.emplace_back(*id, copy);
+      }
+      if (!sent.empty() && pick(0, 5) == 0)
+        engine.cancel(sent[static_cast<std::size_t>(pick(0, 1000)) % sent.size()].first);
+      static_cast<void>(engine.step());
+      const lazygraph::nn::EngineStats st = engine.stats();
+      REQUIRE(st.kv_blocks_used >= 0);
+      REQUIRE(st.kv_blocks_cached >= 0);
+    }
+    REQUIRE(engine.idle());
+    REQUIRE(sent.size() == 40);
+    int whole = 0;
+    for (const auto& [id, r] : sent) {
+      CAPTURE(id);
+      const Received got = c[id];
+      const std::vector<int> alone = model.alone(r);
+      REQUIRE(got.finished.has_value());
+      CHECK(got.events_after_finish == 0);
+      CHECK(*got.finished != FinishReason::kv_pool);
+      if (*got.finished == FinishReason::cancelled || *got.finished == FinishReason::error) {
+        CHECK((got.tokens.size() <= alone.size() && std::equal(got.tokens.begin(), got.tokens.end(), alone.begin())));
+      } else {
+        CHECK(got.tokens == alone);
+        ++whole;
+      }
+    }
+    CHECK(whole > 0);
+    const lazygraph::nn::EngineStats st = engine.stats();
+    CHECK(st.kv_blocks_used == 0);
+    CHECK(st.kv_blocks_cached + engine.pool().free_blocks() == blocks);
+    CHECK(st.finished == 40);
+  }
 }
 
 TEST_CASE("an engine over a paged model refuses a pool of another size or block size, naming both") {

@@ -79,8 +79,9 @@ struct EngineOptions {
   /// Keeps the whole blocks of each prompt fed (of each history recomputed) in the pool, for up to kMaxCachedPrefixes
   /// prompts, so that a later request that begins with the same tokens shares those blocks and feeds only the rest
   /// (its first row starts at the shared positions). Cached blocks go back to the pool, least recently used first,
-  /// whenever admission or a step lacks blocks. A paged model only (StepModel::kv_block_size), ignored otherwise; off
-  /// by default.
+  /// whenever admission or a step lacks blocks; a prefix whose blocks running sequences hold too gives none back and
+  /// stays, and none goes for a request that would wait anyway. A paged model only (StepModel::kv_block_size), ignored
+  /// otherwise; off by default.
   bool cache_prefixes = false;
 };
 
@@ -91,7 +92,7 @@ inline constexpr int kMaxCachedPrefixes = 64;
 struct EngineStats {
   int queued = 0;                          ///< requests waiting (preempted ones included)
   int running = 0;                         ///< requests in a slot
-  int kv_blocks_used = 0;                  ///< pool blocks held by queued or running requests
+  int kv_blocks_used = 0;                  ///< pool blocks held by running requests (queued ones hold none)
   int kv_blocks_cached = 0;                ///< pool blocks only cached prefixes hold (EngineOptions::cache_prefixes)
   int kv_blocks_total = 0;                 ///< pool blocks
   std::uint64_t submitted = 0;             ///< requests accepted
@@ -159,7 +160,8 @@ class Engine {
   [[nodiscard]] bool idle() const;
   /// The state and counters now. Thread-safe.
   [[nodiscard]] EngineStats stats() const;
-  /// The pool, for inspection by the stepping thread (e.g. that it is empty once idle).
+  /// The pool, for inspection by the stepping thread (e.g. that it is empty once idle; with cache_prefixes, the cached
+  /// prefixes' sequences stay).
   [[nodiscard]] const KvBlockPool& pool() const noexcept { return pool_; }
 
  private:
@@ -178,14 +180,20 @@ class Engine {
   void reserve(std::vector<Pending>& events);
   /// Takes the step's next token for `s`, queueing its event. Lock held.
   void advance(Sequence& s, int token, std::vector<Pending>& events);
+  /// The cached prefix (its index in prefixes_, -1 for none) that shares the most whole blocks with s's tokens, and
+  /// the positions it shares (at most all but s's last token). Lock held.
+  [[nodiscard]] std::pair<int, int> longest_prefix(const Sequence& s) const;
   /// A sequence of s's tokens' whole blocks that shares a cached prefix's, and how many positions it shares (at
   /// least one block, at most all but s's last token), or nullopt when none is cached or the pool lacks the rest.
   /// Lock held.
   std::optional<std::pair<KvBlockPool::SequenceId, int>> from_cache(const Sequence& s);
   /// Caches the whole blocks of what `s` has fed. Lock held.
   void remember_prefix(const Sequence& s);
-  /// Drops the least recently used cached prefix; false when none is. Lock held.
+  /// Drops the least recently used cached prefix whose dropping gives a block back to the pool; false when none
+  /// would. Lock held.
   bool evict_prefix();
+  /// The blocks only cached prefixes hold: what dropping them all would give back. Lock held.
+  [[nodiscard]] int cache_only_blocks() const;
 
   StepModel& model_;
   std::optional<Tokenizer> tokenizer_;
