@@ -527,6 +527,10 @@ int serve(const Options& o) {
     server.stop();
   });
 
+  if (o.prefix_cache && plan.served.kv_cache != "paged") {
+    std::fprintf(stderr,
+                 "lazygraph-serve: --prefix-cache on is ignored: prefixes are shared on the paged KV cache only\n");
+  }
   std::fprintf(stderr, "lazygraph-serve: serving '%s' (context %d; %s) on http://%s:%d/%s\n", plan.served.name.c_str(),
                plan.served.context, plan.served.kv_cache_summary().c_str(), o.host.c_str(), port,
                engine != nullptr ? "" : (" -- cannot generate: " + unavailable).c_str());
