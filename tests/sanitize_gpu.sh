@@ -14,8 +14,8 @@
 # Prints one line per tool, program and pass with its error count, then one line per failed case (its number and
 # name), and exits non-zero when any tool reported an error or any case failed or timed out.
 # Logs go to $OUT (or ./gpu-logs): sanitize-TOOL.log for lazygraph_tests, sanitize-TOOL-nn.log for lazygraph_nn_tests,
-# and beside each, .expected-api-errors and .nccl for the second pass. While a pass runs, LOG.cases/ holds the log and
-# exit status of each case that has finished (a run stopped from outside leaves them there).
+# and beside each, .expected-api-errors and .nccl for the second pass. While a pass runs, LOG.cases-K-of-N/ (its
+# shard's) holds the log and exit status of each case that has finished (a run stopped from outside leaves them there).
 #   usage: tests/sanitize_gpu.sh [tool ...]        (default: memcheck racecheck synccheck initcheck)
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -156,7 +156,7 @@ each_case() {
     return 2
   fi
   # Each case's log and exit status go beside LOG as they finish, so that a run stopped from outside keeps them.
-  dir="$log.cases"
+  dir="$log.cases-$shard_index-of-$shard_count"
   rm -rf "$dir"
   mkdir -p "$dir"
   for ((i = 1; i <= n; i++)); do
