@@ -7,7 +7,8 @@
 # suite never finished. A case still running after SANITIZE_CASE_TIMEOUT seconds (default 900) is stopped and named
 # as timed out, so that a run always finishes. SANITIZE_PROGRAMS names the programs to check (default both);
 # SANITIZE_SHARD=K/N runs only the K-th of N shares of every pass's cases (case i when (i - 1) % N == K - 1), so that
-# a run can be split over commands of limited length; SANITIZE_PASSES names the passes to run (default "main api nccl":
+# a run can be split over commands of limited length; SANITIZE_SKIP names a file of test case names, one a line, that
+# the run leaves out (those a stopped run finished, from their logs' duration lines); SANITIZE_PASSES names the passes to run (default "main api nccl":
 # every test but those below; the tests of failing driver calls; the tests that create NCCL communicators). The tool `asan` instead builds build-gpu-asan/ with
 # AddressSanitizer + UndefinedBehaviorSanitizer and runs the gpu and reliability suites of the programs there
 # (host-side memory errors on the GPU path: use-after-scope, use-after-free, overflows, leaks).
@@ -116,6 +117,12 @@ for pass in "${passes[@]}"; do
   case "$pass" in main | api | nccl) ;; *) echo "SANITIZE_PASSES: unknown pass $pass (main, api, nccl)" >&2; exit 2 ;; esac
 done
 runs_pass() { [[ " ${passes[*]} " == *" $1 "* ]]; }
+# SANITIZE_SKIP's names, as the keys of `skip`.
+declare -A skip=()
+if [ -n "${SANITIZE_SKIP:-}" ]; then
+  [ -r "$SANITIZE_SKIP" ] || { echo "SANITIZE_SKIP=$SANITIZE_SKIP: not a readable file" >&2; exit 2; }
+  while IFS= read -r name; do [ -n "$name" ] && skip["$name"]=1; done <"$SANITIZE_SKIP"
+fi
 shard="${SANITIZE_SHARD:-1/1}"
 shard_index="${shard%/*}"
 shard_count="${shard#*/}"
@@ -161,6 +168,7 @@ each_case() {
   mkdir -p "$dir"
   for ((i = 1; i <= n; i++)); do
     [ $(((i - 1) % shard_count)) -eq $((shard_index - 1)) ] || continue
+    [ -n "${skip[${names[i - 1]}]+x}" ] && continue
     ran=$((ran + 1))
     while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
     (
