@@ -129,9 +129,16 @@ struct AlgorithmChoice {
   std::size_t workspace_bytes = 0;
 };
 
-struct AlgorithmCache {
+/// One key's choice, made once: the thread that finds it unset asks the heuristic (and times its candidates) holding
+/// only this entry's mutex, so that planning other shapes never waits for it.
+struct AlgorithmEntry {
   std::mutex mutex;
-  std::map<AlgorithmKey, AlgorithmChoice> chosen;
+  std::optional<AlgorithmChoice> choice;
+};
+
+struct AlgorithmCache {
+  std::mutex mutex;  ///< guards `chosen` (the map, not its entries)
+  std::map<AlgorithmKey, std::shared_ptr<AlgorithmEntry>> chosen;
 };
 
 AlgorithmCache& algorithm_cache() {
@@ -341,12 +348,19 @@ std::pair<std::shared_ptr<GemmState>, std::size_t> plan_state(const Device& devi
   const AlgorithmKey key{
       device.ordinal(),  shape.m, shape.n, shape.k, type, options.alignment, options.max_workspace_bytes,
       options.candidates};
-  AlgorithmChoice choice;
+  std::shared_ptr<AlgorithmEntry> entry;
   {
     AlgorithmCache& cache = algorithm_cache();
-    const std::lock_guard lock(cache.mutex);  // one query per key, also when threads plan the same shape at once
-    if (auto it = cache.chosen.find(key); it != cache.chosen.end()) {
-      choice = it->second;
+    const std::lock_guard lock(cache.mutex);
+    std::shared_ptr<AlgorithmEntry>& slot = cache.chosen[key];
+    if (!slot) slot = std::make_shared<AlgorithmEntry>();
+    entry = slot;
+  }
+  AlgorithmChoice choice;
+  {
+    const std::lock_guard lock(entry->mutex);  // one query per key, also when threads plan the same shape at once
+    if (entry->choice) {
+      choice = *entry->choice;
     } else {
       const PreferencePtr preference(lt::preference_create(object));
       const std::uint64_t max_workspace = options.max_workspace_bytes;
@@ -373,7 +387,8 @@ std::pair<std::shared_ptr<GemmState>, std::size_t> plan_state(const Device& devi
         choice =
             fastest(device, *state, shape, std::span(results).first(static_cast<std::size_t>(found))).value_or(choice);
       }
-      cache.chosen.emplace(key, choice);
+      // Kept for the process's life, untimed or not: workspace_needed and the plans after it must agree.
+      entry->choice = choice;
     }
   }
   state->algorithm = choice.algorithm;

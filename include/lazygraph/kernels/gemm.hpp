@@ -73,7 +73,9 @@ struct GemmOptions {
   /// the same W, which stays in L2 when it fits (50 MB on an H100): for a product that streams its weights
   /// from memory (a few rows) the fastest there need not be the fastest in a model's graph, and timing on a GPU busy
   /// with other work may choose worse. A device without the memory for those operands keeps the heuristic's first
-  /// untimed; any other driver failure while timing is a CudaError from the plan's constructor.
+  /// untimed, for the process's life (a key's choice never changes, so that workspace_needed and the plans after it
+  /// agree); any other driver failure while timing is a CudaError from the plan's constructor, and the next plan of
+  /// the key asks again. Timing holds up only plans of the same key: other shapes are planned meanwhile.
   int candidates = 1;
 };
 
