@@ -301,7 +301,8 @@ void Engine::admit() {
       } else {
         kv = pool_.allocate(size);
       }
-      if (kv.has_value() || !evict_prefix()) break;  // cached blocks go back before a request waits for them
+      // Cached blocks go back before a request waits for them, the prefix it would share last.
+      if (kv.has_value() || !evict_prefix(longest_prefix(s).first)) break;
     }
     if (!kv.has_value()) return;  // first come, first served: the head waits for blocks
     const long long feeds = static_cast<long long>(size) - shared;
@@ -444,16 +445,22 @@ void Engine::remember_prefix(const Sequence& s) {
                        .used = ++prefix_clock_});
 }
 
-bool Engine::evict_prefix() {
+bool Engine::evict_prefix(int spare) {
   // Only a prefix that holds a block alone gives one back; one whose blocks sequences hold too costs nothing to keep.
   // Whenever some block only prefixes hold, some prefix holds one alone: its last (prefixes never share their last
   // block: one that did would begin another, and remember_prefix keeps no prefix of another).
   auto oldest = prefixes_.end();
+  bool spare_gives = false;
   for (auto p = prefixes_.begin(); p != prefixes_.end(); ++p) {
     const std::span<const int> blocks = pool_.blocks(p->kv);
     const bool gives = std::any_of(blocks.begin(), blocks.end(), [&](int b) { return pool_.references(b) == 1; });
+    if (p - prefixes_.begin() == spare) {
+      spare_gives = gives;
+      continue;
+    }
     if (gives && (oldest == prefixes_.end() || p->used < oldest->used)) oldest = p;
   }
+  if (oldest == prefixes_.end() && spare_gives) oldest = prefixes_.begin() + spare;
   if (oldest == prefixes_.end()) return false;
   pool_.release(oldest->kv);
   prefixes_.erase(oldest);

@@ -541,6 +541,40 @@ TEST_CASE("an engine's cached prefixes give their blocks back before a request w
   CHECK(engine.stats().kv_blocks_cached + engine.pool().free_blocks() == 8);
 }
 
+TEST_CASE("an engine that must drop cached prefixes to admit a request drops the one the request shares last") {
+  // M's and then O's 32 tokens leave two whole blocks cached each, one block free. R begins with M's 32 tokens and
+  // needs two blocks more: dropping O gives them, and R shares M's, though M's prefix is the least recently used.
+  PagedHostModel model(2, 128, 5, 16);
+  EngineOptions o = opts(0);
+  o.cache_prefixes = true;
+  Engine engine(model, o);
+  Collector c;
+  std::vector<int> m;
+  std::vector<int> other;
+  for (int t = 0; t < 32; ++t) {
+    m.push_back((t * 19 + 7) % 256);
+    other.push_back((t * 29 + 3) % 256);
+  }
+  std::vector<int> r_tokens = m;
+  for (int t = 0; t < 20; ++t) r_tokens.push_back((t * 23 + 100) % 256);
+  std::vector<std::pair<RequestId, GenerationRequest>> sent;
+  for (std::vector<int>* tokens : {&m, &other, &r_tokens}) {
+    GenerationRequest r = req(*tokens, 1, c.callback());
+    const GenerationRequest copy = r;
+    sent.emplace_back(*engine.submit(std::move(r)), copy);
+    run_until_idle(engine);
+    if (tokens == &other) {
+      CHECK(engine.stats().kv_blocks_cached == 4);
+      CHECK(engine.pool().free_blocks() == 1);
+    }
+  }
+  CHECK(engine.stats().cached_prompt_tokens == 32);
+  for (const auto& [id, r] : sent) {
+    CAPTURE(id);
+    CHECK(c[id].tokens == model.alone(r));
+  }
+}
+
 TEST_CASE("an engine counts the prompt tokens a cached prefix shares when they are, not when a request is admitted") {
   // A's 32 tokens leave two whole blocks cached; B shares the first and is admitted into the last free block, which
   // A's next position needs at once: B is preempted before it is fed, and shares (or feeds) its prompt later.

@@ -189,9 +189,9 @@ class Engine {
   std::optional<std::pair<KvBlockPool::SequenceId, int>> from_cache(const Sequence& s);
   /// Caches the whole blocks of what `s` has fed. Lock held.
   void remember_prefix(const Sequence& s);
-  /// Drops the least recently used cached prefix whose dropping gives a block back to the pool; false when none
-  /// would. Lock held.
-  bool evict_prefix();
+  /// Drops the least recently used cached prefix whose dropping gives a block back to the pool, other than prefixes_
+  /// [spare] (the one a waiting request would share) while another would do; false when none would. Lock held.
+  bool evict_prefix(int spare = -1);
   /// The blocks only cached prefixes hold: what dropping them all would give back. Lock held.
   [[nodiscard]] int cache_only_blocks() const;
 
