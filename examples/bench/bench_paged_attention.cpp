@@ -7,6 +7,7 @@
 // (examples/bench/ceiling.hpp). Caches smaller than 1 GiB are held twice and launches alternate between the copies, so
 // that no launch finds its keys in L2. The paged tables are shuffled blocks, as a pool in use gives them.
 #include <lazygraph/lazygraph.hpp>
+#include <lazygraph/nn/decoder_io.hpp>
 #include <lazygraph/nn/kernels.hpp>
 #include <lazygraph/nn/paged_attention.hpp>
 #include <lazygraph/nn/random_weights.hpp>
@@ -97,7 +98,11 @@ Times run_case(const lg::Stream& s, const lg::Device& gpu, const nn::Kernels& k,
   fill(s, k, q.view(), 3U, 1.0F);
   auto out = lg::empty<half>(q_size).sync_on(s);
   t.splits = nn::paged_attention_splits(positions, rows * sh.heads, gpu.sm_count());
-  t.grouped_splits = nn::paged_grouped_splits(rows, sh.heads, sh.kv_heads, sh.head_dim, gpu.sm_count());
+  // What the decode step picks: one wave of resident blocks up to kMaxRows rows, the wide step's rule above.
+  t.grouped_splits = rows <= nn::kMaxRows
+                         ? nn::paged_grouped_wave_splits(rows, sh.heads, sh.kv_heads, sh.head_dim, gpu.sm_count(),
+                                                         paged.grouped_resident(shape))
+                         : nn::paged_grouped_splits(rows, sh.heads, sh.kv_heads, sh.head_dim, gpu.sm_count());
   auto partials =
       lg::empty<float>(nn::PagedAttention<half>::split_partials(shape, std::max(t.splits, t.grouped_splits)))
           .sync_on(s);
@@ -202,8 +207,110 @@ Times run_case(const lg::Stream& s, const lg::Device& gpu, const nn::Kernels& k,
   return t;
 }
 
+/// The grouped kernel (tensor cores) at one case for each of `candidates` splits: median us per launch.
+std::vector<double> sweep_case(const lg::Stream& s, const nn::Kernels& k, const nn::PagedAttention<half>& paged,
+                               const Shape& sh, int rows, int positions, const std::vector<int>& candidates) {
+  constexpr int block_size = 16;
+  const int width = (positions + block_size - 1) / block_size;
+  const std::size_t per_row = static_cast<std::size_t>(sh.kv_heads) * static_cast<std::size_t>(width) * block_size *
+                              static_cast<std::size_t>(sh.head_dim);
+  const double cache_bytes = 2.0 * static_cast<double>(per_row) * rows * sizeof(half);
+  const int copies = cache_bytes < static_cast<double>(1ULL << 30) ? 2 : 1;
+  const int blocks = copies * rows * width;
+  const nn::PagedAttentionShape shape{.rows = rows,
+                                      .heads = sh.heads,
+                                      .kv_heads = sh.kv_heads,
+                                      .head_dim = sh.head_dim,
+                                      .block_size = block_size,
+                                      .blocks = blocks,
+                                      .table_width = width};
+  const std::size_t pool = per_row * static_cast<std::size_t>(rows) * copies;
+  const auto d_positions = lg::from_host(std::vector<int>(static_cast<std::size_t>(rows), positions - 1)).sync_on(s);
+  const std::size_t q_size = static_cast<std::size_t>(rows) * sh.heads * sh.head_dim;
+  auto q = lg::empty<half>(q_size).sync_on(s);
+  fill(s, k, q.view(), 3U, 1.0F);
+  auto out = lg::empty<half>(q_size).sync_on(s);
+  const int most = *std::max_element(candidates.begin(), candidates.end());
+  auto partials = lg::empty<float>(nn::PagedAttention<half>::split_partials(shape, most)).sync_on(s);
+  const auto count = lg::from_host(std::vector<int>{rows}).sync_on(s);
+  auto counters = lg::zeros<unsigned>(static_cast<std::size_t>(rows) * sh.heads).sync_on(s);
+  const float scale = 1.0F / std::sqrt(static_cast<float>(sh.head_dim));
+  auto k_pool = lg::empty<half>(pool).sync_on(s);
+  auto v_pool = lg::empty<half>(pool).sync_on(s);
+  fill(s, k, k_pool.view(), 1U, 4.0F);
+  fill(s, k, v_pool.view(), 2U, 1.0F);
+  std::mt19937 rng(7);
+  std::vector<lg::DeviceBuffer<int>> tables;
+  for (int c = 0; c < copies; ++c) {
+    std::vector<int> table(static_cast<std::size_t>(rows) * width);
+    std::iota(table.begin(), table.end(), c * rows * width);
+    std::shuffle(table.begin(), table.end(), rng);
+    tables.push_back(lg::from_host(table).sync_on(s));
+  }
+  const nn::PagedKvCache<half> cache{k_pool.view(), v_pool.view(), d_positions.cview(), tables[0].cview()};
+  std::vector<double> us;
+  for (const int splits : candidates) {
+    (void)paged.attend_grouped(shape, q.cview(), out.view(),
+                               partials.view().subspan(0, nn::PagedAttention<half>::split_partials(shape, splits)),
+                               counters.view(), cache, count.cview(), splits);
+    const auto config = paged.grouped_config(shape, splits, true);
+    const auto& kernel = paged.grouped_kernel(shape, true);
+    us.push_back(median_seconds(s, 20,
+                                [&](int i) {
+                                  kernel.launch(s, config, q.cview(), k_pool.cview(), v_pool.cview(), out.view(),
+                                                partials.view(), counters.view(), d_positions.cview(),
+                                                tables[i % copies].cview(), count.cview(), sh.heads, sh.kv_heads,
+                                                sh.head_dim, block_size, blocks, width, scale, 0);
+                                }) *
+                 1e6);
+  }
+  return us;
+}
+
+/// --sweep: the grouped kernel's time against its splits, for 1 to 256 rows at positions 512 to 131072 (cases whose
+/// cache passes max_bytes left out).
+int sweep(const lg::Stream& s, const lg::Device& gpu, const nn::Kernels& k, const nn::PagedAttention<half>& paged,
+          double ceiling, double max_bytes) {
+  std::printf(
+      "| shape | rows | position | floor us | resident blocks / SM | splits: us (x floor) ... "
+      "|\n|---|---|---|---|---|---|\n");
+  for (const Shape& sh : {Shape{"1B", 32, 8, 64}, Shape{"8B", 32, 8, 128}}) {
+    for (const int rows : {1, 2, 4, 8, 16, 32, 64, 128, 256}) {
+      for (const int positions : {512, 4096, 32768, 131072}) {
+        if (2.0 * rows * sh.kv_heads * positions * sh.head_dim * sizeof(half) > max_bytes) continue;
+        const nn::PagedAttentionShape shape{.rows = rows,
+                                            .heads = sh.heads,
+                                            .kv_heads = sh.kv_heads,
+                                            .head_dim = sh.head_dim,
+                                            .blocks = 1,
+                                            .table_width = 1};
+        const int resident = paged.grouped_resident(shape);
+        const int per_split = rows * sh.kv_heads;  // group 4: one part
+        const int slots = resident * gpu.sm_count();
+        // First what the decoder picks: the decode step's rule up to kMaxRows rows, the wide step's above.
+        std::vector<int> candidates{
+            rows <= nn::kMaxRows
+                ? nn::paged_grouped_wave_splits(rows, sh.heads, sh.kv_heads, sh.head_dim, gpu.sm_count(), resident)
+                : nn::paged_grouped_splits(rows, sh.heads, sh.kv_heads, sh.head_dim, gpu.sm_count())};
+        for (int waves = 1; waves <= 4; ++waves) candidates.push_back(std::max(1, waves * slots / per_split));
+        for (const int c : {1, 2, 3, 4, 8, 16, 32, 64}) candidates.push_back(c);
+        std::sort(candidates.begin() + 1, candidates.end());
+        candidates.erase(std::unique(candidates.begin() + 1, candidates.end()), candidates.end());
+        const double floor_us = 2.0 * rows * sh.kv_heads * positions * sh.head_dim * sizeof(half) / ceiling * 1e6;
+        const std::vector<double> us = sweep_case(s, k, paged, sh, rows, positions, candidates);
+        std::printf("| %s | %d | %d | %.1f | %d |", sh.name, rows, positions, floor_us, resident);
+        for (std::size_t i = 0; i < us.size(); ++i) {
+          std::printf(" %s%d: %.1f (%.2f)", i == 0 ? "picked " : "", candidates[i], us[i], us[i] / floor_us);
+        }
+        std::printf(" |\n");
+      }
+    }
+  }
+  return 0;
+}
+
 const char* usage =
-    "usage: bench_paged_attention [--max-gib N]\n"
+    "usage: bench_paged_attention [--max-gib N] [--sweep]\n"
     "Prints a markdown table: paged decode attention (unsplit, split over positions, and grouped: one block per kv\n"
     "head) and the contiguous cache's kernels, for the Llama-3.2-1B and Llama-3.1-8B attention shapes, 1, 8, 64 and\n"
     "256 rows at positions 1k, 8k, 32k and\n"
@@ -211,10 +318,12 @@ const char* usage =
     "same run. Target (issue 66): at position 32768 the best paged kernel within 1.5x the floor. A benchmark, not a\n"
     "test.\n"
     "  --max-gib N   skip cases whose two caches (paged and contiguous) exceed N GiB (default 40)\n"
+    "  --sweep       instead, the grouped kernel's time for several splits at 1 to 256 rows (the first: the\n"
+    "                decoder's choice), to tune paged_grouped_splits and paged_grouped_wave_splits\n"
     "Exit status: 0 done (a missed target is only reported), 1 failed, 2 usage error, 77 skipped (no GPU; the reason\n"
     "is printed).\n";
 
-int run(double max_gib) {
+int run(double max_gib, bool sweep_splits) {
   lg::Device gpu = lg::Device::first();
   lg::Stream s = gpu.create_stream();
   lg::KernelLibrary library = nn::kernel_library(gpu);
@@ -224,6 +333,7 @@ int run(double max_gib) {
   std::printf(
       "paged decode attention on %s (%d SMs), fp16, block_size 16; copy ceiling %.2f TB/s; median us per launch\n\n",
       gpu.name().c_str(), gpu.sm_count(), ceiling * 1e-12);
+  if (sweep_splits) return sweep(s, gpu, k, paged, ceiling, max_gib * (1ULL << 30));
   std::printf(
       "| shape | rows | position | KV MiB | floor us | paged us | paged split us (splits) | paged grouped us (splits) "
       "| grouped on CUDA cores us "
@@ -257,11 +367,16 @@ int run(double max_gib) {
 
 int main(int argc, char** argv) {
   double max_gib = 40;
+  bool sweep_splits = false;
   std::vector<std::string> args(argv + 1, argv + argc);
   for (std::size_t i = 0; i < args.size(); ++i) {
     if (args[i] == "--help" || args[i] == "-h") {
       std::fputs(usage, stdout);
       return 0;
+    }
+    if (args[i] == "--sweep") {
+      sweep_splits = true;
+      continue;
     }
     if (args[i] == "--max-gib" && i + 1 < args.size()) {
       try {
@@ -281,7 +396,7 @@ int main(int argc, char** argv) {
   }
   if (example::skip_without_gpu("bench_paged_attention")) return example::exit_skipped;
   try {
-    return run(max_gib);
+    return run(max_gib, sweep_splits);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_paged_attention: %s\n", e.what());
     return 1;

@@ -132,7 +132,8 @@ Row serve(lg::Stream& s, const lg::KernelLibrary& library, nn::DecoderConfig c, 
     nn::GenerationRequest r;
     for (int t = 0; t < o.prompt; ++t) {
       const int which = t < o.shared_prefix ? 0 : i;  // the shared beginning is request 0's
-      r.prompt.push_back((which * 7919 + t * 104729 + 13) % c.vocab);
+      // In 64 bits (as torch_serving.py's integers): t * 104729 passes INT_MAX from t = 20505 on.
+      r.prompt.push_back(static_cast<int>((which * 7919LL + t * 104729LL + 13) % c.vocab));
     }
     r.max_tokens = o.fresh;
     r.on_event = [&](const nn::GenerationEvent& e) {
@@ -272,6 +273,7 @@ int run(const Options& o) {
   const int per_sequence = (o.prompt + o.fresh + o.block_size) / o.block_size + 1;
   c.context = per_sequence * o.block_size;
   c.kv_blocks = c.max_batch * per_sequence;  // every slot's whole sequence: no preemption
+  c.attention_blocks = 0;                    // as lazygraph-serve: the grouped kernels, split as the library picks
   if (o.prefill_chunk >= 0) c.prefill_chunk = o.prefill_chunk;
   std::printf("%s; copy ceiling (1 GiB device-to-device copy, read + write): %.0f GB/s\n", device.name().c_str(),
               ceiling * 1e-9);

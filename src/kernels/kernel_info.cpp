@@ -35,7 +35,9 @@ std::string dims(const Dim3& d) {
 
 }  // namespace
 
-int max_active_blocks_per_sm(const KernelInfo& kernel, unsigned block_threads, unsigned dynamic_shared) {
+int max_active_blocks_per_sm(KernelInfo& kernel, unsigned block_threads, unsigned dynamic_shared) {
+  // The driver counts no block of more dynamic shared memory than the kernel's attribute: raised as a launch would.
+  raise_dynamic_shared_limit(kernel, static_cast<int>(dynamic_shared));
   return driver::max_active_blocks_per_sm(kernel.device.context(), kernel.function, static_cast<int>(block_threads),
                                           dynamic_shared, kernel.name);
 }
@@ -68,8 +70,7 @@ void validate_launch(const KernelInfo& k, const LaunchConfig& c) {
   }
 }
 
-driver::LaunchShape prepare_launch(KernelInfo& k, const LaunchConfig& c) {
-  const int needed = static_cast<int>(c.shared_bytes);
+void raise_dynamic_shared_limit(KernelInfo& k, int needed) {
   if (needed > k.dynamic_shared_limit.load(std::memory_order_acquire)) [[unlikely]] {
     // Re-checked under the lock: another thread may have raised it further meanwhile, and setting `needed`
     // then would lower the limit below what that thread's launch, perhaps already queued, relies on.
@@ -80,6 +81,10 @@ driver::LaunchShape prepare_launch(KernelInfo& k, const LaunchConfig& c) {
       k.dynamic_shared_limit.store(needed, std::memory_order_release);
     }
   }
+}
+
+driver::LaunchShape prepare_launch(KernelInfo& k, const LaunchConfig& c) {
+  raise_dynamic_shared_limit(k, static_cast<int>(c.shared_bytes));
   // Programmatic dependent launch exists from sm_90 on; elsewhere the kernel's wait is a no-op and the launch
   // an ordinary one.
   const bool early = c.early_launch && k.device.compute_capability().major >= 9;

@@ -1,5 +1,6 @@
 #include "lazygraph/nn/decoder_state.hpp"
 
+#include <numeric>
 #include <span>
 #include <vector>
 
@@ -19,16 +20,24 @@ std::size_t cache_elements(const DecoderConfig& c) {
   return static_cast<std::size_t>(c.layers) * per_layer * static_cast<std::size_t>(c.kv_dim());
 }
 
+/// Whether a paged step attends with the grouped kernels (BasicDecoderState::grouped_attention).
+bool grouped(const Device& device, const DecoderConfig& c) {
+  return c.paged() && c.attention_blocks == 0 && device.compute_capability().major >= 8;
+}
+
 /// Attention splits the partials must hold: attention_splits(), or paged with attention_blocks 0 the most
-/// paged_attention_splits gives.
+/// paged_attention_splits and paged_grouped_wave_splits give.
 int most_splits(const DecoderConfig& c) {
   return c.paged() && c.attention_blocks == 0 ? paged_max_splits : c.attention_splits();
 }
 }  // namespace
 
 template <Element T>
-int BasicDecoderState<T>::paged_splits(const DecoderConfig& c, int rows) const {
+int BasicDecoderState<T>::paged_splits(const DecoderConfig& c, int rows, int resident) const {
   if (c.attention_blocks > 0) return c.attention_blocks;
+  if (grouped_attention) {
+    return paged_grouped_wave_splits(rows, c.heads, c.kv_head_count(), c.head_dim(), multiprocessors, resident);
+  }
   const long long capacity = static_cast<long long>(c.kv_table_width()) * c.kv_block_size;
   return paged_attention_splits(capacity, rows * c.heads, multiprocessors);
 }
@@ -70,8 +79,15 @@ BasicDecoderState<T>::BasicDecoderState(const Device& device, const DecoderConfi
       local_rope_frequencies(device, c.local_theta > 0 ? static_cast<std::size_t>(c.head_dim() / 2) : 0),
       argmax_values(device, static_cast<std::size_t>(kMaxRows) * kArgmaxChunks),
       argmax_indices(device, static_cast<std::size_t>(kMaxRows) * kArgmaxChunks),
-      multiprocessors(device.sm_count()) {
+      row_counts(device, grouped(device, c) ? static_cast<std::size_t>(kMaxRows) + 1 : 0),
+      multiprocessors(device.sm_count()),
+      grouped_attention(grouped(device, c)) {
   const Stream stream(device);
+  if (grouped_attention) {
+    std::vector<int> counts(row_counts.size());
+    std::iota(counts.begin(), counts.end(), 0);
+    copy(row_counts.view(), std::span<const int>(counts)).sync_on(stream);
+  }
   // attention_split counts each (row, head)'s blocks here and leaves the counts at zero; they start there.
   fill(attention_counters.view(), 0U).sync_on(stream);
   // moe_down counts each grid column's blocks here and leaves the counts at zero; they start there too.

@@ -239,6 +239,18 @@ int paged_grouped_splits(int rows, int heads, int kv_heads, int head_dim, int mu
   return static_cast<int>(std::clamp(wanted, 1LL, static_cast<long long>(paged_max_splits)));
 }
 
+int paged_grouped_wave_splits(int rows, int heads, int kv_heads, int head_dim, int multiprocessors, int resident) {
+  const int fallback = paged_grouped_splits(rows, heads, kv_heads, head_dim, multiprocessors);
+  if (resident < 0) refuse_paged("paged_grouped_wave_splits: resident " + paged_str(resident) + " is negative");
+  const PagedAttentionShape shape{.rows = rows, .heads = heads, .kv_heads = kv_heads, .head_dim = head_dim};
+  const int group = heads / kv_heads;
+  const int per_block = grouped_heads(shape, grouped_mma(shape, true));
+  const long long blocks = static_cast<long long>(rows) * kv_heads * ((group + per_block - 1) / per_block);
+  const long long wave = static_cast<long long>(resident) * multiprocessors;
+  if (resident == 0 || 2 * blocks > wave) return fallback;
+  return static_cast<int>(std::min(wave / blocks, static_cast<long long>(paged_max_splits)));
+}
+
 #define LAZYGRAPH_PAGED_CHECKS(T)                                                                                  \
   template void check_paged_append<T>(const PagedAttentionShape&, DeviceSpan<const T>, DeviceSpan<const T>,        \
                                       const PagedKvCache<T>&);                                                     \
@@ -322,6 +334,12 @@ LaunchConfig PagedAttention<T>::grouped_config(const PagedAttentionShape& s, int
           {128, 1, 1},
           static_cast<unsigned>(grouped_shared_bytes(s, mma)),
           early_launch_};
+}
+
+template <Element T>
+int PagedAttention<T>::grouped_resident(const PagedAttentionShape& s) const {
+  const LaunchConfig config = grouped_config(s, 1, true);
+  return grouped_kernel(s, true).max_active_blocks_per_sm(config.block.x, config.shared_bytes);
 }
 
 template <Element T>

@@ -148,8 +148,9 @@ TEST_SUITE("gpu") {
     for (std::size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int>((53 * i + 5) % 512);
     CHECK(paged.prefill(prompt, 0, table, 1) == reference.prefill(prompt, 0, 1));
     CHECK(same_bits(paged.logits(0), reference.logits(0)));
-    // attention_blocks 0: split as paged_attention_splits says for a capacity of 16384 (each split over positions of
-    // its own, most of them past the prompt's): the same logits within rounding (fp32 sums in another order).
+    // attention_blocks 0: the grouped kernel over the row's own positions (split over them as paged_grouped_splits
+    // says; on a GPU older than 8.0 attend_split over the capacity of 16384): the same logits within rounding (fp32
+    // sums in another order).
     pc.attention_blocks = 0;
     BasicDecoder<T> split(lgtest::stream(), lgtest::nn_kernels(), pc);
     (void)split.prefill(prompt, 0, table, 1);
@@ -160,6 +161,77 @@ TEST_SUITE("gpu") {
       CAPTURE(i);
       const float w = want[i].to_float();
       CHECK(std::abs(got[i].to_float() - w) <= 0.05F + 0.02F * std::abs(w));
+    }
+  }
+
+  TEST_CASE_TEMPLATE(
+      "a paged decoder with attention_blocks 0 attends on the grouped kernels: decode steps of 1 to 4 rows after long "
+      "prompts on tensor cores give the contiguous decoder's logits within rounding",
+      T, half, bfloat16) {
+    // head_dim 64 and 128 (attention_paged_grouped_mma_d64 / _d128), prompts of 700 to 1900 tokens on tensor cores
+    // (the same chunks in both decoders, so the caches hold the same bits), then decode steps of 1 to 4 rows, each a
+    // step graph of its own whose grouped kernel reads its row count from the device (row_counts) and splits each
+    // row's positions over blocks of its own. The reference attends unsplit: only the fp32 sums' order differs.
+    if (lgtest::device().compute_capability().major < 8) {
+      MESSAGE("skipped: the grouped attention kernels need compute capability 8.0 or newer");
+      return;
+    }
+    for (const int head_dim : {64, 128}) {
+      CAPTURE(head_dim);
+      DecoderConfig c = tensor_core_reference_config(head_dim, 512);
+      c.context = 2048;
+      DecoderConfig pc = c;
+      pc.kv_block_size = 16;
+      pc.kv_blocks = c.max_batch * (c.context / 16) + 3;
+      pc.attention_blocks = 0;
+      BasicDecoder<T> reference(lgtest::stream(), lgtest::nn_kernels(), c);
+      BasicDecoder<T> paged(lgtest::stream(), lgtest::nn_kernels(), pc);
+      const int width = paged.table_width();
+      const std::vector<int> tables = shuffled_tables(c.max_batch, width, pc.kv_blocks, 29U);
+      std::vector<int> position(static_cast<std::size_t>(c.max_batch));
+      std::vector<int> token(static_cast<std::size_t>(c.max_batch));
+      for (int s = 0; s < c.max_batch; ++s) {
+        CAPTURE(s);
+        std::vector<int> prompt(static_cast<std::size_t>(700 + 397 * s));
+        for (std::size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int>((41 * i + 13 * s + 7) % 512);
+        token[static_cast<std::size_t>(s)] = reference.prefill(prompt, 0, s);
+        (void)paged.prefill(
+            prompt, 0,
+            std::span<const int>(tables).subspan(static_cast<std::size_t>(s * width), static_cast<std::size_t>(width)),
+            s);
+        position[static_cast<std::size_t>(s)] = static_cast<int>(prompt.size());
+      }
+      float worst = 0;
+      for (int step = 0; step < 8; ++step) {
+        const int rows = 1 + step % c.max_batch;
+        CAPTURE(step);
+        CAPTURE(rows);
+        std::vector<TokenAt> steps;
+        for (int r = 0; r < rows; ++r) {
+          steps.push_back(
+              {.token = token[static_cast<std::size_t>(r)], .position = position[static_cast<std::size_t>(r)]});
+        }
+        const std::vector<int> want = reference.forward_batch(steps);
+        (void)paged.forward_batch(steps, std::span<const int>(tables).first(static_cast<std::size_t>(rows * width)));
+        for (int r = 0; r < rows; ++r) {
+          CAPTURE(r);
+          const std::vector<T> got = paged.logits(r);
+          const std::vector<T> expect = reference.logits(r);
+          REQUIRE(got.size() == expect.size());
+          int outside = 0;
+          for (std::size_t i = 0; i < got.size(); ++i) {
+            const float w = expect[i].to_float();
+            const float e = std::abs(got[i].to_float() - w);
+            worst = std::max(worst, e);
+            outside += e <= 0.05F + 0.02F * std::abs(w) ? 0 : 1;
+          }
+          CHECK(outside == 0);
+          // Both decoders go on from the reference's token, so that later steps compare the same sequences.
+          token[static_cast<std::size_t>(r)] = want[static_cast<std::size_t>(r)];
+          ++position[static_cast<std::size_t>(r)];
+        }
+      }
+      MESSAGE("head_dim " << head_dim << ": largest logit difference " << worst);
     }
   }
 

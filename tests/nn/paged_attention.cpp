@@ -239,6 +239,25 @@ TEST_CASE("paged_grouped_splits gives about eight blocks per SM over the rows' k
   CHECK_THROWS_AS((void)nn::paged_grouped_splits(16, 32, 8, 64, 0), UsageError);
 }
 
+TEST_CASE("paged_grouped_wave_splits fills one wave of resident blocks for few rows, else as paged_grouped_splits") {
+  // 132 SMs holding 3 blocks each (head_dim 64 on an H200): a wave of 396 blocks; 8 kv heads, one block each a split.
+  CHECK(nn::paged_grouped_wave_splits(1, 32, 8, 64, 132, 3) == 49);  // 392 blocks
+  CHECK(nn::paged_grouped_wave_splits(2, 32, 8, 64, 132, 3) == 24);
+  CHECK(nn::paged_grouped_wave_splits(8, 32, 8, 64, 132, 3) == 6);
+  CHECK(nn::paged_grouped_wave_splits(16, 32, 8, 64, 132, 3) == 3);  // 128 blocks a split: 2 x 128 <= 396
+  // Two resident (head_dim 128): a wave of 264.
+  CHECK(nn::paged_grouped_wave_splits(1, 32, 8, 128, 132, 2) == 33);
+  CHECK(nn::paged_grouped_wave_splits(16, 32, 8, 128, 132, 2) == 2);
+  // A split's blocks beyond half a wave, or no occupancy known: paged_grouped_splits.
+  CHECK(nn::paged_grouped_wave_splits(32, 32, 8, 64, 132, 3) == nn::paged_grouped_splits(32, 32, 8, 64, 132));
+  CHECK(nn::paged_grouped_wave_splits(1, 32, 8, 64, 132, 0) == nn::paged_grouped_splits(1, 32, 8, 64, 132));
+  // Never more than paged_max_splits.
+  CHECK(nn::paged_grouped_wave_splits(1, 8, 1, 64, 132, 3) == nn::paged_max_splits);
+  CHECK_THROWS_WITH_AS((void)nn::paged_grouped_wave_splits(1, 32, 8, 64, 132, -1), doctest::Contains("resident -1"),
+                       UsageError);
+  CHECK_THROWS_AS((void)nn::paged_grouped_wave_splits(0, 32, 8, 64, 132, 3), UsageError);
+}
+
 TEST_CASE("paged attend_grouped checks its spans on the host, naming the one that does not fit") {
   const auto s = good_shape();
   const auto cache = fake_cache(s);

@@ -109,7 +109,8 @@ class Kernel<void(Params...)> {
   /// The device the kernel is loaded on.
   [[nodiscard]] const Device& device() const noexcept { return info_->device; }
   /// How many blocks of `block_threads` threads with `dynamic_shared` bytes of dynamic shared memory each
-  /// multiprocessor runs at once (the driver's occupancy calculation: registers, shared memory, launch bounds).
+  /// multiprocessor runs at once (the driver's occupancy calculation: registers, shared memory, launch bounds). Raises
+  /// the kernel's dynamic shared memory limit to `dynamic_shared` first, as a launch with it would.
   /// Times Device::sm_count(), the grid a persistent kernel needs to fill the GPU.
   /// \throws CudaError when the driver refuses the shape (naming the kernel).
   [[nodiscard]] int max_active_blocks_per_sm(unsigned block_threads, unsigned dynamic_shared = 0) const {

@@ -61,11 +61,20 @@ struct BasicDecoderState {
   /// [kMaxRows][kArgmaxChunks] (decoder_tiles.hpp).
   DeviceBuffer<float> argmax_values;
   DeviceBuffer<int> argmax_indices;  ///< see argmax_values
-  int multiprocessors = 0;           ///< the device's, for paged_splits
+  /// The integers 0 to kMaxRows, [kMaxRows + 1]: a step of r rows passes the grouped attention kernel (which reads
+  /// its row count on the device) row_counts[r]. Empty unless grouped_attention.
+  DeviceBuffer<int> row_counts;
+  int multiprocessors = 0;  ///< the device's, for paged_splits
+  /// Whether a paged cache's step attends with PagedAttention::attend_grouped (one block per kv head and split, on
+  /// tensor cores at head_dim 64 and 128): paged, attention_blocks 0 (the library picks), and a GPU of compute
+  /// capability 8.0 or newer (cp.async). Otherwise attend or attend_split, with the contiguous cache's bits.
+  bool grouped_attention = false;
 
   /// A paged cache's attention splits for steps of `rows` rows: attention_blocks, or when that is 0 what
-  /// paged_attention_splits gives for the tables' capacity on this device (1: the unsplit kernel).
-  [[nodiscard]] int paged_splits(const DecoderConfig& config, int rows) const;
+  /// paged_grouped_wave_splits gives on this device for `resident` (grouped_attention:
+  /// PagedAttention::grouped_resident of the step's shape), or paged_attention_splits for the tables' capacity (1: the
+  /// unsplit kernel) on a GPU older than compute capability 8.0.
+  [[nodiscard]] int paged_splits(const DecoderConfig& config, int rows, int resident = 0) const;
 
   /// The rows' tokens, as the graph reads them.
   [[nodiscard]] DeviceSpan<const int> tokens() const { return io.cview().subspan(DecoderIo::tokens, kMaxRows); }

@@ -36,7 +36,8 @@ namespace lazygraph::nn {
 /// output projection of its own (decoder_rank.hpp). Layer `layer`'s window and RoPE table (DecoderConfig::sliding)
 /// and the config's score scale. With a paged cache (DecoderConfig::paged), k_cache and v_cache are the layer's pools:
 /// the fused kernel appends through s.tables (qkv_rope_append_paged) and `paged`'s kernels attend through them, split
-/// as s.paged_splits says; their bits are the contiguous cache's for the same splits. \throws UsageError as the
+/// as s.paged_splits says: attend_grouped where s.grouped_attention holds (within rounding of the contiguous cache),
+/// else attend or attend_split, whose bits are the contiguous cache's for the same splits. \throws UsageError as the
 /// projections (projection.hpp) and PagedAttention's calls; for a paged config without `paged`.
 template <Element T>
 auto attention_heads(const Projector<T>& p, const BasicAttentionWeights<T>& w, BasicDecoderState<T>& s,
@@ -147,17 +148,23 @@ auto attention_heads(const Projector<T>& p, const BasicAttentionWeights<T>& w, B
         c.eps, rows);
     const DeviceSpan<const T> q = s.q.cview().subspan(0, count * q_size);
     const DeviceSpan<T> out = s.attn.view().subspan(0, count * q_size);
-    const int splits = s.paged_splits(c, rows);
+    const int splits = s.paged_splits(c, rows, s.grouped_attention ? paged->grouped_resident(shape) : 0);
+    const DeviceSpan<float> partials =
+        s.attention_partials.view().subspan(0, PagedAttention<T>::split_partials(shape, splits));
+    const DeviceSpan<unsigned> counters =
+        s.attention_counters.view().subspan(0, count * static_cast<std::size_t>(c.heads));
     return std::move(append) >>
            detail::either(
-               splits > 1,
+               s.grouped_attention,
                [&] {
-                 return paged->attend_split(
-                     shape, q, out,
-                     s.attention_partials.view().subspan(0, PagedAttention<T>::split_partials(shape, splits)),
-                     s.attention_counters.view().subspan(0, count * static_cast<std::size_t>(c.heads)), cache, splits);
+                 return paged->attend_grouped(shape, q, out, partials, counters, cache,
+                                              s.row_counts.cview().subspan(count, 1), splits);
                },
-               [&] { return paged->attend(shape, q, out, cache); });
+               [&] {
+                 return detail::either(
+                     splits > 1, [&] { return paged->attend_split(shape, q, out, partials, counters, cache, splits); },
+                     [&] { return paged->attend(shape, q, out, cache); });
+               });
   };
   return detail::either(c.paged(), paged_fused, [&] {
     return detail::either(c.qk_norm, normed, [&] { return detail::either(c.fused, fused, unfused); });

@@ -117,6 +117,16 @@ void check_paged_attend_grouped(const PagedAttentionShape& shape, DeviceSpan<con
 /// fewer than 64 positions). \throws UsageError for rows, heads, kv_heads or multiprocessors below 1, or heads not a
 /// multiple of kv_heads.
 [[nodiscard]] int paged_grouped_splits(int rows, int heads, int kv_heads, int head_dim, int multiprocessors);
+/// The splits of attend_grouped for a step of few rows, given `resident`, the kernel's blocks one SM holds at once
+/// (PagedAttention::grouped_resident): where a split's blocks (rows x kv_heads x the parts of a group) take at most
+/// half of resident x multiprocessors, the splits that fill that one wave, at most paged_max_splits; else, or with
+/// `resident` 0, paged_grouped_splits. On an H200 (3 resident blocks at head_dim 64, 2 at 128) one wave was the best
+/// of 12 split counts, or within 8 % of it, for 1 to 16 rows of the Llama-3.2-1B and 3.1-8B shapes at positions 4096
+/// to 131072, where paged_grouped_splits's 1.3 to 2 waves took up to 1.5x as long (bench_paged_attention --sweep).
+/// The decode step of up to kMaxRows rows uses it (BasicDecoderState::paged_splits). \throws UsageError as
+/// paged_grouped_splits, and for a negative resident.
+[[nodiscard]] int paged_grouped_wave_splits(int rows, int heads, int kv_heads, int head_dim, int multiprocessors,
+                                            int resident);
 /// Typed handles to the paged kernels over elements of T (kv_append_paged, rope_append_paged, attention_paged,
 /// attention_paged_split, attention_paged_grouped_h4, _h8, attention_paged_grouped_mma_d64 and _d128;
 /// _bf16 for bfloat16), with launch ops that check their arguments.
@@ -233,6 +243,10 @@ class PagedAttention {
   /// the CUDA-core kernel whatever head_dim (for benchmarks).
   [[nodiscard]] LaunchConfig grouped_config(const PagedAttentionShape& shape, int splits,
                                             bool tensor_cores = true) const;
+  /// The blocks of attend_grouped's kernel for `shape` (grouped_kernel, grouped_config) one multiprocessor holds at
+  /// once: the driver's occupancy count (3 at head_dim 64 and 2 at 128 on an H200, bound by shared memory).
+  /// \throws CudaError naming the kernel when the driver refuses the query.
+  [[nodiscard]] int grouped_resident(const PagedAttentionShape& shape) const;
   /// append's launch: 256 threads per block over rows * kv_heads * head_dim elements.
   [[nodiscard]] LaunchConfig append_config(const PagedAttentionShape& shape) const;
   /// rope_append's launch: 256 threads per block over rows * (heads + 2 kv_heads) * head_dim / 8 eighths.

@@ -102,8 +102,13 @@ ArgumentRange argument_range(const Arg& arg) {
 void add_argument_accesses(std::span<const ArgumentRange> ranges, std::string_view name, AccessSet& out);
 
 /// How many blocks of `block_threads` threads (and `dynamic_shared` bytes) of `kernel` one multiprocessor holds at
-/// once (Kernel::max_active_blocks_per_sm). \throws CudaError naming the kernel when the driver refuses the shape.
-int max_active_blocks_per_sm(const KernelInfo& kernel, unsigned block_threads, unsigned dynamic_shared);
+/// once (Kernel::max_active_blocks_per_sm), after raising the kernel's dynamic shared memory limit to
+/// `dynamic_shared` as a launch would. \throws CudaError naming the kernel when the driver refuses the shape.
+int max_active_blocks_per_sm(KernelInfo& kernel, unsigned block_threads, unsigned dynamic_shared);
+
+/// Raises the kernel's CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES to `needed` when it is below (never lowers it).
+/// \throws CudaError naming the kernel when the driver refuses.
+void raise_dynamic_shared_limit(KernelInfo& kernel, int needed);
 
 /// \throws UsageError when `config` is outside the kernel's or the device's limits, naming which.
 void validate_launch(const KernelInfo& kernel, const LaunchConfig& config);
