@@ -19,8 +19,9 @@
 //   attention_paged_grouped_mma_d64 / _d128(the same parameters; head_dim 64 or 128, which they trap on otherwise)
 //     On tensor cores: kHeads 16 (the rows of an mma tile; past the group's heads they are zero); per tile of 64
 //     positions each warp takes 16 (attention_paged_grouped_mma_body). Launch as above with kHeads 16, dynamic shared
-//     memory 4 * min(group, 16) * (head_dim + 2) * 4 + stages * 2 * 64 * (head_dim + 8) * 2 bytes, stages 3 for
-//     head_dim 64 and 2 for 128.
+//     memory max(4 * min(group, 16) * (head_dim + 2) * 4, stages * 2 * 64 * (head_dim + 8) * 2) bytes (the warps'
+//     results reuse the stages once the tiles are done), stages 3 for head_dim 64 and 2 for 128: 54 and 68 KiB, so
+//     that 4 and 3 blocks fit a multiprocessor of sm_90 (their launch bounds).
 //
 //     Both: the cache reaches shared memory tile by tile through cp.async (sm_80 and newer; the kernels trap on older
 //     GPUs), the later tiles in flight while the block works on the first. Rows
@@ -399,7 +400,7 @@ __device__ __forceinline__ void attention_paged_grouped_mma_body(const T* q, con
   constexpr int kRow = D + 8;               // a position's padded row in shared memory, in elements
   constexpr int kChunks = D / 8;            // 16-byte chunks of a position's row
   lg::early_launch_prologue();              // may be launched early; reads nothing before its wait
-  extern __shared__ float shared[];         // [warps][block_heads][D + 2] results, then [stage][k, v][kTile][kRow] of T
+  extern __shared__ float shared[];         // [stage][k, v][kTile][kRow] of T; after the loop [warps][heads][D + 2]
   if (blockDim.x != kGroupedThreads || head_dim != D || n_kv_heads <= 0 || n_heads % n_kv_heads != 0 ||
       (block_size != 16 && block_size != 32) || !lg::is_aligned16(q) || !lg::is_aligned16(k_pool) ||
       !lg::is_aligned16(v_pool) || !lg::is_aligned16(out)) {
@@ -412,8 +413,11 @@ __device__ __forceinline__ void attention_paged_grouped_mma_body(const T* q, con
   }
   const int block_heads = min(w.group, kGroupedMmaHeads);
   const int stride = D + 2;
-  if (grouped_shared_bytes() < static_cast<unsigned>(kGroupedWarps * block_heads * stride * 4 +
-                                                     kStages * 2 * kTile * kRow * static_cast<int>(sizeof(T)))) {
+  // The warps' results alias the stages: they are written after the tile loop, whose last barrier every warp has
+  // passed once done with its last tile, and whose copies have all landed by then (the fetches past the last tile are
+  // empty commits). So the block needs the larger of the two, not their sum: 4 blocks a SM fit at D = 64, 3 at 128.
+  if (grouped_shared_bytes() < static_cast<unsigned>(max(kGroupedWarps * block_heads * stride * 4,
+                                                         kStages * 2 * kTile * kRow * static_cast<int>(sizeof(T))))) {
     __trap();
   }
   const int lane = static_cast<int>(threadIdx.x) % 32;
@@ -448,7 +452,7 @@ __device__ __forceinline__ void attention_paged_grouped_mma_body(const T* q, con
   const int* table = tables + static_cast<long long>(w.row) * table_width;
   const long long block_stride = static_cast<long long>(n_kv_heads) * block_size * D;
   const long long head_base = static_cast<long long>(w.kv_head) * block_size * D;
-  T* tiles = reinterpret_cast<T*>(shared + kGroupedWarps * block_heads * stride);
+  T* tiles = reinterpret_cast<T*>(shared);  // [stage][k, v][kTile][kRow], under the results (above)
   const int count_tiles = (w.end - w.begin + kTile - 1) / kTile;
   const auto fetch = [&](int tile) {  // tile into its stage, then one commit (always: the group count stays uniform)
     if (tile < count_tiles) {
@@ -576,13 +580,13 @@ __device__ __forceinline__ void attention_paged_grouped_mma_body(const T* q, con
 /* lazygraph:variants
 axis T = lg::half_t | lg::bf16_t _bf16
 axis H = 4 _h4 (128, 4) | 8 _h8 (128, 2)
-axis M = 64 _d64 | 128 _d128
+axis M = 64 _d64 (128, 4) | 128 _d128 (128, 3)
 
 attention_paged_grouped[T][H] = attention_paged_grouped_body<H>(const T* q, const T* k_pool,
     const T* v_pool, T* out, float* partials, unsigned* counters, const int* positions, const int* tables,
     const int* count, int n_heads, int n_kv_heads, int head_dim, int block_size, int n_blocks, int table_width,
     float scale, int window)
-attention_paged_grouped_mma[T][M] __launch_bounds__(128, 3) = attention_paged_grouped_mma_body<M>(const T* q,
+attention_paged_grouped_mma[T][M] = attention_paged_grouped_mma_body<M>(const T* q,
     const T* k_pool, const T* v_pool, T* out, float* partials, unsigned* counters, const int* positions,
     const int* tables, const int* count, int n_heads, int n_kv_heads, int head_dim, int block_size, int n_blocks,
     int table_width, float scale, int window)

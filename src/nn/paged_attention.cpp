@@ -91,12 +91,13 @@ int grouped_heads(const PagedAttentionShape& s, bool mma) {
   return s.heads / s.kv_heads <= 4 ? 4 : 8;
 }
 
-/// The grouped kernel's shared memory (kernels/nn/paged_attention_grouped.cu): its 4 warps' results per head, then
-/// the stages of the cache's tiles. On CUDA cores 4 stages of 256 / lanes positions (lanes: the power of two at or
-/// above head_dim / 8); on tensor cores 3 (head_dim 64) or 2 stages of 64 positions in rows padded to head_dim + 8.
+/// The grouped kernel's shared memory (kernels/nn/paged_attention_grouped.cu): its 4 warps' results per head and the
+/// stages of the cache's tiles. On CUDA cores the results, then 4 stages of 256 / lanes positions (lanes: the power of
+/// two at or above head_dim / 8); on tensor cores the larger of the results and 3 (head_dim 64) or 2 stages of 64
+/// positions in rows padded to head_dim + 8, which the results reuse after the last tile.
 long long grouped_shared_bytes(const PagedAttentionShape& s, bool mma) {
   const long long results = 4LL * std::min(s.heads / s.kv_heads, grouped_heads(s, mma)) * (s.head_dim + 2) * 4;
-  if (mma) return results + (s.head_dim == 64 ? 3 : 2) * 2 * 64LL * (s.head_dim + 8) * 2;
+  if (mma) return std::max(results, (s.head_dim == 64 ? 3 : 2) * 2 * 64LL * (s.head_dim + 8) * 2);
   int lanes = 1;
   while (lanes < s.head_dim / 8) lanes <<= 1;
   const long long tile = 256 / lanes;

@@ -239,12 +239,12 @@ class PagedAttention {
   [[nodiscard]] LaunchConfig split_config(const PagedAttentionShape& shape, int splits) const;
   /// attend_grouped's launch: grid (kv_heads * ceil(group / h), rows, splits), h the kernel's heads a block (16 on
   /// tensor cores; 4 up to a group of 4, else 8 on CUDA cores), 128 threads, the kernel's shared memory (the warps'
-  /// results and the cache's stages: at most 100.5 KiB, at head_dim 128 with 16 heads a block). `tensor_cores` false:
+  /// results, which on tensor cores reuse the cache's stages: 54 KiB at head_dim 64 and 68 KiB at 128). `tensor_cores` false:
   /// the CUDA-core kernel whatever head_dim (for benchmarks).
   [[nodiscard]] LaunchConfig grouped_config(const PagedAttentionShape& shape, int splits,
                                             bool tensor_cores = true) const;
   /// The blocks of attend_grouped's kernel for `shape` (grouped_kernel, grouped_config) one multiprocessor holds at
-  /// once: the driver's occupancy count (3 at head_dim 64 and 2 at 128 on an H200, bound by shared memory).
+  /// once: the driver's occupancy count (expected 4 at head_dim 64 and 3 at 128 on an H200, their launch bounds).
   /// \throws CudaError naming the kernel when the driver refuses the query.
   [[nodiscard]] int grouped_resident(const PagedAttentionShape& shape) const;
   /// append's launch: 256 threads per block over rows * kv_heads * head_dim elements.
