@@ -278,7 +278,7 @@ nn::DecoderCheckpoint open_checkpoint(const Options& o, const nn::LlamaConfig& l
     nn::LoadOptions paged = plan.load;
     paged.kv_block_size = o.kv_block_size;
     paged.kv_blocks = o.kv_blocks > 0 ? o.kv_blocks : blocks_for(o.kv_block_size);
-    paged.attention_blocks = 0;  // split over positions as paged_attention_splits picks: long contexts need it
+    paged.attention_blocks = 0;  // the grouped kernels, split as the library picks: long contexts need it
     try {
       nn::DecoderCheckpoint checkpoint = nn::DecoderCheckpoint::open(o.model_dir, paged);
       plan.load = paged;

@@ -286,12 +286,15 @@ void Engine::admit() {
     if (slot == slot_used_.end()) return;
     Sequence& s = *queue_.front();
     const int size = static_cast<int>(s.tokens.size());
-    // A request that waits (for the budget, or for blocks that dropping every cached prefix could not give) takes and
-    // drops nothing: both are judged by what the cache would share now.
-    const int could_share = longest_prefix(s).second;
+    // A request that waits (for the budget, or for blocks that dropping cached prefixes could not give) takes and
+    // drops nothing: both are judged by what the cache would share now. It fits sharing the prefix it matches when the
+    // other prefixes' blocks make room, or alone when all of theirs do; only then is the matched prefix dropped.
+    const auto [match, could_share] = longest_prefix(s);
     if (over_budget(size - could_share)) return;
+    const int free = pool_.free_blocks();
     const int need = pool_.blocks_for(size) - could_share / pool_.block_size();
-    if (need > pool_.free_blocks() && need > pool_.free_blocks() + cache_only_blocks()) return;
+    const bool fits_sharing = need <= free + cache_only_blocks(match);
+    if (!fits_sharing && pool_.blocks_for(size) > free + cache_only_blocks()) return;
     std::optional<KvBlockPool::SequenceId> kv;
     int shared = 0;
     while (true) {
@@ -302,7 +305,7 @@ void Engine::admit() {
         kv = pool_.allocate(size);
       }
       // Cached blocks go back before a request waits for them, the prefix it would share last.
-      if (kv.has_value() || !evict_prefix(longest_prefix(s).first)) break;
+      if (kv.has_value() || !evict_prefix(longest_prefix(s).first, !fits_sharing)) break;
     }
     if (!kv.has_value()) return;  // first come, first served: the head waits for blocks
     const long long feeds = static_cast<long long>(size) - shared;
@@ -445,7 +448,7 @@ void Engine::remember_prefix(const Sequence& s) {
                        .used = ++prefix_clock_});
 }
 
-bool Engine::evict_prefix(int spare) {
+bool Engine::evict_prefix(int spare, bool drop_spare) {
   // Only a prefix that holds a block alone gives one back; one whose blocks sequences hold too costs nothing to keep.
   // Whenever some block only prefixes hold, some prefix holds one alone: its last (prefixes never share their last
   // block: one that did would begin another, and remember_prefix keeps no prefix of another).
@@ -460,18 +463,20 @@ bool Engine::evict_prefix(int spare) {
     }
     if (gives && (oldest == prefixes_.end() || p->used < oldest->used)) oldest = p;
   }
-  if (oldest == prefixes_.end() && spare_gives) oldest = prefixes_.begin() + spare;
+  if (oldest == prefixes_.end() && spare_gives && drop_spare) oldest = prefixes_.begin() + spare;
   if (oldest == prefixes_.end()) return false;
   pool_.release(oldest->kv);
   prefixes_.erase(oldest);
   return true;
 }
 
-int Engine::cache_only_blocks() const {
-  // A block only prefixes hold has as many holders in the pool as prefixes that hold it.
+int Engine::cache_only_blocks(int except) const {
+  // A block only prefixes hold has as many holders in the pool as prefixes that hold it (prefixes_[except] left out:
+  // then a block it holds has one holder more than the others count, and is not counted).
   std::vector<int> held;
-  for (const CachedPrefix& p : prefixes_) {
-    const std::span<const int> blocks = pool_.blocks(p.kv);
+  for (std::size_t i = 0; i < prefixes_.size(); ++i) {
+    if (static_cast<int>(i) == except) continue;
+    const std::span<const int> blocks = pool_.blocks(prefixes_[i].kv);
     held.insert(held.end(), blocks.begin(), blocks.end());
   }
   std::sort(held.begin(), held.end());

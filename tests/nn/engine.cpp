@@ -575,6 +575,40 @@ TEST_CASE("an engine that must drop cached prefixes to admit a request drops the
   }
 }
 
+TEST_CASE("a request that cannot be admitted even sharing its prefix waits and drops no cached prefix") {
+  // P's 64 tokens leave four blocks cached; X runs in three; one is free. R begins with P's first 32 tokens and needs
+  // six blocks: four more if it shares two of P's, which one free block cannot give, and six alone, which the free
+  // block and P's four cannot either. So R waits with P cached, and shares it once X is done.
+  PagedHostModel model(2, 256, 8, 16);
+  EngineOptions o = opts(0);
+  o.cache_prefixes = true;
+  Engine engine(model, o);
+  Collector c;
+  std::vector<int> p;
+  std::vector<int> x;
+  for (int t = 0; t < 64; ++t) p.push_back((t * 19 + 7) % 256);
+  for (int t = 0; t < 40; ++t) x.push_back((t * 29 + 3) % 256);
+  std::vector<int> r(p.begin(), p.begin() + 32);
+  for (int t = 0; t < 64; ++t) r.push_back((t * 23 + 100) % 256);
+  const GenerationRequest rp = req(p, 1, c.callback());
+  const GenerationRequest rx = req(x, 5, c.callback());
+  const GenerationRequest rr = req(r, 1, c.callback());
+  const RequestId idp = *engine.submit(rp);
+  run_until_idle(engine);
+  CHECK(engine.stats().kv_blocks_cached == 4);
+  const RequestId idx = *engine.submit(rx);
+  CHECK(engine.step());
+  const RequestId idr = *engine.submit(rr);
+  CHECK(engine.step());
+  CHECK(engine.stats().queued == 1);
+  CHECK(engine.stats().kv_blocks_cached == 4);
+  run_until_idle(engine);
+  CHECK(engine.stats().cached_prompt_tokens == 32);
+  CHECK(c[idp].tokens == model.alone(rp));
+  CHECK(c[idx].tokens == model.alone(rx));
+  CHECK(c[idr].tokens == model.alone(rr));
+}
+
 TEST_CASE("an engine counts the prompt tokens a cached prefix shares when they are, not when a request is admitted") {
   // A's 32 tokens leave two whole blocks cached; B shares the first and is admitted into the last free block, which
   // A's next position needs at once: B is preempted before it is fed, and shares (or feeds) its prompt later.

@@ -190,10 +190,12 @@ class Engine {
   /// Caches the whole blocks of what `s` has fed. Lock held.
   void remember_prefix(const Sequence& s);
   /// Drops the least recently used cached prefix whose dropping gives a block back to the pool, other than prefixes_
-  /// [spare] (the one a waiting request would share) while another would do; false when none would. Lock held.
-  bool evict_prefix(int spare = -1);
-  /// The blocks only cached prefixes hold: what dropping them all would give back. Lock held.
-  [[nodiscard]] int cache_only_blocks() const;
+  /// [spare] (the one a waiting request would share) while another would do, and that one only when `drop_spare`;
+  /// false when none would. Lock held.
+  bool evict_prefix(int spare = -1, bool drop_spare = true);
+  /// The blocks only cached prefixes hold: what dropping them all (all but prefixes_[except]) would give back. Lock
+  /// held.
+  [[nodiscard]] int cache_only_blocks(int except = -1) const;
 
   StepModel& model_;
   std::optional<Tokenizer> tokenizer_;
