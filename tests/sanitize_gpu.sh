@@ -8,7 +8,9 @@
 # as timed out, so that a run always finishes. SANITIZE_PROGRAMS names the programs to check (default both);
 # SANITIZE_SHARD=K/N runs only the K-th of N shares of every pass's cases (case i when (i - 1) % N == K - 1), so that
 # a run can be split over commands of limited length; SANITIZE_SKIP names a file of test case names, one a line, that
-# the run leaves out (those a stopped run finished, from their logs' duration lines); SANITIZE_PASSES names the passes to run (default "main api nccl":
+# every pass of every tool of the run leaves out (those a stopped run of the same tool passed: exit status 0 in their
+# .rc, the name in their log's duration line; run one tool per command when using it, and keep the stopped run's logs,
+# which the next run of the same shard replaces); SANITIZE_PASSES names the passes to run (default "main api nccl":
 # every test but those below; the tests of failing driver calls; the tests that create NCCL communicators). The tool `asan` instead builds build-gpu-asan/ with
 # AddressSanitizer + UndefinedBehaviorSanitizer and runs the gpu and reliability suites of the programs there
 # (host-side memory errors on the GPU path: use-after-scope, use-after-free, overflows, leaks).
@@ -121,7 +123,10 @@ runs_pass() { [[ " ${passes[*]} " == *" $1 "* ]]; }
 declare -A skip=()
 if [ -n "${SANITIZE_SKIP:-}" ]; then
   [ -r "$SANITIZE_SKIP" ] || { echo "SANITIZE_SKIP=$SANITIZE_SKIP: not a readable file" >&2; exit 2; }
-  while IFS= read -r name; do [ -n "$name" ] && skip["$name"]=1; done <"$SANITIZE_SKIP"
+  while IFS= read -r name || [ -n "$name" ]; do
+    name=${name%$'\r'}
+    [ -n "$name" ] && skip["$name"]=1
+  done <"$SANITIZE_SKIP"
 fi
 shard="${SANITIZE_SHARD:-1/1}"
 shard_index="${shard%/*}"
@@ -156,7 +161,7 @@ each_case() {
   shift
   filters=("$@")
   mapfile -t names < <(case_names "$tests" "${filters[@]}")
-  local n=${#names[@]} counted dir i rc ran=0 failed="" errors=0
+  local n=${#names[@]} counted dir i rc ran=0 skipped=0 failed="" errors=0
   counted=$("$tests" "${filters[@]}" --count 2>/dev/null | sed -n 's/.*passing the current filters: \([0-9]*\).*/\1/p')
   if [ "$counted" != "$n" ]; then
     echo "$tests listed $n cases where --count says ${counted:-nothing}" >"$log"
@@ -168,7 +173,10 @@ each_case() {
   mkdir -p "$dir"
   for ((i = 1; i <= n; i++)); do
     [ $(((i - 1) % shard_count)) -eq $((shard_index - 1)) ] || continue
-    [ -n "${skip[${names[i - 1]}]+x}" ] && continue
+    if [ -n "${skip[${names[i - 1]}]+x}" ]; then
+      skipped=$((skipped + 1))
+      continue
+    fi
     ran=$((ran + 1))
     while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
     (
@@ -201,7 +209,9 @@ each_case() {
   done
   rm -rf "$dir"
   printf '%s' "$summary" >>"$log"
-  echo "$ran of $n cases (shard $shard), each in its own process; failed:${failed:- none}; $errors errors reported" >>"$log"
+  local left_out=""
+  [ $skipped -gt 0 ] && left_out=", $skipped left out by SANITIZE_SKIP"
+  echo "$ran of $n cases (shard $shard$left_out), each in its own process; failed:${failed:- none}; $errors errors reported" >>"$log"
   [ -z "$failed" ]
 }
 

@@ -87,9 +87,9 @@ Options (--name VALUE or --name=VALUE, each at most once):
   --kv-block-size N  positions per KV block, 16 or 32 (default 16)
   --max-queue N      requests waiting at most, from 1 (default 64); more are answered 429
   --max-prompt-tokens N
-                     prompt tokens one step feeds at most, 0 (no limit) or more (default 8192); a prompt past it
-                     waits for the next step, so that a burst of requests does not hold the running ones' tokens
-                     (the first prompt of a step is fed whole)
+                     prompt tokens one step feeds at most, 0 (no limit) or more (default 8192); a longer prompt
+                     is fed in parts over several steps and later prompts wait, so that neither a burst of
+                     requests nor one long prompt holds the running ones' tokens
   --prefix-cache on|off
                      keep the whole KV blocks of prompts fed so that later prompts that begin with the same
                      tokens share them and feed only the rest (default off; the paged KV cache only)
@@ -278,7 +278,7 @@ nn::DecoderCheckpoint open_checkpoint(const Options& o, const nn::LlamaConfig& l
     nn::LoadOptions paged = plan.load;
     paged.kv_block_size = o.kv_block_size;
     paged.kv_blocks = o.kv_blocks > 0 ? o.kv_blocks : blocks_for(o.kv_block_size);
-    paged.attention_blocks = 0;  // split over positions as paged_attention_splits picks: long contexts need it
+    paged.attention_blocks = 0;  // the grouped kernels, split as the library picks: long contexts need it
     try {
       nn::DecoderCheckpoint checkpoint = nn::DecoderCheckpoint::open(o.model_dir, paged);
       plan.load = paged;

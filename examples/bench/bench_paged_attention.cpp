@@ -71,6 +71,30 @@ std::string cell(const std::optional<double>& t) {
   return b;
 }
 
+/// A paged pool of `copies` caches of `rows` rows of `width` blocks each (K and V of `per_row` elements a row, filled
+/// with seeded values) and a table per copy: copy c's blocks [c * rows * width, (c + 1) * rows * width), shuffled, as a
+/// pool in use gives them.
+struct PagedPool {
+  lg::DeviceBuffer<half> k;
+  lg::DeviceBuffer<half> v;
+  std::vector<lg::DeviceBuffer<int>> tables;
+};
+
+PagedPool make_pool(const lg::Stream& s, const nn::Kernels& k, int rows, int width, int copies, std::size_t per_row) {
+  const std::size_t elements = per_row * static_cast<std::size_t>(rows) * static_cast<std::size_t>(copies);
+  PagedPool p{lg::empty<half>(elements).sync_on(s), lg::empty<half>(elements).sync_on(s), {}};
+  fill(s, k, p.k.view(), 1U, 4.0F);
+  fill(s, k, p.v.view(), 2U, 1.0F);
+  std::mt19937 rng(7);
+  for (int c = 0; c < copies; ++c) {
+    std::vector<int> table(static_cast<std::size_t>(rows) * width);
+    std::iota(table.begin(), table.end(), c * rows * width);
+    std::shuffle(table.begin(), table.end(), rng);
+    p.tables.push_back(lg::from_host(table).sync_on(s));
+  }
+  return p;
+}
+
 Times run_case(const lg::Stream& s, const lg::Device& gpu, const nn::Kernels& k, const nn::PagedAttention<half>& paged,
                const Shape& sh, int rows, int positions, double ceiling, double max_bytes) {
   constexpr int block_size = 16;
@@ -111,19 +135,10 @@ Times run_case(const lg::Stream& s, const lg::Device& gpu, const nn::Kernels& k,
   const float scale = 1.0F / std::sqrt(static_cast<float>(sh.head_dim));
   constexpr int reps = 20;
   {  // the paged pool, freed before the contiguous cache is made
-    auto k_pool = lg::empty<half>(pool).sync_on(s);
-    auto v_pool = lg::empty<half>(pool).sync_on(s);
-    fill(s, k, k_pool.view(), 1U, 4.0F);
-    fill(s, k, v_pool.view(), 2U, 1.0F);
-    // Copy c's tables: the blocks [c * rows * width, (c + 1) * rows * width), shuffled.
-    std::mt19937 rng(7);
-    std::vector<lg::DeviceBuffer<int>> tables;
-    for (int c = 0; c < copies; ++c) {
-      std::vector<int> table(static_cast<std::size_t>(rows) * width);
-      std::iota(table.begin(), table.end(), c * rows * width);
-      std::shuffle(table.begin(), table.end(), rng);
-      tables.push_back(lg::from_host(table).sync_on(s));
-    }
+    PagedPool paged_pool = make_pool(s, k, rows, width, copies, per_row);
+    auto& k_pool = paged_pool.k;
+    auto& v_pool = paged_pool.v;
+    const auto& tables = paged_pool.tables;
     const nn::PagedKvCache<half> cache{k_pool.view(), v_pool.view(), d_positions.cview(), tables[0].cview()};
     // The checked calls refuse what the raw launches below would get wrong; the launches alternate the tables.
     (void)paged.attend_split(shape, q.cview(), out.view(),
@@ -224,7 +239,6 @@ std::vector<double> sweep_case(const lg::Stream& s, const nn::Kernels& k, const 
                                       .block_size = block_size,
                                       .blocks = blocks,
                                       .table_width = width};
-  const std::size_t pool = per_row * static_cast<std::size_t>(rows) * copies;
   const auto d_positions = lg::from_host(std::vector<int>(static_cast<std::size_t>(rows), positions - 1)).sync_on(s);
   const std::size_t q_size = static_cast<std::size_t>(rows) * sh.heads * sh.head_dim;
   auto q = lg::empty<half>(q_size).sync_on(s);
@@ -235,18 +249,10 @@ std::vector<double> sweep_case(const lg::Stream& s, const nn::Kernels& k, const 
   const auto count = lg::from_host(std::vector<int>{rows}).sync_on(s);
   auto counters = lg::zeros<unsigned>(static_cast<std::size_t>(rows) * sh.heads).sync_on(s);
   const float scale = 1.0F / std::sqrt(static_cast<float>(sh.head_dim));
-  auto k_pool = lg::empty<half>(pool).sync_on(s);
-  auto v_pool = lg::empty<half>(pool).sync_on(s);
-  fill(s, k, k_pool.view(), 1U, 4.0F);
-  fill(s, k, v_pool.view(), 2U, 1.0F);
-  std::mt19937 rng(7);
-  std::vector<lg::DeviceBuffer<int>> tables;
-  for (int c = 0; c < copies; ++c) {
-    std::vector<int> table(static_cast<std::size_t>(rows) * width);
-    std::iota(table.begin(), table.end(), c * rows * width);
-    std::shuffle(table.begin(), table.end(), rng);
-    tables.push_back(lg::from_host(table).sync_on(s));
-  }
+  PagedPool paged_pool = make_pool(s, k, rows, width, copies, per_row);
+  auto& k_pool = paged_pool.k;
+  auto& v_pool = paged_pool.v;
+  const auto& tables = paged_pool.tables;
   const nn::PagedKvCache<half> cache{k_pool.view(), v_pool.view(), d_positions.cview(), tables[0].cview()};
   std::vector<double> us;
   for (const int splits : candidates) {

@@ -384,6 +384,11 @@ std::pair<std::shared_ptr<GemmState>, std::size_t> plan_state(const Device& devi
       }
       choice = {results.front().algo, results.front().workspaceSize};
       if (found > 1) {
+        // One key's timing at a time in the process (after the entry's lock, never before it): a GPU busy with
+        // another key's trial runs would skew a choice that is kept for the process's life, and both keys' trial
+        // operands would take memory at once.
+        static std::mutex timing;
+        const std::lock_guard timing_lock(timing);
         choice =
             fastest(device, *state, shape, std::span(results).first(static_cast<std::size_t>(found))).value_or(choice);
       }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <exception>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <span>
@@ -57,9 +58,12 @@ struct Engine::Sequence {
   int made = 0;
   int fed = 0;    ///< tokens in the model's cache (0 while queued: a preempted sequence is recomputed whole)
   int slot = -1;  ///< -1 while queued
-  /// From admission to its first step: its blocks already hold every position it feeds (from `fed` on: a cached
-  /// prefix's are shared).
+  /// From admission until it has fed all of `tokens` (a prompt longer than a step's budget takes several steps):
+  /// its blocks already hold every position it feeds (from `fed` on: a cached prefix's are shared), and it makes no
+  /// token before the last of them.
   bool admitted_now = false;
+  /// From admission to its first step: the tokens a cached prefix shared are counted then.
+  bool first_piece = false;
   std::optional<KvBlockPool::SequenceId> kv;
   bool first_token = false;
   bool finished = false;
@@ -271,27 +275,29 @@ void Engine::finish(Sequence& s, FinishReason reason, std::vector<Pending>& even
 }
 
 void Engine::admit() {
-  // Prompt tokens the sequences admitted but not yet fed will feed: admission stops at the step's budget, so that a
-  // burst's later prompts wait in the queue (not in a slot, holding blocks) and may share the prefixes the earlier
-  // ones leave cached.
+  // Prompt tokens the sequences admitted but not yet fed will feed: admission stops once they fill the step's budget,
+  // so that a burst's later prompts wait in the queue (not in a slot, holding blocks) and may share the prefixes the
+  // earlier ones leave cached. A prompt admitted with budget left is fed from this step on, as much a step as the
+  // budget leaves (step()).
   long long pending = 0;
   for (const SequencePtr& r : running_) {
     if (r->admitted_now) pending += static_cast<long long>(r->tokens.size()) - r->fed;
   }
-  const auto over_budget = [&](long long feeds) {
-    return max_prompt_tokens_ > 0 && pending > 0 && pending + feeds > max_prompt_tokens_;
-  };
+  const auto over_budget = [&] { return max_prompt_tokens_ > 0 && pending >= max_prompt_tokens_; };
   while (!queue_.empty()) {
     const auto slot = std::find(slot_used_.begin(), slot_used_.end(), false);
     if (slot == slot_used_.end()) return;
     Sequence& s = *queue_.front();
     const int size = static_cast<int>(s.tokens.size());
-    // A request that waits (for the budget, or for blocks that dropping every cached prefix could not give) takes and
-    // drops nothing: both are judged by what the cache would share now.
-    const int could_share = longest_prefix(s).second;
-    if (over_budget(size - could_share)) return;
+    // A request that waits (for the budget, or for blocks that dropping cached prefixes could not give) takes and
+    // drops nothing: both are judged by what the cache would share now. It fits sharing the prefix it matches when the
+    // other prefixes' blocks make room, or alone when all of theirs do; only then is the matched prefix dropped.
+    if (over_budget()) return;
+    const auto [match, could_share] = longest_prefix(s);
+    const int free = pool_.free_blocks();
     const int need = pool_.blocks_for(size) - could_share / pool_.block_size();
-    if (need > pool_.free_blocks() && need > pool_.free_blocks() + cache_only_blocks()) return;
+    const bool fits_sharing = need <= free + cache_only_blocks(match);
+    if (!fits_sharing && pool_.blocks_for(size) > free + cache_only_blocks()) return;
     std::optional<KvBlockPool::SequenceId> kv;
     int shared = 0;
     while (true) {
@@ -302,20 +308,16 @@ void Engine::admit() {
         kv = pool_.allocate(size);
       }
       // Cached blocks go back before a request waits for them, the prefix it would share last.
-      if (kv.has_value() || !evict_prefix(longest_prefix(s).first)) break;
+      if (kv.has_value() || !evict_prefix(longest_prefix(s).first, !fits_sharing)) break;
     }
     if (!kv.has_value()) return;  // first come, first served: the head waits for blocks
-    const long long feeds = static_cast<long long>(size) - shared;
-    if (over_budget(feeds)) {  // the prefixes dropped for its blocks shared less
-      pool_.release(*kv);
-      return;
-    }
-    pending += feeds;
+    pending += static_cast<long long>(size) - shared;
     s.kv = kv;
     s.slot = static_cast<int>(slot - slot_used_.begin());
     *slot = true;
     s.fed = shared;
     s.admitted_now = true;
+    s.first_piece = true;
     running_.push_back(std::move(queue_.front()));
     queue_.pop_front();
   }
@@ -445,7 +447,7 @@ void Engine::remember_prefix(const Sequence& s) {
                        .used = ++prefix_clock_});
 }
 
-bool Engine::evict_prefix(int spare) {
+bool Engine::evict_prefix(int spare, bool drop_spare) {
   // Only a prefix that holds a block alone gives one back; one whose blocks sequences hold too costs nothing to keep.
   // Whenever some block only prefixes hold, some prefix holds one alone: its last (prefixes never share their last
   // block: one that did would begin another, and remember_prefix keeps no prefix of another).
@@ -460,18 +462,20 @@ bool Engine::evict_prefix(int spare) {
     }
     if (gives && (oldest == prefixes_.end() || p->used < oldest->used)) oldest = p;
   }
-  if (oldest == prefixes_.end() && spare_gives) oldest = prefixes_.begin() + spare;
+  if (oldest == prefixes_.end() && spare_gives && drop_spare) oldest = prefixes_.begin() + spare;
   if (oldest == prefixes_.end()) return false;
   pool_.release(oldest->kv);
   prefixes_.erase(oldest);
   return true;
 }
 
-int Engine::cache_only_blocks() const {
-  // A block only prefixes hold has as many holders in the pool as prefixes that hold it.
+int Engine::cache_only_blocks(int except) const {
+  // A block only prefixes hold has as many holders in the pool as prefixes that hold it (prefixes_[except] left out:
+  // then a block it holds has one holder more than the others count, and is not counted).
   std::vector<int> held;
-  for (const CachedPrefix& p : prefixes_) {
-    const std::span<const int> blocks = pool_.blocks(p.kv);
+  for (std::size_t i = 0; i < prefixes_.size(); ++i) {
+    if (static_cast<int>(i) == except) continue;
+    const std::span<const int> blocks = pool_.blocks(prefixes_[i].kv);
     held.insert(held.end(), blocks.begin(), blocks.end());
   }
   std::sort(held.begin(), held.end());
@@ -513,12 +517,22 @@ bool Engine::step() {
     admit();
     reserve(events);
     const bool paged = model_.kv_block_size() > 0;
-    for (const SequencePtr& s : running_) {  // admit() kept the prompts within max_prompt_tokens
+    // Prompt tokens this step may still feed: a prompt (or recomputed history) longer than what is left is fed in
+    // part, the rest in later steps, so that no step's prompts hold the running sequences' next tokens for longer
+    // than the budget's worth of prefill; one left without budget waits for the next step.
+    long long budget = max_prompt_tokens_ > 0 ? max_prompt_tokens_ : std::numeric_limits<long long>::max();
+    for (const SequencePtr& s : running_) {
       const std::size_t first = static_cast<std::size_t>(s->fed);
+      std::size_t count = s->tokens.size() - first;
+      if (s->admitted_now) {
+        if (budget <= 0) continue;
+        count = static_cast<std::size_t>(std::min(static_cast<long long>(count), budget));
+        budget -= static_cast<long long>(count);
+      }
       // A paged model's rows carry their blocks: the pool's own tables, which change only on this thread.
       rows.push_back({.slot = s->slot,
                       .position = s->fed,
-                      .tokens = std::span<const int>(s->tokens).subspan(first),
+                      .tokens = std::span<const int>(s->tokens).subspan(first, count),
                       .sampling = s->sampling,
                       .blocks = paged ? pool_.blocks(*s->kv) : std::span<const int>()});
       stepped.push_back(s.get());
@@ -545,9 +559,11 @@ bool Engine::step() {
       }
       if (s.admitted_now) {  // counted once fed: a sequence preempted before its first step is admitted again
         counters_.prompt_tokens += rows[r].tokens.size();
-        counters_.cached_prompt_tokens += static_cast<std::uint64_t>(rows[r].position);  // shared from the cache
+        if (s.first_piece) counters_.cached_prompt_tokens += static_cast<std::uint64_t>(rows[r].position);  // shared
+        s.first_piece = false;
       }
       s.fed += static_cast<int>(rows[r].tokens.size());
+      if (s.fed < static_cast<int>(s.tokens.size())) continue;  // a part of its prompt: no token yet
       if (s.admitted_now) {
         s.admitted_now = false;
         remember_prefix(s);

@@ -1,7 +1,8 @@
 // The decoder with a paged KV cache (DecoderConfig::kv_block_size, nn/decoder.hpp) against the contiguous one: the
-// same seeded weights, the same steps, and the paged kernels' bits are the contiguous kernels', so every logit must
-// be equal bit for bit; prompts on tensor cores too (prefill_chunk: the paged flash-attention kernel's bits are the
-// contiguous one's). GPU only.
+// same seeded weights, the same steps, and with attention_blocks 1 or more the paged kernels' bits are the contiguous
+// kernels', so every logit must be equal bit for bit; prompts on tensor cores too (prefill_chunk: the paged
+// flash-attention kernel's bits are the contiguous one's). With attention_blocks 0 (the grouped kernels) within
+// rounding. GPU only.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -148,9 +149,9 @@ TEST_SUITE("gpu") {
     for (std::size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int>((53 * i + 5) % 512);
     CHECK(paged.prefill(prompt, 0, table, 1) == reference.prefill(prompt, 0, 1));
     CHECK(same_bits(paged.logits(0), reference.logits(0)));
-    // attention_blocks 0: the grouped kernel over the row's own positions (split over them as paged_grouped_splits
-    // says; on a GPU older than 8.0 attend_split over the capacity of 16384): the same logits within rounding (fp32
-    // sums in another order).
+    // attention_blocks 0: the grouped kernel over the row's own positions (split over them as
+    // paged_grouped_wave_splits says; on a GPU older than 8.0 attend_split over the capacity of 16384): the same logits
+    // within rounding (fp32 sums in another order).
     pc.attention_blocks = 0;
     BasicDecoder<T> split(lgtest::stream(), lgtest::nn_kernels(), pc);
     (void)split.prefill(prompt, 0, table, 1);
@@ -184,6 +185,15 @@ TEST_SUITE("gpu") {
       pc.kv_block_size = 16;
       pc.kv_blocks = c.max_batch * (c.context / 16) + 3;
       pc.attention_blocks = 0;
+      // The splits fill a wave of the kernel's resident blocks, which the driver must count (more than 48 KiB of
+      // shared memory at head_dim 128: counted only once the kernel's limit is raised).
+      const PagedAttentionShape shape{.rows = 1,
+                                      .heads = pc.heads,
+                                      .kv_heads = pc.kv_head_count(),
+                                      .head_dim = head_dim,
+                                      .blocks = 1,
+                                      .table_width = 1};
+      CHECK(PagedAttention<T>(lgtest::nn_kernels()).grouped_resident(shape) >= 1);
       BasicDecoder<T> reference(lgtest::stream(), lgtest::nn_kernels(), c);
       BasicDecoder<T> paged(lgtest::stream(), lgtest::nn_kernels(), pc);
       const int width = paged.table_width();

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <numeric>
 #include <optional>
 #include <random>
 #include <set>
@@ -287,8 +288,8 @@ TEST_CASE("an engine running many requests at once gives each the tokens its pro
 }
 
 TEST_CASE(
-    "an engine feeds at most max_prompt_tokens of prompts a step, a longer prompt alone, and first tokens early") {
-  HostModel model(10, 256);  // a slot for each request: all are admitted at the first step
+    "an engine feeds at most max_prompt_tokens of prompts a step, a longer prompt in parts, and first tokens early") {
+  HostModel model(10, 256);  // a slot for each request
   EngineOptions o = opts(0);
   o.max_prompt_tokens = 40;
   Engine engine(model, o);
@@ -311,24 +312,35 @@ TEST_CASE(
     REQUIRE(id.has_value());
     sent.emplace_back(*id, copy);
   }
-  for (int guard = 0; engine.step(); ++guard) {
+  std::vector<long long> fed;   // prompt tokens fed by each step
+  std::vector<long long> made;  // tokens made by each step
+  for (int guard = 0;; ++guard) {
     REQUIRE(guard < 10000);
+    const lazygraph::nn::EngineStats before = engine.stats();
+    if (!engine.step()) break;
+    fed.push_back(static_cast<long long>(engine.stats().prompt_tokens - before.prompt_tokens));
+    made.push_back(static_cast<long long>(engine.stats().generated_tokens - before.generated_tokens));
     ++stepped;
   }
   for (const auto& [id, r] : sent) {
     CAPTURE(id);
     CHECK(c[id].tokens == model.alone(r));
   }
-  // 15 + 15 fit 40, a third does not: two prompts a step, then the long one alone.
-  REQUIRE(model.prompt_tokens_per_step.size() >= 5);
-  CHECK(std::vector<int>(model.prompt_tokens_per_step.begin(), model.prompt_tokens_per_step.begin() + 5) ==
-        std::vector<int>{30, 30, 30, 30, 60});
-  CHECK(*std::max_element(model.prompt_tokens_per_step.begin(), model.prompt_tokens_per_step.end()) == 60);
-  // First tokens come out as their prompts are fed: the first two after the first step, the last two after the fourth.
+  // Every step feeds the budget's worth while prompts last (a prompt admitted with budget left is fed in part), and
+  // no more: 180 prompt tokens in steps of 40, 40, 40, 40, 20.
+  REQUIRE(fed.size() >= 5);
+  CHECK(std::vector<long long>(fed.begin(), fed.begin() + 5) == std::vector<long long>{40, 40, 40, 40, 20});
+  CHECK(std::accumulate(fed.begin(), fed.end(), 0LL) == 8 * 15 + 60);
+  // First tokens come out as their prompts are fed: the first two after the first step (10 of the third's 15 tokens
+  // were fed with them), the third after the second, the long prompt's after its last part, in the fifth.
   CHECK(first_step[sent[0].first] == 0);
   CHECK(first_step[sent[1].first] == 0);
-  CHECK(first_step[sent[7].first] == 3);
+  CHECK(first_step[sent[2].first] == 1);
   CHECK(first_step[sent[8].first] == 4);
+  // While the long prompt was fed in parts (steps 4 and 5), the eight before it each made a token in both, and it
+  // made its first in the second.
+  CHECK(made[3] == 8);
+  CHECK(made[4] == 9);
 
   EngineOptions bad = opts(0);
   bad.max_prompt_tokens = -1;
@@ -339,7 +351,8 @@ TEST_CASE(
 TEST_CASE(
     "prompts past max_prompt_tokens wait in the queue, not in slots, may be cancelled there, and with a paged pool "
     "that runs out every request still gets the tokens it makes alone") {
-  // Four prompts of 15 tokens with a budget of 20: one is admitted and fed a step, the other three stay queued.
+  // Four prompts of 15 tokens with a budget of 20: two are admitted (the second with 5 tokens of budget left, fed in
+  // part), the other two stay queued.
   HostModel model(4, 256);
   EngineOptions o = opts(0);
   o.max_prompt_tokens = 20;
@@ -354,10 +367,10 @@ TEST_CASE(
     ids.push_back(*engine.submit(std::move(r)));
   }
   REQUIRE(engine.step());
-  CHECK(model.prompt_tokens_per_step == std::vector<int>{15});
-  CHECK(engine.stats().running == 1);
-  CHECK(engine.stats().queued == 3);
-  CHECK(engine.stats().kv_blocks_used == 1);  // the waiting prompts hold no blocks
+  CHECK(engine.stats().prompt_tokens == 20);
+  CHECK(engine.stats().running == 2);
+  CHECK(engine.stats().queued == 2);
+  CHECK(engine.stats().kv_blocks_used == 2);  // the waiting prompts hold no blocks
   engine.cancel(ids[3]);
   REQUIRE(engine.step());
   CHECK(c[ids[3]].finished == FinishReason::cancelled);
@@ -575,6 +588,40 @@ TEST_CASE("an engine that must drop cached prefixes to admit a request drops the
   }
 }
 
+TEST_CASE("a request that cannot be admitted even sharing its prefix waits and drops no cached prefix") {
+  // P's 64 tokens leave four blocks cached; X runs in three; one is free. R begins with P's first 32 tokens and needs
+  // six blocks: four more if it shares two of P's, which one free block cannot give, and six alone, which the free
+  // block and P's four cannot either. So R waits with P cached, and shares it once X is done.
+  PagedHostModel model(2, 256, 8, 16);
+  EngineOptions o = opts(0);
+  o.cache_prefixes = true;
+  Engine engine(model, o);
+  Collector c;
+  std::vector<int> p;
+  std::vector<int> x;
+  for (int t = 0; t < 64; ++t) p.push_back((t * 19 + 7) % 256);
+  for (int t = 0; t < 40; ++t) x.push_back((t * 29 + 3) % 256);
+  std::vector<int> r(p.begin(), p.begin() + 32);
+  for (int t = 0; t < 64; ++t) r.push_back((t * 23 + 100) % 256);
+  const GenerationRequest rp = req(p, 1, c.callback());
+  const GenerationRequest rx = req(x, 5, c.callback());
+  const GenerationRequest rr = req(r, 1, c.callback());
+  const RequestId idp = *engine.submit(rp);
+  run_until_idle(engine);
+  CHECK(engine.stats().kv_blocks_cached == 4);
+  const RequestId idx = *engine.submit(rx);
+  CHECK(engine.step());
+  const RequestId idr = *engine.submit(rr);
+  CHECK(engine.step());
+  CHECK(engine.stats().queued == 1);
+  CHECK(engine.stats().kv_blocks_cached == 4);
+  run_until_idle(engine);
+  CHECK(engine.stats().cached_prompt_tokens == 32);
+  CHECK(c[idp].tokens == model.alone(rp));
+  CHECK(c[idx].tokens == model.alone(rx));
+  CHECK(c[idr].tokens == model.alone(rr));
+}
+
 TEST_CASE("an engine counts the prompt tokens a cached prefix shares when they are, not when a request is admitted") {
   // A's 32 tokens leave two whole blocks cached; B shares the first and is admitted into the last free block, which
   // A's next position needs at once: B is preempted before it is fed, and shares (or feeds) its prompt later.
@@ -654,6 +701,46 @@ TEST_CASE("an engine drops no cached prefix that would give no block back, nor a
     CHECK(c[idw].tokens == model.alone(w));
     CHECK(engine.stats().kv_blocks_used == 0);
   }
+}
+
+TEST_CASE("a prompt past the budget that shares a cached prefix feeds the rest in parts and counts the shared once") {
+  // A's 40 tokens leave two blocks (32 tokens) cached. B begins with them and has 50 more: it shares the 32 and feeds
+  // 24, 24 and 2 tokens in three steps (the budget), its first token after the last part, while C, running, makes one
+  // token a step.
+  PagedHostModel model(3, 256, 24, 16);
+  EngineOptions o = opts(0);
+  o.max_prompt_tokens = 24;
+  o.cache_prefixes = true;
+  Engine engine(model, o);
+  Collector c;
+  std::vector<int> a;
+  for (int t = 0; t < 40; ++t) a.push_back((t * 19 + 7) % 256);
+  std::vector<int> b(a.begin(), a.begin() + 32);
+  for (int t = 0; t < 50; ++t) b.push_back((t * 23 + 100) % 256);
+  const GenerationRequest ra = req(a, 1, c.callback());
+  const GenerationRequest rb = req(b, 2, c.callback());
+  const GenerationRequest rc = req(std::vector<int>{5, 6, 7}, 8, c.callback());
+  const RequestId ida = *engine.submit(ra);
+  run_until_idle(engine);  // 40 tokens: 24, then 16
+  const RequestId idc = *engine.submit(rc);
+  CHECK(engine.step());  // C fed and its first token
+  model.prompt_tokens_fed.clear();
+  const RequestId idb = *engine.submit(rb);
+  for (int step = 0; step < 3; ++step) {
+    CAPTURE(step);
+    const std::size_t made_c = c[idc].tokens.size();
+    CHECK(engine.step());
+    CHECK(c[idc].tokens.size() == made_c + 1);             // C goes on while B's prompt is fed
+    CHECK(c[idb].tokens.size() == (step == 2 ? 1U : 0U));  // B's first token after its last part
+  }
+  CHECK(model.prompt_tokens_fed == std::vector<int>{24, 24, 2});
+  run_until_idle(engine);
+  CHECK(c[ida].tokens == model.alone(ra));
+  CHECK(c[idb].tokens == model.alone(rb));
+  CHECK(c[idc].tokens == model.alone(rc));
+  const lazygraph::nn::EngineStats st = engine.stats();
+  CHECK(st.cached_prompt_tokens == 32);
+  CHECK(st.prompt_tokens == 40 + 3 + 50);
 }
 
 TEST_CASE(

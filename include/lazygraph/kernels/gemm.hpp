@@ -75,7 +75,8 @@ struct GemmOptions {
   /// with other work may choose worse. A device without the memory for those operands keeps the heuristic's first
   /// untimed, for the process's life (a key's choice never changes, so that workspace_needed and the plans after it
   /// agree); any other driver failure while timing is a CudaError from the plan's constructor, and the next plan of
-  /// the key asks again. Timing holds up only plans of the same key: other shapes are planned meanwhile.
+  /// the key asks again. Timing holds up plans of the same key, and other keys' timing (one at a time in the process,
+  /// so that no trial runs beside another's); plans that time nothing go on meanwhile.
   int candidates = 1;
 };
 

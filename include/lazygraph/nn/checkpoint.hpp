@@ -61,7 +61,7 @@ struct LoadOptions {
   /// Blocks of the paged cache's pool (DecoderConfig::kv_blocks): at least 1 with kv_block_size, else 0.
   int kv_blocks = 0;
   /// Blocks per (row, head) of attention (DecoderConfig::attention_blocks): 1 by default; 0 splits by the context
-  /// (paged: paged_attention_splits), which a paged context beyond about 46k positions needs.
+  /// (paged: the grouped kernels, split as the library picks), which a paged context beyond about 46k positions needs.
   int attention_blocks = 1;
   /// Keep every layer's routes of a mixture of experts for Decoder::last_routes (DecoderConfig::record_routes);
   /// refused (CheckpointError) for a model without one.

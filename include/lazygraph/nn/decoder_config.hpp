@@ -151,8 +151,8 @@ struct DecoderOptions {
   int prefill_chunk = 2048;
   /// Blocks per (row, head) of the fused path's attention, at most 64; 0 picks by context (attention_splits), or
   /// with a paged cache attends on the grouped kernels (one block per kv head and split, split over the row's own
-  /// positions as paged_grouped_splits says: BasicDecoderState::grouped_attention; within rounding of the contiguous
-  /// cache, not its bits; on GPUs older than compute capability 8.0 paged_attention_splits). The default is
+  /// positions as paged_grouped_wave_splits says: BasicDecoderState::grouped_attention; within rounding of the
+  /// contiguous cache, not its bits; on GPUs older than compute capability 8.0 paged_attention_splits). The default is
   /// one: on the H100 at position 255 of a 1024 context, spreading the 8 heads of the default decoder over 32 blocks
   /// each made the step slower (192 vs 170 us), the combine of the partials costing more than the positions it
   /// shares out.

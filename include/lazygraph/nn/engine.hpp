@@ -71,10 +71,13 @@ struct EngineOptions {
   int block_size = 16;  ///< positions per block (16 or 32); a paged model's must be its own
   int max_queue = 64;   ///< requests waiting at most; submit refuses more
   /// Prompt tokens one step feeds at most, 0 for no limit (the default, 8192, is about 40 ms of prompts for a 1B model
-  /// on an H200). A request whose prompt (or recomputed history) would pass it stays queued for a later step, so that a
-  /// burst of requests neither holds every running sequence's next token for all of their prompts nor every first
-  /// token until the last prompt is done (and, with cache_prefixes, its later prompts find the earlier ones' blocks).
-  /// The first prompt of a step is fed whole, whatever its length.
+  /// on an H200). Requests are admitted while the prompts admitted and not yet fed leave some of it (the others stay
+  /// queued, so that with cache_prefixes they find the earlier prompts' blocks), and a prompt (or recomputed history)
+  /// longer than what a step leaves is fed in parts over several steps (chunked prefill), the running sequences making
+  /// a token in each: so no step's prompts hold everyone's next token for longer than this budget's worth of prefill,
+  /// and a burst's first tokens do not all wait for its last prompt. A prompt fed in parts agrees with feeding it whole
+  /// within rounding, bit for bit where the model cuts both into the same chunks (a decoder whose prefill_chunk divides
+  /// every part but the last).
   int max_prompt_tokens = 8192;
   /// Keeps the whole blocks of each prompt fed (of each history recomputed) in the pool, for up to kMaxCachedPrefixes
   /// prompts, so that a later request that begins with the same tokens shares those blocks and feeds only the rest
@@ -190,10 +193,12 @@ class Engine {
   /// Caches the whole blocks of what `s` has fed. Lock held.
   void remember_prefix(const Sequence& s);
   /// Drops the least recently used cached prefix whose dropping gives a block back to the pool, other than prefixes_
-  /// [spare] (the one a waiting request would share) while another would do; false when none would. Lock held.
-  bool evict_prefix(int spare = -1);
-  /// The blocks only cached prefixes hold: what dropping them all would give back. Lock held.
-  [[nodiscard]] int cache_only_blocks() const;
+  /// [spare] (the one a waiting request would share) while another would do, and that one only when `drop_spare`;
+  /// false when none would. Lock held.
+  bool evict_prefix(int spare = -1, bool drop_spare = true);
+  /// The blocks only cached prefixes hold: what dropping them all (all but prefixes_[except]) would give back. Lock
+  /// held.
+  [[nodiscard]] int cache_only_blocks(int except = -1) const;
 
   StepModel& model_;
   std::optional<Tokenizer> tokenizer_;
