@@ -122,11 +122,13 @@ Times run_case(const lg::Stream& s, const lg::Device& gpu, const nn::Kernels& k,
   fill(s, k, q.view(), 3U, 1.0F);
   auto out = lg::empty<half>(q_size).sync_on(s);
   t.splits = nn::paged_attention_splits(positions, rows * sh.heads, gpu.sm_count());
-  // What the decode step picks: one wave of resident blocks up to kMaxRows rows, the wide step's rule above.
-  t.grouped_splits = rows <= nn::kMaxRows
-                         ? nn::paged_grouped_wave_splits(rows, sh.heads, sh.kv_heads, sh.head_dim, gpu.sm_count(),
-                                                         paged.grouped_resident(shape))
-                         : nn::paged_grouped_splits(rows, sh.heads, sh.kv_heads, sh.head_dim, gpu.sm_count());
+  // What the decode and wide steps pick: one wave of resident blocks (the wide step at most paged_grouped_splits).
+  t.grouped_splits = nn::paged_grouped_wave_splits(rows, sh.heads, sh.kv_heads, sh.head_dim, gpu.sm_count(),
+                                                   paged.grouped_resident(shape));
+  if (rows > nn::kMaxRows) {
+    t.grouped_splits =
+        std::min(t.grouped_splits, nn::paged_grouped_splits(rows, sh.heads, sh.kv_heads, sh.head_dim, gpu.sm_count()));
+  }
   auto partials =
       lg::empty<float>(nn::PagedAttention<half>::split_partials(shape, std::max(t.splits, t.grouped_splits)))
           .sync_on(s);
@@ -293,11 +295,12 @@ int sweep(const lg::Stream& s, const lg::Device& gpu, const nn::Kernels& k, cons
         const int resident = paged.grouped_resident(shape);
         const int per_split = rows * sh.kv_heads;  // group 4: one part
         const int slots = resident * gpu.sm_count();
-        // First what the decoder picks: the decode step's rule up to kMaxRows rows, the wide step's above.
-        std::vector<int> candidates{
-            rows <= nn::kMaxRows
-                ? nn::paged_grouped_wave_splits(rows, sh.heads, sh.kv_heads, sh.head_dim, gpu.sm_count(), resident)
-                : nn::paged_grouped_splits(rows, sh.heads, sh.kv_heads, sh.head_dim, gpu.sm_count())};
+        // First what the decoder picks: one wave of resident blocks (the wide step's at most paged_grouped_splits).
+        int picked = nn::paged_grouped_wave_splits(rows, sh.heads, sh.kv_heads, sh.head_dim, gpu.sm_count(), resident);
+        if (rows > nn::kMaxRows) {
+          picked = std::min(picked, nn::paged_grouped_splits(rows, sh.heads, sh.kv_heads, sh.head_dim, gpu.sm_count()));
+        }
+        std::vector<int> candidates{picked};
         for (int waves = 1; waves <= 4; ++waves) candidates.push_back(std::max(1, waves * slots / per_split));
         for (const int c : {1, 2, 3, 4, 8, 16, 32, 64}) candidates.push_back(c);
         std::sort(candidates.begin() + 1, candidates.end());

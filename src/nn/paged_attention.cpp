@@ -248,8 +248,8 @@ int paged_grouped_wave_splits(int rows, int heads, int kv_heads, int head_dim, i
   const int per_block = grouped_heads(shape, grouped_mma(shape, true));
   const long long blocks = static_cast<long long>(rows) * kv_heads * ((group + per_block - 1) / per_block);
   const long long wave = static_cast<long long>(resident) * multiprocessors;
-  if (resident == 0 || 2 * blocks > wave) return fallback;
-  return static_cast<int>(std::min(wave / blocks, static_cast<long long>(paged_max_splits)));
+  if (resident == 0) return fallback;
+  return static_cast<int>(std::clamp(wave / blocks, 1LL, static_cast<long long>(paged_wave_max_splits)));
 }
 
 #define LAZYGRAPH_PAGED_CHECKS(T)                                                                                  \

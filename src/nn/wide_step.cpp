@@ -55,10 +55,13 @@ PagedAttentionShape wide_shape(const DecoderConfig& c, int rows, int layer) {
 }
 
 /// The attention splits of a bucket of `rows` rows: DecoderConfig::attention_blocks when set, else
-/// paged_grouped_splits's.
-int splits_of(const DecoderConfig& c, int rows, int multiprocessors) {
-  return c.attention_blocks > 0 ? c.attention_blocks
-                                : paged_grouped_splits(rows, c.heads, c.kv_head_count(), c.head_dim(), multiprocessors);
+/// paged_grouped_wave_splits's for `resident` blocks per SM (0: paged_grouped_splits's), at most paged_grouped_splits's
+/// (the partials are sized by it, before any kernel is asked its residency).
+int splits_of(const DecoderConfig& c, int rows, int multiprocessors, int resident = 0) {
+  if (c.attention_blocks > 0) return c.attention_blocks;
+  const int most = paged_grouped_splits(rows, c.heads, c.kv_head_count(), c.head_dim(), multiprocessors);
+  return std::min(most,
+                  paged_grouped_wave_splits(rows, c.heads, c.kv_head_count(), c.head_dim(), multiprocessors, resident));
 }
 
 /// Floats of the partials the bucket that needs the most needs.
@@ -161,7 +164,8 @@ CudaGraph<> BasicWideStep<T>::capture(const BasicWideContext<T>& ctx, int rows, 
   const DeviceSpan<int> next = buffers_.next.view().subspan(0, count);
   // A layer's pools: kv_blocks blocks of kv_block_size positions.
   const std::size_t pool = elements(c.kv_blocks, c.kv_block_size) * static_cast<std::size_t>(c.kv_dim());
-  const int splits = splits_of(c, rows, ctx.stream.device().sm_count());
+  const int splits =
+      splits_of(c, rows, ctx.stream.device().sm_count(), ctx.paged.grouped_resident(wide_shape(c, rows, 0)));
   const LaunchConfig per_row = k.step_config({{static_cast<unsigned>(rows), 1, 1}, {256, 1, 1}, 0});
   const LaunchConfig per_element = k.step_config(grid_for(x.size(), 256));
 

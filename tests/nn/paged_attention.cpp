@@ -239,20 +239,21 @@ TEST_CASE("paged_grouped_splits gives about eight blocks per SM over the rows' k
   CHECK_THROWS_AS((void)nn::paged_grouped_splits(16, 32, 8, 64, 0), UsageError);
 }
 
-TEST_CASE("paged_grouped_wave_splits fills one wave of resident blocks for few rows, else as paged_grouped_splits") {
-  // 132 SMs holding 3 blocks each (head_dim 64 on an H200): a wave of 396 blocks; 8 kv heads, one block each a split.
-  CHECK(nn::paged_grouped_wave_splits(1, 32, 8, 64, 132, 3) == 49);  // 392 blocks
-  CHECK(nn::paged_grouped_wave_splits(2, 32, 8, 64, 132, 3) == 24);
-  CHECK(nn::paged_grouped_wave_splits(8, 32, 8, 64, 132, 3) == 6);
-  CHECK(nn::paged_grouped_wave_splits(16, 32, 8, 64, 132, 3) == 3);  // 128 blocks a split: 2 x 128 <= 396
-  // Two resident (head_dim 128): a wave of 264.
-  CHECK(nn::paged_grouped_wave_splits(1, 32, 8, 128, 132, 2) == 33);
-  CHECK(nn::paged_grouped_wave_splits(16, 32, 8, 128, 132, 2) == 2);
-  // A split's blocks beyond half a wave, or no occupancy known: paged_grouped_splits.
-  CHECK(nn::paged_grouped_wave_splits(32, 32, 8, 64, 132, 3) == nn::paged_grouped_splits(32, 32, 8, 64, 132));
+TEST_CASE("paged_grouped_wave_splits fills one wave of resident blocks, 1 to 32 splits") {
+  // 132 SMs holding 4 blocks each (head_dim 64 on an H200): a wave of 528 blocks; 8 kv heads, one block each a split.
+  CHECK(nn::paged_grouped_wave_splits(1, 32, 8, 64, 132, 4) == 32);  // 66 would fill it: at most 32
+  CHECK(nn::paged_grouped_wave_splits(4, 32, 8, 64, 132, 4) == 16);
+  CHECK(nn::paged_grouped_wave_splits(8, 32, 8, 64, 132, 4) == 8);
+  CHECK(nn::paged_grouped_wave_splits(16, 32, 8, 64, 132, 4) == 4);
+  CHECK(nn::paged_grouped_wave_splits(32, 32, 8, 64, 132, 4) == 2);
+  CHECK(nn::paged_grouped_wave_splits(64, 32, 8, 64, 132, 4) == 1);   // 512 blocks
+  CHECK(nn::paged_grouped_wave_splits(256, 32, 8, 64, 132, 4) == 1);  // more than a wave: still 1
+  // Three resident (head_dim 128): a wave of 396.
+  CHECK(nn::paged_grouped_wave_splits(2, 32, 8, 128, 132, 3) == 24);
+  CHECK(nn::paged_grouped_wave_splits(8, 32, 8, 128, 132, 3) == 6);
+  // No occupancy known: paged_grouped_splits.
   CHECK(nn::paged_grouped_wave_splits(1, 32, 8, 64, 132, 0) == nn::paged_grouped_splits(1, 32, 8, 64, 132));
-  // Never more than paged_max_splits.
-  CHECK(nn::paged_grouped_wave_splits(1, 8, 1, 64, 132, 3) == nn::paged_max_splits);
+  CHECK(nn::paged_grouped_wave_splits(1, 8, 1, 64, 132, 4) == nn::paged_wave_max_splits);
   CHECK_THROWS_WITH_AS((void)nn::paged_grouped_wave_splits(1, 32, 8, 64, 132, -1), doctest::Contains("resident -1"),
                        UsageError);
   CHECK_THROWS_AS((void)nn::paged_grouped_wave_splits(0, 32, 8, 64, 132, 3), UsageError);

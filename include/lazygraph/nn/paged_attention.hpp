@@ -117,14 +117,17 @@ void check_paged_attend_grouped(const PagedAttentionShape& shape, DeviceSpan<con
 /// fewer than 64 positions). \throws UsageError for rows, heads, kv_heads or multiprocessors below 1, or heads not a
 /// multiple of kv_heads.
 [[nodiscard]] int paged_grouped_splits(int rows, int heads, int kv_heads, int head_dim, int multiprocessors);
-/// The splits of attend_grouped for a step of few rows, given `resident`, the kernel's blocks one SM holds at once
-/// (PagedAttention::grouped_resident): where a split's blocks (rows x kv_heads x the parts of a group) take at most
-/// half of resident x multiprocessors, the splits that fill that one wave, at most paged_max_splits; else, or with
-/// `resident` 0, paged_grouped_splits. On an H200 (3 resident blocks at head_dim 64, 2 at 128) one wave was the best
-/// of 12 split counts, or within 8 % of it, for 1 to 16 rows of the Llama-3.2-1B and 3.1-8B shapes at positions 4096
-/// to 131072, where paged_grouped_splits's 1.3 to 2 waves took up to 1.5x as long (bench_paged_attention --sweep).
-/// The decode step of up to kMaxRows rows uses it (BasicDecoderState::paged_splits). \throws UsageError as
-/// paged_grouped_splits, and for a negative resident.
+/// The most splits paged_grouped_wave_splits gives: 32. More made one row at position 32768 slower on an H200 (49 or
+/// 64 splits: 36.5-38.2 us against 33.7-34.2 at 32, bench_paged_attention --sweep).
+inline constexpr int paged_wave_max_splits = 32;
+/// The splits of attend_grouped for `rows` rows given `resident`, the kernel's blocks one SM holds at once
+/// (PagedAttention::grouped_resident): the splits whose blocks (rows x kv_heads x the parts of a group, each split)
+/// fill one wave of resident x multiprocessors, at least 1 and at most paged_wave_max_splits; with `resident` 0,
+/// paged_grouped_splits. On an H200 (4 resident blocks at head_dim 64, 3 at 128) it was the best of 9-13 split
+/// counts, or within 6 % of it, for 1 to 256 rows of the Llama-3.2-1B and 3.1-8B shapes at positions 512 to 131072
+/// (bench_paged_attention --sweep); paged_grouped_splits's eight blocks per SM took up to 1.6x as long at 16 to 128
+/// rows. The decode step (BasicDecoderState::paged_splits) and the wide step use it.
+/// \throws UsageError as paged_grouped_splits, and for a negative resident.
 [[nodiscard]] int paged_grouped_wave_splits(int rows, int heads, int kv_heads, int head_dim, int multiprocessors,
                                             int resident);
 /// Typed handles to the paged kernels over elements of T (kv_append_paged, rope_append_paged, attention_paged,
@@ -239,8 +242,8 @@ class PagedAttention {
   [[nodiscard]] LaunchConfig split_config(const PagedAttentionShape& shape, int splits) const;
   /// attend_grouped's launch: grid (kv_heads * ceil(group / h), rows, splits), h the kernel's heads a block (16 on
   /// tensor cores; 4 up to a group of 4, else 8 on CUDA cores), 128 threads, the kernel's shared memory (the warps'
-  /// results, which on tensor cores reuse the cache's stages: 54 KiB at head_dim 64 and 68 KiB at 128). `tensor_cores` false:
-  /// the CUDA-core kernel whatever head_dim (for benchmarks).
+  /// results, which on tensor cores reuse the cache's stages: 54 KiB at head_dim 64 and 68 KiB at 128). `tensor_cores`
+  /// false: the CUDA-core kernel whatever head_dim (for benchmarks).
   [[nodiscard]] LaunchConfig grouped_config(const PagedAttentionShape& shape, int splits,
                                             bool tensor_cores = true) const;
   /// The blocks of attend_grouped's kernel for `shape` (grouped_kernel, grouped_config) one multiprocessor holds at

@@ -10,7 +10,7 @@
 ///   cache <- k, v                                 and v into the pool through its own table
 ///   a = attention(q, cache)                       PagedAttention::attend_grouped: each key and value read once for
 ///                                                 the query heads that share it, each row's positions split
-///                                                 (paged_grouped_splits, or DecoderConfig::attention_blocks)
+///                                                 (paged_grouped_wave_splits, or DecoderConfig::attention_blocks)
 ///   x += a Wo^T                                   GEMM with the residual (cuBLASLt: C = D = x)
 ///   h = rmsnorm(x) * g_mlp; gate, up = GEMMs; gate = act(gate) * up; x += gate W2^T
 ///
