@@ -185,11 +185,12 @@ struct BasicKernels {
   Kernel<void(const T*, const T*, const T*, const T*, T*, T*, T*, const int*, const int*, int, int, int, int, int,
               const float*, float, int, int)>
       qk_norm_rope_append;
-  /// prefill_qk_norm_rope(qkv, bias, q_gain, k_gain, q, k, v, chunk, heads, kv_heads, head_dim, frequencies, eps,
-  /// whole, max_rows): qk_norm_rope_append for a prefill chunk's rows (kernels/nn/qk_norm.cu), into q, k and v;
-  /// launched as qk_norm_config for max_rows rows.
-  Kernel<void(const T*, const T*, const T*, const T*, T*, T*, T*, const int*, int, int, int, const float*, float, int,
-              int)>
+  /// prefill_qk_norm_rope(qkv, bias, q_gain, k_gain, q, k, v, chunk, positions, heads, kv_heads, head_dim,
+  /// frequencies, eps, whole, max_rows): qk_norm_rope_append for a prefill chunk's rows (kernels/nn/qk_norm.cu), into
+  /// q, k and v, at positions start + r (or positions[r] when `positions` is not null: a packed chunk); launched as
+  /// qk_norm_config for max_rows rows.
+  Kernel<void(const T*, const T*, const T*, const T*, T*, T*, T*, const int*, const int*, int, int, int, const float*,
+              float, int, int)>
       prefill_qk_norm_rope;
   /// rms_norm(x, g, out, d, eps): out = rmsnorm(x) * g per vector, one block each (kernels/nn/rms_norm.cu).
   Kernel<void(const T*, const T*, T*, int, float)> rms_norm;
@@ -273,10 +274,12 @@ struct BasicKernels {
   /// prefill_rms_norm(x, gain, out, chunk, d, eps, max_rows): RMSNorm of the chunk's rows (kernels/nn/prefill.cu; chunk
   /// as flash_attention's), 16-byte loads; out may be x.
   Kernel<void(const T*, const T*, T*, const int*, int, float, int)> prefill_rms_norm;
-  /// prefill_qkv_rope(qkv, bq, bk, bv, q, k, v, chunk, heads, kv_heads, head_dim, frequencies, max_rows): the stacked
-  /// q/k/v GEMM's rows split into q, k and v, with the biases (all three null for none) and RoPE at positions
-  /// start + r, for the rows the chunk holds (kernels/nn/prefill.cu).
-  Kernel<void(const T*, const T*, const T*, const T*, T*, T*, T*, const int*, int, int, int, const float*, int)>
+  /// prefill_qkv_rope(qkv, bq, bk, bv, q, k, v, chunk, positions, heads, kv_heads, head_dim, frequencies, max_rows):
+  /// the stacked q/k/v GEMM's rows split into q, k and v, with the biases (all three null for none) and RoPE at
+  /// positions start + r (or positions[r] when `positions` is not null: a packed chunk), for the rows the chunk holds
+  /// (kernels/nn/prefill.cu).
+  Kernel<void(const T*, const T*, const T*, const T*, T*, T*, T*, const int*, const int*, int, int, int, const float*,
+              int)>
       prefill_qkv_rope;
   /// prefill_silu_mul(gate, up, out, chunk, width, max_rows): out = silu(gate) * up over the chunk's rows of `width`
   /// elements (kernels/nn/prefill.cu); out may be gate.
