@@ -42,6 +42,18 @@
 //     [0, n_blocks) and distinct (a block the chunk writes is read at no other index); every block checks all of them
 //     but distinctness before anything is written, and traps on a bad one.
 //
+//   flash_attention_paged_varlen_dD(q, k, v, k_pool, v_pool, out, segments, tables, max_rows, max_segments, n_heads,
+//                                   n_kv_heads, max_ctx, block_size, n_blocks, table_width, scale, window):
+//                                   flash_attention_paged_varlen_d64 (tiles of 128 rows), _d128 (64) and the _bf16 twins.
+//     flash_attention_paged_dD over several sequences' chunks packed in q, k, v and out: `segments` in device memory is
+//     [count, start_0, rows_0, start_1, rows_1, ...] (1 <= count <= max_segments), segment i's rows following segment
+//     i - 1's from row 0, each attending and written as flash_attention_paged_dD's chunk of those rows at that start,
+//     through row i of `tables` ([max_segments][table_width]), with the same arithmetic. Launch: grid (n_heads, the
+//     tiles of max_rows rows plus max_segments - 1), each block taking the y-th tile of all segments' (the last
+//     first), the others returning; rows past the segments' are not touched. Every block checks every segment and
+//     every table entry a segment reads or writes before any block writes, and traps on a bad one (the segments'
+//     tables must not share a block a segment writes: the caller's duty, as KvBlockPool's copy-on-write ensures).
+//
 // The cache write. The chunk's keys and values are read from k and v, never from the cache, so no block reads a cache
 // entry that any block writes (paged: as long as the table's entries are distinct): the write needs no ordering
 // against the reads, hence no second launch and no grid-wide barrier. Block (tile t, head h) with
@@ -122,12 +134,13 @@ struct BlockCache {
 /// The kernels' one body, for a chunk of `rows` rows at `start` (read from device memory by the caller, after its
 /// wait), the cache's entries found through `cache` (SlotCache or BlockCache: only the addresses differ, never the
 /// arithmetic). `valid`: what the caller checked of its own arguments (the same in every block); false, or any of the
-/// shared conditions broken, traps before anything is written.
+/// shared conditions broken, traps before anything is written. The block takes query tile `tile` of the chunk's
+/// `tiles` (which must cover max_rows).
 template <class T, int D, int kM, class Cache>
 __device__ __forceinline__ void flash_attention_core(const T* q, const T* k, const T* v, T* k_cache, T* v_cache, T* out,
                                                      const Cache& cache, int start, int rows, bool valid, int max_rows,
-                                                     int n_heads, int n_kv_heads, int max_ctx, float scale,
-                                                     int window) {
+                                                     int n_heads, int n_kv_heads, int max_ctx, float scale, int window,
+                                                     int tile, int tiles) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   static_assert(D % 16 == 0 && D <= 256, "head_dim must be a multiple of 16");
   constexpr int kRows = kWarpsPerBlock * 16 * kM;  // query rows per block (kM mma row tiles per warp)
@@ -143,14 +156,13 @@ __device__ __forceinline__ void flash_attention_core(const T* q, const T* k, con
   // written.
   if (!valid || blockDim.x != kThreads || start < 0 || rows < 1 || rows > max_rows ||
       static_cast<long long>(start) + rows > max_ctx || n_kv_heads <= 0 || n_heads % n_kv_heads != 0 ||
-      static_cast<long long>(gridDim.y) * kRows < max_rows || !lg::is_aligned16(q) || !lg::is_aligned16(k) ||
+      static_cast<long long>(tiles) * kRows < max_rows || !lg::is_aligned16(q) || !lg::is_aligned16(k) ||
       !lg::is_aligned16(v) || !lg::is_aligned16(k_cache) || !lg::is_aligned16(v_cache) || !lg::is_aligned16(out)) {
     __trap();
   }
   const int head = blockIdx.x;
   if (head >= n_heads) return;
-  const int tile = gridDim.y - 1 - blockIdx.y;  // the longest tiles first (blocks start in x-then-y order)
-  const int row0 = tile * kRows;                // the tile's first chunk row
+  const int row0 = tile * kRows;  // the tile's first chunk row
   if (row0 >= rows) return;                     // a grid larger than the chunk
   const int group = n_heads / n_kv_heads;
   const int kv_head = head / group;
@@ -429,9 +441,10 @@ __device__ __forceinline__ void flash_attention_body(const T* q, const T* k, con
   lg::early_launch_prologue();  // may be launched early: everything it reads may be the previous kernel's output
   // The chunk, from device memory (after the wait: the work before may have written it).
   const int slot = chunk[2];
+  // The longest tiles first (blocks start in x-then-y order).
   flash_attention_core<T, D, kM>(q, k, v, k_cache, v_cache, out, SlotCache<D>{slot, n_kv_heads, max_ctx}, chunk[0],
                                  chunk[1], slot >= 0 && slot < n_slots, max_rows, n_heads, n_kv_heads, max_ctx, scale,
-                                 window);
+                                 window, static_cast<int>(gridDim.y - 1 - blockIdx.y), static_cast<int>(gridDim.y));
 }
 
 /// flash_attention_paged_dD: the pool through the chunk's block table.
@@ -457,7 +470,59 @@ __device__ __forceinline__ void flash_attention_paged_body(const T* q, const T* 
   }
   valid = __syncthreads_and(valid) != 0;
   flash_attention_core<T, D, kM>(q, k, v, k_pool, v_pool, out, BlockCache<D>{table, n_kv_heads, shift}, start, rows,
-                                 valid, max_rows, n_heads, n_kv_heads, max_ctx, scale, window);
+                                 valid, max_rows, n_heads, n_kv_heads, max_ctx, scale, window,
+                                 static_cast<int>(gridDim.y - 1 - blockIdx.y), static_cast<int>(gridDim.y));
+}
+
+/// flash_attention_paged_varlen_dD: several sequences' chunks packed in one, each through its own block table.
+template <class T, int D, int kM>
+__device__ __forceinline__ void flash_attention_paged_varlen_body(
+    const T* q, const T* k, const T* v, T* k_pool, T* v_pool, T* out, const int* segments, const int* tables,
+    int max_rows, int max_segments, int n_heads, int n_kv_heads, int max_ctx, int block_size, int n_blocks,
+    int table_width, float scale, int window) {
+  constexpr int kRows = kWarpsPerBlock * 16 * kM;
+  lg::early_launch_prologue();  // the segments and the tables too are read after the wait
+  const int count = segments[0];
+  const int shift = block_size == 32 ? 5 : 4;
+  // Every segment and every table entry it reads or writes, checked by every block before any block writes.
+  bool valid = (block_size == 16 || block_size == 32) && n_blocks > 0 && table_width > 0 &&
+               static_cast<long long>(max_ctx) <= (static_cast<long long>(table_width) << shift) && count >= 1 &&
+               count <= max_segments;
+  long long total = 0;
+  for (int i = 0; valid && i < count; ++i) {
+    const int start = segments[1 + 2 * i];
+    const int rows = segments[2 + 2 * i];
+    total += rows;
+    valid = start >= 0 && rows >= 1 && static_cast<long long>(start) + rows <= max_ctx && total <= max_rows;
+    if (valid) {
+      const int* table = tables + static_cast<long long>(i) * table_width;
+      const int last = (start + rows - 1) >> shift;
+      for (int e = threadIdx.x; e <= last; e += blockDim.x) {
+        if (table[e] < 0 || table[e] >= n_blocks) valid = false;
+      }
+    }
+    valid = __syncthreads_and(valid) != 0;
+  }
+  valid = __syncthreads_and(valid) != 0;
+  if (!valid) __trap();
+  // This block's query tile: the y-th of all segments' tiles, the longest (last) first.
+  int y = static_cast<int>(gridDim.y - 1 - blockIdx.y);
+  int row0 = 0;
+  for (int i = 0; i < count; ++i) {
+    const int start = segments[1 + 2 * i];
+    const int rows = segments[2 + 2 * i];
+    const int tiles = (rows + kRows - 1) / kRows;
+    if (y < tiles) {
+      const long long q_at = static_cast<long long>(row0) * n_heads * D;
+      const long long kv_at = static_cast<long long>(row0) * n_kv_heads * D;
+      flash_attention_core<T, D, kM>(q + q_at, k + kv_at, v + kv_at, k_pool, v_pool, out + q_at,
+                                     BlockCache<D>{tables + static_cast<long long>(i) * table_width, n_kv_heads, shift},
+                                     start, rows, true, rows, n_heads, n_kv_heads, max_ctx, scale, window, y, tiles);
+      return;
+    }
+    y -= tiles;
+    row0 += rows;
+  }
 }
 
 }  // namespace
@@ -481,6 +546,10 @@ flash_attention_paged[D][T] __launch_bounds__(128) =
     flash_attention_paged_body<T, D, warp_tiles(D)>(const T* q, const T* k, const T* v, T* k_pool, T* v_pool,
         T* out, const int* chunk, const int* table, int max_rows, int n_heads, int n_kv_heads, int max_ctx,
         int block_size, int n_blocks, int table_width, float scale, int window)
+flash_attention_paged_varlen[D][T] __launch_bounds__(128) =
+    flash_attention_paged_varlen_body<T, D, warp_tiles(D)>(const T* q, const T* k, const T* v, T* k_pool, T* v_pool,
+        T* out, const int* segments, const int* tables, int max_rows, int max_segments, int n_heads, int n_kv_heads,
+        int max_ctx, int block_size, int n_blocks, int table_width, float scale, int window)
 flash_attention_paged_rows64[D: 64][T] __launch_bounds__(128) =
     flash_attention_paged_body<T, D, 1>(const T* q, const T* k, const T* v, T* k_pool, T* v_pool, T* out,
         const int* chunk, const int* table, int max_rows, int n_heads, int n_kv_heads, int max_ctx, int block_size,

@@ -12,10 +12,11 @@
 //     blocks over the rows (block b takes rows b, b + gridDim.x, ...), e.g. max_rows blocks of 256 threads; the block
 //     a multiple of 32 threads.
 //
-//   prefill_qkv_rope(qkv, bq, bk, bv, q, k, v, chunk, n_heads, n_kv_heads, head_dim, frequencies, max_rows)
+//   prefill_qkv_rope(qkv, bq, bk, bv, q, k, v, chunk, positions, n_heads, n_kv_heads, head_dim, frequencies, max_rows)
 //     qkv [max_rows][q_dim + 2 kv_dim] as the stacked q/k/v GEMM wrote it (no bias; q_dim = n_heads * head_dim,
 //     kv_dim = n_kv_heads * head_dim); q [max_rows][q_dim], k and v [max_rows][kv_dim] receive its three parts. For row
-//     r < rows at position p = start + r: the biases are added (bq [q_dim], bk and bv [kv_dim]; all three null for
+//     r < rows at position p = start + r (or positions[r] where `positions` is not null: rows of several sequences
+//     packed in one chunk, nn::PackedPrefillIo): the biases are added (bq [q_dim], bk and bv [kv_dim]; all three null for
 //     none), then each pair (2i, 2i+1) of every q and k head is rotated by angle = p * frequencies[i]
 //     (kernels/nn/rope.cu's rule and table: x0' = x0 cos - x1 sin, x1' = x0 sin + x1 cos), in fp32, rounded once; v is
 //     copied (plus its bias). head_dim a multiple of 8 and every buffer 16-byte aligned (traps otherwise): each thread
@@ -82,8 +83,9 @@ __device__ __forceinline__ void prefill_rms_norm_body(const T* x, const T* gain,
 
 template <class T>
 __device__ __forceinline__ void prefill_qkv_rope_body(const T* qkv, const T* bq, const T* bk, const T* bv, T* q, T* k,
-                                                      T* v, const int* chunk, int n_heads, int n_kv_heads, int head_dim,
-                                                      const float* frequencies, int max_rows) {
+                                                      T* v, const int* chunk, const int* positions, int n_heads,
+                                                      int n_kv_heads, int head_dim, const float* frequencies,
+                                                      int max_rows) {
   lg::early_launch_prologue();
   if (head_dim % 8 != 0 || !lg::is_aligned16(qkv) || !lg::is_aligned16(q) || !lg::is_aligned16(k) ||
       !lg::is_aligned16(v) || (bq != nullptr && !lg::is_aligned16(bq)) || (bk != nullptr && !lg::is_aligned16(bk)) ||
@@ -124,7 +126,7 @@ __device__ __forceinline__ void prefill_qkv_rope_body(const T* qkv, const T* bq,
       for (int j = 0; j < 8; ++j) a[j] += b[j];
     }
     if (rotate) {
-      const float position = static_cast<float>(start + r);
+      const float position = static_cast<float>(positions != nullptr ? positions[r] : start + r);
       const int pair0 = (col % head_dim) / 2;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
@@ -210,7 +212,7 @@ axis T = lg::half_t | lg::bf16_t _bf16
 prefill_rms_norm[T] = prefill_rms_norm_body<T>(const T* x, const T* gain, T* out, const int* chunk, int d, float eps,
     int max_rows)
 prefill_qkv_rope[T] = prefill_qkv_rope_body<T>(const T* qkv, const T* bq, const T* bk, const T* bv, T* q, T* k, T* v,
-    const int* chunk, int n_heads, int n_kv_heads, int head_dim, const float* frequencies, int max_rows)
+    const int* chunk, const int* positions, int n_heads, int n_kv_heads, int head_dim, const float* frequencies, int max_rows)
 prefill_silu_mul[T] = prefill_silu_mul_body<false, T>(const T* gate, const T* up, T* out, const int* chunk,
     int width, int max_rows)
 prefill_gelu_mul[T] = prefill_silu_mul_body<true, T>(const T* gate, const T* up, T* out, const int* chunk,

@@ -18,9 +18,10 @@
 //     the decode step's: qkv [batch][q_dim + 2 kv_dim] (what norm_project of the stacked weight wrote), q out
 //     [batch][q_dim], k and v appended to the caches [n_slots][n_kv_heads][max_ctx][head_dim] at (slots[r],
 //     positions[r]), as kernels/nn/attention.cu's kv_append lays them out.
-//   prefill_qk_norm_rope(qkv, bias, q_gain, k_gain, q, k, v, chunk, n_heads, n_kv_heads, head_dim, frequencies, eps,
-//                        whole, max_rows)
-//     a prefill chunk's (kernels/nn/prefill.cu's chunk = [start, rows, slot]): row r < rows at position start + r into
+//   prefill_qk_norm_rope(qkv, bias, q_gain, k_gain, q, k, v, chunk, positions, n_heads, n_kv_heads, head_dim,
+//                        frequencies, eps, whole, max_rows)
+//     a prefill chunk's (kernels/nn/prefill.cu's chunk = [start, rows, slot]): row r < rows at position start + r (or
+//     positions[r] where `positions` is not null: several sequences' rows packed in one chunk) into
 //     q [max_rows][q_dim], k and v [max_rows][kv_dim]; flash attention appends k and v to the cache.
 //
 // Launch: grid (n_heads + 2 n_kv_heads, batch or max_rows), one block of 32 * ceil(head_dim / 64) threads per (head,
@@ -128,7 +129,7 @@ __device__ __forceinline__ void qk_norm_rope_append_body(const T* qkv, const T* 
 template <class T>
 __device__ __forceinline__ void prefill_qk_norm_rope_body(const T* qkv, const T* bias, const T* q_gain,
                                                           const T* k_gain, T* q, T* k, T* v, const int* chunk,
-                                                          int n_heads, int n_kv_heads, int head_dim,
+                                                          const int* positions, int n_heads, int n_kv_heads, int head_dim,
                                                           const float* frequencies, float eps, int whole,
                                                           int max_rows) {
   lg::early_launch_prologue();
@@ -139,7 +140,7 @@ __device__ __forceinline__ void prefill_qk_norm_rope_body(const T* qkv, const T*
   const int kv_dim = n_kv_heads * head_dim;
   const T* row = qkv + static_cast<long long>(r) * (q_dim + 2 * kv_dim);
   qk_norm_rope_head(row, bias, q_gain, k_gain, n_heads, n_kv_heads, head_dim, frequencies, eps, whole,
-                    static_cast<float>(chunk[0] + r), [&](int part, int head) -> T* {
+                    static_cast<float>(positions != nullptr ? positions[r] : chunk[0] + r), [&](int part, int head) -> T* {
                       if (part == 0) return q + static_cast<long long>(r) * q_dim + head * head_dim;
                       return (part == 1 ? k : v) + static_cast<long long>(r) * kv_dim + head * head_dim;
                     });
@@ -154,6 +155,6 @@ qk_norm_rope_append[T] = qk_norm_rope_append_body<T>(const T* qkv, const T* bias
     T* q, T* k_cache, T* v_cache, const int* positions, const int* slots, int n_heads, int n_kv_heads, int head_dim,
     int max_ctx, int n_slots, const float* frequencies, float eps, int whole, int batch)
 prefill_qk_norm_rope[T] = prefill_qk_norm_rope_body<T>(const T* qkv, const T* bias, const T* q_gain,
-    const T* k_gain, T* q, T* k, T* v, const int* chunk, int n_heads, int n_kv_heads, int head_dim,
-    const float* frequencies, float eps, int whole, int max_rows)
+    const T* k_gain, T* q, T* k, T* v, const int* chunk, const int* positions, int n_heads, int n_kv_heads,
+    int head_dim, const float* frequencies, float eps, int whole, int max_rows)
 */

@@ -16,10 +16,10 @@ const DecoderConfig& validated(const DecoderConfig& c) {
   return c;
 }
 
-/// Ints of a decoder's input staging: the step's io, then a prefill chunk's of the largest bucket.
+/// Ints of a decoder's input staging: the step's io, then a prefill chunk's (packed or not) of the largest bucket.
 std::size_t staging_input_size(const DecoderConfig& c) {
   const std::vector<int> buckets = prefill_buckets(c);
-  return DecoderIo::prefill + (buckets.empty() ? 0 : PrefillIo::input_size(buckets.back()));
+  return DecoderIo::prefill + (buckets.empty() ? 0 : PackedPrefillIo::input_size(buckets.back()));
 }
 
 /// Ints of the input staging with a paged cache's tables after it ([kMaxRows][kv_table_width]).
@@ -440,6 +440,40 @@ int BasicDecoder<T>::prefill(std::span<const int> prompt, int start, std::span<c
   check_paged_prompt(config_, prompt, start, table, slot);
   const std::lock_guard<std::mutex> lock(*mutex_);
   return prefill_chunks(prompt, start, slot, table);
+}
+
+template <Element T>
+int BasicDecoder<T>::packed_prefill_rows() const {
+  if (!config_.paged() || backend_->rank() != nullptr) return 0;
+  if (!prefill_on_tensor_cores(config_, stream_.device().compute_capability())) return 0;
+  return prefill_buckets(config_).back();
+}
+
+template <Element T>
+std::vector<int> BasicDecoder<T>::prefill_packed(std::span<const PromptPart> parts) {
+  const int most = packed_prefill_rows();
+  if (most == 0) {
+    std::string why = prefill_fallback_reason();
+    if (!config_.paged()) why = "the KV cache is not paged (DecoderConfig::kv_block_size)";
+    if (backend_->rank() != nullptr) why = "a tensor-parallel rank prefills one sequence at a time";
+    throw UsageError("Decoder::prefill_packed: no packed chunks here: " + why);
+  }
+  check_packed_prompts(config_, parts, most);
+  const std::lock_guard<std::mutex> lock(*mutex_);
+  if (!prefill_) prefill_ = std::make_unique<BasicPrefill<T>>(stream_, shard_, dequantized_elements(weights_));
+  const BasicPrefillContext<T> ctx{shard_,  kernels_,  weights_,  state_,
+                                   stream_, io_,       sampling_, quantized_kernels_ ? &*quantized_kernels_ : nullptr,
+                                   nullptr, tables_at_};
+  std::vector<typename BasicPrefill<T>::PackedPart> packed;
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    set_table(static_cast<int>(i), parts[i].table);  // the packed graph copies rows 0 .. kMaxRows - 1 in
+    packed.push_back({.tokens = parts[i].tokens, .start = parts[i].start, .slot = parts[i].slot});
+  }
+  std::vector<int> next = prefill_->run_packed(ctx, packed);
+  logits_first_ = 0;  // the head wrote part i's logits to row i
+  last_rows_ = static_cast<int>(parts.size());
+  wide_last_ = false;
+  return next;
 }
 
 template <Element T>

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "lazygraph/driver/error.hpp"
@@ -225,6 +226,54 @@ void check_paged_prompt(const DecoderConfig& c, std::span<const int> prompt, int
                        std::to_string(first) + " and " + std::to_string(i) + " (a sequence's blocks are distinct)");
     }
     first = static_cast<int>(i);
+  }
+}
+
+void check_packed_prompts(const DecoderConfig& c, std::span<const PromptPart> parts, int max_rows) {
+  const std::string what = "Decoder::prefill_packed";
+  if (!c.paged()) throw UsageError(what + ": packed prompts are for a paged cache (DecoderConfig::kv_block_size)");
+  if (parts.empty() || parts.size() > static_cast<std::size_t>(kMaxRows)) {
+    throw UsageError(what + ": " + std::to_string(parts.size()) + " parts; give 1 to " + std::to_string(kMaxRows));
+  }
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    const PromptPart& p = parts[i];
+    try {
+      check_paged_prompt(c, p.tokens, p.start, p.table, p.slot);
+    } catch (const UsageError& e) {
+      std::string why = e.what();
+      const std::string prefix = "Decoder::prefill: ";
+      if (why.starts_with(prefix)) why.erase(0, prefix.size());
+      throw UsageError(what + ": part " + std::to_string(i) + ": " + why);
+    }
+    total += p.tokens.size();
+  }
+  if (total > static_cast<std::size_t>(std::max(max_rows, 0))) {
+    throw UsageError(what + ": the parts hold " + std::to_string(total) + " tokens; one packed chunk holds " +
+                     std::to_string(max_rows));
+  }
+  const auto last = [&](const PromptPart& p) {
+    return static_cast<std::size_t>((p.start + static_cast<int>(p.tokens.size()) - 1) / c.kv_block_size);
+  };
+  // The blocks each part writes (its positions'), then every other part's entries up to its last looked up among them.
+  std::vector<std::pair<int, std::size_t>> written;  // (block, part)
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    for (std::size_t e = static_cast<std::size_t>(parts[i].start / c.kv_block_size); e <= last(parts[i]); ++e) {
+      written.emplace_back(parts[i].table[e], i);
+    }
+  }
+  std::sort(written.begin(), written.end());
+  for (std::size_t o = 0; o < parts.size(); ++o) {
+    for (std::size_t e = 0; e <= last(parts[o]); ++e) {
+      const int block = parts[o].table[e];
+      for (auto w = std::lower_bound(written.begin(), written.end(), std::pair<int, std::size_t>{block, 0});
+           w != written.end() && w->first == block; ++w) {
+        if (w->second == o) continue;
+        throw UsageError(what + ": part " + std::to_string(w->second) + " writes block " + std::to_string(block) +
+                         ", which part " + std::to_string(o) + "'s table holds at entry " + std::to_string(e) +
+                         " (a block a part writes is its own)");
+      }
+    }
   }
 }
 

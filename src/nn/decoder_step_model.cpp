@@ -95,12 +95,42 @@ void BasicDecoderStepModel<T>::step_paged(std::span<const StepRow> rows, std::sp
   std::vector<std::vector<int>> tables;
   tables.reserve(rows.size());
   for (std::size_t r = 0; r < rows.size(); ++r) tables.push_back(table_of(rows[r], r));
-  // Prompts (and sequences recomputed after a preemption) first, each through prefill with its blocks.
+  // Prompts (and sequences recomputed after a preemption) first: packed several to a chunk where the decoder takes
+  // packed chunks (up to kMaxRows parts and packed_prefill_rows() tokens each, in row order), else (and a prompt longer
+  // than a chunk) each through prefill with its blocks.
+  const int most = decoder_->packed_prefill_rows();
   std::vector<std::size_t> single;
+  std::vector<std::size_t> pack;  // the rows of the chunk being filled
+  std::size_t packed_tokens = 0;
+  const auto flush = [&] {
+    if (pack.empty()) return;
+    std::vector<PromptPart> parts;
+    for (const std::size_t r : pack) {
+      parts.push_back({.tokens = rows[r].tokens, .start = rows[r].position, .table = tables[r], .slot = rows[r].slot});
+    }
+    const std::vector<int> out = decoder_->prefill_packed(parts);
+    for (std::size_t i = 0; i < pack.size(); ++i) {
+      const StepRow& row = rows[pack[i]];
+      next[pack[i]] = row.sampling.temperature > 0.0F ? sampled(static_cast<int>(i), row.sampling,
+                                                                row.position + static_cast<int>(row.tokens.size()) - 1)
+                                                      : out[i];
+    }
+    pack.clear();
+    packed_tokens = 0;
+  };
   for (std::size_t r = 0; r < rows.size(); ++r) {
     const StepRow& row = rows[r];
     if (row.tokens.size() == 1) {
       single.push_back(r);
+      continue;
+    }
+    if (row.tokens.size() <= static_cast<std::size_t>(most)) {
+      if (pack.size() == static_cast<std::size_t>(kMaxRows) ||
+          packed_tokens + row.tokens.size() > static_cast<std::size_t>(most)) {
+        flush();
+      }
+      pack.push_back(r);
+      packed_tokens += row.tokens.size();
       continue;
     }
     next[r] = decoder_->prefill(row.tokens, row.position, tables[r], row.slot);
@@ -108,6 +138,7 @@ void BasicDecoderStepModel<T>::step_paged(std::span<const StepRow> rows, std::sp
       next[r] = sampled(0, row.sampling, row.position + static_cast<int>(row.tokens.size()) - 1);
     }
   }
+  flush();
   if (single.empty()) return;
   // The rows of one token, in one batch step of exactly those rows.
   std::vector<TokenAt> steps;

@@ -91,6 +91,10 @@ BasicKernels<T>::BasicKernels(const KernelLibrary& library, KernelOptions option
           lookup<decltype(flash_attention_paged_d128)>(library, named<T>("flash_attention_paged_d128"))),
       flash_attention_paged_rows64_d64(
           lookup<decltype(flash_attention_paged_rows64_d64)>(library, named<T>("flash_attention_paged_rows64_d64"))),
+      flash_attention_paged_varlen_d64(
+          lookup<decltype(flash_attention_paged_varlen_d64)>(library, named<T>("flash_attention_paged_varlen_d64"))),
+      flash_attention_paged_varlen_d128(
+          lookup<decltype(flash_attention_paged_varlen_d128)>(library, named<T>("flash_attention_paged_varlen_d128"))),
       prefill_rms_norm(lookup<decltype(prefill_rms_norm)>(library, named<T>("prefill_rms_norm"))),
       prefill_qkv_rope(lookup<decltype(prefill_qkv_rope)>(library, named<T>("prefill_qkv_rope"))),
       prefill_silu_mul(lookup<decltype(prefill_silu_mul)>(library, named<T>("prefill_silu_mul"))),

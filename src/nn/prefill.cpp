@@ -78,7 +78,7 @@ template <Element T>
 BasicPrefillBuffers<T>::BasicPrefillBuffers(const Stream& stream, const DecoderConfig& c, int max_rows,
                                             std::size_t weight_elements)
     : rows(max_rows),
-      io(stream.device(), PrefillIo::input_size(max_rows)),
+      io(stream.device(), PackedPrefillIo::input_size(max_rows)),
       x(stream.device(), elements(max_rows, c.d)),
       h(stream.device(), elements(max_rows, c.d)),
       qkv(stream.device(), elements(max_rows, c.q_dim() + 2 * c.kv_dim())),
@@ -93,7 +93,7 @@ BasicPrefillBuffers<T>::BasicPrefillBuffers(const Stream& stream, const DecoderC
 
 template <Element T>
 std::size_t BasicPrefillBuffers<T>::bytes(const DecoderConfig& c, int rows) {
-  return PrefillIo::input_size(rows) * sizeof(int) +
+  return PackedPrefillIo::input_size(rows) * sizeof(int) +
          elements(rows, 2 * c.d + 2 * c.q_dim() + 4 * c.kv_dim() + 2 * c.ffn) * sizeof(T);
 }
 
@@ -202,7 +202,7 @@ template <Element T>
 BasicPrefill<T>::BasicPrefill(const Stream& stream, const DecoderConfig& config, std::size_t weight_elements)
     : buckets_(prefill_buckets(config)),
       buffers_(stream, config, largest_bucket(config), weight_elements),
-      graphs_(std::max<std::size_t>(buckets_.size(), 1)) {}
+      graphs_(std::max<std::size_t>(2 * buckets_.size(), 1)) {}  // each bucket's graph and its packed one
 
 template <Element T>
 std::size_t BasicPrefill<T>::device_bytes() const noexcept {
@@ -217,20 +217,36 @@ std::size_t BasicPrefill<T>::device_bytes() const noexcept {
 }
 
 template <Element T>
-CudaGraph<>& BasicPrefill<T>::chunk_graph(const BasicPrefillContext<T>& ctx, int bucket) {
-  return graphs_.get(bucket, [&](int rows) {
-    // The plans first, outside the capture (planning may load cuBLASLt, ask its heuristic and allocate); kept when the
-    // capture fails, for the next try.
-    auto found = std::find_if(plans_.begin(), plans_.end(), [&](const auto& p) { return p.first == rows; });
-    if (found == plans_.end()) {
-      if (plans_.empty()) {
-        workspace_ = BasicPrefillPlans<T>::shared_workspace(ctx.stream.device(), ctx.config, buckets_, false);
-      }
-      plans_.emplace_back(
-          rows, std::make_unique<BasicPrefillPlans<T>>(ctx.stream.device(), ctx.config, rows, false, workspace_));
-      found = std::prev(plans_.end());
+std::vector<int> BasicPrefill<T>::captured_buckets() const {
+  std::vector<int> out;
+  for (const int key : graphs_.keys()) {
+    const int bucket = key < 0 ? -key : key;
+    if (std::find(out.begin(), out.end(), bucket) == out.end()) out.push_back(bucket);
+  }
+  return out;
+}
+
+template <Element T>
+const BasicPrefillPlans<T>& BasicPrefill<T>::bucket_plans(const BasicPrefillContext<T>& ctx, int bucket) {
+  // Made outside any capture (planning may load cuBLASLt, ask its heuristic and allocate); kept when a capture fails,
+  // for the next try.
+  auto found = std::find_if(plans_.begin(), plans_.end(), [&](const auto& p) { return p.first == bucket; });
+  if (found == plans_.end()) {
+    if (plans_.empty()) {
+      workspace_ = BasicPrefillPlans<T>::shared_workspace(ctx.stream.device(), ctx.config, buckets_, false);
     }
-    const BasicPrefillPlans<T>& plans = *found->second;
+    plans_.emplace_back(
+        bucket, std::make_unique<BasicPrefillPlans<T>>(ctx.stream.device(), ctx.config, bucket, false, workspace_));
+    found = std::prev(plans_.end());
+  }
+  return *found->second;
+}
+
+template <Element T>
+CudaGraph<>& BasicPrefill<T>::chunk_graph(const BasicPrefillContext<T>& ctx, int bucket, bool packed) {
+  return graphs_.get(packed ? -bucket : bucket, [&](int) {
+    const int rows = bucket;
+    const BasicPrefillPlans<T>& plans = bucket_plans(ctx, rows);
     const DecoderConfig& c = ctx.config;
     const BasicKernels<T>& k = ctx.kernels;
     BasicPrefillBuffers<T>& b = buffers_;
@@ -239,16 +255,25 @@ CudaGraph<>& BasicPrefill<T>::chunk_graph(const BasicPrefillContext<T>& ctx, int
         (c.paged() ? static_cast<std::size_t>(c.kv_blocks) * static_cast<std::size_t>(c.kv_block_size)
                    : static_cast<std::size_t>(c.max_batch) * static_cast<std::size_t>(c.context)) *
         static_cast<std::size_t>(c.kv_dim());
-    // A paged cache's table of the chunk's sequence: row 0 of the state's tables, copied in with the chunk.
-    const DeviceSpan<int> table = c.paged()
-                                      ? ctx.state.tables.view().subspan(0, static_cast<std::size_t>(c.kv_table_width()))
-                                      : DeviceSpan<int>{};
+    // A paged cache's tables, copied in with the chunk: the chunk's sequence's at row 0 of the state's tables, or a
+    // packed chunk's parts' at rows 0 .. kMaxRows - 1.
+    const auto width = static_cast<std::size_t>(c.kv_table_width());
+    const DeviceSpan<int> table =
+        c.paged() ? ctx.state.tables.view().subspan(0, packed ? kMaxRows * width : width) : DeviceSpan<int>{};
     const Communicator* comm = ctx.rank != nullptr ? &ctx.rank->comm : nullptr;
+    const auto count = static_cast<std::size_t>(rows);
+    const DeviceSpan<int> io =
+        b.io.view().subspan(0, packed ? PackedPrefillIo::input_size(rows) : PrefillIo::input_size(rows));
+    const PackedPrefillSpans parts =
+        packed ? PackedPrefillSpans{.positions = io.as_const().subspan(PackedPrefillIo::positions(rows), count),
+                                    .segments = io.as_const().subspan(PackedPrefillIo::segments,
+                                                                      PrefillSegmentsLayout::size(kMaxRows)),
+                                    .tables = table.as_const()}
+               : PackedPrefillSpans{};
     return capture_checked(ctx, "a prefill graph of " + std::to_string(rows) + " rows", [&] {
       return CudaGraph<>::scope(ctx.stream, [&](Scope& s) {
-        const auto count = static_cast<std::size_t>(rows);
-        const DeviceSpan<int> io = b.io.view().subspan(0, PrefillIo::input_size(rows));
-        const DeviceSpan<const int> tokens = io.as_const().subspan(PrefillIo::tokens, count);
+        const DeviceSpan<const int> tokens =
+            io.as_const().subspan(packed ? PackedPrefillIo::tokens : PrefillIo::tokens, count);
         const DeviceSpan<T> x = b.x.view().subspan(0, count * static_cast<std::size_t>(c.d));
         const LaunchConfig per_element = k.step_config(grid_for(x.size(), 256));
         s.record(ctx.io.copy_in(io, DecoderIo::prefill));
@@ -271,13 +296,13 @@ CudaGraph<>& BasicPrefill<T>::chunk_graph(const BasicPrefillContext<T>& ctx, int
         for (int l = 0; l < c.layers; ++l) {
           const auto layer = static_cast<std::size_t>(l);
           const std::size_t offset = layer * cache_size;
-          s.record(
-              named("layer " + std::to_string(l),
-                    prefill_layer(
-                        Projector<T>{k, ctx.quantized}, plans, ctx.weights.attention[layer], ctx.weights.mlp[layer], b,
-                        c.local_rope(l) ? ctx.state.local_rope_frequencies.cview() : ctx.state.rope_frequencies.cview(),
-                        ctx.state.k_cache.view().subspan(offset, cache_size),
-                        ctx.state.v_cache.view().subspan(offset, cache_size), c, rows, comm, l, table.as_const())));
+          s.record(named(
+              "layer " + std::to_string(l),
+              prefill_layer(
+                  Projector<T>{k, ctx.quantized}, plans, ctx.weights.attention[layer], ctx.weights.mlp[layer], b,
+                  c.local_rope(l) ? ctx.state.local_rope_frequencies.cview() : ctx.state.rope_frequencies.cview(),
+                  ctx.state.k_cache.view().subspan(offset, cache_size),
+                  ctx.state.v_cache.view().subspan(offset, cache_size), c, rows, comm, l, table.as_const(), parts)));
         }
       });
     });
@@ -365,6 +390,92 @@ int BasicPrefill<T>::run(const BasicPrefillContext<T>& ctx, std::span<const int>
   graph.launch_on(head->stream());  // the head follows on the same stream: one wait for both
   HostIo<int, int>::run(*head);
   return ctx.io.output()[DecoderIo::next];
+}
+
+template <Element T>
+CudaGraph<>& BasicPrefill<T>::packed_head_graph(const BasicPrefillContext<T>& ctx, int parts) {
+  std::optional<CudaGraph<>>& graph = packed_heads_.at(static_cast<std::size_t>(parts - 1));
+  if (!graph) {
+    const DecoderConfig& c = ctx.config;
+    const BasicKernels<T>& k = ctx.kernels;
+    BasicDecoderState<T>& st = ctx.state;
+    const DeviceSpan<const int> io = buffers_.io.cview();
+    const auto n = static_cast<std::size_t>(parts);
+    const DeviceSpan<T> x = st.x.view().subspan(0, n * static_cast<std::size_t>(c.d));
+    // Each part's last row of the chunk to row i of the step's x: the embedding kernel's gather, with the chunk's rows
+    // as its table.
+    auto lasts = k.embedding(k.step_config(grid_for(x.size(), 256)), buffers_.x.cview(),
+                             io.subspan(PackedPrefillIo::lasts, n), x, c.d, parts);
+    auto head = lm_head_logits(Projector<T>{k, ctx.quantized}, ctx.weights, x.as_const(), st.logits.view(), c.vocab,
+                               c.d, c.eps, parts, c.logit_softcap);
+    auto sample = k.sample(k.step_config({{static_cast<unsigned>(parts), 1, 1}, {1024, 1, 1}, 0}), st.logits.cview(),
+                           st.next.view(), io.subspan(PackedPrefillIo::last_positions, n),
+                           io.subspan(PackedPrefillIo::slots, n), c.vocab, ctx.sampling.top_k, ctx.sampling.temperature,
+                           static_cast<unsigned>(ctx.sampling.seed), ctx.sampling.top_p);
+    graph.emplace(
+        CudaGraph<>::capture(ctx.stream, named("lm head", std::move(lasts) >> std::move(head) >> std::move(sample)) >>
+                                             ctx.io.copy_out(st.next.cview().subspan(0, n), DecoderIo::next)));
+  }
+  return *graph;
+}
+
+template <Element T>
+std::vector<int> BasicPrefill<T>::run_packed(const BasicPrefillContext<T>& ctx, std::span<const PackedPart> parts) {
+  const DecoderConfig& c = ctx.config;
+  if (!c.paged())
+    throw UsageError("prefill_packed: packed chunks are for a paged cache (DecoderConfig::kv_block_size)");
+  if (ctx.rank != nullptr) throw UsageError("prefill_packed: a tensor-parallel rank prefills one sequence at a time");
+  if (parts.empty() || parts.size() > static_cast<std::size_t>(kMaxRows)) {
+    throw UsageError("prefill_packed: " + std::to_string(parts.size()) + " parts; give 1 to " +
+                     std::to_string(kMaxRows));
+  }
+  std::size_t total = 0;
+  std::vector<PrefillChunk> segments;
+  for (const PackedPart& p : parts) {
+    total += p.tokens.size();
+    segments.push_back({.start = p.start, .rows = static_cast<int>(p.tokens.size()), .slot = p.slot});
+  }
+  if (total > static_cast<std::size_t>(max_rows())) {
+    throw UsageError("prefill_packed: the parts hold " + std::to_string(total) + " tokens; a packed chunk holds " +
+                     std::to_string(max_rows()) + " (the largest prefill bucket)");
+  }
+  const int rows = static_cast<int>(total);
+  const int bucket = static_cast<int>(
+      bucket_for(static_cast<std::size_t>(rows), std::vector<std::size_t>(buckets_.begin(), buckets_.end())));
+  check_prefill_segments({.rows = bucket,
+                          .heads = c.heads,
+                          .kv_heads = c.kv_head_count(),
+                          .head_dim = c.head_dim(),
+                          .context = c.context,
+                          .slots = c.max_batch},
+                         segments, kMaxRows);
+  // Graphs first (capturing runs nothing), then the staging: a failed capture leaves nothing half written.
+  CudaGraph<>& graph = chunk_graph(ctx, bucket, true);
+  CudaGraph<>& head = packed_head_graph(ctx, static_cast<int>(parts.size()));
+
+  const std::span<int> in = ctx.io.input().subspan(DecoderIo::prefill, PackedPrefillIo::input_size(bucket));
+  std::fill(in.begin(), in.end(), 0);  // padding rows: token 0 at position 0; unused parts' fields 0
+  in[PrefillIo::rows] = rows;
+  in[PackedPrefillIo::segments + PrefillSegmentsLayout::count] = static_cast<int>(parts.size());
+  const std::span<int> tokens = in.subspan(PackedPrefillIo::tokens, static_cast<std::size_t>(bucket));
+  const std::span<int> positions = in.subspan(PackedPrefillIo::positions(bucket), static_cast<std::size_t>(bucket));
+  std::size_t row = 0;
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    const PackedPart& p = parts[i];
+    const int n = static_cast<int>(p.tokens.size());
+    in[PackedPrefillIo::segments + PrefillSegmentsLayout::start(static_cast<int>(i))] = p.start;
+    in[PackedPrefillIo::segments + PrefillSegmentsLayout::rows(static_cast<int>(i))] = n;
+    std::copy(p.tokens.begin(), p.tokens.end(), tokens.begin() + static_cast<std::ptrdiff_t>(row));
+    for (int j = 0; j < n; ++j) positions[row + static_cast<std::size_t>(j)] = p.start + j;
+    row += static_cast<std::size_t>(n);
+    in[PackedPrefillIo::lasts + i] = static_cast<int>(row) - 1;
+    in[PackedPrefillIo::last_positions + i] = p.start + n - 1;
+    in[PackedPrefillIo::slots + i] = p.slot;
+  }
+  graph.launch_on(head.stream());  // the head follows on the same stream: one wait for both
+  HostIo<int, int>::run(head);
+  const std::span<const int> next = ctx.io.output().subspan(DecoderIo::next, parts.size());
+  return {next.begin(), next.end()};
 }
 
 template struct BasicPrefillBuffers<half>;

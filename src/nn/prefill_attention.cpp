@@ -1,6 +1,7 @@
 #include "lazygraph/nn/prefill_attention.hpp"
 
 #include <cmath>
+#include <span>
 #include <string>
 
 namespace lazygraph::nn {
@@ -77,10 +78,11 @@ void check_prefill_chunk(const PrefillAttentionShape& shape, const PrefillChunk&
 
 namespace {
 
-/// The checks both launches share, the caches being of `cache_size` elements (`cache_layout` says how many).
+/// The checks every launch shares, the caches being of `cache_size` elements (`cache_layout` says how many); `chunk`:
+/// whether the launch reads spans.chunk (else it must be empty).
 template <Element T>
 void check_spans(const PrefillAttentionSpans<T>& spans, const PrefillAttentionShape& shape, long long cache_size,
-                 const char* cache_layout) {
+                 const char* cache_layout, bool chunk_read = true) {
   const long long rows = shape.rows;
   const long long q_size = rows * shape.heads * shape.head_dim;
   const long long kv_size = rows * shape.kv_heads * shape.head_dim;
@@ -90,7 +92,12 @@ void check_spans(const PrefillAttentionSpans<T>& spans, const PrefillAttentionSh
   check_span("k_cache", spans.k_cache, cache_size, cache_layout);
   check_span("v_cache", spans.v_cache, cache_size, cache_layout);
   check_span("out", spans.out, q_size, "rows x heads x head_dim");
-  check_span("chunk", spans.chunk, static_cast<long long>(PrefillChunkLayout::size), "[start, rows, slot]", false);
+  if (chunk_read) {
+    check_span("chunk", spans.chunk, static_cast<long long>(PrefillChunkLayout::size), "[start, rows, slot]", false);
+  } else if (!spans.chunk.empty()) {
+    refuse("chunk has " + str(static_cast<long long>(spans.chunk.size())) +
+           " elements; a varlen launch reads its segments instead, so it must be empty");
+  }
 
   // What the kernel writes (out, the caches) must not overlap anything else it reads or writes; out may be q itself,
   // since each block reads its part of q before it writes the same part of out.
@@ -121,9 +128,12 @@ void check_prefill_attention(const PrefillAttentionSpans<T>& spans, const Prefil
               "slots x kv_heads x context x head_dim");
 }
 
+namespace {
+
+/// The shape, the pool's layout and the spans of a paged launch (the tables aside).
 template <Element T>
-void check_paged_prefill_attention(const PrefillAttentionSpans<T>& spans, const DeviceSpan<const int>& table,
-                                   const PrefillAttentionShape& shape, const PagedPrefillLayout& layout) {
+void check_paged(const PrefillAttentionSpans<T>& spans, const PrefillAttentionShape& shape,
+                 const PagedPrefillLayout& layout, bool chunk_read) {
   check_shape(shape);
   if (layout.block_size != 16 && layout.block_size != 32) {
     refuse("block_size " + str(layout.block_size) + " is not 16 or 32 (the pool's blocks hold 16 or 32 positions)");
@@ -135,15 +145,67 @@ void check_paged_prefill_attention(const PrefillAttentionSpans<T>& spans, const 
            str(capacity) + " positions do not reach the context of " + str(shape.context));
   }
   check_spans(spans, shape, static_cast<long long>(layout.blocks) * shape.kv_heads * layout.block_size * shape.head_dim,
-              "blocks x kv_heads x block_size x head_dim");
-  check_span("table", table, layout.table_width, "table_width", false);
-  const Extent t = extent("table", table);
+              "blocks x kv_heads x block_size x head_dim", chunk_read);
+}
+
+/// Refuses out or a pool overlapping `read` (a span the kernel reads, named `name`).
+template <Element T>
+void check_written_apart(const PrefillAttentionSpans<T>& spans, const char* name, const DeviceSpan<const int>& read) {
+  const Extent r = extent(name, read);
   for (const Extent& written :
        {extent("out", spans.out), extent("k_cache", spans.k_cache), extent("v_cache", spans.v_cache)}) {
-    if (overlap(written, t)) {
-      refuse(std::string(written.name) + " overlaps table; the kernel writes " + written.name);
-    }
+    if (overlap(written, r))
+      refuse(std::string(written.name) + " overlaps " + name + "; the kernel writes " + written.name);
   }
+}
+
+}  // namespace
+
+template <Element T>
+void check_paged_prefill_attention(const PrefillAttentionSpans<T>& spans, const DeviceSpan<const int>& table,
+                                   const PrefillAttentionShape& shape, const PagedPrefillLayout& layout) {
+  check_paged(spans, shape, layout, true);
+  check_span("table", table, layout.table_width, "table_width", false);
+  check_written_apart(spans, "table", table);
+}
+
+void check_prefill_segments(const PrefillAttentionShape& shape, std::span<const PrefillChunk> segments,
+                            int max_segments) {
+  if (segments.empty() || static_cast<long long>(segments.size()) > max_segments) {
+    refuse(str(static_cast<long long>(segments.size())) + " segments; a launch takes 1 to " + str(max_segments));
+  }
+  long long rows = 0;
+  for (std::size_t i = 0; i < segments.size(); ++i) {
+    const PrefillChunk& s = segments[i];
+    const std::string which = "segment " + str(static_cast<long long>(i)) + ": ";
+    if (s.rows < 1) refuse(which + "rows is " + str(s.rows) + "; a segment has at least one row");
+    if (s.start < 0) refuse(which + "start is " + str(s.start) + "; positions start at 0");
+    if (static_cast<long long>(s.start) + s.rows > shape.context) {
+      refuse(which + "positions " + str(s.start) + " .. " + str(static_cast<long long>(s.start) + s.rows - 1) +
+             " leave the context of " + str(shape.context) + " positions");
+    }
+    rows += s.rows;
+  }
+  if (rows > shape.rows) {
+    refuse("the segments hold " + str(rows) + " rows in all, more than the " + str(shape.rows) +
+           " the launch's spans hold");
+  }
+}
+
+template <Element T>
+void check_varlen_prefill_attention(const PrefillAttentionSpans<T>& spans, DeviceSpan<const int> segments,
+                                    DeviceSpan<const int> tables, const PrefillAttentionShape& shape,
+                                    const PagedPrefillLayout& layout, int max_segments) {
+  check_paged(spans, shape, layout, false);
+  if (max_segments < 1 || max_segments > kMaxPrefillSegments) {
+    refuse("max_segments is " + str(max_segments) + "; a launch takes 1 to " + str(kMaxPrefillSegments));
+  }
+  check_span("segments", segments, static_cast<long long>(PrefillSegmentsLayout::size(max_segments)),
+             "1 + 2 x max_segments", false);
+  check_span("tables", tables, static_cast<long long>(max_segments) * layout.table_width, "max_segments x table_width",
+             false);
+  check_written_apart(spans, "segments", segments);
+  check_written_apart(spans, "tables", tables);
 }
 
 template <Element T>
@@ -172,6 +234,23 @@ PagedPrefillAttentionOp<T> paged_prefill_attention(const BasicKernels<T>& kernel
                 shape.context, layout.block_size, layout.blocks, layout.table_width, scale, shape.window);
 }
 
+template <Element T>
+VarlenPrefillAttentionOp<T> varlen_prefill_attention(const BasicKernels<T>& kernels,
+                                                     const PrefillAttentionSpans<T>& spans,
+                                                     DeviceSpan<const int> segments, DeviceSpan<const int> tables,
+                                                     const PrefillAttentionShape& shape,
+                                                     const PagedPrefillLayout& layout, int max_segments) {
+  check_varlen_prefill_attention(spans, segments, tables, shape, layout, max_segments);
+  const auto& kernel =
+      shape.head_dim > 64 ? kernels.flash_attention_paged_varlen_d128 : kernels.flash_attention_paged_varlen_d64;
+  const auto scale =
+      shape.scale > 0 ? shape.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(shape.head_dim)));
+  return kernel(kernels.flash_attention_varlen_config(shape.rows, max_segments, shape.heads, shape.head_dim), spans.q,
+                spans.k, spans.v, spans.k_cache, spans.v_cache, spans.out, segments, tables, shape.rows, max_segments,
+                shape.heads, shape.kv_heads, shape.context, layout.block_size, layout.blocks, layout.table_width, scale,
+                shape.window);
+}
+
 template void check_prefill_attention<half>(const PrefillAttentionSpans<half>&, const PrefillAttentionShape&);
 template void check_prefill_attention<bfloat16>(const PrefillAttentionSpans<bfloat16>&, const PrefillAttentionShape&);
 template PrefillAttentionOp<half> prefill_attention<half>(const BasicKernels<half>&, const PrefillAttentionSpans<half>&,
@@ -195,5 +274,16 @@ template PagedPrefillAttentionOp<bfloat16> paged_prefill_attention<bfloat16>(con
                                                                              DeviceSpan<const int>,
                                                                              const PrefillAttentionShape&,
                                                                              const PagedPrefillLayout&);
+
+#define LAZYGRAPH_VARLEN(T)                                                                                  \
+  template void check_varlen_prefill_attention<T>(const PrefillAttentionSpans<T>&, DeviceSpan<const int>,    \
+                                                  DeviceSpan<const int>, const PrefillAttentionShape&,       \
+                                                  const PagedPrefillLayout&, int);                           \
+  template VarlenPrefillAttentionOp<T> varlen_prefill_attention<T>(                                          \
+      const BasicKernels<T>&, const PrefillAttentionSpans<T>&, DeviceSpan<const int>, DeviceSpan<const int>, \
+      const PrefillAttentionShape&, const PagedPrefillLayout&, int);
+LAZYGRAPH_VARLEN(half)
+LAZYGRAPH_VARLEN(bfloat16)
+#undef LAZYGRAPH_VARLEN
 
 }  // namespace lazygraph::nn

@@ -339,7 +339,141 @@ TEST_SUITE("gpu") {
     }
   }
 
+  TEST_CASE_TEMPLATE(
+      "prefill_packed runs several sequences' prompt parts in one chunk as prefill runs each alone, within rounding: "
+      "logits, tokens at a clear margin, the keys and values in each part's blocks and nowhere else, and the next "
+      "batch step",
+      T, half, bfloat16) {
+    for (const int head_dim : {64, 128}) {
+      CAPTURE(head_dim);
+      DecoderConfig pc = tensor_core_reference_config(head_dim, 128);
+      pc.max_batch = kMaxRows;
+      pc.kv_block_size = 16;
+      pc.kv_blocks = kMaxRows * (pc.context / 16) + 3;
+      BasicDecoder<T> alone(lgtest::stream(), lgtest::nn_kernels(), pc);
+      BasicDecoder<T> packed(lgtest::stream(), lgtest::nn_kernels(), pc);
+      if (packed.packed_prefill_rows() == 0) {
+        MESSAGE("skipped: no packed prefill here: " << packed.prefill_fallback_reason());
+        return;
+      }
+      CHECK(packed.packed_prefill_rows() == 128);
+      Stream& s = lgtest::stream();
+      const T sentinel = T::from_float(-5.0F);
+      for (BasicDecoder<T>* d : {&alone, &packed})
+        (fill(d->k_cache(), sentinel) >> fill(d->v_cache(), sentinel)).sync_on(s);
+      const int width = packed.table_width();
+      const std::vector<int> tables = shuffled_tables(kMaxRows, width, pc.kv_blocks, 21U);
+      const auto table_of = [&](int q) {
+        return std::span<const int>(tables).subspan(static_cast<std::size_t>(q * width),
+                                                    static_cast<std::size_t>(width));
+      };
+      // Sequence 4's prompt began earlier (its first 30 tokens, prefilled alone in both decoders): its part is its
+      // rest. Lengths of 1 to 40: parts below the 16 rows prefill alone takes on tensor cores, and one part of one
+      // token.
+      const std::vector<int> lengths{7, 1, 40, 16, 23, 3};
+      const std::vector<int> starts{0, 0, 0, 0, 30, 0};
+      std::vector<std::vector<int>> prompts;
+      for (std::size_t q = 0; q < lengths.size(); ++q) {
+        std::vector<int> p(static_cast<std::size_t>(starts[q] + lengths[q]));
+        for (std::size_t i = 0; i < p.size(); ++i) p[i] = static_cast<int>((31 * i + 97 * q + 5) % 512);
+        prompts.push_back(std::move(p));
+      }
+      const std::vector<int> earlier(prompts[4].begin(), prompts[4].begin() + 30);
+      (void)alone.prefill(earlier, 0, table_of(4), 4);
+      (void)packed.prefill(earlier, 0, table_of(4), 4);
+      std::vector<PromptPart> parts;
+      std::vector<int> want_tokens;
+      std::vector<std::vector<T>> want_logits;
+      for (std::size_t q = 0; q < lengths.size(); ++q) {
+        const std::span<const int> part = std::span<const int>(prompts[q]).subspan(static_cast<std::size_t>(starts[q]));
+        parts.push_back(
+            {.tokens = part, .start = starts[q], .table = table_of(static_cast<int>(q)), .slot = static_cast<int>(q)});
+        want_tokens.push_back(alone.prefill(part, starts[q], table_of(static_cast<int>(q)), static_cast<int>(q)));
+        want_logits.push_back(alone.logits(0));
+      }
+      const std::vector<int> got_tokens = packed.prefill_packed(parts);
+      REQUIRE(got_tokens.size() == parts.size());
+      CHECK_THROWS_WITH_AS((void)packed.logits(static_cast<int>(parts.size())), doctest::Contains("outside"),
+                           UsageError);
+      const double bound = std::same_as<T, half> ? 1e-2 : 3e-2;
+      for (std::size_t q = 0; q < parts.size(); ++q) {
+        CAPTURE(q);
+        const std::vector<T> got = packed.logits(static_cast<int>(q));
+        const std::vector<T>& want = want_logits[q];
+        REQUIRE(got.size() == want.size());
+        double err = 0;
+        double top = 0;
+        std::vector<double> sorted;
+        for (std::size_t i = 0; i < got.size(); ++i) {
+          err = std::max(err, std::abs(static_cast<double>(got[i].to_float()) - want[i].to_float()));
+          top = std::max(top, std::abs(static_cast<double>(want[i].to_float())));
+          sorted.push_back(want[i].to_float());
+        }
+        CAPTURE(err / top);
+        CHECK(err / top < bound);
+        std::sort(sorted.rbegin(), sorted.rend());
+        if (sorted[0] - sorted[1] > 4 * bound * top) CHECK(got_tokens[q] == want_tokens[q]);
+      }
+      // The caches: equal within rounding where a part wrote (its blocks), the sentinel where no sequence did.
+      const auto block_size = static_cast<std::size_t>(pc.kv_block_size);
+      const auto per_block = block_size * static_cast<std::size_t>(pc.kv_dim());
+      std::vector<bool> used(static_cast<std::size_t>(pc.kv_blocks), false);
+      for (std::size_t q = 0; q < prompts.size(); ++q) {
+        const std::size_t blocks = (prompts[q].size() + block_size - 1) / block_size;
+        for (std::size_t e = 0; e < blocks; ++e)
+          used[static_cast<std::size_t>(table_of(static_cast<int>(q))[e])] = true;
+      }
+      for (const bool keys : {true, false}) {
+        CAPTURE(keys);
+        const std::vector<T> got = lgtest::to_host(s, keys ? packed.k_cache().as_const() : packed.v_cache().as_const());
+        const std::vector<T> want = lgtest::to_host(s, keys ? alone.k_cache().as_const() : alone.v_cache().as_const());
+        double err = 0;
+        double top = 0;
+        std::size_t differ_unused = 0;
+        for (std::size_t i = 0; i < got.size(); ++i) {
+          const std::size_t block = i / per_block % static_cast<std::size_t>(pc.kv_blocks);
+          if (!used[block]) {
+            differ_unused += got[i].bits != sentinel.bits ? 1 : 0;
+            continue;
+          }
+          err = std::max(err, std::abs(static_cast<double>(got[i].to_float()) - want[i].to_float()));
+          top = std::max(top, std::abs(static_cast<double>(want[i].to_float())));
+        }
+        CHECK(differ_unused == 0);
+        CAPTURE(err / top);
+        CHECK(err / top < 2 * bound);
+      }
+      // A batch step of every sequence from its prompt's end: the same logits within rounding.
+      std::vector<TokenAt> steps;
+      std::vector<int> step_tables;
+      for (std::size_t q = 0; q < prompts.size(); ++q) {
+        steps.push_back({.token = want_tokens[q], .position = static_cast<int>(prompts[q].size())});
+        const std::span<const int> t = table_of(static_cast<int>(q));
+        step_tables.insert(step_tables.end(), t.begin(), t.end());
+      }
+      (void)alone.forward_batch(steps, step_tables);
+      (void)packed.forward_batch(steps, step_tables);
+      for (std::size_t q = 0; q < steps.size(); ++q) {
+        CAPTURE(q);
+        const std::vector<T> got = packed.logits(static_cast<int>(q));
+        const std::vector<T> want = alone.logits(static_cast<int>(q));
+        double err = 0;
+        double top = 0;
+        for (std::size_t i = 0; i < got.size(); ++i) {
+          err = std::max(err, std::abs(static_cast<double>(got[i].to_float()) - want[i].to_float()));
+          top = std::max(top, std::abs(static_cast<double>(want[i].to_float())));
+        }
+        CAPTURE(err / top);
+        CHECK(err / top < 2 * bound);
+      }
+    }
+  }
+
   TEST_CASE("a paged decoder refuses the calls that take no block table and tables it cannot use, by name") {
+    const auto good_table = [] {
+      static const std::vector<int> table{2, -1, -1, -1};
+      return std::span<const int>(table);
+    };
     DecoderConfig c = contiguous_reference_config(1);
     c.kv_block_size = 16;
     c.kv_blocks = 4;
@@ -362,6 +496,10 @@ TEST_SUITE("gpu") {
     const std::vector<int> table{4, -1, -1, -1};
     CHECK_THROWS_WITH_AS((void)decoder.forward_batch(steps, table),
                          doctest::Contains("table entry 0 (4) is outside the pool [0, kv_blocks = 4)"), UsageError);
+    const std::vector<PromptPart> parts{{.tokens = prompt, .start = 0, .table = good_table(), .slot = 0}};
+    CHECK_THROWS_WITH_AS((void)decoder.prefill_packed(parts),
+                         doctest::Contains("no packed chunks here: DecoderConfig::prefill_chunk is 0"), UsageError);
+    CHECK(decoder.packed_prefill_rows() == 0);
     const std::vector<int> good{2, -1, -1, -1};
     const std::vector<int> next = decoder.forward_batch(steps, good);
     REQUIRE(next.size() == 1);

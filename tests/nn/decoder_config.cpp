@@ -108,6 +108,43 @@ TEST_CASE("a paged batch's tables are checked for size, pool bounds and blocks w
                        doctest::Contains("block tables are for a paged cache"), UsageError);
 }
 
+TEST_CASE("packed prompt parts are checked as prompts each, against the chunk's rows, and for blocks another writes") {
+  const DecoderConfig c = small_paged_config();
+  const std::vector<int> a(20, 7);  // positions 10 .. 29: writes entries 0 and 1
+  const std::vector<int> b(5, 9);   // positions 16 .. 20: writes entry 1
+  const std::vector<int> table_a{3, 4, -1, 99};
+  const std::vector<int> table_b{3, 5, -1, -1};  // shares block 3 with a (neither writes it there: a writes 3 at 10)
+  const std::vector<PromptPart> parts{{.tokens = a, .start = 10, .table = table_a, .slot = 0},
+                                      {.tokens = b, .start = 16, .table = table_b, .slot = 1}};
+  // a writes block 3 (positions 10 .. 15 lie in entry 0), which b's table holds: refused.
+  CHECK_THROWS_WITH_AS(check_packed_prompts(c, parts, 64),
+                       doctest::Contains("part 0 writes block 3, which part 1's table holds at entry 0"), UsageError);
+  std::vector<PromptPart> apart = parts;
+  apart[0].start = 16;  // positions 16 .. 35: entries 1 and 2 of a's table
+  const std::vector<int> table_a2{3, 4, 6, 99};
+  apart[0].table = table_a2;
+  CHECK_NOTHROW(check_packed_prompts(c, apart, 64));  // block 3 is read by both and written by neither
+  CHECK_THROWS_WITH_AS(check_packed_prompts(c, apart, 24),
+                       doctest::Contains("the parts hold 25 tokens; one packed chunk holds 24"), UsageError);
+  CHECK_THROWS_WITH_AS(check_packed_prompts(c, std::vector<PromptPart>{}, 64),
+                       doctest::Contains("0 parts; give 1 to 8"), UsageError);
+  CHECK_THROWS_WITH_AS(check_packed_prompts(c, std::vector<PromptPart>(9, apart[1]), 64),
+                       doctest::Contains("9 parts; give 1 to 8"), UsageError);
+  std::vector<int> bad = b;
+  bad[3] = 512;
+  std::vector<PromptPart> bad_token = apart;
+  bad_token[1].tokens = bad;
+  CHECK_THROWS_WITH_AS(check_packed_prompts(c, bad_token, 64),
+                       doctest::Contains("Decoder::prefill_packed: part 1: prompt token 3 (512)"), UsageError);
+  std::vector<PromptPart> short_table = apart;
+  short_table[0].table = std::span<const int>(table_a2).first(3);
+  CHECK_THROWS_WITH_AS(check_packed_prompts(c, short_table, 64),
+                       doctest::Contains("part 0: the table holds 3 ints, not kv_table_width (4)"), UsageError);
+  DecoderConfig contiguous = c;
+  contiguous.kv_block_size = 0;
+  CHECK_THROWS_WITH_AS(check_packed_prompts(contiguous, apart, 64), doctest::Contains("for a paged cache"), UsageError);
+}
+
 TEST_CASE("a paged prompt's table is checked up to the prompt's last position") {
   const DecoderConfig c = small_paged_config();
   const std::vector<int> prompt(20, 7);  // positions 10 .. 29: entries 0 and 1

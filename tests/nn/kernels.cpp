@@ -799,8 +799,8 @@ TEST_SUITE("gpu") {
           auto pk = poisoned(static_cast<std::size_t>(batch) * kv_dim);
           auto pv = poisoned(static_cast<std::size_t>(batch) * kv_dim);
           kernels.prefill_qk_norm_rope.launch(s, config, dqkv.cview(), dbias.cview(), dq_gain.cview(), dk_gain.cview(),
-                                              pq.view(), pk.view(), pv.view(), dchunk.cview(), n_heads, n_kv_heads,
-                                              head_dim, dfreq.cview(), eps, whole, batch);
+                                              pq.view(), pk.view(), pv.view(), dchunk.cview(), DeviceSpan<const int>{},
+                                              n_heads, n_kv_heads, head_dim, dfreq.cview(), eps, whole, batch);
           const std::vector<half> prefill_q = on_host(pq);
           const std::vector<half> prefill_k = on_host(pk);
           const std::vector<half> prefill_v = on_host(pv);
@@ -816,6 +816,19 @@ TEST_SUITE("gpu") {
           }
           const std::vector<half> padding = part_of(prefill_q, 2, q_dim);
           CHECK(std::all_of(padding.begin(), padding.end(), [](half h) { return h.bits == poison; }));
+
+          // A packed chunk's: the same 2 rows at their own positions (9 and 3), given per row.
+          const auto dpositions = lgtest::to_device(s, std::vector<int>{9, 3});
+          kernels.prefill_qk_norm_rope.launch(s, config, dqkv.cview(), dbias.cview(), dq_gain.cview(), dk_gain.cview(),
+                                              pq.view(), pk.view(), pv.view(), dchunk.cview(), dpositions.cview(),
+                                              n_heads, n_kv_heads, head_dim, dfreq.cview(), eps, whole, batch);
+          const std::vector<half> packed_q = on_host(pq);
+          const std::vector<half> packed_k = on_host(pk);
+          for (int r = 0; r < 2; ++r) {
+            CAPTURE(r);
+            check_close(part_of(packed_q, r, q_dim), reference(r, 0, r == 0 ? 9 : 3));
+            check_close(part_of(packed_k, r, kv_dim), reference(r, 1, r == 0 ? 9 : 3));
+          }
         }
       }
     }

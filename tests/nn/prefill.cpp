@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -116,9 +117,13 @@ TEST_CASE("prefill's memory is what its file comment says: 80 MiB for 2048 rows 
   c.kv_heads = 4;
   c.ffn = 5632;
   const std::size_t bytes = nn::BasicPrefillBuffers<half>::bytes(c, 2048);
-  CHECK(bytes == 2048U * (2 * 2048 + 2 * 2048 + 4 * 256 + 2 * 5632) * 2 + (4 + 2048) * sizeof(int));
+  // The io: a packed chunk's, the larger of the two layouts (header, 8 parts' segments, last rows, their positions
+  // and slots, then each row's token and position).
+  CHECK(bytes == 2048U * (2 * 2048 + 2 * 2048 + 4 * 256 + 2 * 5632) * 2 + (4 + 17 + 3 * 8 + 2 * 2048) * sizeof(int));
   CHECK(static_cast<double>(bytes) / (1 << 20) == doctest::Approx(80).epsilon(0.01));
   CHECK(nn::PrefillIo::input_size(2048) == 4 + 2048);
+  CHECK(nn::PackedPrefillIo::input_size(2048) == 4 + 17 + 3 * 8 + 2 * 2048);
+  CHECK(nn::PackedPrefillIo::positions(2048) == 4 + 17 + 3 * 8 + 2048);
 }
 
 namespace {
@@ -250,8 +255,10 @@ TEST_SUITE("gpu") {
     const auto dbv = lgtest::to_device(s, bv);
     const auto dfreq = lgtest::to_device(s, freq);
     k.prefill_qkv_rope.launch(s, LaunchConfig{{3, 1, 1}, {64, 1, 1}, 0}, dqkv.cview(), dbq.cview(), dbk.cview(),
-                              dbv.cview(), dq.view(), dk.view(), dv.view(), chunk.cview(), heads, kv_heads, head_dim,
-                              dfreq.cview(), max_rows);
+                              dbv.cview(), dq.view(), dk.view(), dv.view(), chunk.cview(), DeviceSpan<const int>{},
+                              heads, kv_heads, head_dim, dfreq.cview(), max_rows);
+    std::vector<int> at_position(static_cast<std::size_t>(max_rows));  // each row's position: start + r first
+    for (int r = 0; r < max_rows; ++r) at_position[static_cast<std::size_t>(r)] = start + r;
     // The part of the stacked rows at column `from`, `width` wide, against what `got` holds (`held` before the launch).
     const auto expect = [&](int from, const std::vector<T>& bias, int width, bool rotate, const std::vector<T>& held,
                             const std::vector<T>& got) {
@@ -271,7 +278,8 @@ TEST_SUITE("gpu") {
           double y0 = x0;
           double y1 = x1;
           if (rotate) {
-            const double angle = static_cast<double>(static_cast<float>(start + r) * freq[(i % head_dim) / 2]);
+            const double angle = static_cast<double>(static_cast<float>(at_position[static_cast<std::size_t>(r)]) *
+                                                     freq[(i % head_dim) / 2]);
             y0 = x0 * std::cos(angle) - x1 * std::sin(angle);
             y1 = x0 * std::sin(angle) + x1 * std::cos(angle);
           }
@@ -285,6 +293,19 @@ TEST_SUITE("gpu") {
     expect(0, bq, q_width, true, q, lgtest::to_host(s, dq.cview()));
     expect(q_width, bk, kv_width, true, kk, lgtest::to_host(s, dk.cview()));
     expect(q_width + kv_width, bv, kv_width, false, v, lgtest::to_host(s, dv.cview()));
+    // Again with each row's own position (a packed chunk's rows: several sequences at unrelated positions).
+    std::mt19937 positions_rng(11);
+    for (int& p : at_position) p = std::uniform_int_distribution<int>(0, 9000)(positions_rng);
+    const auto dpositions = lgtest::to_device(s, at_position);
+    const std::vector<T> q_before = lgtest::to_host(s, dq.cview());
+    const std::vector<T> k_before = lgtest::to_host(s, dk.cview());
+    const std::vector<T> v_before = lgtest::to_host(s, dv.cview());
+    k.prefill_qkv_rope.launch(s, LaunchConfig{{3, 1, 1}, {64, 1, 1}, 0}, dqkv.cview(), dbq.cview(), dbk.cview(),
+                              dbv.cview(), dq.view(), dk.view(), dv.view(), chunk.cview(), dpositions.cview(), heads,
+                              kv_heads, head_dim, dfreq.cview(), max_rows);
+    expect(0, bq, q_width, true, q_before, lgtest::to_host(s, dq.cview()));
+    expect(q_width, bk, kv_width, true, k_before, lgtest::to_host(s, dk.cview()));
+    expect(q_width + kv_width, bv, kv_width, false, v_before, lgtest::to_host(s, dv.cview()));
 
     // silu_mul in place over the chunk's rows; the padding keeps the gate.
     const int width = 136;

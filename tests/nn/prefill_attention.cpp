@@ -293,6 +293,77 @@ TEST_CASE_TEMPLATE("the paged flash-attention handles of nn::BasicKernels match 
   }
 }
 
+TEST_CASE("varlen_prefill_attention refuses bad segments and spans on the host, naming them") {
+  const auto s = good_shape();  // 100 rows, a context of 256
+  const auto l = good_layout();
+  constexpr int most = 4;
+  PagedFakes f = paged_fakes(s, l);
+  f.spans.chunk = {};
+  constexpr CUdeviceptr gib = CUdeviceptr{1} << 30;
+  const DeviceSpan<const int> segments = fake_span<const int>(9 * gib, nn::PrefillSegmentsLayout::size(most));
+  const DeviceSpan<const int> tables =
+      fake_span<const int>(10 * gib, static_cast<std::size_t>(most) * static_cast<std::size_t>(l.table_width));
+  const auto refused = [&](const nn::PrefillAttentionSpans<half>& spans, DeviceSpan<const int> seg,
+                           DeviceSpan<const int> tab, int max_segments) -> std::string {
+    try {
+      nn::check_varlen_prefill_attention(spans, seg, tab, s, l, max_segments);
+    } catch (const UsageError& e) {
+      return e.what();
+    }
+    return "(accepted)";
+  };
+  CHECK(refused(f.spans, segments, tables, most) == "(accepted)");
+  auto with_chunk = f.spans;
+  with_chunk.chunk = fake_span<const int>(7 * gib, 3);
+  CHECK(refused(with_chunk, segments, tables, most).find("chunk has 3 elements; a varlen launch reads its segments") !=
+        std::string::npos);
+  CHECK(refused(f.spans, segments, tables, 0).find("max_segments is 0") != std::string::npos);
+  CHECK(refused(f.spans, segments, tables, nn::kMaxPrefillSegments + 1).find("max_segments is 65") !=
+        std::string::npos);
+  CHECK(refused(f.spans, fake_span<const int>(9 * gib, 8), tables, most)
+            .find("segments has 8 elements; 1 + 2 x max_segments = 9") != std::string::npos);
+  CHECK(refused(f.spans, segments, fake_span<const int>(10 * gib, 63), most)
+            .find("tables has 63 elements; max_segments x table_width = 64") != std::string::npos);
+  CHECK(refused(f.spans, fake_span<const int>(f.spans.out.address(), 9), tables, most).find("out overlaps segments") !=
+        std::string::npos);
+  CHECK(refused(f.spans, segments, fake_span<const int>(f.spans.k_cache.address(), 64), most)
+            .find("k_cache overlaps tables") != std::string::npos);
+
+  // The segments' values, where the host knows them.
+  const auto values = [&](std::vector<nn::PrefillChunk> v) -> std::string {
+    try {
+      nn::check_prefill_segments(s, v, most);
+    } catch (const UsageError& e) {
+      return e.what();
+    }
+    return "(accepted)";
+  };
+  CHECK(values({{.start = 0, .rows = 40}, {.start = 200, .rows = 56}, {.start = 3, .rows = 4}}) == "(accepted)");
+  CHECK(values({}).find("0 segments; a launch takes 1 to 4") != std::string::npos);
+  CHECK(values(std::vector<nn::PrefillChunk>(5, {.start = 0, .rows = 1})).find("5 segments") != std::string::npos);
+  CHECK(values({{.start = 0, .rows = 40}, {.start = 0, .rows = 0}}).find("segment 1: rows is 0") != std::string::npos);
+  CHECK(values({{.start = -1, .rows = 4}}).find("segment 0: start is -1") != std::string::npos);
+  CHECK(values({{.start = 250, .rows = 7}}).find("segment 0: positions 250 .. 256 leave the context of 256") !=
+        std::string::npos);
+  CHECK(values({{.start = 0, .rows = 60}, {.start = 0, .rows = 41}})
+            .find("the segments hold 101 rows in all, more than the 100") != std::string::npos);
+}
+
+TEST_CASE_TEMPLATE("the varlen flash-attention handles of nn::BasicKernels match their kernels' declarations", T, half,
+                   bfloat16) {
+  using K = nn::BasicKernels<T>;
+  using Signature = void(const T*, const T*, const T*, T*, T*, T*, const int*, const int*, int, int, int, int, int, int,
+                         int, int, float, int);
+  static_assert(std::is_same_v<typename K::FlashAttentionVarlen, Kernel<Signature>>);
+  static_assert(GraphNode<nn::VarlenPrefillAttentionOp<T>>, "a varlen prefill op may be recorded into a graph");
+  const KernelDeclarations d(nn::kernel_set().sources);
+  for (const char* base : {"flash_attention_paged_varlen_d64", "flash_attention_paged_varlen_d128"}) {
+    const std::string name = std::string(base) + std::string(nn::kernel_suffix<T>);
+    CAPTURE(name);
+    CHECK_NOTHROW(d.template check<Signature>(name));
+  }
+}
+
 TEST_CASE_TEMPLATE("the flash-attention handles of nn::BasicKernels match their kernels' declarations", T, half,
                    bfloat16) {
   using K = nn::BasicKernels<T>;
@@ -800,6 +871,137 @@ TEST_SUITE("gpu") {
         CHECK(differ == 0);
         CHECK(pool_mismatches("k_pool", p, pp, pp.k_pool, want.k_cache, got.k_cache) == 0);
         CHECK(pool_mismatches("v_pool", p, pp, pp.v_pool, want.v_cache, got.v_cache) == 0);
+      }
+    }
+  }
+
+  TEST_CASE_TEMPLATE(
+      "varlen_prefill_attention gives each packed segment paged_prefill_attention's attention through its own table "
+      "and writes only its rows' keys and values",
+      T, half, bfloat16) {
+    // Four sequences' chunks packed in one launch (of up to 5 segments, the rows' spans 3 rows longer than the
+    // segments'), each through a shuffled table of its own into one pool. Against float64 per segment, and against
+    // paged_prefill_attention of the segment alone: the same pool contents, and the same bits wherever that kernel
+    // takes the varlen kernel's tiles (head_dim 128; head_dim 64 above 512 rows); padding rows untouched.
+    if (lgtest::device().compute_capability().major < 8) {
+      MESSAGE("skipped: the flash-attention kernels need compute capability 8.0 or newer");
+      return;
+    }
+    const nn::BasicKernels<T> kernels(lgtest::nn_kernels());
+    Stream& st = lgtest::stream();
+    constexpr int max_segments = 5;
+    constexpr int context = 768;
+    constexpr int padding = 3;
+    for (const int head_dim : {64, 128}) {
+      for (const int window : {0, 40}) {
+        CAPTURE(head_dim);
+        CAPTURE(window);
+        const std::vector<nn::PrefillChunk> segs{
+            {.start = 0, .rows = 17}, {.start = 37, .rows = 100}, {.start = 5, .rows = 600}, {.start = 200, .rows = 1}};
+        std::vector<Problem<T>> problems;
+        std::vector<PagedProblem<T>> paged;
+        std::vector<Result<T>> alone;
+        int total = 0;
+        int blocks = 0;
+        for (std::size_t i = 0; i < segs.size(); ++i) {
+          problems.emplace_back(nn::PrefillAttentionShape{.rows = segs[i].rows,
+                                                          .heads = 6,
+                                                          .kv_heads = 2,
+                                                          .head_dim = head_dim,
+                                                          .context = context,
+                                                          .slots = 1,
+                                                          .window = window},
+                                nn::PrefillChunk{.start = segs[i].start, .rows = segs[i].rows, .slot = 0});
+          paged.push_back(paged_problem(problems.back(), 16, 100U + static_cast<unsigned>(i)));
+          alone.push_back(run_paged(kernels, problems.back(), paged.back()));
+          total += segs[i].rows;
+          blocks += paged.back().layout.blocks;
+        }
+        const int width = paged[0].layout.table_width;
+        const nn::PrefillAttentionShape shape{.rows = total + padding,
+                                              .heads = 6,
+                                              .kv_heads = 2,
+                                              .head_dim = head_dim,
+                                              .context = context,
+                                              .slots = 1,
+                                              .window = window};
+        nn::check_prefill_segments(shape, segs, max_segments);
+        // Packed q, k, v (random padding rows), one pool of every segment's blocks, each table moved to its blocks.
+        std::vector<T> q;
+        std::vector<T> k;
+        std::vector<T> v;
+        std::vector<T> k_pool;
+        std::vector<T> v_pool;
+        std::vector<T> k_want;
+        std::vector<T> v_want;
+        std::vector<int> tables(static_cast<std::size_t>(max_segments) * static_cast<std::size_t>(width), 0);
+        std::vector<int> segments(nn::PrefillSegmentsLayout::size(max_segments), 0);
+        segments[nn::PrefillSegmentsLayout::count] = static_cast<int>(segs.size());
+        int first_block = 0;
+        for (std::size_t i = 0; i < segs.size(); ++i) {
+          q.insert(q.end(), problems[i].q.begin(), problems[i].q.end());
+          k.insert(k.end(), problems[i].k.begin(), problems[i].k.end());
+          v.insert(v.end(), problems[i].v.begin(), problems[i].v.end());
+          k_pool.insert(k_pool.end(), paged[i].k_pool.begin(), paged[i].k_pool.end());
+          v_pool.insert(v_pool.end(), paged[i].v_pool.begin(), paged[i].v_pool.end());
+          k_want.insert(k_want.end(), alone[i].k_cache.begin(), alone[i].k_cache.end());
+          v_want.insert(v_want.end(), alone[i].v_cache.begin(), alone[i].v_cache.end());
+          for (int e = 0; e < width; ++e) {
+            tables[i * static_cast<std::size_t>(width) + static_cast<std::size_t>(e)] =
+                paged[i].table[static_cast<std::size_t>(e)] + first_block;
+          }
+          segments[nn::PrefillSegmentsLayout::start(static_cast<int>(i))] = segs[i].start;
+          segments[nn::PrefillSegmentsLayout::rows(static_cast<int>(i))] = segs[i].rows;
+          first_block += paged[i].layout.blocks;
+        }
+        const std::vector<T> q_pad = random_elements<T>(static_cast<std::size_t>(padding) * 6 * head_dim, 4.0F);
+        const std::vector<T> kv_pad = random_elements<T>(static_cast<std::size_t>(padding) * 2 * head_dim);
+        q.insert(q.end(), q_pad.begin(), q_pad.end());
+        k.insert(k.end(), kv_pad.begin(), kv_pad.end());
+        v.insert(v.end(), kv_pad.begin(), kv_pad.end());
+        const auto d_q = lgtest::to_device(st, q);
+        const auto d_k = lgtest::to_device(st, k);
+        const auto d_v = lgtest::to_device(st, v);
+        auto d_k_pool = lgtest::to_device(st, k_pool);
+        auto d_v_pool = lgtest::to_device(st, v_pool);
+        auto d_out = lgtest::to_device(st, std::vector<T>(q.size(), poison_of<T>));
+        const auto d_segments = lgtest::to_device(st, segments);
+        const auto d_tables = lgtest::to_device(st, tables);
+        nn::varlen_prefill_attention(kernels,
+                                     {d_q.cview(), d_k.cview(), d_v.cview(), d_k_pool.view(), d_v_pool.view(),
+                                      d_out.view(), DeviceSpan<const int>{}},
+                                     d_segments.cview(), d_tables.cview(), shape,
+                                     {.block_size = 16, .blocks = blocks, .table_width = width}, max_segments)
+            .sync_on(st);
+        const std::vector<T> out = lgtest::to_host(st, d_out.cview());
+        const std::size_t row = static_cast<std::size_t>(6) * static_cast<std::size_t>(head_dim);
+        std::size_t at = 0;
+        for (std::size_t i = 0; i < segs.size(); ++i) {
+          CAPTURE(i);
+          const auto rows = static_cast<std::size_t>(segs[i].rows);
+          const std::vector<T> got(out.begin() + static_cast<std::ptrdiff_t>(at * row),
+                                   out.begin() + static_cast<std::ptrdiff_t>((at + rows) * row));
+          const double err = relative_error(got, reference(problems[i]));
+          CAPTURE(err);
+          CHECK(err <= attention_tolerance<T>);
+          if (head_dim == 128 || segs[i].rows > nn::kFlashAttentionWideFrom) {
+            int differ = 0;
+            for (std::size_t e = 0; e < got.size(); ++e) differ += got[e].bits != alone[i].out[e].bits ? 1 : 0;
+            CHECK(differ == 0);
+          }
+          at += rows;
+        }
+        int padding_written = 0;
+        for (std::size_t e = at * row; e < out.size(); ++e) padding_written += out[e].bits != poison_of<T>.bits ? 1 : 0;
+        CHECK(padding_written == 0);
+        const std::vector<T> k_got = lgtest::to_host(st, d_k_pool.cview());
+        const std::vector<T> v_got = lgtest::to_host(st, d_v_pool.cview());
+        int pool_differ = 0;
+        for (std::size_t e = 0; e < k_got.size(); ++e) {
+          pool_differ += k_got[e].bits != k_want[e].bits ? 1 : 0;
+          pool_differ += v_got[e].bits != v_want[e].bits ? 1 : 0;
+        }
+        CHECK(pool_differ == 0);
       }
     }
   }

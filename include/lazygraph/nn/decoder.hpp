@@ -140,6 +140,24 @@ class BasicDecoder {
   /// prefill(prompt, start, slot) when a bucket is first used.
   int prefill(std::span<const int> prompt, int start, std::span<const int> table, int slot = 0);
 
+  /// Several sequences' prompt parts in one chunk on tensor cores (a paged cache): up to kMaxRows parts of distinct
+  /// sequences, packed_prefill_rows() tokens in all, go through every layer at once, each part's rows rotated at its
+  /// own positions and attending through its own table (varlen_prefill_attention, nn/prefill.hpp), so that short
+  /// prompts share one read of the weights instead of one each. Then each part's last row goes through the LM head
+  /// and the sampler: returns each part's next token (greedy, or drawn as set_sampling says, at the part's last
+  /// position and its slot), and logits(i) holds part i's. A part that is not the end of its prompt gives a token the
+  /// caller ignores. Each part's keys, values, logits and token are what prefill(part.tokens, part.start, part.table,
+  /// part.slot) gives within rounding (the chunk's GEMMs take another bucket of rows, so their products may round
+  /// otherwise). A bucket's packed graph is captured on first use, as prefill's.
+  /// 	hrows UsageError (check_packed_prompts) before any GPU work, and when packed_prefill_rows() is 0 (saying why);
+  /// as prefill when a bucket is first used.
+  std::vector<int> prefill_packed(std::span<const PromptPart> parts);
+
+  /// The most tokens prefill_packed takes in one call (the largest prefill bucket), or 0 when it cannot run: a
+  /// contiguous cache, a tensor-parallel rank, or prompts not on tensor cores (prefill_fallback_reason). Asking may
+  /// load cuBLASLt.
+  [[nodiscard]] int packed_prefill_rows() const;
+
   /// Generates up to `n` tokens of sequence 0 from `token` at position `start` in ONE graph replay: a WHILE loop on
   /// the device runs the decode step, appends its token, advances the position and stops after n tokens or after
   /// `stop_token` (which is returned too; -1: none). The same tokens as n calls of forward (greedy or sampled), with

@@ -236,6 +236,23 @@ struct TokenAt {
 /// \throws UsageError naming the row, the table index and the value; for a contiguous decoder.
 void check_paged_batch(const DecoderConfig& config, std::span<const TokenAt> steps, std::span<const int> tables);
 
+/// One sequence's prompt part of a packed prefill (Decoder::prefill_packed): `tokens` at positions start ..
+/// start + tokens.size() - 1 of a sequence of a paged cache whose block table is `table` (kv_table_width() ints);
+/// `slot` numbers the sequence for sampled draws only.
+struct PromptPart {
+  std::span<const int> tokens;  ///< at least one, each in [0, vocab)
+  int start = 0;                ///< the first token's position
+  std::span<const int> table;   ///< the sequence's block table
+  int slot = 0;                 ///< in [0, max_batch)
+};
+
+/// What Decoder::prefill_packed checks on a paged decoder, before any GPU work: 1 to kMaxRows parts of at most
+/// `max_rows` tokens in all, each part as check_paged_prompt checks a prompt, and no block a part writes (those of its
+/// positions) in another part's table up to that part's last position (sequences may share blocks they read, as
+/// KvBlockPool's copy-on-write does, never one a part writes). 	hrows UsageError naming the part, the table
+/// index and the value; for a contiguous decoder.
+void check_packed_prompts(const DecoderConfig& config, std::span<const PromptPart> parts, int max_rows);
+
 /// What Decoder::prefill with a block table checks on a paged decoder, before any GPU work: check_prompt's refusals,
 /// a table of kv_table_width() ints whose entries up to the last position's block (start + prompt.size() - 1) lie in
 /// [0, kv_blocks) and are distinct (a prompt's chunks read a sequence's earlier blocks while they write its later

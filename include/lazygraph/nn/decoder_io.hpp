@@ -77,6 +77,29 @@ struct PrefillIo {
   }
 };
 
+/// The io of a packed prefill chunk (BasicPrefill::run_packed: up to kMaxRows sequences' prompt parts in one chunk on
+/// tensor cores), in ints: PrefillIo's header [start = 0 | rows (all parts') | slot = 0 | unused], so that the
+/// row-wise kernels see one chunk of all the rows, then the parts' segments as varlen_prefill_attention reads them
+/// (PrefillSegmentsLayout for kMaxRows), each part's last row in the chunk, that row's position and the part's slot
+/// (for the LM head and the sampler, kMaxRows each), then the chunk's tokens and each row's position (a bucket's rows
+/// each, padding rows token 0 at position 0). The decoder's input staging holds it at DecoderIo::prefill, where a
+/// PrefillIo would be (the two never run at once); the parts' block tables are the forward_batch tables' rows.
+struct PackedPrefillIo {
+  static constexpr std::size_t segments = PrefillIo::tokens;  ///< the parts' [count, start_i, rows_i ...]
+  static constexpr std::size_t lasts = segments + PrefillSegmentsLayout::size(kMaxRows);  ///< last rows [kMaxRows]
+  static constexpr std::size_t last_positions = lasts + kMaxRows;  ///< their positions [kMaxRows]
+  static constexpr std::size_t slots = last_positions + kMaxRows;  ///< the parts' slots [kMaxRows]
+  static constexpr std::size_t tokens = slots + kMaxRows;          ///< the chunk's tokens [rows of the bucket]
+  /// Where the rows' positions lie for a bucket of `rows` rows: after its tokens.
+  [[nodiscard]] static constexpr std::size_t positions(int rows) noexcept {
+    return tokens + static_cast<std::size_t>(rows > 0 ? rows : 0);
+  }
+  /// Ints of the io of a packed chunk of up to `rows` rows.
+  [[nodiscard]] static constexpr std::size_t input_size(int rows) noexcept {
+    return positions(rows) + static_cast<std::size_t>(rows > 0 ? rows : 0);
+  }
+};
+
 /// Ints of the io buffer: DecoderIo::input_size (tokens, positions and slots, kMaxRows each, then generate's control).
 inline constexpr int kIoSize = static_cast<int>(DecoderIo::input_size);
 

@@ -185,11 +185,12 @@ struct BasicKernels {
   Kernel<void(const T*, const T*, const T*, const T*, T*, T*, T*, const int*, const int*, int, int, int, int, int,
               const float*, float, int, int)>
       qk_norm_rope_append;
-  /// prefill_qk_norm_rope(qkv, bias, q_gain, k_gain, q, k, v, chunk, heads, kv_heads, head_dim, frequencies, eps,
-  /// whole, max_rows): qk_norm_rope_append for a prefill chunk's rows (kernels/nn/qk_norm.cu), into q, k and v;
-  /// launched as qk_norm_config for max_rows rows.
-  Kernel<void(const T*, const T*, const T*, const T*, T*, T*, T*, const int*, int, int, int, const float*, float, int,
-              int)>
+  /// prefill_qk_norm_rope(qkv, bias, q_gain, k_gain, q, k, v, chunk, positions, heads, kv_heads, head_dim,
+  /// frequencies, eps, whole, max_rows): qk_norm_rope_append for a prefill chunk's rows (kernels/nn/qk_norm.cu), into
+  /// q, k and v, at positions start + r (or positions[r] when `positions` is not null: a packed chunk); launched as
+  /// qk_norm_config for max_rows rows.
+  Kernel<void(const T*, const T*, const T*, const T*, T*, T*, T*, const int*, const int*, int, int, int, const float*,
+              float, int, int)>
       prefill_qk_norm_rope;
   /// rms_norm(x, g, out, d, eps): out = rmsnorm(x) * g per vector, one block each (kernels/nn/rms_norm.cu).
   Kernel<void(const T*, const T*, T*, int, float)> rms_norm;
@@ -259,13 +260,26 @@ struct BasicKernels {
   FlashAttentionPaged flash_attention_paged_d128;
   /// flash_attention_paged_d64 in tiles of 64 query rows (flash_attention_rows64_d64's tiles).
   FlashAttentionPaged flash_attention_paged_rows64_d64;
+  /// flash_attention_paged_varlen_d64 / _d128(q, k, v, k_pool, v_pool, out, segments, tables, max_rows, max_segments,
+  /// heads, kv_heads, context, block_size, blocks, table_width, scale, window): FlashAttentionPaged over several
+  /// sequences' chunks packed in q, k, v and out (segments in device memory, PrefillSegmentsLayout; segment i through
+  /// row i of `tables`), each with FlashAttentionPaged's arithmetic; launched as flash_attention_varlen_config.
+  /// nn::varlen_prefill_attention checks the arguments on the host.
+  using FlashAttentionVarlen = Kernel<void(const T*, const T*, const T*, T*, T*, T*, const int*, const int*, int, int,
+                                           int, int, int, int, int, int, float, int)>;
+  /// See FlashAttentionVarlen.
+  FlashAttentionVarlen flash_attention_paged_varlen_d64;
+  /// See FlashAttentionVarlen.
+  FlashAttentionVarlen flash_attention_paged_varlen_d128;
   /// prefill_rms_norm(x, gain, out, chunk, d, eps, max_rows): RMSNorm of the chunk's rows (kernels/nn/prefill.cu; chunk
   /// as flash_attention's), 16-byte loads; out may be x.
   Kernel<void(const T*, const T*, T*, const int*, int, float, int)> prefill_rms_norm;
-  /// prefill_qkv_rope(qkv, bq, bk, bv, q, k, v, chunk, heads, kv_heads, head_dim, frequencies, max_rows): the stacked
-  /// q/k/v GEMM's rows split into q, k and v, with the biases (all three null for none) and RoPE at positions
-  /// start + r, for the rows the chunk holds (kernels/nn/prefill.cu).
-  Kernel<void(const T*, const T*, const T*, const T*, T*, T*, T*, const int*, int, int, int, const float*, int)>
+  /// prefill_qkv_rope(qkv, bq, bk, bv, q, k, v, chunk, positions, heads, kv_heads, head_dim, frequencies, max_rows):
+  /// the stacked q/k/v GEMM's rows split into q, k and v, with the biases (all three null for none) and RoPE at
+  /// positions start + r (or positions[r] when `positions` is not null: a packed chunk), for the rows the chunk holds
+  /// (kernels/nn/prefill.cu).
+  Kernel<void(const T*, const T*, const T*, const T*, T*, T*, T*, const int*, const int*, int, int, int, const float*,
+              int)>
       prefill_qkv_rope;
   /// prefill_silu_mul(gate, up, out, chunk, width, max_rows): out = silu(gate) * up over the chunk's rows of `width`
   /// elements (kernels/nn/prefill.cu); out may be gate.
@@ -392,6 +406,14 @@ struct BasicKernels {
     return step_config({{static_cast<unsigned>(heads), (static_cast<unsigned>(rows) + tile - 1) / tile, 1},
                         {128, 1, 1},
                         (tile + 4U * 64U) * static_cast<unsigned>(head_dim + 8) * static_cast<unsigned>(sizeof(T))});
+  }
+  /// Launch shape of flash_attention_paged_varlen_d64 / _d128 for up to `rows` query rows in up to `segments`
+  /// segments: flash_attention_config's with its tiles (128 rows at head_dim 64, 64 at 128) and segments - 1 more,
+  /// since each segment may end in a partial tile.
+  [[nodiscard]] LaunchConfig flash_attention_varlen_config(int rows, int segments, int heads, int head_dim) const {
+    LaunchConfig config = flash_attention_config(rows, heads, head_dim, head_dim <= 64 ? 128 : 64);
+    config.grid.y += static_cast<unsigned>(segments - 1);
+    return config;
   }
   /// Launch shape of qk_norm_rope_append and prefill_qk_norm_rope: a block per (head of q, k and v, row), a thread
   /// per pair of the head (32 * ceil(head_dim / 64) threads).

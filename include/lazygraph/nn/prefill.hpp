@@ -37,6 +37,7 @@
 /// quantized matrix in T (dequantized_elements: 32 MiB for a Llama-3.2-1B gate_proj in fp16), which each quantized
 /// matrix of a layer is dequantized into for its GEMMs.
 
+#include <array>
 #include <cstddef>
 #include <memory>
 #include <optional>
@@ -99,8 +100,10 @@ struct BasicPrefillBuffers {
   /// wrote; zeroed, what they read is defined either way. \throws CudaError when the device is out of memory.
   BasicPrefillBuffers(const Stream& stream, const DecoderConfig& config, int rows, std::size_t weight_elements = 0);
 
-  int rows = 0;          ///< the most rows of a chunk (the largest bucket)
-  DeviceBuffer<int> io;  ///< the chunk's io, PrefillIo::input_size(rows) ints: copied in first by each chunk graph
+  int rows = 0;  ///< the most rows of a chunk (the largest bucket)
+  /// The chunk's io, PackedPrefillIo::input_size(rows) ints (a PrefillIo or a PackedPrefillIo): copied in first by
+  /// each chunk graph.
+  DeviceBuffer<int> io;
   DeviceBuffer<T> x;     ///< residual streams [rows][d]
   DeviceBuffer<T> h;     ///< normed rows [rows][d]
   DeviceBuffer<T> qkv;   ///< the stacked projection's output [rows][q_dim + 2 kv_dim]
@@ -221,6 +224,18 @@ auto gemm_layer(const Projector<T>& p, const BasicPrefillPlans<T>& plans, const 
   return named("attention", std::move(attention)) >> named("mlp", std::move(mlp));
 }
 
+/// Where the layers of a packed chunk (BasicPrefill::run_packed: several sequences' prompt parts in one chunk) find
+/// its parts, in device memory: each row's position (the RoPE kernels' `positions`), the parts' segments
+/// (PrefillSegmentsLayout for kMaxRows) and their block tables (kMaxRows rows of kv_table_width()). All empty for one
+/// sequence's chunk.
+struct PackedPrefillSpans {
+  DeviceSpan<const int> positions;  ///< [rows of the bucket]
+  DeviceSpan<const int> segments;   ///< PrefillSegmentsLayout::size(kMaxRows)
+  DeviceSpan<const int> tables;     ///< [kMaxRows][kv_table_width()]
+  /// Whether these are a packed chunk's.
+  [[nodiscard]] bool packed() const noexcept { return !segments.empty(); }
+};
+
 /// One decoder layer over the `rows` rows of a bucket (see the file comment), as an op: reads the chunk from
 /// `b.chunk()`, appends its keys and values to `k_cache` / `v_cache` (this layer's, [max_batch][kv_heads][context]
 /// [head_dim]) and leaves the layer's output in b.x. Captured (the GEMMs are not buildable). With a paged cache
@@ -238,11 +253,16 @@ auto gemm_layer(const Projector<T>& p, const BasicPrefillPlans<T>& plans, const 
 /// b.x follows each of the two blocks, as in decoder_rank_step. With post-norms (DecoderConfig::post_norms) a block's
 /// output goes into b.h (all-reduced on a rank), whose RMSNorm prefill_rms_norm_add adds to b.x. `layer` is the
 /// layer's index, for its window (DecoderConfig::sliding); `frequencies` its RoPE table.
+///
+/// With `packed` (a paged cache only), the bucket's rows are several sequences' parts: each row rotated at its own
+/// position and the parts attending through their own tables in one launch (varlen_prefill_attention); `table` is
+/// then not read.
 template <Element T>
 auto prefill_layer(const Projector<T>& p, const BasicPrefillPlans<T>& plans, const BasicAttentionWeights<T>& a,
                    const BasicSwigluWeights<T>& m, BasicPrefillBuffers<T>& b, DeviceSpan<const float> frequencies,
                    DeviceSpan<T> k_cache, DeviceSpan<T> v_cache, const DecoderConfig& c, int rows,
-                   const Communicator* comm = nullptr, int layer = 0, DeviceSpan<const int> table = {}) {
+                   const Communicator* comm = nullptr, int layer = 0, DeviceSpan<const int> table = {},
+                   const PackedPrefillSpans& packed = {}) {
   const BasicKernels<T>& k = p.dense;
   const auto n = [rows](int width) { return static_cast<std::size_t>(rows) * static_cast<std::size_t>(width); };
   const auto q_dim = static_cast<std::size_t>(c.q_dim());
@@ -269,23 +289,30 @@ auto prefill_layer(const Projector<T>& p, const BasicPrefillPlans<T>& plans, con
       [&] {
         return k.prefill_qk_norm_rope(k.qk_norm_config(c.heads, c.kv_head_count(), c.head_dim(), rows),
                                       qkv_rows.as_const(), bias, a.q_norm.cview(), a.k_norm.cview(), q, key, value,
-                                      chunk, c.heads, c.kv_head_count(), c.head_dim(), frequencies, c.eps,
-                                      c.qk_norm_whole ? 1 : 0, rows);
+                                      chunk, packed.positions, c.heads, c.kv_head_count(), c.head_dim(), frequencies,
+                                      c.eps, c.qk_norm_whole ? 1 : 0, rows);
       },
       [&] {
         return k.prefill_qkv_rope(k.step_config(grid_for(qkv_rows.size() / 8, 256)), qkv_rows.as_const(),
                                   bias_part(0, q_dim), bias_part(q_dim, kv_dim), bias_part(q_dim + kv_dim, kv_dim), q,
-                                  key, value, chunk, c.heads, c.kv_head_count(), c.head_dim(), frequencies, rows);
+                                  key, value, chunk, packed.positions, c.heads, c.kv_head_count(), c.head_dim(),
+                                  frequencies, rows);
       });
   const PrefillAttentionSpans<T> spans{q.as_const(), key.as_const(), value.as_const(), k_cache, v_cache, q, chunk};
+  const PagedPrefillLayout layout{
+      .block_size = c.kv_block_size, .blocks = c.kv_blocks, .table_width = c.kv_table_width()};
   auto attend = detail::either(
-      c.paged(),
+      packed.packed(),
       [&] {
-        return paged_prefill_attention(
-            k, spans, table, shape,
-            {.block_size = c.kv_block_size, .blocks = c.kv_blocks, .table_width = c.kv_table_width()});
+        PrefillAttentionSpans<T> parts = spans;
+        parts.chunk = {};  // the segments replace it
+        return varlen_prefill_attention(k, parts, packed.segments, packed.tables, shape, layout, kMaxRows);
       },
-      [&] { return prefill_attention(k, spans, shape); });
+      [&] {
+        return detail::either(
+            c.paged(), [&] { return paged_prefill_attention(k, spans, table, shape, layout); },
+            [&] { return prefill_attention(k, spans, shape); });
+      });
   return gemm_layer(p, plans, a, m, b, chunk, c, rows, std::move(split) >> std::move(attend), q.as_const(), comm);
 }
 
@@ -338,24 +365,53 @@ class BasicPrefill {
   /// \throws UsageError for a chunk outside those bounds; as Gemm's constructor and CudaGraph's capture.
   int run(const BasicPrefillContext<T>& ctx, std::span<const int> tokens, int start, int slot, bool last);
 
-  /// Drops the head's graph (captured with the sampling rule): the decoder's set_sampling calls it.
-  void forget_head() noexcept { head_.reset(); }
+  /// One sequence's part of a packed chunk (run_packed): its tokens at positions start .. start + tokens.size() - 1;
+  /// `slot` numbers it for sampled draws. Its block table is staged at row i (the part's index) of the forward_batch
+  /// tables (BasicPrefillContext::table_at).
+  struct PackedPart {
+    std::span<const int> tokens;  ///< at least 1
+    int start = 0;                ///< the first token's position
+    int slot = 0;                 ///< for sampled draws
+  };
 
-  /// Buckets whose graph is captured, from most to least recently used.
-  [[nodiscard]] std::vector<int> captured_buckets() const { return graphs_.keys(); }
+  /// Runs up to kMaxRows sequences' prompt parts (1 to max_rows() rows in all, each part at least 1) through every
+  /// layer in one chunk of a paged cache: the rows packed in part order, each rotated at its own position, attending
+  /// through its own table (varlen_prefill_attention) and writing its keys and values there; then each part's last
+  /// row through the LM head and the sampler as rows 0 .. parts.size() - 1 of the state (its logits and next token).
+  /// Returns each part's next token. A bucket's packed graph is made on first use, as run's (it shares the bucket's
+  /// plans), and the head's for each count of parts. The caller has checked the parts (check_packed_prompts) and
+  /// staged their tables; segments are checked again here (check_prefill_segments).
+  /// 	hrows UsageError for parts outside those bounds, on a contiguous cache or a tensor-parallel rank; as run.
+  std::vector<int> run_packed(const BasicPrefillContext<T>& ctx, std::span<const PackedPart> parts);
+
+  /// Drops the heads' graphs (captured with the sampling rule): the decoder's set_sampling calls it.
+  void forget_head() noexcept {
+    head_.reset();
+    for (auto& h : packed_heads_) h.reset();
+  }
+
+  /// Buckets whose graph is captured, from most to least recently used (a bucket with a packed graph too counted
+  /// once).
+  [[nodiscard]] std::vector<int> captured_buckets() const;
   /// Bytes of device memory the buffers and the plans' workspace (shared by every bucket, made with the first) take.
   [[nodiscard]] std::size_t device_bytes() const noexcept;
 
  private:
-  CudaGraph<>& chunk_graph(const BasicPrefillContext<T>& ctx, int bucket);
+  /// The bucket's graph: one sequence's chunk, or with `packed` a packed chunk's (PackedPrefillIo).
+  CudaGraph<>& chunk_graph(const BasicPrefillContext<T>& ctx, int bucket, bool packed = false);
   CudaGraph<>& head_graph(const BasicPrefillContext<T>& ctx);
+  /// The LM head and sampler of a packed chunk's `parts` last rows.
+  CudaGraph<>& packed_head_graph(const BasicPrefillContext<T>& ctx, int parts);
+  /// The plans of a bucket, made on first use.
+  const BasicPrefillPlans<T>& bucket_plans(const BasicPrefillContext<T>& ctx, int bucket);
 
   std::vector<int> buckets_;
   BasicPrefillBuffers<T> buffers_;
   std::shared_ptr<const SharedGemmWorkspace> workspace_;  ///< every bucket's plans', made with the first (null: none)
   std::vector<std::pair<int, std::unique_ptr<BasicPrefillPlans<T>>>> plans_;  ///< by bucket, made on first use
-  GraphCache<int> graphs_;                                                    ///< by bucket, captured on first use
-  std::optional<CudaGraph<>> head_;                                           ///< the LM head of the last row
+  GraphCache<int> graphs_;           ///< by bucket (packed chunks' by minus the bucket), captured on first use
+  std::optional<CudaGraph<>> head_;  ///< the LM head of the last row
+  std::array<std::optional<CudaGraph<>>, kMaxRows> packed_heads_;  ///< a packed chunk's, by parts - 1
 };
 
 extern template struct BasicPrefillBuffers<half>;

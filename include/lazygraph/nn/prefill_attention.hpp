@@ -12,6 +12,7 @@
 /// src/nn/prefill_attention.cpp.
 
 #include <cstddef>
+#include <span>
 
 #include "lazygraph/nn/kernels.hpp"
 
@@ -134,5 +135,63 @@ template <Element T>
                                                                  DeviceSpan<const int> table,
                                                                  const PrefillAttentionShape& shape,
                                                                  const PagedPrefillLayout& layout);
+
+/// Where a varlen prefill launch (varlen_prefill_attention) finds its segments: ints in device memory, [count, then
+/// start and rows of each of up to max_segments segments], read when the kernel runs. Segment i's rows are the chunk's
+/// rows after segment i - 1's (packed from row 0), at positions start .. start + rows - 1 of its own sequence, whose
+/// block table is row i of the launch's tables.
+struct PrefillSegmentsLayout {
+  static constexpr std::size_t count = 0;  ///< the segments, 1 to max_segments
+  /// The start of segment i.
+  [[nodiscard]] static constexpr std::size_t start(int i) { return 1 + 2 * static_cast<std::size_t>(i); }
+  /// The rows of segment i.
+  [[nodiscard]] static constexpr std::size_t rows(int i) { return 2 + 2 * static_cast<std::size_t>(i); }
+  /// Ints of the segments of a launch of up to `max_segments`.
+  [[nodiscard]] static constexpr std::size_t size(int max_segments) {
+    return 1 + 2 * static_cast<std::size_t>(max_segments);
+  }
+};
+
+/// The most segments one varlen prefill launch takes.
+inline constexpr int kMaxPrefillSegments = 64;
+
+/// Checks the segments a varlen launch will find in device memory, where the host knows them (PrefillChunk's slot is
+/// not used): the kernel traps on the same conditions, writing nothing. \throws UsageError naming the value: no
+/// segment or more than max_segments, a segment's rows below 1, a negative start, start + rows beyond the context,
+/// more rows in all than shape.rows.
+void check_prefill_segments(const PrefillAttentionShape& shape, std::span<const PrefillChunk> segments,
+                            int max_segments);
+
+/// The launch op varlen_prefill_attention returns: a GraphNode (a kernel launch).
+template <Element T>
+using VarlenPrefillAttentionOp = LaunchOp<const T*, const T*, const T*, T*, T*, T*, const int*, const int*, int, int,
+                                          int, int, int, int, int, int, float, int>;
+
+/// Checks a varlen prefill attention launch without a GPU: check_paged_prefill_attention's refusals (spans.chunk
+/// must be empty: the segments replace it), max_segments outside 1 .. kMaxPrefillSegments, `segments` not of
+/// PrefillSegmentsLayout::size(max_segments) ints, `tables` not of max_segments * table_width ints, out or a pool
+/// overlapping them. \throws UsageError naming the first thing wrong and the values involved.
+template <Element T>
+void check_varlen_prefill_attention(const PrefillAttentionSpans<T>& spans, DeviceSpan<const int> segments,
+                                    DeviceSpan<const int> tables, const PrefillAttentionShape& shape,
+                                    const PagedPrefillLayout& layout, int max_segments);
+
+/// paged_prefill_attention over several sequences' chunks at once (variable lengths, one launch), as a lazy launch op:
+/// segment i's rows of q, k, v and out (PrefillSegmentsLayout, read when the kernel runs) attend as
+/// paged_prefill_attention attends a chunk of those rows at that start through row i of `tables`, with the same
+/// arithmetic (flash_attention_paged_varlen_d64 / _d128: head_dim 64 in tiles of 128 rows, 128 in tiles of 64), and
+/// write their keys and values through that table. The segments' tables must not share a block that a segment
+/// writes (KvBlockPool's copy-on-write never writes a shared block), and every segment's entries up to its last
+/// position must lie in [0, blocks): the kernel checks every segment and entry before anything is written and traps
+/// on a bad one. Rows past the segments' are not touched.
+/// \throws UsageError as check_varlen_prefill_attention, before any GPU work.
+/// \post The op keeps every span's buffer alive while it, or a graph that recorded it, lives.
+template <Element T>
+[[nodiscard]] VarlenPrefillAttentionOp<T> varlen_prefill_attention(const BasicKernels<T>& kernels,
+                                                                   const PrefillAttentionSpans<T>& spans,
+                                                                   DeviceSpan<const int> segments,
+                                                                   DeviceSpan<const int> tables,
+                                                                   const PrefillAttentionShape& shape,
+                                                                   const PagedPrefillLayout& layout, int max_segments);
 
 }  // namespace lazygraph::nn
