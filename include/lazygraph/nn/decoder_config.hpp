@@ -236,9 +236,9 @@ struct TokenAt {
 /// \throws UsageError naming the row, the table index and the value; for a contiguous decoder.
 void check_paged_batch(const DecoderConfig& config, std::span<const TokenAt> steps, std::span<const int> tables);
 
-/// One sequence's prompt part of a packed prefill (Decoder::prefill_packed): `tokens` at positions start ..
-/// start + tokens.size() - 1 of a sequence of a paged cache whose block table is `table` (kv_table_width() ints);
-/// `slot` numbers the sequence for sampled draws only.
+/// One sequence's prompt part of a packed prefill (Decoder::prefill_packed): `tokens` at the positions from `start`
+/// on, of a sequence of a paged cache whose block table is `table` (kv_table_width() ints); `slot` numbers the
+/// sequence for sampled draws only.
 struct PromptPart {
   std::span<const int> tokens;  ///< at least one, each in [0, vocab)
   int start = 0;                ///< the first token's position
