@@ -459,6 +459,9 @@ int serve(const Options& o) {
     }
     const lazygraph::Device device = lazygraph::Device::get(o.device);
     if (o.kv_blocks == 0 && plan.served.kv_cache == "paged") fit_kv_pool(device, o, plan);
+    // Steps of 2 to 8 rows on tensor cores where the GPU has them: about 1.2x a row's time instead of 2.5x. A row's
+    // bits then depend on the batch it runs in, as they do anyway in a server (packed prompts, the wide step).
+    plan.load.tensor_cores = device.compute_capability().major >= 8;
     std::fprintf(stderr, "lazygraph-serve: loading %s onto GPU %d (%s)\n", o.model_dir.c_str(), o.device,
                  device.name().c_str());
     if (plan.bf16) {

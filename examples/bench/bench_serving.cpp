@@ -292,6 +292,7 @@ int run(const Options& o) {
   c.context = per_sequence * o.block_size;
   c.kv_blocks = c.max_batch * per_sequence;  // every slot's whole sequence: no preemption
   c.attention_blocks = 0;                    // as lazygraph-serve: the grouped kernels, split as the library picks
+  c.tensor_cores = device.compute_capability().major >= 8;  // as lazygraph-serve: steps of 2 to 8 rows on them
   if (o.prefill_chunk >= 0) c.prefill_chunk = o.prefill_chunk;
   std::printf("%s; copy ceiling (1 GiB device-to-device copy, read + write): %.0f GB/s\n", device.name().c_str(),
               ceiling * 1e-9);

@@ -8,8 +8,10 @@ a free port, checks that /health names that cache, sends 40 requests one at a ti
 and text), then the same 40 as 200 concurrent streaming requests (each prompt five times), 20 of them (10 %)
 disconnecting after their first chunk, and checks that every stream that was read to the end has the text of its
 prompt alone, and that once all are done the KV pool is empty and nothing runs or waits (/metrics). Prompts and
-limits keep every sequence below 16 tokens, so prompts run through the decode step's graphs (not tensor cores) and a
-row computes the same bits alone or in a batch. Last, on the paged cache with a context of 32768 and one slot: three
+limits keep every sequence below 16 tokens. A row's logits alone and in a batch differ within rounding (steps of
+2 to 8 rows on tensor cores, the wide step's GEMMs, the paged cache's packed prompts), so the texts are equal where
+no greedy choice falls within that rounding of a tie: with these seeded weights and prompts none does, which is what
+this test relies on (a failure naming one request is first to be checked for a near tie). Last, on the paged cache with a context of 32768 and one slot: three
 whole (non-streamed) requests of 32000 tokens whose clients close their connections after 50 ms are cancelled (the
 LM head's row of the end-of-sequence id is zero, so greedy decoding never stops early), and the pool empties.
 Exits 77 (skipped) when the server reports no GPU. About a minute.
