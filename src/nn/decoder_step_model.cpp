@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "lazygraph/driver/error.hpp"
+#include "lazygraph/nn/prefill.hpp"
 
 namespace lazygraph::nn {
 
@@ -97,7 +98,8 @@ void BasicDecoderStepModel<T>::step_paged(std::span<const StepRow> rows, std::sp
   for (std::size_t r = 0; r < rows.size(); ++r) tables.push_back(table_of(rows[r], r));
   // Prompts (and sequences recomputed after a preemption) first: packed several to a chunk where the decoder takes
   // packed chunks (up to kMaxRows parts and packed_prefill_rows() tokens each, in row order), else (and a prompt longer
-  // than a chunk) each through prefill with its blocks.
+  // than a chunk) each through prefill with its blocks. Then the rows of one token, in the last chunk where they fit,
+  // else in one batch step.
   const int most = decoder_->packed_prefill_rows();
   std::vector<std::size_t> single;
   std::vector<std::size_t> pack;  // the rows of the chunk being filled
@@ -136,6 +138,19 @@ void BasicDecoderStepModel<T>::step_paged(std::span<const StepRow> rows, std::sp
     next[r] = decoder_->prefill(row.tokens, row.position, tables[r], row.slot);
     if (row.sampling.temperature > 0.0F) {
       next[r] = sampled(0, row.sampling, row.position + static_cast<int>(row.tokens.size()) - 1);
+    }
+  }
+  // The rows of one token ride in the last chunk, each a part of one token, where they fit its parts and its bucket:
+  // their own step would read the weights once more.
+  if (!pack.empty() && !single.empty() && pack.size() + single.size() <= static_cast<std::size_t>(kMaxRows) &&
+      packed_tokens + single.size() <= static_cast<std::size_t>(most)) {
+    const std::vector<int> buckets = prefill_buckets(decoder_->config());
+    const auto bucket = [&](std::size_t tokens) {
+      return *std::lower_bound(buckets.begin(), buckets.end(), static_cast<int>(tokens));
+    };
+    if (bucket(packed_tokens + single.size()) == bucket(packed_tokens)) {
+      pack.insert(pack.end(), single.begin(), single.end());
+      single.clear();
     }
   }
   flush();

@@ -20,10 +20,14 @@ namespace lazygraph::nn {
 /// decoder's device argmax; sampled rows pick_token from the row's logits on the host (the decoder itself stays
 /// greedy).
 ///
-/// With a paged decoder the engine's pool is the decoder's (kv_block_size, kv_blocks): a prompt row runs through
-/// prefill with its blocks as its table, and the rows of one token through one forward_batch of exactly those rows,
-/// each with its blocks as its table (no filler rows: a row writes only its own blocks); up to max_batch (256) of
-/// them, more than 8 running as the decoder's wide step on tensor cores (nn/wide_step.hpp).
+/// With a paged decoder the engine's pool is the decoder's (kv_block_size, kv_blocks): the prompt rows run packed, up
+/// to 8 parts and packed_prefill_rows() tokens a chunk, through prefill_packed with their blocks as their tables
+/// (where the decoder has no packed chunks, and a prompt longer than one, through prefill alone); the rows of one
+/// token ride in the step's last chunk as parts of one token where they fit its 8 parts and its bucket of rows (so a
+/// step with prompts reads the weights once less), else run through one forward_batch of exactly those rows, each
+/// with its blocks as its table (no filler rows: a row writes only its own blocks); up to max_batch (256) of them,
+/// more than 8 running as the decoder's wide step on tensor cores (nn/wide_step.hpp). A row's logits then depend,
+/// within rounding, on the rows it runs beside.
 ///
 /// Thread safety: as the decoder; the engine calls step from one thread. The decoder must outlive the model.
 template <Element T>
