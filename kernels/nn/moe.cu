@@ -29,7 +29,10 @@
 //       partial[j][r] ([batch * top_k][d]). The blocks of one grid column (blockIdx.x) hold the same rows of d for
 //       every expert; each counts itself in counters[blockIdx.x] when its products are written, and the last of them
 //       adds the column's rows into x and sets its count back to zero. counters: gridDim.x (at most d) entries, zero
-//       before the launch, zero after it.
+//       before the launch, zero after it. The one-vector variant takes short rows (width at most 1024, d a multiple of
+//       32) four at a time, rows r, r + d/4, r + d/2, r + 3d/4 as the row loop's four matrices over d/4 rows, so that a
+//       lane has four rows' loads in flight (nn::BasicKernels::moe_down_config sizes the grid for d/4 rows then); any
+//       grid.x up to d is correct either way.
 //
 // moe_gate_up and moe_down come in the gemv family's variants (NAME, NAME_b2, NAME_b4, NAME_b8: the fp32 row loop
 // for up to 1, 2, 4, 8 rows; NAME_mma: the tensor-core loop for 1 to 8; nn::BatchedKernel picks). Each vector's
@@ -216,6 +219,16 @@ __device__ __forceinline__ int rows_per_pass() {
   return B == kTensorCores ? kMmaRows : static_cast<int>(blockDim.z);
 }
 
+/// The slices moe_down's one-vector variant takes d in: kDownParts where rows are short (width at most 1024: fewer
+/// than 8 useful 16-byte loads per lane and step in the row loop, which then re-reads the row's last chunk for the
+/// rest) and d a multiple of 8 kDownParts, so that each lane keeps loads of four rows in flight instead of one's; else
+/// 1. The other variants take d whole (their accumulators for 2 to 8 vectors of four rows spill: 16-128 bytes).
+constexpr int kDownParts = 4;
+template <int B>
+__device__ __forceinline__ int down_parts(int d, int width) {
+  return B == 1 && width <= 1024 && d % (8 * kDownParts) == 0 ? kDownParts : 1;
+}
+
 template <int B, class T>
 __device__ __forceinline__ void moe_down_body(const T* w2, const T* act, const int* plan, const float* weights,
                                               float* partial, unsigned* counters, T* x, int experts, int width, int d,
@@ -227,9 +240,28 @@ __device__ __forceinline__ void moe_down_body(const T* w2, const T* act, const i
     __trap();
   }
   const int n = planned_experts(plan, experts, top_k, batch);
+  const int parts = down_parts<B>(d, width);
   for (int u = static_cast<int>(blockIdx.y); u < n; u += static_cast<int>(gridDim.y)) {  // uniform over the block
     const long long e = planned_expert(plan, u, experts, top_k, batch, pair_of);
-    const Matrices<1, T> w{{w2 + e * d * width}, width};
+    const T* w_e = w2 + e * d * width;
+    if constexpr (B == 1) {
+      if (parts == kDownParts) {
+        // Rows r, r + d / 4, r + d / 2 and r + 3 d / 4 together: the four as the row loop's matrices.
+        const long long slice = d / kDownParts;
+        const Matrices<kDownParts, T> w{{w_e, w_e + slice * width, w_e + 2 * slice * width, w_e + 3 * slice * width},
+                                        width};
+        expert_rows<B>(w, PairX<T>{act, pair_of, width}, static_cast<int>(slice), width, batch,
+                       [&](int row, int b, const float* v) {
+                         const int j = pair_of[b];
+                         if (j < 0) return;
+#pragma unroll
+                         for (int m = 0; m < kDownParts; ++m) partial[j * static_cast<long long>(d) + m * slice + row] = v[m];
+                       });
+        __syncthreads();  // pair_of is read before the next expert's
+        continue;
+      }
+    }
+    const Matrices<1, T> w{{w_e}, width};
     expert_rows<B>(w, PairX<T>{act, pair_of, width}, d, width, batch, [&](int row, int b, const float* v) {
       const int j = pair_of[b];
       if (j >= 0) partial[static_cast<long long>(j) * d + row] = v[0];
@@ -237,7 +269,7 @@ __device__ __forceinline__ void moe_down_body(const T* w2, const T* act, const i
     __syncthreads();  // pair_of is read before the next expert's
   }
 
-  add_expert_sums(weights, partial, counters, x, d, top_k, batch, rows_per_pass<B>());
+  add_expert_sums(weights, partial, counters, x, d, top_k, batch, rows_per_pass<B>(), parts);
 }
 
 }  // namespace

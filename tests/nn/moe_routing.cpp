@@ -301,9 +301,12 @@ ExpertsOut<T> run_experts(const Experts<T>& m, const std::vector<int>& ids, int 
   const int variant = how.tensor_cores ? 2 : m.batch;
   k.moe_gate_up.variant(variant).launch(s, config(m.width, m.d), m.dw1.cview(), m.dw3.cview(), m.dh.cview(),
                                         r.plan.cview(), act.view(), m.experts, m.width, m.d, top_k, m.batch);
-  k.moe_down.variant(variant).launch(s, config(m.d, m.width), m.dw2.cview(), act.cview(), r.plan.cview(),
-                                     r.weights.cview(), partial.view(), counters.view(), dxs.view(), m.experts, m.width,
-                                     m.d, top_k, m.batch);
+  // moe_down_config: the fp32 variants' grid for d / 4 rows where they take short rows four at a time.
+  const LaunchConfig down =
+      how.warps_k == 0 ? k.moe_down_config(m.d, m.width, m.batch, distinct) : config(m.d, m.width);
+  k.moe_down.variant(variant).launch(s, down, m.dw2.cview(), act.cview(), r.plan.cview(), r.weights.cview(),
+                                     partial.view(), counters.view(), dxs.view(), m.experts, m.width, m.d, top_k,
+                                     m.batch);
   return {lgtest::to_host(s, r.weights.cview()), lgtest::to_host(s, act.cview()), lgtest::to_host(s, dxs.cview()),
           lgtest::to_host(s, counters.cview())};
 }

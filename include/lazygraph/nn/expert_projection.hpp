@@ -97,8 +97,8 @@ template <Element T>
         w2.owner()));
   }
   const BasicKernels<T>& k = p.dense;
-  return ExpertDownOp<T>(k.moe_down(k.moe_config(d, m.expert_width, batch, distinct), w2.dense(), act, plan, weights,
-                                    scratch.partial, scratch.counters, x, m.experts, m.expert_width, d,
+  return ExpertDownOp<T>(k.moe_down(k.moe_down_config(d, m.expert_width, batch, distinct), w2.dense(), act, plan,
+                                    weights, scratch.partial, scratch.counters, x, m.experts, m.expert_width, d,
                                     m.experts_per_token, batch));
 }
 

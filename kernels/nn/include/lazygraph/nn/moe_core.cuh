@@ -69,10 +69,12 @@ struct PairX {
 /// column's blocks (every blockIdx.y, with experts or none) hold the same rows: `unit` rows from blockIdx.x * unit,
 /// then every gridDim.x * unit. Every block counts itself in counters[blockIdx.x] once its partials are written, so
 /// the last one's adds see them all, whichever blocks wrote them; that one sets the count back to zero for the next
-/// launch. Every thread of the block calls it, after the block's partials are written.
+/// launch. Every thread of the block calls it, after the block's partials are written. With `parts` above 1 (d a
+/// multiple of it), the kernel took d as `parts` slices of d / parts rows, row r of its grid being rows r,
+/// r + d / parts, ... of x: a column's rows are then those of every slice.
 template <class T>
 __device__ __forceinline__ void add_expert_sums(const float* weights, const float* partial, unsigned* counters, T* x,
-                                                int d, int top_k, int batch, int unit) {
+                                                int d, int top_k, int batch, int unit, int parts = 1) {
   __shared__ bool last_block;
   const int tid = static_cast<int>((threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x);
   const int threads = static_cast<int>(blockDim.x * blockDim.y * blockDim.z);
@@ -82,11 +84,13 @@ __device__ __forceinline__ void add_expert_sums(const float* weights, const floa
   __syncthreads();
   if (!last_block) return;
   __threadfence();  // the other blocks' partials, counted before ours, are visible from here
-  for (int base = static_cast<int>(blockIdx.x) * unit; base < d; base += static_cast<int>(gridDim.x) * unit) {
-    for (int i = tid; i < unit * batch; i += threads) {
-      const int r = base + i % unit;
-      const int b = i / unit;
-      if (r >= d) continue;
+  const int slice = d / parts;
+  for (int base = static_cast<int>(blockIdx.x) * unit; base < slice; base += static_cast<int>(gridDim.x) * unit) {
+    for (int i = tid; i < unit * batch * parts; i += threads) {
+      const int in_slice = base + i % unit;
+      const int b = i / unit % batch;
+      const int r = in_slice + i / (unit * batch) * slice;
+      if (in_slice >= slice) continue;
       float sum = 0.0f;
       for (int s = 0; s < top_k; ++s) {
         const int j = b * top_k + s;
