@@ -1,13 +1,53 @@
 #include "lazygraph/nn/decoder_step_model.hpp"
 
 #include <algorithm>
+#include <cstddef>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "lazygraph/driver/error.hpp"
 #include "lazygraph/nn/prefill.hpp"
 
 namespace lazygraph::nn {
+
+PagedStepPlan plan_paged_step(std::span<const std::size_t> tokens, int chunk_rows, std::span<const int> buckets) {
+  PagedStepPlan plan;
+  const auto most = static_cast<std::size_t>(std::max(chunk_rows, 0));
+  std::vector<std::size_t> chunk;
+  std::size_t chunk_tokens = 0;
+  const auto close = [&] {
+    if (!chunk.empty()) plan.chunks.push_back(std::move(chunk));
+    chunk.clear();
+    chunk_tokens = 0;
+  };
+  for (std::size_t r = 0; r < tokens.size(); ++r) {
+    if (tokens[r] <= 1) {
+      plan.batch.push_back(r);
+    } else if (tokens[r] > most) {
+      plan.alone.push_back(r);
+    } else {
+      if (chunk.size() == static_cast<std::size_t>(kMaxRows) || chunk_tokens + tokens[r] > most) close();
+      chunk.push_back(r);
+      chunk_tokens += tokens[r];
+    }
+  }
+  // The rows of one token ride in the last chunk where they fit: their own step would read the weights once more.
+  const std::size_t riders = plan.batch.size();
+  const auto bucket = [&](std::size_t rows) {
+    const auto at = std::lower_bound(buckets.begin(), buckets.end(), static_cast<int>(rows));
+    return at == buckets.end() ? -1 : *at;
+  };
+  if (!chunk.empty() && riders > 0 && chunk.size() + riders <= static_cast<std::size_t>(kMaxRows) &&
+      chunk_tokens + riders <= most && bucket(chunk_tokens + riders) == bucket(chunk_tokens) &&
+      bucket(chunk_tokens) > 0) {
+    chunk.insert(chunk.end(), plan.batch.begin(), plan.batch.end());
+    plan.batch.clear();
+  }
+  close();
+  return plan;
+}
 
 template <Element T>
 BasicDecoderStepModel<T>::BasicDecoderStepModel(BasicDecoder<T>& decoder) : decoder_(&decoder) {
@@ -96,64 +136,30 @@ void BasicDecoderStepModel<T>::step_paged(std::span<const StepRow> rows, std::sp
   std::vector<std::vector<int>> tables;
   tables.reserve(rows.size());
   for (std::size_t r = 0; r < rows.size(); ++r) tables.push_back(table_of(rows[r], r));
-  // Prompts (and sequences recomputed after a preemption) first: packed several to a chunk where the decoder takes
-  // packed chunks (up to kMaxRows parts and packed_prefill_rows() tokens each, in row order), else (and a prompt longer
-  // than a chunk) each through prefill with its blocks. Then the rows of one token, in the last chunk where they fit,
-  // else in one batch step.
-  const int most = decoder_->packed_prefill_rows();
-  std::vector<std::size_t> single;
-  std::vector<std::size_t> pack;  // the rows of the chunk being filled
-  std::size_t packed_tokens = 0;
-  const auto flush = [&] {
-    if (pack.empty()) return;
+  std::vector<std::size_t> tokens;
+  for (const StepRow& row : rows) tokens.push_back(row.tokens.size());
+  const int chunk_rows = decoder_->packed_prefill_rows();
+  const PagedStepPlan plan =
+      plan_paged_step(tokens, chunk_rows, chunk_rows > 0 ? prefill_buckets(decoder_->config()) : std::vector<int>{});
+  const auto last_position = [&](const StepRow& row) { return row.position + static_cast<int>(row.tokens.size()) - 1; };
+  for (const std::vector<std::size_t>& chunk : plan.chunks) {
     std::vector<PromptPart> parts;
-    for (const std::size_t r : pack) {
+    for (const std::size_t r : chunk) {
       parts.push_back({.tokens = rows[r].tokens, .start = rows[r].position, .table = tables[r], .slot = rows[r].slot});
     }
     const std::vector<int> out = decoder_->prefill_packed(parts);
-    for (std::size_t i = 0; i < pack.size(); ++i) {
-      const StepRow& row = rows[pack[i]];
-      next[pack[i]] = row.sampling.temperature > 0.0F ? sampled(static_cast<int>(i), row.sampling,
-                                                                row.position + static_cast<int>(row.tokens.size()) - 1)
-                                                      : out[i];
+    for (std::size_t i = 0; i < chunk.size(); ++i) {
+      const StepRow& row = rows[chunk[i]];
+      next[chunk[i]] =
+          row.sampling.temperature > 0.0F ? sampled(static_cast<int>(i), row.sampling, last_position(row)) : out[i];
     }
-    pack.clear();
-    packed_tokens = 0;
-  };
-  for (std::size_t r = 0; r < rows.size(); ++r) {
+  }
+  for (const std::size_t r : plan.alone) {
     const StepRow& row = rows[r];
-    if (row.tokens.size() == 1) {
-      single.push_back(r);
-      continue;
-    }
-    if (row.tokens.size() <= static_cast<std::size_t>(most)) {
-      if (pack.size() == static_cast<std::size_t>(kMaxRows) ||
-          packed_tokens + row.tokens.size() > static_cast<std::size_t>(most)) {
-        flush();
-      }
-      pack.push_back(r);
-      packed_tokens += row.tokens.size();
-      continue;
-    }
     next[r] = decoder_->prefill(row.tokens, row.position, tables[r], row.slot);
-    if (row.sampling.temperature > 0.0F) {
-      next[r] = sampled(0, row.sampling, row.position + static_cast<int>(row.tokens.size()) - 1);
-    }
+    if (row.sampling.temperature > 0.0F) next[r] = sampled(0, row.sampling, last_position(row));
   }
-  // The rows of one token ride in the last chunk, each a part of one token, where they fit its parts and its bucket:
-  // their own step would read the weights once more.
-  if (!pack.empty() && !single.empty() && pack.size() + single.size() <= static_cast<std::size_t>(kMaxRows) &&
-      packed_tokens + single.size() <= static_cast<std::size_t>(most)) {
-    const std::vector<int> buckets = prefill_buckets(decoder_->config());
-    const auto bucket = [&](std::size_t tokens) {
-      return *std::lower_bound(buckets.begin(), buckets.end(), static_cast<int>(tokens));
-    };
-    if (bucket(packed_tokens + single.size()) == bucket(packed_tokens)) {
-      pack.insert(pack.end(), single.begin(), single.end());
-      single.clear();
-    }
-  }
-  flush();
+  const std::vector<std::size_t>& single = plan.batch;
   if (single.empty()) return;
   // The rows of one token, in one batch step of exactly those rows.
   std::vector<TokenAt> steps;

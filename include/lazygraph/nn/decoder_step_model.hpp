@@ -4,6 +4,7 @@
 /// slots: max_batch sequences, each with the contiguous KV cache of its slot, or with a paged decoder
 /// (DecoderConfig::kv_block_size) in the blocks the engine's KvBlockPool gives it (StepRow::blocks).
 
+#include <cstddef>
 #include <span>
 #include <vector>
 
@@ -11,6 +12,24 @@
 #include "lazygraph/nn/step_model.hpp"
 
 namespace lazygraph::nn {
+
+/// How a paged decoder's step runs its rows (plan_paged_step): indices into the step's rows.
+struct PagedStepPlan {
+  /// Chunks for Decoder::prefill_packed, in order: each up to kMaxRows rows (its prompts in row order, then the rows
+  /// of one token that ride in it).
+  std::vector<std::vector<std::size_t>> chunks;
+  std::vector<std::size_t> alone;  ///< prompts run through Decoder::prefill one by one, in row order
+  std::vector<std::size_t> batch;  ///< rows of one token in one Decoder::forward_batch, in row order
+};
+
+/// The plan of a paged step whose row r feeds tokens[r] tokens (each at least 1), for a decoder whose packed chunks
+/// take `chunk_rows` tokens (Decoder::packed_prefill_rows; 0: none) in `buckets` (prefill_buckets, ascending): the
+/// rows of several tokens packed in row order, a chunk closed when the next would take it past kMaxRows parts or
+/// chunk_rows tokens; a row longer than chunk_rows (every one when chunk_rows is 0) alone; then the rows of one token
+/// in the last chunk, as parts of one token, where all of them fit its parts, its tokens and its bucket (so that it
+/// takes no more rows through the GEMMs), else in the batch. Never throws but std::bad_alloc.
+[[nodiscard]] PagedStepPlan plan_paged_step(std::span<const std::size_t> tokens, int chunk_rows,
+                                            std::span<const int> buckets);
 
 /// A BasicDecoder as a StepModel. A row of several tokens runs through `prefill` (its own call, in its slot); the
 /// rows of one token run together through one `forward_batch` of as many rows as the highest such slot + 1. That
@@ -20,8 +39,8 @@ namespace lazygraph::nn {
 /// decoder's device argmax; sampled rows pick_token from the row's logits on the host (the decoder itself stays
 /// greedy).
 ///
-/// With a paged decoder the engine's pool is the decoder's (kv_block_size, kv_blocks): the prompt rows run packed, up
-/// to 8 parts and packed_prefill_rows() tokens a chunk, through prefill_packed with their blocks as their tables
+/// With a paged decoder the engine's pool is the decoder's (kv_block_size, kv_blocks), and plan_paged_step decides how
+/// the rows run: the prompt rows packed, up to 8 parts and packed_prefill_rows() tokens a chunk, through prefill_packed with their blocks as their tables
 /// (where the decoder has no packed chunks, and a prompt longer than one, through prefill alone); the rows of one
 /// token ride in the step's last chunk as parts of one token where they fit its 8 parts and its bucket of rows (so a
 /// step with prompts reads the weights once less), else run through one forward_batch of exactly those rows, each
