@@ -12,7 +12,12 @@
 
 namespace lazygraph::nn {
 
-PagedStepPlan plan_paged_step(std::span<const std::size_t> tokens, int chunk_rows, std::span<const int> buckets) {
+PagedStepPlan plan_paged_step(std::span<const std::size_t> tokens, std::span<const int> positions, int chunk_rows,
+                              std::span<const int> buckets) {
+  if (positions.size() != tokens.size()) {
+    throw UsageError("plan_paged_step: " + std::to_string(positions.size()) + " positions for " +
+                     std::to_string(tokens.size()) + " rows");
+  }
   PagedStepPlan plan;
   const auto most = static_cast<std::size_t>(std::max(chunk_rows, 0));
   std::vector<std::size_t> chunk;
@@ -39,7 +44,9 @@ PagedStepPlan plan_paged_step(std::span<const std::size_t> tokens, int chunk_row
     const auto at = std::lower_bound(buckets.begin(), buckets.end(), static_cast<int>(rows));
     return at == buckets.end() ? -1 : *at;
   };
-  if (!chunk.empty() && riders > 0 && chunk.size() + riders <= static_cast<std::size_t>(kMaxRows) &&
+  const bool near = std::all_of(plan.batch.begin(), plan.batch.end(),
+                                [&](std::size_t r) { return positions[r] < kRiderMaxPosition; });
+  if (!chunk.empty() && riders > 0 && near && chunk.size() + riders <= static_cast<std::size_t>(kMaxRows) &&
       chunk_tokens + riders <= most && bucket(chunk_tokens + riders) == bucket(chunk_tokens) &&
       bucket(chunk_tokens) > 0) {
     chunk.insert(chunk.end(), plan.batch.begin(), plan.batch.end());
@@ -137,10 +144,14 @@ void BasicDecoderStepModel<T>::step_paged(std::span<const StepRow> rows, std::sp
   tables.reserve(rows.size());
   for (std::size_t r = 0; r < rows.size(); ++r) tables.push_back(table_of(rows[r], r));
   std::vector<std::size_t> tokens;
-  for (const StepRow& row : rows) tokens.push_back(row.tokens.size());
+  std::vector<int> positions;
+  for (const StepRow& row : rows) {
+    tokens.push_back(row.tokens.size());
+    positions.push_back(row.position);
+  }
   const int chunk_rows = decoder_->packed_prefill_rows();
-  const PagedStepPlan plan =
-      plan_paged_step(tokens, chunk_rows, chunk_rows > 0 ? prefill_buckets(decoder_->config()) : std::vector<int>{});
+  const PagedStepPlan plan = plan_paged_step(tokens, positions, chunk_rows,
+                                             chunk_rows > 0 ? prefill_buckets(decoder_->config()) : std::vector<int>{});
   const auto last_position = [&](const StepRow& row) { return row.position + static_cast<int>(row.tokens.size()) - 1; };
   for (const std::vector<std::size_t>& chunk : plan.chunks) {
     std::vector<PromptPart> parts;

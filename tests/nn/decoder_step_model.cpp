@@ -20,32 +20,40 @@ namespace nn = lazygraph::nn;
 
 TEST_CASE("a paged step's plan packs prompts up to 8 parts and the chunk's tokens, and lets one-token rows ride") {
   using Rows = std::vector<std::size_t>;
+  using Positions = std::vector<int>;
   const std::vector<int> buckets{16, 32, 64, 128};
   // Prompts of 40, 30 and 50 tokens (120: bucket 128) and two rows of one token, which ride (122: still 128).
-  nn::PagedStepPlan plan = nn::plan_paged_step(Rows{40, 1, 30, 50, 1}, 128, buckets);
+  nn::PagedStepPlan plan = nn::plan_paged_step(Rows{40, 1, 30, 50, 1}, Positions(5, 0), 128, buckets);
   REQUIRE(plan.chunks.size() == 1);
   CHECK(plan.chunks[0] == Rows{0, 2, 3, 1, 4});
   CHECK(plan.alone.empty());
   CHECK(plan.batch.empty());
   // 126 + 3 riders would take the chunk to 129 rows, past the chunk: the riders run as a batch.
-  plan = nn::plan_paged_step(Rows{100, 26, 1, 1, 1}, 128, buckets);
+  plan = nn::plan_paged_step(Rows{100, 26, 1, 1, 1}, Positions(5, 0), 128, buckets);
   CHECK(plan.chunks == std::vector<Rows>{{0, 1}});
   CHECK(plan.batch == Rows{2, 3, 4});
   // 30 + 3 riders would move the chunk from the bucket of 32 to 64: a batch too.
-  plan = nn::plan_paged_step(Rows{30, 1, 1, 1}, 128, buckets);
+  plan = nn::plan_paged_step(Rows{30, 1, 1, 1}, Positions(4, 0), 128, buckets);
   CHECK(plan.chunks == std::vector<Rows>{{0}});
   CHECK(plan.batch == Rows{1, 2, 3});
   // A chunk closes at the chunk's tokens (60 + 70 > 128) and at 8 parts; a prompt longer than a chunk runs alone.
-  plan = nn::plan_paged_step(Rows{60, 70, 200, 2, 2, 2, 2, 2, 2, 2, 2, 2}, 128, buckets);
+  plan = nn::plan_paged_step(Rows{60, 70, 200, 2, 2, 2, 2, 2, 2, 2, 2, 2}, Positions(12, 0), 128, buckets);
   CHECK(plan.chunks == std::vector<Rows>{{0}, {1, 3, 4, 5, 6, 7, 8, 9}, {10, 11}});
   CHECK(plan.alone == Rows{2});
   CHECK(plan.batch.empty());
   // Riders join only the last chunk, and only all of them: 9 parts would be too many.
-  plan = nn::plan_paged_step(Rows{5, 5, 5, 5, 5, 5, 5, 1, 1}, 128, buckets);
+  plan = nn::plan_paged_step(Rows{5, 5, 5, 5, 5, 5, 5, 1, 1}, Positions(9, 0), 128, buckets);
   CHECK(plan.chunks == std::vector<Rows>{{0, 1, 2, 3, 4, 5, 6}});
   CHECK(plan.batch == Rows{7, 8});
+  // A row of one token at position kRiderMaxPosition or beyond keeps the riders out: its attention would be one tile.
+  plan = nn::plan_paged_step(Rows{40, 1, 1}, Positions{0, 100, nn::kRiderMaxPosition}, 128, buckets);
+  CHECK(plan.chunks == std::vector<Rows>{{0}});
+  CHECK(plan.batch == Rows{1, 2});
+  plan = nn::plan_paged_step(Rows{40, 1, 1}, Positions{0, 100, nn::kRiderMaxPosition - 1}, 128, buckets);
+  CHECK(plan.chunks == std::vector<Rows>{{0, 1, 2}});
+  CHECK_THROWS_AS((void)nn::plan_paged_step(Rows{40, 1}, Positions{0}, 128, buckets), lazygraph::UsageError);
   // No packed chunks (a decoder whose prompts do not run on tensor cores): every prompt alone.
-  plan = nn::plan_paged_step(Rows{5, 1, 300}, 0, {});
+  plan = nn::plan_paged_step(Rows{5, 1, 300}, Positions(3, 0), 0, {});
   CHECK(plan.chunks.empty());
   CHECK(plan.alone == Rows{0, 2});
   CHECK(plan.batch == Rows{1});

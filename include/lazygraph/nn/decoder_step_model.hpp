@@ -22,14 +22,21 @@ struct PagedStepPlan {
   std::vector<std::size_t> batch;  ///< rows of one token in one Decoder::forward_batch, in row order
 };
 
-/// The plan of a paged step whose row r feeds tokens[r] tokens (each at least 1), for a decoder whose packed chunks
-/// take `chunk_rows` tokens (Decoder::packed_prefill_rows; 0: none) in `buckets` (prefill_buckets, ascending): the
-/// rows of several tokens packed in row order, a chunk closed when the next would take it past kMaxRows parts or
-/// chunk_rows tokens; a row longer than chunk_rows (every one when chunk_rows is 0) alone; then the rows of one token
-/// in the last chunk, as parts of one token, where all of them fit its parts, its tokens and its bucket (so that it
-/// takes no more rows through the GEMMs), else in the batch. Never throws but std::bad_alloc.
-[[nodiscard]] PagedStepPlan plan_paged_step(std::span<const std::size_t> tokens, int chunk_rows,
-                                            std::span<const int> buckets);
+/// A row of one token rides in a packed chunk (plan_paged_step) only at a position below this. In the chunk its
+/// attention is one flash-attention tile per head over all of its positions, where the decode step splits them over
+/// blocks, so a long row would cost the chunk more than the step it saves; the limit is a conservative guess, not
+/// measured.
+inline constexpr int kRiderMaxPosition = 2048;
+
+/// The plan of a paged step whose row r feeds tokens[r] tokens (each at least 1) from position positions[r], for a
+/// decoder whose packed chunks take `chunk_rows` tokens (Decoder::packed_prefill_rows; 0: none) in `buckets`
+/// (prefill_buckets, ascending): the rows of several tokens packed in row order, a chunk closed when the next would
+/// take it past kMaxRows parts or chunk_rows tokens; a row longer than chunk_rows (every one when chunk_rows is 0)
+/// alone; then the rows of one token in the last chunk, as parts of one token, where all of them fit its parts, its
+/// tokens and its bucket (so that it takes no more rows through the GEMMs) and each is at a position below
+/// kRiderMaxPosition, else in the batch. \throws UsageError when positions and tokens differ in length.
+[[nodiscard]] PagedStepPlan plan_paged_step(std::span<const std::size_t> tokens, std::span<const int> positions,
+                                            int chunk_rows, std::span<const int> buckets);
 
 /// A BasicDecoder as a StepModel. A row of several tokens runs through `prefill` (its own call, in its slot); the
 /// rows of one token run together through one `forward_batch` of as many rows as the highest such slot + 1. That
@@ -40,13 +47,13 @@ struct PagedStepPlan {
 /// greedy).
 ///
 /// With a paged decoder the engine's pool is the decoder's (kv_block_size, kv_blocks), and plan_paged_step decides how
-/// the rows run: the prompt rows packed, up to 8 parts and packed_prefill_rows() tokens a chunk, through prefill_packed with their blocks as their tables
-/// (where the decoder has no packed chunks, and a prompt longer than one, through prefill alone); the rows of one
-/// token ride in the step's last chunk as parts of one token where they fit its 8 parts and its bucket of rows (so a
-/// step with prompts reads the weights once less), else run through one forward_batch of exactly those rows, each
-/// with its blocks as its table (no filler rows: a row writes only its own blocks); up to max_batch (256) of them,
-/// more than 8 running as the decoder's wide step on tensor cores (nn/wide_step.hpp). A row's logits then depend,
-/// within rounding, on the rows it runs beside.
+/// the rows run: the prompt rows packed, up to 8 parts and packed_prefill_rows() tokens a chunk, through prefill_packed
+/// with their blocks as their tables (where the decoder has no packed chunks, and a prompt longer than one, through
+/// prefill alone); the rows of one token ride in the step's last chunk as parts of one token where they fit its 8 parts
+/// and its bucket of rows (so a step with prompts reads the weights once less), else run through one forward_batch of
+/// exactly those rows, each with its blocks as its table (no filler rows: a row writes only its own blocks); up to
+/// max_batch (256) of them, more than 8 running as the decoder's wide step on tensor cores (nn/wide_step.hpp). A row's
+/// logits then depend, within rounding, on the rows it runs beside.
 ///
 /// Thread safety: as the decoder; the engine calls step from one thread. The decoder must outlive the model.
 template <Element T>
