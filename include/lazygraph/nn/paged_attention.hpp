@@ -123,10 +123,12 @@ inline constexpr int paged_wave_max_splits = 32;
 /// The splits of attend_grouped for `rows` rows given `resident`, the kernel's blocks one SM holds at once
 /// (PagedAttention::grouped_resident): the splits whose blocks (rows x kv_heads x the parts of a group, each split)
 /// fill one wave of resident x multiprocessors, at least 1 and at most paged_wave_max_splits; with `resident` 0,
-/// paged_grouped_splits. On an H200 (4 resident blocks at head_dim 64, 3 at 128) it was the best of 9-13 split
-/// counts, or within 6 % of it, for 1 to 256 rows of the Llama-3.2-1B and 3.1-8B shapes at positions 512 to 131072
-/// (bench_paged_attention --sweep); paged_grouped_splits's eight blocks per SM took up to 1.6x as long at 16 to 128
-/// rows. The decode step (BasicDecoderState::paged_splits) and the wide step use it.
+/// paged_grouped_splits. On an H200 (4 resident blocks at head_dim 64, 3 at 128; bench_paged_attention --sweep over
+/// 9-13 split counts, 1 to 256 rows of the Llama-3.2-1B and 3.1-8B shapes) it was the best, or within 5 % of it, at
+/// positions 32768 and 131072 and for 16 rows or more at every position; at positions 512 and 4096 with 1 to 8 rows
+/// fewer splits were up to 1.3x faster (12.7 against 14.9 us for one row at 4096), which one count per row count
+/// cannot give both ways. paged_grouped_splits's eight blocks per SM took up to 1.6x as long at 16 to 128 rows. The
+/// decode step (BasicDecoderState::paged_splits) and the wide step use it.
 /// \throws UsageError as paged_grouped_splits, and for a negative resident.
 [[nodiscard]] int paged_grouped_wave_splits(int rows, int heads, int kv_heads, int head_dim, int multiprocessors,
                                             int resident);
