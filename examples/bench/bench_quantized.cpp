@@ -69,7 +69,7 @@ Weights make_weights(const lg::Stream& s, const Shape& shape, nn::WeightFormat f
     w.scales.push_back(lg::DeviceBuffer<half>(s.device(), scale_count));
     lg::fill(w.scales.back().view(), half::from_float(0.001F)).sync_on(s);
     w.matrices.push_back(
-        {w.values.back().cview().address(), w.scales.back().cview().address(), 0, static_cast<int>(format), group});
+        {w.values.back().cview().address(), w.scales.back().cview().address(), 0, 0, static_cast<int>(format), group});
   }
   return w;
 }

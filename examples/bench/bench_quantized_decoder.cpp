@@ -6,7 +6,10 @@
 // time (the step graph replayed alone at position 128, medians of 31 samples of 20 replays, CUDA events), tokens/s,
 // the bytes its weights occupy (less the embedding table, of which a step reads one row per token) and those bytes
 // over the time as a fraction of the copy ceiling measured in the same run. Dense steps of 8 rows run on tensor cores
-// (DecoderConfig::tensor_cores), as the quantized kernels always do.
+// (DecoderConfig::tensor_cores), as the quantized kernels always do. Formats: fp16, int8, fp8 in blocks, int4 g128, and
+// int4 g128 with zero points as AWQ and GPTQ checkpoints are read, also with every attention and MLP matrix's columns
+// stored in a random order of its inputs, as GPTQ's desc_act stores them (the kernels gather x; the order's 4 bytes a
+// column are not in the weight MB, about 0.1 % of them).
 //
 // Accuracy, teacher-forced over 256 positions, each quantized decoder against the fp16 decoder on the same weights:
 // how often its top token agrees with fp16's, the logits' relative error (||q - f|| / ||f||, averaged over positions),
@@ -27,7 +30,9 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <numeric>
 #include <optional>
+#include <random>
 #include <string>
 #include <variant>
 #include <vector>
@@ -71,9 +76,11 @@ struct Options {
 struct Variant {
   const char* name;
   nn::DecoderQuantization quantization;
+  bool reordered = false;  ///< int4 with zero points: every matrix's columns stored in a random order (GPTQ desc_act)
 };
 
-/// fp16 first (the reference), then the quantized variants; `all` adds the int4 variants the speed table leaves out.
+/// fp16 first (the reference), then the quantized variants; `all` adds the int4 variants the speed table leaves out,
+/// the speed table (not `all`) int4 with zero points as AWQ and GPTQ checkpoints are read, with and without desc_act.
 std::vector<Variant> variants(bool all) {
   const nn::QuantizedFormat int8{nn::WeightFormat::int8_channel, 0, false, nn::ScaleType::f16};
   const nn::QuantizedFormat g128{nn::WeightFormat::int4_group, 128, false, nn::ScaleType::f16};
@@ -85,7 +92,11 @@ std::vector<Variant> variants(bool all) {
   out.push_back({"int8", {int8, int8, int8, {}}});
   out.push_back({"fp8 (128 x 128 blocks)", {fp8, fp8, fp8, {}}});
   out.push_back({"int4 g128, LM head int8", {g128, g128, int8, {}}});
-  if (!all) return out;
+  if (!all) {
+    out.push_back({"int4 g128 zero points (AWQ, GPTQ), LM head int8", {g128z, g128z, int8, {}}});
+    out.push_back({"int4 g128 zero points, inputs reordered (GPTQ desc_act)", {g128z, g128z, int8, {}}, true});
+    return out;
+  }
   out.push_back({"int4 g128 clip search, LM head int8", {g128, g128, int8, {.clip_search = true}}});
   out.push_back({"int4 g128 zero points, LM head int8", {g128z, g128z, int8, {}}});
   out.push_back({"int4 g32, LM head int8", {g32, g32, int8, {}}});
@@ -103,6 +114,31 @@ double relative_error(const std::vector<half>& a, const std::vector<half>& b, st
     norm += y * y;
   }
   return std::sqrt(diff / norm);
+}
+
+/// `w` with its columns stored in a random order of its inputs (seeded by `seed`), the bytes as they are: a GPTQ
+/// desc_act matrix's speed (what it computes is not this benchmark's concern).
+nn::Weight<half> reordered(lg::Stream& s, const nn::Weight<half>& w, unsigned seed) {
+  const nn::QuantizedWeight q = w.quantized().download(s);
+  std::vector<std::int32_t> order(static_cast<std::size_t>(q.layout().cols()));
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), std::mt19937(seed));
+  const nn::QuantizedWeight r(q.layout(), {q.values().begin(), q.values().end()},
+                              {q.scale_bits().begin(), q.scale_bits().end()}, {q.zeros().begin(), q.zeros().end()},
+                              std::move(order));
+  return nn::Weight<half>(nn::DeviceQuantizedWeight<half>(s, r));
+}
+
+/// Every attention and MLP matrix of `weights` reordered (gate and up alike: one kernel gathers their x).
+void reorder_inputs(lg::Stream& s, nn::DecoderWeights& weights) {
+  for (std::size_t l = 0; l < weights.attention.size(); ++l) {
+    const auto seed = static_cast<unsigned>(4 * l);
+    weights.attention[l].qkv = reordered(s, weights.attention[l].qkv, seed);
+    weights.attention[l].wo = reordered(s, weights.attention[l].wo, seed + 1);
+    weights.mlp[l].w1 = reordered(s, weights.mlp[l].w1, seed + 2);
+    weights.mlp[l].w3 = reordered(s, weights.mlp[l].w3, seed + 2);
+    weights.mlp[l].w2 = reordered(s, weights.mlp[l].w2, seed + 3);
+  }
 }
 
 void speed_table(lg::Stream& s, const lg::KernelLibrary& library, const nn::Kernels& kernels,
@@ -127,6 +163,7 @@ void speed_table(lg::Stream& s, const lg::KernelLibrary& library, const nn::Kern
       if (v.quantization.any()) {
         weights = nn::quantize_decoder_weights(s, quantizer, std::move(weights), config, v.quantization);
       }
+      if (v.reordered) reorder_inputs(s, weights);
       const double bytes =
           static_cast<double>(nn::decoder_device_bytes(config, v.quantization)) - 2.0 * config.vocab * config.d;
       nn::Decoder decoder(s, library, config, std::move(weights));

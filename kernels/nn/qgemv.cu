@@ -14,11 +14,12 @@
 //       positions and slots, and traps), here with the three projections' rows stacked in one quantized matrix (q_rows
 //       + 2 n_kv_heads head_dim rows of d columns) and their biases stacked the same way (or null). One rounding per
 //       output: the rotation is applied to the fp32 sums.
-// W is a QuantizedMatrix (by value) of rows x cols, x [batch][cols], out [batch][rows]. Each kernel comes per element
-// type (NAME, NAME_bf16: x, g, out and the scales in it) and format (NAME_int8, NAME_int4 symmetric, NAME_int4z with
-// zero points, NAME_fp8: qgemv_int8, qgemv_bf16_int4z, ...); the host picks the format from W (nn::QuantizedKernel).
-// One rounding per output, as gemv.cu's tensor-core variants: x * g is rounded to the element type before the mma (the
-// weights are exact integers there); the scales multiply the fp32 sums.
+// W is a QuantizedMatrix (by value) of rows x cols, x [batch][cols], out [batch][rows]; an int4z matrix may store its
+// columns reordered (W.order: stored column j multiplies x[order[j]], which the kernels gather). Each kernel comes per
+// element type (NAME, NAME_bf16: x, g, out and the scales in it) and format (NAME_int8, NAME_int4 symmetric, NAME_int4z
+// with zero points, NAME_fp8: qgemv_int8, qgemv_bf16_int4z, ...); the host picks the format from W
+// (nn::QuantizedKernel). One rounding per output, as gemv.cu's tensor-core variants: x * g is rounded to the element
+// type before the mma (the weights are exact integers there); the scales multiply the fp32 sums.
 //
 // Requirements (a trap otherwise): the kernel's format and element type, cols a multiple of 64 (int4), 32 (int8) or
 // 128 (fp8), the group 32, 64 or 128 (int4, dividing cols), cols (int8) or 128 (fp8), W1 and W3 of one group and
@@ -167,7 +168,8 @@ __device__ __forceinline__ void rms_norm_qgemv_swiglu_body(QuantizedMatrix W1, Q
 /// prompts on tensor cores multiply (a layer's matrices one at a time, into a scratch buffer). A thread takes one
 /// lane's 16 bytes of a step (quantized.hpp's layout), grid-stride, and writes each of its two rows' 8 consecutive
 /// columns per half step as one 16-byte store (a tile row's 4 lanes then write 64 contiguous bytes); padding rows are
-/// skipped.
+/// skipped. A matrix stored with its columns reordered (W.order) is written in x's order, column order[j] from stored
+/// column j, an element at a time.
 template <int F, class T>
 __device__ __forceinline__ void qdequantize_body(QuantizedMatrix W, T* out, int rows, int cols) {
   if (!quantized_supported<F>(W, cols) || rows < 1 || !lg::is_aligned16(out)) __trap();
@@ -207,7 +209,12 @@ __device__ __forceinline__ void qdequantize_body(QuantizedMatrix W, T* out, int 
             const int u = static_cast<int>(words[2 * half + c / 4] >> (4 * nibble) & 0xFU) ^ flip;
             f[c] = static_cast<float>(u - zero) * scale;
           }
-          *reinterpret_cast<uint4*>(out_row + first) = lg::pack8<T>(f).raw;
+          if (W.order == nullptr) {
+            *reinterpret_cast<uint4*>(out_row + first) = lg::pack8<T>(f).raw;
+          } else {  // stored columns back in x's order
+#pragma unroll
+            for (int c = 0; c < 8; ++c) out_row[W.order[first + c]] = lg::from_float<T>(f[c]);
+          }
         }
       } else {
         // Words h and 2 + h hold this row's columns 32 s + 8 t .. + 7, a byte each; fp8's in group s / 4.

@@ -8,6 +8,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <unistd.h>
@@ -18,6 +19,7 @@
 #include "lazygraph/nn/quantized_checkpoint.hpp"
 #include "methods/packed_method.hpp"
 #include "model_folder.hpp"
+#include "packed_int4.hpp"
 
 namespace lazygraph::nn {
 
@@ -467,13 +469,24 @@ DecoderCheckpoint::DecoderCheckpoint(LlamaConfig llama, DecoderConfig config, Ch
     }
   }
   if (llama_.packed.has_value()) {
+    // Tensors that one kernel multiplies with one x take their inputs in one order: a stacked matrix's parts, and a
+    // layer's gate and up (W1 comes before W3).
+    std::optional<std::pair<detail::PackedTensors, std::string>> gate;
     for (const std::vector<std::size_t>& matrix : matrix_parts_) {
+      std::optional<std::pair<detail::PackedTensors, std::string>> first;
       for (const std::size_t p : matrix) {
-        const detail::PackedTensors found = detail::find_packed_method(llama_.packed->method)
-                                                .require(weights_, *llama_.packed, detail::module_of(tensors_[p].name),
-                                                         tensors_[p].rows, tensors_[p].cols);
+        const std::string module = detail::module_of(tensors_[p].name);
+        const detail::PackedTensors found =
+            detail::find_packed_method(llama_.packed->method)
+                .require(weights_, *llama_.packed, module, tensors_[p].rows, tensors_[p].cols);
         for (const TensorInfo* part : {found.qweight, found.qzeros, found.scales, found.g_idx}) {
           if (part != nullptr) used.insert(part->name);
+        }
+        if (first) detail::require_same_order(weights_, first->first, first->second, found);
+        if (!first) first.emplace(found, module);
+        if (tensors_[p].role == DecoderTensorRole::w1) gate.emplace(found, module);
+        if (tensors_[p].role == DecoderTensorRole::w3 && gate) {
+          detail::require_same_order(weights_, gate->first, gate->second, found);
         }
       }
     }

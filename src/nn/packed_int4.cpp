@@ -8,6 +8,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 #include <vector>
 
 #include "formats/storage_format.hpp"
@@ -116,19 +117,60 @@ PackedTensors require_packed(const Checkpoint& checkpoint, const PackedQuantizat
     if (checkpoint.find(module + ".g_idx") != nullptr) {
       t.g_idx = &checkpoint.require(module + ".g_idx", kI32, std::array<std::int64_t, 1>{k});
       const std::span<const std::byte> g_idx = checkpoint.data(*t.g_idx);
+      std::vector<int> members(static_cast<std::size_t>(groups), 0);
       for (int i = 0; i < inputs; ++i) {
         const auto got = static_cast<std::int32_t>(word(g_idx, static_cast<std::size_t>(i)));
-        if (got == i / packed.group) continue;
-        refuse(*t.g_idx,
-               "puts input " + std::to_string(i) + " in group " + std::to_string(got) + ", not " +
-                   std::to_string(i / packed.group) + " (input / group_size): " +
-                   (packed.desc_act ? "desc_act's reordering of the inputs would need the activations permuted, which "
-                                      "no kernel does yet"
-                                    : "with desc_act false g_idx must be that grouping"));
+        if (got == i / packed.group) {
+          ++members[static_cast<std::size_t>(got)];
+          continue;
+        }
+        if (!packed.desc_act) {
+          refuse(*t.g_idx, "puts input " + std::to_string(i) + " in group " + std::to_string(got) + ", not " +
+                               std::to_string(i / packed.group) +
+                               " (input / group_size): with desc_act false g_idx must be that grouping");
+        }
+        if (got < 0 || got >= groups) {
+          refuse(*t.g_idx, "puts input " + std::to_string(i) + " in group " + std::to_string(got) + ", outside the " +
+                               std::to_string(groups) + " groups of " + std::to_string(inputs) + " inputs");
+        }
+        ++members[static_cast<std::size_t>(got)];
+      }
+      for (std::size_t gi = 0; gi < members.size(); ++gi) {
+        if (members[gi] != packed.group) {
+          refuse(*t.g_idx, "puts " + std::to_string(members[gi]) + " inputs in group " + std::to_string(gi) +
+                               ", not group_size " + std::to_string(packed.group) +
+                               ": it is not a permutation of the groups");
+        }
       }
     }
   }
   return t;
+}
+
+std::vector<std::int32_t> input_order(const Checkpoint& checkpoint, const PackedTensors& t) {
+  if (t.g_idx == nullptr) return {};
+  const std::span<const std::byte> g_idx = checkpoint.data(*t.g_idx);
+  std::vector<std::int32_t> order(static_cast<std::size_t>(t.inputs));
+  std::iota(order.begin(), order.end(), 0);
+  const auto group_of = [&](std::int32_t k) {
+    return static_cast<std::int32_t>(word(g_idx, static_cast<std::size_t>(k)));
+  };
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::int32_t a, std::int32_t b) { return group_of(a) < group_of(b); });
+  for (std::size_t j = 0; j < order.size(); ++j) {
+    if (order[j] != static_cast<std::int32_t>(j)) return order;
+  }
+  return {};  // the plain grouping
+}
+
+void require_same_order(const Checkpoint& checkpoint, const PackedTensors& first, const std::string& first_name,
+                        const PackedTensors& other) {
+  if (input_order(checkpoint, first) == input_order(checkpoint, other)) return;
+  const TensorInfo& t = other.g_idx != nullptr ? *other.g_idx : *other.qweight;
+  throw CheckpointError(checkpoint.file_of(t).path(), t.name,
+                        "groups its inputs otherwise than " + first_name +
+                            " does: lazygraph multiplies the two with one x, gathered in one order, so their g_idx "
+                            "must be equal");
 }
 
 QuantizedWeight repack(const Checkpoint& checkpoint, const PackedQuantization& packed, const QuantizedLayout& layout,
@@ -150,6 +192,13 @@ QuantizedWeight repack(const Checkpoint& checkpoint, const PackedQuantization& p
     }
   }
   const std::size_t tile_bytes = QuantizedLayout::tile_rows * layout.row_value_bytes();
+  // Every part's order (open() checked they are one): stored column j is input order[j], which puts each group's
+  // inputs together, group by group.
+  std::vector<std::int32_t> order = input_order(checkpoint, parts.front().tensors);
+  std::vector<int> column_of(static_cast<std::size_t>(cols));
+  for (std::size_t j = 0; j < column_of.size(); ++j) {
+    column_of[order.empty() ? j : static_cast<std::size_t>(order[j])] = static_cast<int>(j);
+  }
   int first_row = 0;  // of the part in the matrix
   for (const PackedPart& part : parts) {
     const PackedTensors& t = part.tensors;
@@ -161,8 +210,8 @@ QuantizedWeight repack(const Checkpoint& checkpoint, const PackedQuantization& p
     }
     const auto put = [&](int n, int k, unsigned q) {
       const auto row = static_cast<std::size_t>(row_of[static_cast<std::size_t>(n)]);
-      const std::uint32_t at =
-          place[(row % QuantizedLayout::tile_rows) * static_cast<std::size_t>(cols) + static_cast<std::size_t>(k)];
+      const std::uint32_t at = place[(row % QuantizedLayout::tile_rows) * static_cast<std::size_t>(cols) +
+                                     static_cast<std::size_t>(column_of[static_cast<std::size_t>(k)])];
       values[row / QuantizedLayout::tile_rows * tile_bytes + at / 2] |= static_cast<std::uint8_t>(q << (4 * (at % 2)));
     };
     const std::span<const std::byte> qweight = checkpoint.data(*t.qweight);
@@ -196,7 +245,7 @@ QuantizedWeight repack(const Checkpoint& checkpoint, const PackedQuantization& p
     }
     first_row += n_out;
   }
-  return {layout, std::move(values), std::move(scales), std::move(zeros)};
+  return {layout, std::move(values), std::move(scales), std::move(zeros), std::move(order)};
 }
 
 }  // namespace lazygraph::nn::detail

@@ -10,13 +10,15 @@
 // For a matrix of N outputs and K inputs, groups of g inputs (G = K / g), nibble i of a word being its bits 4i..4i+3:
 // qweight I32 [K, N / 8] (word (k, c) holding outputs 8c + j, words_hold_outputs) or [K / 8, N] (word (r, n) holding
 // inputs 8r + j), the j-th in nibble nibble[j]; qzeros I32 [G, N / 8], word (gi, c) holding outputs 8c + j in nibble
-// nibble[j] as zero - zero_offset; scales F16 [G, N]; g_idx I32 [K], the group of each input, which must be k / g.
+// nibble[j] as zero - zero_offset; scales F16 [G, N]; g_idx I32 [K], the group of each input: k / g, or with GPTQ's
+// desc_act any grouping of g inputs a group, whose matrix is stored group by group (QuantizedWeight::input_order).
 
 #include <array>
 #include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "lazygraph/nn/llama_config.hpp"
 #include "lazygraph/nn/quantized.hpp"
@@ -48,11 +50,21 @@ struct PackedTensors {
 
 /// The tensors of `module`, an `outputs` x `inputs` matrix packed as `packed` says, checked on the host where the file
 /// is mapped: their dtypes and shapes (the file comment's, as `packing` packs them), every scale finite and >= 0, zero
-/// points at most 15 (with zero_offset), g_idx the grouping k / g (present when desc_act is true). \throws
-/// CheckpointError naming the tensor and what is wrong.
+/// points at most 15 (with zero_offset), g_idx present when desc_act is true, and then g inputs in each group (the
+/// grouping k / g when desc_act is false). \throws CheckpointError naming the tensor and what is wrong.
 [[nodiscard]] PackedTensors require_packed(const Checkpoint& checkpoint, const PackedQuantization& packed,
                                            const std::string& module, int outputs, int inputs,
                                            const Int4Packing& packing);
+
+/// The order in which a matrix of tensors `t` stores its columns (QuantizedWeight::input_order): the inputs sorted by
+/// g_idx's group, stably, so that each group's are together; empty where that is the inputs' own order.
+/// Precondition: require_packed checked `t`.
+[[nodiscard]] std::vector<std::int32_t> input_order(const Checkpoint& checkpoint, const PackedTensors& t);
+
+/// Checks that `other` takes its inputs in `first`'s order (named `first_name`): the parts of one stacked matrix, and
+/// matrices one kernel multiplies with one x (gate and up). \throws CheckpointError naming other's g_idx.
+void require_same_order(const Checkpoint& checkpoint, const PackedTensors& first, const std::string& first_name,
+                        const PackedTensors& other);
 
 /// One packed tensor of a matrix, its outputs stacked after the previous parts' in the matrix's rows.
 struct PackedPart {
@@ -61,8 +73,9 @@ struct PackedPart {
 };
 
 /// The matrix `layout` describes (int4 asymmetric, fp16 scales, the packing's group) from its `parts`, repacked
-/// without a copy in floats: values, scales and zero points taken as they are. Preconditions: require_packed
-/// checked every part, whose outputs add up to layout.rows() and whose inputs are layout.cols().
+/// without a copy in floats: values, scales and zero points taken as they are, the columns in the parts' input_order.
+/// Preconditions: require_packed checked every part, whose outputs add up to layout.rows(), whose inputs are
+/// layout.cols() and whose orders are one (require_same_order).
 [[nodiscard]] QuantizedWeight repack(const Checkpoint& checkpoint, const PackedQuantization& packed,
                                      const QuantizedLayout& layout, std::span<const PackedPart> parts, int head_dim,
                                      const Int4Packing& packing);

@@ -269,6 +269,35 @@ QuantizedWeight::QuantizedWeight(QuantizedLayout layout, std::vector<std::uint8_
   }
 }
 
+QuantizedWeight::QuantizedWeight(QuantizedLayout layout, std::vector<std::uint8_t> values,
+                                 std::vector<std::uint16_t> scale_bits, std::vector<std::uint8_t> zeros,
+                                 std::vector<std::int32_t> input_order)
+    : QuantizedWeight(std::move(layout), std::move(values), std::move(scale_bits), std::move(zeros)) {
+  if (input_order.empty()) return;
+  const std::string& name = layout_.name();
+  if (!(layout_.storage().value_bits == 4 && layout_.format().asymmetric)) {
+    fail(name,
+         "an input order is read by the kernels of int4 with zero points only, not " + format_name(layout_.format()));
+  }
+  const auto cols = static_cast<std::size_t>(layout_.cols());
+  if (input_order.size() != cols) {
+    fail(name,
+         "input order of " + std::to_string(input_order.size()) + " columns, the layout has " + std::to_string(cols));
+  }
+  std::vector<bool> seen(cols, false);
+  for (std::size_t j = 0; j < cols; ++j) {
+    const std::int32_t k = input_order[j];
+    if (k < 0 || static_cast<std::size_t>(k) >= cols || seen[static_cast<std::size_t>(k)]) {
+      fail(name, "input order's column " + std::to_string(j) + " names input " + std::to_string(k) +
+                     (k < 0 || static_cast<std::size_t>(k) >= cols ? ", outside the matrix"
+                                                                   : ", which an earlier column names too") +
+                     ": it must be a permutation of the inputs");
+    }
+    seen[static_cast<std::size_t>(k)] = true;
+  }
+  input_order_ = std::move(input_order);
+}
+
 void QuantizedWeight::check_element(int row, int col) const {
   if (row < 0 || row >= layout_.rows() || col < 0 || col >= layout_.cols()) {
     fail(layout_.name(), "element (" + std::to_string(row) + ", " + std::to_string(col) + ") is outside the " +
@@ -300,10 +329,13 @@ float QuantizedWeight::dequantized(int row, int col) const {
 }
 
 std::vector<float> QuantizedWeight::dequantize() const {
-  std::vector<float> out;
-  out.reserve(static_cast<std::size_t>(layout_.rows()) * static_cast<std::size_t>(layout_.cols()));
+  const auto cols = static_cast<std::size_t>(layout_.cols());
+  std::vector<float> out(static_cast<std::size_t>(layout_.rows()) * cols);
   for (int r = 0; r < layout_.rows(); ++r) {
-    for (int c = 0; c < layout_.cols(); ++c) out.push_back(dequantized(r, c));
+    for (int c = 0; c < layout_.cols(); ++c) {
+      const auto to = static_cast<std::size_t>(input_order_.empty() ? c : input_order_[static_cast<std::size_t>(c)]);
+      out[static_cast<std::size_t>(r) * cols + to] = dequantized(r, c);
+    }
   }
   return out;
 }

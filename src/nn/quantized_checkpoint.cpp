@@ -110,6 +110,11 @@ std::vector<T> copied(std::span<const std::byte> bytes) {
 QuantizedTensors::QuantizedTensors(const QuantizedWeight& weight) : description_(description_of(weight.layout())) {
   const QuantizedLayout& layout = weight.layout();
   const std::string& name = layout.name();
+  if (!weight.input_order().empty()) {
+    throw UsageError("tensor " + name +
+                     ": its columns are stored in another order than its inputs (a GPTQ checkpoint with desc_act), "
+                     "which lazygraph's quantized files do not record; keep the GPTQ checkpoint and load it as it is");
+  }
   const auto length = [](std::size_t n) { return std::vector<std::int64_t>{static_cast<std::int64_t>(n)}; };
   tensors_.push_back({format_name_of(name), DType::i32, length(description_.size()),
                       std::as_bytes(std::span<const std::int32_t>(description_))});

@@ -66,13 +66,19 @@ DeviceQuantizedWeight<T>::DeviceQuantizedWeight(const Stream& stream, const Quan
       values_(from_host(weight.values()).sync_on(stream)),
       scales_(from_host(weight.scale_bits()).sync_on(stream)) {
   if (!weight.zeros().empty()) zeros_ = from_host(weight.zeros()).sync_on(stream);
+  if (!weight.input_order().empty()) order_ = from_host(weight.input_order()).sync_on(stream);
 }
 
 template <Element T>
 DeviceQuantizedWeight<T>::DeviceQuantizedWeight(QuantizedLayout layout, DeviceBuffer<std::uint8_t> values,
                                                 DeviceBuffer<std::uint16_t> scales,
-                                                std::optional<DeviceBuffer<std::uint8_t>> zeros)
-    : layout_(std::move(layout)), values_(std::move(values)), scales_(std::move(scales)), zeros_(std::move(zeros)) {
+                                                std::optional<DeviceBuffer<std::uint8_t>> zeros,
+                                                std::optional<DeviceBuffer<std::int32_t>> order)
+    : layout_(std::move(layout)),
+      values_(std::move(values)),
+      scales_(std::move(scales)),
+      zeros_(std::move(zeros)),
+      order_(std::move(order)) {
   const auto fail = [&](const std::string& problem) { throw UsageError("tensor " + layout_.name() + ": " + problem); };
   if (layout_.format().scale_type != scale_type_of<T>) {
     fail(format_name(layout_.format()) + ", but the kernels over " + std::string(element_name<T>) +
@@ -88,6 +94,11 @@ DeviceQuantizedWeight<T>::DeviceQuantizedWeight(QuantizedLayout layout, DeviceBu
   if (zero_bytes != layout_.zero_bytes() || zeros_.has_value() != layout_.format().asymmetric) {
     fail(sizes("zero points", zero_bytes, layout_.zero_bytes()));
   }
+  if (order_ && (order_->size() != static_cast<std::size_t>(layout_.cols()) || !layout_.format().asymmetric ||
+                 layout_.storage().value_bits != 4)) {
+    fail(sizes("input order entries", order_->size(), static_cast<std::size_t>(layout_.cols())) +
+         " (only int4 with zero points takes one)");
+  }
 }
 
 template <Element T>
@@ -97,15 +108,21 @@ QuantizedWeight DeviceQuantizedWeight<T>::download(const Stream& stream) const {
   std::vector<std::uint8_t> zeros(zeros_ ? zeros_->size() : 0);
   copy_async(stream, std::span<std::uint8_t>(values), values_.cview());
   copy_async(stream, std::span<std::uint16_t>(scales), scales_.cview());
+  std::vector<std::int32_t> order(order_ ? order_->size() : 0);
   if (zeros_) copy_async(stream, std::span<std::uint8_t>(zeros), zeros_->cview());
+  if (order_) copy_async(stream, std::span<std::int32_t>(order), order_->cview());
   stream.synchronize();
-  return {layout_, std::move(values), std::move(scales), std::move(zeros)};
+  return {layout_, std::move(values), std::move(scales), std::move(zeros), std::move(order)};
 }
 
 template <Element T>
 QuantizedMatrix DeviceQuantizedWeight<T>::matrix() const {
-  return {values_.cview().address(), scales_.cview().address(), zeros_ ? zeros_->cview().address() : 0,
-          static_cast<int>(layout_.format().kind), layout_.group()};
+  return {values_.cview().address(),
+          scales_.cview().address(),
+          zeros_ ? zeros_->cview().address() : 0,
+          order_ ? order_->cview().address() : 0,
+          static_cast<int>(layout_.format().kind),
+          layout_.group()};
 }
 
 template <Element T>

@@ -70,8 +70,13 @@ DeviceQuantizedWeight<T> quantized_rows(const Stream& stream, const DeviceQuanti
     if (zeros) copy_tiles(stream, zeros->view(), w.zeros(), tile_scales, from, to, tiles);
     to += tiles;
   }
+  std::optional<DeviceBuffer<std::int32_t>> order;  // every row's: the same columns
+  if (!w.input_order().empty()) {
+    order.emplace(device, w.input_order().size());
+    copy_async(stream, order->view(), w.input_order());
+  }
   stream.synchronize();
-  return {std::move(part), std::move(values), std::move(scales), std::move(zeros)};
+  return {std::move(part), std::move(values), std::move(scales), std::move(zeros), std::move(order)};
 }
 
 template <Element T>
@@ -80,6 +85,11 @@ DeviceQuantizedWeight<T> quantized_columns(const Stream& stream, const DeviceQua
   const QuantizedLayout& l = w.layout();
   const std::string which = "columns " + range(first, count);
   if (count < 1 || first < 0 || first > l.cols() - count) refuse(l, which + " are empty or outside its columns");
+  if (!w.input_order().empty()) {
+    refuse(l, which +
+                  ": its columns are stored in another order than its inputs (a GPTQ checkpoint with desc_act), "
+                  "so a range of inputs is no range of its stored columns and groups");
+  }
   const detail::StorageFormat& storage = l.storage();
   const int step = storage.step_columns;
   if (first % step != 0 || count % step != 0) {

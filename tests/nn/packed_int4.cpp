@@ -19,7 +19,9 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <numeric>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -49,10 +51,13 @@ struct Int4 {
   std::vector<int> q;       // [outputs][inputs], 0..15
   std::vector<int> zero;    // [outputs][groups], 0..15
   std::vector<half> scale;  // [outputs][groups]
+  std::vector<int> g_idx;   // [inputs], each input's group: k / group, or any grouping (GPTQ's desc_act)
 
   [[nodiscard]] int groups() const { return inputs / group; }
   [[nodiscard]] std::size_t at(int n, int k) const { return static_cast<std::size_t>(n) * inputs + k; }
-  [[nodiscard]] std::size_t group_at(int n, int k) const { return static_cast<std::size_t>(n) * groups() + k / group; }
+  [[nodiscard]] std::size_t group_at(int n, int k) const {
+    return static_cast<std::size_t>(n) * groups() + static_cast<std::size_t>(g_idx[static_cast<std::size_t>(k)]);
+  }
   /// (q - zero) * scale: exact in float (at most 5 bits times 11).
   [[nodiscard]] float weight(int n, int k) const {
     return static_cast<float>(q[at(n, k)] - zero[group_at(n, k)]) * scale[group_at(n, k)].to_float();
@@ -60,14 +65,24 @@ struct Int4 {
 };
 
 /// `w` ([outputs][inputs]) rounded to nearest in each group: symmetric, zero 8 and scale absmax / 7 (GPTQ's sym); or
-/// over the group's range with 0, zero point at least `lowest_zero` (GPTQ's stored zero - 1 must not be -1).
-Int4 quantize_int4(const std::vector<float>& w, int outputs, int inputs, int group, bool symmetric, int lowest_zero) {
-  Int4 m{outputs, inputs, group, std::vector<int>(w.size()), {}, {}};
+/// over the group's range with 0, zero point at least `lowest_zero` (GPTQ's stored zero - 1 must not be -1). Group g
+/// holds inputs order[g * group .. (g + 1) * group - 1] (k itself when order is empty).
+Int4 quantize_int4(const std::vector<float>& w, int outputs, int inputs, int group, bool symmetric, int lowest_zero,
+                   std::vector<int> order = {}) {
+  if (order.empty()) {
+    order.resize(static_cast<std::size_t>(inputs));
+    std::iota(order.begin(), order.end(), 0);
+  }
+  Int4 m{outputs, inputs, group, std::vector<int>(w.size()), {}, {}, std::vector<int>(order.size())};
+  for (std::size_t j = 0; j < order.size(); ++j) {
+    m.g_idx[static_cast<std::size_t>(order[j])] = static_cast<int>(j) / group;
+  }
   for (int n = 0; n < outputs; ++n) {
     for (int g = 0; g < m.groups(); ++g) {
       float lo = 0;
       float hi = 0;
-      for (int k = g * group; k < (g + 1) * group; ++k) {
+      for (int j = g * group; j < (g + 1) * group; ++j) {
+        const int k = order[static_cast<std::size_t>(j)];
         lo = std::min(lo, w[m.at(n, k)]);
         hi = std::max(hi, w[m.at(n, k)]);
       }
@@ -76,7 +91,8 @@ Int4 quantize_int4(const std::vector<float>& w, int outputs, int inputs, int gro
       const int z = symmetric ? 8 : std::clamp(static_cast<int>(std::lround(-lo / s.to_float())), lowest_zero, 15);
       m.scale.push_back(s);
       m.zero.push_back(z);
-      for (int k = g * group; k < (g + 1) * group; ++k) {
+      for (int j = g * group; j < (g + 1) * group; ++j) {
+        const int k = order[static_cast<std::size_t>(j)];
         m.q[m.at(n, k)] = std::clamp(static_cast<int>(std::lround(w[m.at(n, k)] / s.to_float())) + z, 0, 15);
       }
     }
@@ -100,7 +116,7 @@ std::vector<std::byte> bytes_of(const std::vector<half>& halves) {
 lgtest::OwnedTensor scales_tensor(const Int4& m, const std::string& module) {
   std::vector<half> s;
   for (int g = 0; g < m.groups(); ++g) {
-    for (int n = 0; n < m.outputs; ++n) s.push_back(m.scale[m.group_at(n, g * m.group)]);
+    for (int n = 0; n < m.outputs; ++n) s.push_back(m.scale[static_cast<std::size_t>(n) * m.groups() + g]);
   }
   return {module + ".scales", DType::f16, {m.groups(), m.outputs}, bytes_of(s)};
 }
@@ -120,7 +136,7 @@ void pack_awq(const Int4& m, const std::string& module, std::vector<lgtest::Owne
       }
       for (int g = 0; g < m.groups(); ++g) {
         qzeros[static_cast<std::size_t>(g) * words + c] |=
-            static_cast<std::uint32_t>(m.zero[m.group_at(n, g * m.group)]) << (4 * i);
+            static_cast<std::uint32_t>(m.zero[static_cast<std::size_t>(n) * m.groups() + g]) << (4 * i);
       }
     }
   }
@@ -142,11 +158,13 @@ void pack_gptq(const Int4& m, const std::string& module, std::vector<lgtest::Own
                                                                   << (4 * (k % 8));
     }
     for (int g = 0; g < m.groups(); ++g) {
-      const auto stored = static_cast<std::uint32_t>(m.zero[m.group_at(n, g * m.group)] - 1);
+      const auto stored = static_cast<std::uint32_t>(m.zero[static_cast<std::size_t>(n) * m.groups() + g] - 1);
       qzeros[static_cast<std::size_t>(g) * words + n / 8] |= stored << (4 * (n % 8));
     }
   }
-  for (int k = 0; k < m.inputs; ++k) g_idx[static_cast<std::size_t>(k)] = static_cast<std::uint32_t>(k / m.group);
+  for (int k = 0; k < m.inputs; ++k) {
+    g_idx[static_cast<std::size_t>(k)] = static_cast<std::uint32_t>(m.g_idx[static_cast<std::size_t>(k)]);
+  }
   out.push_back({module + ".qweight", DType::i32, {m.inputs / 8, m.outputs}, bytes_of(qweight)});
   out.push_back({module + ".qzeros", DType::i32, {m.groups(), words}, bytes_of(qzeros)});
   out.push_back(scales_tensor(m, module));
@@ -158,8 +176,22 @@ enum class Method { awq, gptq, gptq_symmetric };
 struct PackOptions {
   Method method = Method::awq;
   int group = 64;
-  bool head = false;  ///< pack the LM head too
+  bool head = false;      ///< pack the LM head too
+  bool desc_act = false;  ///< GPTQ: groups over a random order of the inputs, one for the matrices of one input
 };
+
+/// A random order of `inputs` inputs for `module` (seeded by the input it reads: q, k and v share one, as do gate and
+/// up, as GPTQ's one Hessian per input makes them share their act-order).
+std::vector<int> act_order(const std::string& module, int inputs) {
+  std::string key = module;
+  for (const auto& [part, input] : {std::pair{"k_proj", "q_proj"}, {"v_proj", "q_proj"}, {"up_proj", "gate_proj"}}) {
+    if (key.ends_with(part)) key = key.substr(0, key.size() - std::string(part).size()) + input;
+  }
+  std::vector<int> order(static_cast<std::size_t>(inputs));
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), std::mt19937(static_cast<unsigned>(std::hash<std::string>{}(key))));
+  return order;
+}
 
 /// A seeded checkpoint of `c` whose projections (and LM head, if asked) are packed as `o` says, with its
 /// quantization_config; the packer's matrices by module name.
@@ -183,8 +215,9 @@ std::map<std::string, Int4> write_packed(const fs::path& dir, const DecoderConfi
         w[i] = h.to_float();
       }
       const std::string module = t.name.substr(0, t.name.size() - std::string(".weight").size());
-      const Int4 m = quantize_int4(w, outputs, inputs, o.group, o.method == Method::gptq_symmetric,
-                                   o.method == Method::awq ? 0 : 1);
+      const Int4 m =
+          quantize_int4(w, outputs, inputs, o.group, o.method == Method::gptq_symmetric,
+                        o.method == Method::awq ? 0 : 1, o.desc_act ? act_order(module, inputs) : std::vector<int>{});
       (o.method == Method::awq ? pack_awq : pack_gptq)(m, module, out);
       matrices.emplace(module, m);
     }
@@ -197,7 +230,7 @@ std::map<std::string, Int4> write_packed(const fs::path& dir, const DecoderConfi
   } else {
     config["quantization_config"] = {{"quant_method", "gptq"},  {"bits", 4},
                                      {"group_size", o.group},   {"sym", o.method == Method::gptq_symmetric},
-                                     {"desc_act", false},       {"damp_percent", 0.01},
+                                     {"desc_act", o.desc_act},  {"damp_percent", 0.01},
                                      {"true_sequential", true}, {"checkpoint_format", "gptq"}};
   }
   lgtest::write_file(dir / "config.json", config.dump(2));
@@ -221,13 +254,19 @@ std::vector<std::pair<std::string, bool>> parts_of(const std::string& name) {
 }
 
 /// Checks every quantized matrix of `checkpoint` against the packer's: each element's q, zero point, scale and weight,
-/// row r of a q or k part holding the packed tensor's output rotate_half_row(r).
-void check_repacked(const DecoderCheckpoint& checkpoint, const std::map<std::string, Int4>& matrices) {
+/// row r of a q or k part holding the packed tensor's output rotate_half_row(r), stored column j input
+/// input_order()[j] (j itself without an order); and dequantize() the packer's weights in the inputs' order. Returns
+/// how many matrices store their columns reordered.
+std::size_t check_repacked(const DecoderCheckpoint& checkpoint, const std::map<std::string, Int4>& matrices) {
   const int head_dim = checkpoint.config().head_dim();
   std::size_t checked = 0;
+  std::size_t reordered = 0;
   for (std::size_t i = 0; i < checkpoint.quantized_layouts().size(); ++i) {
     const QuantizedWeight w = checkpoint.quantized_weight(i);
     CAPTURE(w.layout().name());
+    const std::span<const std::int32_t> order = w.input_order();
+    reordered += order.empty() ? 0 : 1;
+    const std::vector<float> dense = w.dequantize();
     int row = 0;
     std::size_t differ = 0;
     for (const auto& [module, rope] : parts_of(w.layout().name())) {
@@ -235,10 +274,12 @@ void check_repacked(const DecoderCheckpoint& checkpoint, const std::map<std::str
       REQUIRE(w.layout().cols() == m.inputs);
       for (int r = 0; r < m.outputs; ++r, ++row) {
         const int n = rope ? rotate_half_row(r, head_dim) : r;
-        for (int k = 0; k < m.inputs; ++k) {
-          const bool same = w.value(row, k) == m.q[m.at(n, k)] && w.zero(row, k) == m.zero[m.group_at(n, k)] &&
-                            w.scale(row, k) == m.scale[m.group_at(n, k)].to_float() &&
-                            w.dequantized(row, k) == m.weight(n, k);
+        for (int j = 0; j < m.inputs; ++j) {
+          const int k = order.empty() ? j : order[static_cast<std::size_t>(j)];
+          const bool same = w.value(row, j) == m.q[m.at(n, k)] && w.zero(row, j) == m.zero[m.group_at(n, k)] &&
+                            w.scale(row, j) == m.scale[m.group_at(n, k)].to_float() &&
+                            w.dequantized(row, j) == m.weight(n, k) &&
+                            dense[static_cast<std::size_t>(row) * m.inputs + j] == m.weight(n, j);
           differ += same ? 0 : 1;
           ++checked;
         }
@@ -248,6 +289,7 @@ void check_repacked(const DecoderCheckpoint& checkpoint, const std::map<std::str
     CHECK(differ == 0);
   }
   CHECK(checked > 0);
+  return reordered;
 }
 
 std::string packed_open_error(const fs::path& dir) {
@@ -309,33 +351,86 @@ TEST_CASE("a packed LM head is read too, and a class is quantized only where its
   CHECK(LlamaConfig::parse(checkpoint.llama_config().to_json(), "c").packed == checkpoint.llama_config().packed);
 }
 
-TEST_CASE("GPTQ's desc_act is read where g_idx is the plain grouping, and refused where it reorders the inputs") {
+TEST_CASE("a GPTQ checkpoint with desc_act is read: each matrix stored group by group, its x gathered in that order") {
+  for (const Method method : {Method::gptq, Method::gptq_symmetric}) {
+    for (const int group : {32, 128}) {
+      CAPTURE(group);
+      CAPTURE(method == Method::gptq);
+      const lgtest::TempDir dir("nn-gptq-act");
+      const auto matrices = write_packed(dir.path(), gqa_decoder(), {method, group, true, true});
+      const DecoderCheckpoint checkpoint = DecoderCheckpoint::open(dir.path());
+      CHECK(checkpoint.llama_config().packed->desc_act);
+      CHECK(checkpoint.quantization().mlp == int4z(group));
+      // every matrix, the LM head too, reorders (qkv, o, gate, up, down of 2 layers and the head), but one group of all
+      // of a matrix's inputs has no order to keep: at group 128 only the down projections (256 inputs) reorder
+      CHECK(check_repacked(checkpoint, matrices) == (group == 32 ? 11U : 2U));
+      // lazygraph's own files do not record an input order: saving such a matrix is refused, naming it
+      const std::vector<QuantizedLayout>& layouts = checkpoint.quantized_layouts();
+      const auto down = std::find_if(layouts.begin(), layouts.end(), [](const QuantizedLayout& l) {
+        return l.name().find("down_proj") != std::string::npos;
+      });
+      REQUIRE(down != layouts.end());
+      CHECK_THROWS_WITH_AS(
+          (void)QuantizedTensors(checkpoint.quantized_weight(static_cast<std::size_t>(down - layouts.begin()))),
+          doctest::Contains(
+              ("tensor " + down->name() + ": its columns are stored in another order than its inputs").c_str()),
+          UsageError);
+    }
+  }
+}
+
+TEST_CASE("GPTQ's g_idx is refused where it is no grouping of group_size inputs, or orders one x two ways") {
   const lgtest::TempDir dir("nn-gptq");
   const auto matrices = write_packed(dir.path(), lgtest::small_decoder(), {Method::gptq, 64, false});
   edit_quantization(dir.path(), [](json& q) { q["desc_act"] = true; });
-  check_repacked(DecoderCheckpoint::open(dir.path()), matrices);
+  CHECK(check_repacked(DecoderCheckpoint::open(dir.path()), matrices) == 0);  // the plain grouping: kept as it is
   const std::string g_idx = "model.layers.1.mlp.down_proj.g_idx";
-  lgtest::rewrite(dir.path(), [&](std::vector<lgtest::OwnedTensor>& tensors) {
-    for (lgtest::OwnedTensor& t : tensors) {
-      if (t.name == g_idx) std::swap(t.bytes[4 * 3], t.bytes[4 * 70]);  // input 3 in group 1, input 70 in group 0
-    }
-  });
+  const auto set_group = [&](const std::string& name, int input, std::int32_t group) {
+    lgtest::rewrite(dir.path(), [&](std::vector<lgtest::OwnedTensor>& tensors) {
+      for (lgtest::OwnedTensor& t : tensors) {
+        if (t.name == name) std::memcpy(t.bytes.data() + 4 * input, &group, 4);
+      }
+    });
+  };
+  set_group(g_idx, 3, 1);  // group 0 one input short, group 1 one too many
   std::string error = packed_open_error(dir.path());
   CHECK(error.find("tensor " + g_idx +
-                   ": puts input 3 in group 1, not 0 (input / group_size): desc_act's reordering "
-                   "of the inputs would need the activations permuted") != std::string::npos);
+                   ": puts 63 inputs in group 0, not group_size 64: it is not a permutation of "
+                   "the groups") != std::string::npos);
+  set_group(g_idx, 3, 99);
+  error = packed_open_error(dir.path());
+  CHECK(error.find("tensor " + g_idx + ": puts input 3 in group 99, outside the ") != std::string::npos);
+  set_group(g_idx, 3, 1);
+  set_group(g_idx, 70, 0);  // inputs 3 and 70 swap groups: a grouping, though not the plain one
+  CHECK(packed_open_error(dir.path()) == "(opened)");
   edit_quantization(dir.path(), [](json& q) { q["desc_act"] = false; });
   error = packed_open_error(dir.path());
-  CHECK(error.find("with desc_act false g_idx must be that grouping") != std::string::npos);
+  CHECK(error.find("tensor " + g_idx +
+                   ": puts input 3 in group 1, not 0 (input / group_size): with desc_act false g_idx must be that "
+                   "grouping") != std::string::npos);
+  edit_quantization(dir.path(), [](json& q) { q["desc_act"] = true; });
+  // q, k and v are one matrix, gate and up one kernel's: each pair must group its inputs alike
+  for (const auto& [first, other] :
+       {std::pair{std::string("model.layers.0.self_attn.q_proj"), std::string("model.layers.0.self_attn.v_proj")},
+        std::pair{std::string("model.layers.1.mlp.gate_proj"), std::string("model.layers.1.mlp.up_proj")}}) {
+    CAPTURE(other);
+    set_group(other + ".g_idx", 3, 1);
+    set_group(other + ".g_idx", 70, 0);
+    error = packed_open_error(dir.path());
+    CHECK(error.find("tensor " + other + ".g_idx: groups its inputs otherwise than " + first +
+                     " does: lazygraph multiplies the two with one x") != std::string::npos);
+    set_group(other + ".g_idx", 3, 0);
+    set_group(other + ".g_idx", 70, 1);
+  }
   // without g_idx: the plain grouping, unless desc_act says the inputs were reordered
   lgtest::rewrite(dir.path(), [&](std::vector<lgtest::OwnedTensor>& tensors) {
     std::erase_if(tensors, [&](const lgtest::OwnedTensor& t) { return t.name == g_idx; });
   });
-  check_repacked(DecoderCheckpoint::open(dir.path()), matrices);
-  edit_quantization(dir.path(), [](json& q) { q["desc_act"] = true; });
   error = packed_open_error(dir.path());
   CHECK(error.find("tensor model.layers.1.mlp.down_proj.qweight: has no " + g_idx +
                    ": with desc_act true, g_idx must say each input's group") != std::string::npos);
+  edit_quantization(dir.path(), [](json& q) { q["desc_act"] = false; });
+  check_repacked(DecoderCheckpoint::open(dir.path()), matrices);
 }
 
 TEST_CASE("an AWQ or GPTQ quantization_config that lazygraph cannot read is refused naming the key and the value") {

@@ -456,6 +456,54 @@ TEST_CASE("a quantized weight from parts is checked against its layout, naming t
   CHECK_THROWS_AS((void)q.scale(0, 32), UsageError);
 }
 
+TEST_CASE(
+    "a matrix stored with its columns in another order dequantizes in x's order, and only int4 with zeros takes one") {
+  const QuantizedFormat format{WeightFormat::int4_group, 32, true, ScaleType::f16};
+  std::vector<float> w(2 * 64);
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>((static_cast<int>(i) * 7) % 13 - 6) / 8.0F;
+  const QuantizedWeight plain = quantize(format, "down_proj", 2, 64, w);
+  std::vector<std::int32_t> order(64);
+  for (int j = 0; j < 64; ++j) order[static_cast<std::size_t>(j)] = (j * 5 + 3) % 64;  // 5 is prime to 64
+  const auto parts = [&](const QuantizedWeight& q, std::vector<std::int32_t> o) {
+    return QuantizedWeight(q.layout(), {q.values().begin(), q.values().end()},
+                           {q.scale_bits().begin(), q.scale_bits().end()}, {q.zeros().begin(), q.zeros().end()},
+                           std::move(o));
+  };
+  const QuantizedWeight ordered = parts(plain, order);
+  CHECK(std::equal(ordered.input_order().begin(), ordered.input_order().end(), order.begin(), order.end()));
+  CHECK(ordered.bytes() == plain.bytes() + 4 * 64);
+  const std::vector<float> stored = plain.dequantize();  // the stored columns, in their own order
+  const std::vector<float> dense = ordered.dequantize();
+  std::size_t differ = 0;
+  for (int r = 0; r < 2; ++r) {
+    for (int j = 0; j < 64; ++j) {
+      differ += dense[static_cast<std::size_t>(r * 64 + order[static_cast<std::size_t>(j)])] ==
+                        stored[static_cast<std::size_t>(r * 64 + j)]
+                    ? 0
+                    : 1;
+      differ += ordered.dequantized(r, j) == plain.dequantized(r, j) ? 0 : 1;  // elements are the stored columns
+    }
+  }
+  CHECK(differ == 0);
+  CHECK(parts(plain, {}).input_order().empty());
+  std::vector<std::int32_t> twice = order;
+  twice[5] = twice[4];
+  CHECK_THROWS_WITH_AS(parts(plain, twice),
+                       doctest::Contains("tensor down_proj: input order's column 5 names input 23, which an earlier "
+                                         "column names too: it must be a permutation of the inputs"),
+                       UsageError);
+  twice[5] = 64;
+  CHECK_THROWS_WITH_AS(parts(plain, twice), doctest::Contains("names input 64, outside the matrix"), UsageError);
+  CHECK_THROWS_WITH_AS(parts(plain, std::vector<std::int32_t>(order.begin(), order.begin() + 32)),
+                       doctest::Contains("input order of 32 columns, the layout has 64"), UsageError);
+  const QuantizedWeight int8 = quantize({WeightFormat::int8_channel, 0, false, ScaleType::f16}, "o_proj", 2, 64, w);
+  CHECK_THROWS_WITH_AS(QuantizedWeight(int8.layout(), {int8.values().begin(), int8.values().end()},
+                                       {int8.scale_bits().begin(), int8.scale_bits().end()}, {}, order),
+                       doctest::Contains("tensor o_proj: an input order is read by the kernels of int4 with zero "
+                                         "points only"),
+                       UsageError);
+}
+
 TEST_CASE("format_name says what a format is, for messages") {
   CHECK(format_name({WeightFormat::int4_group, 128, true, ScaleType::bf16}) == "int4 g128 asymmetric, bf16 scales");
   CHECK(format_name({WeightFormat::int4_group, 32, false, ScaleType::f16}) == "int4 g32, fp16 scales");

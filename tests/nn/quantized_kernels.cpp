@@ -8,8 +8,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -47,6 +49,19 @@ nn::QuantizedWeight case_weight(const nn::QuantizedFormat& format, const char* n
   return nn::quantize(format, name, rows, cols, random_values(std::size_t(rows) * std::size_t(cols), seed, 0.05F));
 }
 
+/// `w` with its columns stored in a random order of the inputs (seeded), as GPTQ's desc_act stores them: the same
+/// bytes, whose stored column j now multiplies input order[j].
+nn::QuantizedWeight reordered(const nn::QuantizedWeight& w, unsigned seed) {
+  std::vector<std::int32_t> order(static_cast<std::size_t>(w.layout().cols()));
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), std::mt19937(seed));
+  return {w.layout(),
+          {w.values().begin(), w.values().end()},
+          {w.scale_bits().begin(), w.scale_bits().end()},
+          {w.zeros().begin(), w.zeros().end()},
+          std::move(order)};
+}
+
 template <class T>
 std::vector<T> rounded(const std::vector<float>& f) {
   std::vector<T> out;
@@ -76,15 +91,18 @@ void check_close(const std::vector<T>& got, const std::vector<double>& ref, doub
   CHECK(outside == 0);
 }
 
-/// One case: a rows x cols weight (two for SwiGLU) in `format`, `batch` random vectors, a gain, a residual.
+/// One case: a rows x cols weight (two for SwiGLU) in `format`, `batch` random vectors, a gain, a residual; with
+/// `ordered`, both weights' columns stored in one random order of the inputs.
 template <class T>
 struct Case {
-  Case(const nn::QuantizedFormat& format, int rows, int cols, int batch, unsigned seed)
+  Case(const nn::QuantizedFormat& format, int rows, int cols, int batch, unsigned seed, bool ordered)
       : rows(rows),
         cols(cols),
         batch(batch),
-        q1(case_weight(format, "w1", rows, cols, seed)),
-        q3(case_weight(format, "w3", rows, cols, seed + 1)),
+        q1(ordered ? reordered(case_weight(format, "w1", rows, cols, seed), seed + 5)
+                   : case_weight(format, "w1", rows, cols, seed)),
+        q3(ordered ? reordered(case_weight(format, "w3", rows, cols, seed + 1), seed + 5)
+                   : case_weight(format, "w3", rows, cols, seed + 1)),
         w1(q1.dequantize()),
         w3(q3.dequantize()),
         x(rounded<T>(random_values(std::size_t(batch) * std::size_t(cols), seed + 2, 1.0F))),
@@ -140,13 +158,19 @@ void check_every_kernel(const nn::BasicQuantizedKernels<T>& k, double tolerance)
   constexpr float eps = 1e-5F;
   unsigned seed = 100;
   for (const nn::QuantizedFormat& format : kernel_formats<T>()) {
-    for (const auto& [rows, cols] : {std::pair{40, 256}, std::pair{37, 512}, std::pair{24, 384}, std::pair{72, 1024}}) {
+    // int4 with zero points also with its columns reordered (GPTQ's desc_act): the kernels gather x
+    const bool orderable = format.kind == nn::WeightFormat::int4_group && format.asymmetric;
+    for (const auto& [rows, cols, ordered] :
+         {std::tuple{40, 256, false}, std::tuple{37, 512, false}, std::tuple{24, 384, false},
+          std::tuple{72, 1024, false}, std::tuple{40, 256, true}, std::tuple{37, 512, true}}) {
+      if (ordered && !orderable) continue;
       for (const int batch : {1, 3, 8}) {
         CAPTURE(nn::format_name(format));
         CAPTURE(rows);
         CAPTURE(cols);
+        CAPTURE(ordered);
         CAPTURE(batch);
-        const Case<T> c(format, rows, cols, batch, seed += 10);
+        const Case<T> c(format, rows, cols, batch, seed += 10, ordered);
         const nn::DeviceQuantizedWeight<T> w1(s, c.q1);
         const nn::DeviceQuantizedWeight<T> w3(s, c.q3);
         const auto x = lgtest::to_device(s, c.x);
@@ -353,22 +377,26 @@ TEST_SUITE("gpu") {
     Stream& s = lgtest::stream();
     const nn::QuantizedKernels k(lgtest::nn_kernels());
     for (const nn::QuantizedFormat& format : kernel_formats<half>()) {
-      CAPTURE(nn::format_name(format));
-      constexpr int rows = 72;
-      constexpr int cols = 768;
-      const Case<half> c(format, rows, cols, 8, 7);
-      const nn::DeviceQuantizedWeight<half> w(s, c.q1);
-      const auto x = lgtest::to_device(s, c.x);
-      auto out = poisoned<half>(8 * rows);
-      k.qgemv(k.config(w.matrix(), rows, cols), w.matrix(), x.cview(), out.view(), rows, cols, 8).sync_on(s);
-      const std::vector<half> all = lgtest::to_host(s, out.cview());
-      for (int b = 0; b < 8; ++b) {
-        auto one = poisoned<half>(rows);
-        k.qgemv(k.config(w.matrix(), rows, cols), w.matrix(), x.cview().subspan(std::size_t(b) * cols, cols),
-                one.view(), rows, cols, 1)
-            .sync_on(s);
-        const std::vector<half> alone = lgtest::to_host(s, one.cview());
-        for (int r = 0; r < rows; ++r) CHECK(alone[std::size_t(r)].bits == all[std::size_t(b) * rows + r].bits);
+      for (const bool ordered : {false, true}) {
+        if (ordered && !(format.kind == nn::WeightFormat::int4_group && format.asymmetric)) continue;
+        CAPTURE(nn::format_name(format));
+        CAPTURE(ordered);
+        constexpr int rows = 72;
+        constexpr int cols = 768;
+        const Case<half> c(format, rows, cols, 8, 7, ordered);
+        const nn::DeviceQuantizedWeight<half> w(s, c.q1);
+        const auto x = lgtest::to_device(s, c.x);
+        auto out = poisoned<half>(8 * rows);
+        k.qgemv(k.config(w.matrix(), rows, cols), w.matrix(), x.cview(), out.view(), rows, cols, 8).sync_on(s);
+        const std::vector<half> all = lgtest::to_host(s, out.cview());
+        for (int b = 0; b < 8; ++b) {
+          auto one = poisoned<half>(rows);
+          k.qgemv(k.config(w.matrix(), rows, cols), w.matrix(), x.cview().subspan(std::size_t(b) * cols, cols),
+                  one.view(), rows, cols, 1)
+              .sync_on(s);
+          const std::vector<half> alone = lgtest::to_host(s, one.cview());
+          for (int r = 0; r < rows; ++r) CHECK(alone[std::size_t(r)].bits == all[std::size_t(b) * rows + r].bits);
+        }
       }
     }
   }

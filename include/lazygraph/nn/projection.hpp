@@ -134,11 +134,14 @@ template <Element T>
   const bool gelu = gate == GateActivation::gelu_tanh;
   detail::check_projection("norm_project_gate_up", w1.describe(), w1.rows(), w1.cols(), rows, cols, batch);
   detail::check_projection("norm_project_gate_up", w3.describe(), w3.rows(), w3.cols(), rows, cols, batch);
+  // One kernel reads the two with one x, gathered by w1's input order: w3's must be the same (the loader checks
+  // their contents are).
   const bool same = w1.format() == w3.format() &&
-                    (w1.is_dense() || w1.quantized().layout().format() == w3.quantized().layout().format());
+                    (w1.is_dense() || (w1.quantized().layout().format() == w3.quantized().layout().format() &&
+                                       w1.quantized().input_order().size() == w3.quantized().input_order().size()));
   if (!same) {
     throw UsageError("weights " + w1.describe() + " and " + w3.describe() +
-                     " must be in one format (one kernel reads the two)");
+                     " must be in one format and input order (one kernel reads the two)");
   }
   if (format_traits(w1.format()).quantized) {
     const BasicQuantizedKernels<T>& q = p.quantized_for(w1);

@@ -153,6 +153,12 @@ class QuantizedWeight {
   /// scale is not 0, a zero point is above 15, an int8 value is -128 (byte 0) or an fp8 value an e4m3 NaN.
   QuantizedWeight(QuantizedLayout layout, std::vector<std::uint8_t> values, std::vector<std::uint16_t> scale_bits,
                   std::vector<std::uint8_t> zeros);
+  /// A matrix whose columns are stored in another order than x's: stored column j multiplies x[input_order[j]] (a
+  /// GPTQ checkpoint with desc_act, whose groups gather inputs from anywhere in x, stored group by group). Int4 with
+  /// zero points only; an empty order is x's own. \throws UsageError as the constructor above, and naming the tensor
+  /// when the format is another or input_order is not a permutation of 0 .. cols - 1.
+  QuantizedWeight(QuantizedLayout layout, std::vector<std::uint8_t> values, std::vector<std::uint16_t> scale_bits,
+                  std::vector<std::uint8_t> zeros, std::vector<std::int32_t> input_order);
 
   /// The layout.
   [[nodiscard]] const QuantizedLayout& layout() const noexcept { return layout_; }
@@ -162,9 +168,13 @@ class QuantizedWeight {
   [[nodiscard]] std::span<const std::uint16_t> scale_bits() const noexcept { return scale_bits_; }
   /// The zero points at the scales' indices (empty unless asymmetric).
   [[nodiscard]] std::span<const std::uint8_t> zeros() const noexcept { return zeros_; }
-  /// Every byte a kernel reads (layout().bytes()).
-  [[nodiscard]] std::size_t bytes() const noexcept { return layout_.bytes(); }
+  /// The input each stored column multiplies (see the constructor), or empty when that is the column itself.
+  [[nodiscard]] std::span<const std::int32_t> input_order() const noexcept { return input_order_; }
+  /// Every byte a kernel reads: layout().bytes(), and the input order's 4 bytes a column where there is one.
+  [[nodiscard]] std::size_t bytes() const noexcept { return layout_.bytes() + 4 * input_order_.size(); }
 
+  /// The elements below are the stored matrix's: (row, col) is stored column col, which multiplies input
+  /// input_order()[col] where there is an order. dequantize() gives the matrix in x's order.
   /// The q stored for element (row, col), in layout().q_range(). \throws UsageError outside the matrix.
   [[nodiscard]] int value(int row, int col) const;
   /// The scale of the group holding element (row, col). \throws UsageError outside the matrix.
@@ -174,7 +184,7 @@ class QuantizedWeight {
   /// The weight element (row, col) stands for: (value - zero) * scale (fp8: value * 2^-17 * scale), exact in float.
   /// \throws UsageError outside the matrix.
   [[nodiscard]] float dequantized(int row, int col) const;
-  /// Every element dequantized, `[N][K]` row-major.
+  /// Every element dequantized, `[N][K]` row-major, in x's order: column input_order()[j] is stored column j.
   [[nodiscard]] std::vector<float> dequantize() const;
 
  private:
@@ -185,6 +195,7 @@ class QuantizedWeight {
   std::vector<std::uint8_t> values_;
   std::vector<std::uint16_t> scale_bits_;
   std::vector<std::uint8_t> zeros_;
+  std::vector<std::int32_t> input_order_;
 };
 
 /// Quantizes the `rows` x `cols` row-major `weights` of tensor `name` into `format`, one group at a time, by round

@@ -22,7 +22,8 @@ namespace lazygraph::nn {
 /// object must outlive the write_safetensors call the tensors are given to. Move-only (moving keeps the views valid).
 class QuantizedTensors {
  public:
-  /// The tensors of `weight`, named after its layout's name.
+  /// The tensors of `weight`, named after its layout's name. \throws UsageError naming the tensor when its columns
+  /// are stored in another order than its inputs (QuantizedWeight::input_order), which these tensors do not record.
   explicit QuantizedTensors(const QuantizedWeight& weight);
   /// Takes the other's tensors; their views stay valid.
   QuantizedTensors(QuantizedTensors&&) noexcept = default;

@@ -25,10 +25,11 @@ struct QuantizedMatrix {
   CUdeviceptr values = 0;  ///< the packed values in tiles (quantized.hpp), 16-byte aligned
   CUdeviceptr scales = 0;  ///< the scales of the element type in tiles, 4-byte aligned
   CUdeviceptr zeros = 0;   ///< the zero points at the scales' indices, or 0 when symmetric
+  CUdeviceptr order = 0;   ///< I32 [cols], the input each stored column multiplies (QuantizedWeight::input_order), or 0
   int kind = 0;   ///< a quantized WeightFormat (each format's file in src/nn/formats/ checks the kernels agree)
   int group = 0;  ///< columns per scale: cols for int8
 };
-static_assert(sizeof(QuantizedMatrix) == 32 && std::is_trivially_copyable_v<QuantizedMatrix>,
+static_assert(sizeof(QuantizedMatrix) == 40 && std::is_trivially_copyable_v<QuantizedMatrix>,
               "QuantizedMatrix is a kernel parameter, read by the kernels' struct of the same layout");
 
 /// A quantized weight on the device, its parts uploaded as they are (each its own allocation, so 16-byte aligned).
@@ -39,11 +40,13 @@ class DeviceQuantizedWeight {
   /// Uploads `weight` on `stream` and waits for the copies. \throws UsageError naming the tensor when its scale
   /// type is not T's.
   DeviceQuantizedWeight(const Stream& stream, const QuantizedWeight& weight);
-  /// A weight whose parts are on the device already, in `layout`'s order (DeviceQuantizer makes these).
-  /// \throws UsageError naming the tensor when the scale type is not T's, a part's size is not the layout's, or
-  ///         zero points are given for a symmetric format or missing for an asymmetric one.
+  /// A weight whose parts are on the device already, in `layout`'s order (DeviceQuantizer makes these), and its
+  /// input order (QuantizedWeight::input_order) if it has one. \throws UsageError naming the tensor when the scale
+  /// type is not T's, a part's size is not the layout's, zero points are given for a symmetric format or missing for
+  /// an asymmetric one, or an order is given for another format than int4 with zero points.
   DeviceQuantizedWeight(QuantizedLayout layout, DeviceBuffer<std::uint8_t> values, DeviceBuffer<std::uint16_t> scales,
-                        std::optional<DeviceBuffer<std::uint8_t>> zeros);
+                        std::optional<DeviceBuffer<std::uint8_t>> zeros,
+                        std::optional<DeviceBuffer<std::int32_t>> order = std::nullopt);
 
   /// The parts copied back to the host (waits for the copies on `stream`). \throws UsageError as QuantizedWeight's
   /// constructor for parts that break the format's rules.
@@ -53,8 +56,8 @@ class DeviceQuantizedWeight {
   [[nodiscard]] const QuantizedLayout& layout() const noexcept { return layout_; }
   /// The kernels' argument for it.
   [[nodiscard]] QuantizedMatrix matrix() const;
-  /// Device bytes a kernel reads: values, scales and zero points.
-  [[nodiscard]] std::size_t bytes() const noexcept { return layout_.bytes(); }
+  /// Device bytes a kernel reads: values, scales, zero points and the input order.
+  [[nodiscard]] std::size_t bytes() const noexcept { return layout_.bytes() + (order_ ? 4 * order_->size() : 0); }
   /// The packed values on the device, in the layout's order.
   [[nodiscard]] DeviceSpan<const std::uint8_t> values() const noexcept { return values_.cview(); }
   /// The scales' bits on the device, in the layout's order.
@@ -63,12 +66,17 @@ class DeviceQuantizedWeight {
   [[nodiscard]] DeviceSpan<const std::uint8_t> zeros() const noexcept {
     return zeros_ ? zeros_->cview() : DeviceSpan<const std::uint8_t>{};
   }
+  /// The input order on the device (QuantizedWeight::input_order), or an empty span when the columns are x's own.
+  [[nodiscard]] DeviceSpan<const std::int32_t> input_order() const noexcept {
+    return order_ ? order_->cview() : DeviceSpan<const std::int32_t>{};
+  }
 
  private:
   QuantizedLayout layout_;
   DeviceBuffer<std::uint8_t> values_;
   DeviceBuffer<std::uint16_t> scales_;
   std::optional<DeviceBuffer<std::uint8_t>> zeros_;
+  std::optional<DeviceBuffer<std::int32_t>> order_;
 };
 
 /// The scale type that goes with the element type T (f16 for half, bf16 for bfloat16).

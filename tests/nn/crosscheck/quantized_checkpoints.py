@@ -15,7 +15,10 @@ formats' public descriptions (not from lazygraph's loader):
 - GPTQ (AutoGPTQ, checkpoint_format "gptq"): `qweight` int32 [K / 8, N], input 8r + i of word r in bits 4i..4i+3;
   `qzeros` int32 [K / g, N / 8], output 8c + i's zero point minus 1 in bits 4i..4i+3; `scales` fp16 [K / g, N];
   `g_idx` int32 [K] = k // g; quantization_config {"quant_method": "gptq", "bits": 4, "group_size": g, "sym": ...,
-  "desc_act": false}.
+  "desc_act": false}. With desc_act true (GPTQ's act-order), each matrix's inputs are quantized in groups of a
+  random order instead (the same order for q, k and v, and for gate and up, which read one input, as GPTQ's shared
+  Hessian makes them): group j holds inputs perm[j g .. j g + g - 1], `g_idx`[k] is k's place in perm // g, and
+  `qweight` still holds input k in row k / 8.
 - FP8 (transformers' FineGrainedFP8): each projection's `weight` F8_E4M3 [N, K], w / scale rounded to the nearest
   e4m3 value (1 sign, 4 exponent bits of bias 7, 3 mantissa bits, ties to even, |x| <= 448), scale = the block's
   largest magnitude / 448 per block of 128 outputs x 128 inputs, stored as `weight_scale_inv` float32
@@ -37,7 +40,8 @@ The reference is transformers' float32 forward over the dequantized weights; `de
 (lazygraph repacks it into int4 with zero points) and the comparison, bounds and paths are crosscheck_transformers.py's
 (its Harness): fp16 relative error within 1e-2, argmax equal wherever the margin is clear; step, prefill (also on
 tensor cores), batch, generate, and two tensor-parallel ranks where the machine has two GPUs (the persistent
-backend has no quantized tiles, so no row runs it).
+backend has no quantized tiles, so no row runs it; nor do the desc_act rows run tensor parallelism, which lazygraph
+refuses for them: a rank's share of the inputs is no share of the stored columns).
 
 Exit status: 0 every row passed, 1 a row failed, 2 bad arguments, 77 skipped (torch, transformers or safetensors not
 installed, or no GPU). By hand on the GPU machine:
@@ -70,10 +74,11 @@ EXPERT_TENSOR = re.compile(r"\.mlp\.experts\.\d+\.(gate|up|down)_proj\.weight$")
 
 
 def packings():
-    """(name, method, group, symmetric)."""
-    return [("awq-g128", "awq", 128, False), ("awq-g32", "awq", 32, False), ("gptq-g64", "gptq", 64, False),
-            ("gptq-sym-g128", "gptq", 128, True), ("fp8-block", "fp8", 128, True),
-            ("fp8-channel", "compressed-tensors", 128, True)]
+    """(name, method, group, symmetric, desc_act)."""
+    return [("awq-g128", "awq", 128, False, False), ("awq-g32", "awq", 32, False, False),
+            ("gptq-g64", "gptq", 64, False, False), ("gptq-sym-g128", "gptq", 128, True, False),
+            ("gptq-act-g64", "gptq", 64, False, True), ("gptq-act-sym-g32", "gptq", 32, True, True),
+            ("fp8-block", "fp8", 128, True, False), ("fp8-channel", "compressed-tensors", 128, True, False)]
 
 
 def moe_rows():
@@ -99,12 +104,24 @@ def rows():
 class PackedHarness(ct.Harness):
     """crosscheck_transformers' harness whose checkpoints hold the projections packed as AWQ or GPTQ."""
 
-    def __init__(self, *args, method, group, symmetric, **kwargs):
+    def __init__(self, *args, method, group, symmetric, desc_act, **kwargs):
         super().__init__(*args, **kwargs)
         self.method = method
         self.group = group
         self.symmetric = symmetric
+        self.desc_act = desc_act
         self.packed = {}
+
+    def input_order(self, name, k):
+        """desc_act: the order of module `name`'s k inputs in which its groups are taken, one per input it reads (q, k
+        and v share one, gate and up another); else None."""
+        if not self.desc_act:
+            return None
+        reads = {"q_proj": "qkv", "k_proj": "qkv", "v_proj": "qkv", "gate_proj": "gate_up", "up_proj": "gate_up"}
+        prefix, module = name.rsplit(".", 1)
+        key = f"{prefix.rsplit('.', 1)[0]}.{reads.get(module, module)}"
+        generator = self.torch.Generator().manual_seed(zlib.crc32(key.encode()))
+        return self.torch.randperm(k, generator=generator)
 
     def e4m3_values(self):
         """The 127 non-negative finite e4m3 values, byte 0 to 0x7E, increasing (float64)."""
@@ -191,9 +208,18 @@ class PackedHarness(ct.Harness):
                     module.weight.copy_((self.from_e4m3(byte) * full).to(module.weight.dtype))
                     self.packed[name] = (byte, scale)
                     continue
-                q, zero, scale = self.quantize(module.weight.detach().float())
-                module.weight.copy_(self.dequantized(q, zero, scale))
-                self.packed[name] = (q, zero, scale)
+                w = module.weight.detach().float()
+                perm = self.input_order(name, w.shape[1])
+                if perm is None:
+                    q, zero, scale = self.quantize(w)
+                    module.weight.copy_(self.dequantized(q, zero, scale))
+                    self.packed[name] = (q, zero, scale, None)
+                    continue
+                # groups over the inputs in perm's order, then every column back in its input's place
+                q, zero, scale = self.quantize(w[:, perm])
+                place = self.torch.argsort(perm)  # input k is column place[k] of w[:, perm]
+                module.weight.copy_(self.dequantized(q, zero, scale)[:, place])
+                self.packed[name] = (q[:, place], zero, scale, (place // self.group).to(self.torch.int32))
             if self.method in ("fp8", "compressed-tensors"):
                 # transformers 5 stacks a mixture's experts, [experts, out, in] (gate_up_proj: gate's rows, then up's):
                 # each expert's matrix FP8 alone, its blocks of 128 rows inside gate's or up's when the width is a
@@ -236,7 +262,7 @@ class PackedHarness(ct.Harness):
             byte, scale = parts
             suffix = "weight_scale_inv" if self.method == "fp8" else "weight_scale"
             return {"weight": byte.view(self.torch.float8_e4m3fn), suffix: scale}
-        q, zero, scale = parts
+        q, zero, scale, g_idx = parts
         torch = self.torch
         n, k = q.shape
         out = {"scales": scale.t().contiguous()}  # [G, N]
@@ -247,7 +273,7 @@ class PackedHarness(ct.Harness):
         else:
             out["qweight"] = self.words(q.t().reshape(k // 8, 8, n).transpose(1, 2))
             out["qzeros"] = self.words((zero - 1).t().reshape(-1, n // 8, 8))
-            out["g_idx"] = (torch.arange(k) // self.group).to(torch.int32)
+            out["g_idx"] = (torch.arange(k) // self.group).to(torch.int32) if g_idx is None else g_idx
         return out
 
     def run_row(self, row):
@@ -352,7 +378,7 @@ class PackedHarness(ct.Harness):
                                              "zero_point": True, "version": "gemm", "modules_to_not_convert": None}
         else:
             config["quantization_config"] = {"quant_method": "gptq", "bits": 4, "group_size": self.group,
-                                             "sym": self.symmetric, "desc_act": False, "damp_percent": 0.01,
+                                             "sym": self.symmetric, "desc_act": self.desc_act, "damp_percent": 0.01,
                                              "true_sequential": True, "checkpoint_format": "gptq"}
         with open(config_path, "w") as f:
             json.dump(config, f, indent=2)
@@ -393,15 +419,18 @@ def main():
     with tempfile.TemporaryDirectory(prefix="crosscheck-packed-") as tmp:
         work_dir = os.path.abspath(args.keep) if args.keep else tmp
         os.makedirs(work_dir, exist_ok=True)
-        for packing, method, group, symmetric in packings():
+        for packing, method, group, symmetric, desc_act in packings():
             if method in ("fp8", "compressed-tensors") and not hasattr(torch, "float8_e4m3fn"):
                 print(f"  {packing}: skipped: this torch has no float8_e4m3fn to write F8_E4M3 tensors with")
                 continue
             harness = PackedHarness(torch, transformers, program, os.path.join(work_dir, packing), ct.POSITIONS,
-                                    bool(args.keep), args.verbose, method=method, group=group, symmetric=symmetric)
+                                    bool(args.keep), args.verbose, method=method, group=group, symmetric=symmetric,
+                                    desc_act=desc_act)
             os.makedirs(harness.work_dir, exist_ok=True)
             for row in rows() + (moe_rows() if method == "fp8" else []):
-                row = ct.Row(f"{row.name}-{packing}", row.arch, row.dtype, row.config, paths=row.paths)
+                # desc_act's stored columns are no range of inputs: lazygraph refuses to split them over ranks
+                paths = [p for p in row.paths if not (desc_act and p in ct.TP_PATHS)]
+                row = ct.Row(f"{row.name}-{packing}", row.arch, row.dtype, row.config, paths=paths)
                 if args.only and not any(o in row.name for o in args.only):
                     continue
                 t0 = time.monotonic()

@@ -22,8 +22,20 @@ struct Matrices {
 /// Independent 16-byte weight loads in flight per lane and matrix, per step of the column loop.
 constexpr int loads_per_matrix(int matrices) { return 8 / matrices; }
 
+/// The 8 elements p[order[8 * chunk + i]], i = 0..7, packed as load8 packs 8 contiguous ones: a chunk of a vector whose
+/// columns a matrix stores reordered (order 16-byte aligned).
+template <class T>
+__device__ __forceinline__ Pack8<T> load8_gathered(const T* p, const int* order, int chunk) {
+  const int4 a = __ldg(reinterpret_cast<const int4*>(order + 8LL * chunk));
+  const int4 b = __ldg(reinterpret_cast<const int4*>(order + 8LL * chunk + 4));
+  const auto* e = reinterpret_cast<const unsigned short*>(p);
+  const auto two = [&](int lo, int hi) { return static_cast<unsigned>(e[lo]) | static_cast<unsigned>(e[hi]) << 16; };
+  return {make_uint4(two(a.x, a.y), two(a.z, a.w), two(b.x, b.y), two(b.z, b.w))};
+}
+
 /// x as the kernel multiplies it: `load` fetches vector b's chunk (kept packed while in flight, 4 registers),
-/// `expand` turns it into the 8 factors; `sum_squares` says whether the kernel also sums x^2 (for RMSNorm).
+/// `expand` turns it into the 8 factors; `sum_squares` says whether the kernel also sums x^2 (for RMSNorm). `gather`
+/// fetches the chunk of columns `order` gives instead (a quantized matrix stored with its columns reordered).
 template <class T>
 struct PlainX {
   static constexpr bool sum_squares = false;
@@ -33,6 +45,9 @@ struct PlainX {
   const T* x;
   long long stride;  // elements between vectors: cols
   __device__ __forceinline__ Raw load(int b, int chunk) const { return {lg::load8(x + b * stride + 8LL * chunk)}; }
+  __device__ __forceinline__ Raw gather(int b, const int* order, int chunk) const {
+    return {load8_gathered(x + b * stride, order, chunk)};
+  }
   __device__ __forceinline__ static void expand(const Raw& r, float (&f)[8], float& sq) {
     lg::unpack8(r.x, f);
     sq = 0.0f;
@@ -58,6 +73,9 @@ struct GainedX {
   long long stride;
   __device__ __forceinline__ Raw load(int b, int chunk) const {
     return {lg::load8(x + b * stride + 8LL * chunk), lg::load8(g + 8LL * chunk)};
+  }
+  __device__ __forceinline__ Raw gather(int b, const int* order, int chunk) const {
+    return {load8_gathered(x + b * stride, order, chunk), load8_gathered(g, order, chunk)};
   }
   __device__ __forceinline__ static void expand(const Raw& r, float (&f)[8], float& sq) {
     float gain[8];

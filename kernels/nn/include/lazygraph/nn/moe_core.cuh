@@ -60,6 +60,9 @@ struct PairX {
   __device__ __forceinline__ Raw load(int b, int chunk) const {
     return {lg::load8(act + static_cast<long long>(max(pair_of[b], 0)) * width + 8LL * chunk)};
   }
+  __device__ __forceinline__ Raw gather(int b, const int* order, int chunk) const {
+    return {load8_gathered(act + static_cast<long long>(max(pair_of[b], 0)) * width, order, chunk)};
+  }
   __device__ __forceinline__ static void expand(const Raw& r, float (&f)[8], float& sq) { PlainX<T>::expand(r, f, sq); }
   __device__ __forceinline__ static uint4 fragment(const Raw& r, float& sq) { return PlainX<T>::fragment(r, sq); }
 };

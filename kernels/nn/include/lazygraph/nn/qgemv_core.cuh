@@ -37,6 +37,7 @@ struct QuantizedMatrix {
   const unsigned char* values;  ///< tiles of 16 rows (quantized.hpp's layout), 16-byte aligned
   const void* scales;           ///< tiles of scale pairs of the element type, 4-byte aligned
   const unsigned char* zeros;   ///< zero points 0..15 at the scales' indices; null when symmetric
+  const int* order;             ///< stored column j multiplies x[order[j]] (16-byte aligned); null: x[j]. int4z only
   int kind;                     ///< nn::WeightFormat: 1 int8 per channel, 2 int4 in groups, 3 fp8 in groups
   int group;                    ///< columns per scale: cols for int8; 32, 64 or 128 for int4; 128 for fp8
 };
@@ -65,7 +66,8 @@ constexpr int columns_per_step(int format) { return is_int4(format) ? 64 : 32; }
 template <int F>
 __device__ __forceinline__ bool quantized_supported(const QuantizedMatrix& w, int cols) {
   if (w.kind != weight_kind(F) || !lg::is_aligned16(w.values) || w.scales == nullptr ||
-      reinterpret_cast<unsigned long long>(w.scales) % 4 != 0) {
+      reinterpret_cast<unsigned long long>(w.scales) % 4 != 0 || (w.order != nullptr && F != kInt4Zero) ||
+      !lg::is_aligned16(w.order)) {
     return false;
   }
   if (F == kInt8) return w.group == cols && cols % 32 == 0 && w.zeros == nullptr;
@@ -206,6 +208,35 @@ __device__ __forceinline__ uint2 dequantize_fp8(lg::bf16_t, unsigned word) {
   return make_uint2(lg::pack2(lg::bf16_t{}, a.x, a.y), lg::pack2(lg::bf16_t{}, b.x, b.y));
 }
 
+/// Whether the GPU converts pairs of e4m3 to fp16 in one instruction (compute capability 8.9 and newer): qgemv_tiles
+/// then decodes fp8 with it (convert_fp8), to the values themselves rather than times 2^-8, and takes the 2^-8 out of
+/// each row's fp32 sum once. Every product and partial sum is then 2^8 times dequantize_fp8's, which scales exactly in
+/// fp32 (short of subnormal sums), so the results have that path's bits, for a third of its instructions a word.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+constexpr bool kNativeFp8 = true;
+#else
+constexpr bool kNativeFp8 = false;
+#endif
+
+/// The two pairs of T of one fp8 word, the e4m3 values themselves (kNativeFp8 only): columns 0-1, then 2-3.
+__device__ __forceinline__ uint2 convert_fp8(lg::half_t, unsigned word) {
+  uint2 r = make_uint2(0U, 0U);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  asm("{\n .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %2;\n cvt.rn.f16x2.e4m3x2 %0, lo;\n cvt.rn.f16x2.e4m3x2 %1, hi;\n}"
+      : "=r"(r.x), "=r"(r.y)
+      : "r"(word));
+#else
+  __trap();
+#endif
+  return r;
+}
+__device__ __forceinline__ uint2 convert_fp8(lg::bf16_t, unsigned word) {
+  const uint2 h = convert_fp8(lg::half_t{}, word);
+  const float2 a = lg::unpack2(lg::half_t{}, h.x);
+  const float2 b = lg::unpack2(lg::half_t{}, h.y);
+  return make_uint2(lg::pack2(lg::bf16_t{}, a.x, a.y), lg::pack2(lg::bf16_t{}, b.x, b.y));
+}
+
 /// The 16-byte load of a quantized tile: read once, not kept in L1 (as load8_streaming).
 __device__ __forceinline__ uint4 load16_streaming(const unsigned char* p) {
   uint4 v;
@@ -300,6 +331,17 @@ __device__ __forceinline__ void load_steps(const W& w, int tile, int s0, int war
   }
 }
 
+/// Vector b's x chunk `chunk` of the stored columns: x's own chunk, or with a column order (int4 with zero points
+/// only: GPTQ's desc_act) the columns it names.
+template <bool kOrdered, class X>
+__device__ __forceinline__ typename X::Raw load_x(const X& x, const int* order, int b, int chunk) {
+  if constexpr (kOrdered) {
+    return x.gather(b, order, chunk);
+  } else {
+    return x.load(b, chunk);
+  }
+}
+
 /// A compile-time flag, for generic lambdas.
 template <bool B>
 struct Flag {
@@ -321,7 +363,8 @@ __device__ __forceinline__ void add_scaled(float (&c)[4], const float (&d)[4], u
 /// with kPairs, finish(row, b, v, p), p[m] the result of row ^ 1, the other row of its pair (RoPE's pairs; rows must
 /// then be even, so that the other row exists). A thread's b is always its index in the block's tile warps modulo 8, so
 /// it may read per-vector data before the loop. preload(row, b) as gemv_rows_mma's. All matrices share the format, the
-/// group and the symmetry (the kernels check it).
+/// group and the symmetry (the kernels check it), and the column order: the first matrix's is every matrix's (the host
+/// gives matrices that share x one order; nn::QuantizedWeight::input_order).
 ///
 /// Block (32, K, R): R tiles at a time, K warps per tile sharing out its steps (K * R <= 32; any grid);
 /// BasicQuantizedKernels::config picks the shape: 32 warps per multiprocessor, as one block or two. Each warp loads
@@ -331,16 +374,15 @@ __device__ __forceinline__ void add_scaled(float (&c)[4], const float (&d)[4], u
 /// for the Llama-3.2-1B step's int4 kernels than 16 warps with U = 4 / M). RMSNorm's sum of
 /// x^2 is the same for every tile, so the block computes it once, its threads sharing the columns out, at the end of
 /// its first tile's steps.
-template <int F, bool kPairs = false, bool kSharedSquares = false, class W, class X, class Finish,
-          class Preload = NoPreload>
-__device__ __forceinline__ void qgemv_tiles(const W& w, const X& x, int rows, int cols, int batch, float eps,
-                                            Finish finish, Preload preload = {}) {
+template <int F, bool kPairs, bool kSharedSquares, bool kOrdered, class W, class X, class Finish, class Preload>
+__device__ __forceinline__ void qgemv_tiles_loop(const W& w, const X& x, int rows, int cols, int batch, float eps,
+                                                 Finish& finish, Preload& preload,
+                                                 float (&tile_part)[kMaxWarps][W::count][kTileRows][8],
+                                                 float (&square_part)[kMaxWarps][8]) {
   using T = typename W::Element;
   constexpr int M = W::count;
   // Steps loaded at a time per lane and matrix; the next ones are in flight meanwhile.
   constexpr int U = M == 1 ? 2 : 1;
-  __shared__ float tile_part[kMaxWarps][M][kTileRows][8];  // [warp][matrix][row][vector]
-  __shared__ float square_part[kMaxWarps][8];              // [warp][vector]
 
   const int lane = threadIdx.x;
   const int k_warp = threadIdx.y;  // the warp's place in its tile
@@ -418,7 +460,8 @@ __device__ __forceinline__ void qgemv_tiles(const W& w, const X& x, int rows, in
         if (s >= steps) break;  // uniform over the warp
         if constexpr (is_int4(F)) {
           // Lane t's x: columns 64 s + 8 t .. + 7 (mmas 0 and 1) and 64 s + 32 + 8 t .. + 7 (mmas 2 and 3).
-          const typename X::Raw xr[2] = {x.load(vector, 8 * s + t), x.load(vector, 8 * s + 4 + t)};
+          const typename X::Raw xr[2] = {load_x<kOrdered>(x, w.w[0].order, vector, 8 * s + t),
+                                         load_x<kOrdered>(x, w.w[0].order, vector, 8 * s + 4 + t)};
           if (X::sum_squares && first_tile && !shared_squares) {
             square_sum += x_squares<X>(xr[0]) + x_squares<X>(xr[1]);
           }
@@ -463,7 +506,9 @@ __device__ __forceinline__ void qgemv_tiles(const W& w, const X& x, int rows, in
           for (int m = 0; m < M; ++m) {
             const uint4 v = cur[m][u].values;
             const auto decode = [](unsigned word) {
-              if constexpr (F == kFp8) {
+              if constexpr (F == kFp8 && kNativeFp8) {
+                return convert_fp8(T{}, word);
+              } else if constexpr (F == kFp8) {
                 return dequantize_fp8(T{}, word);
               } else {
                 return dequantize_int8(T{}, word);
@@ -540,6 +585,7 @@ __device__ __forceinline__ void qgemv_tiles(const W& w, const X& x, int rows, in
             const unsigned pair = w.scale_pair(m, tile, 0, row % 8);
             sum *= row < 8 ? lg::unpack2(T{}, pair).x : lg::unpack2(T{}, pair).y;
           }
+          if (F == kFp8 && kNativeFp8) sum *= 0.00390625f;  // 2^-8: convert_fp8's values, scales stored times 2^8
           v[m] = sum * scale;
         }
       };
@@ -556,6 +602,25 @@ __device__ __forceinline__ void qgemv_tiles(const W& w, const X& x, int rows, in
     __syncthreads();  // the partials are read before the next tiles overwrite them
   }
   if (!waited) lg::wait_for_prior_grids();  // a block without a tile
+}
+
+/// See qgemv_tiles_loop. A matrix with a column order runs its own instance of the loop, so that the gathers' registers
+/// are not taken from the loop every other matrix runs; the two share their shared memory.
+template <int F, bool kPairs = false, bool kSharedSquares = false, class W, class X, class Finish,
+          class Preload = NoPreload>
+__device__ __forceinline__ void qgemv_tiles(const W& w, const X& x, int rows, int cols, int batch, float eps,
+                                            Finish finish, Preload preload = {}) {
+  __shared__ float tile_part[kMaxWarps][W::count][kTileRows][8];  // [warp][matrix][row][vector]
+  __shared__ float square_part[kMaxWarps][8];                     // [warp][vector]
+  if constexpr (F == kInt4Zero) {
+    if (w.w[0].order != nullptr) {
+      qgemv_tiles_loop<F, kPairs, kSharedSquares, true>(w, x, rows, cols, batch, eps, finish, preload, tile_part,
+                                                        square_part);
+      return;
+    }
+  }
+  qgemv_tiles_loop<F, kPairs, kSharedSquares, false>(w, x, rows, cols, batch, eps, finish, preload, tile_part,
+                                                     square_part);
 }
 
 }  // namespace lg::nn
