@@ -34,6 +34,17 @@ their own numbers back. The written-out kernels stand between `#ifndef LAZYGRAPH
 persistent program's generated source, which includes kernel files for their tile functions only, defines it, so that
 NVRTC does not compile every kernel of every such file again (src/kernels/persistent_source.cpp).
 
+A line that starts with `tile` writes out tile functions of persistent programs instead (kernels/include/lazygraph/
+tile.cuh), without launch bounds, the tile passed to the body last as a place:
+
+    tile qgemv_add_tile[T][F] = qgemv_add_body<F>(QuantizedMatrix W, const T* x, T* out, int rows, int cols, int batch)
+
+becomes, for each combination, outside the `#ifndef` (a program's source includes the file for them),
+
+    extern "C" __device__ void qgemv_add_tile_bf16_int8(lg::Tile tile, QuantizedMatrix W, ..., int batch) {
+      qgemv_add_body<kInt8>(W, x, out, rows, cols, batch, lg::TilePlace{tile});
+    }
+
 This is a build step: the texts embedded into the library (and so what NVRTC compiles and the host's signature reader
 reads) are written out; a KernelSet read from a directory at run time is not. A malformed table stops the build with
 a message naming its file and line.
@@ -106,6 +117,8 @@ def parameter_name(parameter):
 def parse_kernel(spec, axes):
     """A kernel line as (name, [(axis, values)], bounds or None, body, parameters)."""
     m = re.match(r"([A-Za-z_]\w*)\s*", spec)
+    if m and m.group(1) == "tile":
+        raise TableError("write a tile line as `tile NAME[AXIS]... = BODY(PARAMETERS)`")
     if not m:
         raise TableError("write a kernel as `NAME[AXIS]... [__launch_bounds__(...)] = BODY(PARAMETERS)`")
     name, i = m.group(1), m.end()
@@ -158,8 +171,9 @@ def parse_kernel(spec, axes):
     return name, chosen, bounds, body, params
 
 
-def variants(kernel):
-    """The written-out kernels of one table line: (name, bounds, parameters, call), in table order."""
+def variants(kernel, tile=False):
+    """The written-out kernels (or tile functions) of one table line: (name, bounds, parameters, call), in table
+    order."""
     name, chosen, bounds, body, params = kernel
     for combination in itertools.product(*[values for _, values in chosen]):
         values = {axis: value[0] for (axis, _), value in zip(chosen, combination)}
@@ -167,14 +181,20 @@ def variants(kernel):
         if bounds is None and len(value_bounds) > 1:
             raise TableError(f"kernel {name}: more than one axis value gives launch bounds; give the kernel its own")
         variant = name + "".join(value[1] for value in combination)
-        args = ", ".join(parameter_name(p) for p in params)
+        args = ", ".join([parameter_name(p) for p in params] + (["lg::TilePlace{tile}"] if tile else []))
         yield (variant, bounds or (value_bounds[0] if value_bounds else None),
                [substitute(p, values) for p in params], f"{substitute(body, values)}({args})")
 
 
-def write_out(kernel_line, kernel):
+def write_out(kernel_line, kernel, tile=False):
     lines = []
-    for variant, bounds, params, call in variants(kernel):
+    for variant, bounds, params, call in variants(kernel, tile):
+        if tile:
+            lines += [f"#line {kernel_line}",
+                      f'extern "C" __device__ void {variant}({", ".join(["lg::Tile tile"] + params)}) {{',
+                      f"  {call};",
+                      "}"]
+            continue
         launch = f" __launch_bounds__{bounds}" if bounds else ""
         lines += [f"#line {kernel_line}",
                   f'extern "C" __global__ void{launch} {variant}({", ".join(params)}) {{',
@@ -184,8 +204,9 @@ def write_out(kernel_line, kernel):
 
 
 def expand_table(table_lines, first_line):
-    """The written-out kernels of a table whose lines (between its opening and closing lines) start at first_line."""
-    axes, out, names = {}, [], set()
+    """The written-out kernels and tile functions of a table whose lines (between its opening and closing lines) start
+    at first_line, as two lists of lines."""
+    axes, out, tiles, names = {}, [], [], set()
     entries = []  # (line number, text) of each axis or kernel line, continuations joined
     for offset, line in enumerate(table_lines):
         if not line.strip():
@@ -200,15 +221,21 @@ def expand_table(table_lines, first_line):
                 axis, values = parse_axis(text[len("axis "):])
                 axes[axis] = values
                 continue
-            kernel = parse_kernel(text, axes)
-            for variant in variants(kernel):
+            tile = re.match(r"tile\s", text) is not None
+            kernel = parse_kernel(text[len("tile"):].strip() if tile else text, axes)
+            if tile and kernel[2] is not None:
+                raise TableError(f"tile {kernel[0]}: a tile function has no launch bounds (its program's block has)")
+            for variant in variants(kernel, tile):
                 if variant[0] in names:
                     raise TableError(f"kernel {variant[0]} is written out twice")
                 names.add(variant[0])
-            out += write_out(number, kernel)
+            if tile:
+                tiles += write_out(number, kernel, tile=True)
+            else:
+                out += write_out(number, kernel)
         except TableError as e:
             raise TableError(f"{number}: {e}") from None
-    return out
+    return out, tiles
 
 
 def expand(text, name="<text>"):
@@ -226,7 +253,8 @@ def expand(text, name="<text>"):
             raise TableError(f"{name}:{i + 1}: the variant table is not closed by a line `*/`")
         out += lines[i + 1:close + 1]
         try:
-            out += ["#ifndef LAZYGRAPH_TILES_ONLY"] + expand_table(lines[i + 1:close], i + 2) + ["#endif"]
+            kernels, tiles = expand_table(lines[i + 1:close], i + 2)
+            out += ["#ifndef LAZYGRAPH_TILES_ONLY"] + kernels + ["#endif"] + tiles
         except TableError as e:
             raise TableError(f"{name}:{e}") from None
         if close + 1 < len(lines):

@@ -7,9 +7,9 @@
 // the bytes its weights occupy (less the embedding table, of which a step reads one row per token) and those bytes
 // over the time as a fraction of the copy ceiling measured in the same run. Dense steps of 8 rows run on tensor cores
 // (DecoderConfig::tensor_cores), as the quantized kernels always do. Formats: fp16, int8, fp8 in blocks, int4 g128, and
-// int4 g128 with zero points as AWQ and GPTQ checkpoints are read, also with every attention and MLP matrix's columns
-// stored in a random order of its inputs, as GPTQ's desc_act stores them (the kernels gather x; the order's 4 bytes a
-// column are not in the weight MB, about 0.1 % of them).
+// int4 g128 with zero points as AWQ and GPTQ checkpoints are read, also with the q/k/v, o, gate and up matrices'
+// columns stored in a random order of their inputs, as a GPTQ desc_act checkpoint loads (the kernels gather x; the
+// orders' 8 bytes a column are not in the weight MB, about 0.1 % of them).
 //
 // Accuracy, teacher-forced over 256 positions, each quantized decoder against the fp16 decoder on the same weights:
 // how often its top token agrees with fp16's, the logits' relative error (||q - f|| / ||f||, averaged over positions),
@@ -129,7 +129,9 @@ nn::Weight<half> reordered(lg::Stream& s, const nn::Weight<half>& w, unsigned se
   return nn::Weight<half>(nn::DeviceQuantizedWeight<half>(s, r));
 }
 
-/// Every attention and MLP matrix of `weights` reordered (gate and up alike: one kernel gathers their x).
+/// The attention and MLP matrices of `weights` reordered as a GPTQ desc_act checkpoint loads: q/k/v, o, gate and up
+/// (gate and up alike: one kernel gathers their x); the down projection's order goes to gate's and up's rows, which
+/// costs nothing, so it keeps its inputs' own.
 void reorder_inputs(lg::Stream& s, nn::DecoderWeights& weights) {
   for (std::size_t l = 0; l < weights.attention.size(); ++l) {
     const auto seed = static_cast<unsigned>(4 * l);
@@ -137,7 +139,6 @@ void reorder_inputs(lg::Stream& s, nn::DecoderWeights& weights) {
     weights.attention[l].wo = reordered(s, weights.attention[l].wo, seed + 1);
     weights.mlp[l].w1 = reordered(s, weights.mlp[l].w1, seed + 2);
     weights.mlp[l].w3 = reordered(s, weights.mlp[l].w3, seed + 2);
-    weights.mlp[l].w2 = reordered(s, weights.mlp[l].w2, seed + 3);
   }
 }
 

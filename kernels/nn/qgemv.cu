@@ -42,8 +42,10 @@ __device__ __forceinline__ bool supported(const QuantizedMatrix& W, int cols, in
   return quantized_supported<F>(W, cols) && batch >= 1 && batch <= 8 && lg::is_aligned16(x) && lg::is_aligned16(g);
 }
 
+/// Element (row, b) of [batch][rows] `out`. Named apart from gemv.cu's `at`: a persistent program compiles both files'
+/// tile functions in one source.
 template <class T>
-__device__ __forceinline__ T& at(T* out, int rows, int row, int b) {
+__device__ __forceinline__ T& out_at(T* out, int rows, int row, int b) {
   return out[static_cast<long long>(b) * rows + row];
 }
 
@@ -53,42 +55,45 @@ __device__ __forceinline__ void qgemv_body(QuantizedMatrix W, const T* x, T* out
   const QuantizedTiles<1, T> w = tiles_of<F, T>(W, cols);
   start_quantized();
   qgemv_tiles<F>(w, PlainX<T>{x, cols}, rows, cols, batch, 0.0f,
-                 [&](int row, int b, const float* v) { at(out, rows, row, b) = lg::from_float<T>(v[0]); });
+                 [&](int row, int b, const float* v) { out_at(out, rows, row, b) = lg::from_float<T>(v[0]); });
 }
 
-template <int F, class T>
-__device__ __forceinline__ void qgemv_add_body(QuantizedMatrix W, const T* x, T* out, int rows, int cols, int batch) {
+template <int F, class T, class P = lg::GridPlace>
+__device__ __forceinline__ void qgemv_add_body(QuantizedMatrix W, const T* x, T* out, int rows, int cols, int batch,
+                                               const P& place = {}) {
   if (!supported<F>(W, cols, batch, x, x)) __trap();
   const QuantizedTiles<1, T> w = tiles_of<F, T>(W, cols);
   // The residual this thread adds to first, read right after the wait (as gemv.cu's gemv_add).
   float residual = 0.0f;
   int residual_row = -1;
   int residual_vector = -1;
-  start_quantized();
+  place.allow_next();  // start_quantized in a kernel
   qgemv_tiles<F>(
       w, PlainX<T>{x, cols}, rows, cols, batch, 0.0f,
       [&](int row, int b, const float* v) {
-        T& o = at(out, rows, row, b);
+        T& o = out_at(out, rows, row, b);
         const bool early = row == residual_row && b == residual_vector;
         o = lg::from_float<T>((early ? residual : lg::to_float(o)) + v[0]);
       },
       [&](int row, int b) {
         if (residual_row >= 0) return;
-        residual = lg::to_float(at(out, rows, row, b));
+        residual = lg::to_float(out_at(out, rows, row, b));
         residual_row = row;
         residual_vector = b;
-      });
+      },
+      place);
 }
 
-template <int F, class T>
+template <int F, class T, class P = lg::GridPlace>
 __device__ __forceinline__ void rms_norm_qgemv_body(QuantizedMatrix W, const T* x, const T* g, T* out, int rows,
-                                                    int cols, float eps, int batch) {
+                                                    int cols, float eps, int batch, const P& place = {}) {
   if (!supported<F>(W, cols, batch, x, g)) __trap();
   const QuantizedTiles<1, T> w = tiles_of<F, T>(W, cols);
-  start_quantized();
+  place.allow_next();
   // Its sums of x^2 shared out over the block: the LM head's kernel, whose blocks make several passes.
-  qgemv_tiles<F, false, true>(w, GainedX<T>{x, g, cols}, rows, cols, batch, eps,
-                              [&](int row, int b, const float* v) { at(out, rows, row, b) = lg::from_float<T>(v[0]); });
+  qgemv_tiles<F, false, true>(
+      w, GainedX<T>{x, g, cols}, rows, cols, batch, eps,
+      [&](int row, int b, const float* v) { out_at(out, rows, row, b) = lg::from_float<T>(v[0]); }, NoPreload{}, place);
 }
 
 /// sin and cos of `angle`, out of line: sincosf's reduction of large angles needs a stack frame and registers that,
@@ -99,12 +104,13 @@ __device__ __noinline__ float2 sin_cos(float angle) {
   return r;
 }
 
-template <int F, class T>
+template <int F, class T, class P = lg::GridPlace>
 __device__ __forceinline__ void quantized_qkv_rope_append_body(QuantizedMatrix W, const T* bias, const T* x, const T* g,
                                                                T* q, T* k_cache, T* v_cache, const int* positions,
                                                                const int* slots, int d, int q_rows, int n_kv_heads,
                                                                int head_dim, int max_ctx, int n_slots,
-                                                               const float* frequencies, float eps, int batch) {
+                                                               const float* frequencies, float eps, int batch,
+                                                               const P& place = {}) {
   const int kv_dim = n_kv_heads * head_dim;
   if (!supported<F>(W, d, batch, x, g) || head_dim <= 0 || head_dim % 2 != 0 || q_rows <= 0 || q_rows % head_dim != 0 ||
       n_kv_heads <= 0) {
@@ -121,10 +127,11 @@ __device__ __forceinline__ void quantized_qkv_rope_append_body(QuantizedMatrix W
     where[0][tid] = positions[tid];
     where[1][tid] = slots[tid];
   }
-  start_quantized();
+  place.allow_next();
   const auto biased = [&](int row, float value) { return bias == nullptr ? value : value + lg::to_float(bias[row]); };
   qgemv_tiles<F, true>(
-      w, GainedX<T>{x, g, d}, rows, d, batch, eps, [&](int row, int b, const float* r, const float* other_row) {
+      w, GainedX<T>{x, g, d}, rows, d, batch, eps,
+      [&](int row, int b, const float* r, const float* other_row) {
         const int position = where[0][b];
         const int slot = where[1][b];
         if (position < 0 || position >= max_ctx || slot < 0 || slot >= n_slots) __trap();
@@ -140,39 +147,89 @@ __device__ __forceinline__ void quantized_qkv_rope_append_body(QuantizedMatrix W
           value = within % 2 == 0 ? value * c - other * s : other * s + value * c;
         }
         if (row < q_rows) {
-          at(q, q_rows, row, b) = lg::from_float<T>(value);
+          out_at(q, q_rows, row, b) = lg::from_float<T>(value);
           return;
         }
         const long long cache =
             ((static_cast<long long>(slot) * n_kv_heads + local / head_dim) * max_ctx + position) * head_dim +
             local % head_dim;
         (row < q_rows + kv_dim ? k_cache : v_cache)[cache] = lg::from_float<T>(value);
-      });
+      },
+      NoPreload{}, place);
 }
 
-template <int F, bool Gelu, class T>
+template <int F, bool Gelu, class T, class P = lg::GridPlace>
 __device__ __forceinline__ void rms_norm_qgemv_swiglu_body(QuantizedMatrix W1, QuantizedMatrix W3, const T* x,
-                                                           const T* g, T* out, int rows, int cols, float eps,
-                                                           int batch) {
+                                                           const T* g, T* out, int rows, int cols, float eps, int batch,
+                                                           const P& place = {}) {
   if (!supported<F>(W1, cols, batch, x, g) || !quantized_supported<F>(W3, cols) || W1.group != W3.group) {
     __trap();
   }
   const QuantizedTiles<2, T> w{{W1, W3}, quantized_tile_bytes<F>(cols), cols / W1.group};
-  start_quantized();
-  qgemv_tiles<F>(w, GainedX<T>{x, g, cols}, rows, cols, batch, eps, [&](int row, int b, const float* v) {
-    at(out, rows, row, b) = lg::from_float<T>(gate<Gelu>(v[0]) * v[1]);
-  });
+  place.allow_next();
+  qgemv_tiles<F>(
+      w, GainedX<T>{x, g, cols}, rows, cols, batch, eps,
+      [&](int row, int b, const float* v) { out_at(out, rows, row, b) = lg::from_float<T>(gate<Gelu>(v[0]) * v[1]); },
+      NoPreload{}, place);
+}
+
+/// qdequantize of a matrix whose stored column j multiplies input order[j]: out in x's order, each thread 8
+/// consecutive inputs of one row (one 16-byte store, consecutive threads along the row), each input's value read
+/// where its stored column lies (the inverse order, W.order + cols, says which). The reads are single words of the
+/// row's tile, which the row's threads share through L1.
+template <int F, class T>
+__device__ __forceinline__ void qdequantize_ordered(QuantizedMatrix W, T* out, int rows, int cols) {
+  const QuantizedTiles<1, T> w = tiles_of<F, T>(W, cols);
+  const int* const inverse = W.order + cols;
+  const int group_shift = 31 - __clz(W.group);
+  const long long chunks = static_cast<long long>(rows) * (cols / 8);
+  lg::wait_for_prior_grids();  // as qdequantize_body
+  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < chunks;
+       i += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const int row = static_cast<int>(i / (cols / 8));
+    const int first = static_cast<int>(i % (cols / 8)) * 8;
+    const int tile = row / kTileRows;
+    const int g = row % 8;  // the row's lanes, 4 g .. 4 g + 3; h picks row g (0) or g + 8 (1) of their pairs
+    const int h = row % kTileRows / 8;
+    const unsigned char* values = w.values(0, tile);
+    float f[8];
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+      const int j = __ldg(inverse + first + c);  // the input's stored column
+      const int s = j / 64;
+      const int within = j % 64;  // step s's columns 32 half + 8 t + e lie in word 2 half + e / 4 of lane 4 g + t
+      const int half = within / 32;
+      const int t = within % 32 / 8;
+      const int e = within % 8;
+      const unsigned word =
+          __ldg(reinterpret_cast<const unsigned*>(values + 512 * s + 16 * (4 * g + t)) + 2 * half + e / 4);
+      const int nibble = 4 * (e % 2) + 2 * (e % 4 / 2) + h;
+      const int k = j >> group_shift;
+      const float scale =
+          h == 0 ? lg::unpack2(T{}, w.scale_pair(0, tile, k, g)).x : lg::unpack2(T{}, w.scale_pair(0, tile, k, g)).y;
+      const int zero = static_cast<int>(w.zero_pair(0, tile, k, g) >> (8 * h) & 0xFFU);
+      f[c] = static_cast<float>(static_cast<int>(word >> (4 * nibble) & 0xFU) - zero) * scale;
+    }
+    *reinterpret_cast<uint4*>(out + static_cast<long long>(row) * cols + first) = lg::pack8<T>(f).raw;
+  }
+  lg::allow_dependent_launch();
 }
 
 /// out = W dequantized, [rows][cols] of T: each element (q - zero) * scale, the product in fp32 rounded once. What
 /// prompts on tensor cores multiply (a layer's matrices one at a time, into a scratch buffer). A thread takes one
 /// lane's 16 bytes of a step (quantized.hpp's layout), grid-stride, and writes each of its two rows' 8 consecutive
 /// columns per half step as one 16-byte store (a tile row's 4 lanes then write 64 contiguous bytes); padding rows are
-/// skipped. A matrix stored with its columns reordered (W.order) is written in x's order, column order[j] from stored
-/// column j, an element at a time.
+/// skipped. A matrix stored with its columns reordered (W.order, int4 with zero points) is written in x's order by
+/// qdequantize_ordered instead.
 template <int F, class T>
 __device__ __forceinline__ void qdequantize_body(QuantizedMatrix W, T* out, int rows, int cols) {
   if (!quantized_supported<F>(W, cols) || rows < 1 || !lg::is_aligned16(out)) __trap();
+  if constexpr (F == kInt4Zero) {
+    if (W.order != nullptr) {
+      qdequantize_ordered<F, T>(W, out, rows, cols);
+      return;
+    }
+  }
   const QuantizedTiles<1, T> w = tiles_of<F, T>(W, cols);
   const int steps = cols / columns_per_step(F);
   const long long chunks = static_cast<long long>((rows + kTileRows - 1) / kTileRows) * steps * 32;
@@ -209,12 +266,7 @@ __device__ __forceinline__ void qdequantize_body(QuantizedMatrix W, T* out, int 
             const int u = static_cast<int>(words[2 * half + c / 4] >> (4 * nibble) & 0xFU) ^ flip;
             f[c] = static_cast<float>(u - zero) * scale;
           }
-          if (W.order == nullptr) {
-            *reinterpret_cast<uint4*>(out_row + first) = lg::pack8<T>(f).raw;
-          } else {  // stored columns back in x's order
-#pragma unroll
-            for (int c = 0; c < 8; ++c) out_row[W.order[first + c]] = lg::from_float<T>(f[c]);
-          }
+          *reinterpret_cast<uint4*>(out_row + first) = lg::pack8<T>(f).raw;
         }
       } else {
         // Words h and 2 + h hold this row's columns 32 s + 8 t .. + 7, a byte each; fp8's in group s / 4.
@@ -244,7 +296,10 @@ __device__ __forceinline__ void qdequantize_body(QuantizedMatrix W, T* out, int 
 }  // namespace
 
 // The entry points, one per element type and format (qgemv_int8, qgemv_int4, qgemv_bf16_int8, qgemv_fp8, ...), 32 warps
-// a block at most, 64 registers a thread (one block of 32 warps or two of 16 per multiprocessor).
+// a block at most, 64 registers a thread (one block of 32 warps or two of 16 per multiprocessor). The tile functions of
+// a decode step's quantized projections for persistent programs (qgemv_add_tile_int8, ..._tile_bf16_fp8): the
+// kernels' bodies, the program's block of warps sharing each tile of 16 rows, their partial sums in the call's shared
+// memory (quantized_tile_shared_bytes).
 /* lazygraph:variants
 axis T = lg::half_t | lg::bf16_t _bf16
 axis F = kInt8 _int8 | kInt4 _int4 | kInt4Zero _int4z | kFp8 _fp8
@@ -263,4 +318,13 @@ rms_norm_qgemv_swiglu[T][F] __launch_bounds__(1024, 1) = rms_norm_qgemv_swiglu_b
     QuantizedMatrix W3, const T* x, const T* g, T* out, int rows, int cols, float eps, int batch)
 rms_norm_qgemv_geglu[T][F] __launch_bounds__(1024, 1) = rms_norm_qgemv_swiglu_body<F, true>(QuantizedMatrix W1,
     QuantizedMatrix W3, const T* x, const T* g, T* out, int rows, int cols, float eps, int batch)
+
+tile qgemv_add_tile[T][F] = qgemv_add_body<F>(QuantizedMatrix W, const T* x, T* out, int rows, int cols, int batch)
+tile rms_norm_qgemv_tile[T][F] = rms_norm_qgemv_body<F>(QuantizedMatrix W, const T* x, const T* g, T* out, int rows,
+    int cols, float eps, int batch)
+tile rms_norm_qgemv_swiglu_tile[T][F] = rms_norm_qgemv_swiglu_body<F, false>(QuantizedMatrix W1, QuantizedMatrix W3,
+    const T* x, const T* g, T* out, int rows, int cols, float eps, int batch)
+tile quantized_qkv_rope_append_tile[T][F] = quantized_qkv_rope_append_body<F>(QuantizedMatrix W, const T* bias,
+    const T* x, const T* g, T* q, T* k_cache, T* v_cache, const int* positions, const int* slots, int d, int q_rows,
+    int n_kv_heads, int head_dim, int max_ctx, int n_slots, const float* frequencies, float eps, int batch)
 */

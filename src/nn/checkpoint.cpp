@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <optional>
@@ -598,11 +599,29 @@ QuantizedWeight DecoderCheckpoint::quantized_weight(std::size_t index) const {
   const QuantizedLayout& l = layouts_[index];
   if (llama_.packed.has_value()) {  // open() checked the tensors: repacking them cannot fail
     const detail::PackedMethodRow& method = detail::find_packed_method(llama_.packed->method);
+    const auto require = [&](const DecoderTensor& t) {
+      return method.require(weights_, *llama_.packed, detail::module_of(t.name), t.rows, t.cols);
+    };
     std::vector<detail::PackedPart> parts;
     for (const std::size_t p : matrix_parts_[index]) {
       const DecoderTensor& t = tensors_[p];
-      parts.push_back(
-          {method.require(weights_, *llama_.packed, detail::module_of(t.name), t.rows, t.cols), t.rope_rows});
+      parts.push_back({.tensors = require(t), .rope_rows = t.rope_rows, .output_order = {}, .ordered_input = false});
+      // A down projection that takes its inputs in another order (GPTQ's desc_act) gets them so from gate's and up's
+      // rows, whose outputs are its inputs: no gather for it, and its tensor-parallel shares are whole ranges.
+      if (t.role != DecoderTensorRole::w1 && t.role != DecoderTensorRole::w3 && t.role != DecoderTensorRole::w2) {
+        continue;
+      }
+      const auto down = std::find_if(tensors_.begin(), tensors_.end(), [&](const DecoderTensor& d) {
+        return d.role == DecoderTensorRole::w2 && d.layer == t.layer;
+      });
+      if (down == tensors_.end()) continue;
+      std::vector<std::int32_t> order = detail::input_order(weights_, require(*down));
+      if (order.empty()) continue;
+      if (t.role == DecoderTensorRole::w2) {
+        parts.back().ordered_input = true;
+      } else {
+        parts.back().output_order = std::move(order);
+      }
     }
     return method.repack(weights_, *llama_.packed, l, parts, config_.head_dim());
   }

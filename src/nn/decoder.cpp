@@ -186,7 +186,7 @@ BasicDecoder<T>::BasicDecoder(const Stream& stream, const KernelLibrary& library
   if (comm != nullptr) {
     backend_ = make_rank_backend<T>(*comm, state_, options, peer);
   } else if (config_.backend == DecoderBackend::persistent) {
-    backend_ = make_persistent_backend<T>(library, weights_, stream.device());
+    backend_ = make_persistent_backend<T>(library, stream.device());
   } else {
     backend_ = make_graph_backend<T>();
   }

@@ -206,7 +206,10 @@ QuantizedWeight repack(const Checkpoint& checkpoint, const PackedQuantization& p
     const int k_in = t.inputs;
     std::vector<int> row_of(static_cast<std::size_t>(n_out));  // the matrix row of each output of the tensor
     for (int r = 0; r < n_out; ++r) {
-      row_of[static_cast<std::size_t>(part.rope_rows ? rotate_half_row(r, head_dim) : r)] = first_row + r;
+      const int output = part.rope_rows              ? rotate_half_row(r, head_dim)
+                         : part.output_order.empty() ? r
+                                                     : part.output_order[static_cast<std::size_t>(r)];
+      row_of[static_cast<std::size_t>(output)] = first_row + r;
     }
     const auto put = [&](int n, int k, unsigned q) {
       const auto row = static_cast<std::size_t>(row_of[static_cast<std::size_t>(n)]);
@@ -245,6 +248,7 @@ QuantizedWeight repack(const Checkpoint& checkpoint, const PackedQuantization& p
     }
     first_row += n_out;
   }
+  if (parts.front().ordered_input) order.clear();  // its x arrives in that order (PackedPart::ordered_input)
   return {layout, std::move(values), std::move(scales), std::move(zeros), std::move(order)};
 }
 

@@ -70,6 +70,12 @@ void require_same_order(const Checkpoint& checkpoint, const PackedTensors& first
 struct PackedPart {
   PackedTensors tensors;
   bool rope_rows = false;  ///< q and k: matrix row r holds output rotate_half_row(r, head_dim) of the tensor
+  /// Matrix row r holds output output_order[r] of the tensor (empty: output r): gate and up in their down
+  /// projection's input order, so that their product reaches it in the order it stores its columns.
+  std::vector<std::int32_t> output_order;
+  /// The matrix's x comes in its input order already (a down projection whose gate and up rows take output_order):
+  /// its columns are stored grouped as ever, but no order is kept for the kernels to gather by.
+  bool ordered_input = false;
 };
 
 /// The matrix `layout` describes (int4 asymmetric, fp16 scales, the packing's group) from its `parts`, repacked

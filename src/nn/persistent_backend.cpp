@@ -44,23 +44,12 @@ class PersistentBackend final : public StepBackend<T> {
 }  // namespace
 
 template <Element T>
-std::unique_ptr<StepBackend<T>> make_persistent_backend(const KernelLibrary& library,
-                                                        const BasicDecoderWeights<T>& weights, const Device& device) {
-  for (const Weight<T>* w : weights.matrices()) {
-    if (!format_traits(w->format()).persistent_tiles) {
-      throw UsageError("Decoder: weight " + w->describe() + " is " + std::string(format_traits(w->format()).name) +
-                       ", which the persistent backend has no tiles for; use DecoderBackend::graph");
-    }
-  }
+std::unique_ptr<StepBackend<T>> make_persistent_backend(const KernelLibrary& library, const Device& device) {
   check_tensor_cores(device.compute_capability());  // its projections are the tensor-core kernels'
   return std::make_unique<PersistentBackend<T>>(library);
 }
 
-template std::unique_ptr<StepBackend<half>> make_persistent_backend<half>(const KernelLibrary&,
-                                                                          const BasicDecoderWeights<half>&,
-                                                                          const Device&);
-template std::unique_ptr<StepBackend<bfloat16>> make_persistent_backend<bfloat16>(const KernelLibrary&,
-                                                                                  const BasicDecoderWeights<bfloat16>&,
-                                                                                  const Device&);
+template std::unique_ptr<StepBackend<half>> make_persistent_backend<half>(const KernelLibrary&, const Device&);
+template std::unique_ptr<StepBackend<bfloat16>> make_persistent_backend<bfloat16>(const KernelLibrary&, const Device&);
 
 }  // namespace lazygraph::nn

@@ -66,7 +66,13 @@ DeviceQuantizedWeight<T>::DeviceQuantizedWeight(const Stream& stream, const Quan
       values_(from_host(weight.values()).sync_on(stream)),
       scales_(from_host(weight.scale_bits()).sync_on(stream)) {
   if (!weight.zeros().empty()) zeros_ = from_host(weight.zeros()).sync_on(stream);
-  if (!weight.input_order().empty()) order_ = from_host(weight.input_order()).sync_on(stream);
+  if (const std::span<const std::int32_t> order = weight.input_order(); !order.empty()) {
+    std::vector<std::int32_t> both(order.begin(), order.end());  // the order, then its inverse
+    both.resize(2 * order.size());
+    for (std::size_t j = 0; j < order.size(); ++j)
+      both[order.size() + static_cast<std::size_t>(order[j])] = static_cast<std::int32_t>(j);
+    order_ = from_host(std::span<const std::int32_t>(both)).sync_on(stream);
+  }
 }
 
 template <Element T>
@@ -94,9 +100,9 @@ DeviceQuantizedWeight<T>::DeviceQuantizedWeight(QuantizedLayout layout, DeviceBu
   if (zero_bytes != layout_.zero_bytes() || zeros_.has_value() != layout_.format().asymmetric) {
     fail(sizes("zero points", zero_bytes, layout_.zero_bytes()));
   }
-  if (order_ && (order_->size() != static_cast<std::size_t>(layout_.cols()) || !layout_.format().asymmetric ||
+  if (order_ && (order_->size() != 2 * static_cast<std::size_t>(layout_.cols()) || !layout_.format().asymmetric ||
                  layout_.storage().value_bits != 4)) {
-    fail(sizes("input order entries", order_->size(), static_cast<std::size_t>(layout_.cols())) +
+    fail(sizes("input order and inverse entries", order_->size(), 2 * static_cast<std::size_t>(layout_.cols())) +
          " (only int4 with zero points takes one)");
   }
 }
@@ -108,9 +114,9 @@ QuantizedWeight DeviceQuantizedWeight<T>::download(const Stream& stream) const {
   std::vector<std::uint8_t> zeros(zeros_ ? zeros_->size() : 0);
   copy_async(stream, std::span<std::uint8_t>(values), values_.cview());
   copy_async(stream, std::span<std::uint16_t>(scales), scales_.cview());
-  std::vector<std::int32_t> order(order_ ? order_->size() : 0);
+  std::vector<std::int32_t> order(order_ ? order_->size() / 2 : 0);
   if (zeros_) copy_async(stream, std::span<std::uint8_t>(zeros), zeros_->cview());
-  if (order_) copy_async(stream, std::span<std::int32_t>(order), order_->cview());
+  if (order_) copy_async(stream, std::span<std::int32_t>(order), input_order());
   stream.synchronize();
   return {layout_, std::move(values), std::move(scales), std::move(zeros), std::move(order)};
 }

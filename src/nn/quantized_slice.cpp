@@ -71,9 +71,9 @@ DeviceQuantizedWeight<T> quantized_rows(const Stream& stream, const DeviceQuanti
     to += tiles;
   }
   std::optional<DeviceBuffer<std::int32_t>> order;  // every row's: the same columns
-  if (!w.input_order().empty()) {
-    order.emplace(device, w.input_order().size());
-    copy_async(stream, order->view(), w.input_order());
+  if (!w.order_buffer().empty()) {
+    order.emplace(device, w.order_buffer().size());
+    copy_async(stream, order->view(), w.order_buffer());
   }
   stream.synchronize();
   return {std::move(part), std::move(values), std::move(scales), std::move(zeros), std::move(order)};

@@ -1,10 +1,13 @@
 // The decoder's persistent backend (DecoderBackend::persistent, nn/decoder_tiles.hpp): the configs it refuses, and on
-// the GPU its steps against float64, against the graph backend, against its own program's graph form, and its batch,
-// generate and sampling against its own single steps.
+// the GPU its steps against float64, against the graph backend (dense and quantized weights), against its own program's
+// graph form, and its batch, generate and sampling against its own single steps.
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <memory>
+#include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -36,6 +39,31 @@ std::size_t differing(const std::vector<T>& a, const std::vector<T>& b) {
   std::size_t n = a.size() == b.size() ? 0 : 1;
   for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) n += a[i].bits != b[i].bits ? 1 : 0;
   return n;
+}
+
+/// Every attention and MLP matrix of `w` (int4 with zero points; the LM head too where it is) with its columns stored
+/// in a random order of its inputs, gate and up in one order, the bytes as they are: what a GPTQ desc_act checkpoint
+/// loads as.
+void reorder_inputs(lg::nn::DecoderWeights& w) {
+  const auto reordered = [](const lg::nn::Weight<half>& m, unsigned seed) {
+    const lg::nn::QuantizedWeight q = m.quantized().download(lgtest::stream());
+    std::vector<std::int32_t> order(static_cast<std::size_t>(q.layout().cols()));
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), std::mt19937(seed));
+    return lg::nn::Weight<half>(lg::nn::DeviceQuantizedWeight<half>(
+        lgtest::stream(), lg::nn::QuantizedWeight(q.layout(), {q.values().begin(), q.values().end()},
+                                                  {q.scale_bits().begin(), q.scale_bits().end()},
+                                                  {q.zeros().begin(), q.zeros().end()}, std::move(order))));
+  };
+  for (std::size_t l = 0; l < w.attention.size(); ++l) {
+    const auto seed = static_cast<unsigned>(4 * l + 1);
+    w.attention[l].qkv = reordered(w.attention[l].qkv, seed);
+    w.attention[l].wo = reordered(w.attention[l].wo, seed + 1);
+    w.mlp[l].w1 = reordered(w.mlp[l].w1, seed + 2);
+    w.mlp[l].w3 = reordered(w.mlp[l].w3, seed + 2);
+    w.mlp[l].w2 = reordered(w.mlp[l].w2, seed + 3);
+  }
+  if (!w.lm_head.is_dense()) w.lm_head = reordered(w.lm_head, 99);
 }
 
 /// Steps a persistent decoder and a graph decoder of the same weights through 10 positions, each against float64.
@@ -216,19 +244,58 @@ TEST_SUITE("gpu") {
     }
   }
 
-  TEST_CASE("a persistent decoder refuses quantized weights, naming the backend that runs them") {
-    const DecoderConfig config = persistent_decoder();
-    lg::nn::DecoderQuantization q;
-    q.mlp = lgtest::int8();
-    DecoderConfig graph_config = config;
-    graph_config.backend = DecoderBackend::graph;
-    lg::nn::DecoderWeights weights = lg::nn::quantize_decoder_weights(
-        lgtest::stream(),
-        lg::nn::DecoderWeights::generate(lgtest::stream(), lg::nn::BasicKernels<half>(lgtest::nn_kernels()),
-                                         graph_config),
-        graph_config, q);
-    CHECK_THROWS_WITH_AS(lg::nn::Decoder(lgtest::stream(), lgtest::nn_kernels(), config, std::move(weights)),
-                         doctest::Contains("use DecoderBackend::graph"), lg::UsageError);
+  TEST_CASE("a persistent decoder of quantized weights, every format, matches the graph backend on the same weights") {
+    struct Case {
+      const char* name;
+      lg::nn::DecoderQuantization quantization;
+      bool reordered = false;
+    };
+    const std::vector<Case> cases = {
+        // a dense LM head beside quantized layers, as AWQ and GPTQ checkpoints keep it: one program, both families
+        {"int8 attention, int4 g32 MLP, dense LM head", {lgtest::int8(), lgtest::int4(32), {}, {}}},
+        {"int4 g64 with zero points, the LM head too",
+         {lgtest::int4(64, true), lgtest::int4(64, true), lgtest::int4(64, true), {}}},
+        {"fp8 everywhere", {lgtest::fp8(), lgtest::fp8(), lgtest::fp8(), {}}},
+        {"int4 g128 with zero points, inputs reordered (GPTQ desc_act), dense LM head",
+         {lgtest::int4(128, true), lgtest::int4(128, true), {}, {}},
+         true},
+    };
+    for (const Case& c : cases) {
+      CAPTURE(c.name);
+      const DecoderConfig config = persistent_decoder();
+      DecoderConfig graph_config = config;
+      graph_config.backend = DecoderBackend::graph;
+      const auto weights = [&] {
+        lg::nn::DecoderWeights w = lg::nn::quantize_decoder_weights(
+            lgtest::stream(),
+            lg::nn::DecoderWeights::generate(lgtest::stream(), lg::nn::BasicKernels<half>(lgtest::nn_kernels()),
+                                             graph_config),
+            graph_config, c.quantization);
+        if (c.reordered) reorder_inputs(w);
+        return w;
+      };
+      lg::nn::Decoder persistent(lgtest::stream(), lgtest::nn_kernels(), config, weights());
+      lg::nn::Decoder graph(lgtest::stream(), lgtest::nn_kernels(), graph_config, weights());
+      double worst = 0;
+      int token = 7;
+      for (int p = 0; p < 8; ++p) {
+        CAPTURE(p);
+        const int next = persistent.forward({token, p});
+        (void)graph.forward({token, p});  // the same token for both: the caches hold one sequence
+        const std::vector<double> got = lg::nn::widen(persistent.logits());
+        const std::vector<double> want = lg::nn::widen(graph.logits());
+        const double err = lg::nn::relative_error(got, want);
+        worst = std::max(worst, err);
+        CHECK(err < 1e-2);
+        CHECK(next == lg::nn::argmax(got));
+        // The program's graph form (each call's tiles as a kernel) gives the program's bits.
+        const std::vector<half> program = persistent.logits();
+        persistent.persistent_program(1).graph_op().sync_on(lgtest::stream());
+        CHECK(differing(program, persistent.logits()) == 0);
+        token = next;
+      }
+      MESSAGE(c.name << ": persistent logits within " << worst << " of the graph backend's");
+    }
   }
 
   TEST_CASE("persistent generate gives the tokens of forward step by step, greedy and sampled") {

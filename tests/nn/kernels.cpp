@@ -1076,6 +1076,25 @@ TEST_CASE("every nn kernel in kernels/nn/ compiles for sm_90 with the core and t
   }
 }
 
+TEST_CASE("the nn files with tile functions compile together, as a persistent program's source includes them") {
+  // A program's generated source includes the file of every tile function it calls in one translation unit (with
+  // LAZYGRAPH_TILES_ONLY, src/kernels/persistent_source.cpp): the files' own names must not collide.
+  std::vector<KernelSource> headers(core_kernel_headers().begin(), core_kernel_headers().end());
+  headers.insert(headers.end(), nn::kernel_set().headers.begin(), nn::kernel_set().headers.end());
+  std::string text = "#include \"lazygraph/persistent.cuh\"\n#define LAZYGRAPH_TILES_ONLY\n";
+  std::size_t files = 0;
+  for (const KernelSource& s : nn::kernel_set().sources) {
+    const std::vector<KernelDeclaration> found = parse_kernel_declarations(s.text, s.name);
+    if (std::none_of(found.begin(), found.end(), [](const KernelDeclaration& d) { return d.tile; })) continue;
+    headers.push_back(s);
+    text += "#include \"" + s.name + "\"\n";
+    ++files;
+  }
+  CHECK(files >= 7);  // embedding, qkv, attention, gemv, qgemv, sample, argmax
+  const CompileResult r = nvrtc_compile({"all_tiles.cu", text}, headers, nvrtc_options(90, true), true);
+  CHECK_MESSAGE(r.succeeded(), r.log());
+}
+
 TEST_SUITE("gpu") {
   TEST_CASE("a batched kernel refuses a batch outside 1..8, naming it") {
     const nn::Kernels k(lgtest::nn_kernels());

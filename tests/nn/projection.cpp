@@ -14,8 +14,6 @@ TEST_CASE("the format table has a row per weight format, saying which kernel fam
   CHECK_FALSE(format_traits(WeightFormat::dense).quantized);
   CHECK(format_traits(WeightFormat::int8_channel).quantized);
   CHECK(format_traits(WeightFormat::int4_group).quantized);
-  CHECK(format_traits(WeightFormat::dense).persistent_tiles);
-  CHECK_FALSE(format_traits(WeightFormat::int4_group).persistent_tiles);
 }
 
 TEST_CASE("a projection refuses a weight of another shape and a batch outside 1..8, naming the weight") {

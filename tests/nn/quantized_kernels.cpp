@@ -351,12 +351,26 @@ TEST_CASE("every quantized kernel handle matches its kernel's declared parameter
                                    int, int, int)>(name("moe_qgate_up")));
         CHECK_NOTHROW(d.check<void(nn::QuantizedMatrix, const half*, const int*, const float*, float*, unsigned*, half*,
                                    int, int, int, int, int)>(name("moe_qdown")));
+        // the persistent backend's tile functions (nn::BasicDecoderTiles), their kernels' parameters after the tile
+        CHECK(d.require(name("qgemv_add_tile"), "kernels/nn/").tile);
+        CHECK_NOTHROW(d.check<void(nn::QuantizedMatrix, const half*, half*, int, int, int)>(name("qgemv_add_tile")));
+        CHECK_NOTHROW(d.check<void(nn::QuantizedMatrix, const half*, const half*, half*, int, int, float, int)>(
+            name("rms_norm_qgemv_tile")));
+        CHECK_NOTHROW(d.check<void(nn::QuantizedMatrix, nn::QuantizedMatrix, const half*, const half*, half*, int, int,
+                                   float, int)>(name("rms_norm_qgemv_swiglu_tile")));
+        CHECK_NOTHROW(d.check<void(nn::QuantizedMatrix, const half*, const half*, const half*, half*, half*, half*,
+                                   const int*, const int*, int, int, int, int, int, int, const float*, float, int)>(
+            name("quantized_qkv_rope_append_tile")));
       } else {
         CHECK_NOTHROW(d.check<void(nn::QuantizedMatrix, const bfloat16*, bfloat16*, int, int, int)>(name("qgemv")));
         CHECK_NOTHROW(d.check<void(nn::QuantizedMatrix, nn::QuantizedMatrix, const bfloat16*, const bfloat16*,
                                    bfloat16*, int, int, float, int)>(name("rms_norm_qgemv_swiglu")));
         CHECK_NOTHROW(d.check<void(nn::QuantizedMatrix, nn::QuantizedMatrix, const bfloat16*, const int*, bfloat16*,
                                    int, int, int, int, int)>(name("moe_qgate_up")));
+        CHECK_NOTHROW(
+            d.check<void(nn::QuantizedMatrix, const bfloat16*, bfloat16*, int, int, int)>(name("qgemv_add_tile")));
+        CHECK_NOTHROW(d.check<void(nn::QuantizedMatrix, nn::QuantizedMatrix, const bfloat16*, const bfloat16*,
+                                   bfloat16*, int, int, float, int)>(name("rms_norm_qgemv_swiglu_tile")));
         CHECK_NOTHROW(d.check<void(nn::QuantizedMatrix, const bfloat16*, const int*, const float*, float*, unsigned*,
                                    bfloat16*, int, int, int, int, int)>(name("moe_qdown")));
       }

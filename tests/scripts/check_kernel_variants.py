@@ -18,6 +18,8 @@ copy[T: lg::half_t] __launch_bounds__(128) =
     copy_body(const T* x,
               T* out)
 plain[T] = plain_body<T, 4>(const T* x)
+tile scale_tile[T: lg::bf16_t][B] = scale_body<B>(const T* x,
+    T* out, int n)
 */
 int after;
 """
@@ -53,7 +55,15 @@ extern "C" __global__ void plain_bf16(const lg::bf16_t* x) {
   plain_body<lg::bf16_t, 4>(x);
 }
 #endif
-#line 12
+#line 11
+extern "C" __device__ void scale_tile_bf16(lg::Tile tile, const lg::bf16_t* x, lg::bf16_t* out, int n) {
+  scale_body<1>(x, out, n, lg::TilePlace{tile});
+}
+#line 11
+extern "C" __device__ void scale_tile_bf16_mma(lg::Tile tile, const lg::bf16_t* x, lg::bf16_t* out, int n) {
+  scale_body<kTensorCores>(x, out, n, lg::TilePlace{tile});
+}
+#line 14
 int after;
 """
 
@@ -67,6 +77,8 @@ BROKEN = [
     (["axis T = a", "k[T] = body(int x[4])"], "t.cu:4: kernel k: cannot read the parameter 'int x[4]'"),
     (["axis T = a", "k[T] body(int n)"], "t.cu:4: kernel k: write `= BODY(PARAMETERS)`"),
     (["axis T"], "t.cu:3: write an axis as"),
+    (["axis T = a", "tile k[T] __launch_bounds__(64) = body(int n)"], "t.cu:4: tile k: a tile function has no launch"),
+    (["axis T = a", "k[T] = body(int n)", "tile k[T] = body(int n)"], "t.cu:5: kernel k is written out twice"),
 ]
 
 

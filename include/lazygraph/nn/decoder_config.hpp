@@ -32,7 +32,7 @@ enum class DecoderBackend {
   /// A CUDA graph of the step's kernels (decoder_step), launched early one after another: the default.
   graph,
   /// ONE persistent kernel per step (kernels/persistent_program.hpp), the same kernels' code run as tiles that wait on
-  /// counters instead of kernel boundaries (decoder_tiles.hpp). Dense weights, the fused attention block, one
+  /// counters instead of kernel boundaries (decoder_tiles.hpp). Weights of any format, the fused attention block, one
   /// attention block per head, an sm_80 or newer GPU; its results equal the graph backend's within rounding
   /// (decoder_tiles.hpp says where they differ). docs/persistent.md has its measurements.
   persistent,
@@ -167,7 +167,8 @@ struct DecoderOptions {
   PersistentOptions persistent{.min_blocks_per_sm = 2};
   /// Weight rows per tile of the persistent backend's projections: 0 spreads each projection over the kernel's blocks,
   /// one tile per block (a tile then prefetches all of its rows into L2 before its wait, as an early-launched
-  /// kernel's blocks do, and waits once per projection); a positive multiple of 8, that many rows per tile.
+  /// kernel's blocks do, and waits once per projection); a positive multiple of 8, that many rows per tile (a quantized
+  /// projection's rounded up to a multiple of 16, its kernels' tile of rows).
   int persistent_tile_rows = 0;
   /// Keep every layer's routes of a mixture of experts (DecoderConfig::moe): each layer's router writes its experts
   /// and weights to a slice of its own of BasicDecoderState::expert_ids and expert_weights ([layers][kMaxRows][top

@@ -9,15 +9,17 @@
 /// row (sample).
 ///
 /// What differs from the graph backend's results, within rounding: every projection runs on tensor cores (the
-/// kernels' _mma path, BatchedKernel), also for one row, and attention sums its positions over the program's
-/// blocks (256 threads by default) instead of the attention kernel's. What does not: a program's op() and its
-/// graph_op() (the same tiles as kernels) give the same bits.
+/// kernels' _mma path, BatchedKernel), also for one row, attention sums its positions over the program's
+/// blocks (256 threads by default) instead of the attention kernel's, and a quantized projection's tile of 16 rows
+/// is shared by the block's warps rather than by its kernel's (BasicQuantizedKernels::config), so its sums add up in
+/// another order. What does not: a program's op() and its graph_op() (the same tiles as kernels) give the same bits.
 #include <vector>
 
 #include "lazygraph/kernels/persistent_program.hpp"
 #include "lazygraph/kernels/tile_function.hpp"
 #include "lazygraph/nn/decoder_state.hpp"
 #include "lazygraph/nn/decoder_weights.hpp"
+#include "lazygraph/nn/quantized_kernels.hpp"
 #include "lazygraph/nn/sampling.hpp"
 
 namespace lazygraph::nn {
@@ -54,14 +56,30 @@ struct BasicDecoderTiles {
   TileFunction<void(const T*, float*, int*, int, int)> argmax_chunk;
   /// argmax_final_tile(best_values, best_indices, out, chunks): a tile per row; greedy steps choose with the two.
   TileFunction<void(const float*, const int*, int*, int)> argmax_final;
+
+  /// The quantized projections' tiles (kernels/nn/qgemv.cu; fp16 `qgemv_add_tile_int8` and so on, bf16
+  /// `qgemv_add_tile_bf16_int8`), the parameters their kernels' (BasicQuantizedKernels): the program's block shares
+  /// out each tile of 16 weight rows.
+  QuantizedTile<void(QuantizedMatrix, const T*, const T*, const T*, T*, T*, T*, const int*, const int*, int, int, int,
+                     int, int, int, const float*, float, int)>
+      quantized_qkv_rope_append;
+  /// qgemv_add_tile(W, x, out, rows, cols, batch).
+  QuantizedTile<void(QuantizedMatrix, const T*, T*, int, int, int)> qgemv_add;
+  /// rms_norm_qgemv_tile(W, x, g, out, rows, cols, eps, batch).
+  QuantizedTile<void(QuantizedMatrix, const T*, const T*, T*, int, int, float, int)> rms_norm_qgemv;
+  /// rms_norm_qgemv_swiglu_tile(W1, W3, x, g, out, rows, cols, eps, batch).
+  QuantizedTile<void(QuantizedMatrix, QuantizedMatrix, const T*, const T*, T*, int, int, float, int)>
+      rms_norm_qgemv_swiglu;
 };
 
 /// One decode step of `rows` rows as tile calls, in program order, reading and writing what decoder_step does (the
-/// tokens, positions and slots in s.io; the next tokens in s.next, the logits in s.logits). Dense weights only: the
-/// tile functions have no quantized kin yet. A projection takes c.persistent_tile_rows weight rows per tile, or with 0
-/// `blocks` tiles (the program's blocks; fewer where it has fewer groups of 8 rows).
-/// \throws UsageError for rows outside 1..kMaxRows, for quantized weights, for a config the backend does not run
-/// (DecoderConfig::validate says which).
+/// tokens, positions and slots in s.io; the next tokens in s.next, the logits in s.logits). Each projection in its
+/// weight's format: a dense one takes c.persistent_tile_rows weight rows per tile, or with 0 `blocks` tiles (the
+/// program's blocks; fewer where it has fewer groups of 8 rows); a quantized one (any format of the storage table,
+/// its kernels' code) as many tiles, of 16 rows (persistent_tile_rows rounded up to 16), the block's warps sharing
+/// each.
+/// \throws UsageError for rows outside 1..kMaxRows, for a config the backend does not run (DecoderConfig::validate
+/// says which).
 template <Element T>
 [[nodiscard]] std::vector<TileCall> decoder_step_tiles(const BasicDecoderTiles<T>& tiles,
                                                        const BasicDecoderWeights<T>& w, BasicDecoderState<T>& s,

@@ -34,18 +34,16 @@ struct WeightFormatTraits {
   WeightFormat format;    ///< the format
   std::string_view name;  ///< its name in messages
   bool quantized;         ///< projected by the quantized kernels (BasicQuantizedKernels), else by BasicKernels
-  bool persistent_tiles;  ///< the persistent backend has tile functions that read it
 };
 
 /// The format table: one row per WeightFormat, in the enum's order (kWeightFormatNames'). Dense weights are projected
-/// by the dense kernels, and are the only ones the persistent backend has tile functions for; every quantized format
-/// by the quantized kernels, which read its storage row (src/nn/formats/). A quantized format the persistent backend
-/// reads would need persistent_tiles in weight_format.hpp's list.
+/// by the dense kernels; every quantized format by the quantized kernels, which read its storage row
+/// (src/nn/formats/), and whose tile functions the persistent backend runs for every format.
 inline constexpr std::array<WeightFormatTraits, kWeightFormatNames.size()> kWeightFormats = [] {
   std::array<WeightFormatTraits, kWeightFormatNames.size()> rows{};
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const bool dense = kWeightFormatNames[i].format == WeightFormat::dense;
-    rows[i] = {kWeightFormatNames[i].format, kWeightFormatNames[i].name, !dense, dense};
+    rows[i] = {kWeightFormatNames[i].format, kWeightFormatNames[i].name, !dense};
   }
   return rows;
 }();

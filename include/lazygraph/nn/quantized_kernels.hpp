@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "lazygraph/kernels/tile_function.hpp"
 #include "lazygraph/nn/detail/quantized_variant.hpp"
 #include "lazygraph/nn/kernels.hpp"
 #include "lazygraph/nn/quantized.hpp"
@@ -25,7 +26,9 @@ struct QuantizedMatrix {
   CUdeviceptr values = 0;  ///< the packed values in tiles (quantized.hpp), 16-byte aligned
   CUdeviceptr scales = 0;  ///< the scales of the element type in tiles, 4-byte aligned
   CUdeviceptr zeros = 0;   ///< the zero points at the scales' indices, or 0 when symmetric
-  CUdeviceptr order = 0;   ///< I32 [cols], the input each stored column multiplies (QuantizedWeight::input_order), or 0
+  /// I32 [2 cols]: the input each stored column multiplies (QuantizedWeight::input_order), then the stored column of
+  /// each input (its inverse, which qdequantize reads); or 0.
+  CUdeviceptr order = 0;
   int kind = 0;   ///< a quantized WeightFormat (each format's file in src/nn/formats/ checks the kernels agree)
   int group = 0;  ///< columns per scale: cols for int8
 };
@@ -41,9 +44,10 @@ class DeviceQuantizedWeight {
   /// type is not T's.
   DeviceQuantizedWeight(const Stream& stream, const QuantizedWeight& weight);
   /// A weight whose parts are on the device already, in `layout`'s order (DeviceQuantizer makes these), and its
-  /// input order (QuantizedWeight::input_order) if it has one. \throws UsageError naming the tensor when the scale
-  /// type is not T's, a part's size is not the layout's, zero points are given for a symmetric format or missing for
-  /// an asymmetric one, or an order is given for another format than int4 with zero points.
+  /// input order (QuantizedWeight::input_order) followed by its inverse (order_buffer()'s), if it has one. \throws
+  /// UsageError naming the tensor when the scale type is not T's, a part's size is not the layout's, zero points are
+  /// given for a symmetric format or missing for an asymmetric one, or an order is given for another format than int4
+  /// with zero points.
   DeviceQuantizedWeight(QuantizedLayout layout, DeviceBuffer<std::uint8_t> values, DeviceBuffer<std::uint16_t> scales,
                         std::optional<DeviceBuffer<std::uint8_t>> zeros,
                         std::optional<DeviceBuffer<std::int32_t>> order = std::nullopt);
@@ -58,6 +62,11 @@ class DeviceQuantizedWeight {
   [[nodiscard]] QuantizedMatrix matrix() const;
   /// Device bytes a kernel reads: values, scales, zero points and the input order.
   [[nodiscard]] std::size_t bytes() const noexcept { return layout_.bytes() + (order_ ? 4 * order_->size() : 0); }
+  /// The input order then its inverse (2 cols entries, the stored column of each input), as the kernels read them;
+  /// empty when the columns are x's own.
+  [[nodiscard]] DeviceSpan<const std::int32_t> order_buffer() const noexcept {
+    return order_ ? order_->cview() : DeviceSpan<const std::int32_t>{};
+  }
   /// The packed values on the device, in the layout's order.
   [[nodiscard]] DeviceSpan<const std::uint8_t> values() const noexcept { return values_.cview(); }
   /// The scales' bits on the device, in the layout's order.
@@ -68,7 +77,7 @@ class DeviceQuantizedWeight {
   }
   /// The input order on the device (QuantizedWeight::input_order), or an empty span when the columns are x's own.
   [[nodiscard]] DeviceSpan<const std::int32_t> input_order() const noexcept {
-    return order_ ? order_->cview() : DeviceSpan<const std::int32_t>{};
+    return order_ ? order_->cview().subspan(0, order_->size() / 2) : DeviceSpan<const std::int32_t>{};
   }
 
  private:
@@ -115,6 +124,43 @@ class QuantizedKernel<void(QuantizedMatrix, Rest...)> {
  private:
   std::vector<Kernel<void(QuantizedMatrix, Rest...)>> kernels_;  // in quantized_kernel_suffixes()' order
 };
+
+/// The tile functions of one quantized operation for persistent programs (kernels/nn/qgemv.cu's `tile` lines), one
+/// per format as QuantizedKernel's kernels, called like one TileFunction whose first parameter is the QuantizedMatrix:
+/// the call picks the function of its format. A call's tiles share out the matrix's tiles of 16 rows (any count of
+/// them); each needs quantized_tile_shared_bytes of the call's shared memory, or it traps.
+template <class Signature>
+class QuantizedTile;
+
+/// See the primary template.
+template <class... Rest>
+class QuantizedTile<void(QuantizedMatrix, Rest...)> {
+ public:
+  /// Looks up the functions. \throws UsageError as KernelLibrary::tile does.
+  QuantizedTile(const KernelLibrary& library, const std::string& name) {
+    for (const std::string& suffix : detail::quantized_kernel_suffixes()) {
+      functions_.push_back(library.tile<void(QuantizedMatrix, Rest...)>(name + suffix));
+    }
+  }
+
+  /// The call of the function for `w`'s format. \throws UsageError for a kind that is no quantized format, and as
+  /// TileFunction's call.
+  template <class... Args>
+  [[nodiscard]] TileCall operator()(const TileConfig& config, const QuantizedMatrix& w, const Args&... args) const {
+    return functions_[detail::quantized_kernel_variant(functions_.front().name(), w.kind, w.zeros != 0)](config, w,
+                                                                                                         args...);
+  }
+
+ private:
+  std::vector<TileFunction<void(QuantizedMatrix, Rest...)>> functions_;  // in quantized_kernel_suffixes()' order
+};
+
+/// Bytes of a call's shared memory each tile of a QuantizedTile takes on blocks of `threads` threads over `matrices`
+/// matrices (2 for gate and up): its warps' partial sums (kernels/nn/include/lazygraph/nn/qgemv_core.cuh's
+/// quantized_tile_shared_bytes, the same formula).
+[[nodiscard]] constexpr unsigned quantized_tile_shared_bytes(int matrices, unsigned threads) noexcept {
+  return 4U * (threads / 32U) * (static_cast<unsigned>(matrices) * 16U * 8U + 8U);
+}
 
 /// Typed handles to the quantized kernels over activations of T (kernels/nn/qgemv.cu; bf16: the _bf16 kernels).
 /// Each runs 1 to 8 vectors on tensor cores (compute capability 8.0 or newer). W, W1 and W3 are rows x cols; x

@@ -77,12 +77,10 @@ class StepBackend {
 template <Element T>
 [[nodiscard]] std::unique_ptr<StepBackend<T>> make_graph_backend();
 
-/// The persistent backend (DecoderBackend::persistent) for `weights` on `device`, its tile functions loaded from
-/// `library`. \throws UsageError for a weight in a format it has no tiles for (naming the weight and the format), a
-/// GPU without the tensor cores its projections' tiles use.
+/// The persistent backend (DecoderBackend::persistent) on `device`, its tile functions (every weight format's)
+/// loaded from `library`. \throws UsageError for a GPU without the tensor cores its projections' tiles use.
 template <Element T>
 [[nodiscard]] std::unique_ptr<StepBackend<T>> make_persistent_backend(const KernelLibrary& library,
-                                                                      const BasicDecoderWeights<T>& weights,
                                                                       const Device& device);
 
 /// A tensor-parallel rank's backend: rank comm.rank()'s share of the step (decoder_rank_step) over the communicator,

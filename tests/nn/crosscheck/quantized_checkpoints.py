@@ -39,9 +39,9 @@ formats' public descriptions (not from lazygraph's loader):
 The reference is transformers' float32 forward over the dequantized weights; `decoder_logits` loads the packed folder
 (lazygraph repacks it into int4 with zero points) and the comparison, bounds and paths are crosscheck_transformers.py's
 (its Harness): fp16 relative error within 1e-2, argmax equal wherever the margin is clear; step, prefill (also on
-tensor cores), batch, generate, and two tensor-parallel ranks where the machine has two GPUs (the persistent
-backend has no quantized tiles, so no row runs it; nor do the desc_act rows run tensor parallelism, which lazygraph
-refuses for them: a rank's share of the inputs is no share of the stored columns).
+tensor cores), batch, generate, the persistent backend's step (the first row of each packing), and two
+tensor-parallel ranks where the machine has two GPUs (not the desc_act rows, which lazygraph refuses to split: a
+rank's share of the inputs is no share of the stored columns).
 
 Exit status: 0 every row passed, 1 a row failed, 2 bad arguments, 77 skipped (torch, transformers or safetensors not
 installed, or no GPU). By hand on the GPU machine:
@@ -92,7 +92,7 @@ def moe_rows():
 
 
 def rows():
-    paths = ct.ALL_PATHS + ct.TP_PATHS
+    paths = ct.ALL_PATHS + ("persistent",) + ct.TP_PATHS
     return [
         ct.Row("llama-gqa8-kv2", "llama", "f16", ct.model_config(num_key_value_heads=2), paths=paths),
         ct.Row("llama-tied", "llama", "f16", ct.model_config(tie_word_embeddings=True, vocab_size=2048)),

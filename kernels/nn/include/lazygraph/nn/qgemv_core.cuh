@@ -374,21 +374,60 @@ __device__ __forceinline__ void add_scaled(float (&c)[4], const float (&d)[4], u
 /// for the Llama-3.2-1B step's int4 kernels than 16 warps with U = 4 / M). RMSNorm's sum of
 /// x^2 is the same for every tile, so the block computes it once, its threads sharing the columns out, at the end of
 /// its first tile's steps.
-template <int F, bool kPairs, bool kSharedSquares, bool kOrdered, class W, class X, class Finish, class Preload>
-__device__ __forceinline__ void qgemv_tiles_loop(const W& w, const X& x, int rows, int cols, int batch, float eps,
-                                                 Finish& finish, Preload& preload,
-                                                 float (&tile_part)[kMaxWarps][W::count][kTileRows][8],
-                                                 float (&square_part)[kMaxWarps][8]) {
+/// Where a block's warps work: a kernel's block (32, K, R) of its grid, or a persistent program's tile on its 1-D
+/// block of warps (K its warps, R 1), the tile's place of its call's tiles taking the block's.
+struct QuantizedWarps {
+  int lane;    ///< the thread's lane
+  int k_warp;  ///< the warp's place in its tile's K
+  int warps;   ///< K, warps per tile of rows
+  int slot;    ///< which of the block's R tiles of rows the warp works on
+  int slots;   ///< R
+  int block;   ///< the block's (or the program tile's) place
+  int blocks;  ///< how many of them share the rows
+};
+
+template <class P>
+__device__ __forceinline__ QuantizedWarps quantized_warps(const P& place) {
+  if constexpr (lg::kIsGridPlace<P>) {
+    return {static_cast<int>(threadIdx.x),
+            static_cast<int>(threadIdx.y),
+            static_cast<int>(blockDim.y),
+            static_cast<int>(threadIdx.z),
+            static_cast<int>(blockDim.z),
+            place.block(),
+            place.blocks()};
+  } else {
+    return {static_cast<int>(threadIdx.x % 32),
+            static_cast<int>(threadIdx.x / 32),
+            static_cast<int>(blockDim.x / 32),
+            0,
+            1,
+            place.block(),
+            place.blocks()};
+  }
+}
+
+template <int F, bool kPairs, bool kSharedSquares, bool kOrdered, class P, class W, class X, class Finish,
+          class Preload>
+__device__ __forceinline__ void qgemv_tiles_loop(const P& place, const W& w, const X& x, int rows, int cols, int batch,
+                                                 float eps, Finish& finish, Preload& preload, float* tile_parts,
+                                                 float* square_parts) {
   using T = typename W::Element;
   constexpr int M = W::count;
   // Steps loaded at a time per lane and matrix; the next ones are in flight meanwhile.
   constexpr int U = M == 1 ? 2 : 1;
 
-  const int lane = threadIdx.x;
-  const int k_warp = threadIdx.y;  // the warp's place in its tile
-  const int warps = blockDim.y;    // warps per tile
-  const int slot = threadIdx.z;    // the block's tile this warp works on
+  const QuantizedWarps where = quantized_warps(place);
+  const int lane = where.lane;
+  const int k_warp = where.k_warp;  // the warp's place in its tile
+  const int warps = where.warps;    // warps per tile
+  const int slot = where.slot;      // the block's tile this warp works on
   const int warp = slot * warps + k_warp;
+  // [warp][matrix][row][vector] and [warp][vector]
+  const auto tile_part = [&](int wp, int m, int row, int b) -> float& {
+    return tile_parts[((wp * M + m) * kTileRows + row) * 8 + b];
+  };
+  const auto square_part = [&](int wp, int b) -> float& { return square_parts[wp * 8 + b]; };
   const int tid = k_warp * 32 + lane;  // the thread's place in its tile's warps
   const int g = lane / 4;
   const int t = lane % 4;
@@ -409,14 +448,14 @@ __device__ __forceinline__ void qgemv_tiles_loop(const W& w, const X& x, int row
   // vector's sum depends on the block's shape only, not on the batch.
   constexpr bool shared_squares = X::sum_squares && kSharedSquares;
   const int square_vector = lane % 8;
-  const int square_stride = 4 * warps * static_cast<int>(blockDim.z);  // threads / 8
+  const int square_stride = 4 * warps * where.slots;  // threads / 8
   int square_chunk = shared_squares && square_vector < batch ? (warp * 32 + lane) / 8 : cols / 8;
   float square_sum = 0.0f;
   bool first_tile = true;
   float rms_scale = 0.0f;  // 1 / rms(x[b]) of the vector b this thread finishes (its tid % 8), once known
   bool waited = false;
   const auto wait = [&](int tile) {
-    lg::wait_for_prior_grids();
+    place.wait();
     waited = true;
     const int out_row = tile * kTileRows + tid / 8;
     if (tid < kTileRows * 8 && tid % 8 < batch && out_row < rows) preload(out_row, tid % 8);
@@ -424,12 +463,16 @@ __device__ __forceinline__ void qgemv_tiles_loop(const W& w, const X& x, int row
 
   // The loads run ahead across tiles: a tile's last steps load the next tile's first ones, which stay in flight
   // while the block sums up the tile.
-  const int tile_stride = gridDim.x * blockDim.z;
+  const int first_tile0 = where.block * where.slots;
+  const int tile_stride = where.blocks * where.slots;
   StepLoad<F> next[M][U];
-  if (blockIdx.x * blockDim.z + slot < tiles) {
-    load_steps<F, U>(w, blockIdx.x * blockDim.z + slot, k_warp, warps, steps, lane, group_shift, split_groups, next);
+  if (first_tile0 + slot < tiles) {
+    load_steps<F, U>(w, first_tile0 + slot, k_warp, warps, steps, lane, group_shift, split_groups, next);
   }
-  for (int tile0 = blockIdx.x * blockDim.z; tile0 < tiles; tile0 += tile_stride) {  // uniform: the block
+  // A program tile's wait holds a block barrier: every thread waits here, its first weights in flight, rather than
+  // each warp at its first step as a kernel's do.
+  if constexpr (!lg::kIsGridPlace<P>) wait(first_tile0 + slot);
+  for (int tile0 = first_tile0; tile0 < tiles; tile0 += tile_stride) {  // uniform: the block
     const int tile = tile0 + slot;
     const bool active = tile < tiles;  // uniform over the tile's warps
     float c[M][4];
@@ -537,7 +580,7 @@ __device__ __forceinline__ void qgemv_tiles_loop(const W& w, const X& x, int row
     if (X::sum_squares && first_tile) {
       // The chunks of x^2 the steps left, then the warp's sums per vector (read after the barrier below).
       if (!waited) {
-        lg::wait_for_prior_grids();
+        place.wait();
         waited = true;
       }
       float part = square_sum;
@@ -547,20 +590,20 @@ __device__ __forceinline__ void qgemv_tiles_loop(const W& w, const X& x, int row
         }
         part += __shfl_xor_sync(0xffffffffu, part, 8);
         part += __shfl_xor_sync(0xffffffffu, part, 16);
-        if (lane < 8) square_part[warp][lane] = part;
+        if (lane < 8) square_part(warp, lane) = part;
       } else {
         part += __shfl_xor_sync(0xffffffffu, part, 1);
         part += __shfl_xor_sync(0xffffffffu, part, 2);
-        if (t == 0) square_part[warp][g] = part;
+        if (t == 0) square_part(warp, g) = part;
       }
     }
     first_tile = false;
 #pragma unroll
     for (int m = 0; m < M; ++m) {
-      tile_part[warp][m][g][2 * t] = c[m][0];
-      tile_part[warp][m][g][2 * t + 1] = c[m][1];
-      tile_part[warp][m][g + 8][2 * t] = c[m][2];
-      tile_part[warp][m][g + 8][2 * t + 1] = c[m][3];
+      tile_part(warp, m, g, 2 * t) = c[m][0];
+      tile_part(warp, m, g, 2 * t + 1) = c[m][1];
+      tile_part(warp, m, g + 8, 2 * t) = c[m][2];
+      tile_part(warp, m, g + 8, 2 * t + 1) = c[m][3];
     }
     __syncthreads();
     for (int i = tid; active && i < kTileRows * 8; i += 32 * warps) {
@@ -571,8 +614,8 @@ __device__ __forceinline__ void qgemv_tiles_loop(const W& w, const X& x, int row
       if (X::sum_squares && rms_scale == 0.0f) {  // this thread's first result: its vector's sum over the warps
         float squares_sum = 0.0f;                 // the block's warps' sums, or the tile's
         const int first = shared_squares ? 0 : slot * warps;
-        const int count = shared_squares ? warps * static_cast<int>(blockDim.z) : warps;
-        for (int k = first; k < first + count; ++k) squares_sum += square_part[k][b];
+        const int count = shared_squares ? warps * where.slots : warps;
+        for (int k = first; k < first + count; ++k) squares_sum += square_part(k, b);
         rms_scale = 1.0f / sqrtf(squares_sum / static_cast<float>(cols) + eps);
       }
       const float scale = X::sum_squares ? rms_scale : 1.0f;
@@ -580,7 +623,7 @@ __device__ __forceinline__ void qgemv_tiles_loop(const W& w, const X& x, int row
 #pragma unroll
         for (int m = 0; m < M; ++m) {
           float sum = 0.0f;
-          for (int k = 0; k < warps; ++k) sum += tile_part[slot * warps + k][m][row][b];
+          for (int k = 0; k < warps; ++k) sum += tile_part(slot * warps + k, m, row, b);
           if (F == kInt8) {  // the row's one scale
             const unsigned pair = w.scale_pair(m, tile, 0, row % 8);
             sum *= row < 8 ? lg::unpack2(T{}, pair).x : lg::unpack2(T{}, pair).y;
@@ -601,26 +644,46 @@ __device__ __forceinline__ void qgemv_tiles_loop(const W& w, const X& x, int row
     }
     __syncthreads();  // the partials are read before the next tiles overwrite them
   }
-  if (!waited) lg::wait_for_prior_grids();  // a block without a tile
+  if (!waited) place.wait();  // a block without a tile
 }
 
-/// See qgemv_tiles_loop. A matrix with a column order runs its own instance of the loop, so that the gathers' registers
-/// are not taken from the loop every other matrix runs; the two share their shared memory.
+/// Bytes of shared memory a persistent program's tile of qgemv_tiles over M matrices takes from its call
+/// (TileConfig::shared_bytes): the warps' partial sums, for `warps` warps a block.
+constexpr unsigned quantized_tile_shared_bytes(int matrices, int warps) {
+  return static_cast<unsigned>(4 * warps * (matrices * kTileRows * 8 + 8));
+}
+
+/// See qgemv_tiles_loop, in a kernel (GridPlace, the default) or a persistent program's tile (TilePlace: its block's
+/// warps share each tile of 16 rows; the partial sums in the call's shared memory, quantized_tile_shared_bytes, a
+/// trap when it gave less). A matrix with a column order runs its own instance of the loop, so that the gathers'
+/// registers are not taken from the loop every other matrix runs; the two share their shared memory.
 template <int F, bool kPairs = false, bool kSharedSquares = false, class W, class X, class Finish,
-          class Preload = NoPreload>
+          class Preload = NoPreload, class P = lg::GridPlace>
 __device__ __forceinline__ void qgemv_tiles(const W& w, const X& x, int rows, int cols, int batch, float eps,
-                                            Finish finish, Preload preload = {}) {
-  __shared__ float tile_part[kMaxWarps][W::count][kTileRows][8];  // [warp][matrix][row][vector]
-  __shared__ float square_part[kMaxWarps][8];                     // [warp][vector]
+                                            Finish finish, Preload preload = {}, const P& place = {}) {
+  float* tile_parts;
+  float* square_parts;
+  if constexpr (lg::kIsGridPlace<P>) {
+    __shared__ float tile_part[kMaxWarps][W::count][kTileRows][8];  // [warp][matrix][row][vector]
+    __shared__ float square_part[kMaxWarps][8];                     // [warp][vector]
+    tile_parts = &tile_part[0][0][0][0];
+    square_parts = &square_part[0][0];
+  } else {
+    const int warps = static_cast<int>(blockDim.x / 32);
+    unsigned char* buffer = place.buffer(quantized_tile_shared_bytes(W::count, warps));
+    if (buffer == nullptr) __trap();
+    tile_parts = reinterpret_cast<float*>(buffer);
+    square_parts = tile_parts + warps * W::count * kTileRows * 8;
+  }
   if constexpr (F == kInt4Zero) {
     if (w.w[0].order != nullptr) {
-      qgemv_tiles_loop<F, kPairs, kSharedSquares, true>(w, x, rows, cols, batch, eps, finish, preload, tile_part,
-                                                        square_part);
+      qgemv_tiles_loop<F, kPairs, kSharedSquares, true>(place, w, x, rows, cols, batch, eps, finish, preload,
+                                                        tile_parts, square_parts);
       return;
     }
   }
-  qgemv_tiles_loop<F, kPairs, kSharedSquares, false>(w, x, rows, cols, batch, eps, finish, preload, tile_part,
-                                                     square_part);
+  qgemv_tiles_loop<F, kPairs, kSharedSquares, false>(place, w, x, rows, cols, batch, eps, finish, preload, tile_parts,
+                                                     square_parts);
 }
 
 }  // namespace lg::nn
