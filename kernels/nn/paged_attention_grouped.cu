@@ -36,7 +36,11 @@
 //     Requires head_dim a multiple of 8 and at most 256, n_heads a multiple of n_kv_heads, block_size 16 or 32, q,
 //     the pools and out 16-byte aligned, the dynamic shared memory above; traps otherwise, and on a position outside
 //     [0, table_width * block_size) or a table entry it uses outside [0, n_blocks).
-//     May be launched early (LaunchConfig::early_launch): it reads nothing before it waits for the kernel before it.
+//     May be launched early (LaunchConfig::early_launch). The CUDA-core kernels read nothing before they wait for the
+//     kernel before them. The tensor-core kernels read count, positions and tables before it (so those must have
+//     been written by earlier work than the kernel before, as a decode step's input copies are: paged_attention.cu's
+//     rule) and ask L2 for their first tiles' keys and values (a hint: the copies after the wait read whatever is
+//     there then); q, the cache, out, partials and counters after it.
 #include "lazygraph/async_copy.cuh"
 #include "lazygraph/element.cuh"
 #include "lazygraph/kernel_common.cuh"
@@ -81,8 +85,9 @@ struct GroupedWork {
 };
 
 /// The block's work (see the file comment); false when it has none: past the kv heads, a split past the row's
-/// positions, or a padding row, whose out the blocks of split 0 zero here. Traps on a position outside the table.
-template <int kHeads, class T>
+/// positions, or a padding row, whose out the blocks of split 0 zero here (with kZeroPadding: a kernel that calls it
+/// before its wait calls it again after the wait to do so). Traps on a position outside the table.
+template <int kHeads, class T, bool kZeroPadding = true>
 __device__ __forceinline__ bool grouped_work(GroupedWork& w, T* out, const int* positions, const int* count,
                                              int n_heads, int n_kv_heads, int head_dim, int block_size, int table_width,
                                              int window) {
@@ -95,7 +100,7 @@ __device__ __forceinline__ bool grouped_work(GroupedWork& w, T* out, const int* 
   const int row = static_cast<int>(blockIdx.y);
   const long long out_at = (static_cast<long long>(row) * n_heads + head0) * head_dim;
   if (row >= min(max(count[0], 0), static_cast<int>(gridDim.y))) {  // padding: zeros, once
-    if (blockIdx.z == 0) {
+    if (kZeroPadding && blockIdx.z == 0) {
       for (int e = threadIdx.x; e < heads * head_dim; e += blockDim.x) out[out_at + e] = lg::from_float<T>(0.0f);
     }
     return false;
@@ -399,7 +404,10 @@ __device__ __forceinline__ void attention_paged_grouped_mma_body(const T* q, con
   constexpr int kStages = D == 64 ? 3 : 2;  // tiles in flight (shared memory: 18 KiB a stage at D = 64, 34 at 128)
   constexpr int kRow = D + 8;               // a position's padded row in shared memory, in elements
   constexpr int kChunks = D / 8;            // 16-byte chunks of a position's row
-  lg::early_launch_prologue();              // may be launched early; reads nothing before its wait
+  constexpr int kLines = D * static_cast<int>(sizeof(T)) / 128;  // 128-byte lines of a position's row
+  // May be launched early. Before its wait it reads only the io (count, positions, tables: copied in before the step's
+  // first kernel) and asks L2 for its first tiles of the cache; q, the cache, out, partials and counters after it.
+  lg::allow_dependent_launch();
   extern __shared__ float shared[];         // [stage][k, v][kTile][kRow] of T; after the loop [warps][heads][D + 2]
   if (blockDim.x != kGroupedThreads || head_dim != D || n_kv_heads <= 0 || n_heads % n_kv_heads != 0 ||
       (block_size != 16 && block_size != 32) || !lg::is_aligned16(q) || !lg::is_aligned16(k_pool) ||
@@ -407,8 +415,11 @@ __device__ __forceinline__ void attention_paged_grouped_mma_body(const T* q, con
     __trap();
   }
   GroupedWork w;
-  if (!grouped_work<kGroupedMmaHeads>(w, out, positions, count, n_heads, n_kv_heads, D, block_size, table_width,
-                                      window)) {
+  if (!grouped_work<kGroupedMmaHeads, T, false>(w, out, positions, count, n_heads, n_kv_heads, D, block_size,
+                                                table_width, window)) {
+    lg::wait_for_prior_grids();
+    (void)grouped_work<kGroupedMmaHeads>(w, out, positions, count, n_heads, n_kv_heads, D, block_size, table_width,
+                                         window);  // a padding row's zeros, after the wait
     return;
   }
   const int block_heads = min(w.group, kGroupedMmaHeads);
@@ -425,18 +436,6 @@ __device__ __forceinline__ void attention_paged_grouped_mma_body(const T* q, con
   const int g = lane / 4;  // the mma fragments' row group and thread in group
   const int t = lane % 4;
 
-  // Q as A fragments, one per 16 dims: rows g and g + 8 of the block's heads (zero past them).
-  unsigned qa[D / 16][4];
-#pragma unroll
-  for (int ks = 0; ks < D / 16; ++ks) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int r = g + 8 * (i % 2);
-      const int d = 16 * ks + 2 * t + 8 * (i / 2);
-      qa[ks][i] =
-          r < w.heads ? *reinterpret_cast<const unsigned*>(q + w.out_at + static_cast<long long>(r) * D + d) : 0U;
-    }
-  }
   const float scale_log2 = scale * 1.4426950408889634f;
   float o[D / 8][4];  // O's fragments: rows g, g + 8; dims 8 j + 2 t, + 1
 #pragma unroll
@@ -477,8 +476,33 @@ __device__ __forceinline__ void attention_paged_grouped_mma_body(const T* q, con
     }
     lg::commit_async();
   };
+  // Before the wait, L2 is asked for the first tiles (a hint: whatever the step writes before the wait, the copies
+  // after it read the lines as they are then); the copies, q and the rest after it.
+  for (int c = threadIdx.x; c < kStages * kTile * 2 * kLines; c += kGroupedThreads) {
+    const int r = c / (2 * kLines);
+    const int j = w.begin + r;
+    if (j >= w.end) continue;
+    const int id = table[j >> shift];
+    if (id < 0 || id >= n_blocks) continue;  // the copies trap on it
+    const long long at = static_cast<long long>(id) * block_stride + head_base + static_cast<long long>(j & mask) * D +
+                         (128 / static_cast<int>(sizeof(T))) * (c % kLines);
+    lg::prefetch_l2(((c / kLines) % 2 == 0 ? k_pool : v_pool) + at);
+  }
+  lg::wait_for_prior_grids();
 #pragma unroll
   for (int tile = 0; tile < kStages - 1; ++tile) fetch(tile);
+  // Q as A fragments, one per 16 dims: rows g and g + 8 of the block's heads (zero past them).
+  unsigned qa[D / 16][4];
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int r = g + 8 * (i % 2);
+      const int d = 16 * ks + 2 * t + 8 * (i / 2);
+      qa[ks][i] =
+          r < w.heads ? *reinterpret_cast<const unsigned*>(q + w.out_at + static_cast<long long>(r) * D + d) : 0U;
+    }
+  }
   for (int tile = 0; tile < count_tiles; ++tile) {
     fetch(tile + kStages - 1);
     lg::wait_async<kStages - 1>();  // this thread's copies of the tile have landed
