@@ -275,16 +275,28 @@ std::vector<double> sweep_case(const lg::Stream& s, const nn::Kernels& k, const 
   return us;
 }
 
-/// --sweep: the grouped kernel's time against its splits, for 1 to 256 rows at positions 512 to 131072 (cases whose
-/// cache passes max_bytes left out).
+/// The sweep's cases to run: a shape's name ("" for both), row counts and positions (empty for the defaults).
+struct SweepCases {
+  std::string shape;
+  std::vector<int> rows;
+  std::vector<int> positions;
+};
+
+/// --sweep: the grouped kernel's time against its splits, for 1 to 256 rows at positions 512 to 131072, or the cases
+/// `only` names (cases whose cache passes max_bytes left out).
 int sweep(const lg::Stream& s, const lg::Device& gpu, const nn::Kernels& k, const nn::PagedAttention<half>& paged,
-          double ceiling, double max_bytes) {
+          double ceiling, double max_bytes, const SweepCases& only) {
+  const std::vector<int> row_counts =
+      only.rows.empty() ? std::vector<int>{1, 2, 4, 8, 16, 32, 64, 128, 256} : only.rows;
+  const std::vector<int> positions_list =
+      only.positions.empty() ? std::vector<int>{512, 4096, 32768, 131072} : only.positions;
   std::printf(
       "| shape | rows | position | floor us | resident blocks / SM | splits: us (x floor) ... "
       "|\n|---|---|---|---|---|---|\n");
   for (const Shape& sh : {Shape{"1B", 32, 8, 64}, Shape{"8B", 32, 8, 128}}) {
-    for (const int rows : {1, 2, 4, 8, 16, 32, 64, 128, 256}) {
-      for (const int positions : {512, 4096, 32768, 131072}) {
+    if (!only.shape.empty() && only.shape != sh.name) continue;
+    for (const int rows : row_counts) {
+      for (const int positions : positions_list) {
         if (2.0 * rows * sh.kv_heads * positions * sh.head_dim * sizeof(half) > max_bytes) continue;
         const nn::PagedAttentionShape shape{.rows = rows,
                                             .heads = sh.heads,
@@ -319,7 +331,7 @@ int sweep(const lg::Stream& s, const lg::Device& gpu, const nn::Kernels& k, cons
 }
 
 const char* usage =
-    "usage: bench_paged_attention [--max-gib N] [--sweep]\n"
+    "usage: bench_paged_attention [--max-gib N] [--sweep [--shape 1B|8B] [--rows LIST] [--positions LIST]]\n"
     "Prints a markdown table: paged decode attention (unsplit, split over positions, and grouped: one block per kv\n"
     "head) and the contiguous cache's kernels, for the Llama-3.2-1B and Llama-3.1-8B attention shapes, 1, 8, 64 and\n"
     "256 rows at positions 1k, 8k, 32k and\n"
@@ -329,10 +341,13 @@ const char* usage =
     "  --max-gib N   skip cases whose two caches (paged and contiguous) exceed N GiB (default 40)\n"
     "  --sweep       instead, the grouped kernel's time for several splits at 1 to 256 rows (the first: the\n"
     "                decoder's choice), to tune paged_grouped_splits and paged_grouped_wave_splits\n"
+    "  --shape S     with --sweep: only shape S (1B or 8B)\n"
+    "  --rows LIST   with --sweep: only these row counts (default 1,2,4,8,16,32,64,128,256; at most 256)\n"
+    "  --positions LIST  with --sweep: only these positions (default 512,4096,32768,131072; at most 131072)\n"
     "Exit status: 0 done (a missed target is only reported), 1 failed, 2 usage error, 77 skipped (no GPU; the reason\n"
     "is printed).\n";
 
-int run(double max_gib, bool sweep_splits) {
+int run(double max_gib, bool sweep_splits, const SweepCases& only) {
   lg::Device gpu = lg::Device::first();
   lg::Stream s = gpu.create_stream();
   lg::KernelLibrary library = nn::kernel_library(gpu);
@@ -342,7 +357,7 @@ int run(double max_gib, bool sweep_splits) {
   std::printf(
       "paged decode attention on %s (%d SMs), fp16, block_size 16; copy ceiling %.2f TB/s; median us per launch\n\n",
       gpu.name().c_str(), gpu.sm_count(), ceiling * 1e-12);
-  if (sweep_splits) return sweep(s, gpu, k, paged, ceiling, max_gib * (1ULL << 30));
+  if (sweep_splits) return sweep(s, gpu, k, paged, ceiling, max_gib * (1ULL << 30), only);
   std::printf(
       "| shape | rows | position | KV MiB | floor us | paged us | paged split us (splits) | paged grouped us (splits) "
       "| grouped on CUDA cores us "
@@ -377,6 +392,7 @@ int run(double max_gib, bool sweep_splits) {
 int main(int argc, char** argv) {
   double max_gib = 40;
   bool sweep_splits = false;
+  SweepCases only;
   std::vector<std::string> args(argv + 1, argv + argc);
   for (std::size_t i = 0; i < args.size(); ++i) {
     if (args[i] == "--help" || args[i] == "-h") {
@@ -400,12 +416,41 @@ int main(int argc, char** argv) {
       }
       continue;
     }
+    if ((args[i] == "--rows" || args[i] == "--positions") && i + 1 < args.size()) {
+      const bool rows = args[i] == "--rows";
+      try {
+        (rows ? only.rows : only.positions) = example::integers(args[i + 1], args[i], 1);
+      } catch (const lg::UsageError& e) {
+        std::fprintf(stderr, "bench_paged_attention: %s\n%s", e.what(), usage);
+        return example::exit_usage;
+      }
+      const std::vector<int>& got = rows ? only.rows : only.positions;
+      if (*std::max_element(got.begin(), got.end()) > (rows ? 256 : 131072)) {
+        std::fprintf(stderr, "bench_paged_attention: %s '%s' goes past %d\n%s", args[i].c_str(), args[i + 1].c_str(),
+                     rows ? 256 : 131072, usage);
+        return example::exit_usage;
+      }
+      ++i;
+      continue;
+    }
+    if (args[i] == "--shape" && i + 1 < args.size()) {
+      only.shape = args[++i];
+      if (only.shape != "1B" && only.shape != "8B") {
+        std::fprintf(stderr, "bench_paged_attention: --shape wants 1B or 8B, not '%s'\n%s", only.shape.c_str(), usage);
+        return example::exit_usage;
+      }
+      continue;
+    }
     std::fprintf(stderr, "bench_paged_attention: unknown argument '%s'\n%s", args[i].c_str(), usage);
+    return example::exit_usage;
+  }
+  if (!sweep_splits && (!only.shape.empty() || !only.rows.empty() || !only.positions.empty())) {
+    std::fprintf(stderr, "bench_paged_attention: --shape, --rows and --positions go with --sweep\n%s", usage);
     return example::exit_usage;
   }
   if (example::skip_without_gpu("bench_paged_attention")) return example::exit_skipped;
   try {
-    return run(max_gib, sweep_splits);
+    return run(max_gib, sweep_splits, only);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_paged_attention: %s\n", e.what());
     return 1;

@@ -125,7 +125,7 @@ __device__ __forceinline__ bool grouped_work(GroupedWork& w, T* out, const int* 
 /// block's heads: the warps combined, then out (one split in use) or this split's partial, and the last of the row's
 /// splits combines the partials in split order. Every thread of the block calls it.
 template <class T>
-__device__ __forceinline__ void grouped_finish(const GroupedWork& w, const float* shared, int block_heads, int head_dim,
+__device__ __forceinline__ void grouped_finish(const GroupedWork& w, float* shared, int block_heads, int head_dim,
                                                int n_heads, T* out, float* partials, unsigned* counters) {
   __shared__ bool last_block;
   const int stride = head_dim + 2;
@@ -167,20 +167,69 @@ __device__ __forceinline__ void grouped_finish(const GroupedWork& w, const float
   __syncthreads();
   if (!last_block) return;
   __threadfence();  // the other blocks' partials, counted before ours, are visible from here
-  for (int e = threadIdx.x; e < total; e += blockDim.x) {
-    const int g = e / head_dim;
-    const int d = e % head_dim;
-    const float* all = partials + (pair0 + g) * w.splits * stride;
-    float top = minus_infinity();
-    for (int s = 0; s < w.used; ++s) top = fmaxf(top, __ldcg(all + s * stride));
-    float sum = 0.0f;
-    float value = 0.0f;
-    for (int s = 0; s < w.used; ++s) {
-      const float c = expf(__ldcg(all + s * stride) - top);
-      sum += __ldcg(all + s * stride + 1) * c;
-      value += __ldcg(all + s * stride + 2 + d) * c;
+  // Each partial's maximum and sum reach shared memory once (free now: the warps' results were read before the
+  // barriers above), a thread per head turns them into the partials' factors and the head's sum, and the weighted
+  // values are then read with their loads in flight together, rather than every element reading every maximum and sum
+  // from L2 one split after another. The same arithmetic in the same order as combining them element by element: the
+  // same bits. A launch whose maxima and sums do not fit the shared memory combines element by element.
+  const int pairs = w.heads * w.used;  // (head, split) partials
+  float* maxima = shared;              // [heads][used], then the factors e^(m - top)
+  float* sums = shared + pairs;        // [heads][used], then [heads] the heads' sums
+  if (2 * pairs + w.heads > static_cast<int>(grouped_shared_bytes() / 4)) {
+    for (int e = threadIdx.x; e < total; e += blockDim.x) {
+      const int g = e / head_dim;
+      const int d = e % head_dim;
+      const float* all = partials + (pair0 + g) * w.splits * stride;
+      float top = minus_infinity();
+      for (int s = 0; s < w.used; ++s) top = fmaxf(top, __ldcg(all + s * stride));
+      float sum = 0.0f;
+      float value = 0.0f;
+      for (int s = 0; s < w.used; ++s) {
+        const float c = expf(__ldcg(all + s * stride) - top);
+        sum += __ldcg(all + s * stride + 1) * c;
+        value += __ldcg(all + s * stride + 2 + d) * c;
+      }
+      out[w.out_at + e] = lg::from_float<T>(value / sum);
     }
-    out[w.out_at + e] = lg::from_float<T>(value / sum);
+  } else {
+    for (int i = threadIdx.x; i < pairs; i += blockDim.x) {
+      const float* partial = partials + ((pair0 + i / w.used) * w.splits + i % w.used) * stride;
+      maxima[i] = __ldcg(partial);
+      sums[i] = __ldcg(partial + 1);
+    }
+    __syncthreads();
+    if (static_cast<int>(threadIdx.x) < w.heads) {
+      float* m = maxima + threadIdx.x * w.used;
+      const float* l = sums + threadIdx.x * w.used;
+      float top = minus_infinity();
+      for (int s = 0; s < w.used; ++s) top = fmaxf(top, m[s]);
+      float sum = 0.0f;
+      for (int s = 0; s < w.used; ++s) {
+        const float c = expf(m[s] - top);
+        m[s] = c;
+        sum += l[s] * c;
+      }
+      sums[pairs + threadIdx.x] = sum;
+    }
+    __syncthreads();
+    constexpr int kInFlight = 8;  // loads of the weighted values in flight per thread
+    for (int e = threadIdx.x; e < total; e += blockDim.x) {
+      const int g = e / head_dim;
+      const int d = e % head_dim;
+      const float* v = partials + (pair0 + g) * w.splits * stride + 2 + d;  // split s's at v[s * stride]
+      const float* c = maxima + g * w.used;
+      float value = 0.0f;
+      for (int s0 = 0; s0 < w.used; s0 += kInFlight) {
+        float got[kInFlight];
+#pragma unroll
+        for (int u = 0; u < kInFlight; ++u) got[u] = s0 + u < w.used ? __ldcg(v + (s0 + u) * stride) : 0.0f;
+#pragma unroll
+        for (int u = 0; u < kInFlight; ++u) {
+          if (s0 + u < w.used) value += got[u] * c[s0 + u];
+        }
+      }
+      out[w.out_at + e] = lg::from_float<T>(value / sums[pairs + g]);
+    }
   }
   if (threadIdx.x == 0) counters[counter] = 0;  // the next launch counts from zero
 }
@@ -408,7 +457,7 @@ __device__ __forceinline__ void attention_paged_grouped_mma_body(const T* q, con
   // May be launched early. Before its wait it reads only the io (count, positions, tables: copied in before the step's
   // first kernel) and asks L2 for its first tiles of the cache; q, the cache, out, partials and counters after it.
   lg::allow_dependent_launch();
-  extern __shared__ float shared[];         // [stage][k, v][kTile][kRow] of T; after the loop [warps][heads][D + 2]
+  extern __shared__ float shared[];  // [stage][k, v][kTile][kRow] of T; after the loop [warps][heads][D + 2]
   if (blockDim.x != kGroupedThreads || head_dim != D || n_kv_heads <= 0 || n_heads % n_kv_heads != 0 ||
       (block_size != 16 && block_size != 32) || !lg::is_aligned16(q) || !lg::is_aligned16(k_pool) ||
       !lg::is_aligned16(v_pool) || !lg::is_aligned16(out)) {
@@ -453,28 +502,44 @@ __device__ __forceinline__ void attention_paged_grouped_mma_body(const T* q, con
   const long long head_base = static_cast<long long>(w.kv_head) * block_size * D;
   T* tiles = reinterpret_cast<T*>(shared);  // [stage][k, v][kTile][kRow], under the results (above)
   const int count_tiles = (w.end - w.begin + kTile - 1) / kTile;
-  const auto fetch = [&](int tile) {  // tile into its stage, then one commit (always: the group count stays uniform)
-    if (tile < count_tiles) {
-      T* k_to = tiles + (tile % kStages) * 2 * kTile * kRow;
-      T* v_to = k_to + kTile * kRow;
+  // Each thread copies the same 16-byte chunk of kTile / kPassRows positions of every tile, kPassRows apart.
+  constexpr int kPassRows = kGroupedThreads / kChunks;
+  static_assert(kGroupedThreads % kChunks == 0 && kTile % kPassRows == 0, "a pass covers whole rows of the tile");
+  const int chunk_row = static_cast<int>(threadIdx.x) / kChunks;
+  const int chunk_to = chunk_row * kRow + 8 * (static_cast<int>(threadIdx.x) % kChunks);
+  const long long chunk_from = head_base + 8 * (static_cast<int>(threadIdx.x) % kChunks);
+  // The table entries of the positions of a tile this thread copies (0 past the range). At D = 64 (4 of them) they
+  // are read a tile ahead of their copies, so that a copy's address does not wait for its entry; at 128 (8) as the
+  // copies are issued, since 8 more registers would spill.
+  constexpr bool kIdsAhead = kTile / kPassRows <= 4;
+  int ids[kTile / kPassRows];
+  const auto read_ids = [&](int tile) {
+    const int j0 = w.begin + tile * kTile + chunk_row;
 #pragma unroll
-      for (int c = threadIdx.x; c < kTile * kChunks; c += kGroupedThreads) {
-        const int r = c / kChunks;
-        const int j = w.begin + tile * kTile + r;
+    for (int u = 0; u < kTile / kPassRows; ++u) {
+      const int j = j0 + u * kPassRows;
+      ids[u] = tile < count_tiles && j < w.end ? table[j >> shift] : 0;
+    }
+  };
+  const auto fetch = [&](int tile) {  // tile into its stage, then one commit (always: the group count stays uniform)
+    if (!kIdsAhead) read_ids(tile);
+    if (tile < count_tiles) {
+      T* k_to = tiles + (tile % kStages) * 2 * kTile * kRow + chunk_to;
+      T* v_to = k_to + kTile * kRow;
+      const int j0 = w.begin + tile * kTile + chunk_row;  // this thread's first position of the tile
+#pragma unroll
+      for (int u = 0; u < kTile / kPassRows; ++u) {       // its chunk of positions j0 + kPassRows u
+        const int j = j0 + u * kPassRows;
         const bool real = j < w.end;
-        long long from = 0;
-        if (real) {
-          const int id = table[j >> shift];
-          if (id < 0 || id >= n_blocks) __trap();
-          from = static_cast<long long>(id) * block_stride + head_base + static_cast<long long>(j & mask) * D +
-                 8 * (c % kChunks);
-        }
-        const int to = r * kRow + 8 * (c % kChunks);
-        lg::copy16_async(k_to + to, k_pool + from, real);
-        lg::copy16_async(v_to + to, v_pool + from, real);
+        if (static_cast<unsigned>(ids[u]) >= static_cast<unsigned>(n_blocks)) __trap();
+        const long long from =
+            real ? static_cast<long long>(ids[u]) * block_stride + static_cast<long long>(j & mask) * D : 0;
+        lg::copy16_async(k_to + u * kPassRows * kRow, k_pool + chunk_from + from, real);
+        lg::copy16_async(v_to + u * kPassRows * kRow, v_pool + chunk_from + from, real);
       }
     }
     lg::commit_async();
+    if (kIdsAhead) read_ids(tile + 1);
   };
   // Before the wait, L2 is asked for the first tiles (a hint: whatever the step writes before the wait, the copies
   // after it read the lines as they are then); the copies, q and the rest after it.
@@ -488,6 +553,7 @@ __device__ __forceinline__ void attention_paged_grouped_mma_body(const T* q, con
                          (128 / static_cast<int>(sizeof(T))) * (c % kLines);
     lg::prefetch_l2(((c / kLines) % 2 == 0 ? k_pool : v_pool) + at);
   }
+  if (kIdsAhead) read_ids(0);
   lg::wait_for_prior_grids();
 #pragma unroll
   for (int tile = 0; tile < kStages - 1; ++tile) fetch(tile);
@@ -539,16 +605,23 @@ __device__ __forceinline__ void attention_paged_grouped_mma_body(const T* q, con
       for (int r = 0; r < 2; ++r) {
         top[r] = fmaxf(top[r], __shfl_xor_sync(0xffffffffu, top[r], 1));
         top[r] = fmaxf(top[r], __shfl_xor_sync(0xffffffffu, top[r], 2));
-        // top is finite: position p0 is in the range. The old maximum's weights shrink by 2^(m - top).
-        const float c = m[r] == minus_infinity() ? 0.0f : lg::exp2_approx(m[r] - top[r]);
-        l[r] *= c;
-#pragma unroll
-        for (int j = 0; j < D / 8; ++j) {
-          o[j][2 * r] *= c;
-          o[j][2 * r + 1] *= c;
-        }
-        m[r] = top[r];
       }
+      // top is finite: position p0 is in the range. The old maximum's weights shrink by 2^(m - top), which is 1 for
+      // every row whose maximum stayed: the warp skips the products when no row's grew (most tiles past the first).
+      if (__any_sync(0xffffffffu, top[0] != m[0] || top[1] != m[1])) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const float c = m[r] == minus_infinity() ? 0.0f : lg::exp2_approx(m[r] - top[r]);
+          l[r] *= c;
+#pragma unroll
+          for (int j = 0; j < D / 8; ++j) {
+            o[j][2 * r] *= c;
+            o[j][2 * r + 1] *= c;
+          }
+        }
+      }
+      m[0] = top[0];
+      m[1] = top[1];
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
