@@ -23,6 +23,7 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <random>
 #include <string>
 #include <variant>
 #include <vector>
@@ -41,7 +42,7 @@ namespace {
 constexpr const char* usage =
     "usage: bench_serving [--shape llama32-1b|tinyllama] [--dtype f16|bf16] [--concurrency N,N,...] [--prompt P]\n"
     "                     [--new N] [--block-size 16|32] [--prefill-chunk C] [--max-batch M] [--torch]\n"
-    "                     [--torch-script PATH] [--out DIR] [--shared-prefix S] [--prefix-cache]\n"
+    "                     [--torch-script PATH] [--out DIR] [--shared-prefix S] [--prefix-cache] [--rounds R]\n"
     "Serves N concurrent requests through nn::Engine over a paged decoder with seeded weights: each a prompt of P\n"
     "seeded tokens and N new tokens (greedy, no stop token), submitted at once, the engine stepped on this thread,\n"
     "after an untimed warm-up of up to 8 requests of other prompts (a server that has served before).\n"
@@ -64,6 +65,11 @@ constexpr const char* usage =
     "  --out DIR           where the companion writes its results (default bench-out)\n"
     "  --shared-prefix S   the first S tokens of every prompt are the same (a system prompt; default 0)\n"
     "  --prefix-cache      the engine shares cached prompt prefixes (EngineOptions::cache_prefixes)\n"
+    "  --rounds R          closed loop (default 1: every request at once): each of the N requests is a stream that\n"
+    "                      sends R requests, the next as soon as its last one ends, each making a seeded number of\n"
+    "                      tokens from half to one and a half times --new, so that the streams drift apart; first\n"
+    "                      token then counts the requests after each stream's first, from their submission (a server\n"
+    "                      under a steady load of N streams), and a line compares its p50 with the first count's\n"
     "Exit status: 0 done, 1 failed, 2 usage error, 77 skipped (no GPU; the reason is printed).\n";
 
 struct Options {
@@ -80,6 +86,7 @@ struct Options {
   std::string out = "bench-out";
   int shared_prefix = 0;      ///< tokens every prompt begins with
   bool prefix_cache = false;  ///< EngineOptions::cache_prefixes
+  int rounds = 1;             ///< requests each stream sends one after another (1: all at once)
 };
 
 struct Row {
@@ -107,8 +114,12 @@ double quantile(std::vector<double> v, double q) {
 
 /// What one request saw.
 struct Seen {
+  Clock::time_point submitted;
   Clock::time_point first;
   Clock::time_point last;
+  int stream = 0;  ///< the stream that sent it
+  int round = 0;   ///< its place among the stream's requests
+  int wanted = 0;  ///< its max_tokens
   int tokens = 0;
   bool done = false;
 };
@@ -149,11 +160,17 @@ Row serve(lg::Stream& s, const lg::KernelLibrary& library, nn::DecoderConfig c, 
   }
   const nn::EngineStats warm = engine.stats();
   std::map<nn::RequestId, Seen> seen;  // written by the events, which come on this thread (it steps the engine)
+  std::vector<int> ended;              // streams whose request ended in the last step, in the order they ended
+  std::mt19937 lengths(12345);         // --rounds: each request's new tokens, seeded
+  const auto wanted = [&] {
+    if (o.rounds == 1) return o.fresh;
+    return std::uniform_int_distribution<int>(std::max(1, o.fresh / 2), o.fresh + o.fresh / 2)(lengths);
+  };
   const Clock::time_point start = Clock::now();
-  for (int i = 0; i < requests; ++i) {
+  const auto send = [&](int stream, int round) {
     nn::GenerationRequest r;
-    r.prompt = prompt(i, o.shared_prefix);
-    r.max_tokens = o.fresh;
+    r.prompt = prompt(static_cast<long long>(round) * requests + stream, o.shared_prefix);
+    r.max_tokens = wanted();
     r.on_event = [&](const nn::GenerationEvent& e) {
       Seen& x = seen[e.id];
       const Clock::time_point now = Clock::now();
@@ -162,16 +179,32 @@ Row serve(lg::Stream& s, const lg::KernelLibrary& library, nn::DecoderConfig c, 
         ++x.tokens;
         x.last = now;
       }
-      if (e.finished.has_value()) x.done = true;
+      if (e.finished.has_value()) {
+        x.done = true;
+        if (x.round + 1 < o.rounds) ended.push_back(x.stream);
+      }
     };
-    if (!engine.submit(std::move(r)).has_value()) throw lg::UsageError("the engine refused a request");
-  }
-  // Step until idle, noting each step's time and how many sequences ran in it.
+    const int max_tokens = r.max_tokens;
+    const Clock::time_point at = Clock::now();
+    const std::optional<nn::RequestId> id = engine.submit(std::move(r));
+    if (!id.has_value()) throw lg::UsageError("the engine refused a request");
+    Seen& x = seen[*id];
+    x.submitted = at;
+    x.stream = stream;
+    x.round = round;
+    x.wanted = max_tokens;
+  };
+  std::vector<int> sent(static_cast<std::size_t>(requests), 1);  // requests each stream has sent
+  for (int i = 0; i < requests; ++i) send(i, 0);
+  // Step until idle, noting each step's time and how many sequences ran in it; a stream whose request ended sends its
+  // next one before the next step.
   std::vector<std::pair<Clock::time_point, int>> steps;  // the step's end, sequences running in it
   while (true) {
     const int running = engine.stats().running;
     if (!engine.step()) break;
     steps.emplace_back(Clock::now(), std::max(running, engine.stats().running));
+    for (const int stream : ended) send(stream, sent[static_cast<std::size_t>(stream)]++);
+    ended.clear();
   }
   const Clock::time_point end = Clock::now();
   Row row;
@@ -181,11 +214,12 @@ Row serve(lg::Stream& s, const lg::KernelLibrary& library, nn::DecoderConfig c, 
   Clock::time_point first_finish = end;
   int made = 0;
   for (const auto& [id, x] : seen) {
-    if (!x.done || x.tokens != o.fresh)
-      throw lg::UsageError("request " + std::to_string(id) + " made " + std::to_string(x.tokens) +
-                           " tokens, not all of them");
-    ttft.push_back(std::chrono::duration<double>(x.first - start).count());
-    first_finish = std::min(first_finish, x.last);
+    if (!x.done || x.tokens != x.wanted)
+      throw lg::UsageError("request " + std::to_string(id) + " made " + std::to_string(x.tokens) + " tokens, not " +
+                           std::to_string(x.wanted));
+    // Every request's from the start (all sent at once), or with --rounds the later ones' from their submission.
+    if (o.rounds == 1 || x.round > 0) ttft.push_back(std::chrono::duration<double>(x.first - x.submitted).count());
+    if (x.round == 0) first_finish = std::min(first_finish, x.last);
     made += x.tokens;
   }
   row.tokens_per_s = made / row.wall_s;
@@ -198,7 +232,9 @@ Row serve(lg::Stream& s, const lg::KernelLibrary& library, nn::DecoderConfig c, 
   // tokens to the first finish.
   const int wave = std::min(requests, c.max_batch);
   std::vector<double> firsts;
-  for (const auto& [id, x] : seen) firsts.push_back(std::chrono::duration<double>(x.first - start).count());
+  for (const auto& [id, x] : seen) {
+    if (x.round == 0) firsts.push_back(std::chrono::duration<double>(x.first - start).count());
+  }
   std::sort(firsts.begin(), firsts.end());
   const Clock::time_point from = start + std::chrono::duration_cast<Clock::duration>(
                                              std::chrono::duration<double>(firsts[static_cast<std::size_t>(wave - 1)]));
@@ -288,7 +324,8 @@ int run(const Options& o) {
                                 : std::clamp(*std::max_element(o.concurrency.begin(), o.concurrency.end()),
                                              nn::kMaxRows, nn::kMaxWideRows);
   c.kv_block_size = o.block_size;
-  const int per_sequence = (o.prompt + o.fresh + o.block_size) / o.block_size + 1;
+  const int longest = o.fresh + (o.rounds > 1 ? o.fresh / 2 : 0);  // new tokens of the longest request
+  const int per_sequence = (o.prompt + longest + o.block_size) / o.block_size + 1;
   c.context = per_sequence * o.block_size;
   c.kv_blocks = c.max_batch * per_sequence;  // every slot's whole sequence: no preemption
   c.attention_blocks = 0;                    // as lazygraph-serve: the grouped kernels, split as the library picks
@@ -345,6 +382,12 @@ int run(const Options& o) {
       "all decode; floor: the weights plus those rows' KV bytes at their mean position, over the copy ceiling; of "
       "floor: floor / step)\n",
       versus.c_str());
+  if (o.rounds > 1) {
+    for (const Row& r : rows) {
+      std::printf("first token p50 under %d streams / under %d: %.2fx\n", r.requests, rows.front().requests,
+                  r.ttft_p50_s / rows.front().ttft_p50_s);
+    }
+  }
   print_wide_report(rows.back().wide);
   return 0;
 }
@@ -391,6 +434,8 @@ std::variant<Options, int> parse(int argc, char** argv) {
       o.shared_prefix = example::integers(value(), "--shared-prefix", 0).at(0);
     } else if (arg == "--prefix-cache") {
       o.prefix_cache = true;
+    } else if (arg == "--rounds") {
+      o.rounds = example::integers(value(), "--rounds", 1).at(0);
     } else {
       throw lg::UsageError(arg.starts_with("-") ? "unknown option " + arg : "unexpected argument " + arg);
     }
@@ -399,13 +444,14 @@ std::variant<Options, int> parse(int argc, char** argv) {
     throw lg::UsageError("--shared-prefix " + std::to_string(o.shared_prefix) + " is longer than --prompt " +
                          std::to_string(o.prompt));
   }
+  if (o.torch && o.rounds > 1) throw lg::UsageError("--torch serves every request at once: leave --rounds out");
   if (o.torch && o.shared_prefix > 0) {
     throw lg::UsageError("--torch serves the companion's own prompts: leave --shared-prefix out");
   }
   if (o.torch && !std::filesystem::exists(o.torch_script)) {
     throw lg::UsageError("--torch: no " + o.torch_script + " (run from the repository's root, or give --torch-script)");
   }
-  if (o.prompt + o.fresh + 2 * o.block_size > nn::kMaxPagedContext) {
+  if (o.prompt + o.fresh + o.fresh / 2 + 2 * o.block_size > nn::kMaxPagedContext) {
     throw lg::UsageError("--prompt plus --new: at most " + std::to_string(nn::kMaxPagedContext - 2 * o.block_size));
   }
   return o;
