@@ -7,12 +7,16 @@
 // examples/bench/torch_moe.py on each shape (transformers' Qwen3MoeForCausalLM / OlmoeForCausalLM of the same shape,
 // eager and as a CUDA graph) and adds its times and the ratios. With --format int8|fp8, the experts are quantized on
 // the device after they are generated (the mlp class of a DecoderQuantization: the router and attention stay dense)
-// and their bytes are counted in that format. One table at the end. `--help` for the options.
+// and their bytes are counted in that format. One table at the end. With --prefill L, instead: the time of prefilling
+// a prompt of L tokens on tensor cores (the experts as grouped products, nn/prefill_moe.hpp) against the same prompt
+// through the decode step's graphs (8 rows at a time, prefill_chunk 0), each a fresh decoder of the same seeded
+// weights, medians of wall-clock times of whole prefills. `--help` for the options.
 #include <lazygraph/lazygraph.hpp>
 #include <lazygraph/nn/decoder.hpp>
 #include <lazygraph/nn/decoder_quantization.hpp>
 #include <lazygraph/nn/moe_routes.hpp>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -35,7 +39,7 @@ namespace {
 constexpr const char* usage =
     "usage: bench_moe [--shape qwen3-30b-a3b|olmoe-1b-7b] [--layers N] [--dtype bf16|f16|both] [--max-gib N]\n"
     "                 [--position P] [--replays N] [--tensor-cores] [--format dense|int8|fp8] [--torch]\n"
-    "                 [--torch-script PATH] [--out DIR]\n"
+    "                 [--torch-script PATH] [--out DIR] [--prefill L]\n"
     "Times decode steps of mixture-of-experts decoders with seeded weights generated on the device (q/k norms, a\n"
     "router and SwiGLU experts in every layer, as Qwen3-MoE and OLMoE have them) at 1 and 8 rows, after a prompt of P\n"
     "tokens in every row's sequence: the step graph replayed alone (medians of 31 samples of N replays, CUDA events),\n"
@@ -59,6 +63,7 @@ constexpr const char* usage =
     "                      after our decoder of it is freed, and print its times and theirs over ours\n"
     "  --torch-script P    the companion (default examples/bench/torch_moe.py, from the repository's root)\n"
     "  --out DIR           where the companion writes its results (default bench-results/moe)\n"
+    "  --prefill L         time prefills of L tokens (tensor cores against the decode step's graphs) instead\n"
     "Exit status: 0 done, 1 failed, 2 usage error, 77 skipped (no GPU; the reason is printed).\n";
 
 struct Options {
@@ -73,6 +78,7 @@ struct Options {
   bool torch = false;
   std::string torch_script = "examples/bench/torch_moe.py";
   std::string out = "bench-results/moe";
+  int prefill = 0;  ///< --prefill: the prompt's tokens (0: the decode benchmark)
 };
 
 /// A shape of the benchmark: its name and its seeded decoder's config (all layers).
@@ -234,6 +240,58 @@ std::vector<Row> bench_shape(lg::Stream& s, const lg::KernelLibrary& library, co
   return out;
 }
 
+/// The median wall-clock seconds of prefilling `tokens` tokens into slots 1 .. 4 of a fresh decoder of `shape` with
+/// prefill_chunk `chunk` (0: through the decode step's graphs), after one prefill into slot 0 that captures its graphs.
+template <class T>
+double prefill_seconds(lg::Stream& s, const lg::KernelLibrary& library, const Shape& shape, int tokens, int chunk) {
+  nn::DecoderConfig c = shape.config;
+  c.context = tokens + 16;
+  c.max_batch = 5;
+  c.prefill_chunk = chunk;
+  nn::BasicDecoder<T> decoder(s, library, c);
+  if (chunk > 0 && !decoder.prefill_fallback_reason().empty()) {
+    throw lg::UsageError("prefill does not run on tensor cores here: " + decoder.prefill_fallback_reason());
+  }
+  std::vector<double> times;
+  for (int slot = 0; slot < c.max_batch; ++slot) {
+    std::vector<int> prompt(static_cast<std::size_t>(tokens));
+    for (int i = 0; i < tokens; ++i) prompt[static_cast<std::size_t>(i)] = (7 * i + 3 + 101 * slot) % c.vocab;
+    s.synchronize();
+    const auto start = std::chrono::steady_clock::now();
+    (void)decoder.prefill(prompt, 0, slot);  // returns the next token: the prefill has finished
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    if (slot > 0) times.push_back(took.count());
+  }
+  return bench::median(times);
+}
+
+/// --prefill: each shape's prefill on tensor cores against the decode step's graphs, one table.
+int run_prefill(const Options& o, lg::Stream& s, const lg::KernelLibrary& library) {
+  std::printf(
+      "| shape | layers | dtype | prompt | tensor cores ms | decode steps ms | steps / tensor cores | prompt "
+      "tokens/s |\n|---|---|---|---|---|---|---|---|\n");
+  for (const std::string& name : o.shapes) {
+    Shape shape = name == "qwen3-30b-a3b" ? qwen3_30b_a3b() : olmoe_1b_7b();
+    if (o.layers > 0 && o.layers < shape.config.layers) shape.config.layers = o.layers;
+    for (const std::string& dtype : o.dtypes) {
+      const bool bf16 = dtype == "bf16";
+      const int chunk = nn::DecoderConfig{}.prefill_chunk;
+      const double fast = bf16 ? prefill_seconds<lg::bfloat16>(s, library, shape, o.prefill, chunk)
+                               : prefill_seconds<lg::half>(s, library, shape, o.prefill, chunk);
+      const double slow = bf16 ? prefill_seconds<lg::bfloat16>(s, library, shape, o.prefill, 0)
+                               : prefill_seconds<lg::half>(s, library, shape, o.prefill, 0);
+      std::printf("| %s | %d | %s | %d | %.2f | %.2f | %.1f | %.0f |\n", shape.name.c_str(), shape.config.layers,
+                  dtype.c_str(), o.prefill, fast * 1e3, slow * 1e3, slow / fast, o.prefill / fast);
+      std::fflush(stdout);
+    }
+  }
+  std::printf(
+      "\n(wall-clock medians of 4 whole prefills each, after one that captures the graphs; chunks of up to %d "
+      "rows on tensor cores)\n",
+      nn::DecoderConfig{}.prefill_chunk);
+  return 0;
+}
+
 /// Runs the torch companion on `shape` and reads its results into `rows` (the same shape's). A failure is a note in
 /// the table, not an error of this program.
 void run_torch(const Options& o, const Shape& shape, int layers, const std::string& dtype, std::vector<Row>& rows) {
@@ -282,6 +340,7 @@ int run(const Options& o) {
   std::printf("%s; copy ceiling (1 GiB device-to-device copy, read + write): %.0f GB/s; %.1f of %.1f GiB free\n\n",
               device.name().c_str(), ceiling * 1e-9, static_cast<double>(device.free_memory()) / (1ULL << 30U),
               static_cast<double>(device.total_memory()) / (1ULL << 30U));
+  if (o.prefill > 0) return run_prefill(o, s, library);
   std::vector<Row> table;
   for (const std::string& name : o.shapes) {
     Shape shape = name == "qwen3-30b-a3b" ? qwen3_30b_a3b() : olmoe_1b_7b();
@@ -410,6 +469,12 @@ std::variant<Options, int> parse(int argc, char** argv) {
       o.torch_script = value();
     } else if (arg == "--out") {
       o.out = value();
+    } else if (arg == "--prefill") {
+      o.prefill = example::integers(value(), "--prefill", 16).at(0);
+      if (o.prefill + 16 > nn::kMaxContext) {
+        throw lg::UsageError("--prefill " + std::to_string(o.prefill) + ": at most " +
+                             std::to_string(nn::kMaxContext - 16));
+      }
     } else {
       throw lg::UsageError(arg.starts_with("-") ? "unknown option " + arg : "unexpected argument " + arg);
     }

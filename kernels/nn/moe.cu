@@ -82,63 +82,8 @@ __device__ __forceinline__ void moe_route_body(const T* logits, int* ids, float*
   for (int e = tid; e < experts; e += threads) first_pair[e] = kMaxPairs;
 
   for (int b = warp; b < batch; b += warps) {  // uniform over the warp
-    float* q = p[b];
-    const T* row = logits + static_cast<long long>(b) * experts;
-    // Softmax in fp32 over every expert, as torch's: exp(l - max) / sum. Lane l owns the experts l, l + 32, ...
-    float m = -__int_as_float(0x7f800000);
-    for (int e = lane; e < experts; e += 32) {
-      q[e] = lg::to_float(row[e]);
-      m = fmaxf(m, q[e]);
-    }
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, offset));
-    float sum = 0.0f;
-    for (int e = lane; e < experts; e += 32) {
-      const float v = expf(q[e] - m);
-      q[e] = v;
-      sum += v;
-    }
-    sum = lg::warp_sum(sum);
-    for (int e = lane; e < experts; e += 32) q[e] /= sum;
-    __syncwarp();
-    // Top k: k rounds of the largest remaining probability, the lower index on a tie; a chosen one is marked -1
-    // (below every probability).
-    for (int s = 0; s < top_k; ++s) {
-      float best = -1.0f;
-      int best_e = kMaxExperts;
-      for (int e = lane; e < experts; e += 32) {  // ascending: a tie keeps the lower index
-        if (q[e] > best) {
-          best = q[e];
-          best_e = e;
-        }
-      }
-#pragma unroll
-      for (int offset = 16; offset > 0; offset >>= 1) {
-        const float other = __shfl_xor_sync(0xffffffffu, best, offset);
-        const int other_e = __shfl_xor_sync(0xffffffffu, best_e, offset);
-        if (other > best || (other == best && other_e < best_e)) {
-          best = other;
-          best_e = other_e;
-        }
-      }
-      if (best_e >= experts) __trap();  // only a NaN probability leaves no expert chosen
-      if (lane == 0) {
-        chosen[b * top_k + s] = best_e;
-        chosen_p[b * top_k + s] = best;
-        q[best_e] = -1.0f;
-      }
-      __syncwarp();
-    }
-    if (lane == 0) {
-      float total = 0.0f;
-      for (int s = 0; s < top_k; ++s) total += chosen_p[b * top_k + s];
-      for (int s = 0; s < top_k; ++s) {
-        const int j = b * top_k + s;
-        const float w = normalize != 0 ? chosen_p[j] / total : chosen_p[j];
-        ids[j] = chosen[j];
-        weights[j] = lg::to_float(lg::from_float<T>(w));
-      }
-    }
+    route_row(logits + static_cast<long long>(b) * experts, p[b], chosen + b * top_k, chosen_p + b * top_k,
+              ids + b * top_k, weights + b * top_k, experts, top_k, normalize);
   }
   __syncthreads();  // every row's choice (and first_pair's start) for the plan
 
@@ -255,7 +200,8 @@ __device__ __forceinline__ void moe_down_body(const T* w2, const T* act, const i
                          const int j = pair_of[b];
                          if (j < 0) return;
 #pragma unroll
-                         for (int m = 0; m < kDownParts; ++m) partial[j * static_cast<long long>(d) + m * slice + row] = v[m];
+                         for (int m = 0; m < kDownParts; ++m)
+                           partial[j * static_cast<long long>(d) + m * slice + row] = v[m];
                        });
         __syncthreads();  // pair_of is read before the next expert's
         continue;

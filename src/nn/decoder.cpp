@@ -388,7 +388,8 @@ int BasicDecoder<T>::prefill_steps(std::span<const int> prompt, std::size_t firs
 template <Element T>
 std::string BasicDecoder<T>::prefill_fallback_reason() const {
   std::string why;
-  return prefill_on_tensor_cores(config_, stream_.device().compute_capability(), &why) ? std::string() : why;
+  if (!prefill_on_tensor_cores(config_, stream_.device().compute_capability(), &why)) return why;
+  return prefill_experts_refusal(weights_);
 }
 
 template <Element T>
@@ -405,7 +406,7 @@ int BasicDecoder<T>::prefill_chunks(std::span<const int> prompt, int start, int 
   std::size_t first = 0;
   if (prompt.size() >= min_rows) {
     if (!prefill_gemm_) {
-      prefill_gemm_ = prefill_on_tensor_cores(config_, stream_.device().compute_capability());
+      prefill_gemm_ = prefill_fallback_reason().empty();
     }
     if (*prefill_gemm_) {
       if (!prefill_) {
@@ -445,7 +446,7 @@ int BasicDecoder<T>::prefill(std::span<const int> prompt, int start, std::span<c
 template <Element T>
 int BasicDecoder<T>::packed_prefill_rows() const {
   if (!config_.paged() || backend_->rank() != nullptr) return 0;
-  if (!prefill_on_tensor_cores(config_, stream_.device().compute_capability())) return 0;
+  if (!prefill_fallback_reason().empty()) return 0;
   return prefill_buckets(config_).back();
 }
 

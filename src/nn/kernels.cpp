@@ -101,6 +101,11 @@ BasicKernels<T>::BasicKernels(const KernelLibrary& library, KernelOptions option
       prefill_gelu_mul(lookup<decltype(prefill_gelu_mul)>(library, named<T>("prefill_gelu_mul"))),
       prefill_rms_norm_add(lookup<decltype(prefill_rms_norm_add)>(library, named<T>("prefill_rms_norm_add"))),
       prefill_last_row(lookup<decltype(prefill_last_row)>(library, named<T>("prefill_last_row"))),
+      moe_prefill_route(lookup<decltype(moe_prefill_route)>(library, named<T>("moe_prefill_route"))),
+      moe_prefill_group(lookup<decltype(moe_prefill_group)>(library, "moe_prefill_group")),
+      moe_prefill_gate_up(lookup<decltype(moe_prefill_gate_up)>(library, named<T>("moe_prefill_gate_up"))),
+      moe_prefill_down(lookup<decltype(moe_prefill_down)>(library, named<T>("moe_prefill_down"))),
+      moe_prefill_combine(lookup<decltype(moe_prefill_combine)>(library, named<T>("moe_prefill_combine"))),
       argmax(lookup<decltype(argmax)>(library, named<T>("argmax"))),
       sample(lookup<decltype(sample)>(library, named<T>("sample"))),
       fill_uniform(

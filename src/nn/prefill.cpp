@@ -48,8 +48,10 @@ bool prefill_on_tensor_cores(const DecoderConfig& c, ComputeCapability cc, std::
   };
   try {
     if (c.prefill_chunk == 0) return no("DecoderConfig::prefill_chunk is 0");
-    if (c.mixture_of_experts())
-      return no("prefill on tensor cores has no mixture of experts' layer (DecoderConfig::moe)");
+    if (c.mixture_of_experts() && c.moe.experts % 8 != 0) {
+      return no("moe.experts (" + std::to_string(c.moe.experts) +
+                ") is not a multiple of 8: the router's GEMM on tensor cores stores rows of 16-byte multiples");
+    }
     if (c.context < kPrefillMinRows) {
       return no("the context (" + std::to_string(c.context) + ") holds no chunk of " + std::to_string(kPrefillMinRows) +
                 " rows");
@@ -85,16 +87,21 @@ BasicPrefillBuffers<T>::BasicPrefillBuffers(const Stream& stream, const DecoderC
       q(stream.device(), elements(max_rows, c.q_dim())),
       k(stream.device(), elements(max_rows, c.kv_dim())),
       v(stream.device(), elements(max_rows, c.kv_dim())),
-      gate(stream.device(), elements(max_rows, c.ffn)),
-      up(stream.device(), elements(max_rows, c.ffn)),
-      weights(stream.device(), weight_elements) {
-  for (DeviceBuffer<T>* b : {&x, &h, &qkv, &q, &k, &v, &gate, &up}) fill(b->view(), T{}).sync_on(stream);
+      gate(stream.device(), elements(max_rows, c.mixture_of_experts() ? 0 : c.ffn)),
+      up(stream.device(), elements(max_rows, c.mixture_of_experts() ? 0 : c.ffn)),
+      weights(stream.device(), weight_elements),
+      moe(stream, c, max_rows) {
+  for (DeviceBuffer<T>* b : {&x, &h, &qkv, &q, &k, &v, &gate, &up}) {
+    if (b->size() > 0) fill(b->view(), T{}).sync_on(stream);
+  }
 }
 
 template <Element T>
 std::size_t BasicPrefillBuffers<T>::bytes(const DecoderConfig& c, int rows) {
   return PackedPrefillIo::input_size(rows) * sizeof(int) +
-         elements(rows, 2 * c.d + 2 * c.q_dim() + 4 * c.kv_dim() + 2 * c.ffn) * sizeof(T);
+         elements(rows, 2 * c.d + 2 * c.q_dim() + 4 * c.kv_dim() + (c.mixture_of_experts() ? 0 : 2 * c.ffn)) *
+             sizeof(T) +
+         BasicPrefillMoeBuffers<T>::bytes(c, rows);
 }
 
 namespace {
@@ -110,7 +117,12 @@ std::vector<GemmShape> BasicPrefillPlans<T>::shapes(const DecoderConfig& c, int 
   const auto q_dim = static_cast<std::size_t>(c.q_dim());
   const auto kv_dim = static_cast<std::size_t>(c.kv_dim());
   const auto ffn = static_cast<std::size_t>(c.ffn);
-  std::vector<GemmShape> all{{m, q_dim + 2 * kv_dim, d}, {m, d, q_dim}, {m, ffn, d}, {m, d, ffn}};
+  std::vector<GemmShape> all{{m, q_dim + 2 * kv_dim, d}, {m, d, q_dim}};
+  if (c.mixture_of_experts()) {
+    all.push_back({m, static_cast<std::size_t>(c.moe.experts), d});  // the router; the experts are grouped products
+  } else {
+    all.insert(all.end(), {{m, ffn, d}, {m, d, ffn}});
+  }
   if (lm_head) all.push_back({m, static_cast<std::size_t>(c.vocab), d});
   std::vector<GemmShape> distinct;
   for (const GemmShape& shape : all) {
@@ -296,13 +308,14 @@ CudaGraph<>& BasicPrefill<T>::chunk_graph(const BasicPrefillContext<T>& ctx, int
         for (int l = 0; l < c.layers; ++l) {
           const auto layer = static_cast<std::size_t>(l);
           const std::size_t offset = layer * cache_size;
-          s.record(named(
-              "layer " + std::to_string(l),
-              prefill_layer(
-                  Projector<T>{k, ctx.quantized}, plans, ctx.weights.attention[layer], ctx.weights.mlp[layer], b,
-                  c.local_rope(l) ? ctx.state.local_rope_frequencies.cview() : ctx.state.rope_frequencies.cview(),
-                  ctx.state.k_cache.view().subspan(offset, cache_size),
-                  ctx.state.v_cache.view().subspan(offset, cache_size), c, rows, comm, l, table.as_const(), parts)));
+          s.record(
+              named("layer " + std::to_string(l),
+                    prefill_layer(
+                        Projector<T>{k, ctx.quantized}, plans, ctx.weights.attention[layer], ctx.weights.mlp[layer], b,
+                        c.local_rope(l) ? ctx.state.local_rope_frequencies.cview() : ctx.state.rope_frequencies.cview(),
+                        ctx.state.k_cache.view().subspan(offset, cache_size),
+                        ctx.state.v_cache.view().subspan(offset, cache_size), c, rows, comm, l, table.as_const(), parts,
+                        c.mixture_of_experts() ? &ctx.weights.moe.at(layer) : nullptr)));
         }
       });
     });

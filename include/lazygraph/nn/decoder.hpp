@@ -203,7 +203,8 @@ class BasicDecoder {
   /// Block ids per row's table of a paged cache (DecoderConfig::kv_table_width); 0 for the contiguous cache.
   [[nodiscard]] int table_width() const noexcept { return config_.kv_table_width(); }
 
-  /// Why prefill runs every prompt through the decode step's graphs (prefill_on_tensor_cores said no), or empty when it
+  /// Why prefill runs every prompt through the decode step's graphs (prefill_on_tensor_cores said no, or the experts
+  /// are quantized: prefill_experts_refusal), or empty when it
   /// runs chunks of 16 rows or more on tensor cores (with a contiguous or a paged cache). Asking may load cuBLASLt.
   [[nodiscard]] std::string prefill_fallback_reason() const;
 

@@ -114,6 +114,23 @@ struct KernelOptions {
 /// experts a step chose, the experts (up to 8 rows x 16 slots), and for each and each of 8 rows the pair that chose it.
 inline constexpr std::size_t kMoePlanInts = 1153;
 
+/// Grouped positions (a chunk's (row, slot) pairs of one expert) per tile of moe_prefill_gate_up and moe_prefill_down
+/// (kernels/nn/moe_prefill.cu's kTileRows): each tile reads its expert's weights once.
+inline constexpr int kMoePrefillTileRows = 64;
+/// Output columns per block of those kernels (kTileCols).
+inline constexpr int kMoePrefillTileCols = 64;
+/// Threads per block of those kernels (kThreads): four warps over a tile of 64 x 64.
+inline constexpr unsigned kMoePrefillThreads = 128;
+/// Rows moe_prefill_route routes per block (kRouteWarps warps).
+inline constexpr int kMoePrefillRouteRows = 8;
+
+/// The most tiles moe_prefill_group can cut `pairs` (row, slot) pairs over `experts` experts into: each expert's
+/// pairs in tiles of kMoePrefillTileRows, so at most pairs / kMoePrefillTileRows full tiles and one partial tile per
+/// expert that has pairs. The grid height of the grouped products.
+[[nodiscard]] constexpr int moe_prefill_tiles(int pairs, int experts) noexcept {
+  return pairs / kMoePrefillTileRows + std::min(pairs, experts);
+}
+
 /// Chunks of more rows than this run flash attention of head_dim 64 in tiles of 128 query rows
 /// (BasicKernels::flash_attention_tile_rows); shorter ones in tiles of 64, which give them twice the blocks.
 inline constexpr int kFlashAttentionWideFrom = 512;
@@ -291,6 +308,24 @@ struct BasicKernels {
   Kernel<void(const T*, const T*, T*, const int*, int, float, int)> prefill_rms_norm_add;
   /// prefill_last_row(x, chunk, out, d, max_rows): out = the chunk's last row of x (kernels/nn/prefill.cu).
   Kernel<void(const T*, const int*, T*, int, int)> prefill_last_row;
+  /// moe_prefill_route(logits, chunk, ids, weights, experts, top_k, normalize, max_rows): a mixture of experts'
+  /// routing of the chunk's rows, each as moe_route's (kernels/nn/moe_prefill.cu); launched as
+  /// moe_prefill_route_config.
+  Kernel<void(const T*, const int*, int*, float*, int, int, int, int)> moe_prefill_route;
+  /// moe_prefill_group(ids, chunk, order, slot_of, tiles, experts, top_k, max_rows, max_tiles): the chunk's (row,
+  /// slot) pairs grouped by expert and cut into tiles of up to kMoePrefillTileRows (kernels/nn/moe_prefill.cu); one
+  /// block of 1024 threads. The same kernel in fp16 and bf16.
+  Kernel<void(const int*, const int*, int*, int*, int*, int, int, int, int)> moe_prefill_group;
+  /// moe_prefill_gate_up(h, w1, w3, order, tiles, act, width, d, top_k, max_tiles): act[p] = silu(W1_e h[r]) *
+  /// (W3_e h[r]) for each grouped position p (pair order[p], row r, expert e of its tile), on tensor cores
+  /// (kernels/nn/moe_prefill.cu); launched as moe_prefill_config(width, max_tiles).
+  Kernel<void(const T*, const T*, const T*, const int*, const int*, T*, int, int, int, int)> moe_prefill_gate_up;
+  /// moe_prefill_down(act, w2, tiles, partial, d, width, max_tiles): partial[p] = W2_e act[p] in fp32, on tensor
+  /// cores (kernels/nn/moe_prefill.cu); launched as moe_prefill_config(d, max_tiles).
+  Kernel<void(const T*, const T*, const int*, float*, int, int, int)> moe_prefill_down;
+  /// moe_prefill_combine(partial, slot_of, weights, x, chunk, d, top_k, max_rows): x[r] += the weighted sum of row r's
+  /// experts' products, in slot order, rounded once (kernels/nn/moe_prefill.cu); 1-D, any grid.
+  Kernel<void(const float*, const int*, const float*, T*, const int*, int, int, int)> moe_prefill_combine;
   /// argmax(logits, out, n): per row (one block each), the index of the largest logit, the lowest among ties
   /// (kernels/nn/argmax.cu).
   Kernel<void(const T*, int*, int)> argmax;
@@ -436,6 +471,18 @@ struct BasicKernels {
     LaunchConfig config = gemv_config(rows, cols, batch);
     config.grid.y = static_cast<unsigned>(distinct);
     return config;
+  }
+  /// Launch shape of moe_prefill_gate_up (`cols` = expert width) and moe_prefill_down (`cols` = d): a block of
+  /// kMoePrefillThreads per kMoePrefillTileCols columns and tile, `tiles` (moe_prefill_tiles) high; blocks past the
+  /// tiles the chunk has return.
+  [[nodiscard]] LaunchConfig moe_prefill_config(int cols, int tiles) const {
+    const auto across = (static_cast<unsigned>(cols) + kMoePrefillTileCols - 1) / kMoePrefillTileCols;
+    return step_config({{across, static_cast<unsigned>(tiles), 1}, {kMoePrefillThreads, 1, 1}, 0});
+  }
+  /// Launch shape of moe_prefill_route for up to `rows` rows: a block of kMoePrefillRouteRows warps per as many rows.
+  [[nodiscard]] LaunchConfig moe_prefill_route_config(int rows) const {
+    const auto blocks = (static_cast<unsigned>(rows) + kMoePrefillRouteRows - 1) / kMoePrefillRouteRows;
+    return step_config({{blocks, 1, 1}, {32U * kMoePrefillRouteRows, 1, 1}, 0});
   }
   /// Launch shape of moe_down for d rows of `width` columns: moe_config's, but where the one-vector variant takes the
   /// rows four at a time (batch 1, width at most 1024 and d a multiple of 32: kernels/nn/moe.cu), a grid for d / 4

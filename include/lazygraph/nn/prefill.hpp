@@ -16,6 +16,8 @@
 ///   gate = h W1^T, up = h W3^T                   two GEMMs
 ///   gate = silu(gate) * up                       prefill_silu_mul
 ///   x += gate W2^T                               GEMM with the residual
+///   (a mixture of experts, DecoderConfig::moe: the router's GEMM, then grouped products over the experts the rows
+///   chose, prefill_moe.hpp, in place of the three MLP lines)
 ///
 /// and then, for the prompt's last chunk only, its last row through the final norm, the LM head and the sampler (the
 /// decode step's kernels for one row: prefill_last_row copies that row to the step's x).
@@ -35,7 +37,9 @@
 /// 64: 80 MiB in fp16) plus each bucket's GEMM plans' workspaces (at most kPrefillGemmWorkspace each; cuBLASLt's
 /// algorithm decides, often none), made when the bucket is first used; with quantized weights, also the largest
 /// quantized matrix in T (dequantized_elements: 32 MiB for a Llama-3.2-1B gate_proj in fp16), which each quantized
-/// matrix of a layer is dequantized into for its GEMMs.
+/// matrix of a layer is dequantized into for its GEMMs. A mixture of experts has no 2 ffn there, and instead the
+/// buffers of its grouped products (BasicPrefillMoeBuffers::bytes: R * top k rows of the experts' activations in T
+/// and of their down products in fp32, the biggest part).
 
 #include <array>
 #include <cstddef>
@@ -52,6 +56,7 @@
 #include "lazygraph/nn/decoder_step.hpp"
 #include "lazygraph/nn/detail/one_of_op.hpp"
 #include "lazygraph/nn/prefill_attention.hpp"
+#include "lazygraph/nn/prefill_moe.hpp"
 
 namespace lazygraph::nn {
 
@@ -85,7 +90,8 @@ inline constexpr int kPrefillSplitRows = 256;
 [[nodiscard]] std::vector<int> prefill_chunk_rows(std::size_t prompt_rows, const std::vector<int>& buckets);
 
 /// Whether `config`'s decoder runs prompt chunks on tensor cores on a GPU of capability `cc` with cuBLASLt loadable:
-/// prefill_chunk > 0, dense MLPs (no DecoderConfig::moe), head_dim 64 or 128 (the flash-attention kernels), compute
+/// prefill_chunk > 0, a mixture of experts' (DecoderConfig::moe) experts a multiple of 8 (the router's GEMM stores its
+/// rows 16-byte aligned), head_dim 64 or 128 (the flash-attention kernels), compute
 /// capability 8.0 or newer and cuBLASLt available. False with the reason in `why` (when given) otherwise; prefill then
 /// runs through the decode step's graphs, as before. Never throws.
 [[nodiscard]] bool prefill_on_tensor_cores(const DecoderConfig& config, ComputeCapability cc,
@@ -110,11 +116,13 @@ struct BasicPrefillBuffers {
   DeviceBuffer<T> q;     ///< queries, then the attention output (in place) [rows][q_dim]
   DeviceBuffer<T> k;     ///< the chunk's keys [rows][kv_dim]
   DeviceBuffer<T> v;     ///< the chunk's values [rows][kv_dim]
-  DeviceBuffer<T> gate;  ///< W1 h, then silu(W1 h) * (W3 h) (in place) [rows][ffn]
-  DeviceBuffer<T> up;    ///< W3 h [rows][ffn]
+  DeviceBuffer<T> gate;  ///< W1 h, then silu(W1 h) * (W3 h) (in place) [rows][ffn] (empty with experts)
+  DeviceBuffer<T> up;    ///< W3 h [rows][ffn] (empty with experts)
   /// One quantized matrix of the layer at a time, dequantized for the GEMMs (q, k and v stacked); empty when no
   /// weight is quantized (dequantized_elements).
   DeviceBuffer<T> weights;
+  /// A mixture of experts' buffers (DecoderConfig::moe; all empty without): the MLP's gate and up are then empty.
+  BasicPrefillMoeBuffers<T> moe;
 
   /// The chunk's [start, rows, slot] as the kernels read them (PrefillChunkLayout).
   [[nodiscard]] DeviceSpan<const int> chunk() const {
@@ -162,7 +170,8 @@ class BasicPrefillPlans {
 /// A decoder layer on tensor cores over the `rows` rows of a bucket but for its attention core (see the file comment):
 /// the norm, the stacked q/k/v GEMM into b.qkv, then `core` (an op that turns b.qkv's rows into the attention output
 /// in `attended`, writing the keys and values into the cache its own way), the output projection with the residual,
-/// and the MLP as GEMMs with the fused activation; the layer's output is left in b.x. The row-wise kernels read the
+/// and the MLP as GEMMs with the fused activation (with DecoderConfig::moe, `experts`' block instead:
+/// prefill_moe_block); the layer's output is left in b.x. The row-wise kernels read the
 /// real rows from `chunk` ([start, rows, slot], PrefillChunkLayout) and leave the rows past them alone. Its two uses:
 /// prefill_layer (a prompt chunk, flash attention) and the wide decode step (wide_step.hpp: a row per sequence, paged
 /// decode attention). `comm`, quantized weights and post-norms as prefill_layer says.
@@ -170,15 +179,16 @@ template <Element T, class Core>
 auto gemm_layer(const Projector<T>& p, const BasicPrefillPlans<T>& plans, const BasicAttentionWeights<T>& a,
                 const BasicSwigluWeights<T>& m, BasicPrefillBuffers<T>& b, DeviceSpan<const int> chunk,
                 const DecoderConfig& c, int rows, Core core, DeviceSpan<const T> attended,
-                const Communicator* comm = nullptr) {
+                const Communicator* comm = nullptr, const BasicMoeWeights<T>* experts = nullptr) {
   const BasicKernels<T>& k = p.dense;
   const auto n = [rows](int width) { return static_cast<std::size_t>(rows) * static_cast<std::size_t>(width); };
   const bool residual = comm == nullptr || comm->rank() == 0;
   const DeviceSpan<T> x = b.x.view().subspan(0, n(c.d));
   const DeviceSpan<T> h = b.h.view().subspan(0, n(c.d));
   const DeviceSpan<T> qkv_rows = b.qkv.view().subspan(0, n(c.q_dim() + 2 * c.kv_dim()));
-  const DeviceSpan<T> gate = b.gate.view().subspan(0, n(c.ffn));
-  const DeviceSpan<T> up = b.up.view().subspan(0, n(c.ffn));
+  const std::size_t ffn_rows = c.mixture_of_experts() ? 0 : n(c.ffn);  // no MLP buffers beside experts
+  const DeviceSpan<T> gate = b.gate.view().subspan(0, ffn_rows);
+  const DeviceSpan<T> up = b.up.view().subspan(0, ffn_rows);
   const LaunchConfig per_row = k.step_config({{static_cast<unsigned>(rows), 1, 1}, {256, 1, 1}, 0});
   const auto norm = [&](const DeviceBuffer<T>& gain) {
     return k.prefill_rms_norm(per_row, x.as_const(), gain.cview(), h, chunk, c.d, c.eps, rows);
@@ -216,11 +226,26 @@ auto gemm_layer(const Projector<T>& p, const BasicPrefillPlans<T>& plans, const 
   };
   auto attention = norm(a.gain) >> gemm(a.qkv, qkv_rows, h.as_const()) >> std::move(core) >>
                    block_output(a.wo, attended, a.post_gain);
-  auto mlp =
-      norm(m.gain) >> gemm(m.w1, gate, h.as_const()) >> gemm(m.w3, up, h.as_const()) >>
-      (c.activation == GateActivation::gelu_tanh ? k.prefill_gelu_mul : k.prefill_silu_mul)(
-          k.step_config(grid_for(n(c.ffn) / 8, 256)), gate.as_const(), up.as_const(), gate, chunk, c.ffn, rows) >>
-      block_output(m.w2, gate.as_const(), m.post_gain);
+  // The MLP, or a mixture of experts (prefill_moe.hpp: no tensor parallelism nor post-norms there, as in the step).
+  auto mlp = norm(m.gain) >>
+             detail::either(
+                 c.mixture_of_experts(),
+                 [&] {
+                   if (experts == nullptr || comm != nullptr) {
+                     throw UsageError(
+                         "gemm_layer: a mixture of experts' layer needs its experts and "
+                         "runs on one GPU");
+                   }
+                   return prefill_moe_block(k, plans.plan(c.moe.experts, c.d), *experts, b.moe, h.as_const(), x, chunk,
+                                            c, rows);
+                 },
+                 [&] {
+                   return gemm(m.w1, gate, h.as_const()) >> gemm(m.w3, up, h.as_const()) >>
+                          (c.activation == GateActivation::gelu_tanh ? k.prefill_gelu_mul : k.prefill_silu_mul)(
+                              k.step_config(grid_for(n(c.ffn) / 8, 256)), gate.as_const(), up.as_const(), gate, chunk,
+                              c.ffn, rows) >>
+                          block_output(m.w2, gate.as_const(), m.post_gain);
+                 });
   return named("attention", std::move(attention)) >> named("mlp", std::move(mlp));
 }
 
@@ -256,13 +281,13 @@ struct PackedPrefillSpans {
 ///
 /// With `packed` (a paged cache only), the bucket's rows are several sequences' parts: each row rotated at its own
 /// position and the parts attending through their own tables in one launch (varlen_prefill_attention); `table` is
-/// then not read.
+/// then not read. A mixture of experts' layer (DecoderConfig::moe) takes its `experts` (dense: prefill_moe.hpp).
 template <Element T>
 auto prefill_layer(const Projector<T>& p, const BasicPrefillPlans<T>& plans, const BasicAttentionWeights<T>& a,
                    const BasicSwigluWeights<T>& m, BasicPrefillBuffers<T>& b, DeviceSpan<const float> frequencies,
                    DeviceSpan<T> k_cache, DeviceSpan<T> v_cache, const DecoderConfig& c, int rows,
                    const Communicator* comm = nullptr, int layer = 0, DeviceSpan<const int> table = {},
-                   const PackedPrefillSpans& packed = {}) {
+                   const PackedPrefillSpans& packed = {}, const BasicMoeWeights<T>* experts = nullptr) {
   const BasicKernels<T>& k = p.dense;
   const auto n = [rows](int width) { return static_cast<std::size_t>(rows) * static_cast<std::size_t>(width); };
   const auto q_dim = static_cast<std::size_t>(c.q_dim());
@@ -313,7 +338,8 @@ auto prefill_layer(const Projector<T>& p, const BasicPrefillPlans<T>& plans, con
             c.paged(), [&] { return paged_prefill_attention(k, spans, table, shape, layout); },
             [&] { return prefill_attention(k, spans, shape); });
       });
-  return gemm_layer(p, plans, a, m, b, chunk, c, rows, std::move(split) >> std::move(attend), q.as_const(), comm);
+  return gemm_layer(p, plans, a, m, b, chunk, c, rows, std::move(split) >> std::move(attend), q.as_const(), comm,
+                    experts);
 }
 
 /// What a decoder's prefill reads and writes besides its own buffers: the decoder's config, kernels, weights and step

@@ -26,6 +26,73 @@ __device__ __forceinline__ bool counts_supported(int experts, int top_k, int bat
          batch <= kMaxBatch;
 }
 
+/// Routes one row of router logits; a warp calls it, every lane with the same arguments. Softmax in fp32 over the
+/// `experts` logits (as torch's: exp(l - max) / sum), then the top_k largest probabilities in descending order, a tie
+/// to the lower expert index, each divided by their sum where `normalize` (nonzero), rounded to T (transformers casts
+/// the routing weights to the element type) and stored as float: lane 0 writes ids[s] and weights[s], s < top_k.
+/// `q` (experts floats), `chosen` and `chosen_p` (top_k each) are the warp's shared scratch; `chosen` holds the experts
+/// in order afterwards. Traps where a NaN probability leaves no expert to choose.
+template <class T>
+__device__ __forceinline__ void route_row(const T* row, float* q, int* chosen, float* chosen_p, int* ids,
+                                          float* weights, int experts, int top_k, int normalize) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  // Lane l owns the experts l, l + 32, ...
+  float m = -__int_as_float(0x7f800000);
+  for (int e = lane; e < experts; e += 32) {
+    q[e] = lg::to_float(row[e]);
+    m = fmaxf(m, q[e]);
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, offset));
+  float sum = 0.0f;
+  for (int e = lane; e < experts; e += 32) {
+    const float v = expf(q[e] - m);
+    q[e] = v;
+    sum += v;
+  }
+  sum = lg::warp_sum(sum);
+  for (int e = lane; e < experts; e += 32) q[e] /= sum;
+  __syncwarp();
+  // k rounds of the largest remaining probability, the lower index on a tie; a chosen one is marked -1 (below every
+  // probability).
+  for (int s = 0; s < top_k; ++s) {
+    float best = -1.0f;
+    int best_e = kMaxExperts;
+    for (int e = lane; e < experts; e += 32) {  // ascending: a tie keeps the lower index
+      if (q[e] > best) {
+        best = q[e];
+        best_e = e;
+      }
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      const float other = __shfl_xor_sync(0xffffffffu, best, offset);
+      const int other_e = __shfl_xor_sync(0xffffffffu, best_e, offset);
+      if (other > best || (other == best && other_e < best_e)) {
+        best = other;
+        best_e = other_e;
+      }
+    }
+    if (best_e >= experts) __trap();  // only a NaN probability leaves no expert chosen
+    if (lane == 0) {
+      chosen[s] = best_e;
+      chosen_p[s] = best;
+      q[best_e] = -1.0f;
+    }
+    __syncwarp();
+  }
+  if (lane == 0) {
+    float total = 0.0f;
+    for (int s = 0; s < top_k; ++s) total += chosen_p[s];
+    for (int s = 0; s < top_k; ++s) {
+      const float w = normalize != 0 ? chosen_p[s] / total : chosen_p[s];
+      ids[s] = chosen[s];
+      weights[s] = lg::to_float(lg::from_float<T>(w));
+    }
+  }
+  __syncwarp();
+}
+
 /// The plan's count of distinct experts, checked against the most the rows can have chosen.
 __device__ __forceinline__ int planned_experts(const int* plan, int experts, int top_k, int batch) {
   const int n = plan[0];
