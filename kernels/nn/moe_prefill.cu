@@ -24,10 +24,12 @@
 //     For each position p of tile t (its expert e, its pair j = order[p], its row r = j / top_k):
 //     act[p][i] = silu(w1[e][i] . h[r]) * (w3[e][i] . h[r]), rounded once to T (as moe_gate_up); w1, w3
 //     [experts][width][d]; act [max_rows * top_k][width]. Launch: grid (ceil(width / kTileCols), max_tiles), blocks of
-//     kThreads; a block whose tile is past tiles[0] returns at once.
+//     kThreads, kStages * 3 * kTileRows * (kTileK + 8) elements of dynamic shared memory (82944 bytes:
+//     nn::BasicKernels::moe_prefill_config); a block whose tile is past tiles[0] returns at once.
 //   moe_prefill_down(act, w2, tiles, partial, d, width, max_tiles)
 //     partial[p][i] = w2[e][i] . act[p] in fp32 for each position p of tile t; w2 [experts][d][width]; partial
-//     [max_rows * top_k][d]. Launch: grid (ceil(d / kTileCols), max_tiles), blocks of kThreads.
+//     [max_rows * top_k][d]. Launch: grid (ceil(d / kTileCols), max_tiles), blocks of kThreads, kStages * 2 *
+//     kTileRows * (kTileK + 8) elements of dynamic shared memory (55296 bytes).
 //   moe_prefill_combine(partial, slot_of, weights, x, chunk, d, top_k, max_rows)
 //     x[r][i] += sum over s of weights[j] * partial[slot_of[j]][i], j = r * top_k + s, summed in fp32 in slot order
 //     and rounded once (as moe_down adds a step's rows) for r < rows. Launch: 1-D, any grid and block (grid-stride
@@ -51,9 +53,9 @@ using namespace lg::nn::moe;
 constexpr int kRouteWarps = 8;       // rows routed at once by a block of moe_prefill_route
 constexpr int kTileRows = 64;        // positions of one expert per grouped-product block (nn::kMoePrefillTileRows)
 constexpr int kTileCols = 64;        // output columns per grouped-product block
-constexpr int kTileK = 32;           // the reduction's step: one shared-memory stage
-constexpr int kStages = 3;           // stages in flight
-constexpr int kStride = kTileK + 8;  // shared row stride in elements: 80 bytes, so ldmatrix's 8 rows hit 32 banks
+constexpr int kTileK = 64;           // the reduction's step: one shared-memory stage (nn::kMoePrefillTileK)
+constexpr int kStages = 3;           // stages, two in flight while one is read (nn::kMoePrefillStages)
+constexpr int kStride = kTileK + 8;  // shared row stride in elements: 144 bytes, so ldmatrix's 8 rows hit 32 banks
 constexpr int kThreads = 128;        // four warps, 2 x 2 over the 64 x 64 tile, each 32 x 32
 
 /// The chunk's real rows, clamped to [0, max_rows].
@@ -161,8 +163,13 @@ __device__ __forceinline__ void grouped_product(const T* in, const T* w1, const 
                                                 int max_tiles) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int kMats = kGateUp ? 2 : 1;
-  __shared__ __align__(16) T sa[kStages][kTileRows * kStride];
-  __shared__ __align__(16) T sb[kStages][kMats][kTileCols * kStride];
+  constexpr int kTile = kTileRows * kStride;  // elements of one stage's input rows, and of one matrix's rows
+  static_assert(kTileRows == kTileCols, "a stage holds 1 + kMats tiles of the same size");
+  // Dynamic shared memory (nn::BasicKernels::moe_prefill_config): stage s holds its input rows, then each matrix's.
+  extern __shared__ uint4 moe_prefill_shared[];
+  T* const stages = reinterpret_cast<T*>(moe_prefill_shared);
+  const auto sa = [&](int stage) { return stages + stage * (1 + kMats) * kTile; };
+  const auto sb = [&](int stage, int m) { return stages + (stage * (1 + kMats) + 1 + m) * kTile; };
   __shared__ const T* a_rows[kTileRows];
   lg::early_launch_prologue();
   if (blockDim.x != kThreads || blockDim.y != 1 || blockDim.z != 1 || n_cols <= 0 || n_cols % 8 != 0 || k_dim <= 0 ||
@@ -193,25 +200,26 @@ __device__ __forceinline__ void grouped_product(const T* in, const T* w1, const 
   const T* const b[2] = {w1 + e * matrix, kGateUp ? w3 + e * matrix : w1};
 
   // Stage s of k-step kt: kTileRows input rows and kTileCols rows of each matrix, kTileK columns from kt * kTileK, in
-  // 16-byte pieces (4 a row); what is past the rows, the columns or the reduction is zero-filled.
+  // 16-byte pieces (kPieces a row); what is past the rows, the columns or the reduction is zero-filled.
   const auto load = [&](int stage, int kt) {
     const int k0 = kt * kTileK;
+    constexpr int kPieces = kTileK / 8;
 #pragma unroll
-    for (int i = tid; i < kTileRows * 4; i += kThreads) {
-      const int r = i / 4;
-      const int k = k0 + 8 * (i % 4);
+    for (int i = tid; i < kTileRows * kPieces; i += kThreads) {
+      const int r = i / kPieces;
+      const int k = k0 + 8 * (i % kPieces);
       const T* row = a_rows[r];
       const bool fill = row != nullptr && k < k_dim;
-      lg::copy16_async(sa[stage] + r * kStride + 8 * (i % 4), fill ? row + k : in, fill);
+      lg::copy16_async(sa(stage) + r * kStride + 8 * (i % kPieces), fill ? row + k : in, fill);
     }
 #pragma unroll
     for (int m = 0; m < kMats; ++m) {
 #pragma unroll
-      for (int i = tid; i < kTileCols * 4; i += kThreads) {
-        const int n = i / 4;
-        const int k = k0 + 8 * (i % 4);
+      for (int i = tid; i < kTileCols * kPieces; i += kThreads) {
+        const int n = i / kPieces;
+        const int k = k0 + 8 * (i % kPieces);
         const bool fill = n0 + n < n_cols && k < k_dim;
-        lg::copy16_async(sb[stage][m] + n * kStride + 8 * (i % 4),
+        lg::copy16_async(sb(stage, m) + n * kStride + 8 * (i % kPieces),
                          fill ? b[m] + static_cast<long long>(n0 + n) * k_dim + k : b[m], fill);
       }
     }
@@ -242,7 +250,7 @@ __device__ __forceinline__ void grouped_product(const T* in, const T* w1, const 
       lg::commit_async();
     }
     if (!busy) continue;
-    const T* const a_tile = sa[kt % kStages];
+    const T* const a_tile = sa(kt % kStages);
 #pragma unroll
     for (int kk = 0; kk < kTileK; kk += 16) {
       // A: rows 0-7 / 8-15 of a row tile, columns 0-7 / 8-15 of the 16 (mma.cuh's fragment order).
@@ -253,7 +261,7 @@ __device__ __forceinline__ void grouped_product(const T* in, const T* w1, const 
       }
 #pragma unroll
       for (int m = 0; m < kMats; ++m) {
-        const T* const b_tile = sb[kt % kStages][m];
+        const T* const b_tile = sb(kt % kStages, m);
 #pragma unroll
         for (int np = 0; np < 2; ++np) {
           // B: (columns 0-7, k 0-7), (0-7, 8-15), (8-15, 0-7), (8-15, 8-15) of 16 columns: b0, b1 of two n8 tiles.

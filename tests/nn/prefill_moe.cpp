@@ -163,9 +163,9 @@ TEST_SUITE("gpu") {
                                weights.view(), experts, top_k, normalize ? 1 : 0, max_rows);
     k.moe_prefill_group.launch(s, LaunchConfig{{1, 1, 1}, {1024, 1, 1}, 0}, ids.cview(), chunk.cview(), order.view(),
                                slot_of.view(), tile_list.view(), experts, top_k, max_rows, tiles);
-    k.moe_prefill_gate_up.launch(s, k.moe_prefill_config(width, tiles), dh.cview(), dw1.cview(), dw3.cview(),
+    k.moe_prefill_gate_up.launch(s, k.moe_prefill_config(width, tiles, 2), dh.cview(), dw1.cview(), dw3.cview(),
                                  order.cview(), tile_list.cview(), act.view(), width, d, top_k, tiles);
-    k.moe_prefill_down.launch(s, k.moe_prefill_config(d, tiles), act.cview(), dw2.cview(), tile_list.cview(),
+    k.moe_prefill_down.launch(s, k.moe_prefill_config(d, tiles, 1), act.cview(), dw2.cview(), tile_list.cview(),
                               partial.view(), d, width, tiles);
     k.moe_prefill_combine.launch(s, grid_for(count(max_rows, d) / 8, 256), partial.cview(), slot_of.cview(),
                                  weights.cview(), dx.view(), chunk.cview(), d, top_k, max_rows);
@@ -181,9 +181,8 @@ TEST_SUITE("gpu") {
     int routed = 0;
     double weight_err = 0;
     for (int r = 0; r < rows; ++r) {
-      std::vector<double> row;
-      for (int e = 0; e < experts; ++e)
-        row.push_back(logits[count(r, experts) + static_cast<std::size_t>(e)].to_float());
+      std::vector<double> row(static_cast<std::size_t>(experts));
+      for (std::size_t e = 0; e < row.size(); ++e) row[e] = logits[count(r, experts) + e].to_float();
       const std::vector<ExpertChoice> want = route_token(row, top_k, normalize);
       for (int slot = 0; slot < top_k; ++slot) {
         const std::size_t j = count(r, top_k) + static_cast<std::size_t>(slot);

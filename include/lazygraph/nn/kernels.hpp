@@ -121,6 +121,12 @@ inline constexpr int kMoePrefillTileRows = 64;
 inline constexpr int kMoePrefillTileCols = 64;
 /// Threads per block of those kernels (kThreads): four warps over a tile of 64 x 64.
 inline constexpr unsigned kMoePrefillThreads = 128;
+/// Columns of the reduction per shared-memory stage of those kernels (kTileK): each stage holds the tile's input rows
+/// and each matrix's kMoePrefillTileCols rows, kMoePrefillTileK + 8 elements apart.
+inline constexpr int kMoePrefillTileK = 64;
+/// Shared-memory stages of those kernels (kStages): two in flight while one is read. Three keep the kernels within
+/// the 99 KiB a block may have on sm_86 and sm_89; four were slower on an H200 (two blocks a multiprocessor).
+inline constexpr int kMoePrefillStages = 3;
 /// Rows moe_prefill_route routes per block (kRouteWarps warps).
 inline constexpr int kMoePrefillRouteRows = 8;
 
@@ -472,12 +478,16 @@ struct BasicKernels {
     config.grid.y = static_cast<unsigned>(distinct);
     return config;
   }
-  /// Launch shape of moe_prefill_gate_up (`cols` = expert width) and moe_prefill_down (`cols` = d): a block of
-  /// kMoePrefillThreads per kMoePrefillTileCols columns and tile, `tiles` (moe_prefill_tiles) high; blocks past the
-  /// tiles the chunk has return.
-  [[nodiscard]] LaunchConfig moe_prefill_config(int cols, int tiles) const {
+  /// Launch shape of moe_prefill_gate_up (`cols` = expert width, two `matrices`) and moe_prefill_down (`cols` = d, one
+  /// matrix): a block of kMoePrefillThreads per kMoePrefillTileCols columns and tile, `tiles` (moe_prefill_tiles) high,
+  /// kMoePrefillStages stages of 1 + `matrices` tiles of 64 rows in dynamic shared memory (82944 and 55296 bytes);
+  /// blocks past the tiles the chunk has return.
+  [[nodiscard]] LaunchConfig moe_prefill_config(int cols, int tiles, int matrices) const {
     const auto across = (static_cast<unsigned>(cols) + kMoePrefillTileCols - 1) / kMoePrefillTileCols;
-    return step_config({{across, static_cast<unsigned>(tiles), 1}, {kMoePrefillThreads, 1, 1}, 0});
+    const auto stage = static_cast<unsigned>((1 + matrices) * kMoePrefillTileRows * (kMoePrefillTileK + 8)) *
+                       static_cast<unsigned>(sizeof(T));
+    return step_config(
+        {{across, static_cast<unsigned>(tiles), 1}, {kMoePrefillThreads, 1, 1}, kMoePrefillStages * stage});
   }
   /// Launch shape of moe_prefill_route for up to `rows` rows: a block of kMoePrefillRouteRows warps per as many rows.
   [[nodiscard]] LaunchConfig moe_prefill_route_config(int rows) const {
