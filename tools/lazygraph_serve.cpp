@@ -252,11 +252,10 @@ struct Plan {
 };
 
 /// Why the paged KV cache cannot serve `llama` as `o` asks, or empty when it can. What the decoder refuses on a
-/// paged cache and config.json shows: q/k norms, quantized q/k/v weights (DecoderConfig::validate's other refusals,
-/// the persistent backend and the unfused block, are not what this server runs; open() finds anything else).
+/// paged cache and config.json shows: quantized q/k/v weights (DecoderConfig::validate's other refusals, the
+/// persistent backend and the unfused block, are not what this server runs; open() finds anything else).
 std::string paged_refusal(const Options& o, const nn::LlamaConfig& llama) {
   if (o.kv_cache == "contiguous") return "--kv-cache contiguous";
-  if (llama.qk_norm) return "the model norms q and k (q_norm, k_norm), which the paged KV cache does not run";
   if (llama.quantization.has_value() && llama.quantization->attention.has_value()) {
     return "the model's q, k and v weights are quantized, and the paged KV cache appends through dense ones only";
   }

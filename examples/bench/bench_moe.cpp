@@ -30,6 +30,7 @@
 #include "cli.hpp"
 #include "companion.hpp"
 #include "median.hpp"
+#include "model_shapes.hpp"
 
 namespace lg = lazygraph;
 namespace nn = lazygraph::nn;
@@ -81,47 +82,7 @@ struct Options {
   int prefill = 0;  ///< --prefill: the prompt's tokens (0: the decode benchmark)
 };
 
-/// A shape of the benchmark: its name and its seeded decoder's config (all layers).
-struct Shape {
-  std::string name;
-  nn::DecoderConfig config;
-};
-
-/// Qwen3-30B-A3B's shape (its config.json): d 2048, 48 layers, 32 heads over 4 kv heads of 128, q/k norms, 128
-/// experts of width 768, top 8 renormalized (norm_topk_prob), vocab 151936, theta 1e6, eps 1e-6.
-Shape qwen3_30b_a3b() {
-  nn::DecoderConfig c;
-  c.d = 2048;
-  c.heads = 32;
-  c.kv_heads = 4;
-  c.head_width = 128;
-  c.layers = 48;
-  c.vocab = 151936;
-  c.theta = 1e6F;
-  c.eps = 1e-6F;
-  c.qk_norm = true;
-  c.moe = {128, 8, 768, true};
-  return {"qwen3-30b-a3b", c};
-}
-
-/// OLMoE-1B-7B's shape (allenai/OLMoE-1B-7B-0924's config.json): d 2048, 16 layers, 16 heads of 128 (no grouping),
-/// 64 experts of width 1024, top 8 as the softmax gives them (norm_topk_prob false), vocab 50304, theta 10000, eps
-/// 1e-5, q and k normed over their whole width (qk_norm_whole: gains of 2048 each).
-Shape olmoe_1b_7b() {
-  nn::DecoderConfig c;
-  c.d = 2048;
-  c.heads = 16;
-  c.kv_heads = 16;
-  c.head_width = 128;
-  c.layers = 16;
-  c.vocab = 50304;
-  c.theta = 10000.0F;
-  c.eps = 1e-5F;
-  c.qk_norm = true;
-  c.qk_norm_whole = true;
-  c.moe = {64, 8, 1024, false};
-  return {"olmoe-1b-7b", c};
-}
+using Shape = bench::ModelShape;
 
 /// The device memory a decoder of `c` holds, roughly: every weight (the whole embedding), the KV caches and the
 /// step's activations and logits of kMaxRows rows.
@@ -271,7 +232,7 @@ int run_prefill(const Options& o, lg::Stream& s, const lg::KernelLibrary& librar
       "| shape | layers | dtype | prompt | tensor cores ms | decode steps ms | steps / tensor cores | prompt "
       "tokens/s |\n|---|---|---|---|---|---|---|---|\n");
   for (const std::string& name : o.shapes) {
-    Shape shape = name == "qwen3-30b-a3b" ? qwen3_30b_a3b() : olmoe_1b_7b();
+    Shape shape = name == "qwen3-30b-a3b" ? bench::qwen3_30b_a3b() : bench::olmoe_1b_7b();
     if (o.layers > 0 && o.layers < shape.config.layers) shape.config.layers = o.layers;
     for (const std::string& dtype : o.dtypes) {
       const bool bf16 = dtype == "bf16";
@@ -343,7 +304,7 @@ int run(const Options& o) {
   if (o.prefill > 0) return run_prefill(o, s, library);
   std::vector<Row> table;
   for (const std::string& name : o.shapes) {
-    Shape shape = name == "qwen3-30b-a3b" ? qwen3_30b_a3b() : olmoe_1b_7b();
+    Shape shape = name == "qwen3-30b-a3b" ? bench::qwen3_30b_a3b() : bench::olmoe_1b_7b();
     if (o.layers > 0 && o.layers < shape.config.layers) shape.config.layers = o.layers;
     for (const std::string& dtype : o.dtypes) {
       nn::DecoderConfig sized = shape.config;

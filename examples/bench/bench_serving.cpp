@@ -1,4 +1,5 @@
-// The serving benchmark (issue 66, item 6): nn::Engine over a paged decoder of the Llama-3.2-1B or TinyLlama shape
+// The serving benchmark (issue 66, item 6): nn::Engine over a paged decoder of the Llama-3.2-1B or TinyLlama shape, or
+// of a mixture of experts' (Qwen3-30B-A3B, OLMoE-1B-7B; --layers for the first N of them),
 // (seeded weights generated on the device), at several counts of concurrent requests, each a prompt of seeded tokens
 // and a fixed number of new tokens (greedy, no stop). For each count: the wall time from submitting every request to
 // the last token (engine steps on this thread, as lazygraph-serve runs them, so its host work counts), tokens made per
@@ -40,7 +41,8 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 constexpr const char* usage =
-    "usage: bench_serving [--shape llama32-1b|tinyllama] [--dtype f16|bf16] [--concurrency N,N,...] [--prompt P]\n"
+    "usage: bench_serving [--shape llama32-1b|tinyllama|qwen3-30b-a3b|olmoe-1b-7b] [--layers N] [--dtype f16|bf16]\n"
+    "                     [--concurrency N,N,...] [--prompt P]\n"
     "                     [--new N] [--block-size 16|32] [--prefill-chunk C] [--max-batch M] [--torch]\n"
     "                     [--torch-script PATH] [--out DIR] [--shared-prefix S] [--prefix-cache] [--rounds R]\n"
     "Serves N concurrent requests through nn::Engine over a paged decoder with seeded weights: each a prompt of P\n"
@@ -48,7 +50,10 @@ constexpr const char* usage =
     "after an untimed warm-up of up to 8 requests of other prompts (a server that has served before).\n"
     "Prints, for each N: wall time, tokens made per second, time to first token (p50, p99), and the decode phase's\n"
     "step time against its floor (weights plus KV bytes read, over the copy ceiling measured in the same run).\n"
-    "  --shape NAME        llama32-1b (default; d 2048, 16 layers, 8 kv heads, vocab 128256) or tinyllama\n"
+    "  --shape NAME        llama32-1b (default; d 2048, 16 layers, 8 kv heads, vocab 128256), tinyllama, or the\n"
+    "                      mixtures of experts qwen3-30b-a3b and olmoe-1b-7b (their floor counts every expert's\n"
+    "                      weights: a floor where the rows choose them all, about 64 rows or more)\n"
+    "  --layers N          only the first N layers of the shape (a quick run; the floor follows)\n"
     "  --dtype T           f16 (default) or bf16\n"
     "  --concurrency LIST  request counts (default 1,8,32,64,256); at most --max-batch sequences step together,\n"
     "                      the others wait in the engine's queue; steps of more than 8 rows run the wide step\n"
@@ -74,6 +79,7 @@ constexpr const char* usage =
 
 struct Options {
   std::string shape = "llama32-1b";
+  int layers = 0;  ///< --layers: 0 for every layer of the shape
   std::string dtype = "f16";
   std::vector<int> concurrency{1, 8, 32, 64, 256};
   int prompt = 512;
@@ -318,8 +324,12 @@ int run(const Options& o) {
   lg::Stream s = device.create_stream();
   const lg::KernelLibrary library = nn::kernel_library(device);
   const double ceiling = bench::copy_ceiling(s);
-  bench::ModelShape shape = o.shape == "tinyllama" ? bench::tinyllama() : bench::llama32_1b();
+  bench::ModelShape shape = o.shape == "tinyllama"       ? bench::tinyllama()
+                            : o.shape == "qwen3-30b-a3b" ? bench::qwen3_30b_a3b()
+                            : o.shape == "olmoe-1b-7b"   ? bench::olmoe_1b_7b()
+                                                         : bench::llama32_1b();
   nn::DecoderConfig c = shape.config;
+  if (o.layers > 0 && o.layers < c.layers) c.layers = o.layers;
   c.max_batch = o.max_batch > 0 ? o.max_batch
                                 : std::clamp(*std::max_element(o.concurrency.begin(), o.concurrency.end()),
                                              nn::kMaxRows, nn::kMaxWideRows);
@@ -336,8 +346,8 @@ int run(const Options& o) {
   std::printf(
       "%s %s, paged KV cache of %d blocks of %d, max_batch %d, prompts of %d tokens (the first %d the same), %d new "
       "tokens each, prefill_chunk %d, prefix cache %s\n\n",
-      shape.name.c_str(), o.dtype.c_str(), c.kv_blocks, c.kv_block_size, c.max_batch, o.prompt, o.shared_prefix,
-      o.fresh, c.prefill_chunk, o.prefix_cache ? "on" : "off");
+      (shape.name + " (" + std::to_string(c.layers) + " layers)").c_str(), o.dtype.c_str(), c.kv_blocks,
+      c.kv_block_size, c.max_batch, o.prompt, o.shared_prefix, o.fresh, c.prefill_chunk, o.prefix_cache ? "on" : "off");
   std::fflush(stdout);
   std::vector<Row> rows;
   for (const int n : o.concurrency) {
@@ -406,7 +416,11 @@ std::variant<Options, int> parse(int argc, char** argv) {
     }
     if (arg == "--shape") {
       o.shape = value();
-      if (o.shape != "llama32-1b" && o.shape != "tinyllama") throw lg::UsageError("--shape " + o.shape + ": unknown");
+      if (o.shape != "llama32-1b" && o.shape != "tinyllama" && o.shape != "qwen3-30b-a3b" && o.shape != "olmoe-1b-7b") {
+        throw lg::UsageError("--shape " + o.shape + ": unknown");
+      }
+    } else if (arg == "--layers") {
+      o.layers = example::integers(value(), "--layers", 1).at(0);
     } else if (arg == "--dtype") {
       o.dtype = value();
       if (o.dtype != "f16" && o.dtype != "bf16") throw lg::UsageError("--dtype " + o.dtype + ": f16 or bf16");
@@ -445,6 +459,9 @@ std::variant<Options, int> parse(int argc, char** argv) {
                          std::to_string(o.prompt));
   }
   if (o.torch && o.rounds > 1) throw lg::UsageError("--torch serves every request at once: leave --rounds out");
+  if (o.torch && o.shape != "llama32-1b" && o.shape != "tinyllama") {
+    throw lg::UsageError("--torch: the companion serves LlamaForCausalLM shapes only, not " + o.shape);
+  }
   if (o.torch && o.shared_prefix > 0) {
     throw lg::UsageError("--torch serves the companion's own prompts: leave --shared-prefix out");
   }

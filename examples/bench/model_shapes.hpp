@@ -58,4 +58,40 @@ inline ModelShape seven_b_class() {
   return {"7b-class", c};
 }
 
+/// Qwen3-30B-A3B's shape (its config.json): d 2048, 48 layers, 32 heads over 4 kv heads of 128, q/k norms, 128
+/// experts of width 768, top 8 renormalized (norm_topk_prob), vocab 151936, theta 1e6, eps 1e-6.
+inline ModelShape qwen3_30b_a3b() {
+  lazygraph::nn::DecoderConfig c;
+  c.d = 2048;
+  c.heads = 32;
+  c.kv_heads = 4;
+  c.head_width = 128;
+  c.layers = 48;
+  c.vocab = 151936;
+  c.theta = 1e6F;
+  c.eps = 1e-6F;
+  c.qk_norm = true;
+  c.moe = {128, 8, 768, true};
+  return {"qwen3-30b-a3b", c};
+}
+
+/// OLMoE-1B-7B's shape (allenai/OLMoE-1B-7B-0924's config.json): d 2048, 16 layers, 16 heads of 128 (no grouping),
+/// 64 experts of width 1024, top 8 as the softmax gives them (norm_topk_prob false), vocab 50304, theta 10000, eps
+/// 1e-5, q and k normed over their whole width (qk_norm_whole: gains of 2048 each).
+inline ModelShape olmoe_1b_7b() {
+  lazygraph::nn::DecoderConfig c;
+  c.d = 2048;
+  c.heads = 16;
+  c.kv_heads = 16;
+  c.head_width = 128;
+  c.layers = 16;
+  c.vocab = 50304;
+  c.theta = 10000.0F;
+  c.eps = 1e-5F;
+  c.qk_norm = true;
+  c.qk_norm_whole = true;
+  c.moe = {64, 8, 1024, false};
+  return {"olmoe-1b-7b", c};
+}
+
 }  // namespace bench

@@ -23,6 +23,15 @@
 //     a prefill chunk's (kernels/nn/prefill.cu's chunk = [start, rows, slot]): row r < rows at position start + r (or
 //     positions[r] where `positions` is not null: several sequences' rows packed in one chunk) into
 //     q [max_rows][q_dim], k and v [max_rows][kv_dim]; flash attention appends k and v to the cache.
+//   qk_norm_rope_append_paged(qkv, bias, q_gain, k_gain, q, k_pool, v_pool, positions, tables, count, n_heads,
+//                             n_kv_heads, head_dim, block_size, n_blocks, table_width, frequencies, eps, whole,
+//                             max_rows)
+//     a paged cache's (nn::PagedAttention::qk_norm_rope_append: the paged decode step and the wide step): rows
+//     r < count[0] (clamped to [0, max_rows]; the rest, a bucket's padding, neither read nor write) of qkv
+//     [max_rows][q_dim + 2 kv_dim] at position positions[r], q out [max_rows][q_dim], k and v into the pools
+//     [n_blocks][n_kv_heads][block_size][head_dim] at that position through row r's table (tables
+//     [max_rows][table_width]), as kernels/nn/paged_attention.cu's kv_append_paged lays them out. block_size 16 or
+//     32; a position outside the table's capacity or a block id outside the pool traps.
 //
 // Launch: grid (n_heads + 2 n_kv_heads, batch or max_rows), one block of 32 * ceil(head_dim / 64) threads per (head,
 // row): a thread per pair. head_dim even and at most 256, positions in [0, max_ctx) and slots in [0, n_slots) (traps
@@ -85,10 +94,10 @@ __device__ __forceinline__ void qk_norm_rope_head(const T* row, const T* bias, c
   if (!mine) return;
   // The gain: a head's, shared by every head, or (whole) this head's part of the whole q's or k's.
   const T* gain = (part == 0 ? q_gain : k_gain) + (whole != 0 ? head * head_dim : 0);
-  const float y0 = lg::to_float(lg::from_float<T>(lg::to_float(lg::from_float<T>(x0 * inv_rms)) *
-                                                  lg::to_float(gain[2 * i])));
-  const float y1 = lg::to_float(lg::from_float<T>(lg::to_float(lg::from_float<T>(x1 * inv_rms)) *
-                                                  lg::to_float(gain[2 * i + 1])));
+  const float y0 =
+      lg::to_float(lg::from_float<T>(lg::to_float(lg::from_float<T>(x0 * inv_rms)) * lg::to_float(gain[2 * i])));
+  const float y1 =
+      lg::to_float(lg::from_float<T>(lg::to_float(lg::from_float<T>(x1 * inv_rms)) * lg::to_float(gain[2 * i + 1])));
   float s;
   float c;
   sincosf(position * frequencies[i], &s, &c);
@@ -121,15 +130,15 @@ __device__ __forceinline__ void qk_norm_rope_append_body(const T* qkv, const T* 
                     static_cast<float>(position), [&](int part, int head) -> T* {
                       if (part == 0) return q + static_cast<long long>(r) * q_dim + head * head_dim;
                       T* cache = part == 1 ? k_cache : v_cache;
-                      return cache + ((static_cast<long long>(slot) * n_kv_heads + head) * max_ctx + position) *
-                                         head_dim;
+                      return cache +
+                             ((static_cast<long long>(slot) * n_kv_heads + head) * max_ctx + position) * head_dim;
                     });
 }
 
 template <class T>
-__device__ __forceinline__ void prefill_qk_norm_rope_body(const T* qkv, const T* bias, const T* q_gain,
-                                                          const T* k_gain, T* q, T* k, T* v, const int* chunk,
-                                                          const int* positions, int n_heads, int n_kv_heads, int head_dim,
+__device__ __forceinline__ void prefill_qk_norm_rope_body(const T* qkv, const T* bias, const T* q_gain, const T* k_gain,
+                                                          T* q, T* k, T* v, const int* chunk, const int* positions,
+                                                          int n_heads, int n_kv_heads, int head_dim,
                                                           const float* frequencies, float eps, int whole,
                                                           int max_rows) {
   lg::early_launch_prologue();
@@ -140,9 +149,37 @@ __device__ __forceinline__ void prefill_qk_norm_rope_body(const T* qkv, const T*
   const int kv_dim = n_kv_heads * head_dim;
   const T* row = qkv + static_cast<long long>(r) * (q_dim + 2 * kv_dim);
   qk_norm_rope_head(row, bias, q_gain, k_gain, n_heads, n_kv_heads, head_dim, frequencies, eps, whole,
-                    static_cast<float>(positions != nullptr ? positions[r] : chunk[0] + r), [&](int part, int head) -> T* {
+                    static_cast<float>(positions != nullptr ? positions[r] : chunk[0] + r),
+                    [&](int part, int head) -> T* {
                       if (part == 0) return q + static_cast<long long>(r) * q_dim + head * head_dim;
                       return (part == 1 ? k : v) + static_cast<long long>(r) * kv_dim + head * head_dim;
+                    });
+}
+
+template <class T>
+__device__ __forceinline__ void qk_norm_rope_append_paged_body(
+    const T* qkv, const T* bias, const T* q_gain, const T* k_gain, T* q, T* k_pool, T* v_pool, const int* positions,
+    const int* tables, const int* count, int n_heads, int n_kv_heads, int head_dim, int block_size, int n_blocks,
+    int table_width, const float* frequencies, float eps, int whole, int max_rows) {
+  lg::early_launch_prologue();
+  if (!launch_fits(n_heads, n_kv_heads, head_dim) || (block_size != 16 && block_size != 32)) __trap();
+  const int r = static_cast<int>(blockIdx.y);
+  if (r >= min(max(count[0], 0), max_rows)) return;  // a padding row: the whole block leaves
+  const int shift = block_size == 16 ? 4 : 5;
+  const int position = positions[r];
+  if (position < 0 || position >= (table_width << shift)) __trap();
+  const int block = tables[static_cast<long long>(r) * table_width + (position >> shift)];
+  if (block < 0 || block >= n_blocks) __trap();
+  const int q_dim = n_heads * head_dim;
+  const int kv_dim = n_kv_heads * head_dim;
+  const T* row = qkv + static_cast<long long>(r) * (q_dim + 2 * kv_dim);
+  qk_norm_rope_head(row, bias, q_gain, k_gain, n_heads, n_kv_heads, head_dim, frequencies, eps, whole,
+                    static_cast<float>(position), [&](int part, int head) -> T* {
+                      if (part == 0) return q + static_cast<long long>(r) * q_dim + head * head_dim;
+                      T* pool = part == 1 ? k_pool : v_pool;
+                      return pool + ((static_cast<long long>(block) * n_kv_heads + head) * block_size +
+                                     (position & (block_size - 1))) *
+                                        head_dim;
                     });
 }
 
@@ -157,4 +194,8 @@ qk_norm_rope_append[T] = qk_norm_rope_append_body<T>(const T* qkv, const T* bias
 prefill_qk_norm_rope[T] = prefill_qk_norm_rope_body<T>(const T* qkv, const T* bias, const T* q_gain,
     const T* k_gain, T* q, T* k, T* v, const int* chunk, const int* positions, int n_heads, int n_kv_heads,
     int head_dim, const float* frequencies, float eps, int whole, int max_rows)
+qk_norm_rope_append_paged[T] = qk_norm_rope_append_paged_body<T>(const T* qkv, const T* bias, const T* q_gain,
+    const T* k_gain, T* q, T* k_pool, T* v_pool, const int* positions, const int* tables, const int* count,
+    int n_heads, int n_kv_heads, int head_dim, int block_size, int n_blocks, int table_width,
+    const float* frequencies, float eps, int whole, int max_rows)
 */

@@ -61,8 +61,11 @@ BasicDecoderWeights<T> checked(BasicDecoderWeights<T> w, const DecoderConfig& c)
            std::to_string(m.cols()) + ", the config needs " + std::to_string(rows) + " x " + std::to_string(cols));
     }
   };
-  if (c.max_batch > kMaxRows) {  // the wide step's GEMMs read dense weights
-    for (const Weight<T>* m : w.matrices()) {
+  if (c.max_batch > kMaxRows) {  // the wide step's GEMMs and grouped expert products read dense weights
+    std::vector<const Weight<T>*> all = w.matrices();
+    const std::vector<const Weight<T>*> experts = w.expert_matrices();
+    all.insert(all.end(), experts.begin(), experts.end());
+    for (const Weight<T>* m : all) {
       if (!m->is_dense()) {
         fail("weight " + m->describe() + " is quantized; steps of more than " + std::to_string(kMaxRows) +
              " rows (max_batch " + std::to_string(c.max_batch) + ") run the wide step, on dense weights only");

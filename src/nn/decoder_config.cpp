@@ -29,7 +29,6 @@ void validate_paged(const DecoderConfig& c) {
   };
   refuse(c.backend == DecoderBackend::persistent, "on the persistent backend; use DecoderBackend::graph");
   refuse(!c.fused, "the unfused attention block (fused false); set fused");
-  refuse(c.qk_norm, "q/k norms (qk_norm: Qwen3, Gemma 3, OLMoE)");
   // attend's scores and table in one block's shared memory (PagedAttention::attention_config).
   const long long unsplit = (static_cast<long long>(c.kv_table_width()) * (c.kv_block_size + 1)) * 4;
   if (c.attention_blocks == 1 && unsplit > paged_unsplit_shared_limit) {
@@ -144,10 +143,6 @@ void DecoderConfig::validate() const {
   if (max_batch < 1 || max_batch > (paged() ? kMaxWideRows : kMaxRows)) {
     fail("max_batch (" + std::to_string(max_batch) + ") must be 1 to " + std::to_string(kMaxRows) +
          ", or with a paged cache (kv_block_size) 1 to " + std::to_string(kMaxWideRows));
-  }
-  if (max_batch > kMaxRows && mixture_of_experts()) {
-    fail("max_batch (" + std::to_string(max_batch) + ") above " + std::to_string(kMaxRows) +
-         " runs the wide step, which has no mixture of experts' layer (moe); at most " + std::to_string(kMaxRows));
   }
   if (attention_blocks < 0 || attention_blocks > 64) {
     fail("attention_blocks (" + std::to_string(attention_blocks) + ") must be 0 (by context) to 64");

@@ -79,11 +79,11 @@ BasicDecoderState<T>::BasicDecoderState(const Device& device, const DecoderConfi
       local_rope_frequencies(device, c.local_theta > 0 ? static_cast<std::size_t>(c.head_dim() / 2) : 0),
       argmax_values(device, static_cast<std::size_t>(kMaxRows) * kArgmaxChunks),
       argmax_indices(device, static_cast<std::size_t>(kMaxRows) * kArgmaxChunks),
-      row_counts(device, grouped(device, c) ? static_cast<std::size_t>(kMaxRows) + 1 : 0),
+      row_counts(device, grouped(device, c) || (c.paged() && c.qk_norm) ? static_cast<std::size_t>(kMaxRows) + 1 : 0),
       multiprocessors(device.sm_count()),
       grouped_attention(grouped(device, c)) {
   const Stream stream(device);
-  if (grouped_attention) {
+  if (!row_counts.empty()) {
     std::vector<int> counts(row_counts.size());
     std::iota(counts.begin(), counts.end(), 0);
     copy(row_counts.view(), std::span<const int>(counts)).sync_on(stream);

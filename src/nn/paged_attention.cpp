@@ -178,6 +178,24 @@ void check_paged_rope_append(const PagedAttentionShape& s, DeviceSpan<const T> q
 }
 
 template <Element T>
+void check_paged_qk_norm_rope_append(const PagedAttentionShape& s, DeviceSpan<const T> qkv, DeviceSpan<const T> bias,
+                                     DeviceSpan<const T> q_gain, DeviceSpan<const T> k_gain, DeviceSpan<T> q,
+                                     const PagedKvCache<T>& c, DeviceSpan<const int> count,
+                                     DeviceSpan<const float> frequencies, bool whole) {
+  check_paged_rope_append(s, qkv, bias, q, c, count, frequencies);
+  if (s.head_dim % 2 != 0 || s.head_dim > 256) {
+    refuse_paged("head_dim " + paged_str(s.head_dim) + " must be even and at most 256 for q/k norms");
+  }
+  if (s.block_size != 16 && s.block_size != 32) {
+    refuse_paged("block_size " + paged_str(s.block_size) + " must be 16 or 32");
+  }
+  check_paged_span("q_gain", q_gain, whole ? static_cast<long long>(s.heads) * s.head_dim : s.head_dim,
+                   whole ? "heads x head_dim" : "head_dim", false);
+  check_paged_span("k_gain", k_gain, whole ? static_cast<long long>(s.kv_heads) * s.head_dim : s.head_dim,
+                   whole ? "kv_heads x head_dim" : "head_dim", false);
+}
+
+template <Element T>
 void check_paged_attend(const PagedAttentionShape& s, DeviceSpan<const T> q, DeviceSpan<T> out,
                         const PagedKvCache<T>& c) {
   check_query(s, c, q, out);
@@ -252,18 +270,21 @@ int paged_grouped_wave_splits(int rows, int heads, int kv_heads, int head_dim, i
   return static_cast<int>(std::clamp(wave / blocks, 1LL, static_cast<long long>(paged_wave_max_splits)));
 }
 
-#define LAZYGRAPH_PAGED_CHECKS(T)                                                                                  \
-  template void check_paged_append<T>(const PagedAttentionShape&, DeviceSpan<const T>, DeviceSpan<const T>,        \
-                                      const PagedKvCache<T>&);                                                     \
-  template void check_paged_attend<T>(const PagedAttentionShape&, DeviceSpan<const T>, DeviceSpan<T>,              \
-                                      const PagedKvCache<T>&);                                                     \
-  template void check_paged_rope_append<T>(const PagedAttentionShape&, DeviceSpan<const T>, DeviceSpan<const T>,   \
-                                           DeviceSpan<T>, const PagedKvCache<T>&, DeviceSpan<const int>,           \
-                                           DeviceSpan<const float>);                                               \
-  template void check_paged_attend_split<T>(const PagedAttentionShape&, DeviceSpan<const T>, DeviceSpan<T>,        \
-                                            DeviceSpan<float>, DeviceSpan<unsigned>, const PagedKvCache<T>&, int); \
-  template void check_paged_attend_grouped<T>(const PagedAttentionShape&, DeviceSpan<const T>, DeviceSpan<T>,      \
-                                              DeviceSpan<float>, DeviceSpan<unsigned>, const PagedKvCache<T>&,     \
+#define LAZYGRAPH_PAGED_CHECKS(T)                                                                                     \
+  template void check_paged_append<T>(const PagedAttentionShape&, DeviceSpan<const T>, DeviceSpan<const T>,           \
+                                      const PagedKvCache<T>&);                                                        \
+  template void check_paged_attend<T>(const PagedAttentionShape&, DeviceSpan<const T>, DeviceSpan<T>,                 \
+                                      const PagedKvCache<T>&);                                                        \
+  template void check_paged_rope_append<T>(const PagedAttentionShape&, DeviceSpan<const T>, DeviceSpan<const T>,      \
+                                           DeviceSpan<T>, const PagedKvCache<T>&, DeviceSpan<const int>,              \
+                                           DeviceSpan<const float>);                                                  \
+  template void check_paged_qk_norm_rope_append<T>(                                                                   \
+      const PagedAttentionShape&, DeviceSpan<const T>, DeviceSpan<const T>, DeviceSpan<const T>, DeviceSpan<const T>, \
+      DeviceSpan<T>, const PagedKvCache<T>&, DeviceSpan<const int>, DeviceSpan<const float>, bool);                   \
+  template void check_paged_attend_split<T>(const PagedAttentionShape&, DeviceSpan<const T>, DeviceSpan<T>,           \
+                                            DeviceSpan<float>, DeviceSpan<unsigned>, const PagedKvCache<T>&, int);    \
+  template void check_paged_attend_grouped<T>(const PagedAttentionShape&, DeviceSpan<const T>, DeviceSpan<T>,         \
+                                              DeviceSpan<float>, DeviceSpan<unsigned>, const PagedKvCache<T>&,        \
                                               DeviceSpan<const int>, int);
 LAZYGRAPH_PAGED_CHECKS(half)
 LAZYGRAPH_PAGED_CHECKS(bfloat16)
@@ -276,6 +297,9 @@ PagedAttention<T>::PagedAttention(const KernelLibrary& library, bool early_launc
       rope_append_(library.get<void(const T*, const T*, const T*, const T*, T*, T*, T*, const int*, const int*,
                                     const int*, int, int, int, int, int, int, const float*, int)>(
           "rope_append_paged" + std::string(kernel_suffix<T>))),
+      qk_norm_append_(library.get<void(const T*, const T*, const T*, const T*, T*, T*, T*, const int*, const int*,
+                                       const int*, int, int, int, int, int, int, const float*, float, int, int)>(
+          "qk_norm_rope_append_paged" + std::string(kernel_suffix<T>))),
       attention_(library.get<void(const T*, const T*, const T*, T*, const int*, const int*, int, int, int, int, int,
                                   int, float, int)>("attention_paged" + std::string(kernel_suffix<T>))),
       split_(
@@ -376,6 +400,22 @@ typename PagedAttention<T>::RopeAppendOp PagedAttention<T>::rope_append(
   return rope_append_(rope_append_config(s), qkv, part(0, q_size), part(q_size, kv_size),
                       part(q_size + kv_size, kv_size), q, c.k_pool, c.v_pool, c.positions, c.tables, count, s.heads,
                       s.kv_heads, s.head_dim, s.block_size, s.blocks, s.table_width, frequencies, s.rows);
+}
+
+template <Element T>
+typename PagedAttention<T>::QkNormAppendOp PagedAttention<T>::qk_norm_rope_append(
+    const PagedAttentionShape& s, DeviceSpan<const T> qkv, DeviceSpan<const T> bias, DeviceSpan<const T> q_gain,
+    DeviceSpan<const T> k_gain, DeviceSpan<T> q, const PagedKvCache<T>& c, DeviceSpan<const int> count,
+    DeviceSpan<const float> frequencies, float eps, bool whole) const {
+  check_paged_qk_norm_rope_append(s, qkv, bias, q_gain, k_gain, q, c, count, frequencies, whole);
+  // A block per (head of q, k and v, row), a thread per pair (BasicKernels::qk_norm_config's shape).
+  const LaunchConfig config{{static_cast<unsigned>(s.heads + 2 * s.kv_heads), static_cast<unsigned>(s.rows), 1},
+                            {32U * ((static_cast<unsigned>(s.head_dim) + 63U) / 64U), 1, 1},
+                            0,
+                            early_launch_};
+  return qk_norm_append_(config, qkv, bias, q_gain, k_gain, q, c.k_pool, c.v_pool, c.positions, c.tables, count,
+                         s.heads, s.kv_heads, s.head_dim, s.block_size, s.blocks, s.table_width, frequencies, eps,
+                         whole ? 1 : 0, s.rows);
 }
 
 template <Element T>

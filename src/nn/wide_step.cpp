@@ -123,6 +123,9 @@ std::size_t BasicWideStep<T>::buffer_bytes() const noexcept {
   }
   total += (b.io.size() + buffers_.next.size() + buffers_.io.size()) * sizeof(int);
   total += buffers_.partials.size() * sizeof(float) + buffers_.counters.size() * sizeof(unsigned);
+  const BasicPrefillMoeBuffers<T>& m = b.moe;  // a mixture of experts' (all empty without)
+  total += (m.logits.size() + m.act.size()) * sizeof(T) + (m.weights.size() + m.partial.size()) * sizeof(float) +
+           (m.ids.size() + m.order.size() + m.slot_of.size() + m.tiles.size()) * sizeof(int);
   return total;
 }
 
@@ -189,9 +192,19 @@ CudaGraph<> BasicWideStep<T>::capture(const BasicWideContext<T>& ctx, int rows, 
           const PagedKvCache<T> cache{ctx.state.k_cache.view().subspan(layer * pool, pool),
                                       ctx.state.v_cache.view().subspan(layer * pool, pool), positions, tables};
           const BasicAttentionWeights<T>& a = w.attention[layer];
-          auto append = ctx.paged.rope_append(
-              shape, qkv.as_const(), a.bias.cview(), q, cache, chunk.subspan(PrefillChunkLayout::rows, 1),
-              c.local_rope(l) ? ctx.state.local_rope_frequencies.cview() : ctx.state.rope_frequencies.cview());
+          const DeviceSpan<const float> frequencies =
+              c.local_rope(l) ? ctx.state.local_rope_frequencies.cview() : ctx.state.rope_frequencies.cview();
+          const DeviceSpan<const int> real_rows = chunk.subspan(PrefillChunkLayout::rows, 1);
+          auto append = detail::either(
+              c.qk_norm,
+              [&] {
+                return ctx.paged.qk_norm_rope_append(shape, qkv.as_const(), a.bias.cview(), a.q_norm.cview(),
+                                                     a.k_norm.cview(), q, cache, real_rows, frequencies, c.eps,
+                                                     c.qk_norm_whole);
+              },
+              [&] {
+                return ctx.paged.rope_append(shape, qkv.as_const(), a.bias.cview(), q, cache, real_rows, frequencies);
+              });
           auto attend = ctx.paged.attend_grouped(
               shape, q.as_const(), attn,
               buffers_.partials.view().subspan(0, PagedAttention<T>::split_partials(shape, splits)),
@@ -199,7 +212,8 @@ CudaGraph<> BasicWideStep<T>::capture(const BasicWideContext<T>& ctx, int rows, 
               chunk.subspan(PrefillChunkLayout::rows, 1), splits);
           s.record(named("layer " + std::to_string(l),
                          gemm_layer(Projector<T>{k, nullptr}, plans, a, w.mlp[layer], b, chunk, c, rows,
-                                    std::move(append) >> std::move(attend), attn.as_const())));
+                                    std::move(append) >> std::move(attend), attn.as_const(), nullptr,
+                                    c.mixture_of_experts() ? &w.moe.at(layer) : nullptr)));
         }
         const auto n = static_cast<long long>(logits.size());
         std::vector<decltype(k.softcap(LaunchConfig{}, logits, n, 0.0F))> capped;

@@ -334,8 +334,7 @@ TEST_CASE("LoadOptions' paged cache opens a paged decoder beyond kMaxContext, an
   LoadOptions qwen3_paged;
   qwen3_paged.kv_block_size = 16;
   qwen3_paged.kv_blocks = 8;
-  CHECK_THROWS_WITH_AS((void)DecoderCheckpoint::open(qwen3, qwen3_paged), doctest::Contains("does not run q/k norms"),
-                       CheckpointError);
+  CHECK_NOTHROW((void)DecoderCheckpoint::open(qwen3, qwen3_paged));  // q/k norms run on the paged cache too
 }
 
 TEST_CASE("with tied embeddings a checkpoint without lm_head reads the LM head from the embedding") {

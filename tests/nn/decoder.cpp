@@ -76,11 +76,20 @@ std::vector<int> shuffled_tables(int sequences, int width, int pool, unsigned se
 TEST_SUITE("gpu") {
   TEST_CASE_TEMPLATE("a paged decoder's prompts and batch steps give the contiguous decoder's logits bit for bit", T,
                      half, bfloat16) {
-    // Unsplit attention on blocks of 16, and attention split in 4 on blocks of 32 (the same positions per split).
+    // Unsplit attention on blocks of 16, and attention split in 4 on blocks of 32 (the same positions per split);
+    // without q/k norms, with Qwen3's (each head) and with OLMoE's (the whole q and k: PagedAttention's
+    // qk_norm_rope_append against the contiguous step's qk_norm_rope_append).
+    int qk = 0;
+    SUBCASE("no q/k norms") {}
+    SUBCASE("q/k norms of each head") { qk = 1; }
+    SUBCASE("q/k norms over the whole projection") { qk = 2; }
+    CAPTURE(qk);
     for (const auto& [blocks, block_size] : {std::pair{1, 16}, std::pair{4, 32}}) {
       CAPTURE(blocks);
       CAPTURE(block_size);
-      const DecoderConfig c = contiguous_reference_config(blocks);
+      DecoderConfig c = contiguous_reference_config(blocks);
+      c.qk_norm = qk > 0;
+      c.qk_norm_whole = qk == 2;
       DecoderConfig pc = c;
       pc.kv_block_size = block_size;
       pc.kv_blocks = kMaxRows * (c.context / block_size) + 5;  // room to spare: the tables skip some blocks

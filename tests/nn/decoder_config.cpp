@@ -77,8 +77,10 @@ TEST_CASE("a paged config refuses bad block sizes and pools and what the paged c
   c.fused = false;
   refused(c, "the paged KV cache (kv_block_size) does not run the unfused attention block");
   c = small_paged_config();
-  c.qk_norm = true;
-  refused(c, "the paged KV cache (kv_block_size) does not run q/k norms");
+  c.qk_norm = true;  // Qwen3's, and OLMoE's over the whole projection: PagedAttention::qk_norm_rope_append
+  CHECK_NOTHROW(c.validate());
+  c.qk_norm_whole = true;
+  CHECK_NOTHROW(c.validate());
 }
 
 TEST_CASE("a paged batch's tables are checked for size, pool bounds and blocks written under another row") {

@@ -178,6 +178,37 @@ TEST_CASE("paged rope_append accepts the stacked projection of the shape's rows 
         std::string::npos);
 }
 
+TEST_CASE("paged qk_norm_rope_append takes gains of a head or of the whole q and k, and refuses others by name") {
+  const nn::PagedAttentionShape s = good_shape();
+  const std::size_t width = static_cast<std::size_t>(s.heads + 2 * s.kv_heads) * s.head_dim;
+  const auto qkv = fake_span<const half>(5 * gib, static_cast<std::size_t>(s.rows) * width);
+  const auto q = fake_span<half>(6 * gib, q_size(s));
+  const auto count = fake_span<const int>(7 * gib, 1);
+  const auto frequencies = fake_span<const float>(8 * gib, static_cast<std::size_t>(s.head_dim / 2));
+  const auto head = static_cast<std::size_t>(s.head_dim);
+  const auto refusal = [&](std::size_t q_gain, std::size_t k_gain, bool whole) -> std::string {
+    try {
+      nn::check_paged_qk_norm_rope_append(s, qkv, {}, fake_span<const half>(9 * gib, q_gain),
+                                          fake_span<const half>(10 * gib, k_gain), q, fake_cache(s), count, frequencies,
+                                          whole);
+    } catch (const UsageError& e) {
+      return e.what();
+    }
+    return "(accepted)";
+  };
+  CHECK(refusal(head, head, false) == "(accepted)");
+  const auto heads = static_cast<std::size_t>(s.heads);
+  const auto kv_heads = static_cast<std::size_t>(s.kv_heads);
+  CHECK(refusal(heads * head, kv_heads * head, true) == "(accepted)");
+  CHECK(refusal(heads * head, head, false).find("q_gain has") != std::string::npos);
+  CHECK(refusal(heads * head, head, true).find("k_gain has") != std::string::npos);
+  // The stacked projection's checks are rope_append's.
+  CHECK_THROWS_WITH_AS(nn::check_paged_qk_norm_rope_append(
+                           s, qkv.subspan(0, 8), {}, fake_span<const half>(9 * gib, head),
+                           fake_span<const half>(10 * gib, head), q, fake_cache(s), count, frequencies, false),
+                       doctest::Contains("qkv has 8 elements"), UsageError);
+}
+
 TEST_CASE("paged attention sends long tables to the split kernel and refuses splits it cannot run") {
   auto s = good_shape();
   s.table_width = 4096;  // 65536 positions: 256 KiB of scores
@@ -198,6 +229,7 @@ TEST_CASE_TEMPLATE("the paged handles match their kernels' declarations in kerne
   CHECK_NOTHROW(d.check<SignatureOf<typename P::AttentionKernel>>("attention_paged" + suffix));
   CHECK_NOTHROW(d.check<SignatureOf<typename P::SplitKernel>>("attention_paged_split" + suffix));
   CHECK_NOTHROW(d.check<SignatureOf<typename P::RopeAppendKernel>>("rope_append_paged" + suffix));
+  CHECK_NOTHROW(d.check<SignatureOf<typename P::QkNormAppendKernel>>("qk_norm_rope_append_paged" + suffix));
   for (const char* heads : {"_h4", "_h8"}) {
     CHECK_NOTHROW(d.check<SignatureOf<typename P::GroupedKernel>>("attention_paged_grouped" + suffix + heads));
   }

@@ -83,17 +83,12 @@ class Options(unittest.TestCase):
         self.expect(2, self.model, "--kv-block-size", "24", stderr_has=["--kv-block-size must be 16 or 32, not '24'"])
         self.expect(2, self.model, "--kv-blocks", "0", stderr_has=["--kv-blocks must be an integer from 1"])
 
-    def test_a_context_beyond_8192_needs_the_paged_cache_which_a_model_with_q_k_norms_cannot_have(self):
+    def test_a_context_beyond_8192_needs_the_paged_cache(self):
         long = os.path.join(self.tmp.name, "long")
         write_checkpoint(long, dict(CONFIG, max_position_embeddings=20000))
         self.expect(2, long, "--kv-cache", "contiguous", "--context", "8193",
                     stderr_has=["--context 8193 is more than 8192, the most the contiguous KV cache holds (it is "
                                 "contiguous because --kv-cache contiguous)"])
-        qwen3 = os.path.join(self.tmp.name, "qwen3")
-        write_checkpoint(qwen3, dict(CONFIG, model_type="qwen3", architectures=["Qwen3ForCausalLM"],
-                                     max_position_embeddings=20000))
-        self.expect(2, qwen3, "--context", "9000", stderr_has=["--context 9000 is more than 8192", "q_norm, k_norm"])
-        self.expect(2, qwen3, "--kv-cache", "paged", stderr_has=["--kv-cache paged: the model norms q and k"])
 
     def test_an_address_in_use_exits_1_naming_it(self):
         with socket.socket() as taken:
@@ -301,13 +296,11 @@ class KvCacheChoice(unittest.TestCase):
         self.assertEqual(model["max_model_len"], 16384)
         self.assertIn("lazygraph_kv_blocks_total 700\n", metrics)
 
-    def test_a_model_with_q_k_norms_is_served_contiguous_saying_why(self):
+    def test_a_model_with_q_k_norms_is_served_paged_and_contiguous_when_asked_saying_why(self):
         qwen3 = dict(CONFIG, model_type="qwen3", architectures=["Qwen3ForCausalLM"])
         health, model, metrics = self.served(qwen3, "--max-batch", "2")
-        self.assertEqual(health["kv_cache"], "contiguous")
-        self.assertIn("q_norm, k_norm", health["kv_cache_reason"])
-        self.assertEqual(health["kv_blocks"], 2 * 4)  # accounts 2 contexts of 64 positions
-        self.assertIn('lazygraph_kv_cache_info{kv_cache="contiguous",block_size="16"} 1', metrics)
+        self.assertEqual(health["kv_cache"], "paged")
+        self.assertIn('lazygraph_kv_cache_info{kv_cache="paged",block_size="16"} 1', metrics)
         health, _, _ = self.served(dict(CONFIG), "--kv-cache", "contiguous")
         self.assertEqual((health["kv_cache"], health["kv_cache_reason"]), ("contiguous", "--kv-cache contiguous"))
 

@@ -122,7 +122,8 @@ struct DecoderOptions {
   int context = 1024;  ///< positions the KV cache holds per sequence
   /// Sequences decoded at once: 1 to 8 (kMaxRows), the contiguous KV cache holding this many; with a paged cache
   /// (kv_block_size) up to 256 (kMaxWideRows), steps of more than 8 rows then running as the wide step on tensor cores
-  /// (nn/wide_step.hpp: no mixture of experts, dense weights only, a GPU of compute capability 8.0 or newer with
+  /// (nn/wide_step.hpp: dense weights only, a mixture of experts' as grouped products, a GPU of compute capability 8.0
+  /// or newer with
   /// cuBLASLt; its buffers, for the smallest bucket of 16, 32, ... 256 rows that holds max_batch, allocated with the
   /// decoder).
   int max_batch = 1;
@@ -181,7 +182,8 @@ struct DecoderOptions {
   /// row of a step appends and attends through its block table (a device input staged like the tokens: new tables
   /// never recapture), and the memory is bounded by the pool; `context` is then the most positions one sequence's
   /// table reaches (up to kMaxPagedContext). The graph backend on one GPU, dense q/k/v weights, the fused attention
-  /// block without q/k norms; prompts run as on the contiguous cache, on tensor cores (prefill_chunk) where they may,
+  /// block (q/k norms too, appended by PagedAttention::qk_norm_rope_append); prompts run as on the contiguous cache, on
+  /// tensor cores (prefill_chunk) where they may,
   /// flash attention reading and writing through the table (docs/serving.md).
   int kv_block_size = 0;
   /// Blocks of the paged cache's pool, per layer (kv_block_size): at least 1; 0 with the contiguous cache.
@@ -205,8 +207,8 @@ struct DecoderOptions {
 struct DecoderConfig : ModelShape, DecoderOptions {
   /// \throws UsageError for shapes the kernels cannot run: d and ffn multiples of 8, d divisible by
   /// heads when head_width is 0, head_dim a multiple of 8 and at most 256, heads a multiple of kv_heads, context at
-  /// most 8192 (kMaxContext), max_batch at most 8 (kMaxRows; with a paged cache 256, kMaxWideRows, and above 8 no
-  /// mixture of experts), every count positive, a finite positive theta, an invalid
+  /// most 8192 (kMaxContext), max_batch at most 8 (kMaxRows; with a paged cache 256, kMaxWideRows), every count
+  /// positive, a finite positive theta, an invalid
   /// rope_scaling, a prefill_chunk that is neither 0 nor a power of two from 16 to 8192; with the persistent backend,
   /// an unfused attention block, attention over more than one block per head, persistent.threads outside 32..256, a
   /// persistent_tile_rows that is neither 0 nor a positive multiple of 8, or a block feature it has no tiles for
@@ -216,7 +218,7 @@ struct DecoderConfig : ModelShape, DecoderOptions {
   /// experts. With a paged cache (kv_block_size): a kv_block_size other than 16 or 32, kv_blocks below 1, a context
   /// above kMaxPagedContext (above kMaxContext otherwise), attention_blocks 1 with a context whose scores do not fit
   /// the unsplit kernel's shared memory, and what it does not run, named: the persistent backend, the unfused
-  /// attention block (fused false), q/k norms (qk_norm). kv_blocks without kv_block_size is refused too.
+  /// attention block (fused false). kv_blocks without kv_block_size is refused too.
   void validate() const;
 };
 

@@ -62,7 +62,8 @@ struct BasicDecoderState {
   DeviceBuffer<float> argmax_values;
   DeviceBuffer<int> argmax_indices;  ///< see argmax_values
   /// The integers 0 to kMaxRows, [kMaxRows + 1]: a step of r rows passes the grouped attention kernel (which reads
-  /// its row count on the device) row_counts[r]. Empty unless grouped_attention.
+  /// its row count on the device) row_counts[r], and so does a paged cache's q/k-norm append. Empty unless
+  /// grouped_attention or a paged cache with q/k norms.
   DeviceBuffer<int> row_counts;
   int multiprocessors = 0;  ///< the device's, for paged_splits
   /// Whether a paged cache's step attends with PagedAttention::attend_grouped (one block per kv head and split, on

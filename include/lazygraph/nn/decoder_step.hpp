@@ -116,7 +116,8 @@ auto attention_heads(const Projector<T>& p, const BasicAttentionWeights<T>& w, B
                   choose(c.ordering == DecoderOrdering::hand_written, all(q, kp, v) >> rope >> append >> attend,
                          q >> kp >> v >> rope >> append >> attend));
   };
-  // The fused path through block tables (validate refuses qk_norm and unfused with a paged cache).
+  // The fused path through block tables (validate refuses unfused with a paged cache); with q/k norms, the stacked
+  // projection first and PagedAttention::qk_norm_rope_append (the contiguous path's arithmetic, through the tables).
   const auto paged_fused = [&] {
     if (paged == nullptr) throw UsageError("attention_heads: a paged cache (kv_block_size) needs PagedAttention");
     const int kv_dim = c.kv_dim();
@@ -133,19 +134,33 @@ auto attention_heads(const Projector<T>& p, const BasicAttentionWeights<T>& w, B
                                     .window = window};
     const PagedKvCache<T> cache{k_cache, v_cache, s.positions().subspan(0, count),
                                 s.tables.cview().subspan(0, count * static_cast<std::size_t>(width))};
-    const DeviceSpan<const T> all = w.qkv.dense();
     const auto dd = static_cast<std::size_t>(d);
     const auto q_size = static_cast<std::size_t>(q_dim);
     const auto kv_size = static_cast<std::size_t>(kv_dim);
     const auto bias = [&](std::size_t at, std::size_t size) {
       return w.bias.empty() ? DeviceSpan<const T>{} : w.bias.cview().subspan(at, size);
     };
-    auto append = k.qkv_rope_append_paged(
-        k.qkv_config(q_dim, kv_dim, d, rows), all.subspan(0, q_size * dd), all.subspan(q_size * dd, kv_size * dd),
-        all.subspan((q_size + kv_size) * dd, kv_size * dd), bias(0, q_size), bias(q_size, kv_size),
-        bias(q_size + kv_size, kv_size), s.x.cview(), w.gain.cview(), s.q.view(), k_cache, v_cache, s.positions(),
-        s.tables.cview(), d, q_dim, c.kv_head_count(), c.head_dim(), c.kv_block_size, c.kv_blocks, width, frequencies,
-        c.eps, rows);
+    auto append = detail::either(
+        c.qk_norm,
+        [&] {
+          const std::size_t width_qkv = q_size + 2 * kv_size;
+          const DeviceSpan<T> qkv = s.qkv.view().subspan(0, count * width_qkv);
+          return norm_project(p, w.qkv, s.x.cview(), w.gain.cview(), qkv, static_cast<int>(width_qkv), d, c.eps,
+                              rows) >>
+                 paged->qk_norm_rope_append(shape, qkv.as_const(), w.bias.cview(), w.q_norm.cview(), w.k_norm.cview(),
+                                            s.q.view().subspan(0, count * q_size), cache,
+                                            s.row_counts.cview().subspan(count, 1), frequencies, c.eps,
+                                            c.qk_norm_whole);
+        },
+        [&] {
+          const DeviceSpan<const T> all = w.qkv.dense();
+          return k.qkv_rope_append_paged(
+              k.qkv_config(q_dim, kv_dim, d, rows), all.subspan(0, q_size * dd), all.subspan(q_size * dd, kv_size * dd),
+              all.subspan((q_size + kv_size) * dd, kv_size * dd), bias(0, q_size), bias(q_size, kv_size),
+              bias(q_size + kv_size, kv_size), s.x.cview(), w.gain.cview(), s.q.view(), k_cache, v_cache, s.positions(),
+              s.tables.cview(), d, q_dim, c.kv_head_count(), c.head_dim(), c.kv_block_size, c.kv_blocks, width,
+              frequencies, c.eps, rows);
+        });
     const DeviceSpan<const T> q = s.q.cview().subspan(0, count * q_size);
     const DeviceSpan<T> out = s.attn.view().subspan(0, count * q_size);
     const int splits = s.paged_splits(c, rows, s.grouped_attention ? paged->grouped_resident(shape) : 0);

@@ -86,6 +86,15 @@ void check_paged_rope_append(const PagedAttentionShape& shape, DeviceSpan<const 
                              DeviceSpan<T> q, const PagedKvCache<T>& cache, DeviceSpan<const int> count,
                              DeviceSpan<const float> frequencies);
 
+/// Checks a split of the stacked projection with q/k norms (PagedAttention::qk_norm_rope_append) without a GPU.
+/// \throws UsageError as check_paged_rope_append; q_gain and k_gain not of head_dim elements each, or with `whole` of
+/// heads x head_dim and kv_heads x head_dim; head_dim odd or above 256; block_size neither 16 nor 32.
+template <Element T>
+void check_paged_qk_norm_rope_append(const PagedAttentionShape& shape, DeviceSpan<const T> qkv,
+                                     DeviceSpan<const T> bias, DeviceSpan<const T> q_gain, DeviceSpan<const T> k_gain,
+                                     DeviceSpan<T> q, const PagedKvCache<T>& cache, DeviceSpan<const int> count,
+                                     DeviceSpan<const float> frequencies, bool whole);
+
 /// Checks an attention launch (PagedAttention::attend) without a GPU. \throws UsageError as check_paged_append for
 /// the cache; q or out not of rows * heads * head_dim elements or not 16-byte aligned; out overlapping q, a pool,
 /// positions or tables; the scores of capacity() positions and the table needing more than
@@ -161,6 +170,13 @@ class PagedAttention {
   /// See AppendOp.
   using RopeAppendOp = LaunchOp<const T*, const T*, const T*, const T*, T*, T*, T*, const int*, const int*, const int*,
                                 int, int, int, int, int, int, const float*, int>;
+  /// qk_norm_rope_append_paged(qkv, bias, q_gain, k_gain, q, k_pool, v_pool, positions, tables, count, heads,
+  /// kv_heads, head_dim, block_size, blocks, table_width, frequencies, eps, whole, rows) (kernels/nn/qk_norm.cu).
+  using QkNormAppendKernel = Kernel<void(const T*, const T*, const T*, const T*, T*, T*, T*, const int*, const int*,
+                                         const int*, int, int, int, int, int, int, const float*, float, int, int)>;
+  /// See AppendOp.
+  using QkNormAppendOp = LaunchOp<const T*, const T*, const T*, const T*, T*, T*, T*, const int*, const int*,
+                                  const int*, int, int, int, int, int, int, const float*, float, int, int>;
   /// See AppendOp.
   using AttentionOp =
       LaunchOp<const T*, const T*, const T*, T*, const int*, const int*, int, int, int, int, int, int, float, int>;
@@ -201,6 +217,18 @@ class PagedAttention {
   [[nodiscard]] RopeAppendOp rope_append(const PagedAttentionShape& shape, DeviceSpan<const T> qkv,
                                          DeviceSpan<const T> bias, DeviceSpan<T> q, const PagedKvCache<T>& cache,
                                          DeviceSpan<const int> count, DeviceSpan<const float> frequencies) const;
+
+  /// rope_append for a block with q/k norms (Qwen3's per head, or with `whole` OLMoE's over the whole q and k): each
+  /// row b below count[0] gets the biases, each q and k head normed (q_gain and k_gain: head_dim each, or with `whole`
+  /// heads x head_dim and kv_heads x head_dim, the mean then over the row's whole q or k), rounded and rotated as the
+  /// contiguous step's qk_norm_rope_append (the same arithmetic: kernels/nn/qk_norm.cu), its q into q and its k and v
+  /// into the pools through its table; one block per (head of q, k and v, row). \throws UsageError
+  /// (check_paged_qk_norm_rope_append) naming the span or field that does not fit.
+  [[nodiscard]] QkNormAppendOp qk_norm_rope_append(const PagedAttentionShape& shape, DeviceSpan<const T> qkv,
+                                                   DeviceSpan<const T> bias, DeviceSpan<const T> q_gain,
+                                                   DeviceSpan<const T> k_gain, DeviceSpan<T> q,
+                                                   const PagedKvCache<T>& cache, DeviceSpan<const int> count,
+                                                   DeviceSpan<const float> frequencies, float eps, bool whole) const;
 
   /// Attention of q ([rows][heads][head_dim]) through the tables into out, one block of 1024 threads per (row, head),
   /// as a lazy op: row b attends its positions f..p (f = 0, or p - window + 1) with softmax(scale q . k) v, fp32.
@@ -264,6 +292,8 @@ class PagedAttention {
   /// See append_kernel.
   [[nodiscard]] const AttentionKernel& attention_kernel() const noexcept { return attention_; }
   /// See append_kernel.
+  [[nodiscard]] const QkNormAppendKernel& qk_norm_append_kernel() const noexcept { return qk_norm_append_; }
+  /// See append_kernel.
   [[nodiscard]] const SplitKernel& split_kernel() const noexcept { return split_; }
   /// See append_kernel: the grouped kernel attend_grouped launches for `shape`: attention_paged_grouped_mma_d64 or
   /// _d128 for those head_dims, else attention_paged_grouped_h4 for a group of up to 4 query heads per kv head, else
@@ -275,6 +305,7 @@ class PagedAttention {
  private:
   AppendKernel append_;
   RopeAppendKernel rope_append_;
+  QkNormAppendKernel qk_norm_append_;
   AttentionKernel attention_;
   SplitKernel split_;
   /// The grouped kernels: _h4, _h8, _mma_d64, _mma_d128.

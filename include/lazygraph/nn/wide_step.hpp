@@ -13,7 +13,10 @@
 ///                                                 (paged_grouped_wave_splits, or DecoderConfig::attention_blocks)
 ///   x += a Wo^T                                   GEMM with the residual (cuBLASLt: C = D = x)
 ///   h = rmsnorm(x) * g_mlp; gate, up = GEMMs; gate = act(gate) * up; x += gate W2^T
+///                                                 (a mixture of experts: its router and grouped products,
+///                                                 prefill_moe.hpp)
 ///
+/// With q/k norms (Qwen3, OLMoE) the split is PagedAttention::qk_norm_rope_append: each q and k head normed first.
 /// then the final norm, the LM head as a GEMM over the N rows, soft-capping where the model has it, and each row's
 /// next token by the step's sampler (greedy, or drawn from (seed, position, row) as forward_batch's).
 ///
@@ -25,8 +28,9 @@
 /// copied in by the graph's first nodes: new values never recapture. Graphs are captured on first use (or all at once,
 /// capture_all) into one GraphPool; the buffers for the largest bucket are allocated once, when the step is made.
 ///
-/// What it does not run (DecoderConfig::validate and the decoder refuse them, naming them): a mixture of experts,
-/// quantized weights; and what the paged cache does not run (q/k norms, the persistent backend, tensor-parallel ranks).
+/// What it does not run (DecoderConfig::validate and the decoder refuse them, naming them): quantized weights (experts
+/// included); and what the paged cache does not run (the unfused block, the persistent backend, tensor-parallel
+/// ranks).
 
 #include <cstddef>
 #include <memory>
