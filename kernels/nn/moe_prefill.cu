@@ -2,16 +2,18 @@
 // into h ([max_rows][d], prefill_rms_norm) and the router's logits computed by a GEMM ([max_rows][experts], T), when
 // a prompt chunk of up to max_rows rows goes through a layer at once. The rows are grouped by the expert they chose,
 // so that each expert's weights are read once per tile of up to kTileRows of its rows, on tensor cores (mma.sync
-// m16n8k16, fp32 accumulation); the choice never leaves the device. `chunk` = [start, rows, slot]
-// (nn::PrefillChunkLayout): only its first `rows` rows (clamped to [0, max_rows]) are routed; the padding rows get no
-// expert and keep their bits. fp16 (`NAME`) and bf16 (`NAME_bf16`); arithmetic in fp32.
+// m16n8k16, fp32 accumulation); the choice never leaves the device. `count` points at the real rows (a prefill chunk's
+// rows, nn::PrefillChunkLayout::rows, or a decode step's): only the first count[0] rows (clamped to [0, max_rows]) are
+// routed; the padding rows get no expert and keep their bits. The decode step of 2 to 8 rows on tensor cores runs the
+// group, the grouped products and combine after its own moe_route (nn/decoder_step.hpp). fp16 (`NAME`) and bf16
+// (`NAME_bf16`); arithmetic in fp32.
 //
-//   moe_prefill_route(logits, chunk, ids, weights, experts, top_k, normalize, max_rows)
+//   moe_prefill_route(logits, count, ids, weights, experts, top_k, normalize, max_rows)
 //     Each row's routing as moe_route's (moe.cu: softmax, top k, renormalized where `normalize`, weights rounded to
 //     T), into ids and weights [max_rows][top_k]: pair j = r * top_k + s is row r's slot s. Launch: blocks of
 //     kRouteWarps warps, any grid (warp w of block b takes rows b * kRouteWarps + w, then every gridDim.x *
 //     kRouteWarps).
-//   moe_prefill_group(ids, chunk, order, slot_of, tiles, experts, top_k, max_rows, max_tiles)
+//   moe_prefill_group(ids, count, order, slot_of, tiles, experts, top_k, max_rows, max_tiles)
 //     The pairs grouped by expert: positions base[e] .. base[e] + count[e] - 1 hold expert e's pairs (experts in
 //     ascending order): order[position] = pair, slot_of[pair] = position; and the tiles of the grouped products, each
 //     up to kTileRows positions of one expert: tiles[0] = their count, tile t at tiles[1 + 4 t] = {expert, first
@@ -30,14 +32,14 @@
 //     partial[p][i] = w2[e][i] . act[p] in fp32 for each position p of tile t; w2 [experts][d][width]; partial
 //     [max_rows * top_k][d]. Launch: grid (ceil(d / kTileCols), max_tiles), blocks of kThreads, kStages * 2 *
 //     kTileRows * (kTileK + 8) elements of dynamic shared memory (55296 bytes).
-//   moe_prefill_combine(partial, slot_of, weights, x, chunk, d, top_k, max_rows)
+//   moe_prefill_combine(partial, slot_of, weights, x, count, d, top_k, max_rows)
 //     x[r][i] += sum over s of weights[j] * partial[slot_of[j]][i], j = r * top_k + s, summed in fp32 in slot order
-//     and rounded once (as moe_down adds a step's rows) for r < rows. Launch: 1-D, any grid and block (grid-stride
+//     and rounded once (as moe_down adds a step's rows) for r < count[0]. Launch: 1-D, any grid and block (grid-stride
 //     over eighths of rows), e.g. grid_for(max_rows * d / 8, 256).
 //
 // Requirements (a kernel traps on a violation): d and width multiples of 8; h, w1, w2, w3, act and x 16-byte aligned;
 // experts 1 to kMaxExperts, top_k 1 to kMaxTopK and at most experts; ids as moe_prefill_route writes them, tiles and
-// order as moe_prefill_group does for the same chunk; the grouped products on sm_80 or newer (they trap before).
+// order as moe_prefill_group does for the same rows; the grouped products on sm_80 or newer (they trap before).
 // Each kernel may be launched early: it waits for the kernel before it first (the grouped products' weight rows
 // depend on the tiles, so nothing is prefetched before that wait).
 #include "lazygraph/element.cuh"
@@ -58,11 +60,11 @@ constexpr int kStages = 3;           // stages, two in flight while one is read 
 constexpr int kStride = kTileK + 8;  // shared row stride in elements: 144 bytes, so ldmatrix's 8 rows hit 32 banks
 constexpr int kThreads = 128;        // four warps, 2 x 2 over the 64 x 64 tile, each 32 x 32
 
-/// The chunk's real rows, clamped to [0, max_rows].
-__device__ __forceinline__ int chunk_rows(const int* chunk, int max_rows) { return min(max(chunk[1], 0), max_rows); }
+/// The real rows, clamped to [0, max_rows].
+__device__ __forceinline__ int real_rows(const int* count, int max_rows) { return min(max(count[0], 0), max_rows); }
 
 template <class T>
-__device__ __forceinline__ void moe_prefill_route_body(const T* logits, const int* chunk, int* ids, float* weights,
+__device__ __forceinline__ void moe_prefill_route_body(const T* logits, const int* count, int* ids, float* weights,
                                                        int experts, int top_k, int normalize, int max_rows) {
   __shared__ float p[kRouteWarps][kMaxExperts];
   __shared__ int chosen[kRouteWarps][kMaxTopK];
@@ -71,7 +73,7 @@ __device__ __forceinline__ void moe_prefill_route_body(const T* logits, const in
   if (!counts_supported(experts, top_k, 1) || blockDim.x != 32 * kRouteWarps || blockDim.y != 1 || blockDim.z != 1) {
     __trap();
   }
-  const int rows = chunk_rows(chunk, max_rows);
+  const int rows = real_rows(count, max_rows);
   const int warp = static_cast<int>(threadIdx.x) / 32;
   for (int r = static_cast<int>(blockIdx.x) * kRouteWarps + warp; r < rows;
        r += static_cast<int>(gridDim.x) * kRouteWarps) {  // uniform over the warp
@@ -81,10 +83,10 @@ __device__ __forceinline__ void moe_prefill_route_body(const T* logits, const in
   }
 }
 
-__device__ __forceinline__ void moe_prefill_group_body(const int* ids, const int* chunk, int* order, int* slot_of,
+__device__ __forceinline__ void moe_prefill_group_body(const int* ids, const int* count, int* order, int* slot_of,
                                                        int* tiles, int experts, int top_k, int max_rows,
                                                        int max_tiles) {
-  __shared__ int count[kMaxExperts];
+  __shared__ int per_expert[kMaxExperts];
   __shared__ int base[kMaxExperts];
   __shared__ int tile_base[kMaxExperts];
   lg::early_launch_prologue();
@@ -94,13 +96,13 @@ __device__ __forceinline__ void moe_prefill_group_body(const int* ids, const int
   }
   const int tid = static_cast<int>(threadIdx.x);
   const int threads = static_cast<int>(blockDim.x);
-  const int pairs = chunk_rows(chunk, max_rows) * top_k;
-  for (int e = tid; e < experts; e += threads) count[e] = 0;
+  const int pairs = real_rows(count, max_rows) * top_k;
+  for (int e = tid; e < experts; e += threads) per_expert[e] = 0;
   __syncthreads();
   for (int j = tid; j < pairs; j += threads) {
     const int e = ids[j];
     if (e < 0 || e >= experts) __trap();
-    atomicAdd(&count[e], 1);
+    atomicAdd(&per_expert[e], 1);
   }
   __syncthreads();
   if (tid < 32) {  // exclusive prefix sums of the counts and of the tiles, 32 experts at a time
@@ -108,7 +110,7 @@ __device__ __forceinline__ void moe_prefill_group_body(const int* ids, const int
     int tile_count = 0;
     for (int e0 = 0; e0 < experts; e0 += 32) {
       const int e = e0 + tid;
-      const int c = e < experts ? count[e] : 0;
+      const int c = e < experts ? per_expert[e] : 0;
       const int t = (c + kTileRows - 1) / kTileRows;
       int c_sum = c;
       int t_sum = t;
@@ -133,20 +135,20 @@ __device__ __forceinline__ void moe_prefill_group_body(const int* ids, const int
   }
   __syncthreads();
   for (int e = tid; e < experts; e += threads) {
-    for (int first = 0, t = tile_base[e]; first < count[e]; first += kTileRows, ++t) {
+    for (int first = 0, t = tile_base[e]; first < per_expert[e]; first += kTileRows, ++t) {
       int* tile = tiles + 1 + 4 * t;
       tile[0] = e;
       tile[1] = base[e] + first;
-      tile[2] = min(kTileRows, count[e] - first);
+      tile[2] = min(kTileRows, per_expert[e] - first);
       tile[3] = 0;
     }
   }
   __syncthreads();  // the counts are read; they count the pairs placed from here
-  for (int e = tid; e < experts; e += threads) count[e] = 0;
+  for (int e = tid; e < experts; e += threads) per_expert[e] = 0;
   __syncthreads();
   for (int j = tid; j < pairs; j += threads) {
     const int e = ids[j];
-    const int position = base[e] + atomicAdd(&count[e], 1);
+    const int position = base[e] + atomicAdd(&per_expert[e], 1);
     order[position] = j;
     slot_of[j] = position;
   }
@@ -324,13 +326,13 @@ __device__ __forceinline__ void moe_prefill_down_body(const T* act, const T* w2,
 
 template <class T>
 __device__ __forceinline__ void moe_prefill_combine_body(const float* partial, const int* slot_of, const float* weights,
-                                                         T* x, const int* chunk, int d, int top_k, int max_rows) {
+                                                         T* x, const int* count, int d, int top_k, int max_rows) {
   lg::early_launch_prologue();
   if (d <= 0 || d % 8 != 0 || top_k < 1 || top_k > kMaxTopK || !lg::is_aligned16(x) || !lg::is_aligned16(partial)) {
     __trap();
   }
   const int eighths = d / 8;
-  const long long total = static_cast<long long>(chunk_rows(chunk, max_rows)) * eighths;
+  const long long total = static_cast<long long>(real_rows(count, max_rows)) * eighths;
   for (long long i = lg::global_index(); i < total; i += lg::grid_stride()) {
     const long long r = i / eighths;
     const int c = static_cast<int>(i % eighths) * 8;
@@ -357,20 +359,20 @@ __device__ __forceinline__ void moe_prefill_combine_body(const float* partial, c
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(1024)
-    moe_prefill_group(const int* ids, const int* chunk, int* order, int* slot_of, int* tiles, int experts, int top_k,
+    moe_prefill_group(const int* ids, const int* count, int* order, int* slot_of, int* tiles, int experts, int top_k,
                       int max_rows, int max_tiles) {
-  moe_prefill_group_body(ids, chunk, order, slot_of, tiles, experts, top_k, max_rows, max_tiles);
+  moe_prefill_group_body(ids, count, order, slot_of, tiles, experts, top_k, max_rows, max_tiles);
 }
 
 /* lazygraph:variants
 axis T = lg::half_t | lg::bf16_t _bf16
 
-moe_prefill_route[T] __launch_bounds__(256) = moe_prefill_route_body<T>(const T* logits, const int* chunk, int* ids,
+moe_prefill_route[T] __launch_bounds__(256) = moe_prefill_route_body<T>(const T* logits, const int* count, int* ids,
     float* weights, int experts, int top_k, int normalize, int max_rows)
 moe_prefill_gate_up[T] __launch_bounds__(128) = moe_prefill_gate_up_body<T>(const T* h, const T* w1, const T* w3,
     const int* order, const int* tiles, T* act, int width, int d, int top_k, int max_tiles)
 moe_prefill_down[T] __launch_bounds__(128) = moe_prefill_down_body<T>(const T* act, const T* w2, const int* tiles,
     float* partial, int d, int width, int max_tiles)
 moe_prefill_combine[T] = moe_prefill_combine_body<T>(const float* partial, const int* slot_of, const float* weights,
-    T* x, const int* chunk, int d, int top_k, int max_rows)
+    T* x, const int* count, int d, int top_k, int max_rows)
 */

@@ -7,6 +7,7 @@
 #include "lazygraph/nn/kernels.hpp"
 #include "lazygraph/nn/moe_routes.hpp"
 #include "lazygraph/nn/paged_attention.hpp"
+#include "lazygraph/nn/prefill_moe.hpp"
 #include "lazygraph/ops.hpp"
 
 namespace lazygraph::nn {
@@ -67,6 +68,11 @@ BasicDecoderState<T>::BasicDecoderState(const Device& device, const DecoderConfi
                                                        static_cast<std::size_t>(c.d)
                                                  : 0),
       moe_counters(device, c.mixture_of_experts() ? static_cast<std::size_t>(c.d) : 0),
+      moe_order(device, grouped_expert_steps(c) ? kMaxRows * static_cast<std::size_t>(c.moe.experts_per_token) : 0),
+      moe_slot_of(device, moe_order.size()),
+      moe_tiles(device, grouped_expert_steps(c) ? 1 + 4 * static_cast<std::size_t>(moe_prefill_tiles(
+                                                              kMaxRows * c.moe.experts_per_token, c.moe.experts))
+                                                : 0),
       logits(DeviceBuffer<T>(device, kMaxRows * static_cast<std::size_t>(c.vocab))),
       k_cache(DeviceBuffer<T>(device, cache_elements(c))),
       v_cache(DeviceBuffer<T>(device, k_cache.size())),
@@ -79,7 +85,9 @@ BasicDecoderState<T>::BasicDecoderState(const Device& device, const DecoderConfi
       local_rope_frequencies(device, c.local_theta > 0 ? static_cast<std::size_t>(c.head_dim() / 2) : 0),
       argmax_values(device, static_cast<std::size_t>(kMaxRows) * kArgmaxChunks),
       argmax_indices(device, static_cast<std::size_t>(kMaxRows) * kArgmaxChunks),
-      row_counts(device, grouped(device, c) || (c.paged() && c.qk_norm) ? static_cast<std::size_t>(kMaxRows) + 1 : 0),
+      row_counts(device, grouped(device, c) || (c.paged() && c.qk_norm) || grouped_expert_steps(c)
+                             ? static_cast<std::size_t>(kMaxRows) + 1
+                             : 0),
       multiprocessors(device.sm_count()),
       grouped_attention(grouped(device, c)) {
   const Stream stream(device);

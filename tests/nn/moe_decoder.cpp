@@ -18,6 +18,7 @@
 #include <lazygraph/nn/decoder_rank.hpp>
 #include <lazygraph/nn/decoder_tensors.hpp>
 #include <lazygraph/nn/prefill.hpp>
+#include <lazygraph/nn/prefill_moe.hpp>
 #include <lazygraph/nn/reference.hpp>
 
 #include "common/gpu.hpp"
@@ -234,8 +235,9 @@ TEST_SUITE("gpu") {
   TEST_CASE_TEMPLATE("a mixture-of-experts decoder's 8-row steps on tensor cores match float64 in every row", T, half,
                      bfloat16) {
     // The Qwen3-MoE sequence of the test above (seed 41 from token 7: clear routes) in all 8 rows at once, with
-    // DecoderConfig::tensor_cores: the router's gemv and the expert kernels run their _mma variants (every row
-    // choosing the same experts), and each row must still match float64 and get the bits of the others.
+    // DecoderConfig::tensor_cores: the router's gemv runs its _mma variant and the experts the grouped products
+    // (grouped_expert_steps) (every row choosing the same experts), and each row must still match float64 and get the
+    // bits of the others.
     DecoderConfig config = moe_decoder({8, 2, 64, true}, 41, 8);
     config.qk_norm = true;
     config.tensor_cores = true;
@@ -264,6 +266,46 @@ TEST_SUITE("gpu") {
       token = next[0];
     }
     CHECK(reference.route_margin() > 0.02);
+  }
+
+  TEST_CASE_TEMPLATE(
+      "a mixture-of-experts decoder's steps of 2 to 8 rows on tensor cores run the grouped products and give each row "
+      "what it gets alone within rounding",
+      T, half, bfloat16) {
+    // grouped_expert_steps: each row's experts as the prompt chunk's grouped products (prefill_moe.hpp), against the
+    // same row stepped alone on the gemv family's fp32 row loop. Every expert chosen (top 4 of 4, renormalized), so
+    // that no near tie can route a row otherwise on the two paths (the batch's router gemv runs on tensor cores).
+    DecoderConfig config = moe_decoder({4, 4, 64, true}, 7, 8);
+    config.tensor_cores = true;
+    REQUIRE(grouped_expert_steps(config));
+    BasicDecoder<T> batched(lgtest::stream(), lgtest::nn_kernels(), config);
+    DecoderConfig alone = config;
+    alone.max_batch = 1;
+    alone.tensor_cores = false;
+    BasicDecoder<T> single(lgtest::stream(), lgtest::nn_kernels(), alone);
+    const double bound = std::same_as<T, half> ? 1e-2 : 4e-2;
+    const std::vector<int> starts{3, 77, 100, 5, 511, 7, 7, 300};
+    for (const int rows : {2, 5, 8}) {
+      CAPTURE(rows);
+      batched.reset();
+      std::vector<std::vector<int>> fed(static_cast<std::size_t>(rows));
+      std::vector<int> tokens(starts.begin(), starts.begin() + rows);
+      for (int p = 0; p < 4; ++p) {
+        std::vector<TokenAt> steps;
+        for (int r = 0; r < rows; ++r) {
+          steps.push_back({tokens[static_cast<std::size_t>(r)], p});
+          fed[static_cast<std::size_t>(r)].push_back(tokens[static_cast<std::size_t>(r)]);
+        }
+        tokens = batched.forward_batch(steps);
+      }
+      for (int r = 0; r < rows; ++r) {
+        CAPTURE(r);
+        single.reset();
+        for (int p = 0; p < 4; ++p)
+          (void)single.forward({fed[static_cast<std::size_t>(r)][static_cast<std::size_t>(p)], p});
+        CHECK(relative_error(widen(batched.logits(r)), widen(single.logits())) < bound);
+      }
+    }
   }
 
   TEST_CASE_TEMPLATE(

@@ -159,16 +159,17 @@ TEST_SUITE("gpu") {
     DeviceBuffer<T> act(s.device(), count(pairs, width));
     DeviceBuffer<float> partial(s.device(), count(pairs, d));
 
-    k.moe_prefill_route.launch(s, k.moe_prefill_route_config(max_rows), dlogits.cview(), chunk.cview(), ids.view(),
+    const DeviceSpan<const int> real_rows = chunk.cview().subspan(1, 1);  // the chunk's real rows
+    k.moe_prefill_route.launch(s, k.moe_prefill_route_config(max_rows), dlogits.cview(), real_rows, ids.view(),
                                weights.view(), experts, top_k, normalize ? 1 : 0, max_rows);
-    k.moe_prefill_group.launch(s, LaunchConfig{{1, 1, 1}, {1024, 1, 1}, 0}, ids.cview(), chunk.cview(), order.view(),
+    k.moe_prefill_group.launch(s, LaunchConfig{{1, 1, 1}, {1024, 1, 1}, 0}, ids.cview(), real_rows, order.view(),
                                slot_of.view(), tile_list.view(), experts, top_k, max_rows, tiles);
     k.moe_prefill_gate_up.launch(s, k.moe_prefill_config(width, tiles, 2), dh.cview(), dw1.cview(), dw3.cview(),
                                  order.cview(), tile_list.cview(), act.view(), width, d, top_k, tiles);
     k.moe_prefill_down.launch(s, k.moe_prefill_config(d, tiles, 1), act.cview(), dw2.cview(), tile_list.cview(),
                               partial.view(), d, width, tiles);
     k.moe_prefill_combine.launch(s, grid_for(count(max_rows, d) / 8, 256), partial.cview(), slot_of.cview(),
-                                 weights.cview(), dx.view(), chunk.cview(), d, top_k, max_rows);
+                                 weights.cview(), dx.view(), real_rows, d, top_k, max_rows);
     const std::vector<int> got_ids = lgtest::to_host(s, ids.cview());
     const std::vector<float> got_weights = lgtest::to_host(s, weights.cview());
     const std::vector<int> got_order = lgtest::to_host(s, order.cview());

@@ -44,7 +44,13 @@ struct BasicDecoderState {
   DeviceBuffer<T> moe_act;              ///< see moe_h
   DeviceBuffer<float> moe_partial;      ///< see moe_h
   DeviceBuffer<unsigned> moe_counters;  ///< see moe_h
-  DeviceBuffer<T> logits;               ///< [kMaxRows][vocab]
+  /// With DecoderConfig::tensor_cores, for steps of 2 to 8 rows (moe_block's grouped products, prefill_moe.hpp's
+  /// kernels): the (row, slot) pairs grouped by expert [kMaxRows * top k], each pair's place among them, and the tiles
+  /// [1 + 4 moe_prefill_tiles(kMaxRows * top k, experts)]. Else empty.
+  DeviceBuffer<int> moe_order;
+  DeviceBuffer<int> moe_slot_of;  ///< see moe_order
+  DeviceBuffer<int> moe_tiles;    ///< see moe_order
+  DeviceBuffer<T> logits;         ///< [kMaxRows][vocab]
   /// [layers][max_batch][kv_heads][context][head_dim]; with a paged cache (DecoderConfig::kv_block_size) the pools,
   /// [layers][kv_blocks][kv_heads][kv_block_size][head_dim] (PagedAttention's layout per layer).
   DeviceBuffer<T> k_cache;
@@ -62,8 +68,8 @@ struct BasicDecoderState {
   DeviceBuffer<float> argmax_values;
   DeviceBuffer<int> argmax_indices;  ///< see argmax_values
   /// The integers 0 to kMaxRows, [kMaxRows + 1]: a step of r rows passes the grouped attention kernel (which reads
-  /// its row count on the device) row_counts[r], and so does a paged cache's q/k-norm append. Empty unless
-  /// grouped_attention or a paged cache with q/k norms.
+  /// its row count on the device) row_counts[r], and so do a paged cache's q/k-norm append and a mixture of experts'
+  /// grouped products. Empty unless grouped_attention, a paged cache with q/k norms, or moe_order is not.
   DeviceBuffer<int> row_counts;
   int multiprocessors = 0;  ///< the device's, for paged_splits
   /// Whether a paged cache's step attends with PagedAttention::attend_grouped (one block per kv head and split, on

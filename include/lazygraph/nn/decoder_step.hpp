@@ -17,6 +17,7 @@
 #include "lazygraph/nn/kernels.hpp"
 #include "lazygraph/nn/moe_routes.hpp"
 #include "lazygraph/nn/paged_attention.hpp"
+#include "lazygraph/nn/prefill_moe.hpp"
 #include "lazygraph/nn/projection.hpp"
 #include "lazygraph/nn/sampling.hpp"
 #include "lazygraph/nn/swiglu.hpp"
@@ -239,7 +240,10 @@ auto mlp_block(const Projector<T>& p, const BasicSwigluWeights<T>& w, BasicDecod
 /// experts' gate/up projection into s.moe_act and their down projection through s.moe_partial into x
 /// (expert_projection.hpp: dense experts on the gemv family's row loops, tensor cores for 2 to 8 rows where
 /// KernelOptions::tensor_cores says; quantized ones on the quantized kernels' tiles). Only the chosen experts' weights
-/// are read, once for all rows that chose them. \throws UsageError as expert_gate_up and expert_down.
+/// are read, once for all rows that chose them. Steps of 2 to 8 rows of dense experts with DecoderConfig::tensor_cores
+/// (grouped_expert_steps) run the experts as a prompt chunk's grouped products instead (prefill_moe.hpp's kernels:
+/// moe_route's choices grouped by expert, one tile per expert, each row's products in fp32 added in slot order),
+/// within rounding of the row loops. \throws UsageError as expert_gate_up and expert_down.
 template <Element T>
 auto moe_block(const Projector<T>& p, const BasicSwigluWeights<T>& norm, const BasicMoeWeights<T>& w,
                BasicDecoderState<T>& s, const DecoderConfig& c, int rows, int layer) {
@@ -249,15 +253,43 @@ auto moe_block(const Projector<T>& p, const BasicSwigluWeights<T>& norm, const B
   const DeviceSpan<int> ids = s.expert_ids.view().subspan(route_offset(c, layer), route_size);
   const DeviceSpan<float> weights = s.expert_weights.view().subspan(route_offset(c, layer), route_size);
   const auto one_block = [&](unsigned threads) { return k.step_config({{1, 1, 1}, {threads, 1, 1}, 0}); };
-  return k.rms_norm(k.step_config({{static_cast<unsigned>(rows), 1, 1}, {256, 1, 1}, 0}), s.x.cview(),
-                    norm.gain.cview(), s.moe_h.view(), c.d, c.eps) >>
-         k.gemv(k.gemv_config(m.experts, c.d, rows), w.router.cview(), s.moe_h.cview(), s.moe_logits.view(), m.experts,
-                c.d, rows) >>
-         k.moe_route(one_block(256), s.moe_logits.cview(), ids, weights, s.moe_plan.view(), m.experts,
-                     m.experts_per_token, m.normalize ? 1 : 0, rows) >>
-         expert_gate_up(p, w.w1, w.w3, s.moe_h.cview(), s.moe_plan.cview(), s.moe_act.view(), m, c.d, rows) >>
-         expert_down(p, w.w2, s.moe_act.cview(), s.moe_plan.cview(), weights.as_const(),
-                     {s.moe_partial.view(), s.moe_counters.view()}, s.x.view(), m, c.d, rows);
+  auto route = k.rms_norm(k.step_config({{static_cast<unsigned>(rows), 1, 1}, {256, 1, 1}, 0}), s.x.cview(),
+                          norm.gain.cview(), s.moe_h.view(), c.d, c.eps) >>
+               k.gemv(k.gemv_config(m.experts, c.d, rows), w.router.cview(), s.moe_h.cview(), s.moe_logits.view(),
+                      m.experts, c.d, rows) >>
+               k.moe_route(one_block(256), s.moe_logits.cview(), ids, weights, s.moe_plan.view(), m.experts,
+                           m.experts_per_token, m.normalize ? 1 : 0, rows);
+  return std::move(route) >>
+         detail::either(
+             grouped_expert_steps(c) && rows >= 2 && !w.quantized(),
+             [&] {
+               const auto pairs = static_cast<std::size_t>(rows * m.experts_per_token);
+               const int tiles = moe_prefill_tiles(rows * m.experts_per_token, m.experts);
+               const DeviceSpan<const int> count = s.row_counts.cview().subspan(static_cast<std::size_t>(rows), 1);
+               const DeviceSpan<const int> order = s.moe_order.cview().subspan(0, pairs);
+               const DeviceSpan<const int> slot_of = s.moe_slot_of.cview().subspan(0, pairs);
+               const DeviceSpan<const int> tile_list = s.moe_tiles.cview().subspan(0, 1 + 4 * std::size_t(tiles));
+               const DeviceSpan<T> act = s.moe_act.view().subspan(0, pairs * std::size_t(m.expert_width));
+               const DeviceSpan<float> partial = s.moe_partial.view().subspan(0, pairs * std::size_t(c.d));
+               return k.moe_prefill_group(one_block(1024), ids.as_const().subspan(0, pairs), count,
+                                          s.moe_order.view().subspan(0, pairs), s.moe_slot_of.view().subspan(0, pairs),
+                                          s.moe_tiles.view().subspan(0, tile_list.size()), m.experts,
+                                          m.experts_per_token, rows, tiles) >>
+                      k.moe_prefill_gate_up(k.moe_prefill_config(m.expert_width, tiles, 2), s.moe_h.cview(),
+                                            w.w1.dense(), w.w3.dense(), order, tile_list, act, m.expert_width, c.d,
+                                            m.experts_per_token, tiles) >>
+                      k.moe_prefill_down(k.moe_prefill_config(c.d, tiles, 1), act.as_const(), w.w2.dense(), tile_list,
+                                         partial, c.d, m.expert_width, tiles) >>
+                      k.moe_prefill_combine(k.step_config(grid_for(static_cast<std::size_t>(rows) * c.d / 8, 256)),
+                                            partial.as_const(), slot_of, weights.as_const().subspan(0, pairs),
+                                            s.x.view(), count, c.d, m.experts_per_token, rows);
+             },
+             [&] {
+               return expert_gate_up(p, w.w1, w.w3, s.moe_h.cview(), s.moe_plan.cview(), s.moe_act.view(), m, c.d,
+                                     rows) >>
+                      expert_down(p, w.w2, s.moe_act.cview(), s.moe_plan.cview(), weights.as_const(),
+                                  {s.moe_partial.view(), s.moe_counters.view()}, s.x.view(), m, c.d, rows);
+             });
 }
 
 /// One decoder layer for `rows` rows: attention block, then the MLP block (moe_block with DecoderConfig::moe). The

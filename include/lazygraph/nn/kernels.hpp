@@ -314,13 +314,13 @@ struct BasicKernels {
   Kernel<void(const T*, const T*, T*, const int*, int, float, int)> prefill_rms_norm_add;
   /// prefill_last_row(x, chunk, out, d, max_rows): out = the chunk's last row of x (kernels/nn/prefill.cu).
   Kernel<void(const T*, const int*, T*, int, int)> prefill_last_row;
-  /// moe_prefill_route(logits, chunk, ids, weights, experts, top_k, normalize, max_rows): a mixture of experts'
-  /// routing of the chunk's rows, each as moe_route's (kernels/nn/moe_prefill.cu); launched as
+  /// moe_prefill_route(logits, count, ids, weights, experts, top_k, normalize, max_rows): a mixture of experts'
+  /// routing of the first count[0] rows, each as moe_route's (kernels/nn/moe_prefill.cu); launched as
   /// moe_prefill_route_config.
   Kernel<void(const T*, const int*, int*, float*, int, int, int, int)> moe_prefill_route;
-  /// moe_prefill_group(ids, chunk, order, slot_of, tiles, experts, top_k, max_rows, max_tiles): the chunk's (row,
-  /// slot) pairs grouped by expert and cut into tiles of up to kMoePrefillTileRows (kernels/nn/moe_prefill.cu); one
-  /// block of 1024 threads. The same kernel in fp16 and bf16.
+  /// moe_prefill_group(ids, count, order, slot_of, tiles, experts, top_k, max_rows, max_tiles): the first count[0]
+  /// rows' (row, slot) pairs grouped by expert and cut into tiles of up to kMoePrefillTileRows
+  /// (kernels/nn/moe_prefill.cu); one block of 1024 threads. The same kernel in fp16 and bf16.
   Kernel<void(const int*, const int*, int*, int*, int*, int, int, int, int)> moe_prefill_group;
   /// moe_prefill_gate_up(h, w1, w3, order, tiles, act, width, d, top_k, max_tiles): act[p] = silu(W1_e h[r]) *
   /// (W3_e h[r]) for each grouped position p (pair order[p], row r, expert e of its tile), on tensor cores
@@ -329,7 +329,7 @@ struct BasicKernels {
   /// moe_prefill_down(act, w2, tiles, partial, d, width, max_tiles): partial[p] = W2_e act[p] in fp32, on tensor
   /// cores (kernels/nn/moe_prefill.cu); launched as moe_prefill_config(d, max_tiles).
   Kernel<void(const T*, const T*, const int*, float*, int, int, int)> moe_prefill_down;
-  /// moe_prefill_combine(partial, slot_of, weights, x, chunk, d, top_k, max_rows): x[r] += the weighted sum of row r's
+  /// moe_prefill_combine(partial, slot_of, weights, x, count, d, top_k, max_rows): x[r] += the weighted sum of row r's
   /// experts' products, in slot order, rounded once (kernels/nn/moe_prefill.cu); 1-D, any grid.
   Kernel<void(const float*, const int*, const float*, T*, const int*, int, int, int)> moe_prefill_combine;
   /// argmax(logits, out, n): per row (one block each), the index of the largest logit, the lowest among ties

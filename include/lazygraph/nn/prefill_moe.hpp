@@ -26,6 +26,7 @@
 #include "lazygraph/nn/decoder_config.hpp"
 #include "lazygraph/nn/decoder_weights.hpp"
 #include "lazygraph/nn/kernels.hpp"
+#include "lazygraph/nn/prefill_attention.hpp"
 
 namespace lazygraph::nn {
 
@@ -51,6 +52,12 @@ struct BasicPrefillMoeBuffers {
   /// (128 experts, top 8, width 768, d 2048) about 153 MiB for 2048 rows in bf16, most of it the fp32 products.
   [[nodiscard]] static std::size_t bytes(const DecoderConfig& config, int rows);
 };
+
+/// Whether a decoder of `c` runs a mixture of experts' steps of 2 to 8 rows on the grouped products too (moe_block,
+/// decoder_step.hpp): with experts and DecoderConfig::tensor_cores (docs/performance.md has what it gains).
+[[nodiscard]] inline bool grouped_expert_steps(const DecoderConfig& c) noexcept {
+  return c.mixture_of_experts() && c.tensor_cores;
+}
 
 /// Why the experts of `weights` cannot run prefill on tensor cores (their stacks are quantized: the grouped products
 /// read dense experts), or empty when they can (or there are none). Never throws but std::bad_alloc.
@@ -84,10 +91,11 @@ auto prefill_moe_block(const BasicKernels<T>& k, const Gemm<T>& router, const Ba
   const DeviceSpan<int> tile_list = b.tiles.view().subspan(0, 1 + n(4, tiles));
   const DeviceSpan<T> act = b.act.view().subspan(0, n(pairs, m.expert_width));
   const DeviceSpan<float> partial = b.partial.view().subspan(0, n(pairs, c.d));
+  const DeviceSpan<const int> count = chunk.subspan(PrefillChunkLayout::rows, 1);  // the chunk's real rows
   return named("router", router(logits, h, w.router.cview())) >>
-         named("route", k.moe_prefill_route(k.moe_prefill_route_config(rows), logits.as_const(), chunk, ids, weights,
+         named("route", k.moe_prefill_route(k.moe_prefill_route_config(rows), logits.as_const(), count, ids, weights,
                                             m.experts, m.experts_per_token, m.normalize ? 1 : 0, rows)) >>
-         named("group", k.moe_prefill_group(k.step_config({{1, 1, 1}, {1024, 1, 1}, 0}), ids.as_const(), chunk, order,
+         named("group", k.moe_prefill_group(k.step_config({{1, 1, 1}, {1024, 1, 1}, 0}), ids.as_const(), count, order,
                                             slot_of, tile_list, m.experts, m.experts_per_token, rows, tiles)) >>
          named("experts gate/up", k.moe_prefill_gate_up(k.moe_prefill_config(m.expert_width, tiles, 2), h, w.w1.dense(),
                                                         w.w3.dense(), order.as_const(), tile_list.as_const(), act,
@@ -96,7 +104,7 @@ auto prefill_moe_block(const BasicKernels<T>& k, const Gemm<T>& router, const Ba
                                                   tile_list.as_const(), partial, c.d, m.expert_width, tiles)) >>
          named("combine",
                k.moe_prefill_combine(k.step_config(grid_for(n(rows, c.d) / 8, 256)), partial.as_const(),
-                                     slot_of.as_const(), weights.as_const(), x, chunk, c.d, m.experts_per_token, rows));
+                                     slot_of.as_const(), weights.as_const(), x, count, c.d, m.experts_per_token, rows));
 }
 
 extern template struct BasicPrefillMoeBuffers<half>;
