@@ -18,8 +18,8 @@
 //     ascending order): order[position] = pair, slot_of[pair] = position; and the tiles of the grouped products, each
 //     up to kTileRows positions of one expert: tiles[0] = their count, tile t at tiles[1 + 4 t] = {expert, first
 //     position, positions} (tiles[1 + 4 t + 3] unused). At most max_tiles (traps beyond; rows * top_k / kTileRows +
-//     min(experts, rows * top_k), rounded up, always fit: nn::moe_prefill_tiles). The order of an expert's pairs
-//     among its positions is the order the block's atomics give, which varies, but no result depends on it: each
+//     min(experts, rows * top_k), the first rounded down, always fit: nn::moe_prefill_tiles). The order of an expert's
+//     pairs among its positions is the order the block's atomics give, which varies, but no result depends on it: each
 //     product row is its own row's sum whatever rows share its tile. Launch: a grid of one block, a multiple of 32
 //     threads (1024 for speed).
 //   moe_prefill_gate_up(h, w1, w3, order, tiles, act, width, d, top_k, max_tiles)
@@ -27,7 +27,7 @@
 //     act[p][i] = silu(w1[e][i] . h[r]) * (w3[e][i] . h[r]), rounded once to T (as moe_gate_up); w1, w3
 //     [experts][width][d]; act [max_rows * top_k][width]. Launch: grid (ceil(width / kTileCols), max_tiles), blocks of
 //     kThreads, kStages * 3 * kTileRows * (kTileK + 8) elements of dynamic shared memory (82944 bytes:
-//     nn::BasicKernels::moe_prefill_config); a block whose tile is past tiles[0] returns at once.
+//     nn::BasicKernels::moe_prefill_gate_up_config); a block whose tile is past tiles[0] returns at once.
 //   moe_prefill_down(act, w2, tiles, partial, d, width, max_tiles)
 //     partial[p][i] = w2[e][i] . act[p] in fp32 for each position p of tile t; w2 [experts][d][width]; partial
 //     [max_rows * top_k][d]. Launch: grid (ceil(d / kTileCols), max_tiles), blocks of kThreads, kStages * 2 *
@@ -167,7 +167,8 @@ __device__ __forceinline__ void grouped_product(const T* in, const T* w1, const 
   constexpr int kMats = kGateUp ? 2 : 1;
   constexpr int kTile = kTileRows * kStride;  // elements of one stage's input rows, and of one matrix's rows
   static_assert(kTileRows == kTileCols, "a stage holds 1 + kMats tiles of the same size");
-  // Dynamic shared memory (nn::BasicKernels::moe_prefill_config): stage s holds its input rows, then each matrix's.
+  // Dynamic shared memory (nn::BasicKernels::moe_prefill_gate_up_config and _down_config): stage s holds its input
+  // rows, then each matrix's.
   extern __shared__ uint4 moe_prefill_shared[];
   T* const stages = reinterpret_cast<T*>(moe_prefill_shared);
   const auto sa = [&](int stage) { return stages + stage * (1 + kMats) * kTile; };

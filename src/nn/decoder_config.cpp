@@ -144,6 +144,11 @@ void DecoderConfig::validate() const {
     fail("max_batch (" + std::to_string(max_batch) + ") must be 1 to " + std::to_string(kMaxRows) +
          ", or with a paged cache (kv_block_size) 1 to " + std::to_string(kMaxWideRows));
   }
+  if (max_batch > kMaxRows && mixture_of_experts() && moe.experts % 8 != 0) {
+    fail("max_batch (" + std::to_string(max_batch) + ") above " + std::to_string(kMaxRows) +
+         " runs the wide step, whose router GEMM stores rows of 16-byte multiples: moe.experts (" +
+         std::to_string(moe.experts) + ") must be a multiple of 8");
+  }
   if (attention_blocks < 0 || attention_blocks > 64) {
     fail("attention_blocks (" + std::to_string(attention_blocks) + ") must be 0 (by context) to 64");
   }

@@ -164,9 +164,9 @@ TEST_SUITE("gpu") {
                                weights.view(), experts, top_k, normalize ? 1 : 0, max_rows);
     k.moe_prefill_group.launch(s, LaunchConfig{{1, 1, 1}, {1024, 1, 1}, 0}, ids.cview(), real_rows, order.view(),
                                slot_of.view(), tile_list.view(), experts, top_k, max_rows, tiles);
-    k.moe_prefill_gate_up.launch(s, k.moe_prefill_config(width, tiles, 2), dh.cview(), dw1.cview(), dw3.cview(),
+    k.moe_prefill_gate_up.launch(s, k.moe_prefill_gate_up_config(width, tiles), dh.cview(), dw1.cview(), dw3.cview(),
                                  order.cview(), tile_list.cview(), act.view(), width, d, top_k, tiles);
-    k.moe_prefill_down.launch(s, k.moe_prefill_config(d, tiles, 1), act.cview(), dw2.cview(), tile_list.cview(),
+    k.moe_prefill_down.launch(s, k.moe_prefill_down_config(d, tiles), act.cview(), dw2.cview(), tile_list.cview(),
                               partial.view(), d, width, tiles);
     k.moe_prefill_combine.launch(s, grid_for(count(max_rows, d) / 8, 256), partial.cview(), slot_of.cview(),
                                  weights.cview(), dx.view(), real_rows, d, top_k, max_rows);

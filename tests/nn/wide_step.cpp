@@ -77,6 +77,8 @@ TEST_CASE(
   DecoderConfig c = wide_config(64);
   c.moe = {.experts = 8, .experts_per_token = 2, .expert_width = 64};
   CHECK(refusal(c) == "(accepted)");
+  c.moe.experts = 12;  // the wide step's router GEMM stores rows of 16-byte multiples
+  CHECK(refusal(c).find("moe.experts (12) must be a multiple of 8") != std::string::npos);
   DecoderConfig q = wide_config(64);
   q.qk_norm = true;
   CHECK(refusal(q) == "(accepted)");

@@ -207,8 +207,8 @@ struct DecoderOptions {
 struct DecoderConfig : ModelShape, DecoderOptions {
   /// \throws UsageError for shapes the kernels cannot run: d and ffn multiples of 8, d divisible by
   /// heads when head_width is 0, head_dim a multiple of 8 and at most 256, heads a multiple of kv_heads, context at
-  /// most 8192 (kMaxContext), max_batch at most 8 (kMaxRows; with a paged cache 256, kMaxWideRows), every count
-  /// positive, a finite positive theta, an invalid
+  /// most 8192 (kMaxContext), max_batch at most 8 (kMaxRows; with a paged cache 256, kMaxWideRows, and above 8 a
+  /// mixture of experts' experts a multiple of 8), every count positive, a finite positive theta, an invalid
   /// rope_scaling, a prefill_chunk that is neither 0 nor a power of two from 16 to 8192; with the persistent backend,
   /// an unfused attention block, attention over more than one block per head, persistent.threads outside 32..256, a
   /// persistent_tile_rows that is neither 0 nor a positive multiple of 8, or a block feature it has no tiles for

@@ -275,10 +275,10 @@ auto moe_block(const Projector<T>& p, const BasicSwigluWeights<T>& norm, const B
                                           s.moe_order.view().subspan(0, pairs), s.moe_slot_of.view().subspan(0, pairs),
                                           s.moe_tiles.view().subspan(0, tile_list.size()), m.experts,
                                           m.experts_per_token, rows, tiles) >>
-                      k.moe_prefill_gate_up(k.moe_prefill_config(m.expert_width, tiles, 2), s.moe_h.cview(),
+                      k.moe_prefill_gate_up(k.moe_prefill_gate_up_config(m.expert_width, tiles), s.moe_h.cview(),
                                             w.w1.dense(), w.w3.dense(), order, tile_list, act, m.expert_width, c.d,
                                             m.experts_per_token, tiles) >>
-                      k.moe_prefill_down(k.moe_prefill_config(c.d, tiles, 1), act.as_const(), w.w2.dense(), tile_list,
+                      k.moe_prefill_down(k.moe_prefill_down_config(c.d, tiles), act.as_const(), w.w2.dense(), tile_list,
                                          partial, c.d, m.expert_width, tiles) >>
                       k.moe_prefill_combine(k.step_config(grid_for(static_cast<std::size_t>(rows) * c.d / 8, 256)),
                                             partial.as_const(), slot_of, weights.as_const().subspan(0, pairs),

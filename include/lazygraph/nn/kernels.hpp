@@ -324,10 +324,10 @@ struct BasicKernels {
   Kernel<void(const int*, const int*, int*, int*, int*, int, int, int, int)> moe_prefill_group;
   /// moe_prefill_gate_up(h, w1, w3, order, tiles, act, width, d, top_k, max_tiles): act[p] = silu(W1_e h[r]) *
   /// (W3_e h[r]) for each grouped position p (pair order[p], row r, expert e of its tile), on tensor cores
-  /// (kernels/nn/moe_prefill.cu); launched as moe_prefill_config(width, max_tiles).
+  /// (kernels/nn/moe_prefill.cu); launched as moe_prefill_gate_up_config(width, max_tiles).
   Kernel<void(const T*, const T*, const T*, const int*, const int*, T*, int, int, int, int)> moe_prefill_gate_up;
   /// moe_prefill_down(act, w2, tiles, partial, d, width, max_tiles): partial[p] = W2_e act[p] in fp32, on tensor
-  /// cores (kernels/nn/moe_prefill.cu); launched as moe_prefill_config(d, max_tiles).
+  /// cores (kernels/nn/moe_prefill.cu); launched as moe_prefill_down_config(d, max_tiles).
   Kernel<void(const T*, const T*, const int*, float*, int, int, int)> moe_prefill_down;
   /// moe_prefill_combine(partial, slot_of, weights, x, count, d, top_k, max_rows): x[r] += the weighted sum of row r's
   /// experts' products, in slot order, rounded once (kernels/nn/moe_prefill.cu); 1-D, any grid.
@@ -478,17 +478,14 @@ struct BasicKernels {
     config.grid.y = static_cast<unsigned>(distinct);
     return config;
   }
-  /// Launch shape of moe_prefill_gate_up (`cols` = expert width, two `matrices`) and moe_prefill_down (`cols` = d, one
-  /// matrix): a block of kMoePrefillThreads per kMoePrefillTileCols columns and tile, `tiles` (moe_prefill_tiles) high,
-  /// kMoePrefillStages stages of 1 + `matrices` tiles of 64 rows in dynamic shared memory (82944 and 55296 bytes);
-  /// blocks past the tiles the chunk has return.
-  [[nodiscard]] LaunchConfig moe_prefill_config(int cols, int tiles, int matrices) const {
-    const auto across = (static_cast<unsigned>(cols) + kMoePrefillTileCols - 1) / kMoePrefillTileCols;
-    const auto stage = static_cast<unsigned>((1 + matrices) * kMoePrefillTileRows * (kMoePrefillTileK + 8)) *
-                       static_cast<unsigned>(sizeof(T));
-    return step_config(
-        {{across, static_cast<unsigned>(tiles), 1}, {kMoePrefillThreads, 1, 1}, kMoePrefillStages * stage});
+  /// Launch shape of moe_prefill_gate_up for experts of `width` rows and `tiles` tiles (moe_prefill_tiles): a block of
+  /// kMoePrefillThreads per kMoePrefillTileCols rows and tile, kMoePrefillStages stages of three tiles of 64 rows (the
+  /// input rows, W1's, W3's) in dynamic shared memory (82944 bytes); blocks past the tiles the chunk has return.
+  [[nodiscard]] LaunchConfig moe_prefill_gate_up_config(int width, int tiles) const {
+    return grouped_config(width, tiles, 2);
   }
+  /// Launch shape of moe_prefill_down for d rows: moe_prefill_gate_up_config's with stages of two tiles (55296 bytes).
+  [[nodiscard]] LaunchConfig moe_prefill_down_config(int d, int tiles) const { return grouped_config(d, tiles, 1); }
   /// Launch shape of moe_prefill_route for up to `rows` rows: a block of kMoePrefillRouteRows warps per as many rows.
   [[nodiscard]] LaunchConfig moe_prefill_route_config(int rows) const {
     const auto blocks = (static_cast<unsigned>(rows) + kMoePrefillRouteRows - 1) / kMoePrefillRouteRows;
@@ -499,6 +496,16 @@ struct BasicKernels {
   /// rows. Short rows leave a warp 1.5 KB of loads in flight at width 768 (Qwen3-30B-A3B's experts), four rows 6 KB.
   [[nodiscard]] LaunchConfig moe_down_config(int d, int width, int batch, int distinct) const {
     return moe_config(batch == 1 && width <= 1024 && d % 32 == 0 ? d / 4 : d, width, batch, distinct);
+  }
+
+ private:
+  /// The grouped products' launch: `cols` output columns, `tiles` high, stages of 1 + `matrices` tiles.
+  [[nodiscard]] LaunchConfig grouped_config(int cols, int tiles, int matrices) const {
+    const auto across = (static_cast<unsigned>(cols) + kMoePrefillTileCols - 1) / kMoePrefillTileCols;
+    const auto stage = static_cast<unsigned>((1 + matrices) * kMoePrefillTileRows * (kMoePrefillTileK + 8)) *
+                       static_cast<unsigned>(sizeof(T));
+    return step_config(
+        {{across, static_cast<unsigned>(tiles), 1}, {kMoePrefillThreads, 1, 1}, kMoePrefillStages * stage});
   }
 };
 

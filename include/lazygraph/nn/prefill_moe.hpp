@@ -97,10 +97,11 @@ auto prefill_moe_block(const BasicKernels<T>& k, const Gemm<T>& router, const Ba
                                             m.experts, m.experts_per_token, m.normalize ? 1 : 0, rows)) >>
          named("group", k.moe_prefill_group(k.step_config({{1, 1, 1}, {1024, 1, 1}, 0}), ids.as_const(), count, order,
                                             slot_of, tile_list, m.experts, m.experts_per_token, rows, tiles)) >>
-         named("experts gate/up", k.moe_prefill_gate_up(k.moe_prefill_config(m.expert_width, tiles, 2), h, w.w1.dense(),
-                                                        w.w3.dense(), order.as_const(), tile_list.as_const(), act,
-                                                        m.expert_width, c.d, m.experts_per_token, tiles)) >>
-         named("experts down", k.moe_prefill_down(k.moe_prefill_config(c.d, tiles, 1), act.as_const(), w.w2.dense(),
+         named("experts gate/up",
+               k.moe_prefill_gate_up(k.moe_prefill_gate_up_config(m.expert_width, tiles), h, w.w1.dense(), w.w3.dense(),
+                                     order.as_const(), tile_list.as_const(), act, m.expert_width, c.d,
+                                     m.experts_per_token, tiles)) >>
+         named("experts down", k.moe_prefill_down(k.moe_prefill_down_config(c.d, tiles), act.as_const(), w.w2.dense(),
                                                   tile_list.as_const(), partial, c.d, m.expert_width, tiles)) >>
          named("combine",
                k.moe_prefill_combine(k.step_config(grid_for(n(rows, c.d) / 8, 256)), partial.as_const(),

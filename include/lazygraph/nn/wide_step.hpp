@@ -16,9 +16,9 @@
 ///                                                 (a mixture of experts: its router and grouped products,
 ///                                                 prefill_moe.hpp)
 ///
-/// With q/k norms (Qwen3, OLMoE) the split is PagedAttention::qk_norm_rope_append: each q and k head normed first.
 /// then the final norm, the LM head as a GEMM over the N rows, soft-capping where the model has it, and each row's
-/// next token by the step's sampler (greedy, or drawn from (seed, position, row) as forward_batch's).
+/// next token by the step's sampler (greedy, or drawn from (seed, position, row) as forward_batch's). With q/k norms
+/// (Qwen3, Gemma 3, OLMoE) the split is PagedAttention::qk_norm_rope_append: each q and k head normed first.
 ///
 /// Buckets of 16, 32, 64, 128 and 256 rows (wide_buckets: up to the smallest that holds max_batch): N rows run in the
 /// graph of the smallest bucket that holds them. The rows past N (the bucket's padding) take row 0's token at position
