@@ -13,6 +13,10 @@
 // symmetric memory. The Llama-3.2-1B shape also with int8 and int4 weights (the peer all-reduce after the quantized
 // projections, or inside them). With one GPU only the TP = 1 rows run.
 //
+// --moe: mixtures of experts, each expert's width split over the ranks: the first 12 of Qwen3-30B-A3B's 48 layers and
+// the first 8 of Mixtral-8x7B's 32, over 1 GPU and 2 (the default all-reduces), one token at position 255; the bytes
+// are those a one-row step reads (attention, routers, the chosen experts, the LM head), per rank.
+//
 // --processes: the Llama-3.2-1B and 7B-class shapes split over 2 GPUs (and 4 where there are) as deployments run them,
 // one process per GPU (this program started again for each rank: --rank R RANKS DIR, joined through a CommunicatorId
 // file in DIR), each rank's seeded share loaded as a rank Decoder with its all-reduces through NCCL symmetric memory,
@@ -204,6 +208,40 @@ lg::nn::DecoderConfig process_config(const bench::ModelShape& shape) {
   return dec;
 }
 
+/// Bytes a one-row step of `c` reads on each of `n` ranks: the attention's and the chosen experts' shares, the LM
+/// head's rows, and the router and the norms whole (the embedding's one row and the KV cache left out).
+double moe_step_bytes(const lg::nn::DecoderConfig& c, int n) {
+  const double d = c.d;
+  const double attention = (2.0 * c.q_dim() + 2.0 * c.kv_dim()) * d;
+  const double experts = 3.0 * c.moe.experts_per_token * c.moe.expert_width * d;
+  const double whole = c.moe.experts * d + 2.0 * d + (c.qk_norm ? 2.0 * c.head_dim() : 0.0);
+  return 2.0 * (c.layers * ((attention + experts) / n + whole) + (c.vocab * d) / n + d);
+}
+
+/// The --moe rows (see the file comment).
+void moe_rows(const std::vector<int>& sizes, double ceiling) {
+  lg::nn::DecoderConfig qwen = bench::qwen3_30b_a3b().config;
+  qwen.layers = 12;
+  lg::nn::DecoderConfig mixtral = bench::mixtral_8x7b().config;
+  mixtral.layers = 8;
+  const std::vector<bench::ModelShape> shapes{{"Qwen3-30B-A3B shape, 12 of 48 layers", qwen},
+                                              {"Mixtral-8x7B shape, 8 of 32 layers", mixtral}};
+  for (const bench::ModelShape& shape : shapes) {
+    lg::nn::DecoderConfig dec = shape.config;
+    dec.context = 1024;
+    double tp1 = 0;
+    for (const int n : sizes) {
+      Ranks r = make_ranks(n);
+      lg::nn::TensorParallelDecoder model(r.comms, r.libraries, dec);
+      for (int p = 0; p < 256; ++p) (void)model.forward({(p * 37) % dec.vocab, p});
+      const double t = decoder_seconds(model);
+      row(shape.name + (model.peer_all_reduce() ? ", peer all-reduce" : ""), n, t, moe_step_bytes(dec, n), ceiling,
+          n == 1 ? 0 : tp1, 0);
+      if (n == 1) tp1 = t;
+    }
+  }
+}
+
 /// One rank of --processes (see the file comment): rank 0 prints a row per shape and path.
 int run_rank(int rank, int ranks, const std::filesystem::path& dir, double ceiling) {
   const lg::Device device = lg::Device::get(rank);
@@ -301,9 +339,10 @@ int main(int argc, char** argv) {
   }
   const bool processes = argc == 2 && std::string(argv[1]) == "--processes";
   const bool quantized_only = argc == 2 && std::string(argv[1]) == "--quantized";
-  if (processes || quantized_only) argc = 1;
+  const bool moe_only = argc == 2 && std::string(argv[1]) == "--moe";
+  if (processes || quantized_only || moe_only) argc = 1;
   constexpr const char* usage =
-      "usage: bench_tensor_parallel [--processes | --quantized]\n"
+      "usage: bench_tensor_parallel [--processes | --quantized | --moe]\n"
       "The SwiGLU MLP (4096, 11008, 8) and decoders (d 4096 x 8 layers; TinyLlama and Llama-3.2-1B shapes; a\n"
       "7B-class shape) split over 1 GPU, 2, and every GPU of a machine with more: step time, weight bytes per rank,\n"
       "fraction of the copy ceiling, tokens/s. A benchmark, not a test.\n"
@@ -311,6 +350,8 @@ int main(int argc, char** argv) {
       "               GPU, all-reducing through NCCL and through peer memory across the processes; then the same\n"
       "               split in one process and one GPU, for comparison.\n"
       "  --quantized  only the Llama-3.2-1B shape with int8 and int4 weights (the rows after its dense ones).\n"
+      "  --moe        only mixtures of experts (12 layers of the Qwen3-30B-A3B shape, 8 of Mixtral-8x7B's), each\n"
+      "               expert's width split over the ranks; MB per rank: the bytes a one-row step reads.\n"
       "Exit status: 0 done, 1 failed, 2 usage error, 77 skipped (no GPU or no NCCL; the reason is printed).\n";
   if (auto code = example::handle_arguments(argc, argv, usage)) return *code;
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each row as it is measured, also into a file
@@ -339,6 +380,10 @@ int main(int argc, char** argv) {
     std::vector<int> sizes{1};
     if (gpus > 1) sizes.push_back(2);
     if (gpus > 2) sizes.push_back(gpus);
+    if (moe_only) {
+      moe_rows(sizes, ceiling);
+      return 0;
+    }
     if (quantized_only) {
       lg::nn::DecoderConfig dec = bench::llama32_1b().config;
       dec.context = 1024;

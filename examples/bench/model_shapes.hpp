@@ -94,4 +94,21 @@ inline ModelShape olmoe_1b_7b() {
   return {"olmoe-1b-7b", c};
 }
 
+/// Mixtral-8x7B's shape (mistralai/Mixtral-8x7B-v0.1's config.json): d 4096, 32 layers, 32 heads over 8 kv heads of
+/// 128, 8 experts of width 14336, top 2 (the softmax over the two chosen logits: renormalized), vocab 32000, theta
+/// 1e6, eps 1e-5, no window; 93 GB in 16 bits.
+inline ModelShape mixtral_8x7b() {
+  lazygraph::nn::DecoderConfig c;
+  c.d = 4096;
+  c.heads = 32;
+  c.kv_heads = 8;
+  c.layers = 32;
+  c.vocab = 32000;
+  c.theta = 1e6F;
+  c.eps = 1e-5F;
+  c.moe = {8, 2, 14336, true};
+  c.moe.names = lazygraph::nn::MoeTensorNames::block_sparse_moe;
+  return {"mixtral-8x7b", c};
+}
+
 }  // namespace bench

@@ -15,7 +15,10 @@ void check_tensor_split(const DecoderConfig& config, int ranks) {
     throw UsageError("a decoder split over " + std::to_string(ranks) + " tensor-parallel ranks: " + why);
   };
   if (ranks < 1) fail("at least one rank");
-  if (config.mixture_of_experts()) fail("tensor parallelism does not split a mixture of experts (DecoderConfig::moe)");
+  if (config.mixture_of_experts() && config.moe.expert_width % (8 * ranks) != 0) {
+    fail("moe.expert_width " + std::to_string(config.moe.expert_width) +
+         " does not split into shares of a multiple of 8 (each expert's width is cut over the ranks)");
+  }
   if (config.qk_norm_whole) {
     fail(
         "tensor parallelism does not split q/k norms over the whole projection (qk_norm_whole: OLMoE's), whose "
@@ -39,6 +42,7 @@ DecoderConfig shard_config(const DecoderConfig& config, int ranks) {
   shard.heads = config.heads / ranks;
   shard.kv_heads = config.kv_head_count() / ranks;
   shard.ffn = config.ffn / ranks;
+  shard.moe.expert_width = config.moe.expert_width / ranks;
   shard.vocab = config.vocab / ranks;
   return shard;
 }
@@ -71,6 +75,13 @@ TensorShard tensor_shard(const DecoderTensor& t, const DecoderConfig& config, in
       return rows(shard.ffn);
     case DecoderTensorRole::w2:
       return {true, r * static_cast<std::size_t>(shard.ffn), static_cast<std::size_t>(shard.ffn)};
+    case DecoderTensorRole::moe_w1:  // each expert's rows, as W1 and W3
+    case DecoderTensorRole::moe_w3:
+      return rows(shard.moe.expert_width);
+    case DecoderTensorRole::moe_w2:  // each expert's columns, as W2
+      return {true, r * static_cast<std::size_t>(shard.moe.expert_width),
+              static_cast<std::size_t>(shard.moe.expert_width)};
+    case DecoderTensorRole::moe_router:  // every rank routes every row itself: whole
     case DecoderTensorRole::attention_gain:
     case DecoderTensorRole::q_norm:  // a head's gain, the same for every head: whole on every rank
     case DecoderTensorRole::k_norm:
@@ -79,21 +90,21 @@ TensorShard tensor_shard(const DecoderTensor& t, const DecoderConfig& config, in
     case DecoderTensorRole::mlp_gain:
     case DecoderTensorRole::final_gain:
       break;
-    case DecoderTensorRole::moe_router:  // never reached: shard_config refuses a mixture of experts
-    case DecoderTensorRole::moe_w1:
-    case DecoderTensorRole::moe_w3:
-    case DecoderTensorRole::moe_w2:
-      break;
   }
   return {false, 0, static_cast<std::size_t>(t.rows)};
 }
 
 namespace {
-/// Dense tensor `t` of the full weights `w` of `c` (a bias: its part of the layer's stacked biases).
+/// Dense tensor `t` of the full weights `w` of `c` (a bias: its part of the layer's stacked biases; an expert's
+/// matrix, `expert`'s part of the layer's stack).
 template <Element T>
-DeviceSpan<const T> full_tensor(const BasicDecoderWeights<T>& w, const DecoderConfig& c, const DecoderTensor& t) {
+DeviceSpan<const T> full_tensor(const BasicDecoderWeights<T>& w, const DecoderConfig& c, const DecoderTensor& t,
+                                int expert) {
   const auto l = static_cast<std::size_t>(t.layer < 0 ? 0 : t.layer);
   const BasicAttentionWeights<T>& a = w.attention[l];
+  const auto expert_part = [&](const Weight<T>& stack) {
+    return stack.dense().subspan(static_cast<std::size_t>(expert) * t.elements(), t.elements());
+  };
   switch (t.role) {
     case DecoderTensorRole::embedding:
       return w.embedding.cview();
@@ -133,11 +144,14 @@ DeviceSpan<const T> full_tensor(const BasicDecoderWeights<T>& w, const DecoderCo
       return w.final_gain.cview();
     case DecoderTensorRole::lm_head:
       return w.lm_head.dense();
-    case DecoderTensorRole::moe_router:  // a rank holds no mixture of experts (check_tensor_split refuses it)
+    case DecoderTensorRole::moe_router:
+      return w.moe.at(l).router.cview();
     case DecoderTensorRole::moe_w1:
+      return expert_part(w.moe.at(l).w1);
     case DecoderTensorRole::moe_w3:
+      return expert_part(w.moe.at(l).w3);
     case DecoderTensorRole::moe_w2:
-      break;
+      return expert_part(w.moe.at(l).w2);
   }
   return {};
 }
@@ -145,6 +159,11 @@ DeviceSpan<const T> full_tensor(const BasicDecoderWeights<T>& w, const DecoderCo
 
 void check_quantized_split(const DecoderConfig& config, const DecoderQuantization& quantization, int ranks) {
   const DecoderConfig s = shard_config(config, ranks);
+  if (config.mixture_of_experts() && quantization.mlp) {
+    throw UsageError("a decoder split over " + std::to_string(ranks) +
+                     " tensor-parallel ranks: its experts are quantized (the mlp class), and a rank takes its share of "
+                     "dense experts only");
+  }
   (void)quantized_layouts(s, quantization);
   if (ranks == 1) return;  // one rank takes each matrix whole
   const auto tiles = [&](const std::optional<QuantizedFormat>& format, const std::string& what, int rows) {
@@ -215,12 +234,14 @@ BasicDecoderWeights<T> shard_decoder_weights(const Stream& stream, const BasicDe
   check_quantized_split(config, quantization, ranks);  // before anything is allocated
   const std::vector<DecoderTensor> tensors = decoder_tensors(config);
   std::size_t next = 0;
+  int expert = 0;  // a layer's experts of a kind come one after another, in expert order
   BasicDecoderWeights<T> out = assemble_decoder_weights<T>(
       stream.device(), shard, [&](const DecoderTensor& t) { return !quantization.format_of(t.role).has_value(); },
       [&](const DecoderTensor&, DeviceSpan<T> into) {
         const DecoderTensor& t = tensors[next++];
+        expert = next >= 2 && tensors[next - 2].role == t.role && tensors[next - 2].layer == t.layer ? expert + 1 : 0;
         if (into.empty()) return;  // held quantized
-        const DeviceSpan<const T> from = full_tensor(full, config, t);
+        const DeviceSpan<const T> from = full_tensor(full, config, t, expert);
         const TensorShard part = tensor_shard(t, config, rank, ranks);
         const auto cols = static_cast<std::size_t>(t.cols);
         if (part.columns) {  // `rows` rows of `part.count` columns from column `part.first`

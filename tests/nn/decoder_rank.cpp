@@ -216,6 +216,53 @@ TEST_SUITE("gpu") {
                          doctest::Contains("heads 4 do not divide"), lg::UsageError);
   }
 
+  TEST_CASE("the ranks' shares of a mixture of experts put back together are its experts, its router whole") {
+    lg::nn::DecoderConfig c = lgtest::small_decoder(2);
+    c.moe = {4, 2, 64, true};
+    const lg::nn::DecoderWeights full =
+        lg::nn::DecoderWeights::generate(lgtest::stream(), lg::nn::Kernels(lgtest::nn_kernels()), c);
+    std::vector<lg::nn::DecoderWeights> shares;
+    for (int r = 0; r < 2; ++r) shares.push_back(lg::nn::shard_decoder_weights(lgtest::stream(), full, c, r, 2));
+    const auto d = static_cast<std::size_t>(c.d);
+    const std::size_t width = 64;
+    const std::size_t half_width = 32;
+    for (std::size_t l = 0; l < 2; ++l) {
+      CAPTURE(l);
+      CHECK(same_bits(host(full.moe[l].router.cview()), host(shares[1].moe[l].router.cview())));
+      for (const bool up : {false, true}) {  // W1 and W3: expert e's rows [r 32, (r + 1) 32) of its 64
+        const std::vector<half> whole = host((up ? full.moe[l].w3 : full.moe[l].w1).dense());
+        bool split = true;
+        for (int r = 0; r < 2; ++r) {
+          const auto& share =
+              up ? shares[static_cast<std::size_t>(r)].moe[l].w3 : shares[static_cast<std::size_t>(r)].moe[l].w1;
+          const std::vector<half> part = host(share.dense());
+          REQUIRE(part.size() == 4 * half_width * d);
+          for (std::size_t e = 0; e < 4; ++e) {
+            for (std::size_t i = 0; i < half_width * d; ++i) {
+              split = split && part[e * half_width * d + i].bits ==
+                                   whole[e * width * d + static_cast<std::size_t>(r) * half_width * d + i].bits;
+            }
+          }
+        }
+        CHECK(split);
+      }
+      // W2: expert e's row i holds rank 0's 32 columns, then rank 1's.
+      const std::vector<half> whole = host(full.moe[l].w2.dense());
+      bool columns = true;
+      for (int r = 0; r < 2; ++r) {
+        const std::vector<half> part = host(shares[static_cast<std::size_t>(r)].moe[l].w2.dense());
+        REQUIRE(part.size() == 4 * d * half_width);
+        for (std::size_t row = 0; row < 4 * d; ++row) {
+          for (std::size_t j = 0; j < half_width; ++j) {
+            columns = columns && part[row * half_width + j].bits ==
+                                     whole[row * width + static_cast<std::size_t>(r) * half_width + j].bits;
+          }
+        }
+      }
+      CHECK(columns);
+    }
+  }
+
   TEST_CASE("a rank of one runs every path of the Decoder with its bits") {
     if (!lgtest::have_nccl()) return;
     lg::nn::DecoderConfig c = lgtest::small_decoder(2, 3);
@@ -272,6 +319,19 @@ TEST_SUITE("gpu") {
       c.kv_heads = 1;
       c.prefill_chunk = 16;
       if (lg::nn::prefill_on_tensor_cores(c, lgtest::device().compute_capability())) check_one_rank_paths<half>(c);
+    }
+    SUBCASE("a mixture of experts: Qwen3-MoE's routing and q/k norms; its prompts on tensor cores") {
+      c.moe = {8, 2, 64, true};
+      c.qk_norm = true;
+      check_one_rank_paths<half>(c);
+      check_one_rank_paths<lg::bfloat16>(c);
+      c.heads = 2;  // head_dim 64: prompts on tensor cores (the grouped products), where the GPU has them
+      c.kv_heads = 1;
+      c.prefill_chunk = 16;
+      if (lg::nn::prefill_on_tensor_cores(c, lgtest::device().compute_capability())) {
+        check_one_rank_paths<half>(c);
+        check_one_rank_paths<lg::bfloat16>(c);
+      }
     }
     SUBCASE("quantized weights: int8 attention, int4 MLP, int4 LM head with zero points; bf16 int4 g64") {
       lg::nn::DecoderQuantization q;

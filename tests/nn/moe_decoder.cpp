@@ -62,8 +62,45 @@ TEST_CASE("a mixture of experts' decoder config is refused by name where its ker
   DecoderConfig persistent = moe_decoder({8, 2, 64, true});
   persistent.backend = DecoderBackend::persistent;
   check_invalid(persistent, "the persistent backend has no tiles for a mixture of experts");
-  CHECK_THROWS_WITH_AS(check_tensor_split(moe_decoder({8, 2, 64, true}), 2),
-                       doctest::Contains("tensor parallelism does not split a mixture of experts"), UsageError);
+  // Tensor parallelism cuts each expert's width: shares of a multiple of 8, dense experts only.
+  CHECK_NOTHROW(check_tensor_split(moe_decoder({8, 2, 64, true}), 2));
+  CHECK_THROWS_WITH_AS(check_tensor_split(moe_decoder({8, 2, 72, true}), 2),
+                       doctest::Contains("moe.expert_width 72 does not split into shares of a multiple of 8"),
+                       UsageError);
+  DecoderQuantization int8_experts;
+  int8_experts.mlp = QuantizedFormat{.kind = WeightFormat::int8_channel};
+  CHECK_THROWS_WITH_AS(check_quantized_split(moe_decoder({8, 2, 64, true}), int8_experts, 2),
+                       doctest::Contains("its experts are quantized (the mlp class)"), UsageError);
+}
+
+TEST_CASE("a tensor-parallel rank holds the router whole and its share of every expert's width") {
+  const DecoderConfig c = moe_decoder({4, 2, 64, true});
+  const DecoderConfig s = shard_config(c, 2);
+  CHECK(s.moe.expert_width == 32);
+  CHECK(s.moe.experts == 4);
+  CHECK(s.moe.experts_per_token == 2);
+  int experts = 0;
+  for (const DecoderTensor& t : decoder_tensors(c)) {
+    CAPTURE(t.name);
+    const TensorShard share = tensor_shard(t, c, 1, 2);
+    switch (t.role) {
+      case DecoderTensorRole::moe_router:
+        CHECK((!share.columns && share.first == 0 && share.count == 4));
+        break;
+      case DecoderTensorRole::moe_w1:
+      case DecoderTensorRole::moe_w3:
+        CHECK((!share.columns && share.first == 32 && share.count == 32));
+        ++experts;
+        break;
+      case DecoderTensorRole::moe_w2:
+        CHECK((share.columns && share.first == 32 && share.count == 32));
+        ++experts;
+        break;
+      default:
+        break;
+    }
+  }
+  CHECK(experts == 3 * 4 * c.layers);
 }
 
 TEST_CASE(

@@ -6,10 +6,12 @@
 #include <lazygraph/lazygraph.hpp>
 #include <lazygraph/nn.hpp>
 #include <lazygraph/nn/prefill.hpp>
+#include <lazygraph/nn/reference.hpp>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <concepts>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -295,6 +297,75 @@ TEST_SUITE("gpu") {
       CHECK(got == one.forward({token, position}));
       CHECK(differ(tp.logits(), one.logits()) < 1e-2);
       token = got;
+    }
+  }
+
+  TEST_CASE_TEMPLATE(
+      "a tensor-parallel mixture of experts over two GPUs, each expert's width split, follows float64 and the Decoder "
+      "on every path",
+      T, half, lg::bfloat16) {
+    TwoGpus gpus;
+    if (!two_gpus(gpus)) return;
+    const double bound = std::same_as<T, half> ? 1e-2 : 4e-2;
+    // Qwen3-MoE's routing from token 7 with seed 41: routes clear of ties in float64 by 0.07
+    // (tests/nn/moe_decoder.cpp), far more than the ranks' partial sums move a logit, so both decoders route as float64
+    // does.
+    lg::nn::DecoderConfig routed = lgtest::small_decoder(2, 1, 41);
+    routed.moe = {8, 2, 64, true};
+    routed.qk_norm = true;
+    {
+      lg::nn::BasicTensorParallelDecoder<T> tp(gpus.comms, gpus.pointers, routed);
+      lg::nn::BasicDecoder<T> one(lgtest::stream(), lgtest::nn_kernels(), routed);
+      lg::nn::DecoderReference reference(routed, std::same_as<T, half> ? lg::nn::DType::f16 : lg::nn::DType::bf16);
+      int token = 7;
+      for (int p = 0; p < 10; ++p) {
+        CAPTURE(p);
+        const int next = tp.forward({token, p});
+        CHECK(next == one.forward({token, p}));
+        const std::vector<double> want = reference.step(token, p);
+        CHECK(lg::nn::relative_error(lg::nn::widen(tp.logits()), want) < bound);
+        CHECK(differ(tp.logits(), one.logits()) < bound);
+        token = next;
+      }
+      CHECK(reference.route_margin() > 0.02);
+    }
+    // Every expert chosen (top 8 of 8), so that no near tie routes a row otherwise on the two decoders whatever the
+    // tokens: batches, prompts on tensor cores (head_dim 64) where the GPU has them, and generate.
+    lg::nn::DecoderConfig c = lgtest::small_decoder(2, 3);
+    c.moe = {8, 8, 64, true};
+    c.heads = 2;  // one head and one kv head per rank
+    c.prefill_chunk = 32;
+    lg::nn::BasicTensorParallelDecoder<T> tp(gpus.comms, gpus.pointers, c);
+    lg::nn::BasicDecoder<T> one(lgtest::stream(), lgtest::nn_kernels(), c);
+    CHECK(tp.rank(1).prefill_fallback_reason() == one.prefill_fallback_reason());
+    const std::vector<int> tokens{5, 77, 300, 12, 9, 401, 33, 250};
+    for (int position = 0; position < static_cast<int>(tokens.size()); ++position) {
+      CAPTURE(position);
+      (void)tp.forward({tokens[static_cast<std::size_t>(position)], position});
+      (void)one.forward({tokens[static_cast<std::size_t>(position)], position});
+      CHECK(differ(tp.logits(), one.logits()) < bound);
+    }
+    const std::vector<lg::nn::TokenAt> rows{{3, 0}, {40, 1}, {500, 2}};
+    (void)tp.forward_batch(rows);
+    (void)one.forward_batch(rows);
+    for (int r = 0; r < 3; ++r) CHECK(differ(tp.logits(r), one.logits(r)) < bound);
+    // 37 tokens: a chunk of 32 rows (on tensor cores where the GPU has them), then 5 more.
+    std::vector<int> prompt;
+    for (int i = 0; i < 37; ++i) prompt.push_back((i * 53 + 5) % c.vocab);
+    tp.reset();
+    one.reset();
+    const int last = tp.prefill(prompt);
+    (void)one.prefill(prompt);
+    CHECK(differ(tp.logits(), one.logits()) < bound);
+    // generate's tokens are forward's, step by step.
+    const std::vector<int> generated = tp.generate(last, 6, -1, 37);
+    REQUIRE(generated.size() == 6);
+    tp.reset();
+    (void)tp.prefill(prompt);
+    int token = last;
+    for (int i = 0; i < 6; ++i) {
+      token = tp.forward({token, 37 + i});
+      CHECK(token == generated[static_cast<std::size_t>(i)]);
     }
   }
 }

@@ -353,16 +353,17 @@ TEST_SUITE("gpu") {
       "a wide step of a mixture of experts and of q/k norms gives each row what it gets stepped alone within rounding",
       T, half, bfloat16) {
     // The experts as grouped products over the rows that chose them (nn/prefill_moe.hpp) against the step's expert
-    // kernels; every expert chosen (top 4 of 4, renormalized), so that no near tie between two experts can route a
-    // row otherwise on the two paths, and 100 rows: 100 of an expert, two tiles each. q/k norms through
-    // PagedAttention::qk_norm_rope_append: each head's (Qwen3-MoE's block), or the whole q's and k's (OLMoE's).
+    // kernels; every expert chosen (top 8 of 8, renormalized: the wide step's router GEMM takes experts in multiples of
+    // 8), so that no near tie between two experts can route a row otherwise on the two paths, and 100 rows: 100 of an
+    // expert, two tiles each. q/k norms through PagedAttention::qk_norm_rope_append: each head's (Qwen3-MoE's block),
+    // or the whole q's and k's (OLMoE's).
     std::string why;
     if (!wide_step_available(lgtest::device().compute_capability(), &why)) {
       MESSAGE("skipped: " << why);
       return;
     }
     DecoderConfig c = wide_config(100);
-    c.moe = {.experts = 4, .experts_per_token = 4, .expert_width = 64, .normalize = true};
+    c.moe = {.experts = 8, .experts_per_token = 8, .expert_width = 64, .normalize = true};
     c.qk_norm = true;
     SUBCASE("a mixture of experts with q/k norms of each head") {}
     SUBCASE("a mixture of experts with q/k norms over the whole projection") { c.qk_norm_whole = true; }

@@ -7,7 +7,8 @@
 ///
 ///   - heads / N query heads and kv_heads / N key/value heads: their rows of Wq, Wk, Wv (and biases), the columns of
 ///     Wo that read them, their KV cache;
-///   - ffn / N rows of W1 and W3 and the matching columns of W2;
+///   - ffn / N rows of W1 and W3 and the matching columns of W2; in a mixture of experts (DecoderConfig::moe), the
+///     router whole and expert_width / N rows of every expert's W1 and W3 and the matching columns of its W2;
 ///   - vocab / N rows of the embedding and of the LM head (rows [r vocab / N, (r + 1) vocab / N));
 ///   - the norm gains whole.
 ///
@@ -18,13 +19,16 @@
 ///                x = all_reduce_sum(rank 0: x + Wo_0 attn_0, rank r: Wo_r attn_r)        (RankProjectionOp)
 ///                act = swiglu(W1, W3, rms_norm(x))
 ///                x = all_reduce_sum(rank 0: x + W2_0 act_0,  rank r: W2_r act_r)          (RankProjectionOp)
+///                or, with experts: every rank routes every row itself (the same x, router and kernels: the same
+///                choice), then x = all_reduce_sum(rank 0: x + experts_0(h), rank r: experts_r(h)), experts_r the
+///                chosen experts' weighted sum over the rank's share of their width        (moe_block)
 ///     logits = all_gather(LM head rows of its vocabulary), then the sampler over the whole vocabulary
 ///
 /// Every rank ends with the same logits and draws the same token (the sampler depends on the logits, the seed, the
 /// position and the sequence only), so every rank takes the same turns through generate. One rank of one computes
 /// the single-GPU Decoder's bits exactly (an all-reduce and an all-gather of one rank copy). Dense or weight-only
-/// quantized weights (a rank's quantized matrices are its shares of the whole model's: shard_quantized), the graph
-/// backend; prompts on tensor cores run prefill_layer with the same collectives (nn/prefill.hpp).
+/// quantized weights (a rank's quantized matrices are its shares of the whole model's: shard_quantized; experts dense
+/// only), the graph backend; prompts on tensor cores run prefill_layer with the same collectives (nn/prefill.hpp).
 
 #include <memory>
 #include <optional>
@@ -48,16 +52,18 @@
 namespace lazygraph::nn {
 
 /// \throws UsageError unless `config` is valid (DecoderConfig::validate) and splits over `ranks` (1 or more): heads,
-/// kv heads and vocab divisible by it, ffn into shards of a multiple of 8, the graph backend, no mixture of experts and
-/// no q/k norms over the whole projection (DecoderConfig::qk_norm_whole); naming the numbers or the feature.
+/// kv heads and vocab divisible by it, ffn (and a mixture of experts' expert_width) into shards of a multiple of 8, the
+/// graph backend, and no q/k norms over the whole projection (DecoderConfig::qk_norm_whole); naming the numbers or the
+/// feature.
 void check_tensor_split(const DecoderConfig& config, int ranks);
 
 /// The shapes of one rank's weights (see the file comment): heads / ranks, kv_heads / ranks (head_width written out),
-/// ffn / ranks, vocab / ranks; the rest as `config`. \throws UsageError as check_tensor_split.
+/// ffn / ranks, moe.expert_width / ranks, vocab / ranks; the rest as `config`. \throws UsageError as
+/// check_tensor_split.
 [[nodiscard]] DecoderConfig shard_config(const DecoderConfig& config, int ranks);
 
-/// Which part of a tensor a rank holds: `count` rows (or columns, for Wo and W2) from `first`; the whole tensor for a
-/// gain. Rows of a bias are its elements.
+/// Which part of a tensor a rank holds: `count` rows (or columns, for Wo, W2 and an expert's W2) from `first`; the
+/// whole tensor for a gain and a router. Rows of a bias are its elements.
 struct TensorShard {
   bool columns = false;   ///< a block of columns (Wo, W2) rather than of rows
   std::size_t first = 0;  ///< the first row or column
@@ -69,10 +75,10 @@ struct TensorShard {
 [[nodiscard]] TensorShard tensor_shard(const DecoderTensor& t, const DecoderConfig& config, int rank, int ranks);
 
 /// \throws UsageError unless `quantization`'s formats fit the shares of `config`'s decoder over `ranks` (1 or more):
-/// check_tensor_split; every quantized matrix of the rank's shapes valid (quantized_layouts of shard_config: an int4
-/// group must divide the rank's columns of Wo and W2); and with more than one rank, the rows each rank takes of a
-/// quantized matrix whole tiles of 16 rows (its q rows and its k and v rows, its rows of W1 and W3, of the LM head);
-/// naming the tensor or the rows.
+/// check_tensor_split; a mixture of experts' experts dense (a rank takes shares of dense experts only); every quantized
+/// matrix of the rank's shapes valid (quantized_layouts of shard_config: an int4 group must divide the rank's columns
+/// of Wo and W2); and with more than one rank, the rows each rank takes of a quantized matrix whole tiles of 16 rows
+/// (its q rows and its k and v rows, its rows of W1 and W3, of the LM head); naming the tensor or the rows.
 void check_quantized_split(const DecoderConfig& config, const DecoderQuantization& quantization, int ranks);
 
 /// Rank `rank` of `ranks`'s share of `whole`, the quantized matrix of `config`'s decoder that holds the tensors of
@@ -211,8 +217,15 @@ auto decoder_rank_step(const Projector<T>& p, const BasicDecoderWeights<T>& w, B
                                  s.v_cache.view().subspan(at * cache_size, cache_size), c, rows, l) >>
                      project(attention.wo, s.attn.cview(), c.q_dim(), attention.post_gain)) >>
            named(name + " mlp",
-                 swiglu_gate_up(p, mlp, s.x.cview(), s.act.view(), d, c.ffn, c.eps, rows, c.activation) >>
-                     project(mlp.w2, s.act.cview(), c.ffn, mlp.post_gain));
+                 detail::either(
+                     c.mixture_of_experts(),
+                     [&] {  // the rank's share of every expert's width; x cleared on ranks other than 0
+                       return moe_block(p, mlp, w.moe.at(at), s, c, rows, l, rank == 0) >> RankAllReduceOp<T>(k, r, x);
+                     },
+                     [&] {
+                       return swiglu_gate_up(p, mlp, s.x.cview(), s.act.view(), d, c.ffn, c.eps, rows, c.activation) >>
+                              project(mlp.w2, s.act.cview(), c.ffn, mlp.post_gain);
+                     }));
   };
   std::vector<decltype(layer(0))> layers;
   layers.reserve(static_cast<std::size_t>(c.layers));

@@ -243,20 +243,28 @@ auto mlp_block(const Projector<T>& p, const BasicSwigluWeights<T>& w, BasicDecod
 /// are read, once for all rows that chose them. Steps of 2 to 8 rows of dense experts with DecoderConfig::tensor_cores
 /// (grouped_expert_steps) run the experts as a prompt chunk's grouped products instead (prefill_moe.hpp's kernels:
 /// moe_route's choices grouped by expert, one tile per expert, each row's products in fp32 added in slot order),
-/// within rounding of the row loops. \throws UsageError as expert_gate_up and expert_down.
+/// within rounding of the row loops. `residual` false (a tensor-parallel rank other than 0, whose experts are its share
+/// of each expert's width: decoder_rank.hpp): x's rows are cleared once the norm has read them, so that the block
+/// leaves the rank's partial sum there for the all-reduce after it. \throws UsageError as expert_gate_up and
+/// expert_down.
 template <Element T>
 auto moe_block(const Projector<T>& p, const BasicSwigluWeights<T>& norm, const BasicMoeWeights<T>& w,
-               BasicDecoderState<T>& s, const DecoderConfig& c, int rows, int layer) {
+               BasicDecoderState<T>& s, const DecoderConfig& c, int rows, int layer, bool residual = true) {
   const BasicKernels<T>& k = p.dense;
   const MoeShape& m = c.moe;
   const std::size_t route_size = kMaxRows * static_cast<std::size_t>(m.experts_per_token);
   const DeviceSpan<int> ids = s.expert_ids.view().subspan(route_offset(c, layer), route_size);
   const DeviceSpan<float> weights = s.expert_weights.view().subspan(route_offset(c, layer), route_size);
   const auto one_block = [&](unsigned threads) { return k.step_config({{1, 1, 1}, {threads, 1, 1}, 0}); };
+  std::vector<FillOp<T>> clear;
+  if (!residual) {
+    clear.push_back(fill(s.x.view().subspan(0, static_cast<std::size_t>(rows) * static_cast<std::size_t>(c.d)),
+                         T::from_float(0.0F)));
+  }
   auto route = k.rms_norm(k.step_config({{static_cast<unsigned>(rows), 1, 1}, {256, 1, 1}, 0}), s.x.cview(),
                           norm.gain.cview(), s.moe_h.view(), c.d, c.eps) >>
-               k.gemv(k.gemv_config(m.experts, c.d, rows), w.router.cview(), s.moe_h.cview(), s.moe_logits.view(),
-                      m.experts, c.d, rows) >>
+               chain(std::move(clear)) >> k.gemv(k.gemv_config(m.experts, c.d, rows), w.router.cview(), s.moe_h.cview(),
+                                                 s.moe_logits.view(), m.experts, c.d, rows) >>
                k.moe_route(one_block(256), s.moe_logits.cview(), ids, weights, s.moe_plan.view(), m.experts,
                            m.experts_per_token, m.normalize ? 1 : 0, rows);
   return std::move(route) >>

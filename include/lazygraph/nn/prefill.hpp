@@ -226,18 +226,19 @@ auto gemm_layer(const Projector<T>& p, const BasicPrefillPlans<T>& plans, const 
   };
   auto attention = norm(a.gain) >> gemm(a.qkv, qkv_rows, h.as_const()) >> std::move(core) >>
                    block_output(a.wo, attended, a.post_gain);
-  // The MLP, or a mixture of experts (prefill_moe.hpp: no tensor parallelism nor post-norms there, as in the step).
+  // The MLP, or a mixture of experts (prefill_moe.hpp; no post-norms there, as in the step). On a rank other than 0
+  // the experts' sum goes to x cleared once the norm has read it, and the all-reduce adds the residual once.
   auto mlp = norm(m.gain) >>
              detail::either(
                  c.mixture_of_experts(),
                  [&] {
-                   if (experts == nullptr || comm != nullptr) {
-                     throw UsageError(
-                         "gemm_layer: a mixture of experts' layer needs its experts and "
-                         "runs on one GPU");
-                   }
-                   return prefill_moe_block(k, plans.plan(c.moe.experts, c.d), *experts, b.moe, h.as_const(), x, chunk,
-                                            c, rows);
+                   if (experts == nullptr)
+                     throw UsageError("gemm_layer: a mixture of experts' layer needs its experts");
+                   std::vector<FillOp<T>> clear;
+                   if (!residual) clear.push_back(fill(x, T::from_float(0.0F)));
+                   return chain(std::move(clear)) >> prefill_moe_block(k, plans.plan(c.moe.experts, c.d), *experts,
+                                                                       b.moe, h.as_const(), x, chunk, c, rows) >>
+                          reduce(x);
                  },
                  [&] {
                    return gemm(m.w1, gate, h.as_const()) >> gemm(m.w3, up, h.as_const()) >>
