@@ -64,7 +64,8 @@ constexpr const char* usage =
     "                      after our decoder of it is freed, and print its times and theirs over ours\n"
     "  --torch-script P    the companion (default examples/bench/torch_moe.py, from the repository's root)\n"
     "  --out DIR           where the companion writes its results (default bench-results/moe)\n"
-    "  --prefill L         time prefills of L tokens (tensor cores against the decode step's graphs) instead\n"
+    "  --prefill L         time prefills of L tokens (tensor cores against the decode step's graphs) instead,\n"
+    "                      of experts in --format's format\n"
     "Exit status: 0 done, 1 failed, 2 usage error, 77 skipped (no GPU; the reason is printed).\n";
 
 struct Options {
@@ -202,14 +203,19 @@ std::vector<Row> bench_shape(lg::Stream& s, const lg::KernelLibrary& library, co
 }
 
 /// The median wall-clock seconds of prefilling `tokens` tokens into slots 1 .. 4 of a fresh decoder of `shape` with
-/// prefill_chunk `chunk` (0: through the decode step's graphs), after one prefill into slot 0 that captures its graphs.
+/// prefill_chunk `chunk` (0: through the decode step's graphs) and its experts in `format` (--format), after one
+/// prefill into slot 0 that captures its graphs.
 template <class T>
-double prefill_seconds(lg::Stream& s, const lg::KernelLibrary& library, const Shape& shape, int tokens, int chunk) {
+double prefill_seconds(lg::Stream& s, const lg::KernelLibrary& library, const Shape& shape, int tokens, int chunk,
+                       const std::string& format) {
   nn::DecoderConfig c = shape.config;
   c.context = tokens + 16;
   c.max_batch = 5;
   c.prefill_chunk = chunk;
-  nn::BasicDecoder<T> decoder(s, library, c);
+  const nn::DecoderQuantization q = experts_quantization<T>(format);
+  nn::BasicDecoderWeights<T> weights = nn::BasicDecoderWeights<T>::generate(s, nn::BasicKernels<T>(library), c);
+  if (q.any()) weights = nn::quantize_decoder_weights(s, nn::DeviceQuantizer(library), std::move(weights), c, q);
+  nn::BasicDecoder<T> decoder(s, library, c, std::move(weights));
   if (chunk > 0 && !decoder.prefill_fallback_reason().empty()) {
     throw lg::UsageError("prefill does not run on tensor cores here: " + decoder.prefill_fallback_reason());
   }
@@ -229,20 +235,20 @@ double prefill_seconds(lg::Stream& s, const lg::KernelLibrary& library, const Sh
 /// --prefill: each shape's prefill on tensor cores against the decode step's graphs, one table.
 int run_prefill(const Options& o, lg::Stream& s, const lg::KernelLibrary& library) {
   std::printf(
-      "| shape | layers | dtype | prompt | tensor cores ms | decode steps ms | steps / tensor cores | prompt "
-      "tokens/s |\n|---|---|---|---|---|---|---|---|\n");
+      "| shape | layers | dtype | experts | prompt | tensor cores ms | decode steps ms | steps / tensor cores | "
+      "prompt tokens/s |\n|---|---|---|---|---|---|---|---|---|\n");
   for (const std::string& name : o.shapes) {
     Shape shape = name == "qwen3-30b-a3b" ? bench::qwen3_30b_a3b() : bench::olmoe_1b_7b();
     if (o.layers > 0 && o.layers < shape.config.layers) shape.config.layers = o.layers;
     for (const std::string& dtype : o.dtypes) {
       const bool bf16 = dtype == "bf16";
       const int chunk = nn::DecoderConfig{}.prefill_chunk;
-      const double fast = bf16 ? prefill_seconds<lg::bfloat16>(s, library, shape, o.prefill, chunk)
-                               : prefill_seconds<lg::half>(s, library, shape, o.prefill, chunk);
-      const double slow = bf16 ? prefill_seconds<lg::bfloat16>(s, library, shape, o.prefill, 0)
-                               : prefill_seconds<lg::half>(s, library, shape, o.prefill, 0);
-      std::printf("| %s | %d | %s | %d | %.2f | %.2f | %.1f | %.0f |\n", shape.name.c_str(), shape.config.layers,
-                  dtype.c_str(), o.prefill, fast * 1e3, slow * 1e3, slow / fast, o.prefill / fast);
+      const double fast = bf16 ? prefill_seconds<lg::bfloat16>(s, library, shape, o.prefill, chunk, o.format)
+                               : prefill_seconds<lg::half>(s, library, shape, o.prefill, chunk, o.format);
+      const double slow = bf16 ? prefill_seconds<lg::bfloat16>(s, library, shape, o.prefill, 0, o.format)
+                               : prefill_seconds<lg::half>(s, library, shape, o.prefill, 0, o.format);
+      std::printf("| %s | %d | %s | %s | %d | %.2f | %.2f | %.1f | %.0f |\n", shape.name.c_str(), shape.config.layers,
+                  dtype.c_str(), o.format.c_str(), o.prefill, fast * 1e3, slow * 1e3, slow / fast, o.prefill / fast);
       std::fflush(stdout);
     }
   }

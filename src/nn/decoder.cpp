@@ -391,8 +391,8 @@ int BasicDecoder<T>::prefill_steps(std::span<const int> prompt, std::size_t firs
 template <Element T>
 std::string BasicDecoder<T>::prefill_fallback_reason() const {
   std::string why;
-  if (!prefill_on_tensor_cores(config_, stream_.device().compute_capability(), &why)) return why;
-  return prefill_experts_refusal(weights_);
+  (void)prefill_on_tensor_cores(config_, stream_.device().compute_capability(), &why);
+  return why;
 }
 
 template <Element T>
@@ -405,7 +405,7 @@ int BasicDecoder<T>::prefill(std::span<const int> prompt, int start, int slot) {
 
 template <Element T>
 int BasicDecoder<T>::prefill_chunks(std::span<const int> prompt, int start, int slot, std::span<const int> table) {
-  const auto min_rows = static_cast<std::size_t>(kPrefillMinRows);
+  const auto min_rows = static_cast<std::size_t>(prefill_min_rows(weights_));
   std::size_t first = 0;
   if (prompt.size() >= min_rows) {
     if (!prefill_gemm_) {
@@ -424,6 +424,7 @@ int BasicDecoder<T>::prefill_chunks(std::span<const int> prompt, int start, int 
       int next = -1;
       for (const int chunk : prefill_chunk_rows(prompt.size(), prefill_buckets(config_))) {
         const auto rows = static_cast<std::size_t>(chunk);
+        if (rows < min_rows) break;  // a short rest of quantized experts: through the step's graphs
         const bool last = first + rows == prompt.size();
         next = prefill_->run(ctx, prompt.subspan(first, rows), start + static_cast<int>(first), slot, last);
         first += rows;

@@ -192,7 +192,7 @@ std::size_t dequantized_elements(const BasicDecoderWeights<T>& w) {
     const Weight<T>& m = *matrices[i];
     if (!m.is_dense()) most = std::max(most, static_cast<std::size_t>(m.rows()) * static_cast<std::size_t>(m.cols()));
   }
-  return most;
+  return std::max(most, prefill_expert_scratch(w));
 }
 
 namespace {

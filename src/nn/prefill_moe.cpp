@@ -1,7 +1,6 @@
 #include "lazygraph/nn/prefill_moe.hpp"
 
 #include <cstddef>
-#include <string>
 
 namespace lazygraph::nn {
 
@@ -44,20 +43,7 @@ std::size_t BasicPrefillMoeBuffers<T>::bytes(const DecoderConfig& c, int rows) {
          elements(c, pairs(c, rows), c.d) * sizeof(float);
 }
 
-template <Element T>
-std::string prefill_experts_refusal(const BasicDecoderWeights<T>& weights) {
-  for (const BasicMoeWeights<T>& m : weights.moe) {
-    if (m.quantized()) {
-      return "the experts are quantized (" + m.w1.describe() +
-             "): prefill on tensor cores reads dense experts, quantized ones prefill through the decode step's graphs";
-    }
-  }
-  return {};
-}
-
 template struct BasicPrefillMoeBuffers<half>;
 template struct BasicPrefillMoeBuffers<bfloat16>;
-template std::string prefill_experts_refusal(const BasicDecoderWeights<half>&);
-template std::string prefill_experts_refusal(const BasicDecoderWeights<bfloat16>&);
 
 }  // namespace lazygraph::nn

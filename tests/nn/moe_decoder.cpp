@@ -425,25 +425,7 @@ TEST_SUITE("gpu") {
     const BasicKernels<T> k(lgtest::nn_kernels());
     BasicDecoderWeights<T> quantized = quantize_decoder_weights(s, BasicDecoderWeights<T>::generate(s, k, c), c, q);
     REQUIRE(quantized.quantized());
-    // The twin: the same seeded weights, each expert stack replaced by the quantized one's values dequantized and
-    // rounded to T.
-    BasicDecoderWeights<T> twin = BasicDecoderWeights<T>::generate(s, k, c);
-    for (std::size_t l = 0; l < twin.moe.size(); ++l) {
-      const auto dequantized = [&](const Weight<T>& from) {
-        const std::vector<float> f = from.quantized().download(s).dequantize();
-        std::vector<T> v;
-        v.reserve(f.size());
-        for (const float x : f) v.push_back(T::from_float(x));
-        return Weight<T>(lgtest::to_device(s, v), from.rows(), from.cols(), from.name());
-      };
-      twin.moe[l].w1 = dequantized(quantized.moe[l].w1);
-      twin.moe[l].w3 = dequantized(quantized.moe[l].w3);
-      twin.moe[l].w2 = dequantized(quantized.moe[l].w2);
-    }
-    // Quantized experts prefill through the decode step's graphs (prefill on tensor cores reads dense ones), and
-    // Decoder::prefill_fallback_reason says so (here head_dim 32 is refused before, so the weights are asked).
-    CHECK(prefill_experts_refusal(quantized).find("the experts are quantized") != std::string::npos);
-    CHECK(prefill_experts_refusal(twin).empty());
+    BasicDecoderWeights<T> twin = lgtest::with_dequantized_experts(s, k, c, quantized);
     BasicDecoder<T> a(s, lgtest::nn_kernels(), c, std::move(quantized));
     BasicDecoder<T> b(s, lgtest::nn_kernels(), c, std::move(twin));
     for (const int rows : {1, 3}) {

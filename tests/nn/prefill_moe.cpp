@@ -1,7 +1,8 @@
 // A mixture of experts' layer of a prefill chunk on tensor cores (nn/prefill_moe.hpp): its memory and its tiles'
 // bound on the host, and which decoders take it; on the GPU, its five kernels (route, group, the grouped gate/up and
 // down products, combine) against float64 on random inputs, with experts of several tiles and sizes that are not
-// whole tiles, and a decoder's prefill through it against the float64 reference and against the decode step.
+// whole tiles, and a decoder's prefill through it against the float64 reference and against the decode step; with
+// int8 or fp8 experts, against the same decoder on its dequantized experts, bit for bit.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <concepts>
 #include <cstddef>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -20,6 +22,7 @@
 
 #include "common/gpu.hpp"
 #include "common/nn.hpp"
+#include "common/quantized_weights.hpp"
 #include "common/small_decoder.hpp"
 
 using namespace lazygraph;
@@ -307,5 +310,62 @@ TEST_SUITE("gpu") {
       if (want_step[0] - want_step[1] > 2 * bound * largest) CHECK(a == b);
       token = b;
     }
+  }
+
+  TEST_CASE_TEMPLATE(
+      "a mixture-of-experts decoder's prompts with int8 or fp8 experts on tensor cores give the bits of the same "
+      "decoder on its dequantized experts",
+      T, half, bfloat16) {
+    // Quantized experts are dequantized into the chunk's scratch (prefill_expert_scratch), each value rounded once to
+    // T, then run the dense experts' grouped products: the same values as the twin's experts, dequantized on the host
+    // and rounded to T, so the same logits, bits and all, whatever the routes.
+    DecoderConfig c = prefill_moe_decoder();
+    c.moe.expert_width = 128;  // fp8's blocks of 128 x 128
+    QuantizedFormat format{WeightFormat::int8_channel, 0, false, scale_type_of<T>};
+    SUBCASE("int8 per channel") {}
+    SUBCASE("fp8 in blocks of 128 x 128") { format = {WeightFormat::fp8_block, 128, false, scale_type_of<T>}; }
+    CAPTURE(format_name(format));
+    DecoderQuantization q;
+    q.mlp = format;
+    Stream& s = lgtest::stream();
+    const BasicKernels<T> k(lgtest::nn_kernels());
+    BasicDecoderWeights<T> quantized = quantize_decoder_weights(s, BasicDecoderWeights<T>::generate(s, k, c), c, q);
+    REQUIRE(quantized.quantized());
+    CHECK(prefill_expert_scratch(quantized) == 2 * std::size_t{8} * 128 * 128);
+    CHECK(prefill_min_rows(quantized) == kPrefillQuantizedExpertRows);
+    BasicDecoderWeights<T> twin = lgtest::with_dequantized_experts(s, k, c, quantized);
+    CHECK(prefill_expert_scratch(twin) == 0);
+    CHECK(prefill_min_rows(twin) == kPrefillMinRows);
+    BasicDecoder<T> a(s, lgtest::nn_kernels(), c, std::move(quantized));
+    BasicDecoder<T> b(s, lgtest::nn_kernels(), c, std::move(twin));
+    if (const std::string why = a.prefill_fallback_reason(); !why.empty()) {
+      MESSAGE("skipped: prefill does not run on tensor cores here: " << why);
+      return;
+    }
+    REQUIRE(b.prefill_fallback_reason().empty());
+    const std::vector<int> prompt = prompt_of(37, c.seed, c.vocab);  // one chunk on tensor cores
+    CHECK(a.prefill(prompt) == b.prefill(prompt));
+    const auto same_bits = [](const std::vector<T>& x, const std::vector<T>& y) {
+      return std::equal(x.begin(), x.end(), y.begin(), y.end(), [](T u, T v) { return u.bits == v.bits; });
+    };
+    CHECK(same_bits(a.logits(), b.logits()));
+    // And the keys and values the chunk wrote for the steps after it.
+    const auto host = [&](DeviceSpan<T> d) {
+      std::vector<T> out(d.size());
+      copy(std::span<T>(out), d.as_const()).sync_on(s);
+      return out;
+    };
+    CHECK(same_bits(host(a.k_cache()), host(b.k_cache())));
+    CHECK(same_bits(host(a.v_cache()), host(b.v_cache())));
+    // Below kPrefillQuantizedExpertRows rows a prompt of quantized experts goes through the decode step's graphs (where
+    // dequantizing every expert would cost more): the bits of a decoder that never prefills on tensor cores.
+    DecoderConfig stepped = c;
+    stepped.prefill_chunk = 0;
+    BasicDecoder<T> steps(s, lgtest::nn_kernels(), stepped,
+                          quantize_decoder_weights(s, BasicDecoderWeights<T>::generate(s, k, c), c, q));
+    const std::vector<int> short_prompt(prompt.begin(), prompt.begin() + 20);
+    a.reset();
+    CHECK(a.prefill(short_prompt) == steps.prefill(short_prompt));
+    CHECK(same_bits(a.logits(), steps.logits()));
   }
 }

@@ -119,7 +119,8 @@ class BasicDecoder {
   /// On tensor cores (DecoderConfig::prefill_chunk, where prefill_on_tensor_cores holds): chunks of up to
   /// prefill_chunk rows, each through every layer at once (cuBLASLt GEMMs, flash attention writing the cache; one
   /// graph per bucket of rows, captured on first use; nn/prefill.hpp), the LM head for the last row only; a prompt or
-  /// a rest of one below 16 rows, and every prompt elsewhere, through the decode step's graphs, kMaxRows rows per step.
+  /// a rest of one below 16 rows (32 with quantized experts: prefill_min_rows), and every prompt elsewhere, through the
+  /// decode step's graphs, kMaxRows rows per step.
   /// The step path gives exactly the cache, logits and token of forwarding the prompt one token at a time; the
   /// tensor-core path the same within rounding (its products sum in another order and round q, k, v, and the MLP's
   /// gate and up once more), so its token may differ where the top two logits nearly tie.
@@ -203,8 +204,7 @@ class BasicDecoder {
   /// Block ids per row's table of a paged cache (DecoderConfig::kv_table_width); 0 for the contiguous cache.
   [[nodiscard]] int table_width() const noexcept { return config_.kv_table_width(); }
 
-  /// Why prefill runs every prompt through the decode step's graphs (prefill_on_tensor_cores said no, or the experts
-  /// are quantized: prefill_experts_refusal), or empty when it
+  /// Why prefill runs every prompt through the decode step's graphs (prefill_on_tensor_cores said no), or empty when it
   /// runs chunks of 16 rows or more on tensor cores (with a contiguous or a paged cache). Asking may load cuBLASLt.
   [[nodiscard]] std::string prefill_fallback_reason() const;
 

@@ -39,7 +39,9 @@
 /// quantized matrix in T (dequantized_elements: 32 MiB for a Llama-3.2-1B gate_proj in fp16), which each quantized
 /// matrix of a layer is dequantized into for its GEMMs. A mixture of experts has no 2 ffn there, and instead the
 /// buffers of its grouped products (BasicPrefillMoeBuffers::bytes: R * top k rows of the experts' activations in T
-/// and of their down products in fp32, the biggest part).
+/// and of their down products in fp32, the biggest part); with quantized experts, the scratch of two expert stacks in
+/// T they are dequantized into (prefill_expert_scratch: 806 MB for Qwen3-30B-A3B's, 1.9 GB for Mixtral-8x7B's).
+/// DecoderConfig::prefill_chunk 0 keeps every prompt on the decode step's graphs and allocates none of it.
 
 #include <array>
 #include <cstddef>
@@ -63,6 +65,19 @@ namespace lazygraph::nn {
 /// The fewest prompt rows a chunk on tensor cores takes: a shorter prompt, or the rest of one below this, runs
 /// through the decode step's graphs, kMaxRows rows at a time.
 inline constexpr int kPrefillMinRows = 16;
+
+/// The fewest prompt rows a chunk on tensor cores takes when a mixture of experts' experts are quantized: each chunk
+/// dequantizes every expert stack of every layer first (prefill_moe.hpp), which for fewer rows costs more than the
+/// decode step's graphs (H200, bench_moe --prefill, 12 layers of Qwen3-30B-A3B with int8 experts: 16 tokens 10.1 ms
+/// on tensor cores against 5.2 through the step's graphs, 512 tokens 13.9 against 173).
+inline constexpr int kPrefillQuantizedExpertRows = 32;
+
+/// The fewest rows of a chunk on tensor cores for `weights`: kPrefillQuantizedExpertRows with quantized experts, else
+/// kPrefillMinRows.
+template <Element T>
+[[nodiscard]] int prefill_min_rows(const BasicDecoderWeights<T>& weights) noexcept {
+  return prefill_expert_scratch(weights) > 0 ? kPrefillQuantizedExpertRows : kPrefillMinRows;
+}
 
 /// The most workspace each of prefill's GEMM plans may have (GemmOptions::max_workspace_bytes): 8 MiB. A plan owns
 /// only what the algorithm cuBLASLt chose needs.
@@ -236,8 +251,9 @@ auto gemm_layer(const Projector<T>& p, const BasicPrefillPlans<T>& plans, const 
                      throw UsageError("gemm_layer: a mixture of experts' layer needs its experts");
                    std::vector<FillOp<T>> clear;
                    if (!residual) clear.push_back(fill(x, T::from_float(0.0F)));
-                   return chain(std::move(clear)) >> prefill_moe_block(k, plans.plan(c.moe.experts, c.d), *experts,
-                                                                       b.moe, h.as_const(), x, chunk, c, rows) >>
+                   return chain(std::move(clear)) >>
+                          prefill_moe_block(p, plans.plan(c.moe.experts, c.d), *experts, b.moe, h.as_const(), x, chunk,
+                                            b.weights.view(), c, rows) >>
                           reduce(x);
                  },
                  [&] {
@@ -364,7 +380,8 @@ struct BasicPrefillContext {
 };
 
 /// Elements of the buffer prefill dequantizes one quantized matrix of a layer into (BasicPrefillBuffers::weights):
-/// the largest quantized one (q, k and v stacked), 0 when none is.
+/// the largest quantized one (q, k and v stacked), or with quantized experts prefill_expert_scratch if that is more;
+/// 0 when none is quantized.
 template <Element T>
 [[nodiscard]] std::size_t dequantized_elements(const BasicDecoderWeights<T>& weights);
 

@@ -17,8 +17,16 @@
 /// are sized for the most tiles there can be, moe_prefill_tiles, and the blocks past the chunk's return). An expert's
 /// weights are read once per tile of its rows: with the 8 of 128 experts Qwen3-30B-A3B's rows choose, a chunk of 512
 /// rows reads each expert about once, where the decode step's graphs (8 rows at a time) read the chosen ones 64 times.
-/// Dense experts only: quantized ones prefill through the decode step's graphs (prefill_experts_on_tensor_cores).
+///
+/// Quantized experts (int8, int4, fp8: the mlp class) are dequantized first, a whole stack at a time, into a scratch
+/// buffer of two stacks (W1 and W3 side by side, then W2 over them: prefill_expert_scratch), as prefill's GEMMs
+/// dequantize a quantized matrix (gemm_operand: each value rounded once to T), so that the products differ from the
+/// decode step's, which scale fp32 sums, by rounding only. That reads each stack once more than a dense layer and
+/// writes it in T, whichever experts the chunk chose: a chunk of 16 rows then takes about twice as long as the decode
+/// step's graphs, so Decoder::prefill gives such chunks of fewer than kPrefillQuantizedExpertRows rows to the step's
+/// graphs (prefill_min_rows, nn/prefill.hpp); at 512 rows it is 12x faster than they are (docs/performance.md).
 
+#include <algorithm>
 #include <cstddef>
 #include <string>
 
@@ -27,6 +35,7 @@
 #include "lazygraph/nn/decoder_weights.hpp"
 #include "lazygraph/nn/kernels.hpp"
 #include "lazygraph/nn/prefill_attention.hpp"
+#include "lazygraph/nn/projection.hpp"
 
 namespace lazygraph::nn {
 
@@ -59,25 +68,40 @@ struct BasicPrefillMoeBuffers {
   return c.mixture_of_experts() && c.tensor_cores;
 }
 
-/// Why the experts of `weights` cannot run prefill on tensor cores (their stacks are quantized: the grouped products
-/// read dense experts), or empty when they can (or there are none). Never throws but std::bad_alloc.
+/// Elements of the scratch a prefill chunk dequantizes `weights`' quantized experts into (see the file comment): two
+/// of the largest quantized expert stack, 0 when no expert is quantized. For Qwen3-30B-A3B's (128 experts of 768 x
+/// 2048) 403 M elements, 806 MB in 16 bits; for Mixtral-8x7B's (8 of 14336 x 4096) 1.9 GB.
 template <Element T>
-[[nodiscard]] std::string prefill_experts_refusal(const BasicDecoderWeights<T>& weights);
+[[nodiscard]] std::size_t prefill_expert_scratch(const BasicDecoderWeights<T>& weights) noexcept {
+  std::size_t most = 0;
+  for (const Weight<T>* m : weights.expert_matrices()) {
+    if (!m->is_dense())
+      most = std::max(most, static_cast<std::size_t>(m->rows()) * static_cast<std::size_t>(m->cols()));
+  }
+  return 2 * most;
+}
 
 /// A mixture of experts' block of a chunk of up to `rows` rows (see the file comment): reads the normed rows in `h`
 /// and the chunk ([start, rows, slot] in device memory), adds each real row's experts into `x` (both [rows][d]), and
-/// leaves the padding rows alone. `router` is the bucket's GEMM plan of (experts x d).
-/// \throws UsageError for quantized experts, for weights or buffers of other shapes than `c`'s and `rows`'.
+/// leaves the padding rows alone. `router` is the bucket's GEMM plan of (experts x d). Quantized experts are
+/// dequantized into `scratch` (prefill_expert_scratch elements; not touched for dense ones) on `p`'s quantized kernels.
+/// \throws UsageError for weights or buffers of other shapes than `c`'s and `rows`', for quantized experts with a
+/// scratch too small (gemm_operand, naming the weight).
 template <Element T>
-auto prefill_moe_block(const BasicKernels<T>& k, const Gemm<T>& router, const BasicMoeWeights<T>& w,
+auto prefill_moe_block(const Projector<T>& p, const Gemm<T>& router, const BasicMoeWeights<T>& w,
                        BasicPrefillMoeBuffers<T>& b, DeviceSpan<const T> h, DeviceSpan<T> x,
-                       DeviceSpan<const int> chunk, const DecoderConfig& c, int rows) {
+                       DeviceSpan<const int> chunk, DeviceSpan<T> scratch, const DecoderConfig& c, int rows) {
+  const BasicKernels<T>& k = p.dense;
   const MoeShape& m = c.moe;
-  if (w.quantized()) {
-    throw UsageError("prefill_moe_block: the experts are quantized; prefill on tensor cores reads dense experts (" +
-                     w.w1.describe() + ")");
-  }
   const auto n = [](int a, int b) { return static_cast<std::size_t>(a) * static_cast<std::size_t>(b); };
+  // W1 and W3 side by side in the scratch, then W2 over W1's (the gate/up product has read it by then).
+  const std::size_t stack = n(m.experts * m.expert_width, c.d);
+  const auto scratch_part = [&](std::size_t i) {
+    return scratch.size() >= 2 * stack ? scratch.subspan(i * stack, stack) : DeviceSpan<T>{};
+  };
+  GemmOperand<T> w1 = gemm_operand(p, w.w1, scratch_part(0));
+  GemmOperand<T> w3 = gemm_operand(p, w.w3, scratch_part(1));
+  GemmOperand<T> w2 = gemm_operand(p, w.w2, scratch_part(0));
   const int pairs = rows * m.experts_per_token;
   const int tiles = moe_prefill_tiles(pairs, m.experts);
   if (b.ids.size() < n(rows, m.experts_per_token) || b.tiles.size() < 1 + n(4, tiles)) {
@@ -98,11 +122,13 @@ auto prefill_moe_block(const BasicKernels<T>& k, const Gemm<T>& router, const Ba
          named("group", k.moe_prefill_group(k.step_config({{1, 1, 1}, {1024, 1, 1}, 0}), ids.as_const(), count, order,
                                             slot_of, tile_list, m.experts, m.experts_per_token, rows, tiles)) >>
          named("experts gate/up",
-               k.moe_prefill_gate_up(k.moe_prefill_gate_up_config(m.expert_width, tiles), h, w.w1.dense(), w.w3.dense(),
-                                     order.as_const(), tile_list.as_const(), act, m.expert_width, c.d,
-                                     m.experts_per_token, tiles)) >>
-         named("experts down", k.moe_prefill_down(k.moe_prefill_down_config(c.d, tiles), act.as_const(), w.w2.dense(),
-                                                  tile_list.as_const(), partial, c.d, m.expert_width, tiles)) >>
+               std::move(w1.prepare) >> std::move(w3.prepare) >>
+                   k.moe_prefill_gate_up(k.moe_prefill_gate_up_config(m.expert_width, tiles), h, w1.values, w3.values,
+                                         order.as_const(), tile_list.as_const(), act, m.expert_width, c.d,
+                                         m.experts_per_token, tiles)) >>
+         named("experts down", std::move(w2.prepare) >>
+                                   k.moe_prefill_down(k.moe_prefill_down_config(c.d, tiles), act.as_const(), w2.values,
+                                                      tile_list.as_const(), partial, c.d, m.expert_width, tiles)) >>
          named("combine",
                k.moe_prefill_combine(k.step_config(grid_for(n(rows, c.d) / 8, 256)), partial.as_const(),
                                      slot_of.as_const(), weights.as_const(), x, count, c.d, m.experts_per_token, rows));
