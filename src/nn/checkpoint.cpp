@@ -807,15 +807,19 @@ BasicDecoderWeights<T> DecoderCheckpoint::upload_shard_with(const Stream& stream
                     options_.progress && bytes >= options_.progress_from_bytes);
   std::size_t index = 0;  // assemble_decoder_weights walks the shard's tensors in the order of the whole model's
   std::vector<DeviceQuantizedWeight<T>> matrices;  // the rank's shares, in quantized_layouts() order
+  const DecoderTensor* first = nullptr;            // the first tensor of the quantized matrix under way
   const auto dense = [&](const DecoderTensor& t) { return !quantization.format_of(t.role).has_value(); };
   const auto fill = [&](const DecoderTensor&, DeviceSpan<T> into) {
     const std::size_t i = index++;
     const DecoderTensor& t = tensors_[i];
     if (!dense(t)) {
-      if (t.role != DecoderTensorRole::wk && t.role != DecoderTensorRole::wv) {  // k and v go with q
+      if (first == nullptr) first = &t;
+      if (!stacked_with_next(tensors_, i)) {  // the matrix's last part (v after q and k, a layer's last expert of a
+                                              // kind): its share, named by its first part's role
         const std::size_t m = matrices.size();
-        matrices.push_back(matrix_share<T>(stream, quantizer, m, t, shares[m], rank, ranks, buffers));
+        matrices.push_back(matrix_share<T>(stream, quantizer, m, *first, shares[m], rank, ranks, buffers));
         progress.advance(matrices.back().bytes());
+        first = nullptr;
       }
       return;  // the rank's share is held quantized
     }

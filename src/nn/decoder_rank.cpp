@@ -159,11 +159,6 @@ DeviceSpan<const T> full_tensor(const BasicDecoderWeights<T>& w, const DecoderCo
 
 void check_quantized_split(const DecoderConfig& config, const DecoderQuantization& quantization, int ranks) {
   const DecoderConfig s = shard_config(config, ranks);
-  if (config.mixture_of_experts() && quantization.mlp) {
-    throw UsageError("a decoder split over " + std::to_string(ranks) +
-                     " tensor-parallel ranks: its experts are quantized (the mlp class), and a rank takes its share of "
-                     "dense experts only");
-  }
   (void)quantized_layouts(s, quantization);
   if (ranks == 1) return;  // one rank takes each matrix whole
   const auto tiles = [&](const std::optional<QuantizedFormat>& format, const std::string& what, int rows) {
@@ -175,7 +170,11 @@ void check_quantized_split(const DecoderConfig& config, const DecoderQuantizatio
   };
   tiles(quantization.attention, "q projection", s.q_dim());
   tiles(quantization.attention, "k and v projections", s.kv_dim());
-  tiles(quantization.mlp, "gate and up projections", s.ffn);
+  if (config.mixture_of_experts()) {
+    tiles(quantization.mlp, "experts' gate and up projections (each expert's share)", s.moe.expert_width);
+  } else {
+    tiles(quantization.mlp, "gate and up projections", s.ffn);
+  }
   tiles(quantization.lm_head, "LM head", s.vocab);
 }
 
@@ -207,6 +206,17 @@ DeviceQuantizedWeight<T> shard_quantized(const Stream& stream, const DeviceQuant
     case DecoderTensorRole::w2:
       check_quantized(whole, config.d, config.ffn, 1);
       return quantized_columns(stream, whole, rank * s.ffn, s.ffn);
+    case DecoderTensorRole::moe_w1:  // each expert's rows of the stack
+    case DecoderTensorRole::moe_w3: {
+      const int width = config.moe.expert_width;
+      check_quantized(whole, config.moe.experts * width, config.d, 1);
+      std::vector<QuantizedRowBlock> blocks;
+      for (int e = 0; e < config.moe.experts; ++e) blocks.push_back(rows(s.moe.expert_width, e * width));
+      return quantized_rows(stream, whole, blocks);
+    }
+    case DecoderTensorRole::moe_w2:  // each expert's columns: the stack's, every expert's rows alike
+      check_quantized(whole, config.moe.experts * config.d, config.moe.expert_width, 1);
+      return quantized_columns(stream, whole, rank * s.moe.expert_width, s.moe.expert_width);
     case DecoderTensorRole::w1:
     case DecoderTensorRole::w3:
     case DecoderTensorRole::lm_head: {
@@ -217,7 +227,7 @@ DeviceQuantizedWeight<T> shard_quantized(const Stream& stream, const DeviceQuant
     }
     default:
       throw UsageError("shard_quantized: tensor " + whole.layout().name() +
-                       " is given for a role no quantized matrix holds (wq, wo, w1, w3, w2 or lm_head)");
+                       " is given for a role no quantized matrix holds (wq, wo, w1, w3, w2, the experts' or lm_head)");
   }
 }
 
@@ -260,7 +270,11 @@ BasicDecoderWeights<T> shard_decoder_weights(const Stream& stream, const BasicDe
       add(full.attention[l].qkv, DecoderTensorRole::wq);
       add(full.attention[l].wo, DecoderTensorRole::wo);
     }
-    if (quantization.mlp) {
+    if (quantization.mlp && config.mixture_of_experts()) {  // the layer's expert stacks in place of its MLP's
+      add(full.moe[l].w1, DecoderTensorRole::moe_w1);
+      add(full.moe[l].w3, DecoderTensorRole::moe_w3);
+      add(full.moe[l].w2, DecoderTensorRole::moe_w2);
+    } else if (quantization.mlp) {
       add(full.mlp[l].w1, DecoderTensorRole::w1);
       add(full.mlp[l].w3, DecoderTensorRole::w3);
       add(full.mlp[l].w2, DecoderTensorRole::w2);

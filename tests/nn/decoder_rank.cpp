@@ -320,11 +320,16 @@ TEST_SUITE("gpu") {
       c.prefill_chunk = 16;
       if (lg::nn::prefill_on_tensor_cores(c, lgtest::device().compute_capability())) check_one_rank_paths<half>(c);
     }
-    SUBCASE("a mixture of experts: Qwen3-MoE's routing and q/k norms; its prompts on tensor cores") {
+    SUBCASE(
+        "a mixture of experts: Qwen3-MoE's routing and q/k norms, dense and int8 experts; its prompts on tensor "
+        "cores") {
       c.moe = {8, 2, 64, true};
       c.qk_norm = true;
       check_one_rank_paths<half>(c);
       check_one_rank_paths<lg::bfloat16>(c);
+      lg::nn::DecoderQuantization experts;
+      experts.mlp = lg::nn::QuantizedFormat{.kind = lg::nn::WeightFormat::int8_channel};
+      check_one_rank_paths<half>(c, experts);
       c.heads = 2;  // head_dim 64: prompts on tensor cores (the grouped products), where the GPU has them
       c.kv_heads = 1;
       c.prefill_chunk = 16;
@@ -411,6 +416,49 @@ TEST_SUITE("gpu") {
       CHECK(same(
           host_matrix(full.lm_head), r, host_matrix(shares[static_cast<std::size_t>(r)].lm_head),
           [&](int rank, int i) { return rank * s.vocab + i; }, same_col));
+    }
+  }
+
+  TEST_CASE("the ranks' shares of quantized experts dequantize to the parts of the whole stacks") {
+    lg::nn::DecoderConfig c = lgtest::small_decoder(2);
+    c.moe = {4, 2, 256, true};  // each rank 128 rows of every expert: fp8's blocks of 128 whole
+    for (const lg::nn::QuantizedFormat format :
+         {lg::nn::QuantizedFormat{.kind = lg::nn::WeightFormat::int8_channel},
+          lg::nn::QuantizedFormat{.kind = lg::nn::WeightFormat::int4_group, .group = 64, .asymmetric = true},
+          lg::nn::QuantizedFormat{.kind = lg::nn::WeightFormat::fp8_block, .group = 128}}) {
+      CAPTURE(lg::nn::format_name(format));
+      lg::nn::DecoderQuantization q;
+      q.mlp = format;
+      const lg::nn::DecoderWeights full = quantized_weights<half>(c, q);
+      const lg::nn::DecoderConfig s = lg::nn::shard_config(c, 2);
+      const int width = c.moe.expert_width;
+      const int part = s.moe.expert_width;
+      for (int r = 0; r < 2; ++r) {
+        CAPTURE(r);
+        const lg::nn::DecoderWeights share = lg::nn::shard_decoder_weights(lgtest::stream(), full, c, r, 2);
+        for (std::size_t l = 0; l < 2; ++l) {
+          CAPTURE(l);
+          const auto both = [&](const lg::nn::Weight<half>& whole_weight, const lg::nn::Weight<half>& share_weight,
+                                const auto& to_row, const auto& to_col) {
+            REQUIRE_FALSE(share_weight.is_dense());
+            const lg::nn::QuantizedWeight whole = whole_weight.quantized().download(lgtest::stream());
+            const lg::nn::QuantizedWeight mine = share_weight.quantized().download(lgtest::stream());
+            bool equal = true;
+            for (int i = 0; i < mine.layout().rows(); ++i) {
+              for (int j = 0; j < mine.layout().cols(); ++j) {
+                equal = equal && mine.dequantized(i, j) == whole.dequantized(to_row(i), to_col(j));
+              }
+            }
+            return equal;
+          };
+          // W1 and W3: the rank's rows of each expert; W2: its columns of every expert's rows.
+          const auto expert_row = [&](int i) { return (i / part) * width + r * part + i % part; };
+          const auto same = [](int i) { return i; };
+          CHECK(both(full.moe[l].w1, share.moe[l].w1, expert_row, same));
+          CHECK(both(full.moe[l].w3, share.moe[l].w3, expert_row, same));
+          CHECK(both(full.moe[l].w2, share.moe[l].w2, same, [&](int j) { return r * part + j; }));
+        }
+      }
     }
   }
 

@@ -367,5 +367,36 @@ TEST_SUITE("gpu") {
       token = tp.forward({token, 37 + i});
       CHECK(token == generated[static_cast<std::size_t>(i)]);
     }
+    // int8 experts, each rank's share (32 rows of every expert's W1 and W3, 32 columns of its W2) cut out of the stacks
+    // quantized whole on its GPU: steps, a batch and a prompt within rounding of the one-GPU decoder's int8 experts.
+    lg::nn::DecoderQuantization q;
+    q.mlp = lg::nn::QuantizedFormat{.kind = lg::nn::WeightFormat::int8_channel, .scale_type = lg::nn::scale_type_of<T>};
+    const auto quantized = [&](const lg::Stream& s, const lg::KernelLibrary& library) {
+      return lg::nn::quantize_decoder_weights(
+          s, lg::nn::DeviceQuantizer(library),
+          lg::nn::BasicDecoderWeights<T>::generate(s, lg::nn::BasicKernels<T>(library), c), c, q);
+    };
+    std::vector<lg::nn::BasicDecoderWeights<T>> shares;
+    for (int r = 0; r < 2; ++r) {
+      const lg::Stream s(gpus.comms[static_cast<std::size_t>(r)].device());
+      shares.push_back(
+          lg::nn::shard_decoder_weights(s, quantized(s, *gpus.pointers[static_cast<std::size_t>(r)]), c, r, 2));
+    }
+    lg::nn::BasicTensorParallelDecoder<T> tq(gpus.comms, gpus.pointers, c, std::move(shares));
+    lg::nn::BasicDecoder<T> oq(lgtest::stream(), lgtest::nn_kernels(), c,
+                               quantized(lgtest::stream(), lgtest::nn_kernels()));
+    for (int position = 0; position < 4; ++position) {
+      CAPTURE(position);
+      (void)tq.forward({tokens[static_cast<std::size_t>(position)], position});
+      (void)oq.forward({tokens[static_cast<std::size_t>(position)], position});
+      CHECK(differ(tq.logits(), oq.logits()) < bound);
+    }
+    (void)tq.forward_batch(rows);
+    (void)oq.forward_batch(rows);
+    for (int r = 0; r < 3; ++r) CHECK(differ(tq.logits(r), oq.logits(r)) < bound);
+    tq.reset();
+    oq.reset();
+    CHECK(tq.prefill(prompt) == oq.prefill(prompt));
+    CHECK(differ(tq.logits(), oq.logits()) < bound);
   }
 }

@@ -27,8 +27,8 @@
 /// Every rank ends with the same logits and draws the same token (the sampler depends on the logits, the seed, the
 /// position and the sequence only), so every rank takes the same turns through generate. One rank of one computes
 /// the single-GPU Decoder's bits exactly (an all-reduce and an all-gather of one rank copy). Dense or weight-only
-/// quantized weights (a rank's quantized matrices are its shares of the whole model's: shard_quantized; experts dense
-/// only), the graph backend; prompts on tensor cores run prefill_layer with the same collectives (nn/prefill.hpp).
+/// quantized weights (a rank's quantized matrices are its shares of the whole model's: shard_quantized), the graph
+/// backend; prompts on tensor cores run prefill_layer with the same collectives (nn/prefill.hpp).
 
 #include <memory>
 #include <optional>
@@ -75,15 +75,16 @@ struct TensorShard {
 [[nodiscard]] TensorShard tensor_shard(const DecoderTensor& t, const DecoderConfig& config, int rank, int ranks);
 
 /// \throws UsageError unless `quantization`'s formats fit the shares of `config`'s decoder over `ranks` (1 or more):
-/// check_tensor_split; a mixture of experts' experts dense (a rank takes shares of dense experts only); every quantized
-/// matrix of the rank's shapes valid (quantized_layouts of shard_config: an int4 group must divide the rank's columns
-/// of Wo and W2); and with more than one rank, the rows each rank takes of a quantized matrix whole tiles of 16 rows
-/// (its q rows and its k and v rows, its rows of W1 and W3, of the LM head); naming the tensor or the rows.
+/// check_tensor_split; every quantized matrix of the rank's shapes valid (quantized_layouts of shard_config: an int4
+/// group must divide the rank's columns of Wo, W2 and each expert's W2); and with more than one rank, the rows each
+/// rank takes of a quantized matrix whole tiles of 16 rows (its q rows and its k and v rows, its rows of W1 and W3 or
+/// of each expert's, of the LM head); naming the tensor or the rows.
 void check_quantized_split(const DecoderConfig& config, const DecoderQuantization& quantization, int ranks);
 
 /// Rank `rank` of `ranks`'s share of `whole`, the quantized matrix of `config`'s decoder that holds the tensors of
 /// `role` (wq: the layer's q, k and v stacked, of which the rank takes its heads' rows of each; wo and w2: its columns;
-/// w1, w3 and the LM head: its rows), cut out of the stored bytes by quantized_rows or quantized_columns: the share
+/// w1, w3 and the LM head: its rows; moe_w1 and moe_w3, a layer's experts stacked: its rows of each expert; moe_w2:
+/// its columns of every expert's), cut out of the stored bytes by quantized_rows or quantized_columns: the share
 /// dequantizes to exactly the rank's part of the whole matrix's dequantized weights (int8's row scales, chosen over
 /// whole rows, are kept). Waits for the copies. \throws UsageError as tensor_shard; naming the tensor when `whole` is
 /// not of the role's shape, the role is not a quantized matrix's, or the share does not lie on whole tiles of 16 rows

@@ -87,7 +87,7 @@ def moe_rows():
         ct.Row("qwen3-moe", "qwen3_moe", "f16",
                ct.moe_config(8, 2, 256, num_key_value_heads=2, norm_topk_prob=True, rope_parameters=ct.rope(1e6),
                              rms_norm_eps=1e-6),
-               paths=ct.ALL_PATHS),
+               paths=ct.ALL_PATHS + ct.TP_PATHS),
     ]
 
 
