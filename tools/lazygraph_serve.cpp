@@ -77,9 +77,9 @@ Options (--name VALUE or --name=VALUE, each at most once):
                      contiguous one) and at most the model's max_position_embeddings (default:
                      max_position_embeddings, at most 4096)
   --max-batch N      sequences decoded at once, 1 to 256 (default 8); above 8 needs the paged KV cache, whose steps
-                     of more than 8 rows run on tensor cores (dense weights, no mixture of experts, sm_80 or newer)
-  --kv-cache MODE    auto (default): paged where the model allows it (dense q/k/v weights, no q/k norms), else
-                     contiguous; paged: refuse a model it cannot run; contiguous: max-batch x context positions
+                     of more than 8 rows run on tensor cores (sm_80 or newer; quantized weights dequantized each step)
+  --kv-cache MODE    auto (default): paged where the model allows it, else contiguous; paged: refuse a model it
+                     cannot run; contiguous: max-batch x context positions
   --kv-blocks N      KV blocks in the pool, from 1 (default: max-batch x ceil(context / block size), what the
                      contiguous cache holds, or, paged, as many as fit in 90% of the GPU's memory beside the
                      weights if fewer); paged, the pool is the cache and bounds the positions of all sequences
@@ -251,28 +251,21 @@ struct Plan {
   std::size_t weight_bytes = 0;  ///< the weights' device memory
 };
 
-/// Why the paged KV cache cannot serve `llama` as `o` asks, or empty when it can. What the decoder refuses on a
-/// paged cache and config.json shows: quantized q/k/v weights (DecoderConfig::validate's other refusals, the
-/// persistent backend and the unfused block, are not what this server runs; open() finds anything else).
-std::string paged_refusal(const Options& o, const nn::LlamaConfig& llama) {
+/// Why the paged KV cache cannot serve `llama` as `o` asks, or empty when it can: only --kv-cache contiguous says so
+/// here (what the decoder refuses on a paged cache, the persistent backend and the unfused block, is not what this
+/// server runs; open() finds anything else).
+std::string paged_refusal(const Options& o) {
   if (o.kv_cache == "contiguous") return "--kv-cache contiguous";
-  if (llama.quantization.has_value() && llama.quantization->attention.has_value()) {
-    return "the model's q, k and v weights are quantized, and the paged KV cache appends through dense ones only";
-  }
-  if (o.max_batch > nn::kMaxRows && llama.quantization.has_value()) {
-    return "the model's weights are quantized, and steps of more than " + std::to_string(nn::kMaxRows) +
-           " rows (--max-batch " + std::to_string(o.max_batch) + ") run on dense ones only";
-  }
   return {};
 }
 
 /// The checkpoint opened for a paged decoder, or, where the paged cache cannot serve it and --kv-cache is auto, for
 /// a contiguous one (plan.served says which, and why). \throws UsageProblem for --kv-cache paged on a model it
 /// cannot run, and for a --context beyond kMaxContext on the contiguous cache.
-nn::DecoderCheckpoint open_checkpoint(const Options& o, const nn::LlamaConfig& llama, Plan& plan) {
+nn::DecoderCheckpoint open_checkpoint(const Options& o, Plan& plan) {
   const int context = plan.load.context;
   const auto blocks_for = [&](int block_size) { return o.max_batch * ((context + block_size - 1) / block_size); };
-  std::string refusal = paged_refusal(o, llama);
+  std::string refusal = paged_refusal(o);
   if (refusal.empty()) {
     nn::LoadOptions paged = plan.load;
     paged.kv_block_size = o.kv_block_size;
@@ -322,7 +315,7 @@ Plan plan_serving(const Options& o) {
   plan.load.max_batch = o.max_batch;
   plan.load.progress = true;
   plan.served.kv_block_size = o.kv_block_size;
-  const nn::DecoderCheckpoint checkpoint = open_checkpoint(o, llama, plan);
+  const nn::DecoderCheckpoint checkpoint = open_checkpoint(o, plan);
   plan.weight_bytes = checkpoint.device_bytes();
   // K and V of every layer, in fp16 or bf16 (2 bytes).
   plan.served.kv_bytes_per_position = std::size_t{2} * 2 * static_cast<std::size_t>(checkpoint.config().layers) *

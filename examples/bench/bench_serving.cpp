@@ -13,7 +13,9 @@
 // and adds its tokens/s and ours over it to each row. One table at the end. `--help` for the options.
 #include <lazygraph/lazygraph.hpp>
 #include <lazygraph/nn/decoder.hpp>
+#include <lazygraph/nn/decoder_quantization.hpp>
 #include <lazygraph/nn/decoder_step_model.hpp>
+#include <lazygraph/nn/device_quantizer.hpp>
 #include <lazygraph/nn/engine.hpp>
 #include <lazygraph/nn/wide_step_report.hpp>
 
@@ -45,6 +47,7 @@ constexpr const char* usage =
     "                     [--concurrency N,N,...] [--prompt P]\n"
     "                     [--new N] [--block-size 16|32] [--prefill-chunk C] [--max-batch M] [--torch]\n"
     "                     [--torch-script PATH] [--out DIR] [--shared-prefix S] [--prefix-cache] [--rounds R]\n"
+    "                     [--format dense|int8|int4]\n"
     "Serves N concurrent requests through nn::Engine over a paged decoder with seeded weights: each a prompt of P\n"
     "seeded tokens and N new tokens (greedy, no stop token), submitted at once, the engine stepped on this thread,\n"
     "after an untimed warm-up of up to 8 requests of other prompts (a server that has served before).\n"
@@ -55,6 +58,9 @@ constexpr const char* usage =
     "                      weights: a floor where the rows choose them all, about 64 rows or more)\n"
     "  --layers N          only the first N layers of the shape (a quick run; the floor follows)\n"
     "  --dtype T           f16 (default) or bf16\n"
+    "  --format F          the attention's and MLP's (or experts') weights: dense (default), int8 (per channel) or\n"
+    "                      int4 (groups of 128), quantized on the device; the LM head dense; the floor counts\n"
+    "                      their bytes in that format\n"
     "  --concurrency LIST  request counts (default 1,8,32,64,256); at most --max-batch sequences step together,\n"
     "                      the others wait in the engine's queue; steps of more than 8 rows run the wide step\n"
     "  --prompt P          prompt tokens per request (default 512)\n"
@@ -90,10 +96,25 @@ struct Options {
   bool torch = false;
   std::string torch_script = "examples/bench/torch_serving.py";
   std::string out = "bench-out";
-  int shared_prefix = 0;      ///< tokens every prompt begins with
-  bool prefix_cache = false;  ///< EngineOptions::cache_prefixes
-  int rounds = 1;             ///< requests each stream sends one after another (1: all at once)
+  int shared_prefix = 0;         ///< tokens every prompt begins with
+  bool prefix_cache = false;     ///< EngineOptions::cache_prefixes
+  int rounds = 1;                ///< requests each stream sends one after another (1: all at once)
+  std::string format = "dense";  ///< --format: the attention's and the MLP's (or experts') weights
 };
+
+/// --format's quantization: int8 per channel or int4 in groups of 128 for the attention and the MLP (or the experts),
+/// the LM head dense, as downloaded AWQ, GPTQ and FP8 checkpoints keep it; none for dense.
+template <class T>
+nn::DecoderQuantization quantization_of(const std::string& format) {
+  nn::DecoderQuantization q;
+  if (format == "dense") return q;
+  const nn::QuantizedFormat f =
+      format == "int8" ? nn::QuantizedFormat{nn::WeightFormat::int8_channel, 0, false, nn::scale_type_of<T>}
+                       : nn::QuantizedFormat{nn::WeightFormat::int4_group, 128, false, nn::scale_type_of<T>};
+  q.attention = f;
+  q.mlp = f;
+  return q;
+}
 
 struct Row {
   int requests = 0;
@@ -133,7 +154,11 @@ struct Seen {
 template <class T>
 Row serve(lg::Stream& s, const lg::KernelLibrary& library, nn::DecoderConfig c, const Options& o, int requests,
           double ceiling) {
-  nn::BasicDecoder<T> decoder(s, library, c);  // weights generated on the device from c.seed
+  // Weights generated on the device from c.seed, then quantized there (--format).
+  const nn::DecoderQuantization q = quantization_of<T>(o.format);
+  nn::BasicDecoderWeights<T> weights = nn::BasicDecoderWeights<T>::generate(s, nn::BasicKernels<T>(library), c);
+  if (q.any()) weights = nn::quantize_decoder_weights(s, nn::DeviceQuantizer(library), std::move(weights), c, q);
+  nn::BasicDecoder<T> decoder(s, library, c, std::move(weights));
   std::vector<nn::WideBucketReport> wide;
   if (c.max_batch > nn::kMaxRows) {
     decoder.capture_wide_steps();  // every bucket now: the timed run below captures nothing
@@ -254,7 +279,9 @@ Row serve(lg::Stream& s, const lg::KernelLibrary& library, nn::DecoderConfig c, 
   const double elem = 2;
   const double position = o.prompt + o.fresh / 2.0;
   const double kv = 2.0 * wave * c.layers * (position + 1.0) * c.kv_dim() * elem;
-  const double bytes = static_cast<double>(c.weight_bytes()) + static_cast<double>(c.vocab) * c.d * elem + kv;
+  // Quantized (--format): the weights' bytes in their formats, what a step must read at least.
+  const double stored = static_cast<double>(q.any() ? nn::decoder_device_bytes(c, q) : c.weight_bytes());
+  const double bytes = stored + static_cast<double>(c.vocab) * c.d * elem + kv;
   row.floor_s = bytes / ceiling;
   s.synchronize();
   return row;
@@ -360,9 +387,9 @@ int run(const Options& o) {
   }
   if (o.torch) run_torch(o, shape.name, rows);
   std::printf(
-      "\nServing through nn::Engine on %s: %s %s, seeded weights, prompts of %d tokens, %d new tokens each, "
+      "\nServing through nn::Engine on %s: %s %s, seeded weights (%s), prompts of %d tokens, %d new tokens each, "
       "greedy; wall-clock times (the engine's host work included); copy ceiling %.0f GB/s\n\n",
-      device.name().c_str(), shape.name.c_str(), o.dtype.c_str(), o.prompt, o.fresh, ceiling * 1e-9);
+      device.name().c_str(), shape.name.c_str(), o.dtype.c_str(), o.format.c_str(), o.prompt, o.fresh, ceiling * 1e-9);
   // The column compares every row with the first (its request count named, 1 unless --concurrency starts higher).
   const std::string versus =
       "vs " + std::to_string(rows.front().requests) + (rows.front().requests == 1 ? " request" : " requests");
@@ -448,6 +475,11 @@ std::variant<Options, int> parse(int argc, char** argv) {
       o.shared_prefix = example::integers(value(), "--shared-prefix", 0).at(0);
     } else if (arg == "--prefix-cache") {
       o.prefix_cache = true;
+    } else if (arg == "--format") {
+      o.format = value();
+      if (o.format != "dense" && o.format != "int8" && o.format != "int4") {
+        throw lg::UsageError("--format " + o.format + ": dense, int8 or int4");
+      }
     } else if (arg == "--rounds") {
       o.rounds = example::integers(value(), "--rounds", 1).at(0);
     } else {
@@ -459,6 +491,8 @@ std::variant<Options, int> parse(int argc, char** argv) {
                          std::to_string(o.prompt));
   }
   if (o.torch && o.rounds > 1) throw lg::UsageError("--torch serves every request at once: leave --rounds out");
+  if (o.torch && o.format != "dense")
+    throw lg::UsageError("--torch: the companion's weights are dense; leave --format out");
   if (o.torch && o.shape != "llama32-1b" && o.shape != "tinyllama") {
     throw lg::UsageError("--torch: the companion serves LlamaForCausalLM shapes only, not " + o.shape);
   }

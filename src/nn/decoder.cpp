@@ -61,25 +61,6 @@ BasicDecoderWeights<T> checked(BasicDecoderWeights<T> w, const DecoderConfig& c)
            std::to_string(m.cols()) + ", the config needs " + std::to_string(rows) + " x " + std::to_string(cols));
     }
   };
-  if (c.max_batch > kMaxRows) {  // the wide step's GEMMs and grouped expert products read dense weights
-    std::vector<const Weight<T>*> all = w.matrices();
-    const std::vector<const Weight<T>*> experts = w.expert_matrices();
-    all.insert(all.end(), experts.begin(), experts.end());
-    for (const Weight<T>* m : all) {
-      if (!m->is_dense()) {
-        fail("weight " + m->describe() + " is quantized; steps of more than " + std::to_string(kMaxRows) +
-             " rows (max_batch " + std::to_string(c.max_batch) + ") run the wide step, on dense weights only");
-      }
-    }
-  }
-  if (c.paged()) {  // the paged append kernel reads dense q, k and v weights
-    for (const BasicAttentionWeights<T>& a : w.attention) {
-      if (!a.qkv.is_dense()) {
-        fail("weight " + a.qkv.describe() +
-             " is quantized; the paged KV cache (kv_block_size) appends through the dense q/k/v kernel only");
-      }
-    }
-  }
   const auto d = static_cast<std::size_t>(c.d);
   const int qkv_rows = c.q_dim() + 2 * c.kv_dim();
   vector(w.embedding, static_cast<std::size_t>(c.vocab) * d, "model.embed_tokens.weight");
@@ -199,7 +180,7 @@ BasicDecoder<T>::BasicDecoder(const Stream& stream, const KernelLibrary& library
       throw UsageError("Decoder: max_batch " + std::to_string(config_.max_batch) + " runs steps of more than " +
                        std::to_string(kMaxRows) + " rows as the wide step, which does not run here: " + why);
     }
-    wide_ = std::make_unique<BasicWideStep<T>>(stream_, library, config_);
+    wide_ = std::make_unique<BasicWideStep<T>>(stream_, library, config_, wide_dequantized_elements(weights_));
   }
   (void)io_graph(1);  // a decoder that cannot capture its step fails here, not at the first forward
   reset();
@@ -537,7 +518,8 @@ std::vector<T> BasicDecoder<T>::logits(int row) const {
 
 template <Element T>
 BasicWideContext<T> BasicDecoder<T>::wide_context() noexcept {
-  return {config_, kernels_, weights_, state_, *paged_, stream_, sampling_};
+  return {config_, kernels_, weights_,  state_,
+          *paged_, stream_,  sampling_, quantized_kernels_ ? &*quantized_kernels_ : nullptr};
 }
 
 template <Element T>

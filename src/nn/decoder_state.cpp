@@ -52,7 +52,8 @@ BasicDecoderState<T>::BasicDecoderState(const Device& device, const DecoderConfi
       q(DeviceBuffer<T>(device, kMaxRows * static_cast<std::size_t>(c.q_dim()))),
       k(DeviceBuffer<T>(device, kMaxRows * static_cast<std::size_t>(c.kv_dim()))),
       v(DeviceBuffer<T>(device, kMaxRows * static_cast<std::size_t>(c.kv_dim()))),
-      qkv(DeviceBuffer<T>(device, c.qk_norm ? kMaxRows * static_cast<std::size_t>(c.q_dim() + 2 * c.kv_dim()) : 0)),
+      qkv(DeviceBuffer<T>(
+          device, c.qk_norm || c.paged() ? kMaxRows * static_cast<std::size_t>(c.q_dim() + 2 * c.kv_dim()) : 0)),
       block_out(DeviceBuffer<T>(device, c.post_norms ? kMaxRows * static_cast<std::size_t>(c.d) : 0)),
       attn(DeviceBuffer<T>(device, kMaxRows * static_cast<std::size_t>(c.q_dim()))),
       act(DeviceBuffer<T>(device, c.mixture_of_experts() ? 0 : kMaxRows * static_cast<std::size_t>(c.ffn))),
@@ -85,7 +86,7 @@ BasicDecoderState<T>::BasicDecoderState(const Device& device, const DecoderConfi
       local_rope_frequencies(device, c.local_theta > 0 ? static_cast<std::size_t>(c.head_dim() / 2) : 0),
       argmax_values(device, static_cast<std::size_t>(kMaxRows) * kArgmaxChunks),
       argmax_indices(device, static_cast<std::size_t>(kMaxRows) * kArgmaxChunks),
-      row_counts(device, grouped(device, c) || (c.paged() && c.qk_norm) || grouped_expert_steps(c)
+      row_counts(device, grouped(device, c) || c.paged() || grouped_expert_steps(c)
                              ? static_cast<std::size_t>(kMaxRows) + 1
                              : 0),
       multiprocessors(device.sm_count()),

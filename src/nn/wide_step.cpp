@@ -84,8 +84,9 @@ int largest(const std::vector<int>& buckets) {
 }  // namespace
 
 template <Element T>
-BasicWideStep<T>::Buffers::Buffers(const Stream& stream, const DecoderConfig& c, int rows, std::size_t partial_floats)
-    : layer(stream, c, rows),
+BasicWideStep<T>::Buffers::Buffers(const Stream& stream, const DecoderConfig& c, int rows, std::size_t partial_floats,
+                                   std::size_t weight_elements)
+    : layer(stream, c, rows, weight_elements),
       attn(stream.device(), elements(rows, c.q_dim())),
       logits(stream.device(), elements(rows, c.vocab)),
       next(stream.device(), static_cast<std::size_t>(rows)),
@@ -99,12 +100,13 @@ BasicWideStep<T>::Buffers::Buffers(const Stream& stream, const DecoderConfig& c,
 }
 
 template <Element T>
-BasicWideStep<T>::BasicWideStep(const Stream& stream, const KernelLibrary& library, const DecoderConfig& c)
+BasicWideStep<T>::BasicWideStep(const Stream& stream, const KernelLibrary& library, const DecoderConfig& c,
+                                std::size_t weight_elements)
     : buckets_(wide_buckets(c)),
       max_rows_(largest(buckets_)),
       width_(c.kv_table_width()),
       vocab_(static_cast<std::size_t>(c.vocab)),
-      buffers_(stream, c, max_rows_, most_partials(c, buckets_, stream.device().sm_count())),
+      buffers_(stream, c, max_rows_, most_partials(c, buckets_, stream.device().sm_count()), weight_elements),
       io_(library, WideIo::size(max_rows_, width_), static_cast<std::size_t>(max_rows_)),
       pool_(stream.device()),
       graphs_(buckets_.size()) {
@@ -118,7 +120,7 @@ std::size_t BasicWideStep<T>::buffer_bytes() const noexcept {
   std::size_t total = 0;
   const BasicPrefillBuffers<T>& b = buffers_.layer;
   for (const DeviceBuffer<T>* t :
-       {&b.x, &b.h, &b.qkv, &b.q, &b.k, &b.v, &b.gate, &b.up, &buffers_.attn, &buffers_.logits}) {
+       {&b.x, &b.h, &b.qkv, &b.q, &b.k, &b.v, &b.gate, &b.up, &b.weights, &buffers_.attn, &buffers_.logits}) {
     total += t->size() * sizeof(T);
   }
   total += (b.io.size() + buffers_.next.size() + buffers_.io.size()) * sizeof(int);
@@ -147,6 +149,7 @@ template <Element T>
 CudaGraph<> BasicWideStep<T>::capture(const BasicWideContext<T>& ctx, int rows, const BasicPrefillPlans<T>& plans) {
   const DecoderConfig& c = ctx.config;
   const BasicKernels<T>& k = ctx.kernels;
+  const Projector<T> projector{k, ctx.quantized};
   const BasicDecoderWeights<T>& w = ctx.weights;
   BasicPrefillBuffers<T>& b = buffers_.layer;
   const auto count = static_cast<std::size_t>(rows);
@@ -210,20 +213,22 @@ CudaGraph<> BasicWideStep<T>::capture(const BasicWideContext<T>& ctx, int rows, 
               buffers_.partials.view().subspan(0, PagedAttention<T>::split_partials(shape, splits)),
               buffers_.counters.view().subspan(0, elements(rows, c.heads)), cache,
               chunk.subspan(PrefillChunkLayout::rows, 1), splits);
-          s.record(named("layer " + std::to_string(l),
-                         gemm_layer(Projector<T>{k, nullptr}, plans, a, w.mlp[layer], b, chunk, c, rows,
-                                    std::move(append) >> std::move(attend), attn.as_const(), nullptr,
-                                    c.mixture_of_experts() ? &w.moe.at(layer) : nullptr)));
+          s.record(named(
+              "layer " + std::to_string(l),
+              gemm_layer(projector, plans, a, w.mlp[layer], b, chunk, c, rows, std::move(append) >> std::move(attend),
+                         attn.as_const(), nullptr, c.mixture_of_experts() ? &w.moe.at(layer) : nullptr)));
         }
         const auto n = static_cast<long long>(logits.size());
         std::vector<decltype(k.softcap(LaunchConfig{}, logits, n, 0.0F))> capped;
         if (c.logit_softcap > 0) {
           capped.push_back(k.softcap(k.step_config(grid_for(logits.size(), 256)), logits, n, c.logit_softcap));
         }
+        GemmOperand<T> head = gemm_operand(projector, w.lm_head, b.weights.view());  // dequantized first if need be
         s.record(
             named("lm head",
                   k.prefill_rms_norm(per_row, x.as_const(), w.final_gain.cview(), h, chunk, c.d, c.eps, rows) >>
-                      plans.plan(vocab_, d)(logits, h.as_const(), w.lm_head.dense()) >> chain(std::move(capped)) >>
+                      std::move(head.prepare) >> plans.plan(vocab_, d)(logits, h.as_const(), head.values) >>
+                      chain(std::move(capped)) >>
                       k.sample(k.step_config({{static_cast<unsigned>(rows), 1, 1}, {1024, 1, 1}, 0}), logits.as_const(),
                                next, positions, slots, c.vocab, ctx.sampling.top_k, ctx.sampling.temperature,
                                static_cast<unsigned>(ctx.sampling.seed), ctx.sampling.top_p)));

@@ -4,7 +4,9 @@
 
 #include <lazygraph/kernels.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <vector>
 
 namespace lgtest {
@@ -16,6 +18,16 @@ std::vector<double> widened(const std::vector<T>& v) {
   out.reserve(v.size());
   for (const T e : v) out.push_back(e.to_float());
   return out;
+}
+
+/// Whether `logits`' top two are apart by more than 5 times `bound` times their rms: a choice rounding cannot flip.
+inline bool clear_margin(const std::vector<double>& logits, double bound) {
+  std::vector<double> sorted = logits;
+  std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<>());
+  double ss = 0;
+  for (const double l : logits) ss += l * l;
+  const double rms = std::sqrt(ss / static_cast<double>(logits.size()));
+  return sorted[0] - sorted[1] > 5 * bound * rms;
 }
 
 /// SiLU in float64, a / (1 + e^-a): the references of the gated (SwiGLU) kernels.

@@ -18,6 +18,7 @@
 
 #include "common/gpu.hpp"
 #include "common/nn.hpp"
+#include "common/quantized_formats.hpp"
 
 using namespace lazygraph;
 using namespace lazygraph::nn;
@@ -137,6 +138,72 @@ TEST_SUITE("gpu") {
           token[static_cast<std::size_t>(r)] = want[static_cast<std::size_t>(r)];
           ++position[static_cast<std::size_t>(r)];
         }
+      }
+    }
+  }
+
+  TEST_CASE_TEMPLATE(
+      "a paged decoder of quantized weights, q k and v included, follows the contiguous decoder within rounding", T,
+      half, bfloat16) {
+    // The same quantized weights (int8 attention, int4 MLP with zero points) on both caches: the paged step projects
+    // q, k and v on the quantized kernels into s.qkv and appends through PagedAttention::rope_append, where the
+    // contiguous one rotates and appends in its fused quantized kernel (one rounding fewer): logits within rounding,
+    // the same token where the margin is clear, over prompts (the step's graphs) and batches of 1 to 8 rows.
+    const double bound = std::same_as<T, half> ? 1e-2 : 4e-2;
+    const DecoderConfig c = contiguous_reference_config(1);
+    DecoderConfig pc = c;
+    pc.kv_block_size = 16;
+    pc.kv_blocks = kMaxRows * (c.context / 16) + 5;
+    DecoderQuantization q;
+    q.attention = lgtest::int8(scale_type_of<T>);
+    q.mlp = lgtest::int4(32, true, scale_type_of<T>);
+    const BasicKernels<T> k(lgtest::nn_kernels());
+    const auto weights = [&] {
+      return quantize_decoder_weights(lgtest::stream(), BasicDecoderWeights<T>::generate(lgtest::stream(), k, c), c, q);
+    };
+    BasicDecoder<T> reference(lgtest::stream(), lgtest::nn_kernels(), c, weights());
+    BasicDecoder<T> paged(lgtest::stream(), lgtest::nn_kernels(), pc, weights());
+    const int width = paged.table_width();
+    const std::vector<int> tables = shuffled_tables(kMaxRows, width, pc.kv_blocks, 3U);
+    const auto table_of = [&](int s) {
+      return std::span<const int>(tables).subspan(static_cast<std::size_t>(s * width), static_cast<std::size_t>(width));
+    };
+    const auto close = [&](const std::vector<T>& got, const std::vector<T>& want, int token, int wanted) {
+      const std::vector<double> g = lgtest::widened(got);
+      const std::vector<double> w = lgtest::widened(want);
+      CHECK(relative_error(g, w) < bound);
+      if (lgtest::clear_margin(w, bound)) CHECK(token == wanted);
+    };
+    std::vector<int> position(kMaxRows);
+    std::vector<int> token(kMaxRows);
+    for (int s = 0; s < kMaxRows; ++s) {
+      CAPTURE(s);
+      std::vector<int> prompt(static_cast<std::size_t>(1 + 3 * s));
+      for (std::size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int>((37 * i + 11 * s) % 512);
+      const int want = reference.prefill(prompt, 0, s);
+      const int got = paged.prefill(prompt, 0, table_of(s), s);
+      close(paged.logits(0), reference.logits(0), got, want);
+      position[static_cast<std::size_t>(s)] = static_cast<int>(prompt.size());
+      token[static_cast<std::size_t>(s)] = want;  // both go on from the reference's token
+    }
+    for (int step = 0; step < 12; ++step) {
+      const int rows = 1 + (step * 5) % kMaxRows;
+      CAPTURE(step);
+      CAPTURE(rows);
+      std::vector<TokenAt> steps;
+      for (int r = 0; r < rows; ++r) {
+        steps.push_back(
+            {.token = token[static_cast<std::size_t>(r)], .position = position[static_cast<std::size_t>(r)]});
+      }
+      const std::vector<int> want = reference.forward_batch(steps);
+      const std::vector<int> got =
+          paged.forward_batch(steps, std::span<const int>(tables).first(static_cast<std::size_t>(rows * width)));
+      for (int r = 0; r < rows; ++r) {
+        CAPTURE(r);
+        close(paged.logits(r), reference.logits(r), got[static_cast<std::size_t>(r)],
+              want[static_cast<std::size_t>(r)]);
+        token[static_cast<std::size_t>(r)] = want[static_cast<std::size_t>(r)];
+        ++position[static_cast<std::size_t>(r)];
       }
     }
   }

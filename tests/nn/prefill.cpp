@@ -152,15 +152,7 @@ std::vector<int> prompt_of(int n, int vocab, int salt = 0) {
 
 using lgtest::widened;
 
-/// Whether `logits`' top two are apart by more than 5 times `bound` times their rms: a choice rounding cannot flip.
-bool clear_margin(const std::vector<double>& logits, double bound) {
-  std::vector<double> sorted = logits;
-  std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<>());
-  double ss = 0;
-  for (const double l : logits) ss += l * l;
-  const double rms = std::sqrt(ss / static_cast<double>(logits.size()));
-  return sorted[0] - sorted[1] > 5 * bound * rms;
-}
+using lgtest::clear_margin;
 
 /// Feeds `prompt` at positions start.. one token at a time into sequence 0 of `d`; returns the last step's token.
 template <class T>

@@ -150,15 +150,7 @@ namespace {
 template <class T>
 constexpr double tolerance = std::same_as<T, half> ? 1e-2 : 3e-2;
 
-/// Whether `logits`' top two are apart by more than 5 times `bound` times their rms: a choice rounding cannot flip.
-bool clear_margin(const std::vector<double>& logits, double bound) {
-  std::vector<double> sorted = logits;
-  std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<>());
-  double ss = 0;
-  for (const double l : logits) ss += l * l;
-  const double rms = std::sqrt(ss / static_cast<double>(logits.size()));
-  return sorted[0] - sorted[1] > 5 * bound * rms;
-}
+using lgtest::clear_margin;
 
 /// The tables of `rows` rows of `width` blocks each, from the ids 0 .. pool - 1 shuffled (row after row).
 std::vector<int> shuffled_tables(int rows, int width, int pool, unsigned seed) {
@@ -416,8 +408,14 @@ TEST_SUITE("gpu") {
     CHECK(decoder.wide_step_report().empty());
   }
 
-  TEST_CASE("a wide decoder refuses quantized weights and a GPU without the wide step by name") {
-    const DecoderConfig c = wide_config(16);
+  TEST_CASE_TEMPLATE(
+      "a wide step of quantized weights gives each row what it gets stepped alone within rounding, and a GPU without "
+      "the wide step is refused by name",
+      T, half, bfloat16) {
+    // The GEMMs read each quantized matrix dequantized into the layer buffers' scratch (gemm_operand), the LM head's
+    // too; the rows alone run the narrow paged step on the quantized kernels (q, k and v through s.qkv and
+    // PagedAttention::rope_append). int8 attention, int4 MLP with zero points, int8 LM head; then fp8 experts.
+    DecoderConfig c = wide_config(64);
     std::string why;
     if (!wide_step_available(lgtest::device().compute_capability(), &why)) {
       CHECK_THROWS_WITH_AS(Decoder(lgtest::stream(), lgtest::nn_kernels(), c),
@@ -425,12 +423,26 @@ TEST_SUITE("gpu") {
       return;
     }
     DecoderQuantization q;
-    q.mlp = lgtest::int8();
-    DecoderWeights weights = quantize_decoder_weights(
-        lgtest::stream(), DecoderWeights::generate(lgtest::stream(), Kernels(lgtest::nn_kernels()), c), c, q);
-    CHECK_THROWS_WITH_AS(Decoder(lgtest::stream(), lgtest::nn_kernels(), c, std::move(weights)),
-                         doctest::Contains("is quantized; steps of more than 8 rows (max_batch 16) run the wide step"),
-                         UsageError);
+    SUBCASE("int8 attention and LM head, int4 MLP") {
+      q.attention = lgtest::int8(scale_type_of<T>);
+      q.mlp = lgtest::int4(32, true, scale_type_of<T>);
+      q.lm_head = lgtest::int8(scale_type_of<T>);
+    }
+    SUBCASE("fp8 experts, every one chosen") {
+      c.moe = {.experts = 8, .experts_per_token = 8, .expert_width = 128, .normalize = true};
+      q.mlp = QuantizedFormat{WeightFormat::fp8_block, 128, false, scale_type_of<T>};
+    }
+    CAPTURE(c.moe.experts);
+    const BasicKernels<T> k(lgtest::nn_kernels());
+    BasicDecoderWeights<T> weights =
+        quantize_decoder_weights(lgtest::stream(), BasicDecoderWeights<T>::generate(lgtest::stream(), k, c), c, q);
+    CHECK(wide_dequantized_elements(weights) > 0);
+    BasicDecoder<T> decoder(lgtest::stream(), lgtest::nn_kernels(), c, std::move(weights));
+    const RandomHistory<T> history(decoder);
+    int judged = 0;
+    int clear = 0;
+    for (const int n : {9, 64}) check_wide_against_alone(decoder, history, n, judged, clear);
+    MESSAGE(clear << " of " << judged << " rows had a clear top-two margin (their next tokens compared)");
   }
 
   TEST_CASE_TEMPLATE(

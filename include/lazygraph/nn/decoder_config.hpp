@@ -122,9 +122,8 @@ struct DecoderOptions {
   int context = 1024;  ///< positions the KV cache holds per sequence
   /// Sequences decoded at once: 1 to 8 (kMaxRows), the contiguous KV cache holding this many; with a paged cache
   /// (kv_block_size) up to 256 (kMaxWideRows), steps of more than 8 rows then running as the wide step on tensor cores
-  /// (nn/wide_step.hpp: dense weights only, a mixture of experts' as grouped products, a GPU of compute capability 8.0
-  /// or newer with
-  /// cuBLASLt; its buffers, for the smallest bucket of 16, 32, ... 256 rows that holds max_batch, allocated with the
+  /// (nn/wide_step.hpp: quantized weights dequantized before each GEMM, a mixture of experts' as grouped products, a
+  /// GPU of compute capability 8.0 or newer with cuBLASLt; its buffers, for the smallest bucket of 16, 32, ... 256 rows that holds max_batch, allocated with the
   /// decoder).
   int max_batch = 1;
   std::uint32_t seed = 1234;  ///< seed of the generated weights (DecoderWeights::generate)
@@ -181,10 +180,10 @@ struct DecoderOptions {
   /// context positions. Paged, the cache is one pool of kv_blocks blocks per layer (BasicDecoderState::k_cache), each
   /// row of a step appends and attends through its block table (a device input staged like the tokens: new tables
   /// never recapture), and the memory is bounded by the pool; `context` is then the most positions one sequence's
-  /// table reaches (up to kMaxPagedContext). The graph backend on one GPU, dense q/k/v weights, the fused attention
-  /// block (q/k norms too, appended by PagedAttention::qk_norm_rope_append); prompts run as on the contiguous cache, on
-  /// tensor cores (prefill_chunk) where they may,
-  /// flash attention reading and writing through the table (docs/serving.md).
+  /// table reaches (up to kMaxPagedContext). The graph backend on one GPU, the fused attention block (q/k norms, or a
+  /// quantized stacked q/k/v weight, projected first and appended by PagedAttention::qk_norm_rope_append or
+  /// rope_append); prompts run as on the contiguous cache, on tensor cores (prefill_chunk) where they may, flash
+  /// attention reading and writing through the table (docs/serving.md).
   int kv_block_size = 0;
   /// Blocks of the paged cache's pool, per layer (kv_block_size): at least 1; 0 with the contiguous cache.
   int kv_blocks = 0;

@@ -26,10 +26,12 @@ struct BasicDecoderState {
   DeviceBuffer<T> q;            ///< [kMaxRows][q_dim]
   DeviceBuffer<T> k;            ///< [kMaxRows][kv_dim] (the unfused path only)
   DeviceBuffer<T> v;            ///< [kMaxRows][kv_dim] (likewise)
-  DeviceBuffer<T> qkv;          ///< the stacked q, k and v projections [kMaxRows][q_dim + 2 kv_dim] (qk_norm only)
-  DeviceBuffer<T> block_out;    ///< a block's output before its post-norm [kMaxRows][d] (post_norms only)
-  DeviceBuffer<T> attn;         ///< attention outputs [kMaxRows][q_dim]
-  DeviceBuffer<T> act;          ///< MLP activations [kMaxRows][ffn] (empty with DecoderConfig::moe)
+  /// The stacked q, k and v projections [kMaxRows][q_dim + 2 kv_dim] (qk_norm, or a paged cache: its quantized q/k/v
+  /// path); empty otherwise.
+  DeviceBuffer<T> qkv;
+  DeviceBuffer<T> block_out;  ///< a block's output before its post-norm [kMaxRows][d] (post_norms only)
+  DeviceBuffer<T> attn;       ///< attention outputs [kMaxRows][q_dim]
+  DeviceBuffer<T> act;        ///< MLP activations [kMaxRows][ffn] (empty with DecoderConfig::moe)
   /// A mixture of experts' (DecoderConfig::moe; else all empty): the normed rows [kMaxRows][d], the router's logits
   /// [kMaxRows][experts], each row's chosen experts [kMaxRows][top k] and their weights (with
   /// DecoderConfig::record_routes every layer's, [layers][kMaxRows][top k]: moe_routes.hpp), the step's plan for the
@@ -68,8 +70,9 @@ struct BasicDecoderState {
   DeviceBuffer<float> argmax_values;
   DeviceBuffer<int> argmax_indices;  ///< see argmax_values
   /// The integers 0 to kMaxRows, [kMaxRows + 1]: a step of r rows passes the grouped attention kernel (which reads
-  /// its row count on the device) row_counts[r], and so do a paged cache's q/k-norm append and a mixture of experts'
-  /// grouped products. Empty unless grouped_attention, a paged cache with q/k norms, or moe_order is not.
+  /// its row count on the device) row_counts[r], and so do a paged cache's append from s.qkv (q/k norms, quantized
+  /// q/k/v) and a mixture of experts' grouped products. Empty unless grouped_attention, a paged cache, or moe_order
+  /// is not.
   DeviceBuffer<int> row_counts;
   int multiprocessors = 0;  ///< the device's, for paged_splits
   /// Whether a paged cache's step attends with PagedAttention::attend_grouped (one block per kv head and split, on

@@ -36,7 +36,8 @@ namespace lazygraph::nn {
 /// ordered as DecoderConfig::ordering says. Only the chosen path is built. A tensor-parallel rank follows it with an
 /// output projection of its own (decoder_rank.hpp). Layer `layer`'s window and RoPE table (DecoderConfig::sliding)
 /// and the config's score scale. With a paged cache (DecoderConfig::paged), k_cache and v_cache are the layer's pools:
-/// the fused kernel appends through s.tables (qkv_rope_append_paged) and `paged`'s kernels attend through them, split
+/// the fused kernel appends through s.tables (qkv_rope_append_paged; a quantized stacked weight: norm_project into
+/// s.qkv on its format's kernels, then PagedAttention::rope_append) and `paged`'s kernels attend through them, split
 /// as s.paged_splits says: attend_grouped where s.grouped_attention holds (within rounding of the contiguous cache),
 /// else attend or attend_split, whose bits are the contiguous cache's for the same splits. \throws UsageError as the
 /// projections (projection.hpp) and PagedAttention's calls; for a paged config without `paged`.
@@ -141,6 +142,16 @@ auto attention_heads(const Projector<T>& p, const BasicAttentionWeights<T>& w, B
     const auto bias = [&](std::size_t at, std::size_t size) {
       return w.bias.empty() ? DeviceSpan<const T>{} : w.bias.cview().subspan(at, size);
     };
+    // The dense stacked weight: the norm, the projections, RoPE and the append in one kernel.
+    const auto dense_append = [&] {
+      const DeviceSpan<const T> all = w.qkv.dense();
+      return k.qkv_rope_append_paged(
+          k.qkv_config(q_dim, kv_dim, d, rows), all.subspan(0, q_size * dd), all.subspan(q_size * dd, kv_size * dd),
+          all.subspan((q_size + kv_size) * dd, kv_size * dd), bias(0, q_size), bias(q_size, kv_size),
+          bias(q_size + kv_size, kv_size), s.x.cview(), w.gain.cview(), s.q.view(), k_cache, v_cache, s.positions(),
+          s.tables.cview(), d, q_dim, c.kv_head_count(), c.head_dim(), c.kv_block_size, c.kv_blocks, width, frequencies,
+          c.eps, rows);
+    };
     auto append = detail::either(
         c.qk_norm,
         [&] {
@@ -154,13 +165,16 @@ auto attention_heads(const Projector<T>& p, const BasicAttentionWeights<T>& w, B
                                             c.qk_norm_whole);
         },
         [&] {
-          const DeviceSpan<const T> all = w.qkv.dense();
-          return k.qkv_rope_append_paged(
-              k.qkv_config(q_dim, kv_dim, d, rows), all.subspan(0, q_size * dd), all.subspan(q_size * dd, kv_size * dd),
-              all.subspan((q_size + kv_size) * dd, kv_size * dd), bias(0, q_size), bias(q_size, kv_size),
-              bias(q_size + kv_size, kv_size), s.x.cview(), w.gain.cview(), s.q.view(), k_cache, v_cache, s.positions(),
-              s.tables.cview(), d, q_dim, c.kv_head_count(), c.head_dim(), c.kv_block_size, c.kv_blocks, width,
-              frequencies, c.eps, rows);
+          return detail::either(
+              w.qkv.is_dense(), [&] { return dense_append(); },
+              [&] {  // quantized: the stacked projection on its format's kernels, then RoPE and the append
+                const std::size_t width_qkv = q_size + 2 * kv_size;
+                const DeviceSpan<T> qkv = s.qkv.view().subspan(0, count * width_qkv);
+                return norm_project(p, w.qkv, s.x.cview(), w.gain.cview(), qkv, static_cast<int>(width_qkv), d, c.eps,
+                                    rows) >>
+                       paged->rope_append(shape, qkv.as_const(), w.bias.cview(), s.q.view().subspan(0, count * q_size),
+                                          cache, s.row_counts.cview().subspan(count, 1), frequencies);
+              });
         });
     const DeviceSpan<const T> q = s.q.cview().subspan(0, count * q_size);
     const DeviceSpan<T> out = s.attn.view().subspan(0, count * q_size);

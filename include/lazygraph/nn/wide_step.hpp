@@ -28,10 +28,13 @@
 /// copied in by the graph's first nodes: new values never recapture. Graphs are captured on first use (or all at once,
 /// capture_all) into one GraphPool; the buffers for the largest bucket are allocated once, when the step is made.
 ///
-/// What it does not run (DecoderConfig::validate and the decoder refuse them, naming them): quantized weights (experts
-/// included); and what the paged cache does not run (the unfused block, the persistent backend, tensor-parallel
-/// ranks).
+/// Quantized weights (experts included) are dequantized into the layer buffers' scratch before each GEMM that reads
+/// them, every step (gemm_operand, as prefill does; each value rounded once to T): the step then reads each quantized
+/// matrix in its format, writes and reads it in T. A quantized LM head is dequantized whole (its vocab x d elements of
+/// scratch; wide_dequantized_elements). What it does not run (DecoderConfig::validate and the decoder refuse them,
+/// naming them): what the paged cache does not run (the unfused block, the persistent backend, tensor-parallel ranks).
 
+#include <algorithm>
 #include <cstddef>
 #include <memory>
 #include <span>
@@ -91,12 +94,25 @@ template <Element T>
 struct BasicWideContext {
   const DecoderConfig& config;            ///< the decoder's config (paged, max_batch above kMaxRows)
   const BasicKernels<T>& kernels;         ///< its kernels
-  const BasicDecoderWeights<T>& weights;  ///< its weights (dense)
+  const BasicDecoderWeights<T>& weights;  ///< its weights, in any format
   BasicDecoderState<T>& state;            ///< its state: k_cache and v_cache are the pools
   const PagedAttention<T>& paged;         ///< its paged attention kernels
   const Stream& stream;                   ///< the stream its graphs are captured on
   const Sampling& sampling;               ///< how the next token is chosen
+  /// Its quantized kernels; null when no weight is quantized.
+  const BasicQuantizedKernels<T>* quantized = nullptr;
 };
+
+/// Elements of the scratch a wide step dequantizes `weights`' quantized matrices into: dequantized_elements (the
+/// largest quantized matrix of a layer, or two expert stacks), or a quantized LM head's vocab x d if more; 0 when
+/// every weight is dense.
+template <Element T>
+[[nodiscard]] std::size_t wide_dequantized_elements(const BasicDecoderWeights<T>& weights) {
+  const std::size_t head = weights.lm_head.is_dense() ? 0
+                                                      : static_cast<std::size_t>(weights.lm_head.rows()) *
+                                                            static_cast<std::size_t>(weights.lm_head.cols());
+  return std::max(dequantized_elements(weights), head);
+}
 
 /// A paged decoder's wide step: its buffers, the GEMM plans and the graph of every bucket used so far (see the file
 /// comment). Made by the decoder at its first wide call. Thread safety: none; the decoder's execution lock serialises
@@ -105,9 +121,10 @@ template <Element T>
 class BasicWideStep {
  public:
   /// Allocates the buffers for the largest bucket (wide_buckets(config).back() rows) on `stream`'s device, zeroing them
-  /// on `stream`, and the pinned staging. \throws UsageError when the config has no wide buckets; CudaError when the
-  /// device is out of memory.
-  BasicWideStep(const Stream& stream, const KernelLibrary& library, const DecoderConfig& config);
+  /// on `stream`, with `weight_elements` of scratch for quantized weights (wide_dequantized_elements), and the pinned
+  /// staging. \throws UsageError when the config has no wide buckets; CudaError when the device is out of memory.
+  BasicWideStep(const Stream& stream, const KernelLibrary& library, const DecoderConfig& config,
+                std::size_t weight_elements = 0);
 
   /// Steps steps.size() rows (kMaxRows + 1 to the largest bucket's) in the graph of the smallest bucket that holds
   /// them: row r takes steps[r] through tables[r * kv_table_width() ..], and its next token is element r of the
@@ -139,7 +156,8 @@ class BasicWideStep {
   /// The device memory of the largest bucket: prefill's layer buffers (x, h, qkv, q, gate, up; k and v unused), the
   /// attention output, the logits, the next tokens, the io, and the grouped attention's partials and counters.
   struct Buffers {
-    Buffers(const Stream& stream, const DecoderConfig& config, int rows, std::size_t partials);
+    Buffers(const Stream& stream, const DecoderConfig& config, int rows, std::size_t partials,
+            std::size_t weight_elements);
     BasicPrefillBuffers<T> layer;
     DeviceBuffer<T> attn;             ///< [rows][q_dim]
     DeviceBuffer<T> logits;           ///< [rows][vocab]
