@@ -61,6 +61,16 @@ BasicDecoderWeights<T> checked(BasicDecoderWeights<T> w, const DecoderConfig& c)
            std::to_string(m.cols()) + ", the config needs " + std::to_string(rows) + " x " + std::to_string(cols));
     }
   };
+  if (c.max_batch > kMaxRows) {  // the wide step would dequantize every expert stack at every step
+    for (const BasicMoeWeights<T>& e : w.moe) {
+      if (e.quantized()) {
+        fail("the experts are quantized (" + e.w1.describe() + "); steps of more than " + std::to_string(kMaxRows) +
+             " rows (max_batch " + std::to_string(c.max_batch) +
+             ") run the wide step, whose grouped products read dense experts: it would dequantize every expert stack "
+             "at every step");
+      }
+    }
+  }
   const auto d = static_cast<std::size_t>(c.d);
   const int qkv_rows = c.q_dim() + 2 * c.kv_dim();
   vector(w.embedding, static_cast<std::size_t>(c.vocab) * d, "model.embed_tokens.weight");
@@ -392,7 +402,10 @@ int BasicDecoder<T>::prefill_chunks(std::span<const int> prompt, int start, int 
     if (!prefill_gemm_) {
       prefill_gemm_ = prefill_fallback_reason().empty();
     }
-    if (*prefill_gemm_) {
+    // The chunks on tensor cores: none when the first is below min_rows (then nothing is allocated for them).
+    std::vector<int> chunks;
+    if (*prefill_gemm_) chunks = prefill_chunk_rows(prompt.size(), prefill_buckets(config_));
+    if (!chunks.empty() && static_cast<std::size_t>(chunks.front()) >= min_rows) {
       if (!prefill_) {
         prefill_ = std::make_unique<BasicPrefill<T>>(stream_, shard_, dequantized_elements(weights_));
       }
@@ -403,7 +416,7 @@ int BasicDecoder<T>::prefill_chunks(std::span<const int> prompt, int start, int 
           backend_->rank(), tables_at_};
       if (!table.empty()) set_table(0, table);  // the chunk graphs copy row 0's table in with the chunk
       int next = -1;
-      for (const int chunk : prefill_chunk_rows(prompt.size(), prefill_buckets(config_))) {
+      for (const int chunk : chunks) {
         const auto rows = static_cast<std::size_t>(chunk);
         if (rows < min_rows) break;  // a short rest of quantized experts: through the step's graphs
         const bool last = first + rows == prompt.size();
@@ -432,6 +445,7 @@ template <Element T>
 int BasicDecoder<T>::packed_prefill_rows() const {
   if (!config_.paged() || backend_->rank() != nullptr) return 0;
   if (!prefill_fallback_reason().empty()) return 0;
+  if (prefill_expert_scratch(weights_) > 0) return 0;  // a packed chunk would dequantize every expert, however short
   return prefill_buckets(config_).back();
 }
 
@@ -442,6 +456,9 @@ std::vector<int> BasicDecoder<T>::prefill_packed(std::span<const PromptPart> par
     std::string why = prefill_fallback_reason();
     if (!config_.paged()) why = "the KV cache is not paged (DecoderConfig::kv_block_size)";
     if (backend_->rank() != nullptr) why = "a tensor-parallel rank prefills one sequence at a time";
+    if (why.empty() && prefill_expert_scratch(weights_) > 0) {
+      why = "the experts are quantized, and a packed chunk would dequantize every expert stack whatever its length";
+    }
     throw UsageError("Decoder::prefill_packed: no packed chunks here: " + why);
   }
   check_packed_prompts(config_, parts, most);

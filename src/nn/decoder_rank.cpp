@@ -29,7 +29,7 @@ void check_tensor_split(const DecoderConfig& config, int ranks) {
     fail("kv heads " + std::to_string(config.kv_head_count()) + " do not divide among the ranks");
   }
   if (config.vocab % ranks != 0) fail("vocab " + std::to_string(config.vocab) + " does not divide among the ranks");
-  if (config.ffn % (8 * ranks) != 0) {
+  if (!config.mixture_of_experts() && config.ffn % (8 * ranks) != 0) {  // experts replace the MLP of ffn
     fail("ffn " + std::to_string(config.ffn) + " does not split into shards of a multiple of 8");
   }
   if (config.backend != DecoderBackend::graph) fail("the graph backend only (DecoderBackend::graph)");

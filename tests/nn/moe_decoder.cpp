@@ -130,7 +130,7 @@ TEST_CASE(
   DecoderConfig alone = c;
   alone.qk_norm = false;
   check_invalid(alone, "qk_norm_whole (q/k norms over the whole projection) needs qk_norm");
-  DecoderConfig dense = lgtest::small_decoder(2);  // no mixture of experts, which both refuse first
+  DecoderConfig dense = lgtest::small_decoder(2);  // no mixture of experts, which the persistent backend refuses first
   dense.qk_norm = dense.qk_norm_whole = true;
   CHECK_NOTHROW(dense.validate());
   DecoderConfig persistent = dense;

@@ -367,5 +367,16 @@ TEST_SUITE("gpu") {
     a.reset();
     CHECK(a.prefill(short_prompt) == steps.prefill(short_prompt));
     CHECK(same_bits(a.logits(), steps.logits()));
+    // On a paged cache such prompts are not packed together (each packed chunk would dequantize every stack).
+    DecoderConfig paged = c;
+    paged.kv_block_size = 16;
+    paged.kv_blocks = c.context / 16;
+    BasicDecoder<T> p(s, lgtest::nn_kernels(), paged,
+                      quantize_decoder_weights(s, BasicDecoderWeights<T>::generate(s, k, c), c, q));
+    CHECK(p.packed_prefill_rows() == 0);
+    std::vector<int> table(static_cast<std::size_t>(p.table_width()));
+    for (std::size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int>(i);
+    const std::vector<PromptPart> parts{{.tokens = short_prompt, .start = 0, .table = table, .slot = 0}};
+    CHECK_THROWS_WITH_AS((void)p.prefill_packed(parts), doctest::Contains("the experts are quantized"), UsageError);
   }
 }

@@ -409,12 +409,13 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE_TEMPLATE(
-      "a wide step of quantized weights gives each row what it gets stepped alone within rounding, and a GPU without "
-      "the wide step is refused by name",
+      "a wide step of quantized weights gives each row what it gets stepped alone within rounding, and quantized "
+      "experts and a GPU without the wide step are refused by name",
       T, half, bfloat16) {
     // The GEMMs read each quantized matrix dequantized into the layer buffers' scratch (gemm_operand), the LM head's
     // too; the rows alone run the narrow paged step on the quantized kernels (q, k and v through s.qkv and
-    // PagedAttention::rope_append). int8 attention, int4 MLP with zero points, int8 LM head; then fp8 experts.
+    // PagedAttention::rope_append): int8 attention, int4 MLP with zero points, int8 LM head. Quantized experts are
+    // refused by name (the wide step would dequantize every stack at every step).
     DecoderConfig c = wide_config(64);
     std::string why;
     if (!wide_step_available(lgtest::device().compute_capability(), &why)) {
@@ -422,18 +423,23 @@ TEST_SUITE("gpu") {
                            doctest::Contains("runs steps of more than 8 rows as the wide step"), UsageError);
       return;
     }
-    DecoderQuantization q;
-    SUBCASE("int8 attention and LM head, int4 MLP") {
-      q.attention = lgtest::int8(scale_type_of<T>);
-      q.mlp = lgtest::int4(32, true, scale_type_of<T>);
-      q.lm_head = lgtest::int8(scale_type_of<T>);
-    }
-    SUBCASE("fp8 experts, every one chosen") {
-      c.moe = {.experts = 8, .experts_per_token = 8, .expert_width = 128, .normalize = true};
-      q.mlp = QuantizedFormat{WeightFormat::fp8_block, 128, false, scale_type_of<T>};
-    }
-    CAPTURE(c.moe.experts);
     const BasicKernels<T> k(lgtest::nn_kernels());
+    {
+      DecoderConfig moe = c;
+      moe.moe = {.experts = 8, .experts_per_token = 2, .expert_width = 128, .normalize = true};
+      DecoderQuantization experts;
+      experts.mlp = QuantizedFormat{WeightFormat::fp8_block, 128, false, scale_type_of<T>};
+      CHECK_THROWS_WITH_AS(
+          BasicDecoder<T>(
+              lgtest::stream(), lgtest::nn_kernels(), moe,
+              quantize_decoder_weights(lgtest::stream(), BasicDecoderWeights<T>::generate(lgtest::stream(), k, moe),
+                                       moe, experts)),
+          doctest::Contains("whose grouped products read dense experts"), UsageError);
+    }
+    DecoderQuantization q;
+    q.attention = lgtest::int8(scale_type_of<T>);
+    q.mlp = lgtest::int4(32, true, scale_type_of<T>);
+    q.lm_head = lgtest::int8(scale_type_of<T>);
     BasicDecoderWeights<T> weights =
         quantize_decoder_weights(lgtest::stream(), BasicDecoderWeights<T>::generate(lgtest::stream(), k, c), c, q);
     CHECK(wide_dequantized_elements(weights) > 0);

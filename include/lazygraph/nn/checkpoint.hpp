@@ -55,8 +55,7 @@ struct LoadOptions {
   /// Positions per block of a paged KV cache (DecoderConfig::kv_block_size: 16 or 32), or 0 (the default) for the
   /// contiguous cache of max_batch x context positions. Paged, `context` may reach kMaxPagedContext (and the model's
   /// max_position_embeddings), and a config the paged cache does not run is refused (CheckpointError naming
-  /// config.json); quantized q/k/v weights are refused by the decoder built on them (UsageError naming the weight). A
-  /// sliding window is then capped at kMaxPagedContext, not kMaxContext.
+  /// config.json). A sliding window is then capped at kMaxPagedContext, not kMaxContext.
   int kv_block_size = 0;
   /// Blocks of the paged cache's pool (DecoderConfig::kv_blocks): at least 1 with kv_block_size, else 0.
   int kv_blocks = 0;

@@ -119,16 +119,16 @@ class BasicDecoder {
   /// On tensor cores (DecoderConfig::prefill_chunk, where prefill_on_tensor_cores holds): chunks of up to
   /// prefill_chunk rows, each through every layer at once (cuBLASLt GEMMs, flash attention writing the cache; one
   /// graph per bucket of rows, captured on first use; nn/prefill.hpp), the LM head for the last row only; a prompt or
-  /// a rest of one below 16 rows (32 with quantized experts: prefill_min_rows), and every prompt elsewhere, through the
-  /// decode step's graphs, kMaxRows rows per step.
-  /// The step path gives exactly the cache, logits and token of forwarding the prompt one token at a time; the
-  /// tensor-core path the same within rounding (its products sum in another order and round q, k, v, and the MLP's
-  /// gate and up once more), so its token may differ where the top two logits nearly tie.
-  /// Quantized weights take the same paths: on tensor cores each quantized matrix is dequantized into a scratch buffer
-  /// for its GEMMs (nn/prefill.hpp's prefill_layer), one matrix at a time.
-  /// \throws UsageError, before any GPU work and with the cache unchanged, for an empty prompt, a token outside the
-  /// vocabulary (naming its index), a prompt that does not fit the context from `start`, or a slot outside
-  /// [0, max_batch); as Gemm's constructor and CudaGraph's capture when a bucket is first used.
+  /// a rest of one below 16 rows (up to 32 with quantized experts: prefill_min_rows), and every prompt elsewhere,
+  /// through the decode step's graphs, kMaxRows rows per step. The step path gives exactly the cache, logits and token
+  /// of forwarding the prompt one token at a time; the tensor-core path the same within rounding (its products sum in
+  /// another order and round q, k, v, and the MLP's gate and up once more), so its token may differ where the top two
+  /// logits nearly tie. Quantized weights take the same paths: on tensor cores each quantized matrix is dequantized
+  /// into a scratch buffer for its GEMMs (nn/prefill.hpp's prefill_layer), one matrix at a time; a layer's quantized
+  /// experts two stacks at a time (prefill_moe.hpp). \throws UsageError, before any GPU work and with the cache
+  /// unchanged, for an empty prompt, a token outside the vocabulary (naming its index), a prompt that does not fit the
+  /// context from `start`, or a slot outside [0, max_batch); as Gemm's constructor and CudaGraph's capture when a
+  /// bucket is first used.
   int prefill(std::span<const int> prompt, int start = 0, int slot = 0);
 
   /// prefill on a paged cache: the prompt's k and v go into the blocks of `table` (table_width() block ids, those up to
@@ -155,8 +155,9 @@ class BasicDecoder {
   std::vector<int> prefill_packed(std::span<const PromptPart> parts);
 
   /// The most tokens prefill_packed takes in one call (the largest prefill bucket), or 0 when it cannot run: a
-  /// contiguous cache, a tensor-parallel rank, or prompts not on tensor cores (prefill_fallback_reason). Asking may
-  /// load cuBLASLt.
+  /// contiguous cache, a tensor-parallel rank, prompts not on tensor cores (prefill_fallback_reason), or quantized
+  /// experts (each chunk would dequantize every expert stack, however few its tokens: such prompts go one sequence
+  /// at a time, prefill_min_rows deciding). Asking may load cuBLASLt.
   [[nodiscard]] int packed_prefill_rows() const;
 
   /// Generates up to `n` tokens of sequence 0 from `token` at position `start` in ONE graph replay: a WHILE loop on
@@ -205,7 +206,8 @@ class BasicDecoder {
   [[nodiscard]] int table_width() const noexcept { return config_.kv_table_width(); }
 
   /// Why prefill runs every prompt through the decode step's graphs (prefill_on_tensor_cores said no), or empty when it
-  /// runs chunks of 16 rows or more on tensor cores (with a contiguous or a paged cache). Asking may load cuBLASLt.
+  /// runs chunks of 16 rows or more (more than 32 with quantized experts: prefill_min_rows) on tensor cores (with a
+  /// contiguous or a paged cache). Asking may load cuBLASLt.
   [[nodiscard]] std::string prefill_fallback_reason() const;
 
   /// The step of `rows` rows as an op, for running it without the graph (the benchmark's eager variant); reads

@@ -84,9 +84,10 @@ struct ModelShape {
   float gain_offset = 0;
   /// A mixture of experts in every layer in place of the MLP (Qwen3-MoE, OLMoE, Mixtral): `experts` 0 (the default)
   /// for the dense MLP of `ffn`. Each layer then has a router [experts x d] and per expert W1, W3 [expert_width x d]
-  /// and W2 [d x expert_width] (BasicMoeWeights), run by kernels/nn/moe.cu; `ffn` is unused. The graph backend's step
-  /// (and generate, and prefill through the step's graphs) runs it; the persistent backend, prefill on tensor cores,
-  /// tensor parallelism and quantized weights do not.
+  /// and W2 [d x expert_width] (BasicMoeWeights), run by kernels/nn/moe.cu; `ffn` is unused. The graph backend runs it
+  /// on every path (steps, batches, the wide step, generate, prefill on tensor cores: nn/prefill_moe.hpp), on one GPU
+  /// or split over tensor-parallel ranks, dense or quantized (the mlp class; the wide step refuses quantized experts);
+  /// the persistent backend does not.
   MoeShape moe;
 
   /// Whether the layers are mixtures of experts (moe.experts > 0).
@@ -122,9 +123,9 @@ struct DecoderOptions {
   int context = 1024;  ///< positions the KV cache holds per sequence
   /// Sequences decoded at once: 1 to 8 (kMaxRows), the contiguous KV cache holding this many; with a paged cache
   /// (kv_block_size) up to 256 (kMaxWideRows), steps of more than 8 rows then running as the wide step on tensor cores
-  /// (nn/wide_step.hpp: quantized weights dequantized before each GEMM, a mixture of experts' as grouped products, a
-  /// GPU of compute capability 8.0 or newer with cuBLASLt; its buffers, for the smallest bucket of 16, 32, ... 256 rows that holds max_batch, allocated with the
-  /// decoder).
+  /// (nn/wide_step.hpp: quantized weights dequantized before each GEMM but quantized experts refused, a mixture of
+  /// experts' as grouped products, a GPU of compute capability 8.0 or newer with cuBLASLt; its buffers, for the
+  /// smallest bucket of 16, 32, ... 256 rows that holds max_batch, allocated with the decoder).
   int max_batch = 1;
   std::uint32_t seed = 1234;  ///< seed of the generated weights (DecoderWeights::generate)
   bool early_launch = true;   ///< launch the kernels early (Kernels::step_config); false to compare

@@ -67,15 +67,16 @@ namespace lazygraph::nn {
 inline constexpr int kPrefillMinRows = 16;
 
 /// The fewest prompt rows a chunk on tensor cores takes when a mixture of experts' experts are quantized: each chunk
-/// dequantizes every expert stack of every layer first (prefill_moe.hpp), which for fewer rows costs more than the
-/// decode step's graphs (H200, bench_moe --prefill, 12 layers of Qwen3-30B-A3B with int8 experts: 16 tokens 10.1 ms
-/// on tensor cores against 5.2 through the step's graphs, 512 tokens 13.9 against 173).
-inline constexpr int kPrefillQuantizedExpertRows = 32;
+/// dequantizes every expert stack of every layer first (prefill_moe.hpp), which up to 32 rows costs more than the
+/// decode step's graphs (H200, bench_moe --prefill, 12 layers of Qwen3-30B-A3B with int8 experts, tensor cores against
+/// the step's graphs: 16 tokens 10.1 against 5.2 ms, 32 tokens 11.0 against 10.5, 64 tokens 11.7 against 21.0, 512
+/// tokens 13.9 against 171.6).
+inline constexpr int kPrefillQuantizedExpertRows = 33;
 
 /// The fewest rows of a chunk on tensor cores for `weights`: kPrefillQuantizedExpertRows with quantized experts, else
 /// kPrefillMinRows.
 template <Element T>
-[[nodiscard]] int prefill_min_rows(const BasicDecoderWeights<T>& weights) noexcept {
+[[nodiscard]] int prefill_min_rows(const BasicDecoderWeights<T>& weights) {
   return prefill_expert_scratch(weights) > 0 ? kPrefillQuantizedExpertRows : kPrefillMinRows;
 }
 
@@ -298,7 +299,8 @@ struct PackedPrefillSpans {
 ///
 /// With `packed` (a paged cache only), the bucket's rows are several sequences' parts: each row rotated at its own
 /// position and the parts attending through their own tables in one launch (varlen_prefill_attention); `table` is
-/// then not read. A mixture of experts' layer (DecoderConfig::moe) takes its `experts` (dense: prefill_moe.hpp).
+/// then not read. A mixture of experts' layer (DecoderConfig::moe) takes its `experts` (dense or quantized:
+/// prefill_moe.hpp).
 template <Element T>
 auto prefill_layer(const Projector<T>& p, const BasicPrefillPlans<T>& plans, const BasicAttentionWeights<T>& a,
                    const BasicSwigluWeights<T>& m, BasicPrefillBuffers<T>& b, DeviceSpan<const float> frequencies,

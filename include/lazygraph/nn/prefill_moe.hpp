@@ -24,7 +24,8 @@
 /// decode step's, which scale fp32 sums, by rounding only. That reads each stack once more than a dense layer and
 /// writes it in T, whichever experts the chunk chose: a chunk of 16 rows then takes about twice as long as the decode
 /// step's graphs, so Decoder::prefill gives such chunks of fewer than kPrefillQuantizedExpertRows rows to the step's
-/// graphs (prefill_min_rows, nn/prefill.hpp); at 512 rows it is 12x faster than they are (docs/performance.md).
+/// graphs (prefill_min_rows, nn/prefill.hpp) and packs no prompts together (Decoder::packed_prefill_rows); at 512 rows
+/// it is 12x faster than they are (docs/performance.md).
 
 #include <algorithm>
 #include <cstddef>
@@ -74,9 +75,12 @@ struct BasicPrefillMoeBuffers {
 template <Element T>
 [[nodiscard]] std::size_t prefill_expert_scratch(const BasicDecoderWeights<T>& weights) noexcept {
   std::size_t most = 0;
-  for (const Weight<T>* m : weights.expert_matrices()) {
-    if (!m->is_dense())
-      most = std::max(most, static_cast<std::size_t>(m->rows()) * static_cast<std::size_t>(m->cols()));
+  for (const BasicMoeWeights<T>& layer : weights.moe) {
+    for (const Weight<T>* m : {&layer.w1, &layer.w3, &layer.w2}) {
+      if (!m->is_dense()) {
+        most = std::max(most, static_cast<std::size_t>(m->rows()) * static_cast<std::size_t>(m->cols()));
+      }
+    }
   }
   return 2 * most;
 }
