@@ -248,7 +248,9 @@ struct Plan {
   nn::LoadOptions load;
   bool bf16 = false;
   int engine_kv_blocks = 0;      ///< EngineOptions::kv_blocks (0 with a paged cache: the decoder's pool)
-  std::size_t weight_bytes = 0;  ///< the weights' device memory
+  /// The weights' device memory, and with quantized experts the scratch of two expert stacks in 16 bits their prompts
+  /// are dequantized into (nn::prefill_expert_scratch), allocated at the first prompt on tensor cores.
+  std::size_t weight_bytes = 0;
 };
 
 /// Why the paged KV cache cannot serve `llama` as `o` asks, or empty when it can: only --kv-cache contiguous says so
@@ -317,6 +319,10 @@ Plan plan_serving(const Options& o) {
   plan.served.kv_block_size = o.kv_block_size;
   const nn::DecoderCheckpoint checkpoint = open_checkpoint(o, plan);
   plan.weight_bytes = checkpoint.device_bytes();
+  if (const nn::DecoderConfig& c = checkpoint.config(); c.mixture_of_experts() && checkpoint.quantization().mlp) {
+    plan.weight_bytes += std::size_t{2} * 2 * static_cast<std::size_t>(c.moe.experts) *
+                         static_cast<std::size_t>(c.moe.expert_width) * static_cast<std::size_t>(c.d);
+  }
   // K and V of every layer, in fp16 or bf16 (2 bytes).
   plan.served.kv_bytes_per_position = std::size_t{2} * 2 * static_cast<std::size_t>(checkpoint.config().layers) *
                                       static_cast<std::size_t>(checkpoint.config().kv_dim());

@@ -37,7 +37,9 @@
 //     and rounded once (as moe_down adds a step's rows) for r < count[0]. Launch: 1-D, any grid and block (grid-stride
 //     over eighths of rows), e.g. grid_for(max_rows * d / 8, 256).
 //
-// Requirements (a kernel traps on a violation): d and width multiples of 8; h, w1, w2, w3, act and x 16-byte aligned;
+// Requirements (a kernel traps on a violation): the grouped products' launches as given above (a grid of at least
+// max_tiles rows of blocks covering every output column, at least the dynamic shared memory named); d and width
+// multiples of 8; h, w1, w2, w3, act and x 16-byte aligned;
 // experts 1 to kMaxExperts, top_k 1 to kMaxTopK and at most experts; ids as moe_prefill_route writes them, tiles and
 // order as moe_prefill_group does for the same rows; the grouped products on sm_80 or newer (they trap before).
 // Each kernel may be launched early: it waits for the kernel before it first (the grouped products' weight rows
@@ -178,6 +180,14 @@ __device__ __forceinline__ void grouped_product(const T* in, const T* w1, const 
   if (blockDim.x != kThreads || blockDim.y != 1 || blockDim.z != 1 || n_cols <= 0 || n_cols % 8 != 0 || k_dim <= 0 ||
       k_dim % 8 != 0 || top_k < 1 || top_k > kMaxTopK || !lg::is_aligned16(in) || !lg::is_aligned16(w1) ||
       (kGateUp && !lg::is_aligned16(w3)) || !lg::is_aligned16(out)) {
+    __trap();
+  }
+  // The launch must cover every tile (grid.y) and every column (grid.x) and give the stages their shared memory: a
+  // smaller grid would leave outputs unwritten, and less memory would overrun it.
+  unsigned shared_bytes = 0;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(shared_bytes));
+  if (static_cast<int>(gridDim.y) < max_tiles || static_cast<long long>(gridDim.x) * kTileCols < n_cols ||
+      gridDim.z != 1 || shared_bytes < static_cast<unsigned>(kStages * (1 + kMats) * kTile * sizeof(T))) {
     __trap();
   }
   const int tile_count = tiles[0];
