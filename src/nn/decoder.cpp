@@ -445,8 +445,12 @@ template <Element T>
 int BasicDecoder<T>::packed_prefill_rows() const {
   if (!config_.paged() || backend_->rank() != nullptr) return 0;
   if (!prefill_fallback_reason().empty()) return 0;
-  if (prefill_expert_scratch(weights_) > 0) return 0;  // a packed chunk would dequantize every expert, however short
   return prefill_buckets(config_).back();
+}
+
+template <Element T>
+int BasicDecoder<T>::packed_min_tokens() const {
+  return prefill_expert_scratch(weights_) > 0 ? prefill_min_rows(weights_) : 0;
 }
 
 template <Element T>
@@ -456,9 +460,6 @@ std::vector<int> BasicDecoder<T>::prefill_packed(std::span<const PromptPart> par
     std::string why = prefill_fallback_reason();
     if (!config_.paged()) why = "the KV cache is not paged (DecoderConfig::kv_block_size)";
     if (backend_->rank() != nullptr) why = "a tensor-parallel rank prefills one sequence at a time";
-    if (why.empty() && prefill_expert_scratch(weights_) > 0) {
-      why = "the experts are quantized, and a packed chunk would dequantize every expert stack whatever its length";
-    }
     throw UsageError("Decoder::prefill_packed: no packed chunks here: " + why);
   }
   check_packed_prompts(config_, parts, most);

@@ -13,7 +13,7 @@
 namespace lazygraph::nn {
 
 PagedStepPlan plan_paged_step(std::span<const std::size_t> tokens, std::span<const int> positions, int chunk_rows,
-                              std::span<const int> buckets) {
+                              std::span<const int> buckets, int min_chunk_tokens) {
   if (positions.size() != tokens.size()) {
     throw UsageError("plan_paged_step: " + std::to_string(positions.size()) + " positions for " +
                      std::to_string(tokens.size()) + " rows");
@@ -53,6 +53,20 @@ PagedStepPlan plan_paged_step(std::span<const std::size_t> tokens, std::span<con
     plan.batch.clear();
   }
   close();
+  // Chunks below the fewest tokens worth one: their prompts alone, their riders in the batch, each kept in row order.
+  std::vector<std::vector<std::size_t>> kept;
+  for (std::vector<std::size_t>& c : plan.chunks) {
+    std::size_t total = 0;
+    for (const std::size_t r : c) total += tokens[r];
+    if (total >= static_cast<std::size_t>(std::max(min_chunk_tokens, 0))) {
+      kept.push_back(std::move(c));
+      continue;
+    }
+    for (const std::size_t r : c) (tokens[r] <= 1 ? plan.batch : plan.alone).push_back(r);
+  }
+  plan.chunks = std::move(kept);
+  std::sort(plan.alone.begin(), plan.alone.end());
+  std::sort(plan.batch.begin(), plan.batch.end());
   return plan;
 }
 
@@ -151,7 +165,8 @@ void BasicDecoderStepModel<T>::step_paged(std::span<const StepRow> rows, std::sp
   }
   const int chunk_rows = decoder_->packed_prefill_rows();
   const PagedStepPlan plan = plan_paged_step(tokens, positions, chunk_rows,
-                                             chunk_rows > 0 ? prefill_buckets(decoder_->config()) : std::vector<int>{});
+                                             chunk_rows > 0 ? prefill_buckets(decoder_->config()) : std::vector<int>{},
+                                             decoder_->packed_min_tokens());
   const auto last_position = [&](const StepRow& row) { return row.position + static_cast<int>(row.tokens.size()) - 1; };
   for (const std::vector<std::size_t>& chunk : plan.chunks) {
     std::vector<PromptPart> parts;

@@ -52,6 +52,15 @@ TEST_CASE("a paged step's plan packs prompts up to 8 parts and the chunk's token
   plan = nn::plan_paged_step(Rows{40, 1, 1}, Positions{0, 100, nn::kRiderMaxPosition - 1}, 128, buckets);
   CHECK(plan.chunks == std::vector<Rows>{{0, 1, 2}});
   CHECK_THROWS_AS((void)nn::plan_paged_step(Rows{40, 1}, Positions{0}, 128, buckets), lazygraph::UsageError);
+  // The fewest tokens a chunk is worth (quantized experts: 33): a chunk of 5 + 20 + 1 rider tokens is not made, its
+  // prompts run alone and its rider in the batch, all in row order; one of 40 is.
+  plan = nn::plan_paged_step(Rows{5, 1, 20}, Positions(3, 0), 128, buckets, 33);
+  CHECK(plan.chunks.empty());
+  CHECK(plan.alone == Rows{0, 2});
+  CHECK(plan.batch == Rows{1});
+  plan = nn::plan_paged_step(Rows{20, 20, 1}, Positions(3, 0), 128, buckets, 33);
+  CHECK(plan.chunks == std::vector<Rows>{{0, 1, 2}});
+  CHECK(plan.alone.empty());
   // No packed chunks (a decoder whose prompts do not run on tensor cores): every prompt alone.
   plan = nn::plan_paged_step(Rows{5, 1, 300}, Positions(3, 0), 0, {});
   CHECK(plan.chunks.empty());

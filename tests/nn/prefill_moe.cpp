@@ -367,16 +367,33 @@ TEST_SUITE("gpu") {
     a.reset();
     CHECK(a.prefill(short_prompt) == steps.prefill(short_prompt));
     CHECK(same_bits(a.logits(), steps.logits()));
-    // On a paged cache such prompts are not packed together (each packed chunk would dequantize every stack).
+    // On a paged cache a packed chunk of two prompts (20 + 17 tokens) dequantizes once for both: each part's logits
+    // within rounding of its prompt prefilled alone (through the step's graphs, below packed_min_tokens).
     DecoderConfig paged = c;
+    paged.max_batch = 2;
     paged.kv_block_size = 16;
-    paged.kv_blocks = c.context / 16;
+    paged.kv_blocks = 2 * c.context / 16;
     BasicDecoder<T> p(s, lgtest::nn_kernels(), paged,
                       quantize_decoder_weights(s, BasicDecoderWeights<T>::generate(s, k, c), c, q));
-    CHECK(p.packed_prefill_rows() == 0);
-    std::vector<int> table(static_cast<std::size_t>(p.table_width()));
-    for (std::size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int>(i);
-    const std::vector<PromptPart> parts{{.tokens = short_prompt, .start = 0, .table = table, .slot = 0}};
-    CHECK_THROWS_WITH_AS((void)p.prefill_packed(parts), doctest::Contains("the experts are quantized"), UsageError);
+    CHECK(p.packed_prefill_rows() > 0);
+    CHECK(p.packed_min_tokens() == kPrefillQuantizedExpertRows);
+    const int width = p.table_width();
+    std::vector<int> tables(static_cast<std::size_t>(2 * width));
+    for (std::size_t i = 0; i < tables.size(); ++i) tables[i] = static_cast<int>(i);
+    const auto table_of = [&](int slot) {
+      return std::span<const int>(tables).subspan(static_cast<std::size_t>(slot * width),
+                                                  static_cast<std::size_t>(width));
+    };
+    const std::vector<int> second(prompt.begin() + 20, prompt.end());
+    const std::vector<PromptPart> parts{{.tokens = short_prompt, .start = 0, .table = table_of(0), .slot = 0},
+                                        {.tokens = second, .start = 0, .table = table_of(1), .slot = 1}};
+    (void)p.prefill_packed(parts);
+    const std::vector<std::vector<T>> packed{p.logits(0), p.logits(1)};
+    const double bound = std::same_as<T, half> ? 1e-2 : 4e-2;
+    for (int i = 0; i < 2; ++i) {
+      CAPTURE(i);
+      (void)p.prefill(i == 0 ? short_prompt : second, 0, table_of(i), i);
+      CHECK(nn::relative_error(widened(packed[static_cast<std::size_t>(i)]), widened(p.logits())) < bound);
+    }
   }
 }

@@ -155,10 +155,14 @@ class BasicDecoder {
   std::vector<int> prefill_packed(std::span<const PromptPart> parts);
 
   /// The most tokens prefill_packed takes in one call (the largest prefill bucket), or 0 when it cannot run: a
-  /// contiguous cache, a tensor-parallel rank, prompts not on tensor cores (prefill_fallback_reason), or quantized
-  /// experts (each chunk would dequantize every expert stack, however few its tokens: such prompts go one sequence
-  /// at a time, prefill_min_rows deciding). Asking may load cuBLASLt.
+  /// contiguous cache, a tensor-parallel rank, or prompts not on tensor cores (prefill_fallback_reason). Asking may
+  /// load cuBLASLt.
   [[nodiscard]] int packed_prefill_rows() const;
+
+  /// The fewest tokens a packed chunk should hold to be worth it: with quantized experts prefill_min_rows (each chunk
+  /// dequantizes every expert stack, however few its tokens; DecoderStepModel runs smaller sets of prompts one by
+  /// one), else 0. prefill_packed itself takes any count.
+  [[nodiscard]] int packed_min_tokens() const;
 
   /// Generates up to `n` tokens of sequence 0 from `token` at position `start` in ONE graph replay: a WHILE loop on
   /// the device runs the decode step, appends its token, advances the position and stops after n tokens or after

@@ -34,9 +34,11 @@ inline constexpr int kRiderMaxPosition = 2048;
 /// take it past kMaxRows parts or chunk_rows tokens; a row longer than chunk_rows (every one when chunk_rows is 0)
 /// alone; then the rows of one token in the last chunk, as parts of one token, where all of them fit its parts, its
 /// tokens and its bucket (so that it takes no more rows through the GEMMs) and each is at a position below
-/// kRiderMaxPosition, else in the batch. \throws UsageError when positions and tokens differ in length.
+/// kRiderMaxPosition, else in the batch. A chunk of fewer than `min_chunk_tokens` tokens (Decoder::packed_min_tokens:
+/// a mixture of experts' quantized experts, whose every chunk dequantizes every expert stack) is not made: its prompts
+/// run alone and its riders in the batch. \throws UsageError when positions and tokens differ in length.
 [[nodiscard]] PagedStepPlan plan_paged_step(std::span<const std::size_t> tokens, std::span<const int> positions,
-                                            int chunk_rows, std::span<const int> buckets);
+                                            int chunk_rows, std::span<const int> buckets, int min_chunk_tokens = 0);
 
 /// A BasicDecoder as a StepModel. A row of several tokens runs through `prefill` (its own call, in its slot); the
 /// rows of one token run together through one `forward_batch` of as many rows as the highest such slot + 1. That

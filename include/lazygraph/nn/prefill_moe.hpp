@@ -24,8 +24,8 @@
 /// decode step's, which scale fp32 sums, by rounding only. That reads each stack once more than a dense layer and
 /// writes it in T, whichever experts the chunk chose: a chunk of 16 rows then takes about twice as long as the decode
 /// step's graphs, so Decoder::prefill gives such chunks of fewer than kPrefillQuantizedExpertRows rows to the step's
-/// graphs (prefill_min_rows, nn/prefill.hpp) and packs no prompts together (Decoder::packed_prefill_rows); at 512 rows
-/// it is 12x faster than they are (docs/performance.md).
+/// graphs (prefill_min_rows, nn/prefill.hpp) and DecoderStepModel packs prompts only into chunks of at least as many
+/// tokens (Decoder::packed_min_tokens); at 512 rows it is 12x faster than they are (docs/performance.md).
 
 #include <algorithm>
 #include <cstddef>
