@@ -6,11 +6,13 @@
 // second, the time to first token (p50, p99) from submission, and the decode phase, while every admitted sequence
 // decodes (from the last first token of the first wave to the first finish): its mean step time against the step's
 // floor, the bytes it must read (the weights once, plus each row's KV cache up to its position) over the copy ceiling
-// measured in the same run. At most max_batch sequences step together (default: the largest count, at least 8): with
-// more than 8 the steps of more than 8 rows run the wide step (nn/wide_step.hpp), every bucket of which is captured
-// before the requests and reported (capture time, memory). With --torch, runs examples/bench/torch_serving.py
-// (transformers' continuous batching, generate_batch, over LlamaForCausalLM of the same shape and the same prompts)
-// and adds its tokens/s and ours over it to each row. One table at the end. `--help` for the options.
+// measured in the same run; and that step through Decoder::forward_batch alone at the same rows and position (so
+// the engine's share of the step shows). At most max_batch sequences step together (default: the largest count, at
+// least 8): with more than 8 the steps of more than 8 rows run the wide step (nn/wide_step.hpp), every bucket of which
+// is captured before the requests and reported (capture time, memory). With --torch, runs
+// examples/bench/torch_serving.py (transformers' continuous batching, generate_batch, over LlamaForCausalLM of the same
+// shape and the same prompts) and adds its tokens/s and ours over it to each row. One table at the end. `--help` for
+// the options.
 #include <lazygraph/lazygraph.hpp>
 #include <lazygraph/nn/decoder.hpp>
 #include <lazygraph/nn/decoder_quantization.hpp>
@@ -52,7 +54,8 @@ constexpr const char* usage =
     "seeded tokens and N new tokens (greedy, no stop token), submitted at once, the engine stepped on this thread,\n"
     "after an untimed warm-up of up to 8 requests of other prompts (a server that has served before).\n"
     "Prints, for each N: wall time, tokens made per second, time to first token (p50, p99), and the decode phase's\n"
-    "step time against its floor (weights plus KV bytes read, over the copy ceiling measured in the same run).\n"
+    "step time against its floor (weights plus KV bytes read, over the copy ceiling measured in the same run), and\n"
+    "that step through Decoder::forward_batch alone (the engine's host work left out).\n"
     "  --shape NAME        llama32-1b (default; d 2048, 16 layers, 8 kv heads, vocab 128256), tinyllama, or the\n"
     "                      mixtures of experts qwen3-30b-a3b and olmoe-1b-7b (their floor counts every expert's\n"
     "                      weights: a floor where the rows choose them all, about 64 rows or more)\n"
@@ -122,9 +125,10 @@ struct Row {
   double tokens_per_s = 0;
   double ttft_p50_s = 0;
   double ttft_p99_s = 0;
-  int decode_rows = 0;       ///< sequences stepping together in the decode phase
-  double decode_step_s = 0;  ///< its mean step time
-  double floor_s = 0;        ///< its step's bytes over the ceiling
+  int decode_rows = 0;        ///< sequences stepping together in the decode phase
+  double decode_step_s = 0;   ///< its mean step time
+  double floor_s = 0;         ///< its step's bytes over the ceiling
+  double decoder_step_s = 0;  ///< Decoder::forward_batch of as many rows at that position, without the engine
   std::uint64_t preemptions = 0;
   std::uint64_t cached_prompt_tokens = 0;    ///< prompt tokens shared from cached prefixes, not fed
   std::vector<nn::WideBucketReport> wide;    ///< the wide step's buckets, captured before the requests
@@ -283,6 +287,25 @@ Row serve(lg::Stream& s, const lg::KernelLibrary& library, nn::DecoderConfig c, 
   const double stored = static_cast<double>(q.any() ? nn::decoder_device_bytes(c, q) : c.weight_bytes());
   const double bytes = stored + static_cast<double>(c.vocab) * c.d * elem + kv;
   row.floor_s = bytes / ceiling;
+  // The same step without the engine: forward_batch of `wave` rows at that position, each through blocks of its own
+  // (the pool is free again; what they hold is not read for anything but time), timed on the host as the engine's.
+  const int per_row = (static_cast<int>(position) + c.kv_block_size) / c.kv_block_size;
+  if (wave > 0 && wave * per_row <= c.kv_blocks && per_row <= c.kv_table_width()) {
+    std::vector<nn::TokenAt> rows_at;
+    std::vector<int> tables(static_cast<std::size_t>(wave) * static_cast<std::size_t>(c.kv_table_width()), -1);
+    for (int r = 0; r < wave; ++r) {
+      rows_at.push_back({.token = 1 + r, .position = static_cast<int>(position)});
+      for (int b = 0; b < per_row; ++b) {
+        tables[static_cast<std::size_t>(r) * static_cast<std::size_t>(c.kv_table_width()) +
+               static_cast<std::size_t>(b)] = r * per_row + b;
+      }
+    }
+    for (int i = 0; i < 3; ++i) static_cast<void>(decoder.forward_batch(rows_at, tables));
+    constexpr int kTimed = 50;
+    const Clock::time_point t0 = Clock::now();
+    for (int i = 0; i < kTimed; ++i) static_cast<void>(decoder.forward_batch(rows_at, tables));
+    row.decoder_step_s = std::chrono::duration<double>(Clock::now() - t0).count() / kTimed;
+  }
   s.synchronize();
   return row;
 }
@@ -395,14 +418,14 @@ int run(const Options& o) {
       "vs " + std::to_string(rows.front().requests) + (rows.front().requests == 1 ? " request" : " requests");
   std::printf(
       "| requests | wall s | tokens/s | %s | first token p50 ms | p99 ms | decode rows | decode step us | "
-      "floor us | of floor | preemptions |%s\n|---|---|---|---|---|---|---|---|---|---|---|%s\n",
+      "floor us | of floor | decoder alone us | preemptions |%s\n|---|---|---|---|---|---|---|---|---|---|---|---|%s\n",
       versus.c_str(), o.torch ? " transformers tokens/s | ours / transformers | transformers note |" : "",
       o.torch ? "---|---|---|" : "");
   for (const Row& r : rows) {
-    std::printf("| %d | %.2f | %.0f | %.2fx | %.0f | %.0f | %d | %.0f | %.0f | %.2f | %llu |", r.requests, r.wall_s,
-                r.tokens_per_s, r.tokens_per_s / rows.front().tokens_per_s, r.ttft_p50_s * 1e3, r.ttft_p99_s * 1e3,
-                r.decode_rows, r.decode_step_s * 1e6, r.floor_s * 1e6,
-                r.decode_step_s > 0 ? r.floor_s / r.decode_step_s : 0.0,
+    std::printf("| %d | %.2f | %.0f | %.2fx | %.0f | %.0f | %d | %.0f | %.0f | %.2f | %.0f | %llu |", r.requests,
+                r.wall_s, r.tokens_per_s, r.tokens_per_s / rows.front().tokens_per_s, r.ttft_p50_s * 1e3,
+                r.ttft_p99_s * 1e3, r.decode_rows, r.decode_step_s * 1e6, r.floor_s * 1e6,
+                r.decode_step_s > 0 ? r.floor_s / r.decode_step_s : 0.0, r.decoder_step_s * 1e6,
                 static_cast<unsigned long long>(r.preemptions));
     if (o.torch) {
       if (r.torch_tokens_per_s) {
@@ -417,7 +440,8 @@ int run(const Options& o) {
   std::printf(
       "\n(%s: tokens/s over the first row's; decode step: the mean step while the first wave's sequences "
       "all decode; floor: the weights plus those rows' KV bytes at their mean position, over the copy ceiling; of "
-      "floor: floor / step)\n",
+      "floor: floor / step; decoder alone: forward_batch of the decode rows at their mean position without the "
+      "engine, the engine's host work left out)\n",
       versus.c_str());
   if (o.rounds > 1) {
     for (const Row& r : rows) {

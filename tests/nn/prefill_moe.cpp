@@ -63,14 +63,6 @@ std::vector<int> prompt_of(int n, unsigned seed, int vocab) {
   return out;
 }
 
-template <class T>
-std::vector<double> widened(const std::vector<T>& v) {
-  std::vector<double> out;
-  out.reserve(v.size());
-  for (const T& x : v) out.push_back(x.to_float());
-  return out;
-}
-
 }  // namespace
 
 TEST_CASE("a mixture of experts' prefill buffers take what prefill_moe.hpp says, and nothing without experts") {
@@ -291,18 +283,18 @@ TEST_SUITE("gpu") {
     CHECK(reference.route_margin() > 0.03);  // else a route may part from float64's for want of a clear margin
 
     const int first = fast.prefill(prompt);
-    const std::vector<double> got = widened(fast.logits());
+    const std::vector<double> got = lgtest::widened(fast.logits());
     CHECK(nn::relative_error(got, want) < bound);
     CHECK(first == steps.prefill(prompt));
-    CHECK(nn::relative_error(got, widened(steps.logits())) < bound);
+    CHECK(nn::relative_error(got, lgtest::widened(steps.logits())) < bound);
     // Decode on from the caches each prefill wrote: the same tokens, logits within rounding.
     int token = first;
     for (int p = 20; p < 26; ++p) {
       CAPTURE(p);
       const int a = fast.forward({token, p});
       const int b = steps.forward({token, p});
-      std::vector<double> want_step = widened(steps.logits());
-      CHECK(nn::relative_error(widened(fast.logits()), want_step) < bound);
+      std::vector<double> want_step = lgtest::widened(steps.logits());
+      CHECK(nn::relative_error(lgtest::widened(fast.logits()), want_step) < bound);
       // The same token where the step's best stands clear of the second by more than the paths' rounding.
       double largest = 0;
       for (const double v : want_step) largest = std::max(largest, std::abs(v));
@@ -393,7 +385,8 @@ TEST_SUITE("gpu") {
     for (int i = 0; i < 2; ++i) {
       CAPTURE(i);
       (void)p.prefill(i == 0 ? short_prompt : second, 0, table_of(i), i);
-      CHECK(nn::relative_error(widened(packed[static_cast<std::size_t>(i)]), widened(p.logits())) < bound);
+      CHECK(nn::relative_error(lgtest::widened(packed[static_cast<std::size_t>(i)]), lgtest::widened(p.logits())) <
+            bound);
     }
   }
 }
