@@ -164,8 +164,9 @@ Times run_case(const lg::Stream& s, const lg::Device& gpu, const nn::Kernels& k,
         cache, count.cview(), t.grouped_splits);
     // The grouped kernel attend_grouped launches (tensor cores at head_dim 64 and 128), then its CUDA-core twin.
     for (const bool tensor_cores : {true, false}) {
-      const auto grouped_config = paged.grouped_config(shape, t.grouped_splits, tensor_cores);
-      const auto& grouped_kernel = paged.grouped_kernel(shape, tensor_cores);
+      const int warps = tensor_cores ? paged.grouped_warps(shape, t.grouped_splits) : 4;
+      const auto grouped_config = paged.grouped_config(shape, t.grouped_splits, tensor_cores, warps);
+      const auto& grouped_kernel = paged.grouped_kernel(shape, tensor_cores, warps);
       (tensor_cores ? t.grouped : t.grouped_cuda_cores) =
           median_seconds(s, reps,
                          [&](int i) {
@@ -224,9 +225,11 @@ Times run_case(const lg::Stream& s, const lg::Device& gpu, const nn::Kernels& k,
   return t;
 }
 
-/// The grouped kernel (tensor cores) at one case for each of `candidates` splits: median us per launch.
+/// The grouped kernel (tensor cores, blocks of `warps` warps) at one case for each of `candidates` splits: median us
+/// per launch.
 std::vector<double> sweep_case(const lg::Stream& s, const nn::Kernels& k, const nn::PagedAttention<half>& paged,
-                               const Shape& sh, int rows, int positions, const std::vector<int>& candidates) {
+                               const Shape& sh, int rows, int positions, const std::vector<int>& candidates,
+                               int warps) {
   constexpr int block_size = 16;
   const int width = (positions + block_size - 1) / block_size;
   const std::size_t per_row = static_cast<std::size_t>(sh.kv_heads) * static_cast<std::size_t>(width) * block_size *
@@ -261,8 +264,8 @@ std::vector<double> sweep_case(const lg::Stream& s, const nn::Kernels& k, const 
     (void)paged.attend_grouped(shape, q.cview(), out.view(),
                                partials.view().subspan(0, nn::PagedAttention<half>::split_partials(shape, splits)),
                                counters.view(), cache, count.cview(), splits);
-    const auto config = paged.grouped_config(shape, splits, true);
-    const auto& kernel = paged.grouped_kernel(shape, true);
+    const auto config = paged.grouped_config(shape, splits, true, warps);
+    const auto& kernel = paged.grouped_kernel(shape, true, warps);
     us.push_back(median_seconds(s, 20,
                                 [&](int i) {
                                   kernel.launch(s, config, q.cview(), k_pool.cview(), v_pool.cview(), out.view(),
@@ -318,10 +321,25 @@ int sweep(const lg::Stream& s, const lg::Device& gpu, const nn::Kernels& k, cons
         std::sort(candidates.begin() + 1, candidates.end());
         candidates.erase(std::unique(candidates.begin() + 1, candidates.end()), candidates.end());
         const double floor_us = 2.0 * rows * sh.kv_heads * positions * sh.head_dim * sizeof(half) / ceiling * 1e6;
-        const std::vector<double> us = sweep_case(s, k, paged, sh, rows, positions, candidates);
+        // The warps attend_grouped gives the picked splits, then every candidate with 4 warps a block and, up to 8
+        // rows, with 8.
+        const nn::PagedAttentionShape launched{.rows = rows,
+                                               .heads = sh.heads,
+                                               .kv_heads = sh.kv_heads,
+                                               .head_dim = sh.head_dim,
+                                               .blocks = 1,
+                                               .table_width = 1};
+        const int picked_warps = paged.grouped_warps(launched, picked);
         std::printf("| %s | %d | %d | %.1f | %d |", sh.name, rows, positions, floor_us, resident);
-        for (std::size_t i = 0; i < us.size(); ++i) {
-          std::printf(" %s%d: %.1f (%.2f)", i == 0 ? "picked " : "", candidates[i], us[i], us[i] / floor_us);
+        for (const int warps : {4, 8}) {
+          if (warps == 8 && rows > nn::kMaxRows) continue;
+          const std::vector<double> us = sweep_case(s, k, paged, sh, rows, positions, candidates, warps);
+          std::printf(" %d warps:", warps);
+          for (std::size_t i = 0; i < us.size(); ++i) {
+            const bool pick = i == 0 && warps == picked_warps;
+            std::printf(" %s%d: %.1f (%.2f)", pick ? "picked " : "", candidates[i], us[i], us[i] / floor_us);
+          }
+          std::printf(";");
         }
         std::printf(" |\n");
       }
@@ -340,7 +358,8 @@ const char* usage =
     "test.\n"
     "  --max-gib N   skip cases whose two caches (paged and contiguous) exceed N GiB (default 40)\n"
     "  --sweep       instead, the grouped kernel's time for several splits at 1 to 256 rows (the first: the\n"
-    "                decoder's choice), to tune paged_grouped_splits and paged_grouped_wave_splits\n"
+    "                decoder's choice), with blocks of 4 warps and, up to 8 rows, of 8, to tune\n"
+    "                paged_grouped_splits, paged_grouped_wave_splits and PagedAttention::grouped_warps\n"
     "  --shape S     with --sweep: only shape S (1B or 8B)\n"
     "  --rows LIST   with --sweep: only these row counts (default 1,2,4,8,16,32,64,128,256; at most 256)\n"
     "  --positions LIST  with --sweep: only these positions (default 512,4096,32768,131072; at most 131072)\n"

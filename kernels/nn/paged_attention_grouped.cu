@@ -23,6 +23,14 @@
 //     results reuse the stages once the tiles are done), stages 3 for head_dim 64 and 2 for 128: 54 and 68 KiB, so
 //     that 4 and 3 blocks fit a multiprocessor of sm_90 (their launch bounds).
 //
+//   attention_paged_grouped_mma8_d64 / _d128(the same parameters)
+//     The tensor-core kernels with 8 warps a block, each taking 16 positions of every tile of 128: for grids of few
+//     blocks (a row or two of a long context split over its positions), which leave a multiprocessor one or two
+//     blocks of the 4-warp form and its warps waiting on their loads. 256 threads, dynamic shared memory max(8 *
+//     min(group, 16) * (head_dim + 2) * 4, stages * 2 * 128 * (head_dim + 8) * 2) bytes: 108 and 136 KiB, 2 and 1
+//     blocks a multiprocessor (their launch bounds). Within rounding of the 4-warp form (the warps' sums merge in
+//     another grouping).
+//
 //     Both: the cache reaches shared memory tile by tile through cp.async (sm_80 and newer; the kernels trap on older
 //     GPUs), the later tiles in flight while the block works on the first. Rows
 //     b below count[0] (clamped to [0, rows]) at position p attend positions f..p (f = 0, or max(0, p - window + 1) for
@@ -120,13 +128,14 @@ __device__ __forceinline__ bool grouped_work(GroupedWork& w, T* out, const int* 
   return true;
 }
 
-/// The block's end, once each warp has left in `shared` ([kGroupedWarps][block_heads][head_dim + 2] floats) its
+/// The block's end, once each of its `warps` warps has left in `shared` ([warps][block_heads][head_dim + 2] floats) its
 /// maximum m (natural units, -inf for no position), its sum l of e^(s - m) and its weighted values, for each of the
 /// block's heads: the warps combined, then out (one split in use) or this split's partial, and the last of the row's
 /// splits combines the partials in split order. Every thread of the block calls it.
 template <class T>
-__device__ __forceinline__ void grouped_finish(const GroupedWork& w, float* shared, int block_heads, int head_dim,
-                                               int n_heads, T* out, float* partials, unsigned* counters) {
+__device__ __forceinline__ void grouped_finish(const GroupedWork& w, float* shared, int warps, int block_heads,
+                                               int head_dim, int n_heads, T* out, float* partials,
+                                               unsigned* counters) {
   __shared__ bool last_block;
   const int stride = head_dim + 2;
   const int total = w.heads * head_dim;
@@ -135,10 +144,10 @@ __device__ __forceinline__ void grouped_finish(const GroupedWork& w, float* shar
     const int g = e / head_dim;
     const int d = e % head_dim;
     float top = minus_infinity();
-    for (int k = 0; k < kGroupedWarps; ++k) top = fmaxf(top, shared[(k * block_heads + g) * stride]);
+    for (int k = 0; k < warps; ++k) top = fmaxf(top, shared[(k * block_heads + g) * stride]);
     float sum = 0.0f;
     float value = 0.0f;
-    for (int k = 0; k < kGroupedWarps; ++k) {
+    for (int k = 0; k < warps; ++k) {
       const float* ws = shared + (k * block_heads + g) * stride;
       const float c = rescale(ws[0], top);
       sum += ws[1] * c;
@@ -428,18 +437,19 @@ __device__ __forceinline__ void attention_paged_grouped_body(const T* q, const T
     }
   }
   __syncthreads();
-  grouped_finish(w, shared, block_heads, head_dim, n_heads, out, partials, counters);
+  grouped_finish(w, shared, kGroupedWarps, block_heads, head_dim, n_heads, out, partials, counters);
 #endif
 }
 
 /// attention_paged_grouped_mma_dD: the grouped attention on tensor cores, head_dim D (64 or 128) and up to 16 query
 /// heads a block (kGroupedMmaHeads). The block's query heads are the 16 rows of mma tiles (rows past them zero); each
-/// warp takes 16 positions of every tile of 64: its scores S = Q K^T (16 x 16, fp32, K through ldmatrix from the
+/// of its kWarps warps (4, or 8 for few blocks: PagedAttention::grouped_warps) takes 16 positions of every tile of
+/// 16 kWarps positions: its scores S = Q K^T (16 x 16, fp32, K through ldmatrix from the
 /// staged tile), their online softmax per head in base 2 (scale * log2(e) folded into the exponent), then O += P V
 /// (P rounded to T straight from the score registers as the A fragment, V through ldmatrix.trans). Rows of shared
 /// memory are padded to D + 8 elements, so that an ldmatrix's 8 row addresses fall on distinct banks. The warps' maxima
 /// leave in natural units for grouped_finish.
-template <int D, class T>
+template <int D, int kWarps, class T>
 __device__ __forceinline__ void attention_paged_grouped_mma_body(const T* q, const T* k_pool, const T* v_pool, T* out,
                                                                  float* partials, unsigned* counters,
                                                                  const int* positions, const int* tables,
@@ -449,8 +459,9 @@ __device__ __forceinline__ void attention_paged_grouped_mma_body(const T* q, con
 #if __CUDA_ARCH__ < 800
   __trap();  // mma.sync, ldmatrix and cp.async need sm_80 (as the wide step does)
 #else
-  constexpr int kTile = 64;                 // positions per tile, 16 per warp
-  constexpr int kStages = D == 64 ? 3 : 2;  // tiles in flight (shared memory: 18 KiB a stage at D = 64, 34 at 128)
+  constexpr int kThreads = 32 * kWarps;
+  constexpr int kTile = 16 * kWarps;        // positions per tile, 16 per warp
+  constexpr int kStages = D == 64 ? 3 : 2;  // tiles in flight (a stage 18 KiB at D = 64, 34 at 128, for 4 warps)
   constexpr int kRow = D + 8;               // a position's padded row in shared memory, in elements
   constexpr int kChunks = D / 8;            // 16-byte chunks of a position's row
   constexpr int kLines = D * static_cast<int>(sizeof(T)) / 128;  // 128-byte lines of a position's row
@@ -458,7 +469,7 @@ __device__ __forceinline__ void attention_paged_grouped_mma_body(const T* q, con
   // first kernel) and asks L2 for its first tiles of the cache; q, the cache, out, partials and counters after it.
   lg::allow_dependent_launch();
   extern __shared__ float shared[];  // [stage][k, v][kTile][kRow] of T; after the loop [warps][heads][D + 2]
-  if (blockDim.x != kGroupedThreads || head_dim != D || n_kv_heads <= 0 || n_heads % n_kv_heads != 0 ||
+  if (blockDim.x != kThreads || head_dim != D || n_kv_heads <= 0 || n_heads % n_kv_heads != 0 ||
       (block_size != 16 && block_size != 32) || !lg::is_aligned16(q) || !lg::is_aligned16(k_pool) ||
       !lg::is_aligned16(v_pool) || !lg::is_aligned16(out)) {
     __trap();
@@ -476,7 +487,7 @@ __device__ __forceinline__ void attention_paged_grouped_mma_body(const T* q, con
   // The warps' results alias the stages: they are written after the tile loop, whose last barrier every warp has
   // passed once done with its last tile, and whose copies have all landed by then (the fetches past the last tile are
   // empty commits). So the block needs the larger of the two, not their sum: 4 blocks a SM fit at D = 64, 3 at 128.
-  if (grouped_shared_bytes() < static_cast<unsigned>(max(kGroupedWarps * block_heads * stride * 4,
+  if (grouped_shared_bytes() < static_cast<unsigned>(max(kWarps * block_heads * stride * 4,
                                                          kStages * 2 * kTile * kRow * static_cast<int>(sizeof(T))))) {
     __trap();
   }
@@ -503,8 +514,8 @@ __device__ __forceinline__ void attention_paged_grouped_mma_body(const T* q, con
   T* tiles = reinterpret_cast<T*>(shared);  // [stage][k, v][kTile][kRow], under the results (above)
   const int count_tiles = (w.end - w.begin + kTile - 1) / kTile;
   // Each thread copies the same 16-byte chunk of kTile / kPassRows positions of every tile, kPassRows apart.
-  constexpr int kPassRows = kGroupedThreads / kChunks;
-  static_assert(kGroupedThreads % kChunks == 0 && kTile % kPassRows == 0, "a pass covers whole rows of the tile");
+  constexpr int kPassRows = kThreads / kChunks;
+  static_assert(kThreads % kChunks == 0 && kTile % kPassRows == 0, "a pass covers whole rows of the tile");
   const int chunk_row = static_cast<int>(threadIdx.x) / kChunks;
   const int chunk_to = chunk_row * kRow + 8 * (static_cast<int>(threadIdx.x) % kChunks);
   const long long chunk_from = head_base + 8 * (static_cast<int>(threadIdx.x) % kChunks);
@@ -543,7 +554,7 @@ __device__ __forceinline__ void attention_paged_grouped_mma_body(const T* q, con
   };
   // Before the wait, L2 is asked for the first tiles (a hint: whatever the step writes before the wait, the copies
   // after it read the lines as they are then); the copies, q and the rest after it.
-  for (int c = threadIdx.x; c < kStages * kTile * 2 * kLines; c += kGroupedThreads) {
+  for (int c = threadIdx.x; c < kStages * kTile * 2 * kLines; c += kThreads) {
     const int r = c / (2 * kLines);
     const int j = w.begin + r;
     if (j >= w.end) continue;
@@ -667,23 +678,29 @@ __device__ __forceinline__ void attention_paged_grouped_mma_body(const T* q, con
     }
   }
   __syncthreads();
-  grouped_finish(w, shared, block_heads, D, n_heads, out, partials, counters);
+  grouped_finish(w, shared, kWarps, block_heads, D, n_heads, out, partials, counters);
 #endif
 }
 
 }  // namespace
 
-// The entry points: attention_paged_grouped_h4, _h8, attention_paged_grouped_mma_d64, _d128, and the _bf16 ones.
+// The entry points: attention_paged_grouped_h4, _h8, attention_paged_grouped_mma_d64, _d128, the 8-warp
+// attention_paged_grouped_mma8_d64, _d128, and the _bf16 ones.
 /* lazygraph:variants
 axis T = lg::half_t | lg::bf16_t _bf16
 axis H = 4 _h4 (128, 4) | 8 _h8 (128, 2)
 axis M = 64 _d64 (128, 4) | 128 _d128 (128, 3)
+axis W = 64 _d64 (256, 2) | 128 _d128 (256, 1)
 
 attention_paged_grouped[T][H] = attention_paged_grouped_body<H>(const T* q, const T* k_pool,
     const T* v_pool, T* out, float* partials, unsigned* counters, const int* positions, const int* tables,
     const int* count, int n_heads, int n_kv_heads, int head_dim, int block_size, int n_blocks, int table_width,
     float scale, int window)
-attention_paged_grouped_mma[T][M] = attention_paged_grouped_mma_body<M>(const T* q,
+attention_paged_grouped_mma[T][M] = attention_paged_grouped_mma_body<M, 4>(const T* q,
+    const T* k_pool, const T* v_pool, T* out, float* partials, unsigned* counters, const int* positions,
+    const int* tables, const int* count, int n_heads, int n_kv_heads, int head_dim, int block_size, int n_blocks,
+    int table_width, float scale, int window)
+attention_paged_grouped_mma8[T][W] = attention_paged_grouped_mma_body<W, 8>(const T* q,
     const T* k_pool, const T* v_pool, T* out, float* partials, unsigned* counters, const int* positions,
     const int* tables, const int* count, int n_heads, int n_kv_heads, int head_dim, int block_size, int n_blocks,
     int table_width, float scale, int window)

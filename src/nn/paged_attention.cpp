@@ -91,13 +91,14 @@ int grouped_heads(const PagedAttentionShape& s, bool mma) {
   return s.heads / s.kv_heads <= 4 ? 4 : 8;
 }
 
-/// The grouped kernel's shared memory (kernels/nn/paged_attention_grouped.cu): its 4 warps' results per head and the
-/// stages of the cache's tiles. On CUDA cores the results, then 4 stages of 256 / lanes positions (lanes: the power of
-/// two at or above head_dim / 8); on tensor cores the larger of the results and 3 (head_dim 64) or 2 stages of 64
-/// positions in rows padded to head_dim + 8, which the results reuse after the last tile.
-long long grouped_shared_bytes(const PagedAttentionShape& s, bool mma) {
-  const long long results = 4LL * std::min(s.heads / s.kv_heads, grouped_heads(s, mma)) * (s.head_dim + 2) * 4;
-  if (mma) return std::max(results, (s.head_dim == 64 ? 3 : 2) * 2 * 64LL * (s.head_dim + 8) * 2);
+/// The grouped kernel's shared memory (kernels/nn/paged_attention_grouped.cu): its warps' results per head and the
+/// stages of the cache's tiles. On CUDA cores (4 warps) the results, then 4 stages of 256 / lanes positions (lanes: the
+/// power of two at or above head_dim / 8); on tensor cores the larger of the results and 3 (head_dim 64) or 2 stages
+/// of 16 positions a warp in rows padded to head_dim + 8, which the results reuse after the last tile.
+long long grouped_shared_bytes(const PagedAttentionShape& s, bool mma, int warps = 4) {
+  const long long results =
+      static_cast<long long>(warps) * std::min(s.heads / s.kv_heads, grouped_heads(s, mma)) * (s.head_dim + 2) * 4;
+  if (mma) return std::max(results, (s.head_dim == 64 ? 3 : 2) * 2 * 16LL * warps * (s.head_dim + 8) * 2);
   int lanes = 1;
   while (lanes < s.head_dim / 8) lanes <<= 1;
   const long long tile = 256 / lanes;
@@ -306,24 +307,28 @@ PagedAttention<T>::PagedAttention(const KernelLibrary& library, bool early_launc
           library.get<void(const T*, const T*, const T*, T*, float*, unsigned*, const int*, const int*, int, int, int,
                            int, int, int, float, int)>("attention_paged_split" + std::string(kernel_suffix<T>))),
       grouped_(grouped_kernels(library)),
-      early_launch_(early_launch) {}
+      early_launch_(early_launch),
+      multiprocessors_(library.device().sm_count()) {}
 
 template <Element T>
-std::array<typename PagedAttention<T>::GroupedKernel, 4> PagedAttention<T>::grouped_kernels(
+std::array<typename PagedAttention<T>::GroupedKernel, 6> PagedAttention<T>::grouped_kernels(
     const KernelLibrary& library) {
   const auto get = [&](const std::string& name) {
     return library.get<void(const T*, const T*, const T*, T*, float*, unsigned*, const int*, const int*, const int*,
                             int, int, int, int, int, int, float, int)>(name);
   };
   const std::string suffix(kernel_suffix<T>);
-  return {get("attention_paged_grouped" + suffix + "_h4"), get("attention_paged_grouped" + suffix + "_h8"),
-          get("attention_paged_grouped_mma" + suffix + "_d64"), get("attention_paged_grouped_mma" + suffix + "_d128")};
+  return {
+      get("attention_paged_grouped" + suffix + "_h4"),       get("attention_paged_grouped" + suffix + "_h8"),
+      get("attention_paged_grouped_mma" + suffix + "_d64"),  get("attention_paged_grouped_mma" + suffix + "_d128"),
+      get("attention_paged_grouped_mma8" + suffix + "_d64"), get("attention_paged_grouped_mma8" + suffix + "_d128")};
 }
 
 template <Element T>
 const typename PagedAttention<T>::GroupedKernel& PagedAttention<T>::grouped_kernel(const PagedAttentionShape& s,
-                                                                                   bool tensor_cores) const noexcept {
-  if (grouped_mma(s, tensor_cores)) return grouped_[s.head_dim == 64 ? 2 : 3];
+                                                                                   bool tensor_cores,
+                                                                                   int warps) const noexcept {
+  if (grouped_mma(s, tensor_cores)) return grouped_[(warps == 8 ? 4 : 2) + (s.head_dim == 64 ? 0 : 1)];
   return grouped_[grouped_heads(s, false) == 8 ? 1 : 0];
 }
 
@@ -350,21 +355,32 @@ LaunchConfig PagedAttention<T>::split_config(const PagedAttentionShape& s, int s
 }
 
 template <Element T>
-LaunchConfig PagedAttention<T>::grouped_config(const PagedAttentionShape& s, int splits, bool tensor_cores) const {
+LaunchConfig PagedAttention<T>::grouped_config(const PagedAttentionShape& s, int splits, bool tensor_cores,
+                                               int warps) const {
   const bool mma = grouped_mma(s, tensor_cores);
   const int group = s.heads / s.kv_heads;
   const int per_block = grouped_heads(s, mma);
+  const int block_warps = mma && warps == 8 ? 8 : 4;
   return {{static_cast<unsigned>(s.kv_heads * ((group + per_block - 1) / per_block)), static_cast<unsigned>(s.rows),
            static_cast<unsigned>(splits)},
-          {128, 1, 1},
-          static_cast<unsigned>(grouped_shared_bytes(s, mma)),
+          {32U * static_cast<unsigned>(block_warps), 1, 1},
+          static_cast<unsigned>(grouped_shared_bytes(s, mma, block_warps)),
           early_launch_};
 }
 
 template <Element T>
-int PagedAttention<T>::grouped_resident(const PagedAttentionShape& s) const {
-  const LaunchConfig config = grouped_config(s, 1, true);
-  return grouped_kernel(s, true).max_active_blocks_per_sm(config.block.x, config.shared_bytes);
+int PagedAttention<T>::grouped_resident(const PagedAttentionShape& s, int warps) const {
+  const LaunchConfig config = grouped_config(s, 1, true, warps);
+  return grouped_kernel(s, true, warps).max_active_blocks_per_sm(config.block.x, config.shared_bytes);
+}
+
+template <Element T>
+int PagedAttention<T>::grouped_warps(const PagedAttentionShape& s, int splits) const {
+  // Measured at head_dim 64 only (the 8-warp kernel at 128 holds a whole multiprocessor's shared memory a block).
+  if (!grouped_mma(s, true) || s.head_dim != 64) return 4;
+  const LaunchConfig config = grouped_config(s, splits, true, 8);
+  const long long blocks = static_cast<long long>(config.grid.x) * config.grid.y * config.grid.z;
+  return blocks <= static_cast<long long>(grouped_resident(s, 8)) * multiprocessors_ ? 8 : 4;
 }
 
 template <Element T>
@@ -440,11 +456,16 @@ typename PagedAttention<T>::SplitOp PagedAttention<T>::attend_split(const PagedA
 template <Element T>
 typename PagedAttention<T>::GroupedOp PagedAttention<T>::attend_grouped(
     const PagedAttentionShape& s, DeviceSpan<const T> q, DeviceSpan<T> out, DeviceSpan<float> partials,
-    DeviceSpan<unsigned> counters, const PagedKvCache<T>& c, DeviceSpan<const int> count, int splits) const {
+    DeviceSpan<unsigned> counters, const PagedKvCache<T>& c, DeviceSpan<const int> count, int splits, int warps) const {
   check_paged_attend_grouped(s, q, out, partials, counters, c, count, splits);
-  return grouped_kernel(s)(grouped_config(s, splits), q, c.k_pool.as_const(), c.v_pool.as_const(), out, partials,
-                           counters, c.positions, c.tables, count, s.heads, s.kv_heads, s.head_dim, s.block_size,
-                           s.blocks, s.table_width, scale_of(s), s.window);
+  if (warps != 0 && warps != 4 && warps != 8) {
+    refuse_paged("attend_grouped: warps " + paged_str(warps) + " is not 4, 8 or 0 (grouped_warps's choice)");
+  }
+  if (warps == 0) warps = grouped_warps(s, splits);
+  return grouped_kernel(s, true, warps)(grouped_config(s, splits, true, warps), q, c.k_pool.as_const(),
+                                        c.v_pool.as_const(), out, partials, counters, c.positions, c.tables, count,
+                                        s.heads, s.kv_heads, s.head_dim, s.block_size, s.blocks, s.table_width,
+                                        scale_of(s), s.window);
 }
 
 template class PagedAttention<half>;

@@ -235,6 +235,7 @@ TEST_CASE_TEMPLATE("the paged handles match their kernels' declarations in kerne
   }
   for (const char* dim : {"_d64", "_d128"}) {
     CHECK_NOTHROW(d.check<SignatureOf<typename P::GroupedKernel>>("attention_paged_grouped_mma" + suffix + dim));
+    CHECK_NOTHROW(d.check<SignatureOf<typename P::GroupedKernel>>("attention_paged_grouped_mma8" + suffix + dim));
   }
   // The wrong element type is refused: the check can fail.
   CHECK_THROWS(d.check<SignatureOf<typename P::AttentionKernel>>(std::string("attention_paged") +
@@ -571,12 +572,16 @@ void check_against_float64(PagedBatch<T>& b) {
     const auto left = lgtest::to_host(s, counters.cview());
     CHECK(std::count(left.begin(), left.end(), 0U) == static_cast<long>(left.size()));
   }
-  // The wide step's kernel: each row's own positions in 1, 3, 7 and the chosen number of ranges; again with the last
-  // two rows as padding (count = rows - 2), which get zeros while the others keep their bits.
+  // The wide step's kernel: each row's own positions in 1, 3, 7 and the chosen number of ranges, in blocks of 4 and
+  // of 8 warps (on tensor cores; the CUDA-core kernels have 4 either way); again with the last two rows as padding
+  // (count = rows - 2), which get zeros while the others keep their bits.
   const int rows = b.shape.rows;
-  for (const int splits :
-       {1, 3, 7, nn::paged_grouped_splits(rows, b.shape.heads, b.shape.kv_heads, b.shape.head_dim, 132)}) {
+  for (const auto& [splits, warps] :
+       {std::pair{1, 4}, std::pair{3, 8}, std::pair{7, 4}, std::pair{7, 8},
+        std::pair{nn::paged_grouped_splits(rows, b.shape.heads, b.shape.kv_heads, b.shape.head_dim, 132), 4},
+        std::pair{nn::paged_grouped_splits(rows, b.shape.heads, b.shape.kv_heads, b.shape.head_dim, 132), 8}}) {
     CAPTURE(splits);
+    CAPTURE(warps);
     DeviceBuffer<float> partials(lgtest::device(), nn::PagedAttention<T>::split_partials(b.shape, splits));
     auto counters = lgtest::to_device(s, std::vector<unsigned>(static_cast<std::size_t>(rows) * b.shape.heads, 0U));
     auto grouped_out = lgtest::to_device(s, std::vector<T>(b.q.size(), T::from_float(NAN)));
@@ -586,7 +591,7 @@ void check_against_float64(PagedBatch<T>& b) {
       const auto count_on_device = lgtest::to_device(s, std::vector<int>{count});
       paged
           .attend_grouped(b.shape, d.q.cview(), grouped_out.view(), partials.view(), counters.view(), d.cache(),
-                          count_on_device.cview(), splits)
+                          count_on_device.cview(), splits, warps)
           .sync_on(s);
       const auto grouped = lgtest::to_host(s, grouped_out.cview());
       const std::size_t real = static_cast<std::size_t>(count) * b.shape.heads * b.shape.head_dim;

@@ -142,8 +142,8 @@ inline constexpr int paged_wave_max_splits = 32;
 [[nodiscard]] int paged_grouped_wave_splits(int rows, int heads, int kv_heads, int head_dim, int multiprocessors,
                                             int resident);
 /// Typed handles to the paged kernels over elements of T (kv_append_paged, rope_append_paged, attention_paged,
-/// attention_paged_split, attention_paged_grouped_h4, _h8, attention_paged_grouped_mma_d64 and _d128;
-/// _bf16 for bfloat16), with launch ops that check their arguments.
+/// attention_paged_split, attention_paged_grouped_h4, _h8, attention_paged_grouped_mma_d64 and _d128, and their
+/// 8-warp attention_paged_grouped_mma8_d64 and _d128; _bf16 for bfloat16), with launch ops that check their arguments.
 ///
 /// Thread safety: const members may be called from any thread. Exception safety: a refused call throws before
 /// anything runs and changes nothing.
@@ -258,11 +258,14 @@ class PagedAttention {
   /// on CUDA cores. sm_80 or newer, as the wide step; the kernels trap on older GPUs. Within rounding of attend (fp32
   /// sums in another order), deterministic for the same positions and splits. The rows from count[0] on get zeros.
   /// partials: split_partials(shape, splits) floats of scratch; counters: rows * heads unsigned, zero before the first
-  /// launch (each launch leaves them zero); launches sharing counters must not run at once.
-  /// \throws UsageError as check_paged_attend_grouped.
+  /// launch (each launch leaves them zero); launches sharing counters must not run at once. Blocks of `warps` warps
+  /// on tensor cores (4 or 8; 0, the default: grouped_warps's choice; the CUDA-core kernels have 4 whatever it says):
+  /// within rounding of each other (the warps' sums merge in another grouping).
+  /// \throws UsageError as check_paged_attend_grouped, and for `warps` other than 0, 4 and 8.
   [[nodiscard]] GroupedOp attend_grouped(const PagedAttentionShape& shape, DeviceSpan<const T> q, DeviceSpan<T> out,
                                          DeviceSpan<float> partials, DeviceSpan<unsigned> counters,
-                                         const PagedKvCache<T>& cache, DeviceSpan<const int> count, int splits) const;
+                                         const PagedKvCache<T>& cache, DeviceSpan<const int> count, int splits,
+                                         int warps = 0) const;
   /// Floats of attend_split's partials: rows * heads * splits * (head_dim + 2).
   [[nodiscard]] static std::size_t split_partials(const PagedAttentionShape& shape, int splits) noexcept;
   /// attend's launch: grid (heads, rows), 1024 threads, (capacity() + table_width) * 4 bytes of shared memory.
@@ -271,15 +274,27 @@ class PagedAttention {
   /// len / block_size + 2) * 4 bytes of shared memory, len = ceil(capacity() / splits).
   [[nodiscard]] LaunchConfig split_config(const PagedAttentionShape& shape, int splits) const;
   /// attend_grouped's launch: grid (kv_heads * ceil(group / h), rows, splits), h the kernel's heads a block (16 on
-  /// tensor cores; 4 up to a group of 4, else 8 on CUDA cores), 128 threads, the kernel's shared memory (the warps'
-  /// results, which on tensor cores reuse the cache's stages: 54 KiB at head_dim 64 and 68 KiB at 128). `tensor_cores`
-  /// false: the CUDA-core kernel whatever head_dim (for benchmarks).
-  [[nodiscard]] LaunchConfig grouped_config(const PagedAttentionShape& shape, int splits,
-                                            bool tensor_cores = true) const;
-  /// The blocks of attend_grouped's kernel for `shape` (grouped_kernel, grouped_config) one multiprocessor holds at
-  /// once: the driver's occupancy count (expected 4 at head_dim 64 and 3 at 128 on an H200, their launch bounds).
-  /// \throws CudaError naming the kernel when the driver refuses the query.
-  [[nodiscard]] int grouped_resident(const PagedAttentionShape& shape) const;
+  /// tensor cores; 4 up to a group of 4, else 8 on CUDA cores), 32 `warps` threads (4, or 8 for the tensor-core
+  /// kernels' attention_paged_grouped_mma8 form: grouped_warps), the kernel's shared memory (the warps' results, which
+  /// on tensor cores reuse the cache's stages: 54 KiB at head_dim 64 and 68 KiB at 128 with 4 warps, twice that with
+  /// 8). `tensor_cores` false: the CUDA-core kernel whatever head_dim (for benchmarks).
+  [[nodiscard]] LaunchConfig grouped_config(const PagedAttentionShape& shape, int splits, bool tensor_cores = true,
+                                            int warps = 4) const;
+  /// The blocks of attend_grouped's kernel for `shape` with `warps` warps (grouped_kernel, grouped_config) one
+  /// multiprocessor holds at once: the driver's occupancy count (expected 4 at head_dim 64 and 3 at 128 on an H200
+  /// with 4 warps, 2 and 1 with 8: their launch bounds). \throws CudaError naming the kernel when the driver refuses
+  /// the query.
+  [[nodiscard]] int grouped_resident(const PagedAttentionShape& shape, int warps = 4) const;
+  /// The warps a block of attend_grouped's kernel has for `shape` and `splits` on this GPU: 8 at head_dim 64 on tensor
+  /// cores where the grid (kv_heads * ceil(group / 16) * rows * splits blocks) fits one wave of the 8-warp kernel's
+  /// resident blocks, else 4. Few blocks (a row of a long context, split over its positions) leave each multiprocessor
+  /// one or two blocks of the 4-warp kernel, whose warps wait on their loads' latency; 8 warps a block take tiles of
+  /// 128 positions, twice the loads in flight, with the same splits and partials. On an H200 (Llama-3.2-1B shape, one
+  /// row, 32 splits) the kernel alone took 8.0 against 8.4 us at position 512, 12.6 against 14.7 at 4096, 30.7
+  /// against 31.6 at 32768, and a decode step at position 32768 1412-1423 against 1576-1588 us; at 2 and 8 rows the
+  /// 4-warp kernel was as fast or faster. Head_dim 128 keeps 4 warps: its 8-warp kernel (one block a multiprocessor)
+  /// was not measured.
+  [[nodiscard]] int grouped_warps(const PagedAttentionShape& shape, int splits) const;
   /// append's launch: 256 threads per block over rows * kv_heads * head_dim elements.
   [[nodiscard]] LaunchConfig append_config(const PagedAttentionShape& shape) const;
   /// rope_append's launch: 256 threads per block over rows * (heads + 2 kv_heads) * head_dim / 8 eighths.
@@ -296,11 +311,11 @@ class PagedAttention {
   /// See append_kernel.
   [[nodiscard]] const SplitKernel& split_kernel() const noexcept { return split_; }
   /// See append_kernel: the grouped kernel attend_grouped launches for `shape`: attention_paged_grouped_mma_d64 or
-  /// _d128 for those head_dims, else attention_paged_grouped_h4 for a group of up to 4 query heads per kv head, else
-  /// _h8. `tensor_cores` false: the CUDA-core kernel whatever head_dim (for benchmarks; launch it with
-  /// grouped_config(shape, splits, false)).
-  [[nodiscard]] const GroupedKernel& grouped_kernel(const PagedAttentionShape& shape,
-                                                    bool tensor_cores = true) const noexcept;
+  /// _d128 for those head_dims (attention_paged_grouped_mma8_d64 / _d128 with `warps` 8), else
+  /// attention_paged_grouped_h4 for a group of up to 4 query heads per kv head, else _h8. `tensor_cores` false: the
+  /// CUDA-core kernel whatever head_dim (for benchmarks; launch it with grouped_config(shape, splits, false)).
+  [[nodiscard]] const GroupedKernel& grouped_kernel(const PagedAttentionShape& shape, bool tensor_cores = true,
+                                                    int warps = 4) const noexcept;
 
  private:
   AppendKernel append_;
@@ -308,10 +323,11 @@ class PagedAttention {
   QkNormAppendKernel qk_norm_append_;
   AttentionKernel attention_;
   SplitKernel split_;
-  /// The grouped kernels: _h4, _h8, _mma_d64, _mma_d128.
-  static std::array<GroupedKernel, 4> grouped_kernels(const KernelLibrary& library);
-  std::array<GroupedKernel, 4> grouped_;
+  /// The grouped kernels: _h4, _h8, _mma_d64, _mma_d128, _mma8_d64, _mma8_d128.
+  static std::array<GroupedKernel, 6> grouped_kernels(const KernelLibrary& library);
+  std::array<GroupedKernel, 6> grouped_;
   bool early_launch_;
+  int multiprocessors_;  ///< the library's device's, for grouped_warps
 };
 
 extern template class PagedAttention<half>;
