@@ -323,16 +323,10 @@ int sweep(const lg::Stream& s, const lg::Device& gpu, const nn::Kernels& k, cons
         const double floor_us = 2.0 * rows * sh.kv_heads * positions * sh.head_dim * sizeof(half) / ceiling * 1e6;
         // The warps attend_grouped gives the picked splits, then every candidate with 4 warps a block and, up to 8
         // rows, with 8.
-        const nn::PagedAttentionShape launched{.rows = rows,
-                                               .heads = sh.heads,
-                                               .kv_heads = sh.kv_heads,
-                                               .head_dim = sh.head_dim,
-                                               .blocks = 1,
-                                               .table_width = 1};
-        const int picked_warps = paged.grouped_warps(launched, picked);
+        const int picked_warps = paged.grouped_warps(shape, picked);
         std::printf("| %s | %d | %d | %.1f | %d |", sh.name, rows, positions, floor_us, resident);
         for (const int warps : {4, 8}) {
-          if (warps == 8 && rows > nn::kMaxRows) continue;
+          if (warps == 8 && (rows > nn::kMaxRows || !paged.grouped_fits(shape, 8))) continue;
           const std::vector<double> us = sweep_case(s, k, paged, sh, rows, positions, candidates, warps);
           std::printf(" %d warps:", warps);
           for (std::size_t i = 0; i < us.size(); ++i) {

@@ -31,7 +31,7 @@
 //     blocks a multiprocessor (their launch bounds). Within rounding of the 4-warp form (the warps' sums merge in
 //     another grouping).
 //
-//     Both: the cache reaches shared memory tile by tile through cp.async (sm_80 and newer; the kernels trap on older
+//     All: the cache reaches shared memory tile by tile through cp.async (sm_80 and newer; the kernels trap on older
 //     GPUs), the later tiles in flight while the block works on the first. Rows
 //     b below count[0] (clamped to [0, rows]) at position p attend positions f..p (f = 0, or max(0, p - window + 1) for
 //     window > 0): their n = p - f + 1 positions are cut into ranges of len = max(64, ceil(n / splits)) positions, one
@@ -486,7 +486,8 @@ __device__ __forceinline__ void attention_paged_grouped_mma_body(const T* q, con
   const int stride = D + 2;
   // The warps' results alias the stages: they are written after the tile loop, whose last barrier every warp has
   // passed once done with its last tile, and whose copies have all landed by then (the fetches past the last tile are
-  // empty commits). So the block needs the larger of the two, not their sum: 4 blocks a SM fit at D = 64, 3 at 128.
+  // empty commits). So the block needs the larger of the two, not their sum: 4 blocks a SM fit at D = 64, 3 at 128
+  // (2 and 1 with 8 warps).
   if (grouped_shared_bytes() < static_cast<unsigned>(max(kWarps * block_heads * stride * 4,
                                                          kStages * 2 * kTile * kRow * static_cast<int>(sizeof(T))))) {
     __trap();

@@ -308,7 +308,8 @@ PagedAttention<T>::PagedAttention(const KernelLibrary& library, bool early_launc
                            int, int, int, float, int)>("attention_paged_split" + std::string(kernel_suffix<T>))),
       grouped_(grouped_kernels(library)),
       early_launch_(early_launch),
-      multiprocessors_(library.device().sm_count()) {}
+      multiprocessors_(library.device().sm_count()),
+      max_shared_(library.device().limits().max_shared_per_block_optin) {}
 
 template <Element T>
 std::array<typename PagedAttention<T>::GroupedKernel, 6> PagedAttention<T>::grouped_kernels(
@@ -375,9 +376,17 @@ int PagedAttention<T>::grouped_resident(const PagedAttentionShape& s, int warps)
 }
 
 template <Element T>
+bool PagedAttention<T>::grouped_fits(const PagedAttentionShape& s, int warps) const noexcept {
+  // The kernels' static shared memory (grouped_finish's flag) is a few bytes: 1 KiB of room for it.
+  return grouped_shared_bytes(s, grouped_mma(s, true), grouped_mma(s, true) && warps == 8 ? 8 : 4) + 1024 <=
+         max_shared_;
+}
+
+template <Element T>
 int PagedAttention<T>::grouped_warps(const PagedAttentionShape& s, int splits) const {
-  // Measured at head_dim 64 only (the 8-warp kernel at 128 holds a whole multiprocessor's shared memory a block).
-  if (!grouped_mma(s, true) || s.head_dim != 64) return 4;
+  // Measured at head_dim 64 only (the 8-warp kernel at 128 holds a whole multiprocessor's shared memory a block), and
+  // only where a block may have its 108 KiB (not sm_86, sm_89 or sm_120: 99 KiB).
+  if (!grouped_mma(s, true) || s.head_dim != 64 || !grouped_fits(s, 8)) return 4;
   const LaunchConfig config = grouped_config(s, splits, true, 8);
   const long long blocks = static_cast<long long>(config.grid.x) * config.grid.y * config.grid.z;
   return blocks <= static_cast<long long>(grouped_resident(s, 8)) * multiprocessors_ ? 8 : 4;
@@ -462,6 +471,10 @@ typename PagedAttention<T>::GroupedOp PagedAttention<T>::attend_grouped(
     refuse_paged("attend_grouped: warps " + paged_str(warps) + " is not 4, 8 or 0 (grouped_warps's choice)");
   }
   if (warps == 0) warps = grouped_warps(s, splits);
+  if (!grouped_fits(s, warps)) {
+    refuse_paged("attend_grouped: blocks of " + paged_str(warps) + " warps need more shared memory than this GPU " +
+                 "gives a block (" + paged_str(max_shared_) + " bytes)");
+  }
   return grouped_kernel(s, true, warps)(grouped_config(s, splits, true, warps), q, c.k_pool.as_const(),
                                         c.v_pool.as_const(), out, partials, counters, c.positions, c.tables, count,
                                         s.heads, s.kv_heads, s.head_dim, s.block_size, s.blocks, s.table_width,

@@ -261,7 +261,8 @@ class PagedAttention {
   /// launch (each launch leaves them zero); launches sharing counters must not run at once. Blocks of `warps` warps
   /// on tensor cores (4 or 8; 0, the default: grouped_warps's choice; the CUDA-core kernels have 4 whatever it says):
   /// within rounding of each other (the warps' sums merge in another grouping).
-  /// \throws UsageError as check_paged_attend_grouped, and for `warps` other than 0, 4 and 8.
+  /// \throws UsageError as check_paged_attend_grouped, for `warps` other than 0, 4 and 8, and for blocks whose shared
+  /// memory this GPU does not give (grouped_fits).
   [[nodiscard]] GroupedOp attend_grouped(const PagedAttentionShape& shape, DeviceSpan<const T> q, DeviceSpan<T> out,
                                          DeviceSpan<float> partials, DeviceSpan<unsigned> counters,
                                          const PagedKvCache<T>& cache, DeviceSpan<const int> count, int splits,
@@ -295,6 +296,9 @@ class PagedAttention {
   /// 4-warp kernel was as fast or faster. Head_dim 128 keeps 4 warps: its 8-warp kernel (one block a multiprocessor)
   /// was not measured.
   [[nodiscard]] int grouped_warps(const PagedAttentionShape& shape, int splits) const;
+  /// Whether a block of attend_grouped's kernel for `shape` with `warps` warps gets the shared memory it needs on this
+  /// GPU (the 8-warp tensor-core kernels' 108 and 136 KiB exceed the 99 KiB of sm_86, sm_89 and sm_120).
+  [[nodiscard]] bool grouped_fits(const PagedAttentionShape& shape, int warps) const noexcept;
   /// append's launch: 256 threads per block over rows * kv_heads * head_dim elements.
   [[nodiscard]] LaunchConfig append_config(const PagedAttentionShape& shape) const;
   /// rope_append's launch: 256 threads per block over rows * (heads + 2 kv_heads) * head_dim / 8 eighths.
@@ -310,8 +314,9 @@ class PagedAttention {
   [[nodiscard]] const QkNormAppendKernel& qk_norm_append_kernel() const noexcept { return qk_norm_append_; }
   /// See append_kernel.
   [[nodiscard]] const SplitKernel& split_kernel() const noexcept { return split_; }
-  /// See append_kernel: the grouped kernel attend_grouped launches for `shape`: attention_paged_grouped_mma_d64 or
-  /// _d128 for those head_dims (attention_paged_grouped_mma8_d64 / _d128 with `warps` 8), else
+  /// See append_kernel: the grouped kernel attend_grouped launches for `shape` given `warps` (attend_grouped passes
+  /// grouped_warps(shape, splits)): attention_paged_grouped_mma_d64 or _d128 for those head_dims
+  /// (attention_paged_grouped_mma8_d64 / _d128 with `warps` 8), else
   /// attention_paged_grouped_h4 for a group of up to 4 query heads per kv head, else _h8. `tensor_cores` false: the
   /// CUDA-core kernel whatever head_dim (for benchmarks; launch it with grouped_config(shape, splits, false)).
   [[nodiscard]] const GroupedKernel& grouped_kernel(const PagedAttentionShape& shape, bool tensor_cores = true,
@@ -328,6 +333,7 @@ class PagedAttention {
   std::array<GroupedKernel, 6> grouped_;
   bool early_launch_;
   int multiprocessors_;  ///< the library's device's, for grouped_warps
+  int max_shared_;       ///< the most shared memory a block may opt into there, for grouped_fits
 };
 
 extern template class PagedAttention<half>;
