@@ -23,13 +23,15 @@
 //     moves 8 elements (4 pairs) with 16-byte loads and stores. Launch: 1-D, any grid and block (grid-stride over
 //     eighths of rows), e.g. grid_for(max_rows * (q_dim + 2 kv_dim) / 8, 256).
 //
-//   prefill_silu_mul(gate, up, out, chunk, width, max_rows)
-//     out[r][i] = silu(gate[r][i]) * up[r][i], silu(a) = a / (1 + exp(-a)), for r < rows, i < width; every buffer
-//     [max_rows][width]. `out` may be `gate` or `up` (each element is read before it is written, by the thread that
-//     writes it). width a multiple of 8 and the buffers 16-byte aligned (traps otherwise): 16-byte loads. Launch: 1-D,
-//     any grid and block (grid-stride over eighths), e.g. grid_for(max_rows * width / 8, 256).
+//   prefill_silu_mul(gate, up, out, chunk, width, stride, max_rows)
+//     out[r][i] = silu(gate[r][i]) * up[r][i], silu(a) = a / (1 + exp(-a)), for r < rows, i < width; `out` is
+//     [max_rows][width], gate's and up's rows are `stride` elements apart (width for buffers of their own; 2 width for
+//     the rows of one product over W1 and W3 stacked, gate = its first width columns, up = the rest). `out` may be
+//     `gate` or `up` when stride is width (each element is read before it is written, by the thread that writes it).
+//     width and stride multiples of 8, stride >= width, the buffers 16-byte aligned (traps otherwise): 16-byte loads.
+//     Launch: 1-D, any grid and block (grid-stride over eighths), e.g. grid_for(max_rows * width / 8, 256).
 //
-//   prefill_gelu_mul(gate, up, out, chunk, width, max_rows)
+//   prefill_gelu_mul(gate, up, out, chunk, width, stride, max_rows)
 //     prefill_silu_mul with gelu_tanh (a / 2 (1 + tanh(sqrt(2 / pi) (a + 0.044715 a^3)))) for silu: GeGLU's.
 //
 //   prefill_rms_norm_add(in, gain, x, chunk, d, eps, max_rows)
@@ -145,15 +147,20 @@ __device__ __forceinline__ void prefill_qkv_rope_body(const T* qkv, const T* bq,
 
 template <bool Gelu, class T>
 __device__ __forceinline__ void prefill_silu_mul_body(const T* gate, const T* up, T* out, const int* chunk, int width,
-                                                      int max_rows) {
+                                                      int stride, int max_rows) {
   lg::early_launch_prologue();
-  if (width % 8 != 0 || !lg::is_aligned16(gate) || !lg::is_aligned16(up) || !lg::is_aligned16(out)) __trap();
-  const long long eighths = static_cast<long long>(chunk_rows(chunk, max_rows)) * (width / 8);
+  if (width % 8 != 0 || stride % 8 != 0 || stride < width || !lg::is_aligned16(gate) || !lg::is_aligned16(up) ||
+      !lg::is_aligned16(out)) {
+    __trap();
+  }
+  const int row_eighths = width / 8;
+  const long long eighths = static_cast<long long>(chunk_rows(chunk, max_rows)) * row_eighths;
   for (long long e = lg::global_index(); e < eighths; e += lg::grid_stride()) {
+    const long long from = stride == width ? 8 * e : (e / row_eighths) * stride + 8 * (e % row_eighths);
     float a[8];
     float b[8];
-    lg::load_float8(gate + 8 * e, a);
-    lg::load_float8(up + 8 * e, b);
+    lg::load_float8(gate + from, a);
+    lg::load_float8(up + from, b);
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       a[j] = (Gelu ? 0.5f * a[j] * (1.0f + tanhf(0.7978845608028654f * (a[j] + 0.044715f * a[j] * a[j] * a[j])))
@@ -214,9 +221,9 @@ prefill_rms_norm[T] = prefill_rms_norm_body<T>(const T* x, const T* gain, T* out
 prefill_qkv_rope[T] = prefill_qkv_rope_body<T>(const T* qkv, const T* bq, const T* bk, const T* bv, T* q, T* k, T* v,
     const int* chunk, const int* positions, int n_heads, int n_kv_heads, int head_dim, const float* frequencies, int max_rows)
 prefill_silu_mul[T] = prefill_silu_mul_body<false, T>(const T* gate, const T* up, T* out, const int* chunk,
-    int width, int max_rows)
+    int width, int stride, int max_rows)
 prefill_gelu_mul[T] = prefill_silu_mul_body<true, T>(const T* gate, const T* up, T* out, const int* chunk,
-    int width, int max_rows)
+    int width, int stride, int max_rows)
 prefill_rms_norm_add[T] = prefill_rms_norm_add_body<T>(const T* in, const T* gain, T* x, const int* chunk, int d,
     float eps, int max_rows)
 prefill_last_row[T] = prefill_last_row_body<T>(const T* x, const int* chunk, T* out, int d, int max_rows)

@@ -88,7 +88,7 @@ BasicPrefillBuffers<T>::BasicPrefillBuffers(const Stream& stream, const DecoderC
       k(stream.device(), elements(max_rows, c.kv_dim())),
       v(stream.device(), elements(max_rows, c.kv_dim())),
       gate(stream.device(), elements(max_rows, c.mixture_of_experts() ? 0 : c.ffn)),
-      up(stream.device(), elements(max_rows, c.mixture_of_experts() ? 0 : c.ffn)),
+      up(stream.device(), elements(max_rows, c.mixture_of_experts() ? 0 : 2 * c.ffn)),
       weights(stream.device(), weight_elements),
       moe(stream, c, max_rows) {
   for (DeviceBuffer<T>* b : {&x, &h, &qkv, &q, &k, &v, &gate, &up}) {
@@ -99,7 +99,7 @@ BasicPrefillBuffers<T>::BasicPrefillBuffers(const Stream& stream, const DecoderC
 template <Element T>
 std::size_t BasicPrefillBuffers<T>::bytes(const DecoderConfig& c, int rows) {
   return PackedPrefillIo::input_size(rows) * sizeof(int) +
-         elements(rows, 2 * c.d + 2 * c.q_dim() + 4 * c.kv_dim() + (c.mixture_of_experts() ? 0 : 2 * c.ffn)) *
+         elements(rows, 2 * c.d + 2 * c.q_dim() + 4 * c.kv_dim() + (c.mixture_of_experts() ? 0 : 3 * c.ffn)) *
              sizeof(T) +
          BasicPrefillMoeBuffers<T>::bytes(c, rows);
 }
@@ -121,7 +121,7 @@ std::vector<GemmShape> BasicPrefillPlans<T>::shapes(const DecoderConfig& c, int 
   if (c.mixture_of_experts()) {
     all.push_back({m, static_cast<std::size_t>(c.moe.experts), d});  // the router; the experts are grouped products
   } else {
-    all.insert(all.end(), {{m, ffn, d}, {m, d, ffn}});
+    all.insert(all.end(), {{m, ffn, d}, {m, 2 * ffn, d}, {m, d, ffn}});  // 2 ffn: W1 and W3 stacked (gemm_layer)
   }
   if (lm_head) all.push_back({m, static_cast<std::size_t>(c.vocab), d});
   std::vector<GemmShape> distinct;

@@ -75,9 +75,9 @@ TEST_CASE("a mixture of experts' prefill buffers take what prefill_moe.hpp says,
   DecoderConfig dense = qwen3;
   dense.moe = {};
   CHECK(BasicPrefillMoeBuffers<half>::bytes(dense, 2048) == 0);
-  // The MLP's gate and up are not allocated beside experts: the whole chunk's buffers shrink by 2 ffn per row.
+  // The MLP's gate and up (3 ffn: the stacked product's 2 and the activation) are not allocated beside experts.
   CHECK(BasicPrefillBuffers<half>::bytes(qwen3, 64) ==
-        BasicPrefillBuffers<half>::bytes(dense, 64) - std::size_t{64} * 2 * static_cast<std::size_t>(qwen3.ffn) * 2 +
+        BasicPrefillBuffers<half>::bytes(dense, 64) - std::size_t{64} * 3 * static_cast<std::size_t>(qwen3.ffn) * 2 +
             BasicPrefillMoeBuffers<half>::bytes(qwen3, 64));
 }
 

@@ -2,6 +2,8 @@
 // weight. The spans are raw addresses (never dereferenced on the host), so no GPU is needed.
 #include <doctest/doctest.h>
 
+#include <memory>
+
 #include <lazygraph/nn/weight.hpp>
 
 using namespace lazygraph;
@@ -41,6 +43,33 @@ TEST_CASE("a view of a dense weight's rows shares its memory from the first row'
   CHECK(k.dense().address() == 0x10000 + 128U * 128U * 2U);
   CHECK(k.dense().size() == 64U * 128U);
   CHECK(w.rows_view(0, 256).name() == "qkv");
+}
+
+TEST_CASE("two dense weights stack only where the second's values follow the first's in one allocation") {
+  const auto owner = std::make_shared<int>(0);
+  const DeviceSpan<half> both(CUdeviceptr{0x10000}, 2 * 64 * 128, owner);
+  const Weight<half> w1(both.subspan(0, 64 * 128), 64, 128, "gate_proj");
+  const Weight<half> w3(both.subspan(64 * 128, 64 * 128), 64, 128, "up_proj");
+  const Weight<half> gate_up = stacked_rows(w1, w3, "gate_up");
+  CHECK(gate_up.rows() == 128);
+  CHECK(gate_up.cols() == 128);
+  CHECK(gate_up.name() == "gate_up");
+  CHECK(gate_up.dense().address() == 0x10000);
+  CHECK(gate_up.dense().size() == 2U * 64U * 128U);
+  CHECK(gate_up.owner() == owner);  // it keeps the allocation alive as the two do
+  // Not stacked: the wrong order, a gap, another allocation, no owner, other columns, an empty weight.
+  CHECK(stacked_rows(w3, w1).empty());
+  const DeviceSpan<half> gapped(CUdeviceptr{0x10000}, 3 * 64 * 128, owner);
+  CHECK(stacked_rows(Weight<half>(gapped.subspan(0, 64 * 128), 64, 128),
+                     Weight<half>(gapped.subspan(2 * 64 * 128, 64 * 128), 64, 128))
+            .empty());
+  const DeviceSpan<half> elsewhere(CUdeviceptr{0x10000 + 64 * 128 * 2}, 64 * 128, std::make_shared<int>(1));
+  CHECK(stacked_rows(w1, Weight<half>(elsewhere, 64, 128)).empty());
+  CHECK(stacked_rows(Weight<half>(span_of(64 * 128), 64, 128),
+                     Weight<half>(DeviceSpan<half>(CUdeviceptr{0x10000 + 64 * 128 * 2}, 64 * 128), 64, 128))
+            .empty());
+  CHECK(stacked_rows(w1, Weight<half>(both.subspan(64 * 128, 64 * 128), 128, 64)).empty());
+  CHECK(stacked_rows(w1, Weight<half>()).empty());
 }
 
 TEST_CASE("rows outside the weight, and values of another size, are refused naming the weight") {

@@ -101,7 +101,9 @@ std::vector<DecoderTensor> decoder_tensors(const DecoderConfig& config);
 /// DecoderTensor&) -> bool` says is dense and calls `fill(const DecoderTensor&, DeviceSpan<T> into)` once per tensor,
 /// in that order, to write it into `into`. A layer's Wq, Wk and Wv go into its one stacked matrix
 /// (BasicAttentionWeights::qkv, allocated at Wq's turn, named stacked_qkv_name), `into` their rows of it, and its
-/// biases into its one stacked bias buffer; every other tensor has a buffer of its own, each matrix a dense Weight
+/// biases into its one stacked bias buffer; a layer's dense W1 and W3 (both dense) share one buffer, W3's rows right
+/// after W1's, each still a Weight of its own named as its tensor (so that stacked_rows gives the prompt and wide
+/// steps one product over both); every other tensor has a buffer of its own, each matrix a dense Weight
 /// named as the tensor; a layer's experts of one kind go into one stacked matrix (BasicMoeWeights, allocated at the
 /// first expert's turn, named stacked_experts_name), `into` each expert's rows of it. A matrix that is not dense (held
 /// elsewhere, e.g. quantized as it loads) is left an empty Weight, and `fill` still gets it, with an empty `into`.
@@ -206,8 +208,20 @@ BasicDecoderWeights<T> assemble_decoder_weights(const Device& device, const Deco
       Weight<T> e2 = take_experts(config.moe.experts * config.d, config.moe.expert_width);
       moe.push_back({std::move(router), std::move(e1), std::move(e3), std::move(e2)});
     }
-    Weight<T> w1 = config.mixture_of_experts() ? Weight<T>() : take_matrix();
-    Weight<T> w3 = config.mixture_of_experts() ? Weight<T>() : take_matrix();
+    Weight<T> w1;
+    Weight<T> w3;
+    if (!config.mixture_of_experts() && is_dense[next] && is_dense[next + 1]) {
+      // A dense W1 and W3 in one buffer, W3 right after W1, so that a product over many rows reads both at once
+      // (stacked_rows, gemm_layer); each is still a Weight of its own.
+      const DecoderTensor& t1 = tensors[next];
+      const DecoderTensor& t3 = tensors[next + 1];
+      const DeviceSpan<T> both = take_stacked(2, true).view();
+      w1 = Weight<T>(both.subspan(0, t1.elements()), t1.rows, t1.cols, t1.name);
+      w3 = Weight<T>(both.subspan(t1.elements(), t3.elements()), t3.rows, t3.cols, t3.name);
+    } else if (!config.mixture_of_experts()) {
+      w1 = take_matrix();
+      w3 = take_matrix();
+    }
     Weight<T> w2 = config.mixture_of_experts() ? Weight<T>() : take_matrix();
     DeviceBuffer<T> mlp_post = config.post_norms ? take() : DeviceBuffer<T>(device, 0);
     mlp.push_back({std::move(mlp_gain), std::move(w1), std::move(w3), std::move(w2), std::move(mlp_post)});

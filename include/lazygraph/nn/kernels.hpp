@@ -304,11 +304,12 @@ struct BasicKernels {
   Kernel<void(const T*, const T*, const T*, const T*, T*, T*, T*, const int*, const int*, int, int, int, const float*,
               int)>
       prefill_qkv_rope;
-  /// prefill_silu_mul(gate, up, out, chunk, width, max_rows): out = silu(gate) * up over the chunk's rows of `width`
-  /// elements (kernels/nn/prefill.cu); out may be gate.
-  Kernel<void(const T*, const T*, T*, const int*, int, int)> prefill_silu_mul;
-  /// prefill_gelu_mul(gate, up, out, chunk, width, max_rows): prefill_silu_mul with gelu_tanh (GeGLU's).
-  Kernel<void(const T*, const T*, T*, const int*, int, int)> prefill_gelu_mul;
+  /// prefill_silu_mul(gate, up, out, chunk, width, stride, max_rows): out = silu(gate) * up over the chunk's rows of
+  /// `width` elements, gate's and up's rows `stride` apart (width, or 2 width for one product over W1 and W3 stacked;
+  /// kernels/nn/prefill.cu); out may be gate when stride is width.
+  Kernel<void(const T*, const T*, T*, const int*, int, int, int)> prefill_silu_mul;
+  /// prefill_gelu_mul(gate, up, out, chunk, width, stride, max_rows): prefill_silu_mul with gelu_tanh (GeGLU's).
+  Kernel<void(const T*, const T*, T*, const int*, int, int, int)> prefill_gelu_mul;
   /// prefill_rms_norm_add(in, gain, x, chunk, d, eps, max_rows): x += rmsnorm(in) * gain over the chunk's rows, the
   /// normed row rounded first (a post-norm); launched as prefill_rms_norm (kernels/nn/prefill.cu).
   Kernel<void(const T*, const T*, T*, const int*, int, float, int)> prefill_rms_norm_add;

@@ -13,7 +13,9 @@
 ///   q = attention(q, cache, k, v); cache <- k, v  flash attention, in place on q (paged: through the table)
 ///   x += q Wo^T                                  GEMM, the residual added by cuBLASLt (C = D = x)
 ///   h = rmsnorm(x) * g_mlp
-///   gate = h W1^T, up = h W3^T                   two GEMMs
+///   gate = h W1^T, up = h W3^T                   one GEMM over W1 and W3 stacked where they are (a dense pair as
+///                                                loaded: stacked_rows), each row's gate and up side by side in b.up;
+///                                                else two GEMMs
 ///   gate = silu(gate) * up                       prefill_silu_mul
 ///   x += gate W2^T                               GEMM with the residual
 ///   (a mixture of experts, DecoderConfig::moe: the router's GEMM, then grouped products over the experts the rows
@@ -33,8 +35,8 @@
 ///
 /// Memory (allocated at the first prefill that uses it, never for decode-only use): for R = the largest bucket
 /// (prefill_chunk, or the smallest bucket that holds the context when that is less), R * (2 d + 2 q_dim + 4 kv_dim +
-/// 2 ffn) elements of T (BasicPrefillBuffers::bytes; 2048 rows of a TinyLlama shape, d 2048, ffn 5632, 4 kv heads of
-/// 64: 80 MiB in fp16) plus each bucket's GEMM plans' workspaces (at most kPrefillGemmWorkspace each; cuBLASLt's
+/// 3 ffn) elements of T (BasicPrefillBuffers::bytes; 2048 rows of a TinyLlama shape, d 2048, ffn 5632, 4 kv heads of
+/// 64: 102 MiB in fp16) plus each bucket's GEMM plans' workspaces (at most kPrefillGemmWorkspace each; cuBLASLt's
 /// algorithm decides, often none), made when the bucket is first used; with quantized weights, also the largest
 /// quantized matrix in T (dequantized_elements: 32 MiB for a Llama-3.2-1B gate_proj in fp16), which each quantized
 /// matrix of a layer is dequantized into for its GEMMs. A mixture of experts has no 2 ffn there, and instead the
@@ -133,7 +135,9 @@ struct BasicPrefillBuffers {
   DeviceBuffer<T> k;     ///< the chunk's keys [rows][kv_dim]
   DeviceBuffer<T> v;     ///< the chunk's values [rows][kv_dim]
   DeviceBuffer<T> gate;  ///< W1 h, then silu(W1 h) * (W3 h) (in place) [rows][ffn] (empty with experts)
-  DeviceBuffer<T> up;    ///< W3 h [rows][ffn] (empty with experts)
+  /// W3 h [rows][ffn], or the product over W1 and W3 stacked [rows][2 ffn] (each row's gate, then its up; empty
+  /// with experts)
+  DeviceBuffer<T> up;
   /// One quantized matrix of the layer at a time, dequantized for the GEMMs (q, k and v stacked); empty when no
   /// weight is quantized (dequantized_elements).
   DeviceBuffer<T> weights;
@@ -258,11 +262,25 @@ auto gemm_layer(const Projector<T>& p, const BasicPrefillPlans<T>& plans, const 
                           reduce(x);
                  },
                  [&] {
-                   return gemm(m.w1, gate, h.as_const()) >> gemm(m.w3, up, h.as_const()) >>
-                          (c.activation == GateActivation::gelu_tanh ? k.prefill_gelu_mul : k.prefill_silu_mul)(
-                              k.step_config(grid_for(n(c.ffn) / 8, 256)), gate.as_const(), up.as_const(), gate, chunk,
-                              c.ffn, rows) >>
-                          block_output(m.w2, gate.as_const(), m.post_gain);
+                   const auto& activation =
+                       c.activation == GateActivation::gelu_tanh ? k.prefill_gelu_mul : k.prefill_silu_mul;
+                   const LaunchConfig per_eighth = k.step_config(grid_for(n(c.ffn) / 8, 256));
+                   // W1 and W3 in one product where they lie stacked (a dense pair as loaded): each row of b.up then
+                   // holds its gate and its up, and the activation goes to gate.
+                   const Weight<T> gate_up = stacked_rows(m.w1, m.w3);
+                   auto products = detail::either(
+                       !gate_up.empty(),
+                       [&] {
+                         const DeviceSpan<const T> both = b.up.cview().subspan(0, n(2 * c.ffn));
+                         return gemm(gate_up, b.up.view().subspan(0, n(2 * c.ffn)), h.as_const()) >>
+                                activation(per_eighth, both, both.subspan(c.ffn, both.size() - c.ffn), gate, chunk,
+                                           c.ffn, 2 * c.ffn, rows);
+                       },
+                       [&] {
+                         return gemm(m.w1, gate, h.as_const()) >> gemm(m.w3, up, h.as_const()) >>
+                                activation(per_eighth, gate.as_const(), up.as_const(), gate, chunk, c.ffn, c.ffn, rows);
+                       });
+                   return std::move(products) >> block_output(m.w2, gate.as_const(), m.post_gain);
                  });
   return named("attention", std::move(attention)) >> named("mlp", std::move(mlp));
 }

@@ -150,4 +150,20 @@ class Weight {
   std::string name_;
 };
 
+/// `first` and `second` as one matrix, `second`'s rows under `first`'s, sharing their memory: when both are dense, of
+/// the same columns, and `second`'s values start where `first`'s end in one allocation (as assemble_decoder_weights
+/// stores a gated MLP's W1 and W3, so that a GEMM over many rows reads both in one product). An empty Weight
+/// otherwise (a quantized one, separate buffers, rows in another order): the caller then takes them one by one.
+template <Element T>
+[[nodiscard]] Weight<T> stacked_rows(const Weight<T>& first, const Weight<T>& second, std::string name = {}) {
+  if (!first.is_dense() || !second.is_dense() || first.empty() || second.empty() || first.cols() != second.cols()) {
+    return {};
+  }
+  const DeviceSpan<T> a = first.dense_view();
+  const DeviceSpan<T> b = second.dense_view();
+  if (a.owner() == nullptr || a.owner() != b.owner() || a.address() + a.size_bytes() != b.address()) return {};
+  return Weight<T>(DeviceSpan<T>(a.address(), a.size() + b.size(), a.owner()), first.rows() + second.rows(),
+                   first.cols(), std::move(name));
+}
+
 }  // namespace lazygraph::nn
