@@ -49,7 +49,7 @@ constexpr const char* usage =
     "                     [--concurrency N,N,...] [--prompt P]\n"
     "                     [--new N] [--block-size 16|32] [--prefill-chunk C] [--max-batch M] [--torch]\n"
     "                     [--torch-script PATH] [--out DIR] [--shared-prefix S] [--prefix-cache] [--rounds R]\n"
-    "                     [--format dense|int8|int4]\n"
+    "                     [--format dense|int8|int4] [--context C]\n"
     "Serves N concurrent requests through nn::Engine over a paged decoder with seeded weights: each a prompt of P\n"
     "seeded tokens and N new tokens (greedy, no stop token), submitted at once, the engine stepped on this thread,\n"
     "after an untimed warm-up of up to 8 requests of other prompts (a server that has served before).\n"
@@ -69,6 +69,9 @@ constexpr const char* usage =
     "  --prompt P          prompt tokens per request (default 512)\n"
     "  --new N             tokens each request makes (default 256)\n"
     "  --block-size B      KV block size, 16 (default) or 32\n"
+    "  --context C         DecoderConfig::context, positions a sequence may reach (default: just what the prompt and\n"
+    "                      the new tokens take): a server's setting, whose block tables (C / block size entries a\n"
+    "                      row) a step stages; the pool still holds only what the requests take\n"
     "  --prefill-chunk C   DecoderConfig::prefill_chunk (default: the config's)\n"
     "  --max-batch M       DecoderConfig::max_batch, 1 to 256 (default: the largest count, at least 8); above 8 every\n"
     "                      bucket of the wide step is captured before the requests and its capture time and memory\n"
@@ -94,6 +97,7 @@ struct Options {
   int prompt = 512;
   int fresh = 256;
   int block_size = 16;
+  int context = 0;         ///< --context: 0 for just what the requests take
   int prefill_chunk = -1;  ///< -1: the config's default
   int max_batch = 0;       ///< 0: the largest concurrency, at least kMaxRows, at most kMaxWideRows
   bool torch = false;
@@ -386,7 +390,7 @@ int run(const Options& o) {
   c.kv_block_size = o.block_size;
   const int longest = o.fresh + (o.rounds > 1 ? o.fresh / 2 : 0);  // new tokens of the longest request
   const int per_sequence = (o.prompt + longest + o.block_size) / o.block_size + 1;
-  c.context = per_sequence * o.block_size;
+  c.context = std::max(per_sequence * o.block_size, o.context);
   c.kv_blocks = c.max_batch * per_sequence;  // every slot's whole sequence: no preemption
   c.attention_blocks = 0;                    // as lazygraph-serve: the grouped kernels, split as the library picks
   c.tensor_cores = device.compute_capability().major >= 8;  // as lazygraph-serve: steps of 2 to 8 rows on them
@@ -484,6 +488,11 @@ std::variant<Options, int> parse(int argc, char** argv) {
     } else if (arg == "--block-size") {
       o.block_size = example::integers(value(), "--block-size", 1).at(0);
       if (o.block_size != 16 && o.block_size != 32) throw lg::UsageError("--block-size: 16 or 32");
+    } else if (arg == "--context") {
+      o.context = example::integers(value(), "--context", 1).at(0);
+      if (o.context > nn::kMaxPagedContext) {
+        throw lg::UsageError("--context: 1 to " + std::to_string(nn::kMaxPagedContext));
+      }
     } else if (arg == "--prefill-chunk") {
       o.prefill_chunk = example::integers(value(), "--prefill-chunk", 0).at(0);
     } else if (arg == "--max-batch") {

@@ -301,8 +301,8 @@ void BasicDecoder<T>::set_row(int row, int token, int position, int slot) {
 
 template <Element T>
 void BasicDecoder<T>::set_table(int row, std::span<const int> table) {
-  const std::span<int> in =
-      io_.input().subspan(tables_at_ + static_cast<std::size_t>(row) * table.size(), table.size());
+  const auto width = static_cast<std::size_t>(config_.kv_table_width());
+  const std::span<int> in = io_.input().subspan(tables_at_ + static_cast<std::size_t>(row) * width, table.size());
   std::copy(table.begin(), table.end(), in.begin());
 }
 
@@ -353,7 +353,8 @@ std::vector<int> BasicDecoder<T>::forward_batch(std::span<const TokenAt> steps, 
   const auto width = static_cast<std::size_t>(config_.kv_table_width());
   for (std::size_t r = 0; r < steps.size(); ++r) {
     set_row(static_cast<int>(r), steps[r].token, steps[r].position, static_cast<int>(r));
-    set_table(static_cast<int>(r), tables.subspan(r * width, width));
+    // Only the entries up to the row's position's block: the rest is padding, never read.
+    set_table(static_cast<int>(r), tables.subspan(r * width, used_entries(config_, steps[r].position)));
   }
   const std::span<const int> next = run(static_cast<int>(steps.size()));
   return {next.begin(), next.end()};

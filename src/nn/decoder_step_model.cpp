@@ -137,7 +137,31 @@ void BasicDecoderStepModel<T>::step(std::span<const StepRow> rows, std::span<int
 }
 
 template <Element T>
-std::vector<int> BasicDecoderStepModel<T>::table_of(const StepRow& row, std::size_t r) const {
+void BasicDecoderStepModel<T>::Tables::set(std::size_t r, std::span<const int> blocks, std::size_t width) {
+  if (values_.size() < (r + 1) * width) {
+    values_.resize((r + 1) * width, -1);
+    filled_.resize(r + 1, 0);
+  }
+  const auto at = values_.begin() + static_cast<std::ptrdiff_t>(r * width);
+  std::copy(blocks.begin(), blocks.end(), at);
+  if (filled_[r] > blocks.size()) {
+    std::fill(at + static_cast<std::ptrdiff_t>(blocks.size()), at + static_cast<std::ptrdiff_t>(filled_[r]), -1);
+  }
+  filled_[r] = blocks.size();
+}
+
+template <Element T>
+std::span<const int> BasicDecoderStepModel<T>::Tables::row(std::size_t r, std::size_t width) const {
+  return std::span<const int>(values_).subspan(r * width, width);
+}
+
+template <Element T>
+std::span<const int> BasicDecoderStepModel<T>::Tables::rows(std::size_t n, std::size_t width) const {
+  return std::span<const int>(values_).subspan(0, n * width);
+}
+
+template <Element T>
+void BasicDecoderStepModel<T>::check_blocks(const StepRow& row, std::size_t r) const {
   const auto width = static_cast<std::size_t>(decoder_->table_width());
   const int block_size = decoder_->config().kv_block_size;
   const auto last = static_cast<std::size_t>(row.position + static_cast<int>(row.tokens.size()) - 1);
@@ -147,16 +171,12 @@ std::vector<int> BasicDecoderStepModel<T>::table_of(const StepRow& row, std::siz
                      " need " + std::to_string(last / static_cast<std::size_t>(block_size) + 1) +
                      " and the table holds " + std::to_string(width));
   }
-  std::vector<int> table(width, -1);
-  std::copy(row.blocks.begin(), row.blocks.end(), table.begin());
-  return table;
 }
 
 template <Element T>
 void BasicDecoderStepModel<T>::step_paged(std::span<const StepRow> rows, std::span<int> next) {
-  std::vector<std::vector<int>> tables;
-  tables.reserve(rows.size());
-  for (std::size_t r = 0; r < rows.size(); ++r) tables.push_back(table_of(rows[r], r));
+  const auto width = static_cast<std::size_t>(decoder_->table_width());
+  for (std::size_t r = 0; r < rows.size(); ++r) check_blocks(rows[r], r);
   std::vector<std::size_t> tokens;
   std::vector<int> positions;
   for (const StepRow& row : rows) {
@@ -169,9 +189,13 @@ void BasicDecoderStepModel<T>::step_paged(std::span<const StepRow> rows, std::sp
                                              decoder_->packed_min_tokens());
   const auto last_position = [&](const StepRow& row) { return row.position + static_cast<int>(row.tokens.size()) - 1; };
   for (const std::vector<std::size_t>& chunk : plan.chunks) {
+    for (const std::size_t r : chunk) prompt_tables_.set(r, rows[r].blocks, width);
     std::vector<PromptPart> parts;
     for (const std::size_t r : chunk) {
-      parts.push_back({.tokens = rows[r].tokens, .start = rows[r].position, .table = tables[r], .slot = rows[r].slot});
+      parts.push_back({.tokens = rows[r].tokens,
+                       .start = rows[r].position,
+                       .table = prompt_tables_.row(r, width),
+                       .slot = rows[r].slot});
     }
     const std::vector<int> out = decoder_->prefill_packed(parts);
     for (std::size_t i = 0; i < chunk.size(); ++i) {
@@ -182,19 +206,20 @@ void BasicDecoderStepModel<T>::step_paged(std::span<const StepRow> rows, std::sp
   }
   for (const std::size_t r : plan.alone) {
     const StepRow& row = rows[r];
-    next[r] = decoder_->prefill(row.tokens, row.position, tables[r], row.slot);
+    prompt_tables_.set(r, row.blocks, width);
+    next[r] = decoder_->prefill(row.tokens, row.position, prompt_tables_.row(r, width), row.slot);
     if (row.sampling.temperature > 0.0F) next[r] = sampled(0, row.sampling, last_position(row));
   }
   const std::vector<std::size_t>& single = plan.batch;
   if (single.empty()) return;
   // The rows of one token, in one batch step of exactly those rows.
   std::vector<TokenAt> steps;
-  std::vector<int> table_rows;
-  for (const std::size_t r : single) {
-    steps.push_back({.token = rows[r].tokens[0], .position = rows[r].position});
-    table_rows.insert(table_rows.end(), tables[r].begin(), tables[r].end());
+  for (std::size_t i = 0; i < single.size(); ++i) {
+    const StepRow& row = rows[single[i]];
+    steps.push_back({.token = row.tokens[0], .position = row.position});
+    batch_tables_.set(i, row.blocks, width);
   }
-  const std::vector<int> out = decoder_->forward_batch(steps, table_rows);
+  const std::vector<int> out = decoder_->forward_batch(steps, batch_tables_.rows(single.size(), width));
   for (std::size_t i = 0; i < single.size(); ++i) {
     const StepRow& row = rows[single[i]];
     next[single[i]] =

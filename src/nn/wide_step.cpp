@@ -296,7 +296,8 @@ std::span<const int> BasicWideStep<T>::run(const BasicWideContext<T>& ctx, std::
   for (std::size_t r = 0; r < n; ++r) {
     in[WideIo::tokens + r] = steps[r].token;
     in[positions + r] = steps[r].position;
-    std::copy_n(tables.begin() + static_cast<std::ptrdiff_t>(r * width), width,
+    // Only the entries up to the row's position's block: the rest is padding, never read (stale from earlier steps).
+    std::copy_n(tables.begin() + static_cast<std::ptrdiff_t>(r * width), used_entries(ctx.config, steps[r].position),
                 staged_tables.begin() + static_cast<std::ptrdiff_t>(r * width));
   }
   // The padding: row 0's token at position 0 through row 0's first block (its other entries are never read); its

@@ -147,6 +147,20 @@ TEST_CASE("packed prompt parts are checked as prompts each, against the chunk's 
   CHECK_THROWS_WITH_AS(check_packed_prompts(contiguous, apart, 64), doctest::Contains("for a paged cache"), UsageError);
 }
 
+TEST_CASE("a step stages each row's table up to its position's block, whatever the table's width") {
+  DecoderConfig c = small_paged_config();
+  CHECK(used_entries(c, 0) == 1);
+  CHECK(used_entries(c, c.kv_block_size - 1) == 1);
+  CHECK(used_entries(c, c.kv_block_size) == 2);
+  CHECK(used_entries(c, c.context - 1) == static_cast<std::size_t>(c.kv_table_width()));  // the last position: all
+  c.context = kMaxPagedContext;  // a server's context: 8192 entries a row, of which a row at 17 uses 2
+  c.kv_block_size = 16;
+  CHECK(c.kv_table_width() == 8192);
+  CHECK(used_entries(c, 17) == 2);
+  c.kv_block_size = 32;
+  CHECK(used_entries(c, 17) == 1);
+}
+
 TEST_CASE("a paged prompt's table is checked up to the prompt's last position") {
   const DecoderConfig c = small_paged_config();
   const std::vector<int> prompt(20, 7);  // positions 10 .. 29: entries 0 and 1

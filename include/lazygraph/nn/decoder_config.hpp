@@ -239,6 +239,14 @@ struct TokenAt {
 /// \throws UsageError naming the row, the table index and the value; for a contiguous decoder.
 void check_paged_batch(const DecoderConfig& config, std::span<const TokenAt> steps, std::span<const int> tables);
 
+/// The entries of a block table a row at `position` reads: those up to its position's block, position / kv_block_size
+/// + 1 (the rest is padding). What a step stages and copies of each row's table, so that its host work grows with the
+/// rows' positions, not with the table's width (kv_table_width: 8192 entries at a context of 131072). For a position
+/// check_batch accepted (in [0, context)), at most kv_table_width.
+[[nodiscard]] inline std::size_t used_entries(const DecoderConfig& config, int position) noexcept {
+  return static_cast<std::size_t>(position / config.kv_block_size) + 1;
+}
+
 /// One sequence's prompt part of a packed prefill (Decoder::prefill_packed): `tokens` at the positions from `start`
 /// on, of a sequence of a paged cache whose block table is `table` (kv_table_width() ints); `slot` numbers the
 /// sequence for sampled draws only.

@@ -80,15 +80,34 @@ class BasicDecoderStepModel final : public StepModel {
   void step(std::span<const StepRow> rows, std::span<int> next) override;
 
  private:
+  /// Block tables of `width` entries a row, kept from step to step: each row's blocks, -1 past them. Setting a row
+  /// writes its blocks and clears only what a longer table left there, so that a step's host work grows with the
+  /// blocks in use, not with the table width (8192 entries a row at a context of 131072).
+  class Tables {
+   public:
+    /// Row `r` holds `blocks` (at most width of them), -1 after them.
+    void set(std::size_t r, std::span<const int> blocks, std::size_t width);
+    /// Row r, `width` entries.
+    [[nodiscard]] std::span<const int> row(std::size_t r, std::size_t width) const;
+    /// Rows 0 .. n - 1, `width` entries each.
+    [[nodiscard]] std::span<const int> rows(std::size_t n, std::size_t width) const;
+
+   private:
+    std::vector<int> values_;          ///< [rows][width]
+    std::vector<std::size_t> filled_;  ///< per row, the entries that may hold a block
+  };
+
   /// step with a paged decoder (the slots checked).
   void step_paged(std::span<const StepRow> rows, std::span<int> next);
-  /// Row r's blocks padded with -1 to the decoder's table_width. \throws UsageError as step.
-  [[nodiscard]] std::vector<int> table_of(const StepRow& row, std::size_t r) const;
+  /// Checks that row r's blocks cover its positions and fit the decoder's table_width. \throws UsageError as step.
+  void check_blocks(const StepRow& row, std::size_t r) const;
 
   /// The token row `row` of the last decoder call makes, as `sampling` picks it at `position`.
   [[nodiscard]] int sampled(int row, const Sampling& sampling, int position) const;
 
   BasicDecoder<T>* decoder_;
+  Tables prompt_tables_;  ///< the prompt rows' tables, by row of the step
+  Tables batch_tables_;   ///< the one-token rows' tables, in the order of their batch step
 };
 
 /// The fp16 decoder as a StepModel.
