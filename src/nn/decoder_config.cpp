@@ -1,6 +1,7 @@
 #include "lazygraph/nn/decoder_config.hpp"
 
 #include <algorithm>
+#include <bitset>
 #include <cmath>
 #include <string>
 #include <utility>
@@ -184,23 +185,26 @@ std::size_t ModelShape::weight_bytes() const {
 }
 
 namespace {
-void check_token_at(const DecoderConfig& c, int token, int position, const std::string& what) {
+/// Refuses a token outside the vocabulary or a position outside the context; `what()` names the caller in the message
+/// (made only on a refusal: a step checks every row).
+template <class What>
+void check_token_at(const DecoderConfig& c, int token, int position, const What& what) {
   if (token < 0 || token >= c.vocab) {
-    throw UsageError(what + ": token " + std::to_string(token) + " is outside the vocabulary [0, " +
+    throw UsageError(what() + ": token " + std::to_string(token) + " is outside the vocabulary [0, " +
                      std::to_string(c.vocab) + ")");
   }
   if (position < 0 || position >= c.context) {
-    throw UsageError(what + ": position " + std::to_string(position) + " is outside the context [0, " +
+    throw UsageError(what() + ": position " + std::to_string(position) + " is outside the context [0, " +
                      std::to_string(c.context) + ")");
   }
 }
-}  // namespace
 
-namespace {
-/// Refuses a table entry of `what` (its index `i`, of `whose` table) outside the pool.
-void check_block(const DecoderConfig& c, int block, std::size_t i, const std::string& whose) {
+/// Refuses a table entry (its index `i`) outside the pool; `whose()` names the table in the message (made only on a
+/// refusal: a step checks every entry its rows read, thousands of them at long contexts).
+template <class Whose>
+void check_block(const DecoderConfig& c, int block, std::size_t i, const Whose& whose) {
   if (block < 0 || block >= c.kv_blocks) {
-    throw UsageError(whose + " table entry " + std::to_string(i) + " (" + std::to_string(block) +
+    throw UsageError(whose() + " table entry " + std::to_string(i) + " (" + std::to_string(block) +
                      ") is outside the pool [0, kv_blocks = " + std::to_string(c.kv_blocks) + ")");
   }
 }
@@ -216,16 +220,19 @@ void check_paged_prompt(const DecoderConfig& c, std::span<const int> prompt, int
                      std::to_string(c.kv_table_width()) + ")");
   }
   const auto last = static_cast<std::size_t>((start + static_cast<int>(prompt.size()) - 1) / c.kv_block_size);
-  for (std::size_t i = 0; i <= last; ++i) check_block(c, table[i], i, what + ": the");
+  for (std::size_t i = 0; i <= last; ++i) check_block(c, table[i], i, [&] { return what + ": the"; });
   // Distinct blocks: the prompt's chunks read earlier positions while they write theirs (flash attention's cache).
-  std::vector<int> seen(static_cast<std::size_t>(c.kv_blocks), -1);  // the entry each block was first seen at
-  for (std::size_t i = 0; i <= last; ++i) {
-    int& first = seen[static_cast<std::size_t>(table[i])];
-    if (first >= 0) {
-      throw UsageError(what + ": the table holds block " + std::to_string(table[i]) + " at entries " +
-                       std::to_string(first) + " and " + std::to_string(i) + " (a sequence's blocks are distinct)");
+  // Sorted (block, entry) pairs, so that the time follows the entries used, not the pool's size.
+  std::vector<std::pair<int, std::size_t>> entries;
+  entries.reserve(last + 1);
+  for (std::size_t i = 0; i <= last; ++i) entries.emplace_back(table[i], i);
+  std::sort(entries.begin(), entries.end());
+  for (std::size_t k = 1; k < entries.size(); ++k) {
+    if (entries[k].first == entries[k - 1].first) {
+      throw UsageError(what + ": the table holds block " + std::to_string(entries[k].first) + " at entries " +
+                       std::to_string(entries[k - 1].second) + " and " + std::to_string(entries[k].second) +
+                       " (a sequence's blocks are distinct)");
     }
-    first = static_cast<int>(i);
   }
 }
 
@@ -290,11 +297,12 @@ void check_paged_batch(const DecoderConfig& c, std::span<const TokenAt> steps, s
   const auto entry = [&](std::size_t r, std::size_t i) { return tables[r * width + i]; };
   for (std::size_t r = 0; r < steps.size(); ++r) {
     for (std::size_t i = 0; i <= last(r); ++i)
-      check_block(c, entry(r, i), i, what + ": sequence " + std::to_string(r) + "'s");
+      check_block(c, entry(r, i), i, [&] { return what + ": sequence " + std::to_string(r) + "'s"; });
   }
   // The block a row writes is read by no other row at another index (the paged kernels' early reads): each written
   // block's first writer (row and entry), sorted by block, then every row's entries looked up among them: no vector of
-  // the pool's size per step, time about the tables' used entries times log(rows).
+  // the pool's size per step. A filter of the written blocks' low bits passes most entries without the search, so the
+  // time is about the tables' used entries (thousands a row at long contexts).
   struct Writer {
     int block = 0;
     std::size_t row = 0;    // the first row that writes the block
@@ -320,9 +328,13 @@ void check_paged_batch(const DecoderConfig& c, std::span<const TokenAt> steps, s
     writers[kept++] = writers[i];
   }
   writers.resize(kept);
+  constexpr std::size_t kFilterBits = 4096;
+  std::bitset<kFilterBits> written;  // bit b: some written block is b modulo kFilterBits
+  for (const Writer& w : writers) written.set(static_cast<std::size_t>(w.block) % kFilterBits);
   for (std::size_t o = 0; o < steps.size(); ++o) {
     for (std::size_t i = 0; i <= last(o); ++i) {
       const int block = entry(o, i);
+      if (!written.test(static_cast<std::size_t>(block) % kFilterBits)) continue;  // no row writes it
       const auto w =
           std::lower_bound(writers.begin(), writers.end(), block, [](const Writer& a, int b) { return a.block < b; });
       if (w != writers.end() && w->block == block && w->entry != i && (w->row != o || w->shared)) {
@@ -335,7 +347,7 @@ void check_paged_batch(const DecoderConfig& c, std::span<const TokenAt> steps, s
 }
 
 void check_step(const DecoderConfig& c, TokenAt step) {
-  check_token_at(c, step.token, step.position, "Decoder::forward");
+  check_token_at(c, step.token, step.position, [] { return std::string("Decoder::forward"); });
 }
 
 void check_batch(const DecoderConfig& c, std::span<const TokenAt> steps) {
@@ -344,13 +356,14 @@ void check_batch(const DecoderConfig& c, std::span<const TokenAt> steps) {
                      std::to_string(c.max_batch) + ")");
   }
   for (std::size_t r = 0; r < steps.size(); ++r) {
-    check_token_at(c, steps[r].token, steps[r].position, "Decoder::forward_batch: sequence " + std::to_string(r));
+    check_token_at(c, steps[r].token, steps[r].position,
+                   [&] { return "Decoder::forward_batch: sequence " + std::to_string(r); });
   }
 }
 
 void check_generate(const DecoderConfig& c, int token, int n, int stop_token, int start) {
   const std::string what = "Decoder::generate";
-  check_token_at(c, token, start, what);
+  check_token_at(c, token, start, [&] { return what; });
   if (n < 1 || n > c.context - start) {
     throw UsageError(what + ": n (" + std::to_string(n) + ") must be 1 to the " + std::to_string(c.context - start) +
                      " positions the context has left from position " + std::to_string(start));

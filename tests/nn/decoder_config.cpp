@@ -110,6 +110,22 @@ TEST_CASE("a paged batch's tables are checked for size, pool bounds and blocks w
                        doctest::Contains("block tables are for a paged cache"), UsageError);
 }
 
+TEST_CASE("a paged batch's written blocks are found among pools of thousands of blocks, whatever their low bits") {
+  DecoderConfig c = small_paged_config();
+  c.kv_blocks = 10000;
+  const std::vector<TokenAt> steps{{.token = 1, .position = 17}, {.token = 2, .position = 17}};
+  // Row 0 writes block 5000 (its entry 1), row 1 block 8000. Row 1's entry 0 holds 904 = 5000 - 4096 and 5000 + 4096
+  // would be 9096: blocks that share the written ones' low bits but are other blocks.
+  std::vector<int> tables{4000, 5000, -1, -1, 904, 8000, -1, -1};
+  CHECK_NOTHROW(check_paged_batch(c, steps, tables));
+  tables[4] = 9096;
+  CHECK_NOTHROW(check_paged_batch(c, steps, tables));
+  tables[4] = 5000;  // now row 1 reads what row 0 writes
+  CHECK_THROWS_WITH_AS(check_paged_batch(c, steps, tables),
+                       doctest::Contains("sequence 0 writes block 5000, which sequence 1's table holds at entry 0"),
+                       UsageError);
+}
+
 TEST_CASE("packed prompt parts are checked as prompts each, against the chunk's rows, and for blocks another writes") {
   const DecoderConfig c = small_paged_config();
   const std::vector<int> a(20, 7);  // positions 10 .. 29: writes entries 0 and 1
