@@ -28,7 +28,8 @@
 //     [max_rows][width], gate's and up's rows are `stride` elements apart (width for buffers of their own; 2 width for
 //     the rows of one product over W1 and W3 stacked, gate = its first width columns, up = the rest). `out` may be
 //     `gate` or `up` when stride is width (each element is read before it is written, by the thread that writes it).
-//     width and stride multiples of 8, stride >= width, the buffers 16-byte aligned (traps otherwise): 16-byte loads.
+//     width and stride multiples of 8, stride >= width, out apart from gate and up when stride is not width, the
+//     buffers 16-byte aligned (traps otherwise): 16-byte loads.
 //     Launch: 1-D, any grid and block (grid-stride over eighths), e.g. grid_for(max_rows * width / 8, 256).
 //
 //   prefill_gelu_mul(gate, up, out, chunk, width, stride, max_rows)
@@ -150,7 +151,7 @@ __device__ __forceinline__ void prefill_silu_mul_body(const T* gate, const T* up
                                                       int stride, int max_rows) {
   lg::early_launch_prologue();
   if (width % 8 != 0 || stride % 8 != 0 || stride < width || !lg::is_aligned16(gate) || !lg::is_aligned16(up) ||
-      !lg::is_aligned16(out)) {
+      !lg::is_aligned16(out) || (stride != width && (out == gate || out == up))) {
     __trap();
   }
   const int row_eighths = width / 8;

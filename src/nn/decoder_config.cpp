@@ -227,12 +227,16 @@ void check_paged_prompt(const DecoderConfig& c, std::span<const int> prompt, int
   entries.reserve(last + 1);
   for (std::size_t i = 0; i <= last; ++i) entries.emplace_back(table[i], i);
   std::sort(entries.begin(), entries.end());
+  std::size_t repeat = 0;  // the first entry whose block an earlier entry holds (0: none), as a scan in order finds it
   for (std::size_t k = 1; k < entries.size(); ++k) {
-    if (entries[k].first == entries[k - 1].first) {
-      throw UsageError(what + ": the table holds block " + std::to_string(entries[k].first) + " at entries " +
-                       std::to_string(entries[k - 1].second) + " and " + std::to_string(entries[k].second) +
-                       " (a sequence's blocks are distinct)");
+    if (entries[k].first == entries[k - 1].first && (repeat == 0 || entries[k].second < entries[repeat].second)) {
+      repeat = k;
     }
+  }
+  if (repeat > 0) {
+    throw UsageError(what + ": the table holds block " + std::to_string(entries[repeat].first) + " at entries " +
+                     std::to_string(entries[repeat - 1].second) + " and " + std::to_string(entries[repeat].second) +
+                     " (a sequence's blocks are distinct)");
   }
 }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <lazygraph/nn/decoder.hpp>
+#include <lazygraph/nn/decoder_tensors.hpp>
 #include <lazygraph/nn/prefill.hpp>
 #include <lazygraph/nn/reference.hpp>
 #include "common/gpu.hpp"
@@ -172,6 +173,25 @@ std::size_t not_sentinel(std::span<const T> v, T sentinel) {
 }  // namespace
 
 TEST_SUITE("gpu") {
+  TEST_CASE("a layer's dense W1 and W3 lie stacked, so that the GEMM layers take them as one product") {
+    const nn::DecoderConfig c = prefill_config();
+    const auto fill_nothing = [](const nn::DecoderTensor&, DeviceSpan<half>) {};
+    const nn::BasicDecoderWeights<half> dense = nn::assemble_decoder_weights<half>(lgtest::device(), c, fill_nothing);
+    for (const nn::BasicSwigluWeights<half>& m : dense.mlp) {
+      const nn::Weight<half> both = nn::stacked_rows(m.w1, m.w3);
+      REQUIRE_FALSE(both.empty());
+      CHECK(both.rows() == 2 * c.ffn);
+      CHECK(both.dense().address() == m.w1.dense().address());
+      CHECK(m.w3.dense().address() == m.w1.dense().address() + m.w1.bytes());
+    }
+    // W3 held elsewhere (quantized as it loads, say): W1 keeps a buffer of its own, and the layers take two products.
+    const nn::BasicDecoderWeights<half> apart = nn::assemble_decoder_weights<half>(
+        lgtest::device(), c, [](const nn::DecoderTensor& t) { return t.role != nn::DecoderTensorRole::w3; },
+        fill_nothing);
+    CHECK(nn::stacked_rows(apart.mlp[0].w1, apart.mlp[0].w3).empty());
+    CHECK(apart.mlp[0].w3.empty());
+  }
+
   TEST_CASE_TEMPLATE(
       "prefill_rms_norm, prefill_qkv_rope, prefill_silu_mul and prefill_last_row work on the chunk's rows only, its "
       "start read from device memory",

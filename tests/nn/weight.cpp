@@ -57,7 +57,7 @@ TEST_CASE("two dense weights stack only where the second's values follow the fir
   CHECK(gate_up.dense().address() == 0x10000);
   CHECK(gate_up.dense().size() == 2U * 64U * 128U);
   CHECK(gate_up.owner() == owner);  // it keeps the allocation alive as the two do
-  // Not stacked: the wrong order, a gap, another allocation, no owner, other columns, an empty weight.
+  // Not stacked: the wrong order, a gap, another allocation, no owner, another shape, an empty weight.
   CHECK(stacked_rows(w3, w1).empty());
   const DeviceSpan<half> gapped(CUdeviceptr{0x10000}, 3 * 64 * 128, owner);
   CHECK(stacked_rows(Weight<half>(gapped.subspan(0, 64 * 128), 64, 128),
@@ -70,6 +70,7 @@ TEST_CASE("two dense weights stack only where the second's values follow the fir
             .empty());
   CHECK(stacked_rows(w1, Weight<half>(both.subspan(64 * 128, 64 * 128), 128, 64)).empty());
   CHECK(stacked_rows(w1, Weight<half>()).empty());
+  CHECK(stacked_rows(w1, Weight<half>(both.subspan(64 * 128, 32 * 128), 32, 128)).empty());  // fewer rows
 }
 
 TEST_CASE("rows outside the weight, and values of another size, are refused naming the weight") {

@@ -144,7 +144,7 @@ struct DecoderOptions {
   /// rows at a time (bit for bit what feeding the prompt one token at a time gives). A prompt is cut into chunks of
   /// at most this many rows (nn::prefill_chunk_rows); a chunk of 16 rows or more runs in the graph of the smallest
   /// bucket (16, 32, 64, ...) that holds it, a rest below 16 through the decode step's graphs. Buffers for the largest
-  /// bucket (it or the context, whichever is less) are allocated at the first prefill, not before: about 80 MiB for
+  /// bucket (it or the context, whichever is less) are allocated at the first prefill, not before: about 102 MiB for
   /// 2048 rows of a TinyLlama shape in fp16 (nn/prefill.hpp). Larger chunks run faster (their GEMMs and attention
   /// fill the GPU better: on an H100 a 2048-token prompt of the TinyLlama shape ran about 1.4x faster in one chunk
   /// than in four of 512). Used only where head_dim is 64 or 128, the GPU is sm_80 or newer and cuBLASLt loads

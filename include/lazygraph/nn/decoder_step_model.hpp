@@ -57,7 +57,8 @@ inline constexpr int kRiderMaxPosition = 2048;
 /// max_batch (256) of them, more than 8 running as the decoder's wide step on tensor cores (nn/wide_step.hpp). A row's
 /// logits then depend, within rounding, on the rows it runs beside.
 ///
-/// Thread safety: as the decoder; the engine calls step from one thread. The decoder must outlive the model.
+/// Thread safety: one call of step at a time (it keeps its rows' block tables between calls); the engine calls step
+/// from one thread. The decoder must outlive the model.
 template <Element T>
 class BasicDecoderStepModel final : public StepModel {
  public:

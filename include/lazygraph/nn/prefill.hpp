@@ -39,7 +39,7 @@
 /// 64: 102 MiB in fp16) plus each bucket's GEMM plans' workspaces (at most kPrefillGemmWorkspace each; cuBLASLt's
 /// algorithm decides, often none), made when the bucket is first used; with quantized weights, also the largest
 /// quantized matrix in T (dequantized_elements: 32 MiB for a Llama-3.2-1B gate_proj in fp16), which each quantized
-/// matrix of a layer is dequantized into for its GEMMs. A mixture of experts has no 2 ffn there, and instead the
+/// matrix of a layer is dequantized into for its GEMMs. A mixture of experts has no 3 ffn there, and instead the
 /// buffers of its grouped products (BasicPrefillMoeBuffers::bytes: R * top k rows of the experts' activations in T
 /// and of their down products in fp32, the biggest part); with quantized experts, the scratch of two expert stacks in
 /// T they are dequantized into (prefill_expert_scratch: 806 MB for Qwen3-30B-A3B's, 1.9 GB for Mixtral-8x7B's).
@@ -128,13 +128,15 @@ struct BasicPrefillBuffers {
   /// The chunk's io, PackedPrefillIo::input_size(rows) ints (a PrefillIo or a PackedPrefillIo): copied in first by
   /// each chunk graph.
   DeviceBuffer<int> io;
-  DeviceBuffer<T> x;     ///< residual streams [rows][d]
-  DeviceBuffer<T> h;     ///< normed rows [rows][d]
-  DeviceBuffer<T> qkv;   ///< the stacked projection's output [rows][q_dim + 2 kv_dim]
-  DeviceBuffer<T> q;     ///< queries, then the attention output (in place) [rows][q_dim]
-  DeviceBuffer<T> k;     ///< the chunk's keys [rows][kv_dim]
-  DeviceBuffer<T> v;     ///< the chunk's values [rows][kv_dim]
-  DeviceBuffer<T> gate;  ///< W1 h, then silu(W1 h) * (W3 h) (in place) [rows][ffn] (empty with experts)
+  DeviceBuffer<T> x;    ///< residual streams [rows][d]
+  DeviceBuffer<T> h;    ///< normed rows [rows][d]
+  DeviceBuffer<T> qkv;  ///< the stacked projection's output [rows][q_dim + 2 kv_dim]
+  DeviceBuffer<T> q;    ///< queries, then the attention output (in place) [rows][q_dim]
+  DeviceBuffer<T> k;    ///< the chunk's keys [rows][kv_dim]
+  DeviceBuffer<T> v;    ///< the chunk's values [rows][kv_dim]
+  /// W1 h, then silu(W1 h) * (W3 h) in place; with W1 and W3 stacked, only the activation, from `up` [rows][ffn]
+  /// (empty with experts)
+  DeviceBuffer<T> gate;
   /// W3 h [rows][ffn], or the product over W1 and W3 stacked [rows][2 ffn] (each row's gate, then its up; empty
   /// with experts)
   DeviceBuffer<T> up;
@@ -153,8 +155,10 @@ struct BasicPrefillBuffers {
 };
 
 /// The GEMM plans of one bucket of `rows` rows: one per distinct shape among q (q_dim x d), k and v (kv_dim x d), o
-/// (d x q_dim), gate and up (ffn x d), down (d x ffn); every layer's products of a shape share its plan (they run one
-/// after another); with `lm_head`, also the LM head's (vocab x d: the wide decode step's). Made outside any capture.
+/// (d x q_dim), gate and up (ffn x d), the two stacked (2 ffn x d: gemm_layer's product where stacked_rows finds them;
+/// planned for every bucket, also one whose weights are quantized or apart, where it goes unused), down (d x ffn);
+/// every layer's products of a shape share its plan (they run one after another); with `lm_head`, also the LM head's
+/// (vocab x d: the wide decode step's). Made outside any capture.
 /// The buckets of one prefill or wide step run one at a time on one stream, so all their plans share one workspace
 /// (shared_workspace), of the most any of them needs, instead of one each.
 template <Element T>
@@ -267,9 +271,9 @@ auto gemm_layer(const Projector<T>& p, const BasicPrefillPlans<T>& plans, const 
                    const LaunchConfig per_eighth = k.step_config(grid_for(n(c.ffn) / 8, 256));
                    // W1 and W3 in one product where they lie stacked (a dense pair as loaded): each row of b.up then
                    // holds its gate and its up, and the activation goes to gate.
-                   const Weight<T> gate_up = stacked_rows(m.w1, m.w3);
+                   const Weight<T> gate_up = stacked_rows(m.w1, m.w3, m.w1.describe() + " + " + m.w3.describe());
                    auto products = detail::either(
-                       !gate_up.empty(),
+                       !gate_up.empty() && m.w1.rows() == c.ffn && gate_up.rows() == 2 * c.ffn,
                        [&] {
                          const DeviceSpan<const T> both = b.up.cview().subspan(0, n(2 * c.ffn));
                          return gemm(gate_up, b.up.view().subspan(0, n(2 * c.ffn)), h.as_const()) >>

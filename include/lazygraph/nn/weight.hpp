@@ -151,12 +151,13 @@ class Weight {
 };
 
 /// `first` and `second` as one matrix, `second`'s rows under `first`'s, sharing their memory: when both are dense, of
-/// the same columns, and `second`'s values start where `first`'s end in one allocation (as assemble_decoder_weights
+/// the same shape, and `second`'s values start where `first`'s end in one allocation (as assemble_decoder_weights
 /// stores a gated MLP's W1 and W3, so that a GEMM over many rows reads both in one product). An empty Weight
 /// otherwise (a quantized one, separate buffers, rows in another order): the caller then takes them one by one.
 template <Element T>
 [[nodiscard]] Weight<T> stacked_rows(const Weight<T>& first, const Weight<T>& second, std::string name = {}) {
-  if (!first.is_dense() || !second.is_dense() || first.empty() || second.empty() || first.cols() != second.cols()) {
+  if (!first.is_dense() || !second.is_dense() || first.empty() || second.empty() || first.cols() != second.cols() ||
+      first.rows() != second.rows()) {
     return {};
   }
   const DeviceSpan<T> a = first.dense_view();
