@@ -296,8 +296,9 @@ int sweep(const lg::Stream& s, const lg::Device& gpu, const nn::Kernels& k, cons
   std::printf(
       "| shape | rows | position | floor us | resident blocks / SM | splits: us (x floor) ... "
       "|\n|---|---|---|---|---|---|\n");
-  for (const Shape& sh : {Shape{"1B", 32, 8, 64}, Shape{"8B", 32, 8, 128}}) {
+  for (const Shape& sh : {Shape{"1B", 32, 8, 64}, Shape{"8B", 32, 8, 128}, Shape{"TinyLlama", 32, 4, 64}}) {
     if (!only.shape.empty() && only.shape != sh.name) continue;
+    if (only.shape.empty() && sh.name == std::string("TinyLlama")) continue;
     for (const int rows : row_counts) {
       for (const int positions : positions_list) {
         if (2.0 * rows * sh.kv_heads * positions * sh.head_dim * sizeof(half) > max_bytes) continue;
@@ -308,7 +309,7 @@ int sweep(const lg::Stream& s, const lg::Device& gpu, const nn::Kernels& k, cons
                                             .blocks = 1,
                                             .table_width = 1};
         const int resident = paged.grouped_resident(shape);
-        const int per_split = rows * sh.kv_heads;  // group 4: one part
+        const int per_split = rows * sh.kv_heads;  // groups of 4 and 8: one part (16 heads a block)
         const int slots = resident * gpu.sm_count();
         // First what the decoder picks: one wave of resident blocks (the wide step's at most paged_grouped_splits).
         int picked = nn::paged_grouped_wave_splits(rows, sh.heads, sh.kv_heads, sh.head_dim, gpu.sm_count(), resident);
@@ -321,12 +322,11 @@ int sweep(const lg::Stream& s, const lg::Device& gpu, const nn::Kernels& k, cons
         std::sort(candidates.begin() + 1, candidates.end());
         candidates.erase(std::unique(candidates.begin() + 1, candidates.end()), candidates.end());
         const double floor_us = 2.0 * rows * sh.kv_heads * positions * sh.head_dim * sizeof(half) / ceiling * 1e6;
-        // The warps attend_grouped gives the picked splits, then every candidate with 4 warps a block and, up to 8
-        // rows, with 8.
+        // The warps attend_grouped gives the picked splits, then every candidate with 4 warps a block and with 8.
         const int picked_warps = paged.grouped_warps(shape, picked);
         std::printf("| %s | %d | %d | %.1f | %d |", sh.name, rows, positions, floor_us, resident);
         for (const int warps : {4, 8}) {
-          if (warps == 8 && (rows > nn::kMaxRows || !paged.grouped_fits(shape, 8))) continue;
+          if (warps == 8 && !paged.grouped_fits(shape, 8)) continue;
           const std::vector<double> us = sweep_case(s, k, paged, sh, rows, positions, candidates, warps);
           std::printf(" %d warps:", warps);
           for (std::size_t i = 0; i < us.size(); ++i) {
@@ -343,7 +343,7 @@ int sweep(const lg::Stream& s, const lg::Device& gpu, const nn::Kernels& k, cons
 }
 
 const char* usage =
-    "usage: bench_paged_attention [--max-gib N] [--sweep [--shape 1B|8B] [--rows LIST] [--positions LIST]]\n"
+    "usage: bench_paged_attention [--max-gib N] [--sweep [--shape 1B|8B|TinyLlama] [--rows LIST] [--positions LIST]]\n"
     "Prints a markdown table: paged decode attention (unsplit, split over positions, and grouped: one block per kv\n"
     "head) and the contiguous cache's kernels, for the Llama-3.2-1B and Llama-3.1-8B attention shapes, 1, 8, 64 and\n"
     "256 rows at positions 1k, 8k, 32k and\n"
@@ -352,9 +352,9 @@ const char* usage =
     "test.\n"
     "  --max-gib N   skip cases whose two caches (paged and contiguous) exceed N GiB (default 40)\n"
     "  --sweep       instead, the grouped kernel's time for several splits at 1 to 256 rows (the first: the\n"
-    "                decoder's choice), with blocks of 4 warps and, up to 8 rows, of 8, to tune\n"
+    "                decoder's choice), with blocks of 4 warps and of 8, to tune\n"
     "                paged_grouped_splits, paged_grouped_wave_splits and PagedAttention::grouped_warps\n"
-    "  --shape S     with --sweep: only shape S (1B or 8B)\n"
+    "  --shape S     with --sweep: only shape S (1B or 8B; TinyLlama, 32 heads over 4 kv heads of 64, only by name)\n"
     "  --rows LIST   with --sweep: only these row counts (default 1,2,4,8,16,32,64,128,256; at most 256)\n"
     "  --positions LIST  with --sweep: only these positions (default 512,4096,32768,131072; at most 131072)\n"
     "Exit status: 0 done (a missed target is only reported), 1 failed, 2 usage error, 77 skipped (no GPU; the reason\n"
@@ -448,8 +448,9 @@ int main(int argc, char** argv) {
     }
     if (args[i] == "--shape" && i + 1 < args.size()) {
       only.shape = args[++i];
-      if (only.shape != "1B" && only.shape != "8B") {
-        std::fprintf(stderr, "bench_paged_attention: --shape wants 1B or 8B, not '%s'\n%s", only.shape.c_str(), usage);
+      if (only.shape != "1B" && only.shape != "8B" && only.shape != "TinyLlama") {
+        std::fprintf(stderr, "bench_paged_attention: --shape wants 1B, 8B or TinyLlama, not '%s'\n%s",
+                     only.shape.c_str(), usage);
         return example::exit_usage;
       }
       continue;

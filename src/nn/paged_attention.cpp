@@ -266,9 +266,11 @@ int paged_grouped_wave_splits(int rows, int heads, int kv_heads, int head_dim, i
   const int group = heads / kv_heads;
   const int per_block = grouped_heads(shape, grouped_mma(shape, true));
   const long long blocks = static_cast<long long>(rows) * kv_heads * ((group + per_block - 1) / per_block);
-  const long long wave = static_cast<long long>(resident) * multiprocessors;
   if (resident == 0) return fallback;
-  return static_cast<int>(std::clamp(wave / blocks, 1LL, static_cast<long long>(paged_wave_max_splits)));
+  // The split count whose blocks come nearest half a wave (wave / 2 / blocks rounded, halves down).
+  const long long wave = static_cast<long long>(resident) * multiprocessors;
+  const long long nearest = (wave + blocks - 1) / (2 * blocks);
+  return static_cast<int>(std::clamp(nearest, 1LL, static_cast<long long>(paged_wave_max_splits)));
 }
 
 #define LAZYGRAPH_PAGED_CHECKS(T)                                                                                     \
@@ -386,7 +388,7 @@ template <Element T>
 int PagedAttention<T>::grouped_warps(const PagedAttentionShape& s, int splits) const {
   // Measured at head_dim 64 only (the 8-warp kernel at 128 holds a whole multiprocessor's shared memory a block), and
   // only where a block may have its 108 KiB (not sm_86, sm_89 or sm_120: 99 KiB).
-  if (!grouped_mma(s, true) || s.head_dim != 64 || !grouped_fits(s, 8)) return 4;
+  if (!grouped_mma(s, true) || s.head_dim != 64 || splits < 8 || !grouped_fits(s, 8)) return 4;
   const LaunchConfig config = grouped_config(s, splits, true, 8);
   const long long blocks = static_cast<long long>(config.grid.x) * config.grid.y * config.grid.z;
   return blocks <= static_cast<long long>(grouped_resident(s, 8)) * multiprocessors_ ? 8 : 4;

@@ -272,18 +272,26 @@ TEST_CASE("paged_grouped_splits gives about eight blocks per SM over the rows' k
   CHECK_THROWS_AS((void)nn::paged_grouped_splits(16, 32, 8, 64, 0), UsageError);
 }
 
-TEST_CASE("paged_grouped_wave_splits fills one wave of resident blocks, 1 to 32 splits") {
-  // 132 SMs holding 4 blocks each (head_dim 64 on an H200): a wave of 528 blocks; 8 kv heads, one block each a split.
-  CHECK(nn::paged_grouped_wave_splits(1, 32, 8, 64, 132, 4) == 32);  // 66 would fill it: at most 32
-  CHECK(nn::paged_grouped_wave_splits(4, 32, 8, 64, 132, 4) == 16);
-  CHECK(nn::paged_grouped_wave_splits(8, 32, 8, 64, 132, 4) == 8);
-  CHECK(nn::paged_grouped_wave_splits(16, 32, 8, 64, 132, 4) == 4);
-  CHECK(nn::paged_grouped_wave_splits(32, 32, 8, 64, 132, 4) == 2);
-  CHECK(nn::paged_grouped_wave_splits(64, 32, 8, 64, 132, 4) == 1);   // 512 blocks
-  CHECK(nn::paged_grouped_wave_splits(256, 32, 8, 64, 132, 4) == 1);  // more than a wave: still 1
-  // Three resident (head_dim 128): a wave of 396.
-  CHECK(nn::paged_grouped_wave_splits(2, 32, 8, 128, 132, 3) == 24);
-  CHECK(nn::paged_grouped_wave_splits(8, 32, 8, 128, 132, 3) == 6);
+TEST_CASE("paged_grouped_wave_splits fills half a wave of resident blocks, 1 to 32 splits") {
+  // 132 SMs holding 4 blocks each (head_dim 64 on an H200): half a wave is 264 blocks; 8 kv heads, one block each a
+  // split.
+  CHECK(nn::paged_grouped_wave_splits(1, 32, 8, 64, 132, 4) == 32);  // 33 would fill it: at most 32
+  CHECK(nn::paged_grouped_wave_splits(2, 32, 8, 64, 132, 4) == 16);  // 256 and 272 blocks tie: the fewer
+  CHECK(nn::paged_grouped_wave_splits(4, 32, 8, 64, 132, 4) == 8);
+  CHECK(nn::paged_grouped_wave_splits(8, 32, 8, 64, 132, 4) == 4);
+  CHECK(nn::paged_grouped_wave_splits(16, 32, 8, 64, 132, 4) == 2);
+  CHECK(nn::paged_grouped_wave_splits(32, 32, 8, 64, 132, 4) == 1);  // 256 blocks
+  CHECK(nn::paged_grouped_wave_splits(64, 32, 8, 64, 132, 4) == 1);  // more than half a wave: still 1
+  CHECK(nn::paged_grouped_wave_splits(256, 32, 8, 64, 132, 4) == 1);
+  // TinyLlama's 4 kv heads of groups of 8 (one block a kv head: a block serves 16 query heads on tensor cores).
+  CHECK(nn::paged_grouped_wave_splits(16, 32, 4, 64, 132, 4) == 4);
+  CHECK(nn::paged_grouped_wave_splits(64, 32, 4, 64, 132, 4) == 1);
+  // Three resident (head_dim 128): half a wave is 198, and the nearest split count is taken, not the fewer.
+  CHECK(nn::paged_grouped_wave_splits(1, 32, 8, 128, 132, 3) == 25);  // 200 blocks
+  CHECK(nn::paged_grouped_wave_splits(2, 32, 8, 128, 132, 3) == 12);  // 192 blocks (13 would be 208)
+  CHECK(nn::paged_grouped_wave_splits(8, 32, 8, 128, 132, 3) == 3);
+  CHECK(nn::paged_grouped_wave_splits(16, 32, 8, 128, 132, 3) == 2);  // 256 blocks, nearer 198 than 128
+  CHECK(nn::paged_grouped_wave_splits(32, 32, 8, 128, 132, 3) == 1);
   // No occupancy known: paged_grouped_splits.
   CHECK(nn::paged_grouped_wave_splits(1, 32, 8, 64, 132, 0) == nn::paged_grouped_splits(1, 32, 8, 64, 132));
   CHECK(nn::paged_grouped_wave_splits(1, 8, 1, 64, 132, 4) == nn::paged_wave_max_splits);

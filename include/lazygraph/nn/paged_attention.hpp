@@ -130,14 +130,20 @@ void check_paged_attend_grouped(const PagedAttentionShape& shape, DeviceSpan<con
 /// 64 splits: 36.5-38.2 us against 33.7-34.2 at 32, bench_paged_attention --sweep).
 inline constexpr int paged_wave_max_splits = 32;
 /// The splits of attend_grouped for `rows` rows given `resident`, the kernel's blocks one SM holds at once
-/// (PagedAttention::grouped_resident): the splits whose blocks (rows x kv_heads x the parts of a group, each split)
-/// fill one wave of resident x multiprocessors, at least 1 and at most paged_wave_max_splits; with `resident` 0,
-/// paged_grouped_splits. On an H200 (4 resident blocks at head_dim 64, 3 at 128; bench_paged_attention --sweep over
-/// 9-13 split counts, 1 to 256 rows of the Llama-3.2-1B and 3.1-8B shapes) it was the best, or within 5 % of it, at
-/// positions 32768 and 131072 and for 16 rows or more at every position; at positions 512 and 4096 with 1 to 8 rows
-/// fewer splits were up to 1.3x faster (12.7 against 14.9 us for one row at 4096), which one count per row count
-/// cannot give both ways. paged_grouped_splits's eight blocks per SM took up to 1.6x as long at 16 to 128 rows. The
-/// decode step (BasicDecoderState::paged_splits) and the wide step use it.
+/// (PagedAttention::grouped_resident): the split count whose blocks (rows x kv_heads x the parts of a group, each
+/// split) come nearest half a wave of resident x multiprocessors (a tie to the fewer), at least 1 and at most
+/// paged_wave_max_splits; with `resident` 0, paged_grouped_splits. Half, not a whole wave: a split's partials and the
+/// last block's combine cost more than the second half of a wave gains once about two blocks a SM stream the cache.
+/// On an H200 (bench_paged_attention --sweep, 2026-11-30): at head_dim 64 (4 resident; 1 to 256 rows of the
+/// Llama-3.2-1B and TinyLlama shapes, positions 512 to 16384, the warps PagedAttention::grouped_warps gives) half a
+/// wave took 0.65-1.0x a whole wave's time from 2 to 64 rows at positions up to 4096 (TinyLlama, 64 rows at 512: 17.9
+/// against 21.6 us), within 1 % of it at 16384, and is the same split count at one row and from 128 rows; the best of
+/// 1 to 64 splits was up to 1.3x faster in a few cases of 1 to 32 rows at 512-4096 positions, which one count per row
+/// count cannot give at every position. At head_dim 128 (3 resident; Llama-3.1-8B shape, 1 to 64 rows, positions 512
+/// to 32768) rounding down would leave 16 rows one split, 1.2x slower than a whole wave's 3 at 4096 and 32768
+/// positions; the nearest count gives them 2 (79.3 and 555.6 us, within 0.1 % of the best measured; 20.2 against 18.0
+/// at 512). There, from 32 rows, one split (either rule's) streams long rows slowly: 64 rows at 32768 took 2556 us
+/// against 2152 with 4 splits. The decode step (BasicDecoderState::paged_splits) and the wide step use it.
 /// \throws UsageError as paged_grouped_splits, and for a negative resident.
 [[nodiscard]] int paged_grouped_wave_splits(int rows, int heads, int kv_heads, int head_dim, int multiprocessors,
                                             int resident);
@@ -287,14 +293,17 @@ class PagedAttention {
   /// the query.
   [[nodiscard]] int grouped_resident(const PagedAttentionShape& shape, int warps = 4) const;
   /// The warps a block of attend_grouped's kernel has for `shape` and `splits` on this GPU: 8 at head_dim 64 on tensor
-  /// cores where the grid (kv_heads * ceil(group / 16) * rows * splits blocks) fits one wave of the 8-warp kernel's
-  /// resident blocks, else 4. Few blocks (a row of a long context, split over its positions) leave each multiprocessor
-  /// one or two blocks of the 4-warp kernel, whose warps wait on their loads' latency; 8 warps a block take tiles of
-  /// 128 positions, twice the loads in flight, with the same splits and partials. On an H200 (Llama-3.2-1B shape, one
-  /// row, 32 splits) the kernel alone took 8.0 against 8.4 us at position 512, 12.6 against 14.7 at 4096, 30.7
-  /// against 31.6 at 32768, and a decode step at position 32768 1412-1423 against 1576-1588 us; at 2 and 8 rows the
-  /// 4-warp kernel was as fast or faster. Head_dim 128 keeps 4 warps: its 8-warp kernel (one block a multiprocessor)
-  /// was not measured.
+  /// cores where a row's positions are cut into 8 splits or more and the grid (kv_heads * ceil(group / 16) * rows *
+  /// splits blocks) fits one wave of the 8-warp kernel's resident blocks, else 4. Few blocks (a row of a long context,
+  /// split over its positions) leave each multiprocessor one or two blocks of the 4-warp kernel, whose warps wait on
+  /// their loads' latency; 8 warps a block take tiles of 128 positions, twice the loads in flight, with the same splits
+  /// and partials. On an H200 (Llama-3.2-1B shape, one row, 32 splits) the kernel alone took 8.0 against 8.4 us at
+  /// position 512, 12.6 against 14.7 at 4096, 30.7 against 31.6 at 32768, and a decode step at position 32768 1412-1423
+  /// against 1576-1588 us; at 2 and 8 rows the 4-warp kernel was as fast or faster. With fewer splits (2026-11-30,
+  /// H200, bench_paged_attention --sweep, the splits of paged_grouped_wave_splits) the blocks are long and 4 warps were
+  /// as fast or up to 8 % faster (TinyLlama shape, 64 rows in one split at position 512: 16.6 against 17.9 us), with 8
+  /// splits or more 8 warps as fast or up to 12 % faster (TinyLlama shape, 4 rows in 16 splits at 1024: 12.1
+  /// against 13.5 us). Head_dim 128 keeps 4 warps: its 8-warp kernel (one block a multiprocessor) was not measured.
   [[nodiscard]] int grouped_warps(const PagedAttentionShape& shape, int splits) const;
   /// Whether a block of attend_grouped's kernel for `shape` with `warps` warps gets the shared memory it needs on this
   /// GPU (the 8-warp tensor-core kernels' 108 and 136 KiB exceed the 99 KiB of sm_86, sm_89 and sm_120).
