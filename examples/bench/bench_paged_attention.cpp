@@ -122,7 +122,8 @@ Times run_case(const lg::Stream& s, const lg::Device& gpu, const nn::Kernels& k,
   fill(s, k, q.view(), 3U, 1.0F);
   auto out = lg::empty<half>(q_size).sync_on(s);
   t.splits = nn::paged_attention_splits(positions, rows * sh.heads, gpu.sm_count());
-  // What the decode and wide steps pick: one wave of resident blocks (the wide step at most paged_grouped_splits).
+  // What the decode and wide steps pick: nearest half a wave of resident blocks (the wide step at most
+  // paged_grouped_splits).
   t.grouped_splits = nn::paged_grouped_wave_splits(rows, sh.heads, sh.kv_heads, sh.head_dim, gpu.sm_count(),
                                                    paged.grouped_resident(shape));
   if (rows > nn::kMaxRows) {
@@ -311,7 +312,8 @@ int sweep(const lg::Stream& s, const lg::Device& gpu, const nn::Kernels& k, cons
         const int resident = paged.grouped_resident(shape);
         const int per_split = rows * sh.kv_heads;  // groups of 4 and 8: one part (16 heads a block)
         const int slots = resident * gpu.sm_count();
-        // First what the decoder picks: one wave of resident blocks (the wide step's at most paged_grouped_splits).
+        // First what the decoder picks: nearest half a wave of resident blocks (the wide step's at most
+        // paged_grouped_splits); the other candidates count whole waves.
         int picked = nn::paged_grouped_wave_splits(rows, sh.heads, sh.kv_heads, sh.head_dim, gpu.sm_count(), resident);
         if (rows > nn::kMaxRows) {
           picked = std::min(picked, nn::paged_grouped_splits(rows, sh.heads, sh.kv_heads, sh.head_dim, gpu.sm_count()));

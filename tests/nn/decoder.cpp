@@ -261,8 +261,8 @@ TEST_SUITE("gpu") {
       pc.kv_block_size = 16;
       pc.kv_blocks = c.max_batch * (c.context / 16) + 3;
       pc.attention_blocks = 0;
-      // The splits fill a wave of the kernel's resident blocks, which the driver must count (more than 48 KiB of
-      // shared memory at head_dim 128: counted only once the kernel's limit is raised).
+      // The splits come nearest half a wave of the kernel's resident blocks, which the driver must count (more than 48
+      // KiB of shared memory at head_dim 128: counted only once the kernel's limit is raised).
       const PagedAttentionShape shape{.rows = 1,
                                       .heads = pc.heads,
                                       .kv_heads = pc.kv_head_count(),

@@ -272,7 +272,7 @@ TEST_CASE("paged_grouped_splits gives about eight blocks per SM over the rows' k
   CHECK_THROWS_AS((void)nn::paged_grouped_splits(16, 32, 8, 64, 0), UsageError);
 }
 
-TEST_CASE("paged_grouped_wave_splits fills half a wave of resident blocks, 1 to 32 splits") {
+TEST_CASE("paged_grouped_wave_splits comes nearest half a wave of resident blocks, 1 to 32 splits") {
   // 132 SMs holding 4 blocks each (head_dim 64 on an H200): half a wave is 264 blocks; 8 kv heads, one block each a
   // split.
   CHECK(nn::paged_grouped_wave_splits(1, 32, 8, 64, 132, 4) == 32);  // 33 would fill it: at most 32
@@ -626,6 +626,30 @@ void check_against_float64(PagedBatch<T>& b) {
 }  // namespace
 
 TEST_SUITE("gpu") {
+  TEST_CASE("grouped_warps gives blocks of 8 warps only to rows cut into 8 splits or more whose grid fits their wave") {
+    if (lgtest::device().compute_capability().major < 8) {
+      MESSAGE("skipped: the grouped kernels run on tensor cores from compute capability 8.0");
+      return;
+    }
+    const nn::PagedAttention<half> paged(lgtest::nn_kernels());
+    const nn::PagedAttentionShape one{
+        .rows = 1, .heads = 32, .kv_heads = 8, .head_dim = 64, .blocks = 1, .table_width = 1};
+    // Fewer than 8 splits: long ranges a block, 4 warps whatever the grid.
+    CHECK(paged.grouped_warps(one, 1) == 4);
+    CHECK(paged.grouped_warps(one, 7) == 4);
+    // One row in 32 splits: 256 blocks, 8 warps where they fit a wave of the 8-warp kernel.
+    const bool fits =
+        paged.grouped_fits(one, 8) && 8 * 32 <= paged.grouped_resident(one, 8) * lgtest::device().sm_count();
+    CHECK(paged.grouped_warps(one, 32) == (fits ? 8 : 4));
+    // A grid past that wave (256 rows of 8 kv heads in 8 splits) and head_dim 128 keep 4 warps.
+    nn::PagedAttentionShape many = one;
+    many.rows = 256;
+    CHECK(paged.grouped_warps(many, 8) == 4);
+    nn::PagedAttentionShape wide_heads = one;
+    wide_heads.head_dim = 128;
+    CHECK(paged.grouped_warps(wide_heads, 32) == 4);
+  }
+
   TEST_CASE_TEMPLATE(
       "paged rope_append writes each counted row's rotated q and its k and v through its table and nothing for the "
       "rows past the count",

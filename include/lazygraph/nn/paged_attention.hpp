@@ -136,14 +136,15 @@ inline constexpr int paged_wave_max_splits = 32;
 /// last block's combine cost more than the second half of a wave gains once about two blocks a SM stream the cache.
 /// On an H200 (bench_paged_attention --sweep, 2026-11-30): at head_dim 64 (4 resident; 1 to 256 rows of the
 /// Llama-3.2-1B and TinyLlama shapes, positions 512 to 16384, the warps PagedAttention::grouped_warps gives) half a
-/// wave took 0.65-1.0x a whole wave's time from 2 to 64 rows at positions up to 4096 (TinyLlama, 64 rows at 512: 17.9
-/// against 21.6 us), within 1 % of it at 16384, and is the same split count at one row and from 128 rows; the best of
-/// 1 to 64 splits was up to 1.3x faster in a few cases of 1 to 32 rows at 512-4096 positions, which one count per row
-/// count cannot give at every position. At head_dim 128 (3 resident; Llama-3.1-8B shape, 1 to 64 rows, positions 512
+/// wave took 0.65-1.01x a whole wave's time from 2 to 64 rows at positions up to 4096 (TinyLlama, 64 rows at 512: 16.6
+/// against 21.6 us), 0.81-1.03x at 16384, and is the same split count at one row and from 128 rows; the best of 1 to
+/// 64 splits and 4 or 8 warps was up to 1.4x faster in some cases of 1 to 32 rows at 512-4096 positions (most of them
+/// one or two rows, whose count did not change), which one count per row count cannot give at every position.
+/// At head_dim 128 (3 resident; Llama-3.1-8B shape, 1 to 64 rows, positions 512
 /// to 32768) rounding down would leave 16 rows one split, 1.2x slower than a whole wave's 3 at 4096 and 32768
-/// positions; the nearest count gives them 2 (79.3 and 555.6 us, within 0.1 % of the best measured; 20.2 against 18.0
-/// at 512). There, from 32 rows, one split (either rule's) streams long rows slowly: 64 rows at 32768 took 2556 us
-/// against 2152 with 4 splits. The decode step (BasicDecoderState::paged_splits) and the wide step use it.
+/// positions; the nearest count gives them 2 (79.3 and 555.6 us, within 0.1 % of the best measured; 20.2 against one
+/// split's 18.0 at 512). There, from 32 rows, one split (either rule's) streams long rows slowly: 64 rows at 32768 took
+/// 2556 us against 2152 with 4 splits. The decode step (BasicDecoderState::paged_splits) and the wide step use it.
 /// \throws UsageError as paged_grouped_splits, and for a negative resident.
 [[nodiscard]] int paged_grouped_wave_splits(int rows, int heads, int kv_heads, int head_dim, int multiprocessors,
                                             int resident);
