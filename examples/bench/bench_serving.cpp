@@ -55,7 +55,8 @@ constexpr const char* usage =
     "after an untimed warm-up of up to 8 requests of other prompts (a server that has served before).\n"
     "Prints, for each N: wall time, tokens made per second, time to first token (p50, p99), and the decode phase's\n"
     "step time against its floor (weights plus KV bytes read, over the copy ceiling measured in the same run), and\n"
-    "that step through Decoder::forward_batch alone (the engine's host work left out).\n"
+    "that step through Decoder::forward_batch alone (the engine's host work left out), and that host work in a\n"
+    "step of the phase (EngineStats: the step's wall time less the model's).\n"
     "  --shape NAME        llama32-1b (default; d 2048, 16 layers, 8 kv heads, vocab 128256), tinyllama, or the\n"
     "                      mixtures of experts qwen3-30b-a3b and olmoe-1b-7b (their floor counts every expert's\n"
     "                      weights: a floor where the rows choose them all, about 64 rows or more)\n"
@@ -133,6 +134,7 @@ struct Row {
   double decode_step_s = 0;   ///< its mean step time
   double floor_s = 0;         ///< its step's bytes over the ceiling
   double decoder_step_s = 0;  ///< Decoder::forward_batch of as many rows at that position, without the engine
+  double engine_host_s = 0;   ///< the engine's own host work in a step of that phase (EngineStats), mean
   std::uint64_t preemptions = 0;
   std::uint64_t cached_prompt_tokens = 0;    ///< prompt tokens shared from cached prefixes, not fed
   std::vector<nn::WideBucketReport> wide;    ///< the wide step's buckets, captured before the requests
@@ -238,10 +240,14 @@ Row serve(lg::Stream& s, const lg::KernelLibrary& library, nn::DecoderConfig c, 
   // Step until idle, noting each step's time and how many sequences ran in it; a stream whose request ended sends its
   // next one before the next step.
   std::vector<std::pair<Clock::time_point, int>> steps;  // the step's end, sequences running in it
+  std::vector<double> engine_host;                       // each step's engine host work (outside the model), s
   while (true) {
-    const int running = engine.stats().running;
+    const nn::EngineStats before = engine.stats();
     if (!engine.step()) break;
-    steps.emplace_back(Clock::now(), std::max(running, engine.stats().running));
+    const nn::EngineStats after = engine.stats();
+    steps.emplace_back(Clock::now(), std::max(before.running, after.running));
+    engine_host.push_back((after.step_seconds_sum - before.step_seconds_sum) -
+                          (after.model_seconds_sum - before.model_seconds_sum));
     for (const int stream : ended) send(stream, sent[static_cast<std::size_t>(stream)]++);
     ended.clear();
   }
@@ -278,10 +284,18 @@ Row serve(lg::Stream& s, const lg::KernelLibrary& library, nn::DecoderConfig c, 
   const Clock::time_point from = start + std::chrono::duration_cast<Clock::duration>(
                                              std::chrono::duration<double>(firsts[static_cast<std::size_t>(wave - 1)]));
   int decode_steps = 0;
-  for (const auto& [at, running] : steps) decode_steps += at > from && at <= first_finish && running == wave ? 1 : 0;
+  double decode_engine_host = 0;
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    const auto& [at, running] = steps[i];
+    if (at > from && at <= first_finish && running == wave) {
+      ++decode_steps;
+      decode_engine_host += engine_host[i];
+    }
+  }
   const double phase = std::chrono::duration<double>(first_finish - from).count();
   row.decode_rows = wave;
   row.decode_step_s = decode_steps > 0 ? phase / decode_steps : 0.0;
+  row.engine_host_s = decode_steps > 0 ? decode_engine_host / decode_steps : 0.0;
   // The floor of such a step: the weights once (matrices, gains, the LM head) and each row's keys and values up to
   // its mean position in the phase.
   const double elem = 2;
@@ -422,14 +436,15 @@ int run(const Options& o) {
       "vs " + std::to_string(rows.front().requests) + (rows.front().requests == 1 ? " request" : " requests");
   std::printf(
       "| requests | wall s | tokens/s | %s | first token p50 ms | p99 ms | decode rows | decode step us | "
-      "floor us | of floor | decoder alone us | preemptions |%s\n|---|---|---|---|---|---|---|---|---|---|---|---|%s\n",
+      "floor us | of floor | decoder alone us | engine host us | preemptions |%s\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|%s\n",
       versus.c_str(), o.torch ? " transformers tokens/s | ours / transformers | transformers note |" : "",
       o.torch ? "---|---|---|" : "");
   for (const Row& r : rows) {
-    std::printf("| %d | %.2f | %.0f | %.2fx | %.0f | %.0f | %d | %.0f | %.0f | %.2f | %.0f | %llu |", r.requests,
+    std::printf("| %d | %.2f | %.0f | %.2fx | %.0f | %.0f | %d | %.0f | %.0f | %.2f | %.0f | %.1f | %llu |", r.requests,
                 r.wall_s, r.tokens_per_s, r.tokens_per_s / rows.front().tokens_per_s, r.ttft_p50_s * 1e3,
                 r.ttft_p99_s * 1e3, r.decode_rows, r.decode_step_s * 1e6, r.floor_s * 1e6,
-                r.decode_step_s > 0 ? r.floor_s / r.decode_step_s : 0.0, r.decoder_step_s * 1e6,
+                r.decode_step_s > 0 ? r.floor_s / r.decode_step_s : 0.0, r.decoder_step_s * 1e6, r.engine_host_s * 1e6,
                 static_cast<unsigned long long>(r.preemptions));
     if (o.torch) {
       if (r.torch_tokens_per_s) {
@@ -445,7 +460,8 @@ int run(const Options& o) {
       "\n(%s: tokens/s over the first row's; decode step: the mean step while the first wave's sequences "
       "all decode; floor: the weights plus those rows' KV bytes at their mean position, over the copy ceiling; of "
       "floor: floor / step; decoder alone: forward_batch of the decode rows at their mean position without the "
-      "engine, the engine's host work left out)\n",
+      "engine, the engine's host work left out; engine host: that host work in a step of the phase, "
+      "EngineStats::step_seconds_sum less model_seconds_sum)\n",
       versus.c_str());
   if (o.rounds > 1) {
     for (const Row& r : rows) {

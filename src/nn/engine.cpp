@@ -490,6 +490,7 @@ int Engine::cache_only_blocks(int except) const {
 }
 
 bool Engine::step() {
+  const Clock::time_point entered = Clock::now();
   std::vector<Pending> events;
   std::vector<StepRow> rows;
   std::vector<Sequence*> stepped;
@@ -542,14 +543,17 @@ bool Engine::step() {
   if (!rows.empty()) {
     std::vector<int> next(rows.size(), -1);
     std::string failure;
+    const Clock::time_point model_start = Clock::now();
     try {
       model_.step(rows, next);
     } catch (const std::exception& e) {
       failure = e.what();
       if (failure.empty()) failure = "the model's step failed";
     }
+    const Clock::time_point model_end = Clock::now();
     const std::lock_guard<std::mutex> lock(mutex_);
     ++counters_.steps;
+    counters_.model_seconds_sum += std::chrono::duration<double>(model_end - model_start).count();
     const std::uint64_t made_before = counters_.generated_tokens;
     for (std::size_t r = 0; r < rows.size(); ++r) {
       Sequence& s = *stepped[r];
@@ -584,6 +588,11 @@ bool Engine::step() {
     } catch (...) {
       if (!p.event.finished.has_value()) cancel(p.event.id);
     }
+  }
+  if (!rows.empty()) {
+    const double seconds = std::chrono::duration<double>(Clock::now() - entered).count();
+    const std::lock_guard<std::mutex> lock(mutex_);
+    counters_.step_seconds_sum += seconds;
   }
   return true;
 }

@@ -1084,3 +1084,51 @@ TEST_CASE("a model step that throws ends that step's requests with its message, 
   run_until_idle(engine);
   CHECK(c[e].tokens.size() == 3);
 }
+
+namespace {
+
+/// A host model whose every step takes at least `pause` (it sleeps), so that the time in it is known from below.
+class PausingModel final : public StepModel {
+ public:
+  [[nodiscard]] int slots() const override { return inner.slots(); }
+  [[nodiscard]] int context() const override { return inner.context(); }
+  [[nodiscard]] int vocab() const override { return inner.vocab(); }
+  void step(std::span<const StepRow> rows, std::span<int> next) override {
+    std::this_thread::sleep_for(pause);
+    inner.step(rows, next);
+  }
+  HostModel inner{2, 64};
+  std::chrono::milliseconds pause{3};
+};
+
+}  // namespace
+
+TEST_CASE("an engine's stats time its steps and, within them, the model's: the rest is its own host work") {
+  PausingModel model;
+  Engine engine(model, {});
+  CHECK(engine.stats().step_seconds_sum == 0.0);
+  CHECK(engine.stats().model_seconds_sum == 0.0);
+  Collector c;
+  const RequestId a = *engine.submit(req({1, 2}, 4, c.callback()));
+  run_until_idle(engine);
+  CHECK(c[a].tokens.size() == 4);
+  const EngineStats s = engine.stats();
+  const double pause = std::chrono::duration<double>(model.pause).count();
+  CHECK(s.steps >= 4);
+  CHECK(s.model_seconds_sum >= static_cast<double>(s.steps) * pause);
+  CHECK(s.step_seconds_sum >= s.model_seconds_sum);
+  // A step without rows (nothing to do) adds no time.
+  CHECK_FALSE(engine.step());
+  CHECK(engine.stats().step_seconds_sum == s.step_seconds_sum);
+  // Callbacks run inside the step: their time counts as the engine's, not the model's.
+  const RequestId b = *engine.submit(req({3}, 2, [&](const GenerationEvent& e) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    c.callback()(e);
+  }));
+  run_until_idle(engine);
+  CHECK(c[b].tokens.size() == 2);
+  const EngineStats t = engine.stats();
+  const std::uint64_t more = t.steps - s.steps;
+  CHECK(more >= 2);
+  CHECK((t.step_seconds_sum - s.step_seconds_sum) - (t.model_seconds_sum - s.model_seconds_sum) >= 0.002 * 2);
+}

@@ -201,7 +201,9 @@ class NoGpuServer(unittest.TestCase):
         for name in ("lazygraph_up 0", "lazygraph_queue_depth 0", "lazygraph_kv_blocks_used 0",
                      "lazygraph_kv_blocks_cached 0", "lazygraph_cached_prompt_tokens_total 0",
                      "lazygraph_tokens_per_second 0", "lazygraph_time_to_first_token_seconds_count 0",
-                     "lazygraph_requests_cancelled_total 0",
+                     "lazygraph_requests_cancelled_total 0", "lazygraph_step_seconds_count 0",
+                     "lazygraph_step_seconds_sum 0", "lazygraph_model_step_seconds_total 0",
+                     "# TYPE lazygraph_step_seconds summary",
                      "# TYPE lazygraph_generated_tokens_total counter"):
             self.assertIn(name, text)
 

@@ -175,6 +175,14 @@ std::string OpenAiServer::metrics() const {
          s.rejected);
   metric("lazygraph_preemptions_total", "counter", "Sequences preempted when the KV pool ran out.", s.preemptions);
   metric("lazygraph_steps_total", "counter", "Model steps.", s.steps);
+  out << "# HELP lazygraph_step_seconds Wall time of the engine's steps that ran the model, the engine's host work "
+         "included.\n"
+         "# TYPE lazygraph_step_seconds summary\n"
+      << "lazygraph_step_seconds_sum " << s.step_seconds_sum << '\n'
+      << "lazygraph_step_seconds_count " << s.steps << '\n';
+  metric("lazygraph_model_step_seconds_total", "counter",
+         "Of lazygraph_step_seconds, the time in the model's steps (the rest is the engine's host work).",
+         s.model_seconds_sum);
   out << "# HELP lazygraph_time_to_first_token_seconds From a request's submission to its first token.\n"
          "# TYPE lazygraph_time_to_first_token_seconds summary\n"
       << "lazygraph_time_to_first_token_seconds_sum " << s.first_token_seconds_sum << '\n'

@@ -110,6 +110,11 @@ struct EngineStats {
   double tokens_per_second = 0.0;          ///< tokens made per second over the last 10 s
   double first_token_seconds_sum = 0.0;    ///< time to first token (submission to first event), summed
   std::uint64_t first_token_count = 0;     ///< requests that had their first token
+  /// Wall time of the steps that ran the model (`steps` of them), summed: from step's call to its return, the
+  /// callbacks included. Less model_seconds_sum, what the engine itself costs the steps on the host (scheduling,
+  /// the pool, sampling parameters, stop strings, the callbacks), which the GPU waits for between model steps.
+  double step_seconds_sum = 0.0;
+  double model_seconds_sum = 0.0;  ///< of that, the time inside StepModel::step, summed
 };
 
 /// Schedules generation requests over a StepModel (continuous batching over a paged KV pool).
