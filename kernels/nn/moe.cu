@@ -34,6 +34,21 @@
 //       lane has four rows' loads in flight (nn::BasicKernels::moe_down_config sizes the grid for d/4 rows then); any
 //       grid.x up to d is correct either way.
 //
+//   moe_gate_up_staged(w1, w3, h, plan, act, experts, width, d, top_k, batch)
+//       moe_gate_up's one-vector variant under a name of its own, run before moe_down_staged: the host asks the driver
+//       to keep the multiprocessors it runs on split for shared memory (nn::BasicKernels), so that moe_down_staged's
+//       large blocks can become resident beside its blocks; moe_gate_up itself keeps the driver's split (more L1).
+//   moe_down_staged(w2, act, plan, weights, partial, counters, x, experts, width, d, top_k, batch)
+//       moe_down's sum for one row (batch 1), the same bits, without partial and counters (untouched): a block owns
+//       rows r0 .. r0 + rows of d (rows = ceil(d / grid.x), at most its threads) for every slot, copies each slot's
+//       expert's rows (one contiguous piece of w2) into shared memory with cp.async, multiplies them by the slots' act
+//       and adds the slots in order into its rows of x. Those copies, the plan, the slot weights and x are read before
+//       the kernel's wait: launch it right after moe_gate_up(_staged) of the same plan, which lets the kernel after it
+//       launch only once its own wait has returned (moe_route, and everything before it, complete), or without early
+//       launch. Then the experts' rows stream in while moe_gate_up still runs. Launch: 256 threads a block (a warp
+//       takes two rows and four slots at a time), dynamic shared memory of at least top_k * (rows * width * sizeof(T) +
+//       width * 4 + rows * 4) bytes (the stages, act in fp32, the products; nn::BasicKernels::moe_down_staged_config).
+//
 // moe_gate_up and moe_down come in the gemv family's variants (NAME, NAME_b2, NAME_b4, NAME_b8: the fp32 row loop
 // for up to 1, 2, 4, 8 rows; NAME_mma: the tensor-core loop for 1 to 8; nn::BatchedKernel picks). Each vector's
 // results are the same bits whatever else its batch holds and whichever rows share its experts' reads: each product
@@ -46,10 +61,11 @@
 // width multiples of 8; w1, w2, w3, h, act 16-byte aligned; batch 1 to 8 (and at most the variant's); experts 1 to
 // kMaxExperts; top_k 1 to kMaxTopK and at most experts; a plan as moe_route writes it for the same experts, top_k and
 // batch (its experts in [0, experts), its pairs in [-1, batch * top_k)); moe_down's grid.x at most d. x, act, partial,
-// counters, ids, weights and plan must not alias the weights, logits or h. Early launch: each kernel lets the next
-// launch early at once and then waits for the kernel before it. The expert kernels' weight rows depend on the plan,
-// so unlike gemv's they cannot prefetch before that wait; from it on, the row loop keeps 8 independent 16-byte
-// weight loads in flight per lane.
+// counters, ids, weights and plan must not alias the weights, logits or h. Early launch: moe_route and moe_down let the
+// next kernel launch early at once and then wait for the kernel before them; moe_gate_up waits first (for
+// moe_down_staged, above). The weight rows of moe_gate_up and moe_down depend on the plan, so unlike gemv's they cannot
+// prefetch before that wait; from it on, the row loop keeps 8 independent 16-byte weight loads in flight per lane.
+#include "lazygraph/async_copy.cuh"
 #include "lazygraph/element.cuh"
 #include "lazygraph/kernel_common.cuh"
 #include "lazygraph/nn/gemv_core.cuh"
@@ -140,7 +156,10 @@ template <int B, class T>
 __device__ __forceinline__ void moe_gate_up_body(const T* w1, const T* w3, const T* h, const int* plan, T* act,
                                                  int experts, int width, int d, int top_k, int batch) {
   __shared__ int pair_of[kMaxBatch];
-  lg::early_launch_prologue();
+  // The kernel after this one may launch only once moe_route, the kernel before, is complete: moe_down_staged reads
+  // the plan before its own wait. Nothing is lost here, since the weights' rows depend on the plan.
+  lg::wait_for_prior_grids();
+  lg::allow_dependent_launch();
   if (!counts_supported(experts, top_k, batch) || batch > max_batch(B) || width <= 0 || width % 8 != 0 || d <= 0 ||
       d % 8 != 0 || !lg::is_aligned16(w1) || !lg::is_aligned16(w3) || !lg::is_aligned16(h) || !lg::is_aligned16(act)) {
     __trap();
@@ -218,6 +237,137 @@ __device__ __forceinline__ void moe_down_body(const T* w2, const T* act, const i
   add_expert_sums(weights, partial, counters, x, d, top_k, batch, rows_per_pass<B>(), parts);
 }
 
+/// Rows of d and slots a warp of moe_down_staged multiplies at a time: each act chunk loaded once for the rows, the
+/// warp sums of all of them interleaved.
+constexpr int kStagedRows = 2;
+constexpr int kStagedSlots = 4;
+
+template <class T>
+__device__ __forceinline__ void moe_down_staged_body(const T* w2, const T* act, const int* plan, const float* weights,
+                                                     float* /*partial*/, unsigned* /*counters*/, T* x, int experts,
+                                                     int width, int d, int top_k, int batch) {
+  extern __shared__ __align__(16) unsigned char staged[];
+  __shared__ int expert_of[kMaxTopK];
+  __shared__ float slot_weight[kMaxTopK];
+  if (!counts_supported(experts, top_k, batch) || batch != 1 || width <= 0 || width % 8 != 0 || d <= 0 || d % 8 != 0 ||
+      static_cast<int>(gridDim.x) > d || gridDim.y != 1 || gridDim.z != 1 || blockDim.x % 32 != 0 || blockDim.y != 1 ||
+      blockDim.z != 1 || !lg::is_aligned16(w2) || !lg::is_aligned16(act)) {
+    __trap();
+  }
+  const int tid = static_cast<int>(threadIdx.x);
+  const int threads = static_cast<int>(blockDim.x);
+  const int rows = (d + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);  // of d, per block
+  if (rows > threads) __trap();  // a thread per row adds the slots' products into x
+  const int r0 = static_cast<int>(blockIdx.x) * rows;
+  const int my_rows = max(0, min(rows, d - r0));
+  unsigned shared_bytes = 0;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(shared_bytes));
+  // Shared memory: each slot's stage (rows x width of T), act in fp32 (top_k x width), the products (top_k x rows).
+  const long long stage_elements = static_cast<long long>(rows) * width;
+  T* const stages = reinterpret_cast<T*>(staged);
+  float* const act_f = reinterpret_cast<float*>(stages + top_k * stage_elements);
+  float* const part = act_f + static_cast<long long>(top_k) * width;
+  if (reinterpret_cast<unsigned char*>(part + top_k * rows) - staged > static_cast<long long>(shared_bytes)) __trap();
+
+  // The plan, before the wait: moe_route wrote it two kernels back, and moe_gate_up lets this kernel launch only
+  // after its own wait, so moe_route is complete (read past L1, which may hold an earlier step's plan). One row's
+  // top_k experts are distinct, planned in slot order.
+  if (__ldcg(plan) != top_k) __trap();
+  for (int s = tid; s < top_k; s += threads) {
+    const int e = __ldcg(plan + kPlanDistinct + s);
+    if (e < 0 || e >= experts || __ldcg(plan + kPlanPairs + s * kMaxBatch) != s) __trap();
+    expert_of[s] = e;
+  }
+  __syncthreads();
+  // Slot s's rows r0 .. r0 + my_rows of W2 are one contiguous piece: all of them in flight at once.
+  const int row_chunks = my_rows * width / 8;
+  for (int s = 0; s < top_k; ++s) {
+    const T* from = w2 + (static_cast<long long>(expert_of[s]) * d + r0) * width;
+    T* to = stages + s * stage_elements;
+    for (int c = tid; c < row_chunks; c += threads) lg::copy16_async(to + 8LL * c, from + 8LL * c, true);
+  }
+  lg::commit_async();
+  // The slot weights (moe_route's) and x (written before moe_route, if at all) are complete too: a thread per row of d
+  // takes them now.
+  if (tid < top_k) slot_weight[tid] = __ldcg(weights + tid);
+  const float x_before = tid < my_rows ? lg::to_float(x[r0 + tid]) : 0.0f;
+  lg::allow_dependent_launch();
+  lg::wait_for_prior_grids();  // act from here on
+
+  const int chunks = width / 8;
+  for (int i = tid; i < top_k * chunks; i += threads) {
+    float f[8];
+    lg::unpack8(lg::load8(act + 8LL * i), f);
+    *reinterpret_cast<float4*>(act_f + 8LL * i) = make_float4(f[0], f[1], f[2], f[3]);
+    *reinterpret_cast<float4*>(act_f + 8LL * i + 4) = make_float4(f[4], f[5], f[6], f[7]);
+  }
+  lg::wait_async<0>();
+  __syncthreads();
+
+  const int lane = tid % 32;
+  const int warp = tid / 32;
+  const int warps = threads / 32;
+  for (int rb = warp; rb < my_rows; rb += kStagedRows * warps) {
+    for (int s0 = 0; s0 < top_k; s0 += kStagedSlots) {
+      // The row loop's chain for one vector (gemv_core.cuh's gemv_rows): lane l's chunks l, l + 32, ... in order,
+      // each an fma chain of its 8 products, then the warp's butterfly sum: the bits moe_down gives.
+      float acc[kStagedSlots][kStagedRows];
+#pragma unroll
+      for (int g = 0; g < kStagedSlots; ++g) {
+#pragma unroll
+        for (int h = 0; h < kStagedRows; ++h) acc[g][h] = 0.0f;
+      }
+      for (int c = lane; c < chunks; c += 32) {
+#pragma unroll
+        for (int g = 0; g < kStagedSlots; ++g) {
+          const int s = min(s0 + g, top_k - 1);
+          const float* y = act_f + static_cast<long long>(s) * width + 8LL * c;
+          const float4 y0 = *reinterpret_cast<const float4*>(y);
+          const float4 y1 = *reinterpret_cast<const float4*>(y + 4);
+#pragma unroll
+          for (int h = 0; h < kStagedRows; ++h) {
+            const int r = min(rb + h * warps, my_rows - 1);
+            float wf[8];
+            lg::unpack8(lg::load8(stages + s * stage_elements + static_cast<long long>(r) * width + 8LL * c), wf);
+            float dot = wf[0] * y0.x;
+            dot = fmaf(wf[1], y0.y, dot);
+            dot = fmaf(wf[2], y0.z, dot);
+            dot = fmaf(wf[3], y0.w, dot);
+            dot = fmaf(wf[4], y1.x, dot);
+            dot = fmaf(wf[5], y1.y, dot);
+            dot = fmaf(wf[6], y1.z, dot);
+            dot = fmaf(wf[7], y1.w, dot);
+            acc[g][h] += dot;
+          }
+        }
+      }
+#pragma unroll
+      for (int offset = 16; offset > 0; offset >>= 1) {
+#pragma unroll
+        for (int g = 0; g < kStagedSlots; ++g) {
+#pragma unroll
+          for (int h = 0; h < kStagedRows; ++h) acc[g][h] += __shfl_xor_sync(0xffffffffu, acc[g][h], offset);
+        }
+      }
+      if (lane == 0) {
+#pragma unroll
+        for (int g = 0; g < kStagedSlots; ++g) {
+#pragma unroll
+          for (int h = 0; h < kStagedRows; ++h) {
+            if (s0 + g < top_k && rb + h * warps < my_rows) part[(s0 + g) * rows + rb + h * warps] = acc[g][h];
+          }
+        }
+      }
+    }
+  }
+  __syncthreads();  // every slot's products
+  if (tid < my_rows) {
+    float sum = 0.0f;
+    for (int s = 0; s < top_k; ++s) sum += slot_weight[s] * part[s * rows + tid];
+    x[r0 + tid] = lg::from_float<T>(x_before + sum);
+  }
+}
+
 }  // namespace
 
 // The entry points (src/kernel_variants.py writes them out): the expert kernels in gemv.cu's batch variants and
@@ -230,6 +380,11 @@ moe_route[T] = moe_route_body<T>(const T* logits, int* ids, float* weights, int*
     int normalize, int batch)
 moe_gate_up[T][B] = moe_gate_up_body<B>(const T* w1, const T* w3, const T* h, const int* plan, T* act, int experts,
     int width, int d, int top_k, int batch)
+moe_gate_up_staged[T] __launch_bounds__(256, 3) = moe_gate_up_body<1>(const T* w1, const T* w3, const T* h,
+    const int* plan, T* act, int experts, int width, int d, int top_k, int batch)
+moe_down_staged[T] __launch_bounds__(256, 3) = moe_down_staged_body(const T* w2, const T* act, const int* plan,
+    const float* weights, float* partial, unsigned* counters, T* x, int experts, int width, int d, int top_k,
+    int batch)
 moe_down[T][B] = moe_down_body<B>(const T* w2, const T* act, const int* plan, const float* weights, float* partial,
     unsigned* counters, T* x, int experts, int width, int d, int top_k, int batch)
 */

@@ -83,6 +83,15 @@ void raise_dynamic_shared_limit(KernelInfo& k, int needed) {
   }
 }
 
+void set_shared_carveout(KernelInfo& k, int percent) {
+  if (percent < -1 || percent > 100) {
+    throw UsageError("kernel " + k.name + ": a shared memory carveout of " + std::to_string(percent) +
+                     " % is outside 0..100 (or -1, the driver's default)");
+  }
+  driver::set_function_attribute(k.device.context(), k.function, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                                 percent, k.name);
+}
+
 driver::LaunchShape prepare_launch(KernelInfo& k, const LaunchConfig& c) {
   raise_dynamic_shared_limit(k, static_cast<int>(c.shared_bytes));
   // Programmatic dependent launch exists from sm_90 on; elsewhere the kernel's wait is a no-op and the launch

@@ -58,6 +58,24 @@ TEST_SUITE("gpu") {
     CHECK(lgtest::relative_error(lgtest::to_host(s, dy.cview()), lgtest::axpy_reference(a[1], x, once_f, 1)) < 1e-6);
   }
 
+  TEST_CASE("a kernel's shared memory carveout is a percentage or the driver's default, and it runs as before") {
+    Stream& s = lgtest::stream();
+    const auto k = lgtest::kernels().get<AxpySignature>("axpy");
+    CHECK_THROWS_WITH_AS(k.prefer_shared_carveout(101), doctest::Contains("axpy"), UsageError);
+    CHECK_THROWS_WITH_AS(k.prefer_shared_carveout(-2), doctest::Contains("-2"), UsageError);
+    for (const int percent : {100, 0, 37}) {
+      k.prefer_shared_carveout(percent);
+      const int n = 4096;
+      const auto x = lgtest::random_floats(n);
+      const auto y0 = lgtest::random_floats(n);
+      DeviceBuffer<float> dx = lgtest::to_device(s, x);
+      DeviceBuffer<float> dy = lgtest::to_device(s, y0);
+      k.launch(s, grid_for(n, 256), 1.5F, dx.cview(), dy.view(), n);
+      CHECK(lgtest::relative_error(lgtest::to_host(s, dy.cview()), lgtest::axpy_reference(1.5F, x, y0, 1)) < 1e-6);
+    }
+    k.prefer_shared_carveout(-1);  // back to the driver's choice for the other tests
+  }
+
   TEST_CASE("a multiprocessor holds at least one block of a kernel, and no more of 1024 threads than of 256") {
     const auto k = lgtest::kernels().get<AxpySignature>("axpy");
     const int of_256 = k.max_active_blocks_per_sm(256);

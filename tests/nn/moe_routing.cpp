@@ -267,6 +267,10 @@ struct ExpertLaunch {
   unsigned groups_r = 1;
   unsigned gx = 0;
   unsigned gy = 0;
+  /// One row: moe_gate_up_staged, then moe_down_staged over `staged_rows` rows of d
+  /// per block (0: moe_down_staged_config's) instead of moe_down.
+  bool staged = false;
+  int staged_rows = 0;
 };
 
 /// What a layer's experts gave: the route's weights, act, the new x, and moe_down's counters after it.
@@ -299,6 +303,24 @@ ExpertsOut<T> run_experts(const Experts<T>& m, const std::vector<int>& ids, int 
   };
   // The tensor-core variant for every batch (variant(2) is NAME_mma), else the fp32 variant of the batch.
   const int variant = how.tensor_cores ? 2 : m.batch;
+  if (how.staged) {
+    REQUIRE(m.batch == 1);
+    k.moe_gate_up_staged.launch(s, k.moe_gate_up_staged_config(m.width, m.d, distinct), m.dw1.cview(), m.dw3.cview(),
+                                m.dh.cview(), r.plan.cview(), act.view(), m.experts, m.width, m.d, top_k, 1);
+    LaunchConfig down = k.moe_down_staged_config(m.d, m.width, top_k, 1);
+    if (how.staged_rows > 0) {
+      const int rows = how.staged_rows;
+      down.grid = {static_cast<unsigned>((m.d + rows - 1) / rows), 1, 1};
+      down.block = {256, 1, 1};
+      down.shared_bytes =
+          static_cast<unsigned>(top_k * (rows * m.width * static_cast<int>(sizeof(T)) + 4 * m.width + 4 * rows));
+    }
+    REQUIRE(down.grid.x != 0);
+    k.moe_down_staged.launch(s, down, m.dw2.cview(), act.cview(), r.plan.cview(), r.weights.cview(), partial.view(),
+                             counters.view(), dxs.view(), m.experts, m.width, m.d, top_k, 1);
+    return {lgtest::to_host(s, r.weights.cview()), lgtest::to_host(s, act.cview()), lgtest::to_host(s, dxs.cview()),
+            lgtest::to_host(s, counters.cview())};
+  }
   k.moe_gate_up.variant(variant).launch(s, config(m.width, m.d), m.dw1.cview(), m.dw3.cview(), m.dh.cview(),
                                         r.plan.cview(), act.view(), m.experts, m.width, m.d, top_k, m.batch);
   // moe_down_config: the fp32 variants' grid for d / 4 rows where they take short rows four at a time.
@@ -456,5 +478,61 @@ TEST_SUITE("gpu") {
         }
       }
     }
+  }
+
+  TEST_CASE_TEMPLATE("moe_down_staged gives one row the bits moe_down gives it, however many rows of d a block owns", T,
+                     half, bfloat16) {
+    struct Shape {
+      int experts, width, d, top_k;
+      std::vector<int> ids;
+    };
+    // Qwen3-30B-A3B's expert width and d with 8 of its experts; rows of d that blocks share unevenly (1032 = 7 * 147
+    // + 3); few slots; one slot.
+    for (const Shape& shape : {Shape{8, 768, 2048, 8, {5, 0, 7, 3, 1, 6, 2, 4}}, Shape{16, 96, 1032, 4, {15, 0, 8, 2}},
+                               Shape{8, 200, 512, 2, {3, 5}}, Shape{4, 64, 128, 1, {2}}}) {
+      CAPTURE(shape.width);
+      CAPTURE(shape.d);
+      const Experts<T> m(shape.experts, shape.width, shape.d, 1, 300U + static_cast<unsigned>(shape.width));
+      const std::vector<T> x = uniform<T>(static_cast<std::size_t>(shape.d), 1.0F, 19U);
+      const ExpertsOut<T> plain = run_experts(m, shape.ids, shape.top_k, x, ExpertLaunch{});
+      std::vector<double> out_ref;
+      for (int r = 0; r < shape.d; ++r) {
+        double sum = x[static_cast<std::size_t>(r)].to_float();
+        for (int slot = 0; slot < shape.top_k; ++slot) {
+          const auto j = static_cast<std::size_t>(slot);
+          const std::size_t row = static_cast<std::size_t>(shape.ids[j]) * shape.d + r;
+          sum += plain.weights[j] * dot(m.w2, row, plain.act, j * shape.width, shape.width);
+        }
+        out_ref.push_back(sum);
+      }
+      check_close(plain.x, out_ref);
+      const BasicKernels<T> k(lgtest::nn_kernels());
+      for (const int rows : {0, 1, 7, 16}) {
+        CAPTURE(rows);
+        if (rows == 0 && k.moe_down_staged_config(shape.d, shape.width, shape.top_k, 1).grid.x == 0) {
+          MESSAGE("moe_down_staged_config does not run this shape on this GPU");
+          continue;
+        }
+        ExpertLaunch how;
+        how.staged = true;
+        how.staged_rows = rows;
+        const ExpertsOut<T> staged = run_experts(m, shape.ids, shape.top_k, x, how);
+        CHECK(std::equal(staged.act.begin(), staged.act.end(), plain.act.begin(),
+                         [](T a, T c) { return a.bits == c.bits; }));
+        CHECK(std::equal(staged.x.begin(), staged.x.end(), plain.x.begin(), [](T a, T c) { return a.bits == c.bits; }));
+      }
+    }
+  }
+
+  TEST_CASE_TEMPLATE("moe_down_staged runs one row only, one block a multiprocessor", T, half, bfloat16) {
+    const BasicKernels<T> k(lgtest::nn_kernels());
+    if (k.multiprocessors >= 128 && k.shared_memory_optin >= 227 * 1024) {  // an H100 or H200
+      CHECK(k.moe_down_staged_config(2048, 768, 8, 1).grid.x == 128);       // Qwen3-30B-A3B: 16 rows of d a block
+    }
+    CHECK(k.moe_down_staged_config(2048, 768, 8, 2).grid.x == 0);
+    // A second wave of blocks would load its rows only after the first: moe_down runs it instead.
+    CHECK(k.moe_down_staged_config(1 << 16, 768, 8, 1).grid.x == 0);
+    const LaunchConfig gate_up = k.moe_gate_up_staged_config(768, 2048, 8);
+    CHECK(gate_up.grid.x * gate_up.grid.y <= 3U * static_cast<unsigned>(k.multiprocessors));
   }
 }

@@ -116,6 +116,14 @@ class Kernel<void(Params...)> {
   [[nodiscard]] int max_active_blocks_per_sm(unsigned block_threads, unsigned dynamic_shared = 0) const {
     return detail::max_active_blocks_per_sm(*info_, block_threads, dynamic_shared);
   }
+  /// Asks the driver to give the multiprocessors that run this kernel `percent` (0 to 100; -1: the driver's own
+  /// choice, the default) of their unified L1 and shared memory as shared memory
+  /// (CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT; a hint the driver may round up to a size it supports).
+  /// A multiprocessor whose memory is split for a kernel that uses little shared memory cannot take, beside it, a
+  /// block that needs much: an early-launched kernel with large stages then waits for it to drain. Set on every
+  /// handle to the kernel at once. \throws UsageError for a percentage outside -1..100; CudaError when the driver
+  /// refuses (naming the kernel).
+  void prefer_shared_carveout(int percent) const { detail::set_shared_carveout(*info_, percent); }
   /// The state every handle to this kernel shares (function, module, limits).
   [[nodiscard]] const std::shared_ptr<detail::KernelInfo>& info() const noexcept { return info_; }
 

@@ -150,7 +150,7 @@ class BasicDecoder {
   /// caller ignores. Each part's keys, values, logits and token are what prefill(part.tokens, part.start, part.table,
   /// part.slot) gives within rounding (the chunk's GEMMs take another bucket of rows, so their products may round
   /// otherwise). A bucket's packed graph is captured on first use, as prefill's.
-  /// 	hrows UsageError (check_packed_prompts) before any GPU work, and when packed_prefill_rows() is 0 (saying why);
+  /// \throws UsageError (check_packed_prompts) before any GPU work, and when packed_prefill_rows() is 0 (saying why);
   /// as prefill when a bucket is first used.
   std::vector<int> prefill_packed(std::span<const PromptPart> parts);
 

@@ -260,7 +260,7 @@ struct PromptPart {
 /// What Decoder::prefill_packed checks on a paged decoder, before any GPU work: 1 to kMaxRows parts of at most
 /// `max_rows` tokens in all, each part as check_paged_prompt checks a prompt, and no block a part writes (those of its
 /// positions) in another part's table up to that part's last position (sequences may share blocks they read, as
-/// KvBlockPool's copy-on-write does, never one a part writes). 	hrows UsageError naming the part, the table
+/// KvBlockPool's copy-on-write does, never one a part writes). \throws UsageError naming the part, the table
 /// index and the value; for a contiguous decoder.
 void check_packed_prompts(const DecoderConfig& config, std::span<const PromptPart> parts, int max_rows);
 

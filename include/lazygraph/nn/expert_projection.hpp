@@ -30,10 +30,10 @@ using ExpertGateUpOp = detail::WeightOp<
 
 /// act[j] = silu(W1_e h[b]) * (W3_e h[b]) for each pair j = (row b, slot s) of the plan, e the expert row b chose in
 /// slot s: w1 and w3 [experts * width x d] (expert e's rows from e * width), h [batch][d], act [batch * top k][width].
-/// moe_gate_up or moe_qgate_up. \throws UsageError naming the weights when their shapes are not the experts', when they
-/// are not in one format, when a quantized expert's rows are not whole tiles of 16 (each expert must start on one),
-/// or when they are
-/// quantized and `p` has no quantized kernels.
+/// moe_gate_up (moe_gate_up_staged where expert_down runs moe_down_staged) or moe_qgate_up. \throws UsageError
+/// naming the weights when their shapes are not the experts', when they are not in one format, when a quantized
+/// expert's rows are not whole tiles of 16 (each expert must start on one), or when they are quantized and `p` has no
+/// quantized kernels.
 template <Element T>
 [[nodiscard]] ExpertGateUpOp<T> expert_gate_up(const Projector<T>& p, const Weight<T>& w1, const Weight<T>& w3,
                                                DeviceSpan<const T> h, DeviceSpan<const int> plan, DeviceSpan<T> act,
@@ -59,12 +59,18 @@ template <Element T>
                            w1.owner(), w3.owner())));
   }
   const BasicKernels<T>& k = p.dense;
+  if (k.moe_down_staged_config(d, m.expert_width, m.experts_per_token, batch).grid.x != 0) {
+    // expert_down runs moe_down_staged: in one wave, so that every block passes its wait at once.
+    return ExpertGateUpOp<T>(k.moe_gate_up_staged(k.moe_gate_up_staged_config(m.expert_width, d, distinct), w1.dense(),
+                                                  w3.dense(), h, plan, act, m.experts, m.expert_width, d,
+                                                  m.experts_per_token, batch));
+  }
   return ExpertGateUpOp<T>(k.moe_gate_up(k.moe_config(m.expert_width, d, batch, distinct), w1.dense(), w3.dense(), h,
                                          plan, act, m.experts, m.expert_width, d, m.experts_per_token, batch));
 }
 
-/// What expert_down writes besides x: the experts' fp32 products and the grid columns' counts (BasicDecoderState's
-/// moe_partial and moe_counters).
+/// What expert_down's moe_down or moe_qdown writes besides x: the experts' fp32 products and the grid columns' counts
+/// (BasicDecoderState's moe_partial and moe_counters).
 struct ExpertDownScratch {
   DeviceSpan<float> partial;      ///< [batch * top k][d]
   DeviceSpan<unsigned> counters;  ///< [d], zero before and after each launch
@@ -79,7 +85,11 @@ using ExpertDownOp = detail::WeightOp<
 
 /// x[b] += the sum over row b's slots s of weights[b][s] * W2_e act[b * top k + s], e the expert of the slot, summed
 /// in fp32 in slot order and rounded once: w2 [experts * d x width] (expert e's rows from e * d). moe_down or
-/// moe_qdown. \throws UsageError as expert_gate_up.
+/// moe_qdown; for one row of dense experts whose rows fit shared memory in one block a multiprocessor
+/// (BasicKernels::moe_down_staged_config), moe_down_staged (the same bits), which reads the plan, the weights and x
+/// before its wait for the kernel before it: record it right after expert_gate_up of the same plan (as moe_block
+/// does), whose kernel lets it launch only once everything before that kernel is complete.
+/// \throws UsageError as expert_gate_up.
 template <Element T>
 [[nodiscard]] ExpertDownOp<T> expert_down(const Projector<T>& p, const Weight<T>& w2, DeviceSpan<const T> act,
                                           DeviceSpan<const int> plan, DeviceSpan<const float> weights,
@@ -97,6 +107,11 @@ template <Element T>
         w2.owner()));
   }
   const BasicKernels<T>& k = p.dense;
+  const LaunchConfig staged = k.moe_down_staged_config(d, m.expert_width, m.experts_per_token, batch);
+  if (staged.grid.x != 0) {
+    return ExpertDownOp<T>(k.moe_down_staged(staged, w2.dense(), act, plan, weights, scratch.partial, scratch.counters,
+                                             x, m.experts, m.expert_width, d, m.experts_per_token, batch));
+  }
   return ExpertDownOp<T>(k.moe_down(k.moe_down_config(d, m.expert_width, batch, distinct), w2.dense(), act, plan,
                                     weights, scratch.partial, scratch.counters, x, m.experts, m.expert_width, d,
                                     m.experts_per_token, batch));

@@ -127,6 +127,11 @@ inline constexpr int kMoePrefillTileK = 64;
 /// Shared-memory stages of those kernels (kStages): two in flight while one is read. Three keep the kernels within
 /// the 99 KiB a block may have on sm_86 and sm_89; four were slower on an H200 (two blocks a multiprocessor).
 inline constexpr int kMoePrefillStages = 3;
+/// Rows of d per block of moe_down_staged (kernels/nn/moe.cu), at most: 128 blocks for d 2048, one a multiprocessor.
+inline constexpr int kMoeStagedRows = 16;
+/// Shared memory moe_down_staged may take per block: Qwen3-30B-A3B's 16 rows of 8 experts 768 wide (217 KB) beside
+/// three blocks of moe_gate_up on a multiprocessor of 228 KB.
+inline constexpr long long kMoeStagedBytes = 224LL << 10;
 /// Rows moe_prefill_route routes per block (kRouteWarps warps).
 inline constexpr int kMoePrefillRouteRows = 8;
 
@@ -236,6 +241,17 @@ struct BasicKernels {
   /// as moe_down_config(d, width, ...).
   BatchedKernel<void(const T*, const T*, const int*, const float*, float*, unsigned*, T*, int, int, int, int, int)>
       moe_down;
+  /// moe_gate_up_staged(w1, w3, h, plan, act, experts, width, d, top_k, batch): moe_gate_up for one row, the same
+  /// bits, for moe_down_staged to follow: its multiprocessors kept split for shared memory (prefer_shared_carveout),
+  /// which moe_down_staged's blocks need to become resident beside it; launched as moe_gate_up_staged_config.
+  Kernel<void(const T*, const T*, const T*, const int*, T*, int, int, int, int, int)> moe_gate_up_staged;
+  /// moe_down_staged(w2, act, plan, weights, partial, counters, x, experts, width, d, top_k, batch): moe_down's sum
+  /// for one row, the same bits, by blocks that each own rows of d for every slot and copy those experts' rows into
+  /// shared memory before their wait (partial and counters untouched), so that they stream in while moe_gate_up
+  /// runs; only right after moe_gate_up_staged (or moe_gate_up) of the same plan, which lets it launch once the plan
+  /// is written (kernels/nn/moe.cu); launched as moe_down_staged_config(d, width, ...).
+  Kernel<void(const T*, const T*, const int*, const float*, float*, unsigned*, T*, int, int, int, int, int)>
+      moe_down_staged;
   /// scale(x, n, factor): x *= factor in place (kernels/nn/scale.cu; the embedding's scale).
   Kernel<void(T*, long long, float)> scale;
   /// softcap(x, n, cap): x = tanh(x / cap) * cap in place (kernels/nn/scale.cu; final logit soft-capping).
@@ -359,6 +375,10 @@ struct BasicKernels {
   bool early_launch = true;
   /// Whether the gemv family runs batches of 2 to 8 on tensor cores (KernelOptions::tensor_cores).
   bool tensor_cores = false;
+  /// The device's multiprocessors, which some launch shapes follow.
+  int multiprocessors = 0;
+  /// The shared memory a block may have on the device (after opting in), which some launch shapes follow.
+  int shared_memory_optin = 0;
 
   /// `config` as a decode step launches it: early (programmatic dependent launch, LaunchConfig::early_launch)
   /// unless switched off. Every kernel above calls wait_for_prior_grids() before touching activations, and
@@ -497,6 +517,36 @@ struct BasicKernels {
   /// rows. Short rows leave a warp 1.5 KB of loads in flight at width 768 (Qwen3-30B-A3B's experts), four rows 6 KB.
   [[nodiscard]] LaunchConfig moe_down_config(int d, int width, int batch, int distinct) const {
     return moe_config(batch == 1 && width <= 1024 && d % 32 == 0 ? d / 4 : d, width, batch, distinct);
+  }
+  /// Launch shape of moe_down_staged for d rows of `width` columns and `top_k` slots of one row: blocks of 256
+  /// threads over kMoeStagedRows rows of d each, or fewer where every slot's rows (rows x width of T), the slots' act
+  /// in fp32 and their products would not fit kMoeStagedBytes nor the device's shared memory per block. No blocks
+  /// (grid.x 0: run moe_down) for more than one row, or where the blocks would not fit one to a multiprocessor (a
+  /// second wave would load its experts' rows only after the first: slower, H200, OLMoE-1B-7B's 1024-wide experts).
+  [[nodiscard]] LaunchConfig moe_down_staged_config(int d, int width, int top_k, int batch) const {
+    const auto bytes = [&](long long rows) {
+      return top_k * (rows * width * static_cast<long long>(sizeof(T)) + width * 4LL + rows * 4LL);
+    };
+    // Leave room for the kernel's own 128 bytes of static shared memory.
+    const long long budget = std::min<long long>(kMoeStagedBytes, shared_memory_optin - 1024LL);
+    int rows = kMoeStagedRows;
+    while (rows > 0 && bytes(rows) > budget) --rows;
+    LaunchConfig none;
+    none.grid.x = 0;
+    if (batch != 1 || rows <= 0 || (d + rows - 1) / rows > multiprocessors) return none;
+    return step_config(
+        {{static_cast<unsigned>((d + rows - 1) / rows), 1, 1}, {256, 1, 1}, static_cast<unsigned>(bytes(rows))});
+  }
+  /// Launch shape of moe_gate_up_staged: moe_config's for one row, with no more blocks than are
+  /// resident at once (3 a multiprocessor), each taking its rows in as many passes as that needs. moe_down_staged
+  /// launches once every block of moe_gate_up has passed its wait; a second wave of blocks would start, and pass it,
+  /// only as the first leaves.
+  [[nodiscard]] LaunchConfig moe_gate_up_staged_config(int width, int d, int distinct) const {
+    LaunchConfig config = moe_config(width, d, 1, distinct);
+    const auto most = std::max(1U, 3U * static_cast<unsigned>(multiprocessors) / static_cast<unsigned>(distinct));
+    const unsigned passes = (config.grid.x + most - 1) / most;
+    config.grid.x = (config.grid.x + passes - 1) / passes;
+    return config;
   }
 
  private:

@@ -449,7 +449,7 @@ class BasicPrefill {
   /// Returns each part's next token. A bucket's packed graph is made on first use, as run's (it shares the bucket's
   /// plans), and the head's for each count of parts. The caller has checked the parts (check_packed_prompts) and
   /// staged their tables; segments are checked again here (check_prefill_segments).
-  /// 	hrows UsageError for parts outside those bounds, on a contiguous cache or a tensor-parallel rank; as run.
+  /// \throws UsageError for parts outside those bounds, on a contiguous cache or a tensor-parallel rank; as run.
   std::vector<int> run_packed(const BasicPrefillContext<T>& ctx, std::span<const PackedPart> parts);
 
   /// Drops the heads' graphs (captured with the sampling rule): the decoder's set_sampling calls it.

@@ -110,6 +110,10 @@ int max_active_blocks_per_sm(KernelInfo& kernel, unsigned block_threads, unsigne
 /// \throws CudaError naming the kernel when the driver refuses.
 void raise_dynamic_shared_limit(KernelInfo& kernel, int needed);
 
+/// Sets the kernel's CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT (Kernel::prefer_shared_carveout).
+/// \throws UsageError for a percentage outside -1..100; CudaError naming the kernel when the driver refuses.
+void set_shared_carveout(KernelInfo& kernel, int percent);
+
 /// \throws UsageError when `config` is outside the kernel's or the device's limits, naming which.
 void validate_launch(const KernelInfo& kernel, const LaunchConfig& config);
 /// The driver's launch shape for `config`, after raising the kernel's dynamic shared memory limit when `config`
