@@ -95,6 +95,17 @@ __device__ __forceinline__ void moe_route_body(const T* logits, int* ids, float*
   const int lane = tid % 32;
   const int warp = tid / 32;
   const int warps = threads / 32;
+  if (batch == 1) {  // one row's experts are distinct: the plan is its slots in order, which warp 0 writes alone
+    if (warp == 0) {
+      route_row(logits, p[0], chosen, chosen_p, ids, weights, experts, top_k, normalize);
+      for (int u = lane; u < top_k; u += 32) {
+        plan[kPlanDistinct + u] = chosen[u];
+        plan[kPlanPairs + u * kMaxBatch] = u;
+      }
+      if (lane == 0) plan[0] = top_k;
+    }
+    return;
+  }
   for (int e = tid; e < experts; e += threads) first_pair[e] = kMaxPairs;
 
   for (int b = warp; b < batch; b += warps) {  // uniform over the warp
@@ -246,6 +257,7 @@ template <class T>
 __device__ __forceinline__ void moe_down_staged_body(const T* w2, const T* act, const int* plan, const float* weights,
                                                      float* /*partial*/, unsigned* /*counters*/, T* x, int experts,
                                                      int width, int d, int top_k, int batch) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800  // (before sm_80, without cp.async, the kernel only traps)
   extern __shared__ __align__(16) unsigned char staged[];
   __shared__ int expert_of[kMaxTopK];
   __shared__ float slot_weight[kMaxTopK];
@@ -270,8 +282,9 @@ __device__ __forceinline__ void moe_down_staged_body(const T* w2, const T* act, 
   if (reinterpret_cast<unsigned char*>(part + top_k * rows) - staged > static_cast<long long>(shared_bytes)) __trap();
 
   // The plan, before the wait: moe_route wrote it two kernels back, and moe_gate_up lets this kernel launch only
-  // after its own wait, so moe_route is complete (read past L1, which may hold an earlier step's plan). One row's
-  // top_k experts are distinct, planned in slot order.
+  // after its own wait, so moe_route is complete and its writes are in L2 (PTX promises visibility through
+  // griddepcontrol.wait for the grid just before only; a grid's writes reach L2 when it completes). Read past L1,
+  // which may hold an earlier step's plan. One row's top_k experts are distinct, planned in slot order.
   if (__ldcg(plan) != top_k) __trap();
   for (int s = tid; s < top_k; s += threads) {
     const int e = __ldcg(plan + kPlanDistinct + s);
@@ -288,9 +301,10 @@ __device__ __forceinline__ void moe_down_staged_body(const T* w2, const T* act, 
   }
   lg::commit_async();
   // The slot weights (moe_route's) and x (written before moe_route, if at all) are complete too: a thread per row of d
-  // takes them now.
+  // takes them now, past L1 as the plan.
   if (tid < top_k) slot_weight[tid] = __ldcg(weights + tid);
-  const float x_before = tid < my_rows ? lg::to_float(x[r0 + tid]) : 0.0f;
+  const float x_before =
+      tid < my_rows ? lg::to_float(T{__ldcg(reinterpret_cast<const unsigned short*>(x + r0 + tid))}) : 0.0f;
   lg::allow_dependent_launch();
   lg::wait_for_prior_grids();  // act from here on
 
@@ -363,9 +377,12 @@ __device__ __forceinline__ void moe_down_staged_body(const T* w2, const T* act, 
   __syncthreads();  // every slot's products
   if (tid < my_rows) {
     float sum = 0.0f;
-    for (int s = 0; s < top_k; ++s) sum += slot_weight[s] * part[s * rows + tid];
+    for (int s = 0; s < top_k; ++s) sum = fmaf(slot_weight[s], part[s * rows + tid], sum);  // as add_expert_sums
     x[r0 + tid] = lg::from_float<T>(x_before + sum);
   }
+#else
+  __trap();
+#endif
 }
 
 }  // namespace

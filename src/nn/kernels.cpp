@@ -115,7 +115,8 @@ BasicKernels<T>::BasicKernels(const KernelLibrary& library, KernelOptions option
       early_launch(options.early_launch),
       tensor_cores(options.tensor_cores),
       multiprocessors(library.device().sm_count()),
-      shared_memory_optin(library.device().limits().max_shared_per_block_optin) {
+      shared_memory_optin(library.device().limits().max_shared_per_block_optin),
+      async_copies(library.device().compute_capability().major >= 8) {
   // moe_down_staged's blocks, launched early, become resident beside moe_gate_up_staged's where that kernel leaves its
   // multiprocessors' memory split for shared memory (H200, 12 layers of Qwen3-30B-A3B, one row: 880 us a step with
   // the split, 897-901 without, 924-928 with moe_down). moe_gate_up keeps the driver's split: OLMoE-1B-7B's step

@@ -5,6 +5,7 @@
 #include <type_traits>
 #include <vector>
 
+#include <lazygraph/detail/driver/driver_api.hpp>
 #include "common/gpu.hpp"
 
 using namespace lazygraph;
@@ -65,6 +66,9 @@ TEST_SUITE("gpu") {
     CHECK_THROWS_WITH_AS(k.prefer_shared_carveout(-2), doctest::Contains("-2"), UsageError);
     for (const int percent : {100, 0, 37}) {
       k.prefer_shared_carveout(percent);
+      CHECK(detail::driver::function_attribute(k.device().context(), k.info()->function,
+                                               CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                                               k.name()) == percent);
       const int n = 4096;
       const auto x = lgtest::random_floats(n);
       const auto y0 = lgtest::random_floats(n);

@@ -264,4 +264,42 @@ TEST_SUITE("gpu") {
       }
     }
   }
+
+  TEST_CASE_TEMPLATE(
+      "one row of dense experts runs staged where staged_experts says so, and staged is refused elsewhere", T, half,
+      bfloat16) {
+    Stream& s = lgtest::stream();
+    const BasicKernels<T> k(lgtest::nn_kernels());
+    const BasicQuantizedKernels<T> q(lgtest::nn_kernels());
+    const Projector<T> p{k, &q};
+    const MoeShape m{8, 2, 128, true};
+    const int d = 256;
+    const auto dense = [&](int rows, int cols, const char* name) {
+      return Weight<T>(lgtest::to_device(s, rounded<T>(uniform(static_cast<std::size_t>(rows) * cols, 0.05F, 7U))),
+                       rows, cols, name);
+    };
+    const Weight<T> w1 = dense(m.experts * m.expert_width, d, "experts.*.gate_proj");
+    const Weight<T> w3 = dense(m.experts * m.expert_width, d, "experts.*.up_proj");
+    const Weight<T> w2 = dense(m.experts * d, m.expert_width, "experts.*.down_proj");
+    const QuantizedFormat int8{WeightFormat::int8_channel, 0, false, scale_type_of<T>};
+    const QuantizedWeight qw2 = stacked(int8, "experts.*.down_proj", m.experts, d, m.expert_width, 9U);
+    const Weight<T> quantized_w2(DeviceQuantizedWeight<T>(s, qw2));
+    const bool fits = k.moe_down_staged_config(d, m.expert_width, m.experts_per_token, 1).grid.x != 0;
+    CHECK(staged_experts(p, w1, w3, w2, m, d, 1) == fits);
+    CHECK_FALSE(staged_experts(p, w1, w3, w2, m, d, 2));
+    CHECK_FALSE(staged_experts(p, w1, w3, quantized_w2, m, d, 1));
+
+    auto plan = lgtest::to_device(s, std::vector<int>(kMoePlanInts, 0));
+    auto h = lgtest::to_device(s, std::vector<T>(2 * static_cast<std::size_t>(d)));
+    auto act = lgtest::to_device(s, std::vector<T>(4 * static_cast<std::size_t>(m.expert_width)));
+    auto weights = lgtest::to_device(s, std::vector<float>(4));
+    auto partial = lgtest::to_device(s, std::vector<float>(4 * static_cast<std::size_t>(d)));
+    auto counters = lgtest::to_device(s, std::vector<unsigned>(static_cast<std::size_t>(d)));
+    auto x = lgtest::to_device(s, std::vector<T>(2 * static_cast<std::size_t>(d)));
+    CHECK_THROWS_WITH_AS((void)expert_gate_up(p, w1, w3, h.cview(), plan.cview(), act.view(), m, d, 2, true),
+                         doctest::Contains("staged"), UsageError);
+    CHECK_THROWS_WITH_AS((void)expert_down(p, w2, act.cview(), plan.cview(), weights.cview(),
+                                           {partial.view(), counters.view()}, x.view(), m, d, 2, true),
+                         doctest::Contains("down_proj"), UsageError);
+  }
 }

@@ -307,10 +307,11 @@ auto moe_block(const Projector<T>& p, const BasicSwigluWeights<T>& norm, const B
                                             s.x.view(), count, c.d, m.experts_per_token, rows);
              },
              [&] {
-               return expert_gate_up(p, w.w1, w.w3, s.moe_h.cview(), s.moe_plan.cview(), s.moe_act.view(), m, c.d,
-                                     rows) >>
+               const bool staged = staged_experts(p, w.w1, w.w3, w.w2, m, c.d, rows);
+               return expert_gate_up(p, w.w1, w.w3, s.moe_h.cview(), s.moe_plan.cview(), s.moe_act.view(), m, c.d, rows,
+                                     staged) >>
                       expert_down(p, w.w2, s.moe_act.cview(), s.moe_plan.cview(), weights.as_const(),
-                                  {s.moe_partial.view(), s.moe_counters.view()}, s.x.view(), m, c.d, rows);
+                                  {s.moe_partial.view(), s.moe_counters.view()}, s.x.view(), m, c.d, rows, staged);
              });
 }
 

@@ -22,6 +22,17 @@ namespace lazygraph::nn {
   return std::min(batch * m.experts_per_token, m.experts);
 }
 
+/// Whether a step of `batch` rows may run the experts' projections as moe_gate_up_staged and moe_down_staged
+/// (kernels/nn/moe.cu): one row, every expert matrix dense (moe_down_staged reads the plan before its wait, which only
+/// moe_gate_up's early launch allows), and BasicKernels::moe_down_staged_config's blocks fit. moe_block asks it and
+/// passes the answer to expert_gate_up and expert_down.
+template <Element T>
+[[nodiscard]] bool staged_experts(const Projector<T>& p, const Weight<T>& w1, const Weight<T>& w3, const Weight<T>& w2,
+                                  const MoeShape& m, int d, int batch) {
+  return w1.is_dense() && w3.is_dense() && w2.is_dense() &&
+         p.dense.moe_down_staged_config(d, m.expert_width, m.experts_per_token, batch).grid.x != 0;
+}
+
 /// The op type of expert_gate_up().
 template <Element T>
 using ExpertGateUpOp = detail::WeightOp<
@@ -30,14 +41,14 @@ using ExpertGateUpOp = detail::WeightOp<
 
 /// act[j] = silu(W1_e h[b]) * (W3_e h[b]) for each pair j = (row b, slot s) of the plan, e the expert row b chose in
 /// slot s: w1 and w3 [experts * width x d] (expert e's rows from e * width), h [batch][d], act [batch * top k][width].
-/// moe_gate_up (moe_gate_up_staged where expert_down runs moe_down_staged) or moe_qgate_up. \throws UsageError
-/// naming the weights when their shapes are not the experts', when they are not in one format, when a quantized
-/// expert's rows are not whole tiles of 16 (each expert must start on one), or when they are quantized and `p` has no
-/// quantized kernels.
+/// moe_gate_up, moe_qgate_up, or with `staged` (staged_experts, for expert_down's moe_down_staged after it)
+/// moe_gate_up_staged. \throws UsageError naming the weights when their shapes are not the experts', when they are not
+/// in one format, when a quantized expert's rows are not whole tiles of 16 (each expert must start on one), when they
+/// are quantized and `p` has no quantized kernels, or when `staged` is asked for where staged_experts is false.
 template <Element T>
 [[nodiscard]] ExpertGateUpOp<T> expert_gate_up(const Projector<T>& p, const Weight<T>& w1, const Weight<T>& w3,
                                                DeviceSpan<const T> h, DeviceSpan<const int> plan, DeviceSpan<T> act,
-                                               const MoeShape& m, int d, int batch) {
+                                               const MoeShape& m, int d, int batch, bool staged = false) {
   detail::check_experts("expert_gate_up", w1.describe(), w1.rows(), w1.cols(), !w1.is_dense(), m.experts,
                         m.expert_width, d, batch);
   detail::check_experts("expert_gate_up", w3.describe(), w3.rows(), w3.cols(), !w3.is_dense(), m.experts,
@@ -59,8 +70,11 @@ template <Element T>
                            w1.owner(), w3.owner())));
   }
   const BasicKernels<T>& k = p.dense;
-  if (k.moe_down_staged_config(d, m.expert_width, m.experts_per_token, batch).grid.x != 0) {
-    // expert_down runs moe_down_staged: in one wave, so that every block passes its wait at once.
+  if (staged) {
+    if (!w1.is_dense() || k.moe_down_staged_config(d, m.expert_width, m.experts_per_token, batch).grid.x == 0) {
+      throw UsageError("expert_gate_up: weights " + w1.describe() + " cannot run staged (staged_experts is false)");
+    }
+    // In one wave, so that every block passes its wait, and lets moe_down_staged launch, at once.
     return ExpertGateUpOp<T>(k.moe_gate_up_staged(k.moe_gate_up_staged_config(m.expert_width, d, distinct), w1.dense(),
                                                   w3.dense(), h, plan, act, m.experts, m.expert_width, d,
                                                   m.experts_per_token, batch));
@@ -85,16 +99,15 @@ using ExpertDownOp = detail::WeightOp<
 
 /// x[b] += the sum over row b's slots s of weights[b][s] * W2_e act[b * top k + s], e the expert of the slot, summed
 /// in fp32 in slot order and rounded once: w2 [experts * d x width] (expert e's rows from e * d). moe_down or
-/// moe_qdown; for one row of dense experts whose rows fit shared memory in one block a multiprocessor
-/// (BasicKernels::moe_down_staged_config), moe_down_staged (the same bits), which reads the plan, the weights and x
-/// before its wait for the kernel before it: record it right after expert_gate_up of the same plan (as moe_block
-/// does), whose kernel lets it launch only once everything before that kernel is complete.
+/// moe_qdown; with `staged` (staged_experts), moe_down_staged (the same bits as moe_down), which reads the plan, the
+/// weights and x before its wait for the kernel before it: record it right after expert_gate_up of the same plan with
+/// `staged` too (as moe_block does), whose kernel lets it launch only once everything before that kernel is complete.
 /// \throws UsageError as expert_gate_up.
 template <Element T>
 [[nodiscard]] ExpertDownOp<T> expert_down(const Projector<T>& p, const Weight<T>& w2, DeviceSpan<const T> act,
                                           DeviceSpan<const int> plan, DeviceSpan<const float> weights,
                                           const ExpertDownScratch& scratch, DeviceSpan<T> x, const MoeShape& m, int d,
-                                          int batch) {
+                                          int batch, bool staged = false) {
   detail::check_experts("expert_down", w2.describe(), w2.rows(), w2.cols(), !w2.is_dense(), m.experts, d,
                         m.expert_width, batch);
   const int distinct = most_distinct_experts(m, batch);
@@ -107,9 +120,12 @@ template <Element T>
         w2.owner()));
   }
   const BasicKernels<T>& k = p.dense;
-  const LaunchConfig staged = k.moe_down_staged_config(d, m.expert_width, m.experts_per_token, batch);
-  if (staged.grid.x != 0) {
-    return ExpertDownOp<T>(k.moe_down_staged(staged, w2.dense(), act, plan, weights, scratch.partial, scratch.counters,
+  if (staged) {
+    const LaunchConfig config = k.moe_down_staged_config(d, m.expert_width, m.experts_per_token, batch);
+    if (config.grid.x == 0) {
+      throw UsageError("expert_down: weights " + w2.describe() + " cannot run staged (staged_experts is false)");
+    }
+    return ExpertDownOp<T>(k.moe_down_staged(config, w2.dense(), act, plan, weights, scratch.partial, scratch.counters,
                                              x, m.experts, m.expert_width, d, m.experts_per_token, batch));
   }
   return ExpertDownOp<T>(k.moe_down(k.moe_down_config(d, m.expert_width, batch, distinct), w2.dense(), act, plan,

@@ -129,9 +129,11 @@ inline constexpr int kMoePrefillTileK = 64;
 inline constexpr int kMoePrefillStages = 3;
 /// Rows of d per block of moe_down_staged (kernels/nn/moe.cu), at most: 128 blocks for d 2048, one a multiprocessor.
 inline constexpr int kMoeStagedRows = 16;
-/// Shared memory moe_down_staged may take per block: Qwen3-30B-A3B's 16 rows of 8 experts 768 wide (217 KB) beside
-/// three blocks of moe_gate_up on a multiprocessor of 228 KB.
+/// Shared memory moe_down_staged may take per block (a multiprocessor of an H100 or H200 has 228 KiB; Qwen3-30B-A3B's
+/// 16 rows of d for 8 experts 768 wide take 216.5 KiB, which fits beside three blocks of moe_gate_up_staged).
 inline constexpr long long kMoeStagedBytes = 224LL << 10;
+/// Blocks of moe_gate_up_staged a multiprocessor holds (its __launch_bounds__(256, 3) in kernels/nn/moe.cu).
+inline constexpr int kMoeGateUpStagedBlocksPerSm = 3;
 /// Rows moe_prefill_route routes per block (kRouteWarps warps).
 inline constexpr int kMoePrefillRouteRows = 8;
 
@@ -379,6 +381,8 @@ struct BasicKernels {
   int multiprocessors = 0;
   /// The shared memory a block may have on the device (after opting in), which some launch shapes follow.
   int shared_memory_optin = 0;
+  /// Whether the device copies into shared memory asynchronously (cp.async: sm_80 and newer).
+  bool async_copies = false;
 
   /// `config` as a decode step launches it: early (programmatic dependent launch, LaunchConfig::early_launch)
   /// unless switched off. Every kernel above calls wait_for_prior_grids() before touching activations, and
@@ -521,7 +525,8 @@ struct BasicKernels {
   /// Launch shape of moe_down_staged for d rows of `width` columns and `top_k` slots of one row: blocks of 256
   /// threads over kMoeStagedRows rows of d each, or fewer where every slot's rows (rows x width of T), the slots' act
   /// in fp32 and their products would not fit kMoeStagedBytes nor the device's shared memory per block. No blocks
-  /// (grid.x 0: run moe_down) for more than one row, or where the blocks would not fit one to a multiprocessor (a
+  /// (grid.x 0: run moe_down) for more than one row, before sm_80 (no cp.async), for rows of 4096 columns or more
+  /// (moe_down sums those over two warps: other bits), or where the blocks would not fit one to a multiprocessor (a
   /// second wave would load its experts' rows only after the first: slower, H200, OLMoE-1B-7B's 1024-wide experts).
   [[nodiscard]] LaunchConfig moe_down_staged_config(int d, int width, int top_k, int batch) const {
     const auto bytes = [&](long long rows) {
@@ -533,17 +538,21 @@ struct BasicKernels {
     while (rows > 0 && bytes(rows) > budget) --rows;
     LaunchConfig none;
     none.grid.x = 0;
-    if (batch != 1 || rows <= 0 || (d + rows - 1) / rows > multiprocessors) return none;
+    if (batch != 1 || !async_copies || width >= 4096 || rows <= 0 || (d + rows - 1) / rows > multiprocessors) {
+      return none;
+    }
     return step_config(
         {{static_cast<unsigned>((d + rows - 1) / rows), 1, 1}, {256, 1, 1}, static_cast<unsigned>(bytes(rows))});
   }
   /// Launch shape of moe_gate_up_staged: moe_config's for one row, with no more blocks than are
-  /// resident at once (3 a multiprocessor), each taking its rows in as many passes as that needs. moe_down_staged
+  /// resident at once (kMoeGateUpStagedBlocksPerSm a multiprocessor), each taking its rows in as many passes as that
+  /// needs. moe_down_staged
   /// launches once every block of moe_gate_up has passed its wait; a second wave of blocks would start, and pass it,
   /// only as the first leaves.
   [[nodiscard]] LaunchConfig moe_gate_up_staged_config(int width, int d, int distinct) const {
     LaunchConfig config = moe_config(width, d, 1, distinct);
-    const auto most = std::max(1U, 3U * static_cast<unsigned>(multiprocessors) / static_cast<unsigned>(distinct));
+    const auto most = std::max(
+        1U, static_cast<unsigned>(kMoeGateUpStagedBlocksPerSm * multiprocessors) / static_cast<unsigned>(distinct));
     const unsigned passes = (config.grid.x + most - 1) / most;
     config.grid.x = (config.grid.x + passes - 1) / passes;
     return config;

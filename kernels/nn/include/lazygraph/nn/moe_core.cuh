@@ -32,9 +32,89 @@ __device__ __forceinline__ bool counts_supported(int experts, int top_k, int bat
 /// the routing weights to the element type) and stored as float: lane 0 writes ids[s] and weights[s], s < top_k.
 /// `q` (experts floats), `chosen` and `chosen_p` (top_k each) are the warp's shared scratch; `chosen` holds the experts
 /// in order afterwards. Traps where a NaN probability leaves no expert to choose.
+/// Experts up to which route_row keeps a lane's probabilities in registers (kRegisterExperts / 32 each) and takes each
+/// round's largest with the warp's integer reductions (sm_80 and newer): the same choice in fewer dependent steps.
+constexpr int kRegisterExperts = 128;
+
+/// route_row for experts <= kRegisterExperts: the same softmax, in the same order, and the same choice. A round's
+/// largest probability is the warp's largest key (the bits of a probability >= 0 order as it does), a tie going to the
+/// lowest expert holding it (each lane offers its own lowest on a tie, as it scans its experts in ascending order).
+template <class T>
+__device__ __forceinline__ void route_row_in_registers(const T* row, int* chosen, float* chosen_p, int* ids,
+                                                       float* weights, int experts, int top_k, int normalize) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  constexpr int kPerLane = kRegisterExperts / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  float p[kPerLane];
+  float m = -__int_as_float(0x7f800000);
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int e = lane + 32 * i;
+    p[i] = e < experts ? lg::to_float(row[e]) : 0.0f;
+    if (e < experts) m = fmaxf(m, p[i]);
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, offset));
+  float sum = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    if (lane + 32 * i < experts) {
+      p[i] = expf(p[i] - m);
+      sum += p[i];
+    }
+  }
+  sum = lg::warp_sum(sum);
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) p[i] = lane + 32 * i < experts ? p[i] / sum : -1.0f;  // -1: never chosen
+  for (int s = 0; s < top_k; ++s) {
+    float best = -1.0f;
+    int best_e = kMaxExperts;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {  // ascending: a tie keeps the lower index
+      if (p[i] > best) {
+        best = p[i];
+        best_e = lane + 32 * i;
+      }
+    }
+    const unsigned key = best >= 0.0f ? __float_as_uint(best) : 0U;  // a lane without a candidate offers 0 and no index
+    const unsigned top = __reduce_max_sync(0xffffffffu, key);
+    const int e = static_cast<int>(__reduce_min_sync(
+        0xffffffffu, key == top ? static_cast<unsigned>(best_e) : static_cast<unsigned>(kMaxExperts)));
+    if (e >= experts) __trap();  // only a NaN probability leaves no expert chosen
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      if (lane + 32 * i == e) p[i] = -1.0f;
+    }
+    if (lane == 0) {
+      chosen[s] = e;
+      chosen_p[s] = __uint_as_float(top);
+    }
+  }
+  __syncwarp();
+  if (lane == 0) {
+    float total = 0.0f;
+    for (int s = 0; s < top_k; ++s) total += chosen_p[s];
+    for (int s = 0; s < top_k; ++s) {
+      const float w = normalize != 0 ? chosen_p[s] / total : chosen_p[s];
+      ids[s] = chosen[s];
+      weights[s] = lg::to_float(lg::from_float<T>(w));
+    }
+  }
+  __syncwarp();
+#else
+  __trap();  // route_row takes the shared-memory path there
+#endif
+}
+
 template <class T>
 __device__ __forceinline__ void route_row(const T* row, float* q, int* chosen, float* chosen_p, int* ids,
                                           float* weights, int experts, int top_k, int normalize) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if (experts <= kRegisterExperts) {
+    route_row_in_registers(row, chosen, chosen_p, ids, weights, experts, top_k, normalize);
+    return;
+  }
+#endif
   const int lane = static_cast<int>(threadIdx.x) % 32;
   // Lane l owns the experts l, l + 32, ...
   float m = -__int_as_float(0x7f800000);
@@ -164,7 +244,7 @@ __device__ __forceinline__ void add_expert_sums(const float* weights, const floa
       float sum = 0.0f;
       for (int s = 0; s < top_k; ++s) {
         const int j = b * top_k + s;
-        sum += weights[j] * __ldcg(partial + static_cast<long long>(j) * d + r);
+        sum = fmaf(weights[j], __ldcg(partial + static_cast<long long>(j) * d + r), sum);  // as moe_down_staged
       }
       T& out = x[static_cast<long long>(b) * d + r];
       out = lg::from_float<T>(lg::to_float(out) + sum);
