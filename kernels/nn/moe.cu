@@ -11,7 +11,8 @@
 //       plan[0] = n, the distinct experts the rows chose; plan[1 + u], u < n, the u-th of them in the order of
 //       their first pair (pair j = b * top_k + s is row b's slot s); plan[1 + kMaxPairs + u * 8 + b], b < batch:
 //       the pair by which row b chose expert u, or -1. Launch: a grid of one block (the block builds the plan from
-//       every row's choice), 32 to 1024 threads, a multiple of 32; warp w routes rows w, w + warps, ...
+//       every row's choice; for one row, its warp writes the plan alone), 32 to 1024 threads, a multiple of 32; warp w
+//       routes rows w, w + warps, ...
 //   moe_gate_up(w1, w3, h, plan, act, experts, width, d, top_k, batch)
 //       w1, w3 [experts][width][d]: the experts' gate_proj and up_proj, stacked. For each distinct expert u of the
 //       plan (e its index) and row b that chose it by pair j: act[j][i] = silu(w1[e][i] . h[b]) * (w3[e][i] . h[b]),
