@@ -10,7 +10,10 @@ fraction --skip of the steps (default 0.25) is left out as warm-up. Prints, as M
   kernel and the next step's first (host work between graph replays, copies, launches), medians;
 - the kernels that run between steps;
 - per kernel name: launches per step, mean time, and the mean gap between the end of the kernel before it and its
-  start (negative when it started early: programmatic dependent launch), with their products per step.
+  start (negative when it started early: programmatic dependent launch), with their products per step;
+- with --positions, the kernels of the steps whose sequence of names is the most common one, in order: each one's
+  blocks, median time, median gap and the median time from the end of the kernel before it to its own end (what it
+  adds to the step).
 Exit status 0, or 2 with a message when the trace has no such step.
 """
 import argparse
@@ -66,6 +69,7 @@ def main():
     parser.add_argument("--last", required=True, help="the name a step's last kernel starts with")
     parser.add_argument("--blocks", type=int, help="only steps whose last kernel has this many blocks")
     parser.add_argument("--skip", type=float, default=0.25, help="fraction of the steps left out first")
+    parser.add_argument("--positions", action="store_true", help="also each kernel of the most common step, in order")
     a = parser.parse_args()
     kernels = read(a.trace)
     steps = steps_of(kernels, a.first, a.last, a.blocks)
@@ -112,7 +116,28 @@ def main():
         total += product
         total_gap += per_step * gap
     print(f"| all | | | | {total:.1f} | {total_gap:.1f} |")
+    if a.positions:
+        print_positions(kernels, steps)
     return 0
+
+
+def print_positions(kernels, steps):
+    """The kernels of the steps with the most common sequence of names, position by position (medians)."""
+    by_names = {}
+    for i, j in steps:
+        by_names.setdefault(tuple(kernels[m][3] for m in range(i, j + 1)), []).append(i)
+    names, starts = max(by_names.items(), key=lambda item: len(item[1]))
+    print(f"\n{len(starts)} of {len(steps)} steps have the most common sequence of {len(names)} kernels")
+    print("\n| # | kernel | blocks | us | gap before us | adds us |\n|---|---|---|---|---|---|")
+    total = 0.0
+    for p, name in enumerate(names):
+        own = [(kernels[i + p][1] - kernels[i + p][0]) / 1000 for i in starts]
+        gap = [(kernels[i + p][0] - kernels[i + p - 1][1]) / 1000 for i in starts] if p else [0.0]
+        adds = [(kernels[i + p][1] - kernels[i + p - 1][1]) / 1000 for i in starts] if p else own
+        total += statistics.median(adds)
+        print(f"| {p} | {name} | {kernels[starts[0] + p][2]} | {statistics.median(own):.2f} | "
+              f"{statistics.median(gap):.2f} | {statistics.median(adds):.2f} |")
+    print(f"| | all | | | | {total:.1f} |")
 
 
 if __name__ == "__main__":

@@ -35,20 +35,23 @@
 //       lane has four rows' loads in flight (nn::BasicKernels::moe_down_config sizes the grid for d/4 rows then); any
 //       grid.x up to d is correct either way.
 //
-//   moe_gate_up_staged(w1, w3, h, plan, act, experts, width, d, top_k, batch)
-//       moe_gate_up's one-vector variant under a name of its own, run before moe_down_staged: the host asks the driver
-//       to keep the multiprocessors it runs on split for shared memory (nn::BasicKernels), so that moe_down_staged's
-//       large blocks can become resident beside its blocks; moe_gate_up itself keeps the driver's split (more L1).
-//   moe_down_staged(w2, act, plan, weights, partial, counters, x, experts, width, d, top_k, batch)
-//       moe_down's sum for one row (batch 1), the same bits, without partial and counters (untouched): a block owns
-//       rows r0 .. r0 + rows of d (rows = ceil(d / grid.x), at most its threads) for every slot, copies each slot's
-//       expert's rows (one contiguous piece of w2) into shared memory with cp.async, multiplies them by the slots' act
-//       and adds the slots in order into its rows of x. Those copies, the plan, the slot weights and x are read before
-//       the kernel's wait: launch it right after moe_gate_up(_staged) of the same plan, which lets the kernel after it
-//       launch only once its own wait has returned (moe_route, and everything before it, complete), or without early
-//       launch. Then the experts' rows stream in while moe_gate_up still runs. Launch: 256 threads a block (a warp
-//       takes two rows and four slots at a time), dynamic shared memory of at least top_k * (rows * width * sizeof(T) +
-//       width * 4 + rows * 4) bytes (the stages, act in fp32, the products; nn::BasicKernels::moe_down_staged_config).
+//   moe_gate_up_staged(w1, w3, h, logits, ids, weights, plan, act, experts, width, d, top_k, normalize)
+//       One row's (batch 1) moe_route and moe_gate_up in one kernel, with their bits: each block routes the row from
+//       the router's logits itself (its first warp, into shared memory; experts at most 128, route_row's register
+//       path), then runs its slots' experts as moe_gate_up's one-vector variant; block (0, 0) also writes ids, weights
+//       and the plan as moe_route would. It waits for the kernel before it (the router's gemv) before it lets the
+//       next one launch, for moe_down_staged, and its multiprocessors are kept split for shared memory (the host asks
+//       the driver: nn::BasicKernels), so that moe_down_staged's large blocks can become resident beside its blocks.
+//   moe_down_staged(w2, act, logits, x, experts, width, d, top_k, normalize)
+//       moe_down's sum for one row, the same bits, with no partial sums in memory and no counters: a block routes the
+//       row from the logits as moe_gate_up_staged does (the same experts and weights), owns rows r0 .. r0 + rows of d
+//       (rows = ceil(d / grid.x), at most its threads) for every slot, copies each slot's expert's rows (one
+//       contiguous piece of w2) into shared memory with cp.async, multiplies them by the slots' act and adds the
+//       slots in order into its rows of x. The route, those copies and x are read before the kernel's wait: launch it
+//       right after moe_gate_up_staged of the same logits, or without early launch. Then the experts' rows stream in
+//       while moe_gate_up_staged still runs. Launch: 256 threads a block (a warp takes two rows and four slots at a
+//       time), dynamic shared memory of at least top_k * (rows * width * sizeof(T) + width * 4 + rows * 4) bytes
+//       (the stages, act in fp32, the products; nn::BasicKernels::moe_down_staged_config).
 //
 // moe_gate_up and moe_down come in the gemv family's variants (NAME, NAME_b2, NAME_b4, NAME_b8: the fp32 row loop
 // for up to 1, 2, 4, 8 rows; NAME_mma: the tensor-core loop for 1 to 8; nn::BatchedKernel picks). Each vector's
@@ -62,10 +65,11 @@
 // width multiples of 8; w1, w2, w3, h, act 16-byte aligned; batch 1 to 8 (and at most the variant's); experts 1 to
 // kMaxExperts; top_k 1 to kMaxTopK and at most experts; a plan as moe_route writes it for the same experts, top_k and
 // batch (its experts in [0, experts), its pairs in [-1, batch * top_k)); moe_down's grid.x at most d. x, act, partial,
-// counters, ids, weights and plan must not alias the weights, logits or h. Early launch: moe_route and moe_down let the
-// next kernel launch early at once and then wait for the kernel before them; moe_gate_up waits first (for
-// moe_down_staged, above). The weight rows of moe_gate_up and moe_down depend on the plan, so unlike gemv's they cannot
-// prefetch before that wait; from it on, the row loop keeps 8 independent 16-byte weight loads in flight per lane.
+// counters, ids, weights and plan must not alias the weights, logits or h. Early launch: moe_route, moe_gate_up and
+// moe_down let the next kernel launch early at once and then wait for the kernel before them; moe_gate_up_staged waits
+// first (for moe_down_staged, above). The weight rows of the expert kernels depend on the route, so unlike gemv's they
+// cannot prefetch before that wait (moe_down_staged excepted); from it on, the row loop keeps 8 independent 16-byte
+// weight loads in flight per lane.
 #include "lazygraph/async_copy.cuh"
 #include "lazygraph/element.cuh"
 #include "lazygraph/kernel_common.cuh"
@@ -168,10 +172,7 @@ template <int B, class T>
 __device__ __forceinline__ void moe_gate_up_body(const T* w1, const T* w3, const T* h, const int* plan, T* act,
                                                  int experts, int width, int d, int top_k, int batch) {
   __shared__ int pair_of[kMaxBatch];
-  // The kernel after this one may launch only once moe_route, the kernel before, is complete: moe_down_staged reads
-  // the plan before its own wait. Nothing is lost here, since the weights' rows depend on the plan.
-  lg::wait_for_prior_grids();
-  lg::allow_dependent_launch();
+  lg::early_launch_prologue();
   if (!counts_supported(experts, top_k, batch) || batch > max_batch(B) || width <= 0 || width % 8 != 0 || d <= 0 ||
       d % 8 != 0 || !lg::is_aligned16(w1) || !lg::is_aligned16(w3) || !lg::is_aligned16(h) || !lg::is_aligned16(act)) {
     __trap();
@@ -186,6 +187,58 @@ __device__ __forceinline__ void moe_gate_up_body(const T* w1, const T* w3, const
     });
     __syncthreads();  // pair_of is read before the next expert's
   }
+}
+
+/// One row's route as moe_route gives it (route_row), taken by the block's first warp into shared memory: chosen[s]
+/// the expert of slot s, weight[s] its weight. With `publish`, that warp also writes ids, weights and the plan as
+/// moe_route does for one row. Every thread of the block calls it; synchronises the block.
+template <class T>
+__device__ __forceinline__ void route_in_block(const T* logits, int* ids, float* weights, int* plan, int experts,
+                                               int top_k, int normalize, bool publish, int* chosen, float* weight) {
+  __shared__ float chosen_p[kMaxTopK];
+  const bool first_warp = threadIdx.y == 0 && threadIdx.z == 0 && threadIdx.x < 32;
+  if (first_warp) {
+    route_row_in_registers(logits, chosen, chosen_p, chosen, weight, experts, top_k, normalize);
+    if (publish) {
+      for (int s = static_cast<int>(threadIdx.x); s < top_k; s += 32) {
+        ids[s] = chosen[s];
+        weights[s] = weight[s];
+        plan[kPlanDistinct + s] = chosen[s];
+        plan[kPlanPairs + s * kMaxBatch] = s;
+      }
+      if (threadIdx.x == 0) plan[0] = top_k;
+    }
+  }
+  __syncthreads();
+}
+
+template <class T>
+__device__ __forceinline__ void moe_gate_up_staged_body(const T* w1, const T* w3, const T* h, const T* logits, int* ids,
+                                                        float* weights, int* plan, T* act, int experts, int width,
+                                                        int d, int top_k, int normalize) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800  // (before sm_80, without cp.async, the pair only traps)
+  __shared__ int chosen[kMaxTopK];
+  __shared__ float weight[kMaxTopK];
+  // The kernel after this one may launch only once the router's gemv, the kernel before, is complete: moe_down_staged
+  // routes from its logits before its own wait. Nothing is lost here, since the weights' rows depend on the route.
+  lg::wait_for_prior_grids();
+  lg::allow_dependent_launch();
+  if (!counts_supported(experts, top_k, 1) || experts > kRegisterExperts || width <= 0 || width % 8 != 0 || d <= 0 ||
+      d % 8 != 0 || !lg::is_aligned16(w1) || !lg::is_aligned16(w3) || !lg::is_aligned16(h) || !lg::is_aligned16(act)) {
+    __trap();
+  }
+  route_in_block(logits, ids, weights, plan, experts, top_k, normalize, blockIdx.x == 0 && blockIdx.y == 0, chosen,
+                 weight);
+  for (int u = static_cast<int>(blockIdx.y); u < top_k; u += static_cast<int>(gridDim.y)) {  // uniform over the block
+    const long long e = chosen[u];
+    const Matrices<2, T> w{{w1 + e * width * d, w3 + e * width * d}, d};
+    expert_rows<1>(w, PlainX<T>{h, d}, width, d, 1, [&](int row, int /*b*/, const float* v) {
+      act[static_cast<long long>(u) * width + row] = lg::from_float<T>(silu(v[0]) * v[1]);
+    });
+  }
+#else
+  __trap();
+#endif
 }
 
 /// Rows of d per block column of an expert kernel's grid (grid.x): what gemv_rows (a group's row per pass, blockDim.z
@@ -255,16 +308,15 @@ constexpr int kStagedRows = 2;
 constexpr int kStagedSlots = 4;
 
 template <class T>
-__device__ __forceinline__ void moe_down_staged_body(const T* w2, const T* act, const int* plan, const float* weights,
-                                                     float* /*partial*/, unsigned* /*counters*/, T* x, int experts,
-                                                     int width, int d, int top_k, int batch) {
+__device__ __forceinline__ void moe_down_staged_body(const T* w2, const T* act, const T* logits, T* x, int experts,
+                                                     int width, int d, int top_k, int normalize) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800  // (before sm_80, without cp.async, the kernel only traps)
   extern __shared__ __align__(16) unsigned char staged[];
   __shared__ int expert_of[kMaxTopK];
   __shared__ float slot_weight[kMaxTopK];
-  if (!counts_supported(experts, top_k, batch) || batch != 1 || width <= 0 || width % 8 != 0 || d <= 0 || d % 8 != 0 ||
-      static_cast<int>(gridDim.x) > d || gridDim.y != 1 || gridDim.z != 1 || blockDim.x % 32 != 0 || blockDim.y != 1 ||
-      blockDim.z != 1 || !lg::is_aligned16(w2) || !lg::is_aligned16(act)) {
+  if (!counts_supported(experts, top_k, 1) || experts > kRegisterExperts || width <= 0 || width % 8 != 0 || d <= 0 ||
+      d % 8 != 0 || static_cast<int>(gridDim.x) > d || gridDim.y != 1 || gridDim.z != 1 || blockDim.x % 32 != 0 ||
+      blockDim.y != 1 || blockDim.z != 1 || !lg::is_aligned16(w2) || !lg::is_aligned16(act)) {
     __trap();
   }
   const int tid = static_cast<int>(threadIdx.x);
@@ -282,18 +334,12 @@ __device__ __forceinline__ void moe_down_staged_body(const T* w2, const T* act, 
   float* const part = act_f + static_cast<long long>(top_k) * width;
   if (reinterpret_cast<unsigned char*>(part + top_k * rows) - staged > static_cast<long long>(shared_bytes)) __trap();
 
-  // The plan, before the wait: moe_route wrote it two kernels back, and moe_gate_up lets this kernel launch only
-  // after its own wait, so moe_route is complete and its writes are in L2 (PTX promises visibility through
-  // griddepcontrol.wait for the grid just before only; a grid's writes reach L2 when it completes). Read past L1,
-  // which may hold an earlier step's plan. One row's top_k experts are distinct, planned in slot order.
-  if (__ldcg(plan) != top_k) __trap();
-  for (int s = tid; s < top_k; s += threads) {
-    const int e = __ldcg(plan + kPlanDistinct + s);
-    if (e < 0 || e >= experts || __ldcg(plan + kPlanPairs + s * kMaxBatch) != s) __trap();
-    expert_of[s] = e;
-  }
-  __syncthreads();
-  // Slot s's rows r0 .. r0 + my_rows of W2 are one contiguous piece: all of them in flight at once.
+  // The route, before the wait, from the logits the router's gemv wrote two kernels back: moe_gate_up_staged lets
+  // this kernel launch only after its own wait, so that gemv is complete and its writes are in L2 (PTX promises
+  // visibility through griddepcontrol.wait for the grid just before only; a grid's writes reach L2 when it
+  // completes); route_row reads them past L1. The same route, so the same experts and weights, as every block of
+  // moe_gate_up_staged takes. One row's top_k experts are distinct.
+  route_in_block(logits, nullptr, nullptr, nullptr, experts, top_k, normalize, false, expert_of, slot_weight);
   const int row_chunks = my_rows * width / 8;
   for (int s = 0; s < top_k; ++s) {
     const T* from = w2 + (static_cast<long long>(expert_of[s]) * d + r0) * width;
@@ -301,9 +347,7 @@ __device__ __forceinline__ void moe_down_staged_body(const T* w2, const T* act, 
     for (int c = tid; c < row_chunks; c += threads) lg::copy16_async(to + 8LL * c, from + 8LL * c, true);
   }
   lg::commit_async();
-  // The slot weights (moe_route's) and x (written before moe_route, if at all) are complete too: a thread per row of d
-  // takes them now, past L1 as the plan.
-  if (tid < top_k) slot_weight[tid] = __ldcg(weights + tid);
+  // x (written before the router's gemv, if at all) is complete too: a thread per row of d takes it now, past L1.
   const float x_before =
       tid < my_rows ? lg::to_float(T{__ldcg(reinterpret_cast<const unsigned short*>(x + r0 + tid))}) : 0.0f;
   lg::allow_dependent_launch();
@@ -398,11 +442,11 @@ moe_route[T] = moe_route_body<T>(const T* logits, int* ids, float* weights, int*
     int normalize, int batch)
 moe_gate_up[T][B] = moe_gate_up_body<B>(const T* w1, const T* w3, const T* h, const int* plan, T* act, int experts,
     int width, int d, int top_k, int batch)
-moe_gate_up_staged[T] __launch_bounds__(256, 3) = moe_gate_up_body<1>(const T* w1, const T* w3, const T* h,
-    const int* plan, T* act, int experts, int width, int d, int top_k, int batch)
-moe_down_staged[T] __launch_bounds__(256, 3) = moe_down_staged_body(const T* w2, const T* act, const int* plan,
-    const float* weights, float* partial, unsigned* counters, T* x, int experts, int width, int d, int top_k,
-    int batch)
+moe_gate_up_staged[T] __launch_bounds__(256, 3) = moe_gate_up_staged_body(const T* w1, const T* w3, const T* h,
+    const T* logits, int* ids, float* weights, int* plan, T* act, int experts, int width, int d, int top_k,
+    int normalize)
+moe_down_staged[T] __launch_bounds__(256, 3) = moe_down_staged_body(const T* w2, const T* act, const T* logits, T* x,
+    int experts, int width, int d, int top_k, int normalize)
 moe_down[T][B] = moe_down_body<B>(const T* w2, const T* act, const int* plan, const float* weights, float* partial,
     unsigned* counters, T* x, int experts, int width, int d, int top_k, int batch)
 */

@@ -56,6 +56,13 @@ def main():
         # --blocks keeps the steps whose last kernel has that many blocks; --skip leaves out the first ones.
         r = run(path, "--first", "embedding", "--last", "sample", "--blocks", "64", "--skip", "0.5")
         check("2 steps of 3 kernels" in r.stdout, f"--blocks 64 --skip 0.5: two of the four steps: {r.stdout}")
+        # --positions: each kernel of the step in order; "adds" is from the end of the kernel before to its own end.
+        r = run(path, "--first", "embedding", "--last", "sample", "--skip", "0", "--positions")
+        check("5 of 5 steps have the most common sequence of 3 kernels" in r.stdout, "--positions: the sequence")
+        check("| 0 | embedding | 128 | 10.00 | 0.00 | 10.00 |" in r.stdout, "--positions: the first kernel")
+        check("| 1 | ns::gemm | 512 | 20.00 | 1.00 | 21.00 |" in r.stdout, "--positions: 1 us gap and 20 us")
+        check("| 2 | sample | 64 | 5.00 | -2.00 | 3.00 |" in r.stdout, "--positions: an early start adds less")
+        check("| | all | | | | 34.0 |" in r.stdout, "--positions: the step's span")
         r = run(path, "--first", "prefill", "--last", "sample")
         check(r.returncode == 2 and "no step from 'prefill' to 'sample'" in r.stderr, "no matching step: exit 2")
     for f in failures:

@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <concepts>
 #include <cstdint>
@@ -266,40 +267,93 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE_TEMPLATE(
-      "one row of dense experts runs staged where staged_experts says so, and staged is refused elsewhere", T, half,
-      bfloat16) {
+      "routed_experts routes one row of dense experts and computes what moe_route and the expert kernels do, where "
+      "staged_experts says so, and is refused elsewhere",
+      T, half, bfloat16) {
     Stream& s = lgtest::stream();
     const BasicKernels<T> k(lgtest::nn_kernels());
     const BasicQuantizedKernels<T> q(lgtest::nn_kernels());
     const Projector<T> p{k, &q};
-    const MoeShape m{8, 2, 128, true};
+    const MoeShape m{64, 8, 128, true};
     const int d = 256;
-    const auto dense = [&](int rows, int cols, const char* name) {
-      return Weight<T>(lgtest::to_device(s, rounded<T>(uniform(static_cast<std::size_t>(rows) * cols, 0.05F, 7U))),
+    const auto dense = [&](int rows, int cols, const char* name, std::uint32_t seed) {
+      return Weight<T>(lgtest::to_device(s, rounded<T>(uniform(static_cast<std::size_t>(rows) * cols, 0.1F, seed))),
                        rows, cols, name);
     };
-    const Weight<T> w1 = dense(m.experts * m.expert_width, d, "experts.*.gate_proj");
-    const Weight<T> w3 = dense(m.experts * m.expert_width, d, "experts.*.up_proj");
-    const Weight<T> w2 = dense(m.experts * d, m.expert_width, "experts.*.down_proj");
+    const Weight<T> w1 = dense(m.experts * m.expert_width, d, "experts.*.gate_proj", 7U);
+    const Weight<T> w3 = dense(m.experts * m.expert_width, d, "experts.*.up_proj", 8U);
+    const Weight<T> w2 = dense(m.experts * d, m.expert_width, "experts.*.down_proj", 9U);
     const QuantizedFormat int8{WeightFormat::int8_channel, 0, false, scale_type_of<T>};
     const QuantizedWeight qw2 = stacked(int8, "experts.*.down_proj", m.experts, d, m.expert_width, 9U);
     const Weight<T> quantized_w2(DeviceQuantizedWeight<T>(s, qw2));
-    const bool fits = k.moe_down_staged_config(d, m.expert_width, m.experts_per_token, 1).grid.x != 0;
+    const bool fits = k.moe_down_staged_config(d, m.expert_width, m.experts, m.experts_per_token, 1).grid.x != 0;
     CHECK(staged_experts(p, w1, w3, w2, m, d, 1) == fits);
     CHECK_FALSE(staged_experts(p, w1, w3, w2, m, d, 2));
     CHECK_FALSE(staged_experts(p, w1, w3, quantized_w2, m, d, 1));
 
-    auto plan = lgtest::to_device(s, std::vector<int>(kMoePlanInts, 0));
-    auto h = lgtest::to_device(s, std::vector<T>(2 * static_cast<std::size_t>(d)));
-    auto act = lgtest::to_device(s, std::vector<T>(4 * static_cast<std::size_t>(m.expert_width)));
-    auto weights = lgtest::to_device(s, std::vector<float>(4));
-    auto partial = lgtest::to_device(s, std::vector<float>(4 * static_cast<std::size_t>(d)));
+    // Fresh random logits, h and x; both ways in a graph of their own from the same inputs.
+    const auto logits = lgtest::to_device(s, rounded<T>(uniform(static_cast<std::size_t>(m.experts), 2.0F, 11U)));
+    const auto h = lgtest::to_device(s, rounded<T>(uniform(static_cast<std::size_t>(d), 1.0F, 12U)));
+    const std::vector<T> x0 = rounded<T>(uniform(static_cast<std::size_t>(d), 1.0F, 13U));
+    const auto top_k = static_cast<std::size_t>(m.experts_per_token);
+    struct Out {
+      DeviceBuffer<int> ids;
+      DeviceBuffer<float> weights;
+      DeviceBuffer<int> plan;
+      DeviceBuffer<T> act;
+      DeviceBuffer<T> x;
+    };
+    const auto fresh = [&] {
+      return Out{lgtest::to_device(s, std::vector<int>(top_k, -7)),
+                 lgtest::to_device(s, std::vector<float>(top_k, std::nanf(""))),
+                 lgtest::to_device(s, std::vector<int>(kMoePlanInts, -7)),
+                 lgtest::to_device(s, std::vector<T>(top_k * static_cast<std::size_t>(m.expert_width))),
+                 lgtest::to_device(s, x0)};
+    };
+    Out plain = fresh();
+    auto partial = lgtest::to_device(s, std::vector<float>(top_k * static_cast<std::size_t>(d)));
     auto counters = lgtest::to_device(s, std::vector<unsigned>(static_cast<std::size_t>(d)));
-    auto x = lgtest::to_device(s, std::vector<T>(2 * static_cast<std::size_t>(d)));
-    CHECK_THROWS_WITH_AS((void)expert_gate_up(p, w1, w3, h.cview(), plan.cview(), act.view(), m, d, 2, true),
-                         doctest::Contains("staged"), UsageError);
-    CHECK_THROWS_WITH_AS((void)expert_down(p, w2, act.cview(), plan.cview(), weights.cview(),
-                                           {partial.view(), counters.view()}, x.view(), m, d, 2, true),
+    k.moe_route.launch(s, k.step_config({{1, 1, 1}, {256, 1, 1}, 0}), logits.cview(), plain.ids.view(),
+                       plain.weights.view(), plain.plan.view(), m.experts, m.experts_per_token, 1, 1);
+    (expert_gate_up(p, w1, w3, h.cview(), plain.plan.cview(), plain.act.view(), m, d, 1) >>
+     expert_down(p, w2, plain.act.cview(), plain.plan.cview(), plain.weights.cview(), {partial.view(), counters.view()},
+                 plain.x.view(), m, d, 1))
+        .sync_on(s);
+    if (fits) {
+      // In a captured graph (its kernels launched early), as a step records it.
+      Out routed = fresh();
+      CudaGraph<> graph = CudaGraph<>::capture(
+          s, routed_experts(p, w1, w3, w2, logits.cview(), h.cview(),
+                            RoutedExpertsIo<T>{routed.ids.view(), routed.weights.view(), routed.plan.view(),
+                                               routed.act.view(), routed.x.view()},
+                            m, d));
+      graph.launch();
+      CHECK(lgtest::to_host(s, routed.ids.cview()) == lgtest::to_host(s, plain.ids.cview()));
+      CHECK(lgtest::to_host(s, routed.plan.cview()) == lgtest::to_host(s, plain.plan.cview()));
+      const auto bits = [](const std::vector<float>& v) {
+        std::vector<std::uint32_t> b;
+        for (const float f : v) b.push_back(std::bit_cast<std::uint32_t>(f));
+        return b;
+      };
+      CHECK(bits(lgtest::to_host(s, routed.weights.cview())) == bits(lgtest::to_host(s, plain.weights.cview())));
+      const auto same = [](const std::vector<T>& a, const std::vector<T>& b) {
+        return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](T u, T v) { return u.bits == v.bits; });
+      };
+      CHECK(same(lgtest::to_host(s, routed.act.cview()), lgtest::to_host(s, plain.act.cview())));
+      CHECK(same(lgtest::to_host(s, routed.x.cview()), lgtest::to_host(s, plain.x.cview())));
+    } else {
+      MESSAGE("routed_experts does not run this shape on this GPU: only the refusal is checked");
+    }
+    const RoutedExpertsIo<T> io{plain.ids.view(), plain.weights.view(), plain.plan.view(), plain.act.view(),
+                                plain.x.view()};
+    CHECK_THROWS_WITH_AS((void)routed_experts(p, w1, w3, quantized_w2, logits.cview(), h.cview(), io, m, d),
                          doctest::Contains("down_proj"), UsageError);
+    const MoeShape many{256, 8, 128, true};
+    const Weight<T> many_w1 = dense(many.experts * many.expert_width, d, "experts.*.gate_proj", 7U);
+    const Weight<T> many_w3 = dense(many.experts * many.expert_width, d, "experts.*.up_proj", 8U);
+    const Weight<T> many_w2 = dense(many.experts * d, many.expert_width, "experts.*.down_proj", 9U);
+    CHECK_FALSE(staged_experts(p, many_w1, many_w3, many_w2, many, d, 1));
+    CHECK_THROWS_WITH_AS((void)routed_experts(p, many_w1, many_w3, many_w2, logits.cview(), h.cview(), io, many, d),
+                         doctest::Contains("cannot run staged"), UsageError);
   }
 }

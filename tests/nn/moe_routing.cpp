@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <concepts>
 #include <cstdint>
@@ -267,8 +268,8 @@ struct ExpertLaunch {
   unsigned groups_r = 1;
   unsigned gx = 0;
   unsigned gy = 0;
-  /// One row: moe_gate_up_staged, then moe_down_staged over `staged_rows` rows of d
-  /// per block (0: moe_down_staged_config's) instead of moe_down.
+  /// One row: moe_gate_up_staged (routing the row itself), then moe_down_staged over `staged_rows` rows of d per
+  /// block (0: moe_down_staged_config's), instead of moe_route, moe_gate_up and moe_down.
   bool staged = false;
   int staged_rows = 0;
 };
@@ -276,6 +277,8 @@ struct ExpertLaunch {
 /// What a layer's experts gave: the route's weights, act, the new x, and moe_down's counters after it.
 template <class T>
 struct ExpertsOut {
+  std::vector<int> ids;
+  std::vector<int> plan;
   std::vector<float> weights;
   std::vector<T> act;
   std::vector<T> x;
@@ -283,14 +286,16 @@ struct ExpertsOut {
   std::vector<float> partial;  ///< moe_down's fp32 products (moe_down_staged leaves the poison)
 };
 
-/// Routes logits choosing `ids` ([batch][top_k]), then runs moe_gate_up and moe_down on residual `x`.
+/// Routes logits choosing `ids` ([batch][top_k]), or `router` ([batch][experts]) where given (the ids are then what
+/// it chooses), then runs moe_gate_up and moe_down on residual `x`.
 template <class T>
 ExpertsOut<T> run_experts(const Experts<T>& m, const std::vector<int>& ids, int top_k, const std::vector<T>& x,
-                          const ExpertLaunch& how) {
+                          const ExpertLaunch& how, const std::vector<T>& router = {}) {
   Stream& s = lgtest::stream();
   const BasicKernels<T> k(lgtest::nn_kernels(), KernelOptions{.tensor_cores = how.tensor_cores});
-  const Routes r = route(k, logits_choosing<T>(ids, m.experts, top_k), m.experts, top_k, true, m.batch, 256);
-  REQUIRE(lgtest::to_host(s, r.ids.cview()) == ids);
+  const std::vector<T> logits = router.empty() ? logits_choosing<T>(ids, m.experts, top_k) : router;
+  const Routes r = route(k, logits, m.experts, top_k, true, m.batch, 256);
+  if (router.empty()) REQUIRE(lgtest::to_host(s, r.ids.cview()) == ids);
   const auto pairs = static_cast<std::size_t>(m.batch) * static_cast<std::size_t>(top_k);
   auto act = lgtest::to_device(s, std::vector<T>(pairs * static_cast<std::size_t>(m.width), moe_poison<T>()));
   auto partial = lgtest::to_device(s, std::vector<float>(pairs * static_cast<std::size_t>(m.d), std::nanf("")));
@@ -306,9 +311,16 @@ ExpertsOut<T> run_experts(const Experts<T>& m, const std::vector<int>& ids, int 
   const int variant = how.tensor_cores ? 2 : m.batch;
   if (how.staged) {
     REQUIRE(m.batch == 1);
+    // Routed by the two kernels themselves, into buffers of their own, poisoned as route()'s.
+    const auto dlogits = lgtest::to_device(s, logits);
+    const auto n = static_cast<std::size_t>(top_k);
+    auto staged_ids = lgtest::to_device(s, std::vector<int>(n, -7));
+    auto staged_weights = lgtest::to_device(s, std::vector<float>(n, std::nanf("")));
+    auto staged_plan = lgtest::to_device(s, std::vector<int>(kMoePlanInts, -7));
     k.moe_gate_up_staged.launch(s, k.moe_gate_up_staged_config(m.width, m.d, distinct), m.dw1.cview(), m.dw3.cview(),
-                                m.dh.cview(), r.plan.cview(), act.view(), m.experts, m.width, m.d, top_k, 1);
-    LaunchConfig down = k.moe_down_staged_config(m.d, m.width, top_k, 1);
+                                m.dh.cview(), dlogits.cview(), staged_ids.view(), staged_weights.view(),
+                                staged_plan.view(), act.view(), m.experts, m.width, m.d, top_k, 1);
+    LaunchConfig down = k.moe_down_staged_config(m.d, m.width, m.experts, top_k, 1);
     if (how.staged_rows > 0) {
       const int rows = how.staged_rows;
       down.grid = {static_cast<unsigned>((m.d + rows - 1) / rows), 1, 1};
@@ -318,10 +330,15 @@ ExpertsOut<T> run_experts(const Experts<T>& m, const std::vector<int>& ids, int 
     }
     REQUIRE(down.grid.x != 0);
     REQUIRE(static_cast<int>(down.shared_bytes) <= k.shared_memory_optin - 1024);
-    k.moe_down_staged.launch(s, down, m.dw2.cview(), act.cview(), r.plan.cview(), r.weights.cview(), partial.view(),
-                             counters.view(), dxs.view(), m.experts, m.width, m.d, top_k, 1);
-    return {lgtest::to_host(s, r.weights.cview()), lgtest::to_host(s, act.cview()), lgtest::to_host(s, dxs.cview()),
-            lgtest::to_host(s, counters.cview()), lgtest::to_host(s, partial.cview())};
+    k.moe_down_staged.launch(s, down, m.dw2.cview(), act.cview(), dlogits.cview(), dxs.view(), m.experts, m.width, m.d,
+                             top_k, 1);
+    return {lgtest::to_host(s, staged_ids.cview()),
+            lgtest::to_host(s, staged_plan.cview()),
+            lgtest::to_host(s, staged_weights.cview()),
+            lgtest::to_host(s, act.cview()),
+            lgtest::to_host(s, dxs.cview()),
+            lgtest::to_host(s, counters.cview()),
+            lgtest::to_host(s, partial.cview())};
   }
   k.moe_gate_up.variant(variant).launch(s, config(m.width, m.d), m.dw1.cview(), m.dw3.cview(), m.dh.cview(),
                                         r.plan.cview(), act.view(), m.experts, m.width, m.d, top_k, m.batch);
@@ -331,8 +348,9 @@ ExpertsOut<T> run_experts(const Experts<T>& m, const std::vector<int>& ids, int 
   k.moe_down.variant(variant).launch(s, down, m.dw2.cview(), act.cview(), r.plan.cview(), r.weights.cview(),
                                      partial.view(), counters.view(), dxs.view(), m.experts, m.width, m.d, top_k,
                                      m.batch);
-  return {lgtest::to_host(s, r.weights.cview()), lgtest::to_host(s, act.cview()), lgtest::to_host(s, dxs.cview()),
-          lgtest::to_host(s, counters.cview()), lgtest::to_host(s, partial.cview())};
+  return {lgtest::to_host(s, r.ids.cview()),  lgtest::to_host(s, r.plan.cview()), lgtest::to_host(s, r.weights.cview()),
+          lgtest::to_host(s, act.cview()),    lgtest::to_host(s, dxs.cview()),    lgtest::to_host(s, counters.cview()),
+          lgtest::to_host(s, partial.cview())};
 }
 
 }  // namespace
@@ -482,53 +500,71 @@ TEST_SUITE("gpu") {
     }
   }
 
-  TEST_CASE_TEMPLATE("moe_down_staged gives one row the bits moe_down gives it, however many rows of d a block owns", T,
-                     half, bfloat16) {
+  TEST_CASE_TEMPLATE(
+      "moe_gate_up_staged and moe_down_staged route one row and give it moe_route's, moe_gate_up's and moe_down's "
+      "bits, "
+      "however many rows of d a block owns",
+      T, half, bfloat16) {
     struct Shape {
       int experts, width, d, top_k;
       std::vector<int> ids;
     };
     // Qwen3-30B-A3B's expert width and d with 8 of its experts; rows of d that blocks share unevenly (1032 = 7 * 147
-    // + 3); few slots; one slot.
-    for (const Shape& shape :
-         {Shape{8, 768, 2048, 8, {5, 0, 7, 3, 1, 6, 2, 4}}, Shape{16, 96, 1032, 4, {15, 0, 8, 2}},
-          Shape{12, 136, 520, 6, {11, 4, 0, 9, 2, 7}}, Shape{8, 200, 512, 2, {3, 5}}, Shape{4, 64, 128, 1, {2}}}) {
+    // + 3); few slots; one slot; Qwen3-30B-A3B's 128 experts and 8 slots (four probabilities a lane when routing).
+    for (const Shape& shape : {Shape{8, 768, 2048, 8, {5, 0, 7, 3, 1, 6, 2, 4}}, Shape{16, 96, 1032, 4, {15, 0, 8, 2}},
+                               Shape{12, 136, 520, 6, {11, 4, 0, 9, 2, 7}}, Shape{8, 200, 512, 2, {3, 5}},
+                               Shape{4, 64, 128, 1, {2}}, Shape{128, 64, 256, 8, {127, 0, 64, 31, 32, 95, 96, 63}}}) {
+      CAPTURE(shape.experts);
       CAPTURE(shape.width);
       CAPTURE(shape.d);
       const Experts<T> m(shape.experts, shape.width, shape.d, 1, 300U + static_cast<unsigned>(shape.width));
       const std::vector<T> x = uniform<T>(static_cast<std::size_t>(shape.d), 1.0F, 19U);
-      const ExpertsOut<T> plain = run_experts(m, shape.ids, shape.top_k, x, ExpertLaunch{});
-      std::vector<double> out_ref;
-      for (int r = 0; r < shape.d; ++r) {
-        double sum = x[static_cast<std::size_t>(r)].to_float();
-        for (int slot = 0; slot < shape.top_k; ++slot) {
-          const auto j = static_cast<std::size_t>(slot);
-          const std::size_t row = static_cast<std::size_t>(shape.ids[j]) * shape.d + r;
-          sum += plain.weights[j] * dot(m.w2, row, plain.act, j * shape.width, shape.width);
+      // Logits that choose shape.ids by clear margins, then random ones (their ids whatever moe_route makes of them).
+      for (const bool random_router : {false, true}) {
+        CAPTURE(random_router);
+        const std::vector<T> router = random_router ? uniform<T>(static_cast<std::size_t>(shape.experts), 2.0F,
+                                                                 500U + static_cast<unsigned>(shape.experts))
+                                                    : std::vector<T>{};
+        const ExpertsOut<T> plain = run_experts(m, shape.ids, shape.top_k, x, ExpertLaunch{}, router);
+        std::vector<double> out_ref;
+        for (int r = 0; r < shape.d; ++r) {
+          double sum = x[static_cast<std::size_t>(r)].to_float();
+          for (int slot = 0; slot < shape.top_k; ++slot) {
+            const auto j = static_cast<std::size_t>(slot);
+            const std::size_t row = static_cast<std::size_t>(plain.ids[j]) * shape.d + r;
+            sum += plain.weights[j] * dot(m.w2, row, plain.act, j * shape.width, shape.width);
+          }
+          out_ref.push_back(sum);
         }
-        out_ref.push_back(sum);
-      }
-      check_close(plain.x, out_ref);
-      const BasicKernels<T> k(lgtest::nn_kernels());
-      for (const int rows : {0, 1, 7, 16}) {
-        CAPTURE(rows);
-        const long long bytes = static_cast<long long>(shape.top_k) *
-                                (static_cast<long long>(rows) * shape.width * static_cast<long long>(sizeof(T)) +
-                                 4LL * shape.width + 4LL * rows);
-        if ((rows == 0 && k.moe_down_staged_config(shape.d, shape.width, shape.top_k, 1).grid.x == 0) ||
-            bytes > k.shared_memory_optin - 1024) {
-          MESSAGE("moe_down_staged does not run this shape so on this GPU");
-          continue;
+        check_close(plain.x, out_ref);
+        const BasicKernels<T> k(lgtest::nn_kernels());
+        for (const int rows : {0, 1, 7, 16}) {
+          CAPTURE(rows);
+          const long long bytes = static_cast<long long>(shape.top_k) *
+                                  (static_cast<long long>(rows) * shape.width * static_cast<long long>(sizeof(T)) +
+                                   4LL * shape.width + 4LL * rows);
+          if ((rows == 0 &&
+               k.moe_down_staged_config(shape.d, shape.width, shape.experts, shape.top_k, 1).grid.x == 0) ||
+              bytes > k.shared_memory_optin - 1024) {
+            MESSAGE("moe_down_staged does not run this shape so on this GPU");
+            continue;
+          }
+          ExpertLaunch how;
+          how.staged = true;
+          how.staged_rows = rows;
+          const ExpertsOut<T> staged = run_experts(m, shape.ids, shape.top_k, x, how, router);
+          CHECK(staged.ids == plain.ids);
+          CHECK(staged.plan == plain.plan);
+          CHECK(std::equal(staged.weights.begin(), staged.weights.end(), plain.weights.begin(), [](float a, float c) {
+            return std::bit_cast<std::uint32_t>(a) == std::bit_cast<std::uint32_t>(c);
+          }));
+          CHECK(std::equal(staged.act.begin(), staged.act.end(), plain.act.begin(),
+                           [](T a, T c) { return a.bits == c.bits; }));
+          CHECK(
+              std::equal(staged.x.begin(), staged.x.end(), plain.x.begin(), [](T a, T c) { return a.bits == c.bits; }));
+          CHECK(std::all_of(staged.counters.begin(), staged.counters.end(), [](unsigned c) { return c == 0; }));
+          CHECK(std::all_of(staged.partial.begin(), staged.partial.end(), [](float f) { return std::isnan(f); }));
         }
-        ExpertLaunch how;
-        how.staged = true;
-        how.staged_rows = rows;
-        const ExpertsOut<T> staged = run_experts(m, shape.ids, shape.top_k, x, how);
-        CHECK(std::equal(staged.act.begin(), staged.act.end(), plain.act.begin(),
-                         [](T a, T c) { return a.bits == c.bits; }));
-        CHECK(std::equal(staged.x.begin(), staged.x.end(), plain.x.begin(), [](T a, T c) { return a.bits == c.bits; }));
-        CHECK(std::all_of(staged.counters.begin(), staged.counters.end(), [](unsigned c) { return c == 0; }));
-        CHECK(std::all_of(staged.partial.begin(), staged.partial.end(), [](float f) { return std::isnan(f); }));
       }
     }
   }
@@ -536,12 +572,13 @@ TEST_SUITE("gpu") {
   TEST_CASE_TEMPLATE("moe_down_staged runs one row only, one block a multiprocessor", T, half, bfloat16) {
     const BasicKernels<T> k(lgtest::nn_kernels());
     if (k.multiprocessors >= 128 && k.shared_memory_optin >= 227 * 1024) {  // an H100 or H200
-      CHECK(k.moe_down_staged_config(2048, 768, 8, 1).grid.x == 128);       // Qwen3-30B-A3B: 16 rows of d a block
+      CHECK(k.moe_down_staged_config(2048, 768, 128, 8, 1).grid.x == 128);  // Qwen3-30B-A3B: 16 rows of d a block
     }
-    CHECK(k.moe_down_staged_config(2048, 768, 8, 2).grid.x == 0);
-    CHECK(k.moe_down_staged_config(1024, 4096, 1, 1).grid.x == 0);  // moe_down sums such rows over two warps
+    CHECK(k.moe_down_staged_config(2048, 768, 128, 8, 2).grid.x == 0);
+    CHECK(k.moe_down_staged_config(2048, 768, 256, 8, 1).grid.x == 0);  // more experts than the kernels route
+    CHECK(k.moe_down_staged_config(1024, 4096, 8, 1, 1).grid.x == 0);   // moe_down sums such rows over two warps
     // A second wave of blocks would load its rows only after the first: moe_down runs it instead.
-    CHECK(k.moe_down_staged_config(1 << 16, 768, 8, 1).grid.x == 0);
+    CHECK(k.moe_down_staged_config(1 << 16, 768, 128, 8, 1).grid.x == 0);
     const LaunchConfig gate_up = k.moe_gate_up_staged_config(768, 2048, 8);
     CHECK(gate_up.grid.x * gate_up.grid.y <= 3U * static_cast<unsigned>(k.multiprocessors));
   }

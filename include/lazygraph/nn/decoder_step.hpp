@@ -247,43 +247,19 @@ auto mlp_block(const Projector<T>& p, const BasicSwigluWeights<T>& w, BasicDecod
          });
 }
 
-/// Layer `layer`'s mixture of experts (DecoderConfig::moe) for `rows` rows: x += sum over each row's top k experts of
-/// weight * W2_e (silu(W1_e h) * (W3_e h)), h = rmsnorm(x) * gain, the experts chosen by the router on the device
-/// (kernels/nn/moe.cu): rms_norm into s.moe_h, the router's gemv into s.moe_logits, moe_route into the layer's slice of
-/// s.expert_ids and s.expert_weights (route_offset: its own with DecoderConfig::record_routes) and s.moe_plan, the
-/// experts' gate/up projection into s.moe_act and their down projection through s.moe_partial into x
-/// (expert_projection.hpp: dense experts on the gemv family's row loops, tensor cores for 2 to 8 rows where
-/// KernelOptions::tensor_cores says; quantized ones on the quantized kernels' tiles). Only the chosen experts' weights
-/// are read, once for all rows that chose them. Steps of 2 to 8 rows of dense experts with DecoderConfig::tensor_cores
-/// (grouped_expert_steps) run the experts as a prompt chunk's grouped products instead (prefill_moe.hpp's kernels:
-/// moe_route's choices grouped by expert, one tile per expert, each row's products in fp32 added in slot order),
-/// within rounding of the row loops. `residual` false (a tensor-parallel rank other than 0, whose experts are its share
-/// of each expert's width: decoder_rank.hpp): x's rows are cleared once the norm has read them, so that the block
-/// leaves the rank's partial sum there for the all-reduce after it. \throws UsageError as expert_gate_up and
-/// expert_down.
+/// moe_block's route and experts where routed_experts does not take them: moe_route of s.moe_logits into ids, weights
+/// and s.moe_plan, then the experts as expert_gate_up and expert_down give them, or, `grouped`, as a prompt chunk's
+/// grouped products.
 template <Element T>
-auto moe_block(const Projector<T>& p, const BasicSwigluWeights<T>& norm, const BasicMoeWeights<T>& w,
-               BasicDecoderState<T>& s, const DecoderConfig& c, int rows, int layer, bool residual = true) {
+auto moe_experts(const Projector<T>& p, const BasicMoeWeights<T>& w, BasicDecoderState<T>& s, const DecoderConfig& c,
+                 int rows, DeviceSpan<int> ids, DeviceSpan<float> weights, bool grouped) {
   const BasicKernels<T>& k = p.dense;
   const MoeShape& m = c.moe;
-  const std::size_t route_size = kMaxRows * static_cast<std::size_t>(m.experts_per_token);
-  const DeviceSpan<int> ids = s.expert_ids.view().subspan(route_offset(c, layer), route_size);
-  const DeviceSpan<float> weights = s.expert_weights.view().subspan(route_offset(c, layer), route_size);
   const auto one_block = [&](unsigned threads) { return k.step_config({{1, 1, 1}, {threads, 1, 1}, 0}); };
-  std::vector<FillOp<T>> clear;
-  if (!residual) {
-    clear.push_back(fill(s.x.view().subspan(0, static_cast<std::size_t>(rows) * static_cast<std::size_t>(c.d)),
-                         T::from_float(0.0F)));
-  }
-  auto route = k.rms_norm(k.step_config({{static_cast<unsigned>(rows), 1, 1}, {256, 1, 1}, 0}), s.x.cview(),
-                          norm.gain.cview(), s.moe_h.view(), c.d, c.eps) >>
-               chain(std::move(clear)) >> k.gemv(k.gemv_config(m.experts, c.d, rows), w.router.cview(), s.moe_h.cview(),
-                                                 s.moe_logits.view(), m.experts, c.d, rows) >>
-               k.moe_route(one_block(256), s.moe_logits.cview(), ids, weights, s.moe_plan.view(), m.experts,
-                           m.experts_per_token, m.normalize ? 1 : 0, rows);
-  return std::move(route) >>
+  return k.moe_route(one_block(256), s.moe_logits.cview(), ids, weights, s.moe_plan.view(), m.experts,
+                     m.experts_per_token, m.normalize ? 1 : 0, rows) >>
          detail::either(
-             grouped_expert_steps(c) && rows >= 2 && !w.quantized(),
+             grouped,
              [&] {
                const auto pairs = static_cast<std::size_t>(rows * m.experts_per_token);
                const int tiles = moe_prefill_tiles(rows * m.experts_per_token, m.experts);
@@ -307,12 +283,56 @@ auto moe_block(const Projector<T>& p, const BasicSwigluWeights<T>& norm, const B
                                             s.x.view(), count, c.d, m.experts_per_token, rows);
              },
              [&] {
-               const bool staged = staged_experts(p, w.w1, w.w3, w.w2, m, c.d, rows);
-               return expert_gate_up(p, w.w1, w.w3, s.moe_h.cview(), s.moe_plan.cview(), s.moe_act.view(), m, c.d, rows,
-                                     staged) >>
+               return expert_gate_up(p, w.w1, w.w3, s.moe_h.cview(), s.moe_plan.cview(), s.moe_act.view(), m, c.d,
+                                     rows) >>
                       expert_down(p, w.w2, s.moe_act.cview(), s.moe_plan.cview(), weights.as_const(),
-                                  {s.moe_partial.view(), s.moe_counters.view()}, s.x.view(), m, c.d, rows, staged);
+                                  {s.moe_partial.view(), s.moe_counters.view()}, s.x.view(), m, c.d, rows);
              });
+}
+
+/// Layer `layer`'s mixture of experts (DecoderConfig::moe) for `rows` rows: x += sum over each row's top k experts of
+/// weight * W2_e (silu(W1_e h) * (W3_e h)), h = rmsnorm(x) * gain, the experts chosen by the router on the device
+/// (kernels/nn/moe.cu): rms_norm into s.moe_h, the router's gemv into s.moe_logits, moe_route into the layer's slice of
+/// s.expert_ids and s.expert_weights (route_offset: its own with DecoderConfig::record_routes) and s.moe_plan, the
+/// experts' gate/up projection into s.moe_act and their down projection through s.moe_partial into x
+/// (expert_projection.hpp: dense experts on the gemv family's row loops, tensor cores for 2 to 8 rows where
+/// KernelOptions::tensor_cores says; quantized ones on the quantized kernels' tiles). Only the chosen experts' weights
+/// are read, once for all rows that chose them. Steps of 2 to 8 rows of dense experts with DecoderConfig::tensor_cores
+/// (grouped_expert_steps) run the experts as a prompt chunk's grouped products instead (prefill_moe.hpp's kernels:
+/// moe_route's choices grouped by expert, one tile per expert, each row's products in fp32 added in slot order),
+/// within rounding of the row loops. One row of dense experts where staged_experts says so runs routed_experts'
+/// two kernels instead of moe_route and the expert kernels (they route the row themselves, with moe_route's bits, and
+/// write ids, weights and the plan as it would). `residual` false (a tensor-parallel rank other than 0, whose experts
+/// are its share of each expert's width: decoder_rank.hpp): x's rows are cleared once the norm has read them, so that
+/// the block leaves the rank's partial sum there for the all-reduce after it. \throws UsageError as expert_gate_up and
+/// expert_down.
+template <Element T>
+auto moe_block(const Projector<T>& p, const BasicSwigluWeights<T>& norm, const BasicMoeWeights<T>& w,
+               BasicDecoderState<T>& s, const DecoderConfig& c, int rows, int layer, bool residual = true) {
+  const BasicKernels<T>& k = p.dense;
+  const MoeShape& m = c.moe;
+  const std::size_t route_size = kMaxRows * static_cast<std::size_t>(m.experts_per_token);
+  const DeviceSpan<int> ids = s.expert_ids.view().subspan(route_offset(c, layer), route_size);
+  const DeviceSpan<float> weights = s.expert_weights.view().subspan(route_offset(c, layer), route_size);
+  std::vector<FillOp<T>> clear;
+  if (!residual) {
+    clear.push_back(fill(s.x.view().subspan(0, static_cast<std::size_t>(rows) * static_cast<std::size_t>(c.d)),
+                         T::from_float(0.0F)));
+  }
+  auto logits = k.rms_norm(k.step_config({{static_cast<unsigned>(rows), 1, 1}, {256, 1, 1}, 0}), s.x.cview(),
+                           norm.gain.cview(), s.moe_h.view(), c.d, c.eps) >>
+                chain(std::move(clear)) >> k.gemv(k.gemv_config(m.experts, c.d, rows), w.router.cview(),
+                                                  s.moe_h.cview(), s.moe_logits.view(), m.experts, c.d, rows);
+  const bool grouped = grouped_expert_steps(c) && rows >= 2 && !w.quantized();
+  return std::move(logits) >>
+         detail::either(
+             !grouped && staged_experts(p, w.w1, w.w3, w.w2, m, c.d, rows),
+             [&] {
+               return routed_experts(p, w.w1, w.w3, w.w2, s.moe_logits.cview(), s.moe_h.cview(),
+                                     RoutedExpertsIo<T>{ids, weights, s.moe_plan.view(), s.moe_act.view(), s.x.view()},
+                                     m, c.d);
+             },
+             [&] { return moe_experts(p, w, s, c, rows, ids, weights, grouped); });
 }
 
 /// One decoder layer for `rows` rows: attention block, then the MLP block (moe_block with DecoderConfig::moe). The

@@ -4,7 +4,8 @@
 /// and down projections of a decode step over a layer's stacked expert matrices (BasicMoeWeights), in any format, each
 /// picking the kernels that read it: moe_gate_up / moe_down over dense experts (kernels/nn/moe.cu), moe_qgate_up /
 /// moe_qdown over quantized ones (kernels/nn/qmoe.cu). Both read only the experts the router chose (the plan that
-/// moe_route wrote on the device); moe_block (decoder_step.hpp) calls them and never asks the format.
+/// moe_route wrote on the device); moe_block (decoder_step.hpp) calls them and never asks the format. One row of dense
+/// experts may instead be routed and run by routed_experts' two kernels.
 
 #include <algorithm>
 #include <memory>
@@ -22,15 +23,57 @@ namespace lazygraph::nn {
   return std::min(batch * m.experts_per_token, m.experts);
 }
 
-/// Whether a step of `batch` rows may run the experts' projections as moe_gate_up_staged and moe_down_staged
-/// (kernels/nn/moe.cu): one row, every expert matrix dense (moe_down_staged reads the plan before its wait, which only
-/// moe_gate_up's early launch allows), and BasicKernels::moe_down_staged_config's blocks fit. moe_block asks it and
-/// passes the answer to expert_gate_up and expert_down.
+/// Whether a step of `batch` rows may route and run its experts as routed_experts does: one row, every expert matrix
+/// dense, and BasicKernels::moe_down_staged_config's blocks fit (at most kMoeStagedExperts experts among the rest).
+/// moe_block asks it.
 template <Element T>
 [[nodiscard]] bool staged_experts(const Projector<T>& p, const Weight<T>& w1, const Weight<T>& w3, const Weight<T>& w2,
                                   const MoeShape& m, int d, int batch) {
   return w1.is_dense() && w3.is_dense() && w2.is_dense() &&
-         p.dense.moe_down_staged_config(d, m.expert_width, m.experts_per_token, batch).grid.x != 0;
+         p.dense.moe_down_staged_config(d, m.expert_width, m.experts, m.experts_per_token, batch).grid.x != 0;
+}
+
+/// Where routed_experts writes: the route as moe_route writes it for one row, for whoever reads it after the step (the
+/// kernels themselves route from the logits), the act between the two kernels, and x.
+template <Element T>
+struct RoutedExpertsIo {
+  DeviceSpan<int> ids;        ///< [top k]: the experts chosen, in slot order
+  DeviceSpan<float> weights;  ///< [top k]: their weights (renormalized where MoeShape::normalize), rounded to T
+  DeviceSpan<int> plan;       ///< [kMoePlanInts]: the plan moe_route would write
+  DeviceSpan<T> act;          ///< [top k][width]
+  DeviceSpan<T> x;            ///< [d]
+};
+
+/// One row's route and experts, where staged_experts says so: moe_gate_up_staged (every block routes the row from
+/// the router's `logits` [experts] itself, as moe_route would, then multiplies its slots' experts with h [d]) and
+/// moe_down_staged (x += the slots' down products, added in order), the bits of moe_route, moe_gate_up and moe_down
+/// without moe_route's launch; moe_down_staged's blocks copy the chosen experts' rows into shared memory while
+/// moe_gate_up_staged runs. Record it right after the kernel that writes the logits: moe_down_staged reads them
+/// before its own wait, which moe_gate_up_staged's early launch allows only for the kernel just before it.
+/// \throws UsageError naming the weights where staged_experts is false.
+template <Element T>
+[[nodiscard]] auto routed_experts(const Projector<T>& p, const Weight<T>& w1, const Weight<T>& w3, const Weight<T>& w2,
+                                  DeviceSpan<const T> logits, DeviceSpan<const T> h, const RoutedExpertsIo<T>& io,
+                                  const MoeShape& m, int d) {
+  detail::check_experts("routed_experts", w1.describe(), w1.rows(), w1.cols(), !w1.is_dense(), m.experts,
+                        m.expert_width, d, 1);
+  detail::check_experts("routed_experts", w3.describe(), w3.rows(), w3.cols(), !w3.is_dense(), m.experts,
+                        m.expert_width, d, 1);
+  detail::check_experts("routed_experts", w2.describe(), w2.rows(), w2.cols(), !w2.is_dense(), m.experts, d,
+                        m.expert_width, 1);
+  if (!staged_experts(p, w1, w3, w2, m, d, 1)) {
+    throw UsageError("routed_experts: weights " + w1.describe() + ", " + w3.describe() + " and " + w2.describe() +
+                     " cannot run staged (staged_experts is false)");
+  }
+  const BasicKernels<T>& k = p.dense;
+  const int normalize = m.normalize ? 1 : 0;
+  // In one wave, so that every block passes its wait, and lets moe_down_staged launch, at once.
+  return k.moe_gate_up_staged(k.moe_gate_up_staged_config(m.expert_width, d, m.experts_per_token), w1.dense(),
+                              w3.dense(), h, logits, io.ids, io.weights, io.plan, io.act, m.experts, m.expert_width, d,
+                              m.experts_per_token, normalize) >>
+         k.moe_down_staged(k.moe_down_staged_config(d, m.expert_width, m.experts, m.experts_per_token, 1), w2.dense(),
+                           io.act.as_const(), logits, io.x, m.experts, m.expert_width, d, m.experts_per_token,
+                           normalize);
 }
 
 /// The op type of expert_gate_up().
@@ -41,14 +84,13 @@ using ExpertGateUpOp = detail::WeightOp<
 
 /// act[j] = silu(W1_e h[b]) * (W3_e h[b]) for each pair j = (row b, slot s) of the plan, e the expert row b chose in
 /// slot s: w1 and w3 [experts * width x d] (expert e's rows from e * width), h [batch][d], act [batch * top k][width].
-/// moe_gate_up, moe_qgate_up, or with `staged` (staged_experts, for expert_down's moe_down_staged after it)
-/// moe_gate_up_staged. \throws UsageError naming the weights when their shapes are not the experts', when they are not
-/// in one format, when a quantized expert's rows are not whole tiles of 16 (each expert must start on one), when they
-/// are quantized and `p` has no quantized kernels, or when `staged` is asked for where staged_experts is false.
+/// moe_gate_up or moe_qgate_up. \throws UsageError naming the weights when their shapes are not the experts', when
+/// they are not in one format, when a quantized expert's rows are not whole tiles of 16 (each expert must start on
+/// one), or when they are quantized and `p` has no quantized kernels.
 template <Element T>
 [[nodiscard]] ExpertGateUpOp<T> expert_gate_up(const Projector<T>& p, const Weight<T>& w1, const Weight<T>& w3,
                                                DeviceSpan<const T> h, DeviceSpan<const int> plan, DeviceSpan<T> act,
-                                               const MoeShape& m, int d, int batch, bool staged = false) {
+                                               const MoeShape& m, int d, int batch) {
   detail::check_experts("expert_gate_up", w1.describe(), w1.rows(), w1.cols(), !w1.is_dense(), m.experts,
                         m.expert_width, d, batch);
   detail::check_experts("expert_gate_up", w3.describe(), w3.rows(), w3.cols(), !w3.is_dense(), m.experts,
@@ -70,15 +112,6 @@ template <Element T>
                            w1.owner(), w3.owner())));
   }
   const BasicKernels<T>& k = p.dense;
-  if (staged) {
-    if (!w1.is_dense() || k.moe_down_staged_config(d, m.expert_width, m.experts_per_token, batch).grid.x == 0) {
-      throw UsageError("expert_gate_up: weights " + w1.describe() + " cannot run staged (staged_experts is false)");
-    }
-    // In one wave, so that every block passes its wait, and lets moe_down_staged launch, at once.
-    return ExpertGateUpOp<T>(k.moe_gate_up_staged(k.moe_gate_up_staged_config(m.expert_width, d, distinct), w1.dense(),
-                                                  w3.dense(), h, plan, act, m.experts, m.expert_width, d,
-                                                  m.experts_per_token, batch));
-  }
   return ExpertGateUpOp<T>(k.moe_gate_up(k.moe_config(m.expert_width, d, batch, distinct), w1.dense(), w3.dense(), h,
                                          plan, act, m.experts, m.expert_width, d, m.experts_per_token, batch));
 }
@@ -99,15 +132,12 @@ using ExpertDownOp = detail::WeightOp<
 
 /// x[b] += the sum over row b's slots s of weights[b][s] * W2_e act[b * top k + s], e the expert of the slot, summed
 /// in fp32 in slot order and rounded once: w2 [experts * d x width] (expert e's rows from e * d). moe_down or
-/// moe_qdown; with `staged` (staged_experts), moe_down_staged (the same bits as moe_down), which reads the plan, the
-/// weights and x before its wait for the kernel before it: record it right after expert_gate_up of the same plan with
-/// `staged` too (as moe_block does), whose kernel lets it launch only once everything before that kernel is complete.
-/// \throws UsageError as expert_gate_up.
+/// moe_qdown. \throws UsageError as expert_gate_up.
 template <Element T>
 [[nodiscard]] ExpertDownOp<T> expert_down(const Projector<T>& p, const Weight<T>& w2, DeviceSpan<const T> act,
                                           DeviceSpan<const int> plan, DeviceSpan<const float> weights,
                                           const ExpertDownScratch& scratch, DeviceSpan<T> x, const MoeShape& m, int d,
-                                          int batch, bool staged = false) {
+                                          int batch) {
   detail::check_experts("expert_down", w2.describe(), w2.rows(), w2.cols(), !w2.is_dense(), m.experts, d,
                         m.expert_width, batch);
   const int distinct = most_distinct_experts(m, batch);
@@ -120,14 +150,6 @@ template <Element T>
         w2.owner()));
   }
   const BasicKernels<T>& k = p.dense;
-  if (staged) {
-    const LaunchConfig config = k.moe_down_staged_config(d, m.expert_width, m.experts_per_token, batch);
-    if (config.grid.x == 0) {
-      throw UsageError("expert_down: weights " + w2.describe() + " cannot run staged (staged_experts is false)");
-    }
-    return ExpertDownOp<T>(k.moe_down_staged(config, w2.dense(), act, plan, weights, scratch.partial, scratch.counters,
-                                             x, m.experts, m.expert_width, d, m.experts_per_token, batch));
-  }
   return ExpertDownOp<T>(k.moe_down(k.moe_down_config(d, m.expert_width, batch, distinct), w2.dense(), act, plan,
                                     weights, scratch.partial, scratch.counters, x, m.experts, m.expert_width, d,
                                     m.experts_per_token, batch));

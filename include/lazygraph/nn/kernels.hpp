@@ -132,6 +132,9 @@ inline constexpr int kMoeStagedRows = 16;
 /// Shared memory moe_down_staged may take per block (a multiprocessor of an H100 or H200 has 228 KiB; Qwen3-30B-A3B's
 /// 16 rows of d for 8 experts 768 wide take 216.5 KiB, which fits beside three blocks of moe_gate_up_staged).
 inline constexpr long long kMoeStagedBytes = 224LL << 10;
+/// Experts up to which moe_gate_up_staged and moe_down_staged route a row themselves (kernels/nn/moe_core.cuh's
+/// kRegisterExperts: a lane's share of the probabilities in registers).
+inline constexpr int kMoeStagedExperts = 128;
 /// Blocks of moe_gate_up_staged a multiprocessor holds (its __launch_bounds__(256, 3) in kernels/nn/moe.cu).
 inline constexpr int kMoeGateUpStagedBlocksPerSm = 3;
 /// Rows moe_prefill_route routes per block (kRouteWarps warps).
@@ -243,17 +246,19 @@ struct BasicKernels {
   /// as moe_down_config(d, width, ...).
   BatchedKernel<void(const T*, const T*, const int*, const float*, float*, unsigned*, T*, int, int, int, int, int)>
       moe_down;
-  /// moe_gate_up_staged(w1, w3, h, plan, act, experts, width, d, top_k, batch): moe_gate_up for one row, the same
-  /// bits, for moe_down_staged to follow: its multiprocessors kept split for shared memory (prefer_shared_carveout),
-  /// which moe_down_staged's blocks need to become resident beside it; launched as moe_gate_up_staged_config.
-  Kernel<void(const T*, const T*, const T*, const int*, T*, int, int, int, int, int)> moe_gate_up_staged;
-  /// moe_down_staged(w2, act, plan, weights, partial, counters, x, experts, width, d, top_k, batch): moe_down's sum
-  /// for one row, the same bits, by blocks that each own rows of d for every slot and copy those experts' rows into
-  /// shared memory before their wait (partial and counters untouched), so that they stream in while moe_gate_up
-  /// runs; only right after moe_gate_up_staged (or moe_gate_up) of the same plan, which lets it launch once the plan
-  /// is written (kernels/nn/moe.cu); launched as moe_down_staged_config(d, width, ...).
-  Kernel<void(const T*, const T*, const int*, const float*, float*, unsigned*, T*, int, int, int, int, int)>
-      moe_down_staged;
+  /// moe_gate_up_staged(w1, w3, h, logits, ids, weights, plan, act, experts, width, d, top_k, normalize): one row's
+  /// moe_route and moe_gate_up in one kernel, the same bits (each block routes the row itself, block (0, 0) writes
+  /// ids, weights and the plan; at most kMoeStagedExperts experts), for moe_down_staged to follow: its
+  /// multiprocessors kept split for shared memory (prefer_shared_carveout), which moe_down_staged's blocks need to
+  /// become resident beside it; launched as moe_gate_up_staged_config.
+  Kernel<void(const T*, const T*, const T*, const T*, int*, float*, int*, T*, int, int, int, int, int)>
+      moe_gate_up_staged;
+  /// moe_down_staged(w2, act, logits, x, experts, width, d, top_k, normalize): moe_down's sum for one row, the same
+  /// bits, by blocks that each route the row from the logits and copy their rows of d of the chosen experts into
+  /// shared memory before their wait, so that they stream in while moe_gate_up_staged runs; only right after
+  /// moe_gate_up_staged of the same logits, which lets it launch once the router's gemv is complete
+  /// (kernels/nn/moe.cu); launched as moe_down_staged_config(d, width, ...).
+  Kernel<void(const T*, const T*, const T*, T*, int, int, int, int, int)> moe_down_staged;
   /// scale(x, n, factor): x *= factor in place (kernels/nn/scale.cu; the embedding's scale).
   Kernel<void(T*, long long, float)> scale;
   /// softcap(x, n, cap): x = tanh(x / cap) * cap in place (kernels/nn/scale.cu; final logit soft-capping).
@@ -522,33 +527,34 @@ struct BasicKernels {
   [[nodiscard]] LaunchConfig moe_down_config(int d, int width, int batch, int distinct) const {
     return moe_config(batch == 1 && width <= 1024 && d % 32 == 0 ? d / 4 : d, width, batch, distinct);
   }
-  /// Launch shape of moe_down_staged for d rows of `width` columns and `top_k` slots of one row: blocks of 256
-  /// threads over kMoeStagedRows rows of d each, or fewer where every slot's rows (rows x width of T), the slots' act
-  /// in fp32 and their products would not fit kMoeStagedBytes nor the device's shared memory per block. No blocks
-  /// (grid.x 0: run moe_down) for more than one row, before sm_80 (no cp.async), for rows of 4096 columns or more
-  /// (moe_down sums those over two warps: other bits), or where the blocks would not fit one to a multiprocessor (a
-  /// second wave would load its experts' rows only after the first: slower, H200, OLMoE-1B-7B's 1024-wide experts).
-  [[nodiscard]] LaunchConfig moe_down_staged_config(int d, int width, int top_k, int batch) const {
+  /// Launch shape of moe_down_staged for d rows of `width` columns, `experts` experts and `top_k` slots of one row:
+  /// blocks of 256 threads over kMoeStagedRows rows of d each, or fewer where every slot's rows (rows x width of T),
+  /// the slots' act in fp32 and their products would not fit kMoeStagedBytes nor the device's shared memory per
+  /// block. No blocks (grid.x 0: route with moe_route and run moe_gate_up and moe_down) for more than one row, more
+  /// than kMoeStagedExperts experts, before sm_80 (no cp.async), for rows of 4096 columns or more (moe_down sums those
+  /// over two warps: other bits), or where the blocks would not fit one to a multiprocessor (a second wave would load
+  /// its experts' rows only after the first: slower, H200, OLMoE-1B-7B's 1024-wide experts).
+  [[nodiscard]] LaunchConfig moe_down_staged_config(int d, int width, int experts, int top_k, int batch) const {
     const auto bytes = [&](long long rows) {
       return top_k * (rows * width * static_cast<long long>(sizeof(T)) + width * 4LL + rows * 4LL);
     };
-    // Leave room for the kernel's own 128 bytes of static shared memory.
+    // Leave room for the kernel's own 192 bytes of static shared memory.
     const long long budget = std::min<long long>(kMoeStagedBytes, shared_memory_optin - 1024LL);
     int rows = kMoeStagedRows;
     while (rows > 0 && bytes(rows) > budget) --rows;
     LaunchConfig none;
     none.grid.x = 0;
-    if (batch != 1 || !async_copies || width >= 4096 || rows <= 0 || (d + rows - 1) / rows > multiprocessors) {
+    if (batch != 1 || experts > kMoeStagedExperts || !async_copies || width >= 4096 || rows <= 0 ||
+        (d + rows - 1) / rows > multiprocessors) {
       return none;
     }
     return step_config(
         {{static_cast<unsigned>((d + rows - 1) / rows), 1, 1}, {256, 1, 1}, static_cast<unsigned>(bytes(rows))});
   }
-  /// Launch shape of moe_gate_up_staged: moe_config's for one row, with no more blocks than are
-  /// resident at once (kMoeGateUpStagedBlocksPerSm a multiprocessor), each taking its rows in as many passes as that
-  /// needs. moe_down_staged
-  /// launches once every block of moe_gate_up has passed its wait; a second wave of blocks would start, and pass it,
-  /// only as the first leaves.
+  /// Launch shape of moe_gate_up_staged: moe_config's for one row, with no more blocks than are resident at once
+  /// (kMoeGateUpStagedBlocksPerSm a multiprocessor), each taking its rows in as many passes as that needs.
+  /// moe_down_staged launches once every block of moe_gate_up_staged has passed its wait; a second wave of blocks
+  /// would start, and pass it, only as the first leaves.
   [[nodiscard]] LaunchConfig moe_gate_up_staged_config(int width, int d, int distinct) const {
     LaunchConfig config = moe_config(width, d, 1, distinct);
     const auto most = std::max(

@@ -39,6 +39,8 @@ constexpr int kRegisterExperts = 128;
 /// route_row for experts <= kRegisterExperts: the same softmax, in the same order, and the same choice. A round's
 /// largest probability is the warp's largest key (the bits of a probability >= 0 order as it does), a tie going to the
 /// lowest expert holding it (each lane offers its own lowest on a tie, as it scans its experts in ascending order).
+/// The logits are read past L1 (__ldcg): moe_down_staged routes from logits written two kernels before it, which an
+/// earlier step's reads may have left stale in L1.
 template <class T>
 __device__ __forceinline__ void route_row_in_registers(const T* row, int* chosen, float* chosen_p, int* ids,
                                                        float* weights, int experts, int top_k, int normalize) {
@@ -50,7 +52,7 @@ __device__ __forceinline__ void route_row_in_registers(const T* row, int* chosen
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) {
     const int e = lane + 32 * i;
-    p[i] = e < experts ? lg::to_float(row[e]) : 0.0f;
+    p[i] = e < experts ? lg::to_float(T{__ldcg(reinterpret_cast<const unsigned short*>(row + e))}) : 0.0f;
     if (e < experts) m = fmaxf(m, p[i]);
   }
 #pragma unroll
