@@ -33,11 +33,16 @@ __device__ __forceinline__ float2 unpack_half2(unsigned int v) {
   return make_float2(to_float(half_t{lo}), to_float(half_t{hi}));
 }
 
-/// Two floats rounded to halves and packed, `lo` at the lower address.
+/// Two floats rounded to halves and packed, `lo` at the lower address (the paired cvt from sm_80, two before it: the
+/// same bits).
 __device__ __forceinline__ unsigned int pack_half2(float lo, float hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   unsigned int v;
   asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(v) : "f"(hi), "f"(lo));  // the first source goes to the upper half
   return v;
+#else
+  return static_cast<unsigned int>(to_half(lo).bits) | (static_cast<unsigned int>(to_half(hi).bits) << 16);
+#endif
 }
 
 /// True when `p` is aligned for 16-byte vector access.
