@@ -26,6 +26,24 @@ __device__ __forceinline__ bool counts_supported(int experts, int top_k, int bat
          batch <= kMaxBatch;
 }
 
+/// The end of a row's route, which route_row's two paths share: lane 0 writes ids[s] = chosen[s] and weights[s] =
+/// chosen_p[s] (divided by their sum, added in slot order, where `normalize`), rounded to T and stored as float.
+/// Every lane of the warp calls it.
+template <class T>
+__device__ __forceinline__ void write_route(const int* chosen, const float* chosen_p, int* ids, float* weights,
+                                            int top_k, int normalize) {
+  if (threadIdx.x % 32 == 0) {
+    float total = 0.0f;
+    for (int s = 0; s < top_k; ++s) total += chosen_p[s];
+    for (int s = 0; s < top_k; ++s) {
+      const float w = normalize != 0 ? chosen_p[s] / total : chosen_p[s];
+      ids[s] = chosen[s];
+      weights[s] = lg::to_float(lg::from_float<T>(w));
+    }
+  }
+  __syncwarp();
+}
+
 /// Routes one row of router logits; a warp calls it, every lane with the same arguments. Softmax in fp32 over the
 /// `experts` logits (as torch's: exp(l - max) / sum), then the top_k largest probabilities in descending order, a tie
 /// to the lower expert index, each divided by their sum where `normalize` (nonzero), rounded to T (transformers casts
@@ -93,16 +111,7 @@ __device__ __forceinline__ void route_row_in_registers(const T* row, int* chosen
     }
   }
   __syncwarp();
-  if (lane == 0) {
-    float total = 0.0f;
-    for (int s = 0; s < top_k; ++s) total += chosen_p[s];
-    for (int s = 0; s < top_k; ++s) {
-      const float w = normalize != 0 ? chosen_p[s] / total : chosen_p[s];
-      ids[s] = chosen[s];
-      weights[s] = lg::to_float(lg::from_float<T>(w));
-    }
-  }
-  __syncwarp();
+  write_route<T>(chosen, chosen_p, ids, weights, top_k, normalize);
 #else
   __trap();  // route_row takes the shared-memory path there
 #endif
@@ -163,16 +172,7 @@ __device__ __forceinline__ void route_row(const T* row, float* q, int* chosen, f
     }
     __syncwarp();
   }
-  if (lane == 0) {
-    float total = 0.0f;
-    for (int s = 0; s < top_k; ++s) total += chosen_p[s];
-    for (int s = 0; s < top_k; ++s) {
-      const float w = normalize != 0 ? chosen_p[s] / total : chosen_p[s];
-      ids[s] = chosen[s];
-      weights[s] = lg::to_float(lg::from_float<T>(w));
-    }
-  }
-  __syncwarp();
+  write_route<T>(chosen, chosen_p, ids, weights, top_k, normalize);
 }
 
 /// The plan's count of distinct experts, checked against the most the rows can have chosen.
