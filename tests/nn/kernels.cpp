@@ -966,15 +966,20 @@ TEST_CASE("the variant tables of kernels/nn/ write out every variant, declared a
   const std::vector<std::string> fp16{""};
   const std::vector<std::string> tensor_cores{"", "_b2", "_b4", "_b8", "_mma"};
   const std::vector<std::string> fp32_only{"", "_b2", "_b4", "_b8"};
+  // A kernel whose one-vector variant has launch bounds of its own takes two lines, NAME[T][B: 1] and the rest.
+  const std::vector<std::string> one{""};
+  const std::vector<std::string> more{"_b2", "_b4", "_b8", "_mma"};
   const std::vector<Table> tables{
       {"nn/gemv.cu", "gemv[T][B]", both, tensor_cores},
       {"nn/gemv.cu", "gemv_add[T][B]", both, tensor_cores},
       {"nn/gemv.cu", "gemv_dual[T: lg::half_t][B]", fp16, tensor_cores},
       {"nn/gemv.cu", "gemv_swiglu[T: lg::half_t][B]", fp16, tensor_cores},
-      {"nn/gemv.cu", "rms_norm_gemv[T][B]", both, tensor_cores},
+      {"nn/gemv.cu", "rms_norm_gemv[T][B: 1]", both, one},
+      {"nn/gemv.cu", "rms_norm_gemv[T][B: 2, 4, 8, kTensorCores]", both, more},
       {"nn/gemv.cu", "rms_norm_gemv_swiglu[T][B]", both, tensor_cores},
       {"nn/gemv.cu", "rms_norm_gemv_geglu[T][B]", both, tensor_cores},
-      {"nn/qkv.cu", "qkv_rope_append[T][B]", both, tensor_cores},
+      {"nn/qkv.cu", "qkv_rope_append[T][B: 1]", both, one},
+      {"nn/qkv.cu", "qkv_rope_append[T][B: 2, 4, 8, kTensorCores]", both, more},
       {"nn/qkv.cu", "qkv_rope_append_paged[T][B]", both, tensor_cores},
       {"nn/mlp_stack.cu", "mlp_stack[T][B]", both, fp32_only},
       {"nn/moe.cu", "moe_gate_up[T][B]", both, tensor_cores},
