@@ -348,6 +348,16 @@ TEST_SUITE("gpu") {
                                 plain.x.view()};
     CHECK_THROWS_WITH_AS((void)routed_experts(p, w1, w3, quantized_w2, logits.cview(), h.cview(), io, m, d),
                          doctest::Contains("down_proj"), UsageError);
+    // A buffer smaller than the step needs is refused by name.
+    auto short_plan = lgtest::to_device(s, std::vector<int>(kMoePlanInts - 1));
+    const RoutedExpertsIo<T> short_io{plain.ids.view(), plain.weights.view(), short_plan.view(), plain.act.view(),
+                                      plain.x.view()};
+    if (fits) {
+      CHECK_THROWS_WITH_AS((void)routed_experts(p, w1, w3, w2, logits.cview(), h.cview(), short_io, m, d),
+                           doctest::Contains("plan holds 1152"), UsageError);
+      CHECK_THROWS_WITH_AS((void)routed_experts(p, w1, w3, w2, logits.cview().subspan(0, 8), h.cview(), io, m, d),
+                           doctest::Contains("logits holds 8"), UsageError);
+    }
     const MoeShape many{256, 8, 128, true};
     const Weight<T> many_w1 = dense(many.experts * many.expert_width, d, "experts.*.gate_proj", 7U);
     const Weight<T> many_w3 = dense(many.experts * many.expert_width, d, "experts.*.up_proj", 8U);

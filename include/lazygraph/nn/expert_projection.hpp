@@ -8,6 +8,7 @@
 /// experts may instead be routed and run by routed_experts' two kernels.
 
 #include <algorithm>
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <utility>
@@ -50,7 +51,8 @@ struct RoutedExpertsIo {
 /// without moe_route's launch; moe_down_staged's blocks copy the chosen experts' rows into shared memory while
 /// moe_gate_up_staged runs. Record it right after the kernel that writes the logits: moe_down_staged reads them
 /// before its own wait, which moe_gate_up_staged's early launch allows only for the kernel just before it.
-/// \throws UsageError naming the weights where staged_experts is false.
+/// \throws UsageError naming the weights where staged_experts is false, or naming the buffer that is smaller than the
+/// step needs (logits [experts], h and x [d], ids and weights [top k], plan [kMoePlanInts], act [top k * width]).
 template <Element T>
 [[nodiscard]] auto routed_experts(const Projector<T>& p, const Weight<T>& w1, const Weight<T>& w3, const Weight<T>& w2,
                                   DeviceSpan<const T> logits, DeviceSpan<const T> h, const RoutedExpertsIo<T>& io,
@@ -65,6 +67,20 @@ template <Element T>
     throw UsageError("routed_experts: weights " + w1.describe() + ", " + w3.describe() + " and " + w2.describe() +
                      " cannot run staged (staged_experts is false)");
   }
+  const auto need = [](const char* name, std::size_t size, long long elements) {
+    if (size < static_cast<std::size_t>(elements)) {
+      throw UsageError("routed_experts: " + std::string(name) + " holds " + std::to_string(size) +
+                       " elements, the step needs " + std::to_string(elements));
+    }
+  };
+  const long long top_k = m.experts_per_token;
+  need("logits", logits.size(), m.experts);
+  need("h", h.size(), d);
+  need("ids", io.ids.size(), top_k);
+  need("weights", io.weights.size(), top_k);
+  need("plan", io.plan.size(), static_cast<long long>(kMoePlanInts));
+  need("act", io.act.size(), top_k * m.expert_width);
+  need("x", io.x.size(), d);
   const BasicKernels<T>& k = p.dense;
   const int normalize = m.normalize ? 1 : 0;
   // In one wave, so that every block passes its wait, and lets moe_down_staged launch, at once.
