@@ -1,7 +1,8 @@
 // A mixture of experts' layer in the decode step (fp16 `NAME`, bf16 `NAME_bf16`; arithmetic in fp32), after an
 // rms_norm of the residual x into h ([batch][d], rounded to T as transformers rounds its normed states) and the
 // router's logits = W_r h through gemv ([batch][experts], each rounded to T as transformers' gate Linear returns
-// them). The experts' choice never leaves the device: moe_route writes it, the expert kernels read it.
+// them). The experts' choice never leaves the device: moe_route writes it, the expert kernels read it (or, for one
+// row, moe_gate_up_staged and moe_down_staged take it from the logits themselves).
 //
 //   moe_route(logits, ids, weights, plan, experts, top_k, normalize, batch)
 //       Per row b: p = softmax(logits[b]) in fp32; the top_k largest p in descending order, ties to the lower expert
@@ -63,7 +64,8 @@
 //
 // Requirements (a kernel traps on a violation, which the next synchronisation reports as a launch failure): d and
 // width multiples of 8; w1, w2, w3, h, act 16-byte aligned; batch 1 to 8 (and at most the variant's); experts 1 to
-// kMaxExperts; top_k 1 to kMaxTopK and at most experts; a plan as moe_route writes it for the same experts, top_k and
+// kMaxExperts (moe_gate_up_staged and moe_down_staged: 1 to kRegisterExperts, 128; one row; the former's blocks 32
+// threads wide); top_k 1 to kMaxTopK and at most experts; a plan as moe_route writes it for the same experts, top_k and
 // batch (its experts in [0, experts), its pairs in [-1, batch * top_k)); moe_down's grid.x at most d. x, act, partial,
 // counters, ids, weights and plan must not alias the weights, logits or h. Early launch: moe_route, moe_gate_up and
 // moe_down let the next kernel launch early at once and then wait for the kernel before them; moe_gate_up_staged waits
@@ -223,8 +225,10 @@ __device__ __forceinline__ void moe_gate_up_staged_body(const T* w1, const T* w3
   // routes from its logits before its own wait. Nothing is lost here, since the weights' rows depend on the route.
   lg::wait_for_prior_grids();
   lg::allow_dependent_launch();
+  // blockDim.x 32: route_in_block's first warp is the threads of y = z = 0.
   if (!counts_supported(experts, top_k, 1) || experts > kRegisterExperts || width <= 0 || width % 8 != 0 || d <= 0 ||
-      d % 8 != 0 || !lg::is_aligned16(w1) || !lg::is_aligned16(w3) || !lg::is_aligned16(h) || !lg::is_aligned16(act)) {
+      d % 8 != 0 || blockDim.x != 32 || !lg::is_aligned16(w1) || !lg::is_aligned16(w3) || !lg::is_aligned16(h) ||
+      !lg::is_aligned16(act)) {
     __trap();
   }
   route_in_block(logits, ids, weights, plan, experts, top_k, normalize, blockIdx.x == 0 && blockIdx.y == 0, chosen,

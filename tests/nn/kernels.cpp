@@ -1090,6 +1090,26 @@ TEST_CASE("every nn kernel in kernels/nn/ compiles for sm_90, and for sm_75, wit
   }
 }
 
+TEST_CASE("the host's copies of moe_core.cuh's sizes are the kernels' own") {
+  // kMoePlanInts (the plan's ints) and kMoeStagedExperts (the experts the staged pair routes in registers) restate
+  // kernels/nn/include/lazygraph/nn/moe_core.cuh's constants, which the host cannot include: a kernel given a plan
+  // buffer of another size, or more experts than it routes, would trap on the device instead of being refused.
+  const auto& headers = nn::kernel_set().headers;
+  const auto core = std::find_if(headers.begin(), headers.end(),
+                                 [](const KernelSource& h) { return h.name.ends_with("moe_core.cuh"); });
+  REQUIRE(core != headers.end());
+  const auto constant = [&](const std::string& name) {
+    const std::string key = "constexpr int " + name + " = ";
+    const std::size_t at = core->text.find(key);
+    REQUIRE_MESSAGE(at != std::string::npos, name);
+    return std::stoi(core->text.substr(at + key.size()));
+  };
+  const int max_pairs = constant("kMaxBatch") * constant("kMaxTopK");
+  CHECK(static_cast<std::size_t>(constant("kPlanDistinct") + max_pairs + max_pairs * constant("kMaxBatch")) ==
+        nn::kMoePlanInts);
+  CHECK(constant("kRegisterExperts") == nn::kMoeStagedExperts);
+}
+
 TEST_CASE("the nn files with tile functions compile together, as a persistent program's source includes them") {
   // A program's generated source includes the file of every tile function it calls in one translation unit (with
   // LAZYGRAPH_TILES_ONLY, src/kernels/persistent_source.cpp): the files' own names must not collide.

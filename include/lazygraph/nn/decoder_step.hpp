@@ -304,8 +304,8 @@ auto moe_experts(const Projector<T>& p, const BasicMoeWeights<T>& w, BasicDecode
 /// two kernels instead of moe_route and the expert kernels (they route the row themselves, with moe_route's bits, and
 /// write ids, weights and the plan as it would). `residual` false (a tensor-parallel rank other than 0, whose experts
 /// are its share of each expert's width: decoder_rank.hpp): x's rows are cleared once the norm has read them, so that
-/// the block leaves the rank's partial sum there for the all-reduce after it. \throws UsageError as expert_gate_up and
-/// expert_down.
+/// the block leaves the rank's partial sum there for the all-reduce after it. \throws UsageError as expert_gate_up,
+/// expert_down and routed_experts.
 template <Element T>
 auto moe_block(const Projector<T>& p, const BasicSwigluWeights<T>& norm, const BasicMoeWeights<T>& w,
                BasicDecoderState<T>& s, const DecoderConfig& c, int rows, int layer, bool residual = true) {

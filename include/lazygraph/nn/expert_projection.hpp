@@ -49,10 +49,12 @@ struct RoutedExpertsIo {
 /// the router's `logits` [experts] itself, as moe_route would, then multiplies its slots' experts with h [d]) and
 /// moe_down_staged (x += the slots' down products, added in order), the bits of moe_route, moe_gate_up and moe_down
 /// without moe_route's launch; moe_down_staged's blocks copy the chosen experts' rows into shared memory while
-/// moe_gate_up_staged runs. Record it right after the kernel that writes the logits: moe_down_staged reads them
-/// before its own wait, which moe_gate_up_staged's early launch allows only for the kernel just before it.
-/// \throws UsageError naming the weights where staged_experts is false, or naming the buffer that is smaller than the
-/// step needs (logits [experts], h and x [d], ids and weights [top k], plan [kMoePlanInts], act [top k * width]).
+/// moe_gate_up_staged runs. moe_down_staged reads the logits before its own wait, which is sound because
+/// moe_gate_up_staged lets it launch only after its own wait, once the kernel before it is complete: record the pair
+/// after the kernel that writes the logits (or after any kernels that each complete only after it), never before it.
+/// \throws UsageError naming why where staged_experts is false (a quantized weight, more than kMoeStagedExperts
+/// experts, or a shape moe_down_staged_config has no blocks for), or naming the buffer that is smaller than the step
+/// needs (logits [experts], h and x [d], ids and weights [top k], plan [kMoePlanInts], act [top k * width]).
 template <Element T>
 [[nodiscard]] auto routed_experts(const Projector<T>& p, const Weight<T>& w1, const Weight<T>& w3, const Weight<T>& w2,
                                   DeviceSpan<const T> logits, DeviceSpan<const T> h, const RoutedExpertsIo<T>& io,
@@ -64,8 +66,19 @@ template <Element T>
   detail::check_experts("routed_experts", w2.describe(), w2.rows(), w2.cols(), !w2.is_dense(), m.experts, d,
                         m.expert_width, 1);
   if (!staged_experts(p, w1, w3, w2, m, d, 1)) {
-    throw UsageError("routed_experts: weights " + w1.describe() + ", " + w3.describe() + " and " + w2.describe() +
-                     " cannot run staged (staged_experts is false)");
+    std::string why;
+    for (const Weight<T>* w : {&w1, &w3, &w2}) {
+      if (why.empty() && !w->is_dense()) why = "weight " + w->describe() + " is quantized";
+    }
+    if (why.empty() && m.experts > kMoeStagedExperts) {
+      why = std::to_string(m.experts) + " experts, more than the " + std::to_string(kMoeStagedExperts) +
+            " the kernels route";
+    }
+    if (why.empty()) {
+      why = "moe_down_staged has no blocks for d " + std::to_string(d) + ", expert width " +
+            std::to_string(m.expert_width) + " and top k " + std::to_string(m.experts_per_token) + " on this GPU";
+    }
+    throw UsageError("routed_experts cannot run these experts (staged_experts is false): " + why);
   }
   const auto need = [](const char* name, std::size_t size, long long elements) {
     if (size < static_cast<std::size_t>(elements)) {
