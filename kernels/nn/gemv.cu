@@ -12,9 +12,15 @@
 //   rms_norm_gemv(W, x, g, out, rows, cols, eps, batch)        out = W (x / rms(x) * g)
 //   rms_norm_gemv_swiglu(W1, W3, x, g, out, rows, cols, eps, batch)   out = silu(W1 h) * (W3 h), h = x / rms(x) * g
 //   rms_norm_gemv_geglu(W1, W3, x, g, out, rows, cols, eps, batch)    out = gelu_tanh(W1 h) * (W3 h), the same h
-// where rms(x) = sqrt(mean(x^2) + eps), per vector. On the fp32 path (below) each vector's result is bit-for-bit
-// what a batch of 1 gives for it (the same loads, in the same order, feed the same fp32 chains), so a prompt
-// processed 8 tokens at a time and one token at a time agree exactly.
+//   rms_norm_store_gemv(W, x, g, h, out, rows, cols, eps)      h = T(x / rms(x) * g), out = W h    (one vector)
+// where rms(x) = sqrt(mean(x^2) + eps), per vector. rms_norm_store_gemv is kernels/nn/rms_norm.cu's rms_norm and gemv
+// in one launch, with their bits: every block norms x as rms_norm does with 256 threads (h rounded to T), into shared
+// memory, block 0 also into h for later kernels (a mixture of experts' router and expert kernels read the same h),
+// then runs gemv's one-vector row loop over it; launch: fp32_gemv_config's blocks (256 threads, K as gemv's for the
+// same shape, which fixes the row sums' bits) with cols * sizeof(T) bytes of dynamic shared memory. It prefetches its
+// weights into L2 before its wait and loads them after the norm. On the fp32 path (below) each vector's result is
+// bit-for-bit what a batch of 1 gives for it (the same loads, in the same order, feed the same fp32 chains), so a
+// prompt processed 8 tokens at a time and one token at a time agree exactly.
 //
 // Every kernel has a tensor-core variant, NAME_mma (NAME_bf16_mma), for 1 to 8 vectors: mma.sync m16n8k16 with
 // the batch as the mma's M and 8 weight rows as its N, so 8 vectors cost what one does (H100, SwiGLU MLP chains:
@@ -64,6 +70,7 @@
 // x (and g) are read with ordinary cached loads: they are small and every row reads them, so they stay in L1,
 // while the weights bypass L1 (they are read once).
 #include "lazygraph/nn/gemv_core.cuh"
+#include "lazygraph/nn/rms_norm.cuh"
 
 namespace {
 
@@ -154,6 +161,37 @@ __device__ __forceinline__ void rms_norm_gemv_swiglu_body(const T* W1, const T* 
       NoPreload{}, place);
 }
 
+/// rms_norm_store_gemv's threads per block: rms_norm's (the sum of squares' bits depend on the thread count).
+constexpr unsigned kNormStoreThreads = 256;
+
+template <class T>
+__device__ __forceinline__ void rms_norm_store_gemv_body(const T* W, const T* x, const T* g, T* h, T* out, int rows,
+                                                         int cols, float eps) {
+  extern __shared__ __align__(16) unsigned char normed_bytes[];
+  T* const normed = reinterpret_cast<T*>(normed_bytes);
+  unsigned shared_bytes = 0;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(shared_bytes));
+  if (!shapes_supported(cols, 1, W, x, g) || !lg::is_aligned16(h) ||
+      static_cast<long long>(cols) * static_cast<long long>(sizeof(T)) > shared_bytes ||
+      blockDim.x * blockDim.y * blockDim.z != kNormStoreThreads) {
+    __trap();
+  }
+  const Matrices<1, T> w{{W}, cols};
+  prefetch_weights(w, rows, cols);  // and lets the next kernel launch
+  lg::wait_for_prior_grids();
+  // rms_norm's h, into shared memory (every block) and h (block 0's copy, for the kernels after this one).
+  store_normed(x, g, normed, cols, inverse_rms(x, cols, eps));
+  __syncthreads();
+  if (blockIdx.x == 0) {
+    for (int c = linear_thread(); c < cols / 8; c += kNormStoreThreads) {
+      *reinterpret_cast<uint4*>(h + 8LL * c) = *reinterpret_cast<const uint4*>(normed + 8LL * c);
+    }
+  }
+  // gemv's row loop over h (its first weights come from L2: the prefetch above).
+  gemv_rows<1>(w, PlainX<T>{normed, cols}, rows, cols, 1, 0.0f,
+               [&](int row, const float(&acc)[1][1]) { out[row] = lg::from_float<T>(acc[0][0]); });
+}
+
 }  // namespace
 
 // The entry points: src/kernel_variants.py writes out one extern "C" kernel per combination of the axes a kernel names
@@ -179,6 +217,8 @@ rms_norm_gemv[T][B: 1] =
     rms_norm_gemv_body<B>(const T* W, const T* x, const T* g, T* out, int rows, int cols, float eps, int batch)
 rms_norm_gemv[T][B: 2, 4, 8, kTensorCores] __launch_bounds__(256, 2) =
     rms_norm_gemv_body<B>(const T* W, const T* x, const T* g, T* out, int rows, int cols, float eps, int batch)
+rms_norm_store_gemv[T] __launch_bounds__(256, 3) = rms_norm_store_gemv_body<T>(const T* W, const T* x, const T* g,
+    T* h, T* out, int rows, int cols, float eps)
 rms_norm_gemv_swiglu[T][B] = rms_norm_gemv_swiglu_body<B, false>(const T* W1, const T* W3, const T* x, const T* g,
     T* out, int rows, int cols, float eps, int batch)
 rms_norm_gemv_geglu[T][B] = rms_norm_gemv_swiglu_body<B, true>(const T* W1, const T* W3, const T* x, const T* g,

@@ -7,53 +7,19 @@
 //
 // rms_norm_add(in, weight, x, d, eps) (and _bf16): x_b += rmsnorm(in_b) * weight, the normed row rounded to the
 // element type first (a post-norm before the residual add, Gemma 3's); launched as rms_norm, `in` and `x` apart.
-#include "lazygraph/block_reduce.cuh"
-#include "lazygraph/element.cuh"
+#include "lazygraph/nn/rms_norm.cuh"
 
 namespace {
 
-/// Elements a thread loads at once: the loads of one pass go out together instead of one after another.
-constexpr int kInFlight = 8;
-
-/// The sum of squares of row[i] for this thread's i (threadIdx.x, then every blockDim.x), added in that order, over
-/// the block.
-template <class T>
-__device__ __forceinline__ float block_sum_of_squares(const T* row, int d) {
-  const int threads = static_cast<int>(blockDim.x);
-  float ss = 0.0f;
-  for (int i0 = static_cast<int>(threadIdx.x); i0 < d; i0 += kInFlight * threads) {
-    float v[kInFlight];
-#pragma unroll
-    for (int k = 0; k < kInFlight; ++k) v[k] = lg::to_float(row[min(i0 + k * threads, d - 1)]);
-#pragma unroll
-    for (int k = 0; k < kInFlight; ++k) {
-      if (i0 + k * threads < d) ss += v[k] * v[k];
-    }
-  }
-  return lg::block_sum(ss);
-}
+using lg::nn::inverse_rms;
+using lg::nn::kNormInFlight;
 
 template <class T>
 __device__ __forceinline__ void rms_norm_body(const T* x, const T* weight, T* out, int d, float eps) {
   lg::early_launch_prologue();  // may be launched early (LaunchConfig::early_launch)
   x += static_cast<long long>(blockIdx.x) * d;
   out += static_cast<long long>(blockIdx.x) * d;
-  const float inv_rms = 1.0f / sqrtf(block_sum_of_squares(x, d) / static_cast<float>(d) + eps);
-  const int threads = static_cast<int>(blockDim.x);
-  for (int i0 = static_cast<int>(threadIdx.x); i0 < d; i0 += kInFlight * threads) {
-    float v[kInFlight];
-    float g[kInFlight];
-#pragma unroll
-    for (int k = 0; k < kInFlight; ++k) {
-      const int i = min(i0 + k * threads, d - 1);
-      v[k] = lg::to_float(x[i]);
-      g[k] = lg::to_float(weight[i]);
-    }
-#pragma unroll
-    for (int k = 0; k < kInFlight; ++k) {
-      if (i0 + k * threads < d) out[i0 + k * threads] = lg::from_float<T>(v[k] * inv_rms * g[k]);
-    }
-  }
+  lg::nn::store_normed(x, weight, out, d, inverse_rms(x, d, eps));
 }
 
 template <class T>
@@ -61,21 +27,21 @@ __device__ __forceinline__ void rms_norm_add_body(const T* in, const T* weight, 
   lg::early_launch_prologue();
   in += static_cast<long long>(blockIdx.x) * d;
   x += static_cast<long long>(blockIdx.x) * d;
-  const float inv_rms = 1.0f / sqrtf(block_sum_of_squares(in, d) / static_cast<float>(d) + eps);
+  const float inv_rms = inverse_rms(in, d, eps);
   const int threads = static_cast<int>(blockDim.x);
-  for (int i0 = static_cast<int>(threadIdx.x); i0 < d; i0 += kInFlight * threads) {
-    float v[kInFlight];
-    float g[kInFlight];
-    float r[kInFlight];
+  for (int i0 = static_cast<int>(threadIdx.x); i0 < d; i0 += kNormInFlight * threads) {
+    float v[kNormInFlight];
+    float g[kNormInFlight];
+    float r[kNormInFlight];
 #pragma unroll
-    for (int k = 0; k < kInFlight; ++k) {
+    for (int k = 0; k < kNormInFlight; ++k) {
       const int i = min(i0 + k * threads, d - 1);
       v[k] = lg::to_float(in[i]);
       g[k] = lg::to_float(weight[i]);
       r[k] = lg::to_float(x[i]);
     }
 #pragma unroll
-    for (int k = 0; k < kInFlight; ++k) {
+    for (int k = 0; k < kNormInFlight; ++k) {
       if (i0 + k * threads >= d) continue;
       const float normed = lg::to_float(lg::from_float<T>(v[k] * inv_rms * g[k]));
       x[i0 + k * threads] = lg::from_float<T>(r[k] + normed);

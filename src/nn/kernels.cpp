@@ -71,6 +71,7 @@ BasicKernels<T>::BasicKernels(const KernelLibrary& library, KernelOptions option
       qk_norm_rope_append(lookup<decltype(qk_norm_rope_append)>(library, named<T>("qk_norm_rope_append"))),
       prefill_qk_norm_rope(lookup<decltype(prefill_qk_norm_rope)>(library, named<T>("prefill_qk_norm_rope"))),
       rms_norm(lookup<decltype(rms_norm)>(library, named<T>("rms_norm"))),
+      rms_norm_store_gemv(lookup<decltype(rms_norm_store_gemv)>(library, named<T>("rms_norm_store_gemv"))),
       rms_norm_add(lookup<decltype(rms_norm_add)>(library, named<T>("rms_norm_add"))),
       moe_route(lookup<decltype(moe_route)>(library, named<T>("moe_route"))),
       moe_gate_up(lookup<decltype(moe_gate_up)>(library, named<T>("moe_gate_up"), options.tensor_cores)),

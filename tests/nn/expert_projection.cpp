@@ -12,6 +12,7 @@
 #include <concepts>
 #include <cstdint>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -115,6 +116,14 @@ std::vector<T> logits_choosing(const std::vector<int>& ids, int experts, int top
     }
   }
   return logits;
+}
+
+/// A dense rows x cols weight named `name`, fresh random values in [-0.1, 0.1) rounded to T, on the device.
+template <class T>
+Weight<T> dense_weight(int rows, int cols, const char* name, std::uint32_t seed) {
+  return Weight<T>(
+      lgtest::to_device(lgtest::stream(), rounded<T>(uniform(static_cast<std::size_t>(rows) * cols, 0.1F, seed))), rows,
+      cols, name);
 }
 
 struct Shape {
@@ -276,13 +285,9 @@ TEST_SUITE("gpu") {
     const Projector<T> p{k, &q};
     const MoeShape m{64, 8, 128, true};
     const int d = 256;
-    const auto dense = [&](int rows, int cols, const char* name, std::uint32_t seed) {
-      return Weight<T>(lgtest::to_device(s, rounded<T>(uniform(static_cast<std::size_t>(rows) * cols, 0.1F, seed))),
-                       rows, cols, name);
-    };
-    const Weight<T> w1 = dense(m.experts * m.expert_width, d, "experts.*.gate_proj", 7U);
-    const Weight<T> w3 = dense(m.experts * m.expert_width, d, "experts.*.up_proj", 8U);
-    const Weight<T> w2 = dense(m.experts * d, m.expert_width, "experts.*.down_proj", 9U);
+    const Weight<T> w1 = dense_weight<T>(m.experts * m.expert_width, d, "experts.*.gate_proj", 7U);
+    const Weight<T> w3 = dense_weight<T>(m.experts * m.expert_width, d, "experts.*.up_proj", 8U);
+    const Weight<T> w2 = dense_weight<T>(m.experts * d, m.expert_width, "experts.*.down_proj", 9U);
     const QuantizedFormat int8{WeightFormat::int8_channel, 0, false, scale_type_of<T>};
     const QuantizedWeight qw2 = stacked(int8, "experts.*.down_proj", m.experts, d, m.expert_width, 9U);
     const Weight<T> quantized_w2(DeviceQuantizedWeight<T>(s, qw2));
@@ -367,11 +372,93 @@ TEST_SUITE("gpu") {
                            doctest::Contains("logits holds 8"), UsageError);
     }
     const MoeShape many{256, 8, 128, true};
-    const Weight<T> many_w1 = dense(many.experts * many.expert_width, d, "experts.*.gate_proj", 7U);
-    const Weight<T> many_w3 = dense(many.experts * many.expert_width, d, "experts.*.up_proj", 8U);
-    const Weight<T> many_w2 = dense(many.experts * d, many.expert_width, "experts.*.down_proj", 9U);
+    const Weight<T> many_w1 = dense_weight<T>(many.experts * many.expert_width, d, "experts.*.gate_proj", 7U);
+    const Weight<T> many_w3 = dense_weight<T>(many.experts * many.expert_width, d, "experts.*.up_proj", 8U);
+    const Weight<T> many_w2 = dense_weight<T>(many.experts * d, many.expert_width, "experts.*.down_proj", 9U);
     CHECK_FALSE(staged_experts(p, many_w1, many_w3, many_w2, many, d, 1));
     CHECK_THROWS_WITH_AS((void)routed_experts(p, many_w1, many_w3, many_w2, logits.cview(), h.cview(), io, many, d),
                          doctest::Contains("256 experts, more than the 128"), UsageError);
+  }
+
+  TEST_CASE_TEMPLATE(
+      "routed_experts after the router's fused norm and gemv, replayed in one graph with a new residual each time, "
+      "routes each replay from that replay's logits, as the kernels run one by one do",
+      T, half, bfloat16) {
+    // moe_down_staged reads the logits before its wait: this checks, through a real router kernel writing them in
+    // the same graph, that it sees the replay's own logits and not the previous replay's.
+    Stream& s = lgtest::stream();
+    const BasicKernels<T> k(lgtest::nn_kernels());
+    const BasicQuantizedKernels<T> q(lgtest::nn_kernels());
+    const Projector<T> p{k, &q};
+    const MoeShape m{64, 8, 128, true};
+    const int d = 256;
+    const float eps = 1e-6F;
+    const Weight<T> w1 = dense_weight<T>(m.experts * m.expert_width, d, "experts.*.gate_proj", 21U);
+    const Weight<T> w3 = dense_weight<T>(m.experts * m.expert_width, d, "experts.*.up_proj", 22U);
+    const Weight<T> w2 = dense_weight<T>(m.experts * d, m.expert_width, "experts.*.down_proj", 23U);
+    if (!staged_experts(p, w1, w3, w2, m, d, 1)) {
+      MESSAGE("routed_experts does not run this shape on this GPU");
+      return;
+    }
+    const auto router = lgtest::to_device(s, rounded<T>(uniform(static_cast<std::size_t>(m.experts) * d, 0.25F, 24U)));
+    const auto gain = lgtest::to_device(s, rounded<T>(uniform(static_cast<std::size_t>(d), 1.0F, 25U)));
+    const auto top_k = static_cast<std::size_t>(m.experts_per_token);
+    const auto make = [&]<class U>(std::size_t n, U value) { return lgtest::to_device(s, std::vector<U>(n, value)); };
+    auto x = make(static_cast<std::size_t>(d), T::from_float(0.0F));
+    auto h = make(static_cast<std::size_t>(d), T::from_float(0.0F));
+    auto logits = make(static_cast<std::size_t>(m.experts), T::from_float(0.0F));
+    auto ids = make(top_k, -7);
+    auto weights = make(top_k, 0.0F);
+    auto plan = make(static_cast<std::size_t>(kMoePlanInts), -7);
+    auto act = make(top_k * static_cast<std::size_t>(m.expert_width), T::from_float(0.0F));
+    CudaGraph<> graph = CudaGraph<>::capture(
+        s, k.rms_norm_store_gemv(k.rms_norm_store_gemv_config(m.experts, d), router.cview(), x.cview(), gain.cview(),
+                                 h.view(), logits.view(), m.experts, d, eps) >>
+               routed_experts(p, w1, w3, w2, logits.cview(), h.cview(),
+                              RoutedExpertsIo<T>{ids.view(), weights.view(), plan.view(), act.view(), x.view()}, m, d));
+
+    // The same step, kernel by kernel with nothing launched early: rms_norm, gemv, moe_route, the expert kernels.
+    const BasicKernels<T> one_by_one(lgtest::nn_kernels(), false);
+    const Projector<T> plain_p{one_by_one, &q};
+    auto plain_x = make(static_cast<std::size_t>(d), T::from_float(0.0F));
+    auto plain_h = make(static_cast<std::size_t>(d), T::from_float(0.0F));
+    auto plain_logits = make(static_cast<std::size_t>(m.experts), T::from_float(0.0F));
+    auto plain_ids = make(top_k, -7);
+    auto plain_weights = make(top_k, 0.0F);
+    auto plain_plan = make(static_cast<std::size_t>(kMoePlanInts), -7);
+    auto plain_act = make(top_k * static_cast<std::size_t>(m.expert_width), T::from_float(0.0F));
+    auto partial = make(top_k * static_cast<std::size_t>(d), 0.0F);
+    auto counters = make(static_cast<std::size_t>(d), 0U);
+
+    const auto same = [](const std::vector<T>& a, const std::vector<T>& b) {
+      return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](T u, T v) { return u.bits == v.bits; });
+    };
+    std::vector<std::vector<int>> routes;
+    for (std::uint32_t replay = 0; replay < 4; ++replay) {
+      CAPTURE(replay);
+      const std::vector<T> x0 = rounded<T>(uniform(static_cast<std::size_t>(d), 1.0F, 30U + replay));
+      copy_async(s, x.view(), std::span<const T>(x0));
+      copy_async(s, plain_x.view(), std::span<const T>(x0));
+      graph.launch();
+      one_by_one.rms_norm.launch(s, {{1, 1, 1}, {256, 1, 1}, 0}, plain_x.cview(), gain.cview(), plain_h.view(), d, eps);
+      one_by_one.gemv.launch(s, one_by_one.gemv_config(m.experts, d), router.cview(), plain_h.cview(),
+                             plain_logits.view(), m.experts, d, 1);
+      one_by_one.moe_route.launch(s, {{1, 1, 1}, {256, 1, 1}, 0}, plain_logits.cview(), plain_ids.view(),
+                                  plain_weights.view(), plain_plan.view(), m.experts, m.experts_per_token, 1, 1);
+      (expert_gate_up(plain_p, w1, w3, plain_h.cview(), plain_plan.cview(), plain_act.view(), m, d, 1) >>
+       expert_down(plain_p, w2, plain_act.cview(), plain_plan.cview(), plain_weights.cview(),
+                   {partial.view(), counters.view()}, plain_x.view(), m, d, 1))
+          .sync_on(s);
+      s.synchronize();
+      const std::vector<int> got_ids = lgtest::to_host(s, ids.cview());
+      CHECK(got_ids == lgtest::to_host(s, plain_ids.cview()));
+      CHECK(same(lgtest::to_host(s, h.cview()), lgtest::to_host(s, plain_h.cview())));
+      CHECK(same(lgtest::to_host(s, logits.cview()), lgtest::to_host(s, plain_logits.cview())));
+      CHECK(same(lgtest::to_host(s, act.cview()), lgtest::to_host(s, plain_act.cview())));
+      CHECK(same(lgtest::to_host(s, x.cview()), lgtest::to_host(s, plain_x.cview())));
+      routes.push_back(got_ids);
+    }
+    // Each replay chose other experts than the one before, so a stale route would have shown.
+    for (std::size_t i = 1; i < routes.size(); ++i) CHECK(routes[i] != routes[i - 1]);
   }
 }

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <future>
 #include <limits>
 #include <string>
@@ -184,6 +185,69 @@ void check_gemv(const GemvShape& shape) {
   const MatVec ref = matvec(w, widen(x), shape.rows, shape.cols);
   check_close(got, ref.value);
   CHECK(count_outside_rounding(got, ref.value, accumulation_allowance(ref.magnitude)) == 0);
+}
+
+/// n fresh random values in [-1, 1) rounded to T.
+template <class T>
+std::vector<T> random_of(std::size_t n) {
+  std::vector<T> v(n);
+  const std::vector<float> f = lgtest::random_floats(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = T::from_float(f[i]);
+  return v;
+}
+
+/// A device buffer's elements as their bits.
+template <class T>
+std::vector<std::uint16_t> bits_of(const DeviceBuffer<T>& b) {
+  const std::vector<T> v = lgtest::to_host(lgtest::stream(), b.cview());
+  std::vector<std::uint16_t> out(v.size());
+  std::memcpy(out.data(), v.data(), out.size() * sizeof(std::uint16_t));
+  return out;
+}
+
+/// rms_norm_store_gemv over elements of T for a rows x cols weight, on fresh random inputs: h and out against
+/// rms_norm (256 threads) and then gemv, the launches it replaces, bit for bit, and out against float64 of the
+/// kernel's own h within the fp32 accumulation's rounding; rms_norm's h itself has float64 tests above.
+template <class T>
+void check_rms_norm_store_gemv(int rows, int cols) {
+  CAPTURE(rows);
+  CAPTURE(cols);
+  Stream& s = lgtest::stream();
+  const nn::BasicKernels<T> k(lgtest::nn_kernels());
+  const auto random = [](std::size_t n) { return random_of<T>(n); };
+  const auto bits = [](const DeviceBuffer<T>& b) { return bits_of(b); };
+  const float eps = 1e-6F;
+  const std::vector<T> w = random(static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols));
+  const auto dw = lgtest::to_device(s, w);
+  const auto dx = lgtest::to_device(s, random(static_cast<std::size_t>(cols)));
+  const auto dg = lgtest::to_device(s, random(static_cast<std::size_t>(cols)));
+  const std::vector<T> nan(static_cast<std::size_t>(std::max(rows, cols)), T::from_float(std::nanf("")));
+  auto h = lgtest::to_device(s, std::vector<T>(nan.begin(), nan.begin() + cols));
+  auto out = lgtest::to_device(s, std::vector<T>(nan.begin(), nan.begin() + rows));
+  auto h_ref = lgtest::to_device(s, std::vector<T>(nan.begin(), nan.begin() + cols));
+  auto out_ref = lgtest::to_device(s, std::vector<T>(nan.begin(), nan.begin() + rows));
+  k.rms_norm_store_gemv.launch(s, k.rms_norm_store_gemv_config(rows, cols), dw.cview(), dx.cview(), dg.cview(),
+                               h.view(), out.view(), rows, cols, eps);
+  k.rms_norm.launch(s, {{1, 1, 1}, {256, 1, 1}, 0}, dx.cview(), dg.cview(), h_ref.view(), cols, eps);
+  k.gemv.launch(s, k.gemv_config(rows, cols), dw.cview(), h_ref.cview(), out_ref.view(), rows, cols, 1);
+  CHECK(bits(h) == bits(h_ref));
+  CHECK(bits(out) == bits(out_ref));
+  const std::vector<T> got_h = lgtest::to_host(s, h.cview());
+  const std::vector<T> got = lgtest::to_host(s, out.cview());
+  int outside = 0;
+  for (int r = 0; r < rows; ++r) {
+    double sum = 0;
+    double magnitude = 0;
+    for (int c = 0; c < cols; ++c) {
+      const double t = static_cast<double>(w[static_cast<std::size_t>(r) * cols + c].to_float()) * got_h[c].to_float();
+      sum += t;
+      magnitude += std::abs(t);
+    }
+    // One rounding of T (fp16 2^-11, bf16 2^-8) of the sum, and the fp32 chain's share.
+    const double unit = std::same_as<T, half> ? 0x1.01p-11 : 0x1.01p-8;
+    if (!(std::abs(got[r].to_float() - sum) <= std::abs(sum) * unit + 2e-5 * magnitude + 0x1p-25)) ++outside;
+  }
+  CHECK(outside == 0);
 }
 
 }  // namespace
@@ -423,6 +487,16 @@ TEST_SUITE("gpu") {
       const auto got = on_host(out);
       check_close(got, ref.value);
       CHECK(count_outside_rounding(got, ref.value, accumulation_allowance(ref.magnitude)) == 0);
+    }
+  }
+
+  TEST_CASE("rms_norm_store_gemv gives rms_norm's h and gemv's product of it, bit for bit, in fp16 and bf16") {
+    // The router's shapes (Qwen3-30B-A3B 128 x 2048, OLMoE 64 x 2048), rows that leave a block short, rows of
+    // 4096 and 8192 columns (two and four warps a row, as gemv takes them), and a d rms_norm's threads do not divide.
+    for (const auto& [rows, cols] : {std::pair{128, 2048}, std::pair{64, 2048}, std::pair{13, 1032}, std::pair{8, 4096},
+                                     std::pair{24, 8192}, std::pair{100, 2056}}) {
+      check_rms_norm_store_gemv<half>(rows, cols);
+      check_rms_norm_store_gemv<bfloat16>(rows, cols);
     }
   }
 
@@ -1064,7 +1138,8 @@ TEST_CASE("every nn kernel in kernels/nn/ compiles for sm_90, and for sm_75, wit
   REQUIRE(sources.size() >= 8);
   std::vector<KernelSource> headers(core_kernel_headers().begin(), core_kernel_headers().end());
   headers.insert(headers.end(), nn::kernel_set().headers.begin(), nn::kernel_set().headers.end());
-  CHECK(nn::kernel_set().headers.size() == 5);  // argmax.cuh, gemv_core.cuh, hash.cuh, moe_core.cuh, qgemv_core.cuh
+  // argmax.cuh, gemv_core.cuh, hash.cuh, moe_core.cuh, qgemv_core.cuh, rms_norm.cuh
+  CHECK(nn::kernel_set().headers.size() == 6);
   // sm_75 (Turing) is the oldest the README supports: the library compiles the whole set there too, so its sm_80 paths
   // are guarded (they trap) or have a fallback (half.cuh's pack_half2).
   const std::vector<int> architectures{90, 75};

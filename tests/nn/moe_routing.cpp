@@ -269,7 +269,8 @@ struct ExpertLaunch {
   unsigned gx = 0;
   unsigned gy = 0;
   /// One row: moe_gate_up_staged (routing the row itself), then moe_down_staged over `staged_rows` rows of d per
-  /// block (0: moe_down_staged_config's), instead of moe_route, moe_gate_up and moe_down.
+  /// block (0: moe_down_staged_config's), instead of moe_route, moe_gate_up and moe_down. gy, where not 0, is then
+  /// moe_gate_up_staged's grid height (its blocks take the slots y-stride; the config's is top k).
   bool staged = false;
   int staged_rows = 0;
 };
@@ -317,9 +318,11 @@ ExpertsOut<T> run_experts(const Experts<T>& m, const std::vector<int>& ids, int 
     auto staged_ids = lgtest::to_device(s, std::vector<int>(n, -7));
     auto staged_weights = lgtest::to_device(s, std::vector<float>(n, std::nanf("")));
     auto staged_plan = lgtest::to_device(s, std::vector<int>(kMoePlanInts, -7));
-    k.moe_gate_up_staged.launch(s, k.moe_gate_up_staged_config(m.width, m.d, distinct), m.dw1.cview(), m.dw3.cview(),
-                                m.dh.cview(), dlogits.cview(), staged_ids.view(), staged_weights.view(),
-                                staged_plan.view(), act.view(), m.experts, m.width, m.d, top_k, 1);
+    LaunchConfig gate_up = k.moe_gate_up_staged_config(m.width, m.d, distinct);
+    if (how.gy > 0) gate_up.grid.y = how.gy;
+    k.moe_gate_up_staged.launch(s, gate_up, m.dw1.cview(), m.dw3.cview(), m.dh.cview(), dlogits.cview(),
+                                staged_ids.view(), staged_weights.view(), staged_plan.view(), act.view(), m.experts,
+                                m.width, m.d, top_k, 1);
     LaunchConfig down = k.moe_down_staged_config(m.d, m.width, m.experts, top_k, 1);
     if (how.staged_rows > 0) {
       const int rows = how.staged_rows;
@@ -538,8 +541,12 @@ TEST_SUITE("gpu") {
         }
         check_close(plain.x, out_ref);
         const BasicKernels<T> k(lgtest::nn_kernels());
-        for (const int rows : {0, 1, 7, 16}) {
+        // Rows of d per moe_down_staged block (0: its config's); the last pass with moe_gate_up_staged's grid 3
+        // blocks high instead of top k: blocks then take up to three slots y-stride, or none where there are fewer.
+        for (const auto& [rows, slots_y] :
+             {std::pair{0, 0U}, std::pair{1, 0U}, std::pair{7, 0U}, std::pair{16, 0U}, std::pair{0, 3U}}) {
           CAPTURE(rows);
+          CAPTURE(slots_y);
           const long long bytes = static_cast<long long>(shape.top_k) *
                                   (static_cast<long long>(rows) * shape.width * static_cast<long long>(sizeof(T)) +
                                    4LL * shape.width + 4LL * rows);
@@ -552,6 +559,7 @@ TEST_SUITE("gpu") {
           ExpertLaunch how;
           how.staged = true;
           how.staged_rows = rows;
+          how.gy = slots_y;
           const ExpertsOut<T> staged = run_experts(m, shape.ids, shape.top_k, x, how, router);
           CHECK(staged.ids == plain.ids);
           CHECK(staged.plan == plain.plan);

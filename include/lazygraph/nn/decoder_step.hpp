@@ -292,20 +292,20 @@ auto moe_experts(const Projector<T>& p, const BasicMoeWeights<T>& w, BasicDecode
 
 /// Layer `layer`'s mixture of experts (DecoderConfig::moe) for `rows` rows: x += sum over each row's top k experts of
 /// weight * W2_e (silu(W1_e h) * (W3_e h)), h = rmsnorm(x) * gain, the experts chosen by the router on the device
-/// (kernels/nn/moe.cu): rms_norm into s.moe_h, the router's gemv into s.moe_logits, moe_route into the layer's slice of
-/// s.expert_ids and s.expert_weights (route_offset: its own with DecoderConfig::record_routes) and s.moe_plan, the
-/// experts' gate/up projection into s.moe_act and their down projection through s.moe_partial into x
-/// (expert_projection.hpp: dense experts on the gemv family's row loops, tensor cores for 2 to 8 rows where
-/// KernelOptions::tensor_cores says; quantized ones on the quantized kernels' tiles). Only the chosen experts' weights
-/// are read, once for all rows that chose them. Steps of 2 to 8 rows of dense experts with DecoderConfig::tensor_cores
-/// (grouped_expert_steps) run the experts as a prompt chunk's grouped products instead (prefill_moe.hpp's kernels:
-/// moe_route's choices grouped by expert, one tile per expert, each row's products in fp32 added in slot order),
-/// within rounding of the row loops. One row of dense experts where staged_experts says so runs routed_experts'
-/// two kernels instead of moe_route and the expert kernels (they route the row themselves, with moe_route's bits, and
-/// write ids, weights and the plan as it would). `residual` false (a tensor-parallel rank other than 0, whose experts
-/// are its share of each expert's width: decoder_rank.hpp): x's rows are cleared once the norm has read them, so that
-/// the block leaves the rank's partial sum there for the all-reduce after it. \throws UsageError as expert_gate_up,
-/// expert_down and routed_experts.
+/// (kernels/nn/moe.cu): rms_norm into s.moe_h, the router's gemv into s.moe_logits (for one row both in one launch,
+/// rms_norm_store_gemv, with their bits), moe_route into the layer's slice of s.expert_ids and s.expert_weights
+/// (route_offset: its own with DecoderConfig::record_routes) and s.moe_plan, the experts' gate/up projection into
+/// s.moe_act and their down projection through s.moe_partial into x (expert_projection.hpp: dense experts on the gemv
+/// family's row loops, tensor cores for 2 to 8 rows where KernelOptions::tensor_cores says; quantized ones on the
+/// quantized kernels' tiles). Only the chosen experts' weights are read, once for all rows that chose them. Steps of 2
+/// to 8 rows of dense experts with DecoderConfig::tensor_cores (grouped_expert_steps) run the experts as a prompt
+/// chunk's grouped products instead (prefill_moe.hpp's kernels: moe_route's choices grouped by expert, one tile per
+/// expert, each row's products in fp32 added in slot order), within rounding of the row loops. One row of dense experts
+/// where staged_experts says so runs routed_experts' two kernels instead of moe_route and the expert kernels (they
+/// route the row themselves, with moe_route's bits, and write ids, weights and the plan as it would). `residual` false
+/// (a tensor-parallel rank other than 0, whose experts are its share of each expert's width: decoder_rank.hpp): x's
+/// rows are cleared once the norm has read them, so that the block leaves the rank's partial sum there for the
+/// all-reduce after it. \throws UsageError as expert_gate_up, expert_down and routed_experts.
 template <Element T>
 auto moe_block(const Projector<T>& p, const BasicSwigluWeights<T>& norm, const BasicMoeWeights<T>& w,
                BasicDecoderState<T>& s, const DecoderConfig& c, int rows, int layer, bool residual = true) {
@@ -319,10 +319,22 @@ auto moe_block(const Projector<T>& p, const BasicSwigluWeights<T>& norm, const B
     clear.push_back(fill(s.x.view().subspan(0, static_cast<std::size_t>(rows) * static_cast<std::size_t>(c.d)),
                          T::from_float(0.0F)));
   }
-  auto logits = k.rms_norm(k.step_config({{static_cast<unsigned>(rows), 1, 1}, {256, 1, 1}, 0}), s.x.cview(),
-                           norm.gain.cview(), s.moe_h.view(), c.d, c.eps) >>
-                chain(std::move(clear)) >> k.gemv(k.gemv_config(m.experts, c.d, rows), w.router.cview(),
-                                                  s.moe_h.cview(), s.moe_logits.view(), m.experts, c.d, rows);
+  // One row: the norm and the router's gemv in one launch (rms_norm_store_gemv, their bits). The clear follows the
+  // norm's read of x either way.
+  auto logits =
+      detail::either(
+          rows == 1,
+          [&] {
+            return k.rms_norm_store_gemv(k.rms_norm_store_gemv_config(m.experts, c.d), w.router.cview(), s.x.cview(),
+                                         norm.gain.cview(), s.moe_h.view(), s.moe_logits.view(), m.experts, c.d, c.eps);
+          },
+          [&] {
+            return k.rms_norm(k.step_config({{static_cast<unsigned>(rows), 1, 1}, {256, 1, 1}, 0}), s.x.cview(),
+                              norm.gain.cview(), s.moe_h.view(), c.d, c.eps) >>
+                   k.gemv(k.gemv_config(m.experts, c.d, rows), w.router.cview(), s.moe_h.cview(), s.moe_logits.view(),
+                          m.experts, c.d, rows);
+          }) >>
+      chain(std::move(clear));
   const bool grouped = grouped_expert_steps(c) && rows >= 2 && !w.quantized();
   return std::move(logits) >>
          detail::either(

@@ -227,6 +227,10 @@ struct BasicKernels {
       prefill_qk_norm_rope;
   /// rms_norm(x, g, out, d, eps): out = rmsnorm(x) * g per vector, one block each (kernels/nn/rms_norm.cu).
   Kernel<void(const T*, const T*, T*, int, float)> rms_norm;
+  /// rms_norm_store_gemv(W, x, g, h, out, rows, cols, eps): h = rmsnorm(x) * g rounded to T and out = W h, for one
+  /// vector: rms_norm and gemv in one launch, with their bits (kernels/nn/gemv.cu); launched as
+  /// rms_norm_store_gemv_config. A mixture of experts' router, whose h the expert kernels read after it.
+  Kernel<void(const T*, const T*, const T*, T*, T*, int, int, float)> rms_norm_store_gemv;
   /// rms_norm_add(in, g, x, d, eps): x += rmsnorm(in) * g per vector, the normed vector rounded first (a post-norm),
   /// one block each (kernels/nn/rms_norm.cu).
   Kernel<void(const T*, const T*, T*, int, float)> rms_norm_add;
@@ -404,6 +408,13 @@ struct BasicKernels {
   [[nodiscard]] LaunchConfig gemv_config(int rows, int cols, int batch = 1) const {
     if (tensor_cores && batch >= 2) return tensor_core_gemv_config(rows);
     return fp32_gemv_config(rows, cols);
+  }
+  /// Launch shape of rms_norm_store_gemv for a rows x cols weight: fp32_gemv_config's (256 threads, the warps per row
+  /// gemv takes for the shape, so the same bits), with room for h in shared memory.
+  [[nodiscard]] LaunchConfig rms_norm_store_gemv_config(int rows, int cols) const {
+    LaunchConfig config = fp32_gemv_config(rows, cols);
+    config.shared_bytes = static_cast<unsigned>(cols) * static_cast<unsigned>(sizeof(T));
+    return config;
   }
   /// Launch shape of the tensor-core variants (NAME_mma): one block of 8 warps per 8 rows (an mma tile), the
   /// warps sharing out the columns.
