@@ -17,12 +17,14 @@
 // in one launch, with their bits: every block norms x as rms_norm does with 256 threads (h rounded to T), into shared
 // memory, block 0 also into h for later kernels (a mixture of experts' router and expert kernels read the same h),
 // then runs gemv's one-vector row loop over it; launch: fp32_gemv_config's blocks (256 threads, K as gemv's for the
-// same shape, which fixes the row sums' bits) with cols * sizeof(T) bytes of dynamic shared memory. It prefetches its
-// weights into L2 before its wait and loads them after the norm. On the fp32 path (below) each vector's result is
-// bit-for-bit what a batch of 1 gives for it (the same loads, in the same order, feed the same fp32 chains), so a
-// prompt processed 8 tokens at a time and one token at a time agree exactly.
+// same shape, which fixes the row sums' bits) with cols * sizeof(T) bytes of dynamic shared memory. Before its wait
+// each warp loads its row into registers where the row is one step of the loop (one warp a row, cols at most 2048:
+// a mixture of experts' router at d 2048); other shapes prefetch their weights into L2 and load them after the norm. On
+// the fp32 path (below) each vector's result is bit-for-bit what a batch of 1 gives for it (the same loads, in the same
+// order, feed the same fp32 chains), so a prompt processed 8 tokens at a time and one token at a time agree exactly.
 //
-// Every kernel has a tensor-core variant, NAME_mma (NAME_bf16_mma), for 1 to 8 vectors: mma.sync m16n8k16 with
+// Every kernel but rms_norm_store_gemv (one fp32 one-vector variant) has a tensor-core variant, NAME_mma
+// (NAME_bf16_mma), for 1 to 8 vectors: mma.sync m16n8k16 with
 // the batch as the mma's M and 8 weight rows as its N, so 8 vectors cost what one does (H100, SwiGLU MLP chains:
 // batch 8 at 1.05-1.12x batch 1, against 1.9-2.5x on the fp32 variants). Its results differ from the fp32 path's
 // within rounding (the tensor cores sum 16 products their own way; h = x * g is rounded to the element type), but
@@ -30,27 +32,28 @@
 // (gemv_rows_mma) has the layout; launch: any block of 1 to 8 warps, 8 rows per block (Kernels::
 // tensor_core_gemv_config: grid ceil(rows / 8), block (32, 8, 1)); any grid works.
 //
-// Every kernel also comes in four fp32 variants compiled for a batch of up to 1, 2, 4 and 8 vectors: NAME, NAME_b2,
-// NAME_b4, NAME_b8 (NAME_bf16, NAME_bf16_b2, ... for bf16; nn::BatchedKernel picks the smallest that holds the
-// batch, or NAME_mma for batches of 2 to 8 when asked for tensor cores). Separate
-// kernels, so each gets the registers its batch needs: one kernel holding every batch size ran a batch of one 18-40 %
-// slower (H100), its register allocation and spills sized for eight vectors. A variant runs any batch up to its size;
-// the loads of vectors past `batch` re-read the last one and their results are dropped. The fused variants keep h in
-// fp32 (they do not round it to fp16, so they are slightly more accurate than rms_norm followed by gemv) and apply
-// 1/rms(x) to the fp32 dot product.
+// Every kernel (but rms_norm_store_gemv) also comes in four fp32 variants compiled for a batch of up to 1, 2, 4 and 8
+// vectors: NAME, NAME_b2, NAME_b4, NAME_b8 (NAME_bf16, NAME_bf16_b2, ... for bf16; nn::BatchedKernel picks the smallest
+// that holds the batch, or NAME_mma for batches of 2 to 8 when asked for tensor cores). Separate kernels, so each gets
+// the registers its batch needs: one kernel holding every batch size ran a batch of one 18-40 % slower (H100), its
+// register allocation and spills sized for eight vectors. A variant runs any batch up to its size; the loads of vectors
+// past `batch` re-read the last one and their results are dropped. The fused variants keep h in fp32 (they do not round
+// it to fp16, so they are slightly more accurate than rms_norm followed by gemv) and apply 1/rms(x) to the fp32 dot
+// product.
 //
 // Requirements (a kernel traps on a violation, which the next synchronisation reports as a launch failure):
 // cols is a multiple of 8, batch is 1 to 8, and W, W1, W3, x, g are 16-byte aligned (so is every row), because
-// every load is a 16-byte vector of 8 elements. Outputs have no alignment requirement. `out` must not alias W, x or g.
+// every load is a 16-byte vector of 8 elements. Outputs have no alignment requirement (rms_norm_store_gemv's h
+// excepted: 16-byte aligned). `out` must not alias W, x or g.
 //
 // Launch (fp32 variants): block (32, K, R) with K * R <= 8. The kernels declare __launch_bounds__(256, 3)
 // (rms_norm_gemv's variants for 2 vectors and more: 2): left to itself, ptxas 13 gave them 32 registers, too few to
 // keep a thread's loads in flight; the bound lets it use up to 80 (128), and limits blocks to 256 threads. A group of K
 // warps computes one row at a time (warp k takes the row's 16-byte chunks k*32+lane, stepping by 32*K), R groups per
 // block. Rows go to groups grid-stride, so any grid works; grid.x = ceil(rows / R) gives each group one row. No dynamic
-// shared memory. Suggested (measured by bench_gemv on an H200): K = 1, R = 8 for rows of up to 4096 columns, K = 2, R =
-// 4 for longer rows; grid ceil(rows / R). nn::BasicKernels::gemv_config (include/lazygraph/nn/kernels.hpp) picks K and
-// R per shape from a later, finer sweep.
+// shared memory (rms_norm_store_gemv: cols * sizeof(T) bytes, and K * R = 8). Suggested (measured by bench_gemv on an
+// H200): K = 1, R = 8 for rows of up to 4096 columns, K = 2, R = 4 for longer rows; grid ceil(rows / R).
+// nn::BasicKernels::gemv_config (include/lazygraph/nn/kernels.hpp) picks K and R per shape from a later, finer sweep.
 //
 // Why no split-K across blocks: each lane issues 8 independent 16-byte weight loads (4 per matrix in the two-
 // matrix kernels) before it uses any, so a warp has 4 KB in flight and a group of K warps covers 4K KB of a row
@@ -177,19 +180,57 @@ __device__ __forceinline__ void rms_norm_store_gemv_body(const T* W, const T* x,
     __trap();
   }
   const Matrices<1, T> w{{W}, cols};
-  prefetch_weights(w, rows, cols);  // and lets the next kernel launch
+  // Where a warp's whole row is one step of gemv_rows' loads (a warp a row, at most 32 * 8 chunks) and the grid takes
+  // every row in one pass, each warp loads its row into registers before the wait and runs that step's chain itself
+  // (the same loads and order, so the same bits); else the weights are prefetched into L2 and gemv_rows runs.
+  constexpr int kSteps = loads_per_matrix(1);
+  const int chunks = cols / 8;
+  const bool in_registers = blockDim.y == 1 && chunks <= 32 * kSteps &&
+                            static_cast<long long>(gridDim.x) * blockDim.z >= static_cast<long long>(rows);
+  const int row = static_cast<int>(blockIdx.x * blockDim.z + threadIdx.z);
+  const int lane = static_cast<int>(threadIdx.x);
+  lg::Pack8<T> wv[kSteps];
+  if (in_registers) {
+    if (row < rows) {
+#pragma unroll
+      for (int u = 0; u < kSteps; ++u)
+        wv[u] = lg::load8_streaming(w.row(0, row) + 8LL * min(lane + 32 * u, chunks - 1));
+    }
+    lg::allow_dependent_launch();
+  } else {
+    prefetch_weights(w, rows, cols);  // and lets the next kernel launch
+  }
   lg::wait_for_prior_grids();
   // rms_norm's h, into shared memory (every block) and h (block 0's copy, for the kernels after this one).
   store_normed(x, g, normed, cols, inverse_rms(x, cols, eps));
   __syncthreads();
   if (blockIdx.x == 0) {
-    for (int c = linear_thread(); c < cols / 8; c += kNormStoreThreads) {
+    for (int c = linear_thread(); c < chunks; c += kNormStoreThreads) {
       *reinterpret_cast<uint4*>(h + 8LL * c) = *reinterpret_cast<const uint4*>(normed + 8LL * c);
     }
   }
-  // gemv's row loop over h (its first weights come from L2: the prefetch above).
-  gemv_rows<1>(w, PlainX<T>{normed, cols}, rows, cols, 1, 0.0f,
-               [&](int row, const float(&acc)[1][1]) { out[row] = lg::from_float<T>(acc[0][0]); });
+  if (!in_registers) {
+    gemv_rows<1>(w, PlainX<T>{normed, cols}, rows, cols, 1, 0.0f,
+                 [&](int r, const float(&acc)[1][1]) { out[r] = lg::from_float<T>(acc[0][0]); });
+    return;
+  }
+  if (row >= rows) return;  // uniform over the warp
+  // gemv_rows' chain for one step: each chunk's 8 products as an fma chain, added in order, then the warp's sum.
+  float acc = 0.0f;
+#pragma unroll
+  for (int u = 0; u < kSteps; ++u) {
+    const int at = lane + 32 * u;
+    float wf[8];
+    float xf[8];
+    lg::unpack8(wv[u], wf);
+    lg::unpack8(lg::load8(normed + 8LL * min(at, chunks - 1)), xf);
+    float dot = wf[0] * xf[0];
+#pragma unroll
+    for (int i = 1; i < 8; ++i) dot = fmaf(wf[i], xf[i], dot);
+    acc += at < chunks ? dot : 0.0f;
+  }
+  acc = lg::warp_sum(acc);
+  if (lane == 0) out[row] = lg::from_float<T>(acc * 1.0f);
 }
 
 }  // namespace

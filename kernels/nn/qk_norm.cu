@@ -37,9 +37,12 @@
 // row): a thread per pair. head_dim even and at most 256, positions in [0, max_ctx) and slots in [0, n_slots) (traps
 // otherwise). Fp16 (`NAME`) and bf16 (`NAME_bf16`). May be launched early (LaunchConfig::early_launch): each reads the
 // bias, the gains and the frequencies before it waits for the kernel before it; qk_norm_rope_append also reads the
-// positions and slots then and works out the rotation, so those must have been written by earlier work than that
-// kernel, as a decode step's are (by the copy of its inputs): qkv_rope_append's and attention's contract. The others
-// read their chunk, count, positions and tables after the wait.
+// positions and slots then and works out the rotation, so those must have been written before the step's chain of
+// early-launched kernels began (by a copy, or by a kernel that waits before it lets the next one launch): the kernels
+// before it in the chain let their successors launch before their own waits, so that chain's kernels may still be
+// running. A decode step's are (the copy of its inputs; generate()'s advance of the position ends the loop body before
+// it); qkv_rope_append's and attention's contract. The others read their chunk, count, positions and tables after the
+// wait.
 #include "lazygraph/block_reduce.cuh"
 #include "lazygraph/element.cuh"
 #include "lazygraph/kernel_common.cuh"

@@ -13,13 +13,14 @@ namespace {
 
 using lg::nn::inverse_rms;
 using lg::nn::kNormInFlight;
+using lg::nn::store_normed;
 
 template <class T>
 __device__ __forceinline__ void rms_norm_body(const T* x, const T* weight, T* out, int d, float eps) {
   lg::early_launch_prologue();  // may be launched early (LaunchConfig::early_launch)
   x += static_cast<long long>(blockIdx.x) * d;
   out += static_cast<long long>(blockIdx.x) * d;
-  lg::nn::store_normed(x, weight, out, d, inverse_rms(x, d, eps));
+  store_normed(x, weight, out, d, inverse_rms(x, d, eps));
 }
 
 template <class T>

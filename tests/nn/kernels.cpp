@@ -492,9 +492,10 @@ TEST_SUITE("gpu") {
 
   TEST_CASE("rms_norm_store_gemv gives rms_norm's h and gemv's product of it, bit for bit, in fp16 and bf16") {
     // The router's shapes (Qwen3-30B-A3B 128 x 2048, OLMoE 64 x 2048), rows that leave a block short, rows of
-    // 4096 and 8192 columns (two and four warps a row, as gemv takes them), and a d rms_norm's threads do not divide.
+    // 4096, 8192 and 16384 columns (two, four and eight warps a row, as gemv takes them; the last 32 KiB of shared
+    // memory), and a d rms_norm's threads do not divide. The first three take the row in registers before the wait.
     for (const auto& [rows, cols] : {std::pair{128, 2048}, std::pair{64, 2048}, std::pair{13, 1032}, std::pair{8, 4096},
-                                     std::pair{24, 8192}, std::pair{100, 2056}}) {
+                                     std::pair{24, 8192}, std::pair{8, 16384}, std::pair{100, 2056}}) {
       check_rms_norm_store_gemv<half>(rows, cols);
       check_rms_norm_store_gemv<bfloat16>(rows, cols);
     }

@@ -1,4 +1,5 @@
-// Reductions over a warp and over a 1-D block. Include as "lazygraph/block_reduce.cuh".
+// Reductions over a warp and over a block: block_sum over a block of any shape (its threads in linear order),
+// block_max over a 1-D block. Include as "lazygraph/block_reduce.cuh".
 #pragma once
 
 #include "lazygraph/kernel_common.cuh"
