@@ -5,7 +5,8 @@
 // m16n8k16, fp32 accumulation); the choice never leaves the device. `count` points at the real rows (a prefill chunk's
 // rows, nn::PrefillChunkLayout::rows, or a decode step's): only the first count[0] rows (clamped to [0, max_rows]) are
 // routed; the padding rows get no expert and keep their bits. The decode step of 2 to 8 rows on tensor cores runs the
-// group, the grouped products and combine after its own moe_route (nn/decoder_step.hpp). fp16 (`NAME`) and bf16
+// group, the grouped products in their decode shape (moe_decode_*) and combine after its own moe_route
+// (nn/decoder_step.hpp). fp16 (`NAME`) and bf16
 // (`NAME_bf16`); arithmetic in fp32.
 //
 //   moe_prefill_route(logits, count, ids, weights, experts, top_k, normalize, max_rows)
@@ -32,6 +33,10 @@
 //     partial[p][i] = w2[e][i] . act[p] in fp32 for each position p of tile t; w2 [experts][d][width]; partial
 //     [max_rows * top_k][d]. Launch: grid (ceil(d / kTileCols), max_tiles), blocks of kThreads, kStages * 2 *
 //     kTileRows * (kTileK + 8) elements of dynamic shared memory (55296 bytes).
+//   moe_decode_gate_up, moe_decode_down: moe_prefill_gate_up and moe_prefill_down, with the same arguments and bits,
+//     for tiles of at most 16 positions (a decode step's 2 to 8 rows): grid (ceil(cols / 64), max_tiles), blocks of 128
+//     threads, 3 stages of 16 input rows and 64 rows of each matrix (62208 bytes for gate/up, 34560 for down:
+//     nn::BasicKernels::moe_decode_gate_up_config, _down_config). A tile of more positions traps.
 //   moe_prefill_combine(partial, slot_of, weights, x, count, d, top_k, max_rows)
 //     x[r][i] += sum over s of weights[j] * partial[slot_of[j]][i], j = r * top_k + s, summed in fp32 in slot order
 //     and rounded once (as moe_down adds a step's rows) for r < count[0]. Launch: 1-D, any grid and block (grid-stride
@@ -55,12 +60,38 @@ namespace {
 using namespace lg::nn::moe;
 
 constexpr int kRouteWarps = 8;       // rows routed at once by a block of moe_prefill_route
-constexpr int kTileRows = 64;        // positions of one expert per grouped-product block (nn::kMoePrefillTileRows)
-constexpr int kTileCols = 64;        // output columns per grouped-product block
+constexpr int kTileRows = 64;        // positions of one expert per tile (nn::kMoePrefillTileRows)
 constexpr int kTileK = 64;           // the reduction's step: one shared-memory stage (nn::kMoePrefillTileK)
-constexpr int kStages = 3;           // stages, two in flight while one is read (nn::kMoePrefillStages)
 constexpr int kStride = kTileK + 8;  // shared row stride in elements: 144 bytes, so ldmatrix's 8 rows hit 32 banks
-constexpr int kThreads = 128;        // four warps, 2 x 2 over the 64 x 64 tile, each 32 x 32
+
+/// A grouped product's block: kRows positions of a tile by kCols output columns, kWarps warps (kWarpsM x kWarpsN over
+/// the block, each kWarpRows x kWarpCols), kStages shared-memory stages (kStages - 1 in flight while one is read).
+template <int Rows, int Cols, int Warps, int Stages>
+struct GroupedShape {
+  static constexpr int kRows = Rows;
+  static constexpr int kCols = Cols;
+  static constexpr int kStages = Stages;
+  static constexpr int kThreads = 32 * Warps;
+  static constexpr int kWarpRows = Rows < 32 ? Rows : 32;
+  static constexpr int kWarpsM = Rows / kWarpRows;
+  static constexpr int kWarpsN = Warps / kWarpsM;
+  static constexpr int kWarpCols = Cols / kWarpsN;
+  static constexpr int kMi = kWarpRows / 16;  // m16 tiles of a warp
+  static constexpr int kNt = kWarpCols / 8;   // n8 tiles of a warp, loaded in pairs
+  static_assert(kWarpRows % 16 == 0 && kWarpsM * kWarpRows == Rows && kWarpsM * kWarpsN == Warps &&
+                    kWarpsN * kWarpCols == Cols && kNt % 2 == 0 && Stages >= 2,
+                "a grouped product's block is whole m16n8 tiles, two n8 tiles at a time");
+};
+/// A prompt chunk's tiles (moe_prefill_gate_up, moe_prefill_down): 64 x 64, four warps of 32 x 32, 3 stages
+/// (nn::kMoePrefillTileCols, kMoePrefillThreads, kMoePrefillStages).
+using PrefillShape = GroupedShape<kTileRows, 64, 4, 3>;
+/// A decode step's tiles of at most 16 positions (moe_decode_gate_up, moe_decode_down; a step's row chooses an expert
+/// once, so a tile of its 2 to 8 rows has at most 8): 16 x 64, four warps of 16 x 16, 3 stages (nn::kMoeDecodeTileRows,
+/// kMoeDecodeTileCols, kMoeDecodeThreads, kMoeDecodeStages). The prefill shape's 64-row input tiles are mostly empty
+/// there; dropping them leaves a block a quarter of the shared memory, and a multiprocessor more blocks (3 of gate/up
+/// instead of 2, 6 of down instead of 4), which is what streams the experts faster: more stages in fewer blocks were
+/// slower (docs/decode_performance.md has the sweep).
+using DecodeShape = GroupedShape<16, 64, 4, 3>;
 
 /// The real rows, clamped to [0, max_rows].
 __device__ __forceinline__ int real_rows(const int* count, int max_rows) { return min(max(count[0], 0), max_rows); }
@@ -161,21 +192,24 @@ __device__ __forceinline__ void moe_prefill_group_body(const int* ids, const int
 /// the expert's kMats matrices [n_cols][k_dim]. kGateUp: the input row is h's row of the position's pair (order),
 /// two matrices (w1, w3), out = act in T, silu(gate) * up; else the input row is act's row p, one matrix (w1 = w2),
 /// out = partial in fp32.
-template <bool kGateUp, class T>
+template <class S, bool kGateUp, class T>
 __device__ __forceinline__ void grouped_product(const T* in, const T* w1, const T* w3, const int* order,
                                                 const int* tiles, void* out, int n_cols, int k_dim, int top_k,
                                                 int max_tiles) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int kMats = kGateUp ? 2 : 1;
-  constexpr int kTile = kTileRows * kStride;  // elements of one stage's input rows, and of one matrix's rows
-  static_assert(kTileRows == kTileCols, "a stage holds 1 + kMats tiles of the same size");
-  // Dynamic shared memory (nn::BasicKernels::moe_prefill_gate_up_config and _down_config): stage s holds its input
-  // rows, then each matrix's.
+  constexpr int kRows = S::kRows;
+  constexpr int kCols = S::kCols;
+  constexpr int kStages = S::kStages;
+  constexpr int kThreads = S::kThreads;
+  constexpr int kStage = (kRows + kMats * kCols) * kStride;  // elements of a stage
+  // Dynamic shared memory (nn::BasicKernels' configs of these kernels): stage s holds its kRows input rows, then each
+  // matrix's kCols rows.
   extern __shared__ uint4 moe_prefill_shared[];
   T* const stages = reinterpret_cast<T*>(moe_prefill_shared);
-  const auto sa = [&](int stage) { return stages + stage * (1 + kMats) * kTile; };
-  const auto sb = [&](int stage, int m) { return stages + (stage * (1 + kMats) + 1 + m) * kTile; };
-  __shared__ const T* a_rows[kTileRows];
+  const auto sa = [&](int stage) { return stages + stage * kStage; };
+  const auto sb = [&](int stage, int m) { return stages + stage * kStage + (kRows + m * kCols) * kStride; };
+  __shared__ const T* a_rows[kRows];
   lg::early_launch_prologue();
   if (blockDim.x != kThreads || blockDim.y != 1 || blockDim.z != 1 || n_cols <= 0 || n_cols % 8 != 0 || k_dim <= 0 ||
       k_dim % 8 != 0 || top_k < 1 || top_k > kMaxTopK || !lg::is_aligned16(in) || !lg::is_aligned16(w1) ||
@@ -186,39 +220,39 @@ __device__ __forceinline__ void grouped_product(const T* in, const T* w1, const 
   // smaller grid would leave outputs unwritten, and less memory would overrun it.
   unsigned shared_bytes = 0;
   asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(shared_bytes));
-  if (static_cast<int>(gridDim.y) < max_tiles || static_cast<long long>(gridDim.x) * kTileCols < n_cols ||
-      gridDim.z != 1 || shared_bytes < static_cast<unsigned>(kStages * (1 + kMats) * kTile * sizeof(T))) {
+  if (static_cast<int>(gridDim.y) < max_tiles || static_cast<long long>(gridDim.x) * kCols < n_cols ||
+      gridDim.z != 1 || shared_bytes < static_cast<unsigned>(kStages * kStage * sizeof(T))) {
     __trap();
   }
   const int tile_count = tiles[0];
   if (tile_count < 0 || tile_count > max_tiles) __trap();
   const int tile = static_cast<int>(blockIdx.y);
-  const int n0 = static_cast<int>(blockIdx.x) * kTileCols;
+  const int n0 = static_cast<int>(blockIdx.x) * kCols;
   if (tile >= tile_count || n0 >= n_cols) return;
   const int e = tiles[1 + 4 * tile];
   const int first = tiles[1 + 4 * tile + 1];
   const int rows = tiles[1 + 4 * tile + 2];
-  if (e < 0 || rows < 1 || rows > kTileRows || first < 0) __trap();
+  if (e < 0 || rows < 1 || rows > kRows || first < 0) __trap();
   const int tid = static_cast<int>(threadIdx.x);
-  if (tid < kTileRows) {
+  for (int r = tid; r < kRows; r += kThreads) {
     const T* row = nullptr;
-    if (tid < rows) {
-      const long long at = kGateUp ? order[first + tid] / top_k : first + tid;
+    if (r < rows) {
+      const long long at = kGateUp ? order[first + r] / top_k : first + r;
       row = in + at * k_dim;
     }
-    a_rows[tid] = row;
+    a_rows[r] = row;
   }
   __syncthreads();
   const long long matrix = static_cast<long long>(n_cols) * k_dim;
   const T* const b[2] = {w1 + e * matrix, kGateUp ? w3 + e * matrix : w1};
 
-  // Stage s of k-step kt: kTileRows input rows and kTileCols rows of each matrix, kTileK columns from kt * kTileK, in
-  // 16-byte pieces (kPieces a row); what is past the rows, the columns or the reduction is zero-filled.
+  // Stage s of k-step kt: kRows input rows and kCols rows of each matrix, kTileK columns from kt * kTileK, in 16-byte
+  // pieces (kPieces a row); what is past the rows, the columns or the reduction is zero-filled.
   const auto load = [&](int stage, int kt) {
     const int k0 = kt * kTileK;
     constexpr int kPieces = kTileK / 8;
 #pragma unroll
-    for (int i = tid; i < kTileRows * kPieces; i += kThreads) {
+    for (int i = tid; i < kRows * kPieces; i += kThreads) {
       const int r = i / kPieces;
       const int k = k0 + 8 * (i % kPieces);
       const T* row = a_rows[r];
@@ -228,7 +262,7 @@ __device__ __forceinline__ void grouped_product(const T* in, const T* w1, const 
 #pragma unroll
     for (int m = 0; m < kMats; ++m) {
 #pragma unroll
-      for (int i = tid; i < kTileCols * kPieces; i += kThreads) {
+      for (int i = tid; i < kCols * kPieces; i += kThreads) {
         const int n = i / kPieces;
         const int k = k0 + 8 * (i % kPieces);
         const bool fill = n0 + n < n_cols && k < k_dim;
@@ -241,10 +275,10 @@ __device__ __forceinline__ void grouped_product(const T* in, const T* w1, const 
 
   const int lane = tid % 32;
   const int warp = tid / 32;
-  const int warp_row = warp / 2 * 32;  // the warp's 32 rows and 32 columns of the tile
-  const int warp_col = warp % 2 * 32;
+  const int warp_row = warp / S::kWarpsN * S::kWarpRows;  // the warp's rows and columns of the tile
+  const int warp_col = warp % S::kWarpsN * S::kWarpCols;
   const bool busy = warp_row < rows;  // uniform over the warp: a warp wholly past the rows computes nothing
-  float acc[kMats][2][4][4] = {};
+  float acc[kMats][S::kMi][S::kNt][4] = {};
   const int k_steps = (k_dim + kTileK - 1) / kTileK;
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
@@ -267,22 +301,22 @@ __device__ __forceinline__ void grouped_product(const T* in, const T* w1, const 
 #pragma unroll
     for (int kk = 0; kk < kTileK; kk += 16) {
       // A: rows 0-7 / 8-15 of a row tile, columns 0-7 / 8-15 of the 16 (mma.cuh's fragment order).
-      unsigned a[2][4];
+      unsigned a[S::kMi][4];
 #pragma unroll
-      for (int mi = 0; mi < 2; ++mi) {
+      for (int mi = 0; mi < S::kMi; ++mi) {
         lg::load_matrices(a[mi], a_tile + (warp_row + 16 * mi + lane % 16) * kStride + kk + lane / 16 * 8);
       }
 #pragma unroll
       for (int m = 0; m < kMats; ++m) {
         const T* const b_tile = sb(kt % kStages, m);
 #pragma unroll
-        for (int np = 0; np < 2; ++np) {
+        for (int np = 0; np < S::kNt / 2; ++np) {
           // B: (columns 0-7, k 0-7), (0-7, 8-15), (8-15, 0-7), (8-15, 8-15) of 16 columns: b0, b1 of two n8 tiles.
           unsigned w[4];
           lg::load_matrices(
               w, b_tile + (warp_col + 16 * np + lane % 8 + lane / 16 * 8) * kStride + kk + (lane / 8) % 2 * 8);
 #pragma unroll
-          for (int mi = 0; mi < 2; ++mi) {
+          for (int mi = 0; mi < S::kMi; ++mi) {
             lg::mma(acc[m][mi][2 * np], a[mi], w[0], w[1], T{});
             lg::mma(acc[m][mi][2 * np + 1], a[mi], w[2], w[3], T{});
           }
@@ -294,14 +328,14 @@ __device__ __forceinline__ void grouped_product(const T* in, const T* w1, const 
   if (!busy) return;
     // C: lane (g, t) = (lane / 4, lane % 4) holds rows g and g + 8, columns 2t and 2t + 1 of each m16n8 tile.
 #pragma unroll
-  for (int mi = 0; mi < 2; ++mi) {
+  for (int mi = 0; mi < S::kMi; ++mi) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int r = warp_row + 16 * mi + lane / 4 + 8 * half;
       if (r >= rows) continue;
       const long long row = static_cast<long long>(first + r) * n_cols;
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
+      for (int nt = 0; nt < S::kNt; ++nt) {
         const int n = n0 + warp_col + 8 * nt + 2 * (lane % 4);
         if (n >= n_cols) continue;
         const float v0 = acc[0][mi][nt][2 * half];
@@ -322,17 +356,17 @@ __device__ __forceinline__ void grouped_product(const T* in, const T* w1, const 
 #endif
 }
 
-template <class T>
-__device__ __forceinline__ void moe_prefill_gate_up_body(const T* h, const T* w1, const T* w3, const int* order,
-                                                         const int* tiles, T* act, int width, int d, int top_k,
-                                                         int max_tiles) {
-  grouped_product<true>(h, w1, w3, order, tiles, act, width, d, top_k, max_tiles);
+template <class S, class T>
+__device__ __forceinline__ void grouped_gate_up_body(const T* h, const T* w1, const T* w3, const int* order,
+                                                     const int* tiles, T* act, int width, int d, int top_k,
+                                                     int max_tiles) {
+  grouped_product<S, true>(h, w1, w3, order, tiles, act, width, d, top_k, max_tiles);
 }
 
-template <class T>
-__device__ __forceinline__ void moe_prefill_down_body(const T* act, const T* w2, const int* tiles, float* partial,
-                                                      int d, int width, int max_tiles) {
-  grouped_product<false>(act, w2, static_cast<const T*>(nullptr), nullptr, tiles, partial, d, width, 1, max_tiles);
+template <class S, class T>
+__device__ __forceinline__ void grouped_down_body(const T* act, const T* w2, const int* tiles, float* partial, int d,
+                                                  int width, int max_tiles) {
+  grouped_product<S, false>(act, w2, static_cast<const T*>(nullptr), nullptr, tiles, partial, d, width, 1, max_tiles);
 }
 
 template <class T>
@@ -380,9 +414,13 @@ axis T = lg::half_t | lg::bf16_t _bf16
 
 moe_prefill_route[T] __launch_bounds__(256) = moe_prefill_route_body<T>(const T* logits, const int* count, int* ids,
     float* weights, int experts, int top_k, int normalize, int max_rows)
-moe_prefill_gate_up[T] __launch_bounds__(128) = moe_prefill_gate_up_body<T>(const T* h, const T* w1, const T* w3,
+moe_prefill_gate_up[T] __launch_bounds__(128) = grouped_gate_up_body<PrefillShape>(const T* h, const T* w1,
+    const T* w3, const int* order, const int* tiles, T* act, int width, int d, int top_k, int max_tiles)
+moe_prefill_down[T] __launch_bounds__(128) = grouped_down_body<PrefillShape>(const T* act, const T* w2,
+    const int* tiles, float* partial, int d, int width, int max_tiles)
+moe_decode_gate_up[T] __launch_bounds__(128) = grouped_gate_up_body<DecodeShape>(const T* h, const T* w1, const T* w3,
     const int* order, const int* tiles, T* act, int width, int d, int top_k, int max_tiles)
-moe_prefill_down[T] __launch_bounds__(128) = moe_prefill_down_body<T>(const T* act, const T* w2, const int* tiles,
+moe_decode_down[T] __launch_bounds__(128) = grouped_down_body<DecodeShape>(const T* act, const T* w2, const int* tiles,
     float* partial, int d, int width, int max_tiles)
 moe_prefill_combine[T] = moe_prefill_combine_body<T>(const float* partial, const int* slot_of, const float* weights,
     T* x, const int* count, int d, int top_k, int max_rows)

@@ -108,6 +108,8 @@ BasicKernels<T>::BasicKernels(const KernelLibrary& library, KernelOptions option
       moe_prefill_group(lookup<decltype(moe_prefill_group)>(library, "moe_prefill_group")),
       moe_prefill_gate_up(lookup<decltype(moe_prefill_gate_up)>(library, named<T>("moe_prefill_gate_up"))),
       moe_prefill_down(lookup<decltype(moe_prefill_down)>(library, named<T>("moe_prefill_down"))),
+      moe_decode_gate_up(lookup<decltype(moe_decode_gate_up)>(library, named<T>("moe_decode_gate_up"))),
+      moe_decode_down(lookup<decltype(moe_decode_down)>(library, named<T>("moe_decode_down"))),
       moe_prefill_combine(lookup<decltype(moe_prefill_combine)>(library, named<T>("moe_prefill_combine"))),
       argmax(lookup<decltype(argmax)>(library, named<T>("argmax"))),
       sample(lookup<decltype(sample)>(library, named<T>("sample"))),

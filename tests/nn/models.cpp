@@ -530,6 +530,15 @@ TEST_SUITE("gpu") {
       "same rows in a batch of another size") {
     lazygraph::nn::DecoderConfig config = small_decoder();
     config.kv_heads = 2;
+    SUBCASE("4 heads: attention in blocks of 1024 threads") {}
+    SUBCASE(
+        "32 heads of 16: 5 rows' 160 blocks outnumber an H100's or H200's multiprocessors, so attention's blocks "
+        "are 256 threads in the batches of 5 and of 2 alike") {
+      config.d = 512;
+      config.heads = 32;
+      config.kv_heads = 8;
+    }
+    CAPTURE(config.heads);
     config.max_batch = 5;
     config.tensor_cores = true;
     lazygraph::nn::Decoder five(lgtest::stream(), lgtest::nn_kernels(), config);

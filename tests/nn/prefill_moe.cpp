@@ -1,14 +1,17 @@
 // A mixture of experts' layer of a prefill chunk on tensor cores (nn/prefill_moe.hpp): its memory and its tiles'
 // bound on the host, and which decoders take it; on the GPU, its five kernels (route, group, the grouped gate/up and
 // down products, combine) against float64 on random inputs, with experts of several tiles and sizes that are not
-// whole tiles, and a decoder's prefill through it against the float64 reference and against the decode step; with
-// int8 or fp8 experts, against the same decoder on its dequantized experts, bit for bit.
+// whole tiles, and the decode step's smaller tiles of the same products against them bit for bit and against float64;
+// a decoder's prefill through it against the float64 reference and against the decode step; with int8 or fp8 experts,
+// against the same decoder on its dequantized experts, bit for bit.
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <concepts>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <span>
 #include <string>
@@ -256,6 +259,132 @@ TEST_SUITE("gpu") {
     CHECK(padding_changed == 0);
     CAPTURE(err / top);
     CHECK(err / top < (std::same_as<T, half> ? 3e-3 : 2e-2));
+  }
+
+  TEST_CASE_TEMPLATE("the decode step's grouped products give the prefill ones' bits in their smaller tiles", T, half,
+                     bfloat16) {
+    Stream& s = lgtest::stream();
+    if (s.device().compute_capability().major < 8) {
+      MESSAGE("skipped: the grouped products need tensor cores of sm_80 or newer");
+      return;
+    }
+    const BasicKernels<T> k(lgtest::nn_kernels());
+    int rows = 8;
+    int experts = 16;
+    int top_k = 4;
+    int d = 200;     // not whole blocks of 32 output columns nor of 64 in the reduction
+    int width = 72;  // likewise
+    SUBCASE("8 rows, 16 experts, top 4: tiles of 1 to 8 positions") {}
+    SUBCASE("2 rows, 128 experts, top 8 (Qwen3-30B-A3B's router), width 768, d 256") {
+      rows = 2;
+      experts = 128;
+      top_k = 8;
+      d = 256;
+      width = 768;
+    }
+    SUBCASE("16 rows, 2 experts, top 1: tiles of up to 16 positions, the decode shape's most") {
+      rows = 16;
+      experts = 2;
+      top_k = 1;
+    }
+    CAPTURE(rows);
+    CAPTURE(experts);
+    const auto count = [](int a, int b) { return static_cast<std::size_t>(a) * static_cast<std::size_t>(b); };
+    const auto random = [](std::size_t n, float scale) {
+      std::vector<T> out;
+      for (const float f : lgtest::random_floats(n)) out.push_back(T::from_float(scale * f));
+      return out;
+    };
+    const std::vector<T> logits = random(count(rows, experts), 3.0F);
+    const std::vector<T> h = random(count(rows, d), 1.0F);
+    const std::vector<T> w1 = random(count(experts * width, d), 0.2F);
+    const std::vector<T> w3 = random(count(experts * width, d), 0.2F);
+    const std::vector<T> w2 = random(count(experts * d, width), 0.2F);
+    const int pairs = rows * top_k;
+    const int tiles = moe_prefill_tiles(pairs, experts);
+    const auto dlogits = lgtest::to_device(s, logits);
+    const auto dh = lgtest::to_device(s, h);
+    const auto dw1 = lgtest::to_device(s, w1);
+    const auto dw3 = lgtest::to_device(s, w3);
+    const auto dw2 = lgtest::to_device(s, w2);
+    const auto real_rows = lgtest::to_device(s, std::vector<int>{rows});
+    DeviceBuffer<int> ids(s.device(), count(rows, top_k));
+    DeviceBuffer<float> weights(s.device(), ids.size());
+    DeviceBuffer<int> order(s.device(), ids.size());
+    DeviceBuffer<int> slot_of(s.device(), ids.size());
+    DeviceBuffer<int> tile_list(s.device(), 1 + count(4, tiles));
+    DeviceBuffer<T> act_prefill(s.device(), count(pairs, width));
+    DeviceBuffer<T> act_decode(s.device(), act_prefill.size());
+    DeviceBuffer<float> partial_prefill(s.device(), count(pairs, d));
+    DeviceBuffer<float> partial_decode(s.device(), partial_prefill.size());
+
+    k.moe_prefill_route.launch(s, k.moe_prefill_route_config(rows), dlogits.cview(), real_rows.cview(), ids.view(),
+                               weights.view(), experts, top_k, 1, rows);
+    k.moe_prefill_group.launch(s, LaunchConfig{{1, 1, 1}, {1024, 1, 1}, 0}, ids.cview(), real_rows.cview(),
+                               order.view(), slot_of.view(), tile_list.view(), experts, top_k, rows, tiles);
+    k.moe_prefill_gate_up.launch(s, k.moe_prefill_gate_up_config(width, tiles), dh.cview(), dw1.cview(), dw3.cview(),
+                                 order.cview(), tile_list.cview(), act_prefill.view(), width, d, top_k, tiles);
+    k.moe_prefill_down.launch(s, k.moe_prefill_down_config(d, tiles), act_prefill.cview(), dw2.cview(),
+                              tile_list.cview(), partial_prefill.view(), d, width, tiles);
+    k.moe_decode_gate_up.launch(s, k.moe_decode_gate_up_config(width, tiles), dh.cview(), dw1.cview(), dw3.cview(),
+                                order.cview(), tile_list.cview(), act_decode.view(), width, d, top_k, tiles);
+    k.moe_decode_down.launch(s, k.moe_decode_down_config(d, tiles), act_prefill.cview(), dw2.cview(), tile_list.cview(),
+                             partial_decode.view(), d, width, tiles);
+    const std::vector<int> got_ids = lgtest::to_host(s, ids.cview());
+    const std::vector<int> got_order = lgtest::to_host(s, order.cview());
+    const std::vector<int> got_tiles = lgtest::to_host(s, tile_list.cview());
+    const std::vector<T> act = lgtest::to_host(s, act_decode.cview());
+    const std::vector<T> act_want = lgtest::to_host(s, act_prefill.cview());
+    const std::vector<float> partial = lgtest::to_host(s, partial_decode.cview());
+    const std::vector<float> partial_want = lgtest::to_host(s, partial_prefill.cview());
+
+    int largest_tile = 0;
+    for (int t = 0; t < got_tiles[0]; ++t) largest_tile = std::max(largest_tile, got_tiles[3 + 4 * std::size_t(t)]);
+    CHECK(largest_tile <= kMoeDecodeTileRows);
+    CHECK(largest_tile >= (rows == 16 ? 8 : 1));  // two experts share 16 rows: one of them has at least 8
+    std::size_t act_differ = 0;
+    for (std::size_t i = 0; i < act.size(); ++i) act_differ += act[i].bits != act_want[i].bits ? 1 : 0;
+    std::size_t partial_differ = 0;
+    for (std::size_t i = 0; i < partial.size(); ++i) {
+      partial_differ += std::bit_cast<std::uint32_t>(partial[i]) != std::bit_cast<std::uint32_t>(partial_want[i]);
+    }
+    CHECK(act_differ == 0);
+    CHECK(partial_differ == 0);
+
+    // Each position against float64: its pair's row of h through its expert's W1 and W3, then W2 over its act.
+    double act_err = 0;
+    double act_top = 0;
+    double partial_err = 0;
+    double partial_top = 0;
+    for (int p = 0; p < pairs; ++p) {
+      const int j = got_order[static_cast<std::size_t>(p)];
+      const int e = got_ids[static_cast<std::size_t>(j)];
+      const std::size_t hrow = count(j / top_k, d);
+      for (int i = 0; i < width; ++i) {
+        double g = 0;
+        double u = 0;
+        const std::size_t wrow = count(e * width + i, d);
+        for (int c = 0; c < d; ++c) {
+          g += static_cast<double>(w1[wrow + c].to_float()) * h[hrow + c].to_float();
+          u += static_cast<double>(w3[wrow + c].to_float()) * h[hrow + c].to_float();
+        }
+        const double want = g / (1 + std::exp(-g)) * u;
+        act_err = std::max(act_err, std::abs(act[count(p, width) + i].to_float() - want));
+        act_top = std::max(act_top, std::abs(want));
+      }
+      for (int i = 0; i < d; ++i) {
+        double y = 0;
+        const std::size_t wrow = count(e * d + i, width);
+        for (int c = 0; c < width; ++c)
+          y += static_cast<double>(w2[wrow + c].to_float()) * act[count(p, width) + c].to_float();
+        partial_err = std::max(partial_err, std::abs(partial[count(p, d) + i] - y));
+        partial_top = std::max(partial_top, std::abs(y));
+      }
+    }
+    CAPTURE(act_err / act_top);
+    CAPTURE(partial_err / partial_top);
+    CHECK(act_err / act_top < (std::same_as<T, half> ? 2e-3 : 1e-2));
+    CHECK(partial_err / partial_top < 1e-3);  // fp32 sums (the tensor cores') of products of T values
   }
 
   TEST_CASE_TEMPLATE(

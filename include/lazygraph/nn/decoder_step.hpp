@@ -49,7 +49,7 @@ auto attention_heads(const Projector<T>& p, const BasicAttentionWeights<T>& w, B
   const int d = c.d;
   const float scale = c.score_scale();
   const int window = c.layer_window(layer);
-  const LaunchConfig per_head = k.attention_config(c.heads, rows, c.context);
+  const LaunchConfig per_head = k.attention_config(c.heads, rows, c.context, c.max_batch);
   const int q_dim = c.q_dim();
   const DeviceSpan<const float> frequencies =
       c.local_rope(layer) ? s.local_rope_frequencies.cview() : s.rope_frequencies.cview();
@@ -273,11 +273,11 @@ auto moe_experts(const Projector<T>& p, const BasicMoeWeights<T>& w, BasicDecode
                                           s.moe_order.view().subspan(0, pairs), s.moe_slot_of.view().subspan(0, pairs),
                                           s.moe_tiles.view().subspan(0, tile_list.size()), m.experts,
                                           m.experts_per_token, rows, tiles) >>
-                      k.moe_prefill_gate_up(k.moe_prefill_gate_up_config(m.expert_width, tiles), s.moe_h.cview(),
-                                            w.w1.dense(), w.w3.dense(), order, tile_list, act, m.expert_width, c.d,
-                                            m.experts_per_token, tiles) >>
-                      k.moe_prefill_down(k.moe_prefill_down_config(c.d, tiles), act.as_const(), w.w2.dense(), tile_list,
-                                         partial, c.d, m.expert_width, tiles) >>
+                      k.moe_decode_gate_up(k.moe_decode_gate_up_config(m.expert_width, tiles), s.moe_h.cview(),
+                                           w.w1.dense(), w.w3.dense(), order, tile_list, act, m.expert_width, c.d,
+                                           m.experts_per_token, tiles) >>
+                      k.moe_decode_down(k.moe_decode_down_config(c.d, tiles), act.as_const(), w.w2.dense(), tile_list,
+                                        partial, c.d, m.expert_width, tiles) >>
                       k.moe_prefill_combine(k.step_config(grid_for(static_cast<std::size_t>(rows) * c.d / 8, 256)),
                                             partial.as_const(), slot_of, weights.as_const().subspan(0, pairs),
                                             s.x.view(), count, c.d, m.experts_per_token, rows);

@@ -127,6 +127,20 @@ inline constexpr int kMoePrefillTileK = 64;
 /// Shared-memory stages of those kernels (kStages): two in flight while one is read. Three keep the kernels within
 /// the 99 KiB a block may have on sm_86 and sm_89; four were slower on an H200 (two blocks a multiprocessor).
 inline constexpr int kMoePrefillStages = 3;
+/// The decode step's grouped products (moe_decode_gate_up, moe_decode_down; kernels/nn/moe_prefill.cu's
+/// DecodeShape): tiles of at most kMoeDecodeTileRows positions (2 to 8 rows choose an expert at most once each), blocks
+/// of kMoeDecodeThreads over kMoeDecodeTileCols output columns, kMoeDecodeStages stages of kMoePrefillTileK columns.
+/// Their shared memory is a third of the prefill shape's for gate/up (a quarter of its input rows), so a
+/// multiprocessor holds 3 blocks of gate/up and 6 of down instead of 2 and 4: H200, Qwen3-30B-A3B's 12 layers at 8
+/// rows, 3175-3205 us a step with the prefill shape, 2702-2758 with this one (docs/decode_performance.md has the
+/// sweep).
+inline constexpr int kMoeDecodeTileRows = 16;
+/// Output columns per block of the decode step's grouped products.
+inline constexpr int kMoeDecodeTileCols = 64;
+/// Threads per block of the decode step's grouped products: four warps of 16 x 16.
+inline constexpr unsigned kMoeDecodeThreads = 128;
+/// Shared-memory stages of the decode step's grouped products: two in flight while one is read.
+inline constexpr int kMoeDecodeStages = 3;
 /// Rows of d per block of moe_down_staged (kernels/nn/moe.cu), at most: 128 blocks for d 2048, one a multiprocessor.
 inline constexpr int kMoeStagedRows = 16;
 /// Shared memory moe_down_staged may take per block (a multiprocessor of an H100 or H200 has 228 KiB; Qwen3-30B-A3B's
@@ -357,6 +371,11 @@ struct BasicKernels {
   /// moe_prefill_down(act, w2, tiles, partial, d, width, max_tiles): partial[p] = W2_e act[p] in fp32, on tensor
   /// cores (kernels/nn/moe_prefill.cu); launched as moe_prefill_down_config(d, max_tiles).
   Kernel<void(const T*, const T*, const int*, float*, int, int, int)> moe_prefill_down;
+  /// moe_prefill_gate_up for a decode step of 2 to 8 rows (tiles of at most kMoeDecodeTileRows positions): the same
+  /// arguments and bits, in smaller blocks that keep more weights in flight; launched as moe_decode_gate_up_config.
+  Kernel<void(const T*, const T*, const T*, const int*, const int*, T*, int, int, int, int)> moe_decode_gate_up;
+  /// moe_prefill_down for a decode step of 2 to 8 rows, as moe_decode_gate_up; launched as moe_decode_down_config.
+  Kernel<void(const T*, const T*, const int*, float*, int, int, int)> moe_decode_down;
   /// moe_prefill_combine(partial, slot_of, weights, x, count, d, top_k, max_rows): x[r] += the weighted sum of row r's
   /// experts' products, in slot order, rounded once (kernels/nn/moe_prefill.cu); 1-D, any grid.
   Kernel<void(const float*, const int*, const float*, T*, const int*, int, int, int)> moe_prefill_combine;
@@ -442,14 +461,21 @@ struct BasicKernels {
                         {32, warps_per_row, rows_per_block},
                         0});
   }
-  /// Launch shape of attention for `heads` heads of `rows` rows over a cache of `context` positions: a block of
-  /// 1024 threads per (head, row), the scores in dynamic shared memory. With only `heads` blocks per row, the most
-  /// threads put the most of the cache in flight (H100, decoder layer chains at position 255: d 2048 773.7 us per
-  /// 16 layers with 1024 threads vs 851.2 with 256, default decoder 138.7 vs 155.4; at position 1023 886.8 vs
-  /// 1235.4; at position 63 equal).
-  [[nodiscard]] LaunchConfig attention_config(int heads, int rows, int context) const {
+  /// Launch shape of attention for `heads` heads of `rows` rows over a cache of `context` positions, in a step whose
+  /// batches have up to `max_rows` rows (rows if 0): a block of 1024 threads per (head, row), the scores in dynamic
+  /// shared memory. With only `heads` blocks per row, the most threads put the most of the cache in flight (H100,
+  /// decoder layer chains at position 255: d 2048 773.7 us per 16 layers with 1024 threads vs 851.2 with 256, default
+  /// decoder 138.7 vs 155.4; at position 1023 886.8 vs 1235.4; at position 63 equal). Where batches run on tensor
+  /// cores (KernelOptions::tensor_cores, 2 rows or more) and a full batch's blocks outnumber the multiprocessors, which
+  /// hold one block of 1024 threads each, blocks of 256 threads attend in one wave instead of two (H200, 8 rows at
+  /// position 128: the TinyLlama shape's step 1183.3 -> 1034.4 us, Qwen3-30B-A3B's 12 layers 2684.7-2686.8 ->
+  /// 2632.9-2635.0). The block size orders the softmax's and the values' sums, so it follows max_rows, not rows: a row
+  /// gets the same bits in every batch of 2 or more of the step. The fp32 batch keeps 1024, since its rows keep the
+  /// bits they get alone.
+  [[nodiscard]] LaunchConfig attention_config(int heads, int rows, int context, int max_rows = 0) const {
+    const bool one_wave = tensor_cores && rows >= 2 && heads * std::max(rows, max_rows) > multiprocessors;
     return step_config({{static_cast<unsigned>(heads), static_cast<unsigned>(rows), 1},
-                        {1024, 1, 1},
+                        {one_wave ? 256U : 1024U, 1, 1},
                         static_cast<unsigned>(context) * static_cast<unsigned>(sizeof(float))});
   }
   /// Launch shape of attention_split: `splits` blocks of 128 threads per (head, row), each over
@@ -527,6 +553,16 @@ struct BasicKernels {
   }
   /// Launch shape of moe_prefill_down for d rows: moe_prefill_gate_up_config's with stages of two tiles (55296 bytes).
   [[nodiscard]] LaunchConfig moe_prefill_down_config(int d, int tiles) const { return grouped_config(d, tiles, 1); }
+  /// Launch shape of moe_decode_gate_up: a block of kMoeDecodeThreads per kMoeDecodeTileCols rows of the experts and
+  /// tile, kMoeDecodeStages stages of kMoeDecodeTileRows input rows and kMoeDecodeTileCols rows of W1 and of W3
+  /// (62208 bytes); blocks past the tiles the step's rows chose return.
+  [[nodiscard]] LaunchConfig moe_decode_gate_up_config(int width, int tiles) const {
+    return grouped_config(width, tiles, 2, kDecodeShape);
+  }
+  /// Launch shape of moe_decode_down for d rows: moe_decode_gate_up_config's with one matrix a stage (34560 bytes).
+  [[nodiscard]] LaunchConfig moe_decode_down_config(int d, int tiles) const {
+    return grouped_config(d, tiles, 1, kDecodeShape);
+  }
   /// Launch shape of moe_prefill_route for up to `rows` rows: a block of kMoePrefillRouteRows warps per as many rows.
   [[nodiscard]] LaunchConfig moe_prefill_route_config(int rows) const {
     const auto blocks = (static_cast<unsigned>(rows) + kMoePrefillRouteRows - 1) / kMoePrefillRouteRows;
@@ -576,13 +612,28 @@ struct BasicKernels {
   }
 
  private:
-  /// The grouped products' launch: `cols` output columns, `tiles` high, stages of 1 + `matrices` tiles.
-  [[nodiscard]] LaunchConfig grouped_config(int cols, int tiles, int matrices) const {
-    const auto across = (static_cast<unsigned>(cols) + kMoePrefillTileCols - 1) / kMoePrefillTileCols;
-    const auto stage = static_cast<unsigned>((1 + matrices) * kMoePrefillTileRows * (kMoePrefillTileK + 8)) *
+  /// A grouped product's block: positions, output columns, threads and stages.
+  struct GroupedShape {
+    int rows;
+    int cols;
+    unsigned threads;
+    int stages;
+  };
+  static constexpr GroupedShape kPrefillShape{kMoePrefillTileRows, kMoePrefillTileCols, kMoePrefillThreads,
+                                              kMoePrefillStages};
+  static constexpr GroupedShape kDecodeShape{kMoeDecodeTileRows, kMoeDecodeTileCols, kMoeDecodeThreads,
+                                             kMoeDecodeStages};
+  /// The grouped products' launch: `cols` output columns, `tiles` high, stages of the input rows and `matrices`
+  /// matrices' rows.
+  [[nodiscard]] LaunchConfig grouped_config(int cols, int tiles, int matrices,
+                                            GroupedShape shape = kPrefillShape) const {
+    const auto across =
+        (static_cast<unsigned>(cols) + static_cast<unsigned>(shape.cols) - 1) / static_cast<unsigned>(shape.cols);
+    const auto stage = static_cast<unsigned>((shape.rows + matrices * shape.cols) * (kMoePrefillTileK + 8)) *
                        static_cast<unsigned>(sizeof(T));
-    return step_config(
-        {{across, static_cast<unsigned>(tiles), 1}, {kMoePrefillThreads, 1, 1}, kMoePrefillStages * stage});
+    return step_config({{across, static_cast<unsigned>(tiles), 1},
+                        {shape.threads, 1, 1},
+                        static_cast<unsigned>(shape.stages) * stage});
   }
 };
 
