@@ -26,13 +26,13 @@
 //   moe_prefill_gate_up(h, w1, w3, order, tiles, act, width, d, top_k, max_tiles)
 //     For each position p of tile t (its expert e, its pair j = order[p], its row r = j / top_k):
 //     act[p][i] = silu(w1[e][i] . h[r]) * (w3[e][i] . h[r]), rounded once to T (as moe_gate_up); w1, w3
-//     [experts][width][d]; act [max_rows * top_k][width]. Launch: grid (ceil(width / kTileCols), max_tiles), blocks of
-//     kThreads, kStages * 3 * kTileRows * (kTileK + 8) elements of dynamic shared memory (82944 bytes:
-//     nn::BasicKernels::moe_prefill_gate_up_config); a block whose tile is past tiles[0] returns at once.
+//     [experts][width][d]; act [max_rows * top_k][width]. Launch (PrefillShape): grid (ceil(width / 64), max_tiles),
+//     blocks of 128 threads, 3 stages of 64 input rows and 64 rows of each matrix, kTileK + 8 elements apart, in
+//     dynamic shared memory (82944 bytes: nn::BasicKernels::moe_prefill_gate_up_config); a block whose tile is past
+//     tiles[0] returns at once.
 //   moe_prefill_down(act, w2, tiles, partial, d, width, max_tiles)
 //     partial[p][i] = w2[e][i] . act[p] in fp32 for each position p of tile t; w2 [experts][d][width]; partial
-//     [max_rows * top_k][d]. Launch: grid (ceil(d / kTileCols), max_tiles), blocks of kThreads, kStages * 2 *
-//     kTileRows * (kTileK + 8) elements of dynamic shared memory (55296 bytes).
+//     [max_rows * top_k][d]. Launch: as moe_prefill_gate_up's over d, with one matrix a stage (55296 bytes).
 //   moe_decode_gate_up, moe_decode_down: moe_prefill_gate_up and moe_prefill_down, with the same arguments and bits,
 //     for tiles of at most 16 positions (a decode step's 2 to 8 rows): grid (ceil(cols / 64), max_tiles), blocks of 128
 //     threads, 3 stages of 16 input rows and 64 rows of each matrix (62208 bytes for gate/up, 34560 for down:
@@ -88,9 +88,9 @@ using PrefillShape = GroupedShape<kTileRows, 64, 4, 3>;
 /// A decode step's tiles of at most 16 positions (moe_decode_gate_up, moe_decode_down; a step's row chooses an expert
 /// once, so a tile of its 2 to 8 rows has at most 8): 16 x 64, four warps of 16 x 16, 3 stages (nn::kMoeDecodeTileRows,
 /// kMoeDecodeTileCols, kMoeDecodeThreads, kMoeDecodeStages). The prefill shape's 64-row input tiles are mostly empty
-/// there; dropping them leaves a block a quarter of the shared memory, and a multiprocessor more blocks (3 of gate/up
-/// instead of 2, 6 of down instead of 4), which is what streams the experts faster: more stages in fewer blocks were
-/// slower (docs/decode_performance.md has the sweep).
+/// there; dropping them saves a block a quarter of its shared memory (three eighths for down), and a multiprocessor
+/// holds more blocks (3 of gate/up instead of 2, 6 of down instead of 4), which is what streams the experts faster:
+/// more stages in fewer blocks were slower (docs/performance.md has the sweep).
 using DecodeShape = GroupedShape<16, 64, 4, 3>;
 
 /// The real rows, clamped to [0, max_rows].
@@ -188,7 +188,7 @@ __device__ __forceinline__ void moe_prefill_group_body(const int* ids, const int
 }
 
 /// The grouped products' one body: for the block's tile (an expert e, its positions first .. first + rows - 1) and
-/// its kTileCols output columns from n0, out[p][n] = the product of the position's input row with row n of each of
+/// its S::kCols output columns from n0, out[p][n] = the product of the position's input row with row n of each of
 /// the expert's kMats matrices [n_cols][k_dim]. kGateUp: the input row is h's row of the position's pair (order),
 /// two matrices (w1, w3), out = act in T, silu(gate) * up; else the input row is act's row p, one matrix (w1 = w2),
 /// out = partial in fp32.
@@ -220,8 +220,8 @@ __device__ __forceinline__ void grouped_product(const T* in, const T* w1, const 
   // smaller grid would leave outputs unwritten, and less memory would overrun it.
   unsigned shared_bytes = 0;
   asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(shared_bytes));
-  if (static_cast<int>(gridDim.y) < max_tiles || static_cast<long long>(gridDim.x) * kCols < n_cols ||
-      gridDim.z != 1 || shared_bytes < static_cast<unsigned>(kStages * kStage * sizeof(T))) {
+  if (static_cast<int>(gridDim.y) < max_tiles || static_cast<long long>(gridDim.x) * kCols < n_cols || gridDim.z != 1 ||
+      shared_bytes < static_cast<unsigned>(kStages * kStage * sizeof(T))) {
     __trap();
   }
   const int tile_count = tiles[0];

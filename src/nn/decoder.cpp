@@ -169,8 +169,9 @@ BasicDecoder<T>::BasicDecoder(const Stream& stream, const KernelLibrary& library
       quantized_kernels_(weights_.quantized() ? std::optional<BasicQuantizedKernels<T>>(std::in_place, library)
                                               : std::nullopt),
       state_(stream.device(), state_shape(shard_, config_)),
-      paged_(config_.paged() ? std::optional<PagedAttention<T>>(std::in_place, library, config_.early_launch)
-                             : std::nullopt),
+      paged_(config_.paged()
+                 ? std::optional<PagedAttention<T>>(std::in_place, library, config_.early_launch, config_.tensor_cores)
+                 : std::nullopt),
       io_(library, staging_with_tables(config_), DecoderIo::output_size(config_.context)),
       tables_at_(staging_input_size(config_)),
       stream_(stream.device()),

@@ -294,7 +294,7 @@ LAZYGRAPH_PAGED_CHECKS(bfloat16)
 #undef LAZYGRAPH_PAGED_CHECKS
 
 template <Element T>
-PagedAttention<T>::PagedAttention(const KernelLibrary& library, bool early_launch)
+PagedAttention<T>::PagedAttention(const KernelLibrary& library, bool early_launch, bool tensor_cores)
     : append_(library.get<void(const T*, const T*, T*, T*, const int*, const int*, int, int, int, int, int, int)>(
           "kv_append_paged" + std::string(kernel_suffix<T>))),
       rope_append_(library.get<void(const T*, const T*, const T*, const T*, T*, T*, T*, const int*, const int*,
@@ -310,6 +310,7 @@ PagedAttention<T>::PagedAttention(const KernelLibrary& library, bool early_launc
                            int, int, int, float, int)>("attention_paged_split" + std::string(kernel_suffix<T>))),
       grouped_(grouped_kernels(library)),
       early_launch_(early_launch),
+      tensor_cores_(tensor_cores),
       multiprocessors_(library.device().sm_count()),
       max_shared_(library.device().limits().max_shared_per_block_optin) {}
 
@@ -344,7 +345,7 @@ std::size_t PagedAttention<T>::split_partials(const PagedAttentionShape& s, int 
 template <Element T>
 LaunchConfig PagedAttention<T>::attention_config(const PagedAttentionShape& s) const {
   return {{static_cast<unsigned>(s.heads), static_cast<unsigned>(s.rows), 1},
-          {1024, 1, 1},
+          {attention_block_threads(s.heads, s.rows, tensor_cores_, multiprocessors_), 1, 1},
           static_cast<unsigned>(unsplit_shared_bytes(s)),
           early_launch_};
 }

@@ -84,13 +84,22 @@ TEST_SUITE("gpu") {
     SUBCASE("no q/k norms") {}
     SUBCASE("q/k norms of each head") { qk = 1; }
     SUBCASE("q/k norms over the whole projection") { qk = 2; }
+    // Batches on tensor cores of 32 heads: a full step's 256 blocks outnumber an H100's or H200's multiprocessors, so
+    // both caches' unsplit attention runs in blocks of 256 threads (nn::attention_block_threads).
+    SUBCASE("32 heads of 16, batches on tensor cores") { qk = 3; }
     CAPTURE(qk);
     for (const auto& [blocks, block_size] : {std::pair{1, 16}, std::pair{4, 32}}) {
       CAPTURE(blocks);
       CAPTURE(block_size);
       DecoderConfig c = contiguous_reference_config(blocks);
-      c.qk_norm = qk > 0;
+      c.qk_norm = qk == 1 || qk == 2;
       c.qk_norm_whole = qk == 2;
+      if (qk == 3) {
+        c.d = 512;
+        c.heads = 32;
+        c.kv_heads = 8;
+        c.tensor_cores = true;
+      }
       DecoderConfig pc = c;
       pc.kv_block_size = block_size;
       pc.kv_blocks = kMaxRows * (c.context / block_size) + 5;  // room to spare: the tables skip some blocks

@@ -532,7 +532,7 @@ TEST_SUITE("gpu") {
     config.kv_heads = 2;
     SUBCASE("4 heads: attention in blocks of 1024 threads") {}
     SUBCASE(
-        "32 heads of 16: 5 rows' 160 blocks outnumber an H100's or H200's multiprocessors, so attention's blocks "
+        "32 heads of 16: a full step's 256 blocks outnumber an H100's or H200's multiprocessors, so attention's blocks "
         "are 256 threads in the batches of 5 and of 2 alike") {
       config.d = 512;
       config.heads = 32;

@@ -272,7 +272,7 @@ TEST_SUITE("gpu") {
     int rows = 8;
     int experts = 16;
     int top_k = 4;
-    int d = 200;     // not whole blocks of 32 output columns nor of 64 in the reduction
+    int d = 200;     // not whole blocks of 64 output columns nor of 64 in the reduction
     int width = 72;  // likewise
     SUBCASE("8 rows, 16 experts, top 4: tiles of 1 to 8 positions") {}
     SUBCASE("2 rows, 128 experts, top 8 (Qwen3-30B-A3B's router), width 768, d 256") {

@@ -49,7 +49,7 @@ auto attention_heads(const Projector<T>& p, const BasicAttentionWeights<T>& w, B
   const int d = c.d;
   const float scale = c.score_scale();
   const int window = c.layer_window(layer);
-  const LaunchConfig per_head = k.attention_config(c.heads, rows, c.context, c.max_batch);
+  const LaunchConfig per_head = k.attention_config(c.heads, rows, c.context);
   const int q_dim = c.q_dim();
   const DeviceSpan<const float> frequencies =
       c.local_rope(layer) ? s.local_rope_frequencies.cview() : s.rope_frequencies.cview();
@@ -249,7 +249,12 @@ auto mlp_block(const Projector<T>& p, const BasicSwigluWeights<T>& w, BasicDecod
 
 /// moe_block's route and experts where routed_experts does not take them: moe_route of s.moe_logits into ids, weights
 /// and s.moe_plan, then the experts as expert_gate_up and expert_down give them, or, `grouped`, as a prompt chunk's
-/// grouped products.
+/// grouped products in their decode shape.
+static_assert(kMaxRows <= kMoeDecodeTileRows,
+              "a decode step's tile (its rows that chose one expert) fits the decode "
+              "shape of the grouped products");
+static_assert(kMaxRows == kAttentionStepRows, "attention_block_threads counts a full step's rows");
+
 template <Element T>
 auto moe_experts(const Projector<T>& p, const BasicMoeWeights<T>& w, BasicDecoderState<T>& s, const DecoderConfig& c,
                  int rows, DeviceSpan<int> ids, DeviceSpan<float> weights, bool grouped) {
@@ -299,8 +304,9 @@ auto moe_experts(const Projector<T>& p, const BasicMoeWeights<T>& w, BasicDecode
 /// family's row loops, tensor cores for 2 to 8 rows where KernelOptions::tensor_cores says; quantized ones on the
 /// quantized kernels' tiles). Only the chosen experts' weights are read, once for all rows that chose them. Steps of 2
 /// to 8 rows of dense experts with DecoderConfig::tensor_cores (grouped_expert_steps) run the experts as a prompt
-/// chunk's grouped products instead (prefill_moe.hpp's kernels: moe_route's choices grouped by expert, one tile per
-/// expert, each row's products in fp32 added in slot order), within rounding of the row loops. One row of dense experts
+/// chunk's grouped products instead, in their decode shape (moe_route's choices grouped by expert, one tile per expert;
+/// moe_decode_gate_up and moe_decode_down; each row's products in fp32 added in slot order), within rounding of the
+/// row loops. One row of dense experts
 /// where staged_experts says so runs routed_experts' two kernels instead of moe_route and the expert kernels (they
 /// route the row themselves, with moe_route's bits, and write ids, weights and the plan as it would). `residual` false
 /// (a tensor-parallel rank other than 0, whose experts are its share of each expert's width: decoder_rank.hpp): x's

@@ -130,10 +130,10 @@ inline constexpr int kMoePrefillStages = 3;
 /// The decode step's grouped products (moe_decode_gate_up, moe_decode_down; kernels/nn/moe_prefill.cu's
 /// DecodeShape): tiles of at most kMoeDecodeTileRows positions (2 to 8 rows choose an expert at most once each), blocks
 /// of kMoeDecodeThreads over kMoeDecodeTileCols output columns, kMoeDecodeStages stages of kMoePrefillTileK columns.
-/// Their shared memory is a third of the prefill shape's for gate/up (a quarter of its input rows), so a
-/// multiprocessor holds 3 blocks of gate/up and 6 of down instead of 2 and 4: H200, Qwen3-30B-A3B's 12 layers at 8
-/// rows, 3175-3205 us a step with the prefill shape, 2702-2758 with this one (docs/decode_performance.md has the
-/// sweep).
+/// A block's shared memory is three quarters of the prefill shape's for gate/up and five eighths for down (16 input
+/// rows a stage instead of 64), so a multiprocessor holds 3 blocks of gate/up and 6 of down instead of 2 and 4: H200,
+/// Qwen3-30B-A3B's 12 layers at 8 rows, 3172.7-3224.5 us a step with the prefill shape, 2679.3-2679.4 with this one
+/// (alternated twice in one run; docs/performance.md has the sweep).
 inline constexpr int kMoeDecodeTileRows = 16;
 /// Output columns per block of the decode step's grouped products.
 inline constexpr int kMoeDecodeTileCols = 64;
@@ -164,6 +164,25 @@ inline constexpr int kMoePrefillRouteRows = 8;
 /// Chunks of more rows than this run flash attention of head_dim 64 in tiles of 128 query rows
 /// (BasicKernels::flash_attention_tile_rows); shorter ones in tiles of 64, which give them twice the blocks.
 inline constexpr int kFlashAttentionWideFrom = 512;
+
+/// Rows of a full decode step (nn::kMaxRows), by which attention_block_threads counts a batch's blocks.
+inline constexpr int kAttentionStepRows = 8;
+
+/// Threads per block of `attention` and of the paged cache's unsplit kernel (`attention_paged`) for `rows` rows of
+/// `heads` heads, on a GPU of `multiprocessors`: 1024, since with only `heads` blocks per row the most threads put the
+/// most of the cache in flight (H100, decoder layer chains at position 255: d 2048 773.7 us per 16 layers with 1024
+/// threads vs 851.2 with 256, default decoder 138.7 vs 155.4; at position 1023 886.8 vs 1235.4; at position 63 equal).
+/// Batches of 2 rows or more on tensor cores (KernelOptions::tensor_cores) whose full step's blocks (heads x
+/// kAttentionStepRows) outnumber the multiprocessors, which hold one block of 1024 threads each, take 256, so that 8
+/// rows attend in one wave instead of two (H200, 8 rows at position 128: the TinyLlama shape's step 1183.3 -> 1034.4
+/// us, Qwen3-30B-A3B's 12 layers 2684.7-2686.8 -> 2632.9-2635.0). The block size orders the softmax's and the values'
+/// sums, so it depends on no batch's own row count: a row gets the same bits in every batch of 2 or more, and the
+/// paged cache's unsplit kernel the contiguous cache's. So batches of 2 to 4 rows, whose blocks alone would fit one
+/// wave of 1024, take 256 too (not measured). The fp32 batch keeps 1024, so that its rows keep the bits they get alone.
+[[nodiscard]] constexpr unsigned attention_block_threads(int heads, int rows, bool tensor_cores,
+                                                         int multiprocessors) noexcept {
+  return tensor_cores && rows >= 2 && heads * kAttentionStepRows > multiprocessors ? 256U : 1024U;
+}
 
 /// Checks that a GPU of compute capability `cc` runs the tensor-core variants (mma.sync m16n8k16 on fp16 and bf16
 /// needs 8.0 or newer). \throws UsageError naming the capability otherwise.
@@ -461,21 +480,12 @@ struct BasicKernels {
                         {32, warps_per_row, rows_per_block},
                         0});
   }
-  /// Launch shape of attention for `heads` heads of `rows` rows over a cache of `context` positions, in a step whose
-  /// batches have up to `max_rows` rows (rows if 0): a block of 1024 threads per (head, row), the scores in dynamic
-  /// shared memory. With only `heads` blocks per row, the most threads put the most of the cache in flight (H100,
-  /// decoder layer chains at position 255: d 2048 773.7 us per 16 layers with 1024 threads vs 851.2 with 256, default
-  /// decoder 138.7 vs 155.4; at position 1023 886.8 vs 1235.4; at position 63 equal). Where batches run on tensor
-  /// cores (KernelOptions::tensor_cores, 2 rows or more) and a full batch's blocks outnumber the multiprocessors, which
-  /// hold one block of 1024 threads each, blocks of 256 threads attend in one wave instead of two (H200, 8 rows at
-  /// position 128: the TinyLlama shape's step 1183.3 -> 1034.4 us, Qwen3-30B-A3B's 12 layers 2684.7-2686.8 ->
-  /// 2632.9-2635.0). The block size orders the softmax's and the values' sums, so it follows max_rows, not rows: a row
-  /// gets the same bits in every batch of 2 or more of the step. The fp32 batch keeps 1024, since its rows keep the
-  /// bits they get alone.
-  [[nodiscard]] LaunchConfig attention_config(int heads, int rows, int context, int max_rows = 0) const {
-    const bool one_wave = tensor_cores && rows >= 2 && heads * std::max(rows, max_rows) > multiprocessors;
+  /// Launch shape of attention for `heads` heads of `rows` rows over a cache of `context` positions: a block of
+  /// attention_block_threads per (head, row) (1024, or 256 for batches on tensor cores of many heads), the scores in
+  /// dynamic shared memory.
+  [[nodiscard]] LaunchConfig attention_config(int heads, int rows, int context) const {
     return step_config({{static_cast<unsigned>(heads), static_cast<unsigned>(rows), 1},
-                        {one_wave ? 256U : 1024U, 1, 1},
+                        {attention_block_threads(heads, rows, tensor_cores, multiprocessors), 1, 1},
                         static_cast<unsigned>(context) * static_cast<unsigned>(sizeof(float))});
   }
   /// Launch shape of attention_split: `splits` blocks of 128 threads per (head, row), each over

@@ -200,8 +200,10 @@ class PagedAttention {
 
   /// Looks the kernels up in `library` (which must hold nn::kernel_set()). `early_launch`: the ops launch early
   /// (LaunchConfig::early_launch; see kernels/nn/paged_attention.cu for what is read before the wait).
+  /// `tensor_cores`: the decoder's batches run on tensor cores (KernelOptions::tensor_cores), so the unsplit kernel
+  /// takes the contiguous cache's block size for them (nn::attention_block_threads) and its bits.
   /// \throws UsageError as KernelLibrary::get does.
-  explicit PagedAttention(const KernelLibrary& library, bool early_launch = true);
+  explicit PagedAttention(const KernelLibrary& library, bool early_launch = true, bool tensor_cores = false);
 
   /// Writes each row's k and v ([rows][kv_heads][head_dim]) at its position through its table, as a lazy op. A
   /// position outside the table's capacity or a block id outside the pool traps the launch (a sticky error). Every
@@ -237,9 +239,10 @@ class PagedAttention {
                                                    const PagedKvCache<T>& cache, DeviceSpan<const int> count,
                                                    DeviceSpan<const float> frequencies, float eps, bool whole) const;
 
-  /// Attention of q ([rows][heads][head_dim]) through the tables into out, one block of 1024 threads per (row, head),
-  /// as a lazy op: row b attends its positions f..p (f = 0, or p - window + 1) with softmax(scale q . k) v, fp32.
-  /// Gives the bits nn::Kernels::attention gives (at attention_config's 1024 threads) for the same keys and values.
+  /// Attention of q ([rows][heads][head_dim]) through the tables into out, one block of nn::attention_block_threads
+  /// (1024, or 256 for batches on tensor cores of many heads) per (row, head), as a lazy op: row b attends its
+  /// positions f..p (f = 0, or p - window + 1) with softmax(scale q . k) v, fp32. Gives the bits nn::Kernels::attention
+  /// gives at the same block size (its attention_config's, for the same tensor_cores) for the same keys and values.
   /// Rows must be appended before they attend. \throws UsageError as append (q and out of rows * heads * head_dim,
   /// 16-byte aligned; out overlapping a pool), and when the scores of capacity() positions and the table would need
   /// more than paged_unsplit_shared_limit bytes of shared memory (use attend_split).
@@ -276,7 +279,8 @@ class PagedAttention {
                                          int warps = 0) const;
   /// Floats of attend_split's partials: rows * heads * splits * (head_dim + 2).
   [[nodiscard]] static std::size_t split_partials(const PagedAttentionShape& shape, int splits) noexcept;
-  /// attend's launch: grid (heads, rows), 1024 threads, (capacity() + table_width) * 4 bytes of shared memory.
+  /// attend's launch: grid (heads, rows), attention_block_threads threads, (capacity() + table_width) * 4 bytes of
+  /// shared memory.
   [[nodiscard]] LaunchConfig attention_config(const PagedAttentionShape& shape) const;
   /// attend_split's launch: grid (heads, rows, splits), 128 threads, (max(len, splits * (head_dim + 2)) +
   /// len / block_size + 2) * 4 bytes of shared memory, len = ceil(capacity() / splits).
@@ -342,7 +346,8 @@ class PagedAttention {
   static std::array<GroupedKernel, 6> grouped_kernels(const KernelLibrary& library);
   std::array<GroupedKernel, 6> grouped_;
   bool early_launch_;
-  int multiprocessors_;  ///< the library's device's, for grouped_warps
+  bool tensor_cores_;    ///< see the constructor
+  int multiprocessors_;  ///< the library's device's, for grouped_warps and attention_block_threads
   int max_shared_;       ///< the most shared memory a block may opt into there, for grouped_fits
 };
 
