@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Where a repeated GPU step spends its time, from a kernel trace (examples/bench/kernel_trace.cpp's CSV).
 
-Usage: kernel_timeline.py TRACE.csv --first NAME --last NAME [--blocks N] [--skip F]
+Usage: kernel_timeline.py TRACE.csv --first NAME --last NAME [--blocks N] [--with NAME] [--skip F]
 
 A step is the kernels from one whose name starts with --first to the next whose name starts with --last (with
---blocks, only steps whose last kernel has that many blocks: one bucket of a decoder's wide step, say). The first
+--blocks, only steps whose last kernel has that many blocks: one bucket of a decoder's wide step, say; with --with,
+only steps with a kernel whose name contains NAME: "_mma" for the tensor-core batch of a run that also times the
+fp32 one). The first
 fraction --skip of the steps (default 0.25) is left out as warm-up. Prints, as Markdown:
 - the steps' GPU span (first kernel's start to last kernel's end) and the GPU's idle time between a step's last
   kernel and the next step's first (host work between graph replays, copies, launches), medians;
@@ -42,7 +44,7 @@ def read(path):
     return kernels
 
 
-def steps_of(kernels, first, last, blocks):
+def steps_of(kernels, first, last, blocks, having=None):
     steps = []
     i = 0
     while i < len(kernels):
@@ -56,8 +58,9 @@ def steps_of(kernels, first, last, blocks):
             j += 1
         if j >= len(kernels):
             break
-        if blocks is None or kernels[j][2] == blocks:
-            steps.append((i, j))
+        keep = (blocks is None or kernels[j][2] == blocks) and (
+            having is None or any(having in kernels[m][3] for m in range(i, j + 1)))
+        steps.append((i, j, keep))
         i = j + 1
     return steps
 
@@ -68,19 +71,25 @@ def main():
     parser.add_argument("--first", required=True, help="the name a step's first kernel starts with")
     parser.add_argument("--last", required=True, help="the name a step's last kernel starts with")
     parser.add_argument("--blocks", type=int, help="only steps whose last kernel has this many blocks")
+    parser.add_argument("--with", dest="having", help="only steps with a kernel whose name contains this")
     parser.add_argument("--skip", type=float, default=0.25, help="fraction of the steps left out first")
     parser.add_argument("--positions", action="store_true", help="also each kernel of the most common step, in order")
     a = parser.parse_args()
     kernels = read(a.trace)
-    steps = steps_of(kernels, a.first, a.last, a.blocks)
+    found = steps_of(kernels, a.first, a.last, a.blocks, a.having)
+    # Between two kept steps only where no step left out lies between them.
+    pairs = [((i, j), (k, l)) for (i, j, keep), (k, l, keep_next) in zip(found, found[1:]) if keep and keep_next]
+    steps = [(i, j) for i, j, keep in found if keep]
     steps = steps[int(len(steps) * a.skip):]
+    kept = set(steps)
+    pairs = [pair for pair in pairs if pair[0] in kept]
     if not steps:
         print(f"kernel_timeline: no step from {a.first!r} to {a.last!r} in {a.trace}", file=sys.stderr)
         return 2
     spans = [(kernels[j][1] - kernels[i][0]) / 1000 for i, j in steps]
     idle = []
     between = {}
-    for (_, j), (k, _) in zip(steps, steps[1:]):
+    for (_, j), (k, _) in pairs:
         if k > j + 1:  # the kernels between one step and the next
             for m in range(j + 1, k):
                 between.setdefault(kernels[m][3], []).append((kernels[m][1] - kernels[m][0]) / 1000)

@@ -13,17 +13,18 @@ import tempfile
 ANALYZER = sys.argv[1]
 
 
-def trace(path, steps):
-    """`steps` steps, 1000 us apart: embedding 10 us; a templated kernel 20 us, 1 us after it; sample 5 us, starting
-    2 us before the kernel before it ends (an early launch), with 64 blocks but in the last step (32); then a copy of
-    3 us, 50 us after sample. Times in ns."""
+def trace(path, steps, odd_name="gemm"):
+    """`steps` steps, 1000 us apart: embedding 10 us; a templated kernel 20 us, 1 us after it (named odd_name in the
+    odd steps); sample 5 us, starting 2 us before the kernel before it ends (an early launch), with 64 blocks but in
+    the last step (32); then a copy of 3 us, 50 us after sample. Times in ns."""
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["start_ns", "end_ns", "blocks", "name"])
         for s in range(steps):
             t = s * 1_000_000
             w.writerow([t, t + 10_000, 128, "embedding"])
-            w.writerow([t + 11_000, t + 31_000, 512, "void ns::gemm<32, 16, float>(float const*, int)"])
+            name = odd_name if s % 2 else "gemm"
+            w.writerow([t + 11_000, t + 31_000, 512, f"void ns::{name}<32, 16, float>(float const*, int)"])
             w.writerow([t + 29_000, t + 34_000, 64 if s < steps - 1 else 32, "sample"])
             w.writerow([t + 84_000, t + 87_000, 1, "staging_copy"])
 
@@ -63,6 +64,13 @@ def main():
         check("| 1 | ns::gemm | 512 | 20.00 | 1.00 | 21.00 |" in r.stdout, "--positions: 1 us gap and 20 us")
         check("| 2 | sample | 64 | 5.00 | -2.00 | 3.00 |" in r.stdout, "--positions: an early start adds less")
         check("| | all | | | | 34.0 |" in r.stdout, "--positions: the step's span")
+        # --with keeps the steps with a kernel whose name contains the text: the odd steps' gemm_mma.
+        trace(path, 5, "gemm_mma")
+        r = run(path, "--first", "embedding", "--last", "sample", "--skip", "0", "--with", "_mma")
+        check("2 steps of 3 kernels" in r.stdout and "| ns::gemm_mma | 1.0 | 20.00 |" in r.stdout
+              and "| ns::gemm |" not in r.stdout, f"--with _mma: the two odd steps: {r.stdout}")
+        r = run(path, "--first", "embedding", "--last", "sample", "--with", "_b8")
+        check(r.returncode == 2, "--with a name no step has: exit 2")
         r = run(path, "--first", "prefill", "--last", "sample")
         check(r.returncode == 2 and "no step from 'prefill' to 'sample'" in r.stderr, "no matching step: exit 2")
     for f in failures:

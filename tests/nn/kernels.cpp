@@ -1134,6 +1134,19 @@ TEST_CASE("tensor cores are refused on a GPU before compute capability 8.0, nami
   CHECK_NOTHROW(nn::check_tensor_cores({9, 0}));
 }
 
+TEST_CASE("a tensor-core gemv block takes 4 warps where its tiles' waves times passes are no more than 8 warps'") {
+  // H200 (132 multiprocessors), an 8-row step: the TinyLlama shape's q/k/v (320 tiles of 2048 columns) and the
+  // Llama-3.2-1B shape's gate/up (1024 tiles of two matrices) resident at once in blocks of 4 warps; TinyLlama's
+  // gate/up (704 tiles: 3 waves of 2 passes against 2 of 4), its down (256 tiles of 5632 columns: 3 passes against
+  // 6) and output (256 of 2048) projections in blocks of 8.
+  CHECK(nn::tensor_core_gemv_warps(320, 2048, 1, 132) == 4);
+  CHECK(nn::tensor_core_gemv_warps(1024, 2048, 2, 132) == 4);
+  CHECK(nn::tensor_core_gemv_warps(704, 2048, 2, 132) == 8);
+  CHECK(nn::tensor_core_gemv_warps(256, 5632, 1, 132) == 8);
+  CHECK(nn::tensor_core_gemv_warps(256, 2048, 1, 132) == 8);
+  CHECK(nn::tensor_core_gemv_warps(320, 2048, 1, 0) == 8);  // no GPU known: the former shape
+}
+
 TEST_CASE("every nn kernel in kernels/nn/ compiles for sm_90, and for sm_75, with the core and the nn headers") {
   const auto& sources = nn::kernel_set().sources;
   REQUIRE(sources.size() >= 8);
@@ -1327,9 +1340,13 @@ TEST_SUITE("gpu") {
       const auto dw1 = on_device(w1);
       const auto dw3 = on_device(w3);
       const auto dg = on_device(g);
-      // The kernels' own shape, one warp in 3 blocks (grid-stride over tiles), and an fp32-path shape.
+      // The kernels' own shape, blocks of 4 and 8 warps (nn::tensor_core_gemv_warps picks one per shape), one warp
+      // in 3 blocks (grid-stride over tiles), and an fp32-path shape.
+      const auto tiles = static_cast<unsigned>((rows + 7) / 8);
       for (const LaunchConfig& cfg :
-           {k.tensor_core_gemv_config(rows), LaunchConfig{{3, 1, 1}, {32, 1, 1}, 0}, gemv_config(rows, 2, 4)}) {
+           {k.tensor_core_gemv_config(rows, cols, 2), LaunchConfig{{tiles, 1, 1}, {32, 4, 1}, 0},
+            LaunchConfig{{tiles, 1, 1}, {32, 8, 1}, 0}, LaunchConfig{{3, 1, 1}, {32, 1, 1}, 0},
+            gemv_config(rows, 2, 4)}) {
         for (const int batch : {1, 2, 5, 8}) {
           CAPTURE(rows);
           CAPTURE(cols);

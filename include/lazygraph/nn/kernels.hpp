@@ -168,6 +168,28 @@ inline constexpr int kFlashAttentionWideFrom = 512;
 /// Rows of a full decode step (nn::kMaxRows), by which attention_block_threads counts a batch's blocks.
 inline constexpr int kAttentionStepRows = 8;
 
+/// Warps per block of a tensor-core gemv-family kernel (NAME_mma: a block per tile of 8 rows, kernels/nn/
+/// gemv_core.cuh's gemv_rows_mma) for `tiles` tiles of `cols` columns, `matrices` weights read together, on a GPU of
+/// `multiprocessors`: 4 or 8. The kernels use up to 128 registers, so a multiprocessor holds 16 of their warps; a
+/// warp keeps 8 / matrices steps of 32 columns in flight and waits for them before the next. A kernel's time is
+/// then about its waves of blocks times its passes over a tile's columns: ceil(tiles / (multiprocessors * 16 /
+/// warps)) * ceil(cols / (32 * warps * 8 / matrices)). 4 warps where that is no more than 8 warps' (a tile's blocks
+/// all resident at once, each taking more passes), else 8. H200, an 8-row step of the TinyLlama shape, what a kernel
+/// adds to the step with 8 and with 4 warps: q/k/v (320 tiles of 2048 columns: 2 for either) 8.5 and 6.1-6.8 us, the
+/// down projection (256 tiles of 5632: 3 against 6) 7.9 and 9.5 us (docs/decode_performance.md).
+/// The bits of a row depend on the warps (their partial sums are added in warp order), so this depends on the
+/// shape and the GPU only, never on the batch.
+[[nodiscard]] constexpr unsigned tensor_core_gemv_warps(unsigned tiles, int cols, int matrices,
+                                                        int multiprocessors) noexcept {
+  const auto cost = [&](unsigned warps) {
+    const unsigned slots = static_cast<unsigned>(multiprocessors) * (16U / warps);
+    const unsigned steps = (static_cast<unsigned>(cols) + 31U) / 32U;
+    const unsigned per_pass = warps * (8U / static_cast<unsigned>(matrices));
+    return ((tiles + slots - 1U) / slots) * ((steps + per_pass - 1U) / per_pass);
+  };
+  return multiprocessors > 0 && matrices > 0 && cost(4) <= cost(8) ? 4U : 8U;
+}
+
 /// Threads per block of `attention` and of the paged cache's unsplit kernel (`attention_paged`) for `rows` rows of
 /// `heads` heads, on a GPU of `multiprocessors`: 1024, since with only `heads` blocks per row the most threads put the
 /// most of the cache in flight (H100, decoder layer chains at position 255: d 2048 773.7 us per 16 layers with 1024
@@ -443,8 +465,9 @@ struct BasicKernels {
   /// Launch shape of a gemv-family kernel (kernels/nn/gemv.cu) for a rows x cols weight and `batch` vectors: that of
   /// the tensor-core variant (tensor_core_gemv_config) when it runs the batch, else fp32_gemv_config's. Any shape
   /// computes the right result on either path; this one is the fast one.
-  [[nodiscard]] LaunchConfig gemv_config(int rows, int cols, int batch = 1) const {
-    if (tensor_cores && batch >= 2) return tensor_core_gemv_config(rows);
+  /// `matrices`: the weights one kernel reads together (2 for the gate/up kernels), which the tensor-core shape needs.
+  [[nodiscard]] LaunchConfig gemv_config(int rows, int cols, int batch = 1, int matrices = 1) const {
+    if (tensor_cores && batch >= 2) return tensor_core_gemv_config(rows, cols, matrices);
     return fp32_gemv_config(rows, cols);
   }
   /// Launch shape of rms_norm_store_gemv for a rows x cols weight: fp32_gemv_config's (256 threads, the warps per row
@@ -454,10 +477,11 @@ struct BasicKernels {
     config.shared_bytes = static_cast<unsigned>(cols) * static_cast<unsigned>(sizeof(T));
     return config;
   }
-  /// Launch shape of the tensor-core variants (NAME_mma): one block of 8 warps per 8 rows (an mma tile), the
-  /// warps sharing out the columns.
-  [[nodiscard]] LaunchConfig tensor_core_gemv_config(int rows) const {
-    return step_config({{(static_cast<unsigned>(rows) + 7) / 8, 1, 1}, {32, 8, 1}, 0});
+  /// Launch shape of the tensor-core variants (NAME_mma) for a rows x cols weight (`matrices` of them read
+  /// together): one block per 8 rows (an mma tile), its warps sharing out the columns, tensor_core_gemv_warps of them.
+  [[nodiscard]] LaunchConfig tensor_core_gemv_config(int rows, int cols, int matrices = 1) const {
+    const unsigned tiles = (static_cast<unsigned>(rows) + 7) / 8;
+    return step_config({{tiles, 1, 1}, {32, tensor_core_gemv_warps(tiles, cols, matrices, multiprocessors), 1}, 0});
   }
   /// Launch shape of the fp32 variants of the gemv family for a rows x cols weight: one row per group of K warps,
   /// 8 / K rows per block of 256 threads. K = 1 for rows of up to 4096 columns, 2 for longer rows; more warps per
@@ -544,7 +568,7 @@ struct BasicKernels {
   /// variant (tensor_core_gemv_config of its q_rows + 2 kv_dim rows) when it runs the batch, else
   /// fp32_gemv_config's with at most 4 warps per row (a block holds both rows of each RoPE pair).
   [[nodiscard]] LaunchConfig qkv_config(int q_rows, int kv_dim, int d, int batch = 1) const {
-    if (tensor_cores && batch >= 2) return tensor_core_gemv_config(q_rows + 2 * kv_dim);
+    if (tensor_cores && batch >= 2) return tensor_core_gemv_config(q_rows + 2 * kv_dim, d);
     return fp32_gemv_config(q_rows + 2 * kv_dim, d, 4);
   }
   /// Launch shape of moe_gate_up and moe_down for experts of `rows` x `cols` weights and `batch` vectors: gemv_config's
@@ -552,6 +576,7 @@ struct BasicKernels {
   /// experts)); blocks past the count the router chose return.
   [[nodiscard]] LaunchConfig moe_config(int rows, int cols, int batch, int distinct) const {
     LaunchConfig config = gemv_config(rows, cols, batch);
+    if (tensor_cores && batch >= 2) config.block.y = 8;  // (tensor_core_gemv_warps was measured on dense kernels)
     config.grid.y = static_cast<unsigned>(distinct);
     return config;
   }

@@ -152,7 +152,7 @@ template <Element T>
   }
   const BasicKernels<T>& k = p.dense;
   return GateUpOp<T>((gelu ? k.rms_norm_gemv_geglu : k.rms_norm_gemv_swiglu)(
-      k.gemv_config(rows, cols, batch), w1.dense(), w3.dense(), x, gain, act, rows, cols, eps, batch));
+      k.gemv_config(rows, cols, batch, 2), w1.dense(), w3.dense(), x, gain, act, rows, cols, eps, batch));
 }
 
 /// What norm_project_qkv_rope_append reads and writes besides the stacked weight.
