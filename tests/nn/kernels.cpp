@@ -1134,15 +1134,19 @@ TEST_CASE("tensor cores are refused on a GPU before compute capability 8.0, nami
   CHECK_NOTHROW(nn::check_tensor_cores({9, 0}));
 }
 
-TEST_CASE("a tensor-core gemv block takes 4 warps where its tiles' waves times passes are no more than 8 warps'") {
-  // H200 (132 multiprocessors), an 8-row step: the TinyLlama shape's q/k/v (320 tiles of 2048 columns) and the
-  // Llama-3.2-1B shape's gate/up (1024 tiles of two matrices) resident at once in blocks of 4 warps; TinyLlama's
-  // gate/up (704 tiles: 3 waves of 2 passes against 2 of 4), its down (256 tiles of 5632 columns: 3 passes against
-  // 6) and output (256 of 2048) projections in blocks of 8.
-  CHECK(nn::tensor_core_gemv_warps(320, 2048, 1, 132) == 4);
+TEST_CASE("a tensor-core gemv block takes 4 warps where its waves times its block's cost are no more than 8 warps'") {
+  // The choices of the measurements (H200, 132 multiprocessors, 8-row steps, docs/decode_performance.md): 4 warps for
+  // q/k/v of the TinyLlama and Llama-3.2-1B shapes (320 and 384 tiles of 2048 columns), the latter's gate/up (1024
+  // tiles of two matrices) and both LM heads (4000 and 16032 tiles); 8 for TinyLlama's gate/up (704 tiles: 3 waves of
+  // 2 passes against 2 of 4), the down (256 tiles of 5632 and 8192 columns) and output (256 of 2048) projections.
+  for (const unsigned tiles : {320U, 384U, 4000U, 16032U}) {
+    CAPTURE(tiles);
+    CHECK(nn::tensor_core_gemv_warps(tiles, 2048, 1, 132) == 4);
+  }
   CHECK(nn::tensor_core_gemv_warps(1024, 2048, 2, 132) == 4);
   CHECK(nn::tensor_core_gemv_warps(704, 2048, 2, 132) == 8);
   CHECK(nn::tensor_core_gemv_warps(256, 5632, 1, 132) == 8);
+  CHECK(nn::tensor_core_gemv_warps(256, 8192, 1, 132) == 8);
   CHECK(nn::tensor_core_gemv_warps(256, 2048, 1, 132) == 8);
   CHECK(nn::tensor_core_gemv_warps(320, 2048, 1, 0) == 8);  // no GPU known: the former shape
 }

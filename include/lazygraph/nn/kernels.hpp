@@ -172,11 +172,12 @@ inline constexpr int kAttentionStepRows = 8;
 /// gemv_core.cuh's gemv_rows_mma) for `tiles` tiles of `cols` columns, `matrices` weights read together, on a GPU of
 /// `multiprocessors`: 4 or 8. The kernels use up to 128 registers, so a multiprocessor holds 16 of their warps; a
 /// warp keeps 8 / matrices steps of 32 columns in flight and waits for them before the next. A kernel's time is
-/// then about its waves of blocks times its passes over a tile's columns: ceil(tiles / (multiprocessors * 16 /
-/// warps)) * ceil(cols / (32 * warps * 8 / matrices)). 4 warps where that is no more than 8 warps' (a tile's blocks
-/// all resident at once, each taking more passes), else 8. H200, an 8-row step of the TinyLlama shape, what a kernel
-/// adds to the step with 8 and with 4 warps: q/k/v (320 tiles of 2048 columns: 2 for either) 8.5 and 6.1-6.8 us, the
-/// down projection (256 tiles of 5632: 3 against 6) 7.9 and 9.5 us (docs/decode_performance.md).
+/// then about its waves of blocks times what a block costs, its passes over the tile's columns and about one pass
+/// more (its start, wait, the warps' sum and its end): ceil(tiles / (multiprocessors * 16 / warps)) * (ceil(cols /
+/// (32 * warps * 8 / matrices)) + 1). 4 warps where that is no more than 8 warps', else 8. It chose as the
+/// measurements did on every shape tried (H200, 8-row steps, docs/decode_performance.md): 4 for q/k/v of 320 and 384
+/// tiles of 2048 columns, gate/up of 1024 tiles and the LM heads of 4000 and 16032 tiles; 8 for gate/up of 704 tiles
+/// and the output and down projections of 256 tiles.
 /// The bits of a row depend on the warps (their partial sums are added in warp order), so this depends on the
 /// shape and the GPU only, never on the batch.
 [[nodiscard]] constexpr unsigned tensor_core_gemv_warps(unsigned tiles, int cols, int matrices,
@@ -185,7 +186,7 @@ inline constexpr int kAttentionStepRows = 8;
     const unsigned slots = static_cast<unsigned>(multiprocessors) * (16U / warps);
     const unsigned steps = (static_cast<unsigned>(cols) + 31U) / 32U;
     const unsigned per_pass = warps * (8U / static_cast<unsigned>(matrices));
-    return ((tiles + slots - 1U) / slots) * ((steps + per_pass - 1U) / per_pass);
+    return ((tiles + slots - 1U) / slots) * ((steps + per_pass - 1U) / per_pass + 1U);
   };
   return multiprocessors > 0 && matrices > 0 && cost(4) <= cost(8) ? 4U : 8U;
 }
