@@ -107,7 +107,7 @@ struct Bench {
     auto graph = [&] {
       if (format == nn::WeightFormat::dense) {
         const nn::Kernels& k = batch == 1 ? dense : dense_tc;
-        const lg::LaunchConfig cfg = k.gemv_config(r, c, batch);
+        const lg::LaunchConfig cfg = k.gemv_config(r, c, batch, shape.matrices);
         switch (shape.kind) {
           case Shape::plain:
           case Shape::add: {

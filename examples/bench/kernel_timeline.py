@@ -6,10 +6,10 @@ Usage: kernel_timeline.py TRACE.csv --first NAME --last NAME [--blocks N] [--wit
 A step is the kernels from one whose name starts with --first to the next whose name starts with --last (with
 --blocks, only steps whose last kernel has that many blocks: one bucket of a decoder's wide step, say; with --with,
 only steps with a kernel whose name contains NAME: "_mma" for the tensor-core batch of a run that also times the
-fp32 one). The first
-fraction --skip of the steps (default 0.25) is left out as warm-up. Prints, as Markdown:
+fp32 one). The first fraction --skip of the steps (default 0.25) is left out as warm-up. Prints, as Markdown:
 - the steps' GPU span (first kernel's start to last kernel's end) and the GPU's idle time between a step's last
-  kernel and the next step's first (host work between graph replays, copies, launches), medians;
+  kernel and the next step's first (host work between graph replays, copies, launches), medians, over pairs of kept
+  steps with no step left out between them;
 - the kernels that run between steps;
 - per kernel name: launches per step, mean time, and the mean gap between the end of the kernel before it and its
   start (negative when it started early: programmatic dependent launch), with their products per step;
@@ -78,7 +78,7 @@ def main():
     kernels = read(a.trace)
     found = steps_of(kernels, a.first, a.last, a.blocks, a.having)
     # Between two kept steps only where no step left out lies between them.
-    pairs = [((i, j), (k, l)) for (i, j, keep), (k, l, keep_next) in zip(found, found[1:]) if keep and keep_next]
+    pairs = [((i, j), (k, n)) for (i, j, keep), (k, n, keep_next) in zip(found, found[1:]) if keep and keep_next]
     steps = [(i, j) for i, j, keep in found if keep]
     steps = steps[int(len(steps) * a.skip):]
     kept = set(steps)
@@ -98,6 +98,8 @@ def main():
     print(f"GPU span of a step: median {statistics.median(spans):.1f} us")
     if idle:
         print(f"from a step's last kernel to the next step's first: median {statistics.median(idle):.1f} us")
+    elif len(steps) > 1:
+        print("from a step's last kernel to the next step's first: no two kept steps follow each other")
     if between:
         print("\n| between steps | launches per gap | mean us |\n|---|---|---|")
         for name, times in sorted(between.items()):

@@ -23,7 +23,7 @@
 // the projection and the next block. It is gemv.cu's gemv (any of its variants: _b2, _b4, _b8, _mma, _bf16...), whose
 // results do not go to x: each output's fp32 dot product goes, tagged with the call's epoch in one 8-byte store, into
 // every rank's sum slots (this rank's too) as soon as its row is done, so the pushes overlap the rest of the weights.
-// The rank's last blocks to finish (a counter of arrivals elects them; one per 512 outputs, 8 for d 4096) then each
+// The rank's last blocks to finish (a counter of arrivals elects them; one per kSumsPerThread x threads outputs) then
 // wait for every rank's values of their part of x and write x = x + value_0 + value_1 + ... in fp32, in rank order,
 // rounded once: the same bits on every rank (the ranks hold the same x), and with one rank exactly gemv_add's. A
 // summing block waits for the peers' pushes, which their blocks make unconditionally, and for its own rank's last

@@ -31,7 +31,9 @@
 // Requirements (a trap otherwise): as gemv.cu's, plus head_dim even and dividing q_rows, a position in [0, max_ctx) and
 // a slot in [0, n_slots) for every row (paged: a position in [0, block_size * table_width) and its block in
 // [0, blocks)), and (fp32 variants) an even number of rows per block (blockDim.z), so that both
-// rows of a RoPE pair are in one block: launch as gemv with at most 4 warps per row (nn::Kernels::qkv_config).
+// rows of a RoPE pair are in one block: launch as gemv with at most 4 warps per row (nn::Kernels::qkv_config);
+// (tensor-core variants) at least 8 threads a vector of the batch (a thread rotates and stores each row of a tile's
+// 8 for each vector).
 #include "lazygraph/nn/gemv_core.cuh"
 
 namespace {
@@ -106,7 +108,8 @@ __device__ __forceinline__ void qkv_cache_body(const T* Wq, const T* Wk, const T
   const int rows = q_rows + 2 * kv_dim;
   if (!shapes_supported(d, batch, Wq, Wk, x) || !lg::is_aligned16(Wv) || !lg::is_aligned16(g) || batch > kBatch ||
       head_dim <= 0 || head_dim % 2 != 0 || q_rows <= 0 || q_rows % head_dim != 0 || n_kv_heads <= 0 ||
-      (!tensor_cores && (blockDim.z % 2 != 0 || blockDim.z > kMaxRowsPerBlock))) {
+      (!tensor_cores && (blockDim.z % 2 != 0 || blockDim.z > kMaxRowsPerBlock)) ||
+      (tensor_cores && static_cast<int>(blockDim.x * blockDim.y * blockDim.z) < kMmaRows * batch)) {
     __trap();
   }
   const QkvRows<T> w{Wq, Wk, Wv, d, q_rows, kv_dim};
@@ -247,9 +250,9 @@ qkv_rope_append_paged[T][B] __launch_bounds__(256, 2) =
 
 // Tile functions (kernels/include/lazygraph/tile.cuh) of the tensor-core variants for persistent programs:
 // qkv_rope_append_mma_tile (fp16) and qkv_rope_append_mma_tile_bf16 take qkv_rope_append's parameters, a call taking
-// ceil((q_rows + 2 * n_kv_heads * head_dim) / 8) tiles of 8 rows on blocks of 1 to 8 warps, and give the _mma kernels'
-// bits. Before its wait a tile reads the positions, slots and frequencies besides its weights: in a program those
-// must be written before the program runs.
+// ceil((q_rows + 2 * n_kv_heads * head_dim) / 8) tiles of 8 rows on blocks of 1 to 8 warps (2 or more for a batch
+// above 4), and give the _mma kernels' bits. Before its wait a tile reads the positions, slots and frequencies besides
+// its weights: in a program those must be written before the program runs.
 extern "C" __device__ void qkv_rope_append_mma_tile(lg::Tile tile, const lg::half_t* Wq, const lg::half_t* Wk,
                                                     const lg::half_t* Wv, const lg::half_t* bq, const lg::half_t* bk,
                                                     const lg::half_t* bv, const lg::half_t* x, const lg::half_t* g,

@@ -123,9 +123,10 @@ void DecoderConfig::validate() const {
       fail("the persistent backend runs attention as one tile per head (set attention_blocks to 1, not " +
            std::to_string(attention_blocks) + ")");
     }
-    if (persistent.threads < 32 || persistent.threads > 256 || persistent.threads % 32 != 0) {
+    if (persistent.threads < 64 || persistent.threads > 256 || persistent.threads % 32 != 0) {
       fail("persistent.threads (" + std::to_string(persistent.threads) +
-           ") must be a multiple of 32 from 32 to 256 (the attention and gemv tiles take at most 8 warps)");
+           ") must be a multiple of 32 from 64 to 256 (the q/k/v tile rotates and stores 8 rows of up to 8 vectors, "
+           "one a thread; the attention and gemv tiles take at most 8 warps)");
     }
     if (persistent_tile_rows < 0 || persistent_tile_rows % 8 != 0) {
       fail("persistent_tile_rows (" + std::to_string(persistent_tile_rows) +

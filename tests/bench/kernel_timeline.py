@@ -69,6 +69,20 @@ def main():
         r = run(path, "--first", "embedding", "--last", "sample", "--skip", "0", "--with", "_mma")
         check("2 steps of 3 kernels" in r.stdout and "| ns::gemm_mma | 1.0 | 20.00 |" in r.stdout
               and "| ns::gemm |" not in r.stdout, f"--with _mma: the two odd steps: {r.stdout}")
+        # The gemm of steps 3 and 4 (of 0-4) named gemm_mma: those two are kept and follow each other, so their copy
+        # counts as between steps, and their idle time is measured.
+        trace(path, 5, "gemm")
+        with open(path) as f:
+            rows = f.read().splitlines()
+        rows = [row.replace("ns::gemm<", "ns::gemm_mma<") if i > 2 + 4 * 2 else row for i, row in enumerate(rows)]
+        with open(path, "w") as f:
+            f.write("\n".join(rows) + "\n")
+        r = run(path, "--first", "embedding", "--last", "sample", "--skip", "0", "--with", "_mma")
+        check("2 steps of 3 kernels" in r.stdout and "| staging_copy | 1.0 | 3.00 |" in r.stdout
+              and "median 966.0 us" in r.stdout, f"--with _mma, two adjacent steps: {r.stdout}")
+        trace(path, 5, "gemm_mma")
+        r = run(path, "--first", "embedding", "--last", "sample", "--skip", "0", "--with", "_mma")
+        check("no two kept steps follow each other" in r.stdout, f"--with _mma, no adjacent steps: {r.stdout}")
         r = run(path, "--first", "embedding", "--last", "sample", "--with", "_b8")
         check(r.returncode == 2, "--with a name no step has: exit 2")
         r = run(path, "--first", "prefill", "--last", "sample")

@@ -127,6 +127,8 @@ TEST_CASE("the persistent backend refuses a config it does not run, naming the f
   refused(c, "persistent.threads (512)");
   c.persistent.threads = 48;
   refused(c, "persistent.threads (48)");
+  c.persistent.threads = 32;  // the q/k/v tile's 8 rows of 8 vectors need 64 threads
+  refused(c, "persistent.threads (32) must be a multiple of 32 from 64 to 256");
   c = persistent_decoder();
   c.persistent_tile_rows = 12;
   refused(c, "persistent_tile_rows (12)");

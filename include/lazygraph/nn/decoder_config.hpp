@@ -161,8 +161,8 @@ struct DecoderOptions {
   /// What runs a step: a CUDA graph of kernels, or one persistent kernel (DecoderBackend). Prefill on tensor cores
   /// (prefill_chunk) is the same for both; the rest of a prompt runs on the step's backend.
   DecoderBackend backend = DecoderBackend::graph;
-  /// How the persistent backend's kernel runs (PersistentOptions): threads 32 to 256 (the attention and gemv tiles
-  /// take at most 8 warps), the wait timeout after which a step throws TimeoutError instead of hanging, profiling.
+  /// How the persistent backend's kernel runs (PersistentOptions): threads 64 to 256 (the q/k/v tile stores 8 rows
+  /// of up to 8 vectors, one a thread; the attention and gemv tiles take at most 8 warps), the wait timeout after which a step throws TimeoutError instead of hanging, profiling.
   /// Two blocks per multiprocessor by default: on the H100 the TinyLlama and Llama-3.2-1B shapes' steps took 6-9 %
   /// less time than with one, the default decoder's 17 % (more weight loads in flight; docs/persistent.md).
   PersistentOptions persistent{.min_blocks_per_sm = 2};
@@ -210,7 +210,7 @@ struct DecoderConfig : ModelShape, DecoderOptions {
   /// most 8192 (kMaxContext), max_batch at most 8 (kMaxRows; with a paged cache 256, kMaxWideRows, and above 8 a
   /// mixture of experts' experts a multiple of 8), every count positive, a finite positive theta, an invalid
   /// rope_scaling, a prefill_chunk that is neither 0 nor a power of two from 16 to 8192; with the persistent backend,
-  /// an unfused attention block, attention over more than one block per head, persistent.threads outside 32..256, a
+  /// an unfused attention block, attention over more than one block per head, persistent.threads outside 64..256, a
   /// persistent_tile_rows that is neither 0 nor a positive multiple of 8, or a block feature it has no tiles for
   /// (naming it); a mixture of experts (moe) with more than 1024 experts, a top k of 0, above 16 or above the experts,
   /// an expert_width that is not a positive multiple of 8, with a GeGLU activation or post-norms, or on the persistent

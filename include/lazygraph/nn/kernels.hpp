@@ -170,7 +170,8 @@ inline constexpr int kAttentionStepRows = 8;
 
 /// Warps per block of a tensor-core gemv-family kernel (NAME_mma: a block per tile of 8 rows, kernels/nn/
 /// gemv_core.cuh's gemv_rows_mma) for `tiles` tiles of `cols` columns, `matrices` weights read together, on a GPU of
-/// `multiprocessors`: 4 or 8. The kernels use up to 128 registers, so a multiprocessor holds 16 of their warps; a
+/// `multiprocessors`: 4 or 8. The kernels use 94-122 registers, so a multiprocessor holds at least 16 of their warps
+/// (the rule counts 16; a kernel under 85 registers would hold 24, and the rule would then need that as an input); a
 /// warp keeps 8 / matrices steps of 32 columns in flight and waits for them before the next. A kernel's time is
 /// then about its waves of blocks times what a block costs, its passes over the tile's columns and about one pass
 /// more (its start, wait, the warps' sum and its end): ceil(tiles / (multiprocessors * 16 / warps)) * (ceil(cols /
@@ -188,7 +189,7 @@ inline constexpr int kAttentionStepRows = 8;
     const unsigned per_pass = warps * (8U / static_cast<unsigned>(matrices));
     return ((tiles + slots - 1U) / slots) * ((steps + per_pass - 1U) / per_pass + 1U);
   };
-  return multiprocessors > 0 && matrices > 0 && cost(4) <= cost(8) ? 4U : 8U;
+  return multiprocessors > 0 && matrices > 0 && matrices <= 8 && cost(4) <= cost(8) ? 4U : 8U;
 }
 
 /// Threads per block of `attention` and of the paged cache's unsplit kernel (`attention_paged`) for `rows` rows of
@@ -243,9 +244,10 @@ struct BasicKernels {
   /// rms_norm_gemv(W, x, g, out, rows, cols, eps, batch): out[b] = W (rmsnorm(x[b]) * g).
   BatchedKernel<void(const T*, const T*, const T*, T*, int, int, float, int)> rms_norm_gemv;
   /// rms_norm_gemv_swiglu(W1, W3, x, g, out, rows, cols, eps, batch): out[b] = silu(W1 h) * (W3 h),
-  /// h = rmsnorm(x[b]) * g.
+  /// h = rmsnorm(x[b]) * g; launched as gemv_config(rows, cols, batch, 2).
   BatchedKernel<void(const T*, const T*, const T*, const T*, T*, int, int, float, int)> rms_norm_gemv_swiglu;
-  /// rms_norm_gemv_geglu(W1, W3, x, g, out, rows, cols, eps, batch): out[b] = gelu_tanh(W1 h) * (W3 h), h as above.
+  /// rms_norm_gemv_geglu(W1, W3, x, g, out, rows, cols, eps, batch): out[b] = gelu_tanh(W1 h) * (W3 h), h as above;
+  /// launched as rms_norm_gemv_swiglu.
   BatchedKernel<void(const T*, const T*, const T*, const T*, T*, int, int, float, int)> rms_norm_gemv_geglu;
   /// mlp_stack(layers, x, act, sync, layer_count, d, ffn, eps, split_a, split_b, batch): every SwiGLU block of a
   /// stack in one persistent launch (kernels/nn/mlp_stack.cu; nn::BasicMlpStack makes its arguments).
@@ -574,10 +576,11 @@ struct BasicKernels {
   }
   /// Launch shape of moe_gate_up and moe_down for experts of `rows` x `cols` weights and `batch` vectors: gemv_config's
   /// for one expert in x, and in y `distinct` experts, the most a step's rows can choose (min(batch * top k,
-  /// experts)); blocks past the count the router chose return.
+  /// experts)); blocks past the count the router chose return. On tensor cores always blocks of 8 warps
+  /// (tensor_core_gemv_warps was measured on dense kernels only).
   [[nodiscard]] LaunchConfig moe_config(int rows, int cols, int batch, int distinct) const {
     LaunchConfig config = gemv_config(rows, cols, batch);
-    if (tensor_cores && batch >= 2) config.block.y = 8;  // (tensor_core_gemv_warps was measured on dense kernels)
+    if (tensor_cores && batch >= 2) config.block.y = 8;
     config.grid.y = static_cast<unsigned>(distinct);
     return config;
   }
