@@ -80,6 +80,7 @@ namespace {
   X(cuFuncSetAttribute)                  \
   X(cuLaunchKernel)                      \
   X(cuLaunchKernelEx)                    \
+  X(cuGraphKernelNodeSetAttribute)       \
   X(cuStreamBeginCapture)                \
   X(cuStreamEndCapture)                  \
   X(cuStreamIsCapturing)                 \
@@ -801,16 +802,25 @@ void launch_kernel(CUcontext ctx, CUfunction fn, const LaunchShape& shape, CUstr
                    std::string_view name) {
   const EntryPoints& a = api();
   const ContextScope scope(a, ctx);
-  if (!shape.early_launch) {
+  if (!shape.early_launch && !shape.clustered()) {
     const CUresult r = a.cuLaunchKernel(fn, shape.grid[0], shape.grid[1], shape.grid[2], shape.block[0], shape.block[1],
                                         shape.block[2], shape.shared_bytes, stream, args, nullptr);
     if (r != CUDA_SUCCESS) [[unlikely]]
       throw_error(r, "cuLaunchKernel", std::string("kernel ").append(name));
     return;
   }
-  CUlaunchAttribute attribute{};
-  attribute.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-  attribute.value.programmaticStreamSerializationAllowed = 1;
+  CUlaunchAttribute attributes[2]{};
+  unsigned count = 0;
+  if (shape.early_launch) {
+    attributes[count].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attributes[count++].value.programmaticStreamSerializationAllowed = 1;
+  }
+  if (shape.clustered()) {
+    attributes[count].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attributes[count].value.clusterDim.x = shape.cluster[0];
+    attributes[count].value.clusterDim.y = shape.cluster[1];
+    attributes[count++].value.clusterDim.z = shape.cluster[2];
+  }
   CUlaunchConfig config{};
   config.gridDimX = shape.grid[0];
   config.gridDimY = shape.grid[1];
@@ -820,11 +830,28 @@ void launch_kernel(CUcontext ctx, CUfunction fn, const LaunchShape& shape, CUstr
   config.blockDimZ = shape.block[2];
   config.sharedMemBytes = shape.shared_bytes;
   config.hStream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
+  config.attrs = attributes;
+  config.numAttrs = count;
   const CUresult r = a.cuLaunchKernelEx(&config, fn, args, nullptr);
+  if (r != CUDA_SUCCESS) [[unlikely]] {
+    const char* how = shape.early_launch
+                          ? (shape.clustered() ? "cuLaunchKernelEx (programmatic dependent launch, clusters)"
+                                               : "cuLaunchKernelEx (programmatic dependent launch)")
+                          : "cuLaunchKernelEx (clusters)";
+    throw_error(r, how, std::string("kernel ").append(name));
+  }
+}
+
+/// Sets the thread block cluster of kernel node `node` (a graph node's parameters do not hold it).
+void graph_kernel_node_set_cluster(CUgraphNode node, const LaunchShape& shape, std::string_view object) {
+  if (!shape.clustered()) return;
+  CUlaunchAttributeValue value{};
+  value.clusterDim.x = shape.cluster[0];
+  value.clusterDim.y = shape.cluster[1];
+  value.clusterDim.z = shape.cluster[2];
+  const CUresult r = api().cuGraphKernelNodeSetAttribute(node, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, &value);
   if (r != CUDA_SUCCESS) [[unlikely]]
-    throw_error(r, "cuLaunchKernelEx (programmatic dependent launch)", std::string("kernel ").append(name));
+    throw_error(r, "cuGraphKernelNodeSetAttribute (cluster dimension)", object);
 }
 
 void begin_capture(CUcontext ctx, CUstream stream, CUstreamCaptureMode mode) {

@@ -29,8 +29,29 @@ std::string dims(const Dim3& d) {
 }
 
 [[noreturn]] void reject(const KernelInfo& k, const LaunchConfig& c, const std::string& why) {
+  const std::string cluster = c.cluster.volume() == 1 ? "" : " cluster " + dims(c.cluster);
   throw UsageError("kernel " + k.name + ": launch configuration grid " + dims(c.grid) + " block " + dims(c.block) +
-                   " shared " + std::to_string(c.shared_bytes) + " B is invalid on " + k.device.name() + ": " + why);
+                   cluster + " shared " + std::to_string(c.shared_bytes) + " B is invalid on " + k.device.name() +
+                   ": " + why);
+}
+
+/// LaunchConfig::cluster's rules: nonzero, dividing the grid, at most kMaxClusterBlocks blocks, sm_90 or newer.
+void validate_cluster(const KernelInfo& k, const LaunchConfig& c) {
+  const Dim3& cl = c.cluster;
+  if (cl.x == 0 || cl.y == 0 || cl.z == 0) reject(k, c, "a cluster dimension is zero");
+  if (cl.volume() == 1) return;
+  const std::string what = "clusters of " + dims(cl) + " blocks";
+  if (k.device.compute_capability().major < 9) {
+    reject(k, c,
+           what + " need sm_90 or newer; this GPU is sm_" + std::to_string(k.device.compute_capability().major) +
+               std::to_string(k.device.compute_capability().minor));
+  }
+  if (cl.volume() > kMaxClusterBlocks) {
+    reject(k, c, what + " exceed the " + std::to_string(kMaxClusterBlocks) + " blocks a cluster may portably have");
+  }
+  if (c.grid.x % cl.x != 0 || c.grid.y % cl.y != 0 || c.grid.z % cl.z != 0) {
+    reject(k, c, what + " do not divide the grid");
+  }
 }
 
 }  // namespace
@@ -68,6 +89,7 @@ void validate_launch(const KernelInfo& k, const LaunchConfig& c) {
     reject(k, c,
            "dynamic shared memory exceeds the " + std::to_string(available) + " bytes a block of this kernel may have");
   }
+  validate_cluster(k, c);
 }
 
 void raise_dynamic_shared_limit(KernelInfo& k, int needed) {
@@ -97,7 +119,11 @@ driver::LaunchShape prepare_launch(KernelInfo& k, const LaunchConfig& c) {
   // Programmatic dependent launch exists from sm_90 on; elsewhere the kernel's wait is a no-op and the launch
   // an ordinary one.
   const bool early = c.early_launch && k.device.compute_capability().major >= 9;
-  return {{c.grid.x, c.grid.y, c.grid.z}, {c.block.x, c.block.y, c.block.z}, c.shared_bytes, early};
+  return {{c.grid.x, c.grid.y, c.grid.z},
+          {c.block.x, c.block.y, c.block.z},
+          c.shared_bytes,
+          early,
+          {c.cluster.x, c.cluster.y, c.cluster.z}};
 }
 
 void add_argument_accesses(std::span<const ArgumentRange> ranges, std::string_view name, AccessSet& out) {

@@ -1,6 +1,14 @@
+// LaunchConfig and grid_for (host); launches of thread block clusters, eagerly and in graphs, and their refusals (gpu).
 #include <doctest/doctest.h>
 
-#include <lazygraph/kernels.hpp>
+#include <lazygraph/lazygraph.hpp>
+
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/gpu.hpp"
 
 using namespace lazygraph;
 
@@ -26,4 +34,111 @@ TEST_CASE("early() switches on programmatic dependent launch and changes nothing
   constexpr LaunchConfig e = early(plain);
   static_assert(e.early_launch);
   static_assert(e.grid.x == plain.grid.x && e.block.x == plain.block.x && e.shared_bytes == plain.shared_bytes);
+}
+
+TEST_CASE("a launch configuration has no clusters unless it asks for them") {
+  constexpr LaunchConfig plain = grid_for(1000, 128);
+  static_assert(plain.cluster.volume() == 1);
+  static_assert(early(plain).cluster.volume() == 1);
+  static_assert(kMaxClusterBlocks == 8);
+}
+
+namespace {
+
+// Block b of a cluster of n keeps in[b] in shared memory; after the cluster barrier it adds every block's value of its
+// cluster in rank order (read from their shared memory) into out[b], then waits for the others' reads before it ends.
+const char* const kClusterSource = R"(#include "lazygraph/cluster.cuh"
+extern "C" __global__ void cluster_sum(float* out, const float* in) {
+  __shared__ float mine;
+  lg::wait_for_prior_grids();
+  if (threadIdx.x == 0) mine = in[blockIdx.x];
+  lg::cluster_sync();
+  float sum = 0.0f;
+  for (unsigned r = 0; r < lg::cluster_blocks(); ++r) sum += lg::load_from_block(&mine, r);
+  lg::cluster_arrive();
+  if (threadIdx.x == 0) out[blockIdx.x] = sum + static_cast<float>(lg::cluster_rank()) * 1000.0f;
+  lg::cluster_wait();
+}
+)";
+
+KernelLibrary& cluster_library() {
+  static KernelLibrary lib = [] {
+    KernelLibraryOptions opts;
+    opts.kernel_sets = {KernelSet{"cluster_test", {{"cluster_sum.cu", kClusterSource}}, {}}};
+    return KernelLibrary(lgtest::device(), std::move(opts));
+  }();
+  return lib;
+}
+
+}  // namespace
+
+TEST_SUITE("gpu") {
+  TEST_CASE("blocks launched in clusters share their shared memory, eagerly, captured and built into a graph") {
+    if (lgtest::device().compute_capability().major < 9) {
+      MESSAGE("skipped: thread block clusters need sm_90 or newer");
+      return;
+    }
+    Stream& s = lgtest::stream();
+    const auto sum = cluster_library().get<void(float*, const float*)>("cluster_sum");
+    const int blocks = 48;
+    std::vector<float> in(blocks);
+    for (int b = 0; b < blocks; ++b) in[static_cast<std::size_t>(b)] = static_cast<float>(b + 1);
+    const auto din = lgtest::to_device(s, in);
+    for (const unsigned n : {2U, 4U, 8U}) {
+      for (const bool early_launch : {false, true}) {
+        CAPTURE(n);
+        CAPTURE(early_launch);
+        LaunchConfig config{{blocks, 1, 1}, {64, 1, 1}, 0};
+        config.cluster = {n, 1, 1};
+        config.early_launch = early_launch;
+        std::vector<float> want(blocks);
+        for (int b = 0; b < blocks; ++b) {
+          const int first = b / static_cast<int>(n) * static_cast<int>(n);
+          float total = 0.0F;
+          for (int r = 0; r < static_cast<int>(n); ++r) total += in[static_cast<std::size_t>(first + r)];
+          want[static_cast<std::size_t>(b)] = total + static_cast<float>(b % static_cast<int>(n)) * 1000.0F;
+        }
+        const auto check = [&](const char* how, const std::function<void(DeviceBuffer<float>&)>& run) {
+          CAPTURE(how);
+          auto out = lgtest::to_device(s, std::vector<float>(blocks, -1.0F));
+          run(out);
+          CHECK(lgtest::to_host(s, out.cview()) == want);
+        };
+        check("eagerly", [&](DeviceBuffer<float>& out) { sum.launch(s, config, out.view(), din.cview()); });
+        check("captured", [&](DeviceBuffer<float>& out) {
+          auto graph = CudaGraph<>::capture(s, sum(config, out.view(), din.cview()));
+          graph.launch();
+          s.synchronize();
+        });
+        check("built", [&](DeviceBuffer<float>& out) {
+          auto graph = CudaGraph<>::build(lgtest::device(), sum(config, out.view(), din.cview()));
+          graph.launch();
+          s.synchronize();
+        });
+      }
+    }
+  }
+
+  TEST_CASE("a cluster shape the launch cannot take is a UsageError naming it, before anything runs") {
+    if (lgtest::device().compute_capability().major < 9) {
+      MESSAGE("skipped: thread block clusters need sm_90 or newer");
+      return;
+    }
+    Stream& s = lgtest::stream();
+    const auto sum = cluster_library().get<void(float*, const float*)>("cluster_sum");
+    auto out = lgtest::to_device(s, std::vector<float>(16, 0.0F));
+    const auto in = lgtest::to_device(s, std::vector<float>(16, 1.0F));
+    LaunchConfig uneven{{12, 1, 1}, {64, 1, 1}, 0};
+    uneven.cluster = {8, 1, 1};
+    CHECK_THROWS_WITH_AS(sum.launch(s, uneven, out.view(), in.cview()), doctest::Contains("do not divide the grid"),
+                         UsageError);
+    LaunchConfig large{{16, 1, 1}, {64, 1, 1}, 0};
+    large.cluster = {16, 1, 1};
+    CHECK_THROWS_WITH_AS(sum.launch(s, large, out.view(), in.cview()), doctest::Contains("cluster (16, 1, 1)"),
+                         UsageError);
+    LaunchConfig zero{{16, 1, 1}, {64, 1, 1}, 0};
+    zero.cluster = {0, 1, 1};
+    CHECK_THROWS_WITH_AS(sum.launch(s, zero, out.view(), in.cview()), doctest::Contains("cluster dimension is zero"),
+                         UsageError);
+  }
 }

@@ -18,6 +18,9 @@ struct Dim3 {
   [[nodiscard]] constexpr std::size_t volume() const noexcept { return static_cast<std::size_t>(x) * y * z; }
 };
 
+/// The most blocks LaunchConfig::cluster may group: the portable cluster size of sm_90.
+inline constexpr unsigned kMaxClusterBlocks = 8;
+
 /// How to launch a kernel. grid_for makes the usual 1-D one; launches check it against the kernel's and the
 /// device's limits.
 struct LaunchConfig {
@@ -33,6 +36,12 @@ struct LaunchConfig {
   /// kernel_common.cuh) before it reads or writes memory that earlier work touches; that wait returns once
   /// everything before the kernel has completed and its writes are visible.
   bool early_launch = false;
+  /// Thread block clusters (sm_90 and newer): the grid's blocks in groups of `cluster` (x, y, z; the grid a multiple of
+  /// it in each dimension, at most kMaxClusterBlocks blocks), each group scheduled at once on one GPC, so that its
+  /// blocks can read each other's shared memory and meet at a cluster barrier (kernels/include/lazygraph/cluster.cuh).
+  /// 1 x 1 x 1: no clusters. A launch with clusters on an older GPU, or of a shape outside these rules, is a
+  /// UsageError.
+  Dim3 cluster = {};
 };
 
 /// `config` with programmatic dependent launch switched on (see LaunchConfig::early_launch).

@@ -177,6 +177,9 @@ CUgraphConditionalHandle conditional_handle_create(CUcontext ctx, CUgraph graph,
 /// names the node in errors.
 CUgraphNode graph_add_node(CUgraph graph, const CUgraphNode* dependencies, const CUgraphEdgeData* edges,
                            std::size_t count, CUgraphNodeParams* params, std::string_view object);
+/// Gives kernel node `node` the thread block clusters of `shape` (nothing when it has none): a node's parameters do
+/// not hold them.
+void graph_kernel_node_set_cluster(CUgraphNode node, const LaunchShape& shape, std::string_view object);
 /// Sets the parameters of `node` (of the graph `exec` was instantiated from) in `exec`, for later launches.
 void graph_exec_set_node_params(CUcontext ctx, CUgraphExec exec, CUgraphNode node, CUgraphNodeParams* params,
                                 std::string_view object);
