@@ -112,6 +112,7 @@ BasicKernels<T>::BasicKernels(const KernelLibrary& library, KernelOptions option
       moe_decode_down(lookup<decltype(moe_decode_down)>(library, named<T>("moe_decode_down"))),
       moe_prefill_combine(lookup<decltype(moe_prefill_combine)>(library, named<T>("moe_prefill_combine"))),
       argmax(lookup<decltype(argmax)>(library, named<T>("argmax"))),
+      argmax_cluster(lookup<decltype(argmax_cluster)>(library, named<T>("argmax_cluster"))),
       sample(lookup<decltype(sample)>(library, named<T>("sample"))),
       fill_uniform(
           lookup<decltype(fill_uniform)>(library, std::same_as<T, half> ? "fill_uniform_f16" : "fill_uniform_bf16")),
@@ -119,7 +120,8 @@ BasicKernels<T>::BasicKernels(const KernelLibrary& library, KernelOptions option
       tensor_cores(options.tensor_cores),
       multiprocessors(library.device().sm_count()),
       shared_memory_optin(library.device().limits().max_shared_per_block_optin),
-      async_copies(library.device().compute_capability().major >= 8) {
+      async_copies(library.device().compute_capability().major >= 8),
+      clusters(library.device().compute_capability().major >= 9) {
   // moe_down_staged's blocks, launched early, become resident beside moe_gate_up_staged's where that kernel leaves its
   // multiprocessors' memory split for shared memory (H200, 12 layers of Qwen3-30B-A3B, one row: 880 us a step with
   // the split, 897-901 without, 924-928 with moe_down). moe_gate_up keeps the driver's split: OLMoE-1B-7B's step

@@ -335,10 +335,8 @@ CudaGraph<>& BasicPrefill<T>::head_graph(const BasicPrefillContext<T>& ctx) {
     auto last_row = k.prefill_last_row(k.step_config(grid_for(d, 256)), buffers_.x.cview(), buffers_.chunk(),
                                        st.x.view().subspan(0, d), c.d, buffers_.rows);
     const auto sample = [&](int vocab) {
-      return k.sample(k.step_config({{1, 1, 1}, {1024, 1, 1}, 0}), st.logits.cview(), st.next.view(),
-                      io.subspan(PrefillIo::last_position, 1), io.subspan(PrefillIo::slot, 1), vocab,
-                      ctx.sampling.top_k, ctx.sampling.temperature, static_cast<unsigned>(ctx.sampling.seed),
-                      ctx.sampling.top_p);
+      return next_tokens(k, st.logits.cview(), st.next.view(), io.subspan(PrefillIo::last_position, 1),
+                         io.subspan(PrefillIo::slot, 1), vocab, 1, ctx.sampling);
     };
     const auto next_out = ctx.io.copy_out(st.next.cview().subspan(0, 1), DecoderIo::next);
     if (BasicRankState<T>* r = ctx.rank; r != nullptr) {
@@ -421,10 +419,8 @@ CudaGraph<>& BasicPrefill<T>::packed_head_graph(const BasicPrefillContext<T>& ct
                              io.subspan(PackedPrefillIo::lasts, n), x, c.d, parts);
     auto head = lm_head_logits(Projector<T>{k, ctx.quantized}, ctx.weights, x.as_const(), st.logits.view(), c.vocab,
                                c.d, c.eps, parts, c.logit_softcap);
-    auto sample = k.sample(k.step_config({{static_cast<unsigned>(parts), 1, 1}, {1024, 1, 1}, 0}), st.logits.cview(),
-                           st.next.view(), io.subspan(PackedPrefillIo::last_positions, n),
-                           io.subspan(PackedPrefillIo::slots, n), c.vocab, ctx.sampling.top_k, ctx.sampling.temperature,
-                           static_cast<unsigned>(ctx.sampling.seed), ctx.sampling.top_p);
+    auto sample = next_tokens(k, st.logits.cview(), st.next.view(), io.subspan(PackedPrefillIo::last_positions, n),
+                              io.subspan(PackedPrefillIo::slots, n), c.vocab, parts, ctx.sampling);
     graph.emplace(
         CudaGraph<>::capture(ctx.stream, named("lm head", std::move(lasts) >> std::move(head) >> std::move(sample)) >>
                                              ctx.io.copy_out(st.next.cview().subspan(0, n), DecoderIo::next)));

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "lazygraph/nn/decoder_io.hpp"
+#include "lazygraph/nn/decoder_step.hpp"
 
 namespace lazygraph::nn {
 
@@ -224,14 +225,11 @@ CudaGraph<> BasicWideStep<T>::capture(const BasicWideContext<T>& ctx, int rows, 
           capped.push_back(k.softcap(k.step_config(grid_for(logits.size(), 256)), logits, n, c.logit_softcap));
         }
         GemmOperand<T> head = gemm_operand(projector, w.lm_head, b.weights.view());  // dequantized first if need be
-        s.record(
-            named("lm head",
-                  k.prefill_rms_norm(per_row, x.as_const(), w.final_gain.cview(), h, chunk, c.d, c.eps, rows) >>
-                      std::move(head.prepare) >> plans.plan(vocab_, d)(logits, h.as_const(), head.values) >>
-                      chain(std::move(capped)) >>
-                      k.sample(k.step_config({{static_cast<unsigned>(rows), 1, 1}, {1024, 1, 1}, 0}), logits.as_const(),
-                               next, positions, slots, c.vocab, ctx.sampling.top_k, ctx.sampling.temperature,
-                               static_cast<unsigned>(ctx.sampling.seed), ctx.sampling.top_p)));
+        s.record(named("lm head",
+                       k.prefill_rms_norm(per_row, x.as_const(), w.final_gain.cview(), h, chunk, c.d, c.eps, rows) >>
+                           std::move(head.prepare) >> plans.plan(vocab_, d)(logits, h.as_const(), head.values) >>
+                           chain(std::move(capped)) >>
+                           next_tokens(k, logits.as_const(), next, positions, slots, c.vocab, rows, ctx.sampling)));
         s.record(io_.copy_out(next.as_const()));
       },
       options);

@@ -250,6 +250,62 @@ void check_rms_norm_store_gemv(int rows, int cols) {
   CHECK(outside == 0);
 }
 
+/// argmax_cluster over rows of T against the argmax kernel (one block a row) and a host reference: Qwen3's and
+/// Llama 3's vocabularies, rows whose length 8 does not divide (their blocks' ranges start off 16-byte boundaries),
+/// rows shorter than the cluster's blocks; ties between blocks' ranges, NaNs, a -0/+0 tie and a row of NaNs.
+template <class T>
+void check_argmax_cluster() {
+  Stream& s = lgtest::stream();
+  const nn::BasicKernels<T> k(lgtest::nn_kernels());
+  const auto as_t = [](float v) { return T::from_float(v); };
+  for (const int n : {151936, 128256, 32003, 100, 5}) {
+    for (const unsigned blocks : {2U, 5U, 8U}) {
+      CAPTURE(n);
+      CAPTURE(blocks);
+      const int rows = 6;
+      std::vector<T> logits = random_of<T>(static_cast<std::size_t>(rows) * n);
+      const auto at = [&](int r, int i) -> T& { return logits[static_cast<std::size_t>(r) * n + i]; };
+      // Row 1: a tie between the first and the last logit (different blocks); row 2: a NaN where the maximum was and a
+      // tie further on; row 3: every logit NaN; row 4: -0 and +0 the largest (a tie: the lower index); row 5 random.
+      at(1, 0) = as_t(4.0F);
+      at(1, n - 1) = as_t(4.0F);
+      at(2, n / 2) = T{static_cast<std::uint16_t>(std::same_as<T, half> ? 0x7e00 : 0x7fc0)};
+      at(2, n - 1) = as_t(3.0F);
+      if (n > 2) at(2, n - 2) = as_t(3.0F);
+      for (int i = 0; i < n; ++i) at(3, i) = T{static_cast<std::uint16_t>(std::same_as<T, half> ? 0x7e00 : 0x7fc0)};
+      for (int i = 0; i < n; ++i) at(4, i) = as_t(-1.0F);
+      at(4, n - 1) = as_t(0.0F);
+      at(4, n / 3) = T{static_cast<std::uint16_t>(0x8000)};  // -0
+      const auto reference = [&](int r) {
+        int best = -1;
+        for (int i = 0; i < n; ++i) {
+          const float v = at(r, i).to_float();
+          if (v == v && (best < 0 || v > at(r, best).to_float())) best = i;
+        }
+        return best;
+      };
+      const auto d = lgtest::to_device(s, logits);
+      auto got = lgtest::to_device(s, std::vector<int>(rows, -7));
+      auto one_block = lgtest::to_device(s, std::vector<int>(rows, -7));
+      LaunchConfig config = k.argmax_cluster_config(rows);
+      config.grid.x = blocks;
+      config.cluster = {blocks, 1, 1};
+      k.argmax_cluster.launch(s, config, d.cview(), got.view(), n);
+      k.argmax.launch(s, {{static_cast<unsigned>(rows), 1, 1}, {1024, 1, 1}, 0}, d.cview(), one_block.view(), n);
+      const std::vector<int> tokens = lgtest::to_host(s, got.cview());
+      CHECK(tokens == lgtest::to_host(s, one_block.cview()));
+      for (int r = 0; r < rows; ++r) {
+        CAPTURE(r);
+        CHECK(tokens[static_cast<std::size_t>(r)] == reference(r));
+      }
+      CHECK(tokens[1] == 0);
+      CHECK(tokens[3] == -1);
+      CHECK(tokens[4] == (n / 3 < n - 1 ? n / 3 : n - 1));
+    }
+  }
+  CHECK(k.argmax_cluster_config(3).cluster.x == nn::kArgmaxClusterBlocks);
+}
+
 }  // namespace
 
 TEST_SUITE("gpu") {
@@ -909,6 +965,15 @@ TEST_SUITE("gpu") {
     }
   }
 
+  TEST_CASE("argmax_cluster gives argmax's token with each row read by a cluster of 2 to 8 blocks, fp16 and bf16") {
+    if (lgtest::device().compute_capability().major < 9) {
+      MESSAGE("skipped: thread block clusters need sm_90 or newer");
+      return;
+    }
+    check_argmax_cluster<half>();
+    check_argmax_cluster<bfloat16>();
+  }
+
   TEST_CASE("argmax finds the largest logit and the lowest index among ties") {
     Stream& s = lgtest::stream();
     const auto argmax = lgtest::nn_kernels().get<void(const half*, int*, int)>("argmax");
@@ -1023,6 +1088,7 @@ TEST_CASE_TEMPLATE("every handle of nn::BasicKernels matches its kernel's declar
   check_model_kernel(d, "prefill_silu_mul", &K::prefill_silu_mul);
   check_model_kernel(d, "prefill_last_row", &K::prefill_last_row);
   check_model_kernel(d, "argmax", &K::argmax);
+  check_model_kernel(d, "argmax_cluster", &K::argmax_cluster);
   check_model_kernel(d, "sample", &K::sample);
   check_model_kernel(d, "fill_uniform", &K::fill_uniform);
   CHECK_NOTHROW(d.check<void(Condition, const int*, int*, int*, int*, int*)>("generate_advance"));

@@ -248,9 +248,7 @@ auto decoder_rank_step(const Projector<T>& p, const BasicDecoderWeights<T>& w, B
          named("lm head",
                lm_head_logits(p, w, s.x.cview(), r.logits_part.view(), part, d, c.eps, rows, c.logit_softcap) >>
                    std::move(gather) >>
-                   k.sample(k.step_config({{static_cast<unsigned>(rows), 1, 1}, {1024, 1, 1}, 0}), s.logits.cview(),
-                            s.next.view(), s.positions(), s.slots(), vocab, sampling.top_k, sampling.temperature,
-                            static_cast<unsigned>(sampling.seed), sampling.top_p));
+                   next_tokens(k, s.logits.cview(), s.next.view(), s.positions(), s.slots(), vocab, rows, sampling));
 }
 
 extern template struct BasicRankState<half>;

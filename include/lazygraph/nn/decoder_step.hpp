@@ -413,6 +413,23 @@ auto embed(const BasicKernels<T>& k, const BasicDecoderWeights<T>& w, BasicDecod
          chain(std::move(scaled));
 }
 
+/// The next token of each of `rows` rows of logits ([rows][vocab]) into next, as `sampling` says: sample's rule, one
+/// block a row; for greedy steps (temperature 0) over long rows on a GPU with clusters (BasicKernels::
+/// greedy_by_cluster), argmax_cluster's, the same tokens with each row read by a cluster of blocks.
+template <Element T>
+auto next_tokens(const BasicKernels<T>& k, DeviceSpan<const T> logits, DeviceSpan<int> next,
+                 DeviceSpan<const int> positions, DeviceSpan<const int> slots, int vocab, int rows,
+                 const Sampling& sampling) {
+  const bool clustered = sampling.temperature <= 0.0F && k.greedy_by_cluster(vocab);
+  const auto count = static_cast<unsigned>(rows);
+  // (The op not chosen is built but never run: unclustered, its launch shape is one any GPU takes.)
+  const LaunchConfig cluster_config =
+      clustered ? k.argmax_cluster_config(rows) : k.step_config({{1, count, 1}, {512, 1, 1}, 0});
+  return choose(clustered, k.argmax_cluster(cluster_config, logits, next, vocab),
+                k.sample(k.step_config({{count, 1, 1}, {1024, 1, 1}, 0}), logits, next, positions, slots, vocab,
+                         sampling.top_k, sampling.temperature, static_cast<unsigned>(sampling.seed), sampling.top_p));
+}
+
 /// One decode step of `rows` rows: reads tokens, positions and slots from s.io, writes each row's logits and next
 /// token (greedy, or drawn as `sampling` says). A paged cache (DecoderConfig::kv_block_size) also reads s.tables and
 /// runs `paged`'s kernels. \throws UsageError as decoder_layer and lm_head_logits.
@@ -426,11 +443,8 @@ auto decoder_step(const Projector<T>& p, const BasicDecoderWeights<T>& w, BasicD
   for (int l = 0; l < c.layers; ++l) layers.push_back(decoder_layer(p, w, s, l, c, rows, paged));
   auto head = lm_head_logits(p, w, s.x.cview(), s.logits.view(), c.vocab, c.d, c.eps, rows, c.logit_softcap);
   return named("embedding", embed(k, w, s, c, rows)) >> chain(std::move(layers)) >>
-         named("lm head",
-               std::move(head) >> k.sample(k.step_config({{static_cast<unsigned>(rows), 1, 1}, {1024, 1, 1}, 0}),
-                                           s.logits.cview(), s.next.view(), s.positions(), s.slots(), c.vocab,
-                                           sampling.top_k, sampling.temperature, static_cast<unsigned>(sampling.seed),
-                                           sampling.top_p));
+         named("lm head", std::move(head) >> next_tokens(k, s.logits.cview(), s.next.view(), s.positions(), s.slots(),
+                                                         c.vocab, rows, sampling));
 }
 
 }  // namespace lazygraph::nn

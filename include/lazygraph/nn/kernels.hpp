@@ -141,6 +141,11 @@ inline constexpr int kMoeDecodeTileCols = 64;
 inline constexpr unsigned kMoeDecodeThreads = 128;
 /// Shared-memory stages of the decode step's grouped products: two in flight while one is read.
 inline constexpr int kMoeDecodeStages = 3;
+/// Blocks of argmax_cluster's cluster: one row of logits.
+inline constexpr unsigned kArgmaxClusterBlocks = 8;
+/// Logits a row from which a greedy step on a GPU with clusters takes its token from argmax_cluster rather than from
+/// sample's one block a row.
+inline constexpr int kArgmaxClusterFrom = 16384;
 /// Rows of d per block of moe_down_staged (kernels/nn/moe.cu), at most: 128 blocks for d 2048, one a multiprocessor.
 inline constexpr int kMoeStagedRows = 16;
 /// Shared memory moe_down_staged may take per block (a multiprocessor of an H100 or H200 has 228 KiB; Qwen3-30B-A3B's
@@ -426,6 +431,9 @@ struct BasicKernels {
   /// argmax(logits, out, n): per row (one block each), the index of the largest logit, the lowest among ties
   /// (kernels/nn/argmax.cu).
   Kernel<void(const T*, int*, int)> argmax;
+  /// argmax_cluster(logits, out, n): argmax's tokens, each row read by a cluster of blocks (sm_90 and newer;
+  /// kernels/nn/argmax.cu), for long rows; launched as argmax_cluster_config, where greedy_by_cluster.
+  Kernel<void(const T*, int*, int)> argmax_cluster;
   /// sample(logits, out, positions, slots, n, top_k, temperature, seed, top_p): per row (one block each), the greedy
   /// or sampled next token (kernels/nn/sample.cu, sampling.hpp).
   Kernel<void(const T*, int*, const int*, const int*, int, int, float, unsigned, float)> sample;
@@ -455,6 +463,8 @@ struct BasicKernels {
   int shared_memory_optin = 0;
   /// Whether the device copies into shared memory asynchronously (cp.async: sm_80 and newer).
   bool async_copies = false;
+  /// Whether the device launches blocks in clusters (LaunchConfig::cluster: sm_90 and newer).
+  bool clusters = false;
 
   /// `config` as a decode step launches it: early (programmatic dependent launch, LaunchConfig::early_launch)
   /// unless switched off. Every kernel above calls wait_for_prior_grids() before touching activations, and
@@ -566,6 +576,15 @@ struct BasicKernels {
     return step_config({{static_cast<unsigned>(heads + 2 * kv_heads), static_cast<unsigned>(rows), 1},
                         {32U * ((static_cast<unsigned>(head_dim) + 63U) / 64U), 1, 1},
                         0});
+  }
+  /// Whether greedy steps take their tokens from argmax_cluster instead of sample: on a device with clusters, for rows
+  /// of at least kArgmaxClusterFrom logits.
+  [[nodiscard]] bool greedy_by_cluster(int vocab) const noexcept { return clusters && vocab >= kArgmaxClusterFrom; }
+  /// Launch shape of argmax_cluster for `rows` rows: a cluster of kArgmaxClusterBlocks blocks of 512 threads a row.
+  [[nodiscard]] LaunchConfig argmax_cluster_config(int rows) const {
+    LaunchConfig config = step_config({{kArgmaxClusterBlocks, static_cast<unsigned>(rows), 1}, {512, 1, 1}, 0});
+    config.cluster = {kArgmaxClusterBlocks, 1, 1};
+    return config;
   }
   /// Launch shape of qkv_rope_append for q_rows, kv_dim, width d and `batch` vectors: that of the tensor-core
   /// variant (tensor_core_gemv_config of its q_rows + 2 kv_dim rows) when it runs the batch, else

@@ -58,21 +58,31 @@ __device__ __forceinline__ void cluster_sync() {
   cluster_wait();
 }
 
-/// The float at `local` (an address in this block's shared memory) in the shared memory of block `rank` of the
-/// cluster, which must not have left: a block whose shared memory others read waits at a cluster barrier after
-/// their reads before it ends.
-__device__ __forceinline__ float load_from_block(const float* local, unsigned rank) {
+/// The 32-bit value at `local` (an address in this block's shared memory) in the shared memory of block `rank` of the
+/// cluster, which must not have left: a block whose shared memory others read waits at a cluster barrier after their
+/// reads before it ends.
+__device__ __forceinline__ unsigned load_bits_from_block(const void* local, unsigned rank) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   const auto from = static_cast<unsigned>(__cvta_generic_to_shared(local));
   unsigned remote;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(from), "r"(rank));
-  float v;
-  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+  unsigned v;
+  asm volatile("ld.shared::cluster.b32 %0, [%1];" : "=r"(v) : "r"(remote) : "memory");
   return v;
 #else
   __trap();
-  return 0.0f;
+  return 0;
 #endif
+}
+
+/// load_bits_from_block for a float.
+__device__ __forceinline__ float load_from_block(const float* local, unsigned rank) {
+  return __uint_as_float(load_bits_from_block(local, rank));
+}
+
+/// load_bits_from_block for an int.
+__device__ __forceinline__ int load_from_block(const int* local, unsigned rank) {
+  return static_cast<int>(load_bits_from_block(local, rank));
 }
 
 }  // namespace lg
