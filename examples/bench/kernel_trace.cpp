@@ -4,8 +4,9 @@
 //
 //   CUDA_INJECTION64_PATH=build/examples/liblazygraph_kernel_trace.so LAZYGRAPH_TRACE_OUT=trace.csv PROGRAM ...
 //
-// then examples/bench/kernel_timeline.py trace.csv --first embedding --last sample: each step's GPU span, the GPU's
-// idle time between steps (host work between graph replays), and each kernel's mean time and the gap before it.
+// then examples/bench/kernel_timeline.py trace.csv --first embedding --last sample (a greedy step over 16384+ logits on
+// sm_90+: --last argmax_cluster): each step's GPU span, the GPU's idle time between steps (host work between graph
+// replays), and each kernel's mean time and the gap before it.
 // Columns: start_ns, end_ns (GPU timestamps), blocks (the grid's), name (mangled, quoted). Kernels inside CUDA graphs
 // are recorded as their own launches are. Tracing costs time of its own (10-20 % more per step of a 64-row decode
 // step on an H200), so compare traced runs with traced runs.

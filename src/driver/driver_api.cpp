@@ -81,6 +81,7 @@ namespace {
   X(cuLaunchKernel)                      \
   X(cuLaunchKernelEx)                    \
   X(cuGraphKernelNodeSetAttribute)       \
+  X(cuGraphKernelNodeGetAttribute)       \
   X(cuStreamBeginCapture)                \
   X(cuStreamEndCapture)                  \
   X(cuStreamIsCapturing)                 \
@@ -842,7 +843,6 @@ void launch_kernel(CUcontext ctx, CUfunction fn, const LaunchShape& shape, CUstr
   }
 }
 
-/// Sets the thread block cluster of kernel node `node` (a graph node's parameters do not hold it).
 void graph_kernel_node_set_cluster(CUgraphNode node, const LaunchShape& shape, std::string_view object) {
   if (!shape.clustered()) return;
   CUlaunchAttributeValue value{};
@@ -958,6 +958,23 @@ std::vector<CUgraphNode> graph_nodes(CUgraph graph) {
   std::vector<CUgraphNode> nodes(n);
   if (n > 0) check(a.cuGraphGetNodes(graph, nodes.data(), &n), "cuGraphGetNodes", "CudaGraph");
   return nodes;
+}
+
+std::vector<std::array<unsigned, 3>> graph_kernel_clusters(CUgraph graph) {
+  const EntryPoints& a = api();
+  std::vector<std::array<unsigned, 3>> out;
+  for (CUgraphNode node : graph_nodes(graph)) {
+    CUgraphNodeType type{};
+    check(a.cuGraphNodeGetType(node, &type), "cuGraphNodeGetType", "CudaGraph");
+    if (type != CU_GRAPH_NODE_TYPE_KERNEL) continue;
+    CUlaunchAttributeValue value{};
+    check(a.cuGraphKernelNodeGetAttribute(node, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, &value),
+          "cuGraphKernelNodeGetAttribute (cluster dimension)", "CudaGraph");
+    // A node launched without clusters reads as 0 x 0 x 0 or 1 x 1 x 1: both are no cluster.
+    const auto one = [](unsigned v) { return v == 0 ? 1U : v; };
+    out.push_back({one(value.clusterDim.x), one(value.clusterDim.y), one(value.clusterDim.z)});
+  }
+  return out;
 }
 
 GraphEdgeCounts graph_edge_counts(CUgraph graph) {

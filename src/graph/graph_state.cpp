@@ -404,6 +404,17 @@ UpdateResult GraphState::reinstantiate_built(drv::Graph graph, NodePlan plan, Ow
 }
 
 UpdateResult GraphState::replace_graph(drv::Graph graph, Owners owners, const UpdateOptions& options) {
+  // cuGraphExecUpdate accepts a capture whose kernels launch in other clusters but keeps the old ones (H200, driver
+  // 580): compared here first, kernel by kernel (other kernel counts are its to refuse, as another topology).
+  const auto clusters_now = drv::graph_kernel_clusters(graph_.native_handle());
+  const auto clusters_next = drv::graph_kernel_clusters(graph.native_handle());
+  if (clusters_now.size() == clusters_next.size() && clusters_now != clusters_next) {
+    UpdateResult why{UpdateStatus::parameters_changed, std::nullopt,
+                     "a kernel of the new capture launches its blocks in other clusters, which an update in place "
+                     "would not apply"};
+    if (!options.reinstantiate_on_mismatch) return why;
+    return reinstantiate(std::move(graph), std::move(owners), std::move(why));
+  }
   const drv::ExecUpdateOutcome outcome =
       drv::graph_exec_update(exec_.context(), exec_.native_handle(), graph.native_handle());
   if (!outcome.applied) {

@@ -119,6 +119,45 @@ TEST_SUITE("gpu") {
     }
   }
 
+  TEST_CASE(
+      "updating a graph to other clusters is refused by name, or makes a new graph when asked, built or captured") {
+    if (lgtest::device().compute_capability().major < 9) {
+      MESSAGE("skipped: thread block clusters need sm_90 or newer");
+      return;
+    }
+    Stream& s = lgtest::stream();
+    const auto sum = cluster_library().get<void(float*, const float*)>("cluster_sum");
+    const auto in = lgtest::to_device(s, std::vector<float>(16, 1.0F));
+    auto out = lgtest::to_device(s, std::vector<float>(16, 0.0F));
+    const auto config = [](unsigned n) {
+      LaunchConfig c{{16, 1, 1}, {64, 1, 1}, 0};
+      c.cluster = {n, 1, 1};
+      return c;
+    };
+    // Block b's sum is its cluster's size (every input 1) plus 1000 times its rank.
+    const auto expect = [&](unsigned n) {
+      CAPTURE(n);
+      std::vector<float> want(16);
+      for (unsigned b = 0; b < 16; ++b) want[b] = static_cast<float>(n) + static_cast<float>(b % n) * 1000.0F;
+      CHECK(lgtest::to_host(s, out.cview()) == want);
+    };
+    for (const bool built : {true, false}) {
+      CAPTURE(built);
+      auto graph = built ? CudaGraph<>::build(lgtest::device(), sum(config(2), out.view(), in.cview()))
+                         : CudaGraph<>::capture(s, sum(config(2), out.view(), in.cview()));
+      // In place, the driver would keep the old clusters (cuGraphExecUpdate accepts the capture and keeps them).
+      const UpdateResult refused = graph.update_from(sum(config(4), out.view(), in.cview()));
+      CHECK(refused.status == UpdateStatus::parameters_changed);
+      CHECK(refused.message.find("other clusters") != std::string::npos);
+      graph.launch();
+      expect(2);  // still the graph it was
+      const UpdateResult remade = graph.update_from(sum(config(4), out.view(), in.cview()), {true});
+      CHECK(remade.status == UpdateStatus::reinstantiated);
+      graph.launch();
+      expect(4);
+    }
+  }
+
   TEST_CASE("a cluster shape the launch cannot take is a UsageError naming it, before anything runs") {
     if (lgtest::device().compute_capability().major < 9) {
       MESSAGE("skipped: thread block clusters need sm_90 or newer");

@@ -444,6 +444,42 @@ TEST_SUITE("gpu") {
     }
   }
 
+  TEST_CASE("a greedy decoder of a large vocabulary gives each row the argmax of its logits (argmax_cluster's path)") {
+    // 20000 logits a row: at least kArgmaxClusterFrom, so on sm_90 and newer the step, the batch step and a prompt's
+    // first token take their tokens from argmax_cluster (nn::next_tokens); elsewhere from sample, by the same rule.
+    DecoderConfig c = lgtest::small_decoder(2, 3);
+    c.vocab = 20000;
+    const Kernels k(lgtest::nn_kernels());
+    if (!k.greedy_by_cluster(c.vocab)) MESSAGE("this GPU has no clusters: the tokens come from sample");
+    Decoder d(lgtest::stream(), lgtest::nn_kernels(), c);
+    // The lowest index of the largest logit (no logit here is NaN).
+    const auto argmax_of = [](const std::vector<half>& logits) {
+      int best = 0;
+      for (int i = 1; i < static_cast<int>(logits.size()); ++i) {
+        if (logits[static_cast<std::size_t>(i)].to_float() > logits[static_cast<std::size_t>(best)].to_float()) {
+          best = i;
+        }
+      }
+      return best;
+    };
+    int t = 7;
+    for (int p = 0; p < 4; ++p) {
+      CAPTURE(p);
+      const int next = d.forward({t, p});
+      CHECK(next == argmax_of(d.logits()));
+      t = next;
+    }
+    const std::vector<int> batch = d.forward_batch(std::vector<TokenAt>{{3, 4}, {11, 4}, {19999, 4}});
+    REQUIRE(batch.size() == 3);
+    for (int r = 0; r < 3; ++r) {
+      CAPTURE(r);
+      CHECK(batch[static_cast<std::size_t>(r)] == argmax_of(d.logits(r)));
+    }
+    const std::vector<int> prompt{1, 2, 3, 4, 5};
+    const int first = d.prefill(prompt, 0, 1);
+    CHECK(first == argmax_of(d.logits()));
+  }
+
   TEST_CASE("a sampling decoder repeats its tokens, and a sequence draws the same alone or in a batch") {
     const DecoderConfig c = lgtest::small_decoder(2, 3);
     Decoder d(lgtest::stream(), lgtest::nn_kernels(), c);

@@ -423,9 +423,9 @@ auto next_tokens(const BasicKernels<T>& k, DeviceSpan<const T> logits, DeviceSpa
   const bool clustered = sampling.temperature <= 0.0F && k.greedy_by_cluster(vocab);
   const auto count = static_cast<unsigned>(rows);
   // (The op not chosen is built but never run: unclustered, its launch shape is one any GPU takes.)
-  const LaunchConfig cluster_config =
+  const LaunchConfig argmax_config =
       clustered ? k.argmax_cluster_config(rows) : k.step_config({{1, count, 1}, {512, 1, 1}, 0});
-  return choose(clustered, k.argmax_cluster(cluster_config, logits, next, vocab),
+  return choose(clustered, k.argmax_cluster(argmax_config, logits, next, vocab),
                 k.sample(k.step_config({{count, 1, 1}, {1024, 1, 1}, 0}), logits, next, positions, slots, vocab,
                          sampling.top_k, sampling.temperature, static_cast<unsigned>(sampling.seed), sampling.top_p));
 }

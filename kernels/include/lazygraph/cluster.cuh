@@ -33,7 +33,8 @@ __device__ __forceinline__ unsigned cluster_blocks() {
 
 /// This thread's arrival at the cluster barrier, releasing its earlier writes (shared memory included) to the
 /// cluster. Every thread of every block of the cluster arrives, then waits (cluster_wait), in turn; a thread may work
-/// between the two.
+/// between the two. Both are the `.aligned` forms: all threads of a warp call them together (never inside a branch
+/// that splits the warp).
 __device__ __forceinline__ void cluster_arrive() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
@@ -52,7 +53,7 @@ __device__ __forceinline__ void cluster_wait() {
 #endif
 }
 
-/// cluster_arrive then cluster_wait.
+/// The whole barrier: every write of the cluster's threads before it is visible to all of them after it.
 __device__ __forceinline__ void cluster_sync() {
   cluster_arrive();
   cluster_wait();
@@ -75,12 +76,12 @@ __device__ __forceinline__ unsigned load_bits_from_block(const void* local, unsi
 #endif
 }
 
-/// load_bits_from_block for a float.
+/// A float of block `rank`'s shared memory (load_bits_from_block's rules).
 __device__ __forceinline__ float load_from_block(const float* local, unsigned rank) {
   return __uint_as_float(load_bits_from_block(local, rank));
 }
 
-/// load_bits_from_block for an int.
+/// An int of block `rank`'s shared memory (load_bits_from_block's rules).
 __device__ __forceinline__ int load_from_block(const int* local, unsigned rank) {
   return static_cast<int>(load_bits_from_block(local, rank));
 }

@@ -16,6 +16,7 @@
 
 #include <cuda.h>
 
+#include <array>
 #include <cstddef>
 #include <string>
 #include <string_view>
@@ -151,6 +152,8 @@ void graph_launch(CUcontext ctx, CUgraphExec exec, CUstream stream, std::string_
 void graph_destroy_no_throw(CUgraph graph) noexcept;
 void graph_exec_destroy_no_throw(CUcontext ctx, CUgraphExec exec) noexcept;
 std::vector<CUgraphNode> graph_nodes(CUgraph graph);
+/// The thread block cluster of each kernel node of `graph`, in graph_nodes' order (1 x 1 x 1 for none).
+std::vector<std::array<unsigned, 3>> graph_kernel_clusters(CUgraph graph);
 CUgraphNodeType graph_node_type(CUgraphNode node);
 struct GraphEdgeCounts {
   std::size_t total = 0;
