@@ -202,7 +202,7 @@ Times run_case(const lg::Stream& s, const lg::Device& gpu, const nn::Kernels& k,
     d_slots.push_back(lg::from_host(sl).sync_on(s));
   }
   if (static_cast<long long>(context) * 4 <= nn::paged_unsplit_shared_limit) {
-    const auto config = k.attention_config(sh.heads, rows, context);
+    const auto config = k.attention_config(sh.heads, sh.head_dim, rows, context);
     t.contiguous = median_seconds(s, reps,
                                   [&](int i) {
                                     k.attention.launch(s, config, q.cview(), k_cache.cview(), v_cache.cview(),

@@ -21,8 +21,8 @@
 //     f = 0, or with a window of `window` positions (window > 0: a sliding-window layer, the row's own position
 //     included), max(0, p - window + 1).
 //     n_heads must be a multiple of n_kv_heads. Rows must be appended (kv_append) before any row attends.
-//     Launch: grid (n_heads, batch), block 32 * k threads (k = 1..32; 1024 puts the most of the cache in flight,
-//     since there are only n_heads blocks per row: nn::Kernels::attention_config), dynamic shared memory
+//     Launch: grid (n_heads, batch), block 32 * k threads (k = 1..32; the more, the more of the cache in flight,
+//     since there are only n_heads blocks per row: nn::attention_block_threads), dynamic shared memory
 //     max_ctx * sizeof(float) (the scores). Requires head_dim a multiple of 8 and at most 256, and q, the caches and
 //     out 16-byte aligned (traps else).
 //     Launched early (LaunchConfig::early_launch), it reads positions, slots and the cache at the positions below

@@ -345,7 +345,7 @@ std::size_t PagedAttention<T>::split_partials(const PagedAttentionShape& s, int 
 template <Element T>
 LaunchConfig PagedAttention<T>::attention_config(const PagedAttentionShape& s) const {
   return {{static_cast<unsigned>(s.heads), static_cast<unsigned>(s.rows), 1},
-          {attention_block_threads(s.heads, s.rows, tensor_cores_, multiprocessors_), 1, 1},
+          {attention_block_threads(s.heads, s.rows, s.head_dim, tensor_cores_, multiprocessors_), 1, 1},
           static_cast<unsigned>(unsplit_shared_bytes(s)),
           early_launch_};
 }

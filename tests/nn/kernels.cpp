@@ -772,7 +772,7 @@ TEST_SUITE("gpu") {
           }
         }
 
-        for (const unsigned block : {1024U, 256U, 96U}) {
+        for (const unsigned block : {1024U, 512U, 256U, 96U}) {
           CAPTURE(block);
           auto out = poisoned(static_cast<std::size_t>(n_heads) * head_dim);
           attention.launch(s, {{static_cast<unsigned>(n_heads), 1, 1}, {block, 1, 1}, max_ctx * 4U}, dq.cview(),
@@ -1215,6 +1215,27 @@ TEST_CASE("a tensor-core gemv block takes 4 warps where its waves times its bloc
   CHECK(nn::tensor_core_gemv_warps(256, 8192, 1, 132) == 8);
   CHECK(nn::tensor_core_gemv_warps(256, 2048, 1, 132) == 8);
   CHECK(nn::tensor_core_gemv_warps(320, 2048, 1, 0) == 8);  // no GPU known: the former shape
+}
+
+TEST_CASE("attention's block size depends on the heads and the GPU, never on a batch's own row count") {
+  // One row and the fp32 batch alike (the fp32 batch's rows keep their one-row bits): 512 threads for heads of 64 or
+  // fewer (TinyLlama, Llama-3.2-1B), 1024 for wider ones (Qwen3-30B-A3B's 128, Gemma 3's 256).
+  for (const int rows : {1, 2, 8}) {
+    CAPTURE(rows);
+    CHECK(nn::attention_block_threads(32, rows, 64, false, 132) == 512);
+    CHECK(nn::attention_block_threads(8, rows, 16, false, 132) == 512);
+    CHECK(nn::attention_block_threads(32, rows, 128, false, 132) == 1024);
+    CHECK(nn::attention_block_threads(8, rows, 256, false, 132) == 1024);
+  }
+  CHECK(nn::attention_block_threads(32, 1, 64, true, 132) == 512);  // one row on tensor cores: as without
+  // Batches on tensor cores: 256 where a full step's blocks outnumber the multiprocessors, in every batch of 2 or more.
+  for (const int rows : {2, 5, 8}) {
+    CAPTURE(rows);
+    CHECK(nn::attention_block_threads(32, rows, 64, true, 132) == 256);
+    CHECK(nn::attention_block_threads(32, rows, 128, true, 132) == 256);
+    CHECK(nn::attention_block_threads(16, rows, 128, true, 132) == 1024);  // 128 blocks: one wave of 1024
+    CHECK(nn::attention_block_threads(4, rows, 64, true, 132) == 1024);
+  }
 }
 
 TEST_CASE("every nn kernel in kernels/nn/ compiles for sm_90, and for sm_75, with the core and the nn headers") {

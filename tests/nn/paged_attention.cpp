@@ -821,9 +821,9 @@ TEST_SUITE("gpu") {
       const float scale = 1.0F / std::sqrt(static_cast<float>(sh.head_dim));
       b.shape.scale = scale;  // the same float for both kernels
       auto out = lgtest::to_device(s, std::vector<T>(b.q.size(), T::from_float(NAN)));
-      contiguous.attention.launch(s, contiguous.attention_config(sh.heads, sh.rows, context), d.q.cview(), dk.cview(),
-                                  dv.cview(), out.view(), d.positions.cview(), slots.cview(), sh.heads, sh.kv_heads,
-                                  sh.head_dim, context, b.sequences, scale, 0);
+      contiguous.attention.launch(s, contiguous.attention_config(sh.heads, sh.head_dim, sh.rows, context), d.q.cview(),
+                                  dk.cview(), dv.cview(), out.view(), d.positions.cview(), slots.cview(), sh.heads,
+                                  sh.kv_heads, sh.head_dim, context, b.sequences, scale, 0);
       paged.attend(sh, d.q.cview(), d.out.view(), d.cache()).sync_on(s);
       const auto want = lgtest::to_host(s, out.cview());
       CHECK(same_bits(lgtest::to_host(s, d.out.cview()), want));

@@ -49,7 +49,7 @@ auto attention_heads(const Projector<T>& p, const BasicAttentionWeights<T>& w, B
   const int d = c.d;
   const float scale = c.score_scale();
   const int window = c.layer_window(layer);
-  const LaunchConfig per_head = k.attention_config(c.heads, rows, c.context);
+  const LaunchConfig per_head = k.attention_config(c.heads, c.head_dim(), rows, c.context);
   const int q_dim = c.q_dim();
   const DeviceSpan<const float> frequencies =
       c.local_rope(layer) ? s.local_rope_frequencies.cview() : s.rope_frequencies.cview();

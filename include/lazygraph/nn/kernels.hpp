@@ -198,19 +198,26 @@ inline constexpr int kAttentionStepRows = 8;
 }
 
 /// Threads per block of `attention` and of the paged cache's unsplit kernel (`attention_paged`) for `rows` rows of
-/// `heads` heads, on a GPU of `multiprocessors`: 1024, since with only `heads` blocks per row the most threads put the
-/// most of the cache in flight (H100, decoder layer chains at position 255: d 2048 773.7 us per 16 layers with 1024
-/// threads vs 851.2 with 256, default decoder 138.7 vs 155.4; at position 1023 886.8 vs 1235.4; at position 63 equal).
-/// Batches of 2 rows or more on tensor cores (KernelOptions::tensor_cores) whose full step's blocks (heads x
-/// kAttentionStepRows) outnumber the multiprocessors, which hold one block of 1024 threads each, take 256, so that 8
-/// rows attend in one wave instead of two (H200, 8 rows at position 128: the TinyLlama shape's step 1183.3 -> 1034.4
-/// us, Qwen3-30B-A3B's 12 layers 2684.7-2686.8 -> 2632.9-2635.0). The block size orders the softmax's and the values'
-/// sums, so it depends on no batch's own row count: a row gets the same bits in every batch of 2 or more, and the
-/// paged cache's unsplit kernel the contiguous cache's. So batches of 2 to 4 rows, whose blocks alone would fit one
-/// wave of 1024, take 256 too (not measured). The fp32 batch keeps 1024, so that its rows keep the bits they get alone.
-[[nodiscard]] constexpr unsigned attention_block_threads(int heads, int rows, bool tensor_cores,
+/// `heads` heads of `head_dim`, on a GPU of `multiprocessors`. With only `heads` blocks a row, many threads put much of
+/// the cache in flight (H100, decoder layer chains at position 255: d 2048 773.7 us per 16 layers with 1024 threads
+/// vs 851.2 with 256, default decoder 138.7 vs 155.4; at position 1023 886.8 vs 1235.4; at position 63 equal); 1024
+/// for heads wider than 64. Heads of 64 or fewer take 512: such a block fits on a multiprocessor beside the
+/// projection's blocks, so it becomes resident and loads the settled cache while they run (H200, one-row steps, 1024
+/// -> 512 threads, alternated twice in one run: TinyLlama shape fp16 869.0 -> 862.1 us, int8 661.2 -> 637.0, int4 g128
+/// 566.0 -> 542.6; Llama-3.2-1B shape 903.4 -> 892.1, 548.5 -> 530.8, 502.3 -> 485.7). Heads of 128 were slower at
+/// 512 (a dense decoder of d 2048, 16 heads over 8: 716.3 -> 720.1 us; Qwen3-30B-A3B's 12 layers 803.5 -> 807.6).
+/// Batches of 2 rows or more on tensor cores (KernelOptions::tensor_cores) take 1024, or 256 where a full step's
+/// blocks (heads x kAttentionStepRows) outnumber the multiprocessors, which hold one block of 1024 threads each, so
+/// that 8 rows attend in one wave instead of two (H200, 8 rows at position 128: the TinyLlama shape's step 1183.3 ->
+/// 1034.4 us, Qwen3-30B-A3B's 12 layers 2684.7-2686.8 -> 2632.9-2635.0). The block size orders the softmax's and the
+/// values' sums, so it depends on no batch's own row count: a row gets the same bits in every batch of 2 or more, and
+/// the paged cache's unsplit kernel the contiguous cache's; batches of 2 to 4 rows on tensor cores, whose blocks alone
+/// would fit one wave of 1024, take 256 too (not measured). The fp32 batch takes what one row takes, so that its rows
+/// keep the bits they get alone.
+[[nodiscard]] constexpr unsigned attention_block_threads(int heads, int rows, int head_dim, bool tensor_cores,
                                                          int multiprocessors) noexcept {
-  return tensor_cores && rows >= 2 && heads * kAttentionStepRows > multiprocessors ? 256U : 1024U;
+  if (tensor_cores && rows >= 2) return heads * kAttentionStepRows > multiprocessors ? 256U : 1024U;
+  return head_dim <= 64 ? 512U : 1024U;
 }
 
 /// Checks that a GPU of compute capability `cc` runs the tensor-core variants (mma.sync m16n8k16 on fp16 and bf16
@@ -517,12 +524,11 @@ struct BasicKernels {
                         {32, warps_per_row, rows_per_block},
                         0});
   }
-  /// Launch shape of attention for `heads` heads of `rows` rows over a cache of `context` positions: a block of
-  /// attention_block_threads per (head, row) (1024, or 256 for batches on tensor cores of many heads), the scores in
-  /// dynamic shared memory.
-  [[nodiscard]] LaunchConfig attention_config(int heads, int rows, int context) const {
+  /// Launch shape of attention for `heads` heads of `head_dim` for `rows` rows over a cache of `context` positions: a
+  /// block of attention_block_threads per (head, row), the scores in dynamic shared memory.
+  [[nodiscard]] LaunchConfig attention_config(int heads, int head_dim, int rows, int context) const {
     return step_config({{static_cast<unsigned>(heads), static_cast<unsigned>(rows), 1},
-                        {attention_block_threads(heads, rows, tensor_cores, multiprocessors), 1, 1},
+                        {attention_block_threads(heads, rows, head_dim, tensor_cores, multiprocessors), 1, 1},
                         static_cast<unsigned>(context) * static_cast<unsigned>(sizeof(float))});
   }
   /// Launch shape of attention_split: `splits` blocks of 128 threads per (head, row), each over

@@ -240,12 +240,12 @@ class PagedAttention {
                                                    DeviceSpan<const float> frequencies, float eps, bool whole) const;
 
   /// Attention of q ([rows][heads][head_dim]) through the tables into out, one block of nn::attention_block_threads
-  /// (1024, or 256 for batches on tensor cores of many heads) per (row, head), as a lazy op: row b attends its
-  /// positions f..p (f = 0, or p - window + 1) with softmax(scale q . k) v, fp32. Gives the bits nn::Kernels::attention
-  /// gives at the same block size (its attention_config's, for the same tensor_cores) for the same keys and values.
-  /// Rows must be appended before they attend. \throws UsageError as append (q and out of rows * heads * head_dim,
-  /// 16-byte aligned; out overlapping a pool), and when the scores of capacity() positions and the table would need
-  /// more than paged_unsplit_shared_limit bytes of shared memory (use attend_split).
+  /// (512 for heads of 64 or fewer, else 1024; 256 or 1024 for batches on tensor cores) per (row, head), as a lazy op:
+  /// row b attends its positions f..p (f = 0, or p - window + 1) with softmax(scale q . k) v, fp32. Gives the bits
+  /// nn::Kernels::attention gives at the same block size (its attention_config's, for the same tensor_cores) for the
+  /// same keys and values. Rows must be appended before they attend. \throws UsageError as append (q and out of rows *
+  /// heads * head_dim, 16-byte aligned; out overlapping a pool), and when the scores of capacity() positions and the
+  /// table would need more than paged_unsplit_shared_limit bytes of shared memory (use attend_split).
   [[nodiscard]] AttentionOp attend(const PagedAttentionShape& shape, DeviceSpan<const T> q, DeviceSpan<T> out,
                                    const PagedKvCache<T>& cache) const;
 
