@@ -2,9 +2,9 @@
 //
 // Speed: the default decoder (d 512, 8 layers), the TinyLlama and the Llama-3.2-1B shapes, seeded weights made dense
 // and then quantized on the device per class (nn::DecoderQuantization), steps of 1 and 8 rows, and a 128-token prompt
-// on tensor cores (wall time of Decoder::prefill, median of 5). For each: the step's
-// time (the step graph replayed alone at position 128, medians of 31 samples of 20 replays, CUDA events), tokens/s,
-// the bytes its weights occupy (less the embedding table, of which a step reads one row per token) and those bytes
+// on tensor cores (wall time of Decoder::prefill, median of 5). For each: the step's time (the step graph replayed
+// alone at position 128 or --position's, medians of 31 samples of 20 replays, CUDA events), tokens/s, the bytes its
+// weights occupy (less the embedding table, of which a step reads one row per token) and those bytes
 // over the time as a fraction of the copy ceiling measured in the same run. Dense steps of 8 rows run on tensor cores
 // (DecoderConfig::tensor_cores), as the quantized kernels always do. Formats: fp16, int8, fp8 in blocks, int4 g128, and
 // int4 g128 with zero points as AWQ and GPTQ checkpoints are read, also with the q/k/v, o, gate and up matrices'
@@ -25,6 +25,7 @@
 #include <lazygraph/nn/decoder_quantization.hpp>
 #include <lazygraph/nn/device_quantizer.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -50,6 +51,7 @@ namespace {
 
 constexpr const char* usage =
     "usage: bench_quantized_decoder [--checkpoint DIR --tokens FILE] [--no-speed] [--no-accuracy] [--shape NAME]\n"
+    "                               [--position P]\n"
     "  Times decoder steps with fp16, int8, fp8 and int4 weights (seeded, quantized on the device) on the default,\n"
     "  TinyLlama and Llama-3.2-1B shapes at 1 and 8 rows, and measures each quantized decoder's top-1 agreement with\n"
     "  fp16, its logits' relative error and its per-layer KV error over 256 teacher-forced positions: on the seeded\n"
@@ -59,10 +61,13 @@ constexpr const char* usage =
     "  --no-speed        only the accuracy tables\n"
     "  --no-accuracy     only the speed table\n"
     "  --shape NAME      the speed table of one shape: default, tinyllama or llama32-1b\n"
+    "  --position P      the position the speed table's steps attend up to (default 128; 1 to 32000): a step's\n"
+    "                    attention reads its rows' P + 1 cached positions\n"
     "Exit status: 0 done, 1 failed, 2 usage error, 77 skipped (no GPU; the reason is printed).\n";
 
 constexpr int kPositions = 256;
-constexpr int kSpeedPosition = 128;
+constexpr int kSpeedPosition = 128;  ///< the speed table's default step position
+constexpr int kMaxSpeedPosition = 32000;
 constexpr int kPromptTokens = 128;
 
 struct Options {
@@ -70,7 +75,8 @@ struct Options {
   std::string tokens;
   bool speed = true;
   bool accuracy = true;
-  std::string shape;  ///< the speed table's only shape, or empty for all
+  std::string shape;              ///< the speed table's only shape, or empty for all
+  int position = kSpeedPosition;  ///< the speed table's step position
 };
 
 struct Variant {
@@ -143,11 +149,11 @@ void reorder_inputs(lg::Stream& s, nn::DecoderWeights& weights) {
 }
 
 void speed_table(lg::Stream& s, const lg::KernelLibrary& library, const nn::Kernels& kernels,
-                 const nn::DeviceQuantizer& quantizer, double copy_bw, const std::string& only) {
+                 const nn::DeviceQuantizer& quantizer, double copy_bw, const std::string& only, int position) {
   std::printf(
       "Step time, seeded weights quantized on the device, the step graph replayed at position %d (dense 8-row steps "
       "on tensor cores)\n\n",
-      kSpeedPosition);
+      position);
   std::printf(
       "| shape | weights | weight MB | rows | step us | tokens/s | of ceiling | vs fp16 | prefill %d tokens ms |\n"
       "|---|---|---|---|---|---|---|---|---|\n",
@@ -155,7 +161,7 @@ void speed_table(lg::Stream& s, const lg::KernelLibrary& library, const nn::Kern
   for (const bench::ModelShape& shape : {bench::ModelShape{"default", {}}, bench::tinyllama(), bench::llama32_1b()}) {
     if (!only.empty() && shape.name != only) continue;
     nn::DecoderConfig config = shape.config;
-    config.context = 256;
+    config.context = std::max(256, position + 1);
     config.max_batch = 8;
     config.tensor_cores = true;
     double fp16_seconds[2] = {0, 0};
@@ -183,7 +189,7 @@ void speed_table(lg::Stream& s, const lg::KernelLibrary& library, const nn::Kern
       std::snprintf(prefill_ms, sizeof prefill_ms, "%.2f", bench::median(prefill_seconds) * 1e3);
       for (const int rows : {1, 8}) {
         std::vector<nn::TokenAt> steps;
-        for (int r = 0; r < rows; ++r) steps.push_back({1 + r, kSpeedPosition});
+        for (int r = 0; r < rows; ++r) steps.push_back({1 + r, position});
         (void)decoder.forward_batch(steps);  // sets the rows the graph replays
         lg::CudaGraph<>& graph = decoder.graph(rows);
         const double seconds = bench::median_seconds(s, 20, [&](int) { graph.launch_on(s); });
@@ -318,7 +324,7 @@ int run(const Options& o) {
   const double copy_bw = bench::copy_ceiling(s);
   std::printf("%s; copy ceiling (1 GiB device-to-device copy, read + write): %.0f GB/s\n\n", device.name().c_str(),
               copy_bw * 1e-9);
-  if (o.speed) speed_table(s, library, kernels, quantizer, copy_bw, o.shape);
+  if (o.speed) speed_table(s, library, kernels, quantizer, copy_bw, o.shape, o.position);
   if (!o.accuracy) return 0;
 
   nn::DecoderConfig seeded = bench::llama32_1b().config;
@@ -368,6 +374,12 @@ std::variant<Options, int> parse(int argc, char** argv) {
       o.shape = value();
       if (o.shape != "default" && o.shape != "tinyllama" && o.shape != "llama32-1b") {
         throw lg::UsageError("--shape " + o.shape + ": not one of default, tinyllama, llama32-1b");
+      }
+    } else if (arg == "--position") {
+      const std::string text = value();
+      o.position = example::integers(text, "--position").at(0);
+      if (o.position < 1 || o.position > kMaxSpeedPosition) {
+        throw lg::UsageError("--position " + text + ": not in 1.." + std::to_string(kMaxSpeedPosition));
       }
     } else {
       throw lg::UsageError(arg.starts_with("-") ? "unknown option " + arg : "unexpected argument " + arg);

@@ -772,7 +772,7 @@ TEST_SUITE("gpu") {
           }
         }
 
-        for (const unsigned block : {1024U, 512U, 256U, 96U}) {
+        for (const unsigned block : {1024U, 512U, 384U, 256U, 96U}) {
           CAPTURE(block);
           auto out = poisoned(static_cast<std::size_t>(n_heads) * head_dim);
           attention.launch(s, {{static_cast<unsigned>(n_heads), 1, 1}, {block, 1, 1}, max_ctx * 4U}, dq.cview(),
