@@ -131,8 +131,12 @@ def run_one(test, dest, logs):
     log = os.path.join(logs, re.sub(r"[^A-Za-z0-9._-]", "_", test["name"]) + ".log")
     start = time.monotonic()
     with open(log, "w", encoding="utf-8") as out:
-        process = subprocess.Popen([fill(w) for w in test["cmd"]], env=env, stdout=out, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
+        try:
+            process = subprocess.Popen([fill(w) for w in test["cmd"]], env=env, stdout=out,
+                                       stderr=subprocess.STDOUT, start_new_session=True)
+        except OSError as e:  # a program missing from DEST, or not executable here
+            out.write(f"gpu_carried.py: cannot start {test['cmd'][0]}: {e}\n")
+            return test["name"], "FAIL (not started)", time.monotonic() - start, [], log
         try:
             code = process.wait(timeout=test["timeout"])
             status = "OK" if code == 0 else "SKIP" if code == 77 else f"FAIL (exit {code})"
