@@ -61,21 +61,27 @@ def pack(build, dest):
              if suite_names(t) & set(SUITES)]
     if not tests:
         raise SystemExit(f"pack: {build} has no tests in the suites {', '.join(SUITES)}")
-    shutil.rmtree(dest, ignore_errors=True)
+    if os.path.isdir(dest) and os.listdir(dest):
+        if not os.path.isfile(os.path.join(dest, "tests.json")):
+            raise SystemExit(f"pack: {dest} holds files and no tests.json: give a new folder, or an earlier pack's")
+        shutil.rmtree(dest)
     os.makedirs(os.path.join(dest, "bin"))
     os.makedirs(os.path.join(dest, "lib"))
     copied = {}
 
     def carry(path, env):
         """A path of a test's command or environment as `run` sees it: {bin}/NAME for a program of the build (copied,
-        with its libraries), {lib} for a library folder of the build, {cache} for another folder of it, {src}/PATH
-        for the tree's files, anything else as it is."""
+        with its libraries), {cache} for a folder of the build, {src}/PATH for the tree's files, anything else as it
+        is."""
         real = os.path.realpath(path)
         if real.startswith(build + os.sep) or real == build:
             if os.path.isfile(real):
                 name = os.path.basename(real)
-                if copied.setdefault(name, real) != real:
-                    raise SystemExit(f"pack: two programs named {name}: {copied[name]} and {real}")
+                if name in copied:
+                    if copied[name] != real:
+                        raise SystemExit(f"pack: two programs named {name}: {copied[name]} and {real}")
+                    return "{bin}/" + name
+                copied[name] = real
                 shutil.copy2(real, os.path.join(dest, "bin", name))
                 for lib in shared_libraries(real, env):
                     shutil.copy2(lib, os.path.join(dest, "lib", os.path.basename(lib)))
