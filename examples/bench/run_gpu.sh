@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine, after tests/gpu_machine.sh has built build-gpu/: runs the benchmarks, tables to stdout.
-#   usage: examples/bench/run_gpu.sh [all|graph|gemv|persistent|quantized|expr|nccl|compile|models|shapes|batch|prefill|paged|serving|moe]   (default all)
+#   usage: examples/bench/run_gpu.sh [all|graph|stream|gemv|persistent|quantized|expr|nccl|compile|models|shapes|batch|prefill|paged|serving|moe]   (default all)
 #          examples/bench/run_gpu.sh prefill [bench_prefill options...]   (e.g. --shape tinyllama --tokens 512)
 #          examples/bench/run_gpu.sh moe [bench_moe options...]           (e.g. --shape olmoe-1b-7b --layers 4)
 # The models benchmarks write their results to $OUT/models, $OUT/shapes, $OUT/batch8, $OUT/prefill (or under
@@ -11,6 +11,7 @@ which="${1:-all}"
 shift $(($# > 0 ? 1 : 0))
 ninja -C build-gpu >/dev/null
 if [ "$which" = all ] || [ "$which" = graph ]; then ./build-gpu/examples/bench_graph; echo; fi
+if [ "$which" = all ] || [ "$which" = stream ]; then ./build-gpu/examples/bench_weight_stream; echo; fi
 if [ "$which" = all ] || [ "$which" = gemv ]; then ./build-gpu/examples/bench_gemv; echo; fi
 if [ "$which" = all ] || [ "$which" = persistent ]; then
   ./build-gpu/examples/bench_persistent
