@@ -118,16 +118,20 @@ __device__ __forceinline__ bool shapes_supported(int cols, int batch, const void
 }
 
 /// Weight bytes of a whole kernel up to which an early-launched kernel prefetches all of its block's rows into L2
-/// (not just the first step): small enough to sit in L2 beside the kernel before it (H100/H200 L2: 50 MB). Whole
-/// rows of larger kernels, 64 KB and more per block, crowded L2 and cost 14% of the bandwidth at 4096 x 11008.
+/// (less what its first step loads into registers at once): small enough to sit in L2 beside the kernel before it
+/// (H100/H200 L2: 50 MB). Whole rows of larger kernels, 64 KB and more per block, crowded L2 and cost 14% of the
+/// bandwidth at 4096 x 11008.
 constexpr long long kWholePrefetchBytes = 24LL << 20;
 
 /// The start of every kernel here. Launched early (LaunchConfig::early_launch), the kernel arrives while the
-/// kernel before it is finishing: it asks for its weights to be brought into L2 (weights are never written by
-/// earlier work) -- all of its block's rows when the kernel's weights fit kWholePrefetchBytes, else what the first
-/// pass of gemv_rows' column loop loads -- and lets the next kernel launch early in turn. gemv_rows then loads the
-/// first step's weights into registers and only then waits for the earlier work (wait_for_prior_grids), whose
-/// results (x, the output) it may touch from there on.
+/// kernel before it is finishing: it asks for the rest of its block's rows to be brought into L2 when the kernel's
+/// weights fit kWholePrefetchBytes (weights are never written by earlier work), and lets the next kernel launch early
+/// in turn. gemv_rows then loads the first step's weights into registers and only then waits for the earlier work
+/// (wait_for_prior_grids), whose results (x, the output) it may touch from there on. The lines of that first step are
+/// not asked of L2 here as well: a request for them just before the loads only doubles what the memory serves
+/// (rows of up to 2048 columns are one step, so for most kernels of a decode step, and the LM head, that was every
+/// byte; H200, 2026-11-30: Llama-3.2-1B shape's step 891 -> 835 us without them, docs/decode_performance.md). The
+/// quantized kernels found the same (start_quantized, qgemv_core.cuh).
 template <class W>
 __device__ __forceinline__ void prefetch_weights(const W& w, int rows, int cols) {
   using T = typename W::Element;
@@ -136,14 +140,20 @@ __device__ __forceinline__ void prefetch_weights(const W& w, int rows, int cols)
   constexpr int chunks_per_line = 8;  // 16-byte chunks per 128-byte line
   const int first_step_chunks = min(cols / 8, 32 * static_cast<int>(blockDim.y) * loads_per_matrix(M));
   const int row_lines = ((whole ? cols / 8 : first_step_chunks) + chunks_per_line - 1) / chunks_per_line;
+  // The lines of the first pass's first step, which gemv_rows loads into registers right after this: not asked for
+  // twice.
+  const int loaded_lines = first_step_chunks / chunks_per_line;
   const int threads = blockDim.x * blockDim.y * blockDim.z;
   const int tid = (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
-  // Whole: every row this block will process (gemv_rows walks the rows grid-stride); else its first rows' first step.
+  // Whole: every row this block will process (gemv_rows walks the rows grid-stride); else at most the part of a line
+  // that the first step leaves.
   for (int row0 = blockIdx.x * blockDim.z; row0 < rows; row0 += gridDim.x * blockDim.z) {
     const int block_rows = min(static_cast<int>(blockDim.z), rows - row0);
-    for (int i = tid; i < block_rows * row_lines; i += threads) {
-      const int row = row0 + i / row_lines;
-      const int line = i % row_lines;
+    const int skip = row0 == static_cast<int>(blockIdx.x * blockDim.z) ? loaded_lines : 0;
+    const int lines = row_lines - skip;
+    for (int i = tid; i < block_rows * lines; i += threads) {
+      const int row = row0 + i / lines;
+      const int line = skip + i % lines;
 #pragma unroll
       for (int m = 0; m < M; ++m) lg::prefetch_l2(w.row(m, row) + 8LL * chunks_per_line * line);
     }
@@ -349,8 +359,9 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], const unsigned (&a)[4],
 #endif
 }
 
-/// prefetch_weights for the tensor-core path: the rows of this block's tiles (all of each row when the kernel's
-/// weights fit kWholePrefetchBytes, else the columns of the first steps), then lets the next kernel launch early.
+/// prefetch_weights for the tensor-core path: the rows of this block's tiles when the kernel's weights fit
+/// kWholePrefetchBytes, less the first tile's first steps (which gemv_rows_mma loads at once), then lets the next
+/// kernel launch early.
 template <class W, class Place = lg::GridPlace>
 __device__ __forceinline__ void prefetch_tile_weights(const W& w, int rows, int cols, Place place = {}) {
   using T = typename W::Element;
@@ -361,13 +372,16 @@ __device__ __forceinline__ void prefetch_tile_weights(const W& w, int rows, int 
   constexpr int chunks_per_line = 8;
   const int first_chunks = min(cols / 8, (threads / 32) * mma_steps(M) * 4);
   const int row_lines = ((whole ? cols / 8 : first_chunks) + chunks_per_line - 1) / chunks_per_line;
+  const int loaded_lines = first_chunks / chunks_per_line;  // the first tile's first steps: loaded right after this
   const int tiles = (rows + kMmaRows - 1) / kMmaRows;
   for (int tile = place.block(); tile < tiles; tile += place.blocks()) {
     const int tile_rows = min(kMmaRows, rows - tile * kMmaRows);
-    for (int i = tid; i < tile_rows * row_lines; i += threads) {
-      const int row = tile * kMmaRows + i / row_lines;
+    const int skip = tile == static_cast<int>(place.block()) ? loaded_lines : 0;
+    const int lines = row_lines - skip;
+    for (int i = tid; i < tile_rows * lines; i += threads) {
+      const int row = tile * kMmaRows + i / lines;
 #pragma unroll
-      for (int m = 0; m < M; ++m) lg::prefetch_l2(w.row(m, row) + 8LL * chunks_per_line * (i % row_lines));
+      for (int m = 0; m < M; ++m) lg::prefetch_l2(w.row(m, row) + 8LL * chunks_per_line * (skip + i % lines));
     }
     if (!whole) break;
   }
