@@ -4,7 +4,10 @@
 // vector, on every multiprocessor at once, split into phases that each depend on the whole phase before (as a
 // layer's projections do: each needs all of the vector the one before wrote):
 //   kernels     one kernel a phase, launched early in a CUDA graph (the library's pattern: each warp's first row in
-//               flight before griddepcontrol.wait), 2 blocks of 8 warps a multiprocessor;
+//               flight before griddepcontrol.wait), 2 blocks of 8 warps a multiprocessor; also with the next kernel
+//               launched at the start instead of after the wait, and with every row asked of L2 first;
+//   library     the library's own one-vector gemv (kernels/nn/gemv.cu) as the phases' kernels, launched as
+//               fp32_gemv_config launches it, or capped at 3 or 2 blocks a multiprocessor;
 //   registers   one persistent kernel, 2 blocks a multiprocessor, the phases separated by a grid barrier (a counter
 //               in global memory), each warp's row loads in registers, x brought into shared memory after each
 //               barrier;
@@ -12,12 +15,12 @@
 //               copies (cp.async.bulk) into a ring of shared-memory pages completed on mbarriers, across the phase
 //               boundaries (weights do not depend on the phase before), while 4 consumer warps wait at the grid
 //               barrier, bring the phase's vector into shared memory and consume the pages.
-// Sizes: 50 MB (one MoE layer's chosen experts), read cold (8 copies taken in turn, more than L2 holds); 2000 MB (a
-// 1B model's step) in one phase and in 88 (a TinyLlama-shaped step's count of dependent kernels); 4 MB in 88 phases
-// (next to no bytes: the cost of the dependencies alone). Reported against the copy ceiling measured in the same run;
-// "over bytes" is each phase's time above what the bytes take at that ceiling. For the ring in 88 phases, per
-// %globaltimer stamps: how far apart the blocks reach the barrier, and how long after the last one arrives the
-// others leave it. Medians of 31 samples, CUDA events. Each variant's dot products are first checked against a
+// Sizes: 50 MB (one MoE layer's chosen experts) in 1 and 2 phases, read cold (8 copies taken in turn, more than L2
+// holds); 2000 MB (a 1B model's step) in one phase and in 88 (a TinyLlama-shaped step's count of dependent kernels);
+// 4 MB in 86 phases (next to no bytes: the cost of the dependencies alone). Reported against the copy ceiling measured
+// in the same run; "over bytes" is each phase's time above what the bytes take at that ceiling. For the ring in 88
+// phases, per %globaltimer stamps: how far apart the blocks reach the barrier, and how long after the last one arrives
+// the others leave it. Medians of 31 samples, CUDA events. Each variant's dot products are first checked against a
 // float64 reference.
 #include <lazygraph/lazygraph.hpp>
 #include <lazygraph/nn/kernels.hpp>
@@ -26,6 +29,7 @@
 #include <cmath>
 #include <cstdio>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -85,19 +89,22 @@ __device__ __forceinline__ void load_row(const uint4* row, uint4 (&w)[kPerLane],
 #pragma unroll
   for (int k = 0; k < kPerLane; ++k) w[k] = load_streaming(row + lane + 32 * k);
 }
-/// Every block's thread 0 counts itself in, then waits until `target` blocks have (the counter only grows).
-__device__ __forceinline__ void arrive_and_wait(unsigned* counter, unsigned target) {
-  __threadfence();
-  atomicAdd(counter, 1u);
-  unsigned seen = 0;
-  do {
-    asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
-  } while (static_cast<int>(seen - target) < 0);
-}
 __device__ __forceinline__ long long now_ns() {
   long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
+}
+/// Every block's thread 0 counts itself in, then waits until `target` blocks have (the counter only grows). Traps
+/// after a second without them (blocks that are not all resident at once would wait forever).
+__device__ __forceinline__ void arrive_and_wait(unsigned* counter, unsigned target) {
+  __threadfence();
+  atomicAdd(counter, 1u);
+  const long long start = now_ns();
+  unsigned seen = 0;
+  do {
+    asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
+    if (now_ns() - start > 1000000000LL) __trap();
+  } while (static_cast<int>(seen - target) < 0);
 }
 __device__ __forceinline__ unsigned smem(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
 }  // namespace
@@ -166,6 +173,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) stream_barrier(const lg::ha
     if (phase > 0) {
       __syncthreads();
       if (threadIdx.x == 0) arrive_and_wait(counter, base + phase * gridDim.x);
+      __syncthreads();  // x is read only once the barrier has passed
     }
     for (int c = threadIdx.x; c < kCols / 8; c += blockDim.x) xs[c] = __ldcg(x + c);
     __syncthreads();
@@ -245,17 +253,18 @@ extern "C" __global__ void stream_ring(const lg::half_t* weights, const lg::half
   long long page = 0;
   for (long long p = 0; p < phases; ++p) {
     if (p > 0) {
-      asm volatile("bar.sync 1, %0;" ::"r"(threads));
+      asm volatile("bar.sync 1, %0;" ::"r"(threads) : "memory");
       if (threadIdx.x == 32) {
         if (trace) trace[(blockIdx.x * phases + p) * 2] = now_ns();
         arrive_and_wait(counter, base + static_cast<unsigned>(p) * gridDim.x);
         if (trace) trace[(blockIdx.x * phases + p) * 2 + 1] = now_ns();
       }
     }
-    if (warp == 1) {  // the phase's vector, once a block
+    if (warp == 1) {  // the phase's vector, once a block, after the barrier (thread 32 waited at it)
+      __syncwarp();
       for (int c = lane; c < kCols / 8; c += 32) xs[c] = __ldcg(x + c);
     }
-    asm volatile("bar.sync 1, %0;" ::"r"(threads));
+    asm volatile("bar.sync 1, %0;" ::"r"(threads) : "memory");
     uint4 xr[kPerLane];
 #pragma unroll
     for (int k = 0; k < kPerLane; ++k) xr[k] = xs[lane + 32 * k];
@@ -293,12 +302,6 @@ float weight_at(long long i) {
   return lg::half::from_float(v).to_float();
 }
 
-struct Result {
-  double us = 0;
-  double phase_spread_us = 0;  ///< ring only: median minus first arrival at the barrier
-  double barrier_us = 0;       ///< ring only: median release after the last arrival
-};
-
 }  // namespace
 
 constexpr const char* usage =
@@ -328,7 +331,7 @@ int main(int argc, char** argv) {
                                           unsigned*, unsigned, int, int, long long*)>("stream_ring");
     const unsigned sms = static_cast<unsigned>(gpu.sm_count());
     if (barrier_kernel.max_active_blocks_per_sm(256) < 2)
-      throw lg::UsageError("stream_barrier: 2 blocks a SM do not fit");
+      throw std::runtime_error("stream_barrier: 2 blocks a SM do not fit");
 
     const long long big = 2000LL << 20U;
     const long long rows_total = big / kRowBytes;
@@ -344,6 +347,10 @@ int main(int argc, char** argv) {
     const int ring_stages = 6;
     const unsigned ring_threads = 32 * 5;
     const unsigned ring_shared = ring_pages * ring_stages * kRowBytes;
+    if (ring_kernel.max_active_blocks_per_sm(ring_threads, ring_shared) < 1) {
+      throw std::runtime_error("stream_ring: a block of " + std::to_string(ring_shared) +
+                               " bytes of shared memory does not fit on a multiprocessor");
+    }
 
     // One run of a variant over rows [begin, end) in `phases` phases; the persistent ones launched directly.
     const auto run_barrier = [&](long long begin, long long end, long long per_phase) {
@@ -399,22 +406,51 @@ int main(int argc, char** argv) {
         ref[r] = sum;
         mag[r] = abs_sum;
       }
-      const auto check = [&](const char* name) {
+      // Each row within 1e-5 of its sum of |products| (fp32 sums), or, for the library's fp16 outputs, within fp16's
+      // rounding of the result besides; a NaN fails.
+      const auto check = [&](const char* name, const std::vector<double>& got, double relative) {
+        double worst = 0;
+        for (long long r = 0; r < rows; ++r) {
+          const double error = std::fabs(got[r] - ref[r]) / (mag[r] + relative * std::fabs(ref[r]) / 1e-5);
+          if (!(error <= 1e-5)) {
+            throw std::runtime_error(std::string(name) + ": row " + std::to_string(r) + " is " +
+                                     std::to_string(got[r]) + ", float64 says " + std::to_string(ref[r]));
+          }
+          worst = std::max(worst, std::fabs(got[r] - ref[r]) / mag[r]);
+        }
+        std::printf("%s: largest error %.2e of the sum of |products| over %lld rows\n", name, worst, rows);
+      };
+      const auto check_out = [&](const char* name) {
         std::vector<float> got(static_cast<std::size_t>(rows_total));
         lg::copy(std::span<float>(got), out.cview()).sync_on(s);
-        double worst = 0;
-        for (long long r = 0; r < rows; ++r) worst = std::max(worst, std::fabs(got[r] - ref[r]) / mag[r]);
-        std::printf("%s: largest error %.2e of the sum of |products| over %lld rows\n", name, worst, rows);
-        if (worst > 1e-5) throw lg::UsageError(std::string(name) + ": dot products off the float64 reference");
+        check(name, std::vector<double>(got.begin(), got.begin() + rows), 0);
         lg::fill(out.view(), -1.0F).sync_on(s);
       };
-      auto g = phase_graph(0, rows, rows / 4);
-      g.launch_on(s);
-      check("kernels");
+      lg::fill(out.view(), -1.0F).sync_on(s);
+      for (const int mode : {0, 1, 2, 3}) {
+        auto g = phase_graph(0, rows, rows / 4, mode);
+        g.launch_on(s);
+        check_out(mode == 0   ? "kernels"
+                  : mode == 1 ? "kernels, next launched at the start"
+                  : mode == 2 ? "kernels, rows asked of L2 first"
+                              : "kernels, both");
+      }
       run_barrier(0, rows, rows / 4);
-      check("registers");
+      check_out("registers");
       run_ring(0, rows, rows / 4, {});
-      check("ring");
+      check_out("ring");
+      for (const unsigned cap : {0U, 3U, 2U}) {
+        lg::fill(y.view(), lg::half::from_float(-1.0F)).sync_on(s);
+        auto g = gemv_graph(0, rows, rows / 4, cap);
+        g.launch_on(s);
+        std::vector<lg::half> got(static_cast<std::size_t>(rows_total));
+        lg::copy(std::span<lg::half>(got), y.cview()).sync_on(s);
+        std::vector<double> values(static_cast<std::size_t>(rows));
+        for (long long r = 0; r < rows; ++r) values[r] = got[r].to_float();
+        const std::string name =
+            cap == 0 ? std::string("library gemv") : "library gemv, at most " + std::to_string(cap) + " blocks a SM";
+        check(name.c_str(), values, 1.0 / 1024);
+      }
     }
 
     const double copy = bench::copy_ceiling(s);
@@ -431,7 +467,8 @@ int main(int argc, char** argv) {
       const long long rows = (c.mb << 20U) / kRowBytes;
       const long long per_phase = (rows + c.phases - 1) / c.phases;
       const long long phases = (rows + per_phase - 1) / per_phase;  // c.phases, or fewer where rows are few
-      const int copies = static_cast<int>(std::min<long long>(8, rows_total / rows));  // cold reads where it fits
+      // Cold reads where 8 copies exceed L2 (the 4 MB case's do not: its time is the dependencies').
+      const int copies = static_cast<int>(std::min<long long>(8, rows_total / rows));
       const double bytes = static_cast<double>(rows * kRowBytes);
       const auto report = [&](const char* name, double seconds) {
         const double us = seconds * 1e6;
@@ -453,8 +490,8 @@ int main(int argc, char** argv) {
       for (const unsigned cap : {0U, 3U, 2U}) {
         std::vector<lg::CudaGraph<>> library;
         for (int k = 0; k < copies; ++k) library.push_back(gemv_graph(k * rows, (k + 1) * rows, per_phase, cap));
-        const std::string name = cap == 0 ? std::string("library gemv") :
-                                            "library gemv, at most " + std::to_string(cap) + " blocks a SM";
+        const std::string name =
+            cap == 0 ? std::string("library gemv") : "library gemv, at most " + std::to_string(cap) + " blocks a SM";
         report(name.c_str(), bench::median_seconds(s, copies, [&](int i) { library[i % copies].launch_on(s); }));
       }
       report("registers", bench::median_seconds(s, copies, [&](int i) {

@@ -198,7 +198,7 @@ __device__ __forceinline__ void rms_norm_store_gemv_body(const T* W, const T* x,
     }
     lg::allow_dependent_launch();
   } else {
-    prefetch_weights(w, rows, cols);  // and lets the next kernel launch
+    prefetch_weights(w, rows, cols, false);  // all of it: the loads follow the norm; and lets the next kernel launch
   }
   lg::wait_for_prior_grids();
   // rms_norm's h, into shared memory (every block) and h (block 0's copy, for the kernels after this one).
@@ -269,8 +269,8 @@ rms_norm_gemv_geglu[T][B] = rms_norm_gemv_swiglu_body<B, true>(const T* W1, cons
 // Tile functions (kernels/include/lazygraph/tile.cuh) of the tensor-core variants, fp16, for persistent programs
 // (include/lazygraph/kernels/persistent_program.hpp): the kernels' own code, a program tile taking the place of a
 // block. A call takes ceil(rows / 8) tiles (one tile of 8 rows each) on blocks of 1 to 8 warps. Each has a
-// NAME_prefetch companion, which asks L2 for the tile's weights as the kernel does before its wait (whole rows when
-// the call's weights are at most kWholePrefetchBytes, else the first steps' columns).
+// NAME_prefetch companion, which asks L2 for the tile's weights (whole rows when the call's weights are at most
+// kWholePrefetchBytes, else the first steps' columns), first steps included: the tile runs later.
 extern "C" __device__ void gemv_mma_tile(lg::Tile tile, const lg::half_t* W, const lg::half_t* x, lg::half_t* out,
                                          int rows, int cols, int batch) {
   gemv_body<kTensorCores>(W, x, out, rows, cols, batch, lg::TilePlace{tile});
@@ -291,22 +291,22 @@ extern "C" __device__ void rms_norm_gemv_swiglu_mma_tile(lg::Tile tile, const lg
 }
 extern "C" __device__ void gemv_mma_tile_prefetch(lg::Tile tile, const lg::half_t* W, const lg::half_t* /*x*/,
                                                   lg::half_t* /*out*/, int rows, int cols, int /*batch*/) {
-  prefetch_tile_weights(Matrices<1, lg::half_t>{{W}, cols}, rows, cols, lg::TilePlace{tile});
+  prefetch_tile_weights(Matrices<1, lg::half_t>{{W}, cols}, rows, cols, lg::TilePlace{tile}, false);
 }
 extern "C" __device__ void gemv_add_mma_tile_prefetch(lg::Tile tile, const lg::half_t* W, const lg::half_t* /*x*/,
                                                       lg::half_t* /*out*/, int rows, int cols, int /*batch*/) {
-  prefetch_tile_weights(Matrices<1, lg::half_t>{{W}, cols}, rows, cols, lg::TilePlace{tile});
+  prefetch_tile_weights(Matrices<1, lg::half_t>{{W}, cols}, rows, cols, lg::TilePlace{tile}, false);
 }
 extern "C" __device__ void rms_norm_gemv_mma_tile_prefetch(lg::Tile tile, const lg::half_t* W, const lg::half_t* /*x*/,
                                                            const lg::half_t* /*g*/, lg::half_t* /*out*/, int rows,
                                                            int cols, float /*eps*/, int /*batch*/) {
-  prefetch_tile_weights(Matrices<1, lg::half_t>{{W}, cols}, rows, cols, lg::TilePlace{tile});
+  prefetch_tile_weights(Matrices<1, lg::half_t>{{W}, cols}, rows, cols, lg::TilePlace{tile}, false);
 }
 extern "C" __device__ void rms_norm_gemv_swiglu_mma_tile_prefetch(lg::Tile tile, const lg::half_t* W1,
                                                                   const lg::half_t* W3, const lg::half_t* /*x*/,
                                                                   const lg::half_t* /*g*/, lg::half_t* /*out*/,
                                                                   int rows, int cols, float /*eps*/, int /*batch*/) {
-  prefetch_tile_weights(Matrices<2, lg::half_t>{{W1, W3}, cols}, rows, cols, lg::TilePlace{tile});
+  prefetch_tile_weights(Matrices<2, lg::half_t>{{W1, W3}, cols}, rows, cols, lg::TilePlace{tile}, false);
 }
 
 // The same tile functions over bf16 (without prefetch companions: PersistentOptions::prefetch_next skips them).

@@ -132,8 +132,10 @@ constexpr long long kWholePrefetchBytes = 24LL << 20;
 /// (rows of up to 2048 columns are one step, so for most kernels of a decode step, and the LM head, that was every
 /// byte; H200, 2026-11-30: Llama-3.2-1B shape's step 891 -> 835 us without them, docs/decode_performance.md). The
 /// quantized kernels found the same (start_quantized, qgemv_core.cuh).
+/// `skip_loaded` false: the first step's lines too, for a caller that does not load them right after (they stay in L2
+/// until it does).
 template <class W>
-__device__ __forceinline__ void prefetch_weights(const W& w, int rows, int cols) {
+__device__ __forceinline__ void prefetch_weights(const W& w, int rows, int cols, bool skip_loaded = true) {
   using T = typename W::Element;
   constexpr int M = W::count;
   const bool whole = static_cast<long long>(rows) * cols * M * static_cast<long long>(sizeof(T)) <= kWholePrefetchBytes;
@@ -141,12 +143,14 @@ __device__ __forceinline__ void prefetch_weights(const W& w, int rows, int cols)
   const int first_step_chunks = min(cols / 8, 32 * static_cast<int>(blockDim.y) * loads_per_matrix(M));
   const int row_lines = ((whole ? cols / 8 : first_step_chunks) + chunks_per_line - 1) / chunks_per_line;
   // The lines of the first pass's first step, which gemv_rows loads into registers right after this: not asked for
-  // twice.
-  const int loaded_lines = first_step_chunks / chunks_per_line;
+  // twice (all of a row's lines where the row is one step, its last one partial or not).
+  const int loaded_lines = !skip_loaded                    ? 0
+                           : first_step_chunks == cols / 8 ? (first_step_chunks + chunks_per_line - 1) / chunks_per_line
+                                                           : first_step_chunks / chunks_per_line;
   const int threads = blockDim.x * blockDim.y * blockDim.z;
   const int tid = (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
-  // Whole: every row this block will process (gemv_rows walks the rows grid-stride); else at most the part of a line
-  // that the first step leaves.
+  // Whole: every row this block will process (gemv_rows walks the rows grid-stride); else nothing past the first step
+  // (so nothing at all when skip_loaded).
   for (int row0 = blockIdx.x * blockDim.z; row0 < rows; row0 += gridDim.x * blockDim.z) {
     const int block_rows = min(static_cast<int>(blockDim.z), rows - row0);
     const int skip = row0 == static_cast<int>(blockIdx.x * blockDim.z) ? loaded_lines : 0;
@@ -362,8 +366,11 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], const unsigned (&a)[4],
 /// prefetch_weights for the tensor-core path: the rows of this block's tiles when the kernel's weights fit
 /// kWholePrefetchBytes, less the first tile's first steps (which gemv_rows_mma loads at once), then lets the next
 /// kernel launch early.
+/// `skip_loaded` false: the first tile's first steps too (the persistent backend's NAME_prefetch companions ask for a
+/// tile that runs later).
 template <class W, class Place = lg::GridPlace>
-__device__ __forceinline__ void prefetch_tile_weights(const W& w, int rows, int cols, Place place = {}) {
+__device__ __forceinline__ void prefetch_tile_weights(const W& w, int rows, int cols, Place place = {},
+                                                      bool skip_loaded = true) {
   using T = typename W::Element;
   constexpr int M = W::count;
   const int threads = blockDim.x * blockDim.y * blockDim.z;
@@ -372,7 +379,10 @@ __device__ __forceinline__ void prefetch_tile_weights(const W& w, int rows, int 
   constexpr int chunks_per_line = 8;
   const int first_chunks = min(cols / 8, (threads / 32) * mma_steps(M) * 4);
   const int row_lines = ((whole ? cols / 8 : first_chunks) + chunks_per_line - 1) / chunks_per_line;
-  const int loaded_lines = first_chunks / chunks_per_line;  // the first tile's first steps: loaded right after this
+  // The first tile's first steps, which gemv_rows_mma loads right after this (a whole short row, its partial line too).
+  const int loaded_lines = !skip_loaded               ? 0
+                           : first_chunks == cols / 8 ? (first_chunks + chunks_per_line - 1) / chunks_per_line
+                                                      : first_chunks / chunks_per_line;
   const int tiles = (rows + kMmaRows - 1) / kMmaRows;
   for (int tile = place.block(); tile < tiles; tile += place.blocks()) {
     const int tile_rows = min(kMmaRows, rows - tile * kMmaRows);
