@@ -15,6 +15,9 @@
 //               copies (cp.async.bulk) into a ring of shared-memory pages completed on mbarriers, across the phase
 //               boundaries (weights do not depend on the phase before), while 4 consumer warps wait at the grid
 //               barrier, bring the phase's vector into shared memory and consume the pages.
+// Variants of `kernels` take it apart: the next kernel launched at the start, every row asked of L2 first, the weights
+// by ld.global.nc, bounded for 3 blocks a multiprocessor (so that a block of the next kernel fits beside two of
+// this one's, as beside the library's gemv), and rows taken by atomic tickets instead of grid-stride shares.
 // Sizes: 50 MB (one MoE layer's chosen experts) in 1 and 2 phases, read cold (8 copies taken in turn, more than L2
 // holds); 2000 MB (a 1B model's step) in one phase and in 88 (a TinyLlama-shaped step's count of dependent kernels);
 // 4 MB in 86 phases (next to no bytes: the cost of the dependencies alone). Reported against the copy ceiling measured
@@ -89,6 +92,14 @@ __device__ __forceinline__ void load_row(const uint4* row, uint4 (&w)[kPerLane],
 #pragma unroll
   for (int k = 0; k < kPerLane; ++k) w[k] = load_streaming(row + lane + 32 * k);
 }
+__device__ __forceinline__ void load_row_nc(const uint4* row, uint4 (&w)[kPerLane], int lane) {
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) {
+    uint4& v = w[k];
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(row + lane + 32 * k));
+  }
+}
 __device__ __forceinline__ long long now_ns() {
   long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -124,9 +135,10 @@ extern "C" __global__ void fill_weights(lg::half_t* w, long long n) {
 
 /// out[r] = w[r] . x for rows [begin, end): one phase as one early-launched kernel. `mode` bit 0: let the next
 /// kernel launch at the start (before the wait) instead of after the wait; bit 1: first ask L2 for every row the
-/// block will read (prefetch.global.L2 a line at a time), as the library's gemv does for kernels of up to 24 MB.
-extern "C" __global__ void __launch_bounds__(256, 2) stream_phase(const lg::half_t* weights, const lg::half_t* vector,
-                                                                 float* out, long long begin, long long end, int mode) {
+/// block will read (prefetch.global.L2 a line at a time), as the library's gemv did for kernels of up to 24 MB;
+/// bit 2: the weights through the non-coherent path (`ld.global.nc`), as the library's gemv loads them.
+__device__ __forceinline__ void phase_body(const lg::half_t* weights, const lg::half_t* vector, float* out,
+                                           long long begin, long long end, int mode) {
   const uint4* w = reinterpret_cast<const uint4*>(weights);
   const uint4* x = reinterpret_cast<const uint4*>(vector);
   const int lane = threadIdx.x % 32;
@@ -141,7 +153,11 @@ extern "C" __global__ void __launch_bounds__(256, 2) stream_phase(const lg::half
   bool waited = false;
   for (; r < end; r += warps) {
     uint4 wv[kPerLane];
-    load_row(w + r * (kCols / 8), wv, lane);
+    if (mode & 4) {
+      load_row_nc(w + r * (kCols / 8), wv, lane);
+    } else {
+      load_row(w + r * (kCols / 8), wv, lane);
+    }
     if (!waited) {  // the first row's weights are in flight before the wait for the phase before
       lg::wait_for_prior_grids();
       if ((mode & 1) == 0) lg::allow_dependent_launch();
@@ -153,6 +169,59 @@ extern "C" __global__ void __launch_bounds__(256, 2) stream_phase(const lg::half
   if (!waited) {
     lg::wait_for_prior_grids();
     if ((mode & 1) == 0) lg::allow_dependent_launch();
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2) stream_phase(const lg::half_t* weights, const lg::half_t* vector,
+                                                                 float* out, long long begin, long long end, int mode) {
+  phase_body(weights, vector, out, begin, end, mode);
+}
+
+/// stream_phase bounded for 3 blocks of 256 threads a multiprocessor (at most 85 registers), as the library's gemv
+/// is: launched 2 a multiprocessor, a block of the next early-launched kernel fits beside them.
+extern "C" __global__ void __launch_bounds__(256, 3) stream_phase_3(const lg::half_t* weights,
+                                                                   const lg::half_t* vector, float* out,
+                                                                   long long begin, long long end, int mode) {
+  phase_body(weights, vector, out, begin, end, mode);
+}
+
+/// stream_phase with each warp's rows taken by tickets instead of grid-stride shares: a warp takes tickets from
+/// `tickets` (this kernel's own counter, never reset) until one is past its rows; each launch takes exactly
+/// rows + warps of them, so ticket mod (rows + warps) numbers the launch's rows. A warp takes its next ticket while
+/// its current row's weights are in flight.
+extern "C" __global__ void __launch_bounds__(256, 2) stream_tickets(const lg::half_t* weights,
+                                                                   const lg::half_t* vector, float* out,
+                                                                   long long begin, long long end,
+                                                                   unsigned long long* tickets) {
+  const uint4* w = reinterpret_cast<const uint4*>(weights);
+  const uint4* x = reinterpret_cast<const uint4*>(vector);
+  const int lane = threadIdx.x % 32;
+  if (blockDim.x != 256) __trap();  // a launch takes rows + 8 warps a block of tickets
+  const unsigned long long n = static_cast<unsigned long long>(end - begin);
+  const unsigned long long per_launch = n + gridDim.x * 8ULL;
+  const auto take = [&] {
+    unsigned long long t = 0;
+    if (lane == 0) t = atomicAdd(tickets, 1ULL);
+    return __shfl_sync(0xffffffffu, t, 0) % per_launch;
+  };
+  unsigned long long i = take();
+  bool waited = false;
+  while (i < n) {
+    uint4 wv[kPerLane];
+    load_row(w + (begin + static_cast<long long>(i)) * (kCols / 8), wv, lane);
+    const unsigned long long next = take();
+    if (!waited) {
+      lg::wait_for_prior_grids();
+      lg::allow_dependent_launch();
+      waited = true;
+    }
+    const float s = row_dot(wv, x, lane);
+    if (lane == 0) out[begin + static_cast<long long>(i)] = s;
+    i = next;
+  }
+  if (!waited) {
+    lg::wait_for_prior_grids();
+    lg::allow_dependent_launch();
   }
 }
 
@@ -324,6 +393,11 @@ int main(int argc, char** argv) {
     const auto fill = lib.get<void(lg::half*, long long)>("fill_weights");
     const auto phase_kernel =
         lib.get<void(const lg::half*, const lg::half*, float*, long long, long long, int)>("stream_phase");
+    const auto phase_kernel_3 =
+        lib.get<void(const lg::half*, const lg::half*, float*, long long, long long, int)>("stream_phase_3");
+    const auto tickets_kernel =
+        lib.get<void(const lg::half*, const lg::half*, float*, long long, long long, unsigned long long*)>(
+            "stream_tickets");
     const auto barrier_kernel =
         lib.get<void(const lg::half*, const lg::half*, float*, long long, long long, long long, unsigned*, unsigned)>(
             "stream_barrier");
@@ -381,11 +455,28 @@ int main(int argc, char** argv) {
         }
       });
     };
-    const auto phase_graph = [&](long long begin, long long end, long long per_phase, int mode = 0) {
+    // `bound3`: stream_phase_3 (a block of the next kernel fits beside two of this one's).
+    const auto phase_graph = [&](long long begin, long long end, long long per_phase, int mode = 0,
+                                 bool bound3 = false) {
       return lg::CudaGraph<>::scope(s, [&](lg::Scope& sc) {
         for (long long p0 = begin; p0 < end; p0 += per_phase) {
-          sc.record(phase_kernel(lg::early(lg::LaunchConfig{{2 * sms, 1, 1}, {256, 1, 1}, 0}), w.cview(), x.cview(),
-                                 out.view(), p0, std::min(end, p0 + per_phase), mode));
+          sc.record((bound3 ? phase_kernel_3 : phase_kernel)(
+              lg::early(lg::LaunchConfig{{2 * sms, 1, 1}, {256, 1, 1}, 0}), w.cview(), x.cview(), out.view(), p0,
+              std::min(end, p0 + per_phase), mode));
+        }
+      });
+    };
+    // Each kernel of a tickets graph has its own counter: graph k of a case takes counters [k * 88, k * 88 + 88),
+    // the correctness check the last few (kTicketCheck).
+    constexpr std::size_t kTicketCounters = 8 * 88 + 8;
+    constexpr std::size_t kTicketCheck = 8 * 88;
+    auto tickets = lg::zeros<unsigned long long>(kTicketCounters).sync_on(s);
+    const auto tickets_graph = [&](long long begin, long long end, long long per_phase, std::size_t first_counter) {
+      return lg::CudaGraph<>::scope(s, [&](lg::Scope& sc) {
+        std::size_t counter = first_counter;
+        for (long long p0 = begin; p0 < end; p0 += per_phase, ++counter) {
+          sc.record(tickets_kernel(lg::early(lg::LaunchConfig{{2 * sms, 1, 1}, {256, 1, 1}, 0}), w.cview(), x.cview(),
+                                   out.view(), p0, std::min(end, p0 + per_phase), tickets.view().subspan(counter, 1)));
         }
       });
     };
@@ -427,14 +518,23 @@ int main(int argc, char** argv) {
         lg::fill(out.view(), -1.0F).sync_on(s);
       };
       lg::fill(out.view(), -1.0F).sync_on(s);
-      for (const int mode : {0, 1, 2, 3}) {
+      for (const int mode : {0, 1, 2, 3, 4}) {
         auto g = phase_graph(0, rows, rows / 4, mode);
         g.launch_on(s);
         check_out(mode == 0   ? "kernels"
                   : mode == 1 ? "kernels, next launched at the start"
                   : mode == 2 ? "kernels, rows asked of L2 first"
-                              : "kernels, both");
+                  : mode == 3 ? "kernels, both"
+                              : "kernels, weights by ld.global.nc");
       }
+      auto g3 = phase_graph(0, rows, rows / 4, 0, true);
+      g3.launch_on(s);
+      check_out("kernels, bounded for 3 blocks a SM");
+      auto gt = tickets_graph(0, rows, rows / 4, kTicketCheck);
+      gt.launch_on(s);
+      check_out("kernels, rows by tickets");
+      gt.launch_on(s);  // a second launch: the tickets numbering from where the first left them
+      check_out("kernels, rows by tickets, launched again");
       run_barrier(0, rows, rows / 4);
       check_out("registers");
       run_ring(0, rows, rows / 4, {});
@@ -479,13 +579,27 @@ int main(int argc, char** argv) {
       std::vector<lg::CudaGraph<>> graphs;
       for (int k = 0; k < copies; ++k) graphs.push_back(phase_graph(k * rows, (k + 1) * rows, per_phase));
       report("kernels", bench::median_seconds(s, copies, [&](int i) { graphs[i % copies].launch_on(s); }));
-      for (const int mode : {1, 2, 3}) {
+      for (const int mode : {1, 2, 3, 4, 8}) {
         std::vector<lg::CudaGraph<>> variant;
-        for (int k = 0; k < copies; ++k) variant.push_back(phase_graph(k * rows, (k + 1) * rows, per_phase, mode));
+        for (int k = 0; k < copies; ++k) {
+          variant.push_back(phase_graph(k * rows, (k + 1) * rows, per_phase, mode & 7, mode == 8));
+        }
         const char* name = mode == 1   ? "kernels, next launched at the start"
                            : mode == 2 ? "kernels, rows asked of L2 first"
-                                       : "kernels, both";
+                           : mode == 3 ? "kernels, both"
+                           : mode == 4 ? "kernels, weights by ld.global.nc"
+                                       : "kernels, bounded for 3 blocks a SM";
         report(name, bench::median_seconds(s, copies, [&](int i) { variant[i % copies].launch_on(s); }));
+      }
+      {
+        tickets =
+            lg::zeros<unsigned long long>(kTicketCounters).sync_on(s);  // each counter numbers one shape's launches
+        std::vector<lg::CudaGraph<>> ticketed;
+        for (int k = 0; k < copies; ++k) {
+          ticketed.push_back(tickets_graph(k * rows, (k + 1) * rows, per_phase, static_cast<std::size_t>(k) * 88));
+        }
+        report("kernels, rows by tickets",
+               bench::median_seconds(s, copies, [&](int i) { ticketed[i % copies].launch_on(s); }));
       }
       for (const unsigned cap : {0U, 3U, 2U}) {
         std::vector<lg::CudaGraph<>> library;

@@ -46,11 +46,12 @@
 // every load is a 16-byte vector of 8 elements. Outputs have no alignment requirement (rms_norm_store_gemv's h
 // excepted: 16-byte aligned). `out` must not alias W, x or g.
 //
-// Launch (fp32 variants): block (32, K, R) with K * R <= 8. The kernels declare __launch_bounds__(256, 3)
-// (rms_norm_gemv's variants for 2 vectors and more: 2): left to itself, ptxas 13 gave them 32 registers, too few to
-// keep a thread's loads in flight; the bound lets it use up to 80 (128), and limits blocks to 256 threads. A group of K
+// Launch (fp32 variants): block (32, K, R) with K * R <= 8. The kernels declare __launch_bounds__ of 256 threads
+// and 2 or 3 blocks a multiprocessor (the table below): left to itself, ptxas 13 gave them 32 registers, too few to
+// keep a thread's loads in flight; the bound lets it use up to 128 (80). A group of K
 // warps computes one row at a time (warp k takes the row's 16-byte chunks k*32+lane, stepping by 32*K), R groups per
-// block. Rows go to groups grid-stride, so any grid works; grid.x = ceil(rows / R) gives each group one row. No dynamic
+// block. Rows go to groups grid-stride, so any grid works; grid.x = ceil(rows / R) gives each group one row (the
+// library caps the one-vector kernels' grids at 2 blocks a multiprocessor: fp32_gemv_config). No dynamic
 // shared memory (rms_norm_store_gemv: cols * sizeof(T) bytes, and K * R = 8). Suggested (measured by bench_gemv on an
 // H200): K = 1, R = 8 for rows of up to 4096 columns, K = 2, R = 4 for longer rows; grid ceil(rows / R).
 // nn::BasicKernels::gemv_config (include/lazygraph/nn/kernels.hpp) picks K and R per shape from a later, finer sweep.
@@ -238,15 +239,14 @@ __device__ __forceinline__ void rms_norm_store_gemv_body(const T* W, const T* x,
 // The entry points: src/kernel_variants.py writes out one extern "C" kernel per combination of the axes a kernel names
 // when the kernel set is embedded, named by the values' suffixes in order (gemv, gemv_b2, gemv_b4, gemv_b8, gemv_mma,
 // gemv_bf16, gemv_bf16_b2, ...); NVRTC and the host's signature reader see those. A new element format is one more
-// value of T. __launch_bounds__: the batch-1 and batch-2 variants as tuned before (3 blocks of 256 threads per SM, up
-// to 80 registers; rms_norm_gemv_b2 2 blocks, 128: it spills 92 bytes at 3); the batch-4 and batch-8 variants hold 4
-// and 8 accumulators per row and matrix, so they get 2 blocks (up to 128 registers) to keep them out of local memory.
-// rms_norm_gemv for one vector went from 2 blocks (121 registers) to 3 (80, no spills): H200, 2026-11-30, alternated
-// twice in one run, Qwen3-30B-A3B's one-row step (its Q/K/V projection, 640 blocks) 858.5-860.9 -> 831.6-836.2 us
-// for 12 layers; the TinyLlama shape's step (its LM head) 892.0-894.2 -> 890.6-891.1 us.
+// value of T. __launch_bounds__: the one-vector variants 2 blocks of 256 threads a multiprocessor (93-122 registers),
+// launched at most 2 a multiprocessor (nn::kOneVectorGemvBlocks; BasicKernels::fp32_gemv_config says why: no block of
+// the next projection fits beside them); the batch-2 variants 3 (up to 80 registers; rms_norm_gemv_b2 2,
+// 128: it spills 92 bytes at 3); the batch-4 and batch-8 variants hold 4 and 8 accumulators per row and matrix, so
+// they get 2 blocks (up to 128 registers) to keep them out of local memory.
 /* lazygraph:variants
 axis T = lg::half_t | lg::bf16_t _bf16
-axis B = 1 (256, 3) | 2 _b2 (256, 3) | 4 _b4 (256, 2) | 8 _b8 (256, 2) | kTensorCores _mma (256, 2)
+axis B = 1 (256, 2) | 2 _b2 (256, 3) | 4 _b4 (256, 2) | 8 _b8 (256, 2) | kTensorCores _mma (256, 2)
 
 gemv[T][B] = gemv_body<B>(const T* W, const T* x, T* out, int rows, int cols, int batch)
 gemv_add[T][B] = gemv_add_body<B>(const T* W, const T* x, T* out, int rows, int cols, int batch)
@@ -258,7 +258,7 @@ rms_norm_gemv[T][B: 1] =
     rms_norm_gemv_body<B>(const T* W, const T* x, const T* g, T* out, int rows, int cols, float eps, int batch)
 rms_norm_gemv[T][B: 2, 4, 8, kTensorCores] __launch_bounds__(256, 2) =
     rms_norm_gemv_body<B>(const T* W, const T* x, const T* g, T* out, int rows, int cols, float eps, int batch)
-rms_norm_store_gemv[T] __launch_bounds__(256, 3) = rms_norm_store_gemv_body<T>(const T* W, const T* x, const T* g,
+rms_norm_store_gemv[T] __launch_bounds__(256, 2) = rms_norm_store_gemv_body<T>(const T* W, const T* x, const T* g,
     T* h, T* out, int rows, int cols, float eps)
 rms_norm_gemv_swiglu[T][B] = rms_norm_gemv_swiglu_body<B, false>(const T* W1, const T* W3, const T* x, const T* g,
     T* out, int rows, int cols, float eps, int batch)

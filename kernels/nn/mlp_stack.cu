@@ -340,7 +340,8 @@ __device__ __forceinline__ void mlp_stack_body(const MlpLayer* layers, T* x, T* 
 }  // namespace
 
 // The entry points, written out as in gemv.cu (mlp_stack, _b2, _b4, _b8, mlp_stack_bf16, ...; no tensor-core variant).
-// __launch_bounds__ as gemv.cu's two-matrix kernels: 3 blocks of 256 threads per SM for batches up to 2, 2 for 4 and 8.
+// __launch_bounds__: 3 blocks of 256 threads per SM for batches up to 2, 2 for 4 and 8 (gemv.cu's one-vector
+// kernels went to 2; this persistent kernel keeps 3, not measured at 2).
 /* lazygraph:variants
 axis T = lg::half_t | lg::bf16_t _bf16
 axis B = 1 (256, 3) | 2 _b2 (256, 3) | 4 _b4 (256, 2) | 8 _b8 (256, 2)

@@ -436,8 +436,8 @@ __device__ __forceinline__ void moe_down_staged_body(const T* w2, const T* act, 
 
 }  // namespace
 
-// The entry points (src/kernel_variants.py writes them out): the expert kernels in gemv.cu's batch variants and
-// launch bounds.
+// The entry points (src/kernel_variants.py writes them out): the expert kernels in gemv.cu's batch variants, at 3
+// blocks a multiprocessor for one vector (gemv.cu's one-vector kernels: 2), launched uncapped (moe_config).
 /* lazygraph:variants
 axis T = lg::half_t | lg::bf16_t _bf16
 axis B = 1 (256, 3) | 2 _b2 (256, 3) | 4 _b4 (256, 2) | 8 _b8 (256, 2) | kTensorCores _mma (256, 2)

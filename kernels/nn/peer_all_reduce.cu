@@ -30,8 +30,8 @@
 // blocks, at most parts - 1 of them, which the GPU can always place beside it; so the kernel cannot deadlock. Slots:
 // [2 parities][ranks senders][kSumCapacity outputs] of 8 bytes (PeerExchange::sum_capacity); the epoch is one counter
 // per rank (counters[kMaxBlocks]), advanced by the last part to finish, and its parity picks the set, for the reason
-// given above. Every rank must make the same calls (rows and batch alike). Launch: gemv's (Kernels::gemv_config),
-// early launch allowed.
+// given above. Every rank must make the same calls (rows and batch alike). Launch: gemv's shapes, uncapped
+// (Kernels::gemv_config_uncapped: bounded for 3 blocks a multiprocessor at one vector), early launch allowed.
 //
 // qgemv_all_reduce(W, a, x, sum_table, counters, rank, ranks, rows, cols, batch): the same over a quantized W_r
 // (qgemv.cu's qgemv, one kernel per element type and format: qgemv_all_reduce_int8, _bf16_int4z, ...), the rank's

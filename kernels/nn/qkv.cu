@@ -224,20 +224,15 @@ __device__ __forceinline__ void qkv_paged_body(const T* Wq, const T* Wk, const T
 }  // namespace
 
 // The entry points, written out as in gemv.cu (qkv_rope_append, _b2, _b4, _b8, _mma, qkv_rope_append_bf16, ...);
-// __launch_bounds__ as gemv.cu's rms_norm_gemv: 3 blocks a multiprocessor (80 registers) for one vector, 2 (up to 128)
-// for more. At 3 the one-vector kernel spills 104 bytes, yet its grid of a 2048-wide decoder (320 or 384 blocks) fits
-// one wave: H200, 2026-11-30, bench_models alternated twice in one run, the TinyLlama shape's step 890.0-890.9 ->
-// 878.2-879.3 us, the Llama-3.2-1B shape's 916.4-916.8 -> 916.3-917.6 (against 2 blocks, 120 registers, no spills).
-// The paged kernel keeps 2 (not measured at 3).
+// __launch_bounds__ 2 blocks of 256 threads a multiprocessor (up to 128 registers, no spills), the one-vector kernel
+// too, as gemv.cu's one-vector kernels and for the same reason (BasicKernels::qkv_config caps its grid at 2 blocks a
+// multiprocessor). At 3 blocks it had spilled 104 bytes, yet its uncapped grid of a 2048-wide decoder (320 or 384
+// blocks) then fit one wave.
 /* lazygraph:variants
 axis T = lg::half_t | lg::bf16_t _bf16
 axis B = 1 | 2 _b2 | 4 _b4 | 8 _b8 | kTensorCores _mma
 
-qkv_rope_append[T][B: 1] __launch_bounds__(256, 3) =
-    qkv_body<B>(const T* Wq, const T* Wk, const T* Wv, const T* bq, const T* bk, const T* bv, const T* x, const T* g,
-                T* q, T* k_cache, T* v_cache, const int* positions, const int* slots, int d, int q_rows, int n_kv_heads,
-                int head_dim, int max_ctx, int n_slots, const float* frequencies, float eps, int batch)
-qkv_rope_append[T][B: 2, 4, 8, kTensorCores] __launch_bounds__(256, 2) =
+qkv_rope_append[T][B] __launch_bounds__(256, 2) =
     qkv_body<B>(const T* Wq, const T* Wk, const T* Wv, const T* bq, const T* bk, const T* bv, const T* x, const T* g,
                 T* q, T* k_cache, T* v_cache, const int* positions, const int* slots, int d, int q_rows, int n_kv_heads,
                 int head_dim, int max_ctx, int n_slots, const float* frequencies, float eps, int batch)

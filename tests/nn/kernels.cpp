@@ -208,10 +208,12 @@ std::vector<std::uint16_t> bits_of(const DeviceBuffer<T>& b) {
 /// rms_norm_store_gemv over elements of T for a rows x cols weight, on fresh random inputs: h and out against
 /// rms_norm (256 threads) and then gemv, the launches it replaces, bit for bit, and out against float64 of the
 /// kernel's own h within the fp32 accumulation's rounding; rms_norm's h itself has float64 tests above.
+/// `grid` > 0: that many blocks instead of the config's, so that the blocks take the rows in several passes.
 template <class T>
-void check_rms_norm_store_gemv(int rows, int cols) {
+void check_rms_norm_store_gemv(int rows, int cols, unsigned grid = 0) {
   CAPTURE(rows);
   CAPTURE(cols);
+  CAPTURE(grid);
   Stream& s = lgtest::stream();
   const nn::BasicKernels<T> k(lgtest::nn_kernels());
   const auto random = [](std::size_t n) { return random_of<T>(n); };
@@ -226,8 +228,9 @@ void check_rms_norm_store_gemv(int rows, int cols) {
   auto out = lgtest::to_device(s, std::vector<T>(nan.begin(), nan.begin() + rows));
   auto h_ref = lgtest::to_device(s, std::vector<T>(nan.begin(), nan.begin() + cols));
   auto out_ref = lgtest::to_device(s, std::vector<T>(nan.begin(), nan.begin() + rows));
-  k.rms_norm_store_gemv.launch(s, k.rms_norm_store_gemv_config(rows, cols), dw.cview(), dx.cview(), dg.cview(),
-                               h.view(), out.view(), rows, cols, eps);
+  LaunchConfig config = k.rms_norm_store_gemv_config(rows, cols);
+  if (grid > 0) config.grid.x = grid;
+  k.rms_norm_store_gemv.launch(s, config, dw.cview(), dx.cview(), dg.cview(), h.view(), out.view(), rows, cols, eps);
   k.rms_norm.launch(s, {{1, 1, 1}, {256, 1, 1}, 0}, dx.cview(), dg.cview(), h_ref.view(), cols, eps);
   k.gemv.launch(s, k.gemv_config(rows, cols), dw.cview(), h_ref.cview(), out_ref.view(), rows, cols, 1);
   CHECK(bits(h) == bits(h_ref));
@@ -555,6 +558,30 @@ TEST_SUITE("gpu") {
       check_rms_norm_store_gemv<half>(rows, cols);
       check_rms_norm_store_gemv<bfloat16>(rows, cols);
     }
+    // Fewer blocks than rows need (rms_norm_store_gemv_config caps the grid at kOneVectorGemvBlocks a
+    // multiprocessor): the blocks take the rows past the grid in further passes.
+    check_rms_norm_store_gemv<half>(100, 2048, 3);
+    check_rms_norm_store_gemv<bfloat16>(100, 2048, 3);
+  }
+
+  TEST_CASE("a multiprocessor holds kOneVectorGemvBlocks blocks of the one-vector projections, so no third fits") {
+    // fp32_gemv_config caps their grids at that many blocks a multiprocessor on the premise that no block of the
+    // next projection fits beside them; a compiler that gave one of them 80 registers or fewer would break it.
+    const auto check = [](const auto& kernel) {
+      CAPTURE(kernel.name());
+      CHECK(kernel.max_active_blocks_per_sm(256) == static_cast<int>(nn::kOneVectorGemvBlocks));
+    };
+    const auto check_all = [&](const auto& k) {
+      check(k.gemv.variant(1));
+      check(k.gemv_add.variant(1));
+      check(k.rms_norm_gemv.variant(1));
+      check(k.rms_norm_gemv_swiglu.variant(1));
+      check(k.rms_norm_gemv_geglu.variant(1));
+      check(k.qkv_rope_append.variant(1));
+      check(k.rms_norm_store_gemv);
+    };
+    check_all(nn::BasicKernels<half>(lgtest::nn_kernels()));
+    check_all(nn::BasicKernels<bfloat16>(lgtest::nn_kernels()));
   }
 
   TEST_CASE("rms_norm_gemv_swiglu equals silu(W1 h) * (W3 h) of the normalised vector h") {
@@ -1632,12 +1659,15 @@ TEST_SUITE("gpu") {
   TEST_CASE("qkv_rope_append equals the norm, three projections, RoPE and the cache append in float64") {
     // A whole model's Wq (q_rows = d), and a tensor-parallel shard's (half the heads' rows, q_rows = d / 2); the fp32
     // variant and the tensor-core one (3 vectors); without and with q, k and v biases (Qwen2's).
-    for (const auto& [q_heads, tensor_cores, biased] :
-         {std::tuple{4, false, false}, std::tuple{2, false, false}, std::tuple{4, true, false},
-          std::tuple{4, false, true}, std::tuple{2, true, true}}) {
+    // `one`: one vector (qkv_rope_append itself) on 2 blocks, so that they take the rows in several passes (its
+    // config caps the grid at kOneVectorGemvBlocks a multiprocessor), each pass holding both rows of its RoPE pairs.
+    for (const auto& [q_heads, tensor_cores, biased, one] :
+         {std::tuple{4, false, false, false}, std::tuple{2, false, false, false}, std::tuple{4, true, false, false},
+          std::tuple{4, false, true, false}, std::tuple{2, true, true, false}, std::tuple{4, false, true, true}}) {
       CAPTURE(q_heads);
       CAPTURE(tensor_cores);
       CAPTURE(biased);
+      CAPTURE(one);
       Stream& s = lgtest::stream();
       const nn::Kernels k(lgtest::nn_kernels(), nn::KernelOptions{.tensor_cores = tensor_cores});
       const int d = 256;
@@ -1649,8 +1679,8 @@ TEST_SUITE("gpu") {
       const int slots = 4;
       const float eps = 1e-5F;
       const float theta = 10000.0F;
-      const std::vector<int> positions{5, 0, 15};
-      const std::vector<int> row_slots{2, 0, 3};
+      const std::vector<int> positions = one ? std::vector<int>{5} : std::vector<int>{5, 0, 15};
+      const std::vector<int> row_slots = one ? std::vector<int>{2} : std::vector<int>{2, 0, 3};
       const int batch = static_cast<int>(positions.size());
       const auto scaled = [](std::size_t n, double scale) {
         std::vector<half> out;
@@ -1676,7 +1706,9 @@ TEST_SUITE("gpu") {
       const auto dpos = lgtest::to_device(s, positions);
       const auto dslot = lgtest::to_device(s, row_slots);
       const auto dfreq = lgtest::to_device(s, plain_rope_table(theta, hd));
-      REQUIRE(k.qkv_rope_append.variant(batch).name() == (tensor_cores ? "qkv_rope_append_mma" : "qkv_rope_append_b4"));
+      REQUIRE(k.qkv_rope_append.variant(batch).name() == (one            ? "qkv_rope_append"
+                                                          : tensor_cores ? "qkv_rope_append_mma"
+                                                                         : "qkv_rope_append_b4"));
       const auto bias = [&](int n) { return biased ? scaled(static_cast<std::size_t>(n), 0.5) : std::vector<half>{}; };
       const std::vector<half> bq = bias(q_rows);
       const std::vector<half> bk = bias(kv);
@@ -1684,10 +1716,11 @@ TEST_SUITE("gpu") {
       const auto dbq = on_device(bq);
       const auto dbk = on_device(bk);
       const auto dbv = on_device(bv);
-      k.qkv_rope_append.launch(s, k.qkv_config(q_rows, kv, d, batch), dq.cview(), dk.cview(), dv.cview(), dbq.cview(),
-                               dbk.cview(), dbv.cview(), dx.cview(), dg.cview(), q.view(), kc.view(), vc.view(),
-                               dpos.cview(), dslot.cview(), d, q_rows, kv_heads, hd, ctx, slots, dfreq.cview(), eps,
-                               batch);
+      LaunchConfig config = k.qkv_config(q_rows, kv, d, batch);
+      if (one) config.grid.x = 2;
+      k.qkv_rope_append.launch(s, config, dq.cview(), dk.cview(), dv.cview(), dbq.cview(), dbk.cview(), dbv.cview(),
+                               dx.cview(), dg.cview(), q.view(), kc.view(), vc.view(), dpos.cview(), dslot.cview(), d,
+                               q_rows, kv_heads, hd, ctx, slots, dfreq.cview(), eps, batch);
       const auto got_q = on_host(q);
       const auto got_k = on_host(kc);
       const auto got_v = on_host(vc);

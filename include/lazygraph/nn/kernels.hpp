@@ -110,6 +110,10 @@ struct KernelOptions {
   bool tensor_cores = false;
 };
 
+/// Blocks of 256 threads a multiprocessor holds of the one-vector kernels of gemv.cu and qkv.cu (their
+/// __launch_bounds__), and the most a multiprocessor gets of their grids (BasicKernels::fp32_gemv_config).
+inline constexpr unsigned kOneVectorGemvBlocks = 2;
+
 /// Ints of the plan moe_route writes for the expert kernels (kernels/nn/moe.cu's kPlanInts): the count of distinct
 /// experts a step chose, the experts (up to 8 rows x 16 slots), and for each and each of 8 rows the pair that chose it.
 inline constexpr std::size_t kMoePlanInts = 1153;
@@ -246,7 +250,8 @@ struct BasicKernels {
   Kernel<void(T*, int, const unsigned long long*, unsigned*, int, int)> peer_all_reduce;
   /// gemv_all_reduce(W, a, x, sum_table, counters, rank, ranks, rows, cols, batch): x[b] += the sum over the ranks of
   /// their W a[b], a row-parallel projection and its all-reduce in one kernel, through a PeerExchange
-  /// (kernels/nn/peer_all_reduce.cu; nn::gemv_all_reduce in nn/peer_all_reduce.hpp runs it). Launched as gemv.
+  /// (kernels/nn/peer_all_reduce.cu; nn::gemv_all_reduce in nn/peer_all_reduce.hpp runs it). Launched as
+  /// gemv_config_uncapped.
   BatchedKernel<void(const T*, const T*, T*, const unsigned long long*, unsigned*, int, int, int, int, int)>
       gemv_all_reduce;
   /// gemv(W, x, out, rows, cols, batch): out[b] = W x[b] (kernels/nn/gemv.cu, also for the variants below).
@@ -486,14 +491,21 @@ struct BasicKernels {
   /// the tensor-core variant (tensor_core_gemv_config) when it runs the batch, else fp32_gemv_config's. Any shape
   /// computes the right result on either path; this one is the fast one.
   /// `matrices`: the weights one kernel reads together (2 for the gate/up kernels), which the tensor-core shape needs.
+  /// One vector: the grid capped at kOneVectorGemvBlocks a multiprocessor (see fp32_gemv_config).
   [[nodiscard]] LaunchConfig gemv_config(int rows, int cols, int batch = 1, int matrices = 1) const {
     if (tensor_cores && batch >= 2) return tensor_core_gemv_config(rows, cols, matrices);
+    return fp32_gemv_config(rows, cols, 8, batch == 1 ? kOneVectorGemvBlocks : 0);
+  }
+  /// gemv_config without the one-vector cap, for the kernels that take the gemv family's shapes but are bounded for 3
+  /// blocks a multiprocessor at one vector (moe.cu's expert kernels, gemv_all_reduce).
+  [[nodiscard]] LaunchConfig gemv_config_uncapped(int rows, int cols, int batch = 1) const {
+    if (tensor_cores && batch >= 2) return tensor_core_gemv_config(rows, cols);
     return fp32_gemv_config(rows, cols);
   }
   /// Launch shape of rms_norm_store_gemv for a rows x cols weight: fp32_gemv_config's (256 threads, the warps per row
-  /// gemv takes for the shape, so the same bits), with room for h in shared memory.
+  /// gemv takes for the shape, so the same bits; one vector), with room for h in shared memory.
   [[nodiscard]] LaunchConfig rms_norm_store_gemv_config(int rows, int cols) const {
-    LaunchConfig config = fp32_gemv_config(rows, cols);
+    LaunchConfig config = fp32_gemv_config(rows, cols, 8, kOneVectorGemvBlocks);
     config.shared_bytes = static_cast<unsigned>(cols) * static_cast<unsigned>(sizeof(T));
     return config;
   }
@@ -510,19 +522,28 @@ struct BasicKernels {
   /// follows bench_gemv's shape sweep (H100, early-launched chains; the best K per shape):
   ///   4096 x 4096: K = 2 117 % of the copy ceiling vs K = 1 96 %;   2048 x 8192: K = 4 116 % vs K = 2 97 %;
   ///   1024 x 16384: K = 8 112 % vs K = 2 85 %;   11008 x 4096: K = 1 100 % vs K = 2 91 %.
-  /// `max_warps_per_row` caps K (qkv_config needs two rows per block). The grid is one block per 8 / K rows: capping
-  /// it at 1 or 2 blocks per multiprocessor, so that the next early-launched kernel could get resident sooner, was
-  /// slower on nearly every shape of the sweep (H100: 4096 x 4096 115 % uncapped, 89 % at 2 per SM, 68 % at 1).
-  [[nodiscard]] LaunchConfig fp32_gemv_config(int rows, int cols, unsigned max_warps_per_row = 8) const {
+  /// `max_warps_per_row` caps K (qkv_config needs two rows per block). The grid is one block per 8 / K rows, at most
+  /// `blocks_per_sm` a multiprocessor when that is not 0 (the groups then take the rows past the grid in grid-stride
+  /// passes). The one-vector kernels of gemv.cu and qkv.cu are bounded for 2 blocks a multiprocessor and launched at
+  /// most 2 a multiprocessor (kOneVectorGemvBlocks), so that no block of the next projection of the step (93 registers
+  /// or more; a kernel of few registers still fits) gets resident beside them before they end: in bench_weight_stream's
+  /// chain of early-launched kernels, a kernel that left room for one lost 1.77 us a kernel instead of 0.80. Against 3
+  /// blocks, uncapped (H200, 2026-12-01, alternated twice in one run): the TinyLlama shape's one-row step 856 -> 828
+  /// us, Llama-3.2-1B's 864 -> 821, and Qwen3-30B-A3B's (12 layers) 787 -> 798 (docs/decode_performance.md). Earlier,
+  /// the kernels bounded for 3 and capped at 1 or 2 a multiprocessor (room for the next kernel's blocks) were slower on
+  /// nearly every shape of the sweep (H100: 4096 x 4096 115 % uncapped, 89 % at 2).
+  [[nodiscard]] LaunchConfig fp32_gemv_config(int rows, int cols, unsigned max_warps_per_row = 8,
+                                              unsigned blocks_per_sm = 0) const {
     unsigned warps_per_row = cols > 4096 ? 2 : 1;
     if (cols >= 4096 && rows <= 4096) warps_per_row = std::max(warps_per_row, 2U);
     if (cols >= 8192 && rows <= 2048) warps_per_row = 4;
     if (cols >= 16384 && rows <= 1024) warps_per_row = 8;
     warps_per_row = std::min(warps_per_row, max_warps_per_row);
     const unsigned rows_per_block = 8 / warps_per_row;
-    return step_config({{(static_cast<unsigned>(rows) + rows_per_block - 1) / rows_per_block, 1, 1},
-                        {32, warps_per_row, rows_per_block},
-                        0});
+    unsigned blocks = (static_cast<unsigned>(rows) + rows_per_block - 1) / rows_per_block;
+    if (blocks_per_sm > 0 && multiprocessors > 0)
+      blocks = std::min(blocks, blocks_per_sm * static_cast<unsigned>(multiprocessors));
+    return step_config({{blocks, 1, 1}, {32, warps_per_row, rows_per_block}, 0});
   }
   /// Launch shape of attention for `heads` heads of `head_dim` for `rows` rows over a cache of `context` positions: a
   /// block of attention_block_threads per (head, row), the scores in dynamic shared memory.
@@ -597,14 +618,14 @@ struct BasicKernels {
   /// fp32_gemv_config's with at most 4 warps per row (a block holds both rows of each RoPE pair).
   [[nodiscard]] LaunchConfig qkv_config(int q_rows, int kv_dim, int d, int batch = 1) const {
     if (tensor_cores && batch >= 2) return tensor_core_gemv_config(q_rows + 2 * kv_dim, d);
-    return fp32_gemv_config(q_rows + 2 * kv_dim, d, 4);
+    return fp32_gemv_config(q_rows + 2 * kv_dim, d, 4, batch == 1 ? kOneVectorGemvBlocks : 0);
   }
-  /// Launch shape of moe_gate_up and moe_down for experts of `rows` x `cols` weights and `batch` vectors: gemv_config's
-  /// for one expert in x, and in y `distinct` experts, the most a step's rows can choose (min(batch * top k,
-  /// experts)); blocks past the count the router chose return. On tensor cores always blocks of 8 warps
-  /// (tensor_core_gemv_warps was measured on dense kernels only).
+  /// Launch shape of moe_gate_up and moe_down for experts of `rows` x `cols` weights and `batch` vectors:
+  /// gemv_config_uncapped's for one expert in x, and in y `distinct` experts, the most a step's rows can choose
+  /// (min(batch * top k, experts)); blocks past the count the router chose return. On tensor cores always blocks of 8
+  /// warps (tensor_core_gemv_warps was measured on dense kernels only).
   [[nodiscard]] LaunchConfig moe_config(int rows, int cols, int batch, int distinct) const {
-    LaunchConfig config = gemv_config(rows, cols, batch);
+    LaunchConfig config = gemv_config_uncapped(rows, cols, batch);
     if (tensor_cores && batch >= 2) config.block.y = 8;
     config.grid.y = static_cast<unsigned>(distinct);
     return config;

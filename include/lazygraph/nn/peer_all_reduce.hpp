@@ -68,7 +68,7 @@ template <Element T>
 
 /// x[b] += the sum over the ranks of `exchange` of their w a[b], for b < batch: w is the rank's [rows x cols] slice of
 /// a row-parallel projection, a its [batch][cols] input, x [batch][rows] and the same on every rank (the residual
-/// stream). One kernel (gemv_all_reduce, see the file comment), launched as gemv; the sum is taken in fp32 in rank
+/// stream). One kernel (gemv_all_reduce, see the file comment), launched as gemv_config_uncapped; the sum is taken in fp32 in rank
 /// order and rounded once, so every rank gets the same bits, and with one rank gemv_add's. The ranks' comparison as
 /// peer_all_reduce's. \throws UsageError when the spans are too short for the shape, cols is not a multiple of 8, batch
 /// is outside 1..8, or rows x batch does not fit (fits_gemv_all_reduce); when executed, as CollectiveCheckOp.
@@ -94,8 +94,8 @@ template <Element T>
   std::string signature = "peer gemv_all_reduce sum of " + std::to_string(rows) + " x " + std::to_string(batch) + " " +
                           std::string(lazygraph::detail::nccl_type_name(lazygraph::detail::NcclTypeOf<T>::value));
   return CollectiveCheckOp(comm, "gemv_all_reduce", std::move(signature), exchange.owner()) >>
-         k.gemv_all_reduce(k.gemv_config(rows, cols, batch), w, a, x, exchange.sum_table(), exchange.counters(),
-                           comm.rank(), comm.size(), rows, cols, batch);
+         k.gemv_all_reduce(k.gemv_config_uncapped(rows, cols, batch), w, a, x, exchange.sum_table(),
+                           exchange.counters(), comm.rank(), comm.size(), rows, cols, batch);
 }
 
 /// gemv_all_reduce over the rank's share `w` of a quantized row-parallel projection ([rows x cols], its share of a
