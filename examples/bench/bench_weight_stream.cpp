@@ -437,9 +437,9 @@ int main(int argc, char** argv) {
                          end, per_phase, counter.view(), counter_value, ring_pages, ring_stages, trace);
       counter_value += static_cast<unsigned>((end - begin + per_phase - 1) / per_phase - 1) * sms;
     };
-    // The library's own one-vector gemv (kernels/nn/gemv.cu) as the phases' kernels: one block per 8 rows as
-    // fp32_gemv_config launches it for 2048 columns (`cap` 0), or at most `cap` blocks a multiprocessor, its warps
-    // taking the rows past the grid in grid-stride passes.
+    // The library's own one-vector gemv (kernels/nn/gemv.cu) as the phases' kernels: one block per 8 rows (`cap` 0,
+    // as fp32_gemv_config launched it before its one-vector cap), or at most `cap` blocks a multiprocessor, its warps
+    // taking the rows past the grid in grid-stride passes (`cap` 2: as fp32_gemv_config launches it now).
     const auto gemv = lib.get<void(const lg::half*, const lg::half*, lg::half*, int, int, int)>("gemv");
     auto y = lg::empty<lg::half>(static_cast<std::size_t>(rows_total)).sync_on(s);
     const auto gemv_graph = [&](long long begin, long long end, long long per_phase, unsigned cap) {
