@@ -64,9 +64,10 @@
 // (reduced through shared memory, deterministic) is the split-K this file offers.
 //
 // Early launch (LaunchConfig::early_launch): every kernel here may be launched early. It then prefetches its weights
-// into L2 while the kernel before it finishes (its block's whole rows when the kernel's weights are at most 24 MB,
-// else the first step), loads the first step's weights into registers, and only then waits for that kernel before
-// touching x, g or the output. In a chain of decode-step kernels this hides most of each launch's latency.
+// into L2 while the kernel before it finishes (its block's first-pass rows, whole when the kernel's weights are at
+// most 24 MB, 16 MB on tensor cores, else their first step), loads the first step's weights into registers, and
+// only then waits for that kernel before touching x, g or the output. In a chain of decode-step kernels this hides
+// most of each launch's latency.
 //
 // RMSNorm (rms_norm_gemv*): the sum of x^2 is accumulated from the same x chunks as the dot products (no second
 // pass over x, no block-wide reduction before the weights are used), and 1/rms scales the fp32 dot products.

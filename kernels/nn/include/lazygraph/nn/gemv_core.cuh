@@ -117,21 +117,28 @@ __device__ __forceinline__ bool shapes_supported(int cols, int batch, const void
   return cols % 8 == 0 && batch >= 1 && batch <= 8 && lg::is_aligned16(a) && lg::is_aligned16(b) && lg::is_aligned16(c);
 }
 
-/// Weight bytes of a whole kernel up to which an early-launched kernel prefetches all of its block's rows into L2
-/// (less what its first step loads into registers at once): small enough to sit in L2 beside the kernel before it
-/// (H100/H200 L2: 50 MB). Whole rows of larger kernels, 64 KB and more per block, crowded L2 and cost 14% of the
-/// bandwidth at 4096 x 11008.
+/// Weight bytes of a whole kernel up to which an early-launched kernel prefetches the whole rows of its block's first
+/// pass into L2 (less what its first step loads into registers at once): small enough to sit in L2 beside the kernel
+/// before it (H100/H200 L2: 50 MB). Whole rows of larger kernels, 64 KB and more per block, crowded L2 and cost 14% of
+/// the bandwidth at 4096 x 11008.
 constexpr long long kWholePrefetchBytes = 24LL << 20;
+/// kWholePrefetchBytes for the tensor-core path (a tile's rows; prefetch_tile_weights): at 24 MB, TinyLlama's down
+/// projection (22 MiB) cost its 8-row step 1 % (H200, 2026-12-01: 1047-1049 -> 1036-1037 us at 16 MiB; at 8 MiB
+/// 1038-1039, and Qwen3-30B-A3B's 8-row step 2671-2675 -> 2689-2691; docs/decode_performance.md).
+constexpr long long kWholeTilePrefetchBytes = 16LL << 20;
 
 /// The start of every kernel here. Launched early (LaunchConfig::early_launch), the kernel arrives while the
-/// kernel before it is finishing: it asks for the rest of its block's rows to be brought into L2 when the kernel's
-/// weights fit kWholePrefetchBytes (weights are never written by earlier work), and lets the next kernel launch early
-/// in turn. gemv_rows then loads the first step's weights into registers and only then waits for the earlier work
-/// (wait_for_prior_grids), whose results (x, the output) it may touch from there on. The lines of that first step are
-/// not asked of L2 here as well: a request for them just before the loads only doubles what the memory serves
-/// (rows of up to 2048 columns are one step, so for most kernels of a decode step, and the LM head, that was every
-/// byte; H200, 2026-11-30: Llama-3.2-1B shape's step 891 -> 835 us without them, docs/decode_performance.md). The
-/// quantized kernels found the same (start_quantized, qgemv_core.cuh).
+/// kernel before it is finishing: it asks for the rest of its block's first-pass rows to be brought into L2 when the
+/// kernel's weights fit kWholePrefetchBytes (weights are never written by earlier work), and lets the next kernel
+/// launch early in turn. The rows of later passes (a one-vector grid is capped at kOneVectorGemvBlocks a
+/// multiprocessor, so a block may take several) are not asked for: asked of L2 at the start, they queue ahead of the
+/// loads of the first pass and of the kernel before (H200, 2026-12-01: TinyLlama shape's one-row step 829 -> 792 us,
+/// docs/decode_performance.md). gemv_rows then loads the first step's weights into registers and only then waits for
+/// the earlier work (wait_for_prior_grids), whose results (x, the output) it may touch from there on. The lines of
+/// that first step are not asked of L2 here as well: a request for them just before the loads only doubles what the
+/// memory serves (rows of up to 2048 columns are one step, so for most kernels of a decode step, and the LM head, that
+/// was every byte; H200, 2026-11-30: Llama-3.2-1B shape's step 891 -> 835 us without them,
+/// docs/decode_performance.md). The quantized kernels found the same (start_quantized, qgemv_core.cuh).
 /// `skip_loaded` false: the first step's lines too, for a caller that does not load them right after (they stay in L2
 /// until it does).
 template <class W>
@@ -149,19 +156,16 @@ __device__ __forceinline__ void prefetch_weights(const W& w, int rows, int cols,
                                                            : first_step_chunks / chunks_per_line;
   const int threads = blockDim.x * blockDim.y * blockDim.z;
   const int tid = (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
-  // Whole: every row this block will process (gemv_rows walks the rows grid-stride); else nothing past the first step
+  // The rows of the block's first pass (gemv_rows walks the rows grid-stride): whole, else nothing past the first step
   // (so nothing at all when skip_loaded).
-  for (int row0 = blockIdx.x * blockDim.z; row0 < rows; row0 += gridDim.x * blockDim.z) {
-    const int block_rows = min(static_cast<int>(blockDim.z), rows - row0);
-    const int skip = row0 == static_cast<int>(blockIdx.x * blockDim.z) ? loaded_lines : 0;
-    const int lines = row_lines - skip;
-    for (int i = tid; i < block_rows * lines; i += threads) {
-      const int row = row0 + i / lines;
-      const int line = skip + i % lines;
+  const int row0 = static_cast<int>(blockIdx.x * blockDim.z);
+  const int block_rows = min(static_cast<int>(blockDim.z), rows - row0);
+  const int lines = row_lines - loaded_lines;
+  for (int i = tid; i < block_rows * lines; i += threads) {
+    const int row = row0 + i / lines;
+    const int line = loaded_lines + i % lines;
 #pragma unroll
-      for (int m = 0; m < M; ++m) lg::prefetch_l2(w.row(m, row) + 8LL * chunks_per_line * line);
-    }
-    if (!whole) break;
+    for (int m = 0; m < M; ++m) lg::prefetch_l2(w.row(m, row) + 8LL * chunks_per_line * line);
   }
   lg::allow_dependent_launch();
 }
@@ -364,8 +368,8 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], const unsigned (&a)[4],
 }
 
 /// prefetch_weights for the tensor-core path: the rows of this block's tiles when the kernel's weights fit
-/// kWholePrefetchBytes, less the first tile's first steps (which gemv_rows_mma loads at once), then lets the next
-/// kernel launch early.
+/// kWholeTilePrefetchBytes (a persistent program's tiles, measured with it, kWholePrefetchBytes), less the first
+/// tile's first steps (which gemv_rows_mma loads at once), then lets the next kernel launch early.
 /// `skip_loaded` false: the first tile's first steps too (the persistent backend's NAME_prefetch companions ask for a
 /// tile that runs later).
 template <class W, class Place = lg::GridPlace>
@@ -375,7 +379,8 @@ __device__ __forceinline__ void prefetch_tile_weights(const W& w, int rows, int 
   constexpr int M = W::count;
   const int threads = blockDim.x * blockDim.y * blockDim.z;
   const int tid = (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
-  const bool whole = static_cast<long long>(rows) * cols * M * static_cast<long long>(sizeof(T)) <= kWholePrefetchBytes;
+  const long long whole_bytes = lg::kIsGridPlace<Place> ? kWholeTilePrefetchBytes : kWholePrefetchBytes;
+  const bool whole = static_cast<long long>(rows) * cols * M * static_cast<long long>(sizeof(T)) <= whole_bytes;
   constexpr int chunks_per_line = 8;
   const int first_chunks = min(cols / 8, (threads / 32) * mma_steps(M) * 4);
   const int row_lines = ((whole ? cols / 8 : first_chunks) + chunks_per_line - 1) / chunks_per_line;
