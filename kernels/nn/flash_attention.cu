@@ -44,7 +44,8 @@
 //
 //   flash_attention_paged_varlen_dD(q, k, v, k_pool, v_pool, out, segments, tables, max_rows, max_segments, n_heads,
 //                                   n_kv_heads, max_ctx, block_size, n_blocks, table_width, scale, window):
-//                                   flash_attention_paged_varlen_d64 (tiles of 128 rows), _d128 (64) and the _bf16 twins.
+//                                   flash_attention_paged_varlen_d64 (tiles of 128 rows), _d128 (64) and the _bf16
+//                                   twins.
 //     flash_attention_paged_dD over several sequences' chunks packed in q, k, v and out: `segments` in device memory is
 //     [count, start_0, rows_0, start_1, rows_1, ...] (1 <= count <= max_segments), segment i's rows following segment
 //     i - 1's from row 0, each attending and written as flash_attention_paged_dD's chunk of those rows at that start,
@@ -76,8 +77,8 @@
 // of an ldmatrix fall on distinct banks.
 #include "lazygraph/async_copy.cuh"
 #include "lazygraph/element.cuh"
-#include "lazygraph/mma.cuh"
 #include "lazygraph/kernel_common.cuh"
+#include "lazygraph/mma.cuh"
 
 namespace {
 
@@ -163,7 +164,7 @@ __device__ __forceinline__ void flash_attention_core(const T* q, const T* k, con
   const int head = blockIdx.x;
   if (head >= n_heads) return;
   const int row0 = tile * kRows;  // the tile's first chunk row
-  if (row0 >= rows) return;                     // a grid larger than the chunk
+  if (row0 >= rows) return;       // a grid larger than the chunk
   const int group = n_heads / n_kv_heads;
   const int kv_head = head / group;
   const int tile_rows = min(kRows, rows - row0);
@@ -476,10 +477,12 @@ __device__ __forceinline__ void flash_attention_paged_body(const T* q, const T* 
 
 /// flash_attention_paged_varlen_dD: several sequences' chunks packed in one, each through its own block table.
 template <class T, int D, int kM>
-__device__ __forceinline__ void flash_attention_paged_varlen_body(
-    const T* q, const T* k, const T* v, T* k_pool, T* v_pool, T* out, const int* segments, const int* tables,
-    int max_rows, int max_segments, int n_heads, int n_kv_heads, int max_ctx, int block_size, int n_blocks,
-    int table_width, float scale, int window) {
+__device__ __forceinline__ void flash_attention_paged_varlen_body(const T* q, const T* k, const T* v, T* k_pool,
+                                                                  T* v_pool, T* out, const int* segments,
+                                                                  const int* tables, int max_rows, int max_segments,
+                                                                  int n_heads, int n_kv_heads, int max_ctx,
+                                                                  int block_size, int n_blocks, int table_width,
+                                                                  float scale, int window) {
   constexpr int kRows = kWarpsPerBlock * 16 * kM;
   lg::early_launch_prologue();  // the segments and the tables too are read after the wait
   const int count = segments[0];

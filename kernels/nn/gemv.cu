@@ -65,9 +65,9 @@
 //
 // Early launch (LaunchConfig::early_launch): every kernel here may be launched early. It then prefetches its weights
 // into L2 while the kernel before it finishes (its block's first-pass rows, whole when the kernel's weights are at
-// most 24 MB, 16 MB on tensor cores, else their first step), loads the first step's weights into registers, and
-// only then waits for that kernel before touching x, g or the output. In a chain of decode-step kernels this hides
-// most of each launch's latency.
+// most 24 MiB, 16 MiB on tensor cores, else nothing past the first step), loads the first step's weights into
+// registers, and only then waits for that kernel before touching x, g or the output. In a chain of decode-step
+// kernels this hides most of each launch's latency.
 //
 // RMSNorm (rms_norm_gemv*): the sum of x^2 is accumulated from the same x chunks as the dot products (no second
 // pass over x, no block-wide reduction before the weights are used), and 1/rms scales the fp32 dot products.
@@ -200,7 +200,8 @@ __device__ __forceinline__ void rms_norm_store_gemv_body(const T* W, const T* x,
     }
     lg::allow_dependent_launch();
   } else {
-    prefetch_weights(w, rows, cols, false);  // all of it: the loads follow the norm; and lets the next kernel launch
+    // The first pass's rows, first step included (the loads follow the norm); and lets the next kernel launch.
+    prefetch_weights(w, rows, cols, false);
   }
   lg::wait_for_prior_grids();
   // rms_norm's h, into shared memory (every block) and h (block 0's copy, for the kernels after this one).

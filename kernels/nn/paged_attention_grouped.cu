@@ -134,8 +134,7 @@ __device__ __forceinline__ bool grouped_work(GroupedWork& w, T* out, const int* 
 /// splits combines the partials in split order. Every thread of the block calls it.
 template <class T>
 __device__ __forceinline__ void grouped_finish(const GroupedWork& w, float* shared, int warps, int block_heads,
-                                               int head_dim, int n_heads, T* out, float* partials,
-                                               unsigned* counters) {
+                                               int head_dim, int n_heads, T* out, float* partials, unsigned* counters) {
   __shared__ bool last_block;
   const int stride = head_dim + 2;
   const int total = w.heads * head_dim;

@@ -16,8 +16,8 @@
 //     qkv [max_rows][q_dim + 2 kv_dim] as the stacked q/k/v GEMM wrote it (no bias; q_dim = n_heads * head_dim,
 //     kv_dim = n_kv_heads * head_dim); q [max_rows][q_dim], k and v [max_rows][kv_dim] receive its three parts. For row
 //     r < rows at position p = start + r (or positions[r] where `positions` is not null: rows of several sequences
-//     packed in one chunk, nn::PackedPrefillIo): the biases are added (bq [q_dim], bk and bv [kv_dim]; all three null for
-//     none), then each pair (2i, 2i+1) of every q and k head is rotated by angle = p * frequencies[i]
+//     packed in one chunk, nn::PackedPrefillIo): the biases are added (bq [q_dim], bk and bv [kv_dim]; all three null
+//     for none), then each pair (2i, 2i+1) of every q and k head is rotated by angle = p * frequencies[i]
 //     (kernels/nn/rope.cu's rule and table: x0' = x0 cos - x1 sin, x1' = x0 sin + x1 cos), in fp32, rounded once; v is
 //     copied (plus its bias). head_dim a multiple of 8 and every buffer 16-byte aligned (traps otherwise): each thread
 //     moves 8 elements (4 pairs) with 16-byte loads and stores. Launch: 1-D, any grid and block (grid-stride over
@@ -220,7 +220,8 @@ axis T = lg::half_t | lg::bf16_t _bf16
 prefill_rms_norm[T] = prefill_rms_norm_body<T>(const T* x, const T* gain, T* out, const int* chunk, int d, float eps,
     int max_rows)
 prefill_qkv_rope[T] = prefill_qkv_rope_body<T>(const T* qkv, const T* bq, const T* bk, const T* bv, T* q, T* k, T* v,
-    const int* chunk, const int* positions, int n_heads, int n_kv_heads, int head_dim, const float* frequencies, int max_rows)
+    const int* chunk, const int* positions, int n_heads, int n_kv_heads, int head_dim, const float* frequencies,
+    int max_rows)
 prefill_silu_mul[T] = prefill_silu_mul_body<false, T>(const T* gate, const T* up, T* out, const int* chunk,
     int width, int stride, int max_rows)
 prefill_gelu_mul[T] = prefill_silu_mul_body<true, T>(const T* gate, const T* up, T* out, const int* chunk,

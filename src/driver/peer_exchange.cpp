@@ -188,8 +188,8 @@ std::string peer_verdict(std::span<const PeerDescriptor> all) {
                                 std::to_string(needs) + " for " + std::to_string(n) + " ranks";
     };
     for (const std::string& why : {check("receive slots", all[r].slot_bytes, layout.slot_bytes(n)),
-                            check("sum slots", all[r].sum_bytes, layout.sum_bytes(n)),
-                            check("counters", all[r].counter_bytes, layout.counter_bytes())}) {
+                                   check("sum slots", all[r].sum_bytes, layout.sum_bytes(n)),
+                                   check("counters", all[r].counter_bytes, layout.counter_bytes())}) {
       if (!why.empty()) return why;
     }
   }

@@ -135,18 +135,18 @@ TEST_CASE("generation_config.json text that is not a JSON object, repeats a key 
   check_generation_refused("{\"eos_token_id\": ", "the generation config is not valid JSON");
   check_generation_refused("[1, 2]", "the generation config must be a JSON object, found [1,2]");
   check_generation_refused(R"({"eos_token_id": 2, "eos_token_id": 3})",
-                "the generation config has the key 'eos_token_id' twice in one object");
+                           "the generation config has the key 'eos_token_id' twice in one object");
   check_generation_refused(R"({"bos_token_id": 1, "x": {"a": 1, "a": 2}})", "has the key 'a' twice in one object");
   check_generation_refused(std::string(R"({"x": )") + std::string(100, '[') + std::string(100, ']') + "}",
-                "nests deeper than 64 levels");
+                           "nests deeper than 64 levels");
   check_generation_refused(std::string("{\"bos_token_id\": 1}\0 ", 20), "NUL byte");
 }
 
 TEST_CASE("token ids of generation_config.json that are not ids are refused naming the key and the value") {
   check_generation_refused(R"({"eos_token_id": "two"})",
-                R"(key 'eos_token_id' must be a token id or a list of them, found "two")");
+                           R"(key 'eos_token_id' must be a token id or a list of them, found "two")");
   check_generation_refused(R"({"eos_token_id": [2, -1]})",
-                "key 'eos_token_id' must be a token id or a list of them, found [2,-1]");
+                           "key 'eos_token_id' must be a token id or a list of them, found [2,-1]");
   check_generation_refused(R"({"eos_token_id": 16777217})", "key 'eos_token_id' must be a token id");
   check_generation_refused(R"({"eos_token_id": 2.0})", "key 'eos_token_id' must be a token id");
   check_generation_refused(R"({"bos_token_id": [1]})", "key 'bos_token_id' must be one token id, found [1]");

@@ -162,13 +162,14 @@ struct DecoderOptions {
   /// (prefill_chunk) is the same for both; the rest of a prompt runs on the step's backend.
   DecoderBackend backend = DecoderBackend::graph;
   /// How the persistent backend's kernel runs (PersistentOptions): threads 64 to 256 (the q/k/v tile stores 8 rows
-  /// of up to 8 vectors, one a thread; the attention and gemv tiles take at most 8 warps), the wait timeout after which a step throws TimeoutError instead of hanging, profiling.
+  /// of up to 8 vectors, one a thread; the attention and gemv tiles take at most 8 warps), the wait timeout after
+  /// which a step throws TimeoutError instead of hanging, profiling.
   /// Two blocks per multiprocessor by default: on the H100 the TinyLlama and Llama-3.2-1B shapes' steps took 6-9 %
   /// less time than with one, the default decoder's 17 % (more weight loads in flight; docs/persistent.md).
   PersistentOptions persistent{.min_blocks_per_sm = 2};
   /// Weight rows per tile of the persistent backend's projections: 0 spreads each projection over the kernel's blocks,
-  /// one tile per block (a tile then prefetches all of its rows into L2 before its wait, as an early-launched
-  /// kernel's blocks do, and waits once per projection); a positive multiple of 8, that many rows per tile (a quantized
+  /// one tile per block (a tile then prefetches all of its rows into L2 before its wait when the call's weights are at
+  /// most 24 MiB, and waits once per projection); a positive multiple of 8, that many rows per tile (a quantized
   /// projection's rounded up to a multiple of 16, its kernels' tile of rows).
   int persistent_tile_rows = 0;
   /// Keep every layer's routes of a mixture of experts (DecoderConfig::moe): each layer's router writes its experts

@@ -68,10 +68,11 @@ template <Element T>
 
 /// x[b] += the sum over the ranks of `exchange` of their w a[b], for b < batch: w is the rank's [rows x cols] slice of
 /// a row-parallel projection, a its [batch][cols] input, x [batch][rows] and the same on every rank (the residual
-/// stream). One kernel (gemv_all_reduce, see the file comment), launched as gemv_config_uncapped; the sum is taken in fp32 in rank
-/// order and rounded once, so every rank gets the same bits, and with one rank gemv_add's. The ranks' comparison as
-/// peer_all_reduce's. \throws UsageError when the spans are too short for the shape, cols is not a multiple of 8, batch
-/// is outside 1..8, or rows x batch does not fit (fits_gemv_all_reduce); when executed, as CollectiveCheckOp.
+/// stream). One kernel (gemv_all_reduce, see the file comment), launched as gemv_config_uncapped; the sum is taken in
+/// fp32 in rank order and rounded once, so every rank gets the same bits, and with one rank gemv_add's. The ranks'
+/// comparison as peer_all_reduce's. \throws UsageError when the spans are too short for the shape, cols is not a
+/// multiple of 8, batch is outside 1..8, or rows x batch does not fit (fits_gemv_all_reduce); when executed, as
+/// CollectiveCheckOp.
 template <Element T>
 [[nodiscard]] auto gemv_all_reduce(const BasicKernels<T>& k, const PeerExchange& exchange, DeviceSpan<const T> w,
                                    DeviceSpan<const T> a, DeviceSpan<T> x, int rows, int cols, int batch) {

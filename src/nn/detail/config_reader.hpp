@@ -112,8 +112,7 @@ class ConfigReader {
       return static_cast<int>(value.get<std::uint64_t>());
     }
     if (value.is_number_unsigned() && value.get<std::uint64_t>() > 0) {
-      fail(key, "(" + describe_json(value) + ") is larger than lazygraph reads (at most " +
-                    std::to_string(most) + ")");
+      fail(key, "(" + describe_json(value) + ") is larger than lazygraph reads (at most " + std::to_string(most) + ")");
     }
     fail(key, "must be a positive integer, found " + describe_json(value));
   }

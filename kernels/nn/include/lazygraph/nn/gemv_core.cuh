@@ -120,11 +120,13 @@ __device__ __forceinline__ bool shapes_supported(int cols, int batch, const void
 /// Weight bytes of a whole kernel up to which an early-launched kernel prefetches the whole rows of its block's first
 /// pass into L2 (less what its first step loads into registers at once): small enough to sit in L2 beside the kernel
 /// before it (H100/H200 L2: 50 MB). Whole rows of larger kernels, 64 KB and more per block, crowded L2 and cost 14% of
-/// the bandwidth at 4096 x 11008.
+/// the bandwidth at 4096 x 11008. prefetch_tile_weights takes it for a persistent program's tiles (all of a tile's
+/// rows).
 constexpr long long kWholePrefetchBytes = 24LL << 20;
-/// kWholePrefetchBytes for the tensor-core path (a tile's rows; prefetch_tile_weights): at 24 MB, TinyLlama's down
-/// projection (22 MiB) cost its 8-row step 1 % (H200, 2026-12-01: 1047-1049 -> 1036-1037 us at 16 MiB; at 8 MiB
-/// 1038-1039, and Qwen3-30B-A3B's 8-row step 2671-2675 -> 2689-2691; docs/decode_performance.md).
+/// kWholePrefetchBytes for the tensor-core path's kernels (prefetch_tile_weights with a GridPlace: a block's tile of
+/// rows): at 24 MiB, TinyLlama's down projection (22 MiB) cost its 8-row step 1 % (H200, 2026-12-01: 1047-1049 ->
+/// 1036-1037 us at 16 MiB; at 8 MiB 1038-1039, and Qwen3-30B-A3B's 8-row step 2671-2675 -> 2688-2691;
+/// docs/decode_performance.md).
 constexpr long long kWholeTilePrefetchBytes = 16LL << 20;
 
 /// The start of every kernel here. Launched early (LaunchConfig::early_launch), the kernel arrives while the
