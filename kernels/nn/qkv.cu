@@ -224,19 +224,28 @@ __device__ __forceinline__ void qkv_paged_body(const T* Wq, const T* Wk, const T
 }  // namespace
 
 // The entry points, written out as in gemv.cu (qkv_rope_append, _b2, _b4, _b8, _mma, qkv_rope_append_bf16, ...);
-// __launch_bounds__ 2 blocks of 256 threads a multiprocessor (up to 128 registers, no spills), the one-vector kernel
-// too, as gemv.cu's one-vector kernels and for the same reason (BasicKernels::qkv_config caps its grid at 2 blocks a
-// multiprocessor). At 3 blocks it had spilled 104 bytes, yet its uncapped grid of a 2048-wide decoder (320 or 384
-// blocks) then fit one wave.
+// __launch_bounds__ 2 blocks of 256 threads a multiprocessor (up to 128 registers, no spills); the one-vector kernels
+// 5 blocks of 128 threads (95 registers, no spills; kOneVectorQkvBlocks), as many as BasicKernels::qkv_config gives a
+// multiprocessor, so that no block of the next kernel fits beside them (as gemv.cu's one-vector kernels), while 20
+// warps a multiprocessor take 2640 rows a pass. At 3 blocks of 256 it had spilled 104 bytes.
 /* lazygraph:variants
 axis T = lg::half_t | lg::bf16_t _bf16
 axis B = 1 | 2 _b2 | 4 _b4 | 8 _b8 | kTensorCores _mma
 
-qkv_rope_append[T][B] __launch_bounds__(256, 2) =
+qkv_rope_append[T][B: 1] __launch_bounds__(128, 5) =
     qkv_body<B>(const T* Wq, const T* Wk, const T* Wv, const T* bq, const T* bk, const T* bv, const T* x, const T* g,
                 T* q, T* k_cache, T* v_cache, const int* positions, const int* slots, int d, int q_rows, int n_kv_heads,
                 int head_dim, int max_ctx, int n_slots, const float* frequencies, float eps, int batch)
-qkv_rope_append_paged[T][B] __launch_bounds__(256, 2) =
+qkv_rope_append[T][B: 2, 4, 8, kTensorCores] __launch_bounds__(256, 2) =
+    qkv_body<B>(const T* Wq, const T* Wk, const T* Wv, const T* bq, const T* bk, const T* bv, const T* x, const T* g,
+                T* q, T* k_cache, T* v_cache, const int* positions, const int* slots, int d, int q_rows, int n_kv_heads,
+                int head_dim, int max_ctx, int n_slots, const float* frequencies, float eps, int batch)
+qkv_rope_append_paged[T][B: 1] __launch_bounds__(128, 5) =
+    qkv_paged_body<B>(const T* Wq, const T* Wk, const T* Wv, const T* bq, const T* bk, const T* bv, const T* x,
+                      const T* g, T* q, T* k_pool, T* v_pool, const int* positions, const int* tables, int d,
+                      int q_rows, int n_kv_heads, int head_dim, int block_size, int blocks, int table_width,
+                      const float* frequencies, float eps, int batch)
+qkv_rope_append_paged[T][B: 2, 4, 8, kTensorCores] __launch_bounds__(256, 2) =
     qkv_paged_body<B>(const T* Wq, const T* Wk, const T* Wv, const T* bq, const T* bk, const T* bv, const T* x,
                       const T* g, T* q, T* k_pool, T* v_pool, const int* positions, const int* tables, int d,
                       int q_rows, int n_kv_heads, int head_dim, int block_size, int blocks, int table_width,

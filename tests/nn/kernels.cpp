@@ -577,8 +577,11 @@ TEST_SUITE("gpu") {
       check(k.rms_norm_gemv.variant(1));
       check(k.rms_norm_gemv_swiglu.variant(1));
       check(k.rms_norm_gemv_geglu.variant(1));
-      check(k.qkv_rope_append.variant(1));
       check(k.rms_norm_store_gemv);
+      // qkv_rope_append's one-vector blocks are smaller, and more of them fit (kOneVectorQkvBlocks).
+      CAPTURE(k.qkv_rope_append.variant(1).name());
+      CHECK(k.qkv_rope_append.variant(1).max_active_blocks_per_sm(static_cast<int>(nn::kOneVectorQkvThreads)) ==
+            static_cast<int>(nn::kOneVectorQkvBlocks));
     };
     check_all(nn::BasicKernels<half>(lgtest::nn_kernels()));
     check_all(nn::BasicKernels<bfloat16>(lgtest::nn_kernels()));
@@ -1146,8 +1149,10 @@ TEST_CASE("the variant tables of kernels/nn/ write out every variant, declared a
       {"nn/gemv.cu", "rms_norm_gemv[T][B: 2, 4, 8, kTensorCores]", both, more},
       {"nn/gemv.cu", "rms_norm_gemv_swiglu[T][B]", both, tensor_cores},
       {"nn/gemv.cu", "rms_norm_gemv_geglu[T][B]", both, tensor_cores},
-      {"nn/qkv.cu", "qkv_rope_append[T][B]", both, tensor_cores},
-      {"nn/qkv.cu", "qkv_rope_append_paged[T][B]", both, tensor_cores},
+      {"nn/qkv.cu", "qkv_rope_append[T][B: 1]", both, one},
+      {"nn/qkv.cu", "qkv_rope_append[T][B: 2, 4, 8, kTensorCores]", both, more},
+      {"nn/qkv.cu", "qkv_rope_append_paged[T][B: 1]", both, one},
+      {"nn/qkv.cu", "qkv_rope_append_paged[T][B: 2, 4, 8, kTensorCores]", both, more},
       {"nn/mlp_stack.cu", "mlp_stack[T][B]", both, fp32_only},
       {"nn/moe.cu", "moe_gate_up[T][B]", both, tensor_cores},
       {"nn/moe.cu", "moe_down[T][B]", both, tensor_cores},

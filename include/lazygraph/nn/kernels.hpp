@@ -110,9 +110,15 @@ struct KernelOptions {
   bool tensor_cores = false;
 };
 
-/// Blocks of 256 threads a multiprocessor holds of the one-vector kernels of gemv.cu and qkv.cu (their
-/// __launch_bounds__), and the most a multiprocessor gets of their grids (BasicKernels::fp32_gemv_config).
+/// Blocks of 256 threads a multiprocessor holds of the one-vector kernels of gemv.cu (their __launch_bounds__), and
+/// the most a multiprocessor gets of their grids (BasicKernels::fp32_gemv_config).
 inline constexpr unsigned kOneVectorGemvBlocks = 2;
+/// Threads a block of the one-vector qkv_rope_append (and its paged twin) has (BasicKernels::qkv_config).
+inline constexpr unsigned kOneVectorQkvThreads = 128;
+/// Blocks of kOneVectorQkvThreads a multiprocessor holds of the one-vector qkv_rope_append (their __launch_bounds__:
+/// 95 registers) and gets of its grids: 20 warps a multiprocessor instead of 16, so that 2560 rows of Q/K/V (the
+/// TinyLlama shape's) take one pass of the capped grid, not two.
+inline constexpr unsigned kOneVectorQkvBlocks = 5;
 
 /// Ints of the plan moe_route writes for the expert kernels (kernels/nn/moe.cu's kPlanInts): the count of distinct
 /// experts a step chose, the experts (up to 8 rows x 16 slots), and for each and each of 8 rows the pair that chose it.
@@ -532,14 +538,15 @@ struct BasicKernels {
   /// us, Llama-3.2-1B's 864 -> 821, and Qwen3-30B-A3B's (12 layers) 787 -> 798 (docs/decode_performance.md). Earlier,
   /// the kernels bounded for 3 and capped at 1 or 2 a multiprocessor (room for the next kernel's blocks) were slower on
   /// nearly every shape of the sweep (H100: 4096 x 4096 115 % uncapped, 89 % at 2).
+  /// `threads`: a block's, a multiple of 32 (8 warps by default; the rows a block holds scale with it).
   [[nodiscard]] LaunchConfig fp32_gemv_config(int rows, int cols, unsigned max_warps_per_row = 8,
-                                              unsigned blocks_per_sm = 0) const {
+                                              unsigned blocks_per_sm = 0, unsigned threads = 256) const {
     unsigned warps_per_row = cols > 4096 ? 2 : 1;
     if (cols >= 4096 && rows <= 4096) warps_per_row = std::max(warps_per_row, 2U);
     if (cols >= 8192 && rows <= 2048) warps_per_row = 4;
     if (cols >= 16384 && rows <= 1024) warps_per_row = 8;
-    warps_per_row = std::min(warps_per_row, max_warps_per_row);
-    const unsigned rows_per_block = 8 / warps_per_row;
+    warps_per_row = std::min({warps_per_row, max_warps_per_row, threads / 32});
+    const unsigned rows_per_block = threads / 32 / warps_per_row;
     unsigned blocks = (static_cast<unsigned>(rows) + rows_per_block - 1) / rows_per_block;
     if (blocks_per_sm > 0 && multiprocessors > 0)
       blocks = std::min(blocks, blocks_per_sm * static_cast<unsigned>(multiprocessors));
@@ -615,10 +622,15 @@ struct BasicKernels {
   }
   /// Launch shape of qkv_rope_append for q_rows, kv_dim, width d and `batch` vectors: that of the tensor-core
   /// variant (tensor_core_gemv_config of its q_rows + 2 kv_dim rows) when it runs the batch, else
-  /// fp32_gemv_config's with at most 4 warps per row (a block holds both rows of each RoPE pair).
+  /// fp32_gemv_config's with at most half a block's warps per row (a block holds both rows of each RoPE pair); one
+  /// vector in blocks of kOneVectorQkvThreads, at most kOneVectorQkvBlocks a multiprocessor.
   [[nodiscard]] LaunchConfig qkv_config(int q_rows, int kv_dim, int d, int batch = 1) const {
     if (tensor_cores && batch >= 2) return tensor_core_gemv_config(q_rows + 2 * kv_dim, d);
-    return fp32_gemv_config(q_rows + 2 * kv_dim, d, 4, batch == 1 ? kOneVectorGemvBlocks : 0);
+    if (batch == 1) {
+      return fp32_gemv_config(q_rows + 2 * kv_dim, d, kOneVectorQkvThreads / 64, kOneVectorQkvBlocks,
+                              kOneVectorQkvThreads);
+    }
+    return fp32_gemv_config(q_rows + 2 * kv_dim, d, 4);
   }
   /// Launch shape of moe_gate_up and moe_down for experts of `rows` x `cols` weights and `batch` vectors:
   /// gemv_config_uncapped's for one expert in x, and in y `distinct` experts, the most a step's rows can choose
