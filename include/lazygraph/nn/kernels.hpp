@@ -528,17 +528,19 @@ struct BasicKernels {
   /// follows bench_gemv's shape sweep (H100, early-launched chains; the best K per shape):
   ///   4096 x 4096: K = 2 117 % of the copy ceiling vs K = 1 96 %;   2048 x 8192: K = 4 116 % vs K = 2 97 %;
   ///   1024 x 16384: K = 8 112 % vs K = 2 85 %;   11008 x 4096: K = 1 100 % vs K = 2 91 %.
-  /// `max_warps_per_row` caps K (qkv_config needs two rows per block). The grid is one block per 8 / K rows, at most
-  /// `blocks_per_sm` a multiprocessor when that is not 0 (the groups then take the rows past the grid in grid-stride
-  /// passes). The one-vector kernels of gemv.cu and qkv.cu are bounded for 2 blocks a multiprocessor and launched at
-  /// most 2 a multiprocessor (kOneVectorGemvBlocks), so that no block of the next projection of the step (93 registers
-  /// or more; a kernel of few registers still fits) gets resident beside them before they end: in bench_weight_stream's
-  /// chain of early-launched kernels, a kernel that left room for one lost 1.77 us a kernel instead of 0.80. Against 3
-  /// blocks, uncapped (H200, 2026-12-01, alternated twice in one run): the TinyLlama shape's one-row step 856 -> 828
-  /// us, Llama-3.2-1B's 864 -> 821, and Qwen3-30B-A3B's (12 layers) 787 -> 798 (docs/decode_performance.md). Earlier,
-  /// the kernels bounded for 3 and capped at 1 or 2 a multiprocessor (room for the next kernel's blocks) were slower on
-  /// nearly every shape of the sweep (H100: 4096 x 4096 115 % uncapped, 89 % at 2).
-  /// `threads`: a block's, a multiple of 32 (8 warps by default; the rows a block holds scale with it).
+  /// `max_warps_per_row` caps K (qkv_config needs two rows per block). The grid is one block per threads / 32 / K rows,
+  /// at most `blocks_per_sm` a multiprocessor when that is not 0 (the groups then take the rows past the grid in
+  /// grid-stride passes). The one-vector kernels of gemv.cu are bounded for 2 blocks a multiprocessor and launched at
+  /// most 2 a multiprocessor (kOneVectorGemvBlocks; qkv.cu's, 5 of 128 threads: kOneVectorQkvBlocks), so that no block
+  /// of the next projection of the step (93 registers or more; a kernel of few registers still fits) gets resident
+  /// beside them before they end: in bench_weight_stream's chain of early-launched kernels, a kernel that left room for
+  /// one lost 1.77 us a kernel instead of 0.80. Against 3 blocks, uncapped (H200, 2026-12-01, alternated twice in one
+  /// run): the TinyLlama shape's one-row step 856 -> 828 us, Llama-3.2-1B's 864 -> 821, and Qwen3-30B-A3B's (12 layers)
+  /// 787
+  /// -> 798 (docs/decode_performance.md). Earlier, the kernels bounded for 3 and capped at 1 or 2 a multiprocessor
+  /// (room for the next kernel's blocks) were slower on nearly every shape of the sweep (H100: 4096 x 4096 115 %
+  /// uncapped, 89 % at 2). `threads`: a block's, a multiple of 32 (8 warps by default; the rows a block holds scale
+  /// with it).
   [[nodiscard]] LaunchConfig fp32_gemv_config(int rows, int cols, unsigned max_warps_per_row = 8,
                                               unsigned blocks_per_sm = 0, unsigned threads = 256) const {
     unsigned warps_per_row = cols > 4096 ? 2 : 1;
