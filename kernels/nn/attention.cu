@@ -57,7 +57,8 @@ namespace {
 constexpr int kMaxHeadDim = 256;
 constexpr int kAttentionWarps = 32;  // attention's most warps per block
 constexpr int kSplitWarps = 8;       // attention_split's: its blocks are small, and shared memory stays small with them
-constexpr int kPositionsInFlight = 4;  // independent cache loads per thread per step
+constexpr int kPositionsInFlight = 4;  // independent cache loads per thread per step (attend_range's scores: 4)
+static_assert(kPositionsInFlight == 4, "attend_range's scores halve four positions twice");
 
 template <class T>
 __device__ __forceinline__ void kv_append_body(const T* k, const T* v, T* k_cache, T* v_cache, const int* positions,
@@ -174,6 +175,7 @@ __device__ __forceinline__ void attend_range(const HeadView<T>& h, int head_dim,
 
   // 1. Scores. Loads past the range re-read its last position (no branch around a load) and are not stored.
   const auto score = [&](int j0, const lg::Pack8<T>(&kv)[kPositionsInFlight]) {
+    float dots[kPositionsInFlight];  // this lane's part of each position's dot product
 #pragma unroll
     for (int u = 0; u < kPositionsInFlight; ++u) {
       float kf[8];
@@ -181,10 +183,33 @@ __device__ __forceinline__ void attend_range(const HeadView<T>& h, int head_dim,
       float dot = 0.0f;
 #pragma unroll
       for (int i = 0; i < 8; ++i) dot = fmaf(qf[i], kf[i], dot);
-      dot = has_chunk ? dot : 0.0f;
-      for (int offset = group / 2; offset > 0; offset >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
-      const int j = j0 + u * per_load + my_slot;
-      if (sub == 0 && j < end) scores[j - begin] = dot;
+      dots[u] = has_chunk ? dot : 0.0f;
+    }
+    if (group >= 4) {
+      // Summed over the lane group by halving: the first two levels leave each lane half of the positions it held
+      // (it sends its partner the half it gives up), so that the four positions take log2(group) + 2 shuffles, not
+      // 4 log2(group). Each level adds a lane's value to its partner's, as the plain butterfly does, so every sum is
+      // the same bits; the lanes of (hi1, hi2) end with position 2 hi1 + hi2's.
+      const bool hi1 = (sub & (group / 2)) != 0;
+      float pair[2];
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const float send = hi1 ? dots[k] : dots[k + 2];
+        pair[k] = (hi1 ? dots[k + 2] : dots[k]) + __shfl_xor_sync(0xffffffffu, send, group / 2);
+      }
+      const bool hi2 = (sub & (group / 4)) != 0;
+      float dot = (hi2 ? pair[1] : pair[0]) + __shfl_xor_sync(0xffffffffu, hi2 ? pair[0] : pair[1], group / 4);
+      for (int offset = group / 8; offset > 0; offset >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
+      const int j = j0 + (2 * static_cast<int>(hi1) + static_cast<int>(hi2)) * per_load + my_slot;
+      if ((sub & (group / 4 - 1)) == 0 && j < end) scores[j - begin] = dot;
+    } else {
+#pragma unroll
+      for (int u = 0; u < kPositionsInFlight; ++u) {
+        float dot = dots[u];
+        for (int offset = group / 2; offset > 0; offset >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
+        const int j = j0 + u * per_load + my_slot;
+        if (sub == 0 && j < end) scores[j - begin] = dot;
+      }
     }
   };
   if (begin < end) {
