@@ -31,7 +31,8 @@
 // Requirements (a trap otherwise): as gemv.cu's, plus head_dim even and dividing q_rows, a position in [0, max_ctx) and
 // a slot in [0, n_slots) for every row (paged: a position in [0, block_size * table_width) and its block in
 // [0, blocks)), and (fp32 variants) an even number of rows per block (blockDim.z), so that both
-// rows of a RoPE pair are in one block: launch as gemv with at most 4 warps per row (nn::Kernels::qkv_config);
+// rows of a RoPE pair are in one block: launch as nn::Kernels::qkv_config does (batches of 2 to 8, gemv's blocks of
+// 256 threads with at most 4 warps a row; one vector, blocks of 128 threads, its launch bound, with at most 2);
 // (tensor-core variants) at least 8 threads a vector of the batch (a thread rotates and stores each row of a tile's
 // 8 for each vector).
 #include "lazygraph/nn/gemv_core.cuh"

@@ -564,7 +564,9 @@ TEST_SUITE("gpu") {
     check_rms_norm_store_gemv<bfloat16>(100, 2048, 3);
   }
 
-  TEST_CASE("a multiprocessor holds kOneVectorGemvBlocks blocks of the one-vector projections, so no third fits") {
+  TEST_CASE(
+      "a multiprocessor holds kOneVectorGemvBlocks blocks of the one-vector projections (kOneVectorQkvBlocks of "
+      "Q/K/V's), as many as their grids get") {
     // fp32_gemv_config caps their grids at that many blocks a multiprocessor on the premise that no block of the
     // next projection fits beside them; a compiler that gave one of them 80 registers or fewer would break it.
     const auto check = [](const auto& kernel) {
@@ -579,9 +581,13 @@ TEST_SUITE("gpu") {
       check(k.rms_norm_gemv_geglu.variant(1));
       check(k.rms_norm_store_gemv);
       // qkv_rope_append's one-vector blocks are smaller, and more of them fit (kOneVectorQkvBlocks).
-      CAPTURE(k.qkv_rope_append.variant(1).name());
-      CHECK(k.qkv_rope_append.variant(1).max_active_blocks_per_sm(static_cast<int>(nn::kOneVectorQkvThreads)) ==
-            static_cast<int>(nn::kOneVectorQkvBlocks));
+      const auto check_qkv = [](const auto& kernel) {
+        CAPTURE(kernel.name());
+        CHECK(kernel.max_active_blocks_per_sm(static_cast<int>(nn::kOneVectorQkvThreads)) ==
+              static_cast<int>(nn::kOneVectorQkvBlocks));
+      };
+      check_qkv(k.qkv_rope_append.variant(1));
+      check_qkv(k.qkv_rope_append_paged.variant(1));
     };
     check_all(nn::BasicKernels<half>(lgtest::nn_kernels()));
     check_all(nn::BasicKernels<bfloat16>(lgtest::nn_kernels()));
@@ -1664,20 +1670,24 @@ TEST_SUITE("gpu") {
     // A whole model's Wq (q_rows = d), and a tensor-parallel shard's (half the heads' rows, q_rows = d / 2); the fp32
     // variant and the tensor-core one (3 vectors); without and with q, k and v biases (Qwen2's).
     // `one`: one vector (qkv_rope_append itself) on 2 blocks, so that they take the rows in several passes (its
-    // config caps the grid at kOneVectorGemvBlocks a multiprocessor), each pass holding both rows of its RoPE pairs.
-    for (const auto& [q_heads, tensor_cores, biased, one] :
-         {std::tuple{4, false, false, false}, std::tuple{2, false, false, false}, std::tuple{4, true, false, false},
-          std::tuple{4, false, true, false}, std::tuple{2, true, true, false}, std::tuple{4, false, true, true}}) {
+    // config caps the grid at kOneVectorQkvBlocks a multiprocessor), each pass holding both rows of its RoPE pairs;
+    // at d 8192 its config gives 2 warps a row and 2 rows a block of 128 threads (at 256, 1 warp and 4 rows).
+    for (const auto& [q_heads, tensor_cores, biased, one, d] :
+         {std::tuple{4, false, false, false, 256}, std::tuple{2, false, false, false, 256},
+          std::tuple{4, true, false, false, 256}, std::tuple{4, false, true, false, 256},
+          std::tuple{2, true, true, false, 256}, std::tuple{4, false, true, true, 256},
+          std::tuple{4, false, false, true, 8192}}) {
       CAPTURE(q_heads);
       CAPTURE(tensor_cores);
       CAPTURE(biased);
       CAPTURE(one);
+      CAPTURE(d);
       Stream& s = lgtest::stream();
       const nn::Kernels k(lgtest::nn_kernels(), nn::KernelOptions{.tensor_cores = tensor_cores});
-      const int d = 256;
-      const int heads = 4;
+      const int hd = 64;
+      const int heads = d / hd;  // q_heads of them are this launch's (all of them at d 256: a whole model's Wq)
+      REQUIRE(q_heads <= heads);
       const int kv_heads = 2;
-      const int hd = d / heads;
       const int kv = kv_heads * hd;
       const int ctx = 16;
       const int slots = 4;
@@ -1721,7 +1731,11 @@ TEST_SUITE("gpu") {
       const auto dbk = on_device(bk);
       const auto dbv = on_device(bv);
       LaunchConfig config = k.qkv_config(q_rows, kv, d, batch);
-      if (one) config.grid.x = 2;
+      if (one) {
+        CHECK(config.block.x * config.block.y * config.block.z == nn::kOneVectorQkvThreads);
+        CHECK(config.block.y == (d > 4096 ? 2U : 1U));
+        config.grid.x = 2;
+      }
       k.qkv_rope_append.launch(s, config, dq.cview(), dk.cview(), dv.cview(), dbq.cview(), dbk.cview(), dbv.cview(),
                                dx.cview(), dg.cview(), q.view(), kc.view(), vc.view(), dpos.cview(), dslot.cview(), d,
                                q_rows, kv_heads, hd, ctx, slots, dfreq.cview(), eps, batch);

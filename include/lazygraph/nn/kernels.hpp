@@ -115,6 +115,7 @@ struct KernelOptions {
 inline constexpr unsigned kOneVectorGemvBlocks = 2;
 /// Threads a block of the one-vector qkv_rope_append (and its paged twin) has (BasicKernels::qkv_config).
 inline constexpr unsigned kOneVectorQkvThreads = 128;
+static_assert(kOneVectorQkvThreads % 64 == 0, "a block of Q/K/V holds an even number of rows at 2 warps a row");
 /// Blocks of kOneVectorQkvThreads a multiprocessor holds of the one-vector qkv_rope_append (their __launch_bounds__:
 /// 95 registers) and gets of its grids: 20 warps a multiprocessor instead of 16, so that 2560 rows of Q/K/V (the
 /// TinyLlama shape's) take one pass of the capped grid, not two.
@@ -211,19 +212,20 @@ inline constexpr int kAttentionStepRows = 8;
 /// `heads` heads of `head_dim`, on a GPU of `multiprocessors`. With only `heads` blocks a row, many threads put much of
 /// the cache in flight (H100, decoder layer chains at position 255: d 2048 773.7 us per 16 layers with 1024 threads
 /// vs 851.2 with 256, default decoder 138.7 vs 155.4; at position 1023 886.8 vs 1235.4; at position 63 equal); 1024
-/// for heads wider than 64. Heads of 64 or fewer take 512: such a block fits on a multiprocessor beside the
-/// projection's blocks, so it becomes resident and loads the settled cache while they run (H200, one-row steps, 1024
-/// -> 512 threads, alternated twice in one run: TinyLlama shape fp16 869.0 -> 862.1 us, int8 661.2 -> 637.0, int4 g128
-/// 566.0 -> 542.6; Llama-3.2-1B shape 903.4 -> 892.1, 548.5 -> 530.8, 502.3 -> 485.7). Heads of 128 were slower at
-/// 512 (a dense decoder of d 2048, 16 heads over 8: 716.3 -> 720.1 us; Qwen3-30B-A3B's 12 layers 803.5 -> 807.6).
-/// Batches of 2 rows or more on tensor cores (KernelOptions::tensor_cores) take 1024, or 256 where a full step's
-/// blocks (heads x kAttentionStepRows) outnumber the multiprocessors, which hold one block of 1024 threads each, so
-/// that 8 rows attend in one wave instead of two (H200, 8 rows at position 128: the TinyLlama shape's step 1183.3 ->
-/// 1034.4 us, Qwen3-30B-A3B's 12 layers 2684.7-2686.8 -> 2632.9-2635.0). The block size orders the softmax's and the
-/// values' sums, so it depends on no batch's own row count: a row gets the same bits in every batch of 2 or more, and
-/// the paged cache's unsplit kernel the contiguous cache's; batches of 2 to 4 rows on tensor cores, whose blocks alone
-/// would fit one wave of 1024, take 256 too (not measured). The fp32 batch takes what one row takes, so that its rows
-/// keep the bits they get alone.
+/// for heads wider than 64. Heads of 64 or fewer take 512, chosen when such a block fit on a multiprocessor beside
+/// the projection's blocks and so loaded the settled cache while they ran (since the one-vector Q/K/V's blocks fill
+/// a multiprocessor's registers, kOneVectorQkvBlocks, a one-row step's no longer does; not re-measured against 1024
+/// since). H200, one-row steps, 1024 -> 512 threads, alternated twice in one run: TinyLlama shape fp16 869.0 -> 862.1
+/// us, int8 661.2 -> 637.0, int4 g128 566.0 -> 542.6; Llama-3.2-1B shape 903.4 -> 892.1, 548.5 -> 530.8, 502.3 ->
+/// 485.7). Heads of 128 were slower at 512 (a dense decoder of d 2048, 16 heads over 8: 716.3 -> 720.1 us;
+/// Qwen3-30B-A3B's 12 layers 803.5 -> 807.6). Batches of 2 rows or more on tensor cores (KernelOptions::tensor_cores)
+/// take 1024, or 256 where a full step's blocks (heads x kAttentionStepRows) outnumber the multiprocessors, which hold
+/// one block of 1024 threads each, so that 8 rows attend in one wave instead of two (H200, 8 rows at position 128: the
+/// TinyLlama shape's step 1183.3 -> 1034.4 us, Qwen3-30B-A3B's 12 layers 2684.7-2686.8 -> 2632.9-2635.0). The block
+/// size orders the softmax's and the values' sums, so it depends on no batch's own row count: a row gets the same bits
+/// in every batch of 2 or more, and the paged cache's unsplit kernel the contiguous cache's; batches of 2 to 4 rows on
+/// tensor cores, whose blocks alone would fit one wave of 1024, take 256 too (not measured). The fp32 batch takes what
+/// one row takes, so that its rows keep the bits they get alone.
 [[nodiscard]] constexpr unsigned attention_block_threads(int heads, int rows, int head_dim, bool tensor_cores,
                                                          int multiprocessors) noexcept {
   if (tensor_cores && rows >= 2) return heads * kAttentionStepRows > multiprocessors ? 256U : 1024U;
@@ -522,10 +524,11 @@ struct BasicKernels {
     return step_config({{tiles, 1, 1}, {32, tensor_core_gemv_warps(tiles, cols, matrices, multiprocessors), 1}, 0});
   }
   /// Launch shape of the fp32 variants of the gemv family for a rows x cols weight: one row per group of K warps,
-  /// 8 / K rows per block of 256 threads. K = 1 for rows of up to 4096 columns, 2 for longer rows; more warps per
-  /// row when the rows are long and few, so that the grid still fills the GPU: K >= 2 for 4096+ columns and at most
-  /// 4096 rows, 4 for 8192+ columns and at most 2048 rows, 8 for 16384+ columns and at most 1024 rows. The rule
-  /// follows bench_gemv's shape sweep (H100, early-launched chains; the best K per shape):
+  /// threads / 32 / K rows per block of `threads` (256 unless given; K at most threads / 32). K = 1 for rows of up to
+  /// 4096 columns, 2 for longer rows; more warps per row when the rows are long and few, so that the grid still fills
+  /// the GPU: K >= 2 for 4096+ columns and at most 4096 rows, 4 for 8192+ columns and at most 2048 rows, 8 for 16384+
+  /// columns and at most 1024 rows. The rule follows bench_gemv's shape sweep (H100, early-launched chains; the best K
+  /// per shape):
   ///   4096 x 4096: K = 2 117 % of the copy ceiling vs K = 1 96 %;   2048 x 8192: K = 4 116 % vs K = 2 97 %;
   ///   1024 x 16384: K = 8 112 % vs K = 2 85 %;   11008 x 4096: K = 1 100 % vs K = 2 91 %.
   /// `max_warps_per_row` caps K (qkv_config needs two rows per block). The grid is one block per threads / 32 / K rows,
@@ -535,12 +538,11 @@ struct BasicKernels {
   /// of the next projection of the step (93 registers or more; a kernel of few registers still fits) gets resident
   /// beside them before they end: in bench_weight_stream's chain of early-launched kernels, a kernel that left room for
   /// one lost 1.77 us a kernel instead of 0.80. Against 3 blocks, uncapped (H200, 2026-12-01, alternated twice in one
-  /// run): the TinyLlama shape's one-row step 856 -> 828 us, Llama-3.2-1B's 864 -> 821, and Qwen3-30B-A3B's (12 layers)
-  /// 787
-  /// -> 798 (docs/decode_performance.md). Earlier, the kernels bounded for 3 and capped at 1 or 2 a multiprocessor
-  /// (room for the next kernel's blocks) were slower on nearly every shape of the sweep (H100: 4096 x 4096 115 %
-  /// uncapped, 89 % at 2). `threads`: a block's, a multiple of 32 (8 warps by default; the rows a block holds scale
-  /// with it).
+  /// run): the TinyLlama shape's one-row step went from 856 to 828 us, Llama-3.2-1B's from 864 to 821, and
+  /// Qwen3-30B-A3B's (12 layers) from 787 to 798 (docs/decode_performance.md). Earlier, the kernels bounded for 3 and
+  /// capped at 1 or 2 a multiprocessor (room for the next kernel's blocks) were slower on nearly every shape of the
+  /// sweep (H100: 4096 x 4096 115 % uncapped, 89 % at 2). `threads`: a block's, a multiple of 32 (8 warps by default;
+  /// the rows a block holds scale with it).
   [[nodiscard]] LaunchConfig fp32_gemv_config(int rows, int cols, unsigned max_warps_per_row = 8,
                                               unsigned blocks_per_sm = 0, unsigned threads = 256) const {
     unsigned warps_per_row = cols > 4096 ? 2 : 1;

@@ -133,14 +133,14 @@ constexpr long long kWholeTilePrefetchBytes = 16LL << 20;
 /// kernel before it is finishing: it asks for the rest of its block's first-pass rows to be brought into L2 when the
 /// kernel's weights fit kWholePrefetchBytes (weights are never written by earlier work), and lets the next kernel
 /// launch early in turn. The rows of later passes (a one-vector grid is capped at kOneVectorGemvBlocks a
-/// multiprocessor, so a block may take several) are not asked for: asked of L2 at the start, they queue ahead of the
-/// loads of the first pass and of the kernel before (H200, 2026-12-01: TinyLlama shape's one-row step 829 -> 792 us,
-/// docs/decode_performance.md). gemv_rows then loads the first step's weights into registers and only then waits for
-/// the earlier work (wait_for_prior_grids), whose results (x, the output) it may touch from there on. The lines of
-/// that first step are not asked of L2 here as well: a request for them just before the loads only doubles what the
-/// memory serves (rows of up to 2048 columns are one step, so for most kernels of a decode step, and the LM head, that
-/// was every byte; H200, 2026-11-30: Llama-3.2-1B shape's step 891 -> 835 us without them,
-/// docs/decode_performance.md). The quantized kernels found the same (start_quantized, qgemv_core.cuh).
+/// multiprocessor, Q/K/V's at kOneVectorQkvBlocks, so a block may take several) are not asked for: asked of L2 at the
+/// start, they queue ahead of the loads of the first pass and of the kernel before (H200, 2026-12-01: TinyLlama shape's
+/// one-row step 829 -> 792 us, docs/decode_performance.md). gemv_rows then loads the first step's weights into
+/// registers and only then waits for the earlier work (wait_for_prior_grids), whose results (x, the output) it may
+/// touch from there on. The lines of that first step are not asked of L2 here as well: a request for them just before
+/// the loads only doubles what the memory serves (rows of up to 2048 columns are one step, so for most kernels of a
+/// decode step, and the LM head, that was every byte; H200, 2026-11-30: Llama-3.2-1B shape's step 891 -> 835 us without
+/// them, docs/decode_performance.md). The quantized kernels found the same (start_quantized, qgemv_core.cuh).
 /// `skip_loaded` false: the first step's lines too, for a caller that does not load them right after (they stay in L2
 /// until it does).
 template <class W>
