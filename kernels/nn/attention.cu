@@ -187,7 +187,7 @@ __device__ __forceinline__ void attend_range(const HeadView<T>& h, int head_dim,
     }
     if (group >= 4) {
       // Summed over the lane group by halving: the first two levels leave each lane half of the positions it held
-      // (it sends its partner the half it gives up), so that the four positions take log2(group) + 2 shuffles, not
+      // (it sends its partner the half it gives up), so that the four positions take log2(group) + 1 shuffles, not
       // 4 log2(group). Each level adds a lane's value to its partner's, as the plain butterfly does, so every sum is
       // the same bits; the lanes of (hi1, hi2) end with position 2 hi1 + hi2's.
       const bool hi1 = (sub & (group / 2)) != 0;

@@ -234,10 +234,11 @@ __device__ __forceinline__ int settled_positions(const int* positions, const int
 }
 
 /// The block's share of one head's attention, positions [begin, end) (possibly none), through the table: attend_range
-/// of attention.cu with each position's address looked up in `blocks` (the row's block ids from entry
-/// begin / block_size on, staged here into shared memory, each checked to lie in [0, n_blocks)). Leaves in `o`
-/// sum_j e^(s_j - m) v_j and returns m (-inf for no position) and l = sum_j e^(s_j - m), every thread the same.
-/// Positions below `settled` are loaded (first keys) or prefetched into L2 (the rest) before the wait.
+/// of attention.cu (the same sums; its scores' lane sums by butterfly where attend_range halves) with each position's
+/// address looked up in `blocks` (the row's block ids from entry begin / block_size on, staged here into shared memory,
+/// each checked to lie in [0, n_blocks)). Leaves in `o` sum_j e^(s_j - m) v_j and returns m (-inf for no position) and
+/// l = sum_j e^(s_j - m), every thread the same. Positions below `settled` are loaded (first keys) or prefetched into
+/// L2 (the rest) before the wait.
 template <int kMaxWarps, class T>
 __device__ __forceinline__ void attend_paged(const PagedHead<T>& h, int head_dim, int n_blocks, float scale, int begin,
                                              int end, int settled, float* scores, int* blocks, float* o, float& m,

@@ -1667,7 +1667,8 @@ TEST_SUITE("gpu") {
           host_table[static_cast<std::size_t>(17) * d + 7].bits);
   }
   TEST_CASE("qkv_rope_append equals the norm, three projections, RoPE and the cache append in float64") {
-    // A whole model's Wq (q_rows = d), and a tensor-parallel shard's (half the heads' rows, q_rows = d / 2); the fp32
+    // At d 256 a whole model's Wq (q_rows = d) and a tensor-parallel shard's (half the heads' rows, q_rows = d / 2), at
+    // d 8192 four of its 128 heads' (q_rows = d / 32); the fp32
     // variant and the tensor-core one (3 vectors); without and with q, k and v biases (Qwen2's).
     // `one`: one vector (qkv_rope_append itself) on 2 blocks, so that they take the rows in several passes (its
     // config caps the grid at kOneVectorQkvBlocks a multiprocessor), each pass holding both rows of its RoPE pairs;
@@ -1685,7 +1686,7 @@ TEST_SUITE("gpu") {
       Stream& s = lgtest::stream();
       const nn::Kernels k(lgtest::nn_kernels(), nn::KernelOptions{.tensor_cores = tensor_cores});
       const int hd = 64;
-      const int heads = d / hd;  // q_heads of them are this launch's (all of them at d 256: a whole model's Wq)
+      const int heads = d / hd;  // q_heads of them are this launch's
       REQUIRE(q_heads <= heads);
       const int kv_heads = 2;
       const int kv = kv_heads * hd;

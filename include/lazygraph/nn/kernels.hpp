@@ -217,7 +217,7 @@ inline constexpr int kAttentionStepRows = 8;
 /// a multiprocessor's registers, kOneVectorQkvBlocks, a one-row step's no longer does; not re-measured against 1024
 /// since). H200, one-row steps, 1024 -> 512 threads, alternated twice in one run: TinyLlama shape fp16 869.0 -> 862.1
 /// us, int8 661.2 -> 637.0, int4 g128 566.0 -> 542.6; Llama-3.2-1B shape 903.4 -> 892.1, 548.5 -> 530.8, 502.3 ->
-/// 485.7). Heads of 128 were slower at 512 (a dense decoder of d 2048, 16 heads over 8: 716.3 -> 720.1 us;
+/// 485.7. Heads of 128 were slower at 512 (a dense decoder of d 2048, 16 heads over 8: 716.3 -> 720.1 us;
 /// Qwen3-30B-A3B's 12 layers 803.5 -> 807.6). Batches of 2 rows or more on tensor cores (KernelOptions::tensor_cores)
 /// take 1024, or 256 where a full step's blocks (heads x kAttentionStepRows) outnumber the multiprocessors, which hold
 /// one block of 1024 threads each, so that 8 rows attend in one wave instead of two (H200, 8 rows at position 128: the
