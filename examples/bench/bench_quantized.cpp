@@ -123,7 +123,7 @@ struct Bench {
             std::vector<lg::LaunchOp<const half*, const half*, const half*, half*, int, int, float, int>> ops;
             for (int i = 0; i < launches; ++i) {
               const auto& w = weights[static_cast<std::size_t>(i % copies)].dense[0].cview();
-              ops.push_back(k.rms_norm_gemv(cfg, w, xs, g, o, r, c, 1e-5F, batch));
+              ops.push_back(k.rms_norm_gemv(k.rms_norm_gemv_config(r, c, batch), w, xs, g, o, r, c, 1e-5F, batch));
             }
             return lg::CudaGraph<>::capture(s, lg::chain(std::move(ops)));
           }

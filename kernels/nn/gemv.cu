@@ -51,7 +51,8 @@
 // keep a thread's loads in flight; the bound lets it use up to 128 (80). A group of K
 // warps computes one row at a time (warp k takes the row's 16-byte chunks k*32+lane, stepping by 32*K), R groups per
 // block. Rows go to groups grid-stride, so any grid works; grid.x = ceil(rows / R) gives each group one row (the
-// library caps the one-vector kernels' grids at 2 blocks a multiprocessor: fp32_gemv_config). No dynamic
+// library caps the one-vector kernels' grids at 2 blocks a multiprocessor: fp32_gemv_config). The one-vector
+// rms_norm_gemv is the exception: blocks of at most 128 threads (K * R <= 4), 6 a multiprocessor. No dynamic
 // shared memory (rms_norm_store_gemv: cols * sizeof(T) bytes, and K * R = 8). Suggested (measured by bench_gemv on an
 // H200): K = 1, R = 8 for rows of up to 4096 columns, K = 2, R = 4 for longer rows; grid ceil(rows / R).
 // nn::BasicKernels::gemv_config (include/lazygraph/nn/kernels.hpp) picks K and R per shape from a later, finer sweep.
@@ -243,9 +244,10 @@ __device__ __forceinline__ void rms_norm_store_gemv_body(const T* W, const T* x,
 // gemv_bf16, gemv_bf16_b2, ...); NVRTC and the host's signature reader see those. A new element format is one more
 // value of T. __launch_bounds__: the one-vector variants 2 blocks of 256 threads a multiprocessor (93-122 registers),
 // launched at most 2 a multiprocessor (nn::kOneVectorGemvBlocks; BasicKernels::fp32_gemv_config says why: no block of
-// the next projection fits beside them); the batch-2 variants 3 (up to 80 registers; rms_norm_gemv_b2 2,
-// 128: it spills 92 bytes at 3); the batch-4 and batch-8 variants hold 4 and 8 accumulators per row and matrix, so
-// they get 2 blocks (up to 128 registers) to keep them out of local memory.
+// the next projection fits beside them), but rms_norm_gemv's 6 of 128 threads (80 registers; what that measured:
+// nn::kOneVectorNormGemvBlocks); the batch-2 variants 3 (up to 80 registers; rms_norm_gemv_b2 2, 128: it spills 92
+// bytes at 3); the batch-4 and batch-8 variants hold 4 and 8 accumulators per row and matrix, so they get 2 blocks
+// (up to 128 registers) to keep them out of local memory.
 /* lazygraph:variants
 axis T = lg::half_t | lg::bf16_t _bf16
 axis B = 1 (256, 2) | 2 _b2 (256, 3) | 4 _b4 (256, 2) | 8 _b8 (256, 2) | kTensorCores _mma (256, 2)
@@ -256,7 +258,7 @@ gemv_dual[T: lg::half_t][B] =
     gemv_dual_body<B>(const T* W1, const T* W3, const T* x, T* out1, T* out3, int rows, int cols, int batch)
 gemv_swiglu[T: lg::half_t][B] =
     gemv_swiglu_body<B>(const T* W1, const T* W3, const T* x, T* out, int rows, int cols, int batch)
-rms_norm_gemv[T][B: 1] =
+rms_norm_gemv[T][B: 1] __launch_bounds__(128, 6) =
     rms_norm_gemv_body<B>(const T* W, const T* x, const T* g, T* out, int rows, int cols, float eps, int batch)
 rms_norm_gemv[T][B: 2, 4, 8, kTensorCores] __launch_bounds__(256, 2) =
     rms_norm_gemv_body<B>(const T* W, const T* x, const T* g, T* out, int rows, int cols, float eps, int batch)

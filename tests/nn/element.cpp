@@ -130,7 +130,8 @@ TEST_SUITE("gpu") {
         auto gated = lgtest::to_device(s, std::vector<bfloat16>(n_out, bfloat16{0x7fc0}));
         k.gemv.launch(s, cfg, dw1.cview(), dx.cview(), plain.view(), rows, cols, batch);
         k.gemv_add.launch(s, cfg, dw1.cview(), dx.cview(), added.view(), rows, cols, batch);
-        k.rms_norm_gemv.launch(s, cfg, dw1.cview(), dx.cview(), dg.cview(), normed.view(), rows, cols, eps, batch);
+        k.rms_norm_gemv.launch(s, k.rms_norm_gemv_config(rows, cols, batch), dw1.cview(), dx.cview(), dg.cview(),
+                               normed.view(), rows, cols, eps, batch);
         k.rms_norm_gemv_swiglu.launch(s, cfg, dw1.cview(), dw3.cview(), dx.cview(), dg.cview(), gated.view(), rows,
                                       cols, eps, batch);
         const std::vector<bfloat16> got_plain = lgtest::to_host(s, plain.cview());

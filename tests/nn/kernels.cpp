@@ -535,7 +535,8 @@ TEST_SUITE("gpu") {
       const auto dx = on_device(x);
       const auto dg = on_device(g);
       auto out = poisoned(rows);
-      rms_norm_gemv.launch(s, gemv_config(rows, 4, 2), dw.cview(), dx.cview(), dg.cview(), out.view(), rows, cols, eps,
+      // 128 threads, as the one-vector kernel's bound allows (nn::kOneVectorNormGemvThreads): 4 warps a row.
+      rms_norm_gemv.launch(s, gemv_config(rows, 4, 1), dw.cview(), dx.cview(), dg.cview(), out.view(), rows, cols, eps,
                            1);
       double ss = 0;
       for (const half v : x) ss += double(v.to_float()) * v.to_float();
@@ -566,7 +567,7 @@ TEST_SUITE("gpu") {
 
   TEST_CASE(
       "a multiprocessor holds kOneVectorGemvBlocks blocks of the one-vector projections (kOneVectorQkvBlocks of "
-      "Q/K/V's), as many as their grids get") {
+      "Q/K/V's, kOneVectorNormGemvBlocks of rms_norm_gemv's), as many as their grids get") {
     // fp32_gemv_config caps their grids at that many blocks a multiprocessor on the premise that no block of the
     // next projection fits beside them; a compiler that gave one of them 80 registers or fewer would break it.
     const auto check = [](const auto& kernel) {
@@ -576,7 +577,6 @@ TEST_SUITE("gpu") {
     const auto check_all = [&](const auto& k) {
       check(k.gemv.variant(1));
       check(k.gemv_add.variant(1));
-      check(k.rms_norm_gemv.variant(1));
       check(k.rms_norm_gemv_swiglu.variant(1));
       check(k.rms_norm_gemv_geglu.variant(1));
       check(k.rms_norm_store_gemv);
@@ -588,6 +588,10 @@ TEST_SUITE("gpu") {
       };
       check_qkv(k.qkv_rope_append.variant(1));
       check_qkv(k.qkv_rope_append_paged.variant(1));
+      // rms_norm_gemv's too (kOneVectorNormGemvBlocks of kOneVectorNormGemvThreads).
+      CAPTURE(k.rms_norm_gemv.variant(1).name());
+      CHECK(k.rms_norm_gemv.variant(1).max_active_blocks_per_sm(static_cast<int>(nn::kOneVectorNormGemvThreads)) ==
+            static_cast<int>(nn::kOneVectorNormGemvBlocks));
     };
     check_all(nn::BasicKernels<half>(lgtest::nn_kernels()));
     check_all(nn::BasicKernels<bfloat16>(lgtest::nn_kernels()));
@@ -1375,6 +1379,9 @@ TEST_SUITE("gpu") {
       const auto w3 = on_device(random_halves(static_cast<std::size_t>(rows) * cols));
       const auto g = on_device(random_halves(static_cast<std::size_t>(cols)));
       const LaunchConfig cfg = gemv_config(rows, warps, per_block);
+      // The one-vector rms_norm_gemv takes blocks of at most 128 threads (nn::kOneVectorNormGemvThreads); a vector's
+      // bits depend on the warps a row only.
+      const LaunchConfig norm_one = gemv_config(rows, warps, nn::kOneVectorNormGemvThreads / 32 / warps);
       for (const int batch : {2, 3, 5, 8}) {
         CAPTURE(rows);
         CAPTURE(cols);
@@ -1397,7 +1404,8 @@ TEST_SUITE("gpu") {
               k.gemv_add.launch(s, cfg, w1.cview(), x.cview(), a.view(), rows, cols, n);
               break;
             case 2:
-              k.rms_norm_gemv.launch(s, cfg, w1.cview(), x.cview(), g.cview(), a.view(), rows, cols, 1e-5F, n);
+              k.rms_norm_gemv.launch(s, n == 1 ? norm_one : cfg, w1.cview(), x.cview(), g.cview(), a.view(), rows, cols,
+                                     1e-5F, n);
               break;
             case 3:
               k.rms_norm_gemv_swiglu.launch(s, cfg, w1.cview(), w3.cview(), x.cview(), g.cview(), a.view(), rows, cols,

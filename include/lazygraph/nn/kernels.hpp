@@ -120,6 +120,15 @@ static_assert(kOneVectorQkvThreads % 64 == 0, "a block of Q/K/V holds an even nu
 /// 95 registers) and gets of its grids: 20 warps a multiprocessor instead of 16, so that 2560 rows of Q/K/V (the
 /// TinyLlama shape's) take one pass of the capped grid, not two.
 inline constexpr unsigned kOneVectorQkvBlocks = 5;
+/// Threads a block of the one-vector rms_norm_gemv has (BasicKernels::rms_norm_gemv_config).
+inline constexpr unsigned kOneVectorNormGemvThreads = 128;
+/// Blocks of kOneVectorNormGemvThreads a multiprocessor holds of the one-vector rms_norm_gemv (its __launch_bounds__:
+/// 80 registers, no spills) and gets of its grids: 24 warps a multiprocessor instead of gemv's 16. H200, 2026-12-01,
+/// against 256 x 2, alternated twice in one run: Qwen3-30B-A3B (its Q/K/V, 5120 rows, in 2 passes instead of 3; 12
+/// layers) 788.6-789.9 -> 776.8-777.5 us, OLMoE-1B-7B 1002.8-1004.9 -> 969.6-971.5, the dense shapes (their LM heads)
+/// within 0.5 %; 128 x 5 gained less (783.9-784.7 on Qwen3), and the same blocks for gemv, gemv_add and the gate/up
+/// kernels lost up to 9 % (docs/decode_performance.md).
+inline constexpr unsigned kOneVectorNormGemvBlocks = 6;
 
 /// Ints of the plan moe_route writes for the expert kernels (kernels/nn/moe.cu's kPlanInts): the count of distinct
 /// experts a step chose, the experts (up to 8 rows x 16 slots), and for each and each of 8 rows the pair that chose it.
@@ -266,7 +275,8 @@ struct BasicKernels {
   BatchedKernel<void(const T*, const T*, T*, int, int, int)> gemv;
   /// gemv_add(W, x, out, rows, cols, batch): out[b] += W x[b], the residual add fused.
   BatchedKernel<void(const T*, const T*, T*, int, int, int)> gemv_add;
-  /// rms_norm_gemv(W, x, g, out, rows, cols, eps, batch): out[b] = W (rmsnorm(x[b]) * g).
+  /// rms_norm_gemv(W, x, g, out, rows, cols, eps, batch): out[b] = W (rmsnorm(x[b]) * g); launched as
+  /// rms_norm_gemv_config(rows, cols, batch).
   BatchedKernel<void(const T*, const T*, const T*, T*, int, int, float, int)> rms_norm_gemv;
   /// rms_norm_gemv_swiglu(W1, W3, x, g, out, rows, cols, eps, batch): out[b] = silu(W1 h) * (W3 h),
   /// h = rmsnorm(x[b]) * g; launched as gemv_config(rows, cols, batch, 2).
@@ -503,6 +513,15 @@ struct BasicKernels {
   [[nodiscard]] LaunchConfig gemv_config(int rows, int cols, int batch = 1, int matrices = 1) const {
     if (tensor_cores && batch >= 2) return tensor_core_gemv_config(rows, cols, matrices);
     return fp32_gemv_config(rows, cols, 8, batch == 1 ? kOneVectorGemvBlocks : 0);
+  }
+  /// Launch shape of rms_norm_gemv: gemv_config's, but one vector in blocks of kOneVectorNormGemvThreads, at most
+  /// kOneVectorNormGemvBlocks a multiprocessor, and on the fp32 path at most as many warps a row as such a block
+  /// has, so that every batch variant gives a vector the bits a batch of one gives it.
+  [[nodiscard]] LaunchConfig rms_norm_gemv_config(int rows, int cols, int batch = 1) const {
+    if (tensor_cores && batch >= 2) return tensor_core_gemv_config(rows, cols);
+    return batch == 1 ? fp32_gemv_config(rows, cols, kOneVectorNormGemvThreads / 32, kOneVectorNormGemvBlocks,
+                                         kOneVectorNormGemvThreads)
+                      : fp32_gemv_config(rows, cols, kOneVectorNormGemvThreads / 32);
   }
   /// gemv_config without the one-vector cap, for the kernels that take the gemv family's shapes but are bounded for 3
   /// blocks a multiprocessor at one vector (moe.cu's expert kernels, gemv_all_reduce).

@@ -112,7 +112,7 @@ template <Element T>
   }
   const BasicKernels<T>& k = p.dense;
   return NormProjectOp<T>(
-      k.rms_norm_gemv(k.gemv_config(rows, cols, batch), w.dense(), x, gain, out, rows, cols, eps, batch));
+      k.rms_norm_gemv(k.rms_norm_gemv_config(rows, cols, batch), w.dense(), x, gain, out, rows, cols, eps, batch));
 }
 
 /// The op type of norm_project_gate_up().
