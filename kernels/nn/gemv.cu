@@ -46,15 +46,17 @@
 // every load is a 16-byte vector of 8 elements. Outputs have no alignment requirement (rms_norm_store_gemv's h
 // excepted: 16-byte aligned). `out` must not alias W, x or g.
 //
-// Launch (fp32 variants): block (32, K, R) with K * R <= 8. The kernels declare __launch_bounds__ of 256 threads
-// and 2 or 3 blocks a multiprocessor (the table below): left to itself, ptxas 13 gave them 32 registers, too few to
+// Launch (fp32 variants): block (32, K, R) with K * R <= 8 (4 for the one-vector rms_norm_gemv). The kernels declare
+// __launch_bounds__ of 256 threads (rms_norm_gemv's one-vector variant: 128) and 2, 3 or 6 blocks a multiprocessor
+// (the table below): left to itself, ptxas 13 gave them 32 registers, too few to
 // keep a thread's loads in flight; the bound lets it use up to 128 (80). A group of K
 // warps computes one row at a time (warp k takes the row's 16-byte chunks k*32+lane, stepping by 32*K), R groups per
 // block. Rows go to groups grid-stride, so any grid works; grid.x = ceil(rows / R) gives each group one row (the
 // library caps the one-vector kernels' grids at 2 blocks a multiprocessor: fp32_gemv_config). The one-vector
 // rms_norm_gemv is the exception: blocks of at most 128 threads (K * R <= 4), 6 a multiprocessor. No dynamic
 // shared memory (rms_norm_store_gemv: cols * sizeof(T) bytes, and K * R = 8). Suggested (measured by bench_gemv on an
-// H200): K = 1, R = 8 for rows of up to 4096 columns, K = 2, R = 4 for longer rows; grid ceil(rows / R).
+// H200): K = 1, R = 8 for rows of up to 4096 columns, K = 2, R = 4 for longer rows (half those R for the one-vector
+// rms_norm_gemv); grid ceil(rows / R).
 // nn::BasicKernels::gemv_config (include/lazygraph/nn/kernels.hpp) picks K and R per shape from a later, finer sweep.
 //
 // Why no split-K across blocks: each lane issues 8 independent 16-byte weight loads (4 per matrix in the two-

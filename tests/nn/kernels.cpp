@@ -565,11 +565,49 @@ TEST_SUITE("gpu") {
     check_rms_norm_store_gemv<bfloat16>(100, 2048, 3);
   }
 
+  TEST_CASE("rms_norm_gemv_config gives each vector of an fp32 batch the bits a batch of one gives it") {
+    // The one-vector blocks hold 4 warps (kOneVectorNormGemvThreads), so a row of 16384 columns among at most 1024
+    // rows, which gemv_config gives 8 warps, takes 4 in a batch too: each vector's sum is the same chain.
+    Stream& s = lgtest::stream();
+    const nn::Kernels k(lgtest::nn_kernels());
+    const float eps = 1e-5F;
+    for (const auto& [rows, cols] : {std::pair{1024, 16384}, std::pair{2048, 8192}, std::pair{520, 4608}}) {
+      CAPTURE(rows);
+      CAPTURE(cols);
+      const LaunchConfig one = k.rms_norm_gemv_config(rows, cols, 1);
+      CHECK(one.block.x * one.block.y * one.block.z <= nn::kOneVectorNormGemvThreads);
+      const auto w = on_device(random_halves(static_cast<std::size_t>(rows) * cols));
+      const auto g = on_device(random_halves(static_cast<std::size_t>(cols)));
+      for (const int batch : {3, 8}) {
+        CAPTURE(batch);
+        const LaunchConfig many = k.rms_norm_gemv_config(rows, cols, batch);
+        CHECK(many.block.y == one.block.y);
+        const auto xs = random_halves(static_cast<std::size_t>(batch) * cols);
+        const auto dx = on_device(xs);
+        auto together = poisoned(static_cast<std::size_t>(batch) * rows);
+        k.rms_norm_gemv.launch(s, many, w.cview(), dx.cview(), g.cview(), together.view(), rows, cols, eps, batch);
+        const std::vector<half> all = on_host(together);
+        int differ = 0;
+        for (int b = 0; b < batch; ++b) {
+          const auto one_x = on_device(std::vector<half>(xs.begin() + static_cast<std::ptrdiff_t>(b) * cols,
+                                                         xs.begin() + static_cast<std::ptrdiff_t>(b + 1) * cols));
+          auto alone = poisoned(static_cast<std::size_t>(rows));
+          k.rms_norm_gemv.launch(s, one, w.cview(), one_x.cview(), g.cview(), alone.view(), rows, cols, eps, 1);
+          const std::vector<half> got = on_host(alone);
+          for (int r = 0; r < rows; ++r)
+            differ += all[static_cast<std::size_t>(b) * rows + r].bits != got[r].bits ? 1 : 0;
+        }
+        CHECK(differ == 0);
+      }
+    }
+  }
+
   TEST_CASE(
       "a multiprocessor holds kOneVectorGemvBlocks blocks of the one-vector projections (kOneVectorQkvBlocks of "
       "Q/K/V's, kOneVectorNormGemvBlocks of rms_norm_gemv's), as many as their grids get") {
     // fp32_gemv_config caps their grids at that many blocks a multiprocessor on the premise that no block of the
-    // next projection fits beside them; a compiler that gave one of them 80 registers or fewer would break it.
+    // next projection fits beside them; a compiler that gave one of them 80 registers or fewer would break it (72 or
+    // fewer, rms_norm_gemv's, which is bounded for 6).
     const auto check = [](const auto& kernel) {
       CAPTURE(kernel.name());
       CHECK(kernel.max_active_blocks_per_sm(256) == static_cast<int>(nn::kOneVectorGemvBlocks));

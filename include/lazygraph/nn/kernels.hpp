@@ -111,7 +111,8 @@ struct KernelOptions {
 };
 
 /// Blocks of 256 threads a multiprocessor holds of the one-vector kernels of gemv.cu (their __launch_bounds__), and
-/// the most a multiprocessor gets of their grids (BasicKernels::fp32_gemv_config).
+/// the most a multiprocessor gets of their grids (BasicKernels::fp32_gemv_config); rms_norm_gemv's excepted
+/// (kOneVectorNormGemvBlocks).
 inline constexpr unsigned kOneVectorGemvBlocks = 2;
 /// Threads a block of the one-vector qkv_rope_append (and its paged twin) has (BasicKernels::qkv_config).
 inline constexpr unsigned kOneVectorQkvThreads = 128;
@@ -122,12 +123,14 @@ static_assert(kOneVectorQkvThreads % 64 == 0, "a block of Q/K/V holds an even nu
 inline constexpr unsigned kOneVectorQkvBlocks = 5;
 /// Threads a block of the one-vector rms_norm_gemv has (BasicKernels::rms_norm_gemv_config).
 inline constexpr unsigned kOneVectorNormGemvThreads = 128;
+static_assert(kOneVectorNormGemvThreads % 32 == 0 && kOneVectorNormGemvThreads <= 256,
+              "a block of rms_norm_gemv is whole warps, at most gemv.cu's 8");
 /// Blocks of kOneVectorNormGemvThreads a multiprocessor holds of the one-vector rms_norm_gemv (its __launch_bounds__:
 /// 80 registers, no spills) and gets of its grids: 24 warps a multiprocessor instead of gemv's 16. H200, 2026-12-01,
 /// against 256 x 2, alternated twice in one run: Qwen3-30B-A3B (its Q/K/V, 5120 rows, in 2 passes instead of 3; 12
-/// layers) 788.6-789.9 -> 776.8-777.5 us, OLMoE-1B-7B 1002.8-1004.9 -> 969.6-971.5, the dense shapes (their LM heads)
-/// within 0.5 %; 128 x 5 gained less (783.9-784.7 on Qwen3), and the same blocks for gemv, gemv_add and the gate/up
-/// kernels lost up to 9 % (docs/decode_performance.md).
+/// layers) 788.6-789.9 -> 776.8-777.5 us, the dense shapes (their LM heads) within 0.5 %; 128 x 5 gained less
+/// (783.9-784.7 on Qwen3), and the same blocks for gemv, gemv_add and the gate/up kernels lost up to 9 %. A second run
+/// against main: OLMoE-1B-7B 1002.8-1004.9 -> 969.6-971.5 us (docs/decode_performance.md).
 inline constexpr unsigned kOneVectorNormGemvBlocks = 6;
 
 /// Ints of the plan moe_route writes for the expert kernels (kernels/nn/moe.cu's kPlanInts): the count of distinct
@@ -507,7 +510,8 @@ struct BasicKernels {
 
   /// Launch shape of a gemv-family kernel (kernels/nn/gemv.cu) for a rows x cols weight and `batch` vectors: that of
   /// the tensor-core variant (tensor_core_gemv_config) when it runs the batch, else fp32_gemv_config's. Any shape
-  /// computes the right result on either path; this one is the fast one.
+  /// within a kernel's launch bound computes the right result on either path; this one is the fast one. Not for
+  /// rms_norm_gemv (rms_norm_gemv_config: its one-vector blocks are smaller) or qkv_rope_append (qkv_config).
   /// `matrices`: the weights one kernel reads together (2 for the gate/up kernels), which the tensor-core shape needs.
   /// One vector: the grid capped at kOneVectorGemvBlocks a multiprocessor (see fp32_gemv_config).
   [[nodiscard]] LaunchConfig gemv_config(int rows, int cols, int batch = 1, int matrices = 1) const {
@@ -516,7 +520,8 @@ struct BasicKernels {
   }
   /// Launch shape of rms_norm_gemv: gemv_config's, but one vector in blocks of kOneVectorNormGemvThreads, at most
   /// kOneVectorNormGemvBlocks a multiprocessor, and on the fp32 path at most as many warps a row as such a block
-  /// has, so that every batch variant gives a vector the bits a batch of one gives it.
+  /// has, so that every fp32 batch variant gives a vector the bits a batch of one gives it (the tensor-core variants,
+  /// KernelOptions::tensor_cores, do not).
   [[nodiscard]] LaunchConfig rms_norm_gemv_config(int rows, int cols, int batch = 1) const {
     if (tensor_cores && batch >= 2) return tensor_core_gemv_config(rows, cols);
     return batch == 1 ? fp32_gemv_config(rows, cols, kOneVectorNormGemvThreads / 32, kOneVectorNormGemvBlocks,
@@ -550,10 +555,12 @@ struct BasicKernels {
   /// per shape):
   ///   4096 x 4096: K = 2 117 % of the copy ceiling vs K = 1 96 %;   2048 x 8192: K = 4 116 % vs K = 2 97 %;
   ///   1024 x 16384: K = 8 112 % vs K = 2 85 %;   11008 x 4096: K = 1 100 % vs K = 2 91 %.
-  /// `max_warps_per_row` caps K (qkv_config needs two rows per block). The grid is one block per threads / 32 / K rows,
+  /// `max_warps_per_row` caps K (qkv_config needs two rows per block; rms_norm_gemv_config keeps a batch's K that of
+  /// its one-vector blocks). The grid is one block per threads / 32 / K rows,
   /// at most `blocks_per_sm` a multiprocessor when that is not 0 (the groups then take the rows past the grid in
   /// grid-stride passes). The one-vector kernels of gemv.cu are bounded for 2 blocks a multiprocessor and launched at
-  /// most 2 a multiprocessor (kOneVectorGemvBlocks; qkv.cu's, 5 of 128 threads: kOneVectorQkvBlocks), so that no block
+  /// most 2 a multiprocessor (kOneVectorGemvBlocks; qkv.cu's, 5 of 128 threads: kOneVectorQkvBlocks; rms_norm_gemv's, 6
+  /// of 128: kOneVectorNormGemvBlocks), so that no block
   /// of the next projection of the step (93 registers or more; a kernel of few registers still fits) gets resident
   /// beside them before they end: in bench_weight_stream's chain of early-launched kernels, a kernel that left room for
   /// one lost 1.77 us a kernel instead of 0.80. Against 3 blocks, uncapped (H200, 2026-12-01, alternated twice in one
