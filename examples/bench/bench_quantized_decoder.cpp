@@ -51,7 +51,7 @@ namespace {
 
 constexpr const char* usage =
     "usage: bench_quantized_decoder [--checkpoint DIR --tokens FILE] [--no-speed] [--no-accuracy] [--shape NAME]\n"
-    "                               [--position P]\n"
+    "                               [--position P] [--kv-block-size B [--attention-blocks N]]\n"
     "  Times decoder steps with fp16, int8, fp8 and int4 weights (seeded, quantized on the device) on the default,\n"
     "  TinyLlama and Llama-3.2-1B shapes at 1 and 8 rows, and measures each quantized decoder's top-1 agreement with\n"
     "  fp16, its logits' relative error and its per-layer KV error over 256 teacher-forced positions: on the seeded\n"
@@ -63,6 +63,11 @@ constexpr const char* usage =
     "  --shape NAME      the speed table of one shape: default, tinyllama or llama32-1b\n"
     "  --position P      the position the speed table's steps attend up to (default 128; 1 to 32000): a step's\n"
     "                    attention reads its rows' P + 1 cached positions\n"
+    "  --kv-block-size B the speed table on a paged KV cache of blocks of B positions (16 or 32; default: the\n"
+    "                    contiguous cache), each row through its own table; no prefill column\n"
+    "  --attention-blocks N  DecoderConfig::attention_blocks for the speed table (default 1; with a paged cache 0\n"
+    "                    attends on the grouped kernels, each kv head's keys and values read once for its query "
+    "heads)\n"
     "Exit status: 0 done, 1 failed, 2 usage error, 77 skipped (no GPU; the reason is printed).\n";
 
 constexpr int kPositions = 256;
@@ -77,6 +82,8 @@ struct Options {
   bool accuracy = true;
   std::string shape;              ///< the speed table's only shape, or empty for all
   int position = kSpeedPosition;  ///< the speed table's step position
+  int kv_block_size = 0;          ///< the speed table's paged cache's block size, or 0 for the contiguous cache
+  int attention_blocks = 1;       ///< the speed table's DecoderConfig::attention_blocks
 };
 
 struct Variant {
@@ -149,11 +156,15 @@ void reorder_inputs(lg::Stream& s, nn::DecoderWeights& weights) {
 }
 
 void speed_table(lg::Stream& s, const lg::KernelLibrary& library, const nn::Kernels& kernels,
-                 const nn::DeviceQuantizer& quantizer, double copy_bw, const std::string& only, int position) {
+                 const nn::DeviceQuantizer& quantizer, double copy_bw, const Options& o) {
+  const std::string& only = o.shape;
+  const int position = o.position;
   std::printf(
       "Step time, seeded weights quantized on the device, the step graph replayed at position %d (dense 8-row steps "
-      "on tensor cores)\n\n",
-      position);
+      "on tensor cores), %s KV cache, attention_blocks %d\n\n",
+      position,
+      o.kv_block_size > 0 ? ("paged (blocks of " + std::to_string(o.kv_block_size) + ")").c_str() : "contiguous",
+      o.attention_blocks);
   std::printf(
       "| shape | weights | weight MB | rows | step us | tokens/s | of ceiling | vs fp16 | prefill %d tokens ms |\n"
       "|---|---|---|---|---|---|---|---|---|\n",
@@ -164,6 +175,17 @@ void speed_table(lg::Stream& s, const lg::KernelLibrary& library, const nn::Kern
     config.context = std::max(256, position + 1);
     config.max_batch = 8;
     config.tensor_cores = true;
+    config.attention_blocks = o.attention_blocks;
+    // A paged cache: row r's table is blocks [r * width, (r + 1) * width) of the pool.
+    std::vector<int> tables;
+    std::size_t width = 0;  // ints per row's table
+    if (o.kv_block_size > 0) {
+      config.kv_block_size = o.kv_block_size;
+      width = static_cast<std::size_t>(config.kv_table_width());
+      config.kv_blocks = config.max_batch * config.kv_table_width();
+      tables.resize(static_cast<std::size_t>(config.kv_blocks));
+      std::iota(tables.begin(), tables.end(), 0);
+    }
     double fp16_seconds[2] = {0, 0};
     for (const Variant& v : variants(false)) {
       nn::DecoderWeights weights = nn::DecoderWeights::generate(s, kernels, config);
@@ -178,19 +200,25 @@ void speed_table(lg::Stream& s, const lg::KernelLibrary& library, const nn::Kern
       // waits for its result, median of 5 after one that plans and captures.
       std::vector<int> prompt(kPromptTokens);
       for (int i = 0; i < kPromptTokens; ++i) prompt[static_cast<std::size_t>(i)] = (7 * i + 3) % config.vocab;
-      (void)decoder.prefill(prompt);
-      std::vector<double> prefill_seconds;
-      for (int i = 0; i < 5; ++i) {
-        const auto start = std::chrono::steady_clock::now();
+      char prefill_ms[32] = "-";
+      if (tables.empty()) {
         (void)decoder.prefill(prompt);
-        prefill_seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+        std::vector<double> prefill_seconds;
+        for (int i = 0; i < 5; ++i) {
+          const auto start = std::chrono::steady_clock::now();
+          (void)decoder.prefill(prompt);
+          prefill_seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+        }
+        std::snprintf(prefill_ms, sizeof prefill_ms, "%.2f", bench::median(prefill_seconds) * 1e3);
       }
-      char prefill_ms[32];
-      std::snprintf(prefill_ms, sizeof prefill_ms, "%.2f", bench::median(prefill_seconds) * 1e3);
       for (const int rows : {1, 8}) {
         std::vector<nn::TokenAt> steps;
         for (int r = 0; r < rows; ++r) steps.push_back({1 + r, position});
-        (void)decoder.forward_batch(steps);  // sets the rows the graph replays
+        if (tables.empty()) {
+          (void)decoder.forward_batch(steps);  // sets the rows the graph replays
+        } else {
+          (void)decoder.forward_batch(steps, std::span<const int>(tables).first(steps.size() * width));
+        }
         lg::CudaGraph<>& graph = decoder.graph(rows);
         const double seconds = bench::median_seconds(s, 20, [&](int) { graph.launch_on(s); });
         double& reference = fp16_seconds[rows == 1 ? 0 : 1];
@@ -324,7 +352,7 @@ int run(const Options& o) {
   const double copy_bw = bench::copy_ceiling(s);
   std::printf("%s; copy ceiling (1 GiB device-to-device copy, read + write): %.0f GB/s\n\n", device.name().c_str(),
               copy_bw * 1e-9);
-  if (o.speed) speed_table(s, library, kernels, quantizer, copy_bw, o.shape, o.position);
+  if (o.speed) speed_table(s, library, kernels, quantizer, copy_bw, o);
   if (!o.accuracy) return 0;
 
   nn::DecoderConfig seeded = bench::llama32_1b().config;
@@ -380,6 +408,17 @@ std::variant<Options, int> parse(int argc, char** argv) {
       o.position = example::integers(text, "--position").at(0);
       if (o.position < 1 || o.position > kMaxSpeedPosition) {
         throw lg::UsageError("--position " + text + ": not in 1.." + std::to_string(kMaxSpeedPosition));
+      }
+    } else if (arg == "--kv-block-size") {
+      const std::string text = value();
+      o.kv_block_size = example::integers(text, "--kv-block-size").at(0);
+      if (o.kv_block_size != 16 && o.kv_block_size != 32)
+        throw lg::UsageError("--kv-block-size " + text + ": not 16 or 32");
+    } else if (arg == "--attention-blocks") {
+      const std::string text = value();
+      o.attention_blocks = example::integers(text, "--attention-blocks").at(0);
+      if (o.attention_blocks < 0 || o.attention_blocks > 64) {
+        throw lg::UsageError("--attention-blocks " + text + ": not in 0..64");
       }
     } else {
       throw lg::UsageError(arg.starts_with("-") ? "unknown option " + arg : "unexpected argument " + arg);

@@ -28,7 +28,8 @@ namespace lazygraph::nn {
 /// attention_block up to its output projection: the norm, the q, k and v projections, RoPE, the cache append and
 /// attention, into s.attn ([rows][q_dim]); x is read, not written. Fused (DecoderConfig::fused, the default): the norm,
 /// the three projections of the stacked weight, RoPE and the cache append in one kernel (norm_project_qkv_rope_append),
-/// then attention, each head spread over attention_splits() blocks of positions. With q/k norms
+/// then attention, each head spread over attention_splits() blocks of positions (one block a head, one row and a dense
+/// stacked weight: attention_max_l1, attention's bits). With q/k norms
 /// (DecoderConfig::qk_norm, whatever `fused` says): the norm and the stacked projection into s.qkv (norm_project), then
 /// the heads' norms (or with qk_norm_whole the whole q's and k's), RoPE and the cache append (qk_norm_rope_append),
 /// then attention as the fused path runs it.
@@ -53,17 +54,20 @@ auto attention_heads(const Projector<T>& p, const BasicAttentionWeights<T>& w, B
   const int q_dim = c.q_dim();
   const DeviceSpan<const float> frequencies =
       c.local_rope(layer) ? s.local_rope_frequencies.cview() : s.rope_frequencies.cview();
-  // Attention over the cache, each head over attention_splits() blocks of positions (the fused paths').
-  const auto attend = [&] {
+  // Attention over the cache, each head over attention_splits() blocks of positions (the fused paths'). One block a
+  // head after the fused dense Q/K/V of one row: attention_max_l1, the same code on multiprocessors split for the most
+  // L1 (kernels.hpp says what it measured), else attention.
+  const auto attend = [&](bool max_l1) {
     const LaunchConfig per_split =
         k.attention_split_config(c.heads, rows, c.context, c.attention_splits(), c.head_dim());
+    const auto& one_block = max_l1 ? k.attention_max_l1 : k.attention;
     return choose(
         c.attention_splits() > 1,
         k.attention_split(per_split, s.q.cview(), k_cache.as_const(), v_cache.as_const(), s.attn.view(),
                           s.attention_partials.view(), s.attention_counters.view(), s.positions(), s.slots(), c.heads,
                           c.kv_head_count(), c.head_dim(), c.context, c.max_batch, scale, window),
-        k.attention(per_head, s.q.cview(), k_cache.as_const(), v_cache.as_const(), s.attn.view(), s.positions(),
-                    s.slots(), c.heads, c.kv_head_count(), c.head_dim(), c.context, c.max_batch, scale, window));
+        one_block(per_head, s.q.cview(), k_cache.as_const(), v_cache.as_const(), s.attn.view(), s.positions(),
+                  s.slots(), c.heads, c.kv_head_count(), c.head_dim(), c.context, c.max_batch, scale, window));
   };
   const auto normed = [&] {
     const int qkv_rows = q_dim + 2 * c.kv_dim();
@@ -75,7 +79,7 @@ auto attention_heads(const Projector<T>& p, const BasicAttentionWeights<T>& w, B
                                  w.bias.cview(), w.q_norm.cview(), w.k_norm.cview(), s.q.view(), k_cache, v_cache,
                                  s.positions(), s.slots(), c.heads, c.kv_head_count(), c.head_dim(), c.context,
                                  c.max_batch, frequencies, c.eps, c.qk_norm_whole ? 1 : 0, rows) >>
-           attend();
+           attend(false);
   };
   const auto fused = [&] {
     const QkvRopeAppend<T> args{.x = s.x.cview(),
@@ -95,7 +99,7 @@ auto attention_heads(const Projector<T>& p, const BasicAttentionWeights<T>& w, B
                                 .slot_count = c.max_batch,
                                 .eps = c.eps,
                                 .batch = rows};
-    return norm_project_qkv_rope_append(p, w.qkv, args) >> attend();
+    return norm_project_qkv_rope_append(p, w.qkv, args) >> attend(rows == 1 && w.qkv.is_dense());
   };
   const auto unfused = [&] {
     const auto project = [&](const Weight<T>& weight, DeviceBuffer<T>& out, int out_rows) {
