@@ -7,7 +7,8 @@ usage: gpu_carried.py pack BUILD DEST
 `pack` (on the build machine, after `ninja -C BUILD`) reads Meson's list of BUILD's tests
 (meson-info/intro-tests.json), keeps the suites 'gpu' and 'reliability', and copies into DEST every program
 those tests run or name (bin/) and the shared libraries they need that a GPU machine may lack (lib/: lazygraph's own,
-and PCRE2, utf8proc, SentencePiece and cpp-httplib, which Debian ships and Ubuntu's CUDA images do not), with
+and PCRE2, utf8proc, SentencePiece and cpp-httplib, which Debian ships and Ubuntu's CUDA images do not; also
+sentencepiece's programs, bin/spm, where a test names their folder), with
 DEST/tests.json: each test's command and environment, their build paths turned into DEST's and their source
 paths into the tree's. `run` (on the GPU machine, from the root of the same source tree, DEST carried with it)
 runs them as `meson test` would: highest priority first, the parallel ones N at a time (8 by default: one GPU holds
@@ -33,6 +34,9 @@ SUITES = ("gpu", "reliability")
 # Shared libraries copied beside the programs (by file name): the build's own and the Debian packages' that an
 # Ubuntu GPU machine lacks. Everything else (libc, libstdc++, the toolkit's NVRTC, OpenSSL) is the machine's.
 CARRIED_LIBRARIES = re.compile(r"^lib(lazygraph|pcre2|utf8proc|sentencepiece|protobuf|cpp-httplib)")
+# sentencepiece's programs, which a test names by their folder (lazygraph-run-gpu trains a tokenizer.model with them):
+# a folder of the machine holding spm_train is carried as bin/spm with these (and their libraries).
+SPM_PROGRAMS = ("spm_train", "spm_encode", "spm_decode", "spm_export_vocab")
 DOCTEST_CASES = re.compile(r"\[doctest\] test cases:.*")
 
 
@@ -89,6 +93,16 @@ def pack(build, dest):
             return "{cache}"
         if real.startswith(source + os.sep):
             return "{src}/" + os.path.relpath(real, source)
+        if os.path.isdir(real) and os.path.isfile(os.path.join(real, SPM_PROGRAMS[0])):
+            os.makedirs(os.path.join(dest, "bin", "spm"), exist_ok=True)
+            for name in SPM_PROGRAMS:
+                program = os.path.join(real, name)
+                if not os.path.isfile(program):
+                    raise SystemExit(f"pack: {real} has spm_train but not {name}")
+                shutil.copy2(program, os.path.join(dest, "bin", "spm", name))
+                for lib in shared_libraries(program, env):
+                    shutil.copy2(lib, os.path.join(dest, "lib", os.path.basename(lib)))
+            return "{bin}/spm"
         return path
 
     def word(text, env):

@@ -4,8 +4,10 @@
 // and then quantized on the device per class (nn::DecoderQuantization), steps of 1 and 8 rows, and a 128-token prompt
 // on tensor cores (wall time of Decoder::prefill, median of 5). For each: the step's time (the step graph replayed
 // alone at position 128 or --position's, medians of 31 samples of 20 replays, CUDA events), tokens/s, the bytes its
-// weights occupy (less the embedding table, of which a step reads one row per token) and those bytes
-// over the time as a fraction of the copy ceiling measured in the same run. Dense steps of 8 rows run on tensor cores
+// weights occupy (less the embedding table, of which a step reads one row per token) and those bytes over the time as a
+// fraction of the copy ceiling measured in the same run. --kv-block-size puts the KV cache in a pool of blocks (each
+// row through its own table; the prompt column left out) and --attention-blocks sets how the step attends, to compare
+// the paged cache's attention with the contiguous one in the decoder's graph. Dense steps of 8 rows run on tensor cores
 // (DecoderConfig::tensor_cores), as the quantized kernels always do. Formats: fp16, int8, fp8 in blocks, int4 g128, and
 // int4 g128 with zero points as AWQ and GPTQ checkpoints are read, also with the q/k/v, o, gate and up matrices'
 // columns stored in a random order of their inputs, as a GPTQ desc_act checkpoint loads (the kernels gather x; the
@@ -51,7 +53,7 @@ namespace {
 
 constexpr const char* usage =
     "usage: bench_quantized_decoder [--checkpoint DIR --tokens FILE] [--no-speed] [--no-accuracy] [--shape NAME]\n"
-    "                               [--position P] [--kv-block-size B [--attention-blocks N]]\n"
+    "                               [--position P] [--kv-block-size B] [--attention-blocks N]\n"
     "  Times decoder steps with fp16, int8, fp8 and int4 weights (seeded, quantized on the device) on the default,\n"
     "  TinyLlama and Llama-3.2-1B shapes at 1 and 8 rows, and measures each quantized decoder's top-1 agreement with\n"
     "  fp16, its logits' relative error and its per-layer KV error over 256 teacher-forced positions: on the seeded\n"
@@ -65,9 +67,10 @@ constexpr const char* usage =
     "                    attention reads its rows' P + 1 cached positions\n"
     "  --kv-block-size B the speed table on a paged KV cache of blocks of B positions (16 or 32; default: the\n"
     "                    contiguous cache), each row through its own table; no prefill column\n"
-    "  --attention-blocks N  DecoderConfig::attention_blocks for the speed table (default 1; with a paged cache 0\n"
-    "                    attends on the grouped kernels, each kv head's keys and values read once for its query "
-    "heads)\n"
+    "  --attention-blocks N\n"
+    "                    DecoderConfig::attention_blocks for the speed table (default 1; with a paged cache 0\n"
+    "                    attends on the grouped kernels, each kv head's keys and values read once for its query\n"
+    "                    heads)\n"
     "Exit status: 0 done, 1 failed, 2 usage error, 77 skipped (no GPU; the reason is printed).\n";
 
 constexpr int kPositions = 256;

@@ -31,11 +31,6 @@
 //     work than that kernel -- as a decode step's are (by the copy of its inputs and by earlier steps); q and the
 //     newly appended positions are read after the wait.
 //
-//   attention_max_l1(the same parameters)
-//     attention itself, compiled a second time so that the host can give this entry point its own preferred
-//     shared-memory carveout (a function attribute, not a launch's): nn::BasicKernels asks for the most L1
-//     (carveout 0) for it and the driver's default for `attention` (see BasicKernels::attention_max_l1).
-//
 //   attention_split(q, k_cache, v_cache, out, partials, counters, positions, slots, n_heads, n_kv_heads, head_dim,
 //                   max_ctx, n_slots, scale, window)
 //     the same result, with each (row, head) spread over gridDim.z blocks (split-K over positions, as in
@@ -399,9 +394,6 @@ axis T = lg::half_t | lg::bf16_t _bf16
 kv_append[T] = kv_append_body(const T* k, const T* v, T* k_cache, T* v_cache, const int* positions, const int* slots,
                               int n_kv_heads, int head_dim, int max_ctx, int n_slots, int batch)
 attention[T] __launch_bounds__(1024) =
-    attention_body(const T* q, const T* k_cache, const T* v_cache, T* out, const int* positions, const int* slots,
-                   int n_heads, int n_kv_heads, int head_dim, int max_ctx, int n_slots, float scale, int window)
-attention_max_l1[T] __launch_bounds__(1024) =
     attention_body(const T* q, const T* k_cache, const T* v_cache, T* out, const int* positions, const int* slots,
                    int n_heads, int n_kv_heads, int head_dim, int max_ctx, int n_slots, float scale, int window)
 attention_split[T] = attention_split_body(const T* q, const T* k_cache, const T* v_cache, T* out, float* partials,

@@ -803,14 +803,14 @@ void launch_kernel(CUcontext ctx, CUfunction fn, const LaunchShape& shape, CUstr
                    std::string_view name) {
   const EntryPoints& a = api();
   const ContextScope scope(a, ctx);
-  if (!shape.early_launch && !shape.clustered()) {
+  if (!shape.early_launch && !shape.clustered() && shape.carveout < 0) {
     const CUresult r = a.cuLaunchKernel(fn, shape.grid[0], shape.grid[1], shape.grid[2], shape.block[0], shape.block[1],
                                         shape.block[2], shape.shared_bytes, stream, args, nullptr);
     if (r != CUDA_SUCCESS) [[unlikely]]
       throw_error(r, "cuLaunchKernel", std::string("kernel ").append(name));
     return;
   }
-  CUlaunchAttribute attributes[2]{};
+  CUlaunchAttribute attributes[3]{};
   unsigned count = 0;
   if (shape.early_launch) {
     attributes[count].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
@@ -821,6 +821,10 @@ void launch_kernel(CUcontext ctx, CUfunction fn, const LaunchShape& shape, CUstr
     attributes[count].value.clusterDim.x = shape.cluster[0];
     attributes[count].value.clusterDim.y = shape.cluster[1];
     attributes[count++].value.clusterDim.z = shape.cluster[2];
+  }
+  if (shape.carveout >= 0) {
+    attributes[count].id = CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT;
+    attributes[count++].value.sharedMemCarveout = static_cast<unsigned>(shape.carveout);
   }
   CUlaunchConfig config{};
   config.gridDimX = shape.grid[0];
@@ -835,23 +839,32 @@ void launch_kernel(CUcontext ctx, CUfunction fn, const LaunchShape& shape, CUstr
   config.numAttrs = count;
   const CUresult r = a.cuLaunchKernelEx(&config, fn, args, nullptr);
   if (r != CUDA_SUCCESS) [[unlikely]] {
-    const char* how = shape.early_launch
-                          ? (shape.clustered() ? "cuLaunchKernelEx (programmatic dependent launch, clusters)"
-                                               : "cuLaunchKernelEx (programmatic dependent launch)")
-                          : "cuLaunchKernelEx (clusters)";
-    throw_error(r, how, std::string("kernel ").append(name));
+    std::string how;
+    if (shape.early_launch) how += ", programmatic dependent launch";
+    if (shape.clustered()) how += ", clusters";
+    if (shape.carveout >= 0) how += ", shared memory carveout";
+    throw_error(r, "cuLaunchKernelEx (" + how.substr(2) + ")", std::string("kernel ").append(name));
   }
 }
 
-void graph_kernel_node_set_cluster(CUgraphNode node, const LaunchShape& shape, std::string_view object) {
-  if (!shape.clustered()) return;
-  CUlaunchAttributeValue value{};
-  value.clusterDim.x = shape.cluster[0];
-  value.clusterDim.y = shape.cluster[1];
-  value.clusterDim.z = shape.cluster[2];
-  const CUresult r = api().cuGraphKernelNodeSetAttribute(node, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, &value);
-  if (r != CUDA_SUCCESS) [[unlikely]]
-    throw_error(r, "cuGraphKernelNodeSetAttribute (cluster dimension)", object);
+void graph_kernel_node_set_attributes(CUgraphNode node, const LaunchShape& shape, std::string_view object) {
+  if (shape.clustered()) {
+    CUlaunchAttributeValue value{};
+    value.clusterDim.x = shape.cluster[0];
+    value.clusterDim.y = shape.cluster[1];
+    value.clusterDim.z = shape.cluster[2];
+    const CUresult r = api().cuGraphKernelNodeSetAttribute(node, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, &value);
+    if (r != CUDA_SUCCESS) [[unlikely]]
+      throw_error(r, "cuGraphKernelNodeSetAttribute (cluster dimension)", object);
+  }
+  if (shape.carveout >= 0) {
+    CUlaunchAttributeValue value{};
+    value.sharedMemCarveout = static_cast<unsigned>(shape.carveout);
+    const CUresult r =
+        api().cuGraphKernelNodeSetAttribute(node, CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, &value);
+    if (r != CUDA_SUCCESS) [[unlikely]]
+      throw_error(r, "cuGraphKernelNodeSetAttribute (shared memory carveout)", object);
+  }
 }
 
 void begin_capture(CUcontext ctx, CUstream stream, CUstreamCaptureMode mode) {
@@ -960,9 +973,9 @@ std::vector<CUgraphNode> graph_nodes(CUgraph graph) {
   return nodes;
 }
 
-std::vector<std::array<unsigned, 3>> graph_kernel_clusters(CUgraph graph) {
+std::vector<KernelNodeAttributes> graph_kernel_attributes(CUgraph graph) {
   const EntryPoints& a = api();
-  std::vector<std::array<unsigned, 3>> out;
+  std::vector<KernelNodeAttributes> out;
   for (CUgraphNode node : graph_nodes(graph)) {
     CUgraphNodeType type{};
     check(a.cuGraphNodeGetType(node, &type), "cuGraphNodeGetType", "CudaGraph");
@@ -972,7 +985,12 @@ std::vector<std::array<unsigned, 3>> graph_kernel_clusters(CUgraph graph) {
           "cuGraphKernelNodeGetAttribute (cluster dimension)", "CudaGraph");
     // A node launched without clusters reads as 0 x 0 x 0 or 1 x 1 x 1: both are no cluster.
     const auto one = [](unsigned v) { return v == 0 ? 1U : v; };
-    out.push_back({one(value.clusterDim.x), one(value.clusterDim.y), one(value.clusterDim.z)});
+    KernelNodeAttributes& node_attributes = out.emplace_back();
+    node_attributes.cluster = {one(value.clusterDim.x), one(value.clusterDim.y), one(value.clusterDim.z)};
+    value = {};
+    check(a.cuGraphKernelNodeGetAttribute(node, CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, &value),
+          "cuGraphKernelNodeGetAttribute (shared memory carveout)", "CudaGraph");
+    node_attributes.carveout = value.sharedMemCarveout;
   }
   return out;
 }

@@ -174,7 +174,7 @@ void add_nodes(CUgraph graph, const NodePlan& plan, std::vector<CUgraphNode>& no
     nodes.push_back(drv::graph_add_node(graph, deps.data(), programmatic ? edges.data() : nullptr, deps.size(), &p,
                                         n.name.empty() ? kind_name(n.type) : n.name));
     if (n.type == CU_GRAPH_NODE_TYPE_KERNEL) {
-      drv::graph_kernel_node_set_cluster(nodes.back(), n.shape, n.name.empty() ? kind_name(n.type) : n.name);
+      drv::graph_kernel_node_set_attributes(nodes.back(), n.shape, n.name.empty() ? kind_name(n.type) : n.name);
     }
     if (n.type == CU_GRAPH_NODE_TYPE_CONDITIONAL) {
       std::copy_n(p.conditional.phGraph_out, n.body_count, body_graphs.begin() + n.first_body);
@@ -206,11 +206,15 @@ std::optional<UpdateResult> first_mismatch(const NodePlan& current, const NodePl
       return UpdateResult{UpdateStatus::topology_changed, at(i),
                           where + describe_node(y, i) + " has other dependencies"};
     }
-    // A kernel node's clusters are an attribute, which an update of its parameters would keep: a change needs a new
-    // graph.
+    // A kernel node's clusters and carveout are attributes, which an update of its parameters would keep: a change
+    // needs a new graph.
     if (!std::equal(x.shape.cluster, x.shape.cluster + 3, y.shape.cluster)) {
       return UpdateResult{UpdateStatus::parameters_changed, at(i),
                           where + describe_node(y, i) + " launches its blocks in other clusters"};
+    }
+    if (x.shape.carveout != y.shape.carveout) {
+      return UpdateResult{UpdateStatus::parameters_changed, at(i),
+                          where + describe_node(y, i) + " prefers another shared memory carveout"};
     }
     if (x.type == CU_GRAPH_NODE_TYPE_MEMCPY &&
         ((x.host != nullptr) != (y.host != nullptr) || x.host_is_source != y.host_is_source)) {

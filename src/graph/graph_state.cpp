@@ -405,13 +405,21 @@ UpdateResult GraphState::reinstantiate_built(drv::Graph graph, NodePlan plan, Ow
 
 UpdateResult GraphState::replace_graph(drv::Graph graph, Owners owners, const UpdateOptions& options) {
   // cuGraphExecUpdate accepts a capture whose kernels launch in other clusters but keeps the old ones (H200, driver
-  // 580): compared here first, kernel by kernel (other kernel counts are its to refuse, as another topology).
-  const auto clusters_now = drv::graph_kernel_clusters(graph_.native_handle());
-  const auto clusters_next = drv::graph_kernel_clusters(graph.native_handle());
-  if (clusters_now.size() == clusters_next.size() && clusters_now != clusters_next) {
+  // 580), and takes one whose kernels prefer another shared memory carveout (whether it applies it is not
+  // documented): compared here first, kernel by kernel (other kernel counts are its to refuse, as another topology).
+  // A carveout of 0 and none read the same, so a change between them goes unseen: both leave the split to the driver
+  // or ask for the most L1, a difference in speed only.
+  const auto now = drv::graph_kernel_attributes(graph_.native_handle());
+  const auto next = drv::graph_kernel_attributes(graph.native_handle());
+  if (now.size() == next.size() && now != next) {
+    const bool clusters = !std::equal(now.begin(), now.end(), next.begin(),
+                                      [](const auto& x, const auto& y) { return x.cluster == y.cluster; });
     UpdateResult why{UpdateStatus::parameters_changed, std::nullopt,
-                     "a kernel of the new capture launches its blocks in other clusters, which an update in place "
-                     "would not apply"};
+                     clusters
+                         ? "a kernel of the new capture launches its blocks in other clusters, which an update in "
+                           "place would not apply"
+                         : "a kernel of the new capture prefers another shared memory carveout, which an update in "
+                           "place might not apply"};
     if (!options.reinstantiate_on_mismatch) return why;
     return reinstantiate(std::move(graph), std::move(owners), std::move(why));
   }

@@ -30,9 +30,10 @@ std::string dims(const Dim3& d) {
 
 [[noreturn]] void reject(const KernelInfo& k, const LaunchConfig& c, const std::string& why) {
   const std::string cluster = c.cluster.volume() == 1 ? "" : " cluster " + dims(c.cluster);
+  const std::string carveout = c.shared_carveout == -1 ? "" : " carveout " + std::to_string(c.shared_carveout) + " %";
   throw UsageError("kernel " + k.name + ": launch configuration grid " + dims(c.grid) + " block " + dims(c.block) +
-                   cluster + " shared " + std::to_string(c.shared_bytes) + " B is invalid on " + k.device.name() +
-                   ": " + why);
+                   cluster + " shared " + std::to_string(c.shared_bytes) + " B" + carveout + " is invalid on " +
+                   k.device.name() + ": " + why);
 }
 
 /// LaunchConfig::cluster's rules: nonzero, dividing the grid, at most kMaxClusterBlocks blocks, sm_90 or newer.
@@ -90,6 +91,9 @@ void validate_launch(const KernelInfo& k, const LaunchConfig& c) {
            "dynamic shared memory exceeds the " + std::to_string(available) + " bytes a block of this kernel may have");
   }
   validate_cluster(k, c);
+  if (c.shared_carveout < -1 || c.shared_carveout > 100) {
+    reject(k, c, "a shared memory carveout is a percent, 0 to 100 (or -1: the kernel's own preference)");
+  }
 }
 
 void raise_dynamic_shared_limit(KernelInfo& k, int needed) {
@@ -123,7 +127,8 @@ driver::LaunchShape prepare_launch(KernelInfo& k, const LaunchConfig& c) {
           {c.block.x, c.block.y, c.block.z},
           c.shared_bytes,
           early,
-          {c.cluster.x, c.cluster.y, c.cluster.z}};
+          {c.cluster.x, c.cluster.y, c.cluster.z},
+          c.shared_carveout};
 }
 
 void add_argument_accesses(std::span<const ArgumentRange> ranges, std::string_view name, AccessSet& out) {

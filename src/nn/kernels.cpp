@@ -83,7 +83,6 @@ BasicKernels<T>::BasicKernels(const KernelLibrary& library, KernelOptions option
       rope(lookup<decltype(rope)>(library, named<T>("rope"))),
       kv_append(lookup<decltype(kv_append)>(library, named<T>("kv_append"))),
       attention(lookup<decltype(attention)>(library, named<T>("attention"))),
-      attention_max_l1(lookup<decltype(attention_max_l1)>(library, named<T>("attention_max_l1"))),
       attention_split(lookup<decltype(attention_split)>(library, named<T>("attention_split"))),
       flash_attention_d64(lookup<decltype(flash_attention_d64)>(library, named<T>("flash_attention_d64"))),
       flash_attention_d128(lookup<decltype(flash_attention_d128)>(library, named<T>("flash_attention_d128"))),
@@ -129,7 +128,6 @@ BasicKernels<T>::BasicKernels(const KernelLibrary& library, KernelOptions option
   // (moe_down) took 1094 against 1081-1084 us with it there.
   moe_gate_up_staged.prefer_shared_carveout(100);
   moe_down_staged.prefer_shared_carveout(100);
-  attention_max_l1.prefer_shared_carveout(0);
   try {
     loop = LoopKernels{library.get<void(Condition, const int*, int*, int*, int*, int*)>("generate_advance"),
                        library.get<void(Condition, unsigned*, unsigned)>("while_guard")};

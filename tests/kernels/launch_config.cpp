@@ -1,4 +1,5 @@
-// LaunchConfig and grid_for (host); launches of thread block clusters, eagerly and in graphs, and their refusals (gpu).
+// LaunchConfig and grid_for (host); launches of thread block clusters and with a shared memory carveout, eagerly and in
+// graphs, and their refusals (gpu).
 #include <doctest/doctest.h>
 
 #include <lazygraph/lazygraph.hpp>
@@ -43,6 +44,15 @@ TEST_CASE("a launch configuration has no clusters unless it asks for them") {
   static_assert(kMaxClusterBlocks == 8);
 }
 
+TEST_CASE("a launch configuration leaves the shared memory carveout to the kernel unless it asks for one") {
+  constexpr LaunchConfig plain = grid_for(1000, 128, 64);
+  static_assert(plain.shared_carveout == -1);
+  static_assert(early(plain).shared_carveout == -1);
+  constexpr LaunchConfig l1 = with_shared_carveout(early(plain), 0);
+  static_assert(l1.shared_carveout == 0 && l1.early_launch);
+  static_assert(l1.grid.x == plain.grid.x && l1.block.x == plain.block.x && l1.shared_bytes == plain.shared_bytes);
+}
+
 namespace {
 
 // Block b of a cluster of n keeps in[b] in shared memory; after the cluster barrier it adds every block's value of its
@@ -61,10 +71,21 @@ extern "C" __global__ void cluster_sum(float* out, const float* in) {
 }
 )";
 
+// out[i] = in[i] * 2 + 1, reading `in` through a shared memory copy of the block's part.
+const char* const kCarveoutSource = R"(extern "C" __global__ void twice_plus_one(float* out, const float* in, int n) {
+  extern __shared__ float part[];
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  part[threadIdx.x] = i < n ? in[i] : 0.0f;
+  __syncthreads();
+  if (i < n) out[i] = part[threadIdx.x] * 2.0f + 1.0f;
+}
+)";
+
 KernelLibrary& cluster_library() {
   static KernelLibrary lib = [] {
     KernelLibraryOptions opts;
-    opts.kernel_sets = {KernelSet{"cluster_test", {{"cluster_sum.cu", kClusterSource}}, {}}};
+    opts.kernel_sets = {KernelSet{"cluster_test", {{"cluster_sum.cu", kClusterSource}}, {}},
+                        KernelSet{"carveout_test", {{"twice_plus_one.cu", kCarveoutSource}}, {}}};
     return KernelLibrary(lgtest::device(), std::move(opts));
   }();
   return lib;
@@ -179,5 +200,94 @@ TEST_SUITE("gpu") {
     zero.cluster = {0, 1, 1};
     CHECK_THROWS_WITH_AS(sum.launch(s, zero, out.view(), in.cview()), doctest::Contains("cluster dimension is zero"),
                          UsageError);
+  }
+
+  TEST_CASE("a launch with a shared memory carveout computes as without, eagerly, captured and built into a graph") {
+    Stream& s = lgtest::stream();
+    const auto twice = cluster_library().get<void(float*, const float*, int)>("twice_plus_one");
+    const int n = 1000;
+    const std::vector<float> in = lgtest::random_floats(n);
+    std::vector<float> want(in.size());
+    for (std::size_t i = 0; i < in.size(); ++i) want[i] = in[i] * 2.0F + 1.0F;
+    const auto din = lgtest::to_device(s, in);
+    for (const int carveout : {0, 25, 100}) {
+      CAPTURE(carveout);
+      const LaunchConfig config = with_shared_carveout(grid_for(n, 128, 128 * 4), carveout);
+      const auto check = [&](const char* how, const std::function<void(DeviceBuffer<float>&)>& run) {
+        CAPTURE(how);
+        auto out = lgtest::to_device(s, std::vector<float>(in.size(), -1.0F));
+        run(out);
+        CHECK(lgtest::to_host(s, out.cview()) == want);
+      };
+      check("eagerly", [&](DeviceBuffer<float>& out) { twice.launch(s, config, out.view(), din.cview(), n); });
+      check("early", [&](DeviceBuffer<float>& out) { twice.launch(s, early(config), out.view(), din.cview(), n); });
+      check("captured", [&](DeviceBuffer<float>& out) {
+        auto graph = CudaGraph<>::capture(s, twice(config, out.view(), din.cview(), n));
+        graph.launch();
+        s.synchronize();
+      });
+      check("built", [&](DeviceBuffer<float>& out) {
+        auto graph = CudaGraph<>::build(lgtest::device(), twice(config, out.view(), din.cview(), n));
+        graph.launch();
+        s.synchronize();
+      });
+    }
+  }
+
+  TEST_CASE(
+      "updating a graph to another shared memory carveout is refused by name, or makes a new graph when asked, built "
+      "or captured") {
+    Stream& s = lgtest::stream();
+    const auto twice = cluster_library().get<void(float*, const float*, int)>("twice_plus_one");
+    const int n = 256;
+    const std::vector<float> in = lgtest::random_floats(n);
+    std::vector<float> want(in.size());
+    for (std::size_t i = 0; i < in.size(); ++i) want[i] = in[i] * 2.0F + 1.0F;
+    const auto din = lgtest::to_device(s, in);
+    auto out = lgtest::to_device(s, std::vector<float>(in.size(), -1.0F));
+    auto other = lgtest::to_device(s, std::vector<float>(in.size(), -1.0F));
+    const auto config = [](int carveout) { return with_shared_carveout(grid_for(256, 128, 128 * 4), carveout); };
+    for (const bool built : {true, false}) {
+      CAPTURE(built);
+      auto graph = built ? CudaGraph<>::build(lgtest::device(), twice(config(25), out.view(), din.cview(), n))
+                         : CudaGraph<>::capture(s, twice(config(25), out.view(), din.cview(), n));
+      // The same carveout updates in place (a captured graph's nodes read back as they were recorded).
+      const UpdateResult same = graph.update_from(twice(config(25), other.view(), din.cview(), n));
+      CHECK(same.status == UpdateStatus::applied);
+      // In place, the driver might keep the old carveout: another one (or none, which a node reads back as 0) is
+      // refused.
+      for (const int changed : {0, 50, -1}) {
+        CAPTURE(changed);
+        const UpdateResult refused = graph.update_from(twice(config(changed), out.view(), din.cview(), n));
+        CHECK(refused.status == UpdateStatus::parameters_changed);
+        CHECK(refused.message.find("shared memory carveout") != std::string::npos);
+      }
+      graph.launch();
+      s.synchronize();
+      CHECK(lgtest::to_host(s, other.cview()) == want);  // still the graph it was, updated to `other`
+      const UpdateResult remade = graph.update_from(twice(config(50), out.view(), din.cview(), n), {true});
+      CHECK(remade.status == UpdateStatus::reinstantiated);
+      graph.launch();
+      s.synchronize();
+      CHECK(lgtest::to_host(s, out.cview()) == want);
+      copy(out.view(), std::vector<float>(in.size(), -1.0F)).sync_on(s);
+      copy(other.view(), std::vector<float>(in.size(), -1.0F)).sync_on(s);
+    }
+  }
+
+  TEST_CASE("a shared memory carveout outside 0 to 100 (or -1) is a UsageError naming it, before anything runs") {
+    Stream& s = lgtest::stream();
+    const auto twice = cluster_library().get<void(float*, const float*, int)>("twice_plus_one");
+    auto out = lgtest::to_device(s, std::vector<float>(128, -1.0F));
+    const auto in = lgtest::to_device(s, std::vector<float>(128, 1.0F));
+    for (const int bad : {101, -2}) {
+      CAPTURE(bad);
+      const LaunchConfig config = with_shared_carveout(grid_for(128, 128, 128 * 4), bad);
+      CHECK_THROWS_WITH_AS(twice.launch(s, config, out.view(), in.cview(), 128), doctest::Contains("carveout"),
+                           UsageError);
+      CHECK_THROWS_WITH_AS((void)CudaGraph<>::build(lgtest::device(), twice(config, out.view(), in.cview(), 128)),
+                           doctest::Contains("carveout"), UsageError);
+    }
+    CHECK(lgtest::to_host(s, out.cview()) == std::vector<float>(128, -1.0F));
   }
 }

@@ -788,7 +788,6 @@ TEST_SUITE("gpu") {
       "position, also grouped-query, and over a sliding window of positions") {
     Stream& s = lgtest::stream();
     const auto attention = nn::Kernels(lgtest::nn_kernels()).attention;
-    const auto attention_max_l1 = nn::Kernels(lgtest::nn_kernels()).attention_max_l1;
     const auto attention_split = nn::Kernels(lgtest::nn_kernels()).attention_split;
     const int max_ctx = 1024;
     for (const auto& [n_heads, n_kv_heads, head_dim] :
@@ -859,11 +858,12 @@ TEST_SUITE("gpu") {
                            head_dim, max_ctx, 1, scale, window);
           const auto got = on_host(out);
           check_close(got, ref);
-          // The entry point on multiprocessors split for the most L1 (the one-row dense step's): the same bits.
+          // On multiprocessors split for the most L1 (the one-row dense step's launch): the same bits.
           auto out_l1 = poisoned(static_cast<std::size_t>(n_heads) * head_dim);
-          attention_max_l1.launch(s, {{static_cast<unsigned>(n_heads), 1, 1}, {block, 1, 1}, max_ctx * 4U}, dq.cview(),
-                                  dk.cview(), dv.cview(), out_l1.view(), dpos.cview(), dslot.cview(), n_heads,
-                                  n_kv_heads, head_dim, max_ctx, 1, scale, window);
+          attention.launch(
+              s, with_shared_carveout({{static_cast<unsigned>(n_heads), 1, 1}, {block, 1, 1}, max_ctx * 4U}, 0),
+              dq.cview(), dk.cview(), dv.cview(), out_l1.view(), dpos.cview(), dslot.cview(), n_heads, n_kv_heads,
+              head_dim, max_ctx, 1, scale, window);
           const auto got_l1 = on_host(out_l1);
           CHECK(std::equal(got_l1.begin(), got_l1.end(), got.begin(), got.end(),
                            [](half a, half b) { return a.bits == b.bits; }));
@@ -1164,7 +1164,6 @@ TEST_CASE_TEMPLATE("every handle of nn::BasicKernels matches its kernel's declar
   check_model_kernel(d, "rope", &K::rope);
   check_model_kernel(d, "kv_append", &K::kv_append);
   check_model_kernel(d, "attention", &K::attention);
-  check_model_kernel(d, "attention_max_l1", &K::attention_max_l1);
   check_model_kernel(d, "attention_split", &K::attention_split);
   check_model_kernel(d, "flash_attention_d64", &K::flash_attention_d64);
   check_model_kernel(d, "flash_attention_d128", &K::flash_attention_d128);

@@ -121,7 +121,9 @@ class Kernel<void(Params...)> {
   /// (CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT; a hint the driver may round up to a size it supports).
   /// A multiprocessor whose memory is split for a kernel that uses little shared memory cannot take, beside it, a
   /// block that needs much: an early-launched kernel with large stages then waits for it to drain. Set on every
-  /// handle to the kernel at once. \throws UsageError for a percentage outside -1..100; CudaError when the driver
+  /// handle to the kernel at once, for all its launches; LaunchConfig::shared_carveout sets one launch's, and takes
+  /// precedence. The occupancy the driver computes (max_active_blocks_per_sm) follows this preference, not a
+  /// launch's. \throws UsageError for a percentage outside -1..100; CudaError when the driver
   /// refuses (naming the kernel).
   void prefer_shared_carveout(int percent) const { detail::set_shared_carveout(*info_, percent); }
   /// The state every handle to this kernel shares (function, module, limits).

@@ -42,11 +42,26 @@ struct LaunchConfig {
   /// 1 x 1 x 1: no clusters. A launch with clusters on an older GPU, or of a shape outside these rules, is a
   /// UsageError.
   Dim3 cluster = {};
+  /// The split of each multiprocessor's unified L1 and shared memory this launch prefers, in percent of the most
+  /// shared memory one can have (CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT): 0 the most L1, 100 the most
+  /// shared memory; -1 (the default) the kernel's own preference (Kernel::prefer_shared_carveout), else the driver's
+  /// choice, which is the split that fits the most blocks of this launch. A hint: the driver takes a larger split
+  /// when a block needs more shared memory than the preferred one holds. It matters beyond the launch, as the
+  /// multiprocessors keep the split for the kernels after it that fit in it. Recorded into a graph, it is an
+  /// attribute of the kernel node. Outside -1..100 a launch is a UsageError.
+  int shared_carveout = -1;
 };
 
 /// `config` with programmatic dependent launch switched on (see LaunchConfig::early_launch).
 constexpr LaunchConfig early(LaunchConfig config) {
   config.early_launch = true;
+  return config;
+}
+
+/// `config` preferring `percent` of each multiprocessor's unified memory as shared memory for this launch
+/// (see LaunchConfig::shared_carveout; 0 for the most L1).
+constexpr LaunchConfig with_shared_carveout(LaunchConfig config, int percent) {
+  config.shared_carveout = percent;
   return config;
 }
 

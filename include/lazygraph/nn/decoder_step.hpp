@@ -28,8 +28,8 @@ namespace lazygraph::nn {
 /// attention_block up to its output projection: the norm, the q, k and v projections, RoPE, the cache append and
 /// attention, into s.attn ([rows][q_dim]); x is read, not written. Fused (DecoderConfig::fused, the default): the norm,
 /// the three projections of the stacked weight, RoPE and the cache append in one kernel (norm_project_qkv_rope_append),
-/// then attention, each head spread over attention_splits() blocks of positions (one block a head, one row and a dense
-/// stacked weight: attention_max_l1, attention's bits). With q/k norms
+/// then attention, each head spread over attention_splits() blocks of positions (one block a head after a dense stacked
+/// weight's one row: launched on multiprocessors split for the most L1). With q/k norms
 /// (DecoderConfig::qk_norm, whatever `fused` says): the norm and the stacked projection into s.qkv (norm_project), then
 /// the heads' norms (or with qk_norm_whole the whole q's and k's), RoPE and the cache append (qk_norm_rope_append),
 /// then attention as the fused path runs it.
@@ -55,19 +55,21 @@ auto attention_heads(const Projector<T>& p, const BasicAttentionWeights<T>& w, B
   const DeviceSpan<const float> frequencies =
       c.local_rope(layer) ? s.local_rope_frequencies.cview() : s.rope_frequencies.cview();
   // Attention over the cache, each head over attention_splits() blocks of positions (the fused paths'). One block a
-  // head after the fused dense Q/K/V of one row: attention_max_l1, the same code on multiprocessors split for the most
-  // L1 (kernels.hpp says what it measured), else attention.
+  // head after the fused dense Q/K/V of one row asks for multiprocessors split for the most L1 (shared carveout 0):
+  // on an H200 that step took 747-749 against 767-768 us (TinyLlama shape, position 128), 834-835 against 890-891
+  // (position 1000) and 846-847 against 882-883 (Llama-3.2-1B shape, position 1000); after quantized projections,
+  // and at 8 rows, it was as fast or slower (docs/decode_performance.md).
   const auto attend = [&](bool max_l1) {
     const LaunchConfig per_split =
         k.attention_split_config(c.heads, rows, c.context, c.attention_splits(), c.head_dim());
-    const auto& one_block = max_l1 ? k.attention_max_l1 : k.attention;
+    const LaunchConfig one_block = max_l1 ? with_shared_carveout(per_head, 0) : per_head;
     return choose(
         c.attention_splits() > 1,
         k.attention_split(per_split, s.q.cview(), k_cache.as_const(), v_cache.as_const(), s.attn.view(),
                           s.attention_partials.view(), s.attention_counters.view(), s.positions(), s.slots(), c.heads,
                           c.kv_head_count(), c.head_dim(), c.context, c.max_batch, scale, window),
-        one_block(per_head, s.q.cview(), k_cache.as_const(), v_cache.as_const(), s.attn.view(), s.positions(),
-                  s.slots(), c.heads, c.kv_head_count(), c.head_dim(), c.context, c.max_batch, scale, window));
+        k.attention(one_block, s.q.cview(), k_cache.as_const(), v_cache.as_const(), s.attn.view(), s.positions(),
+                    s.slots(), c.heads, c.kv_head_count(), c.head_dim(), c.context, c.max_batch, scale, window));
   };
   const auto normed = [&] {
     const int qkv_rows = q_dim + 2 * c.kv_dim();

@@ -372,14 +372,6 @@ struct BasicKernels {
   /// attention(q, k_cache, v_cache, out, positions, slots, heads, kv_heads, head_dim, context, slot_count, scale,
   /// window): window 0 attends every position up to the row's, else the `window` positions up to it.
   Kernel<void(const T*, const T*, const T*, T*, const int*, const int*, int, int, int, int, int, float, int)> attention;
-  /// attention's own code under a second name, whose multiprocessors the driver is asked to split for the most L1
-  /// (prefer_shared_carveout(0)); the carveout is the function's, so the split is a second entry point. The decode
-  /// step launches it for one row after a dense Q/K/V projection (attention_heads): on an H200 that step then took
-  /// 747-749 against 767-768 us (TinyLlama shape, position 128), 834-835 against 890-891 (position 1000) and 846-847
-  /// against 882-883 (Llama-3.2-1B shape, position 1000); after quantized projections, and at 8 rows, it was as fast
-  /// or slower (docs/decode_performance.md). The same bits as attention.
-  Kernel<void(const T*, const T*, const T*, T*, const int*, const int*, int, int, int, int, int, float, int)>
-      attention_max_l1;
   /// attention_split(q, k_cache, v_cache, out, partials, counters, positions, slots, heads, kv_heads, head_dim,
   /// context, slot_count, scale, window): attention with each (row, head) spread over grid.z blocks of positions,
   /// combined by the last of them (kernels/nn/attention.cu).

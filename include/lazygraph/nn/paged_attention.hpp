@@ -289,7 +289,9 @@ class PagedAttention {
   /// tensor cores; 4 up to a group of 4, else 8 on CUDA cores), 32 `warps` threads (4, or 8 for the tensor-core
   /// kernels' attention_paged_grouped_mma8 form: grouped_warps), the kernel's shared memory (the warps' results, which
   /// on tensor cores reuse the cache's stages: 54 KiB at head_dim 64 and 68 KiB at 128 with 4 warps, twice that with
-  /// 8). `tensor_cores` false: the CUDA-core kernel whatever head_dim (for benchmarks).
+  /// 8), multiprocessors split half for shared memory (LaunchConfig::shared_carveout 50: the decode step's kernels
+  /// after it ran faster, paged_attention.cpp says by how much). `tensor_cores` false: the CUDA-core kernel whatever
+  /// head_dim (for benchmarks).
   [[nodiscard]] LaunchConfig grouped_config(const PagedAttentionShape& shape, int splits, bool tensor_cores = true,
                                             int warps = 4) const;
   /// The blocks of attend_grouped's kernel for `shape` with `warps` warps (grouped_kernel, grouped_config) one

@@ -152,8 +152,16 @@ void graph_launch(CUcontext ctx, CUgraphExec exec, CUstream stream, std::string_
 void graph_destroy_no_throw(CUgraph graph) noexcept;
 void graph_exec_destroy_no_throw(CUcontext ctx, CUgraphExec exec) noexcept;
 std::vector<CUgraphNode> graph_nodes(CUgraph graph);
-/// The thread block cluster of each kernel node of `graph`, in graph_nodes' order (1 x 1 x 1 for none).
-std::vector<std::array<unsigned, 3>> graph_kernel_clusters(CUgraph graph);
+/// A kernel node's launch attributes that its parameters do not hold.
+struct KernelNodeAttributes {
+  std::array<unsigned, 3> cluster{1, 1, 1};  ///< its thread block cluster (1 x 1 x 1 for none)
+  /// Its preferred shared memory carveout in percent; the driver reads a node launched without one as 0, like one
+  /// that asked for 0.
+  unsigned carveout = 0;
+  bool operator==(const KernelNodeAttributes&) const = default;
+};
+/// The attributes of each kernel node of `graph`, in graph_nodes' order.
+std::vector<KernelNodeAttributes> graph_kernel_attributes(CUgraph graph);
 CUgraphNodeType graph_node_type(CUgraphNode node);
 struct GraphEdgeCounts {
   std::size_t total = 0;
@@ -180,9 +188,9 @@ CUgraphConditionalHandle conditional_handle_create(CUcontext ctx, CUgraph graph,
 /// names the node in errors.
 CUgraphNode graph_add_node(CUgraph graph, const CUgraphNode* dependencies, const CUgraphEdgeData* edges,
                            std::size_t count, CUgraphNodeParams* params, std::string_view object);
-/// Gives kernel node `node` the thread block clusters of `shape` (nothing when it has none): a node's parameters do
-/// not hold them.
-void graph_kernel_node_set_cluster(CUgraphNode node, const LaunchShape& shape, std::string_view object);
+/// Gives kernel node `node` the thread block clusters and the shared memory carveout of `shape` (nothing for what it
+/// has none of): a node's parameters do not hold them.
+void graph_kernel_node_set_attributes(CUgraphNode node, const LaunchShape& shape, std::string_view object);
 /// Sets the parameters of `node` (of the graph `exec` was instantiated from) in `exec`, for later launches.
 void graph_exec_set_node_params(CUcontext ctx, CUgraphExec exec, CUgraphNode node, CUgraphNodeParams* params,
                                 std::string_view object);
