@@ -55,14 +55,18 @@ auto attention_heads(const Projector<T>& p, const BasicAttentionWeights<T>& w, B
   const DeviceSpan<const float> frequencies =
       c.local_rope(layer) ? s.local_rope_frequencies.cview() : s.rope_frequencies.cview();
   // Attention over the cache, each head over attention_splits() blocks of positions (the fused paths'). One block a
-  // head after the fused dense Q/K/V of one row asks for multiprocessors split for the most L1 (shared carveout 0):
-  // on an H200 that step took 747-749 against 767-768 us (TinyLlama shape, position 128), 834-835 against 890-891
-  // (position 1000) and 846-847 against 882-883 (Llama-3.2-1B shape, position 1000); after quantized projections,
-  // and at 8 rows, it was as fast or slower (docs/decode_performance.md).
+  // head asks for multiprocessors split for the most L1 (shared carveout 0) after the fused dense Q/K/V of one row,
+  // split half for shared memory (50) for more rows, else leaves the split to the driver. On an H200
+  // (docs/decode_performance.md) 0 took the one-row step from 767-768 to 747-749 us (TinyLlama shape, position 128)
+  // and from 881-882 to 846.5 (Llama-3.2-1B shape, position 1000), and was as fast or slower after quantized
+  // projections and at 8 rows; 50 took the 8-row steps from 1019 to 994.6-994.7 (TinyLlama, fp16; int4 672.6-673.1
+  // -> 636.1-641.3) and from 1217.4-1220.2 to 1157.2-1157.8 (Llama-3.2-1B, fp16; int8 854.1-856.6 -> 793.4-798.7)
+  // and Qwen3-30B-A3B's (12 layers) from 2664.7-2664.8 to 2632.6-2633.6, but its one-row step from 780.0-783.0 to
+  // 803.0-803.4.
   const auto attend = [&](bool max_l1) {
     const LaunchConfig per_split =
         k.attention_split_config(c.heads, rows, c.context, c.attention_splits(), c.head_dim());
-    const LaunchConfig one_block = max_l1 ? with_shared_carveout(per_head, 0) : per_head;
+    const LaunchConfig one_block = with_shared_carveout(per_head, max_l1 ? 0 : rows > 1 ? 50 : -1);
     return choose(
         c.attention_splits() > 1,
         k.attention_split(per_split, s.q.cview(), k_cache.as_const(), v_cache.as_const(), s.attn.view(),
