@@ -48,7 +48,8 @@ struct LaunchConfig {
   /// choice, which is the split that fits the most blocks of this launch. A hint: the driver takes a larger split
   /// when a block needs more shared memory than the preferred one holds. It matters beyond the launch, as the
   /// multiprocessors keep the split for the kernels after it that fit in it. Recorded into a graph, it is an
-  /// attribute of the kernel node. Outside -1..100 a launch is a UsageError.
+  /// attribute of the kernel node (cuda.h names the attribute for launches only; captures record it and nodes take it
+  /// on driver 580, which the GPU tests check). Outside -1..100 a launch is a UsageError.
   int shared_carveout = -1;
 };
 

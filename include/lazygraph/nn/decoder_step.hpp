@@ -28,20 +28,20 @@ namespace lazygraph::nn {
 /// attention_block up to its output projection: the norm, the q, k and v projections, RoPE, the cache append and
 /// attention, into s.attn ([rows][q_dim]); x is read, not written. Fused (DecoderConfig::fused, the default): the norm,
 /// the three projections of the stacked weight, RoPE and the cache append in one kernel (norm_project_qkv_rope_append),
-/// then attention, each head spread over attention_splits() blocks of positions (one block a head after a dense stacked
-/// weight's one row: launched on multiprocessors split for the most L1). With q/k norms
-/// (DecoderConfig::qk_norm, whatever `fused` says): the norm and the stacked projection into s.qkv (norm_project), then
-/// the heads' norms (or with qk_norm_whole the whole q's and k's), RoPE and the cache append (qk_norm_rope_append),
-/// then attention as the fused path runs it.
-/// Unfused: three norm_project of the stacked weight's parts, rope, kv_append, attention with one block per head,
-/// ordered as DecoderConfig::ordering says. Only the chosen path is built. A tensor-parallel rank follows it with an
-/// output projection of its own (decoder_rank.hpp). Layer `layer`'s window and RoPE table (DecoderConfig::sliding)
-/// and the config's score scale. With a paged cache (DecoderConfig::paged), k_cache and v_cache are the layer's pools:
-/// the fused kernel appends through s.tables (qkv_rope_append_paged; a quantized stacked weight: norm_project into
-/// s.qkv on its format's kernels, then PagedAttention::rope_append) and `paged`'s kernels attend through them, split
-/// as s.paged_splits says: attend_grouped where s.grouped_attention holds (within rounding of the contiguous cache),
-/// else attend or attend_split, whose bits are the contiguous cache's for the same splits. \throws UsageError as the
-/// projections (projection.hpp) and PagedAttention's calls; for a paged config without `paged`.
+/// then attention, each head spread over attention_splits() blocks of positions (one block a head: after a dense
+/// stacked weight's one row on multiprocessors split for the most L1, for more rows split half for shared memory). With
+/// q/k norms (DecoderConfig::qk_norm, whatever `fused` says): the norm and the stacked projection into s.qkv
+/// (norm_project), then the heads' norms (or with qk_norm_whole the whole q's and k's), RoPE and the cache append
+/// (qk_norm_rope_append), then attention as the fused path runs it. Unfused: three norm_project of the stacked weight's
+/// parts, rope, kv_append, attention with one block per head, ordered as DecoderConfig::ordering says. Only the chosen
+/// path is built. A tensor-parallel rank follows it with an output projection of its own (decoder_rank.hpp). Layer
+/// `layer`'s window and RoPE table (DecoderConfig::sliding) and the config's score scale. With a paged cache
+/// (DecoderConfig::paged), k_cache and v_cache are the layer's pools: the fused kernel appends through s.tables
+/// (qkv_rope_append_paged; a quantized stacked weight: norm_project into s.qkv on its format's kernels, then
+/// PagedAttention::rope_append) and `paged`'s kernels attend through them, split as s.paged_splits says: attend_grouped
+/// where s.grouped_attention holds (within rounding of the contiguous cache), else attend or attend_split, whose bits
+/// are the contiguous cache's for the same splits. \throws UsageError as the projections (projection.hpp) and
+/// PagedAttention's calls; for a paged config without `paged`.
 template <Element T>
 auto attention_heads(const Projector<T>& p, const BasicAttentionWeights<T>& w, BasicDecoderState<T>& s,
                      DeviceSpan<T> k_cache, DeviceSpan<T> v_cache, const DecoderConfig& c, int rows, int layer = 0,
