@@ -104,6 +104,7 @@ namespace {
   X(cuGraphAddDependencies)              \
   X(cuGraphDestroyNode)                  \
   X(cuGraphKernelNodeGetParams)          \
+  X(cuGraphChildGraphNodeGetGraph)       \
   X(cuLaunchHostFunc)                    \
   X(cuEventRecordWithFlags)              \
   X(cuStreamGetCaptureInfo)              \
@@ -973,12 +974,18 @@ std::vector<CUgraphNode> graph_nodes(CUgraph graph) {
   return nodes;
 }
 
-std::vector<KernelNodeAttributes> graph_kernel_attributes(CUgraph graph) {
-  const EntryPoints& a = api();
-  std::vector<KernelNodeAttributes> out;
+namespace {
+
+void append_kernel_attributes(const EntryPoints& a, CUgraph graph, std::vector<KernelNodeAttributes>& out) {
   for (CUgraphNode node : graph_nodes(graph)) {
     CUgraphNodeType type{};
     check(a.cuGraphNodeGetType(node, &type), "cuGraphNodeGetType", "CudaGraph");
+    if (type == CU_GRAPH_NODE_TYPE_GRAPH) {
+      CUgraph child = nullptr;  // the node's own copy, which the node owns
+      check(a.cuGraphChildGraphNodeGetGraph(node, &child), "cuGraphChildGraphNodeGetGraph", "child graph node");
+      append_kernel_attributes(a, child, out);
+      continue;
+    }
     if (type != CU_GRAPH_NODE_TYPE_KERNEL) continue;
     CUlaunchAttributeValue value{};
     check(a.cuGraphKernelNodeGetAttribute(node, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, &value),
@@ -992,6 +999,13 @@ std::vector<KernelNodeAttributes> graph_kernel_attributes(CUgraph graph) {
           "cuGraphKernelNodeGetAttribute (shared memory carveout)", "CudaGraph");
     node_attributes.carveout = value.sharedMemCarveout;
   }
+}
+
+}  // namespace
+
+std::vector<KernelNodeAttributes> graph_kernel_attributes(CUgraph graph) {
+  std::vector<KernelNodeAttributes> out;
+  append_kernel_attributes(api(), graph, out);
   return out;
 }
 

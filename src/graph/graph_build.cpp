@@ -216,6 +216,18 @@ std::optional<UpdateResult> first_mismatch(const NodePlan& current, const NodePl
       return UpdateResult{UpdateStatus::parameters_changed, at(i),
                           where + describe_node(y, i) + " prefers another shared memory carveout"};
     }
+    // Another child graph: its kernels' clusters and carveouts, which setting the node's parameters would not change
+    // (the topology, cuGraphExecChildGraphNodeSetParams's to refuse).
+    if (x.type == CU_GRAPH_NODE_TYPE_GRAPH && x.child != y.child) {
+      const auto now = drv::graph_kernel_attributes(x.child);
+      const auto then = drv::graph_kernel_attributes(y.child);
+      if (now.size() == then.size() && now != then) {
+        return UpdateResult{UpdateStatus::parameters_changed, at(i),
+                            where + describe_node(y, i) +
+                                " holds a kernel that launches in other clusters or prefers another shared memory "
+                                "carveout"};
+      }
+    }
     if (x.type == CU_GRAPH_NODE_TYPE_MEMCPY &&
         ((x.host != nullptr) != (y.host != nullptr) || x.host_is_source != y.host_is_source)) {
       return UpdateResult{UpdateStatus::parameters_changed, at(i),

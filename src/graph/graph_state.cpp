@@ -408,7 +408,8 @@ UpdateResult GraphState::replace_graph(drv::Graph graph, Owners owners, const Up
   // 580), and takes one whose kernels prefer another shared memory carveout (whether it applies it is not
   // documented): compared here first, kernel by kernel (other kernel counts are its to refuse, as another topology).
   // A carveout of 0 and none read the same, so a change between them goes unseen: both leave the split to the driver
-  // or ask for the most L1, a difference in speed only.
+  // or ask for the most L1, a difference in speed only. A child graph's kernels are read in its node's place; a
+  // captured graph with conditional bodies never comes here (update_from makes it anew).
   const auto now = drv::graph_kernel_attributes(graph_.native_handle());
   const auto next = drv::graph_kernel_attributes(graph.native_handle());
   if (now.size() == next.size() && now != next) {

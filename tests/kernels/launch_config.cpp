@@ -1,5 +1,5 @@
 // LaunchConfig and grid_for (host); launches of thread block clusters and with a shared memory carveout, eagerly and in
-// graphs, and their refusals (gpu).
+// graphs (whose kernel nodes carry them, read back through the driver), and their refusals (gpu).
 #include <doctest/doctest.h>
 
 #include <lazygraph/lazygraph.hpp>
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/gpu.hpp"
+#include "lazygraph/detail/driver/driver_api.hpp"
 
 using namespace lazygraph;
 
@@ -105,37 +106,42 @@ TEST_SUITE("gpu") {
     std::vector<float> in(blocks);
     for (int b = 0; b < blocks; ++b) in[static_cast<std::size_t>(b)] = static_cast<float>(b + 1);
     const auto din = lgtest::to_device(s, in);
+    // All three launch attributes at once too: clusters, early launch and a carveout.
     for (const unsigned n : {2U, 4U, 8U}) {
       for (const bool early_launch : {false, true}) {
-        CAPTURE(n);
-        CAPTURE(early_launch);
-        LaunchConfig config{{blocks, 1, 1}, {64, 1, 1}, 0};
-        config.cluster = {n, 1, 1};
-        config.early_launch = early_launch;
-        std::vector<float> want(blocks);
-        for (int b = 0; b < blocks; ++b) {
-          const int first = b / static_cast<int>(n) * static_cast<int>(n);
-          float total = 0.0F;
-          for (int r = 0; r < static_cast<int>(n); ++r) total += in[static_cast<std::size_t>(first + r)];
-          want[static_cast<std::size_t>(b)] = total + static_cast<float>(b % static_cast<int>(n)) * 1000.0F;
+        for (const int carveout : {-1, 50}) {
+          CAPTURE(n);
+          CAPTURE(early_launch);
+          CAPTURE(carveout);
+          LaunchConfig config{{blocks, 1, 1}, {64, 1, 1}, 0};
+          config.cluster = {n, 1, 1};
+          config.early_launch = early_launch;
+          config.shared_carveout = carveout;
+          std::vector<float> want(blocks);
+          for (int b = 0; b < blocks; ++b) {
+            const int first = b / static_cast<int>(n) * static_cast<int>(n);
+            float total = 0.0F;
+            for (int r = 0; r < static_cast<int>(n); ++r) total += in[static_cast<std::size_t>(first + r)];
+            want[static_cast<std::size_t>(b)] = total + static_cast<float>(b % static_cast<int>(n)) * 1000.0F;
+          }
+          const auto check = [&](const char* how, const std::function<void(DeviceBuffer<float>&)>& run) {
+            CAPTURE(how);
+            auto out = lgtest::to_device(s, std::vector<float>(blocks, -1.0F));
+            run(out);
+            CHECK(lgtest::to_host(s, out.cview()) == want);
+          };
+          check("eagerly", [&](DeviceBuffer<float>& out) { sum.launch(s, config, out.view(), din.cview()); });
+          check("captured", [&](DeviceBuffer<float>& out) {
+            auto graph = CudaGraph<>::capture(s, sum(config, out.view(), din.cview()));
+            graph.launch();
+            s.synchronize();
+          });
+          check("built", [&](DeviceBuffer<float>& out) {
+            auto graph = CudaGraph<>::build(lgtest::device(), sum(config, out.view(), din.cview()));
+            graph.launch();
+            s.synchronize();
+          });
         }
-        const auto check = [&](const char* how, const std::function<void(DeviceBuffer<float>&)>& run) {
-          CAPTURE(how);
-          auto out = lgtest::to_device(s, std::vector<float>(blocks, -1.0F));
-          run(out);
-          CHECK(lgtest::to_host(s, out.cview()) == want);
-        };
-        check("eagerly", [&](DeviceBuffer<float>& out) { sum.launch(s, config, out.view(), din.cview()); });
-        check("captured", [&](DeviceBuffer<float>& out) {
-          auto graph = CudaGraph<>::capture(s, sum(config, out.view(), din.cview()));
-          graph.launch();
-          s.synchronize();
-        });
-        check("built", [&](DeviceBuffer<float>& out) {
-          auto graph = CudaGraph<>::build(lgtest::device(), sum(config, out.view(), din.cview()));
-          graph.launch();
-          s.synchronize();
-        });
       }
     }
   }
@@ -174,6 +180,25 @@ TEST_SUITE("gpu") {
       expect(2);  // still the graph it was
       const UpdateResult remade = graph.update_from(sum(config(4), out.view(), in.cview()), {true});
       CHECK(remade.status == UpdateStatus::reinstantiated);
+      graph.launch();
+      expect(4);
+    }
+    // The same inside a child graph, whose kernels the parent's update compares too.
+    const auto child = [&](unsigned n) {
+      return CudaGraph<>::build(lgtest::device(), sum(config(n), out.view(), in.cview()));
+    };
+    const auto two = child(2);
+    const auto four = child(4);
+    for (const bool built : {true, false}) {
+      CAPTURE(built);
+      auto graph =
+          built ? CudaGraph<>::build(lgtest::device(), child_graph(two)) : CudaGraph<>::capture(s, child_graph(two));
+      const UpdateResult refused = graph.update_from(child_graph(four));
+      CHECK(refused.status == UpdateStatus::parameters_changed);
+      CHECK(refused.message.find("other clusters") != std::string::npos);
+      graph.launch();
+      expect(2);
+      CHECK(graph.update_from(child_graph(four), {true}).status == UpdateStatus::reinstantiated);
       graph.launch();
       expect(4);
     }
@@ -273,6 +298,78 @@ TEST_SUITE("gpu") {
       copy(out.view(), std::vector<float>(in.size(), -1.0F)).sync_on(s);
       copy(other.view(), std::vector<float>(in.size(), -1.0F)).sync_on(s);
     }
+  }
+
+  TEST_CASE(
+      "a child graph's kernel of another shared memory carveout is refused by the parent's update, built or captured") {
+    Stream& s = lgtest::stream();
+    const auto twice = cluster_library().get<void(float*, const float*, int)>("twice_plus_one");
+    const int n = 256;
+    const std::vector<float> in = lgtest::random_floats(n);
+    std::vector<float> want(in.size());
+    for (std::size_t i = 0; i < in.size(); ++i) want[i] = in[i] * 2.0F + 1.0F;
+    const auto din = lgtest::to_device(s, in);
+    auto out = lgtest::to_device(s, std::vector<float>(in.size(), -1.0F));
+    const auto child = [&](int carveout) {
+      return CudaGraph<>::build(lgtest::device(), twice(with_shared_carveout(grid_for(n, 128, 128 * 4), carveout),
+                                                        out.view(), din.cview(), n));
+    };
+    const auto quarter = child(25);
+    const auto half = child(50);
+    const auto quarter_again = child(25);
+    for (const bool built : {true, false}) {
+      CAPTURE(built);
+      auto graph = built ? CudaGraph<>::build(lgtest::device(), child_graph(quarter))
+                         : CudaGraph<>::capture(s, child_graph(quarter));
+      CHECK(graph.update_from(child_graph(quarter_again)).status == UpdateStatus::applied);
+      const UpdateResult refused = graph.update_from(child_graph(half));
+      CHECK(refused.status == UpdateStatus::parameters_changed);
+      CHECK(refused.message.find("carveout") != std::string::npos);
+      CHECK(graph.update_from(child_graph(half), {true}).status == UpdateStatus::reinstantiated);
+      graph.launch();
+      s.synchronize();
+      CHECK(lgtest::to_host(s, out.cview()) == want);
+      copy(out.view(), std::vector<float>(in.size(), -1.0F)).sync_on(s);
+    }
+  }
+
+  TEST_CASE(
+      "a graph's kernel nodes carry the launch's carveout and clusters, built, captured and inside a child graph") {
+    Stream& s = lgtest::stream();
+    const auto twice = cluster_library().get<void(float*, const float*, int)>("twice_plus_one");
+    const int n = 256;
+    const auto din = lgtest::to_device(s, lgtest::random_floats(n));
+    auto out = lgtest::to_device(s, std::vector<float>(n, -1.0F));
+    const auto attributes = [](const CudaGraph<>& g) {
+      return detail::driver::graph_kernel_attributes(g.shared_state()->template_graph());
+    };
+    using Attributes = detail::driver::KernelNodeAttributes;
+    const auto op = [&](int carveout) {
+      return twice(with_shared_carveout(grid_for(n, 128, 128 * 4), carveout), out.view(), din.cview(), n);
+    };
+    for (const int carveout : {25, 100}) {
+      CAPTURE(carveout);
+      const auto built = CudaGraph<>::build(lgtest::device(), op(carveout) >> op(-1));
+      const auto captured = CudaGraph<>::capture(s, op(carveout) >> op(-1));
+      // None reads back as 0.
+      const std::vector<Attributes> want{{{1, 1, 1}, static_cast<unsigned>(carveout)}, {{1, 1, 1}, 0}};
+      CHECK(attributes(built) == want);
+      CHECK(attributes(captured) == want);
+      const auto parent = CudaGraph<>::capture(s, op(-1) >> child_graph(built));
+      const std::vector<Attributes> nested{{{1, 1, 1}, 0}, want[0], want[1]};
+      CHECK(attributes(parent) == nested);
+    }
+    if (lgtest::device().compute_capability().major < 9) {
+      MESSAGE("clusters not read back: thread block clusters need sm_90 or newer");
+      return;
+    }
+    const auto sum = cluster_library().get<void(float*, const float*)>("cluster_sum");
+    LaunchConfig config{{16, 1, 1}, {64, 1, 1}, 0};
+    config.cluster = {4, 1, 1};
+    config.shared_carveout = 50;
+    config.early_launch = true;
+    const auto built = CudaGraph<>::build(lgtest::device(), op(-1) >> sum(config, out.view(), din.cview()));
+    CHECK(attributes(built) == std::vector<Attributes>{{{1, 1, 1}, 0}, {{4, 1, 1}, 50}});
   }
 
   TEST_CASE("a shared memory carveout outside 0 to 100 (or -1) is a UsageError naming it, before anything runs") {

@@ -160,7 +160,8 @@ struct KernelNodeAttributes {
   unsigned carveout = 0;
   bool operator==(const KernelNodeAttributes&) const = default;
 };
-/// The attributes of each kernel node of `graph`, in graph_nodes' order.
+/// The attributes of each kernel node of `graph`, in graph_nodes' order, a child graph node's kernels in its place
+/// (recursively). A conditional node's bodies are not read: CUDA 13.0 has no call that lists them.
 std::vector<KernelNodeAttributes> graph_kernel_attributes(CUgraph graph);
 CUgraphNodeType graph_node_type(CUgraphNode node);
 struct GraphEdgeCounts {
