@@ -366,7 +366,9 @@ namespace {
 // --kv-block-size 16 --attention-blocks 0`, fp16 us, none -> 50): TinyLlama shape at position 128 one row 857.7-857.9
 // -> 801.5-801.6, 8 rows 1436.6-1439.0 -> 1016.3; Llama-3.2-1B shape at 1000 904.7-906.7 -> 857.8-860.8 and
 // 1531.8 -> 1053.1-1053.3; every quantized format as fast or faster. 0 and 25 were as fast at one row, slower at 8
-// rows (1124.5-1126.2 at 1000); 100 was no carveout's. grouped_resident counts blocks under the driver's own split.
+// rows (1124.5-1126.2 at 1000); 100 was no carveout's. grouped_resident counts blocks under the driver's own split:
+// counted under this carveout (2026-12-02) the 8-row grids lost half their splits and their steps up to 23 % of their
+// speed, since paged_grouped_wave_splits's half wave was measured with the driver's count (docs/decode_performance.md).
 constexpr int kGroupedCarveout = 50;
 }  // namespace
 
