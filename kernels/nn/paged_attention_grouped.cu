@@ -31,6 +31,15 @@
 //     blocks a multiprocessor (their launch bounds). Within rounding of the 4-warp form (the warps' sums merge in
 //     another grouping).
 //
+//   attention_grouped_mma_d64 / _d128 / attention_grouped_mma8_d64 / _d128(q, k_cache, v_cache, out, partials,
+//                                    counters, positions, slots, count, n_heads, n_kv_heads, head_dim, max_ctx,
+//                                    n_slots, scale, window)
+//     The tensor-core kernels above over the contiguous cache instead of a pool (kernels/nn/attention.cu's layout,
+//     [n_slots][n_kv_heads][max_ctx][head_dim]; row b in slot slots[b]), for the decode step's batches: the same
+//     blocks, grid, shared memory, splits and arithmetic, so the same bits as the paged kernel for the same keys,
+//     values, positions and splits. A position outside [0, max_ctx) or a slot outside [0, n_slots) traps. They read
+//     the slots before their wait, as the tables.
+//
 //     All: the cache reaches shared memory tile by tile through cp.async (sm_80 and newer; the kernels trap on older
 //     GPUs), the later tiles in flight while the block works on the first. Rows
 //     b below count[0] (clamped to [0, rows]) at position p attend positions f..p (f = 0, or max(0, p - window + 1) for
@@ -94,10 +103,11 @@ struct GroupedWork {
 
 /// The block's work (see the file comment); false when it has none: past the kv heads, a split past the row's
 /// positions, or a padding row, whose out the blocks of split 0 zero here (with kZeroPadding: a kernel that calls it
-/// before its wait calls it again after the wait to do so). Traps on a position outside the table.
+/// before its wait calls it again after the wait to do so). Traps on a position outside [0, capacity): the table's
+/// positions, or the contiguous cache's context.
 template <int kHeads, class T, bool kZeroPadding = true>
 __device__ __forceinline__ bool grouped_work(GroupedWork& w, T* out, const int* positions, const int* count,
-                                             int n_heads, int n_kv_heads, int head_dim, int block_size, int table_width,
+                                             int n_heads, int n_kv_heads, int head_dim, long long capacity,
                                              int window) {
   const int group = n_heads / n_kv_heads;
   const int parts = (group + kHeads - 1) / kHeads;
@@ -113,9 +123,8 @@ __device__ __forceinline__ bool grouped_work(GroupedWork& w, T* out, const int* 
     }
     return false;
   }
-  const int shift = block_size == 32 ? 5 : 4;
   const int p = positions[row];
-  if (p < 0 || static_cast<long long>(p) >= (static_cast<long long>(table_width) << shift)) __trap();
+  if (p < 0 || static_cast<long long>(p) >= capacity) __trap();
   const int first = window > 0 ? max(0, p - window + 1) : 0;
   const int n = p - first + 1;
   const int splits = static_cast<int>(gridDim.z);
@@ -259,7 +268,8 @@ __device__ __forceinline__ void attention_paged_grouped_body(const T* q, const T
     __trap();
   }
   GroupedWork w;
-  if (!grouped_work<kHeads>(w, out, positions, count, n_heads, n_kv_heads, head_dim, block_size, table_width, window)) {
+  if (!grouped_work<kHeads>(w, out, positions, count, n_heads, n_kv_heads, head_dim,
+                            static_cast<long long>(table_width) * block_size, window)) {
     return;
   }
   const int group = w.group;
@@ -440,21 +450,53 @@ __device__ __forceinline__ void attention_paged_grouped_body(const T* q, const T
 #endif
 }
 
-/// attention_paged_grouped_mma_dD: the grouped attention on tensor cores, head_dim D (64 or 128) and up to 16 query
-/// heads a block (kGroupedMmaHeads). The block's query heads are the 16 rows of mma tiles (rows past them zero); each
-/// of its kWarps warps (4, or 8 for few blocks: PagedAttention::grouped_warps) takes 16 positions of every tile of
-/// 16 kWarps positions: its scores S = Q K^T (16 x 16, fp32, K through ldmatrix from the
-/// staged tile), their online softmax per head in base 2 (scale * log2(e) folded into the exponent), then O += P V
-/// (P rounded to T straight from the score registers as the A fragment, V through ldmatrix.trans). Rows of shared
-/// memory are padded to D + 8 elements, so that an ldmatrix's 8 row addresses fall on distinct banks. The warps' maxima
-/// leave in natural units for grouped_finish.
-template <int D, int kWarps, class T>
-__device__ __forceinline__ void attention_paged_grouped_mma_body(const T* q, const T* k_pool, const T* v_pool, T* out,
-                                                                 float* partials, unsigned* counters,
-                                                                 const int* positions, const int* tables,
-                                                                 const int* count, int n_heads, int n_kv_heads,
-                                                                 int head_dim, int block_size, int n_blocks,
-                                                                 int table_width, float scale, int window) {
+/// Where the grouped tensor-core kernels find the positions of one row's kv head in a paged pool: through the row's
+/// table, whose entries the copies read a tile ahead (kEntries).
+struct TablePlaces {
+  static constexpr bool kEntries = true;
+  const int* table;        ///< the row's table
+  long long block_stride;  ///< elements of a pool block (every kv head's positions)
+  long long head_base;     ///< the kv head's offset in a block
+  int shift;               ///< log2 of the block size
+  int n_blocks;
+  __device__ __forceinline__ int entry(int j) const { return table[j >> shift]; }
+  __device__ __forceinline__ bool valid(int id) const {
+    return static_cast<unsigned>(id) < static_cast<unsigned>(n_blocks);
+  }
+  /// The element of position j's row, whose table entry is id.
+  __device__ __forceinline__ long long at(int id, int j, int head_dim) const {
+    return static_cast<long long>(id) * block_stride + head_base +
+           static_cast<long long>(j & ((1 << shift) - 1)) * head_dim;
+  }
+};
+
+/// The same for the contiguous cache ([n_slots][n_kv_heads][max_ctx][head_dim], kernels/nn/attention.cu): the row's
+/// slot holds the kv head's positions in one piece, so there are no entries to read.
+struct SlotPlaces {
+  static constexpr bool kEntries = false;
+  long long base;  ///< the element of position 0 of the row's slot and kv head
+  __device__ __forceinline__ int entry(int /*j*/) const { return 0; }
+  __device__ __forceinline__ bool valid(int /*id*/) const { return true; }
+  __device__ __forceinline__ long long at(int /*id*/, int j, int head_dim) const {
+    return base + static_cast<long long>(j) * head_dim;
+  }
+};
+
+/// attention_paged_grouped_mma_dD and attention_grouped_mma_dD: the grouped attention on tensor cores, head_dim D (64
+/// or 128) and up to 16 query heads a block (kGroupedMmaHeads), over a paged pool or the contiguous cache as
+/// `make_places(w)` (TablePlaces, SlotPlaces) finds the block's positions. The block's query heads are the 16 rows of mma
+/// tiles (rows past them zero); each of its kWarps warps (4, or 8 for few blocks: PagedAttention::grouped_warps)
+/// takes 16 positions of every tile of 16 kWarps positions: its scores S = Q K^T (16 x 16, fp32, K through ldmatrix
+/// from the staged tile), their online softmax per head in base 2 (scale * log2(e) folded into the exponent), then O
+/// += P V (P rounded to T straight from the score registers as the A fragment, V through ldmatrix.trans). Rows of
+/// shared memory are padded to D + 8 elements, so that an ldmatrix's 8 row addresses fall on distinct banks. The warps'
+/// maxima leave in natural units for grouped_finish. The positions a row may reach are [0, capacity).
+template <int D, int kWarps, class T, class MakePlaces>
+__device__ __forceinline__ void grouped_mma_core(const T* q, const T* k_cache, const T* v_cache, T* out,
+                                                 float* partials, unsigned* counters, const int* positions,
+                                                 const int* count, int n_heads, int n_kv_heads, int head_dim,
+                                                 long long capacity, float scale, int window,
+                                                 MakePlaces make_places) {
 #if __CUDA_ARCH__ < 800
   __trap();  // mma.sync, ldmatrix and cp.async need sm_80 (as the wide step does)
 #else
@@ -464,23 +506,24 @@ __device__ __forceinline__ void attention_paged_grouped_mma_body(const T* q, con
   constexpr int kRow = D + 8;               // a position's padded row in shared memory, in elements
   constexpr int kChunks = D / 8;            // 16-byte chunks of a position's row
   constexpr int kLines = D * static_cast<int>(sizeof(T)) / 128;  // 128-byte lines of a position's row
-  // May be launched early. Before its wait it reads only the io (count, positions, tables: copied in before the step's
-  // first kernel) and asks L2 for its first tiles of the cache; q, the cache, out, partials and counters after it.
+  // May be launched early. Before its wait it reads only the io (count, positions, and the tables or slots: copied in
+  // before the step's first kernel) and asks L2 for its first tiles of the cache; q, the cache, out, partials and
+  // counters after it.
   lg::allow_dependent_launch();
   extern __shared__ float shared[];  // [stage][k, v][kTile][kRow] of T; after the loop [warps][heads][D + 2]
-  if (blockDim.x != kThreads || head_dim != D || n_kv_heads <= 0 || n_heads % n_kv_heads != 0 ||
-      (block_size != 16 && block_size != 32) || !lg::is_aligned16(q) || !lg::is_aligned16(k_pool) ||
-      !lg::is_aligned16(v_pool) || !lg::is_aligned16(out)) {
+  if (blockDim.x != kThreads || head_dim != D || n_kv_heads <= 0 || n_heads % n_kv_heads != 0 || !lg::is_aligned16(q) ||
+      !lg::is_aligned16(k_cache) || !lg::is_aligned16(v_cache) || !lg::is_aligned16(out)) {
     __trap();
   }
   GroupedWork w;
-  if (!grouped_work<kGroupedMmaHeads, T, false>(w, out, positions, count, n_heads, n_kv_heads, D, block_size,
-                                                table_width, window)) {
+  if (!grouped_work<kGroupedMmaHeads, T, false>(w, out, positions, count, n_heads, n_kv_heads, D, capacity, window)) {
     lg::wait_for_prior_grids();
-    (void)grouped_work<kGroupedMmaHeads>(w, out, positions, count, n_heads, n_kv_heads, D, block_size, table_width,
+    (void)grouped_work<kGroupedMmaHeads>(w, out, positions, count, n_heads, n_kv_heads, D, capacity,
                                          window);  // a padding row's zeros, after the wait
     return;
   }
+  using Places = decltype(make_places(w));
+  const Places where = make_places(w);
   const int block_heads = min(w.group, kGroupedMmaHeads);
   const int stride = D + 2;
   // The warps' results alias the stages: they are written after the tile loop, whose last barrier every warp has
@@ -506,11 +549,6 @@ __device__ __forceinline__ void attention_paged_grouped_mma_body(const T* q, con
   float m[2] = {minus_infinity(), minus_infinity()};  // rows g, g + 8: maxima of the scaled scores, base 2
   float l[2] = {0.0f, 0.0f};                          // this lane's share of their sums
 
-  const int shift = block_size == 32 ? 5 : 4;
-  const int mask = block_size - 1;
-  const int* table = tables + static_cast<long long>(w.row) * table_width;
-  const long long block_stride = static_cast<long long>(n_kv_heads) * block_size * D;
-  const long long head_base = static_cast<long long>(w.kv_head) * block_size * D;
   T* tiles = reinterpret_cast<T*>(shared);  // [stage][k, v][kTile][kRow], under the results (above)
   const int count_tiles = (w.end - w.begin + kTile - 1) / kTile;
   // Each thread copies the same 16-byte chunk of kTile / kPassRows positions of every tile, kPassRows apart.
@@ -518,7 +556,7 @@ __device__ __forceinline__ void attention_paged_grouped_mma_body(const T* q, con
   static_assert(kThreads % kChunks == 0 && kTile % kPassRows == 0, "a pass covers whole rows of the tile");
   const int chunk_row = static_cast<int>(threadIdx.x) / kChunks;
   const int chunk_to = chunk_row * kRow + 8 * (static_cast<int>(threadIdx.x) % kChunks);
-  const long long chunk_from = head_base + 8 * (static_cast<int>(threadIdx.x) % kChunks);
+  const int chunk_from = 8 * (static_cast<int>(threadIdx.x) % kChunks);
   // The table entries of the positions of a tile this thread copies (0 past the range). At D = 64 (4 of them) they
   // are read a tile ahead of their copies, so that a copy's address does not wait for its entry; at 128 (8) as the
   // copies are issued, since 8 more registers would spill.
@@ -529,7 +567,7 @@ __device__ __forceinline__ void attention_paged_grouped_mma_body(const T* q, con
 #pragma unroll
     for (int u = 0; u < kTile / kPassRows; ++u) {
       const int j = j0 + u * kPassRows;
-      ids[u] = tile < count_tiles && j < w.end ? table[j >> shift] : 0;
+      ids[u] = Places::kEntries && tile < count_tiles && j < w.end ? where.entry(j) : 0;
     }
   };
   const auto fetch = [&](int tile) {  // tile into its stage, then one commit (always: the group count stays uniform)
@@ -542,11 +580,10 @@ __device__ __forceinline__ void attention_paged_grouped_mma_body(const T* q, con
       for (int u = 0; u < kTile / kPassRows; ++u) {       // its chunk of positions j0 + kPassRows u
         const int j = j0 + u * kPassRows;
         const bool real = j < w.end;
-        if (static_cast<unsigned>(ids[u]) >= static_cast<unsigned>(n_blocks)) __trap();
-        const long long from =
-            real ? static_cast<long long>(ids[u]) * block_stride + static_cast<long long>(j & mask) * D : 0;
-        lg::copy16_async(k_to + u * kPassRows * kRow, k_pool + chunk_from + from, real);
-        lg::copy16_async(v_to + u * kPassRows * kRow, v_pool + chunk_from + from, real);
+        if (!where.valid(ids[u])) __trap();
+        const long long from = real ? where.at(ids[u], j, D) : 0;
+        lg::copy16_async(k_to + u * kPassRows * kRow, k_cache + chunk_from + from, real);
+        lg::copy16_async(v_to + u * kPassRows * kRow, v_cache + chunk_from + from, real);
       }
     }
     lg::commit_async();
@@ -558,11 +595,10 @@ __device__ __forceinline__ void attention_paged_grouped_mma_body(const T* q, con
     const int r = c / (2 * kLines);
     const int j = w.begin + r;
     if (j >= w.end) continue;
-    const int id = table[j >> shift];
-    if (id < 0 || id >= n_blocks) continue;  // the copies trap on it
-    const long long at = static_cast<long long>(id) * block_stride + head_base + static_cast<long long>(j & mask) * D +
-                         (128 / static_cast<int>(sizeof(T))) * (c % kLines);
-    lg::prefetch_l2(((c / kLines) % 2 == 0 ? k_pool : v_pool) + at);
+    const int id = where.entry(j);
+    if (!where.valid(id)) continue;  // the copies trap on it
+    const long long at = where.at(id, j, D) + (128 / static_cast<int>(sizeof(T))) * (c % kLines);
+    lg::prefetch_l2(((c / kLines) % 2 == 0 ? k_cache : v_cache) + at);
   }
   if (kIdsAhead) read_ids(0);
   lg::wait_for_prior_grids();
@@ -682,10 +718,48 @@ __device__ __forceinline__ void attention_paged_grouped_mma_body(const T* q, con
 #endif
 }
 
+/// attention_paged_grouped_mma_dD: grouped_mma_core over a paged pool through the rows' tables.
+template <int D, int kWarps, class T>
+__device__ __forceinline__ void attention_paged_grouped_mma_body(const T* q, const T* k_pool, const T* v_pool, T* out,
+                                                                 float* partials, unsigned* counters,
+                                                                 const int* positions, const int* tables,
+                                                                 const int* count, int n_heads, int n_kv_heads,
+                                                                 int head_dim, int block_size, int n_blocks,
+                                                                 int table_width, float scale, int window) {
+  if (block_size != 16 && block_size != 32) __trap();
+  grouped_mma_core<D, kWarps>(q, k_pool, v_pool, out, partials, counters, positions, count, n_heads, n_kv_heads,
+                              head_dim, static_cast<long long>(table_width) * block_size, scale, window,
+                              [&](const GroupedWork& w) {
+                                return TablePlaces{tables + static_cast<long long>(w.row) * table_width,
+                                                   static_cast<long long>(n_kv_heads) * block_size * head_dim,
+                                                   static_cast<long long>(w.kv_head) * block_size * head_dim,
+                                                   block_size == 32 ? 5 : 4, n_blocks};
+                              });
+}
+
+/// attention_grouped_mma_dD: grouped_mma_core over the contiguous cache, row b in slot slots[b] (trapping on a slot
+/// outside [0, n_slots)).
+template <int D, int kWarps, class T>
+__device__ __forceinline__ void attention_grouped_mma_body(const T* q, const T* k_cache, const T* v_cache, T* out,
+                                                           float* partials, unsigned* counters, const int* positions,
+                                                           const int* slots, const int* count, int n_heads,
+                                                           int n_kv_heads, int head_dim, int max_ctx, int n_slots,
+                                                           float scale, int window) {
+  if (max_ctx <= 0 || n_slots <= 0) __trap();
+  grouped_mma_core<D, kWarps>(q, k_cache, v_cache, out, partials, counters, positions, count, n_heads, n_kv_heads,
+                              head_dim, max_ctx, scale, window, [&](const GroupedWork& w) {
+                                const int slot = slots[w.row];
+                                if (slot < 0 || slot >= n_slots) __trap();
+                                return SlotPlaces{(static_cast<long long>(slot) * n_kv_heads + w.kv_head) * max_ctx *
+                                                  head_dim};
+                              });
+}
+
 }  // namespace
 
 // The entry points: attention_paged_grouped_h4, _h8, attention_paged_grouped_mma_d64, _d128, the 8-warp
-// attention_paged_grouped_mma8_d64, _d128, and the _bf16 ones.
+// attention_paged_grouped_mma8_d64, _d128, the contiguous cache's attention_grouped_mma_d64, _d128,
+// attention_grouped_mma8_d64, _d128, and the _bf16 ones.
 /* lazygraph:variants
 axis T = lg::half_t | lg::bf16_t _bf16
 axis H = 4 _h4 (128, 4) | 8 _h8 (128, 2)
@@ -704,4 +778,10 @@ attention_paged_grouped_mma8[T][W] = attention_paged_grouped_mma_body<W, 8>(cons
     const T* k_pool, const T* v_pool, T* out, float* partials, unsigned* counters, const int* positions,
     const int* tables, const int* count, int n_heads, int n_kv_heads, int head_dim, int block_size, int n_blocks,
     int table_width, float scale, int window)
+attention_grouped_mma[T][M] = attention_grouped_mma_body<M, 4>(const T* q, const T* k_cache,
+    const T* v_cache, T* out, float* partials, unsigned* counters, const int* positions, const int* slots,
+    const int* count, int n_heads, int n_kv_heads, int head_dim, int max_ctx, int n_slots, float scale, int window)
+attention_grouped_mma8[T][W] = attention_grouped_mma_body<W, 8>(const T* q, const T* k_cache,
+    const T* v_cache, T* out, float* partials, unsigned* counters, const int* positions, const int* slots,
+    const int* count, int n_heads, int n_kv_heads, int head_dim, int max_ctx, int n_slots, float scale, int window)
 */

@@ -169,14 +169,14 @@ BasicDecoder<T>::BasicDecoder(const Stream& stream, const KernelLibrary& library
       quantized_kernels_(weights_.quantized() ? std::optional<BasicQuantizedKernels<T>>(std::in_place, library)
                                               : std::nullopt),
       state_(stream.device(), state_shape(shard_, config_)),
-      paged_(config_.paged()
+      paged_(config_.paged() || state_.grouped_batches
                  ? std::optional<PagedAttention<T>>(std::in_place, library, config_.early_launch, config_.tensor_cores)
                  : std::nullopt),
       io_(library, staging_with_tables(config_), DecoderIo::output_size(config_.context)),
       tables_at_(staging_input_size(config_)),
       stream_(stream.device()),
-      graphs_(kMaxRows),
-      io_graphs_(kMaxRows) {
+      graphs_(2 * kMaxRows),
+      io_graphs_(2 * kMaxRows) {
   if (quantized_kernels_) quantized_kernels_->early_launch = config_.early_launch;
   if (comm != nullptr) {
     backend_ = make_rank_backend<T>(*comm, state_, options, peer);
@@ -257,10 +257,18 @@ const PersistentProgram& BasicDecoder<T>::persistent_program(int rows) {
 }
 
 template <Element T>
+bool BasicDecoder<T>::grouped_batch(int rows) const {
+  if (!state_.grouped_batches || rows < 2) return false;
+  const std::span<const int> positions = io_.input().subspan(DecoderIo::positions, static_cast<std::size_t>(rows));
+  return *std::max_element(positions.begin(), positions.end()) >= kGroupedBatchFrom;
+}
+
+template <Element T>
 CudaGraph<>& BasicDecoder<T>::step_graph(int rows) {
   check_rows(rows, kMaxRows);
-  return graphs_.get(rows, [this](int r) {
-    return backend_->capture(step_context(), r,
+  const bool grouped = grouped_batch(rows);
+  return graphs_.get(rows + (grouped ? kMaxRows : 0), [this, rows, grouped](int /*key*/) {
+    return backend_->capture(step_context(grouped), rows,
                              [&](AnyOp step) { return CudaGraph<>::capture(stream_, std::move(step)); });
   });
 }
@@ -268,10 +276,12 @@ CudaGraph<>& BasicDecoder<T>::step_graph(int rows) {
 template <Element T>
 CudaGraph<>& BasicDecoder<T>::io_graph(int rows) {
   check_rows(rows, kMaxRows);
+  const bool grouped = grouped_batch(rows);
   // The step's own nodes between the copies (not the step graph as a child: its kernels keep their early-launch
   // edges to each other exactly as captured).
-  return io_graphs_.get(rows, [this](int r) {
-    return backend_->capture(step_context(), r, [&](AnyOp step) {
+  return io_graphs_.get(rows + (grouped ? kMaxRows : 0), [this, rows, grouped](int /*key*/) {
+    const int r = rows;
+    return backend_->capture(step_context(grouped), r, [&](AnyOp step) {
       // A paged cache's tables of the r rows, copied in with the io (the step reads them).
       std::vector<StagedUploadOp<int>> tables;
       if (config_.paged()) {

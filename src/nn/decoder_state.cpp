@@ -26,10 +26,18 @@ bool grouped(const Device& device, const DecoderConfig& c) {
   return c.paged() && c.attention_blocks == 0 && device.compute_capability().major >= 8;
 }
 
-/// Attention splits the partials must hold: attention_splits(), or paged with attention_blocks 0 the most
-/// paged_attention_splits and paged_grouped_wave_splits give.
-int most_splits(const DecoderConfig& c) {
-  return c.paged() && c.attention_blocks == 0 ? paged_max_splits : c.attention_splits();
+/// Whether the contiguous cache's batches attend with the grouped kernels (BasicDecoderState::grouped_batches).
+bool grouped_batch_steps(const Device& device, const DecoderConfig& c) {
+  return !c.paged() && c.tensor_cores && c.max_batch >= 2 && c.attention_blocks == 1 &&
+         (c.head_dim() == 64 || c.head_dim() == 128) && (c.fused || c.qk_norm) &&
+         device.compute_capability().major >= 8;
+}
+
+/// Attention splits the partials must hold: attention_splits(), or paged with attention_blocks 0 (and for the
+/// contiguous cache's grouped batches) the most paged_attention_splits and paged_grouped_wave_splits give.
+int most_splits(const Device& device, const DecoderConfig& c) {
+  return (c.paged() && c.attention_blocks == 0) || grouped_batch_steps(device, c) ? paged_max_splits
+                                                                                  : c.attention_splits();
 }
 }  // namespace
 
@@ -79,18 +87,19 @@ BasicDecoderState<T>::BasicDecoderState(const Device& device, const DecoderConfi
       v_cache(DeviceBuffer<T>(device, k_cache.size())),
       tables(device, static_cast<std::size_t>(kMaxRows) * static_cast<std::size_t>(c.kv_table_width())),
       attention_partials(device, static_cast<std::size_t>(kMaxRows) * static_cast<std::size_t>(c.heads) *
-                                     static_cast<std::size_t>(most_splits(c)) *
+                                     static_cast<std::size_t>(most_splits(device, c)) *
                                      static_cast<std::size_t>(c.head_dim() + 2)),
       attention_counters(device, static_cast<std::size_t>(kMaxRows) * static_cast<std::size_t>(c.heads)),
       rope_frequencies(device, static_cast<std::size_t>(c.head_dim() / 2)),
       local_rope_frequencies(device, c.local_theta > 0 ? static_cast<std::size_t>(c.head_dim() / 2) : 0),
       argmax_values(device, static_cast<std::size_t>(kMaxRows) * kArgmaxChunks),
       argmax_indices(device, static_cast<std::size_t>(kMaxRows) * kArgmaxChunks),
-      row_counts(device, grouped(device, c) || c.paged() || grouped_expert_steps(c)
+      row_counts(device, grouped(device, c) || grouped_batch_steps(device, c) || c.paged() || grouped_expert_steps(c)
                              ? static_cast<std::size_t>(kMaxRows) + 1
                              : 0),
       multiprocessors(device.sm_count()),
-      grouped_attention(grouped(device, c)) {
+      grouped_attention(grouped(device, c)),
+      grouped_batches(grouped_batch_steps(device, c)) {
   const Stream stream(device);
   if (!row_counts.empty()) {
     std::vector<int> counts(row_counts.size());

@@ -245,6 +245,47 @@ void check_paged_attend_grouped(const PagedAttentionShape& s, DeviceSpan<const T
   check_apart("out", out, "count", count);
 }
 
+template <Element T>
+void check_slot_attend_grouped(const PagedAttentionShape& s, DeviceSpan<const T> q, DeviceSpan<T> out,
+                               DeviceSpan<float> partials, DeviceSpan<unsigned> counters, const SlotKvCache<T>& c,
+                               DeviceSpan<const int> count, int splits) {
+  PagedAttentionShape fields = s;  // the block fields are not read: any valid ones
+  fields.block_size = 16;
+  fields.blocks = 1;
+  fields.table_width = 1;
+  check_paged_attention_shape(fields);
+  if (s.head_dim != 64 && s.head_dim != 128) {
+    refuse_paged("head_dim " + paged_str(s.head_dim) +
+                 " is not 64 or 128 (the contiguous cache's grouped kernels run on tensor cores)");
+  }
+  if (c.context < 1 || c.slot_count < 1) {
+    refuse_paged("context " + paged_str(c.context) + " and slot_count " + paged_str(c.slot_count) +
+                 " must both be at least 1");
+  }
+  const long long cache = static_cast<long long>(c.slot_count) * s.kv_heads * c.context * s.head_dim;
+  check_paged_span("k_cache", c.k_cache, cache, "slot_count x kv_heads x context x head_dim", true);
+  check_paged_span("v_cache", c.v_cache, cache, "slot_count x kv_heads x context x head_dim", true);
+  check_paged_span("positions", c.positions, s.rows, "rows", false);
+  check_paged_span("slots", c.slots, s.rows, "rows", false);
+  const long long size = static_cast<long long>(s.rows) * s.heads * s.head_dim;
+  check_paged_span("q", q, size, "rows x heads x head_dim", true);
+  check_paged_span("out", out, size, "rows x heads x head_dim", true);
+  if (splits < 1 || splits > 65535) refuse_paged("splits " + paged_str(splits) + " is outside 1 .. 65535");
+  check_paged_span("partials", partials, static_cast<long long>(PagedAttention<T>::split_partials(s, splits)),
+                   "rows x heads x splits x (head_dim + 2)", false);
+  check_paged_span("counters", counters, static_cast<long long>(s.rows) * s.heads, "rows x heads", false);
+  check_paged_span("count", count, 1, "one int", false);
+  check_apart("out", out, "q", q);
+  check_apart("out", out, "k_cache", c.k_cache);
+  check_apart("out", out, "v_cache", c.v_cache);
+  check_apart("out", out, "positions", c.positions);
+  check_apart("out", out, "slots", c.slots);
+  check_apart("out", out, "partials", partials);
+  check_apart("out", out, "counters", counters);
+  check_apart("out", out, "count", count);
+  check_apart("partials", partials, "counters", counters);
+}
+
 int paged_grouped_splits(int rows, int heads, int kv_heads, int head_dim, int multiprocessors) {
   if (rows < 1 || heads < 1 || kv_heads < 1 || multiprocessors < 1 || heads % kv_heads != 0) {
     refuse_paged("paged_grouped_splits: rows " + paged_str(rows) + ", heads " + paged_str(heads) + ", kv_heads " +
@@ -288,7 +329,10 @@ int paged_grouped_wave_splits(int rows, int heads, int kv_heads, int head_dim, i
                                             DeviceSpan<float>, DeviceSpan<unsigned>, const PagedKvCache<T>&, int);    \
   template void check_paged_attend_grouped<T>(const PagedAttentionShape&, DeviceSpan<const T>, DeviceSpan<T>,         \
                                               DeviceSpan<float>, DeviceSpan<unsigned>, const PagedKvCache<T>&,        \
-                                              DeviceSpan<const int>, int);
+                                              DeviceSpan<const int>, int);                                            \
+  template void check_slot_attend_grouped<T>(const PagedAttentionShape&, DeviceSpan<const T>, DeviceSpan<T>,          \
+                                             DeviceSpan<float>, DeviceSpan<unsigned>, const SlotKvCache<T>&,          \
+                                             DeviceSpan<const int>, int);
 LAZYGRAPH_PAGED_CHECKS(half)
 LAZYGRAPH_PAGED_CHECKS(bfloat16)
 #undef LAZYGRAPH_PAGED_CHECKS
@@ -309,6 +353,7 @@ PagedAttention<T>::PagedAttention(const KernelLibrary& library, bool early_launc
           library.get<void(const T*, const T*, const T*, T*, float*, unsigned*, const int*, const int*, int, int, int,
                            int, int, int, float, int)>("attention_paged_split" + std::string(kernel_suffix<T>))),
       grouped_(grouped_kernels(library)),
+      grouped_slots_(grouped_slots_kernels(library)),
       early_launch_(early_launch),
       tensor_cores_(tensor_cores),
       multiprocessors_(library.device().sm_count()),
@@ -326,6 +371,18 @@ std::array<typename PagedAttention<T>::GroupedKernel, 6> PagedAttention<T>::grou
       get("attention_paged_grouped" + suffix + "_h4"),       get("attention_paged_grouped" + suffix + "_h8"),
       get("attention_paged_grouped_mma" + suffix + "_d64"),  get("attention_paged_grouped_mma" + suffix + "_d128"),
       get("attention_paged_grouped_mma8" + suffix + "_d64"), get("attention_paged_grouped_mma8" + suffix + "_d128")};
+}
+
+template <Element T>
+std::array<typename PagedAttention<T>::GroupedSlotsKernel, 4> PagedAttention<T>::grouped_slots_kernels(
+    const KernelLibrary& library) {
+  const auto get = [&](const std::string& name) {
+    return library.get<void(const T*, const T*, const T*, T*, float*, unsigned*, const int*, const int*, const int*,
+                            int, int, int, int, int, float, int)>(name);
+  };
+  const std::string suffix(kernel_suffix<T>);
+  return {get("attention_grouped_mma" + suffix + "_d64"), get("attention_grouped_mma" + suffix + "_d128"),
+          get("attention_grouped_mma8" + suffix + "_d64"), get("attention_grouped_mma8" + suffix + "_d128")};
 }
 
 template <Element T>
@@ -498,6 +555,24 @@ typename PagedAttention<T>::GroupedOp PagedAttention<T>::attend_grouped(
                                         c.v_pool.as_const(), out, partials, counters, c.positions, c.tables, count,
                                         s.heads, s.kv_heads, s.head_dim, s.block_size, s.blocks, s.table_width,
                                         scale_of(s), s.window);
+}
+
+template <Element T>
+typename PagedAttention<T>::GroupedSlotsOp PagedAttention<T>::attend_grouped_slots(
+    const PagedAttentionShape& s, DeviceSpan<const T> q, DeviceSpan<T> out, DeviceSpan<float> partials,
+    DeviceSpan<unsigned> counters, const SlotKvCache<T>& c, DeviceSpan<const int> count, int splits, int warps) const {
+  check_slot_attend_grouped(s, q, out, partials, counters, c, count, splits);
+  if (warps != 0 && warps != 4 && warps != 8) {
+    refuse_paged("attend_grouped_slots: warps " + paged_str(warps) + " is not 4, 8 or 0 (grouped_warps's choice)");
+  }
+  if (warps == 0) warps = grouped_warps(s, splits);
+  if (!grouped_fits(s, warps)) {
+    refuse_paged("attend_grouped_slots: blocks of " + paged_str(warps) +
+                 " warps need more shared memory than this GPU gives a block (" + paged_str(max_shared_) + " bytes)");
+  }
+  const GroupedSlotsKernel& kernel = grouped_slots_[(warps == 8 ? 2 : 0) + (s.head_dim == 64 ? 0 : 1)];
+  return kernel(grouped_config(s, splits, true, warps), q, c.k_cache, c.v_cache, out, partials, counters, c.positions,
+                c.slots, count, s.heads, s.kv_heads, s.head_dim, c.context, c.slot_count, scale_of(s), s.window);
 }
 
 template class PagedAttention<half>;

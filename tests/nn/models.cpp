@@ -580,6 +580,77 @@ TEST_SUITE("gpu") {
     MESSAGE("largest difference of a batch row's logits from one row alone, relative to the largest logit: " << worst);
   }
 
+  TEST_CASE(
+      "with tensor cores, a batch whose longest row is past kGroupedBatchFrom attends on the grouped kernels in a "
+      "graph "
+      "of its own: its rows agree with one row at a time within rounding, and bit for bit with the same rows in a "
+      "batch of another size") {
+    // head_dim 64 (d 256 over 4 heads, 2 kv heads): BasicDecoderState::grouped_batches holds on sm_80 and newer.
+    lazygraph::nn::DecoderConfig config = small_decoder(2, 4);
+    config.d = 256;
+    config.ffn = 512;
+    config.context = 1024;
+    config.tensor_cores = true;
+    lazygraph::nn::Decoder four(lgtest::stream(), lgtest::nn_kernels(), config);
+    if (!four.grouped_batches()) {
+      MESSAGE("skipped: the grouped kernels need compute capability 8.0 or newer");
+      return;
+    }
+    lazygraph::nn::Decoder two(lgtest::stream(), lgtest::nn_kernels(), config);
+    lazygraph::nn::DecoderConfig single_config = config;
+    single_config.max_batch = 1;
+    single_config.tensor_cores = false;
+    lazygraph::nn::Decoder single(lgtest::stream(), lgtest::nn_kernels(), single_config);
+    CHECK_FALSE(single.grouped_batches());
+    // Sequence r: a prompt of 790 + 37 r tokens in slot r, so that the rows' positions differ and all pass 768.
+    const auto prompt_of = [&](int r) {
+      std::vector<int> prompt(static_cast<std::size_t>(790 + 37 * r));
+      for (std::size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int>((31 * i + 17 * r) % 512);
+      return prompt;
+    };
+    std::vector<lazygraph::nn::TokenAt> steps;
+    for (int r = 0; r < 4; ++r) {
+      const std::vector<int> prompt = prompt_of(r);
+      const int next = four.prefill(prompt, 0, r);
+      if (r < 2) CHECK(two.prefill(prompt, 0, r) == next);
+      steps.push_back({next, static_cast<int>(prompt.size())});
+    }
+    REQUIRE(steps.front().position >= lazygraph::nn::kGroupedBatchFrom);
+    (void)four.forward_batch(steps);
+    (void)two.forward_batch(std::vector<lazygraph::nn::TokenAt>(steps.begin(), steps.begin() + 2));
+    lg::CudaGraph<>* const long_graph = &four.graph(4);
+    double worst = 0;
+    for (int r = 0; r < 4; ++r) {
+      CAPTURE(r);
+      single.reset();
+      (void)single.prefill(prompt_of(r), 0, 0);
+      (void)single.forward({steps[static_cast<std::size_t>(r)].token, steps[static_cast<std::size_t>(r)].position});
+      const std::vector<half> alone = single.logits();
+      const std::vector<half> in_batch = four.logits(r);
+      double diff = 0;
+      double scale = 0;
+      for (std::size_t i = 0; i < alone.size(); ++i) {
+        diff = std::max(diff, static_cast<double>(std::abs(alone[i].to_float() - in_batch[i].to_float())));
+        scale = std::max(scale, static_cast<double>(std::abs(alone[i].to_float())));
+      }
+      worst = std::max(worst, diff / scale);
+      CHECK(diff / scale < 1e-2);
+      if (r < 2) {
+        const std::vector<half> pair = two.logits(r);
+        std::size_t differ = 0;
+        for (std::size_t i = 0; i < pair.size(); ++i) differ += pair[i].bits != in_batch[i].bits ? 1 : 0;
+        CHECK(differ == 0);
+      }
+    }
+    MESSAGE(
+        "largest difference of a long batch row's logits from one row alone, relative to the largest logit: " << worst);
+    // Short rows replay the other graph of 4 rows (one block a (row, head)).
+    std::vector<lazygraph::nn::TokenAt> short_steps;
+    for (int r = 0; r < 4; ++r) short_steps.push_back({steps[static_cast<std::size_t>(r)].token, r});
+    (void)four.forward_batch(short_steps);
+    CHECK(&four.graph(4) != long_graph);
+  }
+
   TEST_CASE("prefill gives the cache, logits and tokens of feeding the prompt one token at a time") {
     lazygraph::nn::DecoderConfig config = small_decoder();
     config.kv_heads = 1;

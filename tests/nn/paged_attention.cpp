@@ -1,9 +1,9 @@
 // nn::PagedAttention (kernels/nn/paged_attention.cu, paged_attention_grouped.cu): the host checks and the choice of
 // splits without a GPU; on a GPU, attention through shuffled block tables against float64 (rows at position 0, at a
 // block boundary and near 5000, rows of one sequence appending in the same launch), the bits of the contiguous cache's
-// kernels for the same keys and values, the split kernel against the unsplit one, the grouped kernel (the wide step's:
-// splits of each row's own positions, padding rows) against float64, and a captured graph replayed after its tables
-// changed.
+// kernels for the same keys and values (and the grouped kernels over the contiguous cache the paged grouped kernels'
+// bits), the split kernel against the unsplit one, the grouped kernel (the wide step's: splits of each row's own
+// positions, padding rows) against float64, and a captured graph replayed after its tables changed.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -236,6 +236,8 @@ TEST_CASE_TEMPLATE("the paged handles match their kernels' declarations in kerne
   for (const char* dim : {"_d64", "_d128"}) {
     CHECK_NOTHROW(d.check<SignatureOf<typename P::GroupedKernel>>("attention_paged_grouped_mma" + suffix + dim));
     CHECK_NOTHROW(d.check<SignatureOf<typename P::GroupedKernel>>("attention_paged_grouped_mma8" + suffix + dim));
+    CHECK_NOTHROW(d.check<SignatureOf<typename P::GroupedSlotsKernel>>("attention_grouped_mma" + suffix + dim));
+    CHECK_NOTHROW(d.check<SignatureOf<typename P::GroupedSlotsKernel>>("attention_grouped_mma8" + suffix + dim));
   }
   // The wrong element type is refused: the check can fail.
   CHECK_THROWS(d.check<SignatureOf<typename P::AttentionKernel>>(std::string("attention_paged") +
@@ -329,6 +331,55 @@ TEST_CASE("paged attend_grouped checks its spans on the host, naming the one tha
   CHECK(
       refusal(1, nn::PagedAttention<half>::split_partials(s, 1), counters, 1, 7 * gib).find("out overlaps partials") !=
       std::string::npos);
+}
+
+TEST_CASE("attend_grouped_slots checks the contiguous cache and its spans on the host, naming what does not fit") {
+  nn::PagedAttentionShape s{.rows = 4, .heads = 8, .kv_heads = 2, .head_dim = 64};  // no block fields: not read
+  const int context = 100;
+  const int slot_count = 6;
+  const auto cache_size = static_cast<std::size_t>(slot_count) * s.kv_heads * context * s.head_dim;
+  const auto rows = static_cast<std::size_t>(s.rows);
+  const auto counters = rows * static_cast<std::size_t>(s.heads);
+  const auto refusal = [&](const nn::PagedAttentionShape& shape, nn::SlotKvCache<half> cache, std::size_t partials,
+                           std::size_t count, int splits = 3, std::uint64_t out_at = 6 * gib) {
+    try {
+      nn::check_slot_attend_grouped(shape, fake_span<const half>(5 * gib, q_size(shape)),
+                                    fake_span<half>(out_at, q_size(shape)), fake_span<float>(7 * gib, partials),
+                                    fake_span<unsigned>(8 * gib, counters), cache, fake_span<const int>(9 * gib, count),
+                                    splits);
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  const nn::SlotKvCache<half> cache{fake_span<const half>(1 * gib, cache_size),
+                                    fake_span<const half>(2 * gib, cache_size),
+                                    fake_span<const int>(3 * gib, rows),
+                                    fake_span<const int>(4 * gib, rows),
+                                    context,
+                                    slot_count};
+  const std::size_t partials = nn::PagedAttention<half>::split_partials(s, 3);
+  CHECK(refusal(s, cache, partials, 1) == "(accepted)");
+  nn::PagedAttentionShape other_dim = s;
+  other_dim.head_dim = 96;
+  CHECK(refusal(other_dim, cache, nn::PagedAttention<half>::split_partials(other_dim, 3), 1)
+            .find("head_dim 96 is not 64 or 128") != std::string::npos);
+  nn::PagedAttentionShape odd_heads = s;
+  odd_heads.heads = 7;
+  CHECK(refusal(odd_heads, cache, partials, 1).find("heads 7 is not a multiple of kv_heads 2") != std::string::npos);
+  nn::SlotKvCache<half> short_cache = cache;
+  short_cache.v_cache = fake_span<const half>(2 * gib, cache_size - 8);
+  CHECK(refusal(s, short_cache, partials, 1).find("v_cache has") != std::string::npos);
+  nn::SlotKvCache<half> no_context = cache;
+  no_context.context = 0;
+  CHECK(refusal(s, no_context, partials, 1).find("context 0 and slot_count 6") != std::string::npos);
+  nn::SlotKvCache<half> few_slots = cache;
+  few_slots.slots = fake_span<const int>(4 * gib, rows - 1);
+  CHECK(refusal(s, few_slots, partials, 1).find("slots has 3 elements") != std::string::npos);
+  CHECK(refusal(s, cache, partials, 2).find("count has 2 elements") != std::string::npos);
+  CHECK(refusal(s, cache, partials, 1, 0).find("splits 0 is outside") != std::string::npos);
+  CHECK(refusal(s, cache, partials - 1, 1).find("partials has") != std::string::npos);
+  CHECK(refusal(s, cache, partials, 1, 3, 3 * gib).find("out overlaps positions") != std::string::npos);
 }
 
 namespace {
@@ -843,6 +894,32 @@ TEST_SUITE("gpu") {
         paged.attend_split(sh, d.q.cview(), d.out.view(), partials.view(), counters.view(), d.cache(), splits)
             .sync_on(s);
         CHECK(same_bits(lgtest::to_host(s, d.out.cview()), lgtest::to_host(s, out.cview())));
+      }
+      // The grouped kernels over the contiguous cache give the paged grouped kernels' bits for the same splits and
+      // warps (the tensor-core ones: head_dim 64 and 128), and float64's values within rounding.
+      if (sh.head_dim != 64 && sh.head_dim != 128) continue;
+      const auto count = lgtest::to_device(s, std::vector<int>{sh.rows});
+      const nn::SlotKvCache<T> slot_cache{dk.cview(),    dv.cview(), d.positions.cview(),
+                                          slots.cview(), context,    b.sequences};
+      for (const auto& [splits, warps] : {std::pair{1, 4}, std::pair{3, 4}, std::pair{16, 4}, std::pair{16, 8}}) {
+        CAPTURE(splits);
+        CAPTURE(warps);
+        if (!paged.grouped_fits(sh, warps)) continue;
+        const auto partial_floats = nn::PagedAttention<T>::split_partials(sh, splits);
+        DeviceBuffer<float> partials(lgtest::device(), partial_floats);
+        const std::vector<unsigned> zeros(static_cast<std::size_t>(sh.rows) * sh.heads, 0U);
+        auto counters = lgtest::to_device(s, zeros);
+        paged
+            .attend_grouped(sh, d.q.cview(), d.out.view(), partials.view(), counters.view(), d.cache(), count.cview(),
+                            splits, warps)
+            .sync_on(s);
+        paged
+            .attend_grouped_slots(sh, d.q.cview(), out.view(), partials.view(), counters.view(), slot_cache,
+                                  count.cview(), splits, warps)
+            .sync_on(s);
+        const auto grouped = lgtest::to_host(s, out.cview());
+        CHECK(same_bits(grouped, lgtest::to_host(s, d.out.cview())));
+        CHECK(max_relative_error(grouped, reference(b), sh.head_dim) < tolerance<T>);
       }
     }
   }

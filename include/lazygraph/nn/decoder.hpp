@@ -222,7 +222,8 @@ class BasicDecoder {
     if (backend_->rank() != nullptr) {
       throw UsageError("Decoder::step_op: a tensor-parallel rank's step runs in its graphs only");
     }
-    return decoder_step(projector(), weights_, state_, config_, rows, sampling_, paged_ ? &*paged_ : nullptr);
+    return decoder_step(projector(), weights_, state_, config_, rows, sampling_,
+                        step_context(grouped_batch(rows)).paged);
   }
 
   /// How later steps pick their tokens: greedy (the default) or drawn (sampling.hpp). A sequence's draws depend on
@@ -234,6 +235,9 @@ class BasicDecoder {
 
   /// The config it was built with.
   [[nodiscard]] const DecoderConfig& config() const noexcept { return config_; }
+  /// Whether this decoder's batches whose longest row is at kGroupedBatchFrom or past it attend on the grouped kernels
+  /// (BasicDecoderState::grouped_batches: the contiguous cache, batches on tensor cores, head_dim 64 or 128, sm_80+).
+  [[nodiscard]] bool grouped_batches() const noexcept { return state_.grouped_batches; }
   /// The communicator of a tensor-parallel rank (the rank constructor's), or null for a decoder on one GPU.
   [[nodiscard]] const Communicator* communicator() const noexcept;
   /// Whether this tensor-parallel rank's residual stream and logits live in NCCL symmetric memory
@@ -243,8 +247,10 @@ class BasicDecoder {
   /// `peer`); false for a decoder on one GPU.
   [[nodiscard]] bool peer_all_reduce() const noexcept;
   /// The graph of a step of `rows` rows (captured now if it was not yet): replay it directly to time the device
-  /// work alone (forward replays the same nodes between the staging copies, in a graph of its own). \throws UsageError
-  /// for rows outside [1, kMaxRows].
+  /// work alone (forward replays the same nodes between the staging copies, in a graph of its own). Where the
+  /// contiguous cache's batches attend on the grouped kernels past a position (BasicDecoderState::grouped_batches,
+  /// kGroupedBatchFrom), a row count has two graphs, and this is the one the positions last staged (by forward_batch)
+  /// choose. \throws UsageError for rows outside [1, kMaxRows].
   [[nodiscard]] CudaGraph<>& graph(int rows = 1);
 
   /// The persistent backend's program for steps of `rows` rows (made now if it was not yet), for its schedule and
@@ -260,8 +266,11 @@ class BasicDecoder {
   /// graph() without the lock (the caller holds it).
   CudaGraph<>& step_graph(int rows);
   /// The graph a step of `rows` rows replays: the io staging copied in, the step's nodes, the next tokens copied
-  /// out (captured on first use, after the step graph).
+  /// out (captured on first use, after the step graph). Both: the variant grouped_batch(rows) picks.
   CudaGraph<>& io_graph(int rows);
+  /// Whether a step of the `rows` rows staged now attends on the grouped kernels: the contiguous cache's batches
+  /// (BasicDecoderState::grouped_batches) of 2 rows or more whose longest row is at kGroupedBatchFrom or past it.
+  [[nodiscard]] bool grouped_batch(int rows) const;
   /// Sets row `row` of the io staging (no allocation per step).
   void set_row(int row, int token, int position, int slot);
   /// Sets row `row`'s block table in the staging (a paged cache).
@@ -275,9 +284,11 @@ class BasicDecoder {
   /// Both prefills' body, under the lock: chunks on tensor cores where they run, the rest through prefill_steps.
   /// `table`: a paged cache's table of the sequence (empty for the contiguous cache).
   int prefill_chunks(std::span<const int> prompt, int start, int slot, std::span<const int> table);
-  /// What the backend builds a step from, now.
-  [[nodiscard]] StepContext<T> step_context() noexcept {
-    return {shard_, config_, projector(), weights_, state_, sampling_, stream_, paged_ ? &*paged_ : nullptr};
+  /// What the backend builds a step from, now. `grouped`: the contiguous cache's batches attend on the grouped kernels
+  /// (attention_heads takes the paged attention object as the sign; a paged cache always passes it).
+  [[nodiscard]] StepContext<T> step_context(bool grouped = false) noexcept {
+    return {shard_, config_,   projector(), weights_,
+            state_, sampling_, stream_,     paged_ && (config_.paged() || grouped) ? &*paged_ : nullptr};
   }
 
   /// What the wide step reads (wide_ made: a paged decoder).
@@ -297,17 +308,19 @@ class BasicDecoder {
   /// The quantized kernels, loaded only when some weight is quantized (a dense decoder runs on any GPU, as before).
   std::optional<BasicQuantizedKernels<T>> quantized_kernels_;
   BasicDecoderState<T> state_;
-  /// A paged cache's attention kernels (DecoderConfig::kv_block_size), else empty.
+  /// A paged cache's attention kernels (DecoderConfig::kv_block_size), or the grouped kernels of the contiguous
+  /// cache's batches (BasicDecoderState::grouped_batches); else empty.
   std::optional<PagedAttention<T>> paged_;
   /// The staging of every graph: in and out as DecoderIo lays them out; a paged cache's tables after the input.
   HostIo<int, int> io_;
   std::size_t tables_at_ = 0;  ///< where the input staging holds the tables ([kMaxRows][table_width])
   Stream stream_;
   Sampling sampling_;
-  GraphCache<int> graphs_;          ///< by rows, captured on first use (room for every row count: none is dropped)
-  GraphCache<int> io_graphs_;       ///< by rows, what forward replays (io_graph)
-  std::optional<LoopBound> bound_;  ///< generate's loop bound (the context), made on first use
-  std::optional<CudaGraph<>> generate_graph_;                           ///< generate's loop, captured on first use
+  /// by rows (plus kMaxRows for grouped_batch's variant), captured on first use (room for every one: none is dropped)
+  GraphCache<int> graphs_;
+  GraphCache<int> io_graphs_;                  ///< the same keys, what forward replays (io_graph)
+  std::optional<LoopBound> bound_;             ///< generate's loop bound (the context), made on first use
+  std::optional<CudaGraph<>> generate_graph_;  ///< generate's loop, captured on first use
   std::unique_ptr<std::mutex> mutex_ = std::make_unique<std::mutex>();  ///< the execution lock (movable decoder)
   std::unique_ptr<BasicPrefill<T>> prefill_;  ///< prefill's tensor-core path, made at the first prefill that takes it
   std::optional<bool> prefill_gemm_;          ///< whether chunks run on tensor cores, decided at the first prefill

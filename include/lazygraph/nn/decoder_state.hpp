@@ -60,7 +60,8 @@ struct BasicDecoderState {
   /// A paged cache's block tables [kMaxRows][kv_table_width] (row r's of a step at r), copied in before each replay
   /// like the io; empty for the contiguous cache.
   DeviceBuffer<int> tables;
-  /// attention_split's [kMaxRows][heads][splits][head_dim + 2] (paged: of the most splits paged_splits gives)
+  /// attention_split's [kMaxRows][heads][splits][head_dim + 2] (paged or grouped_batches: of the most splits
+  /// paged_attention_splits and paged_grouped_wave_splits give)
   DeviceBuffer<float> attention_partials;
   DeviceBuffer<unsigned> attention_counters;   ///< attention_split's [kMaxRows][heads], zero between steps
   DeviceBuffer<float> rope_frequencies;        ///< RoPE's inverse frequency per pair of a head [head_dim / 2]
@@ -69,16 +70,21 @@ struct BasicDecoderState {
   /// [kMaxRows][kArgmaxChunks] (decoder_tiles.hpp).
   DeviceBuffer<float> argmax_values;
   DeviceBuffer<int> argmax_indices;  ///< see argmax_values
-  /// The integers 0 to kMaxRows, [kMaxRows + 1]: a step of r rows passes the grouped attention kernel (which reads
-  /// its row count on the device) row_counts[r], and so do a paged cache's append from s.qkv (q/k norms, quantized
-  /// q/k/v) and a mixture of experts' grouped products. Empty unless grouped_attention, a paged cache, or moe_order
-  /// is not.
+  /// The integers 0 to kMaxRows, [kMaxRows + 1]: a step of r rows passes the grouped attention kernels (which read
+  /// their row count on the device) row_counts[r], and so do a paged cache's append from s.qkv (q/k norms, quantized
+  /// q/k/v) and a mixture of experts' grouped products. Empty unless grouped_attention, grouped_batches, a paged
+  /// cache, or moe_order is not.
   DeviceBuffer<int> row_counts;
   int multiprocessors = 0;  ///< the device's, for paged_splits
   /// Whether a paged cache's step attends with PagedAttention::attend_grouped (one block per kv head and split, on
   /// tensor cores at head_dim 64 and 128): paged, attention_blocks 0 (the library picks), and a GPU of compute
   /// capability 8.0 or newer (cp.async). Otherwise attend or attend_split, with the contiguous cache's bits.
   bool grouped_attention = false;
+  /// Whether the contiguous cache's steps of 2 to 8 rows may attend with PagedAttention::attend_grouped_slots: batches
+  /// on tensor cores (DecoderConfig::tensor_cores, max_batch 2 or more), attention_blocks 1 (the default), head_dim 64
+  /// or 128, the fused path (with or without q/k norms), and a GPU of compute capability 8.0 or newer. They do where
+  /// the batch's longest row is at kGroupedBatchFrom or past it (a graph of its own); one row keeps `attention`.
+  bool grouped_batches = false;
 
   /// A paged cache's attention splits for steps of `rows` rows: attention_blocks, or when that is 0 what
   /// paged_grouped_wave_splits gives on this device for `resident` (grouped_attention:
@@ -95,6 +101,14 @@ struct BasicDecoderState {
   /// generate's control: [n, stop_token, count].
   [[nodiscard]] DeviceSpan<int> control() { return io.view().subspan(DecoderIo::control, DecoderIo::control_size); }
 };
+
+/// The position from which the contiguous cache's batches attend on the grouped kernels (grouped_batches): the
+/// longest row's. Below it one block a (row, head) was faster: H200, 2026-12-02, 8 rows on tensor cores, the two
+/// alternated in one run (fp16 us, one block a head -> grouped): TinyLlama shape at 128 998 -> 1015, 256 1028 -> 1113,
+/// 512 1095 -> 1136, 768 1173 -> 1154, 4000 2002 -> 1327; Llama-3.2-1B shape at 128 987 -> 1002, 256 1007 -> 1009,
+/// 512 1056 -> 1022, 1000 1159 -> 1062; Qwen3-30B-A3B's 12 layers at 128 2636 -> 2696, 512 2752 -> 2804, 1000 2914 ->
+/// 2819, 2000 3302 -> 2890 (docs/decode_performance.md).
+inline constexpr int kGroupedBatchFrom = 768;
 
 /// The step memory of an fp16 decoder.
 using DecoderState = BasicDecoderState<half>;

@@ -41,7 +41,9 @@ namespace lazygraph::nn {
 /// PagedAttention::rope_append) and `paged`'s kernels attend through them, split as s.paged_splits says: attend_grouped
 /// where s.grouped_attention holds (within rounding of the contiguous cache), else attend or attend_split, whose bits
 /// are the contiguous cache's for the same splits. \throws UsageError as the projections (projection.hpp) and
-/// PagedAttention's calls; for a paged config without `paged`.
+/// PagedAttention's calls; for a paged config without `paged`. With the contiguous cache, `paged` given marks a
+/// batch's graph that attends on the grouped kernels (PagedAttention::attend_grouped_slots, where
+/// s.grouped_batches holds; BasicDecoder passes it past kGroupedBatchFrom); null keeps one block a (row, head).
 template <Element T>
 auto attention_heads(const Projector<T>& p, const BasicAttentionWeights<T>& w, BasicDecoderState<T>& s,
                      DeviceSpan<T> k_cache, DeviceSpan<T> v_cache, const DecoderConfig& c, int rows, int layer = 0,
@@ -63,7 +65,7 @@ auto attention_heads(const Projector<T>& p, const BasicAttentionWeights<T>& w, B
   // -> 636.1-641.3) and from 1217.4-1220.2 to 1157.2-1157.8 (Llama-3.2-1B, fp16; int8 854.1-856.6 -> 793.4-798.7)
   // and Qwen3-30B-A3B's (12 layers) from 2664.7-2664.8 to 2632.6-2633.6, but its one-row step from 780.0-783.0 to
   // 803.0-803.4.
-  const auto attend = [&](bool max_l1) {
+  const auto ungrouped = [&](bool max_l1) {
     const LaunchConfig per_split =
         k.attention_split_config(c.heads, rows, c.context, c.attention_splits(), c.head_dim());
     const LaunchConfig one_block = with_shared_carveout(per_head, max_l1 ? 0 : rows > 1 ? 50 : -1);
@@ -74,6 +76,35 @@ auto attention_heads(const Projector<T>& p, const BasicAttentionWeights<T>& w, B
                           c.kv_head_count(), c.head_dim(), c.context, c.max_batch, scale, window),
         k.attention(one_block, s.q.cview(), k_cache.as_const(), v_cache.as_const(), s.attn.view(), s.positions(),
                     s.slots(), c.heads, c.kv_head_count(), c.head_dim(), c.context, c.max_batch, scale, window));
+  };
+  // A batch on tensor cores (BasicDecoderState::grouped_batches) attends on the grouped kernels: one block per kv head
+  // and split, each key and value read once for the query heads that share it. Its splits and warps are a full step's
+  // (kMaxRows rows), whatever the batch, so that a row gets the same bits in a batch of any size.
+  const auto grouped = [&] {
+    const auto count = static_cast<std::size_t>(rows);
+    const auto q_size = static_cast<std::size_t>(q_dim);
+    const PagedAttentionShape full{.rows = kMaxRows,
+                                   .heads = c.heads,
+                                   .kv_heads = c.kv_head_count(),
+                                   .head_dim = c.head_dim(),
+                                   .scale = scale,
+                                   .window = window};
+    PagedAttentionShape shape = full;
+    shape.rows = rows;
+    const int splits = paged_grouped_wave_splits(kMaxRows, c.heads, c.kv_head_count(), c.head_dim(), s.multiprocessors,
+                                                 paged->grouped_resident(full));
+    const int warps = paged->grouped_warps(full, splits);
+    const SlotKvCache<T> cache{k_cache.as_const(),          v_cache.as_const(), s.positions().subspan(0, count),
+                               s.slots().subspan(0, count), c.context,          c.max_batch};
+    return paged->attend_grouped_slots(
+        shape, s.q.cview().subspan(0, count * q_size), s.attn.view().subspan(0, count * q_size),
+        s.attention_partials.view().subspan(0, PagedAttention<T>::split_partials(shape, splits)),
+        s.attention_counters.view().subspan(0, count * static_cast<std::size_t>(c.heads)), cache,
+        s.row_counts.cview().subspan(count, 1), splits, warps);
+  };
+  const auto attend = [&](bool max_l1) {
+    return detail::either(rows > 1 && s.grouped_batches && paged != nullptr, grouped,
+                          [&] { return ungrouped(max_l1); });
   };
   const auto normed = [&] {
     const int qkv_rows = q_dim + 2 * c.kv_dim();

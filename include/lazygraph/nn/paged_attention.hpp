@@ -45,6 +45,18 @@ struct PagedKvCache {
   DeviceSpan<const int> tables;     ///< [rows][table_width] block ids
 };
 
+/// The contiguous KV cache (kernels/nn/attention.cu's layout, one slot per sequence) as
+/// PagedAttention::attend_grouped_slots reads it.
+template <Element T>
+struct SlotKvCache {
+  DeviceSpan<const T> k_cache;      ///< keys [slot_count][kv_heads][context][head_dim], 16-byte aligned
+  DeviceSpan<const T> v_cache;      ///< values, like k_cache
+  DeviceSpan<const int> positions;  ///< [rows]: each row's position (the one appended, the last attended)
+  DeviceSpan<const int> slots;      ///< [rows]: each row's slot
+  int context = 0;                  ///< positions a slot holds
+  int slot_count = 0;               ///< slots of the cache
+};
+
 /// Checks a shape without a GPU. \throws UsageError naming the field and its value: rows, heads, kv_heads or blocks
 /// below 1, heads not a multiple of kv_heads, head_dim not a positive multiple of 8 or above 256, block_size not 16
 /// or 32, table_width below 1 or capacity() beyond 2^30, a negative window, a negative or non-finite scale.
@@ -119,6 +131,19 @@ template <Element T>
 void check_paged_attend_grouped(const PagedAttentionShape& shape, DeviceSpan<const T> q, DeviceSpan<T> out,
                                 DeviceSpan<float> partials, DeviceSpan<unsigned> counters, const PagedKvCache<T>& cache,
                                 DeviceSpan<const int> count, int splits);
+/// Checks a grouped attention launch over the contiguous cache (PagedAttention::attend_grouped_slots) without a GPU:
+/// the shape's rows, heads, kv_heads, head_dim, scale and window as check_paged_attention_shape checks them (its block
+/// fields are not read), and the spans as check_paged_attend_grouped checks them. \throws UsageError naming the field
+/// or span: head_dim neither 64 nor 128 (the tensor-core kernels only); context or slot_count below 1; a cache not of
+/// slot_count * kv_heads * context * head_dim elements or not 16-byte aligned; positions or slots not of rows ints;
+/// q or out not of rows * heads * head_dim elements or not 16-byte aligned; splits outside 1 .. 65535; partials not of
+/// split_partials floats, counters not of rows * heads; count not of one int; out overlapping q, a cache, positions,
+/// slots, partials, counters or count, or partials overlapping counters.
+template <Element T>
+void check_slot_attend_grouped(const PagedAttentionShape& shape, DeviceSpan<const T> q, DeviceSpan<T> out,
+                               DeviceSpan<float> partials, DeviceSpan<unsigned> counters, const SlotKvCache<T>& cache,
+                               DeviceSpan<const int> count, int splits);
+
 /// The splits of attend_grouped for `rows` rows of `heads` query heads over `kv_heads` of `head_dim`, on a GPU of
 /// `multiprocessors` SMs: enough that the grid has about eight blocks per SM (a block serves up to 16 query heads of
 /// one kv head on tensor cores, head_dim 64 or 128, else up to 4 or 8), at most paged_max_splits. The kernels cut each
@@ -197,6 +222,15 @@ class PagedAttention {
   /// See AppendOp.
   using GroupedOp = LaunchOp<const T*, const T*, const T*, T*, float*, unsigned*, const int*, const int*, const int*,
                              int, int, int, int, int, int, float, int>;
+
+  /// attention_grouped_mma_d64 / _d128 and attention_grouped_mma8_d64 / _d128(q, k_cache, v_cache, out, partials,
+  /// counters, positions, slots, count, heads, kv_heads, head_dim, context, slot_count, scale, window): the
+  /// tensor-core grouped kernels over the contiguous cache.
+  using GroupedSlotsKernel = Kernel<void(const T*, const T*, const T*, T*, float*, unsigned*, const int*, const int*,
+                                         const int*, int, int, int, int, int, float, int)>;
+  /// See AppendOp.
+  using GroupedSlotsOp = LaunchOp<const T*, const T*, const T*, T*, float*, unsigned*, const int*, const int*,
+                                  const int*, int, int, int, int, int, float, int>;
 
   /// Looks the kernels up in `library` (which must hold nn::kernel_set()). `early_launch`: the ops launch early
   /// (LaunchConfig::early_launch; see kernels/nn/paged_attention.cu for what is read before the wait).
@@ -277,6 +311,16 @@ class PagedAttention {
                                          DeviceSpan<float> partials, DeviceSpan<unsigned> counters,
                                          const PagedKvCache<T>& cache, DeviceSpan<const int> count, int splits,
                                          int warps = 0) const;
+  /// attend_grouped over the contiguous cache instead of a pool (row b reads slot cache.slots[b] up to its position;
+  /// head_dim 64 or 128, on tensor cores): the same blocks, launch, splits, partials and arithmetic as attend_grouped,
+  /// so the same bits as attend_grouped for the same keys, values, positions, splits and warps. The decode step's
+  /// batches on tensor cores attend with it (BasicDecoderState::grouped_batches). A position outside [0, context) or a
+  /// slot outside [0, slot_count) traps the launch. \throws UsageError as check_slot_attend_grouped and as
+  /// attend_grouped for `warps`.
+  [[nodiscard]] GroupedSlotsOp attend_grouped_slots(const PagedAttentionShape& shape, DeviceSpan<const T> q,
+                                                    DeviceSpan<T> out, DeviceSpan<float> partials,
+                                                    DeviceSpan<unsigned> counters, const SlotKvCache<T>& cache,
+                                                    DeviceSpan<const int> count, int splits, int warps = 0) const;
   /// Floats of attend_split's partials: rows * heads * splits * (head_dim + 2).
   [[nodiscard]] static std::size_t split_partials(const PagedAttentionShape& shape, int splits) noexcept;
   /// attend's launch: grid (heads, rows), attention_block_threads threads, (capacity() + table_width) * 4 bytes of
@@ -347,6 +391,9 @@ class PagedAttention {
   /// The grouped kernels: _h4, _h8, _mma_d64, _mma_d128, _mma8_d64, _mma8_d128.
   static std::array<GroupedKernel, 6> grouped_kernels(const KernelLibrary& library);
   std::array<GroupedKernel, 6> grouped_;
+  /// The contiguous cache's: _mma_d64, _mma_d128, _mma8_d64, _mma8_d128.
+  static std::array<GroupedSlotsKernel, 4> grouped_slots_kernels(const KernelLibrary& library);
+  std::array<GroupedSlotsKernel, 4> grouped_slots_;
   bool early_launch_;
   bool tensor_cores_;    ///< see the constructor
   int multiprocessors_;  ///< the library's device's, for grouped_warps and attention_block_threads
