@@ -156,7 +156,8 @@ struct DecoderOptions {
   /// contiguous cache, not its bits; on GPUs older than compute capability 8.0 paged_attention_splits). The default is
   /// one: on the H100 at position 255 of a 1024 context, spreading the 8 heads of the default decoder over 32 blocks
   /// each made the step slower (192 vs 170 us), the combine of the partials costing more than the positions it
-  /// shares out.
+  /// shares out. With it, batches on tensor cores of head_dim 64 or 128 whose longest row is at kGroupedBatchFrom
+  /// or past it attend on the grouped kernels (BasicDecoderState::grouped_batches).
   int attention_blocks = 1;
   /// What runs a step: a CUDA graph of kernels, or one persistent kernel (DecoderBackend). Prefill on tensor cores
   /// (prefill_chunk) is the same for both; the rest of a prompt runs on the step's backend.
