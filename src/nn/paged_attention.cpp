@@ -229,11 +229,12 @@ void check_paged_attend_split(const PagedAttentionShape& s, DeviceSpan<const T> 
   }
 }
 
+namespace {
+/// The grouped launches' splits and scratch: splits 1 .. 65535, partials of split_partials floats, counters of rows x
+/// heads, count of one int, none overlapping out or each other.
 template <Element T>
-void check_paged_attend_grouped(const PagedAttentionShape& s, DeviceSpan<const T> q, DeviceSpan<T> out,
-                                DeviceSpan<float> partials, DeviceSpan<unsigned> counters, const PagedKvCache<T>& c,
-                                DeviceSpan<const int> count, int splits) {
-  check_query(s, c, q, out);
+void check_grouped_scratch(const PagedAttentionShape& s, const DeviceSpan<T>& out, const DeviceSpan<float>& partials,
+                           const DeviceSpan<unsigned>& counters, const DeviceSpan<const int>& count, int splits) {
   if (splits < 1 || splits > 65535) refuse_paged("splits " + paged_str(splits) + " is outside 1 .. 65535");
   check_paged_span("partials", partials, static_cast<long long>(PagedAttention<T>::split_partials(s, splits)),
                    "rows x heads x splits x (head_dim + 2)", false);
@@ -243,6 +244,15 @@ void check_paged_attend_grouped(const PagedAttentionShape& s, DeviceSpan<const T
   check_apart("out", out, "partials", partials);
   check_apart("out", out, "counters", counters);
   check_apart("out", out, "count", count);
+}
+}  // namespace
+
+template <Element T>
+void check_paged_attend_grouped(const PagedAttentionShape& s, DeviceSpan<const T> q, DeviceSpan<T> out,
+                                DeviceSpan<float> partials, DeviceSpan<unsigned> counters, const PagedKvCache<T>& c,
+                                DeviceSpan<const int> count, int splits) {
+  check_query(s, c, q, out);
+  check_grouped_scratch(s, out, partials, counters, count, splits);
 }
 
 template <Element T>
@@ -270,20 +280,12 @@ void check_slot_attend_grouped(const PagedAttentionShape& s, DeviceSpan<const T>
   const long long size = static_cast<long long>(s.rows) * s.heads * s.head_dim;
   check_paged_span("q", q, size, "rows x heads x head_dim", true);
   check_paged_span("out", out, size, "rows x heads x head_dim", true);
-  if (splits < 1 || splits > 65535) refuse_paged("splits " + paged_str(splits) + " is outside 1 .. 65535");
-  check_paged_span("partials", partials, static_cast<long long>(PagedAttention<T>::split_partials(s, splits)),
-                   "rows x heads x splits x (head_dim + 2)", false);
-  check_paged_span("counters", counters, static_cast<long long>(s.rows) * s.heads, "rows x heads", false);
-  check_paged_span("count", count, 1, "one int", false);
   check_apart("out", out, "q", q);
   check_apart("out", out, "k_cache", c.k_cache);
   check_apart("out", out, "v_cache", c.v_cache);
   check_apart("out", out, "positions", c.positions);
   check_apart("out", out, "slots", c.slots);
-  check_apart("out", out, "partials", partials);
-  check_apart("out", out, "counters", counters);
-  check_apart("out", out, "count", count);
-  check_apart("partials", partials, "counters", counters);
+  check_grouped_scratch(s, out, partials, counters, count, splits);
 }
 
 int paged_grouped_splits(int rows, int heads, int kv_heads, int head_dim, int multiprocessors) {
@@ -539,18 +541,24 @@ typename PagedAttention<T>::SplitOp PagedAttention<T>::attend_split(const PagedA
 }
 
 template <Element T>
+int PagedAttention<T>::checked_warps(const char* call, const PagedAttentionShape& s, int splits, int warps) const {
+  if (warps != 0 && warps != 4 && warps != 8) {
+    refuse_paged(std::string(call) + ": warps " + paged_str(warps) + " is not 4, 8 or 0 (grouped_warps's choice)");
+  }
+  if (warps == 0) warps = grouped_warps(s, splits);
+  if (!grouped_fits(s, warps)) {
+    refuse_paged(std::string(call) + ": blocks of " + paged_str(warps) +
+                 " warps need more shared memory than this GPU gives a block (" + paged_str(max_shared_) + " bytes)");
+  }
+  return warps;
+}
+
+template <Element T>
 typename PagedAttention<T>::GroupedOp PagedAttention<T>::attend_grouped(
     const PagedAttentionShape& s, DeviceSpan<const T> q, DeviceSpan<T> out, DeviceSpan<float> partials,
     DeviceSpan<unsigned> counters, const PagedKvCache<T>& c, DeviceSpan<const int> count, int splits, int warps) const {
   check_paged_attend_grouped(s, q, out, partials, counters, c, count, splits);
-  if (warps != 0 && warps != 4 && warps != 8) {
-    refuse_paged("attend_grouped: warps " + paged_str(warps) + " is not 4, 8 or 0 (grouped_warps's choice)");
-  }
-  if (warps == 0) warps = grouped_warps(s, splits);
-  if (!grouped_fits(s, warps)) {
-    refuse_paged("attend_grouped: blocks of " + paged_str(warps) + " warps need more shared memory than this GPU " +
-                 "gives a block (" + paged_str(max_shared_) + " bytes)");
-  }
+  warps = checked_warps("attend_grouped", s, splits, warps);
   return grouped_kernel(s, true, warps)(grouped_config(s, splits, true, warps), q, c.k_pool.as_const(),
                                         c.v_pool.as_const(), out, partials, counters, c.positions, c.tables, count,
                                         s.heads, s.kv_heads, s.head_dim, s.block_size, s.blocks, s.table_width,
@@ -562,14 +570,7 @@ typename PagedAttention<T>::GroupedSlotsOp PagedAttention<T>::attend_grouped_slo
     const PagedAttentionShape& s, DeviceSpan<const T> q, DeviceSpan<T> out, DeviceSpan<float> partials,
     DeviceSpan<unsigned> counters, const SlotKvCache<T>& c, DeviceSpan<const int> count, int splits, int warps) const {
   check_slot_attend_grouped(s, q, out, partials, counters, c, count, splits);
-  if (warps != 0 && warps != 4 && warps != 8) {
-    refuse_paged("attend_grouped_slots: warps " + paged_str(warps) + " is not 4, 8 or 0 (grouped_warps's choice)");
-  }
-  if (warps == 0) warps = grouped_warps(s, splits);
-  if (!grouped_fits(s, warps)) {
-    refuse_paged("attend_grouped_slots: blocks of " + paged_str(warps) +
-                 " warps need more shared memory than this GPU gives a block (" + paged_str(max_shared_) + " bytes)");
-  }
+  warps = checked_warps("attend_grouped_slots", s, splits, warps);
   const GroupedSlotsKernel& kernel = grouped_slots_[(warps == 8 ? 2 : 0) + (s.head_dim == 64 ? 0 : 1)];
   return kernel(grouped_config(s, splits, true, warps), q, c.k_cache, c.v_cache, out, partials, counters, c.positions,
                 c.slots, count, s.heads, s.kv_heads, s.head_dim, c.context, c.slot_count, scale_of(s), s.window);

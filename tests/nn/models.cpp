@@ -25,6 +25,24 @@ namespace {
 
 using lgtest::small_decoder;
 
+/// The largest difference of `got` from `want`, relative to want's largest magnitude.
+double relative_to_largest(const std::vector<half>& want, const std::vector<half>& got) {
+  double diff = 0;
+  double scale = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    diff = std::max(diff, static_cast<double>(std::abs(want[i].to_float() - got[i].to_float())));
+    scale = std::max(scale, static_cast<double>(std::abs(want[i].to_float())));
+  }
+  return diff / scale;
+}
+
+/// How many elements of two rows differ in their bits.
+std::size_t differing_bits(const std::vector<half>& a, const std::vector<half>& b) {
+  std::size_t differ = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) differ += a[i].bits != b[i].bits ? 1 : 0;
+  return differ;
+}
+
 }  // namespace
 
 TEST_CASE("seeded weights follow the README's formula and test vector") {
@@ -560,22 +578,11 @@ TEST_SUITE("gpu") {
       CAPTURE(r);
       single.reset();
       for (int p = 0; p < 6; ++p) (void)single.forward({(tokens[r] + 13 * p) % config.vocab, p});
-      const std::vector<half> alone = single.logits();
       const std::vector<half> in_batch = five.logits(static_cast<int>(r));
-      double diff = 0;
-      double scale = 0;
-      for (std::size_t i = 0; i < alone.size(); ++i) {
-        diff = std::max(diff, static_cast<double>(std::abs(alone[i].to_float() - in_batch[i].to_float())));
-        scale = std::max(scale, static_cast<double>(std::abs(alone[i].to_float())));
-      }
-      worst = std::max(worst, diff / scale);
-      CHECK(diff / scale < 1e-2);
-      if (r < 2) {
-        const std::vector<half> pair = two.logits(static_cast<int>(r));
-        std::size_t differ = 0;
-        for (std::size_t i = 0; i < pair.size(); ++i) differ += pair[i].bits != in_batch[i].bits ? 1 : 0;
-        CHECK(differ == 0);
-      }
+      const double relative = relative_to_largest(single.logits(), in_batch);
+      worst = std::max(worst, relative);
+      CHECK(relative < 1e-2);
+      if (r < 2) CHECK(differing_bits(two.logits(static_cast<int>(r)), in_batch) == 0);
     }
     MESSAGE("largest difference of a batch row's logits from one row alone, relative to the largest logit: " << worst);
   }
@@ -625,22 +632,11 @@ TEST_SUITE("gpu") {
       single.reset();
       (void)single.prefill(prompt_of(r), 0, 0);
       (void)single.forward({steps[static_cast<std::size_t>(r)].token, steps[static_cast<std::size_t>(r)].position});
-      const std::vector<half> alone = single.logits();
       const std::vector<half> in_batch = four.logits(r);
-      double diff = 0;
-      double scale = 0;
-      for (std::size_t i = 0; i < alone.size(); ++i) {
-        diff = std::max(diff, static_cast<double>(std::abs(alone[i].to_float() - in_batch[i].to_float())));
-        scale = std::max(scale, static_cast<double>(std::abs(alone[i].to_float())));
-      }
-      worst = std::max(worst, diff / scale);
-      CHECK(diff / scale < 1e-2);
-      if (r < 2) {
-        const std::vector<half> pair = two.logits(r);
-        std::size_t differ = 0;
-        for (std::size_t i = 0; i < pair.size(); ++i) differ += pair[i].bits != in_batch[i].bits ? 1 : 0;
-        CHECK(differ == 0);
-      }
+      const double relative = relative_to_largest(single.logits(), in_batch);
+      worst = std::max(worst, relative);
+      CHECK(relative < 1e-2);
+      if (r < 2) CHECK(differing_bits(two.logits(r), in_batch) == 0);
     }
     MESSAGE(
         "largest difference of a long batch row's logits from one row alone, relative to the largest logit: " << worst);

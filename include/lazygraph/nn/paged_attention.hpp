@@ -383,6 +383,10 @@ class PagedAttention {
                                                     int warps = 4) const noexcept;
 
  private:
+  /// The warps of a grouped launch by `call`: `warps`, or grouped_warps's choice for 0. \throws UsageError naming
+  /// `call` for warps other than 0, 4 and 8, and for blocks whose shared memory this GPU does not give.
+  [[nodiscard]] int checked_warps(const char* call, const PagedAttentionShape& shape, int splits, int warps) const;
+
   AppendKernel append_;
   RopeAppendKernel rope_append_;
   QkNormAppendKernel qk_norm_append_;
