@@ -258,7 +258,8 @@ const PersistentProgram& BasicDecoder<T>::persistent_program(int rows) {
 
 template <Element T>
 bool BasicDecoder<T>::grouped_batch(int rows) const {
-  if (!state_.grouped_batches || rows < 2) return false;
+  // A tensor-parallel rank's step attends through its own chain (decoder_rank.hpp), without the grouped kernels.
+  if (!grouped_batches() || rows < 2 || rows > kMaxRows) return false;
   const std::span<const int> positions = io_.input().subspan(DecoderIo::positions, static_cast<std::size_t>(rows));
   return *std::max_element(positions.begin(), positions.end()) >= kGroupedBatchFrom;
 }

@@ -28,8 +28,8 @@ bool grouped(const Device& device, const DecoderConfig& c) {
 
 /// Whether the contiguous cache's batches attend with the grouped kernels (BasicDecoderState::grouped_batches).
 bool grouped_batch_steps(const Device& device, const DecoderConfig& c) {
-  return !c.paged() && c.tensor_cores && c.max_batch >= 2 && c.attention_blocks == 1 &&
-         (c.head_dim() == 64 || c.head_dim() == 128) && (c.fused || c.qk_norm) &&
+  return !c.paged() && c.backend == DecoderBackend::graph && c.tensor_cores && c.max_batch >= 2 &&
+         c.attention_blocks == 1 && (c.head_dim() == 64 || c.head_dim() == 128) && (c.fused || c.qk_norm) &&
          device.compute_capability().major >= 8;
 }
 

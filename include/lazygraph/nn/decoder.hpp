@@ -216,7 +216,8 @@ class BasicDecoder {
 
   /// The step of `rows` rows as an op, for running it without the graph (the benchmark's eager variant); reads
   /// the rows from the device io buffer, which the last forward, forward_batch, prefill on the step graphs or generate
-  /// wrote (generate's loop leaves row 0 at its last token and position; prefill on tensor cores has its own io).
+  /// wrote (generate's loop leaves row 0 at its last token and position; prefill on tensor cores has its own io). The
+  /// attention kernels are those the staged positions choose when the op is made (grouped_batches).
   /// \throws UsageError on a tensor-parallel rank (its step's collectives run in its graphs only).
   [[nodiscard]] auto step_op(int rows = 1) {
     if (backend_->rank() != nullptr) {
@@ -236,8 +237,9 @@ class BasicDecoder {
   /// The config it was built with.
   [[nodiscard]] const DecoderConfig& config() const noexcept { return config_; }
   /// Whether this decoder's batches whose longest row is at kGroupedBatchFrom or past it attend on the grouped kernels
-  /// (BasicDecoderState::grouped_batches: the contiguous cache, batches on tensor cores, head_dim 64 or 128, sm_80+).
-  [[nodiscard]] bool grouped_batches() const noexcept { return state_.grouped_batches; }
+  /// (BasicDecoderState::grouped_batches says when: the contiguous cache, the graph backend on one GPU, batches on
+  /// tensor cores, head_dim 64 or 128, attention_blocks 1, sm_80+).
+  [[nodiscard]] bool grouped_batches() const noexcept { return state_.grouped_batches && backend_->rank() == nullptr; }
   /// The communicator of a tensor-parallel rank (the rank constructor's), or null for a decoder on one GPU.
   [[nodiscard]] const Communicator* communicator() const noexcept;
   /// Whether this tensor-parallel rank's residual stream and logits live in NCCL symmetric memory

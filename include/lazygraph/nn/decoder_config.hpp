@@ -199,7 +199,8 @@ struct DecoderOptions {
   }
 
   /// Blocks each (row, head) of attention is spread over: attention_blocks, or when that is 0 one per 32 positions of
-  /// the context, 1 to 64. 1 runs the kernel of one block per head (attention), more attention_split.
+  /// the context, 1 to 64. 1 runs the kernel of one block per head (attention; a batch on tensor cores past
+  /// kGroupedBatchFrom the grouped kernels: BasicDecoderState::grouped_batches), more attention_split.
   [[nodiscard]] int attention_splits() const noexcept {
     return attention_blocks > 0 ? attention_blocks : std::clamp((context + 31) / 32, 1, 64);
   }

@@ -81,9 +81,11 @@ struct BasicDecoderState {
   /// capability 8.0 or newer (cp.async). Otherwise attend or attend_split, with the contiguous cache's bits.
   bool grouped_attention = false;
   /// Whether the contiguous cache's steps of 2 to 8 rows may attend with PagedAttention::attend_grouped_slots: batches
-  /// on tensor cores (DecoderConfig::tensor_cores, max_batch 2 or more), attention_blocks 1 (the default), head_dim 64
-  /// or 128, the fused path (with or without q/k norms), and a GPU of compute capability 8.0 or newer. They do where
-  /// the batch's longest row is at kGroupedBatchFrom or past it (a graph of its own); one row keeps `attention`.
+  /// on tensor cores (DecoderConfig::tensor_cores, max_batch 2 or more) of the graph backend, attention_blocks 1 (the
+  /// default), head_dim 64 or 128, the fused path or q/k norms (which attend as it does), and a GPU of compute
+  /// capability 8.0 or newer. They do where the batch's longest row is at kGroupedBatchFrom or past it (a graph of its
+  /// own, captured at the first such batch); one row keeps `attention`. A tensor-parallel rank's state may hold it,
+  /// but the rank's step attends through its own chain (Decoder::grouped_batches is false there).
   bool grouped_batches = false;
 
   /// A paged cache's attention splits for steps of `rows` rows: attention_blocks, or when that is 0 what
@@ -103,11 +105,12 @@ struct BasicDecoderState {
 };
 
 /// The position from which the contiguous cache's batches attend on the grouped kernels (grouped_batches): the
-/// longest row's. Below it one block a (row, head) was faster: H200, 2026-12-02, 8 rows on tensor cores, the two
-/// alternated in one run (fp16 us, one block a head -> grouped): TinyLlama shape at 128 998 -> 1015, 256 1028 -> 1113,
-/// 512 1095 -> 1136, 768 1173 -> 1154, 4000 2002 -> 1327; Llama-3.2-1B shape at 128 987 -> 1002, 256 1007 -> 1009,
-/// 512 1056 -> 1022, 1000 1159 -> 1062; Qwen3-30B-A3B's 12 layers at 128 2636 -> 2696, 512 2752 -> 2804, 1000 2914 ->
-/// 2819, 2000 3302 -> 2890 (docs/decode_performance.md).
+/// longest row's. A row's bits are the same in a batch of any size on one side of it, not across it (the longest row
+/// picks the kernels for all). Below it one block a (row, head) was mostly faster: H200, 2026-12-02, 8 rows on tensor
+/// cores, the two alternated in one run (fp16 us, one block a head -> grouped): TinyLlama shape at 128 998 -> 1015, 256
+/// 1028 -> 1113, 512 1095 -> 1136, 768 1173 -> 1154, 4000 2002 -> 1327; Llama-3.2-1B shape at 128 987 -> 1002, 256 1007
+/// -> 1009, 512 1056 -> 1022, 1000 1159 -> 1062; Qwen3-30B-A3B's 12 layers at 128 2636 -> 2696, 512 2752 -> 2804, 1000
+/// 2914 -> 2819, 2000 3302 -> 2890 (docs/decode_performance.md).
 inline constexpr int kGroupedBatchFrom = 768;
 
 /// The step memory of an fp16 decoder.

@@ -91,6 +91,7 @@ auto attention_heads(const Projector<T>& p, const BasicAttentionWeights<T>& w, B
                                    .window = window};
     PagedAttentionShape shape = full;
     shape.rows = rows;
+    // The paged kernels' occupancy stands for the slot kernels': one body, the same launch bounds and shared memory.
     const int splits = paged_grouped_wave_splits(kMaxRows, c.heads, c.kv_head_count(), c.head_dim(), s.multiprocessors,
                                                  paged->grouped_resident(full));
     const int warps = paged->grouped_warps(full, splits);
@@ -264,8 +265,9 @@ auto block_output(const BasicKernels<T>& k, BasicDecoderState<T>& s, const Decod
 /// k and v to its sequence's cache in this layer: attention_heads, then the output projection with the residual add
 /// (with post-norms, block_output's). Every projection reads its weights once for all rows, on the kernels of its
 /// format (projection.hpp). `residual` false (a tensor-parallel rank other than 0, whose partial sum an all-reduce adds
-/// to rank 0's): the output projection overwrites x instead of adding to it. `paged`: a paged cache's kernels
-/// (attention_heads). \throws UsageError as attention_heads and project().
+/// to rank 0's): the output projection overwrites x instead of adding to it. `paged`: a paged cache's kernels, or
+/// the contiguous cache's grouped kernels for a long batch (attention_heads). \throws UsageError as attention_heads and
+/// project().
 template <Element T>
 auto attention_block(const Projector<T>& p, const BasicAttentionWeights<T>& w, BasicDecoderState<T>& s,
                      DeviceSpan<T> k_cache, DeviceSpan<T> v_cache, const DecoderConfig& c, int rows,
@@ -396,7 +398,8 @@ auto moe_block(const Projector<T>& p, const BasicSwigluWeights<T>& norm, const B
 
 /// One decoder layer for `rows` rows: attention block, then the MLP block (moe_block with DecoderConfig::moe). The
 /// layer's part of the caches: max_batch x context positions, or with a paged cache its kv_blocks blocks, appended and
-/// attended through `paged`. \throws UsageError as attention_block and mlp_block.
+/// attended through `paged` (which, given with the contiguous cache, marks a long batch's grouped attention:
+/// attention_heads). \throws UsageError as attention_block and mlp_block.
 template <Element T>
 auto decoder_layer(const Projector<T>& p, const BasicDecoderWeights<T>& w, BasicDecoderState<T>& s, int layer,
                    const DecoderConfig& c, int rows, const PagedAttention<T>* paged = nullptr) {
@@ -473,7 +476,8 @@ auto next_tokens(const BasicKernels<T>& k, DeviceSpan<const T> logits, DeviceSpa
 
 /// One decode step of `rows` rows: reads tokens, positions and slots from s.io, writes each row's logits and next
 /// token (greedy, or drawn as `sampling` says). A paged cache (DecoderConfig::kv_block_size) also reads s.tables and
-/// runs `paged`'s kernels. \throws UsageError as decoder_layer and lm_head_logits.
+/// runs `paged`'s kernels; with the contiguous cache `paged` given marks a long batch's grouped attention
+/// (attention_heads). \throws UsageError as decoder_layer and lm_head_logits.
 template <Element T>
 auto decoder_step(const Projector<T>& p, const BasicDecoderWeights<T>& w, BasicDecoderState<T>& s,
                   const DecoderConfig& c, int rows = 1, const Sampling& sampling = {},
