@@ -29,8 +29,9 @@
 // batch 8 at 1.05-1.12x batch 1, against 1.9-2.5x on the fp32 variants). Its results differ from the fp32 path's
 // within rounding (the tensor cores sum 16 products their own way; h = x * g is rounded to the element type), but
 // not between batch sizes: a vector gets the same bits whatever else its batch holds. gemv_core.cuh
-// (gemv_rows_mma) has the layout; launch: any block of 1 to 8 warps, 8 rows per block (Kernels::
-// tensor_core_gemv_config: grid ceil(rows / 8), block (32, 4 or 8, 1) by nn::tensor_core_gemv_warps); any grid works.
+// (gemv_rows_mma) has the layout; launch: any block of 1 to 8 warps, tiles of 8 rows taken by the blocks in turn
+// (Kernels::tensor_core_gemv_config: grid ceil(rows / 8), or one wave by nn::tensor_core_gemv_blocks; block (32, 4 or
+// 8, 1) by nn::tensor_core_gemv_warps); any grid works.
 //
 // Every kernel (but rms_norm_store_gemv) also comes in four fp32 variants compiled for a batch of up to 1, 2, 4 and 8
 // vectors: NAME, NAME_b2, NAME_b4, NAME_b8 (NAME_bf16, NAME_bf16_b2, ... for bf16; nn::BatchedKernel picks the smallest

@@ -1306,6 +1306,21 @@ TEST_CASE("a tensor-core gemv block takes 4 warps where its waves times its bloc
   CHECK(nn::tensor_core_gemv_warps(320, 2048, 1, 0) == 8);  // no GPU known: the former shape
 }
 
+TEST_CASE("a tensor-core gemv grid of a wave and a half of tiles or more is one wave of blocks taking tiles in turn") {
+  // 16 warps a multiprocessor: 264 blocks of 8 warps or 528 of 4 on 132 multiprocessors.
+  CHECK(nn::tensor_core_gemv_blocks(704, 8, 132) == 264);    // TinyLlama's gate/up: 2 or 3 tiles a block
+  CHECK(nn::tensor_core_gemv_blocks(4000, 4, 132) == 528);   // its LM head
+  CHECK(nn::tensor_core_gemv_blocks(16032, 4, 132) == 528);  // Llama-3.2-1B's
+  CHECK(nn::tensor_core_gemv_blocks(1024, 4, 132) == 528);   // its gate/up: 1.9 waves
+  CHECK(nn::tensor_core_gemv_blocks(792, 4, 132) == 528);    // a wave and a half
+  // Fewer tiles than a wave and a half: a block a tile.
+  CHECK(nn::tensor_core_gemv_blocks(791, 4, 132) == 791);
+  CHECK(nn::tensor_core_gemv_blocks(640, 4, 132) == 640);  // Qwen3-30B-A3B's q/k/v
+  CHECK(nn::tensor_core_gemv_blocks(256, 8, 132) == 256);  // the down projection
+  CHECK(nn::tensor_core_gemv_blocks(4000, 4, 0) == 4000);  // no GPU known
+  CHECK(nn::tensor_core_gemv_blocks(40, 4, 1) == 4);       // a small GPU
+}
+
 TEST_CASE("attention's block size depends on the heads and the GPU, never on a batch's own row count") {
   // One row and the fp32 batch alike (the fp32 batch's rows keep their one-row bits): 512 threads for heads of 64 or
   // fewer (TinyLlama, Llama-3.2-1B), 1024 for wider ones (Qwen3-30B-A3B's 128, Gemma 3's 256).
@@ -1728,7 +1743,8 @@ TEST_SUITE("gpu") {
     // variant and the tensor-core one (3 vectors); without and with q, k and v biases (Qwen2's).
     // `one`: one vector (qkv_rope_append itself) on 2 blocks, so that they take the rows in several passes (its
     // config caps the grid at kOneVectorQkvBlocks a multiprocessor), each pass holding both rows of its RoPE pairs;
-    // at d 8192 its config gives 2 warps a row and 2 rows a block of 128 threads (at 256, 1 warp and 4 rows).
+    // at d 8192 its config gives 2 warps a row and 2 rows a block of 128 threads (at 256, 1 warp and 4 rows). The
+    // tensor-core variant on 2 blocks too, each taking several tiles of 8 rows (nn::tensor_core_gemv_blocks).
     for (const auto& [q_heads, tensor_cores, biased, one, d] :
          {std::tuple{4, false, false, false, 256}, std::tuple{2, false, false, false, 256},
           std::tuple{4, true, false, false, 256}, std::tuple{4, false, true, false, 256},
@@ -1791,8 +1807,9 @@ TEST_SUITE("gpu") {
       if (one) {
         CHECK(config.block.x * config.block.y * config.block.z == nn::kOneVectorQkvThreads);
         CHECK(config.block.y == (d > 4096 ? 2U : 1U));
-        config.grid.x = 2;
       }
+      // Blocks that take several passes (one vector) or tiles (tensor cores) each, as a capped grid's do.
+      if (one || tensor_cores) config.grid.x = 2;
       k.qkv_rope_append.launch(s, config, dq.cview(), dk.cview(), dv.cview(), dbq.cview(), dbk.cview(), dbv.cview(),
                                dx.cview(), dg.cview(), q.view(), kc.view(), vc.view(), dpos.cview(), dslot.cview(), d,
                                q_rows, kv_heads, hd, ctx, slots, dfreq.cview(), eps, batch);

@@ -220,6 +220,22 @@ inline constexpr int kAttentionStepRows = 8;
   return multiprocessors > 0 && matrices > 0 && matrices <= 8 && cost(4) <= cost(8) ? 4U : 8U;
 }
 
+/// Blocks of a tensor-core gemv-family grid (NAME_mma) of `tiles` tiles in blocks of `warps` warps on a GPU of
+/// `multiprocessors`: one wave (the 16 warps a multiprocessor holds, tensor_core_gemv_warps) where the tiles make a
+/// wave and a half or more, each block then taking its tiles in turn (grid-stride); else, or with the GPU unknown, a
+/// block a tile. A resident block goes on to its next tile where a new block would have to start, wait and load its
+/// first step. A tile is one block's work either way, so a row's bits do not change. H200, 2026-12-02, 8-row steps,
+/// one block a tile -> one wave, alternated in three runs (docs/decode_performance.md): TinyLlama shape (gate/up 704
+/// tiles, 2.7 waves of 264; LM head 4000) 991.8-1001.8 -> 975.3-983.3 us, Llama-3.2-1B shape (gate/up 1024 tiles, 1.9
+/// waves of 528; LM head 16032) 983.2-991.3 -> 963.1-971.0. Qwen3-30B-A3B (12 layers) 2636.7-2637.0 -> 2667.3 with its
+/// q/k/v (640 tiles, 1.2 waves) in one wave too, hence the wave and a half; with its LM head alone (18992 tiles, after
+/// the experts' kernels) 2647.1-2650.5, which this rule keeps.
+[[nodiscard]] constexpr unsigned tensor_core_gemv_blocks(unsigned tiles, unsigned warps, int multiprocessors) noexcept {
+  if (multiprocessors <= 0 || warps == 0 || warps > 16) return tiles;
+  const unsigned wave = static_cast<unsigned>(multiprocessors) * (16U / warps);
+  return tiles >= wave + wave / 2 ? wave : tiles;
+}
+
 /// Threads per block of `attention` and of the paged cache's unsplit kernel (`attention_paged`) for `rows` rows of
 /// `heads` heads of `head_dim`, on a GPU of `multiprocessors`. With only `heads` blocks a row, many threads put much of
 /// the cache in flight (H100, decoder layer chains at position 255: d 2048 773.7 us per 16 layers with 1024 threads
@@ -531,7 +547,7 @@ struct BasicKernels {
   /// gemv_config without the one-vector cap, for the kernels that take the gemv family's shapes but are bounded for 3
   /// blocks a multiprocessor at one vector (moe.cu's expert kernels, gemv_all_reduce).
   [[nodiscard]] LaunchConfig gemv_config_uncapped(int rows, int cols, int batch = 1) const {
-    if (tensor_cores && batch >= 2) return tensor_core_gemv_config(rows, cols);
+    if (tensor_cores && batch >= 2) return tensor_core_gemv_config(rows, cols, 1, false);
     return fp32_gemv_config(rows, cols);
   }
   /// Launch shape of rms_norm_store_gemv for a rows x cols weight: fp32_gemv_config's (256 threads, the warps per row
@@ -543,9 +559,13 @@ struct BasicKernels {
   }
   /// Launch shape of the tensor-core variants (NAME_mma) for a rows x cols weight (`matrices` of them read
   /// together): one block per 8 rows (an mma tile), its warps sharing out the columns, tensor_core_gemv_warps of them.
-  [[nodiscard]] LaunchConfig tensor_core_gemv_config(int rows, int cols, int matrices = 1) const {
+  /// The grid is one wave of blocks (tensor_core_gemv_blocks) unless `one_wave` is false: one block a tile, for
+  /// kernels whose register bounds hold more warps a multiprocessor (moe.cu's, gemv_all_reduce: gemv_config_uncapped).
+  [[nodiscard]] LaunchConfig tensor_core_gemv_config(int rows, int cols, int matrices = 1, bool one_wave = true) const {
     const unsigned tiles = (static_cast<unsigned>(rows) + 7) / 8;
-    return step_config({{tiles, 1, 1}, {32, tensor_core_gemv_warps(tiles, cols, matrices, multiprocessors), 1}, 0});
+    const unsigned warps = tensor_core_gemv_warps(tiles, cols, matrices, multiprocessors);
+    return step_config(
+        {{one_wave ? tensor_core_gemv_blocks(tiles, warps, multiprocessors) : tiles, 1, 1}, {32, warps, 1}, 0});
   }
   /// Launch shape of the fp32 variants of the gemv family for a rows x cols weight: one row per group of K warps,
   /// threads / 32 / K rows per block of `threads` (256 unless given; K at most threads / 32). K = 1 for rows of up to
