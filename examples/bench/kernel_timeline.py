@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """Where a repeated GPU step spends its time, from a kernel trace (examples/bench/kernel_trace.cpp's CSV).
 
-Usage: kernel_timeline.py TRACE.csv --first NAME --last NAME [--blocks N] [--with NAME] [--skip F]
+Usage: kernel_timeline.py TRACE.csv --first NAME --last NAME [--blocks N] [--with NAME] [--without NAME] [--skip F]
 
 A step is the kernels from one whose name starts with --first to the next whose name starts with --last (with
 --blocks, only steps whose last kernel has that many blocks: one bucket of a decoder's wide step, say; with --with,
 only steps with a kernel whose name contains NAME: "_mma" for the tensor-core batch of a run that also times the
-fp32 one). The first fraction --skip of the steps (default 0.25) is left out as warm-up. Prints, as Markdown:
+fp32 one; with --without, only steps with no kernel whose name contains NAME: --with rms_norm_gemv_swiglu --without
+_mma picks the one-row fp16 steps out of a run of `bench_quantized_decoder`, which times every format at 1 and 8 rows).
+The first fraction --skip of the steps (default 0.25) is left out as warm-up. Prints, as Markdown:
 - the steps' GPU span (first kernel's start to last kernel's end) and the GPU's idle time between a step's last
   kernel and the next step's first (host work between graph replays, copies, launches), medians, over pairs of kept
   steps with no step left out between them;
@@ -44,7 +46,7 @@ def read(path):
     return kernels
 
 
-def steps_of(kernels, first, last, blocks, having=None):
+def steps_of(kernels, first, last, blocks, having=None, lacking=None):
     steps = []
     i = 0
     while i < len(kernels):
@@ -59,7 +61,8 @@ def steps_of(kernels, first, last, blocks, having=None):
         if j >= len(kernels):
             break
         keep = (blocks is None or kernels[j][2] == blocks) and (
-            having is None or any(having in kernels[m][3] for m in range(i, j + 1)))
+            having is None or any(having in kernels[m][3] for m in range(i, j + 1))) and (
+            lacking is None or not any(lacking in kernels[m][3] for m in range(i, j + 1)))
         steps.append((i, j, keep))
         i = j + 1
     return steps
@@ -72,11 +75,12 @@ def main():
     parser.add_argument("--last", required=True, help="the name a step's last kernel starts with")
     parser.add_argument("--blocks", type=int, help="only steps whose last kernel has this many blocks")
     parser.add_argument("--with", dest="having", help="only steps with a kernel whose name contains this")
+    parser.add_argument("--without", dest="lacking", help="only steps with no kernel whose name contains this")
     parser.add_argument("--skip", type=float, default=0.25, help="fraction of the steps left out first")
     parser.add_argument("--positions", action="store_true", help="also each kernel of the most common step, in order")
     a = parser.parse_args()
     kernels = read(a.trace)
-    found = steps_of(kernels, a.first, a.last, a.blocks, a.having)
+    found = steps_of(kernels, a.first, a.last, a.blocks, a.having, a.lacking)
     # Between two kept steps only where no step left out lies between them.
     pairs = [((i, j), (k, n)) for (i, j, keep), (k, n, keep_next) in zip(found, found[1:]) if keep and keep_next]
     steps = [(i, j) for i, j, keep in found if keep]

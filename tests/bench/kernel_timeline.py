@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """examples/bench/kernel_timeline.py on a made-up trace: the steps it finds, their span, the idle time between them,
-the kernels between steps, and each kernel's time and gap, as the trace says; and its refusal when no step matches.
+the kernels between steps, and each kernel's time and gap, as the trace says; the steps --blocks, --with and
+--without keep; and its refusal when no step matches.
 
 Usage: kernel_timeline.py ANALYZER
 """
@@ -83,6 +84,14 @@ def main():
         trace(path, 5, "gemm_mma")
         r = run(path, "--first", "embedding", "--last", "sample", "--skip", "0", "--with", "_mma")
         check("no two kept steps follow each other" in r.stdout, f"--with _mma, no adjacent steps: {r.stdout}")
+        # --without leaves out the steps with a kernel whose name contains the text: the even steps' plain gemm.
+        r = run(path, "--first", "embedding", "--last", "sample", "--skip", "0", "--without", "_mma")
+        check("3 steps of 3 kernels" in r.stdout and "| ns::gemm | 1.0 | 20.00 |" in r.stdout
+              and "gemm_mma" not in r.stdout, f"--without _mma: the three even steps: {r.stdout}")
+        r = run(path, "--first", "embedding", "--last", "sample", "--skip", "0", "--with", "gemm", "--without", "_mma")
+        check("3 steps of 3 kernels" in r.stdout, f"--with gemm --without _mma: the even steps: {r.stdout}")
+        r = run(path, "--first", "embedding", "--last", "sample", "--with", "_mma", "--without", "gemm")
+        check(r.returncode == 2, "--with and --without that no step meets together: exit 2")
         r = run(path, "--first", "embedding", "--last", "sample", "--with", "_b8")
         check(r.returncode == 2, "--with a name no step has: exit 2")
         r = run(path, "--first", "prefill", "--last", "sample")
