@@ -198,9 +198,10 @@ inline constexpr int kAttentionStepRows = 8;
 
 /// Warps per block of a tensor-core gemv-family kernel (NAME_mma: a block per tile of 8 rows, kernels/nn/
 /// gemv_core.cuh's gemv_rows_mma) for `tiles` tiles of `cols` columns, `matrices` weights read together, on a GPU of
-/// `multiprocessors`: 4 or 8. The kernels use 94-122 registers, so a multiprocessor holds at least 16 of their warps
+/// `multiprocessors`: 4 or 8. The kernels use 94-128 registers, so a multiprocessor holds at least 16 of their warps
 /// (the rule counts 16; a kernel under 85 registers would hold 24, and the rule would then need that as an input); a
-/// warp keeps 8 / matrices steps of 32 columns in flight and waits for them before the next. A kernel's time is
+/// warp keeps 8 / matrices steps of 32 columns in flight (Q/K/V and the expert kernels wait for a pass's steps
+/// before loading the next; the gemv family reloads each step's registers as its products issue). A kernel's time is
 /// then about its waves of blocks times what a block costs, its passes over the tile's columns and about one pass
 /// more (its start, wait, the warps' sum and its end): ceil(tiles / (multiprocessors * 16 / warps)) * (ceil(cols /
 /// (32 * warps * 8 / matrices)) + 1). 4 warps where that is no more than 8 warps', else 8. It chose as the
