@@ -64,7 +64,8 @@ auto attention_heads(const Projector<T>& p, const BasicAttentionWeights<T>& w, B
   // projections and at 8 rows; 50 took the 8-row steps from 1019 to 994.6-994.7 (TinyLlama, fp16; int4 672.6-673.1
   // -> 636.1-641.3) and from 1217.4-1220.2 to 1157.2-1157.8 (Llama-3.2-1B, fp16; int8 854.1-856.6 -> 793.4-798.7)
   // and Qwen3-30B-A3B's (12 layers) from 2664.7-2664.8 to 2632.6-2633.6, but its one-row step from 780.0-783.0 to
-  // 803.0-803.4.
+  // 803.0-803.4. After the q/k norms' kernel 0 is slower too: Qwen3-30B-A3B's one-row step 778.3-779.6 -> 802.6-804.5
+  // us, OLMoE-1B-7B's 968.3-972.4 -> 970.5-971.4 (2026-12-03, alternated four times in one run).
   const auto ungrouped = [&](bool max_l1) {
     const LaunchConfig per_split =
         k.attention_split_config(c.heads, rows, c.context, c.attention_splits(), c.head_dim());
