@@ -66,8 +66,10 @@ constexpr int kStride = kTileK + 8;  // shared row stride in elements: 144 bytes
 
 /// A grouped product's block: kRows positions of a tile by kCols output columns, kWarps warps (kWarpsM x kWarpsN over
 /// the block, each kWarpRows x kWarpCols), kStages shared-memory stages (kStages - 1 in flight while one is read).
-template <int Rows, int Cols, int Warps, int Stages>
+/// kL2: the bytes around each weight copy that L2 is asked to fetch with it (cp.async's L2::256B; 0: the copy's own).
+template <int Rows, int Cols, int Warps, int Stages, int L2 = 0>
 struct GroupedShape {
+  static constexpr int kL2 = L2;
   static constexpr int kRows = Rows;
   static constexpr int kCols = Cols;
   static constexpr int kStages = Stages;
@@ -90,8 +92,11 @@ using PrefillShape = GroupedShape<kTileRows, 64, 4, 3>;
 /// kMoeDecodeTileCols, kMoeDecodeThreads, kMoeDecodeStages). The prefill shape's 64-row input tiles are mostly empty
 /// there; dropping them saves a block a quarter of its shared memory (three eighths for down), and a multiprocessor
 /// holds more blocks (3 of gate/up instead of 2, 6 of down instead of 4), which is what streams the experts faster:
-/// more stages in fewer blocks were slower (docs/performance.md has the sweep).
-using DecodeShape = GroupedShape<16, 64, 4, 3>;
+/// more stages in fewer blocks were slower (docs/performance.md has the sweep). A step's weight copies take a row's
+/// 128 bytes; L2 fetches the 256 around them, so the next step's half of a row's pair is in L2 when it is asked for
+/// (Qwen3-30B-A3B's 8-row step 0.6-3 % faster in three runs; steps of 32 or 128 columns, and asking L2 for later steps
+/// by bulk prefetch, were slower: docs/performance.md).
+using DecodeShape = GroupedShape<16, 64, 4, 3, 256>;
 
 /// The real rows, clamped to [0, max_rows].
 __device__ __forceinline__ int real_rows(const int* count, int max_rows) { return min(max(count[0], 0), max_rows); }
@@ -266,8 +271,8 @@ __device__ __forceinline__ void grouped_product(const T* in, const T* w1, const 
         const int n = i / kPieces;
         const int k = k0 + 8 * (i % kPieces);
         const bool fill = n0 + n < n_cols && k < k_dim;
-        lg::copy16_async(sb(stage, m) + n * kStride + 8 * (i % kPieces),
-                         fill ? b[m] + static_cast<long long>(n0 + n) * k_dim + k : b[m], fill);
+        lg::copy16_async<S::kL2>(sb(stage, m) + n * kStride + 8 * (i % kPieces),
+                                 fill ? b[m] + static_cast<long long>(n0 + n) * k_dim + k : b[m], fill);
       }
     }
     lg::commit_async();

@@ -13,10 +13,21 @@ __device__ __forceinline__ unsigned shared_address(const void* p) {
 }
 
 /// Copies 16 bytes from global `from` to shared `to` asynchronously; `fill` false writes 16 zero bytes instead (and
-/// reads nothing). Both addresses 16-byte aligned.
+/// reads nothing). Both addresses 16-byte aligned. kL2Bytes 256 also asks L2 to fetch the aligned 256 bytes around
+/// `from` (cp.async's L2::256B): for a stream of 128-byte pieces of long rows, the next piece of each row is then in L2
+/// when it is asked for; 0 leaves the fetch's size to L2.
+template <int kL2Bytes = 0>
 __device__ __forceinline__ void copy16_async(void* to, const void* from, bool fill) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(shared_address(to)), "l"(from), "r"(fill ? 16 : 0)
-               : "memory");
+  static_assert(kL2Bytes == 0 || kL2Bytes == 256, "L2 fetches of 256 bytes, or L2's own");
+  if constexpr (kL2Bytes == 256) {
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(shared_address(to)), "l"(from),
+                 "r"(fill ? 16 : 0)
+                 : "memory");
+  } else {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(shared_address(to)), "l"(from),
+                 "r"(fill ? 16 : 0)
+                 : "memory");
+  }
 }
 
 /// Closes this thread's copies issued since the last commit into one group.

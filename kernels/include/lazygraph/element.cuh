@@ -64,13 +64,22 @@ __device__ __forceinline__ Pack8<T> load8(const T* p) {
 }
 
 /// Like load8, for data that no thread writes during the kernel (weights): read through the non-coherent path
-/// without allocating in L1, so a weight stream does not evict what other loads reuse.
-template <class T>
+/// without allocating in L1, so a weight stream does not evict what other loads reuse. kL2Bytes 256 also asks L2 to
+/// fetch the aligned 256 bytes around p (ld's L2::256B), for loads that take a long row's 256 bytes in pieces smaller
+/// than that, from several warps; 0 leaves the fetch's size to L2.
+template <int kL2Bytes = 0, class T>
 __device__ __forceinline__ Pack8<T> load8_streaming(const T* p) {
+  static_assert(kL2Bytes == 0 || kL2Bytes == 256, "L2 fetches of 256 bytes, or L2's own");
   uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
+  if constexpr (kL2Bytes == 256) {
+    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+  } else {
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+  }
   return Pack8<T>{v};
 }
 
