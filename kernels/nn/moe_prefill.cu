@@ -63,6 +63,7 @@ constexpr int kRouteWarps = 8;       // rows routed at once by a block of moe_pr
 constexpr int kTileRows = 64;        // positions of one expert per tile (nn::kMoePrefillTileRows)
 constexpr int kTileK = 64;           // the reduction's step: one shared-memory stage (nn::kMoePrefillTileK)
 constexpr int kStride = kTileK + 8;  // shared row stride in elements: 144 bytes, so ldmatrix's 8 rows hit 32 banks
+constexpr int kCombineSlots = 8;     // slots of a row whose loads moe_prefill_combine has in flight at once
 
 /// A grouped product's block: kRows positions of a tile by kCols output columns, kWarps warps (kWarpsM x kWarpsN over
 /// the block, each kWarpRows x kWarpCols), kStages shared-memory stages (kStages - 1 in flight while one is read).
@@ -386,20 +387,38 @@ __device__ __forceinline__ void moe_prefill_combine_body(const float* partial, c
   for (long long i = lg::global_index(); i < total; i += lg::grid_stride()) {
     const long long r = i / eighths;
     const int c = static_cast<int>(i % eighths) * 8;
-    float sum[8] = {};
-    for (int s = 0; s < top_k; ++s) {
-      const long long j = r * top_k + s;
-      const float w = weights[j];
-      const float* from = partial + static_cast<long long>(slot_of[j]) * d + c;
-      const float4 lo = *reinterpret_cast<const float4*>(from);
-      const float4 hi = *reinterpret_cast<const float4*>(from + 4);
-      const float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-#pragma unroll
-      for (int k = 0; k < 8; ++k) sum[k] += w * v[k];
-    }
     T* to = x + r * d + c;
     float y[8];
     lg::load_float8(to, y);
+    float sum[8] = {};
+    // kCombineSlots slots' loads in flight at once (a slot past top_k loads the last slot again and adds nothing):
+    // their weights and positions, then their partials, so that a row of top k takes 2 * ceil(k / kCombineSlots)
+    // round trips to L2, not 2 k. The sum is still in slot order.
+    for (int s0 = 0; s0 < top_k; s0 += kCombineSlots) {
+      float w[kCombineSlots];
+      int slot[kCombineSlots];
+#pragma unroll
+      for (int u = 0; u < kCombineSlots; ++u) {
+        const long long j = r * top_k + min(s0 + u, top_k - 1);
+        w[u] = weights[j];
+        slot[u] = slot_of[j];
+      }
+      float4 lo[kCombineSlots];
+      float4 hi[kCombineSlots];
+#pragma unroll
+      for (int u = 0; u < kCombineSlots; ++u) {
+        const float* from = partial + static_cast<long long>(slot[u]) * d + c;
+        lo[u] = *reinterpret_cast<const float4*>(from);
+        hi[u] = *reinterpret_cast<const float4*>(from + 4);
+      }
+#pragma unroll
+      for (int u = 0; u < kCombineSlots; ++u) {
+        if (s0 + u >= top_k) break;
+        const float v[8] = {lo[u].x, lo[u].y, lo[u].z, lo[u].w, hi[u].x, hi[u].y, hi[u].z, hi[u].w};
+#pragma unroll
+        for (int k = 0; k < 8; ++k) sum[k] += w[u] * v[k];
+      }
+    }
 #pragma unroll
     for (int k = 0; k < 8; ++k) y[k] += sum[k];
     lg::store8(to, lg::pack8<T>(y));

@@ -292,8 +292,8 @@ auto mlp_block(const Projector<T>& p, const BasicSwigluWeights<T>& w, BasicDecod
 }
 
 /// moe_block's route and experts where routed_experts does not take them: moe_route of s.moe_logits into ids, weights
-/// and s.moe_plan, then the experts as expert_gate_up and expert_down give them, or, `grouped`, as a prompt chunk's
-/// grouped products in their decode shape.
+/// and s.moe_plan, then the experts as expert_gate_up and expert_down give them, or, `grouped`, moe_prefill_route into
+/// ids and weights (the same routes, no plan) and a prompt chunk's grouped products in their decode shape.
 static_assert(kMaxRows <= kMoeDecodeTileRows,
               "a decode step's tile (its rows that chose one expert) fits the decode "
               "shape of the grouped products");
@@ -305,38 +305,41 @@ auto moe_experts(const Projector<T>& p, const BasicMoeWeights<T>& w, BasicDecode
   const BasicKernels<T>& k = p.dense;
   const MoeShape& m = c.moe;
   const auto one_block = [&](unsigned threads) { return k.step_config({{1, 1, 1}, {threads, 1, 1}, 0}); };
-  return k.moe_route(one_block(256), s.moe_logits.cview(), ids, weights, s.moe_plan.view(), m.experts,
-                     m.experts_per_token, m.normalize ? 1 : 0, rows) >>
-         detail::either(
-             grouped,
-             [&] {
-               const auto pairs = static_cast<std::size_t>(rows * m.experts_per_token);
-               const int tiles = moe_prefill_tiles(rows * m.experts_per_token, m.experts);
-               const DeviceSpan<const int> count = s.row_counts.cview().subspan(static_cast<std::size_t>(rows), 1);
-               const DeviceSpan<const int> order = s.moe_order.cview().subspan(0, pairs);
-               const DeviceSpan<const int> slot_of = s.moe_slot_of.cview().subspan(0, pairs);
-               const DeviceSpan<const int> tile_list = s.moe_tiles.cview().subspan(0, 1 + 4 * std::size_t(tiles));
-               const DeviceSpan<T> act = s.moe_act.view().subspan(0, pairs * std::size_t(m.expert_width));
-               const DeviceSpan<float> partial = s.moe_partial.view().subspan(0, pairs * std::size_t(c.d));
-               return k.moe_prefill_group(one_block(1024), ids.as_const().subspan(0, pairs), count,
-                                          s.moe_order.view().subspan(0, pairs), s.moe_slot_of.view().subspan(0, pairs),
-                                          s.moe_tiles.view().subspan(0, tile_list.size()), m.experts,
-                                          m.experts_per_token, rows, tiles) >>
-                      k.moe_decode_gate_up(k.moe_decode_gate_up_config(m.expert_width, tiles), s.moe_h.cview(),
-                                           w.w1.dense(), w.w3.dense(), order, tile_list, act, m.expert_width, c.d,
-                                           m.experts_per_token, tiles) >>
-                      k.moe_decode_down(k.moe_decode_down_config(c.d, tiles), act.as_const(), w.w2.dense(), tile_list,
-                                        partial, c.d, m.expert_width, tiles) >>
-                      k.moe_prefill_combine(k.step_config(grid_for(static_cast<std::size_t>(rows) * c.d / 8, 256)),
-                                            partial.as_const(), slot_of, weights.as_const().subspan(0, pairs),
-                                            s.x.view(), count, c.d, m.experts_per_token, rows);
-             },
-             [&] {
-               return expert_gate_up(p, w.w1, w.w3, s.moe_h.cview(), s.moe_plan.cview(), s.moe_act.view(), m, c.d,
-                                     rows) >>
-                      expert_down(p, w.w2, s.moe_act.cview(), s.moe_plan.cview(), weights.as_const(),
-                                  {s.moe_partial.view(), s.moe_counters.view()}, s.x.view(), m, c.d, rows);
-             });
+  return detail::either(
+      grouped,
+      [&] {
+        const auto pairs = static_cast<std::size_t>(rows * m.experts_per_token);
+        const int tiles = moe_prefill_tiles(rows * m.experts_per_token, m.experts);
+        const DeviceSpan<const int> count = s.row_counts.cview().subspan(static_cast<std::size_t>(rows), 1);
+        const DeviceSpan<const int> order = s.moe_order.cview().subspan(0, pairs);
+        const DeviceSpan<const int> slot_of = s.moe_slot_of.cview().subspan(0, pairs);
+        const DeviceSpan<const int> tile_list = s.moe_tiles.cview().subspan(0, 1 + 4 * std::size_t(tiles));
+        const DeviceSpan<T> act = s.moe_act.view().subspan(0, pairs * std::size_t(m.expert_width));
+        const DeviceSpan<float> partial = s.moe_partial.view().subspan(0, pairs * std::size_t(c.d));
+        // The rows' routes without moe_route's plan, which only the gemv family's expert kernels read.
+        return k.moe_prefill_route(k.moe_prefill_route_config(rows), s.moe_logits.cview(), count, ids.subspan(0, pairs),
+                                   weights.subspan(0, pairs), m.experts, m.experts_per_token, m.normalize ? 1 : 0,
+                                   rows) >>
+               k.moe_prefill_group(one_block(1024), ids.as_const().subspan(0, pairs), count,
+                                   s.moe_order.view().subspan(0, pairs), s.moe_slot_of.view().subspan(0, pairs),
+                                   s.moe_tiles.view().subspan(0, tile_list.size()), m.experts, m.experts_per_token,
+                                   rows, tiles) >>
+               k.moe_decode_gate_up(k.moe_decode_gate_up_config(m.expert_width, tiles), s.moe_h.cview(), w.w1.dense(),
+                                    w.w3.dense(), order, tile_list, act, m.expert_width, c.d, m.experts_per_token,
+                                    tiles) >>
+               k.moe_decode_down(k.moe_decode_down_config(c.d, tiles), act.as_const(), w.w2.dense(), tile_list, partial,
+                                 c.d, m.expert_width, tiles) >>
+               k.moe_prefill_combine(k.step_config(grid_for(static_cast<std::size_t>(rows) * c.d / 8, 256)),
+                                     partial.as_const(), slot_of, weights.as_const().subspan(0, pairs), s.x.view(),
+                                     count, c.d, m.experts_per_token, rows);
+      },
+      [&] {
+        return k.moe_route(one_block(256), s.moe_logits.cview(), ids, weights, s.moe_plan.view(), m.experts,
+                           m.experts_per_token, m.normalize ? 1 : 0, rows) >>
+               expert_gate_up(p, w.w1, w.w3, s.moe_h.cview(), s.moe_plan.cview(), s.moe_act.view(), m, c.d, rows) >>
+               expert_down(p, w.w2, s.moe_act.cview(), s.moe_plan.cview(), weights.as_const(),
+                           {s.moe_partial.view(), s.moe_counters.view()}, s.x.view(), m, c.d, rows);
+      });
 }
 
 /// Layer `layer`'s mixture of experts (DecoderConfig::moe) for `rows` rows: x += sum over each row's top k experts of
@@ -348,14 +351,14 @@ auto moe_experts(const Projector<T>& p, const BasicMoeWeights<T>& w, BasicDecode
 /// family's row loops, tensor cores for 2 to 8 rows where KernelOptions::tensor_cores says; quantized ones on the
 /// quantized kernels' tiles). Only the chosen experts' weights are read, once for all rows that chose them. Steps of 2
 /// to 8 rows of dense experts with DecoderConfig::tensor_cores (grouped_expert_steps) run the experts as a prompt
-/// chunk's grouped products instead, in their decode shape (moe_route's choices grouped by expert, one tile per expert;
-/// moe_decode_gate_up and moe_decode_down; each row's products in fp32 added in slot order), within rounding of the
-/// row loops. One row of dense experts
-/// where staged_experts says so runs routed_experts' two kernels instead of moe_route and the expert kernels (they
-/// route the row themselves, with moe_route's bits, and write ids, weights and the plan as it would). `residual` false
-/// (a tensor-parallel rank other than 0, whose experts are its share of each expert's width: decoder_rank.hpp): x's
-/// rows are cleared once the norm has read them, so that the block leaves the rank's partial sum there for the
-/// all-reduce after it. \throws UsageError as expert_gate_up, expert_down and routed_experts.
+/// chunk's grouped products instead, in their decode shape (moe_prefill_route's choices, moe_route's, grouped by
+/// expert, one tile per expert; moe_decode_gate_up and moe_decode_down; each row's products in fp32 added in slot
+/// order), within rounding of the row loops. One row of dense experts where staged_experts says so runs routed_experts'
+/// two kernels instead of moe_route and the expert kernels (they route the row themselves, with moe_route's bits, and
+/// write ids, weights and the plan as it would). `residual` false (a tensor-parallel rank other than 0, whose experts
+/// are its share of each expert's width: decoder_rank.hpp): x's rows are cleared once the norm has read them, so that
+/// the block leaves the rank's partial sum there for the all-reduce after it. \throws UsageError as expert_gate_up,
+/// expert_down and routed_experts.
 template <Element T>
 auto moe_block(const Projector<T>& p, const BasicSwigluWeights<T>& norm, const BasicMoeWeights<T>& w,
                BasicDecoderState<T>& s, const DecoderConfig& c, int rows, int layer, bool residual = true) {
