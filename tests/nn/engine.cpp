@@ -26,6 +26,7 @@
 
 using lazygraph::nn::Engine;
 using lazygraph::nn::EngineOptions;
+using lazygraph::nn::EngineStats;
 using lazygraph::nn::FinishReason;
 using lazygraph::nn::GenerationEvent;
 using lazygraph::nn::GenerationRequest;

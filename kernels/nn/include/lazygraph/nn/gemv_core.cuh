@@ -33,6 +33,33 @@ __device__ __forceinline__ Pack8<T> load8_gathered(const T* p, const int* order,
   return {make_uint4(two(a.x, a.y), two(a.z, a.w), two(b.x, b.y), two(b.z, b.w))};
 }
 
+/// a * b + c on pairs of T (fp16x2 or bf16x2), rounded once.
+__device__ __forceinline__ unsigned fma2(lg::half_t, unsigned a, unsigned b, unsigned c) {
+  unsigned d;
+  asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+__device__ __forceinline__ unsigned fma2(lg::bf16_t, unsigned a, unsigned b, unsigned c) {
+  unsigned d;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+#else
+  d = 0;
+  __trap();
+#endif
+  return d;
+}
+/// The sum of the squares of a chunk's 8 elements, in fp32, in element order (one rounding per multiply-add).
+template <class T>
+__device__ __forceinline__ float squares8(const lg::Pack8<T>& x) {
+  float f[8];
+  lg::unpack8(x, f);
+  float sq = f[0] * f[0];
+#pragma unroll
+  for (int i = 1; i < 8; ++i) sq = fmaf(f[i], f[i], sq);
+  return sq;
+}
+
 /// x as the kernel multiplies it: `load` fetches vector b's chunk (kept packed while in flight, 4 registers),
 /// `expand` turns it into the 8 factors; `sum_squares` says whether the kernel also sums x^2 (for RMSNorm). `gather`
 /// fetches the chunk of columns `order` gives instead (a quantized matrix stored with its columns reordered).
@@ -53,10 +80,7 @@ struct PlainX {
     sq = 0.0f;
   }
   /// The chunk as a tensor-core operand: its 8 elements of T as they are.
-  __device__ __forceinline__ static uint4 fragment(const Raw& r, float& sq) {
-    sq = 0.0f;
-    return r.x.raw;
-  }
+  __device__ __forceinline__ static uint4 fragment(const Raw& r) { return r.x.raw; }
 };
 
 /// x * g elementwise, and the sum of x^2 over the chunk: the row's dot product is scaled by 1/rms(x) afterwards,
@@ -81,17 +105,18 @@ struct GainedX {
     float gain[8];
     lg::unpack8(r.x, f);
     lg::unpack8(r.g, gain);
-    sq = f[0] * f[0];
-#pragma unroll
-    for (int i = 1; i < 8; ++i) sq = fmaf(f[i], f[i], sq);
+    sq = squares8(r.x);
 #pragma unroll
     for (int i = 0; i < 8; ++i) f[i] *= gain[i];
   }
-  /// The chunk as a tensor-core operand: x * g rounded to T (the fp32 path keeps it in fp32), and the sum of x^2.
-  __device__ __forceinline__ static uint4 fragment(const Raw& r, float& sq) {
-    float f[8];
-    expand(r, f, sq);
-    return lg::pack8<T>(f).raw;
+  /// The chunk as a tensor-core operand: x * g rounded once to T (the fp32 path keeps it in fp32). The product of
+  /// two T is exact in fp32, so the pair fma (plus -0, which keeps a product's sign) rounds it as a product in fp32
+  /// rounded to T would, in 4 instructions instead of expand's conversions and products. The kernels sum x^2 apart
+  /// (squares8).
+  __device__ __forceinline__ static uint4 fragment(const Raw& r) {
+    const unsigned minus_zero = 0x80008000U;
+    return make_uint4(fma2(T{}, r.x.raw.x, r.g.raw.x, minus_zero), fma2(T{}, r.x.raw.y, r.g.raw.y, minus_zero),
+                      fma2(T{}, r.x.raw.z, r.g.raw.z, minus_zero), fma2(T{}, r.x.raw.w, r.g.raw.w, minus_zero));
   }
 };
 
@@ -496,10 +521,9 @@ __device__ __forceinline__ void gemv_rows_mma(const W& w, const X& x, int rows, 
         // A chunk past the row's end (the last step of a row whose length is not a multiple of 32, or a step past
         // the last) was loaded again from the last chunk; both operands become zeros, so it adds nothing.
         const bool inside = (s0 + u * warps) * 4 + t < chunks;
-        float q;
-        uint4 a = X::fragment(xr[u], q);
-        if (!inside) a = make_uint4(0, 0, 0, 0);
-        sq += inside ? q : 0.0f;
+        if (!inside) xr[u].x.raw = make_uint4(0, 0, 0, 0);  // x * g and x^2 zeros too
+        const uint4 a = X::fragment(xr[u]);
+        if constexpr (X::sum_squares) sq += squares8(xr[u].x);
         const unsigned first[4] = {a.x, 0U, a.y, 0U};  // rows 8-15 of the mma's M: no vectors
         const unsigned second[4] = {a.z, 0U, a.w, 0U};
 #pragma unroll

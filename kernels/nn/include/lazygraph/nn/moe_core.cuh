@@ -213,7 +213,7 @@ struct PairX {
     return {load8_gathered(act + static_cast<long long>(max(pair_of[b], 0)) * width, order, chunk)};
   }
   __device__ __forceinline__ static void expand(const Raw& r, float (&f)[8], float& sq) { PlainX<T>::expand(r, f, sq); }
-  __device__ __forceinline__ static uint4 fragment(const Raw& r, float& sq) { return PlainX<T>::fragment(r, sq); }
+  __device__ __forceinline__ static uint4 fragment(const Raw& r) { return PlainX<T>::fragment(r); }
 };
 
 /// The end of a down kernel: the last block of this grid column (blockIdx.x) to finish adds the column's rows of every

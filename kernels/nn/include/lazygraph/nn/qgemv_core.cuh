@@ -107,22 +107,6 @@ __device__ __forceinline__ int quantized_tile_bytes(int cols) {
   return kTileRows * (is_int4(F) ? cols / 2 : cols);
 }
 
-/// a * b + c on pairs of T (fp16x2 or bf16x2), rounded once.
-__device__ __forceinline__ unsigned fma2(lg::half_t, unsigned a, unsigned b, unsigned c) {
-  unsigned d;
-  asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-  return d;
-}
-__device__ __forceinline__ unsigned fma2(lg::bf16_t, unsigned a, unsigned b, unsigned c) {
-  unsigned d;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-#else
-  d = 0;
-  __trap();
-#endif
-  return d;
-}
 __device__ __forceinline__ unsigned one2(lg::half_t) { return 0x3C003C00U; }
 __device__ __forceinline__ unsigned one2(lg::bf16_t) { return 0x3F803F80U; }
 
@@ -246,28 +230,10 @@ __device__ __forceinline__ uint4 load16_streaming(const unsigned char* p) {
   return v;
 }
 
-/// An x chunk as the mma's B operand: x itself (PlainX), or x * g rounded once to T (GainedX: the product of two T
-/// is exact in fp32, so the pair fma rounds it as the fp32 path would).
-template <class X, class T>
-__device__ __forceinline__ uint4 x_fragment(const typename X::Raw& r) {
-  if constexpr (X::sum_squares) {
-    const unsigned minus_zero = 0x80008000U;
-    return make_uint4(fma2(T{}, r.x.raw.x, r.g.raw.x, minus_zero), fma2(T{}, r.x.raw.y, r.g.raw.y, minus_zero),
-                      fma2(T{}, r.x.raw.z, r.g.raw.z, minus_zero), fma2(T{}, r.x.raw.w, r.g.raw.w, minus_zero));
-  } else {
-    return r.x.raw;
-  }
-}
-
 /// The sum of x^2 over a chunk, in fp32 (GainedX only).
 template <class X>
 __device__ __forceinline__ float x_squares(const typename X::Raw& r) {
-  float f[8];
-  lg::unpack8(r.x, f);
-  float sq = f[0] * f[0];
-#pragma unroll
-  for (int i = 1; i < 8; ++i) sq = fmaf(f[i], f[i], sq);
-  return sq;
+  return squares8(r.x);
 }
 
 /// The start of every quantized kernel: lets the next kernel launch early, and asks L2 for nothing. gemv.cu's kernels
@@ -508,7 +474,7 @@ __device__ __forceinline__ void qgemv_tiles_loop(const P& place, const W& w, con
           if (X::sum_squares && first_tile && !shared_squares) {
             square_sum += x_squares<X>(xr[0]) + x_squares<X>(xr[1]);
           }
-          const uint4 b[2] = {x_fragment<X, T>(xr[0]), x_fragment<X, T>(xr[1])};
+          const uint4 b[2] = {X::fragment(xr[0]), X::fragment(xr[1])};
           // The step's 4 mmas; with groups of 32 its halves are scaled apart, else the step is one group's.
           const auto mmas = [&](auto split) {
 #pragma unroll
@@ -544,7 +510,7 @@ __device__ __forceinline__ void qgemv_tiles_loop(const P& place, const W& w, con
           // Lane t's x: columns 32 s + 8 t .. + 7; words 2j and 2j + 1 are rows g and g + 8 of mma j.
           const typename X::Raw xr = x.load(vector, 4 * s + t);
           if (X::sum_squares && first_tile && !shared_squares) square_sum += x_squares<X>(xr);
-          const uint4 b = x_fragment<X, T>(xr);
+          const uint4 b = X::fragment(xr);
 #pragma unroll
           for (int m = 0; m < M; ++m) {
             const uint4 v = cur[m][u].values;
