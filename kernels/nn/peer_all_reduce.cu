@@ -218,7 +218,7 @@ __device__ __forceinline__ void qgemv_all_reduce_body(QuantizedMatrix W, const T
                                                       const unsigned long long* sum_table, unsigned* counters, int rank,
                                                       int ranks, int rows, int cols, int batch) {
   if (!quantized_supported<F>(W, cols) || batch < 1 || batch > 8 || !lg::is_aligned16(a)) __trap();
-  const QuantizedTiles<1, T> w{{W}, quantized_tile_bytes<F>(cols), cols / W.group};
+  const QuantizedTiles<1, T> w{{W}, quantized_tile_bytes<F>(cols), quantized_groups<F>(W, cols)};
   start_quantized();
   project_all_reduce(x, sum_table, counters, rank, ranks, rows, batch, [&](auto finish) {
     qgemv_tiles<F>(w, PlainX<T>{a, cols}, rows, cols, batch, 0.0f, finish);

@@ -34,7 +34,7 @@ using namespace lg::nn;
 
 template <int F, class T>
 __device__ __forceinline__ QuantizedTiles<1, T> tiles_of(const QuantizedMatrix& W, int cols) {
-  return {{W}, quantized_tile_bytes<F>(cols), cols / W.group};
+  return {{W}, quantized_tile_bytes<F>(cols), quantized_groups<F>(W, cols)};
 }
 
 template <int F, class T>
@@ -165,7 +165,7 @@ __device__ __forceinline__ void rms_norm_qgemv_swiglu_body(QuantizedMatrix W1, Q
   if (!supported<F>(W1, cols, batch, x, g) || !quantized_supported<F>(W3, cols) || W1.group != W3.group) {
     __trap();
   }
-  const QuantizedTiles<2, T> w{{W1, W3}, quantized_tile_bytes<F>(cols), cols / W1.group};
+  const QuantizedTiles<2, T> w{{W1, W3}, quantized_tile_bytes<F>(cols), quantized_groups<F>(W1, cols)};
   place.allow_next();
   qgemv_tiles<F>(
       w, GainedX<T>{x, g, cols}, rows, cols, batch, eps,
@@ -231,6 +231,7 @@ __device__ __forceinline__ void qdequantize_body(QuantizedMatrix W, T* out, int 
     }
   }
   const QuantizedTiles<1, T> w = tiles_of<F, T>(W, cols);
+  const int group_shift = 31 - __clz(W.group);  // int4's groups: powers of two
   const int steps = cols / columns_per_step(F);
   const long long chunks = static_cast<long long>((rows + kTileRows - 1) / kTileRows) * steps * 32;
   lg::wait_for_prior_grids();  // out may be read by the kernel before (a product of the previous matrix)
@@ -253,7 +254,7 @@ __device__ __forceinline__ void qdequantize_body(QuantizedMatrix W, T* out, int 
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
           const int first = 64 * s + 32 * half + 8 * t;
-          const int k = first / W.group;
+          const int k = first >> group_shift;
           const unsigned pair = w.scale_pair(0, tile, k, g);
           const float scale = h == 0 ? lg::unpack2(T{}, pair).x : lg::unpack2(T{}, pair).y;
           // Symmetric: two's-complement nibbles, (u ^ 8) - 8; with zero points: u - zero.

@@ -40,7 +40,7 @@ using namespace lg::nn::moe;
 template <int F>
 __device__ __forceinline__ QuantizedMatrix expert_matrix(QuantizedMatrix w, long long e, int rows, int cols) {
   const long long tiles = e * (rows / kTileRows);
-  const long long scales = tiles * kTileRows * (cols / w.group);  // scales (and zero points) of the tiles before
+  const long long scales = tiles * kTileRows * quantized_groups<F>(w, cols);  // scales (and zero points) before
   w.values += tiles * quantized_tile_bytes<F>(cols);
   w.scales = static_cast<const unsigned short*>(w.scales) + scales;
   if (w.zeros != nullptr) w.zeros += scales;
@@ -67,7 +67,7 @@ __device__ __forceinline__ void moe_qgate_up_body(QuantizedMatrix W1, QuantizedM
     const long long e = planned_expert(plan, u, experts, top_k, batch, pair_of);
     const QuantizedTiles<2, T> w{{expert_matrix<F>(W1, e, width, d), expert_matrix<F>(W3, e, width, d)},
                                  quantized_tile_bytes<F>(d),
-                                 d / W1.group};
+                                 quantized_groups<F>(W1, d)};
     qgemv_tiles<F>(w, PlainX<T>{h, d}, width, d, batch, 0.0f, [&](int row, int b, const float* v) {
       const int j = pair_of[b];
       if (j >= 0) act[static_cast<long long>(j) * width + row] = lg::from_float<T>(silu(v[0]) * v[1]);
