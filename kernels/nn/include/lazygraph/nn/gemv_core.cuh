@@ -553,17 +553,20 @@ __device__ __forceinline__ void gemv_rows_mma(const W& w, const X& x, int rows, 
       const int b = i % 8;
       const int out_row = tile * kMmaRows + r;
       if (b >= batch || out_row >= rows) continue;
+      // Sums from the first warp's (as qgemv_tiles_loop's squares): from 0, the compiler computed the result of no
+      // warps before the tile loop in every thread. The same bits: neither a sum of squares nor an mma's sum started
+      // from +0 is ever -0, so 0 + s is s.
       float scale = 1.0f;
       if (X::sum_squares) {
-        float squares = 0.0f;
-        for (int k = 0; k < warps; ++k) squares += square_part[buffer][k][b];
+        float squares = square_part[buffer][0][b];
+        for (int k = 1; k < warps; ++k) squares += square_part[buffer][k][b];
         scale = 1.0f / sqrtf(squares / static_cast<float>(cols) + eps);
       }
       float v[M];
 #pragma unroll
       for (int m = 0; m < M; ++m) {
-        float sum = 0.0f;
-        for (int k = 0; k < warps; ++k) sum += tile_part[buffer][k][m][r][b];
+        float sum = tile_part[buffer][0][m][r][b];
+        for (int k = 1; k < warps; ++k) sum += tile_part[buffer][k][m][r][b];
         v[m] = sum * scale;
       }
       finish(out_row, b, v);
